@@ -1,0 +1,163 @@
+/*
+ * gpufrac/model.h - the GPU resource model: GPUs, nodes, a cluster, requests
+ * and placements.
+ *
+ * This is the one description of "what a cluster has and what a pod wants"
+ * shared by the simulator, the scheduler extender and the node agent.  It
+ * does no I/O and keeps no globals.
+ *
+ * Shares.  A GPU is divided along two axes: a compute share in milli-GPU
+ * (1000 = the whole GPU, the unit of the Alibaba trace and of the FGD paper)
+ * and memory bytes.  A request asks for `gpu_count` GPUs with `gpu_milli`
+ * each (and optionally `gpu_mem_bytes` each); a request for more than one
+ * GPU always takes whole GPUs.  An exclusive request needs an untouched GPU
+ * and keeps everyone else off it.
+ *
+ * Invariants (checked by gf_cluster_check, relied on everywhere):
+ *   0 <= milli_used <= 1000 and 0 <= mem_used <= mem_bytes on every GPU;
+ *   0 <= cpu_used <= cpu_milli and 0 <= mem_used <= mem_bytes on every node;
+ *   the cluster's totals equal the sums over its nodes.
+ * gf_cluster_place and gf_cluster_release are exact inverses.
+ */
+#ifndef GPUFRAC_MODEL_H
+#define GPUFRAC_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+
+#define GF_GPU_MILLI 1000      /* one whole GPU */
+#define GF_MAX_GPUS_PER_NODE 16
+#define GF_MAX_MODELS 64       /* model ids fit a uint64_t mask */
+#define GF_MODEL_NAME_MAX 32
+#define GF_UUID_MAX 48
+
+typedef struct gf_gpu {
+  uint32_t index;            /* index on its node (nvidia-smi order) */
+  uint16_t model;            /* id in the cluster's model table */
+  int16_t numa_node;         /* -1 when unknown */
+  char uuid[GF_UUID_MAX];    /* "GPU-..." or empty when unknown */
+  int64_t mem_bytes;         /* total device memory */
+  int64_t mem_used;          /* memory granted to placed pods */
+  int32_t milli_used;        /* compute share granted, 0..1000 */
+  int32_t sm_count;          /* 0 when unknown */
+  uint8_t cc_major, cc_minor;/* compute capability, 0.0 when unknown */
+  bool mig_capable;
+  bool exclusive;            /* held by one exclusive request */
+  uint16_t npods;            /* placements currently on this GPU */
+  uint32_t nvlink_peers;     /* bit i: NVLink to GPU i of the same node */
+} gf_gpu;
+
+typedef struct gf_label {
+  char *key;
+  char *value;
+} gf_label;
+
+typedef struct gf_node {
+  char *name;
+  int64_t cpu_milli, cpu_used;
+  int64_t mem_bytes, mem_used;
+  gf_label *labels;
+  uint32_t nlabels;
+  uint32_t ngpus;
+  gf_gpu gpus[GF_MAX_GPUS_PER_NODE];
+  /* Index kept current by place/release; read-only to callers. */
+  uint64_t model_mask;       /* models present on this node */
+  uint32_t free_gpus;        /* GPUs with nothing placed on them */
+  int32_t max_free_milli;    /* largest free compute share on one GPU */
+  uint64_t version;          /* bumped on every change: cache key */
+} gf_node;
+
+typedef enum gf_share_mode {
+  GF_MODE_SHARED = 0,    /* may share a GPU with other shared requests */
+  GF_MODE_EXCLUSIVE = 1, /* needs untouched GPUs, keeps others off them */
+} gf_share_mode;
+
+typedef struct gf_request {
+  int64_t cpu_milli;
+  int64_t mem_bytes;
+  uint32_t gpu_count;     /* 0: CPU-only */
+  int32_t gpu_milli;      /* per-GPU compute share, 1..1000; 1000 if count>1 */
+  int64_t gpu_mem_bytes;  /* per-GPU memory, 0 when not constrained */
+  uint64_t model_mask;    /* allowed GPU models (cluster ids); 0 = any */
+  gf_share_mode mode;
+} gf_request;
+
+typedef struct gf_placement {
+  uint32_t node;
+  uint32_t ngpus;
+  uint8_t gpus[GF_MAX_GPUS_PER_NODE]; /* GPU indices on the node */
+} gf_placement;
+
+/* Description of one GPU when adding a node; fields as in gf_gpu. */
+typedef struct gf_gpu_spec {
+  const char *model;
+  const char *uuid;       /* may be NULL */
+  int64_t mem_bytes;
+  int32_t sm_count;
+  uint8_t cc_major, cc_minor;
+  bool mig_capable;
+  int16_t numa_node;
+  uint32_t nvlink_peers;
+} gf_gpu_spec;
+
+typedef struct gf_cluster gf_cluster;
+
+/* Constructor/destructor.  gf_cluster_new returns NULL on allocation failure. */
+gf_cluster *gf_cluster_new(void);
+void gf_cluster_free(gf_cluster *c);
+/* Deep copy, placements included.  NULL on allocation failure. */
+gf_cluster *gf_cluster_clone(const gf_cluster *c);
+
+/* Interns a GPU model name; returns its id (>= 0) or GF_ELIMIT when the
+ * table is full.  With create == false an unknown name gives GF_ENOTFOUND. */
+int gf_cluster_model_id(gf_cluster *c, const char *name, bool create);
+const char *gf_cluster_model_name(const gf_cluster *c, int id);
+int gf_cluster_nmodels(const gf_cluster *c);
+
+/* Adds a node with `ngpus` GPUs described by `gpus` (all copied).  Names
+ * must be unique.  Returns the node's index or a negative GF_E* code. */
+int gf_cluster_add_node(gf_cluster *c, const char *name, int64_t cpu_milli,
+                        int64_t mem_bytes, const gf_gpu_spec *gpus,
+                        uint32_t ngpus, gf_diag *d);
+int gf_cluster_node_label(gf_cluster *c, uint32_t node, const char *key,
+                          const char *value);
+
+uint32_t gf_cluster_nnodes(const gf_cluster *c);
+const gf_node *gf_cluster_node(const gf_cluster *c, uint32_t i);
+int gf_cluster_find_node(const gf_cluster *c, const char *name);
+
+/* Cluster totals, kept current incrementally. */
+int64_t gf_cluster_gpu_milli_total(const gf_cluster *c);
+int64_t gf_cluster_gpu_milli_used(const gf_cluster *c);
+uint32_t gf_cluster_ngpus(const gf_cluster *c);
+
+/* Validates a request on its own (ranges, multi-GPU means whole GPUs). */
+int gf_request_check(const gf_request *r, gf_diag *d);
+
+/* True when node `n` could host `r` on some set of its GPUs: CPU, memory,
+ * GPU count, model and per-GPU share all fit. */
+bool gf_node_fits(const gf_node *n, const gf_request *r);
+
+/* True when GPU g of node n can take one GPU's worth of r. */
+bool gf_gpu_fits(const gf_gpu *g, const gf_request *r);
+
+/* Applies a placement.  Checks everything first and changes nothing on
+ * failure (GF_ENOFIT, GF_EINVAL). */
+int gf_cluster_place(gf_cluster *c, const gf_request *r,
+                     const gf_placement *p);
+
+/* Undoes gf_cluster_place exactly.  GF_ESTATE if p was not placed. */
+int gf_cluster_release(gf_cluster *c, const gf_request *r,
+                       const gf_placement *p);
+
+/* Clears every placement, returning the cluster to its empty state. */
+void gf_cluster_reset(gf_cluster *c);
+
+/* Recomputes every total and index from scratch and compares: 0 when they
+ * agree, GF_ESTATE otherwise (with the first disagreement in d). */
+int gf_cluster_check(const gf_cluster *c, gf_diag *d);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * gpufrac/sim.h - trace replay, the FGD paper's methodology.
+ *
+ * The workload: the trace's pods sorted by name and shuffled with the seed,
+ * then pods drawn with replacement from the (name-sorted) trace and appended
+ * until the GPU demand would pass `inflate` times the cluster's GPU capacity
+ * (the reference's stop test adds the drawn pod's per-GPU share, and so do
+ * we).  Pods arrive one at a time in that order and are placed at once or
+ * dropped; nothing is retried and nothing departs.
+ *
+ * After every pod the simulator samples arrived demand, allocation and
+ * fragmentation.  The curve at k% is the mean of the samples whose arrived
+ * demand rounds (half to even) to k% of capacity; where none does, the
+ * samples within k-1..k+1 are used, as the reference analysis does.
+ *
+ * Allocation counts the GPU share pods asked for.  Under `whole`, a pod holds
+ * more than it asked for; that surplus is reported separately as held.
+ */
+#ifndef GPUFRAC_SIM_H
+#define GPUFRAC_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/engine.h"
+#include "gpufrac/frag.h"
+#include "gpufrac/model.h"
+#include "gpufrac/trace.h"
+
+#define GF_SIM_MAX_PCT 200 /* curve points 0..GF_SIM_MAX_PCT */
+
+/* Builds the arrival order: indices into `pods`.  *order is malloc'd. */
+int gf_sim_workload(const gf_pod_list *pods, uint64_t seed, double inflate,
+                    int64_t capacity_milli, size_t **order, size_t *n);
+
+/* Typical pods of a trace, keyed as the reference keys them. */
+int gf_sim_typical(const gf_pod_list *pods, gf_typical_set *out);
+
+typedef struct gf_sim_point {
+  bool present;
+  double alloc_pct;       /* requested GPU share placed / capacity */
+  double held_pct;        /* GPU share held (>= alloc under `whole`) */
+  double frag_amount_pct; /* fragment amount / capacity */
+  double frag_ratio_pct;  /* fragment amount / idle */
+} gf_sim_point;
+
+typedef struct gf_sim_result {
+  int npoints; /* curve[0..npoints) */
+  gf_sim_point curve[GF_SIM_MAX_PCT + 1];
+  size_t arrived, placed, failed;
+  size_t placed_share, placed_whole, placed_cpu; /* by kind of pod */
+  size_t failed_share, failed_whole, failed_cpu;
+  int64_t capacity_milli;
+  int64_t arrived_milli, alloc_milli, held_milli; /* at the end */
+  double decision_us_median, decision_us_p99;
+  double wall_s;
+} gf_sim_result;
+
+typedef struct gf_sim_config {
+  const char *policy;
+  uint64_t seed;
+  double inflate;                /* e.g. 1.3 */
+  const gf_typical_set *typical; /* for fgd and for the frag metrics */
+  gf_tie_break ties;             /* see gpufrac/engine.h */
+} gf_sim_config;
+
+/* Replays `pods` on c (reset first; left in its final state).  Returns 0 or
+ * a GF_E* code with d filled. */
+int gf_sim_run(gf_cluster *c, const gf_pod_list *pods,
+               const gf_sim_config *cfg, gf_sim_result *out, gf_diag *d);
+
+/* Value of a curve at k% with linear fallback to the nearest present
+ * point; NAN when the curve is empty. */
+double gf_sim_unallocated_at(const gf_sim_result *r, int k);
+
+#endif

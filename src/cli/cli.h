@@ -1,0 +1,15 @@
+/*
+ * The gpufrac command line: one dispatch table (main.c) of git-style
+ * subcommands.  Each command is `int cmd_x(int argc, char **argv)` with argv[0]
+ * the command's own name, and returns an exit code: 0 ok, 1 runtime failure,
+ * 2 usage error.  To add a command: write cmd_x in its own file, declare it
+ * here, add one row to the table in main.c.
+ */
+#ifndef GPUFRAC_CLI_H
+#define GPUFRAC_CLI_H
+
+enum { GF_EXIT_OK = 0, GF_EXIT_FAIL = 1, GF_EXIT_USAGE = 2 };
+
+int cmd_simulate(int argc, char **argv);
+
+#endif

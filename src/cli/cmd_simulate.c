@@ -1,0 +1,554 @@
+/*
+ * gpufrac simulate: replay the Alibaba GPU trace under placement policies
+ * and report allocation and fragmentation, the FGD paper's methodology (see
+ * docs/simulator.md).  Runs (trace x policy x seed) are independent and are
+ * spread over worker threads, each with its own copy of the cluster.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "gpufrac/engine.h"
+#include "gpufrac/error.h"
+#include "gpufrac/quantity.h"
+#include "gpufrac/report.h"
+#include "gpufrac/sim.h"
+#include "gpufrac/trace.h"
+
+#define MAX_ITEMS 64
+#define MAX_SEEDS 1024
+
+/* The 17 traces the FGD paper's simulator published results for. */
+static const char *const reference_traces[] = {
+    "default",    "cpu050",     "cpu100",     "cpu200",     "cpu250",
+    "gpushare40", "gpushare60", "gpushare80", "gpushare100", "gpuspec10",
+    "gpuspec20",  "gpuspec25",  "gpuspec33",  "multigpu20", "multigpu30",
+    "multigpu40", "multigpu50"};
+#define NREFERENCE (sizeof(reference_traces) / sizeof(reference_traces[0]))
+
+
+static void usage(FILE *fp) {
+  fprintf(fp,
+          "usage: gpufrac simulate [options]\n"
+          "\n"
+          "Replays the Alibaba cluster-trace-gpu-v2023 (openb) on its 1213 GPU "
+          "nodes:\n"
+          "pods arrive one at a time until their GPU demand reaches --inflate "
+          "times\n"
+          "the cluster's GPU capacity; each is placed or dropped at once.  "
+          "With no\n"
+          "options: the default trace, seeds 42-51, whole vs bestfit vs fgd.\n"
+          "\n"
+          "options:\n"
+          "  --trace NAME[,NAME..]  bundled pod lists (default, gpushare40, "
+          "...;\n"
+          "                         'all' = the 17 with published results)\n"
+          "  --pods FILE            a pod list CSV instead of bundled traces\n"
+          "  --nodes FILE           node list CSV (default: the bundled 1213 "
+          "GPU nodes)\n"
+          "  --policy P[,P..]       placement policies (default: "
+          "whole,bestfit,fgd)\n"
+          "  --seeds LIST           e.g. 42-51 or 42,50,100-109 (default "
+          "42-51)\n"
+          "  --inflate X            demand as a multiple of capacity "
+          "(default 1.3)\n"
+          "  --format F             table, csv or json (default table)\n"
+          "  --out DIR              also write summary.csv, curves.csv and "
+          "an SVG\n"
+          "                         chart per trace into DIR\n"
+          "  --ties T               tied nodes: 'order' (first in a seeded "
+          "node\n"
+          "                         order, as the reference does; default) "
+          "or\n"
+          "                         'uniform' (uniformly at random)\n"
+          "  --jobs N               worker threads (default: online CPUs)\n"
+          "  --data DIR             bundled data directory (default: the "
+          "build's)\n"
+          "  -h, --help             this help\n"
+          "\npolicies:\n");
+  for (size_t i = 0; i < gf_policy_count(); i++)
+    fprintf(fp, "  %-11s %s\n", gf_policy_name(i), gf_policy_summary(i));
+}
+
+/* Splits a comma list in place into items[]; returns count or -1. */
+static int split_list(char *s, char **items, int max) {
+  int n = 0;
+  for (char *p = s;;) {
+    char *comma = strchr(p, ',');
+    if (comma)
+      *comma = '\0';
+    if (!*p || n == max)
+      return -1;
+    items[n++] = p;
+    if (!comma)
+      return n;
+    p = comma + 1;
+  }
+}
+
+static int parse_seeds(const char *arg, uint64_t *seeds, int max) {
+  char buf[512];
+  if (strlen(arg) >= sizeof(buf))
+    return -1;
+  memcpy(buf, arg, strlen(arg) + 1);
+  char *items[MAX_ITEMS];
+  int ni = split_list(buf, items, MAX_ITEMS);
+  if (ni < 0)
+    return -1;
+  int n = 0;
+  for (int i = 0; i < ni; i++) {
+    int64_t lo, hi;
+    char *dash = strchr(items[i], '-');
+    if (dash)
+      *dash = '\0';
+    if (gf_parse_int64(items[i], 0, INT64_MAX, &lo, NULL))
+      return -1;
+    hi = lo;
+    if (dash && gf_parse_int64(dash + 1, 0, INT64_MAX, &hi, NULL))
+      return -1;
+    if (hi < lo || hi - lo >= max - n)
+      return -1;
+    for (int64_t s = lo; s <= hi; s++)
+      seeds[n++] = (uint64_t)s;
+  }
+  return n;
+}
+
+static bool safe_name(const char *s) {
+  if (!*s)
+    return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+          (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' || *s == '.'))
+      return false;
+  return true;
+}
+
+typedef struct trace {
+  char name[128];
+  char path[4096];
+  gf_pod_list pods;
+  gf_typical_set typical;
+} trace;
+
+typedef struct sweep {
+  const gf_cluster *base;
+  trace *traces;
+  int ntraces;
+  char **policies;
+  int npolicies;
+  uint64_t *seeds;
+  int nseeds;
+  double inflate;
+  gf_tie_break ties;
+  gf_sim_result *results; /* [trace][policy][seed] */
+  pthread_mutex_t lock;
+  int next, njobs;
+  int failed;
+  char error[GF_DIAG_MAX + 128];
+} sweep;
+
+static void *worker(void *arg) {
+  sweep *s = arg;
+  gf_cluster *c = gf_cluster_clone(s->base);
+  if (!c) {
+    pthread_mutex_lock(&s->lock);
+    s->failed = 1;
+    snprintf(s->error, sizeof(s->error), "out of memory");
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+  }
+  for (;;) {
+    pthread_mutex_lock(&s->lock);
+    int j = s->failed ? s->njobs : s->next++;
+    pthread_mutex_unlock(&s->lock);
+    if (j >= s->njobs)
+      break;
+    int seed = j % s->nseeds;
+    int pol = (j / s->nseeds) % s->npolicies;
+    int tr = j / (s->nseeds * s->npolicies);
+    gf_sim_config cfg = {s->policies[pol], s->seeds[seed], s->inflate,
+                         &s->traces[tr].typical, s->ties};
+    gf_diag d = {""};
+    if (gf_sim_run(c, &s->traces[tr].pods, &cfg, &s->results[j], &d)) {
+      pthread_mutex_lock(&s->lock);
+      if (!s->failed)
+        snprintf(s->error, sizeof(s->error), "%s, %s, seed %llu: %s",
+                 s->traces[tr].name, s->policies[pol],
+                 (unsigned long long)s->seeds[seed], d.msg);
+      s->failed = 1;
+      pthread_mutex_unlock(&s->lock);
+    }
+  }
+  gf_cluster_free(c);
+  return NULL;
+}
+
+static int run_sweep(sweep *s, int jobs) {
+  s->njobs = s->ntraces * s->npolicies * s->nseeds;
+  s->results = calloc((size_t)s->njobs, sizeof(*s->results));
+  if (!s->results)
+    return -1;
+  pthread_mutex_init(&s->lock, NULL);
+  if (jobs > s->njobs)
+    jobs = s->njobs;
+  pthread_t th[64];
+  int started = 0;
+  for (int i = 0; i < jobs && i < 64; i++, started++)
+    if (pthread_create(&th[i], NULL, worker, s) != 0)
+      break;
+  if (started == 0)
+    worker(s);
+  for (int i = 0; i < started; i++)
+    pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&s->lock);
+  return s->failed ? -1 : 0;
+}
+
+static FILE *open_out(const char *dir, const char *name) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE *fp = fopen(path, "w");
+  if (!fp)
+    fprintf(stderr, "gpufrac simulate: %s: %s\n", path, strerror(errno));
+  return fp;
+}
+
+static int write_out_dir(const char *dir, sweep *s, gf_summary *sum) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "gpufrac simulate: %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  FILE *fp = open_out(dir, "summary.csv");
+  if (!fp)
+    return -1;
+  gf_report_csv(fp, sum, s->ntraces * s->npolicies);
+  int bad = fclose(fp) != 0;
+  if (!(fp = open_out(dir, "curves.csv")))
+    return -1;
+  for (int j = 0; j < s->njobs; j++) {
+    int seed = j % s->nseeds, pol = (j / s->nseeds) % s->npolicies,
+        tr = j / (s->nseeds * s->npolicies);
+    gf_report_curves_csv(fp, s->traces[tr].name, s->policies[pol],
+                         s->seeds[seed], &s->results[j], j == 0);
+  }
+  bad |= fclose(fp) != 0;
+  for (int t = 0; t < s->ntraces; t++) {
+    char name[256], title[512];
+    snprintf(name, sizeof(name), "allocation-%s.svg", s->traces[t].name);
+    snprintf(title, sizeof(title),
+             "GPU allocation vs arrived demand: trace %s, %d seed%s",
+             s->traces[t].name, s->nseeds, s->nseeds > 1 ? "s" : "");
+    if (!(fp = open_out(dir, name)))
+      return -1;
+    gf_report_svg(fp, &sum[t * s->npolicies], s->npolicies, title);
+    bad |= fclose(fp) != 0;
+  }
+  if (bad)
+    fprintf(stderr, "gpufrac simulate: writing into %s failed\n", dir);
+  return bad ? -1 : 0;
+}
+
+/* The main job's summary, for people who pay for the GPUs. */
+static void main_job_table(const sweep *s, const gf_summary *sum) {
+  const trace *t = &s->traces[0];
+  uint32_t ngpus = sum[0].ngpus;
+  printf("gpufrac simulate: the Alibaba GPU cluster trace (openb, %s), "
+         "%u GPU nodes, %u GPUs.\n"
+         "%zu pods, sampled up to %.0f%% of GPU capacity; mean of %d seeds "
+         "(%llu-%llu).\n\n"
+         "When the pods had asked for exactly the cluster's GPU capacity:\n\n",
+         t->name, gf_cluster_nnodes(s->base), ngpus, t->pods.n,
+         s->inflate * 100, s->nseeds, (unsigned long long)s->seeds[0],
+         (unsigned long long)s->seeds[s->nseeds - 1]);
+  printf("  %-9s %12s %14s %14s %12s %12s\n", "policy", "pods placed",
+         "GPU allocated", "GPUs stranded", "fractional", "whole-GPU");
+  printf("  %-9s %12s %14s %14s %12s %12s\n", "", "(all run)",
+         "(% capacity)", "(idle, at 100%)", "pods placed", "pods placed");
+  double whole_stranded = NAN;
+  for (int p = 0; p < s->npolicies; p++) {
+    const gf_summary *x = &sum[p];
+    double stranded = x->unalloc100 / 100.0 * ngpus;
+    if (strcmp(x->policy, "whole") == 0)
+      whole_stranded = stranded;
+    printf("  %-9s %11.1f%% %13.2f%% %14.0f %12.0f %12.0f\n", x->policy,
+           x->placed_pct, 100 - x->unalloc100, stranded, x->placed_share,
+           x->placed_whole);
+  }
+  printf("\n");
+  for (int p = 0; p < s->npolicies; p++) {
+    const gf_summary *x = &sum[p];
+    if (strcmp(x->policy, "whole") == 0 || !isfinite(whole_stranded))
+      continue;
+    printf("  %s strands %.0f fewer GPUs than whole-GPU allocation "
+           "(%.0f%% less).\n",
+           x->policy, whole_stranded - x->unalloc100 / 100.0 * ngpus,
+           100.0 * (1 - x->unalloc100 / 100.0 * ngpus / whole_stranded));
+  }
+  printf("\n'GPUs stranded' = GPU capacity no pod was given (under 'whole', "
+         "a pod holds\na full GPU however little it asked for; the rest of "
+         "that GPU counts as\nstranded).  See 'gpufrac simulate --help' and "
+         "docs/simulator.md.\n");
+}
+
+int cmd_simulate(int argc, char **argv) {
+  const char *nodes_path = NULL, *pods_path = NULL, *format = "table";
+  const char *out_dir = NULL, *data_dir = getenv("GPUFRAC_DATA");
+  char trace_arg[1024] = "default", policy_arg[1024] = "whole,bestfit,fgd";
+  const char *seeds_arg = "42-51";
+  double inflate = 1.3;
+  gf_tie_break ties = GF_TIE_ORDER;
+  long jobs = sysconf(_SC_NPROCESSORS_ONLN);
+  int main_job = argc == 1;
+  if (!data_dir)
+    data_dir = GF_DATA_DIR;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return GF_EXIT_OK;
+    }
+    const char *v = NULL;
+    char key[64];
+    const char *eq = strchr(a, '=');
+    if (strncmp(a, "--", 2) != 0) {
+      fprintf(stderr, "gpufrac simulate: unexpected argument '%s'\n", a);
+      return GF_EXIT_USAGE;
+    }
+    size_t klen = eq ? (size_t)(eq - a) : strlen(a);
+    if (klen >= sizeof(key)) {
+      fprintf(stderr, "gpufrac simulate: unknown option '%s'\n", a);
+      return GF_EXIT_USAGE;
+    }
+    memcpy(key, a, klen);
+    key[klen] = '\0';
+    if (eq)
+      v = eq + 1;
+    else if (i + 1 < argc)
+      v = argv[++i];
+    if (!v) {
+      fprintf(stderr, "gpufrac simulate: option '%s' needs a value\n", key);
+      return GF_EXIT_USAGE;
+    }
+    if (strcmp(key, "--nodes") == 0)
+      nodes_path = v;
+    else if (strcmp(key, "--pods") == 0)
+      pods_path = v;
+    else if (strcmp(key, "--trace") == 0 || strcmp(key, "--policy") == 0) {
+      char *dst = key[3] == 't' ? trace_arg : policy_arg;
+      if (strlen(v) >= sizeof(trace_arg)) {
+        fprintf(stderr, "gpufrac simulate: %s: list too long\n", key);
+        return GF_EXIT_USAGE;
+      }
+      memcpy(dst, v, strlen(v) + 1);
+    } else if (strcmp(key, "--seeds") == 0)
+      seeds_arg = v;
+    else if (strcmp(key, "--format") == 0)
+      format = v;
+    else if (strcmp(key, "--out") == 0)
+      out_dir = v;
+    else if (strcmp(key, "--data") == 0)
+      data_dir = v;
+    else if (strcmp(key, "--ties") == 0) {
+      if (strcmp(v, "order") == 0)
+        ties = GF_TIE_ORDER;
+      else if (strcmp(v, "uniform") == 0)
+        ties = GF_TIE_UNIFORM;
+      else {
+        fprintf(stderr,
+                "gpufrac simulate: --ties '%s': want order or uniform\n", v);
+        return GF_EXIT_USAGE;
+      }
+    }
+    else if (strcmp(key, "--inflate") == 0) {
+      char *end;
+      errno = 0;
+      inflate = strtod(v, &end);
+      if (errno || *end || !(inflate >= 0.01 && inflate <= 1.99)) {
+        fprintf(stderr,
+                "gpufrac simulate: --inflate '%s': want a number in "
+                "0.01..1.99\n",
+                v);
+        return GF_EXIT_USAGE;
+      }
+    } else if (strcmp(key, "--jobs") == 0) {
+      int64_t j;
+      if (gf_parse_int64(v, 1, 64, &j, NULL)) {
+        fprintf(stderr, "gpufrac simulate: --jobs '%s': want 1..64\n", v);
+        return GF_EXIT_USAGE;
+      }
+      jobs = (long)j;
+    } else {
+      fprintf(stderr, "gpufrac simulate: unknown option '%s'\n", key);
+      return GF_EXIT_USAGE;
+    }
+  }
+  if (strcmp(format, "table") && strcmp(format, "csv") &&
+      strcmp(format, "json")) {
+    fprintf(stderr,
+            "gpufrac simulate: --format '%s': want table, csv or json\n",
+            format);
+    return GF_EXIT_USAGE;
+  }
+  if (jobs < 1)
+    jobs = 1;
+
+  uint64_t seeds[MAX_SEEDS];
+  int nseeds = parse_seeds(seeds_arg, seeds, MAX_SEEDS);
+  if (nseeds <= 0) {
+    fprintf(stderr,
+            "gpufrac simulate: --seeds '%s': want a list like 42-51 or "
+            "1,5,7-9 (at most %d)\n",
+            seeds_arg, MAX_SEEDS);
+    return GF_EXIT_USAGE;
+  }
+  char *policies[MAX_ITEMS];
+  int npolicies = split_list(policy_arg, policies, MAX_ITEMS);
+  if (npolicies < 0) {
+    fprintf(stderr, "gpufrac simulate: --policy: empty item in the list\n");
+    return GF_EXIT_USAGE;
+  }
+  for (int p = 0; p < npolicies; p++)
+    if (gf_policy_find(policies[p]) < 0) {
+      fprintf(stderr,
+              "gpufrac simulate: no policy '%s' (see 'gpufrac simulate "
+              "--help')\n",
+              policies[p]);
+      return GF_EXIT_USAGE;
+    }
+
+  char *names[MAX_ITEMS];
+  int ntraces;
+  if (pods_path) {
+    ntraces = 1;
+  } else if (strcmp(trace_arg, "all") == 0) {
+    ntraces = (int)NREFERENCE;
+    for (int t = 0; t < ntraces; t++)
+      names[t] = (char *)reference_traces[t];
+  } else {
+    ntraces = split_list(trace_arg, names, MAX_ITEMS);
+    if (ntraces < 0) {
+      fprintf(stderr, "gpufrac simulate: --trace: empty item in the list\n");
+      return GF_EXIT_USAGE;
+    }
+    for (int t = 0; t < ntraces; t++)
+      if (!safe_name(names[t])) {
+        fprintf(stderr, "gpufrac simulate: --trace '%s': not a trace name\n",
+                names[t]);
+        return GF_EXIT_USAGE;
+      }
+  }
+
+  int rc = GF_EXIT_FAIL;
+  gf_diag d = {""};
+  trace *traces = calloc((size_t)ntraces, sizeof(*traces));
+  gf_cluster *base = gf_cluster_new();
+  gf_summary *sum = NULL;
+  sweep s;
+  memset(&s, 0, sizeof(s));
+  if (!traces || !base) {
+    fprintf(stderr, "gpufrac simulate: out of memory\n");
+    goto out;
+  }
+  char path[4096];
+  if (!nodes_path) {
+    snprintf(path, sizeof(path), "%s/traces/openb_node_list_gpu_node.csv",
+             data_dir);
+    nodes_path = path;
+  }
+  if (gf_trace_load_nodes(nodes_path, base, &d)) {
+    fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
+    goto out;
+  }
+  for (int t = 0; t < ntraces; t++) {
+    trace *tr = &traces[t];
+    if (pods_path) {
+      const char *slash = strrchr(pods_path, '/');
+      const char *base_name = slash ? slash + 1 : pods_path;
+      if (strncmp(base_name, "openb_pod_list_", 15) == 0)
+        base_name += 15;
+      snprintf(tr->name, sizeof(tr->name), "%s", base_name);
+      char *dot = strrchr(tr->name, '.');
+      if (dot && strcmp(dot, ".csv") == 0)
+        *dot = '\0';
+      snprintf(tr->path, sizeof(tr->path), "%s", pods_path);
+    } else {
+      snprintf(tr->name, sizeof(tr->name), "%s", names[t]);
+      snprintf(tr->path, sizeof(tr->path),
+               "%s/traces/openb_pod_list_%s.csv", data_dir, names[t]);
+    }
+    if (gf_trace_load_pods(tr->path, base, &tr->pods, &d)) {
+      fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
+      goto out;
+    }
+    if (tr->pods.n == 0) {
+      fprintf(stderr, "gpufrac simulate: %s: no pods\n", tr->path);
+      goto out;
+    }
+    if (gf_sim_typical(&tr->pods, &tr->typical)) {
+      fprintf(stderr, "gpufrac simulate: %s: typical pods: out of memory\n",
+              tr->path);
+      goto out;
+    }
+  }
+  if (gf_cluster_gpu_milli_total(base) <= 0) {
+    fprintf(stderr, "gpufrac simulate: %s: no GPUs in the node list\n",
+            nodes_path);
+    goto out;
+  }
+
+  s.base = base;
+  s.traces = traces;
+  s.ntraces = ntraces;
+  s.policies = policies;
+  s.npolicies = npolicies;
+  s.seeds = seeds;
+  s.nseeds = nseeds;
+  s.inflate = inflate;
+  s.ties = ties;
+  if (run_sweep(&s, (int)jobs)) {
+    fprintf(stderr, "gpufrac simulate: %s\n",
+            s.error[0] ? s.error : "out of memory");
+    goto out;
+  }
+  sum = calloc((size_t)(ntraces * npolicies), sizeof(*sum));
+  if (!sum) {
+    fprintf(stderr, "gpufrac simulate: out of memory\n");
+    goto out;
+  }
+  for (int t = 0; t < ntraces; t++)
+    for (int p = 0; p < npolicies; p++)
+      gf_summary_of(policies[p], traces[t].name, gf_cluster_ngpus(base),
+                    &s.results[(t * npolicies + p) * nseeds], nseeds,
+                    &sum[t * npolicies + p]);
+
+  if (main_job)
+    main_job_table(&s, sum);
+  else if (strcmp(format, "json") == 0)
+    gf_report_json(stdout, sum, ntraces * npolicies, inflate, seeds_arg);
+  else if (strcmp(format, "csv") == 0)
+    gf_report_csv(stdout, sum, ntraces * npolicies);
+  else
+    gf_report_table(stdout, sum, ntraces * npolicies);
+  if (out_dir && write_out_dir(out_dir, &s, sum))
+    goto out;
+  rc = fflush(stdout) == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
+out:
+  free(sum);
+  free(s.results);
+  if (traces)
+    for (int t = 0; t < ntraces; t++) {
+      gf_pod_list_release(&traces[t].pods);
+      gf_typical_release(&traces[t].typical);
+    }
+  free(traces);
+  gf_cluster_free(base);
+  return rc;
+}

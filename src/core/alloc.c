@@ -1,0 +1,37 @@
+#include "alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static long fail_after = -1; /* test hook only; -1 = never fail */
+
+static int should_fail(void) {
+  if (fail_after < 0)
+    return 0;
+  if (fail_after == 0)
+    return 1;
+  fail_after--;
+  return 0;
+}
+
+void gf__alloc_fail_after(long n) { fail_after = n; }
+
+void *gf__malloc(size_t n) { return should_fail() ? NULL : malloc(n ? n : 1); }
+
+void *gf__calloc(size_t n, size_t size) {
+  return should_fail() ? NULL : calloc(n ? n : 1, size ? size : 1);
+}
+
+void *gf__realloc(void *p, size_t n) {
+  return should_fail() ? NULL : realloc(p, n ? n : 1);
+}
+
+char *gf__strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *r = gf__malloc(n);
+  if (r)
+    memcpy(r, s, n);
+  return r;
+}
+
+void gf__free(void *p) { free(p); }

@@ -1,0 +1,400 @@
+/*
+ * The cluster: nodes in an array that only grows, a model-name table, and
+ * running totals.  Placement bookkeeping lives in place/release, which keep
+ * each node's small index (free GPUs, largest free share, model mask) current
+ * so that filters can reject most nodes without looking at their GPUs.
+ */
+#include "gpufrac/model.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "gpufrac/error.h"
+
+struct gf_cluster {
+  gf_node *nodes;
+  uint32_t nnodes, cap;
+  char models[GF_MAX_MODELS][GF_MODEL_NAME_MAX];
+  int nmodels;
+  int64_t milli_total, milli_used;
+  uint32_t ngpus;
+};
+
+gf_cluster *gf_cluster_new(void) { return gf__calloc(1, sizeof(gf_cluster)); }
+
+static void node_release(gf_node *n) {
+  for (uint32_t i = 0; i < n->nlabels; i++) {
+    gf__free(n->labels[i].key);
+    gf__free(n->labels[i].value);
+  }
+  gf__free(n->labels);
+  gf__free(n->name);
+}
+
+void gf_cluster_free(gf_cluster *c) {
+  if (!c)
+    return;
+  for (uint32_t i = 0; i < c->nnodes; i++)
+    node_release(&c->nodes[i]);
+  gf__free(c->nodes);
+  gf__free(c);
+}
+
+int gf_cluster_model_id(gf_cluster *c, const char *name, bool create) {
+  for (int i = 0; i < c->nmodels; i++)
+    if (strcmp(c->models[i], name) == 0)
+      return i;
+  if (!create)
+    return GF_ENOTFOUND;
+  if (c->nmodels >= GF_MAX_MODELS || strlen(name) >= GF_MODEL_NAME_MAX ||
+      !*name)
+    return GF_ELIMIT;
+  memcpy(c->models[c->nmodels], name, strlen(name) + 1);
+  return c->nmodels++;
+}
+
+const char *gf_cluster_model_name(const gf_cluster *c, int id) {
+  return (id >= 0 && id < c->nmodels) ? c->models[id] : "";
+}
+
+int gf_cluster_nmodels(const gf_cluster *c) { return c->nmodels; }
+
+/* Recomputes a node's index from its GPUs. */
+static void node_reindex(gf_node *n) {
+  n->free_gpus = 0;
+  n->max_free_milli = 0;
+  for (uint32_t i = 0; i < n->ngpus; i++) {
+    const gf_gpu *g = &n->gpus[i];
+    if (g->npods == 0)
+      n->free_gpus++;
+    int32_t free_milli = g->exclusive ? 0 : GF_GPU_MILLI - g->milli_used;
+    if (free_milli > n->max_free_milli)
+      n->max_free_milli = free_milli;
+  }
+  n->version++;
+}
+
+int gf_cluster_add_node(gf_cluster *c, const char *name, int64_t cpu_milli,
+                        int64_t mem_bytes, const gf_gpu_spec *gpus,
+                        uint32_t ngpus, gf_diag *d) {
+  if (!name || !*name)
+    return gf_diag_set(d, GF_EINVAL, "node name is empty");
+  if (cpu_milli < 0 || mem_bytes < 0)
+    return gf_diag_set(d, GF_ERANGE, "node '%s': negative capacity", name);
+  if (ngpus > GF_MAX_GPUS_PER_NODE)
+    return gf_diag_set(d, GF_ELIMIT, "node '%s': %u GPUs, at most %d", name,
+                       ngpus, GF_MAX_GPUS_PER_NODE);
+  if (gf_cluster_find_node(c, name) >= 0)
+    return gf_diag_set(d, GF_EEXIST, "node '%s' added twice", name);
+
+  gf_node n;
+  memset(&n, 0, sizeof(n));
+  n.cpu_milli = cpu_milli;
+  n.mem_bytes = mem_bytes;
+  n.ngpus = ngpus;
+  for (uint32_t i = 0; i < ngpus; i++) {
+    gf_gpu *g = &n.gpus[i];
+    const gf_gpu_spec *s = &gpus[i];
+    int id = gf_cluster_model_id(c, s->model ? s->model : "", true);
+    if (id < 0)
+      return gf_diag_set(d, id, "node '%s': GPU %u: model '%s' not accepted",
+                         name, i, s->model ? s->model : "");
+    if (s->mem_bytes < 0)
+      return gf_diag_set(d, GF_ERANGE, "node '%s': GPU %u: negative memory",
+                         name, i);
+    g->index = i;
+    g->model = (uint16_t)id;
+    g->numa_node = s->numa_node;
+    if (s->uuid) {
+      if (strlen(s->uuid) >= sizeof(g->uuid))
+        return gf_diag_set(d, GF_ELIMIT, "node '%s': GPU %u: uuid too long",
+                           name, i);
+      memcpy(g->uuid, s->uuid, strlen(s->uuid) + 1);
+    }
+    g->mem_bytes = s->mem_bytes;
+    g->sm_count = s->sm_count;
+    g->cc_major = s->cc_major;
+    g->cc_minor = s->cc_minor;
+    g->mig_capable = s->mig_capable;
+    g->nvlink_peers = s->nvlink_peers;
+    n.model_mask |= 1ull << id;
+  }
+  if (c->nnodes == c->cap) {
+    uint32_t cap = c->cap ? c->cap * 2 : 64;
+    gf_node *nodes = gf__realloc(c->nodes, cap * sizeof(*nodes));
+    if (!nodes)
+      return gf_diag_set(d, GF_ENOMEM, "node '%s': out of memory", name);
+    c->nodes = nodes;
+    c->cap = cap;
+  }
+  n.name = gf__strdup(name);
+  if (!n.name)
+    return gf_diag_set(d, GF_ENOMEM, "node '%s': out of memory", name);
+  node_reindex(&n);
+  c->nodes[c->nnodes] = n;
+  c->milli_total += (int64_t)ngpus * GF_GPU_MILLI;
+  c->ngpus += ngpus;
+  return (int)c->nnodes++;
+}
+
+int gf_cluster_node_label(gf_cluster *c, uint32_t node, const char *key,
+                          const char *value) {
+  if (node >= c->nnodes || !key || !value)
+    return GF_EINVAL;
+  gf_node *n = &c->nodes[node];
+  gf_label *labels =
+      gf__realloc(n->labels, (n->nlabels + 1) * sizeof(*n->labels));
+  if (!labels)
+    return GF_ENOMEM;
+  n->labels = labels;
+  char *k = gf__strdup(key), *v = gf__strdup(value);
+  if (!k || !v) {
+    gf__free(k);
+    gf__free(v);
+    return GF_ENOMEM;
+  }
+  n->labels[n->nlabels].key = k;
+  n->labels[n->nlabels].value = v;
+  n->nlabels++;
+  return 0;
+}
+
+uint32_t gf_cluster_nnodes(const gf_cluster *c) { return c->nnodes; }
+
+const gf_node *gf_cluster_node(const gf_cluster *c, uint32_t i) {
+  return i < c->nnodes ? &c->nodes[i] : NULL;
+}
+
+int gf_cluster_find_node(const gf_cluster *c, const char *name) {
+  for (uint32_t i = 0; i < c->nnodes; i++)
+    if (strcmp(c->nodes[i].name, name) == 0)
+      return (int)i;
+  return GF_ENOTFOUND;
+}
+
+int64_t gf_cluster_gpu_milli_total(const gf_cluster *c) {
+  return c->milli_total;
+}
+int64_t gf_cluster_gpu_milli_used(const gf_cluster *c) { return c->milli_used; }
+uint32_t gf_cluster_ngpus(const gf_cluster *c) { return c->ngpus; }
+
+int gf_request_check(const gf_request *r, gf_diag *d) {
+  if (r->cpu_milli < 0 || r->mem_bytes < 0 || r->gpu_mem_bytes < 0)
+    return gf_diag_set(d, GF_ERANGE, "request: negative amount");
+  if (r->gpu_count > GF_MAX_GPUS_PER_NODE)
+    return gf_diag_set(d, GF_ERANGE, "request: %u GPUs, at most %d per pod",
+                       r->gpu_count, GF_MAX_GPUS_PER_NODE);
+  if (r->gpu_count == 0)
+    return 0;
+  if (r->gpu_milli < 1 || r->gpu_milli > GF_GPU_MILLI)
+    return gf_diag_set(d, GF_ERANGE,
+                       "request: GPU share %d milli, must be 1..1000",
+                       (int)r->gpu_milli);
+  if (r->gpu_count > 1 && r->gpu_milli != GF_GPU_MILLI)
+    return gf_diag_set(d, GF_EINVAL,
+                       "request: %u GPUs at %d milli each; multi-GPU requests "
+                       "take whole GPUs",
+                       r->gpu_count, (int)r->gpu_milli);
+  if (r->mode != GF_MODE_SHARED && r->mode != GF_MODE_EXCLUSIVE)
+    return gf_diag_set(d, GF_EINVAL, "request: unknown sharing mode");
+  return 0;
+}
+
+bool gf_gpu_fits(const gf_gpu *g, const gf_request *r) {
+  if (g->exclusive)
+    return false;
+  if (r->model_mask && !(r->model_mask & (1ull << g->model)))
+    return false;
+  if (r->mode == GF_MODE_EXCLUSIVE && g->npods)
+    return false;
+  if (g->milli_used + r->gpu_milli > GF_GPU_MILLI)
+    return false;
+  return g->mem_used + r->gpu_mem_bytes <= g->mem_bytes ||
+         r->gpu_mem_bytes == 0;
+}
+
+bool gf_node_fits(const gf_node *n, const gf_request *r) {
+  if (n->cpu_used + r->cpu_milli > n->cpu_milli ||
+      n->mem_used + r->mem_bytes > n->mem_bytes)
+    return false;
+  if (r->gpu_count == 0)
+    return true;
+  if (r->gpu_count > n->ngpus)
+    return false;
+  if (r->model_mask && !(r->model_mask & n->model_mask))
+    return false;
+  if (r->gpu_milli > n->max_free_milli)
+    return false;
+  uint32_t ok = 0;
+  for (uint32_t i = 0; i < n->ngpus && ok < r->gpu_count; i++)
+    ok += gf_gpu_fits(&n->gpus[i], r);
+  return ok >= r->gpu_count;
+}
+
+static int placement_valid(const gf_cluster *c, const gf_request *r,
+                           const gf_placement *p) {
+  if (p->node >= c->nnodes || p->ngpus != r->gpu_count)
+    return GF_EINVAL;
+  const gf_node *n = &c->nodes[p->node];
+  for (uint32_t i = 0; i < p->ngpus; i++) {
+    if (p->gpus[i] >= n->ngpus)
+      return GF_EINVAL;
+    for (uint32_t j = 0; j < i; j++)
+      if (p->gpus[j] == p->gpus[i])
+        return GF_EINVAL;
+  }
+  return 0;
+}
+
+int gf_cluster_place(gf_cluster *c, const gf_request *r,
+                     const gf_placement *p) {
+  int rc = placement_valid(c, r, p);
+  if (rc)
+    return rc;
+  gf_node *n = &c->nodes[p->node];
+  if (n->cpu_used + r->cpu_milli > n->cpu_milli ||
+      n->mem_used + r->mem_bytes > n->mem_bytes)
+    return GF_ENOFIT;
+  for (uint32_t i = 0; i < p->ngpus; i++)
+    if (!gf_gpu_fits(&n->gpus[p->gpus[i]], r))
+      return GF_ENOFIT;
+
+  n->cpu_used += r->cpu_milli;
+  n->mem_used += r->mem_bytes;
+  for (uint32_t i = 0; i < p->ngpus; i++) {
+    gf_gpu *g = &n->gpus[p->gpus[i]];
+    g->milli_used += r->gpu_milli;
+    g->mem_used += r->gpu_mem_bytes;
+    g->npods++;
+    g->exclusive = r->mode == GF_MODE_EXCLUSIVE;
+    c->milli_used += r->gpu_milli;
+  }
+  node_reindex(n);
+  return 0;
+}
+
+int gf_cluster_release(gf_cluster *c, const gf_request *r,
+                       const gf_placement *p) {
+  int rc = placement_valid(c, r, p);
+  if (rc)
+    return rc;
+  gf_node *n = &c->nodes[p->node];
+  if (n->cpu_used < r->cpu_milli || n->mem_used < r->mem_bytes)
+    return GF_ESTATE;
+  for (uint32_t i = 0; i < p->ngpus; i++) {
+    const gf_gpu *g = &n->gpus[p->gpus[i]];
+    if (g->npods == 0 || g->milli_used < r->gpu_milli ||
+        g->mem_used < r->gpu_mem_bytes ||
+        g->exclusive != (r->mode == GF_MODE_EXCLUSIVE))
+      return GF_ESTATE;
+  }
+  n->cpu_used -= r->cpu_milli;
+  n->mem_used -= r->mem_bytes;
+  for (uint32_t i = 0; i < p->ngpus; i++) {
+    gf_gpu *g = &n->gpus[p->gpus[i]];
+    g->milli_used -= r->gpu_milli;
+    g->mem_used -= r->gpu_mem_bytes;
+    g->npods--;
+    g->exclusive = false;
+    c->milli_used -= r->gpu_milli;
+  }
+  node_reindex(n);
+  return 0;
+}
+
+void gf_cluster_reset(gf_cluster *c) {
+  for (uint32_t i = 0; i < c->nnodes; i++) {
+    gf_node *n = &c->nodes[i];
+    n->cpu_used = 0;
+    n->mem_used = 0;
+    for (uint32_t j = 0; j < n->ngpus; j++) {
+      n->gpus[j].milli_used = 0;
+      n->gpus[j].mem_used = 0;
+      n->gpus[j].npods = 0;
+      n->gpus[j].exclusive = false;
+    }
+    node_reindex(n);
+  }
+  c->milli_used = 0;
+}
+
+int gf_cluster_check(const gf_cluster *c, gf_diag *d) {
+  int64_t used = 0, total = 0;
+  for (uint32_t i = 0; i < c->nnodes; i++) {
+    const gf_node *n = &c->nodes[i];
+    if (n->cpu_used < 0 || n->cpu_used > n->cpu_milli || n->mem_used < 0 ||
+        n->mem_used > n->mem_bytes)
+      return gf_diag_set(d, GF_ESTATE, "node '%s': CPU/memory out of bounds",
+                         n->name);
+    uint32_t free_gpus = 0;
+    int32_t max_free = 0;
+    uint64_t mask = 0;
+    for (uint32_t j = 0; j < n->ngpus; j++) {
+      const gf_gpu *g = &n->gpus[j];
+      if (g->milli_used < 0 || g->milli_used > GF_GPU_MILLI ||
+          g->mem_used < 0 || (g->mem_used > g->mem_bytes && g->mem_bytes))
+        return gf_diag_set(d, GF_ESTATE, "node '%s': GPU %u out of bounds",
+                           n->name, j);
+      if (g->npods == 0 && (g->milli_used || g->mem_used || g->exclusive))
+        return gf_diag_set(d, GF_ESTATE,
+                           "node '%s': GPU %u has usage but no pods", n->name,
+                           j);
+      free_gpus += g->npods == 0;
+      int32_t f = g->exclusive ? 0 : GF_GPU_MILLI - g->milli_used;
+      if (f > max_free)
+        max_free = f;
+      mask |= 1ull << g->model;
+      used += g->milli_used;
+    }
+    total += (int64_t)n->ngpus * GF_GPU_MILLI;
+    if (free_gpus != n->free_gpus || max_free != n->max_free_milli ||
+        mask != n->model_mask)
+      return gf_diag_set(d, GF_ESTATE, "node '%s': stale index", n->name);
+  }
+  if (used != c->milli_used || total != c->milli_total)
+    return gf_diag_set(d, GF_ESTATE, "cluster totals disagree with nodes");
+  return 0;
+}
+
+gf_cluster *gf_cluster_clone(const gf_cluster *src) {
+  gf_cluster *c = gf_cluster_new();
+  if (!c)
+    return NULL;
+  *c = *src;
+  c->nodes = NULL;
+  c->nnodes = 0;
+  c->cap = 0;
+  if (src->nnodes) {
+    c->nodes = gf__calloc(src->nnodes, sizeof(*c->nodes));
+    if (!c->nodes)
+      goto fail;
+    c->cap = src->nnodes;
+  }
+  for (uint32_t i = 0; i < src->nnodes; i++) {
+    const gf_node *s = &src->nodes[i];
+    gf_node *n = &c->nodes[i];
+    *n = *s;
+    n->name = NULL;
+    n->labels = NULL;
+    n->nlabels = 0;
+    c->nnodes = i + 1;
+    if (!(n->name = gf__strdup(s->name)))
+      goto fail;
+    if (s->nlabels) {
+      n->labels = gf__calloc(s->nlabels, sizeof(*n->labels));
+      if (!n->labels)
+        goto fail;
+      for (uint32_t j = 0; j < s->nlabels; j++) {
+        n->nlabels = j + 1;
+        n->labels[j].key = gf__strdup(s->labels[j].key);
+        n->labels[j].value = gf__strdup(s->labels[j].value);
+        if (!n->labels[j].key || !n->labels[j].value)
+          goto fail;
+      }
+    }
+  }
+  return c;
+fail:
+  gf_cluster_free(c);
+  return NULL;
+}

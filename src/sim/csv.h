@@ -1,0 +1,38 @@
+/*
+ * A small, strict CSV reader for the trace files.
+ *
+ * One record per line; fields separated by commas; a field may be quoted
+ * with "..." and a doubled "" inside quotes is a literal quote.  Lines are
+ * bounded (GF_CSV_LINE_MAX) and so is the field count, so no input can grow
+ * memory without limit.  CRLF line ends are accepted.  Blank lines are
+ * skipped.  Every error names the source and line.
+ */
+#ifndef GPUFRAC_SIM_CSV_H
+#define GPUFRAC_SIM_CSV_H
+
+#include <stdio.h>
+
+#include "gpufrac/diag.h"
+
+#define GF_CSV_LINE_MAX 4096
+#define GF_CSV_FIELDS_MAX 32
+
+typedef struct gf_csv {
+  FILE *fp;
+  const char *source; /* name used in messages, e.g. the path */
+  unsigned long line; /* line number of the current record, 1-based */
+  char buf[GF_CSV_LINE_MAX + 2];
+  char *fields[GF_CSV_FIELDS_MAX];
+  int nfields;
+} gf_csv;
+
+void gf_csv_init(gf_csv *c, FILE *fp, const char *source);
+
+/* Reads the next record into c->fields.  Returns 1 for a record, 0 at end of
+ * input, or a negative GF_E* code with the reason in d. */
+int gf_csv_next(gf_csv *c, gf_diag *d);
+
+/* Index of column `name` in the header record `hdr`, or -1. */
+int gf_csv_column(const gf_csv *hdr, const char *name);
+
+#endif
