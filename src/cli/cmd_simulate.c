@@ -342,7 +342,7 @@ int cmd_simulate(int argc, char **argv) {
     else if (strcmp(key, "--pods") == 0)
       pods_path = v;
     else if (strcmp(key, "--trace") == 0 || strcmp(key, "--policy") == 0) {
-      char *dst = key[3] == 't' ? trace_arg : policy_arg;
+      char *dst = strcmp(key, "--trace") == 0 ? trace_arg : policy_arg;
       if (strlen(v) >= sizeof(trace_arg)) {
         fprintf(stderr, "gpufrac simulate: %s: list too long\n", key);
         return GF_EXIT_USAGE;

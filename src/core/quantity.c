@@ -82,20 +82,20 @@ int gf_quantity_parse(const char *s, gf_qty_unit unit, unsigned flags,
     return gf_diag_set(d, GF_ESYNTAX, "quantity '%s': no digits", s);
 
   int e10 = 0, e2 = 0, found = 0;
-  if ((*p == 'e' || *p == 'E') && p[1] != '\0') {
+  for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+    if (strcmp(p, suffixes[i].name) == 0) {
+      e10 = suffixes[i].e10;
+      e2 = suffixes[i].e2;
+      found = 1;
+      break;
+    }
+  }
+  /* Not a suffix ("E" alone is exa, "Ei" exbi): a decimal exponent. */
+  if (!found && (*p == 'e' || *p == 'E')) {
     if (parse_exponent(p + 1, &e10) != 0)
       return gf_diag_set(d, GF_ESYNTAX, "quantity '%s': bad exponent '%s'", s,
                          p);
     found = 1;
-  } else {
-    for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
-      if (strcmp(p, suffixes[i].name) == 0) {
-        e10 = suffixes[i].e10;
-        e2 = suffixes[i].e2;
-        found = 1;
-        break;
-      }
-    }
   }
   if (!found)
     return gf_diag_set(d, GF_ESYNTAX, "quantity '%s': unknown suffix '%s'", s,

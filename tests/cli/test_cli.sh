@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The gpufrac command line: exit codes, help, errors that say what and where,
+# and the report files.  Prints one line per check and 'N passed, N failed'.
+set -u
+: "${GPUFRAC:?path to the gpufrac binary}" "${TESTDATA:?tests/data}"
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# check NAME WANT_RC GREP_PATTERN -- command...
+check() {
+  local name=$1 want=$2 pat=$3
+  shift 4
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL $name: exit $rc, want $want"; sed 's/^/  | /' "$tmp/err" | head -5
+    fail=$((fail + 1)); return
+  fi
+  if [ -n "$pat" ] && ! grep -qE -- "$pat" "$tmp/out" "$tmp/err"; then
+    echo "FAIL $name: output lacks /$pat/"; head -5 "$tmp/out" "$tmp/err" | sed 's/^/  | /'
+    fail=$((fail + 1)); return
+  fi
+  echo "ok   $name"; pass=$((pass + 1))
+}
+
+small=(--nodes "$TESTDATA/nodes_small.csv" --pods "$TESTDATA/pods_small.csv")
+
+check help           0 'simulate'                 -- "$GPUFRAC" help
+check dash-help      0 'commands:'                -- "$GPUFRAC" --help
+check no-args        2 'usage'                    -- "$GPUFRAC"
+check version        0 '^gpufrac [0-9]+\.'        -- "$GPUFRAC" version
+check version-extra  2 'usage'                    -- "$GPUFRAC" version x
+check unknown-cmd    2 "'frobnicate' is not"      -- "$GPUFRAC" frobnicate
+check help-simulate  0 '--policy'                 -- "$GPUFRAC" help simulate
+check sim-help       0 'fgd'                      -- "$GPUFRAC" simulate --help
+check help-unknown   2 "no command 'nope'"        -- "$GPUFRAC" help nope
+check bad-option     2 "unknown option '--bogus'" -- "$GPUFRAC" simulate --bogus 1
+check missing-value  2 'needs a value'            -- "$GPUFRAC" simulate --seeds
+check bad-policy     2 "no policy 'nope'"         -- "$GPUFRAC" simulate --policy fgd,nope
+check bad-seeds      2 "--seeds '9-1'"            -- "$GPUFRAC" simulate --seeds 9-1
+check bad-inflate    2 "--inflate 'x'"            -- "$GPUFRAC" simulate --inflate x
+check bad-format     2 "--format 'xml'"           -- "$GPUFRAC" simulate --format xml
+check bad-ties       2 "--ties 'sometimes'"       -- "$GPUFRAC" simulate --ties sometimes
+check bad-trace-name 2 'not a trace name'         -- "$GPUFRAC" simulate --trace ../etc
+check missing-trace  1 'openb_pod_list_nosuch.csv' -- "$GPUFRAC" simulate --trace nosuch
+check missing-nodes  1 '/nonexistent.csv'         -- "$GPUFRAC" simulate --nodes /nonexistent.csv
+
+printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1000,1,1,1000\np2,oops,1,1,500\n' >"$tmp/bad.csv"
+check malformed-pods 1 'bad.csv:3: column cpu_milli' -- "$GPUFRAC" simulate "${small[@]:0:2}" --pods "$tmp/bad.csv"
+
+check small-table    0 'fgd'    -- "$GPUFRAC" simulate "${small[@]}" --seeds 1-3 --policy fgd,bestfit
+check small-json     0 '"summary"' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --format json
+check small-csv      0 '^trace,policy,seeds' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --format csv --jobs 1
+
+# The JSON is valid and carries the fields the issue names.
+"$GPUFRAC" simulate "${small[@]}" --seeds 1,2 --policy whole,fgd --format json >"$tmp/s.json"
+if python3 - "$tmp/s.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+need = {"policy", "trace", "seeds", "unallocated_at_100", "unallocated_at_100_std",
+        "unallocated_at_130", "frag_amount_at_80", "decision_us_median", "decision_us_p99"}
+assert len(d["summary"]) == 2, d
+for s in d["summary"]:
+    assert need <= set(s), need - set(s)
+    assert s["seeds"] == 2 and s["trace"] == "pods_small"
+PY
+then echo "ok   json-fields"; pass=$((pass + 1)); else echo "FAIL json-fields"; fail=$((fail + 1)); fi
+
+# --out writes the summary, the curves and a chart per trace.
+check out-dir 0 '' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --out "$tmp/report"
+for f in summary.csv curves.csv allocation-pods_small.svg; do
+  if [ -s "$tmp/report/$f" ]; then echo "ok   out-$f"; pass=$((pass + 1))
+  else echo "FAIL out-$f missing"; fail=$((fail + 1)); fi
+done
+if grep -q '<polyline' "$tmp/report/allocation-pods_small.svg" && grep -q '</svg>' "$tmp/report/allocation-pods_small.svg"; then
+  echo "ok   svg-lines"; pass=$((pass + 1)); else echo "FAIL svg-lines"; fail=$((fail + 1)); fi
+check out-unwritable 1 'gpufrac-no' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --out /proc/gpufrac-no
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

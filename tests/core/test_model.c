@@ -1,0 +1,336 @@
+/* The resource model: nodes, requests, place/release as exact inverses, the
+ * cluster's own consistency check, and clean failure when memory runs out. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "alloc.h"
+#include "gpufrac/engine.h"
+#include "gpufrac/error.h"
+#include "gpufrac/model.h"
+#include "gpufrac/rng.h"
+
+static gf_gpu_spec gpu(const char *model) {
+  gf_gpu_spec g;
+  memset(&g, 0, sizeof(g));
+  g.model = model;
+  g.numa_node = -1;
+  g.mem_bytes = 16LL << 30;
+  return g;
+}
+
+static int add(gf_cluster *c, const char *name, int64_t cpu, int ngpus,
+               const char *model) {
+  gf_gpu_spec g[GF_MAX_GPUS_PER_NODE];
+  for (int i = 0; i < ngpus; i++)
+    g[i] = gpu(model);
+  return gf_cluster_add_node(c, name, cpu, 64LL << 30, g, (uint32_t)ngpus,
+                             NULL);
+}
+
+static gf_request share(int64_t cpu, int32_t milli) {
+  gf_request r;
+  memset(&r, 0, sizeof(r));
+  r.cpu_milli = cpu;
+  r.mem_bytes = 1LL << 30;
+  r.gpu_count = 1;
+  r.gpu_milli = milli;
+  return r;
+}
+
+static void test_add_and_find(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  assert_non_null(c);
+  assert_int_equal(add(c, "a", 8000, 2, "T4"), 0);
+  assert_int_equal(add(c, "b", 8000, 8, "A100"), 1);
+  assert_int_equal(add(c, "c", 8000, 0, ""), 2);
+  gf_diag d;
+  gf_gpu_spec g = gpu("T4");
+  assert_int_equal(gf_cluster_add_node(c, "a", 1, 1, &g, 1, &d), GF_EEXIST);
+  assert_non_null(strstr(d.msg, "'a'"));
+  assert_int_equal(gf_cluster_add_node(c, "", 1, 1, &g, 1, &d), GF_EINVAL);
+  assert_int_equal(gf_cluster_add_node(c, "z", -1, 1, &g, 1, &d), GF_ERANGE);
+  assert_int_equal(gf_cluster_add_node(c, "z", 1, 1, &g, 17, &d), GF_ELIMIT);
+  assert_int_equal(gf_cluster_nnodes(c), 3);
+  assert_int_equal(gf_cluster_find_node(c, "b"), 1);
+  assert_int_equal(gf_cluster_find_node(c, "nope"), GF_ENOTFOUND);
+  assert_int_equal(gf_cluster_ngpus(c), 10);
+  assert_int_equal(gf_cluster_gpu_milli_total(c), 10000);
+  assert_int_equal(gf_cluster_model_id(c, "A100", false), 1);
+  assert_int_equal(gf_cluster_model_id(c, "H100", false), GF_ENOTFOUND);
+  assert_string_equal(gf_cluster_model_name(c, 0), "T4");
+  const gf_node *b = gf_cluster_node(c, 1);
+  assert_int_equal(b->free_gpus, 8);
+  assert_int_equal(b->max_free_milli, 1000);
+  assert_true(b->model_mask == 2);
+  assert_int_equal(gf_cluster_node_label(c, 1, "zone", "eu-1"), 0);
+  assert_string_equal(gf_cluster_node(c, 1)->labels[0].value, "eu-1");
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+  gf_cluster_free(c);
+}
+
+static void test_requests(void **st) {
+  (void)st;
+  gf_request r = share(1000, 500);
+  gf_diag d;
+  assert_int_equal(gf_request_check(&r, &d), 0);
+  r.gpu_milli = 0;
+  assert_int_equal(gf_request_check(&r, &d), GF_ERANGE);
+  r.gpu_milli = 1001;
+  assert_int_equal(gf_request_check(&r, &d), GF_ERANGE);
+  r.gpu_milli = 500;
+  r.gpu_count = 2; /* two half GPUs: not a thing */
+  assert_int_equal(gf_request_check(&r, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "whole GPUs"));
+  r.gpu_milli = 1000;
+  assert_int_equal(gf_request_check(&r, &d), 0);
+  r.cpu_milli = -1;
+  assert_int_equal(gf_request_check(&r, &d), GF_ERANGE);
+}
+
+static void test_place_release_basic(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  add(c, "n", 4000, 2, "T4");
+  gf_request r = share(1500, 600);
+  gf_placement p = {.node = 0, .ngpus = 1, .gpus = {1}};
+  assert_int_equal(gf_cluster_place(c, &r, &p), 0);
+  const gf_node *n = gf_cluster_node(c, 0);
+  assert_int_equal(n->cpu_used, 1500);
+  assert_int_equal(n->gpus[1].milli_used, 600);
+  assert_int_equal(n->free_gpus, 1);
+  assert_int_equal(gf_cluster_gpu_milli_used(c), 600);
+  /* 600 + 600 > 1000 on GPU 1: refused, nothing changes. */
+  uint64_t v = n->version;
+  assert_int_equal(gf_cluster_place(c, &r, &p), GF_ENOFIT);
+  assert_true(n->version == v);
+  assert_int_equal(n->cpu_used, 1500);
+  /* CPU: 1500 + 3000 > 4000. */
+  gf_request big = share(3000, 100);
+  gf_placement p0 = {.node = 0, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_cluster_place(c, &big, &p0), GF_ENOFIT);
+  /* Bad placements. */
+  gf_placement bad = {.node = 7, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_cluster_place(c, &r, &bad), GF_EINVAL);
+  gf_placement dup = {.node = 0, .ngpus = 2, .gpus = {0, 0}};
+  gf_request two = share(0, 1000);
+  two.gpu_count = 2;
+  assert_int_equal(gf_cluster_place(c, &two, &dup), GF_EINVAL);
+  /* Release is the inverse; releasing twice is a state error. */
+  assert_int_equal(gf_cluster_release(c, &r, &p), 0);
+  assert_int_equal(n->cpu_used, 0);
+  assert_int_equal(n->free_gpus, 2);
+  assert_int_equal(gf_cluster_release(c, &r, &p), GF_ESTATE);
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+  gf_cluster_free(c);
+}
+
+static void test_exclusive(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  add(c, "n", 64000, 2, "A100");
+  gf_request ex = share(100, 300);
+  ex.mode = GF_MODE_EXCLUSIVE;
+  gf_placement p = {.node = 0, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_cluster_place(c, &ex, &p), 0);
+  const gf_node *n = gf_cluster_node(c, 0);
+  assert_true(n->gpus[0].exclusive);
+  assert_int_equal(n->max_free_milli, 1000); /* GPU 1 */
+  gf_request sh = share(100, 100);
+  assert_false(gf_gpu_fits(&n->gpus[0], &sh)); /* nobody joins */
+  assert_int_equal(gf_cluster_place(c, &sh, &p), GF_ENOFIT);
+  gf_placement p1 = {.node = 0, .ngpus = 1, .gpus = {1}};
+  assert_int_equal(gf_cluster_place(c, &sh, &p1), 0);
+  assert_int_equal(gf_cluster_place(c, &ex, &p1), GF_ENOFIT); /* not empty */
+  assert_int_equal(gf_cluster_release(c, &ex, &p), 0);
+  assert_false(n->gpus[0].exclusive);
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+  gf_cluster_free(c);
+}
+
+static void test_gpu_memory_and_models(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  add(c, "t4", 64000, 1, "T4");
+  add(c, "a100", 64000, 1, "A100");
+  gf_request r = share(100, 200);
+  r.gpu_mem_bytes = 10LL << 30;
+  const gf_node *t4 = gf_cluster_node(c, 0);
+  assert_true(gf_node_fits(t4, &r));
+  gf_placement p = {.node = 0, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_cluster_place(c, &r, &p), 0);
+  assert_false(gf_node_fits(t4, &r)); /* 10 + 10 GiB > 16 GiB */
+  r.model_mask = 1ull << gf_cluster_model_id(c, "A100", false);
+  assert_false(gf_node_fits(t4, &r));
+  assert_true(gf_node_fits(gf_cluster_node(c, 1), &r));
+  gf_cluster_free(c);
+}
+
+/* Snapshot of everything place/release may touch. */
+typedef struct snap {
+  int64_t cpu_used[64], mem_used[64];
+  int32_t milli[64][GF_MAX_GPUS_PER_NODE];
+  int64_t gmem[64][GF_MAX_GPUS_PER_NODE];
+  uint16_t npods[64][GF_MAX_GPUS_PER_NODE];
+  int64_t used;
+} snap;
+
+static void take(const gf_cluster *c, snap *s) {
+  memset(s, 0, sizeof(*s));
+  for (uint32_t i = 0; i < gf_cluster_nnodes(c); i++) {
+    const gf_node *n = gf_cluster_node(c, i);
+    s->cpu_used[i] = n->cpu_used;
+    s->mem_used[i] = n->mem_used;
+    for (uint32_t g = 0; g < n->ngpus; g++) {
+      s->milli[i][g] = n->gpus[g].milli_used;
+      s->gmem[i][g] = n->gpus[g].mem_used;
+      s->npods[i][g] = n->gpus[g].npods;
+    }
+  }
+  s->used = gf_cluster_gpu_milli_used(c);
+}
+
+/* Property: any sequence of placements made by any policy, released in any
+ * order, returns the cluster to the state it started in, and the cluster's
+ * consistency check holds after every step. */
+static void test_place_release_property(void **st) {
+  (void)st;
+  gf_rng rng;
+  gf_rng_seed(&rng, 2024);
+  for (size_t pol = 0; pol < gf_policy_count(); pol++) {
+    if (strcmp(gf_policy_name(pol), "fgd") == 0)
+      continue; /* needs a typical set; covered in test_policies */
+    gf_cluster *c = gf_cluster_new();
+    static const int sizes[] = {0, 1, 2, 4, 8};
+    for (int i = 0; i < 40; i++) {
+      char name[16];
+      snprintf(name, sizeof(name), "n%d", i);
+      add(c, name, 8000 + 8000 * (int64_t)gf_rng_below(&rng, 8),
+          sizes[gf_rng_below(&rng, 5)], i % 3 ? "T4" : "V100");
+    }
+    /* Start from a non-empty state: a few placements that stay. */
+    gf_engine *e;
+    gf_engine_config cfg = {gf_policy_name(pol), 7, NULL, GF_TIE_ORDER};
+    assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+    gf_request base_req = share(500, 250);
+    gf_placement base_p;
+    assert_int_equal(gf_engine_place(e, &base_req, &base_p), 0);
+    snap before, after;
+    take(c, &before);
+
+    gf_request reqs[400];
+    gf_placement places[400];
+    int live[400], nlive = 0;
+    for (int step = 0; step < 400; step++) {
+      if (nlive > 0 && gf_rng_below(&rng, 3) == 0) {
+        int k = (int)gf_rng_below(&rng, (uint64_t)nlive);
+        int j = live[k];
+        assert_int_equal(gf_engine_release(e, &reqs[j], &places[j]), 0);
+        live[k] = live[--nlive];
+      } else {
+        gf_request *r = &reqs[step];
+        memset(r, 0, sizeof(*r));
+        r->cpu_milli = 100 * (int64_t)gf_rng_below(&rng, 40);
+        r->mem_bytes = (int64_t)gf_rng_below(&rng, 8) << 30;
+        switch (gf_rng_below(&rng, 4)) {
+        case 0:
+          break; /* CPU only */
+        case 1:
+          r->gpu_count = 1;
+          r->gpu_milli = 50 + 50 * (int32_t)gf_rng_below(&rng, 19);
+          r->gpu_mem_bytes = (int64_t)gf_rng_below(&rng, 4) << 30;
+          r->mode = gf_rng_below(&rng, 8) ? GF_MODE_SHARED
+                                          : GF_MODE_EXCLUSIVE;
+          break;
+        default:
+          r->gpu_count = 1u << gf_rng_below(&rng, 4);
+          r->gpu_milli = 1000;
+          break;
+        }
+        int rc = gf_engine_place(e, r, &places[step]);
+        assert_true(rc == 0 || rc == GF_ENOFIT);
+        if (rc == 0)
+          live[nlive++] = step;
+      }
+      gf_diag d = {""};
+      if (gf_cluster_check(c, &d) != 0)
+        fail_msg("policy %s step %d: %s", gf_policy_name(pol), step, d.msg);
+    }
+    while (nlive > 0) {
+      int k = (int)gf_rng_below(&rng, (uint64_t)nlive);
+      int j = live[k];
+      assert_int_equal(gf_engine_release(e, &reqs[j], &places[j]), 0);
+      live[k] = live[--nlive];
+    }
+    take(c, &after);
+    if (memcmp(&before, &after, sizeof(before)) != 0)
+      fail_msg("policy %s: state differs after releasing everything",
+               gf_policy_name(pol));
+    gf_engine_free(e);
+    gf_cluster_free(c);
+  }
+}
+
+static void test_clone(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  add(c, "a", 8000, 2, "T4");
+  gf_cluster_node_label(c, 0, "k", "v");
+  gf_request r = share(100, 300);
+  gf_placement p = {.node = 0, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_cluster_place(c, &r, &p), 0);
+  gf_cluster *k = gf_cluster_clone(c);
+  assert_non_null(k);
+  assert_int_equal(gf_cluster_gpu_milli_used(k), 300);
+  assert_string_equal(gf_cluster_node(k, 0)->labels[0].key, "k");
+  assert_int_equal(gf_cluster_release(k, &r, &p), 0);
+  assert_int_equal(gf_cluster_gpu_milli_used(c), 300); /* independent */
+  gf_cluster_reset(c);
+  assert_int_equal(gf_cluster_gpu_milli_used(c), 0);
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+  gf_cluster_free(k);
+  gf_cluster_free(c);
+}
+
+/* Fail each allocation in turn while building and cloning a cluster: every
+ * failure is reported, nothing leaks (ASan build), nothing crashes. */
+static void test_alloc_failures(void **st) {
+  (void)st;
+  for (long n = 0; n < 40; n++) {
+    gf__alloc_fail_after(n);
+    gf_cluster *c = gf_cluster_new();
+    int ok = c != NULL;
+    for (int i = 0; ok && i < 3; i++) {
+      char name[8];
+      snprintf(name, sizeof(name), "n%d", i);
+      ok = add(c, name, 1000, 2, "T4") >= 0;
+      if (ok)
+        ok = gf_cluster_node_label(c, (uint32_t)i, "a", "b") == 0;
+    }
+    gf_cluster *k = ok ? gf_cluster_clone(c) : NULL;
+    gf__alloc_fail_after(-1);
+    gf_cluster_free(k);
+    gf_cluster_free(c);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_add_and_find),
+      cmocka_unit_test(test_requests),
+      cmocka_unit_test(test_place_release_basic),
+      cmocka_unit_test(test_exclusive),
+      cmocka_unit_test(test_gpu_memory_and_models),
+      cmocka_unit_test(test_place_release_property),
+      cmocka_unit_test(test_clone),
+      cmocka_unit_test(test_alloc_failures),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

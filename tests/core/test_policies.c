@@ -1,0 +1,340 @@
+/* Each policy's score on small clusters, with the right answer worked out
+ * in the comments, and the engine's choice of node and GPUs. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gpufrac/engine.h"
+#include "gpufrac/error.h"
+#include "policy.h"
+
+static gf_request req(int64_t cpu, uint32_t n, int32_t milli) {
+  gf_request r;
+  memset(&r, 0, sizeof(r));
+  r.cpu_milli = cpu;
+  r.gpu_count = n;
+  r.gpu_milli = milli;
+  return r;
+}
+
+static int node(gf_cluster *c, const char *name, int64_t cpu, int ngpus) {
+  gf_gpu_spec g[GF_MAX_GPUS_PER_NODE];
+  memset(g, 0, sizeof(g));
+  for (int i = 0; i < ngpus; i++)
+    g[i].model = "T4";
+  return gf_cluster_add_node(c, name, cpu, 1LL << 40, g, (uint32_t)ngpus,
+                             NULL);
+}
+
+/* Uses GPU `gpu` of node `n` for `milli` (and `cpu`) directly. */
+static void use(gf_cluster *c, uint32_t n, int gpu, int32_t milli,
+                int64_t cpu) {
+  gf_request r = req(cpu, gpu >= 0 ? 1 : 0, gpu >= 0 ? milli : 0);
+  gf_placement p = {.node = n, .ngpus = gpu >= 0 ? 1u : 0u,
+                    .gpus = {(uint8_t)(gpu >= 0 ? gpu : 0)}};
+  assert_int_equal(gf_cluster_place(c, &r, &p), 0);
+}
+
+static int64_t score(const gf__policy_ops *ops, void *st, gf_cluster *c,
+                     uint32_t n, gf_request r, gf__pick *pick) {
+  gf__pick dummy;
+  memset(&dummy, 0, sizeof(dummy));
+  return ops->score(st, c, n, &r, pick ? pick : &dummy);
+}
+
+static void test_dotprod(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 2);
+  /* d = (64000/128000)(8000/128000) + (2000/8000)(1000/8000)
+   *   = .03125 + .03125 = .0625; score = 100 (1 - d/2) = 96.875 -> 96. */
+  assert_int_equal(score(&gf__policy_dotprod, NULL, c, 0, req(8000, 1, 1000),
+                         NULL),
+                   96);
+  /* Not enough CPU: 0. */
+  assert_int_equal(score(&gf__policy_dotprod, NULL, c, 0,
+                         req(65000, 1, 1000), NULL),
+                   0);
+  gf_cluster_free(c);
+}
+
+static void test_bestfit(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 2);
+  /* left over: (56000/128000)/2 + (1000/8000)/2 = .21875 + .0625 = .28125;
+   * raw = 100 (1 - .28125) = 71.875 -> 71. */
+  gf_request r = req(8000, 1, 1000);
+  assert_int_equal(gf__bestfit_raw(gf_cluster_node(c, 0), &r), 71);
+  gf_cluster_free(c);
+}
+
+static void test_packing(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  node(c, "idle8", 96000, 8);
+  node(c, "idle2", 96000, 2);
+  node(c, "used", 96000, 2);
+  use(c, 2, 1, 600, 0); /* GPUs left: 1000, 400 */
+  const gf__policy_ops *p = &gf__policy_packing;
+  /* Idle nodes: max(33 - F, F) for F free GPUs: 25 and 31. */
+  assert_int_equal(score(p, NULL, c, 0, req(0, 1, 300), NULL), 25);
+  assert_int_equal(score(p, NULL, c, 1, req(0, 1, 300), NULL), 31);
+  /* A 300m share fits the 400-left GPU: R = 400*100/1000 = 40,
+   * score = max(100 - 40/10, 50) = 96. */
+  assert_int_equal(score(p, NULL, c, 2, req(0, 1, 300), NULL), 96);
+  /* A whole GPU needs the free one: U = 1, score = max(50 - 1, 33) = 49. */
+  assert_int_equal(score(p, NULL, c, 2, req(0, 1, 1000), NULL), 49);
+  /* CPU-only: 0 everywhere. */
+  assert_int_equal(score(p, NULL, c, 2, req(1000, 0, 0), NULL), 0);
+  gf_cluster_free(c);
+}
+
+static void test_clustering(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 96000, 2);
+  node(c, "b", 96000, 2);
+  gf_engine *e;
+  gf_engine_config cfg = {"clustering", 1, NULL, GF_TIE_ORDER};
+  assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+  void *s = NULL;
+  gf__policy_env env = {c, NULL};
+  assert_int_equal(gf__policy_clustering.create(&env, &s), 0);
+  const gf__policy_ops *p = &gf__policy_clustering;
+  /* Empty node: base 25 * (8000 - 2000) / 8000 = 18; no GPU pods: +25. */
+  assert_int_equal(score(p, s, c, 0, req(0, 1, 300), NULL), 43);
+  /* After a share pod on a: base 25 * 6500 / 8000 = 20; a share pod scores
+   * +75 (only shares there), a whole-GPU pod +0. */
+  gf_request sh = req(0, 1, 500);
+  gf_placement pl = {.node = 0, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_cluster_place(c, &sh, &pl), 0);
+  p->changed(s, c, &sh, &pl, +1);
+  assert_int_equal(score(p, s, c, 0, req(0, 1, 300), NULL), 95);
+  assert_int_equal(score(p, s, c, 0, req(0, 1, 1000), NULL), 20);
+  /* Mixed kinds: +50 for either; 500 left: base 25 * 7500 / 8000 = 23. */
+  gf_request wh = req(0, 1, 1000);
+  gf_placement pw = {.node = 0, .ngpus = 1, .gpus = {1}};
+  assert_int_equal(gf_cluster_place(c, &wh, &pw), 0);
+  p->changed(s, c, &wh, &pw, +1);
+  assert_int_equal(score(p, s, c, 0, req(0, 1, 300), NULL), 73);
+  p->destroy(s);
+  gf_engine_free(e);
+  gf_cluster_free(c);
+}
+
+/* Typical set {share 500m/1 CPU: p=.75, whole GPU/2 CPU: p=.25}. */
+static void two_shapes(gf_typical_set *t) {
+  gf_request w[4] = {req(1000, 1, 500), req(2000, 1, 1000), req(1000, 1, 500),
+                     req(1000, 1, 500)};
+  assert_int_equal(gf_typical_build(w, NULL, 4, 100.0, true, t), 0);
+}
+
+static void test_fgd(void **st) {
+  (void)st;
+  gf_typical_set t;
+  two_shapes(&t);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 4000, 2);
+  void *s = NULL;
+  gf__policy_env env = {c, &t};
+  assert_int_equal(gf__policy_fgd.create(&env, &s), 0);
+  const gf__policy_ops *p = &gf__policy_fgd;
+  gf__pick pick;
+  /* Empty node: F0 = 0.  A 500m share on either GPU leaves [500, 1000]:
+   * the share shape still fits with nothing small; the whole shape fits
+   * GPU1 and sees GPU0's 500 as fragment: F1 = .25 * 500 = 125.
+   * score = trunc(100 sigmoid(-0.125)) = trunc(46.88) = 46, GPU 0 (the
+   * first of the tied GPUs). */
+  memset(&pick, 0, sizeof(pick));
+  assert_int_equal(score(p, s, c, 0, req(1000, 1, 500), &pick), 46);
+  assert_int_equal(pick.ngpus, 1);
+  assert_int_equal(pick.gpus[0], 0);
+  use(c, 0, 0, 500, 1000);
+  /* Now [500, 1000], F0 = 125.  Another 500m share:
+   *   on GPU0 -> [0, 1000]: nothing small for either shape, F1 = 0:
+   *     trunc(100 sigmoid(0.125)) = 53;
+   *   on GPU1 -> [500, 500]: whole shape fits nowhere -> Q2, all 1000 idle:
+   *     F1 = 250: trunc(100 sigmoid(-0.125)) = 46.
+   * FGD fills GPU0 and scores 53. */
+  memset(&pick, 0, sizeof(pick));
+  assert_int_equal(score(p, s, c, 0, req(1000, 1, 500), &pick), 53);
+  assert_int_equal(pick.gpus[0], 0);
+  /* A whole GPU: takes GPU1 (free) -> [500, 0] and 2 CPUs left... the
+   * share shape fits GPU0 (Q3, nothing small) and the whole shape fits no
+   * GPU -> Q2: .25 * 500 = 125 = F0, so score 50. */
+  memset(&pick, 0, sizeof(pick));
+  assert_int_equal(score(p, s, c, 0, req(1000, 1, 1000), &pick), 50);
+  assert_int_equal(pick.gpus[0], 1);
+  /* A CPU-only pod of 2.5 CPUs leaves 0.5: both shapes lose their CPU
+   * (both Q3 -> Q4): F1 = .75 * 1500 + .25 * 1500 = 1500, F0 = 125:
+   * trunc(100 sigmoid(-1.375)) = trunc(20.18) = 20. */
+  assert_int_equal(score(p, s, c, 0, req(2500, 0, 0), NULL), 20);
+  /* An empty request scores 100. */
+  assert_int_equal(score(p, s, c, 0, req(0, 0, 0), NULL), 100);
+  p->destroy(s);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
+static void test_engine_choices(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  node(c, "big", 64000, 8);
+  node(c, "small", 16000, 2);
+  node(c, "cpu", 64000, 0);
+  gf_engine *e;
+  gf_engine_config cfg = {"bestfit", 3, NULL, GF_TIE_ORDER};
+  gf_diag d;
+  assert_int_equal(gf_engine_new(c, &cfg, &e, &d), 0);
+  /* bestfit prefers the small node (less left over); the GPU share goes to
+   * the tightest GPU once one is partly used. */
+  gf_placement p;
+  assert_int_equal(gf_engine_place(e, &(gf_request){.cpu_milli = 1000,
+                                                    .gpu_count = 1,
+                                                    .gpu_milli = 300},
+                                   &p),
+                   0);
+  assert_int_equal(p.node, 1);
+  gf_placement q;
+  assert_int_equal(gf_engine_place(e, &(gf_request){.cpu_milli = 1000,
+                                                    .gpu_count = 1,
+                                                    .gpu_milli = 600},
+                                   &q),
+                   0);
+  assert_int_equal(q.node, 1);
+  assert_int_equal(q.gpus[0], p.gpus[0]); /* 700 left beats 1000 left */
+  /* Eight whole GPUs: only "big". */
+  gf_request eight = {.gpu_count = 8, .gpu_milli = 1000};
+  assert_int_equal(gf_engine_place(e, &eight, &p), 0);
+  assert_int_equal(p.node, 0);
+  assert_int_equal(p.ngpus, 8);
+  assert_int_equal(gf_engine_place(e, &eight, &p), GF_ENOFIT);
+  gf_request bad = {.gpu_count = 2, .gpu_milli = 500};
+  assert_int_equal(gf_engine_place(e, &bad, &p), GF_EINVAL);
+  gf_engine_free(e);
+
+  cfg.policy = "nope";
+  assert_int_equal(gf_engine_new(c, &cfg, &e, &d), GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "nope"));
+  cfg.policy = "fgd";
+  assert_int_equal(gf_engine_new(c, &cfg, &e, &d), GF_EINVAL);
+  gf_cluster_free(c);
+}
+
+static void test_whole_rounds_up(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 2);
+  gf_engine *e;
+  gf_engine_config cfg = {"whole", 1, NULL, GF_TIE_ORDER};
+  assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+  gf_request r = req(100, 1, 100);
+  gf_placement p[3];
+  assert_int_equal(gf_engine_place(e, &r, &p[0]), 0);
+  assert_int_equal(gf_engine_place(e, &r, &p[1]), 0);
+  /* Two 0.1-GPU pods hold both GPUs: a third finds nothing. */
+  assert_int_equal(gf_engine_place(e, &r, &p[2]), GF_ENOFIT);
+  assert_int_equal(gf_cluster_gpu_milli_used(c), 2000);
+  gf_request eff;
+  gf_engine_effective(e, &r, &eff);
+  assert_int_equal(eff.gpu_milli, 1000);
+  assert_int_equal(gf_engine_release(e, &r, &p[0]), 0);
+  assert_int_equal(gf_cluster_gpu_milli_used(c), 1000);
+  gf_engine_free(e);
+  gf_cluster_free(c);
+}
+
+/* Ties: with GF_TIE_ORDER the same seed always picks the same node among
+ * identical ones, and different seeds pick different ones; with
+ * GF_TIE_UNIFORM, repeated decisions spread. */
+static void test_ties(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  for (int i = 0; i < 16; i++) {
+    char name[8];
+    snprintf(name, sizeof(name), "n%02d", i);
+    node(c, name, 64000, 1);
+  }
+  gf_request r = req(100, 0, 0); /* CPU-only: packing scores 0 everywhere */
+  int seen_order[16] = {0}, seen_uniform[16] = {0};
+  uint32_t first_by_seed[8];
+  for (uint64_t seed = 0; seed < 8; seed++) {
+    gf_engine *e;
+    gf_engine_config cfg = {"packing", seed, NULL, GF_TIE_ORDER};
+    assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+    gf_placement p, p2;
+    assert_int_equal(gf_engine_place(e, &r, &p), 0);
+    assert_int_equal(gf_engine_release(e, &r, &p), 0);
+    assert_int_equal(gf_engine_place(e, &r, &p2), 0);
+    assert_int_equal(p.node, p2.node); /* same order, same choice */
+    assert_int_equal(gf_engine_release(e, &r, &p2), 0);
+    first_by_seed[seed] = p.node;
+    seen_order[p.node]++;
+    gf_engine_free(e);
+  }
+  int distinct = 0;
+  for (int i = 0; i < 16; i++)
+    distinct += seen_order[i] > 0;
+  assert_true(distinct >= 3); /* 8 seeds do not all agree */
+  (void)first_by_seed;
+
+  gf_engine *e;
+  gf_engine_config cfg = {"packing", 5, NULL, GF_TIE_UNIFORM};
+  assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+  for (int k = 0; k < 400; k++) {
+    gf_placement p;
+    assert_int_equal(gf_engine_place(e, &r, &p), 0);
+    seen_uniform[p.node]++;
+    assert_int_equal(gf_engine_release(e, &r, &p), 0);
+  }
+  for (int i = 0; i < 16; i++)
+    assert_true(seen_uniform[i] > 5); /* expected 25 each */
+  gf_engine_free(e);
+
+  /* random: every candidate is reachable whatever the tie rule. */
+  int seen_random[16] = {0};
+  gf_engine_config rc = {"random", 9, NULL, GF_TIE_ORDER};
+  assert_int_equal(gf_engine_new(c, &rc, &e, NULL), 0);
+  for (int k = 0; k < 400; k++) {
+    gf_placement p;
+    assert_int_equal(gf_engine_place(e, &r, &p), 0);
+    seen_random[p.node]++;
+    assert_int_equal(gf_engine_release(e, &r, &p), 0);
+  }
+  for (int i = 0; i < 16; i++)
+    assert_true(seen_random[i] > 5);
+  gf_engine_free(e);
+  gf_cluster_free(c);
+}
+
+static void test_policy_table(void **st) {
+  (void)st;
+  static const char *const want[] = {"random",  "dotprod", "clustering",
+                                     "packing", "bestfit", "fgd", "whole"};
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    int k = gf_policy_find(want[i]);
+    assert_true(k >= 0);
+    assert_string_equal(gf_policy_name((size_t)k), want[i]);
+    assert_non_null(gf_policy_summary((size_t)k));
+  }
+  assert_int_equal(gf_policy_find("FGD"), GF_ENOTFOUND);
+  assert_null(gf_policy_name(999));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dotprod),        cmocka_unit_test(test_bestfit),
+      cmocka_unit_test(test_packing),        cmocka_unit_test(test_clustering),
+      cmocka_unit_test(test_fgd),            cmocka_unit_test(test_engine_choices),
+      cmocka_unit_test(test_whole_rounds_up), cmocka_unit_test(test_ties),
+      cmocka_unit_test(test_policy_table),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
