@@ -59,8 +59,7 @@ void gf_engine_free(gf_engine *e);
 int gf_engine_place(gf_engine *e, const gf_request *r, gf_placement *out);
 
 /* Undoes a placement made by this engine for the same request. */
-int gf_engine_release(gf_engine *e, const gf_request *r,
-                      const gf_placement *p);
+int gf_engine_release(gf_engine *e, const gf_request *r, const gf_placement *p);
 
 /* What the policy actually reserves for r (the `whole` policy rounds shares
  * up to whole GPUs); for other policies a copy of r. */

@@ -29,7 +29,7 @@
 
 typedef struct gf_typical_pod {
   int64_t cpu_milli;
-  int32_t gpu_milli;   /* per GPU; 0 for CPU-only */
+  int32_t gpu_milli; /* per GPU; 0 for CPU-only */
   uint32_t gpu_count;
   uint64_t model_mask; /* 0 = any model */
   uint32_t tag;        /* caller's key for the model constraint */

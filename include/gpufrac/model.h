@@ -28,26 +28,26 @@
 
 #include "gpufrac/diag.h"
 
-#define GF_GPU_MILLI 1000      /* one whole GPU */
+#define GF_GPU_MILLI 1000 /* one whole GPU */
 #define GF_MAX_GPUS_PER_NODE 16
-#define GF_MAX_MODELS 64       /* model ids fit a uint64_t mask */
+#define GF_MAX_MODELS 64 /* model ids fit a uint64_t mask */
 #define GF_MODEL_NAME_MAX 32
 #define GF_UUID_MAX 48
 
 typedef struct gf_gpu {
-  uint32_t index;            /* index on its node (nvidia-smi order) */
-  uint16_t model;            /* id in the cluster's model table */
-  int16_t numa_node;         /* -1 when unknown */
-  char uuid[GF_UUID_MAX];    /* "GPU-..." or empty when unknown */
-  int64_t mem_bytes;         /* total device memory */
-  int64_t mem_used;          /* memory granted to placed pods */
-  int32_t milli_used;        /* compute share granted, 0..1000 */
-  int32_t sm_count;          /* 0 when unknown */
-  uint8_t cc_major, cc_minor;/* compute capability, 0.0 when unknown */
+  uint32_t index;             /* index on its node (nvidia-smi order) */
+  uint16_t model;             /* id in the cluster's model table */
+  int16_t numa_node;          /* -1 when unknown */
+  char uuid[GF_UUID_MAX];     /* "GPU-..." or empty when unknown */
+  int64_t mem_bytes;          /* total device memory */
+  int64_t mem_used;           /* memory granted to placed pods */
+  int32_t milli_used;         /* compute share granted, 0..1000 */
+  int32_t sm_count;           /* 0 when unknown */
+  uint8_t cc_major, cc_minor; /* compute capability, 0.0 when unknown */
   bool mig_capable;
-  bool exclusive;            /* held by one exclusive request */
-  uint16_t npods;            /* placements currently on this GPU */
-  uint32_t nvlink_peers;     /* bit i: NVLink to GPU i of the same node */
+  bool exclusive;        /* held by one exclusive request */
+  uint16_t npods;        /* placements currently on this GPU */
+  uint32_t nvlink_peers; /* bit i: NVLink to GPU i of the same node */
 } gf_gpu;
 
 typedef struct gf_label {
@@ -64,10 +64,10 @@ typedef struct gf_node {
   uint32_t ngpus;
   gf_gpu gpus[GF_MAX_GPUS_PER_NODE];
   /* Index kept current by place/release; read-only to callers. */
-  uint64_t model_mask;       /* models present on this node */
-  uint32_t free_gpus;        /* GPUs with nothing placed on them */
-  int32_t max_free_milli;    /* largest free compute share on one GPU */
-  uint64_t version;          /* bumped on every change: cache key */
+  uint64_t model_mask;    /* models present on this node */
+  uint32_t free_gpus;     /* GPUs with nothing placed on them */
+  int32_t max_free_milli; /* largest free compute share on one GPU */
+  uint64_t version;       /* bumped on every change: cache key */
 } gf_node;
 
 typedef enum gf_share_mode {
@@ -78,10 +78,10 @@ typedef enum gf_share_mode {
 typedef struct gf_request {
   int64_t cpu_milli;
   int64_t mem_bytes;
-  uint32_t gpu_count;     /* 0: CPU-only */
-  int32_t gpu_milli;      /* per-GPU compute share, 1..1000; 1000 if count>1 */
-  int64_t gpu_mem_bytes;  /* per-GPU memory, 0 when not constrained */
-  uint64_t model_mask;    /* allowed GPU models (cluster ids); 0 = any */
+  uint32_t gpu_count;    /* 0: CPU-only */
+  int32_t gpu_milli;     /* per-GPU compute share, 1..1000; 1000 if count>1 */
+  int64_t gpu_mem_bytes; /* per-GPU memory, 0 when not constrained */
+  uint64_t model_mask;   /* allowed GPU models (cluster ids); 0 = any */
   gf_share_mode mode;
 } gf_request;
 
@@ -94,7 +94,7 @@ typedef struct gf_placement {
 /* Description of one GPU when adding a node; fields as in gf_gpu. */
 typedef struct gf_gpu_spec {
   const char *model;
-  const char *uuid;       /* may be NULL */
+  const char *uuid; /* may be NULL */
   int64_t mem_bytes;
   int32_t sm_count;
   uint8_t cc_major, cc_minor;
@@ -105,7 +105,8 @@ typedef struct gf_gpu_spec {
 
 typedef struct gf_cluster gf_cluster;
 
-/* Constructor/destructor.  gf_cluster_new returns NULL on allocation failure. */
+/* Constructor/destructor.  gf_cluster_new returns NULL on allocation failure.
+ */
 gf_cluster *gf_cluster_new(void);
 void gf_cluster_free(gf_cluster *c);
 /* Deep copy, placements included.  NULL on allocation failure. */
@@ -146,8 +147,7 @@ bool gf_gpu_fits(const gf_gpu *g, const gf_request *r);
 
 /* Applies a placement.  Checks everything first and changes nothing on
  * failure (GF_ENOFIT, GF_EINVAL). */
-int gf_cluster_place(gf_cluster *c, const gf_request *r,
-                     const gf_placement *p);
+int gf_cluster_place(gf_cluster *c, const gf_request *r, const gf_placement *p);
 
 /* Undoes gf_cluster_place exactly.  GF_ESTATE if p was not placed. */
 int gf_cluster_release(gf_cluster *c, const gf_request *r,

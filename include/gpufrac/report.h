@@ -17,13 +17,13 @@ typedef struct gf_summary {
   uint32_t ngpus;
   double unalloc100, unalloc100_std; /* unallocated GPU % at 100% arrival */
   double unalloc130, unalloc130_std;
-  double frag80;                     /* fragment amount % at 80% arrival */
-  double held_unused100;             /* held but not asked for, % (whole) */
-  double decision_us_median, decision_us_p99; /* medians over seeds */
-  double placed_pct;                 /* placed / arrived pods, % */
+  double frag80;         /* fragment amount % at 80% arrival */
+  double held_unused100; /* held but not asked for, % (whole) */
+  double decision_us_median, decision_us_p99;    /* medians over seeds */
+  double placed_pct;                             /* placed / arrived pods, % */
   double placed_share, placed_whole, placed_cpu; /* mean counts */
   double failed_share, failed_whole, failed_cpu;
-  double wall_s;                     /* mean per run */
+  double wall_s; /* mean per run */
   int npoints;
   double alloc_curve[GF_SIM_MAX_PCT + 1]; /* mean over seeds; NAN = none */
   double frag_curve[GF_SIM_MAX_PCT + 1];
@@ -40,8 +40,7 @@ void gf_report_json(FILE *fp, const gf_summary *s, int n, double inflate,
 
 /* Per-run curves as CSV: trace,policy,seed,arrived_pct,alloc_pct,... */
 void gf_report_curves_csv(FILE *fp, const char *trace, const char *policy,
-                          uint64_t seed, const gf_sim_result *r,
-                          int header);
+                          uint64_t seed, const gf_sim_result *r, int header);
 
 /* An SVG chart of unallocated GPU % against arrived demand, one line per
  * summary (all of one trace). */

@@ -68,8 +68,8 @@ typedef struct gf_sim_config {
 
 /* Replays `pods` on c (reset first; left in its final state).  Returns 0 or
  * a GF_E* code with d filled. */
-int gf_sim_run(gf_cluster *c, const gf_pod_list *pods,
-               const gf_sim_config *cfg, gf_sim_result *out, gf_diag *d);
+int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
+               gf_sim_result *out, gf_diag *d);
 
 /* Value of a curve at k% with linear fallback to the nearest present
  * point; NAN when the curve is empty. */

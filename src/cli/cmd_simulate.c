@@ -26,12 +26,11 @@
 
 /* The 17 traces the FGD paper's simulator published results for. */
 static const char *const reference_traces[] = {
-    "default",    "cpu050",     "cpu100",     "cpu200",     "cpu250",
+    "default",    "cpu050",     "cpu100",     "cpu200",      "cpu250",
     "gpushare40", "gpushare60", "gpushare80", "gpushare100", "gpuspec10",
-    "gpuspec20",  "gpuspec25",  "gpuspec33",  "multigpu20", "multigpu30",
+    "gpuspec20",  "gpuspec25",  "gpuspec33",  "multigpu20",  "multigpu30",
     "multigpu40", "multigpu50"};
 #define NREFERENCE (sizeof(reference_traces) / sizeof(reference_traces[0]))
-
 
 static void usage(FILE *fp) {
   fprintf(fp,
@@ -269,8 +268,8 @@ static void main_job_table(const sweep *s, const gf_summary *sum) {
          (unsigned long long)s->seeds[s->nseeds - 1]);
   printf("  %-9s %12s %14s %14s %12s %12s\n", "policy", "pods placed",
          "GPU allocated", "GPUs stranded", "fractional", "whole-GPU");
-  printf("  %-9s %12s %14s %14s %12s %12s\n", "", "(all run)",
-         "(% capacity)", "(idle, at 100%)", "pods placed", "pods placed");
+  printf("  %-9s %12s %14s %14s %12s %12s\n", "", "(all run)", "(% capacity)",
+         "(idle, at 100%)", "pods placed", "pods placed");
   double whole_stranded = NAN;
   for (int p = 0; p < s->npolicies; p++) {
     const gf_summary *x = &sum[p];
@@ -366,8 +365,7 @@ int cmd_simulate(int argc, char **argv) {
                 "gpufrac simulate: --ties '%s': want order or uniform\n", v);
         return GF_EXIT_USAGE;
       }
-    }
-    else if (strcmp(key, "--inflate") == 0) {
+    } else if (strcmp(key, "--inflate") == 0) {
       char *end;
       errno = 0;
       inflate = strtod(v, &end);
@@ -481,8 +479,8 @@ int cmd_simulate(int argc, char **argv) {
       snprintf(tr->path, sizeof(tr->path), "%s", pods_path);
     } else {
       snprintf(tr->name, sizeof(tr->name), "%s", names[t]);
-      snprintf(tr->path, sizeof(tr->path),
-               "%s/traces/openb_pod_list_%s.csv", data_dir, names[t]);
+      snprintf(tr->path, sizeof(tr->path), "%s/traces/openb_pod_list_%s.csv",
+               data_dir, names[t]);
     }
     if (gf_trace_load_pods(tr->path, base, &tr->pods, &d)) {
       fprintf(stderr, "gpufrac simulate: %s\n", d.msg);

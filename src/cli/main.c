@@ -57,8 +57,8 @@ static int cmd_help(int argc, char **argv) {
 }
 
 static int cmd_version(int argc, char **argv) {
-  if (argc == 2 && (strcmp(argv[1], "--help") == 0 ||
-                    strcmp(argv[1], "-h") == 0)) {
+  if (argc == 2 &&
+      (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     printf("usage: gpufrac version\n\nPrints the gpufrac version.\n");
     return GF_EXIT_OK;
   }

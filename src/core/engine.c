@@ -95,8 +95,7 @@ int gf_engine_new(gf_cluster *c, const gf_engine_config *cfg, gf_engine **out,
     int rc = ops->create(&env, &e->state);
     if (rc) {
       gf__free(e);
-      return gf_diag_set(d, rc, "policy '%s': %s", ops->name,
-                         gf_strerror(rc));
+      return gf_diag_set(d, rc, "policy '%s': %s", ops->name, gf_strerror(rc));
     }
   }
   *out = e;

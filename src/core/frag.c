@@ -26,9 +26,7 @@ static int shape_cmp(const gf_typical_pod *a, const gf_typical_pod *b) {
   return 0;
 }
 
-static int shape_qsort(const void *a, const void *b) {
-  return shape_cmp(a, b);
-}
+static int shape_qsort(const void *a, const void *b) { return shape_cmp(a, b); }
 
 /* Descending count; ties by descending shape. */
 static int popularity_qsort(const void *pa, const void *pb) {
@@ -176,7 +174,7 @@ struct gf_frag_tracker {
   struct entry {
     uint64_t version; /* node version + 1; 0 = never computed */
     gf_frag f;
-  } *e;
+  } * e;
   uint32_t n;
 };
 

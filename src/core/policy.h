@@ -20,7 +20,7 @@ enum {
   GF__POL_CACHEABLE = 1u << 0,
   GF__POL_NORMALIZE = 1u << 1,
   GF__POL_WHOLE = 1u << 2,
-  GF__POL_TYPICAL = 1u << 3, /* needs the typical-pod set */
+  GF__POL_TYPICAL = 1u << 3,  /* needs the typical-pod set */
   GF__POL_ANY_NODE = 1u << 4, /* uniformly random candidate, no scores */
 };
 

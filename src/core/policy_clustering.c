@@ -43,9 +43,8 @@ static void clustering_destroy(void *state) {
   gf__free(s);
 }
 
-static int64_t clustering_score(void *state, const gf_cluster *c,
-                                uint32_t node, const gf_request *r,
-                                gf__pick *pick) {
+static int64_t clustering_score(void *state, const gf_cluster *c, uint32_t node,
+                                const gf_request *r, gf__pick *pick) {
   (void)pick;
   clustering *s = state;
   if (r->gpu_count == 0 || node >= s->nnodes)

@@ -75,8 +75,8 @@ static int64_t fgd_score(void *state, const gf_cluster *c, uint32_t node,
       if (!gf_gpu_fits(&n->gpus[g], r))
         continue;
       left[g] -= r->gpu_milli;
-      int64_t sc = to_score(before, frag_after(s, n, cpu_left - r->cpu_milli,
-                                               left));
+      int64_t sc =
+          to_score(before, frag_after(s, n, cpu_left - r->cpu_milli, left));
       left[g] += r->gpu_milli;
       if (sc > best) {
         best = sc;

@@ -20,10 +20,10 @@ static const struct {
   int e10;
   int e2;
 } suffixes[] = {
-    {"", 0, 0},    {"n", -9, 0},  {"u", -6, 0},  {"m", -3, 0},  {"k", 3, 0},
-    {"M", 6, 0},   {"G", 9, 0},   {"T", 12, 0},  {"P", 15, 0},  {"E", 18, 0},
-    {"Ki", 0, 10}, {"Mi", 0, 20}, {"Gi", 0, 30}, {"Ti", 0, 40}, {"Pi", 0, 50},
-    {"Ei", 0, 60},
+    {"", 0, 0},    {"n", -9, 0},  {"u", -6, 0},  {"m", -3, 0},
+    {"k", 3, 0},   {"M", 6, 0},   {"G", 9, 0},   {"T", 12, 0},
+    {"P", 15, 0},  {"E", 18, 0},  {"Ki", 0, 10}, {"Mi", 0, 20},
+    {"Gi", 0, 30}, {"Ti", 0, 40}, {"Pi", 0, 50}, {"Ei", 0, 60},
 };
 
 static int parse_exponent(const char *p, int *e10) {
@@ -148,8 +148,7 @@ int gf_quantity_parse(const char *s, gf_qty_unit unit, unsigned flags,
   return 0;
 
 inexact:
-  return gf_diag_set(d, GF_ERANGE,
-                     "quantity '%s': not a whole number of %s", s,
+  return gf_diag_set(d, GF_ERANGE, "quantity '%s': not a whole number of %s", s,
                      unit == GF_QTY_MILLI ? "milli-units" : "units");
 overflow:
   return gf_diag_set(d, GF_ERANGE, "quantity '%s': too large", s);
@@ -183,12 +182,11 @@ int gf_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out,
   }
   if (!neg && v > (u128)INT64_MAX)
     return gf_diag_set(d, GF_ERANGE, "'%s' is out of range", s);
-  int64_t r = neg ? (v == (u128)INT64_MAX + 1u ? INT64_MIN : -(int64_t)v)
-                  : (int64_t)v;
+  int64_t r =
+      neg ? (v == (u128)INT64_MAX + 1u ? INT64_MIN : -(int64_t)v) : (int64_t)v;
   if (r < min || r > max)
-    return gf_diag_set(d, GF_ERANGE,
-                       "'%s' is out of range [%lld, %lld]", s, (long long)min,
-                       (long long)max);
+    return gf_diag_set(d, GF_ERANGE, "'%s' is out of range [%lld, %lld]", s,
+                       (long long)min, (long long)max);
   *out = r;
   return 0;
 }

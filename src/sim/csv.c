@@ -16,8 +16,8 @@ static int split(gf_csv *c, gf_diag *d) {
   c->nfields = 0;
   for (;;) {
     if (c->nfields == GF_CSV_FIELDS_MAX)
-      return gf_diag_set(d, GF_ELIMIT, "%s:%lu: more than %d fields",
-                         c->source, c->line, GF_CSV_FIELDS_MAX);
+      return gf_diag_set(d, GF_ELIMIT, "%s:%lu: more than %d fields", c->source,
+                         c->line, GF_CSV_FIELDS_MAX);
     c->fields[c->nfields++] = w;
     if (*r == '"') {
       r++;
@@ -43,9 +43,8 @@ static int split(gf_csv *c, gf_diag *d) {
     } else {
       while (*r != ',' && *r != '\0') {
         if (*r == '"')
-          return gf_diag_set(d, GF_ESYNTAX,
-                             "%s:%lu: stray quote in field %d", c->source,
-                             c->line, c->nfields);
+          return gf_diag_set(d, GF_ESYNTAX, "%s:%lu: stray quote in field %d",
+                             c->source, c->line, c->nfields);
         *w++ = *r++;
       }
     }
@@ -67,8 +66,8 @@ int gf_csv_next(gf_csv *c, gf_diag *d) {
         return gf_diag_set(d, GF_ELIMIT, "%s:%lu: line longer than %d bytes",
                            c->source, c->line + 1, GF_CSV_LINE_MAX);
       if (ch == '\0')
-        return gf_diag_set(d, GF_ESYNTAX, "%s:%lu: NUL byte in line",
-                           c->source, c->line + 1);
+        return gf_diag_set(d, GF_ESYNTAX, "%s:%lu: NUL byte in line", c->source,
+                           c->line + 1);
       c->buf[n++] = (char)ch;
     }
     if (ch == EOF && ferror(c->fp))

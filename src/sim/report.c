@@ -47,7 +47,9 @@ void gf_summary_of(const char *policy, const char *trace, uint32_t ngpus,
   double *v = calloc((size_t)(n > 0 ? n : 1), sizeof(*v));
   if (!v)
     return;
-#define OVER_RUNS(expr) for (int i = 0; i < n; i++) v[i] = (expr)
+#define OVER_RUNS(expr)                                                        \
+  for (int i = 0; i < n; i++)                                                  \
+  v[i] = (expr)
   OVER_RUNS(gf_sim_unallocated_at(&runs[i], 100));
   mean_std(v, n, &out->unalloc100, &out->unalloc100_std);
   OVER_RUNS(gf_sim_unallocated_at(&runs[i], 130));
@@ -99,9 +101,9 @@ void gf_summary_of(const char *policy, const char *trace, uint32_t ngpus,
 }
 
 void gf_report_table(FILE *fp, const gf_summary *s, int n) {
-  fprintf(fp, "%-12s %-11s %5s %8s %13s %13s %9s %9s  %s\n", "trace",
-          "policy", "seeds", "placed%", "unalloc@100%", "unalloc@130%",
-          "frag@80%", "p99(us)", "dropped: share/whole/cpu");
+  fprintf(fp, "%-12s %-11s %5s %8s %13s %13s %9s %9s  %s\n", "trace", "policy",
+          "seeds", "placed%", "unalloc@100%", "unalloc@130%", "frag@80%",
+          "p99(us)", "dropped: share/whole/cpu");
   for (int i = 0; i < n; i++)
     fprintf(fp,
             "%-12s %-11s %5d %8.2f %7.2f±%-5.2f %7.2f±%-5.2f %9.2f %9.1f  "
@@ -211,8 +213,8 @@ void gf_report_svg(FILE *fp, const gf_summary *s, int n, const char *title) {
   if (ymin > 50)
     ymin = 50;
   const double ymax = 100;
-#define PX(x) (L + pw * ((x) - x0) / (x1 - x0))
-#define PY(y) (T + ph - ph * ((y) - ymin) / (ymax - ymin))
+#define PX(x) (L + pw * ((x)-x0) / (x1 - x0))
+#define PY(y) (T + ph - ph * ((y)-ymin) / (ymax - ymin))
   fprintf(fp,
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
           "height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -242,8 +244,9 @@ void gf_report_svg(FILE *fp, const gf_summary *s, int n, const char *title) {
           "<polyline fill=\"none\" stroke=\"#999\" stroke-dasharray=\"5,4\" "
           "points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\"/>\n"
           "<text x=\"%.0f\" y=\"%.0f\" fill=\"#777\">ideal</text>\n",
-          L, T, pw, ph, L + pw / 2, H - 16, T + ph / 2, PX(x0), PY(x0 < ymin ? ymin : x0),
-          PX(100), PY(100), PX(x1), PY(100), PX(x1) - 40, PY(100) - 6);
+          L, T, pw, ph, L + pw / 2, H - 16, T + ph / 2, PX(x0),
+          PY(x0 < ymin ? ymin : x0), PX(100), PY(100), PX(x1), PY(100),
+          PX(x1) - 40, PY(100) - 6);
   for (int i = 0; i < n; i++) {
     const char *col = palette[i % (sizeof(palette) / sizeof(palette[0]))];
     fprintf(fp,

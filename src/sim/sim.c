@@ -177,8 +177,8 @@ static void finish_curve(const bucket *b, int nb, int64_t cap,
   }
 }
 
-int gf_sim_run(gf_cluster *c, const gf_pod_list *pods,
-               const gf_sim_config *cfg, gf_sim_result *out, gf_diag *d) {
+int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
+               gf_sim_result *out, gf_diag *d) {
   memset(out, 0, sizeof(*out));
   gf_cluster_reset(c);
   const int64_t cap = gf_cluster_gpu_milli_total(c);

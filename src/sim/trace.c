@@ -58,12 +58,12 @@ int gf_trace_read_nodes(FILE *fp, const char *source, gf_cluster *c,
   while ((rc = gf_csv_next(&csv, d)) == 1) {
     int64_t cpu, mem, ngpu;
     if ((rc = check_width(&csv, width, d)) ||
-        (rc = field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2, &cpu,
-                        d)) ||
+        (rc =
+             field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2, &cpu, d)) ||
         (rc = field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB, &mem,
                         d)) ||
-        (rc = field_int(&csv, idx[3], "gpu", 0, GF_MAX_GPUS_PER_NODE, &ngpu,
-                        d)))
+        (rc =
+             field_int(&csv, idx[3], "gpu", 0, GF_MAX_GPUS_PER_NODE, &ngpu, d)))
       return rc;
     const char *model = csv.fields[idx[4]];
     if (ngpu > 0 && !*model)
@@ -132,14 +132,13 @@ int gf_trace_read_pods(FILE *fp, const char *source, gf_cluster *c,
   while ((rc = gf_csv_next(&csv, d)) == 1) {
     int64_t cpu, mem, ngpu, milli;
     if ((rc = check_width(&csv, width, d)) ||
-        (rc = field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2, &cpu,
-                        d)) ||
+        (rc =
+             field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2, &cpu, d)) ||
         (rc = field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB, &mem,
                         d)) ||
-        (rc = field_int(&csv, idx[3], "num_gpu", 0, GF_MAX_GPUS_PER_NODE,
-                        &ngpu, d)) ||
-        (rc = field_int(&csv, idx[4], "gpu_milli", 0, GF_GPU_MILLI, &milli,
-                        d)))
+        (rc = field_int(&csv, idx[3], "num_gpu", 0, GF_MAX_GPUS_PER_NODE, &ngpu,
+                        d)) ||
+        (rc = field_int(&csv, idx[4], "gpu_milli", 0, GF_GPU_MILLI, &milli, d)))
       goto fail;
     if (l.n == cap) {
       cap = cap ? cap * 2 : 1024;
@@ -163,8 +162,8 @@ int gf_trace_read_pods(FILE *fp, const char *source, gf_cluster *c,
     }
     if (strlen(spec) >= sizeof(pod->gpu_spec)) {
       rc = gf_diag_set(d, GF_ESYNTAX,
-                       "%s:%lu: column gpu_spec: longer than %zu bytes",
-                       source, csv.line, sizeof(pod->gpu_spec) - 1);
+                       "%s:%lu: column gpu_spec: longer than %zu bytes", source,
+                       csv.line, sizeof(pod->gpu_spec) - 1);
       goto fail;
     }
     memcpy(pod->name, name, strlen(name) + 1);
@@ -175,8 +174,7 @@ int gf_trace_read_pods(FILE *fp, const char *source, gf_cluster *c,
     /* The trace writes gpu_milli 0 for CPU-only pods and 1000 for pods that
      * take whole GPUs. */
     pod->req.gpu_milli = ngpu ? (int32_t)milli : 0;
-    if (ngpu > 0 &&
-        (rc = parse_spec(&csv, spec, c, &pod->req.model_mask, d)))
+    if (ngpu > 0 && (rc = parse_spec(&csv, spec, c, &pod->req.model_mask, d)))
       goto fail;
     if (ngpu > 0 && milli == 0) {
       rc = gf_diag_set(d, GF_ERANGE,

@@ -246,8 +246,7 @@ static void test_place_release_property(void **st) {
           r->gpu_count = 1;
           r->gpu_milli = 50 + 50 * (int32_t)gf_rng_below(&rng, 19);
           r->gpu_mem_bytes = (int64_t)gf_rng_below(&rng, 4) << 30;
-          r->mode = gf_rng_below(&rng, 8) ? GF_MODE_SHARED
-                                          : GF_MODE_EXCLUSIVE;
+          r->mode = gf_rng_below(&rng, 8) ? GF_MODE_SHARED : GF_MODE_EXCLUSIVE;
           break;
         default:
           r->gpu_count = 1u << gf_rng_below(&rng, 4);

@@ -28,15 +28,15 @@ static int node(gf_cluster *c, const char *name, int64_t cpu, int ngpus) {
   memset(g, 0, sizeof(g));
   for (int i = 0; i < ngpus; i++)
     g[i].model = "T4";
-  return gf_cluster_add_node(c, name, cpu, 1LL << 40, g, (uint32_t)ngpus,
-                             NULL);
+  return gf_cluster_add_node(c, name, cpu, 1LL << 40, g, (uint32_t)ngpus, NULL);
 }
 
 /* Uses GPU `gpu` of node `n` for `milli` (and `cpu`) directly. */
 static void use(gf_cluster *c, uint32_t n, int gpu, int32_t milli,
                 int64_t cpu) {
   gf_request r = req(cpu, gpu >= 0 ? 1 : 0, gpu >= 0 ? milli : 0);
-  gf_placement p = {.node = n, .ngpus = gpu >= 0 ? 1u : 0u,
+  gf_placement p = {.node = n,
+                    .ngpus = gpu >= 0 ? 1u : 0u,
                     .gpus = {(uint8_t)(gpu >= 0 ? gpu : 0)}};
   assert_int_equal(gf_cluster_place(c, &r, &p), 0);
 }
@@ -54,13 +54,11 @@ static void test_dotprod(void **st) {
   node(c, "a", 64000, 2);
   /* d = (64000/128000)(8000/128000) + (2000/8000)(1000/8000)
    *   = .03125 + .03125 = .0625; score = 100 (1 - d/2) = 96.875 -> 96. */
-  assert_int_equal(score(&gf__policy_dotprod, NULL, c, 0, req(8000, 1, 1000),
-                         NULL),
-                   96);
+  assert_int_equal(
+      score(&gf__policy_dotprod, NULL, c, 0, req(8000, 1, 1000), NULL), 96);
   /* Not enough CPU: 0. */
-  assert_int_equal(score(&gf__policy_dotprod, NULL, c, 0,
-                         req(65000, 1, 1000), NULL),
-                   0);
+  assert_int_equal(
+      score(&gf__policy_dotprod, NULL, c, 0, req(65000, 1, 1000), NULL), 0);
   gf_cluster_free(c);
 }
 
@@ -196,18 +194,18 @@ static void test_engine_choices(void **st) {
   /* bestfit prefers the small node (less left over); the GPU share goes to
    * the tightest GPU once one is partly used. */
   gf_placement p;
-  assert_int_equal(gf_engine_place(e, &(gf_request){.cpu_milli = 1000,
-                                                    .gpu_count = 1,
-                                                    .gpu_milli = 300},
-                                   &p),
-                   0);
+  assert_int_equal(
+      gf_engine_place(
+          e, &(gf_request){.cpu_milli = 1000, .gpu_count = 1, .gpu_milli = 300},
+          &p),
+      0);
   assert_int_equal(p.node, 1);
   gf_placement q;
-  assert_int_equal(gf_engine_place(e, &(gf_request){.cpu_milli = 1000,
-                                                    .gpu_count = 1,
-                                                    .gpu_milli = 600},
-                                   &q),
-                   0);
+  assert_int_equal(
+      gf_engine_place(
+          e, &(gf_request){.cpu_milli = 1000, .gpu_count = 1, .gpu_milli = 600},
+          &q),
+      0);
   assert_int_equal(q.node, 1);
   assert_int_equal(q.gpus[0], p.gpus[0]); /* 700 left beats 1000 left */
   /* Eight whole GPUs: only "big". */
@@ -316,8 +314,8 @@ static void test_ties(void **st) {
 
 static void test_policy_table(void **st) {
   (void)st;
-  static const char *const want[] = {"random",  "dotprod", "clustering",
-                                     "packing", "bestfit", "fgd", "whole"};
+  static const char *const want[] = {
+      "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "whole"};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
     int k = gf_policy_find(want[i]);
     assert_true(k >= 0);
@@ -330,10 +328,14 @@ static void test_policy_table(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dotprod),        cmocka_unit_test(test_bestfit),
-      cmocka_unit_test(test_packing),        cmocka_unit_test(test_clustering),
-      cmocka_unit_test(test_fgd),            cmocka_unit_test(test_engine_choices),
-      cmocka_unit_test(test_whole_rounds_up), cmocka_unit_test(test_ties),
+      cmocka_unit_test(test_dotprod),
+      cmocka_unit_test(test_bestfit),
+      cmocka_unit_test(test_packing),
+      cmocka_unit_test(test_clustering),
+      cmocka_unit_test(test_fgd),
+      cmocka_unit_test(test_engine_choices),
+      cmocka_unit_test(test_whole_rounds_up),
+      cmocka_unit_test(test_ties),
       cmocka_unit_test(test_policy_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

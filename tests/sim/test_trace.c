@@ -36,8 +36,8 @@ static void test_bundled_small(void **st) {
   (void)st;
   gf_cluster *c = gf_cluster_new();
   gf_diag d = {""};
-  assert_int_equal(
-      gf_trace_load_nodes(GF_TEST_DATA "/nodes_small.csv", c, &d), 0);
+  assert_int_equal(gf_trace_load_nodes(GF_TEST_DATA "/nodes_small.csv", c, &d),
+                   0);
   assert_int_equal(gf_cluster_nnodes(c), 4);
   assert_int_equal(gf_cluster_ngpus(c), 18);
   const gf_node *b = gf_cluster_node(c, 1);
@@ -180,12 +180,10 @@ static void test_bad_nodes(void **st) {
       GF_ESYNTAX);
   assert_non_null(strstr(d.msg, "no model"));
   assert_int_equal(
-      read_nodes("sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1024,99,T4\n",
-                 &d),
+      read_nodes("sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1024,99,T4\n", &d),
       GF_ERANGE);
   assert_non_null(strstr(d.msg, "column gpu"));
-  assert_int_equal(read_nodes("sn,cpu,memory_mib,gpu,model\n", &d),
-                   GF_ESYNTAX);
+  assert_int_equal(read_nodes("sn,cpu,memory_mib,gpu,model\n", &d), GF_ESYNTAX);
   assert_non_null(strstr(d.msg, "cpu_milli"));
   gf_cluster *c = gf_cluster_new();
   assert_int_equal(gf_trace_load_nodes("/nonexistent/nodes.csv", c, &d),
