@@ -1,1 +1,85 @@
-int main(void) { return 0; }
+/*
+ * bench_sim: speed of the placement engine on the production trace.
+ *
+ *   bench_sim [REPS]   (default 5)
+ *
+ * For every policy: REPS replays of the default trace (seed 42, inflation
+ * 1.3, 1213 nodes) on one core; prints the median wall time of a replay and
+ * the median over replays of the per-decision latency median and p99.
+ * Then FGD with the score cache switched off, side by side, to show what
+ * recomputing only the changed node buys.  Results go in docs/benchmarks.md.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpufrac/engine.h"
+#include "gpufrac/sim.h"
+#include "gpufrac/trace.h"
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(*v), cmp);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int bench(gf_cluster *c, const gf_pod_list *pods,
+                 const gf_typical_set *t, const char *policy, bool no_cache,
+                 int reps) {
+  double wall[64], med[64], p99[64], un = 0;
+  for (int i = 0; i < reps; i++) {
+    gf_sim_config cfg = {policy, 42, 1.3, t, GF_TIE_ORDER, no_cache};
+    gf_sim_result r;
+    gf_diag d = {""};
+    if (gf_sim_run(c, pods, &cfg, &r, &d)) {
+      fprintf(stderr, "bench_sim: %s: %s\n", policy, d.msg);
+      return 1;
+    }
+    wall[i] = r.wall_s;
+    med[i] = r.decision_us_median;
+    p99[i] = r.decision_us_p99;
+    un = gf_sim_unallocated_at(&r, 100);
+  }
+  printf("| %-10s%s | %8.3f | %8.1f | %8.1f | %6.2f |\n", policy,
+         no_cache ? " (no cache)" : "", median(wall, reps), median(med, reps),
+         median(p99, reps), un);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int reps = argc > 1 ? atoi(argv[1]) : 5;
+  if (reps < 1 || reps > 64) {
+    fprintf(stderr, "usage: bench_sim [REPS 1..64]\n");
+    return 2;
+  }
+  gf_cluster *c = gf_cluster_new();
+  gf_pod_list pods;
+  gf_typical_set t;
+  gf_diag d = {""};
+  if (gf_trace_load_nodes(GF_DATA_DIR "/traces/openb_node_list_gpu_node.csv", c,
+                          &d) ||
+      gf_trace_load_pods(GF_DATA_DIR "/traces/openb_pod_list_default.csv", c,
+                         &pods, &d) ||
+      gf_sim_typical(&pods, &t)) {
+    fprintf(stderr, "bench_sim: %s\n", d.msg);
+    return 1;
+  }
+  printf("default trace, %u nodes, %zu pods, seed 42, inflation 1.3, "
+         "%d replays each, one core\n\n",
+         gf_cluster_nnodes(c), pods.n, reps);
+  printf("| policy | replay s (median) | decision us median | decision us "
+         "p99 | unalloc@100 |\n|---|---:|---:|---:|---:|\n");
+  int rc = 0;
+  for (size_t i = 0; i < gf_policy_count() && !rc; i++)
+    rc = bench(c, &pods, &t, gf_policy_name(i), false, reps);
+  if (!rc)
+    rc = bench(c, &pods, &t, "fgd", true, reps < 3 ? reps : 3);
+  gf_typical_release(&t);
+  gf_pod_list_release(&pods);
+  gf_cluster_free(c);
+  return rc;
+}

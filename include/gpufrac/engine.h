@@ -25,6 +25,7 @@
 #ifndef GPUFRAC_ENGINE_H
 #define GPUFRAC_ENGINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,7 @@ typedef struct gf_engine_config {
   uint64_t seed;                 /* tie-breaking and random choices */
   const gf_typical_set *typical; /* workload shapes; needed by fgd */
   gf_tie_break ties;
+  bool no_score_cache; /* benchmarks only: score every node anew */
 } gf_engine_config;
 
 /* Creates an engine bound to cluster c (borrowed; must outlive it).

@@ -64,6 +64,7 @@ typedef struct gf_sim_config {
   double inflate;                /* e.g. 1.3 */
   const gf_typical_set *typical; /* for fgd and for the frag metrics */
   gf_tie_break ties;             /* see gpufrac/engine.h */
+  bool no_score_cache;           /* benchmarks only */
 } gf_sim_config;
 
 /* Replays `pods` on c (reset first; left in its final state).  Returns 0 or

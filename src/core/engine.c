@@ -66,6 +66,7 @@ struct gf_engine {
   uint32_t scratch_n;
   /* tie-breaking: rank of each node in a seeded order (lower wins) */
   gf_tie_break ties;
+  bool cache;
   uint64_t seed;
   uint32_t *rank;
   uint32_t nrank;
@@ -88,6 +89,7 @@ int gf_engine_new(gf_cluster *c, const gf_engine_config *cfg, gf_engine **out,
   e->c = c;
   e->ops = ops;
   e->ties = cfg->ties;
+  e->cache = !cfg->no_score_cache && (ops->flags & GF__POL_CACHEABLE);
   e->seed = cfg->seed;
   gf_rng_seed(&e->rng, cfg->seed);
   if (ops->create) {
@@ -337,7 +339,7 @@ int gf_engine_place(gf_engine *e, const gf_request *r0, gf_placement *out) {
     return GF_ENOMEM;
 
   shape *sh = NULL;
-  if (e->ops->flags & GF__POL_CACHEABLE) {
+  if (e->cache) {
     sh = shape_of(e, &r);
     if (!sh)
       return GF_ENOMEM;
