@@ -32,7 +32,11 @@ static int bench(gf_cluster *c, const gf_pod_list *pods,
                  int reps) {
   double wall[64], med[64], p99[64], un = 0;
   for (int i = 0; i < reps; i++) {
-    gf_sim_config cfg = {policy, 42, 1.3, t, GF_TIE_ORDER, no_cache};
+    gf_sim_config cfg = {.policy = policy,
+                         .seed = 42,
+                         .inflate = 1.3,
+                         .typical = t,
+                         .no_score_cache = no_cache};
     gf_sim_result r;
     gf_diag d = {""};
     if (gf_sim_run(c, pods, &cfg, &r, &d)) {

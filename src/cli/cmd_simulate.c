@@ -172,8 +172,11 @@ static void *worker(void *arg) {
     int seed = j % s->nseeds;
     int pol = (j / s->nseeds) % s->npolicies;
     int tr = j / (s->nseeds * s->npolicies);
-    gf_sim_config cfg = {s->policies[pol], s->seeds[seed], s->inflate,
-                         &s->traces[tr].typical, s->ties};
+    gf_sim_config cfg = {.policy = s->policies[pol],
+                         .seed = s->seeds[seed],
+                         .inflate = s->inflate,
+                         .typical = &s->traces[tr].typical,
+                         .ties = s->ties};
     gf_diag d = {""};
     if (gf_sim_run(c, &s->traces[tr].pods, &cfg, &s->results[j], &d)) {
       pthread_mutex_lock(&s->lock);

@@ -201,8 +201,11 @@ int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
     gf_diag_set(d, rc, "building the workload: %s", gf_strerror(rc));
     goto out;
   }
-  gf_engine_config ec = {cfg->policy, cfg->seed, cfg->typical, cfg->ties,
-                         cfg->no_score_cache};
+  gf_engine_config ec = {.policy = cfg->policy,
+                         .seed = cfg->seed,
+                         .typical = cfg->typical,
+                         .ties = cfg->ties,
+                         .no_score_cache = cfg->no_score_cache};
   if ((rc = gf_engine_new(c, &ec, &e, d)))
     goto out;
   lat = malloc(n * sizeof(*lat));

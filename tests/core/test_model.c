@@ -217,7 +217,10 @@ static void test_place_release_property(void **st) {
     }
     /* Start from a non-empty state: a few placements that stay. */
     gf_engine *e;
-    gf_engine_config cfg = {gf_policy_name(pol), 7, NULL, GF_TIE_ORDER};
+    gf_engine_config cfg = {.policy = gf_policy_name(pol),
+                            .seed = 7,
+                            .typical = NULL,
+                            .ties = GF_TIE_ORDER};
     assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
     gf_request base_req = share(500, 250);
     gf_placement base_p;

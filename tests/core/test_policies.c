@@ -100,7 +100,8 @@ static void test_clustering(void **st) {
   node(c, "a", 96000, 2);
   node(c, "b", 96000, 2);
   gf_engine *e;
-  gf_engine_config cfg = {"clustering", 1, NULL, GF_TIE_ORDER};
+  gf_engine_config cfg = {
+      .policy = "clustering", .seed = 1, .typical = NULL, .ties = GF_TIE_ORDER};
   assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
   void *s = NULL;
   gf__policy_env env = {c, NULL};
@@ -188,7 +189,8 @@ static void test_engine_choices(void **st) {
   node(c, "small", 16000, 2);
   node(c, "cpu", 64000, 0);
   gf_engine *e;
-  gf_engine_config cfg = {"bestfit", 3, NULL, GF_TIE_ORDER};
+  gf_engine_config cfg = {
+      .policy = "bestfit", .seed = 3, .typical = NULL, .ties = GF_TIE_ORDER};
   gf_diag d;
   assert_int_equal(gf_engine_new(c, &cfg, &e, &d), 0);
   /* bestfit prefers the small node (less left over); the GPU share goes to
@@ -231,7 +233,8 @@ static void test_whole_rounds_up(void **st) {
   gf_cluster *c = gf_cluster_new();
   node(c, "a", 64000, 2);
   gf_engine *e;
-  gf_engine_config cfg = {"whole", 1, NULL, GF_TIE_ORDER};
+  gf_engine_config cfg = {
+      .policy = "whole", .seed = 1, .typical = NULL, .ties = GF_TIE_ORDER};
   assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
   gf_request r = req(100, 1, 100);
   gf_placement p[3];
@@ -265,7 +268,10 @@ static void test_ties(void **st) {
   uint32_t first_by_seed[8];
   for (uint64_t seed = 0; seed < 8; seed++) {
     gf_engine *e;
-    gf_engine_config cfg = {"packing", seed, NULL, GF_TIE_ORDER};
+    gf_engine_config cfg = {.policy = "packing",
+                            .seed = seed,
+                            .typical = NULL,
+                            .ties = GF_TIE_ORDER};
     assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
     gf_placement p, p2;
     assert_int_equal(gf_engine_place(e, &r, &p), 0);
@@ -284,7 +290,8 @@ static void test_ties(void **st) {
   (void)first_by_seed;
 
   gf_engine *e;
-  gf_engine_config cfg = {"packing", 5, NULL, GF_TIE_UNIFORM};
+  gf_engine_config cfg = {
+      .policy = "packing", .seed = 5, .typical = NULL, .ties = GF_TIE_UNIFORM};
   assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
   for (int k = 0; k < 400; k++) {
     gf_placement p;
@@ -298,7 +305,8 @@ static void test_ties(void **st) {
 
   /* random: every candidate is reachable whatever the tie rule. */
   int seen_random[16] = {0};
-  gf_engine_config rc = {"random", 9, NULL, GF_TIE_ORDER};
+  gf_engine_config rc = {
+      .policy = "random", .seed = 9, .typical = NULL, .ties = GF_TIE_ORDER};
   assert_int_equal(gf_engine_new(c, &rc, &e, NULL), 0);
   for (int k = 0; k < 400; k++) {
     gf_placement p;

@@ -88,7 +88,11 @@ static void test_worked_tiny(void **st) {
   gf_typical_set t;
   assert_int_equal(gf_sim_typical(&l, &t), 0);
   for (size_t p = 0; p < gf_policy_count(); p++) {
-    gf_sim_config cfg = {gf_policy_name(p), 1, 1.0, &t, GF_TIE_ORDER};
+    gf_sim_config cfg = {.policy = gf_policy_name(p),
+                         .seed = 1,
+                         .inflate = 1.0,
+                         .typical = &t,
+                         .ties = GF_TIE_ORDER};
     gf_sim_result r;
     gf_diag d = {""};
     if (gf_sim_run(c, &l, &cfg, &r, &d))
@@ -124,8 +128,11 @@ static void test_small_all_policies(void **st) {
   load(&f, GF_TEST_DATA "/nodes_small.csv", GF_TEST_DATA "/pods_small.csv");
   for (size_t p = 0; p < gf_policy_count(); p++) {
     for (uint64_t seed = 1; seed <= 5; seed++) {
-      gf_sim_config cfg = {gf_policy_name(p), seed, 1.3, &f.typical,
-                           GF_TIE_ORDER};
+      gf_sim_config cfg = {.policy = gf_policy_name(p),
+                           .seed = seed,
+                           .inflate = 1.3,
+                           .typical = &f.typical,
+                           .ties = GF_TIE_ORDER};
       gf_sim_result r1, r2;
       gf_diag d = {""};
       if (gf_sim_run(f.c, &f.pods, &cfg, &r1, &d))
@@ -168,7 +175,11 @@ static void test_default_trace_order(void **st) {
   double un[3];
   const char *pol[3] = {"whole", "bestfit", "fgd"};
   for (int i = 0; i < 3; i++) {
-    gf_sim_config cfg = {pol[i], 42, 1.3, &f.typical, GF_TIE_ORDER};
+    gf_sim_config cfg = {.policy = pol[i],
+                         .seed = 42,
+                         .inflate = 1.3,
+                         .typical = &f.typical,
+                         .ties = GF_TIE_ORDER};
     gf_sim_result r;
     gf_diag d = {""};
     if (gf_sim_run(f.c, &f.pods, &cfg, &r, &d))
