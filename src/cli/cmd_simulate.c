@@ -269,19 +269,19 @@ static void main_job_table(const sweep *s, const gf_summary *sum) {
          t->name, gf_cluster_nnodes(s->base), ngpus, t->pods.n,
          s->inflate * 100, s->nseeds, (unsigned long long)s->seeds[0],
          (unsigned long long)s->seeds[s->nseeds - 1]);
-  printf("  %-9s %12s %14s %14s %12s %12s\n", "policy", "pods placed",
-         "GPU allocated", "GPUs stranded", "fractional", "whole-GPU");
-  printf("  %-9s %12s %14s %14s %12s %12s\n", "", "(all run)", "(% capacity)",
-         "(idle, at 100%)", "pods placed", "pods placed");
+  printf("  %-9s %16s %15s   %s\n", "policy", "GPU share in use",
+         "GPUs stranded", "note");
   double whole_stranded = NAN;
   for (int p = 0; p < s->npolicies; p++) {
     const gf_summary *x = &sum[p];
     double stranded = x->unalloc100 / 100.0 * ngpus;
     if (strcmp(x->policy, "whole") == 0)
       whole_stranded = stranded;
-    printf("  %-9s %11.1f%% %13.2f%% %14.0f %12.0f %12.0f\n", x->policy,
-           x->placed_pct, 100 - x->unalloc100, stranded, x->placed_share,
-           x->placed_whole);
+    printf("  %-9s %15.2f%% %15.0f", x->policy, 100 - x->unalloc100, stranded);
+    if (x->held_unused100 > 0.005)
+      printf("   pods hold %.2f%% of the GPUs, use %.2f%%",
+             100 - x->unalloc100 + x->held_unused100, 100 - x->unalloc100);
+    printf("\n");
   }
   printf("\n");
   for (int p = 0; p < s->npolicies; p++) {
@@ -292,6 +292,16 @@ static void main_job_table(const sweep *s, const gf_summary *sum) {
            "(%.0f%% less).\n",
            x->policy, whole_stranded - x->unalloc100 / 100.0 * ngpus,
            100.0 * (1 - x->unalloc100 / 100.0 * ngpus / whole_stranded));
+  }
+  printf("\nOver the whole run (demand up to %.0f%% of capacity), mean per "
+         "seed:\n\n",
+         s->inflate * 100);
+  printf("  %-9s %12s %16s %15s %14s\n", "policy", "pods placed",
+         "fractional pods", "whole-GPU pods", "CPU-only pods");
+  for (int p = 0; p < s->npolicies; p++) {
+    const gf_summary *x = &sum[p];
+    printf("  %-9s %11.1f%% %16.0f %15.0f %14.0f\n", x->policy, x->placed_pct,
+           x->placed_share, x->placed_whole, x->placed_cpu);
   }
   printf("\n'GPUs stranded' = GPU capacity no pod was given (under 'whole', "
          "a pod holds\na full GPU however little it asked for; the rest of "
