@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "gpufrac/engine.h"
+#include "gpufrac/quantity.h"
 #include "gpufrac/sim.h"
 #include "gpufrac/trace.h"
 
@@ -55,11 +56,13 @@ static int bench(gf_cluster *c, const gf_pod_list *pods,
 }
 
 int main(int argc, char **argv) {
-  int reps = argc > 1 ? atoi(argv[1]) : 5;
-  if (reps < 1 || reps > 64) {
+  int64_t reps64 = 5;
+  if (argc > 2 ||
+      (argc == 2 && gf_parse_int64(argv[1], 1, 64, &reps64, NULL))) {
     fprintf(stderr, "usage: bench_sim [REPS 1..64]\n");
     return 2;
   }
+  int reps = (int)reps64;
   gf_cluster *c = gf_cluster_new();
   gf_pod_list pods;
   gf_typical_set t;

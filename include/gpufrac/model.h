@@ -6,11 +6,12 @@
  * shared by the simulator, the scheduler extender and the node agent.  It
  * does no I/O and keeps no globals.
  *
- * Shares.  A GPU is divided along two axes: a compute share in milli-GPU
- * (1000 = the whole GPU, the unit of the Alibaba trace and of the FGD paper)
- * and memory bytes.  A request asks for `gpu_count` GPUs with `gpu_milli`
- * each (and optionally `gpu_mem_bytes` each); a request for more than one
- * GPU always takes whole GPUs.  An exclusive request needs an untouched GPU
+ * Shares.  A GPU is divided along two axes: a share in milli-GPU (1000 =
+ * the whole GPU, the unit of the Alibaba trace and of the FGD paper) and
+ * memory bytes.  A request asks for `gpu_count` GPUs with `gpu_milli` each
+ * and/or `gpu_mem_bytes` each; a request for more than one GPU always takes
+ * whole GPUs.  `compute_pct` is the compute limit enforced at run time; it
+ * does not affect placement beyond the share.  An exclusive request needs an untouched GPU
  * and keeps everyone else off it.
  *
  * Invariants (checked by gf_cluster_check, relied on everywhere):
@@ -79,8 +80,11 @@ typedef struct gf_request {
   int64_t cpu_milli;
   int64_t mem_bytes;
   uint32_t gpu_count;    /* 0: CPU-only */
-  int32_t gpu_milli;     /* per-GPU compute share, 1..1000; 1000 if count>1 */
+  int32_t gpu_milli;     /* per-GPU share, 0..1000; 1000 if count>1; 0 only
+                            for a memory-only share (gpu_mem_bytes > 0) */
   int64_t gpu_mem_bytes; /* per-GPU memory, 0 when not constrained */
+  int32_t compute_pct;   /* per-GPU compute limit the shim enforces, 1..100;
+                            0 = the share itself (gpu_milli / 10) */
   uint64_t model_mask;   /* allowed GPU models (cluster ids); 0 = any */
   gf_share_mode mode;
 } gf_request;

@@ -186,10 +186,16 @@ int gf_request_check(const gf_request *r, gf_diag *d) {
                        r->gpu_count, GF_MAX_GPUS_PER_NODE);
   if (r->gpu_count == 0)
     return 0;
-  if (r->gpu_milli < 1 || r->gpu_milli > GF_GPU_MILLI)
+  if (r->gpu_milli < 0 || r->gpu_milli > GF_GPU_MILLI ||
+      (r->gpu_milli == 0 && r->gpu_mem_bytes == 0))
     return gf_diag_set(d, GF_ERANGE,
-                       "request: GPU share %d milli, must be 1..1000",
+                       "request: GPU share %d milli, must be 1..1000 (or 0 "
+                       "with a GPU memory request)",
                        (int)r->gpu_milli);
+  if (r->compute_pct < 0 || r->compute_pct > 100)
+    return gf_diag_set(d, GF_ERANGE,
+                       "request: compute %d%%, must be 1..100 (0 = as share)",
+                       (int)r->compute_pct);
   if (r->gpu_count > 1 && r->gpu_milli != GF_GPU_MILLI)
     return gf_diag_set(d, GF_EINVAL,
                        "request: %u GPUs at %d milli each; multi-GPU requests "

@@ -83,6 +83,15 @@ static void test_requests(void **st) {
   assert_int_equal(gf_request_check(&r, &d), 0);
   r.gpu_milli = 0;
   assert_int_equal(gf_request_check(&r, &d), GF_ERANGE);
+  r.gpu_mem_bytes = 4LL << 30; /* a memory-only share is fine */
+  assert_int_equal(gf_request_check(&r, &d), 0);
+  r.gpu_mem_bytes = 0;
+  r.gpu_milli = 500;
+  r.compute_pct = 101;
+  assert_int_equal(gf_request_check(&r, &d), GF_ERANGE);
+  r.compute_pct = 30;
+  assert_int_equal(gf_request_check(&r, &d), 0);
+  r.gpu_milli = 0;
   r.gpu_milli = 1001;
   assert_int_equal(gf_request_check(&r, &d), GF_ERANGE);
   r.gpu_milli = 500;
@@ -170,6 +179,18 @@ static void test_gpu_memory_and_models(void **st) {
   r.model_mask = 1ull << gf_cluster_model_id(c, "A100", false);
   assert_false(gf_node_fits(t4, &r));
   assert_true(gf_node_fits(gf_cluster_node(c, 1), &r));
+  /* A memory-only share (no milli) is placed by memory alone: 6 GiB fits
+   * beside the 10 GiB already on the T4, a second 6 GiB does not. */
+  gf_request m = share(100, 0);
+  m.gpu_mem_bytes = 6LL << 30;
+  assert_int_equal(gf_request_check(&m, NULL), 0);
+  assert_true(gf_node_fits(t4, &m));
+  assert_int_equal(gf_cluster_place(c, &m, &p), 0);
+  assert_false(gf_node_fits(t4, &m));
+  assert_int_equal(t4->gpus[0].mem_used, 16LL << 30);
+  assert_int_equal(t4->gpus[0].npods, 2);
+  assert_int_equal(gf_cluster_release(c, &m, &p), 0);
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
   gf_cluster_free(c);
 }
 
