@@ -11,8 +11,8 @@
  * memory bytes.  A request asks for `gpu_count` GPUs with `gpu_milli` each
  * and/or `gpu_mem_bytes` each; a request for more than one GPU always takes
  * whole GPUs.  `compute_pct` is the compute limit enforced at run time; it
- * does not affect placement beyond the share.  An exclusive request needs an untouched GPU
- * and keeps everyone else off it.
+ * does not affect placement beyond the share.  An exclusive request needs an
+ * untouched GPU and keeps everyone else off it.
  *
  * Invariants (checked by gf_cluster_check, relied on everywhere):
  *   0 <= milli_used <= 1000 and 0 <= mem_used <= mem_bytes on every GPU;
