@@ -8,34 +8,19 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
+
 #include "gpufrac/error.h"
 #include "gpufrac/frag.h"
-
-static gf_request req(int64_t cpu, uint32_t n, int32_t milli) {
-  gf_request r;
-  memset(&r, 0, sizeof(r));
-  r.cpu_milli = cpu;
-  r.gpu_count = n;
-  r.gpu_milli = milli;
-  return r;
-}
-
-/* Typical set {share 500m/1 CPU: p=.75, whole GPU/2 CPU: p=.25}. */
-static void two_shapes(gf_typical_set *t) {
-  gf_request w[4] = {req(1000, 1, 500), req(2000, 1, 1000), req(1000, 1, 500),
-                     req(1000, 1, 500)};
-  assert_int_equal(gf_typical_build(w, NULL, 4, 100.0, true, t), 0);
-  assert_int_equal(t->n, 2);
-  assert_int_equal(t->pods[0].gpu_milli, 500);
-  assert_int_equal(t->pods[0].count, 3);
-  assert_true(t->pods[0].p == 0.75);
-  assert_true(t->pods[1].p == 0.25);
-}
 
 static void test_worked_q2_q3(void **st) {
   (void)st;
   gf_typical_set t;
   two_shapes(&t);
+  assert_int_equal(t.pods[0].gpu_milli, 500);
+  assert_int_equal(t.pods[0].count, 3);
+  assert_true(t.pods[0].p == 0.75);
+  assert_true(t.pods[1].p == 0.25);
   /* Node: 2 GPUs with 1000 and 300 milli free, 4 CPUs free.
    * share: fits on GPU0, CPU ok -> Q3; GPU1's 300 < 500 is fragment:
    *   Q2 += .75 * 300 = 225, Q3 += .75 * 1000 = 750.

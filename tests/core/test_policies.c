@@ -10,18 +10,11 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
+
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "policy.h"
-
-static gf_request req(int64_t cpu, uint32_t n, int32_t milli) {
-  gf_request r;
-  memset(&r, 0, sizeof(r));
-  r.cpu_milli = cpu;
-  r.gpu_count = n;
-  r.gpu_milli = milli;
-  return r;
-}
 
 static int node(gf_cluster *c, const char *name, int64_t cpu, int ngpus) {
   gf_gpu_spec g[GF_MAX_GPUS_PER_NODE];
@@ -126,13 +119,6 @@ static void test_clustering(void **st) {
   p->destroy(s);
   gf_engine_free(e);
   gf_cluster_free(c);
-}
-
-/* Typical set {share 500m/1 CPU: p=.75, whole GPU/2 CPU: p=.25}. */
-static void two_shapes(gf_typical_set *t) {
-  gf_request w[4] = {req(1000, 1, 500), req(2000, 1, 1000), req(1000, 1, 500),
-                     req(1000, 1, 500)};
-  assert_int_equal(gf_typical_build(w, NULL, 4, 100.0, true, t), 0);
 }
 
 static void test_fgd(void **st) {
