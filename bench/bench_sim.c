@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
                           &d) ||
       gf_trace_load_pods(GF_DATA_DIR "/traces/openb_pod_list_default.csv", c,
                          &pods, &d) ||
-      gf_sim_typical(&pods, &t)) {
+      gf_sim_typical(&pods, 95.0, &t)) {
     fprintf(stderr, "bench_sim: %s\n", d.msg);
     return 1;
   }

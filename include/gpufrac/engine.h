@@ -43,7 +43,9 @@ typedef enum gf_tie_break {
 typedef struct gf_engine_config {
   const char *policy;            /* a name from the policy table */
   uint64_t seed;                 /* tie-breaking and random choices */
-  const gf_typical_set *typical; /* workload shapes; needed by fgd */
+  const gf_typical_set *typical; /* FGD's typical pods; needed by fgd */
+  const gf_typical_set *shapes;  /* every workload shape with its count;
+                                    optional, used by gpufrac */
   gf_tie_break ties;
   bool no_score_cache; /* benchmarks only: score every node anew */
 } gf_engine_config;

@@ -35,8 +35,11 @@
 int gf_sim_workload(const gf_pod_list *pods, uint64_t seed, double inflate,
                     int64_t capacity_milli, size_t **order, size_t *n);
 
-/* Typical pods of a trace, keyed as the reference keys them. */
-int gf_sim_typical(const gf_pod_list *pods, gf_typical_set *out);
+/* Request shapes of a trace, keyed as the reference keys them, cut at
+ * threshold_pct of its pods (95 gives FGD's typical pods, 100 every shape
+ * with its count). */
+int gf_sim_typical(const gf_pod_list *pods, double threshold_pct,
+                   gf_typical_set *out);
 
 typedef struct gf_sim_point {
   bool present;
@@ -63,6 +66,7 @@ typedef struct gf_sim_config {
   uint64_t seed;
   double inflate;                /* e.g. 1.3 */
   const gf_typical_set *typical; /* for fgd and for the frag metrics */
+  const gf_typical_set *shapes;  /* every shape of the trace (optional) */
   gf_tie_break ties;             /* see gpufrac/engine.h */
   bool no_score_cache;           /* benchmarks only */
 } gf_sim_config;

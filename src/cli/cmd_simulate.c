@@ -133,7 +133,8 @@ typedef struct trace {
   char name[128];
   char path[4096];
   gf_pod_list pods;
-  gf_typical_set typical;
+  gf_typical_set typical; /* FGD's: 95% of pods */
+  gf_typical_set shapes;  /* every shape */
 } trace;
 
 typedef struct sweep {
@@ -176,6 +177,7 @@ static void *worker(void *arg) {
                          .seed = s->seeds[seed],
                          .inflate = s->inflate,
                          .typical = &s->traces[tr].typical,
+                         .shapes = &s->traces[tr].shapes,
                          .ties = s->ties};
     gf_diag d = {""};
     if (gf_sim_run(c, &s->traces[tr].pods, &cfg, &s->results[j], &d)) {
@@ -503,7 +505,8 @@ int cmd_simulate(int argc, char **argv) {
       fprintf(stderr, "gpufrac simulate: %s: no pods\n", tr->path);
       goto out;
     }
-    if (gf_sim_typical(&tr->pods, &tr->typical)) {
+    if (gf_sim_typical(&tr->pods, 95.0, &tr->typical) ||
+        gf_sim_typical(&tr->pods, 100.0, &tr->shapes)) {
       fprintf(stderr, "gpufrac simulate: %s: typical pods: out of memory\n",
               tr->path);
       goto out;
@@ -558,6 +561,7 @@ out:
     for (int t = 0; t < ntraces; t++) {
       gf_pod_list_release(&traces[t].pods);
       gf_typical_release(&traces[t].typical);
+      gf_typical_release(&traces[t].shapes);
     }
   free(traces);
   gf_cluster_free(base);

@@ -93,7 +93,7 @@ int gf_engine_new(gf_cluster *c, const gf_engine_config *cfg, gf_engine **out,
   e->seed = cfg->seed;
   gf_rng_seed(&e->rng, cfg->seed);
   if (ops->create) {
-    gf__policy_env env = {c, cfg->typical};
+    gf__policy_env env = {c, cfg->typical, cfg->shapes};
     int rc = ops->create(&env, &e->state);
     if (rc) {
       gf__free(e);

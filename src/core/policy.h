@@ -38,6 +38,7 @@ typedef struct gf__pick {
 typedef struct gf__policy_env {
   const gf_cluster *cluster;
   const gf_typical_set *typical;
+  const gf_typical_set *shapes;
 } gf__policy_env;
 
 typedef struct gf__policy_ops {

@@ -99,7 +99,8 @@ static int by_spec(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int gf_sim_typical(const gf_pod_list *pods, gf_typical_set *out) {
+int gf_sim_typical(const gf_pod_list *pods, double threshold_pct,
+                   gf_typical_set *out) {
   /* Tag each model constraint by the rank of its text, so shapes tie-break
    * in the order the reference's string comparison gives. */
   const char **specs = malloc((pods->n ? pods->n : 1) * sizeof(*specs));
@@ -121,7 +122,7 @@ int gf_sim_typical(const gf_pod_list *pods, gf_typical_set *out) {
     tags[i] = (uint32_t)(hit - specs);
     reqs[i] = pods->pods[i].req;
   }
-  rc = gf_typical_build(reqs, tags, pods->n, 95.0, true, out);
+  rc = gf_typical_build(reqs, tags, pods->n, threshold_pct, true, out);
 out:
   free(specs);
   free(tags);
@@ -204,6 +205,7 @@ int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
   gf_engine_config ec = {.policy = cfg->policy,
                          .seed = cfg->seed,
                          .typical = cfg->typical,
+                         .shapes = cfg->shapes,
                          .ties = cfg->ties,
                          .no_score_cache = cfg->no_score_cache};
   if ((rc = gf_engine_new(c, &ec, &e, d)))

@@ -97,7 +97,7 @@ static void test_clustering(void **st) {
       .policy = "clustering", .seed = 1, .typical = NULL, .ties = GF_TIE_ORDER};
   assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
   void *s = NULL;
-  gf__policy_env env = {c, NULL};
+  gf__policy_env env = {.cluster = c};
   assert_int_equal(gf__policy_clustering.create(&env, &s), 0);
   const gf__policy_ops *p = &gf__policy_clustering;
   /* Empty node: base 25 * (8000 - 2000) / 8000 = 18; no GPU pods: +25. */
@@ -128,7 +128,7 @@ static void test_fgd(void **st) {
   gf_cluster *c = gf_cluster_new();
   node(c, "a", 4000, 2);
   void *s = NULL;
-  gf__policy_env env = {c, &t};
+  gf__policy_env env = {.cluster = c, .typical = &t};
   assert_int_equal(gf__policy_fgd.create(&env, &s), 0);
   const gf__policy_ops *p = &gf__policy_fgd;
   gf__pick pick;

@@ -27,7 +27,7 @@ static void load(fixture *f, const char *nodes, const char *pods) {
   if (gf_trace_load_nodes(nodes, f->c, &d) ||
       gf_trace_load_pods(pods, f->c, &f->pods, &d))
     fail_msg("%s", d.msg);
-  assert_int_equal(gf_sim_typical(&f->pods, &f->typical), 0);
+  assert_int_equal(gf_sim_typical(&f->pods, 95.0, &f->typical), 0);
 }
 
 static void unload(fixture *f) {
@@ -86,7 +86,7 @@ static void test_worked_tiny(void **st) {
   assert_int_equal(gf_trace_read_pods(fp, "p", c, &l, NULL), 0);
   fclose(fp);
   gf_typical_set t;
-  assert_int_equal(gf_sim_typical(&l, &t), 0);
+  assert_int_equal(gf_sim_typical(&l, 95.0, &t), 0);
   for (size_t p = 0; p < gf_policy_count(); p++) {
     gf_sim_config cfg = {.policy = gf_policy_name(p),
                          .seed = 1,
