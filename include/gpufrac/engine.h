@@ -40,8 +40,13 @@ typedef enum gf_tie_break {
   GF_TIE_UNIFORM = 1, /* uniformly at random among the tied nodes */
 } gf_tie_break;
 
+/* The policy an engine uses when its config names none. */
+#define GF_DEFAULT_POLICY "gpufrac"
+
 typedef struct gf_engine_config {
-  const char *policy;            /* a name from the policy table */
+  const char *policy;            /* NULL (GF_DEFAULT_POLICY) or a name from
+                                    the policy table, optionally
+                                    with parameters: "gpufrac:cpu=0:price=2" */
   uint64_t seed;                 /* tie-breaking and random choices */
   const gf_typical_set *typical; /* FGD's typical pods; needed by fgd */
   const gf_typical_set *shapes;  /* every workload shape with its count;
@@ -76,6 +81,8 @@ const char *gf_engine_policy(const gf_engine *e);
 size_t gf_policy_count(void);
 const char *gf_policy_name(size_t i);
 const char *gf_policy_summary(size_t i);
-int gf_policy_find(const char *name); /* index or GF_ENOTFOUND */
+/* Index of the policy a policy string names (the part before any ':'), or
+ * GF_ENOTFOUND. */
+int gf_policy_find(const char *name);
 
 #endif

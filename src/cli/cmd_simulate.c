@@ -42,7 +42,7 @@ static void usage(FILE *fp) {
           "times\n"
           "the cluster's GPU capacity; each is placed or dropped at once.  "
           "With no\n"
-          "options: the default trace, seeds 42-51, whole vs bestfit vs fgd.\n"
+          "options: the default trace, seeds 42-51, whole vs fgd vs gpufrac.\n"
           "\n"
           "options:\n"
           "  --trace NAME[,NAME..]  bundled pod lists (default, gpushare40, "
@@ -52,7 +52,9 @@ static void usage(FILE *fp) {
           "  --nodes FILE           node list CSV (default: the bundled 1213 "
           "GPU nodes)\n"
           "  --policy P[,P..]       placement policies (default: "
-          "whole,bestfit,fgd)\n"
+          "whole,fgd,gpufrac);\n"
+          "                         parameters after ':', e.g. "
+          "gpufrac:cpu=0:price=0\n"
           "  --seeds LIST           e.g. 42-51 or 42,50,100-109 (default "
           "42-51)\n"
           "  --inflate X            demand as a multiple of capacity "
@@ -314,7 +316,7 @@ static void main_job_table(const sweep *s, const gf_summary *sum) {
 int cmd_simulate(int argc, char **argv) {
   const char *nodes_path = NULL, *pods_path = NULL, *format = "table";
   const char *out_dir = NULL, *data_dir = getenv("GPUFRAC_DATA");
-  char trace_arg[1024] = "default", policy_arg[1024] = "whole,bestfit,fgd";
+  char trace_arg[1024] = "default", policy_arg[1024] = "whole,fgd,gpufrac";
   const char *seeds_arg = "42-51";
   double inflate = 1.3;
   gf_tie_break ties = GF_TIE_ORDER;
@@ -516,6 +518,20 @@ int cmd_simulate(int argc, char **argv) {
     fprintf(stderr, "gpufrac simulate: %s: no GPUs in the node list\n",
             nodes_path);
     goto out;
+  }
+
+  /* Check each policy and its parameters once, before any work. */
+  for (int p = 0; p < npolicies; p++) {
+    gf_engine *e;
+    gf_engine_config ec = {.policy = policies[p],
+                           .typical = &traces[0].typical,
+                           .shapes = &traces[0].shapes};
+    if (gf_engine_new(base, &ec, &e, &d)) {
+      fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
+      rc = GF_EXIT_USAGE;
+      goto out;
+    }
+    gf_engine_free(e);
   }
 
   s.base = base;

@@ -9,6 +9,7 @@
  */
 #include "gpufrac/engine.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -19,7 +20,7 @@
 static const gf__policy_ops *const policies[] = {
     &gf__policy_random,  &gf__policy_dotprod, &gf__policy_clustering,
     &gf__policy_packing, &gf__policy_bestfit, &gf__policy_fgd,
-    &gf__policy_whole,
+    &gf__policy_whole,   &gf__policy_gpufrac,
 };
 #define NPOLICIES (sizeof(policies) / sizeof(policies[0]))
 
@@ -31,10 +32,56 @@ const char *gf_policy_summary(size_t i) {
   return i < NPOLICIES ? policies[i]->summary : NULL;
 }
 int gf_policy_find(const char *name) {
+  size_t len = strcspn(name, ":");
   for (size_t i = 0; i < NPOLICIES; i++)
-    if (strcmp(policies[i]->name, name) == 0)
+    if (strlen(policies[i]->name) == len &&
+        strncmp(policies[i]->name, name, len) == 0)
       return (int)i;
   return GF_ENOTFOUND;
+}
+
+/* ---- policy parameters ("key=value:key=value") ----------------------- */
+
+int gf__param(const char *params, const char *key, double lo, double hi,
+              double *out, gf_diag *d) {
+  size_t klen = strlen(key);
+  for (const char *p = params; p && *p;) {
+    const char *end = strchr(p, ':');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
+      char buf[64];
+      size_t vlen = len - klen - 1;
+      if (vlen == 0 || vlen >= sizeof(buf))
+        return gf_diag_set(d, GF_EINVAL, "parameter %s: bad value", key);
+      memcpy(buf, p + klen + 1, vlen);
+      buf[vlen] = '\0';
+      char *stop;
+      double v = strtod(buf, &stop);
+      if (*stop || !(v >= lo && v <= hi))
+        return gf_diag_set(d, GF_EINVAL,
+                           "parameter %s=%s: want a number in %g..%g", key, buf,
+                           lo, hi);
+      *out = v;
+    }
+    p = end ? end + 1 : NULL;
+  }
+  return 0;
+}
+
+int gf__params_known(const char *params, const char *const *keys, gf_diag *d) {
+  for (const char *p = params; p && *p;) {
+    const char *end = strchr(p, ':');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    size_t klen = strcspn(p, "=:");
+    int ok = 0;
+    for (const char *const *k = keys; *k && !ok; k++)
+      ok = strlen(*k) == klen && strncmp(*k, p, klen) == 0 && klen < len;
+    if (!ok)
+      return gf_diag_set(d, GF_EINVAL, "unknown parameter '%.*s'", (int)klen,
+                         p);
+    p = end ? end + 1 : NULL;
+  }
+  return 0;
 }
 
 typedef struct cache_entry {
@@ -74,10 +121,10 @@ struct gf_engine {
 
 int gf_engine_new(gf_cluster *c, const gf_engine_config *cfg, gf_engine **out,
                   gf_diag *d) {
-  int idx = gf_policy_find(cfg->policy ? cfg->policy : "");
+  const char *policy = cfg->policy ? cfg->policy : GF_DEFAULT_POLICY;
+  int idx = gf_policy_find(policy);
   if (idx < 0)
-    return gf_diag_set(d, GF_ENOTFOUND, "unknown policy '%s'",
-                       cfg->policy ? cfg->policy : "");
+    return gf_diag_set(d, GF_ENOTFOUND, "unknown policy '%s'", policy);
   const gf__policy_ops *ops = policies[idx];
   if ((ops->flags & GF__POL_TYPICAL) && (!cfg->typical || !cfg->typical->n))
     return gf_diag_set(d, GF_EINVAL,
@@ -92,13 +139,21 @@ int gf_engine_new(gf_cluster *c, const gf_engine_config *cfg, gf_engine **out,
   e->cache = !cfg->no_score_cache && (ops->flags & GF__POL_CACHEABLE);
   e->seed = cfg->seed;
   gf_rng_seed(&e->rng, cfg->seed);
+  const char *colon = strchr(policy, ':');
+  const char *params = colon ? colon + 1 : "";
   if (ops->create) {
-    gf__policy_env env = {c, cfg->typical, cfg->shapes};
-    int rc = ops->create(&env, &e->state);
+    gf__policy_env env = {c, cfg->typical, cfg->shapes, params};
+    gf_diag pd = {""};
+    int rc = ops->create(&env, &e->state, &pd);
     if (rc) {
       gf__free(e);
-      return gf_diag_set(d, rc, "policy '%s': %s", ops->name, gf_strerror(rc));
+      return gf_diag_set(d, rc, "policy '%s': %s", policy,
+                         pd.msg[0] ? pd.msg : gf_strerror(rc));
     }
+  } else if (*params) {
+    gf__free(e);
+    return gf_diag_set(d, GF_EINVAL, "policy '%s' takes no parameters",
+                       ops->name);
   }
   *out = e;
   return 0;

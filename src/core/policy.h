@@ -39,6 +39,7 @@ typedef struct gf__policy_env {
   const gf_cluster *cluster;
   const gf_typical_set *typical;
   const gf_typical_set *shapes;
+  const char *params; /* "key=value:..." after the policy name; "" if none */
 } gf__policy_env;
 
 typedef struct gf__policy_ops {
@@ -47,7 +48,7 @@ typedef struct gf__policy_ops {
   unsigned flags;
   gf__gpusel gpusel;
   /* Optional; state may stay NULL.  Returns 0 or a GF_E* code. */
-  int (*create)(const gf__policy_env *env, void **state);
+  int (*create)(const gf__policy_env *env, void **state, gf_diag *d);
   void (*destroy)(void *state);
   int64_t (*score)(void *state, const gf_cluster *c, uint32_t node,
                    const gf_request *r, gf__pick *pick);
@@ -63,6 +64,7 @@ extern const gf__policy_ops gf__policy_packing;
 extern const gf__policy_ops gf__policy_bestfit;
 extern const gf__policy_ops gf__policy_fgd;
 extern const gf__policy_ops gf__policy_whole;
+extern const gf__policy_ops gf__policy_gpufrac;
 
 /* Shared helpers (policy_util in engine.c). */
 
@@ -73,6 +75,14 @@ int64_t gf__node_gpu_left(const gf_node *n);
  * with the least free share (lowest index on ties); whole GPUs are the
  * lowest-index free ones.  Returns 0 or GF_ENOFIT. */
 int gf__pick_best(const gf_node *n, const gf_request *r, gf__pick *pick);
+
+/* Policy parameters.  gf__param sets *out from "key=value" in params when
+ * present (leaving it alone otherwise); GF_EINVAL if the value is not a
+ * number in [lo, hi].  gf__params_known rejects keys not in the NULL-ended
+ * list. */
+int gf__param(const char *params, const char *key, double lo, double hi,
+              double *out, gf_diag *d);
+int gf__params_known(const char *params, const char *const *keys, gf_diag *d);
 
 /* BestFit's raw score (before normalisation), reused by `whole`. */
 int64_t gf__bestfit_raw(const gf_node *n, const gf_request *r);

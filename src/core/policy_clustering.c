@@ -21,7 +21,9 @@ static int kind_of(const gf_request *r) {
   return r->gpu_milli < GF_GPU_MILLI ? 0 : (int)r->gpu_count;
 }
 
-static int clustering_create(const gf__policy_env *env, void **state) {
+static int clustering_create(const gf__policy_env *env, void **state,
+                             gf_diag *d) {
+  (void)d;
   clustering *s = gf__calloc(1, sizeof(*s));
   if (!s)
     return GF_ENOMEM;

@@ -21,7 +21,8 @@ typedef struct fgd {
   gf_frag_tracker *now; /* each node's fragment as it stands */
 } fgd;
 
-static int fgd_create(const gf__policy_env *env, void **state) {
+static int fgd_create(const gf__policy_env *env, void **state, gf_diag *d) {
+  (void)d;
   fgd *s = gf__calloc(1, sizeof(*s));
   if (!s)
     return GF_ENOMEM;

@@ -38,6 +38,9 @@ check help-unknown   2 "no command 'nope'"        -- "$GPUFRAC" help nope
 check bad-option     2 "unknown option '--bogus'" -- "$GPUFRAC" simulate --bogus 1
 check missing-value  2 'needs a value'            -- "$GPUFRAC" simulate --seeds
 check bad-policy     2 "no policy 'nope'"         -- "$GPUFRAC" simulate --policy fgd,nope
+check bad-param      2 "unknown parameter 'bogus'" -- "$GPUFRAC" simulate --policy gpufrac:bogus=1
+check bad-param-val  2 'cpu=-1'                   -- "$GPUFRAC" simulate --policy gpufrac:cpu=-1
+check param-no-params 2 'takes no parameters'     -- "$GPUFRAC" simulate --policy bestfit:x=1
 check bad-seeds      2 "--seeds '9-1'"            -- "$GPUFRAC" simulate --seeds 9-1
 check bad-inflate    2 "--inflate 'x'"            -- "$GPUFRAC" simulate --inflate x
 check bad-format     2 "--format 'xml'"           -- "$GPUFRAC" simulate --format xml
@@ -50,6 +53,7 @@ printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1000,1,1,1000\np2,oops,1
 check malformed-pods 1 'bad.csv:3: column cpu_milli' -- "$GPUFRAC" simulate "${small[@]:0:2}" --pods "$tmp/bad.csv"
 
 check small-table    0 'fgd'    -- "$GPUFRAC" simulate "${small[@]}" --seeds 1-3 --policy fgd,bestfit
+check small-params   0 'gpufrac:cpu=0:price=0' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --policy gpufrac:cpu=0:price=0
 check small-json     0 '"summary"' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --format json
 check small-csv      0 '^trace,policy,seeds' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --format csv --jobs 1
 

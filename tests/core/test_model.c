@@ -225,9 +225,12 @@ static void test_place_release_property(void **st) {
   (void)st;
   gf_rng rng;
   gf_rng_seed(&rng, 2024);
+  /* Typical pods for the policies that measure fragmentation. */
+  gf_request shapes[3] = {share(1000, 500), share(2000, 1000), share(3000, 0)};
+  shapes[2].gpu_count = 0;
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(shapes, NULL, 3, 100.0, true, &t), 0);
   for (size_t pol = 0; pol < gf_policy_count(); pol++) {
-    if (strcmp(gf_policy_name(pol), "fgd") == 0)
-      continue; /* needs a typical set; covered in test_policies */
     gf_cluster *c = gf_cluster_new();
     static const int sizes[] = {0, 1, 2, 4, 8};
     for (int i = 0; i < 40; i++) {
@@ -240,7 +243,7 @@ static void test_place_release_property(void **st) {
     gf_engine *e;
     gf_engine_config cfg = {.policy = gf_policy_name(pol),
                             .seed = 7,
-                            .typical = NULL,
+                            .typical = &t,
                             .ties = GF_TIE_ORDER};
     assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
     gf_request base_req = share(500, 250);
@@ -299,6 +302,7 @@ static void test_place_release_property(void **st) {
     gf_engine_free(e);
     gf_cluster_free(c);
   }
+  gf_typical_release(&t);
 }
 
 static void test_clone(void **st) {

@@ -98,7 +98,7 @@ static void test_clustering(void **st) {
   assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
   void *s = NULL;
   gf__policy_env env = {.cluster = c};
-  assert_int_equal(gf__policy_clustering.create(&env, &s), 0);
+  assert_int_equal(gf__policy_clustering.create(&env, &s, NULL), 0);
   const gf__policy_ops *p = &gf__policy_clustering;
   /* Empty node: base 25 * (8000 - 2000) / 8000 = 18; no GPU pods: +25. */
   assert_int_equal(score(p, s, c, 0, req(0, 1, 300), NULL), 43);
@@ -129,7 +129,7 @@ static void test_fgd(void **st) {
   node(c, "a", 4000, 2);
   void *s = NULL;
   gf__policy_env env = {.cluster = c, .typical = &t};
-  assert_int_equal(gf__policy_fgd.create(&env, &s), 0);
+  assert_int_equal(gf__policy_fgd.create(&env, &s, NULL), 0);
   const gf__policy_ops *p = &gf__policy_fgd;
   gf__pick pick;
   /* Empty node: F0 = 0.  A 500m share on either GPU leaves [500, 1000]:
@@ -164,6 +164,106 @@ static void test_fgd(void **st) {
   /* An empty request scores 100. */
   assert_int_equal(score(p, s, c, 0, req(0, 0, 0), NULL), 100);
   p->destroy(s);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
+/* gpufrac vs FGD on CPU.  Workload: whole-GPU pods with 10 CPUs (so GPU pods
+ * bring c = 10 CPU-milli per milli-GPU) and CPU-only pods.  Node X has 2 GPUs
+ * and 24 CPUs, node Y 2 GPUs and 100 CPUs.  A CPU-only pod of 6 CPUs arrives.
+ *   FGD: on X 18 CPUs remain, a typical whole pod still fits, nothing changes
+ *   class: 50; on Y likewise 50.  FGD cannot tell X from Y.
+ *   But on X, 18 CPUs feed only 1.8 of the 2 idle GPUs: the second whole pod
+ *   that X could have run (10 + 10 > 18) will not fit.  gpufrac counts
+ *   2000 - 18000 / 10 = 200 milli-GPU stranded on X (score 10 * -200 =
+ *   -2000) and none on Y (score 0), and puts the pod on Y. */
+static void test_gpufrac_cpu_stranding(void **st) {
+  (void)st;
+  gf_request w[3] = {req(10000, 1, 1000), req(10000, 1, 1000), req(6000, 0, 0)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 3, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "x", 24000, 2);
+  node(c, "y", 100000, 2);
+  gf__policy_env env = {.cluster = c, .typical = &t, .params = ""};
+  void *fgd = NULL, *ours = NULL;
+  assert_int_equal(gf__policy_fgd.create(&env, &fgd, NULL), 0);
+  assert_int_equal(gf__policy_gpufrac.create(&env, &ours, NULL), 0);
+  gf_request cpu = req(6000, 0, 0);
+  assert_int_equal(score(&gf__policy_fgd, fgd, c, 0, cpu, NULL), 50);
+  assert_int_equal(score(&gf__policy_fgd, fgd, c, 1, cpu, NULL), 50);
+  assert_int_equal(score(&gf__policy_gpufrac, ours, c, 0, cpu, NULL), -2000);
+  assert_int_equal(score(&gf__policy_gpufrac, ours, c, 1, cpu, NULL), 0);
+  gf__policy_fgd.destroy(fgd);
+  gf__policy_gpufrac.destroy(ours);
+
+  /* Through the engine: gpufrac picks Y whatever the seed; FGD's pick is
+   * its tie order's, and for some seeds that is X, where it strands a GPU. */
+  int fgd_wrong = 0;
+  for (uint64_t seed = 0; seed < 16; seed++) {
+    for (int k = 0; k < 2; k++) {
+      gf_engine *e;
+      gf_engine_config cfg = {
+          .policy = k ? "fgd" : "gpufrac", .seed = seed, .typical = &t};
+      assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+      gf_placement p;
+      assert_int_equal(gf_engine_place(e, &cpu, &p), 0);
+      if (k == 0)
+        assert_int_equal(p.node, 1);
+      else
+        fgd_wrong += p.node == 0;
+      assert_int_equal(gf_engine_release(e, &cpu, &p), 0);
+      gf_engine_free(e);
+    }
+  }
+  assert_true(fgd_wrong > 0);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
+/* gpufrac's model price.  Workload: three whole-GPU pods restricted to T4,
+ * one that may run anywhere.  Supply: 2 T4 GPUs, 2 G2 GPUs.  Restricted
+ * demand is 3000 of 4000 milli, all on T4: T4's price is (3000/4000) /
+ * (2/4) = 1.5, G2's 0.  An unrestricted whole pod costs price 2 * 1.5 *
+ * 1000 = 3000 on the T4 node, 0 on G2.  Both nodes end with no fragment
+ * change of their own... except G2, where the T4-only shapes cannot run
+ * (NA): its fragment drops by .75 * 1000 = 750 when the pod takes a GPU.
+ * Scores: T4 node 10 * (0 - 3000) = -30000, G2 node 10 * 750 = 7500. */
+static void test_gpufrac_model_price(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  gf_gpu_spec g[2];
+  memset(g, 0, sizeof(g));
+  g[0].model = g[1].model = "T4";
+  gf_cluster_add_node(c, "t4", 64000, 1LL << 40, g, 2, NULL);
+  g[0].model = g[1].model = "G2";
+  gf_cluster_add_node(c, "g2", 64000, 1LL << 40, g, 2, NULL);
+  gf_request w[4] = {req(0, 1, 1000), req(0, 1, 1000), req(0, 1, 1000),
+                     req(0, 1, 1000)};
+  for (int i = 0; i < 3; i++)
+    w[i].model_mask = 1ull << gf_cluster_model_id(c, "T4", false);
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 4, 100.0, true, &t), 0);
+  gf__policy_env env = {.cluster = c, .typical = &t, .params = "cpu=0"};
+  void *ours = NULL;
+  assert_int_equal(gf__policy_gpufrac.create(&env, &ours, NULL), 0);
+  gf_request any = req(0, 1, 1000);
+  assert_int_equal(score(&gf__policy_gpufrac, ours, c, 0, any, NULL), -30000);
+  assert_int_equal(score(&gf__policy_gpufrac, ours, c, 1, any, NULL), 7500);
+  gf__policy_gpufrac.destroy(ours);
+  /* price=0 removes the cost: the T4 node scores 0. */
+  env.params = "cpu=0:price=0";
+  assert_int_equal(gf__policy_gpufrac.create(&env, &ours, NULL), 0);
+  assert_int_equal(score(&gf__policy_gpufrac, ours, c, 0, any, NULL), 0);
+  gf__policy_gpufrac.destroy(ours);
+  /* Bad parameters are refused with a reason. */
+  gf_diag d = {""};
+  env.params = "cpu=abc";
+  assert_int_equal(gf__policy_gpufrac.create(&env, &ours, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "cpu=abc"));
+  env.params = "speed=3";
+  assert_int_equal(gf__policy_gpufrac.create(&env, &ours, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "speed"));
   gf_cluster_free(c);
   gf_typical_release(&t);
 }
@@ -308,8 +408,9 @@ static void test_ties(void **st) {
 
 static void test_policy_table(void **st) {
   (void)st;
-  static const char *const want[] = {
-      "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "whole"};
+  static const char *const want[] = {"random",  "dotprod", "clustering",
+                                     "packing", "bestfit", "fgd",
+                                     "whole",   "gpufrac"};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
     int k = gf_policy_find(want[i]);
     assert_true(k >= 0);
@@ -331,6 +432,8 @@ int main(void) {
       cmocka_unit_test(test_whole_rounds_up),
       cmocka_unit_test(test_ties),
       cmocka_unit_test(test_policy_table),
+      cmocka_unit_test(test_gpufrac_cpu_stranding),
+      cmocka_unit_test(test_gpufrac_model_price),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

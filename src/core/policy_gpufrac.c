@@ -1,0 +1,228 @@
+/*
+ * gpufrac: the engine's default placement.  FGD's idea (place the pod where
+ * the expected GPU fragmentation grows least, against the workload's typical
+ * pods) with two costs FGD does not see and a finer score:
+ *
+ * 1. CPU stranding (parameter cpu, default 1).  A GPU is useless once its
+ *    node's CPU is gone.  GPU pods of the workload bring c CPU-milli per
+ *    milli-GPU on average (10.9 cores per GPU in the Alibaba trace), so a node
+ *    with L CPU-milli left can feed about L / c of its idle GPU share; the
+ *    rest is counted as fragment.  This steers CPU-only and CPU-heavy pods to
+ *    CPU-rich nodes and CPU-light pods to CPU-poor ones, before a node runs
+ *    dry rather than after (FGD only notices when a typical pod stops fitting).
+ *
+ * 2. Model scarcity (parameter price, default 2).  Pods restricted to some
+ *    GPU models compete for them.  The workload's restricted demand, spread
+ *    over each shape's allowed models in proportion to their supply, gives a
+ *    price per model: restricted demand share / supply share.  Placing d
+ *    milli-GPU on a model with price p costs price * p * d, so pods that may
+ *    go anywhere leave the contested models to the pods that may not.
+ *
+ * 3. Resolution.  FGD truncates 100 * sigmoid(delta / 1000) to an integer;
+ *    we keep the delta itself (in 0.1 milli-GPU), so a small real difference
+ *    is not lost.  Ties left are broken by the engine's seeded node order
+ *    (which consolidates); among a node's GPUs, the tightest fitting GPU
+ *    wins.  Parameter coarse=1 restores FGD's truncated score, for ablation.
+ *
+ * score(node) = 10 * (M(now) - M(after) - price cost), M = FGD fragment
+ * amount + cpu * CPU-stranded GPU milli.  The measure of each node as it
+ * stands is cached per node version.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "gpufrac/error.h"
+#include "policy.h"
+
+typedef struct cached {
+  uint64_t version; /* node version + 1; 0 = empty */
+  double m;
+} cached;
+
+typedef struct gfp {
+  const gf_typical_set *t;
+  double cpu;                  /* weight of CPU-stranded GPU share */
+  double price_w;              /* weight of the model price */
+  bool coarse;                 /* FGD's truncated sigmoid score */
+  double cpu_per_milli;        /* CPU-milli GPU pods bring per milli-GPU */
+  double price[GF_MAX_MODELS]; /* restricted demand share / supply share */
+  cached *now;
+  uint32_t nnow;
+} gfp;
+
+static const char *const param_keys[] = {"cpu", "price", "coarse", NULL};
+
+/* Average CPU per milli-GPU of the workload's GPU pods, and the model prices,
+ * from every shape of the workload (or the typical ones when that is all
+ * there is). */
+static void derive(gfp *s, const gf_cluster *c, const gf_typical_set *w) {
+  double cpu = 0, gpu = 0;
+  double supply[GF_MAX_MODELS] = {0}, load[GF_MAX_MODELS] = {0};
+  for (size_t i = 0; i < w->n; i++) {
+    const gf_typical_pod *p = &w->pods[i];
+    if (!p->gpu_count)
+      continue;
+    cpu += (double)p->count * (double)p->cpu_milli;
+    gpu += (double)p->count * p->gpu_count * p->gpu_milli;
+  }
+  s->cpu_per_milli = gpu > 0 ? cpu / gpu : 0;
+
+  double cap = 0;
+  for (uint32_t i = 0; i < gf_cluster_nnodes(c); i++) {
+    const gf_node *n = gf_cluster_node(c, i);
+    for (uint32_t g = 0; g < n->ngpus; g++)
+      supply[n->gpus[g].model] += 1;
+    cap += n->ngpus;
+  }
+  for (size_t i = 0; i < w->n; i++) {
+    const gf_typical_pod *p = &w->pods[i];
+    if (!p->gpu_count || !p->model_mask)
+      continue;
+    double allowed = 0;
+    for (int m = 0; m < GF_MAX_MODELS; m++)
+      if (p->model_mask & (1ull << m))
+        allowed += supply[m];
+    if (allowed <= 0)
+      continue; /* restricted to models nobody has: fails anyway */
+    double d = (double)p->count * p->gpu_count * p->gpu_milli;
+    for (int m = 0; m < GF_MAX_MODELS; m++)
+      if (p->model_mask & (1ull << m))
+        load[m] += d * supply[m] / allowed;
+  }
+  for (int m = 0; m < GF_MAX_MODELS; m++)
+    s->price[m] = supply[m] > 0 && gpu > 0 && cap > 0
+                      ? (load[m] / gpu) / (supply[m] / cap)
+                      : 0;
+}
+
+static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
+  double cpu = 1.0, price = 2.0, coarse = 0;
+  int rc;
+  if ((rc = gf__params_known(env->params, param_keys, d)) ||
+      (rc = gf__param(env->params, "cpu", 0, 1000, &cpu, d)) ||
+      (rc = gf__param(env->params, "price", 0, 1000, &price, d)) ||
+      (rc = gf__param(env->params, "coarse", 0, 1, &coarse, d)))
+    return rc;
+  if (coarse != 0 && coarse != 1)
+    return gf_diag_set(d, GF_EINVAL, "parameter coarse: want 0 or 1");
+  gfp *s = gf__calloc(1, sizeof(*s));
+  if (!s)
+    return GF_ENOMEM;
+  s->t = env->typical;
+  s->cpu = cpu;
+  s->price_w = price;
+  s->coarse = coarse == 1;
+  derive(s, env->cluster, env->shapes ? env->shapes : env->typical);
+  *state = s;
+  return 0;
+}
+
+static void gfp_destroy(void *state) {
+  gfp *s = state;
+  if (!s)
+    return;
+  gf__free(s->now);
+  gf__free(s);
+}
+
+/* M: fragment amount plus the weighted GPU share the node's CPU cannot feed. */
+static double measure(const gfp *s, const gf_node *n, int64_t cpu_left,
+                      const int32_t *left) {
+  gf_frag f;
+  gf_frag_state(s->t, n->model_mask, cpu_left, left, n->ngpus, &f);
+  double m = gf_frag_amount(&f);
+  if (s->cpu > 0 && s->cpu_per_milli > 0) {
+    int64_t idle = 0;
+    for (uint32_t g = 0; g < n->ngpus; g++)
+      idle += left[g];
+    double fed = (double)cpu_left / s->cpu_per_milli;
+    if ((double)idle > fed)
+      m += s->cpu * ((double)idle - fed);
+  }
+  return m;
+}
+
+/* M of node i as it stands, cached by node version.  NAN if out of memory. */
+static double measure_now(gfp *s, const gf_cluster *c, uint32_t i) {
+  const gf_node *n = gf_cluster_node(c, i);
+  if (i >= s->nnow) {
+    uint32_t nn = gf_cluster_nnodes(c);
+    cached *now = gf__realloc(s->now, nn * sizeof(*now));
+    if (!now)
+      return NAN;
+    memset(now + s->nnow, 0, (nn - s->nnow) * sizeof(*now));
+    s->now = now;
+    s->nnow = nn;
+  }
+  cached *e = &s->now[i];
+  if (e->version != n->version + 1) {
+    int32_t left[GF_MAX_GPUS_PER_NODE];
+    gf_node_gpu_left(n, left);
+    e->m = measure(s, n, n->cpu_milli - n->cpu_used, left);
+    e->version = n->version + 1;
+  }
+  return e->m;
+}
+
+static int64_t to_score(const gfp *s, double gain) {
+  if (s->coarse)
+    return (int64_t)(1.0 / (1.0 + exp(-gain / 1000.0)) * 100.0);
+  return (int64_t)llround(gain * 10.0);
+}
+
+static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
+                         const gf_request *r, gf__pick *pick) {
+  gfp *s = state;
+  const gf_node *n = gf_cluster_node(c, node);
+  const double before = measure_now(s, c, node);
+  if (isnan(before))
+    return INT64_MIN / 2; /* out of memory: least attractive, still valid */
+  int32_t left[GF_MAX_GPUS_PER_NODE];
+  gf_node_gpu_left(n, left);
+  const int64_t cpu_after = n->cpu_milli - n->cpu_used - r->cpu_milli;
+
+  double cost = 0;
+  if (r->gpu_count && s->price_w > 0) {
+    double p = 0;
+    for (int m = 0; m < GF_MAX_MODELS; m++)
+      if ((n->model_mask & (1ull << m)) && s->price[m] > p)
+        p = s->price[m];
+    cost = s->price_w * p * (double)r->gpu_count * r->gpu_milli;
+  }
+
+  if (r->gpu_count == 1 && r->gpu_milli < GF_GPU_MILLI) {
+    int64_t best = INT64_MIN;
+    int32_t best_left = 0;
+    for (uint32_t g = 0; g < n->ngpus; g++) {
+      if (!gf_gpu_fits(&n->gpus[g], r))
+        continue;
+      int32_t was = left[g];
+      left[g] -= r->gpu_milli;
+      int64_t sc = to_score(s, before - measure(s, n, cpu_after, left) - cost);
+      left[g] = was;
+      if (sc > best || (sc == best && was < best_left)) {
+        best = sc;
+        best_left = was;
+        pick->gpus[0] = (uint8_t)g;
+        pick->ngpus = 1;
+      }
+    }
+    return best;
+  }
+  if (gf__pick_best(n, r, pick) != 0)
+    return INT64_MIN / 2; /* cannot happen for a candidate */
+  for (uint32_t k = 0; k < pick->ngpus; k++)
+    left[pick->gpus[k]] -= r->gpu_milli;
+  return to_score(s, before - measure(s, n, cpu_after, left) - cost);
+}
+
+const gf__policy_ops gf__policy_gpufrac = {
+    .name = "gpufrac",
+    .summary = "FGD plus CPU stranding and GPU-model scarcity (default)",
+    .flags = GF__POL_CACHEABLE | GF__POL_TYPICAL,
+    .gpusel = GF__GPUSEL_OWN,
+    .create = gfp_create,
+    .destroy = gfp_destroy,
+    .score = gfp_score,
+};
