@@ -29,14 +29,15 @@ static double median(double *v, int n) {
 }
 
 static int bench(gf_cluster *c, const gf_pod_list *pods,
-                 const gf_typical_set *t, const char *policy, bool no_cache,
-                 int reps) {
+                 const gf_typical_set *t, const gf_typical_set *shapes,
+                 const char *policy, bool no_cache, int reps) {
   double wall[64], med[64], p99[64], un = 0;
   for (int i = 0; i < reps; i++) {
     gf_sim_config cfg = {.policy = policy,
                          .seed = 42,
                          .inflate = 1.3,
                          .typical = t,
+                         .shapes = shapes,
                          .no_score_cache = no_cache};
     gf_sim_result r;
     gf_diag d = {""};
@@ -65,13 +66,14 @@ int main(int argc, char **argv) {
   int reps = (int)reps64;
   gf_cluster *c = gf_cluster_new();
   gf_pod_list pods;
-  gf_typical_set t;
+  gf_typical_set t, shapes;
   gf_diag d = {""};
   if (gf_trace_load_nodes(GF_DATA_DIR "/traces/openb_node_list_gpu_node.csv", c,
                           &d) ||
       gf_trace_load_pods(GF_DATA_DIR "/traces/openb_pod_list_default.csv", c,
                          &pods, &d) ||
-      gf_sim_typical(&pods, 95.0, &t)) {
+      gf_sim_typical(&pods, 95.0, &t) ||
+      gf_sim_typical(&pods, 100.0, &shapes)) {
     fprintf(stderr, "bench_sim: %s\n", d.msg);
     return 1;
   }
@@ -82,10 +84,11 @@ int main(int argc, char **argv) {
          "p99 | unalloc@100 |\n|---|---:|---:|---:|---:|\n");
   int rc = 0;
   for (size_t i = 0; i < gf_policy_count() && !rc; i++)
-    rc = bench(c, &pods, &t, gf_policy_name(i), false, reps);
+    rc = bench(c, &pods, &t, &shapes, gf_policy_name(i), false, reps);
   if (!rc)
-    rc = bench(c, &pods, &t, "fgd", true, reps < 3 ? reps : 3);
+    rc = bench(c, &pods, &t, &shapes, "fgd", true, reps < 3 ? reps : 3);
   gf_typical_release(&t);
+  gf_typical_release(&shapes);
   gf_pod_list_release(&pods);
   gf_cluster_free(c);
   return rc;

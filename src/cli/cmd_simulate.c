@@ -297,6 +297,19 @@ static void main_job_table(const sweep *s, const gf_summary *sum) {
            x->policy, whole_stranded - x->unalloc100 / 100.0 * ngpus,
            100.0 * (1 - x->unalloc100 / 100.0 * ngpus / whole_stranded));
   }
+  /* gpufrac against the best published placement, when both ran. */
+  const gf_summary *fgd = NULL, *ours = NULL;
+  for (int p = 0; p < s->npolicies; p++) {
+    if (strcmp(sum[p].policy, "fgd") == 0)
+      fgd = &sum[p];
+    if (strcmp(sum[p].policy, "gpufrac") == 0)
+      ours = &sum[p];
+  }
+  if (fgd && ours && fgd->unalloc100 > 0)
+    printf("  gpufrac strands %.0f fewer GPUs than fgd, the best published "
+           "placement (%.0f%% less).\n",
+           (fgd->unalloc100 - ours->unalloc100) / 100.0 * ngpus,
+           100.0 * (1 - ours->unalloc100 / fgd->unalloc100));
   printf("\nOver the whole run (demand up to %.0f%% of capacity), mean per "
          "seed:\n\n",
          s->inflate * 100);

@@ -167,14 +167,18 @@ static void test_small_all_policies(void **st) {
 /* On the bundled production trace, one seed: FGD strands fewer GPUs than
  * best-fit, which strands fewer than whole-GPU allocation.  (The published
  * numbers themselves are checked by tests/cli/test_reproduction.sh.) */
+/* On the bundled production trace, one seed: gpufrac strands fewer GPUs
+ * than FGD, FGD fewer than best-fit, best-fit fewer than whole-GPU
+ * allocation.  (The published numbers themselves are checked by
+ * tests/cli/test_reproduction.sh.) */
 static void test_default_trace_order(void **st) {
   (void)st;
   fixture f;
   load(&f, GF_DATA_DIR "/traces/openb_node_list_gpu_node.csv",
        GF_DATA_DIR "/traces/openb_pod_list_default.csv");
-  double un[3];
-  const char *pol[3] = {"whole", "bestfit", "fgd"};
-  for (int i = 0; i < 3; i++) {
+  double un[4];
+  const char *pol[4] = {"whole", "bestfit", "fgd", "gpufrac"};
+  for (int i = 0; i < 4; i++) {
     gf_sim_config cfg = {.policy = pol[i],
                          .seed = 42,
                          .inflate = 1.3,
@@ -186,7 +190,7 @@ static void test_default_trace_order(void **st) {
       fail_msg("%s", d.msg);
     un[i] = gf_sim_unallocated_at(&r, 100);
   }
-  assert_true(un[2] < un[1] && un[1] < un[0]);
+  assert_true(un[3] < un[2] && un[2] < un[1] && un[1] < un[0]);
   assert_true(un[2] > 3.0 && un[2] < 7.0); /* published fgd: 4.77 */
   unload(&f);
 }
