@@ -1,0 +1,136 @@
+/*
+ * gpufrac/region.h - the shared accounting region of one container.
+ *
+ * Every process of a container that runs under the interposer maps the same
+ * file (its path comes from the shim config the node agent writes).  The
+ * region holds the container's limits per GPU, its compute bucket, and one
+ * slot per process with that process's usage.  The node agent and
+ * `gpufrac inspect region` read it.
+ *
+ * Crash consistency: a process's memory usage lives only in its own slot, and
+ * the container's usage is the sum over slots.  A process that dies at any
+ * instant (SIGKILL in the middle of an allocation included) leaves only its
+ * own slot stale; the next reaper (any process of the container, or the node
+ * agent) sees the owner gone, claims the slot with a compare-and-swap, and
+ * zeroes it.  Nothing ever waits on a lock another process may hold, so a
+ * death cannot deadlock the others.  Reservation is lock-free: add to one's
+ * slot, sum the slots, undo if over the limit (sequentially consistent
+ * atomics, so two racing reservations never both pass a full limit).  A
+ * reservation is `pending` while it is decided and moves to `used` when it
+ * succeeds, so the usage anyone reads never includes a refused request.
+ *
+ * Layout rules: fixed-width fields only, magic + major/minor version, every
+ * offset pinned by _Static_assert; slots never move; a reader refuses an
+ * unknown major version.  Minor versions only append.
+ */
+#ifndef GPUFRAC_REGION_H
+#define GPUFRAC_REGION_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+
+#define GF_REGION_MAGIC 0x4e4f494745524647ull /* "GFREGION" little-endian */
+#define GF_REGION_MAJOR 1u
+#define GF_REGION_MINOR 0u
+#define GF_REGION_DEVICES 16
+#define GF_REGION_SLOTS 128
+#define GF_REGION_UUID 48
+
+/* One process.  A multiple of 64 bytes so slots do not share cache lines.
+ * `pending` holds reservations being decided: they count against the limit
+ * but are not usage yet, so observers never see a refused request. */
+typedef struct gf_region_slot {
+  _Atomic int32_t pid; /* 0 free, > 0 owner, -1 being reaped */
+  uint32_t reserved0;
+  _Atomic uint64_t start; /* owner's start time (clock ticks), 0 = unknown */
+  _Atomic uint64_t used[GF_REGION_DEVICES];    /* device memory bytes */
+  _Atomic uint64_t pending[GF_REGION_DEVICES]; /* reservations in flight */
+  _Atomic uint64_t launches;                   /* kernel launches admitted */
+  _Atomic uint64_t throttled_ns; /* time spent waiting for tokens */
+  uint8_t reserved1[32];
+} gf_region_slot;
+
+typedef struct gf_region {
+  uint64_t magic;
+  uint32_t major, minor;
+  uint32_t size;        /* sizeof(gf_region) when written */
+  uint32_t ndevices;    /* devices with a limit entry */
+  uint32_t compute_pct; /* 1..100; 100 = no throttling */
+  uint32_t reserved0;
+  uint64_t limit[GF_REGION_DEVICES]; /* bytes per device; 0 = unlimited */
+  char uuid[GF_REGION_DEVICES][GF_REGION_UUID]; /* "" = by index only */
+  /* Compute bucket: tokens are kernel blocks; refilled at rate per second
+   * up to burst. */
+  _Atomic int64_t tokens;
+  _Atomic uint64_t refill_ns; /* monotonic time of the last refill */
+  uint64_t rate;              /* tokens per second */
+  uint64_t burst;             /* bucket size */
+  _Atomic uint32_t hwm;       /* slots [0, hwm) may be in use */
+  uint32_t reserved1;
+  _Atomic uint64_t reaped; /* slots reclaimed from dead processes */
+  uint8_t reserved2[48];
+  gf_region_slot slots[GF_REGION_SLOTS];
+} gf_region;
+
+_Static_assert(sizeof(gf_region_slot) == 320, "slot size is ABI");
+_Static_assert(offsetof(gf_region_slot, used) == 16, "slot layout is ABI");
+_Static_assert(offsetof(gf_region_slot, pending) == 144, "slot layout is ABI");
+_Static_assert(offsetof(gf_region_slot, launches) == 272, "slot layout is ABI");
+_Static_assert(offsetof(gf_region, limit) == 32, "region layout is ABI");
+_Static_assert(offsetof(gf_region, uuid) == 160, "region layout is ABI");
+_Static_assert(offsetof(gf_region, tokens) == 928, "region layout is ABI");
+_Static_assert(offsetof(gf_region, slots) % 64 == 0, "slots are aligned");
+_Static_assert(offsetof(gf_region, slots) == 1024, "region layout is ABI");
+_Static_assert(sizeof(gf_region) == 1024 + 320 * GF_REGION_SLOTS,
+               "region size is ABI");
+
+/* Limits a region is created with. */
+typedef struct gf_region_limits {
+  uint32_t ndevices;
+  uint64_t limit[GF_REGION_DEVICES];
+  char uuid[GF_REGION_DEVICES][GF_REGION_UUID];
+  uint32_t compute_pct;
+  uint64_t rate, burst;
+} gf_region_limits;
+
+/* Maps the region at path, creating and initialising it from `init` when
+ * the file is new or empty (init may be NULL to refuse creating).  Several
+ * processes may race to create: one initialises under an flock, the others
+ * wait for it.  Refuses a bad magic, an unknown major version or a short
+ * file (GF_ESYNTAX / GF_ESTATE) with the reason in d.  *out stays mapped
+ * until gf_region_unmap. */
+int gf_region_map(const char *path, const gf_region_limits *init,
+                  gf_region **out, gf_diag *d);
+void gf_region_unmap(gf_region *r);
+
+/* Claims a free slot for the calling process; returns its index or
+ * GF_ELIMIT when all are taken (after reaping dead owners). */
+int gf_region_attach(gf_region *r);
+/* Frees slot i (the caller's own, at exit). */
+void gf_region_detach(gf_region *r, int i);
+
+/* Bytes in use on device dev, summed over slots. */
+uint64_t gf_region_used(const gf_region *r, uint32_t dev);
+
+/* Adds bytes to slot i's usage on dev if the container stays within its
+ * limit; returns true when reserved.  On false nothing changed. */
+bool gf_region_reserve(gf_region *r, int i, uint32_t dev, uint64_t bytes);
+/* Gives back bytes reserved by slot i on dev. */
+void gf_region_unreserve(gf_region *r, int i, uint32_t dev, uint64_t bytes);
+
+/* Reclaims the slots of processes that no longer exist.  Returns how many
+ * were reclaimed.  Safe to call from any process at any time. */
+int gf_region_reap(gf_region *r);
+
+/* Compute admission: takes `cost` tokens, waiting (sleeping) for the
+ * bucket to refill when empty.  Returns the nanoseconds waited.  No system
+ * call and no lock when tokens are available.  `now_ns` supplies the
+ * monotonic clock (tests pass a fake one). */
+uint64_t gf_region_admit(gf_region *r, int slot, int64_t cost,
+                         uint64_t (*now_ns)(void), void (*sleep_ns)(uint64_t));
+
+#endif

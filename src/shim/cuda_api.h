@@ -1,0 +1,195 @@
+/*
+ * The slice of the CUDA driver API and NVML that the interposer touches,
+ * declared here from the published API (no CUDA or NVML headers are needed
+ * to build).  With GF_SHIM_CHECK_CUDA_H defined, the types come from the
+ * real cuda.h instead, so tests/shim/check_signatures.c can compare every
+ * hooked signature with the PFN_ typedefs of cudaTypedefs.h.
+ *
+ * GF_SHIM_HOOKS is the one table of hooked driver functions:
+ *   X(symbol, pfn typedef in cudaTypedefs.h, return, (params), (args))
+ */
+#ifndef GPUFRAC_SHIM_CUDA_API_H
+#define GPUFRAC_SHIM_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef GF_SHIM_CHECK_CUDA_H
+#include <cuda.h>
+typedef CUresult gf_cu_result;
+#else
+typedef enum gf_cu_result_enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_UNKNOWN = 999,
+} gf_cu_result;
+typedef unsigned long long CUdeviceptr;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef uint64_t cuuint64_t;
+typedef int CUdriverProcAddressQueryResult;
+typedef struct CUuuid_st {
+  char bytes[16];
+} CUuuid;
+typedef struct CUmemLocation_st {
+  int type; /* 1 = device */
+  int id;
+} CUmemLocation;
+typedef struct CUmemAllocationProp_st {
+  int type;
+  int requestedHandleTypes;
+  CUmemLocation location;
+  void *win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+} CUmemAllocationProp;
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {
+  size_t Width;
+  size_t Height;
+  int Format;
+  unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
+  size_t Width;
+  size_t Height;
+  size_t Depth;
+  int Format;
+  unsigned int NumChannels;
+  unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+typedef struct CUlaunchConfig_st {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  void *attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
+#define CU_MEM_ATTACH_GLOBAL 0x1
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1 << 1)
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#endif
+
+/* Bytes per element of a CUarray_format (0 for formats we do not size). */
+static inline size_t gf__cu_format_bytes(int format) {
+  switch (format) {
+  case 0x01: /* UNSIGNED_INT8 */
+  case 0x08: /* SIGNED_INT8 */
+    return 1;
+  case 0x02: /* UNSIGNED_INT16 */
+  case 0x09: /* SIGNED_INT16 */
+  case 0x10: /* HALF */
+    return 2;
+  case 0x03: /* UNSIGNED_INT32 */
+  case 0x0a: /* SIGNED_INT32 */
+  case 0x20: /* FLOAT */
+    return 4;
+  default:
+    return 0;
+  }
+}
+
+#define GF_SHIM_HOOKS(X)                                                       \
+  X(cuInit, PFN_cuInit_v2000, (unsigned int flags), (flags))                   \
+  X(cuMemAlloc_v2, PFN_cuMemAlloc_v3020, (CUdeviceptr * dptr, size_t bytes),   \
+    (dptr, bytes))                                                             \
+  X(cuMemAllocPitch_v2, PFN_cuMemAllocPitch_v3020,                             \
+    (CUdeviceptr * dptr, size_t * pitch, size_t width, size_t height,          \
+     unsigned int elem),                                                       \
+    (dptr, pitch, width, height, elem))                                        \
+  X(cuMemAllocManaged, PFN_cuMemAllocManaged_v6000,                            \
+    (CUdeviceptr * dptr, size_t bytes, unsigned int flags),                    \
+    (dptr, bytes, flags))                                                      \
+  X(cuMemFree_v2, PFN_cuMemFree_v3020, (CUdeviceptr dptr), (dptr))             \
+  X(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020,                               \
+    (CUdeviceptr * dptr, size_t bytes, CUstream s), (dptr, bytes, s))          \
+  X(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz,                     \
+    (CUdeviceptr * dptr, size_t bytes, CUstream s), (dptr, bytes, s))          \
+  X(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020,               \
+    (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream s),         \
+    (dptr, bytes, pool, s))                                                    \
+  X(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz,     \
+    (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream s),         \
+    (dptr, bytes, pool, s))                                                    \
+  X(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, (CUdeviceptr dptr, CUstream s), \
+    (dptr, s))                                                                 \
+  X(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz,                       \
+    (CUdeviceptr dptr, CUstream s), (dptr, s))                                 \
+  X(cuMemCreate, PFN_cuMemCreate_v10020,                                       \
+    (CUmemGenericAllocationHandle * h, size_t size,                            \
+     const CUmemAllocationProp *prop, unsigned long long flags),               \
+    (h, size, prop, flags))                                                    \
+  X(cuMemRelease, PFN_cuMemRelease_v10020, (CUmemGenericAllocationHandle h),   \
+    (h))                                                                       \
+  X(cuArrayCreate_v2, PFN_cuArrayCreate_v3020,                                 \
+    (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *desc), (a, desc))               \
+  X(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020,                             \
+    (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *desc), (a, desc))             \
+  X(cuArrayDestroy, PFN_cuArrayDestroy_v2000, (CUarray a), (a))                \
+  X(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020, (size_t * free, size_t * total),  \
+    (free, total))                                                             \
+  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020,                           \
+    (size_t * bytes, CUdevice dev), (bytes, dev))                              \
+  X(cuLaunchKernel, PFN_cuLaunchKernel_v4000,                                  \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,          \
+     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,    \
+     CUstream s, void **params, void **extra),                                 \
+    (f, gx, gy, gz, bx, by, bz, shmem, s, params, extra))                      \
+  X(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz,                        \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,          \
+     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,    \
+     CUstream s, void **params, void **extra),                                 \
+    (f, gx, gy, gz, bx, by, bz, shmem, s, params, extra))                      \
+  X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060,                             \
+    (const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra),    \
+    (cfg, f, params, extra))                                                   \
+  X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000,            \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,          \
+     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,    \
+     CUstream s, void **params),                                               \
+    (f, gx, gy, gz, bx, by, bz, shmem, s, params))                             \
+  X(cuGraphLaunch, PFN_cuGraphLaunch_v10000, (CUgraphExec g, CUstream s),      \
+    (g, s))                                                                    \
+  X(cuGetProcAddress, PFN_cuGetProcAddress_v11030,                             \
+    (const char *sym, void **pfn, int ver, cuuint64_t flags),                  \
+    (sym, pfn, ver, flags))                                                    \
+  X(cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000,                          \
+    (const char *sym, void **pfn, int ver, cuuint64_t flags,                   \
+     CUdriverProcAddressQueryResult *status),                                  \
+    (sym, pfn, ver, flags, status))
+
+/* Declarations of the wrappers (the exported symbols). */
+#define GF__SHIM_DECL(name, pfn, params, args) gf_cu_result name params;
+GF_SHIM_HOOKS(GF__SHIM_DECL)
+#undef GF__SHIM_DECL
+
+/* NVML, the two memory queries we answer. */
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef int nvmlReturn_t; /* 0 = NVML_SUCCESS */
+typedef struct gf_nvml_memory {
+  unsigned long long total, free, used;
+} nvmlMemory_t;
+typedef struct gf_nvml_memory_v2 {
+  unsigned int version;
+  unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *mem);
+
+#endif

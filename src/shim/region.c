@@ -1,0 +1,322 @@
+/*
+ * The shared accounting region (gpufrac/region.h).  Used by the interposer
+ * inside containers and by gpufrac itself (inspect, run), so it depends on
+ * libc only and allocates nothing.
+ */
+#include "gpufrac/region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+
+/* Start time of process pid in clock ticks since boot (field 22 of
+ * /proc/PID/stat), 0 when it cannot be read. */
+static uint64_t proc_start(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  /* The command name may contain spaces and ')': skip to the last ')'. */
+  char *p = strrchr(buf, ')');
+  if (!p)
+    return 0;
+  int field = 2;
+  for (; *p && field < 22; p++)
+    if (*p == ' ')
+      field++;
+  uint64_t v = 0;
+  for (; *p >= '0' && *p <= '9'; p++)
+    v = v * 10 + (uint64_t)(*p - '0');
+  return v;
+}
+
+static bool owner_alive(int32_t pid, uint64_t start) {
+  if (pid <= 0)
+    return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH)
+    return false;
+  if (start == 0)
+    return true; /* still attaching, or unknown: do not guess */
+  uint64_t now = proc_start(pid);
+  return now == 0 || now == start; /* 0: cannot tell, keep it */
+}
+
+static int check_header(const gf_region *r, size_t file_size, gf_diag *d) {
+  if (r->magic != GF_REGION_MAGIC)
+    return gf_diag_set(d, GF_ESYNTAX, "not a gpufrac region (bad magic)");
+  if (r->major != GF_REGION_MAJOR)
+    return gf_diag_set(d, GF_ESTATE,
+                       "region version %u.%u, this build reads %u.x", r->major,
+                       r->minor, GF_REGION_MAJOR);
+  if (file_size < sizeof(gf_region) || r->size < sizeof(gf_region))
+    return gf_diag_set(d, GF_ESTATE, "region file too short (%zu bytes)",
+                       file_size);
+  if (r->ndevices > GF_REGION_DEVICES || r->compute_pct > 100 ||
+      atomic_load(&r->hwm) > GF_REGION_SLOTS)
+    return gf_diag_set(d, GF_ESYNTAX, "region header out of range");
+  return 0;
+}
+
+static void init_header(gf_region *r, const gf_region_limits *l) {
+  memset(r, 0, sizeof(*r));
+  r->major = GF_REGION_MAJOR;
+  r->minor = GF_REGION_MINOR;
+  r->size = (uint32_t)sizeof(*r);
+  r->ndevices =
+      l->ndevices > GF_REGION_DEVICES ? GF_REGION_DEVICES : l->ndevices;
+  memcpy(r->limit, l->limit, sizeof(r->limit));
+  memcpy(r->uuid, l->uuid, sizeof(r->uuid));
+  for (int i = 0; i < GF_REGION_DEVICES; i++)
+    r->uuid[i][GF_REGION_UUID - 1] = '\0';
+  r->compute_pct =
+      l->compute_pct == 0 || l->compute_pct > 100 ? 100 : l->compute_pct;
+  r->rate = l->rate;
+  r->burst = l->burst ? l->burst : l->rate / 10 + 1;
+  atomic_store(&r->tokens, (int64_t)r->burst);
+  /* The magic last: readers that see it see a complete header. */
+  atomic_thread_fence(memory_order_release);
+  r->magic = GF_REGION_MAGIC;
+}
+
+int gf_region_map(const char *path, const gf_region_limits *init,
+                  gf_region **out, gf_diag *d) {
+  int flags = O_RDWR | O_CLOEXEC | (init ? O_CREAT : 0);
+  int fd = open(path, flags, 0660);
+  if (fd < 0)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  int rc = 0;
+  /* One creator initialises; the lock dies with its holder. */
+  if (flock(fd, LOCK_EX) != 0) {
+    rc = gf_diag_set(d, GF_EIO, "%s: lock: %s", path, strerror(errno));
+    goto out;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    rc = gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+    goto unlock;
+  }
+  bool fresh = st.st_size == 0;
+  if (fresh) {
+    if (!init) {
+      rc = gf_diag_set(d, GF_ESTATE, "%s: empty region file", path);
+      goto unlock;
+    }
+    if (ftruncate(fd, (off_t)sizeof(gf_region)) != 0) {
+      rc = gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+      goto unlock;
+    }
+    st.st_size = (off_t)sizeof(gf_region);
+  }
+  if ((size_t)st.st_size < sizeof(gf_region)) {
+    rc = gf_diag_set(d, GF_ESTATE, "%s: region file too short (%lld bytes)",
+                     path, (long long)st.st_size);
+    goto unlock;
+  }
+  void *m =
+      mmap(NULL, sizeof(gf_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    rc = gf_diag_set(d, GF_EIO, "%s: mmap: %s", path, strerror(errno));
+    goto unlock;
+  }
+  gf_region *r = m;
+  if (fresh)
+    init_header(r, init);
+  rc = check_header(r, (size_t)st.st_size, d);
+  if (rc) {
+    gf_diag_prefix(d, "%s", path);
+    munmap(m, sizeof(gf_region));
+    goto unlock;
+  }
+  *out = r;
+unlock:
+  flock(fd, LOCK_UN);
+out:
+  close(fd);
+  return rc;
+}
+
+void gf_region_unmap(gf_region *r) {
+  if (r)
+    munmap(r, sizeof(*r));
+}
+
+int gf_region_attach(gf_region *r) {
+  int32_t me = (int32_t)getpid();
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < GF_REGION_SLOTS; i++) {
+      gf_region_slot *s = &r->slots[i];
+      int32_t expect = 0;
+      if (!atomic_compare_exchange_strong(&s->pid, &expect, me))
+        continue;
+      for (int dev = 0; dev < GF_REGION_DEVICES; dev++) {
+        atomic_store(&s->used[dev], 0);
+        atomic_store(&s->pending[dev], 0);
+      }
+      atomic_store(&s->launches, 0);
+      atomic_store(&s->throttled_ns, 0);
+      atomic_store(&s->start, proc_start(me));
+      uint32_t hwm = atomic_load(&r->hwm);
+      while (hwm < (uint32_t)i + 1 &&
+             !atomic_compare_exchange_weak(&r->hwm, &hwm, (uint32_t)i + 1))
+        ;
+      return i;
+    }
+    if (gf_region_reap(r) == 0)
+      break;
+  }
+  return GF_ELIMIT;
+}
+
+void gf_region_detach(gf_region *r, int i) {
+  if (i < 0 || i >= GF_REGION_SLOTS)
+    return;
+  gf_region_slot *s = &r->slots[i];
+  for (int dev = 0; dev < GF_REGION_DEVICES; dev++) {
+    atomic_store(&s->used[dev], 0);
+    atomic_store(&s->pending[dev], 0);
+  }
+  atomic_store(&s->start, 0);
+  atomic_store(&s->pid, 0);
+}
+
+uint64_t gf_region_used(const gf_region *r, uint32_t dev) {
+  if (dev >= GF_REGION_DEVICES)
+    return 0;
+  uint32_t hwm = atomic_load(&r->hwm);
+  if (hwm > GF_REGION_SLOTS)
+    hwm = GF_REGION_SLOTS;
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < hwm; i++)
+    sum += atomic_load(&r->slots[i].used[dev]);
+  return sum;
+}
+
+/* Usage plus reservations in flight on dev. */
+static uint64_t committed(const gf_region *r, uint32_t dev) {
+  uint32_t hwm = atomic_load(&r->hwm);
+  if (hwm > GF_REGION_SLOTS)
+    hwm = GF_REGION_SLOTS;
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < hwm; i++)
+    sum += atomic_load(&r->slots[i].used[dev]) +
+           atomic_load(&r->slots[i].pending[dev]);
+  return sum;
+}
+
+bool gf_region_reserve(gf_region *r, int i, uint32_t dev, uint64_t bytes) {
+  if (dev >= GF_REGION_DEVICES || i < 0 || i >= GF_REGION_SLOTS)
+    return false;
+  const uint64_t limit = r->limit[dev];
+  gf_region_slot *s = &r->slots[i];
+  if (limit == 0) {
+    atomic_fetch_add(&s->used[dev], bytes);
+    return true;
+  }
+  for (int attempt = 0; attempt < 2; attempt++) {
+    atomic_fetch_add(&s->pending[dev], bytes);
+    if (committed(r, dev) <= limit) {
+      /* Used first, then pending down: always visible to racers. */
+      atomic_fetch_add(&s->used[dev], bytes);
+      atomic_fetch_sub(&s->pending[dev], bytes);
+      return true;
+    }
+    atomic_fetch_sub(&s->pending[dev], bytes);
+    /* Over the limit: memory of dead processes may be what is missing. */
+    if (attempt == 0 && gf_region_reap(r) == 0)
+      break;
+  }
+  return false;
+}
+
+void gf_region_unreserve(gf_region *r, int i, uint32_t dev, uint64_t bytes) {
+  if (dev >= GF_REGION_DEVICES || i < 0 || i >= GF_REGION_SLOTS)
+    return;
+  _Atomic uint64_t *mine = &r->slots[i].used[dev];
+  uint64_t cur = atomic_load(mine);
+  /* Never below zero, even if a caller double-frees. */
+  while (
+      !atomic_compare_exchange_weak(mine, &cur, cur >= bytes ? cur - bytes : 0))
+    ;
+}
+
+int gf_region_reap(gf_region *r) {
+  int n = 0;
+  uint32_t hwm = atomic_load(&r->hwm);
+  if (hwm > GF_REGION_SLOTS)
+    hwm = GF_REGION_SLOTS;
+  for (uint32_t i = 0; i < hwm; i++) {
+    gf_region_slot *s = &r->slots[i];
+    int32_t pid = atomic_load(&s->pid);
+    if (pid <= 0 || owner_alive(pid, atomic_load(&s->start)))
+      continue;
+    /* Claim the dead slot; one reaper wins. */
+    if (!atomic_compare_exchange_strong(&s->pid, &pid, -1))
+      continue;
+    for (int dev = 0; dev < GF_REGION_DEVICES; dev++) {
+      atomic_store(&s->used[dev], 0);
+      atomic_store(&s->pending[dev], 0);
+    }
+    atomic_store(&s->start, 0);
+    atomic_store(&s->pid, 0);
+    atomic_fetch_add(&r->reaped, 1);
+    n++;
+  }
+  return n;
+}
+
+uint64_t gf_region_admit(gf_region *r, int slot, int64_t cost,
+                         uint64_t (*now_ns)(void), void (*sleep_ns)(uint64_t)) {
+  if (r->compute_pct >= 100 || r->rate == 0 || cost <= 0)
+    return 0;
+  if (slot >= 0 && slot < GF_REGION_SLOTS)
+    atomic_fetch_add_explicit(&r->slots[slot].launches, 1,
+                              memory_order_relaxed);
+  /* Fast path: tokens available. */
+  if (atomic_fetch_sub(&r->tokens, cost) - cost >= 0)
+    return 0;
+  /* Slow path: refill from elapsed time, then wait out any deficit. */
+  uint64_t waited = 0;
+  for (;;) {
+    uint64_t now = now_ns();
+    uint64_t last = atomic_load(&r->refill_ns);
+    if (now > last &&
+        atomic_compare_exchange_strong(&r->refill_ns, &last, now)) {
+      uint64_t add =
+          last == 0 ? r->burst : (now - last) * r->rate / 1000000000ull;
+      if (add > r->burst)
+        add = r->burst;
+      int64_t t = atomic_fetch_add(&r->tokens, (int64_t)add) + (int64_t)add;
+      /* Cap the bucket at its burst size. */
+      while (t > (int64_t)r->burst &&
+             !atomic_compare_exchange_weak(&r->tokens, &t, (int64_t)r->burst))
+        ;
+    }
+    int64_t t = atomic_load(&r->tokens);
+    if (t >= 0)
+      break;
+    /* Wait for the deficit to refill, at least 50 us, at most 10 ms. */
+    uint64_t wait = (uint64_t)(-t) * 1000000000ull / r->rate;
+    wait = wait < 50000 ? 50000 : wait > 10000000 ? 10000000 : wait;
+    sleep_ns(wait);
+    waited += wait;
+  }
+  if (slot >= 0 && slot < GF_REGION_SLOTS)
+    atomic_fetch_add_explicit(&r->slots[slot].throttled_ns, waited,
+                              memory_order_relaxed);
+  return waited;
+}

@@ -1,0 +1,238 @@
+#include "shim_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpufrac/quantity.h"
+
+#define CONFIG_MAX 65536
+
+static void defaults(gf_shim_config *c) {
+  memset(c, 0, sizeof(*c));
+  c->compute_pct = 100;
+  c->capacity = 1000000;
+  c->graph_cost = 64;
+  c->log_level = GF_SHIM_LOG_WARN;
+}
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t')
+    s++;
+  char *e = s + strlen(s);
+  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+    *--e = '\0';
+  return s;
+}
+
+static int set_log(gf_shim_config *c, const char *v) {
+  static const char *const names[] = {"off", "warn", "info", "debug"};
+  for (int i = 0; i < 4; i++)
+    if (strcmp(v, names[i]) == 0) {
+      c->log_level = i;
+      return 0;
+    }
+  return -1;
+}
+
+static int set_path(char *dst, size_t n, const char *v) {
+  if (strlen(v) >= n || v[0] != '/')
+    return -1;
+  memcpy(dst, v, strlen(v) + 1);
+  return 0;
+}
+
+static int set_kv(gf_shim_config *c, const char *k, const char *v, char *why,
+                  size_t whylen) {
+  int64_t x;
+  gf_diag d = {""};
+  if (strcmp(k, "version") == 0)
+    return gf_parse_int64(v, 1, 1, &x, &d)
+               ? (snprintf(why, whylen, "unknown version"), -1)
+               : 0;
+  if (strcmp(k, "memory") == 0 || strncmp(k, "memory.", 7) == 0) {
+    if (gf_quantity_bytes(v, &x, &d)) {
+      snprintf(why, whylen, "%s", d.msg);
+      return -1;
+    }
+    if (k[6] == '\0') {
+      for (int i = 0; i < GF_REGION_DEVICES; i++)
+        if (!c->memory[i])
+          c->memory[i] = (uint64_t)x;
+      return 0;
+    }
+    int64_t dev;
+    if (gf_parse_int64(k + 7, 0, GF_REGION_DEVICES - 1, &dev, &d)) {
+      snprintf(why, whylen, "device index: %s", d.msg);
+      return -1;
+    }
+    c->memory[dev] = (uint64_t)x;
+    return 0;
+  }
+  if (strcmp(k, "compute") == 0) {
+    if (gf_parse_int64(v, 1, 100, &x, &d)) {
+      snprintf(why, whylen, "%s", d.msg);
+      return -1;
+    }
+    c->compute_pct = (uint32_t)x;
+    return 0;
+  }
+  if (strcmp(k, "capacity") == 0 || strcmp(k, "graph") == 0) {
+    if (gf_parse_int64(v, 1, INT64_MAX / 1000, &x, &d)) {
+      snprintf(why, whylen, "%s", d.msg);
+      return -1;
+    }
+    *(k[0] == 'c' ? &c->capacity : &c->graph_cost) = (uint64_t)x;
+    return 0;
+  }
+  if (strcmp(k, "enabled") == 0) {
+    if (strcmp(v, "0") && strcmp(v, "1")) {
+      snprintf(why, whylen, "want 0 or 1");
+      return -1;
+    }
+    return v[0] == '0' ? 1 : 0; /* 1 = disabled */
+  }
+  if (strcmp(k, "log") == 0) {
+    if (set_log(c, v)) {
+      snprintf(why, whylen, "want off, warn, info or debug");
+      return -1;
+    }
+    return 0;
+  }
+  if (strcmp(k, "region") == 0 || strcmp(k, "libcuda") == 0) {
+    if (set_path(k[0] == 'r' ? c->region : c->real_libcuda, sizeof(c->region),
+                 v)) {
+      snprintf(why, whylen, "want an absolute path under %zu bytes",
+               sizeof(c->region));
+      return -1;
+    }
+    return 0;
+  }
+  snprintf(why, whylen, "unknown key");
+  return -1;
+}
+
+int gf_shim_config_parse(const char *text, gf_shim_config *c, char *err,
+                         size_t errlen) {
+  defaults(c);
+  char line[1024];
+  int lineno = 0, disabled = 0;
+  uint64_t per_dev[GF_REGION_DEVICES] = {0};
+  for (const char *p = text; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    lineno++;
+    if (n >= sizeof(line)) {
+      snprintf(err, errlen, "line %d: longer than %zu bytes", lineno,
+               sizeof(line) - 1);
+      return -1;
+    }
+    memcpy(line, p, n);
+    line[n] = '\0';
+    p = nl ? nl + 1 : p + n;
+    char *hash = strchr(line, '#');
+    if (hash)
+      *hash = '\0';
+    char *s = trim(line);
+    if (!*s)
+      continue;
+    char *eq = strchr(s, '=');
+    if (!eq) {
+      snprintf(err, errlen, "line %d: expected 'key = value'", lineno);
+      return -1;
+    }
+    *eq = '\0';
+    char *k = trim(s), *v = trim(eq + 1);
+    char why[256] = "";
+    int rc = set_kv(c, k, v, why, sizeof(why));
+    if (rc < 0) {
+      snprintf(err, errlen, "line %d: %s = '%s': %s", lineno, k, v, why);
+      return -1;
+    }
+    if (rc == 1)
+      disabled = 1;
+    if (strncmp(k, "memory.", 7) == 0) {
+      int64_t dev = 0;
+      gf_parse_int64(k + 7, 0, GF_REGION_DEVICES - 1, &dev, NULL);
+      per_dev[dev] = c->memory[dev];
+    }
+  }
+  /* Per-device lines win over "memory =" whatever their order. */
+  for (int i = 0; i < GF_REGION_DEVICES; i++)
+    if (per_dev[i])
+      c->memory[i] = per_dev[i];
+  return disabled ? 1 : 0;
+}
+
+static void say(const gf_shim_config *c, const char *msg) {
+  if (c->log_level >= GF_SHIM_LOG_WARN)
+    fprintf(stderr, "gpufrac-shim[%d]: %s\n", (int)getpid(), msg);
+}
+
+void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
+  defaults(c);
+  const char *env_disable = getenv("GPUFRAC_DISABLE");
+  const char *path = getenv("GPUFRAC_CONFIG");
+  const char *dflt = "/etc/gpufrac/shim.conf";
+  char err[512];
+  if (path && !*path)
+    path = NULL;
+  if (!path && access(dflt, F_OK) == 0)
+    path = dflt;
+  if (path) {
+    char *buf = malloc(CONFIG_MAX + 1);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = -1;
+    if (buf && fd >= 0)
+      n = read(fd, buf, CONFIG_MAX + 1);
+    if (fd >= 0)
+      close(fd);
+    if (n < 0 || n > CONFIG_MAX) {
+      snprintf(err, sizeof(err), "config %s: %s; refusing device memory", path,
+               n > CONFIG_MAX ? "too large" : strerror(errno));
+      say(c, err);
+      free(buf);
+      *mode = GF_SHIM_REFUSE;
+      return;
+    }
+    buf[n] = '\0';
+    char why[400];
+    int rc = gf_shim_config_parse(buf, c, why, sizeof(why));
+    free(buf);
+    if (rc < 0) {
+      defaults(c);
+      snprintf(err, sizeof(err), "config %s: %s; refusing device memory", path,
+               why);
+      say(c, err);
+      *mode = GF_SHIM_REFUSE;
+      return;
+    }
+    *mode = rc == 1 ? GF_SHIM_OFF : GF_SHIM_ENFORCE;
+  } else {
+    /* No file: environment variables, if any. */
+    const char *mem = getenv("GPUFRAC_GPU_MEMORY");
+    const char *cpt = getenv("GPUFRAC_GPU_COMPUTE");
+    const char *reg = getenv("GPUFRAC_REGION");
+    const char *log = getenv("GPUFRAC_LOG");
+    char why[256];
+    *mode = (mem || cpt) ? GF_SHIM_ENFORCE : GF_SHIM_OFF;
+    if ((mem && set_kv(c, "memory", mem, why, sizeof(why)) < 0) ||
+        (cpt && set_kv(c, "compute", cpt, why, sizeof(why)) < 0) ||
+        (reg && set_kv(c, "region", reg, why, sizeof(why)) < 0) ||
+        (log && set_kv(c, "log", log, why, sizeof(why)) < 0)) {
+      snprintf(err, sizeof(err), "environment: %s; refusing device memory",
+               why);
+      say(c, err);
+      *mode = GF_SHIM_REFUSE;
+      return;
+    }
+  }
+  const char *lib = getenv("GPUFRAC_REAL_LIBCUDA");
+  if (lib && !c->real_libcuda[0])
+    set_path(c->real_libcuda, sizeof(c->real_libcuda), lib);
+  if (env_disable && strcmp(env_disable, "1") == 0)
+    *mode = GF_SHIM_OFF;
+}

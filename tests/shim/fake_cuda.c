@@ -1,0 +1,291 @@
+/*
+ * A fake libcuda.so.1 for testing the interposer without a GPU.  Device
+ * memory is bookkeeping only (pointers are never dereferenced); totals come
+ * from FAKE_CUDA_TOTAL (bytes, default 16 GiB).  Pitch is rounded to 1024
+ * bytes, VMM granularity is 2 MiB, and cuGetProcAddress picks versioned and
+ * per-thread-stream variants the way the real driver does.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_api.h"
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+#define MAXA 65536
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t used, next_addr = 0x700000000000ull;
+static struct { uint64_t key, bytes; } live[MAXA];
+static atomic_ulong launches;
+
+static uint64_t total(void) {
+  const char *t = getenv("FAKE_CUDA_TOTAL");
+  return t ? strtoull(t, NULL, 10) : 16ull << 30;
+}
+
+static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
+  if (!key)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  gf_cu_result rc = CUDA_ERROR_OUT_OF_MEMORY;
+  if (used + bytes <= total()) {
+    for (int i = 0; i < MAXA; i++)
+      if (!live[i].key) {
+        live[i].key = next_addr;
+        live[i].bytes = bytes;
+        *key = next_addr;
+        next_addr += (bytes + 4095) & ~4095ull;
+        used += bytes;
+        rc = CUDA_SUCCESS;
+        break;
+      }
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static gf_cu_result fake_free(uint64_t key) {
+  pthread_mutex_lock(&lock);
+  gf_cu_result rc = CUDA_ERROR_INVALID_VALUE;
+  for (int i = 0; i < MAXA; i++)
+    if (live[i].key == key && key) {
+      used -= live[i].bytes;
+      live[i].key = 0;
+      rc = CUDA_SUCCESS;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+FAKE_EXPORT gf_cu_result cuInit(unsigned int f) {
+  return f ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuDeviceGetCount(int *n) {
+  *n = 2;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuCtxGetDevice(CUdevice *d) {
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuMemAlloc_v2(CUdeviceptr *p, size_t b) {
+  return fake_alloc(p, b);
+}
+FAKE_EXPORT gf_cu_result cuMemAllocManaged(CUdeviceptr *p, size_t b,
+                                           unsigned int f) {
+  (void)f;
+  return fake_alloc(p, b);
+}
+FAKE_EXPORT gf_cu_result cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch,
+                                            size_t w, size_t h,
+                                            unsigned int e) {
+  (void)e;
+  if (!pitch)
+    return CUDA_ERROR_INVALID_VALUE;
+  size_t pt = (w + 1023) / 1024 * 1024;
+  gf_cu_result rc = fake_alloc(p, (uint64_t)pt * h);
+  if (rc == CUDA_SUCCESS)
+    *pitch = pt;
+  return rc;
+}
+FAKE_EXPORT gf_cu_result cuMemFree_v2(CUdeviceptr p) { return fake_free(p); }
+FAKE_EXPORT gf_cu_result cuMemAllocAsync(CUdeviceptr *p, size_t b, CUstream s) {
+  (void)s;
+  return fake_alloc(p, b);
+}
+FAKE_EXPORT gf_cu_result cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t b,
+                                              CUstream s) {
+  (void)s;
+  return fake_alloc(p, b);
+}
+FAKE_EXPORT gf_cu_result cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t b,
+                                                 CUmemoryPool pl, CUstream s) {
+  (void)pl;
+  (void)s;
+  return fake_alloc(p, b);
+}
+FAKE_EXPORT gf_cu_result cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t b,
+                                                      CUmemoryPool pl,
+                                                      CUstream s) {
+  (void)pl;
+  (void)s;
+  return fake_alloc(p, b);
+}
+FAKE_EXPORT gf_cu_result cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+  (void)s;
+  return fake_free(p);
+}
+FAKE_EXPORT gf_cu_result cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+  (void)s;
+  return fake_free(p);
+}
+FAKE_EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h,
+                                     size_t size,
+                                     const CUmemAllocationProp *prop,
+                                     unsigned long long f) {
+  (void)prop;
+  (void)f;
+  if (size % (2u << 20))
+    return CUDA_ERROR_INVALID_VALUE;
+  return fake_alloc(h, size);
+}
+FAKE_EXPORT gf_cu_result cuMemRelease(CUmemGenericAllocationHandle h) {
+  return fake_free(h);
+}
+FAKE_EXPORT gf_cu_result cuArrayCreate_v2(CUarray *a,
+                                          const CUDA_ARRAY_DESCRIPTOR *d) {
+  unsigned long long k;
+  gf_cu_result rc = fake_alloc(&k, d->Width * (d->Height ? d->Height : 1) *
+                                       d->NumChannels * 4);
+  if (rc == CUDA_SUCCESS)
+    *a = (CUarray)(uintptr_t)k;
+  return rc;
+}
+FAKE_EXPORT gf_cu_result cuArray3DCreate_v2(CUarray *a,
+                                            const CUDA_ARRAY3D_DESCRIPTOR *d) {
+  unsigned long long k;
+  gf_cu_result rc =
+      fake_alloc(&k, d->Width * (d->Height ? d->Height : 1) *
+                         (d->Depth ? d->Depth : 1) * d->NumChannels * 4);
+  if (rc == CUDA_SUCCESS)
+    *a = (CUarray)(uintptr_t)k;
+  return rc;
+}
+FAKE_EXPORT gf_cu_result cuArrayDestroy(CUarray a) {
+  return fake_free((uint64_t)(uintptr_t)a);
+}
+FAKE_EXPORT gf_cu_result cuMemGetInfo_v2(size_t *f, size_t *t) {
+  pthread_mutex_lock(&lock);
+  *t = (size_t)total();
+  *f = (size_t)(total() - used);
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
+  (void)d;
+  *b = (size_t)total();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
+                                        unsigned gz, unsigned bx, unsigned by,
+                                        unsigned bz, unsigned sh, CUstream s,
+                                        void **p, void **e) {
+  (void)f;
+  (void)gx;
+  (void)gy;
+  (void)gz;
+  (void)bx;
+  (void)by;
+  (void)bz;
+  (void)sh;
+  (void)s;
+  (void)p;
+  (void)e;
+  atomic_fetch_add(&launches, 1);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuLaunchKernel_ptsz(CUfunction f, unsigned gx,
+                                             unsigned gy, unsigned gz,
+                                             unsigned bx, unsigned by,
+                                             unsigned bz, unsigned sh,
+                                             CUstream s, void **p, void **e) {
+  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+}
+FAKE_EXPORT gf_cu_result cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f,
+                                          void **p, void **e) {
+  (void)c;
+  (void)f;
+  (void)p;
+  (void)e;
+  atomic_fetch_add(&launches, 1);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned gx,
+                                                   unsigned gy, unsigned gz,
+                                                   unsigned bx, unsigned by,
+                                                   unsigned bz, unsigned sh,
+                                                   CUstream s, void **p) {
+  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, NULL);
+}
+FAKE_EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
+  (void)g;
+  (void)s;
+  atomic_fetch_add(&launches, 1);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT unsigned long fake_cuda_launches(void) {
+  return atomic_load(&launches);
+}
+
+/* (base name, first version, per-thread variant?, function) */
+static const struct variant {
+  const char *name;
+  int min_version;
+  int ptds;
+  void *fn;
+} variants[] = {
+    {"cuInit", 2000, 0, (void *)cuInit},
+    {"cuMemAlloc", 3020, 0, (void *)cuMemAlloc_v2},
+    {"cuMemAllocPitch", 3020, 0, (void *)cuMemAllocPitch_v2},
+    {"cuMemAllocManaged", 6000, 0, (void *)cuMemAllocManaged},
+    {"cuMemFree", 3020, 0, (void *)cuMemFree_v2},
+    {"cuMemGetInfo", 3020, 0, (void *)cuMemGetInfo_v2},
+    {"cuDeviceTotalMem", 3020, 0, (void *)cuDeviceTotalMem_v2},
+    {"cuMemAllocAsync", 11020, 0, (void *)cuMemAllocAsync},
+    {"cuMemAllocAsync", 11020, 1, (void *)cuMemAllocAsync_ptsz},
+    {"cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync},
+    {"cuMemFreeAsync", 11020, 1, (void *)cuMemFreeAsync_ptsz},
+    {"cuMemAllocFromPoolAsync", 11020, 0, (void *)cuMemAllocFromPoolAsync},
+    {"cuMemAllocFromPoolAsync", 11020, 1, (void *)cuMemAllocFromPoolAsync_ptsz},
+    {"cuMemCreate", 10020, 0, (void *)cuMemCreate},
+    {"cuMemRelease", 10020, 0, (void *)cuMemRelease},
+    {"cuArrayCreate", 3020, 0, (void *)cuArrayCreate_v2},
+    {"cuArray3DCreate", 3020, 0, (void *)cuArray3DCreate_v2},
+    {"cuArrayDestroy", 2000, 0, (void *)cuArrayDestroy},
+    {"cuLaunchKernel", 4000, 0, (void *)cuLaunchKernel},
+    {"cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz},
+    {"cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx},
+    {"cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel},
+    {"cuGraphLaunch", 10000, 0, (void *)cuGraphLaunch},
+    {"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice},
+    {"cuDeviceGetCount", 2000, 0, (void *)cuDeviceGetCount},
+};
+
+static gf_cu_result lookup(const char *sym, void **pfn, int ver,
+                           cuuint64_t flags) {
+  if (!sym || !pfn)
+    return CUDA_ERROR_INVALID_VALUE;
+  int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  const struct variant *best = NULL;
+  for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+    const struct variant *v = &variants[i];
+    if (strcmp(v->name, sym) || v->min_version > ver)
+      continue;
+    if (v->ptds && !ptds)
+      continue;
+    if (!best || v->ptds > best->ptds || v->min_version > best->min_version)
+      best = v;
+  }
+  *pfn = best ? best->fn : NULL;
+  return best ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+FAKE_EXPORT gf_cu_result cuGetProcAddress(const char *sym, void **pfn, int ver,
+                                          cuuint64_t flags) {
+  return lookup(sym, pfn, ver, flags);
+}
+FAKE_EXPORT gf_cu_result
+cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+                    CUdriverProcAddressQueryResult *st) {
+  gf_cu_result rc = lookup(sym, pfn, ver, flags);
+  if (st)
+    *st = rc == CUDA_SUCCESS ? 0 : 1;
+  return rc;
+}

@@ -1,0 +1,425 @@
+/*
+ * probe: a CUDA "application" for the interposer tests.  It reaches the
+ * (fake) driver the way real programs do: linked directly (probe_linked),
+ * through dlopen + dlsym, or through cuGetProcAddress as the CUDA runtime
+ * does (probe_dl dlopen|procaddr).  Scenarios print one line per check and
+ * exit non-zero on the first failure.
+ *
+ *   probe_linked limits            probe_dl dlopen|procaddr limits
+ *   probe_dl stress PROCS THREADS SECONDS REGION
+ *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_api.h"
+#include "gpufrac/region.h"
+
+#define MIB (1024ull * 1024)
+
+static struct fns {
+  gf_cu_result (*init)(unsigned int);
+  gf_cu_result (*alloc)(CUdeviceptr *, size_t);
+  gf_cu_result (*free_)(CUdeviceptr);
+  gf_cu_result (*pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+  gf_cu_result (*managed)(CUdeviceptr *, size_t, unsigned);
+  gf_cu_result (*async)(CUdeviceptr *, size_t, CUstream);
+  gf_cu_result (*pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+  gf_cu_result (*free_async)(CUdeviceptr, CUstream);
+  gf_cu_result (*create)(CUmemGenericAllocationHandle *, size_t,
+                         const CUmemAllocationProp *, unsigned long long);
+  gf_cu_result (*release)(CUmemGenericAllocationHandle);
+  gf_cu_result (*array)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+  gf_cu_result (*array3d)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+  gf_cu_result (*array_destroy)(CUarray);
+  gf_cu_result (*info)(size_t *, size_t *);
+  gf_cu_result (*total)(size_t *, CUdevice);
+  gf_cu_result (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, unsigned, unsigned, CUstream, void **,
+                         void **);
+} F;
+
+static int failures;
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (cond) {                                                                \
+      printf("ok   ");                                                         \
+    } else {                                                                   \
+      printf("FAIL ");                                                         \
+      failures++;                                                              \
+    }                                                                          \
+    printf(__VA_ARGS__);                                                       \
+    printf("\n");                                                              \
+  } while (0)
+
+#ifdef PROBE_LINKED
+static void load(const char *how) {
+  (void)how;
+  F.init = cuInit;
+  F.alloc = cuMemAlloc_v2;
+  F.free_ = cuMemFree_v2;
+  F.pitch = cuMemAllocPitch_v2;
+  F.managed = cuMemAllocManaged;
+  F.async = cuMemAllocAsync;
+  F.pool = cuMemAllocFromPoolAsync;
+  F.free_async = cuMemFreeAsync;
+  F.create = cuMemCreate;
+  F.release = cuMemRelease;
+  F.array = cuArrayCreate_v2;
+  F.array3d = cuArray3DCreate_v2;
+  F.array_destroy = cuArrayDestroy;
+  F.info = cuMemGetInfo_v2;
+  F.total = cuDeviceTotalMem_v2;
+  F.launch = cuLaunchKernel;
+}
+#else
+static void load(const char *how) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!h) {
+    fprintf(stderr, "dlopen: %s\n", dlerror());
+    exit(2);
+  }
+  if (strcmp(how, "procaddr") == 0) {
+    gf_cu_result (*gpa)(const char *, void **, int, cuuint64_t,
+                        CUdriverProcAddressQueryResult *);
+    *(void **)&gpa = dlsym(h, "cuGetProcAddress_v2");
+    if (!gpa)
+      exit(2);
+    CUdriverProcAddressQueryResult st;
+#define GPA(field, name) gpa(name, (void **)&F.field, 12000, 0, &st)
+    GPA(init, "cuInit");
+    GPA(alloc, "cuMemAlloc");
+    GPA(free_, "cuMemFree");
+    GPA(pitch, "cuMemAllocPitch");
+    GPA(managed, "cuMemAllocManaged");
+    /* The runtime built with per-thread default streams asks for these. */
+    gpa("cuMemAllocAsync", (void **)&F.async, 12000,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+    gpa("cuMemAllocFromPoolAsync", (void **)&F.pool, 12000,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+    gpa("cuMemFreeAsync", (void **)&F.free_async, 12000,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+    GPA(create, "cuMemCreate");
+    GPA(release, "cuMemRelease");
+    GPA(array, "cuArrayCreate");
+    GPA(array3d, "cuArray3DCreate");
+    GPA(array_destroy, "cuArrayDestroy");
+    GPA(info, "cuMemGetInfo");
+    GPA(total, "cuDeviceTotalMem");
+    gpa("cuLaunchKernel", (void **)&F.launch, 12000,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+#undef GPA
+  } else {
+#define SYM(field, name) *(void **)&F.field = dlsym(h, name)
+    SYM(init, "cuInit");
+    SYM(alloc, "cuMemAlloc_v2");
+    SYM(free_, "cuMemFree_v2");
+    SYM(pitch, "cuMemAllocPitch_v2");
+    SYM(managed, "cuMemAllocManaged");
+    SYM(async, "cuMemAllocAsync");
+    SYM(pool, "cuMemAllocFromPoolAsync");
+    SYM(free_async, "cuMemFreeAsync");
+    SYM(create, "cuMemCreate");
+    SYM(release, "cuMemRelease");
+    SYM(array, "cuArrayCreate_v2");
+    SYM(array3d, "cuArray3DCreate_v2");
+    SYM(array_destroy, "cuArrayDestroy");
+    SYM(info, "cuMemGetInfo_v2");
+    SYM(total, "cuDeviceTotalMem_v2");
+    SYM(launch, "cuLaunchKernel");
+#undef SYM
+  }
+  void **all = (void **)&F;
+  for (size_t i = 0; i < sizeof(F) / sizeof(void *); i++)
+    if (!all[i]) {
+      fprintf(stderr, "probe: function %zu not found\n", i);
+      exit(2);
+    }
+}
+#endif
+
+static size_t used_now(size_t limit) {
+  size_t f = 0, t = 0;
+  F.info(&f, &t);
+  return limit - f;
+}
+
+/* Every allocation path: exact charges, OOM over the limit with usage left
+ * as it was, and views that agree.  Limit: GPUFRAC_GPU_MEMORY = 1Gi. */
+static void limits(void) {
+  const size_t L = 1024 * MIB;
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  size_t f, t, tot;
+  CHECK(F.info(&f, &t) == CUDA_SUCCESS && t == L && f == L,
+        "cuMemGetInfo reports the limit (total %zu free %zu)", t, f);
+  CHECK(F.total(&tot, 0) == CUDA_SUCCESS && tot == L, "cuDeviceTotalMem %zu",
+        tot);
+  CUdeviceptr a, b, c;
+  CHECK(F.alloc(&a, 600 * MIB) == CUDA_SUCCESS, "alloc 600Mi");
+  CHECK(F.alloc(&b, 500 * MIB) == CUDA_ERROR_OUT_OF_MEMORY,
+        "alloc 500Mi more: out of memory");
+  CHECK(used_now(L) == 600 * MIB, "usage unchanged by the refusal");
+  CHECK(F.alloc(&b, 424 * MIB) == CUDA_SUCCESS, "alloc exactly to the limit");
+  CHECK(F.info(&f, &t) == CUDA_SUCCESS && f == 0, "free 0 at the limit");
+  CHECK(F.alloc(&c, 1) == CUDA_ERROR_OUT_OF_MEMORY, "one byte more: OOM");
+  CHECK(F.free_(b) == CUDA_SUCCESS && F.free_(a) == CUDA_SUCCESS, "free both");
+  CHECK(used_now(L) == 0, "usage back to 0");
+  CHECK(F.free_(a) != CUDA_SUCCESS && used_now(L) == 0,
+        "double free: driver error, usage stays 0");
+
+  size_t pitch = 0;
+  CHECK(F.pitch(&a, &pitch, 1000, 1000, 4) == CUDA_SUCCESS && pitch == 1024,
+        "pitch allocation (pitch %zu)", pitch);
+  CHECK(used_now(L) == 1024 * 1000, "charged pitch x height = %zu",
+        used_now(L));
+  F.free_(a);
+  CHECK(F.pitch(&a, &pitch, 1 << 20, 1100, 4) == CUDA_ERROR_OUT_OF_MEMORY &&
+            used_now(L) == 0,
+        "pitch over the limit: OOM, nothing charged");
+
+  CHECK(F.managed(&a, 300 * MIB, CU_MEM_ATTACH_GLOBAL) == CUDA_SUCCESS &&
+            used_now(L) == 300 * MIB,
+        "managed 300Mi charged");
+  CHECK(F.async(&b, 300 * MIB, NULL) == CUDA_SUCCESS &&
+            used_now(L) == 600 * MIB,
+        "async 300Mi charged");
+  CHECK(F.pool(&c, 300 * MIB, NULL, NULL) == CUDA_SUCCESS &&
+            used_now(L) == 900 * MIB,
+        "pool 300Mi charged");
+  CUdeviceptr d;
+  CHECK(F.pool(&d, 300 * MIB, NULL, NULL) == CUDA_ERROR_OUT_OF_MEMORY &&
+            used_now(L) == 900 * MIB,
+        "pool over the limit: OOM");
+  CHECK(F.free_async(b, NULL) == CUDA_SUCCESS &&
+            F.free_async(c, NULL) == CUDA_SUCCESS && F.free_(a) == 0 &&
+            used_now(L) == 0,
+        "async frees give it all back");
+
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h, h2;
+  CHECK(F.create(&h, 512 * MIB, &prop, 0) == CUDA_SUCCESS &&
+            used_now(L) == 512 * MIB,
+        "cuMemCreate 512Mi charged");
+  CHECK(F.create(&h2, 1 * MIB, &prop, 0) != CUDA_SUCCESS &&
+            used_now(L) == 512 * MIB,
+        "cuMemCreate off granularity: driver error, nothing charged");
+  CHECK(F.create(&h2, 514 * MIB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY,
+        "cuMemCreate over the limit: OOM");
+  CHECK(F.release(h) == CUDA_SUCCESS && used_now(L) == 0,
+        "cuMemRelease gives it back");
+
+  CUarray arr, arr3;
+  CUDA_ARRAY_DESCRIPTOR ad = {1024, 1024, 0x20, 4}; /* float4: 16 MiB */
+  CHECK(F.array(&arr, &ad) == CUDA_SUCCESS && used_now(L) == 16 * MIB,
+        "2D array float4 1024x1024 charged 16Mi");
+  CUDA_ARRAY3D_DESCRIPTOR a3 = {256, 256, 256, 0x01, 1, 0}; /* 16 MiB */
+  CHECK(F.array3d(&arr3, &a3) == CUDA_SUCCESS && used_now(L) == 32 * MIB,
+        "3D array uint8 256^3 charged 16Mi");
+  CHECK(F.array_destroy(arr) == CUDA_SUCCESS &&
+            F.array_destroy(arr3) == CUDA_SUCCESS && used_now(L) == 0,
+        "arrays destroyed, usage 0");
+  CHECK(F.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS,
+        "a launch passes through");
+}
+
+#ifndef PROBE_LINKED
+static gf_region *open_region(const char *path) {
+  gf_region *r = NULL;
+  gf_diag d = {""};
+  if (gf_region_map(path, NULL, &r, &d)) {
+    fprintf(stderr, "region: %s\n", d.msg);
+    exit(2);
+  }
+  return r;
+}
+
+static volatile int stop;
+static void *churn(void *arg) {
+  unsigned seed = (unsigned)(uintptr_t)arg;
+  CUdeviceptr p[16] = {0};
+  while (!stop) {
+    int i = (int)(rand_r(&seed) % 16);
+    if (p[i]) {
+      if (F.free_(p[i]) != CUDA_SUCCESS)
+        abort();
+      p[i] = 0;
+    } else if (F.alloc(&p[i], (1 + rand_r(&seed) % 64) * MIB) != CUDA_SUCCESS) {
+      p[i] = 0;
+    }
+  }
+  for (int i = 0; i < 16; i++)
+    if (p[i])
+      F.free_(p[i]);
+  return NULL;
+}
+
+/* Many processes x threads churning allocations against one region; the
+ * parent samples the container's usage and checks it never passes the
+ * limit and ends at zero. */
+static void stress(int procs, int threads, int seconds, const char *path) {
+  F.init(0);
+  CUdeviceptr warm;
+  F.alloc(&warm, 1); /* creates the region */
+  F.free_(warm);
+  gf_region *r = open_region(path);
+  const uint64_t L = r->limit[0];
+  pid_t kids[64];
+  for (int k = 0; k < procs && k < 64; k++) {
+    kids[k] = fork();
+    if (kids[k] == 0) {
+      pthread_t th[32];
+      for (int i = 0; i < threads && i < 32; i++)
+        pthread_create(&th[i], NULL, churn,
+                       (void *)(uintptr_t)(k * 100 + i + 1));
+      sleep((unsigned)seconds);
+      stop = 1;
+      for (int i = 0; i < threads && i < 32; i++)
+        pthread_join(th[i], NULL);
+      _exit(0);
+    }
+  }
+  uint64_t peak = 0;
+  int samples = 0;
+  time_t end = time(NULL) + seconds + 1;
+  while (time(NULL) < end) {
+    uint64_t u = gf_region_used(r, 0);
+    peak = u > peak ? u : peak;
+    samples++;
+    usleep(200);
+  }
+  int ok = 1;
+  for (int k = 0; k < procs && k < 64; k++) {
+    int st;
+    waitpid(kids[k], &st, 0);
+    ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  CHECK(ok, "%d processes x %d threads exited cleanly", procs, threads);
+  CHECK(peak <= L,
+        "usage never above the limit (peak %llu of %llu, %d "
+        "samples)",
+        (unsigned long long)peak, (unsigned long long)L, samples);
+  CHECK(gf_region_used(r, 0) == 0, "usage ends at 0");
+}
+
+/* Children allocate and free in loops; the parent kills them with SIGKILL
+ * at random moments.  The dead ones' memory must come back within a second
+ * and nothing may deadlock. */
+static void killer(int rounds, const char *path) {
+  F.init(0);
+  CUdeviceptr warm;
+  F.alloc(&warm, 1);
+  F.free_(warm);
+  gf_region *r = open_region(path);
+  unsigned seed = 12345;
+  for (int round = 0; round < rounds; round++) {
+    pid_t kid = fork();
+    if (kid == 0) {
+      churn((void *)(uintptr_t)(round + 7));
+      _exit(0);
+    }
+    usleep(1000 + rand_r(&seed) % 20000);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+  }
+  /* A survivor holding memory must keep it. */
+  CUdeviceptr mine;
+  CHECK(F.alloc(&mine, 100 * MIB) == CUDA_SUCCESS, "survivor allocates");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  size_t f, t;
+  F.info(&f, &t); /* a view reaps */
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+              (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  CHECK(gf_region_used(r, 0) == 100 * MIB,
+        "after %d SIGKILLs only the survivor's 100Mi is charged (%llu), "
+        "reclaimed in %.2f ms",
+        rounds, (unsigned long long)gf_region_used(r, 0), ms);
+  CHECK(atomic_load(&r->reaped) >= 1, "%llu dead slots reclaimed",
+        (unsigned long long)atomic_load(&r->reaped));
+  F.free_(mine);
+  CHECK(gf_region_used(r, 0) == 0, "usage ends at 0");
+}
+
+static void launches(int seconds) {
+  F.init(0);
+  long n = 0;
+  time_t end = time(NULL) + seconds;
+  while (time(NULL) < end) {
+    for (int i = 0; i < 100; i++)
+      F.launch(NULL, 10, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+    n += 100;
+  }
+  printf("launches %ld\n", n);
+}
+
+static void nvml(void) {
+  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
+  nvmlReturn_t (*get2)(nvmlDevice_t, nvmlMemory_v2_t *);
+  nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
+  *(void **)&get = dlsym(h, "nvmlDeviceGetMemoryInfo");
+  *(void **)&get2 = dlsym(h, "nvmlDeviceGetMemoryInfo_v2");
+  *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+  nvmlDevice_t dev;
+  byidx(0, &dev);
+  nvmlMemory_t m;
+  nvmlMemory_v2_t m2 = {.version = 2};
+  CHECK(get(dev, &m) == 0 && m.total == 1024 * MIB &&
+            m.free + m.used == m.total,
+        "NVML memory info shows the limit (total %llu used %llu)", m.total,
+        m.used);
+  CHECK(get2(dev, &m2) == 0 && m2.total == 1024 * MIB &&
+            m2.free + m2.used + m2.reserved == m2.total,
+        "NVML memory info v2 agrees");
+  F.init(0);
+  size_t f, t;
+  F.info(&f, &t);
+  CHECK(t == m.total, "cuMemGetInfo and NVML agree on the total");
+}
+#endif
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+#ifdef PROBE_LINKED
+  load("linked");
+  if (argc > 1 && strcmp(argv[1], "limits") == 0)
+    limits();
+  (void)argv;
+#else
+  if (argc < 2)
+    return 2;
+  if (strcmp(argv[1], "stress") == 0 && argc == 6) {
+    load("dlopen");
+    stress(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5]);
+  } else if (strcmp(argv[1], "kill") == 0 && argc == 4) {
+    load("dlopen");
+    killer(atoi(argv[2]), argv[3]);
+  } else if (strcmp(argv[1], "launches") == 0 && argc == 3) {
+    load("dlopen");
+    launches(atoi(argv[2]));
+  } else if (strcmp(argv[1], "nvml") == 0) {
+    load("dlopen");
+    nvml();
+  } else if (argc == 3 && strcmp(argv[2], "limits") == 0) {
+    load(argv[1]);
+    limits();
+  } else {
+    return 2;
+  }
+#endif
+  printf("%s\n", failures ? "probe: FAILED" : "probe: passed");
+  return failures ? 1 : 0;
+}

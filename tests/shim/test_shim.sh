@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Interposer scenarios against the fake driver, under LD_PRELOAD.
+# Prints one line per scenario and 'N passed, N failed'.
+set -u
+: "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+
+run() { # name expect-rc -- env/cmd...
+  local name=$1 want=$2
+  shift 3
+  if timeout 120 env "$@" >"$tmp/out" 2>&1; then rc=0; else rc=$?; fi
+  if [ "$rc" -eq "$want" ] && { [ "$want" -ne 0 ] || ! grep -q '^FAIL' "$tmp/out"; }; then
+    echo "ok   $name"; pass=$((pass + 1))
+  else
+    echo "FAIL $name (exit $rc, want $want)"; sed 's/^/  | /' "$tmp/out" | tail -25
+    fail=$((fail + 1))
+  fi
+}
+
+base=(LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1")
+lim=(GPUFRAC_GPU_MEMORY=1Gi)
+unset GPUFRAC_CONFIG
+
+# Limits on every path, reaching the driver three ways.
+run linked-limits   0 -- "${base[@]}" "${lim[@]}" "$PROBE_LINKED" limits
+run dlopen-limits   0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" dlopen limits
+run procaddr-limits 0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" procaddr limits
+run nvml-view       0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" nvml
+
+# The same program without the interposer sees the whole fake GPU: the
+# first check (total == 1 GiB) must fail, proving the checks can fail.
+run without-shim    1 -- LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" limits
+
+# Off switch: pass-through even with limits configured.
+run disabled        1 -- "${base[@]}" "${lim[@]}" GPUFRAC_DISABLE=1 "$PROBE_LINKED" limits
+
+# A malformed config refuses device memory (fail closed) without crashing.
+printf 'memory = lots\n' >"$tmp/bad.conf"
+run bad-config-refuses 1 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/bad.conf" "$PROBE_LINKED" limits
+grep -q "refusing device memory" "$tmp/out" && { echo "ok   bad-config-logs"; pass=$((pass + 1)); } ||
+  { echo "FAIL bad-config-logs"; fail=$((fail + 1)); }
+
+# Config file with a shared region.
+printf 'version = 1\nmemory = 1Gi\nregion = %s/r1\n' "$tmp" >"$tmp/good.conf"
+run config-file     0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/good.conf" "$PROBE_DL" dlopen limits
+
+# A corrupt region (bad magic): refuse, log, no crash.
+head -c 33792 /dev/urandom >"$tmp/corrupt"
+printf 'memory = 1Gi\nregion = %s/corrupt\n' "$tmp" >"$tmp/corrupt.conf"
+run corrupt-region  1 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/corrupt.conf" "$PROBE_LINKED" limits
+
+# No real driver at all: calls fail with a CUDA error, no crash.
+run no-driver       1 -- LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA=/nonexistent/libcuda.so.1 \
+                           GPUFRAC_GPU_MEMORY=1Gi LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" limits
+
+# Many processes x threads on one region; SIGKILLs at random points.
+printf 'memory = 1Gi\nregion = %s/r2\n' "$tmp" >"$tmp/r2.conf"
+run stress          0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r2.conf" "$PROBE_DL" stress 6 4 3 "$tmp/r2"
+printf 'memory = 1Gi\nregion = %s/r3\n' "$tmp" >"$tmp/r3.conf"
+run sigkill         0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r3.conf" "$PROBE_DL" kill 40 "$tmp/r3"
+
+# Compute: two containers at 30% and 70% of the same capacity, at once.
+printf 'compute = 30\ncapacity = 200000\nregion = %s/c30\n' "$tmp" >"$tmp/c30.conf"
+printf 'compute = 70\ncapacity = 200000\nregion = %s/c70\n' "$tmp" >"$tmp/c70.conf"
+env "${base[@]}" GPUFRAC_CONFIG="$tmp/c30.conf" "$PROBE_DL" launches 3 >"$tmp/l30" 2>&1 &
+env "${base[@]}" GPUFRAC_CONFIG="$tmp/c70.conf" "$PROBE_DL" launches 3 >"$tmp/l70" 2>&1
+wait
+n30=$(awk '/^launches/{print $2}' "$tmp/l30"); n70=$(awk '/^launches/{print $2}' "$tmp/l70")
+if [ -n "$n30" ] && [ -n "$n70" ] && python3 - "$n30" "$n70" <<'PY'
+import sys
+a, b = int(sys.argv[1]), int(sys.argv[2])
+r = b / a
+print(f"launch throughput 70%/30% = {b}/{a} = {r:.3f} (ideal {70/30:.3f})")
+sys.exit(0 if abs(r / (70 / 30) - 1) <= 0.10 else 1)
+PY
+then echo "ok   compute-ratio"; pass=$((pass + 1)); else echo "FAIL compute-ratio ($n30, $n70)"; fail=$((fail + 1)); fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
