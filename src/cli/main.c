@@ -14,6 +14,8 @@ static const struct command {
 } commands[] = {
     {"simulate", cmd_simulate,
      "replay a GPU cluster trace under placement policies"},
+    {"run", cmd_run, "run a command under GPU memory and compute limits"},
+    {"inspect", cmd_inspect, "show a container's GPU accounting region"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "list commands, or show one command's help"},
 };

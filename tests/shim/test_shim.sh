@@ -2,7 +2,7 @@
 # Interposer scenarios against the fake driver, under LD_PRELOAD.
 # Prints one line per scenario and 'N passed, N failed'.
 set -u
-: "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}"
+: "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}" "${GPUFRAC:?}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -47,7 +47,7 @@ printf 'version = 1\nmemory = 1Gi\nregion = %s/r1\n' "$tmp" >"$tmp/good.conf"
 run config-file     0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/good.conf" "$PROBE_DL" dlopen limits
 
 # A corrupt region (bad magic): refuse, log, no crash.
-head -c 33792 /dev/urandom >"$tmp/corrupt"
+head -c 41984 /dev/urandom >"$tmp/corrupt"
 printf 'memory = 1Gi\nregion = %s/corrupt\n' "$tmp" >"$tmp/corrupt.conf"
 run corrupt-region  1 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/corrupt.conf" "$PROBE_LINKED" limits
 
@@ -60,6 +60,21 @@ printf 'memory = 1Gi\nregion = %s/r2\n' "$tmp" >"$tmp/r2.conf"
 run stress          0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r2.conf" "$PROBE_DL" stress 6 4 3 "$tmp/r2"
 printf 'memory = 1Gi\nregion = %s/r3\n' "$tmp" >"$tmp/r3.conf"
 run sigkill         0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r3.conf" "$PROBE_DL" kill 40 "$tmp/r3"
+
+# gpufrac inspect: the region after the SIGKILL scenario.
+run inspect 0 -- "$GPUFRAC" inspect region "$tmp/r3"
+grep -q "dead processes reclaimed: 40" "$tmp/out" && grep -q "1.00 GiB" "$tmp/out" &&
+  { echo "ok   inspect-shows-reclaim"; pass=$((pass + 1)); } ||
+  { echo "FAIL inspect-shows-reclaim"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+run inspect-bad 1 -- "$GPUFRAC" inspect region "$tmp/corrupt"
+grep -q "bad magic" "$tmp/out" && { echo "ok   inspect-bad-says-why"; pass=$((pass + 1)); } ||
+  { echo "FAIL inspect-bad-says-why"; fail=$((fail + 1)); }
+
+# gpufrac run: the same limits without Kubernetes.
+run gpufrac-run 0 -- GPUFRAC_SHIM="$SHIM" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
+    LD_LIBRARY_PATH="$FAKE_DIR" "$GPUFRAC" run --gpu-memory 1Gi -- "$PROBE_LINKED" limits
+run gpufrac-run-exit 3 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 50 -- sh -c 'exit 3'
+run gpufrac-run-bad 2 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 101 -- true
 
 # Compute: two containers at 30% and 70% of the same capacity, at once.
 printf 'compute = 30\ncapacity = 200000\nregion = %s/c30\n' "$tmp" >"$tmp/c30.conf"

@@ -1,0 +1,84 @@
+/* gpufrac inspect region PATH: what a container's shared region holds. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gpufrac/region.h"
+
+static void usage(FILE *fp) {
+  fprintf(fp, "usage: gpufrac inspect region PATH\n\n"
+              "Prints a container's GPU accounting region: limits per "
+              "device, the compute\nbucket, and each process's usage. "
+              "Read-only: nothing is reclaimed or changed.\n");
+}
+
+static void bytes(char *buf, size_t n, uint64_t b) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
+}
+
+int cmd_inspect(int argc, char **argv) {
+  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    usage(stdout);
+    return GF_EXIT_OK;
+  }
+  if (argc != 3 || strcmp(argv[1], "region") != 0) {
+    usage(stderr);
+    return GF_EXIT_USAGE;
+  }
+  gf_region *r = NULL;
+  gf_diag d = {""};
+  if (gf_region_map(argv[2], NULL, &r, &d)) {
+    fprintf(stderr, "gpufrac inspect: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  char a[32], b[32];
+  printf("region %s (version %u.%u)\n", argv[2], r->major, r->minor);
+  printf("compute: %u%%", r->compute_pct);
+  if (r->compute_pct < 100)
+    printf(", bucket %lld of %llu tokens, refill %llu/s",
+           (long long)atomic_load(&r->tokens), (unsigned long long)r->burst,
+           (unsigned long long)r->rate);
+  printf("\ndead processes reclaimed: %llu\n",
+         (unsigned long long)atomic_load(&r->reaped));
+  printf("\n%-6s %-40s %14s %14s\n", "device", "uuid", "limit", "in use");
+  for (uint32_t dev = 0; dev < GF_REGION_DEVICES; dev++) {
+    uint64_t used = gf_region_used(r, dev);
+    if (!r->limit[dev] && !used)
+      continue;
+    bytes(a, sizeof(a), r->limit[dev]);
+    bytes(b, sizeof(b), used);
+    printf("%-6u %-40s %14s %14s\n", dev, r->uuid[dev][0] ? r->uuid[dev] : "-",
+           r->limit[dev] ? a : "unlimited", b);
+  }
+  printf("\n%-5s %-8s %-6s %-6s %14s %12s %12s\n", "slot", "pid", "state",
+         "device", "in use", "launches", "throttled");
+  uint32_t hwm = atomic_load(&r->hwm);
+  for (uint32_t i = 0; i < hwm && i < GF_REGION_SLOTS; i++) {
+    gf_region_slot *s = &r->slots[i];
+    int32_t pid = atomic_load(&s->pid);
+    if (pid == 0)
+      continue;
+    const char *state = pid < 0             ? "reaping"
+                        : kill(pid, 0) == 0 ? "alive"
+                                            : "dead";
+    for (uint32_t dev = 0; dev < GF_REGION_DEVICES; dev++) {
+      uint64_t u = atomic_load(&s->used[dev]);
+      if (!u && dev)
+        continue;
+      bytes(b, sizeof(b), u);
+      printf("%-5u %-8d %-6s %-6u %14s %12llu %10.1f ms\n", i, (int)pid, state,
+             dev, b, (unsigned long long)atomic_load(&s->launches),
+             (double)atomic_load(&s->throttled_ns) / 1e6);
+    }
+  }
+  gf_region_unmap(r);
+  return fflush(stdout) == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
+}

@@ -1,0 +1,166 @@
+/*
+ * gpufrac run: the container's isolation without Kubernetes.  Writes a shim
+ * config and a fresh accounting region in a private temporary directory,
+ * preloads libgpufrac-cuda.so into the command and everything it starts,
+ * and removes the directory when the command ends.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "gpufrac/quantity.h"
+
+static void usage(FILE *fp) {
+  fprintf(fp, "usage: gpufrac run [--gpu-memory SIZE] [--gpu-compute PCT] "
+              "[--gpu UUID] -- CMD [ARGS...]\n\n"
+              "Runs CMD with its GPU memory limited to SIZE (e.g. 8Gi) per "
+              "device and its\nkernel launches to PCT percent of each GPU, "
+              "through libgpufrac-cuda.so.\nAll of CMD's processes share the "
+              "limits.  --gpu UUID restricts CMD to that GPU.\n"
+              "The interposer is looked up in GPUFRAC_SHIM, next to this "
+              "binary\n(../lib/gpufrac/), then in the build tree.\n");
+}
+
+/* Writes dir + suffix into buf; false if it does not fit. */
+static bool join(char *buf, size_t n, const char *dir, const char *suffix) {
+  size_t a = strlen(dir), b = strlen(suffix);
+  if (a + b + 1 > n)
+    return false;
+  memcpy(buf, dir, a);
+  memcpy(buf + a, suffix, b + 1);
+  return true;
+}
+
+static const char *find_shim(char *buf, size_t n) {
+  const char *env = getenv("GPUFRAC_SHIM");
+  if (env && access(env, R_OK) == 0)
+    return env;
+  char self[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len > 0) {
+    self[len] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) {
+      *slash = '\0';
+      if (join(buf, n, self, "/../lib/gpufrac/libgpufrac-cuda.so") &&
+          access(buf, R_OK) == 0)
+        return buf;
+      if (join(buf, n, self, "/src/shim/libgpufrac-cuda.so") &&
+          access(buf, R_OK) == 0)
+        return buf;
+    }
+  }
+  return NULL;
+}
+
+int cmd_run(int argc, char **argv) {
+  const char *mem = NULL, *gpu = NULL;
+  int64_t bytes = 0, compute = 100;
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--")) {
+      i++;
+      break;
+    }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return GF_EXIT_OK;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "gpufrac run: '%s' needs a value (or '--' missing)\n", a);
+      return GF_EXIT_USAGE;
+    }
+    gf_diag d = {""};
+    if (!strcmp(a, "--gpu-memory")) {
+      mem = argv[++i];
+      if (gf_quantity_bytes(mem, &bytes, &d) || bytes <= 0) {
+        fprintf(stderr, "gpufrac run: --gpu-memory: %s\n",
+                d.msg[0] ? d.msg : "must be positive");
+        return GF_EXIT_USAGE;
+      }
+    } else if (!strcmp(a, "--gpu-compute")) {
+      if (gf_parse_int64(argv[++i], 1, 100, &compute, &d)) {
+        fprintf(stderr, "gpufrac run: --gpu-compute: %s\n", d.msg);
+        return GF_EXIT_USAGE;
+      }
+    } else if (!strcmp(a, "--gpu")) {
+      gpu = argv[++i];
+    } else {
+      fprintf(stderr, "gpufrac run: unknown option '%s'\n", a);
+      return GF_EXIT_USAGE;
+    }
+  }
+  if (i >= argc) {
+    usage(stderr);
+    return GF_EXIT_USAGE;
+  }
+  char shim_buf[PATH_MAX];
+  const char *shim = find_shim(shim_buf, sizeof(shim_buf));
+  if (!shim) {
+    fprintf(stderr, "gpufrac run: libgpufrac-cuda.so not found (set "
+                    "GPUFRAC_SHIM)\n");
+    return GF_EXIT_FAIL;
+  }
+  const char *tmpdir = getenv("TMPDIR");
+  char dir[PATH_MAX], conf[PATH_MAX + 16], region[PATH_MAX + 16];
+  if (!join(dir, sizeof(dir), tmpdir && *tmpdir ? tmpdir : "/tmp",
+            "/gpufrac-run-XXXXXX")) {
+    fprintf(stderr, "gpufrac run: TMPDIR too long\n");
+    return GF_EXIT_FAIL;
+  }
+  if (!mkdtemp(dir)) {
+    fprintf(stderr, "gpufrac run: %s: %s\n", dir, strerror(errno));
+    return GF_EXIT_FAIL;
+  }
+  snprintf(conf, sizeof(conf), "%s/shim.conf", dir);
+  snprintf(region, sizeof(region), "%s/region", dir);
+  FILE *fp = fopen(conf, "w");
+  int rc = GF_EXIT_FAIL;
+  if (!fp) {
+    fprintf(stderr, "gpufrac run: %s: %s\n", conf, strerror(errno));
+    goto out;
+  }
+  fprintf(fp, "# written by gpufrac run\nversion = 1\nregion = %s\n", region);
+  if (bytes)
+    fprintf(fp, "memory = %lld\n", (long long)bytes);
+  fprintf(fp, "compute = %lld\n", (long long)compute);
+  if (fclose(fp) != 0) {
+    fprintf(stderr, "gpufrac run: %s: write failed\n", conf);
+    goto out;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "gpufrac run: fork: %s\n", strerror(errno));
+    goto out;
+  }
+  if (pid == 0) {
+    char preload[2 * PATH_MAX];
+    const char *old = getenv("LD_PRELOAD");
+    snprintf(preload, sizeof(preload), "%s%s%s", shim, old && *old ? " " : "",
+             old && *old ? old : "");
+    setenv("LD_PRELOAD", preload, 1);
+    setenv("GPUFRAC_CONFIG", conf, 1);
+    if (gpu)
+      setenv("CUDA_VISIBLE_DEVICES", gpu, 1);
+    execvp(argv[i], &argv[i]);
+    fprintf(stderr, "gpufrac run: %s: %s\n", argv[i], strerror(errno));
+    _exit(127);
+  }
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    ;
+  rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+out:
+  unlink(conf);
+  unlink(region);
+  rmdir(dir);
+  return rc;
+}
