@@ -49,7 +49,7 @@ typedef struct gf_region_slot {
   _Atomic uint64_t start; /* owner's start time (clock ticks), 0 = unknown */
   _Atomic uint64_t used[GF_REGION_DEVICES];    /* device memory bytes */
   _Atomic uint64_t pending[GF_REGION_DEVICES]; /* reservations in flight */
-  _Atomic uint64_t launches;                   /* kernel launches admitted */
+  _Atomic uint64_t waits;        /* launches that waited for compute tokens */
   _Atomic uint64_t throttled_ns; /* time spent waiting for tokens */
   uint8_t reserved1[32];
 } gf_region_slot;
@@ -79,7 +79,7 @@ typedef struct gf_region {
 _Static_assert(sizeof(gf_region_slot) == 320, "slot size is ABI");
 _Static_assert(offsetof(gf_region_slot, used) == 16, "slot layout is ABI");
 _Static_assert(offsetof(gf_region_slot, pending) == 144, "slot layout is ABI");
-_Static_assert(offsetof(gf_region_slot, launches) == 272, "slot layout is ABI");
+_Static_assert(offsetof(gf_region_slot, waits) == 272, "slot layout is ABI");
 _Static_assert(offsetof(gf_region, limit) == 32, "region layout is ABI");
 _Static_assert(offsetof(gf_region, uuid) == 160, "region layout is ABI");
 _Static_assert(offsetof(gf_region, tokens) == 928, "region layout is ABI");
@@ -126,11 +126,22 @@ void gf_region_unreserve(gf_region *r, int i, uint32_t dev, uint64_t bytes);
  * were reclaimed.  Safe to call from any process at any time. */
 int gf_region_reap(gf_region *r);
 
-/* Compute admission: takes `cost` tokens, waiting (sleeping) for the
- * bucket to refill when empty.  Returns the nanoseconds waited.  No system
- * call and no lock when tokens are available.  `now_ns` supplies the
- * monotonic clock (tests pass a fake one). */
-uint64_t gf_region_admit(gf_region *r, int slot, int64_t cost,
-                         uint64_t (*now_ns)(void), void (*sleep_ns)(uint64_t));
+/* Compute admission, slow path: after a debit left the bucket negative,
+ * refills it from elapsed time and sleeps until the debt is paid.  Returns
+ * the nanoseconds waited.  `now_ns` supplies the monotonic clock. */
+uint64_t gf_region_wait(gf_region *r, int slot, uint64_t (*now_ns)(void),
+                        void (*sleep_ns)(uint64_t));
+
+/* Compute admission: takes `cost` tokens, waiting for the bucket to refill
+ * when it runs dry.  The fast path is one atomic subtraction: no system
+ * call, no lock, no function call.  Call only when throttling is on
+ * (compute_pct < 100 and rate > 0). */
+static inline uint64_t gf_region_admit(gf_region *r, int slot, int64_t cost,
+                                       uint64_t (*now_ns)(void),
+                                       void (*sleep_ns)(uint64_t)) {
+  if (atomic_fetch_sub_explicit(&r->tokens, cost, memory_order_relaxed) >= cost)
+    return 0;
+  return gf_region_wait(r, slot, now_ns, sleep_ns);
+}
 
 #endif

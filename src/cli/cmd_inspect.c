@@ -59,7 +59,7 @@ int cmd_inspect(int argc, char **argv) {
            r->limit[dev] ? a : "unlimited", b);
   }
   printf("\n%-5s %-8s %-6s %-6s %14s %12s %12s\n", "slot", "pid", "state",
-         "device", "in use", "launches", "throttled");
+         "device", "in use", "waits", "throttled");
   uint32_t hwm = atomic_load(&r->hwm);
   for (uint32_t i = 0; i < hwm && i < GF_REGION_SLOTS; i++) {
     gf_region_slot *s = &r->slots[i];
@@ -75,7 +75,7 @@ int cmd_inspect(int argc, char **argv) {
         continue;
       bytes(b, sizeof(b), u);
       printf("%-5u %-8d %-6s %-6u %14s %12llu %10.1f ms\n", i, (int)pid, state,
-             dev, b, (unsigned long long)atomic_load(&s->launches),
+             dev, b, (unsigned long long)atomic_load(&s->waits),
              (double)atomic_load(&s->throttled_ns) / 1e6);
     }
   }

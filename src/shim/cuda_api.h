@@ -173,10 +173,13 @@ static inline size_t gf__cu_format_bytes(int format) {
      CUdriverProcAddressQueryResult *status),                                  \
     (sym, pfn, ver, flags, status))
 
+#ifndef GF_SHIM_CHECK_CUDA_H /* cuda.h #defines some of these names */
 /* Declarations of the wrappers (the exported symbols). */
 #define GF__SHIM_DECL(name, pfn, params, args) gf_cu_result name params;
 GF_SHIM_HOOKS(GF__SHIM_DECL)
 #undef GF__SHIM_DECL
+#endif
+
 
 /* NVML, the two memory queries we answer. */
 typedef struct nvmlDevice_st *nvmlDevice_t;

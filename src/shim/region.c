@@ -167,7 +167,7 @@ int gf_region_attach(gf_region *r) {
         atomic_store(&s->used[dev], 0);
         atomic_store(&s->pending[dev], 0);
       }
-      atomic_store(&s->launches, 0);
+      atomic_store(&s->waits, 0);
       atomic_store(&s->throttled_ns, 0);
       atomic_store(&s->start, proc_start(me));
       uint32_t hwm = atomic_load(&r->hwm);
@@ -279,17 +279,11 @@ int gf_region_reap(gf_region *r) {
   return n;
 }
 
-uint64_t gf_region_admit(gf_region *r, int slot, int64_t cost,
-                         uint64_t (*now_ns)(void), void (*sleep_ns)(uint64_t)) {
-  if (r->compute_pct >= 100 || r->rate == 0 || cost <= 0)
+uint64_t gf_region_wait(gf_region *r, int slot, uint64_t (*now_ns)(void),
+                        void (*sleep_ns)(uint64_t)) {
+  if (r->rate == 0)
     return 0;
-  if (slot >= 0 && slot < GF_REGION_SLOTS)
-    atomic_fetch_add_explicit(&r->slots[slot].launches, 1,
-                              memory_order_relaxed);
-  /* Fast path: tokens available. */
-  if (atomic_fetch_sub(&r->tokens, cost) - cost >= 0)
-    return 0;
-  /* Slow path: refill from elapsed time, then wait out any deficit. */
+  /* Refill from elapsed time, then wait out any deficit. */
   uint64_t waited = 0;
   for (;;) {
     uint64_t now = now_ns();

@@ -65,12 +65,15 @@ static struct shim {
   real_fns real;
   gf_region *region;
   int slot;
+  _Atomic int ready;    /* setup done: the fast paths skip pthread_once */
+  bool throttle;        /* enforcing and compute < 100% */
   pthread_mutex_t lock; /* guards the tables */
   table ptrs, handles;
 } S = {
     .once = PTHREAD_ONCE_INIT, .slot = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void *(*real_dlsym)(void *, const char *);
+static uint64_t mono_ns(void);
 
 static void logf_(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -248,11 +251,25 @@ static void setup(void) {
   }
   atexit(detach);
   pthread_atfork(NULL, NULL, after_fork_child);
+  /* The bucket starts full: its first refill counts from now. */
+  uint64_t zero = 0;
+  atomic_compare_exchange_strong(&S.region->refill_ns, &zero, mono_ns());
   logf_(GF_SHIM_LOG_INFO, "enforcing: memory[0] %llu bytes, compute %u%%",
         (unsigned long long)S.region->limit[0], S.region->compute_pct);
 }
 
-static inline void init(void) { pthread_once(&S.once, setup); }
+static void setup_once(void) {
+  setup();
+  S.throttle = S.mode == GF_SHIM_ENFORCE && S.region &&
+               S.region->compute_pct < 100 && S.region->rate > 0;
+  atomic_store_explicit(&S.ready, 1, memory_order_release);
+}
+
+static inline void init(void) {
+  if (__builtin_expect(!atomic_load_explicit(&S.ready, memory_order_acquire),
+                       0))
+    pthread_once(&S.once, setup_once);
+}
 
 /* The device of the calling thread's current context (0 if unknown). */
 static uint32_t current_device(void) {
@@ -615,7 +632,7 @@ static void sleep_ns(uint64_t ns) {
 }
 
 static inline void admit(uint64_t blocks) {
-  if (S.mode == GF_SHIM_ENFORCE && S.region->compute_pct < 100)
+  if (S.throttle)
     gf_region_admit(S.region, S.slot, (int64_t)(blocks ? blocks : 1), mono_ns,
                     sleep_ns);
 }

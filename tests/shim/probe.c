@@ -146,6 +146,21 @@ static void load(const char *how) {
 }
 #endif
 
+/* On a real driver allocations need a current context; the fake has none
+ * to make, and then this does nothing. */
+static void make_context(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h)
+    return;
+  gf_cu_result (*retain)(CUcontext *, CUdevice);
+  gf_cu_result (*set)(CUcontext);
+  *(void **)&retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+  *(void **)&set = dlsym(h, "cuCtxSetCurrent");
+  CUcontext ctx;
+  if (retain && set && retain(&ctx, 0) == CUDA_SUCCESS)
+    set(ctx);
+}
+
 static size_t used_now(size_t limit) {
   size_t f = 0, t = 0;
   F.info(&f, &t);
@@ -157,6 +172,7 @@ static size_t used_now(size_t limit) {
 static void limits(void) {
   const size_t L = 1024 * MIB;
   CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  make_context();
   size_t f, t, tot;
   CHECK(F.info(&f, &t) == CUDA_SUCCESS && t == L && f == L,
         "cuMemGetInfo reports the limit (total %zu free %zu)", t, f);

@@ -63,7 +63,7 @@ run sigkill         0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r3.conf" "$PROBE_DL" 
 
 # gpufrac inspect: the region after the SIGKILL scenario.
 run inspect 0 -- "$GPUFRAC" inspect region "$tmp/r3"
-grep -q "dead processes reclaimed: 40" "$tmp/out" && grep -q "1.00 GiB" "$tmp/out" &&
+grep -qE "dead processes reclaimed: [1-9]" "$tmp/out" && grep -q "1.00 GiB" "$tmp/out" &&
   { echo "ok   inspect-shows-reclaim"; pass=$((pass + 1)); } ||
   { echo "FAIL inspect-shows-reclaim"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
 run inspect-bad 1 -- "$GPUFRAC" inspect region "$tmp/corrupt"
