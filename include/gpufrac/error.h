@@ -20,7 +20,10 @@
   X(IO, 7, "input/output error")                                               \
   X(EXIST, 8, "already exists")                                                \
   X(LIMIT, 9, "limit exceeded")                                                \
-  X(STATE, 10, "operation not valid in this state")
+  X(STATE, 10, "operation not valid in this state")                            \
+  X(CONFLICT, 11, "conflict: the object changed")                              \
+  X(GONE, 12, "gone: the requested version is too old")                        \
+  X(HTTP, 13, "HTTP request failed")
 
 enum gf_errno {
 #define GF__ERR_ENUM(name, num, msg) GF_E##name = -(num),

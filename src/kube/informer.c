@@ -1,0 +1,330 @@
+/* The informer: LIST, then WATCH, into a cache keyed "namespace/name".
+ * The cache is a jansson object (a string-keyed hash table) from key to the
+ * object's latest state; objects in it are never mutated, only replaced, so
+ * a reference handed out by gf_kube_informer_get stays valid and stable. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "gpufrac/error.h"
+#include "internal.h"
+
+#define RV_MAX 128
+#define KEY_MAX 600
+
+struct gf_kube_informer {
+  gf_kube *k;
+  char *path;
+  char *label;
+  char *field;
+  long page_size;
+  long watch_timeout_s;
+  gf_kube_backoff bo;
+  gf_kube_informer_handlers h;
+
+  pthread_mutex_t mu; /* guards cache and rv */
+  json_t *cache;
+  char rv[RV_MAX];
+
+  bool need_list;
+  long events; /* events seen by the current step */
+  atomic_bool synced;
+  atomic_int stop;
+};
+
+static char *dup_opt(const char *s, int *rc) {
+  if (!s)
+    return NULL;
+  char *r = gf__strdup(s);
+  if (!r)
+    *rc = GF_ENOMEM;
+  return r;
+}
+
+int gf_kube_informer_new(gf_kube_informer **out, gf_kube_config *cfg,
+                         const gf_kube_opts *kopts,
+                         const gf_kube_informer_opts *o,
+                         const gf_kube_informer_handlers *h, gf_diag *d) {
+  int rc = 0;
+  if (!out || !cfg || !o || !o->path)
+    return gf_diag_set(d, GF_EINVAL, "informer: path is required");
+  gf_kube_informer *inf = gf__calloc(1, sizeof(*inf));
+  if (!inf)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  if (pthread_mutex_init(&inf->mu, NULL)) {
+    gf__free(inf);
+    return gf_diag_set(d, GF_ENOMEM, "informer: cannot create a mutex");
+  }
+  inf->path = dup_opt(o->path, &rc);
+  inf->label = dup_opt(o->label_selector, &rc);
+  inf->field = dup_opt(o->field_selector, &rc);
+  inf->cache = json_object();
+  if (rc || !inf->cache) {
+    rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+    goto out;
+  }
+  inf->page_size = o->page_size > 0 ? o->page_size : 500;
+  inf->watch_timeout_s = o->watch_timeout_s > 0 ? o->watch_timeout_s : 300;
+  gf_kube_backoff_init(
+      &inf->bo, o->backoff_base_ms > 0 ? o->backoff_base_ms : 200,
+      o->backoff_cap_ms > 0 ? o->backoff_cap_ms : 30000, o->seed);
+  if (h)
+    inf->h = *h;
+  inf->need_list = true;
+  atomic_init(&inf->synced, false);
+  atomic_init(&inf->stop, 0);
+  rc = gf_kube_new(&inf->k, cfg, kopts, d);
+  if (rc)
+    goto out;
+  *out = inf;
+  inf = NULL;
+out:
+  gf_kube_informer_free(inf);
+  return rc;
+}
+
+void gf_kube_informer_free(gf_kube_informer *inf) {
+  if (!inf)
+    return;
+  gf_kube_free(inf->k);
+  json_decref(inf->cache);
+  gf__free(inf->path);
+  gf__free(inf->label);
+  gf__free(inf->field);
+  pthread_mutex_destroy(&inf->mu);
+  gf__free(inf);
+}
+
+/* "ns/name", or "name" for cluster-scoped objects.  Fails GF_ESYNTAX when
+ * the object has no metadata.name. */
+static int obj_key(const json_t *obj, char *key, size_t cap) {
+  const json_t *md = json_object_get(obj, "metadata");
+  const char *name = json_string_value(json_object_get(md, "name"));
+  const char *ns = json_string_value(json_object_get(md, "namespace"));
+  if (!name || !*name)
+    return GF_ESYNTAX;
+  int n = ns && *ns ? snprintf(key, cap, "%s/%s", ns, name)
+                    : snprintf(key, cap, "%s", name);
+  return n < 0 || (size_t)n >= cap ? GF_ELIMIT : 0;
+}
+
+static const char *obj_rv(const json_t *obj) {
+  const char *rv = json_string_value(
+      json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
+  return rv ? rv : "";
+}
+
+static void set_rv(gf_kube_informer *inf, const char *rv) {
+  if (rv && *rv && strlen(rv) < RV_MAX)
+    snprintf(inf->rv, sizeof(inf->rv), "%s", rv);
+}
+
+/* Stores obj under its key and calls on_add or on_update. */
+static int upsert(gf_kube_informer *inf, json_t *obj) {
+  char key[KEY_MAX];
+  int rc = obj_key(obj, key, sizeof(key));
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&inf->mu);
+  json_t *old = json_incref(json_object_get(inf->cache, key));
+  if (json_object_set(inf->cache, key, obj))
+    rc = GF_ENOMEM;
+  pthread_mutex_unlock(&inf->mu);
+  if (!rc) {
+    if (!old && inf->h.on_add)
+      inf->h.on_add(inf->h.user, obj);
+    else if (old && inf->h.on_update)
+      inf->h.on_update(inf->h.user, old, obj);
+  }
+  json_decref(old);
+  return rc;
+}
+
+static int remove_key(gf_kube_informer *inf, const char *key,
+                      json_t *last_state) {
+  pthread_mutex_lock(&inf->mu);
+  json_t *old = json_incref(json_object_get(inf->cache, key));
+  if (old)
+    json_object_del(inf->cache, key);
+  pthread_mutex_unlock(&inf->mu);
+  if (old && inf->h.on_delete)
+    inf->h.on_delete(inf->h.user, last_state ? last_state : old);
+  json_decref(old);
+  return 0;
+}
+
+/* Applies a full LIST: adds, updates where the resourceVersion changed,
+ * deletes what is gone. */
+static int apply_list(gf_kube_informer *inf, json_t *list, gf_diag *d) {
+  int rc = 0;
+  json_t *items = json_object_get(list, "items");
+  json_t *seen = json_object();
+  json_t *gone = json_array();
+  size_t i;
+  json_t *it;
+  char key[KEY_MAX];
+  if (!seen || !gone) {
+    rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+    goto out;
+  }
+  json_array_foreach(items, i, it) {
+    if (obj_key(it, key, sizeof(key))) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "LIST %s: item %zu has no valid "
+                       "metadata.name",
+                       inf->path, i);
+      goto out;
+    }
+    json_object_set_new(seen, key, json_true());
+    pthread_mutex_lock(&inf->mu);
+    json_t *old = json_object_get(inf->cache, key);
+    bool same = old && !strcmp(obj_rv(old), obj_rv(it)) && *obj_rv(it);
+    pthread_mutex_unlock(&inf->mu);
+    if (!same) {
+      rc = upsert(inf, it);
+      if (rc) {
+        gf_diag_set(d, rc, "LIST %s: cannot store %s", inf->path, key);
+        goto out;
+      }
+    }
+  }
+  pthread_mutex_lock(&inf->mu);
+  const char *k;
+  json_t *v;
+  json_object_foreach(inf->cache, k, v) {
+    if (!json_object_get(seen, k))
+      json_array_append_new(gone, json_string(k));
+  }
+  pthread_mutex_unlock(&inf->mu);
+  json_array_foreach(gone, i, it) remove_key(inf, json_string_value(it), NULL);
+out:
+  json_decref(seen);
+  json_decref(gone);
+  return rc;
+}
+
+static int on_event(void *user, gf_kube_event_type type, json_t *obj) {
+  gf_kube_informer *inf = user;
+  char key[KEY_MAX];
+  inf->events++;
+  switch (type) {
+  case GF_KUBE_ADDED:
+  case GF_KUBE_MODIFIED:
+    if (upsert(inf, obj))
+      return 0; /* an object without a name: skip it, keep watching */
+    break;
+  case GF_KUBE_DELETED:
+    if (obj_key(obj, key, sizeof(key)) == 0)
+      remove_key(inf, key, obj);
+    break;
+  default:
+    break;
+  }
+  pthread_mutex_lock(&inf->mu);
+  set_rv(inf, obj_rv(obj));
+  pthread_mutex_unlock(&inf->mu);
+  return atomic_load(&inf->stop) ? 1 : 0;
+}
+
+int gf_kube_informer_step(gf_kube_informer *inf, gf_diag *d) {
+  int rc = 0;
+  inf->events = 0;
+  if (inf->need_list) {
+    json_t *list = NULL;
+    gf_kube_list_opts lo = {.label_selector = inf->label,
+                            .field_selector = inf->field,
+                            .limit = inf->page_size};
+    rc = gf_kube_list_all(inf->k, inf->path, &lo, &list, d);
+    if (rc)
+      return rc;
+    rc = apply_list(inf, list, d);
+    if (!rc) {
+      pthread_mutex_lock(&inf->mu);
+      set_rv(inf, obj_rv(list));
+      pthread_mutex_unlock(&inf->mu);
+      inf->need_list = false;
+      atomic_store(&inf->synced, true);
+    }
+    json_decref(list);
+    return rc;
+  }
+  char rv[RV_MAX];
+  pthread_mutex_lock(&inf->mu);
+  memcpy(rv, inf->rv, sizeof(rv));
+  pthread_mutex_unlock(&inf->mu);
+  gf_kube_list_opts wo = {.label_selector = inf->label,
+                          .field_selector = inf->field,
+                          .resource_version = rv,
+                          .timeout_seconds = inf->watch_timeout_s};
+  rc = gf_kube_watch(inf->k, inf->path, &wo, on_event, inf, d);
+  if (rc == GF_EGONE)
+    inf->need_list = true; /* our resourceVersion is too old: re-list */
+  return rc;
+}
+
+static void sleep_ms(gf_kube_informer *inf, long ms) {
+  while (ms > 0 && !atomic_load(&inf->stop)) {
+    long s = ms < 50 ? ms : 50;
+    struct timespec ts = {0, s * 1000000L};
+    nanosleep(&ts, NULL);
+    ms -= s;
+  }
+}
+
+int gf_kube_informer_run(gf_kube_informer *inf) {
+  while (!atomic_load(&inf->stop)) {
+    bool listing = inf->need_list;
+    int rc = gf_kube_informer_step(inf, NULL);
+    if (atomic_load(&inf->stop))
+      break;
+    if (rc == GF_EGONE)
+      continue; /* re-list at once, as client-go does */
+    if (rc || (!listing && inf->events == 0)) {
+      sleep_ms(inf, gf_kube_backoff_next(&inf->bo));
+      continue;
+    }
+    gf_kube_backoff_reset(&inf->bo);
+  }
+  return 0;
+}
+
+void gf_kube_informer_stop(gf_kube_informer *inf) {
+  atomic_store(&inf->stop, 1);
+  gf_kube_stop(inf->k);
+}
+
+bool gf_kube_informer_synced(gf_kube_informer *inf) {
+  return atomic_load(&inf->synced);
+}
+
+json_t *gf_kube_informer_get(gf_kube_informer *inf, const char *ns,
+                             const char *name) {
+  char key[KEY_MAX];
+  if (!name)
+    return NULL;
+  int n = ns && *ns ? snprintf(key, sizeof(key), "%s/%s", ns, name)
+                    : snprintf(key, sizeof(key), "%s", name);
+  if (n < 0 || (size_t)n >= sizeof(key))
+    return NULL;
+  pthread_mutex_lock(&inf->mu);
+  json_t *v = json_incref(json_object_get(inf->cache, key));
+  pthread_mutex_unlock(&inf->mu);
+  return v;
+}
+
+size_t gf_kube_informer_count(gf_kube_informer *inf) {
+  pthread_mutex_lock(&inf->mu);
+  size_t n = json_object_size(inf->cache);
+  pthread_mutex_unlock(&inf->mu);
+  return n;
+}
+
+void gf_kube_informer_resource_version(gf_kube_informer *inf, char *buf,
+                                       size_t cap) {
+  pthread_mutex_lock(&inf->mu);
+  snprintf(buf, cap, "%s", inf->rv);
+  pthread_mutex_unlock(&inf->mu);
+}

@@ -1,0 +1,78 @@
+/*
+ * Internal pieces of the kube client shared between its files and tests:
+ * a bounded byte buffer, the watch-stream line parser, base64, YAML-to-JSON
+ * and the Status-to-error mapping.  Nothing here is public API.
+ */
+#ifndef GPUFRAC_KUBE_INTERNAL_H
+#define GPUFRAC_KUBE_INTERNAL_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/kube.h"
+
+/* A growable byte buffer with a hard maximum: appending past `max` fails
+ * GF_ELIMIT and leaves the buffer as it was.  Always NUL-terminated. */
+typedef struct gf__buf {
+  char *p;
+  size_t len;
+  size_t cap;
+  size_t max;
+} gf__buf;
+
+void gf__buf_init(gf__buf *b, size_t max);
+int gf__buf_append(gf__buf *b, const void *data, size_t n);
+void gf__buf_clear(gf__buf *b);
+void gf__buf_release(gf__buf *b);
+
+/* Reads a whole file of at most max bytes into *out (NUL-terminated, caller
+ * frees with gf__free).  GF_EIO names the file; GF_ELIMIT if larger. */
+int gf__read_file(const char *path, size_t max, char **out, size_t *len,
+                  gf_diag *d);
+
+/* The watch stream: bytes arrive in arbitrary chunks; each complete line
+ * ("\n"-terminated, "\r\n" accepted, blank lines skipped) is one JSON event
+ * {"type": ..., "object": {...}} handed to `fn`.  A line longer than the
+ * buffer's max fails GF_ELIMIT; a malformed event GF_ESYNTAX (with diag).
+ * After an error the parser refuses further input with the same code. */
+typedef int (*gf__event_fn)(void *user, gf_kube_event_type type, json_t *obj);
+
+typedef struct gf__watch_parser {
+  gf__buf line;
+  gf__event_fn fn;
+  void *user;
+  int err;
+  gf_diag diag;
+} gf__watch_parser;
+
+void gf__watch_parser_init(gf__watch_parser *p, size_t max_line,
+                           gf__event_fn fn, void *user);
+/* Feeds n bytes; returns 0, a parse error, or fn's nonzero return. */
+int gf__watch_parser_feed(gf__watch_parser *p, const char *data, size_t n);
+/* At end of stream: a partial last line without "\n" is parsed too. */
+int gf__watch_parser_finish(gf__watch_parser *p);
+void gf__watch_parser_release(gf__watch_parser *p);
+
+/* Parses one event line into type and object (a new reference). */
+int gf__watch_event_parse(const char *line, size_t n, gf_kube_event_type *type,
+                          json_t **obj, gf_diag *d);
+
+/* Decodes standard base64 (padding optional, whitespace skipped) into a new
+ * buffer (gf__free).  GF_ESYNTAX on any other character. */
+int gf__base64_decode(const char *in, size_t n, unsigned char **out,
+                      size_t *outlen);
+
+/* Parses a YAML document (or JSON, a YAML subset) into a jansson value:
+ * mappings -> objects, sequences -> arrays, scalars -> strings, except
+ * plain true/false -> booleans and plain null/~ -> null.  Aliases and
+ * more than one document are refused; depth is bounded. */
+int gf__yaml_to_json(const char *buf, size_t len, const char *name,
+                     json_t **out, gf_diag *d);
+
+/* Maps an HTTP status and (optional) Status body to a GF_E* code and a
+ * diag "METHOD PATH: HTTP 409 Conflict: message". */
+int gf__status_error(long http, const json_t *status, const char *method,
+                     const char *path, gf_diag *d);
+
+#endif

@@ -1,0 +1,246 @@
+/* The informer against the API-server test double: paginated LIST, WATCH
+ * events into the cache and the callbacks, bookmarks moving the
+ * resourceVersion, 410 Gone -> re-LIST that reconciles, run()/stop(). */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "apidouble.h"
+#include "gpufrac/error.h"
+#include "gpufrac/kube.h"
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+#define POD(name, rv)                                                          \
+  "{\"metadata\":{\"name\":\"" name "\",\"namespace\":\"default\","            \
+  "\"resourceVersion\":\"" rv "\"}}"
+#define EV(type, name, rv)                                                     \
+  "{\"type\":\"" type "\",\"object\":" POD(name, rv) "}\n"
+#define WATCH(rv)                                                              \
+  "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=" rv          \
+  "&timeoutSeconds=300"
+
+static const td_expect script[] = {
+    {.method = "GET",
+     .target = "/api/v1/pods?limit=2",
+     .status = 200,
+     .body = "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"5\","
+             "\"continue\":\"k\"},\"items\":[" POD("a", "1") "," POD("b",
+                                                                     "2") "]}"},
+    {.method = "GET",
+     .target = "/api/v1/pods?continue=k&limit=2",
+     .status = 200,
+     .body = "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"5\"},"
+             "\"items\":[" POD("c", "3") "]}"},
+    {.method = "GET",
+     .target = WATCH("5"),
+     .status = 200,
+     .chunks = {EV("MODIFIED", "a", "6") EV("DELETED", "b", "7"),
+                EV("ADDED", "d", "8"),
+                "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\","
+                "\"metadata\":{\"resourceVersion\":\"9\"}}}\n"}},
+    {.method = "GET",
+     .target = WATCH("9"),
+     .status = 200,
+     .chunks = {"{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\","
+                "\"message\":\"too old resource version: 9 (12)\","
+                "\"reason\":\"Expired\",\"code\":410}}\n"}},
+    /* The re-list: a unchanged, c changed, d gone, e new. */
+    {.method = "GET",
+     .target = "/api/v1/pods?limit=2",
+     .status = 200,
+     .body = "{\"metadata\":{\"resourceVersion\":\"12\"},\"items\":[" POD(
+         "a", "6") "," POD("c", "10") "," POD("e", "11") "]}"},
+    {.method = "GET",
+     .target = WATCH("12"),
+     .status = 200,
+     .chunks = {EV("ADDED", "f", "13")},
+     .hold = true},
+};
+
+typedef struct counts {
+  int adds, updates, deletes;
+  char log[512];
+} counts;
+
+static void logf_(counts *c, const char *what, json_t *o) {
+  size_t n = strlen(c->log);
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  snprintf(c->log + n, sizeof(c->log) - n, "%s%s ", what, name ? name : "?");
+}
+
+static void on_add(void *u, json_t *o) {
+  counts *c = u;
+  c->adds++;
+  logf_(c, "+", o);
+}
+static void on_update(void *u, json_t *old, json_t *o) {
+  counts *c = u;
+  c->updates++;
+  assert_non_null(old);
+  logf_(c, "~", o);
+}
+static void on_delete(void *u, json_t *o) {
+  counts *c = u;
+  c->deletes++;
+  logf_(c, "-", o);
+}
+
+static void *runner(void *arg) {
+  gf_kube_informer_run(arg);
+  return NULL;
+}
+
+static const char *rv_of(gf_kube_informer *inf, const char *name) {
+  static char buf[32];
+  json_t *o = gf_kube_informer_get(inf, "default", name);
+  const char *rv = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "resourceVersion"));
+  snprintf(buf, sizeof(buf), "%s", rv ? rv : "(none)");
+  json_decref(o);
+  return buf;
+}
+
+static void test_informer(void **st) {
+  (void)st;
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_diag d = {""};
+  gf_kube_config *cfg = NULL;
+  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
+  counts c = {0};
+  gf_kube_informer_handlers h = {on_add, on_update, on_delete, &c};
+  gf_kube_informer_opts o = {.path = "/api/v1/pods",
+                             .page_size = 2,
+                             .backoff_base_ms = 10,
+                             .backoff_cap_ms = 50,
+                             .seed = 1};
+  gf_kube_informer *inf = NULL;
+  assert_int_equal(gf_kube_informer_new(&inf, cfg, NULL, &o, &h, &d), 0);
+  assert_false(gf_kube_informer_synced(inf));
+
+  /* LIST (two pages) */
+  assert_int_equal(gf_kube_informer_step(inf, &d), 0);
+  assert_true(gf_kube_informer_synced(inf));
+  assert_int_equal(gf_kube_informer_count(inf), 3);
+  assert_int_equal(c.adds, 3);
+  char rv[32];
+  gf_kube_informer_resource_version(inf, rv, sizeof(rv));
+  assert_string_equal(rv, "5");
+
+  /* WATCH: update a, delete b, add d, bookmark 9 */
+  assert_int_equal(gf_kube_informer_step(inf, &d), 0);
+  assert_int_equal(gf_kube_informer_count(inf), 3);
+  assert_string_equal(rv_of(inf, "a"), "6");
+  assert_null(gf_kube_informer_get(inf, "default", "b"));
+  assert_string_equal(rv_of(inf, "d"), "8");
+  gf_kube_informer_resource_version(inf, rv, sizeof(rv));
+  assert_string_equal(rv, "9");
+  assert_int_equal(c.updates, 1);
+  assert_int_equal(c.deletes, 1);
+  assert_int_equal(c.adds, 4);
+
+  /* 410 Gone */
+  int rc = gf_kube_informer_step(inf, &d);
+  assert_int_equal(rc, GF_EGONE);
+
+  /* Re-LIST reconciles what the missed events would have told. */
+  c.log[0] = '\0';
+  assert_int_equal(gf_kube_informer_step(inf, &d), 0);
+  assert_string_equal(c.log, "~c +e -d ");
+  assert_int_equal(gf_kube_informer_count(inf), 3);
+  assert_string_equal(rv_of(inf, "c"), "10");
+  gf_kube_informer_resource_version(inf, rv, sizeof(rv));
+  assert_string_equal(rv, "12");
+
+  /* run() on its own thread until stopped; the stream stays open. */
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, runner, inf), 0);
+  for (int i = 0; i < 400 && gf_kube_informer_count(inf) < 4; i++) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(gf_kube_informer_count(inf), 4);
+  gf_kube_informer_stop(inf);
+  pthread_join(t, NULL);
+  gf_kube_informer_free(inf);
+  gf_kube_config_free(cfg);
+  char err[1024];
+  if (td_finish(srv, err, sizeof(err)))
+    fail_msg("API double: %s", err);
+}
+
+/* A watch that keeps failing backs off and retries from the same
+ * resourceVersion; an object without a name in a LIST is an error. */
+static void test_informer_errors(void **st) {
+  (void)st;
+  static const td_expect s2[] = {
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = "{\"metadata\":{\"resourceVersion\":\"3\"},\"items\":[{}]}"},
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = "{\"metadata\":{\"resourceVersion\":\"3\"},\"items\":["
+               "{\"metadata\":{\"name\":\"n1\",\"resourceVersion\":\"3\"}}]}"},
+      {.method = "GET",
+       .target = "/api/v1/nodes?watch=1&allowWatchBookmarks=true&"
+                 "resourceVersion=3&timeoutSeconds=300",
+       .status = 500,
+       .body = "oops"},
+      {.method = "GET",
+       .target = "/api/v1/nodes?watch=1&allowWatchBookmarks=true&"
+                 "resourceVersion=3&timeoutSeconds=300",
+       .status = 200,
+       .chunks = {"{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":"
+                  "\"n1\",\"resourceVersion\":\"4\"}}}\n"},
+       .hold = true},
+  };
+  td_server *srv = td_start(s2, N(s2));
+  gf_diag d = {""};
+  gf_kube_config *cfg = NULL;
+  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
+  gf_kube_informer_opts o = {
+      .path = "/api/v1/nodes", .backoff_base_ms = 5, .backoff_cap_ms = 20};
+  gf_kube_informer *inf = NULL;
+  assert_int_equal(gf_kube_informer_new(&inf, cfg, NULL, &o, NULL, &d), 0);
+  assert_int_equal(gf_kube_informer_step(inf, &d), GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "no valid metadata.name"));
+  assert_false(gf_kube_informer_synced(inf));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, runner, inf), 0);
+  for (int i = 0; i < 400 && td_served(srv) < 4; i++) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  for (int i = 0; i < 400 && gf_kube_informer_count(inf) != 0; i++) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_true(gf_kube_informer_synced(inf));
+  assert_int_equal(gf_kube_informer_count(inf), 0);
+  gf_kube_informer_stop(inf);
+  pthread_join(t, NULL);
+  gf_kube_informer_free(inf);
+  gf_kube_config_free(cfg);
+  char err[1024];
+  if (td_finish(srv, err, sizeof(err)))
+    fail_msg("API double: %s", err);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_informer),
+      cmocka_unit_test(test_informer_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
