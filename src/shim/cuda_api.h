@@ -180,7 +180,6 @@ GF_SHIM_HOOKS(GF__SHIM_DECL)
 #undef GF__SHIM_DECL
 #endif
 
-
 /* NVML, the two memory queries we answer. */
 typedef struct nvmlDevice_st *nvmlDevice_t;
 typedef int nvmlReturn_t; /* 0 = NVML_SUCCESS */

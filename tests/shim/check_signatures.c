@@ -12,8 +12,7 @@
 /* The symbol itself is not named: cuda.h #defines some of them to their
  * versioned names.  A null pointer of our type must convert to the PFN. */
 #define GF__CHECK(name, pfn, params, args)                                     \
-  static pfn check_##name __attribute__((unused)) =                            \
-      (gf_cu_result(*) params)0;
+  static pfn check_##name __attribute__((unused)) = (gf_cu_result(*) params)0;
 GF_SHIM_HOOKS(GF__CHECK)
 
 int main(void) { return 0; }
