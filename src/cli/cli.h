@@ -13,5 +13,6 @@ enum { GF_EXIT_OK = 0, GF_EXIT_FAIL = 1, GF_EXIT_USAGE = 2 };
 int cmd_simulate(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_scheduler(int argc, char **argv);
 
 #endif

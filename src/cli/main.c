@@ -16,6 +16,8 @@ static const struct command {
      "replay a GPU cluster trace under placement policies"},
     {"run", cmd_run, "run a command under GPU memory and compute limits"},
     {"inspect", cmd_inspect, "show a container's GPU accounting region"},
+    {"scheduler", cmd_scheduler,
+     "serve the kube-scheduler extender (filter, prioritize, bind)"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "list commands, or show one command's help"},
 };

@@ -1,0 +1,108 @@
+/*
+ * gpufrac/grant.h - the two JSON contracts between the scheduler extender
+ * and the node agent, both carried as Kubernetes annotations.
+ *
+ * Inventory (annotation gpufrac.io/inventory on the Node, written by the node
+ * agent, read by the extender): what GPUs a node has.
+ *
+ *   {"version":1,"gpus":[{"index":0,"uuid":"GPU-...","model":"A100-SXM4-80GB",
+ *     "memory":"80Gi","sms":108,"mode":"shared"}]}
+ *
+ * Grant (annotation gpufrac.io/grant on the Pod, written by the extender
+ * before it binds, read by the node agent): what each container may use.
+ *
+ *   {"version":1,"node":"n1","containers":[{"name":"c","gpus":[
+ *     {"uuid":"GPU-...","index":0,"memory":21474836480,"compute":30}]}]}
+ *
+ * Why annotations: they live on the objects they describe, so a restarted
+ * extender rebuilds its model from the API server alone (grants are the
+ * truth; nothing is kept only in memory).
+ *
+ * Invariants.  Both documents carry "version"; a reader refuses a version it
+ * does not know (GF_ESYNTAX naming it) rather than guess, and ignores fields
+ * it does not know (later minor additions).  Every parsed string fits its
+ * fixed-size field or the document is refused; GPU indices are unique and
+ * below GF_MAX_GPUS_PER_NODE; memory is positive bytes.  Parsing never
+ * allocates into the output: the structs are plain values.
+ */
+#ifndef GPUFRAC_GRANT_H
+#define GPUFRAC_GRANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/model.h"
+
+#define GF_INVENTORY_ANNOTATION "gpufrac.io/inventory"
+#define GF_GRANT_ANNOTATION "gpufrac.io/grant"
+#define GF_INVENTORY_VERSION 1
+#define GF_GRANT_VERSION 1
+
+#define GF_NAME_MAX 254     /* a DNS subdomain (253) and its NUL */
+#define GF_CONTAINER_MAX 64 /* a DNS label (63) and its NUL */
+#define GF_GRANT_MAX_CONTAINERS 8
+#define GF_ANNOTATION_MAX 65536 /* longest annotation text accepted */
+
+/* How the node agent runs a GPU.  The extender places on both alike;
+ * the node agent uses it to choose time-slicing or exclusive access. */
+typedef enum gf_gpu_mode {
+  GF_GPU_MODE_SHARED = 0,
+  GF_GPU_MODE_EXCLUSIVE = 1,
+} gf_gpu_mode;
+
+typedef struct gf_inventory_gpu {
+  uint32_t index;                /* nvidia-smi order on the node */
+  char uuid[GF_UUID_MAX];        /* "GPU-..."; required */
+  char model[GF_MODEL_NAME_MAX]; /* product name; required */
+  int64_t mem_bytes;             /* "memory": a quantity or integer bytes */
+  int32_t sm_count;              /* "sms": 0 when absent */
+  gf_gpu_mode mode;              /* "mode": "shared" (default) | "exclusive" */
+} gf_inventory_gpu;
+
+typedef struct gf_inventory {
+  uint32_t ngpus;
+  gf_inventory_gpu gpus[GF_MAX_GPUS_PER_NODE]; /* sorted by index */
+} gf_inventory;
+
+/* Parses an inventory document of `len` bytes (need not be NUL-ended).
+ * Returns 0 with *out filled, or GF_ESYNTAX / GF_ERANGE / GF_ELIMIT with a
+ * sentence in d naming the field; *out is then unspecified. */
+int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
+                       gf_diag *d);
+
+/* Formats an inventory as compact JSON into a malloc'd string the caller
+ * frees with free().  GF_ENOMEM or GF_EINVAL (a GPU without uuid). */
+int gf_inventory_format(const gf_inventory *inv, char **out, gf_diag *d);
+
+typedef struct gf_grant_gpu {
+  uint32_t index;         /* GPU index on the node */
+  char uuid[GF_UUID_MAX]; /* the GPU's uuid: what the node agent matches */
+  int64_t mem_bytes;      /* "memory": bytes the container may allocate;
+                             0 = no memory limit (a compute share only) */
+  int32_t compute_pct;    /* "compute": 1..100 percent of the GPU's compute;
+                             0 = none reserved (a memory-only share) */
+} gf_grant_gpu;
+
+typedef struct gf_grant_container {
+  char name[GF_CONTAINER_MAX];
+  uint32_t ngpus;
+  gf_grant_gpu gpus[GF_MAX_GPUS_PER_NODE];
+} gf_grant_container;
+
+typedef struct gf_grant {
+  char node[GF_NAME_MAX];
+  uint32_t ncontainers;
+  gf_grant_container containers[GF_GRANT_MAX_CONTAINERS];
+} gf_grant;
+
+/* Parses a grant document; same contract as gf_inventory_parse.  A GPU
+ * listed twice in one container, compute outside 0..100 or negative memory
+ * is GF_ERANGE. */
+int gf_grant_parse(const char *text, size_t len, gf_grant *out, gf_diag *d);
+
+/* Formats a grant as compact JSON (keys in the order documented above)
+ * into a malloc'd string the caller frees with free().  GF_ENOMEM. */
+int gf_grant_format(const gf_grant *g, char **out, gf_diag *d);
+
+#endif

@@ -1,0 +1,147 @@
+/*
+ * gpufrac/sched.h - the kube-scheduler extender: filter, prioritize and bind
+ * for pods that ask for gpufrac GPU shares, answered from an in-memory
+ * cluster model with the same placement policy the simulator measures.
+ *
+ * Why it exists.  kube-scheduler counts extended resources as integers and
+ * cannot see which concrete GPU has room for a 20Gi share.  It calls this
+ * extender over HTTP (extender v1 wire format, docs/scheduler.md) for every
+ * pod asking for gpufrac.io/gpu, gpufrac.io/gpu-memory or
+ * gpufrac.io/gpu-compute; the extender filters nodes, scores them with the
+ * placement policy (default "gpufrac") and, at bind, picks the GPUs, writes
+ * the grant on the pod and creates the Binding through a gf_binder.
+ *
+ * The model.  Nodes (their gpufrac.io/inventory annotation and allocatable
+ * CPU and memory) and bound pods (their gpufrac.io/grant annotation and
+ * requests) are fed in by whoever watches the API server, through the
+ * gf_sched_node_* and gf_sched_pod_* functions; grants are the truth, so a
+ * restart rebuilds everything from the API server.
+ *
+ * Invariants.
+ *   - Every public function is thread-safe: one mutex guards the model.
+ *   - A bind first assumes its placement in the model (under the mutex), so
+ *     a concurrent bind or filter already sees it; the binder runs outside
+ *     the mutex; any binder failure rolls the assumption back exactly.  No
+ *     GPU share is ever booked twice.
+ *   - Input is bounded: request bodies above max_body are refused (413)
+ *     before parsing; malformed input gets 400 with a message naming what is
+ *     wrong; nothing a client sends can crash the process.
+ *   - Without a binder, /bind answers with an Error saying so; it never
+ *     pretends to have bound.
+ */
+#ifndef GPUFRAC_SCHED_H
+#define GPUFRAC_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/grant.h"
+
+struct json_t; /* jansson's JSON value */
+
+#define GF_SCHED_MAX_BODY (8u << 20) /* default cap on a request body */
+
+/* A pod as the binder sees it. */
+typedef struct gf_pod_ref {
+  const char *ns;
+  const char *name;
+  const char *uid; /* "" when unknown */
+} gf_pod_ref;
+
+/* What /bind calls to reach the API server (src/kube implements it).  Both
+ * functions return 0 or a GF_E* code with a sentence in d; they are called
+ * without the model's mutex held, possibly from several threads at once.
+ * write_grant stores grant_json (a GF_GRANT_ANNOTATION document) on the
+ * pod; create_binding binds the pod to the node. */
+typedef struct gf_binder {
+  void *ctx;
+  int (*write_grant)(void *ctx, const gf_pod_ref *pod, const char *grant_json,
+                     gf_diag *d);
+  int (*create_binding)(void *ctx, const gf_pod_ref *pod, const char *node,
+                        gf_diag *d);
+} gf_binder;
+
+typedef struct gf_sched_config {
+  const char *policy;      /* NULL: GF_DEFAULT_POLICY ("gpufrac"); may carry
+                              parameters ("gpufrac:price=0") */
+  const gf_binder *binder; /* copied; NULL: /bind refuses with an Error */
+  size_t max_body;         /* 0: GF_SCHED_MAX_BODY */
+  uint32_t pending_max;    /* pods remembered between filter and bind;
+                              0: 4096 */
+} gf_sched_config;
+
+typedef struct gf_sched gf_sched;
+
+/* Creates an extender with an empty model.  GF_ENOTFOUND for an unknown
+ * policy, GF_EINVAL for bad policy parameters, GF_ENOMEM. */
+int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d);
+void gf_sched_free(gf_sched *s);
+
+/* Readiness (/readyz): set true once the model holds the API server's
+ * nodes and pods (after the first LIST).  Starts false. */
+void gf_sched_set_synced(gf_sched *s, bool synced);
+/* Leadership: only the leader binds; others answer filter/prioritize from
+ * their model and refuse /bind with an Error.  Starts true. */
+void gf_sched_set_leader(gf_sched *s, bool leader);
+
+/* ---- the model, fed by a watch ---------------------------------------- */
+
+/* Adds or replaces a node from a v1 Node object (borrowed).  An unchanged
+ * inventory and allocatable is a no-op.  A malformed inventory is an error
+ * (the node is then kept as it was, or as a node without GPUs if new). */
+int gf_sched_node_update(gf_sched *s, const struct json_t *node, gf_diag *d);
+/* Removes a node; pods bound to it stay known and return if it does.
+ * GF_ENOTFOUND if unknown. */
+int gf_sched_node_delete(gf_sched *s, const char *name);
+
+/* Adds or replaces a pod from a v1 Pod object (borrowed).  A bound pod
+ * (spec.nodeName set) books its grant's GPU shares (or only its CPU and
+ * memory when it has no grant); a Succeeded or Failed pod releases; a
+ * pending pod is remembered for /bind.  GF_ENOFIT when the grant no longer
+ * fits the node (the pod is kept, unbooked, and counted in /metrics). */
+int gf_sched_pod_update(gf_sched *s, const struct json_t *pod, gf_diag *d);
+/* Forgets a pod and releases what it held.  GF_ENOTFOUND if unknown. */
+int gf_sched_pod_delete(gf_sched *s, const char *uid);
+
+/* Counts, for tests and /metrics. */
+uint32_t gf_sched_nnodes(gf_sched *s);
+uint32_t gf_sched_npods(gf_sched *s); /* pods booked in the model */
+
+/* Copies the cluster model's node `name` (GPU use included) into *out
+ * (labels not copied: out->labels is NULL).  GF_ENOTFOUND. */
+int gf_sched_node_state(gf_sched *s, const char *name, gf_node *out);
+
+/* ---- the HTTP verbs, without HTTP ------------------------------------- */
+
+typedef struct gf_sched_reply {
+  int status;               /* HTTP status */
+  const char *content_type; /* static string */
+  char *body;               /* malloc'd, NUL-ended; NULL only when out of
+                               memory (status 500) */
+  size_t len;
+} gf_sched_reply;
+
+/* Answers one request: POST <prefix>/filter, /prioritize, /bind; GET
+ * /healthz, /readyz, /metrics (the last path segment decides).  Always
+ * fills *out (release with gf_sched_reply_release) and records the request
+ * in the metrics. */
+void gf_sched_handle(gf_sched *s, const char *method, const char *path,
+                     const char *body, size_t len, gf_sched_reply *out);
+void gf_sched_reply_release(gf_sched_reply *r);
+
+/* ---- the HTTP server (libmicrohttpd) ---------------------------------- */
+
+typedef struct gf_sched_server gf_sched_server;
+
+/* Serves s on `listen` ("ADDR:PORT", IPv4; port 0 picks a free one) with a
+ * pool of `threads` threads (0: 4).  s must outlive the server.
+ * GF_EINVAL for a bad address, GF_IO when the socket cannot be bound. */
+int gf_sched_server_start(gf_sched *s, const char *listen, unsigned threads,
+                          gf_sched_server **out, gf_diag *d);
+uint16_t gf_sched_server_port(const gf_sched_server *srv);
+/* Stops accepting, finishes requests in flight, frees the server. */
+void gf_sched_server_stop(gf_sched_server *srv);
+
+#endif

@@ -1,0 +1,361 @@
+/*
+ * The inventory and grant documents (gpufrac/grant.h), with jansson.
+ */
+#include "gpufrac/grant.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/quantity.h"
+#include "sched_int.h"
+
+json_t *gf__json_get(const json_t *obj, const char *key) {
+  if (!json_is_object(obj))
+    return NULL;
+  json_t *v = json_object_get(obj, key);
+  if (v)
+    return v;
+  const char *k;
+  json_t *val;
+  json_object_foreach((json_t *)obj, k, val) {
+    if (strcasecmp(k, key) == 0)
+      return val;
+  }
+  return NULL;
+}
+
+int gf__json_str(const json_t *obj, const char *key, char *buf, size_t cap,
+                 bool required, const char *what, gf_diag *d) {
+  buf[0] = '\0';
+  const json_t *v = gf__json_get(obj, key);
+  if (!v || json_is_null(v)) {
+    if (required)
+      return gf_diag_set(d, GF_ESYNTAX, "%s: missing", what);
+    return 0;
+  }
+  if (!json_is_string(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not a string", what);
+  size_t n = json_string_length(v);
+  if (n >= cap)
+    return gf_diag_set(d, GF_ELIMIT, "%s: %zu characters, at most %zu", what, n,
+                       cap - 1);
+  const char *s = json_string_value(v);
+  if (strlen(s) != n)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: contains a NUL character", what);
+  memcpy(buf, s, n + 1);
+  return 0;
+}
+
+/* Loads len bytes of JSON text that must be an object. */
+static int load_object(const char *text, size_t len, const char *what,
+                       json_t **out, gf_diag *d) {
+  if (len > GF_ANNOTATION_MAX)
+    return gf_diag_set(d, GF_ELIMIT, "%s: %zu bytes, at most %d", what, len,
+                       GF_ANNOTATION_MAX);
+  json_error_t je;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: line %d column %d: %s", what,
+                       je.line, je.column, je.text);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not a JSON object", what);
+  }
+  *out = root;
+  return 0;
+}
+
+static int check_version(const json_t *root, int want, const char *what,
+                         gf_diag *d) {
+  const json_t *v = gf__json_get(root, "version");
+  if (!json_is_integer(v))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: \"version\" missing or not an "
+                       "integer",
+                       what);
+  if (json_integer_value(v) != want)
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: version %" JSON_INTEGER_FORMAT
+                       " is not supported (this build reads %d)",
+                       what, json_integer_value(v), want);
+  return 0;
+}
+
+/* An integer member in [lo, hi]; absent gives *out = dflt unless required. */
+static int get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi,
+                   int64_t dflt, bool required, const char *what, int64_t *out,
+                   gf_diag *d) {
+  const json_t *v = gf__json_get(obj, key);
+  if (!v) {
+    if (required)
+      return gf_diag_set(d, GF_ESYNTAX, "%s: \"%s\" missing", what, key);
+    *out = dflt;
+    return 0;
+  }
+  if (!json_is_integer(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: \"%s\" is not an integer", what,
+                       key);
+  json_int_t x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return gf_diag_set(d, GF_ERANGE,
+                       "%s: \"%s\" %" JSON_INTEGER_FORMAT " is outside %" PRId64
+                       "..%" PRId64,
+                       what, key, x, lo, hi);
+  *out = (int64_t)x;
+  return 0;
+}
+
+int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
+                       gf_diag *d) {
+  json_t *root = NULL;
+  int rc = load_object(text, len, "inventory", &root, d);
+  if (rc)
+    return rc;
+  memset(out, 0, sizeof(*out));
+  if ((rc = check_version(root, GF_INVENTORY_VERSION, "inventory", d)))
+    goto out;
+  const json_t *gpus = gf__json_get(root, "gpus");
+  if (!json_is_array(gpus)) {
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "inventory: \"gpus\" missing or not an "
+                     "array");
+    goto out;
+  }
+  if (json_array_size(gpus) > GF_MAX_GPUS_PER_NODE) {
+    rc = gf_diag_set(d, GF_ELIMIT, "inventory: %zu GPUs, at most %d",
+                     json_array_size(gpus), GF_MAX_GPUS_PER_NODE);
+    goto out;
+  }
+  uint32_t seen = 0;
+  size_t i;
+  const json_t *g;
+  json_array_foreach(gpus, i, g) {
+    char what[48];
+    snprintf(what, sizeof(what), "inventory: gpus[%zu]", i);
+    if (!json_is_object(g)) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "%s: not an object", what);
+      goto out;
+    }
+    gf_inventory_gpu *x = &out->gpus[out->ngpus];
+    int64_t v;
+    if ((rc = get_int(g, "index", 0, GF_MAX_GPUS_PER_NODE - 1, 0, true, what,
+                      &v, d)))
+      goto out;
+    x->index = (uint32_t)v;
+    if (seen & (1u << x->index)) {
+      rc = gf_diag_set(d, GF_ERANGE, "%s: index %u listed twice", what,
+                       x->index);
+      goto out;
+    }
+    seen |= 1u << x->index;
+    char f[80];
+    snprintf(f, sizeof(f), "%s.uuid", what);
+    if ((rc = gf__json_str(g, "uuid", x->uuid, sizeof(x->uuid), true, f, d)))
+      goto out;
+    snprintf(f, sizeof(f), "%s.model", what);
+    if ((rc = gf__json_str(g, "model", x->model, sizeof(x->model), true, f, d)))
+      goto out;
+    if (!x->uuid[0] || !x->model[0]) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "%s: empty uuid or model", what);
+      goto out;
+    }
+    const json_t *mem = gf__json_get(g, "memory");
+    if (json_is_string(mem)) {
+      gf_diag qd = {""};
+      if ((rc =
+               gf_quantity_bytes(json_string_value(mem), &x->mem_bytes, &qd))) {
+        rc = gf_diag_set(d, rc, "%s.memory: %s", what, qd.msg);
+        goto out;
+      }
+    } else if (json_is_integer(mem)) {
+      x->mem_bytes = (int64_t)json_integer_value(mem);
+    } else {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "%s: \"memory\" missing (a quantity such as \"80Gi\")",
+                       what);
+      goto out;
+    }
+    if (x->mem_bytes <= 0) {
+      rc = gf_diag_set(d, GF_ERANGE, "%s: memory must be positive", what);
+      goto out;
+    }
+    if ((rc = get_int(g, "sms", 0, 100000, 0, false, what, &v, d)))
+      goto out;
+    x->sm_count = (int32_t)v;
+    char mode[16];
+    snprintf(f, sizeof(f), "%s.mode", what);
+    if ((rc = gf__json_str(g, "mode", mode, sizeof(mode), false, f, d)))
+      goto out;
+    if (!mode[0] || strcmp(mode, "shared") == 0) {
+      x->mode = GF_GPU_MODE_SHARED;
+    } else if (strcmp(mode, "exclusive") == 0) {
+      x->mode = GF_GPU_MODE_EXCLUSIVE;
+    } else {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "%s: mode '%s', want \"shared\" or \"exclusive\"", what,
+                       mode);
+      goto out;
+    }
+    out->ngpus++;
+  }
+  /* sort by index (insertion sort: at most 16) */
+  for (uint32_t a = 1; a < out->ngpus; a++)
+    for (uint32_t b = a; b > 0 && out->gpus[b - 1].index > out->gpus[b].index;
+         b--) {
+      gf_inventory_gpu t = out->gpus[b];
+      out->gpus[b] = out->gpus[b - 1];
+      out->gpus[b - 1] = t;
+    }
+out:
+  json_decref(root);
+  return rc;
+}
+
+/* Dumps root compactly into a malloc'd string and drops root. */
+static int dump(json_t *root, char **out, gf_diag *d) {
+  if (!root)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  if (!s)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  *out = s;
+  return 0;
+}
+
+int gf_inventory_format(const gf_inventory *inv, char **out, gf_diag *d) {
+  json_t *gpus = json_array();
+  json_t *root =
+      json_pack("{s:i,s:o}", "version", GF_INVENTORY_VERSION, "gpus", gpus);
+  if (!root)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  for (uint32_t i = 0; i < inv->ngpus; i++) {
+    const gf_inventory_gpu *g = &inv->gpus[i];
+    if (!g->uuid[0]) {
+      json_decref(root);
+      return gf_diag_set(d, GF_EINVAL, "inventory: GPU %u has no uuid",
+                         g->index);
+    }
+    json_t *o =
+        json_pack("{s:I,s:s,s:s,s:I,s:i,s:s}", "index", (json_int_t)g->index,
+                  "uuid", g->uuid, "model", g->model, "memory",
+                  (json_int_t)g->mem_bytes, "sms", (int)g->sm_count, "mode",
+                  g->mode == GF_GPU_MODE_EXCLUSIVE ? "exclusive" : "shared");
+    if (!o || json_array_append_new(gpus, o)) {
+      json_decref(root);
+      return gf_diag_set(d, GF_ENOMEM, "out of memory");
+    }
+  }
+  return dump(root, out, d);
+}
+
+int gf_grant_parse(const char *text, size_t len, gf_grant *out, gf_diag *d) {
+  json_t *root = NULL;
+  int rc = load_object(text, len, "grant", &root, d);
+  if (rc)
+    return rc;
+  memset(out, 0, sizeof(*out));
+  if ((rc = check_version(root, GF_GRANT_VERSION, "grant", d)) ||
+      (rc = gf__json_str(root, "node", out->node, sizeof(out->node), true,
+                         "grant: node", d)))
+    goto out;
+  const json_t *cs = gf__json_get(root, "containers");
+  if (!json_is_array(cs)) {
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "grant: \"containers\" missing or not an array");
+    goto out;
+  }
+  if (json_array_size(cs) > GF_GRANT_MAX_CONTAINERS) {
+    rc = gf_diag_set(d, GF_ELIMIT, "grant: %zu containers, at most %d",
+                     json_array_size(cs), GF_GRANT_MAX_CONTAINERS);
+    goto out;
+  }
+  size_t i;
+  const json_t *c;
+  json_array_foreach(cs, i, c) {
+    char what[64];
+    snprintf(what, sizeof(what), "grant: containers[%zu]", i);
+    gf_grant_container *gc = &out->containers[i];
+    char f[192];
+    snprintf(f, sizeof(f), "%s.name", what);
+    if (!json_is_object(c)) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "%s: not an object", what);
+      goto out;
+    }
+    if ((rc = gf__json_str(c, "name", gc->name, sizeof(gc->name), true, f, d)))
+      goto out;
+    const json_t *gs = gf__json_get(c, "gpus");
+    if (!json_is_array(gs) || json_array_size(gs) > GF_MAX_GPUS_PER_NODE) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "%s: \"gpus\" missing, not an array or "
+                       "longer than %d",
+                       what, GF_MAX_GPUS_PER_NODE);
+      goto out;
+    }
+    uint32_t seen = 0;
+    size_t j;
+    const json_t *g;
+    json_array_foreach(gs, j, g) {
+      gf_grant_gpu *x = &gc->gpus[j];
+      char gw[128];
+      snprintf(gw, sizeof(gw), "%s.gpus[%zu]", what, j);
+      if (!json_is_object(g)) {
+        rc = gf_diag_set(d, GF_ESYNTAX, "%s: not an object", gw);
+        goto out;
+      }
+      int64_t v;
+      if ((rc = get_int(g, "index", 0, GF_MAX_GPUS_PER_NODE - 1, 0, true, gw,
+                        &v, d)))
+        goto out;
+      x->index = (uint32_t)v;
+      if (seen & (1u << x->index)) {
+        rc = gf_diag_set(d, GF_ERANGE, "%s: GPU %u listed twice", gw, x->index);
+        goto out;
+      }
+      seen |= 1u << x->index;
+      snprintf(f, sizeof(f), "%s.uuid", gw);
+      if ((rc = gf__json_str(g, "uuid", x->uuid, sizeof(x->uuid), false, f,
+                             d)) ||
+          (rc = get_int(g, "memory", 0, INT64_MAX, 0, false, gw, &x->mem_bytes,
+                        d)) ||
+          (rc = get_int(g, "compute", 0, 100, 0, false, gw, &v, d)))
+        goto out;
+      x->compute_pct = (int32_t)v;
+      gc->ngpus++;
+    }
+    out->ncontainers++;
+  }
+out:
+  json_decref(root);
+  return rc;
+}
+
+int gf_grant_format(const gf_grant *g, char **out, gf_diag *d) {
+  json_t *cs = json_array();
+  json_t *root = json_pack("{s:i,s:s,s:o}", "version", GF_GRANT_VERSION, "node",
+                           g->node, "containers", cs);
+  if (!root)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  for (uint32_t i = 0; i < g->ncontainers; i++) {
+    const gf_grant_container *c = &g->containers[i];
+    json_t *gs = json_array();
+    json_t *co = json_pack("{s:s,s:o}", "name", c->name, "gpus", gs);
+    if (!co || json_array_append_new(cs, co))
+      goto nomem;
+    for (uint32_t j = 0; j < c->ngpus; j++) {
+      const gf_grant_gpu *x = &c->gpus[j];
+      json_t *o = json_pack(
+          "{s:s,s:I,s:I,s:i}", "uuid", x->uuid, "index", (json_int_t)x->index,
+          "memory", (json_int_t)x->mem_bytes, "compute", (int)x->compute_pct);
+      if (!o || json_array_append_new(gs, o))
+        goto nomem;
+    }
+  }
+  return dump(root, out, d);
+nomem:
+  json_decref(root);
+  return gf_diag_set(d, GF_ENOMEM, "out of memory");
+}

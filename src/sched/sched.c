@@ -1,0 +1,1520 @@
+/*
+ * The extender's model and its three verbs (gpufrac/sched.h).
+ *
+ * State, all under s->mu:
+ *   nodes[]   every Node seen; nodes[i] is node i of the cluster model c.
+ *   pods[]    every pod that holds (or is being given) resources: bound
+ *             pods from the watch and binds in flight.  Each keeps its
+ *             booked request and its GPUs by nvidia index, so the model can
+ *             be rebuilt from nodes[] and pods[] alone (rebuild()).
+ *   pending[] a ring of pods seen unbound (by /filter or the watch): /bind
+ *             gets only names, so it finds the pod's request here.
+ *   policy    the placement policy's state and the typical-pod set it
+ *             scores against, rebuilt from the requests the model knows when
+ *             they have changed enough (policy_refresh()).
+ *
+ * Scoring and GPU choice go through the policy's own score function
+ * (src/core/policy.h), the same one gf_engine_place uses, restricted to the
+ * node kube-scheduler asks about.  core has no public call for "score this
+ * node" or "place on this node"; see docs/scheduler.md.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpufrac/engine.h"
+#include "gpufrac/error.h"
+#include "gpufrac/sched.h"
+#include "policy.h"
+#include "sched_int.h"
+#include "smap.h"
+
+/* ---- records -------------------------------------------------------------*/
+
+typedef struct nrec {
+  char *name;
+  int64_t cpu_milli, mem_bytes;
+  bool has_inv;
+  gf_inventory inv;
+} nrec;
+
+typedef enum pstate {
+  P_BINDING, /* a /bind in flight booked it */
+  P_ASSUMED, /* bound by us; the watch has not shown it bound yet */
+  P_BOUND,   /* seen bound by the watch */
+} pstate;
+
+typedef struct prec {
+  char *uid; /* map key */
+  char *node;
+  char *models;   /* gpu-model annotation, NULL if none */
+  gf_request req; /* booked request (model_mask 0) */
+  uint8_t ngpus;
+  uint8_t gpu_index[GF_MAX_GPUS_PER_NODE]; /* nvidia indices on the node */
+  gf_placement pl;
+  bool placed; /* booked in the current cluster */
+  pstate state;
+  uint64_t bind_seq;
+} prec;
+
+typedef struct pend {
+  uint64_t seq; /* 0: empty */
+  char uid[GF__UID_MAX];
+  char ns[GF_NAME_MAX];
+  char name[GF_NAME_MAX];
+  char container[GF_CONTAINER_MAX];
+  char models[GF__MODELS_MAX];
+  gf_request req;
+} pend;
+
+/* ---- metrics -------------------------------------------------------------*/
+
+enum {
+  V_FILTER,
+  V_PRIORITIZE,
+  V_BIND,
+  V_HEALTHZ,
+  V_READYZ,
+  V_METRICS,
+  V_OTHER,
+  NVERBS
+};
+static const char *const verb_names[NVERBS] = {
+    "filter", "prioritize", "bind", "healthz", "readyz", "metrics", "other"};
+static const int codes[] = {200, 400, 404, 405, 413, 500, 503};
+#define NCODES (sizeof(codes) / sizeof(codes[0]))
+static const double buckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01,
+                                 0.025,  0.05,  0.1,   0.25,  1.0};
+#define NBUCKETS (sizeof(buckets) / sizeof(buckets[0]))
+
+typedef struct metrics {
+  uint64_t req[NVERBS][NCODES + 1]; /* last column: any other code */
+  uint64_t hist[NVERBS][NBUCKETS];
+  uint64_t n[NVERBS];
+  double sum[NVERBS];
+  uint64_t binds_ok, binds_failed, filter_failed_nodes, replay_failed;
+  uint64_t rebuilds;
+} metrics;
+
+/* ---- the extender --------------------------------------------------------*/
+
+struct gf_sched {
+  pthread_mutex_t mu;
+  const gf__policy_ops *ops;
+  char policy[128]; /* name and parameters as configured */
+  const char *params;
+  gf_binder binder;
+  bool has_binder;
+  size_t max_body;
+  bool synced, leader;
+
+  gf_cluster *c;
+  bool dirty; /* c must be rebuilt before use */
+  nrec *nodes;
+  uint32_t nnodes, capnodes;
+  gf__smap nmap;
+  prec *pods;
+  uint32_t npods, cappods;
+  gf__smap pmap;
+  pend *pending;
+  uint32_t npending_max, pend_next;
+  uint64_t pend_seq, bind_seq;
+
+  void *pstate; /* policy state; NULL: to be built */
+  gf_typical_set typ;
+  uint32_t changes; /* request-set changes since the policy was built */
+
+  metrics m;
+};
+
+static const gf__policy_ops *find_policy(const char *name) {
+  return gf__policy_lookup(name);
+}
+
+static void effective(const gf_sched *s, gf_request *r) {
+  if ((s->ops->flags & GF__POL_WHOLE) && r->gpu_count > 0)
+    r->gpu_milli = GF_GPU_MILLI;
+}
+
+int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
+  const char *policy = cfg && cfg->policy ? cfg->policy : GF_DEFAULT_POLICY;
+  const gf__policy_ops *ops = find_policy(policy);
+  if (!ops)
+    return gf_diag_set(d, GF_ENOTFOUND, "unknown policy '%s'", policy);
+  if (strlen(policy) >= sizeof(((gf_sched *)0)->policy))
+    return gf_diag_set(d, GF_EINVAL, "policy string too long");
+  gf_sched *s = calloc(1, sizeof(*s));
+  if (!s)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  s->ops = ops;
+  snprintf(s->policy, sizeof(s->policy), "%s", policy);
+  const char *colon = strchr(s->policy, ':');
+  s->params = colon ? colon + 1 : "";
+  if (cfg && cfg->binder) {
+    s->binder = *cfg->binder;
+    s->has_binder = cfg->binder->write_grant && cfg->binder->create_binding;
+  }
+  s->max_body = cfg && cfg->max_body ? cfg->max_body : GF_SCHED_MAX_BODY;
+  s->npending_max = cfg && cfg->pending_max ? cfg->pending_max : 4096;
+  s->leader = true;
+  s->c = gf_cluster_new();
+  s->pending = calloc(s->npending_max, sizeof(*s->pending));
+  int rc = 0;
+  if (!s->c || !s->pending) {
+    rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+    goto fail;
+  }
+  /* Validate the policy and its parameters now, against a one-shape set. */
+  {
+    gf_typical_pod tp = {.cpu_milli = 1000,
+                         .gpu_milli = 500,
+                         .gpu_count = 1,
+                         .count = 1,
+                         .p = 1.0};
+    gf_typical_set t = {&tp, 1};
+    gf__policy_env env = {s->c, &t, &t, s->params};
+    void *st = NULL;
+    gf_diag pd = {""};
+    if (ops->create) {
+      rc = ops->create(&env, &st, &pd);
+      if (rc) {
+        rc = gf_diag_set(d, rc, "policy '%s': %s", policy, pd.msg);
+        goto fail;
+      }
+      if (ops->destroy)
+        ops->destroy(st);
+    } else if (*s->params) {
+      rc = gf_diag_set(d, GF_EINVAL, "policy '%s' takes no parameters",
+                       ops->name);
+      goto fail;
+    }
+  }
+  if (pthread_mutex_init(&s->mu, NULL)) {
+    rc = gf_diag_set(d, GF_ENOMEM, "cannot create a mutex");
+    goto fail;
+  }
+  *out = s;
+  return 0;
+fail:
+  gf_cluster_free(s->c);
+  free(s->pending);
+  free(s);
+  return rc;
+}
+
+static void policy_drop(gf_sched *s) {
+  if (s->pstate && s->ops->destroy)
+    s->ops->destroy(s->pstate);
+  s->pstate = NULL;
+  gf_typical_release(&s->typ);
+  memset(&s->typ, 0, sizeof(s->typ));
+}
+
+static void prec_free(prec *p) {
+  free(p->uid);
+  free(p->node);
+  free(p->models);
+}
+
+void gf_sched_free(gf_sched *s) {
+  if (!s)
+    return;
+  policy_drop(s);
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    free(s->nodes[i].name);
+  for (uint32_t i = 0; i < s->npods; i++)
+    prec_free(&s->pods[i]);
+  free(s->nodes);
+  free(s->pods);
+  free(s->pending);
+  gf__smap_release(&s->nmap);
+  gf__smap_release(&s->pmap);
+  gf_cluster_free(s->c);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+size_t gf__sched_max_body(const gf_sched *s) { return s->max_body; }
+
+void gf_sched_set_synced(gf_sched *s, bool synced) {
+  pthread_mutex_lock(&s->mu);
+  s->synced = synced;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gf_sched_set_leader(gf_sched *s, bool leader) {
+  pthread_mutex_lock(&s->mu);
+  s->leader = leader;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- booking -------------------------------------------------------------*/
+
+/* Position in the cluster node of the GPU with nvidia index idx, or -1. */
+static int gpu_pos(const nrec *n, uint32_t idx) {
+  for (uint32_t i = 0; i < n->inv.ngpus; i++)
+    if (n->inv.gpus[i].index == idx)
+      return (int)i;
+  return -1;
+}
+
+/* Books p in the cluster.  GF_ENOTFOUND (node unknown: the pod waits for
+ * it), GF_ENOFIT (the grant no longer fits). */
+static int book(gf_sched *s, prec *p) {
+  if (p->placed)
+    return 0;
+  int64_t ni = gf__smap_get(&s->nmap, p->node);
+  if (ni < 0)
+    return GF_ENOTFOUND;
+  const nrec *n = &s->nodes[ni];
+  gf_placement pl = {.node = (uint32_t)ni, .ngpus = p->ngpus};
+  for (uint32_t k = 0; k < p->ngpus; k++) {
+    int pos = gpu_pos(n, p->gpu_index[k]);
+    if (pos < 0)
+      return GF_ENOFIT;
+    pl.gpus[k] = (uint8_t)pos;
+  }
+  int rc = gf_cluster_place(s->c, &p->req, &pl);
+  if (rc)
+    return rc;
+  if (s->pstate && s->ops->changed)
+    s->ops->changed(s->pstate, s->c, &p->req, &pl, +1);
+  p->pl = pl;
+  p->placed = true;
+  return 0;
+}
+
+static void unbook(gf_sched *s, prec *p) {
+  if (!p->placed)
+    return;
+  if (gf_cluster_release(s->c, &p->req, &p->pl) == 0 && s->pstate &&
+      s->ops->changed)
+    s->ops->changed(s->pstate, s->c, &p->req, &p->pl, -1);
+  p->placed = false;
+}
+
+/* Adds node n to cluster c (as a node without GPUs if its GPUs cannot be
+ * added, e.g. a full model table). */
+static int cluster_add(gf_cluster *c, const nrec *n) {
+  gf_gpu_spec specs[GF_MAX_GPUS_PER_NODE];
+  memset(specs, 0, sizeof(specs));
+  for (uint32_t i = 0; i < n->inv.ngpus; i++) {
+    specs[i].model = n->inv.gpus[i].model;
+    specs[i].uuid = n->inv.gpus[i].uuid;
+    specs[i].mem_bytes = n->inv.gpus[i].mem_bytes;
+    specs[i].sm_count = n->inv.gpus[i].sm_count;
+    specs[i].numa_node = -1;
+  }
+  int rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, specs,
+                               n->inv.ngpus, NULL);
+  if (rc == GF_ELIMIT || rc == GF_ERANGE || rc == GF_EINVAL)
+    rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, NULL, 0,
+                             NULL);
+  return rc < 0 ? rc : 0;
+}
+
+/* Rebuilds the cluster model from nodes[] and pods[]. */
+static int rebuild(gf_sched *s) {
+  gf_cluster *c = gf_cluster_new();
+  if (!c)
+    goto nomem;
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    if (cluster_add(c, &s->nodes[i])) {
+      gf_cluster_free(c);
+      goto nomem;
+    }
+  policy_drop(s);
+  gf_cluster_free(s->c);
+  s->c = c;
+  s->dirty = false;
+  s->m.rebuilds++;
+  for (uint32_t i = 0; i < s->npods; i++) {
+    s->pods[i].placed = false;
+    int rc = book(s, &s->pods[i]);
+    if (rc && rc != GF_ENOTFOUND)
+      s->m.replay_failed++;
+  }
+  return 0;
+nomem:
+  s->dirty = true;
+  return GF_ENOMEM;
+}
+
+static int ensure_model(gf_sched *s) { return s->dirty ? rebuild(s) : 0; }
+
+/* Resolves a gpu-model annotation ("A|B" or "A,B") against the cluster's
+ * model table.  *named: whether any model was named at all. */
+static uint64_t models_mask(const gf_cluster *c, const char *models,
+                            bool *named) {
+  uint64_t mask = 0;
+  *named = false;
+  if (!models)
+    return 0;
+  const char *p = models;
+  while (*p) {
+    p += strspn(p, " |,");
+    size_t len = strcspn(p, "|,");
+    size_t tl = len;
+    while (tl > 0 && p[tl - 1] == ' ')
+      tl--;
+    if (tl > 0 && tl < GF_MODEL_NAME_MAX) {
+      char name[GF_MODEL_NAME_MAX];
+      memcpy(name, p, tl);
+      name[tl] = '\0';
+      *named = true;
+      int id = gf_cluster_model_id((gf_cluster *)c, name, false);
+      if (id >= 0)
+        mask |= 1ull << id;
+    } else if (tl > 0) {
+      *named = true;
+    }
+    p += len;
+  }
+  return mask;
+}
+
+/* Rebuilds the policy state when the request mix has changed enough: the
+ * typical set is every known pod's request (bound, binding, pending). */
+static int policy_refresh(gf_sched *s) {
+  if (s->pstate && s->changes == 0)
+    return 0;
+  uint32_t npend = 0;
+  for (uint32_t i = 0; i < s->npending_max; i++)
+    npend += s->pending[i].seq != 0;
+  uint32_t total = s->npods + npend;
+  /* amortised: a rebuild costs O(total), and comes every total/8 changes */
+  if (s->pstate && s->changes < (total / 8 > 1 ? total / 8 : 1))
+    return 0;
+  if (!s->ops->create && !(s->ops->flags & GF__POL_TYPICAL)) {
+    s->changes = 0;
+    return 0;
+  }
+  gf_request *reqs = malloc((size_t)total * sizeof(*reqs) + sizeof(*reqs));
+  if (!reqs)
+    return GF_ENOMEM;
+  size_t n = 0;
+  bool named;
+  for (uint32_t i = 0; i < s->npods; i++) {
+    reqs[n] = s->pods[i].req;
+    reqs[n++].model_mask = models_mask(s->c, s->pods[i].models, &named);
+  }
+  for (uint32_t i = 0; i < s->npending_max; i++)
+    if (s->pending[i].seq) {
+      reqs[n] = s->pending[i].req;
+      reqs[n++].model_mask = models_mask(s->c, s->pending[i].models, &named);
+    }
+  if (n == 0) { /* nothing known yet: one whole-GPU pod */
+    memset(&reqs[0], 0, sizeof(reqs[0]));
+    reqs[0].gpu_count = 1;
+    reqs[0].gpu_milli = GF_GPU_MILLI;
+    n = 1;
+  }
+  gf_typical_set t = {0};
+  int rc = gf_typical_build(reqs, NULL, n, 95.0, true, &t);
+  free(reqs);
+  if (rc)
+    return rc;
+  /* The policy keeps a pointer to its typical set: build it in place. */
+  policy_drop(s);
+  s->typ = t;
+  if (s->ops->create) {
+    gf__policy_env env = {s->c, &s->typ, &s->typ, s->params};
+    rc = s->ops->create(&env, &s->pstate, NULL);
+    if (rc) {
+      s->pstate = NULL;
+      gf_typical_release(&s->typ);
+      memset(&s->typ, 0, sizeof(s->typ));
+      return rc;
+    }
+  }
+  s->changes = 0;
+  return 0;
+}
+
+/* ---- records -------------------------------------------------------------*/
+
+static prec *find_pod(gf_sched *s, const char *uid) {
+  int64_t i = gf__smap_get(&s->pmap, uid);
+  return i < 0 ? NULL : &s->pods[i];
+}
+
+/* Appends a record (strings copied).  NULL when out of memory. */
+static prec *add_pod(gf_sched *s, const char *uid, const char *node,
+                     const char *models) {
+  if (s->npods == s->cappods) {
+    uint32_t cap = s->cappods ? s->cappods * 2 : 64;
+    prec *p = realloc(s->pods, cap * sizeof(*p));
+    if (!p)
+      return NULL; /* keys are the records' own strings: they do not move */
+    s->pods = p;
+    s->cappods = cap;
+  }
+  prec *p = &s->pods[s->npods];
+  memset(p, 0, sizeof(*p));
+  p->uid = strdup(uid);
+  p->node = strdup(node);
+  p->models = models && *models ? strdup(models) : NULL;
+  if (!p->uid || !p->node || (models && *models && !p->models) ||
+      gf__smap_put(&s->pmap, p->uid, s->npods)) {
+    prec_free(p);
+    return NULL;
+  }
+  s->npods++;
+  s->changes++;
+  return p;
+}
+
+static void remove_pod(gf_sched *s, prec *p) {
+  unbook(s, p);
+  uint32_t i = (uint32_t)(p - s->pods);
+  gf__smap_del(&s->pmap, p->uid);
+  prec_free(p);
+  s->npods--;
+  if (i != s->npods) {
+    s->pods[i] = s->pods[s->npods];
+    gf__smap_put(&s->pmap, s->pods[i].uid, i);
+  }
+  s->changes++;
+}
+
+static const char *pod_key(const char *uid, const char *ns, const char *name,
+                           char *buf, size_t cap) {
+  if (uid && *uid)
+    return uid;
+  snprintf(buf, cap, "%s/%s", ns, name);
+  return buf;
+}
+
+static bool same_pod(const pend *e, const char *uid, const char *ns,
+                     const char *name) {
+  if (!e->seq)
+    return false;
+  if (uid && *uid && e->uid[0])
+    return strcmp(e->uid, uid) == 0;
+  return strcmp(e->ns, ns) == 0 && strcmp(e->name, name) == 0;
+}
+
+static pend *pending_find(gf_sched *s, const char *uid, const char *ns,
+                          const char *name) {
+  for (uint32_t i = 0; i < s->npending_max; i++)
+    if (same_pod(&s->pending[i], uid, ns, name))
+      return &s->pending[i];
+  return NULL;
+}
+
+static void pending_put(gf_sched *s, const gf__pod *p) {
+  pend *slot = pending_find(s, p->uid, p->ns, p->name);
+  if (!slot) {
+    slot = &s->pending[s->pend_next];
+    s->pend_next = (s->pend_next + 1) % s->npending_max;
+    s->changes++;
+  }
+  memset(slot, 0, sizeof(*slot));
+  slot->seq = ++s->pend_seq;
+  memcpy(slot->uid, p->uid, sizeof(slot->uid));
+  memcpy(slot->ns, p->ns, sizeof(slot->ns));
+  memcpy(slot->name, p->name, sizeof(slot->name));
+  memcpy(slot->container, p->container, sizeof(slot->container));
+  memcpy(slot->models, p->models, sizeof(slot->models));
+  slot->req = p->req;
+}
+
+static void pending_forget(gf_sched *s, const char *uid) {
+  for (uint32_t i = 0; i < s->npending_max; i++)
+    if (s->pending[i].seq && strcmp(s->pending[i].uid, uid) == 0)
+      s->pending[i].seq = 0;
+}
+
+/* ---- the model, fed by a watch ---------------------------------------- */
+
+static bool same_node(const nrec *a, const gf__node *b) {
+  return a->cpu_milli == b->cpu_milli && a->mem_bytes == b->mem_bytes &&
+         a->has_inv == b->has_inventory &&
+         memcmp(&a->inv, &b->inv, sizeof(a->inv)) == 0;
+}
+
+/* Under the mutex. */
+static int node_update_locked(gf_sched *s, const gf__node *pn) {
+  int64_t i = gf__smap_get(&s->nmap, pn->name);
+  if (i >= 0) {
+    nrec *n = &s->nodes[i];
+    if (same_node(n, pn))
+      return 0;
+    n->cpu_milli = pn->cpu_milli;
+    n->mem_bytes = pn->mem_bytes;
+    n->has_inv = pn->has_inventory;
+    n->inv = pn->inv;
+    s->dirty = true;
+    return ensure_model(s);
+  }
+  if (s->nnodes == s->capnodes) {
+    uint32_t cap = s->capnodes ? s->capnodes * 2 : 16;
+    nrec *nn = realloc(s->nodes, cap * sizeof(*nn));
+    if (!nn)
+      return GF_ENOMEM;
+    s->nodes = nn;
+    s->capnodes = cap;
+  }
+  nrec *n = &s->nodes[s->nnodes];
+  memset(n, 0, sizeof(*n));
+  n->name = strdup(pn->name);
+  if (!n->name || gf__smap_put(&s->nmap, n->name, s->nnodes)) {
+    free(n->name);
+    return GF_ENOMEM;
+  }
+  n->cpu_milli = pn->cpu_milli;
+  n->mem_bytes = pn->mem_bytes;
+  n->has_inv = pn->has_inventory;
+  n->inv = pn->inv;
+  s->nnodes++;
+  s->changes++;
+  int rc = ensure_model(s);
+  if (rc)
+    return rc;
+  if (cluster_add(s->c, n)) {
+    s->dirty = true;
+    return GF_ENOMEM;
+  }
+  /* pods that waited for this node */
+  for (uint32_t k = 0; k < s->npods; k++)
+    if (!s->pods[k].placed && strcmp(s->pods[k].node, n->name) == 0 &&
+        book(s, &s->pods[k]) && s->pods[k].state != P_BINDING)
+      s->m.replay_failed++;
+  return 0;
+}
+
+int gf_sched_node_update(gf_sched *s, const struct json_t *node, gf_diag *d) {
+  gf__node *pn = malloc(sizeof(*pn));
+  if (!pn)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  int rc = gf__node_parse((const json_t *)node, pn, d);
+  if (rc == 0) {
+    pthread_mutex_lock(&s->mu);
+    rc = node_update_locked(s, pn);
+    pthread_mutex_unlock(&s->mu);
+    if (rc)
+      gf_diag_set(d, rc, "node %s: %s", pn->name, gf_strerror(rc));
+  }
+  free(pn);
+  return rc;
+}
+
+int gf_sched_node_delete(gf_sched *s, const char *name) {
+  pthread_mutex_lock(&s->mu);
+  int64_t i = gf__smap_get(&s->nmap, name);
+  int rc = GF_ENOTFOUND;
+  if (i >= 0) {
+    gf__smap_del(&s->nmap, name);
+    free(s->nodes[i].name);
+    s->nnodes--;
+    if ((uint32_t)i != s->nnodes) {
+      s->nodes[i] = s->nodes[s->nnodes];
+      gf__smap_put(&s->nmap, s->nodes[i].name, (uint32_t)i);
+    }
+    s->dirty = true;
+    rc = rebuild(s);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+/* The GPUs a grant gives the pod's GPU container, as nvidia indices. */
+static int grant_gpus(const gf__pod *p, const gf_grant *g, uint8_t *idx,
+                      uint8_t *n, gf_diag *d) {
+  const gf_grant_container *gc = NULL;
+  for (uint32_t i = 0; i < g->ncontainers && !gc; i++)
+    if (g->containers[i].ngpus &&
+        (!p->container[0] || strcmp(g->containers[i].name, p->container) == 0))
+      gc = &g->containers[i];
+  if (!gc)
+    return gf_diag_set(d, GF_ESTATE,
+                       "pod %s/%s: the grant gives no GPU to container '%s'",
+                       p->ns, p->name, p->container);
+  if (gc->ngpus != p->req.gpu_count)
+    return gf_diag_set(d, GF_ESTATE,
+                       "pod %s/%s: grant has %u GPUs, the pod asks for %u",
+                       p->ns, p->name, gc->ngpus, p->req.gpu_count);
+  for (uint32_t k = 0; k < gc->ngpus; k++)
+    idx[k] = (uint8_t)gc->gpus[k].index;
+  *n = (uint8_t)gc->ngpus;
+  return 0;
+}
+
+static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
+  char kb[2 * GF_NAME_MAX];
+  const char *key = pod_key(p->uid, p->ns, p->name, kb, sizeof(kb));
+  prec *old = find_pod(s, key);
+  if (strcmp(p->phase, "Succeeded") == 0 || strcmp(p->phase, "Failed") == 0) {
+    if (old)
+      remove_pod(s, old);
+    pending_forget(s, key);
+    return 0;
+  }
+  if (!p->node[0]) {
+    if (!old)
+      pending_put(s, p);
+    return 0;
+  }
+  int rc = ensure_model(s);
+  if (rc)
+    return rc;
+  gf_request req = p->req;
+  effective(s, &req);
+  uint8_t idx[GF_MAX_GPUS_PER_NODE] = {0}, ngpus = 0;
+  int grc = 0;
+  if (req.gpu_count) {
+    gf_grant *g = malloc(sizeof(*g));
+    if (!g)
+      return GF_ENOMEM;
+    if (!p->grant)
+      grc = gf_diag_set(d, GF_ESTATE,
+                        "pod %s/%s: bound to %s without a gpufrac grant; "
+                        "booking its CPU and memory only",
+                        p->ns, p->name, p->node);
+    else if ((grc = gf_grant_parse(p->grant, p->grant_len, g, d)) == 0 &&
+             strcmp(g->node, p->node) != 0)
+      grc = gf_diag_set(d, GF_ESTATE,
+                        "pod %s/%s: grant names node %s but the pod is on %s",
+                        p->ns, p->name, g->node, p->node);
+    if (grc == 0)
+      grc = grant_gpus(p, g, idx, &ngpus, d);
+    free(g);
+    if (grc) { /* keep what we can: the pod's CPU and memory */
+      req.gpu_count = 0;
+      req.gpu_milli = 0;
+      req.gpu_mem_bytes = 0;
+      ngpus = 0;
+      s->m.replay_failed++;
+    }
+  }
+  if (old && strcmp(old->node, p->node) == 0 && old->ngpus == ngpus &&
+      memcmp(old->gpu_index, idx, ngpus) == 0) {
+    if (old->state != P_BINDING)
+      old->state = P_BOUND;
+    pending_forget(s, key);
+    return grc;
+  }
+  if (old)
+    remove_pod(s, old);
+  pending_forget(s, key);
+  prec *r = add_pod(s, key, p->node, p->models);
+  if (!r)
+    return GF_ENOMEM;
+  r->req = req;
+  r->ngpus = ngpus;
+  memcpy(r->gpu_index, idx, sizeof(idx));
+  r->state = P_BOUND;
+  rc = book(s, r);
+  if (rc == GF_ENOTFOUND)
+    return grc; /* waits for its node */
+  if (rc) {
+    s->m.replay_failed++;
+    return gf_diag_set(d, rc,
+                       "pod %s/%s: its grant does not fit node %s as the "
+                       "model stands (%s)",
+                       p->ns, p->name, p->node, gf_strerror(rc));
+  }
+  return grc;
+}
+
+int gf_sched_pod_update(gf_sched *s, const struct json_t *pod, gf_diag *d) {
+  gf__pod *p = malloc(sizeof(*p));
+  if (!p)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  int rc = gf__pod_parse((const json_t *)pod, p, d);
+  if (rc == 0) {
+    pthread_mutex_lock(&s->mu);
+    rc = pod_update_locked(s, p, d);
+    pthread_mutex_unlock(&s->mu);
+  }
+  free(p);
+  return rc;
+}
+
+int gf_sched_pod_delete(gf_sched *s, const char *uid) {
+  pthread_mutex_lock(&s->mu);
+  prec *p = find_pod(s, uid);
+  int rc = p ? 0 : GF_ENOTFOUND;
+  if (p)
+    remove_pod(s, p);
+  pending_forget(s, uid);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+uint32_t gf_sched_nnodes(gf_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  uint32_t n = s->nnodes;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+uint32_t gf_sched_npods(gf_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < s->npods; i++)
+    n += s->pods[i].placed;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+int gf_sched_node_state(gf_sched *s, const char *name, gf_node *out) {
+  pthread_mutex_lock(&s->mu);
+  int rc = ensure_model(s);
+  int64_t i = gf__smap_get(&s->nmap, name);
+  if (!rc && i < 0)
+    rc = GF_ENOTFOUND;
+  if (!rc) {
+    *out = *gf_cluster_node(s->c, (uint32_t)i);
+    out->labels = NULL;
+    out->nlabels = 0;
+    out->name = NULL;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+/* ---- filter --------------------------------------------------------------*/
+
+/* Why node n (model record nr) cannot take r, into why[cap]; returns 0 when
+ * it can, 1 when it cannot now, 2 when it never can (unresolvable). */
+static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
+                   const gf_request *r, char *why, size_t cap) {
+  char a[32], b[32];
+  if (r->gpu_count == 0)
+    return 0; /* not ours to judge: kube-scheduler checks CPU and memory */
+  if (!nr->has_inv || n->ngpus == 0) {
+    snprintf(why, cap,
+             "no gpufrac GPUs: node has no %s annotation (is the gpufrac "
+             "node agent running there?)",
+             GF_INVENTORY_ANNOTATION);
+    return 2;
+  }
+  if (r->gpu_count > n->ngpus) {
+    snprintf(why, cap, "needs %u GPUs, node has %u", r->gpu_count, n->ngpus);
+    return 2;
+  }
+  if (r->model_mask && !(r->model_mask & n->model_mask)) {
+    char have[128] = "";
+    size_t used = 0;
+    for (int m = 0; m < GF_MAX_MODELS; m++)
+      if (n->model_mask & (1ull << m)) {
+        int w = snprintf(have + used, sizeof(have) - used, "%s%s",
+                         used ? ", " : "", gf_cluster_model_name(s->c, m));
+        if (w < 0 || (size_t)w >= sizeof(have) - used)
+          break;
+        used += (size_t)w;
+      }
+    snprintf(why, cap, "gpu-model: node has %s, not an allowed model", have);
+    return 2;
+  }
+  if (n->cpu_used + r->cpu_milli > n->cpu_milli) {
+    gf__fmt_cpu(r->cpu_milli, a, sizeof(a));
+    gf__fmt_cpu(n->cpu_milli - n->cpu_used, b, sizeof(b));
+    snprintf(why, cap, "CPU: %s cores requested, %s free", a, b);
+    return 1;
+  }
+  if (n->mem_used + r->mem_bytes > n->mem_bytes) {
+    gf__fmt_bytes(r->mem_bytes, a, sizeof(a));
+    gf__fmt_bytes(n->mem_bytes - n->mem_used, b, sizeof(b));
+    snprintf(why, cap, "memory: %s requested, %s free", a, b);
+    return 1;
+  }
+  uint32_t fit = 0;
+  int64_t max_mem = 0;
+  int32_t max_milli = 0;
+  for (uint32_t g = 0; g < n->ngpus; g++) {
+    const gf_gpu *gpu = &n->gpus[g];
+    fit += gf_gpu_fits(gpu, r);
+    if (gpu->exclusive ||
+        (r->model_mask && !(r->model_mask & (1ull << gpu->model))))
+      continue;
+    if (gpu->mem_bytes - gpu->mem_used > max_mem)
+      max_mem = gpu->mem_bytes - gpu->mem_used;
+    if (GF_GPU_MILLI - gpu->milli_used > max_milli)
+      max_milli = GF_GPU_MILLI - gpu->milli_used;
+  }
+  if (fit >= r->gpu_count && gf_node_fits(n, r))
+    return 0;
+  if (r->gpu_count > 1 || r->gpu_milli == GF_GPU_MILLI) {
+    snprintf(why, cap, "needs %u whole GPU%s, node has %u free", r->gpu_count,
+             r->gpu_count > 1 ? "s" : "", fit);
+    return 1;
+  }
+  if (r->gpu_mem_bytes && max_mem < r->gpu_mem_bytes) {
+    gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
+    gf__fmt_bytes(max_mem, b, sizeof(b));
+    snprintf(why, cap, "gpu-memory %s: largest free share on %s is %s", a,
+             nr->name, b);
+  } else if (r->gpu_milli && max_milli < r->gpu_milli) {
+    snprintf(why, cap, "gpu-compute %d%%: largest free share on %s is %d%%",
+             r->gpu_milli / 10, nr->name, max_milli / 10);
+  } else {
+    gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
+    snprintf(why, cap,
+             "gpu-memory %s with gpu-compute %d%%: no single GPU on %s has "
+             "both free",
+             a, r->gpu_milli / 10, nr->name);
+  }
+  return 1;
+}
+
+/* Failed-everywhere reason for a pod whose request itself cannot be met. */
+typedef struct verdict {
+  int kind; /* 0 ok, 2 every node unresolvable with `why` */
+  char why[GF_DIAG_MAX];
+} verdict;
+
+/* The pod's request resolved against the model (under the mutex). */
+static void resolve(gf_sched *s, const gf__pod *p, gf_request *r, verdict *v) {
+  *r = p->req;
+  effective(s, r);
+  bool named;
+  r->model_mask = models_mask(s->c, p->models, &named);
+  v->kind = 0;
+  if (named && r->model_mask == 0 && r->gpu_count) {
+    v->kind = 2;
+    snprintf(v->why, sizeof(v->why),
+             "gpu-model '%.200s': no node in the cluster has this model",
+             p->models);
+  }
+}
+
+static const char *node_name_of(const json_t *item) {
+  const json_t *meta = gf__json_get(item, "metadata");
+  const json_t *name = gf__json_get(meta, "name");
+  return json_is_string(name) ? json_string_value(name) : NULL;
+}
+
+typedef struct reply_buf {
+  int status;
+  json_t *json;
+  char *text; /* instead of json */
+} reply_buf;
+
+static json_t *error_obj(const char *msg) {
+  return json_pack("{s:s}", "Error", msg);
+}
+
+static void do_filter(gf_sched *s, const char *body, size_t len,
+                      reply_buf *out) {
+  gf_diag d = {""};
+  gf__args a;
+  if (gf__args_parse(body, len, &a, &d)) {
+    out->status = 400;
+    out->json = error_obj(d.msg);
+    return;
+  }
+  gf__pod *p = malloc(sizeof(*p));
+  gf__node *pn = malloc(sizeof(*pn));
+  json_t *failed = json_object(), *unres = json_object();
+  json_t *passed = json_array();
+  if (!p || !pn || !failed || !unres || !passed) {
+    out->status = 500;
+    goto done;
+  }
+  verdict v = {0, ""};
+  gf_request r;
+  memset(&r, 0, sizeof(r));
+  if (gf__pod_parse(a.pod, p, &d)) {
+    v.kind = 2;
+    snprintf(v.why, sizeof(v.why), "%s", d.msg);
+  }
+  pthread_mutex_lock(&s->mu);
+  int rc = ensure_model(s);
+  if (rc) {
+    pthread_mutex_unlock(&s->mu);
+    out->status = 500;
+    out->json = error_obj("extender out of memory rebuilding its model");
+    goto done;
+  }
+  /* Nodes sent in full (nodeCacheCapable false) refresh the model. */
+  if (a.node_items) {
+    size_t i;
+    const json_t *it;
+    json_array_foreach(a.node_items, i, it) {
+      gf_diag nd = {""};
+      if (gf__node_parse(it, pn, &nd) == 0)
+        node_update_locked(s, pn);
+    }
+  }
+  if (v.kind == 0) {
+    if (!p->node[0])
+      pending_put(s, p);
+    resolve(s, p, &r, &v);
+  }
+  const json_t *list = a.node_items ? a.node_items : a.node_names;
+  size_t i;
+  const json_t *it;
+  json_array_foreach(list, i, it) {
+    const char *name = a.node_items ? node_name_of(it) : json_string_value(it);
+    char why[GF_DIAG_MAX];
+    int kind;
+    if (!name) {
+      continue; /* a Node without a name: nothing to answer about */
+    } else if (v.kind) {
+      kind = v.kind;
+      snprintf(why, sizeof(why), "%s", v.why);
+    } else {
+      int64_t ni = gf__smap_get(&s->nmap, name);
+      if (ni < 0) {
+        kind = r.gpu_count ? 1 : 0;
+        snprintf(why, sizeof(why),
+                 "gpufrac has not seen this node yet (no Node object from "
+                 "the API server)");
+      } else {
+        kind = why_not(s, &s->nodes[ni], gf_cluster_node(s->c, (uint32_t)ni),
+                       &r, why, sizeof(why));
+      }
+    }
+    int jr = 0;
+    if (kind == 0)
+      jr = json_array_append_new(
+          passed, a.node_items ? json_incref((json_t *)it) : json_string(name));
+    else
+      jr = json_object_set_new(kind == 2 ? unres : failed, name,
+                               json_string(why));
+    if (jr) {
+      out->status = 500;
+      break;
+    }
+    if (kind)
+      s->m.filter_failed_nodes++;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (out->status == 500)
+    goto done;
+  json_t *nodes = json_null(), *names = json_null();
+  if (a.node_items) {
+    nodes = json_pack("{s:{},s:O}", "metadata", "items", passed);
+  } else {
+    names = json_incref(passed);
+  }
+  out->json = json_pack("{s:o,s:o,s:O,s:O,s:s}", "Nodes", nodes, "NodeNames",
+                        names, "FailedNodes", failed,
+                        "FailedAndUnresolvableNodes", unres, "Error", "");
+  out->status = out->json ? 200 : 500;
+done:
+  json_decref(failed);
+  json_decref(unres);
+  json_decref(passed);
+  free(p);
+  free(pn);
+  gf__args_release(&a);
+}
+
+/* ---- prioritize ----------------------------------------------------------*/
+
+/* The policy's raw score of candidate node i and its GPU pick. */
+static int64_t score_node(gf_sched *s, uint32_t i, const gf_request *r,
+                          gf__pick *pick) {
+  pick->ngpus = 0;
+  int64_t sc = s->ops->score(s->pstate, s->c, i, r, pick);
+  if (s->ops->gpusel != GF__GPUSEL_OWN || pick->ngpus != r->gpu_count)
+    gf__pick_best(gf_cluster_node(s->c, i), r, pick);
+  return sc;
+}
+
+static void do_prioritize(gf_sched *s, const char *body, size_t len,
+                          reply_buf *out) {
+  gf_diag d = {""};
+  gf__args a;
+  if (gf__args_parse(body, len, &a, &d)) {
+    out->status = 400;
+    out->json = error_obj(d.msg);
+    return;
+  }
+  const json_t *list = a.node_items ? a.node_items : a.node_names;
+  size_t n = json_array_size(list);
+  gf__pod *p = malloc(sizeof(*p));
+  int64_t *raw = calloc(n + 1, sizeof(*raw));
+  bool *fits = calloc(n + 1, sizeof(*fits));
+  json_t *res = json_array();
+  if (!p || !raw || !fits || !res) {
+    out->status = 500;
+    goto done;
+  }
+  bool ok = gf__pod_parse(a.pod, p, &d) == 0;
+  pthread_mutex_lock(&s->mu);
+  verdict v = {0, ""};
+  gf_request r;
+  memset(&r, 0, sizeof(r));
+  if (ok && ensure_model(s) == 0) {
+    if (!p->node[0])
+      pending_put(s, p);
+    resolve(s, p, &r, &v);
+    ok = v.kind == 0 && policy_refresh(s) == 0;
+  } else {
+    ok = false;
+  }
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  size_t i;
+  const json_t *it;
+  json_array_foreach(list, i, it) {
+    const char *name = a.node_items ? node_name_of(it) : json_string_value(it);
+    int64_t ni = name && ok ? gf__smap_get(&s->nmap, name) : -1;
+    if (ni < 0 || !gf_node_fits(gf_cluster_node(s->c, (uint32_t)ni), &r))
+      continue;
+    gf__pick pick;
+    fits[i] = true;
+    raw[i] = (s->ops->flags & GF__POL_ANY_NODE)
+                 ? 0
+                 : score_node(s, (uint32_t)ni, &r, &pick);
+    lo = raw[i] < lo ? raw[i] : lo;
+    hi = raw[i] > hi ? raw[i] : hi;
+  }
+  pthread_mutex_unlock(&s->mu);
+  json_array_foreach(list, i, it) {
+    const char *name = a.node_items ? node_name_of(it) : json_string_value(it);
+    if (!name)
+      continue;
+    int score = 0;
+    if (fits[i])
+      score = hi == lo ? 10
+                       : (int)lround(10.0 * ((double)raw[i] - (double)lo) /
+                                     ((double)hi - (double)lo));
+    if (json_array_append_new(
+            res, json_pack("{s:s,s:i}", "Host", name, "Score", score))) {
+      out->status = 500;
+      goto done;
+    }
+  }
+  out->json = json_incref(res);
+  out->status = 200;
+done:
+  json_decref(res);
+  free(p);
+  free(raw);
+  free(fits);
+  gf__args_release(&a);
+}
+
+/* ---- bind ----------------------------------------------------------------*/
+
+static int build_grant(const gf_sched *s, const nrec *nr, const pend *pp,
+                       const gf_request *r, const gf__pick *pick, char **json,
+                       gf_diag *d) {
+  (void)s;
+  gf_grant *g = calloc(1, sizeof(*g));
+  if (!g)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  snprintf(g->node, sizeof(g->node), "%s", nr->name);
+  g->ncontainers = 1;
+  gf_grant_container *c = &g->containers[0];
+  snprintf(c->name, sizeof(c->name), "%s", pp->container);
+  c->ngpus = pick->ngpus;
+  for (uint32_t k = 0; k < pick->ngpus; k++) {
+    const gf_inventory_gpu *ig = &nr->inv.gpus[pick->gpus[k]];
+    c->gpus[k].index = ig->index;
+    snprintf(c->gpus[k].uuid, sizeof(c->gpus[k].uuid), "%s", ig->uuid);
+    c->gpus[k].mem_bytes = r->gpu_mem_bytes;
+    c->gpus[k].compute_pct = r->compute_pct;
+  }
+  int rc = gf_grant_format(g, json, d);
+  free(g);
+  return rc;
+}
+
+/* Assumes the bind in the model.  On success *seq identifies the record
+ * and *grant (may stay NULL for a pod without GPUs) is the grant text. */
+static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
+                       uint64_t *seq, char **grant, bool *done, gf_diag *d) {
+  if (!s->leader)
+    return gf_diag_set(d, GF_ESTATE,
+                       "this gpufrac extender replica is not the leader; "
+                       "the leader binds");
+  int rc = ensure_model(s);
+  if (rc)
+    return gf_diag_set(d, rc, "extender model unavailable: %s",
+                       gf_strerror(rc));
+  prec *old = find_pod(s, key);
+  if (old) {
+    if (strcmp(old->node, b->node) != 0)
+      return gf_diag_set(d, GF_EEXIST, "pod %s/%s is already bound to %s",
+                         b->pod_ns, b->pod_name, old->node);
+    if (old->state == P_BINDING)
+      return gf_diag_set(d, GF_ESTATE,
+                         "pod %s/%s: a bind to %s is already in progress",
+                         b->pod_ns, b->pod_name, b->node);
+    *done = true; /* a retry of a bind that succeeded */
+    return 0;
+  }
+  pend *pp = pending_find(s, b->pod_uid, b->pod_ns, b->pod_name);
+  if (!pp)
+    return gf_diag_set(d, GF_ENOTFOUND,
+                       "pod %s/%s is unknown to the gpufrac extender (no "
+                       "filter call or watch event seen for it); it will be "
+                       "retried",
+                       b->pod_ns, b->pod_name);
+  int64_t ni = gf__smap_get(&s->nmap, b->node);
+  if (ni < 0)
+    return gf_diag_set(d, GF_ENOTFOUND, "node %s is unknown to gpufrac",
+                       b->node);
+  gf__pod pod;
+  memset(&pod, 0, sizeof(pod));
+  pod.req = pp->req;
+  snprintf(pod.models, sizeof(pod.models), "%s", pp->models);
+  gf_request r;
+  verdict v;
+  resolve(s, &pod, &r, &v);
+  const nrec *nr = &s->nodes[ni];
+  const gf_node *n = gf_cluster_node(s->c, (uint32_t)ni);
+  char why[GF_DIAG_MAX];
+  if (v.kind)
+    return gf_diag_set(d, GF_ENOFIT, "pod %s/%s: %s", b->pod_ns, b->pod_name,
+                       v.why);
+  if (r.gpu_count && why_not(s, nr, n, &r, why, sizeof(why)))
+    return gf_diag_set(d, GF_ENOFIT, "pod %s/%s on %s: %s", b->pod_ns,
+                       b->pod_name, b->node, why);
+  gf__pick pick = {0};
+  if (r.gpu_count) {
+    if ((rc = policy_refresh(s)))
+      return gf_diag_set(d, rc, "placement policy: %s", gf_strerror(rc));
+    score_node(s, (uint32_t)ni, &r, &pick);
+    if (pick.ngpus != r.gpu_count)
+      return gf_diag_set(d, GF_ENOFIT, "pod %s/%s: no GPUs to pick on %s",
+                         b->pod_ns, b->pod_name, b->node);
+    if ((rc = build_grant(s, nr, pp, &r, &pick, grant, d)))
+      return rc;
+  }
+  prec *p = add_pod(s, key, b->node, pp->models);
+  if (!p) {
+    free(*grant);
+    *grant = NULL;
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  }
+  p->req = r;
+  p->req.model_mask = 0;
+  p->ngpus = (uint8_t)pick.ngpus;
+  for (uint32_t k = 0; k < pick.ngpus; k++)
+    p->gpu_index[k] = (uint8_t)nr->inv.gpus[pick.gpus[k]].index;
+  p->state = P_BINDING;
+  p->bind_seq = *seq = ++s->bind_seq;
+  if ((rc = book(s, p))) {
+    remove_pod(s, p);
+    free(*grant);
+    *grant = NULL;
+    return gf_diag_set(d, rc, "pod %s/%s on %s: %s", b->pod_ns, b->pod_name,
+                       b->node, gf_strerror(rc));
+  }
+  return 0;
+}
+
+static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
+  gf_diag d = {""};
+  gf__bind_args *b = malloc(sizeof(*b));
+  if (!b) {
+    out->status = 500;
+    return;
+  }
+  if (gf__bind_args_parse(body, len, b, &d)) {
+    out->status = 400;
+    out->json = error_obj(d.msg);
+    free(b);
+    return;
+  }
+  char kb[2 * GF_NAME_MAX];
+  const char *key = pod_key(b->pod_uid, b->pod_ns, b->pod_name, kb, sizeof(kb));
+  gf_pod_ref ref = {b->pod_ns, b->pod_name, b->pod_uid};
+  uint64_t seq = 0;
+  char *grant = NULL;
+  bool done = false;
+  int rc;
+  pthread_mutex_lock(&s->mu);
+  if (!s->has_binder)
+    rc = gf_diag_set(&d, GF_ESTATE,
+                     "gpufrac extender has no Kubernetes API client "
+                     "configured, so it cannot bind pod %s/%s; run it with "
+                     "an API client or remove bindVerb from the scheduler "
+                     "configuration",
+                     b->pod_ns, b->pod_name);
+  else
+    rc = bind_assume(s, b, key, &seq, &grant, &done, &d);
+  pthread_mutex_unlock(&s->mu);
+  if (rc == 0 && !done) {
+    gf_diag bd = {""};
+    if (grant && (rc = s->binder.write_grant(s->binder.ctx, &ref, grant, &bd)))
+      gf_diag_set(&d, rc, "writing the grant on pod %s/%s: %s", b->pod_ns,
+                  b->pod_name, bd.msg[0] ? bd.msg : gf_strerror(rc));
+    else if ((rc = s->binder.create_binding(s->binder.ctx, &ref, b->node, &bd)))
+      gf_diag_set(&d, rc, "binding pod %s/%s to %s: %s", b->pod_ns, b->pod_name,
+                  b->node, bd.msg[0] ? bd.msg : gf_strerror(rc));
+    pthread_mutex_lock(&s->mu);
+    prec *p = find_pod(s, key);
+    if (p && p->bind_seq == seq && p->state == P_BINDING) {
+      if (rc) {
+        remove_pod(s, p); /* roll the assumption back */
+      } else {
+        p->state = P_ASSUMED;
+        pending_forget(s, key);
+      }
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_lock(&s->mu);
+  if (rc)
+    s->m.binds_failed++;
+  else
+    s->m.binds_ok++;
+  pthread_mutex_unlock(&s->mu);
+  free(grant);
+  out->status = 200;
+  out->json = error_obj(rc ? d.msg : "");
+  free(b);
+}
+
+/* ---- metrics -------------------------------------------------------------*/
+
+typedef struct tbuf {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} tbuf;
+
+static void tb_printf(tbuf *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void tb_printf(tbuf *t, const char *fmt, ...) {
+  if (t->oom)
+    return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      t->oom = true;
+      return;
+    }
+    if ((size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = t->cap * 2 + (size_t)n;
+    char *p = realloc(t->p, cap);
+    if (!p) {
+      t->oom = true;
+      return;
+    }
+    t->p = p;
+    t->cap = cap;
+  }
+}
+
+static void do_metrics(gf_sched *s, reply_buf *out) {
+  tbuf t = {malloc(4096), 0, 4096, false};
+  if (!t.p) {
+    out->status = 500;
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  const metrics *m = &s->m;
+  tb_printf(&t, "# HELP gpufrac_extender_requests_total Requests served, by "
+                "verb and HTTP status.\n"
+                "# TYPE gpufrac_extender_requests_total counter\n");
+  for (int v = 0; v < NVERBS; v++)
+    for (size_t c = 0; c <= NCODES; c++)
+      if (m->req[v][c]) {
+        char code[8];
+        if (c < NCODES)
+          snprintf(code, sizeof(code), "%d", codes[c]);
+        else
+          snprintf(code, sizeof(code), "other");
+        tb_printf(&t,
+                  "gpufrac_extender_requests_total{verb=\"%s\",code=\"%s\"} "
+                  "%" PRIu64 "\n",
+                  verb_names[v], code, m->req[v][c]);
+      }
+  tb_printf(&t, "# HELP gpufrac_extender_request_duration_seconds Time to "
+                "answer a request, by verb.\n"
+                "# TYPE gpufrac_extender_request_duration_seconds "
+                "histogram\n");
+  for (int v = 0; v < NVERBS; v++) {
+    if (!m->n[v])
+      continue;
+    for (size_t k = 0; k < NBUCKETS; k++)
+      tb_printf(&t,
+                "gpufrac_extender_request_duration_seconds_bucket{verb=\"%s\","
+                "le=\"%g\"} %" PRIu64 "\n",
+                verb_names[v], buckets[k], m->hist[v][k]);
+    tb_printf(&t,
+              "gpufrac_extender_request_duration_seconds_bucket{verb=\"%s\","
+              "le=\"+Inf\"} %" PRIu64 "\n"
+              "gpufrac_extender_request_duration_seconds_sum{verb=\"%s\"} "
+              "%.9f\n"
+              "gpufrac_extender_request_duration_seconds_count{verb=\"%s\"} "
+              "%" PRIu64 "\n",
+              verb_names[v], m->n[v], verb_names[v], m->sum[v], verb_names[v],
+              m->n[v]);
+  }
+  uint32_t booked = 0;
+  for (uint32_t i = 0; i < s->npods; i++)
+    booked += s->pods[i].placed;
+  tb_printf(&t,
+            "# HELP gpufrac_extender_binds_total Binds, by result.\n"
+            "# TYPE gpufrac_extender_binds_total counter\n"
+            "gpufrac_extender_binds_total{result=\"ok\"} %" PRIu64 "\n"
+            "gpufrac_extender_binds_total{result=\"error\"} %" PRIu64 "\n"
+            "# HELP gpufrac_extender_filter_failed_nodes_total Nodes "
+            "filtered out.\n"
+            "# TYPE gpufrac_extender_filter_failed_nodes_total counter\n"
+            "gpufrac_extender_filter_failed_nodes_total %" PRIu64 "\n"
+            "# HELP gpufrac_extender_replay_failures_total Bound pods whose "
+            "grant could not be booked in the model.\n"
+            "# TYPE gpufrac_extender_replay_failures_total counter\n"
+            "gpufrac_extender_replay_failures_total %" PRIu64 "\n"
+            "# HELP gpufrac_extender_model_rebuilds_total Model rebuilds.\n"
+            "# TYPE gpufrac_extender_model_rebuilds_total counter\n"
+            "gpufrac_extender_model_rebuilds_total %" PRIu64 "\n"
+            "# HELP gpufrac_extender_nodes Nodes in the model.\n"
+            "# TYPE gpufrac_extender_nodes gauge\n"
+            "gpufrac_extender_nodes %u\n"
+            "# HELP gpufrac_extender_pods Pods booked in the model.\n"
+            "# TYPE gpufrac_extender_pods gauge\n"
+            "gpufrac_extender_pods %u\n"
+            "# HELP gpufrac_extender_leader 1 when this replica binds.\n"
+            "# TYPE gpufrac_extender_leader gauge\n"
+            "gpufrac_extender_leader %d\n",
+            m->binds_ok, m->binds_failed, m->filter_failed_nodes,
+            m->replay_failed, m->rebuilds, s->nnodes, booked,
+            s->leader ? 1 : 0);
+  pthread_mutex_unlock(&s->mu);
+  if (t.oom) {
+    free(t.p);
+    out->status = 500;
+    return;
+  }
+  out->status = 200;
+  out->text = t.p;
+}
+
+/* ---- dispatch ------------------------------------------------------------*/
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int verb_of(const char *path) {
+  const char *q = strchr(path, '?');
+  size_t plen = q ? (size_t)(q - path) : strlen(path);
+  while (plen > 1 && path[plen - 1] == '/')
+    plen--;
+  size_t start = plen;
+  while (start > 0 && path[start - 1] != '/')
+    start--;
+  for (int v = 0; v < V_OTHER; v++)
+    if (strlen(verb_names[v]) == plen - start &&
+        strncmp(path + start, verb_names[v], plen - start) == 0)
+      return v;
+  return V_OTHER;
+}
+
+static void record(gf_sched *s, int verb, int status, double secs) {
+  pthread_mutex_lock(&s->mu);
+  size_t c = NCODES;
+  for (size_t k = 0; k < NCODES; k++)
+    if (codes[k] == status)
+      c = k;
+  s->m.req[verb][c]++;
+  s->m.n[verb]++;
+  s->m.sum[verb] += secs;
+  for (size_t k = 0; k < NBUCKETS; k++)
+    if (secs <= buckets[k])
+      s->m.hist[verb][k]++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void set_text(gf_sched_reply *out, int status, const char *text) {
+  out->status = status;
+  out->content_type = "text/plain; charset=utf-8";
+  out->body = strdup(text);
+  out->len = out->body ? strlen(out->body) : 0;
+  if (!out->body)
+    out->status = 500;
+}
+
+void gf_sched_handle(gf_sched *s, const char *method, const char *path,
+                     const char *body, size_t len, gf_sched_reply *out) {
+  double t0 = now_s();
+  memset(out, 0, sizeof(*out));
+  int verb = verb_of(path ? path : "");
+  bool post = verb == V_FILTER || verb == V_PRIORITIZE || verb == V_BIND;
+  bool is_post = method && strcmp(method, "POST") == 0;
+  bool is_get =
+      method && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0);
+  reply_buf rb = {0, NULL, NULL};
+  if (verb == V_OTHER) {
+    set_text(out, 404,
+             "not found: the gpufrac extender serves /filter, /prioritize, "
+             "/bind, /healthz, /readyz, /metrics\n");
+  } else if (post ? !is_post : !is_get) {
+    set_text(out, 405,
+             post ? "method not allowed: use POST\n"
+                  : "method not allowed: use GET\n");
+  } else if (post && len > s->max_body) {
+    char msg[128];
+    snprintf(msg, sizeof(msg),
+             "request body of %zu bytes exceeds the limit of %zu bytes\n", len,
+             s->max_body);
+    set_text(out, 413, msg);
+  } else if (post && (!body || len == 0)) {
+    set_text(out, 400, "empty request body: want a JSON object\n");
+  } else {
+    switch (verb) {
+    case V_FILTER:
+      do_filter(s, body, len, &rb);
+      break;
+    case V_PRIORITIZE:
+      do_prioritize(s, body, len, &rb);
+      break;
+    case V_BIND:
+      do_bind(s, body, len, &rb);
+      break;
+    case V_METRICS:
+      do_metrics(s, &rb);
+      break;
+    case V_HEALTHZ:
+      rb.status = 200;
+      rb.text = strdup("ok\n");
+      break;
+    case V_READYZ: {
+      pthread_mutex_lock(&s->mu);
+      bool ready = s->synced;
+      pthread_mutex_unlock(&s->mu);
+      rb.status = ready ? 200 : 503;
+      rb.text = strdup(ready ? "ok\n"
+                             : "not ready: the model has not been synced "
+                               "from the API server\n");
+      break;
+    }
+    default:
+      break;
+    }
+    if (rb.json) {
+      out->body = json_dumps(rb.json, JSON_COMPACT | JSON_PRESERVE_ORDER);
+      json_decref(rb.json);
+      out->content_type = "application/json";
+    } else if (rb.text) {
+      out->body = rb.text;
+      out->content_type = verb == V_METRICS
+                              ? "text/plain; version=0.0.4; charset=utf-8"
+                              : "text/plain; charset=utf-8";
+    }
+    out->status = out->body ? rb.status : 500;
+    out->len = out->body ? strlen(out->body) : 0;
+    if (!out->body)
+      out->content_type = "text/plain; charset=utf-8";
+  }
+  record(s, verb, out->status, now_s() - t0);
+}
+
+void gf_sched_reply_release(gf_sched_reply *r) {
+  free(r->body);
+  memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,113 @@
+/*
+ * Internal to gf_sched: JSON helpers, the parsed forms of kube-scheduler's
+ * extender v1 messages and of a v1 Pod, shared by the files of src/sched,
+ * its tests and its fuzz target.  Nothing here is public API.
+ *
+ * Key lookup follows Go's encoding/json, which kube-scheduler uses on both
+ * ends: an exact key match wins, otherwise the first key equal ignoring ASCII
+ * case.  So "NodeNames" and "nodeNames" are both read, as the Go side would.
+ */
+#ifndef GPUFRAC_SCHED_INT_H
+#define GPUFRAC_SCHED_INT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/grant.h"
+#include "gpufrac/model.h"
+
+#define GF__UID_MAX 64     /* a pod UID (36 chars) with room to spare */
+#define GF__MODELS_MAX 256 /* the gpufrac.io/gpu-model annotation */
+
+/* Resource and annotation names. */
+#define GF_RES_GPU "gpufrac.io/gpu"
+#define GF_RES_GPU_MEMORY "gpufrac.io/gpu-memory"
+#define GF_RES_GPU_COMPUTE "gpufrac.io/gpu-compute"
+#define GF_ANN_GPU_MODEL "gpufrac.io/gpu-model"
+
+/* Member `key` of object obj (Go's case rule), or NULL. */
+json_t *gf__json_get(const json_t *obj, const char *key);
+
+/* Copies string member `key` into buf[cap].  Absent: "" and 0 unless
+ * required (GF_ESYNTAX).  Not a string or too long: GF_ESYNTAX / GF_ELIMIT,
+ * the diag naming `what`. */
+int gf__json_str(const json_t *obj, const char *key, char *buf, size_t cap,
+                 bool required, const char *what, gf_diag *d);
+
+/* What the extender needs of a v1 Pod. */
+typedef struct gf__pod {
+  char ns[GF_NAME_MAX];
+  char name[GF_NAME_MAX];
+  char uid[GF__UID_MAX];
+  char node[GF_NAME_MAX];           /* spec.nodeName; "" when unbound */
+  char phase[16];                   /* status.phase; "" when absent */
+  char container[GF_CONTAINER_MAX]; /* the container asking for GPUs */
+  char models[GF__MODELS_MAX];      /* the gpu-model annotation, as written */
+  gf_request req;                   /* model_mask 0: resolved per cluster */
+  int32_t compute_pct;              /* gpu-compute as asked; 0 = not asked */
+  const char *grant;                /* grant annotation text (borrowed from
+                                       the JSON), NULL when none */
+  size_t grant_len;
+} gf__pod;
+
+/* Parses a v1 Pod object.  Requests are summed over containers with
+ * Kubernetes' rule for init containers (the larger of the sum and the
+ * largest init container, sidecars counted in both) plus spec.overhead;
+ * a resource only in limits counts as requested.  GPU resources must come
+ * from one container.  Returns 0 or GF_ESYNTAX / GF_ERANGE / GF_EINVAL /
+ * GF_ELIMIT with a sentence in d. */
+int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d);
+
+/* A v1 Node: name, allocatable CPU and memory, and the inventory (ngpus 0
+ * and *has_inventory false when the annotation is absent). */
+typedef struct gf__node {
+  char name[GF_NAME_MAX];
+  int64_t cpu_milli;
+  int64_t mem_bytes;
+  bool has_inventory;
+  gf_inventory inv;
+} gf__node;
+
+/* Parses a v1 Node.  A malformed inventory is an error (GF_ESYNTAX...)
+ * with the node named in d. */
+int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d);
+
+/* ExtenderArgs: the pod plus either Nodes (a v1 NodeList) or NodeNames.
+ * `nodes` points into root (borrowed); exactly one of nodes/names is set. */
+typedef struct gf__args {
+  json_t *root; /* owned: json_decref when done (gf__args_release) */
+  const json_t *pod;
+  const json_t *node_items; /* Nodes.items, or NULL */
+  const json_t *node_names; /* NodeNames, or NULL */
+} gf__args;
+
+/* Parses a request body.  GF_ESYNTAX with the JSON error's line and column,
+ * or naming the missing / mistyped member. */
+int gf__args_parse(const char *body, size_t len, gf__args *out, gf_diag *d);
+void gf__args_release(gf__args *a);
+
+/* ExtenderBindingArgs. */
+typedef struct gf__bind_args {
+  char pod_name[GF_NAME_MAX];
+  char pod_ns[GF_NAME_MAX];
+  char pod_uid[GF__UID_MAX];
+  char node[GF_NAME_MAX];
+} gf__bind_args;
+
+int gf__bind_args_parse(const char *body, size_t len, gf__bind_args *out,
+                        gf_diag *d);
+
+/* The body-size cap an extender was configured with (for the HTTP layer). */
+struct gf_sched;
+size_t gf__sched_max_body(const struct gf_sched *s);
+
+/* Formats a byte count as the shortest exact binary quantity ("12Gi",
+ * "1536Mi", "100") into buf. */
+void gf__fmt_bytes(int64_t bytes, char *buf, size_t cap);
+/* Formats milli-CPU as cores ("1.5", "4", "0.25"). */
+void gf__fmt_cpu(int64_t milli, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,459 @@
+/*
+ * kube-scheduler's extender v1 messages and the parts of v1 Pod and Node
+ * the extender reads.  Field names are the Go names of
+ * k8s.io/kube-scheduler/extender/v1 (no JSON tags, so PascalCase on the
+ * wire) and the JSON names of k8s.io/api/core/v1.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/quantity.h"
+#include "sched_int.h"
+
+/* Requests of one container (or of the pod overhead). */
+typedef struct amounts {
+  int64_t cpu, mem;    /* milli-CPU, bytes */
+  int64_t gpu;         /* gpufrac.io/gpu */
+  int64_t gpu_mem;     /* gpufrac.io/gpu-memory, bytes */
+  int64_t gpu_compute; /* gpufrac.io/gpu-compute, percent */
+} amounts;
+
+static bool any_gpu(const amounts *a) {
+  return a->gpu || a->gpu_mem || a->gpu_compute;
+}
+
+/* Reads resource `res` of a ResourceList: a quantity string (or, leniently,
+ * a JSON integer). */
+static int read_res(const json_t *list, const char *res, gf_qty_unit unit,
+                    bool *found, int64_t *out, const char *where, gf_diag *d) {
+  const json_t *v = json_object_get(list, res);
+  *found = v != NULL;
+  if (!v)
+    return 0;
+  if (json_is_integer(v)) {
+    json_int_t x = json_integer_value(v);
+    if (x < 0 || (unit == GF_QTY_MILLI && x > INT64_MAX / 1000))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: %s %" JSON_INTEGER_FORMAT " out of range", where,
+                         res, x);
+    *out = unit == GF_QTY_MILLI ? (int64_t)x * 1000 : (int64_t)x;
+    return 0;
+  }
+  if (!json_is_string(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: %s is not a quantity string", where,
+                       res);
+  gf_diag qd = {""};
+  int rc = gf_quantity_parse(json_string_value(v), unit, 0, out, &qd);
+  if (rc)
+    return gf_diag_set(d, rc, "%s: %s: %s", where, res, qd.msg);
+  return 0;
+}
+
+/* One resource from requests, else from limits (the API server defaults a
+ * missing request to the limit). */
+static int read_one(const json_t *resources, const char *res, gf_qty_unit unit,
+                    int64_t *out, const char *where, gf_diag *d) {
+  const json_t *req = gf__json_get(resources, "requests");
+  const json_t *lim = gf__json_get(resources, "limits");
+  bool found = false;
+  *out = 0;
+  int rc = 0;
+  if (json_is_object(req) &&
+      (rc = read_res(req, res, unit, &found, out, where, d)))
+    return rc;
+  if (!found && json_is_object(lim))
+    rc = read_res(lim, res, unit, &found, out, where, d);
+  return rc;
+}
+
+static int read_amounts(const json_t *container, amounts *a, char *name,
+                        size_t name_cap, const char *kind, size_t idx,
+                        gf_diag *d) {
+  memset(a, 0, sizeof(*a));
+  char where[96];
+  snprintf(where, sizeof(where), "pod: %s[%zu]", kind, idx);
+  if (!json_is_object(container))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", where);
+  int rc = gf__json_str(container, "name", name, name_cap, false, where, d);
+  if (rc)
+    return rc;
+  if (name[0])
+    snprintf(where, sizeof(where), "pod: %s '%s'", kind, name);
+  const json_t *r = gf__json_get(container, "resources");
+  if (!r || json_is_null(r))
+    return 0;
+  if (!json_is_object(r))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: resources is not an object", where);
+  if ((rc = read_one(r, "cpu", GF_QTY_MILLI, &a->cpu, where, d)) ||
+      (rc = read_one(r, "memory", GF_QTY_UNIT, &a->mem, where, d)) ||
+      (rc = read_one(r, GF_RES_GPU, GF_QTY_UNIT, &a->gpu, where, d)) ||
+      (rc = read_one(r, GF_RES_GPU_MEMORY, GF_QTY_UNIT, &a->gpu_mem, where,
+                     d)) ||
+      (rc = read_one(r, GF_RES_GPU_COMPUTE, GF_QTY_UNIT, &a->gpu_compute, where,
+                     d)))
+    return rc;
+  if (a->gpu > GF_MAX_GPUS_PER_NODE)
+    return gf_diag_set(d, GF_ERANGE, "%s: %s %" PRId64 ", at most %d", where,
+                       GF_RES_GPU, a->gpu, GF_MAX_GPUS_PER_NODE);
+  if (a->gpu_compute > 100)
+    return gf_diag_set(d, GF_ERANGE,
+                       "%s: %s %" PRId64 ": a percent of one GPU, 1..100",
+                       where, GF_RES_GPU_COMPUTE, a->gpu_compute);
+  return 0;
+}
+
+static int64_t sat_add(int64_t a, int64_t b) {
+  return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  if (!json_is_object(pod))
+    return gf_diag_set(d, GF_ESYNTAX, "Pod: not an object");
+  const json_t *meta = gf__json_get(pod, "metadata");
+  const json_t *spec = gf__json_get(pod, "spec");
+  if (!json_is_object(meta))
+    return gf_diag_set(d, GF_ESYNTAX, "Pod: metadata missing");
+  if (!json_is_object(spec))
+    return gf_diag_set(d, GF_ESYNTAX, "Pod: spec missing");
+  int rc;
+  if ((rc = gf__json_str(meta, "name", out->name, sizeof(out->name), true,
+                         "Pod: metadata.name", d)) ||
+      (rc = gf__json_str(meta, "namespace", out->ns, sizeof(out->ns), false,
+                         "Pod: metadata.namespace", d)) ||
+      (rc = gf__json_str(meta, "uid", out->uid, sizeof(out->uid), false,
+                         "Pod: metadata.uid", d)) ||
+      (rc = gf__json_str(spec, "nodeName", out->node, sizeof(out->node), false,
+                         "Pod: spec.nodeName", d)))
+    return rc;
+  if (!out->ns[0])
+    memcpy(out->ns, "default", sizeof("default"));
+  const json_t *status = gf__json_get(pod, "status");
+  if (json_is_object(status) &&
+      (rc = gf__json_str(status, "phase", out->phase, sizeof(out->phase), false,
+                         "Pod: status.phase", d)))
+    return rc;
+  const json_t *ann = gf__json_get(meta, "annotations");
+  if (ann && !json_is_null(ann) && !json_is_object(ann))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "Pod: metadata.annotations is not an "
+                       "object");
+  if (json_is_object(ann)) {
+    if ((rc = gf__json_str(ann, GF_ANN_GPU_MODEL, out->models,
+                           sizeof(out->models), false,
+                           "Pod: annotation " GF_ANN_GPU_MODEL, d)))
+      return rc;
+    const json_t *g = json_object_get(ann, GF_GRANT_ANNOTATION);
+    if (json_is_string(g)) {
+      out->grant = json_string_value(g);
+      out->grant_len = json_string_length(g);
+    }
+  }
+
+  amounts sum = {0}, gpu = {0};
+  int ngpu_containers = 0;
+  const json_t *cs = gf__json_get(spec, "containers");
+  if (!json_is_array(cs))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "Pod: spec.containers missing or not an "
+                       "array");
+  size_t i;
+  const json_t *c;
+  json_array_foreach(cs, i, c) {
+    amounts a;
+    char name[GF_CONTAINER_MAX];
+    if ((rc = read_amounts(c, &a, name, sizeof(name), "container", i, d)))
+      return rc;
+    sum.cpu = sat_add(sum.cpu, a.cpu);
+    sum.mem = sat_add(sum.mem, a.mem);
+    if (any_gpu(&a)) {
+      if (++ngpu_containers > 1)
+        return gf_diag_set(d, GF_EINVAL,
+                           "Pod: containers '%s' and '%s' both ask for "
+                           "gpufrac GPUs; gpufrac gives GPUs to one "
+                           "container per pod",
+                           out->container, name);
+      gpu = a;
+      memcpy(out->container, name, sizeof(out->container));
+    }
+  }
+  /* Init containers run before the app containers: the pod needs the larger
+   * of the sum and each init container (plus the sidecars started before
+   * it, which keep running and count in the sum too). */
+  const json_t *ics = gf__json_get(spec, "initContainers");
+  int64_t side_cpu = 0, side_mem = 0, init_cpu = 0, init_mem = 0;
+  if (json_is_array(ics)) {
+    json_array_foreach(ics, i, c) {
+      amounts a;
+      char name[GF_CONTAINER_MAX];
+      if ((rc =
+               read_amounts(c, &a, name, sizeof(name), "init container", i, d)))
+        return rc;
+      if (any_gpu(&a))
+        return gf_diag_set(d, GF_EINVAL,
+                           "Pod: init container '%s' asks for gpufrac GPUs; "
+                           "only app containers may",
+                           name);
+      char policy[16];
+      if ((rc = gf__json_str(c, "restartPolicy", policy, sizeof(policy), false,
+                             "Pod: init container restartPolicy", d)))
+        return rc;
+      if (strcmp(policy, "Always") == 0) {
+        side_cpu = sat_add(side_cpu, a.cpu);
+        side_mem = sat_add(side_mem, a.mem);
+        init_cpu = max64(init_cpu, side_cpu);
+        init_mem = max64(init_mem, side_mem);
+      } else {
+        init_cpu = max64(init_cpu, sat_add(a.cpu, side_cpu));
+        init_mem = max64(init_mem, sat_add(a.mem, side_mem));
+      }
+    }
+  } else if (ics && !json_is_null(ics)) {
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "Pod: spec.initContainers is not an "
+                       "array");
+  }
+  sum.cpu = max64(sat_add(sum.cpu, side_cpu), init_cpu);
+  sum.mem = max64(sat_add(sum.mem, side_mem), init_mem);
+  const json_t *ov = gf__json_get(spec, "overhead");
+  if (json_is_object(ov)) {
+    bool f;
+    int64_t v;
+    if ((rc = read_res(ov, "cpu", GF_QTY_MILLI, &f, &v, "Pod: overhead", d)))
+      return rc;
+    if (f)
+      sum.cpu = sat_add(sum.cpu, v);
+    if ((rc = read_res(ov, "memory", GF_QTY_UNIT, &f, &v, "Pod: overhead", d)))
+      return rc;
+    if (f)
+      sum.mem = sat_add(sum.mem, v);
+  }
+
+  gf_request *r = &out->req;
+  r->cpu_milli = sum.cpu;
+  r->mem_bytes = sum.mem;
+  r->mode = GF_MODE_SHARED;
+  if (!any_gpu(&gpu))
+    return 0;
+  r->gpu_count = gpu.gpu ? (uint32_t)gpu.gpu : 1;
+  r->gpu_mem_bytes = gpu.gpu_mem;
+  out->compute_pct = (int32_t)gpu.gpu_compute;
+  if (r->gpu_count > 1) {
+    if (gpu.gpu_compute && gpu.gpu_compute != 100)
+      return gf_diag_set(d, GF_EINVAL,
+                         "Pod: %u GPUs at %s %" PRId64
+                         "%% each: a multi-GPU request takes whole GPUs "
+                         "(drop %s or ask for one GPU)",
+                         r->gpu_count, GF_RES_GPU_COMPUTE, gpu.gpu_compute,
+                         GF_RES_GPU_COMPUTE);
+    r->gpu_milli = GF_GPU_MILLI;
+    r->compute_pct = 100;
+  } else if (gpu.gpu_compute) {
+    r->gpu_milli = (int32_t)gpu.gpu_compute * 10;
+    r->compute_pct = (int32_t)gpu.gpu_compute;
+  } else if (gpu.gpu_mem) {
+    r->gpu_milli = 0; /* a memory-only share */
+    r->compute_pct = 0;
+  } else {
+    r->gpu_milli = GF_GPU_MILLI;
+    r->compute_pct = 100;
+  }
+  gf_diag rd = {""};
+  if ((rc = gf_request_check(r, &rd)))
+    return gf_diag_set(d, rc, "Pod: %s", rd.msg);
+  return 0;
+}
+
+int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  if (!json_is_object(node))
+    return gf_diag_set(d, GF_ESYNTAX, "Node: not an object");
+  const json_t *meta = gf__json_get(node, "metadata");
+  if (!json_is_object(meta))
+    return gf_diag_set(d, GF_ESYNTAX, "Node: metadata missing");
+  int rc = gf__json_str(meta, "name", out->name, sizeof(out->name), true,
+                        "Node: metadata.name", d);
+  if (rc)
+    return rc;
+  if (!out->name[0])
+    return gf_diag_set(d, GF_ESYNTAX, "Node: empty metadata.name");
+  /* Without status.allocatable the node is not constrained here:
+   * kube-scheduler's own NodeResourcesFit checks CPU and memory anyway. */
+  out->cpu_milli = INT64_MAX / 4;
+  out->mem_bytes = INT64_MAX / 4;
+  const json_t *st = gf__json_get(node, "status");
+  const json_t *alloc =
+      json_is_object(st) ? gf__json_get(st, "allocatable") : NULL;
+  char where[GF_NAME_MAX + 32];
+  snprintf(where, sizeof(where), "Node %s: allocatable", out->name);
+  if (json_is_object(alloc)) {
+    bool f;
+    int64_t v;
+    if ((rc = read_res(alloc, "cpu", GF_QTY_MILLI, &f, &v, where, d)))
+      return rc;
+    if (f)
+      out->cpu_milli = v;
+    if ((rc = read_res(alloc, "memory", GF_QTY_UNIT, &f, &v, where, d)))
+      return rc;
+    if (f)
+      out->mem_bytes = v;
+  }
+  const json_t *ann = gf__json_get(meta, "annotations");
+  const json_t *inv = json_is_object(ann)
+                          ? json_object_get(ann, GF_INVENTORY_ANNOTATION)
+                          : NULL;
+  if (!inv)
+    return 0;
+  if (!json_is_string(inv))
+    return gf_diag_set(d, GF_ESYNTAX, "Node %s: annotation %s is not a string",
+                       out->name, GF_INVENTORY_ANNOTATION);
+  gf_diag id = {""};
+  rc = gf_inventory_parse(json_string_value(inv), json_string_length(inv),
+                          &out->inv, &id);
+  if (rc)
+    return gf_diag_set(d, rc, "Node %s: %s", out->name, id.msg);
+  out->has_inventory = true;
+  return 0;
+}
+
+static int load_body(const char *body, size_t len, const char *what,
+                     json_t **out, gf_diag *d) {
+  json_error_t je;
+  json_t *root = json_loadb(body, len, 0, &je);
+  if (!root)
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: malformed JSON at line %d column %d: %s", what,
+                       je.line, je.column, je.text);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    return gf_diag_set(d, GF_ESYNTAX, "%s: the body is not a JSON object",
+                       what);
+  }
+  *out = root;
+  return 0;
+}
+
+int gf__args_parse(const char *body, size_t len, gf__args *out, gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  int rc = load_body(body, len, "ExtenderArgs", &out->root, d);
+  if (rc)
+    return rc;
+  out->pod = gf__json_get(out->root, "Pod");
+  if (!json_is_object(out->pod)) {
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "ExtenderArgs: Pod missing or not an "
+                     "object");
+    goto fail;
+  }
+  const json_t *nodes = gf__json_get(out->root, "Nodes");
+  const json_t *names = gf__json_get(out->root, "NodeNames");
+  if (names && !json_is_null(names)) {
+    if (!json_is_array(names)) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "ExtenderArgs: NodeNames is not an "
+                       "array");
+      goto fail;
+    }
+    size_t i;
+    const json_t *n;
+    json_array_foreach(names, i, n) {
+      if (!json_is_string(n) || json_string_length(n) >= GF_NAME_MAX) {
+        rc = gf_diag_set(d, GF_ESYNTAX,
+                         "ExtenderArgs: NodeNames[%zu] is not a node name", i);
+        goto fail;
+      }
+    }
+    out->node_names = names;
+    return 0;
+  }
+  if (nodes && !json_is_null(nodes)) {
+    const json_t *items =
+        json_is_object(nodes) ? gf__json_get(nodes, "items") : NULL;
+    if (!json_is_object(nodes) ||
+        (items && !json_is_null(items) && !json_is_array(items))) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "ExtenderArgs: Nodes is not a NodeList (want "
+                       "{\"items\": [...]})");
+      goto fail;
+    }
+    if (json_is_array(items)) {
+      out->node_items = items;
+      return 0;
+    }
+    /* An empty NodeList (Go encodes a nil slice as null): answer with no
+     * nodes, still in NodeList form. */
+    json_t *arr = json_array();
+    if (!arr || json_object_set_new(out->root, "gf-empty-items", arr)) {
+      rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+      goto fail;
+    }
+    out->node_items = arr;
+    return 0;
+  }
+  rc = gf_diag_set(d, GF_ESYNTAX,
+                   "ExtenderArgs: neither Nodes nor NodeNames is set");
+fail:
+  gf__args_release(out);
+  return rc;
+}
+
+void gf__args_release(gf__args *a) {
+  json_decref(a->root);
+  memset(a, 0, sizeof(*a));
+}
+
+int gf__bind_args_parse(const char *body, size_t len, gf__bind_args *out,
+                        gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  json_t *root = NULL;
+  int rc = load_body(body, len, "ExtenderBindingArgs", &root, d);
+  if (rc)
+    return rc;
+  if ((rc = gf__json_str(root, "PodName", out->pod_name, sizeof(out->pod_name),
+                         true, "ExtenderBindingArgs: PodName", d)) ||
+      (rc = gf__json_str(root, "PodNamespace", out->pod_ns, sizeof(out->pod_ns),
+                         false, "ExtenderBindingArgs: PodNamespace", d)) ||
+      (rc = gf__json_str(root, "PodUID", out->pod_uid, sizeof(out->pod_uid),
+                         false, "ExtenderBindingArgs: PodUID", d)) ||
+      (rc = gf__json_str(root, "Node", out->node, sizeof(out->node), true,
+                         "ExtenderBindingArgs: Node", d)))
+    goto out;
+  if (!out->pod_name[0] || !out->node[0])
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "ExtenderBindingArgs: empty PodName or Node");
+  if (!out->pod_ns[0])
+    memcpy(out->pod_ns, "default", sizeof("default"));
+out:
+  json_decref(root);
+  return rc;
+}
+
+void gf__fmt_bytes(int64_t b, char *buf, size_t cap) {
+  static const char *const suf[] = {"Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+  int k = -1;
+  while (k < 5 && b != 0 && b % 1024 == 0) {
+    b /= 1024;
+    k++;
+  }
+  if (k < 0)
+    snprintf(buf, cap, "%" PRId64, b);
+  else
+    snprintf(buf, cap, "%" PRId64 "%s", b, suf[k]);
+}
+
+void gf__fmt_cpu(int64_t milli, char *buf, size_t cap) {
+  if (milli % 1000 == 0)
+    snprintf(buf, cap, "%" PRId64, milli / 1000);
+  else if (milli % 100 == 0)
+    snprintf(buf, cap, "%" PRId64 ".%" PRId64, milli / 1000,
+             (milli % 1000) / 100);
+  else if (milli % 10 == 0)
+    snprintf(buf, cap, "%" PRId64 ".%02" PRId64, milli / 1000,
+             (milli % 1000) / 10);
+  else
+    snprintf(buf, cap, "%" PRId64 ".%03" PRId64, milli / 1000, milli % 1000);
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""deploy/ manifests: they parse, carry what a cluster admin needs, and agree
+with each other (the Service the scheduler config calls exists, RBAC grants
+the verbs the extender uses and no more).  Prints 'N passed, N failed'."""
+import glob, os, sys
+import yaml
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy")
+docs = []
+for path in sorted(glob.glob(os.path.join(root, "*.yaml"))):
+    with open(path) as f:
+        docs += [(os.path.basename(path), d) for d in yaml.safe_load_all(f) if d]
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    print(("ok   " if cond else "FAIL ") + what)
+    passed += bool(cond)
+    failed += not cond
+
+
+kinds = {d["kind"]: d for _, d in docs}
+for name, d in docs:
+    check("apiVersion" in d and "kind" in d, f"{name}: {d.get('kind')} has apiVersion and kind")
+
+cfg = kinds.get("KubeSchedulerConfiguration")
+check(cfg is not None and cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1",
+      "KubeSchedulerConfiguration v1")
+ext = (cfg or {}).get("extenders", [{}])[0]
+for key in ("urlPrefix", "filterVerb", "prioritizeVerb", "bindVerb", "weight",
+            "nodeCacheCapable", "managedResources", "httpTimeout"):
+    check(key in ext, f"extender stanza has {key}")
+managed = {m["name"]: m.get("ignoredByScheduler") for m in ext.get("managedResources", [])}
+check(managed.get("gpufrac.io/gpu-memory") is True, "gpu-memory is ignoredByScheduler")
+check(managed.get("gpufrac.io/gpu-compute") is True, "gpu-compute is ignoredByScheduler")
+
+svc = kinds.get("Service")
+dep = kinds.get("Deployment")
+check(svc is not None and dep is not None, "a Deployment and a Service")
+if svc and dep:
+    host = ext.get("urlPrefix", "").split("//", 1)[-1].split("/", 1)[0]
+    svc_host = f"{svc['metadata']['name']}.{svc['metadata'].get('namespace', 'default')}.svc"
+    check(host.startswith(svc_host), f"urlPrefix host {host} is the Service {svc_host}")
+    ports = [p["port"] for p in svc["spec"]["ports"]]
+    check(any(host.endswith(f":{p}") for p in ports), "urlPrefix port is a Service port")
+    sel = svc["spec"]["selector"]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    check(all(labels.get(k) == v for k, v in sel.items()), "Service selects the Deployment's pods")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    check("gpufrac" in " ".join(c.get("command", []) + c.get("args", [])) or "gpufrac" in c.get("image", ""),
+          "the container runs gpufrac")
+
+rules = []
+for name, d in docs:
+    if d["kind"] in ("ClusterRole", "Role"):
+        rules += d.get("rules", [])
+def allowed(resource, verb):
+    return any(resource in r.get("resources", []) and verb in r.get("verbs", []) for r in rules)
+for res, verb in (("nodes", "list"), ("nodes", "watch"), ("pods", "list"), ("pods", "watch"),
+                  ("pods", "patch"), ("pods/binding", "create"), ("leases", "update")):
+    check(allowed(res, verb), f"RBAC allows {verb} {res}")
+check(not any("*" in r.get("verbs", []) or "*" in r.get("resources", []) for r in rules),
+      "RBAC has no wildcards")
+check(not allowed("secrets", "get"), "RBAC does not read secrets")
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,714 @@
+/* The extender without HTTP: wire parsing, the model, filter, prioritize
+ * and bind with a fake binder (failure injection, concurrent binds). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "sched_int.h"
+#include "sched_test.h"
+
+#define GiB (1024ll * 1024 * 1024)
+
+/* ---- documents -----------------------------------------------------------*/
+
+static void test_inventory(void **state) {
+  (void)state;
+  gf_inventory inv;
+  gf_diag d = {""};
+  const char *ok = "{\"version\":1,\"gpus\":[{\"index\":1,\"uuid\":\"GPU-b\","
+                   "\"model\":\"T4\",\"memory\":\"16Gi\"},{\"index\":0,"
+                   "\"uuid\":\"GPU-a\",\"model\":\"T4\",\"memory\":17179869184,"
+                   "\"sms\":40,\"mode\":\"exclusive\",\"future\":true}]}";
+  assert_int_equal(gf_inventory_parse(ok, strlen(ok), &inv, &d), 0);
+  assert_int_equal(inv.ngpus, 2);
+  assert_int_equal(inv.gpus[0].index, 0); /* sorted */
+  assert_string_equal(inv.gpus[0].uuid, "GPU-a");
+  assert_int_equal(inv.gpus[0].mode, GF_GPU_MODE_EXCLUSIVE);
+  assert_int_equal(inv.gpus[1].mem_bytes, 16 * GiB);
+  char *txt = NULL;
+  assert_int_equal(gf_inventory_format(&inv, &txt, &d), 0);
+  gf_inventory again;
+  assert_int_equal(gf_inventory_parse(txt, strlen(txt), &again, &d), 0);
+  assert_memory_equal(&inv, &again, sizeof(inv));
+  free(txt);
+
+  static const struct {
+    const char *text, *want;
+  } bad[] = {
+      {"{\"version\":2,\"gpus\":[]}", "version 2 is not supported"},
+      {"{\"gpus\":[]}", "\"version\" missing"},
+      {"{\"version\":1}", "\"gpus\" missing"},
+      {"{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"a\",\"model\":\"m\","
+       "\"memory\":\"1Gi\"},{\"index\":0,\"uuid\":\"b\",\"model\":\"m\","
+       "\"memory\":\"1Gi\"}]}",
+       "listed twice"},
+      {"{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"a\",\"model\":\"m\","
+       "\"memory\":\"lots\"}]}",
+       "gpus[0].memory"},
+      {"{\"version\":1,\"gpus\":[{\"index\":16,\"uuid\":\"a\",\"model\":\"m\","
+       "\"memory\":\"1Gi\"}]}",
+       "outside 0..15"},
+      {"{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"a\",\"model\":\"m\","
+       "\"memory\":\"1Gi\",\"mode\":\"mig\"}]}",
+       "mode 'mig'"},
+      {"{\"version\":1,", "line 1"},
+      {"[1]", "not a JSON object"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    d.msg[0] = '\0';
+    assert_true(gf_inventory_parse(bad[i].text, strlen(bad[i].text), &inv, &d) <
+                0);
+    if (!strstr(d.msg, bad[i].want)) {
+      fprintf(stderr, "case %zu: '%s' lacks '%s'\n", i, d.msg, bad[i].want);
+      fail();
+    }
+  }
+}
+
+static void test_grant_roundtrip(void **state) {
+  (void)state;
+  gf_grant g;
+  memset(&g, 0, sizeof(g));
+  snprintf(g.node, sizeof(g.node), "n1");
+  g.ncontainers = 1;
+  snprintf(g.containers[0].name, sizeof(g.containers[0].name), "c");
+  g.containers[0].ngpus = 2;
+  for (uint32_t k = 0; k < 2; k++) {
+    g.containers[0].gpus[k].index = k + 3;
+    snprintf(g.containers[0].gpus[k].uuid, GF_UUID_MAX, "GPU-%u", k);
+    g.containers[0].gpus[k].mem_bytes = 20 * GiB;
+    g.containers[0].gpus[k].compute_pct = 100;
+  }
+  char *txt = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_grant_format(&g, &txt, &d), 0);
+  assert_string_equal(txt, "{\"version\":1,\"node\":\"n1\",\"containers\":[{"
+                           "\"name\":\"c\",\"gpus\":[{\"uuid\":\"GPU-0\","
+                           "\"index\":3,\"memory\":21474836480,\"compute\":"
+                           "100},{\"uuid\":\"GPU-1\",\"index\":4,\"memory\":"
+                           "21474836480,\"compute\":100}]}]}");
+  gf_grant h;
+  assert_int_equal(gf_grant_parse(txt, strlen(txt), &h, &d), 0);
+  assert_memory_equal(&g, &h, sizeof(g));
+  free(txt);
+  const char *bad = "{\"version\":1,\"node\":\"n\",\"containers\":[{\"name\":"
+                    "\"c\",\"gpus\":[{\"index\":0,\"compute\":101}]}]}";
+  assert_int_equal(gf_grant_parse(bad, strlen(bad), &h, &d), GF_ERANGE);
+  assert_non_null(strstr(d.msg, "compute"));
+}
+
+static void test_pod_parse(void **state) {
+  (void)state;
+  json_t *j = fixture_json("pod_share.json");
+  gf__pod p;
+  gf_diag d = {""};
+  assert_int_equal(gf__pod_parse(j, &p, &d), 0);
+  assert_string_equal(p.ns, "ml");
+  assert_string_equal(p.name, "infer-7d9f8");
+  assert_string_equal(p.container, "server");
+  assert_string_equal(p.models, "A100-SXM4-80GB|H100-SXM5-80GB");
+  /* max(4 + 0.5 cores of containers, 6 of the init container) */
+  assert_int_equal(p.req.cpu_milli, 6000);
+  assert_int_equal(p.req.mem_bytes, 16 * GiB + 64ll * 1024 * 1024);
+  assert_int_equal(p.req.gpu_count, 1);
+  assert_int_equal(p.req.gpu_milli, 300);
+  assert_int_equal(p.req.compute_pct, 30);
+  assert_int_equal(p.req.gpu_mem_bytes, 20 * GiB);
+  assert_null(p.grant);
+  json_decref(j);
+
+  j = fixture_json("pod_bound.json");
+  assert_int_equal(gf__pod_parse(j, &p, &d), 0);
+  assert_string_equal(p.node, "node-a100");
+  assert_int_equal(p.req.gpu_milli, 0); /* memory-only share */
+  assert_int_equal(p.req.gpu_mem_bytes, 40 * GiB);
+  assert_non_null(p.grant);
+  json_decref(j);
+
+  static const struct {
+    const char *pod, *want;
+  } bad[] = {
+      {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":"
+       "\"c\",\"resources\":{\"limits\":{\"gpufrac.io/gpu\":\"2\","
+       "\"gpufrac.io/gpu-compute\":\"50\"}}}]}}",
+       "multi-GPU request takes whole GPUs"},
+      {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":"
+       "\"a\",\"resources\":{\"limits\":{\"gpufrac.io/gpu\":\"1\"}}},{"
+       "\"name\":\"b\",\"resources\":{\"limits\":{\"gpufrac.io/gpu\":\"1\"}}}"
+       "]}}",
+       "'a' and 'b' both ask"},
+      {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":"
+       "\"c\",\"resources\":{\"requests\":{\"gpufrac.io/gpu-memory\":"
+       "\"2.5\"}}}]}}",
+       "gpufrac.io/gpu-memory"},
+      {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":"
+       "\"c\",\"resources\":{\"requests\":{\"gpufrac.io/gpu-compute\":"
+       "\"150\"}}}]}}",
+       "1..100"},
+      {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":"
+       "\"c\",\"resources\":{\"requests\":{\"cpu\":[1]}}}]}}",
+       "cpu is not a quantity"},
+      {"{\"metadata\":{\"name\":\"p\"},\"spec\":{}}", "spec.containers"},
+      {"{\"metadata\":{},\"spec\":{\"containers\":[]}}", "metadata.name"},
+      {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[],"
+       "\"initContainers\":[{\"name\":\"i\",\"resources\":{\"limits\":{"
+       "\"gpufrac.io/gpu\":\"1\"}}}]}}",
+       "init container 'i'"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    json_t *b = json_loads(bad[i].pod, 0, NULL);
+    assert_non_null(b);
+    d.msg[0] = '\0';
+    assert_true(gf__pod_parse(b, &p, &d) < 0);
+    if (!strstr(d.msg, bad[i].want)) {
+      fprintf(stderr, "case %zu: '%s' lacks '%s'\n", i, d.msg, bad[i].want);
+      fail();
+    }
+    json_decref(b);
+  }
+}
+
+/* ---- a small cluster -----------------------------------------------------*/
+
+typedef struct fx {
+  gf_sched *s;
+  fake_binder fb;
+  gf_binder binder;
+} fx;
+
+static int setup(void **state) {
+  fx *f = calloc(1, sizeof(*f));
+  pthread_mutex_init(&f->fb.mu, NULL);
+  f->binder = (gf_binder){&f->fb, fb_write_grant, fb_create_binding};
+  gf_sched_config cfg = {.binder = &f->binder};
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&cfg, &f->s, &d), 0);
+  const char *nodes[] = {"node_a100.json", "node_t4.json", "node_cpu.json"};
+  for (int i = 0; i < 3; i++) {
+    json_t *n = fixture_json(nodes[i]);
+    assert_int_equal(gf_sched_node_update(f->s, n, &d), 0);
+    json_decref(n);
+  }
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx *f = *state;
+  gf_sched_free(f->s);
+  pthread_mutex_destroy(&f->fb.mu);
+  free(f);
+  return 0;
+}
+
+static const char *failed_reason(json_t *res, const char *node) {
+  json_t *v = json_object_get(json_object_get(res, "FailedNodes"), node);
+  if (!v)
+    v = json_object_get(json_object_get(res, "FailedAndUnresolvableNodes"),
+                        node);
+  return json_string_value(v);
+}
+
+/* The keys of our answer are exactly the Go type's fields. */
+static void same_keys(json_t *got, const char *shape_fixture) {
+  json_t *want = fixture_json(shape_fixture);
+  assert_int_equal(json_object_size(got), json_object_size(want));
+  const char *k;
+  json_t *v;
+  json_object_foreach(want, k, v) { assert_non_null(json_object_get(got, k)); }
+  json_decref(want);
+}
+
+static void test_filter_names(void **state) {
+  fx *f = *state;
+  char *body = fixture("filter_args_names.json", NULL);
+  int st;
+  json_t *res = call(f->s, "filter", body, &st);
+  assert_int_equal(st, 200);
+  assert_non_null(res);
+  same_keys(res, "filter_result_shape.json");
+  assert_true(json_is_null(json_object_get(res, "Nodes")));
+  json_t *names = json_object_get(res, "NodeNames");
+  assert_int_equal(json_array_size(names), 1);
+  assert_string_equal(json_string_value(json_array_get(names, 0)), "node-a100");
+  assert_non_null(strstr(failed_reason(res, "node-t4"), "gpu-model"));
+  assert_non_null(strstr(failed_reason(res, "node-cpu"), "no gpufrac GPUs"));
+  assert_non_null(strstr(failed_reason(res, "node-unknown"), "not seen"));
+  assert_non_null(json_object_get(
+      json_object_get(res, "FailedAndUnresolvableNodes"), "node-t4"));
+  assert_string_equal(json_string_value(json_object_get(res, "Error")), "");
+  json_decref(res);
+  free(body);
+}
+
+static void test_filter_nodes(void **state) {
+  fx *f = *state;
+  char *body = fixture("filter_args_nodes.json", NULL);
+  int st;
+  json_t *res = call(f->s, "filter", body, &st);
+  assert_int_equal(st, 200);
+  json_t *items = json_object_get(json_object_get(res, "Nodes"), "items");
+  assert_int_equal(json_array_size(items), 1);
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(json_array_get(items, 0), "metadata"), "name")),
+      "node-a100");
+  assert_true(json_is_null(json_object_get(res, "NodeNames")));
+  json_decref(res);
+  free(body);
+
+  /* With nodes sent in full, an extender that never saw them learns them. */
+  gf_sched *s2;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s2, &d), 0);
+  body = fixture("filter_args_nodes.json", NULL);
+  res = call(s2, "filter", body, &st);
+  items = json_object_get(json_object_get(res, "Nodes"), "items");
+  assert_int_equal(json_array_size(items), 1);
+  assert_int_equal(gf_sched_nnodes(s2), 3);
+  json_decref(res);
+  free(body);
+  gf_sched_free(s2);
+}
+
+/* A pod asking for one GPU share, as ExtenderArgs with NodeNames. */
+static char *share_args(const char *name, const char *uid, const char *mem,
+                        int compute) {
+  char res[256] = "";
+  int n = 0;
+  n += snprintf(res + n, sizeof(res) - (size_t)n,
+                "\"gpufrac.io/gpu\":\"1\",\"cpu\":\"1\"");
+  if (mem)
+    n += snprintf(res + n, sizeof(res) - (size_t)n,
+                  ",\"gpufrac.io/gpu-memory\":\"%s\"", mem);
+  if (compute)
+    snprintf(res + n, sizeof(res) - (size_t)n,
+             ",\"gpufrac.io/gpu-compute\":\"%d\"", compute);
+  char *buf = malloc(2048);
+  snprintf(buf, 2048,
+           "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"t\","
+           "\"uid\":\"%s\"},\"spec\":{\"containers\":[{\"name\":\"c\","
+           "\"resources\":{\"requests\":{%s}}}]}},\"NodeNames\":["
+           "\"node-a100\",\"node-t4\",\"node-cpu\"]}",
+           name, uid, res);
+  return buf;
+}
+
+static char *bind_args(const char *name, const char *uid, const char *node) {
+  char *buf = malloc(512);
+  snprintf(buf, 512,
+           "{\"PodName\":\"%s\",\"PodNamespace\":\"t\",\"PodUID\":\"%s\","
+           "\"Node\":\"%s\"}",
+           name, uid, node);
+  return buf;
+}
+
+/* filter, then bind to node; returns the bind's Error ("" = ok). */
+static char *schedule(gf_sched *s, const char *name, const char *mem,
+                      int compute, const char *node) {
+  char *a = share_args(name, name, mem, compute);
+  int st;
+  json_t *res = call(s, "filter", a, &st);
+  assert_int_equal(st, 200);
+  json_decref(res);
+  free(a);
+  char *b = bind_args(name, name, node);
+  res = call(s, "bind", b, &st);
+  assert_int_equal(st, 200);
+  char *err = strdup(json_string_value(json_object_get(res, "Error")));
+  json_decref(res);
+  free(b);
+  return err;
+}
+
+static void test_bind_and_reasons(void **state) {
+  fx *f = *state;
+  char *e = schedule(f->s, "p1", "60Gi", 50, "node-a100");
+  assert_string_equal(e, "");
+  free(e);
+  assert_int_equal(f->fb.grants, 1);
+  assert_int_equal(f->fb.bindings, 1);
+  assert_string_equal(f->fb.last_node, "node-a100");
+  gf_grant g;
+  gf_diag d = {""};
+  assert_int_equal(
+      gf_grant_parse(f->fb.last_grant, strlen(f->fb.last_grant), &g, &d), 0);
+  assert_string_equal(g.node, "node-a100");
+  assert_int_equal(g.containers[0].ngpus, 1);
+  assert_int_equal(g.containers[0].gpus[0].mem_bytes, 60 * GiB);
+  assert_int_equal(g.containers[0].gpus[0].compute_pct, 50);
+  assert_string_equal(g.containers[0].name, "c");
+
+  gf_node n;
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &n), 0);
+  uint32_t gi = g.containers[0].gpus[0].index;
+  assert_int_equal(n.gpus[gi].milli_used, 500);
+  assert_int_equal(n.gpus[gi].mem_used, 60 * GiB);
+
+  /* second 60Gi goes on the other GPU; a third has nowhere to go */
+  e = schedule(f->s, "p2", "60Gi", 10, "node-a100");
+  assert_string_equal(e, "");
+  free(e);
+  char *a = share_args("p3", "p3", "30Gi", 10);
+  int st;
+  json_t *res = call(f->s, "filter", a, &st);
+  const char *why = failed_reason(res, "node-a100");
+  assert_non_null(why);
+  assert_non_null(
+      strstr(why, "gpu-memory 30Gi: largest free share on node-a100 is 20Gi"));
+  json_decref(res);
+  free(a);
+  /* bind anyway: refused, nothing booked */
+  char *b = bind_args("p3", "p3", "node-a100");
+  res = call(f->s, "bind", b, &st);
+  assert_non_null(strstr(json_string_value(json_object_get(res, "Error")),
+                         "largest free share"));
+  json_decref(res);
+  free(b);
+  assert_int_equal(gf_sched_npods(f->s), 2);
+
+  /* compute reason */
+  a = share_args("p4", "p4", NULL, 95);
+  res = call(f->s, "filter", a, &st);
+  assert_non_null(strstr(failed_reason(res, "node-a100"),
+                         "gpu-compute 95%: largest free share on node-a100 "
+                         "is 90%"));
+  /* the T4 node has 2 CPUs; this pod asks 1: it fits there */
+  json_t *names = json_object_get(res, "NodeNames");
+  assert_int_equal(json_array_size(names), 1);
+  json_decref(res);
+  free(a);
+
+  /* a retried bind of p1 to the same node is a no-op success */
+  b = bind_args("p1", "p1", "node-a100");
+  res = call(f->s, "bind", b, &st);
+  assert_string_equal(json_string_value(json_object_get(res, "Error")), "");
+  json_decref(res);
+  free(b);
+  assert_int_equal(f->fb.bindings, 2);
+  /* deleting p1 frees its share */
+  assert_int_equal(gf_sched_pod_delete(f->s, "p1"), 0);
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &n), 0);
+  assert_int_equal(n.gpus[gi].milli_used, 0);
+  assert_int_equal(n.gpus[gi].mem_used, 0);
+}
+
+static void test_cpu_reason(void **state) {
+  fx *f = *state;
+  /* node-t4 allocatable CPU 2: ask for 3 */
+  const char *a =
+      "{\"Pod\":{\"metadata\":{\"name\":\"c\",\"uid\":\"u-c\"},\"spec\":{"
+      "\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":{\"cpu\":"
+      "\"3500m\",\"gpufrac.io/gpu-compute\":\"10\"}}}]}},\"NodeNames\":["
+      "\"node-t4\"]}";
+  int st;
+  json_t *res = call(f->s, "filter", a, &st);
+  assert_string_equal(failed_reason(res, "node-t4"),
+                      "CPU: 3.5 cores requested, 2 free");
+  json_decref(res);
+  a = "{\"Pod\":{\"metadata\":{\"name\":\"w\",\"uid\":\"u-w\"},\"spec\":{"
+      "\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{"
+      "\"gpufrac.io/gpu\":\"2\"}}}]}},\"NodeNames\":[\"node-t4\","
+      "\"node-a100\"]}";
+  res = call(f->s, "filter", a, &st);
+  assert_string_equal(failed_reason(res, "node-t4"),
+                      "needs 2 GPUs, node has 1");
+  assert_int_equal(json_array_size(json_object_get(res, "NodeNames")), 1);
+  json_decref(res);
+}
+
+static void test_bind_rollback(void **state) {
+  fx *f = *state;
+  gf_node before, after;
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &before), 0);
+  f->fb.fail_grant = GF_EIO;
+  char *e = schedule(f->s, "r1", "10Gi", 20, "node-a100");
+  assert_non_null(strstr(e, "injected write_grant failure"));
+  free(e);
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &after), 0);
+  assert_memory_equal(before.gpus, after.gpus, sizeof(before.gpus));
+  assert_int_equal(gf_sched_npods(f->s), 0);
+  f->fb.fail_grant = 0;
+  f->fb.fail_binding = GF_ESTATE;
+  e = schedule(f->s, "r2", "10Gi", 20, "node-a100");
+  assert_non_null(strstr(e, "injected create_binding failure"));
+  free(e);
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &after), 0);
+  assert_memory_equal(before.gpus, after.gpus, sizeof(before.gpus));
+  assert_int_equal(before.cpu_used, after.cpu_used);
+  assert_int_equal(gf_sched_npods(f->s), 0);
+  /* and the pod can still be bound once the API server recovers */
+  f->fb.fail_binding = 0;
+  int st;
+  char *b = bind_args("r2", "r2", "node-a100");
+  json_t *res = call(f->s, "bind", b, &st);
+  assert_string_equal(json_string_value(json_object_get(res, "Error")), "");
+  json_decref(res);
+  free(b);
+  assert_int_equal(gf_sched_npods(f->s), 1);
+}
+
+static void test_bind_without_binder(void **state) {
+  (void)state;
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  char *body = fixture("bind_args.json", NULL);
+  int st;
+  json_t *res = call(s, "bind", body, &st);
+  assert_int_equal(st, 200);
+  same_keys(res, "bind_result_shape.json");
+  assert_non_null(strstr(json_string_value(json_object_get(res, "Error")),
+                         "no Kubernetes API client"));
+  json_decref(res);
+  free(body);
+  gf_sched_free(s);
+}
+
+typedef struct racer {
+  fx *f;
+  char name[16];
+  char err[512];
+} racer;
+
+static void *race(void *arg) {
+  racer *r = arg;
+  char *e = schedule(r->f->s, r->name, "50Gi", 40, "node-a100");
+  snprintf(r->err, sizeof(r->err), "%s", e);
+  free(e);
+  return NULL;
+}
+
+static void test_concurrent_binds(void **state) {
+  fx *f = *state;
+  f->fb.delay_us = 2000;
+  enum { N = 8 };
+  racer r[N];
+  pthread_t t[N];
+  for (int i = 0; i < N; i++) {
+    r[i].f = f;
+    snprintf(r[i].name, sizeof(r[i].name), "race%d", i);
+    assert_int_equal(pthread_create(&t[i], NULL, race, &r[i]), 0);
+  }
+  int ok = 0;
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    ok += r[i].err[0] == '\0';
+  }
+  /* two A100s of 80Gi: one 50Gi share each */
+  assert_int_equal(ok, 2);
+  gf_node n;
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &n), 0);
+  for (uint32_t g = 0; g < n.ngpus; g++) {
+    assert_int_equal(n.gpus[g].mem_used, 50 * GiB);
+    assert_int_equal(n.gpus[g].milli_used, 400);
+  }
+}
+
+static void test_watch_lifecycle(void **state) {
+  fx *f = *state;
+  json_t *pod = fixture_json("pod_bound.json");
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_pod_update(f->s, pod, &d), 0);
+  gf_node n;
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &n), 0);
+  assert_int_equal(n.gpus[1].mem_used, 40 * GiB);
+  assert_int_equal(n.gpus[1].milli_used, 0);
+  assert_int_equal(n.cpu_used, 8500); /* 8 + 0.5 of the sidecar */
+  /* the same event again changes nothing */
+  assert_int_equal(gf_sched_pod_update(f->s, pod, &d), 0);
+  assert_int_equal(gf_sched_npods(f->s), 1);
+  /* an inventory change rebuilds the model; the grant survives it */
+  json_t *node = fixture_json("node_a100.json");
+  json_object_set_new(json_object_get(node, "status"), "allocatable",
+                      json_pack("{s:s,s:s}", "cpu", "64", "memory", "512Gi"));
+  assert_int_equal(gf_sched_node_update(f->s, node, &d), 0);
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &n), 0);
+  assert_int_equal(n.cpu_milli, 64000);
+  assert_int_equal(n.gpus[1].mem_used, 40 * GiB);
+  /* node gone and back: the pod is booked again */
+  assert_int_equal(gf_sched_node_delete(f->s, "node-a100"), 0);
+  assert_int_equal(gf_sched_npods(f->s), 0);
+  assert_int_equal(gf_sched_node_update(f->s, node, &d), 0);
+  assert_int_equal(gf_sched_npods(f->s), 1);
+  json_decref(node);
+  /* the pod fails: its share is released */
+  json_object_set_new(json_object_get(pod, "status"), "phase",
+                      json_string("Failed"));
+  assert_int_equal(gf_sched_pod_update(f->s, pod, &d), 0);
+  assert_int_equal(gf_sched_npods(f->s), 0);
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &n), 0);
+  assert_int_equal(n.gpus[1].mem_used, 0);
+  assert_int_equal(n.cpu_used, 0);
+  /* a grant naming another node is reported, and only CPU is booked */
+  json_object_set_new(json_object_get(pod, "status"), "phase",
+                      json_string("Running"));
+  json_object_set_new(json_object_get(pod, "spec"), "nodeName",
+                      json_string("node-cpu"));
+  assert_int_equal(gf_sched_pod_update(f->s, pod, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "grant names node node-a100"));
+  assert_int_equal(gf_sched_node_state(f->s, "node-cpu", &n), 0);
+  assert_int_equal(n.cpu_used, 8500);
+  json_decref(pod);
+}
+
+static void test_prioritize(void **state) {
+  fx *f = *state;
+  /* Fill GPU 0 of the A100 node halfway; put a second A100 node in. */
+  json_t *node = fixture_json("node_a100.json");
+  json_object_set_new(json_object_get(node, "metadata"), "name",
+                      json_string("node-a100-b"));
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_node_update(f->s, node, &d), 0);
+  json_decref(node);
+  char *e = schedule(f->s, "base", "40Gi", 30, "node-a100");
+  assert_string_equal(e, "");
+  free(e);
+  const char *a =
+      "{\"Pod\":{\"metadata\":{\"name\":\"q\",\"uid\":\"u-q\"},\"spec\":{"
+      "\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":{"
+      "\"gpufrac.io/gpu-compute\":\"70\",\"gpufrac.io/gpu-memory\":"
+      "\"40Gi\"}}}]}},\"NodeNames\":[\"node-a100\",\"node-a100-b\","
+      "\"node-cpu\",\"nope\"]}";
+  int st;
+  json_t *res = call(f->s, "prioritize", a, &st);
+  assert_int_equal(st, 200);
+  assert_true(json_is_array(res));
+  assert_int_equal(json_array_size(res), 4);
+  json_t *shape = fixture_json("prioritize_result_shape.json");
+  size_t i;
+  json_t *h;
+  int score[4];
+  json_array_foreach(res, i, h) {
+    assert_int_equal(json_object_size(h),
+                     json_object_size(json_array_get(shape, 0)));
+    assert_true(json_is_string(json_object_get(h, "Host")));
+    score[i] = (int)json_integer_value(json_object_get(h, "Score"));
+    assert_in_range(score[i], 0, 10);
+  }
+  json_decref(shape);
+  /* the half-used GPU is the tight fit: the policy prefers it */
+  assert_int_equal(score[0], 10);
+  assert_int_equal(score[1], 0);
+  assert_int_equal(score[2], 0); /* no GPUs */
+  assert_int_equal(score[3], 0); /* unknown */
+  json_decref(res);
+}
+
+static void test_malformed(void **state) {
+  fx *f = *state;
+  static const struct {
+    const char *verb, *body, *want;
+    int status;
+  } cases[] = {
+      {"filter", "{", "malformed JSON at line 1", 400},
+      {"filter", "[]", "not a JSON object", 400},
+      {"filter", "{\"NodeNames\":[]}", "Pod missing", 400},
+      {"filter", "{\"Pod\":{}}", "neither Nodes nor NodeNames", 400},
+      {"filter", "{\"Pod\":{},\"NodeNames\":[1]}", "NodeNames[0]", 400},
+      {"filter", "{\"Pod\":{},\"Nodes\":[]}", "not a NodeList", 400},
+      {"prioritize", "{\"Pod\":7,\"NodeNames\":[]}", "Pod missing", 400},
+      {"bind", "{\"PodName\":\"p\"}", "Node: missing", 400},
+      {"bind", "{\"PodName\":3,\"Node\":\"n\"}", "PodName: not a string", 400},
+      {"bind", "nul\x01", "malformed JSON", 400},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int st;
+    json_t *res = call(f->s, cases[i].verb, cases[i].body, &st);
+    assert_int_equal(st, cases[i].status);
+    const char *err = json_string_value(json_object_get(res, "Error"));
+    if (!err || !strstr(err, cases[i].want)) {
+      fprintf(stderr, "case %zu: '%s' lacks '%s'\n", i, err ? err : "(null)",
+              cases[i].want);
+      fail();
+    }
+    json_decref(res);
+  }
+  /* a pod the extender cannot place is a per-node reason, not a 400 */
+  int st;
+  json_t *res = call(f->s, "filter",
+                     "{\"Pod\":{\"metadata\":{},\"spec\":{}},\"NodeNames\":["
+                     "\"node-a100\"]}",
+                     &st);
+  assert_int_equal(st, 200);
+  assert_non_null(strstr(failed_reason(res, "node-a100"), "metadata.name"));
+  json_decref(res);
+
+  gf_sched_reply r;
+  gf_sched_handle(f->s, "GET", "/filter", "", 0, &r);
+  assert_int_equal(r.status, 405);
+  gf_sched_reply_release(&r);
+  gf_sched_handle(f->s, "GET", "/nope", "", 0, &r);
+  assert_int_equal(r.status, 404);
+  gf_sched_reply_release(&r);
+  gf_sched_handle(f->s, "POST", "/gpufrac/filter", "", 0, &r);
+  assert_int_equal(r.status, 400);
+  gf_sched_reply_release(&r);
+  size_t big = GF_SCHED_MAX_BODY + 1;
+  char *huge = malloc(big);
+  memset(huge, ' ', big);
+  gf_sched_handle(f->s, "POST", "/filter", huge, big, &r);
+  assert_int_equal(r.status, 413);
+  assert_non_null(strstr(r.body, "exceeds the limit"));
+  gf_sched_reply_release(&r);
+  free(huge);
+  gf_sched_handle(f->s, "GET", "/readyz", NULL, 0, &r);
+  assert_int_equal(r.status, 503);
+  gf_sched_reply_release(&r);
+  gf_sched_set_synced(f->s, true);
+  gf_sched_handle(f->s, "GET", "/readyz", NULL, 0, &r);
+  assert_int_equal(r.status, 200);
+  gf_sched_reply_release(&r);
+  gf_sched_handle(f->s, "GET", "/metrics", NULL, 0, &r);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(
+      r.body, "gpufrac_extender_requests_total{verb=\"filter\",code=\"400\"} "
+              "7"));
+  assert_non_null(strstr(r.body, "gpufrac_extender_request_duration_seconds_"
+                                 "count{verb=\"filter\"} "));
+  gf_sched_reply_release(&r);
+}
+
+static void test_leader_and_policy(void **state) {
+  fx *f = *state;
+  gf_sched_set_leader(f->s, false);
+  char *e = schedule(f->s, "l1", "1Gi", 10, "node-a100");
+  assert_non_null(strstr(e, "not the leader"));
+  free(e);
+  assert_int_equal(f->fb.grants, 0);
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){.policy = "nope"}, &s, &d),
+                   GF_ENOTFOUND);
+  assert_int_equal(
+      gf_sched_new(&(gf_sched_config){.policy = "gpufrac:bogus=1"}, &s, &d),
+      GF_EINVAL);
+  assert_non_null(strstr(d.msg, "bogus"));
+  assert_int_equal(gf_sched_new(&(gf_sched_config){.policy = "fgd"}, &s, &d),
+                   0);
+  gf_sched_free(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_inventory),
+      cmocka_unit_test(test_grant_roundtrip),
+      cmocka_unit_test(test_pod_parse),
+      cmocka_unit_test(test_bind_without_binder),
+      cmocka_unit_test_setup_teardown(test_filter_names, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_filter_nodes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bind_and_reasons, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cpu_reason, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bind_rollback, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_concurrent_binds, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_watch_lifecycle, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_prioritize, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_leader_and_policy, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,36 @@
+/* `gpufrac scheduler` option handling (the server itself: test_sched_http). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "cli.h"
+
+int cmd_scheduler(int argc, char **argv);
+
+static void test_cli(void **state) {
+  (void)state;
+  char a0[] = "scheduler", help[] = "--help", bogus[] = "--bogus", one[] = "1",
+       threads[] = "--threads", zero[] = "0", policy[] = "--policy",
+       nope[] = "nope", config[] = "--config",
+       missing[] = "/nonexistent/gpufrac.json";
+  char *h[] = {a0, help, NULL};
+  assert_int_equal(cmd_scheduler(2, h), GF_EXIT_OK);
+  char *b[] = {a0, bogus, one, NULL};
+  assert_int_equal(cmd_scheduler(3, b), GF_EXIT_USAGE);
+  char *t[] = {a0, threads, zero, NULL};
+  assert_int_equal(cmd_scheduler(3, t), GF_EXIT_USAGE);
+  char *p[] = {a0, policy, nope, NULL};
+  assert_int_equal(cmd_scheduler(3, p), GF_EXIT_USAGE);
+  char *c[] = {a0, config, missing, NULL};
+  assert_int_equal(cmd_scheduler(3, c), GF_EXIT_USAGE);
+  char *m[] = {a0, threads, NULL};
+  assert_int_equal(cmd_scheduler(2, m), GF_EXIT_USAGE);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
