@@ -14,5 +14,6 @@ int cmd_simulate(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_scheduler(int argc, char **argv);
+int cmd_node(int argc, char **argv);
 
 #endif

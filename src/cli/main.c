@@ -18,6 +18,7 @@ static const struct command {
     {"inspect", cmd_inspect, "show a container's GPU accounting region"},
     {"scheduler", cmd_scheduler,
      "serve the kube-scheduler extender (filter, prioritize, bind)"},
+    {"node", cmd_node, "the node agent: discover GPUs, CDI specs, metrics"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "list commands, or show one command's help"},
 };

@@ -12,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,uuid,memory.total,memory.used --format=csv
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DGF_PARTS=shim >/dev/null &&
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null &&
   cmake --build build-gpu -j "$(nproc)" --target gpufrac-cuda probe_dl gpufrac >/dev/null || exit 1
 SHIM=$PWD/build-gpu/src/shim/libgpufrac-cuda.so
 PROBE=$PWD/build-gpu/tests/shim/probe_dl

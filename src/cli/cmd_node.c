@@ -1,0 +1,277 @@
+/*
+ * gpufrac node: the node agent.  This slice discovers the GPUs (NVML or
+ * --fake-gpus), applies the node config, writes the node's CDI spec and
+ * serves /metrics and /healthz; --once --print shows one document and exits.
+ * The kubelet device plugin is not here yet (docs/node.md).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "gpufrac/error.h"
+#include "gpufrac/node.h"
+#include "gpufrac/quantity.h"
+
+static void usage(FILE *fp) {
+  fprintf(fp,
+          "usage: gpufrac node [options]\n\n"
+          "Discovers this node's GPUs, writes their CDI spec and serves\n"
+          "Prometheus metrics until SIGINT or SIGTERM.\n\n"
+          "options:\n"
+          "  --fake-gpus SPEC   no NVML: COUNTxMODEL-MEMORY[,...], e.g. "
+          "8xH100-80GB\n"
+          "  --nvml PATH        NVML library (default libnvidia-ml.so.1)\n"
+          "  --config FILE      node config (key = value; docs/node.md)\n"
+          "  --state-dir DIR    per-container files (default /run/gpufrac)\n"
+          "  --cdi-dir DIR      where CDI specs go (default /var/run/cdi)\n"
+          "  --listen ADDR:PORT metrics address (default 0.0.0.0:9473)\n"
+          "  --interval SEC     rediscovery period, 1..3600 (default 30)\n"
+          "  --once             do one pass and exit\n"
+          "  --print WHAT       with --once: gpus | inventory | cdi | "
+          "metrics\n"
+          "  --write-cdi        with --once: also write the CDI spec\n"
+          "  -h, --help         this text\n\n"
+          "exit codes: 0 ok, 1 failure, 2 usage error\n");
+}
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig) {
+  (void)sig;
+  stop = 1;
+}
+
+typedef struct opts {
+  const char *fake, *nvml, *config, *state_dir, *cdi_dir, *listen, *print;
+  bool once, write_cdi;
+  int64_t interval;
+} opts;
+
+static int discover(const opts *o, const gf_node_config *cfg, gf_node_gpus *g) {
+  gf_diag d = {""};
+  int rc = o->fake ? gf_node_discover_fake(o->fake, g, &d)
+                   : gf_node_discover_nvml(o->nvml, g, &d);
+  if (!rc)
+    rc = gf_node_config_apply(cfg, g, &d);
+  if (rc) {
+    fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    return rc;
+  }
+  for (uint32_t i = 0; i < g->ngpus; i++)
+    if (!g->gpus[i].healthy)
+      fprintf(stderr, "gpufrac node: GPU %u unhealthy: %s\n", g->gpus[i].index,
+              g->gpus[i].reason);
+  return 0;
+}
+
+static int write_cdi(const gf_node_gpus *g, const gf_node_config *cfg) {
+  gf_node_cdi_opts co = {cfg->shim_lib, cfg->preload, NULL};
+  gf_diag d = {""};
+  char *spec = NULL;
+  int rc = gf_node_cdi_node_spec(g, &co, &spec, &d);
+  if (!rc)
+    rc = gf_node_write_atomic(cfg->cdi_dir, "gpufrac.io-gpu.json", spec,
+                              strlen(spec), &d);
+  free(spec);
+  if (rc)
+    fprintf(stderr, "gpufrac node: CDI spec: %s\n", d.msg);
+  return rc;
+}
+
+static void print_gpus(const gf_node_gpus *g) {
+  printf("driver %s, CUDA %d.%d\n",
+         g->driver_version[0] ? g->driver_version : "unknown",
+         (int)(g->cuda_version / 1000), (int)(g->cuda_version % 1000 / 10));
+  printf("%-3s %-42s %-20s %9s %4s %4s %-16s %4s %-4s %-9s %s\n", "idx", "uuid",
+         "model", "memory", "sms", "cc", "pci", "numa", "mig", "mode",
+         "health");
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    printf("%-3u %-42s %-20s %7.1fGi %4u %2d.%d %-16s %4d %-4s %-9s %s\n",
+           x->index, x->uuid, x->model,
+           (double)x->mem_bytes / (1024.0 * 1024.0 * 1024.0), x->sm_count,
+           (int)x->cc_major, (int)x->cc_minor, x->pci_bus_id, (int)x->numa_node,
+           x->mig_enabled ? "on" : "off", gf_node_mode_name(x->mode),
+           x->healthy ? "ok" : x->reason);
+  }
+}
+
+static int print_doc(const opts *o, const gf_node_gpus *g,
+                     const gf_node_config *cfg) {
+  gf_diag d = {""};
+  char *text = NULL;
+  size_t len = 0;
+  int rc = 0;
+  if (strcmp(o->print, "gpus") == 0) {
+    print_gpus(g);
+    return 0;
+  } else if (strcmp(o->print, "inventory") == 0) {
+    rc = gf_node_inventory_json(g, &text, &d);
+  } else if (strcmp(o->print, "cdi") == 0) {
+    gf_node_cdi_opts co = {cfg->shim_lib, cfg->preload, NULL};
+    rc = gf_node_cdi_node_spec(g, &co, &text, &d);
+  } else {
+    rc = gf_node_metrics_text(g, cfg->state_dir, &text, &len, &d);
+  }
+  if (rc) {
+    fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    return rc;
+  }
+  fputs(text, stdout);
+  if (strcmp(o->print, "metrics") != 0)
+    fputc('\n', stdout);
+  free(text);
+  return fflush(stdout) ? GF_EIO : 0;
+}
+
+static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
+  gf_diag d = {""};
+  gf_node_server *srv = NULL;
+  int rc = gf_node_server_start(cfg->listen, g, cfg->state_dir, &srv, &d);
+  if (rc) {
+    fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    return rc;
+  }
+  fprintf(stderr, "gpufrac node: %u GPUs; metrics on port %u\n", g->ngpus,
+          (unsigned)gf_node_server_port(srv));
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  int64_t waited = 0;
+  while (!stop) {
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    if (++waited < o->interval || stop)
+      continue;
+    waited = 0;
+    gf_node_gpus *now = malloc(sizeof(*now));
+    if (now && discover(o, cfg, now) == 0) {
+      if (memcmp(now, g, sizeof(*now)) != 0) {
+        *g = *now;
+        gf_node_server_set_gpus(srv, g);
+        (void)write_cdi(g, cfg);
+      }
+    }
+    free(now);
+  }
+  gf_node_server_stop(srv);
+  return 0;
+}
+
+int cmd_node(int argc, char **argv) {
+  opts o;
+  memset(&o, 0, sizeof(o));
+  o.interval = 30;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char **slot = NULL;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return GF_EXIT_OK;
+    } else if (!strcmp(a, "--once")) {
+      o.once = true;
+      continue;
+    } else if (!strcmp(a, "--write-cdi")) {
+      o.write_cdi = true;
+      continue;
+    } else if (!strcmp(a, "--fake-gpus")) {
+      slot = &o.fake;
+    } else if (!strcmp(a, "--nvml")) {
+      slot = &o.nvml;
+    } else if (!strcmp(a, "--config")) {
+      slot = &o.config;
+    } else if (!strcmp(a, "--state-dir")) {
+      slot = &o.state_dir;
+    } else if (!strcmp(a, "--cdi-dir")) {
+      slot = &o.cdi_dir;
+    } else if (!strcmp(a, "--listen")) {
+      slot = &o.listen;
+    } else if (!strcmp(a, "--print")) {
+      slot = &o.print;
+    } else if (!strcmp(a, "--interval")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "gpufrac node: --interval needs a value\n");
+        return GF_EXIT_USAGE;
+      }
+      gf_diag d = {""};
+      if (gf_parse_int64(argv[++i], 1, 3600, &o.interval, &d)) {
+        fprintf(stderr, "gpufrac node: --interval: %s\n", d.msg);
+        return GF_EXIT_USAGE;
+      }
+      continue;
+    } else {
+      fprintf(stderr, "gpufrac node: unknown option '%s' (see --help)\n", a);
+      return GF_EXIT_USAGE;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "gpufrac node: %s needs a value\n", a);
+      return GF_EXIT_USAGE;
+    }
+    *slot = argv[++i];
+  }
+  if (o.fake && o.nvml) {
+    fprintf(stderr, "gpufrac node: --fake-gpus and --nvml exclude each "
+                    "other\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o.print && strcmp(o.print, "gpus") && strcmp(o.print, "inventory") &&
+      strcmp(o.print, "cdi") && strcmp(o.print, "metrics")) {
+    fprintf(stderr,
+            "gpufrac node: --print '%s': want gpus, inventory, cdi or "
+            "metrics\n",
+            o.print);
+    return GF_EXIT_USAGE;
+  }
+  if ((o.print || o.write_cdi) && !o.once) {
+    fprintf(stderr, "gpufrac node: --print and --write-cdi need --once\n");
+    return GF_EXIT_USAGE;
+  }
+  gf_node_config cfg;
+  gf_node_config_init(&cfg);
+  gf_diag d = {""};
+  if (o.config && gf_node_config_load(&cfg, o.config, &d)) {
+    fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  const struct {
+    const char *v;
+    char *dst;
+    size_t cap;
+  } over[] = {{o.state_dir, cfg.state_dir, sizeof(cfg.state_dir)},
+              {o.cdi_dir, cfg.cdi_dir, sizeof(cfg.cdi_dir)},
+              {o.listen, cfg.listen, sizeof(cfg.listen)}};
+  for (size_t k = 0; k < 3; k++) {
+    if (!over[k].v)
+      continue;
+    if (strlen(over[k].v) >= over[k].cap || !over[k].v[0]) {
+      fprintf(stderr, "gpufrac node: '%s' is empty or too long\n", over[k].v);
+      return GF_EXIT_USAGE;
+    }
+    snprintf(over[k].dst, over[k].cap, "%s", over[k].v);
+  }
+  gf_node_gpus *g = malloc(sizeof(*g));
+  if (!g) {
+    fprintf(stderr, "gpufrac node: out of memory\n");
+    return GF_EXIT_FAIL;
+  }
+  int rc = discover(&o, &cfg, g);
+  if (!rc && o.once) {
+    if (o.write_cdi)
+      rc = write_cdi(g, &cfg);
+    if (!rc && o.print)
+      rc = print_doc(&o, g, &cfg);
+    if (!rc && !o.print && !o.write_cdi)
+      print_gpus(g);
+  } else if (!rc) {
+    (void)write_cdi(g, &cfg); /* a node without healthy GPUs still serves */
+    rc = serve(&o, g, &cfg);
+  }
+  free(g);
+  return rc ? GF_EXIT_FAIL : GF_EXIT_OK;
+}

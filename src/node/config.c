@@ -1,0 +1,208 @@
+/*
+ * The node config file (gpufrac/node.h): "key = value" lines, bounded,
+ * every error naming the file and line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/quantity.h"
+#include "node_int.h"
+
+static const char *const mode_names[] = {"shared", "exclusive", "mps", "mig"};
+
+const char *gf_node_mode_name(gf_node_mode m) {
+  return (unsigned)m < 4 ? mode_names[m] : "unknown";
+}
+
+static int parse_mode(const char *v, gf_node_mode *m) {
+  for (int i = 0; i < 4; i++)
+    if (strcmp(v, mode_names[i]) == 0) {
+      *m = (gf_node_mode)i;
+      return 0;
+    }
+  return -1;
+}
+
+void gf_node_config_init(gf_node_config *c) {
+  memset(c, 0, sizeof(*c));
+  c->mode_default = GF_NODE_MODE_SHARED;
+  c->slots = 4;
+  gf__node_copy(c->state_dir, sizeof(c->state_dir), "/run/gpufrac");
+  gf__node_copy(c->cdi_dir, sizeof(c->cdi_dir), "/var/run/cdi");
+  gf__node_copy(c->shim_lib, sizeof(c->shim_lib),
+                "/usr/lib/gpufrac/libgpufrac-cuda.so");
+  gf__node_copy(c->preload, sizeof(c->preload),
+                "/usr/lib/gpufrac/ld.so.preload");
+  gf__node_copy(c->listen, sizeof(c->listen), "0.0.0.0:9473");
+  gf__node_copy(c->log, sizeof(c->log), "warn");
+}
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t')
+    s++;
+  char *e = s + strlen(s);
+  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+    *--e = '\0';
+  return s;
+}
+
+static int set_path(char *dst, size_t cap, const char *v, const char *where,
+                    const char *k, gf_diag *d) {
+  if (v[0] != '/')
+    return gf_diag_set(d, GF_ESYNTAX, "%s: %s = '%s': want an absolute path",
+                       where, k, v);
+  if (strlen(v) >= cap)
+    return gf_diag_set(d, GF_ELIMIT, "%s: %s: longer than %zu bytes", where, k,
+                       cap - 1);
+  gf__node_copy(dst, cap, v);
+  return 0;
+}
+
+/* One key/value; `where` is "name:line". */
+static int set_kv(gf_node_config *c, const char *k, const char *v,
+                  const char *where, gf_diag *d) {
+  gf_diag qd = {""};
+  if (strcmp(k, "mode") == 0 || strncmp(k, "mode.", 5) == 0) {
+    gf_node_mode m;
+    if (parse_mode(v, &m))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: %s = '%s': want shared, exclusive, mps or mig",
+                         where, k, v);
+    if (k[4] == '\0') {
+      c->mode_default = m;
+      return 0;
+    }
+    const char *sel = k + 5;
+    if (strncmp(sel, "GPU-", 4) == 0 || strncmp(sel, "MIG-", 4) == 0) {
+      if (strlen(sel) >= GF_UUID_MAX)
+        return gf_diag_set(d, GF_ELIMIT, "%s: %s: uuid longer than %d", where,
+                           k, GF_UUID_MAX - 1);
+      for (uint32_t i = 0; i < c->nuuid; i++)
+        if (strcmp(c->mode_uuid[i].uuid, sel) == 0) {
+          c->mode_uuid[i].mode = m;
+          return 0;
+        }
+      if (c->nuuid >= GF_NODE_MAX_GPUS)
+        return gf_diag_set(d, GF_ELIMIT, "%s: more than %d modes by uuid",
+                           where, GF_NODE_MAX_GPUS);
+      gf__node_copy(c->mode_uuid[c->nuuid].uuid, GF_UUID_MAX, sel);
+      c->mode_uuid[c->nuuid++].mode = m;
+      return 0;
+    }
+    int64_t idx;
+    if (gf_parse_int64(sel, 0, GF_NODE_MAX_GPUS - 1, &idx, &qd))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: %s: want mode.<index 0..%d> or mode.<GPU-uuid>",
+                         where, k, GF_NODE_MAX_GPUS - 1);
+    c->mode_index[idx] = m;
+    c->index_set |= 1u << idx;
+    return 0;
+  }
+  if (strcmp(k, "slots") == 0) {
+    int64_t n;
+    if (gf_parse_int64(v, 1, 64, &n, &qd))
+      return gf_diag_set(d, GF_ERANGE, "%s: slots = '%s': want 1..64", where,
+                         v);
+    c->slots = (uint32_t)n;
+    return 0;
+  }
+  if (strcmp(k, "state_dir") == 0)
+    return set_path(c->state_dir, sizeof(c->state_dir), v, where, k, d);
+  if (strcmp(k, "cdi_dir") == 0)
+    return set_path(c->cdi_dir, sizeof(c->cdi_dir), v, where, k, d);
+  if (strcmp(k, "shim_lib") == 0)
+    return set_path(c->shim_lib, sizeof(c->shim_lib), v, where, k, d);
+  if (strcmp(k, "preload") == 0)
+    return set_path(c->preload, sizeof(c->preload), v, where, k, d);
+  if (strcmp(k, "listen") == 0) {
+    if (!*v || strlen(v) >= sizeof(c->listen) || !strchr(v, ':'))
+      return gf_diag_set(d, GF_ESYNTAX, "%s: listen = '%s': want ADDR:PORT",
+                         where, v);
+    gf__node_copy(c->listen, sizeof(c->listen), v);
+    return 0;
+  }
+  if (strcmp(k, "log") == 0) {
+    if (strcmp(v, "off") && strcmp(v, "warn") && strcmp(v, "info") &&
+        strcmp(v, "debug"))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: log = '%s': want off, warn, info or debug", where,
+                         v);
+    gf__node_copy(c->log, sizeof(c->log), v);
+    return 0;
+  }
+  return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
+}
+
+int gf_node_config_parse(gf_node_config *c, const char *text, size_t len,
+                         const char *name, gf_diag *d) {
+  if (!name)
+    name = "config";
+  if (len > GF_NODE_CONFIG_MAX)
+    return gf_diag_set(d, GF_ELIMIT, "%s: %zu bytes, at most %d", name, len,
+                       GF_NODE_CONFIG_MAX);
+  char line[1024], where[300];
+  int lineno = 0;
+  for (size_t off = 0; off < len;) {
+    const char *p = text + off;
+    const char *nl = memchr(p, '\n', len - off);
+    size_t n = nl ? (size_t)(nl - p) : len - off;
+    off += n + (nl ? 1 : 0);
+    lineno++;
+    snprintf(where, sizeof(where), "%s:%d", name, lineno);
+    if (n >= sizeof(line))
+      return gf_diag_set(d, GF_ELIMIT, "%s: longer than %zu bytes", where,
+                         sizeof(line) - 1);
+    memcpy(line, p, n);
+    line[n] = '\0';
+    if (strlen(line) != n)
+      return gf_diag_set(d, GF_ESYNTAX, "%s: contains a NUL byte", where);
+    char *hash = strchr(line, '#');
+    if (hash)
+      *hash = '\0';
+    char *s = trim(line);
+    if (!*s)
+      continue;
+    char *eq = strchr(s, '=');
+    if (!eq)
+      return gf_diag_set(d, GF_ESYNTAX, "%s: expected 'key = value'", where);
+    *eq = '\0';
+    char *k = trim(s), *v = trim(eq + 1);
+    if (!*k || !*v)
+      return gf_diag_set(d, GF_ESYNTAX, "%s: empty key or value", where);
+    int rc = set_kv(c, k, v, where, d);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+int gf_node_config_load(gf_node_config *c, const char *path, gf_diag *d) {
+  char *text;
+  size_t len;
+  int rc = gf__node_read_file(path, GF_NODE_CONFIG_MAX, &text, &len, d);
+  if (rc)
+    return rc;
+  rc = gf_node_config_parse(c, text, len, path, d);
+  free(text);
+  return rc;
+}
+
+int gf_node_config_apply(const gf_node_config *c, gf_node_gpus *g, gf_diag *d) {
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    gf_node_gpu *x = &g->gpus[i];
+    gf_node_mode m = c->mode_default;
+    if (x->index < GF_NODE_MAX_GPUS && (c->index_set & (1u << x->index)))
+      m = c->mode_index[x->index];
+    for (uint32_t k = 0; k < c->nuuid; k++)
+      if (x->uuid[0] && strcmp(c->mode_uuid[k].uuid, x->uuid) == 0)
+        m = c->mode_uuid[k].mode;
+    if (m == GF_NODE_MODE_MIG && !x->mig_enabled)
+      return gf_diag_set(d, GF_ESTATE,
+                         "GPU %u (%s): mode mig, but its MIG mode is off",
+                         x->index, x->uuid[0] ? x->uuid : "no uuid");
+    x->mode = m;
+  }
+  return 0;
+}

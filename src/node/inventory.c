@@ -1,0 +1,60 @@
+/*
+ * The inventory annotation (gpufrac/grant.h, gpufrac/node.h), with jansson.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpufrac/error.h"
+#include "node_int.h"
+
+/* The extender's word for a mode: it knows shared and exclusive only. */
+static const char *extender_mode(gf_node_mode m) {
+  return m == GF_NODE_MODE_EXCLUSIVE || m == GF_NODE_MODE_MIG ? "exclusive"
+                                                              : "shared";
+}
+
+int gf_node_inventory_json(const gf_node_gpus *g, char **out, gf_diag *d) {
+  json_t *gpus = json_array();
+  json_t *root = json_object();
+  int rc = 0;
+  if (!gpus || !root)
+    goto nomem;
+  if (json_object_set_new(root, "version", json_integer(GF_INVENTORY_VERSION)))
+    goto nomem;
+  if (g->driver_version[0] &&
+      json_object_set_new(root, "driver", json_string(g->driver_version)))
+    goto nomem;
+  if (g->cuda_version > 0 &&
+      json_object_set_new(root, "cuda", json_integer(g->cuda_version)))
+    goto nomem;
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    if (!x->healthy || !x->uuid[0] || !x->model[0] || x->mem_bytes == 0 ||
+        x->mem_bytes > (uint64_t)INT64_MAX)
+      continue;
+    char cc[24];
+    snprintf(cc, sizeof(cc), "%d.%d", (int)x->cc_major, (int)x->cc_minor);
+    json_t *o = json_pack(
+        "{s:i,s:s,s:s,s:I,s:i,s:s,s:s,s:s,s:s,s:i,s:b}", "index", (int)x->index,
+        "uuid", x->uuid, "model", x->model, "memory", (json_int_t)x->mem_bytes,
+        "sms", (int)x->sm_count, "mode", extender_mode(x->mode), "sharing",
+        gf_node_mode_name(x->mode), "cc", cc, "pci", x->pci_bus_id, "numa",
+        (int)x->numa_node, "mig", (int)x->mig_enabled);
+    if (!o || json_array_append_new(gpus, o))
+      goto nomem;
+  }
+  if (json_object_set(root, "gpus", gpus))
+    goto nomem;
+  char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (!s)
+    goto nomem;
+  *out = s;
+  goto done;
+nomem:
+  rc = gf_diag_set(d, GF_ENOMEM, "inventory: out of memory");
+done:
+  json_decref(gpus);
+  json_decref(root);
+  return rc;
+}

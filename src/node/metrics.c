@@ -1,0 +1,492 @@
+/*
+ * Metrics (gpufrac/node.h): the Prometheus text exposition of the GPUs and
+ * of the containers' regions, and the libmicrohttpd server for /metrics and
+ * /healthz.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/quantity.h"
+#include "gpufrac/region.h"
+#include "node_int.h"
+
+#define METRICS_MAX (16u << 20) /* the text never grows past this */
+#define CONTAINERS_MAX 1024     /* containers read per scrape */
+#define GRANT_FILE_MAX 65536
+
+/* ---- a bounded growable buffer ---------------------------------------- */
+
+typedef struct sbuf {
+  char *p;
+  size_t len, cap;
+  bool failed; /* out of memory or over METRICS_MAX: stop appending */
+} sbuf;
+
+static void sb_add(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void sb_add(sbuf *b, const char *fmt, ...) {
+  if (b->failed)
+    return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = b->p ? vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap) : -2;
+    va_end(ap);
+    if (n >= 0 && (size_t)n < b->cap - b->len) {
+      b->len += (size_t)n;
+      return;
+    }
+    if (n == -1) {
+      b->failed = true;
+      return;
+    }
+    size_t want = b->cap ? b->cap * 2 : 8192;
+    if (n > 0 && want < b->len + (size_t)n + 1)
+      want = b->len + (size_t)n + 1;
+    if (want > METRICS_MAX) {
+      b->failed = true;
+      return;
+    }
+    char *q = realloc(b->p, want);
+    if (!q) {
+      b->failed = true;
+      return;
+    }
+    b->p = q;
+    b->cap = want;
+  }
+}
+
+/* A label value with \, " and newline escaped, as the format asks. */
+static void sb_label(sbuf *b, const char *s) {
+  char tmp[2 * GF_NODE_PATH_MAX];
+  size_t o = 0;
+  for (; *s && o + 3 < sizeof(tmp); s++) {
+    if (*s == '\\' || *s == '"') {
+      tmp[o++] = '\\';
+      tmp[o++] = *s;
+    } else if (*s == '\n') {
+      tmp[o++] = '\\';
+      tmp[o++] = 'n';
+    } else {
+      tmp[o++] = *s;
+    }
+  }
+  tmp[o] = '\0';
+  sb_add(b, "%s", tmp);
+}
+
+static void sb_head(sbuf *b, const char *name, const char *type,
+                    const char *help) {
+  sb_add(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* ---- what a scrape reads from the state directory ---------------------- */
+
+typedef struct ctr_rec {
+  char pod[GF_CONTAINER_MAX * 2];
+  char name[GF_CONTAINER_MAX];
+  uint32_t ngpus;
+  char uuid[GF_REGION_DEVICES][GF_UUID_MAX];
+  uint64_t limit[GF_REGION_DEVICES];
+  uint64_t used[GF_REGION_DEVICES];
+  bool has_region;
+  uint64_t waits, throttled_ns;
+} ctr_rec;
+
+/* Reads <dir>/grant.json into r.  Returns 0 or a GF_E* code. */
+static int read_grant(const char *dir, ctr_rec *r) {
+  char path[GF_NODE_PATH_MAX];
+  if (!gf__node_join(path, sizeof(path), dir, "grant.json"))
+    return GF_ELIMIT;
+  char *text;
+  size_t len;
+  int rc = gf__node_read_file(path, GRANT_FILE_MAX, &text, &len, NULL);
+  if (rc)
+    return rc;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+  free(text);
+  json_t *gpus = json_object_get(root, "gpus");
+  rc = GF_ESYNTAX;
+  if (!json_is_array(gpus) || json_array_size(gpus) > GF_REGION_DEVICES)
+    goto out;
+  size_t i;
+  json_t *g;
+  json_array_foreach(gpus, i, g) {
+    const char *u = json_string_value(json_object_get(g, "uuid"));
+    json_t *m = json_object_get(g, "memory");
+    if (!u || strlen(u) >= GF_UUID_MAX || !json_is_integer(m) ||
+        json_integer_value(m) < 0)
+      goto out;
+    gf__node_copy(r->uuid[i], GF_UUID_MAX, u);
+    r->limit[i] = (uint64_t)json_integer_value(m);
+  }
+  r->ngpus = (uint32_t)json_array_size(gpus);
+  rc = 0;
+out:
+  json_decref(root);
+  return rc;
+}
+
+/* Reads the region in <dir>/region/region, if there is one yet.  The
+ * container can write its region directory, so the file is checked first
+ * without following links or blocking: a regular file whose lock nobody
+ * holds exclusively (a container holding it forever must not hang the
+ * scrape).  gf_region_map then maps it without creating. */
+static int read_region(const char *dir, ctr_rec *r) {
+  char path[GF_NODE_PATH_MAX];
+  if (snprintf(path, sizeof(path), "%s/region/region", dir) >=
+      (int)sizeof(path))
+    return GF_ELIMIT;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? 0 : GF_EIO; /* not started yet: no usage */
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            flock(fd, LOCK_SH | LOCK_NB) == 0;
+  close(fd); /* drops the probe's lock */
+  if (!ok)
+    return GF_ESTATE;
+  gf_region *reg = NULL;
+  int rc = gf_region_map(path, NULL, &reg, NULL);
+  if (rc)
+    return rc;
+  for (uint32_t i = 0; i < r->ngpus; i++)
+    r->used[i] = gf_region_used(reg, i);
+  uint32_t hwm = atomic_load(&reg->hwm);
+  if (hwm > GF_REGION_SLOTS)
+    hwm = GF_REGION_SLOTS;
+  for (uint32_t s = 0; s < hwm; s++) {
+    r->waits += atomic_load(&reg->slots[s].waits);
+    r->throttled_ns += atomic_load(&reg->slots[s].throttled_ns);
+  }
+  r->has_region = true;
+  gf_region_unmap(reg);
+  return 0;
+}
+
+/* Fills up to max records from <state>/pods/<pod>/<ctr>; counts failures. */
+static uint32_t scan(const char *state_dir, ctr_rec *recs, uint32_t max,
+                     uint32_t *errors) {
+  char pods[GF_NODE_PATH_MAX];
+  uint32_t n = 0;
+  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods"))
+    return 0;
+  DIR *pd = opendir(pods);
+  if (!pd)
+    return 0;
+  struct dirent *pe;
+  while ((pe = readdir(pd))) {
+    if (!gf_node_safe_name(pe->d_name) ||
+        strlen(pe->d_name) >= sizeof(recs[0].pod))
+      continue;
+    char pdir[GF_NODE_PATH_MAX];
+    if (!gf__node_join(pdir, sizeof(pdir), pods, pe->d_name))
+      continue;
+    DIR *cd = opendir(pdir);
+    if (!cd)
+      continue;
+    struct dirent *ce;
+    while ((ce = readdir(cd))) {
+      if (!gf_node_safe_name(ce->d_name) ||
+          strlen(ce->d_name) >= sizeof(recs[0].name))
+        continue;
+      if (n >= max) {
+        (*errors)++;
+        continue;
+      }
+      char cdir[GF_NODE_PATH_MAX];
+      if (!gf__node_join(cdir, sizeof(cdir), pdir, ce->d_name))
+        continue;
+      ctr_rec *r = &recs[n];
+      memset(r, 0, sizeof(*r));
+      gf__node_copy(r->pod, sizeof(r->pod), pe->d_name);
+      gf__node_copy(r->name, sizeof(r->name), ce->d_name);
+      if (read_grant(cdir, r)) {
+        (*errors)++;
+        continue;
+      }
+      if (read_region(cdir, r))
+        (*errors)++; /* still reported, with no usage */
+      n++;
+    }
+    closedir(cd);
+  }
+  closedir(pd);
+  return n;
+}
+
+static void ctr_labels(sbuf *b, const ctr_rec *r, uint32_t i) {
+  sb_add(b, "{pod_uid=\"");
+  sb_label(b, r->pod);
+  sb_add(b, "\",container=\"");
+  sb_label(b, r->name);
+  sb_add(b, "\",gpu=\"");
+  sb_label(b, r->uuid[i]);
+  sb_add(b, "\"}");
+}
+
+int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
+                         char **out, size_t *len, gf_diag *d) {
+  ctr_rec *recs = calloc(CONTAINERS_MAX, sizeof(*recs));
+  if (!recs)
+    return gf_diag_set(d, GF_ENOMEM, "metrics: out of memory");
+  uint32_t errors = 0;
+  uint32_t n = state_dir ? scan(state_dir, recs, CONTAINERS_MAX, &errors) : 0;
+  sbuf b = {NULL, 0, 0, false};
+
+  sb_head(&b, "gpufrac_gpu_info", "gauge",
+          "A GPU of this node (value 1), with its model and mode.");
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    sb_add(&b, "gpufrac_gpu_info{gpu=\"");
+    sb_label(&b, x->uuid);
+    sb_add(&b, "\",index=\"%u\",model=\"", x->index);
+    sb_label(&b, x->model);
+    sb_add(&b, "\",mode=\"%s\"} 1\n", gf_node_mode_name(x->mode));
+  }
+  static const struct {
+    const char *name, *help;
+  } per_gpu[] = {
+      {"gpufrac_gpu_healthy", "1 when the GPU answers NVML, else 0."},
+      {"gpufrac_gpu_memory_total_bytes", "Device memory of the GPU."},
+      {"gpufrac_gpu_memory_granted_bytes",
+       "Device memory granted to containers on the GPU."},
+      {"gpufrac_gpu_memory_used_bytes",
+       "Device memory the containers on the GPU have allocated."},
+  };
+  for (size_t m = 0; m < 4; m++) {
+    sb_head(&b, per_gpu[m].name, "gauge", per_gpu[m].help);
+    for (uint32_t i = 0; i < g->ngpus; i++) {
+      const gf_node_gpu *x = &g->gpus[i];
+      uint64_t v = 0;
+      if (m == 0)
+        v = x->healthy;
+      else if (m == 1)
+        v = x->mem_bytes;
+      for (uint32_t c = 0; m >= 2 && c < n; c++)
+        for (uint32_t k = 0; k < recs[c].ngpus; k++)
+          if (x->uuid[0] && strcmp(recs[c].uuid[k], x->uuid) == 0)
+            v += m == 2 ? recs[c].limit[k] : recs[c].used[k];
+      sb_add(&b, "%s{gpu=\"", per_gpu[m].name);
+      sb_label(&b, x->uuid);
+      sb_add(&b, "\"} %" PRIu64 "\n", v);
+    }
+  }
+  sb_head(&b, "gpufrac_container_memory_limit_bytes", "gauge",
+          "Device memory a container may allocate on a GPU (0: no limit).");
+  for (uint32_t c = 0; c < n; c++)
+    for (uint32_t k = 0; k < recs[c].ngpus; k++) {
+      sb_add(&b, "gpufrac_container_memory_limit_bytes");
+      ctr_labels(&b, &recs[c], k);
+      sb_add(&b, " %" PRIu64 "\n", recs[c].limit[k]);
+    }
+  sb_head(&b, "gpufrac_container_memory_used_bytes", "gauge",
+          "Device memory a container has allocated on a GPU.");
+  for (uint32_t c = 0; c < n; c++)
+    for (uint32_t k = 0; k < recs[c].ngpus; k++) {
+      sb_add(&b, "gpufrac_container_memory_used_bytes");
+      ctr_labels(&b, &recs[c], k);
+      sb_add(&b, " %" PRIu64 "\n", recs[c].used[k]);
+    }
+  sb_head(&b, "gpufrac_container_launch_waits_total", "counter",
+          "Kernel launches that waited for the container's compute share.");
+  for (uint32_t c = 0; c < n; c++) {
+    sb_add(&b, "gpufrac_container_launch_waits_total{pod_uid=\"");
+    sb_label(&b, recs[c].pod);
+    sb_add(&b, "\",container=\"");
+    sb_label(&b, recs[c].name);
+    sb_add(&b, "\"} %" PRIu64 "\n", recs[c].waits);
+  }
+  sb_head(&b, "gpufrac_container_throttled_seconds_total", "counter",
+          "Time the container's launches waited for compute tokens.");
+  for (uint32_t c = 0; c < n; c++) {
+    sb_add(&b, "gpufrac_container_throttled_seconds_total{pod_uid=\"");
+    sb_label(&b, recs[c].pod);
+    sb_add(&b, "\",container=\"");
+    sb_label(&b, recs[c].name);
+    sb_add(&b, "\"} %" PRIu64 ".%09" PRIu64 "\n",
+           recs[c].throttled_ns / 1000000000u,
+           recs[c].throttled_ns % 1000000000u);
+  }
+  uint64_t waste = 0;
+  for (uint32_t c = 0; c < n; c++)
+    for (uint32_t k = 0; k < recs[c].ngpus; k++)
+      if (recs[c].limit[k] > recs[c].used[k])
+        waste += recs[c].limit[k] - recs[c].used[k];
+  sb_head(&b, "gpufrac_node_memory_wasted_bytes", "gauge",
+          "Device memory granted but not in use, summed over containers.");
+  sb_add(&b, "gpufrac_node_memory_wasted_bytes %" PRIu64 "\n", waste);
+  sb_head(&b, "gpufrac_node_containers", "gauge",
+          "Containers with gpufrac files on this node.");
+  sb_add(&b, "gpufrac_node_containers %u\n", n);
+  sb_head(&b, "gpufrac_node_container_errors", "gauge",
+          "Containers whose grant or region could not be read this scrape.");
+  sb_add(&b, "gpufrac_node_container_errors %u\n", errors);
+  free(recs);
+  if (b.failed || !b.p) {
+    free(b.p);
+    return gf_diag_set(d, GF_ENOMEM, "metrics: out of memory or over %u bytes",
+                       METRICS_MAX);
+  }
+  *out = b.p;
+  *len = b.len;
+  return 0;
+}
+
+/* ---- the server -------------------------------------------------------- */
+
+struct gf_node_server {
+  struct MHD_Daemon *d;
+  pthread_mutex_t mu;
+  gf_node_gpus gpus;
+  char state_dir[GF_NODE_PATH_MAX];
+  uint16_t port;
+};
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
+                             const char *type, const char *body, size_t len,
+                             enum MHD_ResponseMemoryMode mode) {
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(len, (void *)body, mode);
+  if (!r)
+    return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  enum MHD_Result ret = MHD_queue_response(c, status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  (void)version;
+  (void)upload;
+  gf_node_server *s = cls;
+  static int first;
+  if (!*con_cls) { /* headers only so far */
+    *con_cls = &first;
+    return MHD_YES;
+  }
+  if (*upload_size) { /* GET has no body: ignore one, bounded by MHD */
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  static const char text[] = "text/plain; charset=utf-8";
+  if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+    return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, text, "GET only\n", 9,
+                 MHD_RESPMEM_PERSISTENT);
+  if (strcmp(url, "/healthz") == 0)
+    return reply(c, MHD_HTTP_OK, text, "ok\n", 3, MHD_RESPMEM_PERSISTENT);
+  if (strcmp(url, "/metrics") != 0)
+    return reply(c, MHD_HTTP_NOT_FOUND, text, "not found\n", 10,
+                 MHD_RESPMEM_PERSISTENT);
+  gf_node_gpus *snap = malloc(sizeof(*snap));
+  if (!snap)
+    return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, text, "out of memory\n", 14,
+                 MHD_RESPMEM_PERSISTENT);
+  pthread_mutex_lock(&s->mu);
+  *snap = s->gpus;
+  pthread_mutex_unlock(&s->mu);
+  char *body = NULL;
+  size_t len = 0;
+  gf_diag d = {""};
+  int rc = gf_node_metrics_text(snap, s->state_dir, &body, &len, &d);
+  free(snap);
+  if (rc) {
+    char msg[GF_DIAG_MAX + 1];
+    int n = snprintf(msg, sizeof(msg), "%s\n", d.msg);
+    return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, text, msg,
+                 n > 0 ? strlen(msg) : 0, MHD_RESPMEM_MUST_COPY);
+  }
+  return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", body,
+               len, MHD_RESPMEM_MUST_FREE);
+}
+
+static int parse_listen(const char *listen, struct sockaddr_in *sa,
+                        gf_diag *d) {
+  char host[64];
+  const char *colon = strrchr(listen, ':');
+  if (!colon || (size_t)(colon - listen) >= sizeof(host))
+    return gf_diag_set(d, GF_EINVAL, "listen '%s': want ADDR:PORT", listen);
+  memcpy(host, listen, (size_t)(colon - listen));
+  host[colon - listen] = '\0';
+  int64_t port;
+  if (gf_parse_int64(colon + 1, 0, 65535, &port, NULL))
+    return gf_diag_set(d, GF_EINVAL, "listen '%s': port must be 0..65535",
+                       listen);
+  memset(sa, 0, sizeof(*sa));
+  sa->sin_family = AF_INET;
+  sa->sin_port = htons((uint16_t)port);
+  if (!host[0])
+    sa->sin_addr.s_addr = htonl(INADDR_ANY);
+  else if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+    return gf_diag_set(d, GF_EINVAL, "listen '%s': '%s' is not an IPv4 address",
+                       listen, host);
+  return 0;
+}
+
+int gf_node_server_start(const char *listen, const gf_node_gpus *g,
+                         const char *state_dir, gf_node_server **out,
+                         gf_diag *d) {
+  struct sockaddr_in sa;
+  int rc = parse_listen(listen, &sa, d);
+  if (rc)
+    return rc;
+  if (state_dir && strlen(state_dir) >= GF_NODE_PATH_MAX)
+    return gf_diag_set(d, GF_ELIMIT, "state dir too long");
+  gf_node_server *s = calloc(1, sizeof(*s));
+  if (!s)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  pthread_mutex_init(&s->mu, NULL);
+  s->gpus = *g;
+  if (state_dir)
+    gf__node_copy(s->state_dir, sizeof(s->state_dir), state_dir);
+  s->d = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_request, s,
+      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+      MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT, 64u,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
+  if (!s->d) {
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return gf_diag_set(d, GF_EIO, "cannot listen on %s", listen);
+  }
+  const union MHD_DaemonInfo *info =
+      MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = info ? info->port : ntohs(sa.sin_port);
+  *out = s;
+  return 0;
+}
+
+void gf_node_server_set_gpus(gf_node_server *s, const gf_node_gpus *g) {
+  pthread_mutex_lock(&s->mu);
+  s->gpus = *g;
+  pthread_mutex_unlock(&s->mu);
+}
+
+uint16_t gf_node_server_port(const gf_node_server *s) { return s->port; }
+
+void gf_node_server_stop(gf_node_server *s) {
+  if (!s)
+    return;
+  MHD_stop_daemon(s->d);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}

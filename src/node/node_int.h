@@ -1,0 +1,30 @@
+/*
+ * Internal to gf_node: helpers shared by the files of src/node and its
+ * tests.  Nothing here is public API.
+ */
+#ifndef GPUFRAC_NODE_INT_H
+#define GPUFRAC_NODE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gpufrac/node.h"
+
+/* Copies src into dst[cap], truncating; always NUL-ends (cap > 0). */
+void gf__node_copy(char *dst, size_t cap, const char *src);
+
+/* Derives the inventory model name from a product name into model[cap]. */
+void gf__node_model_name(const char *name, char *model, size_t cap);
+
+/* Joins a/b into out[cap]; false when it does not fit. */
+bool gf__node_join(char *out, size_t cap, const char *a, const char *b);
+
+/* mkdir -p dir with `mode` for the directories it creates.  GF_EIO. */
+int gf__node_mkdirs(const char *dir, unsigned mode, gf_diag *d);
+
+/* Reads at most max bytes of path into a malloc'd NUL-ended buffer.
+ * GF_EIO (cannot read), GF_ELIMIT (larger than max), GF_ENOMEM. */
+int gf__node_read_file(const char *path, size_t max, char **out, size_t *len,
+                       gf_diag *d);
+
+#endif

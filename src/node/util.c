@@ -1,0 +1,152 @@
+/*
+ * Small helpers of gf_node: bounded copies, paths, whole-file reads and the
+ * atomic write (node_int.h, gpufrac/node.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "node_int.h"
+
+void gf__node_copy(char *dst, size_t cap, const char *src) {
+  size_t n = strlen(src);
+  if (n >= cap)
+    n = cap - 1;
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+bool gf__node_join(char *out, size_t cap, const char *a, const char *b) {
+  int n = snprintf(out, cap, "%s/%s", a, b);
+  return n > 0 && (size_t)n < cap;
+}
+
+bool gf_node_safe_name(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 253 || s[0] == '.')
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char ch = s[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+    if (!ok)
+      return false;
+  }
+  return true;
+}
+
+int gf__node_read_file(const char *path, size_t max, char **out, size_t *len,
+                       gf_diag *d) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  char *buf = malloc(max + 1);
+  if (!buf) {
+    close(fd);
+    return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", path);
+  }
+  size_t n = 0;
+  int rc = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + n, max + 1 - n);
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      rc = gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+      break;
+    }
+    if (r == 0)
+      break;
+    n += (size_t)r;
+    if (n > max) {
+      rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %zu bytes", path, max);
+      break;
+    }
+  }
+  close(fd);
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  buf[n] = '\0';
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+/* mkdir -p for an absolute or relative path of at most GF_NODE_PATH_MAX. */
+int gf__node_mkdirs(const char *dir, unsigned mode, gf_diag *d) {
+  char p[GF_NODE_PATH_MAX];
+  if (strlen(dir) >= sizeof(p))
+    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", dir);
+  gf__node_copy(p, sizeof(p), dir);
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/')
+      continue;
+    *s = '\0';
+    if (mkdir(p, (mode_t)mode) && errno != EEXIST)
+      return gf_diag_set(d, GF_EIO, "%s: mkdir: %s", p, strerror(errno));
+    *s = '/';
+  }
+  if (mkdir(p, (mode_t)mode) && errno != EEXIST)
+    return gf_diag_set(d, GF_EIO, "%s: mkdir: %s", p, strerror(errno));
+  return 0;
+}
+
+int gf_node_write_atomic(const char *dir, const char *name, const char *text,
+                         size_t len, gf_diag *d) {
+  char path[GF_NODE_PATH_MAX], tmp[GF_NODE_PATH_MAX];
+  if (!gf_node_safe_name(name))
+    return gf_diag_set(d, GF_EINVAL, "'%s' is not a safe file name", name);
+  if (!gf__node_join(path, sizeof(path), dir, name) ||
+      snprintf(tmp, sizeof(tmp), "%s/.%s.XXXXXX", dir, name) >=
+          (int)sizeof(tmp))
+    return gf_diag_set(d, GF_ELIMIT, "%s/%s: path too long", dir, name);
+  int rc = gf__node_mkdirs(dir, 0755, d);
+  if (rc)
+    return rc;
+  int fd = mkstemp(tmp);
+  if (fd < 0)
+    return gf_diag_set(d, GF_EIO, "%s: %s", tmp, strerror(errno));
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, text + off, len - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      rc = gf_diag_set(d, GF_EIO, "%s: write: %s", tmp, strerror(errno));
+      goto fail;
+    }
+    off += (size_t)w;
+  }
+  if (fchmod(fd, 0644) || fsync(fd)) {
+    rc = gf_diag_set(d, GF_EIO, "%s: %s", tmp, strerror(errno));
+    goto fail;
+  }
+  if (close(fd)) {
+    fd = -1;
+    rc = gf_diag_set(d, GF_EIO, "%s: close: %s", tmp, strerror(errno));
+    goto fail;
+  }
+  fd = -1;
+  if (rename(tmp, path)) {
+    rc = gf_diag_set(d, GF_EIO, "%s: rename: %s", path, strerror(errno));
+    goto fail;
+  }
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
+  return 0;
+fail:
+  if (fd >= 0)
+    close(fd);
+  unlink(tmp);
+  return rc;
+}

@@ -1,0 +1,87 @@
+#!/bin/bash
+# gpufrac node, driven as a command: --help, --once --print, exit codes,
+# bad flags, the fake NVML through the loader path.
+set -u
+fails=0
+check() { # check NAME WANT_RC CMD... ; output in $out
+  local name=$1 want=$2
+  shift 2
+  out=$("$@" 2>&1)
+  local rc=$?
+  if [ "$rc" != "$want" ]; then
+    echo "FAIL $name: exit $rc, want $want"; echo "$out"; fails=$((fails + 1))
+    return 1
+  fi
+}
+has() { # has NAME TEXT
+  if ! grep -qF -- "$2" <<<"$out"; then
+    echo "FAIL $1: output lacks '$2'"; echo "$out"; fails=$((fails + 1))
+  fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+check help 0 "$NODE_CLI" --help && has help "usage: gpufrac node"
+check inventory 0 "$NODE_CLI" --fake-gpus 8xH100-80GB --once --print inventory
+has inventory '{"version":1,'
+has inventory '"index":7,'
+has inventory '"model":"H100-80GB","memory":85899345920,"sms":132'
+check cdi 0 "$NODE_CLI" --fake-gpus 2xT4-16GB --once --print cdi
+has cdi '"cdiVersion": "0.5.0"'
+has cdi '"kind": "gpufrac.io/gpu"'
+check metrics 0 "$NODE_CLI" --fake-gpus 1xA100-80GB --state-dir "$tmp" --once --print metrics
+has metrics '# TYPE gpufrac_gpu_memory_total_bytes gauge'
+has metrics 'gpufrac_node_memory_wasted_bytes 0'
+check gpus 0 "$NODE_CLI" --fake-gpus 1xL4-24GB --once
+has gpus 'L4-24GB'
+check write-cdi 0 "$NODE_CLI" --fake-gpus 2xT4-16GB --cdi-dir "$tmp/cdi" --once --write-cdi
+[ -s "$tmp/cdi/gpufrac.io-gpu.json" ] || { echo "FAIL write-cdi: no file"; fails=$((fails + 1)); }
+
+printf 'mode = exclusive\nmode.1 = mps\n' >"$tmp/node.conf"
+check config 0 "$NODE_CLI" --fake-gpus 2xT4-16GB --config "$tmp/node.conf" --once --print inventory
+has config '"mode":"exclusive","sharing":"exclusive"'
+has config '"mode":"shared","sharing":"mps"'
+printf 'mode = exclusive\nmode = turbo\n' >"$tmp/bad.conf"
+check bad-config 1 "$NODE_CLI" --fake-gpus 2xT4-16GB --config "$tmp/bad.conf" --once
+has bad-config "bad.conf:2: mode = 'turbo'"
+
+# The fake NVML, found through the loader path as on a real node.
+export GF_FAKE_NVML='NVIDIA H100 80GB HBM3=81559;Tesla T4=15360:broken'
+check nvml 0 env LD_LIBRARY_PATH="$FAKE_NVML_DIR" "$NODE_CLI" --once --print inventory
+has nvml '"driver":"550.54.15","cuda":12040'
+has nvml '"model":"H100-80GB-HBM3"'
+has nvml 'GPU 1 unhealthy: nvmlDeviceGetUUID: GPU is lost (15)'
+check nvml-missing 1 "$NODE_CLI" --nvml /nonexistent/libnvidia-ml.so.1 --once
+has nvml-missing 'cannot load NVML'
+
+check bad-flag 2 "$NODE_CLI" --frobnicate
+has bad-flag "unknown option '--frobnicate'"
+check bad-print 2 "$NODE_CLI" --fake-gpus 1xT4-16GB --once --print yaml
+has bad-print "--print 'yaml'"
+check no-value 2 "$NODE_CLI" --fake-gpus
+has no-value "--fake-gpus needs a value"
+check print-no-once 2 "$NODE_CLI" --fake-gpus 1xT4-16GB --print cdi
+check both 2 "$NODE_CLI" --fake-gpus 1xT4-16GB --nvml x --once
+check interval 2 "$NODE_CLI" --interval 0
+check bad-fake 1 "$NODE_CLI" --fake-gpus 8xH100 --once
+has bad-fake "COUNTxMODEL-MEMORY"
+
+# Serving: starts, answers, stops on SIGTERM with exit 0.
+"$NODE_CLI" --fake-gpus 1xT4-16GB --state-dir "$tmp" --cdi-dir "$tmp/cdi2" \
+  --listen 127.0.0.1:0 2>"$tmp/serve.log" &
+pid=$!
+for _ in $(seq 50); do grep -q 'metrics on port' "$tmp/serve.log" && break; sleep 0.1; done
+port=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/serve.log")
+if [ -z "$port" ]; then echo "FAIL serve: no port"; cat "$tmp/serve.log"; fails=$((fails + 1));
+else
+  exec 3<>"/dev/tcp/127.0.0.1/$port"
+  printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3
+  out=$(cat <&3); exec 3<&-
+  has serve 'ok'
+fi
+kill -TERM "$pid"; wait "$pid"; rc=$?
+[ "$rc" = 0 ] || { echo "FAIL serve: exit $rc after SIGTERM"; fails=$((fails + 1)); }
+[ -s "$tmp/cdi2/gpufrac.io-gpu.json" ] || { echo "FAIL serve: no CDI spec"; fails=$((fails + 1)); }
+
+if [ "$fails" != 0 ]; then echo "$fails failures"; exit 1; fi
+echo "test_node_cli: all passed"
