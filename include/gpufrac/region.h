@@ -116,9 +116,13 @@ void gf_region_detach(gf_region *r, int i);
 /* Bytes in use on device dev, summed over slots. */
 uint64_t gf_region_used(const gf_region *r, uint32_t dev);
 
-/* Adds bytes to slot i's usage on dev if the container stays within its
- * limit; returns true when reserved.  On false nothing changed. */
-bool gf_region_reserve(gf_region *r, int i, uint32_t dev, uint64_t bytes);
+/* Adds bytes to slot i's usage on dev if the container stays within
+ * `limit` (0 = unlimited); returns true when reserved.  On false nothing
+ * changed.  The limit is the caller's trusted copy (the interposer's, from
+ * its read-only config): the region's own limit field is writable by every
+ * process of the container and is only informational. */
+bool gf_region_reserve(gf_region *r, int i, uint32_t dev, uint64_t bytes,
+                       uint64_t limit);
 /* Gives back bytes reserved by slot i on dev. */
 void gf_region_unreserve(gf_region *r, int i, uint32_t dev, uint64_t bytes);
 

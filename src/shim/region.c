@@ -218,10 +218,10 @@ static uint64_t committed(const gf_region *r, uint32_t dev) {
   return sum;
 }
 
-bool gf_region_reserve(gf_region *r, int i, uint32_t dev, uint64_t bytes) {
+bool gf_region_reserve(gf_region *r, int i, uint32_t dev, uint64_t bytes,
+                       uint64_t limit) {
   if (dev >= GF_REGION_DEVICES || i < 0 || i >= GF_REGION_SLOTS)
     return false;
-  const uint64_t limit = r->limit[dev];
   gf_region_slot *s = &r->slots[i];
   if (limit == 0) {
     atomic_fetch_add(&s->used[dev], bytes);

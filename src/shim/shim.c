@@ -286,7 +286,8 @@ static bool enforcing(void) { return S.mode == GF_SHIM_ENFORCE; }
 static bool reserve(uint32_t dev, uint64_t bytes) {
   if (S.mode == GF_SHIM_REFUSE)
     return false;
-  return gf_region_reserve(S.region, S.slot, dev, bytes);
+  return gf_region_reserve(S.region, S.slot, dev, bytes,
+                           dev < GF_REGION_DEVICES ? S.cfg.memory[dev] : 0);
 }
 
 static void unreserve(uint32_t dev, uint64_t bytes) {
@@ -529,9 +530,9 @@ static void clamp_view(uint32_t dev, uint64_t *free_b, uint64_t *total) {
     *free_b = 0;
     return;
   }
-  if (!enforcing() || dev >= GF_REGION_DEVICES || !S.region->limit[dev])
+  if (!enforcing() || dev >= GF_REGION_DEVICES || !S.cfg.memory[dev])
     return;
-  uint64_t limit = S.region->limit[dev];
+  uint64_t limit = S.cfg.memory[dev];
   if (limit < *total)
     *total = limit;
   gf_region_reap(S.region); /* a view is a good moment to reclaim */
@@ -558,9 +559,8 @@ EXPORT gf_cu_result cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
   gf_cu_result rc = S.real.cuDeviceTotalMem_v2(bytes, dev);
   if (rc != CUDA_SUCCESS || !bytes || dev < 0 || dev >= GF_REGION_DEVICES)
     return rc;
-  if (enforcing() && S.region->limit[dev] &&
-      S.region->limit[dev] < (uint64_t)*bytes)
-    *bytes = (size_t)S.region->limit[dev];
+  if (enforcing() && S.cfg.memory[dev] && S.cfg.memory[dev] < (uint64_t)*bytes)
+    *bytes = (size_t)S.cfg.memory[dev];
   return rc;
 }
 

@@ -2,12 +2,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "gpufrac/quantity.h"
+
+#ifndef GF_SHIM_SYSTEM_CONFIG
+#define GF_SHIM_SYSTEM_CONFIG "/etc/gpufrac/shim.conf"
+#endif
 
 #define CONFIG_MAX 65536
 
@@ -174,14 +179,15 @@ static void say(const gf_shim_config *c, const char *msg) {
 
 void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
   defaults(c);
-  const char *env_disable = getenv("GPUFRAC_DISABLE");
-  const char *path = getenv("GPUFRAC_CONFIG");
-  const char *dflt = "/etc/gpufrac/shim.conf";
+  /* The node agent's file, mounted read-only, is the container's truth:
+   * when it exists, nothing in the environment can replace or disable it. */
+  const char *sys = GF_SHIM_SYSTEM_CONFIG;
+  const bool locked = access(sys, F_OK) == 0;
+  const char *env_disable = locked ? NULL : getenv("GPUFRAC_DISABLE");
+  const char *path = locked ? sys : getenv("GPUFRAC_CONFIG");
   char err[512];
   if (path && !*path)
     path = NULL;
-  if (!path && access(dflt, F_OK) == 0)
-    path = dflt;
   if (path) {
     char *buf = malloc(CONFIG_MAX + 1);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -230,7 +236,7 @@ void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
       return;
     }
   }
-  const char *lib = getenv("GPUFRAC_REAL_LIBCUDA");
+  const char *lib = locked ? NULL : getenv("GPUFRAC_REAL_LIBCUDA");
   if (lib && !c->real_libcuda[0])
     set_path(c->real_libcuda, sizeof(c->real_libcuda), lib);
   if (env_disable && strcmp(env_disable, "1") == 0)

@@ -1,7 +1,10 @@
 /*
  * The interposer's configuration: a small read-only file the node agent
- * writes (path in GPUFRAC_CONFIG, default /etc/gpufrac/shim.conf), with
- * environment variables as a fallback when there is no file.
+ * writes and mounts at /etc/gpufrac/shim.conf.  When that file exists it is
+ * the only source: GPUFRAC_CONFIG, GPUFRAC_DISABLE and the other variables
+ * are ignored, so a container cannot lift its own limits.  Without it (e.g.
+ * `gpufrac run`), GPUFRAC_CONFIG names a file, and environment variables
+ * are the fallback.
  *
  *   # one "key = value" per line; '#' starts a comment
  *   version  = 1

@@ -743,7 +743,7 @@ static void make_container(gf_node_gpus *g, const char *pod, int64_t limit,
   assert_int_equal(gf_region_map(path, &lim, &r, &d), 0);
   int slot = gf_region_attach(r);
   assert_true(slot >= 0);
-  assert_true(gf_region_reserve(r, slot, 0, used));
+  assert_true(gf_region_reserve(r, slot, 0, used, (uint64_t)limit));
   gf_region_unmap(r); /* the slot stays: this process is alive */
 }
 

@@ -40,19 +40,19 @@ static void test_create_and_limits(void **st) {
   assert_int_equal(gf_region_map(p, &l, &r, NULL), 0);
   int me = gf_region_attach(r);
   assert_true(me >= 0);
-  assert_true(gf_region_reserve(r, me, 0, 600));
-  assert_false(gf_region_reserve(r, me, 0, 401));
+  assert_true(gf_region_reserve(r, me, 0, 600, 1000));
+  assert_false(gf_region_reserve(r, me, 0, 401, 1000));
   assert_int_equal(gf_region_used(r, 0), 600);
-  assert_true(gf_region_reserve(r, me, 0, 400));
+  assert_true(gf_region_reserve(r, me, 0, 400, 1000));
   assert_int_equal(gf_region_used(r, 0), 1000);
   gf_region_unreserve(r, me, 0, 1000);
   gf_region_unreserve(r, me, 0, 5); /* never below zero */
   assert_int_equal(gf_region_used(r, 0), 0);
-  assert_false(gf_region_reserve(r, me, GF_REGION_DEVICES, 1));
+  assert_false(gf_region_reserve(r, me, GF_REGION_DEVICES, 1, 1000));
   /* A second mapping sees the same state; no init needed. */
   gf_region *again = NULL;
   assert_int_equal(gf_region_map(p, NULL, &again, NULL), 0);
-  assert_true(gf_region_reserve(r, me, 0, 10));
+  assert_true(gf_region_reserve(r, me, 0, 10, 1000));
   assert_int_equal(gf_region_used(again, 0), 10);
   gf_region_detach(r, me);
   assert_int_equal(gf_region_used(again, 0), 0);
@@ -103,7 +103,7 @@ static void test_reap_dead(void **st) {
   pid_t kid = fork();
   if (kid == 0) {
     int s = gf_region_attach(r);
-    if (s < 0 || !gf_region_reserve(r, s, 0, 900))
+    if (s < 0 || !gf_region_reserve(r, s, 0, 900, 1000))
       _exit(1);
     raise(SIGKILL);
   }
@@ -113,7 +113,7 @@ static void test_reap_dead(void **st) {
   assert_int_equal(gf_region_used(r, 0), 900);
   int me = gf_region_attach(r);
   /* The reservation reaps the dead child's 900 and then fits. */
-  assert_true(gf_region_reserve(r, me, 0, 500));
+  assert_true(gf_region_reserve(r, me, 0, 500, 1000));
   assert_int_equal(gf_region_used(r, 0), 500);
   assert_int_equal(atomic_load(&r->reaped), 1);
   assert_int_equal(gf_region_reap(r), 0); /* nothing left to reap */

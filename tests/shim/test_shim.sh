@@ -2,7 +2,7 @@
 # Interposer scenarios against the fake driver, under LD_PRELOAD.
 # Prints one line per scenario and 'N passed, N failed'.
 set -u
-: "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}" "${GPUFRAC:?}"
+: "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}" "${GPUFRAC:?}" "${SHIM_LOCKED:?}" "${SYSTEM_CONF:?}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -75,6 +75,16 @@ run gpufrac-run 0 -- GPUFRAC_SHIM="$SHIM" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcud
     LD_LIBRARY_PATH="$FAKE_DIR" "$GPUFRAC" run --gpu-memory 1Gi -- "$PROBE_LINKED" limits
 run gpufrac-run-exit 3 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 50 -- sh -c 'exit 3'
 run gpufrac-run-bad 2 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 101 -- true
+
+# The node agent's file beats the environment: with it present, neither
+# GPUFRAC_DISABLE nor another GPUFRAC_CONFIG nor GPUFRAC_GPU_MEMORY lifts the
+# 1 GiB limit.
+mkdir -p "$(dirname "$SYSTEM_CONF")"
+printf 'memory = 1Gi\nlibcuda = %s/libcuda.so.1\n' "$FAKE_DIR" >"$SYSTEM_CONF"
+printf 'memory = 64Gi\n' >"$tmp/loose.conf"
+run system-config-wins 0 -- LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM_LOCKED" \
+    GPUFRAC_DISABLE=1 GPUFRAC_CONFIG="$tmp/loose.conf" GPUFRAC_GPU_MEMORY=64Gi "$PROBE_LINKED" limits
+rm -f "$SYSTEM_CONF"
 
 # Compute: two containers at 30% and 70% of the same capacity, at once.
 printf 'compute = 30\ncapacity = 200000\nregion = %s/c30\n' "$tmp" >"$tmp/c30.conf"
