@@ -67,6 +67,24 @@ void gf_engine_free(gf_engine *e);
  * GF_EINVAL / GF_ENOMEM. */
 int gf_engine_place(gf_engine *e, const gf_request *r, gf_placement *out);
 
+/* Per-node questions, for a scheduler extender that asks about one node at
+ * a time.  gf_engine_score: the policy's score for r on `node` (before any
+ * rescaling across candidates; comparable between nodes of one request) and
+ * the GPUs the policy would take there; changes nothing.  GF_ENOFIT if the
+ * node cannot take r, GF_EINVAL for a bad request or node. */
+int gf_engine_score(gf_engine *e, const gf_request *r, uint32_t node,
+                    int64_t *score, gf_placement *pick);
+
+/* Applies a placement decided elsewhere (a grant read back from the API
+ * server, or a pick from gf_engine_score) and tells the policy, as
+ * gf_engine_place does for its own decisions.  Same errors as
+ * gf_cluster_place. */
+int gf_engine_apply(gf_engine *e, const gf_request *r, const gf_placement *p);
+
+/* Tells the policy about a placement already present in the cluster (for an
+ * engine created over a cluster that has placements). */
+void gf_engine_adopt(gf_engine *e, const gf_request *r, const gf_placement *p);
+
 /* Undoes a placement made by this engine for the same request. */
 int gf_engine_release(gf_engine *e, const gf_request *r, const gf_placement *p);
 

@@ -389,29 +389,70 @@ static int pick_random(gf_engine *e, const gf_node *n, const gf_request *r,
 
 /* ---- the decision ------------------------------------------------------- */
 
-int gf_engine_place(gf_engine *e, const gf_request *r0, gf_placement *out) {
-  gf_request r;
-  gf_engine_effective(e, r0, &r);
-  if (gf_request_check(&r, NULL))
+/* Everything a decision needs before scoring: the effective request, the
+ * scratch space, and the request's shape cache (NULL when not caching). */
+static int prepare(gf_engine *e, const gf_request *r0, gf_request *r,
+                   shape **sh) {
+  gf_engine_effective(e, r0, r);
+  if (gf_request_check(r, NULL))
     return GF_EINVAL;
   uint32_t nn = gf_cluster_nnodes(e->c);
   if (ensure_scratch(e, nn ? nn : 1) || ensure_rank(e, nn ? nn : 1))
     return GF_ENOMEM;
-
-  shape *sh = NULL;
-  if (e->cache) {
-    sh = shape_of(e, &r);
-    if (!sh)
+  *sh = NULL;
+  if (!e->cache)
+    return 0;
+  shape *s = shape_of(e, r);
+  if (!s)
+    return GF_ENOMEM;
+  if (s->ncache < nn) {
+    cache_entry *ce = gf__realloc(s->cache, nn * sizeof(*ce));
+    if (!ce)
       return GF_ENOMEM;
-    if (sh->ncache < nn) {
-      cache_entry *ce = gf__realloc(sh->cache, nn * sizeof(*ce));
-      if (!ce)
-        return GF_ENOMEM;
-      memset(ce + sh->ncache, 0, (nn - sh->ncache) * sizeof(*ce));
-      sh->cache = ce;
-      sh->ncache = nn;
-    }
+    memset(ce + s->ncache, 0, (nn - s->ncache) * sizeof(*ce));
+    s->cache = ce;
+    s->ncache = nn;
   }
+  *sh = s;
+  return 0;
+}
+
+/* The GPUs the policy takes on node i; `own` is the policy's own pick from
+ * its score (used when the policy chooses GPUs itself). */
+static int choose_gpus(gf_engine *e, uint32_t i, const gf_request *r,
+                       const gf__pick *own, gf_placement *out) {
+  const gf_node *n = gf_cluster_node(e->c, i);
+  gf__pick pick;
+  int rc = 0;
+  switch (e->ops->gpusel) {
+  case GF__GPUSEL_OWN:
+    pick = *own;
+    break;
+  case GF__GPUSEL_RANDOM:
+    rc = pick_random(e, n, r, &pick);
+    break;
+  case GF__GPUSEL_BEST:
+  default:
+    rc = gf__pick_best(n, r, &pick);
+    break;
+  }
+  if (rc)
+    return rc;
+  if (pick.ngpus != r->gpu_count)
+    return GF_ESTATE; /* a policy's own pick disagrees with the request */
+  out->node = i;
+  out->ngpus = pick.ngpus;
+  memcpy(out->gpus, pick.gpus, sizeof(out->gpus));
+  return 0;
+}
+
+int gf_engine_place(gf_engine *e, const gf_request *r0, gf_placement *out) {
+  gf_request r;
+  shape *sh;
+  int rc = prepare(e, r0, &r, &sh);
+  if (rc)
+    return rc;
+  uint32_t nn = gf_cluster_nnodes(e->c);
 
   uint32_t ncand = 0;
   for (uint32_t i = 0; i < nn; i++)
@@ -455,35 +496,48 @@ int gf_engine_place(gf_engine *e, const gf_request *r0, gf_placement *out) {
     }
   }
 
-  const gf_node *n = gf_cluster_node(e->c, e->cand[best]);
-  gf__pick pick;
-  int rc = 0;
-  switch (e->ops->gpusel) {
-  case GF__GPUSEL_OWN:
-    pick = e->pick[best];
-    break;
-  case GF__GPUSEL_RANDOM:
-    rc = pick_random(e, n, &r, &pick);
-    break;
-  case GF__GPUSEL_BEST:
-  default:
-    rc = gf__pick_best(n, &r, &pick);
-    break;
-  }
-  if (rc)
-    return rc;
-  if (pick.ngpus != r.gpu_count)
-    return GF_ESTATE; /* a policy's own pick disagrees with the request */
-
-  out->node = e->cand[best];
-  out->ngpus = pick.ngpus;
-  memcpy(out->gpus, pick.gpus, sizeof(out->gpus));
-  rc = gf_cluster_place(e->c, &r, out);
-  if (rc)
+  if ((rc = choose_gpus(e, e->cand[best], &r, &e->pick[best], out)) ||
+      (rc = gf_cluster_place(e->c, &r, out)))
     return rc;
   if (e->ops->changed)
     e->ops->changed(e->state, e->c, &r, out, +1);
   return 0;
+}
+
+int gf_engine_score(gf_engine *e, const gf_request *r0, uint32_t node,
+                    int64_t *score, gf_placement *pick) {
+  gf_request r;
+  shape *sh;
+  int rc = prepare(e, r0, &r, &sh);
+  if (rc)
+    return rc;
+  if (node >= gf_cluster_nnodes(e->c))
+    return GF_EINVAL;
+  if (!gf_node_fits(gf_cluster_node(e->c, node), &r))
+    return GF_ENOFIT;
+  gf__pick own = {0, {0}};
+  int64_t s = score_node(e, sh, node, &r, &own);
+  if ((rc = choose_gpus(e, node, &r, &own, pick)))
+    return rc;
+  *score = s;
+  return 0;
+}
+
+int gf_engine_apply(gf_engine *e, const gf_request *r0, const gf_placement *p) {
+  gf_request r;
+  gf_engine_effective(e, r0, &r);
+  int rc = gf_cluster_place(e->c, &r, p);
+  if (rc == 0 && e->ops->changed)
+    e->ops->changed(e->state, e->c, &r, p, +1);
+  return rc;
+}
+
+void gf_engine_adopt(gf_engine *e, const gf_request *r0,
+                     const gf_placement *p) {
+  gf_request r;
+  gf_engine_effective(e, r0, &r);
+  if (e->ops->changed)
+    e->ops->changed(e->state, e->c, &r, p, +1);
 }
 
 int gf_engine_release(gf_engine *e, const gf_request *r0,

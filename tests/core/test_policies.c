@@ -268,6 +268,47 @@ static void test_gpufrac_model_price(void **st) {
   gf_typical_release(&t);
 }
 
+/* The per-node API: gf_engine_score answers what gf_engine_place would do
+ * on one node without changing anything; gf_engine_apply places a given
+ * pick; gf_engine_adopt tells a new engine about placements already made. */
+static void test_engine_per_node(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 2);
+  node(c, "b", 64000, 2);
+  /* A share already on a/GPU1, placed before any engine existed. */
+  gf_request sh = req(1000, 1, 500);
+  gf_placement early = {.node = 0, .ngpus = 1, .gpus = {1}};
+  assert_int_equal(gf_cluster_place(c, &sh, &early), 0);
+  gf_engine *e;
+  gf_engine_config cfg = {.policy = "clustering", .seed = 1};
+  assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+  int64_t sa, sb;
+  gf_placement pa, pb;
+  /* Before adopting, clustering sees no pods anywhere: base + 25 both. */
+  assert_int_equal(gf_engine_score(e, &sh, 0, &sa, &pa), 0);
+  assert_int_equal(gf_engine_score(e, &sh, 1, &sb, &pb), 0);
+  assert_int_equal(sa, 25 * (8000 - 1500) / 8000 + 25);
+  gf_engine_adopt(e, &sh, &early);
+  /* The engine's score cache is per node version: adopting does not change
+   * the node, so ask about a fresh shape to see the new state. */
+  gf_request sh2 = req(1000, 1, 400);
+  assert_int_equal(gf_engine_score(e, &sh2, 0, &sa, &pa), 0);
+  assert_int_equal(sa, 25 * (8000 - 1500) / 8000 + 75); /* shares only */
+  assert_int_equal(pa.node, 0);
+  assert_int_equal(pa.gpus[0], 1); /* the tightest GPU */
+  /* Nothing changed; then apply the pick. */
+  assert_int_equal(gf_cluster_gpu_milli_used(c), 500);
+  assert_int_equal(gf_engine_apply(e, &sh2, &pa), 0);
+  assert_int_equal(gf_cluster_gpu_milli_used(c), 900);
+  gf_request big = req(1000, 2, 1000);
+  assert_int_equal(gf_engine_score(e, &big, 0, &sa, &pa), GF_ENOFIT);
+  assert_int_equal(gf_engine_score(e, &big, 9, &sa, &pa), GF_EINVAL);
+  assert_int_equal(gf_engine_release(e, &sh2, &pa), 0);
+  gf_engine_free(e);
+  gf_cluster_free(c);
+}
+
 static void test_engine_choices(void **st) {
   (void)st;
   gf_cluster *c = gf_cluster_new();
@@ -434,6 +475,7 @@ int main(void) {
       cmocka_unit_test(test_policy_table),
       cmocka_unit_test(test_gpufrac_cpu_stranding),
       cmocka_unit_test(test_gpufrac_model_price),
+      cmocka_unit_test(test_engine_per_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
