@@ -40,11 +40,6 @@ int gf_policy_find(const char *name) {
   return GF_ENOTFOUND;
 }
 
-const gf__policy_ops *gf__policy_lookup(const char *name) {
-  int i = gf_policy_find(name);
-  return i < 0 ? NULL : policies[i];
-}
-
 /* ---- policy parameters ("key=value:key=value") ----------------------- */
 
 int gf__param(const char *params, const char *key, double lo, double hi,

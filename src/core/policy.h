@@ -66,11 +66,6 @@ extern const gf__policy_ops gf__policy_fgd;
 extern const gf__policy_ops gf__policy_whole;
 extern const gf__policy_ops gf__policy_gpufrac;
 
-/* The policy a policy string names (the part before ':'), from the one
- * table in engine.c; NULL if none.  For parts that drive a policy directly
- * (src/sched, until the engine exposes per-node scoring). */
-const gf__policy_ops *gf__policy_lookup(const char *name);
-
 /* Shared helpers (policy_util in engine.c). */
 
 /* Sum of free GPU share on node n, in milli. */

@@ -9,14 +9,14 @@
  *             be rebuilt from nodes[] and pods[] alone (rebuild()).
  *   pending[] a ring of pods seen unbound (by /filter or the watch): /bind
  *             gets only names, so it finds the pod's request here.
- *   policy    the placement policy's state and the typical-pod set it
- *             scores against, rebuilt from the requests the model knows when
- *             they have changed enough (policy_refresh()).
+ *   engine    a placement engine over the model and the typical-pod set
+ *             its policy scores against, rebuilt from the requests the
+ *             model knows when they have changed enough (policy_refresh());
+ *             it adopts the placements already in the model.
  *
- * Scoring and GPU choice go through the policy's own score function
- * (src/core/policy.h), the same one gf_engine_place uses, restricted to the
- * node kube-scheduler asks about.  core has no public call for "score this
- * node" or "place on this node"; see docs/scheduler.md.
+ * Scoring and GPU choice are the engine's, one node at a time
+ * (gf_engine_score), so the extender places exactly as the simulator
+ * measures.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -30,7 +30,6 @@
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "gpufrac/sched.h"
-#include "policy.h"
 #include "sched_int.h"
 #include "smap.h"
 
@@ -105,9 +104,8 @@ typedef struct metrics {
 
 struct gf_sched {
   pthread_mutex_t mu;
-  const gf__policy_ops *ops;
+  bool whole;       /* the policy rounds shares up to whole GPUs */
   char policy[128]; /* name and parameters as configured */
-  const char *params;
   gf_binder binder;
   bool has_binder;
   size_t max_body;
@@ -125,36 +123,28 @@ struct gf_sched {
   uint32_t npending_max, pend_next;
   uint64_t pend_seq, bind_seq;
 
-  void *pstate; /* policy state; NULL: to be built */
+  gf_engine *engine; /* over c; NULL: to be built (policy_refresh) */
   gf_typical_set typ;
   uint32_t changes; /* request-set changes since the policy was built */
 
   metrics m;
 };
 
-static const gf__policy_ops *find_policy(const char *name) {
-  return gf__policy_lookup(name);
-}
-
 static void effective(const gf_sched *s, gf_request *r) {
-  if ((s->ops->flags & GF__POL_WHOLE) && r->gpu_count > 0)
+  if (s->whole && r->gpu_count > 0)
     r->gpu_milli = GF_GPU_MILLI;
 }
 
 int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
   const char *policy = cfg && cfg->policy ? cfg->policy : GF_DEFAULT_POLICY;
-  const gf__policy_ops *ops = find_policy(policy);
-  if (!ops)
+  if (gf_policy_find(policy) < 0)
     return gf_diag_set(d, GF_ENOTFOUND, "unknown policy '%s'", policy);
   if (strlen(policy) >= sizeof(((gf_sched *)0)->policy))
     return gf_diag_set(d, GF_EINVAL, "policy string too long");
   gf_sched *s = calloc(1, sizeof(*s));
   if (!s)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  s->ops = ops;
   snprintf(s->policy, sizeof(s->policy), "%s", policy);
-  const char *colon = strchr(s->policy, ':');
-  s->params = colon ? colon + 1 : "";
   if (cfg && cfg->binder) {
     s->binder = *cfg->binder;
     s->has_binder = cfg->binder->write_grant && cfg->binder->create_binding;
@@ -169,7 +159,8 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
     rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
     goto fail;
   }
-  /* Validate the policy and its parameters now, against a one-shape set. */
+  /* Validate the policy and its parameters now, against a one-shape set,
+   * and learn whether it rounds shares up to whole GPUs. */
   {
     gf_typical_pod tp = {.cpu_milli = 1000,
                          .gpu_milli = 500,
@@ -177,22 +168,17 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
                          .count = 1,
                          .p = 1.0};
     gf_typical_set t = {&tp, 1};
-    gf__policy_env env = {s->c, &t, &t, s->params};
-    void *st = NULL;
+    gf_engine_config ec = {.policy = s->policy, .typical = &t, .shapes = &t};
+    gf_engine *e = NULL;
     gf_diag pd = {""};
-    if (ops->create) {
-      rc = ops->create(&env, &st, &pd);
-      if (rc) {
-        rc = gf_diag_set(d, rc, "policy '%s': %s", policy, pd.msg);
-        goto fail;
-      }
-      if (ops->destroy)
-        ops->destroy(st);
-    } else if (*s->params) {
-      rc = gf_diag_set(d, GF_EINVAL, "policy '%s' takes no parameters",
-                       ops->name);
+    if ((rc = gf_engine_new(s->c, &ec, &e, &pd))) {
+      rc = gf_diag_set(d, rc, "%s", pd.msg);
       goto fail;
     }
+    gf_request probe = {.gpu_count = 1, .gpu_milli = 500}, eff;
+    gf_engine_effective(e, &probe, &eff);
+    s->whole = eff.gpu_milli == GF_GPU_MILLI;
+    gf_engine_free(e);
   }
   if (pthread_mutex_init(&s->mu, NULL)) {
     rc = gf_diag_set(d, GF_ENOMEM, "cannot create a mutex");
@@ -208,9 +194,8 @@ fail:
 }
 
 static void policy_drop(gf_sched *s) {
-  if (s->pstate && s->ops->destroy)
-    s->ops->destroy(s->pstate);
-  s->pstate = NULL;
+  gf_engine_free(s->engine);
+  s->engine = NULL;
   gf_typical_release(&s->typ);
   memset(&s->typ, 0, sizeof(s->typ));
 }
@@ -279,11 +264,10 @@ static int book(gf_sched *s, prec *p) {
       return GF_ENOFIT;
     pl.gpus[k] = (uint8_t)pos;
   }
-  int rc = gf_cluster_place(s->c, &p->req, &pl);
+  int rc = s->engine ? gf_engine_apply(s->engine, &p->req, &pl)
+                     : gf_cluster_place(s->c, &p->req, &pl);
   if (rc)
     return rc;
-  if (s->pstate && s->ops->changed)
-    s->ops->changed(s->pstate, s->c, &p->req, &pl, +1);
   p->pl = pl;
   p->placed = true;
   return 0;
@@ -292,9 +276,10 @@ static int book(gf_sched *s, prec *p) {
 static void unbook(gf_sched *s, prec *p) {
   if (!p->placed)
     return;
-  if (gf_cluster_release(s->c, &p->req, &p->pl) == 0 && s->pstate &&
-      s->ops->changed)
-    s->ops->changed(s->pstate, s->c, &p->req, &p->pl, -1);
+  if (s->engine)
+    gf_engine_release(s->engine, &p->req, &p->pl);
+  else
+    gf_cluster_release(s->c, &p->req, &p->pl);
   p->placed = false;
 }
 
@@ -381,19 +366,15 @@ static uint64_t models_mask(const gf_cluster *c, const char *models,
 /* Rebuilds the policy state when the request mix has changed enough: the
  * typical set is every known pod's request (bound, binding, pending). */
 static int policy_refresh(gf_sched *s) {
-  if (s->pstate && s->changes == 0)
+  if (s->engine && s->changes == 0)
     return 0;
   uint32_t npend = 0;
   for (uint32_t i = 0; i < s->npending_max; i++)
     npend += s->pending[i].seq != 0;
   uint32_t total = s->npods + npend;
   /* amortised: a rebuild costs O(total), and comes every total/8 changes */
-  if (s->pstate && s->changes < (total / 8 > 1 ? total / 8 : 1))
+  if (s->engine && s->changes < (total / 8 > 1 ? total / 8 : 1))
     return 0;
-  if (!s->ops->create && !(s->ops->flags & GF__POL_TYPICAL)) {
-    s->changes = 0;
-    return 0;
-  }
   gf_request *reqs = malloc((size_t)total * sizeof(*reqs) + sizeof(*reqs));
   if (!reqs)
     return GF_ENOMEM;
@@ -422,16 +403,19 @@ static int policy_refresh(gf_sched *s) {
   /* The policy keeps a pointer to its typical set: build it in place. */
   policy_drop(s);
   s->typ = t;
-  if (s->ops->create) {
-    gf__policy_env env = {s->c, &s->typ, &s->typ, s->params};
-    rc = s->ops->create(&env, &s->pstate, NULL);
-    if (rc) {
-      s->pstate = NULL;
-      gf_typical_release(&s->typ);
-      memset(&s->typ, 0, sizeof(s->typ));
-      return rc;
-    }
+  gf_engine_config ec = {
+      .policy = s->policy, .typical = &s->typ, .shapes = &s->typ};
+  rc = gf_engine_new(s->c, &ec, &s->engine, NULL);
+  if (rc) {
+    s->engine = NULL;
+    gf_typical_release(&s->typ);
+    memset(&s->typ, 0, sizeof(s->typ));
+    return rc;
   }
+  /* The new engine's policy learns what is already placed. */
+  for (uint32_t i = 0; i < s->npods; i++)
+    if (s->pods[i].placed)
+      gf_engine_adopt(s->engine, &s->pods[i].req, &s->pods[i].pl);
   s->changes = 0;
   return 0;
 }
@@ -1010,13 +994,14 @@ done:
 
 /* ---- prioritize ----------------------------------------------------------*/
 
-/* The policy's raw score of candidate node i and its GPU pick. */
+/* The policy's score of candidate node i and the GPUs it would take
+ * (gf_engine_score; pick->ngpus is 0 if the node cannot take r). */
 static int64_t score_node(gf_sched *s, uint32_t i, const gf_request *r,
-                          gf__pick *pick) {
+                          gf_placement *pick) {
+  int64_t sc = 0;
   pick->ngpus = 0;
-  int64_t sc = s->ops->score(s->pstate, s->c, i, r, pick);
-  if (s->ops->gpusel != GF__GPUSEL_OWN || pick->ngpus != r->gpu_count)
-    gf__pick_best(gf_cluster_node(s->c, i), r, pick);
+  if (!s->engine || gf_engine_score(s->engine, r, i, &sc, pick) != 0)
+    pick->ngpus = 0;
   return sc;
 }
 
@@ -1060,11 +1045,9 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
     int64_t ni = name && ok ? gf__smap_get(&s->nmap, name) : -1;
     if (ni < 0 || !gf_node_fits(gf_cluster_node(s->c, (uint32_t)ni), &r))
       continue;
-    gf__pick pick;
+    gf_placement pick;
     fits[i] = true;
-    raw[i] = (s->ops->flags & GF__POL_ANY_NODE)
-                 ? 0
-                 : score_node(s, (uint32_t)ni, &r, &pick);
+    raw[i] = score_node(s, (uint32_t)ni, &r, &pick);
     lo = raw[i] < lo ? raw[i] : lo;
     hi = raw[i] > hi ? raw[i] : hi;
   }
@@ -1097,8 +1080,8 @@ done:
 /* ---- bind ----------------------------------------------------------------*/
 
 static int build_grant(const gf_sched *s, const nrec *nr, const pend *pp,
-                       const gf_request *r, const gf__pick *pick, char **json,
-                       gf_diag *d) {
+                       const gf_request *r, const gf_placement *pick,
+                       char **json, gf_diag *d) {
   (void)s;
   gf_grant *g = calloc(1, sizeof(*g));
   if (!g)
@@ -1171,7 +1154,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   if (r.gpu_count && why_not(s, nr, n, &r, why, sizeof(why)))
     return gf_diag_set(d, GF_ENOFIT, "pod %s/%s on %s: %s", b->pod_ns,
                        b->pod_name, b->node, why);
-  gf__pick pick = {0};
+  gf_placement pick = {0, 0, {0}};
   if (r.gpu_count) {
     if ((rc = policy_refresh(s)))
       return gf_diag_set(d, rc, "placement policy: %s", gf_strerror(rc));
