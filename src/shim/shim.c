@@ -637,28 +637,58 @@ static inline void admit(uint64_t blocks) {
                     sleep_ns);
 }
 
-EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned int gx,
-                                   unsigned int gy, unsigned int gz,
-                                   unsigned int bx, unsigned int by,
-                                   unsigned int bz, unsigned int shmem,
-                                   CUstream s, void **params, void **extra) {
-  REAL_OR(cuLaunchKernel, CUDA_ERROR_NOT_INITIALIZED);
-  admit((uint64_t)gx * gy * gz);
-  return S.real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params,
-                               extra);
+/* cuLaunchKernel is the hottest call: its fast path makes only tail calls
+ * to functions of its own signature (no registers to save, no stack to
+ * shuffle); first-call setup, a missing driver and waiting for tokens are
+ * in the out-of-line slow paths. */
+static gf_cu_result
+launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
+                                 unsigned, unsigned, unsigned, unsigned,
+                                 CUstream, void **, void **),
+            bool debited, uint64_t blocks) {
+  init();
+  if (!real)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (debited)
+    gf_region_wait(S.region, S.slot, mono_ns, sleep_ns);
+  else
+    admit(blocks);
+  return CUDA_SUCCESS;
 }
 
-EXPORT gf_cu_result cuLaunchKernel_ptsz(CUfunction f, unsigned int gx,
-                                        unsigned int gy, unsigned int gz,
-                                        unsigned int bx, unsigned int by,
-                                        unsigned int bz, unsigned int shmem,
-                                        CUstream s, void **params,
-                                        void **extra) {
-  REAL_OR(cuLaunchKernel_ptsz, CUDA_ERROR_NOT_INITIALIZED);
-  admit((uint64_t)gx * gy * gz);
-  return S.real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params,
-                                    extra);
-}
+#define LAUNCH_PARAMS                                                          \
+  CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,             \
+      unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,   \
+      CUstream s, void **params, void **extra
+#define LAUNCH_ARGS f, gx, gy, gz, bx, by, bz, shmem, s, params, extra
+
+#define LAUNCH_WRAPPER(name)                                                   \
+  static __attribute__((noinline)) gf_cu_result name##_slow(LAUNCH_PARAMS) {   \
+    gf_cu_result rc = launch_wait(S.real.name, false, (uint64_t)gx * gy * gz); \
+    return rc ? rc : S.real.name(LAUNCH_ARGS);                                 \
+  }                                                                            \
+  static __attribute__((noinline)) gf_cu_result name##_debt(LAUNCH_PARAMS) {   \
+    launch_wait(S.real.name, true, 0);                                         \
+    return S.real.name(LAUNCH_ARGS);                                           \
+  }                                                                            \
+  EXPORT gf_cu_result name(LAUNCH_PARAMS) {                                    \
+    if (__builtin_expect(                                                      \
+            !atomic_load_explicit(&S.ready, memory_order_acquire) ||           \
+                !S.real.name,                                                  \
+            0))                                                                \
+      return name##_slow(LAUNCH_ARGS);                                         \
+    if (S.throttle) {                                                          \
+      uint64_t blocks = (uint64_t)gx * gy * gz;                                \
+      int64_t cost = blocks ? (int64_t)blocks : 1;                             \
+      if (atomic_fetch_sub_explicit(&S.region->tokens, cost,                   \
+                                    memory_order_relaxed) < cost)              \
+        return name##_debt(LAUNCH_ARGS);                                       \
+    }                                                                          \
+    return S.real.name(LAUNCH_ARGS);                                           \
+  }
+
+LAUNCH_WRAPPER(cuLaunchKernel)
+LAUNCH_WRAPPER(cuLaunchKernel_ptsz)
 
 EXPORT gf_cu_result cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f,
                                      void **params, void **extra) {
