@@ -1,13 +1,14 @@
 /*
  * bench_shim: the interposer's added cost per call on its fast path.
  *
- *   bench_shim launch N | alloc N | init
+ *   bench_shim launch N | alloc N | allocs N | init
  *
  * Run it with and without LD_PRELOAD=libgpufrac-cuda.so against the fake
  * driver (bench/shim.sh does both, side by side, and under callgrind for
  * instruction counts).  Prints the median nanoseconds per call over 15
- * batches; `init` prints how long the first driver call takes (the
- * interposer's setup happens there).
+ * batches; `allocs` makes N allocations and frees none (for counting the
+ * cost of an allocation alone under callgrind); `init` prints how long the
+ * first driver call takes (the interposer's setup happens there).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,10 +38,18 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc != 3 || gf_parse_int64(argv[2], 1, 100000000, &n, NULL)) {
-    fprintf(stderr, "usage: bench_shim launch|alloc N | init\n");
+    fprintf(stderr, "usage: bench_shim launch|alloc|allocs N | init\n");
     return 2;
   }
   cuInit(0);
+  if (strcmp(argv[1], "allocs") == 0) { /* N allocations, none freed */
+    for (int64_t i = 0; i < n; i++) {
+      CUdeviceptr p;
+      if (cuMemAlloc_v2(&p, 4096) != CUDA_SUCCESS)
+        return 1;
+    }
+    return 0;
+  }
   int alloc = strcmp(argv[1], "alloc") == 0;
   double batch[15];
   for (int b = 0; b < 15; b++) {

@@ -39,6 +39,11 @@ b=($b2-$b1)/20000/15; s=($s2-$s1)/20000/15
 print(f'$what: bare {b:.0f}, with interposer {s:.0f}, added {s-b:.0f} instructions per call')"
 done
 
+echo "== instructions per allocation alone (N allocations, none freed; N = 5000)"
+b1=$(ir "${bare[@]}" -- $B allocs 5000); b2=$(ir "${bare[@]}" -- $B allocs 10000)
+s1=$(ir "${shim_mem[@]}" -- $B allocs 5000); s2=$(ir "${shim_mem[@]}" -- $B allocs 10000)
+python3 -c "print(f'cuMemAlloc_v2 alone: added {(($s2-$s1)-($b2-$b1))/5000:.0f} instructions per call')"
+
 echo "== process start: first driver call (median of 21 processes)"
 for mode in bare shim; do
   [ $mode = bare ] && r=("${bare[@]}") || r=("${shim_mem[@]}")
