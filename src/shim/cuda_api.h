@@ -141,6 +141,12 @@ static inline size_t gf__cu_format_bytes(int format) {
   X(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020,                             \
     (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *desc), (a, desc))             \
   X(cuArrayDestroy, PFN_cuArrayDestroy_v2000, (CUarray a), (a))                \
+  X(cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000,                  \
+    (CUmipmappedArray * h, const CUDA_ARRAY3D_DESCRIPTOR *desc,                \
+     unsigned int levels),                                                     \
+    (h, desc, levels))                                                         \
+  X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000,                \
+    (CUmipmappedArray h), (h))                                                 \
   X(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020, (size_t * free, size_t * total),  \
     (free, total))                                                             \
   X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020,                           \

@@ -522,6 +522,42 @@ EXPORT gf_cu_result cuArrayDestroy(CUarray a) {
   return rc;
 }
 
+/* A mipmapped array: every level, each half the size of the one above in
+ * every dimension the array has (never below 1). */
+static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d,
+                             unsigned int levels) {
+  uint64_t total = 0;
+  size_t w = d->Width, h = d->Height, z = d->Depth;
+  for (unsigned int l = 0; l < levels && l < 64; l++) {
+    total += array_bytes(w, h, z, (int)d->Format, d->NumChannels);
+    w = w > 1 ? w / 2 : 1;
+    h = h > 1 ? h / 2 : h;
+    z = z > 1 ? z / 2 : z;
+  }
+  return total;
+}
+
+EXPORT gf_cu_result cuMipmappedArrayCreate(CUmipmappedArray *h,
+                                           const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                           unsigned int levels) {
+  REAL_OR(cuMipmappedArrayCreate, CUDA_ERROR_NOT_INITIALIZED);
+  if (!h || !desc)
+    return S.real.cuMipmappedArrayCreate(h, desc, levels);
+  uint64_t bytes = mipmap_bytes(desc, levels);
+  uint32_t dev = current_device();
+  GUARDED_ALLOC(S.real.cuMipmappedArrayCreate(h, desc, levels),
+                (uint64_t)(uintptr_t)*h, bytes, dev, &S.handles);
+}
+
+EXPORT gf_cu_result cuMipmappedArrayDestroy(CUmipmappedArray h) {
+  REAL_OR(cuMipmappedArrayDestroy, CUDA_ERROR_NOT_INITIALIZED);
+  gf_cu_result rc = S.real.cuMipmappedArrayDestroy(h);
+  entry e;
+  if (rc == CUDA_SUCCESS && untrack(&S.handles, (uint64_t)(uintptr_t)h, &e))
+    unreserve(e.dev, e.bytes);
+  return rc;
+}
+
 /* ---- views -------------------------------------------------------------- */
 
 /* Clamps a device's (free, total) to its limit and the container's usage. */

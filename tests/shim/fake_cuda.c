@@ -161,6 +161,20 @@ FAKE_EXPORT gf_cu_result cuArray3DCreate_v2(CUarray *a,
 FAKE_EXPORT gf_cu_result cuArrayDestroy(CUarray a) {
   return fake_free((uint64_t)(uintptr_t)a);
 }
+FAKE_EXPORT gf_cu_result
+cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                       unsigned int levels) {
+  unsigned long long k;
+  gf_cu_result rc =
+      fake_alloc(&k, (uint64_t)d->Width * (d->Height ? d->Height : 1) *
+                         d->NumChannels * 4 * (levels ? levels : 1));
+  if (rc == CUDA_SUCCESS)
+    *m = (CUmipmappedArray)(uintptr_t)k;
+  return rc;
+}
+FAKE_EXPORT gf_cu_result cuMipmappedArrayDestroy(CUmipmappedArray m) {
+  return fake_free((uint64_t)(uintptr_t)m);
+}
 FAKE_EXPORT gf_cu_result cuMemGetInfo_v2(size_t *f, size_t *t) {
   pthread_mutex_lock(&lock);
   *t = (size_t)total();
@@ -249,6 +263,8 @@ static const struct variant {
     {"cuArrayCreate", 3020, 0, (void *)cuArrayCreate_v2},
     {"cuArray3DCreate", 3020, 0, (void *)cuArray3DCreate_v2},
     {"cuArrayDestroy", 2000, 0, (void *)cuArrayDestroy},
+    {"cuMipmappedArrayCreate", 5000, 0, (void *)cuMipmappedArrayCreate},
+    {"cuMipmappedArrayDestroy", 5000, 0, (void *)cuMipmappedArrayDestroy},
     {"cuLaunchKernel", 4000, 0, (void *)cuLaunchKernel},
     {"cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz},
     {"cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx},

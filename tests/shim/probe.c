@@ -40,6 +40,9 @@ static struct fns {
   gf_cu_result (*array)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
   gf_cu_result (*array3d)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
   gf_cu_result (*array_destroy)(CUarray);
+  gf_cu_result (*mipmap)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *,
+                         unsigned int);
+  gf_cu_result (*mipmap_destroy)(CUmipmappedArray);
   gf_cu_result (*info)(size_t *, size_t *);
   gf_cu_result (*total)(size_t *, CUdevice);
   gf_cu_result (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned,
@@ -76,6 +79,8 @@ static void load(const char *how) {
   F.array = cuArrayCreate_v2;
   F.array3d = cuArray3DCreate_v2;
   F.array_destroy = cuArrayDestroy;
+  F.mipmap = cuMipmappedArrayCreate;
+  F.mipmap_destroy = cuMipmappedArrayDestroy;
   F.info = cuMemGetInfo_v2;
   F.total = cuDeviceTotalMem_v2;
   F.launch = cuLaunchKernel;
@@ -112,6 +117,8 @@ static void load(const char *how) {
     GPA(array, "cuArrayCreate");
     GPA(array3d, "cuArray3DCreate");
     GPA(array_destroy, "cuArrayDestroy");
+    GPA(mipmap, "cuMipmappedArrayCreate");
+    GPA(mipmap_destroy, "cuMipmappedArrayDestroy");
     GPA(info, "cuMemGetInfo");
     GPA(total, "cuDeviceTotalMem");
     gpa("cuLaunchKernel", (void **)&F.launch, 12000,
@@ -132,6 +139,8 @@ static void load(const char *how) {
     SYM(array, "cuArrayCreate_v2");
     SYM(array3d, "cuArray3DCreate_v2");
     SYM(array_destroy, "cuArrayDestroy");
+    SYM(mipmap, "cuMipmappedArrayCreate");
+    SYM(mipmap_destroy, "cuMipmappedArrayDestroy");
     SYM(info, "cuMemGetInfo_v2");
     SYM(total, "cuDeviceTotalMem_v2");
     SYM(launch, "cuLaunchKernel");
@@ -246,6 +255,14 @@ static void limits(void) {
   CHECK(F.array_destroy(arr) == CUDA_SUCCESS &&
             F.array_destroy(arr3) == CUDA_SUCCESS && used_now(L) == 0,
         "arrays destroyed, usage 0");
+  /* float 1024x1024, 3 levels: 4 MiB + 1 MiB + 256 KiB. */
+  CUmipmappedArray mm;
+  CUDA_ARRAY3D_DESCRIPTOR md = {1024, 1024, 0, 0x20, 1, 0};
+  CHECK(F.mipmap(&mm, &md, 3) == CUDA_SUCCESS &&
+            used_now(L) == 4 * MIB + 1 * MIB + 256 * 1024,
+        "mipmapped array charged every level (%zu)", used_now(L));
+  CHECK(F.mipmap_destroy(mm) == CUDA_SUCCESS && used_now(L) == 0,
+        "mipmapped array destroyed, usage 0");
   CHECK(F.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS,
         "a launch passes through");
 }
