@@ -34,6 +34,13 @@ check version-extra  2 'usage'                    -- "$GPUFRAC" version x
 check unknown-cmd    2 "'frobnicate' is not"      -- "$GPUFRAC" frobnicate
 check help-simulate  0 '--policy'                 -- "$GPUFRAC" help simulate
 check sim-help       0 'fgd'                      -- "$GPUFRAC" simulate --help
+check run-help       0 '--gpu-memory'             -- "$GPUFRAC" run --help
+check inspect-help   0 'inspect region'           -- "$GPUFRAC" inspect --help
+check scheduler-help 0 '/filter'                  -- "$GPUFRAC" scheduler --help
+check node-help      0 'fake-gpus'                -- "$GPUFRAC" node --help
+check help-lists-all 0 'scheduler'                -- "$GPUFRAC" help
+check run-no-cmd     2 'usage'                    -- "$GPUFRAC" run --gpu-memory 1Gi
+check inspect-usage  2 'usage'                    -- "$GPUFRAC" inspect
 check help-unknown   2 "no command 'nope'"        -- "$GPUFRAC" help nope
 check bad-option     2 "unknown option '--bogus'" -- "$GPUFRAC" simulate --bogus 1
 check missing-value  2 'needs a value'            -- "$GPUFRAC" simulate --seeds
