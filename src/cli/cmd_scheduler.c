@@ -2,38 +2,52 @@
  * gpufrac scheduler: serve the kube-scheduler extender over HTTP until
  * SIGINT or SIGTERM.
  *
- * This build has no Kubernetes API client wired in, so the model stays
- * empty unless nodes come in full with each request (nodeCacheCapable
- * false), /readyz answers 503, and /bind refuses with an Error that says so.
+ * With an API server (--kubeconfig, or in a cluster) the extender binds
+ * through it, its model is fed by node and pod informers, /readyz turns 200
+ * once both have listed, and a Lease decides which replica binds
+ * (sched_kube.h).  With --no-kube the model stays empty unless nodes come
+ * in full with each request (nodeCacheCapable false), /readyz answers 503,
+ * and /bind refuses with an Error that says so.
  */
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched.h"
+#include "gpufrac/sched_kube.h"
 
 static void usage(FILE *fp) {
-  fprintf(fp,
-          "usage: gpufrac scheduler [--listen ADDR:PORT] [--config FILE]\n"
-          "                         [--policy NAME[:k=v...]] [--threads N]\n"
-          "\n"
-          "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
-          "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
-          "\n"
-          "  --listen ADDR:PORT  address to serve on (default 0.0.0.0:8888)\n"
-          "  --config FILE       JSON: {\"listen\": ..., \"policy\": ...,\n"
-          "                      \"threads\": N, \"maxBodyBytes\": N}; flags\n"
-          "                      given on the command line win\n"
-          "  --policy P          placement policy (default gpufrac)\n"
-          "  --threads N         HTTP worker threads (default 4)\n"
-          "\n"
-          "No Kubernetes API client is configured in this build: /bind\n"
-          "answers with an Error saying so and /readyz stays 503.\n");
+  fprintf(
+      fp,
+      "usage: gpufrac scheduler [--listen ADDR:PORT] [--config FILE]\n"
+      "                         [--policy NAME[:k=v...]] [--threads N]\n"
+      "                         [--kubeconfig PATH | --no-kube]\n"
+      "                         [--lease NAMESPACE/NAME]\n"
+      "\n"
+      "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
+      "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
+      "\n"
+      "  --listen ADDR:PORT  address to serve on (default 0.0.0.0:8888)\n"
+      "  --config FILE       JSON: {\"listen\": ..., \"policy\": ...,\n"
+      "                      \"threads\": N, \"maxBodyBytes\": N,\n"
+      "                      \"kubeconfig\": PATH, \"lease\": \"NS/NAME\"};\n"
+      "                      flags given on the command line win\n"
+      "  --policy P          placement policy (default gpufrac)\n"
+      "  --threads N         HTTP worker threads (default 4)\n"
+      "  --kubeconfig PATH   API server from a kubeconfig (current\n"
+      "                      context); default: in-cluster when\n"
+      "                      KUBERNETES_SERVICE_HOST is set\n"
+      "  --no-kube           no API server: /bind refuses, /readyz stays\n"
+      "                      503 (for trying the protocol locally)\n"
+      "  --lease NS/NAME     Lease for leader election (default\n"
+      "                      " GF_SCHED_KUBE_LEASE_NS
+      "/" GF_SCHED_KUBE_LEASE_NAME ")\n");
 }
 
 typedef struct opts {
@@ -41,7 +55,14 @@ typedef struct opts {
   char policy[128];
   int64_t threads;
   int64_t max_body;
+  char kubeconfig[4096];
+  char lease[512];
+  bool no_kube;
 } opts;
+
+/* Which options the command line set (the config file does not override
+ * them). */
+enum { SET_LISTEN, SET_POLICY, SET_THREADS, SET_KUBECONFIG, SET_LEASE, NSET };
 
 static int copy_opt(char *dst, size_t cap, const char *v, const char *what) {
   if (strlen(v) >= cap) {
@@ -70,21 +91,29 @@ static int read_config(const char *path, opts *o, const bool *set) {
   }
   json_object_foreach(root, key, v) {
     if (strcmp(key, "listen") == 0 && json_is_string(v)) {
-      if (!set[0])
+      if (!set[SET_LISTEN])
         rc = copy_opt(o->listen, sizeof(o->listen), json_string_value(v),
                       "listen");
     } else if (strcmp(key, "policy") == 0 && json_is_string(v)) {
-      if (!set[1])
+      if (!set[SET_POLICY])
         rc = copy_opt(o->policy, sizeof(o->policy), json_string_value(v),
                       "policy");
     } else if (strcmp(key, "threads") == 0 && json_is_integer(v) &&
                json_integer_value(v) >= 1 && json_integer_value(v) <= 256) {
-      if (!set[2])
+      if (!set[SET_THREADS])
         o->threads = (int64_t)json_integer_value(v);
     } else if (strcmp(key, "maxBodyBytes") == 0 && json_is_integer(v) &&
                json_integer_value(v) >= 1024 &&
                json_integer_value(v) <= (1 << 30)) {
       o->max_body = (int64_t)json_integer_value(v);
+    } else if (strcmp(key, "kubeconfig") == 0 && json_is_string(v)) {
+      if (!set[SET_KUBECONFIG] && !o->no_kube)
+        rc = copy_opt(o->kubeconfig, sizeof(o->kubeconfig),
+                      json_string_value(v), "kubeconfig");
+    } else if (strcmp(key, "lease") == 0 && json_is_string(v)) {
+      if (!set[SET_LEASE])
+        rc =
+            copy_opt(o->lease, sizeof(o->lease), json_string_value(v), "lease");
     } else {
       fprintf(stderr, "gpufrac scheduler: %s: unknown key or bad value '%s'\n",
               path, key);
@@ -98,15 +127,76 @@ out:
   return rc;
 }
 
-int cmd_scheduler(int argc, char **argv) {
-  opts o = {"0.0.0.0:8888", "gpufrac", 4, 0};
-  const char *config = NULL;
-  bool set[3] = {false, false, false};
+/* A DNS-1123 label (a namespace) or subdomain (a Lease name). */
+static bool dns_ok(const char *s, size_t len, size_t max) {
+  if (len == 0 || len > max)
+    return false;
+  for (size_t i = 0; i < len; i++) {
+    char c = s[i];
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    if (!alnum && !(c == '-' || (c == '.' && max > 63)))
+      return false;
+    if (!alnum && (i == 0 || i + 1 == len))
+      return false;
+  }
+  return true;
+}
+
+/* Splits "NS/NAME" in place into lease (NS) and *name; exit 2 if bad. */
+static int parse_lease(char *lease, const char **name) {
+  char *slash = strchr(lease, '/');
+  if (!slash || !dns_ok(lease, (size_t)(slash - lease), 63) ||
+      !dns_ok(slash + 1, strlen(slash + 1), 253)) {
+    fprintf(stderr,
+            "gpufrac scheduler: --lease '%s': want NAMESPACE/NAME, both "
+            "lower-case DNS names (e.g. " GF_SCHED_KUBE_LEASE_NS
+            "/" GF_SCHED_KUBE_LEASE_NAME ")\n",
+            lease);
+    return GF_EXIT_USAGE;
+  }
+  *slash = '\0';
+  *name = slash + 1;
+  return 0;
+}
+
+/* The API server configuration: --kubeconfig, else in-cluster when
+ * KUBERNETES_SERVICE_HOST is set, else an error saying what to pass. */
+static int kube_config(const opts *o, gf_kube_config **out) {
+  gf_diag d = {""};
+  if (o->kubeconfig[0]) {
+    if (gf_kube_config_from_kubeconfig(out, o->kubeconfig, NULL, &d)) {
+      fprintf(stderr, "gpufrac scheduler: --kubeconfig: %s\n", d.msg);
+      return GF_EXIT_USAGE;
+    }
+    return 0;
+  }
+  const char *host = getenv("KUBERNETES_SERVICE_HOST");
+  if (!host || !*host) {
+    fprintf(stderr,
+            "gpufrac scheduler: no Kubernetes API server: pass --kubeconfig "
+            "PATH, run in a cluster (KUBERNETES_SERVICE_HOST set), or pass "
+            "--no-kube to serve without one (no binding, /readyz 503)\n");
+    return GF_EXIT_USAGE;
+  }
+  if (gf_kube_config_in_cluster(out, NULL, &d)) {
+    fprintf(stderr, "gpufrac scheduler: in-cluster configuration: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  return 0;
+}
+
+/* Parses argv into o; returns -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, opts *o, const char **config,
+                      bool *set) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return GF_EXIT_OK;
+    }
+    if (strcmp(a, "--no-kube") == 0) {
+      o->no_kube = true;
+      continue;
     }
     if (i + 1 >= argc) {
       fprintf(stderr,
@@ -119,20 +209,30 @@ int cmd_scheduler(int argc, char **argv) {
     const char *v = argv[++i];
     int rc = 0;
     if (strcmp(a, "--listen") == 0) {
-      rc = copy_opt(o.listen, sizeof(o.listen), v, "--listen");
-      set[0] = true;
+      rc = copy_opt(o->listen, sizeof(o->listen), v, "--listen");
+      set[SET_LISTEN] = true;
     } else if (strcmp(a, "--policy") == 0) {
-      rc = copy_opt(o.policy, sizeof(o.policy), v, "--policy");
-      set[1] = true;
+      rc = copy_opt(o->policy, sizeof(o->policy), v, "--policy");
+      set[SET_POLICY] = true;
     } else if (strcmp(a, "--threads") == 0) {
       gf_diag d = {""};
-      if (gf_parse_int64(v, 1, 256, &o.threads, &d)) {
+      if (gf_parse_int64(v, 1, 256, &o->threads, &d)) {
         fprintf(stderr, "gpufrac scheduler: --threads: %s\n", d.msg);
         return GF_EXIT_USAGE;
       }
-      set[2] = true;
+      set[SET_THREADS] = true;
+    } else if (strcmp(a, "--kubeconfig") == 0) {
+      if (!*v) {
+        fprintf(stderr, "gpufrac scheduler: --kubeconfig: empty path\n");
+        return GF_EXIT_USAGE;
+      }
+      rc = copy_opt(o->kubeconfig, sizeof(o->kubeconfig), v, "--kubeconfig");
+      set[SET_KUBECONFIG] = true;
+    } else if (strcmp(a, "--lease") == 0) {
+      rc = copy_opt(o->lease, sizeof(o->lease), v, "--lease");
+      set[SET_LEASE] = true;
     } else if (strcmp(a, "--config") == 0) {
-      config = v;
+      *config = v;
     } else {
       fprintf(stderr, "gpufrac scheduler: unknown option '%s'\n", a);
       usage(stderr);
@@ -141,42 +241,115 @@ int cmd_scheduler(int argc, char **argv) {
     if (rc)
       return rc;
   }
-  if (config) {
-    int rc = read_config(config, &o, set);
-    if (rc)
-      return rc;
+  if (o->no_kube && (set[SET_KUBECONFIG] || set[SET_LEASE])) {
+    fprintf(stderr, "gpufrac scheduler: --no-kube excludes %s\n",
+            set[SET_KUBECONFIG] ? "--kubeconfig" : "--lease");
+    return GF_EXIT_USAGE;
   }
+  return -1;
+}
 
-  gf_sched_config cfg = {
-      .policy = o.policy, .binder = NULL, .max_body = (size_t)o.max_body};
+int cmd_scheduler(int argc, char **argv) {
+  opts o;
+  memset(&o, 0, sizeof(o));
+  snprintf(o.listen, sizeof(o.listen), "0.0.0.0:8888");
+  snprintf(o.policy, sizeof(o.policy), "gpufrac");
+  o.threads = 4;
+  const char *config = NULL;
+  bool set[NSET] = {false};
+  int rc = parse_args(argc, argv, &o, &config, set);
+  if (rc >= 0)
+    return rc;
+  if (config && (rc = read_config(config, &o, set)))
+    return rc;
+  const char *lease_name = NULL;
+  if (!o.no_kube && o.lease[0] && (rc = parse_lease(o.lease, &lease_name)))
+    return rc;
+
+  gf_kube_config *kc = NULL;
+  gf_sched_kube_binder *kb = NULL;
+  gf_sched_kube *feed = NULL;
   gf_sched *s = NULL;
+  gf_sched_server *srv = NULL;
   gf_diag d = {""};
-  if (gf_sched_new(&cfg, &s, &d)) {
+  /* A bad policy is a usage error whatever the API server: check it before
+   * looking for one (the extender proper is made once the binder is). */
+  gf_sched_config probe = {.policy = o.policy};
+  if (gf_sched_new(&probe, &s, &d)) {
     fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
     return GF_EXIT_USAGE;
   }
-  /* Block the signals in every thread (the HTTP pool inherits the mask),
-   * then wait for them here. */
+  gf_sched_free(s);
+  s = NULL;
+  if (!o.no_kube) {
+    if ((rc = kube_config(&o, &kc)))
+      return rc;
+    if (gf_sched_kube_binder_new(kc, NULL, (unsigned)o.threads, &kb, &d)) {
+      fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+      rc = GF_EXIT_FAIL;
+      goto out;
+    }
+  }
+  gf_sched_config cfg = {.policy = o.policy,
+                         .binder = gf_sched_kube_binder_get(kb),
+                         .max_body = (size_t)o.max_body};
+  if (gf_sched_new(&cfg, &s, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+    rc = GF_EXIT_USAGE;
+    goto out;
+  }
+  if (kc) {
+    gf_sched_kube_opts ko = {.lease_ns = o.lease[0] ? o.lease : NULL,
+                             .lease_name = lease_name};
+    if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {
+      fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+      rc = GF_EXIT_FAIL;
+      goto out;
+    }
+  }
+  /* Block the signals in every thread (the HTTP pool and the informers
+   * inherit the mask), then wait for them here. */
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-  gf_sched_server *srv = NULL;
   if (gf_sched_server_start(s, o.listen, (unsigned)o.threads, &srv, &d)) {
     fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
-    gf_sched_free(s);
-    return GF_EXIT_FAIL;
+    rc = GF_EXIT_FAIL;
+    goto out;
   }
-  fprintf(stderr,
-          "gpufrac scheduler: serving on port %u (policy %s)\n"
-          "gpufrac scheduler: no Kubernetes API client configured: /bind "
-          "will refuse and /readyz stays 503\n",
-          (unsigned)gf_sched_server_port(srv), o.policy);
+  if (feed && gf_sched_kube_start(feed, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+    rc = GF_EXIT_FAIL;
+    goto out;
+  }
+  if (kc)
+    fprintf(stderr,
+            "gpufrac scheduler: serving on port %u (policy %s), API server "
+            "%s, lease %s/%s\n",
+            (unsigned)gf_sched_server_port(srv), o.policy,
+            gf_kube_config_server(kc),
+            o.lease[0] ? o.lease : GF_SCHED_KUBE_LEASE_NS,
+            lease_name ? lease_name : GF_SCHED_KUBE_LEASE_NAME);
+  else
+    fprintf(stderr,
+            "gpufrac scheduler: serving on port %u (policy %s)\n"
+            "gpufrac scheduler: --no-kube: no Kubernetes API client: /bind "
+            "will refuse and /readyz stays 503\n",
+            (unsigned)gf_sched_server_port(srv), o.policy);
   int sig = 0;
   sigwait(&sigs, &sig);
   fprintf(stderr, "gpufrac scheduler: signal %d, stopping\n", sig);
-  gf_sched_server_stop(srv);
+  rc = GF_EXIT_OK;
+out:
+  /* The server first, so binds in flight finish while we still lead; then
+   * the feed, which releases the Lease. */
+  if (srv)
+    gf_sched_server_stop(srv);
+  gf_sched_kube_free(feed);
   gf_sched_free(s);
-  return GF_EXIT_OK;
+  gf_sched_kube_binder_free(kb);
+  gf_kube_config_free(kc);
+  return rc;
 }

@@ -1,0 +1,116 @@
+/*
+ * gpufrac/sched_kube.h - the scheduler extender connected to the API
+ * server: a gf_binder made of the kube client, the informers that feed the
+ * extender's model, and the Lease that decides which replica binds.
+ *
+ * Why it exists.  gf_sched (sched.h) knows nothing of HTTP clients and
+ * gf_kube (kube.h) knows nothing of placement; this module is the glue, so
+ * neither has to depend on the other and `gpufrac scheduler` only starts
+ * and stops it.
+ *
+ * Invariants.
+ *   - The binder writes the grant with a JSON merge PATCH of the pod's
+ *     gpufrac.io/grant annotation and then POSTs a v1 Binding.  gf_binder
+ *     carries no resourceVersion, so the PATCH has no resourceVersion
+ *     precondition; the Binding carries the pod's uid, so a pod replaced
+ *     under the same name is never bound (its stray grant books nothing).
+ *     API server errors (Status reason and message) come back in the diag,
+ *     which the extender puts in ExtenderBindingResult.Error.
+ *   - The binder is safe from several threads at once: it keeps a pool of
+ *     clients (a gf_kube handle is single-threaded), each used by one bind
+ *     at a time.
+ *   - The model is fed only through gf_sched_node_* / gf_sched_pod_*; a
+ *     node or pod the extender refuses (malformed inventory, a grant that
+ *     no longer fits) is logged and counted, never fatal.
+ *   - The extender is marked synced only after both the node and the pod
+ *     informers have applied their first LIST.
+ *   - With leader election on, the extender starts as a follower and binds
+ *     only while it holds the Lease; stopping releases the Lease.
+ */
+#ifndef GPUFRAC_SCHED_KUBE_H
+#define GPUFRAC_SCHED_KUBE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/kube.h"
+#include "gpufrac/sched.h"
+
+#define GF_SCHED_KUBE_LEASE_NS "gpufrac-system"
+#define GF_SCHED_KUBE_LEASE_NAME "gpufrac-scheduler"
+
+/* ---- the binder -------------------------------------------------------- */
+
+typedef struct gf_sched_kube_binder gf_sched_kube_binder;
+
+/* Makes a binder with `nclients` API clients (0: 4; at most 64) on cfg
+ * (borrowed; must outlive the binder).  kopts may be NULL.  GF_EINVAL,
+ * GF_ENOMEM, or what gf_kube_new fails with. */
+int gf_sched_kube_binder_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
+                             unsigned nclients, gf_sched_kube_binder **out,
+                             gf_diag *d);
+/* The gf_binder to put in gf_sched_config (valid while b lives). */
+const gf_binder *gf_sched_kube_binder_get(gf_sched_kube_binder *b);
+/* Frees the binder; no bind may be in flight. */
+void gf_sched_kube_binder_free(gf_sched_kube_binder *b);
+
+/* ---- the feeds and the leader election --------------------------------- */
+
+typedef struct gf_sched_kube_opts {
+  const char *lease_ns;    /* NULL: GF_SCHED_KUBE_LEASE_NS */
+  const char *lease_name;  /* NULL: GF_SCHED_KUBE_LEASE_NAME */
+  const char *identity;    /* NULL: "<hostname>_<pid>" */
+  bool no_leader_election; /* true: no Lease; this replica always binds */
+  long watch_timeout_s;    /* 0: the informer's default (300) */
+  long backoff_base_ms;    /* 0: the informer's default (200) */
+  long backoff_cap_ms;     /* 0: the informer's default (30000) */
+  uint64_t seed;           /* backoff jitter seed; 0: from the pid */
+  bool quiet;              /* true: do not log model errors on stderr */
+} gf_sched_kube_opts;
+
+typedef struct gf_sched_kube gf_sched_kube;
+
+/* Informers on /api/v1/nodes and /api/v1/pods (all namespaces) whose
+ * events call gf_sched_node_update/delete and gf_sched_pod_update/delete on
+ * s, and (unless o->no_leader_election) a leader election on the Lease
+ * lease_ns/lease_name.  With an election, s is made a follower
+ * (gf_sched_set_leader false) until the Lease is won.  s and cfg are
+ * borrowed and must outlive the feed; strings in o are copied; o may be
+ * NULL.  Nothing runs until gf_sched_kube_start or gf_sched_kube_step. */
+int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
+                      const gf_kube_opts *kopts, const gf_sched_kube_opts *o,
+                      gf_sched_kube **out, gf_diag *d);
+
+/* Runs the informers and the election on their own threads (signals
+ * should be blocked by the caller first: the threads inherit the mask).
+ * GF_ESTATE if already started, GF_ENOMEM / GF_EIO if a thread cannot be
+ * made (whatever started is stopped again). */
+int gf_sched_kube_start(gf_sched_kube *f, gf_diag *d);
+
+/* Stops the threads (watches end within about a second), joins them and
+ * releases the Lease if held.  Idempotent; safe without start. */
+void gf_sched_kube_stop(gf_sched_kube *f);
+
+/* Stops (if running) and frees.  NULL is accepted. */
+void gf_sched_kube_free(gf_sched_kube *f);
+
+typedef enum gf_sched_kube_part {
+  GF_SCHED_KUBE_NODES,
+  GF_SCHED_KUBE_PODS,
+  GF_SCHED_KUBE_LEADER,
+} gf_sched_kube_part;
+
+/* One step of one part on the calling thread, instead of start: a LIST or
+ * one WATCH connection for an informer (gf_kube_informer_step), one
+ * acquire-or-renew for the election (gf_kube_leader_try; GF_ESTATE when the
+ * election is off).  Marks s synced once both informers are.  For tests
+ * and tools; do not mix with start. */
+int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d);
+
+/* True once both informers have applied their first LIST. */
+bool gf_sched_kube_synced(gf_sched_kube *f);
+/* Node and pod objects the extender refused so far (logged on stderr). */
+uint64_t gf_sched_kube_model_errors(gf_sched_kube *f);
+
+#endif

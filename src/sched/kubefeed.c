@@ -1,0 +1,476 @@
+/*
+ * kubefeed.c - the extender connected to the API server (sched_kube.h): a
+ * gf_binder on the kube client, node and pod informers feeding the model,
+ * and the Lease election deciding who binds.
+ *
+ * Threads: one per informer, one for the election, one supervisor that
+ * marks the extender synced once both informers are.  Informer callbacks
+ * and election callbacks run on those threads and only call gf_sched's
+ * thread-safe functions.  Nothing here trusts what the server sends: every
+ * object is checked by gf_sched's parsers, and a refusal is logged and
+ * counted, never fatal.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/sched_kube.h"
+
+#define MAX_CLIENTS 64
+#define KEY_MAX (2 * GF_NAME_MAX + 2)
+#define IDENTITY_MAX 320
+#define LOG_FIRST 20     /* model errors logged one by one ... */
+#define LOG_EVERY 1000u  /* ... then one in LOG_EVERY */
+#define SUPERVISE_MS 50L /* how often the supervisor looks at synced */
+
+/* ---- the binder -------------------------------------------------------- */
+
+struct gf_sched_kube_binder {
+  gf_binder b;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  unsigned n, nfree;
+  gf_kube *all[MAX_CLIENTS];
+  gf_kube *free_[MAX_CLIENTS]; /* a stack of idle clients */
+};
+
+/* A DNS-1123 name (namespaces, pods, nodes): safe in a path unescaped.  The
+ * same rule gf_kube_bind applies, so both halves of a bind agree. */
+static bool dns_name(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  return n > 0 && n <= 253 &&
+         strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789.-") == n;
+}
+
+static gf_kube *client_get(gf_sched_kube_binder *b) {
+  pthread_mutex_lock(&b->mu);
+  while (b->nfree == 0)
+    pthread_cond_wait(&b->cv, &b->mu);
+  gf_kube *k = b->free_[--b->nfree];
+  pthread_mutex_unlock(&b->mu);
+  return k;
+}
+
+static void client_put(gf_sched_kube_binder *b, gf_kube *k) {
+  pthread_mutex_lock(&b->mu);
+  b->free_[b->nfree++] = k;
+  pthread_cond_signal(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* gf_binder.write_grant: PATCH {"metadata":{"annotations":{grant}}}. */
+static int kb_write_grant(void *ctx, const gf_pod_ref *pod,
+                          const char *grant_json, gf_diag *d) {
+  gf_sched_kube_binder *b = ctx;
+  if (!pod || !dns_name(pod->ns) || !dns_name(pod->name))
+    return gf_diag_set(
+        d, GF_EINVAL, "pod '%.253s/%.253s': not valid Kubernetes names",
+        pod && pod->ns ? pod->ns : "", pod && pod->name ? pod->name : "");
+  if (!grant_json || strlen(grant_json) > GF_ANNOTATION_MAX)
+    return gf_diag_set(d, GF_ELIMIT,
+                       "pod %s/%s: grant missing or longer than %d bytes",
+                       pod->ns, pod->name, GF_ANNOTATION_MAX);
+  char path[600];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", pod->ns,
+           pod->name);
+  json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
+                            GF_GRANT_ANNOTATION, grant_json);
+  if (!patch) /* out of memory, or a grant that is not UTF-8 */
+    return gf_diag_set(d, GF_EINVAL,
+                       "pod %s/%s: the grant cannot be put in a JSON patch",
+                       pod->ns, pod->name);
+  gf_kube *k = client_get(b);
+  int rc = gf_kube_merge_patch(k, path, patch, NULL, NULL, d);
+  client_put(b, k);
+  json_decref(patch);
+  return rc;
+}
+
+/* gf_binder.create_binding: POST the v1 Binding (uid as precondition). */
+static int kb_create_binding(void *ctx, const gf_pod_ref *pod, const char *node,
+                             gf_diag *d) {
+  gf_sched_kube_binder *b = ctx;
+  if (!pod)
+    return gf_diag_set(d, GF_EINVAL, "binding: no pod given");
+  gf_kube *k = client_get(b);
+  int rc = gf_kube_bind(k, pod->ns, pod->name,
+                        pod->uid && *pod->uid ? pod->uid : NULL, node, d);
+  client_put(b, k);
+  return rc;
+}
+
+int gf_sched_kube_binder_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
+                             unsigned nclients, gf_sched_kube_binder **out,
+                             gf_diag *d) {
+  if (!cfg || !out)
+    return gf_diag_set(d, GF_EINVAL, "kube binder: no configuration given");
+  if (nclients == 0)
+    nclients = 4;
+  if (nclients > MAX_CLIENTS)
+    return gf_diag_set(d, GF_EINVAL,
+                       "kube binder: %u API clients asked, at most %d",
+                       nclients, MAX_CLIENTS);
+  gf_sched_kube_binder *b = calloc(1, sizeof(*b));
+  if (!b)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  int rc = 0;
+  if (pthread_mutex_init(&b->mu, NULL)) {
+    free(b);
+    return gf_diag_set(d, GF_ENOMEM, "kube binder: cannot make a mutex");
+  }
+  if (pthread_cond_init(&b->cv, NULL)) {
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+    return gf_diag_set(d, GF_ENOMEM, "kube binder: cannot make a condvar");
+  }
+  for (unsigned i = 0; i < nclients; i++) {
+    if ((rc = gf_kube_new(&b->all[i], cfg, kopts, d))) {
+      gf_diag_prefix(d, "kube binder");
+      gf_sched_kube_binder_free(b);
+      return rc;
+    }
+    b->n++;
+    b->free_[b->nfree++] = b->all[i];
+  }
+  b->b.ctx = b;
+  b->b.write_grant = kb_write_grant;
+  b->b.create_binding = kb_create_binding;
+  *out = b;
+  return 0;
+}
+
+const gf_binder *gf_sched_kube_binder_get(gf_sched_kube_binder *b) {
+  return b ? &b->b : NULL;
+}
+
+void gf_sched_kube_binder_free(gf_sched_kube_binder *b) {
+  if (!b)
+    return;
+  for (unsigned i = 0; i < b->n; i++)
+    gf_kube_free(b->all[i]);
+  pthread_cond_destroy(&b->cv);
+  pthread_mutex_destroy(&b->mu);
+  free(b);
+}
+
+/* ---- the feeds ---------------------------------------------------------- */
+
+struct gf_sched_kube {
+  gf_sched *s;
+  bool quiet;
+  gf_kube_informer *nodes, *pods;
+  gf_kube_leader *leader; /* NULL: no election */
+  atomic_ullong errors;
+  atomic_bool synced_marked;
+  atomic_int stop;
+  bool started;
+  pthread_t t_nodes, t_pods, t_leader, t_super;
+  bool have_nodes, have_pods, have_leader, have_super;
+};
+
+/* Logs a refused object: the first LOG_FIRST, then one in LOG_EVERY. */
+static void model_error(gf_sched_kube *f, const char *what, const json_t *obj,
+                        int rc, const gf_diag *d) {
+  unsigned long long n = atomic_fetch_add(&f->errors, 1) + 1;
+  if (f->quiet || (n > LOG_FIRST && n % LOG_EVERY != 0))
+    return;
+  const json_t *md = json_object_get(obj, "metadata");
+  const char *ns = json_string_value(json_object_get(md, "namespace"));
+  const char *name = json_string_value(json_object_get(md, "name"));
+  fprintf(stderr,
+          "gpufrac scheduler: %s %s%s%s: %s (%s; %llu refused so far)\n", what,
+          ns ? ns : "", ns ? "/" : "", name ? name : "(no name)",
+          d->msg[0] ? d->msg : gf_strerror(rc), gf_err_name(rc), n);
+}
+
+static void node_apply(void *user, json_t *obj) {
+  gf_sched_kube *f = user;
+  gf_diag d = {""};
+  int rc = gf_sched_node_update(f->s, obj, &d);
+  if (rc)
+    model_error(f, "node", obj, rc, &d);
+}
+
+static void node_changed(void *user, json_t *old_obj, json_t *new_obj) {
+  (void)old_obj;
+  node_apply(user, new_obj);
+}
+
+static void node_gone(void *user, json_t *obj) {
+  gf_sched_kube *f = user;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(obj, "metadata"), "name"));
+  if (name)
+    (void)gf_sched_node_delete(f->s, name); /* GF_ENOTFOUND: never added */
+}
+
+/* The key gf_sched files a pod under: its uid, or "ns/name" without one
+ * (as gf_sched's own pod_key).  NULL when the object has neither. */
+static const char *pod_key(const json_t *obj, char *buf, size_t cap) {
+  const json_t *md = json_object_get(obj, "metadata");
+  const char *uid = json_string_value(json_object_get(md, "uid"));
+  if (uid && *uid)
+    return uid;
+  const char *ns = json_string_value(json_object_get(md, "namespace"));
+  const char *name = json_string_value(json_object_get(md, "name"));
+  if (!name)
+    return NULL;
+  int n = snprintf(buf, cap, "%s/%s", ns ? ns : "", name);
+  return n < 0 || (size_t)n >= cap ? NULL : buf;
+}
+
+static void pod_apply(void *user, json_t *obj) {
+  gf_sched_kube *f = user;
+  gf_diag d = {""};
+  int rc = gf_sched_pod_update(f->s, obj, &d);
+  if (rc)
+    model_error(f, "pod", obj, rc, &d);
+}
+
+static void pod_changed(void *user, json_t *old_obj, json_t *new_obj) {
+  gf_sched_kube *f = user;
+  char ob[KEY_MAX], nb[KEY_MAX];
+  const char *ok = pod_key(old_obj, ob, sizeof(ob));
+  const char *nk = pod_key(new_obj, nb, sizeof(nb));
+  /* Same name, new uid (replaced while a watch was down): the old pod's
+   * booking must go before the new one is read. */
+  if (ok && (!nk || strcmp(ok, nk) != 0))
+    (void)gf_sched_pod_delete(f->s, ok);
+  pod_apply(user, new_obj);
+}
+
+static void pod_gone(void *user, json_t *obj) {
+  gf_sched_kube *f = user;
+  char kb[KEY_MAX];
+  const char *k = pod_key(obj, kb, sizeof(kb));
+  if (k)
+    (void)gf_sched_pod_delete(f->s, k); /* GF_ENOTFOUND: pending, not booked */
+}
+
+static void lead_started(void *user) {
+  gf_sched_kube *f = user;
+  gf_sched_set_leader(f->s, true);
+  if (!f->quiet)
+    fprintf(stderr, "gpufrac scheduler: leading: this replica binds\n");
+}
+
+static void lead_stopped(void *user) {
+  gf_sched_kube *f = user;
+  gf_sched_set_leader(f->s, false);
+  if (!f->quiet)
+    fprintf(stderr, "gpufrac scheduler: following: another replica binds\n");
+}
+
+static void mark_synced(gf_sched_kube *f) {
+  if (atomic_load(&f->synced_marked))
+    return;
+  if (gf_kube_informer_synced(f->nodes) && gf_kube_informer_synced(f->pods)) {
+    atomic_store(&f->synced_marked, true);
+    gf_sched_set_synced(f->s, true);
+    if (!f->quiet)
+      fprintf(stderr,
+              "gpufrac scheduler: model synced: %u nodes, %u pods "
+              "booked\n",
+              gf_sched_nnodes(f->s), gf_sched_npods(f->s));
+  }
+}
+
+static int default_identity(char *buf, size_t cap) {
+  char host[256];
+  if (gethostname(host, sizeof(host)) != 0)
+    snprintf(host, sizeof(host), "unknown");
+  host[sizeof(host) - 1] = '\0';
+  int n = snprintf(buf, cap, "%s_%ld", host, (long)getpid());
+  return n < 0 || (size_t)n >= cap ? GF_ELIMIT : 0;
+}
+
+int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
+                      const gf_kube_opts *kopts, const gf_sched_kube_opts *o,
+                      gf_sched_kube **out, gf_diag *d) {
+  static const gf_sched_kube_opts none = {0};
+  if (!s || !cfg || !out)
+    return gf_diag_set(d, GF_EINVAL, "kube feed: extender or config missing");
+  if (!o)
+    o = &none;
+  gf_sched_kube *f = calloc(1, sizeof(*f));
+  if (!f)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  f->s = s;
+  f->quiet = o->quiet;
+  uint64_t seed = o->seed ? o->seed : (uint64_t)getpid();
+  int rc;
+  gf_kube_informer_opts io = {.watch_timeout_s = o->watch_timeout_s,
+                              .backoff_base_ms = o->backoff_base_ms,
+                              .backoff_cap_ms = o->backoff_cap_ms};
+  io.path = "/api/v1/nodes";
+  io.seed = seed;
+  gf_kube_informer_handlers nh = {node_apply, node_changed, node_gone, f};
+  if ((rc = gf_kube_informer_new(&f->nodes, cfg, kopts, &io, &nh, d))) {
+    gf_diag_prefix(d, "node informer");
+    goto fail;
+  }
+  io.path = "/api/v1/pods";
+  io.seed = seed + 1;
+  gf_kube_informer_handlers ph = {pod_apply, pod_changed, pod_gone, f};
+  if ((rc = gf_kube_informer_new(&f->pods, cfg, kopts, &io, &ph, d))) {
+    gf_diag_prefix(d, "pod informer");
+    goto fail;
+  }
+  if (!o->no_leader_election) {
+    char id[IDENTITY_MAX];
+    const char *ns = o->lease_ns ? o->lease_ns : GF_SCHED_KUBE_LEASE_NS;
+    const char *name = o->lease_name ? o->lease_name : GF_SCHED_KUBE_LEASE_NAME;
+    if (!dns_name(ns) || !dns_name(name)) {
+      rc = gf_diag_set(d, GF_EINVAL,
+                       "lease '%.253s/%.253s': namespace and name must be "
+                       "DNS-1123 names",
+                       ns, name);
+      goto fail;
+    }
+    if (!o->identity && (rc = default_identity(id, sizeof(id)))) {
+      gf_diag_set(d, rc, "leader identity: host name too long");
+      goto fail;
+    }
+    gf_kube_leader_opts lo = {.ns = ns,
+                              .name = name,
+                              .identity = o->identity ? o->identity : id,
+                              .on_started = lead_started,
+                              .on_stopped = lead_stopped,
+                              .user = f};
+    if ((rc = gf_kube_leader_new(&f->leader, cfg, kopts, &lo, d))) {
+      gf_diag_prefix(d, "leader election on lease %s/%s", ns, name);
+      goto fail;
+    }
+    gf_sched_set_leader(s, false); /* follow until the Lease is ours */
+  }
+  *out = f;
+  return 0;
+fail:
+  gf_sched_kube_free(f);
+  return rc;
+}
+
+static void *run_nodes(void *arg) {
+  gf_kube_informer_run(((gf_sched_kube *)arg)->nodes);
+  return NULL;
+}
+
+static void *run_pods(void *arg) {
+  gf_kube_informer_run(((gf_sched_kube *)arg)->pods);
+  return NULL;
+}
+
+static void *run_leader(void *arg) {
+  gf_kube_leader_run(((gf_sched_kube *)arg)->leader);
+  return NULL;
+}
+
+/* Marks the extender synced once both informers are, then waits for stop. */
+static void *run_super(void *arg) {
+  gf_sched_kube *f = arg;
+  while (!atomic_load(&f->stop) && !atomic_load(&f->synced_marked)) {
+    mark_synced(f);
+    struct timespec ts = {0, SUPERVISE_MS * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+int gf_sched_kube_start(gf_sched_kube *f, gf_diag *d) {
+  if (!f)
+    return gf_diag_set(d, GF_EINVAL, "kube feed: none given");
+  if (f->started)
+    return gf_diag_set(d, GF_ESTATE, "kube feed: already started");
+  f->started = true;
+  atomic_store(&f->stop, 0);
+  int e = pthread_create(&f->t_nodes, NULL, run_nodes, f);
+  f->have_nodes = e == 0;
+  if (!e) {
+    e = pthread_create(&f->t_pods, NULL, run_pods, f);
+    f->have_pods = e == 0;
+  }
+  if (!e && f->leader) {
+    e = pthread_create(&f->t_leader, NULL, run_leader, f);
+    f->have_leader = e == 0;
+  }
+  if (!e) {
+    e = pthread_create(&f->t_super, NULL, run_super, f);
+    f->have_super = e == 0;
+  }
+  if (e) {
+    gf_sched_kube_stop(f);
+    return gf_diag_set(d, e == EAGAIN ? GF_ENOMEM : GF_EIO,
+                       "kube feed: cannot start a thread: %s", strerror(e));
+  }
+  return 0;
+}
+
+void gf_sched_kube_stop(gf_sched_kube *f) {
+  if (!f || !f->started)
+    return;
+  atomic_store(&f->stop, 1);
+  if (f->nodes)
+    gf_kube_informer_stop(f->nodes);
+  if (f->pods)
+    gf_kube_informer_stop(f->pods);
+  if (f->leader)
+    gf_kube_leader_stop(f->leader);
+  if (f->have_nodes)
+    pthread_join(f->t_nodes, NULL);
+  if (f->have_pods)
+    pthread_join(f->t_pods, NULL);
+  if (f->have_leader)
+    pthread_join(f->t_leader, NULL); /* released the Lease on its way out */
+  if (f->have_super)
+    pthread_join(f->t_super, NULL);
+  f->have_nodes = f->have_pods = f->have_leader = f->have_super = false;
+  f->started = false;
+}
+
+void gf_sched_kube_free(gf_sched_kube *f) {
+  if (!f)
+    return;
+  gf_sched_kube_stop(f);
+  gf_kube_leader_free(f->leader);
+  gf_kube_informer_free(f->pods);
+  gf_kube_informer_free(f->nodes);
+  free(f);
+}
+
+int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d) {
+  if (!f)
+    return gf_diag_set(d, GF_EINVAL, "kube feed: none given");
+  if (f->started)
+    return gf_diag_set(d, GF_ESTATE, "kube feed: running on its threads");
+  int rc;
+  switch (part) {
+  case GF_SCHED_KUBE_NODES:
+    rc = gf_kube_informer_step(f->nodes, d);
+    break;
+  case GF_SCHED_KUBE_PODS:
+    rc = gf_kube_informer_step(f->pods, d);
+    break;
+  case GF_SCHED_KUBE_LEADER:
+    if (!f->leader)
+      return gf_diag_set(d, GF_ESTATE, "kube feed: leader election is off");
+    return gf_kube_leader_try(f->leader, NULL, d);
+  default:
+    return gf_diag_set(d, GF_EINVAL, "kube feed: unknown part %d", (int)part);
+  }
+  mark_synced(f);
+  return rc;
+}
+
+bool gf_sched_kube_synced(gf_sched_kube *f) {
+  return f && atomic_load(&f->synced_marked);
+}
+
+uint64_t gf_sched_kube_model_errors(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->errors) : 0;
+}

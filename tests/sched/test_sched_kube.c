@@ -1,0 +1,617 @@
+/* The extender connected to the API server (sched_kube.h), against the API
+ * server test double (tests/kube/apidouble.c, a scripted HTTP server, not
+ * an API server): the binder's exact PATCH and Binding, a 409 on the PATCH
+ * rolled back, the informers feeding the model (LIST then WATCH events
+ * seen by filter and prioritize), the Lease election, start/stop on
+ * threads, and the `gpufrac scheduler` options.  Loopback only. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "apidouble.h"
+#include "cli.h"
+#include "gpufrac/sched_kube.h"
+#include "sched_test.h"
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+#define GiB (1024ll * 1024 * 1024)
+#define POD_PATH "/api/v1/namespaces/ml/pods/infer-7d9f8"
+#define UID_SHARE "3c5e1a2b-9d8f-4e7a-b6c5-d4e3f2a1b0c9"
+/* What the extender picks for pod_share.json (20Gi, 30%) on an empty
+ * node-a100, as the grant annotation's JSON text escaped inside JSON. */
+#define GRANT_A100_0                                                           \
+  "{\\\"version\\\":1,\\\"node\\\":\\\"node-a100\\\",\\\"containers\\\":[{"    \
+  "\\\"name\\\":\\\"server\\\",\\\"gpus\\\":[{\\\"uuid\\\":\\\"GPU-a100-"      \
+  "0000\\\",\\\"index\\\":0,\\\"memory\\\":21474836480,\\\"compute\\\":30}]}]" \
+  "}"
+#define CONFLICT_409                                                           \
+  "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":"     \
+  "\"Failure\",\"message\":\"Operation cannot be fulfilled on pods "           \
+  "\\\"infer-7d9f8\\\": the object has been modified; please apply your "      \
+  "changes to the latest version and try again\",\"reason\":\"Conflict\","     \
+  "\"details\":{\"name\":\"infer-7d9f8\",\"kind\":\"pods\"},\"code\":409}"
+
+int cmd_scheduler(int argc, char **argv);
+
+static void finish(td_server *srv) {
+  char err[1024] = "";
+  if (td_finish(srv, err, sizeof(err))) {
+    fprintf(stderr, "API double: %s\n", err);
+    fail();
+  }
+}
+
+static gf_kube_config *plain(td_server *srv) {
+  gf_kube_config *cfg = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
+  return cfg;
+}
+
+/* An extender with node-a100 and the pending pod_share.json in its model. */
+static gf_sched *extender(const gf_binder *b) {
+  gf_sched_config cfg = {.binder = b};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&cfg, &s, &d), 0);
+  json_t *node = fixture_json("node_a100.json");
+  json_t *pod = fixture_json("pod_share.json");
+  assert_int_equal(gf_sched_node_update(s, node, &d), 0);
+  assert_int_equal(gf_sched_pod_update(s, pod, &d), 0);
+  json_decref(node);
+  json_decref(pod);
+  return s;
+}
+
+static char *bind_error(gf_sched *s) {
+  char *body = fixture("bind_args.json", NULL);
+  int st = 0;
+  json_t *r = call(s, "bind", body, &st);
+  free(body);
+  assert_int_equal(st, 200);
+  assert_non_null(r);
+  const char *e = json_string_value(json_object_get(r, "Error"));
+  assert_non_null(e);
+  char *out = strdup(e);
+  json_decref(r);
+  return out;
+}
+
+static int64_t mem_used(gf_sched *s, uint32_t gpu) {
+  gf_node n;
+  assert_int_equal(gf_sched_node_state(s, "node-a100", &n), 0);
+  return n.gpus[gpu].mem_used;
+}
+
+/* ---- the binder --------------------------------------------------------- */
+
+static void test_binder_patch_and_binding(void **st) {
+  (void)st;
+  static const td_expect script[] = {
+      {.method = "PATCH",
+       .target = POD_PATH,
+       .ctype = "application/merge-patch+json",
+       .body_has = {"{\"metadata\":{\"annotations\":{\"gpufrac.io/grant\":"
+                    "\"" GRANT_A100_0 "\"}}}"},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"infer-7d9f8\","
+               "\"namespace\":\"ml\",\"resourceVersion\":\"90212\"}}"},
+      {.method = "POST",
+       .target = POD_PATH "/binding",
+       .ctype = "application/json",
+       .body_has = {"{\"apiVersion\":\"v1\",\"kind\":\"Binding\",\"metadata\":"
+                    "{\"name\":\"infer-7d9f8\",\"namespace\":\"ml\",\"uid\":"
+                    "\"" UID_SHARE "\"},\"target\":{\"apiVersion\":\"v1\","
+                    "\"kind\":\"Node\",\"name\":\"node-a100\"}}"},
+       .status = 201,
+       .body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},"
+               "\"status\":\"Success\",\"code\":201}"},
+  };
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_kube_binder *kb = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_kube_binder_new(cfg, NULL, 2, &kb, &d), 0);
+  gf_sched *s = extender(gf_sched_kube_binder_get(kb));
+  char *e = bind_error(s);
+  assert_string_equal(e, "");
+  free(e);
+  assert_int_equal(gf_sched_npods(s), 1);
+  assert_int_equal(mem_used(s, 0), 20 * GiB);
+  finish(srv);
+  gf_sched_free(s);
+  gf_sched_kube_binder_free(kb);
+  gf_kube_config_free(cfg);
+}
+
+static void test_binder_conflict_rolls_back(void **st) {
+  (void)st;
+  static const td_expect script[] = {
+      {.method = "PATCH",
+       .target = POD_PATH,
+       .ctype = "application/merge-patch+json",
+       .body_has = {"\"gpufrac.io/grant\":\"" GRANT_A100_0 "\""},
+       .status = 409,
+       .body = CONFLICT_409},
+      /* kube-scheduler retries: the same GPU is free again. */
+      {.method = "PATCH",
+       .target = POD_PATH,
+       .body_has = {"\"gpufrac.io/grant\":\"" GRANT_A100_0 "\""},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\"}"},
+      {.method = "POST",
+       .target = POD_PATH "/binding",
+       .body_has = {"\"name\":\"node-a100\""},
+       .status = 201,
+       .body = "{\"kind\":\"Status\",\"status\":\"Success\",\"code\":201}"},
+  };
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_kube_binder *kb = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_kube_binder_new(cfg, NULL, 1, &kb, &d), 0);
+  gf_sched *s = extender(gf_sched_kube_binder_get(kb));
+  char *e = bind_error(s);
+  const char *want[] = {"infer-7d9f8", "409", "reason Conflict",
+                        "Operation cannot be fulfilled on pods"};
+  for (size_t i = 0; i < N(want); i++)
+    if (!strstr(e, want[i])) {
+      fprintf(stderr, "bind Error '%s' lacks '%s'\n", e, want[i]);
+      fail();
+    }
+  free(e);
+  assert_int_equal(gf_sched_npods(s), 0); /* rolled back */
+  assert_int_equal(mem_used(s, 0), 0);
+  assert_int_equal(mem_used(s, 1), 0);
+  e = bind_error(s);
+  assert_string_equal(e, "");
+  free(e);
+  assert_int_equal(gf_sched_npods(s), 1);
+  finish(srv);
+  gf_sched_free(s);
+  gf_sched_kube_binder_free(kb);
+  gf_kube_config_free(cfg);
+}
+
+static void test_binder_refuses_bad_names(void **st) {
+  (void)st;
+  static const td_expect none[1];
+  td_server *srv = td_start(none, 0);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_kube_binder *kb = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_kube_binder_new(cfg, NULL, 0, &kb, &d), 0);
+  const gf_binder *b = gf_sched_kube_binder_get(kb);
+  gf_pod_ref bad = {"ml", "../../nodes/x", ""};
+  assert_int_equal(b->write_grant(b->ctx, &bad, "{}", &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "not valid Kubernetes names"));
+  assert_int_equal(b->create_binding(b->ctx, &bad, "n", &d), GF_EINVAL);
+  assert_int_equal(gf_sched_kube_binder_new(cfg, NULL, 65, &kb, &d), GF_EINVAL);
+  finish(srv); /* nothing was sent */
+  gf_sched_kube_binder_free(kb);
+  gf_kube_config_free(cfg);
+}
+
+/* ---- the feeds ------------------------------------------------------------
+ */
+
+/* pod_bound.json renamed, on GPU `gpu` with `gib` GiB of memory. */
+static json_t *bound_pod(const char *name, const char *uid, int gpu, int gib) {
+  json_t *p = fixture_json("pod_bound.json");
+  json_t *md = json_object_get(p, "metadata");
+  json_object_set_new(md, "name", json_string(name));
+  json_object_set_new(md, "uid", json_string(uid));
+  char grant[512], q[16];
+  snprintf(grant, sizeof(grant),
+           "{\"version\":1,\"node\":\"node-a100\",\"containers\":[{\"name\":"
+           "\"server\",\"gpus\":[{\"uuid\":\"GPU-a100-000%d\",\"index\":%d,"
+           "\"memory\":%lld,\"compute\":0}]}]}",
+           gpu, gpu, (long long)gib * GiB);
+  json_object_set_new(json_object_get(md, "annotations"), "gpufrac.io/grant",
+                      json_string(grant));
+  snprintf(q, sizeof(q), "%dGi", gib);
+  json_t *res = json_object_get(
+      json_array_get(json_object_get(json_object_get(p, "spec"), "containers"),
+                     0),
+      "resources");
+  json_object_set_new(json_object_get(res, "limits"), "gpufrac.io/gpu-memory",
+                      json_string(q));
+  json_object_set_new(json_object_get(res, "requests"), "gpufrac.io/gpu-memory",
+                      json_string(q));
+  return p;
+}
+
+static char *dumps(const json_t *j) {
+  char *s = json_dumps(j, JSON_COMPACT);
+  assert_non_null(s);
+  return s;
+}
+
+static char *list_of(const char *kind, const char *rv, json_t *item) {
+  json_t *l = json_pack("{s:s,s:s,s:{s:s},s:[o]}", "kind", kind, "apiVersion",
+                        "v1", "metadata", "resourceVersion", rv, "items", item);
+  char *s = dumps(l);
+  json_decref(l);
+  return s;
+}
+
+static char *event(const char *type, json_t *obj) {
+  json_t *e = json_pack("{s:s,s:o}", "type", type, "object", obj);
+  char *body = dumps(e);
+  json_decref(e);
+  size_t n = strlen(body);
+  char *line = malloc(n + 2);
+  assert_non_null(line);
+  memcpy(line, body, n);
+  line[n] = '\n';
+  line[n + 1] = '\0';
+  free(body);
+  return line;
+}
+
+/* Filter and prioritize for pod_share.json asking `gib` GiB on node-a100:
+ * returns the score and copies the FailedNodes reason (or "") into why. */
+static long long ask(gf_sched *s, int gib, char *why, size_t cap) {
+  json_t *pod = fixture_json("pod_share.json");
+  char q[16];
+  snprintf(q, sizeof(q), "%dGi", gib);
+  json_t *res = json_object_get(
+      json_array_get(
+          json_object_get(json_object_get(pod, "spec"), "containers"), 0),
+      "resources");
+  json_object_set_new(json_object_get(res, "limits"), "gpufrac.io/gpu-memory",
+                      json_string(q));
+  json_object_set_new(json_object_get(res, "requests"), "gpufrac.io/gpu-memory",
+                      json_string(q));
+  json_t *args = json_pack("{s:o,s:n,s:[s]}", "Pod", pod, "Nodes", "NodeNames",
+                           "node-a100");
+  char *body = dumps(args);
+  json_decref(args);
+  int st = 0;
+  json_t *r = call(s, "filter", body, &st);
+  assert_int_equal(st, 200);
+  assert_non_null(r);
+  const char *w = json_string_value(
+      json_object_get(json_object_get(r, "FailedNodes"), "node-a100"));
+  snprintf(why, cap, "%s", w ? w : "");
+  if (!w)
+    assert_string_equal(
+        json_string_value(json_array_get(json_object_get(r, "NodeNames"), 0)),
+        "node-a100");
+  json_decref(r);
+  r = call(s, "prioritize", body, &st);
+  assert_int_equal(st, 200);
+  assert_true(json_is_array(r));
+  long long score =
+      json_integer_value(json_object_get(json_array_get(r, 0), "Score"));
+  json_decref(r);
+  free(body);
+  return score;
+}
+
+static int readyz(gf_sched *s) {
+  gf_sched_reply r;
+  gf_sched_handle(s, "GET", "/readyz", "", 0, &r);
+  int st = r.status;
+  gf_sched_reply_release(&r);
+  return st;
+}
+
+#define WATCH_PODS(rv)                                                         \
+  "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=" rv          \
+  "&timeoutSeconds=300"
+
+static void test_feeds(void **st) {
+  (void)st;
+  json_t *node = fixture_json("node_a100.json");
+  char *nodes = list_of("NodeList", "100", node); /* steals node */
+  char *pods = list_of("PodList", "200", bound_pod("train-0", "u-0", 1, 40));
+  char *add = event("ADDED", bound_pod("train-1", "u-1", 0, 60));
+  char *del = event("DELETED", bound_pod("train-0", "u-0", 1, 40));
+  const char *bad = "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\","
+                    "\"metadata\":{\"name\":\"bad\",\"namespace\":\"ml\","
+                    "\"uid\":\"u-bad\",\"resourceVersion\":\"203\","
+                    "\"annotations\":{\"gpufrac.io/grant\":\"{not json\"}},"
+                    "\"spec\":{\"nodeName\":\"node-a100\",\"containers\":[{"
+                    "\"name\":\"c\",\"resources\":{\"limits\":{\"gpufrac.io/"
+                    "gpu-memory\":\"1Gi\"}}}]},\"status\":{\"phase\":"
+                    "\"Running\"}}}\n";
+  const td_expect script[] = {
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = nodes},
+      {.method = "GET",
+       .target = "/api/v1/pods?limit=500",
+       .status = 200,
+       .body = pods},
+      {.method = "GET",
+       .target = WATCH_PODS("200"),
+       .status = 200,
+       .chunks = {add}},
+      {.method = "GET",
+       .target = WATCH_PODS("90211"),
+       .status = 200,
+       .chunks = {del, bad,
+                  "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":"
+                  "\"Pod\",\"metadata\":{\"resourceVersion\":"
+                  "\"300\"}}}\n"}},
+  };
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.no_leader_election = true, .quiet = true};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_LEADER, &d), GF_ESTATE);
+  assert_int_equal(readyz(s), 503);
+
+  /* LIST nodes: not yet synced (pods not listed). */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  assert_int_equal(gf_sched_nnodes(s), 1);
+  assert_false(gf_sched_kube_synced(f));
+  assert_int_equal(readyz(s), 503);
+  /* LIST pods: train-0 holds 40Gi of GPU 1. */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  assert_true(gf_sched_kube_synced(f));
+  assert_int_equal(readyz(s), 200);
+  assert_int_equal(gf_sched_npods(s), 1);
+  assert_int_equal(mem_used(s, 1), 40 * GiB);
+  char why[GF_DIAG_MAX];
+  assert_int_equal(ask(s, 50, why, sizeof(why)), 10); /* GPU 0 is free */
+  assert_string_equal(why, "");
+
+  /* WATCH: train-1 takes 60Gi of GPU 0: the largest free share is 40Gi. */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  assert_int_equal(gf_sched_npods(s), 2);
+  assert_int_equal(mem_used(s, 0), 60 * GiB);
+  assert_int_equal(ask(s, 50, why, sizeof(why)), 0);
+  if (!strstr(why, "gpu-memory 50Gi") || !strstr(why, "40Gi")) {
+    fprintf(stderr, "FailedNodes reason: '%s'\n", why);
+    fail();
+  }
+  assert_int_equal(ask(s, 30, why, sizeof(why)), 10);
+
+  /* WATCH: train-0 deleted (GPU 1 free again), a pod with a malformed
+   * grant (refused and counted, not fatal), a bookmark. */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  assert_int_equal(mem_used(s, 1), 0);
+  assert_int_equal(ask(s, 50, why, sizeof(why)), 10);
+  assert_true(gf_sched_kube_model_errors(f) >= 1);
+
+  finish(srv);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  free(nodes);
+  free(pods);
+  free(add);
+  free(del);
+}
+
+/* ---- leader election ------------------------------------------------------
+ */
+
+static int metric_leader(gf_sched *s) {
+  gf_sched_reply r;
+  gf_sched_handle(s, "GET", "/metrics", "", 0, &r);
+  assert_non_null(r.body);
+  const char *m = strstr(r.body, "\ngpufrac_extender_leader ");
+  assert_non_null(m);
+  int v = m[strlen("\ngpufrac_extender_leader ")] - '0';
+  gf_sched_reply_release(&r);
+  return v;
+}
+
+#define LEASES "/apis/coordination.k8s.io/v1/namespaces/gpu-sys/leases"
+
+static void test_leader(void **st) {
+  (void)st;
+  static const td_expect script[] = {
+      {.method = "GET",
+       .target = LEASES "/ext",
+       .status = 404,
+       .body = "{\"kind\":\"Status\",\"status\":\"Failure\",\"reason\":"
+               "\"NotFound\",\"code\":404}"},
+      {.method = "POST",
+       .target = LEASES,
+       .body_has = {"\"holderIdentity\":\"replica-1\"", "\"name\":\"ext\"",
+                    "\"namespace\":\"gpu-sys\""},
+       .status = 201,
+       .body = "{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\","
+               "\"metadata\":{\"name\":\"ext\",\"namespace\":\"gpu-sys\","
+               "\"resourceVersion\":\"1\"},\"spec\":{\"holderIdentity\":"
+               "\"replica-1\",\"leaseDurationSeconds\":15}}"},
+  };
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  assert_int_equal(metric_leader(s), 1); /* gf_sched starts as leader */
+  gf_sched_kube_opts o = {.lease_ns = "gpu-sys",
+                          .lease_name = "ext",
+                          .identity = "replica-1",
+                          .quiet = true};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  assert_int_equal(metric_leader(s), 0); /* follows until elected */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_LEADER, &d), 0);
+  assert_int_equal(metric_leader(s), 1);
+  finish(srv);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+
+  gf_sched_kube_opts bad = {.lease_ns = "Not_A_Namespace"};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &bad, &f, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "Not_A_Namespace"));
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+}
+
+/* ---- threads: start and stop against a server that refuses --------------- */
+
+/* A loopback port nothing listens on. */
+static unsigned closed_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  socklen_t n = sizeof(a);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void test_start_stop(void **st) {
+  (void)st;
+  char url[64];
+  snprintf(url, sizeof(url), "http://127.0.0.1:%u", closed_port());
+  gf_kube_config *cfg = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_kube_config_new_plain(&cfg, url, NULL, &d), 0);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.identity = "r",
+                          .backoff_base_ms = 10,
+                          .backoff_cap_ms = 50,
+                          .seed = 7,
+                          .quiet = true};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_start(f, &d), 0);
+  assert_int_equal(gf_sched_kube_start(f, &d), GF_ESTATE);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), GF_ESTATE);
+  struct timespec ts = {0, 300 * 1000000L};
+  nanosleep(&ts, NULL);
+  double t0 = now_s();
+  gf_sched_kube_stop(f);
+  assert_true(now_s() - t0 < 5.0);
+  gf_sched_kube_stop(f); /* idempotent */
+  assert_false(gf_sched_kube_synced(f));
+  assert_int_equal(readyz(s), 503);
+  assert_int_equal(metric_leader(s), 0);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+}
+
+/* ---- gpufrac scheduler options ---------------------------------------------
+ */
+
+static void test_cli_options(void **st) {
+  (void)st;
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  char a0[] = "scheduler", nokube[] = "--no-kube", kc[] = "--kubeconfig",
+       missing[] = "/nonexistent/kubeconfig", lease[] = "--lease",
+       l1[] = "gpufrac-system", l2[] = "a/b/c", l3[] = "Ns/x", l4[] = "/x",
+       ok[] = "ns/name", policy[] = "--policy", nope[] = "nope";
+  char *none[] = {a0, NULL}; /* outside a cluster, no kubeconfig */
+  assert_int_equal(cmd_scheduler(1, none), GF_EXIT_USAGE);
+  char *both[] = {a0, nokube, kc, missing, NULL};
+  assert_int_equal(cmd_scheduler(4, both), GF_EXIT_USAGE);
+  char *nl[] = {a0, nokube, lease, ok, NULL};
+  assert_int_equal(cmd_scheduler(4, nl), GF_EXIT_USAGE);
+  char *bad_kc[] = {a0, kc, missing, NULL};
+  assert_int_equal(cmd_scheduler(3, bad_kc), GF_EXIT_USAGE);
+  char *leases[] = {l1, l2, l3, l4};
+  for (size_t i = 0; i < N(leases); i++) {
+    char *b[] = {a0, lease, leases[i], NULL};
+    assert_int_equal(cmd_scheduler(3, b), GF_EXIT_USAGE);
+  }
+  char *kc_missing_value[] = {a0, kc, NULL};
+  assert_int_equal(cmd_scheduler(2, kc_missing_value), GF_EXIT_USAGE);
+  char *bad_policy[] = {a0, nokube, policy, nope, NULL};
+  assert_int_equal(cmd_scheduler(4, bad_policy), GF_EXIT_USAGE);
+}
+
+/* The whole command: a kubeconfig naming a server that refuses, serve,
+ * SIGTERM, a clean exit 0 within seconds. */
+typedef struct run_args {
+  char **argv;
+  int argc, rc;
+} run_args;
+
+static void *run_cmd(void *arg) {
+  run_args *r = arg;
+  r->rc = cmd_scheduler(r->argc, r->argv);
+  return NULL;
+}
+
+static void test_cli_sigterm(void **st) {
+  (void)st;
+  char path[] = "/tmp/gpufrac-kc-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  char kc[512];
+  int n = snprintf(kc, sizeof(kc),
+                   "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                   "clusters:\n- name: k\n  cluster:\n    server: "
+                   "http://127.0.0.1:%u\n"
+                   "users:\n- name: u\n  user:\n    token: t\n"
+                   "contexts:\n- name: c\n  context:\n    cluster: k\n"
+                   "    user: u\n",
+                   closed_port());
+  assert_int_equal(write(fd, kc, (size_t)n), n);
+  close(fd);
+  /* Block SIGTERM here too, so only the command's sigwait takes it. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  char a0[] = "scheduler", l[] = "--listen", addr[] = "127.0.0.1:0",
+       k[] = "--kubeconfig", le[] = "--lease", lv[] = "ns/lease";
+  char *argv[] = {a0, l, addr, k, path, le, lv, NULL};
+  run_args r = {argv, 7, -1};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_cmd, &r), 0);
+  struct timespec ts = {0, 500 * 1000000L};
+  nanosleep(&ts, NULL);
+  double t0 = now_s();
+  assert_int_equal(kill(getpid(), SIGTERM), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(r.rc, GF_EXIT_OK);
+  assert_true(now_s() - t0 < 10.0);
+  unlink(path);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_binder_patch_and_binding),
+      cmocka_unit_test(test_binder_conflict_rolls_back),
+      cmocka_unit_test(test_binder_refuses_bad_names),
+      cmocka_unit_test(test_feeds),
+      cmocka_unit_test(test_leader),
+      cmocka_unit_test(test_start_stop),
+      cmocka_unit_test(test_cli_options),
+      cmocka_unit_test(test_cli_sigterm),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
