@@ -6,11 +6,14 @@
  * per-thread-stream variants the way the real driver does.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 
@@ -19,6 +22,53 @@
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t used, next_addr = 0x700000000000ull;
+
+/* Device memory shared by every process using the fake "GPU": when
+ * FAKE_CUDA_SHARED names a file, all processes count their allocations in
+ * it, and it keeps the peak, which is the truth a test checks a
+ * container-wide limit against (no torn reads: one atomic counter). */
+typedef struct shared_dev {
+  _Atomic uint64_t total, peak;
+} shared_dev;
+static shared_dev *shared_map;
+static pthread_once_t shared_once = PTHREAD_ONCE_INIT;
+
+static void shared_init(void) {
+  const char *path = getenv("FAKE_CUDA_SHARED");
+  if (!path)
+    return;
+  int fd = open(path, O_RDWR | O_CREAT, 0600);
+  if (fd < 0)
+    return;
+  if (ftruncate(fd, sizeof(shared_dev)) == 0) {
+    void *m = mmap(NULL, sizeof(shared_dev), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
+    if (m != MAP_FAILED)
+      shared_map = m;
+  }
+  close(fd);
+}
+
+static shared_dev *dev_shared(void) {
+  pthread_once(&shared_once, shared_init);
+  return shared_map;
+}
+
+static void shared_add(uint64_t bytes) {
+  shared_dev *s = dev_shared();
+  if (!s)
+    return;
+  uint64_t t = atomic_fetch_add(&s->total, bytes) + bytes;
+  uint64_t p = atomic_load(&s->peak);
+  while (t > p && !atomic_compare_exchange_weak(&s->peak, &p, t))
+    ;
+}
+
+static void shared_sub(uint64_t bytes) {
+  shared_dev *s = dev_shared();
+  if (s)
+    atomic_fetch_sub(&s->total, bytes);
+}
 static struct { uint64_t key, bytes; } live[MAXA];
 static atomic_ulong launches;
 
@@ -42,6 +92,7 @@ static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
         *key = next_addr;
         next_addr += (bytes + 4095) & ~4095ull;
         used += bytes;
+        shared_add(bytes);
         rc = CUDA_SUCCESS;
         break;
       }
@@ -56,6 +107,7 @@ static gf_cu_result fake_free(uint64_t key) {
   for (int i = 0; i < MAXA; i++)
     if (live[i].key == key && key) {
       used -= live[i].bytes;
+      shared_sub(live[i].bytes);
       live[i].key = 0;
       rc = CUDA_SUCCESS;
       break;

@@ -57,7 +57,7 @@ run no-driver       1 -- LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA=/nonexistent/li
 
 # Many processes x threads on one region; SIGKILLs at random points.
 printf 'memory = 1Gi\nregion = %s/r2\n' "$tmp" >"$tmp/r2.conf"
-run stress          0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r2.conf" "$PROBE_DL" stress 6 4 3 "$tmp/r2"
+run stress          0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r2.conf" FAKE_CUDA_SHARED="$tmp/dev2" "$PROBE_DL" stress 6 4 3 "$tmp/r2"
 printf 'memory = 1Gi\nregion = %s/r3\n' "$tmp" >"$tmp/r3.conf"
 run sigkill         0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r3.conf" "$PROBE_DL" kill 40 "$tmp/r3"
 
