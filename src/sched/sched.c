@@ -878,11 +878,87 @@ static const char *node_name_of(const json_t *item) {
 typedef struct reply_buf {
   int status;
   json_t *json;
-  char *text; /* instead of json */
+  char *text;     /* instead of json */
+  bool text_json; /* text is JSON written directly (large replies) */
 } reply_buf;
 
 static json_t *error_obj(const char *msg) {
   return json_pack("{s:s}", "Error", msg);
+}
+
+/* ---- text replies ----------------------------------------------------*/
+
+typedef struct tbuf {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} tbuf;
+
+static void tb_printf(tbuf *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void tb_printf(tbuf *t, const char *fmt, ...) {
+  if (t->oom)
+    return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      t->oom = true;
+      return;
+    }
+    if ((size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = t->cap * 2 + (size_t)n;
+    char *p = realloc(t->p, cap);
+    if (!p) {
+      t->oom = true;
+      return;
+    }
+    t->p = p;
+    t->cap = cap;
+  }
+}
+
+/* Appends n bytes. */
+static void tb_put(tbuf *t, const char *v, size_t n) {
+  if (t->oom)
+    return;
+  if (t->cap - t->len <= n) {
+    size_t cap = t->cap * 2 + n + 1;
+    char *p = realloc(t->p, cap);
+    if (!p) {
+      t->oom = true;
+      return;
+    }
+    t->p = p;
+    t->cap = cap;
+  }
+  memcpy(t->p + t->len, v, n);
+  t->len += n;
+  t->p[t->len] = '\0';
+}
+
+/* A JSON string literal: quotes, backslashes and control bytes escaped. */
+static void tb_json_str(tbuf *t, const char *v) {
+  tb_put(t, "\"", 1);
+  const char *run = v;
+  for (const char *p = v; *p; p++) {
+    unsigned char ch = (unsigned char)*p;
+    if (ch != '"' && ch != '\\' && ch >= 0x20)
+      continue;
+    tb_put(t, run, (size_t)(p - run));
+    char esc[8];
+    int n = ch < 0x20 ? snprintf(esc, sizeof(esc), "\\u%04x", ch)
+                      : snprintf(esc, sizeof(esc), "\\%c", ch);
+    tb_put(t, esc, (size_t)n);
+    run = p + 1;
+  }
+  tb_put(t, run, strlen(run));
+  tb_put(t, "\"", 1);
 }
 
 static void do_filter(gf_sched *s, const char *body, size_t len,
@@ -898,7 +974,16 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   gf__node *pn = malloc(sizeof(*pn));
   json_t *failed = json_object(), *unres = json_object();
   json_t *passed = json_array();
-  if (!p || !pn || !failed || !unres || !passed) {
+  size_t cap0 = 64 + json_array_size(a.node_names) * 24;
+  tbuf tp = {malloc(cap0), 0, cap0, false}, tf = {malloc(256), 0, 256, false},
+       tu = {malloc(256), 0, 256, false};
+  if (tp.p)
+    tb_printf(&tp, "[");
+  if (tf.p)
+    tb_printf(&tf, "{");
+  if (tu.p)
+    tb_printf(&tu, "{");
+  if (!p || !pn || !failed || !unres || !passed || !tp.p || !tf.p || !tu.p) {
     out->status = 500;
     goto done;
   }
@@ -957,12 +1042,21 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
       }
     }
     int jr = 0;
-    if (kind == 0)
-      jr = json_array_append_new(
-          passed, a.node_items ? json_incref((json_t *)it) : json_string(name));
-    else
+    if (!a.node_items) {
+      /* Names only: write the reply's parts directly (see prioritize). */
+      tbuf *tb = kind == 0 ? &tp : kind == 2 ? &tu : &tf;
+      tb_printf(tb, "%s", tb->len > 1 ? "," : "");
+      tb_json_str(tb, name);
+      if (kind) {
+        tb_printf(tb, ":");
+        tb_json_str(tb, why);
+      }
+    } else if (kind == 0) {
+      jr = json_array_append_new(passed, json_incref((json_t *)it));
+    } else {
       jr = json_object_set_new(kind == 2 ? unres : failed, name,
                                json_string(why));
+    }
     if (jr) {
       out->status = 500;
       break;
@@ -973,6 +1067,27 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   pthread_mutex_unlock(&s->mu);
   if (out->status == 500)
     goto done;
+  if (!a.node_items) {
+    tb_printf(&tp, "]");
+    tb_printf(&tf, "}");
+    tb_printf(&tu, "}");
+    tbuf t = {malloc(tp.len + tf.len + tu.len + 160), 0,
+              tp.len + tf.len + tu.len + 160, false};
+    if (t.p && !tp.oom && !tf.oom && !tu.oom)
+      tb_printf(&t,
+                "{\"Nodes\":null,\"NodeNames\":%s,\"FailedNodes\":%s,"
+                "\"FailedAndUnresolvableNodes\":%s,\"Error\":\"\"}",
+                tp.p, tf.p, tu.p);
+    if (!t.p || t.oom) {
+      free(t.p);
+      out->status = 500;
+      goto done;
+    }
+    out->text = t.p;
+    out->text_json = true;
+    out->status = 200;
+    goto done;
+  }
   json_t *nodes = json_null(), *names = json_null();
   if (a.node_items) {
     nodes = json_pack("{s:{},s:O}", "metadata", "items", passed);
@@ -984,6 +1099,9 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
                         "FailedAndUnresolvableNodes", unres, "Error", "");
   out->status = out->json ? 200 : 500;
 done:
+  free(tp.p);
+  free(tf.p);
+  free(tu.p);
   json_decref(failed);
   json_decref(unres);
   json_decref(passed);
@@ -1019,8 +1137,7 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   gf__pod *p = malloc(sizeof(*p));
   int64_t *raw = calloc(n + 1, sizeof(*raw));
   bool *fits = calloc(n + 1, sizeof(*fits));
-  json_t *res = json_array();
-  if (!p || !raw || !fits || !res) {
+  if (!p || !raw || !fits) {
     out->status = 500;
     goto done;
   }
@@ -1052,6 +1169,15 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
     hi = raw[i] > hi ? raw[i] : hi;
   }
   pthread_mutex_unlock(&s->mu);
+  /* Written directly: a reply names every node, and building it as JSON
+   * values first costs more than scoring them. */
+  tbuf t = {malloc(64 + n * 48), 0, 64 + n * 48, false};
+  if (!t.p) {
+    out->status = 500;
+    goto done;
+  }
+  tb_printf(&t, "[");
+  bool first = true;
   json_array_foreach(list, i, it) {
     const char *name = a.node_items ? node_name_of(it) : json_string_value(it);
     if (!name)
@@ -1061,16 +1187,21 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
       score = hi == lo ? 10
                        : (int)lround(10.0 * ((double)raw[i] - (double)lo) /
                                      ((double)hi - (double)lo));
-    if (json_array_append_new(
-            res, json_pack("{s:s,s:i}", "Host", name, "Score", score))) {
-      out->status = 500;
-      goto done;
-    }
+    tb_printf(&t, "%s{\"Host\":", first ? "" : ",");
+    tb_json_str(&t, name);
+    tb_printf(&t, ",\"Score\":%d}", score);
+    first = false;
   }
-  out->json = json_incref(res);
+  tb_printf(&t, "]");
+  if (t.oom) {
+    free(t.p);
+    out->status = 500;
+    goto done;
+  }
+  out->text = t.p;
+  out->text_json = true;
   out->status = 200;
 done:
-  json_decref(res);
   free(p);
   free(raw);
   free(fits);
@@ -1253,41 +1384,6 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
 
 /* ---- metrics -------------------------------------------------------------*/
 
-typedef struct tbuf {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} tbuf;
-
-static void tb_printf(tbuf *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void tb_printf(tbuf *t, const char *fmt, ...) {
-  if (t->oom)
-    return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      t->oom = true;
-      return;
-    }
-    if ((size_t)n < t->cap - t->len) {
-      t->len += (size_t)n;
-      return;
-    }
-    size_t cap = t->cap * 2 + (size_t)n;
-    char *p = realloc(t->p, cap);
-    if (!p) {
-      t->oom = true;
-      return;
-    }
-    t->p = p;
-    t->cap = cap;
-  }
-}
-
 static void do_metrics(gf_sched *s, reply_buf *out) {
   tbuf t = {malloc(4096), 0, 4096, false};
   if (!t.p) {
@@ -1431,7 +1527,7 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
   bool is_post = method && strcmp(method, "POST") == 0;
   bool is_get =
       method && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0);
-  reply_buf rb = {0, NULL, NULL};
+  reply_buf rb = {0, NULL, NULL, false};
   if (verb == V_OTHER) {
     set_text(out, 404,
              "not found: the gpufrac extender serves /filter, /prioritize, "
@@ -1485,7 +1581,8 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
       out->content_type = "application/json";
     } else if (rb.text) {
       out->body = rb.text;
-      out->content_type = verb == V_METRICS
+      out->content_type = rb.text_json ? "application/json"
+                          : verb == V_METRICS
                               ? "text/plain; version=0.0.4; charset=utf-8"
                               : "text/plain; charset=utf-8";
     }
