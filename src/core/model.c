@@ -14,6 +14,10 @@
 struct gf_cluster {
   gf_node *nodes;
   uint32_t nnodes, cap;
+  /* Name index: open addressing, slot = node index + 1, 0 = empty; at most
+   * half full.  Rebuilt when it grows. */
+  uint32_t *names;
+  uint32_t nslots;
   char models[GF_MAX_MODELS][GF_MODEL_NAME_MAX];
   int nmodels;
   int64_t milli_total, milli_used;
@@ -37,7 +41,41 @@ void gf_cluster_free(gf_cluster *c) {
   for (uint32_t i = 0; i < c->nnodes; i++)
     node_release(&c->nodes[i]);
   gf__free(c->nodes);
+  gf__free(c->names);
   gf__free(c);
+}
+
+static uint32_t name_hash(const char *s) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+/* Indexes node i by name; grows (rebuilds) the index as needed. */
+static int index_name(gf_cluster *c, uint32_t i) {
+  if ((c->nnodes + 1) * 2 > c->nslots) {
+    uint32_t n = c->nslots ? c->nslots * 2 : 128;
+    while ((c->nnodes + 1) * 2 > n)
+      n *= 2;
+    uint32_t *slots = gf__calloc(n, sizeof(*slots));
+    if (!slots)
+      return GF_ENOMEM;
+    for (uint32_t k = 0; k < c->nnodes; k++) {
+      uint32_t h = name_hash(c->nodes[k].name) & (n - 1);
+      while (slots[h])
+        h = (h + 1) & (n - 1);
+      slots[h] = k + 1;
+    }
+    gf__free(c->names);
+    c->names = slots;
+    c->nslots = n;
+  }
+  uint32_t h = name_hash(c->nodes[i].name) & (c->nslots - 1);
+  while (c->names[h])
+    h = (h + 1) & (c->nslots - 1);
+  c->names[h] = i + 1;
+  return 0;
 }
 
 int gf_cluster_model_id(gf_cluster *c, const char *name, bool create) {
@@ -132,6 +170,14 @@ int gf_cluster_add_node(gf_cluster *c, const char *name, int64_t cpu_milli,
     return gf_diag_set(d, GF_ENOMEM, "node '%s': out of memory", name);
   node_reindex(&n);
   c->nodes[c->nnodes] = n;
+  /* Index before counting the node in: on failure nothing is added. */
+  c->nnodes++;
+  int irc = index_name(c, c->nnodes - 1);
+  c->nnodes--;
+  if (irc) {
+    gf__free(n.name);
+    return gf_diag_set(d, GF_ENOMEM, "node '%s': out of memory", name);
+  }
   c->milli_total += (int64_t)ngpus * GF_GPU_MILLI;
   c->ngpus += ngpus;
   return (int)c->nnodes++;
@@ -166,9 +212,12 @@ const gf_node *gf_cluster_node(const gf_cluster *c, uint32_t i) {
 }
 
 int gf_cluster_find_node(const gf_cluster *c, const char *name) {
-  for (uint32_t i = 0; i < c->nnodes; i++)
-    if (strcmp(c->nodes[i].name, name) == 0)
-      return (int)i;
+  if (!c->nslots)
+    return GF_ENOTFOUND;
+  for (uint32_t h = name_hash(name) & (c->nslots - 1); c->names[h];
+       h = (h + 1) & (c->nslots - 1))
+    if (strcmp(c->nodes[c->names[h] - 1].name, name) == 0)
+      return (int)(c->names[h] - 1);
   return GF_ENOTFOUND;
 }
 
@@ -370,6 +419,15 @@ gf_cluster *gf_cluster_clone(const gf_cluster *src) {
   c->nodes = NULL;
   c->nnodes = 0;
   c->cap = 0;
+  c->names = NULL;
+  c->nslots = 0;
+  if (src->nslots) {
+    c->names = gf__calloc(src->nslots, sizeof(*c->names));
+    if (!c->names)
+      goto fail;
+    memcpy(c->names, src->names, src->nslots * sizeof(*c->names));
+    c->nslots = src->nslots;
+  }
   if (src->nnodes) {
     c->nodes = gf__calloc(src->nnodes, sizeof(*c->nodes));
     if (!c->nodes)

@@ -73,6 +73,21 @@ static void test_add_and_find(void **st) {
   assert_int_equal(gf_cluster_node_label(c, 1, "zone", "eu-1"), 0);
   assert_string_equal(gf_cluster_node(c, 1)->labels[0].value, "eu-1");
   assert_int_equal(gf_cluster_check(c, NULL), 0);
+  /* The name index through several growths, and in a clone. */
+  for (int i = 0; i < 700; i++) {
+    char name[16];
+    snprintf(name, sizeof(name), "bulk-%d", i);
+    assert_int_equal(add(c, name, 1000, 0, ""), 3 + i);
+  }
+  assert_int_equal(gf_cluster_find_node(c, "bulk-699"), 702);
+  assert_int_equal(gf_cluster_find_node(c, "bulk-700"), GF_ENOTFOUND);
+  assert_int_equal(add(c, "bulk-5", 1000, 0, ""), GF_EEXIST);
+  gf_cluster *k = gf_cluster_clone(c);
+  assert_non_null(k);
+  assert_int_equal(gf_cluster_find_node(k, "bulk-321"), 324);
+  assert_int_equal(add(k, "only-in-clone", 1000, 0, ""), 703);
+  assert_int_equal(gf_cluster_find_node(c, "only-in-clone"), GF_ENOTFOUND);
+  gf_cluster_free(k);
   gf_cluster_free(c);
 }
 
