@@ -1045,10 +1045,11 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     if (!a.node_items) {
       /* Names only: write the reply's parts directly (see prioritize). */
       tbuf *tb = kind == 0 ? &tp : kind == 2 ? &tu : &tf;
-      tb_printf(tb, "%s", tb->len > 1 ? "," : "");
+      if (tb->len > 1)
+        tb_put(tb, ",", 1);
       tb_json_str(tb, name);
       if (kind) {
-        tb_printf(tb, ":");
+        tb_put(tb, ":", 1);
         tb_json_str(tb, why);
       }
     } else if (kind == 0) {
@@ -1187,9 +1188,18 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
       score = hi == lo ? 10
                        : (int)lround(10.0 * ((double)raw[i] - (double)lo) /
                                      ((double)hi - (double)lo));
-    tb_printf(&t, "%s{\"Host\":", first ? "" : ",");
+    /* Hot loop: no printf (scores are 0..10). */
+    static const char head[] = ",{\"Host\":"; /* 9 bytes */
+    tb_put(&t, head + (first ? 1 : 0), first ? 8 : 9);
     tb_json_str(&t, name);
-    tb_printf(&t, ",\"Score\":%d}", score);
+    char tail[16] = ",\"Score\":10}"; /* 12 bytes */
+    size_t tl = 12;
+    if (score < 10) {
+      tail[9] = (char)('0' + (score < 0 ? 0 : score));
+      tail[10] = '}';
+      tl = 11;
+    }
+    tb_put(&t, tail, tl);
     first = false;
   }
   tb_printf(&t, "]");
