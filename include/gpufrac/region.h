@@ -100,9 +100,10 @@ typedef struct gf_region_limits {
 /* Maps the region at path, creating and initialising it from `init` when
  * the file is new or empty (init may be NULL to refuse creating).  Several
  * processes may race to create: one initialises under an flock, the others
- * wait for it.  Refuses a bad magic, an unknown major version or a short
- * file (GF_ESYNTAX / GF_ESTATE) with the reason in d.  *out stays mapped
- * until gf_region_unmap. */
+ * wait for it.  With init NULL (readers: inspect, the node agent's metrics)
+ * no lock is taken, so a process holding the file cannot stall the reader.
+ * Refuses a bad magic, an unknown major version or a short file (GF_ESYNTAX /
+ * GF_ESTATE) with the reason in d.  *out stays mapped until gf_region_unmap. */
 int gf_region_map(const char *path, const gf_region_limits *init,
                   gf_region **out, gf_diag *d);
 void gf_region_unmap(gf_region *r);

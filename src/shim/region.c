@@ -100,8 +100,10 @@ int gf_region_map(const char *path, const gf_region_limits *init,
   if (fd < 0)
     return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
   int rc = 0;
-  /* One creator initialises; the lock dies with its holder. */
-  if (flock(fd, LOCK_EX) != 0) {
+  /* One creator initialises; the lock dies with its holder.  A reader that
+   * may not create (init NULL) never waits on it: a region still being
+   * created reads as empty or with no magic, which is reported. */
+  if (init && flock(fd, LOCK_EX) != 0) {
     rc = gf_diag_set(d, GF_EIO, "%s: lock: %s", path, strerror(errno));
     goto out;
   }
@@ -144,7 +146,8 @@ int gf_region_map(const char *path, const gf_region_limits *init,
   }
   *out = r;
 unlock:
-  flock(fd, LOCK_UN);
+  if (init)
+    flock(fd, LOCK_UN);
 out:
   close(fd);
   return rc;
