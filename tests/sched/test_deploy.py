@@ -64,5 +64,23 @@ check(not any("*" in r.get("verbs", []) or "*" in r.get("resources", []) for r i
       "RBAC has no wildcards")
 check(not allowed("secrets", "get"), "RBAC does not read secrets")
 
+ds = kinds.get("DaemonSet")
+check(ds is not None, "a node-agent DaemonSet")
+if ds:
+    pod = ds["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    check(c["command"][:2] == ["gpufrac", "node"], "the DaemonSet runs gpufrac node")
+    sc = c.get("securityContext", {})
+    check(sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False,
+          "the node agent is not privileged")
+    check("ALL" in sc.get("capabilities", {}).get("drop", []), "the node agent drops all capabilities")
+    mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+    check({"/var/run/cdi", "/run/gpufrac"} <= mounts, "CDI and state directories are mounted")
+    hostpaths = [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v]
+    check(all(p in ("/var/run/cdi", "/run/gpufrac") for p in hostpaths),
+          "no host path beyond the CDI and state directories")
+    port = c["ports"][0]["containerPort"]
+    check(any(f":{port}" in a for a in c["command"]), "metrics port matches --listen")
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
