@@ -312,52 +312,59 @@ static bool untrack(table *t, uint64_t key, entry *e) {
   return rc == 0;
 }
 
-#define REAL_OR(name, fallback)                                                \
-  do {                                                                         \
-    init();                                                                    \
-    if (!S.real.name)                                                          \
-      return fallback;                                                         \
-  } while (0)
-
-/* The common shape of an allocation: reserve, allocate, track or undo. */
-#define GUARDED_ALLOC(call, key, bytes, dev, tab)                              \
-  do {                                                                         \
-    if (!enforcing() && S.mode != GF_SHIM_REFUSE)                              \
-      return call;                                                             \
-    if (!reserve(dev, bytes))                                                  \
-      return CUDA_ERROR_OUT_OF_MEMORY;                                         \
-    gf_cu_result rc_ = call;                                                   \
-    if (rc_ != CUDA_SUCCESS) {                                                 \
-      unreserve(dev, bytes);                                                   \
-      return rc_;                                                              \
-    }                                                                          \
-    track(tab, key, bytes, dev);                                               \
-    return rc_;                                                                \
-  } while (0)
+/* Whether allocations are being accounted (enforcing, or refusing). */
+static inline bool guarding(void) {
+  return enforcing() || S.mode == GF_SHIM_REFUSE;
+}
 
 /* ---- memory ------------------------------------------------------------ */
 
 EXPORT gf_cu_result cuInit(unsigned int flags) {
-  REAL_OR(cuInit, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuInit)
+    return CUDA_ERROR_NOT_INITIALIZED;
   return S.real.cuInit(flags);
 }
 
 EXPORT gf_cu_result cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
-  REAL_OR(cuMemAlloc_v2, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemAlloc_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
   if (!dptr)
     return S.real.cuMemAlloc_v2(dptr, bytes);
   uint32_t dev = current_device();
-  GUARDED_ALLOC(S.real.cuMemAlloc_v2(dptr, bytes), *dptr, bytes, dev, &S.ptrs);
+  if (!guarding())
+    return S.real.cuMemAlloc_v2(dptr, bytes);
+  if (!reserve(dev, bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  gf_cu_result rc = S.real.cuMemAlloc_v2(dptr, bytes);
+  if (rc != CUDA_SUCCESS) {
+    unreserve(dev, bytes);
+    return rc;
+  }
+  track(&S.ptrs, (uint64_t)*dptr, bytes, dev);
+  return rc;
 }
 
 EXPORT gf_cu_result cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes,
                                       unsigned int flags) {
-  REAL_OR(cuMemAllocManaged, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemAllocManaged)
+    return CUDA_ERROR_NOT_INITIALIZED;
   if (!dptr)
     return S.real.cuMemAllocManaged(dptr, bytes, flags);
   uint32_t dev = current_device();
-  GUARDED_ALLOC(S.real.cuMemAllocManaged(dptr, bytes, flags), *dptr, bytes, dev,
-                &S.ptrs);
+  if (!guarding())
+    return S.real.cuMemAllocManaged(dptr, bytes, flags);
+  if (!reserve(dev, bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  gf_cu_result rc = S.real.cuMemAllocManaged(dptr, bytes, flags);
+  if (rc != CUDA_SUCCESS) {
+    unreserve(dev, bytes);
+    return rc;
+  }
+  track(&S.ptrs, (uint64_t)*dptr, bytes, dev);
+  return rc;
 }
 
 static gf_cu_result alloc_async(gf_cu_result (*fn)(CUdeviceptr *, size_t,
@@ -366,18 +373,32 @@ static gf_cu_result alloc_async(gf_cu_result (*fn)(CUdeviceptr *, size_t,
   if (!dptr)
     return fn(dptr, bytes, s);
   uint32_t dev = current_device();
-  GUARDED_ALLOC(fn(dptr, bytes, s), *dptr, bytes, dev, &S.ptrs);
+  if (!guarding())
+    return fn(dptr, bytes, s);
+  if (!reserve(dev, bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  gf_cu_result rc = fn(dptr, bytes, s);
+  if (rc != CUDA_SUCCESS) {
+    unreserve(dev, bytes);
+    return rc;
+  }
+  track(&S.ptrs, (uint64_t)*dptr, bytes, dev);
+  return rc;
 }
 
 EXPORT gf_cu_result cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes,
                                     CUstream s) {
-  REAL_OR(cuMemAllocAsync, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemAllocAsync)
+    return CUDA_ERROR_NOT_INITIALIZED;
   return alloc_async(S.real.cuMemAllocAsync, dptr, bytes, s);
 }
 
 EXPORT gf_cu_result cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes,
                                          CUstream s) {
-  REAL_OR(cuMemAllocAsync_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemAllocAsync_ptsz)
+    return CUDA_ERROR_NOT_INITIALIZED;
   return alloc_async(S.real.cuMemAllocAsync_ptsz, dptr, bytes, s);
 }
 
@@ -387,12 +408,24 @@ alloc_pool(gf_cu_result (*fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream),
   if (!dptr)
     return fn(dptr, bytes, pool, s);
   uint32_t dev = current_device();
-  GUARDED_ALLOC(fn(dptr, bytes, pool, s), *dptr, bytes, dev, &S.ptrs);
+  if (!guarding())
+    return fn(dptr, bytes, pool, s);
+  if (!reserve(dev, bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  gf_cu_result rc = fn(dptr, bytes, pool, s);
+  if (rc != CUDA_SUCCESS) {
+    unreserve(dev, bytes);
+    return rc;
+  }
+  track(&S.ptrs, (uint64_t)*dptr, bytes, dev);
+  return rc;
 }
 
 EXPORT gf_cu_result cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes,
                                             CUmemoryPool pool, CUstream s) {
-  REAL_OR(cuMemAllocFromPoolAsync, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemAllocFromPoolAsync)
+    return CUDA_ERROR_NOT_INITIALIZED;
   return alloc_pool(S.real.cuMemAllocFromPoolAsync, dptr, bytes, pool, s);
 }
 
@@ -400,7 +433,9 @@ EXPORT gf_cu_result cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
                                                  size_t bytes,
                                                  CUmemoryPool pool,
                                                  CUstream s) {
-  REAL_OR(cuMemAllocFromPoolAsync_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemAllocFromPoolAsync_ptsz)
+    return CUDA_ERROR_NOT_INITIALIZED;
   return alloc_pool(S.real.cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, s);
 }
 
@@ -409,7 +444,9 @@ EXPORT gf_cu_result cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
 EXPORT gf_cu_result cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch,
                                        size_t width, size_t height,
                                        unsigned int elem) {
-  REAL_OR(cuMemAllocPitch_v2, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemAllocPitch_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
   if (!enforcing() && S.mode != GF_SHIM_REFUSE)
     return S.real.cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
   if (!dptr || !pitch || width > SIZE_MAX - 512 ||
@@ -444,24 +481,32 @@ static gf_cu_result free_tracked(gf_cu_result rc, CUdeviceptr dptr) {
 }
 
 EXPORT gf_cu_result cuMemFree_v2(CUdeviceptr dptr) {
-  REAL_OR(cuMemFree_v2, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemFree_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
   return free_tracked(S.real.cuMemFree_v2(dptr), dptr);
 }
 
 EXPORT gf_cu_result cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
-  REAL_OR(cuMemFreeAsync, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemFreeAsync)
+    return CUDA_ERROR_NOT_INITIALIZED;
   return free_tracked(S.real.cuMemFreeAsync(dptr, s), dptr);
 }
 
 EXPORT gf_cu_result cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
-  REAL_OR(cuMemFreeAsync_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemFreeAsync_ptsz)
+    return CUDA_ERROR_NOT_INITIALIZED;
   return free_tracked(S.real.cuMemFreeAsync_ptsz(dptr, s), dptr);
 }
 
 EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
                                 const CUmemAllocationProp *prop,
                                 unsigned long long flags) {
-  REAL_OR(cuMemCreate, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemCreate)
+    return CUDA_ERROR_NOT_INITIALIZED;
   if (!h || !prop)
     return S.real.cuMemCreate(h, size, prop, flags);
   uint32_t dev = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
@@ -469,12 +514,23 @@ EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
                          prop->location.id < GF_REGION_DEVICES
                      ? (uint32_t)prop->location.id
                      : current_device();
-  GUARDED_ALLOC(S.real.cuMemCreate(h, size, prop, flags), *h, size, dev,
-                &S.handles);
+  if (!guarding())
+    return S.real.cuMemCreate(h, size, prop, flags);
+  if (!reserve(dev, size))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  gf_cu_result rc = S.real.cuMemCreate(h, size, prop, flags);
+  if (rc != CUDA_SUCCESS) {
+    unreserve(dev, size);
+    return rc;
+  }
+  track(&S.handles, (uint64_t)*h, size, dev);
+  return rc;
 }
 
 EXPORT gf_cu_result cuMemRelease(CUmemGenericAllocationHandle h) {
-  REAL_OR(cuMemRelease, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemRelease)
+    return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuMemRelease(h);
   entry e;
   if (rc == CUDA_SUCCESS && untrack(&S.handles, h, &e))
@@ -491,30 +547,54 @@ static uint64_t array_bytes(size_t w, size_t h, size_t d, int format,
 
 EXPORT gf_cu_result cuArrayCreate_v2(CUarray *a,
                                      const CUDA_ARRAY_DESCRIPTOR *desc) {
-  REAL_OR(cuArrayCreate_v2, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuArrayCreate_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
   if (!a || !desc)
     return S.real.cuArrayCreate_v2(a, desc);
   uint64_t bytes = array_bytes(desc->Width, desc->Height, 1, (int)desc->Format,
                                desc->NumChannels);
   uint32_t dev = current_device();
-  GUARDED_ALLOC(S.real.cuArrayCreate_v2(a, desc), (uint64_t)(uintptr_t)*a,
-                bytes, dev, &S.handles);
+  if (!guarding())
+    return S.real.cuArrayCreate_v2(a, desc);
+  if (!reserve(dev, bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  gf_cu_result rc = S.real.cuArrayCreate_v2(a, desc);
+  if (rc != CUDA_SUCCESS) {
+    unreserve(dev, bytes);
+    return rc;
+  }
+  track(&S.handles, (uint64_t)(uintptr_t)*a, bytes, dev);
+  return rc;
 }
 
 EXPORT gf_cu_result cuArray3DCreate_v2(CUarray *a,
                                        const CUDA_ARRAY3D_DESCRIPTOR *desc) {
-  REAL_OR(cuArray3DCreate_v2, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuArray3DCreate_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
   if (!a || !desc)
     return S.real.cuArray3DCreate_v2(a, desc);
   uint64_t bytes = array_bytes(desc->Width, desc->Height, desc->Depth,
                                (int)desc->Format, desc->NumChannels);
   uint32_t dev = current_device();
-  GUARDED_ALLOC(S.real.cuArray3DCreate_v2(a, desc), (uint64_t)(uintptr_t)*a,
-                bytes, dev, &S.handles);
+  if (!guarding())
+    return S.real.cuArray3DCreate_v2(a, desc);
+  if (!reserve(dev, bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  gf_cu_result rc = S.real.cuArray3DCreate_v2(a, desc);
+  if (rc != CUDA_SUCCESS) {
+    unreserve(dev, bytes);
+    return rc;
+  }
+  track(&S.handles, (uint64_t)(uintptr_t)*a, bytes, dev);
+  return rc;
 }
 
 EXPORT gf_cu_result cuArrayDestroy(CUarray a) {
-  REAL_OR(cuArrayDestroy, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuArrayDestroy)
+    return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuArrayDestroy(a);
   entry e;
   if (rc == CUDA_SUCCESS && untrack(&S.handles, (uint64_t)(uintptr_t)a, &e))
@@ -540,17 +620,30 @@ static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d,
 EXPORT gf_cu_result cuMipmappedArrayCreate(CUmipmappedArray *h,
                                            const CUDA_ARRAY3D_DESCRIPTOR *desc,
                                            unsigned int levels) {
-  REAL_OR(cuMipmappedArrayCreate, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMipmappedArrayCreate)
+    return CUDA_ERROR_NOT_INITIALIZED;
   if (!h || !desc)
     return S.real.cuMipmappedArrayCreate(h, desc, levels);
   uint64_t bytes = mipmap_bytes(desc, levels);
   uint32_t dev = current_device();
-  GUARDED_ALLOC(S.real.cuMipmappedArrayCreate(h, desc, levels),
-                (uint64_t)(uintptr_t)*h, bytes, dev, &S.handles);
+  if (!guarding())
+    return S.real.cuMipmappedArrayCreate(h, desc, levels);
+  if (!reserve(dev, bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  gf_cu_result rc = S.real.cuMipmappedArrayCreate(h, desc, levels);
+  if (rc != CUDA_SUCCESS) {
+    unreserve(dev, bytes);
+    return rc;
+  }
+  track(&S.handles, (uint64_t)(uintptr_t)*h, bytes, dev);
+  return rc;
 }
 
 EXPORT gf_cu_result cuMipmappedArrayDestroy(CUmipmappedArray h) {
-  REAL_OR(cuMipmappedArrayDestroy, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMipmappedArrayDestroy)
+    return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuMipmappedArrayDestroy(h);
   entry e;
   if (rc == CUDA_SUCCESS && untrack(&S.handles, (uint64_t)(uintptr_t)h, &e))
@@ -579,7 +672,9 @@ static void clamp_view(uint32_t dev, uint64_t *free_b, uint64_t *total) {
 }
 
 EXPORT gf_cu_result cuMemGetInfo_v2(size_t *free_b, size_t *total) {
-  REAL_OR(cuMemGetInfo_v2, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuMemGetInfo_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuMemGetInfo_v2(free_b, total);
   if (rc != CUDA_SUCCESS || !free_b || !total)
     return rc;
@@ -591,7 +686,9 @@ EXPORT gf_cu_result cuMemGetInfo_v2(size_t *free_b, size_t *total) {
 }
 
 EXPORT gf_cu_result cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
-  REAL_OR(cuDeviceTotalMem_v2, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuDeviceTotalMem_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuDeviceTotalMem_v2(bytes, dev);
   if (rc != CUDA_SUCCESS || !bytes || dev < 0 || dev >= GF_REGION_DEVICES)
     return rc;
@@ -728,7 +825,9 @@ LAUNCH_WRAPPER(cuLaunchKernel_ptsz)
 
 EXPORT gf_cu_result cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f,
                                      void **params, void **extra) {
-  REAL_OR(cuLaunchKernelEx, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuLaunchKernelEx)
+    return CUDA_ERROR_NOT_INITIALIZED;
   if (cfg)
     admit((uint64_t)cfg->gridDimX * cfg->gridDimY * cfg->gridDimZ);
   return S.real.cuLaunchKernelEx(cfg, f, params, extra);
@@ -740,14 +839,18 @@ EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
                                               unsigned int bz,
                                               unsigned int shmem, CUstream s,
                                               void **params) {
-  REAL_OR(cuLaunchCooperativeKernel, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuLaunchCooperativeKernel)
+    return CUDA_ERROR_NOT_INITIALIZED;
   admit((uint64_t)gx * gy * gz);
   return S.real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s,
                                           params);
 }
 
 EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
-  REAL_OR(cuGraphLaunch, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuGraphLaunch)
+    return CUDA_ERROR_NOT_INITIALIZED;
   admit(S.cfg.graph_cost);
   return S.real.cuGraphLaunch(g, s);
 }
@@ -758,12 +861,13 @@ EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
 static void *wrapper_for_real(void *real) {
   if (!real)
     return NULL;
+  void *w = NULL;
 #define GF__SHIM_MATCH(name, pfn, params, args)                                \
-  if (real == *(void **)&S.real.name)                                          \
-    return (void *)&name;
+  if (!w && real == *(void **)&S.real.name)                                    \
+    w = (void *)&name;
   GF_SHIM_HOOKS(GF__SHIM_MATCH)
 #undef GF__SHIM_MATCH
-  return NULL;
+  return w;
 }
 
 /* The driver picks the variant for (name, version, flags); we recognise the
@@ -771,7 +875,9 @@ static void *wrapper_for_real(void *real) {
  * variant.  Unknown functions pass through. */
 EXPORT gf_cu_result cuGetProcAddress(const char *sym, void **pfn, int ver,
                                      cuuint64_t flags) {
-  REAL_OR(cuGetProcAddress, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuGetProcAddress)
+    return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuGetProcAddress(sym, pfn, ver, flags);
   if (rc == CUDA_SUCCESS && pfn && S.mode != GF_SHIM_OFF) {
     void *w = wrapper_for_real(*pfn);
@@ -784,7 +890,9 @@ EXPORT gf_cu_result cuGetProcAddress(const char *sym, void **pfn, int ver,
 EXPORT gf_cu_result cuGetProcAddress_v2(const char *sym, void **pfn, int ver,
                                         cuuint64_t flags,
                                         CUdriverProcAddressQueryResult *st) {
-  REAL_OR(cuGetProcAddress_v2, CUDA_ERROR_NOT_INITIALIZED);
+  init();
+  if (!S.real.cuGetProcAddress_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuGetProcAddress_v2(sym, pfn, ver, flags, st);
   if (rc == CUDA_SUCCESS && pfn && S.mode != GF_SHIM_OFF) {
     void *w = wrapper_for_real(*pfn);
