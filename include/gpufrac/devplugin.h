@@ -1,0 +1,110 @@
+/*
+ * gpufrac/devplugin.h - the kubelet device plugin (deviceplugin/v1beta1)
+ * served over a unix socket, for the resource gpufrac.io/gpu.
+ *
+ * Why it exists.  kubelet counts what a node can hold through a device
+ * plugin: the plugin registers a resource name with kubelet's Registration
+ * service, streams the list of devices and their health (ListAndWatch),
+ * and answers Allocate with what the container needs (environment, mounts,
+ * device nodes, CDI device names).  gpufrac advertises `slots` devices per
+ * shared GPU ("<GPU-uuid>::<k>"), so kubelet admits as many pods as the
+ * extender granted; which slot kubelet picks does not matter, the grant
+ * decides the GPU and the limits (docs/node.md).
+ *
+ * What is here and what is not.  This module is the protocol: gRPC over
+ * HTTP/2 (nghttp2) with messages encoded by protobuf-c from
+ * proto/deviceplugin/v1beta1/api.proto, written from the kubelet API's
+ * definitions.  It knows nothing of grants: Allocate is answered by the
+ * caller's gf_dp_allocate_fn.
+ *
+ * Invariants.
+ *   - The server listens before it registers; a kubelet that restarts
+ *     (kubelet.sock recreated) gets a new Registration within a second.
+ *   - Malformed frames or messages from a client end that call (or that
+ *     connection) with a gRPC status; the server keeps serving others.
+ *   - All calls on a gf_dp are thread-safe; callbacks run on the server's
+ *     thread, one at a time.
+ */
+#ifndef GPUFRAC_DEVPLUGIN_H
+#define GPUFRAC_DEVPLUGIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+
+#define GF_DP_API_VERSION "v1beta1"
+#define GF_DP_RESOURCE "gpufrac.io/gpu"
+#define GF_DP_KUBELET_SOCKET "/var/lib/kubelet/device-plugins/kubelet.sock"
+#define GF_DP_ID_MAX 96     /* "GPU-<36 chars>::<k>" and NUL, with room */
+#define GF_DP_MAX_DEVICES 1024
+#define GF_DP_MAX_EDITS 32  /* env, mounts, device nodes, CDI names each */
+#define GF_DP_STR_MAX 512   /* every string in an allocation answer */
+
+/* One device as kubelet sees it.  numa_node < 0: no topology hint. */
+typedef struct gf_dp_device {
+  char id[GF_DP_ID_MAX];
+  bool healthy;
+  int32_t numa_node;
+} gf_dp_device;
+
+/* What one container gets (ContainerAllocateResponse). */
+typedef struct gf_dp_env {
+  char key[GF_DP_STR_MAX], value[GF_DP_STR_MAX];
+} gf_dp_env;
+typedef struct gf_dp_mount {
+  char container_path[GF_DP_STR_MAX], host_path[GF_DP_STR_MAX];
+  bool read_only;
+} gf_dp_mount;
+typedef struct gf_dp_devnode {
+  char container_path[GF_DP_STR_MAX], host_path[GF_DP_STR_MAX];
+  char permissions[8]; /* "rw", "rwm" */
+} gf_dp_devnode;
+typedef struct gf_dp_container_answer {
+  uint32_t nenv, nmounts, ndevnodes, ncdi, nannotations;
+  gf_dp_env env[GF_DP_MAX_EDITS];
+  gf_dp_mount mounts[GF_DP_MAX_EDITS];
+  gf_dp_devnode devnodes[GF_DP_MAX_EDITS];
+  char cdi[GF_DP_MAX_EDITS][GF_DP_STR_MAX]; /* fully qualified CDI names */
+  gf_dp_env annotations[GF_DP_MAX_EDITS];
+} gf_dp_container_answer;
+
+/* Answers Allocate for one container that kubelet gave the device ids
+ * ids[0..nids).  Returns 0 with *out filled, or a GF_E* code with a
+ * sentence in d that kubelet shows the user (the pod fails admission with
+ * it); the other containers and calls are not disturbed. */
+typedef int (*gf_dp_allocate_fn)(void *user, const char *const *ids,
+                                 size_t nids, gf_dp_container_answer *out,
+                                 gf_diag *d);
+
+typedef struct gf_dp_opts {
+  const char *plugin_dir;  /* default "/var/lib/kubelet/device-plugins" */
+  const char *endpoint;    /* our socket's file name in plugin_dir;
+                              default "gpufrac.sock" */
+  const char *kubelet_socket; /* default plugin_dir + "/kubelet.sock" */
+  const char *resource;    /* default GF_DP_RESOURCE */
+  gf_dp_allocate_fn allocate;
+  void *user;
+  bool preferred_allocation; /* advertise GetPreferredAllocation */
+} gf_dp_opts;
+
+typedef struct gf_dp gf_dp;
+
+/* Starts serving on plugin_dir/endpoint (removing a stale socket), then
+ * registers with kubelet, and keeps watching kubelet_socket to register
+ * again when kubelet restarts.  A kubelet that is not there yet is not an
+ * error: registration is retried.  GF_EIO (cannot listen) with a sentence. */
+int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
+                size_t ndevs, gf_diag *d);
+
+/* Replaces the device list; every open ListAndWatch stream gets it. */
+int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs);
+
+/* How many times the plugin has registered successfully (tests, metrics). */
+uint64_t gf_dp_registrations(const gf_dp *dp);
+
+/* Stops serving, closes every stream, removes our socket, frees dp. */
+void gf_dp_stop(gf_dp *dp);
+
+#endif
