@@ -37,10 +37,12 @@
 #define GF_DP_API_VERSION "v1beta1"
 #define GF_DP_RESOURCE "gpufrac.io/gpu"
 #define GF_DP_KUBELET_SOCKET "/var/lib/kubelet/device-plugins/kubelet.sock"
-#define GF_DP_ID_MAX 96     /* "GPU-<36 chars>::<k>" and NUL, with room */
+#define GF_DP_ID_MAX 96 /* "GPU-<36 chars>::<k>" and NUL, with room */
 #define GF_DP_MAX_DEVICES 1024
-#define GF_DP_MAX_EDITS 32  /* env, mounts, device nodes, CDI names each */
-#define GF_DP_STR_MAX 512   /* every string in an allocation answer */
+#define GF_DP_MAX_EDITS 32 /* env, mounts, device nodes, CDI names each */
+#define GF_DP_STR_MAX                                                          \
+  1024 /* every string in an allocation answer (16                             \
+          uuids in one variable fit) */
 
 /* One device as kubelet sees it.  numa_node < 0: no topology hint. */
 typedef struct gf_dp_device {
@@ -79,11 +81,11 @@ typedef int (*gf_dp_allocate_fn)(void *user, const char *const *ids,
                                  gf_diag *d);
 
 typedef struct gf_dp_opts {
-  const char *plugin_dir;  /* default "/var/lib/kubelet/device-plugins" */
-  const char *endpoint;    /* our socket's file name in plugin_dir;
-                              default "gpufrac.sock" */
+  const char *plugin_dir;     /* default "/var/lib/kubelet/device-plugins" */
+  const char *endpoint;       /* our socket's file name in plugin_dir;
+                                 default "gpufrac.sock" */
   const char *kubelet_socket; /* default plugin_dir + "/kubelet.sock" */
-  const char *resource;    /* default GF_DP_RESOURCE */
+  const char *resource;       /* default GF_DP_RESOURCE */
   gf_dp_allocate_fn allocate;
   void *user;
   bool preferred_allocation; /* advertise GetPreferredAllocation */

@@ -1,0 +1,133 @@
+/*
+ * gpufrac/node_alloc.h - the node agent's side of the device plugin's
+ * Allocate: the cache of pods bound to this node with their grants, the
+ * rule that matches kubelet's request to one pod's container, and the
+ * answer built from that container's grant (docs/node-allocate.md).
+ *
+ * Invariants.
+ *   - A container is handed out at most once: the match and the "answered"
+ *     mark are made under the cache's lock; a failed answer takes the mark
+ *     back.
+ *   - The cache keeps only what matching needs (plain values; the grant is
+ *     parsed once per change of the pod); malformed pods are kept with the
+ *     sentence saying why, so an Allocate that finds nothing can tell the
+ *     user.
+ *   - Every function is thread-safe on one gf_node_pods.
+ */
+#ifndef GPUFRAC_NODE_ALLOC_H
+#define GPUFRAC_NODE_ALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/devplugin.h"
+#include "gpufrac/diag.h"
+#include "gpufrac/grant.h"
+#include "gpufrac/node.h"
+
+struct json_t;
+
+#define GF_NODE_UID_MAX 64
+#define GF_NODE_POD_CTRS 16 /* GPU containers (init included) per pod */
+#define GF_NODE_ALLOCATED_FOR "gpufrac.io/allocated-for"
+#define GF_NODE_RESOURCE_GPU "gpufrac.io/gpu"
+
+typedef struct gf_node_pods gf_node_pods;
+
+/* A cache for the pods bound to node `node` (copied). */
+int gf_node_pods_new(gf_node_pods **out, const char *node, gf_diag *d);
+void gf_node_pods_free(gf_node_pods *p);
+
+/* Adds or replaces a pod from its API object.  A pod bound elsewhere (or
+ * not bound) is removed from the cache.  A pod whose grant or GPU requests
+ * are malformed is kept as not allocatable, with the reason.  Returns 0,
+ * or GF_ESYNTAX when the object has no uid/name (it is then ignored). */
+int gf_node_pods_apply(gf_node_pods *p, const struct json_t *pod, gf_diag *d);
+
+/* Removes the pod with this uid; true if it was there. */
+bool gf_node_pods_remove(gf_node_pods *p, const char *uid);
+
+/* Records that container `ctr` of pod `uid` was answered earlier (found on
+ * disk at start); applies when the pod arrives, if it has not yet. */
+void gf_node_pods_mark(gf_node_pods *p, const char *uid, const char *ctr);
+
+/* Number of pods in the cache. */
+size_t gf_node_pods_count(gf_node_pods *p);
+
+/* True when the cache knows a pod with this uid. */
+bool gf_node_pods_has(gf_node_pods *p, const char *uid);
+
+/* The result of a match. */
+typedef struct gf_node_match {
+  char uid[GF_NODE_UID_MAX];
+  char ns[GF_NAME_MAX];
+  char name[GF_NAME_MAX];
+  gf_grant_container grant; /* the container's grant (its name inside) */
+} gf_node_match;
+
+/* Picks the container an Allocate for `ngpus` devices is for and marks it
+ * answered (docs/node-allocate.md).  Waits up to wait_ms for the cache to
+ * change when nothing matches yet.  GF_ENOTFOUND with a sentence naming
+ * what the node has (for kubelet to show). */
+int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
+                       gf_node_match *out, gf_diag *d);
+
+/* Takes back the mark of a match whose answer failed. */
+void gf_node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr);
+
+/* ---- the answer --------------------------------------------------------- */
+
+typedef enum gf_node_alloc_style {
+  GF_NODE_ALLOC_MOUNTS = 0, /* env, device nodes and mounts */
+  GF_NODE_ALLOC_CDI = 1,    /* one CDI device per container */
+} gf_node_alloc_style;
+
+typedef struct gf_node_alloc_opts {
+  const char *state_dir; /* per-container files (required) */
+  const char *cdi_dir;   /* CDI specs (style CDI; also cleaned up) */
+  const char *shim_lib;  /* host paths; NULL or "": not mounted */
+  const char *preload;
+  const char *dev_dir; /* NULL: "/dev" */
+  const char *log;     /* written into shim.conf; NULL: "warn" */
+  gf_node_alloc_style style;
+  long wait_ms; /* how long a call waits for its pod (0: not at all) */
+} gf_node_alloc_opts;
+
+typedef struct gf_node_allocator gf_node_allocator;
+
+/* An allocator over the cache `pods` (borrowed; must outlive it) and a copy
+ * of the node's GPUs (uuid -> device node, mode, health).  Strings in o are
+ * copied.  GF_EINVAL (no state_dir), GF_ENOMEM. */
+int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
+                          const gf_node_gpus *gpus, const gf_node_alloc_opts *o,
+                          gf_diag *d);
+/* Replaces the GPUs (after a rediscovery). */
+void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g);
+void gf_node_allocator_free(gf_node_allocator *a);
+/* Answers given so far / refused so far (metrics). */
+uint64_t gf_node_allocator_answered(gf_node_allocator *a);
+uint64_t gf_node_allocator_refused(gf_node_allocator *a);
+
+/* The device plugin's allocate callback (gf_dp_allocate_fn) with user a
+ * gf_node_allocator: matches, writes the container's files and fills the
+ * answer.  Device ids only count GPUs: the grant decides which.  A granted
+ * GPU that is not on this node or not healthy fails the call. */
+int gf_node_allocate(void *user, const char *const *ids, size_t nids,
+                     gf_dp_container_answer *out, gf_diag *d);
+
+/* Removes <state_dir>/pods/<uid> and the pod's CDI specs in cdi_dir (may be
+ * NULL).  uid must be a safe name.  GF_EINVAL, GF_EIO naming the path. */
+int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,
+                       const char *uid, gf_diag *d);
+
+/* Marks in p every container that has a grant.json under state_dir/pods
+ * (answered by an earlier run).  Returns how many were found. */
+size_t gf_node_pods_mark_from_disk(gf_node_pods *p, const char *state_dir);
+
+/* Removes the state of every pod under state_dir/pods that p does not know
+ * (call after a full LIST).  Returns how many were removed. */
+size_t gf_node_pods_sweep(gf_node_pods *p, const char *state_dir,
+                          const char *cdi_dir);
+
+#endif

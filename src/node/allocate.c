@@ -1,0 +1,409 @@
+/*
+ * The answer to the device plugin's Allocate: match the call to a pod's
+ * container (pods.c), write the container's files, and say what the
+ * container gets (docs/node-allocate.md).  Also the cleanup of the files of
+ * pods that are gone.
+ */
+#define _XOPEN_SOURCE 700
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/node_alloc.h"
+#include "node_int.h"
+
+struct gf_node_allocator {
+  gf_node_pods *pods;
+  pthread_mutex_t mu; /* guards gpus */
+  gf_node_gpus gpus;
+  char state_dir[GF_NODE_PATH_MAX];
+  char cdi_dir[GF_NODE_PATH_MAX];
+  char shim_lib[GF_NODE_PATH_MAX];
+  char preload[GF_NODE_PATH_MAX];
+  char dev_dir[GF_NODE_PATH_MAX];
+  char log[8];
+  gf_node_alloc_style style;
+  long wait_ms;
+  atomic_uint_fast64_t answered, refused;
+};
+
+int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
+                          const gf_node_gpus *gpus, const gf_node_alloc_opts *o,
+                          gf_diag *d) {
+  if (!pods || !gpus || !o || !o->state_dir || !*o->state_dir)
+    return gf_diag_set(d, GF_EINVAL,
+                       "allocator: pods, GPUs and a state "
+                       "directory are required");
+  if (o->style == GF_NODE_ALLOC_CDI && (!o->cdi_dir || !*o->cdi_dir))
+    return gf_diag_set(d, GF_EINVAL, "allocator: CDI answers need cdi_dir");
+  gf_node_allocator *a = calloc(1, sizeof(*a));
+  if (!a)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  a->pods = pods;
+  pthread_mutex_init(&a->mu, NULL);
+  a->gpus = *gpus;
+  gf__node_copy(a->state_dir, sizeof(a->state_dir), o->state_dir);
+  gf__node_copy(a->cdi_dir, sizeof(a->cdi_dir), o->cdi_dir ? o->cdi_dir : "");
+  gf__node_copy(a->shim_lib, sizeof(a->shim_lib),
+                o->shim_lib ? o->shim_lib : "");
+  gf__node_copy(a->preload, sizeof(a->preload), o->preload ? o->preload : "");
+  gf__node_copy(a->dev_dir, sizeof(a->dev_dir),
+                o->dev_dir ? o->dev_dir : "/dev");
+  gf__node_copy(a->log, sizeof(a->log), o->log ? o->log : "warn");
+  a->style = o->style;
+  a->wait_ms = o->wait_ms;
+  *out = a;
+  return 0;
+}
+
+void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g) {
+  pthread_mutex_lock(&a->mu);
+  a->gpus = *g;
+  pthread_mutex_unlock(&a->mu);
+}
+
+void gf_node_allocator_free(gf_node_allocator *a) {
+  if (!a)
+    return;
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
+
+uint64_t gf_node_allocator_answered(gf_node_allocator *a) {
+  return atomic_load(&a->answered);
+}
+uint64_t gf_node_allocator_refused(gf_node_allocator *a) {
+  return atomic_load(&a->refused);
+}
+
+/* ---- building the answer ------------------------------------------------- */
+
+static int put(char *dst, const char *src, gf_diag *d) {
+  size_t n = strlen(src);
+  if (n >= GF_DP_STR_MAX)
+    return gf_diag_set(d, GF_ELIMIT,
+                       "allocation answer: '%.40s...' is longer "
+                       "than %d bytes",
+                       src, GF_DP_STR_MAX - 1);
+  memcpy(dst, src, n + 1);
+  return 0;
+}
+
+static int add_env(gf_dp_container_answer *o, const char *k, const char *v,
+                   gf_diag *d) {
+  if (o->nenv == GF_DP_MAX_EDITS)
+    return gf_diag_set(d, GF_ELIMIT, "allocation answer: too many variables");
+  gf_dp_env *e = &o->env[o->nenv];
+  int rc = put(e->key, k, d);
+  if (!rc && !(rc = put(e->value, v, d)))
+    o->nenv++;
+  return rc;
+}
+
+static int add_mount(gf_dp_container_answer *o, const char *host,
+                     const char *ctr, bool ro, gf_diag *d) {
+  if (o->nmounts == GF_DP_MAX_EDITS)
+    return gf_diag_set(d, GF_ELIMIT, "allocation answer: too many mounts");
+  gf_dp_mount *m = &o->mounts[o->nmounts];
+  int rc = put(m->host_path, host, d);
+  if (!rc && !(rc = put(m->container_path, ctr, d))) {
+    m->read_only = ro;
+    o->nmounts++;
+  }
+  return rc;
+}
+
+static int add_dev(gf_dp_container_answer *o, const char *dev_dir,
+                   const char *name, gf_diag *d) {
+  if (o->ndevnodes == GF_DP_MAX_EDITS)
+    return gf_diag_set(d, GF_ELIMIT, "allocation answer: too many devices");
+  char host[GF_NODE_PATH_MAX], ctr[64];
+  if (!gf__node_join(host, sizeof(host), dev_dir, name))
+    return gf_diag_set(d, GF_ELIMIT, "device path %s/%s too long", dev_dir,
+                       name);
+  snprintf(ctr, sizeof(ctr), "/dev/%s", name);
+  gf_dp_devnode *n = &o->devnodes[o->ndevnodes];
+  int rc = put(n->host_path, host, d);
+  if (!rc && !(rc = put(n->container_path, ctr, d))) {
+    memcpy(n->permissions, "rw", 3);
+    o->ndevnodes++;
+  }
+  return rc;
+}
+
+/* The granted GPUs as this node knows them, in grant order. */
+static int resolve(gf_node_allocator *a, const gf_node_match *m,
+                   const gf_node_gpu **gpus, gf_diag *d) {
+  for (uint32_t i = 0; i < m->grant.ngpus; i++) {
+    const char *uuid = m->grant.gpus[i].uuid;
+    gpus[i] = NULL;
+    for (uint32_t j = 0; j < a->gpus.ngpus; j++)
+      if (strcmp(a->gpus.gpus[j].uuid, uuid) == 0)
+        gpus[i] = &a->gpus.gpus[j];
+    if (!gpus[i])
+      return gf_diag_set(d, GF_ENOTFOUND,
+                         "pod %s/%s container %s: granted GPU %s is not on "
+                         "this node",
+                         m->ns, m->name, m->grant.name, uuid);
+    if (!gpus[i]->healthy)
+      return gf_diag_set(d, GF_EIO,
+                         "pod %s/%s container %s: granted GPU %s is "
+                         "unhealthy (%s)",
+                         m->ns, m->name, m->grant.name, uuid, gpus[i]->reason);
+  }
+  return 0;
+}
+
+static int answer_mounts(gf_node_allocator *a, const gf_node_match *m,
+                         const gf_node_gpu *const *gpus,
+                         const gf_node_ctr_paths *paths,
+                         gf_dp_container_answer *out, gf_diag *d) {
+  char uuids[GF_DP_STR_MAX];
+  size_t used = 0;
+  bool shared = false;
+  uuids[0] = 0;
+  for (uint32_t i = 0; i < m->grant.ngpus; i++) {
+    int w = snprintf(uuids + used, sizeof(uuids) - used, "%s%s", i ? "," : "",
+                     gpus[i]->uuid);
+    if (w < 0 || (size_t)w >= sizeof(uuids) - used)
+      return gf_diag_set(d, GF_ELIMIT, "allocation answer: GPU list too long");
+    used += (size_t)w;
+    shared |= gpus[i]->mode == GF_NODE_MODE_SHARED;
+  }
+  int rc;
+  if ((rc = add_env(out, "CUDA_VISIBLE_DEVICES", uuids, d)) ||
+      (rc = add_env(out, "NVIDIA_VISIBLE_DEVICES", uuids, d)) ||
+      (rc = add_env(out, "GPUFRAC_CONFIG", GF_NODE_CTR_CONFIG, d)))
+    return rc;
+  static const char *const common[] = {"nvidiactl", "nvidia-uvm",
+                                       "nvidia-uvm-tools"};
+  for (size_t i = 0; i < 3; i++)
+    if ((rc = add_dev(out, a->dev_dir, common[i], d)))
+      return rc;
+  for (uint32_t i = 0; i < m->grant.ngpus; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "nvidia%u", gpus[i]->minor);
+    if ((rc = add_dev(out, a->dev_dir, name, d)))
+      return rc;
+  }
+  if ((rc = add_mount(out, paths->config, GF_NODE_CTR_CONFIG, true, d)) ||
+      (rc =
+           add_mount(out, paths->region_dir, GF_NODE_CTR_REGION_DIR, false, d)))
+    return rc;
+  if (shared && a->shim_lib[0] &&
+      (rc = add_mount(out, a->shim_lib, a->shim_lib, true, d)))
+    return rc;
+  if (shared && a->preload[0] &&
+      (rc = add_mount(out, a->preload, "/etc/ld.so.preload", true, d)))
+    return rc;
+  return 0;
+}
+
+static int answer_cdi(gf_node_allocator *a, const gf_node_match *m,
+                      const gf_node_ctr_paths *paths,
+                      gf_dp_container_answer *out, gf_diag *d) {
+  gf_node_cdi_opts co = {a->shim_lib[0] ? a->shim_lib : NULL,
+                         a->preload[0] ? a->preload : NULL, a->dev_dir};
+  char *spec = NULL;
+  int rc = gf_node_cdi_container_spec(&a->gpus, m->uid, &m->grant, paths, &co,
+                                      &spec, d);
+  if (rc)
+    return rc;
+  char file[GF_NODE_PATH_MAX], dev[GF_DP_STR_MAX];
+  snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", m->uid, m->grant.name);
+  rc = gf_node_write_atomic(a->cdi_dir, file, spec, strlen(spec), d);
+  free(spec);
+  if (rc)
+    return rc;
+  snprintf(dev, sizeof(dev), "%s=%s_%s", GF_NODE_CDI_KIND, m->uid,
+           m->grant.name);
+  memcpy(out->cdi[0], dev, strlen(dev) + 1);
+  out->ncdi = 1;
+  return 0;
+}
+
+int gf_node_allocate(void *user, const char *const *ids, size_t nids,
+                     gf_dp_container_answer *out, gf_diag *d) {
+  gf_node_allocator *a = user;
+  (void)ids; /* kubelet's pick of slots does not choose the GPU */
+  memset(out, 0, sizeof(*out));
+  if (nids == 0 || nids > GF_MAX_GPUS_PER_NODE) {
+    atomic_fetch_add(&a->refused, 1);
+    return gf_diag_set(d, GF_EINVAL, "an allocation of %zu %s: want 1..%d",
+                       nids, GF_NODE_RESOURCE_GPU, GF_MAX_GPUS_PER_NODE);
+  }
+  gf_node_match m;
+  int rc = gf_node_pods_match(a->pods, (uint32_t)nids, a->wait_ms, &m, d);
+  if (rc) {
+    atomic_fetch_add(&a->refused, 1);
+    return rc;
+  }
+  const gf_node_gpu *gpus[GF_MAX_GPUS_PER_NODE];
+  gf_node_ctr_paths paths;
+  char who[GF_DP_STR_MAX];
+  pthread_mutex_lock(&a->mu);
+  rc = resolve(a, &m, gpus, d);
+  if (!rc)
+    rc = gf_node_prepare_container(a->state_dir, m.uid, &m.grant, a->log,
+                                   &paths, d);
+  if (!rc)
+    rc = a->style == GF_NODE_ALLOC_CDI
+             ? answer_cdi(a, &m, &paths, out, d)
+             : answer_mounts(a, &m, gpus, &paths, out, d);
+  pthread_mutex_unlock(&a->mu);
+  if (!rc) {
+    snprintf(who, sizeof(who), "%s/%s/%s", m.ns, m.name, m.grant.name);
+    gf_dp_env *an = &out->annotations[out->nannotations++];
+    memcpy(an->key, GF_NODE_ALLOCATED_FOR, sizeof(GF_NODE_ALLOCATED_FOR));
+    memcpy(an->value, who, strlen(who) + 1);
+  }
+  if (rc) {
+    gf_node_pods_unmark(a->pods, m.uid, m.grant.name);
+    memset(out, 0, sizeof(*out));
+    atomic_fetch_add(&a->refused, 1);
+    return rc;
+  }
+  atomic_fetch_add(&a->answered, 1);
+  return 0;
+}
+
+/* ---- cleanup --------------------------------------------------------------
+ */
+
+static int rm_one(const char *path, const struct stat *st, int flag,
+                  struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  /* FTW_PHYS: a symbolic link a container left is removed, never followed. */
+  int r = flag == FTW_DP ? rmdir(path) : unlink(path);
+  return r && errno != ENOENT ? -1 : 0;
+}
+
+static int remove_cdi(const char *cdi_dir, const char *uid, gf_diag *d) {
+  if (!cdi_dir || !*cdi_dir)
+    return 0;
+  DIR *dir = opendir(cdi_dir);
+  if (!dir)
+    return errno == ENOENT
+               ? 0
+               : gf_diag_set(d, GF_EIO, "%s: %s", cdi_dir, strerror(errno));
+  char prefix[GF_NODE_PATH_MAX];
+  snprintf(prefix, sizeof(prefix), "gpufrac.io-%s_", uid);
+  size_t pl = strlen(prefix);
+  int rc = 0;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    size_t n = strlen(e->d_name);
+    if (strncmp(e->d_name, prefix, pl) || n < pl + 5 ||
+        strcmp(e->d_name + n - 5, ".json"))
+      continue;
+    char path[GF_NODE_PATH_MAX];
+    if (gf__node_join(path, sizeof(path), cdi_dir, e->d_name) && unlink(path) &&
+        errno != ENOENT)
+      rc = gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  }
+  closedir(dir);
+  return rc;
+}
+
+int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,
+                       const char *uid, gf_diag *d) {
+  if (!gf_node_safe_name(uid))
+    return gf_diag_set(d, GF_EINVAL, "pod uid '%s' is not a safe name", uid);
+  char pods[GF_NODE_PATH_MAX], dir[GF_NODE_PATH_MAX];
+  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods") ||
+      !gf__node_join(dir, sizeof(dir), pods, uid))
+    return gf_diag_set(d, GF_ELIMIT, "state path too long");
+  int rc = 0;
+  if (nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS) && errno != ENOENT)
+    rc = gf_diag_set(d, GF_EIO, "removing %s: %s", dir, strerror(errno));
+  int rc2 = remove_cdi(cdi_dir, uid, d);
+  return rc ? rc : rc2;
+}
+
+/* Calls fn for every <state>/pods/<uid> directory with a safe name. */
+static size_t each_pod_dir(const char *state_dir,
+                           void (*fn)(void *, const char *, const char *),
+                           void *user) {
+  char pods[GF_NODE_PATH_MAX];
+  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods"))
+    return 0;
+  DIR *dir = opendir(pods);
+  if (!dir)
+    return 0;
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    if (!gf_node_safe_name(e->d_name))
+      continue;
+    char path[GF_NODE_PATH_MAX];
+    if (!gf__node_join(path, sizeof(path), pods, e->d_name))
+      continue;
+    fn(user, e->d_name, path);
+    n++;
+  }
+  closedir(dir);
+  return n;
+}
+
+typedef struct mark_ctx {
+  gf_node_pods *pods;
+  size_t found;
+} mark_ctx;
+
+static void mark_pod(void *user, const char *uid, const char *path) {
+  mark_ctx *m = user;
+  DIR *dir = opendir(path);
+  if (!dir)
+    return;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    char ctr[GF_NODE_PATH_MAX], grant[GF_NODE_PATH_MAX];
+    struct stat st;
+    if (!gf_node_safe_name(e->d_name) ||
+        !gf__node_join(ctr, sizeof(ctr), path, e->d_name) ||
+        !gf__node_join(grant, sizeof(grant), ctr, "grant.json") ||
+        lstat(grant, &st) || !S_ISREG(st.st_mode))
+      continue;
+    gf_node_pods_mark(m->pods, uid, e->d_name);
+    m->found++;
+  }
+  closedir(dir);
+}
+
+size_t gf_node_pods_mark_from_disk(gf_node_pods *p, const char *state_dir) {
+  mark_ctx m = {p, 0};
+  each_pod_dir(state_dir, mark_pod, &m);
+  return m.found;
+}
+
+typedef struct sweep_ctx {
+  gf_node_pods *pods;
+  const char *state_dir, *cdi_dir;
+  size_t removed;
+} sweep_ctx;
+
+static void sweep_pod(void *user, const char *uid, const char *path) {
+  sweep_ctx *s = user;
+  (void)path;
+  if (gf_node_pods_has(s->pods, uid))
+    return;
+  gf_diag d = {""};
+  if (gf_node_forget_pod(s->state_dir, s->cdi_dir, uid, &d) == 0)
+    s->removed++;
+}
+
+size_t gf_node_pods_sweep(gf_node_pods *p, const char *state_dir,
+                          const char *cdi_dir) {
+  sweep_ctx s = {p, state_dir, cdi_dir, 0};
+  each_pod_dir(state_dir, sweep_pod, &s);
+  return s.removed;
+}

@@ -1,0 +1,505 @@
+/*
+ * Tests of the node agent's Allocate side (docs/node-allocate.md): the pod
+ * cache, the matching rule, the answer and the cleanup.  Pods are built as
+ * the API server would send them.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/grant.h"
+#include "gpufrac/node.h"
+#include "gpufrac/node_alloc.h"
+
+static char tmpdir[256];
+
+static int setup_tmp(void **state) {
+  (void)state;
+  snprintf(tmpdir, sizeof(tmpdir), "/tmp/gf_alloc_test.XXXXXX");
+  return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state) {
+  (void)state;
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+/* One GPU container of a test pod: name, gpufrac.io/gpu, granted uuids. */
+typedef struct tctr {
+  const char *name;
+  int gpus;
+  const char *uuids[4];
+  bool init;
+  bool running;
+} tctr;
+
+/* A pod object as the API server sends it.  grant: NULL builds one from
+ * the containers, "" leaves it out, anything else is used verbatim. */
+static json_t *make_pod(const char *uid, const char *node, const char *bound,
+                        const tctr *ctrs, size_t n, const char *grant) {
+  json_t *containers = json_array(), *inits = json_array();
+  json_t *statuses = json_array(), *gcs = json_array();
+  for (size_t i = 0; i < n; i++) {
+    json_t *c = json_pack("{s:s,s:{s:{s:s}}}", "name", ctrs[i].name,
+                          "resources", "limits", "gpufrac.io/gpu", "0");
+    char num[8];
+    snprintf(num, sizeof(num), "%d", ctrs[i].gpus);
+    json_object_set_new(
+        json_object_get(json_object_get(c, "resources"), "limits"),
+        "gpufrac.io/gpu", json_string(num));
+    json_array_append_new(ctrs[i].init ? inits : containers, c);
+    if (ctrs[i].running)
+      json_array_append_new(statuses,
+                            json_pack("{s:s,s:{s:{}}}", "name", ctrs[i].name,
+                                      "state", "running"));
+    json_t *gg = json_array();
+    for (int k = 0; k < 4 && ctrs[i].uuids[k]; k++)
+      json_array_append_new(
+          gg, json_pack("{s:s,s:i,s:I,s:i}", "uuid", ctrs[i].uuids[k], "index",
+                        k, "memory", (json_int_t)(4LL << 30), "compute", 25));
+    json_array_append_new(
+        gcs, json_pack("{s:s,s:o}", "name", ctrs[i].name, "gpus", gg));
+  }
+  /* A container that asks for no GPU is not part of the allocation. */
+  json_array_append_new(containers, json_pack("{s:s}", "name", "sidecar"));
+  char *gtext = NULL;
+  if (!grant) {
+    json_t *g = json_pack("{s:i,s:s,s:o}", "version", 1, "node", node,
+                          "containers", gcs);
+    gtext = json_dumps(g, JSON_COMPACT);
+    json_decref(g);
+    grant = gtext;
+  } else {
+    json_decref(gcs);
+  }
+  json_t *ann = json_object();
+  if (*grant)
+    json_object_set_new(ann, GF_GRANT_ANNOTATION, json_string(grant));
+  free(gtext);
+  json_t *pod = json_pack(
+      "{s:{s:s,s:s,s:s,s:s,s:o},s:{s:s,s:o,s:o},s:{s:s,s:[{s:s,s:s,s:s}],s:o}}",
+      "metadata", "uid", uid, "name", uid, "namespace", "ml",
+      "creationTimestamp", "2026-01-01T00:00:00Z", "annotations", ann, "spec",
+      "nodeName", node, "initContainers", inits, "containers", containers,
+      "status", "phase", "Pending", "conditions", "type", "PodScheduled",
+      "status", "True", "lastTransitionTime", bound, "containerStatuses",
+      statuses);
+  assert_non_null(pod);
+  return pod;
+}
+
+static gf_node_pods *new_cache(void) {
+  gf_node_pods *p = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_pods_new(&p, "node-a", &d), 0);
+  return p;
+}
+
+static void apply(gf_node_pods *p, json_t *pod) {
+  gf_diag d = {""};
+  assert_int_equal(gf_node_pods_apply(p, pod, &d), 0);
+  json_decref(pod);
+}
+
+static void test_match_one(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  tctr c[] = {{"main", 1, {"GPU-a"}, false, false}};
+  apply(p, make_pod("u1", "node-a", "2026-01-01T00:00:05Z", c, 1, NULL));
+  /* Bound elsewhere: not ours. */
+  apply(p, make_pod("u2", "node-b", "2026-01-01T00:00:01Z", c, 1, NULL));
+  assert_int_equal(gf_node_pods_count(p), 1);
+  gf_node_match m;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "u1");
+  assert_string_equal(m.ns, "ml");
+  assert_string_equal(m.grant.name, "main");
+  assert_int_equal(m.grant.ngpus, 1);
+  assert_string_equal(m.grant.gpus[0].uuid, "GPU-a");
+  assert_int_equal(m.grant.gpus[0].mem_bytes, 4LL << 30);
+  /* Answered once: the same container is never handed out again. */
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "no pod on node node-a is waiting for 1"));
+  /* Taking the mark back makes it available again. */
+  gf_node_pods_unmark(p, "u1", "main");
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "u1");
+  gf_node_pods_free(p);
+}
+
+static void test_match_order(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  tctr one[] = {{"c", 1, {"GPU-a"}, false, false}};
+  tctr two[] = {{"c", 2, {"GPU-a", "GPU-b"}, false, false}};
+  tctr pair[] = {{"first", 1, {"GPU-a"}, false, false},
+                 {"second", 1, {"GPU-b"}, false, false}};
+  apply(p, make_pod("late", "node-a", "2026-01-01T00:00:09Z", one, 1, NULL));
+  apply(p, make_pod("early", "node-a", "2026-01-01T00:00:02Z", one, 1, NULL));
+  apply(p, make_pod("wide", "node-a", "2026-01-01T00:00:01Z", two, 1, NULL));
+  apply(p, make_pod("pair", "node-a", "2026-01-01T00:00:05Z", pair, 2, NULL));
+  gf_node_match m;
+  gf_diag d = {""};
+  /* Two GPUs: only the pod that asks for two, though it is not first. */
+  assert_int_equal(gf_node_pods_match(p, 2, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "wide");
+  /* One GPU: earliest bound first. */
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "early");
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "pair");
+  assert_string_equal(m.grant.name, "first");
+  assert_string_equal(m.grant.gpus[0].uuid, "GPU-a");
+  /* A pod half answered comes next, whatever its bind time: kubelet
+   * allocates one pod's containers back to back.  Make "late" look older
+   * than "pair" to be sure the rule, not the time, decides. */
+  apply(p, make_pod("late", "node-a", "2026-01-01T00:00:00Z", one, 1, NULL));
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "pair");
+  assert_string_equal(m.grant.name, "second");
+  assert_string_equal(m.grant.gpus[0].uuid, "GPU-b");
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "late");
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  gf_node_pods_free(p);
+}
+
+static void test_match_skips(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  tctr init[] = {{"setup", 1, {"GPU-a"}, true, false},
+                 {"main", 1, {"GPU-a"}, false, false}};
+  tctr run[] = {{"main", 1, {"GPU-a"}, false, true}};
+  apply(p,
+        make_pod("initpod", "node-a", "2026-01-01T00:00:05Z", init, 2, NULL));
+  apply(p, make_pod("running", "node-a", "2026-01-01T00:00:01Z", run, 1, NULL));
+  json_t *done =
+      make_pod("done", "node-a", "2026-01-01T00:00:00Z", run, 1, NULL);
+  json_object_set_new(json_object_get(done, "status"), "phase",
+                      json_string("Succeeded"));
+  json_object_set_new(json_object_get(done, "status"), "containerStatuses",
+                      json_array());
+  apply(p, done);
+  gf_node_match m;
+  gf_diag d = {""};
+  /* A running container and a finished pod are skipped; init first. */
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "initpod");
+  assert_string_equal(m.grant.name, "setup");
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.grant.name, "main");
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  /* Moved off the node: forgotten. */
+  apply(p,
+        make_pod("initpod", "node-z", "2026-01-01T00:00:05Z", init, 2, NULL));
+  assert_false(gf_node_pods_has(p, "initpod"));
+  assert_true(gf_node_pods_remove(p, "running"));
+  assert_false(gf_node_pods_remove(p, "running"));
+  gf_node_pods_free(p);
+}
+
+static void test_match_malformed(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  tctr c[] = {{"main", 1, {"GPU-a"}, false, false}};
+  apply(p, make_pod("bad", "node-a", "2026-01-01T00:00:01Z", c, 1,
+                    "{\"version\":1,\"containers\":[{"));
+  apply(p, make_pod("none", "node-a", "2026-01-01T00:00:02Z", c, 1, ""));
+  apply(p, make_pod("other", "node-a", "2026-01-01T00:00:03Z", c, 1,
+                    "{\"version\":1,\"node\":\"node-a\",\"containers\":[{"
+                    "\"name\":\"x\",\"gpus\":[{\"uuid\":\"GPU-a\",\"index\":0,"
+                    "\"memory\":1024}]}]}"));
+  gf_node_match m;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "ml/bad: malformed gpufrac.io/grant"));
+  assert_non_null(strstr(d.msg, "ml/none: no gpufrac.io/grant annotation"));
+  assert_non_null(strstr(d.msg, "grant has no entry for container main"));
+  /* A valid pod is still served. */
+  apply(p, make_pod("good", "node-a", "2026-01-01T00:00:04Z", c, 1, NULL));
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "good");
+  /* An object without a uid is refused with a sentence. */
+  json_t *nameless = json_pack("{s:{s:s}}", "metadata", "name", "x");
+  assert_int_equal(gf_node_pods_apply(p, nameless, &d), GF_ESYNTAX);
+  json_decref(nameless);
+  gf_node_pods_free(p);
+}
+
+typedef struct race {
+  gf_node_pods *p;
+  char uid[GF_NODE_UID_MAX];
+  int rc;
+} race;
+
+static void *race_one(void *arg) {
+  race *r = arg;
+  gf_node_match m;
+  gf_diag d = {""};
+  r->rc = gf_node_pods_match(r->p, 1, 2000, &m, &d);
+  if (!r->rc)
+    memcpy(r->uid, m.uid, sizeof(m.uid));
+  return NULL;
+}
+
+static void test_match_concurrent(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  tctr c[] = {{"main", 1, {"GPU-a"}, false, false}};
+  enum { N = 8 };
+  race r[N];
+  pthread_t t[N];
+  /* Half the pods exist before the calls, half arrive while they wait. */
+  for (int i = 0; i < N / 2; i++) {
+    char uid[16];
+    snprintf(uid, sizeof(uid), "p%d", i);
+    apply(p, make_pod(uid, "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  }
+  for (int i = 0; i < N; i++) {
+    r[i] = (race){p, "", -1};
+    pthread_create(&t[i], NULL, race_one, &r[i]);
+  }
+  struct timespec ms = {0, 20 * 1000000L};
+  nanosleep(&ms, NULL);
+  for (int i = N / 2; i < N; i++) {
+    char uid[16];
+    snprintf(uid, sizeof(uid), "p%d", i);
+    apply(p, make_pod(uid, "node-a", "2026-01-01T00:00:02Z", c, 1, NULL));
+  }
+  for (int i = 0; i < N; i++)
+    pthread_join(t[i], NULL);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(r[i].rc, 0);
+    for (int j = 0; j < i; j++)
+      assert_string_not_equal(r[i].uid, r[j].uid);
+  }
+  gf_node_pods_free(p);
+}
+
+/* ---- the answer --------------------------------------------------------- */
+
+static gf_node_gpus gpus2;
+
+static gf_node_allocator *new_alloc(gf_node_pods *p, gf_node_alloc_style s) {
+  gf_diag d = {""};
+  assert_int_equal(gf_node_discover_fake("2xA100-40GB", &gpus2, &d), 0);
+  char state[300], cdi[300];
+  snprintf(state, sizeof(state), "%s/state", tmpdir);
+  snprintf(cdi, sizeof(cdi), "%s/cdi", tmpdir);
+  gf_node_alloc_opts o = {state,
+                          cdi,
+                          "/usr/lib/gpufrac/libgpufrac-cuda.so",
+                          "/usr/lib/gpufrac/ld.so.preload",
+                          "/dev",
+                          "info",
+                          s,
+                          0};
+  gf_node_allocator *a = NULL;
+  assert_int_equal(gf_node_allocator_new(&a, p, &gpus2, &o, &d), 0);
+  return a;
+}
+
+static const gf_dp_env *env(const gf_dp_container_answer *o, const char *k) {
+  for (uint32_t i = 0; i < o->nenv; i++)
+    if (strcmp(o->env[i].key, k) == 0)
+      return &o->env[i];
+  return NULL;
+}
+
+static bool has_dev(const gf_dp_container_answer *o, const char *path) {
+  for (uint32_t i = 0; i < o->ndevnodes; i++)
+    if (strcmp(o->devnodes[i].container_path, path) == 0)
+      return true;
+  return false;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return NULL;
+  static char buf[4096];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  return buf;
+}
+
+static void test_allocate_mounts(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
+  const char *u1 = gpus2.gpus[1].uuid;
+  tctr c[] = {{"main", 1, {u1}, false, false}};
+  apply(p, make_pod("uid-1", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"whatever::0"};
+  gf_diag d = {""};
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), 0);
+  assert_string_equal(env(o, "CUDA_VISIBLE_DEVICES")->value, u1);
+  assert_string_equal(env(o, "NVIDIA_VISIBLE_DEVICES")->value, u1);
+  assert_string_equal(env(o, "GPUFRAC_CONFIG")->value, GF_NODE_CTR_CONFIG);
+  /* Only the granted GPU's device node, and the common ones. */
+  char dev[32];
+  snprintf(dev, sizeof(dev), "/dev/nvidia%u", gpus2.gpus[1].minor);
+  assert_true(has_dev(o, dev));
+  snprintf(dev, sizeof(dev), "/dev/nvidia%u", gpus2.gpus[0].minor);
+  assert_false(has_dev(o, dev));
+  assert_true(has_dev(o, "/dev/nvidiactl"));
+  assert_true(has_dev(o, "/dev/nvidia-uvm"));
+  /* Config read-only, region read-write, interposer and preload read-only. */
+  assert_int_equal(o->nmounts, 4);
+  assert_string_equal(o->mounts[0].container_path, GF_NODE_CTR_CONFIG);
+  assert_true(o->mounts[0].read_only);
+  assert_string_equal(o->mounts[1].container_path, GF_NODE_CTR_REGION_DIR);
+  assert_false(o->mounts[1].read_only);
+  assert_string_equal(o->mounts[3].container_path, "/etc/ld.so.preload");
+  assert_true(o->mounts[3].read_only);
+  assert_int_equal(o->nannotations, 1);
+  assert_string_equal(o->annotations[0].key, GF_NODE_ALLOCATED_FOR);
+  assert_string_equal(o->annotations[0].value, "ml/uid-1/main");
+  /* The files behind the mounts: the limit is the grant's. */
+  const char *conf = slurp(o->mounts[0].host_path);
+  assert_non_null(conf);
+  assert_non_null(strstr(conf, "4294967296"));
+  assert_non_null(strstr(conf, "compute = 25"));
+  struct stat st;
+  assert_int_equal(stat(o->mounts[1].host_path, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  assert_int_equal(gf_node_allocator_answered(a), 1);
+  /* Nothing left to answer: refused with a sentence, counted. */
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ENOTFOUND);
+  assert_int_equal(gf_node_allocator_refused(a), 1);
+  free(o);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+}
+
+static void test_allocate_bad_gpu(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
+  tctr c[] = {{"main", 1, {"GPU-not-here"}, false, false}};
+  apply(p, make_pod("uid-x", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"x::0"};
+  gf_diag d = {""};
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "granted GPU GPU-not-here is not on this"));
+  assert_int_equal(o->nenv, 0);
+  /* The mark was taken back: the pod is still waiting. */
+  gf_node_match m;
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "uid-x");
+  /* An unhealthy granted GPU fails too, naming the reason. */
+  gf_node_pods_unmark(p, "uid-x", "main");
+  gpus2.gpus[0].healthy = false;
+  snprintf(gpus2.gpus[0].reason, sizeof(gpus2.gpus[0].reason), "Xid 79");
+  gf_node_allocator_set_gpus(a, &gpus2);
+  tctr c2[] = {{"main", 1, {gpus2.gpus[0].uuid}, false, false}};
+  apply(p, make_pod("uid-x", "node-a", "2026-01-01T00:00:01Z", c2, 1, NULL));
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
+  assert_non_null(strstr(d.msg, "unhealthy (Xid 79)"));
+  free(o);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+}
+
+static void test_allocate_cdi_and_cleanup(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_CDI);
+  tctr c[] = {
+      {"main", 2, {gpus2.gpus[0].uuid, gpus2.gpus[1].uuid}, false, false}};
+  apply(p, make_pod("uid-c", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"a::0", "b::0"};
+  gf_diag d = {""};
+  assert_int_equal(gf_node_allocate(a, ids, 2, o, &d), 0);
+  assert_int_equal(o->ncdi, 1);
+  assert_string_equal(o->cdi[0], "gpufrac.io/gpu=uid-c_main");
+  assert_int_equal(o->nenv, 0);
+  char spec[400];
+  snprintf(spec, sizeof(spec), "%s/cdi/gpufrac.io-uid-c_main.json", tmpdir);
+  json_error_t je;
+  json_t *s = json_load_file(spec, 0, &je);
+  assert_non_null(s);
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_array_get(json_object_get(s, "devices"), 0), "name")),
+      "uid-c_main");
+  json_decref(s);
+
+  /* A restarted agent finds the answer on disk and does not give it again. */
+  gf_node_pods *p2 = new_cache();
+  /* (state lives under tmpdir/state; tmpdir itself has no pods) */
+  assert_int_equal(gf_node_pods_mark_from_disk(p2, tmpdir), 0);
+  char statedir[300];
+  snprintf(statedir, sizeof(statedir), "%s/state", tmpdir);
+  assert_int_equal(gf_node_pods_mark_from_disk(p2, statedir), 1);
+  apply(p2, make_pod("uid-c", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  gf_node_match m;
+  assert_int_equal(gf_node_pods_match(p2, 2, 0, &m, &d), GF_ENOTFOUND);
+
+  /* A symbolic link a container left in its region is removed, not
+   * followed, when the pod goes. */
+  char outside[300], link[400], poddir[400];
+  snprintf(outside, sizeof(outside), "%s/keep", tmpdir);
+  FILE *f = fopen(outside, "w");
+  assert_non_null(f);
+  fputs("x", f);
+  fclose(f);
+  snprintf(link, sizeof(link), "%s/pods/uid-c/main/region/evil", statedir);
+  assert_int_equal(symlink(outside, link), 0);
+  snprintf(poddir, sizeof(poddir), "%s/pods/uid-c", statedir);
+  /* Sweep keeps what the cache knows... */
+  assert_int_equal(gf_node_pods_sweep(p2, statedir, NULL), 0);
+  struct stat st;
+  assert_int_equal(stat(poddir, &st), 0);
+  /* ...and removes what it does not. */
+  gf_node_pods_remove(p2, "uid-c");
+  char cdidir[300];
+  snprintf(cdidir, sizeof(cdidir), "%s/cdi", tmpdir);
+  assert_int_equal(gf_node_pods_sweep(p2, statedir, cdidir), 1);
+  assert_int_not_equal(lstat(poddir, &st), 0);
+  assert_int_not_equal(lstat(spec, &st), 0);
+  assert_int_equal(stat(outside, &st), 0);
+  assert_int_equal(gf_node_forget_pod(statedir, cdidir, "../etc", &d),
+                   GF_EINVAL);
+  free(o);
+  gf_node_pods_free(p2);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_match_one),
+      cmocka_unit_test(test_match_order),
+      cmocka_unit_test(test_match_skips),
+      cmocka_unit_test(test_match_malformed),
+      cmocka_unit_test(test_match_concurrent),
+      cmocka_unit_test_setup_teardown(test_allocate_mounts, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_allocate_bad_gpu, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_allocate_cdi_and_cleanup, setup_tmp,
+                                      teardown_tmp),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
