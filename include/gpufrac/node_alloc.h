@@ -130,4 +130,39 @@ size_t gf_node_pods_mark_from_disk(gf_node_pods *p, const char *state_dir);
 size_t gf_node_pods_sweep(gf_node_pods *p, const char *state_dir,
                           const char *cdi_dir);
 
+/* ---- the API side ------------------------------------------------------ */
+
+struct gf_kube_config;
+
+/* The agent's link to the API server: a pod informer limited to this node
+ * (fieldSelector spec.nodeName) that feeds `pods`, removes the files of
+ * pods that go (and, after the first full LIST, of pods the API no longer
+ * knows), and the node's inventory annotation. */
+typedef struct gf_node_kube gf_node_kube;
+
+typedef struct gf_node_kube_opts {
+  const char *node;      /* this node's name (required) */
+  gf_node_pods *pods;    /* fed by the informer (borrowed) */
+  const char *state_dir; /* cleaned of gone pods (required) */
+  const char *cdi_dir;   /* may be NULL */
+  bool quiet;            /* no log lines (tests) */
+} gf_node_kube_opts;
+
+/* cfg is borrowed and must outlive k. */
+int gf_node_kube_new(gf_node_kube **out, struct gf_kube_config *cfg,
+                     const gf_node_kube_opts *o, gf_diag *d);
+/* Runs the informer on its own thread (LIST, WATCH, backoff). */
+int gf_node_kube_start(gf_node_kube *k, gf_diag *d);
+/* One informer step on the caller's thread (tests), then the sweep when
+ * the cache has just synced. */
+int gf_node_kube_step(gf_node_kube *k, gf_diag *d);
+bool gf_node_kube_synced(gf_node_kube *k);
+/* Writes g's inventory into the Node's gpufrac.io/inventory annotation
+ * (JSON merge PATCH) unless the same text was already written.  Sets
+ * *changed when it patched.  GF_EHTTP etc. with the server's message. */
+int gf_node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
+                         gf_diag *d);
+void gf_node_kube_stop(gf_node_kube *k);
+void gf_node_kube_free(gf_node_kube *k);
+
 #endif

@@ -19,8 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "apidouble.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
+#include "gpufrac/kube.h"
 #include "gpufrac/node.h"
 #include "gpufrac/node_alloc.h"
 
@@ -487,6 +489,93 @@ static void test_allocate_cdi_and_cleanup(void **state) {
   gf_node_pods_free(p);
 }
 
+/* ---- the API side -----------------------------------------------------------
+ */
+
+static void mkfile(const char *dir, const char *name) {
+  char cmd[1200];
+  snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && echo '{}' > '%s/%s'", dir, dir,
+           name);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_kube_link(void **state) {
+  (void)state;
+  tctr c[] = {{"main", 1, {"GPU-a"}, false, false}};
+  json_t *pod = make_pod("uid-k", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL);
+  json_t *list = json_pack("{s:s,s:{s:s},s:[O]}", "kind", "PodList", "metadata",
+                           "resourceVersion", "10", "items", pod);
+  char *list_text = json_dumps(list, JSON_COMPACT);
+  json_t *ev = json_pack("{s:s,s:O}", "type", "DELETED", "object", pod);
+  char *ev_text = json_dumps(ev, JSON_COMPACT);
+  char ev_line[8192];
+  snprintf(ev_line, sizeof(ev_line), "%s\n", ev_text);
+  json_decref(ev);
+  json_decref(list);
+  json_decref(pod);
+  gf_node_gpus g;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_discover_fake("1xT4-16GB", &g, &d), 0);
+  const td_expect script[] = {
+      {.method = "PATCH",
+       .target = "/api/v1/nodes/node-a",
+       .ctype = "application/merge-patch+json",
+       .body_has = {"{\"metadata\":{\"annotations\":{\"gpufrac.io/"
+                    "inventory\":\"{\\\"version\\\":1",
+                    g.gpus[0].uuid},
+       .status = 200,
+       .body = "{\"kind\":\"Node\"}"},
+      {.method = "GET",
+       .target = "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a&limit=500",
+       .status = 200,
+       .body = list_text},
+      {.method = "GET",
+       .target = "/api/v1/pods?watch=1&allowWatchBookmarks=true&fieldSelector="
+                 "spec.nodeName%3Dnode-a&resourceVersion=10&timeoutSeconds=300",
+       .status = 200,
+       .chunks = {ev_line}},
+  };
+  td_server *srv = td_start(script, sizeof(script) / sizeof(script[0]));
+  assert_non_null(srv);
+  gf_kube_config *cfg = NULL;
+  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
+  char statedir[300], gone[400], kept[400];
+  snprintf(statedir, sizeof(statedir), "%s/state", tmpdir);
+  snprintf(gone, sizeof(gone), "%s/pods/uid-gone/main", statedir);
+  snprintf(kept, sizeof(kept), "%s/pods/uid-k/main", statedir);
+  mkfile(gone, "grant.json");
+  mkfile(kept, "grant.json");
+  gf_node_pods *p = new_cache();
+  gf_node_kube_opts o = {"node-a", p, statedir, NULL, true};
+  gf_node_kube *k = NULL;
+  assert_int_equal(gf_node_kube_new(&k, cfg, &o, &d), 0);
+  bool changed = false;
+  assert_int_equal(gf_node_kube_publish(k, &g, &changed, &d), 0);
+  assert_true(changed);
+  /* The same inventory again is not written again. */
+  assert_int_equal(gf_node_kube_publish(k, &g, &changed, &d), 0);
+  assert_false(changed);
+  /* The LIST: the pod is known, the gone pod's files are removed. */
+  assert_false(gf_node_kube_synced(k));
+  assert_int_equal(gf_node_kube_step(k, &d), 0);
+  assert_true(gf_node_kube_synced(k));
+  assert_true(gf_node_pods_has(p, "uid-k"));
+  struct stat st;
+  assert_int_not_equal(stat(gone, &st), 0);
+  assert_int_equal(stat(kept, &st), 0);
+  /* The WATCH: deleted, so forgotten with its files. */
+  gf_node_kube_step(k, &d);
+  assert_false(gf_node_pods_has(p, "uid-k"));
+  assert_int_not_equal(stat(kept, &st), 0);
+  char err[512];
+  assert_int_equal(td_finish(srv, err, sizeof(err)), 0);
+  gf_node_kube_free(k);
+  gf_node_pods_free(p);
+  gf_kube_config_free(cfg);
+  free(list_text);
+  free(ev_text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_match_one),
@@ -500,6 +589,7 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_cdi_and_cleanup, setup_tmp,
                                       teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_kube_link, setup_tmp, teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
