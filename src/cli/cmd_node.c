@@ -14,7 +14,9 @@
 
 #include "cli.h"
 #include "gpufrac/error.h"
+#include "gpufrac/kube.h"
 #include "gpufrac/node.h"
+#include "gpufrac/node_alloc.h"
 #include "gpufrac/quantity.h"
 
 static void usage(FILE *fp) {
@@ -31,6 +33,11 @@ static void usage(FILE *fp) {
           "  --cdi-dir DIR      where CDI specs go (default /var/run/cdi)\n"
           "  --listen ADDR:PORT metrics address (default 0.0.0.0:9473)\n"
           "  --interval SEC     rediscovery period, 1..3600 (default 30)\n"
+          "  --node-name NAME   this node (default $NODE_NAME)\n"
+          "  --kubeconfig PATH  API server from a kubeconfig (default: the\n"
+          "                     in-cluster service account when in a pod)\n"
+          "  --no-kube          no API server: no inventory annotation, no\n"
+          "                     pods to answer Allocate for\n"
           "  --once             do one pass and exit\n"
           "  --print WHAT       with --once: gpus | inventory | cdi | "
           "metrics\n"
@@ -47,7 +54,8 @@ static void on_signal(int sig) {
 
 typedef struct opts {
   const char *fake, *nvml, *config, *state_dir, *cdi_dir, *listen, *print;
-  bool once, write_cdi;
+  const char *node_name, *kubeconfig;
+  bool once, write_cdi, no_kube;
   int64_t interval;
 } opts;
 
@@ -128,12 +136,116 @@ static int print_doc(const opts *o, const gf_node_gpus *g,
   return fflush(stdout) ? GF_EIO : 0;
 }
 
-static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
+/* The API side of a running agent: the pod cache, the allocator and the
+ * link that feeds them and publishes the inventory.  All NULL without an
+ * API server. */
+typedef struct agent_api {
+  gf_kube_config *cfg;
+  gf_node_pods *pods;
+  gf_node_allocator *alloc;
+  gf_node_kube *link;
+  bool publish_failed; /* log a publish failure once until it succeeds */
+} agent_api;
+
+/* The API server: --kubeconfig, else in-cluster when in a pod.  Returns 0
+ * with *cfg NULL when there is none and none was asked for. */
+static int api_config(const opts *o, gf_kube_config **cfg) {
   gf_diag d = {""};
-  gf_node_server *srv = NULL;
-  int rc = gf_node_server_start(cfg->listen, g, cfg->state_dir, &srv, &d);
+  *cfg = NULL;
+  if (o->no_kube)
+    return 0;
+  int rc = 0;
+  if (o->kubeconfig)
+    rc = gf_kube_config_from_kubeconfig(cfg, o->kubeconfig, NULL, &d);
+  else if (getenv("KUBERNETES_SERVICE_HOST"))
+    rc = gf_kube_config_in_cluster(cfg, NULL, &d);
+  else
+    fprintf(stderr, "gpufrac node: no API server (no --kubeconfig, not in a "
+                    "pod): the inventory is not published and Allocate "
+                    "finds no grants\n");
+  if (rc)
+    fprintf(stderr, "gpufrac node: API server: %s\n", d.msg);
+  return rc;
+}
+
+static void publish(agent_api *a, const gf_node_gpus *g) {
+  if (!a->link)
+    return;
+  gf_diag d = {""};
+  bool changed = false;
+  if (gf_node_kube_publish(a->link, g, &changed, &d)) {
+    if (!a->publish_failed)
+      fprintf(stderr, "gpufrac node: %s (retrying every interval)\n", d.msg);
+    a->publish_failed = true;
+    return;
+  }
+  if (changed)
+    fprintf(stderr, "gpufrac node: inventory published (%u GPUs)\n", g->ngpus);
+  a->publish_failed = false;
+}
+
+static int api_start(const opts *o, const gf_node_config *cfg,
+                     const gf_node_gpus *g, agent_api *a) {
+  memset(a, 0, sizeof(*a));
+  int rc = api_config(o, &a->cfg);
+  if (rc || !a->cfg)
+    return rc;
+  const char *node = o->node_name ? o->node_name : getenv("NODE_NAME");
+  if (!node || !*node) {
+    fprintf(stderr, "gpufrac node: this node's name is unknown: pass "
+                    "--node-name or set NODE_NAME (the DaemonSet sets it from "
+                    "spec.nodeName)\n");
+    return GF_EINVAL;
+  }
+  gf_diag d = {""};
+  gf_node_alloc_opts ao = {cfg->state_dir,       cfg->cdi_dir, cfg->shim_lib,
+                           cfg->preload,         NULL,         cfg->log,
+                           GF_NODE_ALLOC_MOUNTS, 3000};
+  gf_node_kube_opts ko = {node, NULL, cfg->state_dir, cfg->cdi_dir, false};
+  rc = gf_node_pods_new(&a->pods, node, &d);
+  if (!rc) {
+    size_t n = gf_node_pods_mark_from_disk(a->pods, cfg->state_dir);
+    if (n)
+      fprintf(stderr,
+              "gpufrac node: %zu containers answered before this "
+              "start\n",
+              n);
+    rc = gf_node_allocator_new(&a->alloc, a->pods, g, &ao, &d);
+  }
+  ko.pods = a->pods;
+  if (!rc)
+    rc = gf_node_kube_new(&a->link, a->cfg, &ko, &d);
+  if (!rc)
+    rc = gf_node_kube_start(a->link, &d);
   if (rc) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    return rc;
+  }
+  publish(a, g);
+  return 0;
+}
+
+static void api_stop(agent_api *a) {
+  gf_node_kube_free(a->link);
+  gf_node_allocator_free(a->alloc);
+  gf_node_pods_free(a->pods);
+  gf_kube_config_free(a->cfg);
+  memset(a, 0, sizeof(*a));
+}
+
+static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
+  gf_diag d = {""};
+  agent_api api;
+  int rc = api_start(o, cfg, g, &api);
+  if (rc) {
+    api_stop(&api);
+    return rc;
+  }
+  gf_node_server *srv = NULL;
+  rc = gf_node_server_start(cfg->listen, g, cfg->state_dir, &srv, &d);
+  if (rc) {
+    fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    api_stop(&api);
     return rc;
   }
   fprintf(stderr, "gpufrac node: %u GPUs; metrics on port %u\n", g->ngpus,
@@ -155,12 +267,16 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
       if (memcmp(now, g, sizeof(*now)) != 0) {
         *g = *now;
         gf_node_server_set_gpus(srv, g);
+        if (api.alloc)
+          gf_node_allocator_set_gpus(api.alloc, g);
         (void)write_cdi(g, cfg);
       }
     }
     free(now);
+    publish(&api, g); /* only writes on a change or after a failure */
   }
   gf_node_server_stop(srv);
+  api_stop(&api);
   return 0;
 }
 
@@ -180,6 +296,13 @@ int cmd_node(int argc, char **argv) {
     } else if (!strcmp(a, "--write-cdi")) {
       o.write_cdi = true;
       continue;
+    } else if (!strcmp(a, "--no-kube")) {
+      o.no_kube = true;
+      continue;
+    } else if (!strcmp(a, "--node-name")) {
+      slot = &o.node_name;
+    } else if (!strcmp(a, "--kubeconfig")) {
+      slot = &o.kubeconfig;
     } else if (!strcmp(a, "--fake-gpus")) {
       slot = &o.fake;
     } else if (!strcmp(a, "--nvml")) {
@@ -214,6 +337,11 @@ int cmd_node(int argc, char **argv) {
       return GF_EXIT_USAGE;
     }
     *slot = argv[++i];
+  }
+  if (o.no_kube && o.kubeconfig) {
+    fprintf(stderr, "gpufrac node: --no-kube and --kubeconfig exclude each "
+                    "other\n");
+    return GF_EXIT_USAGE;
   }
   if (o.fake && o.nvml) {
     fprintf(stderr, "gpufrac node: --fake-gpus and --nvml exclude each "

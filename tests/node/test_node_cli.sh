@@ -65,9 +65,18 @@ check both 2 "$NODE_CLI" --fake-gpus 1xT4-16GB --nvml x --once
 check interval 2 "$NODE_CLI" --interval 0
 check bad-fake 1 "$NODE_CLI" --fake-gpus 8xH100 --once
 has bad-fake "COUNTxMODEL-MEMORY"
+check kube-both 2 "$NODE_CLI" --no-kube --kubeconfig x
+printf 'apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster: {server: "http://127.0.0.1:9"}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n' >"$tmp/kc.yaml"
+check no-node-name 1 env -u NODE_NAME "$NODE_CLI" --fake-gpus 1xT4-16GB \
+  --state-dir "$tmp" --listen 127.0.0.1:0 --kubeconfig "$tmp/kc.yaml"
+has no-node-name "this node's name is unknown"
+check bad-kubeconfig 1 "$NODE_CLI" --fake-gpus 1xT4-16GB --node-name n1 \
+  --state-dir "$tmp" --listen 127.0.0.1:0 --kubeconfig "$tmp/missing.yaml"
+has bad-kubeconfig "API server:"
 
 # Serving: starts, answers, stops on SIGTERM with exit 0.
-"$NODE_CLI" --fake-gpus 1xT4-16GB --state-dir "$tmp" --cdi-dir "$tmp/cdi2" \
+env -u KUBERNETES_SERVICE_HOST "$NODE_CLI" --fake-gpus 1xT4-16GB \
+  --state-dir "$tmp" --cdi-dir "$tmp/cdi2" \
   --listen 127.0.0.1:0 2>"$tmp/serve.log" &
 pid=$!
 for _ in $(seq 50); do grep -q 'metrics on port' "$tmp/serve.log" && break; sleep 0.1; done
@@ -82,6 +91,7 @@ fi
 kill -TERM "$pid"; wait "$pid"; rc=$?
 [ "$rc" = 0 ] || { echo "FAIL serve: exit $rc after SIGTERM"; fails=$((fails + 1)); }
 [ -s "$tmp/cdi2/gpufrac.io-gpu.json" ] || { echo "FAIL serve: no CDI spec"; fails=$((fails + 1)); }
+out=$(cat "$tmp/serve.log"); has serve-no-api "no API server"
 
 if [ "$fails" != 0 ]; then echo "$fails failures"; exit 1; fi
 echo "test_node_cli: all passed"
