@@ -124,7 +124,11 @@ bool gf_node_model_info(const char *name, uint32_t *sms, int32_t *cc_major,
  *   shim_lib = /usr/lib/gpufrac/libgpufrac-cuda.so   host path
  *   preload = /usr/lib/gpufrac/ld.so.preload          host path
  *   listen = 0.0.0.0:9473    metrics address
- *   log = warn               written into every shim config */
+ *   log = warn               written into every shim config
+ *   allocate = mounts        Allocate answers with mounts, or "cdi"
+ *   kubelet_dir = /var/lib/kubelet/device-plugins
+ *   alloc_wait_ms = 3000     Allocate waits this long for its pod (0..30000)
+ *   xid_ignore = 13,31,43,45,68,109   application Xids ("none": none) */
 typedef struct gf_node_config {
   gf_node_mode mode_default;
   uint32_t index_set; /* bit i: mode_index[i] given */
@@ -141,6 +145,11 @@ typedef struct gf_node_config {
   char preload[GF_NODE_PATH_MAX];
   char listen[64];
   char log[8];
+  bool allocate_cdi;                  /* allocate = cdi (else mounts) */
+  char kubelet_dir[GF_NODE_PATH_MAX]; /* device-plugin sockets */
+  int64_t alloc_wait_ms;              /* how long Allocate waits for its pod */
+  uint32_t nxid_ignore;               /* Xids that do not mark a GPU */
+  uint64_t xid_ignore[32];
 } gf_node_config;
 
 /* Fills the defaults shown above. */

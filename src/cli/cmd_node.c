@@ -6,7 +6,9 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
 #include "gpufrac/node_alloc.h"
+#include "gpufrac/node_health.h"
 #include "gpufrac/quantity.h"
 
 static void usage(FILE *fp) {
@@ -233,6 +236,91 @@ static void api_stop(agent_api *a) {
   memset(a, 0, sizeof(*a));
 }
 
+/* Xid health: a thread waits on NVML's events and keeps the critical ones
+ * (sticky until restart); the main loop lays them over every discovery. */
+#define MAX_XIDS 64
+typedef struct health {
+  gf_node_health *nvml; /* NULL: no Xid health */
+  const gf_node_config *cfg;
+  pthread_t t;
+  bool have_t;
+  atomic_bool stop, fresh;
+  pthread_mutex_t mu;
+  uint32_t n;
+  gf_node_xid xids[MAX_XIDS];
+} health;
+
+static void *health_run(void *arg) {
+  health *h = arg;
+  bool failed = false;
+  while (!atomic_load(&h->stop)) {
+    gf_node_xid ev;
+    gf_diag d = {""};
+    int r = gf_node_health_wait(h->nvml, 500, &ev, &d);
+    if (r < 0) {
+      if (!failed)
+        fprintf(stderr, "gpufrac node: GPU events: %s\n", d.msg);
+      failed = true;
+      struct timespec ts = {0, 500 * 1000000L};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    failed = false;
+    if (r == 0)
+      continue;
+    bool ignored =
+        gf_node_xid_ignored(ev.xid, h->cfg->xid_ignore, h->cfg->nxid_ignore);
+    fprintf(stderr, "gpufrac node: Xid %" PRIu64 " on %s%s\n", ev.xid,
+            ev.all ? "every GPU" : ev.uuid,
+            ignored ? " (an application error: GPU stays healthy)"
+                    : ": GPU marked unhealthy");
+    if (ignored)
+      continue;
+    pthread_mutex_lock(&h->mu);
+    if (h->n < MAX_XIDS)
+      h->xids[h->n++] = ev;
+    pthread_mutex_unlock(&h->mu);
+    atomic_store(&h->fresh, true);
+  }
+  return NULL;
+}
+
+static void health_start(const opts *o, const gf_node_config *cfg, health *h) {
+  memset(h, 0, sizeof(*h));
+  pthread_mutex_init(&h->mu, NULL);
+  h->cfg = cfg;
+  if (o->fake) {
+    fprintf(stderr, "gpufrac node: --fake-gpus: no Xid health events\n");
+    return;
+  }
+  gf_diag d = {""};
+  if (gf_node_health_open(&h->nvml, o->nvml, &d)) {
+    fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    return;
+  }
+  h->have_t = pthread_create(&h->t, NULL, health_run, h) == 0;
+  if (!h->have_t)
+    fprintf(stderr, "gpufrac node: cannot start the Xid thread\n");
+}
+
+/* Marks g with every critical Xid seen so far; true when g changed. */
+static bool health_apply(health *h, gf_node_gpus *g) {
+  uint32_t changed = 0;
+  pthread_mutex_lock(&h->mu);
+  for (uint32_t i = 0; i < h->n; i++)
+    changed += gf_node_mark_xid(g, &h->xids[i]);
+  pthread_mutex_unlock(&h->mu);
+  return changed > 0;
+}
+
+static void health_stop(health *h) {
+  atomic_store(&h->stop, true);
+  if (h->have_t)
+    pthread_join(h->t, NULL);
+  gf_node_health_close(h->nvml);
+  pthread_mutex_destroy(&h->mu);
+}
+
 static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
   gf_diag d = {""};
   agent_api api;
@@ -255,15 +343,20 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  health hl;
+  health_start(o, cfg, &hl);
   int64_t waited = 0;
   while (!stop) {
     struct timespec ts = {1, 0};
     nanosleep(&ts, NULL);
-    if (++waited < o->interval || stop)
+    bool xid = atomic_exchange(&hl.fresh, false);
+    if ((++waited < o->interval && !xid) || stop)
       continue;
-    waited = 0;
+    if (!xid)
+      waited = 0;
     gf_node_gpus *now = malloc(sizeof(*now));
     if (now && discover(o, cfg, now) == 0) {
+      health_apply(&hl, now);
       if (memcmp(now, g, sizeof(*now)) != 0) {
         *g = *now;
         gf_node_server_set_gpus(srv, g);
@@ -275,6 +368,7 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
     free(now);
     publish(&api, g); /* only writes on a change or after a failure */
   }
+  health_stop(&hl);
   gf_node_server_stop(srv);
   api_stop(&api);
   return 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gpufrac/error.h"
+#include "gpufrac/node_health.h"
 #include "gpufrac/quantity.h"
 #include "node_int.h"
 
@@ -37,6 +38,39 @@ void gf_node_config_init(gf_node_config *c) {
                 "/usr/lib/gpufrac/ld.so.preload");
   gf__node_copy(c->listen, sizeof(c->listen), "0.0.0.0:9473");
   gf__node_copy(c->log, sizeof(c->log), "warn");
+  gf__node_copy(c->kubelet_dir, sizeof(c->kubelet_dir),
+                "/var/lib/kubelet/device-plugins");
+  c->alloc_wait_ms = 3000;
+  c->nxid_ignore = 6;
+  memcpy(c->xid_ignore, gf_node_xid_app_default,
+         sizeof(gf_node_xid_app_default));
+}
+
+/* "13,31,43" or "none" into c->xid_ignore. */
+static int parse_xids(gf_node_config *c, const char *v, const char *where,
+                      gf_diag *d) {
+  c->nxid_ignore = 0;
+  if (strcmp(v, "none") == 0)
+    return 0;
+  char buf[512];
+  if (strlen(v) >= sizeof(buf))
+    return gf_diag_set(d, GF_ELIMIT, "%s: xid_ignore: list too long", where);
+  gf__node_copy(buf, sizeof(buf), v);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ", ", &save); t;
+       t = strtok_r(NULL, ", ", &save)) {
+    int64_t x;
+    gf_diag qd = {""};
+    if (gf_parse_int64(t, 1, 1000000, &x, &qd))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: xid_ignore: '%s' is not an Xid number", where, t);
+    if (c->nxid_ignore == sizeof(c->xid_ignore) / sizeof(c->xid_ignore[0]))
+      return gf_diag_set(d, GF_ELIMIT, "%s: xid_ignore: more than %zu Xids",
+                         where,
+                         sizeof(c->xid_ignore) / sizeof(c->xid_ignore[0]));
+    c->xid_ignore[c->nxid_ignore++] = (uint64_t)x;
+  }
+  return 0;
 }
 
 static char *trim(char *s) {
@@ -132,6 +166,23 @@ static int set_kv(gf_node_config *c, const char *k, const char *v,
     gf__node_copy(c->log, sizeof(c->log), v);
     return 0;
   }
+  if (strcmp(k, "allocate") == 0) {
+    if (strcmp(v, "mounts") && strcmp(v, "cdi"))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: allocate = '%s': want mounts or cdi", where, v);
+    c->allocate_cdi = strcmp(v, "cdi") == 0;
+    return 0;
+  }
+  if (strcmp(k, "kubelet_dir") == 0)
+    return set_path(c->kubelet_dir, sizeof(c->kubelet_dir), v, where, k, d);
+  if (strcmp(k, "alloc_wait_ms") == 0) {
+    if (gf_parse_int64(v, 0, 30000, &c->alloc_wait_ms, &qd))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: alloc_wait_ms = '%s': want 0..30000", where, v);
+    return 0;
+  }
+  if (strcmp(k, "xid_ignore") == 0)
+    return parse_xids(c, v, where, d);
   return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
 }
 

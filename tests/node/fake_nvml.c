@@ -4,12 +4,16 @@
  *   mig     MIG mode on
  *   broken  the handle works but every query fails with GPU_IS_LOST (15)
  * GF_FAKE_NVML_INIT=fail makes nvmlInit_v2 fail (DRIVER_NOT_LOADED, 9).
+ * Events: GF_FAKE_NVML_XID_FILE names a file of "INDEX XID" lines (INDEX
+ * "all" for no device); each nvmlEventSetWait_v2 delivers the next line not
+ * yet delivered, or waits out its timeout (at most 200 ms) and times out.
  * Only what the agent calls is here; nvmlDeviceGetNumaNodeId gives index/2.
  * The handle type is left as void * (NVML's is an opaque pointer).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAXDEV 32
 #define EXPORT __attribute__((visibility("default")))
@@ -169,4 +173,68 @@ EXPORT int nvmlSystemGetDriverVersion(char *buf, unsigned len) {
 EXPORT int nvmlSystemGetCudaDriverVersion_v2(int *v) {
   *v = 12040;
   return 0;
+}
+
+/* ---- events ---------------------------------------------------------------
+ */
+
+typedef struct event_data { /* nvmlEventData_t */
+  void *device;
+  unsigned long long type, data;
+  unsigned gi, ci;
+} event_data;
+
+static int event_set; /* the one set; its address is the handle */
+static unsigned delivered;
+static unsigned long long registered[MAXDEV];
+
+EXPORT int nvmlEventSetCreate(void **set) {
+  if (!inited)
+    return 1;
+  *set = &event_set;
+  return 0;
+}
+EXPORT int nvmlDeviceRegisterEvents(void *h, unsigned long long types,
+                                    void *set) {
+  DEV(h);
+  if (set != &event_set)
+    return 2;
+  registered[d - devs] |= types;
+  return 0;
+}
+EXPORT int nvmlEventSetFree(void *set) { return set == &event_set ? 0 : 2; }
+EXPORT int nvmlEventSetWait_v2(void *set, event_data *out, unsigned ms) {
+  if (set != &event_set || !inited)
+    return 2;
+  const char *path = getenv("GF_FAKE_NVML_XID_FILE");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  char line[128];
+  unsigned n = 0;
+  while (f && fgets(line, sizeof(line), f)) {
+    if (n++ < delivered)
+      continue;
+    delivered++;
+    fclose(f);
+    char who[16];
+    unsigned long long xid;
+    if (sscanf(line, "%15s %llu", who, &xid) != 2)
+      return 999; /* NVML_ERROR_UNKNOWN */
+    memset(out, 0, sizeof(*out));
+    out->type = 8; /* nvmlEventTypeXidCriticalError */
+    out->data = xid;
+    if (strcmp(who, "all") != 0) {
+      unsigned i = (unsigned)strtoul(who, NULL, 10);
+      if (i >= ndevs || !(registered[i] & 8))
+        return 999;
+      out->device = &devs[i];
+    }
+    return 0;
+  }
+  if (f)
+    fclose(f);
+  if (ms > 200)
+    ms = 200;
+  struct timespec ts = {0, (long)ms * 1000000L};
+  nanosleep(&ts, NULL);
+  return 10; /* NVML_ERROR_TIMEOUT */
 }

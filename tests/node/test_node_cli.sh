@@ -93,5 +93,29 @@ kill -TERM "$pid"; wait "$pid"; rc=$?
 [ -s "$tmp/cdi2/gpufrac.io-gpu.json" ] || { echo "FAIL serve: no CDI spec"; fails=$((fails + 1)); }
 out=$(cat "$tmp/serve.log"); has serve-no-api "no API server"
 
+# Xid health: a critical Xid marks the GPU unhealthy within a few seconds;
+# an application Xid does not.
+GF_FAKE_NVML='NVIDIA A100-SXM4-80GB=81920;NVIDIA A100-SXM4-80GB=81920;NVIDIA A100-SXM4-80GB=81920' \
+GF_FAKE_NVML_XID_FILE="$tmp/xids" LD_LIBRARY_PATH="$FAKE_NVML_DIR" \
+  env -u KUBERNETES_SERVICE_HOST "$NODE_CLI" --state-dir "$tmp" \
+  --cdi-dir "$tmp/cdi3" --listen 127.0.0.1:0 2>"$tmp/xid.log" &
+pid=$!
+for _ in $(seq 50); do grep -q 'metrics on port' "$tmp/xid.log" && break; sleep 0.1; done
+port=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/xid.log")
+printf '0 13\n1 79\n' >"$tmp/xids"
+for _ in $(seq 50); do grep -q 'Xid 79' "$tmp/xid.log" && break; sleep 0.1; done
+sleep 1.5 # the main loop applies events once a second
+exec 3<>"/dev/tcp/127.0.0.1/$port"
+printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
+out=$(cat <&3); exec 3<&-
+kill -TERM "$pid"; wait "$pid"
+healthy() { grep "^gpufrac_gpu_healthy{gpu=\"GPU-00000000-1111-2222-3333-00000000000$1\"}" <<<"$out" | awk '{print $NF}'; }
+[ "$(healthy 0)" = 1 ] || { echo "FAIL xid: GPU 0 (Xid 13, an application error) should stay healthy"; echo "$out" | grep healthy; fails=$((fails + 1)); }
+[ "$(healthy 1)" = 0 ] || { echo "FAIL xid: GPU 1 (Xid 79) should be unhealthy"; echo "$out" | grep healthy; fails=$((fails + 1)); }
+[ "$(healthy 2)" = 1 ] || { echo "FAIL xid: GPU 2 should stay healthy"; fails=$((fails + 1)); }
+out=$(cat "$tmp/xid.log")
+has xid-log 'Xid 13 on GPU-00000000-1111-2222-3333-000000000000 (an application error'
+has xid-log 'Xid 79 on GPU-00000000-1111-2222-3333-000000000001: GPU marked unhealthy'
+
 if [ "$fails" != 0 ]; then echo "$fails failures"; exit 1; fi
 echo "test_node_cli: all passed"

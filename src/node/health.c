@@ -1,0 +1,185 @@
+/*
+ * GPU health from NVML's Xid events (gpufrac/node_health.h).  NVML is
+ * declared here as far as events need it, from the published nvml.h facts.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/node_health.h"
+#include "node_int.h"
+
+typedef int nvml_return;
+typedef struct nvml_device *nvml_device;
+typedef struct nvml_event_set *nvml_event_set;
+enum {
+  NVML_OK = 0,
+  NVML_ERR_TIMEOUT = 10,
+  NVML_UUID_BUF = 96,
+};
+/* nvmlEventTypeXidCriticalError */
+#define NVML_EVENT_XID 0x0000000000000008ULL
+
+typedef struct nvml_event_data { /* nvmlEventData_t */
+  nvml_device device;
+  unsigned long long event_type;
+  unsigned long long event_data; /* the Xid */
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+} nvml_event_data;
+_Static_assert(sizeof(nvml_event_data) == 32, "nvmlEventData_t layout");
+
+#define MAX_DEVS GF_NODE_MAX_GPUS
+
+struct gf_node_health {
+  void *h;
+  nvml_return (*shutdown)(void);
+  const char *(*error_string)(nvml_return);
+  nvml_return (*set_free)(nvml_event_set);
+  nvml_return (*wait)(nvml_event_set, nvml_event_data *, unsigned int);
+  nvml_event_set set;
+  unsigned ndevs;
+  nvml_device devs[MAX_DEVS];
+  char uuids[MAX_DEVS][GF_UUID_MAX];
+};
+
+const uint64_t gf_node_xid_app_default[6] = {13, 31, 43, 45, 68, 109};
+
+static void load_sym(void *h, const char *name, void *slot, size_t size) {
+  void *p = dlsym(h, name);
+  memcpy(slot, &p, size < sizeof(p) ? size : sizeof(p));
+}
+#define LOAD(h, var, name) load_sym(h, name, &(var), sizeof(var))
+
+static const char *nvml_err(const gf_node_health *x, nvml_return r) {
+  const char *s = x->error_string ? x->error_string(r) : NULL;
+  return s ? s : "NVML error";
+}
+
+int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
+  const char *path = lib ? lib : "libnvidia-ml.so.1";
+  gf_node_health *x = calloc(1, sizeof(*x));
+  if (!x)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  x->h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!x->h) {
+    const char *why = dlerror();
+    free(x);
+    return gf_diag_set(d, GF_ENOTFOUND, "cannot load NVML (%s): %s", path,
+                       why ? why : "unknown reason");
+  }
+  nvml_return (*init)(void) = NULL;
+  nvml_return (*count)(unsigned int *) = NULL;
+  nvml_return (*handle)(unsigned int, nvml_device *) = NULL;
+  nvml_return (*uuid)(nvml_device, char *, unsigned int) = NULL;
+  nvml_return (*create)(nvml_event_set *) = NULL;
+  nvml_return (*reg)(nvml_device, unsigned long long, nvml_event_set) = NULL;
+  LOAD(x->h, init, "nvmlInit_v2");
+  LOAD(x->h, count, "nvmlDeviceGetCount_v2");
+  LOAD(x->h, handle, "nvmlDeviceGetHandleByIndex_v2");
+  LOAD(x->h, uuid, "nvmlDeviceGetUUID");
+  LOAD(x->h, create, "nvmlEventSetCreate");
+  LOAD(x->h, reg, "nvmlDeviceRegisterEvents");
+  LOAD(x->h, x->shutdown, "nvmlShutdown");
+  LOAD(x->h, x->error_string, "nvmlErrorString");
+  LOAD(x->h, x->set_free, "nvmlEventSetFree");
+  LOAD(x->h, x->wait, "nvmlEventSetWait_v2");
+  if (!init || !count || !handle || !uuid || !create || !reg || !x->shutdown ||
+      !x->set_free || !x->wait) {
+    dlclose(x->h);
+    free(x);
+    return gf_diag_set(d, GF_ENOTFOUND,
+                       "%s has no event functions (nvmlEventSetWait_v2 and "
+                       "others): no Xid health",
+                       path);
+  }
+  nvml_return r = init();
+  if (r != NVML_OK) {
+    gf_diag_set(d, GF_EIO, "nvmlInit_v2: %s (%d)", nvml_err(x, r), r);
+    dlclose(x->h);
+    free(x);
+    return GF_EIO;
+  }
+  unsigned n = 0;
+  r = count(&n);
+  if (r == NVML_OK)
+    r = create(&x->set);
+  if (r != NVML_OK) {
+    gf_diag_set(d, GF_EIO, "NVML event set: %s (%d)", nvml_err(x, r), r);
+    x->shutdown();
+    dlclose(x->h);
+    free(x);
+    return GF_EIO;
+  }
+  for (unsigned i = 0; i < n && x->ndevs < MAX_DEVS; i++) {
+    nvml_device dev = NULL;
+    char buf[NVML_UUID_BUF] = "";
+    if (handle(i, &dev) != NVML_OK ||
+        uuid(dev, buf, (unsigned)sizeof(buf)) != NVML_OK ||
+        strlen(buf) >= GF_UUID_MAX ||
+        reg(dev, NVML_EVENT_XID, x->set) != NVML_OK)
+      continue;
+    x->devs[x->ndevs] = dev;
+    gf__node_copy(x->uuids[x->ndevs], GF_UUID_MAX, buf);
+    x->ndevs++;
+  }
+  *out = x;
+  return 0;
+}
+
+int gf_node_health_wait(gf_node_health *x, unsigned timeout_ms, gf_node_xid *ev,
+                        gf_diag *d) {
+  nvml_event_data data;
+  memset(&data, 0, sizeof(data));
+  memset(ev, 0, sizeof(*ev));
+  nvml_return r = x->wait(x->set, &data, timeout_ms);
+  if (r == NVML_ERR_TIMEOUT)
+    return 0;
+  if (r != NVML_OK)
+    return gf_diag_set(d, GF_EIO, "nvmlEventSetWait_v2: %s (%d)",
+                       nvml_err(x, r), r);
+  if (!(data.event_type & NVML_EVENT_XID))
+    return 0;
+  ev->xid = data.event_data;
+  ev->all = true;
+  for (unsigned i = 0; i < x->ndevs; i++)
+    if (x->devs[i] == data.device) {
+      gf__node_copy(ev->uuid, sizeof(ev->uuid), x->uuids[i]);
+      ev->all = false;
+    }
+  return 1;
+}
+
+void gf_node_health_close(gf_node_health *x) {
+  if (!x)
+    return;
+  x->set_free(x->set);
+  x->shutdown();
+  dlclose(x->h);
+  free(x);
+}
+
+bool gf_node_xid_ignored(uint64_t xid, const uint64_t *ignore, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (ignore[i] == xid)
+      return true;
+  return false;
+}
+
+uint32_t gf_node_mark_xid(gf_node_gpus *g, const gf_node_xid *ev) {
+  uint32_t changed = 0;
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    gf_node_gpu *x = &g->gpus[i];
+    if (!ev->all && strcmp(x->uuid, ev->uuid) != 0)
+      continue;
+    if (!x->healthy)
+      continue; /* keep the first reason */
+    x->healthy = false;
+    snprintf(x->reason, sizeof(x->reason), "Xid %llu",
+             (unsigned long long)ev->xid);
+    changed++;
+  }
+  return changed;
+}
