@@ -185,7 +185,7 @@ static void *worker(void *arg) {
     if (gf_sim_run(c, &s->traces[tr].pods, &cfg, &s->results[j], &d)) {
       pthread_mutex_lock(&s->lock);
       if (!s->failed)
-        snprintf(s->error, sizeof(s->error), "%s, %s, seed %llu: %s",
+        snprintf(s->error, sizeof(s->error), "%s, %s, seed %llu: %.300s",
                  s->traces[tr].name, s->policies[pol],
                  (unsigned long long)s->seeds[seed], d.msg);
       s->failed = 1;
