@@ -10,10 +10,15 @@
  *
  * Invariants.
  *   - The binder writes the grant with a JSON merge PATCH of the pod's
- *     gpufrac.io/grant annotation and then POSTs a v1 Binding.  gf_binder
- *     carries no resourceVersion, so the PATCH has no resourceVersion
- *     precondition; the Binding carries the pod's uid, so a pod replaced
- *     under the same name is never bound (its stray grant books nothing).
+ *     gpufrac.io/grant annotation and then POSTs a v1 Binding.  The PATCH
+ *     carries metadata.resourceVersion as the extender last saw the pod
+ *     (gf_pod_ref.resource_version), so a pod changed meanwhile gives 409
+ *     Conflict; the binder then GETs the pod and retries once only if it
+ *     is the same pod (uid), still unbound and without another grant (its
+ *     own identical grant counts as written).  Without a known
+ *     resourceVersion it GETs first.  The Binding carries the pod's uid, so
+ *     a pod replaced under the same name is never bound (its stray grant
+ *     books nothing).
  *     API server errors (Status reason and message) come back in the diag,
  *     which the extender puts in ExtenderBindingResult.Error.
  *   - The binder is safe from several threads at once: it keeps a pool of

@@ -64,6 +64,7 @@ typedef struct prec {
 typedef struct pend {
   uint64_t seq; /* 0: empty */
   char uid[GF__UID_MAX];
+  char rv[GF__RV_MAX]; /* resourceVersion last seen; "" when unknown */
   char ns[GF_NAME_MAX];
   char name[GF_NAME_MAX];
   char container[GF_CONTAINER_MAX];
@@ -501,6 +502,7 @@ static void pending_put(gf_sched *s, const gf__pod *p) {
   memset(slot, 0, sizeof(*slot));
   slot->seq = ++s->pend_seq;
   memcpy(slot->uid, p->uid, sizeof(slot->uid));
+  memcpy(slot->rv, p->rv, sizeof(slot->rv));
   memcpy(slot->ns, p->ns, sizeof(slot->ns));
   memcpy(slot->name, p->name, sizeof(slot->name));
   memcpy(slot->container, p->container, sizeof(slot->container));
@@ -1247,7 +1249,8 @@ static int build_grant(const gf_sched *s, const nrec *nr, const pend *pp,
 /* Assumes the bind in the model.  On success *seq identifies the record
  * and *grant (may stay NULL for a pod without GPUs) is the grant text. */
 static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
-                       uint64_t *seq, char **grant, bool *done, gf_diag *d) {
+                       uint64_t *seq, char **grant, char *rv, bool *done,
+                       gf_diag *d) {
   if (!s->leader)
     return gf_diag_set(d, GF_ESTATE,
                        "this gpufrac extender replica is not the leader; "
@@ -1279,6 +1282,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   if (ni < 0)
     return gf_diag_set(d, GF_ENOTFOUND, "node %s is unknown to gpufrac",
                        b->node);
+  memcpy(rv, pp->rv, GF__RV_MAX);
   gf__pod pod;
   memset(&pod, 0, sizeof(pod));
   pod.req = pp->req;
@@ -1344,7 +1348,8 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   }
   char kb[2 * GF_NAME_MAX];
   const char *key = pod_key(b->pod_uid, b->pod_ns, b->pod_name, kb, sizeof(kb));
-  gf_pod_ref ref = {b->pod_ns, b->pod_name, b->pod_uid};
+  char rv[GF__RV_MAX] = "";
+  gf_pod_ref ref = {b->pod_ns, b->pod_name, b->pod_uid, rv};
   uint64_t seq = 0;
   char *grant = NULL;
   bool done = false;
@@ -1358,7 +1363,7 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
                      "configuration",
                      b->pod_ns, b->pod_name);
   else
-    rc = bind_assume(s, b, key, &seq, &grant, &done, &d);
+    rc = bind_assume(s, b, key, &seq, &grant, rv, &done, &d);
   pthread_mutex_unlock(&s->mu);
   if (rc == 0 && !done) {
     gf_diag bd = {""};
