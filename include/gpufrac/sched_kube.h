@@ -27,6 +27,8 @@
  *   - The model is fed only through gf_sched_node_* / gf_sched_pod_*; a
  *     node or pod the extender refuses (malformed inventory, a grant that
  *     no longer fits) is logged and counted, never fatal.
+ *   - LIST/WATCH and Lease errors are logged once per change of error per
+ *     part (gf_kube's on_error), never once per retry.
  *   - The extender is marked synced only after both the node and the pod
  *     informers have applied their first LIST.
  *   - With leader election on, the extender starts as a follower and binds
@@ -117,5 +119,9 @@ int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d);
 bool gf_sched_kube_synced(gf_sched_kube *f);
 /* Node and pod objects the extender refused so far (logged on stderr). */
 uint64_t gf_sched_kube_model_errors(gf_sched_kube *f);
+/* API errors of the informers and the election, counted (and logged on
+ * stderr unless quiet) once per change of each part's error: a LIST that
+ * keeps failing the same way is logged once, then "working again". */
+uint64_t gf_sched_kube_api_errors(gf_sched_kube *f);
 
 #endif

@@ -232,6 +232,7 @@ struct gf_sched_kube {
   gf_kube_informer *nodes, *pods;
   gf_kube_leader *leader; /* NULL: no election */
   atomic_ullong errors;
+  atomic_ullong api_errors; /* API error states logged (api_error) */
   atomic_bool synced_marked;
   atomic_int stop;
   bool started;
@@ -318,6 +319,36 @@ static void pod_gone(void *user, json_t *obj) {
     (void)gf_sched_pod_delete(f->s, k); /* GF_ENOTFOUND: pending, not booked */
 }
 
+/* A part's error state changed (gf_kube's on_error: called once per change,
+ * never per retry): one line when an error starts or changes, one when the
+ * part works again. */
+static void api_error(gf_sched_kube *f, const char *part, int rc,
+                      const char *msg) {
+  if (rc)
+    atomic_fetch_add(&f->api_errors, 1);
+  if (f->quiet)
+    return;
+  if (rc)
+    fprintf(stderr,
+            "gpufrac scheduler: %s: %s (%s); retrying (logged again only "
+            "when the error changes)\n",
+            part, msg && *msg ? msg : gf_strerror(rc), gf_err_name(rc));
+  else
+    fprintf(stderr, "gpufrac scheduler: %s: working again\n", part);
+}
+
+static void nodes_error(void *user, int rc, const char *msg) {
+  api_error(user, "node informer (LIST/WATCH /api/v1/nodes)", rc, msg);
+}
+
+static void pods_error(void *user, int rc, const char *msg) {
+  api_error(user, "pod informer (LIST/WATCH /api/v1/pods)", rc, msg);
+}
+
+static void leader_error(void *user, int rc, const char *msg) {
+  api_error(user, "leader election", rc, msg);
+}
+
 static void lead_started(void *user) {
   gf_sched_kube *f = user;
   gf_sched_set_leader(f->s, true);
@@ -375,14 +406,16 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                               .backoff_cap_ms = o->backoff_cap_ms};
   io.path = "/api/v1/nodes";
   io.seed = seed;
-  gf_kube_informer_handlers nh = {node_apply, node_changed, node_gone, f};
+  gf_kube_informer_handlers nh = {node_apply, node_changed, node_gone, f,
+                                  nodes_error};
   if ((rc = gf_kube_informer_new(&f->nodes, cfg, kopts, &io, &nh, d))) {
     gf_diag_prefix(d, "node informer");
     goto fail;
   }
   io.path = "/api/v1/pods";
   io.seed = seed + 1;
-  gf_kube_informer_handlers ph = {pod_apply, pod_changed, pod_gone, f};
+  gf_kube_informer_handlers ph = {pod_apply, pod_changed, pod_gone, f,
+                                  pods_error};
   if ((rc = gf_kube_informer_new(&f->pods, cfg, kopts, &io, &ph, d))) {
     gf_diag_prefix(d, "pod informer");
     goto fail;
@@ -407,6 +440,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                               .identity = o->identity ? o->identity : id,
                               .on_started = lead_started,
                               .on_stopped = lead_stopped,
+                              .on_error = leader_error,
                               .user = f};
     if ((rc = gf_kube_leader_new(&f->leader, cfg, kopts, &lo, d))) {
       gf_diag_prefix(d, "leader election on lease %s/%s", ns, name);
@@ -538,4 +572,8 @@ bool gf_sched_kube_synced(gf_sched_kube *f) {
 
 uint64_t gf_sched_kube_model_errors(gf_sched_kube *f) {
   return f ? (uint64_t)atomic_load(&f->errors) : 0;
+}
+
+uint64_t gf_sched_kube_api_errors(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->api_errors) : 0;
 }

@@ -741,6 +741,49 @@ static void test_cli_sigterm(void **st) {
   unlink(path);
 }
 
+/* LIST/WATCH errors are logged once per change of error, not per retry:
+ * two identical 500s, then a 403, then a LIST that works. */
+static void test_api_errors_logged_once(void **st) {
+  (void)st;
+#define LIST_NODES_FAILS(code, msg)                                            \
+  {                                                                            \
+    .method = "GET", .target = "/api/v1/nodes?limit=500", .status = (code),    \
+    .body = "{\"kind\":\"Status\",\"status\":\"Failure\",\"message\":\"" msg   \
+            "\",\"code\":" #code "}"                                           \
+  }
+  static const td_expect script[] = {
+      LIST_NODES_FAILS(500, "etcd timeout"),
+      LIST_NODES_FAILS(500, "etcd timeout"),
+      LIST_NODES_FAILS(403, "nodes is forbidden"),
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = "{\"kind\":\"NodeList\",\"metadata\":{\"resourceVersion\":"
+               "\"5\"},\"items\":[]}"},
+  };
+#undef LIST_NODES_FAILS
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.no_leader_election = true}; /* logs on stderr */
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  int want[] = {GF_EHTTP, GF_EHTTP, GF_EHTTP, 0};
+  uint64_t logged[] = {1, 1, 2, 2};
+  for (size_t i = 0; i < N(want); i++) {
+    assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), want[i]);
+    assert_int_equal(gf_sched_kube_api_errors(f), logged[i]);
+  }
+  finish(srv);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_binder_patch_and_binding),
@@ -752,6 +795,7 @@ int main(void) {
       cmocka_unit_test(test_binder_conflict_replaced),
       cmocka_unit_test(test_binder_refuses_bad_names),
       cmocka_unit_test(test_feeds),
+      cmocka_unit_test(test_api_errors_logged_once),
       cmocka_unit_test(test_leader),
       cmocka_unit_test(test_start_stop),
       cmocka_unit_test(test_cli_options),
