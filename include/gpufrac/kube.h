@@ -229,6 +229,12 @@ typedef struct gf_kube_informer_handlers {
   void (*on_update)(void *user, json_t *old_obj, json_t *new_obj);
   void (*on_delete)(void *user, json_t *obj);
   void *user;
+  /* Called when the informer's error state changes: a step (LIST or
+   * WATCH) failed with an error other than the last one reported (rc < 0,
+   * msg says what), or a step succeeded after one failed (rc 0, msg "").
+   * A repeated identical error is not reported again, so a caller can log
+   * every call without a flood.  410 Gone (re-list) is not an error. */
+  void (*on_error)(void *user, int rc, const char *msg);
 } gf_kube_informer_handlers;
 
 typedef struct gf_kube_informer_opts {
@@ -294,6 +300,10 @@ typedef struct gf_kube_leader_opts {
   void (*on_started)(void *user);
   void (*on_stopped)(void *user);
   void *user;
+  /* Called when gf_kube_leader_try's error state changes: an error other
+   * than the last one reported (rc < 0, msg), or a success after errors
+   * (rc 0, msg "").  Losing a race (409) is not an error.  May be NULL. */
+  void (*on_error)(void *user, int rc, const char *msg);
 } gf_kube_leader_opts;
 
 /* Leader election on a coordination.k8s.io/v1 Lease, following client-go's

@@ -130,6 +130,16 @@ int gf_cluster_add_node(gf_cluster *c, const char *name, int64_t cpu_milli,
 int gf_cluster_node_label(gf_cluster *c, uint32_t node, const char *key,
                           const char *value);
 
+/* Removes node i (a node deleted from the API server, or one whose GPUs
+ * changed, to be added again).  What is placed on it goes with it: its use
+ * leaves the cluster's totals, and callers must forget their placements on
+ * it (releasing them first is allowed, not needed).  The last node moves
+ * into index i (swap-remove; O(1), the name index is updated in place), so
+ * a caller's placements on node nnodes-1 must be renumbered to i.  Model
+ * ids stay interned.  An engine over c caches per node index and must be
+ * made again afterwards.  GF_EINVAL if i is out of range. */
+int gf_cluster_remove_node(gf_cluster *c, uint32_t i);
+
 uint32_t gf_cluster_nnodes(const gf_cluster *c);
 const gf_node *gf_cluster_node(const gf_cluster *c, uint32_t i);
 int gf_cluster_find_node(const gf_cluster *c, const char *name);

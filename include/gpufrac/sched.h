@@ -48,13 +48,19 @@ typedef struct gf_pod_ref {
   const char *ns;
   const char *name;
   const char *uid; /* "" when unknown */
+  /* metadata.resourceVersion of the pod as the extender last saw it (from
+   * /filter's Pod or the watch); "" when unknown.  write_grant makes it the
+   * precondition of its PATCH. */
+  const char *resource_version;
 } gf_pod_ref;
 
 /* What /bind calls to reach the API server (src/kube implements it).  Both
  * functions return 0 or a GF_E* code with a sentence in d; they are called
  * without the model's mutex held, possibly from several threads at once.
  * write_grant stores grant_json (a GF_GRANT_ANNOTATION document) on the
- * pod; create_binding binds the pod to the node. */
+ * pod, only if the pod has not changed since pod->resource_version (or,
+ * after a conflict, is still unbound without another grant);
+ * create_binding binds the pod to the node. */
 typedef struct gf_binder {
   void *ctx;
   int (*write_grant)(void *ctx, const gf_pod_ref *pod, const char *grant_json,

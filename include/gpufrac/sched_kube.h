@@ -10,10 +10,15 @@
  *
  * Invariants.
  *   - The binder writes the grant with a JSON merge PATCH of the pod's
- *     gpufrac.io/grant annotation and then POSTs a v1 Binding.  gf_binder
- *     carries no resourceVersion, so the PATCH has no resourceVersion
- *     precondition; the Binding carries the pod's uid, so a pod replaced
- *     under the same name is never bound (its stray grant books nothing).
+ *     gpufrac.io/grant annotation and then POSTs a v1 Binding.  The PATCH
+ *     carries metadata.resourceVersion as the extender last saw the pod
+ *     (gf_pod_ref.resource_version), so a pod changed meanwhile gives 409
+ *     Conflict; the binder then GETs the pod and retries once only if it
+ *     is the same pod (uid), still unbound and without another grant (its
+ *     own identical grant counts as written).  Without a known
+ *     resourceVersion it GETs first.  The Binding carries the pod's uid, so
+ *     a pod replaced under the same name is never bound (its stray grant
+ *     books nothing).
  *     API server errors (Status reason and message) come back in the diag,
  *     which the extender puts in ExtenderBindingResult.Error.
  *   - The binder is safe from several threads at once: it keeps a pool of
@@ -22,6 +27,8 @@
  *   - The model is fed only through gf_sched_node_* / gf_sched_pod_*; a
  *     node or pod the extender refuses (malformed inventory, a grant that
  *     no longer fits) is logged and counted, never fatal.
+ *   - LIST/WATCH and Lease errors are logged once per change of error per
+ *     part (gf_kube's on_error), never once per retry.
  *   - The extender is marked synced only after both the node and the pod
  *     informers have applied their first LIST.
  *   - With leader election on, the extender starts as a follower and binds
@@ -112,5 +119,9 @@ int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d);
 bool gf_sched_kube_synced(gf_sched_kube *f);
 /* Node and pod objects the extender refused so far (logged on stderr). */
 uint64_t gf_sched_kube_model_errors(gf_sched_kube *f);
+/* API errors of the informers and the election, counted (and logged on
+ * stderr unless quiet) once per change of each part's error: a LIST that
+ * keeps failing the same way is logged once, then "working again". */
+uint64_t gf_sched_kube_api_errors(gf_sched_kube *f);
 
 #endif

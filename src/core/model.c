@@ -62,6 +62,9 @@ static int index_name(gf_cluster *c, uint32_t i) {
     if (!slots)
       return GF_ENOMEM;
     for (uint32_t k = 0; k < c->nnodes; k++) {
+      if (k == i) /* indexed below; twice would leave a stale slot when
+                     the node is removed */
+        continue;
       uint32_t h = name_hash(c->nodes[k].name) & (n - 1);
       while (slots[h])
         h = (h + 1) & (n - 1);
@@ -76,6 +79,34 @@ static int index_name(gf_cluster *c, uint32_t i) {
     h = (h + 1) & (c->nslots - 1);
   c->names[h] = i + 1;
   return 0;
+}
+
+/* The slot holding node i (which must be indexed). */
+static uint32_t name_slot(const gf_cluster *c, uint32_t i) {
+  uint32_t h = name_hash(c->nodes[i].name) & (c->nslots - 1);
+  while (c->names[h] != i + 1)
+    h = (h + 1) & (c->nslots - 1);
+  return h;
+}
+
+/* Takes node i out of the name index: linear probing's backward-shift
+ * deletion, so every other name stays reachable from its home slot. */
+static void unindex_name(gf_cluster *c, uint32_t i) {
+  uint32_t mask = c->nslots - 1;
+  uint32_t hole = name_slot(c, i);
+  c->names[hole] = 0;
+  for (uint32_t j = (hole + 1) & mask; c->names[j]; j = (j + 1) & mask) {
+    uint32_t home = name_hash(c->nodes[c->names[j] - 1].name) & mask;
+    /* Entry j may fill the hole unless its home lies cyclically in
+     * (hole, j]: then the hole is not on its probe path. */
+    bool stays =
+        hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!stays) {
+      c->names[hole] = c->names[j];
+      c->names[j] = 0;
+      hole = j;
+    }
+  }
 }
 
 int gf_cluster_model_id(gf_cluster *c, const char *name, bool create) {
@@ -202,6 +233,26 @@ int gf_cluster_node_label(gf_cluster *c, uint32_t node, const char *key,
   n->labels[n->nlabels].key = k;
   n->labels[n->nlabels].value = v;
   n->nlabels++;
+  return 0;
+}
+
+int gf_cluster_remove_node(gf_cluster *c, uint32_t i) {
+  if (!c || i >= c->nnodes)
+    return GF_EINVAL;
+  gf_node *n = &c->nodes[i];
+  for (uint32_t g = 0; g < n->ngpus; g++)
+    c->milli_used -= n->gpus[g].milli_used;
+  c->milli_total -= (int64_t)n->ngpus * GF_GPU_MILLI;
+  c->ngpus -= n->ngpus;
+  unindex_name(c, i);
+  uint32_t last = c->nnodes - 1;
+  if (i != last)
+    c->names[name_slot(c, last)] = i + 1;
+  node_release(n);
+  if (i != last)
+    c->nodes[i] = c->nodes[last];
+  memset(&c->nodes[last], 0, sizeof(c->nodes[last]));
+  c->nnodes--;
   return 0;
 }
 

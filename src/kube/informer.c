@@ -30,7 +30,8 @@ struct gf_kube_informer {
   char rv[RV_MAX];
 
   bool need_list;
-  long events; /* events seen by the current step */
+  long events;      /* events seen by the current step */
+  gf__errstate err; /* last error reported to h.on_error */
   atomic_bool synced;
   atomic_int stop;
 };
@@ -229,7 +230,7 @@ static int on_event(void *user, gf_kube_event_type type, json_t *obj) {
   return atomic_load(&inf->stop) ? 1 : 0;
 }
 
-int gf_kube_informer_step(gf_kube_informer *inf, gf_diag *d) {
+static int step(gf_kube_informer *inf, gf_diag *d) {
   int rc = 0;
   inf->events = 0;
   if (inf->need_list) {
@@ -262,6 +263,18 @@ int gf_kube_informer_step(gf_kube_informer *inf, gf_diag *d) {
   rc = gf_kube_watch(inf->k, inf->path, &wo, on_event, inf, d);
   if (rc == GF_EGONE)
     inf->need_list = true; /* our resourceVersion is too old: re-list */
+  return rc;
+}
+
+int gf_kube_informer_step(gf_kube_informer *inf, gf_diag *d) {
+  gf_diag own = {""};
+  if (!d)
+    d = &own;
+  d->msg[0] = '\0';
+  int rc = step(inf, d);
+  if (rc != GF_EGONE && inf->h.on_error &&
+      gf__err_changed(&inf->err, rc, rc ? d->msg : ""))
+    inf->h.on_error(inf->h.user, rc, rc ? d->msg : "");
   return rc;
 }
 

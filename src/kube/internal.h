@@ -7,10 +7,22 @@
 #define GPUFRAC_KUBE_INTERNAL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "gpufrac/diag.h"
 #include "gpufrac/kube.h"
+
+/* The last error reported to an on_error callback (rc 0: none), so that
+ * each change is reported once. */
+typedef struct gf__errstate {
+  int rc;
+  char msg[GF_DIAG_MAX];
+} gf__errstate;
+
+/* Records (rc, msg) in e and returns true when it differs from what e
+ * held: a new error, a different one, or rc 0 after an error. */
+bool gf__err_changed(gf__errstate *e, int rc, const char *msg);
 
 /* A growable byte buffer with a hard maximum: appending past `max` fails
  * GF_ELIMIT and leaves the buffer as it was.  Always NUL-terminated. */

@@ -26,6 +26,8 @@ struct gf_kube_leader {
   void (*on_started)(void *);
   void (*on_stopped)(void *);
   void *user;
+  void (*on_error)(void *, int, const char *);
+  gf__errstate err; /* last error reported to on_error */
   char path[900];
   char create_path[400];
 
@@ -92,6 +94,7 @@ int gf_kube_leader_new(gf_kube_leader **out, gf_kube_config *cfg,
   le->on_started = o->on_started;
   le->on_stopped = o->on_stopped;
   le->user = o->user;
+  le->on_error = o->on_error;
   snprintf(le->create_path, sizeof(le->create_path),
            "/apis/coordination.k8s.io/v1/namespaces/%s/leases", le->ns);
   snprintf(le->path, sizeof(le->path), "%s/%.253s", le->create_path, le->name);
@@ -196,7 +199,7 @@ static int create_lease(gf_kube_leader *le, int64_t now, gf_diag *d) {
   return 0;
 }
 
-int gf_kube_leader_try(gf_kube_leader *le, bool *leading, gf_diag *d) {
+static int try_once(gf_kube_leader *le, bool *leading, gf_diag *d) {
   int rc = 0;
   json_t *lease = NULL, *got = NULL;
   int64_t now = le->now_us(le->clock_user);
@@ -259,6 +262,17 @@ out:
   json_decref(got);
   if (leading)
     *leading = atomic_load(&le->leading);
+  return rc;
+}
+
+int gf_kube_leader_try(gf_kube_leader *le, bool *leading, gf_diag *d) {
+  gf_diag own = {""};
+  if (!d)
+    d = &own;
+  d->msg[0] = '\0';
+  int rc = try_once(le, leading, d);
+  if (le->on_error && gf__err_changed(&le->err, rc, rc ? d->msg : ""))
+    le->on_error(le->user, rc, rc ? d->msg : "");
   return rc;
 }
 

@@ -505,3 +505,20 @@ long gf_kube_backoff_next(gf_kube_backoff *b) {
 }
 
 void gf_kube_backoff_reset(gf_kube_backoff *b) { b->attempt = 0; }
+
+bool gf__err_changed(gf__errstate *e, int rc, const char *msg) {
+  if (!msg)
+    msg = "";
+  if (rc == 0) {
+    if (e->rc == 0)
+      return false;
+    e->rc = 0;
+    e->msg[0] = '\0';
+    return true;
+  }
+  if (rc == e->rc && strcmp(msg, e->msg) == 0)
+    return false;
+  e->rc = rc;
+  snprintf(e->msg, sizeof(e->msg), "%s", msg);
+  return true;
+}

@@ -25,6 +25,7 @@
 #define MAX_CLIENTS 64
 #define KEY_MAX (2 * GF_NAME_MAX + 2)
 #define IDENTITY_MAX 320
+#define RV_MAX 64        /* a resourceVersion */
 #define LOG_FIRST 20     /* model errors logged one by one ... */
 #define LOG_EVERY 1000u  /* ... then one in LOG_EVERY */
 #define SUPERVISE_MS 50L /* how often the supervisor looks at synced */
@@ -64,7 +65,57 @@ static void client_put(gf_sched_kube_binder *b, gf_kube *k) {
   pthread_mutex_unlock(&b->mu);
 }
 
-/* gf_binder.write_grant: PATCH {"metadata":{"annotations":{grant}}}. */
+/* After a 409 on the grant PATCH: GETs the pod again and decides whether
+ * the PATCH may be retried.  Returns 0 with rv (cap bytes) set to the
+ * pod's resourceVersion now when it may; 1 when the pod already carries
+ * exactly this grant (nothing to write); otherwise a GF_E* code with a
+ * sentence in d: GF_ENOTFOUND (gone, or replaced under the same name),
+ * GF_EEXIST (already bound), GF_ECONFLICT (another grant written by someone
+ * else, e.g. a second replica that believes it leads). */
+static int recheck_pod(gf_kube *k, const char *path, const gf_pod_ref *pod,
+                       const char *grant_json, char *rv, size_t cap,
+                       gf_diag *d) {
+  json_t *obj = NULL;
+  int rc = gf_kube_get(k, path, &obj, d);
+  if (rc)
+    return rc;
+  const json_t *md = json_object_get(obj, "metadata");
+  const char *uid = json_string_value(json_object_get(md, "uid"));
+  const char *now = json_string_value(json_object_get(md, "resourceVersion"));
+  const char *node = json_string_value(
+      json_object_get(json_object_get(obj, "spec"), "nodeName"));
+  const char *have = json_string_value(
+      json_object_get(json_object_get(md, "annotations"), GF_GRANT_ANNOTATION));
+  if (pod->uid && *pod->uid && (!uid || strcmp(uid, pod->uid) != 0))
+    rc = gf_diag_set(d, GF_ENOTFOUND,
+                     "pod %s/%s was replaced (uid %s, bind was for %s)",
+                     pod->ns, pod->name, uid ? uid : "none", pod->uid);
+  else if (node && *node)
+    rc = gf_diag_set(d, GF_EEXIST, "pod %s/%s is already bound to %.253s",
+                     pod->ns, pod->name, node);
+  else if (have && strcmp(have, grant_json) == 0)
+    rc = 1; /* our own write already landed (a retried request) */
+  else if (have)
+    rc = gf_diag_set(d, GF_ECONFLICT,
+                     "pod %s/%s changed while binding and now carries "
+                     "another gpufrac grant (%.200s); not overwriting it",
+                     pod->ns, pod->name, have);
+  else if (!now || !*now || strlen(now) >= cap)
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "pod %s/%s: GET returned no usable "
+                     "metadata.resourceVersion",
+                     pod->ns, pod->name);
+  else
+    snprintf(rv, cap, "%s", now);
+  json_decref(obj);
+  return rc;
+}
+
+/* gf_binder.write_grant: PATCH {"metadata":{"annotations":{grant},
+ * "resourceVersion":RV}}.  RV is the resourceVersion the extender last saw,
+ * so the API server answers 409 if the pod changed meanwhile; then the pod
+ * is read again (recheck_pod) and the PATCH retried once with its current
+ * resourceVersion.  Without a known RV the pod is read first. */
 static int kb_write_grant(void *ctx, const gf_pod_ref *pod,
                           const char *grant_json, gf_diag *d) {
   gf_sched_kube_binder *b = ctx;
@@ -85,8 +136,22 @@ static int kb_write_grant(void *ctx, const gf_pod_ref *pod,
     return gf_diag_set(d, GF_EINVAL,
                        "pod %s/%s: the grant cannot be put in a JSON patch",
                        pod->ns, pod->name);
+  char rv[RV_MAX] = "";
+  bool known = pod->resource_version && *pod->resource_version &&
+               strlen(pod->resource_version) < sizeof(rv);
+  if (known)
+    snprintf(rv, sizeof(rv), "%s", pod->resource_version);
   gf_kube *k = client_get(b);
-  int rc = gf_kube_merge_patch(k, path, patch, NULL, NULL, d);
+  int rc = GF_ECONFLICT;
+  if (known)
+    rc = gf_kube_merge_patch(k, path, patch, rv, NULL, d);
+  if (rc == GF_ECONFLICT) {
+    rc = recheck_pod(k, path, pod, grant_json, rv, sizeof(rv), d);
+    if (rc == 0)
+      rc = gf_kube_merge_patch(k, path, patch, rv, NULL, d);
+    else if (rc == 1)
+      rc = 0;
+  }
   client_put(b, k);
   json_decref(patch);
   return rc;
@@ -167,6 +232,7 @@ struct gf_sched_kube {
   gf_kube_informer *nodes, *pods;
   gf_kube_leader *leader; /* NULL: no election */
   atomic_ullong errors;
+  atomic_ullong api_errors; /* API error states logged (api_error) */
   atomic_bool synced_marked;
   atomic_int stop;
   bool started;
@@ -253,6 +319,36 @@ static void pod_gone(void *user, json_t *obj) {
     (void)gf_sched_pod_delete(f->s, k); /* GF_ENOTFOUND: pending, not booked */
 }
 
+/* A part's error state changed (gf_kube's on_error: called once per change,
+ * never per retry): one line when an error starts or changes, one when the
+ * part works again. */
+static void api_error(gf_sched_kube *f, const char *part, int rc,
+                      const char *msg) {
+  if (rc)
+    atomic_fetch_add(&f->api_errors, 1);
+  if (f->quiet)
+    return;
+  if (rc)
+    fprintf(stderr,
+            "gpufrac scheduler: %s: %s (%s); retrying (logged again only "
+            "when the error changes)\n",
+            part, msg && *msg ? msg : gf_strerror(rc), gf_err_name(rc));
+  else
+    fprintf(stderr, "gpufrac scheduler: %s: working again\n", part);
+}
+
+static void nodes_error(void *user, int rc, const char *msg) {
+  api_error(user, "node informer (LIST/WATCH /api/v1/nodes)", rc, msg);
+}
+
+static void pods_error(void *user, int rc, const char *msg) {
+  api_error(user, "pod informer (LIST/WATCH /api/v1/pods)", rc, msg);
+}
+
+static void leader_error(void *user, int rc, const char *msg) {
+  api_error(user, "leader election", rc, msg);
+}
+
 static void lead_started(void *user) {
   gf_sched_kube *f = user;
   gf_sched_set_leader(f->s, true);
@@ -310,14 +406,16 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                               .backoff_cap_ms = o->backoff_cap_ms};
   io.path = "/api/v1/nodes";
   io.seed = seed;
-  gf_kube_informer_handlers nh = {node_apply, node_changed, node_gone, f};
+  gf_kube_informer_handlers nh = {node_apply, node_changed, node_gone, f,
+                                  nodes_error};
   if ((rc = gf_kube_informer_new(&f->nodes, cfg, kopts, &io, &nh, d))) {
     gf_diag_prefix(d, "node informer");
     goto fail;
   }
   io.path = "/api/v1/pods";
   io.seed = seed + 1;
-  gf_kube_informer_handlers ph = {pod_apply, pod_changed, pod_gone, f};
+  gf_kube_informer_handlers ph = {pod_apply, pod_changed, pod_gone, f,
+                                  pods_error};
   if ((rc = gf_kube_informer_new(&f->pods, cfg, kopts, &io, &ph, d))) {
     gf_diag_prefix(d, "pod informer");
     goto fail;
@@ -342,6 +440,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                               .identity = o->identity ? o->identity : id,
                               .on_started = lead_started,
                               .on_stopped = lead_stopped,
+                              .on_error = leader_error,
                               .user = f};
     if ((rc = gf_kube_leader_new(&f->leader, cfg, kopts, &lo, d))) {
       gf_diag_prefix(d, "leader election on lease %s/%s", ns, name);
@@ -473,4 +572,8 @@ bool gf_sched_kube_synced(gf_sched_kube *f) {
 
 uint64_t gf_sched_kube_model_errors(gf_sched_kube *f) {
   return f ? (uint64_t)atomic_load(&f->errors) : 0;
+}
+
+uint64_t gf_sched_kube_api_errors(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->api_errors) : 0;
 }

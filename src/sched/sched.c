@@ -64,6 +64,7 @@ typedef struct prec {
 typedef struct pend {
   uint64_t seq; /* 0: empty */
   char uid[GF__UID_MAX];
+  char rv[GF__RV_MAX]; /* resourceVersion last seen; "" when unknown */
   char ns[GF_NAME_MAX];
   char name[GF_NAME_MAX];
   char container[GF_CONTAINER_MAX];
@@ -501,6 +502,7 @@ static void pending_put(gf_sched *s, const gf__pod *p) {
   memset(slot, 0, sizeof(*slot));
   slot->seq = ++s->pend_seq;
   memcpy(slot->uid, p->uid, sizeof(slot->uid));
+  memcpy(slot->rv, p->rv, sizeof(slot->rv));
   memcpy(slot->ns, p->ns, sizeof(slot->ns));
   memcpy(slot->name, p->name, sizeof(slot->name));
   memcpy(slot->container, p->container, sizeof(slot->container));
@@ -522,19 +524,45 @@ static bool same_node(const nrec *a, const gf__node *b) {
          memcmp(&a->inv, &b->inv, sizeof(a->inv)) == 0;
 }
 
-/* Under the mutex. */
+/* Takes node record i out of nodes[] and, unless the model is to be
+ * rebuilt anyway, node i out of the cluster (gf_cluster_remove_node: O(1)
+ * for the node, O(pods) to unbook the pods on it and renumber those on the
+ * node that moves into index i).  The pods stay known and are booked again
+ * if the node returns.  The engine caches per node index: it is dropped and
+ * made again when next needed.  Under the mutex. */
+static void node_remove_locked(gf_sched *s, uint32_t i) {
+  uint32_t last = s->nnodes - 1;
+  if (!s->dirty) {
+    for (uint32_t k = 0; k < s->npods; k++) {
+      prec *p = &s->pods[k];
+      if (p->placed && p->pl.node == i)
+        p->placed = false; /* its use leaves with the node */
+      else if (p->placed && p->pl.node == last)
+        p->pl.node = i;
+    }
+    policy_drop(s);
+    if (gf_cluster_remove_node(s->c, i) != 0)
+      s->dirty = true; /* cannot happen: i < nnodes; rebuild to be safe */
+  }
+  gf__smap_del(&s->nmap, s->nodes[i].name);
+  free(s->nodes[i].name);
+  s->nnodes--;
+  if (i != s->nnodes) {
+    s->nodes[i] = s->nodes[s->nnodes];
+    gf__smap_put(&s->nmap, s->nodes[i].name, i);
+  }
+  s->changes++;
+}
+
+/* Under the mutex.  A changed node (allocatable or inventory, e.g. one that
+ * lost its inventory) is removed and added again: its pods are unbooked and
+ * booked anew against what it has now. */
 static int node_update_locked(gf_sched *s, const gf__node *pn) {
   int64_t i = gf__smap_get(&s->nmap, pn->name);
   if (i >= 0) {
-    nrec *n = &s->nodes[i];
-    if (same_node(n, pn))
+    if (same_node(&s->nodes[i], pn))
       return 0;
-    n->cpu_milli = pn->cpu_milli;
-    n->mem_bytes = pn->mem_bytes;
-    n->has_inv = pn->has_inventory;
-    n->inv = pn->inv;
-    s->dirty = true;
-    return ensure_model(s);
+    node_remove_locked(s, (uint32_t)i);
   }
   if (s->nnodes == s->capnodes) {
     uint32_t cap = s->capnodes ? s->capnodes * 2 : 16;
@@ -593,15 +621,8 @@ int gf_sched_node_delete(gf_sched *s, const char *name) {
   int64_t i = gf__smap_get(&s->nmap, name);
   int rc = GF_ENOTFOUND;
   if (i >= 0) {
-    gf__smap_del(&s->nmap, name);
-    free(s->nodes[i].name);
-    s->nnodes--;
-    if ((uint32_t)i != s->nnodes) {
-      s->nodes[i] = s->nodes[s->nnodes];
-      gf__smap_put(&s->nmap, s->nodes[i].name, (uint32_t)i);
-    }
-    s->dirty = true;
-    rc = rebuild(s);
+    node_remove_locked(s, (uint32_t)i);
+    rc = 0;
   }
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -1247,7 +1268,8 @@ static int build_grant(const gf_sched *s, const nrec *nr, const pend *pp,
 /* Assumes the bind in the model.  On success *seq identifies the record
  * and *grant (may stay NULL for a pod without GPUs) is the grant text. */
 static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
-                       uint64_t *seq, char **grant, bool *done, gf_diag *d) {
+                       uint64_t *seq, char **grant, char *rv, bool *done,
+                       gf_diag *d) {
   if (!s->leader)
     return gf_diag_set(d, GF_ESTATE,
                        "this gpufrac extender replica is not the leader; "
@@ -1279,6 +1301,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   if (ni < 0)
     return gf_diag_set(d, GF_ENOTFOUND, "node %s is unknown to gpufrac",
                        b->node);
+  memcpy(rv, pp->rv, GF__RV_MAX);
   gf__pod pod;
   memset(&pod, 0, sizeof(pod));
   pod.req = pp->req;
@@ -1344,7 +1367,8 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   }
   char kb[2 * GF_NAME_MAX];
   const char *key = pod_key(b->pod_uid, b->pod_ns, b->pod_name, kb, sizeof(kb));
-  gf_pod_ref ref = {b->pod_ns, b->pod_name, b->pod_uid};
+  char rv[GF__RV_MAX] = "";
+  gf_pod_ref ref = {b->pod_ns, b->pod_name, b->pod_uid, rv};
   uint64_t seq = 0;
   char *grant = NULL;
   bool done = false;
@@ -1358,7 +1382,7 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
                      "configuration",
                      b->pod_ns, b->pod_name);
   else
-    rc = bind_assume(s, b, key, &seq, &grant, &done, &d);
+    rc = bind_assume(s, b, key, &seq, &grant, rv, &done, &d);
   pthread_mutex_unlock(&s->mu);
   if (rc == 0 && !done) {
     gf_diag bd = {""};

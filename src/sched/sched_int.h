@@ -21,6 +21,7 @@
 
 #define GF__UID_MAX 64     /* a pod UID (36 chars) with room to spare */
 #define GF__MODELS_MAX 256 /* the gpufrac.io/gpu-model annotation */
+#define GF__RV_MAX 64      /* a resourceVersion (decimal uint64 today) */
 
 /* Resource and annotation names. */
 #define GF_RES_GPU "gpufrac.io/gpu"
@@ -42,6 +43,7 @@ typedef struct gf__pod {
   char ns[GF_NAME_MAX];
   char name[GF_NAME_MAX];
   char uid[GF__UID_MAX];
+  char rv[GF__RV_MAX];              /* metadata.resourceVersion; "" if none */
   char node[GF_NAME_MAX];           /* spec.nodeName; "" when unbound */
   char phase[16];                   /* status.phase; "" when absent */
   char container[GF_CONTAINER_MAX]; /* the container asking for GPUs */

@@ -127,6 +127,8 @@ int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
                          "Pod: metadata.namespace", d)) ||
       (rc = gf__json_str(meta, "uid", out->uid, sizeof(out->uid), false,
                          "Pod: metadata.uid", d)) ||
+      (rc = gf__json_str(meta, "resourceVersion", out->rv, sizeof(out->rv),
+                         false, "Pod: metadata.resourceVersion", d)) ||
       (rc = gf__json_str(spec, "nodeName", out->node, sizeof(out->node), false,
                          "Pod: spec.nodeName", d)))
     return rc;

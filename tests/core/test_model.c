@@ -320,6 +320,95 @@ static void test_place_release_property(void **st) {
   gf_typical_release(&t);
 }
 
+/* Removing nodes: usage and totals leave with the node, the last node
+ * takes its index, and the hashed name index stays exact under random
+ * adds and removes (checked against a shadow list after every step). */
+static void test_remove_node_basic(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  assert_int_equal(add(c, "a", 8000, 2, "A100"), 0);
+  assert_int_equal(add(c, "b", 8000, 4, "T4"), 1);
+  assert_int_equal(add(c, "c", 8000, 1, "A100"), 2);
+  gf_request r = share(1000, 300);
+  gf_placement p = {.node = 0, .ngpus = 1, .gpus = {1}};
+  assert_int_equal(gf_cluster_place(c, &r, &p), 0);
+  p.node = 2;
+  p.gpus[0] = 0;
+  assert_int_equal(gf_cluster_place(c, &r, &p), 0);
+  assert_int_equal(gf_cluster_gpu_milli_used(c), 600);
+  assert_int_equal(gf_cluster_remove_node(c, 0), 0); /* "c" moves to 0 */
+  assert_int_equal(gf_cluster_nnodes(c), 2);
+  assert_int_equal(gf_cluster_find_node(c, "a"), GF_ENOTFOUND);
+  assert_int_equal(gf_cluster_find_node(c, "c"), 0);
+  assert_int_equal(gf_cluster_find_node(c, "b"), 1);
+  assert_string_equal(gf_cluster_node(c, 0)->name, "c");
+  assert_int_equal(gf_cluster_gpu_milli_used(c), 300);
+  assert_int_equal(gf_cluster_gpu_milli_total(c), 5000);
+  assert_int_equal(gf_cluster_ngpus(c), 5);
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+  p.node = 0; /* renumbered: "c" is node 0 now */
+  assert_int_equal(gf_cluster_release(c, &r, &p), 0);
+  assert_int_equal(gf_cluster_remove_node(c, 1), 0); /* the last one */
+  assert_int_equal(gf_cluster_remove_node(c, 1), GF_EINVAL);
+  assert_int_equal(gf_cluster_find_node(c, "b"), GF_ENOTFOUND);
+  assert_int_equal(add(c, "a", 8000, 2, "A100"), 1); /* name free again */
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+  gf_cluster_free(c);
+}
+
+static void test_remove_node_property(void **st) {
+  (void)st;
+  enum { NAMES = 300, STEPS = 6000 };
+  gf_cluster *c = gf_cluster_new();
+  int where[NAMES]; /* node index of name k, or -1 */
+  for (int k = 0; k < NAMES; k++)
+    where[k] = -1;
+  gf_rng rng;
+  gf_rng_seed(&rng, 42);
+  char name[32];
+  gf_request r = share(100, 250);
+  for (int step = 0; step < STEPS; step++) {
+    int k = (int)gf_rng_below(&rng, NAMES);
+    snprintf(name, sizeof(name), "node-%d", k);
+    if (where[k] < 0) {
+      int i = add(c, name, 4000, 1 + k % 4, k % 3 ? "A100" : "T4");
+      assert_true(i >= 0);
+      where[k] = i;
+      gf_placement p = {.node = (uint32_t)i, .ngpus = 1, .gpus = {0}};
+      if (k % 2)
+        assert_int_equal(gf_cluster_place(c, &r, &p), 0);
+    } else {
+      uint32_t last = gf_cluster_nnodes(c) - 1;
+      int moved = -1;
+      for (int m = 0; m < NAMES; m++)
+        if (where[m] == (int)last)
+          moved = m;
+      assert_true(moved >= 0);
+      assert_int_equal(gf_cluster_remove_node(c, (uint32_t)where[k]), 0);
+      where[moved] = where[k];
+      where[k] = -1;
+    }
+    int64_t total = 0, used = 0;
+    uint32_t n = 0;
+    for (int m = 0; m < NAMES; m++) {
+      snprintf(name, sizeof(name), "node-%d", m);
+      assert_int_equal(gf_cluster_find_node(c, name),
+                       where[m] < 0 ? GF_ENOTFOUND : where[m]);
+      if (where[m] >= 0) {
+        n++;
+        total += (1 + m % 4) * GF_GPU_MILLI;
+        used += m % 2 ? 250 : 0;
+        assert_string_equal(gf_cluster_node(c, (uint32_t)where[m])->name, name);
+      }
+    }
+    assert_int_equal(gf_cluster_nnodes(c), n);
+    assert_int_equal(gf_cluster_gpu_milli_total(c), total);
+    assert_int_equal(gf_cluster_gpu_milli_used(c), used);
+    assert_int_equal(gf_cluster_check(c, NULL), 0);
+  }
+  gf_cluster_free(c);
+}
+
 static void test_clone(void **st) {
   (void)st;
   gf_cluster *c = gf_cluster_new();
@@ -371,6 +460,8 @@ int main(void) {
       cmocka_unit_test(test_exclusive),
       cmocka_unit_test(test_gpu_memory_and_models),
       cmocka_unit_test(test_place_release_property),
+      cmocka_unit_test(test_remove_node_basic),
+      cmocka_unit_test(test_remove_node_property),
       cmocka_unit_test(test_clone),
       cmocka_unit_test(test_alloc_failures),
   };

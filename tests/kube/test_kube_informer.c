@@ -117,7 +117,7 @@ static void test_informer(void **st) {
   gf_kube_config *cfg = NULL;
   assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
   counts c = {0};
-  gf_kube_informer_handlers h = {on_add, on_update, on_delete, &c};
+  gf_kube_informer_handlers h = {on_add, on_update, on_delete, &c, NULL};
   gf_kube_informer_opts o = {.path = "/api/v1/pods",
                              .page_size = 2,
                              .backoff_base_ms = 10,
@@ -178,8 +178,25 @@ static void test_informer(void **st) {
     fail_msg("API double: %s", err);
 }
 
+typedef struct errlog {
+  pthread_mutex_t mu;
+  int rc[8];
+  int n;
+} errlog;
+
+static void on_error(void *u, int rc, const char *msg) {
+  errlog *e = u;
+  assert_true(rc ? *msg != '\0' : *msg == '\0');
+  pthread_mutex_lock(&e->mu);
+  if (e->n < 8)
+    e->rc[e->n] = rc;
+  e->n++;
+  pthread_mutex_unlock(&e->mu);
+}
+
 /* A watch that keeps failing backs off and retries from the same
- * resourceVersion; an object without a name in a LIST is an error. */
+ * resourceVersion; an object without a name in a LIST is an error.  Each
+ * change of error is reported once (two identical 500s: one report). */
 static void test_informer_errors(void **st) {
   (void)st;
   static const td_expect s2[] = {
@@ -200,6 +217,11 @@ static void test_informer_errors(void **st) {
       {.method = "GET",
        .target = "/api/v1/nodes?watch=1&allowWatchBookmarks=true&"
                  "resourceVersion=3&timeoutSeconds=300",
+       .status = 500,
+       .body = "oops"},
+      {.method = "GET",
+       .target = "/api/v1/nodes?watch=1&allowWatchBookmarks=true&"
+                 "resourceVersion=3&timeoutSeconds=300",
        .status = 200,
        .chunks = {"{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":"
                   "\"n1\",\"resourceVersion\":\"4\"}}}\n"},
@@ -212,13 +234,16 @@ static void test_informer_errors(void **st) {
   gf_kube_informer_opts o = {
       .path = "/api/v1/nodes", .backoff_base_ms = 5, .backoff_cap_ms = 20};
   gf_kube_informer *inf = NULL;
-  assert_int_equal(gf_kube_informer_new(&inf, cfg, NULL, &o, NULL, &d), 0);
+  errlog el = {.n = 0};
+  pthread_mutex_init(&el.mu, NULL);
+  gf_kube_informer_handlers h = {.on_error = on_error, .user = &el};
+  assert_int_equal(gf_kube_informer_new(&inf, cfg, NULL, &o, &h, &d), 0);
   assert_int_equal(gf_kube_informer_step(inf, &d), GF_ESYNTAX);
   assert_non_null(strstr(d.msg, "no valid metadata.name"));
   assert_false(gf_kube_informer_synced(inf));
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, runner, inf), 0);
-  for (int i = 0; i < 400 && td_served(srv) < 4; i++) {
+  for (int i = 0; i < 400 && td_served(srv) < 5; i++) {
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
   }
@@ -230,6 +255,13 @@ static void test_informer_errors(void **st) {
   assert_int_equal(gf_kube_informer_count(inf), 0);
   gf_kube_informer_stop(inf);
   pthread_join(t, NULL);
+  /* the bad LIST; the good LIST; the 500 (once); the good WATCH */
+  assert_int_equal(el.n, 4);
+  assert_int_equal(el.rc[0], GF_ESYNTAX);
+  assert_int_equal(el.rc[1], 0);
+  assert_int_equal(el.rc[2], GF_EHTTP);
+  assert_int_equal(el.rc[3], 0);
+  pthread_mutex_destroy(&el.mu);
   gf_kube_informer_free(inf);
   gf_kube_config_free(cfg);
   char err[1024];

@@ -116,11 +116,20 @@ static const td_expect script[] = {
 typedef struct world {
   int64_t now_us;
   int started, stopped;
+  int errs[8]; /* on_error calls: their rc, in order */
+  int nerrs;
 } world;
 
 static int64_t fake_now(void *u) { return ((world *)u)->now_us; }
 static void started(void *u) { ((world *)u)->started++; }
 static void stopped(void *u) { ((world *)u)->stopped++; }
+static void errored(void *u, int rc, const char *msg) {
+  world *w = u;
+  assert_true(rc ? *msg != '\0' : *msg == '\0');
+  if (w->nerrs < 8)
+    w->errs[w->nerrs] = rc;
+  w->nerrs++;
+}
 
 static void at(gf_kube_leader *le, world *w, int t, int want_rc,
                bool want_leading) {
@@ -151,6 +160,7 @@ static void test_leader(void **st) {
                            .clock_user = &w,
                            .on_started = started,
                            .on_stopped = stopped,
+                           .on_error = errored,
                            .user = &w};
   gf_kube_leader *le = NULL;
   assert_int_equal(gf_kube_leader_new(&le, cfg, NULL, &o, &d), 0);
@@ -174,6 +184,12 @@ static void test_leader(void **st) {
   assert_int_equal(w.started, 3);
   at(le, &w, 41, GF_EHTTP, false);
   assert_int_equal(w.stopped, 3);
+  /* Errors reported once per change: t=23 fails, t=30 works again (the
+   * lost race at t=20 is no error), t=41 fails. */
+  assert_int_equal(w.nerrs, 3);
+  assert_int_equal(w.errs[0], GF_EHTTP);
+  assert_int_equal(w.errs[1], 0);
+  assert_int_equal(w.errs[2], GF_EHTTP);
   /* Releasing when not leading touches nothing. */
   assert_int_equal(gf_kube_leader_release(le, &d), 0);
 

@@ -556,6 +556,79 @@ static void test_watch_lifecycle(void **state) {
   json_decref(pod);
 }
 
+/* A copy of node_a100.json named `name`, without its inventory if bare. */
+static json_t *a100_named(const char *name, bool bare) {
+  json_t *n = fixture_json("node_a100.json");
+  json_t *md = json_object_get(n, "metadata");
+  json_object_set_new(md, "name", json_string(name));
+  if (bare)
+    json_object_del(json_object_get(md, "annotations"), "gpufrac.io/inventory");
+  return n;
+}
+
+/* Nodes leave the model one at a time (gf_cluster_remove_node): removing
+ * one renumbers the last node's placements, pods on a removed node are
+ * unbooked and come back with it, and a node that loses its inventory
+ * gives its shares back. */
+static void test_node_removal(void **state) {
+  fx *f = *state;
+  gf_diag d = {""};
+  json_t *b = a100_named("node-b", false); /* index 3: the last */
+  assert_int_equal(gf_sched_node_update(f->s, b, &d), 0);
+  json_t *pod = fixture_json("pod_bound.json");
+  json_object_set_new(json_object_get(pod, "spec"), "nodeName",
+                      json_string("node-b"));
+  json_t *ann =
+      json_object_get(json_object_get(pod, "metadata"), "annotations");
+  const char *g = json_string_value(json_object_get(ann, "gpufrac.io/grant"));
+  char grant[1024];
+  const char *at = strstr(g, "\"node-a100\"");
+  assert_non_null(at);
+  snprintf(grant, sizeof(grant), "%.*s\"node-b\"%s", (int)(at - g), g,
+           at + strlen("\"node-a100\""));
+  json_object_set_new(ann, "gpufrac.io/grant", json_string(grant));
+  assert_int_equal(gf_sched_pod_update(f->s, pod, &d), 0);
+  assert_int_equal(gf_sched_npods(f->s), 1);
+  /* node-b moves into node-a100's index */
+  assert_int_equal(gf_sched_node_delete(f->s, "node-a100"), 0);
+  assert_int_equal(gf_sched_node_delete(f->s, "node-a100"), GF_ENOTFOUND);
+  assert_int_equal(gf_sched_nnodes(f->s), 3);
+  gf_node n;
+  assert_int_equal(gf_sched_node_state(f->s, "node-a100", &n), GF_ENOTFOUND);
+  assert_int_equal(gf_sched_node_state(f->s, "node-b", &n), 0);
+  assert_int_equal(n.gpus[1].mem_used, 40 * GiB);
+  /* filter still sees node-b's use (40Gi of 80Gi taken on GPU 1) */
+  assert_int_equal(gf_sched_node_state(f->s, "node-t4", &n), 0);
+  assert_int_equal(n.ngpus, 1);
+  /* node-b loses its inventory: its shares go, the pod waits */
+  json_t *bare = a100_named("node-b", true);
+  assert_int_equal(gf_sched_node_update(f->s, bare, &d), 0);
+  assert_int_equal(gf_sched_npods(f->s), 0);
+  assert_int_equal(gf_sched_node_state(f->s, "node-b", &n), 0);
+  assert_int_equal(n.ngpus, 0);
+  assert_int_equal(n.cpu_used, 0);
+  /* ... and back: booked again on the same GPU */
+  assert_int_equal(gf_sched_node_update(f->s, b, &d), 0);
+  assert_int_equal(gf_sched_npods(f->s), 1);
+  assert_int_equal(gf_sched_node_state(f->s, "node-b", &n), 0);
+  assert_int_equal(n.gpus[1].mem_used, 40 * GiB);
+  /* the pod goes: released exactly */
+  const char *uid = json_string_value(
+      json_object_get(json_object_get(pod, "metadata"), "uid"));
+  assert_int_equal(gf_sched_pod_delete(f->s, uid), 0);
+  assert_int_equal(gf_sched_node_state(f->s, "node-b", &n), 0);
+  assert_int_equal(n.gpus[1].mem_used, 0);
+  assert_int_equal(n.cpu_used, 0);
+  /* every node can go */
+  const char *all[] = {"node-b", "node-t4", "node-cpu"};
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(gf_sched_node_delete(f->s, all[i]), 0);
+  assert_int_equal(gf_sched_nnodes(f->s), 0);
+  json_decref(bare);
+  json_decref(b);
+  json_decref(pod);
+}
+
 static void test_prioritize(void **state) {
   fx *f = *state;
   /* Fill GPU 0 of the A100 node halfway; put a second A100 node in. */
@@ -706,6 +779,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bind_rollback, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_binds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_watch_lifecycle, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_node_removal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prioritize, setup, teardown),
       cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_leader_and_policy, setup, teardown),

@@ -101,8 +101,10 @@ static void test_binder_patch_and_binding(void **st) {
       {.method = "PATCH",
        .target = POD_PATH,
        .ctype = "application/merge-patch+json",
+       /* the grant, with the pod's resourceVersion as seen by /filter
+        * (pod_share.json) as the precondition */
        .body_has = {"{\"metadata\":{\"annotations\":{\"gpufrac.io/grant\":"
-                    "\"" GRANT_A100_0 "\"}}}"},
+                    "\"" GRANT_A100_0 "\"},\"resourceVersion\":\"90211\"}}"},
        .status = 200,
        .body = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"infer-7d9f8\","
                "\"namespace\":\"ml\",\"resourceVersion\":\"90212\"}}"},
@@ -135,27 +137,93 @@ static void test_binder_patch_and_binding(void **st) {
   gf_kube_config_free(cfg);
 }
 
-static void test_binder_conflict_rolls_back(void **st) {
+/* The pod as a GET after a 409 finds it: resourceVersion 90300, and
+ * `extra` spliced into metadata (another annotation) or spec. */
+#define POD_NOW(meta_extra, spec_extra)                                        \
+  "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":"            \
+  "\"infer-7d9f8\",\"namespace\":\"ml\",\"uid\":\"" UID_SHARE "\","            \
+  "\"resourceVersion\":\"90300\"" meta_extra "},\"spec\":{\"containers\":"     \
+  "[]" spec_extra "}}"
+#define PATCH_RV(rv)                                                           \
+  {                                                                            \
+    .method = "PATCH", .target = POD_PATH,                                     \
+    .ctype = "application/merge-patch+json",                                   \
+    .body_has = {"\"gpufrac.io/grant\":\"" GRANT_A100_0 "\"",                  \
+                 "\"resourceVersion\":\"" rv "\""},                            \
+    .status = 409, .body = CONFLICT_409                                        \
+  }
+#define GET_POD(body_)                                                         \
+  { .method = "GET", .target = POD_PATH, .status = 200, .body = (body_) }
+#define BINDING_OK                                                             \
+  {                                                                            \
+    .method = "POST", .target = POD_PATH "/binding",                           \
+    .body_has = {"\"name\":\"node-a100\""}, .status = 201,                     \
+    .body = "{\"kind\":\"Status\",\"status\":\"Success\",\"code\":201}"        \
+  }
+
+/* Runs one bind of pod_share.json against `script`; returns its Error. */
+static char *bind_against(const td_expect *script, size_t n, gf_sched **out) {
+  td_server *srv = td_start(script, n);
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_kube_binder *kb = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_kube_binder_new(cfg, NULL, 1, &kb, &d), 0);
+  gf_sched *s = extender(gf_sched_kube_binder_get(kb));
+  char *e = bind_error(s);
+  finish(srv);
+  gf_sched_kube_binder_free(kb);
+  gf_kube_config_free(cfg);
+  *out = s;
+  return e;
+}
+
+static void has_all(const char *e, const char *const *want, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!strstr(e, want[i])) {
+      fprintf(stderr, "bind Error '%s' lacks '%s'\n", e, want[i]);
+      fail();
+    }
+}
+
+/* 409 on the PATCH (the pod changed since /filter saw it): GET it again,
+ * still unbound and without a grant, so PATCH once more with its current
+ * resourceVersion, then bind. */
+static void test_binder_conflict_retried(void **st) {
   (void)st;
-  static const td_expect script[] = {
-      {.method = "PATCH",
-       .target = POD_PATH,
-       .ctype = "application/merge-patch+json",
-       .body_has = {"\"gpufrac.io/grant\":\"" GRANT_A100_0 "\""},
-       .status = 409,
-       .body = CONFLICT_409},
-      /* kube-scheduler retries: the same GPU is free again. */
-      {.method = "PATCH",
-       .target = POD_PATH,
-       .body_has = {"\"gpufrac.io/grant\":\"" GRANT_A100_0 "\""},
-       .status = 200,
-       .body = "{\"kind\":\"Pod\"}"},
-      {.method = "POST",
-       .target = POD_PATH "/binding",
-       .body_has = {"\"name\":\"node-a100\""},
-       .status = 201,
-       .body = "{\"kind\":\"Status\",\"status\":\"Success\",\"code\":201}"},
+  td_expect script[] = {
+      PATCH_RV("90211"),
+      GET_POD(POD_NOW(",\"labels\":{\"touched\":\"yes\"}", "")),
+      PATCH_RV("90300"),
+      BINDING_OK,
   };
+  script[2].status = 200;
+  script[2].body = "{\"kind\":\"Pod\"}";
+  gf_sched *s = NULL;
+  char *e = bind_against(script, N(script), &s);
+  assert_string_equal(e, "");
+  free(e);
+  assert_int_equal(gf_sched_npods(s), 1);
+  assert_int_equal(mem_used(s, 0), 20 * GiB);
+  gf_sched_free(s);
+}
+
+/* Two conflicts in a row: the bind fails with the API server's Status and
+ * the booking is rolled back; kube-scheduler's retry then binds. */
+static void test_binder_conflict_twice_rolls_back(void **st) {
+  (void)st;
+  td_expect script[] = {
+      PATCH_RV("90211"),
+      GET_POD(POD_NOW("", "")),
+      PATCH_RV("90300"),
+      /* kube-scheduler retries (its pod is still 90211 here) */
+      PATCH_RV("90211"),
+      GET_POD(POD_NOW("", "")),
+      PATCH_RV("90300"),
+      BINDING_OK,
+  };
+  script[5].status = 200;
+  script[5].body = "{\"kind\":\"Pod\"}";
   td_server *srv = td_start(script, N(script));
   assert_non_null(srv);
   gf_kube_config *cfg = plain(srv);
@@ -166,11 +234,7 @@ static void test_binder_conflict_rolls_back(void **st) {
   char *e = bind_error(s);
   const char *want[] = {"infer-7d9f8", "409", "reason Conflict",
                         "Operation cannot be fulfilled on pods"};
-  for (size_t i = 0; i < N(want); i++)
-    if (!strstr(e, want[i])) {
-      fprintf(stderr, "bind Error '%s' lacks '%s'\n", e, want[i]);
-      fail();
-    }
+  has_all(e, want, N(want));
   free(e);
   assert_int_equal(gf_sched_npods(s), 0); /* rolled back */
   assert_int_equal(mem_used(s, 0), 0);
@@ -185,6 +249,81 @@ static void test_binder_conflict_rolls_back(void **st) {
   gf_kube_config_free(cfg);
 }
 
+/* After a 409 the pod carries someone else's grant (a second replica that
+ * believes it leads): not overwritten, the bind fails saying so. */
+static void test_binder_conflict_other_grant(void **st) {
+  (void)st;
+  static const td_expect script[] = {
+      PATCH_RV("90211"),
+      GET_POD(POD_NOW(",\"annotations\":{\"gpufrac.io/grant\":\"{\\\"version"
+                      "\\\":1,\\\"node\\\":\\\"node-b\\\"}\"}",
+                      "")),
+  };
+  gf_sched *s = NULL;
+  char *e = bind_against(script, N(script), &s);
+  const char *want[] = {"writing the grant on pod ml/infer-7d9f8",
+                        "changed while binding",
+                        "now carries another gpufrac grant", "node-b"};
+  has_all(e, want, N(want));
+  free(e);
+  assert_int_equal(gf_sched_npods(s), 0);
+  assert_int_equal(mem_used(s, 0), 0);
+  gf_sched_free(s);
+}
+
+/* After a 409 the pod is bound already: fail clearly, book nothing. */
+static void test_binder_conflict_already_bound(void **st) {
+  (void)st;
+  static const td_expect script[] = {
+      PATCH_RV("90211"),
+      GET_POD(POD_NOW("", ",\"nodeName\":\"node-t4\"")),
+  };
+  gf_sched *s = NULL;
+  char *e = bind_against(script, N(script), &s);
+  const char *want[] = {"pod ml/infer-7d9f8 is already bound to node-t4"};
+  has_all(e, want, N(want));
+  free(e);
+  assert_int_equal(gf_sched_npods(s), 0);
+  gf_sched_free(s);
+}
+
+/* After a 409 the pod carries exactly our grant (an earlier attempt's
+ * write landed): no second PATCH, go on to the Binding. */
+static void test_binder_conflict_same_grant(void **st) {
+  (void)st;
+  static const td_expect script[] = {
+      PATCH_RV("90211"),
+      GET_POD(POD_NOW(",\"annotations\":{\"gpufrac.io/grant\":"
+                      "\"" GRANT_A100_0 "\"}",
+                      "")),
+      BINDING_OK,
+  };
+  gf_sched *s = NULL;
+  char *e = bind_against(script, N(script), &s);
+  assert_string_equal(e, "");
+  free(e);
+  assert_int_equal(gf_sched_npods(s), 1);
+  gf_sched_free(s);
+}
+
+/* A 409 after the GET shows the pod was replaced under the same name. */
+static void test_binder_conflict_replaced(void **st) {
+  (void)st;
+  static const td_expect script[] = {
+      PATCH_RV("90211"),
+      GET_POD("{\"kind\":\"Pod\",\"metadata\":{\"name\":\"infer-7d9f8\","
+              "\"namespace\":\"ml\",\"uid\":\"other-uid\","
+              "\"resourceVersion\":\"90400\"},\"spec\":{}}"),
+  };
+  gf_sched *s = NULL;
+  char *e = bind_against(script, N(script), &s);
+  const char *want[] = {"was replaced", "other-uid"};
+  has_all(e, want, N(want));
+  free(e);
+  assert_int_equal(gf_sched_npods(s), 0);
+  gf_sched_free(s);
+}
+
 static void test_binder_refuses_bad_names(void **st) {
   (void)st;
   static const td_expect none[1];
@@ -194,7 +333,7 @@ static void test_binder_refuses_bad_names(void **st) {
   gf_diag d = {""};
   assert_int_equal(gf_sched_kube_binder_new(cfg, NULL, 0, &kb, &d), 0);
   const gf_binder *b = gf_sched_kube_binder_get(kb);
-  gf_pod_ref bad = {"ml", "../../nodes/x", ""};
+  gf_pod_ref bad = {"ml", "../../nodes/x", "", ""};
   assert_int_equal(b->write_grant(b->ctx, &bad, "{}", &d), GF_EINVAL);
   assert_non_null(strstr(d.msg, "not valid Kubernetes names"));
   assert_int_equal(b->create_binding(b->ctx, &bad, "n", &d), GF_EINVAL);
@@ -602,12 +741,61 @@ static void test_cli_sigterm(void **st) {
   unlink(path);
 }
 
+/* LIST/WATCH errors are logged once per change of error, not per retry:
+ * two identical 500s, then a 403, then a LIST that works. */
+static void test_api_errors_logged_once(void **st) {
+  (void)st;
+#define LIST_NODES_FAILS(code, msg)                                            \
+  {                                                                            \
+    .method = "GET", .target = "/api/v1/nodes?limit=500", .status = (code),    \
+    .body = "{\"kind\":\"Status\",\"status\":\"Failure\",\"message\":\"" msg   \
+            "\",\"code\":" #code "}"                                           \
+  }
+  static const td_expect script[] = {
+      LIST_NODES_FAILS(500, "etcd timeout"),
+      LIST_NODES_FAILS(500, "etcd timeout"),
+      LIST_NODES_FAILS(403, "nodes is forbidden"),
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = "{\"kind\":\"NodeList\",\"metadata\":{\"resourceVersion\":"
+               "\"5\"},\"items\":[]}"},
+  };
+#undef LIST_NODES_FAILS
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.no_leader_election = true}; /* logs on stderr */
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  int want[] = {GF_EHTTP, GF_EHTTP, GF_EHTTP, 0};
+  uint64_t logged[] = {1, 1, 2, 2};
+  for (size_t i = 0; i < N(want); i++) {
+    assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), want[i]);
+    assert_int_equal(gf_sched_kube_api_errors(f), logged[i]);
+  }
+  finish(srv);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_binder_patch_and_binding),
-      cmocka_unit_test(test_binder_conflict_rolls_back),
+      cmocka_unit_test(test_binder_conflict_retried),
+      cmocka_unit_test(test_binder_conflict_twice_rolls_back),
+      cmocka_unit_test(test_binder_conflict_other_grant),
+      cmocka_unit_test(test_binder_conflict_already_bound),
+      cmocka_unit_test(test_binder_conflict_same_grant),
+      cmocka_unit_test(test_binder_conflict_replaced),
       cmocka_unit_test(test_binder_refuses_bad_names),
       cmocka_unit_test(test_feeds),
+      cmocka_unit_test(test_api_errors_logged_once),
       cmocka_unit_test(test_leader),
       cmocka_unit_test(test_start_stop),
       cmocka_unit_test(test_cli_options),
