@@ -66,6 +66,15 @@ static void pod_delete(void *user, json_t *obj) {
     log_line(k, "cleaning up pod ", uid, d.msg);
 }
 
+/* LIST/WATCH errors, once per change (the informer reports changes only). */
+static void pod_error(void *user, int rc, const char *msg) {
+  gf_node_kube *k = user;
+  if (rc)
+    log_line(k, "watching the pods of node ", k->node, msg);
+  else
+    log_line(k, "watching the pods of node ", k->node, "working again");
+}
+
 int gf_node_kube_new(gf_node_kube **out, gf_kube_config *cfg,
                      const gf_node_kube_opts *o, gf_diag *d) {
   if (!cfg || !o || !o->node || !*o->node || !o->pods || !o->state_dir)
@@ -86,7 +95,7 @@ int gf_node_kube_new(gf_node_kube **out, gf_kube_config *cfg,
   char field[GF_NAME_MAX + 32];
   snprintf(field, sizeof(field), "spec.nodeName=%s", o->node);
   gf_kube_informer_opts io = {.path = "/api/v1/pods", .field_selector = field};
-  gf_kube_informer_handlers h = {pod_add, pod_update, pod_delete, k};
+  gf_kube_informer_handlers h = {pod_add, pod_update, pod_delete, k, pod_error};
   int rc = gf_kube_new(&k->client, cfg, NULL, d);
   if (!rc)
     rc = gf_kube_informer_new(&k->inf, cfg, NULL, &io, &h, d);
