@@ -124,6 +124,16 @@ class Driver:
         self.p.stdin.flush()
         return self.p.stdout.readline().strip()
 
+    def wait_regs(self, n, timeout=2.0):
+        """gf_dp_registrations() once it reaches n (it counts when the
+        answer arrives, a moment after kubelet saw the call)."""
+        end = time.monotonic() + timeout
+        while True:
+            got = self.cmd("regs")
+            if got == str(n) or time.monotonic() > end:
+                return got
+            time.sleep(0.02)
+
     def quit(self):
         self.p.stdin.write("quit\n")
         self.p.stdin.flush()
@@ -249,7 +259,7 @@ class Scenarios:
         eq(req.options.pre_start_required, False, "pre_start_required")
         eq(req.options.get_preferred_allocation_available, True,
            "get_preferred_allocation_available")
-        eq(self.driver.cmd("regs"), "1", "gf_dp_registrations")
+        eq(self.driver.wait_regs(1), "1", "gf_dp_registrations")
         self.plugin = Plugin(self.psock)
 
     def options(self):
@@ -443,7 +453,7 @@ class Scenarios:
             p.close()
         self.plugin.close()
         self.plugin = Plugin(self.psock)
-        eq(self.driver.cmd("regs"), "3", "gf_dp_registrations")
+        eq(self.driver.wait_regs(3), "3", "gf_dp_registrations")
 
     def plugin_restart(self):
         w = Plugin(self.psock)
