@@ -546,12 +546,22 @@ def bench(driver_path, n, gpus, slots):
             lat.append((time.perf_counter_ns() - t) / 1000.0)
             check(len(r.container_responses) == 1, "answer")
         lat.sort()
+        base = []  # the same path with no work on the server's side
+        for _ in range(n):
+            t = time.perf_counter_ns()
+            p.call("GetDevicePluginOptions", pb.Empty(),
+                   pb.DevicePluginOptions)
+            base.append((time.perf_counter_ns() - t) / 1000.0)
+        base.sort()
         rss = vmrss_kib(drv.p.pid)
         print("devices %d (%d GPUs x %d slots), Allocate calls %d" %
               (len(ids), gpus, slots, n))
         print("Allocate latency us: median %.1f  p99 %.1f  min %.1f  max %.1f"
               % (statistics.median(lat), lat[int(0.99 * (n - 1))], lat[0],
                  lat[-1]))
+        print("GetDevicePluginOptions latency us (client + transport): "
+              "median %.1f  p99 %.1f" % (statistics.median(base),
+                                         base[int(0.99 * (n - 1))]))
         print("plugin VmRSS: %d KiB (ListAndWatch stream open)" % rss)
         w.cancel()
         p.close()
