@@ -594,6 +594,7 @@ void gf__h2srv_broadcast(gf__h2srv *s, const uint8_t *msg, size_t len) {
       if (!st->watch || st->closing)
         continue;
       if (!out_append(st, msg, len)) {
+        st->closing = true; /* reset: never written to again */
         (void)nghttp2_submit_rst_stream(c->sess, NGHTTP2_FLAG_NONE, st->id,
                                         NGHTTP2_ENHANCE_YOUR_CALM);
         continue;
