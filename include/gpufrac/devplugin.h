@@ -80,6 +80,11 @@ typedef int (*gf_dp_allocate_fn)(void *user, const char *const *ids,
                                  size_t nids, gf_dp_container_answer *out,
                                  gf_diag *d);
 
+/* A sentence about something that went wrong off the caller's path
+ * (registration refused or kubelet absent, the socket made again); called
+ * on the plugin's threads, never twice in a row with the same text. */
+typedef void (*gf_dp_log_fn)(void *user, const char *msg);
+
 typedef struct gf_dp_opts {
   const char *plugin_dir;     /* default "/var/lib/kubelet/device-plugins" */
   const char *endpoint;       /* our socket's file name in plugin_dir;
@@ -89,6 +94,7 @@ typedef struct gf_dp_opts {
   gf_dp_allocate_fn allocate;
   void *user;
   bool preferred_allocation; /* advertise GetPreferredAllocation */
+  gf_dp_log_fn log;          /* NULL: silent; gets `user` too */
 } gf_dp_opts;
 
 typedef struct gf_dp gf_dp;
@@ -96,11 +102,15 @@ typedef struct gf_dp gf_dp;
 /* Starts serving on plugin_dir/endpoint (removing a stale socket), then
  * registers with kubelet, and keeps watching kubelet_socket to register
  * again when kubelet restarts.  A kubelet that is not there yet is not an
- * error: registration is retried.  GF_EIO (cannot listen) with a sentence. */
+ * error: registration is retried.  GF_EIO (cannot listen) with a sentence;
+ * GF_EINVAL (no allocate callback, a path too long for a unix socket, a
+ * bad device list). */
 int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
                 size_t ndevs, gf_diag *d);
 
-/* Replaces the device list; every open ListAndWatch stream gets it. */
+/* Replaces the device list; every open ListAndWatch stream gets it.
+ * GF_ELIMIT (more than GF_DP_MAX_DEVICES), GF_EINVAL (an id empty, not
+ * NUL-ended within GF_DP_ID_MAX, or twice); the old list stays then. */
 int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs);
 
 /* How many times the plugin has registered successfully (tests, metrics). */

@@ -1,0 +1,128 @@
+/*
+ * Internal to gf_devplugin: gRPC over HTTP/2 (nghttp2), just what the
+ * device plugin needs.  Nothing here is public API.
+ *
+ * The server runs a poll loop on one thread (gf__h2srv_run) over a
+ * listening unix socket and every accepted connection.  Requests are
+ * prior-knowledge h2c: HEADERS (:method POST, :path /pkg.Service/Method,
+ * content-type application/grpc) then DATA with exactly one message in the
+ * 5-byte gRPC prefix (flag 0, 4-byte big-endian length).  A finished
+ * request is handed to ops->call on the loop thread; its reply becomes
+ * HEADERS (:status 200), DATA, and trailers (grpc-status, grpc-message
+ * percent-encoded).  Errors before any reply use a trailers-only response.
+ * Replies marked `stream` keep the stream open: gf__h2srv_broadcast
+ * appends a message to every such stream, and stopping ends them with
+ * grpc-status 0.
+ *
+ * Bounds: one message at most GF__GRPC_MAX_MSG bytes; at most
+ * GF__H2_MAX_CONNS connections and GF__H2_MAX_STREAMS streams on each; all
+ * request buffers together at most GF__H2_MAX_BUFFERED bytes.  A bad
+ * request ends that stream with a status; a connection that breaks the
+ * HTTP/2 framing is closed; the server keeps serving.
+ */
+#ifndef GPUFRAC_H2GRPC_H
+#define GPUFRAC_H2GRPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+
+#define GF__GRPC_MAX_MSG (4u << 20)
+#define GF__H2_MAX_CONNS 64
+#define GF__H2_MAX_STREAMS 100
+#define GF__H2_MAX_BUFFERED (64u << 20)
+#define GF__H2_MAX_BACKLOG (16u << 20) /* unsent bytes on one stream */
+
+/* gRPC status codes (the ones used here). */
+enum {
+  GF__GRPC_OK = 0,
+  GF__GRPC_UNKNOWN = 2,
+  GF__GRPC_INVALID_ARGUMENT = 3,
+  GF__GRPC_DEADLINE_EXCEEDED = 4,
+  GF__GRPC_NOT_FOUND = 5,
+  GF__GRPC_ALREADY_EXISTS = 6,
+  GF__GRPC_RESOURCE_EXHAUSTED = 8,
+  GF__GRPC_FAILED_PRECONDITION = 9,
+  GF__GRPC_UNIMPLEMENTED = 12,
+  GF__GRPC_INTERNAL = 13,
+  GF__GRPC_UNAVAILABLE = 14
+};
+
+/* The answer to one call, filled by ops->call.  status 0: msg[0..len) is
+ * the serialized response (malloc'd; the server frees it; NULL with len 0
+ * is an empty message).  status != 0: message is the sentence sent as
+ * grpc-message, msg is ignored. */
+typedef struct gf__grpc_reply {
+  int status;
+  char message[GF_DIAG_MAX];
+  uint8_t *msg;
+  size_t len;
+} gf__grpc_reply;
+
+/* A method the server knows.  stream: server streaming, the stream stays
+ * open after the first reply until the server stops. */
+typedef struct gf__h2_method {
+  const char *path;
+  bool stream;
+} gf__h2_method;
+
+typedef struct gf__h2srv gf__h2srv;
+
+typedef struct gf__h2srv_ops {
+  const gf__h2_method *methods;
+  size_t nmethods;
+  /* One request of methods[m], its message in req[0..len).  Runs on the
+   * loop thread. */
+  void (*call)(void *user, size_t m, const uint8_t *req, size_t len,
+               gf__grpc_reply *r);
+  /* The loop was woken by gf__h2srv_wake (loop thread). */
+  void (*wake)(void *user, gf__h2srv *s);
+  void *user;
+} gf__h2srv_ops;
+
+/* Makes a server over listen_fd (a listening socket; the server owns it
+ * from now on, also on failure).  GF_EIO / GF_ENOMEM with a sentence. */
+int gf__h2srv_new(gf__h2srv **out, int listen_fd, const gf__h2srv_ops *ops,
+                  gf_diag *d);
+
+/* Serves until gf__h2srv_stop; then ends every stream (streaming ones with
+ * grpc-status 0), says GOAWAY, flushes for at most a second, and closes
+ * every connection and the listener.  The thread body. */
+void gf__h2srv_run(gf__h2srv *s);
+
+/* Thread-safe: wakes the loop, which calls ops->wake. */
+void gf__h2srv_wake(gf__h2srv *s);
+
+/* Thread-safe: makes the loop return. */
+void gf__h2srv_stop(gf__h2srv *s);
+
+/* Thread-safe: the loop closes its listener and accepts on fd from now on
+ * (the socket file was removed and made again).  Open connections stay. */
+void gf__h2srv_set_listener(gf__h2srv *s, int fd);
+
+/* Loop thread only (from ops->wake): sends msg[0..len) on every open
+ * streaming call.  A stream whose client does not read more than
+ * GF__H2_MAX_BACKLOG bytes is reset. */
+void gf__h2srv_broadcast(gf__h2srv *s, const uint8_t *msg, size_t len);
+
+/* Frees a server whose run has returned (or never ran). */
+void gf__h2srv_free(gf__h2srv *s);
+
+/* Calls the unary method `path` on the gRPC server at unix socket
+ * sock_path with req[0..len), waiting at most timeout_ms in all.
+ * Returns 0 when a gRPC status came back: *status, message[cap] (the
+ * decoded grpc-message, "" when none) and for status 0 the response in
+ * *resp (malloc'd, caller frees; may be NULL when empty) / *resp_len.
+ * GF_EIO with a sentence when the server could not be reached or did not
+ * answer in gRPC (connect failure, timeout, no grpc-status). */
+int gf__grpc_call_unix(const char *sock_path, const char *path,
+                       const uint8_t *req, size_t len, int timeout_ms,
+                       int *status, char *message, size_t cap, uint8_t **resp,
+                       size_t *resp_len, gf_diag *d);
+
+/* Percent-encodes s for grpc-message into out[cap] (truncating). */
+void gf__grpc_percent_encode(const char *s, char *out, size_t cap);
+
+#endif

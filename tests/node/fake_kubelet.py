@@ -1,0 +1,594 @@
+#!/usr/bin/python3
+"""A fake kubelet on real gRPC (python3-grpcio) for the device plugin.
+
+It serves v1beta1.Registration on a kubelet.sock in a temporary directory,
+records every Register call, and dials the plugin's socket the way kubelet
+does to drive GetDevicePluginOptions, ListAndWatch, GetPreferredAllocation,
+Allocate and PreStartContainer.  The plugin is tests/node/dp_driver (the
+C library with made-up devices and a test allocator).
+
+    fake_kubelet.py --driver PATH --pb DIR            # the scenarios
+    fake_kubelet.py --driver PATH --pb DIR --bench N  # Allocate latency, RSS
+
+DIR holds deviceplugin/v1beta1/api_pb2.py, made by protoc --python_out from
+proto/deviceplugin/v1beta1/api.proto.  Exit status 0 only when every
+scenario passed.
+"""
+import argparse
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from concurrent import futures
+
+import grpc
+
+pb = None  # deviceplugin.v1beta1.api_pb2, imported in main()
+
+SVC = "/v1beta1.DevicePlugin/"
+ENDPOINT = "gpufrac.sock"
+
+
+def gpu_id(g):
+    return "GPU-%08d-0000-4000-8000-%012d" % (g, g)
+
+
+def dev_id(g, k):
+    return "%s::%d" % (gpu_id(g), k)
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def eq(got, want, what):
+    if got != want:
+        raise Failure("%s: got %r, want %r" % (what, got, want))
+
+
+class Kubelet:
+    """The Registration service on sock."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.registers = []  # (monotonic time, RegisterRequest)
+        self.cv = threading.Condition()
+        self.server = None
+        self.started = None
+
+    def start(self):
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        srv = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        h = grpc.method_handlers_generic_handler("v1beta1.Registration", {
+            "Register": grpc.unary_unary_rpc_method_handler(
+                self._register,
+                request_deserializer=pb.RegisterRequest.FromString,
+                response_serializer=pb.Empty.SerializeToString)})
+        srv.add_generic_rpc_handlers((h,))
+        check(srv.add_insecure_port("unix:" + self.sock) != 0,
+              "fake kubelet cannot listen on " + self.sock)
+        srv.start()
+        self.server = srv
+        self.started = time.monotonic()
+
+    def _register(self, req, ctx):
+        with self.cv:
+            self.registers.append((time.monotonic(), req))
+            self.cv.notify_all()
+        return pb.Empty()
+
+    def wait_registers(self, n, timeout):
+        end = time.monotonic() + timeout
+        with self.cv:
+            while len(self.registers) < n:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cv.wait(left)
+        return True
+
+    def stop(self):
+        self.server.stop(0).wait()
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+
+
+class Driver:
+    """dp_driver as a child process, commands on its stdin."""
+
+    def __init__(self, path, d, kubelet_sock, gpus, slots, extra=()):
+        args = [path, d, kubelet_sock, ENDPOINT, str(gpus), str(slots),
+                "--preferred"]
+        for e in extra:
+            args += ["--extra", e]
+        self.p = subprocess.Popen(args, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline().strip()
+        check(line == "ready", "dp_driver did not start: %r" % line)
+
+    def cmd(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def wait_regs(self, n, timeout=2.0):
+        """gf_dp_registrations() once it reaches n (it counts when the
+        answer arrives, a moment after kubelet saw the call)."""
+        end = time.monotonic() + timeout
+        while True:
+            got = self.cmd("regs")
+            if got == str(n) or time.monotonic() > end:
+                return got
+            time.sleep(0.02)
+
+    def quit(self):
+        self.p.stdin.write("quit\n")
+        self.p.stdin.flush()
+        return self.p.wait(timeout=20)
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+
+class Plugin:
+    """kubelet's side of the DevicePlugin service."""
+
+    def __init__(self, sock):
+        self.ch = grpc.insecure_channel("unix:" + sock)
+
+    def call(self, method, req, resp_cls, timeout=10, raw=False, **kw):
+        ser = (lambda b: b) if raw else (lambda m: m.SerializeToString())
+        f = self.ch.unary_unary(SVC + method if "/" not in method else method,
+                                request_serializer=ser,
+                                response_deserializer=resp_cls.FromString)
+        return f(req, timeout=timeout, **kw)
+
+    def watch(self):
+        f = self.ch.unary_stream(
+            SVC + "ListAndWatch",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=pb.ListAndWatchResponse.FromString)
+        return f(pb.Empty())
+
+    def allocate(self, containers, timeout=10):
+        req = pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=ids)
+            for ids in containers])
+        return self.call("Allocate", req, pb.AllocateResponse, timeout)
+
+    def close(self):
+        self.ch.close()
+
+
+def rpc_error(fn):
+    """Runs fn, which must fail with an RpcError; returns (code, details)."""
+    try:
+        fn()
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+    raise Failure("the call succeeded but should have failed")
+
+
+def next_with_timeout(it, timeout):
+    """The next item of a gRPC stream iterator, or Failure after timeout."""
+    box = {}
+
+    def run():
+        try:
+            box["v"] = next(it)
+        except StopIteration:
+            box["end"] = True
+        except Exception as e:  # noqa: BLE001 - reported to the caller
+            box["err"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise Failure("no ListAndWatch message within %.1f s" % timeout)
+    if "err" in box:
+        raise box["err"]
+    return box.get("v")
+
+
+def expect_answer(resp_c, ids):
+    """One ContainerAllocateResponse against dp_driver's allocator rule."""
+    gpu = ids[0].split("::")[0]
+    eq(dict(resp_c.envs), {"CUDA_VISIBLE_DEVICES": gpu,
+                           "GPUFRAC_DEVICE_IDS": ",".join(ids)}, "envs")
+    eq([(m.container_path, m.host_path, m.read_only) for m in resp_c.mounts],
+       [("/etc/gpufrac/shim.conf", "/run/gpufrac/%s/shim.conf" % gpu, True)],
+       "mounts")
+    eq([(d.container_path, d.host_path, d.permissions)
+        for d in resp_c.devices],
+       [("/dev/nvidia0", "/dev/nvidia0", "rw")], "devices")
+    eq(dict(resp_c.annotations), {"gpufrac.io/slots": str(len(ids))},
+       "annotations")
+    eq([c.name for c in resp_c.cdi_devices], ["gpufrac.io/gpu=" + gpu],
+       "cdi_devices")
+
+
+class Scenarios:
+    GPUS, SLOTS, BAD = 2, 4, "GPU-bad::0"
+
+    def __init__(self, driver_path):
+        self.driver_path = driver_path
+        self.dir = tempfile.mkdtemp(prefix="gfdp")
+        self.ksock = os.path.join(self.dir, "kubelet.sock")
+        self.psock = os.path.join(self.dir, ENDPOINT)
+        self.kubelet = Kubelet(self.ksock)
+        self.driver = None
+        self.plugin = None
+        self.watch = None
+        self.all_ids = [dev_id(g, k) for g in range(self.GPUS)
+                        for k in range(self.SLOTS)] + [self.BAD]
+
+    def start_driver(self):
+        self.driver = Driver(self.driver_path, self.dir, self.ksock,
+                             self.GPUS, self.SLOTS, [self.BAD])
+
+    # -- the scenarios, in order; each checks real values --
+
+    def registers_after_kubelet_appears(self):
+        self.start_driver()  # kubelet is not there yet: the plugin waits
+        time.sleep(0.5)
+        check(os.path.exists(self.psock), "plugin socket missing")
+        self.kubelet.start()
+        check(self.kubelet.wait_registers(1, 2.0),
+              "no Register within 2 s of kubelet appearing")
+        t, req = self.kubelet.registers[0]
+        check(t - self.kubelet.started < 1.0,
+              "Register took %.2f s" % (t - self.kubelet.started))
+        eq(req.version, "v1beta1", "version")
+        eq(req.endpoint, ENDPOINT, "endpoint")
+        eq(req.resource_name, "gpufrac.io/gpu", "resource_name")
+        eq(req.options.pre_start_required, False, "pre_start_required")
+        eq(req.options.get_preferred_allocation_available, True,
+           "get_preferred_allocation_available")
+        eq(self.driver.wait_regs(1), "1", "gf_dp_registrations")
+        self.plugin = Plugin(self.psock)
+
+    def options(self):
+        o = self.plugin.call("GetDevicePluginOptions", pb.Empty(),
+                             pb.DevicePluginOptions)
+        eq((o.pre_start_required, o.get_preferred_allocation_available),
+           (False, True), "options")
+
+    def list_and_watch(self):
+        self.watch = self.plugin.watch()
+        first = next_with_timeout(self.watch, 5)
+        eq([d.ID for d in first.devices], self.all_ids, "device ids")
+        check(all(d.health == "Healthy" for d in first.devices),
+              "a device is not Healthy at start")
+        numa = {d.ID: [n.ID for n in d.topology.nodes] for d in first.devices}
+        eq(numa[dev_id(1, 2)], [1], "NUMA node of GPU 1")
+        eq(numa[dev_id(0, 0)], [0], "NUMA node of GPU 0")
+        eq(numa[self.BAD], [], "NUMA nodes of a device without topology")
+        sick = dev_id(1, 3)
+        eq(self.driver.cmd("unhealthy " + sick), "ok", "driver unhealthy")
+        upd = next_with_timeout(self.watch, 2)
+        health = {d.ID: d.health for d in upd.devices}
+        eq(len(health), len(self.all_ids), "devices in the update")
+        eq(health[sick], "Unhealthy", "health of %s" % sick)
+        check(all(h == "Healthy" for i, h in health.items() if i != sick),
+              "only %s should be Unhealthy" % sick)
+        eq(self.driver.cmd("healthy " + sick), "ok", "driver healthy")
+        upd = next_with_timeout(self.watch, 2)
+        check(all(d.health == "Healthy" for d in upd.devices),
+              "every device Healthy again")
+
+    def allocate(self):
+        a, b = [dev_id(1, 2)], [dev_id(0, 0), dev_id(0, 1)]
+        resp = self.plugin.allocate([a, b])
+        eq(len(resp.container_responses), 2, "container responses")
+        expect_answer(resp.container_responses[0], a)
+        expect_answer(resp.container_responses[1], b)
+
+    def concurrent_allocates(self):
+        errors = []
+        barrier = threading.Barrier(2)
+
+        def worker(g):
+            p = Plugin(self.psock)  # its own connection, as a second caller
+            try:
+                barrier.wait()
+                for i in range(40):
+                    ids = [dev_id(g, i % self.SLOTS)]
+                    r = self.plugin.allocate([ids]) if i % 2 else \
+                        p.allocate([ids])
+                    expect_answer(r.container_responses[0], ids)
+            except Exception as e:  # noqa: BLE001 - collected
+                errors.append(e)
+            finally:
+                p.close()
+        ts = [threading.Thread(target=worker, args=(g,)) for g in (0, 1)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        check(not errors, "concurrent Allocate: %r" % errors[:1])
+
+    def allocate_failure(self):
+        code, msg = rpc_error(lambda: self.plugin.allocate([[self.BAD]]))
+        eq(code, grpc.StatusCode.FAILED_PRECONDITION, "status")
+        eq(msg, "device GPU-bad::0 is broken: refusing to hand it out",
+           "message")
+        ids = [dev_id(0, 3)]
+        expect_answer(self.plugin.allocate([ids]).container_responses[0], ids)
+        code, msg = rpc_error(lambda: self.plugin.allocate(
+            [[dev_id(0, 0)], ["GPU-nope::7"]]))
+        eq(code, grpc.StatusCode.INVALID_ARGUMENT, "unknown id status")
+        check("GPU-nope::7" in msg, "message names the id: %r" % msg)
+        code, _ = rpc_error(lambda: self.plugin.allocate([[]]))
+        eq(code, grpc.StatusCode.INVALID_ARGUMENT, "no ids status")
+
+    def unknown_method(self):
+        code, msg = rpc_error(lambda: self.plugin.call(
+            "Nope", pb.Empty(), pb.Empty))
+        eq(code, grpc.StatusCode.UNIMPLEMENTED, "status")
+        check("Nope" in msg, "message names the method: %r" % msg)
+        code, _ = rpc_error(lambda: self.plugin.call(
+            "/v1beta1.Registration/Register", pb.RegisterRequest(),
+            pb.Empty))
+        eq(code, grpc.StatusCode.UNIMPLEMENTED, "Register on the plugin")
+
+    def preferred_allocation(self):
+        g0 = [dev_id(0, k) for k in range(4)]
+        g1 = [dev_id(1, 3), dev_id(1, 1)]
+        C = pb.ContainerPreferredAllocationRequest
+        req = pb.PreferredAllocationRequest(container_requests=[
+            C(available_deviceIDs=g0 + g1, allocation_size=2),
+            C(available_deviceIDs=g0 + g1, must_include_deviceIDs=[g0[2]],
+              allocation_size=3),
+            C(available_deviceIDs=g0[::-1], allocation_size=1),
+            C(available_deviceIDs=[self.BAD] + g0, allocation_size=2)])
+        r = self.plugin.call("GetPreferredAllocation", req,
+                             pb.PreferredAllocationResponse)
+        got = [list(c.deviceIDs) for c in r.container_responses]
+        eq(got, [[dev_id(1, 1), dev_id(1, 3)],          # GPU 1: 2 free
+                 [g0[2], dev_id(1, 1), dev_id(1, 3)],   # must first
+                 [dev_id(0, 0)],                        # lowest slot
+                 [self.BAD, dev_id(0, 0)]],             # 1 free, then GPU 0
+           "preferred allocations")
+        code, msg = rpc_error(lambda: self.plugin.call(
+            "GetPreferredAllocation", pb.PreferredAllocationRequest(
+                container_requests=[C(available_deviceIDs=g1,
+                                      allocation_size=3)]),
+            pb.PreferredAllocationResponse))
+        eq(code, grpc.StatusCode.INVALID_ARGUMENT, "too large a size")
+        check("allocation_size 3" in msg, "message: %r" % msg)
+
+    def pre_start(self):
+        r = self.plugin.call("PreStartContainer", pb.PreStartContainerRequest(
+            devices_ids=[dev_id(0, 0)]), pb.PreStartContainerResponse)
+        eq(r.ByteSize(), 0, "PreStartContainerResponse size")
+
+    def malformed_input(self):
+        # Garbage instead of the HTTP/2 preface: that connection is closed.
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(3)
+        s.connect(self.psock)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + bytes(range(256)))
+        got = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+            check(len(got) < 65536, "server keeps talking to garbage")
+        s.close()
+        # A valid preface, then a broken frame.
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(3)
+        s.connect(self.psock)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" +
+                  b"\x00\x00\x04\x01\x00\x00\x00\x00\x01" + b"\xff" * 64)
+        while s.recv(4096):
+            pass
+        s.close()
+        bad = pb.Empty
+        # A body that is not an AllocateRequest.
+        code, msg = rpc_error(lambda: self.plugin.call(
+            "Allocate", b"\x0a\xff\xff\xff\xff\x0f", bad, raw=True))
+        eq(code, grpc.StatusCode.INVALID_ARGUMENT, "bad protobuf status")
+        check("AllocateRequest" in msg, "message: %r" % msg)
+        # A compressed message (a valid request, compressible enough that
+        # grpc does compress it).
+        big = pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[dev_id(0, 0)] * 64)])
+        code, msg = rpc_error(lambda: self.plugin.call(
+            "Allocate", big, pb.AllocateResponse,
+            compression=grpc.Compression.Gzip))
+        eq(code, grpc.StatusCode.INVALID_ARGUMENT, "compressed status")
+        check("compressed" in msg, "message: %r" % msg)
+        # Over the 4 MiB limit.
+        code, msg = rpc_error(lambda: self.plugin.call(
+            "Allocate", b"\x00" * (5 << 20), bad, raw=True))
+        eq(code, grpc.StatusCode.INVALID_ARGUMENT, "oversize status")
+        check("limit" in msg, "message: %r" % msg)
+        # Still serving, the open stream too.
+        ids = [dev_id(1, 0)]
+        expect_answer(self.plugin.allocate([ids]).container_responses[0], ids)
+        eq(self.driver.cmd("unhealthy " + ids[0]), "ok", "driver")
+        upd = next_with_timeout(self.watch, 2)
+        eq({d.ID: d.health for d in upd.devices}[ids[0]], "Unhealthy",
+           "update after malformed input")
+        eq(self.driver.cmd("healthy " + ids[0]), "ok", "driver")
+        next_with_timeout(self.watch, 2)
+
+    def kubelet_restart(self):
+        # kubelet.sock made anew, our socket left alone.
+        for drop_plugin_socket in (False, True):
+            self.kubelet.stop()
+            if drop_plugin_socket:  # as a real kubelet does on restart
+                os.unlink(self.psock)
+            time.sleep(0.4)
+            self.kubelet = Kubelet(self.ksock)
+            self.kubelet.start()
+            check(self.kubelet.wait_registers(1, 1.0),
+                  "no Register within 1 s of kubelet.sock coming back "
+                  "(plugin socket removed: %s)" % drop_plugin_socket)
+            t, req = self.kubelet.registers[0]
+            eq(req.endpoint, ENDPOINT, "endpoint after restart")
+            check(os.path.exists(self.psock), "plugin socket is back")
+            p = Plugin(self.psock)
+            w = p.watch()
+            eq(len(next_with_timeout(w, 3).devices), len(self.all_ids),
+               "ListAndWatch after the restart")
+            w.cancel()
+            p.close()
+        self.plugin.close()
+        self.plugin = Plugin(self.psock)
+        eq(self.driver.wait_regs(3), "3", "gf_dp_registrations")
+
+    def plugin_restart(self):
+        w = Plugin(self.psock)
+        watch = w.watch()
+        next_with_timeout(watch, 3)
+        eq(self.driver.quit(), 0, "dp_driver exit status (leaks fail it)")
+        check(next_with_timeout(watch, 3) is None,
+              "the stream ends when the plugin stops")
+        eq(watch.code(), grpc.StatusCode.OK, "stream status at stop")
+        check(not os.path.exists(self.psock), "socket removed at stop")
+        w.close()
+        self.start_driver()
+        check(self.kubelet.wait_registers(2, 2.0),
+              "no Register within 2 s of the plugin restarting")
+        self.plugin.close()
+        self.plugin = Plugin(self.psock)
+        self.options()
+        ids = [dev_id(0, 1)]
+        expect_answer(self.plugin.allocate([ids]).container_responses[0], ids)
+
+    def run(self):
+        order = [self.registers_after_kubelet_appears, self.options,
+                 self.list_and_watch, self.allocate,
+                 self.concurrent_allocates, self.allocate_failure,
+                 self.unknown_method, self.preferred_allocation,
+                 self.pre_start, self.malformed_input, self.kubelet_restart,
+                 self.plugin_restart]
+        failed = 0
+        try:
+            for sc in order:
+                t = time.monotonic()
+                try:
+                    sc()
+                    print("ok   %-34s %.2f s" % (sc.__name__,
+                                                 time.monotonic() - t))
+                except Exception:  # noqa: BLE001 - reported
+                    failed += 1
+                    print("FAIL %s" % sc.__name__)
+                    traceback.print_exc(file=sys.stdout)
+                    if self.driver is None or self.driver.p.poll() is not \
+                            None or sc == order[0]:
+                        break
+                sys.stdout.flush()
+            if self.driver and self.driver.p.poll() is None:
+                rc = self.driver.quit()
+                if rc != 0:
+                    failed += 1
+                    print("FAIL dp_driver exited %d" % rc)
+        finally:
+            if self.plugin:
+                self.plugin.close()
+            if self.driver:
+                self.driver.kill()
+            if self.kubelet.server:
+                self.kubelet.stop()
+            shutil.rmtree(self.dir, ignore_errors=True)
+        print("%d scenario(s) failed" % failed if failed else "all passed")
+        return 1 if failed else 0
+
+
+def vmrss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def bench(driver_path, n, gpus, slots):
+    d = tempfile.mkdtemp(prefix="gfdpb")
+    ksock = os.path.join(d, "kubelet.sock")
+    k = Kubelet(ksock)
+    k.start()
+    drv = Driver(driver_path, d, ksock, gpus, slots)
+    try:
+        check(k.wait_registers(1, 2.0), "no Register")
+        p = Plugin(os.path.join(d, ENDPOINT))
+        w = p.watch()
+        first = next_with_timeout(w, 3)
+        ids = [dev_id(g, s) for g in range(gpus) for s in range(slots)]
+        eq(len(first.devices), len(ids), "devices")
+        rng = random.Random(42)
+        for _ in range(100):  # warm-up: connection, caches
+            p.allocate([[rng.choice(ids)]])
+        lat = []
+        for _ in range(n):
+            req = [[rng.choice(ids)]]
+            t = time.perf_counter_ns()
+            r = p.allocate(req)
+            lat.append((time.perf_counter_ns() - t) / 1000.0)
+            check(len(r.container_responses) == 1, "answer")
+        lat.sort()
+        base = []  # the same path with no work on the server's side
+        for _ in range(n):
+            t = time.perf_counter_ns()
+            p.call("GetDevicePluginOptions", pb.Empty(),
+                   pb.DevicePluginOptions)
+            base.append((time.perf_counter_ns() - t) / 1000.0)
+        base.sort()
+        rss = vmrss_kib(drv.p.pid)
+        print("devices %d (%d GPUs x %d slots), Allocate calls %d" %
+              (len(ids), gpus, slots, n))
+        print("Allocate latency us: median %.1f  p99 %.1f  min %.1f  max %.1f"
+              % (statistics.median(lat), lat[int(0.99 * (n - 1))], lat[0],
+                 lat[-1]))
+        print("GetDevicePluginOptions latency us (client + transport): "
+              "median %.1f  p99 %.1f" % (statistics.median(base),
+                                         base[int(0.99 * (n - 1))]))
+        print("plugin VmRSS: %d KiB (ListAndWatch stream open)" % rss)
+        w.cancel()
+        p.close()
+        eq(drv.quit(), 0, "dp_driver exit status")
+    finally:
+        drv.kill()
+        k.stop()
+        shutil.rmtree(d, ignore_errors=True)
+    return 0
+
+
+def main():
+    global pb
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--driver", required=True)
+    ap.add_argument("--pb", required=True)
+    ap.add_argument("--bench", type=int, default=0)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--slots", type=int, default=4)
+    a = ap.parse_args()
+    sys.path.insert(0, a.pb)
+    from deviceplugin.v1beta1 import api_pb2
+    pb = api_pb2
+    if a.bench:
+        return bench(a.driver, a.bench, a.gpus, a.slots)
+    return Scenarios(a.driver).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
