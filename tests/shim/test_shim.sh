@@ -20,7 +20,8 @@ run() { # name expect-rc -- env/cmd...
 }
 
 base=(LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1")
-lim=(GPUFRAC_GPU_MEMORY=1Gi)
+# The limits scenario counts no context overhead (its own scenario does).
+lim=(GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0)
 unset GPUFRAC_CONFIG
 
 # Limits on every path, reaching the driver three ways.
@@ -28,6 +29,20 @@ run linked-limits   0 -- "${base[@]}" "${lim[@]}" "$PROBE_LINKED" limits
 run dlopen-limits   0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" dlopen limits
 run procaddr-limits 0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" procaddr limits
 run nvml-view       0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" nvml
+
+# Context overhead (100Mi a context) and pools charged by their reservation
+# (the fake reserves in 32Mi steps), three ways each.
+ctx=(GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=100Mi)
+pool=(GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 FAKE_POOL_GRAN=33554432)
+run linked-contexts   0 -- "${base[@]}" "${ctx[@]}" "$PROBE_LINKED" contexts
+run dlopen-contexts   0 -- "${base[@]}" "${ctx[@]}" "$PROBE_DL" dlopen contexts
+run procaddr-contexts 0 -- "${base[@]}" "${ctx[@]}" "$PROBE_DL" procaddr contexts
+run linked-pools      0 -- "${base[@]}" "${pool[@]}" "$PROBE_LINKED" pools
+run dlopen-pools      0 -- "${base[@]}" "${pool[@]}" "$PROBE_DL" dlopen pools
+run procaddr-pools    0 -- "${base[@]}" "${pool[@]}" "$PROBE_DL" procaddr pools
+# Without the interposer these checks fail.
+run contexts-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" contexts
+run pools-without-shim    1 -- LD_LIBRARY_PATH="$FAKE_DIR" FAKE_POOL_GRAN=33554432 "$PROBE_LINKED" pools
 
 # The same program without the interposer sees the whole fake GPU: the
 # first check (total == 1 GiB) must fail, proving the checks can fail.
@@ -43,7 +58,7 @@ grep -q "refusing device memory" "$tmp/out" && { echo "ok   bad-config-logs"; pa
   { echo "FAIL bad-config-logs"; fail=$((fail + 1)); }
 
 # Config file with a shared region.
-printf 'version = 1\nmemory = 1Gi\nregion = %s/r1\n' "$tmp" >"$tmp/good.conf"
+printf 'version = 1\nmemory = 1Gi\ncontext_overhead = 0\nregion = %s/r1\n' "$tmp" >"$tmp/good.conf"
 run config-file     0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/good.conf" "$PROBE_DL" dlopen limits
 
 # A corrupt region (bad magic): refuse, log, no crash.
@@ -71,7 +86,7 @@ grep -q "bad magic" "$tmp/out" && { echo "ok   inspect-bad-says-why"; pass=$((pa
   { echo "FAIL inspect-bad-says-why"; fail=$((fail + 1)); }
 
 # gpufrac run: the same limits without Kubernetes.
-run gpufrac-run 0 -- GPUFRAC_SHIM="$SHIM" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
+run gpufrac-run 0 -- GPUFRAC_SHIM="$SHIM" GPUFRAC_CONTEXT_OVERHEAD=0 GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
     LD_LIBRARY_PATH="$FAKE_DIR" "$GPUFRAC" run --gpu-memory 1Gi -- "$PROBE_LINKED" limits
 run gpufrac-run-exit 3 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 50 -- sh -c 'exit 3'
 run gpufrac-run-bad 2 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 101 -- true
@@ -80,7 +95,7 @@ run gpufrac-run-bad 2 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 101 -
 # GPUFRAC_DISABLE nor another GPUFRAC_CONFIG nor GPUFRAC_GPU_MEMORY lifts the
 # 1 GiB limit.
 mkdir -p "$(dirname "$SYSTEM_CONF")"
-printf 'memory = 1Gi\nlibcuda = %s/libcuda.so.1\n' "$FAKE_DIR" >"$SYSTEM_CONF"
+printf 'memory = 1Gi\ncontext_overhead = 0\nlibcuda = %s/libcuda.so.1\n' "$FAKE_DIR" >"$SYSTEM_CONF"
 printf 'memory = 64Gi\n' >"$tmp/loose.conf"
 run system-config-wins 0 -- LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM_LOCKED" \
     GPUFRAC_DISABLE=1 GPUFRAC_CONFIG="$tmp/loose.conf" GPUFRAC_GPU_MEMORY=64Gi "$PROBE_LINKED" limits
