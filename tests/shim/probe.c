@@ -564,6 +564,134 @@ static void killer(int rounds, const char *path) {
   CHECK(gf_region_used(r, 0) == 0, "usage ends at 0");
 }
 
+/* Limits by GPU UUID.  The config names GPU-b (512Mi) then GPU-a (256Mi);
+ * this process sees them in the order FAKE_CUDA_UUIDS gives, lim0 and lim1
+ * MiB for CUDA devices 0 and 1; NVML numbers them the other way round.  The
+ * region counts them by the config's order, whatever CUDA's. */
+static void uuids(const char *path, size_t lim0, size_t lim1) {
+  lim0 *= MIB;
+  lim1 *= MIB;
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUcontext c0, c1;
+  size_t f, t, tot0, tot1;
+  CHECK(F.retain(&c0, 0) == CUDA_SUCCESS && F.retain(&c1, 1) == CUDA_SUCCESS,
+        "primary contexts");
+  CHECK(F.total(&tot0, 0) == CUDA_SUCCESS && tot0 == lim0 &&
+            F.total(&tot1, 1) == CUDA_SUCCESS && tot1 == lim1,
+        "cuDeviceTotalMem by UUID: %zu, %zu", tot0, tot1);
+  F.set_current(c0);
+  CUdeviceptr a, b, x;
+  CHECK(F.info(&f, &t) == CUDA_SUCCESS && t == lim0 && f == lim0,
+        "device 0: cuMemGetInfo total %zu", t);
+  CHECK(F.alloc(&a, lim0) == CUDA_SUCCESS &&
+            F.alloc(&x, 1) == CUDA_ERROR_OUT_OF_MEMORY,
+        "device 0: its limit exactly, one byte more OOM");
+  F.set_current(c1);
+  CHECK(F.info(&f, &t) == CUDA_SUCCESS && t == lim1 && f == lim1,
+        "device 1: cuMemGetInfo total %zu free %zu", t, f);
+  CHECK(F.alloc(&b, lim1) == CUDA_SUCCESS &&
+            F.alloc(&x, 1) == CUDA_ERROR_OUT_OF_MEMORY,
+        "device 1: its limit exactly, one byte more OOM");
+  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
+  nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
+  *(void **)&get = dlsym(h, "nvmlDeviceGetMemoryInfo");
+  *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+  nvmlDevice_t n0, n1;
+  nvmlMemory_t m0, m1;
+  byidx(0, &n0);
+  byidx(1, &n1);
+  CHECK(get(n0, &m0) == 0 && m0.total == lim1 && m0.used == lim1 &&
+            get(n1, &m1) == 0 && m1.total == lim0 && m1.used == lim0,
+        "NVML (the other order) maps by UUID: %llu, %llu", m0.total, m1.total);
+  gf_region *r = open_region(path);
+  CHECK(strcmp(r->uuid[0], "GPU-bbbbbbbb-0000-4000-8000-00000000000b") == 0 &&
+            gf_region_used(r, 0) == 512 * MIB &&
+            gf_region_used(r, 1) == 256 * MIB,
+        "region: GPU-b at index 0 (%llu), GPU-a at 1 (%llu)",
+        (unsigned long long)gf_region_used(r, 0),
+        (unsigned long long)gf_region_used(r, 1));
+  CHECK(F.free_(a) == CUDA_SUCCESS && F.free_(b) == CUDA_SUCCESS &&
+            gf_region_used(r, 0) == 0 && gf_region_used(r, 1) == 0,
+        "usage ends at 0");
+}
+
+/* nvmlDevice*RunningProcesses: this container's processes only, with the
+ * region's usage.  This process holds 100Mi on device 0, a forked child
+ * 50Mi; the fake NVML's own answer (a foreign pid) must never show. */
+static void nvml_procs(void) {
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUdeviceptr a, b;
+  CHECK(F.alloc(&a, 100 * MIB) == CUDA_SUCCESS, "alloc 100Mi");
+  int up[2], down[2];
+  if (pipe(up) || pipe(down))
+    exit(2);
+  pid_t kid = fork();
+  if (kid == 0) {
+    char c = F.alloc(&b, 50 * MIB) == CUDA_SUCCESS ? 'y' : 'n';
+    if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1)
+      _exit(1);
+    F.free_(b);
+    _exit(0);
+  }
+  char c = 'n';
+  CHECK(read(up[0], &c, 1) == 1 && c == 'y', "child allocated 50Mi");
+  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  typedef nvmlReturn_t (*v1_fn)(nvmlDevice_t, unsigned *,
+                                nvmlProcessInfo_v1_t *);
+  typedef nvmlReturn_t (*v2_fn)(nvmlDevice_t, unsigned *,
+                                nvmlProcessInfo_v2_t *);
+  v1_fn p1;
+  v2_fn p3, g3;
+  nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
+  *(void **)&p1 = dlsym(h, "nvmlDeviceGetComputeRunningProcesses");
+  *(void **)&p3 = dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+  *(void **)&g3 = dlsym(h, "nvmlDeviceGetGraphicsRunningProcesses_v3");
+  *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+  nvmlDevice_t d0, d1;
+  byidx(0, &d0);
+  byidx(1, &d1);
+  unsigned n = 0;
+  CHECK(p3(d0, &n, NULL) == GF_NVML_ERROR_INSUFFICIENT_SIZE && n == 2,
+        "count 0: INSUFFICIENT_SIZE, 2 needed (%u)", n);
+  nvmlProcessInfo_v2_t v2[4];
+  n = 1;
+  CHECK(p3(d0, &n, v2) == GF_NVML_ERROR_INSUFFICIENT_SIZE && n == 2,
+        "count 1: INSUFFICIENT_SIZE, 2 needed");
+  n = 4;
+  memset(v2, 0, sizeof(v2));
+  CHECK(p3(d0, &n, v2) == 0 && n == 2, "v3: 2 processes");
+  int me = -1, kidi = -1;
+  for (int i = 0; i < 2; i++) {
+    if (v2[i].pid == (unsigned)getpid())
+      me = i;
+    if (v2[i].pid == (unsigned)kid)
+      kidi = i;
+  }
+  CHECK(me >= 0 && kidi >= 0 && v2[me].usedGpuMemory == 100 * MIB &&
+            v2[kidi].usedGpuMemory == 50 * MIB &&
+            v2[me].gpuInstanceId == GF_NVML_VALUE_NOT_AVAILABLE &&
+            v2[kidi].computeInstanceId == GF_NVML_VALUE_NOT_AVAILABLE,
+        "v3: our pid with 100Mi, the child's with 50Mi");
+  nvmlProcessInfo_v1_t v1[2];
+  n = 2;
+  CHECK(p1(d0, &n, v1) == 0 && n == 2 &&
+            v1[0].usedGpuMemory + v1[1].usedGpuMemory == 150 * MIB &&
+            v1[0].pid != 4242424 && v1[1].pid != 4242424,
+        "v1 layout: the same two, no foreign pid");
+  n = 4;
+  CHECK(p3(d1, &n, v2) == 0 && n == 0, "device 1: no processes");
+  n = 4;
+  CHECK(g3(d0, &n, v2) == 0 && n == 0, "graphics: none");
+  if (write(down[1], &c, 1) != 1)
+    exit(2);
+  int st;
+  waitpid(kid, &st, 0);
+  F.free_(a);
+  n = 4;
+  CHECK(p3(d0, &n, v2) == 0 && n == 0, "all freed: none");
+}
+
 static void launches(int seconds) {
   F.init(0);
   long n = 0;
@@ -628,6 +756,12 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "nvml") == 0) {
     load("dlopen");
     nvml();
+  } else if (strcmp(argv[1], "procs") == 0) {
+    load("dlopen");
+    nvml_procs();
+  } else if (strcmp(argv[1], "uuid") == 0 && argc == 6) {
+    load(argv[2]);
+    uuids(argv[3], (size_t)atoi(argv[4]), (size_t)atoi(argv[5]));
   } else if (argc == 3 && strcmp(argv[2], "limits") == 0) {
     load(argv[1]);
     limits();

@@ -44,6 +44,26 @@ run procaddr-pools    0 -- "${base[@]}" "${pool[@]}" "$PROBE_DL" procaddr pools
 run contexts-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" contexts
 run pools-without-shim    1 -- LD_LIBRARY_PATH="$FAKE_DIR" FAKE_POOL_GRAN=33554432 "$PROBE_LINKED" pools
 
+# Limits by GPU UUID; CUDA order a,b then b,a (NVML the other way round);
+# a UUID no device has is ignored with one log line.
+ua=GPU-aaaaaaaa-0000-4000-8000-00000000000a ub=GPU-bbbbbbbb-0000-4000-8000-00000000000b
+printf 'memory.%s = 512Mi\nmemory.%s = 256Mi\nmemory.GPU-cccccccc-0000-4000-8000-00000000000c = 1Gi\ncontext_overhead = 0\nregion = %s/u1\n' \
+  "${ub^^}" "$ua" "$tmp" >"$tmp/u1.conf"
+sed "s#$tmp/u1#$tmp/u2#" "$tmp/u1.conf" >"$tmp/u2.conf"
+run uuid-limits     0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/u1.conf" FAKE_CUDA_UUIDS="$ua,$ub" FAKE_NVML_REVERSE=1 \
+    "$PROBE_DL" uuid dlopen "$tmp/u1" 256 512
+[ "$(grep -c 'memory.GPU-cccccccc-0000-4000-8000-00000000000c: no visible device has this UUID; ignored' "$tmp/out")" = 1 ] &&
+  { echo "ok   uuid-unknown-logged-once"; pass=$((pass + 1)); } ||
+  { echo "FAIL uuid-unknown-logged-once"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+run uuid-other-order 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/u2.conf" FAKE_CUDA_UUIDS="$ub,$ua" FAKE_NVML_REVERSE=1 \
+    "$PROBE_DL" uuid procaddr "$tmp/u2" 512 256
+
+# NVML process lists: the container's processes from its region.
+printf 'memory = 1Gi\ncontext_overhead = 0\nregion = %s/p1\n' "$tmp" >"$tmp/p1.conf"
+run nvml-procs      0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/p1.conf" "$PROBE_DL" procs
+run nvml-procs-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
+    LD_PRELOAD="$SHIM" GPUFRAC_DISABLE=1 "$PROBE_DL" procs
+
 # The same program without the interposer sees the whole fake GPU: the
 # first check (total == 1 GiB) must fail, proving the checks can fail.
 run without-shim    1 -- LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" limits
