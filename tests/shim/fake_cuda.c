@@ -194,7 +194,7 @@ static int pool_of(CUmemoryPool pl) {
 }
 
 /* Contexts: 0xC000 + dev are primary, 0xD000 + 16 * n + dev created. */
-static __thread CUcontext current;
+static __thread CUcontext current __attribute__((tls_model("initial-exec")));
 static unsigned created_n;
 static int prim_refs[NDEV_MAX];
 
