@@ -4,12 +4,13 @@
 # and process start.  Results go in docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target bench_shim gpufrac-cuda fake_cuda >/dev/null
-B=build/bench/bench_shim
-[ -x "$B" ] || B=build/bench_shim
-FAKE=build/tests/shim/fakelib
-SHIM=build/src/shim/libgpufrac-cuda.so
+BUILD=${BUILD:-build} # the build tree to use (Release)
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target bench_shim gpufrac-cuda fake_cuda >/dev/null
+B=$BUILD/bench/bench_shim
+[ -x "$B" ] || B=$BUILD/bench_shim
+FAKE=$BUILD/tests/shim/fakelib
+SHIM=$BUILD/src/shim/libgpufrac-cuda.so
 bare=(env LD_LIBRARY_PATH=$FAKE)
 # Limits on, compute at 100% for the memory path; a compute share with a
 # bucket that never runs dry for the launch path (the fast path).

@@ -132,6 +132,11 @@ int cmd_run(int argc, char **argv) {
   if (bytes)
     fprintf(fp, "memory = %lld\n", (long long)bytes);
   fprintf(fp, "compute = %lld\n", (long long)compute);
+  /* The interposer reads only this file: pass the one setting it takes from
+   * the environment otherwise (checked by the interposer's parser). */
+  const char *ovh = getenv("GPUFRAC_CONTEXT_OVERHEAD");
+  if (ovh && *ovh && !strchr(ovh, '\n'))
+    fprintf(fp, "context_overhead = %s\n", ovh);
   if (fclose(fp) != 0) {
     fprintf(stderr, "gpufrac run: %s: write failed\n", conf);
     goto out;

@@ -3,6 +3,7 @@
  * src/shim/shim_config.h), its grant copy for metrics, and the region
  * directory (gpufrac/node.h).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -32,6 +33,20 @@ static bool put(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
   return true;
 }
 
+/* "GPU-" and 32 hex digits in 8-4-4-4-12 groups, as NVML and the
+ * interposer's parser spell a GPU (a malformed key would make the
+ * interposer refuse all memory). */
+static bool uuid_ok(const char *u) {
+  if (strncmp(u, "GPU-", 4) != 0 || strlen(u) != 40)
+    return false;
+  for (int i = 4; i < 40; i++) {
+    bool dash = i == 12 || i == 17 || i == 22 || i == 27;
+    if (dash ? u[i] != '-' : !isxdigit((unsigned char)u[i]))
+      return false;
+  }
+  return true;
+}
+
 int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
                              char *buf, size_t cap, gf_diag *d) {
   if (c->ngpus == 0)
@@ -42,7 +57,6 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
                        c->name, c->ngpus, GF_REGION_DEVICES);
   if (!log || !*log)
     log = "warn";
-  bool same = true;
   int32_t compute = 0;
   for (uint32_t i = 0; i < c->ngpus; i++) {
     const gf_grant_gpu *g = &c->gpus[i];
@@ -51,8 +65,10 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
                          "container '%s': GPU %s: memory %" PRId64
                          " or compute %d out of range",
                          c->name, g->uuid, g->mem_bytes, (int)g->compute_pct);
-    if (g->mem_bytes != c->gpus[0].mem_bytes)
-      same = false;
+    if (g->mem_bytes > 0 && !uuid_ok(g->uuid))
+      return gf_diag_set(d, GF_EINVAL,
+                         "container '%s': GPU '%s' is not a GPU-<uuid>",
+                         c->name, g->uuid);
     if (g->compute_pct > 0 && (compute == 0 || g->compute_pct < compute))
       compute = g->compute_pct;
   }
@@ -61,14 +77,12 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
                 "# written by the gpufrac node agent for container %s\n"
                 "version = 1\nregion = %s\n",
                 c->name, GF_NODE_CTR_REGION);
-  if (same && c->gpus[0].mem_bytes > 0)
-    ok = ok &&
-         put(buf, cap, &off, "memory = %" PRId64 "\n", c->gpus[0].mem_bytes);
-  else if (!same)
-    for (uint32_t i = 0; i < c->ngpus; i++)
-      if (c->gpus[i].mem_bytes > 0)
-        ok = ok && put(buf, cap, &off, "memory.%u = %" PRId64 "\n", i,
-                       c->gpus[i].mem_bytes);
+  /* By UUID: the interposer finds each GPU whatever index the container's
+   * processes see it at. */
+  for (uint32_t i = 0; i < c->ngpus; i++)
+    if (c->gpus[i].mem_bytes > 0)
+      ok = ok && put(buf, cap, &off, "memory.%s = %" PRId64 "\n",
+                     c->gpus[i].uuid, c->gpus[i].mem_bytes);
   if (compute > 0)
     ok = ok && put(buf, cap, &off, "compute = %d\n", (int)compute);
   ok = ok && put(buf, cap, &off, "log = %s\n", log);

@@ -42,6 +42,10 @@ typedef int CUdriverProcAddressQueryResult;
 typedef struct CUuuid_st {
   char bytes[16];
 } CUuuid;
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+typedef struct CUctxCreateParams_st CUctxCreateParams;
+typedef int CUmemPool_attribute;
+typedef int CUdevice_attribute;
 typedef struct CUmemLocation_st {
   int type; /* 1 = device */
   int id;
@@ -83,6 +87,10 @@ typedef struct CUlaunchConfig_st {
 #define CU_MEM_ATTACH_GLOBAL 0x1
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1 << 1)
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
+#define CU_MEMPOOL_ATTR_USED_MEM_CURRENT 7
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+#define CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR 106
 #endif
 
 /* Bytes per element of a CUarray_format (0 for formats we do not size). */
@@ -171,6 +179,27 @@ static inline size_t gf__cu_format_bytes(int format) {
     (f, gx, gy, gz, bx, by, bz, shmem, s, params))                             \
   X(cuGraphLaunch, PFN_cuGraphLaunch_v10000, (CUgraphExec g, CUstream s),      \
     (g, s))                                                                    \
+  X(cuCtxCreate_v2, PFN_cuCtxCreate_v3020,                                     \
+    (CUcontext * pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev))  \
+  X(cuCtxCreate_v3, PFN_cuCtxCreate_v11040,                                    \
+    (CUcontext * pctx, CUexecAffinityParam * params, int nparams,              \
+     unsigned int flags, CUdevice dev),                                        \
+    (pctx, params, nparams, flags, dev))                                       \
+  X(cuCtxCreate_v4, PFN_cuCtxCreate_v12050,                                    \
+    (CUcontext * pctx, CUctxCreateParams * params, unsigned int flags,         \
+     CUdevice dev),                                                            \
+    (pctx, params, flags, dev))                                                \
+  X(cuCtxDestroy_v2, PFN_cuCtxDestroy_v4000, (CUcontext ctx), (ctx))           \
+  X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000,              \
+    (CUcontext * pctx, CUdevice dev), (pctx, dev))                             \
+  X(cuDevicePrimaryCtxRelease_v2, PFN_cuDevicePrimaryCtxRelease_v11000,        \
+    (CUdevice dev), (dev))                                                     \
+  X(cuDevicePrimaryCtxReset_v2, PFN_cuDevicePrimaryCtxReset_v11000,            \
+    (CUdevice dev), (dev))                                                     \
+  X(cuMemPoolTrimTo, PFN_cuMemPoolTrimTo_v11020,                               \
+    (CUmemoryPool pool, size_t keep), (pool, keep))                            \
+  X(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020, (CUmemoryPool pool),        \
+    (pool))                                                                    \
   X(cuGetProcAddress, PFN_cuGetProcAddress_v11030,                             \
     (const char *sym, void **pfn, int ver, cuuint64_t flags),                  \
     (sym, pfn, ver, flags))                                                    \
@@ -179,6 +208,23 @@ static inline size_t gf__cu_format_bytes(int format) {
      CUdriverProcAddressQueryResult *status),                                  \
     (sym, pfn, ver, flags, status))
 
+/* Driver functions the interposer calls but does not hook, in the same
+ * form (their signatures are checked the same way). */
+#define GF_SHIM_REAL(X)                                                        \
+  X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000, (CUdevice * dev), (dev))         \
+  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000, (int *n), (n))               \
+  X(cuDeviceGetUuid, PFN_cuDeviceGetUuid_v9020, (CUuuid * uuid, CUdevice dev), \
+    (uuid, dev))                                                               \
+  X(cuDeviceGetUuid_v2, PFN_cuDeviceGetUuid_v11040,                            \
+    (CUuuid * uuid, CUdevice dev), (uuid, dev))                                \
+  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000,                      \
+    (int *value, CUdevice_attribute attr, CUdevice dev), (value, attr, dev))   \
+  X(cuDeviceGetMemPool, PFN_cuDeviceGetMemPool_v11020,                         \
+    (CUmemoryPool * pool, CUdevice dev), (pool, dev))                          \
+  X(cuMemPoolGetAttribute, PFN_cuMemPoolGetAttribute_v11020,                   \
+    (CUmemoryPool pool, CUmemPool_attribute attr, void *value),                \
+    (pool, attr, value))
+
 #ifndef GF_SHIM_CHECK_CUDA_H /* cuda.h #defines some of these names */
 /* Declarations of the wrappers (the exported symbols). */
 #define GF__SHIM_DECL(name, pfn, params, args) gf_cu_result name params;
@@ -186,9 +232,35 @@ GF_SHIM_HOOKS(GF__SHIM_DECL)
 #undef GF__SHIM_DECL
 #endif
 
-/* NVML, the two memory queries we answer. */
+/* NVML: the memory and process queries we answer.  Layouts from the
+ * published nvml.h, pinned below. */
 typedef struct nvmlDevice_st *nvmlDevice_t;
 typedef int nvmlReturn_t; /* 0 = NVML_SUCCESS */
+#define GF_NVML_SUCCESS 0
+#define GF_NVML_ERROR_INVALID_ARGUMENT 2
+#define GF_NVML_ERROR_INSUFFICIENT_SIZE 7
+#define GF_NVML_ERROR_LIBRARY_NOT_FOUND 12
+#define GF_NVML_VALUE_NOT_AVAILABLE 0xffffffffu
+/* nvmlDeviceGet{Compute,Graphics}RunningProcesses (the unversioned, oldest
+ * symbols) fill v1; their _v2 and _v3 fill v2 (nvml.h's nvmlProcessInfo_t). */
+typedef struct gf_nvml_process_v1 {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+typedef struct gf_nvml_process_v2 {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+_Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t");
+_Static_assert(offsetof(nvmlProcessInfo_v1_t, usedGpuMemory) == 8,
+               "nvmlProcessInfo_v1_t");
+_Static_assert(sizeof(nvmlProcessInfo_v2_t) == 24, "nvmlProcessInfo_v2_t");
+_Static_assert(offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16,
+               "nvmlProcessInfo_v2_t");
+_Static_assert(offsetof(nvmlProcessInfo_v2_t, computeInstanceId) == 20,
+               "nvmlProcessInfo_v2_t");
 typedef struct gf_nvml_memory {
   unsigned long long total, free, used;
 } nvmlMemory_t;

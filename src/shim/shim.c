@@ -39,15 +39,15 @@
 #define GF__SHIM_PTR(name, pfn, params, args) gf_cu_result(*name) params;
 typedef struct real_fns {
   GF_SHIM_HOOKS(GF__SHIM_PTR)
-  gf_cu_result (*cuCtxGetDevice)(CUdevice *dev);
-  gf_cu_result (*cuDeviceGetCount)(int *n);
+  GF_SHIM_REAL(GF__SHIM_PTR)
 } real_fns;
 #undef GF__SHIM_PTR
 
 typedef struct entry {
   uint64_t key; /* 0 = empty, 1 = deleted */
   uint64_t bytes;
-  uint32_t dev;
+  uint32_t dev;  /* CUDA index */
+  uint32_t pool; /* pool table index + 1 for pool allocations, else 0 */
 } entry;
 
 /* Open-addressing table of live allocations (pointer or handle -> size). */
@@ -55,6 +55,28 @@ typedef struct table {
   entry *e;
   size_t cap, used; /* used counts live + deleted */
 } table;
+
+/* A stream-ordered memory pool this process allocated from.  The pool is
+ * charged what it reserves (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not what
+ * was asked: `seen` is the reservation last observed and charged; `held`
+ * are charges taken before allocations, not settled yet; `inflight` is the
+ * part of held that allocations still inside the driver may need. */
+#define GF_SHIM_POOLS 64
+typedef struct pool_acct {
+  CUmemoryPool pool; /* NULL = free entry */
+  uint32_t dev;
+  bool destroyed; /* cuMemPoolDestroy returned while allocations lived */
+  uint64_t seen, held, inflight;
+  uint64_t live; /* allocations not freed yet */
+} pool_acct;
+
+/* Accounting index of a CUDA device: the region's device index.  By
+ * position when the config names no UUID; else the config's UUIDs take
+ * indices 0..nuuid-1 in file order (the same in every process of the
+ * container, whatever CUDA_VISIBLE_DEVICES order each one sees) and other
+ * devices nuuid + their CUDA index. */
+#define ACCT_NONE (-1) /* not accounted: unlimited */
+#define ACCT_REFUSE (-2)
 
 static struct shim {
   pthread_once_t once;
@@ -67,10 +89,25 @@ static struct shim {
   int slot;
   _Atomic int ready;    /* setup done: the fast paths skip pthread_once */
   bool throttle;        /* enforcing and compute < 100% */
-  pthread_mutex_t lock; /* guards the tables */
-  table ptrs, handles;
-} S = {
-    .once = PTHREAD_ONCE_INIT, .slot = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+  pthread_mutex_t lock; /* guards the tables and pools */
+  table ptrs, handles, ctxs;
+  pool_acct pools[GF_SHIM_POOLS];
+  _Atomic int npools; /* entries [0, npools) may be in use */
+  /* CUDA index -> accounting index and limits, set once (map_lock). */
+  pthread_mutex_t map_lock;
+  _Atomic int mapped;
+  int8_t acct[GF_REGION_DEVICES];
+  uint64_t acct_limit[GF_REGION_DEVICES];
+  char cuda_uuid[GF_REGION_DEVICES][GF_REGION_UUID];
+  /* Primary contexts retained by this process (ctx_lock). */
+  pthread_mutex_t ctx_lock;
+  uint32_t prim_refs[GF_REGION_DEVICES];
+  bool prim_charged[GF_REGION_DEVICES];
+} S = {.once = PTHREAD_ONCE_INIT,
+       .slot = -1,
+       .lock = PTHREAD_MUTEX_INITIALIZER,
+       .map_lock = PTHREAD_MUTEX_INITIALIZER,
+       .ctx_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void *(*real_dlsym)(void *, const char *);
 static uint64_t mono_ns(void);
@@ -122,7 +159,8 @@ static int table_grow(table *t) {
 }
 
 /* Keys 0 and 1 are reserved; real pointers and handles are never that. */
-static int table_put(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
+static int table_put(table *t, entry in) {
+  uint64_t key = in.key;
   if (key <= 1)
     return -1;
   if ((t->used + 1) * 4 > t->cap * 3 && table_grow(t))
@@ -138,7 +176,7 @@ static int table_put(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
     j = tomb;
   if (t->e[j].key == 0)
     t->used++;
-  t->e[j] = (entry){key, bytes, dev};
+  t->e[j] = in;
   return 0;
 }
 
@@ -168,10 +206,18 @@ static void after_fork_child(void) {
   if (!S.region || S.mode != GF_SHIM_ENFORCE)
     return;
   pthread_mutex_init(&S.lock, NULL);
+  pthread_mutex_init(&S.map_lock, NULL);
+  pthread_mutex_init(&S.ctx_lock, NULL);
   free(S.ptrs.e);
   free(S.handles.e);
+  free(S.ctxs.e);
   memset(&S.ptrs, 0, sizeof(S.ptrs));
   memset(&S.handles, 0, sizeof(S.handles));
+  memset(&S.ctxs, 0, sizeof(S.ctxs));
+  memset(S.pools, 0, sizeof(S.pools));
+  atomic_store(&S.npools, 0);
+  memset(S.prim_refs, 0, sizeof(S.prim_refs));
+  memset(S.prim_charged, 0, sizeof(S.prim_charged));
   S.slot = gf_region_attach(S.region);
   if (S.slot < 0)
     S.mode = GF_SHIM_REFUSE;
@@ -191,6 +237,94 @@ static void resolve_real_dlsym(void) {
                                                          "GLIBC_2.2.5");
 }
 
+/* ---- devices: CUDA index -> accounting index ------------------------------
+ */
+
+/* Limits by accounting index, and the region's informational copy. */
+static void map_init(gf_region_limits *lim) {
+  uint32_t nu = S.cfg.nuuid;
+  for (uint32_t i = 0; i < GF_REGION_DEVICES; i++) {
+    S.acct[i] = (int8_t)i;
+    if (i < nu) {
+      S.acct_limit[i] = S.cfg.uuid_memory[i];
+      memcpy(lim->uuid[i], S.cfg.uuid[i], GF_REGION_UUID);
+    } else {
+      S.acct_limit[i] = S.cfg.memory[i - nu];
+    }
+    lim->limit[i] = S.acct_limit[i];
+  }
+  atomic_store_explicit(&S.mapped, nu == 0, memory_order_release);
+}
+
+/* NVIDIA's text form of a device UUID, as nvidia-smi -L prints it. */
+static void format_uuid(const CUuuid *u, char out[GF_REGION_UUID]) {
+  const unsigned char *b = (const unsigned char *)u->bytes;
+  snprintf(out, GF_REGION_UUID,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+           "%02x%02x%02x%02x%02x%02x",
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+           b[11], b[12], b[13], b[14], b[15]);
+}
+
+/* With UUIDs in the config: asks the real driver for every device's UUID
+ * and maps CUDA indices to accounting indices.  Needs an initialised driver:
+ * before cuInit it fails and is tried again by the next call that needs
+ * it.  Returns whether the map is set. */
+static bool map_resolve(void) {
+  if (atomic_load_explicit(&S.mapped, memory_order_acquire))
+    return true;
+  pthread_mutex_lock(&S.map_lock);
+  bool ok = atomic_load_explicit(&S.mapped, memory_order_acquire);
+  gf_cu_result (*get)(CUuuid *, CUdevice) = S.real.cuDeviceGetUuid_v2
+                                                ? S.real.cuDeviceGetUuid_v2
+                                                : S.real.cuDeviceGetUuid;
+  int n = 0;
+  if (ok || !get || !S.real.cuDeviceGetCount ||
+      S.real.cuDeviceGetCount(&n) != CUDA_SUCCESS)
+    goto out;
+  n = n < 0 ? 0 : n > GF_REGION_DEVICES ? GF_REGION_DEVICES : n;
+  for (int i = 0; i < n; i++) {
+    CUuuid u;
+    if (get(&u, (CUdevice)i) != CUDA_SUCCESS)
+      goto out;
+    format_uuid(&u, S.cuda_uuid[i]);
+  }
+  bool named[GF_REGION_DEVICES] = {false};
+  uint32_t nu = S.cfg.nuuid;
+  for (int i = 0; i < GF_REGION_DEVICES; i++) {
+    int k = -1;
+    for (uint32_t j = 0; i < n && j < nu && k < 0; j++)
+      if (strcmp(S.cuda_uuid[i], S.cfg.uuid[j]) == 0)
+        k = (int)j;
+    if (k >= 0)
+      named[k] = true;
+    else if (nu + (uint32_t)i < GF_REGION_DEVICES)
+      k = (int)nu + i;
+    else
+      k = S.cfg.memory[i] ? ACCT_REFUSE : ACCT_NONE;
+    S.acct[i] = (int8_t)k;
+  }
+  for (uint32_t j = 0; j < nu; j++)
+    if (!named[j])
+      logf_(GF_SHIM_LOG_WARN,
+            "memory.%s: no visible device has this UUID; ignored",
+            S.cfg.uuid[j]);
+  ok = true;
+  atomic_store_explicit(&S.mapped, 1, memory_order_release);
+out:
+  pthread_mutex_unlock(&S.map_lock);
+  return ok;
+}
+
+/* Accounting index of CUDA device dev, ACCT_NONE or ACCT_REFUSE. */
+static int acct_of(uint32_t dev) {
+  if (dev >= GF_REGION_DEVICES)
+    return ACCT_REFUSE;
+  if (!atomic_load_explicit(&S.mapped, memory_order_acquire) && !map_resolve())
+    return ACCT_REFUSE;
+  return S.acct[dev];
+}
+
 static void setup(void) {
   resolve_real_dlsym();
   gf_shim_config_load(&S.cfg, &S.mode);
@@ -205,16 +339,15 @@ static void setup(void) {
 #define GF__SHIM_RESOLVE(name, pfn, params, args)                              \
   *(void **)&S.real.name = real_sym(S.cuda, #name);
   GF_SHIM_HOOKS(GF__SHIM_RESOLVE)
+  GF_SHIM_REAL(GF__SHIM_RESOLVE)
 #undef GF__SHIM_RESOLVE
-  *(void **)&S.real.cuCtxGetDevice = real_sym(S.cuda, "cuCtxGetDevice");
-  *(void **)&S.real.cuDeviceGetCount = real_sym(S.cuda, "cuDeviceGetCount");
   if (S.mode == GF_SHIM_OFF)
     return;
 
   gf_region_limits lim;
   memset(&lim, 0, sizeof(lim));
   lim.ndevices = GF_REGION_DEVICES;
-  memcpy(lim.limit, S.cfg.memory, sizeof(lim.limit));
+  map_init(&lim);
   lim.compute_pct = S.cfg.compute_pct;
   lim.rate = S.cfg.capacity * S.cfg.compute_pct / 100;
   lim.burst = lim.rate / 20 + 1;
@@ -282,21 +415,54 @@ static uint32_t current_device(void) {
 
 static bool enforcing(void) { return S.mode == GF_SHIM_ENFORCE; }
 
-/* Reserves bytes on dev; false = over the limit (or refusing). */
-static bool reserve(uint32_t dev, uint64_t bytes) {
+/* Charges bytes on CUDA device dev within its limit, or whatever the limit
+ * when force (memory the driver already holds).  No pool settling. */
+static bool charge(uint32_t dev, uint64_t bytes, bool force) {
   if (S.mode == GF_SHIM_REFUSE)
     return false;
-  return gf_region_reserve(S.region, S.slot, dev, bytes,
-                           dev < GF_REGION_DEVICES ? S.cfg.memory[dev] : 0);
+  int a = acct_of(dev);
+  if (a == ACCT_NONE)
+    return true;
+  if (a < 0)
+    return false;
+  return gf_region_reserve(S.region, S.slot, (uint32_t)a, bytes,
+                           force ? 0 : S.acct_limit[a]);
+}
+
+static bool pools_settle_all(void);
+
+/* Reserves bytes on dev; false = over the limit (or refusing).  Over the
+ * limit, this process's pools are settled first (they may have given
+ * memory back since last seen) and the reservation tried once more. */
+static bool reserve(uint32_t dev, uint64_t bytes) {
+  if (charge(dev, bytes, false))
+    return true;
+  if (S.mode == GF_SHIM_REFUSE || atomic_load(&S.npools) == 0 ||
+      !pools_settle_all())
+    return false;
+  return charge(dev, bytes, false);
 }
 
 static void unreserve(uint32_t dev, uint64_t bytes) {
-  gf_region_unreserve(S.region, S.slot, dev, bytes);
+  int a = acct_of(dev);
+  if (a >= 0)
+    gf_region_unreserve(S.region, S.slot, (uint32_t)a, bytes);
+}
+
+static void track_entry(table *t, entry e) {
+  pthread_mutex_lock(&S.lock);
+  int rc = table_put(t, e);
+  pthread_mutex_unlock(&S.lock);
+  if (rc)
+    logf_(GF_SHIM_LOG_WARN,
+          "out of memory tracking an allocation; its "
+          "%llu bytes stay charged",
+          (unsigned long long)e.bytes);
 }
 
 static void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
   pthread_mutex_lock(&S.lock);
-  int rc = table_put(t, key, bytes, dev);
+  int rc = table_put(t, (entry){key, bytes, dev, 0});
   pthread_mutex_unlock(&S.lock);
   if (rc)
     logf_(GF_SHIM_LOG_WARN,
@@ -323,7 +489,10 @@ EXPORT gf_cu_result cuInit(unsigned int flags) {
   init();
   if (!S.real.cuInit)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return S.real.cuInit(flags);
+  gf_cu_result rc = S.real.cuInit(flags);
+  if (rc == CUDA_SUCCESS && guarding())
+    map_resolve(); /* UUIDs in the config: the driver can name devices now */
+  return rc;
 }
 
 EXPORT gf_cu_result cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
@@ -367,22 +536,212 @@ EXPORT gf_cu_result cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes,
   return rc;
 }
 
-static gf_cu_result alloc_async(gf_cu_result (*fn)(CUdeviceptr *, size_t,
-                                                   CUstream),
-                                CUdeviceptr *dptr, size_t bytes, CUstream s) {
-  if (!dptr)
-    return fn(dptr, bytes, s);
-  uint32_t dev = current_device();
-  if (!guarding())
-    return fn(dptr, bytes, s);
+/* ---- stream-ordered pools ------------------------------------------------ */
+
+typedef gf_cu_result (*async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef gf_cu_result (*pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef gf_cu_result (*free_async_fn)(CUdeviceptr, CUstream);
+
+static bool pool_query(CUmemoryPool pool, int attr, uint64_t *v) {
+  cuuint64_t x = 0;
+  if (!S.real.cuMemPoolGetAttribute ||
+      S.real.cuMemPoolGetAttribute(pool, (CUmemPool_attribute)attr, &x) !=
+          CUDA_SUCCESS)
+    return false;
+  *v = (uint64_t)x;
+  return true;
+}
+
+/* The entry for pool (S.lock held): found, or added; -1 when full. */
+static int pool_index(CUmemoryPool pool, uint32_t dev) {
+  int n = atomic_load(&S.npools), free_i = -1;
+  for (int i = 0; i < n; i++) {
+    if (S.pools[i].pool == pool && !S.pools[i].destroyed)
+      return i;
+    if (!S.pools[i].pool && free_i < 0)
+      free_i = i;
+  }
+  if (free_i < 0 && n < GF_SHIM_POOLS) {
+    free_i = n;
+    atomic_store(&S.npools, n + 1);
+  }
+  if (free_i >= 0)
+    S.pools[free_i] = (pool_acct){.pool = pool, .dev = dev};
+  return free_i;
+}
+
+/* Brings a pool's charge to what it reserves now (S.lock held): growth is
+ * paid from held charges first, then charged (forced past the limit when
+ * it does not fit: the driver already holds it; *fits turns false); a
+ * shrink (trim, or the driver releasing at a synchronisation) is given
+ * back, and so are held charges no allocation in flight needs.  Returns
+ * -1 when the reservation cannot be read. */
+static int pool_settle(pool_acct *p, bool *fits) {
+  uint64_t r;
+  if (!pool_query(p->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r))
+    return -1;
+  if (r > p->seen) {
+    uint64_t grow = r - p->seen, use = grow < p->held ? grow : p->held;
+    p->held -= use;
+    if (grow > use && !charge(p->dev, grow - use, false)) {
+      charge(p->dev, grow - use, true);
+      *fits = false;
+    }
+  } else if (r < p->seen) {
+    unreserve(p->dev, p->seen - r);
+  }
+  p->seen = r;
+  if (p->held > p->inflight) {
+    unreserve(p->dev, p->held - p->inflight);
+    p->held = p->inflight;
+  }
+  return 0;
+}
+
+/* Settles every pool of this process; true when that gave memory back. */
+static bool pools_settle_all(void) {
+  uint64_t before = 0, after = 0;
+  bool fits = true;
+  pthread_mutex_lock(&S.lock);
+  int n = atomic_load(&S.npools);
+  for (int i = 0; i < n; i++) {
+    pool_acct *p = &S.pools[i];
+    if (!p->pool || p->destroyed)
+      continue;
+    before += p->seen + p->held;
+    pool_settle(p, &fits);
+    after += p->seen + p->held;
+  }
+  pthread_mutex_unlock(&S.lock);
+  return after < before;
+}
+
+/* Drops a pool entry and its charge once it is destroyed and nothing from
+ * it is live (S.lock held). */
+static void pool_maybe_drop(pool_acct *p) {
+  if (!p->destroyed || p->live || p->inflight)
+    return;
+  unreserve(p->dev, p->seen + p->held);
+  memset(p, 0, sizeof(*p));
+}
+
+/* An allocation from a pool is forgotten (its memory stays in the pool). */
+static void pool_unlive(uint32_t i) {
+  if (i >= GF_SHIM_POOLS)
+    return;
+  pthread_mutex_lock(&S.lock);
+  pool_acct *p = &S.pools[i];
+  if (p->live)
+    p->live--;
+  pool_maybe_drop(p);
+  pthread_mutex_unlock(&S.lock);
+}
+
+static gf_cu_result free_tracked(gf_cu_result rc, CUdeviceptr dptr) {
+  entry e;
+  if (rc == CUDA_SUCCESS && untrack(&S.ptrs, dptr, &e)) {
+    if (e.bytes)
+      unreserve(e.dev, e.bytes);
+    if (e.pool)
+      pool_unlive(e.pool - 1);
+  }
+  return rc;
+}
+
+static gf_cu_result call_alloc(async_fn fa, pool_fn fp, CUdeviceptr *dptr,
+                               size_t bytes, CUmemoryPool pool, CUstream s) {
+  return fp ? fp(dptr, bytes, pool, s) : fa(dptr, bytes, s);
+}
+
+/* Charged per allocation, given back at free: when the pool cannot be
+ * seen (no pool query in the driver, or the pool table is full). */
+static gf_cu_result alloc_plain(async_fn fa, pool_fn fp, uint32_t dev,
+                                CUdeviceptr *dptr, size_t bytes,
+                                CUmemoryPool pool, CUstream s) {
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
-  gf_cu_result rc = fn(dptr, bytes, s);
+  gf_cu_result rc = call_alloc(fa, fp, dptr, bytes, pool, s);
   if (rc != CUDA_SUCCESS) {
     unreserve(dev, bytes);
     return rc;
   }
   track(&S.ptrs, (uint64_t)*dptr, bytes, dev);
+  return rc;
+}
+
+/* cuMemAllocAsync (fa; the device's current pool) and
+ * cuMemAllocFromPoolAsync (fp; an explicit pool).  The size asked is held
+ * before the call (or nothing, when the limit is reached but the pool has
+ * that much free inside it); after it the pool is settled to its
+ * reservation.  If the pool grew past the limit anyway, the allocation is
+ * freed again and the call fails with CUDA_ERROR_OUT_OF_MEMORY; the growth
+ * stays charged until the pool gives it back. */
+static gf_cu_result alloc_pooled(async_fn fa, pool_fn fp, free_async_fn ff,
+                                 CUdeviceptr *dptr, size_t bytes,
+                                 CUmemoryPool pool, CUstream s) {
+  if (!dptr || !guarding())
+    return call_alloc(fa, fp, dptr, bytes, pool, s);
+  uint32_t dev = current_device();
+  CUmemoryPool pl = fp ? pool : NULL;
+  if (!fp && (!S.real.cuDeviceGetMemPool ||
+              S.real.cuDeviceGetMemPool(&pl, (CUdevice)dev) != CUDA_SUCCESS))
+    pl = NULL;
+  int pi = -1;
+  uint64_t probe;
+  if (pl && pool_query(pl, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &probe)) {
+    pthread_mutex_lock(&S.lock);
+    pi = pool_index(pl, dev);
+    pthread_mutex_unlock(&S.lock);
+  }
+  if (pi < 0)
+    return alloc_plain(fa, fp, dev, dptr, bytes, pool, s);
+  uint64_t held = bytes, r, u;
+  if (!reserve(dev, bytes)) {
+    if (pool_query(pl, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) &&
+        pool_query(pl, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u) && r >= u &&
+        r - u >= bytes)
+      held = 0;
+    else
+      return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pool_acct *p = &S.pools[pi];
+  pthread_mutex_lock(&S.lock);
+  p->held += held;
+  p->inflight += held;
+  pthread_mutex_unlock(&S.lock);
+
+  gf_cu_result rc = call_alloc(fa, fp, dptr, bytes, pool, s);
+
+  bool fits = true;
+  uint64_t own = 0; /* charged to the pointer itself */
+  pthread_mutex_lock(&S.lock);
+  p->inflight -= held;
+  if (pool_settle(p, &fits) < 0) {
+    /* The pool went out of sight: this allocation pays for itself. */
+    uint64_t take = held < p->held ? held : p->held;
+    p->held -= take;
+    if (rc == CUDA_SUCCESS) {
+      own = bytes;
+      if (take < bytes)
+        charge(dev, bytes - take, true);
+    } else {
+      unreserve(dev, take);
+    }
+  } else if (rc == CUDA_SUCCESS) {
+    p->live++;
+  }
+  pthread_mutex_unlock(&S.lock);
+  if (rc != CUDA_SUCCESS)
+    return rc;
+  track_entry(&S.ptrs,
+              (entry){(uint64_t)*dptr, own, dev, own ? 0 : (uint32_t)pi + 1});
+  if (!fits) {
+    logf_(GF_SHIM_LOG_INFO, "pool grew past the limit; allocation undone");
+    CUdeviceptr d = *dptr;
+    free_tracked(ff ? ff(d, s) : CUDA_ERROR_NOT_INITIALIZED, d);
+    *dptr = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   return rc;
 }
 
@@ -391,7 +750,8 @@ EXPORT gf_cu_result cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes,
   init();
   if (!S.real.cuMemAllocAsync)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return alloc_async(S.real.cuMemAllocAsync, dptr, bytes, s);
+  return alloc_pooled(S.real.cuMemAllocAsync, NULL, S.real.cuMemFreeAsync, dptr,
+                      bytes, NULL, s);
 }
 
 EXPORT gf_cu_result cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes,
@@ -399,26 +759,8 @@ EXPORT gf_cu_result cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes,
   init();
   if (!S.real.cuMemAllocAsync_ptsz)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return alloc_async(S.real.cuMemAllocAsync_ptsz, dptr, bytes, s);
-}
-
-static gf_cu_result
-alloc_pool(gf_cu_result (*fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream),
-           CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s) {
-  if (!dptr)
-    return fn(dptr, bytes, pool, s);
-  uint32_t dev = current_device();
-  if (!guarding())
-    return fn(dptr, bytes, pool, s);
-  if (!reserve(dev, bytes))
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  gf_cu_result rc = fn(dptr, bytes, pool, s);
-  if (rc != CUDA_SUCCESS) {
-    unreserve(dev, bytes);
-    return rc;
-  }
-  track(&S.ptrs, (uint64_t)*dptr, bytes, dev);
-  return rc;
+  return alloc_pooled(S.real.cuMemAllocAsync_ptsz, NULL,
+                      S.real.cuMemFreeAsync_ptsz, dptr, bytes, NULL, s);
 }
 
 EXPORT gf_cu_result cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes,
@@ -426,7 +768,8 @@ EXPORT gf_cu_result cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes,
   init();
   if (!S.real.cuMemAllocFromPoolAsync)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return alloc_pool(S.real.cuMemAllocFromPoolAsync, dptr, bytes, pool, s);
+  return alloc_pooled(NULL, S.real.cuMemAllocFromPoolAsync,
+                      S.real.cuMemFreeAsync, dptr, bytes, pool, s);
 }
 
 EXPORT gf_cu_result cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
@@ -436,7 +779,45 @@ EXPORT gf_cu_result cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
   init();
   if (!S.real.cuMemAllocFromPoolAsync_ptsz)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return alloc_pool(S.real.cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, s);
+  return alloc_pooled(NULL, S.real.cuMemAllocFromPoolAsync_ptsz,
+                      S.real.cuMemFreeAsync_ptsz, dptr, bytes, pool, s);
+}
+
+EXPORT gf_cu_result cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  init();
+  if (!S.real.cuMemPoolTrimTo)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  gf_cu_result rc = S.real.cuMemPoolTrimTo(pool, keep);
+  if (rc != CUDA_SUCCESS || !guarding())
+    return rc;
+  bool fits = true;
+  pthread_mutex_lock(&S.lock);
+  int n = atomic_load(&S.npools);
+  for (int i = 0; i < n; i++)
+    if (S.pools[i].pool == pool && !S.pools[i].destroyed)
+      pool_settle(&S.pools[i], &fits);
+  pthread_mutex_unlock(&S.lock);
+  return rc;
+}
+
+/* The driver releases a destroyed pool's memory once no allocation from it
+ * is outstanding; its charge goes then too. */
+EXPORT gf_cu_result cuMemPoolDestroy(CUmemoryPool pool) {
+  init();
+  if (!S.real.cuMemPoolDestroy)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  gf_cu_result rc = S.real.cuMemPoolDestroy(pool);
+  if (rc != CUDA_SUCCESS || !guarding())
+    return rc;
+  pthread_mutex_lock(&S.lock);
+  int n = atomic_load(&S.npools);
+  for (int i = 0; i < n; i++)
+    if (S.pools[i].pool == pool && !S.pools[i].destroyed) {
+      S.pools[i].destroyed = true;
+      pool_maybe_drop(&S.pools[i]);
+    }
+  pthread_mutex_unlock(&S.lock);
+  return rc;
 }
 
 /* Pitch: reserve the width rounded to the usual 512-byte pitch, then settle
@@ -470,13 +851,6 @@ EXPORT gf_cu_result cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch,
   if (actual < guess)
     unreserve(dev, guess - actual);
   track(&S.ptrs, *dptr, actual, dev);
-  return rc;
-}
-
-static gf_cu_result free_tracked(gf_cu_result rc, CUdeviceptr dptr) {
-  entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.ptrs, dptr, &e))
-    unreserve(e.dev, e.bytes);
   return rc;
 }
 
@@ -651,17 +1025,154 @@ EXPORT gf_cu_result cuMipmappedArrayDestroy(CUmipmappedArray h) {
   return rc;
 }
 
+/* ---- contexts -------------------------------------------------------------
+ * Each context holds device memory of its own (code, stacks, printf and
+ * heap buffers) that no allocation call shows: `context_overhead` bytes
+ * are charged per context.  A created context pays until cuCtxDestroy; a
+ * primary context pays once per process and device however often it is
+ * retained, until its last release or a reset. */
+
+#define CTX_REFUSED UINT64_MAX
+
+/* Charges one context on dev before creating it: the bytes charged (0 when
+ * nothing is), or CTX_REFUSED when it does not fit. */
+static uint64_t ctx_charge(const CUcontext *pctx, CUdevice dev) {
+  uint64_t ovh = S.cfg.context_overhead;
+  if (!pctx || !guarding() || !ovh || dev < 0 || dev >= GF_REGION_DEVICES)
+    return 0;
+  return reserve((uint32_t)dev, ovh) ? ovh : CTX_REFUSED;
+}
+
+static gf_cu_result ctx_created(gf_cu_result rc, const CUcontext *pctx,
+                                CUdevice dev, uint64_t charged) {
+  if (!charged)
+    return rc;
+  if (rc != CUDA_SUCCESS)
+    unreserve((uint32_t)dev, charged);
+  else
+    track(&S.ctxs, (uint64_t)(uintptr_t)*pctx, charged, (uint32_t)dev);
+  return rc;
+}
+
+EXPORT gf_cu_result cuCtxCreate_v2(CUcontext *pctx, unsigned int flags,
+                                   CUdevice dev) {
+  init();
+  if (!S.real.cuCtxCreate_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  uint64_t c = ctx_charge(pctx, dev);
+  if (c == CTX_REFUSED)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  return ctx_created(S.real.cuCtxCreate_v2(pctx, flags, dev), pctx, dev, c);
+}
+
+EXPORT gf_cu_result cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params,
+                                   int nparams, unsigned int flags,
+                                   CUdevice dev) {
+  init();
+  if (!S.real.cuCtxCreate_v3)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  uint64_t c = ctx_charge(pctx, dev);
+  if (c == CTX_REFUSED)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  return ctx_created(S.real.cuCtxCreate_v3(pctx, params, nparams, flags, dev),
+                     pctx, dev, c);
+}
+
+EXPORT gf_cu_result cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params,
+                                   unsigned int flags, CUdevice dev) {
+  init();
+  if (!S.real.cuCtxCreate_v4)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  uint64_t c = ctx_charge(pctx, dev);
+  if (c == CTX_REFUSED)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  return ctx_created(S.real.cuCtxCreate_v4(pctx, params, flags, dev), pctx, dev,
+                     c);
+}
+
+EXPORT gf_cu_result cuCtxDestroy_v2(CUcontext ctx) {
+  init();
+  if (!S.real.cuCtxDestroy_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  gf_cu_result rc = S.real.cuCtxDestroy_v2(ctx);
+  entry e;
+  if (rc == CUDA_SUCCESS && untrack(&S.ctxs, (uint64_t)(uintptr_t)ctx, &e))
+    unreserve(e.dev, e.bytes);
+  return rc;
+}
+
+/* The primary context's charge goes with its last reference (ctx_lock). */
+static void prim_drop(CUdevice dev, bool all) {
+  pthread_mutex_lock(&S.ctx_lock);
+  if (all)
+    S.prim_refs[dev] = 0;
+  else if (S.prim_refs[dev])
+    S.prim_refs[dev]--;
+  if (!S.prim_refs[dev] && S.prim_charged[dev]) {
+    unreserve((uint32_t)dev, S.cfg.context_overhead);
+    S.prim_charged[dev] = false;
+  }
+  pthread_mutex_unlock(&S.ctx_lock);
+}
+
+EXPORT gf_cu_result cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  init();
+  if (!S.real.cuDevicePrimaryCtxRetain)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pctx || !guarding() || !S.cfg.context_overhead || dev < 0 ||
+      dev >= GF_REGION_DEVICES)
+    return S.real.cuDevicePrimaryCtxRetain(pctx, dev);
+  pthread_mutex_lock(&S.ctx_lock);
+  bool ok =
+      S.prim_charged[dev] || reserve((uint32_t)dev, S.cfg.context_overhead);
+  if (ok) {
+    S.prim_charged[dev] = true;
+    S.prim_refs[dev]++;
+  }
+  pthread_mutex_unlock(&S.ctx_lock);
+  if (!ok)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  gf_cu_result rc = S.real.cuDevicePrimaryCtxRetain(pctx, dev);
+  if (rc != CUDA_SUCCESS)
+    prim_drop(dev, false);
+  return rc;
+}
+
+EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  init();
+  if (!S.real.cuDevicePrimaryCtxRelease_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  gf_cu_result rc = S.real.cuDevicePrimaryCtxRelease_v2(dev);
+  if (rc == CUDA_SUCCESS && guarding() && dev >= 0 && dev < GF_REGION_DEVICES)
+    prim_drop(dev, false);
+  return rc;
+}
+
+EXPORT gf_cu_result cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  init();
+  if (!S.real.cuDevicePrimaryCtxReset_v2)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  gf_cu_result rc = S.real.cuDevicePrimaryCtxReset_v2(dev);
+  if (rc == CUDA_SUCCESS && guarding() && dev >= 0 && dev < GF_REGION_DEVICES)
+    prim_drop(dev, true);
+  return rc;
+}
+
 /* ---- views -------------------------------------------------------------- */
 
-/* Clamps a device's (free, total) to its limit and the container's usage. */
-static void clamp_view(uint32_t dev, uint64_t *free_b, uint64_t *total) {
-  if (S.mode == GF_SHIM_REFUSE) {
+/* Clamps a device's (free, total) to its limit and the container's usage;
+ * a is the accounting index (acct_of). */
+static void clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
+  if (S.mode == GF_SHIM_REFUSE || (enforcing() && a == ACCT_REFUSE)) {
     *free_b = 0;
     return;
   }
-  if (!enforcing() || dev >= GF_REGION_DEVICES || !S.cfg.memory[dev])
+  if (!enforcing() || a < 0 || !S.acct_limit[a])
     return;
-  uint64_t limit = S.cfg.memory[dev];
+  uint64_t limit = S.acct_limit[a];
+  uint32_t dev = (uint32_t)a;
+  if (atomic_load(&S.npools))
+    pools_settle_all();
   if (limit < *total)
     *total = limit;
   gf_region_reap(S.region); /* a view is a good moment to reclaim */
@@ -669,6 +1180,10 @@ static void clamp_view(uint32_t dev, uint64_t *free_b, uint64_t *total) {
   uint64_t room = used < *total ? *total - used : 0;
   if (room < *free_b)
     *free_b = room;
+}
+
+static void clamp_view(uint32_t dev, uint64_t *free_b, uint64_t *total) {
+  clamp_acct(enforcing() ? acct_of(dev) : ACCT_NONE, free_b, total);
 }
 
 EXPORT gf_cu_result cuMemGetInfo_v2(size_t *free_b, size_t *total) {
@@ -692,8 +1207,9 @@ EXPORT gf_cu_result cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
   gf_cu_result rc = S.real.cuDeviceTotalMem_v2(bytes, dev);
   if (rc != CUDA_SUCCESS || !bytes || dev < 0 || dev >= GF_REGION_DEVICES)
     return rc;
-  if (enforcing() && S.cfg.memory[dev] && S.cfg.memory[dev] < (uint64_t)*bytes)
-    *bytes = (size_t)S.cfg.memory[dev];
+  int a = enforcing() ? acct_of((uint32_t)dev) : ACCT_NONE;
+  if (a >= 0 && S.acct_limit[a] && S.acct_limit[a] < (uint64_t)*bytes)
+    *bytes = (size_t)S.acct_limit[a];
   return rc;
 }
 
@@ -703,13 +1219,33 @@ static void *nvml_sym(const char *name) {
   return real_sym(S.nvml, name);
 }
 
-static int nvml_index(nvmlDevice_t dev) {
+/* The accounting index of an NVML device.  With UUIDs in the config, by
+ * nvmlDeviceGetUUID (NVML's indices need not be CUDA's); else by NVML's
+ * index, as the config's positions are. */
+static int nvml_acct(nvmlDevice_t dev) {
+  if (S.cfg.nuuid) {
+    nvmlReturn_t (*get)(nvmlDevice_t, char *, unsigned int) = NULL;
+    *(void **)&get = nvml_sym("nvmlDeviceGetUUID");
+    char u[96];
+    if (!get || get(dev, u, sizeof(u)) != 0)
+      return ACCT_REFUSE;
+    u[GF_REGION_UUID - 1] = '\0';
+    for (int i = 0; atomic_load_explicit(&S.mapped, memory_order_acquire) &&
+                    i < GF_REGION_DEVICES;
+         i++)
+      if (strcmp(S.cuda_uuid[i], u) == 0)
+        return S.acct[i];
+    for (uint32_t k = 0; k < S.cfg.nuuid; k++)
+      if (strcmp(S.cfg.uuid[k], u) == 0)
+        return (int)k;
+    return ACCT_NONE;
+  }
   nvmlReturn_t (*get)(nvmlDevice_t, unsigned int *) = NULL;
   *(void **)&get = nvml_sym("nvmlDeviceGetIndex");
   unsigned int idx = 0;
   if (!get || get(dev, &idx) != 0 || idx >= GF_REGION_DEVICES)
     return 0;
-  return (int)idx;
+  return S.acct[idx];
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev,
@@ -723,7 +1259,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev,
   if (rc != 0 || !mem || (!enforcing() && S.mode != GF_SHIM_REFUSE))
     return rc;
   uint64_t f = mem->free, t = mem->total;
-  clamp_view((uint32_t)nvml_index(dev), &f, &t);
+  clamp_acct(nvml_acct(dev), &f, &t);
   mem->total = t;
   mem->free = f;
   mem->used = t - f;
@@ -741,13 +1277,84 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev,
   if (rc != 0 || !mem || (!enforcing() && S.mode != GF_SHIM_REFUSE))
     return rc;
   uint64_t f = mem->free, t = mem->total;
-  clamp_view((uint32_t)nvml_index(dev), &f, &t);
+  clamp_acct(nvml_acct(dev), &f, &t);
   uint64_t reserved = mem->reserved < t - f ? mem->reserved : 0;
   mem->total = t;
   mem->free = f;
   mem->used = t - f - reserved;
   return rc;
 }
+
+/* nvmlDevice{Compute,Graphics}RunningProcesses: only this container's
+ * processes, the ones in its region, with their usage from the region; the
+ * real list would show other containers' processes, under host pids.  The
+ * region holds pids of the container's pid namespace (getpid() of each
+ * process), which is what a program in the container can use.  Graphics
+ * lists are empty: the interposer sees CUDA work only.  The count protocol
+ * is NVML's: too small a count gets NVML_ERROR_INSUFFICIENT_SIZE and the
+ * count needed. */
+static nvmlReturn_t procs(const char *name, nvmlDevice_t dev,
+                          unsigned int *count, void *infos, int layout,
+                          bool graphics) {
+  init();
+  if (S.mode == GF_SHIM_OFF) {
+    nvmlReturn_t (*real)(nvmlDevice_t, unsigned int *, void *) = NULL;
+    *(void **)&real = nvml_sym(name);
+    return real ? real(dev, count, infos) : GF_NVML_ERROR_LIBRARY_NOT_FOUND;
+  }
+  if (!count)
+    return GF_NVML_ERROR_INVALID_ARGUMENT;
+  if (S.mode == GF_SHIM_REFUSE || !S.region) { /* fail closed: show none */
+    *count = 0;
+    return GF_NVML_SUCCESS;
+  }
+  int a = graphics ? ACCT_NONE : nvml_acct(dev);
+  unsigned int n = 0;
+  uint32_t hwm = a >= 0 ? atomic_load(&S.region->hwm) : 0;
+  for (uint32_t i = 0; i < hwm && i < GF_REGION_SLOTS; i++) {
+    gf_region_slot *sl = &S.region->slots[i];
+    int32_t pid = atomic_load(&sl->pid);
+    uint64_t used = atomic_load(&sl->used[a]);
+    if (pid <= 0 || used == 0)
+      continue;
+    if (infos && n < *count) {
+      if (layout == 1)
+        ((nvmlProcessInfo_v1_t *)infos)[n] =
+            (nvmlProcessInfo_v1_t){(unsigned int)pid, used};
+      else
+        ((nvmlProcessInfo_v2_t *)infos)[n] = (nvmlProcessInfo_v2_t){
+            (unsigned int)pid, used, GF_NVML_VALUE_NOT_AVAILABLE,
+            GF_NVML_VALUE_NOT_AVAILABLE};
+    }
+    n++;
+  }
+  if (n > *count) {
+    *count = n;
+    return GF_NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  if (n && !infos)
+    return GF_NVML_ERROR_INVALID_ARGUMENT;
+  *count = n;
+  return GF_NVML_SUCCESS;
+}
+
+#define GF__NVML_PROCS(X)                                                      \
+  X(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t, 1, false)      \
+  X(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 2, false)   \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 2, false)   \
+  X(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t, 1, true)      \
+  X(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t, 2, true)   \
+  X(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_v2_t, 2, true)
+
+#define GF__NVML_PROCS_DEF(name, type, layout, graphics)                       \
+  EXPORT nvmlReturn_t name(nvmlDevice_t dev, unsigned int *count,              \
+                           type *infos);                                       \
+  EXPORT nvmlReturn_t name(nvmlDevice_t dev, unsigned int *count,              \
+                           type *infos) {                                      \
+    return procs(#name, dev, count, infos, layout, graphics);                  \
+  }
+GF__NVML_PROCS(GF__NVML_PROCS_DEF)
+#undef GF__NVML_PROCS_DEF
 
 /* ---- compute --------------------------------------------------------------
  */
@@ -926,6 +1533,11 @@ EXPORT void *dlsym(void *handle, const char *name) {
       return (void *)&nvmlDeviceGetMemoryInfo;
     if (strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0)
       return (void *)&nvmlDeviceGetMemoryInfo_v2;
+#define GF__NVML_PROCS_SYM(fn, type, layout, graphics)                         \
+  if (strcmp(name, #fn) == 0)                                                  \
+    return (void *)&fn;
+    GF__NVML_PROCS(GF__NVML_PROCS_SYM)
+#undef GF__NVML_PROCS_SYM
   }
   return p;
 }

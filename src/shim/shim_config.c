@@ -21,6 +21,7 @@ static void defaults(gf_shim_config *c) {
   c->compute_pct = 100;
   c->capacity = 1000000;
   c->graph_cost = 64;
+  c->context_overhead = GF_SHIM_CONTEXT_OVERHEAD;
   c->log_level = GF_SHIM_LOG_WARN;
 }
 
@@ -50,6 +51,49 @@ static int set_path(char *dst, size_t n, const char *v) {
   return 0;
 }
 
+bool gf__shim_uuid_valid(const char *s) {
+  if (strncmp(s, "GPU-", 4) != 0 || strlen(s) != 40)
+    return false;
+  for (int i = 4; i < 40; i++) {
+    char ch = s[i];
+    bool dash = i == 12 || i == 17 || i == 22 || i == 27;
+    bool hex = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
+               (ch >= 'A' && ch <= 'F');
+    if (dash ? ch != '-' : !hex)
+      return false;
+  }
+  return true;
+}
+
+/* memory.GPU-<uuid> = bytes: kept in file order, the same UUID twice
+ * keeps the last value. */
+static int set_uuid_memory(gf_shim_config *c, const char *uuid, uint64_t x,
+                           char *why, size_t whylen) {
+  if (!gf__shim_uuid_valid(uuid)) {
+    snprintf(why, whylen,
+             "want memory.GPU-xxxxxxxx-xxxx-xxxx-xxxx-"
+             "xxxxxxxxxxxx (hex digits)");
+    return -1;
+  }
+  char low[GF_REGION_UUID];
+  size_t n = strlen(uuid);
+  for (size_t i = 0; i <= n; i++)
+    low[i] =
+        (uuid[i] >= 'A' && uuid[i] <= 'F') ? (char)(uuid[i] + 32) : uuid[i];
+  uint32_t k = 0;
+  while (k < c->nuuid && strcmp(c->uuid[k], low) != 0)
+    k++;
+  if (k == GF_REGION_DEVICES) {
+    snprintf(why, whylen, "more than %d GPUs named", GF_REGION_DEVICES);
+    return -1;
+  }
+  memcpy(c->uuid[k], low, n + 1);
+  c->uuid_memory[k] = x;
+  if (k == c->nuuid)
+    c->nuuid++;
+  return 0;
+}
+
 static int set_kv(gf_shim_config *c, const char *k, const char *v, char *why,
                   size_t whylen) {
   int64_t x;
@@ -69,12 +113,22 @@ static int set_kv(gf_shim_config *c, const char *k, const char *v, char *why,
           c->memory[i] = (uint64_t)x;
       return 0;
     }
+    if (strncmp(k + 7, "GPU-", 4) == 0)
+      return set_uuid_memory(c, k + 7, (uint64_t)x, why, whylen);
     int64_t dev;
     if (gf_parse_int64(k + 7, 0, GF_REGION_DEVICES - 1, &dev, &d)) {
       snprintf(why, whylen, "device index: %s", d.msg);
       return -1;
     }
     c->memory[dev] = (uint64_t)x;
+    return 0;
+  }
+  if (strcmp(k, "context_overhead") == 0) {
+    if (gf_quantity_bytes(v, &x, &d)) {
+      snprintf(why, whylen, "%s", d.msg);
+      return -1;
+    }
+    c->context_overhead = (uint64_t)x;
     return 0;
   }
   if (strcmp(k, "compute") == 0) {
@@ -91,6 +145,8 @@ static int set_kv(gf_shim_config *c, const char *k, const char *v, char *why,
       return -1;
     }
     *(k[0] == 'c' ? &c->capacity : &c->graph_cost) = (uint64_t)x;
+    if (k[0] == 'c')
+      c->capacity_set = true;
     return 0;
   }
   if (strcmp(k, "enabled") == 0) {
@@ -159,7 +215,7 @@ int gf_shim_config_parse(const char *text, gf_shim_config *c, char *err,
     }
     if (rc == 1)
       disabled = 1;
-    if (strncmp(k, "memory.", 7) == 0) {
+    if (strncmp(k, "memory.", 7) == 0 && k[7] >= '0' && k[7] <= '9') {
       int64_t dev = 0;
       gf_parse_int64(k + 7, 0, GF_REGION_DEVICES - 1, &dev, NULL);
       per_dev[dev] = c->memory[dev];
@@ -223,12 +279,14 @@ void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
     const char *cpt = getenv("GPUFRAC_GPU_COMPUTE");
     const char *reg = getenv("GPUFRAC_REGION");
     const char *log = getenv("GPUFRAC_LOG");
+    const char *ovh = getenv("GPUFRAC_CONTEXT_OVERHEAD");
     char why[256];
     *mode = (mem || cpt) ? GF_SHIM_ENFORCE : GF_SHIM_OFF;
     if ((mem && set_kv(c, "memory", mem, why, sizeof(why)) < 0) ||
         (cpt && set_kv(c, "compute", cpt, why, sizeof(why)) < 0) ||
         (reg && set_kv(c, "region", reg, why, sizeof(why)) < 0) ||
-        (log && set_kv(c, "log", log, why, sizeof(why)) < 0)) {
+        (log && set_kv(c, "log", log, why, sizeof(why)) < 0) ||
+        (ovh && set_kv(c, "context_overhead", ovh, why, sizeof(why)) < 0)) {
       snprintf(err, sizeof(err), "environment: %s; refusing device memory",
                why);
       say(c, err);

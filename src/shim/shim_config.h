@@ -11,6 +11,11 @@
  *   region   = /run/gpufrac/<pod-uid>/region   shared accounting file
  *   memory   = 8Gi        limit on every device
  *   memory.1 = 4Gi        limit on device 1 (overrides memory)
+ *   memory.GPU-8c4e1b7a-0f2d-4c1e-9a3b-5d6e7f8a9b0c = 4Gi
+ *                         limit on the GPU with that UUID, whatever its
+ *                         index in this process (overrides both); a UUID
+ *                         no visible device has is ignored, with one log line
+ *   context_overhead = 300Mi   charged per CUDA context (0 = off)
  *   compute  = 30         percent of each GPU, 1..100
  *   capacity = 1000000    kernel blocks per second a whole GPU admits
  *   graph    = 64         blocks charged per cuGraphLaunch
@@ -19,8 +24,8 @@
  *   libcuda  = /usr/lib/x86_64-linux-gnu/libcuda.so.1   the real driver
  *
  * Environment fallback: GPUFRAC_GPU_MEMORY, GPUFRAC_GPU_COMPUTE,
- * GPUFRAC_REGION, GPUFRAC_LOG, GPUFRAC_REAL_LIBCUDA; GPUFRAC_DISABLE=1 turns
- * the interposer off whatever the file says.
+ * GPUFRAC_REGION, GPUFRAC_LOG, GPUFRAC_CONTEXT_OVERHEAD, GPUFRAC_REAL_LIBCUDA;
+ * GPUFRAC_DISABLE=1 turns the interposer off whatever the file says.
  *
  * Outcome: ENFORCE with limits, OFF (no config at all, or disabled), or
  * REFUSE when a config exists but cannot be read or parsed: then every
@@ -31,6 +36,8 @@
 #ifndef GPUFRAC_SHIM_CONFIG_H
 #define GPUFRAC_SHIM_CONFIG_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gpufrac/region.h"
@@ -51,12 +58,24 @@ enum {
 typedef struct gf_shim_config {
   char region[512];
   char real_libcuda[512];
-  uint64_t memory[GF_REGION_DEVICES]; /* 0 = unlimited */
-  uint32_t compute_pct;               /* 100 = unthrottled */
-  uint64_t capacity;                  /* blocks per second at 100% */
+  uint64_t memory[GF_REGION_DEVICES]; /* by CUDA index; 0 = unlimited */
+  /* memory.GPU-<uuid> lines in file order (lower-case, NVIDIA's format). */
+  char uuid[GF_REGION_DEVICES][GF_REGION_UUID];
+  uint64_t uuid_memory[GF_REGION_DEVICES];
+  uint32_t nuuid;
+  uint64_t context_overhead; /* bytes per CUDA context */
+  bool capacity_set;         /* capacity given, not the default */
+  uint32_t compute_pct;      /* 100 = unthrottled */
+  uint64_t capacity;         /* blocks per second at 100% */
   uint64_t graph_cost;
   int log_level;
 } gf_shim_config;
+
+/* Default per-context charge: 300 MiB (docs/shim.md says why). */
+#define GF_SHIM_CONTEXT_OVERHEAD (300ull << 20)
+
+/* Whether s is "GPU-" and 32 hex digits in NVIDIA's 8-4-4-4-12 groups. */
+bool gf__shim_uuid_valid(const char *s);
 
 /* Parses config text (NUL-terminated); returns 0 or -1 with a message
  * naming the line in err. */

@@ -552,7 +552,8 @@ static void test_shim_config(void **state) {
   memset(&c, 0, sizeof(c));
   snprintf(c.name, sizeof(c.name), "app");
   c.ngpus = 1;
-  c.gpus[0] = (gf_grant_gpu){3, "GPU-a", 8 * (int64_t)GiB, 30};
+  c.gpus[0] = (gf_grant_gpu){3, "GPU-aaaaaaaa-0000-4000-8000-00000000000a",
+                             8 * (int64_t)GiB, 30};
   char text[4096], err[512];
   gf_diag d = {""};
   assert_int_equal(gf_node_shim_config_text(&c, "info", text, sizeof(text), &d),
@@ -561,22 +562,33 @@ static void test_shim_config(void **state) {
   if (gf_shim_config_parse(text, &sc, err, sizeof(err)) != 0)
     fail_msg("interposer refuses:\n%s\n%s", text, err);
   assert_string_equal(sc.region, GF_NODE_CTR_REGION);
+  /* Limits by UUID, never by position. */
+  assert_int_equal(sc.nuuid, 1);
+  assert_string_equal(sc.uuid[0], "GPU-aaaaaaaa-0000-4000-8000-00000000000a");
+  assert_int_equal(sc.uuid_memory[0], 8 * GiB);
   for (int i = 0; i < GF_REGION_DEVICES; i++)
-    assert_int_equal(sc.memory[i], 8 * GiB);
+    assert_int_equal(sc.memory[i], 0);
   assert_int_equal(sc.compute_pct, 30);
   assert_int_equal(sc.log_level, GF_SHIM_LOG_INFO);
 
-  /* Different limits: one line per device, in grant order; the smallest
-   * compute share; a GPU with no memory limit stays unlimited. */
+  /* Different limits: one line per GPU by UUID, in grant order; the
+   * smallest compute share; a GPU with no memory limit gets no line and
+   * stays unlimited. */
   c.ngpus = 3;
-  c.gpus[1] = (gf_grant_gpu){0, "GPU-b", 4 * (int64_t)GiB, 60};
-  c.gpus[2] = (gf_grant_gpu){1, "GPU-c", 0, 0};
+  c.gpus[1] = (gf_grant_gpu){0, "GPU-bbbbbbbb-0000-4000-8000-00000000000b",
+                             4 * (int64_t)GiB, 60};
+  c.gpus[2] =
+      (gf_grant_gpu){1, "GPU-cccccccc-0000-4000-8000-00000000000c", 0, 0};
   assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
                    0);
   assert_int_equal(gf_shim_config_parse(text, &sc, err, sizeof(err)), 0);
-  assert_int_equal(sc.memory[0], 8 * GiB);
-  assert_int_equal(sc.memory[1], 4 * GiB);
-  assert_int_equal(sc.memory[2], 0);
+  assert_int_equal(sc.nuuid, 2);
+  assert_string_equal(sc.uuid[0], "GPU-aaaaaaaa-0000-4000-8000-00000000000a");
+  assert_int_equal(sc.uuid_memory[0], 8 * GiB);
+  assert_string_equal(sc.uuid[1], "GPU-bbbbbbbb-0000-4000-8000-00000000000b");
+  assert_int_equal(sc.uuid_memory[1], 4 * GiB);
+  assert_null(strstr(text, "cccccccc"));
+  assert_null(strstr(text, "memory ="));
   assert_int_equal(sc.compute_pct, 30);
   assert_int_equal(sc.log_level, GF_SHIM_LOG_WARN);
 
@@ -597,6 +609,11 @@ static void test_shim_config(void **state) {
   c.gpus[0].compute_pct = 101;
   assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
                    GF_EINVAL);
+  /* A GPU name the interposer could not parse is refused here. */
+  c.gpus[0].compute_pct = 10;
+  snprintf(c.gpus[0].uuid, sizeof(c.gpus[0].uuid), "GPU-a");
+  assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
+                   GF_EINVAL);
 }
 
 static void test_prepare(void **state) {
@@ -605,7 +622,8 @@ static void test_prepare(void **state) {
   memset(&c, 0, sizeof(c));
   snprintf(c.name, sizeof(c.name), "web");
   c.ngpus = 1;
-  c.gpus[0] = (gf_grant_gpu){0, "GPU-x", 2 * (int64_t)GiB, 10};
+  c.gpus[0] = (gf_grant_gpu){0, "GPU-dddddddd-0000-4000-8000-00000000000d",
+                             2 * (int64_t)GiB, 10};
   gf_node_ctr_paths p;
   gf_diag d = {""};
   assert_int_equal(
@@ -625,7 +643,7 @@ static void test_prepare(void **state) {
   gf_shim_config sc;
   char err[256];
   assert_int_equal(gf_shim_config_parse(buf, &sc, err, sizeof(err)), 0);
-  assert_int_equal(sc.memory[0], 2 * GiB);
+  assert_int_equal(sc.uuid_memory[0], 2 * GiB);
   /* Unsafe names never reach a path. */
   static const char *const bad[] = {"..", "../etc", "a/b", ".hidden", ""};
   for (size_t i = 0; i < 5; i++) {

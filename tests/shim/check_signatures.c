@@ -14,5 +14,6 @@
 #define GF__CHECK(name, pfn, params, args)                                     \
   static pfn check_##name __attribute__((unused)) = (gf_cu_result(*) params)0;
 GF_SHIM_HOOKS(GF__CHECK)
+GF_SHIM_REAL(GF__CHECK)
 
 int main(void) { return 0; }

@@ -1,9 +1,20 @@
 /*
  * A fake libcuda.so.1 for testing the interposer without a GPU.  Device
  * memory is bookkeeping only (pointers are never dereferenced); totals come
- * from FAKE_CUDA_TOTAL (bytes, default 16 GiB).  Pitch is rounded to 1024
- * bytes, VMM granularity is 2 MiB, and cuGetProcAddress picks versioned and
- * per-thread-stream variants the way the real driver does.
+ * from FAKE_CUDA_TOTAL (bytes, default 16 GiB, one count for all devices).
+ * Pitch is rounded to 1024 bytes, VMM granularity is 2 MiB, and
+ * cuGetProcAddress picks versioned and per-thread-stream variants the way
+ * the real driver does.
+ *
+ * Devices: FAKE_CUDA_DEVICES of them (default 2); UUIDs from FAKE_CUDA_UUIDS
+ * ("GPU-...,GPU-..." in CUDA order), else GPU-fa4e0000-0000-4000-8000-
+ * 00000000000<i>.  Contexts carry their device; cuCtxGetDevice answers the
+ * calling thread's current one (device 0 when none).
+ *
+ * Pools: the default pool of each device and cuMemPoolCreate's keep freed
+ * memory; a pool reserves in FAKE_POOL_GRAN steps (default 2 MiB) when its
+ * free room is too small and gives memory back only at cuMemPoolTrimTo or
+ * cuMemPoolDestroy.  The device's usage counts what pools reserve.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -69,7 +80,17 @@ static void shared_sub(uint64_t bytes) {
   if (s)
     atomic_fetch_sub(&s->total, bytes);
 }
-static struct { uint64_t key, bytes; } live[MAXA];
+#define NDEV_MAX 8
+#define NPOOL 32
+/* Pools 0..NDEV_MAX-1 are the devices' default pools. */
+static struct fake_pool {
+  int in_use, dev;
+  uint64_t reserved, used;
+} pools[NPOOL];
+static struct {
+  uint64_t key, bytes;
+  int pool; /* pool index + 1, 0 = plain */
+} live[MAXA];
 static atomic_ulong launches;
 
 static uint64_t total(void) {
@@ -106,9 +127,15 @@ static gf_cu_result fake_free(uint64_t key) {
   gf_cu_result rc = CUDA_ERROR_INVALID_VALUE;
   for (int i = 0; i < MAXA; i++)
     if (live[i].key == key && key) {
-      used -= live[i].bytes;
-      shared_sub(live[i].bytes);
+      if (live[i].pool) { /* back into its pool, which keeps it */
+        struct fake_pool *p = &pools[live[i].pool - 1];
+        p->used -= p->used >= live[i].bytes ? live[i].bytes : p->used;
+      } else {
+        used -= live[i].bytes;
+        shared_sub(live[i].bytes);
+      }
       live[i].key = 0;
+      live[i].pool = 0;
       rc = CUDA_SUCCESS;
       break;
     }
@@ -116,15 +143,254 @@ static gf_cu_result fake_free(uint64_t key) {
   return rc;
 }
 
+static uint64_t pool_gran(void) {
+  const char *g = getenv("FAKE_POOL_GRAN");
+  uint64_t v = g ? strtoull(g, NULL, 10) : 0;
+  return v ? v : 2u << 20;
+}
+
+static int ndevices(void) {
+  const char *n = getenv("FAKE_CUDA_DEVICES");
+  int v = n ? atoi(n) : 2;
+  return v < 1 ? 1 : v > NDEV_MAX ? NDEV_MAX : v;
+}
+
+/* An allocation from pool index pi: grows the pool's reservation in
+ * granularity steps when its room is short. */
+static gf_cu_result pool_alloc(int pi, unsigned long long *key,
+                               uint64_t bytes) {
+  if (!key || !bytes || pi < 0 || pi >= NPOOL)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  struct fake_pool *p = &pools[pi];
+  gf_cu_result rc = CUDA_ERROR_OUT_OF_MEMORY;
+  uint64_t grow = 0, g = pool_gran();
+  if (p->used + bytes > p->reserved)
+    grow = (p->used + bytes - p->reserved + g - 1) / g * g;
+  if (used + grow <= total()) {
+    for (int i = 0; i < MAXA; i++)
+      if (!live[i].key) {
+        live[i].key = next_addr;
+        live[i].bytes = bytes;
+        live[i].pool = pi + 1;
+        *key = next_addr;
+        next_addr += (bytes + 4095) & ~4095ull;
+        used += grow;
+        shared_add(grow);
+        p->reserved += grow;
+        p->used += bytes;
+        p->in_use = 1;
+        rc = CUDA_SUCCESS;
+        break;
+      }
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int pool_of(CUmemoryPool pl) {
+  uintptr_t v = (uintptr_t)pl;
+  return v >= 0x5000 && v < 0x5000 + NPOOL ? (int)(v - 0x5000) : -1;
+}
+
+/* Contexts: 0xC000 + dev are primary, 0xD000 + 16 * n + dev created. */
+static __thread CUcontext current __attribute__((tls_model("initial-exec")));
+static unsigned created_n;
+static int prim_refs[NDEV_MAX];
+
+static int ctx_dev(CUcontext c) { return (int)((uintptr_t)c & 0xf); }
+
 FAKE_EXPORT gf_cu_result cuInit(unsigned int f) {
   return f ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuDeviceGetCount(int *n) {
-  *n = 2;
+  *n = ndevices();
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuCtxGetDevice(CUdevice *d) {
-  *d = 0;
+  *d = current ? ctx_dev(current) : 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuCtxSetCurrent(CUcontext c) {
+  current = c;
+  return CUDA_SUCCESS;
+}
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+FAKE_EXPORT gf_cu_result cuDeviceGetUuid_v2(CUuuid *u, CUdevice d) {
+  if (!u || d < 0 || d >= ndevices())
+    return CUDA_ERROR_INVALID_VALUE;
+  unsigned char b[16] = {0xfa, 0x4e, 0, 0, 0, 0, 0x40, 0,
+                         0x80, 0,    0, 0, 0, 0, 0,    (unsigned char)d};
+  const char *list = getenv("FAKE_CUDA_UUIDS");
+  for (int i = 0; list && i < d; i++) {
+    list = strchr(list, ',');
+    list = list ? list + 1 : NULL;
+  }
+  if (list && strncmp(list, "GPU-", 4) == 0) {
+    const char *p = list + 4;
+    for (int n = 0; n < 16; p++) {
+      if (*p == '-')
+        continue;
+      int hi = hexval(p[0]), lo = hi < 0 ? -1 : hexval(p[1]);
+      if (hi < 0 || lo < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+      b[n++] = (unsigned char)(hi * 16 + lo);
+      p++;
+    }
+  }
+  memcpy(u->bytes, b, 16);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuDeviceGetUuid(CUuuid *u, CUdevice d) {
+  return cuDeviceGetUuid_v2(u, d);
+}
+FAKE_EXPORT gf_cu_result cuDeviceGetAttribute(int *v, CUdevice_attribute a,
+                                              CUdevice d) {
+  if (!v || d < 0 || d >= ndevices())
+    return CUDA_ERROR_INVALID_VALUE;
+  *v = a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT            ? 132
+       : a == CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR ? 32
+                                                                : 0;
+  return CUDA_SUCCESS;
+}
+
+static gf_cu_result ctx_new(CUcontext *c, CUdevice d) {
+  if (!c || d < 0 || d >= ndevices())
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  *c = (CUcontext)(uintptr_t)(0xD000 + 16 * (++created_n) + (unsigned)d);
+  pthread_mutex_unlock(&lock);
+  current = *c;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuCtxCreate_v2(CUcontext *c, unsigned int f,
+                                        CUdevice d) {
+  (void)f;
+  return ctx_new(c, d);
+}
+FAKE_EXPORT gf_cu_result cuCtxCreate_v3(CUcontext *c, CUexecAffinityParam *p,
+                                        int n, unsigned int f, CUdevice d) {
+  (void)p;
+  (void)n;
+  (void)f;
+  return ctx_new(c, d);
+}
+FAKE_EXPORT gf_cu_result cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p,
+                                        unsigned int f, CUdevice d) {
+  (void)p;
+  (void)f;
+  return ctx_new(c, d);
+}
+FAKE_EXPORT gf_cu_result cuCtxDestroy_v2(CUcontext c) {
+  if ((uintptr_t)c < 0xD010)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (current == c)
+    current = NULL;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+  if (!c || d < 0 || d >= ndevices())
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  prim_refs[d]++;
+  pthread_mutex_unlock(&lock);
+  *c = (CUcontext)(uintptr_t)(0xC000 + (unsigned)d);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  if (d < 0 || d >= ndevices())
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  gf_cu_result rc = prim_refs[d] ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (prim_refs[d])
+    prim_refs[d]--;
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxReset_v2(CUdevice d) {
+  if (d < 0 || d >= ndevices())
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  prim_refs[d] = 0;
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT gf_cu_result cuDeviceGetMemPool(CUmemoryPool *pl, CUdevice d) {
+  if (!pl || d < 0 || d >= ndevices())
+    return CUDA_ERROR_INVALID_VALUE;
+  *pl = (CUmemoryPool)(uintptr_t)(0x5000 + (unsigned)d);
+  return CUDA_SUCCESS;
+}
+/* props are not read: the pool is on the current device. */
+FAKE_EXPORT gf_cu_result cuMemPoolCreate(CUmemoryPool *pl, const void *props) {
+  (void)props;
+  if (!pl)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  gf_cu_result rc = CUDA_ERROR_OUT_OF_MEMORY;
+  for (int i = NDEV_MAX; i < NPOOL; i++)
+    if (!pools[i].in_use) {
+      pools[i] = (struct fake_pool){1, current ? ctx_dev(current) : 0, 0, 0};
+      *pl = (CUmemoryPool)(uintptr_t)(0x5000 + (unsigned)i);
+      rc = CUDA_SUCCESS;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+FAKE_EXPORT gf_cu_result cuMemPoolGetAttribute(CUmemoryPool pl,
+                                               CUmemPool_attribute a, void *v) {
+  int pi = pool_of(pl);
+  if (pi < 0 || !v)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  gf_cu_result rc = CUDA_SUCCESS;
+  if (a == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    *(cuuint64_t *)v = pools[pi].reserved;
+  else if (a == CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+    *(cuuint64_t *)v = pools[pi].used;
+  else
+    rc = CUDA_ERROR_NOT_SUPPORTED;
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+/* Gives back reserved memory down to keep, never below what is in use
+ * (rounded up to the granularity). */
+FAKE_EXPORT gf_cu_result cuMemPoolTrimTo(CUmemoryPool pl, size_t keep) {
+  int pi = pool_of(pl);
+  if (pi < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  struct fake_pool *p = &pools[pi];
+  uint64_t g = pool_gran();
+  uint64_t floor = (p->used + g - 1) / g * g, k = (keep + g - 1) / g * g;
+  uint64_t to = floor > k ? floor : k;
+  if (to < p->reserved) {
+    used -= p->reserved - to;
+    shared_sub(p->reserved - to);
+    p->reserved = to;
+  }
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuMemPoolDestroy(CUmemoryPool pl) {
+  int pi = pool_of(pl);
+  if (pi < NDEV_MAX) /* default pools cannot be destroyed */
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  struct fake_pool *p = &pools[pi];
+  used -= p->reserved;
+  shared_sub(p->reserved);
+  *p = (struct fake_pool){0, 0, 0, 0};
+  pthread_mutex_unlock(&lock);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuMemAlloc_v2(CUdeviceptr *p, size_t b) {
@@ -150,25 +416,24 @@ FAKE_EXPORT gf_cu_result cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch,
 FAKE_EXPORT gf_cu_result cuMemFree_v2(CUdeviceptr p) { return fake_free(p); }
 FAKE_EXPORT gf_cu_result cuMemAllocAsync(CUdeviceptr *p, size_t b, CUstream s) {
   (void)s;
-  return fake_alloc(p, b);
+  return pool_alloc(current ? ctx_dev(current) : 0, p, b);
 }
+/* Not cuMemAllocAsync itself: the interposer would see that call too. */
 FAKE_EXPORT gf_cu_result cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t b,
                                               CUstream s) {
   (void)s;
-  return fake_alloc(p, b);
+  return pool_alloc(current ? ctx_dev(current) : 0, p, b);
 }
 FAKE_EXPORT gf_cu_result cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t b,
                                                  CUmemoryPool pl, CUstream s) {
-  (void)pl;
   (void)s;
-  return fake_alloc(p, b);
+  return pool_alloc(pool_of(pl), p, b);
 }
 FAKE_EXPORT gf_cu_result cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t b,
                                                       CUmemoryPool pl,
                                                       CUstream s) {
-  (void)pl;
   (void)s;
-  return fake_alloc(p, b);
+  return pool_alloc(pool_of(pl), p, b);
 }
 FAKE_EXPORT gf_cu_result cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   (void)s;
@@ -324,6 +589,23 @@ static const struct variant {
     {"cuGraphLaunch", 10000, 0, (void *)cuGraphLaunch},
     {"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice},
     {"cuDeviceGetCount", 2000, 0, (void *)cuDeviceGetCount},
+    {"cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent},
+    {"cuDeviceGetUuid", 9020, 0, (void *)cuDeviceGetUuid},
+    {"cuDeviceGetUuid", 11040, 0, (void *)cuDeviceGetUuid_v2},
+    {"cuDeviceGetAttribute", 2000, 0, (void *)cuDeviceGetAttribute},
+    {"cuCtxCreate", 3020, 0, (void *)cuCtxCreate_v2},
+    {"cuCtxCreate", 11040, 0, (void *)cuCtxCreate_v3},
+    {"cuCtxCreate", 12050, 0, (void *)cuCtxCreate_v4},
+    {"cuCtxDestroy", 4000, 0, (void *)cuCtxDestroy_v2},
+    {"cuDevicePrimaryCtxRetain", 7000, 0, (void *)cuDevicePrimaryCtxRetain},
+    {"cuDevicePrimaryCtxRelease", 11000, 0,
+     (void *)cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxReset", 11000, 0, (void *)cuDevicePrimaryCtxReset_v2},
+    {"cuDeviceGetMemPool", 11020, 0, (void *)cuDeviceGetMemPool},
+    {"cuMemPoolCreate", 11020, 0, (void *)cuMemPoolCreate},
+    {"cuMemPoolGetAttribute", 11020, 0, (void *)cuMemPoolGetAttribute},
+    {"cuMemPoolTrimTo", 11020, 0, (void *)cuMemPoolTrimTo},
+    {"cuMemPoolDestroy", 11020, 0, (void *)cuMemPoolDestroy},
 };
 
 static gf_cu_result lookup(const char *sym, void **pfn, int ver,

@@ -48,7 +48,28 @@ static struct fns {
   gf_cu_result (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                          unsigned, unsigned, unsigned, CUstream, void **,
                          void **);
+  gf_cu_result (*retain)(CUcontext *, CUdevice);
+  gf_cu_result (*prim_release)(CUdevice);
+  gf_cu_result (*reset)(CUdevice);
+  gf_cu_result (*set_current)(CUcontext);
+  gf_cu_result (*create2)(CUcontext *, unsigned int, CUdevice);
+  gf_cu_result (*create3)(CUcontext *, CUexecAffinityParam *, int, unsigned int,
+                          CUdevice);
+  gf_cu_result (*create4)(CUcontext *, CUctxCreateParams *, unsigned int,
+                          CUdevice);
+  gf_cu_result (*destroy)(CUcontext);
+  gf_cu_result (*get_pool)(CUmemoryPool *, CUdevice);
+  gf_cu_result (*pool_create)(CUmemoryPool *, const void *);
+  gf_cu_result (*trim)(CUmemoryPool, size_t);
+  gf_cu_result (*pool_destroy)(CUmemoryPool);
 } F;
+
+#ifdef PROBE_LINKED
+/* Not in the hook table: declared here for linking. */
+gf_cu_result cuCtxSetCurrent(CUcontext c);
+gf_cu_result cuDeviceGetMemPool(CUmemoryPool *pl, CUdevice d);
+gf_cu_result cuMemPoolCreate(CUmemoryPool *pl, const void *props);
+#endif
 
 static int failures;
 #define CHECK(cond, ...)                                                       \
@@ -84,6 +105,18 @@ static void load(const char *how) {
   F.info = cuMemGetInfo_v2;
   F.total = cuDeviceTotalMem_v2;
   F.launch = cuLaunchKernel;
+  F.retain = cuDevicePrimaryCtxRetain;
+  F.prim_release = cuDevicePrimaryCtxRelease_v2;
+  F.reset = cuDevicePrimaryCtxReset_v2;
+  F.set_current = cuCtxSetCurrent;
+  F.create2 = cuCtxCreate_v2;
+  F.create3 = cuCtxCreate_v3;
+  F.create4 = cuCtxCreate_v4;
+  F.destroy = cuCtxDestroy_v2;
+  F.get_pool = cuDeviceGetMemPool;
+  F.pool_create = cuMemPoolCreate;
+  F.trim = cuMemPoolTrimTo;
+  F.pool_destroy = cuMemPoolDestroy;
 }
 #else
 static void load(const char *how) {
@@ -123,6 +156,19 @@ static void load(const char *how) {
     GPA(total, "cuDeviceTotalMem");
     gpa("cuLaunchKernel", (void **)&F.launch, 12000,
         CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+    GPA(retain, "cuDevicePrimaryCtxRetain");
+    GPA(prim_release, "cuDevicePrimaryCtxRelease");
+    GPA(reset, "cuDevicePrimaryCtxReset");
+    GPA(set_current, "cuCtxSetCurrent");
+    /* The variant follows the version asked, as the runtime's does. */
+    gpa("cuCtxCreate", (void **)&F.create2, 3020, 0, &st);
+    gpa("cuCtxCreate", (void **)&F.create3, 11040, 0, &st);
+    gpa("cuCtxCreate", (void **)&F.create4, 12050, 0, &st);
+    GPA(destroy, "cuCtxDestroy");
+    GPA(get_pool, "cuDeviceGetMemPool");
+    GPA(pool_create, "cuMemPoolCreate");
+    GPA(trim, "cuMemPoolTrimTo");
+    GPA(pool_destroy, "cuMemPoolDestroy");
 #undef GPA
   } else {
 #define SYM(field, name) *(void **)&F.field = dlsym(h, name)
@@ -144,6 +190,18 @@ static void load(const char *how) {
     SYM(info, "cuMemGetInfo_v2");
     SYM(total, "cuDeviceTotalMem_v2");
     SYM(launch, "cuLaunchKernel");
+    SYM(retain, "cuDevicePrimaryCtxRetain");
+    SYM(prim_release, "cuDevicePrimaryCtxRelease_v2");
+    SYM(reset, "cuDevicePrimaryCtxReset_v2");
+    SYM(set_current, "cuCtxSetCurrent");
+    SYM(create2, "cuCtxCreate_v2");
+    SYM(create3, "cuCtxCreate_v3");
+    SYM(create4, "cuCtxCreate_v4");
+    SYM(destroy, "cuCtxDestroy_v2");
+    SYM(get_pool, "cuDeviceGetMemPool");
+    SYM(pool_create, "cuMemPoolCreate");
+    SYM(trim, "cuMemPoolTrimTo");
+    SYM(pool_destroy, "cuMemPoolDestroy");
 #undef SYM
   }
   void **all = (void **)&F;
@@ -213,20 +271,25 @@ static void limits(void) {
   CHECK(F.managed(&a, 300 * MIB, CU_MEM_ATTACH_GLOBAL) == CUDA_SUCCESS &&
             used_now(L) == 300 * MIB,
         "managed 300Mi charged");
+  /* The fake's pools reserve in 2 MiB steps: 300 MiB is exact. */
+  CUmemoryPool pl = NULL;
+  CHECK(F.get_pool(&pl, 0) == CUDA_SUCCESS, "the device's pool");
   CHECK(F.async(&b, 300 * MIB, NULL) == CUDA_SUCCESS &&
             used_now(L) == 600 * MIB,
         "async 300Mi charged");
-  CHECK(F.pool(&c, 300 * MIB, NULL, NULL) == CUDA_SUCCESS &&
+  CHECK(F.pool(&c, 300 * MIB, pl, NULL) == CUDA_SUCCESS &&
             used_now(L) == 900 * MIB,
         "pool 300Mi charged");
   CUdeviceptr d;
-  CHECK(F.pool(&d, 300 * MIB, NULL, NULL) == CUDA_ERROR_OUT_OF_MEMORY &&
+  CHECK(F.pool(&d, 300 * MIB, pl, NULL) == CUDA_ERROR_OUT_OF_MEMORY &&
             used_now(L) == 900 * MIB,
         "pool over the limit: OOM");
   CHECK(F.free_async(b, NULL) == CUDA_SUCCESS &&
             F.free_async(c, NULL) == CUDA_SUCCESS && F.free_(a) == 0 &&
-            used_now(L) == 0,
-        "async frees give it all back");
+            used_now(L) == 600 * MIB,
+        "async frees: the pool keeps its 600Mi, still charged");
+  CHECK(F.trim(pl, 0) == CUDA_SUCCESS && used_now(L) == 0,
+        "pool trimmed: all given back");
 
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof(prop));
@@ -265,6 +328,109 @@ static void limits(void) {
         "mipmapped array destroyed, usage 0");
   CHECK(F.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS,
         "a launch passes through");
+}
+
+/* Context overhead, GPUFRAC_CONTEXT_OVERHEAD = 100Mi, limit 1Gi: charged
+ * once per primary context however often retained, once per created
+ * context, given back at the last release, reset and destroy. */
+static void contexts(void) {
+  const size_t L = 1024 * MIB, O = 100 * MIB;
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUcontext p1, p2, c2, c3, c4, x;
+  CHECK(used_now(L) == 0, "no context: nothing charged");
+  CHECK(F.retain(&p1, 0) == CUDA_SUCCESS && used_now(L) == O,
+        "primary context retained: 100Mi charged (%zu)", used_now(L));
+  CHECK(F.retain(&p2, 0) == CUDA_SUCCESS && used_now(L) == O,
+        "retained again: still charged once");
+  F.set_current(p1);
+  CHECK(F.create2(&c2, 0, 0) == CUDA_SUCCESS && used_now(L) == 2 * O,
+        "cuCtxCreate_v2 charged");
+  CHECK(F.create3(&c3, NULL, 0, 0, 0) == CUDA_SUCCESS && used_now(L) == 3 * O,
+        "cuCtxCreate_v3 charged");
+  CHECK(F.create4(&c4, NULL, 0, 0) == CUDA_SUCCESS && used_now(L) == 4 * O,
+        "cuCtxCreate_v4 charged");
+  F.set_current(p1);
+  CUdeviceptr a, b;
+  CHECK(F.alloc(&a, L - 4 * O) == CUDA_SUCCESS, "alloc what is left");
+  CHECK(F.create2(&x, 0, 0) == CUDA_ERROR_OUT_OF_MEMORY && used_now(L) == L,
+        "one more context: out of memory, nothing charged");
+  CHECK(F.free_(a) == CUDA_SUCCESS, "free");
+  CHECK(F.destroy(c2) == CUDA_SUCCESS && F.destroy(c3) == CUDA_SUCCESS &&
+            F.destroy(c4) == CUDA_SUCCESS && used_now(L) == O,
+        "created contexts destroyed: their charges given back");
+  F.set_current(p1);
+  CHECK(F.prim_release(0) == CUDA_SUCCESS && used_now(L) == O,
+        "first release: one reference left, still charged");
+  CHECK(F.prim_release(0) == CUDA_SUCCESS && used_now(L) == 0,
+        "last release: given back");
+  CHECK(F.retain(&p1, 0) == CUDA_SUCCESS && F.retain(&p1, 0) == CUDA_SUCCESS &&
+            used_now(L) == O,
+        "retained twice again: charged once");
+  CHECK(F.reset(0) == CUDA_SUCCESS && used_now(L) == 0, "reset: given back");
+  CHECK(F.alloc(&b, L) == CUDA_SUCCESS &&
+            F.retain(&p1, 0) == CUDA_ERROR_OUT_OF_MEMORY && used_now(L) == L,
+        "no room for the primary context: out of memory");
+  CHECK(F.free_(b) == CUDA_SUCCESS && used_now(L) == 0, "usage ends at 0");
+}
+
+/* Pools charged by what they reserve.  FAKE_POOL_GRAN = 32Mi, limit 1Gi,
+ * no context overhead. */
+static void pools(void) {
+  const size_t L = 1024 * MIB;
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUmemoryPool def, mine, other;
+  CHECK(F.get_pool(&def, 0) == CUDA_SUCCESS, "the device's default pool");
+  CUdeviceptr a, b, c, d;
+  CHECK(F.async(&a, 1 * MIB, NULL) == CUDA_SUCCESS && used_now(L) == 32 * MIB,
+        "async 1Mi: the pool reserved 32Mi, 32Mi charged (%zu)", used_now(L));
+  CHECK(F.free_async(a, NULL) == CUDA_SUCCESS && used_now(L) == 32 * MIB,
+        "freed: the pool keeps it, still 32Mi");
+  CHECK(F.async(&a, 20 * MIB, NULL) == CUDA_SUCCESS && used_now(L) == 32 * MIB,
+        "async 20Mi from the pool's room: still 32Mi");
+  CHECK(F.async(&b, 20 * MIB, NULL) == CUDA_SUCCESS && used_now(L) == 64 * MIB,
+        "async 20Mi more: the pool grew one step, 64Mi");
+  CHECK(F.free_async(a, NULL) == CUDA_SUCCESS &&
+            F.free_async(b, NULL) == CUDA_SUCCESS &&
+            F.trim(def, 0) == CUDA_SUCCESS && used_now(L) == 0,
+        "freed and trimmed: 0");
+  CHECK(F.pool_create(&mine, NULL) == CUDA_SUCCESS, "cuMemPoolCreate");
+  CHECK(F.pool(&a, 300 * MIB, mine, NULL) == CUDA_SUCCESS &&
+            used_now(L) == 320 * MIB,
+        "pool alloc 300Mi: 320Mi reserved and charged");
+  CHECK(F.free_async(a, NULL) == CUDA_SUCCESS && used_now(L) == 320 * MIB,
+        "freed: still 320Mi");
+  CHECK(F.async(&b, 700 * MIB, NULL) == CUDA_SUCCESS && used_now(L) == L,
+        "async 700Mi: 704Mi reserved, exactly at the limit");
+  CHECK(F.alloc(&c, 1) == CUDA_ERROR_OUT_OF_MEMORY, "one byte more: OOM");
+  CHECK(F.pool(&a, 300 * MIB, mine, NULL) == CUDA_SUCCESS && used_now(L) == L,
+        "at the limit, 300Mi from a pool that has the room: allowed");
+  CHECK(F.pool(&c, 30 * MIB, mine, NULL) == CUDA_ERROR_OUT_OF_MEMORY &&
+            used_now(L) == L,
+        "30Mi more from it would grow it: OOM");
+  CHECK(F.free_async(a, NULL) == CUDA_SUCCESS &&
+            F.pool_destroy(mine) == CUDA_SUCCESS && used_now(L) == 704 * MIB,
+        "pool destroyed: its 320Mi given back");
+  CHECK(F.free_async(b, NULL) == CUDA_SUCCESS &&
+            F.trim(def, 0) == CUDA_SUCCESS && used_now(L) == 0,
+        "default pool trimmed: 0");
+  /* Growth past what was held: 10Mi plain, then 1000Mi async fits as
+   * asked but the pool reserves 1024Mi. */
+  CHECK(F.alloc(&c, 10 * MIB) == CUDA_SUCCESS, "alloc 10Mi");
+  CHECK(F.async(&a, 1000 * MIB, NULL) == CUDA_ERROR_OUT_OF_MEMORY &&
+            used_now(L) == L,
+        "async 1000Mi grows the pool past the limit: undone, OOM; the "
+        "growth stays charged");
+  CHECK(F.trim(def, 0) == CUDA_SUCCESS && used_now(L) == 10 * MIB,
+        "trimmed: back to the 10Mi");
+  /* A destroyed pool with a live allocation stays charged until it is
+   * freed. */
+  CHECK(F.pool_create(&other, NULL) == CUDA_SUCCESS &&
+            F.pool(&d, 64 * MIB, other, NULL) == CUDA_SUCCESS &&
+            F.pool_destroy(other) == CUDA_SUCCESS && used_now(L) == 74 * MIB,
+        "pool destroyed with a live allocation: still charged");
+  CHECK(F.free_async(d, NULL) == CUDA_SUCCESS && used_now(L) == 10 * MIB,
+        "its last allocation freed: given back");
+  CHECK(F.free_(c) == CUDA_SUCCESS && used_now(L) == 0, "usage ends at 0");
 }
 
 #ifndef PROBE_LINKED
@@ -398,6 +564,134 @@ static void killer(int rounds, const char *path) {
   CHECK(gf_region_used(r, 0) == 0, "usage ends at 0");
 }
 
+/* Limits by GPU UUID.  The config names GPU-b (512Mi) then GPU-a (256Mi);
+ * this process sees them in the order FAKE_CUDA_UUIDS gives, lim0 and lim1
+ * MiB for CUDA devices 0 and 1; NVML numbers them the other way round.  The
+ * region counts them by the config's order, whatever CUDA's. */
+static void uuids(const char *path, size_t lim0, size_t lim1) {
+  lim0 *= MIB;
+  lim1 *= MIB;
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUcontext c0, c1;
+  size_t f, t, tot0, tot1;
+  CHECK(F.retain(&c0, 0) == CUDA_SUCCESS && F.retain(&c1, 1) == CUDA_SUCCESS,
+        "primary contexts");
+  CHECK(F.total(&tot0, 0) == CUDA_SUCCESS && tot0 == lim0 &&
+            F.total(&tot1, 1) == CUDA_SUCCESS && tot1 == lim1,
+        "cuDeviceTotalMem by UUID: %zu, %zu", tot0, tot1);
+  F.set_current(c0);
+  CUdeviceptr a, b, x;
+  CHECK(F.info(&f, &t) == CUDA_SUCCESS && t == lim0 && f == lim0,
+        "device 0: cuMemGetInfo total %zu", t);
+  CHECK(F.alloc(&a, lim0) == CUDA_SUCCESS &&
+            F.alloc(&x, 1) == CUDA_ERROR_OUT_OF_MEMORY,
+        "device 0: its limit exactly, one byte more OOM");
+  F.set_current(c1);
+  CHECK(F.info(&f, &t) == CUDA_SUCCESS && t == lim1 && f == lim1,
+        "device 1: cuMemGetInfo total %zu free %zu", t, f);
+  CHECK(F.alloc(&b, lim1) == CUDA_SUCCESS &&
+            F.alloc(&x, 1) == CUDA_ERROR_OUT_OF_MEMORY,
+        "device 1: its limit exactly, one byte more OOM");
+  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
+  nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
+  *(void **)&get = dlsym(h, "nvmlDeviceGetMemoryInfo");
+  *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+  nvmlDevice_t n0, n1;
+  nvmlMemory_t m0, m1;
+  byidx(0, &n0);
+  byidx(1, &n1);
+  CHECK(get(n0, &m0) == 0 && m0.total == lim1 && m0.used == lim1 &&
+            get(n1, &m1) == 0 && m1.total == lim0 && m1.used == lim0,
+        "NVML (the other order) maps by UUID: %llu, %llu", m0.total, m1.total);
+  gf_region *r = open_region(path);
+  CHECK(strcmp(r->uuid[0], "GPU-bbbbbbbb-0000-4000-8000-00000000000b") == 0 &&
+            gf_region_used(r, 0) == 512 * MIB &&
+            gf_region_used(r, 1) == 256 * MIB,
+        "region: GPU-b at index 0 (%llu), GPU-a at 1 (%llu)",
+        (unsigned long long)gf_region_used(r, 0),
+        (unsigned long long)gf_region_used(r, 1));
+  CHECK(F.free_(a) == CUDA_SUCCESS && F.free_(b) == CUDA_SUCCESS &&
+            gf_region_used(r, 0) == 0 && gf_region_used(r, 1) == 0,
+        "usage ends at 0");
+}
+
+/* nvmlDevice*RunningProcesses: this container's processes only, with the
+ * region's usage.  This process holds 100Mi on device 0, a forked child
+ * 50Mi; the fake NVML's own answer (a foreign pid) must never show. */
+static void nvml_procs(void) {
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUdeviceptr a, b;
+  CHECK(F.alloc(&a, 100 * MIB) == CUDA_SUCCESS, "alloc 100Mi");
+  int up[2], down[2];
+  if (pipe(up) || pipe(down))
+    exit(2);
+  pid_t kid = fork();
+  if (kid == 0) {
+    char c = F.alloc(&b, 50 * MIB) == CUDA_SUCCESS ? 'y' : 'n';
+    if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1)
+      _exit(1);
+    F.free_(b);
+    _exit(0);
+  }
+  char c = 'n';
+  CHECK(read(up[0], &c, 1) == 1 && c == 'y', "child allocated 50Mi");
+  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  typedef nvmlReturn_t (*v1_fn)(nvmlDevice_t, unsigned *,
+                                nvmlProcessInfo_v1_t *);
+  typedef nvmlReturn_t (*v2_fn)(nvmlDevice_t, unsigned *,
+                                nvmlProcessInfo_v2_t *);
+  v1_fn p1;
+  v2_fn p3, g3;
+  nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
+  *(void **)&p1 = dlsym(h, "nvmlDeviceGetComputeRunningProcesses");
+  *(void **)&p3 = dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+  *(void **)&g3 = dlsym(h, "nvmlDeviceGetGraphicsRunningProcesses_v3");
+  *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+  nvmlDevice_t d0, d1;
+  byidx(0, &d0);
+  byidx(1, &d1);
+  unsigned n = 0;
+  CHECK(p3(d0, &n, NULL) == GF_NVML_ERROR_INSUFFICIENT_SIZE && n == 2,
+        "count 0: INSUFFICIENT_SIZE, 2 needed (%u)", n);
+  nvmlProcessInfo_v2_t v2[4];
+  n = 1;
+  CHECK(p3(d0, &n, v2) == GF_NVML_ERROR_INSUFFICIENT_SIZE && n == 2,
+        "count 1: INSUFFICIENT_SIZE, 2 needed");
+  n = 4;
+  memset(v2, 0, sizeof(v2));
+  CHECK(p3(d0, &n, v2) == 0 && n == 2, "v3: 2 processes");
+  int me = -1, kidi = -1;
+  for (int i = 0; i < 2; i++) {
+    if (v2[i].pid == (unsigned)getpid())
+      me = i;
+    if (v2[i].pid == (unsigned)kid)
+      kidi = i;
+  }
+  CHECK(me >= 0 && kidi >= 0 && v2[me].usedGpuMemory == 100 * MIB &&
+            v2[kidi].usedGpuMemory == 50 * MIB &&
+            v2[me].gpuInstanceId == GF_NVML_VALUE_NOT_AVAILABLE &&
+            v2[kidi].computeInstanceId == GF_NVML_VALUE_NOT_AVAILABLE,
+        "v3: our pid with 100Mi, the child's with 50Mi");
+  nvmlProcessInfo_v1_t v1[2];
+  n = 2;
+  CHECK(p1(d0, &n, v1) == 0 && n == 2 &&
+            v1[0].usedGpuMemory + v1[1].usedGpuMemory == 150 * MIB &&
+            v1[0].pid != 4242424 && v1[1].pid != 4242424,
+        "v1 layout: the same two, no foreign pid");
+  n = 4;
+  CHECK(p3(d1, &n, v2) == 0 && n == 0, "device 1: no processes");
+  n = 4;
+  CHECK(g3(d0, &n, v2) == 0 && n == 0, "graphics: none");
+  if (write(down[1], &c, 1) != 1)
+    exit(2);
+  int st;
+  waitpid(kid, &st, 0);
+  F.free_(a);
+  n = 4;
+  CHECK(p3(d0, &n, v2) == 0 && n == 0, "all freed: none");
+}
+
 static void launches(int seconds) {
   F.init(0);
   long n = 0;
@@ -442,6 +736,10 @@ int main(int argc, char **argv) {
   load("linked");
   if (argc > 1 && strcmp(argv[1], "limits") == 0)
     limits();
+  if (argc > 1 && strcmp(argv[1], "contexts") == 0)
+    contexts();
+  if (argc > 1 && strcmp(argv[1], "pools") == 0)
+    pools();
   (void)argv;
 #else
   if (argc < 2)
@@ -458,9 +756,21 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "nvml") == 0) {
     load("dlopen");
     nvml();
+  } else if (strcmp(argv[1], "procs") == 0) {
+    load("dlopen");
+    nvml_procs();
+  } else if (strcmp(argv[1], "uuid") == 0 && argc == 6) {
+    load(argv[2]);
+    uuids(argv[3], (size_t)atoi(argv[4]), (size_t)atoi(argv[5]));
   } else if (argc == 3 && strcmp(argv[2], "limits") == 0) {
     load(argv[1]);
     limits();
+  } else if (argc == 3 && strcmp(argv[2], "contexts") == 0) {
+    load(argv[1]);
+    contexts();
+  } else if (argc == 3 && strcmp(argv[2], "pools") == 0) {
+    load(argv[1]);
+    pools();
   } else {
     return 2;
   }

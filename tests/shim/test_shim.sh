@@ -20,7 +20,8 @@ run() { # name expect-rc -- env/cmd...
 }
 
 base=(LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1")
-lim=(GPUFRAC_GPU_MEMORY=1Gi)
+# The limits scenario counts no context overhead (its own scenario does).
+lim=(GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0)
 unset GPUFRAC_CONFIG
 
 # Limits on every path, reaching the driver three ways.
@@ -28,6 +29,40 @@ run linked-limits   0 -- "${base[@]}" "${lim[@]}" "$PROBE_LINKED" limits
 run dlopen-limits   0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" dlopen limits
 run procaddr-limits 0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" procaddr limits
 run nvml-view       0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" nvml
+
+# Context overhead (100Mi a context) and pools charged by their reservation
+# (the fake reserves in 32Mi steps), three ways each.
+ctx=(GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=100Mi)
+pool=(GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 FAKE_POOL_GRAN=33554432)
+run linked-contexts   0 -- "${base[@]}" "${ctx[@]}" "$PROBE_LINKED" contexts
+run dlopen-contexts   0 -- "${base[@]}" "${ctx[@]}" "$PROBE_DL" dlopen contexts
+run procaddr-contexts 0 -- "${base[@]}" "${ctx[@]}" "$PROBE_DL" procaddr contexts
+run linked-pools      0 -- "${base[@]}" "${pool[@]}" "$PROBE_LINKED" pools
+run dlopen-pools      0 -- "${base[@]}" "${pool[@]}" "$PROBE_DL" dlopen pools
+run procaddr-pools    0 -- "${base[@]}" "${pool[@]}" "$PROBE_DL" procaddr pools
+# Without the interposer these checks fail.
+run contexts-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" contexts
+run pools-without-shim    1 -- LD_LIBRARY_PATH="$FAKE_DIR" FAKE_POOL_GRAN=33554432 "$PROBE_LINKED" pools
+
+# Limits by GPU UUID; CUDA order a,b then b,a (NVML the other way round);
+# a UUID no device has is ignored with one log line.
+ua=GPU-aaaaaaaa-0000-4000-8000-00000000000a ub=GPU-bbbbbbbb-0000-4000-8000-00000000000b
+printf 'memory.%s = 512Mi\nmemory.%s = 256Mi\nmemory.GPU-cccccccc-0000-4000-8000-00000000000c = 1Gi\ncontext_overhead = 0\nregion = %s/u1\n' \
+  "${ub^^}" "$ua" "$tmp" >"$tmp/u1.conf"
+sed "s#$tmp/u1#$tmp/u2#" "$tmp/u1.conf" >"$tmp/u2.conf"
+run uuid-limits     0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/u1.conf" FAKE_CUDA_UUIDS="$ua,$ub" FAKE_NVML_REVERSE=1 \
+    "$PROBE_DL" uuid dlopen "$tmp/u1" 256 512
+[ "$(grep -c 'memory.GPU-cccccccc-0000-4000-8000-00000000000c: no visible device has this UUID; ignored' "$tmp/out")" = 1 ] &&
+  { echo "ok   uuid-unknown-logged-once"; pass=$((pass + 1)); } ||
+  { echo "FAIL uuid-unknown-logged-once"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+run uuid-other-order 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/u2.conf" FAKE_CUDA_UUIDS="$ub,$ua" FAKE_NVML_REVERSE=1 \
+    "$PROBE_DL" uuid procaddr "$tmp/u2" 512 256
+
+# NVML process lists: the container's processes from its region.
+printf 'memory = 1Gi\ncontext_overhead = 0\nregion = %s/p1\n' "$tmp" >"$tmp/p1.conf"
+run nvml-procs      0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/p1.conf" "$PROBE_DL" procs
+run nvml-procs-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
+    LD_PRELOAD="$SHIM" GPUFRAC_DISABLE=1 "$PROBE_DL" procs
 
 # The same program without the interposer sees the whole fake GPU: the
 # first check (total == 1 GiB) must fail, proving the checks can fail.
@@ -43,7 +78,7 @@ grep -q "refusing device memory" "$tmp/out" && { echo "ok   bad-config-logs"; pa
   { echo "FAIL bad-config-logs"; fail=$((fail + 1)); }
 
 # Config file with a shared region.
-printf 'version = 1\nmemory = 1Gi\nregion = %s/r1\n' "$tmp" >"$tmp/good.conf"
+printf 'version = 1\nmemory = 1Gi\ncontext_overhead = 0\nregion = %s/r1\n' "$tmp" >"$tmp/good.conf"
 run config-file     0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/good.conf" "$PROBE_DL" dlopen limits
 
 # A corrupt region (bad magic): refuse, log, no crash.
@@ -71,7 +106,7 @@ grep -q "bad magic" "$tmp/out" && { echo "ok   inspect-bad-says-why"; pass=$((pa
   { echo "FAIL inspect-bad-says-why"; fail=$((fail + 1)); }
 
 # gpufrac run: the same limits without Kubernetes.
-run gpufrac-run 0 -- GPUFRAC_SHIM="$SHIM" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
+run gpufrac-run 0 -- GPUFRAC_SHIM="$SHIM" GPUFRAC_CONTEXT_OVERHEAD=0 GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
     LD_LIBRARY_PATH="$FAKE_DIR" "$GPUFRAC" run --gpu-memory 1Gi -- "$PROBE_LINKED" limits
 run gpufrac-run-exit 3 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 50 -- sh -c 'exit 3'
 run gpufrac-run-bad 2 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 101 -- true
@@ -80,7 +115,7 @@ run gpufrac-run-bad 2 -- GPUFRAC_SHIM="$SHIM" "$GPUFRAC" run --gpu-compute 101 -
 # GPUFRAC_DISABLE nor another GPUFRAC_CONFIG nor GPUFRAC_GPU_MEMORY lifts the
 # 1 GiB limit.
 mkdir -p "$(dirname "$SYSTEM_CONF")"
-printf 'memory = 1Gi\nlibcuda = %s/libcuda.so.1\n' "$FAKE_DIR" >"$SYSTEM_CONF"
+printf 'memory = 1Gi\ncontext_overhead = 0\nlibcuda = %s/libcuda.so.1\n' "$FAKE_DIR" >"$SYSTEM_CONF"
 printf 'memory = 64Gi\n' >"$tmp/loose.conf"
 run system-config-wins 0 -- LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM_LOCKED" \
     GPUFRAC_DISABLE=1 GPUFRAC_CONFIG="$tmp/loose.conf" GPUFRAC_GPU_MEMORY=64Gi "$PROBE_LINKED" limits

@@ -28,8 +28,37 @@ static void test_valid(void **st) {
   assert_int_equal(c.compute_pct, 30);
   assert_string_equal(c.region, "/run/gpufrac/p/region");
   assert_int_equal(c.log_level, 2);
+  assert_int_equal(c.nuuid, 0);
+  assert_true(c.context_overhead == 300ull << 20); /* the default */
   assert_int_equal(gf_shim_config_parse("enabled = 0\n", &c, err, sizeof(err)),
                    1);
+}
+
+/* GPUs by UUID: file order kept, hex lower-cased, the same UUID twice
+ * keeps the last value; context_overhead 0 turns the charge off. */
+static void test_uuid(void **st) {
+  (void)st;
+  gf_shim_config c;
+  char err[256] = "";
+  int rc = gf_shim_config_parse(
+      "memory.GPU-BBBBBBBB-0000-4000-8000-00000000000B = 512Mi\n"
+      "memory.GPU-aaaaaaaa-0000-4000-8000-00000000000a = 256Mi\n"
+      "memory.GPU-bbbbbbbb-0000-4000-8000-00000000000b = 768Mi\n"
+      "memory = 2Gi\n"
+      "context_overhead = 0\n",
+      &c, err, sizeof(err));
+  assert_int_equal(rc, 0);
+  assert_int_equal(c.nuuid, 2);
+  assert_string_equal(c.uuid[0], "GPU-bbbbbbbb-0000-4000-8000-00000000000b");
+  assert_true(c.uuid_memory[0] == 768ull << 20);
+  assert_string_equal(c.uuid[1], "GPU-aaaaaaaa-0000-4000-8000-00000000000a");
+  assert_true(c.uuid_memory[1] == 256ull << 20);
+  assert_true(c.memory[0] == 2ull << 30);
+  assert_true(c.context_overhead == 0);
+  assert_int_equal(
+      gf_shim_config_parse("context_overhead = 64Mi\n", &c, err, sizeof(err)),
+      0);
+  assert_true(c.context_overhead == 64ull << 20);
 }
 
 static void test_malformed(void **st) {
@@ -47,6 +76,10 @@ static void test_malformed(void **st) {
       {"memory.16 = 1Gi\n", "device index"},
       {"log = loud\n", "want off, warn, info or debug"},
       {"enabled = yes\n", "want 0 or 1"},
+      {"memory.GPU-1234 = 1Gi\n", "want memory.GPU-xxxxxxxx"},
+      {"memory.GPU-aaaaaaaa-0000-4000-8000-00000000000g = 1Gi\n", "hex"},
+      {"memory.GPU-aaaaaaaa-0000-4000-8000-00000000000a = x\n", "line 1"},
+      {"context_overhead = -1\n", "context_overhead"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     gf_shim_config c;
@@ -66,6 +99,7 @@ static void test_malformed(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_valid),
+                                     cmocka_unit_test(test_uuid),
                                      cmocka_unit_test(test_malformed)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
