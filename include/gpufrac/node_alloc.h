@@ -116,6 +116,14 @@ uint64_t gf_node_allocator_refused(gf_node_allocator *a);
 int gf_node_allocate(void *user, const char *const *ids, size_t nids,
                      gf_dp_container_answer *out, gf_diag *d);
 
+/* The device list kubelet sees for g: `slots` devices "<uuid>::<k>" per
+ * shared or mps GPU, one "<uuid>::0" per exclusive GPU, none for mig GPUs
+ * (MIG instances are not units yet) or GPUs without a uuid.  An unhealthy
+ * GPU's devices are listed unhealthy, so kubelet stops handing them out
+ * and shows why on the node.  Returns the count written (at most cap). */
+size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
+                          gf_dp_device *out, size_t cap);
+
 /* Removes <state_dir>/pods/<uid> and the pod's CDI specs in cdi_dir (may be
  * NULL).  uid must be a safe name.  GF_EINVAL, GF_EIO naming the path. */
 int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,

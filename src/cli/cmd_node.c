@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "gpufrac/devplugin.h"
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
@@ -147,6 +148,9 @@ typedef struct agent_api {
   gf_node_pods *pods;
   gf_node_allocator *alloc;
   gf_node_kube *link;
+  gf_dp *dp;                            /* the kubelet device plugin */
+  gf_dp_device devs[GF_DP_MAX_DEVICES]; /* what it advertises */
+  size_t ndevs;
   bool publish_failed; /* log a publish failure once until it succeeds */
 } agent_api;
 
@@ -187,6 +191,26 @@ static void publish(agent_api *a, const gf_node_gpus *g) {
   a->publish_failed = false;
 }
 
+static void dp_log(void *user, const char *msg) {
+  (void)user;
+  fprintf(stderr, "gpufrac node: device plugin: %s\n", msg);
+}
+
+/* Tells kubelet about a changed device list (health, GPUs come and go). */
+static void dp_update(agent_api *a, const gf_node_gpus *g,
+                      const gf_node_config *cfg) {
+  if (!a->dp)
+    return;
+  gf_dp_device now[GF_DP_MAX_DEVICES];
+  size_t n = gf_node_dp_devices(g, cfg->slots, now, GF_DP_MAX_DEVICES);
+  if (n == a->ndevs && memcmp(now, a->devs, n * sizeof(now[0])) == 0)
+    return;
+  if (gf_dp_set_devices(a->dp, now, n) == 0) {
+    memcpy(a->devs, now, n * sizeof(now[0]));
+    a->ndevs = n;
+  }
+}
+
 static int api_start(const opts *o, const gf_node_config *cfg,
                      const gf_node_gpus *g, agent_api *a) {
   memset(a, 0, sizeof(*a));
@@ -220,15 +244,28 @@ static int api_start(const opts *o, const gf_node_config *cfg,
     rc = gf_node_kube_new(&a->link, a->cfg, &ko, &d);
   if (!rc)
     rc = gf_node_kube_start(a->link, &d);
+  if (!rc) {
+    memset(a->devs, 0, sizeof(a->devs));
+    a->ndevs = gf_node_dp_devices(g, cfg->slots, a->devs, GF_DP_MAX_DEVICES);
+    gf_dp_opts dpo = {.plugin_dir = cfg->kubelet_dir,
+                      .allocate = gf_node_allocate,
+                      .user = a->alloc,
+                      .preferred_allocation = true,
+                      .log = dp_log};
+    rc = gf_dp_start(&a->dp, &dpo, a->devs, a->ndevs, &d);
+  }
   if (rc) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);
     return rc;
   }
+  fprintf(stderr, "gpufrac node: device plugin serving %zu %s devices in %s\n",
+          a->ndevs, GF_DP_RESOURCE, cfg->kubelet_dir);
   publish(a, g);
   return 0;
 }
 
 static void api_stop(agent_api *a) {
+  gf_dp_stop(a->dp); /* first: no Allocate may reach a freed allocator */
   gf_node_kube_free(a->link);
   gf_node_allocator_free(a->alloc);
   gf_node_pods_free(a->pods);
@@ -323,17 +360,21 @@ static void health_stop(health *h) {
 
 static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
   gf_diag d = {""};
-  agent_api api;
-  int rc = api_start(o, cfg, g, &api);
+  agent_api *api = calloc(1, sizeof(*api)); /* its device list is large */
+  if (!api)
+    return GF_ENOMEM;
+  int rc = api_start(o, cfg, g, api);
   if (rc) {
-    api_stop(&api);
+    api_stop(api);
+    free(api);
     return rc;
   }
   gf_node_server *srv = NULL;
   rc = gf_node_server_start(cfg->listen, g, cfg->state_dir, &srv, &d);
   if (rc) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);
-    api_stop(&api);
+    api_stop(api);
+    free(api);
     return rc;
   }
   fprintf(stderr, "gpufrac node: %u GPUs; metrics on port %u\n", g->ngpus,
@@ -360,17 +401,19 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
       if (memcmp(now, g, sizeof(*now)) != 0) {
         *g = *now;
         gf_node_server_set_gpus(srv, g);
-        if (api.alloc)
-          gf_node_allocator_set_gpus(api.alloc, g);
+        if (api->alloc)
+          gf_node_allocator_set_gpus(api->alloc, g);
+        dp_update(api, g, cfg);
         (void)write_cdi(g, cfg);
       }
     }
     free(now);
-    publish(&api, g); /* only writes on a change or after a failure */
+    publish(api, g); /* only writes on a change or after a failure */
   }
   health_stop(&hl);
   gf_node_server_stop(srv);
-  api_stop(&api);
+  api_stop(api);
+  free(api);
   return 0;
 }
 

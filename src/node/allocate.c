@@ -275,6 +275,23 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
   return 0;
 }
 
+size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
+                          gf_dp_device *out, size_t cap) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    if (!x->uuid[0] || x->mode == GF_NODE_MODE_MIG)
+      continue;
+    uint32_t k_max = x->mode == GF_NODE_MODE_EXCLUSIVE ? 1 : slots;
+    for (uint32_t k = 0; k < k_max && n < cap; k++, n++) {
+      snprintf(out[n].id, sizeof(out[n].id), "%s::%u", x->uuid, k);
+      out[n].healthy = x->healthy;
+      out[n].numa_node = x->numa_node;
+    }
+  }
+  return n;
+}
+
 /* ---- cleanup --------------------------------------------------------------
  */
 

@@ -489,6 +489,32 @@ static void test_allocate_cdi_and_cleanup(void **state) {
   gf_node_pods_free(p);
 }
 
+static void test_dp_devices(void **state) {
+  (void)state;
+  gf_node_gpus g;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_discover_fake("4xA100-80GB", &g, &d), 0);
+  g.gpus[1].mode = GF_NODE_MODE_EXCLUSIVE;
+  g.gpus[2].mode = GF_NODE_MODE_MIG;
+  g.gpus[3].healthy = false;
+  gf_dp_device devs[32];
+  size_t n = gf_node_dp_devices(&g, 4, devs, 32);
+  /* 4 shared slots, 1 exclusive, no MIG units, 4 unhealthy slots. */
+  assert_int_equal(n, 9);
+  char want[GF_DP_ID_MAX];
+  snprintf(want, sizeof(want), "%s::3", g.gpus[0].uuid);
+  assert_string_equal(devs[3].id, want);
+  snprintf(want, sizeof(want), "%s::0", g.gpus[1].uuid);
+  assert_string_equal(devs[4].id, want);
+  assert_true(devs[4].healthy);
+  snprintf(want, sizeof(want), "%s::0", g.gpus[3].uuid);
+  assert_string_equal(devs[5].id, want);
+  assert_false(devs[5].healthy);
+  assert_int_equal(devs[5].numa_node, g.gpus[3].numa_node);
+  /* Never more than asked. */
+  assert_int_equal(gf_node_dp_devices(&g, 4, devs, 2), 2);
+}
+
 /* ---- the API side -----------------------------------------------------------
  */
 
@@ -590,6 +616,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_allocate_cdi_and_cleanup, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_kube_link, setup_tmp, teardown_tmp),
+      cmocka_unit_test(test_dp_devices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
