@@ -2,7 +2,7 @@
  * gpufrac/node_alloc.h - the node agent's side of the device plugin's
  * Allocate: the cache of pods bound to this node with their grants, the
  * rule that matches kubelet's request to one pod's container, and the
- * answer built from that container's grant (docs/node-allocate.md).
+ * answer built from that container's grant (docs/node.md, "Allocate").
  *
  * Invariants.
  *   - A container is handed out at most once: the match and the "answered"
@@ -67,7 +67,7 @@ typedef struct gf_node_match {
 } gf_node_match;
 
 /* Picks the container an Allocate for `ngpus` devices is for and marks it
- * answered (docs/node-allocate.md).  Waits up to wait_ms for the cache to
+ * answered (docs/node.md, "Allocate").  Waits up to wait_ms for the cache to
  * change when nothing matches yet.  GF_ENOTFOUND with a sentence naming
  * what the node has (for kubelet to show). */
 int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,

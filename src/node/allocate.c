@@ -1,7 +1,7 @@
 /*
  * The answer to the device plugin's Allocate: match the call to a pod's
  * container (pods.c), write the container's files, and say what the
- * container gets (docs/node-allocate.md).  Also the cleanup of the files of
+ * container gets (docs/node.md, "Allocate").  Also the cleanup of the files of
  * pods that are gone.
  */
 #define _XOPEN_SOURCE 700

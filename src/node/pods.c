@@ -1,6 +1,6 @@
 /*
  * The cache of pods bound to this node and the rule that matches an
- * Allocate to one pod's container (docs/node-allocate.md).
+ * Allocate to one pod's container (docs/node.md, "Allocate").
  */
 #include <errno.h>
 #include <jansson.h>
