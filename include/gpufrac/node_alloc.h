@@ -91,7 +91,9 @@ typedef struct gf_node_alloc_opts {
   const char *dev_dir; /* NULL: "/dev" */
   const char *log;     /* written into shim.conf; NULL: "warn" */
   gf_node_alloc_style style;
-  long wait_ms; /* how long a call waits for its pod (0: not at all) */
+  long wait_ms;        /* how long a call waits for its pod (0: not at all) */
+  const char *mps_dir; /* MPS pipe and shm directories (mode mps GPUs);
+                          NULL: mps GPUs cannot be allocated */
 } gf_node_alloc_opts;
 
 typedef struct gf_node_allocator gf_node_allocator;

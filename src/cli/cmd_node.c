@@ -21,6 +21,7 @@
 #include "gpufrac/node.h"
 #include "gpufrac/node_alloc.h"
 #include "gpufrac/node_health.h"
+#include "gpufrac/node_mps.h"
 #include "gpufrac/quantity.h"
 
 static void usage(FILE *fp) {
@@ -225,9 +226,15 @@ static int api_start(const opts *o, const gf_node_config *cfg,
     return GF_EINVAL;
   }
   gf_diag d = {""};
-  gf_node_alloc_opts ao = {cfg->state_dir,       cfg->cdi_dir, cfg->shim_lib,
-                           cfg->preload,         NULL,         cfg->log,
-                           GF_NODE_ALLOC_MOUNTS, 3000};
+  gf_node_alloc_opts ao = {.state_dir = cfg->state_dir,
+                           .cdi_dir = cfg->cdi_dir,
+                           .shim_lib = cfg->shim_lib,
+                           .preload = cfg->preload,
+                           .log = cfg->log,
+                           .style = cfg->allocate_cdi ? GF_NODE_ALLOC_CDI
+                                                      : GF_NODE_ALLOC_MOUNTS,
+                           .wait_ms = (long)cfg->alloc_wait_ms,
+                           .mps_dir = cfg->mps_dir};
   gf_node_kube_opts ko = {node, NULL, cfg->state_dir, cfg->cdi_dir, false};
   rc = gf_node_pods_new(&a->pods, node, &d);
   if (!rc) {
@@ -358,6 +365,49 @@ static void health_stop(health *h) {
   pthread_mutex_destroy(&h->mu);
 }
 
+/* One MPS control daemon per GPU in mode mps, kept running. */
+typedef struct mps_set {
+  gf_node_mps *d[GF_NODE_MAX_GPUS];
+  bool down[GF_NODE_MAX_GPUS]; /* logged as down, not yet back */
+} mps_set;
+
+static void mps_start_all(const gf_node_gpus *g, const gf_node_config *cfg,
+                          mps_set *ms) {
+  memset(ms, 0, sizeof(*ms));
+  gf_node_mps_opts mo = {cfg->mps_control, cfg->mps_dir, 0, 0};
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    if (x->mode != GF_NODE_MODE_MPS || !x->uuid[0])
+      continue;
+    gf_diag d = {""};
+    if (gf_node_mps_start(&mo, x, &ms->d[i], &d))
+      fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    else
+      fprintf(stderr, "gpufrac node: MPS daemon for GPU %u (%s) started\n",
+              x->index, x->uuid);
+  }
+}
+
+static void mps_check_all(mps_set *ms) {
+  for (uint32_t i = 0; i < GF_NODE_MAX_GPUS; i++) {
+    if (!ms->d[i])
+      continue;
+    gf_diag d = {""};
+    bool up = gf_node_mps_check(ms->d[i], &d);
+    if (!up && !ms->down[i] && d.msg[0])
+      fprintf(stderr, "gpufrac node: %s; restarting it\n", d.msg);
+    else if (up && ms->down[i])
+      fprintf(stderr, "gpufrac node: MPS daemon for GPU %u running again\n", i);
+    ms->down[i] = !up;
+  }
+}
+
+static void mps_stop_all(mps_set *ms) {
+  for (uint32_t i = 0; i < GF_NODE_MAX_GPUS; i++)
+    gf_node_mps_stop(ms->d[i]);
+  memset(ms, 0, sizeof(*ms));
+}
+
 static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
   gf_diag d = {""};
   agent_api *api = calloc(1, sizeof(*api)); /* its device list is large */
@@ -384,12 +434,16 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN); /* a peer that goes away is an error, not death */
   health hl;
   health_start(o, cfg, &hl);
+  mps_set mps;
+  mps_start_all(g, cfg, &mps);
   int64_t waited = 0;
   while (!stop) {
     struct timespec ts = {1, 0};
     nanosleep(&ts, NULL);
+    mps_check_all(&mps);
     bool xid = atomic_exchange(&hl.fresh, false);
     if ((++waited < o->interval && !xid) || stop)
       continue;
@@ -411,6 +465,7 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
     publish(api, g); /* only writes on a change or after a failure */
   }
   health_stop(&hl);
+  mps_stop_all(&mps);
   gf_node_server_stop(srv);
   api_stop(api);
   free(api);

@@ -18,6 +18,7 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/node_alloc.h"
+#include "gpufrac/node_mps.h"
 #include "node_int.h"
 
 struct gf_node_allocator {
@@ -30,6 +31,7 @@ struct gf_node_allocator {
   char preload[GF_NODE_PATH_MAX];
   char dev_dir[GF_NODE_PATH_MAX];
   char log[8];
+  char mps_dir[GF_NODE_PATH_MAX];
   gf_node_alloc_style style;
   long wait_ms;
   atomic_uint_fast64_t answered, refused;
@@ -58,6 +60,7 @@ int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
   gf__node_copy(a->dev_dir, sizeof(a->dev_dir),
                 o->dev_dir ? o->dev_dir : "/dev");
   gf__node_copy(a->log, sizeof(a->log), o->log ? o->log : "warn");
+  gf__node_copy(a->mps_dir, sizeof(a->mps_dir), o->mps_dir ? o->mps_dir : "");
   a->style = o->style;
   a->wait_ms = o->wait_ms;
   *out = a;
@@ -162,13 +165,51 @@ static int resolve(gf_node_allocator *a, const gf_node_match *m,
   return 0;
 }
 
+/* What an MPS client needs: the daemon's pipe directory, the shared
+ * /dev/shm, and its limits as MPS client variables (docs/node.md, "MPS").
+ * One MPS GPU per container: a client talks to one daemon. */
+static int answer_mps(gf_node_allocator *a, const gf_node_match *m,
+                      const gf_node_gpu *const *gpus,
+                      gf_dp_container_answer *out, gf_diag *d) {
+  if (m->grant.ngpus != 1)
+    return gf_diag_set(d, GF_EINVAL,
+                       "pod %s/%s container %s: %u GPUs granted with an MPS "
+                       "GPU among them; an MPS client can use one GPU",
+                       m->ns, m->name, m->grant.name, m->grant.ngpus);
+  if (!a->mps_dir[0])
+    return gf_diag_set(d, GF_ESTATE,
+                       "GPU %s is in mode mps but the agent has "
+                       "no MPS directory",
+                       gpus[0]->uuid);
+  char pipe[GF_DP_STR_MAX], shm[GF_DP_STR_MAX], v[64];
+  if (!gf_node_mps_pipe_path(a->mps_dir, gpus[0]->uuid, pipe, sizeof(pipe)) ||
+      !gf_node_mps_shm_path(a->mps_dir, shm, sizeof(shm)))
+    return gf_diag_set(d, GF_ELIMIT, "MPS directory too long");
+  int rc = add_env(out, "CUDA_MPS_PIPE_DIRECTORY", GF_NODE_MPS_CTR_PIPE, d);
+  const gf_grant_gpu *g = &m->grant.gpus[0];
+  if (!rc && g->compute_pct > 0) {
+    snprintf(v, sizeof(v), "%d", g->compute_pct);
+    rc = add_env(out, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v, d);
+  }
+  if (!rc && g->mem_bytes > 0) {
+    /* Whole MiB, rounded down: never more than granted. */
+    snprintf(v, sizeof(v), "0=%lldM", (long long)(g->mem_bytes >> 20));
+    rc = add_env(out, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", v, d);
+  }
+  if (!rc)
+    rc = add_mount(out, pipe, GF_NODE_MPS_CTR_PIPE, false, d);
+  if (!rc)
+    rc = add_mount(out, shm, "/dev/shm", false, d);
+  return rc;
+}
+
 static int answer_mounts(gf_node_allocator *a, const gf_node_match *m,
                          const gf_node_gpu *const *gpus,
                          const gf_node_ctr_paths *paths,
                          gf_dp_container_answer *out, gf_diag *d) {
   char uuids[GF_DP_STR_MAX];
   size_t used = 0;
-  bool shared = false;
+  bool shared = false, mps = false;
   uuids[0] = 0;
   for (uint32_t i = 0; i < m->grant.ngpus; i++) {
     int w = snprintf(uuids + used, sizeof(uuids) - used, "%s%s", i ? "," : "",
@@ -177,8 +218,11 @@ static int answer_mounts(gf_node_allocator *a, const gf_node_match *m,
       return gf_diag_set(d, GF_ELIMIT, "allocation answer: GPU list too long");
     used += (size_t)w;
     shared |= gpus[i]->mode == GF_NODE_MODE_SHARED;
+    mps |= gpus[i]->mode == GF_NODE_MODE_MPS;
   }
   int rc;
+  if (mps && (rc = answer_mps(a, m, gpus, out, d)))
+    return rc;
   if ((rc = add_env(out, "CUDA_VISIBLE_DEVICES", uuids, d)) ||
       (rc = add_env(out, "NVIDIA_VISIBLE_DEVICES", uuids, d)) ||
       (rc = add_env(out, "GPUFRAC_CONFIG", GF_NODE_CTR_CONFIG, d)))

@@ -41,6 +41,9 @@ void gf_node_config_init(gf_node_config *c) {
   gf__node_copy(c->kubelet_dir, sizeof(c->kubelet_dir),
                 "/var/lib/kubelet/device-plugins");
   c->alloc_wait_ms = 3000;
+  gf__node_copy(c->mps_control, sizeof(c->mps_control),
+                "nvidia-cuda-mps-control");
+  gf__node_copy(c->mps_dir, sizeof(c->mps_dir), "/run/gpufrac/mps");
   c->nxid_ignore = 6;
   memcpy(c->xid_ignore, gf_node_xid_app_default,
          sizeof(gf_node_xid_app_default));
@@ -179,6 +182,15 @@ static int set_kv(gf_node_config *c, const char *k, const char *v,
     if (gf_parse_int64(v, 0, 30000, &c->alloc_wait_ms, &qd))
       return gf_diag_set(d, GF_ERANGE,
                          "%s: alloc_wait_ms = '%s': want 0..30000", where, v);
+    return 0;
+  }
+  if (strcmp(k, "mps_dir") == 0)
+    return set_path(c->mps_dir, sizeof(c->mps_dir), v, where, k, d);
+  if (strcmp(k, "mps_control") == 0) {
+    if (!*v || strlen(v) >= sizeof(c->mps_control))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: mps_control = '%s': empty or too long", where, v);
+    gf__node_copy(c->mps_control, sizeof(c->mps_control), v);
     return 0;
   }
   if (strcmp(k, "xid_ignore") == 0)

@@ -301,17 +301,19 @@ static gf_node_gpus gpus2;
 static gf_node_allocator *new_alloc(gf_node_pods *p, gf_node_alloc_style s) {
   gf_diag d = {""};
   assert_int_equal(gf_node_discover_fake("2xA100-40GB", &gpus2, &d), 0);
-  char state[300], cdi[300];
+  char state[300], cdi[300], mps[300];
   snprintf(state, sizeof(state), "%s/state", tmpdir);
   snprintf(cdi, sizeof(cdi), "%s/cdi", tmpdir);
-  gf_node_alloc_opts o = {state,
-                          cdi,
-                          "/usr/lib/gpufrac/libgpufrac-cuda.so",
-                          "/usr/lib/gpufrac/ld.so.preload",
-                          "/dev",
-                          "info",
-                          s,
-                          0};
+  snprintf(mps, sizeof(mps), "%s/mps", tmpdir);
+  gf_node_alloc_opts o = {.state_dir = state,
+                          .cdi_dir = cdi,
+                          .shim_lib = "/usr/lib/gpufrac/libgpufrac-cuda.so",
+                          .preload = "/usr/lib/gpufrac/ld.so.preload",
+                          .dev_dir = "/dev",
+                          .log = "info",
+                          .style = s,
+                          .wait_ms = 0,
+                          .mps_dir = mps};
   gf_node_allocator *a = NULL;
   assert_int_equal(gf_node_allocator_new(&a, p, &gpus2, &o, &d), 0);
   return a;
@@ -417,6 +419,53 @@ static void test_allocate_bad_gpu(void **state) {
   apply(p, make_pod("uid-x", "node-a", "2026-01-01T00:00:01Z", c2, 1, NULL));
   assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
   assert_non_null(strstr(d.msg, "unhealthy (Xid 79)"));
+  free(o);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+}
+
+static const gf_dp_mount *mount_at(const gf_dp_container_answer *o,
+                                   const char *ctr) {
+  for (uint32_t i = 0; i < o->nmounts; i++)
+    if (strcmp(o->mounts[i].container_path, ctr) == 0)
+      return &o->mounts[i];
+  return NULL;
+}
+
+static void test_allocate_mps(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
+  gpus2.gpus[0].mode = GF_NODE_MODE_MPS;
+  gf_node_allocator_set_gpus(a, &gpus2);
+  const char *u0 = gpus2.gpus[0].uuid;
+  tctr c[] = {{"main", 1, {u0}, false, false}};
+  apply(p, make_pod("uid-m", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"x::0"};
+  gf_diag d = {""};
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), 0);
+  /* The grant's limits as MPS client variables: 25% and 4 GiB in MiB. */
+  assert_string_equal(env(o, "CUDA_MPS_PIPE_DIRECTORY")->value,
+                      "/tmp/nvidia-mps");
+  assert_string_equal(env(o, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")->value, "25");
+  assert_string_equal(env(o, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")->value,
+                      "0=4096M");
+  assert_string_equal(env(o, "CUDA_VISIBLE_DEVICES")->value, u0);
+  char want[400];
+  snprintf(want, sizeof(want), "%s/mps/%s/pipe", tmpdir, u0);
+  assert_non_null(mount_at(o, "/tmp/nvidia-mps"));
+  assert_string_equal(mount_at(o, "/tmp/nvidia-mps")->host_path, want);
+  snprintf(want, sizeof(want), "%s/mps/shm", tmpdir);
+  assert_string_equal(mount_at(o, "/dev/shm")->host_path, want);
+  /* MPS isolates; the interposer is not loaded. */
+  assert_null(mount_at(o, "/etc/ld.so.preload"));
+  /* Two GPUs with an MPS one among them: refused with the reason. */
+  tctr two[] = {{"main", 2, {u0, gpus2.gpus[1].uuid}, false, false}};
+  apply(p, make_pod("uid-m2", "node-a", "2026-01-01T00:00:02Z", two, 1, NULL));
+  const char *ids2[] = {"x::0", "y::0"};
+  assert_int_equal(gf_node_allocate(a, ids2, 2, o, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "an MPS client can use one GPU"));
   free(o);
   gf_node_allocator_free(a);
   gf_node_pods_free(p);
@@ -617,6 +666,8 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_kube_link, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_dp_devices),
+      cmocka_unit_test_setup_teardown(test_allocate_mps, setup_tmp,
+                                      teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

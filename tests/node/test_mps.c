@@ -1,0 +1,181 @@
+/*
+ * The MPS control daemon's life under the agent, with a fake control
+ * program (tests/node/fake_mps_control.sh): started with the GPU's
+ * environment, restarted when it dies (not sooner than restart_ms), a
+ * control program that cannot run reported, stopped with `quit`.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/node.h"
+#include "gpufrac/node_mps.h"
+
+static char tmpdir[256];
+
+static int setup_tmp(void **state) {
+  (void)state;
+  snprintf(tmpdir, sizeof(tmpdir), "/tmp/gf_mps_test.XXXXXX");
+  return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state) {
+  (void)state;
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static void nap(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Waits up to 5 s for path to exist. */
+static bool appears(const char *path) {
+  struct stat st;
+  for (int i = 0; i < 500; i++, nap(10))
+    if (stat(path, &st) == 0)
+      return true;
+  return false;
+}
+
+static int count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  int n = 0;
+  char line[256];
+  while (fgets(line, sizeof(line), f))
+    n++;
+  fclose(f);
+  return n;
+}
+
+static gf_node_gpu one_gpu(void) {
+  gf_node_gpus g;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_discover_fake("1xH100-80GB", &g, &d), 0);
+  return g.gpus[0];
+}
+
+static void test_lifecycle(void **state) {
+  (void)state;
+  gf_node_gpu gpu = one_gpu();
+  char dir[300], pipe[400], path[500];
+  snprintf(dir, sizeof(dir), "%s/mps", tmpdir);
+  gf_node_mps_opts o = {FAKE_MPS_CONTROL, dir, 100, 2000};
+  gf_node_mps *m = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_mps_start(&o, &gpu, &m, &d), 0);
+  assert_true(gf_node_mps_pipe_path(dir, gpu.uuid, pipe, sizeof(pipe)));
+  assert_string_equal(gf_node_mps_pipe_dir(m), pipe);
+  snprintf(path, sizeof(path), "%s/running", pipe);
+  assert_true(appears(path));
+  assert_true(gf_node_mps_check(m, &d));
+  /* The daemon saw this GPU only, and its log directory. */
+  snprintf(path, sizeof(path), "%s/daemon.env", pipe);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char text[512] = "";
+  size_t n = fread(text, 1, sizeof(text) - 1, f);
+  fclose(f);
+  text[n] = 0;
+  char want[200];
+  snprintf(want, sizeof(want), "CUDA_VISIBLE_DEVICES=%s\n", gpu.uuid);
+  assert_non_null(strstr(text, want));
+  assert_non_null(strstr(text, "CUDA_MPS_LOG_DIRECTORY="));
+  /* The shared /dev/shm directory exists, sticky and world-writable. */
+  struct stat st;
+  snprintf(path, sizeof(path), "%s/shm", dir);
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 07777, 01777);
+
+  /* Killed: found dead with the signal, started again after restart_ms. */
+  pid_t pid = gf_node_mps_pid(m);
+  assert_true(pid > 0);
+  nap(150); /* past restart_ms since the start */
+  snprintf(path, sizeof(path), "%s/running", pipe);
+  unlink(path);
+  kill(pid, SIGKILL);
+  nap(50);
+  d.msg[0] = 0;
+  bool up = gf_node_mps_check(m, &d);
+  assert_non_null(strstr(d.msg, "died (signal 9)"));
+  if (!up) /* too soon to restart: the next check does */
+    for (int i = 0; i < 50 && !up; i++, nap(20))
+      up = gf_node_mps_check(m, &d);
+  assert_true(up);
+  assert_int_equal(gf_node_mps_restarts(m), 1);
+  assert_true(gf_node_mps_pid(m) != pid);
+  assert_true(appears(path));
+  snprintf(path, sizeof(path), "%s/starts", pipe);
+  assert_int_equal(count_lines(path), 2);
+
+  /* Stop: quit through the control program; the daemon ends by itself. */
+  pid = gf_node_mps_pid(m);
+  gf_node_mps_stop(m);
+  snprintf(path, sizeof(path), "%s/commands", pipe);
+  f = fopen(path, "r");
+  assert_non_null(f);
+  n = fread(text, 1, sizeof(text) - 1, f);
+  fclose(f);
+  text[n] = 0;
+  assert_string_equal(text, "quit\n");
+  assert_int_not_equal(kill(pid, 0), 0); /* reaped, gone */
+}
+
+static void test_failures(void **state) {
+  (void)state;
+  gf_node_gpu gpu = one_gpu();
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/mps", tmpdir);
+  gf_diag d = {""};
+  /* A control program that cannot run: exit 127, said so. */
+  gf_node_mps_opts bad = {"/nonexistent/nvidia-cuda-mps-control", dir, 60000,
+                          500};
+  gf_node_mps *m = NULL;
+  assert_int_equal(gf_node_mps_start(&bad, &gpu, &m, &d), 0);
+  bool up = true;
+  for (int i = 0; i < 200 && up; i++, nap(10))
+    up = gf_node_mps_check(m, &d);
+  assert_false(up);
+  assert_non_null(strstr(d.msg, "exited with 127 (cannot run the control"));
+  /* Not restarted before restart_ms. */
+  assert_false(gf_node_mps_check(m, &d));
+  assert_int_equal(gf_node_mps_restarts(m), 0);
+  gf_node_mps_stop(m);
+  /* A daemon that exits on its own with a code. */
+  setenv("FAKE_MPS_EXIT", "3", 1);
+  gf_node_mps_opts o = {FAKE_MPS_CONTROL, dir, 60000, 500};
+  assert_int_equal(gf_node_mps_start(&o, &gpu, &m, &d), 0);
+  up = true;
+  for (int i = 0; i < 200 && up; i++, nap(10))
+    up = gf_node_mps_check(m, &d);
+  assert_non_null(strstr(d.msg, "exited with 3"));
+  unsetenv("FAKE_MPS_EXIT");
+  gf_node_mps_stop(m);
+  /* Bad options are refused with a sentence. */
+  gf_node_mps_opts none = {NULL, dir, 0, 0};
+  assert_int_equal(gf_node_mps_start(&none, &gpu, &m, &d), GF_EINVAL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_lifecycle, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_failures, setup_tmp, teardown_tmp),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
