@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,21 +27,6 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
 #include "gpufrac/node_alloc.h"
-
-static char tmpdir[256];
-
-static int setup_tmp(void **state) {
-  (void)state;
-  snprintf(tmpdir, sizeof(tmpdir), "/tmp/gf_alloc_test.XXXXXX");
-  return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown_tmp(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-  return system(cmd) == 0 ? 0 : -1;
-}
 
 /* One GPU container of a test pod: name, gpufrac.io/gpu, granted uuids. */
 typedef struct tctr {

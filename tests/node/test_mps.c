@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,21 +24,6 @@
 #include "gpufrac/error.h"
 #include "gpufrac/node.h"
 #include "gpufrac/node_mps.h"
-
-static char tmpdir[256];
-
-static int setup_tmp(void **state) {
-  (void)state;
-  snprintf(tmpdir, sizeof(tmpdir), "/tmp/gf_mps_test.XXXXXX");
-  return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown_tmp(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-  return system(cmd) == 0 ? 0 : -1;
-}
 
 static void nap(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
