@@ -178,13 +178,11 @@ static void mark_bad(stream *st, int status, const char *fmt, ...) {
   drop_request(st);
 }
 
-static ssize_t send_cb(nghttp2_session *sess, const uint8_t *data,
-                       size_t length, int flags, void *user) {
-  (void)sess;
-  (void)flags;
-  conn *c = user;
+/* nghttp2's send callback on a socket, for the server's connections and
+ * the registration client alike: never SIGPIPE, EAGAIN as WOULDBLOCK. */
+static ssize_t sock_send(int fd, const uint8_t *data, size_t length) {
   for (;;) {
-    ssize_t n = send(c->fd, data, length, MSG_NOSIGNAL);
+    ssize_t n = send(fd, data, length, MSG_NOSIGNAL);
     if (n >= 0)
       return n;
     if (errno == EINTR)
@@ -193,6 +191,13 @@ static ssize_t send_cb(nghttp2_session *sess, const uint8_t *data,
       return NGHTTP2_ERR_WOULDBLOCK;
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
+}
+
+static ssize_t send_cb(nghttp2_session *sess, const uint8_t *data,
+                       size_t length, int flags, void *user) {
+  (void)sess;
+  (void)flags;
+  return sock_send(((conn *)user)->fd, data, length);
 }
 
 /* Sends a trailers-only response: the call ends with status and msg. */
@@ -748,17 +753,7 @@ static ssize_t client_send_cb(nghttp2_session *sess, const uint8_t *data,
                               size_t length, int flags, void *user) {
   (void)sess;
   (void)flags;
-  client *cl = user;
-  for (;;) {
-    ssize_t n = send(cl->fd, data, length, MSG_NOSIGNAL);
-    if (n >= 0)
-      return n;
-    if (errno == EINTR)
-      continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
-      return NGHTTP2_ERR_WOULDBLOCK;
-    return NGHTTP2_ERR_CALLBACK_FAILURE;
-  }
+  return sock_send(((client *)user)->fd, data, length);
 }
 
 static ssize_t client_body_cb(nghttp2_session *sess, int32_t id, uint8_t *buf,
