@@ -759,6 +759,24 @@ static void test_shim_config(void **state) {
   assert_int_equal(gf_shim_config_parse(text, &sc, err, sizeof(err)), 0);
   assert_int_equal(sc.compute_pct, 100);
 
+  /* A MIG device gets no line and no compute share: the hardware
+   * enforces it, and the interposer would refuse a MIG- key. */
+  c.gpus[0].compute_pct = 5;
+  c.gpus[1].compute_pct = 50;
+  snprintf(c.gpus[0].uuid, sizeof(c.gpus[0].uuid),
+           "MIG-0a0a0a0a-1111-4222-8333-444444444444");
+  assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
+                   0);
+  assert_null(strstr(text, "MIG-"));
+  assert_int_equal(gf_shim_config_parse(text, &sc, err, sizeof(err)), 0);
+  assert_int_equal(sc.nuuid, 1);
+  assert_string_equal(sc.uuid[0], "GPU-bbbbbbbb-0000-4000-8000-00000000000b");
+  assert_int_equal(sc.compute_pct, 50);
+  snprintf(c.gpus[0].uuid, sizeof(c.gpus[0].uuid),
+           "GPU-aaaaaaaa-0000-4000-8000-00000000000a");
+  for (uint32_t i = 0; i < 3; i++)
+    c.gpus[i].compute_pct = 0;
+
   assert_int_equal(gf_node_shim_config_text(&c, NULL, text, 40, &d), GF_ELIMIT);
   c.ngpus = 0;
   assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
