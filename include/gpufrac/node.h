@@ -214,7 +214,8 @@ int gf_node_config_apply(const gf_node_config *c, gf_node_gpus *g, gf_diag *d);
  *   "nvlink":[{"gpu":1,"links":4}]   peers by index, active links to each
  *   "nvswitch":18                    links to an NVSwitch
  *   "migs":[{"uuid":"MIG-...","profile":"1g.10gb","memory":10334765056,
- *            "sms":14,"gi":7,"ci":0}]   on a GPU in mode mig: its units
+ *            "sms":14,"gi":7,"ci":0}]   a GPU's MIG devices (the units
+ *                                         when "sharing" is "mig")
  * GF_ENOMEM. */
 int gf_node_inventory_json(const gf_node_gpus *g, char **out, gf_diag *d);
 
