@@ -50,6 +50,10 @@
  * used (device names that start with a digit came in 0.5.0), so runtimes
  * with older CDI libraries accept the files too. */
 #define GF_NODE_CDI_VERSION "0.5.0"
+/* MIG devices recorded per GPU: A100, H100 and their kin have 7 compute
+ * slices, so at most 7 compute instances (NVML's max MIG device count). */
+#define GF_NODE_MAX_MIG 7
+#define GF_NODE_MIG_PROFILE_MAX 24 /* "1c.7g.141gb" and NUL, with room */
 
 /* ---- the GPUs ---------------------------------------------------------- */
 
@@ -65,6 +69,21 @@ typedef enum gf_node_mode {
 
 /* "shared", "exclusive", "mps", "mig". */
 const char *gf_node_mode_name(gf_node_mode m);
+
+/* One existing MIG device (a compute instance inside a GPU instance), as
+ * NVML reports it on a GPU whose MIG mode is on.  The agent never creates
+ * or destroys instances; it hands out the ones it finds (mode mig). */
+typedef struct gf_node_mig {
+  char uuid[GF_UUID_MAX]; /* "MIG-...", what CUDA_VISIBLE_DEVICES names */
+  uint64_t mem_bytes;     /* the instance's memory (nvmlDeviceGetMemoryInfo) */
+  uint32_t gi, ci;        /* GPU instance and compute instance ids: the
+                             capability files under /proc/driver/nvidia */
+  uint32_t sm_count;      /* multiprocessorCount; 0 when unknown */
+  uint32_t gi_slices, ci_slices;         /* 0 when unknown */
+  char profile[GF_NODE_MIG_PROFILE_MAX]; /* "1g.10gb", "1c.3g.40gb"; "" when
+                                            the slices are unknown (see
+                                            gf__node_mig_profile) */
+} gf_node_mig;
 
 typedef struct gf_node_gpu {
   uint32_t index;                   /* NVML index (nvidia-smi order) */
@@ -83,6 +102,18 @@ typedef struct gf_node_gpu {
   bool healthy;
   char reason[128];  /* why unhealthy; "" when healthy */
   gf_node_mode mode; /* set by gf_node_config_apply; shared by default */
+  /* MIG devices that exist now, by NVML's MIG index (none unless
+   * mig_enabled).  A GPU whose MIG devices cannot be read is unhealthy. */
+  uint32_t nmig;
+  gf_node_mig mig[GF_NODE_MAX_MIG];
+  /* NVLink: bit j of nvlink_peers when an active link reaches the GPU with
+   * index j on this node, nvlink_links[j] active links to it; links whose
+   * far end is an NVSwitch are counted in nvlink_switch (every GPU on the
+   * same NVSwitch fabric is reachable through them).  All 0 without
+   * NVLink (NVML says NOT_SUPPORTED). */
+  uint32_t nvlink_peers;
+  uint8_t nvlink_links[GF_NODE_MAX_GPUS];
+  uint32_t nvlink_switch;
 } gf_node_gpu;
 
 typedef struct gf_node_gpus {
@@ -183,6 +214,12 @@ int gf_node_config_apply(const gf_node_config *c, gf_node_gpus *g, gf_diag *d);
  *    "mode":"shared","sharing":"mps","cc":"9.0","pci":"00000000:18:00.0",
  *    "numa":0,"mig":false}]}
  * "version".."mode" are what the extender reads; the rest it ignores.
+ * Optional fields, present only when there is something to say:
+ *   "nvlink":[{"gpu":1,"links":4}]   peers by index, active links to each
+ *   "nvswitch":18                    links to an NVSwitch
+ *   "migs":[{"uuid":"MIG-...","profile":"1g.10gb","memory":10334765056,
+ *            "sms":14,"gi":7,"ci":0}]   a GPU's MIG devices (the units
+ *                                         when "sharing" is "mig")
  * GF_ENOMEM. */
 int gf_node_inventory_json(const gf_node_gpus *g, char **out, gf_diag *d);
 
@@ -212,7 +249,9 @@ typedef struct gf_node_ctr_paths {
  * GPU in grant order (the container sees its GPUs as devices 0..n-1, in the
  * order of CUDA_VISIBLE_DEVICES), "compute = P" with the smallest non-zero
  * share (the interposer has one compute share per container; omitted when
- * no GPU reserved compute) and "log".  GF_EINVAL (no GPUs, more than
+ * no GPU reserved compute) and "log".  MIG devices ("MIG-...") get no
+ * line and add no compute share: the hardware enforces them, and the
+ * interposer is not mounted for them.  GF_EINVAL (no GPUs, more than
  * GF_REGION_DEVICES), GF_ELIMIT (buffer too small). */
 int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
                              char *buf, size_t cap, gf_diag *d);

@@ -104,6 +104,10 @@ typedef struct gf_node_allocator gf_node_allocator;
 int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
                           const gf_node_gpus *gpus, const gf_node_alloc_opts *o,
                           gf_diag *d);
+/* Where the driver's MIG capability files are read: <proc>/driver/nvidia/
+ * capabilities/gpu<minor>/mig/gi<gi>[/ci<ci>]/access (NULL: "/proc", the
+ * default; tests give a fake tree).  Call before serving. */
+void gf_node_allocator_set_proc(gf_node_allocator *a, const char *proc);
 /* Replaces the GPUs (after a rediscovery). */
 void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g);
 void gf_node_allocator_free(gf_node_allocator *a);
@@ -114,13 +118,22 @@ uint64_t gf_node_allocator_refused(gf_node_allocator *a);
 /* The device plugin's allocate callback (gf_dp_allocate_fn) with user a
  * gf_node_allocator: matches, writes the container's files and fills the
  * answer.  Device ids only count GPUs: the grant decides which.  A granted
- * GPU that is not on this node or not healthy fails the call. */
+ * GPU that is not on this node or not healthy fails the call.  A grant may
+ * name a MIG device ("MIG-..." of a GPU in mode mig, whose parent must be
+ * healthy): the container gets that uuid in CUDA_VISIBLE_DEVICES, the
+ * parent's device node and the instance's two capability nodes
+ * (/dev/nvidia-caps/nvidia-cap<N>, N read from the GI's and the CI's
+ * "access" files, DeviceFileMinor), and no interposer: MIG isolates in
+ * hardware.  A grant naming a GPU in mode mig by its GPU uuid fails (a
+ * process can use one MIG device, never a whole MIG-enabled GPU); so does a
+ * MIG grant answered as CDI (allocate = cdi; not yet). */
 int gf_node_allocate(void *user, const char *const *ids, size_t nids,
                      gf_dp_container_answer *out, gf_diag *d);
 
 /* The device list kubelet sees for g: `slots` devices "<uuid>::<k>" per
- * shared or mps GPU, one "<uuid>::0" per exclusive GPU, none for mig GPUs
- * (MIG instances are not units yet) or GPUs without a uuid.  An unhealthy
+ * shared or mps GPU, one "<uuid>::0" per exclusive GPU, one per MIG device
+ * of a mig GPU with the MIG uuid as id ("MIG-...", the parent's health and
+ * NUMA node), none for GPUs without a uuid.  An unhealthy
  * GPU's devices are listed unhealthy, so kubelet stops handing them out
  * and shows why on the node.  Returns the count written (at most cap). */
 size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,

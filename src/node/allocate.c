@@ -30,6 +30,7 @@ struct gf_node_allocator {
   char shim_lib[GF_NODE_PATH_MAX];
   char preload[GF_NODE_PATH_MAX];
   char dev_dir[GF_NODE_PATH_MAX];
+  char proc[GF_NODE_PATH_MAX]; /* MIG capability files live under it */
   char log[8];
   char mps_dir[GF_NODE_PATH_MAX];
   gf_node_alloc_style style;
@@ -61,10 +62,17 @@ int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
                 o->dev_dir ? o->dev_dir : "/dev");
   gf__node_copy(a->log, sizeof(a->log), o->log ? o->log : "warn");
   gf__node_copy(a->mps_dir, sizeof(a->mps_dir), o->mps_dir ? o->mps_dir : "");
+  gf__node_copy(a->proc, sizeof(a->proc), "/proc");
   a->style = o->style;
   a->wait_ms = o->wait_ms;
   *out = a;
   return 0;
+}
+
+void gf_node_allocator_set_proc(gf_node_allocator *a, const char *proc) {
+  pthread_mutex_lock(&a->mu);
+  gf__node_copy(a->proc, sizeof(a->proc), proc && *proc ? proc : "/proc");
+  pthread_mutex_unlock(&a->mu);
 }
 
 void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g) {
@@ -142,25 +150,65 @@ static int add_dev(gf_dp_container_answer *o, const char *dev_dir,
   return rc;
 }
 
-/* The granted GPUs as this node knows them, in grant order. */
-static int resolve(gf_node_allocator *a, const gf_node_match *m,
-                   const gf_node_gpu **gpus, gf_diag *d) {
+/* What one grant entry names: a whole GPU, or one MIG device of it. */
+typedef struct unit {
+  const gf_node_gpu *gpu; /* the GPU, or the MIG device's parent */
+  const gf_node_mig *mig; /* NULL for a whole GPU */
+} unit;
+
+static const char *unit_uuid(const unit *u) {
+  return u->mig ? u->mig->uuid : u->gpu->uuid;
+}
+
+/* Finds uuid among the GPUs and their MIG devices. */
+static bool find_unit(const gf_node_gpus *g, const char *uuid, unit *u) {
+  for (uint32_t j = 0; j < g->ngpus; j++) {
+    const gf_node_gpu *x = &g->gpus[j];
+    if (x->uuid[0] && strcmp(x->uuid, uuid) == 0) {
+      *u = (unit){x, NULL};
+      return true;
+    }
+    for (uint32_t k = 0; k < x->nmig && k < GF_NODE_MAX_MIG; k++)
+      if (strcmp(x->mig[k].uuid, uuid) == 0) {
+        *u = (unit){x, &x->mig[k]};
+        return true;
+      }
+  }
+  return false;
+}
+
+/* The granted GPUs and MIG devices as this node knows them, in grant
+ * order. */
+static int resolve(gf_node_allocator *a, const gf_node_match *m, unit *units,
+                   gf_diag *d) {
   for (uint32_t i = 0; i < m->grant.ngpus; i++) {
     const char *uuid = m->grant.gpus[i].uuid;
-    gpus[i] = NULL;
-    for (uint32_t j = 0; j < a->gpus.ngpus; j++)
-      if (strcmp(a->gpus.gpus[j].uuid, uuid) == 0)
-        gpus[i] = &a->gpus.gpus[j];
-    if (!gpus[i])
+    unit *u = &units[i];
+    if (!find_unit(&a->gpus, uuid, u))
       return gf_diag_set(d, GF_ENOTFOUND,
                          "pod %s/%s container %s: granted GPU %s is not on "
                          "this node",
                          m->ns, m->name, m->grant.name, uuid);
-    if (!gpus[i]->healthy)
+    if (!u->gpu->healthy)
       return gf_diag_set(d, GF_EIO,
                          "pod %s/%s container %s: granted GPU %s is "
                          "unhealthy (%s)",
-                         m->ns, m->name, m->grant.name, uuid, gpus[i]->reason);
+                         m->ns, m->name, m->grant.name, uuid, u->gpu->reason);
+    if (!u->mig && u->gpu->mode == GF_NODE_MODE_MIG)
+      return gf_diag_set(d, GF_ESTATE,
+                         "pod %s/%s container %s: granted GPU %s runs MIG: a "
+                         "grant must name one of its MIG devices",
+                         m->ns, m->name, m->grant.name, uuid);
+    if (u->mig && u->gpu->mode != GF_NODE_MODE_MIG)
+      return gf_diag_set(d, GF_ESTATE,
+                         "pod %s/%s container %s: granted MIG device %s: its "
+                         "GPU %s is not in mode mig",
+                         m->ns, m->name, m->grant.name, uuid, u->gpu->uuid);
+    if (u->mig && a->style == GF_NODE_ALLOC_CDI)
+      return gf_diag_set(d, GF_EINVAL,
+                         "pod %s/%s container %s: MIG device %s: allocate = "
+                         "cdi does not hand out MIG devices yet (use mounts)",
+                         m->ns, m->name, m->grant.name, uuid);
   }
   return 0;
 }
@@ -169,8 +217,9 @@ static int resolve(gf_node_allocator *a, const gf_node_match *m,
  * /dev/shm, and its limits as MPS client variables (docs/node.md, "MPS").
  * One MPS GPU per container: a client talks to one daemon. */
 static int answer_mps(gf_node_allocator *a, const gf_node_match *m,
-                      const gf_node_gpu *const *gpus,
-                      gf_dp_container_answer *out, gf_diag *d) {
+                      const unit *units, gf_dp_container_answer *out,
+                      gf_diag *d) {
+  const gf_node_gpu *gpu = units[0].gpu;
   if (m->grant.ngpus != 1)
     return gf_diag_set(d, GF_EINVAL,
                        "pod %s/%s container %s: %u GPUs granted with an MPS "
@@ -180,9 +229,9 @@ static int answer_mps(gf_node_allocator *a, const gf_node_match *m,
     return gf_diag_set(d, GF_ESTATE,
                        "GPU %s is in mode mps but the agent has "
                        "no MPS directory",
-                       gpus[0]->uuid);
+                       gpu->uuid);
   char pipe[GF_DP_STR_MAX], shm[GF_DP_STR_MAX], v[64];
-  if (!gf_node_mps_pipe_path(a->mps_dir, gpus[0]->uuid, pipe, sizeof(pipe)) ||
+  if (!gf_node_mps_pipe_path(a->mps_dir, gpu->uuid, pipe, sizeof(pipe)) ||
       !gf_node_mps_shm_path(a->mps_dir, shm, sizeof(shm)))
     return gf_diag_set(d, GF_ELIMIT, "MPS directory too long");
   int rc = add_env(out, "CUDA_MPS_PIPE_DIRECTORY", GF_NODE_MPS_CTR_PIPE, d);
@@ -203,9 +252,78 @@ static int answer_mps(gf_node_allocator *a, const gf_node_match *m,
   return rc;
 }
 
+/* The minor of /dev/nvidia-caps/nvidia-cap<N> for one capability file:
+ * the value of its "DeviceFileMinor:" line.  GF_EIO naming the file. */
+static int cap_minor(const char *path, unsigned *minor, gf_diag *d) {
+  char *text = NULL;
+  size_t len = 0;
+  int rc = gf__node_read_file(path, 4096, &text, &len, d);
+  if (rc)
+    return rc;
+  bool found = false, ok = false;
+  for (char *line = text; line && *line && !found;) {
+    char *nl = strchr(line, '\n');
+    if (nl)
+      *nl = '\0';
+    unsigned v = 0;
+    char tail = 0;
+    if (strncmp(line, "DeviceFileMinor:", 16) == 0) {
+      found = true;
+      ok = sscanf(line + 16, " %u %c", &v, &tail) == 1 && v < (1u << 20);
+      if (ok)
+        *minor = v;
+    }
+    line = nl ? nl + 1 : NULL;
+  }
+  free(text);
+  if (!ok)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path,
+                       found ? "bad DeviceFileMinor line"
+                             : "no DeviceFileMinor line");
+  return 0;
+}
+
+/* Adds the GPU instance's and the compute instance's capability device
+ * nodes of MIG device m on GPU g (what the driver checks before it lets a
+ * process open the instance). */
+static int add_mig_caps(gf_node_allocator *a, const gf_node_gpu *g,
+                        const gf_node_mig *m, gf_dp_container_answer *out,
+                        gf_diag *d) {
+  char path[GF_NODE_PATH_MAX];
+  for (int level = 0; level < 2; level++) {
+    int w =
+        level == 0
+            ? snprintf(path, sizeof(path),
+                       "%s/driver/nvidia/capabilities/gpu%u/mig/gi%u/access",
+                       a->proc, g->minor, m->gi)
+            : snprintf(path, sizeof(path),
+                       "%s/driver/nvidia/capabilities/gpu%u/mig/gi%u/ci%u/"
+                       "access",
+                       a->proc, g->minor, m->gi, m->ci);
+    if (w < 0 || (size_t)w >= sizeof(path))
+      return gf_diag_set(d, GF_ELIMIT, "capability path under %s too long",
+                         a->proc);
+    unsigned minor = 0;
+    int rc = cap_minor(path, &minor, d);
+    if (rc)
+      return rc;
+    char name[48];
+    snprintf(name, sizeof(name), "nvidia-caps/nvidia-cap%u", minor);
+    if ((rc = add_dev(out, a->dev_dir, name, d)))
+      return rc;
+  }
+  return 0;
+}
+
+static bool has_devnode(const gf_dp_container_answer *o, const char *ctr) {
+  for (uint32_t i = 0; i < o->ndevnodes; i++)
+    if (strcmp(o->devnodes[i].container_path, ctr) == 0)
+      return true;
+  return false;
+}
+
 static int answer_mounts(gf_node_allocator *a, const gf_node_match *m,
-                         const gf_node_gpu *const *gpus,
-                         const gf_node_ctr_paths *paths,
+                         const unit *units, const gf_node_ctr_paths *paths,
                          gf_dp_container_answer *out, gf_diag *d) {
   char uuids[GF_DP_STR_MAX];
   size_t used = 0;
@@ -213,15 +331,15 @@ static int answer_mounts(gf_node_allocator *a, const gf_node_match *m,
   uuids[0] = 0;
   for (uint32_t i = 0; i < m->grant.ngpus; i++) {
     int w = snprintf(uuids + used, sizeof(uuids) - used, "%s%s", i ? "," : "",
-                     gpus[i]->uuid);
+                     unit_uuid(&units[i]));
     if (w < 0 || (size_t)w >= sizeof(uuids) - used)
       return gf_diag_set(d, GF_ELIMIT, "allocation answer: GPU list too long");
     used += (size_t)w;
-    shared |= gpus[i]->mode == GF_NODE_MODE_SHARED;
-    mps |= gpus[i]->mode == GF_NODE_MODE_MPS;
+    shared |= !units[i].mig && units[i].gpu->mode == GF_NODE_MODE_SHARED;
+    mps |= !units[i].mig && units[i].gpu->mode == GF_NODE_MODE_MPS;
   }
   int rc;
-  if (mps && (rc = answer_mps(a, m, gpus, out, d)))
+  if (mps && (rc = answer_mps(a, m, units, out, d)))
     return rc;
   if ((rc = add_env(out, "CUDA_VISIBLE_DEVICES", uuids, d)) ||
       (rc = add_env(out, "NVIDIA_VISIBLE_DEVICES", uuids, d)) ||
@@ -233,9 +351,14 @@ static int answer_mounts(gf_node_allocator *a, const gf_node_match *m,
     if ((rc = add_dev(out, a->dev_dir, common[i], d)))
       return rc;
   for (uint32_t i = 0; i < m->grant.ngpus; i++) {
-    char name[32];
-    snprintf(name, sizeof(name), "nvidia%u", gpus[i]->minor);
-    if ((rc = add_dev(out, a->dev_dir, name, d)))
+    char name[32], ctr[40];
+    snprintf(name, sizeof(name), "nvidia%u", units[i].gpu->minor);
+    snprintf(ctr, sizeof(ctr), "/dev/%s", name);
+    /* Two MIG devices of one GPU share its node. */
+    if (!has_devnode(out, ctr) && (rc = add_dev(out, a->dev_dir, name, d)))
+      return rc;
+    if (units[i].mig &&
+        (rc = add_mig_caps(a, units[i].gpu, units[i].mig, out, d)))
       return rc;
   }
   if ((rc = add_mount(out, paths->config, GF_NODE_CTR_CONFIG, true, d)) ||
@@ -290,18 +413,18 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
     atomic_fetch_add(&a->refused, 1);
     return rc;
   }
-  const gf_node_gpu *gpus[GF_MAX_GPUS_PER_NODE];
+  unit units[GF_MAX_GPUS_PER_NODE];
   gf_node_ctr_paths paths;
   char who[GF_DP_STR_MAX];
   pthread_mutex_lock(&a->mu);
-  rc = resolve(a, &m, gpus, d);
+  rc = resolve(a, &m, units, d);
   if (!rc)
     rc = gf_node_prepare_container(a->state_dir, m.uid, &m.grant, a->log,
                                    &paths, d);
   if (!rc)
     rc = a->style == GF_NODE_ALLOC_CDI
              ? answer_cdi(a, &m, &paths, out, d)
-             : answer_mounts(a, &m, gpus, &paths, out, d);
+             : answer_mounts(a, &m, units, &paths, out, d);
   pthread_mutex_unlock(&a->mu);
   if (!rc) {
     snprintf(who, sizeof(who), "%s/%s/%s", m.ns, m.name, m.grant.name);
@@ -324,8 +447,17 @@ size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
   size_t n = 0;
   for (uint32_t i = 0; i < g->ngpus; i++) {
     const gf_node_gpu *x = &g->gpus[i];
-    if (!x->uuid[0] || x->mode == GF_NODE_MODE_MIG)
+    if (!x->uuid[0])
       continue;
+    if (x->mode == GF_NODE_MODE_MIG) {
+      for (uint32_t k = 0; k < x->nmig && k < GF_NODE_MAX_MIG && n < cap;
+           k++, n++) {
+        gf__node_copy(out[n].id, sizeof(out[n].id), x->mig[k].uuid);
+        out[n].healthy = x->healthy;
+        out[n].numa_node = x->numa_node;
+      }
+      continue;
+    }
     uint32_t k_max = x->mode == GF_NODE_MODE_EXCLUSIVE ? 1 : slots;
     for (uint32_t k = 0; k < k_max && n < cap; k++, n++) {
       snprintf(out[n].id, sizeof(out[n].id), "%s::%u", x->uuid, k);

@@ -47,6 +47,9 @@ static bool uuid_ok(const char *u) {
   return true;
 }
 
+/* A MIG device ("MIG-..."): not the interposer's business. */
+static bool is_mig(const char *u) { return strncmp(u, "MIG-", 4) == 0; }
+
 int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
                              char *buf, size_t cap, gf_diag *d) {
   if (c->ngpus == 0)
@@ -60,6 +63,8 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
   int32_t compute = 0;
   for (uint32_t i = 0; i < c->ngpus; i++) {
     const gf_grant_gpu *g = &c->gpus[i];
+    if (is_mig(g->uuid))
+      continue; /* the hardware enforces a MIG device's share */
     if (g->mem_bytes < 0 || g->compute_pct < 0 || g->compute_pct > 100)
       return gf_diag_set(d, GF_EINVAL,
                          "container '%s': GPU %s: memory %" PRId64
@@ -80,7 +85,7 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
   /* By UUID: the interposer finds each GPU whatever index the container's
    * processes see it at. */
   for (uint32_t i = 0; i < c->ngpus; i++)
-    if (c->gpus[i].mem_bytes > 0)
+    if (c->gpus[i].mem_bytes > 0 && !is_mig(c->gpus[i].uuid))
       ok = ok && put(buf, cap, &off, "memory.%s = %" PRId64 "\n",
                      c->gpus[i].uuid, c->gpus[i].mem_bytes);
   if (compute > 0)

@@ -5,6 +5,7 @@
  */
 #include <ctype.h>
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,13 @@ typedef struct nvml_device *nvml_device; /* nvmlDevice_t */
 enum {
   NVML_OK = 0,
   NVML_ERR_NOT_SUPPORTED = 3,
+  NVML_ERR_NOT_FOUND = 6,
   NVML_ERR_FUNCTION_NOT_FOUND = 13,
+};
+enum {
+  NVML_FEATURE_ENABLED = 1,           /* nvmlEnableState_t */
+  NVML_NVLINK_MAX_LINKS = 18,         /* nvml.h, r525+ (12 before) */
+  NVML_NVLINK_DEVICE_TYPE_SWITCH = 2, /* nvmlIntNvLinkDeviceType_t */
 };
 typedef struct nvml_memory { /* nvmlMemory_t (v1) */
   unsigned long long total, free, used;
@@ -31,7 +38,17 @@ typedef struct nvml_pci_info { /* nvmlPciInfo_t, for _v3 */
   unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
   char bus_id[32];
 } nvml_pci_info;
+typedef struct nvml_attributes { /* nvmlDeviceAttributes_t, for _v2 */
+  unsigned int multiprocessor_count;
+  unsigned int shared_copy_engine_count, shared_decoder_count;
+  unsigned int shared_encoder_count, shared_jpeg_count, shared_ofa_count;
+  unsigned int gpu_instance_slice_count, compute_instance_slice_count;
+  unsigned long long memory_size_mb;
+} nvml_attributes;
 _Static_assert(sizeof(nvml_pci_info) == 68, "nvmlPciInfo_t layout");
+_Static_assert(sizeof(nvml_attributes) == 40, "nvmlDeviceAttributes_t layout");
+_Static_assert(offsetof(nvml_attributes, memory_size_mb) == 32,
+               "nvmlDeviceAttributes_t.memorySizeMB");
 _Static_assert(sizeof(nvml_memory) == 24, "nvmlMemory_t layout");
 
 #define NVML_UUID_BUF 96   /* NVML_DEVICE_UUID_V2_BUFFER_SIZE */
@@ -55,6 +72,16 @@ typedef struct nvml_api {
   nvml_return (*numa)(nvml_device, unsigned int *); /* optional (r535+) */
   nvml_return (*driver)(char *, unsigned int);
   nvml_return (*cuda)(int *);
+  /* MIG devices: needed only on a GPU whose MIG mode is on */
+  nvml_return (*mig_count)(nvml_device, unsigned int *);
+  nvml_return (*mig_handle)(nvml_device, unsigned int, nvml_device *);
+  nvml_return (*gi_id)(nvml_device, unsigned int *);
+  nvml_return (*ci_id)(nvml_device, unsigned int *);
+  nvml_return (*attributes)(nvml_device, nvml_attributes *); /* optional */
+  /* NVLink: all optional (no symbol: no NVLink recorded) */
+  nvml_return (*link_state)(nvml_device, unsigned int, int *);
+  nvml_return (*link_pci)(nvml_device, unsigned int, nvml_pci_info *);
+  nvml_return (*link_type)(nvml_device, unsigned int, int *);
 } nvml_api;
 
 /* dlsym into a typed pointer without a cast between object and function
@@ -81,13 +108,138 @@ static void sick(const nvml_api *a, gf_node_gpu *g, const char *what,
            r);
 }
 
-static void query_gpu(const nvml_api *a, unsigned int i, gf_node_gpu *g) {
+/* Marks g unhealthy with "what" when a needed symbol is missing. */
+static void sick_sym(gf_node_gpu *g, const char *sym) {
+  if (!g->healthy)
+    return;
+  g->healthy = false;
+  snprintf(g->reason, sizeof(g->reason), "MIG mode on but NVML lacks %s", sym);
+}
+
+/* Reads the MIG devices of a GPU whose MIG mode is on into g->mig.  A
+ * failed query marks the GPU unhealthy (its units are then unknown). */
+static void query_migs(const nvml_api *a, nvml_device dev, gf_node_gpu *g) {
+  static const char *const syms[] = {
+      "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+      "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId"};
+  const bool have[] = {a->mig_count != NULL, a->mig_handle != NULL,
+                       a->gi_id != NULL, a->ci_id != NULL};
+  for (size_t k = 0; k < 4; k++)
+    if (!have[k]) {
+      sick_sym(g, syms[k]);
+      return;
+    }
+  unsigned int max = 0;
+  nvml_return r = a->mig_count(dev, &max);
+  if (r != NVML_OK) {
+    sick(a, g, "nvmlDeviceGetMaxMigDeviceCount", r);
+    return;
+  }
+  for (unsigned int k = 0; k < max && g->nmig < GF_NODE_MAX_MIG; k++) {
+    nvml_device md = NULL;
+    r = a->mig_handle(dev, k, &md);
+    if (r == NVML_ERR_NOT_FOUND)
+      continue; /* no MIG device at this index */
+    if (r != NVML_OK) {
+      sick(a, g, "nvmlDeviceGetMigDeviceHandleByIndex", r);
+      return;
+    }
+    gf_node_mig *m = &g->mig[g->nmig];
+    memset(m, 0, sizeof(*m));
+    char buf[NVML_UUID_BUF] = "";
+    r = a->uuid(md, buf, (unsigned)sizeof(buf));
+    buf[sizeof(buf) - 1] = '\0';
+    if (r != NVML_OK) {
+      sick(a, g, "nvmlDeviceGetUUID (MIG device)", r);
+      return;
+    }
+    if (strlen(buf) >= sizeof(m->uuid)) {
+      sick(a, g, "nvmlDeviceGetUUID (MIG device): uuid too long", r);
+      return;
+    }
+    gf__node_copy(m->uuid, sizeof(m->uuid), buf);
+    nvml_memory mem = {0, 0, 0};
+    r = a->memory(md, &mem);
+    if (r != NVML_OK) {
+      sick(a, g, "nvmlDeviceGetMemoryInfo (MIG device)", r);
+      return;
+    }
+    m->mem_bytes = mem.total;
+    unsigned int gi = 0, ci = 0;
+    if ((r = a->gi_id(md, &gi)) != NVML_OK) {
+      sick(a, g, "nvmlDeviceGetGpuInstanceId", r);
+      return;
+    }
+    if ((r = a->ci_id(md, &ci)) != NVML_OK) {
+      sick(a, g, "nvmlDeviceGetComputeInstanceId", r);
+      return;
+    }
+    m->gi = gi;
+    m->ci = ci;
+    nvml_attributes at;
+    memset(&at, 0, sizeof(at));
+    if (a->attributes && a->attributes(md, &at) == NVML_OK) {
+      m->sm_count = at.multiprocessor_count;
+      m->gi_slices = at.gpu_instance_slice_count;
+      m->ci_slices = at.compute_instance_slice_count;
+      uint64_t mib = at.memory_size_mb ? at.memory_size_mb : m->mem_bytes >> 20;
+      gf__node_mig_profile(m->gi_slices, m->ci_slices, mib << 20, g->mem_bytes,
+                           m->profile, sizeof(m->profile));
+    }
+    g->nmig++;
+  }
+}
+
+/* A PCI address "DDDDDDDD:BB:DD.F" (or with a 4-digit domain) as one
+ * number, so NVML's two spellings compare equal; 0 when it does not parse
+ * (no GPU sits at 0000:00:00.0, the host bridge). */
+static uint64_t pci_key(const char *s) {
+  unsigned int dom = 0, bus = 0, devn = 0, fn = 0;
+  char tail;
+  if (sscanf(s, "%x:%x:%x.%x%c", &dom, &bus, &devn, &fn, &tail) != 4 ||
+      bus > 0xff || devn > 0x1f || fn > 7)
+    return 0;
+  return (uint64_t)dom << 16 | (uint64_t)bus << 8 | (uint64_t)devn << 3 | fn;
+}
+
+/* Walks links 0..NVML_NVLINK_MAX_LINKS-1 of dev: remote[l] gets the PCI key
+ * of the far end of each active link that is not an NVSwitch (counted in
+ * g->nvlink_switch instead).  Any error on a link (NOT_SUPPORTED on a GPU
+ * without NVLink, INVALID_ARGUMENT past the links a GPU has) means no link
+ * there: NVLink is topology, never health. */
+static void query_links(const nvml_api *a, nvml_device dev, gf_node_gpu *g,
+                        uint64_t remote[NVML_NVLINK_MAX_LINKS]) {
+  for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; l++) {
+    remote[l] = 0;
+    int on = 0;
+    if (!a->link_state || !a->link_pci ||
+        a->link_state(dev, l, &on) != NVML_OK || on != NVML_FEATURE_ENABLED)
+      continue;
+    int type = 0;
+    if (a->link_type && a->link_type(dev, l, &type) == NVML_OK &&
+        type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+      g->nvlink_switch++;
+      continue;
+    }
+    nvml_pci_info pci;
+    memset(&pci, 0, sizeof(pci));
+    if (a->link_pci(dev, l, &pci) != NVML_OK)
+      continue;
+    pci.bus_id[sizeof(pci.bus_id) - 1] = '\0';
+    remote[l] = pci_key(pci.bus_id);
+  }
+}
+
+static void query_gpu(const nvml_api *a, unsigned int i, gf_node_gpu *g,
+                      uint64_t remote[NVML_NVLINK_MAX_LINKS]) {
   memset(g, 0, sizeof(*g));
   g->index = i;
   g->minor = i;
   g->numa_node = -1;
   g->healthy = true;
   nvml_device dev = NULL;
+  for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; l++)
+    remote[l] = 0;
   nvml_return r = a->handle(i, &dev);
   if (r != NVML_OK) {
     sick(a, g, "nvmlDeviceGetHandleByIndex_v2", r);
@@ -148,6 +300,28 @@ static void query_gpu(const nvml_api *a, unsigned int i, gf_node_gpu *g) {
     g->healthy = false;
     gf__node_copy(g->reason, sizeof(g->reason), "reports no memory");
   }
+  if (g->mig_enabled && g->healthy)
+    query_migs(a, dev, g);
+  if (g->healthy)
+    query_links(a, dev, g, remote);
+}
+
+/* Turns each GPU's far ends into peers by matching them to the PCI
+ * addresses of the GPUs on this node. */
+static void link_peers(gf_node_gpus *out,
+                       uint64_t remote[][NVML_NVLINK_MAX_LINKS]) {
+  for (uint32_t i = 0; i < out->ngpus; i++)
+    for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; l++) {
+      if (!remote[i][l])
+        continue;
+      for (uint32_t j = 0; j < out->ngpus; j++)
+        if (j != i && pci_key(out->gpus[j].pci_bus_id) == remote[i][l]) {
+          gf_node_gpu *g = &out->gpus[i];
+          g->nvlink_peers |= 1u << j;
+          if (g->nvlink_links[j] < UINT8_MAX)
+            g->nvlink_links[j]++;
+        }
+    }
 }
 
 int gf_node_discover_nvml(const char *lib, gf_node_gpus *out, gf_diag *d) {
@@ -176,6 +350,14 @@ int gf_node_discover_nvml(const char *lib, gf_node_gpus *out, gf_diag *d) {
   LOAD(&a, numa, "nvmlDeviceGetNumaNodeId");
   LOAD(&a, driver, "nvmlSystemGetDriverVersion");
   LOAD(&a, cuda, "nvmlSystemGetCudaDriverVersion_v2");
+  LOAD(&a, mig_count, "nvmlDeviceGetMaxMigDeviceCount");
+  LOAD(&a, mig_handle, "nvmlDeviceGetMigDeviceHandleByIndex");
+  LOAD(&a, gi_id, "nvmlDeviceGetGpuInstanceId");
+  LOAD(&a, ci_id, "nvmlDeviceGetComputeInstanceId");
+  LOAD(&a, attributes, "nvmlDeviceGetAttributes_v2");
+  LOAD(&a, link_state, "nvmlDeviceGetNvLinkState");
+  LOAD(&a, link_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  LOAD(&a, link_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
   const struct {
     const char *name;
     bool ok;
@@ -224,9 +406,11 @@ int gf_node_discover_nvml(const char *lib, gf_node_gpus *out, gf_diag *d) {
   int cv = 0;
   if (a.cuda && a.cuda(&cv) == NVML_OK && cv > 0)
     out->cuda_version = cv;
+  uint64_t remote[GF_NODE_MAX_GPUS][NVML_NVLINK_MAX_LINKS];
   for (unsigned int i = 0; i < n; i++)
-    query_gpu(&a, i, &out->gpus[i]);
+    query_gpu(&a, i, &out->gpus[i], remote[i]);
   out->ngpus = n;
+  link_peers(out, remote);
 shutdown:
   a.shutdown();
 close:
@@ -293,6 +477,27 @@ void gf__node_model_name(const char *name, char *model, size_t cap) {
   for (; *s && o + 1 < cap; s++)
     model[o++] = (*s == ' ') ? '-' : *s;
   model[o] = '\0';
+}
+
+void gf__node_mig_profile(uint32_t gi_slices, uint32_t ci_slices,
+                          uint64_t mig_bytes, uint64_t parent_bytes, char *out,
+                          size_t cap) {
+  out[0] = '\0';
+  if (gi_slices == 0 || mig_bytes == 0 || parent_bytes == 0 ||
+      mig_bytes > parent_bytes)
+    return;
+  const uint64_t gib = 1ull << 30;
+  /* eighths = ceil(8 * mig / parent), exactly, without overflow: mig and
+   * parent are below 2^60 (an exabyte). */
+  uint64_t eighths = (mig_bytes * 8 + parent_bytes - 1) / parent_bytes;
+  uint64_t parent_gb = (parent_bytes + gib - 1) / gib;
+  uint64_t gb = (eighths * parent_gb + 4) / 8;
+  if (ci_slices && ci_slices < gi_slices)
+    snprintf(out, cap, "%uc.%ug.%llugb", (unsigned)ci_slices,
+             (unsigned)gi_slices, (unsigned long long)gb);
+  else
+    snprintf(out, cap, "%ug.%llugb", (unsigned)gi_slices,
+             (unsigned long long)gb);
 }
 
 /* ---- fake GPUs --------------------------------------------------------- */

@@ -14,6 +14,53 @@ static const char *extender_mode(gf_node_mode m) {
                                                               : "shared";
 }
 
+/* "nvlink":[{"gpu":J,"links":N}] for the healthy peers of x (a peer left
+ * out of the inventory is left out here too), "nvswitch":N.  Both only
+ * when non-empty.  Nonzero on ENOMEM. */
+static int add_links(json_t *o, const gf_node_gpus *g, const gf_node_gpu *x) {
+  json_t *peers = json_array();
+  if (!peers)
+    return -1;
+  for (uint32_t j = 0; j < g->ngpus && j < GF_NODE_MAX_GPUS; j++) {
+    if (!(x->nvlink_peers & (1u << j)) || !g->gpus[j].healthy)
+      continue;
+    json_t *p = json_pack("{s:i,s:i}", "gpu", (int)g->gpus[j].index, "links",
+                          (int)x->nvlink_links[j]);
+    if (!p || json_array_append_new(peers, p)) {
+      json_decref(peers);
+      return -1;
+    }
+  }
+  if (json_array_size(peers) == 0)
+    json_decref(peers);
+  else if (json_object_set_new(o, "nvlink", peers))
+    return -1;
+  if (x->nvlink_switch > 0 &&
+      json_object_set_new(o, "nvswitch", json_integer(x->nvlink_switch)))
+    return -1;
+  return 0;
+}
+
+/* "migs":[{"uuid","profile","memory","sms","gi","ci"}] when x has MIG
+ * devices.  Nonzero on ENOMEM. */
+static int add_migs(json_t *o, const gf_node_gpu *x) {
+  if (x->nmig == 0)
+    return 0;
+  json_t *migs = json_array();
+  if (!migs || json_object_set_new(o, "migs", migs))
+    return -1;
+  for (uint32_t k = 0; k < x->nmig && k < GF_NODE_MAX_MIG; k++) {
+    const gf_node_mig *m = &x->mig[k];
+    json_t *e =
+        json_pack("{s:s,s:s,s:I,s:i,s:i,s:i}", "uuid", m->uuid, "profile",
+                  m->profile, "memory", (json_int_t)m->mem_bytes, "sms",
+                  (int)m->sm_count, "gi", (int)m->gi, "ci", (int)m->ci);
+    if (!e || json_array_append_new(migs, e))
+      return -1;
+  }
+  return 0;
+}
+
 int gf_node_inventory_json(const gf_node_gpus *g, char **out, gf_diag *d) {
   json_t *gpus = json_array();
   json_t *root = json_object();
@@ -41,7 +88,8 @@ int gf_node_inventory_json(const gf_node_gpus *g, char **out, gf_diag *d) {
         "sms", (int)x->sm_count, "mode", extender_mode(x->mode), "sharing",
         gf_node_mode_name(x->mode), "cc", cc, "pci", x->pci_bus_id, "numa",
         (int)x->numa_node, "mig", (int)x->mig_enabled);
-    if (!o || json_array_append_new(gpus, o))
+    if (!o || json_array_append_new(gpus, o) || add_links(o, g, x) ||
+        add_migs(o, x))
       goto nomem;
   }
   if (json_object_set(root, "gpus", gpus))

@@ -1,8 +1,19 @@
 /*
  * A fake libnvidia-ml.so.1 for the node agent's discovery tests.  Devices
  * come from GF_FAKE_NVML: "NAME=MIB[:flag...];..." with flags
- *   mig     MIG mode on
+ *   mig     MIG mode on, no MIG devices
+ *   mig=LIST  MIG mode on with these MIG devices, '+' separated, each
+ *           "[COUNTx][Cc.]Gg": G slices of GPU instance (1, 2, 3, 4 or 7),
+ *           a compute instance of C slices (default G).  MIG device k gets
+ *           uuid "MIG-<8-digit GPU index>-aaaa-4bbb-8ccc-<12-digit k>", GPU
+ *           instance id k+1, compute instance id 0, 14*C SMs and A100-like
+ *           memory: 1, 2, 4, 4, 8 eighths of the GPU (G = 1, 2, 3, 4, 7)
+ *           less 256 MiB.  MIG indices past the devices say NOT_FOUND.
  *   broken  the handle works but every query fails with GPU_IS_LOST (15)
+ * NVLink: GF_FAKE_NVML_NVLINK "A-B[xN],..." gives GPUs A and B N links (1)
+ * to each other, "A-swxN" N links to an NVSwitch; links are numbered in
+ * order on each GPU, 18 per GPU, the unused ones disabled.  A GPU named in
+ * no pair has no NVLink: nvmlDeviceGetNvLinkState says NOT_SUPPORTED.
  * GF_FAKE_NVML_INIT=fail makes nvmlInit_v2 fail (DRIVER_NOT_LOADED, 9).
  * Events: GF_FAKE_NVML_XID_FILE names a file of "INDEX XID" lines (INDEX
  * "all" for no device); each nvmlEventSetWait_v2 delivers the next line not
@@ -18,15 +29,106 @@
 #define MAXDEV 32
 #define EXPORT __attribute__((visibility("default")))
 
+#define MAXMIG 7
+#define MAXLINK 18
+#define LINK_NONE (-1)
+#define LINK_SWITCH (-2)
+
+typedef struct fmig {
+  unsigned gi_slices, ci_slices, gi, ci, sms;
+  unsigned long long mem;
+} fmig;
+
 typedef struct fdev {
   char name[96];
   unsigned long long mem;
   int mig, broken;
+  unsigned nmig;
+  fmig migs[MAXMIG];
+  int nvlink;           /* has NVLink at all */
+  int link_to[MAXLINK]; /* GPU index, LINK_SWITCH or LINK_NONE */
 } fdev;
 
 static fdev devs[MAXDEV];
 static unsigned ndevs;
 static int inited;
+
+/* "[COUNTx][Cc.]Gg" items separated by '+'. */
+static void parse_migs(fdev *d, char *list) {
+  static const unsigned eighths[8] = {0, 1, 2, 4, 4, 0, 0, 8};
+  for (char *item = list; item && *item;) {
+    char *next = strchr(item, '+');
+    if (next)
+      *next++ = '\0';
+    unsigned count = 1, c = 0, g = 0;
+    char *x = strchr(item, 'x');
+    if (x) {
+      count = (unsigned)strtoul(item, NULL, 10);
+      item = x + 1;
+    }
+    char *dot = strchr(item, '.');
+    if (dot) {
+      c = (unsigned)strtoul(item, NULL, 10);
+      item = dot + 1;
+    }
+    g = (unsigned)strtoul(item, NULL, 10);
+    if (g == 0 || g > 7 || !eighths[g])
+      g = 1;
+    if (c == 0 || c > g)
+      c = g;
+    for (unsigned k = 0; k < count && d->nmig < MAXMIG; k++) {
+      fmig *m = &d->migs[d->nmig];
+      m->gi_slices = g;
+      m->ci_slices = c;
+      m->gi = d->nmig + 1;
+      m->ci = 0;
+      m->sms = 14 * c;
+      m->mem = d->mem / 8 * eighths[g] - (256ull << 20);
+      d->nmig++;
+    }
+    item = next;
+  }
+}
+
+static void add_links(unsigned a, int to, unsigned n) {
+  if (a >= ndevs)
+    return;
+  devs[a].nvlink = 1;
+  for (unsigned l = 0; l < MAXLINK && n > 0; l++)
+    if (devs[a].link_to[l] == LINK_NONE) {
+      devs[a].link_to[l] = to;
+      n--;
+    }
+}
+
+static void parse_nvlink(void) {
+  for (unsigned i = 0; i < ndevs; i++)
+    for (unsigned l = 0; l < MAXLINK; l++)
+      devs[i].link_to[l] = LINK_NONE;
+  const char *s = getenv("GF_FAKE_NVML_NVLINK");
+  if (!s)
+    return;
+  char buf[1024];
+  snprintf(buf, sizeof(buf), "%s", s);
+  for (char *p = buf; p && *p;) {
+    char *next = strchr(p, ',');
+    if (next)
+      *next++ = '\0';
+    unsigned a = (unsigned)strtoul(p, NULL, 10), n = 1;
+    char *dash = strchr(p, '-');
+    char *x = strchr(p, 'x');
+    if (x)
+      n = (unsigned)strtoul(x + 1, NULL, 10);
+    if (dash && !strncmp(dash + 1, "sw", 2)) {
+      add_links(a, LINK_SWITCH, n);
+    } else if (dash) {
+      unsigned b = (unsigned)strtoul(dash + 1, NULL, 10);
+      add_links(a, (int)b, n);
+      add_links(b, (int)a, n);
+    }
+    p = next;
+  }
+}
 
 static void parse(void) {
   ndevs = 0;
@@ -58,6 +160,10 @@ static void parse(void) {
         *next++ = '\0';
       if (!strcmp(flags, "mig"))
         d->mig = 1;
+      if (!strncmp(flags, "mig=", 4)) {
+        d->mig = 1;
+        parse_migs(d, flags + 4);
+      }
       if (!strcmp(flags, "broken"))
         d->broken = 1;
       flags = next;
@@ -65,13 +171,26 @@ static void parse(void) {
     ndevs++;
     tok = end;
   }
+  parse_nvlink();
 }
 
 static fdev *dev_of(void *h) {
-  fdev *d = h;
-  if (!inited || d < devs || d >= devs + ndevs)
-    return NULL;
-  return d;
+  for (unsigned i = 0; inited && i < ndevs; i++)
+    if (h == &devs[i])
+      return &devs[i];
+  return NULL;
+}
+
+/* The MIG device behind handle h, and its parent's index. */
+static fmig *mig_of(void *h, unsigned *parent, unsigned *k) {
+  for (unsigned i = 0; inited && i < ndevs; i++)
+    for (unsigned j = 0; j < devs[i].nmig; j++)
+      if (h == &devs[i].migs[j]) {
+        *parent = i;
+        *k = j;
+        return &devs[i].migs[j];
+      }
+  return NULL;
 }
 
 EXPORT int nvmlInit_v2(void) {
@@ -117,6 +236,11 @@ EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) {
   if (d->broken)                                                               \
     return 15;
 EXPORT int nvmlDeviceGetUUID(void *h, char *buf, unsigned len) {
+  unsigned p, k;
+  if (mig_of(h, &p, &k)) {
+    snprintf(buf, len, "MIG-%08u-aaaa-4bbb-8ccc-%012u", p, k);
+    return 0;
+  }
   DEV(h);
   snprintf(buf, len, "GPU-00000000-1111-2222-3333-%012u", (unsigned)(d - devs));
   return 0;
@@ -127,6 +251,13 @@ EXPORT int nvmlDeviceGetName(void *h, char *buf, unsigned len) {
   return 0;
 }
 EXPORT int nvmlDeviceGetMemoryInfo(void *h, unsigned long long *m) {
+  unsigned p, k;
+  fmig *g = mig_of(h, &p, &k);
+  if (g) {
+    m[0] = m[1] = g->mem;
+    m[2] = 0;
+    return 0;
+  }
   DEV(h);
   m[0] = d->mem;
   m[1] = d->mem;
@@ -159,6 +290,91 @@ EXPORT int nvmlDeviceGetMinorNumber(void *h, unsigned *m) {
 EXPORT int nvmlDeviceGetMigMode(void *h, unsigned *cur, unsigned *pend) {
   DEV(h);
   *cur = *pend = (unsigned)d->mig;
+  return 0;
+}
+EXPORT int nvmlDeviceGetMaxMigDeviceCount(void *h, unsigned *n) {
+  DEV(h);
+  if (!d->mig)
+    return 3; /* NOT_SUPPORTED */
+  *n = MAXMIG;
+  return 0;
+}
+EXPORT int nvmlDeviceGetMigDeviceHandleByIndex(void *h, unsigned i, void **m) {
+  DEV(h);
+  if (!d->mig)
+    return 3;
+  if (i >= MAXMIG)
+    return 2; /* INVALID_ARGUMENT */
+  if (i >= d->nmig)
+    return 6; /* NOT_FOUND */
+  *m = &d->migs[i];
+  return 0;
+}
+EXPORT int nvmlDeviceGetGpuInstanceId(void *h, unsigned *id) {
+  unsigned p, k;
+  fmig *g = mig_of(h, &p, &k);
+  if (!g)
+    return 2;
+  *id = g->gi;
+  return 0;
+}
+EXPORT int nvmlDeviceGetComputeInstanceId(void *h, unsigned *id) {
+  unsigned p, k;
+  fmig *g = mig_of(h, &p, &k);
+  if (!g)
+    return 2;
+  *id = g->ci;
+  return 0;
+}
+typedef struct attributes { /* nvmlDeviceAttributes_t */
+  unsigned sms, ce, dec, enc, jpeg, ofa, gi_slices, ci_slices;
+  unsigned long long mem_mib;
+} attributes;
+EXPORT int nvmlDeviceGetAttributes_v2(void *h, attributes *a) {
+  unsigned p, k;
+  fmig *g = mig_of(h, &p, &k);
+  if (!g)
+    return 3;
+  memset(a, 0, sizeof(*a));
+  a->sms = g->sms;
+  a->ce = g->gi_slices;
+  a->gi_slices = g->gi_slices;
+  a->ci_slices = g->ci_slices;
+  a->mem_mib = g->mem >> 20;
+  return 0;
+}
+EXPORT int nvmlDeviceGetNvLinkState(void *h, unsigned link, int *on) {
+  DEV(h);
+  if (!d->nvlink)
+    return 3; /* NOT_SUPPORTED: no NVLink */
+  if (link >= MAXLINK)
+    return 2;
+  *on = d->link_to[link] != LINK_NONE;
+  return 0;
+}
+EXPORT int nvmlDeviceGetNvLinkRemoteDeviceType(void *h, unsigned link,
+                                               int *type) {
+  DEV(h);
+  if (!d->nvlink)
+    return 3;
+  if (link >= MAXLINK || d->link_to[link] == LINK_NONE)
+    return 2;
+  *type = d->link_to[link] == LINK_SWITCH ? 2 : 0;
+  return 0;
+}
+EXPORT int nvmlDeviceGetNvLinkRemotePciInfo_v2(void *h, unsigned link,
+                                               struct pci *p) {
+  DEV(h);
+  if (!d->nvlink)
+    return 3;
+  if (link >= MAXLINK || d->link_to[link] == LINK_NONE)
+    return 2;
+  memset(p, 0, sizeof(*p));
+  /* An NVSwitch has its own PCI address, no GPU's. */
+  p->bus = d->link_to[link] == LINK_SWITCH ? 0xc0
+                                           : 0x18 + (unsigned)d->link_to[link];
+  snprintf(p->bus_id, sizeof(p->bus_id), "00000000:%02X:00.0", p->bus);
+  snprintf(p->legacy, sizeof(p->legacy), "0000:%02X:00.0", p->bus);
   return 0;
 }
 EXPORT int nvmlDeviceGetNumaNodeId(void *h, unsigned *node) {

@@ -532,23 +532,195 @@ static void test_dp_devices(void **state) {
   assert_int_equal(gf_node_discover_fake("4xA100-80GB", &g, &d), 0);
   g.gpus[1].mode = GF_NODE_MODE_EXCLUSIVE;
   g.gpus[2].mode = GF_NODE_MODE_MIG;
+  g.gpus[2].mig_enabled = true;
+  g.gpus[2].nmig = 2;
+  snprintf(g.gpus[2].mig[0].uuid, GF_UUID_MAX,
+           "MIG-11111111-2222-4333-8444-555555555555");
+  snprintf(g.gpus[2].mig[1].uuid, GF_UUID_MAX,
+           "MIG-66666666-2222-4333-8444-555555555555");
   g.gpus[3].healthy = false;
   gf_dp_device devs[32];
   size_t n = gf_node_dp_devices(&g, 4, devs, 32);
-  /* 4 shared slots, 1 exclusive, no MIG units, 4 unhealthy slots. */
-  assert_int_equal(n, 9);
+  /* 4 shared slots, 1 exclusive, 2 MIG devices, 4 unhealthy slots. */
+  assert_int_equal(n, 11);
   char want[GF_DP_ID_MAX];
   snprintf(want, sizeof(want), "%s::3", g.gpus[0].uuid);
   assert_string_equal(devs[3].id, want);
   snprintf(want, sizeof(want), "%s::0", g.gpus[1].uuid);
   assert_string_equal(devs[4].id, want);
   assert_true(devs[4].healthy);
+  /* One device per MIG device, named by its uuid, its GPU's health. */
+  assert_string_equal(devs[5].id, "MIG-11111111-2222-4333-8444-555555555555");
+  assert_string_equal(devs[6].id, "MIG-66666666-2222-4333-8444-555555555555");
+  assert_true(devs[5].healthy);
+  assert_int_equal(devs[6].numa_node, g.gpus[2].numa_node);
   snprintf(want, sizeof(want), "%s::0", g.gpus[3].uuid);
-  assert_string_equal(devs[5].id, want);
+  assert_string_equal(devs[7].id, want);
+  assert_false(devs[7].healthy);
+  assert_int_equal(devs[7].numa_node, g.gpus[3].numa_node);
+  /* A sick MIG GPU: its devices are listed unhealthy. */
+  g.gpus[2].healthy = false;
+  assert_int_equal(gf_node_dp_devices(&g, 4, devs, 32), 11);
   assert_false(devs[5].healthy);
-  assert_int_equal(devs[5].numa_node, g.gpus[3].numa_node);
+  assert_false(devs[6].healthy);
+  /* MIG mode with no MIG devices made: nothing to list for that GPU. */
+  g.gpus[2].nmig = 0;
+  assert_int_equal(gf_node_dp_devices(&g, 4, devs, 32), 9);
   /* Never more than asked. */
   assert_int_equal(gf_node_dp_devices(&g, 4, devs, 2), 2);
+  g.gpus[2].nmig = 2;
+  assert_int_equal(gf_node_dp_devices(&g, 4, devs, 6), 6);
+}
+
+/* Writes text to <tmpdir>/<rel>, creating directories. */
+static void put_file(const char *rel, const char *text) {
+  char path[600], cmd[1400];
+  snprintf(path, sizeof(path), "%s/%s", tmpdir, rel);
+  snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
+  assert_int_equal(system(cmd), 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static const gf_dp_devnode *devnode(const gf_dp_container_answer *o,
+                                    const char *ctr) {
+  for (uint32_t i = 0; i < o->ndevnodes; i++)
+    if (strcmp(o->devnodes[i].container_path, ctr) == 0)
+      return &o->devnodes[i];
+  return NULL;
+}
+
+static void test_allocate_mig(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
+  /* GPU 1 runs MIG with two MIG devices: GI 3/CI 0 and GI 5/CI 1. */
+  gf_node_gpu *x = &gpus2.gpus[1];
+  x->mode = GF_NODE_MODE_MIG;
+  x->mig_enabled = true;
+  x->minor = 6;
+  x->nmig = 2;
+  snprintf(x->mig[0].uuid, GF_UUID_MAX,
+           "MIG-0a0a0a0a-1111-4222-8333-444444444444");
+  x->mig[0].gi = 3;
+  x->mig[0].ci = 0;
+  snprintf(x->mig[1].uuid, GF_UUID_MAX,
+           "MIG-0b0b0b0b-1111-4222-8333-444444444444");
+  x->mig[1].gi = 5;
+  x->mig[1].ci = 1;
+  gf_node_allocator_set_gpus(a, &gpus2);
+  char proc[300];
+  snprintf(proc, sizeof(proc), "%s/proc", tmpdir);
+  gf_node_allocator_set_proc(a, proc);
+  /* The driver's capability files, as /proc shows them. */
+  put_file("proc/driver/nvidia/capabilities/gpu6/mig/gi3/access",
+           "DeviceFileMinor: 30\nDeviceFileMode: 292\nDeviceFileModify: 1\n");
+  put_file("proc/driver/nvidia/capabilities/gpu6/mig/gi3/ci0/access",
+           "DeviceFileMinor: 31\nDeviceFileMode: 292\nDeviceFileModify: 1\n");
+  tctr c[] = {{"main", 1, {x->mig[0].uuid}, false, false}};
+  apply(p, make_pod("uid-m", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"MIG-0a0a0a0a-1111-4222-8333-444444444444"};
+  gf_diag d = {""};
+  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  if (rc)
+    fail_msg("%s", d.msg);
+  assert_string_equal(env(o, "CUDA_VISIBLE_DEVICES")->value,
+                      "MIG-0a0a0a0a-1111-4222-8333-444444444444");
+  assert_string_equal(env(o, "NVIDIA_VISIBLE_DEVICES")->value,
+                      "MIG-0a0a0a0a-1111-4222-8333-444444444444");
+  /* The parent's node, the instance's two capability nodes, the common
+   * ones; nothing of the other GPU. */
+  assert_int_equal(o->ndevnodes, 6);
+  assert_true(has_dev(o, "/dev/nvidiactl"));
+  assert_true(has_dev(o, "/dev/nvidia-uvm"));
+  assert_true(has_dev(o, "/dev/nvidia-uvm-tools"));
+  assert_string_equal(devnode(o, "/dev/nvidia6")->host_path, "/dev/nvidia6");
+  assert_string_equal(devnode(o, "/dev/nvidia-caps/nvidia-cap30")->host_path,
+                      "/dev/nvidia-caps/nvidia-cap30");
+  assert_string_equal(devnode(o, "/dev/nvidia-caps/nvidia-cap31")->host_path,
+                      "/dev/nvidia-caps/nvidia-cap31");
+  assert_string_equal(devnode(o, "/dev/nvidia-caps/nvidia-cap31")->permissions,
+                      "rw");
+  /* No interposer, no preload: MIG isolates in hardware.  The config and
+   * region stay (the grant is recorded; metrics read it). */
+  assert_int_equal(o->nmounts, 2);
+  assert_string_equal(o->mounts[0].container_path, GF_NODE_CTR_CONFIG);
+  assert_string_equal(o->mounts[1].container_path, GF_NODE_CTR_REGION_DIR);
+  const char *conf = slurp(o->mounts[0].host_path);
+  assert_non_null(conf);
+  assert_null(strstr(conf, "memory"));
+  assert_null(strstr(conf, "compute"));
+  assert_string_equal(o->annotations[0].value, "ml/uid-m/main");
+
+  /* The other MIG device has no capability files here: refused, naming the
+   * file, and the container is still waiting. */
+  tctr c2[] = {{"main", 1, {x->mig[1].uuid}, false, false}};
+  apply(p, make_pod("uid-n", "node-a", "2026-01-01T00:00:02Z", c2, 1, NULL));
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
+  assert_non_null(strstr(d.msg, "capabilities/gpu6/mig/gi5/access"));
+  assert_int_equal(o->ndevnodes, 0);
+  /* A file without the line is refused too. */
+  put_file("proc/driver/nvidia/capabilities/gpu6/mig/gi5/access",
+           "DeviceFileMinor: 40\n");
+  put_file("proc/driver/nvidia/capabilities/gpu6/mig/gi5/ci1/access",
+           "DeviceFileMode: 292\n");
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
+  assert_non_null(strstr(d.msg, "gi5/ci1/access: no DeviceFileMinor line"));
+  put_file("proc/driver/nvidia/capabilities/gpu6/mig/gi5/ci1/access",
+           "DeviceFileMinor: 41\n");
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), 0);
+  assert_true(has_dev(o, "/dev/nvidia-caps/nvidia-cap40"));
+  assert_true(has_dev(o, "/dev/nvidia-caps/nvidia-cap41"));
+
+  /* The whole MIG GPU by its GPU uuid: refused with the reason. */
+  tctr c3[] = {{"main", 1, {x->uuid}, false, false}};
+  apply(p, make_pod("uid-o", "node-a", "2026-01-01T00:00:03Z", c3, 1, NULL));
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "runs MIG"));
+  gf_node_pods_remove(p, "uid-o");
+  /* A MIG device of a GPU not in mode mig: refused. */
+  x->mode = GF_NODE_MODE_EXCLUSIVE;
+  gf_node_allocator_set_gpus(a, &gpus2);
+  gf_node_pods_unmark(p, "uid-m", "main");
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "is not in mode mig"));
+  /* Unhealthy parent: its MIG devices are refused with the reason. */
+  x->mode = GF_NODE_MODE_MIG;
+  x->healthy = false;
+  snprintf(x->reason, sizeof(x->reason), "Xid 79");
+  gf_node_allocator_set_gpus(a, &gpus2);
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
+  assert_non_null(strstr(d.msg, "unhealthy (Xid 79)"));
+  free(o);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+}
+
+static void test_allocate_mig_cdi(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_CDI);
+  gf_node_gpu *x = &gpus2.gpus[0];
+  x->mode = GF_NODE_MODE_MIG;
+  x->mig_enabled = true;
+  x->nmig = 1;
+  snprintf(x->mig[0].uuid, GF_UUID_MAX,
+           "MIG-0c0c0c0c-1111-4222-8333-444444444444");
+  gf_node_allocator_set_gpus(a, &gpus2);
+  tctr c[] = {{"main", 1, {x->mig[0].uuid}, false, false}};
+  apply(p, make_pod("uid-q", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"MIG-0c0c0c0c-1111-4222-8333-444444444444"};
+  gf_diag d = {""};
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "allocate = cdi does not hand out MIG"));
+  assert_int_equal(o->ncdi, 0);
+  free(o);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
 }
 
 /* ---- the API side -----------------------------------------------------------
@@ -654,6 +826,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_kube_link, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_dp_devices),
       cmocka_unit_test_setup_teardown(test_allocate_mps, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_allocate_mig, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_allocate_mig_cdi, setup_tmp,
                                       teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -28,6 +28,7 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/node.h"
 #include "gpufrac/region.h"
+#include "node_int.h"
 #include "shim_config.h"
 
 #define GiB (1024ull * 1024 * 1024)
@@ -133,8 +134,12 @@ static void test_nvml(void **state) {
   assert_non_null(strstr(t->reason, "nvmlDeviceGetUUID: GPU is lost (15)"));
   assert_true(a->healthy);
   assert_true(a->mig_enabled);
+  assert_int_equal(a->nmig, 0); /* MIG on, no instances made yet */
   assert_int_equal(a->sm_count, 108);
   assert_int_equal(a->numa_node, 1);
+  /* No NVLink anywhere: NOT_SUPPORTED is no link, not a fault. */
+  assert_int_equal(h->nvlink_peers, 0);
+  assert_int_equal(h->nvlink_switch, 0);
 
   /* The broken GPU is left out of the inventory and the CDI spec. */
   char *inv = NULL;
@@ -155,6 +160,159 @@ static void test_nvml(void **state) {
   assert_int_equal(gf_node_discover_nvml("libc.so.6", &g, &d), GF_ENOTFOUND);
   assert_non_null(strstr(d.msg, "no symbol nvmlInit_v2"));
   unsetenv("GF_FAKE_NVML");
+}
+
+static void test_mig_profile(void **state) {
+  (void)state;
+  static const struct {
+    uint32_t gi, ci;
+    uint64_t mib, parent_mib;
+    const char *want;
+  } cases[] = {
+      {1, 1, 9856, 81920, "1g.10gb"},   /* A100 80GB */
+      {3, 3, 40192, 81920, "3g.40gb"},  /* 4/8 of the memory */
+      {7, 7, 81152, 81920, "7g.80gb"},  /* 8/8 */
+      {1, 1, 4864, 40960, "1g.5gb"},    /* A100 40GB */
+      {1, 1, 16896, 143771, "1g.18gb"}, /* H200: 141 GiB, 1/8 -> 17.6 */
+      {3, 1, 40192, 81920, "1c.3g.40gb"},
+      {2, 0, 19968, 81920, "2g.20gb"}, /* CI slices unknown: the GI's */
+      {0, 0, 9856, 81920, ""},
+      {1, 1, 0, 81920, ""},
+      {1, 1, 90000, 81920, ""}, /* bigger than its GPU: no name */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char out[GF_NODE_MIG_PROFILE_MAX] = "x";
+    gf__node_mig_profile(cases[i].gi, cases[i].ci, cases[i].mib << 20,
+                         cases[i].parent_mib << 20, out, sizeof(out));
+    assert_string_equal(out, cases[i].want);
+  }
+}
+
+/* MIG devices and NVLink peers through the fake NVML, then the inventory
+ * that carries them, read back by the extender's parser. */
+static void test_nvml_mig_nvlink(void **state) {
+  (void)state;
+  setenv("GF_FAKE_NVML",
+         "NVIDIA A100-SXM4-80GB=81920:mig=2x1g+1c.3g;"
+         "NVIDIA A100-SXM4-80GB=81920;NVIDIA A100-SXM4-80GB=81920;"
+         "Tesla T4=15360",
+         1);
+  setenv("GF_FAKE_NVML_NVLINK", "0-1x2,1-2x4,2-swx6", 1);
+  unsetenv("GF_FAKE_NVML_INIT");
+  gf_node_gpus g;
+  gf_diag d = {""};
+  int rc = gf_node_discover_nvml(GF_FAKE_NVML_LIB, &g, &d);
+  unsetenv("GF_FAKE_NVML_NVLINK");
+  unsetenv("GF_FAKE_NVML");
+  if (rc)
+    fail_msg("%s", d.msg);
+  assert_int_equal(g.ngpus, 4);
+  for (uint32_t i = 0; i < 4; i++)
+    if (!g.gpus[i].healthy)
+      fail_msg("GPU %u: %s", i, g.gpus[i].reason);
+  const gf_node_gpu *m = &g.gpus[0];
+  assert_true(m->mig_enabled);
+  assert_int_equal(m->nmig, 3);
+  static const struct {
+    const char *uuid;
+    uint64_t mib;
+    uint32_t gi, sms, gs, cs;
+    const char *profile;
+  } want[] = {
+      {"MIG-00000000-aaaa-4bbb-8ccc-000000000000", 9984, 1, 14, 1, 1,
+       "1g.10gb"},
+      {"MIG-00000000-aaaa-4bbb-8ccc-000000000001", 9984, 2, 14, 1, 1,
+       "1g.10gb"},
+      {"MIG-00000000-aaaa-4bbb-8ccc-000000000002", 40704, 3, 14, 3, 1,
+       "1c.3g.40gb"},
+  };
+  for (uint32_t k = 0; k < 3; k++) {
+    assert_string_equal(m->mig[k].uuid, want[k].uuid);
+    assert_int_equal(m->mig[k].mem_bytes, want[k].mib << 20);
+    assert_int_equal(m->mig[k].gi, want[k].gi);
+    assert_int_equal(m->mig[k].ci, 0);
+    assert_int_equal(m->mig[k].sm_count, want[k].sms);
+    assert_int_equal(m->mig[k].gi_slices, want[k].gs);
+    assert_int_equal(m->mig[k].ci_slices, want[k].cs);
+    assert_string_equal(m->mig[k].profile, want[k].profile);
+  }
+  assert_int_equal(g.gpus[1].nmig, 0);
+  /* Peers both ways, links counted per peer; the NVSwitch apart. */
+  assert_int_equal(g.gpus[0].nvlink_peers, 1u << 1);
+  assert_int_equal(g.gpus[0].nvlink_links[1], 2);
+  assert_int_equal(g.gpus[1].nvlink_peers, (1u << 0) | (1u << 2));
+  assert_int_equal(g.gpus[1].nvlink_links[0], 2);
+  assert_int_equal(g.gpus[1].nvlink_links[2], 4);
+  assert_int_equal(g.gpus[1].nvlink_links[3], 0);
+  assert_int_equal(g.gpus[2].nvlink_peers, 1u << 1);
+  assert_int_equal(g.gpus[2].nvlink_links[1], 4);
+  assert_int_equal(g.gpus[2].nvlink_switch, 6);
+  assert_int_equal(g.gpus[0].nvlink_switch, 0);
+  assert_int_equal(g.gpus[3].nvlink_peers, 0); /* a T4: no NVLink */
+  assert_int_equal(g.gpus[3].nvlink_switch, 0);
+
+  /* The inventory: the extender's parser takes it as before... */
+  gf_node_config c;
+  gf_node_config_init(&c);
+  const char *conf = "mode.0 = mig\n";
+  assert_int_equal(gf_node_config_parse(&c, conf, strlen(conf), "n", &d), 0);
+  assert_int_equal(gf_node_config_apply(&c, &g, &d), 0);
+  char *text = NULL;
+  assert_int_equal(gf_node_inventory_json(&g, &text, &d), 0);
+  gf_inventory inv;
+  rc = gf_inventory_parse(text, strlen(text), &inv, &d);
+  if (rc)
+    fail_msg("extender refuses the inventory: %s\n%s", d.msg, text);
+  assert_int_equal(inv.ngpus, 4);
+  assert_int_equal(inv.gpus[0].mode, GF_GPU_MODE_EXCLUSIVE);
+  assert_int_equal(inv.gpus[0].mem_bytes, (int64_t)(81920ull << 20));
+  assert_int_equal(inv.gpus[1].mode, GF_GPU_MODE_SHARED);
+  /* ...and the new fields say what was found. */
+  json_t *root = json_loads(text, 0, NULL);
+  assert_non_null(root);
+  json_t *gpus = json_object_get(root, "gpus");
+  json_t *g0 = json_array_get(gpus, 0), *g1 = json_array_get(gpus, 1);
+  json_t *g2 = json_array_get(gpus, 2), *g3 = json_array_get(gpus, 3);
+  assert_string_equal(json_string_value(json_object_get(g0, "sharing")), "mig");
+  json_t *migs = json_object_get(g0, "migs");
+  assert_int_equal(json_array_size(migs), 3);
+  json_t *m2 = json_array_get(migs, 2);
+  assert_string_equal(json_string_value(json_object_get(m2, "uuid")),
+                      "MIG-00000000-aaaa-4bbb-8ccc-000000000002");
+  assert_string_equal(json_string_value(json_object_get(m2, "profile")),
+                      "1c.3g.40gb");
+  assert_int_equal(json_integer_value(json_object_get(m2, "memory")),
+                   40704ll << 20);
+  assert_int_equal(json_integer_value(json_object_get(m2, "sms")), 14);
+  assert_int_equal(json_integer_value(json_object_get(m2, "gi")), 3);
+  assert_int_equal(json_integer_value(json_object_get(m2, "ci")), 0);
+  assert_null(json_object_get(g1, "migs"));
+  json_t *l1 = json_object_get(g1, "nvlink");
+  assert_int_equal(json_array_size(l1), 2);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_array_get(l1, 0), "gpu")), 0);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_array_get(l1, 0), "links")), 2);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_array_get(l1, 1), "gpu")), 2);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_array_get(l1, 1), "links")), 4);
+  assert_int_equal(json_integer_value(json_object_get(g2, "nvswitch")), 6);
+  assert_null(json_object_get(g1, "nvswitch"));
+  assert_null(json_object_get(g3, "nvlink"));
+  json_decref(root);
+  free(text);
+  /* A peer left out of the inventory is not named as a peer. */
+  g.gpus[0].healthy = false;
+  assert_int_equal(gf_node_inventory_json(&g, &text, &d), 0);
+  root = json_loads(text, 0, NULL);
+  l1 = json_object_get(json_array_get(json_object_get(root, "gpus"), 0),
+                       "nvlink");
+  assert_int_equal(json_array_size(l1), 1);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_array_get(l1, 0), "gpu")), 2);
+  json_decref(root);
+  free(text);
 }
 
 /* ---- config ------------------------------------------------------------- */
@@ -601,6 +759,24 @@ static void test_shim_config(void **state) {
   assert_int_equal(gf_shim_config_parse(text, &sc, err, sizeof(err)), 0);
   assert_int_equal(sc.compute_pct, 100);
 
+  /* A MIG device gets no line and no compute share: the hardware
+   * enforces it, and the interposer would refuse a MIG- key. */
+  c.gpus[0].compute_pct = 5;
+  c.gpus[1].compute_pct = 50;
+  snprintf(c.gpus[0].uuid, sizeof(c.gpus[0].uuid),
+           "MIG-0a0a0a0a-1111-4222-8333-444444444444");
+  assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
+                   0);
+  assert_null(strstr(text, "MIG-"));
+  assert_int_equal(gf_shim_config_parse(text, &sc, err, sizeof(err)), 0);
+  assert_int_equal(sc.nuuid, 1);
+  assert_string_equal(sc.uuid[0], "GPU-bbbbbbbb-0000-4000-8000-00000000000b");
+  assert_int_equal(sc.compute_pct, 50);
+  snprintf(c.gpus[0].uuid, sizeof(c.gpus[0].uuid),
+           "GPU-aaaaaaaa-0000-4000-8000-00000000000a");
+  for (uint32_t i = 0; i < 3; i++)
+    c.gpus[i].compute_pct = 0;
+
   assert_int_equal(gf_node_shim_config_text(&c, NULL, text, 40, &d), GF_ELIMIT);
   c.ngpus = 0;
   assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
@@ -875,6 +1051,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fake_gpus),
       cmocka_unit_test(test_nvml),
+      cmocka_unit_test(test_mig_profile),
+      cmocka_unit_test(test_nvml_mig_nvlink),
       cmocka_unit_test(test_config),
       cmocka_unit_test(test_inventory),
       cmocka_unit_test(test_cdi_rules_catch),
