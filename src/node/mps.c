@@ -92,6 +92,9 @@ static pid_t spawn(const gf_node_mps *m, const char *arg, int in_fd) {
     dup2(fd, 0);
     close(fd);
   }
+  /* Nothing else of the agent's (sockets, the pipe's write end) leaks into
+   * the daemon or keeps a client's stdin from ending. */
+  close_range(3, ~0U, 0);
   setpgid(0, 0); /* the agent's terminal signals are the agent's */
   if (strchr(m->control, '/'))
     execve(m->control, argv, envp);

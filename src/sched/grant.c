@@ -199,6 +199,16 @@ int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
                        mode);
       goto out;
     }
+    /* A GPU the agent runs in MIG mode is handed out as its MIG devices,
+     * which the extender does not place yet: granting the whole GPU would
+     * only be refused at Allocate.  Known, not offered. */
+    char sharing[16];
+    snprintf(f, sizeof(f), "%s.sharing", what);
+    if ((rc =
+             gf__json_str(g, "sharing", sharing, sizeof(sharing), false, f, d)))
+      goto out;
+    if (strcmp(sharing, "mig") == 0)
+      continue;
     out->ngpus++;
   }
   /* sort by index (insertion sort: at most 16) */
