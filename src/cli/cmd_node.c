@@ -1,8 +1,10 @@
 /*
- * gpufrac node: the node agent.  This slice discovers the GPUs (NVML or
- * --fake-gpus), applies the node config, writes the node's CDI spec and
- * serves /metrics and /healthz; --once --print shows one document and exits.
- * The kubelet device plugin is not here yet (docs/node.md).
+ * gpufrac node: the node agent.  It discovers the GPUs (NVML or
+ * --fake-gpus), applies the node config, writes the node's CDI spec,
+ * publishes the inventory and serves kubelet's device plugin (Allocate
+ * answered from the pod's grant) when there is an API server, and serves
+ * /metrics and /healthz; --once --print shows one document and exits
+ * (docs/node.md).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -225,9 +227,16 @@ static int api_start(const opts *o, const gf_node_config *cfg,
     return GF_EINVAL;
   }
   gf_diag d = {""};
-  gf_node_alloc_opts ao = {cfg->state_dir,       cfg->cdi_dir, cfg->shim_lib,
-                           cfg->preload,         NULL,         cfg->log,
-                           GF_NODE_ALLOC_MOUNTS, 3000};
+  /* The node config decides the answer's style and the wait (docs/node.md,
+   * "Node config"). */
+  gf_node_alloc_opts ao = {.state_dir = cfg->state_dir,
+                           .cdi_dir = cfg->cdi_dir,
+                           .shim_lib = cfg->shim_lib,
+                           .preload = cfg->preload,
+                           .log = cfg->log,
+                           .style = cfg->allocate_cdi ? GF_NODE_ALLOC_CDI
+                                                      : GF_NODE_ALLOC_MOUNTS,
+                           .wait_ms = (long)cfg->alloc_wait_ms};
   gf_node_kube_opts ko = {node, NULL, cfg->state_dir, cfg->cdi_dir, false};
   rc = gf_node_pods_new(&a->pods, node, &d);
   if (!rc) {
