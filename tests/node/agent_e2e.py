@@ -528,8 +528,10 @@ def bench(binary, n):
         print("GetDevicePluginOptions latency us (client + transport): "
               "median %.1f  p99 %.1f" % (statistics.median(base),
                                          base[int(0.99 * (n - 1))]))
-        print("agent VmRSS %d KiB, VmHWM %d KiB" %
-              (vm_kib(s.agent.p.pid, "VmRSS"), vm_kib(s.agent.p.pid, "VmHWM")))
+        pid = s.agent.p.pid
+        print("agent VmRSS %d KiB, VmHWM %d KiB (RssAnon %d KiB)" %
+              (vm_kib(pid, "VmRSS"), vm_kib(pid, "VmHWM"),
+               vm_kib(pid, "RssAnon")))
         eq(s.agent.stop(), 0, "agent exit status")
     finally:
         s.close()
@@ -567,7 +569,9 @@ def bench_rss(binary, node_prep, n, scrapes):
         print("scrape latency us: median %.1f  p99 %.1f" %
               (statistics.median(lat), lat[int(0.99 * (scrapes - 1))]))
         print("agent VmRSS before scrapes %d KiB, after %d KiB, VmHWM %d KiB"
-              % (before, vm_kib(pid, "VmRSS"), vm_kib(pid, "VmHWM")))
+              " (RssAnon %d KiB, RssFile %d KiB)"
+              % (before, vm_kib(pid, "VmRSS"), vm_kib(pid, "VmHWM"),
+                 vm_kib(pid, "RssAnon"), vm_kib(pid, "RssFile")))
         eq(s.agent.stop(), 0, "agent exit status")
     finally:
         s.close()
