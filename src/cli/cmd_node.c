@@ -1,8 +1,10 @@
 /*
- * gpufrac node: the node agent.  This slice discovers the GPUs (NVML or
- * --fake-gpus), applies the node config, writes the node's CDI spec and
- * serves /metrics and /healthz; --once --print shows one document and exits.
- * The kubelet device plugin is not here yet (docs/node.md).
+ * gpufrac node: the node agent.  It discovers the GPUs (NVML or
+ * --fake-gpus), applies the node config, writes the node's CDI spec,
+ * publishes the inventory and serves kubelet's device plugin (Allocate
+ * answered from the pod's grant) when there is an API server, and serves
+ * /metrics and /healthz; --once --print shows one document and exits
+ * (docs/node.md).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -226,6 +228,8 @@ static int api_start(const opts *o, const gf_node_config *cfg,
     return GF_EINVAL;
   }
   gf_diag d = {""};
+  /* The node config decides the answer's style and the wait (docs/node.md,
+   * "Node config"). */
   gf_node_alloc_opts ao = {.state_dir = cfg->state_dir,
                            .cdi_dir = cfg->cdi_dir,
                            .shim_lib = cfg->shim_lib,

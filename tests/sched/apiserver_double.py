@@ -10,22 +10,32 @@ state to answer them the way the real API server does:
   GET  ...?watch=1&allowWatchBookmarks=true   WATCH: chunked transfer
        &resourceVersion=RV&timeoutSeconds=N   encoding, one JSON event per
                                                line, BOOKMARKs every second
+  GET  /api/v1/pods?fieldSelector=spec.nodeName=N   LIST and WATCH of the
+                                               pods bound to N only; a pod
+                                               that moves in or out of the
+                                               selection is ADDED or DELETED
+                                               (the old object), as the API
+                                               server's watch cache does
   GET  /api/v1/namespaces/NS/pods/NAME        one pod
   PATCH /api/v1/namespaces/NS/pods/NAME       merge patch of the grant
                                                annotation only, 409 Conflict
                                                when metadata.resourceVersion
                                                is stale (as the API server)
+  PATCH /api/v1/nodes/NAME                    merge patch of the inventory
+                                               annotation only (the node
+                                               agent's one write)
   POST /api/v1/namespaces/NS/pods/NAME/binding  v1 Binding (uid checked;
                                                409 when already bound)
   GET/POST/PUT coordination.k8s.io/v1 leases   PUT needs the current
                                                resourceVersion (409 if not)
 
 It is strict: any other request, a wrong bearer token, a wrong content type
-or a PATCH touching anything but the grant is answered 400/404 and recorded
-in `errors`, which the tests require to be empty at the end.
+a PATCH touching anything but the grant (pods) or the inventory (nodes), or
+a field selector other than spec.nodeName on pods is answered 400/404 and
+recorded in `errors`, which the tests require to be empty at the end.
 
-Used in-process by tests/sched/test_e2e.py (Double class) and from the
-command line by bench/sched_wrk.sh:
+Used in-process by tests/sched/test_e2e.py and tests/node/agent_e2e.py
+(Double class) and from the command line by bench/sched_wrk.sh:
 
   apiserver_double.py --port P --kubeconfig KC.json --nodes N --pods M
 """
@@ -79,6 +89,7 @@ class State:
         self.errors = []
         self.conflicts = 0  # 409s returned on grant PATCHes
         self.binds = 0
+        self.node_patches = 0  # inventory PATCHes (the node agent)
         self.requests = 0
         self.snapshots = {}
         self.next_snap = 0
@@ -88,18 +99,22 @@ class State:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
 
-    def _emit(self, res, typ, obj):
+    def _emit(self, res, typ, obj, prev=None):
+        """Logs an event; prev is the object before a MODIFIED (for watches
+        with a field selector)."""
         if res in self.events:
-            self.events[res].append((self.rv, typ, copy.deepcopy(obj)))
+            self.events[res].append((self.rv, typ, copy.deepcopy(obj),
+                                     copy.deepcopy(prev)))
             self.mu.notify_all()
 
     def put(self, res, key, obj):
         with self.mu:
-            typ = "MODIFIED" if key in self.objs[res] else "ADDED"
+            prev = self.objs[res].get(key)
+            typ = "MODIFIED" if prev is not None else "ADDED"
             obj = copy.deepcopy(obj)
             self._bump(obj)
             self.objs[res][key] = obj
-            self._emit(res, typ, obj)
+            self._emit(res, typ, obj, prev)
             return copy.deepcopy(obj)
 
     def delete(self, res, key):
@@ -122,6 +137,41 @@ class State:
 
 def pod_key(ns, name):
     return ns + "/" + name
+
+
+def node_selector(res, q):
+    """The node name of a fieldSelector=spec.nodeName=N on pods; None when
+    there is no selector; raises ValueError for any other selector (the
+    only one the agent sends; the double does not pretend to know more)."""
+    sel = q.get("fieldSelector")
+    if sel is None:
+        return None
+    if res != "pods" or not sel.startswith("spec.nodeName=") or \
+            "," in sel or "!" in sel:
+        raise ValueError("unsupported fieldSelector %r" % sel)
+    return sel[len("spec.nodeName="):]
+
+
+def on_node(obj, node):
+    return obj is not None and obj.get("spec", {}).get("nodeName", "") == node
+
+
+def filtered(typ, obj, prev, node):
+    """One watch event as a watch limited to pods on `node` sees it (the
+    API server's cacher: moving in is ADDED, moving out is DELETED with the
+    previous object at the new resourceVersion), or None."""
+    if node is None:
+        return typ, obj
+    if typ == "DELETED":
+        return (typ, obj) if on_node(obj, node) else None
+    now, before = on_node(obj, node), on_node(prev, node)
+    if now:
+        return ("MODIFIED" if before else "ADDED"), obj
+    if before:
+        old = copy.deepcopy(prev)
+        old["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+        return "DELETED", old
+    return None
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -196,6 +246,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         u = urllib.parse.urlsplit(self.path)
         p = u.path.split("/")
+        if len(p) == 5 and p[1:4] == ["api", "v1", "nodes"] and p[4] and \
+                not u.query:
+            return self._patch_node(p[4])
         if not (len(p) == 7 and p[1:4] == ["api", "v1", "namespaces"] and
                 p[5] == "pods") or u.query:
             return self._strict(404, "unknown PATCH")
@@ -227,7 +280,34 @@ class Handler(http.server.BaseHTTPRequestHandler):
             new = merge_patch(cur, patch)
             st._bump(new)
             st.objs["pods"][key] = new
-            st._emit("pods", "MODIFIED", new)
+            st._emit("pods", "MODIFIED", new, cur)
+            out = copy.deepcopy(new)
+        self._send(200, out)
+
+    def _patch_node(self, name):
+        """The node agent's inventory: a merge patch that sets exactly the
+        gpufrac.io/inventory annotation to a string."""
+        if self.headers.get("Content-Type") != "application/merge-patch+json":
+            return self._strict(400, "PATCH content type is not merge-patch")
+        patch = self._body()
+        md = patch.get("metadata") if isinstance(patch, dict) else None
+        ann = md.get("annotations") if isinstance(md, dict) else None
+        if not isinstance(ann, dict) or set(patch) != {"metadata"} or \
+                set(md) != {"annotations"} or set(ann) != {INVENTORY} or \
+                not isinstance(ann[INVENTORY], str):
+            return self._strict(400, "node PATCH touches more than the "
+                                "inventory: %r" % (patch,))
+        st = self.st
+        with st.mu:
+            cur = st.objs["nodes"].get(name)
+            if cur is None:
+                return self._send(404, status(404, "NotFound",
+                                              'nodes "%s" not found' % name))
+            new = merge_patch(cur, patch)
+            st._bump(new)
+            st.objs["nodes"][name] = new
+            st._emit("nodes", "MODIFIED", new, cur)
+            st.node_patches += 1
             out = copy.deepcopy(new)
         self._send(200, out)
 
@@ -289,9 +369,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # ---- verbs -----------------------------------------------------------
     def _list(self, res, q):
         st = self.st
-        extra = set(q) - {"limit", "continue", "resourceVersion"}
+        extra = set(q) - {"limit", "continue", "resourceVersion",
+                          "fieldSelector"}
         if extra:
             return self._strict(400, "unexpected LIST parameters %s" % extra)
+        try:
+            node = node_selector(res, q)
+        except ValueError as e:
+            return self._strict(400, str(e))
         limit = int(q.get("limit", "0") or 0)
         limit = min(limit, MAX_PAGE) if limit > 0 else MAX_PAGE
         with st.mu:
@@ -303,7 +388,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 items, rv, start = snap
             else:
                 items = [copy.deepcopy(st.objs[res][k])
-                         for k in sorted(st.objs[res])]
+                         for k in sorted(st.objs[res])
+                         if node is None or on_node(st.objs[res][k], node)]
                 rv, start = st.rv, 0
             page = items[start:start + limit]
             cont = ""
@@ -325,8 +411,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         st = self.st
         want = {"watch", "allowWatchBookmarks", "resourceVersion",
                 "timeoutSeconds"}
-        if set(q) != want or q["allowWatchBookmarks"] != "true":
+        if set(q) - {"fieldSelector"} != want or \
+                q["allowWatchBookmarks"] != "true":
             return self._strict(400, "WATCH parameters %s" % sorted(q))
+        try:
+            node = node_selector(res, q)
+        except ValueError as e:
+            return self._strict(400, str(e))
         since = int(q["resourceVersion"])
         deadline = time.time() + min(int(q["timeoutSeconds"]), 30)
         self.send_response(200)
@@ -344,12 +435,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         evs = [e for e in st.events[res] if e[0] > sent]
                     cur = st.rv
                     stopping = st.stopping
-                for rv, typ, obj in evs:
-                    self._chunk(json.dumps({"type": typ, "object": obj},
+                shown = 0
+                for rv, typ, obj, prev in evs:
+                    ev = filtered(typ, obj, prev, node)
+                    sent = rv
+                    if ev is None:
+                        continue
+                    self._chunk(json.dumps({"type": ev[0], "object": ev[1]},
                                            separators=(",", ":")).encode() +
                                 b"\n")
-                    sent = rv
-                if not evs:
+                    shown += 1
+                if not shown:
                     sent = max(sent, cur)
                     self._chunk(json.dumps({"type": "BOOKMARK", "object": {
                         "kind": kind, "apiVersion": "v1",
@@ -386,12 +482,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     % (name, cur["spec"]["nodeName"])))
             if node not in st.objs["nodes"]:
                 st.errors.append("binding %s to unknown node %s" % (key, node))
-            cur = copy.deepcopy(cur)
+            prev, cur = cur, copy.deepcopy(cur)
             cur["spec"]["nodeName"] = node
             cur["status"] = {"phase": "Running"}
             st._bump(cur)
             st.objs["pods"][key] = cur
-            st._emit("pods", "MODIFIED", cur)
+            st._emit("pods", "MODIFIED", cur, prev)
             st.binds += 1
         self._send(201, {"kind": "Status", "apiVersion": "v1",
                          "metadata": {}, "status": "Success", "code": 201})
@@ -479,12 +575,12 @@ class Double:
             cur = self.state.objs["pods"].get(pod_key(ns, name))
             if cur is None:
                 return None
-            cur = copy.deepcopy(cur)
+            prev, cur = cur, copy.deepcopy(cur)
             cur["metadata"].setdefault("labels", {})["touched"] = \
                 str(self.state.rv)
             self.state._bump(cur)
             self.state.objs["pods"][pod_key(ns, name)] = cur
-            self.state._emit("pods", "MODIFIED", cur)
+            self.state._emit("pods", "MODIFIED", cur, prev)
             return copy.deepcopy(cur)
 
     def delete_pod(self, ns, name):

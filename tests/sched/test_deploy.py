@@ -74,13 +74,45 @@ if ds:
     check(sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False,
           "the node agent is not privileged")
     check("ALL" in sc.get("capabilities", {}).get("drop", []), "the node agent drops all capabilities")
-    mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
-    check({"/var/run/cdi", "/run/gpufrac"} <= mounts, "CDI and state directories are mounted")
-    hostpaths = [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v]
-    check(all(p in ("/var/run/cdi", "/run/gpufrac") for p in hostpaths),
-          "no host path beyond the CDI and state directories")
+    check(sc.get("readOnlyRootFilesystem") is True, "the node agent's root is read-only")
+    check(not pod.get("hostNetwork") and not pod.get("hostPID"), "no host network or PID namespace")
+    # Host paths: exactly the CDI specs, the per-container state and the
+    # device-plugin sockets, each mounted read-write where the agent writes.
+    vols = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    host_mounts = {vols[m["name"]]: (m["mountPath"], bool(m.get("readOnly")))
+                   for m in c.get("volumeMounts", []) if m["name"] in vols}
+    check(host_mounts == {"/var/run/cdi": ("/var/run/cdi", False),
+                          "/run/gpufrac": ("/run/gpufrac", False),
+                          "/var/lib/kubelet/device-plugins":
+                              ("/var/lib/kubelet/device-plugins", False)},
+          "host paths: CDI, state and device-plugin directories, read-write, nothing else")
+    env = {e["name"]: e for e in c.get("env", [])}
+    check(env.get("NODE_NAME", {}).get("valueFrom") == {"fieldRef": {"fieldPath": "spec.nodeName"}},
+          "NODE_NAME comes from spec.nodeName")
+    check(pod.get("priorityClassName") == "system-node-critical", "node agent is system-node-critical")
+    tol = {t.get("key") for t in pod.get("tolerations", []) if t.get("operator") == "Exists"}
+    check({"nvidia.com/gpu", "gpufrac.io/gpu"} <= tol, "tolerates the GPU taints")
     port = c["ports"][0]["containerPort"]
     check(any(f":{port}" in a for a in c["command"]), "metrics port matches --listen")
+    # RBAC for the DaemonSet's service account: exactly what the agent uses.
+    sa, ns = pod.get("serviceAccountName"), ds["metadata"].get("namespace")
+    check(any(d["kind"] == "ServiceAccount" and d["metadata"]["name"] == sa and
+              d["metadata"].get("namespace") == ns for _, d in docs),
+          f"service account {ns}/{sa} exists")
+    roles = [b["roleRef"]["name"] for _, b in docs if b["kind"] == "ClusterRoleBinding" and
+             {"kind": "ServiceAccount", "name": sa, "namespace": ns} in b.get("subjects", [])]
+    check(len(roles) == 1, f"one ClusterRoleBinding for {sa}")
+    granted = {}
+    for _, d in docs:
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] in roles:
+            for r in d.get("rules", []):
+                for g in r.get("apiGroups", []):
+                    for res in r.get("resources", []):
+                        granted.setdefault((g, res), set()).update(r.get("verbs", []))
+    check(granted == {("", "pods"): {"get", "list", "watch"}, ("", "nodes"): {"get", "patch"}},
+          f"node agent RBAC is exactly pods get/list/watch, nodes get/patch (got {granted})")
+    check(not any(d["kind"] in ("Role", "RoleBinding") and sa in str(d) for _, d in docs),
+          "no namespaced role for the node agent")
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
