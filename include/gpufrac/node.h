@@ -114,6 +114,10 @@ typedef struct gf_node_gpu {
   uint32_t nvlink_peers;
   uint8_t nvlink_links[GF_NODE_MAX_GPUS];
   uint32_t nvlink_switch;
+  /* Live telemetry, sampled from NVML every second while serving (not part
+   * of discovery: it changes all the time).  -1 when unknown. */
+  int32_t util_pct;          /* nvmlDeviceGetUtilizationRates: gpu % */
+  int64_t device_used_bytes; /* nvmlDeviceGetMemoryInfo: used, every process */
 } gf_node_gpu;
 
 typedef struct gf_node_gpus {

@@ -50,6 +50,14 @@ int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d);
 int gf_node_health_wait(gf_node_health *h, unsigned timeout_ms, gf_node_xid *ev,
                         gf_diag *d);
 
+/* Live telemetry of the GPU with this uuid through the same NVML session:
+ * utilisation (nvmlDeviceGetUtilizationRates, gpu percent) and memory in use
+ * on the device (nvmlDeviceGetMemoryInfo: every process, the driver's
+ * reservations included).  Fields NVML cannot give are set to -1.  Returns
+ * false for a uuid the session does not know. */
+bool gf_node_health_sample(gf_node_health *h, const char *uuid,
+                           int32_t *util_pct, int64_t *used_bytes);
+
 void gf_node_health_close(gf_node_health *h);
 
 /* The default list of application Xids (13, 31, 43, 45, 68, 109). */

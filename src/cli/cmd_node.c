@@ -361,6 +361,23 @@ static bool health_apply(health *h, gf_node_gpus *g) {
   return changed > 0;
 }
 
+/* Hands the metrics server g with this second's NVML telemetry laid over
+ * it (utilisation, device memory in use); g itself stays as discovered. */
+static void health_telemetry(health *h, const gf_node_gpus *g,
+                             gf_node_server *srv) {
+  if (!h->nvml)
+    return;
+  gf_node_gpus *t = malloc(sizeof(*t));
+  if (!t)
+    return;
+  *t = *g;
+  for (uint32_t i = 0; i < t->ngpus; i++)
+    gf_node_health_sample(h->nvml, t->gpus[i].uuid, &t->gpus[i].util_pct,
+                          &t->gpus[i].device_used_bytes);
+  gf_node_server_set_gpus(srv, t);
+  free(t);
+}
+
 static void health_stop(health *h) {
   atomic_store(&h->stop, true);
   if (h->have_t)
@@ -449,24 +466,25 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
     nanosleep(&ts, NULL);
     mps_check_all(&mps);
     bool xid = atomic_exchange(&hl.fresh, false);
-    if ((++waited < o->interval && !xid) || stop)
-      continue;
-    if (!xid)
-      waited = 0;
-    gf_node_gpus *now = malloc(sizeof(*now));
-    if (now && discover(o, cfg, now) == 0) {
-      health_apply(&hl, now);
-      if (memcmp(now, g, sizeof(*now)) != 0) {
-        *g = *now;
-        gf_node_server_set_gpus(srv, g);
-        if (api->alloc)
-          gf_node_allocator_set_gpus(api->alloc, g);
-        dp_update(api, g, cfg);
-        (void)write_cdi(g, cfg);
+    if ((++waited >= o->interval || xid) && !stop) {
+      if (!xid)
+        waited = 0;
+      gf_node_gpus *now = malloc(sizeof(*now));
+      if (now && discover(o, cfg, now) == 0) {
+        health_apply(&hl, now);
+        if (memcmp(now, g, sizeof(*now)) != 0) {
+          *g = *now;
+          gf_node_server_set_gpus(srv, g);
+          if (api->alloc)
+            gf_node_allocator_set_gpus(api->alloc, g);
+          dp_update(api, g, cfg);
+          (void)write_cdi(g, cfg);
+        }
       }
+      free(now);
+      publish(api, g); /* only writes on a change or after a failure */
     }
-    free(now);
-    publish(api, g); /* only writes on a change or after a failure */
+    health_telemetry(&hl, g, srv); /* last: over what was just discovered */
   }
   health_stop(&hl);
   mps_stop_all(&mps);

@@ -236,6 +236,8 @@ static void query_gpu(const nvml_api *a, unsigned int i, gf_node_gpu *g,
   g->index = i;
   g->minor = i;
   g->numa_node = -1;
+  g->util_pct = -1;
+  g->device_used_bytes = -1;
   g->healthy = true;
   nvml_device dev = NULL;
   for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; l++)
@@ -565,6 +567,8 @@ static int fake_group(const char *p, size_t n, gf_node_gpus *out, gf_diag *d) {
     snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "00000000:%02X:00.0",
              (unsigned)(0x18 + 0x10 * i) & 0xffu);
     g->numa_node = -1;
+    g->util_pct = -1;
+    g->device_used_bytes = -1;
     g->healthy = true;
   }
   return 0;

@@ -31,6 +31,15 @@ typedef struct nvml_event_data { /* nvmlEventData_t */
 } nvml_event_data;
 _Static_assert(sizeof(nvml_event_data) == 32, "nvmlEventData_t layout");
 
+typedef struct nvml_utilization { /* nvmlUtilization_t */
+  unsigned int gpu, memory;
+} nvml_utilization;
+typedef struct nvml_memory { /* nvmlMemory_t (v1) */
+  unsigned long long total, free, used;
+} nvml_memory;
+_Static_assert(sizeof(nvml_utilization) == 8, "nvmlUtilization_t layout");
+_Static_assert(sizeof(nvml_memory) == 24, "nvmlMemory_t layout");
+
 #define MAX_DEVS GF_NODE_MAX_GPUS
 
 struct gf_node_health {
@@ -39,6 +48,8 @@ struct gf_node_health {
   const char *(*error_string)(nvml_return);
   nvml_return (*set_free)(nvml_event_set);
   nvml_return (*wait)(nvml_event_set, nvml_event_data *, unsigned int);
+  nvml_return (*util)(nvml_device, nvml_utilization *); /* optional */
+  nvml_return (*memory)(nvml_device, nvml_memory *);    /* optional */
   nvml_event_set set;
   unsigned ndevs;
   nvml_device devs[MAX_DEVS];
@@ -86,6 +97,8 @@ int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   LOAD(x->h, x->error_string, "nvmlErrorString");
   LOAD(x->h, x->set_free, "nvmlEventSetFree");
   LOAD(x->h, x->wait, "nvmlEventSetWait_v2");
+  LOAD(x->h, x->util, "nvmlDeviceGetUtilizationRates");
+  LOAD(x->h, x->memory, "nvmlDeviceGetMemoryInfo");
   if (!init || !count || !handle || !uuid || !create || !reg || !x->shutdown ||
       !x->set_free || !x->wait) {
     dlclose(x->h);
@@ -150,6 +163,25 @@ int gf_node_health_wait(gf_node_health *x, unsigned timeout_ms, gf_node_xid *ev,
       ev->all = false;
     }
   return 1;
+}
+
+bool gf_node_health_sample(gf_node_health *x, const char *uuid,
+                           int32_t *util_pct, int64_t *used_bytes) {
+  *util_pct = -1;
+  *used_bytes = -1;
+  for (unsigned i = 0; i < x->ndevs; i++) {
+    if (strcmp(x->uuids[i], uuid) != 0)
+      continue;
+    nvml_utilization u = {0, 0};
+    if (x->util && x->util(x->devs[i], &u) == NVML_OK && u.gpu <= 100)
+      *util_pct = (int32_t)u.gpu;
+    nvml_memory m = {0, 0, 0};
+    if (x->memory && x->memory(x->devs[i], &m) == NVML_OK &&
+        m.used <= (unsigned long long)INT64_MAX)
+      *used_bytes = (int64_t)m.used;
+    return true;
+  }
+  return false;
 }
 
 void gf_node_health_close(gf_node_health *x) {

@@ -105,6 +105,7 @@ typedef struct ctr_rec {
   char uuid[GF_REGION_DEVICES][GF_UUID_MAX];
   uint64_t limit[GF_REGION_DEVICES];
   uint64_t used[GF_REGION_DEVICES];
+  uint32_t compute[GF_REGION_DEVICES]; /* granted percent, 0 none */
   bool has_region;
   uint64_t waits, throttled_ns;
 } ctr_rec;
@@ -135,6 +136,10 @@ static int read_grant(const char *dir, ctr_rec *r) {
       goto out;
     gf__node_copy(r->uuid[i], GF_UUID_MAX, u);
     r->limit[i] = (uint64_t)json_integer_value(m);
+    json_t *cp = json_object_get(g, "compute");
+    if (json_is_integer(cp) && json_integer_value(cp) > 0 &&
+        json_integer_value(cp) <= 100)
+      r->compute[i] = (uint32_t)json_integer_value(cp);
   }
   r->ngpus = (uint32_t)json_array_size(gpus);
   rc = 0;
@@ -287,6 +292,41 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
       sb_label(&b, x->uuid);
       sb_add(&b, "\"} %" PRIu64 "\n", v);
     }
+  }
+  sb_head(&b, "gpufrac_gpu_compute_granted_ratio", "gauge",
+          "Compute share granted to containers on the GPU (1 = all of it).");
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    uint32_t pct = 0;
+    for (uint32_t c = 0; c < n; c++)
+      for (uint32_t k = 0; k < recs[c].ngpus; k++)
+        if (x->uuid[0] && strcmp(recs[c].uuid[k], x->uuid) == 0)
+          pct += recs[c].compute[k];
+    sb_add(&b, "gpufrac_gpu_compute_granted_ratio{gpu=\"");
+    sb_label(&b, x->uuid);
+    sb_add(&b, "\"} %u.%02u\n", pct / 100, pct % 100);
+  }
+  /* Live telemetry: only GPUs NVML answered for (no sample, no series). */
+  sb_head(&b, "gpufrac_gpu_utilization_ratio", "gauge",
+          "Fraction of the last sample period the GPU ran a kernel (NVML).");
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    if (x->util_pct < 0)
+      continue;
+    sb_add(&b, "gpufrac_gpu_utilization_ratio{gpu=\"");
+    sb_label(&b, x->uuid);
+    sb_add(&b, "\"} %d.%02d\n", x->util_pct / 100, x->util_pct % 100);
+  }
+  sb_head(&b, "gpufrac_gpu_memory_device_used_bytes", "gauge",
+          "Device memory in use on the GPU by every process (NVML), "
+          "gpufrac's or not.");
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    if (x->device_used_bytes < 0)
+      continue;
+    sb_add(&b, "gpufrac_gpu_memory_device_used_bytes{gpu=\"");
+    sb_label(&b, x->uuid);
+    sb_add(&b, "\"} %" PRId64 "\n", x->device_used_bytes);
   }
   sb_head(&b, "gpufrac_container_memory_limit_bytes", "gauge",
           "Device memory a container may allocate on a GPU (0: no limit).");

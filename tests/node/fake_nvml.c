@@ -15,6 +15,7 @@
  * order on each GPU, 18 per GPU, the unused ones disabled.  A GPU named in
  * no pair has no NVLink: nvmlDeviceGetNvLinkState says NOT_SUPPORTED.
  * GF_FAKE_NVML_INIT=fail makes nvmlInit_v2 fail (DRIVER_NOT_LOADED, 9).
+ * GF_FAKE_NVML_UTIL="G0,G1,..." is each device's utilisation percent.
  * Events: GF_FAKE_NVML_XID_FILE names a file of "INDEX XID" lines (INDEX
  * "all" for no device); each nvmlEventSetWait_v2 delivers the next line not
  * yet delivered, or waits out its timeout (at most 200 ms) and times out.
@@ -193,16 +194,22 @@ static fmig *mig_of(void *h, unsigned *parent, unsigned *k) {
   return NULL;
 }
 
+/* Reference counted, as NVML's own: every nvmlInit_v2 needs its
+ * nvmlShutdown, and the library stays up while any session is open (the
+ * agent's discovery passes come and go under its event session). */
 EXPORT int nvmlInit_v2(void) {
   const char *f = getenv("GF_FAKE_NVML_INIT");
   if (f && !strcmp(f, "fail"))
     return 9;
-  parse();
-  inited = 1;
+  if (inited == 0)
+    parse();
+  inited++;
   return 0;
 }
 EXPORT int nvmlShutdown(void) {
-  inited = 0;
+  if (inited == 0)
+    return 1; /* NVML_ERROR_UNINITIALIZED */
+  inited--;
   return 0;
 }
 EXPORT const char *nvmlErrorString(int r) {
@@ -453,4 +460,25 @@ EXPORT int nvmlEventSetWait_v2(void *set, event_data *out, unsigned ms) {
   struct timespec ts = {0, (long)ms * 1000000L};
   nanosleep(&ts, NULL);
   return 10; /* NVML_ERROR_TIMEOUT */
+}
+
+/* nvmlDeviceGetUtilizationRates: GF_FAKE_NVML_UTIL="G0,G1,..." percent per
+ * device (missing: NOT_SUPPORTED, 3). */
+EXPORT int nvmlDeviceGetUtilizationRates(void *h, unsigned *util) {
+  DEV(h);
+  const char *s = getenv("GF_FAKE_NVML_UTIL");
+  unsigned want = (unsigned)(d - devs);
+  for (unsigned k = 0; s && *s; k++) {
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    if (end == s)
+      break;
+    if (k == want) {
+      util[0] = (unsigned)v; /* gpu */
+      util[1] = 0;           /* memory */
+      return 0;
+    }
+    s = *end == ',' ? end + 1 : end;
+  }
+  return 3;
 }

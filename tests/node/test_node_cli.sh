@@ -96,7 +96,7 @@ out=$(cat "$tmp/serve.log"); has serve-no-api "no API server"
 # Xid health: a critical Xid marks the GPU unhealthy within a few seconds;
 # an application Xid does not.
 GF_FAKE_NVML='NVIDIA A100-SXM4-80GB=81920;NVIDIA A100-SXM4-80GB=81920;NVIDIA A100-SXM4-80GB=81920' \
-GF_FAKE_NVML_XID_FILE="$tmp/xids" LD_LIBRARY_PATH="$FAKE_NVML_DIR" \
+GF_FAKE_NVML_XID_FILE="$tmp/xids" GF_FAKE_NVML_UTIL="37,5" LD_LIBRARY_PATH="$FAKE_NVML_DIR" \
   env -u KUBERNETES_SERVICE_HOST "$NODE_CLI" --state-dir "$tmp" \
   --cdi-dir "$tmp/cdi3" --listen 127.0.0.1:0 2>"$tmp/xid.log" &
 pid=$!
@@ -113,6 +113,15 @@ healthy() { grep "^gpufrac_gpu_healthy{gpu=\"GPU-00000000-1111-2222-3333-0000000
 [ "$(healthy 0)" = 1 ] || { echo "FAIL xid: GPU 0 (Xid 13, an application error) should stay healthy"; echo "$out" | grep healthy; fails=$((fails + 1)); }
 [ "$(healthy 1)" = 0 ] || { echo "FAIL xid: GPU 1 (Xid 79) should be unhealthy"; echo "$out" | grep healthy; fails=$((fails + 1)); }
 [ "$(healthy 2)" = 1 ] || { echo "FAIL xid: GPU 2 should stay healthy"; fails=$((fails + 1)); }
+# Live telemetry from NVML: utilisation where NVML answers (GPU 2 has none
+# in GF_FAKE_NVML_UTIL: no series), device memory in use.
+has telemetry 'gpufrac_gpu_utilization_ratio{gpu="GPU-00000000-1111-2222-3333-000000000000"} 0.37'
+has telemetry 'gpufrac_gpu_utilization_ratio{gpu="GPU-00000000-1111-2222-3333-000000000001"} 0.05'
+if grep -q 'gpufrac_gpu_utilization_ratio{gpu="GPU-00000000-1111-2222-3333-000000000002"' <<<"$out"; then
+  echo "FAIL telemetry: GPU 2 has no utilisation sample but got a series"; fails=$((fails + 1))
+fi
+has telemetry 'gpufrac_gpu_memory_device_used_bytes{gpu="GPU-00000000-1111-2222-3333-000000000000"} 0'
+has telemetry 'gpufrac_gpu_compute_granted_ratio{gpu="GPU-00000000-1111-2222-3333-000000000000"} 0.00'
 out=$(cat "$tmp/xid.log")
 has xid-log 'Xid 13 on GPU-00000000-1111-2222-3333-000000000000 (an application error'
 has xid-log 'Xid 79 on GPU-00000000-1111-2222-3333-000000000001: GPU marked unhealthy'
