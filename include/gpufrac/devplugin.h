@@ -51,7 +51,7 @@ typedef struct gf_dp_device {
   int32_t numa_node;
 } gf_dp_device;
 
-/* What one container gets (ContainerAllocateResponse). */
+/* What one container receives (ContainerAllocateResponse). */
 typedef struct gf_dp_env {
   char key[GF_DP_STR_MAX], value[GF_DP_STR_MAX];
 } gf_dp_env;

@@ -46,6 +46,8 @@ typedef struct gf_gpu {
   int32_t sm_count;           /* 0 when unknown */
   uint8_t cc_major, cc_minor; /* compute capability, 0.0 when unknown */
   bool mig_capable;
+  bool whole_only;       /* taken only whole (an exclusive-mode GPU or a MIG
+                            device): no fractional share lands on it */
   bool exclusive;        /* held by one exclusive request */
   uint16_t npods;        /* placements currently on this GPU */
   uint32_t nvlink_peers; /* bit i: NVLink to GPU i of the same node */
@@ -103,6 +105,7 @@ typedef struct gf_gpu_spec {
   int32_t sm_count;
   uint8_t cc_major, cc_minor;
   bool mig_capable;
+  bool whole_only; /* see gf_gpu.whole_only */
   int16_t numa_node;
   uint32_t nvlink_peers;
 } gf_gpu_spec;

@@ -181,6 +181,7 @@ int gf_cluster_add_node(gf_cluster *c, const char *name, int64_t cpu_milli,
       memcpy(g->uuid, s->uuid, strlen(s->uuid) + 1);
     }
     g->mem_bytes = s->mem_bytes;
+    g->whole_only = s->whole_only;
     g->sm_count = s->sm_count;
     g->cc_major = s->cc_major;
     g->cc_minor = s->cc_minor;
@@ -312,6 +313,9 @@ bool gf_gpu_fits(const gf_gpu *g, const gf_request *r) {
   if (r->model_mask && !(r->model_mask & (1ull << g->model)))
     return false;
   if (r->mode == GF_MODE_EXCLUSIVE && g->npods)
+    return false;
+  if (g->whole_only && r->gpu_milli < GF_GPU_MILLI &&
+      r->mode != GF_MODE_EXCLUSIVE)
     return false;
   if (g->milli_used + r->gpu_milli > GF_GPU_MILLI)
     return false;

@@ -1,8 +1,8 @@
 /*
  * The answer to the device plugin's Allocate: match the call to a pod's
  * container (pods.c), write the container's files, and say what the
- * container gets (docs/node.md, "Allocate").  Also the cleanup of the files of
- * pods that are gone.
+ * container receives (docs/node.md, "Allocate").  Also the cleanup of the files
+ * of pods that are gone.
  */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>

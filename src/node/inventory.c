@@ -61,6 +61,49 @@ static int add_migs(json_t *o, const gf_node_gpu *x) {
   return 0;
 }
 
+/* The MIG devices of GPUs in mode mig, offered to the extender as whole
+ * exclusive units of their own: a grant names the MIG uuid and Allocate
+ * hands out that instance.  Each needs an index no GPU of the node uses
+ * (the extender's model has at most GF_MAX_GPUS_PER_NODE per node); those
+ * that find none are counted in *left.  Model: "<gpu model>-<profile>". */
+static int add_mig_units(json_t *gpus, const gf_node_gpus *g, uint32_t *left) {
+  uint32_t used = 0;
+  for (uint32_t i = 0; i < g->ngpus; i++)
+    if (g->gpus[i].index < GF_MAX_GPUS_PER_NODE)
+      used |= 1u << g->gpus[i].index;
+  uint32_t next = 0;
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    if (x->mode != GF_NODE_MODE_MIG || !x->healthy)
+      continue;
+    for (uint32_t k = 0; k < x->nmig && k < GF_NODE_MAX_MIG; k++) {
+      const gf_node_mig *m = &x->mig[k];
+      while (next < GF_MAX_GPUS_PER_NODE && (used & (1u << next)))
+        next++;
+      if (next >= GF_MAX_GPUS_PER_NODE || m->mem_bytes > (uint64_t)INT64_MAX ||
+          m->mem_bytes == 0) {
+        (*left)++;
+        continue;
+      }
+      char model[GF_MODEL_NAME_MAX];
+      int w = snprintf(model, sizeof(model), "%s-%s", x->model,
+                       m->profile[0] ? m->profile : "mig");
+      if (w < 0 || (size_t)w >= sizeof(model))
+        snprintf(model, sizeof(model), "MIG-%s",
+                 m->profile[0] ? m->profile : "unknown");
+      json_t *o =
+          json_pack("{s:i,s:s,s:s,s:I,s:i,s:s,s:s,s:s}", "index", (int)next,
+                    "uuid", m->uuid, "model", model, "memory",
+                    (json_int_t)m->mem_bytes, "sms", (int)m->sm_count, "mode",
+                    "exclusive", "sharing", "mig-device", "parent", x->uuid);
+      if (!o || json_array_append_new(gpus, o))
+        return -1;
+      used |= 1u << next;
+    }
+  }
+  return 0;
+}
+
 int gf_node_inventory_json(const gf_node_gpus *g, char **out, gf_diag *d) {
   json_t *gpus = json_array();
   json_t *root = json_object();
@@ -92,7 +135,12 @@ int gf_node_inventory_json(const gf_node_gpus *g, char **out, gf_diag *d) {
         add_migs(o, x))
       goto nomem;
   }
-  if (json_object_set(root, "gpus", gpus))
+  uint32_t left = 0;
+  if (add_mig_units(gpus, g, &left))
+    goto nomem;
+  if (json_object_set(root, "gpus", gpus) ||
+      (left &&
+       json_object_set_new(root, "mig_units_not_offered", json_integer(left))))
     goto nomem;
   char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   if (!s)

@@ -294,6 +294,9 @@ static int cluster_add(gf_cluster *c, const nrec *n) {
     specs[i].uuid = n->inv.gpus[i].uuid;
     specs[i].mem_bytes = n->inv.gpus[i].mem_bytes;
     specs[i].sm_count = n->inv.gpus[i].sm_count;
+    /* The agent hands an exclusive GPU (or a MIG device) to one container
+     * whole: never place a fraction of it. */
+    specs[i].whole_only = n->inv.gpus[i].mode == GF_GPU_MODE_EXCLUSIVE;
     specs[i].numa_node = -1;
   }
   int rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, specs,
@@ -830,14 +833,17 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     snprintf(why, cap, "memory: %s requested, %s free", a, b);
     return 1;
   }
-  uint32_t fit = 0;
+  uint32_t fit = 0, whole_free = 0;
   int64_t max_mem = 0;
   int32_t max_milli = 0;
   for (uint32_t g = 0; g < n->ngpus; g++) {
     const gf_gpu *gpu = &n->gpus[g];
     fit += gf_gpu_fits(gpu, r);
-    if (gpu->exclusive ||
-        (r->model_mask && !(r->model_mask & (1ull << gpu->model))))
+    if (r->model_mask && !(r->model_mask & (1ull << gpu->model)))
+      continue;
+    if (gpu->whole_only && !gpu->exclusive && gpu->npods == 0)
+      whole_free++;
+    if (gpu->exclusive || gpu->whole_only)
       continue;
     if (gpu->mem_bytes - gpu->mem_used > max_mem)
       max_mem = gpu->mem_bytes - gpu->mem_used;
@@ -846,6 +852,16 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
   }
   if (fit >= r->gpu_count && gf_node_fits(n, r))
     return 0;
+  bool share_blocked = (r->gpu_mem_bytes && max_mem < r->gpu_mem_bytes) ||
+                       (r->gpu_milli && max_milli < r->gpu_milli);
+  if (r->gpu_milli < GF_GPU_MILLI && whole_free > 0 && share_blocked) {
+    snprintf(why, cap,
+             "a GPU share: the free GPUs on %s are whole-only (exclusive mode "
+             "or MIG devices); ask for a whole GPU (%s without memory or "
+             "compute)",
+             nr->name, GF_RES_GPU);
+    return 1;
+  }
   if (r->gpu_count > 1 || r->gpu_milli == GF_GPU_MILLI) {
     snprintf(why, cap, "needs %u whole GPU%s, node has %u free", r->gpu_count,
              r->gpu_count > 1 ? "s" : "", fit);

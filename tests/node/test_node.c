@@ -263,11 +263,24 @@ static void test_nvml_mig_nvlink(void **state) {
   rc = gf_inventory_parse(text, strlen(text), &inv, &d);
   if (rc)
     fail_msg("extender refuses the inventory: %s\n%s", d.msg, text);
-  /* (the MIG GPU is not offered for placement: its units are MIG
-   * devices, which the extender does not place yet) */
-  assert_int_equal(inv.ngpus, 3);
+  /* The MIG GPU itself is not offered; its three MIG devices are, as
+   * exclusive units at the first indices no GPU uses (4, 5, 6), named by
+   * their MIG uuids with the profile in the model. */
+  assert_int_equal(inv.ngpus, 6);
   assert_int_equal(inv.gpus[0].index, 1);
   assert_int_equal(inv.gpus[0].mode, GF_GPU_MODE_SHARED);
+  for (uint32_t k = 0; k < 3; k++) {
+    const gf_inventory_gpu *u = &inv.gpus[3 + k];
+    assert_int_equal(u->index, 4 + k);
+    assert_string_equal(u->uuid, g.gpus[0].mig[k].uuid);
+    assert_int_equal(u->mode, GF_GPU_MODE_EXCLUSIVE);
+    assert_int_equal(u->mem_bytes, (int64_t)g.gpus[0].mig[k].mem_bytes);
+    char model[64];
+    snprintf(model, sizeof(model), "%s-%s", g.gpus[0].model,
+             g.gpus[0].mig[k].profile);
+    assert_string_equal(u->model, model);
+  }
+  assert_string_equal(inv.gpus[5].model, "A100-SXM4-80GB-1c.3g.40gb");
   /* ...and the new fields say what was found. */
   json_t *root = json_loads(text, 0, NULL);
   assert_non_null(root);

@@ -766,6 +766,58 @@ static void test_leader_and_policy(void **state) {
   gf_sched_free(s);
 }
 
+/* A GPU the agent runs whole (mode exclusive, or a MIG device) takes whole
+ * requests only: shares go to the shared GPU, and when only the whole-only
+ * one is free a share is refused with a reason that says what to ask. */
+static void test_whole_only_gpu(void **state) {
+  fx *f = *state;
+  gf_diag d = {""};
+  json_t *n = fixture_json("node_a100.json");
+  json_t *ann = json_object_get(json_object_get(n, "metadata"), "annotations");
+  json_object_set_new(
+      ann, "gpufrac.io/inventory",
+      json_string("{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":"
+                  "\"GPU-a100-0000\",\"model\":\"A100-SXM4-80GB\","
+                  "\"memory\":\"80Gi\",\"mode\":\"shared\"},{\"index\":1,"
+                  "\"uuid\":\"MIG-a100-0001\",\"model\":\"A100-SXM4-80GB-"
+                  "3g.40gb\",\"memory\":\"40Gi\",\"mode\":\"exclusive\","
+                  "\"sharing\":\"mig-device\"}]}"));
+  assert_int_equal(gf_sched_node_update(f->s, n, &d), 0);
+  json_decref(n);
+  /* Two 40Gi shares fill the shared GPU, never the whole-only one. */
+  for (int i = 0; i < 2; i++) {
+    char name[8];
+    snprintf(name, sizeof(name), "s%d", i);
+    char *e = schedule(f->s, name, "40Gi", 0, "node-a100");
+    assert_string_equal(e, "");
+    free(e);
+    gf_grant g;
+    assert_int_equal(
+        gf_grant_parse(f->fb.last_grant, strlen(f->fb.last_grant), &g, &d), 0);
+    assert_string_equal(g.containers[0].gpus[0].uuid, "GPU-a100-0000");
+  }
+  char *a = share_args("s2", "s2", "8Gi", 0);
+  int st;
+  json_t *res = call(f->s, "filter", a, &st);
+  const char *why = failed_reason(res, "node-a100");
+  assert_non_null(why);
+  assert_non_null(strstr(why, "the free GPUs on node-a100 are whole-only"));
+  json_decref(res);
+  free(a);
+  /* A whole request takes it, and only one does. */
+  char *e = schedule(f->s, "w0", NULL, 0, "node-a100");
+  assert_string_equal(e, "");
+  free(e);
+  gf_grant g;
+  assert_int_equal(
+      gf_grant_parse(f->fb.last_grant, strlen(f->fb.last_grant), &g, &d), 0);
+  assert_string_equal(g.containers[0].gpus[0].uuid, "MIG-a100-0001");
+  assert_int_equal(g.containers[0].gpus[0].compute_pct, 100);
+  e = schedule(f->s, "w1", NULL, 0, "node-a100");
+  assert_string_not_equal(e, "");
+  free(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_inventory),
@@ -783,6 +835,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prioritize, setup, teardown),
       cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_leader_and_policy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_whole_only_gpu, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
