@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -89,7 +90,8 @@ static struct shim {
   int slot;
   _Atomic int ready;    /* setup done: the fast paths skip pthread_once */
   bool throttle;        /* enforcing and compute < 100% */
-  pthread_mutex_t lock; /* guards the tables and pools */
+  pthread_mutex_t lock; /* guards the pools (driver calls are made under it) */
+  _Atomic int tlock;    /* guards the tables (tlock_take; no calls under it) */
   table ptrs, handles, ctxs;
   pool_acct pools[GF_SHIM_POOLS];
   _Atomic int npools; /* entries [0, npools) may be in use */
@@ -141,9 +143,11 @@ static int table_grow(table *t) {
   entry *e = calloc(cap, sizeof(*e));
   if (!e)
     return -1;
+  size_t moved = 0;
   for (size_t i = 0; i < t->cap; i++) {
     if (t->e[i].key <= 1)
       continue;
+    moved++;
     size_t j = hash64(t->e[i].key) & (cap - 1);
     while (e[j].key)
       j = (j + 1) & (cap - 1);
@@ -151,16 +155,14 @@ static int table_grow(table *t) {
   }
   free(t->e);
   t->e = e;
-  t->used = 0;
-  for (size_t i = 0; i < cap; i++)
-    t->used += e[i].key > 1;
+  t->used = moved; /* tombstones are not carried over */
   t->cap = cap;
   return 0;
 }
 
 /* Keys 0 and 1 are reserved; real pointers and handles are never that. */
-static int table_put(table *t, entry in) {
-  uint64_t key = in.key;
+static int table_put(table *t, const entry *in) {
+  uint64_t key = in->key;
   if (key <= 1)
     return -1;
   if ((t->used + 1) * 4 > t->cap * 3 && table_grow(t))
@@ -176,7 +178,7 @@ static int table_put(table *t, entry in) {
     j = tomb;
   if (t->e[j].key == 0)
     t->used++;
-  t->e[j] = in;
+  t->e[j] = *in;
   return 0;
 }
 
@@ -206,6 +208,7 @@ static void after_fork_child(void) {
   if (!S.region || S.mode != GF_SHIM_ENFORCE)
     return;
   pthread_mutex_init(&S.lock, NULL);
+  atomic_store(&S.tlock, 0);
   pthread_mutex_init(&S.map_lock, NULL);
   pthread_mutex_init(&S.ctx_lock, NULL);
   free(S.ptrs.e);
@@ -431,16 +434,22 @@ static bool charge(uint32_t dev, uint64_t bytes, bool force) {
 
 static bool pools_settle_all(void);
 
-/* Reserves bytes on dev; false = over the limit (or refusing).  Over the
- * limit, this process's pools are settled first (they may have given
- * memory back since last seen) and the reservation tried once more. */
-static bool reserve(uint32_t dev, uint64_t bytes) {
-  if (charge(dev, bytes, false))
-    return true;
+/* The refusal path of reserve: this process's pools are settled (they may
+ * have given memory back since last seen) and the reservation tried once
+ * more.  Out of line: an allocation that fits never comes here. */
+static __attribute__((noinline)) bool reserve_retry(uint32_t dev,
+                                                    uint64_t bytes) {
   if (S.mode == GF_SHIM_REFUSE || atomic_load(&S.npools) == 0 ||
       !pools_settle_all())
     return false;
   return charge(dev, bytes, false);
+}
+
+/* Reserves bytes on dev; false = over the limit (or refusing). */
+static inline bool reserve(uint32_t dev, uint64_t bytes) {
+  if (__builtin_expect(charge(dev, bytes, false), 1))
+    return true;
+  return reserve_retry(dev, bytes);
 }
 
 static void unreserve(uint32_t dev, uint64_t bytes) {
@@ -449,32 +458,51 @@ static void unreserve(uint32_t dev, uint64_t bytes) {
     gf_region_unreserve(S.region, S.slot, (uint32_t)a, bytes);
 }
 
-static void track_entry(table *t, entry e) {
-  pthread_mutex_lock(&S.lock);
-  int rc = table_put(t, e);
-  pthread_mutex_unlock(&S.lock);
-  if (rc)
-    logf_(GF_SHIM_LOG_WARN,
-          "out of memory tracking an allocation; its "
-          "%llu bytes stay charged",
-          (unsigned long long)e.bytes);
+/* The tables' lock: test-and-set, yielding while another thread holds it.
+ * Held only for a table insert or removal (at worst a grow: one calloc and
+ * a rehash), never across a driver call, so a wait is short; uncontended
+ * it costs two atomic instructions where a pthread mutex costs two calls
+ * through the PLT and about 50 instructions (docs/benchmarks.md). */
+static __attribute__((noinline)) void tlock_wait(void) {
+  for (int spins = 0;
+       atomic_load_explicit(&S.tlock, memory_order_relaxed) ||
+       atomic_exchange_explicit(&S.tlock, 1, memory_order_acquire);
+       spins++)
+    if (spins >= 64)
+      sched_yield();
 }
 
-static void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
-  pthread_mutex_lock(&S.lock);
-  int rc = table_put(t, (entry){key, bytes, dev, 0});
-  pthread_mutex_unlock(&S.lock);
+static inline void tlock_take(void) {
+  if (atomic_exchange_explicit(&S.tlock, 1, memory_order_acquire))
+    tlock_wait();
+}
+
+static inline void tlock_give(void) {
+  atomic_store_explicit(&S.tlock, 0, memory_order_release);
+}
+
+static __attribute__((noinline)) void track_failed(uint64_t bytes) {
+  logf_(GF_SHIM_LOG_WARN,
+        "out of memory tracking an allocation; its %llu bytes stay charged",
+        (unsigned long long)bytes);
+}
+
+static void track_entry(table *t, entry e) {
+  tlock_take();
+  int rc = table_put(t, &e);
+  tlock_give();
   if (rc)
-    logf_(GF_SHIM_LOG_WARN,
-          "out of memory tracking an allocation; its "
-          "%llu bytes stay charged",
-          (unsigned long long)bytes);
+    track_failed(e.bytes);
+}
+
+static inline void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
+  track_entry(t, (entry){key, bytes, dev, 0});
 }
 
 static bool untrack(table *t, uint64_t key, entry *e) {
-  pthread_mutex_lock(&S.lock);
+  tlock_take();
   int rc = table_take(t, key, e);
-  pthread_mutex_unlock(&S.lock);
+  tlock_give();
   return rc == 0;
 }
 

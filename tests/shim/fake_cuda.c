@@ -93,9 +93,17 @@ static struct {
 } live[MAXA];
 static atomic_ulong launches;
 
+/* Read once: a getenv per call would cost more the longer the environment
+ * is, and the benchmark runs the interposer with a longer one. */
 static uint64_t total(void) {
-  const char *t = getenv("FAKE_CUDA_TOTAL");
-  return t ? strtoull(t, NULL, 10) : 16ull << 30;
+  static _Atomic uint64_t cached;
+  uint64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (!v) {
+    const char *t = getenv("FAKE_CUDA_TOTAL");
+    v = t ? strtoull(t, NULL, 10) : 16ull << 30;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
 }
 
 static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
