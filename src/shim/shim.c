@@ -88,10 +88,10 @@ static struct shim {
   real_fns real;
   gf_region *region;
   int slot;
-  _Atomic int ready;    /* setup done: the fast paths skip pthread_once */
-  bool throttle;        /* enforcing and compute < 100% */
-  pthread_mutex_t lock; /* guards the pools (driver calls are made under it) */
-  _Atomic int tlock;    /* guards the tables (tlock_take; no calls under it) */
+  _Atomic int ready;     /* setup done: the fast paths skip pthread_once */
+  _Atomic bool throttle; /* enforcing, compute < 100% and the rate known */
+  pthread_mutex_t lock;  /* guards the pools (driver calls are made under it) */
+  _Atomic int tlock;     /* guards the tables (tlock_take; no calls under it) */
   table ptrs, handles, ctxs;
   pool_acct pools[GF_SHIM_POOLS];
   _Atomic int npools; /* entries [0, npools) may be in use */
@@ -352,8 +352,13 @@ static void setup(void) {
   lim.ndevices = GF_REGION_DEVICES;
   map_init(&lim);
   lim.compute_pct = S.cfg.compute_pct;
-  lim.rate = S.cfg.capacity * S.cfg.compute_pct / 100;
-  lim.burst = lim.rate / 20 + 1;
+  /* No capacity configured: the rate is derived from the devices at cuInit
+   * (capacity_from_devices); until then the region's rate is 0. */
+  if (S.cfg.capacity_set || S.cfg.compute_pct >= 100) {
+    lim.capacity = S.cfg.capacity;
+    lim.rate = S.cfg.capacity * S.cfg.compute_pct / 100;
+    lim.burst = lim.rate / 20 + 1;
+  }
   gf_diag d = {""};
   if (S.cfg.region[0]) {
     if (gf_region_map(S.cfg.region, &lim, &S.region, &d)) {
@@ -373,9 +378,10 @@ static void setup(void) {
     r->ndevices = lim.ndevices;
     memcpy(r->limit, lim.limit, sizeof(r->limit));
     r->compute_pct = lim.compute_pct ? lim.compute_pct : 100;
-    r->rate = lim.rate;
-    r->burst = lim.burst;
-    atomic_store(&r->tokens, (int64_t)r->burst);
+    atomic_store(&r->rate, lim.rate);
+    atomic_store(&r->burst, lim.burst);
+    atomic_store(&r->capacity, lim.capacity);
+    atomic_store(&r->tokens, (int64_t)lim.burst);
     r->magic = GF_REGION_MAGIC;
   }
   S.slot = gf_region_attach(S.region);
@@ -396,9 +402,63 @@ static void setup(void) {
 
 static void setup_once(void) {
   setup();
-  S.throttle = S.mode == GF_SHIM_ENFORCE && S.region &&
-               S.region->compute_pct < 100 && S.region->rate > 0;
+  atomic_store_explicit(&S.throttle,
+                        S.mode == GF_SHIM_ENFORCE && S.region &&
+                            S.region->compute_pct < 100 &&
+                            atomic_load(&S.region->rate) > 0,
+                        memory_order_relaxed);
   atomic_store_explicit(&S.ready, 1, memory_order_release);
+}
+
+/* Blocks per second of the visible devices together, by the model of
+ * GF_SHIM_BLOCK_TURNOVER (shim_config.h); 0 when the driver cannot say. */
+static uint64_t capacity_from_devices(void) {
+  int n = 0;
+  if (!S.real.cuDeviceGetAttribute || !S.real.cuDeviceGetCount ||
+      S.real.cuDeviceGetCount(&n) != CUDA_SUCCESS || n <= 0)
+    return 0;
+  uint64_t sum = 0;
+  for (int i = 0; i < n && i < GF_REGION_DEVICES; i++) {
+    int sms = 0, per_sm = 0;
+    if (S.real.cuDeviceGetAttribute(
+            &sms, (CUdevice_attribute)CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            (CUdevice)i) != CUDA_SUCCESS ||
+        S.real.cuDeviceGetAttribute(
+            &per_sm,
+            (CUdevice_attribute)
+                CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+            (CUdevice)i) != CUDA_SUCCESS ||
+        sms <= 0 || per_sm <= 0)
+      return 0;
+    sum += (uint64_t)sms * (uint64_t)per_sm * GF_SHIM_BLOCK_TURNOVER;
+  }
+  return sum;
+}
+
+/* After cuInit: a region whose rate is not known yet gets it from the
+ * devices (or the default capacity, logged, when they cannot say), and
+ * throttling starts. */
+static void rate_resolve(void) {
+  if (S.mode != GF_SHIM_ENFORCE || !S.region || S.region->compute_pct >= 100 ||
+      atomic_load_explicit(&S.throttle, memory_order_relaxed))
+    return;
+  uint64_t rate = atomic_load(&S.region->rate);
+  if (!rate) {
+    uint64_t cap = capacity_from_devices();
+    if (!cap) {
+      cap = S.cfg.capacity;
+      logf_(GF_SHIM_LOG_WARN,
+            "capacity: the driver does not give SMs and blocks per SM; "
+            "using %llu blocks/s",
+            (unsigned long long)cap);
+    }
+    rate = gf_region_set_rate(S.region, cap);
+    logf_(GF_SHIM_LOG_INFO, "compute: capacity %llu blocks/s, rate %llu",
+          (unsigned long long)atomic_load(&S.region->capacity),
+          (unsigned long long)rate);
+  }
+  if (rate)
+    atomic_store_explicit(&S.throttle, true, memory_order_relaxed);
 }
 
 static inline void init(void) {
@@ -518,8 +578,10 @@ EXPORT gf_cu_result cuInit(unsigned int flags) {
   if (!S.real.cuInit)
     return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuInit(flags);
-  if (rc == CUDA_SUCCESS && guarding())
+  if (rc == CUDA_SUCCESS && guarding()) {
     map_resolve(); /* UUIDs in the config: the driver can name devices now */
+    rate_resolve();
+  }
   return rc;
 }
 
@@ -1400,7 +1462,7 @@ static void sleep_ns(uint64_t ns) {
 }
 
 static inline void admit(uint64_t blocks) {
-  if (S.throttle)
+  if (atomic_load_explicit(&S.throttle, memory_order_relaxed))
     gf_region_admit(S.region, S.slot, (int64_t)(blocks ? blocks : 1), mono_ns,
                     sleep_ns);
 }
@@ -1445,7 +1507,7 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
                 !S.real.name,                                                  \
             0))                                                                \
       return name##_slow(LAUNCH_ARGS);                                         \
-    if (S.throttle) {                                                          \
+    if (atomic_load_explicit(&S.throttle, memory_order_relaxed)) {             \
       uint64_t blocks = (uint64_t)gx * gy * gz;                                \
       int64_t cost = blocks ? (int64_t)blocks : 1;                             \
       if (atomic_fetch_sub_explicit(&S.region->tokens, cost,                   \

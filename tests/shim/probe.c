@@ -8,6 +8,8 @@
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
+ *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
+ *   probe_dl feedback REGION        probe_dl procs [mps]
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -692,6 +694,51 @@ static void nvml_procs(void) {
   CHECK(p3(d0, &n, v2) == 0 && n == 0, "all freed: none");
 }
 
+/* The bucket's rate: from `capacity` when configured, else from the
+ * devices at cuInit (0 before).  cap and rate are what the test expects;
+ * before is the rate expected before cuInit. */
+static void capacity(const char *path, uint64_t cap, uint64_t rate,
+                     uint64_t before) {
+  gf_region *r = open_region(path); /* load() made the first call */
+  CHECK(atomic_load(&r->rate) == before, "before cuInit: rate %llu",
+        (unsigned long long)atomic_load(&r->rate));
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CHECK(atomic_load(&r->capacity) == cap && atomic_load(&r->rate) == rate &&
+            atomic_load(&r->burst) == rate / 20 + 1,
+        "capacity %llu blocks/s, rate %llu, burst %llu",
+        (unsigned long long)atomic_load(&r->capacity),
+        (unsigned long long)atomic_load(&r->rate),
+        (unsigned long long)atomic_load(&r->burst));
+  int64_t t0 = atomic_load(&r->tokens);
+  CHECK(F.launch(NULL, 10, 5, 2, 128, 1, 1, 0, NULL, NULL, NULL) ==
+                CUDA_SUCCESS &&
+            atomic_load(&r->tokens) == t0 - 100,
+        "a 10x5x2 launch takes 100 tokens (throttling is on)");
+}
+
+/* Utilisation feedback end to end: the test writes the region as the node
+ * agent would; the next launch that runs the bucket dry applies it.
+ * Config: compute 30, capacity 1000000 (rate 300000, burst 15001). */
+static void feedback(const char *path) {
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  gf_region *r = open_region(path);
+  const unsigned dry = (unsigned)atomic_load(&r->burst) + 1000;
+  CHECK(F.launch(NULL, dry, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) ==
+                CUDA_SUCCESS &&
+            atomic_load(&r->corr) == 0,
+        "bucket run dry without a sample: no correction");
+  gf_region_observe(r, 6000); /* the agent: 60% observed, 30% the share */
+  CHECK(
+      F.launch(NULL, dry, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS &&
+          atomic_load(&r->corr) == 750 && atomic_load(&r->util_seen) == 1,
+      "run dry after the sample: correction 0.750 (%u)", atomic_load(&r->corr));
+  gf_region_observe(r, 3000); /* on target: halfway back is 750 again */
+  CHECK(F.launch(NULL, dry, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) ==
+                CUDA_SUCCESS &&
+            atomic_load(&r->corr) == 750 && atomic_load(&r->util_seen) == 2,
+        "on target: unchanged");
+}
+
 static void launches(int seconds) {
   F.init(0);
   long n = 0;
@@ -756,6 +803,13 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "nvml") == 0) {
     load("dlopen");
     nvml();
+  } else if (strcmp(argv[1], "capacity") == 0 && argc == 6) {
+    load("dlopen");
+    capacity(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
+             strtoull(argv[5], NULL, 10));
+  } else if (strcmp(argv[1], "feedback") == 0 && argc == 3) {
+    load("dlopen");
+    feedback(argv[2]);
   } else if (strcmp(argv[1], "procs") == 0) {
     load("dlopen");
     nvml_procs();
