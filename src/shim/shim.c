@@ -1375,12 +1375,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev,
   return rc;
 }
 
-/* nvmlDevice{Compute,Graphics}RunningProcesses: only this container's
+/* nvmlDevice{Compute,MPSCompute,Graphics}RunningProcesses: only this
+ * container's
  * processes, the ones in its region, with their usage from the region; the
  * real list would show other containers' processes, under host pids.  The
  * region holds pids of the container's pid namespace (getpid() of each
  * process), which is what a program in the container can use.  Graphics
- * lists are empty: the interposer sees CUDA work only.  The count protocol
+ * lists are empty: the interposer sees CUDA work only.  MPS lists are the
+ * compute list: from inside, a process cannot tell whether an MPS server
+ * carries its work, so its processes are shown in both (nvidia-smi merges
+ * the lists by pid; a tool that sums them counts twice).  The count protocol
  * is NVML's: too small a count gets NVML_ERROR_INSUFFICIENT_SIZE and the
  * count needed. */
 static nvmlReturn_t procs(const char *name, nvmlDevice_t dev,
@@ -1432,6 +1436,11 @@ static nvmlReturn_t procs(const char *name, nvmlDevice_t dev,
   X(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t, 1, false)      \
   X(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 2, false)   \
   X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 2, false)   \
+  X(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t, 1, false)   \
+  X(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 2,       \
+    false)                                                                     \
+  X(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 2,       \
+    false)                                                                     \
   X(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t, 1, true)      \
   X(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t, 2, true)   \
   X(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_v2_t, 2, true)

@@ -621,7 +621,7 @@ static void uuids(const char *path, size_t lim0, size_t lim1) {
 /* nvmlDevice*RunningProcesses: this container's processes only, with the
  * region's usage.  This process holds 100Mi on device 0, a forked child
  * 50Mi; the fake NVML's own answer (a foreign pid) must never show. */
-static void nvml_procs(void) {
+static void nvml_procs(bool mps) {
   CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
   CUdeviceptr a, b;
   CHECK(F.alloc(&a, 100 * MIB) == CUDA_SUCCESS, "alloc 100Mi");
@@ -644,10 +644,18 @@ static void nvml_procs(void) {
   typedef nvmlReturn_t (*v2_fn)(nvmlDevice_t, unsigned *,
                                 nvmlProcessInfo_v2_t *);
   v1_fn p1;
-  v2_fn p3, g3;
+  v2_fn p2, p3, g3;
   nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
-  *(void **)&p1 = dlsym(h, "nvmlDeviceGetComputeRunningProcesses");
-  *(void **)&p3 = dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+  *(void **)&p1 = dlsym(h, mps ? "nvmlDeviceGetMPSComputeRunningProcesses"
+                               : "nvmlDeviceGetComputeRunningProcesses");
+  *(void **)&p2 = dlsym(h, mps ? "nvmlDeviceGetMPSComputeRunningProcesses_v2"
+                               : "nvmlDeviceGetComputeRunningProcesses_v3");
+  *(void **)&p3 = dlsym(h, mps ? "nvmlDeviceGetMPSComputeRunningProcesses_v3"
+                               : "nvmlDeviceGetComputeRunningProcesses_v3");
+  if (!p1 || !p2 || !p3) {
+    printf("FAIL process-list functions not found\n");
+    exit(1);
+  }
   *(void **)&g3 = dlsym(h, "nvmlDeviceGetGraphicsRunningProcesses_v3");
   *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
   nvmlDevice_t d0, d1;
@@ -681,6 +689,12 @@ static void nvml_procs(void) {
             v1[0].usedGpuMemory + v1[1].usedGpuMemory == 150 * MIB &&
             v1[0].pid != 4242424 && v1[1].pid != 4242424,
         "v1 layout: the same two, no foreign pid");
+  nvmlProcessInfo_v2_t w2[2];
+  n = 2;
+  CHECK(p2(d0, &n, w2) == 0 && n == 2 &&
+            w2[0].usedGpuMemory + w2[1].usedGpuMemory == 150 * MIB &&
+            w2[0].pid != 4242424 && w2[1].pid != 4242424,
+        "v2: the same two, no foreign pid");
   n = 4;
   CHECK(p3(d1, &n, v2) == 0 && n == 0, "device 1: no processes");
   n = 4;
@@ -812,7 +826,7 @@ int main(int argc, char **argv) {
     feedback(argv[2]);
   } else if (strcmp(argv[1], "procs") == 0) {
     load("dlopen");
-    nvml_procs();
+    nvml_procs(argc == 3 && strcmp(argv[2], "mps") == 0);
   } else if (strcmp(argv[1], "uuid") == 0 && argc == 6) {
     load(argv[2]);
     uuids(argv[3], (size_t)atoi(argv[4]), (size_t)atoi(argv[5]));

@@ -63,6 +63,11 @@ printf 'memory = 1Gi\ncontext_overhead = 0\nregion = %s/p1\n' "$tmp" >"$tmp/p1.c
 run nvml-procs      0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/p1.conf" "$PROBE_DL" procs
 run nvml-procs-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
     LD_PRELOAD="$SHIM" GPUFRAC_DISABLE=1 "$PROBE_DL" procs
+# The MPS lists (v1 layout, _v2, _v3) the same way.
+printf 'memory = 1Gi\ncontext_overhead = 0\nregion = %s/p2\n' "$tmp" >"$tmp/p2.conf"
+run nvml-mps-procs  0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/p2.conf" "$PROBE_DL" procs mps
+run nvml-mps-procs-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
+    LD_PRELOAD="$SHIM" GPUFRAC_DISABLE=1 "$PROBE_DL" procs mps
 
 # The bucket's capacity: from the devices when not configured (2 x 132 SMs
 # x 32 blocks x 250/s = 2,112,000; one device of 108 x 32 = 864,000), the
