@@ -10,6 +10,7 @@
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
+ *   probe_dl capacity-device REGION PCT   probe_dl ctxcost  (real GPU)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -730,6 +731,65 @@ static void capacity(const char *path, uint64_t cap, uint64_t rate,
         "a 10x5x2 launch takes 100 tokens (throttling is on)");
 }
 
+/* On a real GPU (tests/gpu/run.sh): the capacity the interposer derives,
+ * checked against the model computed here from the same driver's
+ * attributes (sum of SMs x blocks per SM x 250), at pct percent. */
+static void capacity_device(const char *path, unsigned pct) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW);
+  gf_cu_result (*count)(int *);
+  gf_cu_result (*attr)(int *, CUdevice_attribute, CUdevice);
+  *(void **)&count = dlsym(h, "cuDeviceGetCount");
+  *(void **)&attr = dlsym(h, "cuDeviceGetAttribute");
+  CHECK(F.init(0) == CUDA_SUCCESS && count && attr, "cuInit");
+  int n = 0;
+  uint64_t model = 0;
+  if (count && attr && count(&n) == CUDA_SUCCESS)
+    for (int i = 0; i < n && i < GF_REGION_DEVICES; i++) {
+      int sms = 0, per = 0;
+      attr(&sms, (CUdevice_attribute)GF_CU_DEVICE_MULTIPROCESSOR_COUNT, i);
+      attr(&per, (CUdevice_attribute)GF_CU_DEVICE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+           i);
+      printf("device %d: %d SMs x %d blocks per SM\n", i, sms, per);
+      model += (uint64_t)sms * (uint64_t)per * 250;
+    }
+  gf_region *r = open_region(path);
+  CHECK(model > 0 && atomic_load(&r->capacity) == model &&
+            atomic_load(&r->rate) == model * pct / 100,
+        "capacity %llu blocks/s (model %llu), rate %llu",
+        (unsigned long long)atomic_load(&r->capacity),
+        (unsigned long long)model, (unsigned long long)atomic_load(&r->rate));
+}
+
+/* On a real GPU, without the interposer: what a primary context costs in
+ * device memory (NVML's used before and after it is made current and
+ * used), the figure `context_overhead` stands for.  Reports; checks
+ * nothing but that it could be measured. */
+static void ctxcost(void) {
+  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  nvmlReturn_t (*ninit)(void);
+  nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
+  nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
+  *(void **)&ninit = h ? dlsym(h, "nvmlInit_v2") : NULL;
+  *(void **)&get = h ? dlsym(h, "nvmlDeviceGetMemoryInfo") : NULL;
+  *(void **)&byidx = h ? dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+  nvmlDevice_t dev;
+  nvmlMemory_t m0, m1;
+  if (!ninit || !get || !byidx || ninit() != 0 || byidx(0, &dev) != 0 ||
+      F.init(0) != CUDA_SUCCESS || get(dev, &m0) != 0) {
+    CHECK(0, "NVML and the driver answer");
+    return;
+  }
+  CUcontext c;
+  CUdeviceptr p;
+  CHECK(F.retain(&c, 0) == CUDA_SUCCESS && F.set_current(c) == CUDA_SUCCESS &&
+            F.alloc(&p, 1) == CUDA_SUCCESS && F.free_(p) == CUDA_SUCCESS &&
+            get(dev, &m1) == 0,
+        "primary context made and used");
+  printf("context overhead: %llu MiB (NVML used %llu -> %llu bytes; "
+         "the config's default is 300 MiB)\n",
+         (m1.used - m0.used) / MIB, m0.used, m1.used);
+}
+
 /* Utilisation feedback end to end: the test writes the region as the node
  * agent would; the next launch that runs the bucket dry applies it.
  * Config: compute 30, capacity 1000000 (rate 300000, burst 15001). */
@@ -785,7 +845,8 @@ static void nvml(void) {
             m2.free + m2.used + m2.reserved == m2.total,
         "NVML memory info v2 agrees");
   F.init(0);
-  size_t f, t;
+  make_context(); /* a real driver answers cuMemGetInfo only in one */
+  size_t f = 0, t = 0;
   F.info(&f, &t);
   CHECK(t == m.total, "cuMemGetInfo and NVML agree on the total");
 }
@@ -821,6 +882,12 @@ int main(int argc, char **argv) {
     load("dlopen");
     capacity(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
              strtoull(argv[5], NULL, 10));
+  } else if (strcmp(argv[1], "capacity-device") == 0 && argc == 4) {
+    load("dlopen");
+    capacity_device(argv[2], (unsigned)atoi(argv[3]));
+  } else if (strcmp(argv[1], "ctxcost") == 0) {
+    load("dlopen");
+    ctxcost();
   } else if (strcmp(argv[1], "feedback") == 0 && argc == 3) {
     load("dlopen");
     feedback(argv[2]);

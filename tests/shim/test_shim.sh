@@ -87,6 +87,13 @@ grep -q "capacity: the driver does not give SMs and blocks per SM; using 1000000
   { echo "ok   capacity-unknown-logged"; pass=$((pass + 1)); } ||
   { echo "FAIL capacity-unknown-logged"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
 
+# The real-GPU variant (tests/gpu/run.sh) against the fake: the model from
+# the driver's attributes, here 2 x 132 x 32 x 250 at 25%.
+run capacity-device 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/k1.conf" "$PROBE_DL" capacity-device "$tmp/k1" 25
+grep -q "capacity 2112000 blocks/s (model 2112000), rate 528000" "$tmp/out" &&
+  { echo "ok   capacity-device-values"; pass=$((pass + 1)); } ||
+  { echo "FAIL capacity-device-values"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+
 # Utilisation feedback, the region written as the node agent would.
 printf 'compute = 30\ncapacity = 1000000\nregion = %s/f1\n' "$tmp" >"$tmp/f1.conf"
 run feedback 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/f1.conf" "$PROBE_DL" feedback "$tmp/f1"
