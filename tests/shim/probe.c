@@ -383,7 +383,7 @@ static void pools(void) {
   CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
   CUmemoryPool def, mine, other;
   CHECK(F.get_pool(&def, 0) == CUDA_SUCCESS, "the device's default pool");
-  CUdeviceptr a, b, c, d;
+  CUdeviceptr a = 0, b = 0, c = 0, d = 0;
   CHECK(F.async(&a, 1 * MIB, NULL) == CUDA_SUCCESS && used_now(L) == 32 * MIB,
         "async 1Mi: the pool reserved 32Mi, 32Mi charged (%zu)", used_now(L));
   CHECK(F.free_async(a, NULL) == CUDA_SUCCESS && used_now(L) == 32 * MIB,
@@ -575,8 +575,8 @@ static void uuids(const char *path, size_t lim0, size_t lim1) {
   lim0 *= MIB;
   lim1 *= MIB;
   CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
-  CUcontext c0, c1;
-  size_t f, t, tot0, tot1;
+  CUcontext c0 = NULL, c1 = NULL;
+  size_t f = 0, t = 0, tot0 = 0, tot1 = 0;
   CHECK(F.retain(&c0, 0) == CUDA_SUCCESS && F.retain(&c1, 1) == CUDA_SUCCESS,
         "primary contexts");
   CHECK(F.total(&tot0, 0) == CUDA_SUCCESS && tot0 == lim0 &&
