@@ -21,7 +21,18 @@
  *
  * Layout rules: fixed-width fields only, magic + major/minor version, every
  * offset pinned by _Static_assert; slots never move; a reader refuses an
- * unknown major version.  Minor versions only append.
+ * unknown major version.  Minor versions only append, into reserved bytes
+ * that older writers leave zero, and zero must mean "absent" in every new
+ * field, so a reader of any minor reads a region of any other minor of the
+ * same major (docs/shim.md, "The shared region", lists what each minor
+ * added).
+ *
+ * Minor 1 adds: `capacity` (what the bucket's rate derives from), a rate
+ * that may be published after creation (0 = not known yet: the interposer
+ * derives it from the device at cuInit), and utilisation feedback - the
+ * node agent writes the container's observed utilisation (gf_region_observe)
+ * and the bucket's refill is scaled by a bounded correction factor
+ * (gf_region_correction, applied in gf_region_wait).
  */
 #ifndef GPUFRAC_REGION_H
 #define GPUFRAC_REGION_H
@@ -35,7 +46,7 @@
 
 #define GF_REGION_MAGIC 0x4e4f494745524647ull /* "GFREGION" little-endian */
 #define GF_REGION_MAJOR 1u
-#define GF_REGION_MINOR 0u
+#define GF_REGION_MINOR 1u
 #define GF_REGION_DEVICES 16
 #define GF_REGION_SLOTS 128
 #define GF_REGION_UUID 48
@@ -63,16 +74,27 @@ typedef struct gf_region {
   uint32_t reserved0;
   uint64_t limit[GF_REGION_DEVICES]; /* bytes per device; 0 = unlimited */
   char uuid[GF_REGION_DEVICES][GF_REGION_UUID]; /* "" = by index only */
-  /* Compute bucket: tokens are kernel blocks; refilled at rate per second
-   * up to burst. */
+  /* Compute bucket: tokens are kernel blocks; refilled at rate x the
+   * correction per second up to burst. */
   _Atomic int64_t tokens;
   _Atomic uint64_t refill_ns; /* monotonic time of the last refill */
-  uint64_t rate;              /* tokens per second */
-  uint64_t burst;             /* bucket size */
+  _Atomic uint64_t rate;      /* tokens per second; 0 = not known yet */
+  _Atomic uint64_t burst;     /* bucket size */
   _Atomic uint32_t hwm;       /* slots [0, hwm) may be in use */
   uint32_t reserved1;
   _Atomic uint64_t reaped; /* slots reclaimed from dead processes */
-  uint8_t reserved2[48];
+  /* Minor 1.  Utilisation feedback: the node agent writes util_bp, the
+   * container's observed share of one GPU's time in basis points (10000 =
+   * a whole GPU; averaged over its GPUs when it has several), then
+   * increments util_seq.  The bucket applies each new sample once
+   * (util_seen) to corr, the refill's correction in thousandths (0 = 1.0:
+   * never corrected, or a minor-0 region). */
+  _Atomic uint32_t util_bp;
+  _Atomic uint32_t corr;
+  _Atomic uint64_t util_seq;
+  _Atomic uint64_t util_seen;
+  _Atomic uint64_t capacity; /* blocks/s of a whole GPU; 0 = not known */
+  uint8_t reserved2[16];
   gf_region_slot slots[GF_REGION_SLOTS];
 } gf_region;
 
@@ -83,6 +105,16 @@ _Static_assert(offsetof(gf_region_slot, waits) == 272, "slot layout is ABI");
 _Static_assert(offsetof(gf_region, limit) == 32, "region layout is ABI");
 _Static_assert(offsetof(gf_region, uuid) == 160, "region layout is ABI");
 _Static_assert(offsetof(gf_region, tokens) == 928, "region layout is ABI");
+_Static_assert(offsetof(gf_region, rate) == 944, "region layout is ABI");
+_Static_assert(offsetof(gf_region, burst) == 952, "region layout is ABI");
+_Static_assert(offsetof(gf_region, reaped) == 968, "region layout is ABI");
+_Static_assert(offsetof(gf_region, util_bp) == 976, "minor 1 layout is ABI");
+_Static_assert(offsetof(gf_region, corr) == 980, "minor 1 layout is ABI");
+_Static_assert(offsetof(gf_region, util_seq) == 984, "minor 1 layout is ABI");
+_Static_assert(offsetof(gf_region, util_seen) == 992, "minor 1 layout is ABI");
+_Static_assert(offsetof(gf_region, capacity) == 1000, "minor 1 layout is ABI");
+_Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4,
+               "atomics have their plain types' size");
 _Static_assert(offsetof(gf_region, slots) % 64 == 0, "slots are aligned");
 _Static_assert(offsetof(gf_region, slots) == 1024, "region layout is ABI");
 _Static_assert(sizeof(gf_region) == 1024 + 320 * GF_REGION_SLOTS,
@@ -94,7 +126,8 @@ typedef struct gf_region_limits {
   uint64_t limit[GF_REGION_DEVICES];
   char uuid[GF_REGION_DEVICES][GF_REGION_UUID];
   uint32_t compute_pct;
-  uint64_t rate, burst;
+  uint64_t rate, burst; /* rate 0 with compute < 100: published later */
+  uint64_t capacity;    /* what rate derives from (informational) */
 } gf_region_limits;
 
 /* Maps the region at path, creating and initialising it from `init` when
@@ -132,10 +165,37 @@ void gf_region_unreserve(gf_region *r, int i, uint32_t dev, uint64_t bytes);
 int gf_region_reap(gf_region *r);
 
 /* Compute admission, slow path: after a debit left the bucket negative,
- * refills it from elapsed time and sleeps until the debt is paid.  Returns
- * the nanoseconds waited.  `now_ns` supplies the monotonic clock. */
+ * refills it from elapsed time (rate x correction) and sleeps until the
+ * debt is paid; applies a new utilisation sample, if the agent wrote one,
+ * to the correction.  Returns the nanoseconds waited (0 when the rate is
+ * not known yet).  `now_ns` and `sleep_ns` supply the clock, so tests can
+ * run it on a fake one. */
 uint64_t gf_region_wait(gf_region *r, int slot, uint64_t (*now_ns)(void),
                         void (*sleep_ns)(uint64_t));
+
+/* Publishes the bucket of a region created with rate 0: capacity (blocks
+ * per second of a whole GPU) x compute_pct / 100, burst 1/20 s of it, the
+ * bucket full.  The first caller wins (a rate already set stays); returns
+ * the rate in force, or, racing the winner, the one this call computed. */
+uint64_t gf_region_set_rate(gf_region *r, uint64_t capacity);
+
+/* The node agent's side of utilisation feedback: records the container's
+ * observed utilisation (basis points of one GPU, clamped to 10000) as a
+ * new sample. */
+void gf_region_observe(gf_region *r, uint32_t util_bp);
+
+/* The control law, pure (docs/shim.md, "Compute"): the next correction
+ * (thousandths) from the current one (0 = 1000), the target share and the
+ * observed utilisation (basis points), and whether the bucket is what
+ * limits the container (it had to wait).  Moves halfway to
+ * corr x target / observed, clamped to [GF_REGION_CORR_MIN,
+ * GF_REGION_CORR_MAX]; no sample (observed 0) changes nothing, and an
+ * observation under the target raises it only when limited (a container
+ * that asks for less than its share is not held back by the bucket). */
+#define GF_REGION_CORR_MIN 500u
+#define GF_REGION_CORR_MAX 2000u
+uint32_t gf_region_correction(uint32_t corr, uint32_t target_bp,
+                              uint32_t observed_bp, bool limited);
 
 /* Compute admission: takes `cost` tokens, waiting for the bucket to refill
  * when it runs dry.  The fast path is one atomic subtraction: no system

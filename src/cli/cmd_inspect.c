@@ -42,10 +42,19 @@ int cmd_inspect(int argc, char **argv) {
   char a[32], b[32];
   printf("region %s (version %u.%u)\n", argv[2], r->major, r->minor);
   printf("compute: %u%%", r->compute_pct);
-  if (r->compute_pct < 100)
+  if (r->compute_pct < 100) {
     printf(", bucket %lld of %llu tokens, refill %llu/s",
-           (long long)atomic_load(&r->tokens), (unsigned long long)r->burst,
-           (unsigned long long)r->rate);
+           (long long)atomic_load(&r->tokens),
+           (unsigned long long)atomic_load(&r->burst),
+           (unsigned long long)atomic_load(&r->rate));
+    /* Minor 1: zero in a minor-0 region, which then reads as uncorrected. */
+    uint32_t corr = atomic_load(&r->corr);
+    printf(" x %u.%03u (of capacity %llu blocks/s)", corr ? corr / 1000 : 1,
+           corr % 1000, (unsigned long long)atomic_load(&r->capacity));
+    if (atomic_load(&r->util_seq))
+      printf("; observed %u.%02u%%", atomic_load(&r->util_bp) / 100,
+             atomic_load(&r->util_bp) % 100);
+  }
   printf("\ndead processes reclaimed: %llu\n",
          (unsigned long long)atomic_load(&r->reaped));
   printf("\n%-6s %-40s %14s %14s\n", "device", "uuid", "limit", "in use");

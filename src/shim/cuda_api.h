@@ -87,11 +87,20 @@ typedef struct CUlaunchConfig_st {
 #define CU_MEM_ATTACH_GLOBAL 0x1
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1 << 1)
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
-#define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
-#define CU_MEMPOOL_ATTR_USED_MEM_CURRENT 7
-#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
-#define CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR 106
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT GF_CU_MEMPOOL_RESERVED_MEM_CURRENT
+#define CU_MEMPOOL_ATTR_USED_MEM_CURRENT GF_CU_MEMPOOL_USED_MEM_CURRENT
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT                               \
+  GF_CU_DEVICE_MULTIPROCESSOR_COUNT
+#define CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR                      \
+  GF_CU_DEVICE_MAX_BLOCKS_PER_MULTIPROCESSOR
 #endif
+
+/* Enum values the interposer passes to the driver, from cuda.h;
+ * check_signatures.c asserts them against the real header. */
+#define GF_CU_MEMPOOL_RESERVED_MEM_CURRENT 5
+#define GF_CU_MEMPOOL_USED_MEM_CURRENT 7
+#define GF_CU_DEVICE_MULTIPROCESSOR_COUNT 16
+#define GF_CU_DEVICE_MAX_BLOCKS_PER_MULTIPROCESSOR 106
 
 /* Bytes per element of a CUarray_format (0 for formats we do not size). */
 static inline size_t gf__cu_format_bytes(int format) {

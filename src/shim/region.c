@@ -85,9 +85,10 @@ static void init_header(gf_region *r, const gf_region_limits *l) {
     r->uuid[i][GF_REGION_UUID - 1] = '\0';
   r->compute_pct =
       l->compute_pct == 0 || l->compute_pct > 100 ? 100 : l->compute_pct;
-  r->rate = l->rate;
-  r->burst = l->burst ? l->burst : l->rate / 10 + 1;
-  atomic_store(&r->tokens, (int64_t)r->burst);
+  atomic_store(&r->rate, l->rate);
+  atomic_store(&r->burst, l->burst ? l->burst : l->rate / 10 + 1);
+  atomic_store(&r->capacity, l->capacity);
+  atomic_store(&r->tokens, (int64_t)atomic_load(&r->burst));
   /* The magic last: readers that see it see a complete header. */
   atomic_thread_fence(memory_order_release);
   r->magic = GF_REGION_MAGIC;
@@ -282,33 +283,93 @@ int gf_region_reap(gf_region *r) {
   return n;
 }
 
+uint32_t gf_region_correction(uint32_t corr, uint32_t target_bp,
+                              uint32_t observed_bp, bool limited) {
+  uint64_t k = corr ? corr : 1000;
+  if (observed_bp == 0 || target_bp == 0 ||
+      (observed_bp < target_bp && !limited))
+    return (uint32_t)k;
+  uint64_t ideal = k * target_bp / observed_bp;
+  uint64_t next = (k + ideal) / 2;
+  next = next < GF_REGION_CORR_MIN   ? GF_REGION_CORR_MIN
+         : next > GF_REGION_CORR_MAX ? GF_REGION_CORR_MAX
+                                     : next;
+  return (uint32_t)next;
+}
+
+void gf_region_observe(gf_region *r, uint32_t util_bp) {
+  atomic_store(&r->util_bp, util_bp > 10000 ? 10000 : util_bp);
+  atomic_fetch_add(&r->util_seq, 1);
+}
+
+uint64_t gf_region_set_rate(gf_region *r, uint64_t capacity) {
+  uint32_t pct = r->compute_pct ? r->compute_pct : 100;
+  uint64_t rate = capacity / 100 * pct + capacity % 100 * pct / 100;
+  uint64_t cur = atomic_load(&r->rate), zero = 0;
+  if (cur || !rate)
+    return cur;
+  /* Claimed by the capacity field; burst and tokens before the rate, so
+   * whoever sees the rate sees them.  A racing loser answers the rate it
+   * computed (from the same devices, as a rule) while the winner
+   * publishes. */
+  if (!atomic_compare_exchange_strong(&r->capacity, &zero, capacity))
+    return rate;
+  atomic_store(&r->burst, rate / 20 + 1);
+  atomic_store(&r->tokens, (int64_t)(rate / 20 + 1));
+  atomic_store(&r->rate, rate);
+  return rate;
+}
+
+/* Applies a new utilisation sample, if any, once (the process that claims
+ * it by compare-and-swap); limited: this wait had to sleep. */
+static void feedback(gf_region *r, bool limited) {
+  uint64_t seq = atomic_load(&r->util_seq), seen = atomic_load(&r->util_seen);
+  if (seq == seen || !atomic_compare_exchange_strong(&r->util_seen, &seen, seq))
+    return;
+  uint32_t target = (r->compute_pct ? r->compute_pct : 100) * 100u;
+  atomic_store(&r->corr,
+               gf_region_correction(atomic_load(&r->corr), target,
+                                    atomic_load(&r->util_bp), limited));
+}
+
 uint64_t gf_region_wait(gf_region *r, int slot, uint64_t (*now_ns)(void),
                         void (*sleep_ns)(uint64_t)) {
-  if (r->rate == 0)
+  uint64_t rate = atomic_load(&r->rate);
+  if (rate == 0)
     return 0;
+  uint64_t burst = atomic_load(&r->burst);
   /* Refill from elapsed time, then wait out any deficit. */
   uint64_t waited = 0;
   for (;;) {
+    uint32_t c = atomic_load(&r->corr);
+    /* Tokens per second x 1000 (the correction's unit); 128-bit products
+     * below, so no elapsed time overflows. */
+    unsigned __int128 rk = (unsigned __int128)rate * (c ? c : 1000);
     uint64_t now = now_ns();
     uint64_t last = atomic_load(&r->refill_ns);
     if (now > last &&
         atomic_compare_exchange_strong(&r->refill_ns, &last, now)) {
-      uint64_t add =
-          last == 0 ? r->burst : (now - last) * r->rate / 1000000000ull;
-      if (add > r->burst)
-        add = r->burst;
+      unsigned __int128 add =
+          last == 0 ? burst : (now - last) * rk / 1000000000000ull;
+      if (add > burst)
+        add = burst;
       int64_t t = atomic_fetch_add(&r->tokens, (int64_t)add) + (int64_t)add;
       /* Cap the bucket at its burst size. */
-      while (t > (int64_t)r->burst &&
-             !atomic_compare_exchange_weak(&r->tokens, &t, (int64_t)r->burst))
+      while (t > (int64_t)burst &&
+             !atomic_compare_exchange_weak(&r->tokens, &t, (int64_t)burst))
         ;
     }
     int64_t t = atomic_load(&r->tokens);
+    feedback(r, t < 0);
     if (t >= 0)
       break;
-    /* Wait for the deficit to refill, at least 50 us, at most 10 ms. */
-    uint64_t wait = (uint64_t)(-t) * 1000000000ull / r->rate;
-    wait = wait < 50000 ? 50000 : wait > 10000000 ? 10000000 : wait;
+    /* Wait for the deficit to refill (rounded up, so the refill after it
+     * covers the deficit), at least 50 us, at most 10 ms. */
+    c = atomic_load(&r->corr);
+    rk = (unsigned __int128)rate * (c ? c : 1000);
+    unsigned __int128 w =
+        ((unsigned __int128)(-t) * 1000000000000ull + rk - 1) / rk;
+    uint64_t wait = w < 50000 ? 50000 : w > 10000000 ? 10000000 : (uint64_t)w;
     sleep_ns(wait);
     waited += wait;
   }

@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -87,9 +88,10 @@ static struct shim {
   real_fns real;
   gf_region *region;
   int slot;
-  _Atomic int ready;    /* setup done: the fast paths skip pthread_once */
-  bool throttle;        /* enforcing and compute < 100% */
-  pthread_mutex_t lock; /* guards the tables and pools */
+  _Atomic int ready;     /* setup done: the fast paths skip pthread_once */
+  _Atomic bool throttle; /* enforcing, compute < 100% and the rate known */
+  pthread_mutex_t lock;  /* guards the pools (driver calls are made under it) */
+  _Atomic int tlock;     /* guards the tables (tlock_take; no calls under it) */
   table ptrs, handles, ctxs;
   pool_acct pools[GF_SHIM_POOLS];
   _Atomic int npools; /* entries [0, npools) may be in use */
@@ -141,9 +143,11 @@ static int table_grow(table *t) {
   entry *e = calloc(cap, sizeof(*e));
   if (!e)
     return -1;
+  size_t moved = 0;
   for (size_t i = 0; i < t->cap; i++) {
     if (t->e[i].key <= 1)
       continue;
+    moved++;
     size_t j = hash64(t->e[i].key) & (cap - 1);
     while (e[j].key)
       j = (j + 1) & (cap - 1);
@@ -151,16 +155,14 @@ static int table_grow(table *t) {
   }
   free(t->e);
   t->e = e;
-  t->used = 0;
-  for (size_t i = 0; i < cap; i++)
-    t->used += e[i].key > 1;
+  t->used = moved; /* tombstones are not carried over */
   t->cap = cap;
   return 0;
 }
 
 /* Keys 0 and 1 are reserved; real pointers and handles are never that. */
-static int table_put(table *t, entry in) {
-  uint64_t key = in.key;
+static int table_put(table *t, const entry *in) {
+  uint64_t key = in->key;
   if (key <= 1)
     return -1;
   if ((t->used + 1) * 4 > t->cap * 3 && table_grow(t))
@@ -176,7 +178,7 @@ static int table_put(table *t, entry in) {
     j = tomb;
   if (t->e[j].key == 0)
     t->used++;
-  t->e[j] = in;
+  t->e[j] = *in;
   return 0;
 }
 
@@ -206,6 +208,7 @@ static void after_fork_child(void) {
   if (!S.region || S.mode != GF_SHIM_ENFORCE)
     return;
   pthread_mutex_init(&S.lock, NULL);
+  atomic_store(&S.tlock, 0);
   pthread_mutex_init(&S.map_lock, NULL);
   pthread_mutex_init(&S.ctx_lock, NULL);
   free(S.ptrs.e);
@@ -349,8 +352,13 @@ static void setup(void) {
   lim.ndevices = GF_REGION_DEVICES;
   map_init(&lim);
   lim.compute_pct = S.cfg.compute_pct;
-  lim.rate = S.cfg.capacity * S.cfg.compute_pct / 100;
-  lim.burst = lim.rate / 20 + 1;
+  /* No capacity configured: the rate is derived from the devices at cuInit
+   * (capacity_from_devices); until then the region's rate is 0. */
+  if (S.cfg.capacity_set || S.cfg.compute_pct >= 100) {
+    lim.capacity = S.cfg.capacity;
+    lim.rate = S.cfg.capacity * S.cfg.compute_pct / 100;
+    lim.burst = lim.rate / 20 + 1;
+  }
   gf_diag d = {""};
   if (S.cfg.region[0]) {
     if (gf_region_map(S.cfg.region, &lim, &S.region, &d)) {
@@ -370,9 +378,10 @@ static void setup(void) {
     r->ndevices = lim.ndevices;
     memcpy(r->limit, lim.limit, sizeof(r->limit));
     r->compute_pct = lim.compute_pct ? lim.compute_pct : 100;
-    r->rate = lim.rate;
-    r->burst = lim.burst;
-    atomic_store(&r->tokens, (int64_t)r->burst);
+    atomic_store(&r->rate, lim.rate);
+    atomic_store(&r->burst, lim.burst);
+    atomic_store(&r->capacity, lim.capacity);
+    atomic_store(&r->tokens, (int64_t)lim.burst);
     r->magic = GF_REGION_MAGIC;
   }
   S.slot = gf_region_attach(S.region);
@@ -393,9 +402,63 @@ static void setup(void) {
 
 static void setup_once(void) {
   setup();
-  S.throttle = S.mode == GF_SHIM_ENFORCE && S.region &&
-               S.region->compute_pct < 100 && S.region->rate > 0;
+  atomic_store_explicit(&S.throttle,
+                        S.mode == GF_SHIM_ENFORCE && S.region &&
+                            S.region->compute_pct < 100 &&
+                            atomic_load(&S.region->rate) > 0,
+                        memory_order_relaxed);
   atomic_store_explicit(&S.ready, 1, memory_order_release);
+}
+
+/* Blocks per second of the visible devices together, by the model of
+ * GF_SHIM_BLOCK_TURNOVER (shim_config.h); 0 when the driver cannot say. */
+static uint64_t capacity_from_devices(void) {
+  int n = 0;
+  if (!S.real.cuDeviceGetAttribute || !S.real.cuDeviceGetCount ||
+      S.real.cuDeviceGetCount(&n) != CUDA_SUCCESS || n <= 0)
+    return 0;
+  uint64_t sum = 0;
+  for (int i = 0; i < n && i < GF_REGION_DEVICES; i++) {
+    int sms = 0, per_sm = 0;
+    if (S.real.cuDeviceGetAttribute(
+            &sms, (CUdevice_attribute)CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            (CUdevice)i) != CUDA_SUCCESS ||
+        S.real.cuDeviceGetAttribute(
+            &per_sm,
+            (CUdevice_attribute)
+                CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+            (CUdevice)i) != CUDA_SUCCESS ||
+        sms <= 0 || per_sm <= 0)
+      return 0;
+    sum += (uint64_t)sms * (uint64_t)per_sm * GF_SHIM_BLOCK_TURNOVER;
+  }
+  return sum;
+}
+
+/* After cuInit: a region whose rate is not known yet gets it from the
+ * devices (or the default capacity, logged, when they cannot say), and
+ * throttling starts. */
+static void rate_resolve(void) {
+  if (S.mode != GF_SHIM_ENFORCE || !S.region || S.region->compute_pct >= 100 ||
+      atomic_load_explicit(&S.throttle, memory_order_relaxed))
+    return;
+  uint64_t rate = atomic_load(&S.region->rate);
+  if (!rate) {
+    uint64_t cap = capacity_from_devices();
+    if (!cap) {
+      cap = S.cfg.capacity;
+      logf_(GF_SHIM_LOG_WARN,
+            "capacity: the driver does not give SMs and blocks per SM; "
+            "using %llu blocks/s",
+            (unsigned long long)cap);
+    }
+    rate = gf_region_set_rate(S.region, cap);
+    logf_(GF_SHIM_LOG_INFO, "compute: capacity %llu blocks/s, rate %llu",
+          (unsigned long long)atomic_load(&S.region->capacity),
+          (unsigned long long)rate);
+  }
+  if (rate)
+    atomic_store_explicit(&S.throttle, true, memory_order_relaxed);
 }
 
 static inline void init(void) {
@@ -431,16 +494,22 @@ static bool charge(uint32_t dev, uint64_t bytes, bool force) {
 
 static bool pools_settle_all(void);
 
-/* Reserves bytes on dev; false = over the limit (or refusing).  Over the
- * limit, this process's pools are settled first (they may have given
- * memory back since last seen) and the reservation tried once more. */
-static bool reserve(uint32_t dev, uint64_t bytes) {
-  if (charge(dev, bytes, false))
-    return true;
+/* The refusal path of reserve: this process's pools are settled (they may
+ * have given memory back since last seen) and the reservation tried once
+ * more.  Out of line: an allocation that fits never comes here. */
+static __attribute__((noinline)) bool reserve_retry(uint32_t dev,
+                                                    uint64_t bytes) {
   if (S.mode == GF_SHIM_REFUSE || atomic_load(&S.npools) == 0 ||
       !pools_settle_all())
     return false;
   return charge(dev, bytes, false);
+}
+
+/* Reserves bytes on dev; false = over the limit (or refusing). */
+static inline bool reserve(uint32_t dev, uint64_t bytes) {
+  if (__builtin_expect(charge(dev, bytes, false), 1))
+    return true;
+  return reserve_retry(dev, bytes);
 }
 
 static void unreserve(uint32_t dev, uint64_t bytes) {
@@ -449,32 +518,51 @@ static void unreserve(uint32_t dev, uint64_t bytes) {
     gf_region_unreserve(S.region, S.slot, (uint32_t)a, bytes);
 }
 
-static void track_entry(table *t, entry e) {
-  pthread_mutex_lock(&S.lock);
-  int rc = table_put(t, e);
-  pthread_mutex_unlock(&S.lock);
-  if (rc)
-    logf_(GF_SHIM_LOG_WARN,
-          "out of memory tracking an allocation; its "
-          "%llu bytes stay charged",
-          (unsigned long long)e.bytes);
+/* The tables' lock: test-and-set, yielding while another thread holds it.
+ * Held only for a table insert or removal (at worst a grow: one calloc and
+ * a rehash), never across a driver call, so a wait is short; uncontended
+ * it costs two atomic instructions where a pthread mutex costs two calls
+ * through the PLT and about 50 instructions (docs/benchmarks.md). */
+static __attribute__((noinline)) void tlock_wait(void) {
+  for (int spins = 0;
+       atomic_load_explicit(&S.tlock, memory_order_relaxed) ||
+       atomic_exchange_explicit(&S.tlock, 1, memory_order_acquire);
+       spins++)
+    if (spins >= 64)
+      sched_yield();
 }
 
-static void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
-  pthread_mutex_lock(&S.lock);
-  int rc = table_put(t, (entry){key, bytes, dev, 0});
-  pthread_mutex_unlock(&S.lock);
+static inline void tlock_take(void) {
+  if (atomic_exchange_explicit(&S.tlock, 1, memory_order_acquire))
+    tlock_wait();
+}
+
+static inline void tlock_give(void) {
+  atomic_store_explicit(&S.tlock, 0, memory_order_release);
+}
+
+static __attribute__((noinline)) void track_failed(uint64_t bytes) {
+  logf_(GF_SHIM_LOG_WARN,
+        "out of memory tracking an allocation; its %llu bytes stay charged",
+        (unsigned long long)bytes);
+}
+
+static void track_entry(table *t, entry e) {
+  tlock_take();
+  int rc = table_put(t, &e);
+  tlock_give();
   if (rc)
-    logf_(GF_SHIM_LOG_WARN,
-          "out of memory tracking an allocation; its "
-          "%llu bytes stay charged",
-          (unsigned long long)bytes);
+    track_failed(e.bytes);
+}
+
+static inline void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
+  track_entry(t, (entry){key, bytes, dev, 0});
 }
 
 static bool untrack(table *t, uint64_t key, entry *e) {
-  pthread_mutex_lock(&S.lock);
+  tlock_take();
   int rc = table_take(t, key, e);
-  pthread_mutex_unlock(&S.lock);
+  tlock_give();
   return rc == 0;
 }
 
@@ -490,8 +578,10 @@ EXPORT gf_cu_result cuInit(unsigned int flags) {
   if (!S.real.cuInit)
     return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuInit(flags);
-  if (rc == CUDA_SUCCESS && guarding())
+  if (rc == CUDA_SUCCESS && guarding()) {
     map_resolve(); /* UUIDs in the config: the driver can name devices now */
+    rate_resolve();
+  }
   return rc;
 }
 
@@ -1285,12 +1375,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev,
   return rc;
 }
 
-/* nvmlDevice{Compute,Graphics}RunningProcesses: only this container's
+/* nvmlDevice{Compute,MPSCompute,Graphics}RunningProcesses: only this
+ * container's
  * processes, the ones in its region, with their usage from the region; the
  * real list would show other containers' processes, under host pids.  The
  * region holds pids of the container's pid namespace (getpid() of each
  * process), which is what a program in the container can use.  Graphics
- * lists are empty: the interposer sees CUDA work only.  The count protocol
+ * lists are empty: the interposer sees CUDA work only.  MPS lists are the
+ * compute list: from inside, a process cannot tell whether an MPS server
+ * carries its work, so its processes are shown in both (nvidia-smi merges
+ * the lists by pid; a tool that sums them counts twice).  The count protocol
  * is NVML's: too small a count gets NVML_ERROR_INSUFFICIENT_SIZE and the
  * count needed. */
 static nvmlReturn_t procs(const char *name, nvmlDevice_t dev,
@@ -1342,6 +1436,11 @@ static nvmlReturn_t procs(const char *name, nvmlDevice_t dev,
   X(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t, 1, false)      \
   X(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 2, false)   \
   X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 2, false)   \
+  X(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t, 1, false)   \
+  X(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 2,       \
+    false)                                                                     \
+  X(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 2,       \
+    false)                                                                     \
   X(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t, 1, true)      \
   X(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t, 2, true)   \
   X(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_v2_t, 2, true)
@@ -1372,7 +1471,7 @@ static void sleep_ns(uint64_t ns) {
 }
 
 static inline void admit(uint64_t blocks) {
-  if (S.throttle)
+  if (atomic_load_explicit(&S.throttle, memory_order_relaxed))
     gf_region_admit(S.region, S.slot, (int64_t)(blocks ? blocks : 1), mono_ns,
                     sleep_ns);
 }
@@ -1417,7 +1516,7 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
                 !S.real.name,                                                  \
             0))                                                                \
       return name##_slow(LAUNCH_ARGS);                                         \
-    if (S.throttle) {                                                          \
+    if (atomic_load_explicit(&S.throttle, memory_order_relaxed)) {             \
       uint64_t blocks = (uint64_t)gx * gy * gz;                                \
       int64_t cost = blocks ? (int64_t)blocks : 1;                             \
       if (atomic_fetch_sub_explicit(&S.region->tokens, cost,                   \

@@ -17,7 +17,9 @@
  *                         no visible device has is ignored, with one log line
  *   context_overhead = 300Mi   charged per CUDA context (0 = off)
  *   compute  = 30         percent of each GPU, 1..100
- *   capacity = 1000000    kernel blocks per second a whole GPU admits
+ *   capacity = 1000000    kernel blocks per second a whole GPU admits;
+ *                         when absent, derived from the devices at cuInit
+ *                         (GF_SHIM_BLOCK_TURNOVER below)
  *   graph    = 64         blocks charged per cuGraphLaunch
  *   log      = warn       off | warn | info | debug
  *   enabled  = 1          0 turns the interposer into a pass-through
@@ -70,6 +72,16 @@ typedef struct gf_shim_config {
   uint64_t graph_cost;
   int log_level;
 } gf_shim_config;
+
+/* Capacity from the device when `capacity` is not configured - a model,
+ * not a measurement: every resident-block slot of the GPU (SMs x
+ * CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR) is assumed to turn
+ * over GF_SHIM_BLOCK_TURNOVER times a second (a block holds its slot 4 ms
+ * on average), summed over the visible devices.  250 puts a 132-SM H100 or
+ * H200 at 1,056,000 blocks/s, the fixed default before.  The node agent's
+ * utilisation feedback corrects it by a factor in [0.5, 2]; beyond that,
+ * configure `capacity`.  docs/shim.md, "Compute". */
+#define GF_SHIM_BLOCK_TURNOVER 250u
 
 /* Default per-context charge: 300 MiB (docs/shim.md says why). */
 #define GF_SHIM_CONTEXT_OVERHEAD (300ull << 20)

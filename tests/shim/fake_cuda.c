@@ -6,7 +6,9 @@
  * cuGetProcAddress picks versioned and per-thread-stream variants the way
  * the real driver does.
  *
- * Devices: FAKE_CUDA_DEVICES of them (default 2); UUIDs from FAKE_CUDA_UUIDS
+ * Devices: FAKE_CUDA_DEVICES of them (default 2), each with FAKE_CUDA_SMS
+ * multiprocessors (default 132) of FAKE_CUDA_BLOCKS_PER_SM resident blocks
+ * (default 32), as cuDeviceGetAttribute answers; UUIDs from FAKE_CUDA_UUIDS
  * ("GPU-...,GPU-..." in CUDA order), else GPU-fa4e0000-0000-4000-8000-
  * 00000000000<i>.  Contexts carry their device; cuCtxGetDevice answers the
  * calling thread's current one (device 0 when none).
@@ -93,9 +95,17 @@ static struct {
 } live[MAXA];
 static atomic_ulong launches;
 
+/* Read once: a getenv per call would cost more the longer the environment
+ * is, and the benchmark runs the interposer with a longer one. */
 static uint64_t total(void) {
-  const char *t = getenv("FAKE_CUDA_TOTAL");
-  return t ? strtoull(t, NULL, 10) : 16ull << 30;
+  static _Atomic uint64_t cached;
+  uint64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (!v) {
+    const char *t = getenv("FAKE_CUDA_TOTAL");
+    v = t ? strtoull(t, NULL, 10) : 16ull << 30;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
 }
 
 static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
@@ -255,9 +265,17 @@ FAKE_EXPORT gf_cu_result cuDeviceGetAttribute(int *v, CUdevice_attribute a,
                                               CUdevice d) {
   if (!v || d < 0 || d >= ndevices())
     return CUDA_ERROR_INVALID_VALUE;
-  *v = a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT            ? 132
-       : a == CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR ? 32
-                                                                : 0;
+  const char *e = a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+                      ? "FAKE_CUDA_SMS"
+                  : a == CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR
+                      ? "FAKE_CUDA_BLOCKS_PER_SM"
+                      : NULL;
+  if (!e)
+    return CUDA_ERROR_INVALID_VALUE; /* attributes the fake does not know */
+  const char *v_env = getenv(e);
+  *v = v_env                                           ? atoi(v_env)
+       : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 132
+                                                       : 32;
   return CUDA_SUCCESS;
 }
 

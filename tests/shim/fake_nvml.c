@@ -88,6 +88,21 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(
   (void)d;
   return foreign(n, p, sizeof(*p));
 }
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(
+    nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v1_t *p) {
+  (void)d;
+  return foreign(n, p, sizeof(*p));
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(
+    nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v2_t *p) {
+  (void)d;
+  return foreign(n, p, sizeof(*p));
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v2_t *p) {
+  (void)d;
+  return foreign(n, p, sizeof(*p));
+}
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(
     nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v2_t *p) {
   (void)d;

@@ -8,6 +8,9 @@
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
+ *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
+ *   probe_dl feedback REGION        probe_dl procs [mps]
+ *   probe_dl capacity-device REGION PCT   probe_dl ctxcost  (real GPU)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -573,7 +576,7 @@ static void uuids(const char *path, size_t lim0, size_t lim1) {
   lim1 *= MIB;
   CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
   CUcontext c0 = NULL, c1 = NULL;
-  size_t f, t, tot0 = 0, tot1 = 0;
+  size_t f = 0, t = 0, tot0 = 0, tot1 = 0;
   CHECK(F.retain(&c0, 0) == CUDA_SUCCESS && F.retain(&c1, 1) == CUDA_SUCCESS,
         "primary contexts");
   CHECK(F.total(&tot0, 0) == CUDA_SUCCESS && tot0 == lim0 &&
@@ -619,7 +622,7 @@ static void uuids(const char *path, size_t lim0, size_t lim1) {
 /* nvmlDevice*RunningProcesses: this container's processes only, with the
  * region's usage.  This process holds 100Mi on device 0, a forked child
  * 50Mi; the fake NVML's own answer (a foreign pid) must never show. */
-static void nvml_procs(void) {
+static void nvml_procs(bool mps) {
   CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
   CUdeviceptr a, b;
   CHECK(F.alloc(&a, 100 * MIB) == CUDA_SUCCESS, "alloc 100Mi");
@@ -642,10 +645,18 @@ static void nvml_procs(void) {
   typedef nvmlReturn_t (*v2_fn)(nvmlDevice_t, unsigned *,
                                 nvmlProcessInfo_v2_t *);
   v1_fn p1;
-  v2_fn p3, g3;
+  v2_fn p2, p3, g3;
   nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
-  *(void **)&p1 = dlsym(h, "nvmlDeviceGetComputeRunningProcesses");
-  *(void **)&p3 = dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+  *(void **)&p1 = dlsym(h, mps ? "nvmlDeviceGetMPSComputeRunningProcesses"
+                               : "nvmlDeviceGetComputeRunningProcesses");
+  *(void **)&p2 = dlsym(h, mps ? "nvmlDeviceGetMPSComputeRunningProcesses_v2"
+                               : "nvmlDeviceGetComputeRunningProcesses_v3");
+  *(void **)&p3 = dlsym(h, mps ? "nvmlDeviceGetMPSComputeRunningProcesses_v3"
+                               : "nvmlDeviceGetComputeRunningProcesses_v3");
+  if (!p1 || !p2 || !p3) {
+    printf("FAIL process-list functions not found\n");
+    exit(1);
+  }
   *(void **)&g3 = dlsym(h, "nvmlDeviceGetGraphicsRunningProcesses_v3");
   *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
   nvmlDevice_t d0, d1;
@@ -679,6 +690,12 @@ static void nvml_procs(void) {
             v1[0].usedGpuMemory + v1[1].usedGpuMemory == 150 * MIB &&
             v1[0].pid != 4242424 && v1[1].pid != 4242424,
         "v1 layout: the same two, no foreign pid");
+  nvmlProcessInfo_v2_t w2[2];
+  n = 2;
+  CHECK(p2(d0, &n, w2) == 0 && n == 2 &&
+            w2[0].usedGpuMemory + w2[1].usedGpuMemory == 150 * MIB &&
+            w2[0].pid != 4242424 && w2[1].pid != 4242424,
+        "v2: the same two, no foreign pid");
   n = 4;
   CHECK(p3(d1, &n, v2) == 0 && n == 0, "device 1: no processes");
   n = 4;
@@ -690,6 +707,110 @@ static void nvml_procs(void) {
   F.free_(a);
   n = 4;
   CHECK(p3(d0, &n, v2) == 0 && n == 0, "all freed: none");
+}
+
+/* The bucket's rate: from `capacity` when configured, else from the
+ * devices at cuInit (0 before).  cap and rate are what the test expects;
+ * before is the rate expected before cuInit. */
+static void capacity(const char *path, uint64_t cap, uint64_t rate,
+                     uint64_t before) {
+  gf_region *r = open_region(path); /* load() made the first call */
+  CHECK(atomic_load(&r->rate) == before, "before cuInit: rate %llu",
+        (unsigned long long)atomic_load(&r->rate));
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CHECK(atomic_load(&r->capacity) == cap && atomic_load(&r->rate) == rate &&
+            atomic_load(&r->burst) == rate / 20 + 1,
+        "capacity %llu blocks/s, rate %llu, burst %llu",
+        (unsigned long long)atomic_load(&r->capacity),
+        (unsigned long long)atomic_load(&r->rate),
+        (unsigned long long)atomic_load(&r->burst));
+  int64_t t0 = atomic_load(&r->tokens);
+  CHECK(F.launch(NULL, 10, 5, 2, 128, 1, 1, 0, NULL, NULL, NULL) ==
+                CUDA_SUCCESS &&
+            atomic_load(&r->tokens) == t0 - 100,
+        "a 10x5x2 launch takes 100 tokens (throttling is on)");
+}
+
+/* On a real GPU (tests/gpu/run.sh): the capacity the interposer derives,
+ * checked against the model computed here from the same driver's
+ * attributes (sum of SMs x blocks per SM x 250), at pct percent. */
+static void capacity_device(const char *path, unsigned pct) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW);
+  gf_cu_result (*count)(int *);
+  gf_cu_result (*attr)(int *, CUdevice_attribute, CUdevice);
+  *(void **)&count = dlsym(h, "cuDeviceGetCount");
+  *(void **)&attr = dlsym(h, "cuDeviceGetAttribute");
+  CHECK(F.init(0) == CUDA_SUCCESS && count && attr, "cuInit");
+  int n = 0;
+  uint64_t model = 0;
+  if (count && attr && count(&n) == CUDA_SUCCESS)
+    for (int i = 0; i < n && i < GF_REGION_DEVICES; i++) {
+      int sms = 0, per = 0;
+      attr(&sms, (CUdevice_attribute)GF_CU_DEVICE_MULTIPROCESSOR_COUNT, i);
+      attr(&per, (CUdevice_attribute)GF_CU_DEVICE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+           i);
+      printf("device %d: %d SMs x %d blocks per SM\n", i, sms, per);
+      model += (uint64_t)sms * (uint64_t)per * 250;
+    }
+  gf_region *r = open_region(path);
+  CHECK(model > 0 && atomic_load(&r->capacity) == model &&
+            atomic_load(&r->rate) == model * pct / 100,
+        "capacity %llu blocks/s (model %llu), rate %llu",
+        (unsigned long long)atomic_load(&r->capacity),
+        (unsigned long long)model, (unsigned long long)atomic_load(&r->rate));
+}
+
+/* On a real GPU, without the interposer: what a primary context costs in
+ * device memory (NVML's used before and after it is made current and
+ * used), the figure `context_overhead` stands for.  Reports; checks
+ * nothing but that it could be measured. */
+static void ctxcost(void) {
+  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  nvmlReturn_t (*ninit)(void);
+  nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
+  nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
+  *(void **)&ninit = h ? dlsym(h, "nvmlInit_v2") : NULL;
+  *(void **)&get = h ? dlsym(h, "nvmlDeviceGetMemoryInfo") : NULL;
+  *(void **)&byidx = h ? dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+  nvmlDevice_t dev;
+  nvmlMemory_t m0, m1;
+  if (!ninit || !get || !byidx || ninit() != 0 || byidx(0, &dev) != 0 ||
+      F.init(0) != CUDA_SUCCESS || get(dev, &m0) != 0) {
+    CHECK(0, "NVML and the driver answer");
+    return;
+  }
+  CUcontext c;
+  CUdeviceptr p;
+  CHECK(F.retain(&c, 0) == CUDA_SUCCESS && F.set_current(c) == CUDA_SUCCESS &&
+            F.alloc(&p, 1) == CUDA_SUCCESS && F.free_(p) == CUDA_SUCCESS &&
+            get(dev, &m1) == 0,
+        "primary context made and used");
+  printf("context overhead: %llu MiB (NVML used %llu -> %llu bytes; "
+         "the config's default is 300 MiB)\n",
+         (m1.used - m0.used) / MIB, m0.used, m1.used);
+}
+
+/* Utilisation feedback end to end: the test writes the region as the node
+ * agent would; the next launch that runs the bucket dry applies it.
+ * Config: compute 30, capacity 1000000 (rate 300000, burst 15001). */
+static void feedback(const char *path) {
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  gf_region *r = open_region(path);
+  const unsigned dry = (unsigned)atomic_load(&r->burst) + 1000;
+  CHECK(F.launch(NULL, dry, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) ==
+                CUDA_SUCCESS &&
+            atomic_load(&r->corr) == 0,
+        "bucket run dry without a sample: no correction");
+  gf_region_observe(r, 6000); /* the agent: 60% observed, 30% the share */
+  CHECK(
+      F.launch(NULL, dry, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS &&
+          atomic_load(&r->corr) == 750 && atomic_load(&r->util_seen) == 1,
+      "run dry after the sample: correction 0.750 (%u)", atomic_load(&r->corr));
+  gf_region_observe(r, 3000); /* on target: halfway back is 750 again */
+  CHECK(F.launch(NULL, dry, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) ==
+                CUDA_SUCCESS &&
+            atomic_load(&r->corr) == 750 && atomic_load(&r->util_seen) == 2,
+        "on target: unchanged");
 }
 
 static void launches(int seconds) {
@@ -724,7 +845,8 @@ static void nvml(void) {
             m2.free + m2.used + m2.reserved == m2.total,
         "NVML memory info v2 agrees");
   F.init(0);
-  size_t f, t;
+  make_context(); /* a real driver answers cuMemGetInfo only in one */
+  size_t f = 0, t = 0;
   F.info(&f, &t);
   CHECK(t == m.total, "cuMemGetInfo and NVML agree on the total");
 }
@@ -756,9 +878,22 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "nvml") == 0) {
     load("dlopen");
     nvml();
+  } else if (strcmp(argv[1], "capacity") == 0 && argc == 6) {
+    load("dlopen");
+    capacity(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
+             strtoull(argv[5], NULL, 10));
+  } else if (strcmp(argv[1], "capacity-device") == 0 && argc == 4) {
+    load("dlopen");
+    capacity_device(argv[2], (unsigned)atoi(argv[3]));
+  } else if (strcmp(argv[1], "ctxcost") == 0) {
+    load("dlopen");
+    ctxcost();
+  } else if (strcmp(argv[1], "feedback") == 0 && argc == 3) {
+    load("dlopen");
+    feedback(argv[2]);
   } else if (strcmp(argv[1], "procs") == 0) {
     load("dlopen");
-    nvml_procs();
+    nvml_procs(argc == 3 && strcmp(argv[2], "mps") == 0);
   } else if (strcmp(argv[1], "uuid") == 0 && argc == 6) {
     load(argv[2]);
     uuids(argv[3], (size_t)atoi(argv[4]), (size_t)atoi(argv[5]));

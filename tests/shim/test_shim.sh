@@ -63,6 +63,40 @@ printf 'memory = 1Gi\ncontext_overhead = 0\nregion = %s/p1\n' "$tmp" >"$tmp/p1.c
 run nvml-procs      0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/p1.conf" "$PROBE_DL" procs
 run nvml-procs-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
     LD_PRELOAD="$SHIM" GPUFRAC_DISABLE=1 "$PROBE_DL" procs
+# The MPS lists (v1 layout, _v2, _v3) the same way.
+printf 'memory = 1Gi\ncontext_overhead = 0\nregion = %s/p2\n' "$tmp" >"$tmp/p2.conf"
+run nvml-mps-procs  0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/p2.conf" "$PROBE_DL" procs mps
+run nvml-mps-procs-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" \
+    LD_PRELOAD="$SHIM" GPUFRAC_DISABLE=1 "$PROBE_DL" procs mps
+
+# The bucket's capacity: from the devices when not configured (2 x 132 SMs
+# x 32 blocks x 250/s = 2,112,000; one device of 108 x 32 = 864,000), the
+# configured one otherwise, the default 1,000,000 (logged) when the driver
+# cannot say.
+printf 'compute = 25\nregion = %s/k1\n' "$tmp" >"$tmp/k1.conf"
+run capacity-from-devices 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/k1.conf" "$PROBE_DL" capacity "$tmp/k1" 2112000 528000 0
+printf 'compute = 50\nregion = %s/k2\n' "$tmp" >"$tmp/k2.conf"
+run capacity-from-a100 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/k2.conf" FAKE_CUDA_DEVICES=1 FAKE_CUDA_SMS=108 \
+    "$PROBE_DL" capacity "$tmp/k2" 864000 432000 0
+printf 'compute = 50\ncapacity = 200000\nregion = %s/k3\n' "$tmp" >"$tmp/k3.conf"
+run capacity-configured 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/k3.conf" "$PROBE_DL" capacity "$tmp/k3" 200000 100000 100000
+printf 'compute = 50\nregion = %s/k4\n' "$tmp" >"$tmp/k4.conf"
+run capacity-unknown 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/k4.conf" FAKE_CUDA_SMS=0 \
+    "$PROBE_DL" capacity "$tmp/k4" 1000000 500000 0
+grep -q "capacity: the driver does not give SMs and blocks per SM; using 1000000 blocks/s" "$tmp/out" &&
+  { echo "ok   capacity-unknown-logged"; pass=$((pass + 1)); } ||
+  { echo "FAIL capacity-unknown-logged"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+
+# The real-GPU variant (tests/gpu/run.sh) against the fake: the model from
+# the driver's attributes, here 2 x 132 x 32 x 250 at 25%.
+run capacity-device 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/k1.conf" "$PROBE_DL" capacity-device "$tmp/k1" 25
+grep -q "capacity 2112000 blocks/s (model 2112000), rate 528000" "$tmp/out" &&
+  { echo "ok   capacity-device-values"; pass=$((pass + 1)); } ||
+  { echo "FAIL capacity-device-values"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+
+# Utilisation feedback, the region written as the node agent would.
+printf 'compute = 30\ncapacity = 1000000\nregion = %s/f1\n' "$tmp" >"$tmp/f1.conf"
+run feedback 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/f1.conf" "$PROBE_DL" feedback "$tmp/f1"
 
 # The same program without the interposer sees the whole fake GPU: the
 # first check (total == 1 GiB) must fail, proving the checks can fail.
