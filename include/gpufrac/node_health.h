@@ -58,6 +58,14 @@ int gf_node_health_wait(gf_node_health *h, unsigned timeout_ms, gf_node_xid *ev,
 bool gf_node_health_sample(gf_node_health *h, const char *uuid,
                            int32_t *util_pct, int64_t *used_bytes);
 
+/* Per-process SM utilisation on the GPU with this uuid since the previous
+ * call (nvmlDeviceGetProcessUtilization), one entry per host pid (its
+ * samples averaged), into out[0..cap).  Returns how many; 0 when NVML has
+ * none or lacks the call. */
+struct gf_node_proc_util;
+size_t gf_node_health_processes(gf_node_health *h, const char *uuid,
+                                struct gf_node_proc_util *out, size_t cap);
+
 void gf_node_health_close(gf_node_health *h);
 
 /* The default list of application Xids (13, 31, 43, 45, 68, 109). */

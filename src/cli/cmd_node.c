@@ -22,6 +22,7 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
 #include "gpufrac/node_alloc.h"
+#include "gpufrac/node_feedback.h"
 #include "gpufrac/node_health.h"
 #include "gpufrac/node_mps.h"
 #include "gpufrac/quantity.h"
@@ -375,6 +376,18 @@ static void health_telemetry(health *h, const gf_node_gpus *g,
     gf_node_health_sample(h->nvml, t->gpus[i].uuid, &t->gpus[i].util_pct,
                           &t->gpus[i].device_used_bytes);
   gf_node_server_set_gpus(srv, t);
+  /* The compute share's feedback: what each container used, into its
+   * region (docs/node.md, "Utilisation feedback"). */
+  enum { SAMPLES = 1024 };
+  gf_node_proc_util *s = calloc(SAMPLES, sizeof(*s));
+  if (s) {
+    size_t n = 0;
+    for (uint32_t i = 0; i < t->ngpus && n < SAMPLES; i++)
+      n += gf_node_health_processes(h->nvml, t->gpus[i].uuid, s + n,
+                                    SAMPLES - n);
+    gf_node_feedback(h->cfg->state_dir, "/proc", t, s, n);
+    free(s);
+  }
   free(t);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gpufrac/error.h"
+#include "gpufrac/node_feedback.h"
 #include "gpufrac/node_health.h"
 #include "node_int.h"
 
@@ -40,6 +41,15 @@ typedef struct nvml_memory { /* nvmlMemory_t (v1) */
 _Static_assert(sizeof(nvml_utilization) == 8, "nvmlUtilization_t layout");
 _Static_assert(sizeof(nvml_memory) == 24, "nvmlMemory_t layout");
 
+typedef struct nvml_proc_sample { /* nvmlProcessUtilizationSample_t */
+  unsigned int pid;
+  unsigned long long time_stamp;
+  unsigned int sm_util, mem_util, enc_util, dec_util;
+} nvml_proc_sample;
+_Static_assert(sizeof(nvml_proc_sample) == 32,
+               "nvmlProcessUtilizationSample_t layout");
+enum { NVML_ERR_INSUFFICIENT_SIZE = 7, PROC_SAMPLES_MAX = 256 };
+
 #define MAX_DEVS GF_NODE_MAX_GPUS
 
 struct gf_node_health {
@@ -50,6 +60,9 @@ struct gf_node_health {
   nvml_return (*wait)(nvml_event_set, nvml_event_data *, unsigned int);
   nvml_return (*util)(nvml_device, nvml_utilization *); /* optional */
   nvml_return (*memory)(nvml_device, nvml_memory *);    /* optional */
+  nvml_return (*procs)(nvml_device, nvml_proc_sample *, unsigned int *,
+                       unsigned long long);       /* optional */
+  unsigned long long last_seen[GF_NODE_MAX_GPUS]; /* per device */
   nvml_event_set set;
   unsigned ndevs;
   nvml_device devs[MAX_DEVS];
@@ -99,6 +112,7 @@ int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   LOAD(x->h, x->wait, "nvmlEventSetWait_v2");
   LOAD(x->h, x->util, "nvmlDeviceGetUtilizationRates");
   LOAD(x->h, x->memory, "nvmlDeviceGetMemoryInfo");
+  LOAD(x->h, x->procs, "nvmlDeviceGetProcessUtilization");
   if (!init || !count || !handle || !uuid || !create || !reg || !x->shutdown ||
       !x->set_free || !x->wait) {
     dlclose(x->h);
@@ -182,6 +196,44 @@ bool gf_node_health_sample(gf_node_health *x, const char *uuid,
     return true;
   }
   return false;
+}
+
+size_t gf_node_health_processes(gf_node_health *x, const char *uuid,
+                                gf_node_proc_util *out, size_t cap) {
+  if (!x->procs)
+    return 0;
+  for (unsigned i = 0; i < x->ndevs; i++) {
+    if (strcmp(x->uuids[i], uuid) != 0)
+      continue;
+    nvml_proc_sample buf[PROC_SAMPLES_MAX];
+    unsigned int n = PROC_SAMPLES_MAX;
+    nvml_return r = x->procs(x->devs[i], buf, &n, x->last_seen[i]);
+    if (r != NVML_OK || n > PROC_SAMPLES_MAX)
+      return 0; /* none since last time, or more than we keep: skip a round */
+    size_t m = 0;
+    uint32_t count[PROC_SAMPLES_MAX] = {0};
+    for (unsigned k = 0; k < n; k++) {
+      if (buf[k].time_stamp > x->last_seen[i])
+        x->last_seen[i] = buf[k].time_stamp;
+      size_t j = 0;
+      while (j < m && out[j].pid != buf[k].pid)
+        j++;
+      if (j == m) {
+        if (m == cap)
+          continue;
+        out[m].pid = buf[k].pid;
+        gf__node_copy(out[m].uuid, sizeof(out[m].uuid), uuid);
+        out[m].sm_pct = 0;
+        m++;
+      }
+      out[j].sm_pct += buf[k].sm_util <= 100 ? buf[k].sm_util : 100;
+      count[j]++;
+    }
+    for (size_t j = 0; j < m; j++)
+      out[j].sm_pct /= count[j] ? count[j] : 1;
+    return m;
+  }
+  return 0;
 }
 
 void gf_node_health_close(gf_node_health *x) {

@@ -148,29 +148,13 @@ out:
   return rc;
 }
 
-/* Reads the region in <dir>/region/region, if there is one yet.  The
- * container can write its region directory, so the file is checked first
- * without following links or blocking: a regular file whose lock nobody
- * holds exclusively (a container holding it forever must not hang the
- * scrape).  gf_region_map then maps it without creating. */
+/* Reads the region in <dir>/region/region, if there is one yet
+ * (gf__node_region_open: checked without following links or blocking). */
 static int read_region(const char *dir, ctr_rec *r) {
-  char path[GF_NODE_PATH_MAX];
-  if (snprintf(path, sizeof(path), "%s/region/region", dir) >=
-      (int)sizeof(path))
-    return GF_ELIMIT;
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0)
-    return errno == ENOENT ? 0 : GF_EIO; /* not started yet: no usage */
-  struct stat st;
-  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-            flock(fd, LOCK_SH | LOCK_NB) == 0;
-  close(fd); /* drops the probe's lock */
-  if (!ok)
-    return GF_ESTATE;
   gf_region *reg = NULL;
-  int rc = gf_region_map(path, NULL, &reg, NULL);
-  if (rc)
-    return rc;
+  int rc = gf__node_region_open(dir, &reg);
+  if (rc || !reg)
+    return rc; /* no region yet: not started, no usage */
   for (uint32_t i = 0; i < r->ngpus; i++)
     r->used[i] = gf_region_used(reg, i);
   uint32_t hwm = atomic_load(&reg->hwm);

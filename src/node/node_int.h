@@ -39,4 +39,14 @@ int gf__node_mkdirs(const char *dir, unsigned mode, gf_diag *d);
 int gf__node_read_file(const char *path, size_t max, char **out, size_t *len,
                        gf_diag *d);
 
+struct gf_region;
+
+/* Maps <ctr_dir>/region/region for reading and the agent's few writes
+ * (gf_region_observe).  The container can write its region directory, so
+ * the file is checked first without following links or blocking: a
+ * regular file whose lock nobody holds exclusively (a container holding it
+ * forever must not hang the agent); then mapped without creating.  0 with
+ * *out NULL when there is no region yet; GF_EIO, GF_ESTATE, GF_ELIMIT. */
+int gf__node_region_open(const char *ctr_dir, struct gf_region **out);
+
 #endif

@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "gpufrac/error.h"
+#include "gpufrac/region.h"
 #include "node_int.h"
 
 void gf__node_copy(char *dst, size_t cap, const char *src) {
@@ -149,4 +151,22 @@ fail:
     close(fd);
   unlink(tmp);
   return rc;
+}
+
+int gf__node_region_open(const char *ctr_dir, gf_region **out) {
+  *out = NULL;
+  char path[GF_NODE_PATH_MAX];
+  if (snprintf(path, sizeof(path), "%s/region/region", ctr_dir) >=
+      (int)sizeof(path))
+    return GF_ELIMIT;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? 0 : GF_EIO;
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            flock(fd, LOCK_SH | LOCK_NB) == 0;
+  close(fd); /* drops the probe's lock */
+  if (!ok)
+    return GF_ESTATE;
+  return gf_region_map(path, NULL, out, NULL);
 }
