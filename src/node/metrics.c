@@ -108,6 +108,8 @@ typedef struct ctr_rec {
   uint32_t compute[GF_REGION_DEVICES]; /* granted percent, 0 none */
   bool has_region;
   uint64_t waits, throttled_ns;
+  uint32_t util_bp, corr; /* the agent's last observation; the bucket's
+                             correction in thousandths (0 = none yet) */
 } ctr_rec;
 
 /* Reads <dir>/grant.json into r.  Returns 0 or a GF_E* code. */
@@ -164,6 +166,8 @@ static int read_region(const char *dir, ctr_rec *r) {
     r->waits += atomic_load(&reg->slots[s].waits);
     r->throttled_ns += atomic_load(&reg->slots[s].throttled_ns);
   }
+  r->util_bp = atomic_load(&reg->util_bp);
+  r->corr = atomic_load(&reg->corr);
   r->has_region = true;
   gf_region_unmap(reg);
   return 0;
@@ -347,6 +351,32 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
     sb_add(&b, "\"} %" PRIu64 ".%09" PRIu64 "\n",
            recs[c].throttled_ns / 1000000000u,
            recs[c].throttled_ns % 1000000000u);
+  }
+  sb_head(&b, "gpufrac_container_gpu_utilization_ratio", "gauge",
+          "The container's observed use of one GPU's time, as the agent "
+          "last wrote it for its compute share's feedback.");
+  for (uint32_t c = 0; c < n; c++) {
+    if (!recs[c].util_bp)
+      continue;
+    sb_add(&b, "gpufrac_container_gpu_utilization_ratio{pod_uid=\"");
+    sb_label(&b, recs[c].pod);
+    sb_add(&b, "\",container=\"");
+    sb_label(&b, recs[c].name);
+    sb_add(&b, "\"} %u.%04u\n", recs[c].util_bp / 10000,
+           recs[c].util_bp % 10000);
+  }
+  sb_head(&b, "gpufrac_container_compute_correction", "gauge",
+          "Factor on the container's compute refill from utilisation "
+          "feedback (1 = none).");
+  for (uint32_t c = 0; c < n; c++) {
+    if (!recs[c].has_region)
+      continue;
+    uint32_t k = recs[c].corr ? recs[c].corr : 1000;
+    sb_add(&b, "gpufrac_container_compute_correction{pod_uid=\"");
+    sb_label(&b, recs[c].pod);
+    sb_add(&b, "\",container=\"");
+    sb_label(&b, recs[c].name);
+    sb_add(&b, "\"} %u.%03u\n", k / 1000, k % 1000);
   }
   uint64_t waste = 0;
   for (uint32_t c = 0; c < n; c++)

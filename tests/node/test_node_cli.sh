@@ -95,6 +95,10 @@ out=$(cat "$tmp/serve.log"); has serve-no-api "no API server"
 
 # Xid health: a critical Xid marks the GPU unhealthy within a few seconds;
 # an application Xid does not.
+# A container with a grant on GPU 0 alone: utilisation feedback measures it
+# by the GPU's own utilisation (no per-process samples in the fake NVML).
+"$NODE_PREP" container "$tmp" fb-pod main GPU-00000000-1111-2222-3333-000000000000 \
+  1073741824 0 30 || { echo "FAIL node_prep"; fails=$((fails + 1)); }
 GF_FAKE_NVML='NVIDIA A100-SXM4-80GB=81920;NVIDIA A100-SXM4-80GB=81920;NVIDIA A100-SXM4-80GB=81920' \
 GF_FAKE_NVML_XID_FILE="$tmp/xids" GF_FAKE_NVML_UTIL="37,5" LD_LIBRARY_PATH="$FAKE_NVML_DIR" \
   env -u KUBERNETES_SERVICE_HOST "$NODE_CLI" --state-dir "$tmp" \
@@ -121,7 +125,9 @@ if grep -q 'gpufrac_gpu_utilization_ratio{gpu="GPU-00000000-1111-2222-3333-00000
   echo "FAIL telemetry: GPU 2 has no utilisation sample but got a series"; fails=$((fails + 1))
 fi
 has telemetry 'gpufrac_gpu_memory_device_used_bytes{gpu="GPU-00000000-1111-2222-3333-000000000000"} 0'
-has telemetry 'gpufrac_gpu_compute_granted_ratio{gpu="GPU-00000000-1111-2222-3333-000000000000"} 0.00'
+has telemetry 'gpufrac_gpu_compute_granted_ratio{gpu="GPU-00000000-1111-2222-3333-000000000000"} 0.30'
+has feedback 'gpufrac_container_gpu_utilization_ratio{pod_uid="fb-pod",container="main"} 0.3700'
+has feedback 'gpufrac_container_compute_correction{pod_uid="fb-pod",container="main"} 1.000'
 out=$(cat "$tmp/xid.log")
 has xid-log 'Xid 13 on GPU-00000000-1111-2222-3333-000000000000 (an application error'
 has xid-log 'Xid 79 on GPU-00000000-1111-2222-3333-000000000001: GPU marked unhealthy'
