@@ -56,6 +56,7 @@ GPUS = "2xA100-40GB"
 SLOTS = 4
 WAIT_MS = 500  # alloc_wait_ms: how long Allocate waits for its pod
 ENDPOINT = "gpufrac.sock"
+FAKE_NVML_DIR = ""  # --fake-nvml-dir: the Xid scenario runs on the fake NVML
 
 
 def fake_uuid(i):
@@ -109,14 +110,19 @@ class Agent:
         self.gen = 0
         self.port = None
 
-    def start(self, conf):
+    def start(self, conf, nvml_env=None):
+        """nvml_env: run on the fake NVML (its environment) instead of
+        --fake-gpus."""
         self.gen += 1
         self.log_path = os.path.join(self.work, "agent-%d.log" % self.gen)
         self.log = open(self.log_path, "w")
+        gpus = [] if nvml_env else ["--fake-gpus", self.gpus]
+        env = dict(os.environ, **nvml_env) if nvml_env else None
         self.p = subprocess.Popen(
-            [self.binary, "node", "--fake-gpus", self.gpus, "--node-name",
+            [self.binary, "node"] + gpus + ["--node-name",
              NODE, "--kubeconfig", self.kc, "--config", conf, "--listen",
-             "127.0.0.1:0"], stdout=self.log, stderr=subprocess.STDOUT)
+             "127.0.0.1:0"], stdout=self.log, stderr=subprocess.STDOUT,
+            env=env)
 
         def port():
             if self.p.poll() is not None:
@@ -444,11 +450,59 @@ class Scenarios:
         wait_for(lambda: not os.path.exists(path), 3.0,
                  "the pod's CDI spec removed after its deletion")
 
+    def xid_unhealthy(self):
+        """On (fake) NVML: a critical Xid on GPU 1 reaches kubelet as its
+        slots turning Unhealthy, leaves the inventory, and a grant on it is
+        refused with the reason; GPU 0 stays usable."""
+        s = self.s
+        if not FAKE_NVML_DIR:
+            print("     (xid_unhealthy: no --fake-nvml-dir; skipped)")
+            return
+        eq(s.agent.stop(), 0, "agent exit status on SIGTERM")
+        s.plugin.close()
+        s.plugin = None
+        xids = os.path.join(s.dir, "xids")
+        env = {"LD_LIBRARY_PATH": FAKE_NVML_DIR,
+               "GF_FAKE_NVML": "NVIDIA A100-SXM4-40GB=40960;"
+                               "NVIDIA A100-SXM4-40GB=40960",
+               "GF_FAKE_NVML_XID_FILE": xids}
+        n = len(s.kubelet.registers)
+        s.agent.start(s.conf("nvml.conf"), nvml_env=env)
+        check(s.kubelet.wait_registers(n + 1, 5.0),
+              "no Register from the agent on NVML")
+        s.plugin = fk.Plugin(s.psock)
+        w = s.plugin.watch()
+        first = fk.next_with_timeout(w, 5)
+        uuid = ["GPU-00000000-1111-2222-3333-%012d" % i for i in range(2)]
+        eq([d.ID for d in first.devices],
+           ["%s::%d" % (u, k) for u in uuid for k in range(SLOTS)],
+           "ListAndWatch ids on NVML")
+        with open(xids, "w") as f:
+            f.write("1 79\n")
+        second = fk.next_with_timeout(w, 5)
+        eq([d.health for d in second.devices],
+           ["Healthy"] * SLOTS + ["Unhealthy"] * SLOTS,
+           "health after Xid 79 on GPU 1")
+        w.cancel()
+
+        def inv_without_gpu1():
+            ann = s.double.state.get("nodes", NODE)["metadata"].get(
+                "annotations", {})
+            inv = json.loads(ann.get(ad.INVENTORY, "{}"))
+            return [g["uuid"] for g in inv.get("gpus", [])] == [uuid[0]]
+        wait_for(inv_without_gpu1, 5.0, "GPU 1 gone from the inventory")
+        bad = json.dumps({"version": 1, "node": NODE, "containers": [
+            {"name": "main", "gpus": [{"uuid": uuid[1], "index": 1,
+                                       "memory": GiB, "compute": 10}]}]})
+        s.add("x1", bad)
+        code, msg = rpc_error(lambda: alloc(s.plugin, ["%s::0" % uuid[0]]))
+        check("unhealthy (Xid 79)" in msg, "message: %r" % msg)
+
     def run(self):
         order = [self.registers, self.list_and_watch, self.inventory,
                  self.allocate, self.no_waiting_pod, self.malformed_grant,
                  self.concurrent, self.pod_deleted, self.kubelet_restart,
-                 self.agent_restart, self.cdi]
+                 self.agent_restart, self.cdi, self.xid_unhealthy]
         failed = 0
         try:
             for sc in order:
@@ -586,7 +640,10 @@ def main():
     ap.add_argument("--bench-rss", type=int, default=0)
     ap.add_argument("--scrapes", type=int, default=500)
     ap.add_argument("--node-prep")
+    ap.add_argument("--fake-nvml-dir", default="")
     a = ap.parse_args()
+    global FAKE_NVML_DIR
+    FAKE_NVML_DIR = a.fake_nvml_dir
     sys.path.insert(0, a.pb)
     from deviceplugin.v1beta1 import api_pb2
     fk.pb = api_pb2
