@@ -139,6 +139,14 @@ typedef struct gf_kube_list_opts {
   const char *continue_token;   /* from a previous page's metadata.continue */
   long limit;                   /* page size; 0 = server default (all) */
   long timeout_seconds;         /* watch only: server-side timeout; 0 = none */
+  /* gf_kube_list_all only; may be NULL.  Called on each item of each page
+   * as the page arrives, before pages are joined: returns what to keep in
+   * the item's place (a new reference; json_incref(item) keeps it whole),
+   * or NULL to fail the LIST with GF_ENOMEM.  So a caller that keeps only
+   * part of each object holds one page of whole objects at a time, not the
+   * whole list. */
+  json_t *(*item_map)(void *item_user, json_t *item);
+  void *item_user;
 } gf_kube_list_opts;
 
 /* One page of a LIST.  *out is the List object; its metadata.continue (if
@@ -147,8 +155,9 @@ int gf_kube_list(gf_kube *k, const char *path, const gf_kube_list_opts *o,
                  json_t **out, gf_diag *d);
 
 /* Every page of a LIST (following metadata.continue, o->limit per page),
- * joined into one List whose metadata.resourceVersion is the last page's.
- * A 410 on a continue token (it expired) fails GF_EGONE; callers re-list. */
+ * joined into one List whose metadata.resourceVersion is the last page's
+ * (items passed through o->item_map when set).  A 410 on a continue token
+ * (it expired) fails GF_EGONE; callers re-list. */
 int gf_kube_list_all(gf_kube *k, const char *path, const gf_kube_list_opts *o,
                      json_t **out, gf_diag *d);
 
@@ -246,6 +255,20 @@ typedef struct gf_kube_informer_opts {
   long backoff_base_ms;       /* 0 = 200 */
   long backoff_cap_ms;        /* 0 = 30000 */
   uint64_t seed;              /* backoff jitter seed */
+  /* Optional: reduces an object to the fields the consumer reads, before
+   * it is cached and handed to on_add / on_update / on_delete (client-go's
+   * TransformFunc).  Called on the informer's thread for every object of a
+   * LIST (page by page, so only one page of whole objects is held at a
+   * time) and of a watch event (the last state of a DELETED one too).
+   * Returns a new reference that the informer owns and may modify (NOT obj
+   * itself unless json_incref'd and left unchanged); obj is borrowed.  The
+   * informer's own fields are always kept: whatever the transform returns,
+   * metadata.name, namespace, uid, resourceVersion and deletionTimestamp
+   * are copied back from obj when missing, so keys, reconciling by
+   * resourceVersion and deletes work as without a transform.  NULL (out of
+   * memory) or a result that is not an object keeps obj whole. */
+  json_t *(*transform)(void *transform_user, json_t *obj);
+  void *transform_user;
 } gf_kube_informer_opts;
 
 /* An informer over one resource: LIST, then WATCH from the list's

@@ -1,7 +1,9 @@
 /* The informer: LIST, then WATCH, into a cache keyed "namespace/name".
  * The cache is a jansson object (a string-keyed hash table) from key to the
  * object's latest state; objects in it are never mutated, only replaced, so
- * a reference handed out by gf_kube_informer_get stays valid and stable. */
+ * a reference handed out by gf_kube_informer_get stays valid and stable.
+ * With a transform, what is cached (and handed to the handlers) is the
+ * transform's reduced object, identity fields always kept. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,6 +26,8 @@ struct gf_kube_informer {
   long watch_timeout_s;
   gf_kube_backoff bo;
   gf_kube_informer_handlers h;
+  json_t *(*transform)(void *transform_user, json_t *obj);
+  void *transform_user;
 
   pthread_mutex_t mu; /* guards cache and rv */
   json_t *cache;
@@ -74,6 +78,8 @@ int gf_kube_informer_new(gf_kube_informer **out, gf_kube_config *cfg,
       o->backoff_cap_ms > 0 ? o->backoff_cap_ms : 30000, o->seed);
   if (h)
     inf->h = *h;
+  inf->transform = o->transform;
+  inf->transform_user = o->transform_user;
   inf->need_list = true;
   atomic_init(&inf->synced, false);
   atomic_init(&inf->stop, 0);
@@ -121,6 +127,52 @@ static const char *obj_rv(const json_t *obj) {
 static void set_rv(gf_kube_informer *inf, const char *rv) {
   if (rv && *rv && strlen(rv) < RV_MAX)
     snprintf(inf->rv, sizeof(inf->rv), "%s", rv);
+}
+
+/* The fields the informer itself reads (keys, reconciling, deletes) and a
+ * consumer needs to tell objects apart: kept whatever a transform does. */
+static const char *const identity[] = {"name", "namespace", "uid",
+                                       "resourceVersion", "deletionTimestamp"};
+
+/* Copies obj's identity fields into r's metadata where r lacks them.
+ * Fails (nonzero) only when out of memory. */
+static int keep_identity(json_t *r, const json_t *obj) {
+  const json_t *md = json_object_get(obj, "metadata");
+  if (!json_is_object(md))
+    return 0;
+  json_t *rmd = json_object_get(r, "metadata");
+  if (!json_is_object(rmd)) {
+    rmd = json_object();
+    if (!rmd || json_object_set_new(r, "metadata", rmd))
+      return -1;
+  }
+  for (size_t i = 0; i < sizeof(identity) / sizeof(identity[0]); i++) {
+    json_t *v = json_object_get(md, identity[i]);
+    if (v && !json_object_get(rmd, identity[i]) &&
+        json_object_set(rmd, identity[i], v))
+      return -1;
+  }
+  return 0;
+}
+
+/* What to cache and hand to the handlers for obj (a new reference): the
+ * transform's answer with the identity kept, or obj itself without a
+ * transform or when the transform fails. */
+static json_t *reduce(gf_kube_informer *inf, json_t *obj) {
+  if (!inf->transform || !json_is_object(obj))
+    return json_incref(obj);
+  json_t *r = inf->transform(inf->transform_user, obj);
+  if (r == obj)
+    return r;
+  if (!json_is_object(r) || keep_identity(r, obj)) {
+    json_decref(r);
+    return json_incref(obj);
+  }
+  return r;
+}
+
+static json_t *list_item_map(void *user, json_t *item) {
+  return reduce(user, item);
 }
 
 /* Stores obj under its key and calls on_add or on_update. */
@@ -213,13 +265,20 @@ static int on_event(void *user, gf_kube_event_type type, json_t *obj) {
   inf->events++;
   switch (type) {
   case GF_KUBE_ADDED:
-  case GF_KUBE_MODIFIED:
-    if (upsert(inf, obj))
+  case GF_KUBE_MODIFIED: {
+    json_t *r = reduce(inf, obj);
+    int rc = upsert(inf, r);
+    json_decref(r);
+    if (rc)
       return 0; /* an object without a name: skip it, keep watching */
     break;
+  }
   case GF_KUBE_DELETED:
-    if (obj_key(obj, key, sizeof(key)) == 0)
-      remove_key(inf, key, obj);
+    if (obj_key(obj, key, sizeof(key)) == 0) {
+      json_t *r = reduce(inf, obj);
+      remove_key(inf, key, r);
+      json_decref(r);
+    }
     break;
   default:
     break;
@@ -237,7 +296,9 @@ static int step(gf_kube_informer *inf, gf_diag *d) {
     json_t *list = NULL;
     gf_kube_list_opts lo = {.label_selector = inf->label,
                             .field_selector = inf->field,
-                            .limit = inf->page_size};
+                            .limit = inf->page_size,
+                            .item_map = list_item_map,
+                            .item_user = inf};
     rc = gf_kube_list_all(inf->k, inf->path, &lo, &list, d);
     if (rc)
       return rc;

@@ -255,6 +255,17 @@ static void model_error(gf_sched_kube *f, const char *what, const json_t *obj,
           d->msg[0] ? d->msg : gf_strerror(rc), gf_err_name(rc), n);
 }
 
+/* The informers' transforms: the caches keep only what the model reads. */
+static json_t *node_slim(void *user, json_t *obj) {
+  (void)user;
+  return gf_sched_node_slim(obj);
+}
+
+static json_t *pod_slim(void *user, json_t *obj) {
+  (void)user;
+  return gf_sched_pod_slim(obj);
+}
+
 static void node_apply(void *user, json_t *obj) {
   gf_sched_kube *f = user;
   gf_diag d = {""};
@@ -408,6 +419,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
   io.seed = seed;
   gf_kube_informer_handlers nh = {node_apply, node_changed, node_gone, f,
                                   nodes_error};
+  io.transform = node_slim;
   if ((rc = gf_kube_informer_new(&f->nodes, cfg, kopts, &io, &nh, d))) {
     gf_diag_prefix(d, "node informer");
     goto fail;
@@ -416,6 +428,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
   io.seed = seed + 1;
   gf_kube_informer_handlers ph = {pod_apply, pod_changed, pod_gone, f,
                                   pods_error};
+  io.transform = pod_slim;
   if ((rc = gf_kube_informer_new(&f->pods, cfg, kopts, &io, &ph, d))) {
     gf_diag_prefix(d, "pod informer");
     goto fail;

@@ -459,3 +459,170 @@ void gf__fmt_cpu(int64_t milli, char *buf, size_t cap) {
   else
     snprintf(buf, cap, "%" PRId64 ".%03" PRId64, milli / 1000, milli % 1000);
 }
+
+/* ---- slim objects for the informers' caches ---------------------------- */
+
+/* Sets dst[key] to a copy of src's member key (Go's case rule), if any.
+ * Nonzero only when out of memory. */
+static int keep(json_t *dst, const json_t *src, const char *key) {
+  const json_t *v = gf__json_get(src, key);
+  return v ? json_object_set_new(dst, key, json_deep_copy(v)) : 0;
+}
+
+/* The resources the pod parser reads (read_one), exact names. */
+static const char *const slim_res[] = {"cpu", "memory", GF_RES_GPU,
+                                       GF_RES_GPU_MEMORY, GF_RES_GPU_COMPUTE};
+
+/* A container's resources as read_one sees them: each resource from
+ * requests, else from limits, all in one "requests" object.  Anything that
+ * is not an object is kept as it is (the parser's error stays the same). */
+static json_t *slim_resources(const json_t *r) {
+  if (!json_is_object(r))
+    return json_deep_copy(r);
+  const json_t *req = gf__json_get(r, "requests");
+  const json_t *lim = gf__json_get(r, "limits");
+  json_t *out = json_object(), *m = json_object();
+  if (!out || !m)
+    goto fail;
+  for (size_t i = 0; i < sizeof(slim_res) / sizeof(slim_res[0]); i++) {
+    const json_t *v =
+        json_is_object(req) ? json_object_get(req, slim_res[i]) : NULL;
+    if (!v && json_is_object(lim))
+      v = json_object_get(lim, slim_res[i]);
+    if (v && json_object_set_new(m, slim_res[i], json_deep_copy(v)))
+      goto fail;
+  }
+  if (json_object_size(m) && json_object_set(out, "requests", m))
+    goto fail;
+  json_decref(m);
+  return out;
+fail:
+  json_decref(m);
+  json_decref(out);
+  return NULL;
+}
+
+static json_t *slim_containers(const json_t *cs) {
+  if (!json_is_array(cs))
+    return json_deep_copy(cs);
+  json_t *out = json_array();
+  size_t i;
+  const json_t *c;
+  json_array_foreach(cs, i, c) {
+    json_t *sc = json_is_object(c) ? json_object() : json_deep_copy(c);
+    if (!sc || json_array_append_new(out, sc))
+      goto fail;
+    if (!json_is_object(c))
+      continue;
+    const json_t *r = gf__json_get(c, "resources");
+    if (keep(sc, c, "name") || keep(sc, c, "restartPolicy") ||
+        (r && json_object_set_new(sc, "resources", slim_resources(r))))
+      goto fail;
+  }
+  return out;
+fail:
+  json_decref(out);
+  return NULL;
+}
+
+json_t *gf_sched_pod_slim(const json_t *pod) {
+  if (!json_is_object(pod))
+    return json_deep_copy(pod);
+  json_t *out = json_object();
+  if (!out)
+    return NULL;
+  const json_t *meta = gf__json_get(pod, "metadata");
+  const json_t *spec = gf__json_get(pod, "spec");
+  const json_t *status = gf__json_get(pod, "status");
+  if (json_is_object(meta)) {
+    json_t *m = json_object();
+    if (!m || json_object_set_new(out, "metadata", m) ||
+        keep(m, meta, "name") || keep(m, meta, "namespace") ||
+        keep(m, meta, "uid") || keep(m, meta, "resourceVersion") ||
+        keep(m, meta, "deletionTimestamp"))
+      goto fail;
+    const json_t *ann = gf__json_get(meta, "annotations");
+    if (json_is_object(ann)) {
+      json_t *a = json_object();
+      const json_t *g = json_object_get(ann, GF_GRANT_ANNOTATION);
+      if (!a || json_object_set_new(m, "annotations", a) ||
+          keep(a, ann, GF_ANN_GPU_MODEL) ||
+          (g && json_object_set_new(a, GF_GRANT_ANNOTATION, json_deep_copy(g))))
+        goto fail;
+    } else if (ann && keep(m, meta, "annotations")) {
+      goto fail;
+    }
+  } else if (meta && keep(out, pod, "metadata")) {
+    goto fail;
+  }
+  if (json_is_object(spec)) {
+    json_t *s = json_object();
+    const json_t *cs = gf__json_get(spec, "containers");
+    const json_t *ics = gf__json_get(spec, "initContainers");
+    if (!s || json_object_set_new(out, "spec", s) ||
+        keep(s, spec, "nodeName") || keep(s, spec, "overhead") ||
+        (cs && json_object_set_new(s, "containers", slim_containers(cs))) ||
+        (ics && json_object_set_new(s, "initContainers", slim_containers(ics))))
+      goto fail;
+  } else if (spec && keep(out, pod, "spec")) {
+    goto fail;
+  }
+  if (json_is_object(status)) {
+    json_t *st = json_object();
+    if (!st || json_object_set_new(out, "status", st) ||
+        keep(st, status, "phase"))
+      goto fail;
+  }
+  return out;
+fail:
+  json_decref(out);
+  return NULL;
+}
+
+json_t *gf_sched_node_slim(const json_t *node) {
+  if (!json_is_object(node))
+    return json_deep_copy(node);
+  json_t *out = json_object();
+  if (!out)
+    return NULL;
+  const json_t *meta = gf__json_get(node, "metadata");
+  const json_t *st = gf__json_get(node, "status");
+  if (json_is_object(meta)) {
+    json_t *m = json_object();
+    if (!m || json_object_set_new(out, "metadata", m) ||
+        keep(m, meta, "name") || keep(m, meta, "uid") ||
+        keep(m, meta, "resourceVersion") || keep(m, meta, "deletionTimestamp"))
+      goto fail;
+    const json_t *ann = gf__json_get(meta, "annotations");
+    const json_t *inv = json_is_object(ann)
+                            ? json_object_get(ann, GF_INVENTORY_ANNOTATION)
+                            : NULL;
+    if (inv) {
+      json_t *a = json_object();
+      if (!a || json_object_set_new(m, "annotations", a) ||
+          json_object_set_new(a, GF_INVENTORY_ANNOTATION, json_deep_copy(inv)))
+        goto fail;
+    }
+  } else if (meta && keep(out, node, "metadata")) {
+    goto fail;
+  }
+  const json_t *alloc =
+      json_is_object(st) ? gf__json_get(st, "allocatable") : NULL;
+  if (json_is_object(alloc)) {
+    json_t *s = json_object();
+    if (!s || json_object_set_new(out, "status", s))
+      goto fail;
+    json_t *al = json_object();
+    if (!al || json_object_set_new(s, "allocatable", al))
+      goto fail;
+    for (size_t i = 0; i < 2; i++) { /* exact names, as read_res reads */
+      const json_t *v = json_object_get(alloc, slim_res[i]);
+      if (v && json_object_set_new(al, slim_res[i], json_deep_copy(v)))
+        goto fail;
+    }
+  }
+  return out;
+fail:
+  json_decref(out);
+  return NULL;
+}
