@@ -139,14 +139,6 @@ typedef struct gf_kube_list_opts {
   const char *continue_token;   /* from a previous page's metadata.continue */
   long limit;                   /* page size; 0 = server default (all) */
   long timeout_seconds;         /* watch only: server-side timeout; 0 = none */
-  /* gf_kube_list_all only; may be NULL.  Called on each item of each page
-   * as the page arrives, before pages are joined: returns what to keep in
-   * the item's place (a new reference; json_incref(item) keeps it whole),
-   * or NULL to fail the LIST with GF_ENOMEM.  So a caller that keeps only
-   * part of each object holds one page of whole objects at a time, not the
-   * whole list. */
-  json_t *(*item_map)(void *item_user, json_t *item);
-  void *item_user;
 } gf_kube_list_opts;
 
 /* One page of a LIST.  *out is the List object; its metadata.continue (if
@@ -155,9 +147,8 @@ int gf_kube_list(gf_kube *k, const char *path, const gf_kube_list_opts *o,
                  json_t **out, gf_diag *d);
 
 /* Every page of a LIST (following metadata.continue, o->limit per page),
- * joined into one List whose metadata.resourceVersion is the last page's
- * (items passed through o->item_map when set).  A 410 on a continue token
- * (it expired) fails GF_EGONE; callers re-list. */
+ * joined into one List whose metadata.resourceVersion is the last page's.
+ * A 410 on a continue token (it expired) fails GF_EGONE; callers re-list. */
 int gf_kube_list_all(gf_kube *k, const char *path, const gf_kube_list_opts *o,
                      json_t **out, gf_diag *d);
 
@@ -258,8 +249,9 @@ typedef struct gf_kube_informer_opts {
   /* Optional: reduces an object to the fields the consumer reads, before
    * it is cached and handed to on_add / on_update / on_delete (client-go's
    * TransformFunc).  Called on the informer's thread for every object of a
-   * LIST (page by page, so only one page of whole objects is held at a
-   * time) and of a watch event (the last state of a DELETED one too).
+   * LIST and of a watch event (the last state of a DELETED one too).  The
+   * informer applies a LIST page by page, so only one page of whole
+   * objects is held at a time.
    * Returns a new reference that the informer owns and may modify (NOT obj
    * itself unless json_incref'd and left unchanged); obj is borrowed.  The
    * informer's own fields are always kept: whatever the transform returns,
@@ -269,6 +261,12 @@ typedef struct gf_kube_informer_opts {
    * memory) or a result that is not an object keeps obj whole. */
   json_t *(*transform)(void *transform_user, json_t *obj);
   void *transform_user;
+  /* Cache each object as compact JSON text instead of a jansson tree: a
+   * tree of small objects costs several times its text (about 4.5 KiB for
+   * a slim Pod against 0.5 KiB).  Each event costs one serialisation, and
+   * objects handed out (gf_kube_informer_get, on_update's old object,
+   * on_delete's cached state) are decoded again: new, private trees. */
+  bool compact;
 } gf_kube_informer_opts;
 
 /* An informer over one resource: LIST, then WATCH from the list's

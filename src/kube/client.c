@@ -392,21 +392,6 @@ int gf_kube_list(gf_kube *k, const char *path, const gf_kube_list_opts *o,
 
 #define LIST_MAX_PAGES 100000
 
-/* Replaces each item of one LIST page by o->item_map's answer. */
-static int map_items(const gf_kube_list_opts *o, json_t *page, const char *path,
-                     gf_diag *d) {
-  json_t *items = json_object_get(page, "items");
-  size_t i;
-  json_t *it;
-  json_array_foreach(items, i, it) {
-    json_t *m = o->item_map(o->item_user, it);
-    if (!m || json_array_set_new(items, i, m))
-      return gf_diag_set(d, GF_ENOMEM,
-                         "GET %s: out of memory reducing item %zu", path, i);
-  }
-  return 0;
-}
-
 int gf_kube_list_all(gf_kube *k, const char *path, const gf_kube_list_opts *o,
                      json_t **out, gf_diag *d) {
   gf_kube_list_opts lo = {0};
@@ -426,8 +411,6 @@ int gf_kube_list_all(gf_kube *k, const char *path, const gf_kube_list_opts *o,
       lo.resource_version = NULL;
     rc = gf_kube_list(k, path, &lo, &page, d);
     if (rc)
-      goto out;
-    if (lo.item_map && (rc = map_items(&lo, page, path, d)))
       goto out;
     if (!all) {
       all = page;

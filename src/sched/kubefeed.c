@@ -11,6 +11,9 @@
  * counted, never fatal.
  */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -380,6 +383,11 @@ static void mark_synced(gf_sched_kube *f) {
   if (gf_kube_informer_synced(f->nodes) && gf_kube_informer_synced(f->pods)) {
     atomic_store(&f->synced_marked, true);
     gf_sched_set_synced(f->s, true);
+#ifdef __GLIBC__
+    /* The first LISTs freed a page of whole objects at a time among the
+     * entries they kept: give those pages back (glibc keeps them else). */
+    malloc_trim(0);
+#endif
     if (!f->quiet)
       fprintf(stderr,
               "gpufrac scheduler: model synced: %u nodes, %u pods "
@@ -415,6 +423,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
   gf_kube_informer_opts io = {.watch_timeout_s = o->watch_timeout_s,
                               .backoff_base_ms = o->backoff_base_ms,
                               .backoff_cap_ms = o->backoff_cap_ms};
+  io.compact = true; /* a slim pod: 0.5 KiB as text, 4.5 KiB as a tree */
   io.path = "/api/v1/nodes";
   io.seed = seed;
   gf_kube_informer_handlers nh = {node_apply, node_changed, node_gone, f,
