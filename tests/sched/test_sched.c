@@ -287,24 +287,23 @@ static void test_slim(void **state) {
       P("", "\"containers\":[" C("c", "null") "," C("d", "[]") "]", ""),
       P("", "\"containers\":[" C("c", "{\"requests\":[]}") ",7]", ""),
       /* sidecars, init containers, overhead */
-      P(
-          "",
-          "\"overhead\":{\"cpu\":\"250m\",\"memory\":\"10Mi\"},"
-          "\"initContainers\":[{\"name\":\"s\",\"restartPolicy\":\"Always\","
-          "\"resources\":{\"requests\":{\"cpu\":\"1\"}}}," C(
-              "i",
-              "{\"requests\":{\"cpu\":\"3\",\"memory\":\"2Gi\"}}") "],"
-                                                                   "\"container"
-                                                                   "s\":[" C(
-                                                                       "c",
-                                                                       "{\"limi"
-                                                                       "ts\":{"
-                                                                       "\"gpufr"
-                                                                       "ac.io/"
-                                                                       "gpu\":"
-                                                                       "\"2\"}"
-                                                                       "}") "]",
-          ",\"status\":{\"phase\":\"Succeeded\"}"),
+      P("",
+        "\"overhead\":{\"cpu\":\"250m\",\"memory\":\"10Mi\"},"
+        "\"initContainers\":[{\"name\":\"s\",\"restartPolicy\":\"Always\","
+        "\"resources\":{\"requests\":{\"cpu\":\"1\"}}}," C(
+            "i",
+            "{\"requests\":{\"cpu\":\"3\",\"memory\":\"2Gi\"}}") "],"
+                                                                 "\"container"
+                                                                 "s\":[" C(
+                                                                     "c",
+                                                                     "{\"limi"
+                                                                     "ts\":{"
+                                                                     "\"gpufr"
+                                                                     "ac.io/"
+                                                                     "gpu\":"
+                                                                     "\"2\"}"
+                                                                     "}") "]",
+        ",\"status\":{\"phase\":\"Succeeded\"}"),
       P("", "\"initContainers\":{},\"containers\":[]", ""),
       P("", "\"overhead\":{\"cpu\":[]},\"containers\":[]", ""),
       /* annotations: grant and gpu-model kept, others not; wrong types */
@@ -348,6 +347,84 @@ static void test_slim(void **state) {
   };
   for (size_t i = 0; i < sizeof(ncases) / sizeof(ncases[0]); i++)
     same_node(ncases[i]);
+}
+
+/* ---- ExtenderArgs: NodeNames read by hand or by jansson, same answer ----*/
+
+/* gf__args_parse(body) against jansson's reading of the whole body (Go's
+ * key rule, as the slow path): same success, same names.  fast: whether
+ * the names must have been read by hand (names_buf) or by jansson. */
+static void same_args(const char *body, bool fast) {
+  gf__args a;
+  gf_diag d = {""};
+  int rc = gf__args_parse(body, strlen(body), &a, &d);
+  json_t *root = json_loads(body, 0, NULL);
+  const json_t *names = gf__json_get(root, "NodeNames");
+  bool ok = json_is_object(root) && json_is_object(gf__json_get(root, "Pod")) &&
+            json_is_array(names);
+  for (size_t i = 0; ok && i < json_array_size(names); i++)
+    ok = json_is_string(json_array_get(names, i)) &&
+         json_string_length(json_array_get(names, i)) < GF_NAME_MAX;
+  if ((rc == 0) != ok || (rc == 0 && (a.names_buf != NULL) != fast)) {
+    fprintf(stderr, "%s: rc %d (%s), fast %d\n", body, rc, d.msg,
+            a.names_buf != NULL);
+    fail();
+  }
+  if (rc == 0) {
+    assert_int_equal(a.nnames, json_array_size(names));
+    for (size_t i = 0; i < a.nnames; i++)
+      assert_string_equal(a.names[i],
+                          json_string_value(json_array_get(names, i)));
+    assert_non_null(a.pod);
+    assert_null(a.node_items);
+  }
+  gf__args_release(&a);
+  json_decref(root);
+}
+
+static void test_args_names(void **state) {
+  (void)state;
+  char *fx = fixture("filter_args_names.json", NULL);
+  same_args(fx, true);
+  free(fx);
+  static const struct {
+    const char *body;
+    bool fast;
+  } cases[] = {
+      {"{\"Pod\":{},\"NodeNames\":[\"a\",\"b-1.x\"]}", true},
+      {" {\n\"NodeNames\" : [ \"a\" ,\t\"b\" ] ,\"Pod\":{\"x\":[1,{}]}}\r\n",
+       true},
+      {"{\"Pod\":{},\"nodeNames\":[]}", true},
+      {"{\"Pod\":{},\"NODENAMES\":[\"a\"],\"Nodes\":null}", true},
+      /* NodeNames deeper down is not the member */
+      {"{\"Pod\":{\"NodeNames\":[\"x\"],\"s\":\"]}[{\\\",\\\"NodeNames\\\":\"},"
+       "\"NodeNames\":[\"a\"]}",
+       true},
+      /* jansson decides: two matching keys, escapes, non-ASCII, bad items */
+      {"{\"Pod\":{},\"nodeNames\":[\"x\"],\"NodeNames\":[\"a\"]}", false},
+      {"{\"Pod\":{},\"Node\\u004eames\":[\"a\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\\u002db\",\"c\\\"d\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"n\xc3\xb6" "de\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\",]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\" \"b\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\",1]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\tb\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":\"a\"}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\"]} x", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\"]", false},
+      {"{\"Pod\":{,\"NodeNames\":[\"a\"]}", false},
+      {"{\"Pod\":7,\"NodeNames\":[\"a\"]}", false},
+      {"{\"Pod\":{}}", false},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    same_args(cases[i].body, cases[i].fast);
+  /* a name of GF_NAME_MAX characters: refused either way */
+  char body[GF_NAME_MAX + 64];
+  int n = snprintf(body, sizeof(body), "{\"Pod\":{},\"NodeNames\":[\"");
+  memset(body + n, 'a', GF_NAME_MAX);
+  snprintf(body + n + GF_NAME_MAX, sizeof(body) - (size_t)n - GF_NAME_MAX,
+           "\"]}");
+  same_args(body, false);
 }
 
 /* ---- a small cluster -----------------------------------------------------*/
@@ -950,6 +1027,7 @@ int main(void) {
       cmocka_unit_test(test_grant_roundtrip),
       cmocka_unit_test(test_pod_parse),
       cmocka_unit_test(test_slim),
+      cmocka_unit_test(test_args_names),
       cmocka_unit_test(test_bind_without_binder),
       cmocka_unit_test_setup_teardown(test_filter_names, setup, teardown),
       cmocka_unit_test_setup_teardown(test_filter_nodes, setup, teardown),
