@@ -9,7 +9,9 @@
 #
 # Prints wrk's latency distribution (--latency) for /filter and
 # /prioritize with nodeCacheCapable NodeNames listing every node, and the
-# extender's VmRSS / VmHWM once the model is synced.  Results and the
+# extender's VmRSS / VmHWM once the model is synced, and its own timing
+# of each request (the /metrics histogram: gf_sched_handle alone, without
+# HTTP), to compare with wrk's.  Results and the
 # machine they were measured on: docs/benchmarks.md.
 #
 # SECONDS 0 measures memory only (no load).  Environment knobs, all
@@ -121,4 +123,4 @@ for verb in filter prioritize; do
 done
 grep -E '^(VmRSS|VmHWM)' "/proc/$epid/status"
 curl -s "http://127.0.0.1:$eport/metrics" |
-  grep -E '^gpufrac_extender_(nodes|pods|requests_total)'
+  grep -E '^gpufrac_extender_(nodes|pods|requests_total|request_duration_seconds_(bucket|count|sum)\{verb="(filter|prioritize)")'

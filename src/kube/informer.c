@@ -184,18 +184,30 @@ static json_t *reduce(gf_kube_informer *inf, json_t *obj) {
 static json_t *entry_new(const gf_kube_informer *inf, json_t *obj) {
   if (!inf->compact)
     return json_incref(obj);
+  const size_t flags = JSON_COMPACT | JSON_PRESERVE_ORDER;
   const char *rv = obj_rv(obj);
   size_t rvlen = strlen(rv);
-  size_t n = json_dumpb(obj, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  char *buf = n ? gf__malloc(rvlen + 1 + n) : NULL;
-  if (!buf)
-    return NULL;
-  memcpy(buf, rv, rvlen + 1);
-  json_t *e = NULL;
-  if (json_dumpb(obj, buf + rvlen + 1, n, JSON_COMPACT | JSON_PRESERVE_ORDER) ==
-      n)
-    e = json_stringn_nocheck(buf, rvlen + 1 + n);
-  gf__free(buf);
+  if (rvlen >= RV_MAX)
+    rvlen = 0; /* not one the informer would resume from either */
+  char stack[4096];
+  char *buf = stack;
+  memcpy(buf, rv, rvlen);
+  buf[rvlen] = '\0';
+  /* One serialisation for most objects (a slim Pod is ~0.5 KiB). */
+  size_t room = sizeof(stack) - rvlen - 1;
+  size_t n = json_dumpb(obj, buf + rvlen + 1, room, flags);
+  if (n > room) {
+    buf = gf__malloc(rvlen + 1 + n);
+    if (!buf)
+      return NULL;
+    memcpy(buf, rv, rvlen);
+    buf[rvlen] = '\0';
+    if (json_dumpb(obj, buf + rvlen + 1, n, flags) != n)
+      n = 0;
+  }
+  json_t *e = n ? json_stringn_nocheck(buf, rvlen + 1 + n) : NULL;
+  if (buf != stack)
+    gf__free(buf);
   return e;
 }
 
