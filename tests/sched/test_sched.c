@@ -404,7 +404,9 @@ static void test_args_names(void **state) {
       {"{\"Pod\":{},\"nodeNames\":[\"x\"],\"NodeNames\":[\"a\"]}", false},
       {"{\"Pod\":{},\"Node\\u004eames\":[\"a\"]}", false},
       {"{\"Pod\":{},\"NodeNames\":[\"a\\u002db\",\"c\\\"d\"]}", false},
-      {"{\"Pod\":{},\"NodeNames\":[\"n\xc3\xb6" "de\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"n\xc3\xb6"
+       "de\"]}",
+       false},
       {"{\"Pod\":{},\"NodeNames\":[\"a\",]}", false},
       {"{\"Pod\":{},\"NodeNames\":[\"a\" \"b\"]}", false},
       {"{\"Pod\":{},\"NodeNames\":[\"a\",1]}", false},
