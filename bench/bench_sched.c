@@ -2,12 +2,14 @@
  * bench_sched: the extender's filter + prioritize latency at 1000 and 5000
  * nodes, in-process (gf_sched_handle, no HTTP), and the memory it holds.
  *
- *   bench_sched FIXTURES_DIR [REPS]
+ *   bench_sched FIXTURES_DIR [REPS [NODES...]]
  *
  * Nodes are the node_a100.json fixture renamed (2 A100 GPUs each), fed as
  * a watch would; the pod is pod_share.json; every request names all nodes
  * (nodeCacheCapable).  Prints median and p99 of filter + prioritize over
- * REPS rounds (default 200) and the resident memory after feeding.
+ * REPS rounds (default 200), the medians of filter and prioritize alone,
+ * and the resident memory after feeding, for each NODES (default 1000 and
+ * 5000).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -75,13 +77,17 @@ static int run(const char *dir, int nodes, int reps) {
   json_t *args = json_pack("{s:O,s:O}", "Pod", pod, "NodeNames", names);
   char *body = json_dumps(args, JSON_COMPACT);
   size_t len = strlen(body);
-  double *t = malloc((size_t)reps * sizeof(*t));
+  double *t = malloc((size_t)reps * 3 * sizeof(*t));
+  double *tf = t + reps, *tp = t + 2 * reps;
   for (int r = 0; r < reps; r++) {
     gf_sched_reply a, b;
     double t0 = now_us();
     gf_sched_handle(s, "POST", "/gpufrac/filter", body, len, &a);
+    double t1 = now_us();
     gf_sched_handle(s, "POST", "/gpufrac/prioritize", body, len, &b);
     t[r] = now_us() - t0;
+    tf[r] = t1 - t0;
+    tp[r] = t[r] - tf[r];
     if (a.status != 200 || b.status != 200) {
       fprintf(stderr, "bench_sched: status %d/%d: %.200s\n", a.status, b.status,
               a.body ? a.body : "");
@@ -91,8 +97,11 @@ static int run(const char *dir, int nodes, int reps) {
     gf_sched_reply_release(&b);
   }
   qsort(t, (size_t)reps, sizeof(*t), cmp);
-  printf("| %d | %.0f | %.0f | %.1f |\n", nodes, t[reps / 2],
-         t[(reps * 99) / 100], (double)(rss_kib() - rss0) / 1024.0);
+  qsort(tf, (size_t)reps, sizeof(*t), cmp);
+  qsort(tp, (size_t)reps, sizeof(*t), cmp);
+  printf("| %d | %.0f | %.0f | %.0f | %.0f | %.1f |\n", nodes, t[reps / 2],
+         t[(reps * 99) / 100], tf[reps / 2], tp[reps / 2],
+         (double)(rss_kib() - rss0) / 1024.0);
   free(t);
   free(body);
   json_decref(args);
@@ -105,12 +114,24 @@ static int run(const char *dir, int nodes, int reps) {
 
 int main(int argc, char **argv) {
   int64_t reps = 200;
-  if (argc < 2 || argc > 3 ||
-      (argc == 3 && gf_parse_int64(argv[2], 1, 100000, &reps, NULL))) {
-    fprintf(stderr, "usage: bench_sched FIXTURES_DIR [REPS]\n");
+  if (argc < 2 ||
+      (argc >= 3 && gf_parse_int64(argv[2], 1, 100000, &reps, NULL))) {
+    fprintf(stderr, "usage: bench_sched FIXTURES_DIR [REPS [NODES...]]\n");
     return 2;
   }
-  printf("| nodes | filter+prioritize us (median) | p99 us | memory held "
-         "MiB |\n|---:|---:|---:|---:|\n");
-  return run(argv[1], 1000, (int)reps) || run(argv[1], 5000, (int)reps);
+  printf("| nodes | filter+prioritize us (median) | p99 us | filter us "
+         "(median) | prioritize us (median) | memory held MiB |\n"
+         "|---:|---:|---:|---:|---:|---:|\n");
+  if (argc <= 3)
+    return run(argv[1], 1000, (int)reps) || run(argv[1], 5000, (int)reps);
+  for (int i = 3; i < argc; i++) {
+    int64_t n;
+    if (gf_parse_int64(argv[i], 1, 1000000, &n, NULL)) {
+      fprintf(stderr, "bench_sched: NODES '%s' is not a count\n", argv[i]);
+      return 2;
+    }
+    if (run(argv[1], (int)n, (int)reps))
+      return 1;
+  }
+  return 0;
 }

@@ -9,8 +9,19 @@
 #
 # Prints wrk's latency distribution (--latency) for /filter and
 # /prioritize with nodeCacheCapable NodeNames listing every node, and the
-# extender's VmRSS / VmHWM once the model is synced.  Results and the
+# extender's VmRSS / VmHWM once the model is synced, and its own timing
+# of each request (the /metrics histogram: gf_sched_handle alone, without
+# HTTP), to compare with wrk's.  Results and the
 # machine they were measured on: docs/benchmarks.md.
+#
+# SECONDS 0 measures memory only (no load).  Environment knobs, all
+# optional:
+#   EXT_CPUS, WRK_CPUS  taskset -c lists pinning the extender and wrk
+#                       (e.g. EXT_CPUS=1 WRK_CPUS=0 on a 2-core machine)
+#   EXT_WRAP            a command put before the extender (e.g.
+#                       "valgrind --tool=massif --massif-out-file=m.out")
+#   PERF_OUT            perf record -g the extender during each wrk run,
+#                       into PERF_OUT.filter and PERF_OUT.prioritize
 set -eu
 build=${1:?usage: bench/sched_wrk.sh BUILD_DIR [NODES] [PODS] [SECONDS] [CONNECTIONS]}
 nodes=${2:-1000}
@@ -44,7 +55,12 @@ done
 
 eport=$(port)
 t0=$(date +%s.%N)
-"$bin" scheduler --listen "127.0.0.1:$eport" --kubeconfig "$work/kc.json" \
+ext_pin=
+[ -n "${EXT_CPUS:-}" ] && ext_pin="taskset -c $EXT_CPUS"
+wrk_pin=
+[ -n "${WRK_CPUS:-}" ] && wrk_pin="taskset -c $WRK_CPUS"
+# shellcheck disable=SC2086 # the wrappers are word lists on purpose
+$ext_pin ${EXT_WRAP:-} "$bin" scheduler --listen "127.0.0.1:$eport" --kubeconfig "$work/kc.json" \
   --lease gpufrac-system/bench --threads 2 >"$work/ext.log" 2>&1 &
 epid=$!
 until curl -sf "http://127.0.0.1:$eport/readyz" >/dev/null 2>&1; do
@@ -54,7 +70,10 @@ done
 t1=$(date +%s.%N)
 echo "== $nodes nodes, $pods bound pods: synced in $(echo "$t1 - $t0" | bc) s"
 sed -n 's/^gpufrac scheduler: //p' "$work/ext.log"
-grep -E '^(VmRSS|VmHWM)' "/proc/$epid/status"
+grep -E '^(VmRSS|VmHWM|RssAnon)' "/proc/$epid/status"
+if [ "$secs" = 0 ]; then
+  exit 0
+fi
 
 # The pending pod kube-scheduler asks about: 10Gi and 10% of one GPU.
 python3 - "$work" "$nodes" <<'EOF'
@@ -76,14 +95,32 @@ with open(work + "/args.lua", "w") as f:
     f.write('wrk.method = "POST"\n')
     f.write('wrk.headers["Content-Type"] = "application/json"\n')
     f.write("wrk.body = [==[%s]==]\n" % body)
+with open(work + "/args.json", "w") as f:
+    f.write(body)
 print("ExtenderArgs body: %d bytes" % len(body))
 EOF
+for verb in filter prioritize; do
+  curl -s -o /dev/null -H 'Content-Type: application/json' \
+    --data-binary "@$work/args.json" -w "$verb reply: %{size_download} bytes\n" \
+    "http://127.0.0.1:$eport/gpufrac/$verb"
+done
 
 for verb in filter prioritize; do
-  echo "== POST /gpufrac/$verb: wrk -t1 -c$conns -d${secs}s --latency"
-  wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$work/args.lua" \
+  echo "== POST /gpufrac/$verb: wrk -t1 -c$conns -d${secs}s --latency" \
+    "(load average $(cut -d' ' -f1-3 /proc/loadavg)${EXT_CPUS:+, extender on CPU $EXT_CPUS}${WRK_CPUS:+, wrk on CPU $WRK_CPUS})"
+  ppid=
+  if [ -n "${PERF_OUT:-}" ]; then
+    perf record -q -g -p "$epid" -o "$PERF_OUT.$verb" >/dev/null 2>&1 &
+    ppid=$!
+  fi
+  # shellcheck disable=SC2086
+  $wrk_pin wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$work/args.lua" \
     "http://127.0.0.1:$eport/gpufrac/$verb"
+  if [ -n "$ppid" ]; then
+    kill -INT "$ppid"
+    wait "$ppid" || true
+  fi
 done
 grep -E '^(VmRSS|VmHWM)' "/proc/$epid/status"
 curl -s "http://127.0.0.1:$eport/metrics" |
-  grep -E '^gpufrac_extender_(nodes|pods|requests_total)'
+  grep -E '^gpufrac_extender_(nodes|pods|requests_total|request_duration_seconds_(bucket|count|sum)\{verb="(filter|prioritize)")'

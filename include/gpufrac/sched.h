@@ -111,6 +111,23 @@ int gf_sched_pod_update(gf_sched *s, const struct json_t *pod, gf_diag *d);
 /* Forgets a pod and releases what it held.  GF_ENOTFOUND if unknown. */
 int gf_sched_pod_delete(gf_sched *s, const char *uid);
 
+/* What a watch should cache: a new object holding only the members of a
+ * v1 Pod (Node) that gf_sched_pod_update (gf_sched_node_update) reads, so
+ * that updating from the slim object gives exactly the same model, errors
+ * included, as from the whole one.  Kept: metadata name, namespace, uid,
+ * resourceVersion, deletionTimestamp; for a pod the gpufrac.io/grant and
+ * gpufrac.io/gpu-model annotations, spec.nodeName, spec.overhead, each
+ * container's and init container's name, restartPolicy and the five
+ * resources the extender counts (each from requests, else limits, merged
+ * into requests), status.phase; for a node the gpufrac.io/inventory
+ * annotation and status.allocatable cpu and memory.  Members that are not
+ * of the expected type are copied as they are, so the same errors come
+ * out.  A real Pod shrinks from kilobytes (managedFields, volumes, env,
+ * conditions) to a few hundred bytes of JSON.  The input is borrowed; the
+ * result is the caller's (json_decref); NULL when out of memory. */
+struct json_t *gf_sched_pod_slim(const struct json_t *pod);
+struct json_t *gf_sched_node_slim(const struct json_t *node);
+
 /* Counts, for tests and /metrics. */
 uint32_t gf_sched_nnodes(gf_sched *s);
 uint32_t gf_sched_npods(gf_sched *s); /* pods booked in the model */

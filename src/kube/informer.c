@@ -1,7 +1,13 @@
 /* The informer: LIST, then WATCH, into a cache keyed "namespace/name".
  * The cache is a jansson object (a string-keyed hash table) from key to the
  * object's latest state; objects in it are never mutated, only replaced, so
- * a reference handed out by gf_kube_informer_get stays valid and stable. */
+ * a reference handed out by gf_kube_informer_get stays valid and stable.
+ * With a transform, what is cached (and handed to the handlers) is the
+ * transform's reduced object, identity fields always kept.  With `compact`
+ * each cache entry is instead a jansson string holding the object's
+ * resourceVersion, a NUL, then the object as compact JSON text (an entry,
+ * below): a few hundred bytes where a tree of small objects costs
+ * kilobytes; objects are decoded again when handed out. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,6 +20,7 @@
 
 #define RV_MAX 128
 #define KEY_MAX 600
+#define LIST_MAX_PAGES 100000 /* as gf_kube_list_all */
 
 struct gf_kube_informer {
   gf_kube *k;
@@ -24,6 +31,9 @@ struct gf_kube_informer {
   long watch_timeout_s;
   gf_kube_backoff bo;
   gf_kube_informer_handlers h;
+  json_t *(*transform)(void *transform_user, json_t *obj);
+  void *transform_user;
+  bool compact; /* cache entries are text (entry_*), not trees */
 
   pthread_mutex_t mu; /* guards cache and rv */
   json_t *cache;
@@ -74,6 +84,9 @@ int gf_kube_informer_new(gf_kube_informer **out, gf_kube_config *cfg,
       o->backoff_cap_ms > 0 ? o->backoff_cap_ms : 30000, o->seed);
   if (h)
     inf->h = *h;
+  inf->transform = o->transform;
+  inf->transform_user = o->transform_user;
+  inf->compact = o->compact;
   inf->need_list = true;
   atomic_init(&inf->synced, false);
   atomic_init(&inf->stop, 0);
@@ -123,22 +136,123 @@ static void set_rv(gf_kube_informer *inf, const char *rv) {
     snprintf(inf->rv, sizeof(inf->rv), "%s", rv);
 }
 
+/* The fields the informer itself reads (keys, reconciling, deletes) and a
+ * consumer needs to tell objects apart: kept whatever a transform does. */
+static const char *const identity[] = {"name", "namespace", "uid",
+                                       "resourceVersion", "deletionTimestamp"};
+
+/* Copies obj's identity fields into r's metadata where r lacks them.
+ * Fails (nonzero) only when out of memory. */
+static int keep_identity(json_t *r, const json_t *obj) {
+  const json_t *md = json_object_get(obj, "metadata");
+  if (!json_is_object(md))
+    return 0;
+  json_t *rmd = json_object_get(r, "metadata");
+  if (!json_is_object(rmd)) {
+    rmd = json_object();
+    if (!rmd || json_object_set_new(r, "metadata", rmd))
+      return -1;
+  }
+  for (size_t i = 0; i < sizeof(identity) / sizeof(identity[0]); i++) {
+    json_t *v = json_object_get(md, identity[i]);
+    if (v && !json_object_get(rmd, identity[i]) &&
+        json_object_set(rmd, identity[i], v))
+      return -1;
+  }
+  return 0;
+}
+
+/* What to cache and hand to the handlers for obj (a new reference): the
+ * transform's answer with the identity kept, or obj itself without a
+ * transform or when the transform fails. */
+static json_t *reduce(gf_kube_informer *inf, json_t *obj) {
+  if (!inf->transform || !json_is_object(obj))
+    return json_incref(obj);
+  json_t *r = inf->transform(inf->transform_user, obj);
+  if (r == obj)
+    return r;
+  if (!json_is_object(r) || keep_identity(r, obj)) {
+    json_decref(r);
+    return json_incref(obj);
+  }
+  return r;
+}
+
+/* ---- cache entries: the object itself, or with `compact` its text ------ */
+
+/* The entry to cache for obj (a new reference), NULL when out of memory. */
+static json_t *entry_new(const gf_kube_informer *inf, json_t *obj) {
+  if (!inf->compact)
+    return json_incref(obj);
+  const size_t flags = JSON_COMPACT | JSON_PRESERVE_ORDER;
+  const char *rv = obj_rv(obj);
+  size_t rvlen = strlen(rv);
+  if (rvlen >= RV_MAX)
+    rvlen = 0; /* not one the informer would resume from either */
+  char stack[4096];
+  char *buf = stack;
+  memcpy(buf, rv, rvlen);
+  buf[rvlen] = '\0';
+  /* One serialisation for most objects (a slim Pod is ~0.5 KiB). */
+  size_t room = sizeof(stack) - rvlen - 1;
+  size_t n = json_dumpb(obj, buf + rvlen + 1, room, flags);
+  if (n > room) {
+    buf = gf__malloc(rvlen + 1 + n);
+    if (!buf)
+      return NULL;
+    memcpy(buf, rv, rvlen);
+    buf[rvlen] = '\0';
+    if (json_dumpb(obj, buf + rvlen + 1, n, flags) != n)
+      n = 0;
+  }
+  json_t *e = n ? json_stringn_nocheck(buf, rvlen + 1 + n) : NULL;
+  if (buf != stack)
+    gf__free(buf);
+  return e;
+}
+
+/* The resourceVersion of a cached entry ("" if none). */
+static const char *entry_rv(const gf_kube_informer *inf, const json_t *e) {
+  return inf->compact ? json_string_value(e) : obj_rv(e);
+}
+
+/* The object of a cached entry (a new reference); NULL only when a compact
+ * entry cannot be decoded (out of memory). */
+static json_t *entry_obj(const gf_kube_informer *inf, json_t *e) {
+  if (!inf->compact || !e)
+    return json_incref(e);
+  const char *v = json_string_value(e);
+  size_t skip = strlen(v) + 1, len = json_string_length(e);
+  if (skip > len)
+    return NULL;
+  return json_loadb(v + skip, len - skip, JSON_ALLOW_NUL, NULL);
+}
+
 /* Stores obj under its key and calls on_add or on_update. */
 static int upsert(gf_kube_informer *inf, json_t *obj) {
   char key[KEY_MAX];
   int rc = obj_key(obj, key, sizeof(key));
   if (rc)
     return rc;
+  json_t *e = entry_new(inf, obj);
+  if (!e)
+    return GF_ENOMEM;
   pthread_mutex_lock(&inf->mu);
   json_t *old = json_incref(json_object_get(inf->cache, key));
-  if (json_object_set(inf->cache, key, obj))
+  if (json_object_set_new(inf->cache, key, e))
     rc = GF_ENOMEM;
   pthread_mutex_unlock(&inf->mu);
   if (!rc) {
-    if (!old && inf->h.on_add)
+    if (!old && inf->h.on_add) {
       inf->h.on_add(inf->h.user, obj);
-    else if (old && inf->h.on_update)
-      inf->h.on_update(inf->h.user, old, obj);
+    } else if (old && inf->h.on_update) {
+      json_t *o = entry_obj(inf, old);
+      if (o)
+        inf->h.on_update(inf->h.user, o, obj);
+      else if (inf->h.on_add) /* the old state is lost: say what is now */
+        inf->h.on_add(inf->h.user, obj);
+      json_decref(o);
+    }
   }
   json_decref(old);
   return rc;
@@ -151,47 +265,51 @@ static int remove_key(gf_kube_informer *inf, const char *key,
   if (old)
     json_object_del(inf->cache, key);
   pthread_mutex_unlock(&inf->mu);
-  if (old && inf->h.on_delete)
-    inf->h.on_delete(inf->h.user, last_state ? last_state : old);
+  if (old && inf->h.on_delete) {
+    json_t *o = last_state ? json_incref(last_state) : entry_obj(inf, old);
+    if (o)
+      inf->h.on_delete(inf->h.user, o);
+    json_decref(o);
+  }
   json_decref(old);
   return 0;
 }
 
-/* Applies a full LIST: adds, updates where the resourceVersion changed,
- * deletes what is gone. */
-static int apply_list(gf_kube_informer *inf, json_t *list, gf_diag *d) {
-  int rc = 0;
-  json_t *items = json_object_get(list, "items");
-  json_t *seen = json_object();
-  json_t *gone = json_array();
+/* Applies one LIST page: adds, and updates where the resourceVersion
+ * changed; notes each key in seen. */
+static int apply_page(gf_kube_informer *inf, json_t *page, json_t *seen,
+                      gf_diag *d) {
+  json_t *items = json_object_get(page, "items");
   size_t i;
   json_t *it;
   char key[KEY_MAX];
-  if (!seen || !gone) {
-    rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
-    goto out;
-  }
   json_array_foreach(items, i, it) {
-    if (obj_key(it, key, sizeof(key))) {
-      rc = gf_diag_set(d, GF_ESYNTAX,
-                       "LIST %s: item %zu has no valid "
-                       "metadata.name",
-                       inf->path, i);
-      goto out;
-    }
-    json_object_set_new(seen, key, json_true());
+    if (obj_key(it, key, sizeof(key)))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "LIST %s: item %zu has no valid metadata.name",
+                         inf->path, i);
+    if (json_object_set_new(seen, key, json_true()))
+      return gf_diag_set(d, GF_ENOMEM, "out of memory");
     pthread_mutex_lock(&inf->mu);
     json_t *old = json_object_get(inf->cache, key);
-    bool same = old && !strcmp(obj_rv(old), obj_rv(it)) && *obj_rv(it);
+    bool same = old && !strcmp(entry_rv(inf, old), obj_rv(it)) && *obj_rv(it);
     pthread_mutex_unlock(&inf->mu);
     if (!same) {
-      rc = upsert(inf, it);
-      if (rc) {
-        gf_diag_set(d, rc, "LIST %s: cannot store %s", inf->path, key);
-        goto out;
-      }
+      json_t *r = reduce(inf, it);
+      int rc = upsert(inf, r);
+      json_decref(r);
+      if (rc)
+        return gf_diag_set(d, rc, "LIST %s: cannot store %s", inf->path, key);
     }
   }
+  return 0;
+}
+
+/* Deletes what a full LIST did not show. */
+static int delete_unseen(gf_kube_informer *inf, json_t *seen, gf_diag *d) {
+  json_t *gone = json_array();
+  if (!gone)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
   pthread_mutex_lock(&inf->mu);
   const char *k;
   json_t *v;
@@ -200,10 +318,62 @@ static int apply_list(gf_kube_informer *inf, json_t *list, gf_diag *d) {
       json_array_append_new(gone, json_string(k));
   }
   pthread_mutex_unlock(&inf->mu);
+  size_t i;
+  json_t *it;
   json_array_foreach(gone, i, it) remove_key(inf, json_string_value(it), NULL);
-out:
-  json_decref(seen);
   json_decref(gone);
+  return 0;
+}
+
+/* A full LIST (following metadata.continue, page_size per page), applied
+ * page by page as it arrives, so that only one page of whole objects is in
+ * memory at a time; then what it did not show is deleted.  The next watch
+ * starts from the last page's resourceVersion.  A failure part way leaves
+ * what was applied (real states) and needs a new LIST. */
+static int list(gf_kube_informer *inf, gf_diag *d) {
+  int rc = 0;
+  char *cont = NULL;
+  char rv[RV_MAX] = "";
+  json_t *seen = json_object();
+  if (!seen)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  for (long n = 0;; n++) {
+    if (n >= LIST_MAX_PAGES) {
+      rc = gf_diag_set(d, GF_ELIMIT, "LIST %s: more than %d pages", inf->path,
+                       LIST_MAX_PAGES);
+      break;
+    }
+    gf_kube_list_opts lo = {.label_selector = inf->label,
+                            .field_selector = inf->field,
+                            .continue_token = cont,
+                            .limit = inf->page_size};
+    json_t *page = NULL;
+    if ((rc = gf_kube_list(inf->k, inf->path, &lo, &page, d)))
+      break;
+    rc = apply_page(inf, page, seen, d);
+    const char *prv = obj_rv(page);
+    if (*prv && strlen(prv) < sizeof(rv))
+      snprintf(rv, sizeof(rv), "%s", prv);
+    const char *c = json_string_value(
+        json_object_get(json_object_get(page, "metadata"), "continue"));
+    bool more = c && *c;
+    gf__free(cont);
+    cont = more ? gf__strdup(c) : NULL;
+    json_decref(page); /* c is gone with it */
+    if (!rc && more && !cont)
+      rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+    if (rc || !cont)
+      break;
+  }
+  if (!rc)
+    rc = delete_unseen(inf, seen, d);
+  if (!rc) {
+    pthread_mutex_lock(&inf->mu);
+    set_rv(inf, rv);
+    pthread_mutex_unlock(&inf->mu);
+  }
+  gf__free(cont);
+  json_decref(seen);
   return rc;
 }
 
@@ -213,13 +383,20 @@ static int on_event(void *user, gf_kube_event_type type, json_t *obj) {
   inf->events++;
   switch (type) {
   case GF_KUBE_ADDED:
-  case GF_KUBE_MODIFIED:
-    if (upsert(inf, obj))
+  case GF_KUBE_MODIFIED: {
+    json_t *r = reduce(inf, obj);
+    int rc = upsert(inf, r);
+    json_decref(r);
+    if (rc)
       return 0; /* an object without a name: skip it, keep watching */
     break;
+  }
   case GF_KUBE_DELETED:
-    if (obj_key(obj, key, sizeof(key)) == 0)
-      remove_key(inf, key, obj);
+    if (obj_key(obj, key, sizeof(key)) == 0) {
+      json_t *r = reduce(inf, obj);
+      remove_key(inf, key, r);
+      json_decref(r);
+    }
     break;
   default:
     break;
@@ -234,22 +411,11 @@ static int step(gf_kube_informer *inf, gf_diag *d) {
   int rc = 0;
   inf->events = 0;
   if (inf->need_list) {
-    json_t *list = NULL;
-    gf_kube_list_opts lo = {.label_selector = inf->label,
-                            .field_selector = inf->field,
-                            .limit = inf->page_size};
-    rc = gf_kube_list_all(inf->k, inf->path, &lo, &list, d);
-    if (rc)
-      return rc;
-    rc = apply_list(inf, list, d);
+    rc = list(inf, d);
     if (!rc) {
-      pthread_mutex_lock(&inf->mu);
-      set_rv(inf, obj_rv(list));
-      pthread_mutex_unlock(&inf->mu);
       inf->need_list = false;
       atomic_store(&inf->synced, true);
     }
-    json_decref(list);
     return rc;
   }
   char rv[RV_MAX];
@@ -323,8 +489,10 @@ json_t *gf_kube_informer_get(gf_kube_informer *inf, const char *ns,
   if (n < 0 || (size_t)n >= sizeof(key))
     return NULL;
   pthread_mutex_lock(&inf->mu);
-  json_t *v = json_incref(json_object_get(inf->cache, key));
+  json_t *e = json_incref(json_object_get(inf->cache, key));
   pthread_mutex_unlock(&inf->mu);
+  json_t *v = entry_obj(inf, e);
+  json_decref(e);
   return v;
 }
 

@@ -44,6 +44,35 @@ static int queue(struct MHD_Connection *c, int status, const char *type,
   return ret;
 }
 
+/* Queues body (malloc'd) as the answer, handing it to libmicrohttpd, which
+ * frees it once sent: a reply names every node (tens of kilobytes at
+ * thousands of nodes), so it is not copied again. */
+static int queue_owned(struct MHD_Connection *c, int status, const char *type,
+                       char *body, size_t len) {
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* The body's buffer sized once from Content-Length when it is given and
+ * within the cap (else it grows by doubling as the body arrives). */
+static void presize(conn *k, struct MHD_Connection *c, size_t max_body) {
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                               MHD_HTTP_HEADER_CONTENT_LENGTH);
+  int64_t n;
+  if (!cl || gf_parse_int64(cl, 1, (int64_t)max_body, &n, NULL))
+    return;
+  k->buf = malloc((size_t)n + 1);
+  k->cap = k->buf ? (size_t)n + 1 : 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
@@ -56,6 +85,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     if (!k)
       return MHD_NO;
     *con_cls = k;
+    presize(k, c, srv->max_body);
     return MHD_YES;
   }
   if (*upload_size) {
@@ -98,10 +128,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   gf_sched_reply r;
   gf_sched_handle(srv->s, method, url, k->buf ? k->buf : "", k->len, &r);
   enum MHD_Result ret;
-  if (r.body)
-    ret = queue(c, r.status, r.content_type, r.body, r.len);
-  else
+  if (r.body) {
+    ret = queue_owned(c, r.status, r.content_type, r.body, r.len);
+    r.body = NULL; /* libmicrohttpd's now */
+  } else {
     ret = queue(c, 500, "text/plain; charset=utf-8", "out of memory\n", 14);
+  }
   gf_sched_reply_release(&r);
   return ret;
 }

@@ -796,6 +796,12 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
   char a[32], b[32];
   if (r->gpu_count == 0)
     return 0; /* not ours to judge: kube-scheduler checks CPU and memory */
+  /* The common case first: gf_node_fits is exactly "every check below
+   * passes" (and is cheap: the node's free-share index rules most nodes in
+   * or out without looking at each GPU); the reasons are only worked out
+   * for nodes that fail. */
+  if (nr->has_inv && gf_node_fits(n, r))
+    return 0;
   if (!nr->has_inv || n->ngpus == 0) {
     snprintf(why, cap,
              "no gpufrac GPUs: node has no %s annotation (is the gpufrac "
@@ -1011,7 +1017,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   gf__node *pn = malloc(sizeof(*pn));
   json_t *failed = json_object(), *unres = json_object();
   json_t *passed = json_array();
-  size_t cap0 = 64 + json_array_size(a.node_names) * 24;
+  size_t cap0 = 64 + a.nnames * 24;
   tbuf tp = {malloc(cap0), 0, cap0, false}, tf = {malloc(256), 0, 256, false},
        tu = {malloc(256), 0, 256, false};
   if (tp.p)
@@ -1054,11 +1060,10 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
       pending_put(s, p);
     resolve(s, p, &r, &v);
   }
-  const json_t *list = a.node_items ? a.node_items : a.node_names;
-  size_t i;
-  const json_t *it;
-  json_array_foreach(list, i, it) {
-    const char *name = a.node_items ? node_name_of(it) : json_string_value(it);
+  size_t nlist = a.node_items ? json_array_size(a.node_items) : a.nnames;
+  for (size_t i = 0; i < nlist; i++) {
+    const json_t *it = a.node_items ? json_array_get(a.node_items, i) : NULL;
+    const char *name = a.node_items ? node_name_of(it) : a.names[i];
     char why[GF_DIAG_MAX];
     int kind;
     if (!name) {
@@ -1170,8 +1175,7 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
     out->json = error_obj(d.msg);
     return;
   }
-  const json_t *list = a.node_items ? a.node_items : a.node_names;
-  size_t n = json_array_size(list);
+  size_t n = a.node_items ? json_array_size(a.node_items) : a.nnames;
   gf__pod *p = malloc(sizeof(*p));
   int64_t *raw = calloc(n + 1, sizeof(*raw));
   bool *fits = calloc(n + 1, sizeof(*fits));
@@ -1193,10 +1197,10 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
     ok = false;
   }
   int64_t lo = INT64_MAX, hi = INT64_MIN;
-  size_t i;
-  const json_t *it;
-  json_array_foreach(list, i, it) {
-    const char *name = a.node_items ? node_name_of(it) : json_string_value(it);
+  for (size_t i = 0; i < n; i++) {
+    const char *name = a.node_items
+                           ? node_name_of(json_array_get(a.node_items, i))
+                           : a.names[i];
     int64_t ni = name && ok ? gf__smap_get(&s->nmap, name) : -1;
     if (ni < 0 || !gf_node_fits(gf_cluster_node(s->c, (uint32_t)ni), &r))
       continue;
@@ -1216,8 +1220,10 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   }
   tb_printf(&t, "[");
   bool first = true;
-  json_array_foreach(list, i, it) {
-    const char *name = a.node_items ? node_name_of(it) : json_string_value(it);
+  for (size_t i = 0; i < n; i++) {
+    const char *name = a.node_items
+                           ? node_name_of(json_array_get(a.node_items, i))
+                           : a.names[i];
     if (!name)
       continue;
     int score = 0;

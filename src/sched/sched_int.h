@@ -78,16 +78,27 @@ typedef struct gf__node {
 int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d);
 
 /* ExtenderArgs: the pod plus either Nodes (a v1 NodeList) or NodeNames.
- * `nodes` points into root (borrowed); exactly one of nodes/names is set. */
+ * node_items points into root (borrowed); exactly one of node_items and
+ * names is set (names may be empty). */
 typedef struct gf__args {
   json_t *root; /* owned: json_decref when done (gf__args_release) */
   const json_t *pod;
   const json_t *node_items; /* Nodes.items, or NULL */
-  const json_t *node_names; /* NodeNames, or NULL */
+  const char **names;       /* NodeNames, nnames of them, or NULL */
+  size_t nnames;
+  char *names_buf; /* owned: the names' text when not in root */
 } gf__args;
 
 /* Parses a request body.  GF_ESYNTAX with the JSON error's line and column,
- * or naming the missing / mistyped member. */
+ * or naming the missing / mistyped member.
+ *
+ * NodeNames lists every candidate node (thousands), so it is read without
+ * jansson when it is plain: a top-level member matched once, an array of
+ * strings of printable ASCII without escapes (node names are DNS names),
+ * each shorter than GF_NAME_MAX.  The names go to one buffer, the rest of
+ * the body (with the array replaced by []) to jansson.  Anything else, and
+ * any body jansson refuses, is parsed whole by jansson, so errors and
+ * answers are the same either way. */
 int gf__args_parse(const char *body, size_t len, gf__args *out, gf_diag *d);
 void gf__args_release(gf__args *a);
 

@@ -16,14 +16,18 @@ static uint32_t hash(const char *s) {
   return h;
 }
 
+/* Probes compare the stored hash first: a string compare (and the cache
+ * miss of reading the key) only for a probable match, not on every probe of
+ * a run of names that share a prefix ("node-00017", "node-00018"). */
 int64_t gf__smap_get(const gf__smap *m, const char *key) {
   if (!m->cap)
     return -1;
-  for (uint32_t i = hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+  uint32_t h = hash(key);
+  for (uint32_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
     const gf__smap_slot *s = &m->slots[i];
     if (!s->key)
       return -1;
-    if (s->key != TOMB && strcmp(s->key, key) == 0)
+    if (s->hash == h && s->key != TOMB && strcmp(s->key, key) == 0)
       return s->val;
   }
 }
@@ -39,7 +43,7 @@ static int grow(gf__smap *m) {
     const gf__smap_slot *s = &m->slots[j];
     if (!s->key || s->key == TOMB)
       continue;
-    uint32_t i = hash(s->key) & (cap - 1);
+    uint32_t i = s->hash & (cap - 1);
     while (slots[i].key)
       i = (i + 1) & (cap - 1);
     slots[i] = *s;
@@ -52,12 +56,13 @@ static int grow(gf__smap *m) {
 }
 
 int gf__smap_put(gf__smap *m, const char *key, uint32_t val) {
+  uint32_t h = hash(key);
   if (m->cap) {
-    for (uint32_t i = hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    for (uint32_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
       gf__smap_slot *s = &m->slots[i];
       if (!s->key)
         break;
-      if (s->key != TOMB && strcmp(s->key, key) == 0) {
+      if (s->hash == h && s->key != TOMB && strcmp(s->key, key) == 0) {
         s->key = key;
         s->val = val;
         return 0;
@@ -66,13 +71,14 @@ int gf__smap_put(gf__smap *m, const char *key, uint32_t val) {
   }
   if ((m->used + 1) * 4 > m->cap * 3 && grow(m))
     return GF_ENOMEM;
-  uint32_t i = hash(key) & (m->cap - 1);
+  uint32_t i = h & (m->cap - 1);
   while (m->slots[i].key && m->slots[i].key != TOMB)
     i = (i + 1) & (m->cap - 1);
   if (!m->slots[i].key)
     m->used++;
   m->slots[i].key = key;
   m->slots[i].val = val;
+  m->slots[i].hash = h;
   m->live++;
   return 0;
 }
@@ -80,11 +86,12 @@ int gf__smap_put(gf__smap *m, const char *key, uint32_t val) {
 void gf__smap_del(gf__smap *m, const char *key) {
   if (!m->cap)
     return;
-  for (uint32_t i = hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+  uint32_t h = hash(key);
+  for (uint32_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
     gf__smap_slot *s = &m->slots[i];
     if (!s->key)
       return;
-    if (s->key != TOMB && strcmp(s->key, key) == 0) {
+    if (s->hash == h && s->key != TOMB && strcmp(s->key, key) == 0) {
       s->key = TOMB;
       m->live--;
       return;

@@ -11,6 +11,7 @@
 typedef struct gf__smap_slot {
   const char *key; /* NULL: empty; &gf__smap_tomb: deleted */
   uint32_t val;
+  uint32_t hash; /* of key: probes compare it before the strings */
 } gf__smap_slot;
 
 typedef struct gf__smap {

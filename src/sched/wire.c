@@ -6,7 +6,9 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
@@ -339,8 +341,26 @@ static int load_body(const char *body, size_t len, const char *what,
   return 0;
 }
 
-int gf__args_parse(const char *body, size_t len, gf__args *out, gf_diag *d) {
-  memset(out, 0, sizeof(*out));
+/* NodeNames of the slow path: pointers into root's strings. */
+static int names_from_json(const json_t *names, gf__args *out, gf_diag *d) {
+  size_t n = json_array_size(names), i;
+  const json_t *v;
+  out->names = malloc((n ? n : 1) * sizeof(*out->names));
+  if (!out->names)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  json_array_foreach(names, i, v) {
+    if (!json_is_string(v) || json_string_length(v) >= GF_NAME_MAX ||
+        strlen(json_string_value(v)) != json_string_length(v))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "ExtenderArgs: NodeNames[%zu] is not a node name", i);
+    out->names[i] = json_string_value(v);
+  }
+  out->nnames = n;
+  return 0;
+}
+
+/* The whole body through jansson. */
+static int args_slow(const char *body, size_t len, gf__args *out, gf_diag *d) {
   int rc = load_body(body, len, "ExtenderArgs", &out->root, d);
   if (rc)
     return rc;
@@ -360,16 +380,8 @@ int gf__args_parse(const char *body, size_t len, gf__args *out, gf_diag *d) {
                        "array");
       goto fail;
     }
-    size_t i;
-    const json_t *n;
-    json_array_foreach(names, i, n) {
-      if (!json_is_string(n) || json_string_length(n) >= GF_NAME_MAX) {
-        rc = gf_diag_set(d, GF_ESYNTAX,
-                         "ExtenderArgs: NodeNames[%zu] is not a node name", i);
-        goto fail;
-      }
-    }
-    out->node_names = names;
+    if ((rc = names_from_json(names, out, d)))
+      goto fail;
     return 0;
   }
   if (nodes && !json_is_null(nodes)) {
@@ -403,8 +415,204 @@ fail:
   return rc;
 }
 
+/* ---- the fast path for NodeNames ---- */
+
+typedef struct scan {
+  const char *p, *end;
+} scan;
+
+static void sk_ws(scan *s) {
+  while (s->p < s->end &&
+         (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+    s->p++;
+}
+
+/* Skips a string token (JSON's lexical rule); *esc set if it has escapes.
+ * -1 if there is none at p or it is cut or holds a control byte. */
+static int sk_str(scan *s, bool *esc) {
+  if (s->p >= s->end || *s->p != '"')
+    return -1;
+  for (s->p++; s->p < s->end; s->p++) {
+    unsigned char c = (unsigned char)*s->p;
+    if (c == '"') {
+      s->p++;
+      return 0;
+    }
+    if (c == '\\') {
+      *esc = true;
+      if (++s->p >= s->end)
+        return -1;
+    } else if (c < 0x20) {
+      return -1;
+    }
+  }
+  return -1;
+}
+
+/* Skips one value without validating it (jansson does, later): strings by
+ * JSON's rule, brackets by depth (at most 64), anything else up to the next
+ * delimiter. */
+static int sk_val(scan *s) {
+  int depth = 0;
+  bool esc;
+  do {
+    sk_ws(s);
+    if (s->p >= s->end)
+      return -1;
+    char c = *s->p;
+    if (c == '"') {
+      if (sk_str(s, &esc))
+        return -1;
+    } else if (c == '{' || c == '[') {
+      if (++depth > 64)
+        return -1;
+      s->p++;
+    } else if (c == '}' || c == ']') {
+      if (depth-- == 0)
+        return -1;
+      s->p++;
+    } else if (c == ',' || c == ':') {
+      if (depth == 0)
+        return -1;
+      s->p++;
+    } else {
+      const char *q = s->p;
+      while (s->p < s->end && *s->p && !strchr(",:[]{}\" \t\r\n", *s->p))
+        s->p++;
+      if (s->p == q)
+        return -1;
+    }
+  } while (depth > 0);
+  return 0;
+}
+
+/* Finds the one top-level member NodeNames (Go's case rule) of the object
+ * in body and its value's bytes [*va, *vb).  0 when found; -1 when absent,
+ * ambiguous (several keys match, or a key with escapes) or not understood. */
+static int find_names(const char *body, size_t len, const char **va,
+                      const char **vb) {
+  scan s = {body, body + len};
+  int found = 0;
+  sk_ws(&s);
+  if (s.p >= s.end || *s.p != '{')
+    return -1;
+  s.p++;
+  for (;;) {
+    bool esc = false;
+    sk_ws(&s);
+    const char *k = s.p + 1;
+    if (sk_str(&s, &esc) || esc)
+      return -1;
+    size_t klen = (size_t)(s.p - 1 - k);
+    bool match = klen == 9 && strncasecmp(k, "NodeNames", 9) == 0;
+    sk_ws(&s);
+    if (s.p >= s.end || *s.p != ':')
+      return -1;
+    s.p++;
+    sk_ws(&s);
+    const char *v = s.p;
+    if (sk_val(&s))
+      return -1;
+    if (match) {
+      if (found++)
+        return -1;
+      *va = v;
+      *vb = s.p;
+    }
+    sk_ws(&s);
+    if (s.p < s.end && *s.p == ',') {
+      s.p++;
+      continue;
+    }
+    if (s.p < s.end && *s.p == '}')
+      break;
+    return -1;
+  }
+  return found ? 0 : -1;
+}
+
+/* Reads [a, b) as an array of plain names into out->names_buf / names.
+ * -1 when it is anything else (another value, escapes, non-ASCII bytes,
+ * names too long): the slow path decides then. */
+static int scan_names(const char *a, const char *b, gf__args *out) {
+  scan s = {a, b};
+  size_t room = (size_t)(b - a);
+  out->names_buf = malloc(room);
+  out->names = malloc((room / 3 + 1) * sizeof(*out->names));
+  if (!out->names_buf || !out->names || *s.p != '[')
+    return -1;
+  char *w = out->names_buf;
+  s.p++;
+  sk_ws(&s);
+  if (s.p < s.end && *s.p == ']')
+    return s.p + 1 == b ? 0 : -1;
+  for (;;) {
+    sk_ws(&s);
+    if (s.p >= s.end || *s.p != '"')
+      return -1;
+    const char *q = ++s.p;
+    while (s.p < s.end && *s.p != '"') {
+      unsigned char c = (unsigned char)*s.p;
+      if (c < 0x20 || c > 0x7e || c == '\\')
+        return -1;
+      s.p++;
+    }
+    size_t n = (size_t)(s.p - q);
+    if (s.p >= s.end || n >= GF_NAME_MAX)
+      return -1;
+    memcpy(w, q, n);
+    w[n] = '\0';
+    out->names[out->nnames++] = w;
+    w += n + 1;
+    s.p++;
+    sk_ws(&s);
+    if (s.p < s.end && *s.p == ',') {
+      s.p++;
+      continue;
+    }
+    if (s.p < s.end && *s.p == ']' && s.p + 1 == b)
+      return 0;
+    return -1;
+  }
+}
+
+/* NodeNames by hand, the rest of the body (the array replaced by []) by
+ * jansson.  -1 (with out released) whenever the slow path should decide. */
+static int args_fast(const char *body, size_t len, gf__args *out) {
+  const char *va = NULL, *vb = NULL;
+  if (find_names(body, len, &va, &vb) || *va != '[' || scan_names(va, vb, out))
+    goto fail;
+  size_t head = (size_t)(va - body), tail = len - (size_t)(vb - body);
+  char *rest = malloc(head + 2 + tail);
+  if (!rest)
+    goto fail;
+  memcpy(rest, body, head);
+  memcpy(rest + head, "[]", 2);
+  memcpy(rest + head + 2, vb, tail);
+  out->root = json_loadb(rest, head + 2 + tail, 0, NULL);
+  free(rest);
+  out->pod = gf__json_get(out->root, "Pod");
+  const json_t *names = gf__json_get(out->root, "NodeNames");
+  if (!json_is_object(out->root) || !json_is_object(out->pod) ||
+      !json_is_array(names) || json_array_size(names) != 0)
+    goto fail;
+  return 0;
+fail:
+  gf__args_release(out);
+  return -1;
+}
+
+int gf__args_parse(const char *body, size_t len, gf__args *out, gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  if (args_fast(body, len, out) == 0)
+    return 0;
+  return args_slow(body, len, out, d);
+}
+
 void gf__args_release(gf__args *a) {
   json_decref(a->root);
+  free(a->names);
+  free(a->names_buf);
   memset(a, 0, sizeof(*a));
 }
 
@@ -458,4 +666,171 @@ void gf__fmt_cpu(int64_t milli, char *buf, size_t cap) {
              (milli % 1000) / 10);
   else
     snprintf(buf, cap, "%" PRId64 ".%03" PRId64, milli / 1000, milli % 1000);
+}
+
+/* ---- slim objects for the informers' caches ---------------------------- */
+
+/* Sets dst[key] to a copy of src's member key (Go's case rule), if any.
+ * Nonzero only when out of memory. */
+static int keep(json_t *dst, const json_t *src, const char *key) {
+  const json_t *v = gf__json_get(src, key);
+  return v ? json_object_set_new(dst, key, json_deep_copy(v)) : 0;
+}
+
+/* The resources the pod parser reads (read_one), exact names. */
+static const char *const slim_res[] = {"cpu", "memory", GF_RES_GPU,
+                                       GF_RES_GPU_MEMORY, GF_RES_GPU_COMPUTE};
+
+/* A container's resources as read_one sees them: each resource from
+ * requests, else from limits, all in one "requests" object.  Anything that
+ * is not an object is kept as it is (the parser's error stays the same). */
+static json_t *slim_resources(const json_t *r) {
+  if (!json_is_object(r))
+    return json_deep_copy(r);
+  const json_t *req = gf__json_get(r, "requests");
+  const json_t *lim = gf__json_get(r, "limits");
+  json_t *out = json_object(), *m = json_object();
+  if (!out || !m)
+    goto fail;
+  for (size_t i = 0; i < sizeof(slim_res) / sizeof(slim_res[0]); i++) {
+    const json_t *v =
+        json_is_object(req) ? json_object_get(req, slim_res[i]) : NULL;
+    if (!v && json_is_object(lim))
+      v = json_object_get(lim, slim_res[i]);
+    if (v && json_object_set_new(m, slim_res[i], json_deep_copy(v)))
+      goto fail;
+  }
+  if (json_object_size(m) && json_object_set(out, "requests", m))
+    goto fail;
+  json_decref(m);
+  return out;
+fail:
+  json_decref(m);
+  json_decref(out);
+  return NULL;
+}
+
+static json_t *slim_containers(const json_t *cs) {
+  if (!json_is_array(cs))
+    return json_deep_copy(cs);
+  json_t *out = json_array();
+  size_t i;
+  const json_t *c;
+  json_array_foreach(cs, i, c) {
+    json_t *sc = json_is_object(c) ? json_object() : json_deep_copy(c);
+    if (!sc || json_array_append_new(out, sc))
+      goto fail;
+    if (!json_is_object(c))
+      continue;
+    const json_t *r = gf__json_get(c, "resources");
+    if (keep(sc, c, "name") || keep(sc, c, "restartPolicy") ||
+        (r && json_object_set_new(sc, "resources", slim_resources(r))))
+      goto fail;
+  }
+  return out;
+fail:
+  json_decref(out);
+  return NULL;
+}
+
+json_t *gf_sched_pod_slim(const json_t *pod) {
+  if (!json_is_object(pod))
+    return json_deep_copy(pod);
+  json_t *out = json_object();
+  if (!out)
+    return NULL;
+  const json_t *meta = gf__json_get(pod, "metadata");
+  const json_t *spec = gf__json_get(pod, "spec");
+  const json_t *status = gf__json_get(pod, "status");
+  if (json_is_object(meta)) {
+    json_t *m = json_object();
+    if (!m || json_object_set_new(out, "metadata", m) ||
+        keep(m, meta, "name") || keep(m, meta, "namespace") ||
+        keep(m, meta, "uid") || keep(m, meta, "resourceVersion") ||
+        keep(m, meta, "deletionTimestamp"))
+      goto fail;
+    const json_t *ann = gf__json_get(meta, "annotations");
+    if (json_is_object(ann)) {
+      json_t *a = json_object();
+      const json_t *g = json_object_get(ann, GF_GRANT_ANNOTATION);
+      if (!a || json_object_set_new(m, "annotations", a) ||
+          keep(a, ann, GF_ANN_GPU_MODEL) ||
+          (g && json_object_set_new(a, GF_GRANT_ANNOTATION, json_deep_copy(g))))
+        goto fail;
+    } else if (ann && keep(m, meta, "annotations")) {
+      goto fail;
+    }
+  } else if (meta && keep(out, pod, "metadata")) {
+    goto fail;
+  }
+  if (json_is_object(spec)) {
+    json_t *s = json_object();
+    const json_t *cs = gf__json_get(spec, "containers");
+    const json_t *ics = gf__json_get(spec, "initContainers");
+    if (!s || json_object_set_new(out, "spec", s) ||
+        keep(s, spec, "nodeName") || keep(s, spec, "overhead") ||
+        (cs && json_object_set_new(s, "containers", slim_containers(cs))) ||
+        (ics && json_object_set_new(s, "initContainers", slim_containers(ics))))
+      goto fail;
+  } else if (spec && keep(out, pod, "spec")) {
+    goto fail;
+  }
+  if (json_is_object(status)) {
+    json_t *st = json_object();
+    if (!st || json_object_set_new(out, "status", st) ||
+        keep(st, status, "phase"))
+      goto fail;
+  }
+  return out;
+fail:
+  json_decref(out);
+  return NULL;
+}
+
+json_t *gf_sched_node_slim(const json_t *node) {
+  if (!json_is_object(node))
+    return json_deep_copy(node);
+  json_t *out = json_object();
+  if (!out)
+    return NULL;
+  const json_t *meta = gf__json_get(node, "metadata");
+  const json_t *st = gf__json_get(node, "status");
+  if (json_is_object(meta)) {
+    json_t *m = json_object();
+    if (!m || json_object_set_new(out, "metadata", m) ||
+        keep(m, meta, "name") || keep(m, meta, "uid") ||
+        keep(m, meta, "resourceVersion") || keep(m, meta, "deletionTimestamp"))
+      goto fail;
+    const json_t *ann = gf__json_get(meta, "annotations");
+    const json_t *inv = json_is_object(ann)
+                            ? json_object_get(ann, GF_INVENTORY_ANNOTATION)
+                            : NULL;
+    if (inv) {
+      json_t *a = json_object();
+      if (!a || json_object_set_new(m, "annotations", a) ||
+          json_object_set_new(a, GF_INVENTORY_ANNOTATION, json_deep_copy(inv)))
+        goto fail;
+    }
+  } else if (meta && keep(out, node, "metadata")) {
+    goto fail;
+  }
+  const json_t *alloc =
+      json_is_object(st) ? gf__json_get(st, "allocatable") : NULL;
+  if (json_is_object(alloc)) {
+    json_t *s = json_object();
+    if (!s || json_object_set_new(out, "status", s))
+      goto fail;
+    json_t *al = json_object();
+    if (!al || json_object_set_new(s, "allocatable", al))
+      goto fail;
+    for (size_t i = 0; i < 2; i++) { /* exact names, as read_res reads */
+      const json_t *v = json_object_get(alloc, slim_res[i]);
+      if (v && json_object_set_new(al, slim_res[i], json_deep_copy(v)))
+        goto fail;
+    }
+  }
+  return out;
+fail:
+  json_decref(out);
+  return NULL;
 }

@@ -68,9 +68,28 @@ static const td_expect script[] = {
 typedef struct counts {
   int adds, updates, deletes;
   char log[512];
+  bool transform;  /* the informer has the test's transform */
+  int transformed; /* calls of the transform */
 } counts;
 
+/* A transform that drops everything, metadata included, and adds a member
+ * the handlers check for: the informer must keep the identity itself. */
+static json_t *drop_all(void *u, json_t *o) {
+  counts *c = u;
+  c->transformed++;
+  assert_non_null(json_object_get(o, "metadata"));
+  return json_pack("{s:b}", "slim", 1);
+}
+
 static void logf_(counts *c, const char *what, json_t *o) {
+  if (c->transform) {
+    const json_t *md = json_object_get(o, "metadata");
+    assert_true(json_is_true(json_object_get(o, "slim")));
+    assert_int_equal(json_object_size(o), 2); /* slim, metadata */
+    assert_non_null(json_object_get(md, "resourceVersion"));
+    assert_string_equal(json_string_value(json_object_get(md, "namespace")),
+                        "default");
+  }
   size_t n = strlen(c->log);
   const char *name = json_string_value(
       json_object_get(json_object_get(o, "metadata"), "name"));
@@ -109,20 +128,25 @@ static const char *rv_of(gf_kube_informer *inf, const char *name) {
   return buf;
 }
 
-static void test_informer(void **st) {
-  (void)st;
+/* The script above, with or without a transform, with or without a compact
+ * cache: the same callbacks, the same reconciling, the same
+ * resourceVersions every way. */
+static void run_informer(bool transform, bool compact) {
   td_server *srv = td_start(script, N(script));
   assert_non_null(srv);
   gf_diag d = {""};
   gf_kube_config *cfg = NULL;
   assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
-  counts c = {0};
+  counts c = {.transform = transform};
   gf_kube_informer_handlers h = {on_add, on_update, on_delete, &c, NULL};
   gf_kube_informer_opts o = {.path = "/api/v1/pods",
                              .page_size = 2,
                              .backoff_base_ms = 10,
                              .backoff_cap_ms = 50,
-                             .seed = 1};
+                             .seed = 1,
+                             .transform = transform ? drop_all : NULL,
+                             .transform_user = &c,
+                             .compact = compact};
   gf_kube_informer *inf = NULL;
   assert_int_equal(gf_kube_informer_new(&inf, cfg, NULL, &o, &h, &d), 0);
   assert_false(gf_kube_informer_synced(inf));
@@ -171,11 +195,35 @@ static void test_informer(void **st) {
   assert_int_equal(gf_kube_informer_count(inf), 4);
   gf_kube_informer_stop(inf);
   pthread_join(t, NULL);
+  if (transform) {
+    /* 3 listed + 3 watched (the delete's last state too) + 2 re-listed
+     * (a is unchanged: not transformed again) + 1 */
+    assert_int_equal(c.transformed, 9);
+    json_t *f = gf_kube_informer_get(inf, "default", "f");
+    assert_non_null(f);
+    assert_true(json_is_true(json_object_get(f, "slim")));
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(f, "metadata"), "name")),
+                        "f");
+    json_decref(f);
+  }
   gf_kube_informer_free(inf);
   gf_kube_config_free(cfg);
   char err[1024];
   if (td_finish(srv, err, sizeof(err)))
     fail_msg("API double: %s", err);
+}
+
+static void test_informer(void **st) {
+  (void)st;
+  run_informer(false, false);
+  run_informer(false, true);
+}
+
+static void test_informer_transform(void **st) {
+  (void)st;
+  run_informer(true, false);
+  run_informer(true, true);
 }
 
 typedef struct errlog {
@@ -272,6 +320,7 @@ static void test_informer_errors(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_informer),
+      cmocka_unit_test(test_informer_transform),
       cmocka_unit_test(test_informer_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -172,6 +172,263 @@ static void test_pod_parse(void **state) {
   }
 }
 
+/* ---- slim objects (what the informers cache) -----------------------------*/
+
+/* gf__pod_parse gives the same answer, errors included, for pod text and
+ * for gf_sched_pod_slim of it; returns the slim object's JSON length. */
+static size_t same_pod(const char *text) {
+  json_t *full = json_loads(text, 0, NULL);
+  assert_non_null(full);
+  json_t *slim = gf_sched_pod_slim(full);
+  assert_non_null(slim);
+  gf__pod a, b;
+  gf_diag da = {""}, db = {""};
+  int ra = gf__pod_parse(full, &a, &da);
+  int rb = gf__pod_parse(slim, &b, &db);
+  if (ra != rb || strcmp(da.msg, db.msg) != 0) {
+    fprintf(stderr, "%s\nfull: %d %s\nslim: %d %s\n", text, ra, da.msg, rb,
+            db.msg);
+    fail();
+  }
+  if (ra == 0) {
+    assert_string_equal(a.ns, b.ns);
+    assert_string_equal(a.name, b.name);
+    assert_string_equal(a.uid, b.uid);
+    assert_string_equal(a.rv, b.rv);
+    assert_string_equal(a.node, b.node);
+    assert_string_equal(a.phase, b.phase);
+    assert_string_equal(a.container, b.container);
+    assert_string_equal(a.models, b.models);
+    assert_memory_equal(&a.req, &b.req, sizeof(a.req));
+    assert_int_equal(a.compute_pct, b.compute_pct);
+    assert_int_equal(a.grant_len, b.grant_len);
+    if (a.grant)
+      assert_memory_equal(a.grant, b.grant, a.grant_len);
+    else
+      assert_null(b.grant);
+  }
+  char *dump = json_dumps(slim, JSON_COMPACT);
+  size_t n = strlen(dump);
+  free(dump);
+  json_decref(slim);
+  json_decref(full);
+  return n;
+}
+
+static void same_node(const char *text) {
+  json_t *full = json_loads(text, 0, NULL);
+  assert_non_null(full);
+  json_t *slim = gf_sched_node_slim(full);
+  assert_non_null(slim);
+  gf__node *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+  gf_diag da = {""}, db = {""};
+  int ra = gf__node_parse(full, a, &da);
+  int rb = gf__node_parse(slim, b, &db);
+  if (ra != rb || strcmp(da.msg, db.msg) != 0) {
+    fprintf(stderr, "%s\nfull: %d %s\nslim: %d %s\n", text, ra, da.msg, rb,
+            db.msg);
+    fail();
+  }
+  if (ra == 0)
+    assert_memory_equal(a, b, sizeof(*a));
+  free(a);
+  free(b);
+  json_decref(slim);
+  json_decref(full);
+}
+
+static void test_slim(void **state) {
+  (void)state;
+  const char *pods[] = {"pod_share.json", "pod_bound.json"};
+  for (size_t i = 0; i < 2; i++) {
+    size_t len;
+    char *t = fixture(pods[i], &len);
+    size_t n = same_pod(t);
+    assert_true(n < len / 2); /* volumes, images, ownerReferences... gone */
+    free(t);
+  }
+  json_t *j = fixture_json("pod_share.json");
+  json_t *sl = gf_sched_pod_slim(j);
+  json_t *spec = json_object_get(sl, "spec");
+  assert_null(json_object_get(spec, "volumes"));
+  assert_null(json_object_get(json_object_get(sl, "metadata"), "labels"));
+  assert_null(json_object_get(sl, "kind"));
+  /* limits merged into requests; other resources dropped */
+  json_t *c0 = json_array_get(json_object_get(spec, "containers"), 0);
+  json_t *res = json_object_get(c0, "resources");
+  assert_int_equal(json_object_size(res), 1);
+  assert_int_equal(json_object_size(json_object_get(res, "requests")), 5);
+  assert_null(json_object_get(c0, "image"));
+  json_decref(sl);
+  json_decref(j);
+
+#define P(meta, spec, rest)                                                    \
+  "{\"metadata\":{\"name\":\"p\"" meta "},\"spec\":{" spec "}" rest "}"
+#define C(name, res) "{\"name\":\"" name "\",\"resources\":" res "}"
+  static const char *const cases[] = {
+      /* requests win over limits, limits fill in, case-insensitive keys */
+      P(",\"uid\":\"u\",\"resourceVersion\":\"7\"",
+        "\"nodeName\":\"n\",\"containers\":[" C(
+            "c", "{\"Requests\":{\"cpu\":\"2\"},\"limits\":{\"cpu\":\"4\","
+                 "\"memory\":\"1Gi\",\"gpufrac.io/gpu-memory\":\"4Gi\"}}") "]",
+        ",\"status\":{\"phase\":\"Running\"}"),
+      "{\"Metadata\":{\"Name\":\"p\",\"Namespace\":\"x\"},\"SPEC\":{"
+      "\"Containers\":[{\"Name\":\"c\",\"Resources\":{\"Limits\":{"
+      "\"gpufrac.io/gpu\":\"1\"}}}]}}",
+      /* a bad request value is an error even when the limit is fine */
+      P("",
+        "\"containers\":[" C("c", "{\"requests\":{\"cpu\":\"x\"},"
+                                  "\"limits\":{\"cpu\":\"1\"}}") "]",
+        ""),
+      P("",
+        "\"containers\":[" C("c", "{\"requests\":{\"cpu\":\"1\"},"
+                                  "\"limits\":{\"cpu\":\"x\"}}") "]",
+        ""),
+      P("", "\"containers\":[" C("c", "null") "," C("d", "[]") "]", ""),
+      P("", "\"containers\":[" C("c", "{\"requests\":[]}") ",7]", ""),
+      /* sidecars, init containers, overhead */
+      P("",
+        "\"overhead\":{\"cpu\":\"250m\",\"memory\":\"10Mi\"},"
+        "\"initContainers\":[{\"name\":\"s\",\"restartPolicy\":\"Always\","
+        "\"resources\":{\"requests\":{\"cpu\":\"1\"}}}," C(
+            "i",
+            "{\"requests\":{\"cpu\":\"3\",\"memory\":\"2Gi\"}}") "],"
+                                                                 "\"container"
+                                                                 "s\":[" C(
+                                                                     "c",
+                                                                     "{\"limi"
+                                                                     "ts\":{"
+                                                                     "\"gpufr"
+                                                                     "ac.io/"
+                                                                     "gpu\":"
+                                                                     "\"2\"}"
+                                                                     "}") "]",
+        ",\"status\":{\"phase\":\"Succeeded\"}"),
+      P("", "\"initContainers\":{},\"containers\":[]", ""),
+      P("", "\"overhead\":{\"cpu\":[]},\"containers\":[]", ""),
+      /* annotations: grant and gpu-model kept, others not; wrong types */
+      P(",\"annotations\":{\"gpufrac.io/gpu-model\":\"T4\",\"x\":\"y\","
+        "\"gpufrac.io/grant\":\"{}\"}",
+        "\"containers\":[]", ""),
+      P(",\"annotations\":[]", "\"containers\":[]", ""),
+      P(",\"annotations\":{\"gpufrac.io/gpu-model\":7}", "\"containers\":[]",
+        ""),
+      P(",\"namespace\":7", "\"containers\":[]", ""),
+      P("", "\"nodeName\":[],\"containers\":[]", ""),
+      P("", "\"containers\":[]", ",\"status\":{\"phase\":7}"),
+      P("", "\"containers\":[]", ",\"status\":[]"),
+      "{\"metadata\":[],\"spec\":{}}",
+      "{\"metadata\":{\"name\":\"p\"},\"spec\":7}",
+      "[]",
+  };
+#undef P
+#undef C
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    same_pod(cases[i]);
+
+  const char *nodes[] = {"node_a100.json", "node_t4.json", "node_cpu.json"};
+  for (size_t i = 0; i < 3; i++) {
+    char *t = fixture(nodes[i], NULL);
+    same_node(t);
+    free(t);
+  }
+  static const char *const ncases[] = {
+      "{\"metadata\":{\"name\":\"n\",\"annotations\":{"
+      "\"gpufrac.io/inventory\":\"{\\\"version\\\":2}\"}}}",
+      "{\"metadata\":{\"name\":\"n\",\"annotations\":{"
+      "\"gpufrac.io/inventory\":7}}}",
+      "{\"Metadata\":{\"Name\":\"n\"},\"Status\":{\"Allocatable\":{"
+      "\"cpu\":\"3\",\"memory\":5,\"pods\":\"110\"}}}",
+      "{\"metadata\":{\"name\":\"n\"},\"status\":{\"allocatable\":{"
+      "\"cpu\":[]}}}",
+      "{\"metadata\":{\"name\":\"\"}}",
+      "{\"metadata\":7}",
+      "{}",
+  };
+  for (size_t i = 0; i < sizeof(ncases) / sizeof(ncases[0]); i++)
+    same_node(ncases[i]);
+}
+
+/* ---- ExtenderArgs: NodeNames read by hand or by jansson, same answer ----*/
+
+/* gf__args_parse(body) against jansson's reading of the whole body (Go's
+ * key rule, as the slow path): same success, same names.  fast: whether
+ * the names must have been read by hand (names_buf) or by jansson. */
+static void same_args(const char *body, bool fast) {
+  gf__args a;
+  gf_diag d = {""};
+  int rc = gf__args_parse(body, strlen(body), &a, &d);
+  json_t *root = json_loads(body, 0, NULL);
+  const json_t *names = gf__json_get(root, "NodeNames");
+  bool ok = json_is_object(root) && json_is_object(gf__json_get(root, "Pod")) &&
+            json_is_array(names);
+  for (size_t i = 0; ok && i < json_array_size(names); i++)
+    ok = json_is_string(json_array_get(names, i)) &&
+         json_string_length(json_array_get(names, i)) < GF_NAME_MAX;
+  if ((rc == 0) != ok || (rc == 0 && (a.names_buf != NULL) != fast)) {
+    fprintf(stderr, "%s: rc %d (%s), fast %d\n", body, rc, d.msg,
+            a.names_buf != NULL);
+    fail();
+  }
+  if (rc == 0) {
+    assert_int_equal(a.nnames, json_array_size(names));
+    for (size_t i = 0; i < a.nnames; i++)
+      assert_string_equal(a.names[i],
+                          json_string_value(json_array_get(names, i)));
+    assert_non_null(a.pod);
+    assert_null(a.node_items);
+  }
+  gf__args_release(&a);
+  json_decref(root);
+}
+
+static void test_args_names(void **state) {
+  (void)state;
+  char *fx = fixture("filter_args_names.json", NULL);
+  same_args(fx, true);
+  free(fx);
+  static const struct {
+    const char *body;
+    bool fast;
+  } cases[] = {
+      {"{\"Pod\":{},\"NodeNames\":[\"a\",\"b-1.x\"]}", true},
+      {" {\n\"NodeNames\" : [ \"a\" ,\t\"b\" ] ,\"Pod\":{\"x\":[1,{}]}}\r\n",
+       true},
+      {"{\"Pod\":{},\"nodeNames\":[]}", true},
+      {"{\"Pod\":{},\"NODENAMES\":[\"a\"],\"Nodes\":null}", true},
+      /* NodeNames deeper down is not the member */
+      {"{\"Pod\":{\"NodeNames\":[\"x\"],\"s\":\"]}[{\\\",\\\"NodeNames\\\":\"},"
+       "\"NodeNames\":[\"a\"]}",
+       true},
+      /* jansson decides: two matching keys, escapes, non-ASCII, bad items */
+      {"{\"Pod\":{},\"nodeNames\":[\"x\"],\"NodeNames\":[\"a\"]}", false},
+      {"{\"Pod\":{},\"Node\\u004eames\":[\"a\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\\u002db\",\"c\\\"d\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"n\xc3\xb6"
+       "de\"]}",
+       false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\",]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\" \"b\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\",1]}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\tb\"]}", false},
+      {"{\"Pod\":{},\"NodeNames\":\"a\"}", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\"]} x", false},
+      {"{\"Pod\":{},\"NodeNames\":[\"a\"]", false},
+      {"{\"Pod\":{,\"NodeNames\":[\"a\"]}", false},
+      {"{\"Pod\":7,\"NodeNames\":[\"a\"]}", false},
+      {"{\"Pod\":{}}", false},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    same_args(cases[i].body, cases[i].fast);
+  /* a name of GF_NAME_MAX characters: refused either way */
+  char body[GF_NAME_MAX + 64];
+  int n = snprintf(body, sizeof(body), "{\"Pod\":{},\"NodeNames\":[\"");
+  memset(body + n, 'a', GF_NAME_MAX);
+  snprintf(body + n + GF_NAME_MAX, sizeof(body) - (size_t)n - GF_NAME_MAX,
+           "\"]}");
+  same_args(body, false);
+}
+
 /* ---- a small cluster -----------------------------------------------------*/
 
 typedef struct fx {
@@ -823,6 +1080,8 @@ int main(void) {
       cmocka_unit_test(test_inventory),
       cmocka_unit_test(test_grant_roundtrip),
       cmocka_unit_test(test_pod_parse),
+      cmocka_unit_test(test_slim),
+      cmocka_unit_test(test_args_names),
       cmocka_unit_test(test_bind_without_binder),
       cmocka_unit_test_setup_teardown(test_filter_names, setup, teardown),
       cmocka_unit_test_setup_teardown(test_filter_nodes, setup, teardown),
