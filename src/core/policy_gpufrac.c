@@ -37,7 +37,8 @@
 
 typedef struct cached {
   uint64_t version; /* node version + 1; 0 = empty */
-  double m;
+  double m;         /* M of the node as it stands */
+  double la;        /* its look-ahead L (0 when la is off) */
 } cached;
 
 typedef struct gfp {
@@ -45,13 +46,17 @@ typedef struct gfp {
   double cpu;                  /* weight of CPU-stranded GPU share */
   double price_w;              /* weight of the model price */
   bool coarse;                 /* FGD's truncated sigmoid score */
+  double la_w;                 /* weight of the look-ahead (0 = off) */
+  size_t la_k;                 /* typical pods the look-ahead tries */
+  bool la_delta;               /* score L's change (1) or L after (0) */
   double cpu_per_milli;        /* CPU-milli GPU pods bring per milli-GPU */
   double price[GF_MAX_MODELS]; /* restricted demand share / supply share */
   cached *now;
   uint32_t nnow;
 } gfp;
 
-static const char *const param_keys[] = {"cpu", "price", "coarse", NULL};
+static const char *const param_keys[] = {"cpu", "price", "coarse", "la", "lak",
+                                         "lad",   NULL};
 
 /* Average CPU per milli-GPU of the workload's GPU pods, and the model prices,
  * from every shape of the workload (or the typical ones when that is all
@@ -97,12 +102,16 @@ static void derive(gfp *s, const gf_cluster *c, const gf_typical_set *w) {
 }
 
 static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
-  double cpu = 1.0, price = 2.0, coarse = 0;
+  double cpu = 1.0, price = 2.0, coarse = 0, la = 0, lak = 8,
+         lad = 1;
   int rc;
   if ((rc = gf__params_known(env->params, param_keys, d)) ||
       (rc = gf__param(env->params, "cpu", 0, 1000, &cpu, d)) ||
       (rc = gf__param(env->params, "price", 0, 1000, &price, d)) ||
-      (rc = gf__param(env->params, "coarse", 0, 1, &coarse, d)))
+      (rc = gf__param(env->params, "coarse", 0, 1, &coarse, d)) ||
+      (rc = gf__param(env->params, "la", 0, 1000, &la, d)) ||
+      (rc = gf__param(env->params, "lak", 1, 1000, &lak, d)) ||
+      (rc = gf__param(env->params, "lad", 0, 1, &lad, d)))
     return rc;
   if (coarse != 0 && coarse != 1)
     return gf_diag_set(d, GF_EINVAL, "parameter coarse: want 0 or 1");
@@ -113,6 +122,9 @@ static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
   s->cpu = cpu;
   s->price_w = price;
   s->coarse = coarse == 1;
+  s->la_w = la;
+  s->la_k = (size_t)lak;
+  s->la_delta = lad != 0;
   derive(s, env->cluster, env->shapes ? env->shapes : env->typical);
   *state = s;
   return 0;
@@ -143,8 +155,67 @@ static double measure(const gfp *s, const gf_node *n, int64_t cpu_left,
   return m;
 }
 
-/* M of node i as it stands, cached by node version.  NAN if out of memory. */
-static double measure_now(gfp *s, const gf_cluster *c, uint32_t i) {
+/* Look-ahead L of a node state whose measure is m0: over the la_k most
+ * frequent typical pods, the frequency-weighted increase of M that the best
+ * placement of that pod on this node would cause (a share tries every
+ * distinct free amount; whole GPUs take the lowest free ones).  A pod that
+ * does not fit adds nothing: M already counts the share it cannot use. */
+static double lookahead(const gfp *s, const gf_node *n, int64_t cpu_left,
+                        int32_t *left, double m0) {
+  double l = 0;
+  const size_t k = s->la_k < s->t->n ? s->la_k : s->t->n;
+  for (size_t j = 0; j < k; j++) {
+    const gf_typical_pod *y = &s->t->pods[j];
+    if (cpu_left < y->cpu_milli)
+      continue;
+    const int64_t cpu_after = cpu_left - y->cpu_milli;
+    if (y->gpu_count == 0) {
+      l += y->p * (measure(s, n, cpu_after, left) - m0);
+      continue;
+    }
+    if (y->model_mask && !(y->model_mask & n->model_mask))
+      continue;
+    if (y->gpu_count == 1 && y->gpu_milli < GF_GPU_MILLI) {
+      double best = INFINITY;
+      uint32_t tried = 0; /* bit v: free amount already tried */
+      int32_t seen[GF_MAX_GPUS_PER_NODE];
+      for (uint32_t g = 0; g < n->ngpus; g++) {
+        if (left[g] < y->gpu_milli)
+          continue;
+        bool dup = false;
+        for (uint32_t v = 0; v < tried && !dup; v++)
+          dup = seen[v] == left[g];
+        if (dup)
+          continue;
+        seen[tried++] = left[g];
+        left[g] -= y->gpu_milli;
+        double d = measure(s, n, cpu_after, left) - m0;
+        left[g] += y->gpu_milli;
+        if (d < best)
+          best = d;
+      }
+      if (tried)
+        l += y->p * best;
+      continue;
+    }
+    uint32_t took[GF_MAX_GPUS_PER_NODE], nt = 0;
+    for (uint32_t g = 0; g < n->ngpus && nt < y->gpu_count; g++)
+      if (left[g] == GF_GPU_MILLI)
+        took[nt++] = g;
+    if (nt < y->gpu_count)
+      continue;
+    for (uint32_t v = 0; v < nt; v++)
+      left[took[v]] = 0;
+    l += y->p * (measure(s, n, cpu_after, left) - m0);
+    for (uint32_t v = 0; v < nt; v++)
+      left[took[v]] = GF_GPU_MILLI;
+  }
+  return l;
+}
+
+/* V = M + la * L of node i as it stands, cached by node version.  NAN if
+ * out of memory. */
+static double value_now(gfp *s, const gf_cluster *c, uint32_t i) {
   const gf_node *n = gf_cluster_node(c, i);
   if (i >= s->nnow) {
     uint32_t nn = gf_cluster_nnodes(c);
@@ -160,9 +231,22 @@ static double measure_now(gfp *s, const gf_cluster *c, uint32_t i) {
     int32_t left[GF_MAX_GPUS_PER_NODE];
     gf_node_gpu_left(n, left);
     e->m = measure(s, n, n->cpu_milli - n->cpu_used, left);
+    e->la = s->la_w > 0
+                ? lookahead(s, n, n->cpu_milli - n->cpu_used, left, e->m)
+                : 0;
     e->version = n->version + 1;
   }
-  return e->m;
+  return e->m + (s->la_delta ? s->la_w * e->la : 0);
+}
+
+/* V of node n with cpu_left and left[] after a placement (left[] is
+ * restored before returning). */
+static double value_after(const gfp *s, const gf_node *n, int64_t cpu_left,
+                          int32_t *left) {
+  double m = measure(s, n, cpu_left, left);
+  if (s->la_w > 0)
+    m += s->la_w * lookahead(s, n, cpu_left, left, m);
+  return m;
 }
 
 static int64_t to_score(const gfp *s, double gain) {
@@ -175,7 +259,7 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
                          const gf_request *r, gf__pick *pick) {
   gfp *s = state;
   const gf_node *n = gf_cluster_node(c, node);
-  const double before = measure_now(s, c, node);
+  const double before = value_now(s, c, node);
   if (isnan(before))
     return INT64_MIN / 2; /* out of memory: least attractive, still valid */
   int32_t left[GF_MAX_GPUS_PER_NODE];
@@ -199,7 +283,8 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
         continue;
       int32_t was = left[g];
       left[g] -= r->gpu_milli;
-      int64_t sc = to_score(s, before - measure(s, n, cpu_after, left) - cost);
+      int64_t sc =
+          to_score(s, before - value_after(s, n, cpu_after, left) - cost);
       left[g] = was;
       if (sc > best || (sc == best && was < best_left)) {
         best = sc;
@@ -214,7 +299,7 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
     return INT64_MIN / 2; /* cannot happen for a candidate */
   for (uint32_t k = 0; k < pick->ngpus; k++)
     left[pick->gpus[k]] -= r->gpu_milli;
-  return to_score(s, before - measure(s, n, cpu_after, left) - cost);
+  return to_score(s, before - value_after(s, n, cpu_after, left) - cost);
 }
 
 const gf__policy_ops gf__policy_gpufrac = {
