@@ -27,6 +27,13 @@
  * score(node) = 10 * (M(now) - M(after) - price cost), M = FGD fragment
  * amount + cpu * CPU-stranded GPU milli.  The measure of each node as it
  * stands is cached per node version.
+ *
+ * Look-ahead (parameters la, lak, lad; off by default, an experiment that
+ * did not pay: docs/placement.md).  L(state) is the frequency-weighted
+ * increase of M that the best placement of each of the lak most frequent
+ * typical pods on this node would cause.  With la > 0, M is replaced by
+ * V = M + la * L in the score (lad=1), or only M(after) gains la * L(after)
+ * (lad=0).  L stays local to the node, so caching is unchanged.
  */
 #include <math.h>
 #include <string.h>
@@ -55,8 +62,8 @@ typedef struct gfp {
   uint32_t nnow;
 } gfp;
 
-static const char *const param_keys[] = {"cpu", "price", "coarse", "la", "lak",
-                                         "lad",   NULL};
+static const char *const param_keys[] = {"cpu", "price", "coarse", "la",
+                                         "lak", "lad",   NULL};
 
 /* Average CPU per milli-GPU of the workload's GPU pods, and the model prices,
  * from every shape of the workload (or the typical ones when that is all
@@ -102,8 +109,7 @@ static void derive(gfp *s, const gf_cluster *c, const gf_typical_set *w) {
 }
 
 static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
-  double cpu = 1.0, price = 2.0, coarse = 0, la = 0, lak = 8,
-         lad = 1;
+  double cpu = 1.0, price = 2.0, coarse = 0, la = 0, lak = 8, lad = 1;
   int rc;
   if ((rc = gf__params_known(env->params, param_keys, d)) ||
       (rc = gf__param(env->params, "cpu", 0, 1000, &cpu, d)) ||
