@@ -54,6 +54,10 @@ until [ -s "$work/kc.json" ]; do
 done
 
 eport=$(port)
+# CPU seconds (user + system) a process has used so far: how much of the
+# sync was the extender's own work, how much the double's serving of it.
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
+dcpu0=$(cpu_s "$dpid")
 t0=$(date +%s.%N)
 ext_pin=
 [ -n "${EXT_CPUS:-}" ] && ext_pin="taskset -c $EXT_CPUS"
@@ -69,6 +73,8 @@ until curl -sf "http://127.0.0.1:$eport/readyz" >/dev/null 2>&1; do
 done
 t1=$(date +%s.%N)
 echo "== $nodes nodes, $pods bound pods: synced in $(echo "$t1 - $t0" | bc) s"
+echo "CPU during the sync: extender $(cpu_s "$epid") s, API-server double" \
+  "$(echo "$(cpu_s "$dpid") - $dcpu0" | bc) s"
 sed -n 's/^gpufrac scheduler: //p' "$work/ext.log"
 grep -E '^(VmRSS|VmHWM|RssAnon)' "/proc/$epid/status"
 if [ "$secs" = 0 ]; then

@@ -75,7 +75,8 @@ typedef struct gf_sched_config {
   const gf_binder *binder; /* copied; NULL: /bind refuses with an Error */
   size_t max_body;         /* 0: GF_SCHED_MAX_BODY */
   uint32_t pending_max;    /* pods remembered between filter and bind;
-                              0: 4096 */
+                              0: 4096; when full, the pod seen least
+                              recently is forgotten */
 } gf_sched_config;
 
 typedef struct gf_sched gf_sched;

@@ -33,7 +33,8 @@ struct gf_kube_informer {
   gf_kube_informer_handlers h;
   json_t *(*transform)(void *transform_user, json_t *obj);
   void *transform_user;
-  bool compact; /* cache entries are text (entry_*), not trees */
+  bool compact;    /* cache entries are text (entry_*), not trees */
+  gf__buf scratch; /* entry_new's text; the informer's thread only */
 
   pthread_mutex_t mu; /* guards cache and rv */
   json_t *cache;
@@ -87,6 +88,7 @@ int gf_kube_informer_new(gf_kube_informer **out, gf_kube_config *cfg,
   inf->transform = o->transform;
   inf->transform_user = o->transform_user;
   inf->compact = o->compact;
+  gf__buf_init(&inf->scratch, (size_t)-1);
   inf->need_list = true;
   atomic_init(&inf->synced, false);
   atomic_init(&inf->stop, 0);
@@ -105,6 +107,7 @@ void gf_kube_informer_free(gf_kube_informer *inf) {
     return;
   gf_kube_free(inf->k);
   json_decref(inf->cache);
+  gf__buf_release(&inf->scratch);
   gf__free(inf->path);
   gf__free(inf->label);
   gf__free(inf->field);
@@ -180,34 +183,36 @@ static json_t *reduce(gf_kube_informer *inf, json_t *obj) {
 
 /* ---- cache entries: the object itself, or with `compact` its text ------ */
 
-/* The entry to cache for obj (a new reference), NULL when out of memory. */
-static json_t *entry_new(const gf_kube_informer *inf, json_t *obj) {
+/* The entry to cache for obj (a new reference), NULL when out of memory.
+ * The text is written by gf__json_compact into a buffer the informer
+ * keeps (entry_new runs on the informer's thread only), or by json_dumpb
+ * for the rare value gf__json_compact leaves to it. */
+static json_t *entry_new(gf_kube_informer *inf, json_t *obj) {
   if (!inf->compact)
     return json_incref(obj);
-  const size_t flags = JSON_COMPACT | JSON_PRESERVE_ORDER;
   const char *rv = obj_rv(obj);
   size_t rvlen = strlen(rv);
   if (rvlen >= RV_MAX)
     rvlen = 0; /* not one the informer would resume from either */
-  char stack[4096];
-  char *buf = stack;
-  memcpy(buf, rv, rvlen);
-  buf[rvlen] = '\0';
-  /* One serialisation for most objects (a slim Pod is ~0.5 KiB). */
-  size_t room = sizeof(stack) - rvlen - 1;
-  size_t n = json_dumpb(obj, buf + rvlen + 1, room, flags);
-  if (n > room) {
-    buf = gf__malloc(rvlen + 1 + n);
-    if (!buf)
-      return NULL;
-    memcpy(buf, rv, rvlen);
-    buf[rvlen] = '\0';
-    if (json_dumpb(obj, buf + rvlen + 1, n, flags) != n)
-      n = 0;
+  gf__buf *b = &inf->scratch;
+  gf__buf_clear(b);
+  int rc = gf__buf_append(b, rv, rvlen);
+  if (!rc)
+    rc = gf__buf_append(b, "", 1); /* the NUL after the resourceVersion */
+  if (!rc)
+    rc = gf__json_compact(obj, b);
+  if (rc == GF_EINVAL) { /* what gf__json_compact leaves to jansson */
+    const size_t flags = JSON_COMPACT | JSON_PRESERVE_ORDER;
+    size_t n = json_dumpb(obj, NULL, 0, flags);
+    char *t = n ? gf__malloc(n) : NULL;
+    b->len = rvlen + 1;
+    rc = t && json_dumpb(obj, t, n, flags) == n ? gf__buf_append(b, t, n)
+                                                : GF_ENOMEM;
+    gf__free(t);
   }
-  json_t *e = n ? json_stringn_nocheck(buf, rvlen + 1 + n) : NULL;
-  if (buf != stack)
-    gf__free(buf);
+  json_t *e = rc ? NULL : json_stringn_nocheck(b->p, b->len);
+  if (b->cap > 65536) /* one large object: do not keep its buffer */
+    gf__buf_release(b);
   return e;
 }
 
@@ -276,7 +281,8 @@ static int remove_key(gf_kube_informer *inf, const char *key,
 }
 
 /* Applies one LIST page: adds, and updates where the resourceVersion
- * changed; notes each key in seen. */
+ * changed; notes each key in seen (NULL: the LIST started from an empty
+ * cache, so there is nothing it could have to delete). */
 static int apply_page(gf_kube_informer *inf, json_t *page, json_t *seen,
                       gf_diag *d) {
   json_t *items = json_object_get(page, "items");
@@ -288,7 +294,7 @@ static int apply_page(gf_kube_informer *inf, json_t *page, json_t *seen,
       return gf_diag_set(d, GF_ESYNTAX,
                          "LIST %s: item %zu has no valid metadata.name",
                          inf->path, i);
-    if (json_object_set_new(seen, key, json_true()))
+    if (seen && json_object_set_new(seen, key, json_true()))
       return gf_diag_set(d, GF_ENOMEM, "out of memory");
     pthread_mutex_lock(&inf->mu);
     json_t *old = json_object_get(inf->cache, key);
@@ -327,15 +333,21 @@ static int delete_unseen(gf_kube_informer *inf, json_t *seen, gf_diag *d) {
 
 /* A full LIST (following metadata.continue, page_size per page), applied
  * page by page as it arrives, so that only one page of whole objects is in
- * memory at a time; then what it did not show is deleted.  The next watch
+ * memory at a time; then what it did not show is deleted (when the cache
+ * was empty before, everything in it came from this LIST: no set of the
+ * keys seen is kept, which at 50,000 objects is 50,000 hash insertions
+ * and key copies saved on the first sync).  The next watch
  * starts from the last page's resourceVersion.  A failure part way leaves
  * what was applied (real states) and needs a new LIST. */
 static int list(gf_kube_informer *inf, gf_diag *d) {
   int rc = 0;
   char *cont = NULL;
   char rv[RV_MAX] = "";
-  json_t *seen = json_object();
-  if (!seen)
+  pthread_mutex_lock(&inf->mu);
+  bool fresh = json_object_size(inf->cache) == 0;
+  pthread_mutex_unlock(&inf->mu);
+  json_t *seen = fresh ? NULL : json_object();
+  if (!fresh && !seen)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   for (long n = 0;; n++) {
     if (n >= LIST_MAX_PAGES) {
@@ -365,7 +377,7 @@ static int list(gf_kube_informer *inf, gf_diag *d) {
     if (rc || !cont)
       break;
   }
-  if (!rc)
+  if (!rc && seen)
     rc = delete_unseen(inf, seen, d);
   if (!rc) {
     pthread_mutex_lock(&inf->mu);

@@ -38,6 +38,17 @@ int gf__buf_append(gf__buf *b, const void *data, size_t n);
 void gf__buf_clear(gf__buf *b);
 void gf__buf_release(gf__buf *b);
 
+/* Appends v as compact JSON text (no spaces, object members in their
+ * order, strings escaped as jansson does without flags) to b.  Decoding it
+ * (json_loadb with JSON_ALLOW_NUL) gives a value json_equal to v.  For the
+ * informer's compact cache: under half the instructions of json_dumpb,
+ * which keeps a hash table of the containers it is in (to refuse cycles)
+ * and writes through a callback per token.  Returns 0, GF_ENOMEM or
+ * GF_ELIMIT (b's maximum), or GF_EINVAL for what it leaves to json_dumpb:
+ * nesting deeper than 2048 or a real the C library prints with a decimal
+ * comma.  On failure b holds a partial text. */
+int gf__json_compact(const json_t *v, gf__buf *b);
+
 /* Reads a whole file of at most max bytes into *out (NUL-terminated, caller
  * frees with gf__free).  GF_EIO names the file; GF_ELIMIT if larger. */
 int gf__read_file(const char *path, size_t max, char **out, size_t *len,

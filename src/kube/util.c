@@ -53,6 +53,136 @@ void gf__buf_release(gf__buf *b) {
   b->len = b->cap = 0;
 }
 
+/* ---- compact JSON text ---------------------------------------------------*/
+
+#define COMPACT_MAX_DEPTH 2048 /* as jansson's parser */
+
+static int put_string(gf__buf *b, const char *s, size_t n) {
+  static const char hex[] = "0123456789ABCDEF"; /* as jansson */
+  int rc = gf__buf_append(b, "\"", 1);
+  size_t run = 0; /* start of the bytes not yet written */
+  for (size_t i = 0; i < n && !rc; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\')
+      continue;
+    char e[6] = {'\\', (char)c, 0, 0, 0, 0};
+    size_t el = 2;
+    switch (c) {
+    case '"':
+    case '\\':
+      break;
+    case '\b':
+      e[1] = 'b';
+      break;
+    case '\f':
+      e[1] = 'f';
+      break;
+    case '\n':
+      e[1] = 'n';
+      break;
+    case '\r':
+      e[1] = 'r';
+      break;
+    case '\t':
+      e[1] = 't';
+      break;
+    default: /* other control characters, NUL included */
+      e[1] = 'u';
+      e[2] = '0';
+      e[3] = '0';
+      e[4] = hex[c >> 4];
+      e[5] = hex[c & 15];
+      el = 6;
+    }
+    rc = gf__buf_append(b, s + run, i - run);
+    if (!rc)
+      rc = gf__buf_append(b, e, el);
+    run = i + 1;
+  }
+  if (!rc)
+    rc = gf__buf_append(b, s + run, n - run);
+  if (!rc)
+    rc = gf__buf_append(b, "\"", 1);
+  return rc;
+}
+
+static int put_value(const json_t *v, gf__buf *b, int depth) {
+  char num[64];
+  int rc = 0, n;
+  if (depth > COMPACT_MAX_DEPTH)
+    return GF_EINVAL;
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: {
+    bool first = true;
+    rc = gf__buf_append(b, "{", 1);
+    for (void *it = json_object_iter((json_t *)v); it && !rc;
+         it = json_object_iter_next((json_t *)v, it)) {
+      const char *k = json_object_iter_key(it);
+#if JANSSON_VERSION_HEX >= 0x020e00 /* keys may hold NUL since 2.14 */
+      size_t kl = json_object_iter_key_len(it);
+#else
+      size_t kl = strlen(k);
+#endif
+      const json_t *m = json_object_iter_value(it);
+      if (!first)
+        rc = gf__buf_append(b, ",", 1);
+      first = false;
+      if (!rc)
+        rc = put_string(b, k, kl);
+      if (!rc)
+        rc = gf__buf_append(b, ":", 1);
+      if (!rc)
+        rc = put_value(m, b, depth + 1);
+      if (rc)
+        return rc;
+    }
+    return rc ? rc : gf__buf_append(b, "}", 1);
+  }
+  case JSON_ARRAY: {
+    size_t i;
+    const json_t *m;
+    rc = gf__buf_append(b, "[", 1);
+    json_array_foreach(v, i, m) {
+      if (!rc && i)
+        rc = gf__buf_append(b, ",", 1);
+      if (!rc)
+        rc = put_value(m, b, depth + 1);
+      if (rc)
+        return rc;
+    }
+    return rc ? rc : gf__buf_append(b, "]", 1);
+  }
+  case JSON_STRING:
+    return put_string(b, json_string_value(v), json_string_length(v));
+  case JSON_INTEGER:
+    n = snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(v));
+    return gf__buf_append(b, num, (size_t)n);
+  case JSON_REAL:
+    /* jansson's own rule: 17 significant digits, and a '.' or an 'e' so
+     * that it decodes as a real again */
+    n = snprintf(num, sizeof(num), "%.17g", json_real_value(v));
+    if (n <= 0 || (size_t)n >= sizeof(num) - 2 || strchr(num, ','))
+      return GF_EINVAL;
+    if (!strchr(num, '.') && !strchr(num, 'e')) {
+      memcpy(num + n, ".0", 3);
+      n += 2;
+    }
+    return gf__buf_append(b, num, (size_t)n);
+  case JSON_TRUE:
+    return gf__buf_append(b, "true", 4);
+  case JSON_FALSE:
+    return gf__buf_append(b, "false", 5);
+  case JSON_NULL:
+    return gf__buf_append(b, "null", 4);
+  }
+  return GF_EINVAL;
+}
+
+int gf__json_compact(const json_t *v, gf__buf *b) {
+  return v ? put_value(v, b, 0) : GF_EINVAL;
+}
+
 int gf__read_file(const char *path, size_t max, char **out, size_t *len,
                   gf_diag *d) {
   int rc = 0;

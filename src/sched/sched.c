@@ -7,8 +7,11 @@
  *             pods from the watch and binds in flight.  Each keeps its
  *             booked request and its GPUs by nvidia index, so the model can
  *             be rebuilt from nodes[] and pods[] alone (rebuild()).
- *   pending[] a ring of pods seen unbound (by /filter or the watch): /bind
- *             gets only names, so it finds the pod's request here.
+ *   pending   pods seen unbound (by /filter, /prioritize or the watch):
+ *             /bind gets only names, so it finds the pod's request here.
+ *             At most pending_max of them, indexed by uid and by
+ *             namespace/name; when full, the one seen least recently is
+ *             forgotten (see "pending pods" below).
  *   engine    a placement engine over the model and the typical-pod set
  *             its policy scores against, rebuilt from the requests the
  *             model knows when they have changed enough (policy_refresh());
@@ -61,16 +64,34 @@ typedef struct prec {
   uint64_t bind_seq;
 } prec;
 
+/* A pending pod: what /bind needs of a pod it gets only the names of.
+ * Allocated alone and sized to its strings, which live in text[] (the
+ * index keys point there, so an entry never moves; a newer state of the
+ * pod is a new entry). */
 typedef struct pend {
-  uint64_t seq; /* 0: empty */
-  char uid[GF__UID_MAX];
-  char rv[GF__RV_MAX]; /* resourceVersion last seen; "" when unknown */
-  char ns[GF_NAME_MAX];
-  char name[GF_NAME_MAX];
-  char container[GF_CONTAINER_MAX];
-  char models[GF__MODELS_MAX];
+  struct pend *older, *newer; /* the recency list (pend_tab) */
+  struct pend *same;          /* next older entry with the same nskey */
+  uint32_t slot;              /* its index in pend_tab.slots */
+  uint32_t ns_len;            /* nskey is ns, '/', name */
   gf_request req;
+  const char *uid;       /* "" when the pod had none */
+  const char *rv;        /* resourceVersion last seen; "" when unknown */
+  const char *container; /* the container asking for GPUs */
+  const char *models;    /* the gpu-model annotation, as written */
+  char nskey[];          /* "ns/name", then the four strings above */
 } pend;
+
+/* The pending pods.  slots[] holds each entry at a fixed index (the maps'
+ * values), free indices on a stack; grows by doubling up to max. */
+typedef struct pend_tab {
+  pend **slots;
+  uint32_t *free_slots;
+  uint32_t nslots, cap, nfree, max;
+  uint32_t n; /* live entries */
+  pend *oldest, *newest;
+  gf__smap by_uid; /* uid -> slot, entries with a uid */
+  gf__smap by_ns;  /* "ns/name" -> slot of the newest entry so named */
+} pend_tab;
 
 /* ---- metrics -------------------------------------------------------------*/
 
@@ -120,9 +141,8 @@ struct gf_sched {
   prec *pods;
   uint32_t npods, cappods;
   gf__smap pmap;
-  pend *pending;
-  uint32_t npending_max, pend_next;
-  uint64_t pend_seq, bind_seq;
+  pend_tab pend;
+  uint64_t bind_seq;
 
   gf_engine *engine; /* over c; NULL: to be built (policy_refresh) */
   gf_typical_set typ;
@@ -130,6 +150,8 @@ struct gf_sched {
 
   metrics m;
 };
+
+static void pending_release(pend_tab *t);
 
 static void effective(const gf_sched *s, gf_request *r) {
   if (s->whole && r->gpu_count > 0)
@@ -151,12 +173,11 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
     s->has_binder = cfg->binder->write_grant && cfg->binder->create_binding;
   }
   s->max_body = cfg && cfg->max_body ? cfg->max_body : GF_SCHED_MAX_BODY;
-  s->npending_max = cfg && cfg->pending_max ? cfg->pending_max : 4096;
+  s->pend.max = cfg && cfg->pending_max ? cfg->pending_max : 4096;
   s->leader = true;
   s->c = gf_cluster_new();
-  s->pending = calloc(s->npending_max, sizeof(*s->pending));
   int rc = 0;
-  if (!s->c || !s->pending) {
+  if (!s->c) {
     rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
     goto fail;
   }
@@ -189,7 +210,6 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
   return 0;
 fail:
   gf_cluster_free(s->c);
-  free(s->pending);
   free(s);
   return rc;
 }
@@ -217,7 +237,7 @@ void gf_sched_free(gf_sched *s) {
     prec_free(&s->pods[i]);
   free(s->nodes);
   free(s->pods);
-  free(s->pending);
+  pending_release(&s->pend);
   gf__smap_release(&s->nmap);
   gf__smap_release(&s->pmap);
   gf_cluster_free(s->c);
@@ -372,10 +392,7 @@ static uint64_t models_mask(const gf_cluster *c, const char *models,
 static int policy_refresh(gf_sched *s) {
   if (s->engine && s->changes == 0)
     return 0;
-  uint32_t npend = 0;
-  for (uint32_t i = 0; i < s->npending_max; i++)
-    npend += s->pending[i].seq != 0;
-  uint32_t total = s->npods + npend;
+  uint32_t total = s->npods + s->pend.n;
   /* amortised: a rebuild costs O(total), and comes every total/8 changes */
   if (s->engine && s->changes < (total / 8 > 1 ? total / 8 : 1))
     return 0;
@@ -388,11 +405,10 @@ static int policy_refresh(gf_sched *s) {
     reqs[n] = s->pods[i].req;
     reqs[n++].model_mask = models_mask(s->c, s->pods[i].models, &named);
   }
-  for (uint32_t i = 0; i < s->npending_max; i++)
-    if (s->pending[i].seq) {
-      reqs[n] = s->pending[i].req;
-      reqs[n++].model_mask = models_mask(s->c, s->pending[i].models, &named);
-    }
+  for (const pend *e = s->pend.oldest; e; e = e->newer) {
+    reqs[n] = e->req;
+    reqs[n++].model_mask = models_mask(s->c, e->models, &named);
+  }
   if (n == 0) { /* nothing known yet: one whole-GPU pod */
     memset(&reqs[0], 0, sizeof(reqs[0]));
     reqs[0].gpu_count = 1;
@@ -478,45 +494,180 @@ static const char *pod_key(const char *uid, const char *ns, const char *name,
   return buf;
 }
 
-static bool same_pod(const pend *e, const char *uid, const char *ns,
-                     const char *name) {
-  if (!e->seq)
-    return false;
-  if (uid && *uid && e->uid[0])
-    return strcmp(e->uid, uid) == 0;
-  return strcmp(e->ns, ns) == 0 && strcmp(e->name, name) == 0;
+/* ---- pending pods --------------------------------------------------------
+ *
+ * Which entry a pod is: the one with its uid; an entry without a uid is
+ * matched by namespace and name (as is any entry, when the pod has no
+ * uid).  So two pods of the same name with different uids (one replaced
+ * by the other) are two entries.  Lookups are O(1): a map by uid and a
+ * map by "ns/name" to the newest entry so named, the older ones chained
+ * through `same` (two at most in practice).  When the table is full, a
+ * new pod evicts the entry seen least recently (a pod seen again, by
+ * filter, prioritize or the watch, becomes the most recent).  Under s->mu.
+ */
+
+static bool pend_named(const pend *e, const char *ns, const char *name) {
+  size_t nl = strlen(ns);
+  return nl == e->ns_len && memcmp(e->nskey, ns, nl) == 0 &&
+         strcmp(e->nskey + nl + 1, name) == 0;
+}
+
+/* The newest entry named ns/name, with no uid if uidless. */
+static pend *pend_by_name(const pend_tab *t, const char *ns, const char *name,
+                          bool uidless) {
+  char key[2 * GF_NAME_MAX + 2];
+  int kl = snprintf(key, sizeof(key), "%s/%s", ns, name);
+  if (kl < 0 || (size_t)kl >= sizeof(key))
+    return NULL; /* longer than any entry's name */
+  int64_t i = gf__smap_get(&t->by_ns, key);
+  for (pend *e = i < 0 ? NULL : t->slots[i]; e; e = e->same)
+    if ((!uidless || !e->uid[0]) && pend_named(e, ns, name))
+      return e;
+  return NULL;
 }
 
 static pend *pending_find(gf_sched *s, const char *uid, const char *ns,
                           const char *name) {
-  for (uint32_t i = 0; i < s->npending_max; i++)
-    if (same_pod(&s->pending[i], uid, ns, name))
-      return &s->pending[i];
-  return NULL;
-}
-
-static void pending_put(gf_sched *s, const gf__pod *p) {
-  pend *slot = pending_find(s, p->uid, p->ns, p->name);
-  if (!slot) {
-    slot = &s->pending[s->pend_next];
-    s->pend_next = (s->pend_next + 1) % s->npending_max;
-    s->changes++;
+  if (uid && *uid) {
+    int64_t i = gf__smap_get(&s->pend.by_uid, uid);
+    if (i >= 0)
+      return s->pend.slots[i];
+    return pend_by_name(&s->pend, ns, name, true);
   }
-  memset(slot, 0, sizeof(*slot));
-  slot->seq = ++s->pend_seq;
-  memcpy(slot->uid, p->uid, sizeof(slot->uid));
-  memcpy(slot->rv, p->rv, sizeof(slot->rv));
-  memcpy(slot->ns, p->ns, sizeof(slot->ns));
-  memcpy(slot->name, p->name, sizeof(slot->name));
-  memcpy(slot->container, p->container, sizeof(slot->container));
-  memcpy(slot->models, p->models, sizeof(slot->models));
-  slot->req = p->req;
+  return pend_by_name(&s->pend, ns, name, false);
 }
 
+/* A new entry for p, not linked; NULL when out of memory or p's names do
+ * not fit an entry. */
+static pend *pend_new(const gf__pod *p) {
+  size_t ln = strlen(p->ns), lm = strlen(p->name), lu = strlen(p->uid),
+         lr = strlen(p->rv), lc = strlen(p->container), lmo = strlen(p->models);
+  size_t text = ln + 1 + lm + 1 + lu + 1 + lr + 1 + lc + 1 + lmo + 1;
+  pend *e = malloc(sizeof(*e) + text);
+  if (!e)
+    return NULL;
+  memset(e, 0, sizeof(*e));
+  e->ns_len = (uint32_t)ln;
+  e->req = p->req;
+  char *t = e->nskey;
+  memcpy(t, p->ns, ln);
+  t[ln] = '/';
+  memcpy(t + ln + 1, p->name, lm + 1);
+  t += ln + 1 + lm + 1;
+#define PEND_STR(field, src, len)                                              \
+  do {                                                                         \
+    memcpy(t, src, len + 1);                                                   \
+    e->field = t;                                                              \
+    t += len + 1;                                                              \
+  } while (0)
+  PEND_STR(uid, p->uid, lu);
+  PEND_STR(rv, p->rv, lr);
+  PEND_STR(container, p->container, lc);
+  PEND_STR(models, p->models, lmo);
+#undef PEND_STR
+  return e;
+}
+
+/* Takes e out of the maps, the name chain and the recency list, and frees
+ * it.  Allocates nothing, so cannot fail. */
+static void pend_drop(pend_tab *t, pend *e) {
+  if (e->uid[0])
+    gf__smap_del(&t->by_uid, e->uid);
+  int64_t h = gf__smap_get(&t->by_ns, e->nskey);
+  pend *head = h < 0 ? NULL : t->slots[h];
+  if (head == e) {
+    if (e->same) /* the next older one heads the chain: replaces the key */
+      gf__smap_put(&t->by_ns, e->same->nskey, e->same->slot);
+    else
+      gf__smap_del(&t->by_ns, e->nskey);
+  } else {
+    for (pend *q = head; q; q = q->same)
+      if (q->same == e) {
+        q->same = e->same;
+        break;
+      }
+  }
+  *(e->older ? &e->older->newer : &t->oldest) = e->newer;
+  *(e->newer ? &e->newer->older : &t->newest) = e->older;
+  t->slots[e->slot] = NULL;
+  t->free_slots[t->nfree++] = e->slot;
+  t->n--;
+  free(e);
+}
+
+/* Links e as the newest entry.  GF_ENOMEM (e not linked) when a map or
+ * the slot table cannot grow. */
+static int pend_link(pend_tab *t, pend *e) {
+  if (!t->nfree && t->nslots == t->cap) {
+    uint32_t cap = t->cap ? t->cap * 2 : 16;
+    pend **sl = realloc(t->slots, cap * sizeof(*sl));
+    if (!sl)
+      return GF_ENOMEM;
+    t->slots = sl;
+    uint32_t *fs = realloc(t->free_slots, cap * sizeof(*fs));
+    if (!fs)
+      return GF_ENOMEM;
+    t->free_slots = fs;
+    t->cap = cap;
+  }
+  uint32_t slot = t->nfree ? t->free_slots[t->nfree - 1] : t->nslots;
+  if (e->uid[0] && gf__smap_put(&t->by_uid, e->uid, slot))
+    return GF_ENOMEM;
+  int64_t h = gf__smap_get(&t->by_ns, e->nskey);
+  if (gf__smap_put(&t->by_ns, e->nskey, slot)) {
+    if (e->uid[0])
+      gf__smap_del(&t->by_uid, e->uid);
+    return GF_ENOMEM;
+  }
+  if (t->nfree)
+    t->nfree--;
+  else
+    t->nslots++;
+  e->slot = slot;
+  t->slots[slot] = e;
+  e->same = h < 0 ? NULL : t->slots[h];
+  e->older = t->newest;
+  e->newer = NULL;
+  *(t->newest ? &t->newest->newer : &t->oldest) = e;
+  t->newest = e;
+  t->n++;
+  return 0;
+}
+
+/* Remembers pending pod p (replacing what was known of it) as the most
+ * recently seen.  Out of memory: nothing is remembered of p (its /bind
+ * will say so and be retried). */
+static void pending_put(gf_sched *s, const gf__pod *p) {
+  pend_tab *t = &s->pend;
+  pend *e = pend_new(p);
+  if (!e)
+    return;
+  pend *old = pending_find(s, p->uid, p->ns, p->name);
+  if (old) {
+    pend_drop(t, old);
+  } else {
+    s->changes++;
+    if (t->n >= t->max && t->oldest)
+      pend_drop(t, t->oldest);
+  }
+  if (pend_link(t, e))
+    free(e);
+}
+
+/* Forgets the pending pod with this uid, if any. */
 static void pending_forget(gf_sched *s, const char *uid) {
-  for (uint32_t i = 0; i < s->npending_max; i++)
-    if (s->pending[i].seq && strcmp(s->pending[i].uid, uid) == 0)
-      s->pending[i].seq = 0;
+  int64_t i = gf__smap_get(&s->pend.by_uid, uid);
+  if (i >= 0)
+    pend_drop(&s->pend, s->pend.slots[i]);
+}
+
+static void pending_release(pend_tab *t) {
+  while (t->oldest)
+    pend_drop(t, t->oldest);
+  free(t->slots);
+  free(t->free_slots);
+  gf__smap_release(&t->by_uid);
+  gf__smap_release(&t->by_ns);
 }
 
 /* ---- the model, fed by a watch ---------------------------------------- */
@@ -1323,7 +1474,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   if (ni < 0)
     return gf_diag_set(d, GF_ENOTFOUND, "node %s is unknown to gpufrac",
                        b->node);
-  memcpy(rv, pp->rv, GF__RV_MAX);
+  snprintf(rv, GF__RV_MAX, "%s", pp->rv);
   gf__pod pod;
   memset(&pod, 0, sizeof(pod));
   pod.req = pp->req;

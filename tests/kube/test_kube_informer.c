@@ -15,6 +15,7 @@
 #include "apidouble.h"
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
+#include "internal.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -317,11 +318,75 @@ static void test_informer_errors(void **st) {
     fail_msg("API double: %s", err);
 }
 
+/* The compact cache's text (gf__json_compact): decodes to an equal value,
+ * and is jansson's own compact text wherever there is no real. */
+static void test_json_compact(void **state) {
+  (void)state;
+  static const char *const docs[] = {
+      "{}",
+      "[]",
+      "{\"a\":[1,-2,9223372036854775807,-9223372036854775808,true,false,"
+      "null,\"\",[],{}]}",
+      "{\"esc\":\"q\\\" b\\\\ s/ \\b\\f\\n\\r\\t \\u0001\\u001f \\u007f\"}",
+      "{\"nul\":\"a\\u0000b\",\"\\u00e9t\\u00e9\":"
+      "\"\\u65e5\\ud83d\\ude00\"}",
+      "{\"metadata\":{\"name\":\"p\",\"namespace\":\"ns\",\"uid\":\"u\","
+      "\"resourceVersion\":\"12\",\"annotations\":{\"gpufrac.io/grant\":"
+      "\"{\\\"version\\\":1,\\\"node\\\":\\\"n1\\\"}\"}},\"spec\":{"
+      "\"nodeName\":\"n1\",\"containers\":[{\"name\":\"c\",\"resources\":{"
+      "\"requests\":{\"cpu\":\"1\",\"gpufrac.io/gpu\":\"1\"}}}]},"
+      "\"status\":{\"phase\":\"Running\"}}",
+      "{\"z\":1,\"a\":2,\"m\":3}", /* member order kept */
+      "[[[[[[[[[[[[[[[[\"deep\"]]]]]]]]]]]]]]]]",
+      "{\"r\":[0.5,1.0,-2.5e-300,1e300,3.141592653589793,0.1,100.0]}",
+  };
+  for (size_t i = 0; i < N(docs); i++) {
+    json_error_t je;
+    json_t *v = json_loads(docs[i], JSON_ALLOW_NUL, &je);
+    assert_non_null(v);
+    gf__buf b;
+    gf__buf_init(&b, (size_t)-1);
+    assert_int_equal(gf__json_compact(v, &b), 0);
+    json_t *back = json_loadb(b.p, b.len, JSON_ALLOW_NUL, &je);
+    assert_non_null(back);
+    assert_true(json_equal(v, back));
+    if (!strstr(docs[i], "\"r\"")) {
+      char *j = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+      assert_non_null(j);
+      assert_int_equal(strlen(j), b.len);
+      assert_memory_equal(j, b.p, b.len);
+      free(j);
+    }
+    json_decref(back);
+    json_decref(v);
+    gf__buf_release(&b);
+  }
+  /* a bounded buffer: GF_ELIMIT */
+  gf__buf b;
+  gf__buf_init(&b, 4);
+  json_t *v = json_pack("{s:s}", "key", "value");
+  assert_int_equal(gf__json_compact(v, &b), GF_ELIMIT);
+  gf__buf_release(&b);
+  /* nesting past 2048 is left to json_dumpb */
+  json_t *deep = json_array(), *in = deep;
+  for (int i = 0; i < 2100; i++) {
+    json_t *a = json_array();
+    json_array_append_new(in, a);
+    in = a;
+  }
+  gf__buf_init(&b, (size_t)-1);
+  assert_int_equal(gf__json_compact(deep, &b), GF_EINVAL);
+  gf__buf_release(&b);
+  json_decref(deep);
+  json_decref(v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_informer),
       cmocka_unit_test(test_informer_transform),
       cmocka_unit_test(test_informer_errors),
+      cmocka_unit_test(test_json_compact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1075,6 +1075,135 @@ static void test_whole_only_gpu(void **state) {
   free(e);
 }
 
+/* ---- pending pods ----------------------------------------------------- */
+
+/* filter `name` (uid, memory share), then bind it with `bind_uid`; returns
+ * the bind's Error ("" = ok).  NULL mem: bind only. */
+static char *filter_bind(gf_sched *s, const char *name, const char *uid,
+                         const char *mem, const char *bind_uid) {
+  int st;
+  if (mem) {
+    char *a = share_args(name, uid, mem, 1);
+    json_decref(call(s, "filter", a, &st));
+    free(a);
+  }
+  char *b = bind_args(name, bind_uid, "node-a100");
+  json_t *res = call(s, "bind", b, &st);
+  assert_int_equal(st, 200);
+  char *err = strdup(json_string_value(json_object_get(res, "Error")));
+  json_decref(res);
+  free(b);
+  return err;
+}
+
+static void assert_bind(gf_sched *s, const char *name, bool known) {
+  char *e = filter_bind(s, name, name, NULL, name);
+  if (known)
+    assert_string_equal(e, "");
+  else
+    assert_non_null(strstr(e, "unknown to the gpufrac extender"));
+  free(e);
+}
+
+/* At most pending_max pods are remembered; when full, a new one evicts the
+ * one seen least recently (seeing a pod again makes it the most recent). */
+static void test_pending_bound(void **state) {
+  fx *f = *state;
+  gf_sched *s;
+  gf_diag d = {""};
+  gf_sched_config cfg = {.binder = &f->binder, .pending_max = 8};
+  assert_int_equal(gf_sched_new(&cfg, &s, &d), 0);
+  json_t *n = fixture_json("node_a100.json");
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+  int st;
+  char name[16];
+  for (int i = 0; i < 10; i++) {
+    snprintf(name, sizeof(name), "p%d", i);
+    char *a = share_args(name, name, "1Gi", 1);
+    json_decref(call(s, "filter", a, &st));
+    free(a);
+  }
+  assert_bind(s, "p0", false); /* the two oldest were evicted */
+  assert_bind(s, "p1", false);
+  assert_bind(s, "p2", true); /* a bind forgets it: 7 left */
+  char *a = share_args("p3", "p3", "1Gi", 1);
+  json_decref(call(s, "filter", a, &st)); /* p3 seen again: now the newest */
+  free(a);
+  for (int i = 0; i < 2; i++) { /* q0 fills the table, q1 evicts p4 */
+    snprintf(name, sizeof(name), "q%d", i);
+    a = share_args(name, name, "1Gi", 1);
+    json_decref(call(s, "filter", a, &st));
+    free(a);
+  }
+  assert_bind(s, "p4", false);
+  assert_bind(s, "p3", true);
+  assert_bind(s, "p5", true);
+  assert_bind(s, "q0", true);
+  assert_bind(s, "q1", true);
+  gf_sched_free(s);
+}
+
+static json_t *pending_pod(const char *name, const char *uid) {
+  return json_pack("{s:{s:s,s:s,s:s},s:{s:[{s:s,s:{s:{s:s,s:s}}}]}}",
+                   "metadata", "name", name, "namespace", "t", "uid", uid,
+                   "spec", "containers", "name", "c", "resources", "requests",
+                   "gpufrac.io/gpu-memory", "1Gi", "cpu", "1");
+}
+
+/* Many pending pods from the watch (more than the default 4096 kept), a
+ * pending pod deleted, pods of the same name with different uids, and a
+ * pod without a uid (matched by namespace and name). */
+static void test_many_pending(void **state) {
+  fx *f = *state;
+  gf_diag d = {""};
+  char name[16];
+  for (int i = 0; i < 5000; i++) {
+    snprintf(name, sizeof(name), "w%d", i);
+    json_t *p = pending_pod(name, name);
+    assert_int_equal(gf_sched_pod_update(f->s, p, &d), 0);
+    json_decref(p);
+  }
+  assert_bind(f->s, "w0", false);
+  assert_bind(f->s, "w903", false);
+  assert_bind(f->s, "w904", true); /* the 4096 newest are known */
+  assert_bind(f->s, "w4999", true);
+  assert_int_equal(gf_sched_pod_delete(f->s, "w4998"), GF_ENOTFOUND);
+  assert_bind(f->s, "w4998", false); /* deleted while pending: forgotten */
+  /* seen bound by the watch: forgotten as pending, booked as bound */
+  json_t *p = pending_pod("w4997", "w4997");
+  json_object_set_new(json_object_get(p, "spec"), "nodeName",
+                      json_string("node-cpu"));
+  gf_sched_pod_update(f->s, p, &d); /* no grant: CPU only (GF_ESTATE) */
+  json_decref(p);
+  char *e = filter_bind(f->s, "w4997", "w4997", NULL, "w4997");
+  assert_non_null(strstr(e, "already bound to node-cpu"));
+  free(e);
+
+  /* same name, two uids: two pods, each bound with its own request */
+  e = filter_bind(f->s, "dup", "dup-1", "3Gi", "dup-1");
+  assert_string_equal(e, "");
+  free(e);
+  char *a = share_args("dup", "dup-2", "5Gi", 1);
+  int st;
+  json_decref(call(f->s, "filter", a, &st));
+  free(a);
+  e = filter_bind(f->s, "dup", "dup-2", NULL, "dup-2");
+  assert_string_equal(e, "");
+  free(e);
+  gf_grant g;
+  assert_int_equal(
+      gf_grant_parse(f->fb.last_grant, strlen(f->fb.last_grant), &g, &d), 0);
+  assert_int_equal(g.containers[0].gpus[0].mem_bytes, 5 * GiB);
+  /* no uid in the filter: the bind (which has one) finds it by name */
+  e = filter_bind(f->s, "nouid", "", "7Gi", "u-nouid");
+  assert_string_equal(e, "");
+  free(e);
+  assert_int_equal(
+      gf_grant_parse(f->fb.last_grant, strlen(f->fb.last_grant), &g, &d), 0);
+  assert_int_equal(g.containers[0].gpus[0].mem_bytes, 7 * GiB);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_inventory),
@@ -1095,6 +1224,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_leader_and_policy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_whole_only_gpu, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pending_bound, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_many_pending, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
