@@ -137,6 +137,14 @@ static int add_ctrs(pod *x, const json_t *list) {
       snprintf(x->error, sizeof(x->error), "a GPU container has no valid name");
       return GF_ESYNTAX;
     }
+    /* Answers are kept by container name: two GPU containers with one
+     * name (the API server refuses that) could be handed out twice. */
+    for (uint32_t k = 0; k < x->nctrs; k++)
+      if (strcmp(x->ctrs[k].name, name) == 0) {
+        snprintf(x->error, sizeof(x->error),
+                 "two GPU containers are named %.64s", name);
+        return GF_ESYNTAX;
+      }
     if (x->nctrs == GF_NODE_POD_CTRS) {
       snprintf(x->error, sizeof(x->error), "more than %d containers ask for %s",
                GF_NODE_POD_CTRS, GF_NODE_RESOURCE_GPU);

@@ -224,6 +224,15 @@ static void test_match_malformed(void **state) {
   apply(p, make_pod("good", "node-a", "2026-01-01T00:00:04Z", c, 1, NULL));
   assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "good");
+  /* Two GPU containers with one name (an init container and a container)
+   * would share their answer mark: the pod is refused, never served twice. */
+  tctr dup[] = {{"twin", 1, {"GPU-a"}, true, false},
+                {"twin", 1, {"GPU-a"}, false, false}};
+  gf_node_pods *p2 = new_cache();
+  apply(p2, make_pod("dup", "node-a", "2026-01-01T00:00:00Z", dup, 2, NULL));
+  assert_int_equal(gf_node_pods_match(p2, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "ml/dup: two GPU containers are named twin"));
+  gf_node_pods_free(p2);
   /* An object without a uid is refused with a sentence. */
   json_t *nameless = json_pack("{s:{s:s}}", "metadata", "name", "x");
   assert_int_equal(gf_node_pods_apply(p, nameless, &d), GF_ESYNTAX);

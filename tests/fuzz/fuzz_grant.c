@@ -1,0 +1,122 @@
+/* libFuzzer target: the two annotation documents exchanged between the
+ * extender and the node agent (gpufrac/grant.h).  Each input is parsed as
+ * a grant and as an inventory.  Neither parser may crash or leak; what one
+ * accepts must keep the documented invariants, format back to text, and
+ * parse again to the same values. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/grant.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static bool known_error(int rc) {
+  return rc == GF_ESYNTAX || rc == GF_ERANGE || rc == GF_ELIMIT;
+}
+
+/* NUL-terminated within its field. */
+static bool ended(const char *s, size_t cap) { return memchr(s, '\0', cap); }
+
+static void check_grant(const gf_grant *g) {
+  if (g->ncontainers > GF_GRANT_MAX_CONTAINERS || !ended(g->node, GF_NAME_MAX))
+    abort();
+  for (uint32_t i = 0; i < g->ncontainers; i++) {
+    const gf_grant_container *c = &g->containers[i];
+    if (c->ngpus > GF_MAX_GPUS_PER_NODE || !ended(c->name, GF_CONTAINER_MAX))
+      abort();
+    uint32_t seen = 0;
+    for (uint32_t j = 0; j < c->ngpus; j++) {
+      const gf_grant_gpu *x = &c->gpus[j];
+      if (x->index >= GF_MAX_GPUS_PER_NODE || (seen & (1u << x->index)) ||
+          x->mem_bytes < 0 || x->compute_pct < 0 || x->compute_pct > 100 ||
+          !ended(x->uuid, GF_UUID_MAX))
+        abort();
+      seen |= 1u << x->index;
+    }
+  }
+}
+
+static void check_inventory(const gf_inventory *inv) {
+  if (inv->ngpus > GF_MAX_GPUS_PER_NODE)
+    abort();
+  for (uint32_t i = 0; i < inv->ngpus; i++) {
+    const gf_inventory_gpu *x = &inv->gpus[i];
+    if (x->index >= GF_MAX_GPUS_PER_NODE ||
+        (i && inv->gpus[i - 1].index >= x->index) || /* sorted, unique */
+        x->mem_bytes <= 0 || x->sm_count < 0 ||
+        (x->mode != GF_GPU_MODE_SHARED && x->mode != GF_GPU_MODE_EXCLUSIVE) ||
+        !ended(x->uuid, GF_UUID_MAX) || !x->uuid[0] ||
+        !ended(x->model, GF_MODEL_NAME_MAX) || !x->model[0])
+      abort();
+  }
+}
+
+static bool same_grant(const gf_grant *a, const gf_grant *b) {
+  if (strcmp(a->node, b->node) || a->ncontainers != b->ncontainers)
+    return false;
+  for (uint32_t i = 0; i < a->ncontainers; i++) {
+    const gf_grant_container *c = &a->containers[i], *e = &b->containers[i];
+    if (strcmp(c->name, e->name) || c->ngpus != e->ngpus)
+      return false;
+    for (uint32_t j = 0; j < c->ngpus; j++) {
+      const gf_grant_gpu *x = &c->gpus[j], *y = &e->gpus[j];
+      if (x->index != y->index || strcmp(x->uuid, y->uuid) ||
+          x->mem_bytes != y->mem_bytes || x->compute_pct != y->compute_pct)
+        return false;
+    }
+  }
+  return true;
+}
+
+static bool same_inventory(const gf_inventory *a, const gf_inventory *b) {
+  if (a->ngpus != b->ngpus)
+    return false;
+  for (uint32_t i = 0; i < a->ngpus; i++) {
+    const gf_inventory_gpu *x = &a->gpus[i], *y = &b->gpus[i];
+    if (x->index != y->index || strcmp(x->uuid, y->uuid) ||
+        strcmp(x->model, y->model) || x->mem_bytes != y->mem_bytes ||
+        x->sm_count != y->sm_count || x->mode != y->mode)
+      return false;
+  }
+  return true;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  const char *text = (const char *)data;
+  gf_diag d = {""};
+  char *s = NULL;
+
+  gf_grant g, g2;
+  int rc = gf_grant_parse(text, size, &g, &d);
+  if (rc) {
+    if (!known_error(rc) || !d.msg[0])
+      abort();
+  } else {
+    check_grant(&g);
+    if (gf_grant_format(&g, &s, &d))
+      abort();
+    if (gf_grant_parse(s, strlen(s), &g2, &d) || !same_grant(&g, &g2))
+      abort(); /* what was accepted reads back the same */
+    free(s);
+    s = NULL;
+  }
+
+  gf_inventory inv, inv2;
+  d.msg[0] = '\0';
+  rc = gf_inventory_parse(text, size, &inv, &d);
+  if (rc) {
+    if (!known_error(rc) || !d.msg[0])
+      abort();
+  } else {
+    check_inventory(&inv);
+    if (gf_inventory_format(&inv, &s, &d))
+      abort();
+    if (gf_inventory_parse(s, strlen(s), &inv2, &d) ||
+        !same_inventory(&inv, &inv2))
+      abort();
+    free(s);
+  }
+  return 0;
+}
