@@ -522,59 +522,27 @@ int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,
   return rc ? rc : rc2;
 }
 
-/* Calls fn for every <state>/pods/<uid> directory with a safe name. */
-static size_t each_pod_dir(const char *state_dir,
-                           void (*fn)(void *, const char *, const char *),
-                           void *user) {
-  char pods[GF_NODE_PATH_MAX];
-  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods"))
-    return 0;
-  DIR *dir = opendir(pods);
-  if (!dir)
-    return 0;
-  size_t n = 0;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    if (!gf_node_safe_name(e->d_name))
-      continue;
-    char path[GF_NODE_PATH_MAX];
-    if (!gf__node_join(path, sizeof(path), pods, e->d_name))
-      continue;
-    fn(user, e->d_name, path);
-    n++;
-  }
-  closedir(dir);
-  return n;
-}
-
 typedef struct mark_ctx {
   gf_node_pods *pods;
   size_t found;
 } mark_ctx;
 
-static void mark_pod(void *user, const char *uid, const char *path) {
+/* A container whose grant.json exists was answered by an earlier run. */
+static void mark_ctr(void *user, const char *uid, const char *ctr,
+                     const char *dir) {
   mark_ctx *m = user;
-  DIR *dir = opendir(path);
-  if (!dir)
+  char grant[GF_NODE_PATH_MAX];
+  struct stat st;
+  if (!gf__node_join(grant, sizeof(grant), dir, "grant.json") ||
+      lstat(grant, &st) || !S_ISREG(st.st_mode))
     return;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    char ctr[GF_NODE_PATH_MAX], grant[GF_NODE_PATH_MAX];
-    struct stat st;
-    if (!gf_node_safe_name(e->d_name) ||
-        !gf__node_join(ctr, sizeof(ctr), path, e->d_name) ||
-        !gf__node_join(grant, sizeof(grant), ctr, "grant.json") ||
-        lstat(grant, &st) || !S_ISREG(st.st_mode))
-      continue;
-    gf_node_pods_mark(m->pods, uid, e->d_name);
-    m->found++;
-  }
-  closedir(dir);
+  gf_node_pods_mark(m->pods, uid, ctr);
+  m->found++;
 }
 
 size_t gf_node_pods_mark_from_disk(gf_node_pods *p, const char *state_dir) {
   mark_ctx m = {p, 0};
-  each_pod_dir(state_dir, mark_pod, &m);
+  gf__node_each_container(state_dir, mark_ctr, &m);
   return m.found;
 }
 
@@ -597,6 +565,6 @@ static void sweep_pod(void *user, const char *uid, const char *path) {
 size_t gf_node_pods_sweep(gf_node_pods *p, const char *state_dir,
                           const char *cdi_dir) {
   sweep_ctx s = {p, state_dir, cdi_dir, 0};
-  each_pod_dir(state_dir, sweep_pod, &s);
+  gf__node_each_pod(state_dir, sweep_pod, &s);
   return s.removed;
 }

@@ -4,7 +4,6 @@
  * /healthz.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -27,7 +26,6 @@
 
 #define METRICS_MAX (16u << 20) /* the text never grows past this */
 #define CONTAINERS_MAX 1024     /* containers read per scrape */
-#define GRANT_FILE_MAX 65536
 
 /* ---- a bounded growable buffer ---------------------------------------- */
 
@@ -101,54 +99,13 @@ static void sb_head(sbuf *b, const char *name, const char *type,
 typedef struct ctr_rec {
   char pod[GF_CONTAINER_MAX * 2];
   char name[GF_CONTAINER_MAX];
-  uint32_t ngpus;
-  char uuid[GF_REGION_DEVICES][GF_UUID_MAX];
-  uint64_t limit[GF_REGION_DEVICES];
-  uint64_t used[GF_REGION_DEVICES];
-  uint32_t compute[GF_REGION_DEVICES]; /* granted percent, 0 none */
+  gf__ctr_grant g;                  /* its grant.json */
+  uint64_t used[GF_REGION_DEVICES]; /* from its region */
   bool has_region;
   uint64_t waits, throttled_ns;
   uint32_t util_bp, corr; /* the agent's last observation; the bucket's
                              correction in thousandths (0 = none yet) */
 } ctr_rec;
-
-/* Reads <dir>/grant.json into r.  Returns 0 or a GF_E* code. */
-static int read_grant(const char *dir, ctr_rec *r) {
-  char path[GF_NODE_PATH_MAX];
-  if (!gf__node_join(path, sizeof(path), dir, "grant.json"))
-    return GF_ELIMIT;
-  char *text;
-  size_t len;
-  int rc = gf__node_read_file(path, GRANT_FILE_MAX, &text, &len, NULL);
-  if (rc)
-    return rc;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
-  free(text);
-  json_t *gpus = json_object_get(root, "gpus");
-  rc = GF_ESYNTAX;
-  if (!json_is_array(gpus) || json_array_size(gpus) > GF_REGION_DEVICES)
-    goto out;
-  size_t i;
-  json_t *g;
-  json_array_foreach(gpus, i, g) {
-    const char *u = json_string_value(json_object_get(g, "uuid"));
-    json_t *m = json_object_get(g, "memory");
-    if (!u || strlen(u) >= GF_UUID_MAX || !json_is_integer(m) ||
-        json_integer_value(m) < 0)
-      goto out;
-    gf__node_copy(r->uuid[i], GF_UUID_MAX, u);
-    r->limit[i] = (uint64_t)json_integer_value(m);
-    json_t *cp = json_object_get(g, "compute");
-    if (json_is_integer(cp) && json_integer_value(cp) > 0 &&
-        json_integer_value(cp) <= 100)
-      r->compute[i] = (uint32_t)json_integer_value(cp);
-  }
-  r->ngpus = (uint32_t)json_array_size(gpus);
-  rc = 0;
-out:
-  json_decref(root);
-  return rc;
-}
 
 /* Reads the region in <dir>/region/region, if there is one yet
  * (gf__node_region_open: checked without following links or blocking). */
@@ -157,7 +114,7 @@ static int read_region(const char *dir, ctr_rec *r) {
   int rc = gf__node_region_open(dir, &reg);
   if (rc || !reg)
     return rc; /* no region yet: not started, no usage */
-  for (uint32_t i = 0; i < r->ngpus; i++)
+  for (uint32_t i = 0; i < r->g.ngpus; i++)
     r->used[i] = gf_region_used(reg, i);
   uint32_t hwm = atomic_load(&reg->hwm);
   if (hwm > GF_REGION_SLOTS)
@@ -173,55 +130,42 @@ static int read_region(const char *dir, ctr_rec *r) {
   return 0;
 }
 
+typedef struct scan_ctx {
+  ctr_rec *recs;
+  uint32_t n, max, errors;
+} scan_ctx;
+
+/* One container: its grant and region into the next record. */
+static void scan_one(void *user, const char *uid, const char *ctr,
+                     const char *dir) {
+  scan_ctx *sc = user;
+  if (strlen(uid) >= sizeof(sc->recs[0].pod) ||
+      strlen(ctr) >= sizeof(sc->recs[0].name))
+    return;
+  if (sc->n >= sc->max) {
+    sc->errors++;
+    return;
+  }
+  ctr_rec *r = &sc->recs[sc->n];
+  memset(r, 0, sizeof(*r));
+  gf__node_copy(r->pod, sizeof(r->pod), uid);
+  gf__node_copy(r->name, sizeof(r->name), ctr);
+  if (gf__node_read_ctr_grant(dir, &r->g)) {
+    sc->errors++;
+    return;
+  }
+  if (read_region(dir, r))
+    sc->errors++; /* still reported, with no usage */
+  sc->n++;
+}
+
 /* Fills up to max records from <state>/pods/<pod>/<ctr>; counts failures. */
 static uint32_t scan(const char *state_dir, ctr_rec *recs, uint32_t max,
                      uint32_t *errors) {
-  char pods[GF_NODE_PATH_MAX];
-  uint32_t n = 0;
-  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods"))
-    return 0;
-  DIR *pd = opendir(pods);
-  if (!pd)
-    return 0;
-  struct dirent *pe;
-  while ((pe = readdir(pd))) {
-    if (!gf_node_safe_name(pe->d_name) ||
-        strlen(pe->d_name) >= sizeof(recs[0].pod))
-      continue;
-    char pdir[GF_NODE_PATH_MAX];
-    if (!gf__node_join(pdir, sizeof(pdir), pods, pe->d_name))
-      continue;
-    DIR *cd = opendir(pdir);
-    if (!cd)
-      continue;
-    struct dirent *ce;
-    while ((ce = readdir(cd))) {
-      if (!gf_node_safe_name(ce->d_name) ||
-          strlen(ce->d_name) >= sizeof(recs[0].name))
-        continue;
-      if (n >= max) {
-        (*errors)++;
-        continue;
-      }
-      char cdir[GF_NODE_PATH_MAX];
-      if (!gf__node_join(cdir, sizeof(cdir), pdir, ce->d_name))
-        continue;
-      ctr_rec *r = &recs[n];
-      memset(r, 0, sizeof(*r));
-      gf__node_copy(r->pod, sizeof(r->pod), pe->d_name);
-      gf__node_copy(r->name, sizeof(r->name), ce->d_name);
-      if (read_grant(cdir, r)) {
-        (*errors)++;
-        continue;
-      }
-      if (read_region(cdir, r))
-        (*errors)++; /* still reported, with no usage */
-      n++;
-    }
-    closedir(cd);
-  }
-  closedir(pd);
-  return n;
+  scan_ctx sc = {recs, 0, max, 0};
+  gf__node_each_container(state_dir, scan_one, &sc);
+  *errors += sc.errors;
+  return sc.n;
 }
 
 static void ctr_labels(sbuf *b, const ctr_rec *r, uint32_t i) {
@@ -230,7 +174,7 @@ static void ctr_labels(sbuf *b, const ctr_rec *r, uint32_t i) {
   sb_add(b, "\",container=\"");
   sb_label(b, r->name);
   sb_add(b, "\",gpu=\"");
-  sb_label(b, r->uuid[i]);
+  sb_label(b, r->g.uuid[i]);
   sb_add(b, "\"}");
 }
 
@@ -273,9 +217,9 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
       else if (m == 1)
         v = x->mem_bytes;
       for (uint32_t c = 0; m >= 2 && c < n; c++)
-        for (uint32_t k = 0; k < recs[c].ngpus; k++)
-          if (x->uuid[0] && strcmp(recs[c].uuid[k], x->uuid) == 0)
-            v += m == 2 ? recs[c].limit[k] : recs[c].used[k];
+        for (uint32_t k = 0; k < recs[c].g.ngpus; k++)
+          if (x->uuid[0] && strcmp(recs[c].g.uuid[k], x->uuid) == 0)
+            v += m == 2 ? recs[c].g.limit[k] : recs[c].used[k];
       sb_add(&b, "%s{gpu=\"", per_gpu[m].name);
       sb_label(&b, x->uuid);
       sb_add(&b, "\"} %" PRIu64 "\n", v);
@@ -287,9 +231,9 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
     const gf_node_gpu *x = &g->gpus[i];
     uint32_t pct = 0;
     for (uint32_t c = 0; c < n; c++)
-      for (uint32_t k = 0; k < recs[c].ngpus; k++)
-        if (x->uuid[0] && strcmp(recs[c].uuid[k], x->uuid) == 0)
-          pct += recs[c].compute[k];
+      for (uint32_t k = 0; k < recs[c].g.ngpus; k++)
+        if (x->uuid[0] && strcmp(recs[c].g.uuid[k], x->uuid) == 0)
+          pct += recs[c].g.compute[k];
     sb_add(&b, "gpufrac_gpu_compute_granted_ratio{gpu=\"");
     sb_label(&b, x->uuid);
     sb_add(&b, "\"} %u.%02u\n", pct / 100, pct % 100);
@@ -319,15 +263,15 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
   sb_head(&b, "gpufrac_container_memory_limit_bytes", "gauge",
           "Device memory a container may allocate on a GPU (0: no limit).");
   for (uint32_t c = 0; c < n; c++)
-    for (uint32_t k = 0; k < recs[c].ngpus; k++) {
+    for (uint32_t k = 0; k < recs[c].g.ngpus; k++) {
       sb_add(&b, "gpufrac_container_memory_limit_bytes");
       ctr_labels(&b, &recs[c], k);
-      sb_add(&b, " %" PRIu64 "\n", recs[c].limit[k]);
+      sb_add(&b, " %" PRIu64 "\n", recs[c].g.limit[k]);
     }
   sb_head(&b, "gpufrac_container_memory_used_bytes", "gauge",
           "Device memory a container has allocated on a GPU.");
   for (uint32_t c = 0; c < n; c++)
-    for (uint32_t k = 0; k < recs[c].ngpus; k++) {
+    for (uint32_t k = 0; k < recs[c].g.ngpus; k++) {
       sb_add(&b, "gpufrac_container_memory_used_bytes");
       ctr_labels(&b, &recs[c], k);
       sb_add(&b, " %" PRIu64 "\n", recs[c].used[k]);
@@ -380,9 +324,9 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
   }
   uint64_t waste = 0;
   for (uint32_t c = 0; c < n; c++)
-    for (uint32_t k = 0; k < recs[c].ngpus; k++)
-      if (recs[c].limit[k] > recs[c].used[k])
-        waste += recs[c].limit[k] - recs[c].used[k];
+    for (uint32_t k = 0; k < recs[c].g.ngpus; k++)
+      if (recs[c].g.limit[k] > recs[c].used[k])
+        waste += recs[c].g.limit[k] - recs[c].used[k];
   sb_head(&b, "gpufrac_node_memory_wasted_bytes", "gauge",
           "Device memory granted but not in use, summed over containers.");
   sb_add(&b, "gpufrac_node_memory_wasted_bytes %" PRIu64 "\n", waste);

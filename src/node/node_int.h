@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "gpufrac/node.h"
+#include "gpufrac/region.h"
 
 /* Copies src into dst[cap], truncating; always NUL-ends (cap > 0). */
 void gf__node_copy(char *dst, size_t cap, const char *src);
@@ -40,6 +41,35 @@ int gf__node_read_file(const char *path, size_t max, char **out, size_t *len,
                        gf_diag *d);
 
 struct gf_region;
+
+/* Calls fn for every <state_dir>/pods/<uid> directory whose name is a safe
+ * path component (what Allocate creates). */
+void gf__node_each_pod(const char *state_dir,
+                       void (*fn)(void *user, const char *uid,
+                                  const char *pod_dir),
+                       void *user);
+
+/* Calls fn for every <state_dir>/pods/<uid>/<ctr> directory, both names
+ * safe path components. */
+void gf__node_each_container(const char *state_dir,
+                             void (*fn)(void *user, const char *uid,
+                                        const char *ctr, const char *ctr_dir),
+                             void *user);
+
+/* What a container's grant.json (written by gf_node_prepare_container)
+ * says: its GPUs in grant order, each with its memory limit and compute
+ * percent (0 = none). */
+typedef struct gf__ctr_grant {
+  uint32_t ngpus;
+  char uuid[GF_REGION_DEVICES][GF_UUID_MAX];
+  uint64_t limit[GF_REGION_DEVICES];
+  uint32_t compute[GF_REGION_DEVICES];
+} gf__ctr_grant;
+
+/* Reads <ctr_dir>/grant.json.  GF_EIO / GF_ELIMIT (unreadable, too big),
+ * GF_ESYNTAX (not the format written: duplicate keys, a GPU without a uuid
+ * or with negative memory, more than GF_REGION_DEVICES GPUs). */
+int gf__node_read_ctr_grant(const char *ctr_dir, gf__ctr_grant *g);
 
 /* Maps <ctr_dir>/region/region for reading and the agent's few writes
  * (gf_region_observe).  The container can write its region directory, so

@@ -2,8 +2,10 @@
  * Small helpers of gf_node: bounded copies, paths, whole-file reads and the
  * atomic write (node_int.h, gpufrac/node.h).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,4 +171,92 @@ int gf__node_region_open(const char *ctr_dir, gf_region **out) {
   if (!ok)
     return GF_ESTATE;
   return gf_region_map(path, NULL, out, NULL);
+}
+
+void gf__node_each_pod(const char *state_dir,
+                       void (*fn)(void *user, const char *uid,
+                                  const char *pod_dir),
+                       void *user) {
+  char pods[GF_NODE_PATH_MAX];
+  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods"))
+    return;
+  DIR *dir = opendir(pods);
+  if (!dir)
+    return;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    char path[GF_NODE_PATH_MAX];
+    if (gf_node_safe_name(e->d_name) &&
+        gf__node_join(path, sizeof(path), pods, e->d_name))
+      fn(user, e->d_name, path);
+  }
+  closedir(dir);
+}
+
+typedef struct each_ctr {
+  void (*fn)(void *, const char *, const char *, const char *);
+  void *user;
+} each_ctr;
+
+static void each_ctr_in_pod(void *user, const char *uid, const char *pod_dir) {
+  each_ctr *ec = user;
+  DIR *dir = opendir(pod_dir);
+  if (!dir)
+    return;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    char path[GF_NODE_PATH_MAX];
+    if (gf_node_safe_name(e->d_name) &&
+        gf__node_join(path, sizeof(path), pod_dir, e->d_name))
+      ec->fn(ec->user, uid, e->d_name, path);
+  }
+  closedir(dir);
+}
+
+void gf__node_each_container(const char *state_dir,
+                             void (*fn)(void *user, const char *uid,
+                                        const char *ctr, const char *ctr_dir),
+                             void *user) {
+  each_ctr ec = {fn, user};
+  gf__node_each_pod(state_dir, each_ctr_in_pod, &ec);
+}
+
+#define GRANT_FILE_MAX 65536
+
+int gf__node_read_ctr_grant(const char *ctr_dir, gf__ctr_grant *g) {
+  memset(g, 0, sizeof(*g));
+  char path[GF_NODE_PATH_MAX];
+  if (!gf__node_join(path, sizeof(path), ctr_dir, "grant.json"))
+    return GF_ELIMIT;
+  char *text;
+  size_t len;
+  int rc = gf__node_read_file(path, GRANT_FILE_MAX, &text, &len, NULL);
+  if (rc)
+    return rc;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+  free(text);
+  json_t *gpus = json_object_get(root, "gpus");
+  rc = GF_ESYNTAX;
+  if (!json_is_array(gpus) || json_array_size(gpus) > GF_REGION_DEVICES)
+    goto out;
+  size_t i;
+  json_t *x;
+  json_array_foreach(gpus, i, x) {
+    const char *u = json_string_value(json_object_get(x, "uuid"));
+    json_t *m = json_object_get(x, "memory");
+    json_t *cp = json_object_get(x, "compute");
+    if (!u || strlen(u) >= GF_UUID_MAX || !json_is_integer(m) ||
+        json_integer_value(m) < 0)
+      goto out;
+    gf__node_copy(g->uuid[i], GF_UUID_MAX, u);
+    g->limit[i] = (uint64_t)json_integer_value(m);
+    if (json_is_integer(cp) && json_integer_value(cp) > 0 &&
+        json_integer_value(cp) <= 100)
+      g->compute[i] = (uint32_t)json_integer_value(cp);
+  }
+  g->ngpus = (uint32_t)json_array_size(gpus);
+  rc = 0;
+out:
+  json_decref(root);
+  return rc;
 }
