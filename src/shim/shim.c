@@ -591,9 +591,9 @@ EXPORT gf_cu_result cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
     return CUDA_ERROR_NOT_INITIALIZED;
   if (!dptr)
     return S.real.cuMemAlloc_v2(dptr, bytes);
-  uint32_t dev = current_device();
   if (!guarding())
     return S.real.cuMemAlloc_v2(dptr, bytes);
+  uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuMemAlloc_v2(dptr, bytes);
@@ -612,9 +612,9 @@ EXPORT gf_cu_result cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes,
     return CUDA_ERROR_NOT_INITIALIZED;
   if (!dptr)
     return S.real.cuMemAllocManaged(dptr, bytes, flags);
-  uint32_t dev = current_device();
   if (!guarding())
     return S.real.cuMemAllocManaged(dptr, bytes, flags);
+  uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuMemAllocManaged(dptr, bytes, flags);
@@ -973,13 +973,13 @@ EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     return CUDA_ERROR_NOT_INITIALIZED;
   if (!h || !prop)
     return S.real.cuMemCreate(h, size, prop, flags);
+  if (!guarding())
+    return S.real.cuMemCreate(h, size, prop, flags);
   uint32_t dev = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
                          prop->location.id >= 0 &&
                          prop->location.id < GF_REGION_DEVICES
                      ? (uint32_t)prop->location.id
                      : current_device();
-  if (!guarding())
-    return S.real.cuMemCreate(h, size, prop, flags);
   if (!reserve(dev, size))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuMemCreate(h, size, prop, flags);
@@ -1018,9 +1018,9 @@ EXPORT gf_cu_result cuArrayCreate_v2(CUarray *a,
     return S.real.cuArrayCreate_v2(a, desc);
   uint64_t bytes = array_bytes(desc->Width, desc->Height, 1, (int)desc->Format,
                                desc->NumChannels);
-  uint32_t dev = current_device();
   if (!guarding())
     return S.real.cuArrayCreate_v2(a, desc);
+  uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuArrayCreate_v2(a, desc);
@@ -1041,9 +1041,9 @@ EXPORT gf_cu_result cuArray3DCreate_v2(CUarray *a,
     return S.real.cuArray3DCreate_v2(a, desc);
   uint64_t bytes = array_bytes(desc->Width, desc->Height, desc->Depth,
                                (int)desc->Format, desc->NumChannels);
-  uint32_t dev = current_device();
   if (!guarding())
     return S.real.cuArray3DCreate_v2(a, desc);
+  uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuArray3DCreate_v2(a, desc);
@@ -1090,9 +1090,9 @@ EXPORT gf_cu_result cuMipmappedArrayCreate(CUmipmappedArray *h,
   if (!h || !desc)
     return S.real.cuMipmappedArrayCreate(h, desc, levels);
   uint64_t bytes = mipmap_bytes(desc, levels);
-  uint32_t dev = current_device();
   if (!guarding())
     return S.real.cuMipmappedArrayCreate(h, desc, levels);
+  uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuMipmappedArrayCreate(h, desc, levels);
