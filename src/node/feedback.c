@@ -78,30 +78,49 @@ typedef struct pid_pod {
   char uid[GF_NODE_UID_MAX];
 } pid_pod;
 
+/* How many containers hold a grant on uuid (counted once per round). */
+static uint32_t holders_of(const fb_ctr *ctrs, size_t nc, const char *uuid) {
+  uint32_t n = 0;
+  for (size_t o = 0; o < nc; o++)
+    for (uint32_t j = 0; j < ctrs[o].g.ngpus; j++)
+      n += strcmp(ctrs[o].g.uuid[j], uuid) == 0;
+  return n;
+}
+
 size_t gf_node_feedback(const char *state_dir, const char *proc,
                         const gf_node_gpus *g, const gf_node_proc_util *s,
                         size_t ns) {
   fb_ctr *ctrs = calloc(FEEDBACK_CTRS, sizeof(*ctrs));
   pid_pod *pids = calloc(FEEDBACK_PIDS, sizeof(*pids));
+  const char **pod_of = calloc(ns ? ns : 1, sizeof(*pod_of));
   size_t written = 0;
-  if (!ctrs || !pids)
+  if (!ctrs || !pids || !pod_of)
     goto out;
   fb_scan sc = {ctrs, 0, FEEDBACK_CTRS};
   gf__node_each_container(state_dir, scan_one, &sc);
   size_t nc = sc.n;
-  /* Each sample's pod, resolved once per distinct pid. */
+  /* Each sample's pod (NULL: not a pod's process, or the host's /proc is
+   * not visible), its cgroup read once per distinct pid. */
   size_t np = 0;
-  for (size_t i = 0; i < ns && np < FEEDBACK_PIDS; i++) {
-    bool seen = false;
-    for (size_t k = 0; k < np && !seen; k++)
-      seen = pids[k].pid == s[i].pid;
-    if (seen)
-      continue;
-    pids[np].pid = s[i].pid;
-    pids[np].known = proc && gf_node_pid_pod(proc, s[i].pid, pids[np].uid,
-                                             sizeof(pids[np].uid));
-    np++;
+  for (size_t i = 0; i < ns; i++) {
+    size_t k = 0;
+    while (k < np && pids[k].pid != s[i].pid)
+      k++;
+    if (k == np) {
+      if (np == FEEDBACK_PIDS)
+        continue;
+      pids[np].pid = s[i].pid;
+      pids[np].known = proc && gf_node_pid_pod(proc, s[i].pid, pids[np].uid,
+                                               sizeof(pids[np].uid));
+      np++;
+    }
+    pod_of[i] = pids[k].known ? pids[k].uid : NULL;
   }
+  /* The GPU's own utilisation stands for a container only on a GPU that
+   * container alone holds; counted once per node GPU. */
+  uint32_t holders[GF_NODE_MAX_GPUS];
+  for (uint32_t i = 0; i < g->ngpus; i++)
+    holders[i] = holders_of(ctrs, nc, g->gpus[i].uuid);
   for (size_t c = 0; c < nc; c++) {
     uint32_t sum_bp = 0, known = 0;
     for (uint32_t k = 0; k < ctrs[c].g.ngpus; k++) {
@@ -109,31 +128,22 @@ size_t gf_node_feedback(const char *state_dir, const char *proc,
       bool gpu_sampled = false;
       uint32_t pct = 0;
       for (size_t i = 0; i < ns; i++) {
-        if (strcmp(s[i].uuid, uuid) != 0)
-          continue;
         /* A sample counts when its pid could be placed in a pod (without
          * the host's /proc none can: then the fallback below). */
-        for (size_t p = 0; p < np; p++) {
-          if (pids[p].pid != s[i].pid || !pids[p].known)
-            continue;
-          gpu_sampled = true;
-          if (strcmp(pids[p].uid, ctrs[c].pod) == 0)
-            pct += s[i].sm_pct;
-        }
+        if (!pod_of[i] || strcmp(s[i].uuid, uuid) != 0)
+          continue;
+        gpu_sampled = true;
+        if (strcmp(pod_of[i], ctrs[c].pod) == 0)
+          pct += s[i].sm_pct;
       }
       if (gpu_sampled) {
         sum_bp += (pct > 100 ? 100 : pct) * 100;
         known++;
         continue;
       }
-      /* No process samples on this GPU: its own utilisation, if this is
-       * the only container with a grant on it. */
-      uint32_t holders = 0;
-      for (size_t o = 0; o < nc; o++)
-        for (uint32_t j = 0; j < ctrs[o].g.ngpus; j++)
-          holders += strcmp(ctrs[o].g.uuid[j], uuid) == 0;
-      for (uint32_t i = 0; holders == 1 && i < g->ngpus; i++)
-        if (strcmp(g->gpus[i].uuid, uuid) == 0 && g->gpus[i].util_pct >= 0) {
+      for (uint32_t i = 0; i < g->ngpus; i++)
+        if (holders[i] == 1 && g->gpus[i].util_pct >= 0 &&
+            strcmp(g->gpus[i].uuid, uuid) == 0) {
           sum_bp += (uint32_t)g->gpus[i].util_pct * 100;
           known++;
         }
@@ -153,5 +163,6 @@ size_t gf_node_feedback(const char *state_dir, const char *proc,
 out:
   free(ctrs);
   free(pids);
+  free(pod_of);
   return written;
 }
