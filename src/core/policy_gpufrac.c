@@ -40,6 +40,7 @@
 
 #include "alloc.h"
 #include "gpufrac/error.h"
+#include "plan.h"
 #include "policy.h"
 
 typedef struct cached {
@@ -47,6 +48,12 @@ typedef struct cached {
   double m;         /* M of the node as it stands */
   double la;        /* its look-ahead L (0 when la is off) */
 } cached;
+
+/* The shares on one GPU, descending; n > GF__PLAN_MAX_ITEMS: lost count. */
+typedef struct gpu_shares {
+  uint8_t n;
+  int16_t v[GF__PLAN_MAX_ITEMS];
+} gpu_shares;
 
 typedef struct gfp {
   const gf_typical_set *t;
@@ -60,10 +67,15 @@ typedef struct gfp {
   double price[GF_MAX_MODELS]; /* restricted demand share / supply share */
   cached *now;
   uint32_t nnow;
+  double plan_w;  /* weight of leaving the packing plan (0 = off) */
+  bool tight;     /* on the plan: completable to a tight pattern */
+  gf__plan plan;  /* how an optimal packing fills GPUs with shares */
+  gpu_shares *on; /* shares on each GPU: node * GF_MAX_GPUS_PER_NODE + g */
+  uint32_t non;   /* nodes covered by `on` */
 } gfp;
 
-static const char *const param_keys[] = {"cpu", "price", "coarse", "la",
-                                         "lak", "lad",   NULL};
+static const char *const param_keys[] = {"cpu",    "lak",  "price", "la", "lad",
+                                         "coarse", "plan", "tight", NULL};
 
 /* Average CPU per milli-GPU of the workload's GPU pods, and the model prices,
  * from every shape of the workload (or the typical ones when that is all
@@ -108,8 +120,34 @@ static void derive(gfp *s, const gf_cluster *c, const gf_typical_set *w) {
                       : 0;
 }
 
+/* The packing plan of the workload's single-GPU shares.  A workload with
+ * no shares has no plan (and needs none). */
+static int plan_build(gfp *s, const gf_typical_set *w) {
+  int32_t sizes[GF__PLAN_MAX_SIZES];
+  double demand[GF__PLAN_MAX_SIZES];
+  size_t m = 0;
+  for (size_t i = 0; i < w->n; i++) {
+    const gf_typical_pod *p = &w->pods[i];
+    if (p->gpu_count != 1 || p->gpu_milli <= 0 || p->gpu_milli >= GF_GPU_MILLI)
+      continue;
+    size_t k = 0;
+    while (k < m && sizes[k] != p->gpu_milli)
+      k++;
+    if (k == m) {
+      if (m == GF__PLAN_MAX_SIZES)
+        continue; /* more sizes than the plan takes: the rarest stay out */
+      sizes[m] = p->gpu_milli;
+      demand[m++] = 0;
+    }
+    demand[k] += (double)p->count;
+  }
+  int rc = m ? gf__plan_build(sizes, demand, m, &s->plan) : GF_EINVAL;
+  return rc == GF_EINVAL ? 0 : rc;
+}
+
 static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
-  double cpu = 1.0, price = 2.0, coarse = 0, la = 0, lak = 8, lad = 1;
+  double cpu = 1.0, price = 2.0, coarse = 0, la = 0, lak = 8, lad = 1,
+         plan = 16, tight = 1;
   int rc;
   if ((rc = gf__params_known(env->params, param_keys, d)) ||
       (rc = gf__param(env->params, "cpu", 0, 1000, &cpu, d)) ||
@@ -117,7 +155,9 @@ static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
       (rc = gf__param(env->params, "coarse", 0, 1, &coarse, d)) ||
       (rc = gf__param(env->params, "la", 0, 1000, &la, d)) ||
       (rc = gf__param(env->params, "lak", 1, 1000, &lak, d)) ||
-      (rc = gf__param(env->params, "lad", 0, 1, &lad, d)))
+      (rc = gf__param(env->params, "lad", 0, 1, &lad, d)) ||
+      (rc = gf__param(env->params, "plan", 0, 1e6, &plan, d)) ||
+      (rc = gf__param(env->params, "tight", 0, 1, &tight, d)))
     return rc;
   if (coarse != 0 && coarse != 1)
     return gf_diag_set(d, GF_EINVAL, "parameter coarse: want 0 or 1");
@@ -131,7 +171,14 @@ static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
   s->la_w = la;
   s->la_k = (size_t)lak;
   s->la_delta = lad != 0;
-  derive(s, env->cluster, env->shapes ? env->shapes : env->typical);
+  const gf_typical_set *w = env->shapes ? env->shapes : env->typical;
+  derive(s, env->cluster, w);
+  s->plan_w = plan;
+  s->tight = tight != 0;
+  if (plan > 0 && (rc = plan_build(s, w)) != 0) {
+    gf__free(s);
+    return rc;
+  }
   *state = s;
   return 0;
 }
@@ -141,6 +188,8 @@ static void gfp_destroy(void *state) {
   if (!s)
     return;
   gf__free(s->now);
+  gf__free(s->on);
+  gf__plan_release(&s->plan);
   gf__free(s);
 }
 
@@ -261,6 +310,85 @@ static int64_t to_score(const gfp *s, double gain) {
   return (int64_t)llround(gain * 10.0);
 }
 
+/* The shares recorded on GPU g of node i, or NULL if none are. */
+static const gpu_shares *shares_of(const gfp *s, uint32_t i, uint32_t g) {
+  return s->on && i < s->non ? &s->on[i * GF_MAX_GPUS_PER_NODE + g] : NULL;
+}
+
+/* Cost of putting a share of `add` milli on a GPU: zero while the GPU's
+ * shares stay a sub-multiset of a plan pattern (or fill it exactly, or are
+ * not known), else the weight times the share left idle, which the plan
+ * says will likely stay so. */
+static double plan_cost(const gfp *s, uint32_t i, uint32_t g, const gf_gpu *gpu,
+                        int32_t add, int32_t left_after) {
+  if (s->plan_w <= 0 || !s->plan.n || add <= 0 || left_after <= 0)
+    return 0;
+  const gpu_shares *on = shares_of(s, i, g);
+  static const gpu_shares none;
+  if (!on)
+    on = &none;
+  if (on->n > GF__PLAN_MAX_ITEMS)
+    return s->plan_w * left_after; /* more shares than any pattern holds */
+  int32_t sum = 0;
+  for (uint8_t k = 0; k < on->n; k++)
+    sum += on->v[k];
+  if (sum != gpu->milli_used)
+    return 0; /* placements we were not told of: no opinion */
+  if (s->tight) {
+    double v = gf__plan_value(&s->plan, add);
+    for (uint8_t k = 0; k < on->n; k++)
+      v += gf__plan_value(&s->plan, on->v[k]);
+    return gf__plan_tight(&s->plan, v, sum + add) ? 0 : s->plan_w * left_after;
+  }
+  return gf__plan_fits(&s->plan, on->v, on->n, (int16_t)add)
+             ? 0
+             : s->plan_w * left_after;
+}
+
+/* Keeps the per-GPU share lists in step with placements. */
+static void gfp_changed(void *state, const gf_cluster *c, const gf_request *r,
+                        const gf_placement *p, int sign) {
+  gfp *s = state;
+  if (s->plan_w <= 0 || r->gpu_count != 1 || r->gpu_milli <= 0 ||
+      r->gpu_milli >= GF_GPU_MILLI || p->ngpus != 1)
+    return;
+  if (p->node >= s->non) {
+    uint32_t nn = gf_cluster_nnodes(c);
+    if (p->node >= nn)
+      return;
+    gpu_shares *on =
+        gf__realloc(s->on, (size_t)nn * GF_MAX_GPUS_PER_NODE * sizeof(*on));
+    if (!on)
+      return; /* out of memory: this GPU's plan cost stays "no opinion" */
+    memset(on + (size_t)s->non * GF_MAX_GPUS_PER_NODE, 0,
+           (size_t)(nn - s->non) * GF_MAX_GPUS_PER_NODE * sizeof(*on));
+    s->on = on;
+    s->non = nn;
+  }
+  gpu_shares *on = &s->on[p->node * GF_MAX_GPUS_PER_NODE + p->gpus[0]];
+  const int16_t v = (int16_t)r->gpu_milli;
+  if (sign > 0) {
+    if (on->n >= GF__PLAN_MAX_ITEMS) {
+      on->n = GF__PLAN_MAX_ITEMS + 1; /* lost count */
+    } else {
+      uint8_t k = on->n++;
+      for (; k > 0 && on->v[k - 1] < v; k--)
+        on->v[k] = on->v[k - 1];
+      on->v[k] = v;
+    }
+  } else if (on->n <= GF__PLAN_MAX_ITEMS) {
+    for (uint8_t k = 0; k < on->n; k++)
+      if (on->v[k] == v) {
+        memmove(&on->v[k], &on->v[k + 1], (size_t)(on->n - k - 1) * sizeof(v));
+        on->n--;
+        break;
+      }
+  }
+  const gf_node *n = gf_cluster_node(c, p->node);
+  if (n->gpus[p->gpus[0]].milli_used == 0)
+    on->n = 0; /* an idle GPU starts afresh */
+}
+
 static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
                          const gf_request *r, gf__pick *pick) {
   gfp *s = state;
@@ -289,8 +417,10 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
         continue;
       int32_t was = left[g];
       left[g] -= r->gpu_milli;
+      const double off =
+          plan_cost(s, node, g, &n->gpus[g], r->gpu_milli, left[g]);
       int64_t sc =
-          to_score(s, before - value_after(s, n, cpu_after, left) - cost);
+          to_score(s, before - value_after(s, n, cpu_after, left) - cost - off);
       left[g] = was;
       if (sc > best || (sc == best && was < best_left)) {
         best = sc;
@@ -316,4 +446,5 @@ const gf__policy_ops gf__policy_gpufrac = {
     .create = gfp_create,
     .destroy = gfp_destroy,
     .score = gfp_score,
+    .changed = gfp_changed,
 };

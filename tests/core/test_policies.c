@@ -243,18 +243,18 @@ static void test_gpufrac_lookahead(void **st) {
   node(c, "y", 64000, 1);
   use(c, 1, 0, 200, 0);
   gf_request r = req(0, 1, 300);
-  gf__policy_env env = {.cluster = c, .typical = &t, .params = "cpu=0"};
+  gf__policy_env env = {.cluster = c, .typical = &t, .params = "cpu=0:plan=0"};
   void *s = NULL;
   assert_int_equal(gf__policy_gpufrac.create(&env, &s, NULL), 0);
   assert_int_equal(score(&gf__policy_gpufrac, s, c, 0, r, NULL), 0);
   assert_int_equal(score(&gf__policy_gpufrac, s, c, 1, r, NULL), 0);
   gf__policy_gpufrac.destroy(s);
-  env.params = "cpu=0:la=1:lak=1";
+  env.params = "cpu=0:plan=0:la=1:lak=1";
   assert_int_equal(gf__policy_gpufrac.create(&env, &s, NULL), 0);
   assert_int_equal(score(&gf__policy_gpufrac, s, c, 0, r, NULL), -2000);
   assert_int_equal(score(&gf__policy_gpufrac, s, c, 1, r, NULL), 3000);
   gf__policy_gpufrac.destroy(s);
-  env.params = "cpu=0:la=1:lad=0";
+  env.params = "cpu=0:plan=0:la=1:lad=0";
   assert_int_equal(gf__policy_gpufrac.create(&env, &s, NULL), 0);
   assert_int_equal(score(&gf__policy_gpufrac, s, c, 0, r, NULL), -2000);
   assert_int_equal(score(&gf__policy_gpufrac, s, c, 1, r, NULL), 0);
@@ -268,8 +268,8 @@ static void test_gpufrac_lookahead(void **st) {
   for (uint64_t seed = 0; seed < 16; seed++) {
     for (int k = 0; k < 2; k++) {
       gf_engine *e;
-      gf_engine_config cfg = {.policy =
-                                  k ? "gpufrac:cpu=0" : "gpufrac:cpu=0:la=1",
+      gf_engine_config cfg = {.policy = k ? "gpufrac:cpu=0:plan=0"
+                                          : "gpufrac:cpu=0:plan=0:la=1",
                               .seed = seed,
                               .typical = &t};
       assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
@@ -284,6 +284,61 @@ static void test_gpufrac_lookahead(void **st) {
     }
   }
   assert_true(plain_x > 0);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
+/* gpufrac's packing plan.  Workload: 650 x3, 320 x2, 460 x1 (p = 1/2, 1/3,
+ * 1/6).  The optimal packing (tests/core/test_plan.c works it out) puts a
+ * 320 beside a 650 (30 idle) and pairs 460s; {320, 460} is not in it.
+ * Two nodes with one GPU each: A holds a 320 (680 free), B is idle.  A 460
+ * arrives.
+ *   FGD's fragment of a GPU with f free: the share of the workload that does
+ *   not fit in f, times f.  A: 680 -> 220: nothing fits 220, so 0 -> 220;
+ *   B: 1000 -> 540: the 650s (p 1/2) do not fit, 0 -> 270.  FGD takes A
+ *   (+220 < +270), leaving 220 idle beside {320, 460} for good.
+ *   gpufrac (cpu=0, price=0): A: -10 * 220 - 10 * 16 * 220 (off the plan,
+ *   weight 16 times the 220 left) = -37400; B: {460} alone is on the plan,
+ *   -10 * 270 = -2700.  It takes B, keeping A's 320 for a 650 and B's 460
+ *   for another 460.  With plan=0 it scores as FGD does (-2200, -2700). */
+static void test_gpufrac_plan(void **st) {
+  (void)st;
+  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
+                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 1);
+  node(c, "b", 64000, 1);
+  gf_request r320 = req(0, 1, 320), r460 = req(0, 1, 460);
+  gf_placement on_a = {.node = 0, .ngpus = 1, .gpus = {0}};
+  const char *pol[3] = {"gpufrac:cpu=0:price=0", "gpufrac:cpu=0:price=0:plan=0",
+                        "fgd"};
+  const int64_t want_a[2] = {-37400, -2200}, want_b[2] = {-2700, -2700};
+  for (int k = 0; k < 3; k++) {
+    int on_b = 0;
+    for (uint64_t seed = 0; seed < 8; seed++) {
+      gf_engine *e;
+      gf_engine_config cfg = {.policy = pol[k], .seed = seed, .typical = &t};
+      assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+      assert_int_equal(gf_engine_apply(e, &r320, &on_a), 0);
+      if (k < 2) {
+        int64_t sa, sb;
+        gf_placement pick;
+        assert_int_equal(gf_engine_score(e, &r460, 0, &sa, &pick), 0);
+        assert_int_equal(gf_engine_score(e, &r460, 1, &sb, &pick), 0);
+        assert_int_equal(sa, want_a[k]);
+        assert_int_equal(sb, want_b[k]);
+      }
+      gf_placement p;
+      assert_int_equal(gf_engine_place(e, &r460, &p), 0);
+      on_b += p.node == 1;
+      assert_int_equal(gf_engine_release(e, &r460, &p), 0);
+      assert_int_equal(gf_engine_release(e, &r320, &on_a), 0);
+      gf_engine_free(e);
+    }
+    assert_int_equal(on_b, k == 0 ? 8 : 0);
+  }
   gf_cluster_free(c);
   gf_typical_release(&t);
 }
@@ -543,6 +598,7 @@ int main(void) {
       cmocka_unit_test(test_gpufrac_cpu_stranding),
       cmocka_unit_test(test_gpufrac_model_price),
       cmocka_unit_test(test_gpufrac_lookahead),
+      cmocka_unit_test(test_gpufrac_plan),
       cmocka_unit_test(test_engine_per_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

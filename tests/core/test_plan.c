@@ -1,0 +1,155 @@
+/* The packing plan (src/core/plan.c) on workloads small enough to solve by
+ * hand: the patterns, the LP value, the dual and the on-plan test. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gpufrac/error.h"
+#include "plan.h"
+
+static bool has(const gf__plan *p, const int16_t *v, size_t n) {
+  for (size_t i = 0; i < p->n; i++)
+    if (p->p[i].n == n && memcmp(p->p[i].v, v, n * sizeof(*v)) == 0)
+      return true;
+  return false;
+}
+
+/* Half-GPU shares only: two per GPU, nothing idle.  LP value 0.5 GPUs per
+ * share; z(500) = 0.5; room(500) = 0.5, room(499) = 0. */
+static void test_halves(void **st) {
+  (void)st;
+  int32_t s[] = {500};
+  double d[] = {10};
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, 1, &p), 0);
+  assert_int_equal(p.n, 1);
+  const int16_t pair[] = {500, 500};
+  assert_true(has(&p, pair, 2));
+  assert_true(fabs(p.gpus - 0.5) < 1e-9);
+  assert_true(fabs(p.waste) < 1e-9);
+  assert_true(fabs(gf__plan_value(&p, 500) - 0.5) < 1e-9);
+  assert_true(fabs(gf__plan_value(&p, 300)) < 1e-12);
+  assert_true(fabs(p.room[500] - 0.5) < 1e-9);
+  assert_true(fabs(p.room[499]) < 1e-12);
+  /* An idle GPU and one with a half share are on the plan; a third half
+   * does not fit, a 300 beside a 500 leaves 200 nothing can use. */
+  const int16_t one[] = {500};
+  assert_true(gf__plan_fits(&p, NULL, 0, 500));
+  assert_true(gf__plan_fits(&p, one, 1, 500));
+  assert_false(gf__plan_fits(&p, one, 1, 300));
+  assert_true(gf__plan_tight(&p, 0.5, 500));
+  assert_true(gf__plan_tight(&p, 1.0, 1000));
+  assert_false(gf__plan_tight(&p, 0.5, 800)); /* 500 + 300 */
+  gf__plan_release(&p);
+  assert_null(p.p);
+}
+
+/* 650 x3, 320 x2, 460 x1.  Each 650 needs a GPU of its own; two take a 320
+ * (30 idle), the third stays alone (350 idle: nothing else fits beside it);
+ * the 460 pairs with another 460 at half a GPU.  Optimum 3.5 GPUs for 6
+ * shares (0.5833 per share, demand normalised).  {460, 320} is never used:
+ * it would take a 320 from a 650 and leave 220 idle.  The dual: z(650) = 1
+ * ({650} alone is used), so z(320) = 0; z(460) = 0.5. */
+static void test_650_320_460(void **st) {
+  (void)st;
+  int32_t s[] = {650, 320, 460};
+  double d[] = {3, 2, 1};
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, 3, &p), 0);
+  assert_true(fabs(p.gpus - 3.5 / 6) < 1e-9);
+  const int16_t a[] = {650, 320}, b[] = {650}, c[] = {460, 460};
+  assert_true(has(&p, a, 2));
+  assert_true(has(&p, b, 1));
+  assert_true(has(&p, c, 2));
+  assert_true(fabs(gf__plan_value(&p, 650) - 1) < 1e-9);
+  assert_true(fabs(gf__plan_value(&p, 320)) < 1e-9);
+  assert_true(fabs(gf__plan_value(&p, 460) - 0.5) < 1e-9);
+  const int16_t s320[] = {320}, s460[] = {460};
+  assert_false(gf__plan_fits(&p, s320, 1, 460));
+  assert_true(gf__plan_fits(&p, s320, 1, 650));
+  assert_true(gf__plan_fits(&p, s460, 1, 460));
+  /* Tight: {320} + 460 has value 0.5 with 220 left (room 0): off the plan;
+   * {460} alone has 0.5 + room(540) = 0.5 + 0.5: on it. */
+  assert_false(gf__plan_tight(&p, 0.5, 780));
+  assert_true(gf__plan_tight(&p, 0.5, 460));
+  assert_true(gf__plan_tight(&p, 0, 320)); /* a 650 can still join */
+  gf__plan_release(&p);
+}
+
+/* Sizes that fit nowhere or have no demand are left out; nothing left is
+ * GF_EINVAL with an empty plan. */
+static void test_bad_input(void **st) {
+  (void)st;
+  int32_t s[] = {0, 1000, 400, -5};
+  double d[] = {1, 1, 0, 1};
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, 4, &p), GF_EINVAL);
+  assert_int_equal(p.n, 0);
+  assert_null(p.p);
+  gf__plan_release(&p);
+}
+
+/* Tiny shares: at most GF__PLAN_MAX_ITEMS to a pattern, so a 50-milli
+ * share packs 12 to a GPU (400 idle), and the plan says so. */
+static void test_item_cap(void **st) {
+  (void)st;
+  int32_t s[] = {50};
+  double d[] = {24};
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, 1, &p), 0);
+  assert_int_equal(p.n, 1);
+  assert_int_equal(p.p[0].n, GF__PLAN_MAX_ITEMS);
+  assert_true(fabs(p.gpus - 1.0 / GF__PLAN_MAX_ITEMS) < 1e-9);
+  assert_true(fabs(p.waste - (1000 - 50 * GF__PLAN_MAX_ITEMS)) < 1e-6);
+  int16_t full[GF__PLAN_MAX_ITEMS];
+  for (int i = 0; i < GF__PLAN_MAX_ITEMS; i++)
+    full[i] = 50;
+  assert_false(gf__plan_fits(&p, full, GF__PLAN_MAX_ITEMS, 50));
+  assert_true(gf__plan_fits(&p, full, GF__PLAN_MAX_ITEMS - 1, 50));
+  gf__plan_release(&p);
+}
+
+/* The Alibaba default trace's share sizes and counts (openb default pod
+ * list): the LP's idle share per GPU and the pairs it must and must not
+ * use.  810 leaves 190 that only 160, 140, 110 and 50 can use; 470 pairs
+ * with 470 (60 idle) and never with 320 (210 idle). */
+static void test_alibaba_default(void **st) {
+  (void)st;
+  int32_t s[] = {810, 470, 320, 650, 230, 460, 590, 160, 550, 220,
+                 370, 110, 480, 50,  330, 350, 270, 440, 140, 290};
+  double d[] = {1078, 750, 328, 253, 140, 128, 75, 74, 72, 62,
+                47,   24,  19,  7,   7,   6,   4,  2,  1,  1};
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, 20, &p), 0);
+  /* Lower bound by hand: each 810 alone on a GPU, 1078 GPUs for them. */
+  double shares = 0;
+  for (int i = 0; i < 20; i++)
+    shares += d[i];
+  assert_true(p.gpus * shares >= 1078);
+  const int16_t s470[] = {470}, s810[] = {810};
+  assert_true(gf__plan_fits(&p, s470, 1, 470));
+  assert_false(gf__plan_fits(&p, s470, 1, 320));
+  assert_true(gf__plan_fits(&p, s810, 1, 160));
+  double v = gf__plan_value(&p, 470) + gf__plan_value(&p, 320);
+  assert_false(gf__plan_tight(&p, v, 790));
+  v = 2 * gf__plan_value(&p, 470);
+  assert_true(gf__plan_tight(&p, v, 940));
+  gf__plan_release(&p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_halves),
+      cmocka_unit_test(test_650_320_460),
+      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_item_cap),
+      cmocka_unit_test(test_alibaba_default),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
