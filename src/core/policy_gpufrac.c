@@ -1,7 +1,7 @@
 /*
  * gpufrac: the engine's default placement.  FGD's idea (place the pod where
  * the expected GPU fragmentation grows least, against the workload's typical
- * pods) with two costs FGD does not see and a finer score:
+ * pods) with three costs FGD does not see and a finer score:
  *
  * 1. CPU stranding (parameter cpu, default 1).  A GPU is useless once its
  *    node's CPU is gone.  GPU pods of the workload bring c CPU-milli per
@@ -24,16 +24,21 @@
  *    (which consolidates); among a node's GPUs, the tightest fitting GPU
  *    wins.  Parameter coarse=1 restores FGD's truncated score, for ablation.
  *
- * score(node) = 10 * (M(now) - M(after) - price cost), M = FGD fragment
- * amount + cpu * CPU-stranded GPU milli.  The measure of each node as it
- * stands is cached per node version.
+ * 4. A packing plan (parameter plan, default 16; src/core/plan.h).  FGD
+ *    looks one pod ahead; the waste that remains is GPUs filled by shares
+ *    that leave a gap no share size can close (470 + 320 leaves 210 that
+ *    only the rare shares of 210 or less can use).  At creation the policy
+ *    solves the configuration LP of bin packing for the workload's share
+ *    sizes: the fewest GPUs that hold the demand, and a dual value per size
+ *    under which every filling the optimum can use is worth exactly 1.  A
+ *    share that would leave a GPU whose shares can no longer be completed to
+ *    such a filling costs plan * the share it leaves idle.  tight=0 uses
+ *    only the fillings of the one optimum found (an ablation).
  *
- * Look-ahead (parameters la, lak, lad; off by default, an experiment that
- * did not pay: docs/placement.md).  L(state) is the frequency-weighted
- * increase of M that the best placement of each of the lak most frequent
- * typical pods on this node would cause.  With la > 0, M is replaced by
- * V = M + la * L in the score (lad=1), or only M(after) gains la * L(after)
- * (lad=0).  L stays local to the node, so caching is unchanged.
+ * score(node) = 10 * (M(now) - M(after) - price cost - plan cost), M = FGD
+ * fragment amount + cpu * CPU-stranded GPU milli.  The measure of each node
+ * as it stands is cached per node version; every term depends on the node
+ * alone, so the engine caches scores per node version and request shape.
  */
 #include <math.h>
 #include <string.h>
@@ -46,7 +51,6 @@
 typedef struct cached {
   uint64_t version; /* node version + 1; 0 = empty */
   double m;         /* M of the node as it stands */
-  double la;        /* its look-ahead L (0 when la is off) */
 } cached;
 
 /* The shares on one GPU, descending; n > GF__PLAN_MAX_ITEMS: lost count. */
@@ -60,9 +64,6 @@ typedef struct gfp {
   double cpu;                  /* weight of CPU-stranded GPU share */
   double price_w;              /* weight of the model price */
   bool coarse;                 /* FGD's truncated sigmoid score */
-  double la_w;                 /* weight of the look-ahead (0 = off) */
-  size_t la_k;                 /* typical pods the look-ahead tries */
-  bool la_delta;               /* score L's change (1) or L after (0) */
   double cpu_per_milli;        /* CPU-milli GPU pods bring per milli-GPU */
   double price[GF_MAX_MODELS]; /* restricted demand share / supply share */
   cached *now;
@@ -74,8 +75,8 @@ typedef struct gfp {
   uint32_t non;   /* nodes covered by `on` */
 } gfp;
 
-static const char *const param_keys[] = {"cpu",    "lak",  "price", "la", "lad",
-                                         "coarse", "plan", "tight", NULL};
+static const char *const param_keys[] = {"cpu",  "price", "coarse",
+                                         "plan", "tight", NULL};
 
 /* Average CPU per milli-GPU of the workload's GPU pods, and the model prices,
  * from every shape of the workload (or the typical ones when that is all
@@ -146,16 +147,12 @@ static int plan_build(gfp *s, const gf_typical_set *w) {
 }
 
 static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
-  double cpu = 1.0, price = 2.0, coarse = 0, la = 0, lak = 8, lad = 1,
-         plan = 16, tight = 1;
+  double cpu = 1.0, price = 2.0, coarse = 0, plan = 16, tight = 1;
   int rc;
   if ((rc = gf__params_known(env->params, param_keys, d)) ||
       (rc = gf__param(env->params, "cpu", 0, 1000, &cpu, d)) ||
       (rc = gf__param(env->params, "price", 0, 1000, &price, d)) ||
       (rc = gf__param(env->params, "coarse", 0, 1, &coarse, d)) ||
-      (rc = gf__param(env->params, "la", 0, 1000, &la, d)) ||
-      (rc = gf__param(env->params, "lak", 1, 1000, &lak, d)) ||
-      (rc = gf__param(env->params, "lad", 0, 1, &lad, d)) ||
       (rc = gf__param(env->params, "plan", 0, 1e6, &plan, d)) ||
       (rc = gf__param(env->params, "tight", 0, 1, &tight, d)))
     return rc;
@@ -168,9 +165,6 @@ static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
   s->cpu = cpu;
   s->price_w = price;
   s->coarse = coarse == 1;
-  s->la_w = la;
-  s->la_k = (size_t)lak;
-  s->la_delta = lad != 0;
   const gf_typical_set *w = env->shapes ? env->shapes : env->typical;
   derive(s, env->cluster, w);
   s->plan_w = plan;
@@ -210,66 +204,8 @@ static double measure(const gfp *s, const gf_node *n, int64_t cpu_left,
   return m;
 }
 
-/* Look-ahead L of a node state whose measure is m0: over the la_k most
- * frequent typical pods, the frequency-weighted increase of M that the best
- * placement of that pod on this node would cause (a share tries every
- * distinct free amount; whole GPUs take the lowest free ones).  A pod that
- * does not fit adds nothing: M already counts the share it cannot use. */
-static double lookahead(const gfp *s, const gf_node *n, int64_t cpu_left,
-                        int32_t *left, double m0) {
-  double l = 0;
-  const size_t k = s->la_k < s->t->n ? s->la_k : s->t->n;
-  for (size_t j = 0; j < k; j++) {
-    const gf_typical_pod *y = &s->t->pods[j];
-    if (cpu_left < y->cpu_milli)
-      continue;
-    const int64_t cpu_after = cpu_left - y->cpu_milli;
-    if (y->gpu_count == 0) {
-      l += y->p * (measure(s, n, cpu_after, left) - m0);
-      continue;
-    }
-    if (y->model_mask && !(y->model_mask & n->model_mask))
-      continue;
-    if (y->gpu_count == 1 && y->gpu_milli < GF_GPU_MILLI) {
-      double best = INFINITY;
-      uint32_t tried = 0; /* bit v: free amount already tried */
-      int32_t seen[GF_MAX_GPUS_PER_NODE];
-      for (uint32_t g = 0; g < n->ngpus; g++) {
-        if (left[g] < y->gpu_milli)
-          continue;
-        bool dup = false;
-        for (uint32_t v = 0; v < tried && !dup; v++)
-          dup = seen[v] == left[g];
-        if (dup)
-          continue;
-        seen[tried++] = left[g];
-        left[g] -= y->gpu_milli;
-        double d = measure(s, n, cpu_after, left) - m0;
-        left[g] += y->gpu_milli;
-        if (d < best)
-          best = d;
-      }
-      if (tried)
-        l += y->p * best;
-      continue;
-    }
-    uint32_t took[GF_MAX_GPUS_PER_NODE], nt = 0;
-    for (uint32_t g = 0; g < n->ngpus && nt < y->gpu_count; g++)
-      if (left[g] == GF_GPU_MILLI)
-        took[nt++] = g;
-    if (nt < y->gpu_count)
-      continue;
-    for (uint32_t v = 0; v < nt; v++)
-      left[took[v]] = 0;
-    l += y->p * (measure(s, n, cpu_after, left) - m0);
-    for (uint32_t v = 0; v < nt; v++)
-      left[took[v]] = GF_GPU_MILLI;
-  }
-  return l;
-}
-
-/* V = M + la * L of node i as it stands, cached by node version.  NAN if
- * out of memory. */
+/* M of node i as it stands, cached by node version.  NAN if out of
+ * memory. */
 static double value_now(gfp *s, const gf_cluster *c, uint32_t i) {
   const gf_node *n = gf_cluster_node(c, i);
   if (i >= s->nnow) {
@@ -286,22 +222,9 @@ static double value_now(gfp *s, const gf_cluster *c, uint32_t i) {
     int32_t left[GF_MAX_GPUS_PER_NODE];
     gf_node_gpu_left(n, left);
     e->m = measure(s, n, n->cpu_milli - n->cpu_used, left);
-    e->la = s->la_w > 0
-                ? lookahead(s, n, n->cpu_milli - n->cpu_used, left, e->m)
-                : 0;
     e->version = n->version + 1;
   }
-  return e->m + (s->la_delta ? s->la_w * e->la : 0);
-}
-
-/* V of node n with cpu_left and left[] after a placement (left[] is
- * restored before returning). */
-static double value_after(const gfp *s, const gf_node *n, int64_t cpu_left,
-                          int32_t *left) {
-  double m = measure(s, n, cpu_left, left);
-  if (s->la_w > 0)
-    m += s->la_w * lookahead(s, n, cpu_left, left, m);
-  return m;
+  return e->m;
 }
 
 static int64_t to_score(const gfp *s, double gain) {
@@ -420,7 +343,7 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
       const double off =
           plan_cost(s, node, g, &n->gpus[g], r->gpu_milli, left[g]);
       int64_t sc =
-          to_score(s, before - value_after(s, n, cpu_after, left) - cost - off);
+          to_score(s, before - measure(s, n, cpu_after, left) - cost - off);
       left[g] = was;
       if (sc > best || (sc == best && was < best_left)) {
         best = sc;
@@ -435,7 +358,7 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
     return INT64_MIN / 2; /* cannot happen for a candidate */
   for (uint32_t k = 0; k < pick->ngpus; k++)
     left[pick->gpus[k]] -= r->gpu_milli;
-  return to_score(s, before - value_after(s, n, cpu_after, left) - cost);
+  return to_score(s, before - measure(s, n, cpu_after, left) - cost);
 }
 
 const gf__policy_ops gf__policy_gpufrac = {
