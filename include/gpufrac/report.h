@@ -23,7 +23,9 @@ typedef struct gf_summary {
   double placed_pct;                             /* placed / arrived pods, % */
   double placed_share, placed_whole, placed_cpu; /* mean counts */
   double failed_share, failed_whole, failed_cpu;
-  double wall_s; /* mean per run */
+  double first_drop; /* gf_sim_result.first_drop_pct, mean over the seeds
+                       that dropped a pod (NAN if none did) */
+  double wall_s;     /* mean per run */
   int npoints;
   double alloc_curve[GF_SIM_MAX_PCT + 1]; /* mean over seeds; NAN = none */
   double frag_curve[GF_SIM_MAX_PCT + 1];

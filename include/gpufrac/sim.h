@@ -58,6 +58,8 @@ typedef struct gf_sim_result {
   int64_t capacity_milli;
   int64_t arrived_milli, alloc_milli, held_milli; /* at the end */
   double decision_us_median, decision_us_p99;
+  double first_drop_pct; /* demand arrived before the first pod that did
+                            not fit, % of capacity (NAN: none dropped) */
   double wall_s;
 } gf_sim_result;
 

@@ -71,6 +71,10 @@ static void usage(FILE *fp) {
           "  --jobs N               worker threads (default: online CPUs)\n"
           "  --data DIR             bundled data directory (default: the "
           "build's)\n"
+          "  --arrivals DIR         also write each workload, the pods in "
+          "arrival order,\n"
+          "                         as DIR/arrivals-TRACE-SEED.csv (for "
+          "scripts/placement-bound)\n"
           "  -h, --help             this help\n"
           "\npolicies:\n");
   for (size_t i = 0; i < gf_policy_count(); i++)
@@ -326,9 +330,73 @@ static void main_job_table(const sweep *s, const gf_summary *sum) {
          "docs/simulator.md.\n");
 }
 
+/* A CSV field, quoted when it needs to be. */
+static void csv_field(FILE *fp, const char *v) {
+  if (!strpbrk(v, ",\"\r\n")) {
+    fputs(v, fp);
+    return;
+  }
+  fputc('"', fp);
+  for (; *v; v++) {
+    if (*v == '"')
+      fputc('"', fp);
+    fputc(*v, fp);
+  }
+  fputc('"', fp);
+}
+
+/* Writes DIR/arrivals-TRACE-SEED.csv for each trace and seed: the pods of
+ * the workload in arrival order, with the demand arrived so far. */
+static int write_arrivals(const char *dir, const trace *traces, int ntraces,
+                          const uint64_t *seeds, int nseeds, double inflate,
+                          int64_t cap) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "gpufrac simulate: --arrivals %s: %s\n", dir,
+            strerror(errno));
+    return -1;
+  }
+  for (int t = 0; t < ntraces; t++)
+    for (int k = 0; k < nseeds; k++) {
+      const gf_pod_list *pods = &traces[t].pods;
+      size_t *order = NULL, n = 0;
+      if (gf_sim_workload(pods, seeds[k], inflate, cap, &order, &n)) {
+        fprintf(stderr, "gpufrac simulate: out of memory\n");
+        return -1;
+      }
+      char path[4096];
+      snprintf(path, sizeof(path), "%s/arrivals-%s-%llu.csv", dir,
+               traces[t].name, (unsigned long long)seeds[k]);
+      FILE *fp = fopen(path, "w");
+      if (!fp) {
+        fprintf(stderr, "gpufrac simulate: %s: %s\n", path, strerror(errno));
+        free(order);
+        return -1;
+      }
+      fprintf(fp, "position,pod,num_gpu,gpu_milli,cpu_milli,arrived_pct\n");
+      int64_t arrived = 0;
+      for (size_t i = 0; i < n; i++) {
+        const gf_trace_pod *p = &pods->pods[order[i]];
+        arrived += gf_request_gpu_demand(&p->req);
+        fprintf(fp, "%zu,", i);
+        csv_field(fp, p->name);
+        fprintf(fp, ",%u,%d,%lld,%.6f\n", p->req.gpu_count,
+                p->req.gpu_count ? p->req.gpu_milli : 0,
+                (long long)p->req.cpu_milli,
+                100.0 * (double)arrived / (double)cap);
+      }
+      free(order);
+      if (fclose(fp) != 0) {
+        fprintf(stderr, "gpufrac simulate: %s: write failed\n", path);
+        return -1;
+      }
+    }
+  return 0;
+}
+
 int cmd_simulate(int argc, char **argv) {
   const char *nodes_path = NULL, *pods_path = NULL, *format = "table";
   const char *out_dir = NULL, *data_dir = getenv("GPUFRAC_DATA");
+  const char *arrivals_dir = NULL;
   char trace_arg[1024] = "default", policy_arg[1024] = "whole,fgd,gpufrac";
   const char *seeds_arg = "42-51";
   double inflate = 1.3;
@@ -383,6 +451,8 @@ int cmd_simulate(int argc, char **argv) {
       format = v;
     else if (strcmp(key, "--out") == 0)
       out_dir = v;
+    else if (strcmp(key, "--arrivals") == 0)
+      arrivals_dir = v;
     else if (strcmp(key, "--data") == 0)
       data_dir = v;
     else if (strcmp(key, "--ties") == 0) {
@@ -546,6 +616,11 @@ int cmd_simulate(int argc, char **argv) {
     }
     gf_engine_free(e);
   }
+
+  if (arrivals_dir &&
+      write_arrivals(arrivals_dir, traces, ntraces, seeds, nseeds, inflate,
+                     gf_cluster_gpu_milli_total(base)))
+    goto out;
 
   s.base = base;
   s.traces = traces;

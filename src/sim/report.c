@@ -78,6 +78,8 @@ void gf_summary_of(const char *policy, const char *trace, uint32_t ngpus,
   mean_std(v, n, &out->failed_cpu, NULL);
   OVER_RUNS(runs[i].wall_s);
   mean_std(v, n, &out->wall_s, NULL);
+  OVER_RUNS(runs[i].first_drop_pct);
+  mean_std(v, n, &out->first_drop, NULL);
   OVER_RUNS(runs[i].decision_us_median);
   out->decision_us_median = median(v, n);
   OVER_RUNS(runs[i].decision_us_p99);
@@ -167,6 +169,7 @@ void gf_report_json(FILE *fp, const gf_summary *s, int n, double inflate,
     jnum(fp, "frag_amount_at_80", s[i].frag80, 0);
     jnum(fp, "held_unused_at_100", s[i].held_unused100, 0);
     jnum(fp, "placed_pct", s[i].placed_pct, 0);
+    jnum(fp, "first_drop_at_pct", s[i].first_drop, 0);
     jnum(fp, "decision_us_median", s[i].decision_us_median, 0);
     jnum(fp, "decision_us_p99", s[i].decision_us_p99, 1);
     fprintf(fp, "}");

@@ -219,6 +219,7 @@ int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
   }
 
   int64_t arrived = 0, alloc = 0;
+  out->first_drop_pct = NAN;
   for (size_t i = 0; i < n; i++) {
     const gf_request *r = &pods->pods[order[i]].req;
     const int64_t demand = gf_request_gpu_demand(r);
@@ -238,7 +239,8 @@ int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
       else
         out->placed_whole++;
     } else if (rc == GF_ENOFIT) {
-      out->failed++;
+      if (out->failed++ == 0)
+        out->first_drop_pct = 100.0 * (double)(arrived - demand) / (double)cap;
       if (r->gpu_count == 0)
         out->failed_cpu++;
       else if (share)

@@ -70,7 +70,8 @@ if python3 - "$tmp/s.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 need = {"policy", "trace", "seeds", "unallocated_at_100", "unallocated_at_100_std",
-        "unallocated_at_130", "frag_amount_at_80", "decision_us_median", "decision_us_p99"}
+        "unallocated_at_130", "frag_amount_at_80", "decision_us_median", "decision_us_p99",
+        "first_drop_at_pct"}
 assert len(d["summary"]) == 2, d
 for s in d["summary"]:
     assert need <= set(s), need - set(s)
@@ -86,6 +87,25 @@ for f in summary.csv curves.csv allocation-pods_small.svg; do
 done
 if grep -q '<polyline' "$tmp/report/allocation-pods_small.svg" && grep -q '</svg>' "$tmp/report/allocation-pods_small.svg"; then
   echo "ok   svg-lines"; pass=$((pass + 1)); else echo "FAIL svg-lines"; fail=$((fail + 1)); fi
+# --arrivals writes each workload in arrival order; the demand column climbs
+# to the inflation (1.3 x capacity by default) and the order is the seed's.
+check arrivals 0 '' -- "$GPUFRAC" simulate "${small[@]}" --seeds 3,4 --policy fgd --arrivals "$tmp/arr"
+if python3 - "$tmp/arr" <<'PY'
+import csv, os, sys
+d = sys.argv[1]
+assert sorted(os.listdir(d)) == ["arrivals-pods_small-3.csv", "arrivals-pods_small-4.csv"], os.listdir(d)
+orders = []
+for f in sorted(os.listdir(d)):
+    rows = list(csv.DictReader(open(os.path.join(d, f))))
+    pct = [float(r["arrived_pct"]) for r in rows]
+    assert pct == sorted(pct) and 129 < pct[-1] < 250, pct[-3:]
+    assert [int(r["position"]) for r in rows] == list(range(len(rows)))
+    orders.append([r["pod"] for r in rows])
+assert orders[0] != orders[1]  # seeds shuffle differently
+PY
+then echo "ok   arrivals-content"; pass=$((pass + 1)); else echo "FAIL arrivals-content"; fail=$((fail + 1)); fi
+check arrivals-unwritable 1 'gpufrac-no' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --arrivals /proc/gpufrac-no
+
 check out-unwritable 1 'gpufrac-no' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --out /proc/gpufrac-no
 
 echo "$pass passed, $fail failed"
