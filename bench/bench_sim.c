@@ -2,12 +2,18 @@
  * bench_sim: speed of the placement engine on the production trace.
  *
  *   bench_sim [REPS]   (default 5)
+ *   bench_sim --versus REPS SEED TRACE[,TRACE...]
  *
  * For every policy: REPS replays of the default trace (seed 42, inflation
  * 1.3, 1213 nodes) on one core; prints the median wall time of a replay and
  * the median over replays of the per-decision latency median and p99.
  * Then FGD with the score cache switched off, side by side, to show what
  * recomputing only the changed node buys.  Results go in docs/benchmarks.md.
+ *
+ * --versus: fgd and gpufrac side by side on each trace (one seed), their
+ * replays alternating (fgd, gpufrac, fgd, ...) so both see the same machine;
+ * prints the median over replays of each one's decision p99 and the ratio.
+ * The placement issue's latency target is that ratio, at most 2.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,11 +62,87 @@ static int bench(gf_cluster *c, const gf_pod_list *pods,
   return 0;
 }
 
+/* One replay of `policy`; its decision p99 in *p99.  0 or 1. */
+static int replay_p99(gf_cluster *c, const gf_pod_list *pods,
+                      const gf_typical_set *t, const gf_typical_set *shapes,
+                      const char *policy, uint64_t seed, double *p99) {
+  gf_sim_config cfg = {.policy = policy,
+                       .seed = seed,
+                       .inflate = 1.3,
+                       .typical = t,
+                       .shapes = shapes};
+  gf_sim_result r;
+  gf_diag d = {""};
+  if (gf_sim_run(c, pods, &cfg, &r, &d)) {
+    fprintf(stderr, "bench_sim: %s: %s\n", policy, d.msg);
+    return 1;
+  }
+  *p99 = r.decision_us_p99;
+  return 0;
+}
+
+static int versus(int reps, uint64_t seed, char *list) {
+  gf_cluster *c = gf_cluster_new();
+  gf_diag d = {""};
+  if (!c || gf_trace_load_nodes(
+                GF_DATA_DIR "/traces/openb_node_list_gpu_node.csv", c, &d)) {
+    fprintf(stderr, "bench_sim: %s\n", d.msg);
+    return 1;
+  }
+  printf("fgd vs gpufrac, seed %llu, %d alternating replays each, one "
+         "core\n\n| trace | fgd p99 us | gpufrac p99 us | ratio |\n"
+         "|---|---:|---:|---:|\n",
+         (unsigned long long)seed, reps);
+  int rc = 0;
+  double worst = 0;
+  for (char *save = NULL, *tr = strtok_r(list, ",", &save); tr && !rc;
+       tr = strtok_r(NULL, ",", &save)) {
+    char path[512];
+    snprintf(path, sizeof(path), GF_DATA_DIR "/traces/openb_pod_list_%s.csv",
+             tr);
+    gf_pod_list pods;
+    gf_typical_set t, shapes;
+    if (gf_trace_load_pods(path, c, &pods, &d) ||
+        gf_sim_typical(&pods, 95.0, &t) ||
+        gf_sim_typical(&pods, 100.0, &shapes)) {
+      fprintf(stderr, "bench_sim: %s\n", d.msg[0] ? d.msg : path);
+      rc = 1;
+      break;
+    }
+    double f[64], g[64];
+    for (int i = 0; i < reps && !rc; i++)
+      rc = replay_p99(c, &pods, &t, &shapes, "fgd", seed, &f[i]) ||
+           replay_p99(c, &pods, &t, &shapes, "gpufrac", seed, &g[i]);
+    if (!rc) {
+      double mf = median(f, reps), mg = median(g, reps);
+      worst = mg / mf > worst ? mg / mf : worst;
+      printf("| %s | %.1f | %.1f | %.2f |\n", tr, mf, mg, mg / mf);
+    }
+    gf_typical_release(&t);
+    gf_typical_release(&shapes);
+    gf_pod_list_release(&pods);
+  }
+  if (!rc)
+    printf("\nlargest ratio: %.2f\n", worst);
+  gf_cluster_free(c);
+  return rc;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 5 && strcmp(argv[1], "--versus") == 0) {
+    int64_t reps, seed;
+    if (gf_parse_int64(argv[2], 1, 64, &reps, NULL) ||
+        gf_parse_int64(argv[3], 0, INT64_MAX, &seed, NULL)) {
+      fprintf(stderr, "usage: bench_sim --versus REPS SEED TRACE[,...]\n");
+      return 2;
+    }
+    return versus((int)reps, (uint64_t)seed, argv[4]);
+  }
   int64_t reps64 = 5;
   if (argc > 2 ||
       (argc == 2 && gf_parse_int64(argv[1], 1, 64, &reps64, NULL))) {
-    fprintf(stderr, "usage: bench_sim [REPS 1..64]\n");
+    fprintf(stderr, "usage: bench_sim [REPS 1..64]\n"
+                    "       bench_sim --versus REPS SEED TRACE[,...]\n");
     return 2;
   }
   int reps = (int)reps64;

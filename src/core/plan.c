@@ -234,11 +234,8 @@ int gf__plan_build(const int32_t *sizes_in, const double *demand_in, size_t m0,
   }
 
   /* The dual and, from it, the room table (unbounded knapsack). */
-  out->m = m;
-  for (size_t i = 0; i < m; i++) {
-    out->size[i] = sizes[i];
-    out->z[i] = z[i];
-  }
+  for (size_t i = 0; i < m; i++)
+    out->z[sizes[i]] = z[i];
   for (size_t c = 0; c <= GF_GPU_MILLI; c++) {
     double b = c ? out->room[c - 1] : 0;
     for (size_t i = 0; i < m; i++)
@@ -315,10 +312,7 @@ bool gf__plan_fits(const gf__plan *p, const int16_t *v, size_t n, int16_t add) {
 }
 
 double gf__plan_value(const gf__plan *p, int32_t size) {
-  for (size_t i = 0; i < p->m; i++)
-    if (p->size[i] == size)
-      return p->z[i];
-  return 0;
+  return size > 0 && size < GF_GPU_MILLI ? p->z[size] : 0;
 }
 
 bool gf__plan_tight(const gf__plan *p, double value, int32_t used) {

@@ -39,10 +39,8 @@ typedef struct gf__plan {
   /* The optimum's dual: a value per share size (z, summing to 1 over any
    * pattern the optimum may use, at most 1 over any pattern at all), and
    * room[c], the most value shares fitting in c milli can carry. */
-  size_t m;
-  int16_t size[GF__PLAN_MAX_SIZES];
-  double z[GF__PLAN_MAX_SIZES];
-  double room[1001];
+  double z[1000];    /* z[size]: dual value of a share (0: not planned) */
+  double room[1001]; /* room[c]: most value that fits in c milli */
 } gf__plan;
 
 /* Builds the plan for m share sizes (1..999 milli each, distinct) with
@@ -56,7 +54,8 @@ int gf__plan_build(const int32_t *sizes, const double *demand, size_t m,
  * are a sub-multiset of some plan pattern. */
 bool gf__plan_fits(const gf__plan *p, const int16_t *v, size_t n, int16_t add);
 
-/* Dual value of one share of `size` milli (0 for sizes not in the plan). */
+/* Dual value of one share of `size` milli (0 for sizes not in the plan).
+ * A table lookup. */
 double gf__plan_value(const gf__plan *p, int32_t size);
 
 /* True if shares of total value `value` using `used` milli of a GPU can be

@@ -53,8 +53,11 @@ typedef struct cached {
   double m;         /* M of the node as it stands */
 } cached;
 
-/* The shares on one GPU, descending; n > GF__PLAN_MAX_ITEMS: lost count. */
+/* The shares on one GPU: their total, their total plan value, and the list
+ * (descending; n > GF__PLAN_MAX_ITEMS: too many to list). */
 typedef struct gpu_shares {
+  int32_t milli;
+  double value;
   uint8_t n;
   int16_t v[GF__PLAN_MAX_ITEMS];
 } gpu_shares;
@@ -238,10 +241,11 @@ static const gpu_shares *shares_of(const gfp *s, uint32_t i, uint32_t g) {
   return s->on && i < s->non ? &s->on[i * GF_MAX_GPUS_PER_NODE + g] : NULL;
 }
 
-/* Cost of putting a share of `add` milli on a GPU: zero while the GPU's
- * shares stay a sub-multiset of a plan pattern (or fill it exactly, or are
- * not known), else the weight times the share left idle, which the plan
- * says will likely stay so. */
+/* Cost of putting a share of `add` milli on a GPU: zero while the GPU stays
+ * on the plan (its shares can still be completed to a filling worth 1; with
+ * tight=0, are a sub-multiset of one of the LP solution's fillings), when it
+ * is filled exactly, or when its shares are not known; else the weight times
+ * the share left idle, which the plan says will likely stay so. */
 static double plan_cost(const gfp *s, uint32_t i, uint32_t g, const gf_gpu *gpu,
                         int32_t add, int32_t left_after) {
   if (s->plan_w <= 0 || !s->plan.n || add <= 0 || left_after <= 0)
@@ -250,22 +254,15 @@ static double plan_cost(const gfp *s, uint32_t i, uint32_t g, const gf_gpu *gpu,
   static const gpu_shares none;
   if (!on)
     on = &none;
-  if (on->n > GF__PLAN_MAX_ITEMS)
-    return s->plan_w * left_after; /* more shares than any pattern holds */
-  int32_t sum = 0;
-  for (uint8_t k = 0; k < on->n; k++)
-    sum += on->v[k];
-  if (sum != gpu->milli_used)
+  if (on->milli != gpu->milli_used)
     return 0; /* placements we were not told of: no opinion */
-  if (s->tight) {
-    double v = gf__plan_value(&s->plan, add);
-    for (uint8_t k = 0; k < on->n; k++)
-      v += gf__plan_value(&s->plan, on->v[k]);
-    return gf__plan_tight(&s->plan, v, sum + add) ? 0 : s->plan_w * left_after;
-  }
-  return gf__plan_fits(&s->plan, on->v, on->n, (int16_t)add)
-             ? 0
-             : s->plan_w * left_after;
+  const bool ok =
+      s->tight
+          ? gf__plan_tight(&s->plan, on->value + gf__plan_value(&s->plan, add),
+                           on->milli + add)
+          : on->n <= GF__PLAN_MAX_ITEMS &&
+                gf__plan_fits(&s->plan, on->v, on->n, (int16_t)add);
+  return ok ? 0 : s->plan_w * left_after;
 }
 
 /* Keeps the per-GPU share lists in step with placements. */
@@ -290,6 +287,8 @@ static void gfp_changed(void *state, const gf_cluster *c, const gf_request *r,
   }
   gpu_shares *on = &s->on[p->node * GF_MAX_GPUS_PER_NODE + p->gpus[0]];
   const int16_t v = (int16_t)r->gpu_milli;
+  on->milli += sign * r->gpu_milli;
+  on->value += sign * gf__plan_value(&s->plan, r->gpu_milli);
   if (sign > 0) {
     if (on->n >= GF__PLAN_MAX_ITEMS) {
       on->n = GF__PLAN_MAX_ITEMS + 1; /* lost count */
@@ -309,7 +308,7 @@ static void gfp_changed(void *state, const gf_cluster *c, const gf_request *r,
   }
   const gf_node *n = gf_cluster_node(c, p->node);
   if (n->gpus[p->gpus[0]].milli_used == 0)
-    on->n = 0; /* an idle GPU starts afresh */
+    memset(on, 0, sizeof(*on)); /* an idle GPU starts afresh */
 }
 
 static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
@@ -335,6 +334,11 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
   if (r->gpu_count == 1 && r->gpu_milli < GF_GPU_MILLI) {
     int64_t best = INT64_MIN;
     int32_t best_left = 0;
+    /* M after depends only on the multiset of free shares: GPUs with the
+     * same free share give the same M, computed once. */
+    int32_t seen_was[GF_MAX_GPUS_PER_NODE];
+    double seen_m[GF_MAX_GPUS_PER_NODE];
+    uint32_t nseen = 0;
     for (uint32_t g = 0; g < n->ngpus; g++) {
       if (!gf_gpu_fits(&n->gpus[g], r))
         continue;
@@ -342,8 +346,15 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
       left[g] -= r->gpu_milli;
       const double off =
           plan_cost(s, node, g, &n->gpus[g], r->gpu_milli, left[g]);
-      int64_t sc =
-          to_score(s, before - measure(s, n, cpu_after, left) - cost - off);
+      uint32_t k = 0;
+      while (k < nseen && seen_was[k] != was)
+        k++;
+      if (k == nseen) {
+        seen_was[k] = was;
+        seen_m[k] = measure(s, n, cpu_after, left);
+        nseen++;
+      }
+      int64_t sc = to_score(s, before - seen_m[k] - cost - off);
       left[g] = was;
       if (sc > best || (sc == best && was < best_left)) {
         best = sc;
