@@ -125,25 +125,36 @@ static void derive(gfp *s, const gf_cluster *c, const gf_typical_set *w) {
 }
 
 /* The packing plan of the workload's single-GPU shares.  A workload with
- * no shares has no plan (and needs none). */
+ * no shares has no plan (and needs none).  Demand is summed per size over
+ * every shape first: a size's pods may be spread over many shapes (CPU,
+ * model), each rarer than the shapes of another size. */
 static int plan_build(gfp *s, const gf_typical_set *w) {
-  int32_t sizes[GF__PLAN_MAX_SIZES];
-  double demand[GF__PLAN_MAX_SIZES];
+  int32_t sizes[GF_GPU_MILLI];
+  double demand[GF_GPU_MILLI];
+  int16_t at[GF_GPU_MILLI]; /* index in sizes[] by size, -1: none yet */
   size_t m = 0;
+  memset(at, 0xff, sizeof(at));
   for (size_t i = 0; i < w->n; i++) {
     const gf_typical_pod *p = &w->pods[i];
     if (p->gpu_count != 1 || p->gpu_milli <= 0 || p->gpu_milli >= GF_GPU_MILLI)
       continue;
-    size_t k = 0;
-    while (k < m && sizes[k] != p->gpu_milli)
-      k++;
-    if (k == m) {
-      if (m == GF__PLAN_MAX_SIZES)
-        continue; /* more sizes than the plan takes: the rarest stay out */
+    if (at[p->gpu_milli] < 0) {
+      at[p->gpu_milli] = (int16_t)m;
       sizes[m] = p->gpu_milli;
       demand[m++] = 0;
     }
-    demand[k] += (double)p->count;
+    demand[at[p->gpu_milli]] += (double)p->count;
+  }
+  /* More sizes than the plan takes: the rarest stay out (on ties, the one
+   * seen last), the others keep their order. */
+  while (m > GF__PLAN_MAX_SIZES) {
+    size_t k = 0;
+    for (size_t i = 1; i < m; i++)
+      if (demand[i] <= demand[k])
+        k = i;
+    memmove(&sizes[k], &sizes[k + 1], (m - k - 1) * sizeof(*sizes));
+    memmove(&demand[k], &demand[k + 1], (m - k - 1) * sizeof(*demand));
+    m--;
   }
   int rc = m ? gf__plan_build(sizes, demand, m, &s->plan) : GF_EINVAL;
   return rc == GF_EINVAL ? 0 : rc;

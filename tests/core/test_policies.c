@@ -276,6 +276,46 @@ static void test_gpufrac_plan(void **st) {
   gf_typical_release(&t);
 }
 
+/* gpufrac's plan with more share sizes than it takes (GF__PLAN_MAX_SIZES):
+ * 64 sizes, 100..163, one shape of 10 pods each, then 500 in five shapes
+ * of 9 pods (five CPU requests).  500 is the size most asked for (45 pods)
+ * but each of its shapes is rarer than every other, so it comes last in
+ * the count-ordered set; the plan must still take it and leave out one of
+ * the sizes with 10 pods.  Then a 500 on an idle GPU is on the plan (the
+ * optimum fills GPUs with it, beside another 500 or small shares): no plan
+ * cost, the same score as plan=0.  Left out, its dual value is 0 and 500
+ * milli of the small sizes are worth 0.5: off the plan, 16 * 500 lower. */
+static void test_gpufrac_plan_sizes(void **st) {
+  (void)st;
+  gf_typical_pod pods[69];
+  memset(pods, 0, sizeof(pods));
+  double total = 0;
+  for (int i = 0; i < 69; i++) {
+    pods[i].gpu_count = 1;
+    pods[i].gpu_milli = i < 64 ? 100 + i : 500;
+    pods[i].cpu_milli = i < 64 ? 1000 : 1000 + 1000 * (i - 63);
+    pods[i].count = i < 64 ? 10 : 9;
+    total += pods[i].count;
+  }
+  for (int i = 0; i < 69; i++)
+    pods[i].p = pods[i].count / total;
+  gf_typical_set t = {.pods = pods, .n = 69};
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 1);
+  gf__policy_env env = {.cluster = c, .typical = &t};
+  void *with = NULL, *without = NULL;
+  env.params = "cpu=0:price=0";
+  assert_int_equal(gf__policy_gpufrac.create(&env, &with, NULL), 0);
+  env.params = "cpu=0:price=0:plan=0";
+  assert_int_equal(gf__policy_gpufrac.create(&env, &without, NULL), 0);
+  gf_request r500 = req(0, 1, 500);
+  assert_int_equal(score(&gf__policy_gpufrac, with, c, 0, r500, NULL),
+                   score(&gf__policy_gpufrac, without, c, 0, r500, NULL));
+  gf__policy_gpufrac.destroy(with);
+  gf__policy_gpufrac.destroy(without);
+  gf_cluster_free(c);
+}
+
 /* gpufrac's model price.  Workload: three whole-GPU pods restricted to T4,
  * one that may run anywhere.  Supply: 2 T4 GPUs, 2 G2 GPUs.  Restricted
  * demand is 3000 of 4000 milli, all on T4: T4's price is (3000/4000) /
@@ -531,6 +571,7 @@ int main(void) {
       cmocka_unit_test(test_gpufrac_cpu_stranding),
       cmocka_unit_test(test_gpufrac_model_price),
       cmocka_unit_test(test_gpufrac_plan),
+      cmocka_unit_test(test_gpufrac_plan_sizes),
       cmocka_unit_test(test_engine_per_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
