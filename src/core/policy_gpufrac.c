@@ -54,7 +54,10 @@ typedef struct cached {
 } cached;
 
 /* The shares on one GPU: their total, their total plan value, and the list
- * (descending; n > GF__PLAN_MAX_ITEMS: too many to list). */
+ * (descending; n > GF__PLAN_MAX_ITEMS: too many to list).  A total of
+ * UNKNOWN_MILLI (kept far below 0 by later changes) matches no GPU: the
+ * shares are not known until the GPU empties. */
+#define UNKNOWN_MILLI (INT32_MIN / 2)
 typedef struct gpu_shares {
   int32_t milli;
   double value;
@@ -310,12 +313,18 @@ static void gfp_changed(void *state, const gf_cluster *c, const gf_request *r,
       on->v[k] = v;
     }
   } else if (on->n <= GF__PLAN_MAX_ITEMS) {
-    for (uint8_t k = 0; k < on->n; k++)
-      if (on->v[k] == v) {
-        memmove(&on->v[k], &on->v[k + 1], (size_t)(on->n - k - 1) * sizeof(v));
-        on->n--;
-        break;
-      }
+    uint8_t k = 0;
+    while (k < on->n && on->v[k] != v)
+      k++;
+    if (k < on->n) {
+      memmove(&on->v[k], &on->v[k + 1], (size_t)(on->n - k - 1) * sizeof(v));
+      on->n--;
+    } else {
+      /* A share we were never told of left: the list, total and value no
+       * longer describe the GPU, even where the total happens to match.
+       * No opinion until the GPU empties. */
+      on->milli = UNKNOWN_MILLI;
+    }
   }
   const gf_node *n = gf_cluster_node(c, p->node);
   if (n->gpus[p->gpus[0]].milli_used == 0)

@@ -276,6 +276,53 @@ static void test_gpufrac_plan(void **st) {
   gf_typical_release(&t);
 }
 
+/* gpufrac's per-GPU share record when a release does not match a share it
+ * was told of.  Workload as in test_gpufrac_plan (z(650) = 1, z(320) = 0,
+ * z(460) = 0.5).  One GPU takes two 320s (640 used, plan value 0); then a
+ * 460 is released from it, which the cluster allows (640 >= 460) but no
+ * 460 was ever placed there: 180 used, by shares the policy does not know.
+ * Its record must not go on as {320, 320} with value 0 - 0.5 = -0.5 (a
+ * 650 on top would then be worth 0.5 and leave 170: off the plan); it has
+ * no opinion, as for any GPU whose shares it does not know, and scores a
+ * 650 as plan=0 does.  Once the GPU empties, it is tracked afresh: a 320
+ * and then a 460 is off the plan again (-37400, as in test_gpufrac_plan). */
+static void test_gpufrac_plan_unknown_release(void **st) {
+  (void)st;
+  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
+                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 1);
+  gf__policy_env env = {.cluster = c, .typical = &t, .params = "cpu=0:price=0"};
+  void *ours = NULL, *noplan = NULL;
+  assert_int_equal(gf__policy_gpufrac.create(&env, &ours, NULL), 0);
+  env.params = "cpu=0:price=0:plan=0";
+  assert_int_equal(gf__policy_gpufrac.create(&env, &noplan, NULL), 0);
+  const gf__policy_ops *g = &gf__policy_gpufrac;
+  gf_request r320 = req(0, 1, 320), r460 = req(0, 1, 460),
+             r650 = req(0, 1, 650), r180 = req(0, 1, 180);
+  gf_placement pl = {.node = 0, .ngpus = 1, .gpus = {0}};
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(gf_cluster_place(c, &r320, &pl), 0);
+    g->changed(ours, c, &r320, &pl, +1);
+  }
+  assert_int_equal(gf_cluster_release(c, &r460, &pl), 0);
+  g->changed(ours, c, &r460, &pl, -1);
+  assert_int_equal(score(g, ours, c, 0, r650, NULL),
+                   score(g, noplan, c, 0, r650, NULL));
+  /* Empty, then a 320 and a 460 off the plan. */
+  assert_int_equal(gf_cluster_release(c, &r180, &pl), 0);
+  g->changed(ours, c, &r180, &pl, -1);
+  assert_int_equal(gf_cluster_place(c, &r320, &pl), 0);
+  g->changed(ours, c, &r320, &pl, +1);
+  assert_int_equal(score(g, ours, c, 0, r460, NULL), -37400);
+  g->destroy(ours);
+  g->destroy(noplan);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
 /* gpufrac's plan with more share sizes than it takes (GF__PLAN_MAX_SIZES):
  * 64 sizes, 100..163, one shape of 10 pods each, then 500 in five shapes
  * of 9 pods (five CPU requests).  500 is the size most asked for (45 pods)
@@ -572,6 +619,7 @@ int main(void) {
       cmocka_unit_test(test_gpufrac_model_price),
       cmocka_unit_test(test_gpufrac_plan),
       cmocka_unit_test(test_gpufrac_plan_sizes),
+      cmocka_unit_test(test_gpufrac_plan_unknown_release),
       cmocka_unit_test(test_engine_per_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
