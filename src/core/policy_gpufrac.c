@@ -286,10 +286,12 @@ static void gfp_changed(void *state, const gf_cluster *c, const gf_request *r,
   if (s->plan_w <= 0 || r->gpu_count != 1 || r->gpu_milli <= 0 ||
       r->gpu_milli >= GF_GPU_MILLI || p->ngpus != 1)
     return;
+  /* gf_engine_adopt passes placements unchecked: only GPUs that exist. */
+  const gf_node *n = gf_cluster_node(c, p->node);
+  if (!n || p->gpus[0] >= n->ngpus)
+    return;
   if (p->node >= s->non) {
     uint32_t nn = gf_cluster_nnodes(c);
-    if (p->node >= nn)
-      return;
     gpu_shares *on =
         gf__realloc(s->on, (size_t)nn * GF_MAX_GPUS_PER_NODE * sizeof(*on));
     if (!on)
@@ -326,7 +328,6 @@ static void gfp_changed(void *state, const gf_cluster *c, const gf_request *r,
       on->milli = UNKNOWN_MILLI;
     }
   }
-  const gf_node *n = gf_cluster_node(c, p->node);
   if (n->gpus[p->gpus[0]].milli_used == 0)
     memset(on, 0, sizeof(*on)); /* an idle GPU starts afresh */
 }

@@ -323,6 +323,42 @@ static void test_gpufrac_plan_unknown_release(void **st) {
   gf_typical_release(&t);
 }
 
+/* gf_engine_adopt hands gpufrac a placement without checking it.  One of a
+ * GPU index past the node's GPUs (16 on node a) must change nothing; it
+ * used to land on the record of the GPU that follows in the per-GPU array
+ * (node b's GPU 0, index 1 * 16 + 0), whose 320 then no longer matched and
+ * lost its plan cost: a 460 beside it scored -2200 instead of -37400
+ * (test_gpufrac_plan's numbers). */
+static void test_gpufrac_adopt_bad_gpu(void **st) {
+  (void)st;
+  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
+                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 1);
+  node(c, "b", 64000, 1);
+  gf_engine *e;
+  gf_engine_config cfg = {
+      .policy = "gpufrac:cpu=0:price=0", .seed = 1, .typical = &t};
+  assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+  gf_request r320 = req(0, 1, 320), r460 = req(0, 1, 460);
+  gf_placement on_b = {.node = 1, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_engine_apply(e, &r320, &on_b), 0);
+  gf_placement bad = {.node = 0, .ngpus = 1, .gpus = {GF_MAX_GPUS_PER_NODE}};
+  gf_engine_adopt(e, &r460, &bad);
+  gf_placement far = {.node = 7, .ngpus = 1, .gpus = {0}};
+  gf_engine_adopt(e, &r460, &far);
+  int64_t sb;
+  gf_placement pick;
+  assert_int_equal(gf_engine_score(e, &r460, 1, &sb, &pick), 0);
+  assert_int_equal(sb, -37400);
+  assert_int_equal(gf_engine_release(e, &r320, &on_b), 0);
+  gf_engine_free(e);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
 /* gpufrac's plan with more share sizes than it takes (GF__PLAN_MAX_SIZES):
  * 64 sizes, 100..163, one shape of 10 pods each, then 500 in five shapes
  * of 9 pods (five CPU requests).  500 is the size most asked for (45 pods)
@@ -620,6 +656,7 @@ int main(void) {
       cmocka_unit_test(test_gpufrac_plan),
       cmocka_unit_test(test_gpufrac_plan_sizes),
       cmocka_unit_test(test_gpufrac_plan_unknown_release),
+      cmocka_unit_test(test_gpufrac_adopt_bad_gpu),
       cmocka_unit_test(test_engine_per_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
