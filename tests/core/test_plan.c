@@ -143,6 +143,98 @@ static void test_alibaba_default(void **st) {
   gf__plan_release(&p);
 }
 
+/* Certifies p as an optimum of the configuration LP of sizes s[0..m) with
+ * demand d (all distinct, 1..999, positive): every pattern fits a GPU and
+ * holds at most GF__PLAN_MAX_ITEMS planned shares, descending; each is
+ * worth 1 under the dual (complementary slackness); together they cover
+ * the demand, normalised (primal feasible); no filling of at most
+ * GF__PLAN_MAX_ITEMS shares is worth more than 1 (dual feasible: a
+ * knapsack of its own); and the primal and dual values agree.  The room
+ * table is the unbounded knapsack of the dual values. */
+static void certify(const gf__plan *p, const int32_t *s, const double *d,
+                    size_t m) {
+  enum { C = 1001, K = GF__PLAN_MAX_ITEMS + 1 };
+  const double tol = 1e-6;
+  double total = 0, dual = 0, gpus = 0;
+  for (size_t i = 0; i < m; i++)
+    total += d[i];
+  for (size_t i = 0; i < m; i++) {
+    assert_true(gf__plan_value(p, s[i]) >= -tol);
+    dual += d[i] / total * gf__plan_value(p, s[i]);
+  }
+  double cover[GF__PLAN_MAX_SIZES] = {0};
+  assert_true(p->n > 0);
+  for (size_t q = 0; q < p->n; q++) {
+    const gf__plan_pattern *pat = &p->p[q];
+    assert_true(pat->n >= 1 && pat->n <= GF__PLAN_MAX_ITEMS);
+    assert_true(pat->x > 0);
+    int32_t fill = 0;
+    double value = 0;
+    for (size_t k = 0; k < pat->n; k++) {
+      if (k)
+        assert_true(pat->v[k] <= pat->v[k - 1]);
+      size_t i = 0;
+      while (i < m && s[i] != pat->v[k])
+        i++;
+      assert_true(i < m);
+      cover[i] += pat->x;
+      fill += pat->v[k];
+      value += gf__plan_value(p, pat->v[k]);
+    }
+    assert_true(fill <= 1000);
+    assert_true(fabs(value - 1) < tol);
+    gpus += pat->x;
+  }
+  for (size_t i = 0; i < m; i++)
+    assert_true(cover[i] >= d[i] / total - tol);
+  assert_true(fabs(gpus - p->gpus) < tol);
+  assert_true(fabs(gpus - dual) < tol);
+  static double b[K][C];
+  for (size_t c = 0; c < C; c++)
+    b[0][c] = 0;
+  for (size_t k = 1; k < K; k++)
+    for (size_t c = 0; c < C; c++) {
+      b[k][c] = b[k - 1][c];
+      for (size_t i = 0; i < m; i++)
+        if ((size_t)s[i] <= c &&
+            b[k - 1][c - (size_t)s[i]] + gf__plan_value(p, s[i]) > b[k][c])
+          b[k][c] = b[k - 1][c - (size_t)s[i]] + gf__plan_value(p, s[i]);
+    }
+  assert_true(b[K - 1][C - 1] <= 1 + tol);
+  for (size_t c = 0; c < C; c++) {
+    double r = c ? p->room[c - 1] : 0;
+    for (size_t i = 0; i < m; i++)
+      if ((size_t)s[i] <= c &&
+          p->room[c - (size_t)s[i]] + gf__plan_value(p, s[i]) > r)
+        r = p->room[c - (size_t)s[i]] + gf__plan_value(p, s[i]);
+    assert_true(fabs(p->room[c] - r) < 1e-9);
+  }
+}
+
+/* 64 sizes (GF__PLAN_MAX_SIZES, random), a large degenerate LP.  The
+ * simplex used to pivot on rounding noise (entries of 1e-9 that are 0 in
+ * exact arithmetic) and then never converged: GF_EINVAL, and the policy
+ * silently ran without a plan. */
+static void test_64_sizes(void **st) {
+  (void)st;
+  int32_t s[] = {526, 561, 595, 588, 488, 195, 927, 515, 19,  291, 868,
+                 314, 719, 930, 73,  472, 118, 934, 240, 946, 231, 5,
+                 691, 403, 273, 24,  48,  86,  673, 152, 17,  335, 349,
+                 248, 585, 537, 62,  302, 696, 968, 782, 580, 392, 63,
+                 29,  706, 553, 34,  168, 522, 352, 422, 908, 371, 319,
+                 113, 820, 556, 747, 745, 866, 675, 796, 87};
+  double d[] = {90,  937, 621, 849, 977, 264, 144, 56,  529, 876, 387, 645, 424,
+                985, 478, 442, 33,  241, 624, 539, 593, 255, 417, 561, 16,  477,
+                632, 734, 469, 55,  765, 90,  27,  634, 232, 349, 406, 878, 256,
+                996, 983, 810, 709, 652, 491, 679, 899, 126, 78,  716, 270, 832,
+                176, 394, 789, 67,  521, 87,  404, 491, 9,   162, 145, 547};
+  _Static_assert(sizeof(s) / sizeof(s[0]) == GF__PLAN_MAX_SIZES, "64 sizes");
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, GF__PLAN_MAX_SIZES, &p), 0);
+  certify(&p, s, d, GF__PLAN_MAX_SIZES);
+  gf__plan_release(&p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_halves),
@@ -150,6 +242,7 @@ int main(void) {
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_item_cap),
       cmocka_unit_test(test_alibaba_default),
+      cmocka_unit_test(test_64_sizes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
