@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "plan.h"
 
@@ -235,6 +236,92 @@ static void test_64_sizes(void **st) {
   gf__plan_release(&p);
 }
 
+/* Sizes that all divide into whole GPUs in many ways (1000 = 2 x 500 =
+ * 4 x 250 = 500 + 250 + 125 + 125 = ...): a degenerate LP with many
+ * optimal fillings and many optimal duals, none of them idle.  Any optimum
+ * must be certified, use only exact fillings, and be worth sum of sizes /
+ * 1000 GPUs per share. */
+static void test_degenerate(void **st) {
+  (void)st;
+  int32_t s[] = {500, 250, 125, 100, 200, 50, 375, 625, 20, 40, 80};
+  double d[] = {5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5};
+  const size_t m = sizeof(s) / sizeof(s[0]);
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, m, &p), 0);
+  certify(&p, s, d, m);
+  double want = 0;
+  for (size_t i = 0; i < m; i++)
+    want += s[i] / 1000.0 / (double)m;
+  assert_true(fabs(p.gpus - want) < 1e-9);
+  assert_true(fabs(p.waste) < 1e-6);
+  for (size_t q = 0; q < p.n; q++) {
+    int32_t fill = 0;
+    for (size_t k = 0; k < p.p[q].n; k++)
+      fill += p.p[q].v[k];
+    assert_int_equal(fill, 1000);
+  }
+  gf__plan_release(&p);
+}
+
+/* The smallest and largest shares: 1 milli (at most GF__PLAN_MAX_ITEMS to a
+ * GPU, so 1/12 GPU each on their own) and 999 (one to a GPU, with room for
+ * one 1-milli share).  24 ones and 12 999s: each 999 takes a 1, the other
+ * 12 ones fill a GPU of their own: 13 GPUs for 36 shares; z(1) = 1/12,
+ * z(999) = 11/12.  And 1 milli alone. */
+static void test_extreme_sizes(void **st) {
+  (void)st;
+  int32_t s[] = {1, 999};
+  double d[] = {24, 12};
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, 2, &p), 0);
+  certify(&p, s, d, 2);
+  assert_true(fabs(p.gpus - 13.0 / 36) < 1e-9);
+  assert_true(fabs(gf__plan_value(&p, 999) - 11.0 / 12) < 1e-9);
+  const int16_t pair[] = {999, 1}, one[] = {999};
+  int16_t ones[GF__PLAN_MAX_ITEMS];
+  for (int i = 0; i < GF__PLAN_MAX_ITEMS; i++)
+    ones[i] = 1;
+  assert_true(has(&p, pair, 2));
+  assert_true(has(&p, ones, GF__PLAN_MAX_ITEMS));
+  assert_true(gf__plan_fits(&p, one, 1, 1));
+  assert_false(gf__plan_fits(&p, pair, 2, 1));
+  assert_true(gf__plan_tight(&p, gf__plan_value(&p, 999), 999));
+  gf__plan_release(&p);
+  assert_int_equal(gf__plan_build(s, d, 1, &p), 0);
+  certify(&p, s, d, 1);
+  assert_true(fabs(p.gpus - 1.0 / GF__PLAN_MAX_ITEMS) < 1e-9);
+  assert_true(fabs(gf__plan_value(&p, 1) - 1.0 / GF__PLAN_MAX_ITEMS) < 1e-9);
+  gf__plan_release(&p);
+}
+
+/* Every allocation failing in turn: GF_ENOMEM with an empty plan (nothing
+ * leaks: the sanitizer build checks), or, when only the final shrink
+ * fails, the plan all the same. */
+static void test_alloc_failures(void **st) {
+  (void)st;
+  int32_t s[] = {650, 320, 460};
+  double d[] = {3, 2, 1};
+  int failed = 0;
+  for (long n = 0;; n++) {
+    gf__plan p;
+    gf__alloc_fail_after(n);
+    int rc = gf__plan_build(s, d, 3, &p);
+    gf__alloc_fail_after(-1);
+    if (rc == GF_ENOMEM) {
+      assert_int_equal(p.n, 0);
+      assert_null(p.p);
+      failed++;
+      continue;
+    }
+    assert_int_equal(rc, 0);
+    certify(&p, s, d, 3);
+    gf__plan_release(&p);
+    if (n > 16)
+      break;
+  }
+  assert_true(failed > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_halves),
@@ -243,6 +330,9 @@ int main(void) {
       cmocka_unit_test(test_item_cap),
       cmocka_unit_test(test_alibaba_default),
       cmocka_unit_test(test_64_sizes),
+      cmocka_unit_test(test_degenerate),
+      cmocka_unit_test(test_extreme_sizes),
+      cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
