@@ -399,6 +399,95 @@ static void test_gpufrac_plan_sizes(void **st) {
   gf_cluster_free(c);
 }
 
+/* gpufrac computes M after a share once per distinct free share on the
+ * node (GPUs with the same free share leave the same multiset behind).
+ * Check it against M worked out GPU by GPU with gf_frag_state (cpu=0,
+ * price=0, plan=0: the score is 10 * (M now - M after)), on a node whose
+ * GPUs repeat free shares: the best score, and the tightest GPU (lowest
+ * index among equals) as the pick. */
+static void test_gpufrac_distinct_free(void **st) {
+  (void)st;
+  gf_request w[5] = {req(1000, 1, 650), req(1000, 1, 320), req(1000, 1, 460),
+                     req(1000, 1, 1000), req(1000, 1, 460)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 5, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 8);
+  const int32_t used[8] = {300, 600, 300, 0, 600, 900, 0, 680};
+  for (int g = 0; g < 8; g++)
+    if (used[g])
+      use(c, 0, g, used[g], 0);
+  gf__policy_env env = {
+      .cluster = c, .typical = &t, .params = "cpu=0:price=0:plan=0"};
+  void *s = NULL;
+  assert_int_equal(gf__policy_gpufrac.create(&env, &s, NULL), 0);
+  const int32_t sizes[3] = {320, 460, 100};
+  for (int k = 0; k < 3; k++) {
+    const gf_node *n = gf_cluster_node(c, 0);
+    int32_t left[GF_MAX_GPUS_PER_NODE];
+    gf_node_gpu_left(n, left);
+    gf_frag f;
+    gf_frag_state(&t, n->model_mask, n->cpu_milli - n->cpu_used, left, n->ngpus,
+                  &f);
+    const double before = gf_frag_amount(&f);
+    int64_t want = INT64_MIN;
+    int want_g = -1;
+    for (int g = 0; g < 8; g++) {
+      if (left[g] < sizes[k])
+        continue;
+      left[g] -= sizes[k];
+      gf_frag_state(&t, n->model_mask, n->cpu_milli - n->cpu_used, left,
+                    n->ngpus, &f);
+      left[g] += sizes[k];
+      int64_t sc = (int64_t)llround(10 * (before - gf_frag_amount(&f)));
+      if (sc > want || (sc == want && left[g] < left[want_g])) {
+        want = sc;
+        want_g = g;
+      }
+    }
+    gf__pick pick;
+    memset(&pick, 0, sizeof(pick));
+    assert_int_equal(
+        score(&gf__policy_gpufrac, s, c, 0, req(0, 1, sizes[k]), &pick), want);
+    assert_int_equal(pick.ngpus, 1);
+    assert_int_equal(pick.gpus[0], want_g);
+  }
+  gf__policy_gpufrac.destroy(s);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
+/* gpufrac's per-GPU share records survive the cluster growing: a 320 on
+ * node a, then node b is added and takes a 460 (the records grow to two
+ * nodes).  a's record is kept: a 460 beside its 320 is still off the plan
+ * (-37400, test_gpufrac_plan's numbers). */
+static void test_gpufrac_plan_grow(void **st) {
+  (void)st;
+  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
+                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 1);
+  gf_engine *e;
+  gf_engine_config cfg = {
+      .policy = "gpufrac:cpu=0:price=0", .seed = 1, .typical = &t};
+  assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+  gf_request r320 = req(0, 1, 320), r460 = req(0, 1, 460);
+  gf_placement on_a = {.node = 0, .ngpus = 1, .gpus = {0}};
+  gf_placement on_b = {.node = 1, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_engine_apply(e, &r320, &on_a), 0);
+  node(c, "b", 64000, 1);
+  assert_int_equal(gf_engine_apply(e, &r460, &on_b), 0);
+  int64_t sa;
+  gf_placement pick;
+  assert_int_equal(gf_engine_score(e, &r460, 0, &sa, &pick), 0);
+  assert_int_equal(sa, -37400);
+  gf_engine_free(e);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
 /* gpufrac's model price.  Workload: three whole-GPU pods restricted to T4,
  * one that may run anywhere.  Supply: 2 T4 GPUs, 2 G2 GPUs.  Restricted
  * demand is 3000 of 4000 milli, all on T4: T4's price is (3000/4000) /
@@ -657,6 +746,8 @@ int main(void) {
       cmocka_unit_test(test_gpufrac_plan_sizes),
       cmocka_unit_test(test_gpufrac_plan_unknown_release),
       cmocka_unit_test(test_gpufrac_adopt_bad_gpu),
+      cmocka_unit_test(test_gpufrac_distinct_free),
+      cmocka_unit_test(test_gpufrac_plan_grow),
       cmocka_unit_test(test_engine_per_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
