@@ -54,7 +54,10 @@ typedef struct cached {
 } cached;
 
 /* The shares on one GPU: their total, their total plan value, and the list
- * (descending; n > GF__PLAN_MAX_ITEMS: too many to list). */
+ * (descending; n > GF__PLAN_MAX_ITEMS: too many to list).  A total of
+ * UNKNOWN_MILLI (kept far below 0 by later changes) matches no GPU: the
+ * shares are not known until the GPU empties. */
+#define UNKNOWN_MILLI (INT32_MIN / 2)
 typedef struct gpu_shares {
   int32_t milli;
   double value;
@@ -125,25 +128,36 @@ static void derive(gfp *s, const gf_cluster *c, const gf_typical_set *w) {
 }
 
 /* The packing plan of the workload's single-GPU shares.  A workload with
- * no shares has no plan (and needs none). */
+ * no shares has no plan (and needs none).  Demand is summed per size over
+ * every shape first: a size's pods may be spread over many shapes (CPU,
+ * model), each rarer than the shapes of another size. */
 static int plan_build(gfp *s, const gf_typical_set *w) {
-  int32_t sizes[GF__PLAN_MAX_SIZES];
-  double demand[GF__PLAN_MAX_SIZES];
+  int32_t sizes[GF_GPU_MILLI];
+  double demand[GF_GPU_MILLI];
+  int16_t at[GF_GPU_MILLI]; /* index in sizes[] by size, -1: none yet */
   size_t m = 0;
+  memset(at, 0xff, sizeof(at));
   for (size_t i = 0; i < w->n; i++) {
     const gf_typical_pod *p = &w->pods[i];
     if (p->gpu_count != 1 || p->gpu_milli <= 0 || p->gpu_milli >= GF_GPU_MILLI)
       continue;
-    size_t k = 0;
-    while (k < m && sizes[k] != p->gpu_milli)
-      k++;
-    if (k == m) {
-      if (m == GF__PLAN_MAX_SIZES)
-        continue; /* more sizes than the plan takes: the rarest stay out */
+    if (at[p->gpu_milli] < 0) {
+      at[p->gpu_milli] = (int16_t)m;
       sizes[m] = p->gpu_milli;
       demand[m++] = 0;
     }
-    demand[k] += (double)p->count;
+    demand[at[p->gpu_milli]] += (double)p->count;
+  }
+  /* More sizes than the plan takes: the rarest stay out (on ties, the one
+   * seen last), the others keep their order. */
+  while (m > GF__PLAN_MAX_SIZES) {
+    size_t k = 0;
+    for (size_t i = 1; i < m; i++)
+      if (demand[i] <= demand[k])
+        k = i;
+    memmove(&sizes[k], &sizes[k + 1], (m - k - 1) * sizeof(*sizes));
+    memmove(&demand[k], &demand[k + 1], (m - k - 1) * sizeof(*demand));
+    m--;
   }
   int rc = m ? gf__plan_build(sizes, demand, m, &s->plan) : GF_EINVAL;
   return rc == GF_EINVAL ? 0 : rc;
@@ -272,10 +286,12 @@ static void gfp_changed(void *state, const gf_cluster *c, const gf_request *r,
   if (s->plan_w <= 0 || r->gpu_count != 1 || r->gpu_milli <= 0 ||
       r->gpu_milli >= GF_GPU_MILLI || p->ngpus != 1)
     return;
+  /* gf_engine_adopt passes placements unchecked: only GPUs that exist. */
+  const gf_node *n = gf_cluster_node(c, p->node);
+  if (!n || p->gpus[0] >= n->ngpus)
+    return;
   if (p->node >= s->non) {
     uint32_t nn = gf_cluster_nnodes(c);
-    if (p->node >= nn)
-      return;
     gpu_shares *on =
         gf__realloc(s->on, (size_t)nn * GF_MAX_GPUS_PER_NODE * sizeof(*on));
     if (!on)
@@ -299,14 +315,19 @@ static void gfp_changed(void *state, const gf_cluster *c, const gf_request *r,
       on->v[k] = v;
     }
   } else if (on->n <= GF__PLAN_MAX_ITEMS) {
-    for (uint8_t k = 0; k < on->n; k++)
-      if (on->v[k] == v) {
-        memmove(&on->v[k], &on->v[k + 1], (size_t)(on->n - k - 1) * sizeof(v));
-        on->n--;
-        break;
-      }
+    uint8_t k = 0;
+    while (k < on->n && on->v[k] != v)
+      k++;
+    if (k < on->n) {
+      memmove(&on->v[k], &on->v[k + 1], (size_t)(on->n - k - 1) * sizeof(v));
+      on->n--;
+    } else {
+      /* A share we were never told of left: the list, total and value no
+       * longer describe the GPU, even where the total happens to match.
+       * No opinion until the GPU empties. */
+      on->milli = UNKNOWN_MILLI;
+    }
   }
-  const gf_node *n = gf_cluster_node(c, p->node);
   if (n->gpus[p->gpus[0]].milli_used == 0)
     memset(on, 0, sizeof(*on)); /* an idle GPU starts afresh */
 }

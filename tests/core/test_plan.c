@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "plan.h"
 
@@ -143,6 +144,184 @@ static void test_alibaba_default(void **st) {
   gf__plan_release(&p);
 }
 
+/* Certifies p as an optimum of the configuration LP of sizes s[0..m) with
+ * demand d (all distinct, 1..999, positive): every pattern fits a GPU and
+ * holds at most GF__PLAN_MAX_ITEMS planned shares, descending; each is
+ * worth 1 under the dual (complementary slackness); together they cover
+ * the demand, normalised (primal feasible); no filling of at most
+ * GF__PLAN_MAX_ITEMS shares is worth more than 1 (dual feasible: a
+ * knapsack of its own); and the primal and dual values agree.  The room
+ * table is the unbounded knapsack of the dual values. */
+static void certify(const gf__plan *p, const int32_t *s, const double *d,
+                    size_t m) {
+  enum { C = 1001, K = GF__PLAN_MAX_ITEMS + 1 };
+  const double tol = 1e-6;
+  double total = 0, dual = 0, gpus = 0;
+  for (size_t i = 0; i < m; i++)
+    total += d[i];
+  for (size_t i = 0; i < m; i++) {
+    assert_true(gf__plan_value(p, s[i]) >= -tol);
+    dual += d[i] / total * gf__plan_value(p, s[i]);
+  }
+  double cover[GF__PLAN_MAX_SIZES] = {0};
+  assert_true(p->n > 0);
+  for (size_t q = 0; q < p->n; q++) {
+    const gf__plan_pattern *pat = &p->p[q];
+    assert_true(pat->n >= 1 && pat->n <= GF__PLAN_MAX_ITEMS);
+    assert_true(pat->x > 0);
+    int32_t fill = 0;
+    double value = 0;
+    for (size_t k = 0; k < pat->n; k++) {
+      if (k)
+        assert_true(pat->v[k] <= pat->v[k - 1]);
+      size_t i = 0;
+      while (i < m && s[i] != pat->v[k])
+        i++;
+      assert_true(i < m);
+      cover[i] += pat->x;
+      fill += pat->v[k];
+      value += gf__plan_value(p, pat->v[k]);
+    }
+    assert_true(fill <= 1000);
+    assert_true(fabs(value - 1) < tol);
+    gpus += pat->x;
+  }
+  for (size_t i = 0; i < m; i++)
+    assert_true(cover[i] >= d[i] / total - tol);
+  assert_true(fabs(gpus - p->gpus) < tol);
+  assert_true(fabs(gpus - dual) < tol);
+  static double b[K][C];
+  for (size_t c = 0; c < C; c++)
+    b[0][c] = 0;
+  for (size_t k = 1; k < K; k++)
+    for (size_t c = 0; c < C; c++) {
+      b[k][c] = b[k - 1][c];
+      for (size_t i = 0; i < m; i++)
+        if ((size_t)s[i] <= c &&
+            b[k - 1][c - (size_t)s[i]] + gf__plan_value(p, s[i]) > b[k][c])
+          b[k][c] = b[k - 1][c - (size_t)s[i]] + gf__plan_value(p, s[i]);
+    }
+  assert_true(b[K - 1][C - 1] <= 1 + tol);
+  for (size_t c = 0; c < C; c++) {
+    double r = c ? p->room[c - 1] : 0;
+    for (size_t i = 0; i < m; i++)
+      if ((size_t)s[i] <= c &&
+          p->room[c - (size_t)s[i]] + gf__plan_value(p, s[i]) > r)
+        r = p->room[c - (size_t)s[i]] + gf__plan_value(p, s[i]);
+    assert_true(fabs(p->room[c] - r) < 1e-9);
+  }
+}
+
+/* 64 sizes (GF__PLAN_MAX_SIZES, random), a large degenerate LP.  The
+ * simplex used to pivot on rounding noise (entries of 1e-9 that are 0 in
+ * exact arithmetic) and then never converged: GF_EINVAL, and the policy
+ * silently ran without a plan. */
+static void test_64_sizes(void **st) {
+  (void)st;
+  int32_t s[] = {526, 561, 595, 588, 488, 195, 927, 515, 19,  291, 868,
+                 314, 719, 930, 73,  472, 118, 934, 240, 946, 231, 5,
+                 691, 403, 273, 24,  48,  86,  673, 152, 17,  335, 349,
+                 248, 585, 537, 62,  302, 696, 968, 782, 580, 392, 63,
+                 29,  706, 553, 34,  168, 522, 352, 422, 908, 371, 319,
+                 113, 820, 556, 747, 745, 866, 675, 796, 87};
+  double d[] = {90,  937, 621, 849, 977, 264, 144, 56,  529, 876, 387, 645, 424,
+                985, 478, 442, 33,  241, 624, 539, 593, 255, 417, 561, 16,  477,
+                632, 734, 469, 55,  765, 90,  27,  634, 232, 349, 406, 878, 256,
+                996, 983, 810, 709, 652, 491, 679, 899, 126, 78,  716, 270, 832,
+                176, 394, 789, 67,  521, 87,  404, 491, 9,   162, 145, 547};
+  _Static_assert(sizeof(s) / sizeof(s[0]) == GF__PLAN_MAX_SIZES, "64 sizes");
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, GF__PLAN_MAX_SIZES, &p), 0);
+  certify(&p, s, d, GF__PLAN_MAX_SIZES);
+  gf__plan_release(&p);
+}
+
+/* Sizes that all divide into whole GPUs in many ways (1000 = 2 x 500 =
+ * 4 x 250 = 500 + 250 + 125 + 125 = ...): a degenerate LP with many
+ * optimal fillings and many optimal duals, none of them idle.  Any optimum
+ * must be certified, use only exact fillings, and be worth sum of sizes /
+ * 1000 GPUs per share. */
+static void test_degenerate(void **st) {
+  (void)st;
+  int32_t s[] = {500, 250, 125, 100, 200, 50, 375, 625, 20, 40, 80};
+  double d[] = {5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5};
+  const size_t m = sizeof(s) / sizeof(s[0]);
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, m, &p), 0);
+  certify(&p, s, d, m);
+  double want = 0;
+  for (size_t i = 0; i < m; i++)
+    want += s[i] / 1000.0 / (double)m;
+  assert_true(fabs(p.gpus - want) < 1e-9);
+  assert_true(fabs(p.waste) < 1e-6);
+  for (size_t q = 0; q < p.n; q++) {
+    int32_t fill = 0;
+    for (size_t k = 0; k < p.p[q].n; k++)
+      fill += p.p[q].v[k];
+    assert_int_equal(fill, 1000);
+  }
+  gf__plan_release(&p);
+}
+
+/* The smallest and largest shares: 1 milli (at most GF__PLAN_MAX_ITEMS to a
+ * GPU, so 1/12 GPU each on their own) and 999 (one to a GPU, with room for
+ * one 1-milli share).  24 ones and 12 999s: each 999 takes a 1, the other
+ * 12 ones fill a GPU of their own: 13 GPUs for 36 shares; z(1) = 1/12,
+ * z(999) = 11/12.  And 1 milli alone. */
+static void test_extreme_sizes(void **st) {
+  (void)st;
+  int32_t s[] = {1, 999};
+  double d[] = {24, 12};
+  gf__plan p;
+  assert_int_equal(gf__plan_build(s, d, 2, &p), 0);
+  certify(&p, s, d, 2);
+  assert_true(fabs(p.gpus - 13.0 / 36) < 1e-9);
+  assert_true(fabs(gf__plan_value(&p, 999) - 11.0 / 12) < 1e-9);
+  const int16_t pair[] = {999, 1}, one[] = {999};
+  int16_t ones[GF__PLAN_MAX_ITEMS];
+  for (int i = 0; i < GF__PLAN_MAX_ITEMS; i++)
+    ones[i] = 1;
+  assert_true(has(&p, pair, 2));
+  assert_true(has(&p, ones, GF__PLAN_MAX_ITEMS));
+  assert_true(gf__plan_fits(&p, one, 1, 1));
+  assert_false(gf__plan_fits(&p, pair, 2, 1));
+  assert_true(gf__plan_tight(&p, gf__plan_value(&p, 999), 999));
+  gf__plan_release(&p);
+  assert_int_equal(gf__plan_build(s, d, 1, &p), 0);
+  certify(&p, s, d, 1);
+  assert_true(fabs(p.gpus - 1.0 / GF__PLAN_MAX_ITEMS) < 1e-9);
+  assert_true(fabs(gf__plan_value(&p, 1) - 1.0 / GF__PLAN_MAX_ITEMS) < 1e-9);
+  gf__plan_release(&p);
+}
+
+/* Every allocation failing in turn: GF_ENOMEM with an empty plan (nothing
+ * leaks: the sanitizer build checks), or, when only the final shrink
+ * fails, the plan all the same. */
+static void test_alloc_failures(void **st) {
+  (void)st;
+  int32_t s[] = {650, 320, 460};
+  double d[] = {3, 2, 1};
+  int failed = 0;
+  for (long n = 0;; n++) {
+    gf__plan p;
+    gf__alloc_fail_after(n);
+    int rc = gf__plan_build(s, d, 3, &p);
+    gf__alloc_fail_after(-1);
+    if (rc == GF_ENOMEM) {
+      assert_int_equal(p.n, 0);
+      assert_null(p.p);
+      failed++;
+      continue;
+    }
+    assert_int_equal(rc, 0);
+    certify(&p, s, d, 3);
+    gf__plan_release(&p);
+    if (n > 16)
+      break;
+  }
+  assert_true(failed > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_halves),
@@ -150,6 +329,10 @@ int main(void) {
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_item_cap),
       cmocka_unit_test(test_alibaba_default),
+      cmocka_unit_test(test_64_sizes),
+      cmocka_unit_test(test_degenerate),
+      cmocka_unit_test(test_extreme_sizes),
+      cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

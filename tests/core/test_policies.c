@@ -276,6 +276,218 @@ static void test_gpufrac_plan(void **st) {
   gf_typical_release(&t);
 }
 
+/* gpufrac's per-GPU share record when a release does not match a share it
+ * was told of.  Workload as in test_gpufrac_plan (z(650) = 1, z(320) = 0,
+ * z(460) = 0.5).  One GPU takes two 320s (640 used, plan value 0); then a
+ * 460 is released from it, which the cluster allows (640 >= 460) but no
+ * 460 was ever placed there: 180 used, by shares the policy does not know.
+ * Its record must not go on as {320, 320} with value 0 - 0.5 = -0.5 (a
+ * 650 on top would then be worth 0.5 and leave 170: off the plan); it has
+ * no opinion, as for any GPU whose shares it does not know, and scores a
+ * 650 as plan=0 does.  Once the GPU empties, it is tracked afresh: a 320
+ * and then a 460 is off the plan again (-37400, as in test_gpufrac_plan). */
+static void test_gpufrac_plan_unknown_release(void **st) {
+  (void)st;
+  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
+                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 1);
+  gf__policy_env env = {.cluster = c, .typical = &t, .params = "cpu=0:price=0"};
+  void *ours = NULL, *noplan = NULL;
+  assert_int_equal(gf__policy_gpufrac.create(&env, &ours, NULL), 0);
+  env.params = "cpu=0:price=0:plan=0";
+  assert_int_equal(gf__policy_gpufrac.create(&env, &noplan, NULL), 0);
+  const gf__policy_ops *g = &gf__policy_gpufrac;
+  gf_request r320 = req(0, 1, 320), r460 = req(0, 1, 460),
+             r650 = req(0, 1, 650), r180 = req(0, 1, 180);
+  gf_placement pl = {.node = 0, .ngpus = 1, .gpus = {0}};
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(gf_cluster_place(c, &r320, &pl), 0);
+    g->changed(ours, c, &r320, &pl, +1);
+  }
+  assert_int_equal(gf_cluster_release(c, &r460, &pl), 0);
+  g->changed(ours, c, &r460, &pl, -1);
+  assert_int_equal(score(g, ours, c, 0, r650, NULL),
+                   score(g, noplan, c, 0, r650, NULL));
+  /* Empty, then a 320 and a 460 off the plan. */
+  assert_int_equal(gf_cluster_release(c, &r180, &pl), 0);
+  g->changed(ours, c, &r180, &pl, -1);
+  assert_int_equal(gf_cluster_place(c, &r320, &pl), 0);
+  g->changed(ours, c, &r320, &pl, +1);
+  assert_int_equal(score(g, ours, c, 0, r460, NULL), -37400);
+  g->destroy(ours);
+  g->destroy(noplan);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
+/* gf_engine_adopt hands gpufrac a placement without checking it.  One of a
+ * GPU index past the node's GPUs (16 on node a) must change nothing; it
+ * used to land on the record of the GPU that follows in the per-GPU array
+ * (node b's GPU 0, index 1 * 16 + 0), whose 320 then no longer matched and
+ * lost its plan cost: a 460 beside it scored -2200 instead of -37400
+ * (test_gpufrac_plan's numbers). */
+static void test_gpufrac_adopt_bad_gpu(void **st) {
+  (void)st;
+  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
+                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 1);
+  node(c, "b", 64000, 1);
+  gf_engine *e;
+  gf_engine_config cfg = {
+      .policy = "gpufrac:cpu=0:price=0", .seed = 1, .typical = &t};
+  assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+  gf_request r320 = req(0, 1, 320), r460 = req(0, 1, 460);
+  gf_placement on_b = {.node = 1, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_engine_apply(e, &r320, &on_b), 0);
+  gf_placement bad = {.node = 0, .ngpus = 1, .gpus = {GF_MAX_GPUS_PER_NODE}};
+  gf_engine_adopt(e, &r460, &bad);
+  gf_placement far = {.node = 7, .ngpus = 1, .gpus = {0}};
+  gf_engine_adopt(e, &r460, &far);
+  int64_t sb;
+  gf_placement pick;
+  assert_int_equal(gf_engine_score(e, &r460, 1, &sb, &pick), 0);
+  assert_int_equal(sb, -37400);
+  assert_int_equal(gf_engine_release(e, &r320, &on_b), 0);
+  gf_engine_free(e);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
+/* gpufrac's plan with more share sizes than it takes (GF__PLAN_MAX_SIZES):
+ * 64 sizes, 100..163, one shape of 10 pods each, then 500 in five shapes
+ * of 9 pods (five CPU requests).  500 is the size most asked for (45 pods)
+ * but each of its shapes is rarer than every other, so it comes last in
+ * the count-ordered set; the plan must still take it and leave out one of
+ * the sizes with 10 pods.  Then a 500 on an idle GPU is on the plan (the
+ * optimum fills GPUs with it, beside another 500 or small shares): no plan
+ * cost, the same score as plan=0.  Left out, its dual value is 0 and 500
+ * milli of the small sizes are worth 0.5: off the plan, 16 * 500 lower. */
+static void test_gpufrac_plan_sizes(void **st) {
+  (void)st;
+  gf_typical_pod pods[69];
+  memset(pods, 0, sizeof(pods));
+  double total = 0;
+  for (int i = 0; i < 69; i++) {
+    pods[i].gpu_count = 1;
+    pods[i].gpu_milli = i < 64 ? 100 + i : 500;
+    pods[i].cpu_milli = i < 64 ? 1000 : 1000 + 1000 * (i - 63);
+    pods[i].count = i < 64 ? 10 : 9;
+    total += pods[i].count;
+  }
+  for (int i = 0; i < 69; i++)
+    pods[i].p = pods[i].count / total;
+  gf_typical_set t = {.pods = pods, .n = 69};
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 1);
+  gf__policy_env env = {.cluster = c, .typical = &t};
+  void *with = NULL, *without = NULL;
+  env.params = "cpu=0:price=0";
+  assert_int_equal(gf__policy_gpufrac.create(&env, &with, NULL), 0);
+  env.params = "cpu=0:price=0:plan=0";
+  assert_int_equal(gf__policy_gpufrac.create(&env, &without, NULL), 0);
+  gf_request r500 = req(0, 1, 500);
+  assert_int_equal(score(&gf__policy_gpufrac, with, c, 0, r500, NULL),
+                   score(&gf__policy_gpufrac, without, c, 0, r500, NULL));
+  gf__policy_gpufrac.destroy(with);
+  gf__policy_gpufrac.destroy(without);
+  gf_cluster_free(c);
+}
+
+/* gpufrac computes M after a share once per distinct free share on the
+ * node (GPUs with the same free share leave the same multiset behind).
+ * Check it against M worked out GPU by GPU with gf_frag_state (cpu=0,
+ * price=0, plan=0: the score is 10 * (M now - M after)), on a node whose
+ * GPUs repeat free shares: the best score, and the tightest GPU (lowest
+ * index among equals) as the pick. */
+static void test_gpufrac_distinct_free(void **st) {
+  (void)st;
+  gf_request w[5] = {req(1000, 1, 650), req(1000, 1, 320), req(1000, 1, 460),
+                     req(1000, 1, 1000), req(1000, 1, 460)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 5, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 8);
+  const int32_t used[8] = {300, 600, 300, 0, 600, 900, 0, 680};
+  for (int g = 0; g < 8; g++)
+    if (used[g])
+      use(c, 0, g, used[g], 0);
+  gf__policy_env env = {
+      .cluster = c, .typical = &t, .params = "cpu=0:price=0:plan=0"};
+  void *s = NULL;
+  assert_int_equal(gf__policy_gpufrac.create(&env, &s, NULL), 0);
+  const int32_t sizes[3] = {320, 460, 100};
+  for (int k = 0; k < 3; k++) {
+    const gf_node *n = gf_cluster_node(c, 0);
+    int32_t left[GF_MAX_GPUS_PER_NODE];
+    gf_node_gpu_left(n, left);
+    gf_frag f;
+    gf_frag_state(&t, n->model_mask, n->cpu_milli - n->cpu_used, left, n->ngpus,
+                  &f);
+    const double before = gf_frag_amount(&f);
+    int64_t want = INT64_MIN;
+    int want_g = -1;
+    for (int g = 0; g < 8; g++) {
+      if (left[g] < sizes[k])
+        continue;
+      left[g] -= sizes[k];
+      gf_frag_state(&t, n->model_mask, n->cpu_milli - n->cpu_used, left,
+                    n->ngpus, &f);
+      left[g] += sizes[k];
+      int64_t sc = (int64_t)llround(10 * (before - gf_frag_amount(&f)));
+      if (sc > want || (sc == want && left[g] < left[want_g])) {
+        want = sc;
+        want_g = g;
+      }
+    }
+    gf__pick pick;
+    memset(&pick, 0, sizeof(pick));
+    assert_int_equal(
+        score(&gf__policy_gpufrac, s, c, 0, req(0, 1, sizes[k]), &pick), want);
+    assert_int_equal(pick.ngpus, 1);
+    assert_int_equal(pick.gpus[0], want_g);
+  }
+  gf__policy_gpufrac.destroy(s);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
+/* gpufrac's per-GPU share records survive the cluster growing: a 320 on
+ * node a, then node b is added and takes a 460 (the records grow to two
+ * nodes).  a's record is kept: a 460 beside its 320 is still off the plan
+ * (-37400, test_gpufrac_plan's numbers). */
+static void test_gpufrac_plan_grow(void **st) {
+  (void)st;
+  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
+                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  gf_cluster *c = gf_cluster_new();
+  node(c, "a", 64000, 1);
+  gf_engine *e;
+  gf_engine_config cfg = {
+      .policy = "gpufrac:cpu=0:price=0", .seed = 1, .typical = &t};
+  assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+  gf_request r320 = req(0, 1, 320), r460 = req(0, 1, 460);
+  gf_placement on_a = {.node = 0, .ngpus = 1, .gpus = {0}};
+  gf_placement on_b = {.node = 1, .ngpus = 1, .gpus = {0}};
+  assert_int_equal(gf_engine_apply(e, &r320, &on_a), 0);
+  node(c, "b", 64000, 1);
+  assert_int_equal(gf_engine_apply(e, &r460, &on_b), 0);
+  int64_t sa;
+  gf_placement pick;
+  assert_int_equal(gf_engine_score(e, &r460, 0, &sa, &pick), 0);
+  assert_int_equal(sa, -37400);
+  gf_engine_free(e);
+  gf_cluster_free(c);
+  gf_typical_release(&t);
+}
+
 /* gpufrac's model price.  Workload: three whole-GPU pods restricted to T4,
  * one that may run anywhere.  Supply: 2 T4 GPUs, 2 G2 GPUs.  Restricted
  * demand is 3000 of 4000 milli, all on T4: T4's price is (3000/4000) /
@@ -531,6 +743,11 @@ int main(void) {
       cmocka_unit_test(test_gpufrac_cpu_stranding),
       cmocka_unit_test(test_gpufrac_model_price),
       cmocka_unit_test(test_gpufrac_plan),
+      cmocka_unit_test(test_gpufrac_plan_sizes),
+      cmocka_unit_test(test_gpufrac_plan_unknown_release),
+      cmocka_unit_test(test_gpufrac_adopt_bad_gpu),
+      cmocka_unit_test(test_gpufrac_distinct_free),
+      cmocka_unit_test(test_gpufrac_plan_grow),
       cmocka_unit_test(test_engine_per_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
