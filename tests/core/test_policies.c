@@ -440,7 +440,7 @@ static void test_gpufrac_distinct_free(void **st) {
                     n->ngpus, &f);
       left[g] += sizes[k];
       int64_t sc = (int64_t)llround(10 * (before - gf_frag_amount(&f)));
-      if (sc > want || (sc == want && left[g] < left[want_g])) {
+      if (want_g < 0 || sc > want || (sc == want && left[g] < left[want_g])) {
         want = sc;
         want_g = g;
       }
