@@ -59,7 +59,9 @@ bool gf__plan_fits(const gf__plan *p, const int16_t *v, size_t n, int16_t add);
 double gf__plan_value(const gf__plan *p, int32_t size);
 
 /* True if shares of total value `value` using `used` milli of a GPU can be
- * completed to a pattern of value 1: a filling the optimum could use. */
+ * completed to a pattern of value 1: a filling the optimum could use.  The
+ * room table has no GF__PLAN_MAX_ITEMS cap, so a GPU holding more shares
+ * than a pattern may still count as on the plan (real GPUs take more). */
 bool gf__plan_tight(const gf__plan *p, double value, int32_t used);
 
 void gf__plan_release(gf__plan *p);

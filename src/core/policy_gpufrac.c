@@ -160,6 +160,8 @@ static int plan_build(gfp *s, const gf_typical_set *w) {
     m--;
   }
   int rc = m ? gf__plan_build(sizes, demand, m, &s->plan) : GF_EINVAL;
+  /* No usable size (or, not seen on any workload tried, an LP that did not
+   * converge): no plan, and the policy scores as with plan=0. */
   return rc == GF_EINVAL ? 0 : rc;
 }
 
