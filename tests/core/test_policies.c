@@ -221,6 +221,14 @@ static void test_gpufrac_cpu_stranding(void **st) {
   gf_typical_release(&t);
 }
 
+/* The workload of the plan tests: 650 x3, 320 x2, 460 x1 (worked out in
+ * test_gpufrac_plan below and in tests/core/test_plan.c). */
+static void plan_workload(gf_typical_set *t) {
+  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
+                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
+  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, t), 0);
+}
+
 /* gpufrac's packing plan.  Workload: 650 x3, 320 x2, 460 x1 (p = 1/2, 1/3,
  * 1/6).  The optimal packing (tests/core/test_plan.c works it out) puts a
  * 320 beside a 650 (30 idle) and pairs 460s; {320, 460} is not in it.
@@ -236,10 +244,8 @@ static void test_gpufrac_cpu_stranding(void **st) {
  *   for another 460.  With plan=0 it scores as FGD does (-2200, -2700). */
 static void test_gpufrac_plan(void **st) {
   (void)st;
-  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
-                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
   gf_typical_set t;
-  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  plan_workload(&t);
   gf_cluster *c = gf_cluster_new();
   node(c, "a", 64000, 1);
   node(c, "b", 64000, 1);
@@ -288,10 +294,8 @@ static void test_gpufrac_plan(void **st) {
  * and then a 460 is off the plan again (-37400, as in test_gpufrac_plan). */
 static void test_gpufrac_plan_unknown_release(void **st) {
   (void)st;
-  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
-                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
   gf_typical_set t;
-  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  plan_workload(&t);
   gf_cluster *c = gf_cluster_new();
   node(c, "a", 64000, 1);
   gf__policy_env env = {.cluster = c, .typical = &t, .params = "cpu=0:price=0"};
@@ -331,10 +335,8 @@ static void test_gpufrac_plan_unknown_release(void **st) {
  * (test_gpufrac_plan's numbers). */
 static void test_gpufrac_adopt_bad_gpu(void **st) {
   (void)st;
-  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
-                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
   gf_typical_set t;
-  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  plan_workload(&t);
   gf_cluster *c = gf_cluster_new();
   node(c, "a", 64000, 1);
   node(c, "b", 64000, 1);
@@ -463,10 +465,8 @@ static void test_gpufrac_distinct_free(void **st) {
  * (-37400, test_gpufrac_plan's numbers). */
 static void test_gpufrac_plan_grow(void **st) {
   (void)st;
-  gf_request w[6] = {req(0, 1, 650), req(0, 1, 650), req(0, 1, 650),
-                     req(0, 1, 320), req(0, 1, 320), req(0, 1, 460)};
   gf_typical_set t;
-  assert_int_equal(gf_typical_build(w, NULL, 6, 100.0, true, &t), 0);
+  plan_workload(&t);
   gf_cluster *c = gf_cluster_new();
   node(c, "a", 64000, 1);
   gf_engine *e;
