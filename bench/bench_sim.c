@@ -34,23 +34,34 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* One replay of the trace under `policy` (inflation 1.3) into *r.  0, or 1
+ * with the reason on stderr. */
+static int replay(gf_cluster *c, const gf_pod_list *pods,
+                  const gf_typical_set *t, const gf_typical_set *shapes,
+                  const char *policy, uint64_t seed, bool no_cache,
+                  gf_sim_result *r) {
+  gf_sim_config cfg = {.policy = policy,
+                       .seed = seed,
+                       .inflate = 1.3,
+                       .typical = t,
+                       .shapes = shapes,
+                       .no_score_cache = no_cache};
+  gf_diag d = {""};
+  if (gf_sim_run(c, pods, &cfg, r, &d)) {
+    fprintf(stderr, "bench_sim: %s: %s\n", policy, d.msg);
+    return 1;
+  }
+  return 0;
+}
+
 static int bench(gf_cluster *c, const gf_pod_list *pods,
                  const gf_typical_set *t, const gf_typical_set *shapes,
                  const char *policy, bool no_cache, int reps) {
   double wall[64], med[64], p99[64], un = 0;
   for (int i = 0; i < reps; i++) {
-    gf_sim_config cfg = {.policy = policy,
-                         .seed = 42,
-                         .inflate = 1.3,
-                         .typical = t,
-                         .shapes = shapes,
-                         .no_score_cache = no_cache};
     gf_sim_result r;
-    gf_diag d = {""};
-    if (gf_sim_run(c, pods, &cfg, &r, &d)) {
-      fprintf(stderr, "bench_sim: %s: %s\n", policy, d.msg);
+    if (replay(c, pods, t, shapes, policy, 42, no_cache, &r))
       return 1;
-    }
     wall[i] = r.wall_s;
     med[i] = r.decision_us_median;
     p99[i] = r.decision_us_p99;
@@ -59,25 +70,6 @@ static int bench(gf_cluster *c, const gf_pod_list *pods,
   printf("| %-10s%s | %8.3f | %8.1f | %8.1f | %6.2f |\n", policy,
          no_cache ? " (no cache)" : "", median(wall, reps), median(med, reps),
          median(p99, reps), un);
-  return 0;
-}
-
-/* One replay of `policy`; its decision p99 in *p99.  0 or 1. */
-static int replay_p99(gf_cluster *c, const gf_pod_list *pods,
-                      const gf_typical_set *t, const gf_typical_set *shapes,
-                      const char *policy, uint64_t seed, double *p99) {
-  gf_sim_config cfg = {.policy = policy,
-                       .seed = seed,
-                       .inflate = 1.3,
-                       .typical = t,
-                       .shapes = shapes};
-  gf_sim_result r;
-  gf_diag d = {""};
-  if (gf_sim_run(c, pods, &cfg, &r, &d)) {
-    fprintf(stderr, "bench_sim: %s: %s\n", policy, d.msg);
-    return 1;
-  }
-  *p99 = r.decision_us_p99;
   return 0;
 }
 
@@ -110,9 +102,14 @@ static int versus(int reps, uint64_t seed, char *list) {
       break;
     }
     double f[64], g[64];
-    for (int i = 0; i < reps && !rc; i++)
-      rc = replay_p99(c, &pods, &t, &shapes, "fgd", seed, &f[i]) ||
-           replay_p99(c, &pods, &t, &shapes, "gpufrac", seed, &g[i]);
+    gf_sim_result r;
+    for (int i = 0; i < reps && !rc; i++) {
+      rc = replay(c, &pods, &t, &shapes, "fgd", seed, false, &r);
+      f[i] = r.decision_us_p99;
+      if (!rc)
+        rc = replay(c, &pods, &t, &shapes, "gpufrac", seed, false, &r);
+      g[i] = r.decision_us_p99;
+    }
     if (!rc) {
       double mf = median(f, reps), mg = median(g, reps);
       worst = mg / mf > worst ? mg / mf : worst;
