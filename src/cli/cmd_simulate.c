@@ -364,8 +364,14 @@ static int write_arrivals(const char *dir, const trace *traces, int ntraces,
         return -1;
       }
       char path[4096];
-      snprintf(path, sizeof(path), "%s/arrivals-%s-%llu.csv", dir,
-               traces[t].name, (unsigned long long)seeds[k]);
+      int len = snprintf(path, sizeof(path), "%s/arrivals-%s-%llu.csv", dir,
+                         traces[t].name, (unsigned long long)seeds[k]);
+      if (len < 0 || (size_t)len >= sizeof(path)) {
+        fprintf(stderr, "gpufrac simulate: --arrivals %s: path too long\n",
+                dir);
+        free(order);
+        return -1;
+      }
       FILE *fp = fopen(path, "w");
       if (!fp) {
         fprintf(stderr, "gpufrac simulate: %s: %s\n", path, strerror(errno));

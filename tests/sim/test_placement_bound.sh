@@ -37,4 +37,9 @@ if "$bound" "$dir/arrivals-bad-1.csv" 2>"$dir/err"; then
   exit 1
 fi
 grep -q "arrivals-bad-1.csv: line 2" "$dir/err" || { cat "$dir/err"; exit 1; }
+# A missing file and a bad --prefix say so, without a traceback.
+if "$bound" "$dir/nosuch.csv" 2>"$dir/err"; then exit 1; fi
+grep -q "nosuch.csv: No such file" "$dir/err" || { cat "$dir/err"; exit 1; }
+if "$bound" --prefix 9x "$dir/arrivals-x-1.csv" 2>"$dir/err"; then exit 1; fi
+grep -q "prefix '9x'" "$dir/err" || { cat "$dir/err"; exit 1; }
 echo ok
