@@ -3,6 +3,7 @@
  *
  *   bench_sim [REPS]   (default 5)
  *   bench_sim --versus REPS SEED TRACE[,TRACE...]
+ *   bench_sim --plan
  *
  * For every policy: REPS replays of the default trace (seed 42, inflation
  * 1.3, 1213 nodes) on one core; prints the median wall time of a replay and
@@ -14,10 +15,16 @@
  * replays alternating (fgd, gpufrac, fgd, ...) so both see the same machine;
  * prints the median over replays of each one's decision p99 and the ratio.
  * The placement issue's latency target is that ratio, at most 2.
+ *
+ * --plan: what gpufrac's packing plan costs when an engine is made (the LP
+ * it solves once): engine creation with and without it, median of 7, on
+ * the default trace's shapes and on made-up workloads of 20, 40 and 64
+ * share sizes (the most the plan takes).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpufrac/engine.h"
 #include "gpufrac/quantity.h"
@@ -125,6 +132,83 @@ static int versus(int reps, uint64_t seed, char *list) {
   return rc;
 }
 
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Median ms to create (and free) an engine of `policy` over c and t. */
+static double create_ms(gf_cluster *c, const gf_typical_set *t,
+                        const char *policy) {
+  double v[7];
+  for (int i = 0; i < 7; i++) {
+    gf_engine_config ec = {.policy = policy, .typical = t, .shapes = t};
+    gf_engine *e = NULL;
+    double t0 = now_ms();
+    if (gf_engine_new(c, &ec, &e, NULL))
+      return -1;
+    v[i] = now_ms() - t0;
+    gf_engine_free(e);
+  }
+  return median(v, 7);
+}
+
+static int plan_cost(void) {
+  gf_cluster *c = gf_cluster_new();
+  gf_pod_list pods;
+  gf_typical_set t;
+  gf_diag d = {""};
+  if (!c ||
+      gf_trace_load_nodes(GF_DATA_DIR "/traces/openb_node_list_gpu_node.csv", c,
+                          &d) ||
+      gf_trace_load_pods(GF_DATA_DIR "/traces/openb_pod_list_default.csv", c,
+                         &pods, &d) ||
+      gf_sim_typical(&pods, 100.0, &t)) {
+    fprintf(stderr, "bench_sim: %s\n", d.msg);
+    return 1;
+  }
+  printf("gpufrac engine creation, ms (median of 7), 1213 nodes\n\n"
+         "| workload | share sizes | plan=0 | with the plan |\n"
+         "|---|---:|---:|---:|\n");
+  printf("| default trace | 20 | %.2f | %.2f |\n",
+         create_ms(c, &t, "gpufrac:plan=0"), create_ms(c, &t, "gpufrac"));
+  gf_typical_release(&t);
+  gf_pod_list_release(&pods);
+  /* Made-up workloads: m distinct sizes, 1..100 pods each (fixed seed). */
+  uint64_t x = 88172645463325252ull;
+  static gf_request reqs[64 * 100];
+  static const int sizes_of[] = {20, 40, 64};
+  for (size_t w = 0; w < sizeof(sizes_of) / sizeof(sizes_of[0]); w++) {
+    const int m = sizes_of[w];
+    size_t n = 0;
+    int32_t used[64];
+    for (int k = 0; k < m; k++) {
+      int32_t size;
+      bool dup;
+      do {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size = 10 + (int32_t)(x % 980);
+        dup = false;
+        for (int j = 0; j < k; j++)
+          dup |= used[j] == size;
+      } while (dup);
+      used[k] = size;
+      for (uint64_t i = 0; i < 1 + (x >> 20) % 100; i++) {
+        gf_request r = {.cpu_milli = 1000, .gpu_count = 1, .gpu_milli = size};
+        reqs[n++] = r;
+      }
+    }
+    if (gf_typical_build(reqs, NULL, n, 100.0, true, &t))
+      return 1;
+    printf("| made up | %d | %.2f | %.2f |\n", m,
+           create_ms(c, &t, "gpufrac:plan=0"), create_ms(c, &t, "gpufrac"));
+    gf_typical_release(&t);
+  }
+  gf_cluster_free(c);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--versus") == 0) {
     int64_t reps, seed;
@@ -135,11 +219,14 @@ int main(int argc, char **argv) {
     }
     return versus((int)reps, (uint64_t)seed, argv[4]);
   }
+  if (argc == 2 && strcmp(argv[1], "--plan") == 0)
+    return plan_cost();
   int64_t reps64 = 5;
   if (argc > 2 ||
       (argc == 2 && gf_parse_int64(argv[1], 1, 64, &reps64, NULL))) {
     fprintf(stderr, "usage: bench_sim [REPS 1..64]\n"
-                    "       bench_sim --versus REPS SEED TRACE[,...]\n");
+                    "       bench_sim --versus REPS SEED TRACE[,...]\n"
+                    "       bench_sim --plan\n");
     return 2;
   }
   int reps = (int)reps64;

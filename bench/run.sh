@@ -8,6 +8,9 @@ cmake --build build -j "$(nproc)" --target gpufrac bench_sim >/dev/null
 echo "== per-policy replay and decision latency (bench_sim)"
 ./build/bench_sim "${1:-5}"
 echo
+echo "== what gpufrac's packing plan costs at engine creation (bench_sim --plan)"
+./build/bench_sim --plan
+echo
 echo "== fgd vs gpufrac decision p99, side by side, all 17 traces (bench_sim --versus)"
 ./build/bench_sim --versus 3 42 default,cpu050,cpu100,cpu200,cpu250,gpushare40,gpushare60,gpushare80,gpushare100,gpuspec10,gpuspec20,gpuspec25,gpuspec33,multigpu20,multigpu30,multigpu40,multigpu50
 echo
