@@ -125,6 +125,39 @@ static int parse_seeds(const char *arg, uint64_t *seeds, int max) {
   return n;
 }
 
+/* Every option of simulate takes a value; an unknown one is reported as
+ * such before anything is read as its value. */
+static bool known_option(const char *key) {
+  static const char *const keys[] = {
+      "--nodes", "--pods", "--trace",    "--policy", "--seeds",   "--format",
+      "--out",   "--data", "--arrivals", "--ties",   "--inflate", "--jobs"};
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+    if (strcmp(key, keys[i]) == 0)
+      return true;
+  return false;
+}
+
+/* A trace name that has no pod list in DATA/traces is a usage error that
+ * lists the names there (openb_pod_list_NAME.csv), in the bundled order
+ * first and then any others the directory holds. */
+static void no_such_trace(const char *data_dir, const char *name) {
+  char dir[4096];
+  snprintf(dir, sizeof(dir), "%s/traces", data_dir);
+  fprintf(stderr,
+          "gpufrac simulate: --trace: no trace '%s' in %s; traces:", name, dir);
+  int listed = 0;
+  for (size_t i = 0; i < NREFERENCE; i++) {
+    char p[4096 + 64];
+    snprintf(p, sizeof(p), "%s/openb_pod_list_%s.csv", dir,
+             reference_traces[i]);
+    if (access(p, R_OK) == 0)
+      fprintf(stderr, "%s %s", listed++ ? "," : "", reference_traces[i]);
+  }
+  if (!listed)
+    fprintf(stderr, " none (is --data right?)");
+  fputc('\n', stderr);
+}
+
 static bool safe_name(const char *s) {
   if (!*s)
     return false;
@@ -432,6 +465,10 @@ int cmd_simulate(int argc, char **argv) {
     }
     memcpy(key, a, klen);
     key[klen] = '\0';
+    if (!known_option(key)) {
+      fprintf(stderr, "gpufrac simulate: unknown option '%s'\n", key);
+      return GF_EXIT_USAGE;
+    }
     if (eq)
       v = eq + 1;
     else if (i + 1 < argc)
@@ -548,6 +585,15 @@ int cmd_simulate(int argc, char **argv) {
                 names[t]);
         return GF_EXIT_USAGE;
       }
+    for (int t = 0; t < ntraces; t++) {
+      char p[4096 + 64];
+      snprintf(p, sizeof(p), "%s/traces/openb_pod_list_%s.csv", data_dir,
+               names[t]);
+      if (access(p, F_OK) != 0) {
+        no_such_trace(data_dir, names[t]);
+        return GF_EXIT_USAGE;
+      }
+    }
   }
 
   int rc = GF_EXIT_FAIL;

@@ -44,6 +44,8 @@ check inspect-usage  2 'usage'                    -- "$GPUFRAC" inspect
 check help-unknown   2 "no command 'nope'"        -- "$GPUFRAC" help nope
 check bad-option     2 "unknown option '--bogus'" -- "$GPUFRAC" simulate --bogus 1
 check missing-value  2 'needs a value'            -- "$GPUFRAC" simulate --seeds
+check bogus-last     2 "unknown option '--bogus'" -- "$GPUFRAC" simulate --bogus
+check bogus-eq       2 "unknown option '--bogus'" -- "$GPUFRAC" simulate --bogus=1
 check bad-policy     2 "no policy 'nope'"         -- "$GPUFRAC" simulate --policy fgd,nope
 check bad-param      2 "unknown parameter 'bogus'" -- "$GPUFRAC" simulate --policy gpufrac:bogus=1
 check bad-param-val  2 'cpu=-1'                   -- "$GPUFRAC" simulate --policy gpufrac:cpu=-1
@@ -53,7 +55,8 @@ check bad-inflate    2 "--inflate 'x'"            -- "$GPUFRAC" simulate --infla
 check bad-format     2 "--format 'xml'"           -- "$GPUFRAC" simulate --format xml
 check bad-ties       2 "--ties 'sometimes'"       -- "$GPUFRAC" simulate --ties sometimes
 check bad-trace-name 2 'not a trace name'         -- "$GPUFRAC" simulate --trace ../etc
-check missing-trace  1 'openb_pod_list_nosuch.csv' -- "$GPUFRAC" simulate --trace nosuch
+check missing-trace  2 "no trace 'nosuch'"       -- "$GPUFRAC" simulate --trace nosuch
+check trace-list     2 'default, .*gpushare40'    -- "$GPUFRAC" simulate --trace default,nosuch
 check missing-nodes  1 '/nonexistent.csv'         -- "$GPUFRAC" simulate --nodes /nonexistent.csv
 
 printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1000,1,1,1000\np2,oops,1,1,500\n' >"$tmp/bad.csv"
