@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,9 +229,20 @@ int gf_shim_config_parse(const char *text, gf_shim_config *c, char *err,
   return disabled ? 1 : 0;
 }
 
-static void say(const gf_shim_config *c, const char *msg) {
-  if (c->log_level >= GF_SHIM_LOG_WARN)
-    fprintf(stderr, "gpufrac-shim[%d]: %s\n", (int)getpid(), msg);
+/* One log line on stderr, formatted straight onto the stream: no message
+ * buffer, so a long config path (a build tree's, a mount's) is never cut. */
+__attribute__((format(printf, 2, 3))) static void say(const gf_shim_config *c,
+                                                      const char *fmt, ...) {
+  if (c->log_level < GF_SHIM_LOG_WARN)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  flockfile(stderr);
+  fprintf(stderr, "gpufrac-shim[%d]: ", (int)getpid());
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  funlockfile(stderr);
+  va_end(ap);
 }
 
 void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
@@ -241,7 +253,6 @@ void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
   const bool locked = access(sys, F_OK) == 0;
   const char *env_disable = locked ? NULL : getenv("GPUFRAC_DISABLE");
   const char *path = locked ? sys : getenv("GPUFRAC_CONFIG");
-  char err[512];
   if (path && !*path)
     path = NULL;
   if (path) {
@@ -253,9 +264,8 @@ void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
     if (fd >= 0)
       close(fd);
     if (n < 0 || n > CONFIG_MAX) {
-      snprintf(err, sizeof(err), "config %s: %s; refusing device memory", path,
-               n > CONFIG_MAX ? "too large" : strerror(errno));
-      say(c, err);
+      say(c, "config %s: %s; refusing device memory", path,
+          n > CONFIG_MAX ? "too large" : strerror(errno));
       free(buf);
       *mode = GF_SHIM_REFUSE;
       return;
@@ -266,9 +276,7 @@ void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
     free(buf);
     if (rc < 0) {
       defaults(c);
-      snprintf(err, sizeof(err), "config %s: %s; refusing device memory", path,
-               why);
-      say(c, err);
+      say(c, "config %s: %s; refusing device memory", path, why);
       *mode = GF_SHIM_REFUSE;
       return;
     }
@@ -287,9 +295,7 @@ void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
         (reg && set_kv(c, "region", reg, why, sizeof(why)) < 0) ||
         (log && set_kv(c, "log", log, why, sizeof(why)) < 0) ||
         (ovh && set_kv(c, "context_overhead", ovh, why, sizeof(why)) < 0)) {
-      snprintf(err, sizeof(err), "environment: %s; refusing device memory",
-               why);
-      say(c, err);
+      say(c, "environment: %s; refusing device memory", why);
       *mode = GF_SHIM_REFUSE;
       return;
     }
