@@ -4,17 +4,34 @@
 #include <string.h>
 
 static long fail_after = -1; /* test hook only; -1 = never fail */
+static int fail_once;        /* refuse one allocation, then none */
+static long refused;         /* refusals since the hook was last set */
 
 static int should_fail(void) {
   if (fail_after < 0)
     return 0;
-  if (fail_after == 0)
+  if (fail_after == 0) {
+    refused++;
+    if (fail_once)
+      fail_after = -1;
     return 1;
+  }
   fail_after--;
   return 0;
 }
 
-void gf__alloc_fail_after(long n) { fail_after = n; }
+void gf__alloc_fail_after(long n) {
+  fail_after = n;
+  fail_once = 0;
+  refused = 0;
+}
+
+void gf__alloc_fail_once(long n) {
+  gf__alloc_fail_after(n);
+  fail_once = n >= 0;
+}
+
+long gf__alloc_refused(void) { return refused; }
 
 void *gf__malloc(size_t n) { return should_fail() ? NULL : malloc(n ? n : 1); }
 

@@ -18,4 +18,14 @@ void gf__free(void *p);
  * until reset with n < 0.  Not thread-safe; tests only. */
 void gf__alloc_fail_after(long n);
 
+/* Test hook: refuse only the allocation after `n` more successful ones, and
+ * none after it; a test that fails each allocation alone in turn catches a
+ * refusal that is swallowed (a later step cannot report it for it). */
+void gf__alloc_fail_once(long n);
+
+/* Test hook: how many allocations the hook has refused since the last
+ * gf__alloc_fail_after(). A test asserts on it: a refusal must surface as
+ * an error, and a run with none must succeed in full. */
+long gf__alloc_refused(void);
+
 #endif
