@@ -35,6 +35,19 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* dlsym runs before a sanitizer's runtime is initialised (the runtime's
+ * own interceptors look functions up through it): in a sanitizer build of
+ * the interposer (a TSan experiment, docs/shim.md) it must not be
+ * instrumented.  Nothing in a normal build. */
+#if defined(__has_attribute)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define NO_SANITIZE __attribute__((disable_sanitizer_instrumentation))
+#endif
+#endif
+#ifndef NO_SANITIZE
+#define NO_SANITIZE
+#endif
+
 /* ---- state ---------------------------------------------------------- */
 
 #define GF__SHIM_PTR(name, pfn, params, args) gf_cu_result(*name) params;
@@ -160,8 +173,11 @@ static int table_grow(table *t) {
   return 0;
 }
 
-/* Keys 0 and 1 are reserved; real pointers and handles are never that. */
-static int table_put(table *t, const entry *in) {
+/* Keys 0 and 1 are reserved; real pointers and handles are never that.
+ * An entry already under the key is replaced and copied to *old (old->key
+ * 0 when there was none). */
+static int table_put(table *t, const entry *in, entry *old) {
+  old->key = 0;
   uint64_t key = in->key;
   if (key <= 1)
     return -1;
@@ -178,6 +194,8 @@ static int table_put(table *t, const entry *in) {
     j = tomb;
   if (t->e[j].key == 0)
     t->used++;
+  else if (t->e[j].key == key)
+    *old = t->e[j];
   t->e[j] = *in;
   return 0;
 }
@@ -230,7 +248,7 @@ static void *real_sym(void *h, const char *name) {
   return h ? real_dlsym(h, name) : NULL;
 }
 
-static void resolve_real_dlsym(void) {
+NO_SANITIZE static void resolve_real_dlsym(void) {
   if (real_dlsym)
     return;
   real_dlsym =
@@ -547,12 +565,30 @@ static __attribute__((noinline)) void track_failed(uint64_t bytes) {
         (unsigned long long)bytes);
 }
 
+static void pool_unlive(uint32_t i);
+
+/* What an entry holds is given back: its own charge, and its place in a
+ * pool's count of live allocations. */
+static void entry_release(const entry *e) {
+  if (e->bytes)
+    unreserve(e->dev, e->bytes);
+  if (e->pool)
+    pool_unlive(e->pool - 1);
+}
+
+/* Records an allocation the driver just made.  A record already under that
+ * address or handle belongs to memory the driver no longer holds (it hands
+ * out only what is free: freed without a free call, e.g. by a context
+ * destroy), so its charge is given back. */
 static void track_entry(table *t, entry e) {
+  entry old;
   tlock_take();
-  int rc = table_put(t, &e);
+  int rc = table_put(t, &e, &old);
   tlock_give();
   if (rc)
     track_failed(e.bytes);
+  else if (old.key)
+    entry_release(&old);
 }
 
 static inline void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
@@ -727,14 +763,32 @@ static void pool_unlive(uint32_t i) {
   pthread_mutex_unlock(&S.lock);
 }
 
-static gf_cu_result free_tracked(gf_cu_result rc, CUdeviceptr dptr) {
+/* Frees go in two steps around the driver call: forget_begin takes the
+ * record out of the table *before* the driver frees, forget_end gives its
+ * charge back when the free succeeded, or puts the record back when it
+ * failed (the memory is still held, so no other thread can have been
+ * handed that address meanwhile).  The other order would let another
+ * thread be given the same address between the driver's free and the
+ * removal, and then one of the two records (and its charge) is lost. */
+typedef struct forget {
+  table *t;
+  bool had;
   entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.ptrs, dptr, &e)) {
-    if (e.bytes)
-      unreserve(e.dev, e.bytes);
-    if (e.pool)
-      pool_unlive(e.pool - 1);
-  }
+} forget;
+
+static inline forget forget_begin(table *t, uint64_t key) {
+  forget f = {t, false, {0, 0, 0, 0}};
+  f.had = untrack(t, key, &f.e);
+  return f;
+}
+
+static gf_cu_result forget_end(const forget *f, gf_cu_result rc) {
+  if (!f->had)
+    return rc;
+  if (rc == CUDA_SUCCESS)
+    entry_release(&f->e);
+  else
+    track_entry(f->t, f->e);
   return rc;
 }
 
@@ -823,15 +877,19 @@ static gf_cu_result alloc_pooled(async_fn fa, pool_fn fp, free_async_fn ff,
   pthread_mutex_unlock(&S.lock);
   if (rc != CUDA_SUCCESS)
     return rc;
-  track_entry(&S.ptrs,
-              (entry){(uint64_t)*dptr, own, dev, own ? 0 : (uint32_t)pi + 1});
+  entry e = {(uint64_t)*dptr, own, dev, own ? 0 : (uint32_t)pi + 1};
   if (!fits) {
+    /* Freed before it is ever recorded: nobody else can hold a record of
+     * this address, and none of ours outlives the free. */
     logf_(GF_SHIM_LOG_INFO, "pool grew past the limit; allocation undone");
-    CUdeviceptr d = *dptr;
-    free_tracked(ff ? ff(d, s) : CUDA_ERROR_NOT_INITIALIZED, d);
+    if ((ff ? ff(e.key, s) : CUDA_ERROR_NOT_INITIALIZED) == CUDA_SUCCESS)
+      entry_release(&e);
+    else
+      track_entry(&S.ptrs, e); /* still held: still charged */
     *dptr = 0;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  track_entry(&S.ptrs, e);
   return rc;
 }
 
@@ -948,21 +1006,24 @@ EXPORT gf_cu_result cuMemFree_v2(CUdeviceptr dptr) {
   init();
   if (!S.real.cuMemFree_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return free_tracked(S.real.cuMemFree_v2(dptr), dptr);
+  forget f = forget_begin(&S.ptrs, dptr);
+  return forget_end(&f, S.real.cuMemFree_v2(dptr));
 }
 
 EXPORT gf_cu_result cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
   init();
   if (!S.real.cuMemFreeAsync)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return free_tracked(S.real.cuMemFreeAsync(dptr, s), dptr);
+  forget f = forget_begin(&S.ptrs, dptr);
+  return forget_end(&f, S.real.cuMemFreeAsync(dptr, s));
 }
 
 EXPORT gf_cu_result cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
   init();
   if (!S.real.cuMemFreeAsync_ptsz)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return free_tracked(S.real.cuMemFreeAsync_ptsz(dptr, s), dptr);
+  forget f = forget_begin(&S.ptrs, dptr);
+  return forget_end(&f, S.real.cuMemFreeAsync_ptsz(dptr, s));
 }
 
 EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
@@ -995,11 +1056,8 @@ EXPORT gf_cu_result cuMemRelease(CUmemGenericAllocationHandle h) {
   init();
   if (!S.real.cuMemRelease)
     return CUDA_ERROR_NOT_INITIALIZED;
-  gf_cu_result rc = S.real.cuMemRelease(h);
-  entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.handles, h, &e))
-    unreserve(e.dev, e.bytes);
-  return rc;
+  forget f = forget_begin(&S.handles, h);
+  return forget_end(&f, S.real.cuMemRelease(h));
 }
 
 static uint64_t array_bytes(size_t w, size_t h, size_t d, int format,
@@ -1059,11 +1117,8 @@ EXPORT gf_cu_result cuArrayDestroy(CUarray a) {
   init();
   if (!S.real.cuArrayDestroy)
     return CUDA_ERROR_NOT_INITIALIZED;
-  gf_cu_result rc = S.real.cuArrayDestroy(a);
-  entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.handles, (uint64_t)(uintptr_t)a, &e))
-    unreserve(e.dev, e.bytes);
-  return rc;
+  forget f = forget_begin(&S.handles, (uint64_t)(uintptr_t)a);
+  return forget_end(&f, S.real.cuArrayDestroy(a));
 }
 
 /* A mipmapped array: every level, each half the size of the one above in
@@ -1108,11 +1163,8 @@ EXPORT gf_cu_result cuMipmappedArrayDestroy(CUmipmappedArray h) {
   init();
   if (!S.real.cuMipmappedArrayDestroy)
     return CUDA_ERROR_NOT_INITIALIZED;
-  gf_cu_result rc = S.real.cuMipmappedArrayDestroy(h);
-  entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.handles, (uint64_t)(uintptr_t)h, &e))
-    unreserve(e.dev, e.bytes);
-  return rc;
+  forget f = forget_begin(&S.handles, (uint64_t)(uintptr_t)h);
+  return forget_end(&f, S.real.cuMipmappedArrayDestroy(h));
 }
 
 /* ---- contexts -------------------------------------------------------------
@@ -1184,11 +1236,8 @@ EXPORT gf_cu_result cuCtxDestroy_v2(CUcontext ctx) {
   init();
   if (!S.real.cuCtxDestroy_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
-  gf_cu_result rc = S.real.cuCtxDestroy_v2(ctx);
-  entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.ctxs, (uint64_t)(uintptr_t)ctx, &e))
-    unreserve(e.dev, e.bytes);
-  return rc;
+  forget f = forget_begin(&S.ctxs, (uint64_t)(uintptr_t)ctx);
+  return forget_end(&f, S.real.cuCtxDestroy_v2(ctx));
 }
 
 /* The primary context's charge goes with its last reference (ctx_lock). */
@@ -1611,7 +1660,7 @@ EXPORT gf_cu_result cuGetProcAddress_v2(const char *sym, void **pfn, int ver,
 /* dlsym: only lookups on the real libcuda and libnvidia-ml handles are
  * redirected (programs that dlopen the driver themselves); every other
  * lookup is the real dlsym's answer, unchanged. */
-EXPORT void *dlsym(void *handle, const char *name) {
+NO_SANITIZE EXPORT void *dlsym(void *handle, const char *name) {
   resolve_real_dlsym();
   if (!real_dlsym)
     return NULL;

@@ -13,6 +13,11 @@
  * 00000000000<i>.  Contexts carry their device; cuCtxGetDevice answers the
  * calling thread's current one (device 0 when none).
  *
+ * Addresses: a freed address is handed out again by the next allocation of
+ * the same (page-rounded) size, last freed first, as a real driver's
+ * allocator does; so a test that churns the same sizes from many threads
+ * sees the same addresses come back at once.
+ *
  * Pools: the default pool of each device and cuMemPoolCreate's keep freed
  * memory; a pool reserves in FAKE_POOL_GRAN steps (default 2 MiB) when its
  * free room is too small and gives memory back only at cuMemPoolTrimTo or
@@ -95,6 +100,32 @@ static struct {
 } live[MAXA];
 static atomic_ulong launches;
 
+/* Freed addresses by page-rounded size, last freed on top (lock held). */
+#define NFREED 4096
+struct freed_addr {
+  uint64_t addr, size;
+};
+static struct freed_addr freed[NFREED];
+static int nfreed;
+
+static uint64_t addr_take(uint64_t bytes) {
+  uint64_t size = (bytes + 4095) & ~4095ull;
+  for (int i = nfreed - 1; i >= 0 && i >= nfreed - 256; i--)
+    if (freed[i].size == size) {
+      uint64_t a = freed[i].addr;
+      freed[i] = freed[--nfreed];
+      return a;
+    }
+  uint64_t a = next_addr;
+  next_addr += size;
+  return a;
+}
+
+static void addr_give(uint64_t addr, uint64_t bytes) {
+  if (nfreed < NFREED)
+    freed[nfreed++] = (struct freed_addr){addr, (bytes + 4095) & ~4095ull};
+}
+
 /* Read once: a getenv per call would cost more the longer the environment
  * is, and the benchmark runs the interposer with a longer one. */
 static uint64_t total(void) {
@@ -118,10 +149,9 @@ static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
   if (used + bytes <= total()) {
     for (int i = 0; i < MAXA; i++)
       if (!live[i].key) {
-        live[i].key = next_addr;
+        live[i].key = addr_take(bytes);
         live[i].bytes = bytes;
-        *key = next_addr;
-        next_addr += (bytes + 4095) & ~4095ull;
+        *key = live[i].key;
         used += bytes;
         shared_add(bytes);
         rc = CUDA_SUCCESS;
@@ -144,6 +174,7 @@ static gf_cu_result fake_free(uint64_t key) {
         used -= live[i].bytes;
         shared_sub(live[i].bytes);
       }
+      addr_give(live[i].key, live[i].bytes);
       live[i].key = 0;
       live[i].pool = 0;
       rc = CUDA_SUCCESS;
@@ -180,11 +211,10 @@ static gf_cu_result pool_alloc(int pi, unsigned long long *key,
   if (used + grow <= total()) {
     for (int i = 0; i < MAXA; i++)
       if (!live[i].key) {
-        live[i].key = next_addr;
+        live[i].key = addr_take(bytes);
         live[i].bytes = bytes;
         live[i].pool = pi + 1;
-        *key = next_addr;
-        next_addr += (bytes + 4095) & ~4095ull;
+        *key = live[i].key;
         used += grow;
         shared_add(grow);
         p->reserved += grow;

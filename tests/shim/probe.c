@@ -7,6 +7,7 @@
  *
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
+ *   probe_dl threads THREADS SECONDS
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
@@ -447,7 +448,7 @@ static gf_region *open_region(const char *path) {
   return r;
 }
 
-static volatile int stop;
+static _Atomic int stop; /* atomic: the threads scenario runs under TSan */
 static void *churn(void *arg) {
   unsigned seed = (unsigned)(uintptr_t)arg;
   CUdeviceptr p[16] = {0};
@@ -525,6 +526,89 @@ static void stress(int procs, int threads, int seconds, const char *path) {
         (unsigned long long)dev_peak, (unsigned long long)L,
         (unsigned long long)peak, samples);
   CHECK(gf_region_used(r, 0) == 0, "usage ends at 0");
+}
+
+/* Threads of one process churning the same sizes on every path that
+ * tracks an address; the fake driver hands a freed address to the next
+ * allocation of that size at once, so a free that gives the memory back
+ * before forgetting its record races another thread's allocation of the
+ * same address.  Nothing may stay charged and nothing may be refused:
+ * at most THREADS x 32 MiB is ever live, far under the limit. */
+static _Atomic unsigned long thr_refused, thr_pairs;
+static void *thr_churn(void *arg) {
+  (void)arg;
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUDA_ARRAY_DESCRIPTOR ad = {4096, 2048, 0x20, 1}; /* 32 MiB */
+  CUDA_ARRAY3D_DESCRIPTOR md = {4096, 2048, 0, 0x20, 1, 0};
+  unsigned long refused = 0, pairs = 0;
+  for (unsigned i = 0; !stop; i++, pairs++) {
+    CUdeviceptr p = 0;
+    CUmemGenericAllocationHandle h;
+    CUarray a;
+    CUmipmappedArray m;
+    size_t pitch;
+    gf_cu_result rc;
+    switch (i % 7) {
+    case 0:
+      if ((rc = F.alloc(&p, 32 * MIB)) == CUDA_SUCCESS)
+        F.free_(p);
+      break;
+    case 1:
+      if ((rc = F.managed(&p, 32 * MIB, CU_MEM_ATTACH_GLOBAL)) == CUDA_SUCCESS)
+        F.free_(p);
+      break;
+    case 2:
+      if ((rc = F.pitch(&p, &pitch, 32768, 1024, 4)) == CUDA_SUCCESS)
+        F.free_(p);
+      break;
+    case 3:
+      if ((rc = F.create(&h, 32 * MIB, &prop, 0)) == CUDA_SUCCESS)
+        F.release(h);
+      break;
+    case 4:
+      if ((rc = F.array(&a, &ad)) == CUDA_SUCCESS)
+        F.array_destroy(a);
+      break;
+    case 5:
+      if ((rc = F.mipmap(&m, &md, 1)) == CUDA_SUCCESS)
+        F.mipmap_destroy(m);
+      break;
+    default:
+      if ((rc = F.async(&p, 32 * MIB, NULL)) == CUDA_SUCCESS)
+        F.free_async(p, NULL);
+      break;
+    }
+    refused += rc != CUDA_SUCCESS;
+  }
+  atomic_fetch_add(&thr_refused, refused);
+  atomic_fetch_add(&thr_pairs, pairs);
+  return NULL;
+}
+
+static void threads(int n, int seconds) {
+  const size_t L = 2048 * MIB;
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  make_context();
+  pthread_t th[64];
+  n = n < 1 ? 1 : n > 64 ? 64 : n;
+  for (int i = 0; i < n; i++)
+    pthread_create(&th[i], NULL, thr_churn, NULL);
+  sleep((unsigned)seconds);
+  stop = 1;
+  for (int i = 0; i < n; i++)
+    pthread_join(th[i], NULL);
+  CUmemoryPool pl = NULL;
+  F.get_pool(&pl, 0);
+  F.trim(pl, 0); /* the async path's pool keeps what it reserved */
+  CHECK(atomic_load(&thr_refused) == 0,
+        "%d threads, %lu alloc+free pairs on 7 paths: %lu refused "
+        "(at most %d MiB live of 2048)",
+        n, atomic_load(&thr_pairs), atomic_load(&thr_refused), n * 32);
+  CHECK(used_now(L) == 0, "nothing charged afterwards (%zu bytes)",
+        used_now(L));
 }
 
 /* Children allocate and free in loops; the parent kills them with SIGKILL
@@ -869,6 +953,9 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "stress") == 0 && argc == 6) {
     load("dlopen");
     stress(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5]);
+  } else if (strcmp(argv[1], "threads") == 0 && argc == 4) {
+    load("dlopen");
+    threads((int)strtol(argv[2], NULL, 10), (int)strtol(argv[3], NULL, 10));
   } else if (strcmp(argv[1], "kill") == 0 && argc == 4) {
     load("dlopen");
     killer(atoi(argv[2]), argv[3]);

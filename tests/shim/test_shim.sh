@@ -124,6 +124,11 @@ run corrupt-region  1 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/corrupt.conf" "$PROBE
 run no-driver       1 -- LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA=/nonexistent/libcuda.so.1 \
                            GPUFRAC_GPU_MEMORY=1Gi LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" limits
 
+# Threads of one process churning the same sizes on every tracked path
+# (the fake hands freed addresses straight back): no phantom charge, no
+# refusal while live is far under the limit.
+run thread-churn    0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=2Gi GPUFRAC_CONTEXT_OVERHEAD=0 "$PROBE_DL" threads 8 3
+
 # Many processes x threads on one region; SIGKILLs at random points.
 printf 'memory = 1Gi\nregion = %s/r2\n' "$tmp" >"$tmp/r2.conf"
 run stress          0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r2.conf" FAKE_CUDA_SHARED="$tmp/dev2" "$PROBE_DL" stress 6 4 3 "$tmp/r2"
