@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc_table.h"
 #include "cuda_api.h"
 #include "gpufrac/region.h"
 #include "shim_config.h"
@@ -57,18 +58,8 @@ typedef struct real_fns {
 } real_fns;
 #undef GF__SHIM_PTR
 
-typedef struct entry {
-  uint64_t key; /* 0 = empty, 1 = deleted */
-  uint64_t bytes;
-  uint32_t dev;  /* CUDA index */
-  uint32_t pool; /* pool table index + 1 for pool allocations, else 0 */
-} entry;
-
-/* Open-addressing table of live allocations (pointer or handle -> size). */
-typedef struct table {
-  entry *e;
-  size_t cap, used; /* used counts live + deleted */
-} table;
+typedef gf__atab_entry entry;
+typedef gf__atab table;
 
 /* A stream-ordered memory pool this process allocated from.  The pool is
  * charged what it reserves (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not what
@@ -142,77 +133,6 @@ static void logf_(int level, const char *fmt, ...) {
   fprintf(stderr, "gpufrac-shim[%d]: %s\n", (int)getpid(), buf);
 }
 
-/* ---- allocation table --------------------------------------------------- */
-
-static uint64_t hash64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return x;
-}
-
-static int table_grow(table *t) {
-  size_t cap = t->cap ? t->cap * 2 : 1024;
-  entry *e = calloc(cap, sizeof(*e));
-  if (!e)
-    return -1;
-  size_t moved = 0;
-  for (size_t i = 0; i < t->cap; i++) {
-    if (t->e[i].key <= 1)
-      continue;
-    moved++;
-    size_t j = hash64(t->e[i].key) & (cap - 1);
-    while (e[j].key)
-      j = (j + 1) & (cap - 1);
-    e[j] = t->e[i];
-  }
-  free(t->e);
-  t->e = e;
-  t->used = moved; /* tombstones are not carried over */
-  t->cap = cap;
-  return 0;
-}
-
-/* Keys 0 and 1 are reserved; real pointers and handles are never that.
- * An entry already under the key is replaced and copied to *old (old->key
- * 0 when there was none). */
-static int table_put(table *t, const entry *in, entry *old) {
-  old->key = 0;
-  uint64_t key = in->key;
-  if (key <= 1)
-    return -1;
-  if ((t->used + 1) * 4 > t->cap * 3 && table_grow(t))
-    return -1;
-  size_t j = hash64(key) & (t->cap - 1), tomb = SIZE_MAX;
-  for (; t->e[j].key; j = (j + 1) & (t->cap - 1)) {
-    if (t->e[j].key == key)
-      break;
-    if (t->e[j].key == 1 && tomb == SIZE_MAX)
-      tomb = j;
-  }
-  if (!t->e[j].key && tomb != SIZE_MAX)
-    j = tomb;
-  if (t->e[j].key == 0)
-    t->used++;
-  else if (t->e[j].key == key)
-    *old = t->e[j];
-  t->e[j] = *in;
-  return 0;
-}
-
-static int table_take(table *t, uint64_t key, entry *out) {
-  if (!t->cap || key <= 1)
-    return -1;
-  for (size_t j = hash64(key) & (t->cap - 1); t->e[j].key;
-       j = (j + 1) & (t->cap - 1))
-    if (t->e[j].key == key) {
-      *out = t->e[j];
-      t->e[j].key = 1;
-      return 0;
-    }
-  return -1;
-}
-
 /* ---- setup --------------------------------------------------------------- */
 
 static void detach(void) {
@@ -229,12 +149,9 @@ static void after_fork_child(void) {
   atomic_store(&S.tlock, 0);
   pthread_mutex_init(&S.map_lock, NULL);
   pthread_mutex_init(&S.ctx_lock, NULL);
-  free(S.ptrs.e);
-  free(S.handles.e);
-  free(S.ctxs.e);
-  memset(&S.ptrs, 0, sizeof(S.ptrs));
-  memset(&S.handles, 0, sizeof(S.handles));
-  memset(&S.ctxs, 0, sizeof(S.ctxs));
+  gf__atab_release(&S.ptrs);
+  gf__atab_release(&S.handles);
+  gf__atab_release(&S.ctxs);
   memset(S.pools, 0, sizeof(S.pools));
   atomic_store(&S.npools, 0);
   memset(S.prim_refs, 0, sizeof(S.prim_refs));
@@ -583,7 +500,7 @@ static void entry_release(const entry *e) {
 static void track_entry(table *t, entry e) {
   entry old;
   tlock_take();
-  int rc = table_put(t, &e, &old);
+  int rc = gf__atab_put(t, &e, &old);
   tlock_give();
   if (rc)
     track_failed(e.bytes);
@@ -597,7 +514,7 @@ static inline void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
 
 static bool untrack(table *t, uint64_t key, entry *e) {
   tlock_take();
-  int rc = table_take(t, key, e);
+  int rc = gf__atab_take(t, key, e);
   tlock_give();
   return rc == 0;
 }
