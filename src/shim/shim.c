@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -84,14 +85,23 @@ typedef struct pool_acct {
 #define ACCT_REFUSE (-2)
 
 static struct shim {
-  pthread_once_t once;
+  /* Setup in two stages.  Loading (the config, the real driver and its
+   * functions; load_lock, `loaded`) is all a lookup needs: cuGetProcAddress
+   * and dlsym on the driver's handle.  Mapping the region (map_once) comes
+   * with the first real call.  The process's slot is claimed by its first
+   * charge (slot_lock), so a process that never allocates, or only looks
+   * symbols up, never holds one. */
+  pthread_mutex_t load_lock;
+  _Atomic int loaded;
+  pthread_once_t map_once;
+  pthread_mutex_t slot_lock;
   gf_shim_mode mode;
   gf_shim_config cfg;
   void *cuda; /* real libcuda handle */
   void *nvml; /* real libnvidia-ml handle, opened on first NVML call */
   real_fns real;
   gf_region *region;
-  int slot;
+  _Atomic int slot;      /* -1 until the first charge */
   _Atomic int ready;     /* setup done: the fast paths skip pthread_once */
   _Atomic bool throttle; /* enforcing, compute < 100% and the rate known */
   pthread_mutex_t lock;  /* guards the pools (driver calls are made under it) */
@@ -109,7 +119,9 @@ static struct shim {
   pthread_mutex_t ctx_lock;
   uint32_t prim_refs[GF_REGION_DEVICES];
   bool prim_charged[GF_REGION_DEVICES];
-} S = {.once = PTHREAD_ONCE_INIT,
+} S = {.load_lock = PTHREAD_MUTEX_INITIALIZER,
+       .map_once = PTHREAD_ONCE_INIT,
+       .slot_lock = PTHREAD_MUTEX_INITIALIZER,
        .slot = -1,
        .lock = PTHREAD_MUTEX_INITIALIZER,
        .map_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -136,12 +148,12 @@ static void logf_(int level, const char *fmt, ...) {
 /* ---- setup --------------------------------------------------------------- */
 
 static void detach(void) {
-  if (S.region && S.slot >= 0)
-    gf_region_detach(S.region, S.slot);
+  if (S.region && atomic_load(&S.slot) >= 0)
+    gf_region_detach(S.region, atomic_load(&S.slot));
 }
 
-/* A forked child is a new process: it gets its own slot, and the parent's
- * allocations are not its to free. */
+/* A forked child is a new process: it claims its own slot at its first
+ * charge, and the parent's allocations are not its to free. */
 static void after_fork_child(void) {
   if (!S.region || S.mode != GF_SHIM_ENFORCE)
     return;
@@ -156,9 +168,8 @@ static void after_fork_child(void) {
   atomic_store(&S.npools, 0);
   memset(S.prim_refs, 0, sizeof(S.prim_refs));
   memset(S.prim_charged, 0, sizeof(S.prim_charged));
-  S.slot = gf_region_attach(S.region);
-  if (S.slot < 0)
-    S.mode = GF_SHIM_REFUSE;
+  pthread_mutex_init(&S.slot_lock, NULL);
+  atomic_store(&S.slot, -1);
 }
 
 static void *real_sym(void *h, const char *name) {
@@ -263,7 +274,9 @@ static int acct_of(uint32_t dev) {
   return S.acct[dev];
 }
 
-static void setup(void) {
+/* Loading: the config, the real driver and its functions.  No region, no
+ * slot. */
+static void setup_load(void) {
   resolve_real_dlsym();
   gf_shim_config_load(&S.cfg, &S.mode);
   const char *lib = S.cfg.real_libcuda[0] ? S.cfg.real_libcuda : "libcuda.so.1";
@@ -279,9 +292,13 @@ static void setup(void) {
   GF_SHIM_HOOKS(GF__SHIM_RESOLVE)
   GF_SHIM_REAL(GF__SHIM_RESOLVE)
 #undef GF__SHIM_RESOLVE
+}
+
+/* Mapping the region (creating it if this process is the container's
+ * first), at the first real call. */
+static void setup_map(void) {
   if (S.mode == GF_SHIM_OFF)
     return;
-
   gf_region_limits lim;
   memset(&lim, 0, sizeof(lim));
   lim.ndevices = GF_REGION_DEVICES;
@@ -319,14 +336,6 @@ static void setup(void) {
     atomic_store(&r->tokens, (int64_t)lim.burst);
     r->magic = GF_REGION_MAGIC;
   }
-  S.slot = gf_region_attach(S.region);
-  if (S.slot < 0) {
-    logf_(GF_SHIM_LOG_WARN, "region full (%d processes); refusing memory",
-          GF_REGION_SLOTS);
-    S.mode = GF_SHIM_REFUSE;
-    return;
-  }
-  atexit(detach);
   pthread_atfork(NULL, NULL, after_fork_child);
   /* The bucket starts full: its first refill counts from now. */
   uint64_t zero = 0;
@@ -336,7 +345,7 @@ static void setup(void) {
 }
 
 static void setup_once(void) {
-  setup();
+  setup_map();
   atomic_store_explicit(&S.throttle,
                         S.mode == GF_SHIM_ENFORCE && S.region &&
                             S.region->compute_pct < 100 &&
@@ -396,10 +405,67 @@ static void rate_resolve(void) {
     atomic_store_explicit(&S.throttle, true, memory_order_relaxed);
 }
 
+/* Set while this thread runs setup_load: a call into the interposer from
+ * inside it (the real driver's constructors, run by its dlopen, calling
+ * dlsym or a hooked function) must not wait for the setup it is part of. */
+static __thread bool in_setup __attribute__((tls_model("initial-exec")));
+
+/* Runs the loading stage once; true when it is done.  With wait false it
+ * does not wait for another thread that is loading (returns false), for
+ * callers that may hold the dynamic loader's lock (dlsym from a
+ * constructor): waiting there for a setup that needs dlopen could hang. */
+static bool load(bool wait) {
+  if (atomic_load_explicit(&S.loaded, memory_order_acquire))
+    return true;
+  if (in_setup)
+    return false;
+  if (wait)
+    pthread_mutex_lock(&S.load_lock);
+  else if (pthread_mutex_trylock(&S.load_lock))
+    return false;
+  if (!atomic_load_explicit(&S.loaded, memory_order_relaxed)) {
+    in_setup = true;
+    setup_load();
+    in_setup = false;
+    atomic_store_explicit(&S.loaded, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&S.load_lock);
+  return true;
+}
+
+static __attribute__((noinline)) void init_slow(void) {
+  if (load(true))
+    pthread_once(&S.map_once, setup_once);
+}
+
 static inline void init(void) {
   if (__builtin_expect(!atomic_load_explicit(&S.ready, memory_order_acquire),
                        0))
-    pthread_once(&S.once, setup_once);
+    init_slow();
+}
+
+/* Claims this process's slot, at its first charge.  A full region (after
+ * reaping the dead) refuses device memory from then on, with one log
+ * line. */
+static __attribute__((noinline)) bool slot_claim(void) {
+  pthread_mutex_lock(&S.slot_lock);
+  if (atomic_load(&S.slot) < 0 && S.mode != GF_SHIM_REFUSE && S.region) {
+    int i = gf_region_attach(S.region);
+    if (i < 0) {
+      logf_(GF_SHIM_LOG_WARN, "region full (%d processes); refusing memory",
+            GF_REGION_SLOTS);
+      S.mode = GF_SHIM_REFUSE;
+    } else {
+      static bool registered;
+      if (!registered)
+        atexit(detach);
+      registered = true;
+      atomic_store(&S.slot, i);
+    }
+  }
+  bool ok = atomic_load(&S.slot) >= 0;
+  pthread_mutex_unlock(&S.slot_lock);
+  return ok;
 }
 
 /* The device of the calling thread's current context (0 if unknown). */
@@ -423,7 +489,13 @@ static bool charge(uint32_t dev, uint64_t bytes, bool force) {
     return true;
   if (a < 0)
     return false;
-  return gf_region_reserve(S.region, S.slot, (uint32_t)a, bytes,
+  int slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
+  if (__builtin_expect(slot < 0, 0)) {
+    if (!slot_claim())
+      return false;
+    slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
+  }
+  return gf_region_reserve(S.region, slot, (uint32_t)a, bytes,
                            force ? 0 : S.acct_limit[a]);
 }
 
@@ -450,7 +522,9 @@ static inline bool reserve(uint32_t dev, uint64_t bytes) {
 static void unreserve(uint32_t dev, uint64_t bytes) {
   int a = acct_of(dev);
   if (a >= 0)
-    gf_region_unreserve(S.region, S.slot, (uint32_t)a, bytes);
+    gf_region_unreserve(S.region,
+                        atomic_load_explicit(&S.slot, memory_order_relaxed),
+                        (uint32_t)a, bytes);
 }
 
 /* The tables' lock: test-and-set, yielding while another thread holds it.
@@ -1438,8 +1512,9 @@ static void sleep_ns(uint64_t ns) {
 
 static inline void admit(uint64_t blocks) {
   if (atomic_load_explicit(&S.throttle, memory_order_relaxed))
-    gf_region_admit(S.region, S.slot, (int64_t)(blocks ? blocks : 1), mono_ns,
-                    sleep_ns);
+    gf_region_admit(S.region,
+                    atomic_load_explicit(&S.slot, memory_order_relaxed),
+                    (int64_t)(blocks ? blocks : 1), mono_ns, sleep_ns);
 }
 
 /* cuLaunchKernel is the hottest call: its fast path makes only tail calls
@@ -1455,7 +1530,9 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
   if (!real)
     return CUDA_ERROR_NOT_INITIALIZED;
   if (debited)
-    gf_region_wait(S.region, S.slot, mono_ns, sleep_ns);
+    gf_region_wait(S.region,
+                   atomic_load_explicit(&S.slot, memory_order_relaxed), mono_ns,
+                   sleep_ns);
   else
     admit(blocks);
   return CUDA_SUCCESS;
@@ -1547,7 +1624,7 @@ static void *wrapper_for_real(void *real) {
  * variant.  Unknown functions pass through. */
 EXPORT gf_cu_result cuGetProcAddress(const char *sym, void **pfn, int ver,
                                      cuuint64_t flags) {
-  init();
+  load(true); /* a lookup: no region, no slot */
   if (!S.real.cuGetProcAddress)
     return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuGetProcAddress(sym, pfn, ver, flags);
@@ -1562,7 +1639,7 @@ EXPORT gf_cu_result cuGetProcAddress(const char *sym, void **pfn, int ver,
 EXPORT gf_cu_result cuGetProcAddress_v2(const char *sym, void **pfn, int ver,
                                         cuuint64_t flags,
                                         CUdriverProcAddressQueryResult *st) {
-  init();
+  load(true);
   if (!S.real.cuGetProcAddress_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuGetProcAddress_v2(sym, pfn, ver, flags, st);
@@ -1574,35 +1651,76 @@ EXPORT gf_cu_result cuGetProcAddress_v2(const char *sym, void **pfn, int ver,
   return rc;
 }
 
-/* dlsym: only lookups on the real libcuda and libnvidia-ml handles are
- * redirected (programs that dlopen the driver themselves); every other
- * lookup is the real dlsym's answer, unchanged. */
+/* Our wrapper for a hooked function's name, or NULL. */
+static void *wrapper_by_name(const char *name) {
+#define GF__SHIM_NAME(fn, pfn, params, args)                                   \
+  if (strcmp(name, #fn) == 0)                                                  \
+    return (void *)&fn;
+  GF_SHIM_HOOKS(GF__SHIM_NAME)
+#undef GF__SHIM_NAME
+  return NULL;
+}
+
+/* Whether handle is a CUDA driver library, by its file name: for a lookup
+ * made while another thread is loading (S.cuda is not known yet, and this
+ * thread must not wait, see load()). */
+static bool names_driver(void *handle) {
+  struct link_map *lm = NULL;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_name)
+    return false;
+  const char *base = strrchr(lm->l_name, '/');
+  base = base ? base + 1 : lm->l_name;
+  return strncmp(base, "libcuda.so", 10) == 0;
+}
+
+/* dlsym on the driver's handle, for a function we hook. */
+static void *dlsym_cuda(void *handle, void *p, void *w) {
+  if (!load(false))
+    return names_driver(handle) ? w : p;
+  if (S.mode == GF_SHIM_OFF || handle != S.cuda)
+    return p;
+  void *v = wrapper_for_real(p);
+  return v ? v : p;
+}
+
+static void *dlsym_nvml(void *handle, const char *name, void *p) {
+  if (!load(false) || S.mode == GF_SHIM_OFF)
+    return p;
+  if (!S.nvml)
+    nvml_sym("nvmlInit_v2"); /* opens our handle to compare with */
+  if (!S.nvml || handle != S.nvml)
+    return p;
+  if (strcmp(name, "nvmlDeviceGetMemoryInfo") == 0)
+    return (void *)&nvmlDeviceGetMemoryInfo;
+  if (strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0)
+    return (void *)&nvmlDeviceGetMemoryInfo_v2;
+#define GF__NVML_PROCS_SYM(fn, type, layout, graphics)                         \
+  if (strcmp(name, #fn) == 0)                                                  \
+    return (void *)&fn;
+  GF__NVML_PROCS(GF__NVML_PROCS_SYM)
+#undef GF__NVML_PROCS_SYM
+  return p;
+}
+
+/* dlsym: only lookups of the functions we hook, on the real libcuda and
+ * libnvidia-ml handles, are redirected (programs that dlopen the driver
+ * themselves); every other lookup is the real dlsym's answer, unchanged,
+ * and runs no setup: a process that looks up `cos` in libm (every Python
+ * extension module's loading does such lookups) never loads the driver,
+ * maps the region or takes a slot.  A lookup from inside our own setup
+ * (the driver's constructors) gets the real answer. */
 NO_SANITIZE EXPORT void *dlsym(void *handle, const char *name) {
   resolve_real_dlsym();
   if (!real_dlsym)
     return NULL;
   void *p = real_dlsym(handle, name);
-  if (!p || handle == RTLD_DEFAULT || handle == RTLD_NEXT)
+  if (!p || handle == RTLD_DEFAULT || handle == RTLD_NEXT || in_setup)
     return p;
-  init();
-  if (S.mode == GF_SHIM_OFF)
-    return p;
-  if (handle == S.cuda) {
-    void *w = wrapper_for_real(p);
-    return w ? w : p;
+  if (name[0] == 'c' && name[1] == 'u') {
+    void *w = wrapper_by_name(name);
+    return w ? dlsym_cuda(handle, p, w) : p;
   }
-  if (strncmp(name, "nvml", 4) == 0 && !S.nvml)
-    nvml_sym("nvmlInit_v2"); /* opens our handle to compare with */
-  if (S.nvml && handle == S.nvml) {
-    if (strcmp(name, "nvmlDeviceGetMemoryInfo") == 0)
-      return (void *)&nvmlDeviceGetMemoryInfo;
-    if (strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0)
-      return (void *)&nvmlDeviceGetMemoryInfo_v2;
-#define GF__NVML_PROCS_SYM(fn, type, layout, graphics)                         \
-  if (strcmp(name, #fn) == 0)                                                  \
-    return (void *)&fn;
-    GF__NVML_PROCS(GF__NVML_PROCS_SYM)
-#undef GF__NVML_PROCS_SYM
-  }
+  if (strncmp(name, "nvml", 4) == 0)
+    return dlsym_nvml(handle, name, p);
   return p;
 }

@@ -24,6 +24,7 @@
  * cuMemPoolDestroy.  The device's usage counts what pools reserve.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -601,6 +602,22 @@ FAKE_EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
 }
 FAKE_EXPORT unsigned long fake_cuda_launches(void) {
   return atomic_load(&launches);
+}
+
+/* FAKE_CUDA_CTOR_DLSYM=1: the library's constructor looks itself up with
+ * dlsym and calls cuInit, as a driver's initialisation may; run inside the
+ * interposer's own dlopen of the driver, that re-enters the interposer
+ * from within its setup. */
+__attribute__((constructor)) static void fake_ctor(void) {
+  if (!getenv("FAKE_CUDA_CTOR_DLSYM"))
+    return;
+  void *self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (self) {
+    void *f = dlsym(self, "cuMemAlloc_v2");
+    (void)f;
+    dlclose(self);
+  }
+  cuInit(0);
 }
 
 /* (base name, first version, per-thread variant?, function) */

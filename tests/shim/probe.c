@@ -7,7 +7,8 @@
  *
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
- *   probe_dl threads THREADS SECONDS
+ *   probe_dl threads THREADS SECONDS    probe_dl lookups REGION
+ *   probe_dl reenter
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
@@ -611,6 +612,58 @@ static void threads(int n, int seconds) {
         used_now(L));
 }
 
+/* This process's slot in the region at path, or -1 (no region file yet
+ * included). */
+static int my_slot(const char *path) {
+  gf_region *r = NULL;
+  gf_diag d = {""};
+  if (access(path, F_OK) != 0 || gf_region_map(path, NULL, &r, &d))
+    return -1;
+  int mine = -1;
+  for (uint32_t i = 0; i < atomic_load(&r->hwm) && i < GF_REGION_SLOTS; i++)
+    if (atomic_load(&r->slots[i].pid) == (int32_t)getpid())
+      mine = (int)i;
+  gf_region_unmap(r);
+  return mine;
+}
+
+/* Lookups are not use: a dlsym of `cos` in libm, and dlsym on the driver,
+ * take no slot; the first allocation does. */
+static void lookups(const char *path) {
+  void *m = dlopen("libm.so.6", RTLD_NOW);
+  double (*cosf_)(double) = NULL;
+  *(void **)&cosf_ = m ? dlsym(m, "cos") : NULL;
+  CHECK(cosf_ && cosf_(0.0) == 1.0, "dlsym(libm, cos) answers");
+  CHECK(my_slot(path) < 0, "after dlsym(libm, cos): no slot in the region");
+  load("dlopen");
+  CHECK(my_slot(path) < 0, "after dlsym on the driver: no slot");
+  CHECK(F.init(0) == CUDA_SUCCESS && my_slot(path) < 0,
+        "after cuInit: no slot");
+  CUdeviceptr p;
+  CHECK(F.alloc(&p, MIB) == CUDA_SUCCESS && my_slot(path) >= 0,
+        "the first allocation takes a slot (%d)", my_slot(path));
+  F.free_(p);
+}
+
+/* The first call reaches the interposer through its own export, before
+ * anything loaded the driver; with FAKE_CUDA_CTOR_DLSYM the driver's
+ * constructor calls dlsym and cuInit from inside the interposer's setup.
+ * Must not hang. */
+static void reenter(void) {
+  gf_cu_result (*init)(unsigned int);
+  gf_cu_result (*alloc)(CUdeviceptr *, size_t);
+  gf_cu_result (*free_)(CUdeviceptr);
+  *(void **)&init = dlsym(RTLD_DEFAULT, "cuInit");
+  *(void **)&alloc = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+  *(void **)&free_ = dlsym(RTLD_DEFAULT, "cuMemFree_v2");
+  CHECK(init && init(0) == CUDA_SUCCESS, "cuInit through the interposer");
+  CUdeviceptr p;
+  CHECK(alloc && alloc(&p, 2048 * MIB) == CUDA_ERROR_OUT_OF_MEMORY,
+        "the limit holds");
+  CHECK(alloc(&p, MIB) == CUDA_SUCCESS && free_(p) == CUDA_SUCCESS,
+        "alloc and free");
+}
+
 /* Children allocate and free in loops; the parent kills them with SIGKILL
  * at random moments.  The dead ones' memory must come back within a second
  * and nothing may deadlock. */
@@ -798,7 +851,11 @@ static void nvml_procs(bool mps) {
  * before is the rate expected before cuInit. */
 static void capacity(const char *path, uint64_t cap, uint64_t rate,
                      uint64_t before) {
-  gf_region *r = open_region(path); /* load() made the first call */
+  /* A lookup maps nothing: the first real call (here a memory view,
+   * before cuInit) maps the region. */
+  size_t f, t;
+  F.info(&f, &t);
+  gf_region *r = open_region(path);
   CHECK(atomic_load(&r->rate) == before, "before cuInit: rate %llu",
         (unsigned long long)atomic_load(&r->rate));
   CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
@@ -956,6 +1013,10 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "threads") == 0 && argc == 4) {
     load("dlopen");
     threads((int)strtol(argv[2], NULL, 10), (int)strtol(argv[3], NULL, 10));
+  } else if (strcmp(argv[1], "lookups") == 0 && argc == 3) {
+    lookups(argv[2]);
+  } else if (strcmp(argv[1], "reenter") == 0) {
+    reenter();
   } else if (strcmp(argv[1], "kill") == 0 && argc == 4) {
     load("dlopen");
     killer(atoi(argv[2]), argv[3]);
