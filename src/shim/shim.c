@@ -108,7 +108,8 @@ static struct shim {
   _Atomic int tlock;     /* guards the tables (tlock_take; no calls under it) */
   table ptrs, handles, ctxs;
   pool_acct pools[GF_SHIM_POOLS];
-  _Atomic int npools; /* entries [0, npools) may be in use */
+  _Atomic int npools;       /* entries [0, npools) may be in use */
+  _Atomic uint64_t reap_ns; /* coarse monotonic time of the last view reap */
   /* CUDA index -> accounting index and limits, set once (map_lock). */
   pthread_mutex_t map_lock;
   _Atomic int mapped;
@@ -1290,23 +1291,56 @@ EXPORT gf_cu_result cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 
 /* ---- views -------------------------------------------------------------- */
 
+/* Views reclaim dead processes' slots at most once per GF_SHIM_REAP_NS:
+ * a reap costs a kill() and an open/read/close of /proc/PID/stat per live
+ * slot, and frameworks call cuMemGetInfo in loops.  Between reaps a view
+ * may show a dead process's memory as used; an allocation that does not
+ * fit reaps at once (gf_region_reserve), and so does a slot claim, so a
+ * stale charge never causes a refusal.  The clock is the coarse one (the
+ * vDSO's, no system call). */
+#define GF_SHIM_REAP_NS 1000000000ull
+
+static __attribute__((noinline)) void reap_maybe(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  uint64_t last = atomic_load_explicit(&S.reap_ns, memory_order_relaxed);
+  if (__builtin_expect(now - last < GF_SHIM_REAP_NS, 1))
+    return;
+  if (atomic_compare_exchange_strong(&S.reap_ns, &last, now))
+    gf_region_reap(S.region);
+}
+
 /* Clamps a device's (free, total) to its limit and the container's usage;
  * a is the accounting index (acct_of). */
-static void clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
-  if (S.mode == GF_SHIM_REFUSE || (enforcing() && a == ACCT_REFUSE)) {
-    *free_b = 0;
+/* Views made by this thread: a view reads the (coarse) clock for
+ * reap_maybe on its first call and then once every 64. */
+static __thread uint32_t views __attribute__((tls_model("initial-exec")));
+
+static inline __attribute__((always_inline)) void
+clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
+  if (__builtin_expect(S.mode != GF_SHIM_ENFORCE || a < 0, 0)) {
+    if (S.mode == GF_SHIM_REFUSE ||
+        (S.mode == GF_SHIM_ENFORCE && a == ACCT_REFUSE))
+      *free_b = 0;
     return;
   }
-  if (!enforcing() || a < 0 || !S.acct_limit[a])
-    return;
   uint64_t limit = S.acct_limit[a];
-  uint32_t dev = (uint32_t)a;
-  if (atomic_load(&S.npools))
+  if (!limit)
+    return;
+  if (__builtin_expect(
+          atomic_load_explicit(&S.npools, memory_order_relaxed) != 0, 0))
     pools_settle_all();
+  if (__builtin_expect((views++ & 63) == 0, 0))
+    reap_maybe();
   if (limit < *total)
     *total = limit;
-  gf_region_reap(S.region); /* a view is a good moment to reclaim */
-  uint64_t used = gf_region_used(S.region, dev);
+  /* The container's usage: one load per slot in use. */
+  const gf_region *r = S.region;
+  uint32_t hwm = atomic_load_explicit(&r->hwm, memory_order_relaxed);
+  uint64_t used = 0;
+  for (uint32_t i = 0; i < hwm && i < GF_REGION_SLOTS; i++)
+    used += atomic_load_explicit(&r->slots[i].used[a], memory_order_relaxed);
   uint64_t room = used < *total ? *total - used : 0;
   if (room < *free_b)
     *free_b = room;
@@ -1352,7 +1386,7 @@ static void *nvml_sym(const char *name) {
 /* The accounting index of an NVML device.  With UUIDs in the config, by
  * nvmlDeviceGetUUID (NVML's indices need not be CUDA's); else by NVML's
  * index, as the config's positions are. */
-static int nvml_acct(nvmlDevice_t dev) {
+static int nvml_acct_lookup(nvmlDevice_t dev) {
   if (S.cfg.nuuid) {
     nvmlReturn_t (*get)(nvmlDevice_t, char *, unsigned int) = NULL;
     *(void **)&get = nvml_sym("nvmlDeviceGetUUID");
@@ -1378,11 +1412,61 @@ static int nvml_acct(nvmlDevice_t dev) {
   return S.acct[idx];
 }
 
+/* NVML device handles already mapped (handles are stable for the life of
+ * the NVML session): a view then costs a few loads, not an NVML call and
+ * a dlsym.  Filled only with answers that cannot change: by index, or by
+ * UUID once the CUDA map is set. */
+static struct {
+  _Atomic(nvmlDevice_t) dev;
+  _Atomic int acct;
+} nvml_seen[GF_REGION_DEVICES];
+
+static int nvml_acct(nvmlDevice_t dev) {
+  for (int i = 0; i < GF_REGION_DEVICES; i++) {
+    nvmlDevice_t d =
+        atomic_load_explicit(&nvml_seen[i].dev, memory_order_acquire);
+    if (!d)
+      break;
+    if (d == dev)
+      return atomic_load_explicit(&nvml_seen[i].acct, memory_order_relaxed);
+  }
+  int a = nvml_acct_lookup(dev);
+  if (a == ACCT_REFUSE ||
+      (S.cfg.nuuid && !atomic_load_explicit(&S.mapped, memory_order_acquire)))
+    return a;
+  /* One writer at a time: a filled entry's acct is never written again,
+   * and its dev is published after it. */
+  pthread_mutex_lock(&S.map_lock);
+  for (int i = 0; i < GF_REGION_DEVICES; i++) {
+    nvmlDevice_t d = atomic_load(&nvml_seen[i].dev);
+    if (d == dev)
+      break;
+    if (!d) {
+      atomic_store(&nvml_seen[i].acct, a);
+      atomic_store_explicit(&nvml_seen[i].dev, dev, memory_order_release);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&S.map_lock);
+  return a;
+}
+
+/* An NVML function, resolved once. */
+static void *nvml_fn(_Atomic(void *) *cache, const char *name) {
+  void *f = atomic_load_explicit(cache, memory_order_acquire);
+  if (__builtin_expect(!f, 0)) {
+    f = nvml_sym(name);
+    atomic_store_explicit(cache, f, memory_order_release);
+  }
+  return f;
+}
+static _Atomic(void *) nvml_info_fn, nvml_info2_fn;
+
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev,
                                             nvmlMemory_t *mem) {
   init();
   nvmlReturn_t (*real)(nvmlDevice_t, nvmlMemory_t *) = NULL;
-  *(void **)&real = nvml_sym("nvmlDeviceGetMemoryInfo");
+  *(void **)&real = nvml_fn(&nvml_info_fn, "nvmlDeviceGetMemoryInfo");
   if (!real)
     return 12; /* NVML_ERROR_FUNCTION_NOT_FOUND */
   nvmlReturn_t rc = real(dev, mem);
@@ -1400,7 +1484,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev,
                                                nvmlMemory_v2_t *mem) {
   init();
   nvmlReturn_t (*real)(nvmlDevice_t, nvmlMemory_v2_t *) = NULL;
-  *(void **)&real = nvml_sym("nvmlDeviceGetMemoryInfo_v2");
+  *(void **)&real = nvml_fn(&nvml_info2_fn, "nvmlDeviceGetMemoryInfo_v2");
   if (!real)
     return 12;
   nvmlReturn_t rc = real(dev, mem);

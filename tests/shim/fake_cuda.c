@@ -109,9 +109,18 @@ struct freed_addr {
 static struct freed_addr freed[NFREED];
 static int nfreed;
 
+/* FAKE_CUDA_NO_REUSE=1: never hand an address out twice (the worst case
+ * for the interposer's table: bench_shim churn). */
+static int no_reuse(void) {
+  static int v = -1;
+  if (v < 0)
+    v = getenv("FAKE_CUDA_NO_REUSE") != NULL;
+  return v;
+}
+
 static uint64_t addr_take(uint64_t bytes) {
   uint64_t size = (bytes + 4095) & ~4095ull;
-  for (int i = nfreed - 1; i >= 0 && i >= nfreed - 256; i--)
+  for (int i = nfreed - 1; !no_reuse() && i >= 0 && i >= nfreed - 256; i--)
     if (freed[i].size == size) {
       uint64_t a = freed[i].addr;
       freed[i] = freed[--nfreed];

@@ -8,7 +8,7 @@
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
  *   probe_dl threads THREADS SECONDS    probe_dl lookups REGION
- *   probe_dl reenter
+ *   probe_dl reenter    probe_dl views N
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -664,6 +665,44 @@ static void reenter(void) {
         "alloc and free");
 }
 
+/* The reaper's system calls, counted: kill(pid, 0) per live slot per
+ * reap (the interposer's call binds to this definition: probe_dl exports
+ * its symbols). */
+static _Atomic long kills;
+int kill(pid_t pid, int sig) {
+  atomic_fetch_add(&kills, 1);
+  return (int)syscall(SYS_kill, pid, sig);
+}
+
+/* Memory views in a loop, as frameworks call them: no reaping per call
+ * (at most one reap a second). */
+static void views(long n) {
+  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
+  nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
+  *(void **)&get = dlsym(h, "nvmlDeviceGetMemoryInfo");
+  *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+  nvmlDevice_t dev;
+  CHECK(F.init(0) == CUDA_SUCCESS && byidx(0, &dev) == 0, "cuInit, NVML");
+  CUdeviceptr p;
+  CHECK(F.alloc(&p, 100 * MIB) == CUDA_SUCCESS, "alloc 100Mi (a slot)");
+  long k0 = atomic_load(&kills);
+  size_t f = 0, t = 0;
+  nvmlMemory_t m;
+  int ok = 1;
+  for (long i = 0; i < n; i++) {
+    ok &= F.info(&f, &t) == CUDA_SUCCESS && t - f == 100 * MIB;
+    ok &= get(dev, &m) == 0 && m.used == 100 * MIB;
+  }
+  CHECK(ok, "%ld cuMemGetInfo and %ld NVML views show the 100Mi", n, n);
+  long k = atomic_load(&kills) - k0;
+  CHECK(k <= 2,
+        "%ld reaper kill() calls over %ld views (at most one reap "
+        "a second)",
+        k, 2 * n);
+  F.free_(p);
+}
+
 /* Children allocate and free in loops; the parent kills them with SIGKILL
  * at random moments.  The dead ones' memory must come back within a second
  * and nothing may deadlock. */
@@ -1013,6 +1052,9 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "threads") == 0 && argc == 4) {
     load("dlopen");
     threads((int)strtol(argv[2], NULL, 10), (int)strtol(argv[3], NULL, 10));
+  } else if (strcmp(argv[1], "views") == 0 && argc == 3) {
+    load("dlopen");
+    views(strtol(argv[2], NULL, 10));
   } else if (strcmp(argv[1], "lookups") == 0 && argc == 3) {
     lookups(argv[2]);
   } else if (strcmp(argv[1], "reenter") == 0) {
