@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -29,11 +30,25 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc_table.h"
 #include "cuda_api.h"
 #include "gpufrac/region.h"
 #include "shim_config.h"
 
 #define EXPORT __attribute__((visibility("default")))
+
+/* dlsym runs before a sanitizer's runtime is initialised (the runtime's
+ * own interceptors look functions up through it): in a sanitizer build of
+ * the interposer (a TSan experiment, docs/shim.md) it must not be
+ * instrumented.  Nothing in a normal build. */
+#if defined(__has_attribute)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define NO_SANITIZE __attribute__((disable_sanitizer_instrumentation))
+#endif
+#endif
+#ifndef NO_SANITIZE
+#define NO_SANITIZE
+#endif
 
 /* ---- state ---------------------------------------------------------- */
 
@@ -44,18 +59,8 @@ typedef struct real_fns {
 } real_fns;
 #undef GF__SHIM_PTR
 
-typedef struct entry {
-  uint64_t key; /* 0 = empty, 1 = deleted */
-  uint64_t bytes;
-  uint32_t dev;  /* CUDA index */
-  uint32_t pool; /* pool table index + 1 for pool allocations, else 0 */
-} entry;
-
-/* Open-addressing table of live allocations (pointer or handle -> size). */
-typedef struct table {
-  entry *e;
-  size_t cap, used; /* used counts live + deleted */
-} table;
+typedef gf__atab_entry entry;
+typedef gf__atab table;
 
 /* A stream-ordered memory pool this process allocated from.  The pool is
  * charged what it reserves (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not what
@@ -80,21 +85,31 @@ typedef struct pool_acct {
 #define ACCT_REFUSE (-2)
 
 static struct shim {
-  pthread_once_t once;
+  /* Setup in two stages.  Loading (the config, the real driver and its
+   * functions; load_lock, `loaded`) is all a lookup needs: cuGetProcAddress
+   * and dlsym on the driver's handle.  Mapping the region (map_once) comes
+   * with the first real call.  The process's slot is claimed by its first
+   * charge (slot_lock), so a process that never allocates, or only looks
+   * symbols up, never holds one. */
+  pthread_mutex_t load_lock;
+  _Atomic int loaded;
+  pthread_once_t map_once;
+  pthread_mutex_t slot_lock;
   gf_shim_mode mode;
   gf_shim_config cfg;
   void *cuda; /* real libcuda handle */
   void *nvml; /* real libnvidia-ml handle, opened on first NVML call */
   real_fns real;
   gf_region *region;
-  int slot;
+  _Atomic int slot;      /* -1 until the first charge */
   _Atomic int ready;     /* setup done: the fast paths skip pthread_once */
   _Atomic bool throttle; /* enforcing, compute < 100% and the rate known */
   pthread_mutex_t lock;  /* guards the pools (driver calls are made under it) */
   _Atomic int tlock;     /* guards the tables (tlock_take; no calls under it) */
   table ptrs, handles, ctxs;
   pool_acct pools[GF_SHIM_POOLS];
-  _Atomic int npools; /* entries [0, npools) may be in use */
+  _Atomic int npools;       /* entries [0, npools) may be in use */
+  _Atomic uint64_t reap_ns; /* coarse monotonic time of the last view reap */
   /* CUDA index -> accounting index and limits, set once (map_lock). */
   pthread_mutex_t map_lock;
   _Atomic int mapped;
@@ -105,7 +120,9 @@ static struct shim {
   pthread_mutex_t ctx_lock;
   uint32_t prim_refs[GF_REGION_DEVICES];
   bool prim_charged[GF_REGION_DEVICES];
-} S = {.once = PTHREAD_ONCE_INIT,
+} S = {.load_lock = PTHREAD_MUTEX_INITIALIZER,
+       .map_once = PTHREAD_ONCE_INIT,
+       .slot_lock = PTHREAD_MUTEX_INITIALIZER,
        .slot = -1,
        .lock = PTHREAD_MUTEX_INITIALIZER,
        .map_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -129,81 +146,15 @@ static void logf_(int level, const char *fmt, ...) {
   fprintf(stderr, "gpufrac-shim[%d]: %s\n", (int)getpid(), buf);
 }
 
-/* ---- allocation table --------------------------------------------------- */
-
-static uint64_t hash64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return x;
-}
-
-static int table_grow(table *t) {
-  size_t cap = t->cap ? t->cap * 2 : 1024;
-  entry *e = calloc(cap, sizeof(*e));
-  if (!e)
-    return -1;
-  size_t moved = 0;
-  for (size_t i = 0; i < t->cap; i++) {
-    if (t->e[i].key <= 1)
-      continue;
-    moved++;
-    size_t j = hash64(t->e[i].key) & (cap - 1);
-    while (e[j].key)
-      j = (j + 1) & (cap - 1);
-    e[j] = t->e[i];
-  }
-  free(t->e);
-  t->e = e;
-  t->used = moved; /* tombstones are not carried over */
-  t->cap = cap;
-  return 0;
-}
-
-/* Keys 0 and 1 are reserved; real pointers and handles are never that. */
-static int table_put(table *t, const entry *in) {
-  uint64_t key = in->key;
-  if (key <= 1)
-    return -1;
-  if ((t->used + 1) * 4 > t->cap * 3 && table_grow(t))
-    return -1;
-  size_t j = hash64(key) & (t->cap - 1), tomb = SIZE_MAX;
-  for (; t->e[j].key; j = (j + 1) & (t->cap - 1)) {
-    if (t->e[j].key == key)
-      break;
-    if (t->e[j].key == 1 && tomb == SIZE_MAX)
-      tomb = j;
-  }
-  if (!t->e[j].key && tomb != SIZE_MAX)
-    j = tomb;
-  if (t->e[j].key == 0)
-    t->used++;
-  t->e[j] = *in;
-  return 0;
-}
-
-static int table_take(table *t, uint64_t key, entry *out) {
-  if (!t->cap || key <= 1)
-    return -1;
-  for (size_t j = hash64(key) & (t->cap - 1); t->e[j].key;
-       j = (j + 1) & (t->cap - 1))
-    if (t->e[j].key == key) {
-      *out = t->e[j];
-      t->e[j].key = 1;
-      return 0;
-    }
-  return -1;
-}
-
 /* ---- setup --------------------------------------------------------------- */
 
 static void detach(void) {
-  if (S.region && S.slot >= 0)
-    gf_region_detach(S.region, S.slot);
+  if (S.region && atomic_load(&S.slot) >= 0)
+    gf_region_detach(S.region, atomic_load(&S.slot));
 }
 
-/* A forked child is a new process: it gets its own slot, and the parent's
- * allocations are not its to free. */
+/* A forked child is a new process: it claims its own slot at its first
+ * charge, and the parent's allocations are not its to free. */
 static void after_fork_child(void) {
   if (!S.region || S.mode != GF_SHIM_ENFORCE)
     return;
@@ -211,26 +162,22 @@ static void after_fork_child(void) {
   atomic_store(&S.tlock, 0);
   pthread_mutex_init(&S.map_lock, NULL);
   pthread_mutex_init(&S.ctx_lock, NULL);
-  free(S.ptrs.e);
-  free(S.handles.e);
-  free(S.ctxs.e);
-  memset(&S.ptrs, 0, sizeof(S.ptrs));
-  memset(&S.handles, 0, sizeof(S.handles));
-  memset(&S.ctxs, 0, sizeof(S.ctxs));
+  gf__atab_release(&S.ptrs);
+  gf__atab_release(&S.handles);
+  gf__atab_release(&S.ctxs);
   memset(S.pools, 0, sizeof(S.pools));
   atomic_store(&S.npools, 0);
   memset(S.prim_refs, 0, sizeof(S.prim_refs));
   memset(S.prim_charged, 0, sizeof(S.prim_charged));
-  S.slot = gf_region_attach(S.region);
-  if (S.slot < 0)
-    S.mode = GF_SHIM_REFUSE;
+  pthread_mutex_init(&S.slot_lock, NULL);
+  atomic_store(&S.slot, -1);
 }
 
 static void *real_sym(void *h, const char *name) {
   return h ? real_dlsym(h, name) : NULL;
 }
 
-static void resolve_real_dlsym(void) {
+NO_SANITIZE static void resolve_real_dlsym(void) {
   if (real_dlsym)
     return;
   real_dlsym =
@@ -328,7 +275,9 @@ static int acct_of(uint32_t dev) {
   return S.acct[dev];
 }
 
-static void setup(void) {
+/* Loading: the config, the real driver and its functions.  No region, no
+ * slot. */
+static void setup_load(void) {
   resolve_real_dlsym();
   gf_shim_config_load(&S.cfg, &S.mode);
   const char *lib = S.cfg.real_libcuda[0] ? S.cfg.real_libcuda : "libcuda.so.1";
@@ -344,9 +293,13 @@ static void setup(void) {
   GF_SHIM_HOOKS(GF__SHIM_RESOLVE)
   GF_SHIM_REAL(GF__SHIM_RESOLVE)
 #undef GF__SHIM_RESOLVE
+}
+
+/* Mapping the region (creating it if this process is the container's
+ * first), at the first real call. */
+static void setup_map(void) {
   if (S.mode == GF_SHIM_OFF)
     return;
-
   gf_region_limits lim;
   memset(&lim, 0, sizeof(lim));
   lim.ndevices = GF_REGION_DEVICES;
@@ -384,14 +337,6 @@ static void setup(void) {
     atomic_store(&r->tokens, (int64_t)lim.burst);
     r->magic = GF_REGION_MAGIC;
   }
-  S.slot = gf_region_attach(S.region);
-  if (S.slot < 0) {
-    logf_(GF_SHIM_LOG_WARN, "region full (%d processes); refusing memory",
-          GF_REGION_SLOTS);
-    S.mode = GF_SHIM_REFUSE;
-    return;
-  }
-  atexit(detach);
   pthread_atfork(NULL, NULL, after_fork_child);
   /* The bucket starts full: its first refill counts from now. */
   uint64_t zero = 0;
@@ -401,7 +346,7 @@ static void setup(void) {
 }
 
 static void setup_once(void) {
-  setup();
+  setup_map();
   atomic_store_explicit(&S.throttle,
                         S.mode == GF_SHIM_ENFORCE && S.region &&
                             S.region->compute_pct < 100 &&
@@ -461,10 +406,67 @@ static void rate_resolve(void) {
     atomic_store_explicit(&S.throttle, true, memory_order_relaxed);
 }
 
+/* Set while this thread runs setup_load: a call into the interposer from
+ * inside it (the real driver's constructors, run by its dlopen, calling
+ * dlsym or a hooked function) must not wait for the setup it is part of. */
+static __thread bool in_setup __attribute__((tls_model("initial-exec")));
+
+/* Runs the loading stage once; true when it is done.  With wait false it
+ * does not wait for another thread that is loading (returns false), for
+ * callers that may hold the dynamic loader's lock (dlsym from a
+ * constructor): waiting there for a setup that needs dlopen could hang. */
+static bool load(bool wait) {
+  if (atomic_load_explicit(&S.loaded, memory_order_acquire))
+    return true;
+  if (in_setup)
+    return false;
+  if (wait)
+    pthread_mutex_lock(&S.load_lock);
+  else if (pthread_mutex_trylock(&S.load_lock))
+    return false;
+  if (!atomic_load_explicit(&S.loaded, memory_order_relaxed)) {
+    in_setup = true;
+    setup_load();
+    in_setup = false;
+    atomic_store_explicit(&S.loaded, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&S.load_lock);
+  return true;
+}
+
+static __attribute__((noinline)) void init_slow(void) {
+  if (load(true))
+    pthread_once(&S.map_once, setup_once);
+}
+
 static inline void init(void) {
   if (__builtin_expect(!atomic_load_explicit(&S.ready, memory_order_acquire),
                        0))
-    pthread_once(&S.once, setup_once);
+    init_slow();
+}
+
+/* Claims this process's slot, at its first charge.  A full region (after
+ * reaping the dead) refuses device memory from then on, with one log
+ * line. */
+static __attribute__((noinline)) bool slot_claim(void) {
+  pthread_mutex_lock(&S.slot_lock);
+  if (atomic_load(&S.slot) < 0 && S.mode != GF_SHIM_REFUSE && S.region) {
+    int i = gf_region_attach(S.region);
+    if (i < 0) {
+      logf_(GF_SHIM_LOG_WARN, "region full (%d processes); refusing memory",
+            GF_REGION_SLOTS);
+      S.mode = GF_SHIM_REFUSE;
+    } else {
+      static bool registered;
+      if (!registered)
+        atexit(detach);
+      registered = true;
+      atomic_store(&S.slot, i);
+    }
+  }
+  bool ok = atomic_load(&S.slot) >= 0;
+  pthread_mutex_unlock(&S.slot_lock);
+  return ok;
 }
 
 /* The device of the calling thread's current context (0 if unknown). */
@@ -488,7 +490,13 @@ static bool charge(uint32_t dev, uint64_t bytes, bool force) {
     return true;
   if (a < 0)
     return false;
-  return gf_region_reserve(S.region, S.slot, (uint32_t)a, bytes,
+  int slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
+  if (__builtin_expect(slot < 0, 0)) {
+    if (!slot_claim())
+      return false;
+    slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
+  }
+  return gf_region_reserve(S.region, slot, (uint32_t)a, bytes,
                            force ? 0 : S.acct_limit[a]);
 }
 
@@ -515,7 +523,9 @@ static inline bool reserve(uint32_t dev, uint64_t bytes) {
 static void unreserve(uint32_t dev, uint64_t bytes) {
   int a = acct_of(dev);
   if (a >= 0)
-    gf_region_unreserve(S.region, S.slot, (uint32_t)a, bytes);
+    gf_region_unreserve(S.region,
+                        atomic_load_explicit(&S.slot, memory_order_relaxed),
+                        (uint32_t)a, bytes);
 }
 
 /* The tables' lock: test-and-set, yielding while another thread holds it.
@@ -547,12 +557,30 @@ static __attribute__((noinline)) void track_failed(uint64_t bytes) {
         (unsigned long long)bytes);
 }
 
+static void pool_unlive(uint32_t i);
+
+/* What an entry holds is given back: its own charge, and its place in a
+ * pool's count of live allocations. */
+static void entry_release(const entry *e) {
+  if (e->bytes)
+    unreserve(e->dev, e->bytes);
+  if (e->pool)
+    pool_unlive(e->pool - 1);
+}
+
+/* Records an allocation the driver just made.  A record already under that
+ * address or handle belongs to memory the driver no longer holds (it hands
+ * out only what is free: freed without a free call, e.g. by a context
+ * destroy), so its charge is given back. */
 static void track_entry(table *t, entry e) {
+  entry old;
   tlock_take();
-  int rc = table_put(t, &e);
+  int rc = gf__atab_put(t, &e, &old);
   tlock_give();
   if (rc)
     track_failed(e.bytes);
+  else if (old.key)
+    entry_release(&old);
 }
 
 static inline void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
@@ -561,7 +589,7 @@ static inline void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
 
 static bool untrack(table *t, uint64_t key, entry *e) {
   tlock_take();
-  int rc = table_take(t, key, e);
+  int rc = gf__atab_take(t, key, e);
   tlock_give();
   return rc == 0;
 }
@@ -727,14 +755,32 @@ static void pool_unlive(uint32_t i) {
   pthread_mutex_unlock(&S.lock);
 }
 
-static gf_cu_result free_tracked(gf_cu_result rc, CUdeviceptr dptr) {
+/* Frees go in two steps around the driver call: forget_begin takes the
+ * record out of the table *before* the driver frees, forget_end gives its
+ * charge back when the free succeeded, or puts the record back when it
+ * failed (the memory is still held, so no other thread can have been
+ * handed that address meanwhile).  The other order would let another
+ * thread be given the same address between the driver's free and the
+ * removal, and then one of the two records (and its charge) is lost. */
+typedef struct forget {
+  table *t;
+  bool had;
   entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.ptrs, dptr, &e)) {
-    if (e.bytes)
-      unreserve(e.dev, e.bytes);
-    if (e.pool)
-      pool_unlive(e.pool - 1);
-  }
+} forget;
+
+static inline forget forget_begin(table *t, uint64_t key) {
+  forget f = {t, false, {0, 0, 0, 0}};
+  f.had = untrack(t, key, &f.e);
+  return f;
+}
+
+static gf_cu_result forget_end(const forget *f, gf_cu_result rc) {
+  if (!f->had)
+    return rc;
+  if (rc == CUDA_SUCCESS)
+    entry_release(&f->e);
+  else
+    track_entry(f->t, f->e);
   return rc;
 }
 
@@ -823,15 +869,19 @@ static gf_cu_result alloc_pooled(async_fn fa, pool_fn fp, free_async_fn ff,
   pthread_mutex_unlock(&S.lock);
   if (rc != CUDA_SUCCESS)
     return rc;
-  track_entry(&S.ptrs,
-              (entry){(uint64_t)*dptr, own, dev, own ? 0 : (uint32_t)pi + 1});
+  entry e = {(uint64_t)*dptr, own, dev, own ? 0 : (uint32_t)pi + 1};
   if (!fits) {
+    /* Freed before it is ever recorded: nobody else can hold a record of
+     * this address, and none of ours outlives the free. */
     logf_(GF_SHIM_LOG_INFO, "pool grew past the limit; allocation undone");
-    CUdeviceptr d = *dptr;
-    free_tracked(ff ? ff(d, s) : CUDA_ERROR_NOT_INITIALIZED, d);
+    if ((ff ? ff(e.key, s) : CUDA_ERROR_NOT_INITIALIZED) == CUDA_SUCCESS)
+      entry_release(&e);
+    else
+      track_entry(&S.ptrs, e); /* still held: still charged */
     *dptr = 0;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  track_entry(&S.ptrs, e);
   return rc;
 }
 
@@ -948,21 +998,24 @@ EXPORT gf_cu_result cuMemFree_v2(CUdeviceptr dptr) {
   init();
   if (!S.real.cuMemFree_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return free_tracked(S.real.cuMemFree_v2(dptr), dptr);
+  forget f = forget_begin(&S.ptrs, dptr);
+  return forget_end(&f, S.real.cuMemFree_v2(dptr));
 }
 
 EXPORT gf_cu_result cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
   init();
   if (!S.real.cuMemFreeAsync)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return free_tracked(S.real.cuMemFreeAsync(dptr, s), dptr);
+  forget f = forget_begin(&S.ptrs, dptr);
+  return forget_end(&f, S.real.cuMemFreeAsync(dptr, s));
 }
 
 EXPORT gf_cu_result cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
   init();
   if (!S.real.cuMemFreeAsync_ptsz)
     return CUDA_ERROR_NOT_INITIALIZED;
-  return free_tracked(S.real.cuMemFreeAsync_ptsz(dptr, s), dptr);
+  forget f = forget_begin(&S.ptrs, dptr);
+  return forget_end(&f, S.real.cuMemFreeAsync_ptsz(dptr, s));
 }
 
 EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
@@ -995,11 +1048,8 @@ EXPORT gf_cu_result cuMemRelease(CUmemGenericAllocationHandle h) {
   init();
   if (!S.real.cuMemRelease)
     return CUDA_ERROR_NOT_INITIALIZED;
-  gf_cu_result rc = S.real.cuMemRelease(h);
-  entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.handles, h, &e))
-    unreserve(e.dev, e.bytes);
-  return rc;
+  forget f = forget_begin(&S.handles, h);
+  return forget_end(&f, S.real.cuMemRelease(h));
 }
 
 static uint64_t array_bytes(size_t w, size_t h, size_t d, int format,
@@ -1059,11 +1109,8 @@ EXPORT gf_cu_result cuArrayDestroy(CUarray a) {
   init();
   if (!S.real.cuArrayDestroy)
     return CUDA_ERROR_NOT_INITIALIZED;
-  gf_cu_result rc = S.real.cuArrayDestroy(a);
-  entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.handles, (uint64_t)(uintptr_t)a, &e))
-    unreserve(e.dev, e.bytes);
-  return rc;
+  forget f = forget_begin(&S.handles, (uint64_t)(uintptr_t)a);
+  return forget_end(&f, S.real.cuArrayDestroy(a));
 }
 
 /* A mipmapped array: every level, each half the size of the one above in
@@ -1108,11 +1155,8 @@ EXPORT gf_cu_result cuMipmappedArrayDestroy(CUmipmappedArray h) {
   init();
   if (!S.real.cuMipmappedArrayDestroy)
     return CUDA_ERROR_NOT_INITIALIZED;
-  gf_cu_result rc = S.real.cuMipmappedArrayDestroy(h);
-  entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.handles, (uint64_t)(uintptr_t)h, &e))
-    unreserve(e.dev, e.bytes);
-  return rc;
+  forget f = forget_begin(&S.handles, (uint64_t)(uintptr_t)h);
+  return forget_end(&f, S.real.cuMipmappedArrayDestroy(h));
 }
 
 /* ---- contexts -------------------------------------------------------------
@@ -1184,11 +1228,8 @@ EXPORT gf_cu_result cuCtxDestroy_v2(CUcontext ctx) {
   init();
   if (!S.real.cuCtxDestroy_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
-  gf_cu_result rc = S.real.cuCtxDestroy_v2(ctx);
-  entry e;
-  if (rc == CUDA_SUCCESS && untrack(&S.ctxs, (uint64_t)(uintptr_t)ctx, &e))
-    unreserve(e.dev, e.bytes);
-  return rc;
+  forget f = forget_begin(&S.ctxs, (uint64_t)(uintptr_t)ctx);
+  return forget_end(&f, S.real.cuCtxDestroy_v2(ctx));
 }
 
 /* The primary context's charge goes with its last reference (ctx_lock). */
@@ -1250,23 +1291,56 @@ EXPORT gf_cu_result cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 
 /* ---- views -------------------------------------------------------------- */
 
+/* Views reclaim dead processes' slots at most once per GF_SHIM_REAP_NS:
+ * a reap costs a kill() and an open/read/close of /proc/PID/stat per live
+ * slot, and frameworks call cuMemGetInfo in loops.  Between reaps a view
+ * may show a dead process's memory as used; an allocation that does not
+ * fit reaps at once (gf_region_reserve), and so does a slot claim, so a
+ * stale charge never causes a refusal.  The clock is the coarse one (the
+ * vDSO's, no system call). */
+#define GF_SHIM_REAP_NS 1000000000ull
+
+static __attribute__((noinline)) void reap_maybe(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  uint64_t last = atomic_load_explicit(&S.reap_ns, memory_order_relaxed);
+  if (__builtin_expect(now - last < GF_SHIM_REAP_NS, 1))
+    return;
+  if (atomic_compare_exchange_strong(&S.reap_ns, &last, now))
+    gf_region_reap(S.region);
+}
+
 /* Clamps a device's (free, total) to its limit and the container's usage;
  * a is the accounting index (acct_of). */
-static void clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
-  if (S.mode == GF_SHIM_REFUSE || (enforcing() && a == ACCT_REFUSE)) {
-    *free_b = 0;
+/* Views made by this thread: a view reads the (coarse) clock for
+ * reap_maybe on its first call and then once every 64. */
+static __thread uint32_t views __attribute__((tls_model("initial-exec")));
+
+static inline __attribute__((always_inline)) void
+clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
+  if (__builtin_expect(S.mode != GF_SHIM_ENFORCE || a < 0, 0)) {
+    if (S.mode == GF_SHIM_REFUSE ||
+        (S.mode == GF_SHIM_ENFORCE && a == ACCT_REFUSE))
+      *free_b = 0;
     return;
   }
-  if (!enforcing() || a < 0 || !S.acct_limit[a])
-    return;
   uint64_t limit = S.acct_limit[a];
-  uint32_t dev = (uint32_t)a;
-  if (atomic_load(&S.npools))
+  if (!limit)
+    return;
+  if (__builtin_expect(
+          atomic_load_explicit(&S.npools, memory_order_relaxed) != 0, 0))
     pools_settle_all();
+  if (__builtin_expect((views++ & 63) == 0, 0))
+    reap_maybe();
   if (limit < *total)
     *total = limit;
-  gf_region_reap(S.region); /* a view is a good moment to reclaim */
-  uint64_t used = gf_region_used(S.region, dev);
+  /* The container's usage: one load per slot in use. */
+  const gf_region *r = S.region;
+  uint32_t hwm = atomic_load_explicit(&r->hwm, memory_order_relaxed);
+  uint64_t used = 0;
+  for (uint32_t i = 0; i < hwm && i < GF_REGION_SLOTS; i++)
+    used += atomic_load_explicit(&r->slots[i].used[a], memory_order_relaxed);
   uint64_t room = used < *total ? *total - used : 0;
   if (room < *free_b)
     *free_b = room;
@@ -1312,7 +1386,7 @@ static void *nvml_sym(const char *name) {
 /* The accounting index of an NVML device.  With UUIDs in the config, by
  * nvmlDeviceGetUUID (NVML's indices need not be CUDA's); else by NVML's
  * index, as the config's positions are. */
-static int nvml_acct(nvmlDevice_t dev) {
+static int nvml_acct_lookup(nvmlDevice_t dev) {
   if (S.cfg.nuuid) {
     nvmlReturn_t (*get)(nvmlDevice_t, char *, unsigned int) = NULL;
     *(void **)&get = nvml_sym("nvmlDeviceGetUUID");
@@ -1338,11 +1412,61 @@ static int nvml_acct(nvmlDevice_t dev) {
   return S.acct[idx];
 }
 
+/* NVML device handles already mapped (handles are stable for the life of
+ * the NVML session): a view then costs a few loads, not an NVML call and
+ * a dlsym.  Filled only with answers that cannot change: by index, or by
+ * UUID once the CUDA map is set. */
+static struct {
+  _Atomic(nvmlDevice_t) dev;
+  _Atomic int acct;
+} nvml_seen[GF_REGION_DEVICES];
+
+static int nvml_acct(nvmlDevice_t dev) {
+  for (int i = 0; i < GF_REGION_DEVICES; i++) {
+    nvmlDevice_t d =
+        atomic_load_explicit(&nvml_seen[i].dev, memory_order_acquire);
+    if (!d)
+      break;
+    if (d == dev)
+      return atomic_load_explicit(&nvml_seen[i].acct, memory_order_relaxed);
+  }
+  int a = nvml_acct_lookup(dev);
+  if (a == ACCT_REFUSE ||
+      (S.cfg.nuuid && !atomic_load_explicit(&S.mapped, memory_order_acquire)))
+    return a;
+  /* One writer at a time: a filled entry's acct is never written again,
+   * and its dev is published after it. */
+  pthread_mutex_lock(&S.map_lock);
+  for (int i = 0; i < GF_REGION_DEVICES; i++) {
+    nvmlDevice_t d = atomic_load(&nvml_seen[i].dev);
+    if (d == dev)
+      break;
+    if (!d) {
+      atomic_store(&nvml_seen[i].acct, a);
+      atomic_store_explicit(&nvml_seen[i].dev, dev, memory_order_release);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&S.map_lock);
+  return a;
+}
+
+/* An NVML function, resolved once. */
+static void *nvml_fn(_Atomic(void *) *cache, const char *name) {
+  void *f = atomic_load_explicit(cache, memory_order_acquire);
+  if (__builtin_expect(!f, 0)) {
+    f = nvml_sym(name);
+    atomic_store_explicit(cache, f, memory_order_release);
+  }
+  return f;
+}
+static _Atomic(void *) nvml_info_fn, nvml_info2_fn;
+
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev,
                                             nvmlMemory_t *mem) {
   init();
   nvmlReturn_t (*real)(nvmlDevice_t, nvmlMemory_t *) = NULL;
-  *(void **)&real = nvml_sym("nvmlDeviceGetMemoryInfo");
+  *(void **)&real = nvml_fn(&nvml_info_fn, "nvmlDeviceGetMemoryInfo");
   if (!real)
     return 12; /* NVML_ERROR_FUNCTION_NOT_FOUND */
   nvmlReturn_t rc = real(dev, mem);
@@ -1360,7 +1484,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev,
                                                nvmlMemory_v2_t *mem) {
   init();
   nvmlReturn_t (*real)(nvmlDevice_t, nvmlMemory_v2_t *) = NULL;
-  *(void **)&real = nvml_sym("nvmlDeviceGetMemoryInfo_v2");
+  *(void **)&real = nvml_fn(&nvml_info2_fn, "nvmlDeviceGetMemoryInfo_v2");
   if (!real)
     return 12;
   nvmlReturn_t rc = real(dev, mem);
@@ -1472,8 +1596,9 @@ static void sleep_ns(uint64_t ns) {
 
 static inline void admit(uint64_t blocks) {
   if (atomic_load_explicit(&S.throttle, memory_order_relaxed))
-    gf_region_admit(S.region, S.slot, (int64_t)(blocks ? blocks : 1), mono_ns,
-                    sleep_ns);
+    gf_region_admit(S.region,
+                    atomic_load_explicit(&S.slot, memory_order_relaxed),
+                    (int64_t)(blocks ? blocks : 1), mono_ns, sleep_ns);
 }
 
 /* cuLaunchKernel is the hottest call: its fast path makes only tail calls
@@ -1489,7 +1614,9 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
   if (!real)
     return CUDA_ERROR_NOT_INITIALIZED;
   if (debited)
-    gf_region_wait(S.region, S.slot, mono_ns, sleep_ns);
+    gf_region_wait(S.region,
+                   atomic_load_explicit(&S.slot, memory_order_relaxed), mono_ns,
+                   sleep_ns);
   else
     admit(blocks);
   return CUDA_SUCCESS;
@@ -1581,7 +1708,7 @@ static void *wrapper_for_real(void *real) {
  * variant.  Unknown functions pass through. */
 EXPORT gf_cu_result cuGetProcAddress(const char *sym, void **pfn, int ver,
                                      cuuint64_t flags) {
-  init();
+  load(true); /* a lookup: no region, no slot */
   if (!S.real.cuGetProcAddress)
     return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuGetProcAddress(sym, pfn, ver, flags);
@@ -1596,7 +1723,7 @@ EXPORT gf_cu_result cuGetProcAddress(const char *sym, void **pfn, int ver,
 EXPORT gf_cu_result cuGetProcAddress_v2(const char *sym, void **pfn, int ver,
                                         cuuint64_t flags,
                                         CUdriverProcAddressQueryResult *st) {
-  init();
+  load(true);
   if (!S.real.cuGetProcAddress_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
   gf_cu_result rc = S.real.cuGetProcAddress_v2(sym, pfn, ver, flags, st);
@@ -1608,35 +1735,76 @@ EXPORT gf_cu_result cuGetProcAddress_v2(const char *sym, void **pfn, int ver,
   return rc;
 }
 
-/* dlsym: only lookups on the real libcuda and libnvidia-ml handles are
- * redirected (programs that dlopen the driver themselves); every other
- * lookup is the real dlsym's answer, unchanged. */
-EXPORT void *dlsym(void *handle, const char *name) {
+/* Our wrapper for a hooked function's name, or NULL. */
+static void *wrapper_by_name(const char *name) {
+#define GF__SHIM_NAME(fn, pfn, params, args)                                   \
+  if (strcmp(name, #fn) == 0)                                                  \
+    return (void *)&fn;
+  GF_SHIM_HOOKS(GF__SHIM_NAME)
+#undef GF__SHIM_NAME
+  return NULL;
+}
+
+/* Whether handle is a CUDA driver library, by its file name: for a lookup
+ * made while another thread is loading (S.cuda is not known yet, and this
+ * thread must not wait, see load()). */
+static bool names_driver(void *handle) {
+  struct link_map *lm = NULL;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_name)
+    return false;
+  const char *base = strrchr(lm->l_name, '/');
+  base = base ? base + 1 : lm->l_name;
+  return strncmp(base, "libcuda.so", 10) == 0;
+}
+
+/* dlsym on the driver's handle, for a function we hook. */
+static void *dlsym_cuda(void *handle, void *p, void *w) {
+  if (!load(false))
+    return names_driver(handle) ? w : p;
+  if (S.mode == GF_SHIM_OFF || handle != S.cuda)
+    return p;
+  void *v = wrapper_for_real(p);
+  return v ? v : p;
+}
+
+static void *dlsym_nvml(void *handle, const char *name, void *p) {
+  if (!load(false) || S.mode == GF_SHIM_OFF)
+    return p;
+  if (!S.nvml)
+    nvml_sym("nvmlInit_v2"); /* opens our handle to compare with */
+  if (!S.nvml || handle != S.nvml)
+    return p;
+  if (strcmp(name, "nvmlDeviceGetMemoryInfo") == 0)
+    return (void *)&nvmlDeviceGetMemoryInfo;
+  if (strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0)
+    return (void *)&nvmlDeviceGetMemoryInfo_v2;
+#define GF__NVML_PROCS_SYM(fn, type, layout, graphics)                         \
+  if (strcmp(name, #fn) == 0)                                                  \
+    return (void *)&fn;
+  GF__NVML_PROCS(GF__NVML_PROCS_SYM)
+#undef GF__NVML_PROCS_SYM
+  return p;
+}
+
+/* dlsym: only lookups of the functions we hook, on the real libcuda and
+ * libnvidia-ml handles, are redirected (programs that dlopen the driver
+ * themselves); every other lookup is the real dlsym's answer, unchanged,
+ * and runs no setup: a process that looks up `cos` in libm (every Python
+ * extension module's loading does such lookups) never loads the driver,
+ * maps the region or takes a slot.  A lookup from inside our own setup
+ * (the driver's constructors) gets the real answer. */
+NO_SANITIZE EXPORT void *dlsym(void *handle, const char *name) {
   resolve_real_dlsym();
   if (!real_dlsym)
     return NULL;
   void *p = real_dlsym(handle, name);
-  if (!p || handle == RTLD_DEFAULT || handle == RTLD_NEXT)
+  if (!p || handle == RTLD_DEFAULT || handle == RTLD_NEXT || in_setup)
     return p;
-  init();
-  if (S.mode == GF_SHIM_OFF)
-    return p;
-  if (handle == S.cuda) {
-    void *w = wrapper_for_real(p);
-    return w ? w : p;
+  if (name[0] == 'c' && name[1] == 'u') {
+    void *w = wrapper_by_name(name);
+    return w ? dlsym_cuda(handle, p, w) : p;
   }
-  if (strncmp(name, "nvml", 4) == 0 && !S.nvml)
-    nvml_sym("nvmlInit_v2"); /* opens our handle to compare with */
-  if (S.nvml && handle == S.nvml) {
-    if (strcmp(name, "nvmlDeviceGetMemoryInfo") == 0)
-      return (void *)&nvmlDeviceGetMemoryInfo;
-    if (strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0)
-      return (void *)&nvmlDeviceGetMemoryInfo_v2;
-#define GF__NVML_PROCS_SYM(fn, type, layout, graphics)                         \
-  if (strcmp(name, #fn) == 0)                                                  \
-    return (void *)&fn;
-    GF__NVML_PROCS(GF__NVML_PROCS_SYM)
-#undef GF__NVML_PROCS_SYM
-  }
+  if (strncmp(name, "nvml", 4) == 0)
+    return dlsym_nvml(handle, name, p);
   return p;
 }

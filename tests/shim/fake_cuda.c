@@ -13,12 +13,18 @@
  * 00000000000<i>.  Contexts carry their device; cuCtxGetDevice answers the
  * calling thread's current one (device 0 when none).
  *
+ * Addresses: a freed address is handed out again by the next allocation of
+ * the same (page-rounded) size, last freed first, as a real driver's
+ * allocator does; so a test that churns the same sizes from many threads
+ * sees the same addresses come back at once.
+ *
  * Pools: the default pool of each device and cuMemPoolCreate's keep freed
  * memory; a pool reserves in FAKE_POOL_GRAN steps (default 2 MiB) when its
  * free room is too small and gives memory back only at cuMemPoolTrimTo or
  * cuMemPoolDestroy.  The device's usage counts what pools reserve.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -95,6 +101,41 @@ static struct {
 } live[MAXA];
 static atomic_ulong launches;
 
+/* Freed addresses by page-rounded size, last freed on top (lock held). */
+#define NFREED 4096
+struct freed_addr {
+  uint64_t addr, size;
+};
+static struct freed_addr freed[NFREED];
+static int nfreed;
+
+/* FAKE_CUDA_NO_REUSE=1: never hand an address out twice (the worst case
+ * for the interposer's table: bench_shim churn). */
+static int no_reuse(void) {
+  static int v = -1;
+  if (v < 0)
+    v = getenv("FAKE_CUDA_NO_REUSE") != NULL;
+  return v;
+}
+
+static uint64_t addr_take(uint64_t bytes) {
+  uint64_t size = (bytes + 4095) & ~4095ull;
+  for (int i = nfreed - 1; !no_reuse() && i >= 0 && i >= nfreed - 256; i--)
+    if (freed[i].size == size) {
+      uint64_t a = freed[i].addr;
+      freed[i] = freed[--nfreed];
+      return a;
+    }
+  uint64_t a = next_addr;
+  next_addr += size;
+  return a;
+}
+
+static void addr_give(uint64_t addr, uint64_t bytes) {
+  if (nfreed < NFREED)
+    freed[nfreed++] = (struct freed_addr){addr, (bytes + 4095) & ~4095ull};
+}
+
 /* Read once: a getenv per call would cost more the longer the environment
  * is, and the benchmark runs the interposer with a longer one. */
 static uint64_t total(void) {
@@ -118,10 +159,9 @@ static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
   if (used + bytes <= total()) {
     for (int i = 0; i < MAXA; i++)
       if (!live[i].key) {
-        live[i].key = next_addr;
+        live[i].key = addr_take(bytes);
         live[i].bytes = bytes;
-        *key = next_addr;
-        next_addr += (bytes + 4095) & ~4095ull;
+        *key = live[i].key;
         used += bytes;
         shared_add(bytes);
         rc = CUDA_SUCCESS;
@@ -144,6 +184,7 @@ static gf_cu_result fake_free(uint64_t key) {
         used -= live[i].bytes;
         shared_sub(live[i].bytes);
       }
+      addr_give(live[i].key, live[i].bytes);
       live[i].key = 0;
       live[i].pool = 0;
       rc = CUDA_SUCCESS;
@@ -180,11 +221,10 @@ static gf_cu_result pool_alloc(int pi, unsigned long long *key,
   if (used + grow <= total()) {
     for (int i = 0; i < MAXA; i++)
       if (!live[i].key) {
-        live[i].key = next_addr;
+        live[i].key = addr_take(bytes);
         live[i].bytes = bytes;
         live[i].pool = pi + 1;
-        *key = next_addr;
-        next_addr += (bytes + 4095) & ~4095ull;
+        *key = live[i].key;
         used += grow;
         shared_add(grow);
         p->reserved += grow;
@@ -571,6 +611,22 @@ FAKE_EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
 }
 FAKE_EXPORT unsigned long fake_cuda_launches(void) {
   return atomic_load(&launches);
+}
+
+/* FAKE_CUDA_CTOR_DLSYM=1: the library's constructor looks itself up with
+ * dlsym and calls cuInit, as a driver's initialisation may; run inside the
+ * interposer's own dlopen of the driver, that re-enters the interposer
+ * from within its setup. */
+__attribute__((constructor)) static void fake_ctor(void) {
+  if (!getenv("FAKE_CUDA_CTOR_DLSYM"))
+    return;
+  void *self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (self) {
+    void *f = dlsym(self, "cuMemAlloc_v2");
+    (void)f;
+    dlclose(self);
+  }
+  cuInit(0);
 }
 
 /* (base name, first version, per-thread variant?, function) */

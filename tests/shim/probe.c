@@ -7,6 +7,8 @@
  *
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
+ *   probe_dl threads THREADS SECONDS    probe_dl lookups REGION
+ *   probe_dl reenter    probe_dl views N
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -447,7 +450,7 @@ static gf_region *open_region(const char *path) {
   return r;
 }
 
-static volatile int stop;
+static _Atomic int stop; /* atomic: the threads scenario runs under TSan */
 static void *churn(void *arg) {
   unsigned seed = (unsigned)(uintptr_t)arg;
   CUdeviceptr p[16] = {0};
@@ -525,6 +528,179 @@ static void stress(int procs, int threads, int seconds, const char *path) {
         (unsigned long long)dev_peak, (unsigned long long)L,
         (unsigned long long)peak, samples);
   CHECK(gf_region_used(r, 0) == 0, "usage ends at 0");
+}
+
+/* Threads of one process churning the same sizes on every path that
+ * tracks an address; the fake driver hands a freed address to the next
+ * allocation of that size at once, so a free that gives the memory back
+ * before forgetting its record races another thread's allocation of the
+ * same address.  Nothing may stay charged and nothing may be refused:
+ * at most THREADS x 32 MiB is ever live, far under the limit. */
+static _Atomic unsigned long thr_refused, thr_pairs;
+static void *thr_churn(void *arg) {
+  (void)arg;
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.type = 1;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUDA_ARRAY_DESCRIPTOR ad = {4096, 2048, 0x20, 1}; /* 32 MiB */
+  CUDA_ARRAY3D_DESCRIPTOR md = {4096, 2048, 0, 0x20, 1, 0};
+  unsigned long refused = 0, pairs = 0;
+  for (unsigned i = 0; !stop; i++, pairs++) {
+    CUdeviceptr p = 0;
+    CUmemGenericAllocationHandle h;
+    CUarray a;
+    CUmipmappedArray m;
+    size_t pitch;
+    gf_cu_result rc;
+    switch (i % 7) {
+    case 0:
+      if ((rc = F.alloc(&p, 32 * MIB)) == CUDA_SUCCESS)
+        F.free_(p);
+      break;
+    case 1:
+      if ((rc = F.managed(&p, 32 * MIB, CU_MEM_ATTACH_GLOBAL)) == CUDA_SUCCESS)
+        F.free_(p);
+      break;
+    case 2:
+      if ((rc = F.pitch(&p, &pitch, 32768, 1024, 4)) == CUDA_SUCCESS)
+        F.free_(p);
+      break;
+    case 3:
+      if ((rc = F.create(&h, 32 * MIB, &prop, 0)) == CUDA_SUCCESS)
+        F.release(h);
+      break;
+    case 4:
+      if ((rc = F.array(&a, &ad)) == CUDA_SUCCESS)
+        F.array_destroy(a);
+      break;
+    case 5:
+      if ((rc = F.mipmap(&m, &md, 1)) == CUDA_SUCCESS)
+        F.mipmap_destroy(m);
+      break;
+    default:
+      if ((rc = F.async(&p, 32 * MIB, NULL)) == CUDA_SUCCESS)
+        F.free_async(p, NULL);
+      break;
+    }
+    refused += rc != CUDA_SUCCESS;
+  }
+  atomic_fetch_add(&thr_refused, refused);
+  atomic_fetch_add(&thr_pairs, pairs);
+  return NULL;
+}
+
+static void threads(int n, int seconds) {
+  const size_t L = 2048 * MIB;
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  make_context();
+  pthread_t th[64];
+  n = n < 1 ? 1 : n > 64 ? 64 : n;
+  for (int i = 0; i < n; i++)
+    pthread_create(&th[i], NULL, thr_churn, NULL);
+  sleep((unsigned)seconds);
+  stop = 1;
+  for (int i = 0; i < n; i++)
+    pthread_join(th[i], NULL);
+  CUmemoryPool pl = NULL;
+  F.get_pool(&pl, 0);
+  F.trim(pl, 0); /* the async path's pool keeps what it reserved */
+  CHECK(atomic_load(&thr_refused) == 0,
+        "%d threads, %lu alloc+free pairs on 7 paths: %lu refused "
+        "(at most %d MiB live of 2048)",
+        n, atomic_load(&thr_pairs), atomic_load(&thr_refused), n * 32);
+  CHECK(used_now(L) == 0, "nothing charged afterwards (%zu bytes)",
+        used_now(L));
+}
+
+/* This process's slot in the region at path, or -1 (no region file yet
+ * included). */
+static int my_slot(const char *path) {
+  gf_region *r = NULL;
+  gf_diag d = {""};
+  if (access(path, F_OK) != 0 || gf_region_map(path, NULL, &r, &d))
+    return -1;
+  int mine = -1;
+  for (uint32_t i = 0; i < atomic_load(&r->hwm) && i < GF_REGION_SLOTS; i++)
+    if (atomic_load(&r->slots[i].pid) == (int32_t)getpid())
+      mine = (int)i;
+  gf_region_unmap(r);
+  return mine;
+}
+
+/* Lookups are not use: a dlsym of `cos` in libm, and dlsym on the driver,
+ * take no slot; the first allocation does. */
+static void lookups(const char *path) {
+  void *m = dlopen("libm.so.6", RTLD_NOW);
+  double (*cosf_)(double) = NULL;
+  *(void **)&cosf_ = m ? dlsym(m, "cos") : NULL;
+  CHECK(cosf_ && cosf_(0.0) == 1.0, "dlsym(libm, cos) answers");
+  CHECK(my_slot(path) < 0, "after dlsym(libm, cos): no slot in the region");
+  load("dlopen");
+  CHECK(my_slot(path) < 0, "after dlsym on the driver: no slot");
+  CHECK(F.init(0) == CUDA_SUCCESS && my_slot(path) < 0,
+        "after cuInit: no slot");
+  CUdeviceptr p;
+  CHECK(F.alloc(&p, MIB) == CUDA_SUCCESS && my_slot(path) >= 0,
+        "the first allocation takes a slot (%d)", my_slot(path));
+  F.free_(p);
+}
+
+/* The first call reaches the interposer through its own export, before
+ * anything loaded the driver; with FAKE_CUDA_CTOR_DLSYM the driver's
+ * constructor calls dlsym and cuInit from inside the interposer's setup.
+ * Must not hang. */
+static void reenter(void) {
+  gf_cu_result (*init)(unsigned int);
+  gf_cu_result (*alloc)(CUdeviceptr *, size_t);
+  gf_cu_result (*free_)(CUdeviceptr);
+  *(void **)&init = dlsym(RTLD_DEFAULT, "cuInit");
+  *(void **)&alloc = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+  *(void **)&free_ = dlsym(RTLD_DEFAULT, "cuMemFree_v2");
+  CHECK(init && init(0) == CUDA_SUCCESS, "cuInit through the interposer");
+  CUdeviceptr p;
+  CHECK(alloc && alloc(&p, 2048 * MIB) == CUDA_ERROR_OUT_OF_MEMORY,
+        "the limit holds");
+  CHECK(alloc(&p, MIB) == CUDA_SUCCESS && free_(p) == CUDA_SUCCESS,
+        "alloc and free");
+}
+
+/* The reaper's system calls, counted: kill(pid, 0) per live slot per
+ * reap (the interposer's call binds to this definition: probe_dl exports
+ * its symbols). */
+static _Atomic long kills;
+int kill(pid_t pid, int sig) {
+  atomic_fetch_add(&kills, 1);
+  return (int)syscall(SYS_kill, pid, sig);
+}
+
+/* Memory views in a loop, as frameworks call them: no reaping per call
+ * (at most one reap a second). */
+static void views(long n) {
+  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
+  nvmlReturn_t (*byidx)(unsigned, nvmlDevice_t *);
+  *(void **)&get = dlsym(h, "nvmlDeviceGetMemoryInfo");
+  *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+  nvmlDevice_t dev;
+  CHECK(F.init(0) == CUDA_SUCCESS && byidx(0, &dev) == 0, "cuInit, NVML");
+  CUdeviceptr p;
+  CHECK(F.alloc(&p, 100 * MIB) == CUDA_SUCCESS, "alloc 100Mi (a slot)");
+  long k0 = atomic_load(&kills);
+  size_t f = 0, t = 0;
+  nvmlMemory_t m;
+  int ok = 1;
+  for (long i = 0; i < n; i++) {
+    ok &= F.info(&f, &t) == CUDA_SUCCESS && t - f == 100 * MIB;
+    ok &= get(dev, &m) == 0 && m.used == 100 * MIB;
+  }
+  CHECK(ok, "%ld cuMemGetInfo and %ld NVML views show the 100Mi", n, n);
+  long k = atomic_load(&kills) - k0;
+  CHECK(k <= 2,
+        "%ld reaper kill() calls over %ld views (at most one reap "
+        "a second)",
+        k, 2 * n);
+  F.free_(p);
 }
 
 /* Children allocate and free in loops; the parent kills them with SIGKILL
@@ -714,7 +890,11 @@ static void nvml_procs(bool mps) {
  * before is the rate expected before cuInit. */
 static void capacity(const char *path, uint64_t cap, uint64_t rate,
                      uint64_t before) {
-  gf_region *r = open_region(path); /* load() made the first call */
+  /* A lookup maps nothing: the first real call (here a memory view,
+   * before cuInit) maps the region. */
+  size_t f, t;
+  F.info(&f, &t);
+  gf_region *r = open_region(path);
   CHECK(atomic_load(&r->rate) == before, "before cuInit: rate %llu",
         (unsigned long long)atomic_load(&r->rate));
   CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
@@ -869,6 +1049,16 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "stress") == 0 && argc == 6) {
     load("dlopen");
     stress(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5]);
+  } else if (strcmp(argv[1], "threads") == 0 && argc == 4) {
+    load("dlopen");
+    threads((int)strtol(argv[2], NULL, 10), (int)strtol(argv[3], NULL, 10));
+  } else if (strcmp(argv[1], "views") == 0 && argc == 3) {
+    load("dlopen");
+    views(strtol(argv[2], NULL, 10));
+  } else if (strcmp(argv[1], "lookups") == 0 && argc == 3) {
+    lookups(argv[2]);
+  } else if (strcmp(argv[1], "reenter") == 0) {
+    reenter();
   } else if (strcmp(argv[1], "kill") == 0 && argc == 4) {
     load("dlopen");
     killer(atoi(argv[2]), argv[3]);

@@ -124,6 +124,20 @@ run corrupt-region  1 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/corrupt.conf" "$PROBE
 run no-driver       1 -- LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA=/nonexistent/libcuda.so.1 \
                            GPUFRAC_GPU_MEMORY=1Gi LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" limits
 
+# Threads of one process churning the same sizes on every tracked path
+# (the fake hands freed addresses straight back): no phantom charge, no
+# refusal while live is far under the limit.
+run thread-churn    0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=2Gi GPUFRAC_CONTEXT_OVERHEAD=0 "$PROBE_DL" threads 8 3
+
+# Memory views in a loop do not run the reaper per call.
+run views-no-reap 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 "$PROBE_DL" views 100000
+
+# A lookup is not use: dlsym(libm, cos) and lookups on the driver take no
+# region slot, the first allocation does.  A driver whose constructor calls
+# dlsym and cuInit from inside the interposer's setup does not hang it.
+run lookups-no-slot 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_REGION="$tmp/lk" "$PROBE_DL" lookups "$tmp/lk"
+run setup-reentered 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi FAKE_CUDA_CTOR_DLSYM=1 timeout 20 "$PROBE_DL" reenter
+
 # Many processes x threads on one region; SIGKILLs at random points.
 printf 'memory = 1Gi\nregion = %s/r2\n' "$tmp" >"$tmp/r2.conf"
 run stress          0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/r2.conf" FAKE_CUDA_SHARED="$tmp/dev2" "$PROBE_DL" stress 6 4 3 "$tmp/r2"
