@@ -92,6 +92,14 @@ void gf_sched_set_synced(gf_sched *s, bool synced);
 /* Leadership: only the leader binds; others answer filter/prioritize from
  * their model and refuse /bind with an Error.  Starts true. */
 void gf_sched_set_leader(gf_sched *s, bool leader);
+/* Where nodes come from.  Watched (an informer feeds gf_sched_node_*):
+ * Node objects in /filter and /prioritize requests only name candidates
+ * and never change the model; a candidate the informer has not delivered
+ * is "not seen yet".  Not watched (the default, --no-kube): those Node
+ * objects are the model's only source of nodes, and a copy whose
+ * resourceVersion is older than (or equal to) the one held is ignored.
+ * gf_sched_kube_new sets it. */
+void gf_sched_set_watched(gf_sched *s, bool watched);
 
 /* ---- the model, fed by a watch ---------------------------------------- */
 

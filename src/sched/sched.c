@@ -40,6 +40,7 @@
 
 typedef struct nrec {
   char *name;
+  char rv[GF__RV_MAX]; /* resourceVersion of the Node it came from */
   int64_t cpu_milli, mem_bytes;
   bool has_inv;
   gf_inventory inv;
@@ -132,6 +133,7 @@ struct gf_sched {
   bool has_binder;
   size_t max_body;
   bool synced, leader;
+  bool watched; /* an informer feeds nodes: requests never change them */
 
   gf_cluster *c;
   bool dirty; /* c must be rebuilt before use */
@@ -256,6 +258,12 @@ void gf_sched_set_synced(gf_sched *s, bool synced) {
 void gf_sched_set_leader(gf_sched *s, bool leader) {
   pthread_mutex_lock(&s->mu);
   s->leader = leader;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gf_sched_set_watched(gf_sched *s, bool watched) {
+  pthread_mutex_lock(&s->mu);
+  s->watched = watched;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -714,8 +722,10 @@ static void node_remove_locked(gf_sched *s, uint32_t i) {
 static int node_update_locked(gf_sched *s, const gf__node *pn) {
   int64_t i = gf__smap_get(&s->nmap, pn->name);
   if (i >= 0) {
-    if (same_node(&s->nodes[i], pn))
+    if (same_node(&s->nodes[i], pn)) {
+      snprintf(s->nodes[i].rv, sizeof(s->nodes[i].rv), "%s", pn->rv);
       return 0;
+    }
     node_remove_locked(s, (uint32_t)i);
   }
   if (s->nnodes == s->capnodes) {
@@ -733,6 +743,7 @@ static int node_update_locked(gf_sched *s, const gf__node *pn) {
     free(n->name);
     return GF_ENOMEM;
   }
+  snprintf(n->rv, sizeof(n->rv), "%s", pn->rv);
   n->cpu_milli = pn->cpu_milli;
   n->mem_bytes = pn->mem_bytes;
   n->has_inv = pn->has_inventory;
@@ -1155,6 +1166,56 @@ static void tb_json_str(tbuf *t, const char *v) {
   tb_put(t, "\"", 1);
 }
 
+/* A resourceVersion as a number: true when rv is a decimal uint64. */
+static bool rv_number(const char *rv, uint64_t *out) {
+  uint64_t v = 0;
+  if (!*rv)
+    return false;
+  for (const char *p = rv; *p; p++) {
+    if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10)
+      return false;
+    v = v * 10 + (uint64_t)(*p - '0');
+  }
+  *out = v;
+  return true;
+}
+
+/* Whether a Node at resourceVersion `fresh` may replace the copy the model
+ * holds at `held`.  The API server's resourceVersions are opaque, but its
+ * own are increasing decimal numbers: when the held one is such a number,
+ * only a larger number replaces it (an older or equal copy, or one whose
+ * version cannot be compared, never does).  A copy held without a number
+ * is replaced by any other version. */
+static bool rv_replaces(const char *held, const char *fresh) {
+  uint64_t h, f;
+  if (rv_number(held, &h))
+    return rv_number(fresh, &f) && f > h;
+  return !*held || strcmp(held, fresh) != 0;
+}
+
+/* Node objects sent in a request (nodeCacheCapable false).  When an
+ * informer feeds the model (s->watched) they only name the candidates and
+ * never change it: the API server's copy is the truth, and anyone who can
+ * reach the extender could otherwise send a Node with more GPU memory, or
+ * a stale copy without GPUs.  Without an informer (--no-kube) they are the
+ * only source: a node is learned or refreshed from them, but a copy older
+ * than the one held (resourceVersion) is ignored.  Under the mutex. */
+static void learn_nodes(gf_sched *s, const gf__args *a, gf__node *pn) {
+  if (!a->node_items || s->watched)
+    return;
+  size_t i;
+  const json_t *it;
+  json_array_foreach(a->node_items, i, it) {
+    gf_diag nd = {""};
+    if (gf__node_parse(it, pn, &nd) != 0)
+      continue;
+    int64_t ni = gf__smap_get(&s->nmap, pn->name);
+    if (ni >= 0 && !rv_replaces(s->nodes[ni].rv, pn->rv))
+      continue;
+    node_update_locked(s, pn);
+  }
+}
+
 static void do_filter(gf_sched *s, const char *body, size_t len,
                       reply_buf *out) {
   gf_diag d = {""};
@@ -1196,16 +1257,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     out->json = error_obj("extender out of memory rebuilding its model");
     goto done;
   }
-  /* Nodes sent in full (nodeCacheCapable false) refresh the model. */
-  if (a.node_items) {
-    size_t i;
-    const json_t *it;
-    json_array_foreach(a.node_items, i, it) {
-      gf_diag nd = {""};
-      if (gf__node_parse(it, pn, &nd) == 0)
-        node_update_locked(s, pn);
-    }
-  }
+  learn_nodes(s, &a, pn);
   if (v.kind == 0) {
     if (!p->node[0])
       pending_put(s, p);

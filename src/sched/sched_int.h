@@ -67,6 +67,7 @@ int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d);
  * and *has_inventory false when the annotation is absent). */
 typedef struct gf__node {
   char name[GF_NAME_MAX];
+  char rv[GF__RV_MAX]; /* metadata.resourceVersion; "" if none */
   int64_t cpu_milli;
   int64_t mem_bytes;
   bool has_inventory;

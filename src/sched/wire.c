@@ -285,6 +285,9 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
     return rc;
   if (!out->name[0])
     return gf_diag_set(d, GF_ESYNTAX, "Node: empty metadata.name");
+  if ((rc = gf__json_str(meta, "resourceVersion", out->rv, sizeof(out->rv),
+                         false, "Node: metadata.resourceVersion", d)))
+    return rc;
   /* Without status.allocatable the node is not constrained here:
    * kube-scheduler's own NodeResourcesFit checks CPU and memory anyway. */
   out->cpu_milli = INT64_MAX / 4;

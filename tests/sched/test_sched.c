@@ -532,6 +532,57 @@ static void test_filter_nodes(void **state) {
   gf_sched_free(s2);
 }
 
+/* /filter with one Node sent in full: node_a100.json at resourceVersion rv,
+ * without its inventory when bare. */
+static void send_node(gf_sched *s, const char *rv, bool bare) {
+  json_t *n = fixture_json("node_a100.json");
+  json_t *md = json_object_get(n, "metadata");
+  json_object_set_new(md, "resourceVersion", json_string(rv));
+  if (bare)
+    json_object_del(json_object_get(md, "annotations"), "gpufrac.io/inventory");
+  json_t *pod = fixture_json("pod_share.json");
+  json_t *args = json_pack("{s:o,s:{s:[o]}}", "Pod", pod, "Nodes", "items", n);
+  char *body = json_dumps(args, JSON_COMPACT);
+  json_decref(args);
+  int st;
+  json_t *res = call(s, "filter", body, &st);
+  assert_int_equal(st, 200);
+  json_decref(res);
+  free(body);
+}
+
+static uint32_t gpus_of(gf_sched *s, const char *node) {
+  gf_node n;
+  assert_int_equal(gf_sched_node_state(s, node, &n), 0);
+  return n.ngpus;
+}
+
+/* Without an informer (--no-kube), Nodes in requests are the only source,
+ * but an older copy never replaces a newer one (issue 12). */
+static void test_nodes_older_copy_ignored(void **state) {
+  (void)state;
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  send_node(s, "500", false);
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  send_node(s, "499", true); /* older: ignored */
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  send_node(s, "500", true); /* the same version, other content: ignored */
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  send_node(s, "", true); /* no version to compare: ignored */
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  send_node(s, "501", true); /* newer: replaces */
+  assert_int_equal(gpus_of(s, "node-a100"), 0);
+  send_node(s, "502", false);
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  /* Watched: requests never change the model, newer or not. */
+  gf_sched_set_watched(s, true);
+  send_node(s, "900", true);
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  gf_sched_free(s);
+}
+
 /* A pod asking for one GPU share, as ExtenderArgs with NodeNames. */
 static char *share_args(const char *name, const char *uid, const char *mem,
                         int compute) {
@@ -1221,6 +1272,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_watch_lifecycle, setup, teardown),
       cmocka_unit_test_setup_teardown(test_node_removal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prioritize, setup, teardown),
+      cmocka_unit_test(test_nodes_older_copy_ignored),
       cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_leader_and_policy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_whole_only_gpu, setup, teardown),
