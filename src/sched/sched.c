@@ -103,12 +103,14 @@ enum {
   V_HEALTHZ,
   V_READYZ,
   V_METRICS,
+  V_LEADERZ,
   V_OTHER,
   NVERBS
 };
 static const char *const verb_names[NVERBS] = {
-    "filter", "prioritize", "bind", "healthz", "readyz", "metrics", "other"};
-static const int codes[] = {200, 400, 404, 405, 413, 500, 503};
+    "filter", "prioritize", "bind",    "healthz",
+    "readyz", "metrics",    "leaderz", "other"};
+static const int codes[] = {200, 400, 403, 404, 405, 413, 500, 503};
 #define NCODES (sizeof(codes) / sizeof(codes[0]))
 static const double buckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01,
                                  0.025,  0.05,  0.1,   0.25,  1.0};
@@ -1790,7 +1792,7 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
   if (verb == V_OTHER) {
     set_text(out, 404,
              "not found: the gpufrac extender serves /filter, /prioritize, "
-             "/bind, /healthz, /readyz, /metrics\n");
+             "/bind, /healthz, /readyz, /leaderz, /metrics\n");
   } else if (post ? !is_post : !is_get) {
     set_text(out, 405,
              post ? "method not allowed: use POST\n"
@@ -1821,6 +1823,24 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
       rb.status = 200;
       rb.text = strdup("ok\n");
       break;
+    case V_LEADERZ: {
+      /* Ready to bind: synced and holding the Lease (a bind Service's
+       * readiness; /readyz is "can filter"). */
+      pthread_mutex_lock(&s->mu);
+      bool ready = s->synced && s->leader && s->has_binder;
+      const char *why = !s->has_binder ? "not ready to bind: no Kubernetes "
+                                         "API client (--no-kube)\n"
+                        : !s->synced   ? "not ready to bind: the model has "
+                                         "not been synced from the API "
+                                         "server\n"
+                        : !s->leader   ? "not ready to bind: this replica "
+                                         "is not the leader\n"
+                                       : "ok\n";
+      pthread_mutex_unlock(&s->mu);
+      rb.status = ready ? 200 : 503;
+      rb.text = strdup(why);
+      break;
+    }
     case V_READYZ: {
       pthread_mutex_lock(&s->mu);
       bool ready = s->synced;
