@@ -978,14 +978,17 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     return 2;
   }
   if (r->model_mask && !(r->model_mask & n->model_mask)) {
-    char have[128] = "";
+    char have[384] = "";
     size_t used = 0;
     for (int m = 0; m < GF_MAX_MODELS; m++)
       if (n->model_mask & (1ull << m)) {
         int w = snprintf(have + used, sizeof(have) - used, "%s%s",
                          used ? ", " : "", gf_cluster_model_name(s->c, m));
-        if (w < 0 || (size_t)w >= sizeof(have) - used)
+        if (w < 0 || (size_t)w >= sizeof(have) - used) {
+          /* no room for this name: end the list cleanly */
+          snprintf(have + used, sizeof(have) - used, "%s", used ? ", ..." : "");
           break;
+        }
         used += (size_t)w;
       }
     snprintf(why, cap, "gpu-model: node has %s, not an allowed model", have);
@@ -1073,6 +1076,7 @@ static void resolve(gf_sched *s, const gf__pod *p, gf_request *r, verdict *v) {
     snprintf(v->why, sizeof(v->why),
              "gpu-model '%.200s': no node in the cluster has this model",
              p->models);
+    gf__utf8_fix(v->why); /* the precision may cut a character */
   }
 }
 
@@ -1089,8 +1093,13 @@ typedef struct reply_buf {
   bool text_json; /* text is JSON written directly (large replies) */
 } reply_buf;
 
+/* {"Error": msg}, msg made valid UTF-8 first (it may quote client input,
+ * cut by a fixed-size buffer). */
 static json_t *error_obj(const char *msg) {
-  return json_pack("{s:s}", "Error", msg);
+  char buf[GF_DIAG_MAX];
+  snprintf(buf, sizeof(buf), "%s", msg);
+  json_t *j = json_pack("{s:s}", "Error", gf__utf8_fix(buf));
+  return j ? j : json_pack("{s:s}", "Error", "gpufrac extender: out of memory");
 }
 
 /* ---- text replies ----------------------------------------------------*/
@@ -1250,6 +1259,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   if (gf__pod_parse(a.pod, p, &d)) {
     v.kind = 2;
     snprintf(v.why, sizeof(v.why), "%s", d.msg);
+    gf__utf8_fix(v.why);
   }
   pthread_mutex_lock(&s->mu);
   int rc = ensure_model(s);
@@ -1288,6 +1298,8 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
                        &r, why, sizeof(why));
       }
     }
+    if (kind)
+      gf__utf8_fix(why); /* reasons quote model and node names */
     int jr = 0;
     if (!a.node_items) {
       /* Names only: write the reply's parts directly (see prioritize). */

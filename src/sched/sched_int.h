@@ -118,6 +118,13 @@ int gf__bind_args_parse(const char *body, size_t len, gf__bind_args *out,
 struct gf_sched;
 size_t gf__sched_max_body(const struct gf_sched *s);
 
+/* Makes s valid UTF-8 in place, so that any message built from input can
+ * go into a JSON string: a character cut at the end (by a fixed-size
+ * buffer or a printf precision) is dropped, and any other byte that does
+ * not begin a well-formed character (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF) becomes '?'.  Returns s. */
+char *gf__utf8_fix(char *s);
+
 /* Formats a byte count as the shortest exact binary quantity ("12Gi",
  * "1536Mi", "100") into buf. */
 void gf__fmt_bytes(int64_t bytes, char *buf, size_t cap);

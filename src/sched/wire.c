@@ -837,3 +837,56 @@ fail:
   json_decref(out);
   return NULL;
 }
+
+/* Length of the well-formed UTF-8 character at p (1..4), 0 when p does not
+ * begin one, or -1 when the string ends inside one that is well formed so
+ * far. */
+static int utf8_len(const unsigned char *p) {
+  unsigned char c = p[0];
+  if (c < 0x80)
+    return 1;
+  int n;
+  unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0)
+      lo = 0xA0; /* no overlong forms */
+    if (c == 0xED)
+      hi = 0x9F; /* no surrogates */
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0)
+      lo = 0x90;
+    if (c == 0xF4)
+      hi = 0x8F; /* nothing above U+10FFFF */
+  } else {
+    return 0;
+  }
+  for (int i = 1; i < n; i++) {
+    unsigned char b = p[i];
+    if (b == 0)
+      return -1;
+    if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
+      return 0;
+  }
+  return n;
+}
+
+char *gf__utf8_fix(char *s) {
+  unsigned char *p = (unsigned char *)s;
+  while (*p) {
+    int n = utf8_len(p);
+    if (n < 0) {
+      *p = '\0'; /* cut at the end: drop the partial character */
+      break;
+    }
+    if (n == 0) {
+      *p++ = '?';
+      continue;
+    }
+    p += n;
+  }
+  return s;
+}

@@ -583,6 +583,78 @@ static void test_nodes_older_copy_ignored(void **state) {
   gf_sched_free(s);
 }
 
+/* Whether body is valid JSON (jansson refuses invalid UTF-8). */
+static json_t *reply_json(gf_sched *s, const char *verb, const char *body,
+                          int want_status) {
+  gf_sched_reply r;
+  char path[32];
+  snprintf(path, sizeof(path), "/%s", verb);
+  gf_sched_handle(s, "POST", path, body, strlen(body), &r);
+  if (r.status != want_status || !r.body) {
+    fprintf(stderr, "%s: status %d, body %s\n", verb, r.status,
+            r.body ? r.body : "(none)");
+    fail();
+  }
+  json_error_t je;
+  json_t *j = json_loads(r.body, 0, &je);
+  if (!j) {
+    fprintf(stderr, "%s: reply is not valid JSON (%s): %s\n", verb, je.text,
+            r.body);
+    fail();
+  }
+  gf_sched_reply_release(&r);
+  return j;
+}
+
+/* Issue 12: messages built from client input are cut at character
+ * boundaries, so every reply is valid JSON.  Before: a \u escape followed
+ * by a multibyte character left jansson's error text cut mid-character and
+ * the {"Error":...} reply failed (500); a gpu-model annotation cut at 200
+ * bytes mid-character gave a 500 (Nodes) or invalid UTF-8 (NodeNames). */
+static void test_utf8_cut(void **state) {
+  fx *f = *state;
+  /* "\u" then "é" (C3 A9), in a body long enough to fill jansson's text */
+  static const char *bodies[] = {
+      "{\"Pod\":{\"metadata\":{\"name\":\"\\u\xc3\xa9\xc3\xa9\xc3\xa9\"}}}",
+      "{\"Pod\":\"\\u00\xc3\xa9\",\"NodeNames\":[]}",
+      "{\"\\u\xe2\x82\xac\xe2\x82\xac\":1}",
+  };
+  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+    const char *verbs[] = {"filter", "prioritize", "bind"};
+    for (int v = 0; v < 3; v++) {
+      json_t *j = reply_json(f->s, verbs[v], bodies[i], 400);
+      const char *e = json_string_value(json_object_get(j, "Error"));
+      assert_non_null(e);
+      assert_non_null(strstr(e, "malformed JSON"));
+      json_decref(j);
+    }
+  }
+  /* A gpu-model annotation of 239 bytes: "a" then 119 "é"; the reason
+   * quotes 200 bytes of it, which would end inside a character. */
+  char models[256] = "a";
+  for (int i = 0; i < 119; i++)
+    memcpy(models + 1 + 2 * i, "\xc3\xa9", 3); /* with the NUL */
+  for (int form = 0; form < 2; form++) {
+    char *body = malloc(8192);
+    snprintf(body, 8192,
+             "{\"Pod\":{\"metadata\":{\"name\":\"m\",\"namespace\":\"t\","
+             "\"uid\":\"u-m\",\"annotations\":{\"gpufrac.io/gpu-model\":"
+             "\"%s\"}},\"spec\":{\"containers\":[{\"name\":\"c\","
+             "\"resources\":{\"requests\":{\"gpufrac.io/gpu\":\"1\"}}}]}},"
+             "%s}",
+             models,
+             form ? "\"Nodes\":{\"items\":[{\"metadata\":{\"name\":"
+                    "\"node-a100\"}}]}"
+                  : "\"NodeNames\":[\"node-a100\"]");
+    json_t *j = reply_json(f->s, "filter", body, 200);
+    const char *why = failed_reason(j, "node-a100");
+    assert_non_null(why);
+    assert_non_null(strstr(why, "no node in the cluster has this model"));
+    json_decref(j);
+    free(body);
+  }
+}
+
 /* A pod asking for one GPU share, as ExtenderArgs with NodeNames. */
 static char *share_args(const char *name, const char *uid, const char *mem,
                         int compute) {
@@ -1273,6 +1345,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_node_removal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prioritize, setup, teardown),
       cmocka_unit_test(test_nodes_older_copy_ignored),
+      cmocka_unit_test_setup_teardown(test_utf8_cut, setup, teardown),
       cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_leader_and_policy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_whole_only_gpu, setup, teardown),
