@@ -994,6 +994,58 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     snprintf(why, cap, "gpu-model: node has %s, not an allowed model", have);
     return 2;
   }
+  /* What the node can never offer, however much is freed: more CPU or
+   * memory than it has allocatable, a share larger than its largest GPU,
+   * a share where every GPU is whole-only, more GPUs than it has that could
+   * take one.  These are unresolvable (preemption cannot help). */
+  if (r->cpu_milli > n->cpu_milli) {
+    gf__fmt_cpu(r->cpu_milli, a, sizeof(a));
+    gf__fmt_cpu(n->cpu_milli, b, sizeof(b));
+    snprintf(why, cap, "CPU: %s cores requested, node has %s allocatable", a,
+             b);
+    return 2;
+  }
+  if (r->mem_bytes > n->mem_bytes) {
+    gf__fmt_bytes(r->mem_bytes, a, sizeof(a));
+    gf__fmt_bytes(n->mem_bytes, b, sizeof(b));
+    snprintf(why, cap, "memory: %s requested, node has %s allocatable", a, b);
+    return 2;
+  }
+  {
+    bool share = r->gpu_milli < GF_GPU_MILLI;
+    uint32_t able = 0, eligible = 0;
+    int64_t biggest = 0;
+    for (uint32_t g = 0; g < n->ngpus; g++) {
+      const gf_gpu *gpu = &n->gpus[g];
+      if (r->model_mask && !(r->model_mask & (1ull << gpu->model)))
+        continue;
+      eligible++;
+      if (share && gpu->whole_only)
+        continue;
+      if (gpu->mem_bytes > biggest)
+        biggest = gpu->mem_bytes;
+      if (!r->gpu_mem_bytes || gpu->mem_bytes >= r->gpu_mem_bytes)
+        able++;
+    }
+    if (able < r->gpu_count) {
+      if (share && eligible > 0 && biggest == 0) {
+        snprintf(why, cap,
+                 "a GPU share: every GPU on %s is whole-only (exclusive mode "
+                 "or MIG devices); ask for a whole GPU (%s without memory or "
+                 "compute)",
+                 nr->name, GF_RES_GPU);
+      } else if (r->gpu_mem_bytes && biggest < r->gpu_mem_bytes) {
+        gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
+        gf__fmt_bytes(biggest, b, sizeof(b));
+        snprintf(why, cap, "gpu-memory %s: the largest GPU on %s has %s", a,
+                 nr->name, b);
+      } else {
+        snprintf(why, cap, "needs %u GPUs, node has %u that could take it",
+                 r->gpu_count, able);
+      }
+      return 2;
+    }
+  }
   if (n->cpu_used + r->cpu_milli > n->cpu_milli) {
     gf__fmt_cpu(r->cpu_milli, a, sizeof(a));
     gf__fmt_cpu(n->cpu_milli - n->cpu_used, b, sizeof(b));

@@ -787,8 +787,11 @@ static void test_cpu_reason(void **state) {
       "\"node-t4\"]}";
   int st;
   json_t *res = call(f->s, "filter", a, &st);
+  /* more than the node's allocatable: can never fit (issue 12) */
   assert_string_equal(failed_reason(res, "node-t4"),
-                      "CPU: 3.5 cores requested, 2 free");
+                      "CPU: 3.5 cores requested, node has 2 allocatable");
+  assert_non_null(json_object_get(
+      json_object_get(res, "FailedAndUnresolvableNodes"), "node-t4"));
   json_decref(res);
   a = "{\"Pod\":{\"metadata\":{\"name\":\"w\",\"uid\":\"u-w\"},\"spec\":{"
       "\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{"
@@ -1007,6 +1010,65 @@ static void test_node_removal(void **state) {
   json_decref(bare);
   json_decref(b);
   json_decref(pod);
+}
+
+/* Issue 12: what a node can never offer is unresolvable (kube-scheduler
+ * then does not try preemption); what is taken is only failed. */
+static void test_unresolvable(void **state) {
+  fx *f = *state;
+  static const struct {
+    const char *requests, *node, *want;
+    bool unresolvable;
+  } cases[] = {
+      /* 20Gi on the empty 16Gi T4 */
+      {"\"gpufrac.io/gpu-memory\":\"20Gi\"", "node-t4",
+       "gpu-memory 20Gi: the largest GPU on node-t4 has 16Gi", true},
+      /* more CPU than the node has allocatable (T4 node: 2) */
+      {"\"gpufrac.io/gpu-memory\":\"1Gi\",\"cpu\":\"3\"", "node-t4",
+       "CPU: 3 cores requested, node has 2 allocatable", true},
+      {"\"gpufrac.io/gpu-memory\":\"1Gi\",\"memory\":\"31Gi\"", "node-t4",
+       "memory: 31Gi requested, node has 30Gi allocatable", true},
+      {"\"gpufrac.io/gpu\":\"2\"", "node-t4", "needs 2 GPUs, node has 1", true},
+      /* fits an empty T4: no failure at all */
+      {"\"gpufrac.io/gpu-memory\":\"16Gi\"", "node-t4", NULL, false},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "{\"Pod\":{\"metadata\":{\"name\":\"p%zu\",\"namespace\":\"t\","
+             "\"uid\":\"u-unres-%zu\"},\"spec\":{\"containers\":[{\"name\":"
+             "\"c\",\"resources\":{\"requests\":{%s}}}]}},\"NodeNames\":["
+             "\"%s\"]}",
+             i, i, cases[i].requests, cases[i].node);
+    int st;
+    json_t *res = call(f->s, "filter", body, &st);
+    assert_int_equal(st, 200);
+    const char *u = json_string_value(json_object_get(
+        json_object_get(res, "FailedAndUnresolvableNodes"), cases[i].node));
+    const char *fl = json_string_value(
+        json_object_get(json_object_get(res, "FailedNodes"), cases[i].node));
+    if (cases[i].want && (!u || !strstr(u, cases[i].want) || fl)) {
+      fprintf(stderr, "case %zu: unresolvable '%s', failed '%s'\n", i,
+              u ? u : "-", fl ? fl : "-");
+      fail();
+    }
+    if (!cases[i].want)
+      assert_true(!u && !fl);
+    json_decref(res);
+  }
+  /* 16Gi taken on the T4: a second 16Gi share is only failed (resolvable) */
+  char *e = schedule(f->s, "t4-full", "16Gi", 0, "node-t4");
+  assert_string_equal(e, "");
+  free(e);
+  char *body = share_args("again", "u-again", "16Gi", 0);
+  int st;
+  json_t *res = call(f->s, "filter", body, &st);
+  assert_non_null(
+      json_object_get(json_object_get(res, "FailedNodes"), "node-t4"));
+  assert_null(json_object_get(
+      json_object_get(res, "FailedAndUnresolvableNodes"), "node-t4"));
+  json_decref(res);
+  free(body);
 }
 
 static void test_prioritize(void **state) {
@@ -1345,6 +1407,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_node_removal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prioritize, setup, teardown),
       cmocka_unit_test(test_nodes_older_copy_ignored),
+      cmocka_unit_test_setup_teardown(test_unresolvable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_utf8_cut, setup, teardown),
       cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_leader_and_policy, setup, teardown),
