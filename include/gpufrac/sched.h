@@ -23,9 +23,11 @@
  *     a concurrent bind or filter already sees it; the binder runs outside
  *     the mutex; any binder failure rolls the assumption back exactly.  No
  *     GPU share is ever booked twice.
- *   - Input is bounded: request bodies above max_body are refused (413)
- *     before parsing; malformed input gets 400 with a message naming what is
- *     wrong; nothing a client sends can crash the process.
+ *   - Input is bounded: request bodies above max_body are refused before
+ *     parsing; malformed input gets an Error naming what is wrong (in a 200
+ *     for filter and bind, which kube-scheduler shows; 400 / 413 for
+ *     prioritize); every reply is valid JSON; nothing a client sends can
+ *     crash the process.
  *   - Without a binder, /bind answers with an Error saying so; it never
  *     pretends to have bound.
  */
@@ -156,9 +158,12 @@ typedef struct gf_sched_reply {
 } gf_sched_reply;
 
 /* Answers one request: POST <prefix>/filter, /prioritize, /bind; GET
- * /healthz, /readyz, /metrics (the last path segment decides).  Always
- * fills *out (release with gf_sched_reply_release) and records the request
- * in the metrics. */
+ * /healthz, /readyz, /leaderz, /metrics (the last path segment decides).
+ * Always fills *out (release with gf_sched_reply_release) and records the
+ * request in the metrics.  A request filter or bind cannot use (empty,
+ * malformed, or len over max_body, in which case body is not read) is
+ * answered 200 with {"Error": ...}, since kube-scheduler shows only the
+ * Error of a 200; prioritize answers 400 / 413 with that JSON. */
 void gf_sched_handle(gf_sched *s, const char *method, const char *path,
                      const char *body, size_t len, gf_sched_reply *out);
 void gf_sched_reply_release(gf_sched_reply *r);

@@ -119,6 +119,7 @@ static const double buckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01,
 typedef struct metrics {
   uint64_t req[NVERBS][NCODES + 1]; /* last column: any other code */
   uint64_t hist[NVERBS][NBUCKETS];
+  uint64_t refused[NVERBS]; /* requests that could not be used */
   uint64_t n[NVERBS];
   double sum[NVERBS];
   uint64_t binds_ok, binds_failed, filter_failed_nodes, replay_failed;
@@ -1143,6 +1144,7 @@ typedef struct reply_buf {
   json_t *json;
   char *text;     /* instead of json */
   bool text_json; /* text is JSON written directly (large replies) */
+  bool refused;   /* the request could not be used (Error in a 200) */
 } reply_buf;
 
 /* {"Error": msg}, msg made valid UTF-8 first (it may quote client input,
@@ -1284,7 +1286,8 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   gf_diag d = {""};
   gf__args a;
   if (gf__args_parse(body, len, &a, &d)) {
-    out->status = 400;
+    out->status = 200; /* kube-scheduler shows Error; it drops a 400's body */
+    out->refused = true;
     out->json = error_obj(d.msg);
     return;
   }
@@ -1651,7 +1654,8 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     return;
   }
   if (gf__bind_args_parse(body, len, b, &d)) {
-    out->status = 400;
+    out->status = 200; /* as for filter */
+    out->refused = true;
     out->json = error_obj(d.msg);
     free(b);
     return;
@@ -1733,6 +1737,16 @@ static void do_metrics(gf_sched *s, reply_buf *out) {
                   "%" PRIu64 "\n",
                   verb_names[v], code, m->req[v][c]);
       }
+  tb_printf(&t, "# HELP gpufrac_extender_requests_refused_total Requests "
+                "that could not be used (empty, malformed, too large), by "
+                "verb; filter and bind answer them 200 with Error.\n"
+                "# TYPE gpufrac_extender_requests_refused_total counter\n");
+  for (int v = 0; v < NVERBS; v++)
+    if (m->refused[v])
+      tb_printf(&t,
+                "gpufrac_extender_requests_refused_total{verb=\"%s\"} "
+                "%" PRIu64 "\n",
+                verb_names[v], m->refused[v]);
   tb_printf(&t, "# HELP gpufrac_extender_request_duration_seconds Time to "
                 "answer a request, by verb.\n"
                 "# TYPE gpufrac_extender_request_duration_seconds "
@@ -1819,8 +1833,10 @@ static int verb_of(const char *path) {
   return V_OTHER;
 }
 
-static void record(gf_sched *s, int verb, int status, double secs) {
+static void record(gf_sched *s, int verb, int status, bool refused,
+                   double secs) {
   pthread_mutex_lock(&s->mu);
+  s->m.refused[verb] += refused;
   size_t c = NCODES;
   for (size_t k = 0; k < NCODES; k++)
     if (codes[k] == status)
@@ -1843,6 +1859,23 @@ static void set_text(gf_sched_reply *out, int status, const char *text) {
     out->status = 500;
 }
 
+/* A request to a verb it cannot use.  kube-scheduler drops the body of any
+ * answer but 200, so filter and bind answer 200 with the reason in Error
+ * (ExtenderFilterResult / ExtenderBindingResult), which reaches the pod's
+ * events; prioritize's HostPriorityList has no Error, so it answers
+ * `status` with {"Error": msg} (kube-scheduler ignores a failed
+ * prioritize). */
+static void unusable(gf_sched_reply *out, int verb, int status,
+                     const char *msg) {
+  json_t *j = error_obj(msg);
+  out->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  out->status = !out->body ? 500 : verb == V_PRIORITIZE ? status : 200;
+  out->content_type =
+      out->body ? "application/json" : "text/plain; charset=utf-8";
+  out->len = out->body ? strlen(out->body) : 0;
+}
+
 void gf_sched_handle(gf_sched *s, const char *method, const char *path,
                      const char *body, size_t len, gf_sched_reply *out) {
   double t0 = now_s();
@@ -1852,7 +1885,8 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
   bool is_post = method && strcmp(method, "POST") == 0;
   bool is_get =
       method && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0);
-  reply_buf rb = {0, NULL, NULL, false};
+  reply_buf rb = {0, NULL, NULL, false, false};
+  bool refused = false;
   if (verb == V_OTHER) {
     set_text(out, 404,
              "not found: the gpufrac extender serves /filter, /prioritize, "
@@ -1864,11 +1898,15 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
   } else if (post && len > s->max_body) {
     char msg[128];
     snprintf(msg, sizeof(msg),
-             "request body of %zu bytes exceeds the limit of %zu bytes\n", len,
-             s->max_body);
-    set_text(out, 413, msg);
+             "gpufrac extender: request body of %zu bytes exceeds the limit "
+             "of %zu bytes",
+             len, s->max_body);
+    unusable(out, verb, 413, msg);
+    refused = true;
   } else if (post && (!body || len == 0)) {
-    set_text(out, 400, "empty request body: want a JSON object\n");
+    unusable(out, verb, 400,
+             "gpufrac extender: empty request body: want a JSON object");
+    refused = true;
   } else {
     switch (verb) {
     case V_FILTER:
@@ -1934,7 +1972,7 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
     if (!out->body)
       out->content_type = "text/plain; charset=utf-8";
   }
-  record(s, verb, out->status, now_s() - t0);
+  record(s, verb, out->status, refused || rb.refused, now_s() - t0);
 }
 
 void gf_sched_reply_release(gf_sched_reply *r) {

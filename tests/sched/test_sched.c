@@ -622,7 +622,7 @@ static void test_utf8_cut(void **state) {
   for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
     const char *verbs[] = {"filter", "prioritize", "bind"};
     for (int v = 0; v < 3; v++) {
-      json_t *j = reply_json(f->s, verbs[v], bodies[i], 400);
+      json_t *j = reply_json(f->s, verbs[v], bodies[i], v == 1 ? 400 : 200);
       const char *e = json_string_value(json_object_get(j, "Error"));
       assert_non_null(e);
       assert_non_null(strstr(e, "malformed JSON"));
@@ -1120,16 +1120,16 @@ static void test_malformed(void **state) {
     const char *verb, *body, *want;
     int status;
   } cases[] = {
-      {"filter", "{", "malformed JSON at line 1", 400},
-      {"filter", "[]", "not a JSON object", 400},
-      {"filter", "{\"NodeNames\":[]}", "Pod missing", 400},
-      {"filter", "{\"Pod\":{}}", "neither Nodes nor NodeNames", 400},
-      {"filter", "{\"Pod\":{},\"NodeNames\":[1]}", "NodeNames[0]", 400},
-      {"filter", "{\"Pod\":{},\"Nodes\":[]}", "not a NodeList", 400},
+      {"filter", "{", "malformed JSON at line 1", 200},
+      {"filter", "[]", "not a JSON object", 200},
+      {"filter", "{\"NodeNames\":[]}", "Pod missing", 200},
+      {"filter", "{\"Pod\":{}}", "neither Nodes nor NodeNames", 200},
+      {"filter", "{\"Pod\":{},\"NodeNames\":[1]}", "NodeNames[0]", 200},
+      {"filter", "{\"Pod\":{},\"Nodes\":[]}", "not a NodeList", 200},
       {"prioritize", "{\"Pod\":7,\"NodeNames\":[]}", "Pod missing", 400},
-      {"bind", "{\"PodName\":\"p\"}", "Node: missing", 400},
-      {"bind", "{\"PodName\":3,\"Node\":\"n\"}", "PodName: not a string", 400},
-      {"bind", "nul\x01", "malformed JSON", 400},
+      {"bind", "{\"PodName\":\"p\"}", "Node: missing", 200},
+      {"bind", "{\"PodName\":3,\"Node\":\"n\"}", "PodName: not a string", 200},
+      {"bind", "nul\x01", "malformed JSON", 200},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     int st;
@@ -1160,15 +1160,33 @@ static void test_malformed(void **state) {
   gf_sched_handle(f->s, "GET", "/nope", "", 0, &r);
   assert_int_equal(r.status, 404);
   gf_sched_reply_release(&r);
-  gf_sched_handle(f->s, "POST", "/gpufrac/filter", "", 0, &r);
-  assert_int_equal(r.status, 400);
-  gf_sched_reply_release(&r);
+  /* Issue 12: kube-scheduler drops the body of anything but a 200, so a
+   * request filter or bind cannot use is a 200 with Error, in JSON (an
+   * empty body was a text/plain 400); prioritize has no Error field and
+   * answers 400 / 413 with the same JSON. */
+  static const char *const verbs[] = {"/gpufrac/filter", "/prioritize",
+                                      "/bind"};
+  for (int v = 0; v < 3; v++) {
+    gf_sched_handle(f->s, "POST", verbs[v], "", 0, &r);
+    assert_int_equal(r.status, v == 1 ? 400 : 200);
+    assert_string_equal(r.content_type, "application/json");
+    json_t *j = json_loads(r.body, 0, NULL);
+    assert_non_null(j);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(j, "Error")), "empty"));
+    json_decref(j);
+    gf_sched_reply_release(&r);
+  }
   size_t big = GF_SCHED_MAX_BODY + 1;
   char *huge = malloc(big);
   memset(huge, ' ', big);
   gf_sched_handle(f->s, "POST", "/filter", huge, big, &r);
-  assert_int_equal(r.status, 413);
+  assert_int_equal(r.status, 200);
+  assert_string_equal(r.content_type, "application/json");
   assert_non_null(strstr(r.body, "exceeds the limit"));
+  gf_sched_reply_release(&r);
+  gf_sched_handle(f->s, "POST", "/prioritize", huge, big, &r);
+  assert_int_equal(r.status, 413);
   gf_sched_reply_release(&r);
   free(huge);
   gf_sched_handle(f->s, "GET", "/readyz", NULL, 0, &r);
@@ -1181,8 +1199,10 @@ static void test_malformed(void **state) {
   gf_sched_handle(f->s, "GET", "/metrics", NULL, 0, &r);
   assert_int_equal(r.status, 200);
   assert_non_null(strstr(
-      r.body, "gpufrac_extender_requests_total{verb=\"filter\",code=\"400\"} "
-              "7"));
+      r.body, "gpufrac_extender_requests_refused_total{verb=\"filter\"} 8"));
+  assert_non_null(strstr(
+      r.body,
+      "gpufrac_extender_requests_total{verb=\"prioritize\",code=\"400\"} 2"));
   assert_non_null(strstr(r.body, "gpufrac_extender_request_duration_seconds_"
                                  "count{verb=\"filter\"} "));
   gf_sched_reply_release(&r);
