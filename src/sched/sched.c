@@ -43,6 +43,7 @@ typedef struct nrec {
   char rv[GF__RV_MAX]; /* resourceVersion of the Node it came from */
   int64_t cpu_milli, mem_bytes;
   bool has_inv;
+  char *inv_error; /* why its inventory was refused; NULL if it was not */
   gf_inventory inv;
 } nrec;
 
@@ -123,6 +124,7 @@ typedef struct metrics {
   uint64_t n[NVERBS];
   double sum[NVERBS];
   uint64_t binds_ok, binds_failed, filter_failed_nodes, replay_failed;
+  uint64_t nodes_refused; /* Node objects in requests refused (--no-kube) */
   uint64_t rebuilds;
 } metrics;
 
@@ -236,8 +238,10 @@ void gf_sched_free(gf_sched *s) {
   if (!s)
     return;
   policy_drop(s);
-  for (uint32_t i = 0; i < s->nnodes; i++)
+  for (uint32_t i = 0; i < s->nnodes; i++) {
     free(s->nodes[i].name);
+    free(s->nodes[i].inv_error);
+  }
   for (uint32_t i = 0; i < s->npods; i++)
     prec_free(&s->pods[i]);
   free(s->nodes);
@@ -382,8 +386,8 @@ static uint64_t models_mask(const gf_cluster *c, const char *models,
     size_t tl = len;
     while (tl > 0 && p[tl - 1] == ' ')
       tl--;
-    if (tl > 0 && tl < GF_MODEL_NAME_MAX) {
-      char name[GF_MODEL_NAME_MAX];
+    if (tl > 0 && tl < GF_GPU_MODEL_MAX) {
+      char name[GF_GPU_MODEL_MAX];
       memcpy(name, p, tl);
       name[tl] = '\0';
       *named = true;
@@ -711,6 +715,7 @@ static void node_remove_locked(gf_sched *s, uint32_t i) {
   }
   gf__smap_del(&s->nmap, s->nodes[i].name);
   free(s->nodes[i].name);
+  free(s->nodes[i].inv_error);
   s->nnodes--;
   if (i != s->nnodes) {
     s->nodes[i] = s->nodes[s->nnodes];
@@ -725,7 +730,9 @@ static void node_remove_locked(gf_sched *s, uint32_t i) {
 static int node_update_locked(gf_sched *s, const gf__node *pn) {
   int64_t i = gf__smap_get(&s->nmap, pn->name);
   if (i >= 0) {
-    if (same_node(&s->nodes[i], pn)) {
+    if (same_node(&s->nodes[i], pn) &&
+        strcmp(s->nodes[i].inv_error ? s->nodes[i].inv_error : "",
+               pn->inv_error) == 0) {
       snprintf(s->nodes[i].rv, sizeof(s->nodes[i].rv), "%s", pn->rv);
       return 0;
     }
@@ -742,8 +749,11 @@ static int node_update_locked(gf_sched *s, const gf__node *pn) {
   nrec *n = &s->nodes[s->nnodes];
   memset(n, 0, sizeof(*n));
   n->name = strdup(pn->name);
-  if (!n->name || gf__smap_put(&s->nmap, n->name, s->nnodes)) {
+  n->inv_error = pn->inv_error[0] ? strdup(pn->inv_error) : NULL;
+  if (!n->name || (pn->inv_error[0] && !n->inv_error) ||
+      gf__smap_put(&s->nmap, n->name, s->nnodes)) {
     free(n->name);
+    free(n->inv_error);
     return GF_ENOMEM;
   }
   snprintf(n->rv, sizeof(n->rv), "%s", pn->rv);
@@ -779,6 +789,13 @@ int gf_sched_node_update(gf_sched *s, const struct json_t *node, gf_diag *d) {
     pthread_mutex_unlock(&s->mu);
     if (rc)
       gf_diag_set(d, rc, "node %s: %s", pn->name, gf_strerror(rc));
+  } else if (pn->inv_error[0]) {
+    /* A refused inventory: a node already known stays as it was; a new one
+     * is kept without GPUs, its filter reason naming what was refused. */
+    pthread_mutex_lock(&s->mu);
+    if (gf__smap_get(&s->nmap, pn->name) < 0)
+      node_update_locked(s, pn);
+    pthread_mutex_unlock(&s->mu);
   }
   free(pn);
   return rc;
@@ -967,6 +984,12 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
    * for nodes that fail. */
   if (nr->has_inv && gf_node_fits(n, r))
     return 0;
+  if (nr->inv_error) {
+    snprintf(why, cap,
+             "no gpufrac GPUs: the node's %s annotation was refused: %s",
+             GF_INVENTORY_ANNOTATION, nr->inv_error);
+    return 2;
+  }
   if (!nr->has_inv || n->ngpus == 0) {
     snprintf(why, cap,
              "no gpufrac GPUs: node has no %s annotation (is the gpufrac "
@@ -1272,11 +1295,22 @@ static void learn_nodes(gf_sched *s, const gf__args *a, gf__node *pn) {
   const json_t *it;
   json_array_foreach(a->node_items, i, it) {
     gf_diag nd = {""};
-    if (gf__node_parse(it, pn, &nd) != 0)
-      continue;
+    int rc = gf__node_parse(it, pn, &nd);
+    if (rc) {
+      /* Logged: the first 20, then one in 1000 (a client may send many). */
+      uint64_t n = ++s->m.nodes_refused;
+      if (n <= 20 || n % 1000 == 0)
+        fprintf(
+            stderr,
+            "gpufrac scheduler: a Node in a request refused: %s (%s; %" PRIu64
+            " refused so far)\n",
+            nd.msg, gf_err_name(rc), n);
+      if (!pn->inv_error[0])
+        continue; /* no usable name or allocatable */
+    }
     int64_t ni = gf__smap_get(&s->nmap, pn->name);
-    if (ni >= 0 && !rv_replaces(s->nodes[ni].rv, pn->rv))
-      continue;
+    if (ni >= 0 && (rc || !rv_replaces(s->nodes[ni].rv, pn->rv)))
+      continue; /* a known node stays as it was */
     node_update_locked(s, pn);
   }
 }
@@ -1449,14 +1483,17 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   }
   size_t n = a.node_items ? json_array_size(a.node_items) : a.nnames;
   gf__pod *p = malloc(sizeof(*p));
+  gf__node *pn = malloc(sizeof(*pn));
   int64_t *raw = calloc(n + 1, sizeof(*raw));
   bool *fits = calloc(n + 1, sizeof(*fits));
-  if (!p || !raw || !fits) {
+  if (!p || !pn || !raw || !fits) {
     out->status = 500;
     goto done;
   }
   bool ok = gf__pod_parse(a.pod, p, &d) == 0;
   pthread_mutex_lock(&s->mu);
+  if (ensure_model(s) == 0)
+    learn_nodes(s, &a, pn); /* Nodes sent in full, as filter does */
   verdict v = {0, ""};
   gf_request r;
   memset(&r, 0, sizeof(r));
@@ -1528,6 +1565,7 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   out->status = 200;
 done:
   free(p);
+  free(pn);
   free(raw);
   free(fits);
   gf__args_release(&a);
@@ -1785,6 +1823,10 @@ static void do_metrics(gf_sched *s, reply_buf *out) {
             "grant could not be booked in the model.\n"
             "# TYPE gpufrac_extender_replay_failures_total counter\n"
             "gpufrac_extender_replay_failures_total %" PRIu64 "\n"
+            "# HELP gpufrac_extender_request_nodes_refused_total Node "
+            "objects sent in requests that were refused (logged).\n"
+            "# TYPE gpufrac_extender_request_nodes_refused_total counter\n"
+            "gpufrac_extender_request_nodes_refused_total %" PRIu64 "\n"
             "# HELP gpufrac_extender_model_rebuilds_total Model rebuilds.\n"
             "# TYPE gpufrac_extender_model_rebuilds_total counter\n"
             "gpufrac_extender_model_rebuilds_total %" PRIu64 "\n"
@@ -1798,7 +1840,7 @@ static void do_metrics(gf_sched *s, reply_buf *out) {
             "# TYPE gpufrac_extender_leader gauge\n"
             "gpufrac_extender_leader %d\n",
             m->binds_ok, m->binds_failed, m->filter_failed_nodes,
-            m->replay_failed, m->rebuilds, s->nnodes, booked,
+            m->replay_failed, m->nodes_refused, m->rebuilds, s->nnodes, booked,
             s->leader ? 1 : 0);
   pthread_mutex_unlock(&s->mu);
   if (t.oom) {

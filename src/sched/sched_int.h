@@ -72,10 +72,13 @@ typedef struct gf__node {
   int64_t mem_bytes;
   bool has_inventory;
   gf_inventory inv;
+  char inv_error[GF_DIAG_MAX]; /* why the inventory was refused; "" if not */
 } gf__node;
 
 /* Parses a v1 Node.  A malformed inventory is an error (GF_ESYNTAX...)
- * with the node named in d. */
+ * with the node named in d; the rest of *out is then filled all the same
+ * (has_inventory false, inv_error saying why), so the node can be kept as
+ * a node without GPUs whose filter reason names the refused inventory. */
 int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d);
 
 /* ExtenderArgs: the pod plus either Nodes (a v1 NodeList) or NodeNames.

@@ -315,14 +315,19 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
                           : NULL;
   if (!inv)
     return 0;
-  if (!json_is_string(inv))
-    return gf_diag_set(d, GF_ESYNTAX, "Node %s: annotation %s is not a string",
-                       out->name, GF_INVENTORY_ANNOTATION);
   gf_diag id = {""};
-  rc = gf_inventory_parse(json_string_value(inv), json_string_length(inv),
-                          &out->inv, &id);
-  if (rc)
+  if (!json_is_string(inv))
+    rc = gf_diag_set(&id, GF_ESYNTAX, "annotation %s is not a string",
+                     GF_INVENTORY_ANNOTATION);
+  else
+    rc = gf_inventory_parse(json_string_value(inv), json_string_length(inv),
+                            &out->inv, &id);
+  if (rc) {
+    memset(&out->inv, 0, sizeof(out->inv));
+    snprintf(out->inv_error, sizeof(out->inv_error), "%s", id.msg);
+    gf__utf8_fix(out->inv_error);
     return gf_diag_set(d, rc, "Node %s: %s", out->name, id.msg);
+  }
   out->has_inventory = true;
   return 0;
 }

@@ -1071,6 +1071,106 @@ static void test_unresolvable(void **state) {
   free(body);
 }
 
+/* node_a100.json renamed `name`, its two GPUs of model `model`. */
+static json_t *node_model(const char *name, const char *model) {
+  json_t *n = fixture_json("node_a100.json");
+  json_t *md = json_object_get(n, "metadata");
+  json_object_set_new(md, "name", json_string(name));
+  char inv[1024];
+  snprintf(inv, sizeof(inv),
+           "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"GPU-%s-0\","
+           "\"model\":\"%s\",\"memory\":\"80Gi\"},{\"index\":1,\"uuid\":"
+           "\"GPU-%s-1\",\"model\":\"%s\",\"memory\":\"80Gi\"}]}",
+           name, model, name, model);
+  json_object_set_new(json_object_get(md, "annotations"),
+                      "gpufrac.io/inventory", json_string(inv));
+  return n;
+}
+
+/* Issue 12: prioritize with Nodes uses the Node objects sent (before, a
+ * node not learned through /filter scored 0), and GPU model names up to
+ * 127 bytes are accepted (before, 32 bytes or more dropped the whole
+ * inventory: "not seen yet", no log line); a longer one is refused with a
+ * reason naming it, counted and logged. */
+static void test_prioritize_nodes_and_long_models(void **state) {
+  (void)state;
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  char long96[97];
+  memset(long96, 'M', 96);
+  long96[96] = '\0';
+  char long128[129];
+  memset(long128, 'L', 128);
+  long128[128] = '\0';
+  json_t *items = json_array();
+  json_array_append_new(
+      items, node_model("laptop", "NVIDIA GeForce RTX 4090 Laptop GPU"));
+  json_array_append_new(items, node_model("wide", long96));
+  json_array_append_new(items, node_model("toolong", long128));
+  json_t *pod = json_loads(
+      "{\"metadata\":{\"name\":\"q\",\"namespace\":\"t\",\"uid\":\"u-q\"},"
+      "\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":"
+      "{\"gpufrac.io/gpu-memory\":\"10Gi\"}}}]}}",
+      0, NULL);
+  json_t *args =
+      json_pack("{s:o,s:{s:o}}", "Pod", pod, "Nodes", "items", items);
+  char *body = json_dumps(args, JSON_COMPACT);
+  json_decref(args);
+  int st;
+  json_t *res = call(s, "prioritize", body, &st);
+  assert_int_equal(st, 200);
+  assert_int_equal(json_array_size(res), 3);
+  for (size_t i = 0; i < 3; i++) {
+    json_t *h = json_array_get(res, i);
+    const char *host = json_string_value(json_object_get(h, "Host"));
+    json_int_t score = json_integer_value(json_object_get(h, "Score"));
+    if (strcmp(host, "toolong") == 0)
+      assert_int_equal(score, 0);
+    else
+      assert_int_equal(score, 10); /* learned from the request, fits */
+  }
+  json_decref(res);
+  res = call(s, "filter", body, &st);
+  json_t *passed = json_object_get(json_object_get(res, "Nodes"), "items");
+  assert_int_equal(json_array_size(passed), 2);
+  const char *why = failed_reason(res, "toolong");
+  assert_non_null(why);
+  assert_non_null(strstr(why, "annotation was refused"));
+  assert_non_null(strstr(why, "model"));
+  assert_non_null(json_object_get(
+      json_object_get(res, "FailedAndUnresolvableNodes"), "toolong"));
+  json_decref(res);
+  free(body);
+  assert_int_equal(gpus_of(s, "laptop"), 2);
+  assert_int_equal(gpus_of(s, "wide"), 2);
+  assert_int_equal(gpus_of(s, "toolong"), 0);
+  gf_sched_reply r;
+  gf_sched_handle(s, "GET", "/metrics", NULL, 0, &r);
+  assert_non_null(
+      strstr(r.body, "gpufrac_extender_request_nodes_refused_total 2"));
+  gf_sched_reply_release(&r);
+
+  /* From the watch: a new node with a refused inventory is kept without
+   * GPUs, its reason naming the refusal (not "not seen yet"). */
+  json_t *n = node_model("watched-long", long128);
+  assert_int_equal(gf_sched_node_update(s, n, &d), GF_ELIMIT);
+  assert_non_null(strstr(d.msg, "watched-long"));
+  json_decref(n);
+  assert_int_equal(gpus_of(s, "watched-long"), 0);
+  res = call(s, "filter",
+             "{\"Pod\":{\"metadata\":{\"name\":\"q\",\"namespace\":\"t\","
+             "\"uid\":\"u-q\"},\"spec\":{\"containers\":[{\"name\":\"c\","
+             "\"resources\":{\"requests\":{\"gpufrac.io/gpu-memory\":"
+             "\"10Gi\"}}}]}},\"NodeNames\":[\"watched-long\"]}",
+             &st);
+  why = failed_reason(res, "watched-long");
+  assert_non_null(why);
+  assert_non_null(strstr(why, "annotation was refused"));
+  json_decref(res);
+  gf_sched_free(s);
+}
+
 static void test_prioritize(void **state) {
   fx *f = *state;
   /* Fill GPU 0 of the A100 node halfway; put a second A100 node in. */
@@ -1427,6 +1527,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_node_removal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prioritize, setup, teardown),
       cmocka_unit_test(test_nodes_older_copy_ignored),
+      cmocka_unit_test(test_prioritize_nodes_and_long_models),
       cmocka_unit_test_setup_teardown(test_unresolvable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_utf8_cut, setup, teardown),
       cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
