@@ -52,12 +52,12 @@ typedef enum gf_gpu_mode {
 } gf_gpu_mode;
 
 typedef struct gf_inventory_gpu {
-  uint32_t index;                /* nvidia-smi order on the node */
-  char uuid[GF_UUID_MAX];        /* "GPU-..."; required */
-  char model[GF_MODEL_NAME_MAX]; /* product name; required */
-  int64_t mem_bytes;             /* "memory": a quantity or integer bytes */
-  int32_t sm_count;              /* "sms": 0 when absent */
-  gf_gpu_mode mode;              /* "mode": "shared" (default) | "exclusive" */
+  uint32_t index;               /* nvidia-smi order on the node */
+  char uuid[GF_UUID_MAX];       /* "GPU-..."; required */
+  char model[GF_GPU_MODEL_MAX]; /* product name; required, < 128 bytes */
+  int64_t mem_bytes;            /* "memory": a quantity or integer bytes */
+  int32_t sm_count;             /* "sms": 0 when absent */
+  gf_gpu_mode mode;             /* "mode": "shared" (default) | "exclusive" */
 } gf_inventory_gpu;
 
 typedef struct gf_inventory {

@@ -31,8 +31,12 @@
 
 #define GF_GPU_MILLI 1000 /* one whole GPU */
 #define GF_MAX_GPUS_PER_NODE 16
-#define GF_MAX_MODELS 64 /* model ids fit a uint64_t mask */
-#define GF_MODEL_NAME_MAX 32
+#define GF_MAX_MODELS 64     /* model ids fit a uint64_t mask */
+#define GF_MODEL_NAME_MAX 32 /* a model name as the node agent discovers it */
+/* A GPU model name in the cluster model and the inventory annotation, and
+ * its NUL: real names reach 34 bytes ("NVIDIA GeForce RTX 4090 Laptop
+ * GPU") and NVML allows 96; the inventory accepts up to 127. */
+#define GF_GPU_MODEL_MAX 128
 #define GF_UUID_MAX 48
 
 typedef struct gf_gpu {

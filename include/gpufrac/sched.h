@@ -23,9 +23,11 @@
  *     a concurrent bind or filter already sees it; the binder runs outside
  *     the mutex; any binder failure rolls the assumption back exactly.  No
  *     GPU share is ever booked twice.
- *   - Input is bounded: request bodies above max_body are refused (413)
- *     before parsing; malformed input gets 400 with a message naming what is
- *     wrong; nothing a client sends can crash the process.
+ *   - Input is bounded: request bodies above max_body are refused before
+ *     parsing; malformed input gets an Error naming what is wrong (in a 200
+ *     for filter and bind, which kube-scheduler shows; 400 / 413 for
+ *     prioritize); every reply is valid JSON; nothing a client sends can
+ *     crash the process.
  *   - Without a binder, /bind answers with an Error saying so; it never
  *     pretends to have bound.
  */
@@ -92,6 +94,14 @@ void gf_sched_set_synced(gf_sched *s, bool synced);
 /* Leadership: only the leader binds; others answer filter/prioritize from
  * their model and refuse /bind with an Error.  Starts true. */
 void gf_sched_set_leader(gf_sched *s, bool leader);
+/* Where nodes come from.  Watched (an informer feeds gf_sched_node_*):
+ * Node objects in /filter and /prioritize requests only name candidates
+ * and never change the model; a candidate the informer has not delivered
+ * is "not seen yet".  Not watched (the default, --no-kube): those Node
+ * objects are the model's only source of nodes, and a copy whose
+ * resourceVersion is older than (or equal to) the one held is ignored.
+ * gf_sched_kube_new sets it. */
+void gf_sched_set_watched(gf_sched *s, bool watched);
 
 /* ---- the model, fed by a watch ---------------------------------------- */
 
@@ -148,9 +158,12 @@ typedef struct gf_sched_reply {
 } gf_sched_reply;
 
 /* Answers one request: POST <prefix>/filter, /prioritize, /bind; GET
- * /healthz, /readyz, /metrics (the last path segment decides).  Always
- * fills *out (release with gf_sched_reply_release) and records the request
- * in the metrics. */
+ * /healthz, /readyz, /leaderz, /metrics (the last path segment decides).
+ * Always fills *out (release with gf_sched_reply_release) and records the
+ * request in the metrics.  A request filter or bind cannot use (empty,
+ * malformed, or len over max_body, in which case body is not read) is
+ * answered 200 with {"Error": ...}, since kube-scheduler shows only the
+ * Error of a 200; prioritize answers 400 / 413 with that JSON. */
 void gf_sched_handle(gf_sched *s, const char *method, const char *path,
                      const char *body, size_t len, gf_sched_reply *out);
 void gf_sched_reply_release(gf_sched_reply *r);
@@ -159,12 +172,47 @@ void gf_sched_reply_release(gf_sched_reply *r);
 
 typedef struct gf_sched_server gf_sched_server;
 
-/* Serves s on `listen` ("ADDR:PORT", IPv4; port 0 picks a free one) with a
- * pool of `threads` threads (0: 4).  s must outlive the server.
- * GF_EINVAL for a bad address, GF_IO when the socket cannot be bound. */
+/* How the server protects itself and what it serves.
+ *
+ * Slow clients: every request must arrive whole (TLS handshake, headers
+ * and body) within request_timeout_ms of the connection opening or of the
+ * previous answer, else the connection is shut; a client address holds at
+ * most per_ip_max connections, all of them at most conn_max.  So a client
+ * that drips bytes holds a connection for a bounded time, and one address
+ * cannot take every slot.
+ *
+ * Health: with health_listen set, a second plain-HTTP listener serves GET
+ * /healthz, /readyz, /leaderz and /metrics only (404 for the verbs), with
+ * its own connection slots, so probes are answered while the main listener
+ * is busy or needs a client certificate.
+ *
+ * TLS: with tls_cert and tls_key (PEM files, e.g. a mounted Secret) the
+ * main listener speaks HTTPS only; with tls_client_ca as well, every
+ * request must come with a client certificate signed by that CA (PEM) or
+ * it is refused with 403 before its body is read. */
+typedef struct gf_sched_server_opts {
+  const char *listen;          /* "ADDR:PORT", IPv4; port 0 picks one */
+  unsigned threads;            /* 0: 4 */
+  unsigned conn_max;           /* 0: 1024 */
+  unsigned per_ip_max;         /* 0: 64 */
+  unsigned request_timeout_ms; /* 0: 10000 */
+  const char *health_listen;   /* NULL or "": no health listener */
+  const char *tls_cert;        /* NULL: plain HTTP */
+  const char *tls_key;
+  const char *tls_client_ca; /* NULL: no client certificate asked */
+} gf_sched_server_opts;
+
+/* Serves s as o says.  s must outlive the server.  GF_EINVAL for a bad
+ * address or option, GF_EIO when a socket cannot be bound or a TLS file
+ * cannot be read or used. */
+int gf_sched_server_start_opts(gf_sched *s, const gf_sched_server_opts *o,
+                               gf_sched_server **out, gf_diag *d);
+/* The defaults above on `listen` with `threads`. */
 int gf_sched_server_start(gf_sched *s, const char *listen, unsigned threads,
                           gf_sched_server **out, gf_diag *d);
 uint16_t gf_sched_server_port(const gf_sched_server *srv);
+/* The health listener's port; 0 when there is none. */
+uint16_t gf_sched_server_health_port(const gf_sched_server *srv);
 /* Stops accepting, finishes requests in flight, frees the server. */
 void gf_sched_server_stop(gf_sched_server *srv);
 

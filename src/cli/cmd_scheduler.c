@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,11 @@ static void usage(FILE *fp) {
       "                         [--policy NAME[:k=v...]] [--threads N]\n"
       "                         [--kubeconfig PATH | --no-kube]\n"
       "                         [--lease NAMESPACE/NAME]\n"
+      "                         [--health-listen ADDR:PORT]\n"
+      "                         [--request-timeout-ms N] [--max-conns-per-ip "
+      "N]\n"
+      "                         [--tls-cert FILE --tls-key FILE\n"
+      "                          [--tls-client-ca FILE]]\n"
       "\n"
       "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
       "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
@@ -47,7 +53,20 @@ static void usage(FILE *fp) {
       "                      503 (for trying the protocol locally)\n"
       "  --lease NS/NAME     Lease for leader election (default\n"
       "                      " GF_SCHED_KUBE_LEASE_NS
-      "/" GF_SCHED_KUBE_LEASE_NAME ")\n");
+      "/" GF_SCHED_KUBE_LEASE_NAME ")\n"
+      "  --health-listen A:P a second, plain-HTTP listener for /healthz,\n"
+      "                      /readyz, /leaderz, /metrics only (probes stay\n"
+      "                      answered when the main one is busy or TLS)\n"
+      "  --request-timeout-ms N  a whole request (TLS handshake, headers,\n"
+      "                      body) must arrive within N ms (default 10000)\n"
+      "  --max-conns-per-ip N  connections one client address may hold\n"
+      "                      (default 64; 1024 in all)\n"
+      "  --tls-cert FILE, --tls-key FILE  serve HTTPS with this PEM\n"
+      "                      certificate and key (a mounted Secret)\n"
+      "  --tls-client-ca FILE  require a client certificate signed by this\n"
+      "                      PEM CA (kube-scheduler's tlsConfig certFile)\n"
+      "  config file keys: healthListen, requestTimeoutMs, maxConnsPerIP,\n"
+      "                      tlsCertFile, tlsKeyFile, tlsClientCAFile\n");
 }
 
 typedef struct opts {
@@ -58,11 +77,46 @@ typedef struct opts {
   char kubeconfig[4096];
   char lease[512];
   bool no_kube;
+  char health_listen[128];
+  int64_t request_timeout_ms;
+  int64_t per_ip;
+  char tls_cert[4096];
+  char tls_key[4096];
+  char tls_ca[4096];
 } opts;
 
 /* Which options the command line set (the config file does not override
  * them). */
-enum { SET_LISTEN, SET_POLICY, SET_THREADS, SET_KUBECONFIG, SET_LEASE, NSET };
+enum {
+  SET_LISTEN,
+  SET_POLICY,
+  SET_THREADS,
+  SET_KUBECONFIG,
+  SET_LEASE,
+  SET_HEALTH,
+  SET_TIMEOUT,
+  SET_PER_IP,
+  SET_CERT,
+  SET_KEY,
+  SET_CA,
+  NSET
+};
+
+/* The string options: flag, config key, field, which. */
+typedef struct str_opt {
+  const char *flag, *key;
+  size_t off, cap;
+  int which;
+} str_opt;
+#define STR_OPT(flag, key, field, which)                                       \
+  { flag, key, offsetof(opts, field), sizeof(((opts *)0)->field), which }
+static const str_opt str_opts[] = {
+    STR_OPT("--health-listen", "healthListen", health_listen, SET_HEALTH),
+    STR_OPT("--tls-cert", "tlsCertFile", tls_cert, SET_CERT),
+    STR_OPT("--tls-key", "tlsKeyFile", tls_key, SET_KEY),
+    STR_OPT("--tls-client-ca", "tlsClientCAFile", tls_ca, SET_CA),
+};
+#define NSTR_OPTS (sizeof(str_opts) / sizeof(str_opts[0]))
 
 static int copy_opt(char *dst, size_t cap, const char *v, const char *what) {
   if (strlen(v) >= cap) {
@@ -90,7 +144,24 @@ static int read_config(const char *path, opts *o, const bool *set) {
     goto out;
   }
   json_object_foreach(root, key, v) {
-    if (strcmp(key, "listen") == 0 && json_is_string(v)) {
+    const str_opt *so = NULL;
+    for (size_t k = 0; k < NSTR_OPTS; k++)
+      if (strcmp(key, str_opts[k].key) == 0)
+        so = &str_opts[k];
+    if (so && json_is_string(v)) {
+      if (!set[so->which])
+        rc = copy_opt((char *)o + so->off, so->cap, json_string_value(v),
+                      so->key);
+    } else if (strcmp(key, "requestTimeoutMs") == 0 && json_is_integer(v) &&
+               json_integer_value(v) >= 100 &&
+               json_integer_value(v) <= 600000) {
+      if (!set[SET_TIMEOUT])
+        o->request_timeout_ms = (int64_t)json_integer_value(v);
+    } else if (strcmp(key, "maxConnsPerIP") == 0 && json_is_integer(v) &&
+               json_integer_value(v) >= 1 && json_integer_value(v) <= 1024) {
+      if (!set[SET_PER_IP])
+        o->per_ip = (int64_t)json_integer_value(v);
+    } else if (strcmp(key, "listen") == 0 && json_is_string(v)) {
       if (!set[SET_LISTEN])
         rc = copy_opt(o->listen, sizeof(o->listen), json_string_value(v),
                       "listen");
@@ -233,7 +304,32 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
       set[SET_LEASE] = true;
     } else if (strcmp(a, "--config") == 0) {
       *config = v;
+    } else if (strcmp(a, "--request-timeout-ms") == 0 ||
+               strcmp(a, "--max-conns-per-ip") == 0) {
+      bool t = a[2] == 'r';
+      gf_diag d = {""};
+      if (gf_parse_int64(v, t ? 100 : 1, t ? 600000 : 1024,
+                         t ? &o->request_timeout_ms : &o->per_ip, &d)) {
+        fprintf(stderr, "gpufrac scheduler: %s: %s\n", a, d.msg);
+        return GF_EXIT_USAGE;
+      }
+      set[t ? SET_TIMEOUT : SET_PER_IP] = true;
     } else {
+      const str_opt *so = NULL;
+      for (size_t k = 0; k < NSTR_OPTS; k++)
+        if (strcmp(a, str_opts[k].flag) == 0)
+          so = &str_opts[k];
+      if (so) {
+        if (!*v) {
+          fprintf(stderr, "gpufrac scheduler: %s: empty value\n", a);
+          return GF_EXIT_USAGE;
+        }
+        rc = copy_opt((char *)o + so->off, so->cap, v, a);
+        set[so->which] = true;
+        if (rc)
+          return rc;
+        continue;
+      }
       fprintf(stderr, "gpufrac scheduler: unknown option '%s'\n", a);
       usage(stderr);
       return GF_EXIT_USAGE;
@@ -314,7 +410,16 @@ int cmd_scheduler(int argc, char **argv) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-  if (gf_sched_server_start(s, o.listen, (unsigned)o.threads, &srv, &d)) {
+  gf_sched_server_opts so = {.listen = o.listen,
+                             .threads = (unsigned)o.threads,
+                             .per_ip_max = (unsigned)o.per_ip,
+                             .request_timeout_ms =
+                                 (unsigned)o.request_timeout_ms,
+                             .health_listen = o.health_listen,
+                             .tls_cert = o.tls_cert[0] ? o.tls_cert : NULL,
+                             .tls_key = o.tls_key[0] ? o.tls_key : NULL,
+                             .tls_client_ca = o.tls_ca[0] ? o.tls_ca : NULL};
+  if (gf_sched_server_start_opts(s, &so, &srv, &d)) {
     fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
     rc = GF_EXIT_FAIL;
     goto out;
@@ -338,6 +443,12 @@ int cmd_scheduler(int argc, char **argv) {
             "gpufrac scheduler: --no-kube: no Kubernetes API client: /bind "
             "will refuse and /readyz stays 503\n",
             (unsigned)gf_sched_server_port(srv), o.policy);
+  if (gf_sched_server_health_port(srv))
+    fprintf(stderr, "gpufrac scheduler: health listener on port %u\n",
+            (unsigned)gf_sched_server_health_port(srv));
+  if (so.tls_cert)
+    fprintf(stderr, "gpufrac scheduler: HTTPS%s\n",
+            so.tls_client_ca ? ", client certificates required" : "");
   int sig = 0;
   sigwait(&sigs, &sig);
   fprintf(stderr, "gpufrac scheduler: signal %d, stopping\n", sig);

@@ -18,7 +18,7 @@ struct gf_cluster {
    * half full.  Rebuilt when it grows. */
   uint32_t *names;
   uint32_t nslots;
-  char models[GF_MAX_MODELS][GF_MODEL_NAME_MAX];
+  char models[GF_MAX_MODELS][GF_GPU_MODEL_MAX];
   int nmodels;
   int64_t milli_total, milli_used;
   uint32_t ngpus;
@@ -115,8 +115,7 @@ int gf_cluster_model_id(gf_cluster *c, const char *name, bool create) {
       return i;
   if (!create)
     return GF_ENOTFOUND;
-  if (c->nmodels >= GF_MAX_MODELS || strlen(name) >= GF_MODEL_NAME_MAX ||
-      !*name)
+  if (c->nmodels >= GF_MAX_MODELS || strlen(name) >= GF_GPU_MODEL_MAX || !*name)
     return GF_ELIMIT;
   memcpy(c->models[c->nmodels], name, strlen(name) + 1);
   return c->nmodels++;

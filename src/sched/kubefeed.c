@@ -470,6 +470,9 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
     }
     gf_sched_set_leader(s, false); /* follow until the Lease is ours */
   }
+  /* The informer is the model's only source of nodes from now on: Node
+   * objects in requests merely name candidates. */
+  gf_sched_set_watched(s, true);
   *out = f;
   return 0;
 fail:

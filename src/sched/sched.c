@@ -40,8 +40,10 @@
 
 typedef struct nrec {
   char *name;
+  char rv[GF__RV_MAX]; /* resourceVersion of the Node it came from */
   int64_t cpu_milli, mem_bytes;
   bool has_inv;
+  char *inv_error; /* why its inventory was refused; NULL if it was not */
   gf_inventory inv;
 } nrec;
 
@@ -102,12 +104,14 @@ enum {
   V_HEALTHZ,
   V_READYZ,
   V_METRICS,
+  V_LEADERZ,
   V_OTHER,
   NVERBS
 };
 static const char *const verb_names[NVERBS] = {
-    "filter", "prioritize", "bind", "healthz", "readyz", "metrics", "other"};
-static const int codes[] = {200, 400, 404, 405, 413, 500, 503};
+    "filter", "prioritize", "bind",    "healthz",
+    "readyz", "metrics",    "leaderz", "other"};
+static const int codes[] = {200, 400, 403, 404, 405, 413, 500, 503};
 #define NCODES (sizeof(codes) / sizeof(codes[0]))
 static const double buckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01,
                                  0.025,  0.05,  0.1,   0.25,  1.0};
@@ -116,9 +120,11 @@ static const double buckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01,
 typedef struct metrics {
   uint64_t req[NVERBS][NCODES + 1]; /* last column: any other code */
   uint64_t hist[NVERBS][NBUCKETS];
+  uint64_t refused[NVERBS]; /* requests that could not be used */
   uint64_t n[NVERBS];
   double sum[NVERBS];
   uint64_t binds_ok, binds_failed, filter_failed_nodes, replay_failed;
+  uint64_t nodes_refused; /* Node objects in requests refused (--no-kube) */
   uint64_t rebuilds;
 } metrics;
 
@@ -132,6 +138,7 @@ struct gf_sched {
   bool has_binder;
   size_t max_body;
   bool synced, leader;
+  bool watched; /* an informer feeds nodes: requests never change them */
 
   gf_cluster *c;
   bool dirty; /* c must be rebuilt before use */
@@ -231,8 +238,10 @@ void gf_sched_free(gf_sched *s) {
   if (!s)
     return;
   policy_drop(s);
-  for (uint32_t i = 0; i < s->nnodes; i++)
+  for (uint32_t i = 0; i < s->nnodes; i++) {
     free(s->nodes[i].name);
+    free(s->nodes[i].inv_error);
+  }
   for (uint32_t i = 0; i < s->npods; i++)
     prec_free(&s->pods[i]);
   free(s->nodes);
@@ -256,6 +265,12 @@ void gf_sched_set_synced(gf_sched *s, bool synced) {
 void gf_sched_set_leader(gf_sched *s, bool leader) {
   pthread_mutex_lock(&s->mu);
   s->leader = leader;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gf_sched_set_watched(gf_sched *s, bool watched) {
+  pthread_mutex_lock(&s->mu);
+  s->watched = watched;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -371,8 +386,8 @@ static uint64_t models_mask(const gf_cluster *c, const char *models,
     size_t tl = len;
     while (tl > 0 && p[tl - 1] == ' ')
       tl--;
-    if (tl > 0 && tl < GF_MODEL_NAME_MAX) {
-      char name[GF_MODEL_NAME_MAX];
+    if (tl > 0 && tl < GF_GPU_MODEL_MAX) {
+      char name[GF_GPU_MODEL_MAX];
       memcpy(name, p, tl);
       name[tl] = '\0';
       *named = true;
@@ -700,6 +715,7 @@ static void node_remove_locked(gf_sched *s, uint32_t i) {
   }
   gf__smap_del(&s->nmap, s->nodes[i].name);
   free(s->nodes[i].name);
+  free(s->nodes[i].inv_error);
   s->nnodes--;
   if (i != s->nnodes) {
     s->nodes[i] = s->nodes[s->nnodes];
@@ -714,8 +730,12 @@ static void node_remove_locked(gf_sched *s, uint32_t i) {
 static int node_update_locked(gf_sched *s, const gf__node *pn) {
   int64_t i = gf__smap_get(&s->nmap, pn->name);
   if (i >= 0) {
-    if (same_node(&s->nodes[i], pn))
+    if (same_node(&s->nodes[i], pn) &&
+        strcmp(s->nodes[i].inv_error ? s->nodes[i].inv_error : "",
+               pn->inv_error) == 0) {
+      snprintf(s->nodes[i].rv, sizeof(s->nodes[i].rv), "%s", pn->rv);
       return 0;
+    }
     node_remove_locked(s, (uint32_t)i);
   }
   if (s->nnodes == s->capnodes) {
@@ -729,10 +749,14 @@ static int node_update_locked(gf_sched *s, const gf__node *pn) {
   nrec *n = &s->nodes[s->nnodes];
   memset(n, 0, sizeof(*n));
   n->name = strdup(pn->name);
-  if (!n->name || gf__smap_put(&s->nmap, n->name, s->nnodes)) {
+  n->inv_error = pn->inv_error[0] ? strdup(pn->inv_error) : NULL;
+  if (!n->name || (pn->inv_error[0] && !n->inv_error) ||
+      gf__smap_put(&s->nmap, n->name, s->nnodes)) {
     free(n->name);
+    free(n->inv_error);
     return GF_ENOMEM;
   }
+  snprintf(n->rv, sizeof(n->rv), "%s", pn->rv);
   n->cpu_milli = pn->cpu_milli;
   n->mem_bytes = pn->mem_bytes;
   n->has_inv = pn->has_inventory;
@@ -765,6 +789,13 @@ int gf_sched_node_update(gf_sched *s, const struct json_t *node, gf_diag *d) {
     pthread_mutex_unlock(&s->mu);
     if (rc)
       gf_diag_set(d, rc, "node %s: %s", pn->name, gf_strerror(rc));
+  } else if (pn->inv_error[0]) {
+    /* A refused inventory: a node already known stays as it was; a new one
+     * is kept without GPUs, its filter reason naming what was refused. */
+    pthread_mutex_lock(&s->mu);
+    if (gf__smap_get(&s->nmap, pn->name) < 0)
+      node_update_locked(s, pn);
+    pthread_mutex_unlock(&s->mu);
   }
   free(pn);
   return rc;
@@ -953,6 +984,12 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
    * for nodes that fail. */
   if (nr->has_inv && gf_node_fits(n, r))
     return 0;
+  if (nr->inv_error) {
+    snprintf(why, cap,
+             "no gpufrac GPUs: the node's %s annotation was refused: %s",
+             GF_INVENTORY_ANNOTATION, nr->inv_error);
+    return 2;
+  }
   if (!nr->has_inv || n->ngpus == 0) {
     snprintf(why, cap,
              "no gpufrac GPUs: node has no %s annotation (is the gpufrac "
@@ -965,18 +1002,73 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     return 2;
   }
   if (r->model_mask && !(r->model_mask & n->model_mask)) {
-    char have[128] = "";
+    char have[384] = "";
     size_t used = 0;
     for (int m = 0; m < GF_MAX_MODELS; m++)
       if (n->model_mask & (1ull << m)) {
         int w = snprintf(have + used, sizeof(have) - used, "%s%s",
                          used ? ", " : "", gf_cluster_model_name(s->c, m));
-        if (w < 0 || (size_t)w >= sizeof(have) - used)
+        if (w < 0 || (size_t)w >= sizeof(have) - used) {
+          /* no room for this name: end the list cleanly */
+          snprintf(have + used, sizeof(have) - used, "%s", used ? ", ..." : "");
           break;
+        }
         used += (size_t)w;
       }
     snprintf(why, cap, "gpu-model: node has %s, not an allowed model", have);
     return 2;
+  }
+  /* What the node can never offer, however much is freed: more CPU or
+   * memory than it has allocatable, a share larger than its largest GPU,
+   * a share where every GPU is whole-only, more GPUs than it has that could
+   * take one.  These are unresolvable (preemption cannot help). */
+  if (r->cpu_milli > n->cpu_milli) {
+    gf__fmt_cpu(r->cpu_milli, a, sizeof(a));
+    gf__fmt_cpu(n->cpu_milli, b, sizeof(b));
+    snprintf(why, cap, "CPU: %s cores requested, node has %s allocatable", a,
+             b);
+    return 2;
+  }
+  if (r->mem_bytes > n->mem_bytes) {
+    gf__fmt_bytes(r->mem_bytes, a, sizeof(a));
+    gf__fmt_bytes(n->mem_bytes, b, sizeof(b));
+    snprintf(why, cap, "memory: %s requested, node has %s allocatable", a, b);
+    return 2;
+  }
+  {
+    bool share = r->gpu_milli < GF_GPU_MILLI;
+    uint32_t able = 0, eligible = 0;
+    int64_t biggest = 0;
+    for (uint32_t g = 0; g < n->ngpus; g++) {
+      const gf_gpu *gpu = &n->gpus[g];
+      if (r->model_mask && !(r->model_mask & (1ull << gpu->model)))
+        continue;
+      eligible++;
+      if (share && gpu->whole_only)
+        continue;
+      if (gpu->mem_bytes > biggest)
+        biggest = gpu->mem_bytes;
+      if (!r->gpu_mem_bytes || gpu->mem_bytes >= r->gpu_mem_bytes)
+        able++;
+    }
+    if (able < r->gpu_count) {
+      if (share && eligible > 0 && biggest == 0) {
+        snprintf(why, cap,
+                 "a GPU share: every GPU on %s is whole-only (exclusive mode "
+                 "or MIG devices); ask for a whole GPU (%s without memory or "
+                 "compute)",
+                 nr->name, GF_RES_GPU);
+      } else if (r->gpu_mem_bytes && biggest < r->gpu_mem_bytes) {
+        gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
+        gf__fmt_bytes(biggest, b, sizeof(b));
+        snprintf(why, cap, "gpu-memory %s: the largest GPU on %s has %s", a,
+                 nr->name, b);
+      } else {
+        snprintf(why, cap, "needs %u GPUs, node has %u that could take it",
+                 r->gpu_count, able);
+      }
+      return 2;
+    }
   }
   if (n->cpu_used + r->cpu_milli > n->cpu_milli) {
     gf__fmt_cpu(r->cpu_milli, a, sizeof(a));
@@ -1060,6 +1152,7 @@ static void resolve(gf_sched *s, const gf__pod *p, gf_request *r, verdict *v) {
     snprintf(v->why, sizeof(v->why),
              "gpu-model '%.200s': no node in the cluster has this model",
              p->models);
+    gf__utf8_fix(v->why); /* the precision may cut a character */
   }
 }
 
@@ -1074,10 +1167,16 @@ typedef struct reply_buf {
   json_t *json;
   char *text;     /* instead of json */
   bool text_json; /* text is JSON written directly (large replies) */
+  bool refused;   /* the request could not be used (Error in a 200) */
 } reply_buf;
 
+/* {"Error": msg}, msg made valid UTF-8 first (it may quote client input,
+ * cut by a fixed-size buffer). */
 static json_t *error_obj(const char *msg) {
-  return json_pack("{s:s}", "Error", msg);
+  char buf[GF_DIAG_MAX];
+  snprintf(buf, sizeof(buf), "%s", msg);
+  json_t *j = json_pack("{s:s}", "Error", gf__utf8_fix(buf));
+  return j ? j : json_pack("{s:s}", "Error", "gpufrac extender: out of memory");
 }
 
 /* ---- text replies ----------------------------------------------------*/
@@ -1155,12 +1254,74 @@ static void tb_json_str(tbuf *t, const char *v) {
   tb_put(t, "\"", 1);
 }
 
+/* A resourceVersion as a number: true when rv is a decimal uint64. */
+static bool rv_number(const char *rv, uint64_t *out) {
+  uint64_t v = 0;
+  if (!*rv)
+    return false;
+  for (const char *p = rv; *p; p++) {
+    if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10)
+      return false;
+    v = v * 10 + (uint64_t)(*p - '0');
+  }
+  *out = v;
+  return true;
+}
+
+/* Whether a Node at resourceVersion `fresh` may replace the copy the model
+ * holds at `held`.  The API server's resourceVersions are opaque, but its
+ * own are increasing decimal numbers: when the held one is such a number,
+ * only a larger number replaces it (an older or equal copy, or one whose
+ * version cannot be compared, never does).  A copy held without a number
+ * is replaced by any other version. */
+static bool rv_replaces(const char *held, const char *fresh) {
+  uint64_t h, f;
+  if (rv_number(held, &h))
+    return rv_number(fresh, &f) && f > h;
+  return !*held || strcmp(held, fresh) != 0;
+}
+
+/* Node objects sent in a request (nodeCacheCapable false).  When an
+ * informer feeds the model (s->watched) they only name the candidates and
+ * never change it: the API server's copy is the truth, and anyone who can
+ * reach the extender could otherwise send a Node with more GPU memory, or
+ * a stale copy without GPUs.  Without an informer (--no-kube) they are the
+ * only source: a node is learned or refreshed from them, but a copy older
+ * than the one held (resourceVersion) is ignored.  Under the mutex. */
+static void learn_nodes(gf_sched *s, const gf__args *a, gf__node *pn) {
+  if (!a->node_items || s->watched)
+    return;
+  size_t i;
+  const json_t *it;
+  json_array_foreach(a->node_items, i, it) {
+    gf_diag nd = {""};
+    int rc = gf__node_parse(it, pn, &nd);
+    if (rc) {
+      /* Logged: the first 20, then one in 1000 (a client may send many). */
+      uint64_t n = ++s->m.nodes_refused;
+      if (n <= 20 || n % 1000 == 0)
+        fprintf(
+            stderr,
+            "gpufrac scheduler: a Node in a request refused: %s (%s; %" PRIu64
+            " refused so far)\n",
+            nd.msg, gf_err_name(rc), n);
+      if (!pn->inv_error[0])
+        continue; /* no usable name or allocatable */
+    }
+    int64_t ni = gf__smap_get(&s->nmap, pn->name);
+    if (ni >= 0 && (rc || !rv_replaces(s->nodes[ni].rv, pn->rv)))
+      continue; /* a known node stays as it was */
+    node_update_locked(s, pn);
+  }
+}
+
 static void do_filter(gf_sched *s, const char *body, size_t len,
                       reply_buf *out) {
   gf_diag d = {""};
   gf__args a;
   if (gf__args_parse(body, len, &a, &d)) {
-    out->status = 400;
+    out->status = 200; /* kube-scheduler shows Error; it drops a 400's body */
+    out->refused = true;
     out->json = error_obj(d.msg);
     return;
   }
@@ -1187,6 +1348,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   if (gf__pod_parse(a.pod, p, &d)) {
     v.kind = 2;
     snprintf(v.why, sizeof(v.why), "%s", d.msg);
+    gf__utf8_fix(v.why);
   }
   pthread_mutex_lock(&s->mu);
   int rc = ensure_model(s);
@@ -1196,16 +1358,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     out->json = error_obj("extender out of memory rebuilding its model");
     goto done;
   }
-  /* Nodes sent in full (nodeCacheCapable false) refresh the model. */
-  if (a.node_items) {
-    size_t i;
-    const json_t *it;
-    json_array_foreach(a.node_items, i, it) {
-      gf_diag nd = {""};
-      if (gf__node_parse(it, pn, &nd) == 0)
-        node_update_locked(s, pn);
-    }
-  }
+  learn_nodes(s, &a, pn);
   if (v.kind == 0) {
     if (!p->node[0])
       pending_put(s, p);
@@ -1234,6 +1387,8 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
                        &r, why, sizeof(why));
       }
     }
+    if (kind)
+      gf__utf8_fix(why); /* reasons quote model and node names */
     int jr = 0;
     if (!a.node_items) {
       /* Names only: write the reply's parts directly (see prioritize). */
@@ -1328,14 +1483,17 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   }
   size_t n = a.node_items ? json_array_size(a.node_items) : a.nnames;
   gf__pod *p = malloc(sizeof(*p));
+  gf__node *pn = malloc(sizeof(*pn));
   int64_t *raw = calloc(n + 1, sizeof(*raw));
   bool *fits = calloc(n + 1, sizeof(*fits));
-  if (!p || !raw || !fits) {
+  if (!p || !pn || !raw || !fits) {
     out->status = 500;
     goto done;
   }
   bool ok = gf__pod_parse(a.pod, p, &d) == 0;
   pthread_mutex_lock(&s->mu);
+  if (ensure_model(s) == 0)
+    learn_nodes(s, &a, pn); /* Nodes sent in full, as filter does */
   verdict v = {0, ""};
   gf_request r;
   memset(&r, 0, sizeof(r));
@@ -1407,6 +1565,7 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   out->status = 200;
 done:
   free(p);
+  free(pn);
   free(raw);
   free(fits);
   gf__args_release(&a);
@@ -1533,7 +1692,8 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     return;
   }
   if (gf__bind_args_parse(body, len, b, &d)) {
-    out->status = 400;
+    out->status = 200; /* as for filter */
+    out->refused = true;
     out->json = error_obj(d.msg);
     free(b);
     return;
@@ -1615,6 +1775,16 @@ static void do_metrics(gf_sched *s, reply_buf *out) {
                   "%" PRIu64 "\n",
                   verb_names[v], code, m->req[v][c]);
       }
+  tb_printf(&t, "# HELP gpufrac_extender_requests_refused_total Requests "
+                "that could not be used (empty, malformed, too large), by "
+                "verb; filter and bind answer them 200 with Error.\n"
+                "# TYPE gpufrac_extender_requests_refused_total counter\n");
+  for (int v = 0; v < NVERBS; v++)
+    if (m->refused[v])
+      tb_printf(&t,
+                "gpufrac_extender_requests_refused_total{verb=\"%s\"} "
+                "%" PRIu64 "\n",
+                verb_names[v], m->refused[v]);
   tb_printf(&t, "# HELP gpufrac_extender_request_duration_seconds Time to "
                 "answer a request, by verb.\n"
                 "# TYPE gpufrac_extender_request_duration_seconds "
@@ -1653,6 +1823,10 @@ static void do_metrics(gf_sched *s, reply_buf *out) {
             "grant could not be booked in the model.\n"
             "# TYPE gpufrac_extender_replay_failures_total counter\n"
             "gpufrac_extender_replay_failures_total %" PRIu64 "\n"
+            "# HELP gpufrac_extender_request_nodes_refused_total Node "
+            "objects sent in requests that were refused (logged).\n"
+            "# TYPE gpufrac_extender_request_nodes_refused_total counter\n"
+            "gpufrac_extender_request_nodes_refused_total %" PRIu64 "\n"
             "# HELP gpufrac_extender_model_rebuilds_total Model rebuilds.\n"
             "# TYPE gpufrac_extender_model_rebuilds_total counter\n"
             "gpufrac_extender_model_rebuilds_total %" PRIu64 "\n"
@@ -1666,7 +1840,7 @@ static void do_metrics(gf_sched *s, reply_buf *out) {
             "# TYPE gpufrac_extender_leader gauge\n"
             "gpufrac_extender_leader %d\n",
             m->binds_ok, m->binds_failed, m->filter_failed_nodes,
-            m->replay_failed, m->rebuilds, s->nnodes, booked,
+            m->replay_failed, m->nodes_refused, m->rebuilds, s->nnodes, booked,
             s->leader ? 1 : 0);
   pthread_mutex_unlock(&s->mu);
   if (t.oom) {
@@ -1701,8 +1875,10 @@ static int verb_of(const char *path) {
   return V_OTHER;
 }
 
-static void record(gf_sched *s, int verb, int status, double secs) {
+static void record(gf_sched *s, int verb, int status, bool refused,
+                   double secs) {
   pthread_mutex_lock(&s->mu);
+  s->m.refused[verb] += refused;
   size_t c = NCODES;
   for (size_t k = 0; k < NCODES; k++)
     if (codes[k] == status)
@@ -1725,6 +1901,23 @@ static void set_text(gf_sched_reply *out, int status, const char *text) {
     out->status = 500;
 }
 
+/* A request to a verb it cannot use.  kube-scheduler drops the body of any
+ * answer but 200, so filter and bind answer 200 with the reason in Error
+ * (ExtenderFilterResult / ExtenderBindingResult), which reaches the pod's
+ * events; prioritize's HostPriorityList has no Error, so it answers
+ * `status` with {"Error": msg} (kube-scheduler ignores a failed
+ * prioritize). */
+static void unusable(gf_sched_reply *out, int verb, int status,
+                     const char *msg) {
+  json_t *j = error_obj(msg);
+  out->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  out->status = !out->body ? 500 : verb == V_PRIORITIZE ? status : 200;
+  out->content_type =
+      out->body ? "application/json" : "text/plain; charset=utf-8";
+  out->len = out->body ? strlen(out->body) : 0;
+}
+
 void gf_sched_handle(gf_sched *s, const char *method, const char *path,
                      const char *body, size_t len, gf_sched_reply *out) {
   double t0 = now_s();
@@ -1734,11 +1927,12 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
   bool is_post = method && strcmp(method, "POST") == 0;
   bool is_get =
       method && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0);
-  reply_buf rb = {0, NULL, NULL, false};
+  reply_buf rb = {0, NULL, NULL, false, false};
+  bool refused = false;
   if (verb == V_OTHER) {
     set_text(out, 404,
              "not found: the gpufrac extender serves /filter, /prioritize, "
-             "/bind, /healthz, /readyz, /metrics\n");
+             "/bind, /healthz, /readyz, /leaderz, /metrics\n");
   } else if (post ? !is_post : !is_get) {
     set_text(out, 405,
              post ? "method not allowed: use POST\n"
@@ -1746,11 +1940,15 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
   } else if (post && len > s->max_body) {
     char msg[128];
     snprintf(msg, sizeof(msg),
-             "request body of %zu bytes exceeds the limit of %zu bytes\n", len,
-             s->max_body);
-    set_text(out, 413, msg);
+             "gpufrac extender: request body of %zu bytes exceeds the limit "
+             "of %zu bytes",
+             len, s->max_body);
+    unusable(out, verb, 413, msg);
+    refused = true;
   } else if (post && (!body || len == 0)) {
-    set_text(out, 400, "empty request body: want a JSON object\n");
+    unusable(out, verb, 400,
+             "gpufrac extender: empty request body: want a JSON object");
+    refused = true;
   } else {
     switch (verb) {
     case V_FILTER:
@@ -1769,6 +1967,24 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
       rb.status = 200;
       rb.text = strdup("ok\n");
       break;
+    case V_LEADERZ: {
+      /* Ready to bind: synced and holding the Lease (a bind Service's
+       * readiness; /readyz is "can filter"). */
+      pthread_mutex_lock(&s->mu);
+      bool ready = s->synced && s->leader && s->has_binder;
+      const char *why = !s->has_binder ? "not ready to bind: no Kubernetes "
+                                         "API client (--no-kube)\n"
+                        : !s->synced   ? "not ready to bind: the model has "
+                                         "not been synced from the API "
+                                         "server\n"
+                        : !s->leader   ? "not ready to bind: this replica "
+                                         "is not the leader\n"
+                                       : "ok\n";
+      pthread_mutex_unlock(&s->mu);
+      rb.status = ready ? 200 : 503;
+      rb.text = strdup(why);
+      break;
+    }
     case V_READYZ: {
       pthread_mutex_lock(&s->mu);
       bool ready = s->synced;
@@ -1798,7 +2014,7 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
     if (!out->body)
       out->content_type = "text/plain; charset=utf-8";
   }
-  record(s, verb, out->status, now_s() - t0);
+  record(s, verb, out->status, refused || rb.refused, now_s() - t0);
 }
 
 void gf_sched_reply_release(gf_sched_reply *r) {

@@ -67,14 +67,18 @@ int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d);
  * and *has_inventory false when the annotation is absent). */
 typedef struct gf__node {
   char name[GF_NAME_MAX];
+  char rv[GF__RV_MAX]; /* metadata.resourceVersion; "" if none */
   int64_t cpu_milli;
   int64_t mem_bytes;
   bool has_inventory;
   gf_inventory inv;
+  char inv_error[GF_DIAG_MAX]; /* why the inventory was refused; "" if not */
 } gf__node;
 
 /* Parses a v1 Node.  A malformed inventory is an error (GF_ESYNTAX...)
- * with the node named in d. */
+ * with the node named in d; the rest of *out is then filled all the same
+ * (has_inventory false, inv_error saying why), so the node can be kept as
+ * a node without GPUs whose filter reason names the refused inventory. */
 int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d);
 
 /* ExtenderArgs: the pod plus either Nodes (a v1 NodeList) or NodeNames.
@@ -116,6 +120,13 @@ int gf__bind_args_parse(const char *body, size_t len, gf__bind_args *out,
 /* The body-size cap an extender was configured with (for the HTTP layer). */
 struct gf_sched;
 size_t gf__sched_max_body(const struct gf_sched *s);
+
+/* Makes s valid UTF-8 in place, so that any message built from input can
+ * go into a JSON string: a character cut at the end (by a fixed-size
+ * buffer or a printf precision) is dropped, and any other byte that does
+ * not begin a well-formed character (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF) becomes '?'.  Returns s. */
+char *gf__utf8_fix(char *s);
 
 /* Formats a byte count as the shortest exact binary quantity ("12Gi",
  * "1536Mi", "100") into buf. */

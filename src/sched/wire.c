@@ -285,6 +285,9 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
     return rc;
   if (!out->name[0])
     return gf_diag_set(d, GF_ESYNTAX, "Node: empty metadata.name");
+  if ((rc = gf__json_str(meta, "resourceVersion", out->rv, sizeof(out->rv),
+                         false, "Node: metadata.resourceVersion", d)))
+    return rc;
   /* Without status.allocatable the node is not constrained here:
    * kube-scheduler's own NodeResourcesFit checks CPU and memory anyway. */
   out->cpu_milli = INT64_MAX / 4;
@@ -312,14 +315,19 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
                           : NULL;
   if (!inv)
     return 0;
-  if (!json_is_string(inv))
-    return gf_diag_set(d, GF_ESYNTAX, "Node %s: annotation %s is not a string",
-                       out->name, GF_INVENTORY_ANNOTATION);
   gf_diag id = {""};
-  rc = gf_inventory_parse(json_string_value(inv), json_string_length(inv),
-                          &out->inv, &id);
-  if (rc)
+  if (!json_is_string(inv))
+    rc = gf_diag_set(&id, GF_ESYNTAX, "annotation %s is not a string",
+                     GF_INVENTORY_ANNOTATION);
+  else
+    rc = gf_inventory_parse(json_string_value(inv), json_string_length(inv),
+                            &out->inv, &id);
+  if (rc) {
+    memset(&out->inv, 0, sizeof(out->inv));
+    snprintf(out->inv_error, sizeof(out->inv_error), "%s", id.msg);
+    gf__utf8_fix(out->inv_error);
     return gf_diag_set(d, rc, "Node %s: %s", out->name, id.msg);
+  }
   out->has_inventory = true;
   return 0;
 }
@@ -833,4 +841,57 @@ json_t *gf_sched_node_slim(const json_t *node) {
 fail:
   json_decref(out);
   return NULL;
+}
+
+/* Length of the well-formed UTF-8 character at p (1..4), 0 when p does not
+ * begin one, or -1 when the string ends inside one that is well formed so
+ * far. */
+static int utf8_len(const unsigned char *p) {
+  unsigned char c = p[0];
+  if (c < 0x80)
+    return 1;
+  int n;
+  unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0)
+      lo = 0xA0; /* no overlong forms */
+    if (c == 0xED)
+      hi = 0x9F; /* no surrogates */
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0)
+      lo = 0x90;
+    if (c == 0xF4)
+      hi = 0x8F; /* nothing above U+10FFFF */
+  } else {
+    return 0;
+  }
+  for (int i = 1; i < n; i++) {
+    unsigned char b = p[i];
+    if (b == 0)
+      return -1;
+    if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
+      return 0;
+  }
+  return n;
+}
+
+char *gf__utf8_fix(char *s) {
+  unsigned char *p = (unsigned char *)s;
+  while (*p) {
+    int n = utf8_len(p);
+    if (n < 0) {
+      *p = '\0'; /* cut at the end: drop the partial character */
+      break;
+    }
+    if (n == 0) {
+      *p++ = '?';
+      continue;
+    }
+    p += n;
+  }
+  return s;
 }

@@ -4,7 +4,9 @@
  * extender holds two nodes and one bound pod, so filter, prioritize and bind
  * reach the model; its binder fails every other call, so rollback runs too.
  * After each input the model must still be consistent: nothing booked
- * beyond a GPU. */
+ * beyond a GPU; every answer to a verb is valid JSON.  Bit 0x40 of the
+ * first byte makes the model informer-fed (gf_sched_set_watched): then no
+ * request may change the nodes. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -76,17 +78,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (fr.status != 200)
     abort();
   gf_sched_reply_release(&fr);
+  bool watched = (data[0] & 0x40) != 0;
+  gf_node before[2];
+  const char *names[] = {"n1", "n2"};
+  if (watched) {
+    gf_sched_set_watched(s, true);
+    for (int i = 0; i < 2; i++)
+      if (gf_sched_node_state(s, names[i], &before[i]))
+        abort();
+  }
   const char *body = (const char *)data + 1;
   size_t len = size - 1;
   static const char *const paths[] = {"/filter", "/prioritize", "/bind",
                                       "/x/filter"};
-  unsigned sel = data[0] % 6;
+  unsigned sel = (data[0] & 0x3f) % 6;
   if (sel < 4) {
     gf_sched_reply r;
     gf_sched_handle(s, "POST", paths[sel], body, len, &r);
     if (r.status != 500 && !r.body)
       abort();
+    if (r.body) {
+      json_t *j = json_loadb(r.body, r.len, 0, NULL);
+      if (!j)
+        abort(); /* a reply that is not JSON (or not UTF-8) */
+      json_decref(j);
+    }
     gf_sched_reply_release(&r);
+    if (watched)
+      for (int i = 0; i < 2; i++) {
+        gf_node n;
+        if (gf_sched_node_state(s, names[i], &n) ||
+            n.ngpus != before[i].ngpus ||
+            n.gpus[0].mem_bytes != before[i].gpus[0].mem_bytes ||
+            n.cpu_milli != before[i].cpu_milli)
+          abort(); /* a request changed an informer-fed model */
+      }
     /* the same body as a bind after a filter: exercises the pending path */
     gf_sched_handle(s, "POST", "/bind", body, len, &r);
     gf_sched_reply_release(&r);
@@ -103,7 +129,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gf_grant g;
     gf_grant_parse(body, len, &g, NULL);
   }
-  const char *names[] = {"n1", "n2"};
   for (int i = 0; i < 2; i++) {
     gf_node n;
     if (gf_sched_node_state(s, names[i], &n) == 0)

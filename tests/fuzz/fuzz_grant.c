@@ -48,7 +48,7 @@ static void check_inventory(const gf_inventory *inv) {
         x->mem_bytes <= 0 || x->sm_count < 0 ||
         (x->mode != GF_GPU_MODE_SHARED && x->mode != GF_GPU_MODE_EXCLUSIVE) ||
         !ended(x->uuid, GF_UUID_MAX) || !x->uuid[0] ||
-        !ended(x->model, GF_MODEL_NAME_MAX) || !x->model[0])
+        !ended(x->model, GF_GPU_MODEL_MAX) || !x->model[0])
       abort();
   }
 }

@@ -532,6 +532,129 @@ static void test_filter_nodes(void **state) {
   gf_sched_free(s2);
 }
 
+/* /filter with one Node sent in full: node_a100.json at resourceVersion rv,
+ * without its inventory when bare. */
+static void send_node(gf_sched *s, const char *rv, bool bare) {
+  json_t *n = fixture_json("node_a100.json");
+  json_t *md = json_object_get(n, "metadata");
+  json_object_set_new(md, "resourceVersion", json_string(rv));
+  if (bare)
+    json_object_del(json_object_get(md, "annotations"), "gpufrac.io/inventory");
+  json_t *pod = fixture_json("pod_share.json");
+  json_t *args = json_pack("{s:o,s:{s:[o]}}", "Pod", pod, "Nodes", "items", n);
+  char *body = json_dumps(args, JSON_COMPACT);
+  json_decref(args);
+  int st;
+  json_t *res = call(s, "filter", body, &st);
+  assert_int_equal(st, 200);
+  json_decref(res);
+  free(body);
+}
+
+static uint32_t gpus_of(gf_sched *s, const char *node) {
+  gf_node n;
+  assert_int_equal(gf_sched_node_state(s, node, &n), 0);
+  return n.ngpus;
+}
+
+/* Without an informer (--no-kube), Nodes in requests are the only source,
+ * but an older copy never replaces a newer one (issue 12). */
+static void test_nodes_older_copy_ignored(void **state) {
+  (void)state;
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  send_node(s, "500", false);
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  send_node(s, "499", true); /* older: ignored */
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  send_node(s, "500", true); /* the same version, other content: ignored */
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  send_node(s, "", true); /* no version to compare: ignored */
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  send_node(s, "501", true); /* newer: replaces */
+  assert_int_equal(gpus_of(s, "node-a100"), 0);
+  send_node(s, "502", false);
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  /* Watched: requests never change the model, newer or not. */
+  gf_sched_set_watched(s, true);
+  send_node(s, "900", true);
+  assert_int_equal(gpus_of(s, "node-a100"), 2);
+  gf_sched_free(s);
+}
+
+/* Whether body is valid JSON (jansson refuses invalid UTF-8). */
+static json_t *reply_json(gf_sched *s, const char *verb, const char *body,
+                          int want_status) {
+  gf_sched_reply r;
+  char path[32];
+  snprintf(path, sizeof(path), "/%s", verb);
+  gf_sched_handle(s, "POST", path, body, strlen(body), &r);
+  if (r.status != want_status || !r.body) {
+    fprintf(stderr, "%s: status %d, body %s\n", verb, r.status,
+            r.body ? r.body : "(none)");
+    fail();
+  }
+  json_error_t je;
+  json_t *j = json_loads(r.body, 0, &je);
+  if (!j) {
+    fprintf(stderr, "%s: reply is not valid JSON (%s): %s\n", verb, je.text,
+            r.body);
+    fail();
+  }
+  gf_sched_reply_release(&r);
+  return j;
+}
+
+/* Issue 12: messages built from client input are cut at character
+ * boundaries, so every reply is valid JSON.  Before: a \u escape followed
+ * by a multibyte character left jansson's error text cut mid-character and
+ * the {"Error":...} reply failed (500); a gpu-model annotation cut at 200
+ * bytes mid-character gave a 500 (Nodes) or invalid UTF-8 (NodeNames). */
+static void test_utf8_cut(void **state) {
+  fx *f = *state;
+  /* "\u" then "é" (C3 A9), in a body long enough to fill jansson's text */
+  static const char *bodies[] = {
+      "{\"Pod\":{\"metadata\":{\"name\":\"\\u\xc3\xa9\xc3\xa9\xc3\xa9\"}}}",
+      "{\"Pod\":\"\\u00\xc3\xa9\",\"NodeNames\":[]}",
+      "{\"\\u\xe2\x82\xac\xe2\x82\xac\":1}",
+  };
+  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+    const char *verbs[] = {"filter", "prioritize", "bind"};
+    for (int v = 0; v < 3; v++) {
+      json_t *j = reply_json(f->s, verbs[v], bodies[i], v == 1 ? 400 : 200);
+      const char *e = json_string_value(json_object_get(j, "Error"));
+      assert_non_null(e);
+      assert_non_null(strstr(e, "malformed JSON"));
+      json_decref(j);
+    }
+  }
+  /* A gpu-model annotation of 239 bytes: "a" then 119 "é"; the reason
+   * quotes 200 bytes of it, which would end inside a character. */
+  char models[256] = "a";
+  for (int i = 0; i < 119; i++)
+    memcpy(models + 1 + 2 * i, "\xc3\xa9", 3); /* with the NUL */
+  for (int form = 0; form < 2; form++) {
+    char *body = malloc(8192);
+    snprintf(body, 8192,
+             "{\"Pod\":{\"metadata\":{\"name\":\"m\",\"namespace\":\"t\","
+             "\"uid\":\"u-m\",\"annotations\":{\"gpufrac.io/gpu-model\":"
+             "\"%s\"}},\"spec\":{\"containers\":[{\"name\":\"c\","
+             "\"resources\":{\"requests\":{\"gpufrac.io/gpu\":\"1\"}}}]}},"
+             "%s}",
+             models,
+             form ? "\"Nodes\":{\"items\":[{\"metadata\":{\"name\":"
+                    "\"node-a100\"}}]}"
+                  : "\"NodeNames\":[\"node-a100\"]");
+    json_t *j = reply_json(f->s, "filter", body, 200);
+    const char *why = failed_reason(j, "node-a100");
+    assert_non_null(why);
+    assert_non_null(strstr(why, "no node in the cluster has this model"));
+    json_decref(j);
+    free(body);
+  }
+}
+
 /* A pod asking for one GPU share, as ExtenderArgs with NodeNames. */
 static char *share_args(const char *name, const char *uid, const char *mem,
                         int compute) {
@@ -664,8 +787,11 @@ static void test_cpu_reason(void **state) {
       "\"node-t4\"]}";
   int st;
   json_t *res = call(f->s, "filter", a, &st);
+  /* more than the node's allocatable: can never fit (issue 12) */
   assert_string_equal(failed_reason(res, "node-t4"),
-                      "CPU: 3.5 cores requested, 2 free");
+                      "CPU: 3.5 cores requested, node has 2 allocatable");
+  assert_non_null(json_object_get(
+      json_object_get(res, "FailedAndUnresolvableNodes"), "node-t4"));
   json_decref(res);
   a = "{\"Pod\":{\"metadata\":{\"name\":\"w\",\"uid\":\"u-w\"},\"spec\":{"
       "\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{"
@@ -886,6 +1012,165 @@ static void test_node_removal(void **state) {
   json_decref(pod);
 }
 
+/* Issue 12: what a node can never offer is unresolvable (kube-scheduler
+ * then does not try preemption); what is taken is only failed. */
+static void test_unresolvable(void **state) {
+  fx *f = *state;
+  static const struct {
+    const char *requests, *node, *want;
+    bool unresolvable;
+  } cases[] = {
+      /* 20Gi on the empty 16Gi T4 */
+      {"\"gpufrac.io/gpu-memory\":\"20Gi\"", "node-t4",
+       "gpu-memory 20Gi: the largest GPU on node-t4 has 16Gi", true},
+      /* more CPU than the node has allocatable (T4 node: 2) */
+      {"\"gpufrac.io/gpu-memory\":\"1Gi\",\"cpu\":\"3\"", "node-t4",
+       "CPU: 3 cores requested, node has 2 allocatable", true},
+      {"\"gpufrac.io/gpu-memory\":\"1Gi\",\"memory\":\"31Gi\"", "node-t4",
+       "memory: 31Gi requested, node has 30Gi allocatable", true},
+      {"\"gpufrac.io/gpu\":\"2\"", "node-t4", "needs 2 GPUs, node has 1", true},
+      /* fits an empty T4: no failure at all */
+      {"\"gpufrac.io/gpu-memory\":\"16Gi\"", "node-t4", NULL, false},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "{\"Pod\":{\"metadata\":{\"name\":\"p%zu\",\"namespace\":\"t\","
+             "\"uid\":\"u-unres-%zu\"},\"spec\":{\"containers\":[{\"name\":"
+             "\"c\",\"resources\":{\"requests\":{%s}}}]}},\"NodeNames\":["
+             "\"%s\"]}",
+             i, i, cases[i].requests, cases[i].node);
+    int st;
+    json_t *res = call(f->s, "filter", body, &st);
+    assert_int_equal(st, 200);
+    const char *u = json_string_value(json_object_get(
+        json_object_get(res, "FailedAndUnresolvableNodes"), cases[i].node));
+    const char *fl = json_string_value(
+        json_object_get(json_object_get(res, "FailedNodes"), cases[i].node));
+    if (cases[i].want && (!u || !strstr(u, cases[i].want) || fl)) {
+      fprintf(stderr, "case %zu: unresolvable '%s', failed '%s'\n", i,
+              u ? u : "-", fl ? fl : "-");
+      fail();
+    }
+    if (!cases[i].want)
+      assert_true(!u && !fl);
+    json_decref(res);
+  }
+  /* 16Gi taken on the T4: a second 16Gi share is only failed (resolvable) */
+  char *e = schedule(f->s, "t4-full", "16Gi", 0, "node-t4");
+  assert_string_equal(e, "");
+  free(e);
+  char *body = share_args("again", "u-again", "16Gi", 0);
+  int st;
+  json_t *res = call(f->s, "filter", body, &st);
+  assert_non_null(
+      json_object_get(json_object_get(res, "FailedNodes"), "node-t4"));
+  assert_null(json_object_get(
+      json_object_get(res, "FailedAndUnresolvableNodes"), "node-t4"));
+  json_decref(res);
+  free(body);
+}
+
+/* node_a100.json renamed `name`, its two GPUs of model `model`. */
+static json_t *node_model(const char *name, const char *model) {
+  json_t *n = fixture_json("node_a100.json");
+  json_t *md = json_object_get(n, "metadata");
+  json_object_set_new(md, "name", json_string(name));
+  char inv[1024];
+  snprintf(inv, sizeof(inv),
+           "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"GPU-%s-0\","
+           "\"model\":\"%s\",\"memory\":\"80Gi\"},{\"index\":1,\"uuid\":"
+           "\"GPU-%s-1\",\"model\":\"%s\",\"memory\":\"80Gi\"}]}",
+           name, model, name, model);
+  json_object_set_new(json_object_get(md, "annotations"),
+                      "gpufrac.io/inventory", json_string(inv));
+  return n;
+}
+
+/* Issue 12: prioritize with Nodes uses the Node objects sent (before, a
+ * node not learned through /filter scored 0), and GPU model names up to
+ * 127 bytes are accepted (before, 32 bytes or more dropped the whole
+ * inventory: "not seen yet", no log line); a longer one is refused with a
+ * reason naming it, counted and logged. */
+static void test_prioritize_nodes_and_long_models(void **state) {
+  (void)state;
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  char long96[97];
+  memset(long96, 'M', 96);
+  long96[96] = '\0';
+  char long128[129];
+  memset(long128, 'L', 128);
+  long128[128] = '\0';
+  json_t *items = json_array();
+  json_array_append_new(
+      items, node_model("laptop", "NVIDIA GeForce RTX 4090 Laptop GPU"));
+  json_array_append_new(items, node_model("wide", long96));
+  json_array_append_new(items, node_model("toolong", long128));
+  json_t *pod = json_loads(
+      "{\"metadata\":{\"name\":\"q\",\"namespace\":\"t\",\"uid\":\"u-q\"},"
+      "\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":"
+      "{\"gpufrac.io/gpu-memory\":\"10Gi\"}}}]}}",
+      0, NULL);
+  json_t *args =
+      json_pack("{s:o,s:{s:o}}", "Pod", pod, "Nodes", "items", items);
+  char *body = json_dumps(args, JSON_COMPACT);
+  json_decref(args);
+  int st;
+  json_t *res = call(s, "prioritize", body, &st);
+  assert_int_equal(st, 200);
+  assert_int_equal(json_array_size(res), 3);
+  for (size_t i = 0; i < 3; i++) {
+    json_t *h = json_array_get(res, i);
+    const char *host = json_string_value(json_object_get(h, "Host"));
+    json_int_t score = json_integer_value(json_object_get(h, "Score"));
+    if (strcmp(host, "toolong") == 0)
+      assert_int_equal(score, 0);
+    else
+      assert_int_equal(score, 10); /* learned from the request, fits */
+  }
+  json_decref(res);
+  res = call(s, "filter", body, &st);
+  json_t *passed = json_object_get(json_object_get(res, "Nodes"), "items");
+  assert_int_equal(json_array_size(passed), 2);
+  const char *why = failed_reason(res, "toolong");
+  assert_non_null(why);
+  assert_non_null(strstr(why, "annotation was refused"));
+  assert_non_null(strstr(why, "model"));
+  assert_non_null(json_object_get(
+      json_object_get(res, "FailedAndUnresolvableNodes"), "toolong"));
+  json_decref(res);
+  free(body);
+  assert_int_equal(gpus_of(s, "laptop"), 2);
+  assert_int_equal(gpus_of(s, "wide"), 2);
+  assert_int_equal(gpus_of(s, "toolong"), 0);
+  gf_sched_reply r;
+  gf_sched_handle(s, "GET", "/metrics", NULL, 0, &r);
+  assert_non_null(
+      strstr(r.body, "gpufrac_extender_request_nodes_refused_total 2"));
+  gf_sched_reply_release(&r);
+
+  /* From the watch: a new node with a refused inventory is kept without
+   * GPUs, its reason naming the refusal (not "not seen yet"). */
+  json_t *n = node_model("watched-long", long128);
+  assert_int_equal(gf_sched_node_update(s, n, &d), GF_ELIMIT);
+  assert_non_null(strstr(d.msg, "watched-long"));
+  json_decref(n);
+  assert_int_equal(gpus_of(s, "watched-long"), 0);
+  res = call(s, "filter",
+             "{\"Pod\":{\"metadata\":{\"name\":\"q\",\"namespace\":\"t\","
+             "\"uid\":\"u-q\"},\"spec\":{\"containers\":[{\"name\":\"c\","
+             "\"resources\":{\"requests\":{\"gpufrac.io/gpu-memory\":"
+             "\"10Gi\"}}}]}},\"NodeNames\":[\"watched-long\"]}",
+             &st);
+  why = failed_reason(res, "watched-long");
+  assert_non_null(why);
+  assert_non_null(strstr(why, "annotation was refused"));
+  json_decref(res);
+  gf_sched_free(s);
+}
+
 static void test_prioritize(void **state) {
   fx *f = *state;
   /* Fill GPU 0 of the A100 node halfway; put a second A100 node in. */
@@ -935,16 +1220,16 @@ static void test_malformed(void **state) {
     const char *verb, *body, *want;
     int status;
   } cases[] = {
-      {"filter", "{", "malformed JSON at line 1", 400},
-      {"filter", "[]", "not a JSON object", 400},
-      {"filter", "{\"NodeNames\":[]}", "Pod missing", 400},
-      {"filter", "{\"Pod\":{}}", "neither Nodes nor NodeNames", 400},
-      {"filter", "{\"Pod\":{},\"NodeNames\":[1]}", "NodeNames[0]", 400},
-      {"filter", "{\"Pod\":{},\"Nodes\":[]}", "not a NodeList", 400},
+      {"filter", "{", "malformed JSON at line 1", 200},
+      {"filter", "[]", "not a JSON object", 200},
+      {"filter", "{\"NodeNames\":[]}", "Pod missing", 200},
+      {"filter", "{\"Pod\":{}}", "neither Nodes nor NodeNames", 200},
+      {"filter", "{\"Pod\":{},\"NodeNames\":[1]}", "NodeNames[0]", 200},
+      {"filter", "{\"Pod\":{},\"Nodes\":[]}", "not a NodeList", 200},
       {"prioritize", "{\"Pod\":7,\"NodeNames\":[]}", "Pod missing", 400},
-      {"bind", "{\"PodName\":\"p\"}", "Node: missing", 400},
-      {"bind", "{\"PodName\":3,\"Node\":\"n\"}", "PodName: not a string", 400},
-      {"bind", "nul\x01", "malformed JSON", 400},
+      {"bind", "{\"PodName\":\"p\"}", "Node: missing", 200},
+      {"bind", "{\"PodName\":3,\"Node\":\"n\"}", "PodName: not a string", 200},
+      {"bind", "nul\x01", "malformed JSON", 200},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     int st;
@@ -975,15 +1260,33 @@ static void test_malformed(void **state) {
   gf_sched_handle(f->s, "GET", "/nope", "", 0, &r);
   assert_int_equal(r.status, 404);
   gf_sched_reply_release(&r);
-  gf_sched_handle(f->s, "POST", "/gpufrac/filter", "", 0, &r);
-  assert_int_equal(r.status, 400);
-  gf_sched_reply_release(&r);
+  /* Issue 12: kube-scheduler drops the body of anything but a 200, so a
+   * request filter or bind cannot use is a 200 with Error, in JSON (an
+   * empty body was a text/plain 400); prioritize has no Error field and
+   * answers 400 / 413 with the same JSON. */
+  static const char *const verbs[] = {"/gpufrac/filter", "/prioritize",
+                                      "/bind"};
+  for (int v = 0; v < 3; v++) {
+    gf_sched_handle(f->s, "POST", verbs[v], "", 0, &r);
+    assert_int_equal(r.status, v == 1 ? 400 : 200);
+    assert_string_equal(r.content_type, "application/json");
+    json_t *j = json_loads(r.body, 0, NULL);
+    assert_non_null(j);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(j, "Error")), "empty"));
+    json_decref(j);
+    gf_sched_reply_release(&r);
+  }
   size_t big = GF_SCHED_MAX_BODY + 1;
   char *huge = malloc(big);
   memset(huge, ' ', big);
   gf_sched_handle(f->s, "POST", "/filter", huge, big, &r);
-  assert_int_equal(r.status, 413);
+  assert_int_equal(r.status, 200);
+  assert_string_equal(r.content_type, "application/json");
   assert_non_null(strstr(r.body, "exceeds the limit"));
+  gf_sched_reply_release(&r);
+  gf_sched_handle(f->s, "POST", "/prioritize", huge, big, &r);
+  assert_int_equal(r.status, 413);
   gf_sched_reply_release(&r);
   free(huge);
   gf_sched_handle(f->s, "GET", "/readyz", NULL, 0, &r);
@@ -996,8 +1299,10 @@ static void test_malformed(void **state) {
   gf_sched_handle(f->s, "GET", "/metrics", NULL, 0, &r);
   assert_int_equal(r.status, 200);
   assert_non_null(strstr(
-      r.body, "gpufrac_extender_requests_total{verb=\"filter\",code=\"400\"} "
-              "7"));
+      r.body, "gpufrac_extender_requests_refused_total{verb=\"filter\"} 8"));
+  assert_non_null(strstr(
+      r.body,
+      "gpufrac_extender_requests_total{verb=\"prioritize\",code=\"400\"} 2"));
   assert_non_null(strstr(r.body, "gpufrac_extender_request_duration_seconds_"
                                  "count{verb=\"filter\"} "));
   gf_sched_reply_release(&r);
@@ -1221,6 +1526,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_watch_lifecycle, setup, teardown),
       cmocka_unit_test_setup_teardown(test_node_removal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prioritize, setup, teardown),
+      cmocka_unit_test(test_nodes_older_copy_ignored),
+      cmocka_unit_test(test_prioritize_nodes_and_long_models),
+      cmocka_unit_test_setup_teardown(test_unresolvable, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_utf8_cut, setup, teardown),
       cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_leader_and_policy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_whole_only_gpu, setup, teardown),

@@ -544,6 +544,150 @@ static void test_feeds(void **st) {
   free(del);
 }
 
+/* A copy of node_a100.json at resourceVersion rv with the inventory
+ * annotation `inv` (NULL: none). */
+static json_t *node_copy(const char *rv, const char *inv) {
+  json_t *n = fixture_json("node_a100.json");
+  json_t *md = json_object_get(n, "metadata");
+  json_object_set_new(md, "resourceVersion", json_string(rv));
+  json_t *ann = json_object_get(md, "annotations");
+  if (inv)
+    json_object_set_new(ann, "gpufrac.io/inventory", json_string(inv));
+  else
+    json_object_del(ann, "gpufrac.io/inventory");
+  return n;
+}
+
+/* /filter for pod_share.json asking 40Gi, with Nodes sent in full (the
+ * nodeCacheCapable false shape); the answer. */
+static json_t *filter_with_nodes(gf_sched *s, json_t *items) {
+  json_t *pod = fixture_json("pod_share.json");
+  json_t *res = json_object_get(
+      json_array_get(
+          json_object_get(json_object_get(pod, "spec"), "containers"), 0),
+      "resources");
+  json_object_set_new(json_object_get(res, "limits"), "gpufrac.io/gpu-memory",
+                      json_string("40Gi"));
+  json_object_set_new(json_object_get(res, "requests"), "gpufrac.io/gpu-memory",
+                      json_string("40Gi"));
+  json_t *args = json_pack("{s:o,s:{s:s,s:o},s:n}", "Pod", pod, "Nodes", "kind",
+                           "NodeList", "items", items, "NodeNames");
+  char *body = dumps(args);
+  json_decref(args);
+  int st = 0;
+  json_t *r = call(s, "filter", body, &st);
+  free(body);
+  assert_int_equal(st, 200);
+  assert_non_null(r);
+  return r;
+}
+
+/* Issue 12: with the informer feeding the model, Node objects in a /filter
+ * body must not change it.  Before the fix a forged node-a100 (same GPU
+ * UUID, 1000Gi) let a 40Gi pod pass and bind beside a bound 60Gi pod (100Gi
+ * granted on an 80Gi GPU), and a stale copy without the inventory unbooked
+ * the bound pods. */
+static void test_forged_nodes_ignored(void **st) {
+  (void)st;
+  json_t *items = json_array();
+  json_array_append_new(items, fixture_json("node_a100.json"));
+  json_t *nl =
+      json_pack("{s:s,s:s,s:{s:s},s:o}", "kind", "NodeList", "apiVersion", "v1",
+                "metadata", "resourceVersion", "100", "items", items);
+  char *nodes = dumps(nl);
+  json_decref(nl);
+  items = json_array();
+  json_array_append_new(items, bound_pod("train-0", "u-0", 0, 60));
+  json_array_append_new(items, bound_pod("train-1", "u-1", 1, 60));
+  json_t *pl =
+      json_pack("{s:s,s:s,s:{s:s},s:o}", "kind", "PodList", "apiVersion", "v1",
+                "metadata", "resourceVersion", "200", "items", items);
+  char *pods = dumps(pl);
+  json_decref(pl);
+  const td_expect script[] = {
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = nodes},
+      {.method = "GET",
+       .target = "/api/v1/pods?limit=500",
+       .status = 200,
+       .body = pods},
+  };
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  fake_binder fb = {0};
+  pthread_mutex_init(&fb.mu, NULL);
+  gf_binder b = {&fb, fb_write_grant, fb_create_binding};
+  gf_sched_config sc = {.binder = &b};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.no_leader_election = true, .quiet = true};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  assert_int_equal(gf_sched_npods(s), 2);
+  assert_int_equal(mem_used(s, 0), 60 * GiB);
+
+  /* The forged copy: GPU 0's UUID with 1000Gi, a newer resourceVersion. */
+  items = json_array();
+  json_array_append_new(
+      items,
+      node_copy("999999", "{\"version\":1,\"gpus\":[{\"index\":0,"
+                          "\"uuid\":\"GPU-a100-0000\",\"model\":"
+                          "\"A100-SXM4-80GB\",\"memory\":\"1000Gi\"}]}"));
+  json_t *r = filter_with_nodes(s, items);
+  json_t *passed = json_object_get(json_object_get(r, "Nodes"), "items");
+  assert_int_equal(json_array_size(passed), 0);
+  const char *why = json_string_value(
+      json_object_get(json_object_get(r, "FailedNodes"), "node-a100"));
+  assert_non_null(why);
+  assert_non_null(strstr(why, "largest free share on node-a100 is 20Gi"));
+  json_decref(r);
+  assert_int_equal(gf_sched_npods(s), 2);
+  assert_int_equal(mem_used(s, 0), 60 * GiB);
+  assert_int_equal(mem_used(s, 1), 60 * GiB);
+  char *e = bind_error(s);
+  assert_string_not_equal(e, "");
+  free(e);
+  assert_int_equal(fb.grants, 0);
+  assert_int_equal(fb.bindings, 0);
+
+  /* A stale copy without the inventory: the bound pods stay booked. */
+  items = json_array();
+  json_array_append_new(items, node_copy("1", NULL));
+  r = filter_with_nodes(s, items);
+  json_decref(r);
+  assert_int_equal(gf_sched_npods(s), 2);
+  assert_int_equal(mem_used(s, 0), 60 * GiB);
+  assert_int_equal(mem_used(s, 1), 60 * GiB);
+
+  /* A node the informer has not delivered is "not seen yet", not learned. */
+  items = json_array();
+  json_t *evil = node_copy("5", NULL);
+  json_object_set_new(json_object_get(evil, "metadata"), "name",
+                      json_string("node-evil"));
+  json_array_append_new(items, evil);
+  r = filter_with_nodes(s, items);
+  why = json_string_value(
+      json_object_get(json_object_get(r, "FailedNodes"), "node-evil"));
+  assert_non_null(why);
+  assert_non_null(strstr(why, "not seen this node yet"));
+  json_decref(r);
+  assert_int_equal(gf_sched_nnodes(s), 1);
+
+  finish(srv);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  pthread_mutex_destroy(&fb.mu);
+  free(nodes);
+  free(pods);
+}
+
 /* ---- leader election ------------------------------------------------------
  */
 
@@ -795,6 +939,7 @@ int main(void) {
       cmocka_unit_test(test_binder_conflict_replaced),
       cmocka_unit_test(test_binder_refuses_bad_names),
       cmocka_unit_test(test_feeds),
+      cmocka_unit_test(test_forged_nodes_ignored),
       cmocka_unit_test(test_api_errors_logged_once),
       cmocka_unit_test(test_leader),
       cmocka_unit_test(test_start_stop),
