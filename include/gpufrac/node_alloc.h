@@ -73,6 +73,11 @@ typedef struct gf_node_match {
 int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
                        gf_node_match *out, gf_diag *d);
 
+/* Makes every gf_node_pods_match waiting now, and every later one that
+ * would wait, return GF_ESTATE ("the node agent is stopping"); for the
+ * agent's stop, so that no Allocate holds it up. */
+void gf_node_pods_cancel(gf_node_pods *p);
+
 /* Takes back the mark of a match whose answer failed. */
 void gf_node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr);
 
@@ -111,6 +116,9 @@ void gf_node_allocator_set_proc(gf_node_allocator *a, const char *proc);
 /* Replaces the GPUs (after a rediscovery). */
 void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g);
 void gf_node_allocator_free(gf_node_allocator *a);
+/* The device plugin's cancel callback (gf_dp_cancel_fn) with user a
+ * gf_node_allocator: gf_node_pods_cancel on its cache. */
+void gf_node_allocator_cancel(void *user);
 /* Answers given so far / refused so far (metrics). */
 uint64_t gf_node_allocator_answered(gf_node_allocator *a);
 uint64_t gf_node_allocator_refused(gf_node_allocator *a);

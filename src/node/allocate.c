@@ -81,6 +81,11 @@ void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g) {
   pthread_mutex_unlock(&a->mu);
 }
 
+void gf_node_allocator_cancel(void *user) {
+  gf_node_allocator *a = user;
+  gf_node_pods_cancel(a->pods);
+}
+
 void gf_node_allocator_free(gf_node_allocator *a) {
   if (!a)
     return;

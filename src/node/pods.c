@@ -54,6 +54,7 @@ struct gf_node_pods {
   size_t nmarks, mcap;
   uint64_t next_seq;
   uint64_t generation; /* bumped on every change; waiters watch it */
+  bool cancelled;      /* gf_node_pods_cancel: no more waiting */
 };
 
 int gf_node_pods_new(gf_node_pods **out, const char *node, gf_diag *d) {
@@ -502,6 +503,13 @@ int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
   pthread_mutex_lock(&p->mu);
   int rc = 0;
   while (!pick(p, ngpus, out)) {
+    if (p->cancelled) {
+      rc = gf_diag_set(d, GF_ESTATE,
+                       "the node agent is stopping: allocation of %u %s "
+                       "not made",
+                       ngpus, GF_NODE_RESOURCE_GPU);
+      break;
+    }
     uint64_t gen = p->generation;
     int w = 0;
     while (gen == p->generation && w == 0)
@@ -515,6 +523,13 @@ int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
   }
   pthread_mutex_unlock(&p->mu);
   return rc;
+}
+
+void gf_node_pods_cancel(gf_node_pods *p) {
+  pthread_mutex_lock(&p->mu);
+  p->cancelled = true;
+  touch(p);
+  pthread_mutex_unlock(&p->mu);
 }
 
 void gf_node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr) {
