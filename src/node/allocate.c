@@ -187,13 +187,36 @@ static bool find_unit(const gf_node_gpus *g, const char *uuid, unit *u) {
 static int resolve(gf_node_allocator *a, const gf_node_match *m, unit *units,
                    gf_diag *d) {
   for (uint32_t i = 0; i < m->grant.ngpus; i++) {
-    const char *uuid = m->grant.gpus[i].uuid;
+    const gf_grant_gpu *gg = &m->grant.gpus[i];
+    const char *uuid = gg->uuid;
     unit *u = &units[i];
+    if (!uuid[0]) /* pods.c refuses such grants; never matched */
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "pod %s/%s container %s: granted GPU %u (index %u) "
+                         "has no uuid",
+                         m->ns, m->name, m->grant.name, i, gg->index);
     if (!find_unit(&a->gpus, uuid, u))
       return gf_diag_set(d, GF_ENOTFOUND,
                          "pod %s/%s container %s: granted GPU %s is not on "
                          "this node",
                          m->ns, m->name, m->grant.name, uuid);
+    /* A MIG device's index is the inventory's stand-in (the first index
+     * no GPU uses, docs/node.md), which moves as MIG GPUs come and go:
+     * its uuid alone names it.  A GPU's index is NVML's and must agree. */
+    if (!u->mig && u->gpu->index != gg->index)
+      return gf_diag_set(d, GF_ECONFLICT,
+                         "pod %s/%s container %s: the grant says GPU %s is "
+                         "index %u, on this node it is index %u: refused",
+                         m->ns, m->name, m->grant.name, uuid, gg->index,
+                         u->gpu->index);
+    uint64_t have = u->mig ? u->mig->mem_bytes : u->gpu->mem_bytes;
+    if (gg->mem_bytes > 0 && have > 0 && (uint64_t)gg->mem_bytes > have)
+      return gf_diag_set(
+          d, GF_ERANGE,
+          "pod %s/%s container %s: the grant gives %lld bytes "
+          "of %s %s, which has %llu: refused",
+          m->ns, m->name, m->grant.name, (long long)gg->mem_bytes,
+          u->mig ? "MIG device" : "GPU", uuid, (unsigned long long)have);
     if (!u->gpu->healthy)
       return gf_diag_set(d, GF_EIO,
                          "pod %s/%s container %s: granted GPU %s is "

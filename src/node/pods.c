@@ -192,8 +192,26 @@ static int64_t bound_time(const json_t *obj) {
   return 0;
 }
 
-/* Checks that every GPU container is in the grant with as many GPUs. */
-static int check_grant(pod *x) {
+/* Checks the grant against this node and the pod: it is for this node,
+ * every GPU in it has a uuid, every GPU container is in it with as many
+ * GPUs. */
+static int check_grant(pod *x, const char *node) {
+  if (strcmp(x->grant.node, node) != 0) {
+    snprintf(x->error, sizeof(x->error),
+             "its grant is for node '%.64s', this is node %.64s: refused",
+             x->grant.node, node);
+    return GF_ECONFLICT;
+  }
+  for (uint32_t j = 0; j < x->grant.ncontainers; j++) {
+    const gf_grant_container *gc = &x->grant.containers[j];
+    for (uint32_t i = 0; i < gc->ngpus; i++)
+      if (!gc->gpus[i].uuid[0]) {
+        snprintf(x->error, sizeof(x->error),
+                 "grant: container %s, GPU %u (index %u) has no uuid", gc->name,
+                 i, gc->gpus[i].index);
+        return GF_ESYNTAX;
+      }
+  }
   for (uint32_t k = 0; k < x->nctrs; k++) {
     const gf_grant_container *gc = NULL;
     for (uint32_t j = 0; j < x->grant.ncontainers; j++)
@@ -215,9 +233,10 @@ static int check_grant(pod *x) {
   return 0;
 }
 
-/* Fills x from obj.  Returns GF_ESYNTAX when the object cannot be named;
- * other problems leave x->valid false with x->error set. */
-static int read_pod(pod *x, const json_t *obj) {
+/* Fills x from obj, for the cache of node `node`.  Returns GF_ESYNTAX
+ * when the object cannot be named; other problems leave x->valid false
+ * with x->error set. */
+static int read_pod(pod *x, const json_t *obj, const char *node) {
   const json_t *meta = json_object_get(obj, "metadata");
   const char *uid = str_at(meta, "uid"), *name = str_at(meta, "name");
   const char *ns = str_at(meta, "namespace");
@@ -253,7 +272,7 @@ static int read_pod(pod *x, const json_t *obj) {
              GF_GRANT_ANNOTATION, d.msg);
     return 0;
   }
-  if (check_grant(x))
+  if (check_grant(x, node))
     return 0;
   x->valid = true;
   return 0;
@@ -294,7 +313,7 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
   pod *x = calloc(1, sizeof(*x));
   if (!x)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  if (read_pod(x, obj)) {
+  if (read_pod(x, obj, p->node)) {
     free(x);
     return gf_diag_set(d, GF_ESYNTAX,
                        "pod object without a usable metadata.uid and name");
