@@ -83,6 +83,17 @@ typedef int (*gf_dp_allocate_fn)(void *user, const char *const *ids,
                                  size_t nids, gf_dp_container_answer *out,
                                  gf_diag *d);
 
+/* Chooses the devices kubelet should give one container
+ * (GetPreferredAllocation): `size` of the offered ids avail[0..navail),
+ * every id of must[0..nmust) among them.  Writes the choice into out[]
+ * (room for size; pointers into avail or must) and returns how many it
+ * wrote.  Returning anything but `size` distinct offered ids that include
+ * every must id (0, say, when it has nothing to go on) leaves the choice to
+ * the plugin's own rule.  Runs on the server's loop: must not wait. */
+typedef size_t (*gf_dp_prefer_fn)(void *user, const char *const *avail,
+                                  size_t navail, const char *const *must,
+                                  size_t nmust, size_t size, const char **out);
+
 /* Called once by gf_dp_stop, from the stopping thread: allocate callbacks
  * still running (waiting for a pod) should return now, with an error;
  * their callers are told the plugin stopped.  Must be thread-safe. */
@@ -101,6 +112,7 @@ typedef struct gf_dp_opts {
   const char *resource;       /* default GF_DP_RESOURCE */
   gf_dp_allocate_fn allocate;
   gf_dp_cancel_fn cancel; /* NULL: allocate never waits long */
+  gf_dp_prefer_fn prefer; /* NULL: the plugin's own rule only */
   void *user;
   bool preferred_allocation; /* advertise GetPreferredAllocation */
   gf_dp_log_fn log;          /* NULL: silent; gets `user` too */

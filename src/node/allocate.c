@@ -470,6 +470,61 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
   return 0;
 }
 
+/* True when device id `id` is a slot of (or is) the GPU or MIG device
+ * `uuid`; *slot its number (0 for a MIG device). */
+static bool id_on(const char *id, const char *uuid, unsigned long *slot) {
+  size_t n = strlen(uuid);
+  if (!n || strncmp(id, uuid, n) != 0)
+    return false;
+  if (id[n] == '\0') {
+    *slot = 0;
+    return true;
+  }
+  if (id[n] != ':' || id[n + 1] != ':' || id[n + 2] < '0' || id[n + 2] > '9')
+    return false;
+  char *end;
+  *slot = strtoul(id + n + 2, &end, 10);
+  return *end == '\0';
+}
+
+size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
+                      const char *const *must, size_t nmust, size_t size,
+                      const char **out) {
+  gf_node_allocator *a = user;
+  gf_node_match m;
+  if (size == 0 || size > GF_MAX_GPUS_PER_NODE || nmust > size ||
+      !gf_node_pods_peek(a->pods, (uint32_t)size, &m))
+    return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < nmust; i++)
+    out[n++] = must[i];
+  for (uint32_t g = 0; g < m.grant.ngpus; g++) {
+    const char *uuid = m.grant.gpus[g].uuid;
+    unsigned long slot;
+    bool covered = false;
+    for (size_t i = 0; i < nmust && !covered; i++)
+      covered = id_on(must[i], uuid, &slot);
+    if (covered)
+      continue;
+    const char *best = NULL;
+    unsigned long best_slot = 0;
+    for (size_t i = 0; i < navail; i++) {
+      bool taken = false;
+      for (size_t k = 0; k < n && !taken; k++)
+        taken = strcmp(out[k], avail[i]) == 0;
+      if (!taken && id_on(avail[i], uuid, &slot) &&
+          (!best || slot < best_slot)) {
+        best = avail[i];
+        best_slot = slot;
+      }
+    }
+    if (!best || n == size)
+      return 0; /* no slot offered on a granted GPU: no opinion */
+    out[n++] = best;
+  }
+  return n;
+}
+
 size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
                           gf_dp_device *out, size_t cap) {
   size_t n = 0;

@@ -52,6 +52,7 @@ struct gf_dp {
   char endpoint[DP_PATH_MAX], resource[256];
   gf_dp_allocate_fn allocate;
   gf_dp_cancel_fn cancel;
+  gf_dp_prefer_fn prefer;
   gf_dp_log_fn log;
   void *user;
   bool preferred;
@@ -293,12 +294,45 @@ static bool in_list(char *const *ids, size_t n, const char *id) {
   return false;
 }
 
+/* Is the caller's choice out[0..n) usable for q: size distinct offered
+ * ids, every must id among them? */
+static bool choice_ok(const V1beta1__ContainerPreferredAllocationRequest *q,
+                      char **out, size_t n) {
+  if (n != (size_t)q->allocation_size)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    if (!out[i] || in_list(out, i, out[i]) ||
+        !(in_list(q->available_deviceids, q->n_available_deviceids, out[i]) ||
+          in_list(q->must_include_deviceids, q->n_must_include_deviceids,
+                  out[i])))
+      return false;
+  }
+  for (size_t i = 0; i < q->n_must_include_deviceids; i++)
+    if (!in_list(out, n, q->must_include_deviceids[i]))
+      return false;
+  return true;
+}
+
 /* Picks req->allocation_size ids into out (room for that many): the
- * must-include ids, then slots on the GPUs with the fewest free slots. */
-static int prefer_one(const V1beta1__ContainerPreferredAllocationRequest *q,
+ * caller's choice when it has one (dp->prefer), else the must-include ids,
+ * then slots on the GPUs with the fewest free slots. */
+static int prefer_one(gf_dp *dp,
+                      const V1beta1__ContainerPreferredAllocationRequest *q,
                       size_t ci, char **out, size_t *nout, cand *cs,
                       gf__grpc_reply *r) {
   size_t size = (size_t)q->allocation_size, n = 0;
+  if (dp->prefer && size > 0) {
+    size_t got =
+        dp->prefer(dp->user, (const char *const *)q->available_deviceids,
+                   q->n_available_deviceids,
+                   (const char *const *)q->must_include_deviceids,
+                   q->n_must_include_deviceids, size, (const char **)out);
+    if (got <= size && choice_ok(q, out, got)) {
+      *nout = got;
+      return 0;
+    }
+    memset(out, 0, size * sizeof *out);
+  }
   for (size_t i = 0; i < q->n_must_include_deviceids && n < size; i++)
     if (!in_list(out, n, q->must_include_deviceids[i]))
       out[n++] = q->must_include_deviceids[i];
@@ -346,7 +380,39 @@ static int prefer_one(const V1beta1__ContainerPreferredAllocationRequest *q,
   return 0;
 }
 
-static void do_preferred(const uint8_t *req, size_t len, gf__grpc_reply *r) {
+/* Every id kubelet offers or insists on is one we advertise; else the
+ * reply names the first that is not. */
+static int check_offered(gf_dp *dp,
+                         const V1beta1__PreferredAllocationRequest *q,
+                         gf__grpc_reply *r) {
+  int rc = 0;
+  pthread_mutex_lock(&dp->mu);
+  for (size_t i = 0; i < q->n_container_requests && !rc; i++) {
+    const V1beta1__ContainerPreferredAllocationRequest *c =
+        q->container_requests[i];
+    for (int list = 0; list < 2 && !rc; list++) {
+      char **ids = list ? c->must_include_deviceids : c->available_deviceids;
+      size_t n = list ? c->n_must_include_deviceids : c->n_available_deviceids;
+      for (size_t k = 0; k < n && !rc; k++) {
+        bool found = false;
+        for (size_t j = 0; j < dp->ndevs && !found; j++)
+          found = strcmp(dp->devs[j].id, ids[k]) == 0;
+        if (!found) {
+          set_err(r, GF__GRPC_INVALID_ARGUMENT,
+                  "container %zu: %s device '%.120s', which this plugin does "
+                  "not advertise",
+                  i, list ? "must include" : "offers", ids[k]);
+          rc = -1;
+        }
+      }
+    }
+  }
+  pthread_mutex_unlock(&dp->mu);
+  return rc;
+}
+
+static void do_preferred(gf_dp *dp, const uint8_t *req, size_t len,
+                         gf__grpc_reply *r) {
   V1beta1__PreferredAllocationRequest *q =
       (V1beta1__PreferredAllocationRequest *)unpack(
           &v1beta1__preferred_allocation_request__descriptor, req, len, r);
@@ -383,6 +449,8 @@ static void do_preferred(const uint8_t *req, size_t len, gf__grpc_reply *r) {
     if (c->n_available_deviceids > maxav)
       maxav = c->n_available_deviceids;
   }
+  if (check_offered(dp, q, r))
+    goto out;
   cr = calloc(nc ? nc : 1, sizeof *cr);
   crp = calloc(nc ? nc : 1, sizeof *crp);
   ids = calloc(total ? total : 1, sizeof *ids);
@@ -395,7 +463,7 @@ static void do_preferred(const uint8_t *req, size_t len, gf__grpc_reply *r) {
   size_t at = 0;
   for (size_t i = 0; i < nc; i++) {
     size_t got = 0;
-    if (prefer_one(q->container_requests[i], i, ids + at, &got, cs, r))
+    if (prefer_one(dp, q->container_requests[i], i, ids + at, &got, cs, r))
       goto out;
     v1beta1__container_preferred_allocation_response__init(&cr[i]);
     cr[i].n_deviceids = got;
@@ -688,7 +756,7 @@ static void on_call(void *user, size_t m, const uint8_t *req, size_t len,
     return;
   }
   case M_PREFERRED:
-    do_preferred(req, len, r);
+    do_preferred(dp, req, len, r);
     return;
   case M_ALLOCATE:
     queue_allocate(dp, req, len, ticket, r);
@@ -888,6 +956,7 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
   }
   dp->allocate = o->allocate;
   dp->cancel = o->cancel;
+  dp->prefer = o->prefer;
   dp->log = o->log;
   dp->user = o->user;
   dp->preferred = o->preferred_allocation;

@@ -451,8 +451,9 @@ static bool before(const pod *a, const pod *b) {
   return strcmp(a->uid, b->uid) < 0;
 }
 
-/* Under the lock: the best candidate, marked; true when found. */
-static bool pick(gf_node_pods *p, uint32_t n, gf_node_match *out) {
+/* Under the lock: the best candidate, marked when `take`; true when
+ * found. */
+static bool pick(gf_node_pods *p, uint32_t n, bool take, gf_node_match *out) {
   pod *best = NULL;
   int best_k = -1;
   for (size_t i = 0; i < p->npods; i++) {
@@ -465,7 +466,7 @@ static bool pick(gf_node_pods *p, uint32_t n, gf_node_match *out) {
   if (!best)
     return false;
   pod_ctr *c = &best->ctrs[best_k];
-  c->answered = true;
+  c->answered = take;
   memset(out, 0, sizeof(*out));
   gf__node_copy(out->uid, sizeof(out->uid), best->uid);
   gf__node_copy(out->ns, sizeof(out->ns), best->ns);
@@ -521,7 +522,7 @@ int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
   }
   pthread_mutex_lock(&p->mu);
   int rc = 0;
-  while (!pick(p, ngpus, out)) {
+  while (!pick(p, ngpus, true, out)) {
     if (p->cancelled) {
       rc = gf_diag_set(d, GF_ESTATE,
                        "the node agent is stopping: allocation of %u %s "
@@ -542,6 +543,15 @@ int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
   }
   pthread_mutex_unlock(&p->mu);
   return rc;
+}
+
+bool gf_node_pods_peek(gf_node_pods *p, uint32_t ngpus, gf_node_match *out) {
+  if (ngpus == 0 || ngpus > GF_MAX_GPUS_PER_NODE)
+    return false;
+  pthread_mutex_lock(&p->mu);
+  bool found = pick(p, ngpus, false, out);
+  pthread_mutex_unlock(&p->mu);
+  return found;
 }
 
 void gf_node_pods_cancel(gf_node_pods *p) {

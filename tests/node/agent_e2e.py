@@ -419,6 +419,33 @@ class Scenarios:
         self.expect_mounts_answer(alloc(s.plugin, self.ids[1]), "f", 1,
                                   3 * GiB, 20)
 
+    def preferred_from_grant(self):
+        """GetPreferredAllocation answers from the grant of the pod the
+        next Allocate is for, so kubelet records a slot on the granted GPU
+        (not the first GPU's, which the plugin's own rule would pick among
+        equally free GPUs); then Allocate of those ids answers that pod.
+        With no pod waiting, the plugin's own rule answers."""
+        s = self.s
+        C = fk.pb.ContainerPreferredAllocationRequest
+        offered = [i[0] for i in self.ids]
+
+        def prefer():
+            r = s.plugin.call("GetPreferredAllocation",
+                              fk.pb.PreferredAllocationRequest(
+                                  container_requests=[C(
+                                      available_deviceIDs=offered,
+                                      allocation_size=1)]),
+                              fk.pb.PreferredAllocationResponse)
+            return [list(c.deviceIDs) for c in r.container_responses]
+        eq(prefer(), [["%s::0" % fake_uuid(0)]], "no pod waiting: own rule")
+        s.add("p", grant(1, 2 * GiB, 15))
+        wait_for(lambda: prefer() == [["%s::0" % fake_uuid(1)]], 3.0,
+                 "a slot on GPU 1, the granted one (got %r)" % prefer())
+        ids = prefer()[0]
+        self.expect_mounts_answer(alloc(s.plugin, ids), "p", 1, 2 * GiB, 15)
+        eq(prefer(), [["%s::0" % fake_uuid(0)]], "answered: own rule again")
+        s.double.delete_pod(NS, "p")
+
     def cdi(self):
         s = self.s
         eq(s.agent.stop(), 0, "agent exit status")
@@ -545,7 +572,8 @@ class Scenarios:
         order = [self.registers, self.list_and_watch, self.inventory,
                  self.allocate, self.no_waiting_pod, self.malformed_grant,
                  self.concurrent, self.pod_deleted, self.kubelet_restart,
-                 self.agent_restart, self.cdi, self.xid_unhealthy,
+                 self.agent_restart, self.preferred_from_grant, self.cdi,
+                 self.xid_unhealthy,
                  self.sigterm_while_allocate_waits]
         failed = 0
         try:

@@ -474,6 +474,17 @@ class Scenarios:
             pb.PreferredAllocationResponse))
         eq(code, grpc.StatusCode.INVALID_ARGUMENT, "too large a size")
         check("allocation_size 3" in msg, "message: %r" % msg)
+        # Ids the plugin does not advertise, offered or insisted on.
+        for kw in ({"available_deviceIDs": g1 + ["GPU-nope::0"]},
+                   {"available_deviceIDs": g1,
+                    "must_include_deviceIDs": ["GPU-nope::1"]}):
+            code, msg = rpc_error(lambda: self.plugin.call(
+                "GetPreferredAllocation", pb.PreferredAllocationRequest(
+                    container_requests=[C(allocation_size=1, **kw)]),
+                pb.PreferredAllocationResponse))
+            eq(code, grpc.StatusCode.INVALID_ARGUMENT, "unadvertised id")
+            check("GPU-nope::" in msg and "does not advertise" in msg,
+                  "message names the id: %r" % msg)
 
     def pre_start(self):
         r = self.plugin.call("PreStartContainer", pb.PreStartContainerRequest(

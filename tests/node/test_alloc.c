@@ -519,6 +519,47 @@ static void test_allocate_grant_checks(void **state) {
   gf_node_pods_free(p);
 }
 
+/* gf_node_prefer: the slots of the granted GPUs, in grant order, for the
+ * container the next Allocate would get; no opinion otherwise. */
+static void test_prefer(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
+  const char *u0 = gpus2.gpus[0].uuid, *u1 = gpus2.gpus[1].uuid;
+  char ids[8][96];
+  const char *avail[8];
+  for (int i = 0; i < 8; i++) {
+    snprintf(ids[i], sizeof(ids[i]), "%s::%d", i < 4 ? u0 : u1, 3 - i % 4);
+    avail[i] = ids[i]; /* GPU 0's slots 3..0, then GPU 1's */
+  }
+  const char *out[4] = {0};
+  /* Nobody waiting: no opinion. */
+  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 1, out), 0);
+  tctr c[] = {{"main", 2, {u1, u0}, false, false}};
+  apply(p, make_pod("two", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  /* A call for 1 device is for nobody. */
+  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 1, out), 0);
+  /* For 2: GPU 1's lowest slot, then GPU 0's (grant order). */
+  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 2, out), 2);
+  assert_string_equal(out[0], ids[7]);
+  assert_string_equal(out[1], ids[3]);
+  /* A must id on GPU 0 covers it; GPU 1 gets its lowest slot. */
+  const char *must[] = {ids[1]};
+  assert_int_equal(gf_node_prefer(a, avail, 8, must, 1, 2, out), 2);
+  assert_string_equal(out[0], ids[1]);
+  assert_string_equal(out[1], ids[7]);
+  /* Nothing offered on GPU 1: no opinion. */
+  assert_int_equal(gf_node_prefer(a, avail, 4, NULL, 0, 2, out), 0);
+  /* Peeking marks nothing: the Allocate still gets the pod. */
+  gf_node_match m;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_pods_match(p, 2, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "two");
+  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 2, out), 0);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+}
+
 static const gf_dp_mount *mount_at(const gf_dp_container_answer *o,
                                    const char *ctr) {
   for (uint32_t i = 0; i < o->nmounts; i++)
@@ -930,6 +971,7 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_grant_checks, setup_tmp,
                                       teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prefer, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_bad_gpu, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_cdi_and_cleanup, setup_tmp,
