@@ -22,8 +22,10 @@
  *     (kubelet.sock recreated) gets a new Registration within a second.
  *   - Malformed frames or messages from a client end that call (or that
  *     connection) with a gRPC status; the server keeps serving others.
- *   - All calls on a gf_dp are thread-safe; callbacks run on the server's
- *     thread, one at a time.
+ *   - All calls on a gf_dp are thread-safe.  The allocate callback runs
+ *     on the plugin's worker threads, up to 4 at once, and may wait (for
+ *     its pod): the server keeps answering every other call meanwhile.
+ *     gf_dp_stop calls the cancel callback so that waiting ones return.
  */
 #ifndef GPUFRAC_DEVPLUGIN_H
 #define GPUFRAC_DEVPLUGIN_H
@@ -75,10 +77,27 @@ typedef struct gf_dp_container_answer {
 /* Answers Allocate for one container that kubelet gave the device ids
  * ids[0..nids).  Returns 0 with *out filled, or a GF_E* code with a
  * sentence in d that kubelet shows the user (the pod fails admission with
- * it); the other containers and calls are not disturbed. */
+ * it); the other containers and calls are not disturbed.  Runs on a worker
+ * thread, possibly beside other calls of it: must be thread-safe. */
 typedef int (*gf_dp_allocate_fn)(void *user, const char *const *ids,
                                  size_t nids, gf_dp_container_answer *out,
                                  gf_diag *d);
+
+/* Chooses the devices kubelet should give one container
+ * (GetPreferredAllocation): `size` of the offered ids avail[0..navail),
+ * every id of must[0..nmust) among them.  Writes the choice into out[]
+ * (room for size; pointers into avail or must) and returns how many it
+ * wrote.  Returning anything but `size` distinct offered ids that include
+ * every must id (0, say, when it has nothing to go on) leaves the choice to
+ * the plugin's own rule.  Runs on the server's loop: must not wait. */
+typedef size_t (*gf_dp_prefer_fn)(void *user, const char *const *avail,
+                                  size_t navail, const char *const *must,
+                                  size_t nmust, size_t size, const char **out);
+
+/* Called once by gf_dp_stop, from the stopping thread: allocate callbacks
+ * still running (waiting for a pod) should return now, with an error;
+ * their callers are told the plugin stopped.  Must be thread-safe. */
+typedef void (*gf_dp_cancel_fn)(void *user);
 
 /* A sentence about something that went wrong off the caller's path
  * (registration refused or kubelet absent, the socket made again); called
@@ -92,6 +111,8 @@ typedef struct gf_dp_opts {
   const char *kubelet_socket; /* default plugin_dir + "/kubelet.sock" */
   const char *resource;       /* default GF_DP_RESOURCE */
   gf_dp_allocate_fn allocate;
+  gf_dp_cancel_fn cancel; /* NULL: allocate never waits long */
+  gf_dp_prefer_fn prefer; /* NULL: the plugin's own rule only */
   void *user;
   bool preferred_allocation; /* advertise GetPreferredAllocation */
   gf_dp_log_fn log;          /* NULL: silent; gets `user` too */

@@ -73,6 +73,17 @@ typedef struct gf_node_match {
 int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
                        gf_node_match *out, gf_diag *d);
 
+/* Makes every gf_node_pods_match waiting now, and every later one that
+ * would wait, return GF_ESTATE ("the node agent is stopping"); for the
+ * agent's stop, so that no Allocate holds it up. */
+void gf_node_pods_cancel(gf_node_pods *p);
+
+/* The container a call for `ngpus` devices would be matched to now, by
+ * the same rule, without marking it and without waiting; false when none
+ * (for GetPreferredAllocation, which kubelet calls just before
+ * Allocate). */
+bool gf_node_pods_peek(gf_node_pods *p, uint32_t ngpus, gf_node_match *out);
+
 /* Takes back the mark of a match whose answer failed. */
 void gf_node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr);
 
@@ -111,6 +122,9 @@ void gf_node_allocator_set_proc(gf_node_allocator *a, const char *proc);
 /* Replaces the GPUs (after a rediscovery). */
 void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g);
 void gf_node_allocator_free(gf_node_allocator *a);
+/* The device plugin's cancel callback (gf_dp_cancel_fn) with user a
+ * gf_node_allocator: gf_node_pods_cancel on its cache. */
+void gf_node_allocator_cancel(void *user);
 /* Answers given so far / refused so far (metrics). */
 uint64_t gf_node_allocator_answered(gf_node_allocator *a);
 uint64_t gf_node_allocator_refused(gf_node_allocator *a);
@@ -129,6 +143,18 @@ uint64_t gf_node_allocator_refused(gf_node_allocator *a);
  * MIG grant answered as CDI (allocate = cdi; not yet). */
 int gf_node_allocate(void *user, const char *const *ids, size_t nids,
                      gf_dp_container_answer *out, gf_diag *d);
+
+/* The device plugin's prefer callback (gf_dp_prefer_fn) with user a
+ * gf_node_allocator: for the container the next Allocate of `size` would
+ * be matched to (gf_node_pods_peek), the must ids, then for each granted
+ * GPU not covered by one the offered slot on it with the lowest number
+ * ("<uuid>::<k>"; a MIG device's id is its uuid), so kubelet records the
+ * devices the container really gets.  0 (the plugin's own rule) when no
+ * container is waiting for `size` yet, or the offer lacks a slot on a
+ * granted GPU. */
+size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
+                      const char *const *must, size_t nmust, size_t size,
+                      const char **out);
 
 /* The device list kubelet sees for g: `slots` devices "<uuid>::<k>" per
  * shared or mps GPU, one "<uuid>::0" per exclusive GPU, one per MIG device

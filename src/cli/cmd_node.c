@@ -261,6 +261,8 @@ static int api_start(const opts *o, const gf_node_config *cfg,
     a->ndevs = gf_node_dp_devices(g, cfg->slots, a->devs, GF_DP_MAX_DEVICES);
     gf_dp_opts dpo = {.plugin_dir = cfg->kubelet_dir,
                       .allocate = gf_node_allocate,
+                      .cancel = gf_node_allocator_cancel,
+                      .prefer = gf_node_prefer,
                       .user = a->alloc,
                       .preferred_allocation = true,
                       .log = dp_log};

@@ -81,6 +81,11 @@ void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g) {
   pthread_mutex_unlock(&a->mu);
 }
 
+void gf_node_allocator_cancel(void *user) {
+  gf_node_allocator *a = user;
+  gf_node_pods_cancel(a->pods);
+}
+
 void gf_node_allocator_free(gf_node_allocator *a) {
   if (!a)
     return;
@@ -182,13 +187,36 @@ static bool find_unit(const gf_node_gpus *g, const char *uuid, unit *u) {
 static int resolve(gf_node_allocator *a, const gf_node_match *m, unit *units,
                    gf_diag *d) {
   for (uint32_t i = 0; i < m->grant.ngpus; i++) {
-    const char *uuid = m->grant.gpus[i].uuid;
+    const gf_grant_gpu *gg = &m->grant.gpus[i];
+    const char *uuid = gg->uuid;
     unit *u = &units[i];
+    if (!uuid[0]) /* pods.c refuses such grants; never matched */
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "pod %s/%s container %s: granted GPU %u (index %u) "
+                         "has no uuid",
+                         m->ns, m->name, m->grant.name, i, gg->index);
     if (!find_unit(&a->gpus, uuid, u))
       return gf_diag_set(d, GF_ENOTFOUND,
                          "pod %s/%s container %s: granted GPU %s is not on "
                          "this node",
                          m->ns, m->name, m->grant.name, uuid);
+    /* A MIG device's index is the inventory's stand-in (the first index
+     * no GPU uses, docs/node.md), which moves as MIG GPUs come and go:
+     * its uuid alone names it.  A GPU's index is NVML's and must agree. */
+    if (!u->mig && u->gpu->index != gg->index)
+      return gf_diag_set(d, GF_ECONFLICT,
+                         "pod %s/%s container %s: the grant says GPU %s is "
+                         "index %u, on this node it is index %u: refused",
+                         m->ns, m->name, m->grant.name, uuid, gg->index,
+                         u->gpu->index);
+    uint64_t have = u->mig ? u->mig->mem_bytes : u->gpu->mem_bytes;
+    if (gg->mem_bytes > 0 && have > 0 && (uint64_t)gg->mem_bytes > have)
+      return gf_diag_set(
+          d, GF_ERANGE,
+          "pod %s/%s container %s: the grant gives %lld bytes "
+          "of %s %s, which has %llu: refused",
+          m->ns, m->name, m->grant.name, (long long)gg->mem_bytes,
+          u->mig ? "MIG device" : "GPU", uuid, (unsigned long long)have);
     if (!u->gpu->healthy)
       return gf_diag_set(d, GF_EIO,
                          "pod %s/%s container %s: granted GPU %s is "
@@ -440,6 +468,61 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
   }
   atomic_fetch_add(&a->answered, 1);
   return 0;
+}
+
+/* True when device id `id` is a slot of (or is) the GPU or MIG device
+ * `uuid`; *slot its number (0 for a MIG device). */
+static bool id_on(const char *id, const char *uuid, unsigned long *slot) {
+  size_t n = strlen(uuid);
+  if (!n || strncmp(id, uuid, n) != 0)
+    return false;
+  if (id[n] == '\0') {
+    *slot = 0;
+    return true;
+  }
+  if (id[n] != ':' || id[n + 1] != ':' || id[n + 2] < '0' || id[n + 2] > '9')
+    return false;
+  char *end;
+  *slot = strtoul(id + n + 2, &end, 10);
+  return *end == '\0';
+}
+
+size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
+                      const char *const *must, size_t nmust, size_t size,
+                      const char **out) {
+  gf_node_allocator *a = user;
+  gf_node_match m;
+  if (size == 0 || size > GF_MAX_GPUS_PER_NODE || nmust > size ||
+      !gf_node_pods_peek(a->pods, (uint32_t)size, &m))
+    return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < nmust; i++)
+    out[n++] = must[i];
+  for (uint32_t g = 0; g < m.grant.ngpus; g++) {
+    const char *uuid = m.grant.gpus[g].uuid;
+    unsigned long slot;
+    bool covered = false;
+    for (size_t i = 0; i < nmust && !covered; i++)
+      covered = id_on(must[i], uuid, &slot);
+    if (covered)
+      continue;
+    const char *best = NULL;
+    unsigned long best_slot = 0;
+    for (size_t i = 0; i < navail; i++) {
+      bool taken = false;
+      for (size_t k = 0; k < n && !taken; k++)
+        taken = strcmp(out[k], avail[i]) == 0;
+      if (!taken && id_on(avail[i], uuid, &slot) &&
+          (!best || slot < best_slot)) {
+        best = avail[i];
+        best_slot = slot;
+      }
+    }
+    if (!best || n == size)
+      return 0; /* no slot offered on a granted GPU: no opinion */
+    out[n++] = best;
+  }
+  return n;
 }
 
 size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,

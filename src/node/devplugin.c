@@ -27,17 +27,43 @@
 #define DP_TICK_MS 200  /* how often the registrar looks at the sockets */
 #define DP_REGISTER_TIMEOUT_MS 5000
 #define DP_MAX_CONTAINERS 256 /* container requests in one call */
+#define DP_WORKERS 4          /* Allocates answered at once */
+#define DP_MAX_QUEUED 64      /* Allocates waiting for a worker */
+
+/* One Allocate waiting for a worker: the request copied, the ticket its
+ * answer goes back with. */
+typedef struct dp_job {
+  uint64_t ticket;
+  uint8_t *req;
+  size_t len;
+  struct dp_job *next;
+} dp_job;
+
+/* A worker's scratch, kept between calls so a call does not map and
+ * fault in fresh pages for ~290 KiB per container. */
+typedef struct dp_scratch {
+  struct car *cars;
+  gf_dp_container_answer *ans;
+  size_t cap;
+} dp_scratch;
 
 struct gf_dp {
   char sock_path[DP_PATH_MAX], kubelet[DP_PATH_MAX];
   char endpoint[DP_PATH_MAX], resource[256];
   gf_dp_allocate_fn allocate;
+  gf_dp_cancel_fn cancel;
+  gf_dp_prefer_fn prefer;
   gf_dp_log_fn log;
   void *user;
   bool preferred;
 
-  pthread_mutex_t mu; /* guards devs, ndevs, version, stopping, last_log */
-  pthread_cond_t cv;
+  pthread_mutex_t mu; /* guards devs, ndevs, version, stopping, last_log,
+                         the job queue */
+  pthread_cond_t cv, work;
+  dp_job *jobs, **jobs_tail;
+  size_t njobs;
+  pthread_t workers[DP_WORKERS];
+  size_t nworkers;
   gf_dp_device *devs;
   size_t ndevs;
   uint64_t version;
@@ -45,11 +71,6 @@ struct gf_dp {
   char last_log[GF_DIAG_MAX];
 
   uint64_t sent_version; /* loop thread only */
-  /* Allocate's scratch, loop thread only: kept between calls so a call
-   * does not map and fault in fresh pages for ~180 KiB per container. */
-  struct car *cars;
-  gf_dp_container_answer *ans;
-  size_t scratch_cap;
   gf__h2srv *srv;
   pthread_t srv_thread, reg_thread;
   dev_t sock_dev; /* registrar thread (and stop, after the join) */
@@ -62,7 +83,7 @@ static const gf__h2_method methods[] = {
     [M_OPTIONS] = {"/v1beta1.DevicePlugin/GetDevicePluginOptions", false},
     [M_LIST] = {"/v1beta1.DevicePlugin/ListAndWatch", true},
     [M_PREFERRED] = {"/v1beta1.DevicePlugin/GetPreferredAllocation", false},
-    [M_ALLOCATE] = {"/v1beta1.DevicePlugin/Allocate", false},
+    [M_ALLOCATE] = {"/v1beta1.DevicePlugin/Allocate", false, true},
     [M_PRESTART] = {"/v1beta1.DevicePlugin/PreStartContainer", false},
 };
 
@@ -273,12 +294,45 @@ static bool in_list(char *const *ids, size_t n, const char *id) {
   return false;
 }
 
+/* Is the caller's choice out[0..n) usable for q: size distinct offered
+ * ids, every must id among them? */
+static bool choice_ok(const V1beta1__ContainerPreferredAllocationRequest *q,
+                      char **out, size_t n) {
+  if (n != (size_t)q->allocation_size)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    if (!out[i] || in_list(out, i, out[i]) ||
+        !(in_list(q->available_deviceids, q->n_available_deviceids, out[i]) ||
+          in_list(q->must_include_deviceids, q->n_must_include_deviceids,
+                  out[i])))
+      return false;
+  }
+  for (size_t i = 0; i < q->n_must_include_deviceids; i++)
+    if (!in_list(out, n, q->must_include_deviceids[i]))
+      return false;
+  return true;
+}
+
 /* Picks req->allocation_size ids into out (room for that many): the
- * must-include ids, then slots on the GPUs with the fewest free slots. */
-static int prefer_one(const V1beta1__ContainerPreferredAllocationRequest *q,
+ * caller's choice when it has one (dp->prefer), else the must-include ids,
+ * then slots on the GPUs with the fewest free slots. */
+static int prefer_one(gf_dp *dp,
+                      const V1beta1__ContainerPreferredAllocationRequest *q,
                       size_t ci, char **out, size_t *nout, cand *cs,
                       gf__grpc_reply *r) {
   size_t size = (size_t)q->allocation_size, n = 0;
+  if (dp->prefer && size > 0) {
+    size_t got =
+        dp->prefer(dp->user, (const char *const *)q->available_deviceids,
+                   q->n_available_deviceids,
+                   (const char *const *)q->must_include_deviceids,
+                   q->n_must_include_deviceids, size, (const char **)out);
+    if (got <= size && choice_ok(q, out, got)) {
+      *nout = got;
+      return 0;
+    }
+    memset(out, 0, size * sizeof *out);
+  }
   for (size_t i = 0; i < q->n_must_include_deviceids && n < size; i++)
     if (!in_list(out, n, q->must_include_deviceids[i]))
       out[n++] = q->must_include_deviceids[i];
@@ -326,7 +380,39 @@ static int prefer_one(const V1beta1__ContainerPreferredAllocationRequest *q,
   return 0;
 }
 
-static void do_preferred(const uint8_t *req, size_t len, gf__grpc_reply *r) {
+/* Every id kubelet offers or insists on is one we advertise; else the
+ * reply names the first that is not. */
+static int check_offered(gf_dp *dp,
+                         const V1beta1__PreferredAllocationRequest *q,
+                         gf__grpc_reply *r) {
+  int rc = 0;
+  pthread_mutex_lock(&dp->mu);
+  for (size_t i = 0; i < q->n_container_requests && !rc; i++) {
+    const V1beta1__ContainerPreferredAllocationRequest *c =
+        q->container_requests[i];
+    for (int list = 0; list < 2 && !rc; list++) {
+      char **ids = list ? c->must_include_deviceids : c->available_deviceids;
+      size_t n = list ? c->n_must_include_deviceids : c->n_available_deviceids;
+      for (size_t k = 0; k < n && !rc; k++) {
+        bool found = false;
+        for (size_t j = 0; j < dp->ndevs && !found; j++)
+          found = strcmp(dp->devs[j].id, ids[k]) == 0;
+        if (!found) {
+          set_err(r, GF__GRPC_INVALID_ARGUMENT,
+                  "container %zu: %s device '%.120s', which this plugin does "
+                  "not advertise",
+                  i, list ? "must include" : "offers", ids[k]);
+          rc = -1;
+        }
+      }
+    }
+  }
+  pthread_mutex_unlock(&dp->mu);
+  return rc;
+}
+
+static void do_preferred(gf_dp *dp, const uint8_t *req, size_t len,
+                         gf__grpc_reply *r) {
   V1beta1__PreferredAllocationRequest *q =
       (V1beta1__PreferredAllocationRequest *)unpack(
           &v1beta1__preferred_allocation_request__descriptor, req, len, r);
@@ -363,6 +449,8 @@ static void do_preferred(const uint8_t *req, size_t len, gf__grpc_reply *r) {
     if (c->n_available_deviceids > maxav)
       maxav = c->n_available_deviceids;
   }
+  if (check_offered(dp, q, r))
+    goto out;
   cr = calloc(nc ? nc : 1, sizeof *cr);
   crp = calloc(nc ? nc : 1, sizeof *crp);
   ids = calloc(total ? total : 1, sizeof *ids);
@@ -375,7 +463,7 @@ static void do_preferred(const uint8_t *req, size_t len, gf__grpc_reply *r) {
   size_t at = 0;
   for (size_t i = 0; i < nc; i++) {
     size_t got = 0;
-    if (prefer_one(q->container_requests[i], i, ids + at, &got, cs, r))
+    if (prefer_one(dp, q->container_requests[i], i, ids + at, &got, cs, r))
       goto out;
     v1beta1__container_preferred_allocation_response__init(&cr[i]);
     cr[i].n_deviceids = got;
@@ -511,8 +599,8 @@ static int check_ids(gf_dp *dp, const V1beta1__AllocateRequest *q,
   return rc;
 }
 
-static void do_allocate(gf_dp *dp, const uint8_t *req, size_t len,
-                        gf__grpc_reply *r) {
+static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
+                        size_t len, gf__grpc_reply *r) {
   V1beta1__AllocateRequest *q = (V1beta1__AllocateRequest *)unpack(
       &v1beta1__allocate_request__descriptor, req, len, r);
   if (!q)
@@ -527,20 +615,20 @@ static void do_allocate(gf_dp *dp, const uint8_t *req, size_t len,
   }
   if (check_ids(dp, q, r))
     goto out;
-  if (nc > dp->scratch_cap) {
-    free(dp->ans);
-    free(dp->cars);
-    dp->ans = calloc(nc, sizeof *dp->ans);
-    dp->cars = calloc(nc, sizeof *dp->cars);
-    dp->scratch_cap = dp->ans && dp->cars ? nc : 0;
+  if (nc > sc->cap) {
+    free(sc->ans);
+    free(sc->cars);
+    sc->ans = calloc(nc, sizeof *sc->ans);
+    sc->cars = calloc(nc, sizeof *sc->cars);
+    sc->cap = sc->ans && sc->cars ? nc : 0;
   }
   crp = calloc(nc ? nc : 1, sizeof *crp);
-  if (!crp || nc > dp->scratch_cap) {
+  if (!crp || nc > sc->cap) {
     set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
-  gf_dp_container_answer *ans = dp->ans;
-  car *cars = dp->cars;
+  gf_dp_container_answer *ans = sc->ans;
+  car *cars = sc->cars;
   if (nc)
     memset(ans, 0, nc * sizeof *ans); /* callbacks start from nothing */
   for (size_t i = 0; i < nc; i++) {
@@ -569,10 +657,81 @@ out:
   v1beta1__allocate_request__free_unpacked(q, NULL);
 }
 
+/* A worker: answers queued Allocates until the plugin stops.  The
+ * allocate callback may wait (for its pod), so it never runs on the
+ * server's loop; the loop keeps serving every other call meanwhile. */
+static void *worker_main(void *arg) {
+  gf_dp *dp = arg;
+  dp_scratch sc = {0};
+  pthread_mutex_lock(&dp->mu);
+  for (;;) {
+    while (!dp->stopping && !dp->jobs)
+      pthread_cond_wait(&dp->work, &dp->mu);
+    if (dp->stopping)
+      break; /* the loop answered the queued calls UNAVAILABLE */
+    dp_job *j = dp->jobs;
+    dp->jobs = j->next;
+    if (!dp->jobs)
+      dp->jobs_tail = &dp->jobs;
+    dp->njobs--;
+    pthread_mutex_unlock(&dp->mu);
+    gf__grpc_reply r = {0};
+    do_allocate(dp, &sc, j->req, j->len, &r);
+    gf__h2srv_answer(dp->srv, j->ticket, &r);
+    free(j->req);
+    free(j);
+    pthread_mutex_lock(&dp->mu);
+  }
+  pthread_mutex_unlock(&dp->mu);
+  free(sc.ans);
+  free(sc.cars);
+  return NULL;
+}
+
+/* Loop thread: hands an Allocate to the workers (r->later), or says why
+ * not. */
+static void queue_allocate(gf_dp *dp, const uint8_t *req, size_t len,
+                           uint64_t ticket, gf__grpc_reply *r) {
+  dp_job *j = calloc(1, sizeof *j);
+  uint8_t *copy = malloc(len ? len : 1);
+  if (!j || !copy) {
+    free(j);
+    free(copy);
+    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  if (len)
+    memcpy(copy, req, len);
+  j->ticket = ticket;
+  j->req = copy;
+  j->len = len;
+  pthread_mutex_lock(&dp->mu);
+  bool full = dp->njobs >= DP_MAX_QUEUED, stopping = dp->stopping;
+  if (!full && !stopping) {
+    *dp->jobs_tail = j;
+    dp->jobs_tail = &j->next;
+    dp->njobs++;
+    pthread_cond_signal(&dp->work);
+  }
+  pthread_mutex_unlock(&dp->mu);
+  if (full || stopping) {
+    free(copy);
+    free(j);
+    if (stopping)
+      set_err(r, GF__GRPC_UNAVAILABLE, "the device plugin is stopping");
+    else
+      set_err(r, GF__GRPC_RESOURCE_EXHAUSTED,
+              "%d Allocate calls are already waiting; try again",
+              DP_MAX_QUEUED);
+    return;
+  }
+  r->later = true;
+}
+
 /* ---- the service ---- */
 
 static void on_call(void *user, size_t m, const uint8_t *req, size_t len,
-                    gf__grpc_reply *r) {
+                    uint64_t ticket, gf__grpc_reply *r) {
   gf_dp *dp = user;
   ProtobufCMessage *in;
   switch (m) {
@@ -597,10 +756,10 @@ static void on_call(void *user, size_t m, const uint8_t *req, size_t len,
     return;
   }
   case M_PREFERRED:
-    do_preferred(req, len, r);
+    do_preferred(dp, req, len, r);
     return;
   case M_ALLOCATE:
-    do_allocate(dp, req, len, r);
+    queue_allocate(dp, req, len, ticket, r);
     return;
   case M_PRESTART: {
     in = unpack(&v1beta1__pre_start_container_request__descriptor, req, len, r);
@@ -796,6 +955,8 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
     return rc;
   }
   dp->allocate = o->allocate;
+  dp->cancel = o->cancel;
+  dp->prefer = o->prefer;
   dp->log = o->log;
   dp->user = o->user;
   dp->preferred = o->preferred_allocation;
@@ -805,7 +966,9 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_mutex_init(&dp->mu, NULL);
   pthread_cond_init(&dp->cv, &ca);
+  pthread_cond_init(&dp->work, NULL);
   pthread_condattr_destroy(&ca);
+  dp->jobs_tail = &dp->jobs;
 
   rc = gf_dp_set_devices(dp, devs, ndevs);
   if (rc) {
@@ -833,22 +996,35 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
     rc = gf_diag_set(d, GF_EIO, "device plugin: cannot start a thread");
     goto fail_srv;
   }
+  for (; dp->nworkers < DP_WORKERS; dp->nworkers++)
+    if (pthread_create(&dp->workers[dp->nworkers], NULL, worker_main, dp) !=
+        0) {
+      rc = gf_diag_set(d, GF_EIO, "device plugin: cannot start a thread");
+      goto fail_workers;
+    }
   if (pthread_create(&dp->reg_thread, NULL, registrar, dp) != 0) {
     rc = gf_diag_set(d, GF_EIO, "device plugin: cannot start a thread");
-    goto fail_thread;
+    goto fail_workers;
   }
   *out = dp;
   return 0;
 
-fail_thread:
+fail_workers:
+  pthread_mutex_lock(&dp->mu);
+  dp->stopping = true;
+  pthread_cond_broadcast(&dp->work);
+  pthread_mutex_unlock(&dp->mu);
   gf__h2srv_stop(dp->srv);
   pthread_join(dp->srv_thread, NULL);
+  for (size_t i = 0; i < dp->nworkers; i++)
+    pthread_join(dp->workers[i], NULL);
 fail_srv:
   gf__h2srv_free(dp->srv);
 fail_sock:
   unlink(dp->sock_path);
 fail_sync:
   pthread_cond_destroy(&dp->cv);
+  pthread_cond_destroy(&dp->work);
   pthread_mutex_destroy(&dp->mu);
   free(dp->devs);
   free(dp);
@@ -861,19 +1037,29 @@ void gf_dp_stop(gf_dp *dp) {
   pthread_mutex_lock(&dp->mu);
   dp->stopping = true;
   pthread_cond_broadcast(&dp->cv);
+  pthread_cond_broadcast(&dp->work);
   pthread_mutex_unlock(&dp->mu);
   pthread_join(dp->reg_thread, NULL);
-  gf__h2srv_stop(dp->srv);
+  gf__h2srv_stop(dp->srv); /* calls not answered yet: UNAVAILABLE */
   pthread_join(dp->srv_thread, NULL);
+  if (dp->cancel)
+    dp->cancel(dp->user); /* allocate callbacks waiting: return now */
+  for (size_t i = 0; i < dp->nworkers; i++)
+    pthread_join(dp->workers[i], NULL);
+  while (dp->jobs) {
+    dp_job *j = dp->jobs;
+    dp->jobs = j->next;
+    free(j->req);
+    free(j);
+  }
   gf__h2srv_free(dp->srv);
   struct stat st;
   if (stat(dp->sock_path, &st) == 0 && st.st_dev == dp->sock_dev &&
       st.st_ino == dp->sock_ino)
     unlink(dp->sock_path);
   pthread_cond_destroy(&dp->cv);
+  pthread_cond_destroy(&dp->work);
   pthread_mutex_destroy(&dp->mu);
-  free(dp->ans);
-  free(dp->cars);
   free(dp->devs);
   free(dp);
 }

@@ -123,6 +123,7 @@ typedef struct stream {
   uint8_t *out;
   size_t out_len, out_off;
   bool watch, closing, deferred;
+  uint64_t ticket; /* != 0: answered later through gf__h2srv_answer */
 } stream;
 
 struct conn {
@@ -133,8 +134,19 @@ struct conn {
   bool dead;
 };
 
+/* Room for one answer given later, set aside when the call came. */
+typedef struct later {
+  uint64_t ticket;
+  bool done; /* the answer is in r */
+  gf__grpc_reply r;
+  struct later *next;
+} later;
+
 struct gf__h2srv {
   gf__h2srv_ops ops;
+  pthread_mutex_t later_mu; /* guards laters */
+  later *laters;
+  uint64_t next_ticket; /* loop thread */
   int listen_fd;
   int wake_r, wake_w;
   atomic_bool stopping;
@@ -266,9 +278,11 @@ static ssize_t body_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf,
   return (ssize_t)n;
 }
 
+static void send_reply(stream *st, gf__grpc_reply *r, bool streaming);
+
 static void dispatch(stream *st) {
   gf__h2srv *s = st->c->srv;
-  if (st->answered)
+  if (st->answered || st->ticket)
     return;
   if (st->bad) {
     reply_status(st, st->bad, st->bad_msg);
@@ -298,22 +312,57 @@ static void dispatch(stream *st) {
     reply_status(st, GF__GRPC_INVALID_ARGUMENT, msg);
     return;
   }
+  uint64_t ticket = 0;
+  if (s->ops.methods[m].later) {
+    later *l = calloc(1, sizeof *l);
+    if (!l) {
+      reply_status(st, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+      return;
+    }
+    ticket = l->ticket = ++s->next_ticket;
+    pthread_mutex_lock(&s->later_mu);
+    l->next = s->laters;
+    s->laters = l;
+    pthread_mutex_unlock(&s->later_mu);
+  }
   gf__grpc_reply r = {0};
-  s->ops.call(s->ops.user, m, st->req + 5, st->req_len - 5, &r);
+  s->ops.call(s->ops.user, m, st->req + 5, st->req_len - 5, ticket, &r);
   drop_request(st);
-  if (r.status != GF__GRPC_OK) {
-    free(r.msg);
-    reply_status(st, r.status, r.message);
+  if (r.later && ticket) {
+    st->ticket = ticket; /* the room stays until the answer comes */
     return;
   }
-  bool ok = out_append(st, r.msg, r.len);
-  free(r.msg);
+  if (ticket) { /* answered now: give the room back */
+    pthread_mutex_lock(&s->later_mu);
+    for (later **pp = &s->laters; *pp; pp = &(*pp)->next)
+      if ((*pp)->ticket == ticket) {
+        later *l = *pp;
+        *pp = l->next;
+        free(l);
+        break;
+      }
+    pthread_mutex_unlock(&s->later_mu);
+  }
+  send_reply(st, &r, s->ops.methods[m].stream);
+}
+
+/* Sends r (taking r->msg) on st, which has not been answered. */
+static void send_reply(stream *st, gf__grpc_reply *r, bool streaming) {
+  if (r->status != GF__GRPC_OK) {
+    free(r->msg);
+    r->msg = NULL;
+    reply_status(st, r->status, r->message);
+    return;
+  }
+  bool ok = out_append(st, r->msg, r->len);
+  free(r->msg);
+  r->msg = NULL;
   if (!ok) {
     reply_status(st, GF__GRPC_RESOURCE_EXHAUSTED,
                  "out of memory for the response");
     return;
   }
-  st->watch = s->ops.methods[m].stream;
+  st->watch = streaming;
   nghttp2_nv hdrs[] = {NV(":status", "200"), NV("content-type", CT_GRPC)};
   nghttp2_data_provider prd = {.source.ptr = st, .read_callback = body_read_cb};
   st->answered = true;
@@ -374,7 +423,7 @@ static int data_chunk_cb(nghttp2_session *sess, uint8_t flags, int32_t id,
   (void)flags;
   conn *c = user;
   stream *st = nghttp2_session_get_stream_user_data(sess, id);
-  if (!st || st->answered || st->bad)
+  if (!st || st->answered || st->bad || st->ticket)
     return 0;
   size_t need = st->req_len + len;
   if (st->req_len < 5 && need >= 5) {
@@ -570,6 +619,7 @@ int gf__h2srv_new(gf__h2srv **out, int listen_fd, const gf__h2srv_ops *ops,
   s->wake_w = p[1];
   atomic_init(&s->stopping, false);
   atomic_init(&s->new_listen_fd, -1);
+  pthread_mutex_init(&s->later_mu, NULL);
   *out = s;
   return 0;
 }
@@ -578,6 +628,52 @@ void gf__h2srv_wake(gf__h2srv *s) {
   uint8_t b = 1;
   ssize_t n = write(s->wake_w, &b, 1); /* full pipe: already woken */
   (void)n;
+}
+
+void gf__h2srv_answer(gf__h2srv *s, uint64_t ticket, gf__grpc_reply *r) {
+  bool kept = false;
+  pthread_mutex_lock(&s->later_mu);
+  for (later *l = s->laters; l; l = l->next)
+    if (l->ticket == ticket && !l->done) {
+      l->r = *r;
+      l->done = kept = true;
+      break;
+    }
+  pthread_mutex_unlock(&s->later_mu);
+  if (!kept)
+    free(r->msg); /* not a ticket of ours: nobody to answer */
+  r->msg = NULL;
+  gf__h2srv_wake(s);
+}
+
+/* Loop thread: sends the answers that came (their rooms freed). */
+static void send_laters(gf__h2srv *s) {
+  later *done = NULL;
+  pthread_mutex_lock(&s->later_mu);
+  for (later **pp = &s->laters; *pp;) {
+    later *l = *pp;
+    if (l->done) {
+      *pp = l->next;
+      l->next = done;
+      done = l;
+    } else {
+      pp = &l->next;
+    }
+  }
+  pthread_mutex_unlock(&s->later_mu);
+  while (done) {
+    later *l = done;
+    done = l->next;
+    stream *found = NULL;
+    for (size_t i = 0; i < s->nconns && !found; i++)
+      for (stream *st = s->conns[i]->streams; st && !found; st = st->next)
+        if (st->ticket == l->ticket && !st->answered)
+          found = st;
+    if (found)
+      send_reply(found, &l->r, false);
+    free(l->r.msg);
+    free(l);
+  }
 }
 
 void gf__h2srv_stop(gf__h2srv *s) {
@@ -700,6 +796,7 @@ void gf__h2srv_run(gf__h2srv *s) {
         ;
       if (atomic_load(&s->stopping))
         break;
+      send_laters(s);
       if (s->ops.wake)
         s->ops.wake(s->ops.user, s);
     }
@@ -732,6 +829,13 @@ void gf__h2srv_free(gf__h2srv *s) {
   close(s->listen_fd);
   close(s->wake_r);
   close(s->wake_w);
+  while (s->laters) {
+    later *l = s->laters;
+    s->laters = l->next;
+    free(l->r.msg);
+    free(l);
+  }
+  pthread_mutex_destroy(&s->later_mu);
   free(s);
 }
 

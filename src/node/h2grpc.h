@@ -12,7 +12,9 @@
  * percent-encoded).  Errors before any reply use a trailers-only response.
  * Replies marked `stream` keep the stream open: gf__h2srv_broadcast
  * appends a message to every such stream, and stopping ends them with
- * grpc-status 0.
+ * grpc-status 0.  A call may also be answered later, from any thread
+ * (reply.later, gf__h2srv_answer): the loop keeps serving every other
+ * stream meanwhile, so nothing that can wait runs on the loop thread.
  *
  * Bounds: one message at most GF__GRPC_MAX_MSG bytes; at most
  * GF__H2_MAX_CONNS connections and GF__H2_MAX_STREAMS streams on each; all
@@ -53,19 +55,25 @@ enum {
 /* The answer to one call, filled by ops->call.  status 0: msg[0..len) is
  * the serialized response (malloc'd; the server frees it; NULL with len 0
  * is an empty message).  status != 0: message is the sentence sent as
- * grpc-message, msg is ignored. */
+ * grpc-message, msg is ignored.  later (only for a method marked `later`):
+ * nothing is answered now; the answer comes through gf__h2srv_answer with
+ * the call's ticket, and the rest of r is ignored. */
 typedef struct gf__grpc_reply {
   int status;
   char message[GF_DIAG_MAX];
   uint8_t *msg;
   size_t len;
+  bool later;
 } gf__grpc_reply;
 
 /* A method the server knows.  stream: server streaming, the stream stays
- * open after the first reply until the server stops. */
+ * open after the first reply until the server stops.  later: ops->call may
+ * answer it later (reply.later); the server sets aside room for that
+ * answer before the call, so gf__h2srv_answer never fails. */
 typedef struct gf__h2_method {
   const char *path;
   bool stream;
+  bool later;
 } gf__h2_method;
 
 typedef struct gf__h2srv gf__h2srv;
@@ -73,10 +81,12 @@ typedef struct gf__h2srv gf__h2srv;
 typedef struct gf__h2srv_ops {
   const gf__h2_method *methods;
   size_t nmethods;
-  /* One request of methods[m], its message in req[0..len).  Runs on the
-   * loop thread. */
+  /* One request of methods[m], its message in req[0..len) (valid during
+   * the call only).  Runs on the loop thread and must not wait: a method
+   * marked `later` that has to wait sets r->later and answers with
+   * gf__h2srv_answer(ticket) once done, exactly once. */
   void (*call)(void *user, size_t m, const uint8_t *req, size_t len,
-               gf__grpc_reply *r);
+               uint64_t ticket, gf__grpc_reply *r);
   /* The loop was woken by gf__h2srv_wake (loop thread). */
   void (*wake)(void *user, gf__h2srv *s);
   void *user;
@@ -94,6 +104,12 @@ void gf__h2srv_run(gf__h2srv *s);
 
 /* Thread-safe: wakes the loop, which calls ops->wake. */
 void gf__h2srv_wake(gf__h2srv *s);
+
+/* Thread-safe, from any thread: the answer to the call given `ticket`
+ * that said r->later.  Takes r->msg.  The loop sends it; when the client
+ * has gone (stream reset, connection closed, server stopped) it is
+ * dropped.  Never fails: the room was set aside when the call came. */
+void gf__h2srv_answer(gf__h2srv *s, uint64_t ticket, gf__grpc_reply *r);
 
 /* Thread-safe: makes the loop return. */
 void gf__h2srv_stop(gf__h2srv *s);

@@ -54,6 +54,7 @@ struct gf_node_pods {
   size_t nmarks, mcap;
   uint64_t next_seq;
   uint64_t generation; /* bumped on every change; waiters watch it */
+  bool cancelled;      /* gf_node_pods_cancel: no more waiting */
 };
 
 int gf_node_pods_new(gf_node_pods **out, const char *node, gf_diag *d) {
@@ -191,8 +192,26 @@ static int64_t bound_time(const json_t *obj) {
   return 0;
 }
 
-/* Checks that every GPU container is in the grant with as many GPUs. */
-static int check_grant(pod *x) {
+/* Checks the grant against this node and the pod: it is for this node,
+ * every GPU in it has a uuid, every GPU container is in it with as many
+ * GPUs. */
+static int check_grant(pod *x, const char *node) {
+  if (strcmp(x->grant.node, node) != 0) {
+    snprintf(x->error, sizeof(x->error),
+             "its grant is for node '%.64s', this is node %.64s: refused",
+             x->grant.node, node);
+    return GF_ECONFLICT;
+  }
+  for (uint32_t j = 0; j < x->grant.ncontainers; j++) {
+    const gf_grant_container *gc = &x->grant.containers[j];
+    for (uint32_t i = 0; i < gc->ngpus; i++)
+      if (!gc->gpus[i].uuid[0]) {
+        snprintf(x->error, sizeof(x->error),
+                 "grant: container %s, GPU %u (index %u) has no uuid", gc->name,
+                 i, gc->gpus[i].index);
+        return GF_ESYNTAX;
+      }
+  }
   for (uint32_t k = 0; k < x->nctrs; k++) {
     const gf_grant_container *gc = NULL;
     for (uint32_t j = 0; j < x->grant.ncontainers; j++)
@@ -214,9 +233,10 @@ static int check_grant(pod *x) {
   return 0;
 }
 
-/* Fills x from obj.  Returns GF_ESYNTAX when the object cannot be named;
- * other problems leave x->valid false with x->error set. */
-static int read_pod(pod *x, const json_t *obj) {
+/* Fills x from obj, for the cache of node `node`.  Returns GF_ESYNTAX
+ * when the object cannot be named; other problems leave x->valid false
+ * with x->error set. */
+static int read_pod(pod *x, const json_t *obj, const char *node) {
   const json_t *meta = json_object_get(obj, "metadata");
   const char *uid = str_at(meta, "uid"), *name = str_at(meta, "name");
   const char *ns = str_at(meta, "namespace");
@@ -252,7 +272,7 @@ static int read_pod(pod *x, const json_t *obj) {
              GF_GRANT_ANNOTATION, d.msg);
     return 0;
   }
-  if (check_grant(x))
+  if (check_grant(x, node))
     return 0;
   x->valid = true;
   return 0;
@@ -293,7 +313,7 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
   pod *x = calloc(1, sizeof(*x));
   if (!x)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  if (read_pod(x, obj)) {
+  if (read_pod(x, obj, p->node)) {
     free(x);
     return gf_diag_set(d, GF_ESYNTAX,
                        "pod object without a usable metadata.uid and name");
@@ -431,8 +451,9 @@ static bool before(const pod *a, const pod *b) {
   return strcmp(a->uid, b->uid) < 0;
 }
 
-/* Under the lock: the best candidate, marked; true when found. */
-static bool pick(gf_node_pods *p, uint32_t n, gf_node_match *out) {
+/* Under the lock: the best candidate, marked when `take`; true when
+ * found. */
+static bool pick(gf_node_pods *p, uint32_t n, bool take, gf_node_match *out) {
   pod *best = NULL;
   int best_k = -1;
   for (size_t i = 0; i < p->npods; i++) {
@@ -445,7 +466,7 @@ static bool pick(gf_node_pods *p, uint32_t n, gf_node_match *out) {
   if (!best)
     return false;
   pod_ctr *c = &best->ctrs[best_k];
-  c->answered = true;
+  c->answered = take;
   memset(out, 0, sizeof(*out));
   gf__node_copy(out->uid, sizeof(out->uid), best->uid);
   gf__node_copy(out->ns, sizeof(out->ns), best->ns);
@@ -501,7 +522,14 @@ int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
   }
   pthread_mutex_lock(&p->mu);
   int rc = 0;
-  while (!pick(p, ngpus, out)) {
+  while (!pick(p, ngpus, true, out)) {
+    if (p->cancelled) {
+      rc = gf_diag_set(d, GF_ESTATE,
+                       "the node agent is stopping: allocation of %u %s "
+                       "not made",
+                       ngpus, GF_NODE_RESOURCE_GPU);
+      break;
+    }
     uint64_t gen = p->generation;
     int w = 0;
     while (gen == p->generation && w == 0)
@@ -515,6 +543,22 @@ int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
   }
   pthread_mutex_unlock(&p->mu);
   return rc;
+}
+
+bool gf_node_pods_peek(gf_node_pods *p, uint32_t ngpus, gf_node_match *out) {
+  if (ngpus == 0 || ngpus > GF_MAX_GPUS_PER_NODE)
+    return false;
+  pthread_mutex_lock(&p->mu);
+  bool found = pick(p, ngpus, false, out);
+  pthread_mutex_unlock(&p->mu);
+  return found;
+}
+
+void gf_node_pods_cancel(gf_node_pods *p) {
+  pthread_mutex_lock(&p->mu);
+  p->cancelled = true;
+  touch(p);
+  pthread_mutex_unlock(&p->mu);
 }
 
 void gf_node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr) {

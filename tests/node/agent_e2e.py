@@ -419,6 +419,33 @@ class Scenarios:
         self.expect_mounts_answer(alloc(s.plugin, self.ids[1]), "f", 1,
                                   3 * GiB, 20)
 
+    def preferred_from_grant(self):
+        """GetPreferredAllocation answers from the grant of the pod the
+        next Allocate is for, so kubelet records a slot on the granted GPU
+        (not the first GPU's, which the plugin's own rule would pick among
+        equally free GPUs); then Allocate of those ids answers that pod.
+        With no pod waiting, the plugin's own rule answers."""
+        s = self.s
+        C = fk.pb.ContainerPreferredAllocationRequest
+        offered = [i[0] for i in self.ids]
+
+        def prefer():
+            r = s.plugin.call("GetPreferredAllocation",
+                              fk.pb.PreferredAllocationRequest(
+                                  container_requests=[C(
+                                      available_deviceIDs=offered,
+                                      allocation_size=1)]),
+                              fk.pb.PreferredAllocationResponse)
+            return [list(c.deviceIDs) for c in r.container_responses]
+        eq(prefer(), [["%s::0" % fake_uuid(0)]], "no pod waiting: own rule")
+        s.add("p", grant(1, 2 * GiB, 15))
+        wait_for(lambda: prefer() == [["%s::0" % fake_uuid(1)]], 3.0,
+                 "a slot on GPU 1, the granted one (got %r)" % prefer())
+        ids = prefer()[0]
+        self.expect_mounts_answer(alloc(s.plugin, ids), "p", 1, 2 * GiB, 15)
+        eq(prefer(), [["%s::0" % fake_uuid(0)]], "answered: own rule again")
+        s.double.delete_pod(NS, "p")
+
     def cdi(self):
         s = self.s
         eq(s.agent.stop(), 0, "agent exit status")
@@ -498,11 +525,56 @@ class Scenarios:
         code, msg = rpc_error(lambda: alloc(s.plugin, ["%s::0" % uuid[0]]))
         check("unhealthy (Xid 79)" in msg, "message: %r" % msg)
 
+    def sigterm_while_allocate_waits(self):
+        """alloc_wait_ms of 30 s (the most allowed) and an Allocate no pod
+        is waiting for: a call beside it is answered, and SIGTERM ends the
+        agent (exit 0, within Agent.stop's 20 s) and the waiting call
+        (UNAVAILABLE) without waiting out the 30 s.
+        Last: it leaves the agent stopped."""
+        s = self.s
+        if s.agent.p.poll() is None:
+            eq(s.agent.stop(), 0, "agent exit status")
+        if s.plugin:
+            s.plugin.close()
+        # No pod may be waiting for a 1-GPU call: x1 (xid_unhealthy) goes.
+        if s.double.state.get("pods", ad.pod_key(NS, "x1")):
+            s.double.delete_pod(NS, "x1")
+        s.agent.start(s.conf("long-wait.conf", alloc_wait_ms="30000"))
+        wait_for(lambda: os.path.exists(s.psock), 5.0, "plugin socket")
+        s.plugin = fk.Plugin(s.psock)
+        box = {}
+
+        def waiting():
+            try:
+                box["resp"] = alloc(s.plugin, self.ids[5])
+            except grpc.RpcError as e:
+                box["err"] = e
+        t = threading.Thread(target=waiting, daemon=True)
+        t.start()
+        time.sleep(0.3)
+        # On the same connection, after the waiting call: answered while
+        # that one waits.
+        o = s.plugin.call("GetDevicePluginOptions", fk.pb.Empty(),
+                          fk.pb.DevicePluginOptions, timeout=10)
+        eq(o.get_preferred_allocation_available, True, "options")
+        check(t.is_alive(), "the Allocate is still waiting: %r" % box)
+        try:
+            eq(s.agent.stop(), 0, "agent exit status on SIGTERM")
+        except subprocess.TimeoutExpired:
+            raise fk.Failure("the agent did not stop on SIGTERM within 20 s "
+                             "while an Allocate waited (alloc_wait_ms 30 s)")
+        t.join(10)
+        check("err" in box, "the waiting Allocate failed: %r" % box)
+        eq(box["err"].code(), grpc.StatusCode.UNAVAILABLE,
+           "status of the waiting Allocate")
+
     def run(self):
         order = [self.registers, self.list_and_watch, self.inventory,
                  self.allocate, self.no_waiting_pod, self.malformed_grant,
                  self.concurrent, self.pod_deleted, self.kubelet_restart,
-                 self.agent_restart, self.cdi, self.xid_unhealthy]
+                 self.agent_restart, self.preferred_from_grant, self.cdi,
+                 self.xid_unhealthy,
+                 self.sigterm_while_allocate_waits]
         failed = 0
         try:
             for sc in order:

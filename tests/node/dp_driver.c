@@ -10,15 +10,22 @@
  * Prints "ready" once serving, then reads commands from stdin, one a line:
  *   unhealthy ID | healthy ID   mark a device; answers "ok" or "error"
  *   regs                        answers gf_dp_registrations()
+ *   waiting                     answers how many Allocates wait now
+ *   release                     lets every waiting Allocate go on
  *   quit                        stops the plugin and exits 0
  * The allocator answers CUDA_VISIBLE_DEVICES = the GPU part of the first
  * id, GPUFRAC_DEVICE_IDS = the ids joined by ',', a read-only mount of
  * /run/gpufrac/<gpu>/shim.conf at /etc/gpufrac/shim.conf, the device node
  * /dev/nvidia0 "rw", the CDI device "gpufrac.io/gpu=<gpu>" and the
  * annotation gpufrac.io/slots = the number of ids.  It fails with
- * GF_ESTATE and a sentence for an id containing "bad".  Log lines go to
+ * GF_ESTATE and a sentence for an id containing "bad".  For an id
+ * containing "wait" it first waits, as the agent's Allocate waits for its
+ * pod, until `release` (then answers as above) or until the plugin stops
+ * (the cancel callback; then it fails with GF_ESTATE).  Log lines go to
  * stderr.
  */
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +35,32 @@
 
 static gf_dp_device devs[GF_DP_MAX_DEVICES];
 static size_t ndevs;
+
+static pthread_mutex_t wait_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wait_cv = PTHREAD_COND_INITIALIZER;
+static unsigned waiting, released; /* released: `release` commands seen */
+static bool cancelled;
+
+static void cancel(void *user) {
+  (void)user;
+  pthread_mutex_lock(&wait_mu);
+  cancelled = true;
+  pthread_cond_broadcast(&wait_cv);
+  pthread_mutex_unlock(&wait_mu);
+}
+
+/* Waits for the next `release` or the cancel; false when cancelled. */
+static bool wait_release(void) {
+  pthread_mutex_lock(&wait_mu);
+  unsigned seen = released;
+  waiting++;
+  while (released == seen && !cancelled)
+    pthread_cond_wait(&wait_cv, &wait_mu);
+  waiting--;
+  bool ok = !cancelled;
+  pthread_mutex_unlock(&wait_mu);
+  return ok;
+}
 
 static void log_line(void *user, const char *msg) {
   (void)user;
@@ -45,6 +78,9 @@ static int allocate(void *user, const char *const *ids, size_t nids,
     if (strstr(ids[i], "bad"))
       return gf_diag_set(
           d, GF_ESTATE, "device %s is broken: refusing to hand it out", ids[i]);
+  for (size_t i = 0; i < nids; i++)
+    if (strstr(ids[i], "wait") && !wait_release())
+      return gf_diag_set(d, GF_ESTATE, "stopped while %s waited", ids[i]);
   char gpu[GF_DP_ID_MAX];
   const char *sep = strstr(ids[0], "::");
   int glen = sep ? (int)(sep - ids[0]) : (int)strlen(ids[0]);
@@ -113,6 +149,7 @@ int main(int argc, char **argv) {
                   .kubelet_socket = argv[2],
                   .endpoint = argv[3],
                   .allocate = allocate,
+                  .cancel = cancel,
                   .log = log_line};
   for (int i = 6; i < argc; i++) {
     if (strcmp(argv[i], "--preferred") == 0) {
@@ -141,9 +178,19 @@ int main(int argc, char **argv) {
     line[strcspn(line, "\r\n")] = '\0';
     if (strcmp(line, "quit") == 0)
       break;
-    if (strcmp(line, "regs") == 0)
+    if (strcmp(line, "regs") == 0) {
       printf("%llu\n", (unsigned long long)gf_dp_registrations(dp));
-    else if (strncmp(line, "unhealthy ", 10) == 0)
+    } else if (strcmp(line, "waiting") == 0) {
+      pthread_mutex_lock(&wait_mu);
+      printf("%u\n", waiting);
+      pthread_mutex_unlock(&wait_mu);
+    } else if (strcmp(line, "release") == 0) {
+      pthread_mutex_lock(&wait_mu);
+      released++;
+      pthread_cond_broadcast(&wait_cv);
+      pthread_mutex_unlock(&wait_mu);
+      printf("ok\n");
+    } else if (strncmp(line, "unhealthy ", 10) == 0)
       printf("%s\n", mark(dp, line + 10, false) ? "error" : "ok");
     else if (strncmp(line, "healthy ", 8) == 0)
       printf("%s\n", mark(dp, line + 8, true) ? "error" : "ok");

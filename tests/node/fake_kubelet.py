@@ -222,8 +222,16 @@ def expect_answer(resp_c, ids):
        "cdi_devices")
 
 
+def wait_until(fn, timeout, what):
+    end = time.monotonic() + timeout
+    while not fn():
+        if time.monotonic() > end:
+            raise Failure("%s: not within %.1f s" % (what, timeout))
+        time.sleep(0.02)
+
+
 class Scenarios:
-    GPUS, SLOTS, BAD = 2, 4, "GPU-bad::0"
+    GPUS, SLOTS, BAD, WAIT = 2, 4, "GPU-bad::0", "GPU-wait::0"
 
     def __init__(self, driver_path):
         self.driver_path = driver_path
@@ -235,11 +243,11 @@ class Scenarios:
         self.plugin = None
         self.watch = None
         self.all_ids = [dev_id(g, k) for g in range(self.GPUS)
-                        for k in range(self.SLOTS)] + [self.BAD]
+                        for k in range(self.SLOTS)] + [self.BAD, self.WAIT]
 
     def start_driver(self):
         self.driver = Driver(self.driver_path, self.dir, self.ksock,
-                             self.GPUS, self.SLOTS, [self.BAD])
+                             self.GPUS, self.SLOTS, [self.BAD, self.WAIT])
 
     # -- the scenarios, in order; each checks real values --
 
@@ -322,6 +330,101 @@ class Scenarios:
             t.join()
         check(not errors, "concurrent Allocate: %r" % errors[:1])
 
+    def start_waiting_allocate(self):
+        """An Allocate of WAIT on its own connection, in a thread, once
+        the allocator holds it (dp_driver waits until `release`).  Returns
+        (thread, box): box["resp"] or box["err"] when it ends."""
+        box = {}
+
+        def run():
+            p = Plugin(self.psock)
+            try:
+                box["resp"] = p.allocate([[self.WAIT]], timeout=60)
+            except Exception as e:  # noqa: BLE001 - reported by the caller
+                box["err"] = e
+            finally:
+                p.close()
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        wait_until(lambda: self.driver.cmd("waiting") == "1", 5,
+                   "the Allocate of %s waiting in the allocator" % self.WAIT)
+        return t, box
+
+    def waiting_allocate_blocks_nothing(self):
+        """While one Allocate waits (as the agent's waits for its pod),
+        another Allocate, a new ListAndWatch and GetDevicePluginOptions
+        are all answered; the waiting one ends last, once released.  The
+        check is the order of completions, not how long anything took."""
+        done, lock = [], threading.Lock()
+        waiter, box = self.start_waiting_allocate()
+        ids = [dev_id(1, 1)]
+
+        def other_allocate():
+            expect_answer(self.plugin.allocate([ids]).container_responses[0],
+                          ids)
+
+        def new_watch():
+            p = Plugin(self.psock)
+            try:
+                eq(len(next(p.watch()).devices), len(self.all_ids),
+                   "first list of a new ListAndWatch")
+            finally:
+                p.close()
+
+        def options():
+            self.options()
+        errors = []
+
+        def run(name, fn):
+            try:
+                fn()
+                with lock:
+                    done.append(name)
+            except Exception as e:  # noqa: BLE001 - collected
+                errors.append((name, e))
+        others = [threading.Thread(target=run, args=(n, f), daemon=True)
+                  for n, f in (("allocate", other_allocate),
+                               ("watch", new_watch), ("options", options))]
+        for t in others:
+            t.start()
+        # Release once the three are done; if they never are (the server
+        # is stuck behind the waiting call), release anyway after a while
+        # so the test ends, and the order below tells.
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            with lock:
+                if len(done) == 3:
+                    break
+            time.sleep(0.02)
+        eq(self.driver.cmd("release"), "ok", "driver release")
+        waiter.join(20)
+        for t in others:
+            t.join(20)
+        with lock:
+            done.append("waiting allocate" if "resp" in box else
+                        "waiting allocate failed: %r" % box.get("err"))
+        check(not errors, "calls beside the waiting one: %r" % errors)
+        eq(sorted(done[:3]), ["allocate", "options", "watch"],
+           "the three calls beside the waiting one end first")
+        eq(done[3], "waiting allocate", "the waiting Allocate ends last")
+        expect_answer(box["resp"].container_responses[0], [self.WAIT])
+
+    def stop_while_allocate_waits(self):
+        """Stopping the plugin while an Allocate waits: the waiting call
+        is told UNAVAILABLE and the plugin stops (dp_driver's quit would
+        hang until `release` if stopping waited for it)."""
+        waiter, box = self.start_waiting_allocate()
+        try:
+            rc = self.driver.quit()
+        except subprocess.TimeoutExpired:
+            self.driver.kill()
+            raise Failure("dp_driver did not stop while an Allocate waited")
+        eq(rc, 0, "dp_driver exit status")
+        waiter.join(10)
+        check("err" in box, "the waiting Allocate failed: %r" % box)
+        eq(box["err"].code(), grpc.StatusCode.UNAVAILABLE,
+           "status of the waiting Allocate")
+
     def allocate_failure(self):
         code, msg = rpc_error(lambda: self.plugin.allocate([[self.BAD]]))
         eq(code, grpc.StatusCode.FAILED_PRECONDITION, "status")
@@ -371,6 +474,17 @@ class Scenarios:
             pb.PreferredAllocationResponse))
         eq(code, grpc.StatusCode.INVALID_ARGUMENT, "too large a size")
         check("allocation_size 3" in msg, "message: %r" % msg)
+        # Ids the plugin does not advertise, offered or insisted on.
+        for kw in ({"available_deviceIDs": g1 + ["GPU-nope::0"]},
+                   {"available_deviceIDs": g1,
+                    "must_include_deviceIDs": ["GPU-nope::1"]}):
+            code, msg = rpc_error(lambda: self.plugin.call(
+                "GetPreferredAllocation", pb.PreferredAllocationRequest(
+                    container_requests=[C(allocation_size=1, **kw)]),
+                pb.PreferredAllocationResponse))
+            eq(code, grpc.StatusCode.INVALID_ARGUMENT, "unadvertised id")
+            check("GPU-nope::" in msg and "does not advertise" in msg,
+                  "message names the id: %r" % msg)
 
     def pre_start(self):
         r = self.plugin.call("PreStartContainer", pb.PreStartContainerRequest(
@@ -479,8 +593,9 @@ class Scenarios:
                  self.list_and_watch, self.allocate,
                  self.concurrent_allocates, self.allocate_failure,
                  self.unknown_method, self.preferred_allocation,
-                 self.pre_start, self.malformed_input, self.kubelet_restart,
-                 self.plugin_restart]
+                 self.pre_start, self.malformed_input,
+                 self.waiting_allocate_blocks_nothing, self.kubelet_restart,
+                 self.plugin_restart, self.stop_while_allocate_waits]
         failed = 0
         try:
             for sc in order:

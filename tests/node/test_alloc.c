@@ -37,8 +37,20 @@ typedef struct tctr {
   bool running;
 } tctr;
 
+/* The GPUs of the allocator tests (new_alloc). */
+static gf_node_gpus gpus2;
+
+/* The index a grant gives uuid: its index among gpus2, else `pos`. */
+static int grant_index(const char *uuid, int pos) {
+  for (uint32_t i = 0; i < gpus2.ngpus; i++)
+    if (strcmp(gpus2.gpus[i].uuid, uuid) == 0)
+      return (int)gpus2.gpus[i].index;
+  return pos;
+}
+
 /* A pod object as the API server sends it.  grant: NULL builds one from
- * the containers, "" leaves it out, anything else is used verbatim. */
+ * the containers (each GPU its index on gpus2, 4 GiB, 25 %), "" leaves it
+ * out, anything else is used verbatim. */
 static json_t *make_pod(const char *uid, const char *node, const char *bound,
                         const tctr *ctrs, size_t n, const char *grant) {
   json_t *containers = json_array(), *inits = json_array();
@@ -60,7 +72,8 @@ static json_t *make_pod(const char *uid, const char *node, const char *bound,
     for (int k = 0; k < 4 && ctrs[i].uuids[k]; k++)
       json_array_append_new(
           gg, json_pack("{s:s,s:i,s:I,s:i}", "uuid", ctrs[i].uuids[k], "index",
-                        k, "memory", (json_int_t)(4LL << 30), "compute", 25));
+                        grant_index(ctrs[i].uuids[k], k), "memory",
+                        (json_int_t)(4LL << 30), "compute", 25));
     json_array_append_new(
         gcs, json_pack("{s:s,s:o}", "name", ctrs[i].name, "gpus", gg));
   }
@@ -240,6 +253,35 @@ static void test_match_malformed(void **state) {
   gf_node_pods_free(p);
 }
 
+/* A grant for another node, and one with a GPU without uuid: the pods are
+ * never matched, and the refusal says why. */
+static void test_match_grant_checks(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  tctr c[] = {{"main", 1, {"GPU-a"}, false, false}};
+  apply(p, make_pod("forged", "node-a", "2026-01-01T00:00:01Z", c, 1,
+                    "{\"version\":1,\"node\":\"node-b\",\"containers\":[{"
+                    "\"name\":\"main\",\"gpus\":[{\"uuid\":\"GPU-a\","
+                    "\"index\":0,\"memory\":1024}]}]}"));
+  apply(p, make_pod("nouuid", "node-a", "2026-01-01T00:00:02Z", c, 1,
+                    "{\"version\":1,\"node\":\"node-a\",\"containers\":[{"
+                    "\"name\":\"main\",\"gpus\":[{\"index\":3,"
+                    "\"memory\":1024}]}]}"));
+  gf_node_match m;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "ml/forged: its grant is for node 'node-b', "
+                                "this is node node-a: refused"));
+  assert_non_null(
+      strstr(d.msg, "ml/nouuid: grant: container main, GPU 0 (index 3) has "
+                    "no uuid"));
+  /* The same pod with a grant for this node is served. */
+  apply(p, make_pod("forged", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "forged");
+  gf_node_pods_free(p);
+}
+
 typedef struct race {
   gf_node_pods *p;
   char uid[GF_NODE_UID_MAX];
@@ -291,8 +333,6 @@ static void test_match_concurrent(void **state) {
 }
 
 /* ---- the answer --------------------------------------------------------- */
-
-static gf_node_gpus gpus2;
 
 static gf_node_allocator *new_alloc(gf_node_pods *p, gf_node_alloc_style s) {
   gf_diag d = {""};
@@ -416,6 +456,106 @@ static void test_allocate_bad_gpu(void **state) {
   assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
   assert_non_null(strstr(d.msg, "unhealthy (Xid 79)"));
   free(o);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+}
+
+/* A grant whose index does not agree with its uuid, or that gives more
+ * memory than the GPU has: refused with the reason, the mark taken back. */
+static void test_allocate_grant_checks(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
+  const char *u1 = gpus2.gpus[1].uuid;
+  char g[512];
+  snprintf(
+      g, sizeof(g),
+      "{\"version\":1,\"node\":\"node-a\",\"containers\":[{\"name\":"
+      "\"main\",\"gpus\":[{\"uuid\":\"%s\",\"index\":0,\"memory\":1024}]}]}",
+      u1);
+  tctr c[] = {{"main", 1, {u1}, false, false}};
+  apply(p, make_pod("uid-i", "node-a", "2026-01-01T00:00:01Z", c, 1, g));
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"x::0"};
+  gf_diag d = {""};
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ECONFLICT);
+  char want[256];
+  snprintf(want, sizeof(want),
+           "pod ml/uid-i container main: the grant says GPU %s is index 0, "
+           "on this node it is index 1: refused",
+           u1);
+  assert_string_equal(d.msg, want);
+  assert_int_equal(o->nenv, 0);
+  gf_node_pods_remove(p, "uid-i");
+  /* 41 GiB of a 40 GB GPU. */
+  snprintf(
+      g, sizeof(g),
+      "{\"version\":1,\"node\":\"node-a\",\"containers\":[{\"name\":"
+      "\"main\",\"gpus\":[{\"uuid\":\"%s\",\"index\":1,\"memory\":%lld}]}]}",
+      u1, 41LL << 30);
+  apply(p, make_pod("uid-m", "node-a", "2026-01-01T00:00:01Z", c, 1, g));
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ERANGE);
+  snprintf(want, sizeof(want),
+           "pod ml/uid-m container main: the grant gives %lld bytes of GPU "
+           "%s, which has %llu: refused",
+           41LL << 30, u1, (unsigned long long)gpus2.gpus[1].mem_bytes);
+  assert_string_equal(d.msg, want);
+  /* Taken back: still waiting; exactly the GPU's memory is fine. */
+  gf_node_match m;
+  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "uid-m");
+  gf_node_pods_remove(p, "uid-m");
+  snprintf(
+      g, sizeof(g),
+      "{\"version\":1,\"node\":\"node-a\",\"containers\":[{\"name\":"
+      "\"main\",\"gpus\":[{\"uuid\":\"%s\",\"index\":1,\"memory\":%llu}]}]}",
+      u1, (unsigned long long)gpus2.gpus[1].mem_bytes);
+  apply(p, make_pod("uid-f", "node-a", "2026-01-01T00:00:01Z", c, 1, g));
+  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  if (rc)
+    fail_msg("%s", d.msg);
+  free(o);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+}
+
+/* gf_node_prefer: the slots of the granted GPUs, in grant order, for the
+ * container the next Allocate would get; no opinion otherwise. */
+static void test_prefer(void **state) {
+  (void)state;
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
+  const char *u0 = gpus2.gpus[0].uuid, *u1 = gpus2.gpus[1].uuid;
+  char ids[8][96];
+  const char *avail[8];
+  for (int i = 0; i < 8; i++) {
+    snprintf(ids[i], sizeof(ids[i]), "%s::%d", i < 4 ? u0 : u1, 3 - i % 4);
+    avail[i] = ids[i]; /* GPU 0's slots 3..0, then GPU 1's */
+  }
+  const char *out[4] = {0};
+  /* Nobody waiting: no opinion. */
+  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 1, out), 0);
+  tctr c[] = {{"main", 2, {u1, u0}, false, false}};
+  apply(p, make_pod("two", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  /* A call for 1 device is for nobody. */
+  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 1, out), 0);
+  /* For 2: GPU 1's lowest slot, then GPU 0's (grant order). */
+  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 2, out), 2);
+  assert_string_equal(out[0], ids[7]);
+  assert_string_equal(out[1], ids[3]);
+  /* A must id on GPU 0 covers it; GPU 1 gets its lowest slot. */
+  const char *must[] = {ids[1]};
+  assert_int_equal(gf_node_prefer(a, avail, 8, must, 1, 2, out), 2);
+  assert_string_equal(out[0], ids[1]);
+  assert_string_equal(out[1], ids[7]);
+  /* Nothing offered on GPU 1: no opinion. */
+  assert_int_equal(gf_node_prefer(a, avail, 4, NULL, 0, 2, out), 0);
+  /* Peeking marks nothing: the Allocate still gets the pod. */
+  gf_node_match m;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_pods_match(p, 2, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "two");
+  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 2, out), 0);
   gf_node_allocator_free(a);
   gf_node_pods_free(p);
 }
@@ -825,9 +965,13 @@ int main(void) {
       cmocka_unit_test(test_match_order),
       cmocka_unit_test(test_match_skips),
       cmocka_unit_test(test_match_malformed),
+      cmocka_unit_test(test_match_grant_checks),
       cmocka_unit_test(test_match_concurrent),
       cmocka_unit_test_setup_teardown(test_allocate_mounts, setup_tmp,
                                       teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_allocate_grant_checks, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prefer, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_bad_gpu, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_cdi_and_cleanup, setup_tmp,
