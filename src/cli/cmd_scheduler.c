@@ -363,6 +363,13 @@ int cmd_scheduler(int argc, char **argv) {
   const char *lease_name = NULL;
   if (!o.no_kube && o.lease[0] && (rc = parse_lease(o.lease, &lease_name)))
     return rc;
+  if (!o.tls_cert[0] != !o.tls_key[0] || (o.tls_ca[0] && !o.tls_cert[0])) {
+    fprintf(stderr, "gpufrac scheduler: %s\n",
+            o.tls_ca[0] && !o.tls_cert[0] && !o.tls_key[0]
+                ? "--tls-client-ca needs --tls-cert and --tls-key"
+                : "--tls-cert and --tls-key go together");
+    return GF_EXIT_USAGE;
+  }
 
   gf_kube_config *kc = NULL;
   gf_sched_kube_binder *kb = NULL;

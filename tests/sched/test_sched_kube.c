@@ -922,6 +922,25 @@ static void test_cli_options(void **st) {
   assert_int_equal(cmd_scheduler(2, kc_missing_value), GF_EXIT_USAGE);
   char *bad_policy[] = {a0, nokube, policy, nope, NULL};
   assert_int_equal(cmd_scheduler(4, bad_policy), GF_EXIT_USAGE);
+  /* the server options (issue 12) */
+  char rt[] = "--request-timeout-ms", rt_low[] = "5",
+       mc[] = "--max-conns-per-ip", zero[] = "0", cert[] = "--tls-cert",
+       key[] = "--tls-key", ca[] = "--tls-client-ca",
+       nofile[] = "/nonexistent/tls.pem", listen[] = "--listen",
+       any[] = "127.0.0.1:0", hl[] = "--health-listen", badhl[] = "nowhere";
+  char *low[] = {a0, nokube, rt, rt_low, NULL};
+  assert_int_equal(cmd_scheduler(4, low), GF_EXIT_USAGE);
+  char *nconn[] = {a0, nokube, mc, zero, NULL};
+  assert_int_equal(cmd_scheduler(4, nconn), GF_EXIT_USAGE);
+  char *certonly[] = {a0, nokube, cert, nofile, NULL};
+  assert_int_equal(cmd_scheduler(4, certonly), GF_EXIT_USAGE);
+  char *caonly[] = {a0, nokube, ca, nofile, NULL};
+  assert_int_equal(cmd_scheduler(4, caonly), GF_EXIT_USAGE);
+  char *missing_files[] = {a0,     nokube, listen, any, cert,
+                           nofile, key,    nofile, NULL};
+  assert_int_equal(cmd_scheduler(8, missing_files), GF_EXIT_FAIL);
+  char *bad_health[] = {a0, nokube, listen, any, hl, badhl, NULL};
+  assert_int_equal(cmd_scheduler(6, bad_health), GF_EXIT_FAIL);
 }
 
 /* The whole command: a kubeconfig naming a server that refuses, serve,
