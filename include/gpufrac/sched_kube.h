@@ -82,8 +82,8 @@ typedef struct gf_sched_kube_opts {
    * POD_NAME).  Set: while this replica leads (or always, without an
    * election) its Pod carries the label GF_SCHED_KUBE_ROLE_LABEL=leader,
    * and it is removed once it no longer leads (and on stop), so a Service
-   * selecting that label (deploy/scheduler.yaml's bind Service) sends
-   * /bind to the leader only.  NULL: no label is written. */
+   * selecting that label (deploy/scheduler.yaml's) sends every call, /bind
+   * included, to the leader only.  NULL: no label is written. */
   const char *pod_ns;
   const char *pod_name;
 } gf_sched_kube_opts;

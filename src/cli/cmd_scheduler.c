@@ -50,7 +50,7 @@ static void usage(FILE *fp) {
       "                      context); default: in-cluster when\n"
       "                      KUBERNETES_SERVICE_HOST is set\n"
       "  (POD_NAMESPACE and POD_NAME set: the leader labels its Pod\n"
-      "   " GF_SCHED_KUBE_ROLE_LABEL "=leader, for a bind Service)\n"
+      "   " GF_SCHED_KUBE_ROLE_LABEL "=leader, for its Service)\n"
       "  --no-kube           no API server: /bind refuses, /readyz stays\n"
       "                      503 (for trying the protocol locally)\n"
       "  --lease NS/NAME     Lease for leader election (default\n"
@@ -405,7 +405,7 @@ int cmd_scheduler(int argc, char **argv) {
   }
   if (kc) {
     /* The downward API names this replica's Pod: the leader labels it for
-     * the bind Service (sched_kube.h). */
+     * the Service that reaches the leader (sched_kube.h). */
     const char *pod_ns = getenv("POD_NAMESPACE"), *pod = getenv("POD_NAME");
     bool own = pod_ns && *pod_ns && pod && *pod;
     gf_sched_kube_opts ko = {.lease_ns = o.lease[0] ? o.lease : NULL,

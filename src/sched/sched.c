@@ -1981,8 +1981,8 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
       rb.text = strdup("ok\n");
       break;
     case V_LEADERZ: {
-      /* Ready to bind: synced and holding the Lease (a bind Service's
-       * readiness; /readyz is "can filter"). */
+      /* Ready to bind: synced and holding the Lease (for monitoring;
+       * /readyz is "synced, can filter"). */
       pthread_mutex_lock(&s->mu);
       bool ready = s->synced && s->leader && s->has_binder;
       const char *why = !s->has_binder ? "not ready to bind: no Kubernetes "

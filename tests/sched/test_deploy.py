@@ -28,66 +28,49 @@ cfg = kinds.get("KubeSchedulerConfiguration")
 check(cfg is not None and cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1",
       "KubeSchedulerConfiguration v1")
 exts = (cfg or {}).get("extenders", [])
-# One entry filters and prioritizes (any replica), one only binds (the
-# leader): binds must not reach a follower (issue 12).
-filt = [e for e in exts if e.get("filterVerb")]
-binder = [e for e in exts if e.get("bindVerb")]
-check(len(filt) == 1 and len(binder) == 1, "one filtering extender entry and one binding entry")
-fext = filt[0] if filt else {}
-bext = binder[0] if binder else {}
-for key in ("urlPrefix", "filterVerb", "prioritizeVerb", "weight", "nodeCacheCapable",
-            "managedResources", "httpTimeout"):
-    check(key in fext, f"filtering extender has {key}")
-check(not bext.get("filterVerb") and not bext.get("prioritizeVerb"), "the binding entry only binds")
-for e in (fext, bext):
-    managed = {m["name"]: m.get("ignoredByScheduler") for m in e.get("managedResources", [])}
-    check(managed.get("gpufrac.io/gpu-memory") is True, "gpu-memory is ignoredByScheduler")
-    check(managed.get("gpufrac.io/gpu-compute") is True, "gpu-compute is ignoredByScheduler")
-    check(managed.get("gpufrac.io/gpu") is False, "gpu is counted by kube-scheduler")
+check(len(exts) == 1, "one extender entry (kube-scheduler refuses two managing the same resources)")
+ext = exts[0] if exts else {}
+for key in ("urlPrefix", "filterVerb", "prioritizeVerb", "bindVerb", "weight",
+            "nodeCacheCapable", "managedResources", "httpTimeout"):
+    check(key in ext, f"extender stanza has {key}")
+# kube-scheduler's own validation: no resource managed twice, weight > 0.
+names = [m["name"] for e in exts for m in e.get("managedResources", [])]
+check(len(names) == len(set(names)), "no managed resource named twice across extenders")
+check(all(e.get("weight", 0) > 0 for e in exts if e.get("prioritizeVerb")), "prioritize weight > 0")
+managed = {m["name"]: m.get("ignoredByScheduler") for m in ext.get("managedResources", [])}
+check(managed.get("gpufrac.io/gpu-memory") is True, "gpu-memory is ignoredByScheduler")
+check(managed.get("gpufrac.io/gpu-compute") is True, "gpu-compute is ignoredByScheduler")
+check(managed.get("gpufrac.io/gpu") is False, "gpu is counted by kube-scheduler")
 
-svcs = {d["metadata"]["name"]: d for _, d in docs if d["kind"] == "Service"}
+svcs = [d for _, d in docs if d["kind"] == "Service"]
+svc = svcs[0] if len(svcs) == 1 else None
 dep = kinds.get("Deployment")
-check(dep is not None and len(svcs) == 2, "a Deployment and two Services")
-
-
-def service_of(e):
-    """The Service whose fixed ClusterIP (or DNS name) and port urlPrefix names."""
-    host = e.get("urlPrefix", "").split("//", 1)[-1].split("/", 1)[0]
-    for svc in svcs.values():
-        names = [svc["spec"].get("clusterIP", "-"),
-                 f"{svc['metadata']['name']}.{svc['metadata'].get('namespace', 'default')}.svc"]
-        for p in svc["spec"]["ports"]:
-            if any(host == f"{n}:{p['port']}" or host.startswith(f"{n}.") and host.endswith(f":{p['port']}")
-                   for n in names):
-                return svc
-    return None
-
-
-if dep:
+check(svc is not None and dep is not None, "a Deployment and a Service")
+if svc and dep:
+    host = ext.get("urlPrefix", "").split("//", 1)[-1].split("/", 1)[0]
+    ip = svc["spec"].get("clusterIP")
+    ports = [p["port"] for p in svc["spec"]["ports"]]
+    # kube-scheduler on kubeadm uses host networking: no cluster DNS
+    check(ip and any(host == f"{ip}:{p}" for p in ports),
+          f"urlPrefix {host} is the Service's fixed ClusterIP and port")
     tmpl = dep["spec"]["template"]
     labels = tmpl["metadata"]["labels"]
+    sel = dict(svc["spec"]["selector"])
+    # Issue 12: followers refuse /bind, so the Service reaches the leader only.
+    check(sel.pop("gpufrac.io/scheduler-role", None) == "leader",
+          "the Service selects the leader's role label (GF_SCHED_KUBE_ROLE_LABEL)")
+    check(all(labels.get(k) == v for k, v in sel.items()), "the Service selects the Deployment's pods")
     c = tmpl["spec"]["containers"][0]
     args = c.get("command", []) + c.get("args", [])
     check("gpufrac" in " ".join(args) or "gpufrac" in c.get("image", ""), "the container runs gpufrac")
-    fsvc, bsvc = service_of(fext), service_of(bext)
-    check(fsvc is not None, "the filtering urlPrefix is a Service's ClusterIP and port")
-    check(bsvc is not None and bsvc is not fsvc, "the binding urlPrefix is the other Service")
-    if fsvc:
-        sel = fsvc["spec"]["selector"]
-        check(all(labels.get(k) == v for k, v in sel.items()), "filter Service selects the Deployment's pods")
-    if bsvc:
-        sel = dict(bsvc["spec"]["selector"])
-        check(sel.pop("gpufrac.io/scheduler-role", None) == "leader",
-              "bind Service selects the leader's role label (GF_SCHED_KUBE_ROLE_LABEL)")
-        check(all(labels.get(k) == v for k, v in sel.items()), "bind Service selects the Deployment's pods")
     env = {e["name"]: e.get("valueFrom") for e in c.get("env", [])}
     check(env.get("POD_NAME") == {"fieldRef": {"fieldPath": "metadata.name"}} and
           env.get("POD_NAMESPACE") == {"fieldRef": {"fieldPath": "metadata.namespace"}},
           "POD_NAME and POD_NAMESPACE from the downward API (the leader labels its Pod)")
-    check(dep["spec"].get("replicas") == 2, "two replicas (only the leader binds)")
-    ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+    check(dep["spec"].get("replicas") == 2, "two replicas (a warm standby)")
+    cports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
     hl = args[args.index("--health-listen") + 1] if "--health-listen" in args else ""
-    check(hl.endswith(f":{ports.get('health')}"), "--health-listen is the health port")
+    check(hl.endswith(f":{cports.get('health')}"), "--health-listen is the health port")
     for probe in ("livenessProbe", "readinessProbe"):
         check(c.get(probe, {}).get("httpGet", {}).get("port") == "health", f"{probe} on the health port")
 
