@@ -522,7 +522,11 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
     }
     snprintf(f->role_path, n, "/api/v1/namespaces/%s/pods/%s", o->pod_ns,
              o->pod_name);
-    if ((rc = gf_kube_new(&f->role, cfg, kopts, d))) {
+    /* Short timeouts: the final PATCH runs while the process stops. */
+    gf_kube_opts ro = kopts ? *kopts : (gf_kube_opts){0};
+    ro.timeout_ms = 3000;
+    ro.connect_timeout_ms = 2000;
+    if ((rc = gf_kube_new(&f->role, cfg, &ro, d))) {
       gf_diag_prefix(d, "role label client");
       goto fail;
     }
@@ -608,6 +612,8 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
       gf_kube_informer_stop(f->pods);
     if (f->leader)
       gf_kube_leader_stop(f->leader);
+    if (f->role)
+      gf_kube_stop(f->role); /* a label PATCH in flight ends soon */
     if (f->have_nodes)
       pthread_join(f->t_nodes, NULL);
     if (f->have_pods)
@@ -621,8 +627,10 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
   f->started = false;
   /* No longer a binder: take the role label off (best effort). */
   atomic_store(&f->leading, false);
-  if (f->role && f->labeled != 0)
+  if (f->role && f->labeled != 0) {
+    gf_kube_clear_stop(f->role);
     role_sync(f, NULL);
+  }
 }
 
 void gf_sched_kube_free(gf_sched_kube *f) {
