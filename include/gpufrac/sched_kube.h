@@ -33,6 +33,10 @@
  *     informers have applied their first LIST.
  *   - With leader election on, the extender starts as a follower and binds
  *     only while it holds the Lease; stopping releases the Lease.
+ *   - With pod_ns/pod_name, the role label on this replica's Pod follows
+ *     leadership (the supervisor thread PATCHes it within about 50 ms of a
+ *     change, retrying while the PATCH fails, errors logged once per
+ *     change); stopping removes it.
  */
 #ifndef GPUFRAC_SCHED_KUBE_H
 #define GPUFRAC_SCHED_KUBE_H
@@ -74,7 +78,17 @@ typedef struct gf_sched_kube_opts {
   long backoff_cap_ms;     /* 0: the informer's default (30000) */
   uint64_t seed;           /* backoff jitter seed; 0: from the pid */
   bool quiet;              /* true: do not log model errors on stderr */
+  /* This replica's own Pod (the downward API's POD_NAMESPACE and
+   * POD_NAME).  Set: while this replica leads (or always, without an
+   * election) its Pod carries the label GF_SCHED_KUBE_ROLE_LABEL=leader,
+   * and it is removed once it no longer leads (and on stop), so a Service
+   * selecting that label (deploy/scheduler.yaml's) sends every call, /bind
+   * included, to the leader only.  NULL: no label is written. */
+  const char *pod_ns;
+  const char *pod_name;
 } gf_sched_kube_opts;
+
+#define GF_SCHED_KUBE_ROLE_LABEL "gpufrac.io/scheduler-role"
 
 typedef struct gf_sched_kube gf_sched_kube;
 
@@ -106,6 +120,7 @@ typedef enum gf_sched_kube_part {
   GF_SCHED_KUBE_NODES,
   GF_SCHED_KUBE_PODS,
   GF_SCHED_KUBE_LEADER,
+  GF_SCHED_KUBE_ROLE, /* the role label brought in line (GF_ESTATE: none) */
 } gf_sched_kube_part;
 
 /* One step of one part on the calling thread, instead of start: a LIST or

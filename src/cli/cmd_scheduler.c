@@ -49,6 +49,8 @@ static void usage(FILE *fp) {
       "  --kubeconfig PATH   API server from a kubeconfig (current\n"
       "                      context); default: in-cluster when\n"
       "                      KUBERNETES_SERVICE_HOST is set\n"
+      "  (POD_NAMESPACE and POD_NAME set: the leader labels its Pod\n"
+      "   " GF_SCHED_KUBE_ROLE_LABEL "=leader, for its Service)\n"
       "  --no-kube           no API server: /bind refuses, /readyz stays\n"
       "                      503 (for trying the protocol locally)\n"
       "  --lease NS/NAME     Lease for leader election (default\n"
@@ -361,6 +363,13 @@ int cmd_scheduler(int argc, char **argv) {
   const char *lease_name = NULL;
   if (!o.no_kube && o.lease[0] && (rc = parse_lease(o.lease, &lease_name)))
     return rc;
+  if (!o.tls_cert[0] != !o.tls_key[0] || (o.tls_ca[0] && !o.tls_cert[0])) {
+    fprintf(stderr, "gpufrac scheduler: %s\n",
+            o.tls_ca[0] && !o.tls_cert[0] && !o.tls_key[0]
+                ? "--tls-client-ca needs --tls-cert and --tls-key"
+                : "--tls-cert and --tls-key go together");
+    return GF_EXIT_USAGE;
+  }
 
   gf_kube_config *kc = NULL;
   gf_sched_kube_binder *kb = NULL;
@@ -395,8 +404,14 @@ int cmd_scheduler(int argc, char **argv) {
     goto out;
   }
   if (kc) {
+    /* The downward API names this replica's Pod: the leader labels it for
+     * the Service that reaches the leader (sched_kube.h). */
+    const char *pod_ns = getenv("POD_NAMESPACE"), *pod = getenv("POD_NAME");
+    bool own = pod_ns && *pod_ns && pod && *pod;
     gf_sched_kube_opts ko = {.lease_ns = o.lease[0] ? o.lease : NULL,
-                             .lease_name = lease_name};
+                             .lease_name = lease_name,
+                             .pod_ns = own ? pod_ns : NULL,
+                             .pod_name = own ? pod : NULL};
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
       rc = GF_EXIT_FAIL;

@@ -238,6 +238,11 @@ struct gf_sched_kube {
   atomic_ullong api_errors; /* API error states logged (api_error) */
   atomic_bool synced_marked;
   atomic_int stop;
+  /* the role label (pod_ns/pod_name given): role is NULL otherwise */
+  gf_kube *role;
+  char *role_path;
+  atomic_bool leading; /* what the label should say */
+  int labeled;         /* what it says: -1 unknown, 0 follower, 1 leader */
   bool started;
   pthread_t t_nodes, t_pods, t_leader, t_super;
   bool have_nodes, have_pods, have_leader, have_super;
@@ -365,6 +370,7 @@ static void leader_error(void *user, int rc, const char *msg) {
 
 static void lead_started(void *user) {
   gf_sched_kube *f = user;
+  atomic_store(&f->leading, true);
   gf_sched_set_leader(f->s, true);
   if (!f->quiet)
     fprintf(stderr, "gpufrac scheduler: leading: this replica binds\n");
@@ -372,9 +378,34 @@ static void lead_started(void *user) {
 
 static void lead_stopped(void *user) {
   gf_sched_kube *f = user;
+  atomic_store(&f->leading, false);
   gf_sched_set_leader(f->s, false);
   if (!f->quiet)
     fprintf(stderr, "gpufrac scheduler: following: another replica binds\n");
+}
+
+/* Brings the role label on this replica's Pod in line with leadership: a
+ * merge PATCH of metadata.labels (the value "leader", or null to remove
+ * it).  Errors are reported once per change (api_error). */
+static int role_sync(gf_sched_kube *f, gf_diag *d) {
+  if (!f->role)
+    return gf_diag_set(d, GF_ESTATE, "kube feed: no role label (no pod)");
+  bool want = atomic_load(&f->leading);
+  if (f->labeled == (want ? 1 : 0))
+    return 0;
+  json_t *patch =
+      json_pack("{s:{s:{s:o}}}", "metadata", "labels", GF_SCHED_KUBE_ROLE_LABEL,
+                want ? json_string("leader") : json_null());
+  if (!patch)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  gf_diag pd = {""};
+  int rc = gf_kube_merge_patch(f->role, f->role_path, patch, NULL, NULL, &pd);
+  json_decref(patch);
+  api_error(f, "role label (PATCH of this replica's pod)", rc, pd.msg);
+  if (rc)
+    return gf_diag_set(d, rc, "role label: %s", pd.msg);
+  f->labeled = want ? 1 : 0;
+  return 0;
 }
 
 static void mark_synced(gf_sched_kube *f) {
@@ -469,6 +500,36 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
       goto fail;
     }
     gf_sched_set_leader(s, false); /* follow until the Lease is ours */
+  } else {
+    atomic_store(&f->leading, true); /* no election: this replica binds */
+  }
+  f->labeled = -1;
+  if (o->pod_ns || o->pod_name) {
+    if (!o->pod_ns || !o->pod_name || !dns_name(o->pod_ns) ||
+        !dns_name(o->pod_name)) {
+      rc = gf_diag_set(d, GF_EINVAL,
+                       "own pod '%.253s/%.253s': namespace and name must both "
+                       "be DNS-1123 names",
+                       o->pod_ns ? o->pod_ns : "",
+                       o->pod_name ? o->pod_name : "");
+      goto fail;
+    }
+    size_t n = strlen(o->pod_ns) + strlen(o->pod_name) + 32;
+    f->role_path = malloc(n);
+    if (!f->role_path) {
+      rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+      goto fail;
+    }
+    snprintf(f->role_path, n, "/api/v1/namespaces/%s/pods/%s", o->pod_ns,
+             o->pod_name);
+    /* Short timeouts: the final PATCH runs while the process stops. */
+    gf_kube_opts ro = kopts ? *kopts : (gf_kube_opts){0};
+    ro.timeout_ms = 3000;
+    ro.connect_timeout_ms = 2000;
+    if ((rc = gf_kube_new(&f->role, cfg, &ro, d))) {
+      gf_diag_prefix(d, "role label client");
+      goto fail;
+    }
   }
   /* The informer is the model's only source of nodes from now on: Node
    * objects in requests merely name candidates. */
@@ -498,8 +559,13 @@ static void *run_leader(void *arg) {
 /* Marks the extender synced once both informers are, then waits for stop. */
 static void *run_super(void *arg) {
   gf_sched_kube *f = arg;
-  while (!atomic_load(&f->stop) && !atomic_load(&f->synced_marked)) {
+  long role_wait = 0;
+  while (!atomic_load(&f->stop) &&
+         (!atomic_load(&f->synced_marked) || f->role)) {
     mark_synced(f);
+    /* a failed PATCH is retried every 2 s, not every tick */
+    if (f->role && --role_wait <= 0)
+      role_wait = role_sync(f, NULL) ? 2000 / SUPERVISE_MS : 0;
     struct timespec ts = {0, SUPERVISE_MS * 1000000L};
     nanosleep(&ts, NULL);
   }
@@ -536,31 +602,43 @@ int gf_sched_kube_start(gf_sched_kube *f, gf_diag *d) {
 }
 
 void gf_sched_kube_stop(gf_sched_kube *f) {
-  if (!f || !f->started)
+  if (!f)
     return;
-  atomic_store(&f->stop, 1);
-  if (f->nodes)
-    gf_kube_informer_stop(f->nodes);
-  if (f->pods)
-    gf_kube_informer_stop(f->pods);
-  if (f->leader)
-    gf_kube_leader_stop(f->leader);
-  if (f->have_nodes)
-    pthread_join(f->t_nodes, NULL);
-  if (f->have_pods)
-    pthread_join(f->t_pods, NULL);
-  if (f->have_leader)
-    pthread_join(f->t_leader, NULL); /* released the Lease on its way out */
-  if (f->have_super)
-    pthread_join(f->t_super, NULL);
-  f->have_nodes = f->have_pods = f->have_leader = f->have_super = false;
+  if (f->started) {
+    atomic_store(&f->stop, 1);
+    if (f->nodes)
+      gf_kube_informer_stop(f->nodes);
+    if (f->pods)
+      gf_kube_informer_stop(f->pods);
+    if (f->leader)
+      gf_kube_leader_stop(f->leader);
+    if (f->role)
+      gf_kube_stop(f->role); /* a label PATCH in flight ends soon */
+    if (f->have_nodes)
+      pthread_join(f->t_nodes, NULL);
+    if (f->have_pods)
+      pthread_join(f->t_pods, NULL);
+    if (f->have_leader)
+      pthread_join(f->t_leader, NULL); /* released the Lease on its way out */
+    if (f->have_super)
+      pthread_join(f->t_super, NULL);
+    f->have_nodes = f->have_pods = f->have_leader = f->have_super = false;
+  }
   f->started = false;
+  /* No longer a binder: take the role label off (best effort). */
+  atomic_store(&f->leading, false);
+  if (f->role && f->labeled != 0) {
+    gf_kube_clear_stop(f->role);
+    role_sync(f, NULL);
+  }
 }
 
 void gf_sched_kube_free(gf_sched_kube *f) {
   if (!f)
     return;
   gf_sched_kube_stop(f);
+  gf_kube_free(f->role);
+  free(f->role_path);
   gf_kube_leader_free(f->leader);
   gf_kube_informer_free(f->pods);
   gf_kube_informer_free(f->nodes);
@@ -584,6 +662,8 @@ int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d) {
     if (!f->leader)
       return gf_diag_set(d, GF_ESTATE, "kube feed: leader election is off");
     return gf_kube_leader_try(f->leader, NULL, d);
+  case GF_SCHED_KUBE_ROLE:
+    return role_sync(f, d);
   default:
     return gf_diag_set(d, GF_EINVAL, "kube feed: unknown part %d", (int)part);
   }

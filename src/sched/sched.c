@@ -669,6 +669,19 @@ static void pending_put(gf_sched *s, const gf__pod *p) {
     free(e);
 }
 
+/* Remembers a pending pod sent in a request (the Pod of /filter or
+ * /prioritize).  When an informer feeds the model and has already delivered
+ * this pod (same uid), the watch's copy is kept: what /bind books and
+ * grants comes from the API server, not from a request anyone reaching the
+ * extender could send.  A pod the watch has not delivered yet is taken from
+ * the request (kube-scheduler can be faster than the watch); the watch's
+ * copy replaces it when it comes. */
+static void request_pending_put(gf_sched *s, const gf__pod *p) {
+  if (s->watched && p->uid[0] && gf__smap_get(&s->pend.by_uid, p->uid) >= 0)
+    return;
+  pending_put(s, p);
+}
+
 /* Forgets the pending pod with this uid, if any. */
 static void pending_forget(gf_sched *s, const char *uid) {
   int64_t i = gf__smap_get(&s->pend.by_uid, uid);
@@ -1361,7 +1374,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   learn_nodes(s, &a, pn);
   if (v.kind == 0) {
     if (!p->node[0])
-      pending_put(s, p);
+      request_pending_put(s, p);
     resolve(s, p, &r, &v);
   }
   size_t nlist = a.node_items ? json_array_size(a.node_items) : a.nnames;
@@ -1499,7 +1512,7 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   memset(&r, 0, sizeof(r));
   if (ok && ensure_model(s) == 0) {
     if (!p->node[0])
-      pending_put(s, p);
+      request_pending_put(s, p);
     resolve(s, p, &r, &v);
     ok = v.kind == 0 && policy_refresh(s) == 0;
   } else {
@@ -1968,8 +1981,8 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
       rb.text = strdup("ok\n");
       break;
     case V_LEADERZ: {
-      /* Ready to bind: synced and holding the Lease (a bind Service's
-       * readiness; /readyz is "can filter"). */
+      /* Ready to bind: synced and holding the Lease (for monitoring;
+       * /readyz is "synced, can filter"). */
       pthread_mutex_lock(&s->mu);
       bool ready = s->synced && s->leader && s->has_binder;
       const char *why = !s->has_binder ? "not ready to bind: no Kubernetes "

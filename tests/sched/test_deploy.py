@@ -27,29 +27,61 @@ for name, d in docs:
 cfg = kinds.get("KubeSchedulerConfiguration")
 check(cfg is not None and cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1",
       "KubeSchedulerConfiguration v1")
-ext = (cfg or {}).get("extenders", [{}])[0]
+exts = (cfg or {}).get("extenders", [])
+check(len(exts) == 1, "one extender entry (kube-scheduler refuses two managing the same resources)")
+ext = exts[0] if exts else {}
 for key in ("urlPrefix", "filterVerb", "prioritizeVerb", "bindVerb", "weight",
             "nodeCacheCapable", "managedResources", "httpTimeout"):
     check(key in ext, f"extender stanza has {key}")
+# kube-scheduler's own validation: no resource managed twice, weight > 0.
+names = [m["name"] for e in exts for m in e.get("managedResources", [])]
+check(len(names) == len(set(names)), "no managed resource named twice across extenders")
+check(all(e.get("weight", 0) > 0 for e in exts if e.get("prioritizeVerb")), "prioritize weight > 0")
 managed = {m["name"]: m.get("ignoredByScheduler") for m in ext.get("managedResources", [])}
 check(managed.get("gpufrac.io/gpu-memory") is True, "gpu-memory is ignoredByScheduler")
 check(managed.get("gpufrac.io/gpu-compute") is True, "gpu-compute is ignoredByScheduler")
+check(managed.get("gpufrac.io/gpu") is False, "gpu is counted by kube-scheduler")
 
-svc = kinds.get("Service")
+svcs = [d for _, d in docs if d["kind"] == "Service"]
+svc = svcs[0] if len(svcs) == 1 else None
 dep = kinds.get("Deployment")
 check(svc is not None and dep is not None, "a Deployment and a Service")
 if svc and dep:
     host = ext.get("urlPrefix", "").split("//", 1)[-1].split("/", 1)[0]
-    svc_host = f"{svc['metadata']['name']}.{svc['metadata'].get('namespace', 'default')}.svc"
-    check(host.startswith(svc_host), f"urlPrefix host {host} is the Service {svc_host}")
+    ip = svc["spec"].get("clusterIP")
     ports = [p["port"] for p in svc["spec"]["ports"]]
-    check(any(host.endswith(f":{p}") for p in ports), "urlPrefix port is a Service port")
-    sel = svc["spec"]["selector"]
-    labels = dep["spec"]["template"]["metadata"]["labels"]
-    check(all(labels.get(k) == v for k, v in sel.items()), "Service selects the Deployment's pods")
-    c = dep["spec"]["template"]["spec"]["containers"][0]
-    check("gpufrac" in " ".join(c.get("command", []) + c.get("args", [])) or "gpufrac" in c.get("image", ""),
-          "the container runs gpufrac")
+    # kube-scheduler on kubeadm uses host networking: no cluster DNS
+    check(ip and any(host == f"{ip}:{p}" for p in ports),
+          f"urlPrefix {host} is the Service's fixed ClusterIP and port")
+    tmpl = dep["spec"]["template"]
+    labels = tmpl["metadata"]["labels"]
+    sel = dict(svc["spec"]["selector"])
+    # Issue 12: followers refuse /bind, so the Service reaches the leader only.
+    check(sel.pop("gpufrac.io/scheduler-role", None) == "leader",
+          "the Service selects the leader's role label (GF_SCHED_KUBE_ROLE_LABEL)")
+    check(all(labels.get(k) == v for k, v in sel.items()), "the Service selects the Deployment's pods")
+    c = tmpl["spec"]["containers"][0]
+    args = c.get("command", []) + c.get("args", [])
+    check("gpufrac" in " ".join(args) or "gpufrac" in c.get("image", ""), "the container runs gpufrac")
+    env = {e["name"]: e.get("valueFrom") for e in c.get("env", [])}
+    check(env.get("POD_NAME") == {"fieldRef": {"fieldPath": "metadata.name"}} and
+          env.get("POD_NAMESPACE") == {"fieldRef": {"fieldPath": "metadata.namespace"}},
+          "POD_NAME and POD_NAMESPACE from the downward API (the leader labels its Pod)")
+    check(dep["spec"].get("replicas") == 2, "two replicas (a warm standby)")
+    cports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+    hl = args[args.index("--health-listen") + 1] if "--health-listen" in args else ""
+    check(hl.endswith(f":{cports.get('health')}"), "--health-listen is the health port")
+    for probe in ("livenessProbe", "readinessProbe"):
+        check(c.get(probe, {}).get("httpGet", {}).get("port") == "health", f"{probe} on the health port")
+
+pols = [d for _, d in docs if d["kind"] == "NetworkPolicy"]
+check(len(pols) == 1, "a NetworkPolicy for the extender")
+if pols and dep:
+    pol = pols[0]
+    check(pol["spec"]["podSelector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items(),
+          "the NetworkPolicy selects the extender's pods")
+    rules8888 = [r for r in pol["spec"].get("ingress", []) if any(p.get("port") == 8888 for p in r.get("ports", []))]
+    check(len(rules8888) == 1 and rules8888[0].get("from"), "port 8888 admits only listed sources")
 
 rules = []
 for name, d in docs:

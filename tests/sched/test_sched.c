@@ -655,6 +655,39 @@ static void test_utf8_cut(void **state) {
   }
 }
 
+/* With an informer feeding the model, the pending pod /bind grants is the
+ * watch's, not a request's: a /filter carrying the same pod (uid) with
+ * another request does not change what is granted. */
+static void test_request_pod_does_not_replace_watched(void **state) {
+  fx *f = *state;
+  gf_sched_set_watched(f->s, true);
+  json_t *pod = fixture_json("pod_share.json"); /* 20Gi, 30% */
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_pod_update(f->s, pod, &d), 0);
+  json_t *res = json_object_get(
+      json_array_get(
+          json_object_get(json_object_get(pod, "spec"), "containers"), 0),
+      "resources");
+  json_object_set_new(json_object_get(res, "requests"), "gpufrac.io/gpu-memory",
+                      json_string("70Gi"));
+  json_object_set_new(json_object_get(res, "limits"), "gpufrac.io/gpu-memory",
+                      json_string("70Gi"));
+  json_t *args = json_pack("{s:o,s:n,s:[s]}", "Pod", pod, "Nodes", "NodeNames",
+                           "node-a100");
+  char *body = json_dumps(args, JSON_COMPACT);
+  json_decref(args);
+  int st;
+  json_t *r = call(f->s, "filter", body, &st);
+  json_decref(r);
+  free(body);
+  char *b = fixture("bind_args.json", NULL);
+  r = call(f->s, "bind", b, &st);
+  assert_string_equal(json_string_value(json_object_get(r, "Error")), "");
+  json_decref(r);
+  free(b);
+  assert_non_null(strstr(f->fb.last_grant, "\"memory\":21474836480"));
+}
+
 /* A pod asking for one GPU share, as ExtenderArgs with NodeNames. */
 static char *share_args(const char *name, const char *uid, const char *mem,
                         int compute) {
@@ -1527,6 +1560,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_node_removal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prioritize, setup, teardown),
       cmocka_unit_test(test_nodes_older_copy_ignored),
+      cmocka_unit_test_setup_teardown(test_request_pod_does_not_replace_watched,
+                                      setup, teardown),
       cmocka_unit_test(test_prioritize_nodes_and_long_models),
       cmocka_unit_test_setup_teardown(test_unresolvable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_utf8_cut, setup, teardown),

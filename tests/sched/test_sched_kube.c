@@ -751,6 +751,95 @@ static void test_leader(void **st) {
   gf_kube_config_free(cfg);
 }
 
+/* Issue 12: followers were Ready but refused /bind, so the Service sent
+ * binds to them.  The leader labels its own Pod (the bind Service selects
+ * the label), takes the label off when it stops, and /leaderz is 200 only
+ * on the leader. */
+static void test_role_label(void **st) {
+  (void)st;
+  static const td_expect script[] = {
+      /* a follower clears a label left from before (a restarted container
+       * keeps its Pod's labels) */
+      {.method = "PATCH",
+       .target = "/api/v1/namespaces/gpu-sys/pods/sched-0",
+       .body_has = {"{\"metadata\":{\"labels\":{\"gpufrac.io/scheduler-role\":"
+                    "null}}}"},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"sched-0\"}}"},
+      {.method = "GET",
+       .target = LEASES "/ext",
+       .status = 404,
+       .body = "{\"kind\":\"Status\",\"status\":\"Failure\",\"reason\":"
+               "\"NotFound\",\"code\":404}"},
+      {.method = "POST",
+       .target = LEASES,
+       .body_has = {"\"holderIdentity\":\"replica-1\""},
+       .status = 201,
+       .body = "{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\","
+               "\"metadata\":{\"name\":\"ext\",\"namespace\":\"gpu-sys\","
+               "\"resourceVersion\":\"1\"},\"spec\":{\"holderIdentity\":"
+               "\"replica-1\",\"leaseDurationSeconds\":15}}"},
+      {.method = "PATCH",
+       .target = "/api/v1/namespaces/gpu-sys/pods/sched-0",
+       .ctype = "application/merge-patch+json",
+       .body_has = {"{\"metadata\":{\"labels\":{\"gpufrac.io/scheduler-role\":"
+                    "\"leader\"}}}"},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"sched-0\"}}"},
+      {.method = "PATCH",
+       .target = "/api/v1/namespaces/gpu-sys/pods/sched-0",
+       .body_has = {"{\"metadata\":{\"labels\":{\"gpufrac.io/scheduler-role\":"
+                    "null}}}"},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"sched-0\"}}"},
+  };
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  fake_binder fb = {0};
+  pthread_mutex_init(&fb.mu, NULL);
+  gf_binder b = {&fb, fb_write_grant, fb_create_binding};
+  gf_sched_config sc = {.binder = &b};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.lease_ns = "gpu-sys",
+                          .lease_name = "ext",
+                          .identity = "replica-1",
+                          .pod_ns = "gpu-sys",
+                          .pod_name = "sched-0",
+                          .quiet = true};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  gf_sched_set_synced(s, true);
+  gf_sched_reply r;
+  gf_sched_handle(s, "GET", "/leaderz", NULL, 0, &r);
+  assert_int_equal(r.status, 503); /* a follower: not for the bind Service */
+  assert_non_null(strstr(r.body, "not the leader"));
+  gf_sched_reply_release(&r);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_ROLE, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_LEADER, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_ROLE, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_ROLE, &d),
+                   0); /* no-op */
+  gf_sched_handle(s, "GET", "/leaderz", NULL, 0, &r);
+  assert_int_equal(r.status, 200);
+  gf_sched_reply_release(&r);
+  gf_sched_kube_free(f); /* takes the label off */
+  finish(srv);
+  gf_sched_free(s);
+
+  /* a pod name that is not a DNS name is refused */
+  gf_sched_kube_opts bad = {
+      .no_leader_election = true, .pod_ns = "gpu-sys", .pod_name = "Not_A_Pod"};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &bad, &f, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "Not_A_Pod"));
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  pthread_mutex_destroy(&fb.mu);
+}
+
 /* ---- threads: start and stop against a server that refuses --------------- */
 
 /* A loopback port nothing listens on. */
@@ -833,6 +922,25 @@ static void test_cli_options(void **st) {
   assert_int_equal(cmd_scheduler(2, kc_missing_value), GF_EXIT_USAGE);
   char *bad_policy[] = {a0, nokube, policy, nope, NULL};
   assert_int_equal(cmd_scheduler(4, bad_policy), GF_EXIT_USAGE);
+  /* the server options (issue 12) */
+  char rt[] = "--request-timeout-ms", rt_low[] = "5",
+       mc[] = "--max-conns-per-ip", zero[] = "0", cert[] = "--tls-cert",
+       key[] = "--tls-key", ca[] = "--tls-client-ca",
+       nofile[] = "/nonexistent/tls.pem", listen[] = "--listen",
+       any[] = "127.0.0.1:0", hl[] = "--health-listen", badhl[] = "nowhere";
+  char *low[] = {a0, nokube, rt, rt_low, NULL};
+  assert_int_equal(cmd_scheduler(4, low), GF_EXIT_USAGE);
+  char *nconn[] = {a0, nokube, mc, zero, NULL};
+  assert_int_equal(cmd_scheduler(4, nconn), GF_EXIT_USAGE);
+  char *certonly[] = {a0, nokube, cert, nofile, NULL};
+  assert_int_equal(cmd_scheduler(4, certonly), GF_EXIT_USAGE);
+  char *caonly[] = {a0, nokube, ca, nofile, NULL};
+  assert_int_equal(cmd_scheduler(4, caonly), GF_EXIT_USAGE);
+  char *missing_files[] = {a0,     nokube, listen, any, cert,
+                           nofile, key,    nofile, NULL};
+  assert_int_equal(cmd_scheduler(8, missing_files), GF_EXIT_FAIL);
+  char *bad_health[] = {a0, nokube, listen, any, hl, badhl, NULL};
+  assert_int_equal(cmd_scheduler(6, bad_health), GF_EXIT_FAIL);
 }
 
 /* The whole command: a kubeconfig naming a server that refuses, serve,
@@ -942,6 +1050,7 @@ int main(void) {
       cmocka_unit_test(test_forged_nodes_ignored),
       cmocka_unit_test(test_api_errors_logged_once),
       cmocka_unit_test(test_leader),
+      cmocka_unit_test(test_role_label),
       cmocka_unit_test(test_start_stop),
       cmocka_unit_test(test_cli_options),
       cmocka_unit_test(test_cli_sigterm),
