@@ -22,11 +22,13 @@
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -295,6 +297,67 @@ static void setup_load(void) {
 #undef GF__SHIM_RESOLVE
 }
 
+/* ---- a region file that shrinks under its mapping ------------------------
+ * The region is a file every process of the container can write, so it
+ * can also be truncated (`truncate -s 0`) while mapped; the next access to
+ * a page past its new end raises SIGBUS, which would kill the user's
+ * program.  The interposer catches SIGBUS: a fault inside its own mapping
+ * replaces the mapping with private zero pages (the access then completes
+ * on them), marks the region lost and says so in one log line; from then
+ * on the process refuses device memory (fail closed, as for a corrupt
+ * region).  Any other SIGBUS goes to the handler that was there before,
+ * or, when that was the default, is delivered again with the default
+ * action (the program dies as it would have). */
+static struct sigaction bus_prev;
+static _Atomic int region_lost;
+
+static void bus_say(void) {
+  static const char msg[] =
+      "gpufrac-shim: the region file shrank under its mapping "
+      "(truncated?); refusing device memory\n";
+  if (S.cfg.log_level >= GF_SHIM_LOG_WARN) {
+    ssize_t n = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)n;
+  }
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+  char *a = si ? (char *)si->si_addr : NULL, *r = (char *)S.region;
+  if (r && a >= r && a < r + sizeof(gf_region) && si->si_code > 0) {
+    if (mmap(r, sizeof(gf_region), PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+      S.mode = GF_SHIM_REFUSE;
+      if (!atomic_exchange(&region_lost, 1))
+        bus_say();
+      return; /* the access is made again, on the zero pages */
+    }
+  }
+  if (bus_prev.sa_flags & SA_SIGINFO) {
+    if (bus_prev.sa_sigaction) {
+      bus_prev.sa_sigaction(sig, si, uc);
+      return;
+    }
+  } else if (bus_prev.sa_handler != SIG_DFL && bus_prev.sa_handler != SIG_IGN) {
+    bus_prev.sa_handler(sig);
+    return;
+  }
+  /* Default (or ignored, which the kernel does not honour for a fault):
+   * die as without us.  A fault is raised again by the instruction when
+   * the handler returns; a sent signal is raised here. */
+  signal(SIGBUS, SIG_DFL);
+  if (!si || si->si_code <= 0)
+    raise(SIGBUS);
+}
+
+static void bus_guard(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &bus_prev);
+}
+
 /* Mapping the region (creating it if this process is the container's
  * first), at the first real call. */
 static void setup_map(void) {
@@ -319,6 +382,7 @@ static void setup_map(void) {
       S.mode = GF_SHIM_REFUSE;
       return;
     }
+    bus_guard();
   } else {
     /* No shared region configured: limits hold for this process alone. */
     gf_region *r = calloc(1, sizeof(*r));
@@ -496,8 +560,10 @@ static bool charge(uint32_t dev, uint64_t bytes, bool force) {
       return false;
     slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
   }
-  return gf_region_reserve(S.region, slot, (uint32_t)a, bytes,
-                           force ? 0 : S.acct_limit[a]);
+  bool ok = gf_region_reserve(S.region, slot, (uint32_t)a, bytes,
+                              force ? 0 : S.acct_limit[a]);
+  /* The region lost under this very reservation (on_sigbus): refuse. */
+  return ok && S.mode != GF_SHIM_REFUSE;
 }
 
 static bool pools_settle_all(void);

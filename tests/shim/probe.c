@@ -8,7 +8,7 @@
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
  *   probe_dl threads THREADS SECONDS    probe_dl lookups REGION
- *   probe_dl reenter    probe_dl views N
+ *   probe_dl reenter    probe_dl views N    probe_dl shrink REGION
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
@@ -703,6 +703,24 @@ static void views(long n) {
   F.free_(p);
 }
 
+/* The region file truncated to 0 while mapped (as `truncate -s 0` from
+ * inside the container would): the program goes on, device memory is
+ * refused, the view shows nothing free, frees and launches still work. */
+static void shrink(const char *path) {
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUdeviceptr a, b;
+  CHECK(F.alloc(&a, 100 * MIB) == CUDA_SUCCESS, "alloc 100Mi");
+  CHECK(truncate(path, 0) == 0, "region truncated to 0 bytes");
+  CHECK(F.alloc(&b, MIB) == CUDA_ERROR_OUT_OF_MEMORY,
+        "next allocation refused, no SIGBUS");
+  CHECK(F.alloc(&b, MIB) == CUDA_ERROR_OUT_OF_MEMORY, "and the one after");
+  size_t f = 1, t = 0;
+  CHECK(F.info(&f, &t) == CUDA_SUCCESS && f == 0, "cuMemGetInfo: free 0");
+  CHECK(F.free_(a) == CUDA_SUCCESS, "free still works");
+  CHECK(F.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS,
+        "a launch still works");
+}
+
 /* Children allocate and free in loops; the parent kills them with SIGKILL
  * at random moments.  The dead ones' memory must come back within a second
  * and nothing may deadlock. */
@@ -1055,6 +1073,17 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "views") == 0 && argc == 3) {
     load("dlopen");
     views(strtol(argv[2], NULL, 10));
+  } else if (strcmp(argv[1], "raise-bus") == 0) {
+    /* A SIGBUS that is not the region's still kills, as without us. */
+    load("dlopen");
+    CUdeviceptr p;
+    F.init(0);
+    F.alloc(&p, MIB);
+    raise(SIGBUS);
+    printf("survived SIGBUS\n");
+  } else if (strcmp(argv[1], "shrink") == 0 && argc == 3) {
+    load("dlopen");
+    shrink(argv[2]);
   } else if (strcmp(argv[1], "lookups") == 0 && argc == 3) {
     lookups(argv[2]);
   } else if (strcmp(argv[1], "reenter") == 0) {

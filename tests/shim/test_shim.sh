@@ -132,6 +132,16 @@ run thread-churn    0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=2Gi GPUFRAC_CONTEXT_OVE
 # Memory views in a loop do not run the reaper per call.
 run views-no-reap 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 "$PROBE_DL" views 100000
 
+# The region file truncated under its mapping: no SIGBUS, refusals, one
+# log line.
+printf 'memory = 1Gi\ncontext_overhead = 0\ncompute = 50\ncapacity = 1000000\nregion = %s/tr\n' "$tmp" >"$tmp/tr.conf"
+run region-truncated 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL" shrink "$tmp/tr"
+[ "$(grep -c 'region file shrank under its mapping' "$tmp/out")" = 1 ] &&
+  { echo "ok   region-truncated-logged-once"; pass=$((pass + 1)); } ||
+  { echo "FAIL region-truncated-logged-once"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+
+run sigbus-not-ours 135 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL" raise-bus
+
 # A lookup is not use: dlsym(libm, cos) and lookups on the driver take no
 # region slot, the first allocation does.  A driver whose constructor calls
 # dlsym and cuInit from inside the interposer's setup does not hang it.
