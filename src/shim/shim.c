@@ -545,8 +545,10 @@ static uint32_t current_device(void) {
 static bool enforcing(void) { return S.mode == GF_SHIM_ENFORCE; }
 
 /* Charges bytes on CUDA device dev within its limit, or whatever the limit
- * when force (memory the driver already holds).  No pool settling. */
-static bool charge(uint32_t dev, uint64_t bytes, bool force) {
+ * when force (memory the driver already holds).  No pool settling.
+ * Inlined into reserve, the allocation path; charge() for the rest. */
+static inline __attribute__((always_inline)) bool
+charge_inline(uint32_t dev, uint64_t bytes, bool force) {
   if (S.mode == GF_SHIM_REFUSE)
     return false;
   int a = acct_of(dev);
@@ -566,6 +568,10 @@ static bool charge(uint32_t dev, uint64_t bytes, bool force) {
   return ok && S.mode != GF_SHIM_REFUSE;
 }
 
+static bool charge(uint32_t dev, uint64_t bytes, bool force) {
+  return charge_inline(dev, bytes, force);
+}
+
 static bool pools_settle_all(void);
 
 /* The refusal path of reserve: this process's pools are settled (they may
@@ -581,7 +587,7 @@ static __attribute__((noinline)) bool reserve_retry(uint32_t dev,
 
 /* Reserves bytes on dev; false = over the limit (or refusing). */
 static inline bool reserve(uint32_t dev, uint64_t bytes) {
-  if (__builtin_expect(charge(dev, bytes, false), 1))
+  if (__builtin_expect(charge_inline(dev, bytes, false), 1))
     return true;
   return reserve_retry(dev, bytes);
 }
@@ -627,7 +633,7 @@ static void pool_unlive(uint32_t i);
 
 /* What an entry holds is given back: its own charge, and its place in a
  * pool's count of live allocations. */
-static void entry_release(const entry *e) {
+static inline void entry_release(const entry *e) {
   if (e->bytes)
     unreserve(e->dev, e->bytes);
   if (e->pool)
@@ -638,15 +644,19 @@ static void entry_release(const entry *e) {
  * address or handle belongs to memory the driver no longer holds (it hands
  * out only what is free: freed without a free call, e.g. by a context
  * destroy), so its charge is given back. */
-static void track_entry(table *t, entry e) {
+static __attribute__((noinline)) void track_displaced(const entry *old) {
+  entry_release(old);
+}
+
+static inline void track_entry(table *t, entry e) {
   entry old;
   tlock_take();
   int rc = gf__atab_put(t, &e, &old);
   tlock_give();
-  if (rc)
+  if (__builtin_expect(rc != 0, 0))
     track_failed(e.bytes);
-  else if (old.key)
-    entry_release(&old);
+  else if (__builtin_expect(old.key != 0, 0))
+    track_displaced(&old);
 }
 
 static inline void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
@@ -810,7 +820,7 @@ static void pool_maybe_drop(pool_acct *p) {
 }
 
 /* An allocation from a pool is forgotten (its memory stays in the pool). */
-static void pool_unlive(uint32_t i) {
+static __attribute__((noinline)) void pool_unlive(uint32_t i) {
   if (i >= GF_SHIM_POOLS)
     return;
   pthread_mutex_lock(&S.lock);
