@@ -1073,6 +1073,13 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "views") == 0 && argc == 3) {
     load("dlopen");
     views(strtol(argv[2], NULL, 10));
+  } else if (strcmp(argv[1], "hold") == 0) {
+    /* Holds 100 MiB until killed (inspect's scenarios). */
+    load("dlopen");
+    CUdeviceptr p;
+    CHECK(F.init(0) == CUDA_SUCCESS && F.alloc(&p, 100 * MIB) == CUDA_SUCCESS,
+          "holding 100Mi");
+    sleep(60);
   } else if (strcmp(argv[1], "raise-bus") == 0) {
     /* A SIGBUS that is not the region's still kills, as without us. */
     load("dlopen");

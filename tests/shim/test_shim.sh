@@ -159,6 +159,27 @@ run inspect 0 -- "$GPUFRAC" inspect region "$tmp/r3"
 grep -qE "dead processes reclaimed: [1-9]" "$tmp/out" && grep -q "1.00 GiB" "$tmp/out" &&
   { echo "ok   inspect-shows-reclaim"; pass=$((pass + 1)); } ||
   { echo "FAIL inspect-shows-reclaim"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+# Read-only inspect shows a SIGKILLed process's slot as dead with its
+# usage, and leaves it; --reclaim frees it and says so.
+printf 'memory = 1Gi\ncontext_overhead = 0\nregion = %s/ho\n' "$tmp" >"$tmp/ho.conf"
+env "${base[@]}" GPUFRAC_CONFIG="$tmp/ho.conf" "$PROBE_DL" hold >"$tmp/hold" 2>&1 &
+hpid=$!
+for _ in $(seq 100); do grep -q holding "$tmp/hold" && break; sleep 0.05; done
+kill -9 "$hpid"; wait "$hpid" 2>/dev/null
+run inspect-read-only 0 -- "$GPUFRAC" inspect region "$tmp/ho"
+run inspect-still-there 0 -- "$GPUFRAC" inspect region "$tmp/ho"
+grep -qE "^0 +[0-9]+ +dead +0 +100.00 MiB" "$tmp/out" && grep -q "reclaimed: 0" "$tmp/out" &&
+  { echo "ok   inspect-leaves-dead-slot"; pass=$((pass + 1)); } ||
+  { echo "FAIL inspect-leaves-dead-slot"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+run inspect-reclaim 0 -- "$GPUFRAC" inspect region --reclaim "$tmp/ho"
+grep -q "^reclaimed 1 slots of dead processes" "$tmp/out" && ! grep -qE "^[0-9]+ +[0-9]+ +dead " "$tmp/out" &&
+  grep -qE "^0 +- +1.00 GiB +0 B" "$tmp/out" &&
+  { echo "ok   inspect-reclaim-frees"; pass=$((pass + 1)); } ||
+  { echo "FAIL inspect-reclaim-frees"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+run inspect-help 0 -- "$GPUFRAC" inspect --help
+grep -q -- "--reclaim" "$tmp/out" && grep -q "Read-only" "$tmp/out" &&
+  { echo "ok   inspect-help-says-both"; pass=$((pass + 1)); } ||
+  { echo "FAIL inspect-help-says-both"; fail=$((fail + 1)); }
 run inspect-bad 1 -- "$GPUFRAC" inspect region "$tmp/corrupt"
 grep -q "bad magic" "$tmp/out" && { echo "ok   inspect-bad-says-why"; pass=$((pass + 1)); } ||
   { echo "FAIL inspect-bad-says-why"; fail=$((fail + 1)); }
