@@ -122,6 +122,11 @@ static struct shim {
   pthread_mutex_t ctx_lock;
   uint32_t prim_refs[GF_REGION_DEVICES];
   bool prim_charged[GF_REGION_DEVICES];
+  /* Measured at the first primary context on a device: what it charges
+   * beyond context_overhead (given back with the overhead), and what any
+   * context on it is charged from then on (0 = not measured). */
+  uint64_t prim_extra[GF_REGION_DEVICES];
+  _Atomic uint64_t ctx_cost[GF_REGION_DEVICES];
 } S = {.load_lock = PTHREAD_MUTEX_INITIALIZER,
        .map_once = PTHREAD_ONCE_INIT,
        .slot_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -1250,7 +1255,61 @@ static uint64_t ctx_charge(const CUcontext *pctx, CUdevice dev) {
   uint64_t ovh = S.cfg.context_overhead;
   if (!pctx || !guarding() || !ovh || dev < 0 || dev >= GF_REGION_DEVICES)
     return 0;
+  uint64_t m = atomic_load(&S.ctx_cost[dev]);
+  ovh = m > ovh ? m : ovh;
   return reserve((uint32_t)dev, ovh) ? ovh : CTX_REFUSED;
+}
+
+static void *nvml_sym(const char *name);
+
+/* Free device memory on dev as the driver reports it: cuMemGetInfo when
+ * the calling thread's current context is on dev, else NVML's view of the
+ * device (found by its UUID).  false when neither can say. */
+static bool dev_free(CUdevice dev, uint64_t *out) {
+  CUdevice cur = -1;
+  size_t f = 0, t = 0;
+  if (S.real.cuMemGetInfo_v2 && S.real.cuCtxGetDevice &&
+      S.real.cuCtxGetDevice(&cur) == CUDA_SUCCESS && cur == dev &&
+      S.real.cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS) {
+    *out = f;
+    return true;
+  }
+  gf_cu_result (*uuid)(CUuuid *, CUdevice) = S.real.cuDeviceGetUuid_v2
+                                                 ? S.real.cuDeviceGetUuid_v2
+                                                 : S.real.cuDeviceGetUuid;
+  nvmlReturn_t (*ninit)(void) = NULL;
+  nvmlReturn_t (*byuuid)(const char *, nvmlDevice_t *) = NULL;
+  nvmlReturn_t (*info)(nvmlDevice_t, nvmlMemory_t *) = NULL;
+  *(void **)&ninit = nvml_sym("nvmlInit_v2");
+  *(void **)&byuuid = nvml_sym("nvmlDeviceGetHandleByUUID");
+  *(void **)&info = nvml_sym("nvmlDeviceGetMemoryInfo");
+  CUuuid u;
+  char text[GF_REGION_UUID];
+  nvmlDevice_t nd;
+  nvmlMemory_t m;
+  if (!uuid || !ninit || !byuuid || !info || uuid(&u, dev) != CUDA_SUCCESS ||
+      ninit() != 0)
+    return false;
+  format_uuid(&u, text);
+  if (byuuid(text, &nd) != 0 || info(nd, &m) != 0)
+    return false;
+  *out = m.free;
+  return true;
+}
+
+/* What the primary context ctx of dev, just created, holds on the device:
+ * free memory before (when known) minus free memory with it current.  0
+ * when the driver cannot tell. */
+static uint64_t ctx_measure(CUdevice dev, bool known, uint64_t before,
+                            CUcontext ctx) {
+  uint64_t after = 0;
+  CUcontext popped;
+  if (!known || !S.real.cuCtxPushCurrent_v2 || !S.real.cuCtxPopCurrent_v2 ||
+      S.real.cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS)
+    return 0;
+  bool ok = dev_free(dev, &after);
+  S.real.cuCtxPopCurrent_v2(&popped);
+  return ok && before > after ? before - after : 0;
 }
 
 static gf_cu_result ctx_created(gf_cu_result rc, const CUcontext *pctx,
@@ -1316,8 +1375,9 @@ static void prim_drop(CUdevice dev, bool all) {
   else if (S.prim_refs[dev])
     S.prim_refs[dev]--;
   if (!S.prim_refs[dev] && S.prim_charged[dev]) {
-    unreserve((uint32_t)dev, S.cfg.context_overhead);
+    unreserve((uint32_t)dev, S.cfg.context_overhead + S.prim_extra[dev]);
     S.prim_charged[dev] = false;
+    S.prim_extra[dev] = 0;
   }
   pthread_mutex_unlock(&S.ctx_lock);
 }
@@ -1330,6 +1390,7 @@ EXPORT gf_cu_result cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
       dev >= GF_REGION_DEVICES)
     return S.real.cuDevicePrimaryCtxRetain(pctx, dev);
   pthread_mutex_lock(&S.ctx_lock);
+  bool first = !S.prim_charged[dev] && !atomic_load(&S.ctx_cost[dev]);
   bool ok =
       S.prim_charged[dev] || reserve((uint32_t)dev, S.cfg.context_overhead);
   if (ok) {
@@ -1339,10 +1400,38 @@ EXPORT gf_cu_result cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   pthread_mutex_unlock(&S.ctx_lock);
   if (!ok)
     return CUDA_ERROR_OUT_OF_MEMORY;
+  /* The first primary context on a device in this process: measure what
+   * it really holds (free memory before and after), charge that when it
+   * is more than context_overhead. */
+  uint64_t before = 0;
+  bool known = first && dev_free(dev, &before);
   gf_cu_result rc = S.real.cuDevicePrimaryCtxRetain(pctx, dev);
-  if (rc != CUDA_SUCCESS)
+  if (rc != CUDA_SUCCESS) {
     prim_drop(dev, false);
-  return rc;
+    return rc;
+  }
+  if (!first)
+    return rc;
+  uint64_t ovh = S.cfg.context_overhead,
+           cost = ctx_measure(dev, known, before, *pctx);
+  atomic_store(&S.ctx_cost[dev], cost > ovh ? cost : ovh);
+  logf_(GF_SHIM_LOG_INFO, "device %d: a context holds %llu MiB (%s)", dev,
+        (unsigned long long)(cost > ovh ? cost : ovh) >> 20,
+        cost > ovh ? "measured" : "context_overhead, the floor");
+  if (cost <= ovh)
+    return rc;
+  pthread_mutex_lock(&S.ctx_lock);
+  bool fits = S.prim_charged[dev] && reserve((uint32_t)dev, cost - ovh);
+  if (fits)
+    S.prim_extra[dev] += cost - ovh;
+  pthread_mutex_unlock(&S.ctx_lock);
+  if (fits)
+    return rc;
+  /* The context does not fit the limit: undone, as any allocation. */
+  S.real.cuDevicePrimaryCtxRelease_v2(dev);
+  prim_drop(dev, false);
+  *pctx = NULL;
+  return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice dev) {

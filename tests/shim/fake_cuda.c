@@ -11,7 +11,9 @@
  * (default 32), as cuDeviceGetAttribute answers; UUIDs from FAKE_CUDA_UUIDS
  * ("GPU-...,GPU-..." in CUDA order), else GPU-fa4e0000-0000-4000-8000-
  * 00000000000<i>.  Contexts carry their device; cuCtxGetDevice answers the
- * calling thread's current one (device 0 when none).
+ * calling thread's current one (device 0 when none).  A context holds
+ * FAKE_CUDA_CTX_COST bytes of device memory (default 0) while it exists:
+ * a primary one from its first retain to its last release or reset.
  *
  * Addresses: a freed address is handed out again by the next allocation of
  * the same (page-rounded) size, last freed first, as a real driver's
@@ -250,6 +252,23 @@ static int prim_refs[NDEV_MAX];
 
 static int ctx_dev(CUcontext c) { return (int)((uintptr_t)c & 0xf); }
 
+static uint64_t ctx_cost(void) {
+  const char *c = getenv("FAKE_CUDA_CTX_COST");
+  return c ? strtoull(c, NULL, 10) : 0;
+}
+
+/* A context's own memory comes or goes (lock held). */
+static void ctx_mem(int sign) {
+  uint64_t c = ctx_cost();
+  if (sign > 0) {
+    used += c;
+    shared_add(c);
+  } else {
+    used -= c;
+    shared_sub(c);
+  }
+}
+
 FAKE_EXPORT gf_cu_result cuInit(unsigned int f) {
   return f ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
@@ -324,6 +343,7 @@ static gf_cu_result ctx_new(CUcontext *c, CUdevice d) {
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   *c = (CUcontext)(uintptr_t)(0xD000 + 16 * (++created_n) + (unsigned)d);
+  ctx_mem(1);
   pthread_mutex_unlock(&lock);
   current = *c;
   return CUDA_SUCCESS;
@@ -351,13 +371,31 @@ FAKE_EXPORT gf_cu_result cuCtxDestroy_v2(CUcontext c) {
     return CUDA_ERROR_INVALID_VALUE;
   if (current == c)
     current = NULL;
+  pthread_mutex_lock(&lock);
+  ctx_mem(-1);
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+/* One level of push is all the interposer needs. */
+static __thread CUcontext pushed __attribute__((tls_model("initial-exec")));
+FAKE_EXPORT gf_cu_result cuCtxPushCurrent_v2(CUcontext c) {
+  pushed = current;
+  current = c;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuCtxPopCurrent_v2(CUcontext *c) {
+  if (c)
+    *c = current;
+  current = pushed;
+  pushed = NULL;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
   if (!c || d < 0 || d >= ndevices())
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
-  prim_refs[d]++;
+  if (prim_refs[d]++ == 0)
+    ctx_mem(1);
   pthread_mutex_unlock(&lock);
   *c = (CUcontext)(uintptr_t)(0xC000 + (unsigned)d);
   return CUDA_SUCCESS;
@@ -367,8 +405,8 @@ FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice d) {
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   gf_cu_result rc = prim_refs[d] ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  if (prim_refs[d])
-    prim_refs[d]--;
+  if (prim_refs[d] && --prim_refs[d] == 0)
+    ctx_mem(-1);
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -376,6 +414,8 @@ FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxReset_v2(CUdevice d) {
   if (d < 0 || d >= ndevices())
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
+  if (prim_refs[d])
+    ctx_mem(-1);
   prim_refs[d] = 0;
   pthread_mutex_unlock(&lock);
   return CUDA_SUCCESS;

@@ -721,6 +721,44 @@ static void shrink(const char *path) {
         "a launch still works");
 }
 
+/* A device whose context really holds 500 MiB (FAKE_CUDA_CTX_COST), a
+ * 1 GiB limit, context_overhead 300 MiB: allocating until refused must
+ * never put the device's true usage (the fake's own counter, context
+ * included) over the limit. */
+static void ctxtrue(void) {
+  const size_t L = 1024 * MIB;
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUcontext c;
+  CHECK(F.retain(&c, 0) == CUDA_SUCCESS && F.set_current(c) == CUDA_SUCCESS,
+        "primary context retained");
+  CHECK(used_now(L) == 500 * MIB, "charged what it holds: %zu MiB",
+        (size_t)(used_now(L) / MIB));
+  CUdeviceptr p[64];
+  int n = 0;
+  while (n < 64 && F.alloc(&p[n], 64 * MIB) == CUDA_SUCCESS)
+    n++;
+  uint64_t words[2] = {0, 0};
+  const char *shared = getenv("FAKE_CUDA_SHARED");
+  FILE *fp = shared ? fopen(shared, "r") : NULL;
+  if (fp && fread(words, sizeof(words), 1, fp) != 1)
+    words[1] = 0;
+  if (fp)
+    fclose(fp);
+  CHECK(words[1] > 0 && words[1] <= L,
+        "true device usage peaked at %llu MiB of %zu (%d x 64 MiB "
+        "allocated)",
+        (unsigned long long)(words[1] / MIB), (size_t)(L / MIB), n);
+  while (n > 0)
+    F.free_(p[--n]);
+  CUcontext c2;
+  CHECK(F.create2(&c2, 0, 0) == CUDA_SUCCESS && used_now(L) == 1000 * MIB,
+        "a created context on that device is charged the same (%zu MiB)",
+        (size_t)(used_now(L) / MIB));
+  CHECK(F.destroy(c2) == CUDA_SUCCESS && F.prim_release(0) == CUDA_SUCCESS &&
+            used_now(L) == 0,
+        "all given back at destroy and the last release (%zu)", used_now(L));
+}
+
 /* Children allocate and free in loops; the parent kills them with SIGKILL
  * at random moments.  The dead ones' memory must come back within a second
  * and nothing may deadlock. */
@@ -1073,6 +1111,9 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "views") == 0 && argc == 3) {
     load("dlopen");
     views(strtol(argv[2], NULL, 10));
+  } else if (strcmp(argv[1], "ctxtrue") == 0) {
+    load("dlopen");
+    ctxtrue();
   } else if (strcmp(argv[1], "hold") == 0) {
     /* Holds 100 MiB until killed (inspect's scenarios). */
     load("dlopen");

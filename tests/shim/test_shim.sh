@@ -142,6 +142,11 @@ run region-truncated 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL"
 
 run sigbus-not-ours 135 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL" raise-bus
 
+# A context that really holds 500 MiB, context_overhead 300 MiB: the
+# measured cost is charged, so the true total never passes the limit.
+run context-measured 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=300Mi \
+    FAKE_CUDA_CTX_COST=524288000 FAKE_CUDA_SHARED="$tmp/ctxdev" "$PROBE_DL" ctxtrue
+
 # A lookup is not use: dlsym(libm, cos) and lookups on the driver take no
 # region slot, the first allocation does.  A driver whose constructor calls
 # dlsym and cuInit from inside the interposer's setup does not hang it.
