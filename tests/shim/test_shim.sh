@@ -102,6 +102,17 @@ run feedback 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/f1.conf" "$PROBE_DL" feedbac
 # first check (total == 1 GiB) must fail, proving the checks can fail.
 run without-shim    1 -- LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" limits
 
+# HAMi-core's variables in the environment fallback: a drop-in for
+# libvgpu.so (1024m = the probe's 1 GiB; per device; the off switch).
+hami=(LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" GPUFRAC_CONTEXT_OVERHEAD=0)
+run hami-memory-limit 0 -- "${hami[@]}" CUDA_DEVICE_MEMORY_LIMIT=1024m "$PROBE_LINKED" limits
+run hami-memory-limit-0 0 -- "${hami[@]}" CUDA_DEVICE_MEMORY_LIMIT=8g CUDA_DEVICE_MEMORY_LIMIT_0=1g "$PROBE_LINKED" limits
+run hami-disable-control 1 -- "${hami[@]}" CUDA_DEVICE_MEMORY_LIMIT=1024m CUDA_DISABLE_CONTROL=true "$PROBE_LINKED" limits
+run hami-bad-value 1 -- "${hami[@]}" CUDA_DEVICE_MEMORY_LIMIT=1gb "$PROBE_LINKED" limits
+grep -q "CUDA_DEVICE_MEMORY_LIMIT = '1gb'" "$tmp/out" && grep -q "refusing device memory" "$tmp/out" &&
+  { echo "ok   hami-bad-value-says-which"; pass=$((pass + 1)); } ||
+  { echo "FAIL hami-bad-value-says-which"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+
 # Off switch: pass-through even with limits configured.
 run disabled        1 -- "${base[@]}" "${lim[@]}" GPUFRAC_DISABLE=1 "$PROBE_LINKED" limits
 
@@ -203,6 +214,9 @@ printf 'memory = 1Gi\ncontext_overhead = 0\nlibcuda = %s/libcuda.so.1\n' "$FAKE_
 printf 'memory = 64Gi\n' >"$tmp/loose.conf"
 run system-config-wins 0 -- LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM_LOCKED" \
     GPUFRAC_DISABLE=1 GPUFRAC_CONFIG="$tmp/loose.conf" GPUFRAC_GPU_MEMORY=64Gi "$PROBE_LINKED" limits
+# ... nor HAMi-core's variables.
+run system-config-beats-hami 0 -- LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM_LOCKED" \
+    CUDA_DISABLE_CONTROL=true CUDA_DEVICE_MEMORY_LIMIT=64g CUDA_DEVICE_MEMORY_LIMIT_0=64g "$PROBE_LINKED" limits
 rm -f "$SYSTEM_CONF"
 
 # Compute: two containers at 30% and 70% of the same capacity, at once.
