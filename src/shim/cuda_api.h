@@ -32,6 +32,7 @@ typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUmod_st *CUmodule; /* the probes load a kernel (not hooked) */
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUarray_st *CUarray;

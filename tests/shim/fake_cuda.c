@@ -20,6 +20,14 @@
  * allocator does; so a test that churns the same sizes from many threads
  * sees the same addresses come back at once.
  *
+ * Kernels: with FAKE_GPU_NS_PER_BLOCK, a launch occupies the fake GPU for
+ * that many nanoseconds per block, after whatever it was already doing
+ * (one timeline, shared by every process through FAKE_CUDA_SHARED); the
+ * launch returns at once, as a real one does, and cuCtxSynchronize waits
+ * until this process's last kernel is done: a GPU of 1e9 / ns blocks per
+ * second that runs one kernel at a time.  cuModuleLoadData and
+ * cuModuleGetFunction hand out a dummy module and function.
+ *
  * Pools: the default pool of each device and cuMemPoolCreate's keep freed
  * memory; a pool reserves in FAKE_POOL_GRAN steps (default 2 MiB) when its
  * free room is too small and gives memory back only at cuMemPoolTrimTo or
@@ -34,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -50,6 +59,7 @@ static uint64_t used, next_addr = 0x700000000000ull;
  * container-wide limit against (no torn reads: one atomic counter). */
 typedef struct shared_dev {
   _Atomic uint64_t total, peak;
+  _Atomic uint64_t busy_until; /* the fake GPU's timeline (launches) */
 } shared_dev;
 static shared_dev *shared_map;
 static pthread_once_t shared_once = PTHREAD_ONCE_INIT;
@@ -602,6 +612,64 @@ FAKE_EXPORT gf_cu_result cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
   *b = (size_t)total();
   return CUDA_SUCCESS;
 }
+static uint64_t gpu_ns_per_block(void) {
+  static int64_t v = -1;
+  if (v < 0) {
+    const char *e = getenv("FAKE_GPU_NS_PER_BLOCK");
+    v = e ? (int64_t)strtoull(e, NULL, 10) : 0;
+  }
+  return (uint64_t)v;
+}
+
+static uint64_t mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The end of this process's last kernel on the fake GPU's timeline. */
+static _Atomic uint64_t last_end;
+
+/* Queues a kernel of `blocks` on the fake GPU's timeline. */
+static void gpu_run(uint64_t blocks) {
+  static _Atomic uint64_t local_busy;
+  uint64_t ns = gpu_ns_per_block();
+  if (!ns)
+    return;
+  shared_dev *sd = dev_shared();
+  _Atomic uint64_t *busy = sd ? &sd->busy_until : &local_busy;
+  uint64_t now = mono(), b = atomic_load(busy), end;
+  do
+    end = (b > now ? b : now) + blocks * ns;
+  while (!atomic_compare_exchange_weak(busy, &b, end));
+  atomic_store(&last_end, end);
+}
+
+FAKE_EXPORT gf_cu_result cuModuleLoadData(CUmodule *m, const void *image) {
+  (void)image;
+  if (!m)
+    return CUDA_ERROR_INVALID_VALUE;
+  *m = (CUmodule)(uintptr_t)0xE000;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuModuleGetFunction(CUfunction *f, CUmodule m,
+                                             const char *name) {
+  (void)m;
+  (void)name;
+  if (!f)
+    return CUDA_ERROR_INVALID_VALUE;
+  *f = (CUfunction)(uintptr_t)0xE100;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuCtxSynchronize(void) {
+  uint64_t end = atomic_load(&last_end);
+  struct timespec ts = {(time_t)(end / 1000000000ull),
+                        (long)(end % 1000000000ull)};
+  while (end && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL))
+    ;
+  return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
                                         unsigned gz, unsigned bx, unsigned by,
                                         unsigned bz, unsigned sh, CUstream s,
@@ -618,6 +686,7 @@ FAKE_EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
   (void)p;
   (void)e;
   atomic_fetch_add(&launches, 1);
+  gpu_run((uint64_t)gx * gy * gz);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuLaunchKernel_ptsz(CUfunction f, unsigned gx,
