@@ -161,6 +161,35 @@ static uint64_t total(void) {
   return v;
 }
 
+/* live[] slots below first_free are all taken; last is the slot most
+ * recently taken (a free of it needs no search).  Lock held. */
+static int first_free, last;
+
+static int slot_take(void) {
+  for (int i = first_free; i < MAXA; i++)
+    if (!live[i].key) {
+      first_free = last = i;
+      return i;
+    }
+  return -1;
+}
+
+static int slot_find(uint64_t key) {
+  if (key && live[last].key == key)
+    return last;
+  for (int i = 0; key && i < MAXA; i++)
+    if (live[i].key == key)
+      return i;
+  return -1;
+}
+
+static void slot_give(int i) {
+  live[i].key = 0;
+  live[i].pool = 0;
+  if (i < first_free)
+    first_free = i;
+}
+
 static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
   if (!key)
     return CUDA_ERROR_INVALID_VALUE;
@@ -168,17 +197,14 @@ static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   gf_cu_result rc = CUDA_ERROR_OUT_OF_MEMORY;
-  if (used + bytes <= total()) {
-    for (int i = 0; i < MAXA; i++)
-      if (!live[i].key) {
-        live[i].key = addr_take(bytes);
-        live[i].bytes = bytes;
-        *key = live[i].key;
-        used += bytes;
-        shared_add(bytes);
-        rc = CUDA_SUCCESS;
-        break;
-      }
+  int i = used + bytes <= total() ? slot_take() : -1;
+  if (i >= 0) {
+    live[i].key = addr_take(bytes);
+    live[i].bytes = bytes;
+    *key = live[i].key;
+    used += bytes;
+    shared_add(bytes);
+    rc = CUDA_SUCCESS;
   }
   pthread_mutex_unlock(&lock);
   return rc;
@@ -187,21 +213,19 @@ static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
 static gf_cu_result fake_free(uint64_t key) {
   pthread_mutex_lock(&lock);
   gf_cu_result rc = CUDA_ERROR_INVALID_VALUE;
-  for (int i = 0; i < MAXA; i++)
-    if (live[i].key == key && key) {
-      if (live[i].pool) { /* back into its pool, which keeps it */
-        struct fake_pool *p = &pools[live[i].pool - 1];
-        p->used -= p->used >= live[i].bytes ? live[i].bytes : p->used;
-      } else {
-        used -= live[i].bytes;
-        shared_sub(live[i].bytes);
-      }
-      addr_give(live[i].key, live[i].bytes);
-      live[i].key = 0;
-      live[i].pool = 0;
-      rc = CUDA_SUCCESS;
-      break;
+  int i = slot_find(key);
+  if (i >= 0) {
+    if (live[i].pool) { /* back into its pool, which keeps it */
+      struct fake_pool *p = &pools[live[i].pool - 1];
+      p->used -= p->used >= live[i].bytes ? live[i].bytes : p->used;
+    } else {
+      used -= live[i].bytes;
+      shared_sub(live[i].bytes);
     }
+    addr_give(live[i].key, live[i].bytes);
+    slot_give(i);
+    rc = CUDA_SUCCESS;
+  }
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -230,21 +254,18 @@ static gf_cu_result pool_alloc(int pi, unsigned long long *key,
   uint64_t grow = 0, g = pool_gran();
   if (p->used + bytes > p->reserved)
     grow = (p->used + bytes - p->reserved + g - 1) / g * g;
-  if (used + grow <= total()) {
-    for (int i = 0; i < MAXA; i++)
-      if (!live[i].key) {
-        live[i].key = addr_take(bytes);
-        live[i].bytes = bytes;
-        live[i].pool = pi + 1;
-        *key = live[i].key;
-        used += grow;
-        shared_add(grow);
-        p->reserved += grow;
-        p->used += bytes;
-        p->in_use = 1;
-        rc = CUDA_SUCCESS;
-        break;
-      }
+  int i = used + grow <= total() ? slot_take() : -1;
+  if (i >= 0) {
+    live[i].key = addr_take(bytes);
+    live[i].bytes = bytes;
+    live[i].pool = pi + 1;
+    *key = live[i].key;
+    used += grow;
+    shared_add(grow);
+    p->reserved += grow;
+    p->used += bytes;
+    p->in_use = 1;
+    rc = CUDA_SUCCESS;
   }
   pthread_mutex_unlock(&lock);
   return rc;
