@@ -1,5 +1,8 @@
-/* gpufrac inspect region PATH: what a container's shared region holds. */
+/* gpufrac inspect region [--reclaim] PATH: what a container's shared
+ * region holds; with --reclaim, first frees the slots of processes that no
+ * longer exist (the one thing it changes). */
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,10 +10,14 @@
 #include "gpufrac/region.h"
 
 static void usage(FILE *fp) {
-  fprintf(fp, "usage: gpufrac inspect region PATH\n\n"
+  fprintf(fp, "usage: gpufrac inspect region [--reclaim] PATH\n\n"
               "Prints a container's GPU accounting region: limits per "
               "device, the compute\nbucket, and each process's usage. "
-              "Read-only: nothing is reclaimed or changed.\n");
+              "Read-only: nothing is reclaimed or changed,\nso a dead "
+              "process's slot shows as \"dead\" with its usage.\n\n"
+              "  --reclaim  first free the slots of processes that no "
+              "longer exist (what\n             the interposer does on "
+              "its slow paths), and say how many.\n");
 }
 
 static void bytes(char *buf, size_t n, uint64_t b) {
@@ -29,18 +36,22 @@ int cmd_inspect(int argc, char **argv) {
     usage(stdout);
     return GF_EXIT_OK;
   }
-  if (argc != 3 || strcmp(argv[1], "region") != 0) {
+  bool reclaim = argc == 4 && strcmp(argv[2], "--reclaim") == 0;
+  if ((argc != 3 && !reclaim) || strcmp(argv[1], "region") != 0) {
     usage(stderr);
     return GF_EXIT_USAGE;
   }
+  const char *path = argv[argc - 1];
   gf_region *r = NULL;
   gf_diag d = {""};
-  if (gf_region_map(argv[2], NULL, &r, &d)) {
+  if (gf_region_map(path, NULL, &r, &d)) {
     fprintf(stderr, "gpufrac inspect: %s\n", d.msg);
     return GF_EXIT_FAIL;
   }
+  if (reclaim)
+    printf("reclaimed %d slots of dead processes\n", gf_region_reap(r));
   char a[32], b[32];
-  printf("region %s (version %u.%u)\n", argv[2], r->major, r->minor);
+  printf("region %s (version %u.%u)\n", path, r->major, r->minor);
   printf("compute: %u%%", r->compute_pct);
   if (r->compute_pct < 100) {
     printf(", bucket %lld of %llu tokens, refill %llu/s",

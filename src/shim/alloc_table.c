@@ -7,10 +7,7 @@
 #include <stdlib.h>
 
 static size_t home(const gf__atab *t, uint64_t key) {
-  key ^= key >> 33;
-  key *= 0xff51afd7ed558ccdull;
-  key ^= key >> 33;
-  return (size_t)key & (t->cap - 1);
+  return gf__atab_home(t->cap, key);
 }
 
 /* Moves every entry into a new array of cap slots (a power of two that
@@ -33,7 +30,8 @@ static int resize(gf__atab *t, size_t cap) {
   return 0;
 }
 
-int gf__atab_put(gf__atab *t, const gf__atab_entry *in, gf__atab_entry *old) {
+int gf__atab_put_slow(gf__atab *t, const gf__atab_entry *in,
+                      gf__atab_entry *old) {
   old->key = 0;
   if (in->key <= 1)
     return -1;
@@ -58,7 +56,7 @@ static bool between(size_t i, size_t h, size_t k) {
   return i <= k ? i < h && h <= k : i < h || h <= k;
 }
 
-int gf__atab_take(gf__atab *t, uint64_t key, gf__atab_entry *out) {
+int gf__atab_take_slow(gf__atab *t, uint64_t key, gf__atab_entry *out) {
   if (!t->cap || key <= 1)
     return -1;
   size_t m = t->cap - 1, i = home(t, key);

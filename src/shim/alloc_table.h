@@ -41,11 +41,59 @@ typedef struct gf__atab {
  * copied to *old; old->key is 0 when there was none.  Returns 0, or -1
  * when the key is reserved or memory to grow cannot be had (nothing
  * changed). */
-int gf__atab_put(gf__atab *t, const gf__atab_entry *in, gf__atab_entry *old);
+static inline int gf__atab_put(gf__atab *t, const gf__atab_entry *in,
+                               gf__atab_entry *old);
 
 /* Removes the entry under key into *out; returns 0, or -1 when there is
  * none. */
-int gf__atab_take(gf__atab *t, uint64_t key, gf__atab_entry *out);
+static inline int gf__atab_take(gf__atab *t, uint64_t key, gf__atab_entry *out);
+
+/* The general cases, out of line (alloc_table.c); the inline functions
+ * below take the common one (the home slot free, or the entry alone in
+ * its home slot, no resize due) and come here for the rest. */
+int gf__atab_put_slow(gf__atab *t, const gf__atab_entry *in,
+                      gf__atab_entry *old);
+int gf__atab_take_slow(gf__atab *t, uint64_t key, gf__atab_entry *out);
+
+/* The home slot of key in a table of cap slots. */
+static inline size_t gf__atab_home(size_t cap, uint64_t key) {
+  key ^= key >> 33;
+  key *= 0xff51afd7ed558ccdull;
+  key ^= key >> 33;
+  return (size_t)key & (cap - 1);
+}
+
+static inline int gf__atab_put(gf__atab *t, const gf__atab_entry *in,
+                               gf__atab_entry *old) {
+  size_t cap = t->cap;
+  if (in->key > 1 && (t->live + 1) * 4 <= cap * 3) {
+    gf__atab_entry *h = &t->e[gf__atab_home(cap, in->key)];
+    if (!h->key) {
+      old->key = 0;
+      *h = *in;
+      t->live++;
+      return 0;
+    }
+  }
+  return gf__atab_put_slow(t, in, old);
+}
+
+static inline int gf__atab_take(gf__atab *t, uint64_t key,
+                                gf__atab_entry *out) {
+  size_t cap = t->cap;
+  if (cap && key > 1) {
+    size_t j = gf__atab_home(cap, key);
+    gf__atab_entry *h = &t->e[j];
+    if (h->key == key && !t->e[(j + 1) & (cap - 1)].key &&
+        (cap <= GF__ATAB_MIN || (t->live - 1) * 8 >= cap)) {
+      *out = *h;
+      h->key = 0;
+      t->live--;
+      return 0;
+    }
+  }
+  return gf__atab_take_slow(t, key, out);
+}
 
 /* Frees the table's memory and empties it. */
 void gf__atab_release(gf__atab *t);

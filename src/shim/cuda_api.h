@@ -32,6 +32,7 @@ typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUmod_st *CUmodule; /* the probes load a kernel (not hooked) */
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUarray_st *CUarray;
@@ -232,7 +233,9 @@ static inline size_t gf__cu_format_bytes(int format) {
     (CUmemoryPool * pool, CUdevice dev), (pool, dev))                          \
   X(cuMemPoolGetAttribute, PFN_cuMemPoolGetAttribute_v11020,                   \
     (CUmemoryPool pool, CUmemPool_attribute attr, void *value),                \
-    (pool, attr, value))
+    (pool, attr, value))                                                       \
+  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000, (CUcontext ctx), (ctx))   \
+  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000, (CUcontext * pctx), (pctx))
 
 #ifndef GF_SHIM_CHECK_CUDA_H /* cuda.h #defines some of these names */
 /* Declarations of the wrappers (the exported symbols). */

@@ -22,11 +22,13 @@
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -120,6 +122,11 @@ static struct shim {
   pthread_mutex_t ctx_lock;
   uint32_t prim_refs[GF_REGION_DEVICES];
   bool prim_charged[GF_REGION_DEVICES];
+  /* Measured at the first primary context on a device: what it charges
+   * beyond context_overhead (given back with the overhead), and what any
+   * context on it is charged from then on (0 = not measured). */
+  uint64_t prim_extra[GF_REGION_DEVICES];
+  _Atomic uint64_t ctx_cost[GF_REGION_DEVICES];
 } S = {.load_lock = PTHREAD_MUTEX_INITIALIZER,
        .map_once = PTHREAD_ONCE_INIT,
        .slot_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -295,6 +302,67 @@ static void setup_load(void) {
 #undef GF__SHIM_RESOLVE
 }
 
+/* ---- a region file that shrinks under its mapping ------------------------
+ * The region is a file every process of the container can write, so it
+ * can also be truncated (`truncate -s 0`) while mapped; the next access to
+ * a page past its new end raises SIGBUS, which would kill the user's
+ * program.  The interposer catches SIGBUS: a fault inside its own mapping
+ * replaces the mapping with private zero pages (the access then completes
+ * on them), marks the region lost and says so in one log line; from then
+ * on the process refuses device memory (fail closed, as for a corrupt
+ * region).  Any other SIGBUS goes to the handler that was there before,
+ * or, when that was the default, is delivered again with the default
+ * action (the program dies as it would have). */
+static struct sigaction bus_prev;
+static _Atomic int region_lost;
+
+static void bus_say(void) {
+  static const char msg[] =
+      "gpufrac-shim: the region file shrank under its mapping "
+      "(truncated?); refusing device memory\n";
+  if (S.cfg.log_level >= GF_SHIM_LOG_WARN) {
+    ssize_t n = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)n;
+  }
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+  char *a = si ? (char *)si->si_addr : NULL, *r = (char *)S.region;
+  if (r && a >= r && a < r + sizeof(gf_region) && si->si_code > 0) {
+    if (mmap(r, sizeof(gf_region), PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+      S.mode = GF_SHIM_REFUSE;
+      if (!atomic_exchange(&region_lost, 1))
+        bus_say();
+      return; /* the access is made again, on the zero pages */
+    }
+  }
+  if (bus_prev.sa_flags & SA_SIGINFO) {
+    if (bus_prev.sa_sigaction) {
+      bus_prev.sa_sigaction(sig, si, uc);
+      return;
+    }
+  } else if (bus_prev.sa_handler != SIG_DFL && bus_prev.sa_handler != SIG_IGN) {
+    bus_prev.sa_handler(sig);
+    return;
+  }
+  /* Default (or ignored, which the kernel does not honour for a fault):
+   * die as without us.  A fault is raised again by the instruction when
+   * the handler returns; a sent signal is raised here. */
+  signal(SIGBUS, SIG_DFL);
+  if (!si || si->si_code <= 0)
+    raise(SIGBUS);
+}
+
+static void bus_guard(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &bus_prev);
+}
+
 /* Mapping the region (creating it if this process is the container's
  * first), at the first real call. */
 static void setup_map(void) {
@@ -319,6 +387,7 @@ static void setup_map(void) {
       S.mode = GF_SHIM_REFUSE;
       return;
     }
+    bus_guard();
   } else {
     /* No shared region configured: limits hold for this process alone. */
     gf_region *r = calloc(1, sizeof(*r));
@@ -481,8 +550,10 @@ static uint32_t current_device(void) {
 static bool enforcing(void) { return S.mode == GF_SHIM_ENFORCE; }
 
 /* Charges bytes on CUDA device dev within its limit, or whatever the limit
- * when force (memory the driver already holds).  No pool settling. */
-static bool charge(uint32_t dev, uint64_t bytes, bool force) {
+ * when force (memory the driver already holds).  No pool settling.
+ * Inlined into reserve, the allocation path; charge() for the rest. */
+static inline __attribute__((always_inline)) bool
+charge_inline(uint32_t dev, uint64_t bytes, bool force) {
   if (S.mode == GF_SHIM_REFUSE)
     return false;
   int a = acct_of(dev);
@@ -496,8 +567,14 @@ static bool charge(uint32_t dev, uint64_t bytes, bool force) {
       return false;
     slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
   }
-  return gf_region_reserve(S.region, slot, (uint32_t)a, bytes,
-                           force ? 0 : S.acct_limit[a]);
+  bool ok = gf_region_reserve(S.region, slot, (uint32_t)a, bytes,
+                              force ? 0 : S.acct_limit[a]);
+  /* The region lost under this very reservation (on_sigbus): refuse. */
+  return ok && S.mode != GF_SHIM_REFUSE;
+}
+
+static bool charge(uint32_t dev, uint64_t bytes, bool force) {
+  return charge_inline(dev, bytes, force);
 }
 
 static bool pools_settle_all(void);
@@ -515,7 +592,7 @@ static __attribute__((noinline)) bool reserve_retry(uint32_t dev,
 
 /* Reserves bytes on dev; false = over the limit (or refusing). */
 static inline bool reserve(uint32_t dev, uint64_t bytes) {
-  if (__builtin_expect(charge(dev, bytes, false), 1))
+  if (__builtin_expect(charge_inline(dev, bytes, false), 1))
     return true;
   return reserve_retry(dev, bytes);
 }
@@ -561,7 +638,7 @@ static void pool_unlive(uint32_t i);
 
 /* What an entry holds is given back: its own charge, and its place in a
  * pool's count of live allocations. */
-static void entry_release(const entry *e) {
+static inline void entry_release(const entry *e) {
   if (e->bytes)
     unreserve(e->dev, e->bytes);
   if (e->pool)
@@ -572,15 +649,19 @@ static void entry_release(const entry *e) {
  * address or handle belongs to memory the driver no longer holds (it hands
  * out only what is free: freed without a free call, e.g. by a context
  * destroy), so its charge is given back. */
-static void track_entry(table *t, entry e) {
+static __attribute__((noinline)) void track_displaced(const entry *old) {
+  entry_release(old);
+}
+
+static inline void track_entry(table *t, entry e) {
   entry old;
   tlock_take();
   int rc = gf__atab_put(t, &e, &old);
   tlock_give();
-  if (rc)
+  if (__builtin_expect(rc != 0, 0))
     track_failed(e.bytes);
-  else if (old.key)
-    entry_release(&old);
+  else if (__builtin_expect(old.key != 0, 0))
+    track_displaced(&old);
 }
 
 static inline void track(table *t, uint64_t key, uint64_t bytes, uint32_t dev) {
@@ -744,7 +825,7 @@ static void pool_maybe_drop(pool_acct *p) {
 }
 
 /* An allocation from a pool is forgotten (its memory stays in the pool). */
-static void pool_unlive(uint32_t i) {
+static __attribute__((noinline)) void pool_unlive(uint32_t i) {
   if (i >= GF_SHIM_POOLS)
     return;
   pthread_mutex_lock(&S.lock);
@@ -1174,7 +1255,61 @@ static uint64_t ctx_charge(const CUcontext *pctx, CUdevice dev) {
   uint64_t ovh = S.cfg.context_overhead;
   if (!pctx || !guarding() || !ovh || dev < 0 || dev >= GF_REGION_DEVICES)
     return 0;
+  uint64_t m = atomic_load(&S.ctx_cost[dev]);
+  ovh = m > ovh ? m : ovh;
   return reserve((uint32_t)dev, ovh) ? ovh : CTX_REFUSED;
+}
+
+static void *nvml_sym(const char *name);
+
+/* Free device memory on dev as the driver reports it: cuMemGetInfo when
+ * the calling thread's current context is on dev, else NVML's view of the
+ * device (found by its UUID).  false when neither can say. */
+static bool dev_free(CUdevice dev, uint64_t *out) {
+  CUdevice cur = -1;
+  size_t f = 0, t = 0;
+  if (S.real.cuMemGetInfo_v2 && S.real.cuCtxGetDevice &&
+      S.real.cuCtxGetDevice(&cur) == CUDA_SUCCESS && cur == dev &&
+      S.real.cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS) {
+    *out = f;
+    return true;
+  }
+  gf_cu_result (*uuid)(CUuuid *, CUdevice) = S.real.cuDeviceGetUuid_v2
+                                                 ? S.real.cuDeviceGetUuid_v2
+                                                 : S.real.cuDeviceGetUuid;
+  nvmlReturn_t (*ninit)(void) = NULL;
+  nvmlReturn_t (*byuuid)(const char *, nvmlDevice_t *) = NULL;
+  nvmlReturn_t (*info)(nvmlDevice_t, nvmlMemory_t *) = NULL;
+  *(void **)&ninit = nvml_sym("nvmlInit_v2");
+  *(void **)&byuuid = nvml_sym("nvmlDeviceGetHandleByUUID");
+  *(void **)&info = nvml_sym("nvmlDeviceGetMemoryInfo");
+  CUuuid u;
+  char text[GF_REGION_UUID];
+  nvmlDevice_t nd;
+  nvmlMemory_t m;
+  if (!uuid || !ninit || !byuuid || !info || uuid(&u, dev) != CUDA_SUCCESS ||
+      ninit() != 0)
+    return false;
+  format_uuid(&u, text);
+  if (byuuid(text, &nd) != 0 || info(nd, &m) != 0)
+    return false;
+  *out = m.free;
+  return true;
+}
+
+/* What the primary context ctx of dev, just created, holds on the device:
+ * free memory before (when known) minus free memory with it current.  0
+ * when the driver cannot tell. */
+static uint64_t ctx_measure(CUdevice dev, bool known, uint64_t before,
+                            CUcontext ctx) {
+  uint64_t after = 0;
+  CUcontext popped;
+  if (!known || !S.real.cuCtxPushCurrent_v2 || !S.real.cuCtxPopCurrent_v2 ||
+      S.real.cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS)
+    return 0;
+  bool ok = dev_free(dev, &after);
+  S.real.cuCtxPopCurrent_v2(&popped);
+  return ok && before > after ? before - after : 0;
 }
 
 static gf_cu_result ctx_created(gf_cu_result rc, const CUcontext *pctx,
@@ -1240,8 +1375,9 @@ static void prim_drop(CUdevice dev, bool all) {
   else if (S.prim_refs[dev])
     S.prim_refs[dev]--;
   if (!S.prim_refs[dev] && S.prim_charged[dev]) {
-    unreserve((uint32_t)dev, S.cfg.context_overhead);
+    unreserve((uint32_t)dev, S.cfg.context_overhead + S.prim_extra[dev]);
     S.prim_charged[dev] = false;
+    S.prim_extra[dev] = 0;
   }
   pthread_mutex_unlock(&S.ctx_lock);
 }
@@ -1254,6 +1390,7 @@ EXPORT gf_cu_result cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
       dev >= GF_REGION_DEVICES)
     return S.real.cuDevicePrimaryCtxRetain(pctx, dev);
   pthread_mutex_lock(&S.ctx_lock);
+  bool first = !S.prim_charged[dev] && !atomic_load(&S.ctx_cost[dev]);
   bool ok =
       S.prim_charged[dev] || reserve((uint32_t)dev, S.cfg.context_overhead);
   if (ok) {
@@ -1263,10 +1400,38 @@ EXPORT gf_cu_result cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   pthread_mutex_unlock(&S.ctx_lock);
   if (!ok)
     return CUDA_ERROR_OUT_OF_MEMORY;
+  /* The first primary context on a device in this process: measure what
+   * it really holds (free memory before and after), charge that when it
+   * is more than context_overhead. */
+  uint64_t before = 0;
+  bool known = first && dev_free(dev, &before);
   gf_cu_result rc = S.real.cuDevicePrimaryCtxRetain(pctx, dev);
-  if (rc != CUDA_SUCCESS)
+  if (rc != CUDA_SUCCESS) {
     prim_drop(dev, false);
-  return rc;
+    return rc;
+  }
+  if (!first)
+    return rc;
+  uint64_t ovh = S.cfg.context_overhead,
+           cost = ctx_measure(dev, known, before, *pctx);
+  atomic_store(&S.ctx_cost[dev], cost > ovh ? cost : ovh);
+  logf_(GF_SHIM_LOG_INFO, "device %d: a context holds %llu MiB (%s)", dev,
+        (unsigned long long)(cost > ovh ? cost : ovh) >> 20,
+        cost > ovh ? "measured" : "context_overhead, the floor");
+  if (cost <= ovh)
+    return rc;
+  pthread_mutex_lock(&S.ctx_lock);
+  bool fits = S.prim_charged[dev] && reserve((uint32_t)dev, cost - ovh);
+  if (fits)
+    S.prim_extra[dev] += cost - ovh;
+  pthread_mutex_unlock(&S.ctx_lock);
+  if (fits)
+    return rc;
+  /* The context does not fit the limit: undone, as any allocation. */
+  S.real.cuDevicePrimaryCtxRelease_v2(dev);
+  prim_drop(dev, false);
+  *pctx = NULL;
+  return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice dev) {

@@ -229,6 +229,121 @@ int gf_shim_config_parse(const char *text, gf_shim_config *c, char *err,
   return disabled ? 1 : 0;
 }
 
+/* HAMi-core's byte values: digits, then optionally one of k, m, g (either
+ * case) for KiB, MiB, GiB; plain digits are bytes.  -1 on anything else. */
+static int hami_bytes(const char *v, uint64_t *out) {
+  uint64_t x = 0;
+  const char *p = v;
+  if (*p < '0' || *p > '9')
+    return -1;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (x > (UINT64_MAX - 9) / 10)
+      return -1;
+    x = x * 10 + (uint64_t)(*p - '0');
+  }
+  int shift = 0;
+  switch (*p) {
+  case '\0':
+    break;
+  case 'k':
+  case 'K':
+    shift = 10;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    break;
+  default:
+    return -1;
+  }
+  if (*p && p[1])
+    return -1;
+  if (shift && x > (UINT64_MAX >> shift))
+    return -1;
+  *out = x << shift;
+  return 0;
+}
+
+/* HAMi-core's environment (the variables HAMi and KAI's resource isolator
+ * give libvgpu.so), in the environment fallback only, each only where the
+ * GPUFRAC_ variable of the same meaning is absent.  Returns -1 with the
+ * variable named in why; sets *any when one of them asks for enforcement
+ * and *off when CUDA_DISABLE_CONTROL turns the interposer off. */
+static int hami_env(gf_shim_config *c, bool have_mem, bool have_cpt, bool *any,
+                    bool *off, char *why, size_t whylen) {
+  const char *v = getenv("CUDA_DISABLE_CONTROL");
+  *off = v && (strcmp(v, "true") == 0 || strcmp(v, "TRUE") == 0 ||
+               strcmp(v, "1") == 0);
+  uint64_t x;
+  if (!have_mem) {
+    v = getenv("CUDA_DEVICE_MEMORY_LIMIT");
+    if (v) {
+      if (hami_bytes(v, &x)) {
+        snprintf(why, whylen,
+                 "CUDA_DEVICE_MEMORY_LIMIT = '%s': want bytes, or a number "
+                 "and k, m or g",
+                 v);
+        return -1;
+      }
+      for (int i = 0; i < GF_REGION_DEVICES; i++)
+        c->memory[i] = x;
+      *any = *any || x;
+    }
+    for (int i = 0; i < GF_REGION_DEVICES; i++) {
+      char name[40];
+      snprintf(name, sizeof(name), "CUDA_DEVICE_MEMORY_LIMIT_%d", i);
+      v = getenv(name);
+      if (!v)
+        continue;
+      if (hami_bytes(v, &x)) {
+        snprintf(why, whylen,
+                 "%s = '%s': want bytes, or a number and k, m or g", name, v);
+        return -1;
+      }
+      c->memory[i] = x;
+      *any = *any || x;
+    }
+  }
+  if (!have_cpt) {
+    const char *pol = getenv("GPU_CORE_UTILIZATION_POLICY");
+    if (pol && strcmp(pol, "default") && strcmp(pol, "force") &&
+        strcmp(pol, "disable")) {
+      snprintf(why, whylen,
+               "GPU_CORE_UTILIZATION_POLICY = '%s': want default, force or "
+               "disable",
+               pol);
+      return -1;
+    }
+    v = getenv("CUDA_DEVICE_SM_LIMIT");
+    if (v) {
+      int64_t pct;
+      gf_diag d = {""};
+      if (gf_parse_int64(v, 0, 100, &pct, &d)) {
+        snprintf(why, whylen, "CUDA_DEVICE_SM_LIMIT = '%s': %s", v, d.msg);
+        return -1;
+      }
+      /* 0 is HAMi's "no limit"; disable ignores the limit. */
+      if (pct > 0 && pct < 100 && !(pol && strcmp(pol, "disable") == 0)) {
+        c->compute_pct = (uint32_t)pct;
+        *any = true;
+      }
+    }
+  }
+  v = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+  if (v && !c->region[0] && set_path(c->region, sizeof(c->region), v)) {
+    snprintf(why, whylen,
+             "CUDA_DEVICE_MEMORY_SHARED_CACHE = '%s': want an absolute path "
+             "under %zu bytes",
+             v, sizeof(c->region));
+    return -1;
+  }
+  return 0;
+}
+
 /* One log line on stderr, formatted straight onto the stream: no message
  * buffer, so a long config path (a build tree's, a mount's) is never cut. */
 __attribute__((format(printf, 2, 3))) static void say(const gf_shim_config *c,
@@ -289,16 +404,23 @@ void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
     const char *log = getenv("GPUFRAC_LOG");
     const char *ovh = getenv("GPUFRAC_CONTEXT_OVERHEAD");
     char why[256];
+    bool hami = false, hami_off = false;
     *mode = (mem || cpt) ? GF_SHIM_ENFORCE : GF_SHIM_OFF;
     if ((mem && set_kv(c, "memory", mem, why, sizeof(why)) < 0) ||
         (cpt && set_kv(c, "compute", cpt, why, sizeof(why)) < 0) ||
         (reg && set_kv(c, "region", reg, why, sizeof(why)) < 0) ||
         (log && set_kv(c, "log", log, why, sizeof(why)) < 0) ||
-        (ovh && set_kv(c, "context_overhead", ovh, why, sizeof(why)) < 0)) {
+        (ovh && set_kv(c, "context_overhead", ovh, why, sizeof(why)) < 0) ||
+        hami_env(c, mem != NULL, cpt != NULL, &hami, &hami_off, why,
+                 sizeof(why)) < 0) {
       say(c, "environment: %s; refusing device memory", why);
       *mode = GF_SHIM_REFUSE;
       return;
     }
+    if (hami)
+      *mode = GF_SHIM_ENFORCE;
+    if (hami_off)
+      *mode = GF_SHIM_OFF;
   }
   const char *lib = locked ? NULL : getenv("GPUFRAC_REAL_LIBCUDA");
   if (lib && !c->real_libcuda[0])

@@ -27,7 +27,14 @@
  *
  * Environment fallback: GPUFRAC_GPU_MEMORY, GPUFRAC_GPU_COMPUTE,
  * GPUFRAC_REGION, GPUFRAC_LOG, GPUFRAC_CONTEXT_OVERHEAD, GPUFRAC_REAL_LIBCUDA;
- * GPUFRAC_DISABLE=1 turns the interposer off whatever the file says.
+ * GPUFRAC_DISABLE=1 turns the interposer off whatever the file says.  In
+ * the same fallback (never with the system file), HAMi-core's variables
+ * where the GPUFRAC_ one of the same meaning is absent:
+ * CUDA_DEVICE_MEMORY_LIMIT and CUDA_DEVICE_MEMORY_LIMIT_<i> (bytes, or a
+ * number and k/m/g), CUDA_DEVICE_SM_LIMIT (percent; 0 = none),
+ * GPU_CORE_UTILIZATION_POLICY (default|force|disable),
+ * CUDA_DEVICE_MEMORY_SHARED_CACHE (the region path), CUDA_DISABLE_CONTROL
+ * (true or 1: pass-through).  docs/shim.md has the mapping.
  *
  * Outcome: ENFORCE with limits, OFF (no config at all, or disabled), or
  * REFUSE when a config exists but cannot be read or parsed: then every

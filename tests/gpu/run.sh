@@ -10,6 +10,8 @@
 #   - the bucket's capacity derived from the device (SMs x blocks per SM x
 #     250/s, read through the real driver) equals the model computed from
 #     the same attributes;
+#   - compute shares: two containers at 10%/90% and 30%/70% get GPU work
+#     (4 ms spinning blocks) in the ratio of their shares, within 10%;
 # and prints nvidia-smi before and after.  It changes no GPU setting.
 # Context overhead is off (0) in the limit runs: their checks expect the
 # limit exactly, and the overhead is measured on its own.
@@ -44,6 +46,29 @@ run "limits by UUID ($uuid)" env LD_PRELOAD=$SHIM CUDA_DEVICE_ORDER=PCI_BUS_ID G
 run "nvml"             env LD_PRELOAD=$SHIM GPUFRAC_GPU_MEMORY=1Gi "${noovh[@]}" $PROBE nvml
 printf 'compute = 30\nregion = %s/k\n' "$tmp" >"$tmp/k"
 run "capacity from the device" env LD_PRELOAD=$SHIM GPUFRAC_CONFIG=$tmp/k GPUFRAC_LOG=info $PROBE capacity-device "$tmp/k" 30
+# Compute shares (docs/shim.md, "Compute"): two containers at 10% and 90%
+# of the GPU, then 30% and 70%, each launching a kernel whose blocks spin
+# 4 ms (the capacity model's block lifetime: capacity from the device, not
+# configured) as fast as its bucket lets it, 10 s at once; the ratio of the
+# work they got must be within 10% of the ratio of their shares.  Never
+# run yet (no GPU in the session that wrote it).
+share_pair() { # A B: compute shares
+  printf 'compute = %s\nregion = %s/ca\n' "$1" "$tmp" >"$tmp/ca.conf"
+  printf 'compute = %s\nregion = %s/cb\n' "$2" "$tmp" >"$tmp/cb.conf"
+  env LD_PRELOAD=$SHIM GPUFRAC_CONFIG=$tmp/ca.conf $PROBE work 10 1024 4000 >"$tmp/wa" 2>&1 &
+  env LD_PRELOAD=$SHIM GPUFRAC_CONFIG=$tmp/cb.conf $PROBE work 10 1024 4000 >"$tmp/wb" 2>&1
+  wait
+  cat "$tmp/wa" "$tmp/wb"
+  python3 - "$1" "$2" "$(awk '/^work/ {print $2 / $5}' "$tmp/wa")" "$(awk '/^work/ {print $2 / $5}' "$tmp/wb")" <<'PY'
+import sys
+a, b, ra, rb = (float(x) if x else 0.0 for x in sys.argv[1:5])
+got = rb / ra if ra else 0.0
+print(f"work {b:.0f}%/{a:.0f}% = {rb:.0f}/{ra:.0f} blocks/s = {got:.2f} (shares: {b / a:.2f})")
+sys.exit(0 if ra and abs(got / (b / a) - 1) <= 0.10 else 1)
+PY
+}
+echo "== compute shares 10/90 on the GPU"; share_pair 10 90 || fail=$((fail + 1))
+echo "== compute shares 30/70 on the GPU"; share_pair 30 70 || fail=$((fail + 1))
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=memory.used --format=csv
 echo "gpu checks: $fail failed"
 [ "$fail" -eq 0 ]

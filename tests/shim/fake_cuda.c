@@ -11,12 +11,22 @@
  * (default 32), as cuDeviceGetAttribute answers; UUIDs from FAKE_CUDA_UUIDS
  * ("GPU-...,GPU-..." in CUDA order), else GPU-fa4e0000-0000-4000-8000-
  * 00000000000<i>.  Contexts carry their device; cuCtxGetDevice answers the
- * calling thread's current one (device 0 when none).
+ * calling thread's current one (device 0 when none).  A context holds
+ * FAKE_CUDA_CTX_COST bytes of device memory (default 0) while it exists:
+ * a primary one from its first retain to its last release or reset.
  *
  * Addresses: a freed address is handed out again by the next allocation of
  * the same (page-rounded) size, last freed first, as a real driver's
  * allocator does; so a test that churns the same sizes from many threads
  * sees the same addresses come back at once.
+ *
+ * Kernels: with FAKE_GPU_NS_PER_BLOCK, a launch occupies the fake GPU for
+ * that many nanoseconds per block, after whatever it was already doing
+ * (one timeline, shared by every process through FAKE_CUDA_SHARED); the
+ * launch returns at once, as a real one does, and cuCtxSynchronize waits
+ * until this process's last kernel is done: a GPU of 1e9 / ns blocks per
+ * second that runs one kernel at a time.  cuModuleLoadData and
+ * cuModuleGetFunction hand out a dummy module and function.
  *
  * Pools: the default pool of each device and cuMemPoolCreate's keep freed
  * memory; a pool reserves in FAKE_POOL_GRAN steps (default 2 MiB) when its
@@ -32,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -48,6 +59,7 @@ static uint64_t used, next_addr = 0x700000000000ull;
  * container-wide limit against (no torn reads: one atomic counter). */
 typedef struct shared_dev {
   _Atomic uint64_t total, peak;
+  _Atomic uint64_t busy_until; /* the fake GPU's timeline (launches) */
 } shared_dev;
 static shared_dev *shared_map;
 static pthread_once_t shared_once = PTHREAD_ONCE_INIT;
@@ -149,6 +161,35 @@ static uint64_t total(void) {
   return v;
 }
 
+/* live[] slots below first_free are all taken; last is the slot most
+ * recently taken (a free of it needs no search).  Lock held. */
+static int first_free, last;
+
+static int slot_take(void) {
+  for (int i = first_free; i < MAXA; i++)
+    if (!live[i].key) {
+      first_free = last = i;
+      return i;
+    }
+  return -1;
+}
+
+static int slot_find(uint64_t key) {
+  if (key && live[last].key == key)
+    return last;
+  for (int i = 0; key && i < MAXA; i++)
+    if (live[i].key == key)
+      return i;
+  return -1;
+}
+
+static void slot_give(int i) {
+  live[i].key = 0;
+  live[i].pool = 0;
+  if (i < first_free)
+    first_free = i;
+}
+
 static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
   if (!key)
     return CUDA_ERROR_INVALID_VALUE;
@@ -156,17 +197,14 @@ static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   gf_cu_result rc = CUDA_ERROR_OUT_OF_MEMORY;
-  if (used + bytes <= total()) {
-    for (int i = 0; i < MAXA; i++)
-      if (!live[i].key) {
-        live[i].key = addr_take(bytes);
-        live[i].bytes = bytes;
-        *key = live[i].key;
-        used += bytes;
-        shared_add(bytes);
-        rc = CUDA_SUCCESS;
-        break;
-      }
+  int i = used + bytes <= total() ? slot_take() : -1;
+  if (i >= 0) {
+    live[i].key = addr_take(bytes);
+    live[i].bytes = bytes;
+    *key = live[i].key;
+    used += bytes;
+    shared_add(bytes);
+    rc = CUDA_SUCCESS;
   }
   pthread_mutex_unlock(&lock);
   return rc;
@@ -175,21 +213,19 @@ static gf_cu_result fake_alloc(unsigned long long *key, uint64_t bytes) {
 static gf_cu_result fake_free(uint64_t key) {
   pthread_mutex_lock(&lock);
   gf_cu_result rc = CUDA_ERROR_INVALID_VALUE;
-  for (int i = 0; i < MAXA; i++)
-    if (live[i].key == key && key) {
-      if (live[i].pool) { /* back into its pool, which keeps it */
-        struct fake_pool *p = &pools[live[i].pool - 1];
-        p->used -= p->used >= live[i].bytes ? live[i].bytes : p->used;
-      } else {
-        used -= live[i].bytes;
-        shared_sub(live[i].bytes);
-      }
-      addr_give(live[i].key, live[i].bytes);
-      live[i].key = 0;
-      live[i].pool = 0;
-      rc = CUDA_SUCCESS;
-      break;
+  int i = slot_find(key);
+  if (i >= 0) {
+    if (live[i].pool) { /* back into its pool, which keeps it */
+      struct fake_pool *p = &pools[live[i].pool - 1];
+      p->used -= p->used >= live[i].bytes ? live[i].bytes : p->used;
+    } else {
+      used -= live[i].bytes;
+      shared_sub(live[i].bytes);
     }
+    addr_give(live[i].key, live[i].bytes);
+    slot_give(i);
+    rc = CUDA_SUCCESS;
+  }
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -218,21 +254,18 @@ static gf_cu_result pool_alloc(int pi, unsigned long long *key,
   uint64_t grow = 0, g = pool_gran();
   if (p->used + bytes > p->reserved)
     grow = (p->used + bytes - p->reserved + g - 1) / g * g;
-  if (used + grow <= total()) {
-    for (int i = 0; i < MAXA; i++)
-      if (!live[i].key) {
-        live[i].key = addr_take(bytes);
-        live[i].bytes = bytes;
-        live[i].pool = pi + 1;
-        *key = live[i].key;
-        used += grow;
-        shared_add(grow);
-        p->reserved += grow;
-        p->used += bytes;
-        p->in_use = 1;
-        rc = CUDA_SUCCESS;
-        break;
-      }
+  int i = used + grow <= total() ? slot_take() : -1;
+  if (i >= 0) {
+    live[i].key = addr_take(bytes);
+    live[i].bytes = bytes;
+    live[i].pool = pi + 1;
+    *key = live[i].key;
+    used += grow;
+    shared_add(grow);
+    p->reserved += grow;
+    p->used += bytes;
+    p->in_use = 1;
+    rc = CUDA_SUCCESS;
   }
   pthread_mutex_unlock(&lock);
   return rc;
@@ -249,6 +282,23 @@ static unsigned created_n;
 static int prim_refs[NDEV_MAX];
 
 static int ctx_dev(CUcontext c) { return (int)((uintptr_t)c & 0xf); }
+
+static uint64_t ctx_cost(void) {
+  const char *c = getenv("FAKE_CUDA_CTX_COST");
+  return c ? strtoull(c, NULL, 10) : 0;
+}
+
+/* A context's own memory comes or goes (lock held). */
+static void ctx_mem(int sign) {
+  uint64_t c = ctx_cost();
+  if (sign > 0) {
+    used += c;
+    shared_add(c);
+  } else {
+    used -= c;
+    shared_sub(c);
+  }
+}
 
 FAKE_EXPORT gf_cu_result cuInit(unsigned int f) {
   return f ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
@@ -324,6 +374,7 @@ static gf_cu_result ctx_new(CUcontext *c, CUdevice d) {
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   *c = (CUcontext)(uintptr_t)(0xD000 + 16 * (++created_n) + (unsigned)d);
+  ctx_mem(1);
   pthread_mutex_unlock(&lock);
   current = *c;
   return CUDA_SUCCESS;
@@ -351,13 +402,31 @@ FAKE_EXPORT gf_cu_result cuCtxDestroy_v2(CUcontext c) {
     return CUDA_ERROR_INVALID_VALUE;
   if (current == c)
     current = NULL;
+  pthread_mutex_lock(&lock);
+  ctx_mem(-1);
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+/* One level of push is all the interposer needs. */
+static __thread CUcontext pushed __attribute__((tls_model("initial-exec")));
+FAKE_EXPORT gf_cu_result cuCtxPushCurrent_v2(CUcontext c) {
+  pushed = current;
+  current = c;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuCtxPopCurrent_v2(CUcontext *c) {
+  if (c)
+    *c = current;
+  current = pushed;
+  pushed = NULL;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
   if (!c || d < 0 || d >= ndevices())
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
-  prim_refs[d]++;
+  if (prim_refs[d]++ == 0)
+    ctx_mem(1);
   pthread_mutex_unlock(&lock);
   *c = (CUcontext)(uintptr_t)(0xC000 + (unsigned)d);
   return CUDA_SUCCESS;
@@ -367,8 +436,8 @@ FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice d) {
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   gf_cu_result rc = prim_refs[d] ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  if (prim_refs[d])
-    prim_refs[d]--;
+  if (prim_refs[d] && --prim_refs[d] == 0)
+    ctx_mem(-1);
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -376,6 +445,8 @@ FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxReset_v2(CUdevice d) {
   if (d < 0 || d >= ndevices())
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
+  if (prim_refs[d])
+    ctx_mem(-1);
   prim_refs[d] = 0;
   pthread_mutex_unlock(&lock);
   return CUDA_SUCCESS;
@@ -562,6 +633,64 @@ FAKE_EXPORT gf_cu_result cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
   *b = (size_t)total();
   return CUDA_SUCCESS;
 }
+static uint64_t gpu_ns_per_block(void) {
+  static int64_t v = -1;
+  if (v < 0) {
+    const char *e = getenv("FAKE_GPU_NS_PER_BLOCK");
+    v = e ? (int64_t)strtoull(e, NULL, 10) : 0;
+  }
+  return (uint64_t)v;
+}
+
+static uint64_t mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The end of this process's last kernel on the fake GPU's timeline. */
+static _Atomic uint64_t last_end;
+
+/* Queues a kernel of `blocks` on the fake GPU's timeline. */
+static void gpu_run(uint64_t blocks) {
+  static _Atomic uint64_t local_busy;
+  uint64_t ns = gpu_ns_per_block();
+  if (!ns)
+    return;
+  shared_dev *sd = dev_shared();
+  _Atomic uint64_t *busy = sd ? &sd->busy_until : &local_busy;
+  uint64_t now = mono(), b = atomic_load(busy), end;
+  do
+    end = (b > now ? b : now) + blocks * ns;
+  while (!atomic_compare_exchange_weak(busy, &b, end));
+  atomic_store(&last_end, end);
+}
+
+FAKE_EXPORT gf_cu_result cuModuleLoadData(CUmodule *m, const void *image) {
+  (void)image;
+  if (!m)
+    return CUDA_ERROR_INVALID_VALUE;
+  *m = (CUmodule)(uintptr_t)0xE000;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuModuleGetFunction(CUfunction *f, CUmodule m,
+                                             const char *name) {
+  (void)m;
+  (void)name;
+  if (!f)
+    return CUDA_ERROR_INVALID_VALUE;
+  *f = (CUfunction)(uintptr_t)0xE100;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuCtxSynchronize(void) {
+  uint64_t end = atomic_load(&last_end);
+  struct timespec ts = {(time_t)(end / 1000000000ull),
+                        (long)(end % 1000000000ull)};
+  while (end && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL))
+    ;
+  return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
                                         unsigned gz, unsigned bx, unsigned by,
                                         unsigned bz, unsigned sh, CUstream s,
@@ -578,6 +707,7 @@ FAKE_EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
   (void)p;
   (void)e;
   atomic_fetch_add(&launches, 1);
+  gpu_run((uint64_t)gx * gy * gz);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuLaunchKernel_ptsz(CUfunction f, unsigned gx,

@@ -8,7 +8,8 @@
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
  *   probe_dl threads THREADS SECONDS    probe_dl lookups REGION
- *   probe_dl reenter    probe_dl views N
+ *   probe_dl reenter    probe_dl views N    probe_dl shrink REGION
+ *   probe_dl work SECONDS GRID SPIN_US  (fake or real GPU)
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
@@ -703,6 +704,134 @@ static void views(long n) {
   F.free_(p);
 }
 
+/* The region file truncated to 0 while mapped (as `truncate -s 0` from
+ * inside the container would): the program goes on, device memory is
+ * refused, the view shows nothing free, frees and launches still work. */
+static void shrink(const char *path) {
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUdeviceptr a, b;
+  CHECK(F.alloc(&a, 100 * MIB) == CUDA_SUCCESS, "alloc 100Mi");
+  CHECK(truncate(path, 0) == 0, "region truncated to 0 bytes");
+  CHECK(F.alloc(&b, MIB) == CUDA_ERROR_OUT_OF_MEMORY,
+        "next allocation refused, no SIGBUS");
+  CHECK(F.alloc(&b, MIB) == CUDA_ERROR_OUT_OF_MEMORY, "and the one after");
+  size_t f = 1, t = 0;
+  CHECK(F.info(&f, &t) == CUDA_SUCCESS && f == 0, "cuMemGetInfo: free 0");
+  CHECK(F.free_(a) == CUDA_SUCCESS, "free still works");
+  CHECK(F.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS,
+        "a launch still works");
+}
+
+/* A device whose context really holds 500 MiB (FAKE_CUDA_CTX_COST), a
+ * 1 GiB limit, context_overhead 300 MiB: allocating until refused must
+ * never put the device's true usage (the fake's own counter, context
+ * included) over the limit. */
+static void ctxtrue(void) {
+  const size_t L = 1024 * MIB;
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUcontext c;
+  CHECK(F.retain(&c, 0) == CUDA_SUCCESS && F.set_current(c) == CUDA_SUCCESS,
+        "primary context retained");
+  CHECK(used_now(L) == 500 * MIB, "charged what it holds: %zu MiB",
+        (size_t)(used_now(L) / MIB));
+  CUdeviceptr p[64];
+  int n = 0;
+  while (n < 64 && F.alloc(&p[n], 64 * MIB) == CUDA_SUCCESS)
+    n++;
+  uint64_t words[2] = {0, 0};
+  const char *shared = getenv("FAKE_CUDA_SHARED");
+  FILE *fp = shared ? fopen(shared, "r") : NULL;
+  if (fp && fread(words, sizeof(words), 1, fp) != 1)
+    words[1] = 0;
+  if (fp)
+    fclose(fp);
+  CHECK(words[1] > 0 && words[1] <= L,
+        "true device usage peaked at %llu MiB of %zu (%d x 64 MiB "
+        "allocated)",
+        (unsigned long long)(words[1] / MIB), (size_t)(L / MIB), n);
+  while (n > 0)
+    F.free_(p[--n]);
+  CUcontext c2;
+  CHECK(F.create2(&c2, 0, 0) == CUDA_SUCCESS && used_now(L) == 1000 * MIB,
+        "a created context on that device is charged the same (%zu MiB)",
+        (size_t)(used_now(L) / MIB));
+  CHECK(F.destroy(c2) == CUDA_SUCCESS && F.prim_release(0) == CUDA_SUCCESS &&
+            used_now(L) == 0,
+        "all given back at destroy and the last release (%zu)", used_now(L));
+}
+
+/* A kernel that spins for a given number of clock cycles per block (PTX,
+ * JIT-compiled by a real driver; the fake driver charges its own cost per
+ * block instead). */
+static const char spin_ptx[] = ".version 7.0\n"
+                               ".target sm_70\n"
+                               ".address_size 64\n"
+                               ".visible .entry spin(.param .u64 cycles)\n"
+                               "{\n"
+                               "  .reg .u64 %rd<5>;\n"
+                               "  .reg .pred %p;\n"
+                               "  ld.param.u64 %rd1, [cycles];\n"
+                               "  mov.u64 %rd2, %clock64;\n"
+                               "LOOP:\n"
+                               "  mov.u64 %rd3, %clock64;\n"
+                               "  sub.u64 %rd4, %rd3, %rd2;\n"
+                               "  setp.lt.u64 %p, %rd4, %rd1;\n"
+                               "  @%p bra LOOP;\n"
+                               "  ret;\n"
+                               "}\n";
+
+/* Saturating launches for SECONDS: kernels of GRID blocks (one warp each)
+ * that spin SPIN_US microseconds per block, at most 8 in flight (a
+ * synchronize after every 8th), all done at the end; prints the blocks
+ * done, so a container's share of the GPU's work is blocks x the block's
+ * time over the wall time.  The throttle is the interposer's. */
+static void work(int seconds, unsigned grid, unsigned spin_us) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  gf_cu_result (*load_data)(CUmodule *, const void *);
+  gf_cu_result (*sync)(void);
+  gf_cu_result (*attr)(int *, int, CUdevice);
+  gf_cu_result (*getfn)(CUfunction *, CUmodule, const char *);
+  *(void **)&load_data = dlsym(h, "cuModuleLoadData");
+  *(void **)&getfn = dlsym(h, "cuModuleGetFunction");
+  *(void **)&sync = dlsym(h, "cuCtxSynchronize");
+  *(void **)&attr = dlsym(h, "cuDeviceGetAttribute");
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  make_context();
+  CUmodule mod;
+  CUfunction fn;
+  CHECK(load_data && getfn && sync &&
+            load_data(&mod, spin_ptx) == CUDA_SUCCESS &&
+            getfn(&fn, mod, "spin") == CUDA_SUCCESS,
+        "spin kernel loaded");
+  int khz = 0; /* CU_DEVICE_ATTRIBUTE_CLOCK_RATE */
+  if (!attr || attr(&khz, 13, 0) != CUDA_SUCCESS || khz <= 0)
+    khz = 1000000;
+  unsigned long long cycles =
+      (unsigned long long)spin_us * (unsigned)khz / 1000;
+  void *params[] = {&cycles};
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  unsigned long long blocks = 0;
+  double el = 0;
+  while (el < seconds) {
+    if (F.launch(fn, grid, 1, 1, 32, 1, 1, 0, NULL, params, NULL) !=
+        CUDA_SUCCESS)
+      break;
+    blocks += grid;
+    if (blocks / grid % 8 == 0 && sync() != CUDA_SUCCESS)
+      break;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    el = (double)(t1.tv_sec - t0.tv_sec) +
+         (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  }
+  sync();
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  el =
+      (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  printf("work %llu blocks in %.3f s, %.1f%% of one block-slot's time\n",
+         blocks, el, 100.0 * (double)blocks * spin_us / 1e6 / el);
+}
+
 /* Children allocate and free in loops; the parent kills them with SIGKILL
  * at random moments.  The dead ones' memory must come back within a second
  * and nothing may deadlock. */
@@ -1055,6 +1184,31 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "views") == 0 && argc == 3) {
     load("dlopen");
     views(strtol(argv[2], NULL, 10));
+  } else if (strcmp(argv[1], "work") == 0 && argc == 5) {
+    load("dlopen");
+    work((int)strtol(argv[2], NULL, 10), (unsigned)strtoul(argv[3], NULL, 10),
+         (unsigned)strtoul(argv[4], NULL, 10));
+  } else if (strcmp(argv[1], "ctxtrue") == 0) {
+    load("dlopen");
+    ctxtrue();
+  } else if (strcmp(argv[1], "hold") == 0) {
+    /* Holds 100 MiB until killed (inspect's scenarios). */
+    load("dlopen");
+    CUdeviceptr p;
+    CHECK(F.init(0) == CUDA_SUCCESS && F.alloc(&p, 100 * MIB) == CUDA_SUCCESS,
+          "holding 100Mi");
+    sleep(60);
+  } else if (strcmp(argv[1], "raise-bus") == 0) {
+    /* A SIGBUS that is not the region's still kills, as without us. */
+    load("dlopen");
+    CUdeviceptr p;
+    F.init(0);
+    F.alloc(&p, MIB);
+    raise(SIGBUS);
+    printf("survived SIGBUS\n");
+  } else if (strcmp(argv[1], "shrink") == 0 && argc == 3) {
+    load("dlopen");
+    shrink(argv[2]);
   } else if (strcmp(argv[1], "lookups") == 0 && argc == 3) {
     lookups(argv[2]);
   } else if (strcmp(argv[1], "reenter") == 0) {

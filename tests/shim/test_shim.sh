@@ -102,6 +102,17 @@ run feedback 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/f1.conf" "$PROBE_DL" feedbac
 # first check (total == 1 GiB) must fail, proving the checks can fail.
 run without-shim    1 -- LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" limits
 
+# HAMi-core's variables in the environment fallback: a drop-in for
+# libvgpu.so (1024m = the probe's 1 GiB; per device; the off switch).
+hami=(LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1" GPUFRAC_CONTEXT_OVERHEAD=0)
+run hami-memory-limit 0 -- "${hami[@]}" CUDA_DEVICE_MEMORY_LIMIT=1024m "$PROBE_LINKED" limits
+run hami-memory-limit-0 0 -- "${hami[@]}" CUDA_DEVICE_MEMORY_LIMIT=8g CUDA_DEVICE_MEMORY_LIMIT_0=1g "$PROBE_LINKED" limits
+run hami-disable-control 1 -- "${hami[@]}" CUDA_DEVICE_MEMORY_LIMIT=1024m CUDA_DISABLE_CONTROL=true "$PROBE_LINKED" limits
+run hami-bad-value 1 -- "${hami[@]}" CUDA_DEVICE_MEMORY_LIMIT=1gb "$PROBE_LINKED" limits
+grep -q "CUDA_DEVICE_MEMORY_LIMIT = '1gb'" "$tmp/out" && grep -q "refusing device memory" "$tmp/out" &&
+  { echo "ok   hami-bad-value-says-which"; pass=$((pass + 1)); } ||
+  { echo "FAIL hami-bad-value-says-which"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+
 # Off switch: pass-through even with limits configured.
 run disabled        1 -- "${base[@]}" "${lim[@]}" GPUFRAC_DISABLE=1 "$PROBE_LINKED" limits
 
@@ -132,6 +143,21 @@ run thread-churn    0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=2Gi GPUFRAC_CONTEXT_OVE
 # Memory views in a loop do not run the reaper per call.
 run views-no-reap 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 "$PROBE_DL" views 100000
 
+# The region file truncated under its mapping: no SIGBUS, refusals, one
+# log line.
+printf 'memory = 1Gi\ncontext_overhead = 0\ncompute = 50\ncapacity = 1000000\nregion = %s/tr\n' "$tmp" >"$tmp/tr.conf"
+run region-truncated 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL" shrink "$tmp/tr"
+[ "$(grep -c 'region file shrank under its mapping' "$tmp/out")" = 1 ] &&
+  { echo "ok   region-truncated-logged-once"; pass=$((pass + 1)); } ||
+  { echo "FAIL region-truncated-logged-once"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+
+run sigbus-not-ours 135 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL" raise-bus
+
+# A context that really holds 500 MiB, context_overhead 300 MiB: the
+# measured cost is charged, so the true total never passes the limit.
+run context-measured 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=300Mi \
+    FAKE_CUDA_CTX_COST=524288000 FAKE_CUDA_SHARED="$tmp/ctxdev" "$PROBE_DL" ctxtrue
+
 # A lookup is not use: dlsym(libm, cos) and lookups on the driver take no
 # region slot, the first allocation does.  A driver whose constructor calls
 # dlsym and cuInit from inside the interposer's setup does not hang it.
@@ -149,6 +175,27 @@ run inspect 0 -- "$GPUFRAC" inspect region "$tmp/r3"
 grep -qE "dead processes reclaimed: [1-9]" "$tmp/out" && grep -q "1.00 GiB" "$tmp/out" &&
   { echo "ok   inspect-shows-reclaim"; pass=$((pass + 1)); } ||
   { echo "FAIL inspect-shows-reclaim"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+# Read-only inspect shows a SIGKILLed process's slot as dead with its
+# usage, and leaves it; --reclaim frees it and says so.
+printf 'memory = 1Gi\ncontext_overhead = 0\nregion = %s/ho\n' "$tmp" >"$tmp/ho.conf"
+env "${base[@]}" GPUFRAC_CONFIG="$tmp/ho.conf" "$PROBE_DL" hold >"$tmp/hold" 2>&1 &
+hpid=$!
+for _ in $(seq 100); do grep -q holding "$tmp/hold" && break; sleep 0.05; done
+kill -9 "$hpid"; wait "$hpid" 2>/dev/null
+run inspect-read-only 0 -- "$GPUFRAC" inspect region "$tmp/ho"
+run inspect-still-there 0 -- "$GPUFRAC" inspect region "$tmp/ho"
+grep -qE "^0 +[0-9]+ +dead +0 +100.00 MiB" "$tmp/out" && grep -q "reclaimed: 0" "$tmp/out" &&
+  { echo "ok   inspect-leaves-dead-slot"; pass=$((pass + 1)); } ||
+  { echo "FAIL inspect-leaves-dead-slot"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+run inspect-reclaim 0 -- "$GPUFRAC" inspect region --reclaim "$tmp/ho"
+grep -q "^reclaimed 1 slots of dead processes" "$tmp/out" && ! grep -qE "^[0-9]+ +[0-9]+ +dead " "$tmp/out" &&
+  grep -qE "^0 +- +1.00 GiB +0 B" "$tmp/out" &&
+  { echo "ok   inspect-reclaim-frees"; pass=$((pass + 1)); } ||
+  { echo "FAIL inspect-reclaim-frees"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+run inspect-help 0 -- "$GPUFRAC" inspect --help
+grep -q -- "--reclaim" "$tmp/out" && grep -q "Read-only" "$tmp/out" &&
+  { echo "ok   inspect-help-says-both"; pass=$((pass + 1)); } ||
+  { echo "FAIL inspect-help-says-both"; fail=$((fail + 1)); }
 run inspect-bad 1 -- "$GPUFRAC" inspect region "$tmp/corrupt"
 grep -q "bad magic" "$tmp/out" && { echo "ok   inspect-bad-says-why"; pass=$((pass + 1)); } ||
   { echo "FAIL inspect-bad-says-why"; fail=$((fail + 1)); }
@@ -167,6 +214,9 @@ printf 'memory = 1Gi\ncontext_overhead = 0\nlibcuda = %s/libcuda.so.1\n' "$FAKE_
 printf 'memory = 64Gi\n' >"$tmp/loose.conf"
 run system-config-wins 0 -- LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM_LOCKED" \
     GPUFRAC_DISABLE=1 GPUFRAC_CONFIG="$tmp/loose.conf" GPUFRAC_GPU_MEMORY=64Gi "$PROBE_LINKED" limits
+# ... nor HAMi-core's variables.
+run system-config-beats-hami 0 -- LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM_LOCKED" \
+    CUDA_DISABLE_CONTROL=true CUDA_DEVICE_MEMORY_LIMIT=64g CUDA_DEVICE_MEMORY_LIMIT_0=64g "$PROBE_LINKED" limits
 rm -f "$SYSTEM_CONF"
 
 # Compute: two containers at 30% and 70% of the same capacity, at once.

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -97,9 +98,114 @@ static void test_malformed(void **st) {
   assert_non_null(strstr(err, "longer than"));
 }
 
+/* The environment fallback with HAMi-core's variables (no system config
+ * exists where the tests run). */
+static const char *const env_names[] = {"GPUFRAC_CONFIG",
+                                        "GPUFRAC_GPU_MEMORY",
+                                        "GPUFRAC_GPU_COMPUTE",
+                                        "GPUFRAC_REGION",
+                                        "GPUFRAC_DISABLE",
+                                        "CUDA_DEVICE_MEMORY_LIMIT",
+                                        "CUDA_DEVICE_MEMORY_LIMIT_0",
+                                        "CUDA_DEVICE_MEMORY_LIMIT_3",
+                                        "CUDA_DEVICE_SM_LIMIT",
+                                        "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+                                        "GPU_CORE_UTILIZATION_POLICY",
+                                        "CUDA_DISABLE_CONTROL",
+                                        "GPUFRAC_LOG"};
+
+static void env_clear(void) {
+  for (size_t i = 0; i < sizeof(env_names) / sizeof(env_names[0]); i++)
+    unsetenv(env_names[i]);
+  setenv("GPUFRAC_LOG", "off", 1);
+}
+
+static void test_hami_env(void **st) {
+  (void)st;
+  gf_shim_config c;
+  gf_shim_mode mode;
+  env_clear();
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "4096m", 1);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_3", "8g", 1);
+  setenv("CUDA_DEVICE_SM_LIMIT", "30", 1);
+  setenv("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/vgpu/x.cache", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_int_equal(mode, GF_SHIM_ENFORCE);
+  assert_true(c.memory[0] == 4096ull << 20);
+  assert_true(c.memory[3] == 8ull << 30);
+  assert_true(c.memory[15] == 4096ull << 20);
+  assert_int_equal(c.compute_pct, 30);
+  assert_string_equal(c.region, "/tmp/vgpu/x.cache");
+
+  /* k and plain bytes; a per-device limit alone enforces. */
+  env_clear();
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "1048576k", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_int_equal(mode, GF_SHIM_ENFORCE);
+  assert_true(c.memory[0] == 1ull << 30);
+  assert_true(c.memory[1] == 0);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "12345", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_true(c.memory[0] == 12345);
+
+  /* The policy: disable ignores the SM limit, force and default keep it;
+   * 0 and 100 are no limit. */
+  env_clear();
+  setenv("CUDA_DEVICE_SM_LIMIT", "25", 1);
+  setenv("GPU_CORE_UTILIZATION_POLICY", "disable", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_int_equal(c.compute_pct, 100);
+  assert_int_equal(mode, GF_SHIM_OFF);
+  setenv("GPU_CORE_UTILIZATION_POLICY", "force", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_int_equal(c.compute_pct, 25);
+  setenv("GPU_CORE_UTILIZATION_POLICY", "default", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_int_equal(c.compute_pct, 25);
+  setenv("CUDA_DEVICE_SM_LIMIT", "0", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_int_equal(c.compute_pct, 100);
+
+  /* GPUFRAC_ variables win over HAMi's of the same meaning. */
+  env_clear();
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "8g", 1);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "2g", 1);
+  setenv("GPUFRAC_GPU_MEMORY", "1Gi", 1);
+  setenv("CUDA_DEVICE_SM_LIMIT", "10", 1);
+  setenv("GPUFRAC_GPU_COMPUTE", "40", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_true(c.memory[0] == 1ull << 30 && c.memory[5] == 1ull << 30);
+  assert_int_equal(c.compute_pct, 40);
+
+  /* CUDA_DISABLE_CONTROL=true: pass-through. */
+  env_clear();
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "8g", 1);
+  setenv("CUDA_DISABLE_CONTROL", "true", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_int_equal(mode, GF_SHIM_OFF);
+
+  /* Malformed: refused (fail closed), never unlimited. */
+  static const char *const bad[][2] = {
+      {"CUDA_DEVICE_MEMORY_LIMIT", "8gb"},
+      {"CUDA_DEVICE_MEMORY_LIMIT", "g"},
+      {"CUDA_DEVICE_MEMORY_LIMIT_3", "-1m"},
+      {"CUDA_DEVICE_MEMORY_LIMIT", "99999999999999999999"},
+      {"CUDA_DEVICE_SM_LIMIT", "101"},
+      {"GPU_CORE_UTILIZATION_POLICY", "sometimes"},
+      {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "relative/path"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    env_clear();
+    setenv(bad[i][0], bad[i][1], 1);
+    gf_shim_config_load(&c, &mode);
+    if (mode != GF_SHIM_REFUSE)
+      fail_msg("%s=%s: mode %d, want refuse", bad[i][0], bad[i][1], mode);
+  }
+  env_clear();
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_valid),
-                                     cmocka_unit_test(test_uuid),
-                                     cmocka_unit_test(test_malformed)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_valid), cmocka_unit_test(test_uuid),
+      cmocka_unit_test(test_malformed), cmocka_unit_test(test_hami_env)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
