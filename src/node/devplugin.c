@@ -987,7 +987,9 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
                        .nmethods = sizeof methods / sizeof methods[0],
                        .call = on_call,
                        .wake = on_wake,
-                       .user = dp};
+                       .user = dp,
+                       .idle_ms = o->idle_timeout_ms,
+                       .preface_ms = o->preface_timeout_ms};
   rc = gf__h2srv_new(&dp->srv, fd, &ops, d);
   if (rc)
     goto fail_sock;
