@@ -80,11 +80,13 @@ struct gf_dp {
 
 enum { M_OPTIONS, M_LIST, M_PREFERRED, M_ALLOCATE, M_PRESTART };
 static const gf__h2_method methods[] = {
-    [M_OPTIONS] = {"/v1beta1.DevicePlugin/GetDevicePluginOptions", false},
-    [M_LIST] = {"/v1beta1.DevicePlugin/ListAndWatch", true},
-    [M_PREFERRED] = {"/v1beta1.DevicePlugin/GetPreferredAllocation", false},
+    [M_OPTIONS] = {"/v1beta1.DevicePlugin/GetDevicePluginOptions", false,
+                   false},
+    [M_LIST] = {"/v1beta1.DevicePlugin/ListAndWatch", true, false},
+    [M_PREFERRED] = {"/v1beta1.DevicePlugin/GetPreferredAllocation", false,
+                     false},
     [M_ALLOCATE] = {"/v1beta1.DevicePlugin/Allocate", false, true},
-    [M_PRESTART] = {"/v1beta1.DevicePlugin/PreStartContainer", false},
+    [M_PRESTART] = {"/v1beta1.DevicePlugin/PreStartContainer", false, false},
 };
 
 /* The one mapping from gpufrac error codes to gRPC status codes. */
