@@ -116,6 +116,13 @@ typedef struct gf_dp_opts {
   void *user;
   bool preferred_allocation; /* advertise GetPreferredAllocation */
   gf_dp_log_fn log;          /* NULL: silent; gets `user` too */
+  /* A connection that has not sent the HTTP/2 preface within
+   * preface_timeout_ms, or that the plugin owes nothing (no ListAndWatch,
+   * no Allocate in progress) and that has not completed a request within
+   * idle_timeout_ms, is closed; when all 64 connections are taken, a new
+   * one closes the one silent longest of those instead of being turned
+   * away (docs/node.md, "Slow and idle clients").  0: 10 s and 60 s. */
+  int preface_timeout_ms, idle_timeout_ms;
 } gf_dp_opts;
 
 typedef struct gf_dp gf_dp;

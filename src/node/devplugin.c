@@ -39,12 +39,16 @@ typedef struct dp_job {
   struct dp_job *next;
 } dp_job;
 
-/* A worker's scratch, kept between calls so a call does not map and
- * fault in fresh pages for ~290 KiB per container. */
+/* Allocate's scratch, kept between calls so a call does not map and
+ * fault in fresh pages for ~290 KiB per container.  Workers take one from
+ * the spares (last returned first) and give it back, so calls one after
+ * another, kubelet's way, all use the same one; only calls at once make
+ * more (at most one per worker). */
 typedef struct dp_scratch {
   struct car *cars;
   gf_dp_container_answer *ans;
   size_t cap;
+  struct dp_scratch *next;
 } dp_scratch;
 
 struct gf_dp {
@@ -64,6 +68,7 @@ struct gf_dp {
   size_t njobs;
   pthread_t workers[DP_WORKERS];
   size_t nworkers;
+  dp_scratch *spares;
   gf_dp_device *devs;
   size_t ndevs;
   uint64_t version;
@@ -80,11 +85,13 @@ struct gf_dp {
 
 enum { M_OPTIONS, M_LIST, M_PREFERRED, M_ALLOCATE, M_PRESTART };
 static const gf__h2_method methods[] = {
-    [M_OPTIONS] = {"/v1beta1.DevicePlugin/GetDevicePluginOptions", false},
-    [M_LIST] = {"/v1beta1.DevicePlugin/ListAndWatch", true},
-    [M_PREFERRED] = {"/v1beta1.DevicePlugin/GetPreferredAllocation", false},
+    [M_OPTIONS] = {"/v1beta1.DevicePlugin/GetDevicePluginOptions", false,
+                   false},
+    [M_LIST] = {"/v1beta1.DevicePlugin/ListAndWatch", true, false},
+    [M_PREFERRED] = {"/v1beta1.DevicePlugin/GetPreferredAllocation", false,
+                     false},
     [M_ALLOCATE] = {"/v1beta1.DevicePlugin/Allocate", false, true},
-    [M_PRESTART] = {"/v1beta1.DevicePlugin/PreStartContainer", false},
+    [M_PRESTART] = {"/v1beta1.DevicePlugin/PreStartContainer", false, false},
 };
 
 /* The one mapping from gpufrac error codes to gRPC status codes. */
@@ -662,7 +669,6 @@ out:
  * server's loop; the loop keeps serving every other call meanwhile. */
 static void *worker_main(void *arg) {
   gf_dp *dp = arg;
-  dp_scratch sc = {0};
   pthread_mutex_lock(&dp->mu);
   for (;;) {
     while (!dp->stopping && !dp->jobs)
@@ -674,18 +680,38 @@ static void *worker_main(void *arg) {
     if (!dp->jobs)
       dp->jobs_tail = &dp->jobs;
     dp->njobs--;
+    dp_scratch *sc = dp->spares;
+    if (sc)
+      dp->spares = sc->next;
     pthread_mutex_unlock(&dp->mu);
+    if (!sc)
+      sc = calloc(1, sizeof *sc);
     gf__grpc_reply r = {0};
-    do_allocate(dp, &sc, j->req, j->len, &r);
+    if (sc)
+      do_allocate(dp, sc, j->req, j->len, &r);
+    else
+      set_err(&r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     gf__h2srv_answer(dp->srv, j->ticket, &r);
     free(j->req);
     free(j);
     pthread_mutex_lock(&dp->mu);
+    if (sc) {
+      sc->next = dp->spares;
+      dp->spares = sc;
+    }
   }
   pthread_mutex_unlock(&dp->mu);
-  free(sc.ans);
-  free(sc.cars);
   return NULL;
+}
+
+static void free_spares(gf_dp *dp) {
+  while (dp->spares) {
+    dp_scratch *sc = dp->spares;
+    dp->spares = sc->next;
+    free(sc->ans);
+    free(sc->cars);
+    free(sc);
+  }
 }
 
 /* Loop thread: hands an Allocate to the workers (r->later), or says why
@@ -987,7 +1013,9 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
                        .nmethods = sizeof methods / sizeof methods[0],
                        .call = on_call,
                        .wake = on_wake,
-                       .user = dp};
+                       .user = dp,
+                       .idle_ms = o->idle_timeout_ms,
+                       .preface_ms = o->preface_timeout_ms};
   rc = gf__h2srv_new(&dp->srv, fd, &ops, d);
   if (rc)
     goto fail_sock;
@@ -1018,6 +1046,7 @@ fail_workers:
   pthread_join(dp->srv_thread, NULL);
   for (size_t i = 0; i < dp->nworkers; i++)
     pthread_join(dp->workers[i], NULL);
+  free_spares(dp);
 fail_srv:
   gf__h2srv_free(dp->srv);
 fail_sock:
@@ -1052,6 +1081,7 @@ void gf_dp_stop(gf_dp *dp) {
     free(j->req);
     free(j);
   }
+  free_spares(dp);
   gf__h2srv_free(dp->srv);
   struct stat st;
   if (stat(dp->sock_path, &st) == 0 && st.st_dev == dp->sock_dev &&

@@ -132,6 +132,10 @@ struct conn {
   struct gf__h2srv *srv;
   stream *streams;
   bool dead;
+  bool greeted;        /* the client's preface and SETTINGS came */
+  int64_t accepted_ms; /* when accepted */
+  int64_t progress_ms; /* accepted, or the last request completed or
+                          answered later: what the idle timeout counts from */
 };
 
 /* Room for one answer given later, set aside when the call came. */
@@ -144,6 +148,7 @@ typedef struct later {
 
 struct gf__h2srv {
   gf__h2srv_ops ops;
+  int idle_ms, preface_ms;
   pthread_mutex_t later_mu; /* guards laters */
   later *laters;
   uint64_t next_ticket; /* loop thread */
@@ -480,13 +485,17 @@ static int data_chunk_cb(nghttp2_session *sess, uint8_t flags, int32_t id,
 
 static int frame_recv_cb(nghttp2_session *sess, const nghttp2_frame *f,
                          void *user) {
-  (void)user;
+  conn *c = user;
+  if (f->hd.type == NGHTTP2_SETTINGS && !(f->hd.flags & NGHTTP2_FLAG_ACK))
+    c->greeted = true;
   if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) ||
       !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
     return 0;
   stream *st = nghttp2_session_get_stream_user_data(sess, f->hd.stream_id);
-  if (st)
+  if (st) {
+    c->progress_ms = now_ms();
     dispatch(st);
+  }
   return 0;
 }
 
@@ -535,12 +544,85 @@ static void conn_flush(conn *c) {
     c->dead = true;
 }
 
+/* True when the server owes c something: an open streaming call or a call
+ * to be answered later.  Such a connection is never timed out or evicted. */
+static bool conn_busy(const conn *c) {
+  for (const stream *st = c->streams; st; st = st->next)
+    if ((st->watch && !st->closing) || (st->ticket && !st->answered))
+      return true;
+  return false;
+}
+
+/* When c is to be closed for silence (ms, monotonic); INT64_MAX never. */
+static int64_t conn_deadline(const gf__h2srv *s, const conn *c) {
+  if (!c->greeted)
+    return c->accepted_ms + s->preface_ms;
+  if (conn_busy(c))
+    return INT64_MAX;
+  return c->progress_ms + s->idle_ms;
+}
+
+/* Says GOAWAY to c (best effort) and marks it for closing. */
+static void conn_close_quiet(conn *c) {
+  if (c->dead)
+    return;
+  if (c->greeted) {
+    (void)nghttp2_submit_goaway(
+        c->sess, NGHTTP2_FLAG_NONE,
+        nghttp2_session_get_last_proc_stream_id(c->sess), NGHTTP2_NO_ERROR,
+        NULL, 0);
+    (void)nghttp2_session_send(c->sess);
+  }
+  c->dead = true;
+}
+
+/* Closes the connections past their deadline; returns the time until the
+ * next deadline (ms, for poll; -1 when none). */
+static int close_silent(gf__h2srv *s) {
+  int64_t now = now_ms(), next = INT64_MAX;
+  for (size_t i = 0; i < s->nconns; i++) {
+    conn *c = s->conns[i];
+    if (c->dead)
+      continue;
+    int64_t dl = conn_deadline(s, c);
+    if (dl <= now)
+      conn_close_quiet(c);
+    else if (dl < next)
+      next = dl;
+  }
+  if (next == INT64_MAX)
+    return -1;
+  return next - now > 60000 ? 60000 : (int)(next - now) + 1;
+}
+
+/* All slots taken: closes the connection that is not busy and has been
+ * silent longest, so a newcomer (kubelet) gets its slot.  False when
+ * every connection is busy. */
+static bool evict_one(gf__h2srv *s) {
+  size_t victim = SIZE_MAX;
+  int64_t oldest = INT64_MAX;
+  for (size_t i = 0; i < s->nconns; i++) {
+    conn *c = s->conns[i];
+    int64_t since = c->greeted ? c->progress_ms : c->accepted_ms;
+    if (!c->dead && !conn_busy(c) && since < oldest) {
+      oldest = since;
+      victim = i;
+    }
+  }
+  if (victim == SIZE_MAX)
+    return false;
+  conn_close_quiet(s->conns[victim]);
+  conn_free(s->conns[victim]);
+  s->conns[victim] = s->conns[--s->nconns];
+  return true;
+}
+
 static void accept_one(gf__h2srv *s) {
   int fd = accept(s->listen_fd, NULL, NULL);
   if (fd < 0)
     return;
-  if (s->nconns == GF__H2_MAX_CONNS) {
-    close(fd); /* full: the client sees the connection closed */
+  if (s->nconns == GF__H2_MAX_CONNS && !evict_one(s)) {
+    close(fd); /* full of busy ones: the client sees the connection closed */
     return;
   }
   set_nonblock_cloexec(fd);
@@ -550,6 +632,7 @@ static void accept_one(gf__h2srv *s) {
     goto fail;
   c->fd = fd;
   c->srv = s;
+  c->accepted_ms = c->progress_ms = now_ms();
   int rv = nghttp2_session_server_new(&c->sess, cb, c);
   nghttp2_session_callbacks_del(cb);
   cb = NULL;
@@ -614,6 +697,8 @@ int gf__h2srv_new(gf__h2srv **out, int listen_fd, const gf__h2srv_ops *ops,
   set_nonblock_cloexec(p[1]);
   set_nonblock_cloexec(listen_fd);
   s->ops = *ops;
+  s->idle_ms = ops->idle_ms > 0 ? ops->idle_ms : GF__H2_IDLE_MS;
+  s->preface_ms = ops->preface_ms > 0 ? ops->preface_ms : GF__H2_PREFACE_MS;
   s->listen_fd = listen_fd;
   s->wake_r = p[0];
   s->wake_w = p[1];
@@ -669,8 +754,10 @@ static void send_laters(gf__h2srv *s) {
       for (stream *st = s->conns[i]->streams; st && !found; st = st->next)
         if (st->ticket == l->ticket && !st->answered)
           found = st;
-    if (found)
+    if (found) {
+      found->c->progress_ms = now_ms();
       send_reply(found, &l->r, false);
+    }
     free(l->r.msg);
     free(l);
   }
@@ -773,6 +860,8 @@ void gf__h2srv_run(gf__h2srv *s) {
       close(s->listen_fd);
       s->listen_fd = nl;
     }
+    int timeout = close_silent(s);
+    reap_dead(s);
     pf[0].fd = s->wake_r;
     pf[0].events = POLLIN;
     pf[1].fd = s->listen_fd;
@@ -785,7 +874,8 @@ void gf__h2srv_run(gf__h2srv *s) {
       pf[2 + i].revents = 0;
     }
     size_t n = s->nconns;
-    if (poll(pf, 2 + n, -1) < 0) {
+    int pr = poll(pf, 2 + n, timeout);
+    if (pr < 0) {
       if (errno == EINTR)
         continue;
       break;

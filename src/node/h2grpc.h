@@ -21,6 +21,17 @@
  * request buffers together at most GF__H2_MAX_BUFFERED bytes.  A bad
  * request ends that stream with a status; a connection that breaks the
  * HTTP/2 framing is closed; the server keeps serving.
+ *
+ * Slow and idle clients.  A connection that has not sent the HTTP/2
+ * preface and its SETTINGS within preface_ms is closed.  A connection the
+ * server owes nothing (no open streaming call, no call answered later)
+ * that has not completed a request for idle_ms is said GOAWAY and closed:
+ * that covers idle connections and half-sent requests alike, however
+ * slowly they drip.  When all GF__H2_MAX_CONNS slots are taken, a new
+ * connection closes the one of those that has been silent longest instead
+ * of being turned away, so kubelet can always get in while any slot is
+ * held by an idle or half-sent connection (kubelet's own connection holds
+ * a ListAndWatch stream, so it is never the one closed).
  */
 #ifndef GPUFRAC_H2GRPC_H
 #define GPUFRAC_H2GRPC_H
@@ -36,6 +47,8 @@
 #define GF__H2_MAX_STREAMS 100
 #define GF__H2_MAX_BUFFERED (64u << 20)
 #define GF__H2_MAX_BACKLOG (16u << 20) /* unsent bytes on one stream */
+#define GF__H2_IDLE_MS 60000           /* defaults of the timeouts */
+#define GF__H2_PREFACE_MS 10000
 
 /* gRPC status codes (the ones used here). */
 enum {
@@ -90,6 +103,8 @@ typedef struct gf__h2srv_ops {
   /* The loop was woken by gf__h2srv_wake (loop thread). */
   void (*wake)(void *user, gf__h2srv *s);
   void *user;
+  int idle_ms;    /* 0: GF__H2_IDLE_MS */
+  int preface_ms; /* 0: GF__H2_PREFACE_MS */
 } gf__h2srv_ops;
 
 /* Makes a server over listen_fd (a listening socket; the server owns it

@@ -3,7 +3,7 @@
  * devices and a test allocator, for tests/node/fake_kubelet.py.
  *
  *   dp_driver DIR KUBELET_SOCK ENDPOINT GPUS SLOTS [--preferred]
- *             [--extra ID]...
+ *             [--extra ID]... [--idle-ms N] [--preface-ms N]
  *
  * Devices: "GPU-<g as 8 digits>-0000-4000-8000-<g as 12 digits>::<k>" for
  * g < GPUS, k < SLOTS, NUMA node g % 2; then each --extra ID (no NUMA).
@@ -129,7 +129,8 @@ static int mark(gf_dp *dp, const char *id, bool healthy) {
 int main(int argc, char **argv) {
   if (argc < 6) {
     fprintf(stderr, "usage: dp_driver DIR KUBELET_SOCK ENDPOINT GPUS SLOTS "
-                    "[--preferred] [--extra ID]...\n");
+                    "[--preferred] [--extra ID]... [--idle-ms N] "
+                    "[--preface-ms N]\n");
     return 2;
   }
   long gpus = strtol(argv[4], NULL, 10), slots = strtol(argv[5], NULL, 10);
@@ -154,6 +155,10 @@ int main(int argc, char **argv) {
   for (int i = 6; i < argc; i++) {
     if (strcmp(argv[i], "--preferred") == 0) {
       o.preferred_allocation = true;
+    } else if (strcmp(argv[i], "--idle-ms") == 0 && i + 1 < argc) {
+      o.idle_timeout_ms = (int)strtol(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--preface-ms") == 0 && i + 1 < argc) {
+      o.preface_timeout_ms = (int)strtol(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--extra") == 0 && i + 1 < argc &&
                ndevs < GF_DP_MAX_DEVICES) {
       gf_dp_device *v = &devs[ndevs++];

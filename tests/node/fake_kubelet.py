@@ -109,9 +109,10 @@ class Kubelet:
 class Driver:
     """dp_driver as a child process, commands on its stdin."""
 
-    def __init__(self, path, d, kubelet_sock, gpus, slots, extra=()):
+    def __init__(self, path, d, kubelet_sock, gpus, slots, extra=(),
+                 args_more=()):
         args = [path, d, kubelet_sock, ENDPOINT, str(gpus), str(slots),
-                "--preferred"]
+                "--preferred"] + list(args_more)
         for e in extra:
             args += ["--extra", e]
         self.p = subprocess.Popen(args, stdin=subprocess.PIPE,
@@ -148,8 +149,12 @@ class Driver:
 class Plugin:
     """kubelet's side of the DevicePlugin service."""
 
-    def __init__(self, sock):
-        self.ch = grpc.insecure_channel("unix:" + sock)
+    def __init__(self, sock, own_connection=False):
+        # grpc shares one connection among channels to one target unless
+        # told otherwise; own_connection makes this one dial its own.
+        opts = [("grpc.use_local_subchannel_pool", 1)] if own_connection \
+            else []
+        self.ch = grpc.insecure_channel("unix:" + sock, options=opts)
 
     def call(self, method, req, resp_cls, timeout=10, raw=False, **kw):
         ser = (lambda b: b) if raw else (lambda m: m.SerializeToString())
@@ -425,6 +430,84 @@ class Scenarios:
         eq(box["err"].code(), grpc.StatusCode.UNAVAILABLE,
            "status of the waiting Allocate")
 
+    def idle_connections_do_not_lock_out_kubelet(self):
+        """A plugin of its own with 1 s timeouts.  Kubelet's connection
+        (a ListAndWatch open) is up; then 70 connections that say nothing
+        or send half a frame: more than the 64 slots.  A new kubelet
+        connection still gets in and is answered, kubelet's own connection
+        keeps working, and every idle or half-sent connection is closed by
+        the server (EOF) after the timeout."""
+        d = tempfile.mkdtemp(prefix="gfdpi")
+        sock = os.path.join(d, ENDPOINT)
+        drv = Driver(self.driver_path, d, os.path.join(d, "kubelet.sock"),
+                     1, 2, args_more=["--idle-ms", "1000", "--preface-ms",
+                                      "1000"])
+        raws, kube, kube2 = [], None, None
+        try:
+            kube = Plugin(sock)
+            w = kube.watch()
+            eq(len(next_with_timeout(w, 5).devices), 2, "kubelet's list")
+            preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+            settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+            # HEADERS on stream 1 announcing 100 bytes, 11 sent (:method
+            # POST, :scheme http, :path /, then part of a literal header).
+            half = b"\x00\x00\x64\x01\x04\x00\x00\x00\x01" + \
+                b"\x83\x86\x84\x40\x0a" + b"custom"
+            for i in range(70):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(5)
+                s.connect(sock)
+                # The server's SETTINGS (or the close of one it had no
+                # room for): it has taken this connection in.
+                try:
+                    if i % 2:
+                        s.sendall(preface + settings + half)
+                    s.recv(4096)
+                except socket.timeout:
+                    raise Failure("connection %d: no SETTINGS from the "
+                                  "server" % i)
+                except (ConnectionResetError, BrokenPipeError):
+                    pass  # closed with our bytes unread: taken in too
+                raws.append(s)
+            # Kubelet dialing anew (a restart, say): a connection of its own.
+            kube2 = Plugin(sock, own_connection=True)
+            o = kube2.call("GetDevicePluginOptions", pb.Empty(),
+                           pb.DevicePluginOptions, timeout=5)
+            eq(o.get_preferred_allocation_available, True,
+               "options on a new connection with every slot taken")
+            ids = [dev_id(0, 1)]
+            expect_answer(kube.allocate([ids]).container_responses[0], ids)
+            for i, s in enumerate(raws):
+                s.settimeout(10)
+                got = b"x"
+                try:
+                    while got:
+                        got = s.recv(4096)
+                except ConnectionResetError:
+                    pass  # closed, our bytes unread
+                except socket.timeout:
+                    raise Failure("connection %d (%s) still open 10 s on; "
+                                  "the timeouts are 1 s" %
+                                  (i, "half-sent" if i % 2 else "silent"))
+            # Kubelet's watch outlives the timeout and still gets updates.
+            eq(drv.cmd("unhealthy " + dev_id(0, 0)), "ok", "driver")
+            upd = next_with_timeout(w, 3)
+            eq({x.ID: x.health for x in upd.devices}[dev_id(0, 0)],
+               "Unhealthy", "update on kubelet's watch after the timeouts")
+            o = kube2.call("GetDevicePluginOptions", pb.Empty(),
+                           pb.DevicePluginOptions, timeout=5)
+            eq(o.pre_start_required, False, "options again (reconnected)")
+            w.cancel()
+            eq(drv.quit(), 0, "dp_driver exit status")
+        finally:
+            for s in raws:
+                s.close()
+            for p in (kube, kube2):
+                if p:
+                    p.close()
+            drv.kill()
+            shutil.rmtree(d, ignore_errors=True)
+
     def allocate_failure(self):
         code, msg = rpc_error(lambda: self.plugin.allocate([[self.BAD]]))
         eq(code, grpc.StatusCode.FAILED_PRECONDITION, "status")
@@ -594,7 +677,9 @@ class Scenarios:
                  self.concurrent_allocates, self.allocate_failure,
                  self.unknown_method, self.preferred_allocation,
                  self.pre_start, self.malformed_input,
-                 self.waiting_allocate_blocks_nothing, self.kubelet_restart,
+                 self.waiting_allocate_blocks_nothing,
+                 self.idle_connections_do_not_lock_out_kubelet,
+                 self.kubelet_restart,
                  self.plugin_restart, self.stop_while_allocate_waits]
         failed = 0
         try:

@@ -52,7 +52,7 @@ typedef struct fdev {
 
 static fdev devs[MAXDEV];
 static unsigned ndevs;
-static int inited;
+static _Atomic int inited; /* nvmlInit is called beside the event thread */
 
 /* "[COUNTx][Cc.]Gg" items separated by '+'. */
 static void parse_migs(fdev *d, char *list) {
