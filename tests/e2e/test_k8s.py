@@ -28,7 +28,9 @@ GiB = 1 << 30
 NS = "e2e"
 INVENTORY = "gpufrac.io/inventory"
 GRANT = "gpufrac.io/grant"
-SLOTS = 4  # device-plugin slots per shared GPU (docs/node.md, "slots")
+# Device-plugin slots per shared GPU (docs/node.md, "slots"; 4 by
+# default): kube-scheduler counts them, so they cap the pods per GPU.
+SLOTS = 16
 A100 = "A100-80GB"
 T4 = "T4-16GB"
 
@@ -173,7 +175,7 @@ class E2E:
         cfg = os.path.join(d, "node.conf")
         with open(cfg, "w") as f:
             f.write("state_dir = %s/state\ncdi_dir = %s/cdi\nkubelet_dir = %s/plugins\n"
-                    % (d, d, d))
+                    "slots = %d\n" % (d, d, d, SLOTS))
         old = self.agents.get(node)
         if old:
             self.c.stop_gpufrac(old, 5)
@@ -369,16 +371,25 @@ class E2E:
         """kill -9 the extender while kube-scheduler streams pods through
         it, start it again: every pod bound once, nothing double-booked."""
         before = self.booked()
-        names = self.create(*[pod("burst-%d" % i, 1, "%dGi" % (2 + i % 5), 5 + i % 4 * 5)
-                              for i in range(30)])
-
-        def some_bound():
-            return sum(1 for p in self.gpu_pods() if p["metadata"]["name"] in names
-                       and p["spec"].get("nodeName")) >= 5
-        wait_for("the first burst pods bound", some_bound, 60, 0.05)
+        burst = [pod("burst-%d" % i, 1, "%dGi" % (2 + i % 3), 5, model=A100)
+                 for i in range(30)]
+        # Killed right after the first 8 are created: kube-scheduler is
+        # filtering and binding them at that moment.
+        names = self.create(*burst[:8])
         self.ext.proc.kill9()
-        bound_at_kill = sum(1 for p in self.gpu_pods() if p["spec"].get("nodeName"))
-        log("kill9: extender killed with %d GPU pods bound" % bound_at_kill)
+        at_kill = sum(1 for p in self.gpu_pods() if p["metadata"]["name"] in names
+                      and p["spec"].get("nodeName"))
+        # The rest of the stream arrives while no extender answers:
+        # kube-scheduler's attempts fail (the extender is not ignorable).
+        names += self.create(*burst[8:])
+
+        def refused():
+            for e in self.events(names[-1]):
+                if e.startswith("FailedScheduling") and "/gpufrac/filter" in e:
+                    return e
+        e = wait_for("kube-scheduler failing to reach the killed extender", refused, 30)
+        log("kill9: extender killed with %d of the first 8 burst pods bound; then %r" %
+            (at_kill, e[:160]))
         self.c.check_alive()
         self.ext = Extender(self.c, "extender-2", self.c.ext_port, self.ext_kc).start()
         # The killed replica's Lease runs out (15 s) before the new one binds.
@@ -417,13 +428,13 @@ class E2E:
         self.create(pod("h100-wait", 1, model="H100-80GB"))
 
         def waiting():
-            return any("FailedScheduling" in e and "n3" in e for e in self.events("h100-wait"))
+            return any(e.startswith("FailedScheduling") and "needs 1 whole GPU" in e
+                       for e in self.events("h100-wait"))
         wait_for("h100-wait refused while n3 is full", waiting, 60)
         # Pod deleted: its GPU comes back.  h100-wait is retried by
         # kube-scheduler when a bound pod goes away.
-        npods = self.model_pods()
         self.delete_pod("h100-0")
-        self.wait_model("h100-0 gone", lambda: self.model_pods() == npods - 1)
+        self.wait_model("h100-0 gone", lambda: self.model_pods() == self.bound_pods())
         got = self.wait_bound(["h100-wait"], 120)["h100-wait"]
         if got["spec"]["nodeName"] != "n3":
             fail("h100-wait bound to %s" % got["spec"]["nodeName"])
@@ -447,7 +458,8 @@ class E2E:
             fail("on-l4 bound to %s" % got["spec"]["nodeName"])
 
         def t4_refused():
-            return any(e.startswith("FailedScheduling") and "T4-16GB" in e
+            return any(e.startswith("FailedScheduling") and
+                       "gpu-model: node has L4-24GB, not an allowed model" in e
                        for e in self.events("on-t4-again"))
         wait_for("a pod asking for T4s refused once n2 has none", t4_refused, 60)
         p = self.api.get("/api/v1/namespaces/%s/pods/on-t4-again" % NS)
