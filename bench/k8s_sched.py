@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Scheduling throughput of the real kube-scheduler, alone and through the
+gpufrac extender, against the real control plane of tests/e2e.
+
+Usage: bench/k8s_sched.py K8S_BIN GPUFRAC [--nodes 1000] [--pods 5000]
+                          [--mode alone|extender] [--agents 4]
+
+NODES fake Nodes, each with 8 H100-80GB in its gpufrac.io/inventory
+annotation (the node agent's document, written here by the admin) and
+gpufrac.io/gpu capacity 32 (8 GPUs x 4 slots); PODS pending pods, created
+while kube-scheduler is down.  Then the extender (mode extender) and
+kube-scheduler start, with deploy/kube-scheduler-config.yaml as it is
+(without its extenders stanza in mode alone), and the clock runs from
+kube-scheduler's first scheduled pod to its last, read from its own /metrics
+(scheduler_schedule_attempts_total), so the bench's polling does not load
+the API server.  Pods: gpufrac.io/gpu 1 (alone); gpufrac.io/gpu 1 with
+gpu-memory 8Gi and gpu-compute 10 (extender).  AGENTS real `gpufrac node
+--fake-gpus 8xH100-80GB` run on the first nodes (their inventory replaces
+the written one: same GPUs) for their RSS.  Prints one line of figures.
+"""
+
+import http.client
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "tests", "e2e"))
+from cluster import DEPLOY, Cluster, free_port, log, wait_for  # noqa: E402
+
+GiB = 1 << 30
+
+
+class Conn:
+    """One persistent HTTPS connection per thread, as the admin."""
+
+    def __init__(self, c):
+        self.c = c
+        self.local = threading.local()
+
+    def req(self, method, path, body=None, ctype="application/json"):
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPSConnection("127.0.0.1", self.c.api_port,
+                                               context=self.c.admin.ctx, timeout=60)
+            self.local.conn = conn
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, data, {"Content-Type": ctype})
+        r = conn.getresponse()
+        text = r.read()
+        if r.status >= 300:
+            raise RuntimeError("%s %s: %d %s" % (method, path, r.status, text[:300]))
+        return json.loads(text)
+
+
+def inventory(node):
+    return json.dumps({"version": 1, "gpus": [
+        {"index": i, "uuid": "GPU-%s-%d" % (node, i), "model": "H100-80GB",
+         "memory": 80 * GiB, "mode": "shared"} for i in range(8)]})
+
+
+def make_node(api, name):
+    api.req("POST", "/api/v1/nodes", {"metadata": {
+        "name": name, "labels": {"kubernetes.io/hostname": name},
+        "annotations": {"gpufrac.io/inventory": inventory(name)}}})
+    api.req("PATCH", "/api/v1/nodes/" + name, {"spec": {"taints": None}},
+            "application/merge-patch+json")
+    res = {"cpu": "64", "memory": "512Gi", "pods": "110", "gpufrac.io/gpu": "32"}
+    api.req("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
+        "capacity": res, "allocatable": res,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Bench",
+                        "message": "no kubelet"}]}},
+        "application/strategic-merge-patch+json")
+
+
+def make_pod(api, i, mode):
+    lim = {"gpufrac.io/gpu": "1"}
+    if mode == "extender":
+        lim.update({"gpufrac.io/gpu-memory": "8Gi", "gpufrac.io/gpu-compute": "10"})
+    api.req("POST", "/api/v1/namespaces/bench/pods", {"metadata": {"name": "p-%d" % i},
+            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                     "resources": {"limits": lim,
+                                   "requests": {"cpu": "10m", "memory": "16Mi"}}}]}})
+
+
+def metric_lines(text, name):
+    return [ln for ln in text.splitlines() if ln.startswith(name)]
+
+
+def scheduled(c):
+    for ln in metric_lines(c.scheduler_get("/metrics"), "scheduler_schedule_attempts_total"):
+        if 'result="scheduled"' in ln:
+            return float(ln.split()[-1])
+    return 0.0
+
+
+def histogram_quantiles(text, name, qs):
+    """Quantiles of a Prometheus histogram, summed over its label sets,
+    linearly interpolated inside the bucket (as histogram_quantile does)."""
+    buckets = {}
+    for ln in metric_lines(text, name + "_bucket"):
+        if 'result="scheduled"' not in ln:
+            continue
+        le = ln.split('le="')[1].split('"')[0]
+        b = float("inf") if le == "+Inf" else float(le)
+        buckets[b] = buckets.get(b, 0) + float(ln.split()[-1])
+    bs = sorted(buckets.items())
+    total = bs[-1][1] if bs else 0
+    out = []
+    for q in qs:
+        rank, prev_b, prev_c = q * total, 0.0, 0.0
+        for b, cnt in bs:
+            if cnt >= rank:
+                if b == float("inf"):
+                    out.append(prev_b)
+                else:
+                    out.append(prev_b + (b - prev_b) * (rank - prev_c) / max(cnt - prev_c, 1e-9))
+                break
+            prev_b, prev_c = b, cnt
+    return out
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            if ln.startswith("VmRSS:"):
+                return int(ln.split()[1])
+    return 0
+
+
+def main():
+    a = sys.argv[1:]
+    opt = {"--nodes": 1000, "--pods": 5000, "--mode": "extender", "--agents": 4}
+    pos = []
+    i = 0
+    while i < len(a):
+        if a[i] in opt:
+            opt[a[i]] = a[i + 1] if a[i] == "--mode" else int(a[i + 1])
+            i += 2
+        else:
+            pos.append(a[i])
+            i += 1
+    if len(pos) != 2 or opt["--mode"] not in ("alone", "extender"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    nnodes, npods, mode = opt["--nodes"], opt["--pods"], opt["--mode"]
+    c = Cluster(pos[0], pos[1])
+    try:
+        c.start(scheduler=False)
+        for f in ("namespace.yaml", "scheduler-rbac.yaml", "node-agent.yaml"):
+            c.kubectl("apply", "--server-side", "-f", os.path.join(DEPLOY, f))
+        api = Conn(c)
+        api.req("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})
+        t = time.monotonic()
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(lambda k: make_node(api, "node-%04d" % k), range(nnodes)))
+        log("%d nodes in %.1f s" % (nnodes, time.monotonic() - t))
+        wait_for("ServiceAccount default in bench", lambda: c.admin.get(
+            "/api/v1/namespaces/bench/serviceaccounts/default"), 60)
+        t = time.monotonic()
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(lambda k: make_pod(api, k, mode), range(npods)))
+        log("%d pods in %.1f s" % (npods, time.monotonic() - t))
+        agents = []
+        if opt["--agents"]:
+            kc = c.sa_kubeconfig("agent", c.token("gpufrac-node"))
+            for k in range(opt["--agents"]):
+                d = c.path("agent-%d" % k)
+                os.makedirs(d + "/s")
+                with open(d + "/node.conf", "w") as f:
+                    f.write("state_dir = %s/s\ncdi_dir = %s/s\nkubelet_dir = %s/s\n" % (d, d, d))
+                agents.append(c.spawn("agent-%d" % k, [
+                    c.gpufrac, "node", "--fake-gpus", "8xH100-80GB",
+                    "--node-name", "node-%04d" % k, "--kubeconfig", kc,
+                    "--config", d + "/node.conf", "--listen", "127.0.0.1:%d" % free_port()]))
+        ext = None
+        if mode == "extender":
+            kc = c.sa_kubeconfig("extender", c.token("gpufrac-scheduler"))
+            ext = c.spawn("extender", [c.gpufrac, "scheduler", "--listen",
+                                       "127.0.0.1:%d" % c.ext_port, "--kubeconfig", kc])
+
+            def ready():
+                import urllib.request
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % c.ext_port,
+                                            timeout=5) as r:
+                    m = r.read().decode()
+                return "gpufrac_extender_leader 1" in m and \
+                    "gpufrac_extender_nodes %d" % nnodes in m
+            t = time.monotonic()
+            wait_for("the extender synced and leading", ready, 120, 0.5)
+            log("extender synced and leading in %.1f s" % (time.monotonic() - t))
+        c.start_scheduler(extender=(mode == "extender"))
+        first = last = None
+        n = 0
+        t0 = time.monotonic()
+        while n < npods:
+            n = scheduled(c)
+            now = time.monotonic()
+            if n > 0 and first is None:
+                first = now
+            if now - t0 > 1800:
+                raise RuntimeError("only %d of %d pods scheduled after 30 min" % (n, npods))
+            c.check_alive()
+            time.sleep(0.2)
+        last = time.monotonic()
+        # Bound on the API server (the extender binds asynchronously).
+        def all_bound():
+            pods = c.admin.items("/api/v1/namespaces/bench/pods")
+            return sum(1 for p in pods if p["spec"].get("nodeName")) == npods
+        wait_for("all pods bound on the API server", all_bound, 300, 2)
+        bound_at = time.monotonic()
+        text = c.scheduler_get("/metrics")
+        p50, p99 = histogram_quantiles(text, "scheduler_scheduling_attempt_duration_seconds",
+                                       (0.5, 0.99))
+        rate = npods / max(bound_at - first, 1e-9)
+        out = {"mode": mode, "nodes": nnodes, "pods": npods,
+               "pods_per_s_scheduled": round(npods / max(last - first, 1e-9), 1),
+               "pods_per_s_bound": round(rate, 1),
+               "attempt_p50_ms": round(p50 * 1000, 2), "attempt_p99_ms": round(p99 * 1000, 2)}
+        if ext:
+            out["extender_rss_kib"] = rss_kib(ext.p.pid)
+        if agents:
+            out["agent_rss_kib"] = sorted(rss_kib(g.p.pid) for g in agents)
+        print(json.dumps(out))
+        return 0
+    finally:
+        c.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,433 @@
+"""A real Kubernetes control plane on loopback for gpufrac's end-to-end tests.
+
+etcd, kube-apiserver (client certificates and service-account tokens,
+--authorization-mode=Node,RBAC), kube-controller-manager and kube-scheduler
+(with deploy/kube-scheduler-config.yaml), all built from their Go modules by
+scripts/install-k8s, run from a temporary directory that is removed when the
+cluster stops.  No kubelet runs: Nodes are API objects whose status the
+harness writes, as kubelet and the device plugin would.
+
+Python standard library only (run with /usr/bin/python3 or any python3).
+"""
+
+import base64
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEPLOY = os.path.join(REPO, "deploy")
+PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager",
+            "kube-scheduler", "kubectl")
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+class Failure(Exception):
+    pass
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def log(msg):
+    print("[%7.2f] %s" % (time.monotonic() - _T0, msg), flush=True)
+
+
+_T0 = time.monotonic()
+
+
+class ApiError(Exception):
+    def __init__(self, code, body, what):
+        self.code = code
+        self.body = body
+        try:
+            self.status = json.loads(body)
+        except ValueError:
+            self.status = {}
+        super().__init__("%s: HTTP %d: %s" % (what, code,
+                                              self.status.get("message", body[:300])))
+
+
+class Client:
+    """JSON over HTTPS to the API server as one user: a client certificate
+    or a bearer token."""
+
+    def __init__(self, server, ca, cert=None, key=None, token=None):
+        self.server = server
+        self.token = token
+        self.ctx = ssl.create_default_context(cafile=ca)
+        if cert:
+            self.ctx.load_cert_chain(cert, key)
+
+    def request(self, method, path, body=None, ctype="application/json",
+                query=None, timeout=30):
+        url = self.server + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", ctype)
+        req.add_header("Accept", "application/json")
+        if self.token:
+            req.add_header("Authorization", "Bearer " + self.token)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as r:
+                text = r.read()
+        except urllib.error.HTTPError as e:
+            raise ApiError(e.code, e.read().decode("utf-8", "replace"),
+                           "%s %s" % (method, path)) from None
+        return json.loads(text) if text else None
+
+    def get(self, path, **q):
+        return self.request("GET", path, query=q or None)
+
+    def items(self, path, **q):
+        return self.get(path, **q)["items"]
+
+    def create(self, path, obj):
+        return self.request("POST", path, obj)
+
+    def merge_patch(self, path, patch):
+        return self.request("PATCH", path, patch, "application/merge-patch+json")
+
+    def delete(self, path, **q):
+        return self.request("DELETE", path, query=q or None)
+
+    def text(self, path):
+        req = urllib.request.Request(self.server + path)
+        with urllib.request.urlopen(req, context=self.ctx, timeout=30) as r:
+            return r.read().decode()
+
+
+def wait_for(what, fn, timeout, interval=0.25):
+    """Calls fn until it returns something true; Failure after timeout."""
+    t0 = time.monotonic()
+    last = None
+    while True:
+        try:
+            v = fn()
+            if v:
+                return v
+        except (ApiError, OSError) as e:
+            last = e
+        if time.monotonic() - t0 > timeout:
+            raise Failure("timed out after %.0f s waiting for %s%s" %
+                          (timeout, what, " (last error: %s)" % last if last else ""))
+        time.sleep(interval)
+
+
+def kubeconfig(path, server, ca, cert=None, key=None, token=None):
+    """A kubeconfig in its JSON form (YAML is a superset of JSON)."""
+    user = {}
+    if cert:
+        user = {"client-certificate": cert, "client-key": key}
+    if token:
+        user = {"token": token}
+    kc = {"apiVersion": "v1", "kind": "Config",
+          "clusters": [{"name": "e2e", "cluster": {"server": server,
+                                                   "certificate-authority": ca}}],
+          "users": [{"name": "u", "user": user}],
+          "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "u"}}],
+          "current-context": "e2e"}
+    with open(path, "w") as f:
+        json.dump(kc, f, indent=1)
+    return path
+
+
+def _die_with_parent():
+    # A harness killed with SIGKILL (a CTest timeout) takes its servers
+    # with it: PR_SET_PDEATHSIG (1) = SIGKILL.
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+class Proc:
+    def __init__(self, name, argv, logpath, env=None):
+        self.name = name
+        self.argv = argv
+        self.logpath = logpath
+        self.logf = open(logpath, "ab")
+        self.p = subprocess.Popen(argv, stdout=self.logf, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=env,
+                                  start_new_session=True,
+                                  preexec_fn=_die_with_parent)
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def kill9(self):
+        if self.alive():
+            self.p.send_signal(signal.SIGKILL)
+        self.p.wait()
+
+    def stop(self, timeout=10):
+        """SIGTERM; returns the exit status (None: it had already exited,
+        so no graceful stop was seen)."""
+        if not self.alive():
+            self.logf.close()
+            return None
+        if self.alive():
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.logf.close()
+        return self.p.returncode
+
+    def tail(self, n=25):
+        try:
+            with open(self.logpath, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+            return "\n".join(lines[-n:])
+        except OSError:
+            return ""
+
+
+class Cluster:
+    def __init__(self, k8s_bin, gpufrac, keep=False):
+        self.bin = k8s_bin
+        self.gpufrac = gpufrac
+        self.keep = keep
+        missing = [p for p in PROGRAMS
+                   if not os.access(os.path.join(k8s_bin, p), os.X_OK)]
+        if missing:
+            raise Failure("the Kubernetes programs %s are not in %s: run "
+                          "scripts/install-k8s (scripts/install-deps does)" %
+                          (", ".join(missing), k8s_bin))
+        if not os.access(gpufrac, os.X_OK):
+            raise Failure("no gpufrac binary at %s" % gpufrac)
+        self.dir = tempfile.mkdtemp(prefix="gpufrac-e2e-")
+        self.procs = {}
+        self.extra = []  # processes started by tests (agents, extenders)
+        self.bad_exits = []  # gpufrac processes that did not stop with 0
+
+    # ---- files ----------------------------------------------------------
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def openssl(self, *args):
+        subprocess.run(["openssl"] + list(args), check=True, cwd=self.dir,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def make_certs(self):
+        o = self.openssl
+        o("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+          "-out", "ca.crt", "-days", "2", "-subj", "/CN=gpufrac-e2e-ca")
+
+        def leaf(name, subj, ext):
+            o("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key",
+              "-out", name + ".csr", "-subj", subj)
+            with open(self.path(name + ".ext"), "w") as f:
+                f.write(ext)
+            o("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey",
+              "ca.key", "-CAcreateserial", "-out", name + ".crt", "-days", "2",
+              "-extfile", name + ".ext")
+
+        leaf("apiserver", "/CN=kube-apiserver",
+             "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,"
+             "DNS:kubernetes,DNS:kubernetes.default.svc\n"
+             "extendedKeyUsage=serverAuth\n")
+        client = "extendedKeyUsage=clientAuth\n"
+        leaf("admin", "/O=system:masters/CN=e2e-admin", client)
+        leaf("scheduler", "/CN=system:kube-scheduler", client)
+        leaf("controller-manager", "/CN=system:kube-controller-manager", client)
+        o("genrsa", "-out", "sa.key", "2048")
+        o("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+
+    # ---- control plane --------------------------------------------------
+    def start(self, scheduler=True):
+        log("cluster dir %s" % self.dir)
+        self.make_certs()
+        ca = self.ca = self.path("ca.crt")
+        ec, ep, self.api_port = free_port(), free_port(), free_port()
+        self.server = "https://127.0.0.1:%d" % self.api_port
+        B = lambda p: os.path.join(self.bin, p)
+        self.procs["etcd"] = Proc("etcd", [
+            B("etcd"), "--name", "e2e", "--data-dir", self.path("etcd"),
+            "--listen-client-urls", "http://127.0.0.1:%d" % ec,
+            "--advertise-client-urls", "http://127.0.0.1:%d" % ec,
+            "--listen-peer-urls", "http://127.0.0.1:%d" % ep,
+            "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % ep,
+            "--initial-cluster", "e2e=http://127.0.0.1:%d" % ep,
+            "--unsafe-no-fsync", "--log-level", "warn"], self.path("etcd.log"))
+        self.procs["kube-apiserver"] = Proc("kube-apiserver", [
+            B("kube-apiserver"),
+            "--etcd-servers", "http://127.0.0.1:%d" % ec,
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(self.api_port),
+            "--tls-cert-file", self.path("apiserver.crt"),
+            "--tls-private-key-file", self.path("apiserver.key"),
+            "--client-ca-file", ca,
+            "--service-account-issuer", SA_ISSUER,
+            "--service-account-key-file", self.path("sa.pub"),
+            "--service-account-signing-key-file", self.path("sa.key"),
+            "--authorization-mode", "Node,RBAC",
+            "--enable-admission-plugins", "NodeRestriction",
+            "--service-cluster-ip-range", "10.0.0.0/24",
+            # The kubernetes Service cannot point at a loopback address.
+            "--endpoint-reconciler-type", "none",
+            "--profiling=false", "--v=1"], self.path("kube-apiserver.log"))
+        self.admin = Client(self.server, ca, self.path("admin.crt"),
+                            self.path("admin.key"))
+        self.admin_kc = kubeconfig(self.path("admin.kubeconfig"), self.server, ca,
+                                   self.path("admin.crt"), self.path("admin.key"))
+        wait_for("kube-apiserver /readyz",
+                 lambda: self._alive("kube-apiserver", "etcd") and
+                 self.admin.text("/readyz") == "ok", 120)
+        log("kube-apiserver ready on %s" % self.server)
+
+        kcm_kc = kubeconfig(self.path("controller-manager.kubeconfig"), self.server,
+                            ca, self.path("controller-manager.crt"),
+                            self.path("controller-manager.key"))
+        # No kubelet runs, so nothing renews the Nodes' heartbeats: the node
+        # lifecycle controller would mark every Node unreachable and taint it.
+        # Everything else (garbage collection, pod GC, ResourceQuota,
+        # DaemonSet, Deployment, service-account tokens) runs.
+        self.procs["kube-controller-manager"] = Proc("kube-controller-manager", [
+            B("kube-controller-manager"), "--kubeconfig", kcm_kc,
+            "--authentication-kubeconfig", kcm_kc,
+            "--authorization-kubeconfig", kcm_kc,
+            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+            "--service-account-private-key-file", self.path("sa.key"),
+            "--root-ca-file", ca, "--use-service-account-credentials=true",
+            "--controllers", "*,-node-lifecycle-controller",
+            "--leader-elect=false", "--v=1"],
+            self.path("kube-controller-manager.log"))
+
+        self.ext_port = free_port()
+        self.sched_port = free_port()
+        if scheduler:
+            self.start_scheduler()
+        log("kube-controller-manager%s running" %
+            (" and kube-scheduler" if scheduler else ""))
+
+    def start_scheduler(self, extender=True, extra_args=()):
+        """kube-scheduler with deploy/'s configuration (without its
+        extenders stanza when extender is false: kube-scheduler alone)."""
+        sched_kc = kubeconfig(self.path("scheduler.kubeconfig"), self.server, self.ca,
+                              self.path("scheduler.crt"), self.path("scheduler.key"))
+        cfg = self.scheduler_config(sched_kc, extender)
+        self.procs["kube-scheduler"] = Proc("kube-scheduler", [
+            os.path.join(self.bin, "kube-scheduler"), "--config", cfg,
+            "--authentication-kubeconfig", sched_kc,
+            "--authorization-kubeconfig", sched_kc, "--client-ca-file", self.ca,
+            "--bind-address", "127.0.0.1", "--secure-port", str(self.sched_port),
+            "--v=2"] + list(extra_args), self.path("kube-scheduler.log"))
+        wait_for("kube-scheduler /healthz",
+                 lambda: self._alive("kube-scheduler") and
+                 self.scheduler_get("/healthz") == "ok", 60)
+
+    def scheduler_config(self, kc, extender=True):
+        """deploy/kube-scheduler-config.yaml with exactly two values
+        changed: the kubeconfig and the extender's urlPrefix.  Without the
+        extender, the extenders stanza (the file's last) is left out."""
+        with open(os.path.join(DEPLOY, "kube-scheduler-config.yaml")) as f:
+            text = f.read()
+        out, seen = [], set()
+        for line in text.splitlines():
+            s = line.strip()
+            if not extender and line.startswith("extenders:"):
+                seen.add("urlPrefix")
+                break
+            if s.startswith("kubeconfig:"):
+                line = line[:line.index("kubeconfig:")] + "kubeconfig: " + kc
+                seen.add("kubeconfig")
+            elif s.startswith("- urlPrefix:") or s.startswith("urlPrefix:"):
+                line = line[:line.index("urlPrefix:")] + \
+                    "urlPrefix: http://127.0.0.1:%d/gpufrac" % self.ext_port
+                seen.add("urlPrefix")
+            out.append(line)
+        if seen != {"kubeconfig", "urlPrefix"}:
+            raise Failure("deploy/kube-scheduler-config.yaml: expected a "
+                          "kubeconfig and an extender urlPrefix, found %s" %
+                          sorted(seen))
+        path = self.path("kube-scheduler-config.yaml")
+        with open(path, "w") as f:
+            f.write("\n".join(out) + "\n")
+        return path
+
+    def scheduler_get(self, path):
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed
+        ctx.load_cert_chain(self.path("admin.crt"), self.path("admin.key"))
+        with urllib.request.urlopen("https://127.0.0.1:%d%s" % (self.sched_port, path),
+                                    context=ctx, timeout=10) as r:
+            return r.read().decode()
+
+    def _alive(self, *names):
+        for n in names:
+            if not self.procs[n].alive():
+                raise Failure("%s exited (%s); its log ends:\n%s" %
+                              (n, self.procs[n].p.returncode, self.procs[n].tail()))
+        return True
+
+    def check_alive(self):
+        self._alive(*self.procs)
+
+    def kubectl(self, *args, input=None, check=True, as_kc=None):
+        r = subprocess.run([os.path.join(self.bin, "kubectl"),
+                            "--kubeconfig", as_kc or self.admin_kc] + list(args),
+                           input=input, capture_output=True, text=True, timeout=120)
+        if check and r.returncode != 0:
+            raise Failure("kubectl %s: exit %d: %s" % (" ".join(args), r.returncode,
+                                                       (r.stderr or r.stdout).strip()))
+        return r
+
+    def token(self, sa, ns="gpufrac-system", *bound):
+        """A TokenRequest token for a ServiceAccount (kubectl create token)."""
+        return self.kubectl("create", "token", sa, "-n", ns, "--duration", "2h",
+                            *bound).stdout.strip()
+
+    def sa_kubeconfig(self, name, token):
+        return kubeconfig(self.path(name + ".kubeconfig"), self.server, self.ca,
+                          token=token)
+
+    def spawn(self, name, argv, env=None):
+        p = Proc(name, argv, self.path(name + ".log"), env)
+        self.extra.append(p)
+        return p
+
+    def stop_gpufrac(self, p, timeout=10):
+        """Stops a gpufrac process with SIGTERM; it must exit 0 (under the
+        sanitizers: no leak, no error)."""
+        rc = p.stop(timeout)
+        if rc not in (0, None):
+            self.bad_exits.append("%s exited %s on SIGTERM; its log ends:\n%s" %
+                                  (p.name, rc, p.tail(15)))
+        return rc
+
+    def stop(self):
+        for p in reversed(self.extra):
+            self.stop_gpufrac(p, 5)
+        for n in ("kube-scheduler", "kube-controller-manager", "kube-apiserver",
+                  "etcd"):
+            if n in self.procs:
+                self.procs[n].stop(10)
+        if self.keep:
+            log("kept %s" % self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
