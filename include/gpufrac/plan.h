@@ -70,7 +70,11 @@ enum {
   GF_PLAN_FLAG_NO_UTIL = 1u << 3,     /* memory series but no utilisation */
   GF_PLAN_FLAG_MULTI_GPU = 1u << 4,   /* pods use more than one GPU */
   GF_PLAN_FLAG_UNKNOWN_MEM = 1u << 5, /* GPU memory of its node unknown */
-  GF_PLAN_NFLAGS = 6
+  GF_PLAN_FLAG_NEEDS_WHOLE = 1u << 6, /* peak + headroom or compute fill
+                                          a whole GPU: kept */
+  GF_PLAN_FLAG_MIXED_MODELS = 1u << 7, /* pods on GPUs of different memory;
+                                           sized for the smallest */
+  GF_PLAN_NFLAGS = 8
 };
 /* Name of flag bit i ("no-data", ...), NULL past the last. */
 const char *gf_plan_flag_name(unsigned i);
@@ -118,7 +122,7 @@ typedef struct gf_plan_workload {
   const char *kind, *ns, *name;
   uint32_t pods;
   gf_plan_req_kind request;
-  const char *gpu_model; /* of its first pod's node; "" when unknown */
+  const char *gpu_model; /* the smallest GPU its pods run on; "" unknown */
   int64_t gpu_mem_mib;   /* that GPU's memory, 0 when unknown */
   uint32_t gpus_per_pod; /* GPUs (devices) one pod touches, max over pods */
   double gpus_held, gpus_used, waste_gpus, waste_per_month;

@@ -411,6 +411,7 @@ static void recommend(const gf_plan *p, gf_plan_workload *w, bool any_c,
   if (c < 1)
     c = 1;
   if (mem >= (double)w->gpu_mem_mib || c >= 100) {
+    w->flags |= GF_PLAN_FLAG_NEEDS_WHOLE;
     w->rec_gpus = 1;
     return;
   }
@@ -474,9 +475,15 @@ static int build_workloads(gf_plan *p, podstat *st) {
         w->request = GF_PLAN_REQ_MIXED;
       if (pod->ngpus > w->gpus_per_pod)
         w->gpus_per_pod = pod->ngpus;
-      if (pod->node_idx >= 0 &&
-          p->nodes[pod->node_idx].gpu_mem_mib < w->gpu_mem_mib)
-        w->gpu_mem_mib = p->nodes[pod->node_idx].gpu_mem_mib;
+      const gf__pnode *pn =
+          pod->node_idx >= 0 ? &p->nodes[pod->node_idx] : NULL;
+      if (pn && pn->gpu_mem_mib != w->gpu_mem_mib) {
+        w->flags |= GF_PLAN_FLAG_MIXED_MODELS;
+        if (pn->gpu_mem_mib < w->gpu_mem_mib) {
+          w->gpu_mem_mib = pn->gpu_mem_mib;
+          w->gpu_model = pn->model;
+        }
+      }
       w->gpus_held += pod->held;
       if (pod->used < 0) {
         unmeasured = true;

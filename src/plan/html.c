@@ -32,14 +32,17 @@ static void esc(FILE *fp, const char *s) {
   }
 }
 
-/* A figure: shown with `digits` decimals, exact (4 decimals) in data-value. */
+/* A figure: shown with `digits` decimals; in data-value as the JSON has it
+ * (money, shown with a '$' prefix, to 2 decimals; GPUs to 4). */
 static void fig(FILE *fp, const char *id, double v, int digits,
                 const char *prefix) {
+  v = prefix[0] ? gf__plan_r2(v) : gf__plan_r4(v);
   fprintf(fp, "<span class=\"fig\" id=\"%s\" data-value=\"%.4f\">%s%.*f</span>",
           id, v, prefix, digits, v);
 }
 
 static void cell(FILE *fp, const char *field, double v, int digits) {
+  v = strstr(field, "per_month") ? gf__plan_r2(v) : gf__plan_r4(v);
   fprintf(fp, "<td data-field=\"%s\" data-value=\"%.4f\">%.*f</td>", field, v,
           digits, v);
 }

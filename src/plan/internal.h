@@ -94,6 +94,11 @@ struct gf_plan {
   size_t nwhatif;
 };
 
+/* The rounding of every figure written (JSON, CSV, HTML data-value):
+ * GPUs to 4 decimals, money to 2, so all outputs agree exactly. */
+double gf__plan_r4(double x);
+double gf__plan_r2(double x);
+
 /* Grows *arr (elements of `size`) so that it holds at least n + 1. */
 int gf__plan_grow(void **arr, size_t *cap, size_t n, size_t size);
 /* Appends a formatted warning; drops it (never fails the plan) when out of

@@ -16,8 +16,8 @@
 
 /* Figures in the JSON and CSVs carry 4 decimals (GPUs) or 2 (money), so
  * the same plan always prints the same text. */
-static double r4(double x) { return round(x * 1e4) / 1e4; }
-static double r2(double x) { return round(x * 1e2) / 1e2; }
+double gf__plan_r4(double x) { return round(x * 1e4) / 1e4; }
+double gf__plan_r2(double x) { return round(x * 1e2) / 1e2; }
 
 /* ---- terminal ------------------------------------------------------------*/
 
@@ -53,13 +53,14 @@ int gf_plan_write_text(const gf_plan *p, FILE *fp) {
   if (p->nwhatif) {
     fprintf(fp, "What-if, the same pods on the same nodes (fgd and gpufrac "
                 "with the recommended requests):\n");
-    fprintf(fp, "  %-8s %6s %6s %9s %6s %12s\n", "policy", "GPUs", "nodes",
+    fprintf(fp, "  %-8s %6s %6s %9s %6s  %12s\n", "policy", "GPUs", "nodes",
             "unplaced", "freed", "saved/month");
     for (size_t i = 0; i < p->nwhatif; i++) {
       const gf_plan_whatif *w = &p->whatif[i];
-      fprintf(fp, "  %-8s %6u %6u %9u %6d %12.0f\n", w->policy, w->gpus_needed,
-              w->nodes_needed, w->pods_unplaced, w->gpus_freed,
-              w->saved_per_month);
+      char money[32];
+      snprintf(money, sizeof(money), "$%.0f", w->saved_per_month);
+      fprintf(fp, "  %-8s %6u %6u %9u %6d  %12s\n", w->policy, w->gpus_needed,
+              w->nodes_needed, w->pods_unplaced, w->gpus_freed, money);
     }
     fprintf(fp, "\n");
   }
@@ -108,22 +109,24 @@ static json_t *group_json(const gf_plan_group *g, bool type) {
   if (type) {
     json_object_set_new(o, "gpu_model", json_string(g->gpu_model));
     json_object_set_new(o, "nodes", json_integer(g->nodes));
-    json_object_set_new(o, "gpus", json_real(r4(g->gpus)));
+    json_object_set_new(o, "gpus", json_real(gf__plan_r4(g->gpus)));
   }
   json_object_set_new(o, "pods", json_integer(g->pods));
-  json_object_set_new(o, "gpus_held", json_real(r4(g->gpus_held)));
-  json_object_set_new(o, "gpus_used", json_real(r4(g->gpus_used)));
-  json_object_set_new(o, "gpus_unmeasured", json_real(r4(g->gpus_unmeasured)));
-  json_object_set_new(o, "waste_gpus", json_real(r4(g->waste_gpus)));
-  json_object_set_new(o, "waste_per_month", json_real(r2(g->waste_per_month)));
+  json_object_set_new(o, "gpus_held", json_real(gf__plan_r4(g->gpus_held)));
+  json_object_set_new(o, "gpus_used", json_real(gf__plan_r4(g->gpus_used)));
+  json_object_set_new(o, "gpus_unmeasured",
+                      json_real(gf__plan_r4(g->gpus_unmeasured)));
+  json_object_set_new(o, "waste_gpus", json_real(gf__plan_r4(g->waste_gpus)));
+  json_object_set_new(o, "waste_per_month",
+                      json_real(gf__plan_r2(g->waste_per_month)));
   if (type)
     json_object_set_new(o, "price_per_gpu_hour",
-                        json_real(r2(g->price_per_gpu_hour)));
+                        json_real(gf__plan_r2(g->price_per_gpu_hour)));
   return o;
 }
 
 static json_t *opt_num(double x) {
-  return x < 0 ? json_null() : json_real(r4(x));
+  return x < 0 ? json_null() : json_real(gf__plan_r4(x));
 }
 
 static json_t *workload_json(const gf_plan_workload *w) {
@@ -142,12 +145,13 @@ static json_t *workload_json(const gf_plan_workload *w) {
   json_object_set_new(o, "pods", json_integer(w->pods));
   json_object_set_new(o, "request", json_string(gf_plan_req_name(w->request)));
   json_object_set_new(o, "gpu_model", json_string(w->gpu_model));
-  json_object_set_new(o, "gpu_memory_mib", json_integer(w->gpu_mem_mib));
+  json_object_set_new(o, "gpu_model_memory_mib", json_integer(w->gpu_mem_mib));
   json_object_set_new(o, "gpus_per_pod", json_integer(w->gpus_per_pod));
-  json_object_set_new(o, "gpus_held", json_real(r4(w->gpus_held)));
-  json_object_set_new(o, "gpus_used", json_real(r4(w->gpus_used)));
-  json_object_set_new(o, "waste_gpus", json_real(r4(w->waste_gpus)));
-  json_object_set_new(o, "waste_per_month", json_real(r2(w->waste_per_month)));
+  json_object_set_new(o, "gpus_held", json_real(gf__plan_r4(w->gpus_held)));
+  json_object_set_new(o, "gpus_used", json_real(gf__plan_r4(w->gpus_used)));
+  json_object_set_new(o, "waste_gpus", json_real(gf__plan_r4(w->waste_gpus)));
+  json_object_set_new(o, "waste_per_month",
+                      json_real(gf__plan_r2(w->waste_per_month)));
   json_object_set_new(o, "measured", json_boolean(w->measured));
   json_object_set_new(o, "samples", json_integer(w->samples));
   json_object_set_new(o, "mem_peak_mib", opt_num(w->mem_peak_mib));
@@ -159,7 +163,7 @@ static json_t *workload_json(const gf_plan_workload *w) {
       json_string(w->action == GF_PLAN_SHARE ? "share" : "keep"));
   json_object_set_new(rec, "gpu_memory_mib", json_integer(w->rec_mem_mib));
   json_object_set_new(rec, "gpu_compute_pct", json_integer(w->rec_compute));
-  json_object_set_new(rec, "gpus_per_pod", json_real(r4(w->rec_gpus)));
+  json_object_set_new(rec, "gpus_per_pod", json_real(gf__plan_r4(w->rec_gpus)));
   for (unsigned i = 0; i < GF_PLAN_NFLAGS; i++)
     if (w->flags & (1u << i))
       json_array_append_new(flags, json_string(gf_plan_flag_name(i)));
@@ -185,21 +189,24 @@ static json_t *plan_json(const gf_plan *p) {
   set = NULL;
   json_object_set_new(cl, "nodes", json_integer(t->nodes));
   json_object_set_new(cl, "gpu_nodes", json_integer(t->gpu_nodes));
-  json_object_set_new(cl, "gpus", json_real(r4(t->gpus)));
+  json_object_set_new(cl, "gpus", json_real(gf__plan_r4(t->gpus)));
   json_object_set_new(cl, "pods", json_integer(t->pods));
   json_object_set_new(cl, "gpu_pods", json_integer(t->gpu_pods));
   json_object_set_new(cl, "pending_gpu_pods",
                       json_integer(t->pending_gpu_pods));
   json_object_set_new(root, "cluster", cl);
   cl = NULL;
-  json_object_set_new(td, "gpus", json_real(r4(t->gpus)));
-  json_object_set_new(td, "gpus_held", json_real(r4(t->gpus_held)));
-  json_object_set_new(td, "gpus_used", json_real(r4(t->gpus_used)));
-  json_object_set_new(td, "gpus_unmeasured", json_real(r4(t->gpus_unmeasured)));
-  json_object_set_new(td, "gpus_idle", json_real(r4(t->gpus_idle)));
-  json_object_set_new(td, "waste_gpus", json_real(r4(t->waste_gpus)));
-  json_object_set_new(td, "held_per_month", json_real(r2(t->held_per_month)));
-  json_object_set_new(td, "waste_per_month", json_real(r2(t->waste_per_month)));
+  json_object_set_new(td, "gpus", json_real(gf__plan_r4(t->gpus)));
+  json_object_set_new(td, "gpus_held", json_real(gf__plan_r4(t->gpus_held)));
+  json_object_set_new(td, "gpus_used", json_real(gf__plan_r4(t->gpus_used)));
+  json_object_set_new(td, "gpus_unmeasured",
+                      json_real(gf__plan_r4(t->gpus_unmeasured)));
+  json_object_set_new(td, "gpus_idle", json_real(gf__plan_r4(t->gpus_idle)));
+  json_object_set_new(td, "waste_gpus", json_real(gf__plan_r4(t->waste_gpus)));
+  json_object_set_new(td, "held_per_month",
+                      json_real(gf__plan_r2(t->held_per_month)));
+  json_object_set_new(td, "waste_per_month",
+                      json_real(gf__plan_r2(t->waste_per_month)));
   json_object_set_new(root, "today", td);
   td = NULL;
   for (size_t i = 0; i < p->nnss; i++)
@@ -226,7 +233,7 @@ static json_t *plan_json(const gf_plan *p) {
     json_object_set_new(o, "pods_unplaced", json_integer(w->pods_unplaced));
     json_object_set_new(o, "gpus_freed", json_integer(w->gpus_freed));
     json_object_set_new(o, "saved_per_month",
-                        json_real(r2(w->saved_per_month)));
+                        json_real(gf__plan_r2(w->saved_per_month)));
     json_array_append_new(wi, o);
   }
   json_object_set_new(root, "whatif", wi);

@@ -160,8 +160,10 @@ int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d) {
       why = "a bare pod: recreate it with these resources";
     else if (strcmp(w->kind, "Job") == 0)
       why = "a Job's template cannot change: change its source";
-    else if (pod->ngpu_ctrs != 1)
+    else if (pod->ngpu_ctrs > 1)
       why = "several GPU containers: split the share by hand";
+    else if (pod->ngpu_ctrs == 0)
+      why = "no container asks for the GPU";
     if (why) {
       fprintf(
           readme, "| %s %s/%s | (none: %s) | %" PRId64 " Mi | %d%% | %s |\n",

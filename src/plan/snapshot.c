@@ -586,6 +586,11 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
   } else if (kai_frac > 0 || kai_mem > 0) {
     out->kind = GF_PLAN_REQ_KAI;
     out->ngpus = 1;
+    /* KAI's share is the pod's, asked by annotation: its GPU container is
+     * the first one. */
+    if (!out->ngpu_ctrs && json_array_size(ctrs) &&
+        (rc = add_ctr(out, jstr(json_array_get(ctrs, 0), "name"))))
+      goto fail;
     out->mem_mib = kai_mem;
     out->frac = kai_frac;
   } else if (sum.gpu) {
