@@ -64,14 +64,14 @@ const char *gf_plan_req_name(gf_plan_req_kind k);
 
 /* Recommendation flags (a bit set). */
 enum {
-  GF_PLAN_FLAG_NO_DATA = 1u << 0,     /* no usage series for any pod */
-  GF_PLAN_FLAG_FEW_SAMPLES = 1u << 1, /* fewer than min_samples on a pod */
-  GF_PLAN_FLAG_SPIKY = 1u << 2,       /* memory peak > 1.5 x p95 */
-  GF_PLAN_FLAG_NO_UTIL = 1u << 3,     /* memory series but no utilisation */
-  GF_PLAN_FLAG_MULTI_GPU = 1u << 4,   /* pods use more than one GPU */
-  GF_PLAN_FLAG_UNKNOWN_MEM = 1u << 5, /* GPU memory of its node unknown */
-  GF_PLAN_FLAG_NEEDS_WHOLE = 1u << 6, /* peak + headroom or compute fill
-                                          a whole GPU: kept */
+  GF_PLAN_FLAG_NO_DATA = 1u << 0,      /* no usage series for any pod */
+  GF_PLAN_FLAG_FEW_SAMPLES = 1u << 1,  /* fewer than min_samples on a pod */
+  GF_PLAN_FLAG_SPIKY = 1u << 2,        /* memory peak > 1.5 x p95 */
+  GF_PLAN_FLAG_NO_UTIL = 1u << 3,      /* memory series but no utilisation */
+  GF_PLAN_FLAG_MULTI_GPU = 1u << 4,    /* pods use more than one GPU */
+  GF_PLAN_FLAG_UNKNOWN_MEM = 1u << 5,  /* GPU memory of its node unknown */
+  GF_PLAN_FLAG_NEEDS_WHOLE = 1u << 6,  /* peak + headroom or compute fill
+                                           a whole GPU: kept */
   GF_PLAN_FLAG_MIXED_MODELS = 1u << 7, /* pods on GPUs of different memory;
                                            sized for the smallest */
   GF_PLAN_NFLAGS = 8
@@ -163,6 +163,13 @@ int gf_plan_add_snapshot(gf_plan *p, const char *text, size_t len,
  * DCGM series; same error contract.  Other metrics are skipped. */
 int gf_plan_add_usage(gf_plan *p, const char *text, size_t len,
                       const char *source, gf_diag *d);
+
+/* Lists nodes and pods from the API server `cfg` describes (gpufrac/kube.h;
+ * borrowed) with GET only (deploy/planner-rbac.yaml grants exactly that),
+ * and reads them as gf_plan_add_snapshot does.  Errors name the server and
+ * path; on one the plan may hold the nodes already read: free it. */
+struct gf_kube_config;
+int gf_plan_add_cluster(gf_plan *p, struct gf_kube_config *cfg, gf_diag *d);
 
 /* Reads a whole file (at most GF_PLAN_MAX_INPUT bytes) and calls the above.
  * GF_EIO naming the path when it cannot be read. */

@@ -10,53 +10,61 @@
 
 #include "cli.h"
 #include "gpufrac/error.h"
+#include "gpufrac/kube.h"
 #include "gpufrac/plan.h"
 #include "gpufrac/quantity.h"
 
 #define MAX_FILES 16
 
 static void usage(FILE *fp) {
-  fprintf(fp,
-          "usage: gpufrac plan --snapshot FILE [--snapshot FILE] [options]\n"
-          "       gpufrac plan --example [options]\n"
-          "\n"
-          "Reads a cluster snapshot ('kubectl get nodes,pods -A -o json', "
-          "or the nodes\n"
-          "and the pods in two files) and optional DCGM usage from "
-          "Prometheus, and\n"
-          "reports GPUs held, used and wasted per workload and namespace, a "
-          "gpufrac\n"
-          "request per workload, and what the same pods need placed by the "
-          "whole,\n"
-          "fgd and gpufrac policies on the same nodes.  Changes nothing in "
-          "the cluster.\n"
-          "\n"
-          "options:\n"
-          "  --snapshot FILE   a v1 List / NodeList / PodList as JSON "
-          "(repeatable)\n"
-          "  --usage FILE      Prometheus query-API JSON of "
-          "DCGM_FI_DEV_FB_USED,\n"
-          "                    DCGM_FI_DEV_GPU_UTIL, "
-          "DCGM_FI_PROF_GR_ENGINE_ACTIVE\n"
-          "                    (repeatable)\n"
-          "  --example         the bundled example cluster "
-          "(data/plan-example)\n"
-          "  --price P         price per GPU-hour: one number for every "
-          "model, or\n"
-          "                    MODEL=P[,MODEL=P..] (substring of the GPU "
-          "product)\n"
-          "                    before the default table in docs/plan.md\n"
-          "  --headroom PCT    added to observed peaks (default 20)\n"
-          "  --min-samples N   fewer memory samples on a pod: flagged "
-          "(default 24)\n"
-          "  --format F        text (default) or json\n"
-          "  --out DIR         also write summary.json, CSVs, report.html "
-          "and\n"
-          "                    patches/ (strategic merge patches; nothing "
-          "applied)\n"
-          "  --no-whatif       skip the placement what-if\n"
-          "  --data DIR        bundled data directory (default: the build's)\n"
-          "  -h, --help        this help\n");
+  fprintf(
+      fp,
+      "usage: gpufrac plan --snapshot FILE [--snapshot FILE] [options]\n"
+      "       gpufrac plan --kubeconfig FILE [--context NAME] [options]\n"
+      "       gpufrac plan --in-cluster [options]\n"
+      "       gpufrac plan --example [options]\n"
+      "\n"
+      "Reads a cluster snapshot ('kubectl get nodes,pods -A -o json', "
+      "or the nodes\n"
+      "and the pods in two files) and optional DCGM usage from "
+      "Prometheus, and\n"
+      "reports GPUs held, used and wasted per workload and namespace, a "
+      "gpufrac\n"
+      "request per workload, and what the same pods need placed by the "
+      "whole,\n"
+      "fgd and gpufrac policies on the same nodes.  Changes nothing in "
+      "the cluster.\n"
+      "\n"
+      "options:\n"
+      "  --snapshot FILE   a v1 List / NodeList / PodList as JSON "
+      "(repeatable)\n"
+      "  --kubeconfig FILE list nodes and pods from the cluster (read-only;\n"
+      "                    deploy/planner-rbac.yaml grants what it needs)\n"
+      "  --context NAME    the kubeconfig context (default: current)\n"
+      "  --in-cluster      the same with the pod's service account\n"
+      "  --usage FILE      Prometheus query-API JSON of "
+      "DCGM_FI_DEV_FB_USED,\n"
+      "                    DCGM_FI_DEV_GPU_UTIL, "
+      "DCGM_FI_PROF_GR_ENGINE_ACTIVE\n"
+      "                    (repeatable)\n"
+      "  --example         the bundled example cluster "
+      "(data/plan-example)\n"
+      "  --price P         price per GPU-hour: one number for every "
+      "model, or\n"
+      "                    MODEL=P[,MODEL=P..] (substring of the GPU "
+      "product)\n"
+      "                    before the default table in docs/plan.md\n"
+      "  --headroom PCT    added to observed peaks (default 20)\n"
+      "  --min-samples N   fewer memory samples on a pod: flagged "
+      "(default 24)\n"
+      "  --format F        text (default) or json\n"
+      "  --out DIR         also write summary.json, CSVs, report.html "
+      "and\n"
+      "                    patches/ (strategic merge patches; nothing "
+      "applied)\n"
+      "  --no-whatif       skip the placement what-if\n"
+      "  --data DIR        bundled data directory (default: the build's)\n"
+      "  -h, --help        this help\n");
 }
 
 static int bad_usage(const char *fmt, ...)
@@ -76,7 +84,8 @@ int cmd_plan(int argc, char **argv) {
   const char *snaps[MAX_FILES], *usages[MAX_FILES];
   size_t nsnaps = 0, nusages = 0;
   const char *format = "text", *out = NULL, *data = GF_DATA_DIR;
-  bool example = false;
+  const char *kubeconfig = NULL, *context = NULL;
+  bool example = false, in_cluster = false;
   gf_plan_options o;
   gf_plan_options_init(&o);
   for (int i = 1; i < argc; i++) {
@@ -89,6 +98,10 @@ int cmd_plan(int argc, char **argv) {
       example = true;
       continue;
     }
+    if (strcmp(a, "--in-cluster") == 0) {
+      in_cluster = true;
+      continue;
+    }
     if (strcmp(a, "--no-whatif") == 0) {
       o.no_whatif = true;
       continue;
@@ -97,7 +110,8 @@ int cmd_plan(int argc, char **argv) {
                  strcmp(a, "--price") == 0 || strcmp(a, "--headroom") == 0 ||
                  strcmp(a, "--min-samples") == 0 ||
                  strcmp(a, "--format") == 0 || strcmp(a, "--out") == 0 ||
-                 strcmp(a, "--data") == 0;
+                 strcmp(a, "--data") == 0 || strcmp(a, "--kubeconfig") == 0 ||
+                 strcmp(a, "--context") == 0;
     if (!takes)
       return bad_usage("unknown option '%s'", a);
     if (i + 1 >= argc)
@@ -134,14 +148,24 @@ int cmd_plan(int argc, char **argv) {
       format = v;
     } else if (strcmp(a, "--out") == 0) {
       out = v;
+    } else if (strcmp(a, "--kubeconfig") == 0) {
+      kubeconfig = v;
+    } else if (strcmp(a, "--context") == 0) {
+      context = v;
     } else {
       data = v;
     }
   }
-  if (example && nsnaps)
-    return bad_usage("%s", "--example and --snapshot: give one of them");
-  if (!example && !nsnaps)
-    return bad_usage("%s", "no snapshot: give --snapshot FILE or --example");
+  int sources = (example ? 1 : 0) + (nsnaps ? 1 : 0) + (kubeconfig ? 1 : 0) +
+                (in_cluster ? 1 : 0);
+  if (sources > 1)
+    return bad_usage("%s", "--example, --snapshot, --kubeconfig and "
+                           "--in-cluster: give one of them");
+  if (!sources)
+    return bad_usage("%s", "no snapshot: give --snapshot FILE, --kubeconfig "
+                           "FILE, --in-cluster or --example");
+  if (context && !kubeconfig)
+    return bad_usage("%s", "--context needs --kubeconfig");
 
   char ex_snap[4096], ex_usage[4096];
   if (example) {
@@ -161,6 +185,17 @@ int cmd_plan(int argc, char **argv) {
   for (size_t i = 0; i < nsnaps; i++)
     if (gf_plan_load_snapshot(p, snaps[i], &d))
       goto fail;
+  if (kubeconfig || in_cluster) {
+    gf_kube_config *kc = NULL;
+    int krc = kubeconfig
+                  ? gf_kube_config_from_kubeconfig(&kc, kubeconfig, context, &d)
+                  : gf_kube_config_in_cluster(&kc, NULL, &d);
+    if (!krc)
+      krc = gf_plan_add_cluster(p, kc, &d);
+    gf_kube_config_free(kc);
+    if (krc)
+      goto fail;
+  }
   for (size_t i = 0; i < nusages; i++)
     if (gf_plan_load_usage(p, usages[i], &d))
       goto fail;

@@ -47,6 +47,9 @@ check bad-format   2 "--format 'xml'"           -- "$GPUFRAC" plan --example --f
 check bad-price    2 "--price: 'cheap'"         -- "$GPUFRAC" plan --example --price cheap
 check both         2 'give one of them'         -- "$GPUFRAC" plan --example --snapshot x
 check missing      1 '/nonexistent.json: No such file' -- "$GPUFRAC" plan --snapshot /nonexistent.json
+check kc-missing   1 '/nonexistent.kc'          -- "$GPUFRAC" plan --kubeconfig /nonexistent.kc
+check kc-example   2 'give one of them'         -- "$GPUFRAC" plan --kubeconfig x --example
+check context-only 2 '--context needs --kubeconfig' -- "$GPUFRAC" plan --example --context c
 
 echo '{"kind": "Deployment", "spec": {}}' >"$tmp/deploy.json"
 check not-a-list   1 'deploy.json: not a Kubernetes list' -- "$GPUFRAC" plan --snapshot "$tmp/deploy.json"
