@@ -176,7 +176,7 @@ int gf__plan_write_html(const gf_plan *p, FILE *fp) {
     fprintf(fp, "</table>\n");
     double max = p->whatif[0].gpus_needed ? p->whatif[0].gpus_needed : 1;
     fprintf(fp,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" "
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" "
             "height=\"%zu\" role=\"img\">\n",
             p->nwhatif * 26 + 6);
     for (size_t i = 0; i < p->nwhatif; i++) {
