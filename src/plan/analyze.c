@@ -595,6 +595,12 @@ int gf_plan_run(gf_plan *p, const gf_plan_options *o, gf_diag *d) {
   uint32_t gpu_nodes = 0;
   for (size_t i = 0; i < p->nnodes; i++) {
     gf__pnode *n = &p->nodes[i];
+    if (!n->ngpus && n->mig_devices)
+      gf__plan_warn(p,
+                    "Node %s: %u MIG devices but no GPU count "
+                    "(nvidia.com/gpu or the label nvidia.com/gpu.count): its "
+                    "GPUs are not counted",
+                    n->name, n->mig_devices);
     if (!n->ngpus)
       continue;
     gpu_nodes++;

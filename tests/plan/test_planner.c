@@ -665,6 +665,39 @@ static void test_flags(void **st) {
   gf_plan_free(p);
 }
 
+/* gpufrac's own inventory annotation wins over labels; a MIG node whose
+ * physical GPU count is not said (no nvidia.com/gpu, no gpu.count label)
+ * is named in a warning, not silently a node without GPUs. */
+static void test_inventory_and_mig_node(void **st) {
+  (void)st;
+  char *s =
+      J("{'kind':'NodeList','items':["
+        "{'metadata':{'name':'inv','labels':{'nvidia.com/gpu.product':'Tesla-"
+        "T4','nvidia.com/gpu.memory':'15360'},'annotations':{"
+        "'gpufrac.io/inventory':'{\\'version\\':1,\\'gpus\\':[{"
+        "\\'index\\':0,\\'uuid\\':\\'GPU-a\\',\\'model\\':"
+        "\\'A100-SXM4-80GB\\',\\'memory\\':\\'80Gi\\'},{"
+        "\\'index\\':1,\\'uuid\\':\\'GPU-b\\',\\'model\\':"
+        "\\'A100-SXM4-80GB\\',\\'memory\\':\\'80Gi\\'}]}'}},"
+        "'status':{'allocatable':{'cpu':'8'}}},"
+        "{'metadata':{'name':'mig'},'status':{'allocatable':{"
+        "'nvidia.com/mig-1g.10gb':'7'}}}]}");
+  gf_plan *p = gf_plan_new();
+  gf_diag d = {""};
+  int rc = gf_plan_add_snapshot(p, s, strlen(s), "s", &d);
+  if (rc)
+    fail_msg("%s", d.msg);
+  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  /* 2 GPUs from the inventory; the MIG node's are not known. */
+  NEAR(gf_plan_today(p)->gpus, 2);
+  const gf_plan_group *g = gf_plan_node_type_at(p, 0);
+  assert_string_equal(g->gpu_model, "A100-SXM4-80GB");
+  NEAR(g->price_per_gpu_hour, 2.5); /* 81920 MiB: the 80 GB row */
+  assert_true(has_warning(p, "Node mig", "7 MIG devices"));
+  free(s);
+  gf_plan_free(p);
+}
+
 static char *slurp(const char *path) {
   FILE *fp = fopen(path, "rb");
   if (!fp)
@@ -791,6 +824,7 @@ int main(void) {
       cmocka_unit_test(test_owners),
       cmocka_unit_test(test_two_files),
       cmocka_unit_test(test_flags),
+      cmocka_unit_test(test_inventory_and_mig_node),
       cmocka_unit_test_setup_teardown(test_outputs, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_alloc_failures),
   };
