@@ -100,7 +100,7 @@ int gf_plan_price(const char *prices, const char *product, int64_t mem_mib,
                            "--price: '%.*s': want MODEL=PRICE (e.g. "
                            "A100=2.1,T4=0.4) or one price for all",
                            (int)len, s);
-      double x;
+      double x = 0;
       int rc = parse_price(eq + 1, len - (size_t)(eq + 1 - s), &x, d);
       if (rc)
         return rc;
