@@ -15,6 +15,7 @@
 #include "internal.h"
 
 #define WHATIF_SEED 42
+#define UNKNOWN_CAPACITY ((int64_t)1 << 50) /* milli-CPU or bytes */
 
 typedef struct item {
   const gf__ppod *pod;
@@ -130,9 +131,20 @@ int gf__plan_whatif(gf_plan *p, gf_diag *d) {
       specs[g].mem_bytes = n->gpu_mem_mib << 20;
       specs[g].numa_node = -1;
     }
+    /* A node that lists no cpu or memory (a hand-written snapshot): not
+     * a constraint, rather than a node nothing fits on. */
+    int64_t cpu = n->cpu_milli, mem = n->mem_bytes;
+    if (!cpu || !mem)
+      gf__plan_warn(p,
+                    "Node %s: no cpu or memory in status.allocatable: not a "
+                    "constraint in the what-if",
+                    n->name);
+    if (!cpu)
+      cpu = UNKNOWN_CAPACITY;
+    if (!mem)
+      mem = UNKNOWN_CAPACITY;
     gf_diag nd = {""};
-    int ni = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, specs,
-                                 n->ngpus, &nd);
+    int ni = gf_cluster_add_node(c, n->name, cpu, mem, specs, n->ngpus, &nd);
     if (ni < 0) {
       rc = gf_diag_set(d, ni, "what-if: Node %s: %s", n->name, nd.msg);
       goto out;

@@ -698,6 +698,32 @@ static void test_inventory_and_mig_node(void **st) {
   gf_plan_free(p);
 }
 
+/* A node that lists no cpu or memory (a hand-written snapshot) does not
+ * make every pod unplaceable in the what-if: unknown is no constraint,
+ * and a warning says so. */
+static void test_whatif_unknown_capacity(void **st) {
+  (void)st;
+  char *s = J("{'kind':'List','items':[{'kind':'Node','metadata':{'name':"
+              "'n','labels':{'nvidia.com/gpu.product':'Tesla-T4',"
+              "'nvidia.com/gpu.memory':'15360'}},'status':{'capacity':{"
+              "'nvidia.com/gpu':'2'}}},{'kind':'Pod','metadata':{'name':'p'},"
+              "'spec':{'nodeName':'n','containers':[{'name':'c',"
+              "'resources':{'requests':{'cpu':'4','memory':'8Gi',"
+              "'nvidia.com/gpu':'1'}}}]},'status':{'phase':'Running'}}]}");
+  gf_plan *p = gf_plan_new();
+  gf_diag d = {""};
+  assert_int_equal(gf_plan_add_snapshot(p, s, strlen(s), "s", &d), 0);
+  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  assert_int_equal(gf_plan_nwhatif(p), 3);
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(gf_plan_whatif_at(p, i)->pods_placed, 1);
+    assert_int_equal(gf_plan_whatif_at(p, i)->pods_unplaced, 0);
+  }
+  assert_true(has_warning(p, "Node n", "no cpu or memory"));
+  free(s);
+  gf_plan_free(p);
+}
+
 static char *slurp(const char *path) {
   FILE *fp = fopen(path, "rb");
   if (!fp)
@@ -825,6 +851,7 @@ int main(void) {
       cmocka_unit_test(test_two_files),
       cmocka_unit_test(test_flags),
       cmocka_unit_test(test_inventory_and_mig_node),
+      cmocka_unit_test(test_whatif_unknown_capacity),
       cmocka_unit_test_setup_teardown(test_outputs, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_alloc_failures),
   };
