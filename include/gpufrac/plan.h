@@ -171,6 +171,16 @@ int gf_plan_add_usage(gf_plan *p, const char *text, size_t len,
 struct gf_kube_config;
 int gf_plan_add_cluster(gf_plan *p, struct gf_kube_config *cfg, gf_diag *d);
 
+/* Range-queries the three DCGM metrics (series with a pod label) from the
+ * Prometheus HTTP API at the server `cfg` names (gf_kube_config_new_plain),
+ * over [end_unix - window_s, end_unix] at a step giving at most
+ * GF_PLAN_PROM_POINTS samples per series (15 s at least), and reads the
+ * answers as gf_plan_add_usage does.  GF_EINVAL for a window outside 1
+ * minute .. 90 days; errors name the server and query. */
+#define GF_PLAN_PROM_POINTS 1000
+int gf_plan_add_prometheus(gf_plan *p, struct gf_kube_config *cfg,
+                           int64_t end_unix, int64_t window_s, gf_diag *d);
+
 /* Reads a whole file (at most GF_PLAN_MAX_INPUT bytes) and calls the above.
  * GF_EIO naming the path when it cannot be read. */
 int gf_plan_load_snapshot(gf_plan *p, const char *path, gf_diag *d);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "gpufrac/error.h"
@@ -80,11 +81,31 @@ static int bad_usage(const char *fmt, ...) {
   return GF_EXIT_USAGE;
 }
 
+/* "30m", "12h", "7d" -> seconds, 1 minute to 90 days. */
+static int parse_window(const char *s, int64_t *out) {
+  size_t n = strlen(s);
+  if (n < 2 || n > 16)
+    return -1;
+  char num[20];
+  memcpy(num, s, n - 1);
+  num[n - 1] = '\0';
+  int64_t x, unit = s[n - 1] == 'm'   ? 60
+                    : s[n - 1] == 'h' ? 3600
+                    : s[n - 1] == 'd' ? 86400
+                                      : 0;
+  if (!unit || gf_parse_int64(num, 1, 90 * 86400, &x, NULL) ||
+      x * unit > 90 * 86400)
+    return -1;
+  *out = x * unit;
+  return 0;
+}
+
 int cmd_plan(int argc, char **argv) {
   const char *snaps[MAX_FILES], *usages[MAX_FILES];
   size_t nsnaps = 0, nusages = 0;
   const char *format = "text", *out = NULL, *data = GF_DATA_DIR;
-  const char *kubeconfig = NULL, *context = NULL;
+  const char *kubeconfig = NULL, *context = NULL, *prometheus = NULL;
+  int64_t window = 7 * 86400;
   bool example = false, in_cluster = false;
   gf_plan_options o;
   gf_plan_options_init(&o);
@@ -111,7 +132,8 @@ int cmd_plan(int argc, char **argv) {
                  strcmp(a, "--min-samples") == 0 ||
                  strcmp(a, "--format") == 0 || strcmp(a, "--out") == 0 ||
                  strcmp(a, "--data") == 0 || strcmp(a, "--kubeconfig") == 0 ||
-                 strcmp(a, "--context") == 0;
+                 strcmp(a, "--context") == 0 ||
+                 strcmp(a, "--prometheus") == 0 || strcmp(a, "--window") == 0;
     if (!takes)
       return bad_usage("unknown option '%s'", a);
     if (i + 1 >= argc)
@@ -152,6 +174,13 @@ int cmd_plan(int argc, char **argv) {
       kubeconfig = v;
     } else if (strcmp(a, "--context") == 0) {
       context = v;
+    } else if (strcmp(a, "--prometheus") == 0) {
+      prometheus = v;
+    } else if (strcmp(a, "--window") == 0) {
+      if (parse_window(v, &window))
+        return bad_usage("--window '%s': N followed by m, h or d (1m to "
+                         "90d)",
+                         v);
     } else {
       data = v;
     }
@@ -199,6 +228,15 @@ int cmd_plan(int argc, char **argv) {
   for (size_t i = 0; i < nusages; i++)
     if (gf_plan_load_usage(p, usages[i], &d))
       goto fail;
+  if (prometheus) {
+    gf_kube_config *pc = NULL;
+    int prc = gf_kube_config_new_plain(&pc, prometheus, NULL, &d);
+    if (!prc)
+      prc = gf_plan_add_prometheus(p, pc, (int64_t)time(NULL), window, &d);
+    gf_kube_config_free(pc);
+    if (prc)
+      goto fail;
+  }
   int rc = gf_plan_run(p, &o, &d);
   if (rc == GF_EINVAL) {
     fprintf(stderr, "gpufrac plan: %s\n", d.msg);

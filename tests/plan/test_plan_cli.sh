@@ -49,6 +49,9 @@ check both         2 'give one of them'         -- "$GPUFRAC" plan --example --s
 check missing      1 '/nonexistent.json: No such file' -- "$GPUFRAC" plan --snapshot /nonexistent.json
 check kc-missing   1 '/nonexistent.kc'          -- "$GPUFRAC" plan --kubeconfig /nonexistent.kc
 check kc-example   2 'give one of them'         -- "$GPUFRAC" plan --kubeconfig x --example
+check bad-window   2 "--window '7x'"            -- "$GPUFRAC" plan --example --window 7x
+check long-window  2 "--window '91d'"           -- "$GPUFRAC" plan --example --window 91d
+check prom-down    1 'http://127.0.0.1:1: query DCGM_FI_DEV_FB_USED' -- "$GPUFRAC" plan --example --prometheus http://127.0.0.1:1
 check context-only 2 '--context needs --kubeconfig' -- "$GPUFRAC" plan --example --context c
 
 echo '{"kind": "Deployment", "spec": {}}' >"$tmp/deploy.json"

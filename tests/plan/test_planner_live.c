@@ -112,10 +112,106 @@ static void test_live_forbidden(void **st) {
   gf_kube_config_free(cfg);
 }
 
+/* Usage from Prometheus: three range queries over the day before
+ * 1767312000 at ceil(86400 / 1000) = 87 s steps, series with a pod label
+ * only.  The whole-GPU pod ml/w on the A100 node: memory 8192 and 16384
+ * MiB, utilisation 30 and 40%: peak 16384, used max(16384 / 81920, .40)
+ * = 0.4 GPUs. */
+#define Q(m)                                                                   \
+  "/api/v1/query_range?query=" m "%7Bpod%21%3D%22%22%7D&start=1767225600"      \
+  "&end=1767312000&step=87"
+static const td_expect script_prom[] = {
+    {.method = "GET",
+     .target = Q("DCGM_FI_DEV_FB_USED"),
+     .status = 200,
+     .body = "{\"status\":\"success\",\"data\":{\"resultType\":\"matrix\","
+             "\"result\":[{\"metric\":{\"__name__\":\"DCGM_FI_DEV_FB_USED\","
+             "\"namespace\":\"ml\",\"pod\":\"w\"},\"values\":[[1767225600,"
+             "\"8192\"],[1767225687,\"16384\"]]}]}}"},
+    {.method = "GET",
+     .target = Q("DCGM_FI_DEV_GPU_UTIL"),
+     .status = 200,
+     .body = "{\"status\":\"success\",\"data\":{\"resultType\":\"matrix\","
+             "\"result\":[{\"metric\":{\"__name__\":\"DCGM_FI_DEV_GPU_UTIL\","
+             "\"namespace\":\"ml\",\"pod\":\"w\"},\"values\":[[1767225600,"
+             "\"30\"],[1767225687,\"40\"]]}]}}"},
+    {.method = "GET",
+     .target = Q("DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+     .status = 200,
+     .body = "{\"status\":\"success\",\"data\":{\"resultType\":\"matrix\","
+             "\"result\":[]}}"},
+};
+
+static void test_prometheus(void **st) {
+  (void)st;
+  td_server *api = td_start(script_ok, 3);
+  td_server *prom = td_start(script_prom, 3);
+  assert_non_null(api);
+  assert_non_null(prom);
+  gf_kube_config *acfg = NULL, *pcfg = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_kube_config_new_plain(&acfg, td_url(api), "t0k", &d), 0);
+  assert_int_equal(gf_kube_config_new_plain(&pcfg, td_url(prom), NULL, &d), 0);
+  gf_plan *p = gf_plan_new();
+  assert_int_equal(gf_plan_add_cluster(p, acfg, &d), 0);
+  int rc = gf_plan_add_prometheus(p, pcfg, 1767312000, 86400, &d);
+  if (rc)
+    fail_msg("%s", d.msg);
+  char err[512];
+  if (td_finish(api, err, sizeof(err)) || td_finish(prom, err, sizeof(err)))
+    fail_msg("%s", err);
+  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  const gf_plan_workload *w = NULL;
+  for (size_t i = 0; i < gf_plan_nworkloads(p); i++)
+    if (!strcmp(gf_plan_workload_at(p, i)->name, "w"))
+      w = gf_plan_workload_at(p, i);
+  assert_non_null(w);
+  assert_int_equal(w->samples, 2);
+  assert_true(fabs(w->mem_peak_mib - 16384) < 1e-9);
+  assert_true(fabs(w->gpus_used - 0.4) < 1e-9);
+  /* A window out of range is refused before anything is asked. */
+  assert_int_equal(gf_plan_add_prometheus(p, pcfg, 1767312000, 10, &d),
+                   GF_EINVAL);
+  gf_plan_free(p);
+  gf_kube_config_free(acfg);
+  gf_kube_config_free(pcfg);
+}
+
+/* A query Prometheus refuses: the message names the server and query. */
+static const td_expect script_prom_bad[] = {
+    {.method = "GET",
+     .target = Q("DCGM_FI_DEV_FB_USED"),
+     .status = 400,
+     .body = "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":"
+             "\"exceeded maximum resolution\"}"},
+};
+
+static void test_prometheus_refused(void **st) {
+  (void)st;
+  td_server *prom = td_start(script_prom_bad, 1);
+  assert_non_null(prom);
+  gf_kube_config *pcfg = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_kube_config_new_plain(&pcfg, td_url(prom), NULL, &d), 0);
+  gf_plan *p = gf_plan_new();
+  assert_int_not_equal(gf_plan_add_prometheus(p, pcfg, 1767312000, 86400, &d),
+                       0);
+  if (!strstr(d.msg, td_url(prom)) ||
+      !strstr(d.msg, "query DCGM_FI_DEV_FB_USED{pod!=\"\"}"))
+    fail_msg("message '%s' lacks the server or query", d.msg);
+  char err[512];
+  if (td_finish(prom, err, sizeof(err)))
+    fail_msg("%s", err);
+  gf_plan_free(p);
+  gf_kube_config_free(pcfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_live_pages),
       cmocka_unit_test(test_live_forbidden),
+      cmocka_unit_test(test_prometheus),
+      cmocka_unit_test(test_prometheus_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
