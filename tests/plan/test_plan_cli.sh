@@ -95,6 +95,35 @@ t = d["today"]
 assert abs(t["gpus_held"] - t["gpus_unmeasured"] - t["gpus_used"] - t["waste_gpus"]) < 1e-3, t
 PY
 
+# docs/plan.md's list of JSON fields is exactly what is written.
+ok fields-documented -- python3 - "$tmp/a.json" "$SRC/docs/plan.md" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+doc = open(sys.argv[2]).read()
+block = re.search(r"```\nversion .*?```", doc, re.S).group(0).strip("`\n")
+sections, cur = {}, None
+for line in block.splitlines():
+    if not line.startswith(" "):
+        cur, _, rest = line.partition(" ")
+        cur = cur.rstrip("[]")
+        sections[cur] = []
+    else:
+        rest = line
+    sections[cur] += [w for w in re.split(r"[,\s]+", rest) if w]
+def keys(obj):
+    return list(obj) if isinstance(obj, dict) else None
+got = {"version": ["1"], "settings": keys(d["settings"]),
+       "cluster": keys(d["cluster"]), "today": keys(d["today"]),
+       "namespaces": keys(d["namespaces"][0]),
+       "node_types": keys(d["node_types"][0]),
+       "workloads": keys(d["workloads"][0]),
+       "recommendation": keys(d["workloads"][0]["recommendation"]),
+       "whatif": keys(d["whatif"][0]), "warnings": ["strings"]}
+assert list(d) == [k for k in got if k != "recommendation"], list(d)
+for k, v in got.items():
+    assert sections.get(k) == v, (k, sections.get(k), v)
+PY
+
 check out-dir      0 'wrote'                    -- "$GPUFRAC" plan --example --out "$tmp/rep"
 ok out-files -- test -s "$tmp/rep/summary.json" -a -s "$tmp/rep/workloads.csv" -a \
   -s "$tmp/rep/namespaces.csv" -a -s "$tmp/rep/node_types.csv" -a -s "$tmp/rep/whatif.csv" -a \
