@@ -559,6 +559,12 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
     }
   out->cpu_milli = sum.cpu;
   out->mem_bytes = sum.mem;
+  const json_t *claims = json_object_get(spec, "resourceClaims");
+  if (json_array_size(claims))
+    gf__plan_warn(p,
+                  "%s: spec.resourceClaims: DRA claims are not read yet; "
+                  "GPUs it holds through them are not counted",
+                  w.s);
 
   double kai_frac = 0, kai_mem = 0;
   if ((rc = read_kai(json_object_get(meta, "annotations"), w.s, &kai_frac,

@@ -724,6 +724,29 @@ static void test_whatif_unknown_capacity(void **st) {
   gf_plan_free(p);
 }
 
+/* A pod whose GPUs come through DRA (spec.resourceClaims) is named in a
+ * warning: the planner does not read ResourceClaims yet, so it says the pod
+ * is not counted rather than showing it as a CPU pod. */
+static void test_dra_pod_warned(void **st) {
+  (void)st;
+  char *s = J("{'kind':'List','items':[{'kind':'Node','metadata':{'name':"
+              "'n','labels':{'nvidia.com/gpu.product':'Tesla-T4',"
+              "'nvidia.com/gpu.memory':'15360'}},'status':{'allocatable':{"
+              "'nvidia.com/gpu':'1'}}},{'kind':'Pod','metadata':{'name':'d',"
+              "'namespace':'ml'},'spec':{'nodeName':'n','resourceClaims':[{"
+              "'name':'gpu','resourceClaimTemplateName':'one-gpu'}],"
+              "'containers':[{'name':'c','resources':{'claims':[{'name':"
+              "'gpu'}]}}]},'status':{'phase':'Running'}}]}");
+  gf_plan *p = gf_plan_new();
+  gf_diag d = {""};
+  assert_int_equal(gf_plan_add_snapshot(p, s, strlen(s), "s", &d), 0);
+  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  assert_true(has_warning(p, "Pod ml/d", "resourceClaims"));
+  NEAR(gf_plan_today(p)->gpus_held, 0);
+  free(s);
+  gf_plan_free(p);
+}
+
 static char *slurp(const char *path) {
   FILE *fp = fopen(path, "rb");
   if (!fp)
@@ -852,6 +875,7 @@ int main(void) {
       cmocka_unit_test(test_flags),
       cmocka_unit_test(test_inventory_and_mig_node),
       cmocka_unit_test(test_whatif_unknown_capacity),
+      cmocka_unit_test(test_dra_pod_warned),
       cmocka_unit_test_setup_teardown(test_outputs, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_alloc_failures),
   };
