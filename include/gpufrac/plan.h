@@ -139,11 +139,24 @@ typedef struct gf_plan_workload {
   unsigned flags;      /* GF_PLAN_FLAG_* */
 } gf_plan_workload;
 
+/* One node type of a fleet and how many of it the fleet has. */
+typedef struct gf_plan_fleet_type {
+  const char *name;
+  uint32_t nodes;
+} gf_plan_fleet_type;
+
 typedef struct gf_plan_whatif {
   const char *policy; /* "whole", "fgd", "gpufrac" */
   uint32_t gpus_needed, nodes_needed, pods_placed, pods_unplaced;
   int32_t gpus_freed; /* whole's gpus_needed minus this one's */
   double saved_per_month;
+  /* The fleet of the given node types (gf_plan_add_node_types) this
+   * policy needs: has_fleet false when none were given. */
+  bool has_fleet;
+  uint32_t fleet_nodes, fleet_gpus, fleet_unplaced;
+  double fleet_per_month;
+  const gf_plan_fleet_type *fleet; /* one per node type, in file order */
+  size_t nfleet;
 } gf_plan_whatif;
 
 /* NULL on allocation failure. */
@@ -180,6 +193,22 @@ int gf_plan_add_cluster(gf_plan *p, struct gf_kube_config *cfg, gf_diag *d);
 #define GF_PLAN_PROM_POINTS 1000
 int gf_plan_add_prometheus(gf_plan *p, struct gf_kube_config *cfg,
                            int64_t end_unix, int64_t window_s, gf_diag *d);
+
+/* Node types for the fleet what-if: a JSON array of objects
+ *   {"name": "p4d.24xlarge", "gpu_model": "NVIDIA-A100-SXM4-40GB",
+ *    "gpus": 8, "gpu_memory_mib": 40960, "cpu": "96", "memory": "1152Gi",
+ *    "price_per_hour": 32.77}
+ * (price_per_hour optional: gpus x the model's price otherwise).  With
+ * them, gf_plan_run also sizes, per policy, the cheapest fleet of these
+ * types that holds the same pods (greedy: a pod that fits nowhere opens a
+ * node of the type with the lowest price per GPU that can hold it; a pod
+ * keeps its GPU count and its memory need: its observed peak plus headroom,
+ * at most (and when unmeasured) its GPU's memory; GPU speed is not
+ * modelled).  Errors
+ * name the source, entry and field; nothing of a bad input is kept. */
+int gf_plan_add_node_types(gf_plan *p, const char *text, size_t len,
+                           const char *source, gf_diag *d);
+int gf_plan_load_node_types(gf_plan *p, const char *path, gf_diag *d);
 
 /* Reads a whole file (at most GF_PLAN_MAX_INPUT bytes) and calls the above.
  * GF_EIO naming the path when it cannot be read. */

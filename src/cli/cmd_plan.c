@@ -105,6 +105,7 @@ int cmd_plan(int argc, char **argv) {
   size_t nsnaps = 0, nusages = 0;
   const char *format = "text", *out = NULL, *data = GF_DATA_DIR;
   const char *kubeconfig = NULL, *context = NULL, *prometheus = NULL;
+  const char *node_types = NULL;
   int64_t window = 7 * 86400;
   bool example = false, in_cluster = false;
   gf_plan_options o;
@@ -133,7 +134,8 @@ int cmd_plan(int argc, char **argv) {
                  strcmp(a, "--format") == 0 || strcmp(a, "--out") == 0 ||
                  strcmp(a, "--data") == 0 || strcmp(a, "--kubeconfig") == 0 ||
                  strcmp(a, "--context") == 0 ||
-                 strcmp(a, "--prometheus") == 0 || strcmp(a, "--window") == 0;
+                 strcmp(a, "--prometheus") == 0 || strcmp(a, "--window") == 0 ||
+                 strcmp(a, "--node-types") == 0;
     if (!takes)
       return bad_usage("unknown option '%s'", a);
     if (i + 1 >= argc)
@@ -174,6 +176,8 @@ int cmd_plan(int argc, char **argv) {
       kubeconfig = v;
     } else if (strcmp(a, "--context") == 0) {
       context = v;
+    } else if (strcmp(a, "--node-types") == 0) {
+      node_types = v;
     } else if (strcmp(a, "--prometheus") == 0) {
       prometheus = v;
     } else if (strcmp(a, "--window") == 0) {
@@ -228,6 +232,8 @@ int cmd_plan(int argc, char **argv) {
   for (size_t i = 0; i < nusages; i++)
     if (gf_plan_load_usage(p, usages[i], &d))
       goto fail;
+  if (node_types && gf_plan_load_node_types(p, node_types, &d))
+    goto fail;
   if (prometheus) {
     gf_kube_config *pc = NULL;
     int prc = gf_kube_config_new_plain(&pc, prometheus, NULL, &d);

@@ -612,6 +612,16 @@ int gf_plan_run(gf_plan *p, const gf_plan_options *o, gf_diag *d) {
                     "nvidia.com/gpu.product label): priced at the default",
                     n->name, n->ngpus);
   }
+  for (size_t i = 0; i < p->nftypes; i++) {
+    gf__ntype *t = &p->ftypes[i];
+    double per_gpu;
+    if (t->price_hour < 0) {
+      if ((rc =
+               gf_plan_price(o->prices, t->model, t->gpu_mem_mib, &per_gpu, d)))
+        return rc;
+      t->price_hour = per_gpu * t->gpus;
+    }
+  }
   if (!gpu_nodes)
     return gf_diag_set(d, GF_ENOTFOUND,
                        "no node in the snapshot has GPUs (nvidia.com/gpu "

@@ -174,6 +174,29 @@ int gf__plan_write_html(const gf_plan *p, FILE *fp) {
       fprintf(fp, "</tr>\n");
     }
     fprintf(fp, "</table>\n");
+    if (p->whatif[0].has_fleet) {
+      fprintf(fp, "<h2>Cheapest fleet of the given node types</h2>\n"
+                  "<table class=\"fleet\"><tr><th>policy</th><th>nodes</th>"
+                  "<th>GPUs</th><th>unplaced</th><th>per month</th>"
+                  "<th>types</th></tr>\n");
+      for (size_t i = 0; i < p->nwhatif; i++) {
+        const gf_plan_whatif *w = &p->whatif[i];
+        fprintf(fp, "<tr><td data-field=\"policy\">%s</td>", w->policy);
+        cell(fp, "nodes", w->fleet_nodes, 0);
+        cell(fp, "gpus", w->fleet_gpus, 0);
+        cell(fp, "pods_unplaced", w->fleet_unplaced, 0);
+        cell(fp, "per_month", w->fleet_per_month, 0);
+        fprintf(fp, "<td>");
+        for (size_t k = 0, any = 0; k < w->nfleet; k++)
+          if (w->fleet[k].nodes) {
+            fprintf(fp, "%s%u x ", any ? ", " : "", w->fleet[k].nodes);
+            esc(fp, w->fleet[k].name);
+            any = 1;
+          }
+        fprintf(fp, "</td></tr>\n");
+      }
+      fprintf(fp, "</table>\n");
+    }
     double max = p->whatif[0].gpus_needed ? p->whatif[0].gpus_needed : 1;
     fprintf(fp,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" "

@@ -63,6 +63,13 @@ typedef struct gf__useries {
   gf__series s;
 } gf__useries;
 
+typedef struct gf__ntype {
+  char *name, *model;
+  uint32_t gpus;
+  int64_t gpu_mem_mib, cpu_milli, mem_bytes;
+  double price_hour; /* per node; < 0: from the price table at run */
+} gf__ntype;
+
 typedef struct gf__wl {
   gf_plan_workload pub;
   size_t *pods; /* indices into plan->pods */
@@ -90,7 +97,10 @@ struct gf_plan {
   size_t nnss;
   gf_plan_group *types;
   size_t ntypes;
+  gf__ntype *ftypes; /* node types for the fleet what-if */
+  size_t nftypes, cap_ftypes;
   gf_plan_whatif whatif[3];
+  gf_plan_fleet_type *fleet[3]; /* nftypes each */
   size_t nwhatif;
 };
 
@@ -110,6 +120,7 @@ bool gf__plan_icontains(const char *hay, const char *needle);
 int gf__series_push(gf__series *s, double v);
 void gf__series_release(gf__series *s);
 
+void gf__ntype_release(gf__ntype *t);
 int gf__plan_whatif(gf_plan *p, gf_diag *d);
 
 /* Writers of --out DIR (html.c, patch.c). */

@@ -63,6 +63,23 @@ int gf_plan_write_text(const gf_plan *p, FILE *fp) {
               w->nodes_needed, w->pods_unplaced, w->gpus_freed, money);
     }
     fprintf(fp, "\n");
+    if (p->whatif[0].has_fleet) {
+      fprintf(fp, "Cheapest fleet of the given node types:\n");
+      for (size_t i = 0; i < p->nwhatif; i++) {
+        const gf_plan_whatif *w = &p->whatif[i];
+        fprintf(fp, "  %-8s %u nodes, %u GPUs, $%.0f/month", w->policy,
+                w->fleet_nodes, w->fleet_gpus, w->fleet_per_month);
+        for (size_t k = 0, any = 0; k < w->nfleet; k++)
+          if (w->fleet[k].nodes) {
+            fprintf(fp, "%s%u x %s", any ? ", " : " (", w->fleet[k].nodes,
+                    w->fleet[k].name);
+            any = 1;
+          }
+        fprintf(fp, ")%s\n",
+                w->fleet_unplaced ? " [some pods fit no type]" : "");
+      }
+      fprintf(fp, "\n");
+    }
   }
   if (p->nnss) {
     fprintf(fp, "Namespaces by waste:\n");
@@ -172,6 +189,29 @@ static json_t *workload_json(const gf_plan_workload *w) {
   return o;
 }
 
+/* The fleet of a what-if, or null when no node types were given. */
+static json_t *fleet_json(const gf_plan_whatif *w) {
+  if (!w->has_fleet)
+    return json_null();
+  json_t *f = json_object(), *types = json_array();
+  if (!f || !types) {
+    json_decref(f);
+    json_decref(types);
+    return NULL;
+  }
+  json_object_set_new(f, "nodes", json_integer(w->fleet_nodes));
+  json_object_set_new(f, "gpus", json_integer(w->fleet_gpus));
+  json_object_set_new(f, "pods_unplaced", json_integer(w->fleet_unplaced));
+  json_object_set_new(f, "per_month",
+                      json_real(gf__plan_r2(w->fleet_per_month)));
+  for (size_t t = 0; t < w->nfleet; t++)
+    json_array_append_new(types,
+                          json_pack("{s:s,s:I}", "name", w->fleet[t].name,
+                                    "nodes", (json_int_t)w->fleet[t].nodes));
+  json_object_set_new(f, "types", types);
+  return f;
+}
+
 static json_t *plan_json(const gf_plan *p) {
   const gf_plan_totals *t = &p->today;
   json_t *root = json_object();
@@ -234,6 +274,7 @@ static json_t *plan_json(const gf_plan *p) {
     json_object_set_new(o, "gpus_freed", json_integer(w->gpus_freed));
     json_object_set_new(o, "saved_per_month",
                         json_real(gf__plan_r2(w->saved_per_month)));
+    json_object_set_new(o, "fleet", fleet_json(w));
     json_array_append_new(wi, o);
   }
   json_object_set_new(root, "whatif", wi);
@@ -336,12 +377,18 @@ static void csv_groups(const gf_plan_group *g, size_t n, bool type, FILE *fp) {
 
 static void csv_whatif(const gf_plan *p, FILE *fp) {
   fprintf(fp, "policy,gpus_needed,nodes_needed,pods_placed,pods_unplaced,"
-              "gpus_freed,saved_per_month\n");
+              "gpus_freed,saved_per_month,fleet_nodes,fleet_gpus,"
+              "fleet_pods_unplaced,fleet_per_month\n");
   for (size_t i = 0; i < p->nwhatif; i++) {
     const gf_plan_whatif *w = &p->whatif[i];
-    fprintf(fp, "%s,%u,%u,%u,%u,%d,%.2f\n", w->policy, w->gpus_needed,
+    fprintf(fp, "%s,%u,%u,%u,%u,%d,%.2f", w->policy, w->gpus_needed,
             w->nodes_needed, w->pods_placed, w->pods_unplaced, w->gpus_freed,
             w->saved_per_month);
+    if (w->has_fleet)
+      fprintf(fp, ",%u,%u,%u,%.2f\n", w->fleet_nodes, w->fleet_gpus,
+              w->fleet_unplaced, w->fleet_per_month);
+    else
+      fprintf(fp, ",,,,\n");
   }
 }
 

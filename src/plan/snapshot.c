@@ -731,6 +731,11 @@ void gf_plan_free(gf_plan *p) {
   gf__free(p->wls);
   gf__free(p->nss);
   gf__free(p->types);
+  for (size_t i = 0; i < p->nftypes; i++)
+    gf__ntype_release(&p->ftypes[i]);
+  gf__free(p->ftypes);
+  for (int i = 0; i < 3; i++)
+    gf__free(p->fleet[i]);
   gf__free(p);
 }
 
@@ -788,4 +793,8 @@ int gf_plan_load_snapshot(gf_plan *p, const char *path, gf_diag *d) {
 
 int gf_plan_load_usage(gf_plan *p, const char *path, gf_diag *d) {
   return load(p, path, d, gf_plan_add_usage);
+}
+
+int gf_plan_load_node_types(gf_plan *p, const char *path, gf_diag *d) {
+  return load(p, path, d, gf_plan_add_node_types);
 }

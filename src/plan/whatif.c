@@ -4,6 +4,7 @@
  * and gpufrac (recommended requests).  Deterministic: largest GPU demand
  * first, ties by namespace and name, seeded ties in the engine.
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,9 @@
 typedef struct item {
   const gf__ppod *pod;
   gf_request whole, share;
+  int64_t need_mem; /* bytes per GPU a whole request needs on another
+                       fleet's GPUs: peak + headroom, at most (and when
+                       unmeasured) the memory of the GPU it runs on */
 } item;
 
 static int64_t demand(const gf_request *r) {
@@ -99,6 +103,130 @@ out:
   gf_typical_release(&shapes);
   gf__free(reqs);
   gf_cluster_free(cc);
+  return rc;
+}
+
+/* Type t of the fleet can hold r alone on an empty node. */
+static bool type_fits(const gf__ntype *t, const gf_request *r) {
+  return r->gpu_count <= t->gpus &&
+         r->gpu_mem_bytes <= (t->gpu_mem_mib << 20) &&
+         r->cpu_milli <= t->cpu_milli && r->mem_bytes <= t->mem_bytes;
+}
+
+/* The cheapest-fleet what-if (gpufrac/plan.h): items placed in order on a
+ * fleet that starts empty; a pod that fits nowhere opens a node of the
+ * type with the lowest price per GPU that can hold it (ties: file order).
+ * The engine is made again over the grown cluster, told of every placement
+ * so far (its per-node state is sized when it is made). */
+static int fleet(gf_plan *p, const item *items, size_t n, bool use_share,
+                 const char *policy, gf_plan_whatif *w, gf_plan_fleet_type *ft,
+                 gf_diag *d) {
+  int rc = GF_ENOMEM;
+  gf_cluster *c = gf_cluster_new();
+  gf_request *reqs = gf__malloc((n ? n : 1) * sizeof(*reqs));
+  gf_placement *pl = gf__malloc((n ? n : 1) * sizeof(*pl));
+  bool *ok = gf__calloc(n ? n : 1, sizeof(*ok));
+  gf_typical_set typ = {0}, shapes = {0};
+  gf_engine *e = NULL;
+  if (!c || !reqs || !pl || !ok)
+    goto out;
+  for (size_t i = 0; i < n; i++) {
+    bool shared = use_share && items[i].share.gpu_milli < GF_GPU_MILLI;
+    reqs[i] = shared ? items[i].share : items[i].whole;
+    reqs[i].model_mask = 0; /* any model of the fleet */
+    if (!shared)
+      reqs[i].gpu_mem_bytes = items[i].need_mem;
+  }
+  if ((rc = gf_typical_build(reqs, NULL, n, 95.0, false, &typ)) ||
+      (rc = gf_typical_build(reqs, NULL, n, 100.0, false, &shapes))) {
+    gf_diag_set(d, rc, "fleet what-if: the typical pods: %s", gf_strerror(rc));
+    goto out;
+  }
+  gf_engine_config cfg = {.policy = policy,
+                          .seed = WHATIF_SEED,
+                          .typical = &typ,
+                          .shapes = &shapes,
+                          .ties = GF_TIE_ORDER};
+  for (size_t t = 0; t < p->nftypes; t++) {
+    ft[t].name = p->ftypes[t].name;
+    ft[t].nodes = 0;
+  }
+  uint32_t serial = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (e && gf_engine_place(e, &reqs[i], &pl[i]) == 0) {
+      ok[i] = true;
+      continue;
+    }
+    int best = -1;
+    for (size_t t = 0; t < p->nftypes; t++) {
+      const gf__ntype *ty = &p->ftypes[t];
+      if (!type_fits(ty, &reqs[i]))
+        continue;
+      if (best < 0 || ty->price_hour / ty->gpus <
+                          p->ftypes[best].price_hour / p->ftypes[best].gpus)
+        best = (int)t;
+    }
+    if (best < 0) {
+      if (!w->fleet_unplaced++)
+        gf__plan_warn(p,
+                      "fleet what-if (%s): Pod %s/%s fits no node type (%u "
+                      "GPUs of %" PRId64 " MiB, %" PRId64 "m CPU, %" PRId64
+                      " MiB memory); the count of such pods is in "
+                      "fleet.pods_unplaced",
+                      policy, items[i].pod->ns, items[i].pod->name,
+                      reqs[i].gpu_count, reqs[i].gpu_mem_bytes >> 20,
+                      reqs[i].cpu_milli, reqs[i].mem_bytes >> 20);
+      continue;
+    }
+    const gf__ntype *ty = &p->ftypes[best];
+    gf_gpu_spec specs[GF_MAX_GPUS_PER_NODE];
+    memset(specs, 0, sizeof(specs));
+    for (uint32_t g = 0; g < ty->gpus; g++) {
+      specs[g].model = ty->model;
+      specs[g].mem_bytes = ty->gpu_mem_mib << 20;
+      specs[g].numa_node = -1;
+    }
+    char name[300];
+    snprintf(name, sizeof(name), "fleet-%u-%s", serial++, ty->name);
+    gf_diag nd = {""};
+    int ni = gf_cluster_add_node(c, name, ty->cpu_milli, ty->mem_bytes, specs,
+                                 ty->gpus, &nd);
+    if (ni < 0) {
+      rc = gf_diag_set(d, ni, "fleet what-if: node type %s: %s", ty->name,
+                       nd.msg);
+      goto out;
+    }
+    ft[best].nodes++;
+    gf_engine_free(e);
+    e = NULL;
+    if ((rc = gf_engine_new(c, &cfg, &e, d)))
+      goto out;
+    for (size_t j = 0; j < i; j++)
+      if (ok[j])
+        gf_engine_adopt(e, &reqs[j], &pl[j]);
+    if (gf_engine_place(e, &reqs[i], &pl[i]) == 0)
+      ok[i] = true;
+    else
+      w->fleet_unplaced++;
+  }
+  w->has_fleet = true;
+  w->fleet = ft;
+  w->nfleet = p->nftypes;
+  for (size_t t = 0; t < p->nftypes; t++) {
+    w->fleet_nodes += ft[t].nodes;
+    w->fleet_gpus += ft[t].nodes * p->ftypes[t].gpus;
+    w->fleet_per_month +=
+        ft[t].nodes * p->ftypes[t].price_hour * GF_PLAN_HOURS_PER_MONTH;
+  }
+  rc = 0;
+out:
+  gf_engine_free(e);
+  gf_typical_release(&typ);
+  gf_typical_release(&shapes);
+  gf__free(ok);
+  gf__free(pl);
+  gf__free(reqs);
+  gf_cluster_free(c);
   return rc;
 }
 
@@ -186,6 +314,15 @@ int gf__plan_whatif(gf_plan *p, gf_diag *d) {
     r->gpu_milli = GF_GPU_MILLI;
     r->compute_pct = 100;
     it->share = *r;
+    it->need_mem = node->gpu_mem_mib << 20;
+    if (w->mem_peak_mib >= 0) {
+      double h = 1.0 + p->opt.headroom_pct / 100.0;
+      int64_t mib = (int64_t)(ceil(w->mem_peak_mib * h / 256.0) * 256.0);
+      if (mib < 256)
+        mib = 256;
+      if (mib < node->gpu_mem_mib) /* never more than it runs on today */
+        it->need_mem = mib << 20;
+    }
     if (w->action == GF_PLAN_SHARE) {
       it->share.gpu_count = 1;
       it->share.gpu_milli = w->rec_compute * 10;
@@ -211,6 +348,15 @@ int gf__plan_whatif(gf_plan *p, gf_diag *d) {
     if ((rc = replay(c, price, items, n, k > 0, policies[k], &p->whatif[k], d)))
       goto out;
     p->nwhatif++;
+  }
+  for (int k = 0; k < 3 && p->nftypes; k++) {
+    if (!(p->fleet[k] = gf__calloc(p->nftypes, sizeof(*p->fleet[k])))) {
+      rc = gf_diag_set(d, GF_ENOMEM, "fleet what-if: out of memory");
+      goto out;
+    }
+    if ((rc = fleet(p, items, n, k > 0, policies[k], &p->whatif[k], p->fleet[k],
+                    d)))
+      goto out;
   }
   double base_money = p->whatif[0].saved_per_month;
   for (int k = 0; k < 3; k++) {

@@ -95,8 +95,14 @@ t = d["today"]
 assert abs(t["gpus_held"] - t["gpus_unmeasured"] - t["gpus_used"] - t["waste_gpus"]) < 1e-3, t
 PY
 
+# With node types: the cheapest fleet per policy, in every output.
+check fleet        0 'Cheapest fleet'           -- "$GPUFRAC" plan --example --node-types "$SRC/data/plan-example/node-types.json"
+echo '[{"name": "x"}]' >"$tmp/nt.json"
+check bad-types    1 'nt.json: node type \[0\]: gpu_model' -- "$GPUFRAC" plan --example --node-types "$tmp/nt.json"
+"$GPUFRAC" plan --example --node-types "$SRC/data/plan-example/node-types.json" --format json >"$tmp/f.json"
+
 # docs/plan.md's list of JSON fields is exactly what is written.
-ok fields-documented -- python3 - "$tmp/a.json" "$SRC/docs/plan.md" <<'PY'
+ok fields-documented -- python3 - "$tmp/f.json" "$SRC/docs/plan.md" <<'PY'
 import json, re, sys
 d = json.load(open(sys.argv[1]))
 doc = open(sys.argv[2]).read()
@@ -118,8 +124,10 @@ got = {"version": ["1"], "settings": keys(d["settings"]),
        "node_types": keys(d["node_types"][0]),
        "workloads": keys(d["workloads"][0]),
        "recommendation": keys(d["workloads"][0]["recommendation"]),
-       "whatif": keys(d["whatif"][0]), "warnings": ["strings"]}
-assert list(d) == [k for k in got if k != "recommendation"], list(d)
+       "whatif": keys(d["whatif"][0]), "fleet": keys(d["whatif"][0]["fleet"]),
+       "warnings": ["strings"]}
+assert list(d) == [k for k in got if k not in ("recommendation", "fleet")], list(d)
+assert list(d["whatif"][0]["fleet"]["types"][0]) == ["name", "nodes"]
 for k, v in got.items():
     assert sections.get(k) == v, (k, sections.get(k), v)
 PY

@@ -6,7 +6,7 @@ every figure it shows equals the JSON's.  The checker is first shown to
 catch a console error and a network request, on broken copies of the
 report.  Prints 'N passed, N failed'.
 
-usage: test_plan_html.py GPUFRAC
+usage: test_plan_html.py GPUFRAC NODE_TYPES_JSON
 """
 import html.parser
 import json
@@ -19,6 +19,7 @@ import tempfile
 import zlib
 
 GPUFRAC = sys.argv[1]
+NODE_TYPES = sys.argv[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
          "--enable-logging=stderr", "--v=0",
@@ -132,7 +133,8 @@ def main():
     work = tempfile.mkdtemp(prefix="gf_plan_html.")
     try:
         rep = os.path.join(work, "rep")
-        subprocess.run([GPUFRAC, "plan", "--example", "--out", rep],
+        subprocess.run([GPUFRAC, "plan", "--example", "--node-types",
+                        NODE_TYPES, "--out", rep],
                        check=True, capture_output=True)
         page = os.path.join(rep, "report.html")
         d = json.load(open(os.path.join(rep, "summary.json")))
@@ -200,6 +202,14 @@ def main():
                 if "policy" in r:
                     ok &= r["policy"][1] == w["policy"]
             check(ok, f"the {table} table ({len(got)} rows) equals the JSON's")
+        got = rows(p.figs, "fleet")
+        ok = len(got) == 3
+        for r, w in zip(got, d["whatif"]):
+            f = w["fleet"]
+            ok &= r["policy"][1] == w["policy"]
+            for k in ("nodes", "gpus", "pods_unplaced", "per_month"):
+                ok &= near(r[k][0], f[k], 1e-9) and near(r[k][1], f[k], 0.5)
+        check(ok, "the fleet table equals the JSON's")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

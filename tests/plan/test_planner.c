@@ -747,6 +747,90 @@ static void test_dra_pod_warned(void **st) {
   gf_plan_free(p);
 }
 
+/* The cheapest fleet, on the main cluster's pods, of two node types:
+ * big (2 x A100 80GB, $6.00/h: $3.00 per GPU) and small (1 x T4, $0.50/h).
+ * The pods in placing order (largest share first, then by namespace and
+ * name): train (2 whole, no data: needs its 81920 MiB), frac-1 (1 whole,
+ * no data: 15360 MiB), kai-1 and mig-1 (1 whole each, 81920), serve a and
+ * b, hami.
+ * whole: train opens big 1; frac-1 finds no room, small is cheapest and
+ * holds 15360: small 1; kai-1 opens big 2, mig-1 fills it; serve a (whole,
+ * 28928 MiB needed) opens big 3, serve b fills it; hami (6144 MiB) opens
+ * small 2.  5 nodes, 8 GPUs, (3 x 6 + 2 x .5) x 730 = 13870 per month.
+ * gpufrac: the same up to mig-1; serve a's share (600m, 28928 MiB) fits no
+ * T4, opens big 3; serve b takes its other GPU; hami's 80m / 6144 MiB share
+ * fits beside a serve share.  4 nodes, 7 GPUs, (18 + .5) x 730 = 13505. */
+static void test_fleet(void **st) {
+  (void)st;
+  gf_plan *p = gf_plan_new();
+  char *s = main_snapshot(), *u = main_usage();
+  char *types =
+      J("[{'name':'big','gpu_model':'NVIDIA-A100-SXM4-80GB','gpus':2,"
+        "'gpu_memory_mib':81920,'cpu':'32','memory':'256Gi',"
+        "'price_per_hour':6.0},{'name':'small','gpu_model':'Tesla-T4',"
+        "'gpus':1,'gpu_memory_mib':15360,'cpu':'8','memory':'32Gi',"
+        "'price_per_hour':0.5}]");
+  gf_diag d = {""};
+  assert_int_equal(gf_plan_add_snapshot(p, s, strlen(s), "s", &d), 0);
+  assert_int_equal(gf_plan_add_usage(p, u, strlen(u), "u", &d), 0);
+  int rc = gf_plan_add_node_types(p, types, strlen(types), "t", &d);
+  if (rc)
+    fail_msg("%s", d.msg);
+  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  const gf_plan_whatif *w = gf_plan_whatif_at(p, 0);
+  assert_true(w->has_fleet);
+  assert_int_equal(w->nfleet, 2);
+  assert_string_equal(w->fleet[0].name, "big");
+  assert_int_equal(w->fleet[0].nodes, 3);
+  assert_int_equal(w->fleet[1].nodes, 2);
+  assert_int_equal(w->fleet_nodes, 5);
+  assert_int_equal(w->fleet_gpus, 8);
+  assert_int_equal(w->fleet_unplaced, 0);
+  NEAR(w->fleet_per_month, 13870);
+  w = gf_plan_whatif_at(p, 2);
+  assert_string_equal(w->policy, "gpufrac");
+  assert_int_equal(w->fleet[0].nodes, 3);
+  assert_int_equal(w->fleet[1].nodes, 1);
+  assert_int_equal(w->fleet_gpus, 7);
+  NEAR(w->fleet_per_month, 13505);
+  free(s);
+  free(u);
+  free(types);
+  gf_plan_free(p);
+}
+
+static void test_bad_node_types(void **st) {
+  (void)st;
+  struct {
+    const char *json, *msg;
+  } cases[] = {
+      {"{}", "want a non-empty JSON array"},
+      {"[{'name':'x','gpu_model':'T4','gpus':0,'gpu_memory_mib':1,"
+       "'cpu':'1','memory':'1Gi'}]",
+       "node type [0]: gpus: want an integer in 1..16"},
+      {"[{'name':'x','gpu_model':'T4','gpus':1,'gpu_memory_mib':1,"
+       "'cpu':'lots','memory':'1Gi'}]",
+       "node type [0]: cpu:"},
+      {"[{'name':'x','gpu_model':'T4','gpus':1,'gpu_memory_mib':1,"
+       "'cpu':'1','memory':'1Gi','price_per_hour':'cheap'}]",
+       "price_per_hour: want a number"},
+      {"[{'name':'x','gpu_model':'T4','gpus':1,'gpu_memory_mib':1,"
+       "'cpu':'1','memory':'1Gi'},{'name':'x','gpu_model':'T4','gpus':1,"
+       "'gpu_memory_mib':1,'cpu':'1','memory':'1Gi'}]",
+       "node type [1]: 'x' listed twice"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    gf_plan *p = gf_plan_new();
+    char *t = J(cases[i].json);
+    gf_diag d = {""};
+    assert_int_not_equal(gf_plan_add_node_types(p, t, strlen(t), "nt", &d), 0);
+    if (!strstr(d.msg, cases[i].msg))
+      fail_msg("case %zu: '%s' lacks '%s'", i, d.msg, cases[i].msg);
+    free(t);
+    gf_plan_free(p);
+  }
+}
+
 static char *slurp(const char *path) {
   FILE *fp = fopen(path, "rb");
   if (!fp)
@@ -876,6 +960,8 @@ int main(void) {
       cmocka_unit_test(test_inventory_and_mig_node),
       cmocka_unit_test(test_whatif_unknown_capacity),
       cmocka_unit_test(test_dra_pod_warned),
+      cmocka_unit_test(test_fleet),
+      cmocka_unit_test(test_bad_node_types),
       cmocka_unit_test_setup_teardown(test_outputs, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_alloc_failures),
   };
