@@ -15,5 +15,6 @@ int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_scheduler(int argc, char **argv);
 int cmd_node(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static const struct command {
     {"scheduler", cmd_scheduler,
      "serve the kube-scheduler extender (filter, prioritize, bind)"},
     {"node", cmd_node, "the node agent: discover GPUs, CDI specs, metrics"},
+    {"plan", cmd_plan, "what fractional GPUs would save on a cluster snapshot"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "list commands, or show one command's help"},
 };

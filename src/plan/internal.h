@@ -1,0 +1,130 @@
+/*
+ * The planner's internal state, shared by the files of src/plan/ and by
+ * nothing else.  snapshot.c fills nodes and pods, usage.c fills series,
+ * analyze.c turns them into the result tables, whatif.c replays through the
+ * engine, output.c / html.c / patch.c write.
+ */
+#ifndef GPUFRAC_PLAN_INTERNAL_H
+#define GPUFRAC_PLAN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/plan.h"
+
+typedef struct gf__pnode {
+  char *name;
+  char *model; /* GPU product, "" when unknown */
+  char *type;  /* instance type, else the model */
+  int64_t gpu_mem_mib;
+  uint32_t ngpus;
+  uint32_t mig_devices;
+  int64_t cpu_milli, mem_bytes;
+  double price; /* per GPU-hour, set by analyze */
+} gf__pnode;
+
+typedef struct gf__series {
+  double *v;
+  size_t n, cap;
+} gf__series;
+
+typedef struct gf__ppod {
+  char *ns, *name, *node;
+  char *wkind, *wname; /* the workload it belongs to */
+  bool holding;        /* Running, or Pending with a node: holds its GPUs */
+  bool pending;        /* Pending without a node */
+  int64_t cpu_milli, mem_bytes;
+  gf_plan_req_kind kind;
+  uint32_t ngpus;  /* devices one pod touches */
+  double mem_mib;  /* memory-sized request per GPU, MiB; 0 none */
+  double frac;     /* explicit fraction per GPU (0..1); 0 none */
+  uint32_t mig_g;  /* MIG: compute slices per device */
+  char *mig_res;   /* MIG: the resource name asked for */
+  char **gpu_ctrs; /* containers that ask for GPUs */
+  size_t ngpu_ctrs;
+  /* filled by analyze */
+  int node_idx; /* -1 when unbound or unknown */
+  double held, used, price;
+  bool whole_fallback; /* memory-sized on unknown GPU memory */
+  gf__series mem, util, gr;
+} gf__ppod;
+
+/* One usage series as read, matched to pods in gf_plan_run. */
+typedef enum gf__metric {
+  GF__M_FB_USED = 0,
+  GF__M_GPU_UTIL = 1,
+  GF__M_GR_ACTIVE = 2,
+} gf__metric;
+
+typedef struct gf__useries {
+  char *ns, *pod;
+  gf__metric metric;
+  gf__series s;
+} gf__useries;
+
+typedef struct gf__ntype {
+  char *name, *model;
+  uint32_t gpus;
+  int64_t gpu_mem_mib, cpu_milli, mem_bytes;
+  double price_hour; /* per node; < 0: from the price table at run */
+} gf__ntype;
+
+typedef struct gf__wl {
+  gf_plan_workload pub;
+  size_t *pods; /* indices into plan->pods */
+  size_t npods;
+} gf__wl;
+
+struct gf_plan {
+  gf__pnode *nodes;
+  size_t nnodes, cap_nodes;
+  gf__ppod *pods;
+  size_t npods, cap_pods;
+  gf__useries *useries;
+  size_t nuseries, cap_useries;
+  uint32_t skipped_items;  /* other kinds in a snapshot */
+  uint32_t skipped_series; /* usage series without a pod label */
+  char **warnings;
+  size_t nwarnings, cap_warnings;
+  bool ran;
+  gf_plan_options opt;
+  /* results */
+  gf_plan_totals today;
+  gf__wl *wls;
+  size_t nwls;
+  gf_plan_group *nss;
+  size_t nnss;
+  gf_plan_group *types;
+  size_t ntypes;
+  gf__ntype *ftypes; /* node types for the fleet what-if */
+  size_t nftypes, cap_ftypes;
+  gf_plan_whatif whatif[3];
+  gf_plan_fleet_type *fleet[3]; /* nftypes each */
+  size_t nwhatif;
+};
+
+/* The rounding of every figure written (JSON, CSV, HTML data-value):
+ * GPUs to 4 decimals, money to 2, so all outputs agree exactly. */
+double gf__plan_r4(double x);
+double gf__plan_r2(double x);
+
+/* Grows *arr (elements of `size`) so that it holds at least n + 1. */
+int gf__plan_grow(void **arr, size_t *cap, size_t n, size_t size);
+/* Appends a formatted warning; drops it (never fails the plan) when out of
+ * memory.  At most 200 kept; the rest are counted in one last line. */
+void gf__plan_warn(gf_plan *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* True when `needle` occurs in `hay`, ignoring ASCII case. */
+bool gf__plan_icontains(const char *hay, const char *needle);
+int gf__series_push(gf__series *s, double v);
+void gf__series_release(gf__series *s);
+
+void gf__ntype_release(gf__ntype *t);
+int gf__plan_whatif(gf_plan *p, gf_diag *d);
+
+/* Writers of --out DIR (html.c, patch.c). */
+int gf__plan_write_html(const gf_plan *p, FILE *fp);
+int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d);
+
+#endif

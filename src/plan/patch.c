@@ -1,0 +1,193 @@
+/*
+ * Migration patches: for each workload the plan recommends a share for, a
+ * strategic merge patch of its pod template that drops today's GPU request
+ * (null deletes a key in a strategic merge patch) and asks for gpufrac's
+ * resources; containers are merged by name.  Plus patches/README.md.
+ * Nothing is applied: these are files for `kubectl patch`.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpufrac/error.h"
+#include "internal.h"
+
+/* Where the pod template sits in each kind; NULL: no template to patch. */
+static const char *template_path(const char *kind) {
+  if (strcmp(kind, "Deployment") == 0 || strcmp(kind, "StatefulSet") == 0 ||
+      strcmp(kind, "DaemonSet") == 0 || strcmp(kind, "ReplicaSet") == 0 ||
+      strcmp(kind, "Job") == 0)
+    return "spec.template";
+  if (strcmp(kind, "CronJob") == 0)
+    return "spec.jobTemplate.spec.template";
+  return NULL;
+}
+
+static json_t *resources(const gf__ppod *pod, const gf_plan_workload *w) {
+  json_t *l = json_object();
+  if (!l)
+    return NULL;
+  const char *drop[5] = {NULL};
+  size_t nd = 0;
+  switch (pod->kind) {
+  case GF_PLAN_REQ_WHOLE:
+    drop[nd++] = "nvidia.com/gpu";
+    break;
+  case GF_PLAN_REQ_HAMI:
+    drop[nd++] = "nvidia.com/gpu";
+    drop[nd++] = "nvidia.com/gpumem";
+    drop[nd++] = "nvidia.com/gpumem-percentage";
+    drop[nd++] = "nvidia.com/gpucores";
+    break;
+  case GF_PLAN_REQ_MIG:
+    drop[nd++] = pod->mig_res;
+    break;
+  default:
+    break;
+  }
+  for (size_t i = 0; i < nd; i++)
+    if (drop[i])
+      json_object_set_new(l, drop[i], json_null());
+  char mem[32], comp[16];
+  snprintf(mem, sizeof(mem), "%" PRId64 "Mi", w->rec_mem_mib);
+  snprintf(comp, sizeof(comp), "%d", w->rec_compute);
+  json_object_set_new(l, "gpufrac.io/gpu", json_string("1"));
+  json_object_set_new(l, "gpufrac.io/gpu-memory", json_string(mem));
+  json_object_set_new(l, "gpufrac.io/gpu-compute", json_string(comp));
+  return l;
+}
+
+/* The patch for workload w, whose first pod is `pod`. */
+static json_t *patch_of(const gf__ppod *pod, const gf_plan_workload *w) {
+  json_t *ctrs = json_array();
+  json_t *tmpl = json_object();
+  if (!ctrs || !tmpl)
+    goto fail;
+  for (size_t i = 0; i < pod->ngpu_ctrs; i++) {
+    json_t *req = resources(pod, w), *lim = resources(pod, w);
+    json_t *res = json_object(), *c = json_object();
+    if (!req || !lim || !res || !c) {
+      json_decref(req);
+      json_decref(lim);
+      json_decref(res);
+      json_decref(c);
+      goto fail;
+    }
+    json_object_set_new(res, "requests", req);
+    json_object_set_new(res, "limits", lim);
+    json_object_set_new(c, "name", json_string(pod->gpu_ctrs[i]));
+    json_object_set_new(c, "resources", res);
+    json_array_append_new(ctrs, c);
+  }
+  json_object_set_new(tmpl, "spec", json_pack("{s:o}", "containers", ctrs));
+  ctrs = NULL;
+  if (pod->kind == GF_PLAN_REQ_KAI)
+    json_object_set_new(tmpl, "metadata",
+                        json_pack("{s:{s:n,s:n}}", "annotations",
+                                  "gpu-fraction", "gpu-memory"));
+  /* Wrap the template in the kind's path, innermost first. */
+  char path[64];
+  snprintf(path, sizeof(path), "%s", template_path(w->kind));
+  json_t *obj = tmpl;
+  for (;;) {
+    char *dot = strrchr(path, '.');
+    const char *key = dot ? dot + 1 : path;
+    json_t *outer = json_object();
+    if (!outer) {
+      json_decref(obj);
+      return NULL;
+    }
+    json_object_set_new(outer, key, obj);
+    obj = outer;
+    if (!dot)
+      break;
+    *dot = '\0';
+  }
+  return obj;
+fail:
+  json_decref(ctrs);
+  json_decref(tmpl);
+  return NULL;
+}
+
+static void lower(char *s) {
+  for (; *s; s++)
+    *s = (char)tolower((unsigned char)*s);
+}
+
+int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/README.md", dir);
+  FILE *readme = fopen(path, "w");
+  if (!readme)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  fprintf(readme,
+          "# Migration patches from gpufrac plan\n\n"
+          "Nothing here has been applied.  Each file is a strategic merge "
+          "patch of one\nworkload's pod template: it removes today's GPU "
+          "request and asks for a\ngpufrac share (memory = observed peak + "
+          "%.0f%% headroom, compute from\nutilisation).  Install gpufrac "
+          "first (deploy/: namespace.yaml, node-agent.yaml,\n"
+          "scheduler-rbac.yaml, scheduler.yaml and the "
+          "kube-scheduler-config.yaml stanza),\nthen, per workload:\n\n"
+          "    kubectl patch <kind> <name> -n <namespace> --type strategic "
+          "--patch-file <file>\n\n"
+          "Review the flagged ones first (docs/plan.md says what each flag "
+          "means).\n\n"
+          "| workload | file | memory | compute | flags |\n"
+          "|---|---|---|---|---|\n",
+          p->opt.headroom_pct);
+  int rc = 0;
+  for (size_t i = 0; i < p->nwls && !rc; i++) {
+    const gf_plan_workload *w = &p->wls[i].pub;
+    if (w->action != GF_PLAN_SHARE || !p->wls[i].npods)
+      continue;
+    const gf__ppod *pod = &p->pods[p->wls[i].pods[0]];
+    char flags[160] = "";
+    size_t fl = 0;
+    for (unsigned b = 0; b < GF_PLAN_NFLAGS; b++)
+      if (w->flags & (1u << b)) {
+        int n = snprintf(flags + fl, sizeof(flags) - fl, "%s%s", fl ? ", " : "",
+                         gf_plan_flag_name(b));
+        if (n > 0 && (size_t)n < sizeof(flags) - fl)
+          fl += (size_t)n;
+      }
+    const char *why = NULL;
+    if (!template_path(w->kind))
+      why = "a bare pod: recreate it with these resources";
+    else if (strcmp(w->kind, "Job") == 0)
+      why = "a Job's template cannot change: change its source";
+    else if (pod->ngpu_ctrs > 1)
+      why = "several GPU containers: split the share by hand";
+    else if (pod->ngpu_ctrs == 0)
+      why = "no container asks for the GPU";
+    if (why) {
+      fprintf(
+          readme, "| %s %s/%s | (none: %s) | %" PRId64 " Mi | %d%% | %s |\n",
+          w->kind, w->ns, w->name, why, w->rec_mem_mib, w->rec_compute, flags);
+      continue;
+    }
+    char kind[64];
+    snprintf(kind, sizeof(kind), "%s", w->kind);
+    lower(kind);
+    char file[700];
+    snprintf(file, sizeof(file), "%s-%s-%s.json", kind, w->ns, w->name);
+    json_t *patch = patch_of(pod, w);
+    if (!patch) {
+      rc = gf_diag_set(d, GF_ENOMEM, "patches: out of memory");
+      break;
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    if (json_dump_file(patch, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER))
+      rc = gf_diag_set(d, GF_EIO, "%s: cannot write", path);
+    json_decref(patch);
+    fprintf(readme, "| %s %s/%s | %s | %" PRId64 " Mi | %d%% | %s |\n", w->kind,
+            w->ns, w->name, file, w->rec_mem_mib, w->rec_compute, flags);
+  }
+  if (fclose(readme) && !rc)
+    rc = gf_diag_set(d, GF_EIO, "%s/README.md: write error", dir);
+  return rc;
+}

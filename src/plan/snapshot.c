@@ -1,0 +1,800 @@
+/*
+ * Reading a cluster snapshot: `kubectl get nodes,pods -A -o json` (a v1
+ * List) or a NodeList / PodList, into the plan's nodes and pods.  Field
+ * names are those of k8s.io/api/core/v1; label and resource names those of
+ * gpu-feature-discovery, HAMi, KAI and gpufrac (docs/plan.md has the table).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "alloc.h"
+#include "gpufrac/error.h"
+#include "gpufrac/grant.h"
+#include "gpufrac/quantity.h"
+#include "internal.h"
+
+#define MAX_WARNINGS 200
+
+int gf__plan_grow(void **arr, size_t *cap, size_t n, size_t size) {
+  if (n < *cap)
+    return 0;
+  size_t nc = *cap ? *cap * 2 : 16;
+  if (nc > ((size_t)-1) / size)
+    return GF_ENOMEM;
+  void *np = gf__realloc(*arr, nc * size);
+  if (!np)
+    return GF_ENOMEM;
+  *arr = np;
+  *cap = nc;
+  return 0;
+}
+
+void gf__plan_warn(gf_plan *p, const char *fmt, ...) {
+  if (p->nwarnings > MAX_WARNINGS)
+    return;
+  char buf[GF_DIAG_MAX];
+  if (p->nwarnings == MAX_WARNINGS) {
+    snprintf(buf, sizeof(buf), "(more warnings left out)");
+  } else {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+  }
+  if (gf__plan_grow((void **)&p->warnings, &p->cap_warnings, p->nwarnings,
+                    sizeof(*p->warnings)))
+    return;
+  char *s = gf__strdup(buf);
+  if (s)
+    p->warnings[p->nwarnings++] = s;
+}
+
+bool gf__plan_icontains(const char *hay, const char *needle) {
+  size_t n = strlen(needle);
+  for (; *hay; hay++)
+    if (strncasecmp(hay, needle, n) == 0)
+      return true;
+  return n == 0;
+}
+
+int gf__series_push(gf__series *s, double v) {
+  int rc = gf__plan_grow((void **)&s->v, &s->cap, s->n, sizeof(*s->v));
+  if (rc)
+    return rc;
+  s->v[s->n++] = v;
+  return 0;
+}
+
+void gf__series_release(gf__series *s) {
+  gf__free(s->v);
+  memset(s, 0, sizeof(*s));
+}
+
+/* ---- small JSON helpers --------------------------------------------------*/
+
+static const char *jstr(const json_t *obj, const char *key) {
+  const json_t *v = json_is_object(obj) ? json_object_get(obj, key) : NULL;
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* Where an object is, for messages: "Pod ns/name". */
+typedef struct where {
+  char s[320];
+} where;
+
+static void where_set(where *w, const char *source, const char *kind,
+                      const char *ns, const char *name) {
+  if (ns && ns[0])
+    snprintf(w->s, sizeof(w->s), "%s: %s %s/%s", source, kind, ns, name);
+  else
+    snprintf(w->s, sizeof(w->s), "%s: %s %s", source, kind, name);
+}
+
+/* A resource quantity (a string, or leniently a JSON integer) in `unit`. */
+static int qty(const json_t *v, gf_qty_unit unit, int64_t *out, const where *w,
+               const char *field, gf_diag *d) {
+  if (json_is_integer(v)) {
+    json_int_t x = json_integer_value(v);
+    if (x < 0 || x > INT64_MAX / 1000)
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: %s: %" JSON_INTEGER_FORMAT " out of range", w->s,
+                         field, x);
+    *out = unit == GF_QTY_MILLI ? (int64_t)x * 1000 : (int64_t)x;
+    return 0;
+  }
+  if (!json_is_string(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: %s is not a quantity string", w->s,
+                       field);
+  gf_diag qd = {""};
+  int rc = gf_quantity_parse(json_string_value(v), unit, 0, out, &qd);
+  if (rc)
+    return gf_diag_set(d, rc, "%s: %s: %s", w->s, field, qd.msg);
+  return 0;
+}
+
+/* A whole count of at most `max` from a ResourceList entry. */
+static int count(const json_t *v, int64_t max, int64_t *out, const where *w,
+                 const char *field, gf_diag *d) {
+  int rc = qty(v, GF_QTY_UNIT, out, w, field, d);
+  if (rc)
+    return rc;
+  if (*out > max)
+    return gf_diag_set(d, GF_ERANGE, "%s: %s: %" PRId64 ", at most %" PRId64,
+                       w->s, field, *out, max);
+  return 0;
+}
+
+/* "mig-3g.40gb" -> 3 (compute slices).  0 when not a MIG profile. */
+static uint32_t mig_slices(const char *res) {
+  const char *p = res + strlen("nvidia.com/mig-");
+  if (!isdigit((unsigned char)*p))
+    return 0;
+  unsigned long g = strtoul(p, (char **)&p, 10);
+  if (*p != 'g' || g == 0 || g > 8)
+    return 0;
+  return (uint32_t)g;
+}
+
+static bool starts(const char *s, const char *prefix) {
+  return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* ---- nodes ---------------------------------------------------------------*/
+
+static void node_release(gf__pnode *n) {
+  gf__free(n->name);
+  gf__free(n->model);
+  gf__free(n->type);
+}
+
+static int parse_node(const json_t *item, const char *source, gf__pnode *out,
+                      gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  const json_t *meta = json_object_get(item, "metadata");
+  const char *name = jstr(meta, "name");
+  if (!name || !name[0])
+    return gf_diag_set(d, GF_ESYNTAX, "%s: a Node without metadata.name",
+                       source);
+  where w;
+  where_set(&w, source, "Node", NULL, name);
+  const json_t *labels = json_object_get(meta, "labels");
+  const json_t *ann = json_object_get(meta, "annotations");
+  const json_t *status = json_object_get(item, "status");
+  const json_t *res = json_object_get(status, "allocatable");
+  const char *resname = "status.allocatable";
+  if (!json_is_object(res)) {
+    res = json_object_get(status, "capacity");
+    resname = "status.capacity";
+  }
+  int64_t gpus = 0, cpu = 0, mem = 0, mig = 0;
+  int rc;
+  char field[160];
+  if (json_is_object(res)) {
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)res, k, v) {
+      snprintf(field, sizeof(field), "%s[%s]", resname, k);
+      int64_t x = 0;
+      if (strcmp(k, "nvidia.com/gpu") == 0) {
+        if ((rc = count(v, GF_MAX_GPUS_PER_NODE, &gpus, &w, field, d)))
+          return rc;
+      } else if (strcmp(k, "cpu") == 0) {
+        if ((rc = qty(v, GF_QTY_MILLI, &cpu, &w, field, d)))
+          return rc;
+      } else if (strcmp(k, "memory") == 0) {
+        if ((rc = qty(v, GF_QTY_UNIT, &mem, &w, field, d)))
+          return rc;
+      } else if (starts(k, "nvidia.com/mig-")) {
+        if ((rc = count(v, 7 * GF_MAX_GPUS_PER_NODE, &x, &w, field, d)))
+          return rc;
+        mig += x;
+      }
+    }
+  }
+  const char *lc = jstr(labels, "nvidia.com/gpu.count");
+  if (lc) {
+    int64_t x;
+    gf_diag qd = {""};
+    if ((rc = gf_parse_int64(lc, 0, GF_MAX_GPUS_PER_NODE, &x, &qd)))
+      return gf_diag_set(d, rc, "%s: label nvidia.com/gpu.count: %s", w.s,
+                         qd.msg);
+    if (x > gpus)
+      gpus = x;
+  }
+  const char *product = jstr(labels, "nvidia.com/gpu.product");
+  int64_t gmem = 0;
+  const char *lm = jstr(labels, "nvidia.com/gpu.memory");
+  if (lm) {
+    gf_diag qd = {""};
+    if ((rc = gf_parse_int64(lm, 1, INT64_MAX / 2, &gmem, &qd)))
+      return gf_diag_set(d, rc, "%s: label nvidia.com/gpu.memory: %s", w.s,
+                         qd.msg);
+  }
+  char model[GF_MODEL_NAME_MAX] = "";
+  const char *inv = jstr(ann, GF_INVENTORY_ANNOTATION);
+  if (inv) {
+    gf_inventory iv;
+    gf_diag id = {""};
+    if ((rc = gf_inventory_parse(inv, strlen(inv), &iv, &id)))
+      return gf_diag_set(d, rc, "%s: annotation %s: %s", w.s,
+                         GF_INVENTORY_ANNOTATION, id.msg);
+    if (iv.ngpus) {
+      memcpy(model, iv.gpus[0].model, sizeof(model));
+      product = model;
+      gmem = iv.gpus[0].mem_bytes >> 20;
+      if (iv.ngpus > gpus)
+        gpus = iv.ngpus;
+    }
+  }
+  const char *type = jstr(labels, "node.kubernetes.io/instance-type");
+  if (!product)
+    product = "";
+  if (!type || !type[0])
+    type = product[0] ? product : "unknown";
+  out->name = gf__strdup(name);
+  out->model = gf__strdup(product);
+  out->type = gf__strdup(type);
+  if (!out->name || !out->model || !out->type) {
+    node_release(out);
+    return GF_ENOMEM;
+  }
+  out->ngpus = (uint32_t)gpus;
+  out->mig_devices = (uint32_t)mig;
+  out->gpu_mem_mib = gmem;
+  out->cpu_milli = cpu;
+  out->mem_bytes = mem;
+  return 0;
+}
+
+/* ---- pods ----------------------------------------------------------------*/
+
+static void pod_release(gf__ppod *p) {
+  gf__free(p->ns);
+  gf__free(p->name);
+  gf__free(p->node);
+  gf__free(p->wkind);
+  gf__free(p->wname);
+  gf__free(p->mig_res);
+  for (size_t i = 0; i < p->ngpu_ctrs; i++)
+    gf__free(p->gpu_ctrs[i]);
+  gf__free(p->gpu_ctrs);
+  gf__series_release(&p->mem);
+  gf__series_release(&p->util);
+  gf__series_release(&p->gr);
+}
+
+/* What one container asks for. */
+typedef struct amounts {
+  int64_t cpu, mem;
+  int64_t gpu;         /* nvidia.com/gpu */
+  int64_t mig, mig_g;  /* MIG devices, slices of each */
+  const char *mig_res; /* its resource name (borrowed) */
+  int64_t hami_mem, hami_pct, hami_cores;
+  bool hami;
+  int64_t gf_gpu, gf_mem, gf_compute; /* gpufrac.io */
+  bool gf;
+} amounts;
+
+static bool any_gpu(const amounts *a) {
+  return a->gpu || a->mig || a->hami || a->gf;
+}
+
+static int read_resource(gf_plan *p, const char *k, const json_t *v, amounts *a,
+                         const where *w, const char *field, gf_diag *d) {
+  int rc = 0;
+  if (strcmp(k, "cpu") == 0)
+    return qty(v, GF_QTY_MILLI, &a->cpu, w, field, d);
+  if (strcmp(k, "memory") == 0)
+    return qty(v, GF_QTY_UNIT, &a->mem, w, field, d);
+  if (strcmp(k, "nvidia.com/gpu") == 0)
+    return count(v, GF_MAX_GPUS_PER_NODE, &a->gpu, w, field, d);
+  if (starts(k, "nvidia.com/mig-")) {
+    uint32_t g = mig_slices(k);
+    if (!g)
+      return gf_diag_set(
+          d, GF_ESYNTAX,
+          "%s: %s: not a MIG profile (nvidia.com/mig-<g>g.<m>gb)", w->s, field);
+    if ((rc = count(v, 7 * GF_MAX_GPUS_PER_NODE, &a->mig, w, field, d)))
+      return rc;
+    a->mig_g = g;
+    a->mig_res = k;
+    return 0;
+  }
+  if (strcmp(k, "nvidia.com/gpumem") == 0) {
+    a->hami = true;
+    return qty(v, GF_QTY_UNIT, &a->hami_mem, w, field, d);
+  }
+  if (strcmp(k, "nvidia.com/gpumem-percentage") == 0) {
+    a->hami = true;
+    return count(v, 100, &a->hami_pct, w, field, d);
+  }
+  if (strcmp(k, "nvidia.com/gpucores") == 0) {
+    a->hami = true;
+    return count(v, 100, &a->hami_cores, w, field, d);
+  }
+  if (strcmp(k, "gpufrac.io/gpu") == 0) {
+    a->gf = true;
+    return count(v, GF_MAX_GPUS_PER_NODE, &a->gf_gpu, w, field, d);
+  }
+  if (strcmp(k, "gpufrac.io/gpu-memory") == 0) {
+    a->gf = true;
+    return qty(v, GF_QTY_UNIT, &a->gf_mem, w, field, d);
+  }
+  if (strcmp(k, "gpufrac.io/gpu-compute") == 0) {
+    a->gf = true;
+    return count(v, 100, &a->gf_compute, w, field, d);
+  }
+  if (starts(k, "nvidia.com/") || gf__plan_icontains(k, "gpu"))
+    gf__plan_warn(p, "%s: %s: resource not understood; not counted as a GPU",
+                  w->s, field);
+  return 0;
+}
+
+/* One container's requests, each resource from requests else limits. */
+static int read_container(gf_plan *p, const json_t *c, const char *list,
+                          size_t idx, amounts *a, const char *podw,
+                          gf_diag *d) {
+  memset(a, 0, sizeof(*a));
+  where w;
+  const char *cname = jstr(c, "name");
+  snprintf(w.s, sizeof(w.s), "%s %s[%zu]", podw, list, idx);
+  if (!json_is_object(c))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", w.s);
+  if (cname)
+    snprintf(w.s, sizeof(w.s), "%s %s '%s'", podw, list, cname);
+  const json_t *r = json_object_get(c, "resources");
+  if (!r || json_is_null(r))
+    return 0;
+  if (!json_is_object(r))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: resources is not an object", w.s);
+  const json_t *req = json_object_get(r, "requests");
+  const json_t *lim = json_object_get(r, "limits");
+  const char *k;
+  const json_t *v;
+  char field[160];
+  int rc;
+  if (json_is_object(req))
+    json_object_foreach((json_t *)req, k, v) {
+      snprintf(field, sizeof(field), "resources.requests[%s]", k);
+      if ((rc = read_resource(p, k, v, a, &w, field, d)))
+        return rc;
+    }
+  if (json_is_object(lim))
+    json_object_foreach((json_t *)lim, k, v) {
+      if (json_is_object(req) && json_object_get(req, k))
+        continue;
+      snprintf(field, sizeof(field), "resources.limits[%s]", k);
+      if ((rc = read_resource(p, k, v, a, &w, field, d)))
+        return rc;
+    }
+  return 0;
+}
+
+/* The pod-template-hash alphabet (k8s.io/apimachinery rand.SafeEncodeString).
+ */
+static bool hash_like(const char *s) {
+  size_t n = strlen(s);
+  if (n < 5 || n > 10)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!strchr("bcdfghjklmnpqrstvwxz2456789", s[i]))
+      return false;
+  return true;
+}
+
+/* The workload of a pod from its controller owner reference. */
+static int owner_of(const json_t *meta, const char *podname, char **kind,
+                    char **name) {
+  const json_t *refs = json_object_get(meta, "ownerReferences");
+  const json_t *ref = NULL;
+  size_t i;
+  const json_t *r;
+  if (json_is_array(refs)) {
+    json_array_foreach((json_t *)refs, i, r) {
+      if (json_is_true(json_object_get(r, "controller"))) {
+        ref = r;
+        break;
+      }
+      if (!ref)
+        ref = r;
+    }
+  }
+  const char *k = jstr(ref, "kind"), *n = jstr(ref, "name");
+  char buf[GF_NAME_MAX];
+  const char *wk = "Pod";
+  if (k && n && n[0]) {
+    wk = k;
+    snprintf(buf, sizeof(buf), "%s", n);
+    char *dash = strrchr(buf, '-');
+    if (strcmp(k, "ReplicaSet") == 0 && dash && dash != buf) {
+      const json_t *labels = json_object_get(meta, "labels");
+      const char *h = jstr(labels, "pod-template-hash");
+      if ((h && strcmp(dash + 1, h) == 0) || (!h && hash_like(dash + 1))) {
+        *dash = '\0';
+        wk = "Deployment";
+      }
+    } else if (strcmp(k, "Job") == 0 && dash && dash != buf &&
+               strlen(dash + 1) >= 8 &&
+               strspn(dash + 1, "0123456789") == strlen(dash + 1)) {
+      *dash = '\0';
+      wk = "CronJob";
+    }
+  } else {
+    snprintf(buf, sizeof(buf), "%s", podname);
+  }
+  *kind = gf__strdup(wk);
+  *name = gf__strdup(buf);
+  return *kind && *name ? 0 : GF_ENOMEM;
+}
+
+static int add_ctr(gf__ppod *out, const char *name) {
+  char **n = gf__realloc(out->gpu_ctrs, (out->ngpu_ctrs + 1) * sizeof(*n));
+  if (!n)
+    return GF_ENOMEM;
+  out->gpu_ctrs = n;
+  if (!(n[out->ngpu_ctrs] = gf__strdup(name ? name : "")))
+    return GF_ENOMEM;
+  out->ngpu_ctrs++;
+  return 0;
+}
+
+/* KAI's annotations: gpu-fraction "0.5" (0 < f <= 1), gpu-memory MiB. */
+static int read_kai(const json_t *ann, const char *podw, double *frac,
+                    double *mem, gf_diag *d) {
+  const char *f = jstr(ann, "gpu-fraction");
+  const char *m = jstr(ann, "gpu-memory");
+  if (f) {
+    char *end;
+    errno = 0;
+    double x = strtod(f, &end);
+    if (end == f || *end || errno || !(x > 0 && x <= 1))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: annotation gpu-fraction '%s': a number in "
+                         "(0, 1]",
+                         podw, f);
+    *frac = x;
+  }
+  if (m) {
+    int64_t x;
+    gf_diag qd = {""};
+    int rc = gf_parse_int64(m, 1, INT64_MAX / 2, &x, &qd);
+    if (rc)
+      return gf_diag_set(d, rc, "%s: annotation gpu-memory (MiB): %s", podw,
+                         qd.msg);
+    *mem = (double)x;
+  }
+  return 0;
+}
+
+static int parse_pod(gf_plan *p, const json_t *item, const char *source,
+                     gf__ppod *out, gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  out->node_idx = -1;
+  const json_t *meta = json_object_get(item, "metadata");
+  const char *name = jstr(meta, "name");
+  if (!name || !name[0])
+    return gf_diag_set(d, GF_ESYNTAX, "%s: a Pod without metadata.name",
+                       source);
+  const char *ns = jstr(meta, "namespace");
+  if (!ns || !ns[0])
+    ns = "default";
+  where w;
+  where_set(&w, source, "Pod", ns, name);
+  const json_t *spec = json_object_get(item, "spec");
+  if (!json_is_object(spec))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: spec missing", w.s);
+  const char *node = jstr(spec, "nodeName");
+  const char *phase = jstr(json_object_get(item, "status"), "phase");
+  if (!phase)
+    phase = node ? "Running" : "Pending";
+  int rc = GF_ENOMEM;
+  out->ns = gf__strdup(ns);
+  out->name = gf__strdup(name);
+  out->node = gf__strdup(node ? node : "");
+  if (!out->ns || !out->name || !out->node)
+    goto fail;
+  if ((rc = owner_of(meta, name, &out->wkind, &out->wname)))
+    goto fail;
+  bool bound = node && node[0];
+  out->holding =
+      bound && (strcmp(phase, "Running") == 0 ||
+                strcmp(phase, "Pending") == 0 || strcmp(phase, "Unknown") == 0);
+  out->pending = !bound && strcmp(phase, "Pending") == 0;
+
+  amounts sum, a;
+  memset(&sum, 0, sizeof(sum));
+  const json_t *ctrs = json_object_get(spec, "containers");
+  if (!json_is_array(ctrs)) {
+    rc = gf_diag_set(d, GF_ESYNTAX, "%s: spec.containers is not an array", w.s);
+    goto fail;
+  }
+  size_t i;
+  const json_t *c;
+  json_array_foreach((json_t *)ctrs, i, c) {
+    if ((rc = read_container(p, c, "container", i, &a, w.s, d)))
+      goto fail;
+    sum.cpu += a.cpu;
+    sum.mem += a.mem;
+    if (!any_gpu(&a))
+      continue;
+    if ((rc = add_ctr(out, jstr(c, "name"))))
+      goto fail;
+    sum.gpu += a.gpu;
+    sum.mig += a.mig;
+    if (a.mig_g > sum.mig_g) {
+      sum.mig_g = a.mig_g;
+      sum.mig_res = a.mig_res;
+    }
+    sum.hami |= a.hami;
+    if (a.hami_mem > sum.hami_mem)
+      sum.hami_mem = a.hami_mem;
+    if (a.hami_pct > sum.hami_pct)
+      sum.hami_pct = a.hami_pct;
+    if (a.hami_cores > sum.hami_cores)
+      sum.hami_cores = a.hami_cores;
+    sum.gf |= a.gf;
+    sum.gf_gpu += a.gf_gpu ? a.gf_gpu : (a.gf ? 1 : 0);
+    if (a.gf_mem > sum.gf_mem)
+      sum.gf_mem = a.gf_mem;
+    if (a.gf_compute > sum.gf_compute)
+      sum.gf_compute = a.gf_compute;
+  }
+  const json_t *inits = json_object_get(spec, "initContainers");
+  if (json_is_array(inits))
+    json_array_foreach((json_t *)inits, i, c) {
+      if ((rc = read_container(p, c, "initContainer", i, &a, w.s, d)))
+        goto fail;
+      if (a.cpu > sum.cpu)
+        sum.cpu = a.cpu;
+      if (a.mem > sum.mem)
+        sum.mem = a.mem;
+    }
+  out->cpu_milli = sum.cpu;
+  out->mem_bytes = sum.mem;
+  const json_t *claims = json_object_get(spec, "resourceClaims");
+  if (json_array_size(claims))
+    gf__plan_warn(p,
+                  "%s: spec.resourceClaims: DRA claims are not read yet; "
+                  "GPUs it holds through them are not counted",
+                  w.s);
+
+  double kai_frac = 0, kai_mem = 0;
+  if ((rc = read_kai(json_object_get(meta, "annotations"), w.s, &kai_frac,
+                     &kai_mem, d)))
+    goto fail;
+  if (sum.gf) {
+    out->kind = GF_PLAN_REQ_GPUFRAC;
+    out->ngpus = (uint32_t)(sum.gf_gpu ? sum.gf_gpu : 1);
+    out->mem_mib = (double)sum.gf_mem / 1048576.0;
+    out->frac = (double)sum.gf_compute / 100.0;
+  } else if (sum.mig) {
+    out->kind = GF_PLAN_REQ_MIG;
+    out->ngpus = (uint32_t)sum.mig;
+    out->mig_g = (uint32_t)sum.mig_g;
+    if (!(out->mig_res = gf__strdup(sum.mig_res))) {
+      rc = GF_ENOMEM;
+      goto fail;
+    }
+  } else if (sum.hami) {
+    out->kind = GF_PLAN_REQ_HAMI;
+    out->ngpus = (uint32_t)(sum.gpu ? sum.gpu : 1);
+    out->mem_mib = (double)sum.hami_mem;
+    int64_t pct = sum.hami_pct > sum.hami_cores ? sum.hami_pct : sum.hami_cores;
+    out->frac = (double)pct / 100.0;
+  } else if (kai_frac > 0 || kai_mem > 0) {
+    out->kind = GF_PLAN_REQ_KAI;
+    out->ngpus = 1;
+    /* KAI's share is the pod's, asked by annotation: its GPU container is
+     * the first one. */
+    if (!out->ngpu_ctrs && json_array_size(ctrs) &&
+        (rc = add_ctr(out, jstr(json_array_get(ctrs, 0), "name"))))
+      goto fail;
+    out->mem_mib = kai_mem;
+    out->frac = kai_frac;
+  } else if (sum.gpu) {
+    out->kind = GF_PLAN_REQ_WHOLE;
+    out->ngpus = (uint32_t)sum.gpu;
+  }
+  if (out->ngpus > GF_MAX_GPUS_PER_NODE) {
+    rc = gf_diag_set(d, GF_ERANGE, "%s: %u GPUs in one pod, at most %d", w.s,
+                     out->ngpus, GF_MAX_GPUS_PER_NODE);
+    goto fail;
+  }
+  return 0;
+fail:
+  pod_release(out);
+  return rc;
+}
+
+/* ---- the list ------------------------------------------------------------*/
+
+static int find_node(const gf_plan *p, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(p->nodes[i].name, name) == 0)
+      return (int)i;
+  return -1;
+}
+
+int gf_plan_add_snapshot(gf_plan *p, const char *text, size_t len,
+                         const char *source, gf_diag *d) {
+  if (!p || !text)
+    return gf_diag_set(d, GF_EINVAL, "gf_plan_add_snapshot: no plan or text");
+  if (p->ran)
+    return gf_diag_set(d, GF_ESTATE, "%s: the plan has already run", source);
+  json_error_t je;
+  json_t *root = json_loadb(text, len, 0, &je);
+  if (!root)
+    return gf_diag_set(d, GF_ESYNTAX, "%s:%d:%d: not JSON: %s", source, je.line,
+                       je.column, je.text);
+  size_t n0 = p->nnodes, p0 = p->npods;
+  uint32_t skipped = 0;
+  int rc;
+  const char *kind = jstr(root, "kind");
+  const json_t *items = json_object_get(root, "items");
+  if (!json_is_object(root) || !json_is_array(items)) {
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "%s: not a Kubernetes list (want the output of "
+                     "'kubectl get nodes,pods -A -o json': an object with "
+                     "kind List and an items array)",
+                     source);
+    goto fail;
+  }
+  const char *deflt = NULL; /* NodeList / PodList items may omit kind */
+  if (kind && strcmp(kind, "NodeList") == 0)
+    deflt = "Node";
+  else if (kind && strcmp(kind, "PodList") == 0)
+    deflt = "Pod";
+  size_t i;
+  const json_t *item;
+  json_array_foreach((json_t *)items, i, item) {
+    const char *k = jstr(item, "kind");
+    if (!k)
+      k = deflt;
+    if (!json_is_object(item) || !k ||
+        !json_is_object(json_object_get(item, "metadata"))) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "%s: items[%zu]: not a Kubernetes object (kind and "
+                       "metadata missing)",
+                       source, i);
+      goto fail;
+    }
+    char at[300];
+    snprintf(at, sizeof(at), "%s: items[%zu]", source, i);
+    if (strcmp(k, "Node") == 0) {
+      if ((rc = gf__plan_grow((void **)&p->nodes, &p->cap_nodes, p->nnodes,
+                              sizeof(*p->nodes))))
+        goto fail;
+      if ((rc = parse_node(item, at, &p->nodes[p->nnodes], d)))
+        goto fail;
+      if (find_node(p, p->nnodes, p->nodes[p->nnodes].name) >= 0) {
+        rc = gf_diag_set(d, GF_EEXIST, "%s: Node %s: seen twice", at,
+                         p->nodes[p->nnodes].name);
+        node_release(&p->nodes[p->nnodes]);
+        goto fail;
+      }
+      p->nnodes++;
+    } else if (strcmp(k, "Pod") == 0) {
+      if ((rc = gf__plan_grow((void **)&p->pods, &p->cap_pods, p->npods,
+                              sizeof(*p->pods))))
+        goto fail;
+      if ((rc = parse_pod(p, item, at, &p->pods[p->npods], d)))
+        goto fail;
+      p->npods++;
+    } else {
+      skipped++;
+    }
+  }
+  p->skipped_items += skipped;
+  json_decref(root);
+  return 0;
+fail:
+  while (p->nnodes > n0)
+    node_release(&p->nodes[--p->nnodes]);
+  while (p->npods > p0)
+    pod_release(&p->pods[--p->npods]);
+  json_decref(root);
+  return rc;
+}
+
+/* ---- lifecycle -----------------------------------------------------------*/
+
+gf_plan *gf_plan_new(void) { return gf__calloc(1, sizeof(gf_plan)); }
+
+void gf_plan_free(gf_plan *p) {
+  if (!p)
+    return;
+  for (size_t i = 0; i < p->nnodes; i++)
+    node_release(&p->nodes[i]);
+  gf__free(p->nodes);
+  for (size_t i = 0; i < p->npods; i++)
+    pod_release(&p->pods[i]);
+  gf__free(p->pods);
+  for (size_t i = 0; i < p->nuseries; i++) {
+    gf__free(p->useries[i].ns);
+    gf__free(p->useries[i].pod);
+    gf__series_release(&p->useries[i].s);
+  }
+  gf__free(p->useries);
+  for (size_t i = 0; i < p->nwarnings; i++)
+    gf__free(p->warnings[i]);
+  gf__free(p->warnings);
+  for (size_t i = 0; i < p->nwls; i++)
+    gf__free(p->wls[i].pods);
+  gf__free(p->wls);
+  gf__free(p->nss);
+  gf__free(p->types);
+  for (size_t i = 0; i < p->nftypes; i++)
+    gf__ntype_release(&p->ftypes[i]);
+  gf__free(p->ftypes);
+  for (int i = 0; i < 3; i++)
+    gf__free(p->fleet[i]);
+  gf__free(p);
+}
+
+static int load(gf_plan *p, const char *path, gf_diag *d,
+                int (*fn)(gf_plan *, const char *, size_t, const char *,
+                          gf_diag *)) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  int rc = 0;
+  for (;;) {
+    if (len + 65536 > cap) {
+      size_t nc = cap ? cap * 2 : 1 << 20;
+      if (nc > (size_t)GF_PLAN_MAX_INPUT + 65536)
+        nc = (size_t)GF_PLAN_MAX_INPUT + 65536;
+      if (nc <= cap) {
+        rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %u MiB", path,
+                         GF_PLAN_MAX_INPUT >> 20);
+        goto out;
+      }
+      char *nb = gf__realloc(buf, nc);
+      if (!nb) {
+        rc = GF_ENOMEM;
+        goto out;
+      }
+      buf = nb;
+      cap = nc;
+    }
+    size_t got = fread(buf + len, 1, cap - len, fp);
+    len += got;
+    if (got == 0)
+      break;
+  }
+  if (ferror(fp)) {
+    rc = gf_diag_set(d, GF_EIO, "%s: read error", path);
+    goto out;
+  }
+  if (len > GF_PLAN_MAX_INPUT) {
+    rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %u MiB", path,
+                     GF_PLAN_MAX_INPUT >> 20);
+    goto out;
+  }
+  rc = fn(p, buf ? buf : "", len, path, d);
+out:
+  gf__free(buf);
+  fclose(fp);
+  return rc;
+}
+
+int gf_plan_load_snapshot(gf_plan *p, const char *path, gf_diag *d) {
+  return load(p, path, d, gf_plan_add_snapshot);
+}
+
+int gf_plan_load_usage(gf_plan *p, const char *path, gf_diag *d) {
+  return load(p, path, d, gf_plan_add_usage);
+}
+
+int gf_plan_load_node_types(gf_plan *p, const char *path, gf_diag *d) {
+  return load(p, path, d, gf_plan_add_node_types);
+}
