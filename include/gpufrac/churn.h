@@ -130,12 +130,12 @@ typedef struct gf_churn_config {
   const gf_typical_set *typical; /* needed by fgd */
   const gf_typical_set *shapes;  /* optional, used by gpufrac */
   gf_tie_break ties;
-  double load;          /* offered GPU demand / reference GPUs, (0, 2] */
-  double duration_s;    /* default 7 days */
-  double provision_s;   /* scale-up delay, default 180 */
-  double empty_s;       /* empty node removal delay, default 600 */
-  bool consolidate;     /* drain under-used nodes whose pods fit elsewhere */
-  double consolidate_s; /* interval of the consolidation check (600) */
+  double load;             /* offered GPU demand / reference GPUs, (0, 2] */
+  double duration_s;       /* default 7 days */
+  double provision_s;      /* scale-up delay, default 180 */
+  double empty_s;          /* empty node removal delay, default 600 */
+  bool consolidate;        /* drain under-used nodes whose pods fit elsewhere */
+  double consolidate_s;    /* interval of the consolidation check (600) */
   double consolidate_util; /* GPU share held below which a node is a
                               candidate, 0..1 (0.5) */
   double reload_s;         /* paid by an evicted pod, default 120 */
@@ -196,9 +196,8 @@ typedef struct gf_churn_summary {
 
 /* runs[0..n): one per seed.  GF_ENOMEM or 0. */
 int gf_churn_summary_of(const char *trace, const char *policy,
-                        const gf_churn_config *cfg,
-                        const gf_churn_result *runs, int n,
-                        gf_churn_summary *out);
+                        const gf_churn_config *cfg, const gf_churn_result *runs,
+                        int n, gf_churn_summary *out);
 void gf_churn_summary_release(gf_churn_summary *s);
 
 void gf_churn_report_table(FILE *fp, const gf_churn_summary *s, int n);
