@@ -238,6 +238,44 @@ static void test_unschedulable_and_pending(void **st) {
   fx_free(&f);
 }
 
+/* --initial: the reference cluster's first node is live from the start.
+ *   t=0    p0 (half a GPU, 3600 s) placed at once on it: waited 0.
+ *   t=3600 p0 departs; the node is removed at 4200: bought 4200 GPU-s.
+ * An initial node whose pods never come is removed after 600 s. */
+static void test_initial(void **st) {
+  (void)st;
+  fx f;
+  fx_load(&f,
+          "type,model,gpus,cpu_milli,memory_mib,gpu_hour_price,count\n"
+          "small,T4,1,8000,32768,1.00,2\n",
+          three_pods);
+  const gf_churn_arrival script[] = {{0, 0, 3600}};
+  gf_churn_config cfg;
+  gf_churn_config_init(&cfg);
+  cfg.script = script;
+  cfg.nscript = 1;
+  cfg.initial = 1;
+  gf_churn_result r;
+  run(&f, &cfg, "gpufrac", &r);
+  assert_int_equal(r.placed, 1);
+  assert_int_equal(r.waited, 0);
+  assert_int_equal(r.nodes_added, 0);
+  assert_int_equal(r.nodes_removed, 1);
+  assert_near(r.gpu_hours_bought, SEC_H(4200.0), 1e-9);
+  gf_churn_result_release(&r);
+  cfg.initial = 2; /* the second one idles: 600 GPU-s more */
+  run(&f, &cfg, "gpufrac", &r);
+  assert_near(r.gpu_hours_bought, SEC_H(4800.0), 1e-9);
+  gf_churn_result_release(&r);
+  cfg.initial = 3; /* more than the reference cluster has */
+  gf_diag d = {""};
+  cfg.policy = "gpufrac";
+  assert_int_equal(gf_churn_run(f.proto, &f.types, &f.pods, NULL, &cfg, &r, &d),
+                   GF_EINVAL);
+  assert_non_null(strstr(d.msg, "--initial 3"));
+  fx_free(&f);
+}
+
 static void result_equal(const gf_churn_result *a, const gf_churn_result *b) {
   assert_int_equal(a->arrived, b->arrived);
   assert_int_equal(a->placed, b->placed);
@@ -395,6 +433,7 @@ int main(void) {
       cmocka_unit_test(test_worked_week),
       cmocka_unit_test(test_worked_drain),
       cmocka_unit_test(test_unschedulable_and_pending),
+      cmocka_unit_test(test_initial),
       cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_bad_node_types),
       cmocka_unit_test(test_bad_lifetimes),
