@@ -20,6 +20,7 @@
 #include "gpufrac/report.h"
 #include "gpufrac/sim.h"
 #include "gpufrac/trace.h"
+#include "simulate_churn.h"
 
 #define MAX_ITEMS 64
 #define MAX_SEEDS 1024
@@ -76,6 +77,33 @@ static void usage(FILE *fp) {
           "                         as DIR/arrivals-TRACE-SEED.csv (for "
           "scripts/placement-bound)\n"
           "  -h, --help             this help\n"
+          "\n"
+          "churn and an autoscaler (docs/simulator.md):\n"
+          "  --churn                pods arrive (Poisson) and depart on a "
+          "cluster that\n"
+          "                         starts empty and is autoscaled; reports "
+          "GPU-hours\n"
+          "                         bought vs asked for (default seeds "
+          "42-44)\n"
+          "  --load L               offered GPU demand, %% of the reference "
+          "cluster's\n"
+          "                         GPUs: 60%% or 0.6 (default 60%%; "
+          "0-200%%)\n"
+          "  --duration D           simulated time, e.g. 7d, 12h (default "
+          "7d)\n"
+          "  --node-types FILE      node types and GPU-hour prices (default "
+          "DATA/\n"
+          "                         node_types_openb.csv, the trace's node "
+          "shapes)\n"
+          "  --lifetimes FILE       pod list whose lifetimes to draw "
+          "(default: the\n"
+          "                         trace's own, else the default trace's)\n"
+          "  --provision D          scale-up delay (default 3m)\n"
+          "  --scale-down-delay D   empty node removal delay (default 10m)\n"
+          "  --consolidate          drain under-used nodes whose pods fit "
+          "elsewhere\n"
+          "  --reload D             paid by an evicted pod (default 2m)\n"
+          "  --initial N            nodes live at the start (default 0)\n"
           "\npolicies:\n");
   for (size_t i = 0; i < gf_policy_count(); i++)
     fprintf(fp, "  %-11s %s\n", gf_policy_name(i), gf_policy_summary(i));
@@ -129,8 +157,13 @@ static int parse_seeds(const char *arg, uint64_t *seeds, int max) {
  * such before anything is read as its value. */
 static bool known_option(const char *key) {
   static const char *const keys[] = {
-      "--nodes", "--pods", "--trace",    "--policy", "--seeds",   "--format",
-      "--out",   "--data", "--arrivals", "--ties",   "--inflate", "--jobs"};
+      "--nodes",     "--pods",      "--trace",
+      "--policy",    "--seeds",     "--format",
+      "--out",       "--data",      "--arrivals",
+      "--ties",      "--inflate",   "--jobs",
+      "--load",      "--duration",  "--node-types",
+      "--lifetimes", "--provision", "--scale-down-delay",
+      "--reload",    "--initial"};
   for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
     if (strcmp(key, keys[i]) == 0)
       return true;
@@ -432,6 +465,52 @@ static int write_arrivals(const char *dir, const trace *traces, int ntraces,
   return 0;
 }
 
+/* A duration: a number of seconds, or with a unit s, m, h or d ("3m").
+ * -1 if malformed or outside 0..10 years. */
+static double parse_duration(const char *v) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || !isfinite(x) || x < 0)
+    return -1;
+  double unit = 1;
+  if (*end) {
+    if (end[1])
+      return -1;
+    switch (*end) {
+    case 's':
+      break;
+    case 'm':
+      unit = 60;
+      break;
+    case 'h':
+      unit = 3600;
+      break;
+    case 'd':
+      unit = 86400;
+      break;
+    default:
+      return -1;
+    }
+  }
+  x *= unit;
+  return x <= 3650.0 * 86400 ? x : -1;
+}
+
+/* --load: "60%" or "0.6"; -1 if malformed or outside (0%, 200%]. */
+static double parse_load(const char *v) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || !isfinite(x))
+    return -1;
+  if (*end == '%' && !end[1])
+    x /= 100;
+  else if (*end)
+    return -1;
+  return x > 0 && x <= 2 ? x : -1;
+}
+
 int cmd_simulate(int argc, char **argv) {
   const char *nodes_path = NULL, *pods_path = NULL, *format = "table";
   const char *out_dir = NULL, *data_dir = getenv("GPUFRAC_DATA");
@@ -444,12 +523,26 @@ int cmd_simulate(int argc, char **argv) {
   int main_job = argc == 1;
   if (!data_dir)
     data_dir = GF_DATA_DIR;
+  bool churn = false, seeds_given = false;
+  const char *churn_only = NULL, *not_churn = NULL;
+  const char *node_types_path = NULL, *lifetimes_path = NULL;
+  gf_churn_config ccfg;
+  gf_churn_config_init(&ccfg);
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       usage(stdout);
       return GF_EXIT_OK;
+    }
+    if (strcmp(a, "--churn") == 0) {
+      churn = true;
+      continue;
+    }
+    if (strcmp(a, "--consolidate") == 0) {
+      ccfg.consolidate = true;
+      churn_only = a;
+      continue;
     }
     const char *v = NULL;
     char key[64];
@@ -477,6 +570,11 @@ int cmd_simulate(int argc, char **argv) {
       fprintf(stderr, "gpufrac simulate: option '%s' needs a value\n", key);
       return GF_EXIT_USAGE;
     }
+    if (strcmp(key, "--nodes") == 0 || strcmp(key, "--inflate") == 0 ||
+        strcmp(key, "--arrivals") == 0)
+      not_churn = strcmp(key, "--nodes") == 0     ? "--nodes"
+                  : strcmp(key, "--inflate") == 0 ? "--inflate"
+                                                  : "--arrivals";
     if (strcmp(key, "--nodes") == 0)
       nodes_path = v;
     else if (strcmp(key, "--pods") == 0)
@@ -488,9 +586,59 @@ int cmd_simulate(int argc, char **argv) {
         return GF_EXIT_USAGE;
       }
       memcpy(dst, v, strlen(v) + 1);
-    } else if (strcmp(key, "--seeds") == 0)
+    } else if (strcmp(key, "--seeds") == 0) {
       seeds_arg = v;
-    else if (strcmp(key, "--format") == 0)
+      seeds_given = true;
+    } else if (strcmp(key, "--load") == 0) {
+      churn_only = key;
+      if ((ccfg.load = parse_load(v)) < 0) {
+        fprintf(stderr,
+                "gpufrac simulate: --load '%s': want a share of the "
+                "reference cluster's GPUs in (0%%, 200%%], e.g. 60%% or "
+                "0.6\n",
+                v);
+        return GF_EXIT_USAGE;
+      }
+    } else if (strcmp(key, "--duration") == 0 ||
+               strcmp(key, "--provision") == 0 ||
+               strcmp(key, "--scale-down-delay") == 0 ||
+               strcmp(key, "--reload") == 0) {
+      churn_only = strcmp(key, "--duration") == 0    ? "--duration"
+                   : strcmp(key, "--provision") == 0 ? "--provision"
+                   : strcmp(key, "--reload") == 0    ? "--reload"
+                                                     : "--scale-down-delay";
+      double x = parse_duration(v);
+      if (x < 0 || (strcmp(key, "--duration") == 0 && x <= 0)) {
+        fprintf(stderr,
+                "gpufrac simulate: %s '%s': want a duration like 90s, 3m, "
+                "2h or 7d%s\n",
+                key, v, strcmp(key, "--duration") == 0 ? " (> 0)" : "");
+        return GF_EXIT_USAGE;
+      }
+      if (strcmp(key, "--duration") == 0)
+        ccfg.duration_s = x;
+      else if (strcmp(key, "--provision") == 0)
+        ccfg.provision_s = x;
+      else if (strcmp(key, "--reload") == 0)
+        ccfg.reload_s = x;
+      else
+        ccfg.empty_s = ccfg.consolidate_s = x;
+    } else if (strcmp(key, "--initial") == 0) {
+      int64_t n;
+      churn_only = "--initial";
+      if (gf_parse_int64(v, 0, 100000, &n, NULL)) {
+        fprintf(stderr, "gpufrac simulate: --initial '%s': want 0..100000\n",
+                v);
+        return GF_EXIT_USAGE;
+      }
+      ccfg.initial = (uint32_t)n;
+    } else if (strcmp(key, "--node-types") == 0) {
+      churn_only = "--node-types";
+      node_types_path = v;
+    } else if (strcmp(key, "--lifetimes") == 0) {
+      churn_only = "--lifetimes";
+      lifetimes_path = v;
+    } else if (strcmp(key, "--format") == 0)
       format = v;
     else if (strcmp(key, "--out") == 0)
       out_dir = v;
@@ -540,6 +688,23 @@ int cmd_simulate(int argc, char **argv) {
   }
   if (jobs < 1)
     jobs = 1;
+  if (churn_only && !churn) {
+    fprintf(stderr, "gpufrac simulate: %s needs --churn\n", churn_only);
+    return GF_EXIT_USAGE;
+  }
+  if (churn && not_churn) {
+    fprintf(stderr,
+            "gpufrac simulate: %s does not apply to --churn (see "
+            "--node-types)\n",
+            not_churn);
+    return GF_EXIT_USAGE;
+  }
+  if (churn && strcmp(format, "csv") == 0) {
+    fprintf(stderr, "gpufrac simulate: --churn: --format is table or json\n");
+    return GF_EXIT_USAGE;
+  }
+  if (churn && !seeds_given)
+    seeds_arg = "42-44";
 
   uint64_t seeds[MAX_SEEDS];
   int nseeds = parse_seeds(seeds_arg, seeds, MAX_SEEDS);
@@ -594,6 +759,26 @@ int cmd_simulate(int argc, char **argv) {
         return GF_EXIT_USAGE;
       }
     }
+  }
+
+  if (churn) {
+    churn_cli co = {.data_dir = data_dir,
+                    .node_types_path = node_types_path,
+                    .lifetimes_path = lifetimes_path,
+                    .pods_path = pods_path,
+                    .traces = names,
+                    .ntraces = ntraces,
+                    .policies = policies,
+                    .npolicies = npolicies,
+                    .seeds = seeds,
+                    .nseeds = nseeds,
+                    .seeds_arg = seeds_arg,
+                    .format = format,
+                    .out_dir = out_dir,
+                    .jobs = (int)jobs,
+                    .cfg = ccfg};
+    co.cfg.ties = ties;
+    return simulate_churn(&co);
   }
 
   int rc = GF_EXIT_FAIL;

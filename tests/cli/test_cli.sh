@@ -111,5 +111,45 @@ check arrivals-unwritable 1 'gpufrac-no' -- "$GPUFRAC" simulate "${small[@]}" --
 
 check out-unwritable 1 'gpufrac-no' -- "$GPUFRAC" simulate "${small[@]}" --seeds 1 --out /proc/gpufrac-no
 
+# --churn: the churn-and-autoscaler replay (docs/simulator.md).
+printf 'type,model,gpus,cpu_milli,memory_mib,gpu_hour_price,count\nt4,T4,2,32000,131072,0.35,2\nv100,V100M32,8,64000,262144,2.48,1\ncpu,,0,16000,65536,0,0\n' >"$tmp/types.csv"
+churn=(--churn --pods "$TESTDATA/pods_small.csv" --node-types "$tmp/types.csv" --duration 1d --seeds 1,2)
+check churn-table    0 'GPUh bought' -- "$GPUFRAC" simulate "${churn[@]}" --policy whole,gpufrac
+check churn-help     0 '--consolidate' -- "$GPUFRAC" simulate --help
+check churn-load-hi  2 "--load '250%'" -- "$GPUFRAC" simulate "${churn[@]}" --load 250%
+check churn-load-0   2 "--load '0'"    -- "$GPUFRAC" simulate "${churn[@]}" --load 0
+check churn-load-bad 2 "--load '6o%'"  -- "$GPUFRAC" simulate "${churn[@]}" --load 6o%
+check churn-only     2 '--load needs --churn' -- "$GPUFRAC" simulate --load 60%
+check churn-consolidate-only 2 '--consolidate needs --churn' -- "$GPUFRAC" simulate --consolidate
+check churn-duration 2 "--duration '0'" -- "$GPUFRAC" simulate "${churn[@]}" --duration 0
+check churn-delay    2 "--provision '3x'" -- "$GPUFRAC" simulate "${churn[@]}" --provision 3x
+check churn-nodes    2 '--nodes does not apply' -- "$GPUFRAC" simulate "${churn[@]}" --nodes "$TESTDATA/nodes_small.csv"
+check churn-csv      2 'table or json' -- "$GPUFRAC" simulate "${churn[@]}" --format csv
+printf 'type,model,gpus,cpu_milli,memory_mib,gpu_hour_price,count\nt4,T4,2,32000,131072,0.35,2\nv100,V100M32,eight,64000,262144,2.48,1\n' >"$tmp/badtypes.csv"
+check churn-bad-types 1 'badtypes.csv:3: column gpus' -- "$GPUFRAC" simulate "${churn[@]}" --node-types "$tmp/badtypes.csv"
+check churn-no-types 1 '/nonexistent/types.csv' -- "$GPUFRAC" simulate "${churn[@]}" --node-types /nonexistent/types.csv
+# The same seeds give the same JSON, byte for byte, whatever the threads.
+"$GPUFRAC" simulate "${churn[@]}" --consolidate --format json --jobs 1 >"$tmp/c1.json"
+"$GPUFRAC" simulate "${churn[@]}" --consolidate --format json --jobs 4 >"$tmp/c2.json"
+"$GPUFRAC" simulate "${churn[@]}" --consolidate --format json --seeds 3 >"$tmp/c3.json"
+if [ -s "$tmp/c1.json" ] && cmp -s "$tmp/c1.json" "$tmp/c2.json" && ! cmp -s "$tmp/c1.json" "$tmp/c3.json"; then
+  echo "ok   churn-deterministic"; pass=$((pass + 1)); else echo "FAIL churn-deterministic"; fail=$((fail + 1)); fi
+if python3 - "$tmp/c1.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+need = {"gpu_hours_bought", "gpu_hours_asked", "bought_per_asked", "pending_p50_s",
+        "pending_p99_s", "evictions", "reload_minutes", "cost", "nodes"}
+assert d["churn"]["consolidate"] is True and d["seeds"] == "1,2"
+assert [s["policy"] for s in d["summary"]] == ["whole", "fgd", "gpufrac"]
+for s in d["summary"]:
+    assert need <= set(s), need - set(s)
+    assert s["gpu_hours_bought"] >= s["gpu_hours_asked"] > 0, s
+    assert len(s["nodes"]) == 25, len(s["nodes"])
+PY
+then echo "ok   churn-json-fields"; pass=$((pass + 1)); else echo "FAIL churn-json-fields"; fail=$((fail + 1)); fi
+check churn-out 0 '' -- "$GPUFRAC" simulate "${churn[@]}" --out "$tmp/creport"
+if grep -q '<polyline' "$tmp/creport/churn-nodes-pods_small.svg" && [ -s "$tmp/creport/churn-summary.json" ]; then
+  echo "ok   churn-out-files"; pass=$((pass + 1)); else echo "FAIL churn-out-files"; fail=$((fail + 1)); fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,285 @@
+/*
+ * gpufrac simulate --churn: loads the node types, pod lists and lifetimes,
+ * runs every (trace, policy, seed) on worker threads, each run on its own
+ * cluster, and prints the means per (trace, policy).  See
+ * include/gpufrac/churn.h for the model.
+ */
+#include "simulate_churn.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "gpufrac/error.h"
+#include "gpufrac/sim.h"
+#include "gpufrac/trace.h"
+
+typedef struct ctrace {
+  char name[128];
+  char path[4096];
+  char life_path[4096];
+  gf_pod_list pods;
+  gf_lifetimes life;
+  gf_typical_set typical, shapes;
+} ctrace;
+
+typedef struct csweep {
+  const churn_cli *o;
+  const gf_cluster *proto;
+  const gf_node_types *types;
+  ctrace *traces;
+  gf_churn_result *results; /* [trace][policy][seed] */
+  int njobs, next, failed;
+  pthread_mutex_t lock;
+  char error[GF_DIAG_MAX + 128];
+} csweep;
+
+static void *worker(void *arg) {
+  csweep *s = arg;
+  const churn_cli *o = s->o;
+  for (;;) {
+    pthread_mutex_lock(&s->lock);
+    int j = s->failed ? s->njobs : s->next++;
+    pthread_mutex_unlock(&s->lock);
+    if (j >= s->njobs)
+      break;
+    int seed = j % o->nseeds, pol = (j / o->nseeds) % o->npolicies,
+        tr = j / (o->nseeds * o->npolicies);
+    gf_churn_config cfg = o->cfg;
+    cfg.policy = o->policies[pol];
+    cfg.seed = o->seeds[seed];
+    cfg.typical = &s->traces[tr].typical;
+    cfg.shapes = &s->traces[tr].shapes;
+    gf_diag d = {""};
+    if (gf_churn_run(s->proto, s->types, &s->traces[tr].pods,
+                     &s->traces[tr].life, &cfg, &s->results[j], &d)) {
+      pthread_mutex_lock(&s->lock);
+      if (!s->failed)
+        snprintf(s->error, sizeof(s->error), "%s, %s, seed %llu: %.300s",
+                 s->traces[tr].name, o->policies[pol],
+                 (unsigned long long)o->seeds[seed], d.msg);
+      s->failed = 1;
+      pthread_mutex_unlock(&s->lock);
+    }
+  }
+  return NULL;
+}
+
+static int run_all(csweep *s) {
+  pthread_mutex_init(&s->lock, NULL);
+  int jobs = s->o->jobs < s->njobs ? s->o->jobs : s->njobs;
+  pthread_t th[64];
+  int started = 0;
+  for (int i = 0; i < jobs && i < 64; i++, started++)
+    if (pthread_create(&th[i], NULL, worker, s) != 0)
+      break;
+  if (started == 0)
+    worker(s);
+  for (int i = 0; i < started; i++)
+    pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&s->lock);
+  return s->failed ? -1 : 0;
+}
+
+static int load_trace(const churn_cli *o, int t, gf_cluster *proto,
+                      ctrace *tr) {
+  gf_diag d = {""};
+  if (o->pods_path) {
+    const char *slash = strrchr(o->pods_path, '/');
+    const char *b = slash ? slash + 1 : o->pods_path;
+    if (strncmp(b, "openb_pod_list_", 15) == 0)
+      b += 15;
+    snprintf(tr->name, sizeof(tr->name), "%s", b);
+    char *dot = strrchr(tr->name, '.');
+    if (dot && strcmp(dot, ".csv") == 0)
+      *dot = '\0';
+    snprintf(tr->path, sizeof(tr->path), "%s", o->pods_path);
+  } else {
+    snprintf(tr->name, sizeof(tr->name), "%s", o->traces[t]);
+    snprintf(tr->path, sizeof(tr->path), "%s/traces/openb_pod_list_%s.csv",
+             o->data_dir, o->traces[t]);
+  }
+  if (gf_trace_load_pods(tr->path, proto, &tr->pods, &d)) {
+    fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
+    return -1;
+  }
+  if (tr->pods.n == 0) {
+    fprintf(stderr, "gpufrac simulate: %s: no pods\n", tr->path);
+    return -1;
+  }
+  if (gf_sim_typical(&tr->pods, 95.0, &tr->typical) ||
+      gf_sim_typical(&tr->pods, 100.0, &tr->shapes)) {
+    fprintf(stderr, "gpufrac simulate: %s: typical pods: out of memory\n",
+            tr->path);
+    return -1;
+  }
+  snprintf(tr->life_path, sizeof(tr->life_path), "%s",
+           o->lifetimes_path ? o->lifetimes_path : tr->path);
+  int rc = gf_lifetimes_load(tr->life_path, &tr->life, &d);
+  if (rc == GF_ENOTFOUND && !o->lifetimes_path) {
+    /* The multigpu* lists carry no times: they were sampled from the
+     * default list, whose lifetimes stand in. */
+    snprintf(tr->life_path, sizeof(tr->life_path),
+             "%s/traces/openb_pod_list_default.csv", o->data_dir);
+    d.msg[0] = '\0';
+    rc = gf_lifetimes_load(tr->life_path, &tr->life, &d);
+  }
+  if (rc) {
+    fprintf(stderr, "gpufrac simulate: lifetimes: %s\n", d.msg);
+    return -1;
+  }
+  return 0;
+}
+
+static FILE *open_out(const char *dir, const char *name) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE *fp = fopen(path, "w");
+  if (!fp)
+    fprintf(stderr, "gpufrac simulate: %s: %s\n", path, strerror(errno));
+  return fp;
+}
+
+static int write_out(const churn_cli *o, const ctrace *traces,
+                     const gf_churn_summary *sum, int nsum) {
+  if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "gpufrac simulate: %s: %s\n", o->out_dir, strerror(errno));
+    return -1;
+  }
+  FILE *fp = open_out(o->out_dir, "churn-summary.json");
+  if (!fp)
+    return -1;
+  gf_churn_report_json(fp, sum, nsum, &o->cfg, o->seeds_arg);
+  int bad = fclose(fp) != 0;
+  for (int t = 0; t < o->ntraces; t++) {
+    char name[256], title[512];
+    snprintf(name, sizeof(name), "churn-nodes-%s.svg", traces[t].name);
+    snprintf(title, sizeof(title),
+             "Nodes bought over time: trace %s, load %.0f%%, %d seed%s",
+             traces[t].name, o->cfg.load * 100, o->nseeds,
+             o->nseeds > 1 ? "s" : "");
+    if (!(fp = open_out(o->out_dir, name)))
+      return -1;
+    gf_churn_report_svg(fp, &sum[t * o->npolicies], o->npolicies,
+                        o->cfg.sample_s, title);
+    bad |= fclose(fp) != 0;
+  }
+  if (bad)
+    fprintf(stderr, "gpufrac simulate: writing into %s failed\n", o->out_dir);
+  return bad ? -1 : 0;
+}
+
+int simulate_churn(const churn_cli *o) {
+  int rc = GF_EXIT_FAIL;
+  gf_diag d = {""};
+  gf_node_types types = {NULL, 0};
+  gf_cluster *proto = gf_cluster_new();
+  ctrace *traces = calloc((size_t)o->ntraces, sizeof(*traces));
+  int nsum = o->ntraces * o->npolicies;
+  gf_churn_summary *sum = calloc((size_t)nsum, sizeof(*sum));
+  csweep s;
+  memset(&s, 0, sizeof(s));
+  char tpath[4096];
+  if (!proto || !traces || !sum) {
+    fprintf(stderr, "gpufrac simulate: out of memory\n");
+    goto out;
+  }
+  if (!o->node_types_path)
+    snprintf(tpath, sizeof(tpath), "%s/node_types_openb.csv", o->data_dir);
+  else
+    snprintf(tpath, sizeof(tpath), "%s", o->node_types_path);
+  if (gf_node_types_load(tpath, &types, &d)) {
+    fprintf(stderr, "gpufrac simulate: --node-types: %s\n", d.msg);
+    goto out;
+  }
+  /* Models in node-type order first, so ids do not depend on the pods. */
+  for (size_t i = 0; i < types.n; i++)
+    if (types.t[i].gpus &&
+        gf_cluster_model_id(proto, types.t[i].model, true) < 0) {
+      fprintf(stderr, "gpufrac simulate: %s: too many GPU models\n", tpath);
+      goto out;
+    }
+  for (int t = 0; t < o->ntraces; t++)
+    if (load_trace(o, t, proto, &traces[t]))
+      goto out;
+  /* Each policy and its parameters, once, before any work. */
+  for (int p = 0; p < o->npolicies; p++) {
+    gf_engine *e;
+    gf_engine_config ec = {.policy = o->policies[p],
+                           .typical = &traces[0].typical,
+                           .shapes = &traces[0].shapes};
+    if (gf_engine_new(proto, &ec, &e, &d)) {
+      fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
+      rc = GF_EXIT_USAGE;
+      goto out;
+    }
+    gf_engine_free(e);
+  }
+  s.o = o;
+  s.proto = proto;
+  s.types = &types;
+  s.traces = traces;
+  s.njobs = nsum * o->nseeds;
+  if (!(s.results = calloc((size_t)s.njobs, sizeof(*s.results)))) {
+    fprintf(stderr, "gpufrac simulate: out of memory\n");
+    goto out;
+  }
+  if (run_all(&s)) {
+    fprintf(stderr, "gpufrac simulate: %s\n", s.error);
+    goto out;
+  }
+  for (int i = 0; i < nsum; i++)
+    if (gf_churn_summary_of(traces[i / o->npolicies].name,
+                            o->policies[i % o->npolicies], &o->cfg,
+                            &s.results[i * o->nseeds], o->nseeds, &sum[i])) {
+      fprintf(stderr, "gpufrac simulate: out of memory\n");
+      goto out;
+    }
+  if (strcmp(o->format, "json") == 0) {
+    gf_churn_report_json(stdout, sum, nsum, &o->cfg, o->seeds_arg);
+  } else {
+    printf("gpufrac simulate --churn: %.0f%% of %.0f reference GPUs offered, "
+           "%.1f days, seeds %s\n",
+           o->cfg.load * 100, s.results[0].reference_gpus,
+           o->cfg.duration_s / 86400, o->seeds_arg);
+    for (int t = 0; t < o->ntraces; t++)
+      printf("  %s: %zu pods, %zu lifetimes (from %s), mean capped lifetime "
+             "%.2f h, %.0f arrivals/h\n",
+             traces[t].name, traces[t].pods.n, traces[t].life.n,
+             traces[t].life_path,
+             s.results[t * o->npolicies * o->nseeds].mean_lifetime_s / 3600,
+             s.results[t * o->npolicies * o->nseeds].rate_per_h);
+    printf("\n");
+    gf_churn_report_table(stdout, sum, nsum);
+    printf("\nGPUh = GPU-hours; ratio = bought / asked for; wait = pending "
+           "time per pod;\nevict and reload m come from --consolidate.  See "
+           "docs/simulator.md.\n");
+  }
+  if (o->out_dir && write_out(o, traces, sum, nsum))
+    goto out;
+  rc = fflush(stdout) == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
+out:
+  if (s.results)
+    for (int j = 0; j < s.njobs; j++)
+      gf_churn_result_release(&s.results[j]);
+  free(s.results);
+  if (sum)
+    for (int i = 0; i < nsum; i++)
+      gf_churn_summary_release(&sum[i]);
+  free(sum);
+  if (traces)
+    for (int t = 0; t < o->ntraces; t++) {
+      gf_pod_list_release(&traces[t].pods);
+      gf_lifetimes_release(&traces[t].life);
+      gf_typical_release(&traces[t].typical);
+      gf_typical_release(&traces[t].shapes);
+    }
+  free(traces);
+  gf_node_types_release(&types);
+  gf_cluster_free(proto);
+  return rc;
+}

@@ -1,0 +1,226 @@
+/*
+ * Inputs of the churn replay: the node types an autoscaler can buy and the
+ * pod lifetimes of a trace (gpufrac/churn.h).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "csv.h"
+#include "gpufrac/churn.h"
+#include "gpufrac/error.h"
+#include "gpufrac/quantity.h"
+
+#define MIB (1024 * 1024)
+
+static int header(gf_csv *csv, const char *const *names, int n, int *idx,
+                  gf_diag *d) {
+  int rc = gf_csv_next(csv, d);
+  if (rc < 0)
+    return rc;
+  if (rc == 0)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: empty file, expected a header",
+                       csv->source);
+  for (int i = 0; i < n; i++)
+    if ((idx[i] = gf_csv_column(csv, names[i])) < 0)
+      return gf_diag_set(d, GF_ENOTFOUND, "%s:%lu: header lacks column '%s'",
+                         csv->source, csv->line, names[i]);
+  return 0;
+}
+
+static int field_int(gf_csv *csv, int col, const char *name, int64_t min,
+                     int64_t max, int64_t *out, gf_diag *d) {
+  int rc = gf_parse_int64(csv->fields[col], min, max, out, d);
+  if (rc)
+    gf_diag_prefix(d, "%s:%lu: column %s", csv->source, csv->line, name);
+  return rc;
+}
+
+static int field_price(gf_csv *csv, int col, double *out, gf_diag *d) {
+  const char *s = csv->fields[col];
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (!*s || *end || errno || !isfinite(v) || v < 0 || v > 1e6)
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s:%lu: column gpu_hour_price: '%s' is not a price "
+                       "in 0..1e6",
+                       csv->source, csv->line, s);
+  *out = v;
+  return 0;
+}
+
+int gf_node_types_read(FILE *fp, const char *source, gf_node_types *out,
+                       gf_diag *d) {
+  static const char *const cols[] = {
+      "type",       "model",          "gpus", "cpu_milli",
+      "memory_mib", "gpu_hour_price", "count"};
+  int idx[7];
+  gf_csv csv;
+  gf_csv_init(&csv, fp, source);
+  int rc = header(&csv, cols, 7, idx, d);
+  if (rc)
+    return rc == GF_ENOTFOUND ? GF_ESYNTAX : rc;
+  int width = csv.nfields;
+  gf_node_types l = {NULL, 0};
+  while ((rc = gf_csv_next(&csv, d)) == 1) {
+    if (csv.nfields != width) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "%s:%lu: %d fields, header has %d",
+                       source, csv.line, csv.nfields, width);
+      goto fail;
+    }
+    if (l.n == GF_NODE_TYPES_MAX) {
+      rc = gf_diag_set(d, GF_ELIMIT, "%s:%lu: more than %d node types", source,
+                       csv.line, GF_NODE_TYPES_MAX);
+      goto fail;
+    }
+    gf_node_type t;
+    memset(&t, 0, sizeof(t));
+    int64_t gpus, cpu, mem, count;
+    if ((rc = field_int(&csv, idx[2], "gpus", 0, GF_MAX_GPUS_PER_NODE, &gpus,
+                        d)) ||
+        (rc =
+             field_int(&csv, idx[3], "cpu_milli", 1, INT64_MAX / 2, &cpu, d)) ||
+        (rc = field_int(&csv, idx[4], "memory_mib", 1, INT64_MAX / MIB / 2,
+                        &mem, d)) ||
+        (rc = field_price(&csv, idx[5], &t.gpu_hour_price, d)) ||
+        (rc = field_int(&csv, idx[6], "count", 0, 100000, &count, d)))
+      goto fail;
+    const char *name = csv.fields[idx[0]], *model = csv.fields[idx[1]];
+    if (!*name || strlen(name) >= sizeof(t.name)) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "%s:%lu: column type: empty or longer than %zu bytes",
+                       source, csv.line, sizeof(t.name) - 1);
+      goto fail;
+    }
+    if (strlen(model) >= sizeof(t.model) || (gpus > 0 && !*model)) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "%s:%lu: column model: %s", source,
+                       csv.line,
+                       *model ? "too long" : "empty for a node with GPUs");
+      goto fail;
+    }
+    for (size_t i = 0; i < l.n; i++)
+      if (strcmp(l.t[i].name, name) == 0) {
+        rc = gf_diag_set(d, GF_EEXIST, "%s:%lu: column type: '%s' twice",
+                         source, csv.line, name);
+        goto fail;
+      }
+    memcpy(t.name, name, strlen(name) + 1);
+    memcpy(t.model, model, strlen(model) + 1);
+    t.gpus = (uint32_t)gpus;
+    t.cpu_milli = cpu;
+    t.mem_bytes = mem * MIB;
+    t.count = (uint32_t)count;
+    gf_node_type *grown = realloc(l.t, (l.n + 1) * sizeof(*grown));
+    if (!grown) {
+      rc = gf_diag_set(d, GF_ENOMEM, "%s:%lu: out of memory", source, csv.line);
+      goto fail;
+    }
+    l.t = grown;
+    l.t[l.n++] = t;
+  }
+  if (rc < 0)
+    goto fail;
+  if (l.n == 0) {
+    rc = gf_diag_set(d, GF_ESYNTAX, "%s: no node types", source);
+    goto fail;
+  }
+  *out = l;
+  return 0;
+fail:
+  free(l.t);
+  return rc;
+}
+
+static int open_file(const char *path, FILE **fp, gf_diag *d) {
+  *fp = fopen(path, "r");
+  if (!*fp)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  return 0;
+}
+
+int gf_node_types_load(const char *path, gf_node_types *out, gf_diag *d) {
+  FILE *fp;
+  int rc = open_file(path, &fp, d);
+  if (rc)
+    return rc;
+  rc = gf_node_types_read(fp, path, out, d);
+  fclose(fp);
+  return rc;
+}
+
+void gf_node_types_release(gf_node_types *t) {
+  free(t->t);
+  t->t = NULL;
+  t->n = 0;
+}
+
+int gf_lifetimes_read(FILE *fp, const char *source, gf_lifetimes *out,
+                      gf_diag *d) {
+  static const char *const cols[] = {"scheduled_time", "deletion_time"};
+  int idx[2];
+  gf_csv csv;
+  gf_csv_init(&csv, fp, source);
+  int rc = header(&csv, cols, 2, idx, d);
+  if (rc)
+    return rc;
+  int width = csv.nfields;
+  gf_lifetimes l = {NULL, 0};
+  size_t cap = 0;
+  while ((rc = gf_csv_next(&csv, d)) == 1) {
+    if (csv.nfields != width) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "%s:%lu: %d fields, header has %d",
+                       source, csv.line, csv.nfields, width);
+      goto fail;
+    }
+    if (!*csv.fields[idx[0]] || !*csv.fields[idx[1]])
+      continue; /* never scheduled (or never deleted): no lifetime */
+    int64_t sched, del;
+    if ((rc = field_int(&csv, idx[0], "scheduled_time", 0, INT64_MAX / 2,
+                        &sched, d)) ||
+        (rc = field_int(&csv, idx[1], "deletion_time", 0, INT64_MAX / 2, &del,
+                        d)))
+      goto fail;
+    if (del <= sched)
+      continue;
+    if (l.n == cap) {
+      cap = cap ? cap * 2 : 1024;
+      double *s = realloc(l.s, cap * sizeof(*s));
+      if (!s) {
+        rc = gf_diag_set(d, GF_ENOMEM, "%s:%lu: out of memory", source,
+                         csv.line);
+        goto fail;
+      }
+      l.s = s;
+    }
+    l.s[l.n++] = (double)(del - sched);
+  }
+  if (rc < 0)
+    goto fail;
+  if (l.n == 0) {
+    rc = gf_diag_set(d, GF_ENOTFOUND, "%s: no pod has a lifetime", source);
+    goto fail;
+  }
+  *out = l;
+  return 0;
+fail:
+  free(l.s);
+  return rc;
+}
+
+int gf_lifetimes_load(const char *path, gf_lifetimes *out, gf_diag *d) {
+  FILE *fp;
+  int rc = open_file(path, &fp, d);
+  if (rc)
+    return rc;
+  rc = gf_lifetimes_read(fp, path, out, d);
+  fclose(fp);
+  return rc;
+}
+
+void gf_lifetimes_release(gf_lifetimes *l) {
+  free(l->s);
+  l->s = NULL;
+  l->n = 0;
+}

@@ -1,0 +1,221 @@
+/*
+ * Reporting the churn replay: means over seeds, a table, JSON, and an SVG
+ * chart of the nodes bought over time (gpufrac/churn.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpufrac/churn.h"
+#include "gpufrac/error.h"
+
+int gf_churn_summary_of(const char *trace, const char *policy,
+                        const gf_churn_config *cfg, const gf_churn_result *runs,
+                        int n, gf_churn_summary *out) {
+  memset(out, 0, sizeof(*out));
+  out->trace = trace;
+  out->policy = policy;
+  out->nseeds = n;
+  out->load = cfg->load;
+  out->duration_h = cfg->duration_s / 3600;
+  uint32_t ns = 0;
+  for (int i = 0; i < n; i++)
+    ns = runs[i].nsamples > ns ? runs[i].nsamples : ns;
+  if (ns && !(out->nodes = calloc(ns, sizeof(*out->nodes))))
+    return GF_ENOMEM;
+  out->nsamples = ns;
+  for (int i = 0; i < n; i++) {
+    const gf_churn_result *r = &runs[i];
+#define ADD(f) out->f += (double)r->f / n
+    ADD(rate_per_h);
+    ADD(arrived);
+    ADD(placed);
+    ADD(unschedulable);
+    ADD(still_pending);
+    ADD(waited);
+    ADD(gpu_hours_bought);
+    ADD(gpu_hours_asked);
+    ADD(gpu_hours_held);
+    ADD(cost);
+    ADD(evictions);
+    ADD(drains);
+    ADD(reload_minutes);
+    ADD(peak_nodes);
+    ADD(nodes_added);
+    ADD(nodes_removed);
+    ADD(pending_p50_s);
+    ADD(pending_p99_s);
+    ADD(pending_mean_s);
+    ADD(wall_s);
+#undef ADD
+    for (uint32_t j = 0; j < r->nsamples; j++)
+      out->nodes[j] += (double)r->nodes[j] / n;
+  }
+  out->waste_ratio = out->gpu_hours_asked > 0
+                         ? out->gpu_hours_bought / out->gpu_hours_asked
+                         : NAN;
+  return 0;
+}
+
+void gf_churn_summary_release(gf_churn_summary *s) {
+  free(s->nodes);
+  s->nodes = NULL;
+  s->nsamples = 0;
+}
+
+void gf_churn_report_table(FILE *fp, const gf_churn_summary *s, int n) {
+  fprintf(fp, "%-14s %-9s %10s %10s %6s %10s %6s %8s %8s %6s %8s %6s %7s\n",
+          "trace", "policy", "GPUh bought", "GPUh asked", "ratio", "cost",
+          "peak", "wait p50", "wait p99", "evict", "reload m", "unsch",
+          "wall s");
+  for (int i = 0; i < n; i++) {
+    const gf_churn_summary *x = &s[i];
+    fprintf(fp,
+            "%-14s %-9s %11.0f %10.0f %6.3f %10.0f %6.0f %7.0fs %7.0fs "
+            "%6.0f %8.0f %6.0f %7.2f\n",
+            x->trace, x->policy, x->gpu_hours_bought, x->gpu_hours_asked,
+            x->waste_ratio, x->cost, x->peak_nodes, x->pending_p50_s,
+            x->pending_p99_s, x->evictions, x->reload_minutes, x->unschedulable,
+            x->wall_s);
+  }
+}
+
+static void jnum(FILE *fp, const char *k, double v, int last) {
+  if (isfinite(v))
+    fprintf(fp, "\"%s\": %.6g%s", k, v, last ? "" : ", ");
+  else
+    fprintf(fp, "\"%s\": null%s", k, last ? "" : ", ");
+}
+
+/* Names here are policy and trace names (letters, digits, -_.:=): quoted
+ * with \ and " escaped all the same. */
+static void jstr(FILE *fp, const char *k, const char *v) {
+  fprintf(fp, "\"%s\": \"", k);
+  for (; *v; v++) {
+    if (*v == '"' || *v == '\\')
+      fputc('\\', fp);
+    if ((unsigned char)*v >= 0x20)
+      fputc(*v, fp);
+  }
+  fprintf(fp, "\", ");
+}
+
+void gf_churn_report_json(FILE *fp, const gf_churn_summary *s, int n,
+                          const gf_churn_config *cfg, const char *seeds) {
+  fprintf(fp, "{\"churn\": {");
+  jnum(fp, "load", cfg->load, 0);
+  jnum(fp, "duration_s", cfg->duration_s, 0);
+  jnum(fp, "provision_s", cfg->provision_s, 0);
+  jnum(fp, "scale_down_delay_s", cfg->empty_s, 0);
+  fprintf(fp, "\"consolidate\": %s, ", cfg->consolidate ? "true" : "false");
+  jnum(fp, "reload_s", cfg->reload_s, 0);
+  jnum(fp, "initial_nodes", cfg->initial, 0);
+  jnum(fp, "sample_s", cfg->sample_s, 1);
+  fprintf(fp, "}, ");
+  jstr(fp, "seeds", seeds);
+  fprintf(fp, "\"summary\": [");
+  for (int i = 0; i < n; i++) {
+    const gf_churn_summary *x = &s[i];
+    fprintf(fp, "%s\n  {", i ? "," : "");
+    jstr(fp, "trace", x->trace);
+    jstr(fp, "policy", x->policy);
+    fprintf(fp, "\"seeds\": %d, ", x->nseeds);
+    jnum(fp, "arrival_rate_per_h", x->rate_per_h, 0);
+    jnum(fp, "arrived", x->arrived, 0);
+    jnum(fp, "placed", x->placed, 0);
+    jnum(fp, "unschedulable", x->unschedulable, 0);
+    jnum(fp, "still_pending", x->still_pending, 0);
+    jnum(fp, "waited", x->waited, 0);
+    jnum(fp, "gpu_hours_bought", x->gpu_hours_bought, 0);
+    jnum(fp, "gpu_hours_asked", x->gpu_hours_asked, 0);
+    jnum(fp, "gpu_hours_held", x->gpu_hours_held, 0);
+    jnum(fp, "bought_per_asked", x->waste_ratio, 0);
+    jnum(fp, "cost", x->cost, 0);
+    jnum(fp, "peak_nodes", x->peak_nodes, 0);
+    jnum(fp, "nodes_added", x->nodes_added, 0);
+    jnum(fp, "nodes_removed", x->nodes_removed, 0);
+    jnum(fp, "pending_p50_s", x->pending_p50_s, 0);
+    jnum(fp, "pending_p99_s", x->pending_p99_s, 0);
+    jnum(fp, "pending_mean_s", x->pending_mean_s, 0);
+    jnum(fp, "evictions", x->evictions, 0);
+    jnum(fp, "drains", x->drains, 0);
+    jnum(fp, "reload_minutes", x->reload_minutes, 0);
+    fprintf(fp, "\"nodes\": [");
+    for (uint32_t j = 0; j < x->nsamples; j++)
+      fprintf(fp, "%s%.6g", j ? ", " : "", x->nodes[j]);
+    fprintf(fp, "]}");
+  }
+  fprintf(fp, "\n]}\n");
+}
+
+static const char *const palette[] = {"#1b9e77", "#d95f02", "#7570b3",
+                                      "#e7298a", "#66a61e", "#e6ab02",
+                                      "#a6761d", "#666666"};
+
+void gf_churn_report_svg(FILE *fp, const gf_churn_summary *s, int n,
+                         double sample_s, const char *title) {
+  const double W = 780, H = 480, L = 70, R = 190, T = 50, B = 60;
+  const double pw = W - L - R, ph = H - T - B;
+  double xmax = 0, ymax = 1;
+  for (int i = 0; i < n; i++) {
+    if (s[i].nsamples > 1 && (s[i].nsamples - 1) * sample_s / 3600 > xmax)
+      xmax = (s[i].nsamples - 1) * sample_s / 3600;
+    for (uint32_t j = 0; j < s[i].nsamples; j++)
+      ymax = s[i].nodes[j] > ymax ? s[i].nodes[j] : ymax;
+  }
+  if (xmax <= 0)
+    xmax = 1;
+  double ystep = pow(10, floor(log10(ymax)));
+  if (ymax / ystep < 3)
+    ystep /= 2;
+  ymax = ceil(ymax / ystep) * ystep;
+  double xstep = xmax > 48 ? 24 : xmax > 12 ? 6 : 1;
+#define PX(x) (L + pw * (x) / xmax)
+#define PY(y) (T + ph - ph * (y) / ymax)
+  fprintf(fp,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+          "height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
+          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+          "<text x=\"%.0f\" y=\"24\" font-size=\"15\" "
+          "font-weight=\"bold\">%s</text>\n",
+          W, H, L, title);
+  for (double x = 0; x <= xmax + 1e-9; x += xstep)
+    fprintf(fp,
+            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+            "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
+            "text-anchor=\"middle\">%.0f</text>\n",
+            PX(x), T, PX(x), T + ph, PX(x), T + ph + 16, x);
+  for (double y = 0; y <= ymax + 1e-9; y += ystep)
+    fprintf(fp,
+            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+            "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
+            "text-anchor=\"end\">%.0f</text>\n",
+            L, PY(y), L + pw, PY(y), L - 6, PY(y) + 4, y);
+  fprintf(fp,
+          "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
+          "fill=\"none\" stroke=\"#333\"/>\n"
+          "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">hours</text>\n"
+          "<text transform=\"translate(20,%.0f) rotate(-90)\" "
+          "text-anchor=\"middle\">nodes bought</text>\n",
+          L, T, pw, ph, L + pw / 2, H - 16, T + ph / 2);
+  for (int i = 0; i < n; i++) {
+    const char *col = palette[i % (sizeof(palette) / sizeof(palette[0]))];
+    fprintf(fp,
+            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
+            "points=\"",
+            col);
+    for (uint32_t j = 0; j < s[i].nsamples; j++)
+      fprintf(fp, "%.1f,%.1f ", PX(j * sample_s / 3600), PY(s[i].nodes[j]));
+    fprintf(fp, "\"/>\n");
+    double ly = T + 12 + 22.0 * i;
+    fprintf(fp,
+            "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
+            "stroke=\"%s\" stroke-width=\"3\"/><text x=\"%.0f\" y=\"%.0f\">"
+            "%s: %.3f bought/asked</text>\n",
+            L + pw + 10, ly, L + pw + 30, ly, col, L + pw + 35, ly + 4,
+            s[i].policy, s[i].waste_ratio);
+  }
+#undef PX
+#undef PY
+  fprintf(fp, "</svg>\n");
+}
