@@ -44,6 +44,8 @@ typedef struct nrec {
   int64_t cpu_milli, mem_bytes;
   bool has_inv;
   char *inv_error; /* why its inventory was refused; NULL if it was not */
+  bool disrupted;  /* Karpenter's disruption taint: no new pods */
+  bool cordoned;   /* spec.unschedulable: no new pods */
   gf_inventory inv;
 } nrec;
 
@@ -747,6 +749,9 @@ static int node_update_locked(gf_sched *s, const gf__node *pn) {
         strcmp(s->nodes[i].inv_error ? s->nodes[i].inv_error : "",
                pn->inv_error) == 0) {
       snprintf(s->nodes[i].rv, sizeof(s->nodes[i].rv), "%s", pn->rv);
+      /* only the filter reads these: no need to rebook its pods */
+      s->nodes[i].disrupted = pn->disrupted;
+      s->nodes[i].cordoned = pn->cordoned;
       return 0;
     }
     node_remove_locked(s, (uint32_t)i);
@@ -773,6 +778,8 @@ static int node_update_locked(gf_sched *s, const gf__node *pn) {
   n->cpu_milli = pn->cpu_milli;
   n->mem_bytes = pn->mem_bytes;
   n->has_inv = pn->has_inventory;
+  n->disrupted = pn->disrupted;
+  n->cordoned = pn->cordoned;
   n->inv = pn->inv;
   s->nnodes++;
   s->changes++;
@@ -991,6 +998,20 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
   char a[32], b[32];
   if (r->gpu_count == 0)
     return 0; /* not ours to judge: kube-scheduler checks CPU and memory */
+  /* A node on its way out takes no new GPU pods, even one whose
+   * tolerations would let kube-scheduler place it there: the pod would be
+   * evicted again as soon as its weights are loaded.  It may come back
+   * (uncordoned, the disruption cancelled), so not unresolvable. */
+  if (nr->disrupted) {
+    snprintf(why, cap,
+             "node is being disrupted by Karpenter (taint %s:NoSchedule)",
+             GF__TAINT_DISRUPTED);
+    return 1;
+  }
+  if (nr->cordoned) {
+    snprintf(why, cap, "node is cordoned (spec.unschedulable)");
+    return 1;
+  }
   /* The common case first: gf_node_fits is exactly "every check below
    * passes" (and is cheap: the node's free-share index rules most nodes in
    * or out without looking at each GPU); the reasons are only worked out

@@ -73,9 +73,19 @@ typedef struct gf__node {
   bool has_inventory;
   gf_inventory inv;
   char inv_error[GF_DIAG_MAX]; /* why the inventory was refused; "" if not */
+  /* Not to take new pods for now (FailedNodes, not unresolvable): */
+  bool disrupted; /* spec.taints holds GF__TAINT_DISRUPTED, effect NoSchedule */
+  bool cordoned;  /* spec.unschedulable is true */
 } gf__node;
 
-/* Parses a v1 Node.  A malformed inventory is an error (GF_ESYNTAX...)
+/* The taint Karpenter puts on a node it has chosen to disrupt
+ * (consolidation, drift, expiry) before it drains it. */
+#define GF__TAINT_DISRUPTED "karpenter.sh/disrupted"
+
+/* Parses a v1 Node.  spec.unschedulable and a GF__TAINT_DISRUPTED taint
+ * with effect NoSchedule set cordoned and disrupted; members of the wrong
+ * type there are ignored (the API server validates them).  A malformed
+ * inventory is an error (GF_ESYNTAX...)
  * with the node named in d; the rest of *out is then filled all the same
  * (has_inventory false, inv_error saying why), so the node can be kept as
  * a node without GPUs whose filter reason names the refused inventory. */

@@ -288,6 +288,20 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
   if ((rc = gf__json_str(meta, "resourceVersion", out->rv, sizeof(out->rv),
                          false, "Node: metadata.resourceVersion", d)))
     return rc;
+  const json_t *spec = gf__json_get(node, "spec");
+  if (json_is_object(spec)) {
+    out->cordoned = json_is_true(gf__json_get(spec, "unschedulable"));
+    const json_t *taints = gf__json_get(spec, "taints");
+    size_t ti;
+    const json_t *t;
+    json_array_foreach(taints, ti, t) {
+      const char *key = json_string_value(gf__json_get(t, "key"));
+      const char *eff = json_string_value(gf__json_get(t, "effect"));
+      if (key && eff && strcmp(key, GF__TAINT_DISRUPTED) == 0 &&
+          strcmp(eff, "NoSchedule") == 0)
+        out->disrupted = true;
+    }
+  }
   /* Without status.allocatable the node is not constrained here:
    * kube-scheduler's own NodeResourcesFit checks CPU and memory anyway. */
   out->cpu_milli = INT64_MAX / 4;
@@ -821,6 +835,28 @@ json_t *gf_sched_node_slim(const json_t *node) {
     }
   } else if (meta && keep(out, node, "metadata")) {
     goto fail;
+  }
+  /* spec: unschedulable and the disruption taint only (gf__node_parse) */
+  const json_t *spec = gf__json_get(node, "spec");
+  if (json_is_object(spec)) {
+    json_t *sp = json_object();
+    if (!sp || json_object_set_new(out, "spec", sp) ||
+        keep(sp, spec, "unschedulable"))
+      goto fail;
+    const json_t *taints = gf__json_get(spec, "taints");
+    size_t ti;
+    const json_t *t;
+    json_t *kept = NULL;
+    json_array_foreach(taints, ti, t) {
+      const char *key = json_string_value(gf__json_get(t, "key"));
+      if (!key || strcmp(key, GF__TAINT_DISRUPTED) != 0)
+        continue;
+      if (!kept &&
+          (!(kept = json_array()) || json_object_set_new(sp, "taints", kept)))
+        goto fail;
+      if (json_array_append_new(kept, json_deep_copy(t)))
+        goto fail;
+    }
   }
   const json_t *alloc =
       json_is_object(st) ? gf__json_get(st, "allocatable") : NULL;

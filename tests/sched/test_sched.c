@@ -344,9 +344,34 @@ static void test_slim(void **state) {
       "{\"metadata\":{\"name\":\"\"}}",
       "{\"metadata\":7}",
       "{}",
+      /* cordoned and disrupted: the slim object keeps both */
+      "{\"metadata\":{\"name\":\"n\"},\"spec\":{\"unschedulable\":true,"
+      "\"podCIDR\":\"10.0.0.0/24\",\"taints\":[{\"key\":\"other\","
+      "\"effect\":\"NoSchedule\"},{\"key\":\"karpenter.sh/disrupted\","
+      "\"effect\":\"NoSchedule\"}]}}",
+      "{\"metadata\":{\"name\":\"n\"},\"spec\":{\"taints\":[7,{\"key\":"
+      "\"karpenter.sh/disrupted\"},{\"key\":\"karpenter.sh/disrupted\","
+      "\"effect\":\"NoExecute\"}],\"unschedulable\":\"yes\"}}",
+      "{\"metadata\":{\"name\":\"n\"},\"spec\":{\"taints\":{}}}",
   };
   for (size_t i = 0; i < sizeof(ncases) / sizeof(ncases[0]); i++)
     same_node(ncases[i]);
+  /* what the slim object of the cordoned, disrupted node parses to */
+  json_t *full = json_loads(ncases[7], 0, NULL);
+  json_t *slim = gf_sched_node_slim(full);
+  gf__node *pn = malloc(sizeof(*pn));
+  gf_diag d = {""};
+  assert_int_equal(gf__node_parse(slim, pn, &d), 0);
+  assert_true(pn->cordoned);
+  assert_true(pn->disrupted);
+  json_decref(slim);
+  json_decref(full);
+  full = json_loads(ncases[8], 0, NULL); /* no NoSchedule taint, not true */
+  assert_int_equal(gf__node_parse(full, pn, &d), 0);
+  assert_false(pn->cordoned);
+  assert_false(pn->disrupted);
+  json_decref(full);
+  free(pn);
 }
 
 /* ---- ExtenderArgs: NodeNames read by hand or by jansson, same answer ----*/
@@ -499,6 +524,62 @@ static void test_filter_names(void **state) {
       json_object_get(res, "FailedAndUnresolvableNodes"), "node-t4"));
   assert_string_equal(json_string_value(json_object_get(res, "Error")), "");
   json_decref(res);
+  free(body);
+}
+
+/* node-a100 again, with `spec` (JSON text) and resourceVersion rv. */
+static void a100_with_spec(gf_sched *s, const char *rv, const char *spec) {
+  json_t *n = fixture_json("node_a100.json");
+  json_object_set_new(json_object_get(n, "metadata"), "resourceVersion",
+                      json_string(rv));
+  json_object_set_new(n, "spec", json_loads(spec, 0, NULL));
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+}
+
+/* Issue 15: a node Karpenter is about to disrupt, or a cordoned one, takes
+ * no new GPU pods; both may come back, so FailedNodes, not unresolvable. */
+static void test_filter_disrupted_cordoned(void **state) {
+  fx *f = *state;
+  char *body = fixture("filter_args_names.json", NULL);
+  static const struct {
+    const char *spec, *why; /* why NULL: node-a100 passes */
+  } cases[] = {
+      {"{\"taints\":[{\"key\":\"karpenter.sh/disrupted\",\"effect\":"
+       "\"NoSchedule\"}]}",
+       "node is being disrupted by Karpenter"},
+      {"{\"unschedulable\":true}", "node is cordoned"},
+      {"{\"unschedulable\":false,\"taints\":[{\"key\":\"karpenter.sh/"
+       "disrupted\",\"effect\":\"PreferNoSchedule\"}]}",
+       NULL},
+      {"{\"unschedulable\":true,\"taints\":[{\"key\":\"karpenter.sh/"
+       "disrupted\",\"effect\":\"NoSchedule\"}]}",
+       "node is being disrupted by Karpenter"},
+      {"{}", NULL}, /* uncordoned, disruption cancelled: back */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char rv[16];
+    snprintf(rv, sizeof(rv), "%zu", 90000 + i);
+    a100_with_spec(f->s, rv, cases[i].spec);
+    int st;
+    json_t *res = call(f->s, "filter", body, &st);
+    assert_int_equal(st, 200);
+    const char *got = json_string_value(
+        json_object_get(json_object_get(res, "FailedNodes"), "node-a100"));
+    assert_null(json_object_get(
+        json_object_get(res, "FailedAndUnresolvableNodes"), "node-a100"));
+    if (cases[i].why) {
+      assert_non_null(got);
+      assert_non_null(strstr(got, cases[i].why));
+    } else {
+      assert_null(got);
+      assert_string_equal(json_string_value(json_array_get(
+                              json_object_get(res, "NodeNames"), 0)),
+                          "node-a100");
+    }
+    json_decref(res);
+  }
   free(body);
 }
 
@@ -1551,6 +1632,8 @@ int main(void) {
       cmocka_unit_test(test_args_names),
       cmocka_unit_test(test_bind_without_binder),
       cmocka_unit_test_setup_teardown(test_filter_names, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_filter_disrupted_cordoned, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_filter_nodes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bind_and_reasons, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cpu_reason, setup, teardown),
