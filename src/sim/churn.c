@@ -312,7 +312,8 @@ static bool vnode_fits(const churn *k, const vnode *v, const gf_request *r,
     gpus[(*ngpus)++] = (uint8_t)best;
     return true;
   }
-  for (uint32_t g = 0; g < t->gpus && *ngpus < r->gpu_count; g++)
+  for (uint32_t g = 0;
+       g < t->gpus && g < GF_MAX_GPUS_PER_NODE && *ngpus < r->gpu_count; g++)
     if (v->gpu_pods[g] == 0)
       gpus[(*ngpus)++] = (uint8_t)g;
   return *ngpus == r->gpu_count;
