@@ -32,11 +32,13 @@
 #define GF_GPU_MILLI 1000 /* one whole GPU */
 #define GF_MAX_GPUS_PER_NODE 16
 #define GF_MAX_MODELS 64     /* model ids fit a uint64_t mask */
-#define GF_MODEL_NAME_MAX 32 /* a model name as the node agent discovers it */
 /* A GPU model name in the cluster model and the inventory annotation, and
  * its NUL: real names reach 34 bytes ("NVIDIA GeForce RTX 4090 Laptop
  * GPU") and NVML allows 96; the inventory accepts up to 127. */
 #define GF_GPU_MODEL_MAX 128
+/* The same limit where the node agent derives a model from NVML's name: one
+ * limit, so a name the agent publishes is one the extender accepts. */
+#define GF_MODEL_NAME_MAX GF_GPU_MODEL_MAX
 #define GF_UUID_MAX 48
 
 typedef struct gf_gpu {

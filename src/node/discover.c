@@ -506,7 +506,7 @@ void gf__node_mig_profile(uint32_t gi_slices, uint32_t ci_slices,
 
 /* One group "COUNTxMODEL-MEMORY" of n bytes at p. */
 static int fake_group(const char *p, size_t n, gf_node_gpus *out, gf_diag *d) {
-  char grp[128];
+  char grp[GF_MODEL_NAME_MAX + 32]; /* count, "x", model, "-", memory */
   if (n == 0 || n >= sizeof(grp))
     return gf_diag_set(d, GF_ESYNTAX,
                        "fake GPUs: group '%.*s': want COUNTxMODEL-MEMORY "

@@ -78,6 +78,13 @@ static void test_fake_gpus(void **state) {
   /* Unknown models are fine, with 0 SMs. */
   assert_int_equal(gf_node_discover_fake("1xZ9-8GB", &g, &d), 0);
   assert_int_equal(g.gpus[0].sm_count, 0);
+  /* Real model names pass 32 bytes (issue 12): one this long is the
+   * agent's as it is the extender's (GF_GPU_MODEL_MAX). */
+  assert_int_equal(
+      gf_node_discover_fake("1xGeForce-RTX-4090-Laptop-GPU-Max-Q-16GB", &g, &d),
+      0);
+  assert_string_equal(g.gpus[0].model,
+                      "GeForce-RTX-4090-Laptop-GPU-Max-Q-16GB");
 
   static const struct {
     const char *spec;
@@ -92,7 +99,9 @@ static void test_fake_gpus(void **state) {
       {"2xT4-lots", GF_ESYNTAX, "memory 'lots'"},
       {"2xT4-16GB,", GF_ESYNTAX, "group"},
       {"9xT4-16GB,9xT4-16GB", GF_ELIMIT, "more than 16"},
-      {"1xAVeryLongModelNameThatDoesNotFit-80GB", GF_ELIMIT, "longer than"},
+      {"1xAVeryLongModelNameThatDoesNotFitAVeryLongModelNameThatDoesNotFit"
+       "AVeryLongModelNameThatDoesNotFitAVeryLongModelNameThatDoesNotFit-80GB",
+       GF_ELIMIT, "longer than"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     gf_diag e = {""};
@@ -275,7 +284,7 @@ static void test_nvml_mig_nvlink(void **state) {
     assert_string_equal(u->uuid, g.gpus[0].mig[k].uuid);
     assert_int_equal(u->mode, GF_GPU_MODE_EXCLUSIVE);
     assert_int_equal(u->mem_bytes, (int64_t)g.gpus[0].mig[k].mem_bytes);
-    char model[64];
+    char model[GF_MODEL_NAME_MAX + 64];
     snprintf(model, sizeof(model), "%s-%s", g.gpus[0].model,
              g.gpus[0].mig[k].profile);
     assert_string_equal(u->model, model);
