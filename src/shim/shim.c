@@ -1478,9 +1478,11 @@ static __attribute__((noinline)) void reap_maybe(void) {
 
 /* Clamps a device's (free, total) to its limit and the container's usage;
  * a is the accounting index (acct_of). */
-/* Views made by this thread: a view reads the (coarse) clock for
- * reap_maybe on its first call and then once every 64. */
-static __thread uint32_t views __attribute__((tls_model("initial-exec")));
+/* Views made in this process: a view reads the (coarse) clock for
+ * reap_maybe on the first call and then about once every 64 (relaxed
+ * load and store, not an atomic add: a count lost to a race only moves
+ * the check). */
+static _Atomic uint32_t views;
 
 static inline __attribute__((always_inline)) void
 clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
@@ -1496,7 +1498,9 @@ clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
   if (__builtin_expect(
           atomic_load_explicit(&S.npools, memory_order_relaxed) != 0, 0))
     pools_settle_all();
-  if (__builtin_expect((views++ & 63) == 0, 0))
+  uint32_t v = atomic_load_explicit(&views, memory_order_relaxed);
+  atomic_store_explicit(&views, v + 1, memory_order_relaxed);
+  if (__builtin_expect((v & 63) == 0, 0))
     reap_maybe();
   if (limit < *total)
     *total = limit;
