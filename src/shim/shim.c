@@ -112,6 +112,7 @@ static struct shim {
   pool_acct pools[GF_SHIM_POOLS];
   _Atomic int npools;       /* entries [0, npools) may be in use */
   _Atomic uint64_t reap_ns; /* coarse monotonic time of the last view reap */
+  _Atomic int ndev;         /* devices this process sees; 0 = not known yet */
   /* CUDA index -> accounting index and limits, set once (map_lock). */
   pthread_mutex_t map_lock;
   _Atomic int mapped;
@@ -538,8 +539,12 @@ static __attribute__((noinline)) bool slot_claim(void) {
   return ok;
 }
 
-/* The device of the calling thread's current context (0 if unknown). */
+/* The device of the calling thread's current context (0 if unknown).  A
+ * process that sees one device (the usual container on a shared GPU) has
+ * no other: no driver call then. */
 static uint32_t current_device(void) {
+  if (atomic_load_explicit(&S.ndev, memory_order_relaxed) == 1)
+    return 0;
   CUdevice dev = 0;
   if (S.real.cuCtxGetDevice && S.real.cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
       dev >= 0 && dev < GF_REGION_DEVICES)
@@ -690,6 +695,9 @@ EXPORT gf_cu_result cuInit(unsigned int flags) {
   if (rc == CUDA_SUCCESS && guarding()) {
     map_resolve(); /* UUIDs in the config: the driver can name devices now */
     rate_resolve();
+    int n = 0;
+    if (S.real.cuDeviceGetCount && S.real.cuDeviceGetCount(&n) == CUDA_SUCCESS)
+      atomic_store_explicit(&S.ndev, n, memory_order_relaxed);
   }
   return rc;
 }
