@@ -45,6 +45,15 @@ b=($b2-$b1)/2000/15; s=($s2-$s1)/2000/15
 print(f'$what: bare {b:.0f}, with interposer {s:.0f}, added {s-b:.0f} instructions per call')"
 done
 
+echo "== the same with one visible device (FAKE_CUDA_DEVICES=1: no cuCtxGetDevice)"
+for what in alloc info; do
+  b1=$(ir "${bare[@]}" FAKE_CUDA_DEVICES=1 -- $B $what 2000); b2=$(ir "${bare[@]}" FAKE_CUDA_DEVICES=1 -- $B $what 4000)
+  s1=$(ir "${shim_mem[@]}" FAKE_CUDA_DEVICES=1 -- $B $what 2000); s2=$(ir "${shim_mem[@]}" FAKE_CUDA_DEVICES=1 -- $B $what 4000)
+  python3 -c "
+b=($b2-$b1)/2000/15; s=($s2-$s1)/2000/15
+print(f'$what, one device: bare {b:.0f}, with interposer {s:.0f}, added {s-b:.0f} instructions per call')"
+done
+
 echo "== instructions per allocation alone (N allocations, none freed; N = 5000)"
 b1=$(ir "${bare[@]}" -- $B allocs 5000); b2=$(ir "${bare[@]}" -- $B allocs 10000)
 s1=$(ir "${shim_mem[@]}" -- $B allocs 5000); s2=$(ir "${shim_mem[@]}" -- $B allocs 10000)

@@ -112,6 +112,7 @@ static struct shim {
   pool_acct pools[GF_SHIM_POOLS];
   _Atomic int npools;       /* entries [0, npools) may be in use */
   _Atomic uint64_t reap_ns; /* coarse monotonic time of the last view reap */
+  _Atomic int ndev;         /* devices this process sees; 0 = not known yet */
   /* CUDA index -> accounting index and limits, set once (map_lock). */
   pthread_mutex_t map_lock;
   _Atomic int mapped;
@@ -538,8 +539,12 @@ static __attribute__((noinline)) bool slot_claim(void) {
   return ok;
 }
 
-/* The device of the calling thread's current context (0 if unknown). */
+/* The device of the calling thread's current context (0 if unknown).  A
+ * process that sees one device (the usual container on a shared GPU) has
+ * no other: no driver call then. */
 static uint32_t current_device(void) {
+  if (atomic_load_explicit(&S.ndev, memory_order_relaxed) == 1)
+    return 0;
   CUdevice dev = 0;
   if (S.real.cuCtxGetDevice && S.real.cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
       dev >= 0 && dev < GF_REGION_DEVICES)
@@ -690,6 +695,9 @@ EXPORT gf_cu_result cuInit(unsigned int flags) {
   if (rc == CUDA_SUCCESS && guarding()) {
     map_resolve(); /* UUIDs in the config: the driver can name devices now */
     rate_resolve();
+    int n = 0;
+    if (S.real.cuDeviceGetCount && S.real.cuDeviceGetCount(&n) == CUDA_SUCCESS)
+      atomic_store_explicit(&S.ndev, n, memory_order_relaxed);
   }
   return rc;
 }
@@ -1478,9 +1486,11 @@ static __attribute__((noinline)) void reap_maybe(void) {
 
 /* Clamps a device's (free, total) to its limit and the container's usage;
  * a is the accounting index (acct_of). */
-/* Views made by this thread: a view reads the (coarse) clock for
- * reap_maybe on its first call and then once every 64. */
-static __thread uint32_t views __attribute__((tls_model("initial-exec")));
+/* Views made in this process: a view reads the (coarse) clock for
+ * reap_maybe on the first call and then about once every 64 (relaxed
+ * load and store, not an atomic add: a count lost to a race only moves
+ * the check). */
+static _Atomic uint32_t views;
 
 static inline __attribute__((always_inline)) void
 clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
@@ -1496,7 +1506,9 @@ clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
   if (__builtin_expect(
           atomic_load_explicit(&S.npools, memory_order_relaxed) != 0, 0))
     pools_settle_all();
-  if (__builtin_expect((views++ & 63) == 0, 0))
+  uint32_t v = atomic_load_explicit(&views, memory_order_relaxed);
+  atomic_store_explicit(&views, v + 1, memory_order_relaxed);
+  if (__builtin_expect((v & 63) == 0, 0))
     reap_maybe();
   if (limit < *total)
     *total = limit;

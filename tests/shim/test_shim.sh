@@ -29,6 +29,8 @@ run linked-limits   0 -- "${base[@]}" "${lim[@]}" "$PROBE_LINKED" limits
 run dlopen-limits   0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" dlopen limits
 run procaddr-limits 0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" procaddr limits
 run nvml-view       0 -- "${base[@]}" "${lim[@]}" "$PROBE_DL" nvml
+# One visible device (the interposer then never asks which is current).
+run one-device-limits 0 -- "${base[@]}" "${lim[@]}" FAKE_CUDA_DEVICES=1 "$PROBE_DL" procaddr limits
 
 # Context overhead (100Mi a context) and pools charged by their reservation
 # (the fake reserves in 32Mi steps), three ways each.
