@@ -10,7 +10,9 @@
  * the whole GPU, the unit of the Alibaba trace and of the FGD paper) and
  * memory bytes.  A request asks for `gpu_count` GPUs with `gpu_milli` each
  * and/or `gpu_mem_bytes` each; a request for more than one GPU always takes
- * whole GPUs.  `compute_pct` is the compute limit enforced at run time; it
+ * whole GPUs, and a whole GPU books all its memory as well (its pod has no
+ * memory limit), so it never shares a GPU with a memory-only share.
+ * `compute_pct` is the compute limit enforced at run time; it
  * does not affect placement beyond the share.  An exclusive request needs an
  * untouched GPU and keeps everyone else off it.
  *
@@ -31,7 +33,7 @@
 
 #define GF_GPU_MILLI 1000 /* one whole GPU */
 #define GF_MAX_GPUS_PER_NODE 16
-#define GF_MAX_MODELS 64     /* model ids fit a uint64_t mask */
+#define GF_MAX_MODELS 64 /* model ids fit a uint64_t mask */
 /* A GPU model name in the cluster model and the inventory annotation, and
  * its NUL: real names reach 34 bytes ("NVIDIA GeForce RTX 4090 Laptop
  * GPU") and NVML allows 96; the inventory accepts up to 127. */

@@ -306,6 +306,13 @@ int gf_request_check(const gf_request *r, gf_diag *d) {
   return 0;
 }
 
+/* The memory a placement books on GPU g: what the request asks, or, for a
+ * whole GPU, all of it (its pod has no memory limit, so nothing else may
+ * count on any of it). */
+static int64_t booked_mem(const gf_gpu *g, const gf_request *r) {
+  return r->gpu_milli >= GF_GPU_MILLI ? g->mem_bytes : r->gpu_mem_bytes;
+}
+
 bool gf_gpu_fits(const gf_gpu *g, const gf_request *r) {
   if (g->exclusive)
     return false;
@@ -318,6 +325,10 @@ bool gf_gpu_fits(const gf_gpu *g, const gf_request *r) {
     return false;
   if (g->milli_used + r->gpu_milli > GF_GPU_MILLI)
     return false;
+  /* A whole GPU needs it untouched on both axes: a memory-only share holds
+   * no milli but memory the whole GPU's pod would not respect. */
+  if (r->gpu_milli >= GF_GPU_MILLI)
+    return g->mem_used == 0;
   return g->mem_used + r->gpu_mem_bytes <= g->mem_bytes ||
          r->gpu_mem_bytes == 0;
 }
@@ -373,7 +384,7 @@ int gf_cluster_place(gf_cluster *c, const gf_request *r,
   for (uint32_t i = 0; i < p->ngpus; i++) {
     gf_gpu *g = &n->gpus[p->gpus[i]];
     g->milli_used += r->gpu_milli;
-    g->mem_used += r->gpu_mem_bytes;
+    g->mem_used += booked_mem(g, r);
     g->npods++;
     g->exclusive = r->mode == GF_MODE_EXCLUSIVE;
     c->milli_used += r->gpu_milli;
@@ -393,7 +404,7 @@ int gf_cluster_release(gf_cluster *c, const gf_request *r,
   for (uint32_t i = 0; i < p->ngpus; i++) {
     const gf_gpu *g = &n->gpus[p->gpus[i]];
     if (g->npods == 0 || g->milli_used < r->gpu_milli ||
-        g->mem_used < r->gpu_mem_bytes ||
+        g->mem_used < booked_mem(g, r) ||
         g->exclusive != (r->mode == GF_MODE_EXCLUSIVE))
       return GF_ESTATE;
   }
@@ -402,7 +413,7 @@ int gf_cluster_release(gf_cluster *c, const gf_request *r,
   for (uint32_t i = 0; i < p->ngpus; i++) {
     gf_gpu *g = &n->gpus[p->gpus[i]];
     g->milli_used -= r->gpu_milli;
-    g->mem_used -= r->gpu_mem_bytes;
+    g->mem_used -= booked_mem(g, r);
     g->npods--;
     g->exclusive = false;
     c->milli_used -= r->gpu_milli;

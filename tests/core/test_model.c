@@ -179,6 +179,40 @@ static void test_exclusive(void **st) {
   gf_cluster_free(c);
 }
 
+/* A whole GPU and a memory-only share never land on one GPU (found by the
+ * real-cluster e2e test): the whole GPU's pod has no memory limit, so the
+ * GPU's memory is all its own. Either order: a memory-only share on a GPU
+ * held whole, or a whole GPU on a GPU that holds a memory-only share. */
+static void test_whole_and_memory_only(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  add(c, "n", 64000, 1, "A100");
+  const gf_node *n = gf_cluster_node(c, 0);
+  gf_request whole = share(100, 1000);
+  gf_request mem = share(100, 0);
+  mem.gpu_mem_bytes = 8LL << 30;
+  gf_placement p = {.node = 0, .ngpus = 1, .gpus = {0}};
+
+  assert_int_equal(gf_cluster_place(c, &whole, &p), 0);
+  assert_false(gf_gpu_fits(&n->gpus[0], &mem));
+  assert_int_equal(gf_cluster_place(c, &mem, &p), GF_ENOFIT);
+  assert_false(gf_node_fits(n, &mem));
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+  assert_int_equal(gf_cluster_release(c, &whole, &p), 0);
+  assert_int_equal(n->gpus[0].mem_used, 0);
+
+  assert_int_equal(gf_cluster_place(c, &mem, &p), 0);
+  assert_false(gf_gpu_fits(&n->gpus[0], &whole));
+  assert_int_equal(gf_cluster_place(c, &whole, &p), GF_ENOFIT);
+  /* A compute share still joins the memory-only share: both are shares. */
+  gf_request part = share(100, 300);
+  assert_int_equal(gf_cluster_place(c, &part, &p), 0);
+  assert_int_equal(gf_cluster_release(c, &part, &p), 0);
+  assert_int_equal(gf_cluster_release(c, &mem, &p), 0);
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+  gf_cluster_free(c);
+}
+
 static void test_gpu_memory_and_models(void **st) {
   (void)st;
   gf_cluster *c = gf_cluster_new();
@@ -487,6 +521,7 @@ int main(void) {
       cmocka_unit_test(test_requests),
       cmocka_unit_test(test_place_release_basic),
       cmocka_unit_test(test_exclusive),
+      cmocka_unit_test(test_whole_and_memory_only),
       cmocka_unit_test(test_gpu_memory_and_models),
       cmocka_unit_test(test_place_release_property),
       cmocka_unit_test(test_remove_node_basic),
