@@ -282,7 +282,9 @@ class Cluster:
             "--service-account-signing-key-file", self.path("sa.key"),
             "--authorization-mode", "Node,RBAC",
             "--enable-admission-plugins", "NodeRestriction",
-            "--service-cluster-ip-range", "10.0.0.0/24",
+            # kubeadm's default range: deploy/scheduler.yaml's fixed
+            # ClusterIP (10.96.0.88) must be allocatable, as on kubeadm.
+            "--service-cluster-ip-range", "10.96.0.0/12",
             # The kubernetes Service cannot point at a loopback address.
             "--endpoint-reconciler-type", "none",
             "--profiling=false", "--v=1"], self.path("kube-apiserver.log"))

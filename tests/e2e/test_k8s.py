@@ -343,7 +343,7 @@ class E2E:
         def reason():
             for e in self.events("too-big"):
                 if e.startswith("FailedScheduling") and \
-                        "gpu-memory 100Gi: largest free share on n" in e:
+                        "gpu-memory 100Gi: the largest GPU on n" in e:
                     return e
         e = wait_for("a FailedScheduling event carrying the extender's reason",
                      reason, 60)
