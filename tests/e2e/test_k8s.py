@@ -313,9 +313,7 @@ class E2E:
         """Shares, memory-only, compute-only, whole and 2-GPU pods, and a
         gpu-model pin, bound by kube-scheduler through the extender."""
         # n1's A100s take the shares, n2's T4s the whole GPUs and one share;
-        # n3 is kept for s_model_follows.  Memory-only shares stay away from
-        # whole GPUs: the extender puts a memory-only share on a GPU that a
-        # whole-GPU pod holds (scenario whole_memonly, not run by default).
+        # n3 is kept for s_model_follows.
         ps = [pod("share-%d" % i, 1, "20Gi", 30, model=A100) for i in range(4)]
         ps += [pod("memonly-%d" % i, mem="12Gi", model=A100) for i in range(3)]
         ps += [pod("compute-%d" % i, compute=40, model=A100) for i in range(2)]
@@ -354,18 +352,21 @@ class E2E:
         self.delete_pod("too-big")
 
     def s_whole_memonly(self):
-        """Product bug, not run by default (--only whole_memonly): a pod
-        asking for a whole GPU (gpufrac.io/gpu: 1) and a memory-only share
-        (gpufrac.io/gpu-memory: 8Gi) are granted the same GPU: the whole
-        GPU books 1000 milli and no memory, the memory-only share 0 milli
-        and 8Gi, and gf_gpu_fits adds them up.  The whole-GPU pod's grant
-        has no memory limit, so the share's 8Gi is not held for it."""
+        """A whole GPU (gpufrac.io/gpu: 1) and a memory-only share
+        (gpufrac.io/gpu-memory: 8Gi) are never granted one GPU.  This test
+        found them granted the same GPU: the whole GPU booked 1000 milli and
+        no memory, the memory-only share 0 milli and 8Gi, and the model
+        added them up, though the whole-GPU pod's grant has no memory limit.
+        A whole GPU now books all its memory (src/core/model.c)."""
         self.create(pod("wm-whole", 1, model="H100-80GB"),
                     pod("wm-whole-2", 1, model="H100-80GB"))
         self.wait_bound(["wm-whole", "wm-whole-2"], 60)
         self.create(pod("wm-mem", mem="8Gi", model="H100-80GB"))
         time.sleep(5)
         self.check_state()
+        log("whole_memonly: no GPU held whole shares it with the 8Gi share")
+        for n in ("wm-mem", "wm-whole", "wm-whole-2"):
+            self.delete_pod(n)
 
     def s_kill9(self):
         """kill -9 the extender while kube-scheduler streams pods through
@@ -635,7 +636,8 @@ class E2E:
         self.check_state()
 
 
-SCENARIOS = ["bind", "rbac", "quota", "kill9", "model_follows", "replicas"]
+SCENARIOS = ["bind", "whole_memonly", "rbac", "quota", "kill9", "model_follows",
+             "replicas"]
 
 
 def main():
