@@ -56,7 +56,7 @@ int gf_node_types_read(FILE *fp, const char *source, gf_node_types *out,
   static const char *const cols[] = {
       "type",       "model",          "gpus", "cpu_milli",
       "memory_mib", "gpu_hour_price", "count"};
-  int idx[7];
+  int idx[7] = {0};
   gf_csv csv;
   gf_csv_init(&csv, fp, source);
   int rc = header(&csv, cols, 7, idx, d);
@@ -159,7 +159,7 @@ void gf_node_types_release(gf_node_types *t) {
 int gf_lifetimes_read(FILE *fp, const char *source, gf_lifetimes *out,
                       gf_diag *d) {
   static const char *const cols[] = {"scheduled_time", "deletion_time"};
-  int idx[2];
+  int idx[2] = {0, 0};
   gf_csv csv;
   gf_csv_init(&csv, fp, source);
   int rc = header(&csv, cols, 2, idx, d);
