@@ -4,9 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target gpufrac bench_sim >/dev/null
+cmake --build build -j "$(nproc)" --target gpufrac bench_sim bench_churn >/dev/null
 echo "== per-policy replay and decision latency (bench_sim)"
 ./build/bench_sim "${1:-5}"
+echo
+echo "== a simulated week of churn and autoscaling per policy (bench_churn)"
+./build/bench_churn 3
 echo
 echo "== what gpufrac's packing plan costs at engine creation (bench_sim --plan)"
 ./build/bench_sim --plan

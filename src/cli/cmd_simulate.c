@@ -590,7 +590,7 @@ int cmd_simulate(int argc, char **argv) {
       seeds_arg = v;
       seeds_given = true;
     } else if (strcmp(key, "--load") == 0) {
-      churn_only = key;
+      churn_only = "--load"; /* key is the loop's buffer */
       if ((ccfg.load = parse_load(v)) < 0) {
         fprintf(stderr,
                 "gpufrac simulate: --load '%s': want a share of the "

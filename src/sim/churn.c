@@ -301,9 +301,12 @@ static bool vnode_fits(const churn *k, const vnode *v, const gf_request *r,
   if (r->model_mask &&
       (k->model[v->type] < 0 || !(r->model_mask & (1ull << k->model[v->type]))))
     return false;
+  /* Types are checked to have at most GF_MAX_GPUS_PER_NODE GPUs. */
+  const uint32_t ng =
+      t->gpus < GF_MAX_GPUS_PER_NODE ? t->gpus : GF_MAX_GPUS_PER_NODE;
   if (r->gpu_milli < GF_GPU_MILLI && r->mode == GF_MODE_SHARED) {
     int best = -1;
-    for (uint32_t g = 0; g < t->gpus; g++)
+    for (uint32_t g = 0; g < ng; g++)
       if (v->gpu_free[g] >= r->gpu_milli &&
           (best < 0 || v->gpu_free[g] < v->gpu_free[best]))
         best = (int)g;
@@ -312,8 +315,7 @@ static bool vnode_fits(const churn *k, const vnode *v, const gf_request *r,
     gpus[(*ngpus)++] = (uint8_t)best;
     return true;
   }
-  for (uint32_t g = 0;
-       g < t->gpus && g < GF_MAX_GPUS_PER_NODE && *ngpus < r->gpu_count; g++)
+  for (uint32_t g = 0; g < ng && *ngpus < r->gpu_count; g++)
     if (v->gpu_pods[g] == 0)
       gpus[(*ngpus)++] = (uint8_t)g;
   return *ngpus == r->gpu_count;
