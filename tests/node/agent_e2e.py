@@ -329,12 +329,14 @@ class Scenarios:
         code, msg = rpc_error(lambda: alloc(s.plugin, self.ids[2]))
         eq(code, grpc.StatusCode.NOT_FOUND, "status")
         # Exact up to jansson's own words about the JSON error.
+        # Refused pods first, then granted ones.
         want = ("no pod on node n1 is waiting for 1 gpufrac.io/gpu (is the "
-                "gpufrac extender the pod's binder?); pods here: e2e/a: "
-                "granted, 1 GPU container(s) not waiting for 1; e2e/m: "
+                "gpufrac extender the pod's binder?); pods here: e2e/m: "
                 "malformed gpufrac.io/grant: grant: line 1 column ")
         check(msg.startswith(want),
               "the message names the malformed pod: %r" % msg)
+        check(msg.endswith("; e2e/a: granted, 1 GPU container(s) not "
+                           "waiting for 1"), "then pod a: %r" % msg)
         check(not os.path.exists(os.path.dirname(s.ctr_dir("m"))),
               "no files for the malformed pod")
         s.add("d", grant(0, 2 * GiB, 10))
@@ -445,6 +447,21 @@ class Scenarios:
         self.expect_mounts_answer(alloc(s.plugin, ids), "p", 1, 2 * GiB, 15)
         eq(prefer(), [["%s::0" % fake_uuid(0)]], "answered: own rule again")
         s.double.delete_pod(NS, "p")
+
+    def grant_for_another_node(self):
+        """A pod bound to n1 whose grant says n2 (the issue's forged
+        grant) is never answered: the refusal names it and why."""
+        s = self.s
+        forged = json.loads(grant(0, GiB, 10))
+        forged["node"] = "n2"
+        s.add("forged", json.dumps(forged))
+        code, msg = rpc_error(lambda: alloc(s.plugin, self.ids[0]))
+        eq(code, grpc.StatusCode.NOT_FOUND, "status")
+        check("e2e/forged: its grant is for node 'n2', this is node n1: "
+              "refused" in msg, "the refusal names the pod: %r" % msg)
+        check(not os.path.exists(os.path.dirname(s.ctr_dir("forged"))),
+              "no files for the forged pod")
+        s.double.delete_pod(NS, "forged")
 
     def cdi(self):
         s = self.s
@@ -572,7 +589,8 @@ class Scenarios:
         order = [self.registers, self.list_and_watch, self.inventory,
                  self.allocate, self.no_waiting_pod, self.malformed_grant,
                  self.concurrent, self.pod_deleted, self.kubelet_restart,
-                 self.agent_restart, self.preferred_from_grant, self.cdi,
+                 self.agent_restart, self.preferred_from_grant,
+                 self.grant_for_another_node, self.cdi,
                  self.xid_unhealthy,
                  self.sigterm_while_allocate_waits]
         failed = 0
