@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -556,8 +557,22 @@ class Scenarios:
         # No pod may be waiting for a 1-GPU call: x1 (xid_unhealthy) goes.
         if s.double.state.get("pods", ad.pod_key(NS, "x1")):
             s.double.delete_pod(NS, "x1")
-        s.agent.start(s.conf("long-wait.conf", alloc_wait_ms="30000"))
+        s.agent.start(s.conf("long-wait.conf", alloc_wait_ms="30000",
+                             grpc_preface_ms="300"))
         wait_for(lambda: os.path.exists(s.psock), 5.0, "plugin socket")
+        # grpc_preface_ms reaches the plugin: a connection that says
+        # nothing is closed (EOF after the server's SETTINGS).
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        raw.settimeout(10)
+        raw.connect(s.psock)
+        try:
+            while raw.recv(4096):
+                pass
+        except socket.timeout:
+            raise fk.Failure("a silent connection is still open 10 s on; "
+                             "grpc_preface_ms is 300")
+        finally:
+            raw.close()
         s.plugin = fk.Plugin(s.psock)
         box = {}
 
