@@ -163,9 +163,13 @@ bool gf_node_model_info(const char *name, uint32_t *sms, int32_t *cc_major,
  *   allocate = mounts        Allocate answers with mounts, or "cdi"
  *   kubelet_dir = /var/lib/kubelet/device-plugins
  *   alloc_wait_ms = 3000     Allocate waits this long for its pod (0..30000)
- *   xid_ignore = 13,31,43,45,68,109   application Xids ("none": none)
- *   mps_control = nvidia-cuda-mps-control   the MPS control program
- *   mps_dir = /run/gpufrac/mps               MPS pipe/log/shm directories */
+ *   grpc_idle_ms = 60000     device plugin: close a connection owed nothing
+ *                            that completes no request this long
+ * (1000..3600000) grpc_preface_ms = 10000  device plugin: close a connection
+ * that sends no HTTP/2 preface this long (100..600000) xid_ignore =
+ * 13,31,43,45,68,109   application Xids ("none": none) mps_control =
+ * nvidia-cuda-mps-control   the MPS control program mps_dir = /run/gpufrac/mps
+ * MPS pipe/log/shm directories */
 typedef struct gf_node_config {
   gf_node_mode mode_default;
   uint32_t index_set; /* bit i: mode_index[i] given */
@@ -185,7 +189,8 @@ typedef struct gf_node_config {
   bool allocate_cdi;                  /* allocate = cdi (else mounts) */
   char kubelet_dir[GF_NODE_PATH_MAX]; /* device-plugin sockets */
   int64_t alloc_wait_ms;              /* how long Allocate waits for its pod */
-  uint32_t nxid_ignore;               /* Xids that do not mark a GPU */
+  int64_t grpc_idle_ms, grpc_preface_ms; /* the plugin's timeouts */
+  uint32_t nxid_ignore;                  /* Xids that do not mark a GPU */
   uint64_t xid_ignore[32];
   char mps_control[GF_NODE_PATH_MAX]; /* nvidia-cuda-mps-control */
   char mps_dir[GF_NODE_PATH_MAX];     /* MPS pipe, log and shm directories */

@@ -263,6 +263,8 @@ static int api_start(const opts *o, const gf_node_config *cfg,
                       .allocate = gf_node_allocate,
                       .cancel = gf_node_allocator_cancel,
                       .prefer = gf_node_prefer,
+                      .idle_timeout_ms = (int)cfg->grpc_idle_ms,
+                      .preface_timeout_ms = (int)cfg->grpc_preface_ms,
                       .user = a->alloc,
                       .preferred_allocation = true,
                       .log = dp_log};

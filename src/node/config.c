@@ -41,6 +41,8 @@ void gf_node_config_init(gf_node_config *c) {
   gf__node_copy(c->kubelet_dir, sizeof(c->kubelet_dir),
                 "/var/lib/kubelet/device-plugins");
   c->alloc_wait_ms = 3000;
+  c->grpc_idle_ms = 60000;
+  c->grpc_preface_ms = 10000;
   gf__node_copy(c->mps_control, sizeof(c->mps_control),
                 "nvidia-cuda-mps-control");
   gf__node_copy(c->mps_dir, sizeof(c->mps_dir), "/run/gpufrac/mps");
@@ -182,6 +184,20 @@ static int set_kv(gf_node_config *c, const char *k, const char *v,
     if (gf_parse_int64(v, 0, 30000, &c->alloc_wait_ms, &qd))
       return gf_diag_set(d, GF_ERANGE,
                          "%s: alloc_wait_ms = '%s': want 0..30000", where, v);
+    return 0;
+  }
+  if (strcmp(k, "grpc_idle_ms") == 0) {
+    if (gf_parse_int64(v, 1000, 3600000, &c->grpc_idle_ms, &qd))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: grpc_idle_ms = '%s': want 1000..3600000", where,
+                         v);
+    return 0;
+  }
+  if (strcmp(k, "grpc_preface_ms") == 0) {
+    if (gf_parse_int64(v, 100, 600000, &c->grpc_preface_ms, &qd))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: grpc_preface_ms = '%s': want 100..600000", where,
+                         v);
     return 0;
   }
   if (strcmp(k, "mps_dir") == 0)

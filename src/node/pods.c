@@ -477,15 +477,17 @@ static bool pick(gf_node_pods *p, uint32_t n, bool take, gf_node_match *out) {
   return true;
 }
 
-/* Under the lock: a sentence saying what the node has, for kubelet. */
+/* Under the lock: a sentence saying what the node has, for kubelet: up
+ * to 4 pods, those refused (with why) before those granted. */
 static void explain(gf_node_pods *p, uint32_t n, gf_diag *d) {
   char buf[GF_DIAG_MAX];
   size_t used = 0;
   int listed = 0;
   buf[0] = 0;
-  for (size_t i = 0; i < p->npods && listed < 4; i++) {
-    const pod *x = p->pods[i];
-    if (x->nctrs == 0 || x->terminal)
+  for (size_t k = 0; k < 2 * p->npods && listed < 4; k++) {
+    const pod *x = p->pods[k % p->npods];
+    bool first_pass = k < p->npods;
+    if (x->nctrs == 0 || x->terminal || x->valid == first_pass)
       continue;
     int w;
     if (!x->valid)

@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -329,12 +330,14 @@ class Scenarios:
         code, msg = rpc_error(lambda: alloc(s.plugin, self.ids[2]))
         eq(code, grpc.StatusCode.NOT_FOUND, "status")
         # Exact up to jansson's own words about the JSON error.
+        # Refused pods first, then granted ones.
         want = ("no pod on node n1 is waiting for 1 gpufrac.io/gpu (is the "
-                "gpufrac extender the pod's binder?); pods here: e2e/a: "
-                "granted, 1 GPU container(s) not waiting for 1; e2e/m: "
+                "gpufrac extender the pod's binder?); pods here: e2e/m: "
                 "malformed gpufrac.io/grant: grant: line 1 column ")
         check(msg.startswith(want),
               "the message names the malformed pod: %r" % msg)
+        check(msg.endswith("; e2e/a: granted, 1 GPU container(s) not "
+                           "waiting for 1"), "then pod a: %r" % msg)
         check(not os.path.exists(os.path.dirname(s.ctr_dir("m"))),
               "no files for the malformed pod")
         s.add("d", grant(0, 2 * GiB, 10))
@@ -446,6 +449,21 @@ class Scenarios:
         eq(prefer(), [["%s::0" % fake_uuid(0)]], "answered: own rule again")
         s.double.delete_pod(NS, "p")
 
+    def grant_for_another_node(self):
+        """A pod bound to n1 whose grant says n2 (the issue's forged
+        grant) is never answered: the refusal names it and why."""
+        s = self.s
+        forged = json.loads(grant(0, GiB, 10))
+        forged["node"] = "n2"
+        s.add("forged", json.dumps(forged))
+        code, msg = rpc_error(lambda: alloc(s.plugin, self.ids[0]))
+        eq(code, grpc.StatusCode.NOT_FOUND, "status")
+        check("e2e/forged: its grant is for node 'n2', this is node n1: "
+              "refused" in msg, "the refusal names the pod: %r" % msg)
+        check(not os.path.exists(os.path.dirname(s.ctr_dir("forged"))),
+              "no files for the forged pod")
+        s.double.delete_pod(NS, "forged")
+
     def cdi(self):
         s = self.s
         eq(s.agent.stop(), 0, "agent exit status")
@@ -539,8 +557,22 @@ class Scenarios:
         # No pod may be waiting for a 1-GPU call: x1 (xid_unhealthy) goes.
         if s.double.state.get("pods", ad.pod_key(NS, "x1")):
             s.double.delete_pod(NS, "x1")
-        s.agent.start(s.conf("long-wait.conf", alloc_wait_ms="30000"))
+        s.agent.start(s.conf("long-wait.conf", alloc_wait_ms="30000",
+                             grpc_preface_ms="300"))
         wait_for(lambda: os.path.exists(s.psock), 5.0, "plugin socket")
+        # grpc_preface_ms reaches the plugin: a connection that says
+        # nothing is closed (EOF after the server's SETTINGS).
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        raw.settimeout(10)
+        raw.connect(s.psock)
+        try:
+            while raw.recv(4096):
+                pass
+        except socket.timeout:
+            raise fk.Failure("a silent connection is still open 10 s on; "
+                             "grpc_preface_ms is 300")
+        finally:
+            raw.close()
         s.plugin = fk.Plugin(s.psock)
         box = {}
 
@@ -572,7 +604,8 @@ class Scenarios:
         order = [self.registers, self.list_and_watch, self.inventory,
                  self.allocate, self.no_waiting_pod, self.malformed_grant,
                  self.concurrent, self.pod_deleted, self.kubelet_restart,
-                 self.agent_restart, self.preferred_from_grant, self.cdi,
+                 self.agent_restart, self.preferred_from_grant,
+                 self.grant_for_another_node, self.cdi,
                  self.xid_unhealthy,
                  self.sigterm_while_allocate_waits]
         failed = 0

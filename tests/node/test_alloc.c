@@ -254,10 +254,17 @@ static void test_match_malformed(void **state) {
 }
 
 /* A grant for another node, and one with a GPU without uuid: the pods are
- * never matched, and the refusal says why. */
+ * never matched, and the refusal says why, before any granted pod (four
+ * here, seen first, waiting for 2 GPUs) in its list of four. */
 static void test_match_grant_checks(void **state) {
   (void)state;
   gf_node_pods *p = new_cache();
+  tctr two[] = {{"main", 2, {"GPU-a", "GPU-b"}, false, false}};
+  for (int i = 0; i < 4; i++) {
+    char uid[16];
+    snprintf(uid, sizeof(uid), "two-%d", i);
+    apply(p, make_pod(uid, "node-a", "2026-01-01T00:00:00Z", two, 1, NULL));
+  }
   tctr c[] = {{"main", 1, {"GPU-a"}, false, false}};
   apply(p, make_pod("forged", "node-a", "2026-01-01T00:00:01Z", c, 1,
                     "{\"version\":1,\"node\":\"node-b\",\"containers\":[{"

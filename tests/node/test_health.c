@@ -116,16 +116,21 @@ static void test_config_keys(void **state) {
   assert_int_equal(c.nxid_ignore, 6);
   assert_false(c.allocate_cdi);
   assert_int_equal(c.alloc_wait_ms, 3000);
+  assert_int_equal(c.grpc_idle_ms, 60000);
+  assert_int_equal(c.grpc_preface_ms, 10000);
   assert_string_equal(c.kubelet_dir, "/var/lib/kubelet/device-plugins");
   gf_diag d = {""};
   const char *ok = "xid_ignore = 13, 43\nallocate = cdi\n"
-                   "kubelet_dir = /k/dp\nalloc_wait_ms = 0\n";
+                   "kubelet_dir = /k/dp\nalloc_wait_ms = 0\n"
+                   "grpc_idle_ms = 1000\ngrpc_preface_ms = 250\n";
   assert_int_equal(gf_node_config_parse(&c, ok, strlen(ok), "n.conf", &d), 0);
   assert_int_equal(c.nxid_ignore, 2);
   assert_int_equal(c.xid_ignore[1], 43);
   assert_true(c.allocate_cdi);
   assert_string_equal(c.kubelet_dir, "/k/dp");
   assert_int_equal(c.alloc_wait_ms, 0);
+  assert_int_equal(c.grpc_idle_ms, 1000);
+  assert_int_equal(c.grpc_preface_ms, 250);
   const char *none = "xid_ignore = none\n";
   assert_int_equal(gf_node_config_parse(&c, none, strlen(none), "n.conf", &d),
                    0);
@@ -136,6 +141,10 @@ static void test_config_keys(void **state) {
       {"xid_ignore = 13,x\n", "n.conf:1: xid_ignore: 'x' is not an Xid"},
       {"\nallocate = env\n", "n.conf:2: allocate = 'env': want mounts or cdi"},
       {"alloc_wait_ms = 40000\n", "want 0..30000"},
+      {"grpc_idle_ms = 999\n", "n.conf:1: grpc_idle_ms = '999': want "
+                               "1000..3600000"},
+      {"grpc_preface_ms = 0\n", "n.conf:1: grpc_preface_ms = '0': want "
+                                "100..600000"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     assert_int_not_equal(gf_node_config_parse(&c, bad[i].text,
