@@ -3,7 +3,7 @@
 gpufrac extender, against the real control plane of tests/e2e.
 
 Usage: bench/k8s_sched.py K8S_BIN GPUFRAC [--nodes 1000] [--pods 5000]
-                          [--mode alone|extender] [--agents 4]
+                          [--mode alone|extender] [--agents 4] [--qps N]
 
 NODES fake Nodes, each with 8 H100-80GB in its gpufrac.io/inventory
 annotation (the node agent's document, written here by the admin) and
@@ -16,12 +16,16 @@ kube-scheduler's first scheduled pod to its last, read from its own /metrics
 the API server.  Pods: gpufrac.io/gpu 1 (alone); gpufrac.io/gpu 1 with
 gpu-memory 8Gi and gpu-compute 10 (extender).  AGENTS real `gpufrac node
 --fake-gpus 8xH100-80GB` run on the first nodes (their inventory replaces
-the written one: same GPUs) for their RSS.  Prints one line of figures.
+the written one: same GPUs) for their RSS.  --qps N sets kube-scheduler's
+clientConnection qps (burst 2N) instead of deploy/'s default (50, burst
+100), which caps the binds kube-scheduler makes itself.  Prints one line of
+figures (JSON).
 """
 
 import http.client
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -97,14 +101,14 @@ def scheduled(c):
     return 0.0
 
 
-def histogram_quantiles(text, name, qs):
-    """Quantiles of a Prometheus histogram, summed over its label sets,
+def histogram_quantiles(text, name, qs, label='result="scheduled"'):
+    """Quantiles of a Prometheus histogram over the series with label,
     linearly interpolated inside the bucket (as histogram_quantile does)."""
     buckets = {}
     for ln in metric_lines(text, name + "_bucket"):
-        if 'result="scheduled"' not in ln:
+        if label not in ln:
             continue
-        le = ln.split('le="')[1].split('"')[0]
+        le = re.search(r'[{,]le="([^"]+)"', ln).group(1)
         b = float("inf") if le == "+Inf" else float(le)
         buckets[b] = buckets.get(b, 0) + float(ln.split()[-1])
     bs = sorted(buckets.items())
@@ -133,7 +137,7 @@ def rss_kib(pid):
 
 def main():
     a = sys.argv[1:]
-    opt = {"--nodes": 1000, "--pods": 5000, "--mode": "extender", "--agents": 4}
+    opt = {"--nodes": 1000, "--pods": 5000, "--mode": "extender", "--agents": 4, "--qps": 0}
     pos = []
     i = 0
     while i < len(a):
@@ -192,7 +196,7 @@ def main():
             t = time.monotonic()
             wait_for("the extender synced and leading", ready, 120, 0.5)
             log("extender synced and leading in %.1f s" % (time.monotonic() - t))
-        c.start_scheduler(extender=(mode == "extender"))
+        c.start_scheduler(extender=(mode == "extender"), qps=opt["--qps"])
         first = last = None
         n = 0
         t0 = time.monotonic()
@@ -217,11 +221,20 @@ def main():
                                        (0.5, 0.99))
         rate = npods / max(bound_at - first, 1e-9)
         out = {"mode": mode, "nodes": nnodes, "pods": npods,
+               "qps": opt["--qps"] or "default (50)",
                "pods_per_s_scheduled": round(npods / max(last - first, 1e-9), 1),
                "pods_per_s_bound": round(rate, 1),
                "attempt_p50_ms": round(p50 * 1000, 2), "attempt_p99_ms": round(p99 * 1000, 2)}
         if ext:
             out["extender_rss_kib"] = rss_kib(ext.p.pid)
+            import urllib.request
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % c.ext_port,
+                                        timeout=5) as r:
+                m = r.read().decode()
+            for verb in ("filter", "prioritize", "bind"):
+                q = histogram_quantiles(m, "gpufrac_extender_request_duration_seconds",
+                                        (0.5, 0.99), 'verb="%s"' % verb)
+                out["extender_%s_p50_p99_ms" % verb] = [round(x * 1000, 2) for x in q]
         if agents:
             out["agent_rss_kib"] = sorted(rss_kib(g.p.pid) for g in agents)
         print(json.dumps(out))

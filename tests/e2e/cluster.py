@@ -322,12 +322,12 @@ class Cluster:
         log("kube-controller-manager%s running" %
             (" and kube-scheduler" if scheduler else ""))
 
-    def start_scheduler(self, extender=True, extra_args=()):
+    def start_scheduler(self, extender=True, extra_args=(), qps=None):
         """kube-scheduler with deploy/'s configuration (without its
         extenders stanza when extender is false: kube-scheduler alone)."""
         sched_kc = kubeconfig(self.path("scheduler.kubeconfig"), self.server, self.ca,
                               self.path("scheduler.crt"), self.path("scheduler.key"))
-        cfg = self.scheduler_config(sched_kc, extender)
+        cfg = self.scheduler_config(sched_kc, extender, qps)
         self.procs["kube-scheduler"] = Proc("kube-scheduler", [
             os.path.join(self.bin, "kube-scheduler"), "--config", cfg,
             "--authentication-kubeconfig", sched_kc,
@@ -338,7 +338,7 @@ class Cluster:
                  lambda: self._alive("kube-scheduler") and
                  self.scheduler_get("/healthz") == "ok", 60)
 
-    def scheduler_config(self, kc, extender=True):
+    def scheduler_config(self, kc, extender=True, qps=None):
         """deploy/kube-scheduler-config.yaml with exactly two values
         changed: the kubeconfig and the extender's urlPrefix.  Without the
         extender, the extenders stanza (the file's last) is left out."""
@@ -351,7 +351,10 @@ class Cluster:
                 seen.add("urlPrefix")
                 break
             if s.startswith("kubeconfig:"):
-                line = line[:line.index("kubeconfig:")] + "kubeconfig: " + kc
+                ind = line[:line.index("kubeconfig:")]
+                line = ind + "kubeconfig: " + kc
+                if qps:  # the bench's variant: kube-scheduler's client limits
+                    line += "\n%sqps: %d\n%sburst: %d" % (ind, qps, ind, 2 * qps)
                 seen.add("kubeconfig")
             elif s.startswith("- urlPrefix:") or s.startswith("urlPrefix:"):
                 line = line[:line.index("urlPrefix:")] + \
