@@ -65,7 +65,7 @@ static int one_type(const json_t *o, const char *at, gf__ntype *t, gf_diag *d) {
     return gf_diag_set(d, GF_EINVAL,
                        "%s: gpu_model: want a string of 1..%d characters", at,
                        GF_MODEL_NAME_MAX - 1);
-  int64_t gpus, mem;
+  int64_t gpus = 0, mem = 0;
   int rc;
   if ((rc = int_field(o, "gpus", 1, GF_MAX_GPUS_PER_NODE, &gpus, at, d)) ||
       (rc = int_field(o, "gpu_memory_mib", 1, (int64_t)1 << 30, &mem, at, d)) ||
