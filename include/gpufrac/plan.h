@@ -215,9 +215,11 @@ int gf_plan_load_node_types(gf_plan *p, const char *path, gf_diag *d);
 int gf_plan_load_snapshot(gf_plan *p, const char *path, gf_diag *d);
 int gf_plan_load_usage(gf_plan *p, const char *path, gf_diag *d);
 
-/* Computes everything.  GF_EINVAL for bad options (naming them), GF_ENOFIT
- * ... never: pods the engine cannot place are counted, not errors;
- * GF_ENOTFOUND when the snapshot has no GPU node; GF_ESTATE if run twice. */
+/* Computes everything (o NULL: the defaults).  Pods the engine cannot place
+ * are counted (pods_unplaced), never an error.  GF_EINVAL for bad options
+ * (the diag names them), GF_ENOTFOUND when the snapshot has no GPU node
+ * (the plan may then be given more input), GF_ESTATE if run twice,
+ * GF_ENOMEM.  After any other failure only gf_plan_free is valid. */
 int gf_plan_run(gf_plan *p, const gf_plan_options *o, gf_diag *d);
 
 /* Results, valid after a successful gf_plan_run. */
