@@ -184,7 +184,8 @@ int gf_plan_add_usage(gf_plan *p, const char *text, size_t len,
 struct gf_kube_config;
 int gf_plan_add_cluster(gf_plan *p, struct gf_kube_config *cfg, gf_diag *d);
 
-/* Range-queries the three DCGM metrics (series with a pod label) from the
+/* Range-queries the three DCGM metrics (series with a pod label) and
+ * gpufrac's two per-container ones (with a pod_uid label) from the
  * Prometheus HTTP API at the server `cfg` names (gf_kube_config_new_plain),
  * over [end_unix - window_s, end_unix] at a step giving at most
  * GF_PLAN_PROM_POINTS samples per series (15 s at least), and reads the
