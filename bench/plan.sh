@@ -3,8 +3,9 @@
 # (scripts/plan-example --scale; docs/benchmarks.md): wall time and peak
 # resident memory and CPU time (user + system: the machine may be shared,
 # wall time then overstates) of RUNS runs of the whole plan (read, analyse, what-if
-# under whole/fgd/gpufrac, JSON to /dev/null), and of the same without the
-# what-if; medians printed.
+# under whole/fgd/gpufrac, JSON to /dev/null), of the same without the
+# what-if, and with the cheapest fleet of data/plan-example/node-types.json;
+# medians printed.
 #
 #   bench/plan.sh BUILD_DIR [SCALE] [RUNS]
 set -eu
@@ -17,7 +18,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 "$here/scripts/plan-example" --scale "$scale" --out "$tmp"
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-for mode in "" --no-whatif; do
+types="--node-types $here/data/plan-example/node-types.json"
+for mode in "" --no-whatif "$types"; do
   : >"$tmp/wall"
   : >"$tmp/cpu"
   : >"$tmp/rss"

@@ -4,17 +4,20 @@
  *
  * Why.  Before installing gpufrac a team wants to know how much of its GPU
  * bill is waste and what placement by gpufrac's engine would free.  The
- * planner reads `kubectl get nodes,pods -A -o json` output and Prometheus
- * query results of DCGM exporter's metrics, works out held / used / waste
+ * planner reads `kubectl get nodes,pods -A -o json` output (or lists the
+ * same from the API server) and Prometheus query results of DCGM
+ * exporter's and gpufrac's own metrics, works out held / used / waste
  * per workload, namespace and node type, recommends a gpufrac request per
  * workload, and replays the same workloads through the engine on the same
- * nodes under the whole, fgd and gpufrac policies.  docs/plan.md is the
- * user's description (inputs, formulas, output fields).
+ * nodes under the whole, fgd and gpufrac policies (and, given node types,
+ * on the cheapest fleet of them).  docs/plan.md is the user's description
+ * (inputs, formulas, output fields).
  *
  * Use.  gf_plan_new; gf_plan_add_snapshot once or twice (a List of nodes and
- * pods, or one of each); gf_plan_add_usage zero or more times; gf_plan_run
- * once; then read the results (gf_plan_today, gf_plan_workload, ...) or
- * write them (gf_plan_write_*); gf_plan_free.
+ * pods, or one of each) or gf_plan_add_cluster; gf_plan_add_usage /
+ * gf_plan_add_prometheus zero or more times; gf_plan_add_node_types
+ * optionally; gf_plan_run once; then read the results (gf_plan_today,
+ * gf_plan_workload_at, ...) or write them (gf_plan_write_*); gf_plan_free.
  *
  * Invariants.  Every figure comes from the input or from a documented
  * formula; where an input is missing or not understood the plan says so in
@@ -173,7 +176,8 @@ int gf_plan_add_snapshot(gf_plan *p, const char *text, size_t len,
                          const char *source, gf_diag *d);
 
 /* Reads Prometheus query-API JSON (one response or an array of them) with
- * DCGM series; same error contract.  Other metrics are skipped. */
+ * DCGM's and gpufrac's series (docs/plan.md names them); same error
+ * contract.  Other metrics are skipped. */
 int gf_plan_add_usage(gf_plan *p, const char *text, size_t len,
                       const char *source, gf_diag *d);
 
@@ -184,7 +188,8 @@ int gf_plan_add_usage(gf_plan *p, const char *text, size_t len,
 struct gf_kube_config;
 int gf_plan_add_cluster(gf_plan *p, struct gf_kube_config *cfg, gf_diag *d);
 
-/* Range-queries the three DCGM metrics (series with a pod label) from the
+/* Range-queries the three DCGM metrics (series with a pod label) and
+ * gpufrac's two per-container ones (with a pod_uid label) from the
  * Prometheus HTTP API at the server `cfg` names (gf_kube_config_new_plain),
  * over [end_unix - window_s, end_unix] at a step giving at most
  * GF_PLAN_PROM_POINTS samples per series (15 s at least), and reads the
@@ -204,8 +209,8 @@ int gf_plan_add_prometheus(gf_plan *p, struct gf_kube_config *cfg,
  * node of the type with the lowest price per GPU that can hold it; a pod
  * keeps its GPU count and its memory need: its observed peak plus headroom,
  * at most (and when unmeasured) its GPU's memory; GPU speed is not
- * modelled).  Errors
- * name the source, entry and field; nothing of a bad input is kept. */
+ * modelled).  Errors name the source, entry and field; nothing of a bad
+ * input is kept.  GF_ESTATE after gf_plan_run. */
 int gf_plan_add_node_types(gf_plan *p, const char *text, size_t len,
                            const char *source, gf_diag *d);
 int gf_plan_load_node_types(gf_plan *p, const char *path, gf_diag *d);
@@ -215,9 +220,11 @@ int gf_plan_load_node_types(gf_plan *p, const char *path, gf_diag *d);
 int gf_plan_load_snapshot(gf_plan *p, const char *path, gf_diag *d);
 int gf_plan_load_usage(gf_plan *p, const char *path, gf_diag *d);
 
-/* Computes everything.  GF_EINVAL for bad options (naming them), GF_ENOFIT
- * ... never: pods the engine cannot place are counted, not errors;
- * GF_ENOTFOUND when the snapshot has no GPU node; GF_ESTATE if run twice. */
+/* Computes everything (o NULL: the defaults).  Pods the engine cannot place
+ * are counted (pods_unplaced), never an error.  GF_EINVAL for bad options
+ * (the diag names them), GF_ENOTFOUND when the snapshot has no GPU node
+ * (the plan may then be given more input), GF_ESTATE if run twice,
+ * GF_ENOMEM.  After any other failure only gf_plan_free is valid. */
 int gf_plan_run(gf_plan *p, const gf_plan_options *o, gf_diag *d);
 
 /* Results, valid after a successful gf_plan_run. */

@@ -160,6 +160,12 @@ static int cmp_pod_key(const void *a, const void *b) {
   return c ? c : strcmp(x->name, y->name);
 }
 
+static int cmp_pod_uid(const void *a, const void *b) {
+  const gf__ppod *x = *(const gf__ppod *const *)a;
+  const gf__ppod *y = *(const gf__ppod *const *)b;
+  return strcmp(x->uid, y->uid);
+}
+
 static int cmp_node_name(const void *a, const void *b) {
   const gf__pnode *x = *(const gf__pnode *const *)a;
   const gf__pnode *y = *(const gf__pnode *const *)b;
@@ -208,26 +214,33 @@ static int match_nodes(gf_plan *p) {
 }
 
 static int match_usage(gf_plan *p) {
-  gf__ppod **idx = gf__malloc((p->npods ? p->npods : 1) * sizeof(*idx));
-  if (!idx)
+  size_t np = p->npods ? p->npods : 1;
+  gf__ppod **idx = gf__malloc(np * sizeof(*idx));
+  gf__ppod **uidx = gf__malloc(np * sizeof(*uidx));
+  if (!idx || !uidx) {
+    gf__free(idx);
+    gf__free(uidx);
     return GF_ENOMEM;
+  }
   for (size_t i = 0; i < p->npods; i++)
-    idx[i] = &p->pods[i];
+    idx[i] = uidx[i] = &p->pods[i];
   qsort(idx, p->npods, sizeof(*idx), cmp_pod_key);
+  qsort(uidx, p->npods, sizeof(*uidx), cmp_pod_uid);
   size_t orphans = 0;
   int rc = 0;
   for (size_t u = 0; u < p->nuseries; u++) {
     const gf__useries *s = &p->useries[u];
     size_t lo = 0, hi = p->npods;
     gf__ppod *hit = NULL;
+    gf__ppod **in = s->ns ? idx : uidx;
     while (lo < hi) {
       size_t mid = (lo + hi) / 2;
-      const gf__ppod *m = idx[mid];
-      int c = strcmp(m->ns, s->ns);
-      if (!c)
+      const gf__ppod *m = in[mid];
+      int c = s->ns ? strcmp(m->ns, s->ns) : strcmp(m->uid, s->pod);
+      if (!c && s->ns)
         c = strcmp(m->name, s->pod);
       if (c == 0) {
-        hit = idx[mid];
+        hit = in[mid];
         break;
       }
       if (c < 0)
@@ -239,10 +252,15 @@ static int match_usage(gf_plan *p) {
       orphans++;
       continue;
     }
-    gf__series *dst = s->metric == GF__M_FB_USED    ? &hit->mem
-                      : s->metric == GF__M_GPU_UTIL ? &hit->util
-                                                    : &hit->gr;
-    double scale = s->metric == GF__M_GR_ACTIVE ? 100.0 : 1.0;
+    gf__series *dst = s->metric == GF__M_FB_USED     ? &hit->mem
+                      : s->metric == GF__M_GPU_UTIL  ? &hit->util
+                      : s->metric == GF__M_GR_ACTIVE ? &hit->gr
+                      : s->metric == GF__M_GF_MEM    ? &hit->gmem
+                                                     : &hit->gutil;
+    double scale = s->metric == GF__M_GR_ACTIVE || s->metric == GF__M_GF_UTIL
+                       ? 100.0
+                   : s->metric == GF__M_GF_MEM ? 1.0 / 1048576.0
+                                               : 1.0;
     for (size_t j = 0; j < s->s.n; j++)
       if ((rc = gf__series_push(dst, s->s.v[j] * scale)))
         goto out;
@@ -257,6 +275,7 @@ static int match_usage(gf_plan *p) {
                   p->skipped_series);
 out:
   gf__free(idx);
+  gf__free(uidx);
   return rc;
 }
 
@@ -313,9 +332,14 @@ static void pod_held(gf_plan *p, gf__ppod *pod) {
 }
 
 static void pod_usage(gf_plan *p, gf__ppod *pod, podstat *st) {
-  stats(&pod->mem, &st->mem_peak, &st->mem_p95);
-  st->mem_n = pod->mem.n;
-  gf__series *c = pod->gr.n ? &pod->gr : &pod->util;
+  /* gpufrac's per-container series, where there are any, over DCGM's
+   * per-device ones (which on a shared GPU carry everyone's use). */
+  gf__series *mem = pod->gmem.n ? &pod->gmem : &pod->mem;
+  stats(mem, &st->mem_peak, &st->mem_p95);
+  st->mem_n = mem->n;
+  gf__series *c = pod->gutil.n ? &pod->gutil
+                  : pod->gr.n  ? &pod->gr
+                               : &pod->util;
   st->has_c = c->n > 0;
   stats(c, &st->c_peak, &st->c_p95);
   pod->used = -1; /* unmeasured */

@@ -46,8 +46,10 @@ typedef struct gf__ppod {
   /* filled by analyze */
   int node_idx; /* -1 when unbound or unknown */
   double held, used, price;
-  bool whole_fallback; /* memory-sized on unknown GPU memory */
-  gf__series mem, util, gr;
+  bool whole_fallback;      /* memory-sized on unknown GPU memory */
+  gf__series mem, util, gr; /* DCGM: per device */
+  gf__series gmem, gutil;   /* gpufrac: per container; win when present */
+  char *uid;                /* metadata.uid, "" when absent */
 } gf__ppod;
 
 /* One usage series as read, matched to pods in gf_plan_run. */
@@ -55,10 +57,12 @@ typedef enum gf__metric {
   GF__M_FB_USED = 0,
   GF__M_GPU_UTIL = 1,
   GF__M_GR_ACTIVE = 2,
+  GF__M_GF_MEM = 3,  /* gpufrac_container_memory_used_bytes, per container */
+  GF__M_GF_UTIL = 4, /* gpufrac_container_gpu_utilization_ratio */
 } gf__metric;
 
 typedef struct gf__useries {
-  char *ns, *pod;
+  char *ns, *pod; /* ns NULL: pod is the pod's uid (gpufrac's metrics) */
   gf__metric metric;
   gf__series s;
 } gf__useries;

@@ -88,12 +88,15 @@ int gf_plan_add_prometheus(gf_plan *p, struct gf_kube_config *cfg,
   int rc = gf_kube_new(&k, cfg, NULL, d);
   if (rc)
     return rc;
-  static const char *const metrics[3] = {"DCGM_FI_DEV_FB_USED",
-                                         "DCGM_FI_DEV_GPU_UTIL",
-                                         "DCGM_FI_PROF_GR_ENGINE_ACTIVE"};
-  for (int i = 0; i < 3 && !rc; i++) {
+  /* DCGM's series by pod name, then gpufrac's own by pod uid. */
+  static const char *const metrics[5] = {
+      "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL",
+      "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gpufrac_container_memory_used_bytes",
+      "gpufrac_container_gpu_utilization_ratio"};
+  for (int i = 0; i < 5 && !rc; i++) {
     char query[128], esc[256], path[512];
-    snprintf(query, sizeof(query), "%s{pod!=\"\"}", metrics[i]);
+    snprintf(query, sizeof(query), "%s{%s!=\"\"}", metrics[i],
+             i < 3 ? "pod" : "pod_uid");
     if ((rc = url_escape(query, esc, sizeof(esc))))
       break;
     snprintf(path, sizeof(path),

@@ -34,22 +34,40 @@ static void flags_text(unsigned flags, char *buf, size_t cap) {
     }
 }
 
+/* "$1,234,567" or "-$1,234" (whole units, thousands separated). */
+static const char *money(double x, char *buf, size_t cap) {
+  char digits[32];
+  snprintf(digits, sizeof(digits), "%.0f", fabs(x));
+  size_t n = strlen(digits), o = 0;
+  const char *sign = x <= -0.5 ? "-$" : "$";
+  for (; *sign && o + 1 < cap; sign++)
+    buf[o++] = *sign;
+  for (size_t i = 0; i < n && o + 2 < cap; i++) {
+    if (i && (n - i) % 3 == 0)
+      buf[o++] = ',';
+    buf[o++] = digits[i];
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
 int gf_plan_write_text(const gf_plan *p, FILE *fp) {
+  char m[40];
   const gf_plan_totals *t = &p->today;
   fprintf(fp,
           "gpufrac plan: %u nodes (%u with %.0f GPUs), %u pods (%u hold "
           "GPUs, %u GPU pods pending)\n\n",
           t->nodes, t->gpu_nodes, t->gpus, t->pods, t->gpu_pods,
           t->pending_gpu_pods);
-  fprintf(fp, "  GPUs held   %8.1f of %.0f    $%.0f/month\n", t->gpus_held,
-          t->gpus, t->held_per_month);
+  fprintf(fp, "  GPUs held   %8.1f of %.0f    %s/month\n", t->gpus_held,
+          t->gpus, money(t->held_per_month, m, sizeof(m)));
   fprintf(fp, "  GPUs used   %8.1f          (pods with usage data",
           t->gpus_used);
   if (t->gpus_unmeasured > 0)
     fprintf(fp, "; %.1f held by pods without it", t->gpus_unmeasured);
   fprintf(fp, ")\n");
-  fprintf(fp, "  Waste       %8.1f GPUs     $%.0f/month\n\n", t->waste_gpus,
-          t->waste_per_month);
+  fprintf(fp, "  Waste       %8.1f GPUs     %s/month\n\n", t->waste_gpus,
+          money(t->waste_per_month, m, sizeof(m)));
   if (p->nwhatif) {
     fprintf(fp, "What-if, the same pods on the same nodes (fgd and gpufrac "
                 "with the recommended requests):\n");
@@ -57,18 +75,18 @@ int gf_plan_write_text(const gf_plan *p, FILE *fp) {
             "unplaced", "freed", "saved/month");
     for (size_t i = 0; i < p->nwhatif; i++) {
       const gf_plan_whatif *w = &p->whatif[i];
-      char money[32];
-      snprintf(money, sizeof(money), "$%.0f", w->saved_per_month);
       fprintf(fp, "  %-8s %6u %6u %9u %6d  %12s\n", w->policy, w->gpus_needed,
-              w->nodes_needed, w->pods_unplaced, w->gpus_freed, money);
+              w->nodes_needed, w->pods_unplaced, w->gpus_freed,
+              money(w->saved_per_month, m, sizeof(m)));
     }
     fprintf(fp, "\n");
     if (p->whatif[0].has_fleet) {
       fprintf(fp, "Cheapest fleet of the given node types:\n");
       for (size_t i = 0; i < p->nwhatif; i++) {
         const gf_plan_whatif *w = &p->whatif[i];
-        fprintf(fp, "  %-8s %u nodes, %u GPUs, $%.0f/month", w->policy,
-                w->fleet_nodes, w->fleet_gpus, w->fleet_per_month);
+        fprintf(fp, "  %-8s %u nodes, %u GPUs, %s/month", w->policy,
+                w->fleet_nodes, w->fleet_gpus,
+                money(w->fleet_per_month, m, sizeof(m)));
         for (size_t k = 0, any = 0; k < w->nfleet; k++)
           if (w->fleet[k].nodes) {
             fprintf(fp, "%s%u x %s", any ? ", " : " (", w->fleet[k].nodes,
@@ -85,9 +103,9 @@ int gf_plan_write_text(const gf_plan *p, FILE *fp) {
     fprintf(fp, "Namespaces by waste:\n");
     for (size_t i = 0; i < p->nnss && i < 5; i++) {
       const gf_plan_group *g = &p->nss[i];
-      fprintf(fp, "  %-24s held %6.1f  used %6.1f  waste %6.1f  $%.0f/month\n",
+      fprintf(fp, "  %-24s held %6.1f  used %6.1f  waste %6.1f  %s/month\n",
               g->name, g->gpus_held, g->gpus_used, g->waste_gpus,
-              g->waste_per_month);
+              money(g->waste_per_month, m, sizeof(m)));
     }
     if (p->nnss > 5)
       fprintf(fp, "  (%zu more)\n", p->nnss - 5);

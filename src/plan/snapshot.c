@@ -263,6 +263,9 @@ static void pod_release(gf__ppod *p) {
   gf__free(p->wkind);
   gf__free(p->wname);
   gf__free(p->mig_res);
+  gf__free(p->uid);
+  gf__series_release(&p->gmem);
+  gf__series_release(&p->gutil);
   for (size_t i = 0; i < p->ngpu_ctrs; i++)
     gf__free(p->gpu_ctrs[i]);
   gf__free(p->gpu_ctrs);
@@ -499,7 +502,9 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
   out->ns = gf__strdup(ns);
   out->name = gf__strdup(name);
   out->node = gf__strdup(node ? node : "");
-  if (!out->ns || !out->name || !out->node)
+  const char *uid = jstr(meta, "uid");
+  out->uid = gf__strdup(uid ? uid : "");
+  if (!out->ns || !out->name || !out->node || !out->uid)
     goto fail;
   if ((rc = owner_of(meta, name, &out->wkind, &out->wname)))
     goto fail;

@@ -1,7 +1,8 @@
 /*
  * Reading usage: Prometheus HTTP API query results (resultType vector or
- * matrix) of DCGM exporter's metrics, kept as raw series until gf_plan_run
- * matches them to pods by namespace and pod name.
+ * matrix) of DCGM exporter's metrics (matched to pods by namespace and pod
+ * name) and of the gpufrac node agent's per-container metrics (matched by
+ * pod_uid), kept as raw series until gf_plan_run matches them.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -26,6 +27,10 @@ static int metric_of(const char *name) {
     return GF__M_GPU_UTIL;
   if (strcmp(name, "DCGM_FI_PROF_GR_ENGINE_ACTIVE") == 0)
     return GF__M_GR_ACTIVE;
+  if (strcmp(name, "gpufrac_container_memory_used_bytes") == 0)
+    return GF__M_GF_MEM;
+  if (strcmp(name, "gpufrac_container_gpu_utilization_ratio") == 0)
+    return GF__M_GF_UTIL;
   return -1;
 }
 
@@ -105,6 +110,9 @@ static int one_response(gf_plan *p, const json_t *resp, const char *source,
       pod = jstr(m, "exported_pod");
       ns = jstr(m, "exported_namespace");
     }
+    bool by_uid = metric == GF__M_GF_MEM || metric == GF__M_GF_UTIL;
+    if (by_uid)
+      pod = jstr(m, "pod_uid");
     if (!pod || !pod[0]) {
       p->skipped_series++;
       continue;
@@ -138,9 +146,9 @@ static int one_response(gf_plan *p, const json_t *resp, const char *source,
                             sizeof(*p->useries))))
       goto bad;
     gf__useries *u = &p->useries[p->nuseries];
-    u->ns = gf__strdup(ns);
+    u->ns = by_uid ? NULL : gf__strdup(ns);
     u->pod = gf__strdup(pod);
-    if (!u->ns || !u->pod) {
+    if ((!by_uid && !u->ns) || !u->pod) {
       gf__free(u->ns);
       gf__free(u->pod);
       rc = GF_ENOMEM;

@@ -1,6 +1,7 @@
 /* libFuzzer target: the planner's readers and everything after them
  * (gpufrac/plan.h).  The input is a snapshot, optionally followed by a line
- * "---" and Prometheus usage JSON.  A refused input must say why (a
+ * "---" and Prometheus usage JSON, and optionally another "---" and node
+ * types for the fleet what-if.  A refused input must say why (a
  * non-empty diag); an accepted one must run to figures that hold the
  * planner's invariants (nothing negative, used <= held, requests in range)
  * and be written as text and JSON without a crash or a leak. */
@@ -34,27 +35,40 @@ static void invariants(const gf_plan *p) {
   }
   for (size_t i = 0; i < gf_plan_nwhatif(p); i++) {
     const gf_plan_whatif *w = gf_plan_whatif_at(p, i);
-    if (w->gpus_needed > t->gpus + EPS)
+    if (w->gpus_needed > t->gpus + EPS ||
+        w->pods_placed + w->pods_unplaced > t->gpu_pods)
       abort();
+    if (w->has_fleet) {
+      uint32_t nodes = 0;
+      for (size_t k = 0; k < w->nfleet; k++)
+        nodes += w->fleet[k].nodes;
+      if (nodes != w->fleet_nodes || !(w->fleet_per_month >= 0) ||
+          w->fleet_unplaced > t->gpu_pods)
+        abort();
+    }
   }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *text = (const char *)data;
-  const char *sep = NULL;
-  for (size_t i = 0; i + 4 <= size; i++)
+  size_t cut[3] = {size, size, size}; /* ends of the up to three parts */
+  int parts = 0;
+  for (size_t i = 0; i + 4 <= size && parts < 2; i++)
     if (memcmp(text + i, "\n---", 4) == 0) {
-      sep = text + i;
-      break;
+      cut[parts++] = i;
+      i += 3;
     }
-  size_t snap_len = sep ? (size_t)(sep - text) : size;
   gf_plan *p = gf_plan_new();
   if (!p)
     return 0;
   gf_diag d = {""};
-  int rc = gf_plan_add_snapshot(p, text, snap_len, "snap", &d);
-  if (!rc && sep)
-    rc = gf_plan_add_usage(p, sep + 4, size - snap_len - 4, "usage", &d);
+  int rc = gf_plan_add_snapshot(p, text, cut[0], "snap", &d);
+  if (!rc && parts >= 1)
+    rc = gf_plan_add_usage(p, text + cut[0] + 4, cut[1] - cut[0] - 4, "usage",
+                           &d);
+  if (!rc && parts >= 2)
+    rc = gf_plan_add_node_types(p, text + cut[1] + 4, size - cut[1] - 4,
+                                "types", &d);
   if (!rc)
     rc = gf_plan_run(p, NULL, &d);
   if (rc) {

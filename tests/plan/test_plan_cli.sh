@@ -63,6 +63,7 @@ check bad-usage    1 "u.json: response 0: result\[0\]: sample value 'x'" -- "$GP
 
 check example      0 'GPUs held'                -- "$GPUFRAC" plan --example
 check example-wi   0 '^  gpufrac '              -- "$GPUFRAC" plan --example
+check money-commas 0 'GPUs held .* \$[0-9]{1,3}(,[0-9]{3})+/month' -- "$GPUFRAC" plan --example
 check no-whatif    0 'Waste'                    -- "$GPUFRAC" plan --example --no-whatif
 check price-one    0 'GPUs held'                -- "$GPUFRAC" plan --example --price 1 --headroom 30%
 

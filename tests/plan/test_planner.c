@@ -831,6 +831,48 @@ static void test_bad_node_types(void **st) {
   }
 }
 
+/* gpufrac's own per-container metrics (the node agent's, labelled pod_uid)
+ * are matched by the pod's uid and win over DCGM's device-wide series:
+ * on a shared A100 (81920 MiB) DCGM says 40960 MiB and 90% for the
+ * device; gpufrac says this container used 8192 MiB at most (bytes) and
+ * 0.25 of the GPU's time.  used = max(8192 / 81920, .25) = .25 (DCGM's
+ * figures would give .9, capped at the .5 held). */
+static void test_gpufrac_metrics(void **st) {
+  (void)st;
+  char *s = J("{'kind':'List','items':[{'kind':'Node','metadata':{'name':"
+              "'a','labels':{'nvidia.com/gpu.product':'NVIDIA-A100-SXM4-80GB',"
+              "'nvidia.com/gpu.memory':'81920'}},'status':{'allocatable':{"
+              "'nvidia.com/gpu':'1','cpu':'8','memory':'64Gi'}}},{'kind':"
+              "'Pod','metadata':{'name':'s','namespace':'ml','uid':'u-1'},"
+              "'spec':{'nodeName':'a','containers':[{'name':'c','resources':"
+              "{'limits':{'gpufrac.io/gpu-memory':'40Gi'}}}]},'status':{"
+              "'phase':'Running'}}]}");
+  char *u = J("{'data':{'resultType':'matrix','result':["
+              "{'metric':{'__name__':'DCGM_FI_DEV_FB_USED','namespace':'ml',"
+              "'pod':'s'},'values':[[1,'40960'],[2,'40960']]},"
+              "{'metric':{'__name__':'DCGM_FI_DEV_GPU_UTIL','namespace':'ml',"
+              "'pod':'s'},'values':[[1,'90'],[2,'90']]},"
+              "{'metric':{'__name__':'gpufrac_container_memory_used_bytes',"
+              "'pod_uid':'u-1','container':'c','gpu':'GPU-x'},'values':[[1,"
+              "'4294967296'],[2,'8589934592']]},"
+              "{'metric':{'__name__':'gpufrac_container_gpu_utilization_ratio',"
+              "'pod_uid':'u-1','container':'c'},'values':[[1,'0.2'],[2,"
+              "'0.25']]}]}}");
+  gf_plan *p = gf_plan_new();
+  gf_diag d = {""};
+  assert_int_equal(gf_plan_add_snapshot(p, s, strlen(s), "s", &d), 0);
+  assert_int_equal(gf_plan_add_usage(p, u, strlen(u), "u", &d), 0);
+  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  const gf_plan_workload *w = gf_plan_workload_at(p, 0);
+  NEAR(w->gpus_held, 0.5);
+  NEAR(w->mem_peak_mib, 8192);
+  NEAR(w->compute_p95_pct, 25);
+  NEAR(w->gpus_used, 0.25);
+  free(s);
+  free(u);
+  gf_plan_free(p);
+}
+
 static char *slurp(const char *path) {
   FILE *fp = fopen(path, "rb");
   if (!fp)
@@ -962,6 +1004,7 @@ int main(void) {
       cmocka_unit_test(test_dra_pod_warned),
       cmocka_unit_test(test_fleet),
       cmocka_unit_test(test_bad_node_types),
+      cmocka_unit_test(test_gpufrac_metrics),
       cmocka_unit_test_setup_teardown(test_outputs, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_alloc_failures),
   };

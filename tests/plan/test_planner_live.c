@@ -112,13 +112,16 @@ static void test_live_forbidden(void **st) {
   gf_kube_config_free(cfg);
 }
 
-/* Usage from Prometheus: three range queries over the day before
- * 1767312000 at ceil(86400 / 1000) = 87 s steps, series with a pod label
- * only.  The whole-GPU pod ml/w on the A100 node: memory 8192 and 16384
- * MiB, utilisation 30 and 40%: peak 16384, used max(16384 / 81920, .40)
+/* Usage from Prometheus: five range queries (DCGM's three, gpufrac's two) over
+ * the day before 1767312000 at ceil(86400 / 1000) = 87 s steps, series with a
+ * pod label only.  The whole-GPU pod ml/w on the A100 node: memory 8192 and
+ * 16384 MiB, utilisation 30 and 40%: peak 16384, used max(16384 / 81920, .40)
  * = 0.4 GPUs. */
 #define Q(m)                                                                   \
   "/api/v1/query_range?query=" m "%7Bpod%21%3D%22%22%7D&start=1767225600"      \
+  "&end=1767312000&step=87"
+#define QU(m)                                                                  \
+  "/api/v1/query_range?query=" m "%7Bpod_uid%21%3D%22%22%7D&start=1767225600"  \
   "&end=1767312000&step=87"
 static const td_expect script_prom[] = {
     {.method = "GET",
@@ -140,12 +143,22 @@ static const td_expect script_prom[] = {
      .status = 200,
      .body = "{\"status\":\"success\",\"data\":{\"resultType\":\"matrix\","
              "\"result\":[]}}"},
+    {.method = "GET",
+     .target = QU("gpufrac_container_memory_used_bytes"),
+     .status = 200,
+     .body = "{\"status\":\"success\",\"data\":{\"resultType\":\"matrix\","
+             "\"result\":[]}}"},
+    {.method = "GET",
+     .target = QU("gpufrac_container_gpu_utilization_ratio"),
+     .status = 200,
+     .body = "{\"status\":\"success\",\"data\":{\"resultType\":\"matrix\","
+             "\"result\":[]}}"},
 };
 
 static void test_prometheus(void **st) {
   (void)st;
   td_server *api = td_start(script_ok, 3);
-  td_server *prom = td_start(script_prom, 3);
+  td_server *prom = td_start(script_prom, 5);
   assert_non_null(api);
   assert_non_null(prom);
   gf_kube_config *acfg = NULL, *pcfg = NULL;
