@@ -20,8 +20,8 @@
 #include "smap.h"
 
 #define NAME_MAX_ 254    /* a DNS-1123 name and its NUL */
-#define RV_MAX_ 64       /* a resourceVersion */
-#define UID_MAX_ 64      /* a pod uid */
+#define RV_MAX_ 32       /* a resourceVersion (etcd's: up to 20 digits) */
+#define UID_MAX_ 40      /* a pod uid (36 characters; cut if longer) */
 #define PASS_MAX 256     /* patches per pass */
 #define RETRY_US 2000000 /* after an error other than 409 / 404 */
 
@@ -30,17 +30,16 @@ enum { OWN_DND = 1, OWN_STE = 2 };
 enum { V_ABSENT, V_OURS, V_OTHER };
 
 typedef struct grec {
-  char *key;  /* "ns/name"; the map's key */
-  char *name; /* points into key, after the '/' */
+  char *key; /* "ns/name"; the map's key */
   size_t ns_len;
   char uid[UID_MAX_];
-  char rv[RV_MAX_];
+  char rv[RV_MAX_];         /* "" when longer: the pod is left alone */
   char waiting_rv[RV_MAX_]; /* patched at this rv: wait for a newer one */
   int64_t retry_at;         /* not before this (guard clock), 0: now */
   int64_t first_seen;       /* by this replica */
   int64_t ready_since;      /* first seen Ready; 0 while not Ready */
   int64_t since;            /* GF_GUARD_SINCE; 0 when absent or unreadable */
-  bool share, bound, done, ready, always, released, owns_present;
+  bool share, bound, done, ready, always, released, owns_present, has_since;
   unsigned owns; /* OWN_* */
   int dnd, ste;  /* V_* */
 } grec;
@@ -138,6 +137,10 @@ int gf__guard_slim(json_t *slim, const json_t *pod) {
     return 0;
   const json_t *ann =
       json_object_get(json_object_get(pod, "metadata"), "annotations");
+  if (!json_object_get(ann, GF_GRANT_ANNOTATION) &&
+      !json_object_get(ann, GF_GUARD_OWNS) &&
+      !json_object_get(ann, GF_GUARD_SINCE))
+    return 0; /* not the guard's: gf__guard_pod_update ignores it */
   json_t *md = json_object_get(slim, "metadata");
   if (json_is_object(ann) && json_is_object(md)) {
     json_t *sa = json_object_get(md, "annotations");
@@ -216,6 +219,21 @@ static const char *owns_text(unsigned owns) {
   }
 }
 
+/* Protecting, or to be protected now: a record whose next patch depends
+ * on the clock or on the pass.  Any other pod changes only with an event
+ * (bound, not Ready again, gpufrac.io/protect added), which makes it
+ * anew. */
+static bool protecting(const grec *r) {
+  return (r->owns_present || r->has_since) && !r->released;
+}
+
+static bool eligible(const grec *r) { return r->share && r->bound && !r->done; }
+
+static bool needs_record(const grec *r) {
+  return protecting(r) ||
+         (eligible(r) && (r->always || (!r->ready && !r->released)));
+}
+
 static int64_t grec_find(const gf__guard *g, const char *key) {
   return gf__smap_get(&g->map, key);
 }
@@ -243,27 +261,64 @@ static const char *key_of(const json_t *md, char *buf, size_t cap,
   return buf;
 }
 
-void gf__guard_pod_update(gf__guard *g, const json_t *pod) {
+/* What the pod says now, into t (the fields an event sets). */
+static void read_pod(const json_t *pod, grec *t) {
   const json_t *md = json_object_get(pod, "metadata");
   const json_t *ann = json_object_get(md, "annotations");
+  const char *uid = json_string_value(json_object_get(md, "uid"));
+  snprintf(t->uid, sizeof(t->uid), "%s", uid ? uid : "");
+  const char *rv = json_string_value(json_object_get(md, "resourceVersion"));
+  snprintf(t->rv, sizeof(t->rv), "%s", rv && strlen(rv) < RV_MAX_ ? rv : "");
+  const char *node = json_string_value(
+      json_object_get(json_object_get(pod, "spec"), "nodeName"));
+  const char *phase = json_string_value(
+      json_object_get(json_object_get(pod, "status"), "phase"));
+  t->share = json_object_get(ann, GF_GRANT_ANNOTATION) != NULL;
+  t->bound = node && *node;
+  t->done = json_object_get(md, "deletionTimestamp") != NULL ||
+            (phase &&
+             (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0));
+  const char *rs =
+      json_string_value(json_object_get(ready_condition(pod), "status"));
+  t->ready = rs && strcmp(rs, "True") == 0;
+  const char *pr = json_string_value(json_object_get(ann, GF_GUARD_PROTECT));
+  t->always = pr && strcmp(pr, "always") == 0;
+  const json_t *owns = json_object_get(ann, GF_GUARD_OWNS);
+  t->owns_present = owns != NULL;
+  t->owns = parse_owns(json_string_value(owns));
+  t->released = json_object_get(ann, GF_GUARD_RELEASED) != NULL;
+  const json_t *since = json_object_get(ann, GF_GUARD_SINCE);
+  t->has_since = since != NULL;
+  t->since = 0;
+  if (json_is_string(since) &&
+      gf_kube_time_parse(json_string_value(since), &t->since) != 0)
+    t->since = 0;
+  t->dnd = value_state(ann, GF_GUARD_DND, "true");
+  t->ste = value_state(ann, GF_GUARD_STE, "false");
+}
+
+void gf__guard_pod_update(gf__guard *g, const json_t *pod) {
   char kb[2 * NAME_MAX_ + 2];
   size_t ns_len = 0;
-  const char *key = key_of(md, kb, sizeof(kb), &ns_len);
+  const char *key =
+      key_of(json_object_get(pod, "metadata"), kb, sizeof(kb), &ns_len);
   if (!key)
     return;
-  bool share = json_object_get(ann, GF_GRANT_ANNOTATION) != NULL;
-  const json_t *owns = json_object_get(ann, GF_GUARD_OWNS);
-  const json_t *since = json_object_get(ann, GF_GUARD_SINCE);
+  grec t;
+  memset(&t, 0, sizeof(t));
+  read_pod(pod, &t);
   pthread_mutex_lock(&g->mu);
   int64_t i = grec_find(g, key);
-  if (!share && !owns && !since) {
+  /* Nothing the clock can change (no grant; Ready and never protected;
+   * released): no record, so a cluster of Ready pods costs none.  The
+   * event that changes that (bound, not Ready, gpufrac.io/protect added)
+   * makes one. */
+  if (!needs_record(&t)) {
     if (i >= 0)
       grec_remove(g, (uint32_t)i);
-    pthread_mutex_unlock(&g->mu);
-    return;
+    goto out;
   }
   int64_t now = now_of(g);
-  const char *uid = json_string_value(json_object_get(md, "uid"));
   if (i < 0) {
     if (g->n == g->cap) {
       uint32_t nc = g->cap ? g->cap * 2 : 64;
@@ -281,50 +336,35 @@ void gf__guard_pod_update(gf__guard *g, const json_t *pod) {
       goto out;
     }
     r->ns_len = ns_len;
-    r->name = r->key + ns_len + 1;
     r->first_seen = now;
+    snprintf(r->uid, sizeof(r->uid), "%s", t.uid);
     i = g->n++;
   }
   grec *r = &g->r[i];
-  if (uid && strcmp(uid, r->uid) != 0) {
-    /* replaced under the same name: a new pod */
-    if (r->uid[0]) {
-      r->first_seen = now;
-      r->ready_since = 0;
-      r->waiting_rv[0] = '\0';
-      r->retry_at = 0;
-    }
-    snprintf(r->uid, sizeof(r->uid), "%s", uid);
+  if (strcmp(t.uid, r->uid) != 0) { /* replaced under the same name */
+    r->first_seen = now;
+    r->ready_since = 0;
+    r->waiting_rv[0] = '\0';
+    r->retry_at = 0;
+    snprintf(r->uid, sizeof(r->uid), "%s", t.uid);
   }
-  const char *rv = json_string_value(json_object_get(md, "resourceVersion"));
-  snprintf(r->rv, sizeof(r->rv), "%s", rv && strlen(rv) < RV_MAX_ ? rv : "");
-  const char *node = json_string_value(
-      json_object_get(json_object_get(pod, "spec"), "nodeName"));
-  const char *phase = json_string_value(
-      json_object_get(json_object_get(pod, "status"), "phase"));
-  r->share = share;
-  r->bound = node && *node;
-  r->done = json_object_get(md, "deletionTimestamp") != NULL ||
-            (phase &&
-             (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0));
-  const char *rs =
-      json_string_value(json_object_get(ready_condition(pod), "status"));
-  r->ready = rs && strcmp(rs, "True") == 0;
+  memcpy(r->rv, t.rv, sizeof(r->rv));
+  r->share = t.share;
+  r->bound = t.bound;
+  r->done = t.done;
+  r->ready = t.ready;
   if (!r->ready)
     r->ready_since = 0;
   else if (!r->ready_since)
     r->ready_since = now;
-  const char *pr = json_string_value(json_object_get(ann, GF_GUARD_PROTECT));
-  r->always = pr && strcmp(pr, "always") == 0;
-  r->owns_present = owns != NULL;
-  r->owns = parse_owns(json_string_value(owns));
-  r->released = json_object_get(ann, GF_GUARD_RELEASED) != NULL;
-  r->since = 0;
-  if (json_is_string(since) &&
-      gf_kube_time_parse(json_string_value(since), &r->since) != 0)
-    r->since = 0;
-  r->dnd = value_state(ann, GF_GUARD_DND, "true");
-  r->ste = value_state(ann, GF_GUARD_STE, "false");
+  r->always = t.always;
+  r->owns_present = t.owns_present;
+  r->owns = t.owns;
+  r->released = t.released;
+  r->has_since = t.has_since;
+  r->since = t.since;
+  r->dnd = t.dnd;
+  r->ste = t.ste;
 out:
   pthread_mutex_unlock(&g->mu);
 }
@@ -349,13 +389,11 @@ void gf__guard_pod_delete(gf__guard *g, const json_t *pod) {
  * *why says what it does, for the log.  Under the mutex. */
 static json_t *decide(const gf__guard *g, const grec *r, int64_t now,
                       const char **why) {
-  bool eligible = r->share && r->bound && !r->done;
-  bool protecting = (r->owns_present || r->since) && !r->released;
   char stamp[64];
   gf_kube_time_format(now, stamp, sizeof(stamp));
-  if (!protecting) {
-    bool start =
-        eligible && (r->always || (!r->ready && !r->since && !r->released));
+  if (!protecting(r)) {
+    bool start = eligible(r) &&
+                 (r->always || (!r->ready && !r->has_since && !r->released));
     if (!start)
       return NULL;
     unsigned owns = 0;
@@ -381,7 +419,7 @@ static json_t *decide(const gf__guard *g, const grec *r, int64_t now,
     return e ? (json_decref(p), NULL) : p;
   }
   int64_t since = r->since ? r->since : r->first_seen;
-  if (!eligible)
+  if (!eligible(r))
     *why = "releasing (no longer holds a running GPU share)";
   else if (r->always)
     return NULL;

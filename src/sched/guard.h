@@ -78,8 +78,9 @@ void gf__guard_free(gf__guard *g); /* NULL is accepted */
 
 /* Adds to `slim` (an informer's slim copy of `pod`, e.g. from
  * gf_sched_pod_slim) what the guard reads that it lacks: the six
- * annotations above and status.conditions' Ready entry (type and status).
- * Nonzero only when out of memory. */
+ * annotations above and status.conditions' Ready entry (type and status),
+ * for a pod with a grant or the guard's annotations only (the others cost
+ * nothing).  Nonzero only when out of memory. */
 int gf__guard_slim(json_t *slim, const json_t *pod);
 
 /* A pod as the watch sees it now (borrowed; whole or slim).  Pods without

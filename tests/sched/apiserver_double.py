@@ -564,7 +564,7 @@ class Double:
         return self.state.delete("nodes", name)
 
     def add_pod(self, ns, name, gpu=1, mem=None, compute=None, cpu="1",
-                memory="1Gi", node=None, grant=None):
+                memory="1Gi", node=None, grant=None, ready=None):
         res = {"cpu": cpu, "memory": memory}
         if gpu:
             res["gpufrac.io/gpu"] = str(gpu)
@@ -585,6 +585,9 @@ class Double:
             pod["spec"]["nodeName"] = node
         if grant:
             pod["metadata"]["annotations"][GRANT] = grant
+        if ready is not None:  # the kubelet's Ready condition
+            pod["status"]["conditions"] = [
+                {"type": "Ready", "status": "True" if ready else "False"}]
         return self.state.put("pods", pod_key(ns, name), pod)
 
     def touch_pod(self, ns, name):
@@ -629,7 +632,8 @@ class Double:
 
 def synthetic(d, nnodes, npods):
     """nnodes nodes of 8 A100-80GB; npods bound pods of 10Gi/10% each,
-    spread over them, with grants (as a restarted extender would find)."""
+    spread over them, with grants, Ready (as a restarted extender would
+    find: the disruption guard leaves them alone)."""
     for i in range(nnodes):
         d.add_node("node-%05d" % i, [("A100-SXM4-80GB", 80)] * 8,
                    cpu="256", memory="2Ti")
@@ -642,7 +646,8 @@ def synthetic(d, nnodes, npods):
                                        "compute": 10}]}]},
             separators=(",", ":"))
         d.add_pod("bench", "p-%06d" % j, gpu=1, mem="10Gi", compute=10,
-                  cpu="100m", memory="128Mi", node=node, grant=grant)
+                  cpu="100m", memory="128Mi", node=node, grant=grant,
+                  ready=True)
 
 
 def main():

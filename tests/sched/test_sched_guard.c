@@ -296,6 +296,11 @@ static void test_edges(void **st) {
   rec r = {0};
   see(g, "90", "node-a", 1, "Running", GRANT_ONLY);
   assert_int_equal(pass(g, &r), 0);
+  assert_int_equal(gf__guard_count(g), 0); /* nothing to wait for: no record */
+  see(g, "90a", "node-a", 0, "Running", GRANT_ONLY); /* not Ready again */
+  assert_int_equal(gf__guard_count(g), 1);
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.last, PROTECT_BOTH(T0_TEXT));
   see(g, "91", "node-a", -1, "Running", ""); /* no grant: not ours */
   assert_int_equal(gf__guard_count(g), 0);
   see(g, "92", "node-a", 0, "Running", OWNED_BOTH);
@@ -353,6 +358,22 @@ static void test_slim(void **st) {
     }
 }
 
+/* A pod that is not the guard's (no grant, none of its annotations) is
+ * cached as slim as before: no Ready condition, no extra annotations. */
+static void test_slim_others(void **st) {
+  (void)st;
+  json_t *full = pod("5", "node-a", 1, "Running",
+                     "\"karpenter.sh/do-not-disrupt\":\"true\"");
+  json_t *slim = gf_sched_pod_slim(full);
+  assert_int_equal(gf__guard_slim(slim, full), 0);
+  assert_null(json_object_get(json_object_get(slim, "status"), "conditions"));
+  assert_null(json_object_get(
+      json_object_get(json_object_get(slim, "metadata"), "annotations"),
+      "karpenter.sh/do-not-disrupt"));
+  json_decref(slim);
+  json_decref(full);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_protect_then_settle),
@@ -362,6 +383,7 @@ int main(void) {
       cmocka_unit_test(test_always),
       cmocka_unit_test(test_edges),
       cmocka_unit_test(test_slim),
+      cmocka_unit_test(test_slim_others),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
