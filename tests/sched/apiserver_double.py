@@ -98,6 +98,7 @@ class State:
         self.errors = []
         self.conflicts = 0  # 409s returned on grant PATCHes
         self.guard_patches = 0  # the disruption guard's PATCHes applied
+        self.guard_protects = {}  # pod key -> PATCHes that set guard-since
         self.binds = 0
         self.node_patches = 0  # inventory PATCHes (the node agent)
         self.requests = 0
@@ -296,6 +297,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             new = merge_patch(cur, patch)
             if guard:
                 st.guard_patches += 1
+                if "gpufrac.io/guard-since" in md["annotations"]:
+                    st.guard_protects[key] = st.guard_protects.get(key, 0) + 1
             st._bump(new)
             st.objs["pods"][key] = new
             st._emit("pods", "MODIFIED", new, cur)

@@ -382,6 +382,12 @@ def check_guard(d):
     for p in bound[3:]:
         if not guarded(now[p["metadata"]["name"]]):
             fail("pod %s lost its marks while not Ready" % p["metadata"]["name"])
+    # the restarted extender adopted what the killed one had set: no pod
+    # was protected twice
+    twice = [k for k, n in d.state.guard_protects.items() if n > 1]
+    if twice:
+        fail("pods protected more than once (across the restart): %r" %
+             twice[:5])
 
 
 def _quiet_bind(ext, name, pod):
