@@ -37,6 +37,10 @@
  * share, Ready or not, with no cap; taking it away lets the usual rules
  * release it.
  *
+ * Memory: a record is kept only for a pod being protected or about to be
+ * (its next patch depends on the clock); a Ready pod never protected, or
+ * one released, costs none until an event changes that.
+ *
  * Thread safety: every function may be called from any thread (one mutex);
  * gf__guard_pass calls the patch function without holding it.
  */
@@ -83,8 +87,8 @@ void gf__guard_free(gf__guard *g); /* NULL is accepted */
  * nothing).  Nonzero only when out of memory. */
 int gf__guard_slim(json_t *slim, const json_t *pod);
 
-/* A pod as the watch sees it now (borrowed; whole or slim).  Pods without
- * a grant and without the guard's annotations are not kept. */
+/* A pod as the watch sees it now (borrowed; whole or slim).  Only pods
+ * being protected or about to be are kept (see Memory above). */
 void gf__guard_pod_update(gf__guard *g, const json_t *pod);
 /* The pod is gone. */
 void gf__guard_pod_delete(gf__guard *g, const json_t *pod);
@@ -103,7 +107,7 @@ typedef int (*gf__guard_patch_fn)(void *user, const char *ns, const char *name,
 int gf__guard_pass(gf__guard *g, gf__guard_patch_fn fn, void *user,
                    unsigned *patched, gf_diag *d);
 
-/* Pods kept (those with a grant or the guard's annotations). */
+/* Pods kept: those being protected or about to be. */
 size_t gf__guard_count(gf__guard *g);
 
 #endif
