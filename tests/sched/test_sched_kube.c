@@ -1131,6 +1131,11 @@ static void test_cli_options(void **st) {
   char h200[] = "200h";
   char *toolong[] = {a0, nokube, gc, h200, NULL};
   assert_int_equal(cmd_scheduler(4, toolong), GF_EXIT_USAGE);
+  /* good values parse: the run goes on to fail on the health listener */
+  char ms500[] = "500ms", h1[] = "1h", off[] = "off";
+  char *good[] = {a0,  nokube, gs,  ms500, gc,    h1,  g,
+                  off, listen, any, hl,    badhl, NULL};
+  assert_int_equal(cmd_scheduler(12, good), GF_EXIT_FAIL);
 }
 
 /* The whole command: a kubeconfig naming a server that refuses, serve,
