@@ -374,6 +374,59 @@ static void test_slim_others(void **st) {
   json_decref(full);
 }
 
+/* Malformed pods (members of the wrong type anywhere the guard reads) are
+ * never a crash; a user's annotation of the wrong type is still theirs. */
+static void test_malformed(void **st) {
+  (void)st;
+  static const char *const bad[] = {
+      "7",
+      "{}",
+      "{\"metadata\":7}",
+      "{\"metadata\":{\"name\":\"x\"}}",
+      "{\"metadata\":{\"name\":7,\"namespace\":\"ml\"}}",
+      "{\"metadata\":{\"name\":\"\",\"namespace\":\"ml\"}}",
+      "{\"metadata\":{\"name\":\"x\",\"namespace\":\"ml\","
+      "\"annotations\":[]},\"spec\":7,\"status\":[]}",
+      "{\"metadata\":{\"name\":\"x\",\"namespace\":\"ml\","
+      "\"resourceVersion\":5,\"uid\":[],\"annotations\":{"
+      "\"gpufrac.io/grant\":1,\"gpufrac.io/guard-owns\":{},"
+      "\"gpufrac.io/guard-since\":\"not a time\",\"gpufrac.io/protect\":"
+      "true}},\"spec\":{\"nodeName\":7},\"status\":{\"phase\":[],"
+      "\"conditions\":{\"type\":\"Ready\"}}}",
+      "{\"metadata\":{\"name\":\"y\",\"namespace\":\"ml\","
+      "\"resourceVersion\":\"5\",\"annotations\":{\"gpufrac.io/grant\":"
+      "\"g\",\"karpenter.sh/do-not-disrupt\":7}},\"spec\":{\"nodeName\":"
+      "\"n\"},\"status\":{\"conditions\":[7,{\"type\":7},{\"type\":"
+      "\"Ready\",\"status\":false}]}}",
+  };
+  fake_now = T0;
+  gf__guard *g = guard(1, 1);
+  rec r = {0};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    json_t *j = json_loads(bad[i], JSON_DECODE_ANY, NULL);
+    assert_non_null(j);
+    json_t *slim = gf_sched_pod_slim(j);
+    if (slim)
+      assert_int_equal(gf__guard_slim(slim, j), 0);
+    gf__guard_pod_update(g, j);
+    if (slim)
+      gf__guard_pod_update(g, slim);
+    fake_now += 1000;
+    gf_diag d = {""};
+    assert_int_equal(gf__guard_pass(g, patch_fn, &r, NULL, &d), 0);
+    gf__guard_pod_delete(g, j);
+    json_decref(slim);
+    json_decref(j);
+  }
+  /* y: bound, not Ready, do-not-disrupt 7 (the user's, though not a
+   * string): only safe-to-evict was the guard's to set */
+  assert_string_equal(r.who, "ml/y");
+  assert_null(strstr(r.last, "do-not-disrupt\":\"true"));
+  assert_non_null(
+      strstr(r.last, "\"gpufrac.io/guard-owns\":\"safe-to-evict\""));
+  gf__guard_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_protect_then_settle),
@@ -384,6 +437,7 @@ int main(void) {
       cmocka_unit_test(test_edges),
       cmocka_unit_test(test_slim),
       cmocka_unit_test(test_slim_others),
+      cmocka_unit_test(test_malformed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
