@@ -86,6 +86,25 @@ typedef struct gf_sched_kube_opts {
    * included, to the leader only.  NULL: no label is written. */
   const char *pod_ns;
   const char *pod_name;
+  /* The disruption guard (docs/scheduler.md, "Disruption guard"): while
+   * this replica leads, every pod holding a gpufrac grant that is bound
+   * and not yet Ready gets karpenter.sh/do-not-disrupt: "true" and
+   * cluster-autoscaler.kubernetes.io/safe-to-evict: "false" (only where
+   * the pod has no such annotation of its own), removed again once it has
+   * been Ready for guard_settle_ms, or guard_cap_ms after they were set.
+   * What the guard set is named in the pod's gpufrac.io/guard-owns
+   * annotation, and only that is ever removed; every PATCH carries the
+   * pod's resourceVersion.  gpufrac.io/protect: always keeps a pod
+   * protected with no cap. */
+  bool guard_off;          /* true: no guard */
+  int64_t guard_settle_ms; /* 0: 120000 (2 min) */
+  int64_t guard_cap_ms;    /* 0: 1800000 (30 min) */
+  long guard_tick_ms;      /* how often its thread looks; 0: 1000 */
+  /* The guard's clock, microseconds since the Unix epoch (the times go
+   * into annotations, so a real one is CLOCK_REALTIME); NULL: that one.
+   * Tests inject a fake one. */
+  int64_t (*guard_now_us)(void *clock_user);
+  void *guard_clock_user;
 } gf_sched_kube_opts;
 
 #define GF_SCHED_KUBE_ROLE_LABEL "gpufrac.io/scheduler-role"
@@ -120,7 +139,9 @@ typedef enum gf_sched_kube_part {
   GF_SCHED_KUBE_NODES,
   GF_SCHED_KUBE_PODS,
   GF_SCHED_KUBE_LEADER,
-  GF_SCHED_KUBE_ROLE, /* the role label brought in line (GF_ESTATE: none) */
+  GF_SCHED_KUBE_ROLE,  /* the role label brought in line (GF_ESTATE: none) */
+  GF_SCHED_KUBE_GUARD, /* one guard pass: PATCHes due now, leader only
+                          (GF_ESTATE: the guard is off) */
 } gf_sched_kube_part;
 
 /* One step of one part on the calling thread, instead of start: a LIST or
@@ -138,5 +159,7 @@ uint64_t gf_sched_kube_model_errors(gf_sched_kube *f);
  * stderr unless quiet) once per change of each part's error: a LIST that
  * keeps failing the same way is logged once, then "working again". */
 uint64_t gf_sched_kube_api_errors(gf_sched_kube *f);
+/* Guard PATCHes that succeeded so far (0 with the guard off). */
+uint64_t gf_sched_kube_guard_patches(gf_sched_kube *f);
 
 #endif

@@ -35,6 +35,8 @@ static void usage(FILE *fp) {
       "N]\n"
       "                         [--tls-cert FILE --tls-key FILE\n"
       "                          [--tls-client-ca FILE]]\n"
+      "                         [--guard on|off] [--guard-settle DUR]\n"
+      "                         [--guard-cap DUR]\n"
       "\n"
       "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
       "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
@@ -67,6 +69,15 @@ static void usage(FILE *fp) {
       "                      certificate and key (a mounted Secret)\n"
       "  --tls-client-ca FILE  require a client certificate signed by this\n"
       "                      PEM CA (kube-scheduler's tlsConfig certFile)\n"
+      "  --guard on|off      the disruption guard (default on): while it\n"
+      "                      leads, the extender marks GPU-share pods that\n"
+      "                      are bound and not yet Ready do-not-disrupt\n"
+      "                      (Karpenter) and not safe-to-evict (Cluster\n"
+      "                      Autoscaler), never over a user's own value\n"
+      "  --guard-settle DUR  ... until Ready this long (default 2m)\n"
+      "  --guard-cap DUR     ... or at most this long (default 30m);\n"
+      "                      DUR: 500ms, 90s, 2m, 1h; a pod annotated\n"
+      "                      gpufrac.io/protect: always has no cap\n"
       "  config file keys: healthListen, requestTimeoutMs, maxConnsPerIP,\n"
       "                      tlsCertFile, tlsKeyFile, tlsClientCAFile\n");
 }
@@ -85,6 +96,9 @@ typedef struct opts {
   char tls_cert[4096];
   char tls_key[4096];
   char tls_ca[4096];
+  bool guard_off;          /* --guard off */
+  int64_t guard_settle_ms; /* --guard-settle; 0: the default */
+  int64_t guard_cap_ms;    /* --guard-cap; 0: the default */
 } opts;
 
 /* Which options the command line set (the config file does not override
@@ -259,6 +273,34 @@ static int kube_config(const opts *o, gf_kube_config **out) {
 }
 
 /* Parses argv into o; returns -1 to go on, else the exit code. */
+/* A duration: digits and a unit, ms, s, m or h ("500ms", "90s", "2m"), from
+ * 1 ms to 7 days.  0 with *ms set, or exit 2 with a message naming flag. */
+static int parse_duration(const char *flag, const char *v, int64_t *ms) {
+  static const struct {
+    const char *unit;
+    int64_t ms;
+  } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+  size_t nd = strspn(v, "0123456789");
+  const char *u = v + nd;
+  int64_t mult = 0;
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+    if (strcmp(u, units[i].unit) == 0)
+      mult = units[i].ms;
+  int64_t n = 0;
+  bool ok = nd > 0 && nd <= 9 && mult > 0;
+  for (size_t i = 0; ok && i < nd; i++)
+    n = n * 10 + (v[i] - '0');
+  if (!ok || n == 0 || n * mult > 7 * 24 * 3600000LL) {
+    fprintf(stderr,
+            "gpufrac scheduler: %s '%s': want a duration from 1ms to 7 days "
+            "such as 500ms, 90s, 2m or 1h\n",
+            flag, v);
+    return GF_EXIT_USAGE;
+  }
+  *ms = n * mult;
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, opts *o, const char **config,
                       bool *set) {
   for (int i = 1; i < argc; i++) {
@@ -306,6 +348,16 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
       set[SET_LEASE] = true;
     } else if (strcmp(a, "--config") == 0) {
       *config = v;
+    } else if (strcmp(a, "--guard") == 0) {
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+        fprintf(stderr, "gpufrac scheduler: --guard '%s': want on or off\n", v);
+        return GF_EXIT_USAGE;
+      }
+      o->guard_off = strcmp(v, "off") == 0;
+    } else if (strcmp(a, "--guard-settle") == 0) {
+      rc = parse_duration(a, v, &o->guard_settle_ms);
+    } else if (strcmp(a, "--guard-cap") == 0) {
+      rc = parse_duration(a, v, &o->guard_cap_ms);
     } else if (strcmp(a, "--request-timeout-ms") == 0 ||
                strcmp(a, "--max-conns-per-ip") == 0) {
       bool t = a[2] == 'r';
@@ -411,7 +463,10 @@ int cmd_scheduler(int argc, char **argv) {
     gf_sched_kube_opts ko = {.lease_ns = o.lease[0] ? o.lease : NULL,
                              .lease_name = lease_name,
                              .pod_ns = own ? pod_ns : NULL,
-                             .pod_name = own ? pod : NULL};
+                             .pod_name = own ? pod : NULL,
+                             .guard_off = o.guard_off,
+                             .guard_settle_ms = o.guard_settle_ms,
+                             .guard_cap_ms = o.guard_cap_ms};
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
       rc = GF_EXIT_FAIL;

@@ -4,7 +4,9 @@
  * and the Lease election deciding who binds.
  *
  * Threads: one per informer, one for the election, one supervisor that
- * marks the extender synced once both informers are.  Informer callbacks
+ * marks the extender synced once both informers are, and one for the
+ * disruption guard (guard.h), fed by the pod informer, which PATCHes only
+ * while this replica leads.  Informer callbacks
  * and election callbacks run on those threads and only call gf_sched's
  * thread-safe functions.  Nothing here trusts what the server sends: every
  * object is checked by gf_sched's parsers, and a refusal is logged and
@@ -24,6 +26,7 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/sched_kube.h"
+#include "guard.h"
 
 #define MAX_CLIENTS 64
 #define KEY_MAX (2 * GF_NAME_MAX + 2)
@@ -243,9 +246,16 @@ struct gf_sched_kube {
   char *role_path;
   atomic_bool leading; /* what the label should say */
   int labeled;         /* what it says: -1 unknown, 0 follower, 1 leader */
+  /* the disruption guard: NULL when off */
+  gf__guard *guard;
+  gf_kube *gkube; /* its PATCH client, used by one pass at a time */
+  long guard_tick_ms;
+  atomic_ullong guard_patches;
+  int guard_err;               /* last error reported (api_error) */
+  char guard_msg[GF_DIAG_MAX]; /* ... and its sentence */
   bool started;
-  pthread_t t_nodes, t_pods, t_leader, t_super;
-  bool have_nodes, have_pods, have_leader, have_super;
+  pthread_t t_nodes, t_pods, t_leader, t_super, t_guard;
+  bool have_nodes, have_pods, have_leader, have_super, have_guard;
 };
 
 /* Logs a refused object: the first LOG_FIRST, then one in LOG_EVERY. */
@@ -269,9 +279,15 @@ static json_t *node_slim(void *user, json_t *obj) {
   return gf_sched_node_slim(obj);
 }
 
+/* The guard reads a few more members than the model (gf__guard_slim). */
 static json_t *pod_slim(void *user, json_t *obj) {
-  (void)user;
-  return gf_sched_pod_slim(obj);
+  gf_sched_kube *f = user;
+  json_t *out = gf_sched_pod_slim(obj);
+  if (out && f->guard && gf__guard_slim(out, obj)) {
+    json_decref(out);
+    return NULL; /* out of memory: the informer keeps obj whole */
+  }
+  return out;
 }
 
 static void node_apply(void *user, json_t *obj) {
@@ -316,6 +332,8 @@ static void pod_apply(void *user, json_t *obj) {
   int rc = gf_sched_pod_update(f->s, obj, &d);
   if (rc)
     model_error(f, "pod", obj, rc, &d);
+  if (f->guard)
+    gf__guard_pod_update(f->guard, obj);
 }
 
 static void pod_changed(void *user, json_t *old_obj, json_t *new_obj) {
@@ -336,6 +354,8 @@ static void pod_gone(void *user, json_t *obj) {
   const char *k = pod_key(obj, kb, sizeof(kb));
   if (k)
     (void)gf_sched_pod_delete(f->s, k); /* GF_ENOTFOUND: pending, not booked */
+  if (f->guard)
+    gf__guard_pod_delete(f->guard, obj);
 }
 
 /* A part's error state changed (gf_kube's on_error: called once per change,
@@ -408,6 +428,38 @@ static int role_sync(gf_sched_kube *f, gf_diag *d) {
   return 0;
 }
 
+/* gf__guard_patch_fn: a merge PATCH of the pod with rv as precondition. */
+static int guard_patch(void *user, const char *ns, const char *name,
+                       const json_t *patch, const char *rv, gf_diag *d) {
+  gf_sched_kube *f = user;
+  if (!dns_name(ns) || !dns_name(name))
+    return gf_diag_set(d, GF_EINVAL,
+                       "pod '%.253s/%.253s': not valid Kubernetes names", ns,
+                       name);
+  char path[600];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
+  return gf_kube_merge_patch(f->gkube, path, patch, rv, NULL, d);
+}
+
+/* One guard pass, if this replica leads and the pods are listed.  Errors
+ * are reported once per change (api_error). */
+static int guard_step(gf_sched_kube *f, gf_diag *d) {
+  if (!f->guard)
+    return gf_diag_set(d, GF_ESTATE, "kube feed: the guard is off");
+  if (!atomic_load(&f->leading) || !gf_kube_informer_synced(f->pods))
+    return 0; /* followers leave the pods alone */
+  unsigned n = 0;
+  gf_diag pd = {""};
+  int rc = gf__guard_pass(f->guard, guard_patch, f, &n, &pd);
+  atomic_fetch_add(&f->guard_patches, n);
+  if (rc != f->guard_err || (rc && strcmp(pd.msg, f->guard_msg) != 0)) {
+    api_error(f, "disruption guard (PATCH of pod annotations)", rc, pd.msg);
+    f->guard_err = rc;
+    snprintf(f->guard_msg, sizeof(f->guard_msg), "%s", pd.msg);
+  }
+  return rc ? gf_diag_set(d, rc, "%s", pd.msg) : 0;
+}
+
 static void mark_synced(gf_sched_kube *f) {
   if (atomic_load(&f->synced_marked))
     return;
@@ -464,8 +516,30 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
     gf_diag_prefix(d, "node informer");
     goto fail;
   }
+  if (!o->guard_off) {
+    gf__guard_opts go = {.settle_ms = o->guard_settle_ms,
+                         .cap_ms = o->guard_cap_ms,
+                         .now_us = o->guard_now_us,
+                         .clock_user = o->guard_clock_user,
+                         .quiet = o->quiet};
+    if ((rc = gf__guard_new(&go, &f->guard, d)))
+      goto fail;
+    if (o->guard_tick_ms < 0) {
+      rc = gf_diag_set(d, GF_EINVAL, "guard: tick of %ld ms", o->guard_tick_ms);
+      goto fail;
+    }
+    f->guard_tick_ms = o->guard_tick_ms ? o->guard_tick_ms : 1000;
+    gf_kube_opts go2 = kopts ? *kopts : (gf_kube_opts){0};
+    go2.timeout_ms = 5000; /* a stuck PATCH must not hold up stop */
+    go2.connect_timeout_ms = 3000;
+    if ((rc = gf_kube_new(&f->gkube, cfg, &go2, d))) {
+      gf_diag_prefix(d, "guard client");
+      goto fail;
+    }
+  }
   io.path = "/api/v1/pods";
   io.seed = seed + 1;
+  io.transform_user = f;
   gf_kube_informer_handlers ph = {pod_apply, pod_changed, pod_gone, f,
                                   pods_error};
   io.transform = pod_slim;
@@ -556,6 +630,21 @@ static void *run_leader(void *arg) {
   return NULL;
 }
 
+/* Guard passes every guard_tick_ms until stop. */
+static void *run_guard(void *arg) {
+  gf_sched_kube *f = arg;
+  while (!atomic_load(&f->stop)) {
+    guard_step(f, NULL);
+    for (long left = f->guard_tick_ms; left > 0 && !atomic_load(&f->stop);
+         left -= SUPERVISE_MS) {
+      long ms = left < SUPERVISE_MS ? left : SUPERVISE_MS;
+      struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return NULL;
+}
+
 /* Marks the extender synced once both informers are, then waits for stop. */
 static void *run_super(void *arg) {
   gf_sched_kube *f = arg;
@@ -593,6 +682,10 @@ int gf_sched_kube_start(gf_sched_kube *f, gf_diag *d) {
     e = pthread_create(&f->t_super, NULL, run_super, f);
     f->have_super = e == 0;
   }
+  if (!e && f->guard) {
+    e = pthread_create(&f->t_guard, NULL, run_guard, f);
+    f->have_guard = e == 0;
+  }
   if (e) {
     gf_sched_kube_stop(f);
     return gf_diag_set(d, e == EAGAIN ? GF_ENOMEM : GF_EIO,
@@ -614,6 +707,8 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
       gf_kube_leader_stop(f->leader);
     if (f->role)
       gf_kube_stop(f->role); /* a label PATCH in flight ends soon */
+    if (f->gkube)
+      gf_kube_stop(f->gkube); /* so does a guard PATCH */
     if (f->have_nodes)
       pthread_join(f->t_nodes, NULL);
     if (f->have_pods)
@@ -622,7 +717,12 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
       pthread_join(f->t_leader, NULL); /* released the Lease on its way out */
     if (f->have_super)
       pthread_join(f->t_super, NULL);
+    if (f->have_guard)
+      pthread_join(f->t_guard, NULL);
     f->have_nodes = f->have_pods = f->have_leader = f->have_super = false;
+    f->have_guard = false;
+    if (f->gkube)
+      gf_kube_clear_stop(f->gkube); /* usable by steps again */
   }
   f->started = false;
   /* No longer a binder: take the role label off (best effort). */
@@ -639,6 +739,8 @@ void gf_sched_kube_free(gf_sched_kube *f) {
   gf_sched_kube_stop(f);
   gf_kube_free(f->role);
   free(f->role_path);
+  gf_kube_free(f->gkube);
+  gf__guard_free(f->guard);
   gf_kube_leader_free(f->leader);
   gf_kube_informer_free(f->pods);
   gf_kube_informer_free(f->nodes);
@@ -664,6 +766,8 @@ int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d) {
     return gf_kube_leader_try(f->leader, NULL, d);
   case GF_SCHED_KUBE_ROLE:
     return role_sync(f, d);
+  case GF_SCHED_KUBE_GUARD:
+    return guard_step(f, d);
   default:
     return gf_diag_set(d, GF_EINVAL, "kube feed: unknown part %d", (int)part);
   }
@@ -681,4 +785,8 @@ uint64_t gf_sched_kube_model_errors(gf_sched_kube *f) {
 
 uint64_t gf_sched_kube_api_errors(gf_sched_kube *f) {
   return f ? (uint64_t)atomic_load(&f->api_errors) : 0;
+}
+
+uint64_t gf_sched_kube_guard_patches(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->guard_patches) : 0;
 }

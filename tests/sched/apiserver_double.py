@@ -18,9 +18,12 @@ state to answer them the way the real API server does:
                                                server's watch cache does
   GET  /api/v1/namespaces/NS/pods/NAME        one pod
   PATCH /api/v1/namespaces/NS/pods/NAME       merge patch of the grant
-                                               annotation only, 409 Conflict
-                                               when metadata.resourceVersion
-                                               is stale (as the API server)
+                                               annotation only, or of the
+                                               disruption guard's ones only
+                                               (with a resourceVersion);
+                                               409 Conflict when
+                                               metadata.resourceVersion is
+                                               stale (as the API server)
   PATCH /api/v1/nodes/NAME                    merge patch of the inventory
                                                annotation only (the node
                                                agent's one write)
@@ -30,7 +33,8 @@ state to answer them the way the real API server does:
                                                resourceVersion (409 if not)
 
 It is strict: any other request, a wrong bearer token, a wrong content type
-a PATCH touching anything but the grant (pods) or the inventory (nodes), or
+a PATCH touching anything but the grant or the guard's annotations (pods)
+or the inventory (nodes), or
 a field selector other than spec.nodeName on pods is answered 400/404 and
 recorded in `errors`, which the tests require to be empty at the end.
 
@@ -53,6 +57,11 @@ MAX_PAGE = 500
 TOKEN = "e2e-token"
 GRANT = "gpufrac.io/grant"
 INVENTORY = "gpufrac.io/inventory"
+# What the extender's disruption guard writes (src/sched/guard.h).
+DND = "karpenter.sh/do-not-disrupt"
+STE = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+GUARD_KEYS = {DND, STE, "gpufrac.io/guard-owns", "gpufrac.io/guard-since",
+              "gpufrac.io/guard-released"}
 GiB = 1 << 30
 
 
@@ -88,6 +97,8 @@ class State:
         self.events = {"nodes": [], "pods": []}
         self.errors = []
         self.conflicts = 0  # 409s returned on grant PATCHes
+        self.guard_patches = 0  # the disruption guard's PATCHes applied
+        self.guard_protects = {}  # pod key -> PATCHes that set guard-since
         self.binds = 0
         self.node_patches = 0  # inventory PATCHes (the node agent)
         self.requests = 0
@@ -256,11 +267,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._strict(400, "PATCH content type is not merge-patch")
         patch = self._body()
         md = patch.get("metadata") if isinstance(patch, dict) else None
+        anns = set((md.get("annotations") or {}) if isinstance(md, dict)
+                   else {})
+        guard = bool(anns) and anns <= GUARD_KEYS
         if not isinstance(md, dict) or set(patch) != {"metadata"} or \
                 not set(md) <= {"annotations", "resourceVersion"} or \
-                set(md.get("annotations") or {}) != {GRANT}:
+                not (anns == {GRANT} or guard):
             return self._strict(400, "PATCH touches more than the grant: %r"
                                 % (patch,))
+        if guard and "resourceVersion" not in md:
+            return self._strict(400, "guard PATCH without a resourceVersion "
+                                "precondition: %r" % (patch,))
         key = pod_key(p[4], p[6])
         st = self.st
         with st.mu:
@@ -278,6 +295,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "latest version and try again" % p[6]))
             patch["metadata"].pop("resourceVersion", None)
             new = merge_patch(cur, patch)
+            if guard:
+                st.guard_patches += 1
+                if "gpufrac.io/guard-since" in md["annotations"]:
+                    st.guard_protects[key] = st.guard_protects.get(key, 0) + 1
             st._bump(new)
             st.objs["pods"][key] = new
             st._emit("pods", "MODIFIED", new, cur)
@@ -546,7 +567,7 @@ class Double:
         return self.state.delete("nodes", name)
 
     def add_pod(self, ns, name, gpu=1, mem=None, compute=None, cpu="1",
-                memory="1Gi", node=None, grant=None):
+                memory="1Gi", node=None, grant=None, ready=None):
         res = {"cpu": cpu, "memory": memory}
         if gpu:
             res["gpufrac.io/gpu"] = str(gpu)
@@ -567,6 +588,9 @@ class Double:
             pod["spec"]["nodeName"] = node
         if grant:
             pod["metadata"]["annotations"][GRANT] = grant
+        if ready is not None:  # the kubelet's Ready condition
+            pod["status"]["conditions"] = [
+                {"type": "Ready", "status": "True" if ready else "False"}]
         return self.state.put("pods", pod_key(ns, name), pod)
 
     def touch_pod(self, ns, name):
@@ -578,6 +602,20 @@ class Double:
             prev, cur = cur, copy.deepcopy(cur)
             cur["metadata"].setdefault("labels", {})["touched"] = \
                 str(self.state.rv)
+            self.state._bump(cur)
+            self.state.objs["pods"][pod_key(ns, name)] = cur
+            self.state._emit("pods", "MODIFIED", cur, prev)
+            return copy.deepcopy(cur)
+
+    def set_ready(self, ns, name, ready=True):
+        """The kubelet's status: the Ready condition True or False."""
+        with self.state.mu:
+            cur = self.state.objs["pods"].get(pod_key(ns, name))
+            if cur is None:
+                return None
+            prev, cur = cur, copy.deepcopy(cur)
+            cur.setdefault("status", {})["conditions"] = [
+                {"type": "Ready", "status": "True" if ready else "False"}]
             self.state._bump(cur)
             self.state.objs["pods"][pod_key(ns, name)] = cur
             self.state._emit("pods", "MODIFIED", cur, prev)
@@ -597,7 +635,8 @@ class Double:
 
 def synthetic(d, nnodes, npods):
     """nnodes nodes of 8 A100-80GB; npods bound pods of 10Gi/10% each,
-    spread over them, with grants (as a restarted extender would find)."""
+    spread over them, with grants, Ready (as a restarted extender would
+    find: the disruption guard leaves them alone)."""
     for i in range(nnodes):
         d.add_node("node-%05d" % i, [("A100-SXM4-80GB", 80)] * 8,
                    cpu="256", memory="2Ti")
@@ -610,7 +649,8 @@ def synthetic(d, nnodes, npods):
                                        "compute": 10}]}]},
             separators=(",", ":"))
         d.add_pod("bench", "p-%06d" % j, gpu=1, mem="10Gi", compute=10,
-                  cpu="100m", memory="128Mi", node=node, grant=grant)
+                  cpu="100m", memory="128Mi", node=node, grant=grant,
+                  ready=True)
 
 
 def main():

@@ -95,6 +95,27 @@ for res, verb in (("nodes", "list"), ("nodes", "watch"), ("pods", "list"), ("pod
 check(not any("*" in r.get("verbs", []) or "*" in r.get("resources", []) for r in rules),
       "RBAC has no wildcards")
 check(not allowed("secrets", "get"), "RBAC does not read secrets")
+# The extender's ClusterRole is exactly what it uses: the informers' list
+# and watch, a GET after a 409, the PATCH of the grant and of the guard's
+# annotations (issue 15: no update, no pods/status, no eviction), bindings.
+sched_rules = {}
+for _, d in docs:
+    if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpufrac-scheduler":
+        for r in d.get("rules", []):
+            for g in r.get("apiGroups", []):
+                for res in r.get("resources", []):
+                    sched_rules.setdefault((g, res), set()).update(r.get("verbs", []))
+check(sched_rules == {("", "nodes"): {"get", "list", "watch"},
+                      ("", "pods"): {"get", "list", "watch", "patch"},
+                      ("", "pods/binding"): {"create"}},
+      f"extender ClusterRole is exactly nodes get/list/watch, pods get/list/watch/patch, "
+      f"pods/binding create (got {sched_rules})")
+if dep:
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    args = c.get("command", []) + c.get("args", [])
+    for flag in ("--guard-settle", "--guard-cap"):
+        v = args[args.index(flag) + 1] if flag in args else ""
+        check(v[:-1].isdigit() and v[-1] in "smh", f"{flag} is a duration ({v!r})")
 
 ds = kinds.get("DaemonSet")
 check(ds is not None, "a node-agent DaemonSet")

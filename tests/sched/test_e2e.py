@@ -8,6 +8,8 @@ plays kube-scheduler: for a stream of pods it calls /filter, /prioritize and
 bind (so the grant PATCH meets 409 Conflict), pods finishing, a node deleted
 and re-added, and the extender killed with SIGKILL in the middle of a bind
 and restarted (it must wait for its old Lease to expire before binding).
+The disruption guard (settle 1 s here) marks bound pods that are not Ready
+do-not-disrupt and takes the marks off once they have been Ready 1 s.
 At the end it checks from the double's state that no GPU share is lost or
 double-booked: per GPU the granted shares fit, every bound pod has a grant
 that agrees with its binding, the extender's model agrees with the double,
@@ -69,7 +71,8 @@ class Extender:
         self.proc = subprocess.Popen(
             [self.binary, "scheduler", "--listen", "127.0.0.1:%d" % self.port,
              "--kubeconfig", self.kc, "--lease", "gpufrac-system/e2e",
-             "--threads", "4"], stdout=self.log, stderr=subprocess.STDOUT)
+             "--threads", "4", "--guard-settle", "1s"],
+            stdout=self.log, stderr=subprocess.STDOUT)
         self.url = "http://127.0.0.1:%d" % self.port
 
     def call(self, verb, body, timeout=10):
@@ -304,6 +307,7 @@ def main():
             if ks.schedule(q):
                 queue.remove(q)
     bound = check_state(d)
+    check_guard(d)
     if ks.stats["bound"] <= bound_before_kill or bound_before_kill == 0:
         fail("binds must succeed before and after the restart: %r" % ks.stats)
     if d.state.conflicts == 0 or ks.stats["touched"] == 0:
@@ -338,8 +342,52 @@ def main():
         fail("strict double: " + "; ".join(d.state.errors[:5]))
     shutil.rmtree(work)  # kept (with the extenders' logs) when a check fails
     print("ok: %d pods created, %d bound at the end, stats %r, %d 409s on "
-          "the grant PATCH, %d API requests" %
-          (created, bound, ks.stats, d.state.conflicts, d.state.requests))
+          "the grant PATCH, %d guard PATCHes, %d API requests" %
+          (created, bound, ks.stats, d.state.conflicts, d.state.guard_patches,
+           d.state.requests))
+
+
+def guarded(p):
+    a = p["metadata"].get("annotations", {})
+    return a.get(ad.DND) == "true" and a.get(ad.STE) == "false" and \
+        a.get("gpufrac.io/guard-owns") == "do-not-disrupt,safe-to-evict"
+
+
+def check_guard(d):
+    """Every bound pod (none is Ready) is protected within a few seconds;
+    three made Ready lose the marks after the 1 s settle, the rest keep
+    them."""
+    t0 = time.time()
+    while time.time() - t0 < 15:
+        bound = [p for p in d.pods() if p["spec"].get("nodeName")]
+        if all(guarded(p) for p in bound):
+            break
+        time.sleep(0.2)
+    bad = [p["metadata"]["name"] for p in bound if not guarded(p)]
+    if bad or not bound:
+        fail("bound pods without the guard's marks: %r" % bad[:5])
+    ready = [p["metadata"]["name"] for p in bound[:3]]
+    for name in ready:
+        d.set_ready(NS, name)
+    t0 = time.time()
+    while time.time() - t0 < 15:
+        now = {p["metadata"]["name"]: p for p in d.pods()}
+        if all(ad.DND not in now[n]["metadata"]["annotations"] for n in ready):
+            break
+        time.sleep(0.2)
+    for n in ready:
+        a = now[n]["metadata"]["annotations"]
+        if ad.DND in a or ad.STE in a or "gpufrac.io/guard-released" not in a:
+            fail("pod %s Ready for the settle time keeps its marks: %r" % (n, a))
+    for p in bound[3:]:
+        if not guarded(now[p["metadata"]["name"]]):
+            fail("pod %s lost its marks while not Ready" % p["metadata"]["name"])
+    # the restarted extender adopted what the killed one had set: no pod
+    # was protected twice
+    twice = [k for k, n in d.state.guard_protects.items() if n > 1]
+    if twice:
+        fail("pods protected more than once (across the restart): %r" %
+             twice[:5])
 
 
 def _quiet_bind(ext, name, pod):

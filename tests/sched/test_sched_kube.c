@@ -840,6 +840,180 @@ static void test_role_label(void **st) {
   pthread_mutex_destroy(&fb.mu);
 }
 
+/* ---- the disruption guard (issue 15) --------------------------------------
+ */
+
+static int64_t guard_clock;
+static int64_t guard_now(void *u) {
+  (void)u;
+  return guard_clock;
+}
+
+/* bound_pod at resourceVersion rv, Ready (status.conditions) or not, with
+ * annotation members `ann` (JSON text without braces) merged in. */
+static json_t *guard_pod(const char *name, const char *rv, bool ready,
+                         const char *ann) {
+  json_t *p = bound_pod(name, name, 0, 10);
+  json_t *md = json_object_get(p, "metadata");
+  json_object_set_new(md, "resourceVersion", json_string(rv));
+  char text[1024];
+  snprintf(text, sizeof(text), "{%s}", ann);
+  json_t *extra = json_loads(text, 0, NULL);
+  assert_non_null(extra);
+  json_object_update(json_object_get(md, "annotations"), extra);
+  json_decref(extra);
+  json_object_set_new(json_object_get(p, "status"), "conditions",
+                      json_pack("[{s:s,s:s}]", "type", "Ready", "status",
+                                ready ? "True" : "False"));
+  return p;
+}
+
+#define T0_US 1764583200000000LL /* 2025-12-01T10:00:00Z */
+#define SINCE_T0 "\"gpufrac.io/guard-since\":\"2025-12-01T10:00:00.000000Z\""
+#define OWNS_BOTH                                                              \
+  "\"karpenter.sh/do-not-disrupt\":\"true\",\"cluster-autoscaler."             \
+  "kubernetes.io/safe-to-evict\":\"false\",\"gpufrac.io/guard-owns\":"         \
+  "\"do-not-disrupt,safe-to-evict\"," SINCE_T0
+
+/* The leader's guard PATCHes the pods the pod informer delivered: bound
+ * and not Ready, protected, each with its resourceVersion as the
+ * precondition and a user's own value left alone; Ready for the settle
+ * time (a fake clock), released; a replica that does not lead writes
+ * nothing; --guard=off has no guard. */
+static void test_guard(void **st) {
+  (void)st;
+  json_t *node = fixture_json("node_a100.json");
+  char *nodes = list_of("NodeList", "100", node); /* steals node */
+  json_t *pl =
+      json_pack("{s:s,s:s,s:{s:s},s:[o,o]}", "kind", "PodList", "apiVersion",
+                "v1", "metadata", "resourceVersion", "300", "items",
+                guard_pod("llm-0", "201", false, ""),
+                guard_pod("llm-1", "202", false,
+                          "\"karpenter.sh/do-not-disrupt\":\"false\""));
+  char *pods = dumps(pl);
+  json_decref(pl);
+  char *ready = event("MODIFIED", guard_pod("llm-0", "310", true, OWNS_BOTH));
+  const td_expect script[] = {
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = nodes},
+      {.method = "GET",
+       .target = "/api/v1/pods?limit=500",
+       .status = 200,
+       .body = pods},
+      {.method = "PATCH",
+       .target = "/api/v1/namespaces/ml/pods/llm-0",
+       .ctype = "application/merge-patch+json",
+       .body_has = {"{\"metadata\":{\"annotations\":{\"karpenter.sh/do-not-"
+                    "disrupt\":\"true\",\"cluster-autoscaler.kubernetes.io/"
+                    "safe-to-evict\":\"false\",\"gpufrac.io/guard-owns\":"
+                    "\"do-not-disrupt,safe-to-evict\"," SINCE_T0
+                    "},\"resourceVersion\":\"201\"}}"},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\"}"},
+      {.method = "PATCH",
+       .target = "/api/v1/namespaces/ml/pods/llm-1",
+       .ctype = "application/merge-patch+json",
+       /* the user's do-not-disrupt "false" stays theirs */
+       .body_has = {"{\"metadata\":{\"annotations\":{\"cluster-autoscaler."
+                    "kubernetes.io/safe-to-evict\":\"false\",\"gpufrac.io/"
+                    "guard-owns\":\"safe-to-evict\"," SINCE_T0
+                    "},\"resourceVersion\":\"202\"}}"},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\"}"},
+      {.method = "GET",
+       .target = WATCH_PODS("300"),
+       .status = 200,
+       .chunks = {ready}},
+      {.method = "PATCH",
+       .target = "/api/v1/namespaces/ml/pods/llm-0",
+       .ctype = "application/merge-patch+json",
+       .body_has = {"{\"metadata\":{\"annotations\":{\"karpenter.sh/do-not-"
+                    "disrupt\":null,\"cluster-autoscaler.kubernetes.io/safe-"
+                    "to-evict\":null,\"gpufrac.io/guard-owns\":null,"
+                    "\"gpufrac.io/guard-released\":\"2025-12-01T10:03:00."
+                    "000000Z\"},\"resourceVersion\":\"310\"}}"},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\"}"},
+  };
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  guard_clock = T0_US;
+  gf_sched_kube_opts o = {.no_leader_election = true,
+                          .quiet = true,
+                          .guard_settle_ms = 120000,
+                          .guard_now_us = guard_now};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_GUARD, &d), 0);
+  assert_int_equal(td_served(srv), 0); /* pods not listed yet: nothing */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_GUARD, &d), 0);
+  assert_int_equal(gf_sched_kube_guard_patches(f), 2);
+  /* the watch has not shown the writes yet: no second PATCH */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_GUARD, &d), 0);
+  assert_int_equal(gf_sched_kube_guard_patches(f), 2);
+  /* llm-0 Ready at T0 + 1 min, as the watch shows; released 2 min later */
+  guard_clock = T0_US + 60000000LL;
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  guard_clock = T0_US + 179999999LL;
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_GUARD, &d), 0);
+  assert_int_equal(gf_sched_kube_guard_patches(f), 2);
+  guard_clock = T0_US + 180000000LL;
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_GUARD, &d), 0);
+  assert_int_equal(gf_sched_kube_guard_patches(f), 3);
+  finish(srv);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+
+  /* A follower (election on, Lease not won) lists, but never PATCHes. */
+  static const td_expect follow[] = {
+      {.method = "GET",
+       .target = "/api/v1/pods?limit=500",
+       .status = 200,
+       .body = NULL},
+  };
+  td_expect fs[1];
+  memcpy(fs, follow, sizeof(fs));
+  fs[0].body = pods;
+  srv = td_start(fs, 1);
+  assert_non_null(srv);
+  cfg = plain(srv);
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts fo = {.lease_ns = "gpu-sys",
+                           .lease_name = "ext",
+                           .identity = "replica-2",
+                           .quiet = true,
+                           .guard_now_us = guard_now};
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &fo, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_GUARD, &d), 0);
+  assert_int_equal(gf_sched_kube_guard_patches(f), 0);
+  finish(srv); /* the LIST only */
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+
+  /* guard off */
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts off = {.no_leader_election = true, .guard_off = true};
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &off, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_GUARD, &d), GF_ESTATE);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  free(nodes);
+  free(pods);
+  free(ready);
+}
+
 /* ---- threads: start and stop against a server that refuses --------------- */
 
 /* A loopback port nothing listens on. */
@@ -941,6 +1115,27 @@ static void test_cli_options(void **st) {
   assert_int_equal(cmd_scheduler(8, missing_files), GF_EXIT_FAIL);
   char *bad_health[] = {a0, nokube, listen, any, hl, badhl, NULL};
   assert_int_equal(cmd_scheduler(6, bad_health), GF_EXIT_FAIL);
+  /* the guard's options (issue 15) */
+  char g[] = "--guard", maybe[] = "maybe", gs[] = "--guard-settle",
+       gc[] = "--guard-cap", d1[] = "2x", d2[] = "0s", d3[] = "8d", d4[] = "m",
+       d5[] = "-1s", d6[] = "9999999999ms";
+  char *gbad[] = {a0, nokube, g, maybe, NULL};
+  assert_int_equal(cmd_scheduler(4, gbad), GF_EXIT_USAGE);
+  char *durs[] = {d1, d2, d3, d4, d5, d6};
+  for (size_t i = 0; i < N(durs); i++) {
+    char *b1[] = {a0, nokube, gs, durs[i], NULL};
+    assert_int_equal(cmd_scheduler(4, b1), GF_EXIT_USAGE);
+    char *b2[] = {a0, nokube, gc, durs[i], NULL};
+    assert_int_equal(cmd_scheduler(4, b2), GF_EXIT_USAGE);
+  }
+  char h200[] = "200h";
+  char *toolong[] = {a0, nokube, gc, h200, NULL};
+  assert_int_equal(cmd_scheduler(4, toolong), GF_EXIT_USAGE);
+  /* good values parse: the run goes on to fail on the health listener */
+  char ms500[] = "500ms", h1[] = "1h", off[] = "off";
+  char *good[] = {a0,  nokube, gs,  ms500, gc,    h1,  g,
+                  off, listen, any, hl,    badhl, NULL};
+  assert_int_equal(cmd_scheduler(12, good), GF_EXIT_FAIL);
 }
 
 /* The whole command: a kubeconfig naming a server that refuses, serve,
@@ -1051,6 +1246,7 @@ int main(void) {
       cmocka_unit_test(test_api_errors_logged_once),
       cmocka_unit_test(test_leader),
       cmocka_unit_test(test_role_label),
+      cmocka_unit_test(test_guard),
       cmocka_unit_test(test_start_stop),
       cmocka_unit_test(test_cli_options),
       cmocka_unit_test(test_cli_sigterm),

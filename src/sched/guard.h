@@ -1,0 +1,113 @@
+/*
+ * Internal to gf_sched: the disruption guard (guard.c), which keeps
+ * cluster autoscalers from evicting a GPU-share pod while it loads.
+ *
+ * Why it exists.  An LLM-serving pod spends minutes downloading and
+ * loading weights before it is Ready; Karpenter's consolidation and the
+ * Cluster Autoscaler's scale-down evict it meanwhile and the work is lost.
+ * Both honour a pod annotation that says "do not disrupt this pod".  The
+ * guard sets those annotations on every pod holding a gpufrac grant
+ * (GF_GRANT_ANNOTATION) from the moment it is bound until it has been Ready
+ * for a settle time, or until a cap, whichever comes first.
+ *
+ * What it writes (a JSON merge PATCH of metadata.annotations, always with
+ * the pod's resourceVersion as precondition, so a decision made on a stale
+ * copy of the pod fails 409 and is made again on the fresh one):
+ *   GF_GUARD_DND: "true" and GF_GUARD_STE: "false", each only if the pod
+ *     does not carry that annotation already: a user's value, whatever it
+ *     is, is never overwritten and never removed;
+ *   GF_GUARD_OWNS: which of the two the guard set ("do-not-disrupt",
+ *     "safe-to-evict", comma separated; "" when the user had set both);
+ *   GF_GUARD_SINCE: when protection began (RFC 3339, the guard's clock),
+ *     from which the cap counts.
+ * On release it removes exactly the annotations GF_GUARD_OWNS names, and
+ * only while they still hold the value the guard wrote (a user who changed
+ * one took it over), removes GF_GUARD_OWNS and sets GF_GUARD_RELEASED.
+ *
+ * State lives in those annotations, so a restarted or newly elected leader
+ * carries on where the last one stopped: protection is applied once per pod
+ * (no GF_GUARD_SINCE yet) and released once (GF_GUARD_RELEASED), so a pod
+ * that crashes after release is not protected again, and one whose user
+ * removed the guard's annotation does not get it back.  Only the time the
+ * pod was first seen Ready is kept in memory: after a restart the settle
+ * counts again from the restarted replica's first sight of the pod, which
+ * can lengthen a protection (by at most the settle time), never shorten it.
+ *
+ * GF_GUARD_PROTECT "always" on a pod keeps it protected while it holds its
+ * share, Ready or not, with no cap; taking it away lets the usual rules
+ * release it.
+ *
+ * Memory: a record is kept only for a pod being protected or about to be
+ * (its next patch depends on the clock); a Ready pod never protected, or
+ * one released, costs none until an event changes that.
+ *
+ * Thread safety: every function may be called from any thread (one mutex);
+ * gf__guard_pass calls the patch function without holding it.
+ */
+#ifndef GPUFRAC_SCHED_GUARD_H
+#define GPUFRAC_SCHED_GUARD_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+
+#define GF_GUARD_DND "karpenter.sh/do-not-disrupt"
+#define GF_GUARD_STE "cluster-autoscaler.kubernetes.io/safe-to-evict"
+#define GF_GUARD_OWNS "gpufrac.io/guard-owns"
+#define GF_GUARD_SINCE "gpufrac.io/guard-since"
+#define GF_GUARD_RELEASED "gpufrac.io/guard-released"
+#define GF_GUARD_PROTECT "gpufrac.io/protect"
+
+#define GF_GUARD_SETTLE_MS_DEFAULT 120000LL /* 2 min */
+#define GF_GUARD_CAP_MS_DEFAULT 1800000LL   /* 30 min */
+
+typedef struct gf__guard gf__guard;
+
+typedef struct gf__guard_opts {
+  int64_t settle_ms; /* Ready this long: released; 0: the default */
+  int64_t cap_ms;    /* protected this long: released; 0: the default */
+  /* Microseconds since the Unix epoch; NULL: CLOCK_REALTIME (the times
+   * are written into annotations and read back after a restart). */
+  int64_t (*now_us)(void *clock_user);
+  void *clock_user;
+  bool quiet; /* true: do not log protections and releases on stderr */
+} gf__guard_opts;
+
+/* GF_EINVAL for a negative time, GF_ENOMEM. */
+int gf__guard_new(const gf__guard_opts *o, gf__guard **out, gf_diag *d);
+void gf__guard_free(gf__guard *g); /* NULL is accepted */
+
+/* Adds to `slim` (an informer's slim copy of `pod`, e.g. from
+ * gf_sched_pod_slim) what the guard reads that it lacks: the six
+ * annotations above and status.conditions' Ready entry (type and status),
+ * for a pod with a grant or the guard's annotations only (the others cost
+ * nothing).  Nonzero only when out of memory. */
+int gf__guard_slim(json_t *slim, const json_t *pod);
+
+/* A pod as the watch sees it now (borrowed; whole or slim).  Only pods
+ * being protected or about to be are kept (see Memory above). */
+void gf__guard_pod_update(gf__guard *g, const json_t *pod);
+/* The pod is gone. */
+void gf__guard_pod_delete(gf__guard *g, const json_t *pod);
+
+/* Writes one merge patch; 0 or a GF_E* code with a sentence in d. */
+typedef int (*gf__guard_patch_fn)(void *user, const char *ns, const char *name,
+                                  const json_t *patch,
+                                  const char *resource_version, gf_diag *d);
+
+/* One pass over the pods kept: every pod whose annotations should change
+ * gets one patch (at most 256 per pass).  After a patch, successful or
+ * 409, the pod is left alone until the watch shows a newer version; after
+ * another error it is tried again 2 s later (by the guard's clock).
+ * *patched (may be NULL) counts patches that succeeded.  Returns 0, or
+ * the first failure's code with its sentence in d. */
+int gf__guard_pass(gf__guard *g, gf__guard_patch_fn fn, void *user,
+                   unsigned *patched, gf_diag *d);
+
+/* Pods kept: those being protected or about to be. */
+size_t gf__guard_count(gf__guard *g);
+
+#endif

@@ -1,0 +1,443 @@
+/* The disruption guard (src/sched/guard.h), issue 15: with a fake clock
+ * and a patch function that records what it is asked to write, the exact
+ * merge patches at the right moments: protection on bind-not-ready,
+ * release after Ready + settle and at the cap, user-set values left alone,
+ * a restarted guard adopting what an earlier one owned, "always", 409s and
+ * errors.  The API side (PATCH with the resourceVersion, leader only) is in
+ * test_sched_kube.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/kube.h"
+#include "gpufrac/sched.h"
+#include "guard.h"
+#include "sched_test.h"
+
+#define SEC 1000000LL
+/* 2025-12-01T10:00:00Z */
+#define T0 (1764583200LL * SEC)
+#define T0_TEXT "2025-12-01T10:00:00.000000Z"
+#define GRANT "{\\\"version\\\":1}"
+
+static int64_t fake_now;
+static int64_t clock_fn(void *u) {
+  (void)u;
+  return fake_now;
+}
+
+/* What the patch function was asked, one entry per call. */
+typedef struct rec {
+  int n;
+  char last[2048]; /* the patch, compact with sorted keys */
+  char rv[64];
+  char who[256];
+  int fail; /* GF_E* to return */
+} rec;
+
+static int patch_fn(void *user, const char *ns, const char *name,
+                    const json_t *patch, const char *rv, gf_diag *d) {
+  rec *r = user;
+  r->n++;
+  char *t = json_dumps(patch, JSON_COMPACT | JSON_SORT_KEYS);
+  snprintf(r->last, sizeof(r->last), "%s", t);
+  free(t);
+  snprintf(r->rv, sizeof(r->rv), "%s", rv);
+  snprintf(r->who, sizeof(r->who), "%s/%s", ns, name);
+  return r->fail ? gf_diag_set(d, r->fail, "injected") : 0;
+}
+
+/* A pod: `ann` is the annotations object's members as JSON text (without
+ * braces), ready -1 (no condition), 0 or 1. */
+static json_t *pod(const char *rv, const char *node, int ready,
+                   const char *phase, const char *ann) {
+  char text[4096];
+  snprintf(text, sizeof(text),
+           "{\"metadata\":{\"name\":\"llm-0\",\"namespace\":\"ml\","
+           "\"uid\":\"u-1\",\"resourceVersion\":\"%s\",\"annotations\":{%s}},"
+           "\"spec\":{%s%s%s\"containers\":[{\"name\":\"c\"}]},"
+           "\"status\":{\"phase\":\"%s\"%s}}",
+           rv, ann, node ? "\"nodeName\":\"" : "", node ? node : "",
+           node ? "\"," : "", phase,
+           ready < 0   ? ""
+           : ready > 0 ? ",\"conditions\":[{\"type\":\"PodScheduled\","
+                         "\"status\":\"True\"},{\"type\":\"Ready\","
+                         "\"status\":\"True\"}]"
+                       : ",\"conditions\":[{\"type\":\"Ready\",\"status\":"
+                         "\"False\",\"reason\":\"ContainersNotReady\"}]");
+  json_error_t je;
+  json_t *j = json_loads(text, 0, &je);
+  if (!j) {
+    fprintf(stderr, "%s\n%s\n", text, je.text);
+    abort();
+  }
+  return j;
+}
+
+static void see(gf__guard *g, const char *rv, const char *node, int ready,
+                const char *phase, const char *ann) {
+  json_t *p = pod(rv, node, ready, phase, ann);
+  gf__guard_pod_update(g, p);
+  json_decref(p);
+}
+
+static gf__guard *guard(int64_t settle_ms, int64_t cap_ms) {
+  gf__guard_opts o = {.settle_ms = settle_ms,
+                      .cap_ms = cap_ms,
+                      .now_us = clock_fn,
+                      .quiet = true};
+  gf__guard *g = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf__guard_new(&o, &g, &d), 0);
+  return g;
+}
+
+/* One pass; returns the number of patch calls it made. */
+static int pass(gf__guard *g, rec *r) {
+  int before = r->n;
+  gf_diag d = {""};
+  unsigned ok = 0;
+  int rc = gf__guard_pass(g, patch_fn, r, &ok, &d);
+  if (r->fail && r->fail != GF_ECONFLICT && r->fail != GF_ENOTFOUND &&
+      r->n > before)
+    assert_int_equal(rc, r->fail);
+  else
+    assert_int_equal(rc, 0);
+  return r->n - before;
+}
+
+#define PROTECT_BOTH(since)                                                    \
+  "{\"metadata\":{\"annotations\":{\"cluster-autoscaler.kubernetes.io/"        \
+  "safe-to-evict\":\"false\",\"gpufrac.io/guard-owns\":\"do-not-disrupt,"      \
+  "safe-to-evict\",\"gpufrac.io/guard-since\":\"" since "\",\"karpenter.sh/"   \
+  "do-not-disrupt\":\"true\"}}}"
+#define RELEASE_BOTH(at)                                                       \
+  "{\"metadata\":{\"annotations\":{\"cluster-autoscaler.kubernetes.io/"        \
+  "safe-to-evict\":null,\"gpufrac.io/guard-owns\":null,\"gpufrac.io/"          \
+  "guard-released\":\"" at "\",\"karpenter.sh/do-not-disrupt\":null}}}"
+/* The annotations as the guard left them after PROTECT_BOTH(T0_TEXT). */
+#define OWNED_BOTH                                                             \
+  "\"gpufrac.io/grant\":\"" GRANT "\",\"karpenter.sh/do-not-disrupt\":"        \
+  "\"true\",\"cluster-autoscaler.kubernetes.io/safe-to-evict\":\"false\","     \
+  "\"gpufrac.io/guard-owns\":\"do-not-disrupt,safe-to-evict\","                \
+  "\"gpufrac.io/guard-since\":\"" T0_TEXT "\""
+#define GRANT_ONLY "\"gpufrac.io/grant\":\"" GRANT "\""
+
+/* Bound, not Ready: protected at once; Ready: released after the settle
+ * time, not a microsecond before. */
+static void test_protect_then_settle(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__guard *g = guard(120000, 1800000);
+  rec r = {0};
+  /* pending: nothing yet */
+  see(g, "10", NULL, -1, "Pending", GRANT_ONLY);
+  assert_int_equal(pass(g, &r), 0);
+  /* bound, containers starting */
+  see(g, "11", "node-a", 0, "Running", GRANT_ONLY);
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.who, "ml/llm-0");
+  assert_string_equal(r.rv, "11");
+  assert_string_equal(r.last, PROTECT_BOTH(T0_TEXT));
+  /* until the watch shows the write, nothing more */
+  assert_int_equal(pass(g, &r), 0);
+  see(g, "12", "node-a", 0, "Running", OWNED_BOTH);
+  fake_now = T0 + 600 * SEC; /* loading for 10 min: still protected */
+  assert_int_equal(pass(g, &r), 0);
+  see(g, "13", "node-a", 1, "Running", OWNED_BOTH); /* Ready at T0+10m */
+  fake_now += 120 * SEC - 1;
+  assert_int_equal(pass(g, &r), 0);
+  fake_now += 1;
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.rv, "13");
+  assert_string_equal(r.last, RELEASE_BOTH("2025-12-01T10:12:00.000000Z"));
+  /* released: not protected again, even if it stops being Ready */
+  see(g, "14", "node-a", 0, "Running",
+      GRANT_ONLY ",\"gpufrac.io/guard-since\":\"" T0_TEXT "\","
+                 "\"gpufrac.io/guard-released\":\"2025-12-01T10:12:00Z\"");
+  fake_now += 3600 * SEC;
+  assert_int_equal(pass(g, &r), 0);
+  gf__guard_free(g);
+}
+
+/* Never Ready (crash-looping): released at the cap, counted from
+ * gpufrac.io/guard-since. */
+static void test_cap(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__guard *g = guard(120000, 1800000);
+  rec r = {0};
+  see(g, "20", "node-a", 0, "Running", GRANT_ONLY);
+  assert_int_equal(pass(g, &r), 1);
+  see(g, "21", "node-a", 0, "Running", OWNED_BOTH);
+  fake_now = T0 + 1800 * SEC - 1;
+  assert_int_equal(pass(g, &r), 0);
+  fake_now = T0 + 1800 * SEC;
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.last, RELEASE_BOTH("2025-12-01T10:30:00.000000Z"));
+  gf__guard_free(g);
+}
+
+/* A value the user set is neither overwritten nor removed, nor owned; one
+ * the user changed after the guard set it is left alone on release. */
+static void test_user_values(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__guard *g = guard(1, 1800000);
+  rec r = {0};
+  see(g, "30", "node-a", 0, "Running",
+      GRANT_ONLY ",\"karpenter.sh/do-not-disrupt\":\"false\"");
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(
+      r.last,
+      "{\"metadata\":{\"annotations\":{\"cluster-autoscaler."
+      "kubernetes.io/safe-to-evict\":\"false\",\"gpufrac.io/guard-"
+      "owns\":\"safe-to-evict\",\"gpufrac.io/guard-since\":\"" T0_TEXT "\"}}}");
+  see(g, "31", "node-a", 1, "Running",
+      GRANT_ONLY ",\"karpenter.sh/do-not-disrupt\":\"false\","
+                 "\"cluster-autoscaler.kubernetes.io/safe-to-evict\":\"false\","
+                 "\"gpufrac.io/guard-owns\":\"safe-to-evict\","
+                 "\"gpufrac.io/guard-since\":\"" T0_TEXT "\"");
+  fake_now += 1000; /* settle 1 ms */
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(
+      r.last, "{\"metadata\":{\"annotations\":{\"cluster-autoscaler."
+              "kubernetes.io/safe-to-evict\":null,\"gpufrac.io/guard-owns\":"
+              "null,\"gpufrac.io/guard-released\":\"2025-12-01T10:00:00."
+              "001000Z\"}}}");
+  gf__guard_free(g);
+
+  /* both set by the user: nothing of theirs is touched */
+  fake_now = T0;
+  g = guard(1, 1800000);
+  see(g, "40", "node-a", 0, "Running",
+      GRANT_ONLY ",\"karpenter.sh/do-not-disrupt\":\"true\","
+                 "\"cluster-autoscaler.kubernetes.io/safe-to-evict\":\"true\"");
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(
+      r.last, "{\"metadata\":{\"annotations\":{\"gpufrac.io/guard-"
+              "owns\":\"\",\"gpufrac.io/guard-since\":\"" T0_TEXT "\"}}}");
+  gf__guard_free(g);
+
+  /* owned, then the user changed do-not-disrupt to "false": on release
+   * only safe-to-evict goes */
+  fake_now = T0 + 1800 * SEC;
+  g = guard(1, 1800000);
+  see(g, "50", "node-a", 0, "Running",
+      GRANT_ONLY ",\"karpenter.sh/do-not-disrupt\":\"false\","
+                 "\"cluster-autoscaler.kubernetes.io/safe-to-evict\":\"false\","
+                 "\"gpufrac.io/guard-owns\":\"do-not-disrupt,safe-to-evict\","
+                 "\"gpufrac.io/guard-since\":\"" T0_TEXT "\"");
+  assert_int_equal(pass(g, &r), 1);
+  assert_null(strstr(r.last, "do-not-disrupt\":null"));
+  assert_non_null(strstr(r.last, "safe-to-evict\":null"));
+  gf__guard_free(g);
+}
+
+/* A restarted guard (a new object, as after a restart or a new leader)
+ * reads its state from the annotations: it does not protect again, and
+ * the cap counts from gpufrac.io/guard-since, not from its first sight. */
+static void test_restart_adopts(void **st) {
+  (void)st;
+  rec r = {0};
+  fake_now = T0 + 1799 * SEC;
+  gf__guard *g = guard(120000, 1800000);
+  see(g, "60", "node-a", 0, "Running", OWNED_BOTH);
+  assert_int_equal(pass(g, &r), 0); /* adopted: no second protection */
+  fake_now = T0 + 1800 * SEC;
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.last, RELEASE_BOTH("2025-12-01T10:30:00.000000Z"));
+  gf__guard_free(g);
+
+  /* Ready when the restarted guard first sees it: the settle counts from
+   * then (longer, never shorter) */
+  fake_now = T0 + 60 * SEC;
+  g = guard(120000, 1800000);
+  see(g, "70", "node-a", 1, "Running", OWNED_BOTH);
+  fake_now += 119 * SEC;
+  assert_int_equal(pass(g, &r), 0);
+  fake_now += 1 * SEC;
+  assert_int_equal(pass(g, &r), 1);
+  assert_non_null(strstr(r.last, "\"karpenter.sh/do-not-disrupt\":null"));
+  gf__guard_free(g);
+}
+
+/* gpufrac.io/protect: always: protected Ready or not, past the cap; taken
+ * away, the usual rules release it. */
+static void test_always(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__guard *g = guard(120000, 1800000);
+  rec r = {0};
+#define ALWAYS ",\"gpufrac.io/protect\":\"always\""
+  see(g, "80", "node-a", 1, "Running", GRANT_ONLY ALWAYS);
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.last, PROTECT_BOTH(T0_TEXT));
+  see(g, "81", "node-a", 1, "Running", OWNED_BOTH ALWAYS);
+  fake_now += 24 * 3600 * SEC;
+  assert_int_equal(pass(g, &r), 0);
+  see(g, "82", "node-a", 1, "Running", OWNED_BOTH); /* annotation removed */
+  assert_int_equal(pass(g, &r), 1); /* Ready long since, and past the cap */
+  assert_non_null(strstr(r.last, "guard-released"));
+  gf__guard_free(g);
+}
+
+/* A Ready pod never seen unready is not protected; a finished pod is
+ * released; pods without a grant are not kept; 409 waits for the watch,
+ * other errors retry 2 s later. */
+static void test_edges(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__guard *g = guard(120000, 1800000);
+  rec r = {0};
+  see(g, "90", "node-a", 1, "Running", GRANT_ONLY);
+  assert_int_equal(pass(g, &r), 0);
+  assert_int_equal(gf__guard_count(g), 0); /* nothing to wait for: no record */
+  see(g, "90a", "node-a", 0, "Running", GRANT_ONLY); /* not Ready again */
+  assert_int_equal(gf__guard_count(g), 1);
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.last, PROTECT_BOTH(T0_TEXT));
+  see(g, "91", "node-a", -1, "Running", ""); /* no grant: not ours */
+  assert_int_equal(gf__guard_count(g), 0);
+  see(g, "92", "node-a", 0, "Running", OWNED_BOTH);
+  see(g, "93", "node-a", 0, "Failed", OWNED_BOTH);
+  assert_int_equal(pass(g, &r), 1);
+  assert_non_null(strstr(r.last, "guard-released"));
+  json_t *p = pod("93", "node-a", 0, "Failed", OWNED_BOTH);
+  gf__guard_pod_delete(g, p);
+  json_decref(p);
+  assert_int_equal(gf__guard_count(g), 0);
+
+  r.fail = GF_ECONFLICT;
+  see(g, "100", "node-a", 0, "Running", GRANT_ONLY);
+  assert_int_equal(pass(g, &r), 1);
+  assert_int_equal(pass(g, &r), 0); /* same version: wait for the watch */
+  see(g, "101", "node-a", 0, "Running", GRANT_ONLY);
+  r.fail = GF_EIO;
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.rv, "101");
+  fake_now += 2 * SEC - 1;
+  assert_int_equal(pass(g, &r), 0);
+  fake_now += 1;
+  r.fail = 0;
+  assert_int_equal(pass(g, &r), 1);
+  gf__guard_free(g);
+
+  gf__guard_opts bad = {.settle_ms = -1};
+  gf_diag d = {""};
+  assert_int_equal(gf__guard_new(&bad, &g, &d), GF_EINVAL);
+}
+
+/* What the informer caches (gf_sched_pod_slim + gf__guard_slim) gives the
+ * guard the same decisions as the whole pod. */
+static void test_slim(void **st) {
+  (void)st;
+  const char *anns[] = {GRANT_ONLY, OWNED_BOTH, OWNED_BOTH ALWAYS,
+                        GRANT_ONLY ",\"gpufrac.io/guard-released\":\"x\""};
+  for (size_t i = 0; i < sizeof(anns) / sizeof(anns[0]); i++)
+    for (int ready = -1; ready <= 1; ready++) {
+      json_t *full = pod("5", "node-a", ready, "Running", anns[i]);
+      json_t *slim = gf_sched_pod_slim(full);
+      assert_int_equal(gf__guard_slim(slim, full), 0);
+      fake_now = T0 + 3600 * SEC;
+      gf__guard *a = guard(1, 1800000), *b = guard(1, 1800000);
+      gf__guard_pod_update(a, full);
+      gf__guard_pod_update(b, slim);
+      fake_now += 1000;
+      rec ra = {0}, rb = {0};
+      assert_int_equal(pass(a, &ra), pass(b, &rb));
+      assert_string_equal(ra.last, rb.last);
+      gf__guard_free(a);
+      gf__guard_free(b);
+      json_decref(slim);
+      json_decref(full);
+    }
+}
+
+/* A pod that is not the guard's (no grant, none of its annotations) is
+ * cached as slim as before: no Ready condition, no extra annotations. */
+static void test_slim_others(void **st) {
+  (void)st;
+  json_t *full = pod("5", "node-a", 1, "Running",
+                     "\"karpenter.sh/do-not-disrupt\":\"true\"");
+  json_t *slim = gf_sched_pod_slim(full);
+  assert_int_equal(gf__guard_slim(slim, full), 0);
+  assert_null(json_object_get(json_object_get(slim, "status"), "conditions"));
+  assert_null(json_object_get(
+      json_object_get(json_object_get(slim, "metadata"), "annotations"),
+      "karpenter.sh/do-not-disrupt"));
+  json_decref(slim);
+  json_decref(full);
+}
+
+/* Malformed pods (members of the wrong type anywhere the guard reads) are
+ * never a crash; a user's annotation of the wrong type is still theirs. */
+static void test_malformed(void **st) {
+  (void)st;
+  static const char *const bad[] = {
+      "7",
+      "{}",
+      "{\"metadata\":7}",
+      "{\"metadata\":{\"name\":\"x\"}}",
+      "{\"metadata\":{\"name\":7,\"namespace\":\"ml\"}}",
+      "{\"metadata\":{\"name\":\"\",\"namespace\":\"ml\"}}",
+      "{\"metadata\":{\"name\":\"x\",\"namespace\":\"ml\","
+      "\"annotations\":[]},\"spec\":7,\"status\":[]}",
+      "{\"metadata\":{\"name\":\"x\",\"namespace\":\"ml\","
+      "\"resourceVersion\":5,\"uid\":[],\"annotations\":{"
+      "\"gpufrac.io/grant\":1,\"gpufrac.io/guard-owns\":{},"
+      "\"gpufrac.io/guard-since\":\"not a time\",\"gpufrac.io/protect\":"
+      "true}},\"spec\":{\"nodeName\":7},\"status\":{\"phase\":[],"
+      "\"conditions\":{\"type\":\"Ready\"}}}",
+      "{\"metadata\":{\"name\":\"y\",\"namespace\":\"ml\","
+      "\"resourceVersion\":\"5\",\"annotations\":{\"gpufrac.io/grant\":"
+      "\"g\",\"karpenter.sh/do-not-disrupt\":7}},\"spec\":{\"nodeName\":"
+      "\"n\"},\"status\":{\"conditions\":[7,{\"type\":7},{\"type\":"
+      "\"Ready\",\"status\":false}]}}",
+  };
+  fake_now = T0;
+  gf__guard *g = guard(1, 1);
+  rec r = {0};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    json_t *j = json_loads(bad[i], JSON_DECODE_ANY, NULL);
+    assert_non_null(j);
+    json_t *slim = gf_sched_pod_slim(j);
+    if (slim)
+      assert_int_equal(gf__guard_slim(slim, j), 0);
+    gf__guard_pod_update(g, j);
+    if (slim)
+      gf__guard_pod_update(g, slim);
+    fake_now += 1000;
+    gf_diag d = {""};
+    assert_int_equal(gf__guard_pass(g, patch_fn, &r, NULL, &d), 0);
+    gf__guard_pod_delete(g, j);
+    json_decref(slim);
+    json_decref(j);
+  }
+  /* y: bound, not Ready, do-not-disrupt 7 (the user's, though not a
+   * string): only safe-to-evict was the guard's to set */
+  assert_string_equal(r.who, "ml/y");
+  assert_null(strstr(r.last, "do-not-disrupt\":\"true"));
+  assert_non_null(
+      strstr(r.last, "\"gpufrac.io/guard-owns\":\"safe-to-evict\""));
+  gf__guard_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_protect_then_settle),
+      cmocka_unit_test(test_cap),
+      cmocka_unit_test(test_user_values),
+      cmocka_unit_test(test_restart_adopts),
+      cmocka_unit_test(test_always),
+      cmocka_unit_test(test_edges),
+      cmocka_unit_test(test_slim),
+      cmocka_unit_test(test_slim_others),
+      cmocka_unit_test(test_malformed),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
