@@ -128,7 +128,7 @@ class E2E:
             log("applied %s: %s" % (os.path.basename(p),
                                     " ".join(r.stdout.split())))
 
-    def add_node(self, name, spec):
+    def add_node(self, name, spec, capacity=True):
         self.api.create("/api/v1/nodes", {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {
@@ -137,7 +137,9 @@ class E2E:
         # first status would clear it through the node lifecycle controller,
         # which does not run here (no kubelet renews heartbeats).
         self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
-        self.set_capacity(name, gpus_of(spec) * SLOTS)
+        # capacity=False: CPU and memory but no gpufrac.io/gpu yet, as kubelet
+        # reports a node before the device plugin registers.
+        self.set_capacity(name, gpus_of(spec) * SLOTS if capacity else 0)
 
     def set_capacity(self, name, slots):
         res = {"cpu": "32", "memory": "256Gi", "pods": "110",
@@ -488,10 +490,16 @@ class E2E:
         if p["spec"].get("nodeName"):
             fail("h100-after bound to %s with n3 deleted" % p["spec"]["nodeName"])
         # The node comes back (a kubelet registering again): the agent
-        # publishes its inventory on it and the waiting pod lands.
-        self.add_node("n3", NODES["n3"])
+        # publishes its inventory on it and the waiting pod lands.  In that
+        # order, as on a real node: kubelet reports gpufrac.io/gpu only once
+        # the agent's device plugin registers, after its inventory is out.
+        # (kube-scheduler does not retry a pod for an annotation change, so
+        # capacity reported before the inventory leaves the pod waiting for
+        # its periodic retry of unschedulable pods, up to 5 minutes.)
+        self.add_node("n3", NODES["n3"], capacity=False)
         self.start_agent("n3", NODES["n3"])
         self.wait_inventory("n3", 2)
+        self.set_capacity("n3", gpus_of(NODES["n3"]) * SLOTS)
         got = self.wait_bound(["h100-after"], 120)["h100-after"]
         if got["spec"]["nodeName"] != "n3":
             fail("h100-after bound to %s" % got["spec"]["nodeName"])
