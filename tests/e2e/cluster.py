@@ -215,7 +215,7 @@ class Cluster:
                           (", ".join(missing), k8s_bin))
         if not os.access(gpufrac, os.X_OK):
             raise Failure("no gpufrac binary at %s" % gpufrac)
-        self.dir = tempfile.mkdtemp(prefix="gpufrac-e2e-")
+        self.dir = tempfile.mkdtemp(prefix="gpufrac-k8s-")
         self.procs = {}
         self.extra = []  # processes started by tests (agents, extenders)
         self.bad_exits = []  # gpufrac processes that did not stop with 0

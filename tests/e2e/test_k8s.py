@@ -128,7 +128,7 @@ class E2E:
             log("applied %s: %s" % (os.path.basename(p),
                                     " ".join(r.stdout.split())))
 
-    def add_node(self, name, spec, capacity=True):
+    def add_node(self, name, spec, gpus=True):
         self.api.create("/api/v1/nodes", {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {
@@ -137,9 +137,7 @@ class E2E:
         # first status would clear it through the node lifecycle controller,
         # which does not run here (no kubelet renews heartbeats).
         self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
-        # capacity=False: CPU and memory but no gpufrac.io/gpu yet, as kubelet
-        # reports a node before the device plugin registers.
-        self.set_capacity(name, gpus_of(spec) * SLOTS if capacity else 0)
+        self.set_capacity(name, gpus_of(spec) * SLOTS if gpus else 0)
 
     def set_capacity(self, name, slots):
         res = {"cpu": "32", "memory": "256Gi", "pods": "110",
@@ -434,15 +432,20 @@ class E2E:
             return any(e.startswith("FailedScheduling") and "needs 1 whole GPU" in e
                        for e in self.events("h100-wait"))
         wait_for("h100-wait refused while n3 is full", waiting, 60)
-        # Pod deleted: its GPU comes back.  h100-wait is retried by
-        # kube-scheduler when a bound pod goes away.
+        # Pod deleted: once the extender's model has it gone, a new pod gets
+        # its GPU.  (h100-wait itself is not waited for: kube-scheduler
+        # retries it on the delete, and when that retry reaches the extender
+        # before its watch has the delete, the pod waits for the next event
+        # or kube-scheduler's 5-minute flush.)
+        self.delete_pod("h100-wait")
         self.delete_pod("h100-0")
         self.wait_model("h100-0 gone", lambda: self.model_pods() == self.bound_pods())
-        got = self.wait_bound(["h100-wait"], 120)["h100-wait"]
+        self.create(pod("h100-freed", 1, model="H100-80GB"))
+        got = self.wait_bound(["h100-freed"], 60)["h100-freed"]
         if got["spec"]["nodeName"] != "n3":
-            fail("h100-wait bound to %s" % got["spec"]["nodeName"])
+            fail("h100-freed bound to %s" % got["spec"]["nodeName"])
         self.check_state()
-        log("model: a deleted pod's GPU went to the waiting pod")
+        log("model: a deleted pod's GPU went to a new pod")
 
         # Inventory changed by the agent: n2's four T4s become two L4s.
         t4_pods = [p["metadata"]["name"] for p in self.gpu_pods()
@@ -490,15 +493,16 @@ class E2E:
         if p["spec"].get("nodeName"):
             fail("h100-after bound to %s with n3 deleted" % p["spec"]["nodeName"])
         # The node comes back (a kubelet registering again): the agent
-        # publishes its inventory on it and the waiting pod lands.  In that
-        # order, as on a real node: kubelet reports gpufrac.io/gpu only once
-        # the agent's device plugin registers, after its inventory is out.
-        # (kube-scheduler does not retry a pod for an annotation change, so
-        # capacity reported before the inventory leaves the pod waiting for
-        # its periodic retry of unschedulable pods, up to 5 minutes.)
-        self.add_node("n3", NODES["n3"], capacity=False)
+        # publishes its inventory on it and the waiting pod lands.
+        # As on a real node: kubelet reports the gpufrac.io/gpu slots only
+        # once the agent's device plugin has registered, after the agent
+        # published the inventory.  (The other order leaves a pod the
+        # extender refused for lack of an inventory unretried for up to 5
+        # minutes: an annotation change is no event that requeues it.)
+        self.add_node("n3", NODES["n3"], gpus=False)
         self.start_agent("n3", NODES["n3"])
         self.wait_inventory("n3", 2)
+        time.sleep(2)  # the extender's node watch has it by then (milliseconds)
         self.set_capacity("n3", gpus_of(NODES["n3"]) * SLOTS)
         got = self.wait_bound(["h100-after"], 120)["h100-after"]
         if got["spec"]["nodeName"] != "n3":
