@@ -1156,12 +1156,16 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     snprintf(why, cap, "gpu-memory %s: largest free share on %s is %s", a,
              nr->name, b);
   } else if (r->gpu_milli && max_milli < r->gpu_milli) {
-    snprintf(why, cap, "gpu-compute %d%%: largest free share on %s is %d%%",
+    /* No '%' in a reason: kube-scheduler passes the extender's text to its
+     * event recorder as a format string ("15%!:(MISSING)"). */
+    snprintf(why, cap,
+             "gpu-compute %d percent: largest free share on %s is %d percent",
              r->gpu_milli / 10, nr->name, max_milli / 10);
   } else {
     gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
     snprintf(why, cap,
-             "gpu-memory %s with gpu-compute %d%%: no single GPU on %s has "
+             "gpu-memory %s with gpu-compute %d percent: no single GPU on %s "
+             "has "
              "both free",
              a, r->gpu_milli / 10, nr->name);
   }

@@ -868,9 +868,10 @@ static void test_bind_and_reasons(void **state) {
   /* compute reason */
   a = share_args("p4", "p4", NULL, 95);
   res = call(f->s, "filter", a, &st);
-  assert_non_null(strstr(failed_reason(res, "node-a100"),
-                         "gpu-compute 95%: largest free share on node-a100 "
-                         "is 90%"));
+  assert_non_null(
+      strstr(failed_reason(res, "node-a100"),
+             "gpu-compute 95 percent: largest free share on node-a100 "
+             "is 90 percent"));
   /* the T4 node has 2 CPUs; this pod asks 1: it fits there */
   json_t *names = json_object_get(res, "NodeNames");
   assert_int_equal(json_array_size(names), 1);
