@@ -250,7 +250,7 @@ int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
     if (gpu.gpu_compute && gpu.gpu_compute != 100)
       return gf_diag_set(d, GF_EINVAL,
                          "Pod: %u GPUs at %s %" PRId64
-                         "%% each: a multi-GPU request takes whole GPUs "
+                         " percent each: a multi-GPU request takes whole GPUs "
                          "(drop %s or ask for one GPU)",
                          r->gpu_count, GF_RES_GPU_COMPUTE, gpu.gpu_compute,
                          GF_RES_GPU_COMPUTE);
