@@ -95,12 +95,11 @@ static int one_type(const json_t *o, const char *at, gf__ntype *t, gf_diag *d) {
 int gf_plan_add_node_types(gf_plan *p, const char *text, size_t len,
                            const char *source, gf_diag *d) {
   json_t *root;
-  int lrc = gf__plan_load_json(p, text, len, source,
-                               "gf_plan_add_node_types: no plan", d, &root);
-  if (lrc)
-    return lrc;
+  int rc = gf__plan_load_json(p, text, len, source,
+                              "gf_plan_add_node_types: no plan", d, &root);
+  if (rc)
+    return rc;
   size_t n0 = p->nftypes;
-  int rc = 0;
   if (!json_is_array(root) || !json_array_size(root)) {
     rc = gf_diag_set(d, GF_EINVAL,
                      "%s: want a non-empty JSON array of node types", source);

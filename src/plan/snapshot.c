@@ -631,13 +631,12 @@ static int find_node(const gf_plan *p, size_t n, const char *name) {
 int gf_plan_add_snapshot(gf_plan *p, const char *text, size_t len,
                          const char *source, gf_diag *d) {
   json_t *root;
-  int lrc = gf__plan_load_json(
+  int rc = gf__plan_load_json(
       p, text, len, source, "gf_plan_add_snapshot: no plan or text", d, &root);
-  if (lrc)
-    return lrc;
+  if (rc)
+    return rc;
   size_t n0 = p->nnodes, p0 = p->npods;
   uint32_t skipped = 0;
-  int rc;
   const char *kind = jstr(root, "kind");
   const json_t *items = json_object_get(root, "items");
   if (!json_is_object(root) || !json_is_array(items)) {

@@ -168,13 +168,12 @@ static int one_response(gf_plan *p, const json_t *resp, const char *source,
 int gf_plan_add_usage(gf_plan *p, const char *text, size_t len,
                       const char *source, gf_diag *d) {
   json_t *root;
-  int lrc = gf__plan_load_json(p, text, len, source,
-                               "gf_plan_add_usage: no plan or text", d, &root);
-  if (lrc)
-    return lrc;
+  int rc = gf__plan_load_json(p, text, len, source,
+                              "gf_plan_add_usage: no plan or text", d, &root);
+  if (rc)
+    return rc;
   size_t n0 = p->nuseries;
   uint32_t sk0 = p->skipped_series;
-  int rc = 0;
   if (json_is_array(root)) {
     size_t i;
     const json_t *r;
