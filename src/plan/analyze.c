@@ -366,6 +366,19 @@ static double month(double gpus, double price) {
   return gpus * price * GF_PLAN_HOURS_PER_MONTH;
 }
 
+/* Adds pod's GPUs to the figures of a namespace, node type or the totals:
+ * held without usage data when it has none, else used and wasted. */
+static void add_use(const gf__ppod *pod, double *unmeasured, double *used,
+                    double *waste, double *waste_per_month) {
+  if (pod->used < 0) {
+    *unmeasured += pod->held;
+    return;
+  }
+  *used += pod->used;
+  *waste += pod->held - pod->used;
+  *waste_per_month += month(pod->held - pod->used, pod->price);
+}
+
 static int cmp_wl(const void *a, const void *b) {
   const gf_plan_workload *x = &((const gf__wl *)a)->pub;
   const gf_plan_workload *y = &((const gf__wl *)b)->pub;
@@ -582,13 +595,8 @@ static int build_groups(gf_plan *p) {
         continue;
       x->pods++;
       x->gpus_held += pod->held;
-      if (pod->used < 0) {
-        x->gpus_unmeasured += pod->held;
-      } else {
-        x->gpus_used += pod->used;
-        x->waste_gpus += pod->held - pod->used;
-        x->waste_per_month += month(pod->held - pod->used, pod->price);
-      }
+      add_use(pod, &x->gpus_unmeasured, &x->gpus_used, &x->waste_gpus,
+              &x->waste_per_month);
     }
   }
   qsort(p->nss, p->nnss, sizeof(*p->nss), cmp_ns);
@@ -696,13 +704,8 @@ int gf_plan_run(gf_plan *p, const gf_plan_options *o, gf_diag *d) {
     pod_usage(p, pod, &st[i]);
     t->gpus_held += pod->held;
     t->held_per_month += month(pod->held, pod->price);
-    if (pod->used < 0) {
-      t->gpus_unmeasured += pod->held;
-    } else {
-      t->gpus_used += pod->used;
-      t->waste_gpus += pod->held - pod->used;
-      t->waste_per_month += month(pod->held - pod->used, pod->price);
-    }
+    add_use(pod, &t->gpus_unmeasured, &t->gpus_used, &t->waste_gpus,
+            &t->waste_per_month);
   }
   t->gpus_idle = t->gpus > t->gpus_held ? t->gpus - t->gpus_held : 0;
   if (p->skipped_items)

@@ -124,6 +124,15 @@ bool gf__plan_icontains(const char *hay, const char *needle);
 int gf__series_push(gf__series *s, double v);
 void gf__series_release(gf__series *s);
 
+/* The start of gf_plan_add_snapshot, _usage and _node_types: checks the
+ * plan (`noplan` is the whole message when p or text is NULL) and parses
+ * text as JSON into *root, the caller's to json_decref.  0, else the
+ * diagnostic's code with *root NULL. */
+struct json_t;
+int gf__plan_load_json(const gf_plan *p, const char *text, size_t len,
+                       const char *source, const char *noplan, gf_diag *d,
+                       struct json_t **root);
+
 void gf__ntype_release(gf__ntype *t);
 int gf__plan_whatif(gf_plan *p, gf_diag *d);
 

@@ -94,17 +94,12 @@ static int one_type(const json_t *o, const char *at, gf__ntype *t, gf_diag *d) {
 
 int gf_plan_add_node_types(gf_plan *p, const char *text, size_t len,
                            const char *source, gf_diag *d) {
-  if (!p || !text)
-    return gf_diag_set(d, GF_EINVAL, "gf_plan_add_node_types: no plan");
-  if (p->ran)
-    return gf_diag_set(d, GF_ESTATE, "%s: the plan has already run", source);
-  json_error_t je;
-  json_t *root = json_loadb(text, len, 0, &je);
-  if (!root)
-    return gf_diag_set(d, GF_ESYNTAX, "%s:%d:%d: not JSON: %s", source, je.line,
-                       je.column, je.text);
+  json_t *root;
+  int rc = gf__plan_load_json(p, text, len, source,
+                              "gf_plan_add_node_types: no plan", d, &root);
+  if (rc)
+    return rc;
   size_t n0 = p->nftypes;
-  int rc = 0;
   if (!json_is_array(root) || !json_array_size(root)) {
     rc = gf_diag_set(d, GF_EINVAL,
                      "%s: want a non-empty JSON array of node types", source);

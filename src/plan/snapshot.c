@@ -630,18 +630,13 @@ static int find_node(const gf_plan *p, size_t n, const char *name) {
 
 int gf_plan_add_snapshot(gf_plan *p, const char *text, size_t len,
                          const char *source, gf_diag *d) {
-  if (!p || !text)
-    return gf_diag_set(d, GF_EINVAL, "gf_plan_add_snapshot: no plan or text");
-  if (p->ran)
-    return gf_diag_set(d, GF_ESTATE, "%s: the plan has already run", source);
-  json_error_t je;
-  json_t *root = json_loadb(text, len, 0, &je);
-  if (!root)
-    return gf_diag_set(d, GF_ESYNTAX, "%s:%d:%d: not JSON: %s", source, je.line,
-                       je.column, je.text);
+  json_t *root;
+  int rc = gf__plan_load_json(
+      p, text, len, source, "gf_plan_add_snapshot: no plan or text", d, &root);
+  if (rc)
+    return rc;
   size_t n0 = p->nnodes, p0 = p->npods;
   uint32_t skipped = 0;
-  int rc;
   const char *kind = jstr(root, "kind");
   const json_t *items = json_object_get(root, "items");
   if (!json_is_object(root) || !json_is_array(items)) {

@@ -167,18 +167,13 @@ static int one_response(gf_plan *p, const json_t *resp, const char *source,
 
 int gf_plan_add_usage(gf_plan *p, const char *text, size_t len,
                       const char *source, gf_diag *d) {
-  if (!p || !text)
-    return gf_diag_set(d, GF_EINVAL, "gf_plan_add_usage: no plan or text");
-  if (p->ran)
-    return gf_diag_set(d, GF_ESTATE, "%s: the plan has already run", source);
-  json_error_t je;
-  json_t *root = json_loadb(text, len, 0, &je);
-  if (!root)
-    return gf_diag_set(d, GF_ESYNTAX, "%s:%d:%d: not JSON: %s", source, je.line,
-                       je.column, je.text);
+  json_t *root;
+  int rc = gf__plan_load_json(p, text, len, source,
+                              "gf_plan_add_usage: no plan or text", d, &root);
+  if (rc)
+    return rc;
   size_t n0 = p->nuseries;
   uint32_t sk0 = p->skipped_series;
-  int rc = 0;
   if (json_is_array(root)) {
     size_t i;
     const json_t *r;

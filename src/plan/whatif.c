@@ -41,6 +41,25 @@ static int cmp_item(const void *a, const void *b) {
   return c ? c : strcmp(x->pod->name, y->pod->name);
 }
 
+/* The engine's configuration for the requests reqs[0..n) under `policy`:
+ * builds their typical pods (95th percentile) and shapes (all) into typ and
+ * shapes, which the caller releases.  `what` starts the message on error. */
+static int engine_config(const gf_request *reqs, size_t n, const char *policy,
+                         const char *what, gf_typical_set *typ,
+                         gf_typical_set *shapes, gf_engine_config *cfg,
+                         gf_diag *d) {
+  int rc;
+  if ((rc = gf_typical_build(reqs, NULL, n, 95.0, false, typ)) ||
+      (rc = gf_typical_build(reqs, NULL, n, 100.0, false, shapes)))
+    return gf_diag_set(d, rc, "%s: %s", what, gf_strerror(rc));
+  *cfg = (gf_engine_config){.policy = policy,
+                            .seed = WHATIF_SEED,
+                            .typical = typ,
+                            .shapes = shapes,
+                            .ties = GF_TIE_ORDER};
+  return 0;
+}
+
 /* Places every item (whole or share requests) under `policy` on a copy of
  * c; fills w. */
 static int replay(const gf_cluster *c, const double *price, const item *items,
@@ -55,17 +74,10 @@ static int replay(const gf_cluster *c, const double *price, const item *items,
     goto out;
   for (size_t i = 0; i < n; i++)
     reqs[i] = use_share ? items[i].share : items[i].whole;
-  if ((rc = gf_typical_build(reqs, NULL, n, 95.0, false, &typ)) ||
-      (rc = gf_typical_build(reqs, NULL, n, 100.0, false, &shapes))) {
-    gf_diag_set(d, rc, "what-if: building the typical pods: %s",
-                gf_strerror(rc));
+  gf_engine_config cfg;
+  if ((rc = engine_config(reqs, n, policy, "what-if: building the typical pods",
+                          &typ, &shapes, &cfg, d)))
     goto out;
-  }
-  gf_engine_config cfg = {.policy = policy,
-                          .seed = WHATIF_SEED,
-                          .typical = &typ,
-                          .shapes = &shapes,
-                          .ties = GF_TIE_ORDER};
   if ((rc = gf_engine_new(cc, &cfg, &e, d)))
     goto out;
   memset(w, 0, sizeof(*w));
@@ -137,16 +149,10 @@ static int fleet(gf_plan *p, const item *items, size_t n, bool use_share,
     if (!shared)
       reqs[i].gpu_mem_bytes = items[i].need_mem;
   }
-  if ((rc = gf_typical_build(reqs, NULL, n, 95.0, false, &typ)) ||
-      (rc = gf_typical_build(reqs, NULL, n, 100.0, false, &shapes))) {
-    gf_diag_set(d, rc, "fleet what-if: the typical pods: %s", gf_strerror(rc));
+  gf_engine_config cfg;
+  if ((rc = engine_config(reqs, n, policy, "fleet what-if: the typical pods",
+                          &typ, &shapes, &cfg, d)))
     goto out;
-  }
-  gf_engine_config cfg = {.policy = policy,
-                          .seed = WHATIF_SEED,
-                          .typical = &typ,
-                          .shapes = &shapes,
-                          .ties = GF_TIE_ORDER};
   for (size_t t = 0; t < p->nftypes; t++) {
     ft[t].name = p->ftypes[t].name;
     ft[t].nodes = 0;

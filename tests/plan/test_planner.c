@@ -218,6 +218,15 @@ static gf_plan *main_plan(void) {
   return p;
 }
 
+/* A plan of the one snapshot s (source "s"), run with the defaults. */
+static gf_plan *run_snapshot(const char *s) {
+  gf_plan *p = gf_plan_new();
+  gf_diag d = {""};
+  assert_int_equal(gf_plan_add_snapshot(p, s, strlen(s), "s", &d), 0);
+  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  return p;
+}
+
 static const gf_plan_workload *find_wl(const gf_plan *p, const char *kind,
                                        const char *ns, const char *name) {
   for (size_t i = 0; i < gf_plan_nworkloads(p); i++) {
@@ -551,10 +560,7 @@ static void test_unknown_memory(void **st) {
       "'amd.com/gpu':'1'",
       NULL);
   char *s = finish(&t);
-  gf_plan *p = gf_plan_new();
-  gf_diag d = {""};
-  assert_int_equal(gf_plan_add_snapshot(p, s, strlen(s), "s", &d), 0);
-  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  gf_plan *p = run_snapshot(s);
   NEAR(gf_plan_today(p)->gpus_held, 2); /* 1 (counted whole) + 1 */
   assert_true(has_warning(p, "Pod ml/k", "counted as whole"));
   assert_true(has_warning(p, "Pod ml/w", "amd.com/gpu"));
@@ -584,10 +590,7 @@ static void test_owners(void **st) {
   pod(&t, "a", "once-12-q", "Job/once-12", NULL, "g", "Running",
       "'nvidia.com/gpu':'1'", NULL);
   char *s = finish(&t);
-  gf_plan *p = gf_plan_new();
-  gf_diag d = {""};
-  assert_int_equal(gf_plan_add_snapshot(p, s, strlen(s), "s", &d), 0);
-  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  gf_plan *p = run_snapshot(s);
   find_wl(p, "Deployment", "a", "web");
   find_wl(p, "ReplicaSet", "a", "rs-alpha");
   find_wl(p, "ReplicaSet", "a", "api-5d8f7c9b6b");
@@ -710,10 +713,7 @@ static void test_whatif_unknown_capacity(void **st) {
               "'spec':{'nodeName':'n','containers':[{'name':'c',"
               "'resources':{'requests':{'cpu':'4','memory':'8Gi',"
               "'nvidia.com/gpu':'1'}}}]},'status':{'phase':'Running'}}]}");
-  gf_plan *p = gf_plan_new();
-  gf_diag d = {""};
-  assert_int_equal(gf_plan_add_snapshot(p, s, strlen(s), "s", &d), 0);
-  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  gf_plan *p = run_snapshot(s);
   assert_int_equal(gf_plan_nwhatif(p), 3);
   for (size_t i = 0; i < 3; i++) {
     assert_int_equal(gf_plan_whatif_at(p, i)->pods_placed, 1);
@@ -737,10 +737,7 @@ static void test_dra_pod_warned(void **st) {
               "'name':'gpu','resourceClaimTemplateName':'one-gpu'}],"
               "'containers':[{'name':'c','resources':{'claims':[{'name':"
               "'gpu'}]}}]},'status':{'phase':'Running'}}]}");
-  gf_plan *p = gf_plan_new();
-  gf_diag d = {""};
-  assert_int_equal(gf_plan_add_snapshot(p, s, strlen(s), "s", &d), 0);
-  assert_int_equal(gf_plan_run(p, NULL, &d), 0);
+  gf_plan *p = run_snapshot(s);
   assert_true(has_warning(p, "Pod ml/d", "resourceClaims"));
   NEAR(gf_plan_today(p)->gpus_held, 0);
   free(s);

@@ -20,6 +20,24 @@
 
 /* One A100 node with 4 GPUs; pods in two pages: a whole-GPU pod, then a
  * HAMi pod asking for 20480 of 81920 MiB.  Held = 1 + 0.25 = 1.25. */
+/* A scripted server of script[0..n) and *cfg pointing at it (token NULL:
+ * none). */
+static td_server *serve(const td_expect *script, size_t n, const char *token,
+                        gf_kube_config **cfg) {
+  td_server *s = td_start(script, n);
+  assert_non_null(s);
+  gf_diag d = {""};
+  assert_int_equal(gf_kube_config_new_plain(cfg, td_url(s), token, &d), 0);
+  return s;
+}
+
+/* Fails the test unless s was asked exactly its script. */
+static void finish(td_server *s) {
+  char err[512];
+  if (td_finish(s, err, sizeof(err)))
+    fail_msg("%s", err);
+}
+
 static const td_expect script_ok[] = {
     {.method = "GET",
      .target = "/api/v1/nodes?limit=500",
@@ -56,18 +74,14 @@ static const td_expect script_ok[] = {
 
 static void test_live_pages(void **st) {
   (void)st;
-  td_server *s = td_start(script_ok, 3);
-  assert_non_null(s);
   gf_kube_config *cfg = NULL;
+  td_server *s = serve(script_ok, 3, "t0k", &cfg);
   gf_diag d = {""};
-  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(s), "t0k", &d), 0);
   gf_plan *p = gf_plan_new();
   int rc = gf_plan_add_cluster(p, cfg, &d);
   if (rc)
     fail_msg("%s", d.msg);
-  char err[512];
-  if (td_finish(s, err, sizeof(err)))
-    fail_msg("%s", err);
+  finish(s);
   assert_int_equal(gf_plan_run(p, NULL, &d), 0);
   const gf_plan_totals *t = gf_plan_today(p);
   assert_int_equal(t->gpu_nodes, 1);
@@ -95,19 +109,15 @@ static const td_expect script_forbidden[] = {
 
 static void test_live_forbidden(void **st) {
   (void)st;
-  td_server *s = td_start(script_forbidden, 2);
-  assert_non_null(s);
   gf_kube_config *cfg = NULL;
+  td_server *s = serve(script_forbidden, 2, NULL, &cfg);
   gf_diag d = {""};
-  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(s), NULL, &d), 0);
   gf_plan *p = gf_plan_new();
   assert_int_not_equal(gf_plan_add_cluster(p, cfg, &d), 0);
   if (!strstr(d.msg, td_url(s)) || !strstr(d.msg, "/api/v1/pods") ||
       !strstr(d.msg, "forbidden"))
     fail_msg("message '%s' lacks the server, path or reason", d.msg);
-  char err[512];
-  if (td_finish(s, err, sizeof(err)))
-    fail_msg("%s", err);
+  finish(s);
   gf_plan_free(p);
   gf_kube_config_free(cfg);
 }
@@ -157,22 +167,17 @@ static const td_expect script_prom[] = {
 
 static void test_prometheus(void **st) {
   (void)st;
-  td_server *api = td_start(script_ok, 3);
-  td_server *prom = td_start(script_prom, 5);
-  assert_non_null(api);
-  assert_non_null(prom);
   gf_kube_config *acfg = NULL, *pcfg = NULL;
+  td_server *api = serve(script_ok, 3, "t0k", &acfg);
+  td_server *prom = serve(script_prom, 5, NULL, &pcfg);
   gf_diag d = {""};
-  assert_int_equal(gf_kube_config_new_plain(&acfg, td_url(api), "t0k", &d), 0);
-  assert_int_equal(gf_kube_config_new_plain(&pcfg, td_url(prom), NULL, &d), 0);
   gf_plan *p = gf_plan_new();
   assert_int_equal(gf_plan_add_cluster(p, acfg, &d), 0);
   int rc = gf_plan_add_prometheus(p, pcfg, 1767312000, 86400, &d);
   if (rc)
     fail_msg("%s", d.msg);
-  char err[512];
-  if (td_finish(api, err, sizeof(err)) || td_finish(prom, err, sizeof(err)))
-    fail_msg("%s", err);
+  finish(api);
+  finish(prom);
   assert_int_equal(gf_plan_run(p, NULL, &d), 0);
   const gf_plan_workload *w = NULL;
   for (size_t i = 0; i < gf_plan_nworkloads(p); i++)
@@ -201,20 +206,16 @@ static const td_expect script_prom_bad[] = {
 
 static void test_prometheus_refused(void **st) {
   (void)st;
-  td_server *prom = td_start(script_prom_bad, 1);
-  assert_non_null(prom);
   gf_kube_config *pcfg = NULL;
+  td_server *prom = serve(script_prom_bad, 1, NULL, &pcfg);
   gf_diag d = {""};
-  assert_int_equal(gf_kube_config_new_plain(&pcfg, td_url(prom), NULL, &d), 0);
   gf_plan *p = gf_plan_new();
   assert_int_not_equal(gf_plan_add_prometheus(p, pcfg, 1767312000, 86400, &d),
                        0);
   if (!strstr(d.msg, td_url(prom)) ||
       !strstr(d.msg, "query DCGM_FI_DEV_FB_USED{pod!=\"\"}"))
     fail_msg("message '%s' lacks the server or query", d.msg);
-  char err[512];
-  if (td_finish(prom, err, sizeof(err)))
-    fail_msg("%s", err);
+  finish(prom);
   gf_plan_free(p);
   gf_kube_config_free(pcfg);
 }
