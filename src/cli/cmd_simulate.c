@@ -220,27 +220,22 @@ typedef struct sweep {
   double inflate;
   gf_tie_break ties;
   gf_sim_result *results; /* [trace][policy][seed] */
-  pthread_mutex_t lock;
-  int next, njobs;
-  int failed;
-  char error[GF_DIAG_MAX + 128];
+  sim_pool pool;
 } sweep;
 
 static void *worker(void *arg) {
   sweep *s = arg;
   gf_cluster *c = gf_cluster_clone(s->base);
   if (!c) {
-    pthread_mutex_lock(&s->lock);
-    s->failed = 1;
-    snprintf(s->error, sizeof(s->error), "out of memory");
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&s->pool.lock);
+    s->pool.failed = 1;
+    snprintf(s->pool.error, sizeof(s->pool.error), "out of memory");
+    pthread_mutex_unlock(&s->pool.lock);
     return NULL;
   }
   for (;;) {
-    pthread_mutex_lock(&s->lock);
-    int j = s->failed ? s->njobs : s->next++;
-    pthread_mutex_unlock(&s->lock);
-    if (j >= s->njobs)
+    int j = sim_pool_next(&s->pool);
+    if (j < 0)
       break;
     int seed = j % s->nseeds;
     int pol = (j / s->nseeds) % s->npolicies;
@@ -252,63 +247,33 @@ static void *worker(void *arg) {
                          .shapes = &s->traces[tr].shapes,
                          .ties = s->ties};
     gf_diag d = {""};
-    if (gf_sim_run(c, &s->traces[tr].pods, &cfg, &s->results[j], &d)) {
-      pthread_mutex_lock(&s->lock);
-      if (!s->failed)
-        snprintf(s->error, sizeof(s->error), "%s, %s, seed %llu: %.300s",
-                 s->traces[tr].name, s->policies[pol],
-                 (unsigned long long)s->seeds[seed], d.msg);
-      s->failed = 1;
-      pthread_mutex_unlock(&s->lock);
-    }
+    if (gf_sim_run(c, &s->traces[tr].pods, &cfg, &s->results[j], &d))
+      sim_pool_fail(&s->pool, s->traces[tr].name, s->policies[pol],
+                    s->seeds[seed], d.msg);
   }
   gf_cluster_free(c);
   return NULL;
 }
 
 static int run_sweep(sweep *s, int jobs) {
-  s->njobs = s->ntraces * s->npolicies * s->nseeds;
-  s->results = calloc((size_t)s->njobs, sizeof(*s->results));
+  s->pool.njobs = s->ntraces * s->npolicies * s->nseeds;
+  s->results = calloc((size_t)s->pool.njobs, sizeof(*s->results));
   if (!s->results)
     return -1;
-  pthread_mutex_init(&s->lock, NULL);
-  if (jobs > s->njobs)
-    jobs = s->njobs;
-  pthread_t th[64];
-  int started = 0;
-  for (int i = 0; i < jobs && i < 64; i++, started++)
-    if (pthread_create(&th[i], NULL, worker, s) != 0)
-      break;
-  if (started == 0)
-    worker(s);
-  for (int i = 0; i < started; i++)
-    pthread_join(th[i], NULL);
-  pthread_mutex_destroy(&s->lock);
-  return s->failed ? -1 : 0;
-}
-
-static FILE *open_out(const char *dir, const char *name) {
-  char path[4096];
-  snprintf(path, sizeof(path), "%s/%s", dir, name);
-  FILE *fp = fopen(path, "w");
-  if (!fp)
-    fprintf(stderr, "gpufrac simulate: %s: %s\n", path, strerror(errno));
-  return fp;
+  return sim_pool_run(&s->pool, jobs, worker, s);
 }
 
 static int write_out_dir(const char *dir, sweep *s, gf_summary *sum) {
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-    fprintf(stderr, "gpufrac simulate: %s: %s\n", dir, strerror(errno));
+  if (sim_out_mkdir(dir))
     return -1;
-  }
-  FILE *fp = open_out(dir, "summary.csv");
+  FILE *fp = sim_out_open(dir, "summary.csv");
   if (!fp)
     return -1;
   gf_report_csv(fp, sum, s->ntraces * s->npolicies);
   int bad = fclose(fp) != 0;
-  if (!(fp = open_out(dir, "curves.csv")))
+  if (!(fp = sim_out_open(dir, "curves.csv")))
     return -1;
-  for (int j = 0; j < s->njobs; j++) {
+  for (int j = 0; j < s->pool.njobs; j++) {
     int seed = j % s->nseeds, pol = (j / s->nseeds) % s->npolicies,
         tr = j / (s->nseeds * s->npolicies);
     gf_report_curves_csv(fp, s->traces[tr].name, s->policies[pol],
@@ -321,7 +286,7 @@ static int write_out_dir(const char *dir, sweep *s, gf_summary *sum) {
     snprintf(title, sizeof(title),
              "GPU allocation vs arrived demand: trace %s, %d seed%s",
              s->traces[t].name, s->nseeds, s->nseeds > 1 ? "s" : "");
-    if (!(fp = open_out(dir, name)))
+    if (!(fp = sim_out_open(dir, name)))
       return -1;
     gf_report_svg(fp, &sum[t * s->npolicies], s->npolicies, title);
     bad |= fclose(fp) != 0;
@@ -870,7 +835,7 @@ int cmd_simulate(int argc, char **argv) {
   s.ties = ties;
   if (run_sweep(&s, (int)jobs)) {
     fprintf(stderr, "gpufrac simulate: %s\n",
-            s.error[0] ? s.error : "out of memory");
+            s.pool.error[0] ? s.pool.error : "out of memory");
     goto out;
   }
   sum = calloc((size_t)(ntraces * npolicies), sizeof(*sum));

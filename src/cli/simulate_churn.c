@@ -33,19 +33,15 @@ typedef struct csweep {
   const gf_node_types *types;
   ctrace *traces;
   gf_churn_result *results; /* [trace][policy][seed] */
-  int njobs, next, failed;
-  pthread_mutex_t lock;
-  char error[GF_DIAG_MAX + 128];
+  sim_pool pool;
 } csweep;
 
 static void *worker(void *arg) {
   csweep *s = arg;
   const churn_cli *o = s->o;
   for (;;) {
-    pthread_mutex_lock(&s->lock);
-    int j = s->failed ? s->njobs : s->next++;
-    pthread_mutex_unlock(&s->lock);
-    if (j >= s->njobs)
+    int j = sim_pool_next(&s->pool);
+    if (j < 0)
       break;
     int seed = j % o->nseeds, pol = (j / o->nseeds) % o->npolicies,
         tr = j / (o->nseeds * o->npolicies);
@@ -56,33 +52,45 @@ static void *worker(void *arg) {
     cfg.shapes = &s->traces[tr].shapes;
     gf_diag d = {""};
     if (gf_churn_run(s->proto, s->types, &s->traces[tr].pods,
-                     &s->traces[tr].life, &cfg, &s->results[j], &d)) {
-      pthread_mutex_lock(&s->lock);
-      if (!s->failed)
-        snprintf(s->error, sizeof(s->error), "%s, %s, seed %llu: %.300s",
-                 s->traces[tr].name, o->policies[pol],
-                 (unsigned long long)o->seeds[seed], d.msg);
-      s->failed = 1;
-      pthread_mutex_unlock(&s->lock);
-    }
+                     &s->traces[tr].life, &cfg, &s->results[j], &d))
+      sim_pool_fail(&s->pool, s->traces[tr].name, o->policies[pol],
+                    o->seeds[seed], d.msg);
   }
   return NULL;
 }
 
-static int run_all(csweep *s) {
-  pthread_mutex_init(&s->lock, NULL);
-  int jobs = s->o->jobs < s->njobs ? s->o->jobs : s->njobs;
+int sim_pool_next(sim_pool *p) {
+  pthread_mutex_lock(&p->lock);
+  int j = p->failed || p->next >= p->njobs ? -1 : p->next++;
+  pthread_mutex_unlock(&p->lock);
+  return j;
+}
+
+void sim_pool_fail(sim_pool *p, const char *trace, const char *policy,
+                   uint64_t seed, const char *msg) {
+  pthread_mutex_lock(&p->lock);
+  if (!p->failed)
+    snprintf(p->error, sizeof(p->error), "%s, %s, seed %llu: %.300s", trace,
+             policy, (unsigned long long)seed, msg);
+  p->failed = 1;
+  pthread_mutex_unlock(&p->lock);
+}
+
+int sim_pool_run(sim_pool *p, int jobs, void *(*fn)(void *), void *arg) {
+  pthread_mutex_init(&p->lock, NULL);
+  if (jobs > p->njobs)
+    jobs = p->njobs;
   pthread_t th[64];
   int started = 0;
   for (int i = 0; i < jobs && i < 64; i++, started++)
-    if (pthread_create(&th[i], NULL, worker, s) != 0)
+    if (pthread_create(&th[i], NULL, fn, arg) != 0)
       break;
   if (started == 0)
-    worker(s);
+    fn(arg);
   for (int i = 0; i < started; i++)
     pthread_join(th[i], NULL);
-  pthread_mutex_destroy(&s->lock);
-  return s->failed ? -1 : 0;
+  pthread_mutex_destroy(&p->lock);
+  return p->failed ? -1 : 0;
 }
 
 static int load_trace(const churn_cli *o, int t, gf_cluster *proto,
@@ -135,7 +143,15 @@ static int load_trace(const churn_cli *o, int t, gf_cluster *proto,
   return 0;
 }
 
-static FILE *open_out(const char *dir, const char *name) {
+int sim_out_mkdir(const char *dir) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "gpufrac simulate: %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+FILE *sim_out_open(const char *dir, const char *name) {
   char path[4096];
   snprintf(path, sizeof(path), "%s/%s", dir, name);
   FILE *fp = fopen(path, "w");
@@ -146,11 +162,9 @@ static FILE *open_out(const char *dir, const char *name) {
 
 static int write_out(const churn_cli *o, const ctrace *traces,
                      const gf_churn_summary *sum, int nsum) {
-  if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST) {
-    fprintf(stderr, "gpufrac simulate: %s: %s\n", o->out_dir, strerror(errno));
+  if (sim_out_mkdir(o->out_dir))
     return -1;
-  }
-  FILE *fp = open_out(o->out_dir, "churn-summary.json");
+  FILE *fp = sim_out_open(o->out_dir, "churn-summary.json");
   if (!fp)
     return -1;
   gf_churn_report_json(fp, sum, nsum, &o->cfg, o->seeds_arg);
@@ -162,7 +176,7 @@ static int write_out(const churn_cli *o, const ctrace *traces,
              "Nodes bought over time: trace %s, load %.0f%%, %d seed%s",
              traces[t].name, o->cfg.load * 100, o->nseeds,
              o->nseeds > 1 ? "s" : "");
-    if (!(fp = open_out(o->out_dir, name)))
+    if (!(fp = sim_out_open(o->out_dir, name)))
       return -1;
     gf_churn_report_svg(fp, &sum[t * o->npolicies], o->npolicies,
                         o->cfg.sample_s, title);
@@ -223,13 +237,13 @@ int simulate_churn(const churn_cli *o) {
   s.proto = proto;
   s.types = &types;
   s.traces = traces;
-  s.njobs = nsum * o->nseeds;
-  if (!(s.results = calloc((size_t)s.njobs, sizeof(*s.results)))) {
+  s.pool.njobs = nsum * o->nseeds;
+  if (!(s.results = calloc((size_t)s.pool.njobs, sizeof(*s.results)))) {
     fprintf(stderr, "gpufrac simulate: out of memory\n");
     goto out;
   }
-  if (run_all(&s)) {
-    fprintf(stderr, "gpufrac simulate: %s\n", s.error);
+  if (sim_pool_run(&s.pool, o->jobs, worker, &s)) {
+    fprintf(stderr, "gpufrac simulate: %s\n", s.pool.error);
     goto out;
   }
   for (int i = 0; i < nsum; i++)
@@ -264,7 +278,7 @@ int simulate_churn(const churn_cli *o) {
   rc = fflush(stdout) == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
 out:
   if (s.results)
-    for (int j = 0; j < s.njobs; j++)
+    for (int j = 0; j < s.pool.njobs; j++)
       gf_churn_result_release(&s.results[j]);
   free(s.results);
   if (sum)

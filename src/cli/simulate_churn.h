@@ -6,9 +6,12 @@
 #ifndef GPUFRAC_CLI_SIMULATE_CHURN_H
 #define GPUFRAC_CLI_SIMULATE_CHURN_H
 
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gpufrac/churn.h"
+#include "gpufrac/diag.h"
 
 typedef struct churn_cli {
   const char *data_dir;
@@ -27,6 +30,33 @@ typedef struct churn_cli {
   int jobs;
   gf_churn_config cfg; /* without policy, seed, typical, shapes */
 } churn_cli;
+
+/* Shared by both sweeps (cmd_simulate.c and simulate_churn.c): jobs
+ * 0..njobs-1 handed to worker threads one at a time. */
+typedef struct sim_pool {
+  pthread_mutex_t lock;
+  int next, njobs, failed;
+  char error[GF_DIAG_MAX + 128];
+} sim_pool;
+
+/* The next job, or -1 when all are taken or one has failed. */
+int sim_pool_next(sim_pool *p);
+
+/* Records that job (trace, policy, seed) failed with msg; the first failure's
+ * message is kept. */
+void sim_pool_fail(sim_pool *p, const char *trace, const char *policy,
+                   uint64_t seed, const char *msg);
+
+/* Runs fn(arg) on up to `jobs` threads (at most 64; in this thread if
+ * none starts) until the jobs are done.  Returns 0, or -1 if one failed. */
+int sim_pool_run(sim_pool *p, int jobs, void *(*fn)(void *), void *arg);
+
+/* Creates the output directory dir (it may exist already), or prints why
+ * not and returns -1. */
+int sim_out_mkdir(const char *dir);
+
+/* Opens dir/name for writing, or prints why not and returns NULL. */
+FILE *sim_out_open(const char *dir, const char *name);
 
 /* Returns an exit code (cli.h). */
 int simulate_churn(const churn_cli *o);

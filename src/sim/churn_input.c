@@ -14,29 +14,6 @@
 
 #define MIB (1024 * 1024)
 
-static int header(gf_csv *csv, const char *const *names, int n, int *idx,
-                  gf_diag *d) {
-  int rc = gf_csv_next(csv, d);
-  if (rc < 0)
-    return rc;
-  if (rc == 0)
-    return gf_diag_set(d, GF_ESYNTAX, "%s: empty file, expected a header",
-                       csv->source);
-  for (int i = 0; i < n; i++)
-    if ((idx[i] = gf_csv_column(csv, names[i])) < 0)
-      return gf_diag_set(d, GF_ENOTFOUND, "%s:%lu: header lacks column '%s'",
-                         csv->source, csv->line, names[i]);
-  return 0;
-}
-
-static int field_int(gf_csv *csv, int col, const char *name, int64_t min,
-                     int64_t max, int64_t *out, gf_diag *d) {
-  int rc = gf_parse_int64(csv->fields[col], min, max, out, d);
-  if (rc)
-    gf_diag_prefix(d, "%s:%lu: column %s", csv->source, csv->line, name);
-  return rc;
-}
-
 static int field_price(gf_csv *csv, int col, double *out, gf_diag *d) {
   const char *s = csv->fields[col];
   char *end;
@@ -59,17 +36,14 @@ int gf_node_types_read(FILE *fp, const char *source, gf_node_types *out,
   int idx[7] = {0};
   gf_csv csv;
   gf_csv_init(&csv, fp, source);
-  int rc = header(&csv, cols, 7, idx, d);
+  int rc = gf_csv_header(&csv, cols, 7, 7, GF_ENOTFOUND, idx, d);
   if (rc)
     return rc == GF_ENOTFOUND ? GF_ESYNTAX : rc;
   int width = csv.nfields;
   gf_node_types l = {NULL, 0};
   while ((rc = gf_csv_next(&csv, d)) == 1) {
-    if (csv.nfields != width) {
-      rc = gf_diag_set(d, GF_ESYNTAX, "%s:%lu: %d fields, header has %d",
-                       source, csv.line, csv.nfields, width);
+    if ((rc = gf_csv_check_width(&csv, width, d)))
       goto fail;
-    }
     if (l.n == GF_NODE_TYPES_MAX) {
       rc = gf_diag_set(d, GF_ELIMIT, "%s:%lu: more than %d node types", source,
                        csv.line, GF_NODE_TYPES_MAX);
@@ -78,14 +52,14 @@ int gf_node_types_read(FILE *fp, const char *source, gf_node_types *out,
     gf_node_type t;
     memset(&t, 0, sizeof(t));
     int64_t gpus, cpu, mem, count;
-    if ((rc = field_int(&csv, idx[2], "gpus", 0, GF_MAX_GPUS_PER_NODE, &gpus,
-                        d)) ||
-        (rc =
-             field_int(&csv, idx[3], "cpu_milli", 1, INT64_MAX / 2, &cpu, d)) ||
-        (rc = field_int(&csv, idx[4], "memory_mib", 1, INT64_MAX / MIB / 2,
-                        &mem, d)) ||
+    if ((rc = gf_csv_field_int(&csv, idx[2], "gpus", 0, GF_MAX_GPUS_PER_NODE,
+                               &gpus, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[3], "cpu_milli", 1, INT64_MAX / 2,
+                               &cpu, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[4], "memory_mib", 1,
+                               INT64_MAX / MIB / 2, &mem, d)) ||
         (rc = field_price(&csv, idx[5], &t.gpu_hour_price, d)) ||
-        (rc = field_int(&csv, idx[6], "count", 0, 100000, &count, d)))
+        (rc = gf_csv_field_int(&csv, idx[6], "count", 0, 100000, &count, d)))
       goto fail;
     const char *name = csv.fields[idx[0]], *model = csv.fields[idx[1]];
     if (!*name || strlen(name) >= sizeof(t.name)) {
@@ -133,16 +107,9 @@ fail:
   return rc;
 }
 
-static int open_file(const char *path, FILE **fp, gf_diag *d) {
-  *fp = fopen(path, "r");
-  if (!*fp)
-    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-  return 0;
-}
-
 int gf_node_types_load(const char *path, gf_node_types *out, gf_diag *d) {
   FILE *fp;
-  int rc = open_file(path, &fp, d);
+  int rc = gf_csv_open(path, &fp, d);
   if (rc)
     return rc;
   rc = gf_node_types_read(fp, path, out, d);
@@ -162,25 +129,22 @@ int gf_lifetimes_read(FILE *fp, const char *source, gf_lifetimes *out,
   int idx[2] = {0, 0};
   gf_csv csv;
   gf_csv_init(&csv, fp, source);
-  int rc = header(&csv, cols, 2, idx, d);
+  int rc = gf_csv_header(&csv, cols, 2, 2, GF_ENOTFOUND, idx, d);
   if (rc)
     return rc;
   int width = csv.nfields;
   gf_lifetimes l = {NULL, 0};
   size_t cap = 0;
   while ((rc = gf_csv_next(&csv, d)) == 1) {
-    if (csv.nfields != width) {
-      rc = gf_diag_set(d, GF_ESYNTAX, "%s:%lu: %d fields, header has %d",
-                       source, csv.line, csv.nfields, width);
+    if ((rc = gf_csv_check_width(&csv, width, d)))
       goto fail;
-    }
     if (!*csv.fields[idx[0]] || !*csv.fields[idx[1]])
       continue; /* never scheduled (or never deleted): no lifetime */
     int64_t sched, del;
-    if ((rc = field_int(&csv, idx[0], "scheduled_time", 0, INT64_MAX / 2,
-                        &sched, d)) ||
-        (rc = field_int(&csv, idx[1], "deletion_time", 0, INT64_MAX / 2, &del,
-                        d)))
+    if ((rc = gf_csv_field_int(&csv, idx[0], "scheduled_time", 0, INT64_MAX / 2,
+                               &sched, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[1], "deletion_time", 0, INT64_MAX / 2,
+                               &del, d)))
       goto fail;
     if (del <= sched)
       continue;
@@ -211,7 +175,7 @@ fail:
 
 int gf_lifetimes_load(const char *path, gf_lifetimes *out, gf_diag *d) {
   FILE *fp;
-  int rc = open_file(path, &fp, d);
+  int rc = gf_csv_open(path, &fp, d);
   if (rc)
     return rc;
   rc = gf_lifetimes_read(fp, path, out, d);

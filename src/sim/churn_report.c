@@ -8,6 +8,7 @@
 
 #include "gpufrac/churn.h"
 #include "gpufrac/error.h"
+#include "svg.h"
 
 int gf_churn_summary_of(const char *trace, const char *policy,
                         const gf_churn_config *cfg, const gf_churn_result *runs,
@@ -148,10 +149,6 @@ void gf_churn_report_json(FILE *fp, const gf_churn_summary *s, int n,
   fprintf(fp, "\n]}\n");
 }
 
-static const char *const palette[] = {"#1b9e77", "#d95f02", "#7570b3",
-                                      "#e7298a", "#66a61e", "#e6ab02",
-                                      "#a6761d", "#666666"};
-
 void gf_churn_report_svg(FILE *fp, const gf_churn_summary *s, int n,
                          double sample_s, const char *title) {
   const double W = 780, H = 480, L = 70, R = 190, T = 50, B = 60;
@@ -172,48 +169,20 @@ void gf_churn_report_svg(FILE *fp, const gf_churn_summary *s, int n,
   double xstep = xmax > 48 ? 24 : xmax > 12 ? 6 : 1;
 #define PX(x) (L + pw * (x) / xmax)
 #define PY(y) (T + ph - ph * (y) / ymax)
-  fprintf(fp,
-          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-          "height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
-          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-          "<text x=\"%.0f\" y=\"24\" font-size=\"15\" "
-          "font-weight=\"bold\">%s</text>\n",
-          W, H, L, title);
+  gf_svg_begin(fp, W, H, L, title);
   for (double x = 0; x <= xmax + 1e-9; x += xstep)
-    fprintf(fp,
-            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-            "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
-            "text-anchor=\"middle\">%.0f</text>\n",
-            PX(x), T, PX(x), T + ph, PX(x), T + ph + 16, x);
+    gf_svg_xgrid(fp, PX(x), T, ph, x);
   for (double y = 0; y <= ymax + 1e-9; y += ystep)
-    fprintf(fp,
-            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-            "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
-            "text-anchor=\"end\">%.0f</text>\n",
-            L, PY(y), L + pw, PY(y), L - 6, PY(y) + 4, y);
-  fprintf(fp,
-          "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
-          "fill=\"none\" stroke=\"#333\"/>\n"
-          "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">hours</text>\n"
-          "<text transform=\"translate(20,%.0f) rotate(-90)\" "
-          "text-anchor=\"middle\">nodes bought</text>\n",
-          L, T, pw, ph, L + pw / 2, H - 16, T + ph / 2);
+    gf_svg_ygrid(fp, L, pw, PY(y), y);
+  gf_svg_frame(fp, L, T, pw, ph, H, "hours", "nodes bought");
   for (int i = 0; i < n; i++) {
-    const char *col = palette[i % (sizeof(palette) / sizeof(palette[0]))];
-    fprintf(fp,
-            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
-            "points=\"",
-            col);
+    const char *col = gf_svg_series(fp, i);
     for (uint32_t j = 0; j < s[i].nsamples; j++)
       fprintf(fp, "%.1f,%.1f ", PX(j * sample_s / 3600), PY(s[i].nodes[j]));
     fprintf(fp, "\"/>\n");
-    double ly = T + 12 + 22.0 * i;
-    fprintf(fp,
-            "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
-            "stroke=\"%s\" stroke-width=\"3\"/><text x=\"%.0f\" y=\"%.0f\">"
-            "%s: %.3f bought/asked</text>\n",
-            L + pw + 10, ly, L + pw + 30, ly, col, L + pw + 35, ly + 4,
-            s[i].policy, s[i].waste_ratio);
+    gf_svg_legend(fp, L + pw, T + 12 + 22.0 * i, col);
+    fprintf(fp, "%s: %.3f bought/asked</text>\n", s[i].policy,
+            s[i].waste_ratio);
   }
 #undef PX
 #undef PY

@@ -10,6 +10,7 @@
 #ifndef GPUFRAC_SIM_CSV_H
 #define GPUFRAC_SIM_CSV_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "gpufrac/diag.h"
@@ -34,5 +35,22 @@ int gf_csv_next(gf_csv *c, gf_diag *d);
 
 /* Index of column `name` in the header record `hdr`, or -1. */
 int gf_csv_column(const gf_csv *hdr, const char *name);
+
+/* Reads the header record and maps the n column names to idx[]: the first
+ * nrequired must be there (else the code `missing`, naming the column); a
+ * missing optional one gets -1. */
+int gf_csv_header(gf_csv *c, const char *const *names, int n, int nrequired,
+                  int missing, int *idx, gf_diag *d);
+
+/* The current record has `want` fields, else GF_ESYNTAX. */
+int gf_csv_check_width(const gf_csv *c, int want, gf_diag *d);
+
+/* Field `col` of the current record as an integer in [min, max]; an error
+ * names the source, line and column `name`. */
+int gf_csv_field_int(const gf_csv *c, int col, const char *name, int64_t min,
+                     int64_t max, int64_t *out, gf_diag *d);
+
+/* fopen(path, "r"); GF_EIO naming the path if that fails. */
+int gf_csv_open(const char *path, FILE **fp, gf_diag *d);
 
 #endif

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "svg.h"
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -198,6 +200,63 @@ static const char *const palette[] = {"#1b9e77", "#d95f02", "#7570b3",
                                       "#e7298a", "#66a61e", "#e6ab02",
                                       "#a6761d", "#666666"};
 
+const char *gf_svg_color(int i) {
+  return palette[i % (int)(sizeof(palette) / sizeof(palette[0]))];
+}
+
+void gf_svg_begin(FILE *fp, double w, double h, double l, const char *title) {
+  fprintf(fp,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+          "height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
+          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+          "<text x=\"%.0f\" y=\"24\" font-size=\"15\" "
+          "font-weight=\"bold\">%s</text>\n",
+          w, h, l, title);
+}
+
+void gf_svg_xgrid(FILE *fp, double px, double t, double ph, double label) {
+  fprintf(fp,
+          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+          "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
+          "text-anchor=\"middle\">%.0f</text>\n",
+          px, t, px, t + ph, px, t + ph + 16, label);
+}
+
+void gf_svg_ygrid(FILE *fp, double l, double pw, double py, double label) {
+  fprintf(fp,
+          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+          "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
+          "text-anchor=\"end\">%.0f</text>\n",
+          l, py, l + pw, py, l - 6, py + 4, label);
+}
+
+void gf_svg_frame(FILE *fp, double l, double t, double pw, double ph, double h,
+                  const char *xtitle, const char *ytitle) {
+  fprintf(fp,
+          "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
+          "fill=\"none\" stroke=\"#333\"/>\n"
+          "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">%s</text>\n"
+          "<text transform=\"translate(20,%.0f) rotate(-90)\" "
+          "text-anchor=\"middle\">%s</text>\n",
+          l, t, pw, ph, l + pw / 2, h - 16, xtitle, t + ph / 2, ytitle);
+}
+
+const char *gf_svg_series(FILE *fp, int i) {
+  const char *col = gf_svg_color(i);
+  fprintf(fp,
+          "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
+          "points=\"",
+          col);
+  return col;
+}
+
+void gf_svg_legend(FILE *fp, double x, double y, const char *color) {
+  fprintf(fp,
+          "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
+          "stroke=\"%s\" stroke-width=\"3\"/><text x=\"%.0f\" y=\"%.0f\">",
+          x + 10, y, x + 30, y, color, x + 35, y + 4);
+}
+
 /* Allocation % against arrived demand from 50% on, where policies part
  * ways, with the ideal (everything that arrived is placed) dashed. */
 void gf_report_svg(FILE *fp, const gf_summary *s, int n, const char *title) {
@@ -218,55 +277,29 @@ void gf_report_svg(FILE *fp, const gf_summary *s, int n, const char *title) {
   const double ymax = 100;
 #define PX(x) (L + pw * ((x)-x0) / (x1 - x0))
 #define PY(y) (T + ph - ph * ((y)-ymin) / (ymax - ymin))
-  fprintf(fp,
-          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-          "height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
-          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-          "<text x=\"%.0f\" y=\"24\" font-size=\"15\" "
-          "font-weight=\"bold\">%s</text>\n",
-          W, H, L, title);
+  gf_svg_begin(fp, W, H, L, title);
   for (int x = x0; x <= x1; x += 10)
-    fprintf(fp,
-            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-            "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
-            "text-anchor=\"middle\">%d</text>\n",
-            PX(x), T, PX(x), T + ph, PX(x), T + ph + 16, x);
+    gf_svg_xgrid(fp, PX(x), T, ph, x);
   for (double y = ymin; y <= ymax + 1e-9; y += 10)
-    fprintf(fp,
-            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-            "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
-            "text-anchor=\"end\">%.0f</text>\n",
-            L, PY(y), L + pw, PY(y), L - 6, PY(y) + 4, y);
+    gf_svg_ygrid(fp, L, pw, PY(y), y);
+  gf_svg_frame(fp, L, T, pw, ph, H,
+               "arrived GPU demand (% of cluster GPU capacity)",
+               "GPU capacity allocated (%)");
   fprintf(fp,
-          "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
-          "fill=\"none\" stroke=\"#333\"/>\n"
-          "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">arrived GPU "
-          "demand (%% of cluster GPU capacity)</text>\n"
-          "<text transform=\"translate(20,%.0f) rotate(-90)\" "
-          "text-anchor=\"middle\">GPU capacity allocated (%%)</text>\n"
           "<polyline fill=\"none\" stroke=\"#999\" stroke-dasharray=\"5,4\" "
           "points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\"/>\n"
           "<text x=\"%.0f\" y=\"%.0f\" fill=\"#777\">ideal</text>\n",
-          L, T, pw, ph, L + pw / 2, H - 16, T + ph / 2, PX(x0),
-          PY(x0 < ymin ? ymin : x0), PX(100), PY(100), PX(x1), PY(100),
+          PX(x0), PY(x0 < ymin ? ymin : x0), PX(100), PY(100), PX(x1), PY(100),
           PX(x1) - 40, PY(100) - 6);
   for (int i = 0; i < n; i++) {
-    const char *col = palette[i % (sizeof(palette) / sizeof(palette[0]))];
-    fprintf(fp,
-            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
-            "points=\"",
-            col);
+    const char *col = gf_svg_series(fp, i);
     for (int k = x0; k < s[i].npoints; k++)
       if (isfinite(s[i].alloc_curve[k]))
         fprintf(fp, "%.1f,%.1f ", PX(k), PY(s[i].alloc_curve[k]));
     fprintf(fp, "\"/>\n");
-    double ly = T + 12 + 22.0 * i;
-    fprintf(fp,
-            "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
-            "stroke=\"%s\" stroke-width=\"3\"/><text x=\"%.0f\" y=\"%.0f\">"
-            "%s: %.2f%% idle at 100%%</text>\n",
-            L + pw + 10, ly, L + pw + 30, ly, col, L + pw + 35, ly + 4,
-            s[i].policy, s[i].unalloc100);
+    gf_svg_legend(fp, L + pw, T + 12 + 22.0 * i, col);
+    fprintf(fp, "%s: %.2f%% idle at 100%%</text>\n", s[i].policy,
+            s[i].unalloc100);
   }
 #undef PX
 #undef PY

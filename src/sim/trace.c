@@ -1,6 +1,5 @@
 #include "gpufrac/trace.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,40 +9,6 @@
 
 #define MIB (1024 * 1024)
 
-/* Reads the header and maps required/optional column names to indices. */
-static int map_columns(gf_csv *csv, const char *const *names, int n,
-                       int nrequired, int *idx, gf_diag *d) {
-  int rc = gf_csv_next(csv, d);
-  if (rc < 0)
-    return rc;
-  if (rc == 0)
-    return gf_diag_set(d, GF_ESYNTAX, "%s: empty file, expected a header",
-                       csv->source);
-  for (int i = 0; i < n; i++) {
-    idx[i] = gf_csv_column(csv, names[i]);
-    if (idx[i] < 0 && i < nrequired)
-      return gf_diag_set(d, GF_ESYNTAX, "%s:%lu: header lacks column '%s'",
-                         csv->source, csv->line, names[i]);
-  }
-  return 0;
-}
-
-/* Parses field `col` of the current record as an integer in [min, max]. */
-static int field_int(gf_csv *csv, int col, const char *colname, int64_t min,
-                     int64_t max, int64_t *out, gf_diag *d) {
-  int rc = gf_parse_int64(csv->fields[col], min, max, out, d);
-  if (rc)
-    gf_diag_prefix(d, "%s:%lu: column %s", csv->source, csv->line, colname);
-  return rc;
-}
-
-static int check_width(gf_csv *csv, int want, gf_diag *d) {
-  if (csv->nfields != want)
-    return gf_diag_set(d, GF_ESYNTAX, "%s:%lu: %d fields, header has %d",
-                       csv->source, csv->line, csv->nfields, want);
-  return 0;
-}
-
 int gf_trace_read_nodes(FILE *fp, const char *source, gf_cluster *c,
                         gf_diag *d) {
   static const char *const cols[] = {"sn", "cpu_milli", "memory_mib", "gpu",
@@ -51,19 +16,19 @@ int gf_trace_read_nodes(FILE *fp, const char *source, gf_cluster *c,
   int idx[5];
   gf_csv csv;
   gf_csv_init(&csv, fp, source);
-  int rc = map_columns(&csv, cols, 5, 5, idx, d);
+  int rc = gf_csv_header(&csv, cols, 5, 5, GF_ESYNTAX, idx, d);
   if (rc)
     return rc;
   int width = csv.nfields;
   while ((rc = gf_csv_next(&csv, d)) == 1) {
     int64_t cpu, mem, ngpu;
-    if ((rc = check_width(&csv, width, d)) ||
-        (rc =
-             field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2, &cpu, d)) ||
-        (rc = field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB, &mem,
-                        d)) ||
-        (rc =
-             field_int(&csv, idx[3], "gpu", 0, GF_MAX_GPUS_PER_NODE, &ngpu, d)))
+    if ((rc = gf_csv_check_width(&csv, width, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2,
+                               &cpu, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB,
+                               &mem, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[3], "gpu", 0, GF_MAX_GPUS_PER_NODE,
+                               &ngpu, d)))
       return rc;
     const char *model = csv.fields[idx[4]];
     if (ngpu > 0 && !*model)
@@ -123,7 +88,7 @@ int gf_trace_read_pods(FILE *fp, const char *source, gf_cluster *c,
   int idx[6];
   gf_csv csv;
   gf_csv_init(&csv, fp, source);
-  int rc = map_columns(&csv, cols, 6, 5, idx, d);
+  int rc = gf_csv_header(&csv, cols, 6, 5, GF_ESYNTAX, idx, d);
   if (rc)
     return rc;
   int width = csv.nfields;
@@ -131,14 +96,15 @@ int gf_trace_read_pods(FILE *fp, const char *source, gf_cluster *c,
   size_t cap = 0;
   while ((rc = gf_csv_next(&csv, d)) == 1) {
     int64_t cpu, mem, ngpu, milli;
-    if ((rc = check_width(&csv, width, d)) ||
-        (rc =
-             field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2, &cpu, d)) ||
-        (rc = field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB, &mem,
-                        d)) ||
-        (rc = field_int(&csv, idx[3], "num_gpu", 0, GF_MAX_GPUS_PER_NODE, &ngpu,
-                        d)) ||
-        (rc = field_int(&csv, idx[4], "gpu_milli", 0, GF_GPU_MILLI, &milli, d)))
+    if ((rc = gf_csv_check_width(&csv, width, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2,
+                               &cpu, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB,
+                               &mem, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[3], "num_gpu", 0, GF_MAX_GPUS_PER_NODE,
+                               &ngpu, d)) ||
+        (rc = gf_csv_field_int(&csv, idx[4], "gpu_milli", 0, GF_GPU_MILLI,
+                               &milli, d)))
       goto fail;
     if (l.n == cap) {
       cap = cap ? cap * 2 : 1024;
@@ -197,16 +163,9 @@ fail:
   return rc;
 }
 
-static int with_file(const char *path, FILE **fp, gf_diag *d) {
-  *fp = fopen(path, "r");
-  if (!*fp)
-    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-  return 0;
-}
-
 int gf_trace_load_nodes(const char *path, gf_cluster *c, gf_diag *d) {
   FILE *fp;
-  int rc = with_file(path, &fp, d);
+  int rc = gf_csv_open(path, &fp, d);
   if (rc)
     return rc;
   rc = gf_trace_read_nodes(fp, path, c, d);
@@ -217,7 +176,7 @@ int gf_trace_load_nodes(const char *path, gf_cluster *c, gf_diag *d) {
 int gf_trace_load_pods(const char *path, gf_cluster *c, gf_pod_list *out,
                        gf_diag *d) {
   FILE *fp;
-  int rc = with_file(path, &fp, d);
+  int rc = gf_csv_open(path, &fp, d);
   if (rc)
     return rc;
   rc = gf_trace_read_pods(fp, path, c, out, d);

@@ -69,6 +69,14 @@ static void run(fx *f, gf_churn_config *cfg, const char *policy,
     fail_msg("%s", d.msg);
 }
 
+/* The default configuration, with the arrivals scripted. */
+static void scripted(gf_churn_config *cfg, const gf_churn_arrival *script,
+                     size_t n) {
+  gf_churn_config_init(cfg);
+  cfg->script = script;
+  cfg->nscript = n;
+}
+
 #define SEC_H(x) ((x) / 3600.0)
 
 /* |a - b| <= eps, in double (cmocka's float assertion rounds to float). */
@@ -117,9 +125,7 @@ static void test_worked_week(void **st) {
   const gf_churn_arrival script[] = {
       {0, 0, 3600}, {60, 1, 7200}, {10000, 2, 1800}};
   gf_churn_config cfg;
-  gf_churn_config_init(&cfg);
-  cfg.script = script;
-  cfg.nscript = 3;
+  scripted(&cfg, script, 3);
   gf_churn_result r;
   run(&f, &cfg, "gpufrac", &r);
   assert_int_equal(r.arrived, 3);
@@ -185,9 +191,7 @@ static void test_worked_drain(void **st) {
   const gf_churn_arrival script[] = {
       {0, 0, 100000}, {30, 2, 600}, {60, 1, 100000}};
   gf_churn_config cfg;
-  gf_churn_config_init(&cfg);
-  cfg.script = script;
-  cfg.nscript = 3;
+  scripted(&cfg, script, 3);
   cfg.consolidate = true;
   gf_churn_result r;
   run(&f, &cfg, "gpufrac", &r);
@@ -222,9 +226,7 @@ static void test_unschedulable_and_pending(void **st) {
           "late,1000,1024,1,500\n");
   const gf_churn_arrival script[] = {{0, 0, 100}, {3500, 1, 100}};
   gf_churn_config cfg;
-  gf_churn_config_init(&cfg);
-  cfg.script = script;
-  cfg.nscript = 2;
+  scripted(&cfg, script, 2);
   cfg.duration_s = 3600; /* ends before late's node (ready 3680) */
   gf_churn_result r;
   run(&f, &cfg, "gpufrac", &r);
@@ -251,9 +253,7 @@ static void test_initial(void **st) {
           three_pods);
   const gf_churn_arrival script[] = {{0, 0, 3600}};
   gf_churn_config cfg;
-  gf_churn_config_init(&cfg);
-  cfg.script = script;
-  cfg.nscript = 1;
+  scripted(&cfg, script, 1);
   cfg.initial = 1;
   gf_churn_result r;
   run(&f, &cfg, "gpufrac", &r);
