@@ -3,26 +3,7 @@
 # and the report files.  Prints one line per check and 'N passed, N failed'.
 set -u
 : "${GPUFRAC:?path to the gpufrac binary}" "${TESTDATA:?tests/data}"
-pass=0 fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# check NAME WANT_RC GREP_PATTERN -- command...
-check() {
-  local name=$1 want=$2 pat=$3
-  shift 4
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    echo "FAIL $name: exit $rc, want $want"; sed 's/^/  | /' "$tmp/err" | head -5
-    fail=$((fail + 1)); return
-  fi
-  if [ -n "$pat" ] && ! grep -qE -- "$pat" "$tmp/out" "$tmp/err"; then
-    echo "FAIL $name: output lacks /$pat/"; head -5 "$tmp/out" "$tmp/err" | sed 's/^/  | /'
-    fail=$((fail + 1)); return
-  fi
-  echo "ok   $name"; pass=$((pass + 1))
-}
+. "$(dirname "$0")/check.sh"
 
 small=(--nodes "$TESTDATA/nodes_small.csv" --pods "$TESTDATA/pods_small.csv")
 
