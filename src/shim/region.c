@@ -216,9 +216,15 @@ static uint64_t committed(const gf_region *r, uint32_t dev) {
   if (hwm > GF_REGION_SLOTS)
     hwm = GF_REGION_SLOTS;
   uint64_t sum = 0;
-  for (uint32_t i = 0; i < hwm; i++)
-    sum += atomic_load(&r->slots[i].used[dev]) +
-           atomic_load(&r->slots[i].pending[dev]);
+  /* Pending before used, in two statements (the operands of + may be read
+   * in either order): a reservation moves its bytes to used first and then
+   * out of pending, so a reader that took used first could miss bytes that
+   * moved in between, and two processes could both pass the limit. Read
+   * this way they are counted twice at worst, which only refuses. */
+  for (uint32_t i = 0; i < hwm; i++) {
+    uint64_t pending = atomic_load(&r->slots[i].pending[dev]);
+    sum += pending + atomic_load(&r->slots[i].used[dev]);
+  }
   return sum;
 }
 
