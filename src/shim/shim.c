@@ -1963,6 +1963,58 @@ static void *dlsym_nvml(void *handle, const char *name, void *p) {
   return p;
 }
 
+/* dlsym(RTLD_NEXT, name) for the object that contains `caller`.  The C
+ * library finds "next" from the address dlsym is called from, which inside
+ * our wrapper is always this library: passed on as it is, a preloaded
+ * library that wraps getpid (or malloc) and looks up the original with
+ * RTLD_NEXT would get its own function back and recurse until the stack
+ * overflows.  So the search is done here: the objects loaded after the
+ * caller's, in load order, each asked for a symbol it defines itself
+ * (a handle's lookup also searches its dependencies, which may come
+ * before the caller). */
+static NO_SANITIZE void *dlsym_next(const void *caller, const char *name) {
+  Dl_info info;
+  struct link_map *me = NULL, *self = NULL;
+  if (!dladdr1(caller, &info, (void **)&me, RTLD_DL_LINKMAP) || !me ||
+      !dladdr1((const void *)&dlsym_next, &info, (void **)&self,
+               RTLD_DL_LINKMAP) ||
+      !self)
+    return real_dlsym(RTLD_NEXT, name);
+  /* The C library answers "next after this library".  That is the right
+   * answer for a caller in this library (the interposer linked into a
+   * program) and near enough for one loaded before it (the program, whose
+   * next object is normally this one): only a caller loaded after this
+   * library would get an object before itself, its own definition among
+   * them.  Callers of the first kinds include sanitizer runtimes linked
+   * into the program, which look their interceptors up this way before
+   * malloc works, so they must not reach the dlopen below. */
+  struct link_map *l = self->l_next;
+  while (l && l != me)
+    l = l->l_next;
+  if (!l)
+    return real_dlsym(RTLD_NEXT, name);
+  void *other = NULL; /* defined elsewhere than the caller (a data copy) */
+  for (l = me->l_next; l; l = l->l_next) {
+    /* A handle by name, not the link_map itself: objects the loader set up
+     * (the vDSO among them) have no search scope a lookup could use. */
+    if (!l->l_name || !l->l_name[0])
+      continue;
+    void *h = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h)
+      continue;
+    void *p = real_dlsym(h, name);
+    dlclose(h);
+    struct link_map *def = NULL;
+    if (!p)
+      continue;
+    if (!dladdr1(p, &info, (void **)&def, RTLD_DL_LINKMAP) || def == l)
+      return p;
+    if (!other && def != me)
+      other = p;
+  }
+  return other;
+}
+
 /* dlsym: only lookups of the functions we hook, on the real libcuda and
  * libnvidia-ml handles, are redirected (programs that dlopen the driver
  * themselves); every other lookup is the real dlsym's answer, unchanged,
@@ -1974,6 +2026,8 @@ NO_SANITIZE EXPORT void *dlsym(void *handle, const char *name) {
   resolve_real_dlsym();
   if (!real_dlsym)
     return NULL;
+  if (handle == RTLD_NEXT)
+    return dlsym_next(__builtin_return_address(0), name);
   void *p = real_dlsym(handle, name);
   if (!p || handle == RTLD_DEFAULT || handle == RTLD_NEXT || in_setup)
     return p;

@@ -2,7 +2,7 @@
 # Interposer scenarios against the fake driver, under LD_PRELOAD.
 # Prints one line per scenario and 'N passed, N failed'.
 set -u
-: "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}" "${GPUFRAC:?}" "${SHIM_LOCKED:?}" "${SYSTEM_CONF:?}"
+: "${NEXT_WRAP:?}" "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}" "${GPUFRAC:?}" "${SHIM_LOCKED:?}" "${SYSTEM_CONF:?}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -159,6 +159,10 @@ run sigbus-not-ours 135 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL
 # measured cost is charged, so the true total never passes the limit.
 run context-measured 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=300Mi \
     FAKE_CUDA_CTX_COST=524288000 FAKE_CUDA_SHARED="$tmp/ctxdev" "$PROBE_DL" ctxtrue
+
+# dlsym(RTLD_NEXT) keeps its meaning for other preloaded libraries: a
+# getpid wrapper preloaded after the interposer finds the C library's.
+run rtld-next       0 -- LD_PRELOAD="$SHIM $NEXT_WRAP" /bin/true
 
 # A lookup is not use: dlsym(libm, cos) and lookups on the driver take no
 # region slot, the first allocation does.  A driver whose constructor calls
