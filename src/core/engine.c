@@ -100,6 +100,7 @@ struct gf_engine {
   gf_cluster *c;
   const gf__policy_ops *ops;
   void *state;
+  bool first_fit; /* devices=first: DRA's device choice, not the policy's */
   gf_rng rng;
   /* shapes, with an open-addressing index (slot = shape index + 1) */
   shape *shapes;
@@ -118,6 +119,46 @@ struct gf_engine {
   uint32_t *rank;
   uint32_t nrank;
 };
+
+/* The engine's own parameter, `devices`, taken out of a policy's
+ * parameters: `devices=first` places on the node the policy chose but on
+ * the first GPUs (in index order, the order a ResourceSlice lists them)
+ * that fit, which is what kube-scheduler's DRA allocator does;
+ * `devices=policy` (the default) keeps the policy's own choice.  The rest
+ * is copied to out for the policy. */
+static int engine_params(const char *in, char *out, size_t cap, bool *first_fit,
+                         gf_diag *d) {
+  size_t n = 0;
+  *first_fit = false;
+  for (const char *p = in; *p;) {
+    const char *end = strchr(p, ':');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    static const char key[] = "devices=";
+    if (len >= sizeof(key) - 1 && strncmp(p, key, sizeof(key) - 1) == 0) {
+      const char *v = p + sizeof(key) - 1;
+      size_t vlen = len - (sizeof(key) - 1);
+      if (vlen == 5 && strncmp(v, "first", 5) == 0)
+        *first_fit = true;
+      else if (vlen == 6 && strncmp(v, "policy", 6) == 0)
+        *first_fit = false;
+      else
+        return gf_diag_set(d, GF_EINVAL,
+                           "parameter devices=%.*s: want first or policy",
+                           (int)(vlen > 32 ? 32 : vlen), v);
+    } else {
+      if (n + len + 2 > cap)
+        return gf_diag_set(d, GF_EINVAL, "parameters longer than %zu bytes",
+                           cap - 2);
+      if (n)
+        out[n++] = ':';
+      memcpy(out + n, p, len);
+      n += len;
+    }
+    p = end ? end + 1 : p + len;
+  }
+  out[n] = '\0';
+  return 0;
+}
 
 int gf_engine_new(gf_cluster *c, const gf_engine_config *cfg, gf_engine **out,
                   gf_diag *d) {
@@ -140,11 +181,18 @@ int gf_engine_new(gf_cluster *c, const gf_engine_config *cfg, gf_engine **out,
   e->seed = cfg->seed;
   gf_rng_seed(&e->rng, cfg->seed);
   const char *colon = strchr(policy, ':');
-  const char *params = colon ? colon + 1 : "";
+  char params[256];
+  gf_diag ed = {""};
+  int rc = engine_params(colon ? colon + 1 : "", params, sizeof(params),
+                         &e->first_fit, &ed);
+  if (rc) {
+    gf__free(e);
+    return gf_diag_set(d, rc, "policy '%s': %s", policy, ed.msg);
+  }
   if (ops->create) {
     gf__policy_env env = {c, cfg->typical, cfg->shapes, params};
     gf_diag pd = {""};
-    int rc = ops->create(&env, &e->state, &pd);
+    rc = ops->create(&env, &e->state, &pd);
     if (rc) {
       gf__free(e);
       return gf_diag_set(d, rc, "policy '%s': %s", policy,
@@ -365,6 +413,21 @@ int gf__pick_best(const gf_node *n, const gf_request *r, gf__pick *pick) {
   return pick->ngpus == r->gpu_count ? 0 : GF_ENOFIT;
 }
 
+/* DRA's device choice: a share on the first GPU that has room, whole GPUs
+ * the first free ones. */
+static int pick_first(const gf_node *n, const gf_request *r, gf__pick *pick) {
+  if (r->gpu_count == 0 || r->gpu_milli == GF_GPU_MILLI)
+    return gf__pick_best(n, r, pick);
+  pick->ngpus = 0;
+  for (uint32_t g = 0; g < n->ngpus; g++)
+    if (gf_gpu_fits(&n->gpus[g], r)) {
+      pick->gpus[0] = (uint8_t)g;
+      pick->ngpus = 1;
+      return 0;
+    }
+  return GF_ENOFIT;
+}
+
 static int pick_random(gf_engine *e, const gf_node *n, const gf_request *r,
                        gf__pick *pick) {
   if (r->gpu_count == 0 || r->gpu_milli == GF_GPU_MILLI)
@@ -419,7 +482,10 @@ static int choose_gpus(gf_engine *e, uint32_t i, const gf_request *r,
   const gf_node *n = gf_cluster_node(e->c, i);
   gf__pick pick;
   int rc = 0;
-  switch (e->ops->gpusel) {
+  switch (e->first_fit ? GF__GPUSEL_FIRST : e->ops->gpusel) {
+  case GF__GPUSEL_FIRST:
+    rc = pick_first(n, r, &pick);
+    break;
   case GF__GPUSEL_OWN:
     pick = *own;
     break;

@@ -28,6 +28,7 @@ typedef enum gf__gpusel {
   GF__GPUSEL_BEST,   /* tightest GPU for a share; lowest free for whole */
   GF__GPUSEL_RANDOM, /* uniform among fitting GPUs for a share */
   GF__GPUSEL_OWN,    /* the policy's score() picks */
+  GF__GPUSEL_FIRST,  /* first fitting GPU in index order (devices=first) */
 } gf__gpusel;
 
 typedef struct gf__pick {

@@ -105,14 +105,20 @@ void gf_summary_of(const char *policy, const char *trace, uint32_t ngpus,
 }
 
 void gf_report_table(FILE *fp, const gf_summary *s, int n) {
-  fprintf(fp, "%-12s %-18s %5s %8s %13s %13s %9s %9s  %s\n", "trace", "policy",
-          "seeds", "placed%", "unalloc@100%", "unalloc@130%", "frag@80%",
-          "p99(us)", "dropped: share/whole/cpu");
+  int w = 18; /* the policy column: as wide as its longest name */
+  for (int i = 0; i < n; i++) {
+    size_t len = strlen(s[i].policy);
+    if (len > (size_t)w)
+      w = len > 120 ? 120 : (int)len;
+  }
+  fprintf(fp, "%-12s %-*s %5s %8s %13s %13s %9s %9s  %s\n", "trace", w,
+          "policy", "seeds", "placed%", "unalloc@100%", "unalloc@130%",
+          "frag@80%", "p99(us)", "dropped: share/whole/cpu");
   for (int i = 0; i < n; i++)
     fprintf(fp,
-            "%-12s %-18s %5d %8.2f %7.2f±%-5.2f %7.2f±%-5.2f %9.2f %9.1f  "
+            "%-12s %-*s %5d %8.2f %7.2f±%-5.2f %7.2f±%-5.2f %9.2f %9.1f  "
             "%.0f/%.0f/%.0f\n",
-            s[i].trace, s[i].policy, s[i].nseeds, s[i].placed_pct,
+            s[i].trace, w, s[i].policy, s[i].nseeds, s[i].placed_pct,
             s[i].unalloc100, s[i].unalloc100_std, s[i].unalloc130,
             s[i].unalloc130_std, s[i].frag80, s[i].decision_us_p99,
             s[i].failed_share, s[i].failed_whole, s[i].failed_cpu);

@@ -587,6 +587,18 @@ static void test_engine_choices(void **st) {
   assert_non_null(strstr(d.msg, "nope"));
   cfg.policy = "fgd";
   assert_int_equal(gf_engine_new(c, &cfg, &e, &d), GF_EINVAL);
+
+  /* The engine's own parameter: devices=first|policy, taken out before the
+   * policy sees its parameters. */
+  cfg.policy = "bestfit:devices=last";
+  assert_int_equal(gf_engine_new(c, &cfg, &e, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "devices=last: want first or policy"));
+  cfg.policy = "random:devices=first"; /* random takes no others */
+  assert_int_equal(gf_engine_new(c, &cfg, &e, &d), 0);
+  gf_engine_free(e);
+  cfg.policy = "random:devices=first:x=1";
+  assert_int_equal(gf_engine_new(c, &cfg, &e, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "takes no parameters"));
   gf_cluster_free(c);
 }
 
