@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
@@ -162,9 +163,11 @@ static void detach(void) {
 }
 
 /* A forked child is a new process: it claims its own slot at its first
- * charge, and the parent's allocations are not its to free. */
+ * charge, and the parent's allocations are not its to free.  In every mode
+ * once the region is mapped: a parent that turned to refusing (its region
+ * lost) may still have had a lock held by another thread at the fork. */
 static void after_fork_child(void) {
-  if (!S.region || S.mode != GF_SHIM_ENFORCE)
+  if (!S.region)
     return;
   pthread_mutex_init(&S.lock, NULL);
   atomic_store(&S.tlock, 0);
@@ -327,41 +330,73 @@ static void bus_say(void) {
   }
 }
 
+/* Runs the handler the program had before ours as the kernel would have:
+ * its mask (and the signal itself, unless SA_NODEFER) blocked while it
+ * runs, SA_RESETHAND honoured. */
+static void bus_chain(int sig, siginfo_t *si, void *uc) {
+  sigset_t mask = bus_prev.sa_mask, old;
+  if (!(bus_prev.sa_flags & SA_NODEFER))
+    sigaddset(&mask, sig);
+  pthread_sigmask(SIG_BLOCK, &mask, &old);
+  struct sigaction prev = bus_prev;
+  if (prev.sa_flags & SA_RESETHAND) {
+    signal(SIGBUS, SIG_DFL);
+    bus_prev.sa_handler = SIG_DFL;
+    bus_prev.sa_flags = 0;
+  }
+  if (prev.sa_flags & SA_SIGINFO)
+    prev.sa_sigaction(sig, si, uc);
+  else
+    prev.sa_handler(sig);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+  int saved = errno;
   char *a = si ? (char *)si->si_addr : NULL, *r = (char *)S.region;
-  if (r && a >= r && a < r + sizeof(gf_region) && si->si_code > 0) {
+  bool fault = si && si->si_code > 0; /* raised by an access, not sent */
+  if (r && fault && a >= r && a < r + sizeof(gf_region)) {
     if (mmap(r, sizeof(gf_region), PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
       S.mode = GF_SHIM_REFUSE;
       if (!atomic_exchange(&region_lost, 1))
         bus_say();
+      errno = saved;
       return; /* the access is made again, on the zero pages */
     }
   }
-  if (bus_prev.sa_flags & SA_SIGINFO) {
-    if (bus_prev.sa_sigaction) {
-      bus_prev.sa_sigaction(sig, si, uc);
-      return;
-    }
-  } else if (bus_prev.sa_handler != SIG_DFL && bus_prev.sa_handler != SIG_IGN) {
-    bus_prev.sa_handler(sig);
+  /* The handler and flags share a union: SIG_DFL and SIG_IGN are told by
+   * value whatever SA_SIGINFO says. */
+  void (*h)(int) = bus_prev.sa_handler;
+  if (h != SIG_DFL && h != SIG_IGN) {
+    bus_chain(sig, si, uc);
+    errno = saved;
     return;
   }
-  /* Default (or ignored, which the kernel does not honour for a fault):
-   * die as without us.  A fault is raised again by the instruction when
-   * the handler returns; a sent signal is raised here. */
+  if (h == SIG_IGN && !fault) {
+    errno = saved; /* a sent SIGBUS the program ignores stays ignored */
+    return;
+  }
+  /* The default, or a fault the program ignores (which the kernel does not
+   * honour either): die as without us.  A fault is raised again by the
+   * instruction when the handler returns; a sent signal is raised here. */
   signal(SIGBUS, SIG_DFL);
-  if (!si || si->si_code <= 0)
+  if (!fault)
     raise(SIGBUS);
+  errno = saved;
 }
 
+/* The previous disposition is read before ours goes in, so a SIGBUS that
+ * arrives in between never finds bus_prev half written. */
 static void bus_guard(void) {
   struct sigaction sa;
+  if (sigaction(SIGBUS, NULL, &bus_prev) != 0)
+    return;
   memset(&sa, 0, sizeof(sa));
   sa.sa_sigaction = on_sigbus;
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGBUS, &sa, &bus_prev);
+  sigaction(SIGBUS, &sa, NULL);
 }
 
 /* Mapping the region (creating it if this process is the container's

@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1159,6 +1160,16 @@ static void nvml(void) {
   F.info(&f, &t);
   CHECK(t == m.total, "cuMemGetInfo and NVML agree on the total");
 }
+static volatile sig_atomic_t bus_probe_seen, bus_probe_masked;
+static void on_bus_probe(int sig, siginfo_t *si, void *uc) {
+  (void)si;
+  (void)uc;
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, NULL, &now);
+  bus_probe_seen += sig == SIGBUS;
+  bus_probe_masked = sigismember(&now, SIGUSR1) == 1;
+}
+
 #endif
 
 int main(int argc, char **argv) {
@@ -1206,6 +1217,34 @@ int main(int argc, char **argv) {
     F.alloc(&p, MIB);
     raise(SIGBUS);
     printf("survived SIGBUS\n");
+  } else if (strcmp(argv[1], "bus-ignored") == 0 && argc == 3) {
+    /* The program set SIGBUS aside before the interposer installed its
+     * handler: a sent SIGBUS stays ignored ("ign": SIG_IGN; "ign-info":
+     * SIG_IGN given with SA_SIGINFO), and the program's own handler
+     * ("handler") runs with its own mask and errno kept. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    if (strcmp(argv[2], "handler") == 0) {
+      sa.sa_sigaction = on_bus_probe;
+      sa.sa_flags = SA_SIGINFO;
+      sigaddset(&sa.sa_mask, SIGUSR1);
+    } else {
+      sa.sa_handler = SIG_IGN;
+      sa.sa_flags = strcmp(argv[2], "ign-info") == 0 ? SA_SIGINFO : 0;
+    }
+    CHECK(sigaction(SIGBUS, &sa, NULL) == 0, "sigaction");
+    load("dlopen");
+    CUdeviceptr p;
+    CHECK(F.init(0) == CUDA_SUCCESS && F.alloc(&p, MIB) == CUDA_SUCCESS,
+          "first allocation (the interposer's handler goes in)");
+    errno = 4242;
+    CHECK(kill(getpid(), SIGBUS) == 0, "kill");
+    CHECK(errno == 4242, "errno kept across the handler");
+    if (strcmp(argv[2], "handler") == 0)
+      CHECK(bus_probe_seen == 1 && bus_probe_masked == 1,
+            "the program's handler ran once, SIGUSR1 blocked in it");
+    printf("SIGBUS handled as the program asked\n");
   } else if (strcmp(argv[1], "shrink") == 0 && argc == 3) {
     load("dlopen");
     shrink(argv[2]);

@@ -154,6 +154,13 @@ run region-truncated 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL"
   { echo "FAIL region-truncated-logged-once"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
 
 run sigbus-not-ours 135 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL" raise-bus
+# A program that ignores SIGBUS, or handles it itself, keeps that: the
+# interposer's handler passes a SIGBUS that is not the region's on as the
+# program asked (before: an ignored sent SIGBUS killed the program, and one
+# ignored with SA_SIGINFO set made the handler call address 1).
+for how in ign ign-info handler; do
+  run "sigbus-$how" 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL" bus-ignored "$how"
+done
 
 # A context that really holds 500 MiB, context_overhead 300 MiB: the
 # measured cost is charged, so the true total never passes the limit.
