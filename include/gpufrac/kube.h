@@ -166,9 +166,12 @@ int gf_kube_create(gf_kube *k, const char *path, const json_t *obj,
 int gf_kube_replace(gf_kube *k, const char *path, const json_t *obj,
                     json_t **out, gf_diag *d);
 
-/* POST a v1 Binding of pod ns/name (uid may be NULL) to node. */
+/* POST a v1 Binding of pod ns/name (uid may be NULL: else the API server
+ * refuses a pod of another uid) to node.  annotations (a JSON object of
+ * strings, may be NULL) go in the Binding's metadata: the API server
+ * merges them into the pod's in the same write that sets spec.nodeName. */
 int gf_kube_bind(gf_kube *k, const char *ns, const char *name, const char *uid,
-                 const char *node, gf_diag *d);
+                 const char *node, const json_t *annotations, gf_diag *d);
 
 /* --------------------------------------------------------------- watch */
 

@@ -50,25 +50,22 @@ typedef struct gf_pod_ref {
   const char *ns;
   const char *name;
   const char *uid; /* "" when unknown */
-  /* metadata.resourceVersion of the pod as the extender last saw it (from
-   * /filter's Pod or the watch); "" when unknown.  write_grant makes it the
-   * precondition of its PATCH. */
-  const char *resource_version;
 } gf_pod_ref;
 
-/* What /bind calls to reach the API server (src/kube implements it).  Both
- * functions return 0 or a GF_E* code with a sentence in d; they are called
- * without the model's mutex held, possibly from several threads at once.
- * write_grant stores grant_json (a GF_GRANT_ANNOTATION document) on the
- * pod, only if the pod has not changed since pod->resource_version (or,
- * after a conflict, is still unbound without another grant);
- * create_binding binds the pod to the node. */
+/* What /bind calls to reach the API server (src/sched/kubefeed.c implements
+ * it).  bind binds the pod to the node and stores grant_json (a
+ * GF_GRANT_ANNOTATION document; NULL for a pod without GPUs) on it in one
+ * write: a v1 Binding whose metadata.annotations carry the grant, which the
+ * API server applies only to a pod of that uid that is not bound yet and
+ * not being deleted.  So a pod never carries a grant it was not bound
+ * with, and of two replicas that both believe they lead, one wins and the
+ * other gets a conflict.  Returns 0 or a GF_E* code with a sentence in d;
+ * called without the model's mutex held, possibly from several threads at
+ * once. */
 typedef struct gf_binder {
   void *ctx;
-  int (*write_grant)(void *ctx, const gf_pod_ref *pod, const char *grant_json,
-                     gf_diag *d);
-  int (*create_binding)(void *ctx, const gf_pod_ref *pod, const char *node,
-                        gf_diag *d);
+  int (*bind)(void *ctx, const gf_pod_ref *pod, const char *node,
+              const char *grant_json, gf_diag *d);
 } gf_binder;
 
 typedef struct gf_sched_config {

@@ -9,16 +9,12 @@
  * and stops it.
  *
  * Invariants.
- *   - The binder writes the grant with a JSON merge PATCH of the pod's
- *     gpufrac.io/grant annotation and then POSTs a v1 Binding.  The PATCH
- *     carries metadata.resourceVersion as the extender last saw the pod
- *     (gf_pod_ref.resource_version), so a pod changed meanwhile gives 409
- *     Conflict; the binder then GETs the pod and retries once only if it
- *     is the same pod (uid), still unbound and without another grant (its
- *     own identical grant counts as written).  Without a known
- *     resourceVersion it GETs first.  The Binding carries the pod's uid, so
- *     a pod replaced under the same name is never bound (its stray grant
- *     books nothing).
+ *   - The binder writes the grant and the binding in one request: a v1
+ *     Binding whose metadata.annotations hold gpufrac.io/grant (the API
+ *     server merges a Binding's annotations into the pod in the write that
+ *     sets spec.nodeName) and whose metadata.uid is the pod's, so a pod
+ *     replaced under the same name, already bound or being deleted is
+ *     refused (409) and no pod ever carries a grant it was not bound with.
  *     API server errors (Status reason and message) come back in the diag,
  *     which the extender puts in ExtenderBindingResult.Error.
  *   - The binder is safe from several threads at once: it keeps a pool of

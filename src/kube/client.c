@@ -514,7 +514,7 @@ static bool dns_name(const char *s) {
 }
 
 int gf_kube_bind(gf_kube *k, const char *ns, const char *name, const char *uid,
-                 const char *node, gf_diag *d) {
+                 const char *node, const json_t *annotations, gf_diag *d) {
   char path[600];
   if (!dns_name(ns) || !dns_name(name) || !dns_name(node))
     return gf_diag_set(d, GF_EINVAL,
@@ -532,6 +532,13 @@ int gf_kube_bind(gf_kube *k, const char *ns, const char *name, const char *uid,
   if (uid && json_object_set_new(json_object_get(b, "metadata"), "uid",
                                  json_string(uid))) {
     rc = gf_diag_set(d, GF_EINVAL, "bind: bad uid");
+    goto out;
+  }
+  if (annotations &&
+      (!json_is_object(annotations) ||
+       json_object_set_new(json_object_get(b, "metadata"), "annotations",
+                           json_deep_copy(annotations)))) {
+    rc = gf_diag_set(d, GF_EINVAL, "bind: annotations must be a JSON object");
     goto out;
   }
   rc = gf_kube_create(k, path, b, NULL, d);

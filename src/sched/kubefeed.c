@@ -31,7 +31,6 @@
 #define MAX_CLIENTS 64
 #define KEY_MAX (2 * GF_NAME_MAX + 2)
 #define IDENTITY_MAX 320
-#define RV_MAX 64        /* a resourceVersion */
 #define LOG_FIRST 20     /* model errors logged one by one ... */
 #define LOG_EVERY 1000u  /* ... then one in LOG_EVERY */
 #define SUPERVISE_MS 50L /* how often the supervisor looks at synced */
@@ -71,108 +70,30 @@ static void client_put(gf_sched_kube_binder *b, gf_kube *k) {
   pthread_mutex_unlock(&b->mu);
 }
 
-/* After a 409 on the grant PATCH: GETs the pod again and decides whether
- * the PATCH may be retried.  Returns 0 with rv (cap bytes) set to the
- * pod's resourceVersion now when it may; 1 when the pod already carries
- * exactly this grant (nothing to write); otherwise a GF_E* code with a
- * sentence in d: GF_ENOTFOUND (gone, or replaced under the same name),
- * GF_EEXIST (already bound), GF_ECONFLICT (another grant written by someone
- * else, e.g. a second replica that believes it leads). */
-static int recheck_pod(gf_kube *k, const char *path, const gf_pod_ref *pod,
-                       const char *grant_json, char *rv, size_t cap,
-                       gf_diag *d) {
-  json_t *obj = NULL;
-  int rc = gf_kube_get(k, path, &obj, d);
-  if (rc)
-    return rc;
-  const json_t *md = json_object_get(obj, "metadata");
-  const char *uid = json_string_value(json_object_get(md, "uid"));
-  const char *now = json_string_value(json_object_get(md, "resourceVersion"));
-  const char *node = json_string_value(
-      json_object_get(json_object_get(obj, "spec"), "nodeName"));
-  const char *have = json_string_value(
-      json_object_get(json_object_get(md, "annotations"), GF_GRANT_ANNOTATION));
-  if (pod->uid && *pod->uid && (!uid || strcmp(uid, pod->uid) != 0))
-    rc = gf_diag_set(d, GF_ENOTFOUND,
-                     "pod %s/%s was replaced (uid %s, bind was for %s)",
-                     pod->ns, pod->name, uid ? uid : "none", pod->uid);
-  else if (node && *node)
-    rc = gf_diag_set(d, GF_EEXIST, "pod %s/%s is already bound to %.253s",
-                     pod->ns, pod->name, node);
-  else if (have && strcmp(have, grant_json) == 0)
-    rc = 1; /* our own write already landed (a retried request) */
-  else if (have)
-    rc = gf_diag_set(d, GF_ECONFLICT,
-                     "pod %s/%s changed while binding and now carries "
-                     "another gpufrac grant (%.200s); not overwriting it",
-                     pod->ns, pod->name, have);
-  else if (!now || !*now || strlen(now) >= cap)
-    rc = gf_diag_set(d, GF_ESYNTAX,
-                     "pod %s/%s: GET returned no usable "
-                     "metadata.resourceVersion",
-                     pod->ns, pod->name);
-  else
-    snprintf(rv, cap, "%s", now);
-  json_decref(obj);
-  return rc;
-}
-
-/* gf_binder.write_grant: PATCH {"metadata":{"annotations":{grant},
- * "resourceVersion":RV}}.  RV is the resourceVersion the extender last saw,
- * so the API server answers 409 if the pod changed meanwhile; then the pod
- * is read again (recheck_pod) and the PATCH retried once with its current
- * resourceVersion.  Without a known RV the pod is read first. */
-static int kb_write_grant(void *ctx, const gf_pod_ref *pod,
-                          const char *grant_json, gf_diag *d) {
+/* gf_binder.bind: POST the v1 Binding with the grant in its annotations
+ * (uid as precondition when known). */
+static int kb_bind(void *ctx, const gf_pod_ref *pod, const char *node,
+                   const char *grant_json, gf_diag *d) {
   gf_sched_kube_binder *b = ctx;
   if (!pod || !dns_name(pod->ns) || !dns_name(pod->name))
     return gf_diag_set(
         d, GF_EINVAL, "pod '%.253s/%.253s': not valid Kubernetes names",
         pod && pod->ns ? pod->ns : "", pod && pod->name ? pod->name : "");
-  if (!grant_json || strlen(grant_json) > GF_ANNOTATION_MAX)
-    return gf_diag_set(d, GF_ELIMIT,
-                       "pod %s/%s: grant missing or longer than %d bytes",
+  if (grant_json && strlen(grant_json) > GF_ANNOTATION_MAX)
+    return gf_diag_set(d, GF_ELIMIT, "pod %s/%s: grant longer than %d bytes",
                        pod->ns, pod->name, GF_ANNOTATION_MAX);
-  char path[600];
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", pod->ns,
-           pod->name);
-  json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
-                            GF_GRANT_ANNOTATION, grant_json);
-  if (!patch) /* out of memory, or a grant that is not UTF-8 */
+  json_t *ann = NULL;
+  if (grant_json &&
+      !(ann = json_pack("{s:s}", GF_GRANT_ANNOTATION, grant_json)))
+    /* out of memory, or a grant that is not UTF-8 */
     return gf_diag_set(d, GF_EINVAL,
-                       "pod %s/%s: the grant cannot be put in a JSON patch",
+                       "pod %s/%s: the grant cannot be put in a Binding",
                        pod->ns, pod->name);
-  char rv[RV_MAX] = "";
-  bool known = pod->resource_version && *pod->resource_version &&
-               strlen(pod->resource_version) < sizeof(rv);
-  if (known)
-    snprintf(rv, sizeof(rv), "%s", pod->resource_version);
-  gf_kube *k = client_get(b);
-  int rc = GF_ECONFLICT;
-  if (known)
-    rc = gf_kube_merge_patch(k, path, patch, rv, NULL, d);
-  if (rc == GF_ECONFLICT) {
-    rc = recheck_pod(k, path, pod, grant_json, rv, sizeof(rv), d);
-    if (rc == 0)
-      rc = gf_kube_merge_patch(k, path, patch, rv, NULL, d);
-    else if (rc == 1)
-      rc = 0;
-  }
-  client_put(b, k);
-  json_decref(patch);
-  return rc;
-}
-
-/* gf_binder.create_binding: POST the v1 Binding (uid as precondition). */
-static int kb_create_binding(void *ctx, const gf_pod_ref *pod, const char *node,
-                             gf_diag *d) {
-  gf_sched_kube_binder *b = ctx;
-  if (!pod)
-    return gf_diag_set(d, GF_EINVAL, "binding: no pod given");
   gf_kube *k = client_get(b);
   int rc = gf_kube_bind(k, pod->ns, pod->name,
-                        pod->uid && *pod->uid ? pod->uid : NULL, node, d);
+                        pod->uid && *pod->uid ? pod->uid : NULL, node, ann, d);
   client_put(b, k);
+  json_decref(ann);
   return rc;
 }
 
@@ -210,8 +131,7 @@ int gf_sched_kube_binder_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
     b->free_[b->nfree++] = b->all[i];
   }
   b->b.ctx = b;
-  b->b.write_grant = kb_write_grant;
-  b->b.create_binding = kb_create_binding;
+  b->b.bind = kb_bind;
   *out = b;
   return 0;
 }

@@ -179,7 +179,7 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
   snprintf(s->policy, sizeof(s->policy), "%s", policy);
   if (cfg && cfg->binder) {
     s->binder = *cfg->binder;
-    s->has_binder = cfg->binder->write_grant && cfg->binder->create_binding;
+    s->has_binder = cfg->binder->bind != NULL;
   }
   s->max_body = cfg && cfg->max_body ? cfg->max_body : GF_SCHED_MAX_BODY;
   s->pend.max = cfg && cfg->pending_max ? cfg->pending_max : 4096;
@@ -1638,8 +1638,7 @@ static int build_grant(const gf_sched *s, const nrec *nr, const pend *pp,
 /* Assumes the bind in the model.  On success *seq identifies the record
  * and *grant (may stay NULL for a pod without GPUs) is the grant text. */
 static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
-                       uint64_t *seq, char **grant, char *rv, bool *done,
-                       gf_diag *d) {
+                       uint64_t *seq, char **grant, bool *done, gf_diag *d) {
   if (!s->leader)
     return gf_diag_set(d, GF_ESTATE,
                        "this gpufrac extender replica is not the leader; "
@@ -1671,7 +1670,6 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   if (ni < 0)
     return gf_diag_set(d, GF_ENOTFOUND, "node %s is unknown to gpufrac",
                        b->node);
-  snprintf(rv, GF__RV_MAX, "%s", pp->rv);
   gf__pod pod;
   memset(&pod, 0, sizeof(pod));
   pod.req = pp->req;
@@ -1738,8 +1736,7 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   }
   char kb[2 * GF_NAME_MAX];
   const char *key = pod_key(b->pod_uid, b->pod_ns, b->pod_name, kb, sizeof(kb));
-  char rv[GF__RV_MAX] = "";
-  gf_pod_ref ref = {b->pod_ns, b->pod_name, b->pod_uid, rv};
+  gf_pod_ref ref = {b->pod_ns, b->pod_name, b->pod_uid};
   uint64_t seq = 0;
   char *grant = NULL;
   bool done = false;
@@ -1753,14 +1750,11 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
                      "configuration",
                      b->pod_ns, b->pod_name);
   else
-    rc = bind_assume(s, b, key, &seq, &grant, rv, &done, &d);
+    rc = bind_assume(s, b, key, &seq, &grant, &done, &d);
   pthread_mutex_unlock(&s->mu);
   if (rc == 0 && !done) {
     gf_diag bd = {""};
-    if (grant && (rc = s->binder.write_grant(s->binder.ctx, &ref, grant, &bd)))
-      gf_diag_set(&d, rc, "writing the grant on pod %s/%s: %s", b->pod_ns,
-                  b->pod_name, bd.msg[0] ? bd.msg : gf_strerror(rc));
-    else if ((rc = s->binder.create_binding(s->binder.ctx, &ref, b->node, &bd)))
+    if ((rc = s->binder.bind(s->binder.ctx, &ref, b->node, grant, &bd)))
       gf_diag_set(&d, rc, "binding pod %s/%s to %s: %s", b->pod_ns, b->pod_name,
                   b->node, bd.msg[0] ? bd.msg : gf_strerror(rc));
     pthread_mutex_lock(&s->mu);

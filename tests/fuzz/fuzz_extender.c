@@ -20,21 +20,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static unsigned calls;
 
-static int write_grant(void *ctx, const gf_pod_ref *pod, const char *json,
-                       gf_diag *d) {
-  (void)ctx;
-  (void)pod;
-  gf_grant g;
-  if (gf_grant_parse(json, strlen(json), &g, d))
-    abort(); /* the extender wrote a grant it cannot read back */
-  return ++calls % 2 ? 0 : gf_diag_set(d, GF_EIO, "injected");
-}
-
-static int create_binding(void *ctx, const gf_pod_ref *pod, const char *node,
-                          gf_diag *d) {
+static int bind(void *ctx, const gf_pod_ref *pod, const char *node,
+                const char *json, gf_diag *d) {
   (void)ctx;
   (void)pod;
   (void)node;
+  gf_grant g;
+  if (json && gf_grant_parse(json, strlen(json), &g, d))
+    abort(); /* the extender wrote a grant it cannot read back */
   return ++calls % 3 ? 0 : gf_diag_set(d, GF_EIO, "injected");
 }
 
@@ -56,7 +49,7 @@ static const char *const nodes[] = {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
-  gf_binder b = {NULL, write_grant, create_binding};
+  gf_binder b = {NULL, bind};
   gf_sched_config cfg = {.binder = &b, .max_body = 1 << 16, .pending_max = 8};
   gf_sched *s;
   if (gf_sched_new(&cfg, &s, NULL))

@@ -229,7 +229,7 @@ static void test_bind(void **st) {
        .ctype = "application/json",
        .body_has = {"\"kind\":\"Binding\"",
                     "\"metadata\":{\"name\":\"p-1\",\"namespace\":\"team-a\","
-                    "\"uid\":\"u-1\"}",
+                    "\"uid\":\"u-1\",\"annotations\":{\"a.io/x\":\"1\"}}",
                     "\"target\":{\"apiVersion\":\"v1\",\"kind\":\"Node\","
                     "\"name\":\"node-1\"}"},
        .status = 201,
@@ -249,10 +249,17 @@ static void test_bind(void **st) {
   fixture f;
   start(&f, script, N(script), NULL);
   gf_diag d = {""};
-  assert_int_equal(gf_kube_bind(f.k, "team-a", "p-1", "u-1", "node-1", &d), 0);
-  int rc = gf_kube_bind(f.k, "team-a", "p-1", "u-1", "node-1", &d);
+  json_t *ann = json_pack("{s:s}", "a.io/x", "1");
+  assert_int_equal(gf_kube_bind(f.k, "team-a", "p-1", "u-1", "node-1", ann, &d),
+                   0);
+  json_t *notobj = json_string("x");
+  int rc = gf_kube_bind(f.k, "team-a", "p-1", "u-1", "node-1", notobj, &d);
+  expect_rc(rc, GF_EINVAL, &d, "annotations must be a JSON object");
+  json_decref(notobj);
+  json_decref(ann);
+  rc = gf_kube_bind(f.k, "team-a", "p-1", "u-1", "node-1", NULL, &d);
   expect_rc(rc, GF_ECONFLICT, &d, "already assigned");
-  rc = gf_kube_bind(f.k, "team-a", "../x", NULL, "node-1", &d);
+  rc = gf_kube_bind(f.k, "team-a", "../x", NULL, "node-1", NULL, &d);
   expect_rc(rc, GF_EINVAL, &d, "not valid names");
   json_t *l = json_pack("{s:{s:s}}", "metadata", "name", "l");
   rc = gf_kube_create(f.k, "/apis/coordination.k8s.io/v1/namespaces/x/leases",

@@ -48,15 +48,15 @@ static inline json_t *fixture_json(const char *name) {
 /* A binder that records what it was asked and fails on demand. */
 typedef struct fake_binder {
   pthread_mutex_t mu;
-  int fail_grant, fail_binding; /* GF_E* to return, 0 to succeed */
-  unsigned delay_us;            /* widen race windows */
-  int grants, bindings;
+  int fail;             /* GF_E* to return, 0 to succeed */
+  unsigned delay_us;    /* widen race windows */
+  int grants, bindings; /* binds done, those that carried a grant */
   char last_grant[4096];
   char last_node[256];
 } fake_binder;
 
-static inline int fb_write_grant(void *ctx, const gf_pod_ref *pod,
-                                 const char *json, gf_diag *d) {
+static inline int fb_bind(void *ctx, const gf_pod_ref *pod, const char *node,
+                          const char *json, gf_diag *d) {
   fake_binder *b = ctx;
   (void)pod;
   if (b->delay_us) {
@@ -64,27 +64,17 @@ static inline int fb_write_grant(void *ctx, const gf_pod_ref *pod,
     nanosleep(&ts, NULL);
   }
   pthread_mutex_lock(&b->mu);
-  int rc = b->fail_grant;
-  if (!rc) {
-    b->grants++;
-    snprintf(b->last_grant, sizeof(b->last_grant), "%s", json);
-  }
-  pthread_mutex_unlock(&b->mu);
-  return rc ? gf_diag_set(d, rc, "injected write_grant failure") : 0;
-}
-
-static inline int fb_create_binding(void *ctx, const gf_pod_ref *pod,
-                                    const char *node, gf_diag *d) {
-  fake_binder *b = ctx;
-  (void)pod;
-  pthread_mutex_lock(&b->mu);
-  int rc = b->fail_binding;
+  int rc = b->fail;
   if (!rc) {
     b->bindings++;
     snprintf(b->last_node, sizeof(b->last_node), "%s", node);
+    if (json) {
+      b->grants++;
+      snprintf(b->last_grant, sizeof(b->last_grant), "%s", json);
+    }
   }
   pthread_mutex_unlock(&b->mu);
-  return rc ? gf_diag_set(d, rc, "injected create_binding failure") : 0;
+  return rc ? gf_diag_set(d, rc, "injected bind failure") : 0;
 }
 
 /* POSTs body to verb and returns the parsed JSON answer (status in *st). */

@@ -465,7 +465,7 @@ typedef struct fx {
 static int setup(void **state) {
   fx *f = calloc(1, sizeof(*f));
   pthread_mutex_init(&f->fb.mu, NULL);
-  f->binder = (gf_binder){&f->fb, fb_write_grant, fb_create_binding};
+  f->binder = (gf_binder){&f->fb, fb_bind};
   gf_sched_config cfg = {.binder = &f->binder};
   gf_diag d = {""};
   assert_int_equal(gf_sched_new(&cfg, &f->s, &d), 0);
@@ -923,24 +923,23 @@ static void test_bind_rollback(void **state) {
   fx *f = *state;
   gf_node before, after;
   assert_int_equal(gf_sched_node_state(f->s, "node-a100", &before), 0);
-  f->fb.fail_grant = GF_EIO;
+  f->fb.fail = GF_EIO;
   char *e = schedule(f->s, "r1", "10Gi", 20, "node-a100");
-  assert_non_null(strstr(e, "injected write_grant failure"));
+  assert_non_null(strstr(e, "injected bind failure"));
   free(e);
   assert_int_equal(gf_sched_node_state(f->s, "node-a100", &after), 0);
   assert_memory_equal(before.gpus, after.gpus, sizeof(before.gpus));
   assert_int_equal(gf_sched_npods(f->s), 0);
-  f->fb.fail_grant = 0;
-  f->fb.fail_binding = GF_ESTATE;
+  f->fb.fail = GF_ESTATE;
   e = schedule(f->s, "r2", "10Gi", 20, "node-a100");
-  assert_non_null(strstr(e, "injected create_binding failure"));
+  assert_non_null(strstr(e, "injected bind failure"));
   free(e);
   assert_int_equal(gf_sched_node_state(f->s, "node-a100", &after), 0);
   assert_memory_equal(before.gpus, after.gpus, sizeof(before.gpus));
   assert_int_equal(before.cpu_used, after.cpu_used);
   assert_int_equal(gf_sched_npods(f->s), 0);
   /* and the pod can still be bound once the API server recovers */
-  f->fb.fail_binding = 0;
+  f->fb.fail = 0;
   int st;
   char *b = bind_args("r2", "r2", "node-a100");
   json_t *res = call(f->s, "bind", b, &st);

@@ -71,7 +71,7 @@ static void test_http(void **state) {
   (void)state;
   fake_binder fb = {0};
   pthread_mutex_init(&fb.mu, NULL);
-  gf_binder binder = {&fb, fb_write_grant, fb_create_binding};
+  gf_binder binder = {&fb, fb_bind};
   gf_sched_config cfg = {.binder = &binder, .max_body = 1 << 20};
   gf_sched *s;
   gf_diag d = {""};

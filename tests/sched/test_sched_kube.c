@@ -1,7 +1,7 @@
 /* The extender connected to the API server (sched_kube.h), against the API
  * server test double (tests/kube/apidouble.c, a scripted HTTP server, not
- * an API server): the binder's exact PATCH and Binding, a 409 on the PATCH
- * rolled back, the informers feeding the model (LIST then WATCH events
+ * an API server): the binder's exact Binding (grant in its annotations), a
+ * 409 rolled back, the informers feeding the model (LIST then WATCH events
  * seen by filter and prioritize), the Lease election, start/stop on
  * threads, and the `gpufrac scheduler` options.  Loopback only. */
 #include <arpa/inet.h>
@@ -34,13 +34,6 @@
   "\\\"name\\\":\\\"server\\\",\\\"gpus\\\":[{\\\"uuid\\\":\\\"GPU-a100-"      \
   "0000\\\",\\\"index\\\":0,\\\"memory\\\":21474836480,\\\"compute\\\":30}]}]" \
   "}"
-#define CONFLICT_409                                                           \
-  "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":"     \
-  "\"Failure\",\"message\":\"Operation cannot be fulfilled on pods "           \
-  "\\\"infer-7d9f8\\\": the object has been modified; please apply your "      \
-  "changes to the latest version and try again\",\"reason\":\"Conflict\","     \
-  "\"details\":{\"name\":\"infer-7d9f8\",\"kind\":\"pods\"},\"code\":409}"
-
 int cmd_scheduler(int argc, char **argv);
 
 static void finish(td_server *srv) {
@@ -95,25 +88,18 @@ static int64_t mem_used(gf_sched *s, uint32_t gpu) {
 
 /* ---- the binder --------------------------------------------------------- */
 
-static void test_binder_patch_and_binding(void **st) {
+/* One request: the Binding carries the pod's uid and, in its annotations,
+ * the grant (the API server writes both with spec.nodeName at once). */
+static void test_binder_one_binding(void **st) {
   (void)st;
   static const td_expect script[] = {
-      {.method = "PATCH",
-       .target = POD_PATH,
-       .ctype = "application/merge-patch+json",
-       /* the grant, with the pod's resourceVersion as seen by /filter
-        * (pod_share.json) as the precondition */
-       .body_has = {"{\"metadata\":{\"annotations\":{\"gpufrac.io/grant\":"
-                    "\"" GRANT_A100_0 "\"},\"resourceVersion\":\"90211\"}}"},
-       .status = 200,
-       .body = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"infer-7d9f8\","
-               "\"namespace\":\"ml\",\"resourceVersion\":\"90212\"}}"},
       {.method = "POST",
        .target = POD_PATH "/binding",
        .ctype = "application/json",
        .body_has = {"{\"apiVersion\":\"v1\",\"kind\":\"Binding\",\"metadata\":"
                     "{\"name\":\"infer-7d9f8\",\"namespace\":\"ml\",\"uid\":"
-                    "\"" UID_SHARE "\"},\"target\":{\"apiVersion\":\"v1\","
+                    "\"" UID_SHARE "\",\"annotations\":{\"gpufrac.io/grant\":"
+                    "\"" GRANT_A100_0 "\"}},\"target\":{\"apiVersion\":\"v1\","
                     "\"kind\":\"Node\",\"name\":\"node-a100\"}}"},
        .status = 201,
        .body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},"
@@ -131,33 +117,25 @@ static void test_binder_patch_and_binding(void **st) {
   free(e);
   assert_int_equal(gf_sched_npods(s), 1);
   assert_int_equal(mem_used(s, 0), 20 * GiB);
-  finish(srv);
+  finish(srv); /* exactly one request was made */
   gf_sched_free(s);
   gf_sched_kube_binder_free(kb);
   gf_kube_config_free(cfg);
 }
 
-/* The pod as a GET after a 409 finds it: resourceVersion 90300, and
- * `extra` spliced into metadata (another annotation) or spec. */
-#define POD_NOW(meta_extra, spec_extra)                                        \
-  "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":"            \
-  "\"infer-7d9f8\",\"namespace\":\"ml\",\"uid\":\"" UID_SHARE "\","            \
-  "\"resourceVersion\":\"90300\"" meta_extra "},\"spec\":{\"containers\":"     \
-  "[]" spec_extra "}}"
-#define PATCH_RV(rv)                                                           \
+#define BINDING_409(message)                                                   \
   {                                                                            \
-    .method = "PATCH", .target = POD_PATH,                                     \
-    .ctype = "application/merge-patch+json",                                   \
-    .body_has = {"\"gpufrac.io/grant\":\"" GRANT_A100_0 "\"",                  \
-                 "\"resourceVersion\":\"" rv "\""},                            \
-    .status = 409, .body = CONFLICT_409                                        \
+    .method = "POST", .target = POD_PATH "/binding",                           \
+    .body_has = {"\"gpufrac.io/grant\":\"" GRANT_A100_0 "\""}, .status = 409,  \
+    .body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":"           \
+            "\"Failure\",\"message\":\"" message "\",\"reason\":\"Conflict\"," \
+            "\"code\":409}"                                                    \
   }
-#define GET_POD(body_)                                                         \
-  { .method = "GET", .target = POD_PATH, .status = 200, .body = (body_) }
 #define BINDING_OK                                                             \
   {                                                                            \
     .method = "POST", .target = POD_PATH "/binding",                           \
-    .body_has = {"\"name\":\"node-a100\""}, .status = 201,                     \
+    .body_has = {"\"name\":\"node-a100\"", "\"gpufrac.io/grant\""},            \
+    .status = 201,                                                             \
     .body = "{\"kind\":\"Status\",\"status\":\"Success\",\"code\":201}"        \
   }
 
@@ -186,44 +164,17 @@ static void has_all(const char *e, const char *const *want, size_t n) {
     }
 }
 
-/* 409 on the PATCH (the pod changed since /filter saw it): GET it again,
- * still unbound and without a grant, so PATCH once more with its current
- * resourceVersion, then bind. */
-static void test_binder_conflict_retried(void **st) {
+/* The API server refuses the Binding (the pod is bound already: a second
+ * replica that believed it led bound it first): the Error carries its
+ * Status, nothing else is sent, the booking is rolled back, and
+ * kube-scheduler's retry binds. */
+static void test_binder_conflict_rolls_back(void **st) {
   (void)st;
-  td_expect script[] = {
-      PATCH_RV("90211"),
-      GET_POD(POD_NOW(",\"labels\":{\"touched\":\"yes\"}", "")),
-      PATCH_RV("90300"),
+  static const td_expect script[] = {
+      BINDING_409(
+          "pod infer-7d9f8 is already assigned to node \\\"node-t4\\\""),
       BINDING_OK,
   };
-  script[2].status = 200;
-  script[2].body = "{\"kind\":\"Pod\"}";
-  gf_sched *s = NULL;
-  char *e = bind_against(script, N(script), &s);
-  assert_string_equal(e, "");
-  free(e);
-  assert_int_equal(gf_sched_npods(s), 1);
-  assert_int_equal(mem_used(s, 0), 20 * GiB);
-  gf_sched_free(s);
-}
-
-/* Two conflicts in a row: the bind fails with the API server's Status and
- * the booking is rolled back; kube-scheduler's retry then binds. */
-static void test_binder_conflict_twice_rolls_back(void **st) {
-  (void)st;
-  td_expect script[] = {
-      PATCH_RV("90211"),
-      GET_POD(POD_NOW("", "")),
-      PATCH_RV("90300"),
-      /* kube-scheduler retries (its pod is still 90211 here) */
-      PATCH_RV("90211"),
-      GET_POD(POD_NOW("", "")),
-      PATCH_RV("90300"),
-      BINDING_OK,
-  };
-  script[5].status = 200;
-  script[5].body = "{\"kind\":\"Pod\"}";
   td_server *srv = td_start(script, N(script));
   assert_non_null(srv);
   gf_kube_config *cfg = plain(srv);
@@ -232,8 +183,8 @@ static void test_binder_conflict_twice_rolls_back(void **st) {
   assert_int_equal(gf_sched_kube_binder_new(cfg, NULL, 1, &kb, &d), 0);
   gf_sched *s = extender(gf_sched_kube_binder_get(kb));
   char *e = bind_error(s);
-  const char *want[] = {"infer-7d9f8", "409", "reason Conflict",
-                        "Operation cannot be fulfilled on pods"};
+  const char *want[] = {"binding pod ml/infer-7d9f8 to node-a100", "409",
+                        "reason Conflict", "already assigned", "node-t4"};
   has_all(e, want, N(want));
   free(e);
   assert_int_equal(gf_sched_npods(s), 0); /* rolled back */
@@ -249,78 +200,21 @@ static void test_binder_conflict_twice_rolls_back(void **st) {
   gf_kube_config_free(cfg);
 }
 
-/* After a 409 the pod carries someone else's grant (a second replica that
- * believes it leads): not overwritten, the bind fails saying so. */
-static void test_binder_conflict_other_grant(void **st) {
+/* A pod replaced under the same name: the uid precondition fails (409)
+ * and nothing is booked. */
+static void test_binder_conflict_replaced(void **st) {
   (void)st;
   static const td_expect script[] = {
-      PATCH_RV("90211"),
-      GET_POD(POD_NOW(",\"annotations\":{\"gpufrac.io/grant\":\"{\\\"version"
-                      "\\\":1,\\\"node\\\":\\\"node-b\\\"}\"}",
-                      "")),
+      BINDING_409("Precondition failed: UID in precondition: " UID_SHARE
+                  ", UID in object meta: other-uid"),
   };
   gf_sched *s = NULL;
   char *e = bind_against(script, N(script), &s);
-  const char *want[] = {"writing the grant on pod ml/infer-7d9f8",
-                        "changed while binding",
-                        "now carries another gpufrac grant", "node-b"};
+  const char *want[] = {"409", "Precondition failed", "other-uid"};
   has_all(e, want, N(want));
   free(e);
   assert_int_equal(gf_sched_npods(s), 0);
   assert_int_equal(mem_used(s, 0), 0);
-  gf_sched_free(s);
-}
-
-/* After a 409 the pod is bound already: fail clearly, book nothing. */
-static void test_binder_conflict_already_bound(void **st) {
-  (void)st;
-  static const td_expect script[] = {
-      PATCH_RV("90211"),
-      GET_POD(POD_NOW("", ",\"nodeName\":\"node-t4\"")),
-  };
-  gf_sched *s = NULL;
-  char *e = bind_against(script, N(script), &s);
-  const char *want[] = {"pod ml/infer-7d9f8 is already bound to node-t4"};
-  has_all(e, want, N(want));
-  free(e);
-  assert_int_equal(gf_sched_npods(s), 0);
-  gf_sched_free(s);
-}
-
-/* After a 409 the pod carries exactly our grant (an earlier attempt's
- * write landed): no second PATCH, go on to the Binding. */
-static void test_binder_conflict_same_grant(void **st) {
-  (void)st;
-  static const td_expect script[] = {
-      PATCH_RV("90211"),
-      GET_POD(POD_NOW(",\"annotations\":{\"gpufrac.io/grant\":"
-                      "\"" GRANT_A100_0 "\"}",
-                      "")),
-      BINDING_OK,
-  };
-  gf_sched *s = NULL;
-  char *e = bind_against(script, N(script), &s);
-  assert_string_equal(e, "");
-  free(e);
-  assert_int_equal(gf_sched_npods(s), 1);
-  gf_sched_free(s);
-}
-
-/* A 409 after the GET shows the pod was replaced under the same name. */
-static void test_binder_conflict_replaced(void **st) {
-  (void)st;
-  static const td_expect script[] = {
-      PATCH_RV("90211"),
-      GET_POD("{\"kind\":\"Pod\",\"metadata\":{\"name\":\"infer-7d9f8\","
-              "\"namespace\":\"ml\",\"uid\":\"other-uid\","
-              "\"resourceVersion\":\"90400\"},\"spec\":{}}"),
-  };
-  gf_sched *s = NULL;
-  char *e = bind_against(script, N(script), &s);
-  const char *want[] = {"was replaced", "other-uid"};
-  has_all(e, want, N(want));
-  free(e);
-  assert_int_equal(gf_sched_npods(s), 0);
   gf_sched_free(s);
 }
 
@@ -333,10 +227,11 @@ static void test_binder_refuses_bad_names(void **st) {
   gf_diag d = {""};
   assert_int_equal(gf_sched_kube_binder_new(cfg, NULL, 0, &kb, &d), 0);
   const gf_binder *b = gf_sched_kube_binder_get(kb);
-  gf_pod_ref bad = {"ml", "../../nodes/x", "", ""};
-  assert_int_equal(b->write_grant(b->ctx, &bad, "{}", &d), GF_EINVAL);
+  gf_pod_ref bad = {"ml", "../../nodes/x", ""};
+  assert_int_equal(b->bind(b->ctx, &bad, "n", "{}", &d), GF_EINVAL);
   assert_non_null(strstr(d.msg, "not valid Kubernetes names"));
-  assert_int_equal(b->create_binding(b->ctx, &bad, "n", &d), GF_EINVAL);
+  gf_pod_ref ok = {"ml", "p", ""};
+  assert_int_equal(b->bind(b->ctx, &ok, "../n", NULL, &d), GF_EINVAL);
   assert_int_equal(gf_sched_kube_binder_new(cfg, NULL, 65, &kb, &d), GF_EINVAL);
   finish(srv); /* nothing was sent */
   gf_sched_kube_binder_free(kb);
@@ -619,7 +514,7 @@ static void test_forged_nodes_ignored(void **st) {
   gf_kube_config *cfg = plain(srv);
   fake_binder fb = {0};
   pthread_mutex_init(&fb.mu, NULL);
-  gf_binder b = {&fb, fb_write_grant, fb_create_binding};
+  gf_binder b = {&fb, fb_bind};
   gf_sched_config sc = {.binder = &b};
   gf_sched *s = NULL;
   gf_diag d = {""};
@@ -798,7 +693,7 @@ static void test_role_label(void **st) {
   gf_kube_config *cfg = plain(srv);
   fake_binder fb = {0};
   pthread_mutex_init(&fb.mu, NULL);
-  gf_binder b = {&fb, fb_write_grant, fb_create_binding};
+  gf_binder b = {&fb, fb_bind};
   gf_sched_config sc = {.binder = &b};
   gf_sched *s = NULL;
   gf_diag d = {""};
@@ -1233,12 +1128,8 @@ static void test_api_errors_logged_once(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_binder_patch_and_binding),
-      cmocka_unit_test(test_binder_conflict_retried),
-      cmocka_unit_test(test_binder_conflict_twice_rolls_back),
-      cmocka_unit_test(test_binder_conflict_other_grant),
-      cmocka_unit_test(test_binder_conflict_already_bound),
-      cmocka_unit_test(test_binder_conflict_same_grant),
+      cmocka_unit_test(test_binder_one_binding),
+      cmocka_unit_test(test_binder_conflict_rolls_back),
       cmocka_unit_test(test_binder_conflict_replaced),
       cmocka_unit_test(test_binder_refuses_bad_names),
       cmocka_unit_test(test_feeds),

@@ -30,34 +30,25 @@ typedef struct store {
   } pod[PODS];
 } store;
 
-static int st_grant(void *ctx, const gf_pod_ref *p, const char *json,
-                    gf_diag *d) {
-  (void)d;
+/* The binder: records each pod's grant and node, as the API server would
+ * from the one Binding (a repeated bind of a known pod is refused). */
+static int st_bind(void *ctx, const gf_pod_ref *p, const char *node,
+                   const char *json, gf_diag *d) {
   store *s = ctx;
   for (int i = 0; i < s->n; i++)
-    if (strcmp(s->pod[i].uid, p->uid) == 0) {
-      snprintf(s->pod[i].grant, sizeof(s->pod[i].grant), "%s", json);
-      return 0;
-    }
+    if (strcmp(s->pod[i].uid, p->uid) == 0)
+      return gf_diag_set(d, GF_ECONFLICT, "pod %s is already bound to %s",
+                         p->name, s->pod[i].node);
+  if (!json)
+    return gf_diag_set(d, GF_EINVAL, "a share pod bound without a grant");
   if (s->n == PODS)
     return GF_ELIMIT;
   snprintf(s->pod[s->n].name, sizeof(s->pod[0].name), "%s", p->name);
   snprintf(s->pod[s->n].uid, sizeof(s->pod[0].uid), "%s", p->uid);
   snprintf(s->pod[s->n].grant, sizeof(s->pod[0].grant), "%s", json);
-  s->pod[s->n].node[0] = '\0';
+  snprintf(s->pod[s->n].node, sizeof(s->pod[0].node), "%s", node);
   s->n++;
   return 0;
-}
-
-static int st_bind(void *ctx, const gf_pod_ref *p, const char *node,
-                   gf_diag *d) {
-  store *s = ctx;
-  for (int i = 0; i < s->n; i++)
-    if (strcmp(s->pod[i].uid, p->uid) == 0) {
-      snprintf(s->pod[i].node, sizeof(s->pod[i].node), "%s", node);
-      return 0;
-    }
-  return gf_diag_set(d, GF_ENOTFOUND, "binding a pod without a grant");
 }
 
 static json_t *pod_json(int i, const char *node, const char *grant) {
@@ -92,7 +83,7 @@ static json_t *pod_json(int i, const char *node, const char *grant) {
 }
 
 static gf_sched *start(store *st) {
-  gf_binder b = {st, st_grant, st_bind};
+  gf_binder b = {st, st_bind};
   gf_sched_config cfg = {.binder = &b};
   gf_sched *s;
   assert_int_equal(gf_sched_new(&cfg, &s, NULL), 0);
