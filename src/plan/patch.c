@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gpufrac/error.h"
 #include "internal.h"
@@ -113,17 +114,57 @@ fail:
   return NULL;
 }
 
+static const char *api_version(const char *kind) {
+  return strcmp(kind, "CronJob") == 0 || strcmp(kind, "Job") == 0 ? "batch/v1"
+                                                                  : "apps/v1";
+}
+
+/* The same patch for kustomize: a strategic merge patch file names its
+ * target itself (apiVersion, kind, metadata.name and namespace). */
+static int write_kustomize_patch(const json_t *patch, const gf_plan_workload *w,
+                                 const char *path, gf_diag *d) {
+  json_t *k = json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion",
+                        api_version(w->kind), "kind", w->kind, "metadata",
+                        "name", w->name, "namespace", w->ns);
+  if (!k)
+    return gf_diag_set(d, GF_ENOMEM, "patches: out of memory");
+  int rc = 0;
+  if (json_object_update(k, (json_t *)patch))
+    rc = gf_diag_set(d, GF_ENOMEM, "patches: out of memory");
+  else if (json_dump_file(k, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER))
+    rc = gf_diag_set(d, GF_EIO, "%s: cannot write", path);
+  json_decref(k);
+  return rc;
+}
+
 static void lower(char *s) {
   for (; *s; s++)
     *s = (char)tolower((unsigned char)*s);
 }
 
 int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d) {
-  char path[4096];
+  char kdir[4096], path[sizeof(kdir) + 800]; /* kdir + a file name */
+  if ((size_t)snprintf(kdir, sizeof(kdir), "%s/kustomize", dir) >= sizeof(kdir))
+    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", dir);
+  if (mkdir(kdir, 0755) && errno != EEXIST)
+    return gf_diag_set(d, GF_EIO, "%s: %s", kdir, strerror(errno));
+  snprintf(path, sizeof(path), "%s/kustomization.yaml", kdir);
+  FILE *kust = fopen(path, "w");
+  if (!kust)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  fprintf(kust, "# From gpufrac plan: the migration patches as a kustomize "
+                "Component.  Add this\n# directory to your kustomization's "
+                "components: and build it\n# (kubectl kustomize); nothing "
+                "has been applied.\n"
+                "apiVersion: kustomize.config.k8s.io/v1alpha1\n"
+                "kind: Component\n");
+  size_t npatch = 0;
   snprintf(path, sizeof(path), "%s/README.md", dir);
   FILE *readme = fopen(path, "w");
-  if (!readme)
+  if (!readme) {
+    fclose(kust);
     return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  }
   fprintf(readme,
           "# Migration patches from gpufrac plan\n\n"
           "Nothing here has been applied.  Each file is a strategic merge "
@@ -135,6 +176,9 @@ int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d) {
           "kube-scheduler-config.yaml stanza),\nthen, per workload:\n\n"
           "    kubectl patch <kind> <name> -n <namespace> --type strategic "
           "--patch-file <file>\n\n"
+          "or, where the manifests are built with kustomize, add "
+          "kustomize/ (the same\npatches as a kustomize Component) to "
+          "your kustomization's components:.\n\n"
           "Review the flagged ones first (docs/plan.md says what each flag "
           "means).\n\n"
           "| workload | file | memory | compute | flags |\n"
@@ -183,11 +227,19 @@ int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d) {
     snprintf(path, sizeof(path), "%s/%s", dir, file);
     if (json_dump_file(patch, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER))
       rc = gf_diag_set(d, GF_EIO, "%s: cannot write", path);
+    snprintf(path, sizeof(path), "%s/%s", kdir, file);
+    if (!rc && !(rc = write_kustomize_patch(patch, w, path, d))) {
+      fprintf(kust, "%s  - path: %s\n", npatch++ ? "" : "patches:\n", file);
+    }
     json_decref(patch);
     fprintf(readme, "| %s %s/%s | %s | %" PRId64 " Mi | %d%% | %s |\n", w->kind,
             w->ns, w->name, file, w->rec_mem_mib, w->rec_compute, flags);
   }
   if (fclose(readme) && !rc)
     rc = gf_diag_set(d, GF_EIO, "%s/README.md: write error", dir);
+  if (!npatch)
+    fputs("patches: []\n", kust);
+  if (fclose(kust) && !rc)
+    rc = gf_diag_set(d, GF_EIO, "%s/kustomization.yaml: write error", kdir);
   return rc;
 }

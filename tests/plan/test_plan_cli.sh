@@ -185,6 +185,70 @@ for f in files:
         assert tmpl["metadata"]["annotations"]["gpu-fraction"] is None
 PY
 
+# The same patches as a kustomize Component, built by the real kubectl's
+# kustomize over a Deployment per patched workload (written here, with a
+# second container and a CPU request the patch must leave alone): the GPU
+# container asks for gpufrac's resources and no longer for nvidia.com/gpu.
+: "${KUBECTL:?KUBECTL must name the kubectl scripts/install-k8s builds}"
+ok kustomize-component -- python3 - "$tmp/rep" "$KUBECTL" <<'PY'
+import json, os, subprocess, sys
+rep, kubectl = sys.argv[1], sys.argv[2]
+d = json.load(open(os.path.join(rep, "summary.json")))
+kdir = os.path.join(rep, "patches", "kustomize")
+listed = [l.split("path: ")[1].strip() for l in open(os.path.join(kdir, "kustomization.yaml"))
+          if "- path: " in l]
+top = os.path.join(rep, "kz")
+os.makedirs(top, exist_ok=True)
+wls = {}
+for f in listed:
+    p = json.load(open(os.path.join(kdir, f)))
+    md = p["metadata"]
+    cron = p["kind"] == "CronJob"
+    tp = p["spec"]["jobTemplate"]["spec"]["template"] if cron else p["spec"]["template"]
+    gpu_ctr = tp["spec"]["containers"][0]["name"]
+    # today's request: what the patch removes (its null keys)
+    dropped = [k for k, v in tp["spec"]["containers"][0]["resources"]["requests"].items()
+               if v is None]
+    anns = [k for k, v in tp.get("metadata", {}).get("annotations", {}).items() if v is None]
+    old_req = {k: "1" for k in dropped}
+    tmpl = {"metadata": {"labels": {"app": md["name"]},
+                         "annotations": {k: "0.5" for k in anns}},
+            "spec": {"containers": [
+                {"name": gpu_ctr, "image": "srv",
+                 "resources": {"requests": dict(old_req, cpu="2"),
+                               "limits": dict(old_req)}},
+                {"name": "sidecar-x", "image": "side"}]}}
+    spec = ({"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": tmpl}}} if cron
+            else {"selector": {"matchLabels": {"app": md["name"]}}, "template": tmpl})
+    res = {"apiVersion": p["apiVersion"], "kind": p["kind"], "metadata": md, "spec": spec}
+    key = (md["namespace"], md["name"], p["kind"].lower())
+    wls[key] = dropped + anns
+    with open(os.path.join(top, "%s-%s-%s.json" % key), "w") as out:
+        json.dump(res, out)
+assert wls, "no patch to build"
+with open(os.path.join(top, "kustomization.yaml"), "w") as k:
+    k.write("resources:\n" + "".join("  - %s-%s-%s.json\n" % w for w in sorted(wls)))
+    k.write("components:\n  - %s\n" % os.path.relpath(kdir, top))
+import re
+out = subprocess.run([kubectl, "kustomize", top], capture_output=True, text=True)
+assert out.returncode == 0, out.stderr
+docs = [x for x in out.stdout.split("\n---\n") if x.strip()]
+assert len(docs) == len(wls), (len(docs), len(wls))
+# every patch file listed is one the plan wrote, and every file is listed
+assert sorted(listed) == sorted(f for f in os.listdir(kdir) if f.endswith(".json"))
+byname = {(w["namespace"], w["name"]): w for w in d["workloads"]}
+for doc in docs:
+    name = re.search(r"^  name: (\S+)$", doc, re.M).group(1)
+    ns = re.search(r"^  namespace: (\S+)$", doc, re.M).group(1)
+    rec = byname[(ns, name)]["recommendation"]
+    kind = re.search(r"^kind: (\S+)$", doc, re.M).group(1).lower()
+    for gone in wls[(ns, name, kind)]:
+        assert not re.search(r"^ *%s:" % re.escape(gone), doc, re.M), (gone, doc)
+    assert doc.count("gpufrac.io/gpu-memory: %dMi" % rec["gpu_memory_mib"]) == 2, doc
+    assert "cpu: \"2\"" in doc and "name: sidecar-x" in doc, doc
+print("built %d workloads through the Component" % len(docs))
+PY
+
 # The bundled example is exactly what the committed generator makes.
 ok example-regenerates -- sh -c "python3 '$SRC/scripts/plan-example' --traces '$SRC/data/traces' --out '$tmp/ex' 2>/dev/null &&
   cmp '$tmp/ex/snapshot.json' '$SRC/data/plan-example/snapshot.json' &&
