@@ -85,6 +85,12 @@ int gf_engine_apply(gf_engine *e, const gf_request *r, const gf_placement *p);
  * engine created over a cluster that has placements). */
 void gf_engine_adopt(gf_engine *e, const gf_request *r, const gf_placement *p);
 
+/* Tells the engine that nodes were added to its cluster: the tie order
+ * (GF_TIE_ORDER) is drawn again over all of them, as an engine made now
+ * would draw it, so decisions are those of a new engine told of every
+ * placement (without building the policy's state again).  Without this
+ * call added nodes simply rank after the others. */
+void gf_engine_nodes_added(gf_engine *e);
 /* Undoes a placement made by this engine for the same request. */
 int gf_engine_release(gf_engine *e, const gf_request *r, const gf_placement *p);
 

@@ -601,6 +601,11 @@ void gf_engine_adopt(gf_engine *e, const gf_request *r0,
     e->ops->changed(e->state, e->c, &r, p, +1);
 }
 
+void gf_engine_nodes_added(gf_engine *e) {
+  if (e)
+    e->nrank = 0; /* drawn again at the next decision, over every node */
+}
+
 int gf_engine_release(gf_engine *e, const gf_request *r0,
                       const gf_placement *p) {
   gf_request r;

@@ -128,8 +128,7 @@ static bool type_fits(const gf__ntype *t, const gf_request *r) {
 /* The cheapest-fleet what-if (gpufrac/plan.h): items placed in order on a
  * fleet that starts empty; a pod that fits nowhere opens a node of the
  * type with the lowest price per GPU that can hold it (ties: file order).
- * The engine is made again over the grown cluster, told of every placement
- * so far (its per-node state is sized when it is made). */
+ * One engine serves the growing fleet. */
 static int fleet(gf_plan *p, const item *items, size_t n, bool use_share,
                  const char *policy, gf_plan_whatif *w, gf_plan_fleet_type *ft,
                  gf_diag *d) {
@@ -203,13 +202,16 @@ static int fleet(gf_plan *p, const item *items, size_t n, bool use_share,
       goto out;
     }
     ft[best].nodes++;
-    gf_engine_free(e);
-    e = NULL;
-    if ((rc = gf_engine_new(c, &cfg, &e, d)))
+    /* One engine for the whole fleet, made at its first node: the engine
+     * and the policies grow their per-node state as the cluster grows (the
+     * churn replay relies on the same), and nothing a policy derives when
+     * it is made depends on the fleet's nodes here (the requests name no
+     * model, so gpufrac's model prices are 0; its packing plan is the
+     * workload's).  The tie order is drawn again over the grown fleet, as
+     * a new engine's would be. */
+    if (!e && (rc = gf_engine_new(c, &cfg, &e, d)))
       goto out;
-    for (size_t j = 0; j < i; j++)
-      if (ok[j])
-        gf_engine_adopt(e, &reqs[j], &pl[j]);
+    gf_engine_nodes_added(e);
     if (gf_engine_place(e, &reqs[i], &pl[i]) == 0)
       ok[i] = true;
     else

@@ -602,6 +602,60 @@ static void test_engine_choices(void **st) {
   gf_cluster_free(c);
 }
 
+/* A cluster that grows under one engine (the planner's cheapest fleet):
+ * with gf_engine_nodes_added after each growth, every decision is the one
+ * a new engine, told of every placement, makes; without it, added nodes
+ * rank last on ties and some seeds decide otherwise. */
+static int grown_vs_fresh(uint64_t seed, bool tell) {
+  gf_cluster *a = gf_cluster_new(), *b = gf_cluster_new();
+  gf_engine_config cfg = {.policy = "bestfit", .seed = seed};
+  gf_engine *kept = NULL;
+  gf_request r = req(0, 1, 700); /* one per node: ties among empty ones */
+  gf_placement done[8];
+  int differ = 0, nplaced = 0;
+  for (int round = 0; round < 4; round++) {
+    for (int k = 0; k < 3; k++) {
+      char name[16];
+      snprintf(name, sizeof(name), "n%d", round * 3 + k);
+      assert_true(node(a, name, 64000, 1) >= 0);
+      assert_true(node(b, name, 64000, 1) >= 0);
+    }
+    if (!kept)
+      assert_int_equal(gf_engine_new(a, &cfg, &kept, NULL), 0);
+    if (tell)
+      gf_engine_nodes_added(kept);
+    gf_engine *fresh = NULL;
+    assert_int_equal(gf_engine_new(b, &cfg, &fresh, NULL), 0);
+    for (int j = 0; j < nplaced; j++)
+      gf_engine_adopt(fresh, &r, &done[j]);
+    gf_placement pa, pb;
+    assert_int_equal(gf_engine_place(kept, &r, &pa), 0);
+    assert_int_equal(gf_engine_place(fresh, &r, &pb), 0);
+    differ += pa.node != pb.node;
+    /* both clusters follow the kept engine's choice */
+    if (pa.node != pb.node) {
+      assert_int_equal(gf_engine_release(fresh, &r, &pb), 0);
+      assert_int_equal(gf_engine_apply(fresh, &r, &pa), 0);
+    }
+    done[nplaced++] = pa;
+    gf_engine_free(fresh);
+  }
+  gf_engine_free(kept);
+  gf_cluster_free(a);
+  gf_cluster_free(b);
+  return differ;
+}
+
+static void test_engine_nodes_added(void **st) {
+  (void)st;
+  int without = 0;
+  for (uint64_t seed = 1; seed <= 20; seed++) {
+    assert_int_equal(grown_vs_fresh(seed, true), 0);
+    without += grown_vs_fresh(seed, false);
+  }
+  assert_true(without > 0); /* the call is what makes them agree */
+}
+
 /* whole's placements are tests/core/scenarios/whole-rounds-up.scn; here what
  * it reserves and gives back. */
 static void test_whole_rounds_up(void **st) {
@@ -716,6 +770,7 @@ int main(void) {
       cmocka_unit_test(test_clustering),
       cmocka_unit_test(test_fgd),
       cmocka_unit_test(test_engine_choices),
+      cmocka_unit_test(test_engine_nodes_added),
       cmocka_unit_test(test_whole_rounds_up),
       cmocka_unit_test(test_ties),
       cmocka_unit_test(test_policy_table),
