@@ -19,7 +19,9 @@ gpu-memory 8Gi and gpu-compute 10 (extender).  AGENTS real `gpufrac node
 the written one: same GPUs) for their RSS.  --qps N sets kube-scheduler's
 clientConnection qps (burst 2N) instead of deploy/'s default (50, burst
 100), which caps the binds kube-scheduler makes itself.  Prints one line of
-figures (JSON).
+figures (JSON), with each process's CPU milliseconds per pod over the run
+(user + system from /proc, first scheduled pod to all bound): on a shared
+machine throughput is noisy, CPU per pod much less so.
 """
 
 import http.client
@@ -135,6 +137,25 @@ def rss_kib(pid):
     return 0
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cpu_all(c, ext, agents):
+    procs = {k: v.p.pid for k, v in c.procs.items()}
+    if ext:
+        procs["extender"] = ext.p.pid
+    for k, g in enumerate(agents):
+        procs["agent-%d" % k] = g.p.pid
+    return {k: cpu_s(pid) for k, pid in procs.items()}
+
+
 def main():
     a = sys.argv[1:]
     opt = {"--nodes": 1000, "--pods": 5000, "--mode": "extender", "--agents": 4, "--qps": 0}
@@ -205,6 +226,7 @@ def main():
             now = time.monotonic()
             if n > 0 and first is None:
                 first = now
+                cpu0 = cpu_all(c, ext, agents)
             if now - t0 > 1800:
                 raise RuntimeError("only %d of %d pods scheduled after 30 min" % (n, npods))
             c.check_alive()
@@ -216,11 +238,17 @@ def main():
             return sum(1 for p in pods if p["spec"].get("nodeName")) == npods
         wait_for("all pods bound on the API server", all_bound, 300, 2)
         bound_at = time.monotonic()
+        cpu1 = cpu_all(c, ext, agents)
         text = c.scheduler_get("/metrics")
         p50, p99 = histogram_quantiles(text, "scheduler_scheduling_attempt_duration_seconds",
                                        (0.5, 0.99))
         rate = npods / max(bound_at - first, 1e-9)
-        out = {"mode": mode, "nodes": nnodes, "pods": npods,
+        attempts = {}
+        for ln in metric_lines(text, "scheduler_schedule_attempts_total"):
+            r = re.search(r'result="([a-z]+)"', ln)
+            if r:
+                attempts[r.group(1)] = attempts.get(r.group(1), 0) + int(float(ln.split()[-1]))
+        out = {"mode": mode, "nodes": nnodes, "pods": npods, "attempts": attempts,
                "qps": opt["--qps"] or "default (50)",
                "pods_per_s_scheduled": round(npods / max(last - first, 1e-9), 1),
                "pods_per_s_bound": round(rate, 1),
@@ -231,10 +259,21 @@ def main():
             with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % c.ext_port,
                                         timeout=5) as r:
                 m = r.read().decode()
+            out["extender_binds"] = {
+                r: int(float(ln.split()[-1]))
+                for ln in metric_lines(m, "gpufrac_extender_binds_total")
+                for r in re.findall(r'result="([a-z]+)"', ln)}
             for verb in ("filter", "prioritize", "bind"):
                 q = histogram_quantiles(m, "gpufrac_extender_request_duration_seconds",
                                         (0.5, 0.99), 'verb="%s"' % verb)
                 out["extender_%s_p50_p99_ms" % verb] = [round(x * 1000, 2) for x in q]
+        # CPU milliseconds per pod of each process over the run (first
+        # scheduled pod to all bound): where the work goes on a shared box.
+        per = {k: round((cpu1[k] - cpu0.get(k, 0.0)) * 1000 / npods, 2) for k in cpu1}
+        agents_ms = sum(v for k, v in per.items() if k.startswith("agent-"))
+        out["cpu_ms_per_pod"] = dict({k: v for k, v in sorted(per.items())
+                                      if not k.startswith("agent-")},
+                                     agents=round(agents_ms, 2))
         if agents:
             out["agent_rss_kib"] = sorted(rss_kib(g.p.pid) for g in agents)
         print(json.dumps(out))
