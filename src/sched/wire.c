@@ -135,11 +135,23 @@ static int read_amounts(const json_t *container, amounts *a, char *name,
                        where, GF_RES_GPU_COMPUTE, a->gpu_compute);
   if ((accept & GF__ACCEPT_HAMI) && (rc = read_hami(r, &a->hami, where, d)))
     return rc;
-  if (a->hami.any && (a->gpu || a->gpu_mem || a->gpu_compute))
+  if (a->hami.any && (a->gpu_mem || a->gpu_compute))
     return gf_diag_set(d, GF_EINVAL,
-                       "%s: asks for GPUs in both gpufrac.io and HAMi's "
-                       "nvidia.com names; use one",
+                       "%s: asks for a part of a GPU in both gpufrac.io and "
+                       "HAMi's nvidia.com names; use one",
                        where);
+  /* gpufrac.io/gpu beside HAMi's names: the device plugin's slot (what
+   * makes kubelet call the agent), so the same count. */
+  if (a->hami.any && a->gpu && !a->hami.has_gpu) { /* the count, then */
+    a->hami.gpu = a->gpu;
+    a->hami.has_gpu = true;
+  }
+  int64_t hami_n = a->hami.has_gpu ? a->hami.gpu : 1;
+  if (a->hami.any && a->gpu && a->gpu != hami_n)
+    return gf_diag_set(d, GF_EINVAL,
+                       "%s: %s %" PRId64 " beside HAMi's names, which ask for "
+                       "%" PRId64 " GPUs: the two must agree",
+                       where, GF_RES_GPU, a->gpu, hami_n);
   return 0;
 }
 
@@ -153,12 +165,19 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
  * gpu-fraction-container-name annotation names, else the first app
  * container.  r is filled already; checked here. */
 static int kai_container(const json_t *spec, const json_t *ann,
-                         int ngpu_containers, gf__pod *out, gf_diag *d) {
-  if (ngpu_containers)
+                         const amounts *gpu, int ngpu_containers, gf__pod *out,
+                         gf_diag *d) {
+  /* A container may ask for gpufrac.io/gpu: 1 beside KAI's annotations:
+   * the device plugin's slot, not another request. */
+  if (ngpu_containers &&
+      (gpu->gpu != 1 || gpu->gpu_mem || gpu->gpu_compute || gpu->hami.any))
     return gf_diag_set(d, GF_EINVAL,
                        "Pod: annotation %s or %s with container '%s' asking "
-                       "for GPUs in its resources: ask one way",
-                       GF_KAI_FRACTION, GF_KAI_MEMORY, out->container);
+                       "for GPUs in its resources (beyond %s: 1): ask one way",
+                       GF_KAI_FRACTION, GF_KAI_MEMORY, out->container,
+                       GF_RES_GPU);
+  char slot_ctr[GF_CONTAINER_MAX];
+  memcpy(slot_ctr, out->container, sizeof(slot_ctr));
   const json_t *cn = json_object_get(ann, GF_KAI_CONTAINER);
   const json_t *cs = gf__json_get(spec, "containers");
   const char *want = json_is_string(cn) ? json_string_value(cn) : NULL;
@@ -170,6 +189,11 @@ static int kai_container(const json_t *spec, const json_t *ann,
   json_array_foreach(cs, i, c) {
     const char *name = json_string_value(gf__json_get(c, "name"));
     if (name && (!want || strcmp(name, want) == 0)) {
+      if (ngpu_containers && strcmp(name, slot_ctr) != 0)
+        return gf_diag_set(d, GF_EINVAL,
+                           "Pod: the GPU part goes to container '%s' but "
+                           "container '%s' asks for %s",
+                           name, slot_ctr, GF_RES_GPU);
       snprintf(out->container, sizeof(out->container), "%s", name);
       gf_diag rd = {""};
       int rc = gf_request_check(&out->req, &rd);
@@ -336,7 +360,7 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
       (rc = gf__hami_models(ann, out->models, sizeof(out->models), d)))
     return rc;
   if (kai)
-    return kai_container(spec, ann, ngpu_containers, out, d);
+    return kai_container(spec, ann, &gpu, ngpu_containers, out, d);
   if (gpu.hami.any) {
     char where[GF_CONTAINER_MAX + 32];
     snprintf(where, sizeof(where), "Pod: container '%s'", out->container);

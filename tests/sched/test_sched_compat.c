@@ -109,6 +109,15 @@ static void test_hami_memory_and_cores(void **state) {
       0);
   assert_int_equal(p.req.gpu_mem_bytes, 1024 * MIB);
   assert_int_equal(p.req.gpu_milli, 0);
+  /* With gpufrac.io/gpu: 1 beside (the slot kubelet's Allocate needs):
+   * the same request. */
+  assert_int_equal(parse(hami_pod("", "\"gpufrac.io/gpu\":\"1\","
+                                      "\"nvidia.com/gpumem\":\"2048\""),
+                         HAMI, &p, &d),
+                   0);
+  assert_int_equal(p.req.gpu_count, 1);
+  assert_int_equal(p.req.gpu_mem_bytes, 2048 * MIB);
+  assert_int_equal(p.req.gpu_milli, 0);
 }
 
 static void test_hami_percentage_and_whole(void **state) {
@@ -161,12 +170,25 @@ static void test_hami_refused(void **state) {
   assert_non_null(strstr(d.msg, "nvidia.com/gpumem"));
   assert_int_equal(parse(hami_pod("", "\"nvidia.com/gpu\":64"), HAMI, &p, &d),
                    GF_ERANGE);
-  /* Both tools' names in one container. */
+  /* Both tools' names for a part of a GPU in one container. */
   assert_int_equal(parse(hami_pod("", "\"nvidia.com/gpumem\":\"1000\","
                                       "\"gpufrac.io/gpu-compute\":\"20\""),
                          HAMI, &p, &d),
                    GF_EINVAL);
   assert_non_null(strstr(d.msg, "both gpufrac.io and HAMi"));
+  /* gpufrac.io/gpu (the device plugin's slot) must agree with HAMi's count */
+  assert_int_equal(parse(hami_pod("", "\"nvidia.com/gpu\":1,"
+                                      "\"gpufrac.io/gpu\":2"),
+                         HAMI, &p, &d),
+                   GF_EINVAL);
+  assert_non_null(strstr(d.msg, "gpufrac.io/gpu 2"));
+  /* gpufrac.io/gpu alone gives HAMi's names their count */
+  assert_int_equal(parse(hami_pod("", "\"gpufrac.io/gpu\":2,"
+                                      "\"nvidia.com/gpucores\":\"100\""),
+                         HAMI, &p, &d),
+                   0);
+  assert_int_equal(p.req.gpu_count, 2);
+  assert_int_equal(p.req.gpu_milli, 1000);
   /* UUID pinning does not map. */
   assert_int_equal(parse(hami_pod("\"nvidia.com/use-gpuuuid\":\"GPU-1\"",
                                   "\"nvidia.com/gpu\":1"),
@@ -336,6 +358,20 @@ static void test_kai_refused(void **state) {
                          KAI, &p, &d),
                    GF_EINVAL);
   assert_non_null(strstr(d.msg, "ask one way"));
+  /* gpufrac.io/gpu: 1 on the container that gets the part: the slot */
+  const char *slot = "{\"name\":\"side\"},{\"name\":\"main\",\"resources\":"
+                     "{\"limits\":{\"gpufrac.io/gpu\":\"1\"}}}";
+  assert_int_equal(parse(pod("\"gpu-fraction\":\"0.25\","
+                             "\"gpu-fraction-container-name\":\"main\"",
+                             slot),
+                         KAI, &p, &d),
+                   0);
+  assert_string_equal(p.container, "main");
+  assert_int_equal(p.req.gpu_milli, 250);
+  /* ... but on another container than the part's: refused */
+  assert_int_equal(parse(pod("\"gpu-fraction\":\"0.25\"", slot), KAI, &p, &d),
+                   GF_EINVAL);
+  assert_non_null(strstr(d.msg, "goes to container 'side'"));
 }
 
 /* The watch's slim copy keeps what the parser reads of HAMi and KAI. */
