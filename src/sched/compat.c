@@ -19,7 +19,8 @@
  *                                per GPU model, not per GPU serial)
  * KAI (pod annotations):
  *   gpu-fraction                 a part of one GPU, 0 < f <= 1 (three
- *                                decimals at most)
+ *                                decimals at most): a share of f, its
+ *                                compute reserved and capped at f
  *   gpu-memory                   MiB of device memory on one GPU
  *   gpu-fraction-container-name  the container that gets it (default: the
  *                                first app container)
@@ -108,7 +109,7 @@ int gf__hami_request(const gf__hami_ask *h, gf_request *r, const char *where,
   } else if (pct > 0) { /* a part of the GPU, its size known per GPU only */
     int64_t share = cores > pct ? cores : pct;
     r->gpu_milli = (int32_t)share * 10;
-    r->compute_pct = cores ? (int32_t)cores : 100;
+    r->compute_pct = cores ? (int32_t)cores : (int32_t)share;
   } else if (cores) { /* bytes and a compute part */
     r->gpu_milli = (int32_t)cores * 10;
     r->compute_pct = (int32_t)cores;
@@ -180,7 +181,9 @@ int gf__kai_request(const json_t *ann, gf_request *r, bool *any, gf_diag *d) {
                        "0.125)",
                        GF_KAI_FRACTION, s);
   r->gpu_milli = (int32_t)milli;
-  r->compute_pct = 100; /* KAI's fraction limits memory, never compute */
+  /* The share's compute, as for gpufrac's own shares (what the grant
+   * reserves; rounded down so shares never add up past the GPU). */
+  r->compute_pct = milli >= 10 ? (int32_t)(milli / 10) : 1;
   return 0;
 }
 

@@ -11,7 +11,11 @@ machine's address as their pod IP, so the API server's pod proxy reaches
 the agents' /metrics the way it reaches a real pod; a third node has no
 agent.  Checks top (columns, -o json, -o yaml), describe pod, why-pending
 (kube-scheduler's FailedScheduling reasons, and the extender's per node with
---extender), --context and -n.
+--extender), --context and -n.  Then pods written for HAMi and KAI
+(docs/migrating.md): the extender runs with --accept hami,kai and
+kube-scheduler with HAMi's names in its managedResources, as that page says
+to configure them; they are bound with grants that say what their words
+meant, and one gpufrac cannot honour stays Pending with the reason.
 """
 
 import json
@@ -112,7 +116,10 @@ class PluginTest(E2E):
                 {"index": 0, "uuid": "GPU-p3-0", "model": T4, "memory": 16 * GiB}]})}}})
         tok = self.c.token("gpufrac-scheduler")
         self.ext = Extender(self.c, "extender", self.c.ext_port,
-                            self.c.sa_kubeconfig("extender", tok)).start()
+                            self.c.sa_kubeconfig("extender", tok))
+        self.ext.proc = self.c.spawn("extender", [
+            self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.c.ext_port,
+            "--kubeconfig", self.ext.kc, "--accept", "hami,kai"])
         self.ext.ready_leader()
         # The plugin on PATH, kubectl finds it; KUBECONFIG names the
         # cluster (current context "broken": --context picks the good one).
@@ -240,6 +247,51 @@ class PluginTest(E2E):
         r = self.plugin("top", "-o", "wide", "--context", "e2e", ok=False)
         if r.returncode != 2 or "json and yaml" not in r.stderr:
             fail("-o wide: exit %d %r" % (r.returncode, r.stderr))
+        self.delete_pod("too-big")
+
+    def run_migrate(self):
+        """HAMi's and KAI's words, read by the extender (--accept)."""
+        hami = pod("hami-t4", 1)  # gpufrac.io/gpu: 1, the device plugin's slot
+        lim = hami["spec"]["containers"][0]["resources"]["limits"]
+        lim.update({"nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "20"})
+        hami["metadata"]["annotations"] = {"nvidia.com/use-gputype": "t4"}
+        kai = pod("kai-quarter", 1)
+        kai["metadata"]["annotations"] = {"gpu-fraction": "0.25",
+                                          "gpufrac.io/gpu-model": A100}
+        pinned = pod("hami-pinned", 1)
+        pinned["spec"]["containers"][0]["resources"]["limits"][
+            "nvidia.com/gpumem"] = "1024"
+        pinned["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": "GPU-x"}
+        got = self.wait_bound(self.create(hami, kai))
+        # (check_state reads gpufrac's own names only: the grants here)
+        grants = {NS + "/" + n: json.loads(got[n]["metadata"]["annotations"][
+            "gpufrac.io/grant"]) for n in got}
+        g = grants[NS + "/hami-t4"]["containers"][0]["gpus"][0]
+        if got["hami-t4"]["spec"]["nodeName"] not in ("p2", "p3") or \
+                g["memory"] != 4096 << 20 or g["compute"] != 20:
+            fail("hami-t4 (T4 only, 4096 MiB, 20%% cores) bound to %s with %s" %
+                 (got["hami-t4"]["spec"]["nodeName"], g))
+        g = grants[NS + "/kai-quarter"]["containers"][0]["gpus"][0]
+        if got["kai-quarter"]["spec"]["nodeName"] != "p1" or g["memory"] != 0 \
+                or g["compute"] != 25:
+            fail("kai-quarter (a quarter of an A100) bound to %s with %s" %
+                 (got["kai-quarter"]["spec"]["nodeName"], g))
+        self.create(pinned)
+
+        def refused():
+            return any(e.startswith("FailedScheduling") and
+                       "nvidia.com/use-gpuuuid" in e
+                       for e in self.events("hami-pinned"))
+        wait_for("hami-pinned's FailedScheduling naming use-gpuuuid", refused, 60)
+        r = self.plugin("why-pending", "hami-pinned", "--context", "e2e")
+        if "does not pin a pod to GPU UUIDs" not in r.stdout:
+            fail("why-pending hami-pinned:\n%s" % r.stdout)
+        top = json.loads(self.plugin("top", "--context", "e2e", "-o", "json").stdout)
+        held = [g for g in top if NS + "/kai-quarter" in g["holders"]]
+        if len(held) != 1 or held[0]["node"] != "p1":
+            fail("top: kai-quarter's GPU: %s" % held)
+        log("migrate: HAMi and KAI pods bound with their grants; a UUID pin "
+            "refused:\n" + r.stdout)
 
 
 def main():
@@ -251,11 +303,15 @@ def main():
     ok = False
     try:
         c = Cluster(args[0], args[1], "--keep" in sys.argv)
-        c.start()
+        c.start(scheduler=False)
+        c.start_scheduler(managed=["nvidia.com/gpumem",
+                                   "nvidia.com/gpumem-percentage",
+                                   "nvidia.com/gpucores"])
         t = PluginTest(c)
         t0 = time.monotonic()
         t.setup_plugin()
         t.run()
+        t.run_migrate()
         c.check_alive()
         ok = True
         log("kubectl plugin: passed in %.1f s" % (time.monotonic() - t0))

@@ -124,7 +124,7 @@ static void test_hami_percentage_and_whole(void **state) {
   (void)state;
   gf__pod p;
   gf_diag d = {""};
-  /* A percent of the memory: that part of the GPU, compute unlimited. */
+  /* A percent of the memory: that part of the GPU, as a gpufrac share. */
   assert_int_equal(
       parse(hami_pod("", "\"nvidia.com/gpu\":\"1\","
                          "\"nvidia.com/gpumem-percentage\":\"25\""),
@@ -132,7 +132,7 @@ static void test_hami_percentage_and_whole(void **state) {
       0);
   assert_int_equal(p.req.gpu_milli, 250);
   assert_int_equal(p.req.gpu_mem_bytes, 0);
-  assert_int_equal(p.req.compute_pct, 100);
+  assert_int_equal(p.req.compute_pct, 25);
   /* nvidia.com/gpu alone: HAMi gives all the memory, so whole GPUs. */
   assert_int_equal(parse(hami_pod("", "\"nvidia.com/gpu\":2"), HAMI, &p, &d),
                    0);
@@ -280,7 +280,7 @@ static void test_kai_fraction(void **state) {
   assert_string_equal(p.container, "side");
   assert_int_equal(p.req.gpu_count, 1);
   assert_int_equal(p.req.gpu_milli, 500);
-  assert_int_equal(p.req.compute_pct, 100);
+  assert_int_equal(p.req.compute_pct, 50);
   assert_int_equal(p.req.gpu_mem_bytes, 0);
   /* the named one */
   assert_int_equal(parse(pod("\"gpu-fraction\":\"0.125\","
@@ -290,6 +290,7 @@ static void test_kai_fraction(void **state) {
                    0);
   assert_string_equal(p.container, "main");
   assert_int_equal(p.req.gpu_milli, 125);
+  assert_int_equal(p.req.compute_pct, 12); /* rounded down */
   /* 1: the whole GPU */
   assert_int_equal(parse(pod("\"gpu-fraction\":\"1\"", two), KAI, &p, &d), 0);
   assert_int_equal(p.req.gpu_milli, 1000);
@@ -368,6 +369,7 @@ static void test_kai_refused(void **state) {
                    0);
   assert_string_equal(p.container, "main");
   assert_int_equal(p.req.gpu_milli, 250);
+  assert_int_equal(p.req.compute_pct, 25);
   /* ... but on another container than the part's: refused */
   assert_int_equal(parse(pod("\"gpu-fraction\":\"0.25\"", slot), KAI, &p, &d),
                    GF_EINVAL);
