@@ -260,9 +260,10 @@ static double metric_for(const char *text, const char *metric,
   for (const char *p = text; p && *p;) {
     const char *e = strchr(p, '\n');
     size_t len = e ? (size_t)(e - p) : strlen(p);
-    if (len > ml && strncmp(p, metric, ml) == 0 && p[ml] == '{') {
+    char line[1024];
+    if (len > ml && len < sizeof(line) && strncmp(p, metric, ml) == 0 &&
+        p[ml] == '{') {
       const char *close = memchr(p, '}', len);
-      char line[1024];
       snprintf(line, sizeof(line), "%.*s", (int)len, p);
       if (close && strstr(line, key) &&
           strstr(line, key) < line + (close - p)) {
