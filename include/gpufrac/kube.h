@@ -132,6 +132,12 @@ long gf_kube_last_status(const gf_kube *k);
 /* GET an object; `path` is the API path ("/api/v1/namespaces/ns/pods/p"). */
 int gf_kube_get(gf_kube *k, const char *path, json_t **out, gf_diag *d);
 
+/* GET a body that is not JSON (a proxied /metrics): *out is a malloc'd
+ * NUL-ended copy of it (free() it), *len its length, bounded by
+ * max_body.  Errors as gf_kube_get. */
+int gf_kube_get_text(gf_kube *k, const char *path, char **out, size_t *len,
+                     gf_diag *d);
+
 typedef struct gf_kube_list_opts {
   const char *label_selector;
   const char *field_selector;

@@ -272,6 +272,12 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
 int gf_node_prepare_container(const char *state_dir, const char *pod_uid,
                               const gf_grant_container *c, const char *log,
                               gf_node_ctr_paths *paths, gf_diag *d);
+/* The same, with the pod's namespace and name written into grant.json too
+ * (the metrics' namespace and pod labels); either may be NULL. */
+int gf_node_prepare_container_for(const char *state_dir, const char *pod_uid,
+                                  const char *pod_ns, const char *pod_name,
+                                  const gf_grant_container *c, const char *log,
+                                  gf_node_ctr_paths *paths, gf_diag *d);
 
 /* Checks that s is one safe path component ([A-Za-z0-9._-]{1,253}, not
  * starting with '.'). */
@@ -322,6 +328,11 @@ int gf_node_write_atomic(const char *dir, const char *name, const char *text,
  * GF_ENOMEM. */
 int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
                          char **out, size_t *len, gf_diag *d);
+/* The same with every series also labelled Hostname="hostname" (DCGM
+ * exporter's label for the node; none when hostname is NULL or empty). */
+int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
+                              const char *hostname, char **out, size_t *len,
+                              gf_diag *d);
 
 typedef struct gf_node_server gf_node_server;
 
@@ -333,6 +344,8 @@ int gf_node_server_start(const char *listen, const gf_node_gpus *g,
                          const char *state_dir, gf_node_server **out,
                          gf_diag *d);
 void gf_node_server_set_gpus(gf_node_server *s, const gf_node_gpus *g);
+/* The Hostname label of the served metrics (the node's name); copied. */
+void gf_node_server_set_hostname(gf_node_server *s, const char *hostname);
 uint16_t gf_node_server_port(const gf_node_server *s);
 void gf_node_server_stop(gf_node_server *s);
 

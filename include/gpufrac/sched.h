@@ -76,9 +76,20 @@ typedef struct gf_sched_config {
   uint32_t pending_max;    /* pods remembered between filter and bind;
                               0: 4096; when full, the pod seen least
                               recently is forgotten */
+  unsigned accept;         /* GF_SCHED_ACCEPT_* (--accept hami,kai): other
+                              tools' request names read too; 0: gpufrac's
+                              only */
 } gf_sched_config;
 
 typedef struct gf_sched gf_sched;
+
+/* gf_sched_config.accept: other tools' names for a GPU request, mapped
+ * onto gpufrac's (src/sched/compat.c, docs/migrating.md). */
+#define GF_SCHED_ACCEPT_HAMI 1u /* nvidia.com/gpumem, gpucores, ... */
+#define GF_SCHED_ACCEPT_KAI 2u  /* gpu-fraction, gpu-memory annotations */
+/* "hami,kai" (any order; "none" or "" for neither) into *out.  GF_EINVAL
+ * naming the word it does not know. */
+int gf_sched_accept_parse(const char *list, unsigned *out, gf_diag *d);
 
 /* Creates an extender with an empty model.  GF_ENOTFOUND for an unknown
  * policy, GF_EINVAL for bad policy parameters, GF_ENOMEM. */

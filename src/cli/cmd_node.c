@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "gpufrac/devplugin.h"
@@ -465,6 +466,12 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
     free(api);
     return rc;
   }
+  /* The metrics' Hostname label, as DCGM exporter's: the node's name. */
+  const char *host = o->node_name ? o->node_name : getenv("NODE_NAME");
+  char hn[256] = "";
+  if ((!host || !*host) && gethostname(hn, sizeof(hn) - 1) == 0)
+    host = hn;
+  gf_node_server_set_hostname(srv, host);
   fprintf(stderr, "gpufrac node: %u GPUs; metrics on port %u\n", g->ngpus,
           (unsigned)gf_node_server_port(srv));
   struct sigaction sa;

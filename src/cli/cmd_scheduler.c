@@ -36,7 +36,7 @@ static void usage(FILE *fp) {
       "                         [--tls-cert FILE --tls-key FILE\n"
       "                          [--tls-client-ca FILE]]\n"
       "                         [--guard on|off] [--guard-settle DUR]\n"
-      "                         [--guard-cap DUR]\n"
+      "                         [--guard-cap DUR] [--accept hami,kai]\n"
       "\n"
       "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
       "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
@@ -48,6 +48,9 @@ static void usage(FILE *fp) {
       "                      flags given on the command line win\n"
       "  --policy P          placement policy (default gpufrac)\n"
       "  --threads N         HTTP worker threads (default 4)\n"
+      "  --accept LIST       also read HAMi's (hami) and KAI's (kai) GPU\n"
+      "                      request names, comma-separated (default none;\n"
+      "                      docs/migrating.md); config key \"accept\"\n"
       "  --kubeconfig PATH   API server from a kubeconfig (current\n"
       "                      context); default: in-cluster when\n"
       "                      KUBERNETES_SERVICE_HOST is set\n"
@@ -98,7 +101,9 @@ typedef struct opts {
   char tls_ca[4096];
   bool guard_off;          /* --guard off */
   int64_t guard_settle_ms; /* --guard-settle; 0: the default */
-  int64_t guard_cap_ms;    /* --guard-cap; 0: the default */
+  unsigned accept;         /* --accept */
+  bool accept_set;
+  int64_t guard_cap_ms; /* --guard-cap; 0: the default */
 } opts;
 
 /* Which options the command line set (the config file does not override
@@ -181,6 +186,15 @@ static int read_config(const char *path, opts *o, const bool *set) {
       if (!set[SET_LISTEN])
         rc = copy_opt(o->listen, sizeof(o->listen), json_string_value(v),
                       "listen");
+    } else if (strcmp(key, "accept") == 0 && json_is_string(v)) {
+      gf_diag ad = {""};
+      unsigned acc = 0;
+      if (gf_sched_accept_parse(json_string_value(v), &acc, &ad)) {
+        fprintf(stderr, "gpufrac scheduler: config accept: %s\n", ad.msg);
+        rc = GF_EXIT_USAGE;
+      } else if (!o->accept_set) {
+        o->accept = acc;
+      }
     } else if (strcmp(key, "policy") == 0 && json_is_string(v)) {
       if (!set[SET_POLICY])
         rc = copy_opt(o->policy, sizeof(o->policy), json_string_value(v),
@@ -329,6 +343,13 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
     } else if (strcmp(a, "--policy") == 0) {
       rc = copy_opt(o->policy, sizeof(o->policy), v, "--policy");
       set[SET_POLICY] = true;
+    } else if (strcmp(a, "--accept") == 0) {
+      gf_diag d = {""};
+      if (gf_sched_accept_parse(v, &o->accept, &d)) {
+        fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+        return GF_EXIT_USAGE;
+      }
+      o->accept_set = true;
     } else if (strcmp(a, "--threads") == 0) {
       gf_diag d = {""};
       if (gf_parse_int64(v, 1, 256, &o->threads, &d)) {
@@ -449,7 +470,8 @@ int cmd_scheduler(int argc, char **argv) {
   }
   gf_sched_config cfg = {.policy = o.policy,
                          .binder = gf_sched_kube_binder_get(kb),
-                         .max_body = (size_t)o.max_body};
+                         .max_body = (size_t)o.max_body,
+                         .accept = o.accept};
   if (gf_sched_new(&cfg, &s, &d)) {
     fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
     rc = GF_EXIT_USAGE;

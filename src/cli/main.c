@@ -20,6 +20,8 @@ static const struct command {
      "serve the kube-scheduler extender (filter, prioritize, bind)"},
     {"node", cmd_node, "the node agent: discover GPUs, CDI specs, metrics"},
     {"plan", cmd_plan, "what fractional GPUs would save on a cluster snapshot"},
+    {"kubectl", cmd_kubectl,
+     "the kubectl plugin: top, describe pod, why-pending (kubectl gpufrac)"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "list commands, or show one command's help"},
 };
@@ -77,6 +79,12 @@ static int cmd_version(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  /* Called as kubectl-gpufrac (the symlink the build installs): kubectl
+   * runs it for `kubectl gpufrac ...`, with the plugin's arguments. */
+  const char *base = strrchr(argv[0], '/');
+  base = base ? base + 1 : argv[0];
+  if (strcmp(base, "kubectl-gpufrac") == 0)
+    return cmd_kubectl(argc, argv);
   if (argc < 2) {
     usage(stderr);
     return GF_EXIT_USAGE;

@@ -26,6 +26,8 @@ struct gf_kube {
   char *token; /* TOKEN_BUF scratch for the bearer token */
   long last_status;
   atomic_int stop;
+  char **text_out; /* gf_kube_get_text: the body, not parsed */
+  size_t *text_len;
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -342,7 +344,18 @@ static int perform(gf_kube *k, const char *method, const char *path,
       rc = 0;
     goto out;
   }
-  if (out) {
+  if (k->text_out) {
+    char *txt = malloc(x.body.len + 1); /* the caller free()s it */
+    if (!txt) {
+      rc = gf_diag_set(d, GF_ENOMEM, "%s %s: out of memory", method, path);
+      goto out;
+    }
+    if (x.body.len)
+      memcpy(txt, x.body.p, x.body.len);
+    txt[x.body.len] = '\0';
+    *k->text_out = txt;
+    *k->text_len = x.body.len;
+  } else if (out) {
     json_error_t je;
     json_t *v = json_loadb(x.body.p ? x.body.p : "", x.body.len, 0, &je);
     if (!json_is_object(v)) {
@@ -370,6 +383,22 @@ int gf_kube_get(gf_kube *k, const char *path, json_t **out, gf_diag *d) {
   if (rc)
     return rc;
   return perform(k, "GET", path, url, NULL, NULL, NULL, 0, out, d);
+}
+
+int gf_kube_get_text(gf_kube *k, const char *path, char **out, size_t *len,
+                     gf_diag *d) {
+  char url[URL_MAX];
+  int rc = build_url(k, path, NULL, false, url, sizeof(url), d);
+  if (rc)
+    return rc;
+  *out = NULL;
+  *len = 0;
+  k->text_out = out;
+  k->text_len = len;
+  rc = perform(k, "GET", path, url, NULL, NULL, NULL, 0, NULL, d);
+  k->text_out = NULL;
+  k->text_len = NULL;
+  return rc;
 }
 
 int gf_kube_list(gf_kube *k, const char *path, const gf_kube_list_opts *o,

@@ -447,8 +447,8 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
   pthread_mutex_lock(&a->mu);
   rc = resolve(a, &m, units, d);
   if (!rc)
-    rc = gf_node_prepare_container(a->state_dir, m.uid, &m.grant, a->log,
-                                   &paths, d);
+    rc = gf_node_prepare_container_for(a->state_dir, m.uid, m.ns, m.name,
+                                       &m.grant, a->log, &paths, d);
   if (!rc)
     rc = a->style == GF_NODE_ALLOC_CDI
              ? answer_cdi(a, &m, &paths, out, d)

@@ -96,13 +96,17 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
   return 0;
 }
 
-static int grant_json(const char *pod_uid, const gf_grant_container *c,
-                      char **out, gf_diag *d) {
+static int grant_json(const char *pod_uid, const char *ns, const char *name,
+                      const gf_grant_container *c, char **out, gf_diag *d) {
   json_t *gpus = json_array();
   json_t *root = json_pack("{s:i,s:s,s:s}", "version", 1, "pod", pod_uid,
                            "container", c->name);
   int rc = 0;
   if (!gpus || !root)
+    goto nomem;
+  /* For the metrics' namespace and pod labels (optional members). */
+  if ((ns && *ns && json_object_set_new(root, "namespace", json_string(ns))) ||
+      (name && *name && json_object_set_new(root, "name", json_string(name))))
     goto nomem;
   for (uint32_t i = 0; i < c->ngpus; i++) {
     const gf_grant_gpu *g = &c->gpus[i];
@@ -129,6 +133,14 @@ done:
 int gf_node_prepare_container(const char *state_dir, const char *pod_uid,
                               const gf_grant_container *c, const char *log,
                               gf_node_ctr_paths *p, gf_diag *d) {
+  return gf_node_prepare_container_for(state_dir, pod_uid, NULL, NULL, c, log,
+                                       p, d);
+}
+
+int gf_node_prepare_container_for(const char *state_dir, const char *pod_uid,
+                                  const char *pod_ns, const char *pod_name,
+                                  const gf_grant_container *c, const char *log,
+                                  gf_node_ctr_paths *p, gf_diag *d) {
   if (!gf_node_safe_name(pod_uid))
     return gf_diag_set(d, GF_EINVAL, "pod uid '%s' is not a safe path name",
                        pod_uid);
@@ -156,7 +168,7 @@ int gf_node_prepare_container(const char *state_dir, const char *pod_uid,
     return gf_diag_set(d, GF_EIO, "%s: chmod: %s", p->region_dir,
                        strerror(errno));
   char *gj = NULL;
-  if ((rc = grant_json(pod_uid, c, &gj, d)))
+  if ((rc = grant_json(pod_uid, pod_ns, pod_name, c, &gj, d)))
     return rc;
   rc = gf_node_write_atomic(p->dir, "grant.json", gj, strlen(gj), d);
   free(gj);

@@ -168,18 +168,65 @@ static uint32_t scan(const char *state_dir, ctr_rec *recs, uint32_t max,
   return sc.n;
 }
 
-static void ctr_labels(sbuf *b, const ctr_rec *r, uint32_t i) {
+/* ,name="value" (escaped); nothing when value is NULL or empty. */
+static void sb_pair(sbuf *b, const char *name, const char *value) {
+  if (!value || !*value)
+    return;
+  sb_add(b, ",%s=\"", name);
+  sb_label(b, value);
+  sb_add(b, "\"");
+}
+
+/* The labels DCGM exporter puts on its series, so the two can be joined:
+ * UUID, modelName, Hostname.  gpufrac's own gpu label (the UUID too, kept
+ * for existing dashboards) stays first. */
+static void gpu_labels(sbuf *b, const gf_node_gpu *x, const char *host,
+                       bool close) {
+  sb_add(b, "{gpu=\"");
+  sb_label(b, x->uuid);
+  sb_add(b, "\"");
+  sb_pair(b, "UUID", x->uuid);
+  sb_pair(b, "modelName", x->model);
+  sb_pair(b, "Hostname", host);
+  if (close)
+    sb_add(b, "}");
+}
+
+/* A container's labels: pod_uid and container (gpufrac's), then DCGM's
+ * pod, namespace and Hostname; with the GPU (gpu and UUID) when k >= 0. */
+static void ctr_labels(sbuf *b, const ctr_rec *r, int k, const char *host) {
   sb_add(b, "{pod_uid=\"");
   sb_label(b, r->pod);
   sb_add(b, "\",container=\"");
   sb_label(b, r->name);
-  sb_add(b, "\",gpu=\"");
-  sb_label(b, r->g.uuid[i]);
+  sb_add(b, "\"");
+  if (k >= 0) {
+    sb_pair(b, "gpu", r->g.uuid[k]);
+    sb_pair(b, "UUID", r->g.uuid[k]);
+  }
+  sb_pair(b, "pod", r->g.name);
+  sb_pair(b, "namespace", r->g.ns);
+  sb_pair(b, "Hostname", host);
+  sb_add(b, "}");
+}
+
+/* {Hostname="host"} for the node's own gauges, or nothing. */
+static void node_labels(sbuf *b, const char *host) {
+  if (!host || !*host)
+    return;
+  sb_add(b, "{Hostname=\"");
+  sb_label(b, host);
   sb_add(b, "\"}");
 }
 
 int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
                          char **out, size_t *len, gf_diag *d) {
+  return gf_node_metrics_text_host(g, state_dir, NULL, out, len, d);
+}
+
+int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
+                              const char *host, char **out, size_t *len,
+                              gf_diag *d) {
   ctr_rec *recs = calloc(CONTAINERS_MAX, sizeof(*recs));
   if (!recs)
     return gf_diag_set(d, GF_ENOMEM, "metrics: out of memory");
@@ -195,7 +242,11 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
     sb_label(&b, x->uuid);
     sb_add(&b, "\",index=\"%u\",model=\"", x->index);
     sb_label(&b, x->model);
-    sb_add(&b, "\",mode=\"%s\"} 1\n", gf_node_mode_name(x->mode));
+    sb_add(&b, "\",mode=\"%s\"", gf_node_mode_name(x->mode));
+    sb_pair(&b, "UUID", x->uuid);
+    sb_pair(&b, "modelName", x->model);
+    sb_pair(&b, "Hostname", host);
+    sb_add(&b, "} 1\n");
   }
   static const struct {
     const char *name, *help;
@@ -220,9 +271,9 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
         for (uint32_t k = 0; k < recs[c].g.ngpus; k++)
           if (x->uuid[0] && strcmp(recs[c].g.uuid[k], x->uuid) == 0)
             v += m == 2 ? recs[c].g.limit[k] : recs[c].used[k];
-      sb_add(&b, "%s{gpu=\"", per_gpu[m].name);
-      sb_label(&b, x->uuid);
-      sb_add(&b, "\"} %" PRIu64 "\n", v);
+      sb_add(&b, "%s", per_gpu[m].name);
+      gpu_labels(&b, x, host, true);
+      sb_add(&b, " %" PRIu64 "\n", v);
     }
   }
   sb_head(&b, "gpufrac_gpu_compute_granted_ratio", "gauge",
@@ -234,9 +285,9 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
       for (uint32_t k = 0; k < recs[c].g.ngpus; k++)
         if (x->uuid[0] && strcmp(recs[c].g.uuid[k], x->uuid) == 0)
           pct += recs[c].g.compute[k];
-    sb_add(&b, "gpufrac_gpu_compute_granted_ratio{gpu=\"");
-    sb_label(&b, x->uuid);
-    sb_add(&b, "\"} %u.%02u\n", pct / 100, pct % 100);
+    sb_add(&b, "gpufrac_gpu_compute_granted_ratio");
+    gpu_labels(&b, x, host, true);
+    sb_add(&b, " %u.%02u\n", pct / 100, pct % 100);
   }
   /* Live telemetry: only GPUs NVML answered for (no sample, no series). */
   sb_head(&b, "gpufrac_gpu_utilization_ratio", "gauge",
@@ -245,9 +296,9 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
     const gf_node_gpu *x = &g->gpus[i];
     if (x->util_pct < 0)
       continue;
-    sb_add(&b, "gpufrac_gpu_utilization_ratio{gpu=\"");
-    sb_label(&b, x->uuid);
-    sb_add(&b, "\"} %d.%02d\n", x->util_pct / 100, x->util_pct % 100);
+    sb_add(&b, "gpufrac_gpu_utilization_ratio");
+    gpu_labels(&b, x, host, true);
+    sb_add(&b, " %d.%02d\n", x->util_pct / 100, x->util_pct % 100);
   }
   sb_head(&b, "gpufrac_gpu_memory_device_used_bytes", "gauge",
           "Device memory in use on the GPU by every process (NVML), "
@@ -256,16 +307,16 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
     const gf_node_gpu *x = &g->gpus[i];
     if (x->device_used_bytes < 0)
       continue;
-    sb_add(&b, "gpufrac_gpu_memory_device_used_bytes{gpu=\"");
-    sb_label(&b, x->uuid);
-    sb_add(&b, "\"} %" PRId64 "\n", x->device_used_bytes);
+    sb_add(&b, "gpufrac_gpu_memory_device_used_bytes");
+    gpu_labels(&b, x, host, true);
+    sb_add(&b, " %" PRId64 "\n", x->device_used_bytes);
   }
   sb_head(&b, "gpufrac_container_memory_limit_bytes", "gauge",
           "Device memory a container may allocate on a GPU (0: no limit).");
   for (uint32_t c = 0; c < n; c++)
     for (uint32_t k = 0; k < recs[c].g.ngpus; k++) {
       sb_add(&b, "gpufrac_container_memory_limit_bytes");
-      ctr_labels(&b, &recs[c], k);
+      ctr_labels(&b, &recs[c], (int)k, host);
       sb_add(&b, " %" PRIu64 "\n", recs[c].g.limit[k]);
     }
   sb_head(&b, "gpufrac_container_memory_used_bytes", "gauge",
@@ -273,26 +324,22 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
   for (uint32_t c = 0; c < n; c++)
     for (uint32_t k = 0; k < recs[c].g.ngpus; k++) {
       sb_add(&b, "gpufrac_container_memory_used_bytes");
-      ctr_labels(&b, &recs[c], k);
+      ctr_labels(&b, &recs[c], (int)k, host);
       sb_add(&b, " %" PRIu64 "\n", recs[c].used[k]);
     }
   sb_head(&b, "gpufrac_container_launch_waits_total", "counter",
           "Kernel launches that waited for the container's compute share.");
   for (uint32_t c = 0; c < n; c++) {
-    sb_add(&b, "gpufrac_container_launch_waits_total{pod_uid=\"");
-    sb_label(&b, recs[c].pod);
-    sb_add(&b, "\",container=\"");
-    sb_label(&b, recs[c].name);
-    sb_add(&b, "\"} %" PRIu64 "\n", recs[c].waits);
+    sb_add(&b, "gpufrac_container_launch_waits_total");
+    ctr_labels(&b, &recs[c], -1, host);
+    sb_add(&b, " %" PRIu64 "\n", recs[c].waits);
   }
   sb_head(&b, "gpufrac_container_throttled_seconds_total", "counter",
           "Time the container's launches waited for compute tokens.");
   for (uint32_t c = 0; c < n; c++) {
-    sb_add(&b, "gpufrac_container_throttled_seconds_total{pod_uid=\"");
-    sb_label(&b, recs[c].pod);
-    sb_add(&b, "\",container=\"");
-    sb_label(&b, recs[c].name);
-    sb_add(&b, "\"} %" PRIu64 ".%09" PRIu64 "\n",
+    sb_add(&b, "gpufrac_container_throttled_seconds_total");
+    ctr_labels(&b, &recs[c], -1, host);
+    sb_add(&b, " %" PRIu64 ".%09" PRIu64 "\n",
            recs[c].throttled_ns / 1000000000u,
            recs[c].throttled_ns % 1000000000u);
   }
@@ -302,12 +349,9 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
   for (uint32_t c = 0; c < n; c++) {
     if (!recs[c].util_bp)
       continue;
-    sb_add(&b, "gpufrac_container_gpu_utilization_ratio{pod_uid=\"");
-    sb_label(&b, recs[c].pod);
-    sb_add(&b, "\",container=\"");
-    sb_label(&b, recs[c].name);
-    sb_add(&b, "\"} %u.%04u\n", recs[c].util_bp / 10000,
-           recs[c].util_bp % 10000);
+    sb_add(&b, "gpufrac_container_gpu_utilization_ratio");
+    ctr_labels(&b, &recs[c], -1, host);
+    sb_add(&b, " %u.%04u\n", recs[c].util_bp / 10000, recs[c].util_bp % 10000);
   }
   sb_head(&b, "gpufrac_container_compute_correction", "gauge",
           "Factor on the container's compute refill from utilisation "
@@ -316,11 +360,9 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
     if (!recs[c].has_region)
       continue;
     uint32_t k = recs[c].corr ? recs[c].corr : 1000;
-    sb_add(&b, "gpufrac_container_compute_correction{pod_uid=\"");
-    sb_label(&b, recs[c].pod);
-    sb_add(&b, "\",container=\"");
-    sb_label(&b, recs[c].name);
-    sb_add(&b, "\"} %u.%03u\n", k / 1000, k % 1000);
+    sb_add(&b, "gpufrac_container_compute_correction");
+    ctr_labels(&b, &recs[c], -1, host);
+    sb_add(&b, " %u.%03u\n", k / 1000, k % 1000);
   }
   uint64_t waste = 0;
   for (uint32_t c = 0; c < n; c++)
@@ -329,13 +371,19 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
         waste += recs[c].g.limit[k] - recs[c].used[k];
   sb_head(&b, "gpufrac_node_memory_wasted_bytes", "gauge",
           "Device memory granted but not in use, summed over containers.");
-  sb_add(&b, "gpufrac_node_memory_wasted_bytes %" PRIu64 "\n", waste);
+  sb_add(&b, "gpufrac_node_memory_wasted_bytes");
+  node_labels(&b, host);
+  sb_add(&b, " %" PRIu64 "\n", waste);
   sb_head(&b, "gpufrac_node_containers", "gauge",
           "Containers with gpufrac files on this node.");
-  sb_add(&b, "gpufrac_node_containers %u\n", n);
+  sb_add(&b, "gpufrac_node_containers");
+  node_labels(&b, host);
+  sb_add(&b, " %u\n", n);
   sb_head(&b, "gpufrac_node_container_errors", "gauge",
           "Containers whose grant or region could not be read this scrape.");
-  sb_add(&b, "gpufrac_node_container_errors %u\n", errors);
+  sb_add(&b, "gpufrac_node_container_errors");
+  node_labels(&b, host);
+  sb_add(&b, " %u\n", errors);
   free(recs);
   if (b.failed || !b.p) {
     free(b.p);
@@ -354,6 +402,7 @@ struct gf_node_server {
   pthread_mutex_t mu;
   gf_node_gpus gpus;
   char state_dir[GF_NODE_PATH_MAX];
+  char hostname[GF_NAME_MAX]; /* the Hostname label; "" for none */
   uint16_t port;
 };
 
@@ -405,7 +454,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   char *body = NULL;
   size_t len = 0;
   gf_diag d = {""};
-  int rc = gf_node_metrics_text(snap, s->state_dir, &body, &len, &d);
+  char host[GF_NAME_MAX];
+  pthread_mutex_lock(&s->mu);
+  memcpy(host, s->hostname, sizeof(host));
+  pthread_mutex_unlock(&s->mu);
+  int rc = gf_node_metrics_text_host(snap, s->state_dir, host, &body, &len, &d);
   free(snap);
   if (rc) {
     char msg[GF_DIAG_MAX + 1];
@@ -476,6 +529,12 @@ int gf_node_server_start(const char *listen, const gf_node_gpus *g,
 void gf_node_server_set_gpus(gf_node_server *s, const gf_node_gpus *g) {
   pthread_mutex_lock(&s->mu);
   s->gpus = *g;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gf_node_server_set_hostname(gf_node_server *s, const char *hostname) {
+  pthread_mutex_lock(&s->mu);
+  gf__node_copy(s->hostname, sizeof(s->hostname), hostname ? hostname : "");
   pthread_mutex_unlock(&s->mu);
 }
 

@@ -60,6 +60,7 @@ void gf__node_each_container(const char *state_dir,
  * says: its GPUs in grant order, each with its memory limit and compute
  * percent (0 = none). */
 typedef struct gf__ctr_grant {
+  char ns[GF_NAME_MAX], name[GF_NAME_MAX]; /* the pod's; "" when absent */
   uint32_t ngpus;
   char uuid[GF_REGION_DEVICES][GF_UUID_MAX];
   uint64_t limit[GF_REGION_DEVICES];

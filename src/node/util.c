@@ -255,6 +255,12 @@ int gf__node_read_ctr_grant(const char *ctr_dir, gf__ctr_grant *g) {
       g->compute[i] = (uint32_t)json_integer_value(cp);
   }
   g->ngpus = (uint32_t)json_array_size(gpus);
+  const char *ns = json_string_value(json_object_get(root, "namespace"));
+  const char *nm = json_string_value(json_object_get(root, "name"));
+  if (ns && strlen(ns) < sizeof(g->ns))
+    gf__node_copy(g->ns, sizeof(g->ns), ns);
+  if (nm && strlen(nm) < sizeof(g->name))
+    gf__node_copy(g->name, sizeof(g->name), nm);
   rc = 0;
 out:
   json_decref(root);

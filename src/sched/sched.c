@@ -139,6 +139,7 @@ struct gf_sched {
   gf_binder binder;
   bool has_binder;
   size_t max_body;
+  unsigned accept; /* GF__ACCEPT_*: HAMi's and KAI's names (compat.c) */
   bool synced, leader;
   bool watched; /* an informer feeds nodes: requests never change them */
 
@@ -182,6 +183,7 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
     s->has_binder = cfg->binder->bind != NULL;
   }
   s->max_body = cfg && cfg->max_body ? cfg->max_body : GF_SCHED_MAX_BODY;
+  s->accept = cfg ? cfg->accept : 0;
   s->pend.max = cfg && cfg->pending_max ? cfg->pending_max : 4096;
   s->leader = true;
   s->c = gf_cluster_new();
@@ -381,6 +383,8 @@ static uint64_t models_mask(const gf_cluster *c, const char *models,
   *named = false;
   if (!models)
     return 0;
+  if (strncmp(models, GF__HAMI_MODELS, strlen(GF__HAMI_MODELS)) == 0)
+    return gf__hami_models_mask(c, models, named);
   const char *p = models;
   while (*p) {
     p += strspn(p, " |,");
@@ -936,7 +940,7 @@ int gf_sched_pod_update(gf_sched *s, const struct json_t *pod, gf_diag *d) {
   gf__pod *p = malloc(sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  int rc = gf__pod_parse((const json_t *)pod, p, d);
+  int rc = gf__pod_parse_ex((const json_t *)pod, s->accept, p, d);
   if (rc == 0) {
     pthread_mutex_lock(&s->mu);
     rc = pod_update_locked(s, p, d);
@@ -1187,9 +1191,15 @@ static void resolve(gf_sched *s, const gf__pod *p, gf_request *r, verdict *v) {
   v->kind = 0;
   if (named && r->model_mask == 0 && r->gpu_count) {
     v->kind = 2;
-    snprintf(v->why, sizeof(v->why),
-             "gpu-model '%.200s': no node in the cluster has this model",
-             p->models);
+    char hb[256];
+    if (strncmp(p->models, GF__HAMI_MODELS, strlen(GF__HAMI_MODELS)) == 0)
+      snprintf(v->why, sizeof(v->why),
+               "%s: no GPU model in the cluster is allowed",
+               gf__hami_models_text(p->models, hb, sizeof(hb)));
+    else
+      snprintf(v->why, sizeof(v->why),
+               "gpu-model '%.200s': no node in the cluster has this model",
+               p->models);
     gf__utf8_fix(v->why); /* the precision may cut a character */
   }
 }
@@ -1383,7 +1393,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   verdict v = {0, ""};
   gf_request r;
   memset(&r, 0, sizeof(r));
-  if (gf__pod_parse(a.pod, p, &d)) {
+  if (gf__pod_parse_ex(a.pod, s->accept, p, &d)) {
     v.kind = 2;
     snprintf(v.why, sizeof(v.why), "%s", d.msg);
     gf__utf8_fix(v.why);
@@ -1528,7 +1538,7 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
     out->status = 500;
     goto done;
   }
-  bool ok = gf__pod_parse(a.pod, p, &d) == 0;
+  bool ok = gf__pod_parse_ex(a.pod, s->accept, p, &d) == 0;
   pthread_mutex_lock(&s->mu);
   if (ensure_model(s) == 0)
     learn_nodes(s, &a, pn); /* Nodes sent in full, as filter does */

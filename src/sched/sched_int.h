@@ -18,6 +18,7 @@
 #include "gpufrac/diag.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/model.h"
+#include "gpufrac/sched.h"
 
 #define GF__UID_MAX 64     /* a pod UID (36 chars) with room to spare */
 #define GF__MODELS_MAX 256 /* the gpufrac.io/gpu-model annotation */
@@ -62,6 +63,53 @@ typedef struct gf__pod {
  * from one container.  Returns 0 or GF_ESYNTAX / GF_ERANGE / GF_EINVAL /
  * GF_ELIMIT with a sentence in d. */
 int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d);
+
+/* ---- HAMi's and KAI's names (compat.c, docs/migrating.md) -------------
+ * Read only when the extender accepts them (gf_sched_config.accept). */
+#define GF__ACCEPT_HAMI GF_SCHED_ACCEPT_HAMI
+#define GF__ACCEPT_KAI GF_SCHED_ACCEPT_KAI
+#define GF_HAMI_GPU "nvidia.com/gpu"
+#define GF_HAMI_GPUMEM "nvidia.com/gpumem"
+#define GF_HAMI_GPUMEM_PCT "nvidia.com/gpumem-percentage"
+#define GF_HAMI_GPUCORES "nvidia.com/gpucores"
+#define GF_HAMI_USE_TYPE "nvidia.com/use-gputype"
+#define GF_HAMI_NOUSE_TYPE "nvidia.com/nouse-gputype"
+#define GF_HAMI_USE_UUID "nvidia.com/use-gpuuuid"
+#define GF_HAMI_NOUSE_UUID "nvidia.com/nouse-gpuuuid"
+#define GF_KAI_FRACTION "gpu-fraction"
+#define GF_KAI_MEMORY "gpu-memory"
+#define GF_KAI_CONTAINER "gpu-fraction-container-name"
+#define GF_KAI_NUM_DEVICES "gpu-fraction-num-devices"
+/* gf__pod.models for HAMi's type annotations: this prefix, the use list,
+ * 0x1f, the nouse list (resolved by gf__hami_models_mask). */
+#define GF__HAMI_MODELS "hami-type:"
+
+/* What one container asks in HAMi's resource names (has_*: present). */
+typedef struct gf__hami_ask {
+  bool any, has_gpu, has_mem, has_pct, has_cores;
+  int64_t gpu, mem_mib, mem_pct, cores;
+} gf__hami_ask;
+
+/* Maps h onto r's GPU members (gpu_count, gpu_milli, gpu_mem_bytes,
+ * compute_pct).  GF_ERANGE / GF_EINVAL with a reason naming `where`. */
+int gf__hami_request(const gf__hami_ask *h, gf_request *r, const char *where,
+                     gf_diag *d);
+/* KAI's annotations (ann may be NULL) onto r's GPU members; *any: the pod
+ * asks that way at all.  GF_ESYNTAX / GF_ERANGE / GF_EINVAL. */
+int gf__kai_request(const json_t *ann, gf_request *r, bool *any, gf_diag *d);
+/* HAMi's type annotations into models[cap] (GF__HAMI_MODELS form; left
+ * as it is when there are none).  The UUID annotations are refused (GF_EINVAL),
+ * as is a gpufrac.io/gpu-model beside them; GF_ELIMIT when too long. */
+int gf__hami_models(const json_t *ann, char *models, size_t cap, gf_diag *d);
+/* The models of c a GF__HAMI_MODELS string allows; *named set true. */
+uint64_t gf__hami_models_mask(const gf_cluster *c, const char *models,
+                              bool *named);
+/* The annotations a GF__HAMI_MODELS string came from, for reasons. */
+const char *gf__hami_models_text(const char *models, char *buf, size_t cap);
+
+/* gf__pod_parse reading HAMi's and KAI's names too, as `accept` says. */
+int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
+                     gf_diag *d);
 
 /* A v1 Node: name, allocatable CPU and memory, and the inventory (ngpus 0
  * and *has_inventory false when the annotation is absent). */

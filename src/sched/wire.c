@@ -20,10 +20,11 @@ typedef struct amounts {
   int64_t gpu;         /* gpufrac.io/gpu */
   int64_t gpu_mem;     /* gpufrac.io/gpu-memory, bytes */
   int64_t gpu_compute; /* gpufrac.io/gpu-compute, percent */
+  gf__hami_ask hami;   /* HAMi's names, when accepted (compat.c) */
 } amounts;
 
 static bool any_gpu(const amounts *a) {
-  return a->gpu || a->gpu_mem || a->gpu_compute;
+  return a->gpu || a->gpu_mem || a->gpu_compute || a->hami.any;
 }
 
 /* Reads resource `res` of a ResourceList: a quantity string (or, leniently,
@@ -70,9 +71,38 @@ static int read_one(const json_t *resources, const char *res, gf_qty_unit unit,
   return rc;
 }
 
+/* HAMi's resource names of one container (nvidia.com/gpumem in MiB). */
+static int read_hami(const json_t *r, gf__hami_ask *h, const char *where,
+                     gf_diag *d) {
+  const char *names[4] = {GF_HAMI_GPU, GF_HAMI_GPUMEM, GF_HAMI_GPUMEM_PCT,
+                          GF_HAMI_GPUCORES};
+  int64_t *vals[4] = {&h->gpu, &h->mem_mib, &h->mem_pct, &h->cores};
+  bool *has[4] = {&h->has_gpu, &h->has_mem, &h->has_pct, &h->has_cores};
+  const json_t *req = gf__json_get(r, "requests");
+  const json_t *lim = gf__json_get(r, "limits");
+  for (int i = 0; i < 4; i++) {
+    bool found = false;
+    int rc = 0;
+    /* HAMi reads limits first: the same when both are set (the API server
+     * requires an extended resource's request to equal its limit). */
+    if (json_is_object(lim))
+      rc = read_res(lim, names[i], GF_QTY_UNIT, &found, vals[i], where, d);
+    if (!rc && !found && json_is_object(req))
+      rc = read_res(req, names[i], GF_QTY_UNIT, &found, vals[i], where, d);
+    if (rc)
+      return rc;
+    *has[i] = found;
+    h->any = h->any || found;
+  }
+  /* nvidia.com/gpu: 0 asks for nothing */
+  if (h->has_gpu && h->gpu == 0 && !h->has_mem && !h->has_pct && !h->has_cores)
+    h->any = h->has_gpu = false;
+  return 0;
+}
+
 static int read_amounts(const json_t *container, amounts *a, char *name,
                         size_t name_cap, const char *kind, size_t idx,
-                        gf_diag *d) {
+                        unsigned accept, gf_diag *d) {
   memset(a, 0, sizeof(*a));
   char where[96];
   snprintf(where, sizeof(where), "pod: %s[%zu]", kind, idx);
@@ -103,6 +133,25 @@ static int read_amounts(const json_t *container, amounts *a, char *name,
     return gf_diag_set(d, GF_ERANGE,
                        "%s: %s %" PRId64 ": a percent of one GPU, 1..100",
                        where, GF_RES_GPU_COMPUTE, a->gpu_compute);
+  if ((accept & GF__ACCEPT_HAMI) && (rc = read_hami(r, &a->hami, where, d)))
+    return rc;
+  if (a->hami.any && (a->gpu_mem || a->gpu_compute))
+    return gf_diag_set(d, GF_EINVAL,
+                       "%s: asks for a part of a GPU in both gpufrac.io and "
+                       "HAMi's nvidia.com names; use one",
+                       where);
+  /* gpufrac.io/gpu beside HAMi's names: the device plugin's slot (what
+   * makes kubelet call the agent), so the same count. */
+  if (a->hami.any && a->gpu && !a->hami.has_gpu) { /* the count, then */
+    a->hami.gpu = a->gpu;
+    a->hami.has_gpu = true;
+  }
+  int64_t hami_n = a->hami.has_gpu ? a->hami.gpu : 1;
+  if (a->hami.any && a->gpu && a->gpu != hami_n)
+    return gf_diag_set(d, GF_EINVAL,
+                       "%s: %s %" PRId64 " beside HAMi's names, which ask for "
+                       "%" PRId64 " GPUs: the two must agree",
+                       where, GF_RES_GPU, a->gpu, hami_n);
   return 0;
 }
 
@@ -112,7 +161,68 @@ static int64_t sat_add(int64_t a, int64_t b) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* The container a KAI pod's fraction goes to: the one its
+ * gpu-fraction-container-name annotation names, else the first app
+ * container.  r is filled already; checked here. */
+static int kai_container(const json_t *spec, const json_t *ann,
+                         const amounts *gpu, int ngpu_containers, gf__pod *out,
+                         gf_diag *d) {
+  /* A container may ask for gpufrac.io/gpu: 1 beside KAI's annotations:
+   * the device plugin's slot, not another request. */
+  if (ngpu_containers &&
+      (gpu->gpu != 1 || gpu->gpu_mem || gpu->gpu_compute || gpu->hami.any))
+    return gf_diag_set(d, GF_EINVAL,
+                       "Pod: annotation %s or %s with container '%s' asking "
+                       "for GPUs in its resources (beyond %s: 1): ask one way",
+                       GF_KAI_FRACTION, GF_KAI_MEMORY, out->container,
+                       GF_RES_GPU);
+  char slot_ctr[GF_CONTAINER_MAX];
+  memcpy(slot_ctr, out->container, sizeof(slot_ctr));
+  const json_t *cn = json_object_get(ann, GF_KAI_CONTAINER);
+  const json_t *cs = gf__json_get(spec, "containers");
+  const char *want = json_is_string(cn) ? json_string_value(cn) : NULL;
+  if (cn && !want)
+    return gf_diag_set(d, GF_ESYNTAX, "Pod: annotation %s is not a string",
+                       GF_KAI_CONTAINER);
+  size_t i;
+  const json_t *c;
+  json_array_foreach(cs, i, c) {
+    const char *name = json_string_value(gf__json_get(c, "name"));
+    if (name && (!want || strcmp(name, want) == 0)) {
+      if (ngpu_containers && strcmp(name, slot_ctr) != 0)
+        return gf_diag_set(d, GF_EINVAL,
+                           "Pod: the GPU part goes to container '%s' but "
+                           "container '%s' asks for %s",
+                           name, slot_ctr, GF_RES_GPU);
+      snprintf(out->container, sizeof(out->container), "%s", name);
+      gf_diag rd = {""};
+      int rc = gf_request_check(&out->req, &rd);
+      return rc ? gf_diag_set(d, rc, "Pod: %s", rd.msg) : 0;
+    }
+  }
+  if (!want)
+    return gf_diag_set(d, GF_ESYNTAX, "Pod: no app container to give the GPU");
+  const json_t *ics = gf__json_get(spec, "initContainers");
+  json_array_foreach(ics, i, c) {
+    const char *name = json_string_value(gf__json_get(c, "name"));
+    if (name && strcmp(name, want) == 0)
+      return gf_diag_set(d, GF_EINVAL,
+                         "Pod: annotation %s '%.64s' names an init "
+                         "container; gpufrac gives GPUs to app containers only",
+                         GF_KAI_CONTAINER, want);
+  }
+  return gf_diag_set(d, GF_EINVAL,
+                     "Pod: annotation %s '%.64s': the pod has no such "
+                     "container",
+                     GF_KAI_CONTAINER, want);
+}
+
 int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
+  return gf__pod_parse_ex(pod, 0, out, d);
+}
+
+int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
+                     gf_diag *d) {
   memset(out, 0, sizeof(*out));
   if (!json_is_object(pod))
     return gf_diag_set(d, GF_ESYNTAX, "Pod: not an object");
@@ -170,7 +280,8 @@ int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
   json_array_foreach(cs, i, c) {
     amounts a;
     char name[GF_CONTAINER_MAX];
-    if ((rc = read_amounts(c, &a, name, sizeof(name), "container", i, d)))
+    if ((rc = read_amounts(c, &a, name, sizeof(name), "container", i, accept,
+                           d)))
       return rc;
     sum.cpu = sat_add(sum.cpu, a.cpu);
     sum.mem = sat_add(sum.mem, a.mem);
@@ -194,8 +305,8 @@ int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
     json_array_foreach(ics, i, c) {
       amounts a;
       char name[GF_CONTAINER_MAX];
-      if ((rc =
-               read_amounts(c, &a, name, sizeof(name), "init container", i, d)))
+      if ((rc = read_amounts(c, &a, name, sizeof(name), "init container", i,
+                             accept, d)))
         return rc;
       if (any_gpu(&a))
         return gf_diag_set(d, GF_EINVAL,
@@ -241,6 +352,25 @@ int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
   r->cpu_milli = sum.cpu;
   r->mem_bytes = sum.mem;
   r->mode = GF_MODE_SHARED;
+  bool kai = false;
+  if ((accept & GF__ACCEPT_KAI) && (rc = gf__kai_request(ann, r, &kai, d)))
+    return rc;
+  /* HAMi's model annotations, for a pod asking for GPUs in any names */
+  if ((accept & GF__ACCEPT_HAMI) && (kai || any_gpu(&gpu)) &&
+      (rc = gf__hami_models(ann, out->models, sizeof(out->models), d)))
+    return rc;
+  if (kai)
+    return kai_container(spec, ann, &gpu, ngpu_containers, out, d);
+  if (gpu.hami.any) {
+    char where[GF_CONTAINER_MAX + 32];
+    snprintf(where, sizeof(where), "Pod: container '%s'", out->container);
+    if ((rc = gf__hami_request(&gpu.hami, r, where, d)))
+      return rc;
+    gf_diag rd = {""};
+    if ((rc = gf_request_check(r, &rd)))
+      return gf_diag_set(d, rc, "Pod: %s", rd.msg);
+    return 0;
+  }
   if (!any_gpu(&gpu))
     return 0;
   r->gpu_count = gpu.gpu ? (uint32_t)gpu.gpu : 1;
@@ -700,8 +830,21 @@ static int keep(json_t *dst, const json_t *src, const char *key) {
 }
 
 /* The resources the pod parser reads (read_one), exact names. */
-static const char *const slim_res[] = {"cpu", "memory", GF_RES_GPU,
-                                       GF_RES_GPU_MEMORY, GF_RES_GPU_COMPUTE};
+static const char *const slim_res[] = {"cpu",
+                                       "memory",
+                                       GF_RES_GPU,
+                                       GF_RES_GPU_MEMORY,
+                                       GF_RES_GPU_COMPUTE,
+                                       GF_HAMI_GPU,
+                                       GF_HAMI_GPUMEM,
+                                       GF_HAMI_GPUMEM_PCT,
+                                       GF_HAMI_GPUCORES};
+
+/* The annotations the pod parser reads besides the grant (HAMi's and
+ * KAI's whether or not they are accepted: the cache cannot know). */
+static const char *const slim_ann[] = {
+    GF_HAMI_USE_TYPE, GF_HAMI_NOUSE_TYPE, GF_HAMI_USE_UUID, GF_HAMI_NOUSE_UUID,
+    GF_KAI_FRACTION,  GF_KAI_MEMORY,      GF_KAI_CONTAINER, GF_KAI_NUM_DEVICES};
 
 /* A container's resources as read_one sees them: each resource from
  * requests, else from limits, all in one "requests" object.  Anything that
@@ -779,6 +922,11 @@ json_t *gf_sched_pod_slim(const json_t *pod) {
           keep(a, ann, GF_ANN_GPU_MODEL) ||
           (g && json_object_set_new(a, GF_GRANT_ANNOTATION, json_deep_copy(g))))
         goto fail;
+      for (size_t k = 0; k < sizeof(slim_ann) / sizeof(slim_ann[0]); k++) {
+        const json_t *v = json_object_get(ann, slim_ann[k]);
+        if (v && json_object_set_new(a, slim_ann[k], json_deep_copy(v)))
+          goto fail;
+      }
     } else if (ann && keep(m, meta, "annotations")) {
       goto fail;
     }

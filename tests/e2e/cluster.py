@@ -322,12 +322,14 @@ class Cluster:
         log("kube-controller-manager%s running" %
             (" and kube-scheduler" if scheduler else ""))
 
-    def start_scheduler(self, extender=True, extra_args=(), qps=None):
+    def start_scheduler(self, extender=True, extra_args=(), qps=None, managed=()):
         """kube-scheduler with deploy/'s configuration (without its
-        extenders stanza when extender is false: kube-scheduler alone)."""
+        extenders stanza when extender is false: kube-scheduler alone;
+        managed: more managedResources for the extender, each
+        ignoredByScheduler, as docs/migrating.md adds HAMi's)."""
         sched_kc = kubeconfig(self.path("scheduler.kubeconfig"), self.server, self.ca,
                               self.path("scheduler.crt"), self.path("scheduler.key"))
-        cfg = self.scheduler_config(sched_kc, extender, qps)
+        cfg = self.scheduler_config(sched_kc, extender, qps, managed)
         self.procs["kube-scheduler"] = Proc("kube-scheduler", [
             os.path.join(self.bin, "kube-scheduler"), "--config", cfg,
             "--authentication-kubeconfig", sched_kc,
@@ -338,7 +340,7 @@ class Cluster:
                  lambda: self._alive("kube-scheduler") and
                  self.scheduler_get("/healthz") == "ok", 60)
 
-    def scheduler_config(self, kc, extender=True, qps=None):
+    def scheduler_config(self, kc, extender=True, qps=None, managed=()):
         """deploy/kube-scheduler-config.yaml with exactly two values
         changed: the kubeconfig and the extender's urlPrefix.  Without the
         extender, the extenders stanza (the file's last) is left out."""
@@ -361,6 +363,12 @@ class Cluster:
                     "urlPrefix: http://127.0.0.1:%d/gpufrac" % self.ext_port
                 seen.add("urlPrefix")
             out.append(line)
+        if managed:  # after the file's last stanza, managedResources
+            ind = [ln for ln in out if ln.strip().startswith("- name:")][-1]
+            ind = ind[:ind.index("- name:")]
+            for name in managed:
+                out += ["%s- name: %s" % (ind, name),
+                        "%s  ignoredByScheduler: true" % ind]
         if seen != {"kubeconfig", "urlPrefix"}:
             raise Failure("deploy/kube-scheduler-config.yaml: expected a "
                           "kubeconfig and an extender urlPrefix, found %s" %

@@ -50,7 +50,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
   gf_binder b = {NULL, bind};
-  gf_sched_config cfg = {.binder = &b, .max_body = 1 << 16, .pending_max = 8};
+  /* HAMi's and KAI's names read too (--accept hami,kai): their parsing is
+   * fed the same bodies. */
+  gf_sched_config cfg = {.binder = &b,
+                         .max_body = 1 << 16,
+                         .pending_max = 8,
+                         .accept = GF_SCHED_ACCEPT_HAMI | GF_SCHED_ACCEPT_KAI};
   gf_sched *s;
   if (gf_sched_new(&cfg, &s, NULL))
     abort();

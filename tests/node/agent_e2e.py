@@ -258,8 +258,9 @@ class Scenarios:
         eq(conf, want, "shim.conf of %s" % name)
         with open(os.path.join(d, "grant.json")) as f:
             g = json.load(f)
+        # namespace and name: the metrics' pod and namespace labels
         eq(g, {"version": 1, "pod": "uid-%s-%s" % (NS, name),
-               "container": "main",
+               "container": "main", "namespace": NS, "name": name,
                "gpus": [{"uuid": uuid, "index": gpu, "memory": mem,
                          "compute": compute}]}, "grant.json of %s" % name)
         st = os.stat(os.path.join(d, "region"))

@@ -984,24 +984,30 @@ static void test_metrics(void **state) {
   assert_int_equal(strlen(text), len);
   check_exposition(text);
   char pre[300];
-  snprintf(pre, sizeof(pre), "gpufrac_gpu_memory_total_bytes{gpu=\"%s\"}",
-           g.gpus[0].uuid);
+  snprintf(pre, sizeof(pre),
+           "gpufrac_gpu_memory_total_bytes{gpu=\"%s\",UUID=\"%s\","
+           "modelName=\"L40S-48GB\"}",
+           g.gpus[0].uuid, g.gpus[0].uuid);
   assert_true(sample(text, pre) == (double)(48 * GiB));
-  snprintf(pre, sizeof(pre), "gpufrac_gpu_memory_granted_bytes{gpu=\"%s\"}",
-           g.gpus[0].uuid);
+  snprintf(pre, sizeof(pre),
+           "gpufrac_gpu_memory_granted_bytes{gpu=\"%s\",UUID=\"%s\","
+           "modelName=\"L40S-48GB\"}",
+           g.gpus[0].uuid, g.gpus[0].uuid);
   assert_true(sample(text, pre) == (double)(16 * GiB));
-  snprintf(pre, sizeof(pre), "gpufrac_gpu_memory_used_bytes{gpu=\"%s\"}",
-           g.gpus[0].uuid);
+  snprintf(pre, sizeof(pre),
+           "gpufrac_gpu_memory_used_bytes{gpu=\"%s\",UUID=\"%s\","
+           "modelName=\"L40S-48GB\"}",
+           g.gpus[0].uuid, g.gpus[0].uuid);
   assert_true(sample(text, pre) == (double)(4 * GiB));
   snprintf(pre, sizeof(pre),
            "gpufrac_container_memory_used_bytes{pod_uid=\"pod-a\","
-           "container=\"main\",gpu=\"%s\"}",
-           g.gpus[0].uuid);
+           "container=\"main\",gpu=\"%s\",UUID=\"%s\"}",
+           g.gpus[0].uuid, g.gpus[0].uuid);
   assert_true(sample(text, pre) == (double)(3 * GiB));
   snprintf(pre, sizeof(pre),
            "gpufrac_container_memory_limit_bytes{pod_uid=\"pod-b\","
-           "container=\"main\",gpu=\"%s\"}",
-           g.gpus[0].uuid);
+           "container=\"main\",gpu=\"%s\",UUID=\"%s\"}",
+           g.gpus[0].uuid, g.gpus[0].uuid);
   assert_true(sample(text, pre) == (double)(6 * GiB));
   assert_true(sample(text, "gpufrac_node_memory_wasted_bytes") ==
               (double)(12 * GiB));
@@ -1010,6 +1016,52 @@ static void test_metrics(void **state) {
   assert_non_null(strstr(text, "model=\"we\\\"ird\\\\mo\\ndel\""));
   assert_non_null(
       strstr(text, "# TYPE gpufrac_node_memory_wasted_bytes gauge"));
+  free(text);
+}
+
+/* DCGM exporter's labels (issue 19): Hostname on every series, and a
+ * container's pod and namespace when its grant.json names them, so the two
+ * exporters' series join on UUID, Hostname, pod and namespace. */
+static void test_metrics_dcgm_labels(void **state) {
+  (void)state;
+  gf_node_gpus g;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_discover_fake("1xL40S-48GB", &g, &d), 0);
+  gf_grant_container c;
+  memset(&c, 0, sizeof(c));
+  snprintf(c.name, sizeof(c.name), "main");
+  c.ngpus = 1;
+  c.gpus[0] = (gf_grant_gpu){0, "", 2 * (int64_t)GiB, 20};
+  snprintf(c.gpus[0].uuid, GF_UUID_MAX, "%s", g.gpus[0].uuid);
+  gf_node_ctr_paths p;
+  assert_int_equal(gf_node_prepare_container_for(tmpdir, "uid-9", "ml",
+                                                 "infer-0", &c, NULL, &p, &d),
+                   0);
+  char *text = NULL;
+  size_t len = 0;
+  assert_int_equal(
+      gf_node_metrics_text_host(&g, tmpdir, "node-7", &text, &len, &d), 0);
+  check_exposition(text);
+  char pre[400];
+  const char *u = g.gpus[0].uuid;
+  snprintf(pre, sizeof(pre),
+           "gpufrac_gpu_memory_granted_bytes{gpu=\"%s\",UUID=\"%s\","
+           "modelName=\"L40S-48GB\",Hostname=\"node-7\"}",
+           u, u);
+  assert_true(sample(text, pre) == (double)(2 * GiB));
+  snprintf(pre, sizeof(pre),
+           "gpufrac_container_memory_limit_bytes{pod_uid=\"uid-9\","
+           "container=\"main\",gpu=\"%s\",UUID=\"%s\",pod=\"infer-0\","
+           "namespace=\"ml\",Hostname=\"node-7\"}",
+           u, u);
+  assert_true(sample(text, pre) == (double)(2 * GiB));
+  assert_true(sample(text, "gpufrac_container_launch_waits_total{pod_uid="
+                           "\"uid-9\",container=\"main\",pod=\"infer-0\","
+                           "namespace=\"ml\",Hostname=\"node-7\"}") == 0);
+  assert_true(sample(text, "gpufrac_node_containers{Hostname=\"node-7\"}") ==
+              1);
+  assert_non_null(strstr(text, "gpufrac_gpu_info{gpu=\""));
+  assert_non_null(strstr(text, ",mode=\"shared\",UUID=\""));
   free(text);
 }
 
@@ -1064,6 +1116,10 @@ static void test_server(void **state) {
   http(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
   assert_non_null(strstr(buf, "gpufrac_gpu_healthy{gpu=\"GPU-"));
   assert_non_null(strstr(buf, "\"} 0\n"));
+  /* The Hostname label, once the agent knows its node. */
+  gf_node_server_set_hostname(s, "node-x");
+  http(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+  assert_non_null(strstr(buf, ",Hostname=\"node-x\"} 0\n"));
   gf_node_server_stop(s);
   assert_int_equal(gf_node_server_start("127.0.0.1:x", &g, tmpdir, &s, &d),
                    GF_EINVAL);
@@ -1084,6 +1140,8 @@ int main(void) {
       cmocka_unit_test(test_shim_config),
       cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_metrics, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_metrics_dcgm_labels, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_server, setup_tmp, teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -102,7 +102,7 @@ out=$(cat "$tmp/serve.log"); has serve-no-api "no API server"
 GF_FAKE_NVML='NVIDIA A100-SXM4-80GB=81920;NVIDIA A100-SXM4-80GB=81920;NVIDIA A100-SXM4-80GB=81920' \
 GF_FAKE_NVML_XID_FILE="$tmp/xids" GF_FAKE_NVML_UTIL="37,5" LD_LIBRARY_PATH="$FAKE_NVML_DIR" \
   env -u KUBERNETES_SERVICE_HOST "$NODE_CLI" --state-dir "$tmp" \
-  --cdi-dir "$tmp/cdi3" --listen 127.0.0.1:0 2>"$tmp/xid.log" &
+  --cdi-dir "$tmp/cdi3" --listen 127.0.0.1:0 --node-name cli-node 2>"$tmp/xid.log" &
 pid=$!
 for _ in $(seq 50); do grep -q 'metrics on port' "$tmp/xid.log" && break; sleep 0.1; done
 port=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/xid.log")
@@ -113,21 +113,24 @@ exec 3<>"/dev/tcp/127.0.0.1/$port"
 printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
 out=$(cat <&3); exec 3<&-
 kill -TERM "$pid"; wait "$pid"
-healthy() { grep "^gpufrac_gpu_healthy{gpu=\"GPU-00000000-1111-2222-3333-00000000000$1\"}" <<<"$out" | awk '{print $NF}'; }
+# Every GPU series also carries DCGM exporter's UUID, modelName and Hostname.
+U=GPU-00000000-1111-2222-3333-00000000000
+L=',modelName="A100-SXM4-80GB",Hostname="cli-node"}'
+healthy() { grep "^gpufrac_gpu_healthy{gpu=\"$U$1\",UUID=\"$U$1\"$L" <<<"$out" | awk '{print $NF}'; }
 [ "$(healthy 0)" = 1 ] || { echo "FAIL xid: GPU 0 (Xid 13, an application error) should stay healthy"; echo "$out" | grep healthy; fails=$((fails + 1)); }
 [ "$(healthy 1)" = 0 ] || { echo "FAIL xid: GPU 1 (Xid 79) should be unhealthy"; echo "$out" | grep healthy; fails=$((fails + 1)); }
 [ "$(healthy 2)" = 1 ] || { echo "FAIL xid: GPU 2 should stay healthy"; fails=$((fails + 1)); }
 # Live telemetry from NVML: utilisation where NVML answers (GPU 2 has none
 # in GF_FAKE_NVML_UTIL: no series), device memory in use.
-has telemetry 'gpufrac_gpu_utilization_ratio{gpu="GPU-00000000-1111-2222-3333-000000000000"} 0.37'
-has telemetry 'gpufrac_gpu_utilization_ratio{gpu="GPU-00000000-1111-2222-3333-000000000001"} 0.05'
+has telemetry "gpufrac_gpu_utilization_ratio{gpu=\"${U}0\",UUID=\"${U}0\"$L 0.37"
+has telemetry "gpufrac_gpu_utilization_ratio{gpu=\"${U}1\",UUID=\"${U}1\"$L 0.05"
 if grep -q 'gpufrac_gpu_utilization_ratio{gpu="GPU-00000000-1111-2222-3333-000000000002"' <<<"$out"; then
   echo "FAIL telemetry: GPU 2 has no utilisation sample but got a series"; fails=$((fails + 1))
 fi
-has telemetry 'gpufrac_gpu_memory_device_used_bytes{gpu="GPU-00000000-1111-2222-3333-000000000000"} 0'
-has telemetry 'gpufrac_gpu_compute_granted_ratio{gpu="GPU-00000000-1111-2222-3333-000000000000"} 0.30'
-has feedback 'gpufrac_container_gpu_utilization_ratio{pod_uid="fb-pod",container="main"} 0.3700'
-has feedback 'gpufrac_container_compute_correction{pod_uid="fb-pod",container="main"} 1.000'
+has telemetry "gpufrac_gpu_memory_device_used_bytes{gpu=\"${U}0\",UUID=\"${U}0\"$L 0"
+has telemetry "gpufrac_gpu_compute_granted_ratio{gpu=\"${U}0\",UUID=\"${U}0\"$L 0.30"
+has feedback 'gpufrac_container_gpu_utilization_ratio{pod_uid="fb-pod",container="main",Hostname="cli-node"} 0.3700'
+has feedback 'gpufrac_container_compute_correction{pod_uid="fb-pod",container="main",Hostname="cli-node"} 1.000'
 out=$(cat "$tmp/xid.log")
 has xid-log 'Xid 13 on GPU-00000000-1111-2222-3333-000000000000 (an application error'
 has xid-log 'Xid 79 on GPU-00000000-1111-2222-3333-000000000001: GPU marked unhealthy'

@@ -1,0 +1,840 @@
+/*
+ * `kubectl gpufrac ...` (the plugin: gpufrac called as kubectl-gpufrac, a
+ * symlink the build makes) and `gpufrac kubectl ...`: the cluster's GPU
+ * shares as kubectl would show them (docs/kubectl.md).
+ *
+ *   top                    per node and GPU: shares, compute granted,
+ *                          memory used / granted, holders
+ *   describe pod NAME      a pod's grant: node, container, GPUs, and what
+ *                          kube-scheduler said about it
+ *   why-pending POD        kube-scheduler's FailedScheduling reasons
+ *                          (the extender's among them) and, with
+ *                          --extender URL, the extender's reason per node
+ *
+ * Read-only: GET and LIST through the API server (src/kube), plus one POST
+ * /filter to the extender when --extender is given.  The agents' metrics
+ * are read through the API server's pod proxy
+ * (/api/v1/namespaces/NS/pods/POD:PORT/proxy/metrics), so the command needs
+ * no route to pod IPs, only kubectl's own credentials (pods/proxy get in
+ * the agents' namespace).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gpufrac/error.h"
+#include "gpufrac/grant.h"
+#include "gpufrac/kube.h"
+
+#define PAGE 500
+#define MAX_COLS 9
+
+typedef struct kopts {
+  const char *kubeconfig, *context, *ns, *output, *agent_ns, *extender;
+  bool all_ns;
+} kopts;
+
+static void usage(FILE *fp) {
+  fprintf(fp,
+          "usage: kubectl gpufrac top [-A | -n NS] [-o json|yaml]\n"
+          "       kubectl gpufrac describe pod NAME [-n NS] [-o json|yaml]\n"
+          "       kubectl gpufrac why-pending POD [-n NS] [--extender URL]\n"
+          "                                   [-o json|yaml]\n"
+          "  (or: gpufrac kubectl ...)\n"
+          "\n"
+          "gpufrac's GPU shares as the API server and the node agents see "
+          "them\n(docs/kubectl.md).\n"
+          "\n"
+          "  --kubeconfig PATH   kubeconfig (default $KUBECONFIG, then\n"
+          "                      ~/.kube/config)\n"
+          "  --context NAME      kubeconfig context (default current)\n"
+          "  -n, --namespace NS  the pods' namespace (default the context's,\n"
+          "                      then default); top: only pods there\n"
+          "  -A, --all-namespaces  top: pods of every namespace (default)\n"
+          "  -o, --output FMT    json or yaml instead of columns\n"
+          "  --agent-namespace NS  where the node agents run (default\n"
+          "                      gpufrac-system)\n"
+          "  --extender URL      why-pending: also ask the extender's /filter\n"
+          "                      at URL (its urlPrefix) for each node's "
+          "reason\n");
+}
+
+/* ---- output -------------------------------------------------------------*/
+
+/* YAML for a JSON value: block style, strings double-quoted JSON-style
+ * (valid YAML), at indent `ind`. */
+static void yaml_scalar(FILE *f, const json_t *v) {
+  if (json_is_string(v)) {
+    char *s = json_dumps(v, JSON_ENCODE_ANY);
+    fputs(s ? s : "\"\"", f);
+    free(s);
+  } else {
+    char *s = json_dumps(v, JSON_ENCODE_ANY);
+    fputs(s ? s : "null", f);
+    free(s);
+  }
+}
+
+static bool yaml_empty(const json_t *v) {
+  return (json_is_object(v) && json_object_size(v) == 0) ||
+         (json_is_array(v) && json_array_size(v) == 0);
+}
+
+static void yaml_value(FILE *f, const json_t *v, int ind);
+
+static void yaml_nested(FILE *f, const json_t *v, int ind) {
+  if (yaml_empty(v)) {
+    fputs(json_is_object(v) ? " {}\n" : " []\n", f);
+  } else if (json_is_object(v) || json_is_array(v)) {
+    fputc('\n', f);
+    yaml_value(f, v, ind + 2);
+  } else {
+    fputc(' ', f);
+    yaml_scalar(f, v);
+    fputc('\n', f);
+  }
+}
+
+static void yaml_value(FILE *f, const json_t *v, int ind) {
+  if (json_is_object(v)) {
+    const char *k;
+    const json_t *x;
+    json_object_foreach((json_t *)v, k, x) {
+      json_t *key = json_string(k);
+      fprintf(f, "%*s", ind, "");
+      yaml_scalar(f, key);
+      json_decref(key);
+      fputc(':', f);
+      yaml_nested(f, x, ind);
+    }
+  } else if (json_is_array(v)) {
+    size_t i;
+    const json_t *x;
+    json_array_foreach(v, i, x) {
+      fprintf(f, "%*s-", ind, "");
+      yaml_nested(f, x, ind);
+    }
+  } else {
+    fprintf(f, "%*s", ind, "");
+    yaml_scalar(f, v);
+    fputc('\n', f);
+  }
+}
+
+/* Prints doc as -o asks (json, yaml).  0, or GF_EXIT_USAGE for another
+ * format. */
+static int print_doc(const kopts *o, const json_t *doc) {
+  if (strcmp(o->output, "json") == 0) {
+    char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!s)
+      return GF_EXIT_FAIL;
+    printf("%s\n", s);
+    free(s);
+    return GF_EXIT_OK;
+  }
+  yaml_value(stdout, doc, 0);
+  return GF_EXIT_OK;
+}
+
+/* A table: rows of up to MAX_COLS cells, printed with kubectl's layout
+ * (upper-case header, columns three spaces apart). */
+typedef struct table {
+  int ncols;
+  const char *head[MAX_COLS];
+  json_t *rows; /* array of arrays of strings */
+} table;
+
+static void table_print(const table *t) {
+  size_t w[MAX_COLS] = {0};
+  for (int c = 0; c < t->ncols; c++)
+    w[c] = strlen(t->head[c]);
+  size_t i;
+  const json_t *r;
+  json_array_foreach(t->rows, i, r) {
+    for (int c = 0; c < t->ncols; c++) {
+      size_t l = strlen(json_string_value(json_array_get(r, (size_t)c)));
+      if (l > w[c])
+        w[c] = l;
+    }
+  }
+  for (int c = 0; c < t->ncols; c++)
+    printf("%-*s%s", c + 1 < t->ncols ? (int)w[c] : 0, t->head[c],
+           c + 1 < t->ncols ? "   " : "\n");
+  json_array_foreach(t->rows, i, r) {
+    for (int c = 0; c < t->ncols; c++)
+      printf("%-*s%s", c + 1 < t->ncols ? (int)w[c] : 0,
+             json_string_value(json_array_get(r, (size_t)c)),
+             c + 1 < t->ncols ? "   " : "\n");
+  }
+}
+
+static void fmt_bytes(int64_t b, char *buf, size_t cap) {
+  static const char *const u[] = {"", "Ki", "Mi", "Gi", "Ti"};
+  int k = 0;
+  double v = (double)b;
+  while (v >= 1024 && k < 4) {
+    v /= 1024;
+    k++;
+  }
+  if (k == 0 || v >= 100 || v == (double)(int64_t)v)
+    snprintf(buf, cap, "%.0f%s", v, u[k]);
+  else
+    snprintf(buf, cap, "%.1f%s", v, u[k]);
+}
+
+/* ---- the API server -----------------------------------------------------*/
+
+static int connect_kube(const kopts *o, gf_kube_config **kc, gf_kube **k) {
+  char path[4096];
+  const char *p = o->kubeconfig;
+  if (!p) {
+    const char *env = getenv("KUBECONFIG");
+    if (env && *env) {
+      size_t l = strcspn(env, ":"); /* the first file of the list */
+      snprintf(path, sizeof(path), "%.*s", (int)l, env);
+    } else {
+      const char *home = getenv("HOME");
+      snprintf(path, sizeof(path), "%s/.kube/config", home ? home : "");
+    }
+    p = path;
+  }
+  gf_diag d = {""};
+  if (gf_kube_config_from_kubeconfig(kc, p, o->context, &d)) {
+    fprintf(stderr, "kubectl gpufrac: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  if (gf_kube_new(k, *kc, NULL, &d)) {
+    fprintf(stderr, "kubectl gpufrac: %s\n", d.msg);
+    gf_kube_config_free(*kc);
+    return GF_EXIT_FAIL;
+  }
+  return 0;
+}
+
+static json_t *list(gf_kube *k, const char *path, const char *label) {
+  gf_kube_list_opts lo = {.limit = PAGE, .label_selector = label};
+  json_t *l = NULL;
+  gf_diag d = {""};
+  if (gf_kube_list_all(k, path, &lo, &l, &d)) {
+    fprintf(stderr, "kubectl gpufrac: %s\n", d.msg);
+    return NULL;
+  }
+  return l;
+}
+
+static const char *jstr(const json_t *o, const char *a, const char *b) {
+  const json_t *x = json_object_get(o, a);
+  if (b)
+    x = json_object_get(x, b);
+  return json_is_string(x) ? json_string_value(x) : "";
+}
+
+static const char *annotation(const json_t *obj, const char *key) {
+  const json_t *a =
+      json_object_get(json_object_get(obj, "metadata"), "annotations");
+  const json_t *v = json_object_get(a, key);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static const char *ns_of(const kopts *o, gf_kube_config *kc) {
+  if (o->ns)
+    return o->ns;
+  const char *n = gf_kube_config_namespace(kc);
+  return n && *n ? n : "default";
+}
+
+/* ---- top ----------------------------------------------------------------*/
+
+/* The value of `metric{...gpu="uuid"...}` in a Prometheus text body, or -1
+ * when absent. */
+static double metric_for(const char *text, const char *metric,
+                         const char *uuid) {
+  char key[256];
+  snprintf(key, sizeof(key), "gpu=\"%s\"", uuid);
+  size_t ml = strlen(metric);
+  for (const char *p = text; p && *p;) {
+    const char *e = strchr(p, '\n');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    char line[1024];
+    if (len > ml && len < sizeof(line) && strncmp(p, metric, ml) == 0 &&
+        p[ml] == '{') {
+      const char *close = memchr(p, '}', len);
+      snprintf(line, sizeof(line), "%.*s", (int)len, p);
+      if (close && strstr(line, key) &&
+          strstr(line, key) < line + (close - p)) {
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(line + (close - p) + 1, &end);
+        if (end != line + (close - p) + 1 && errno == 0)
+          return v;
+      }
+    }
+    p = e ? e + 1 : NULL;
+  }
+  return -1;
+}
+
+/* The agent pod on node and its metrics port (the container port named
+ * metrics; 9473 when none is named). */
+static const json_t *agent_on(const json_t *agents, const char *node,
+                              int *port) {
+  size_t i;
+  const json_t *p;
+  json_array_foreach(json_object_get(agents, "items"), i, p) {
+    if (strcmp(jstr(p, "spec", "nodeName"), node) != 0)
+      continue;
+    *port = 9473;
+    size_t ci, pi;
+    const json_t *c, *cp;
+    json_array_foreach(
+        json_object_get(json_object_get(p, "spec"), "containers"), ci, c) {
+      json_array_foreach(json_object_get(c, "ports"), pi, cp) {
+        if (strcmp(jstr(cp, "name", NULL), "metrics") == 0 &&
+            json_is_integer(json_object_get(cp, "containerPort")))
+          *port = (int)json_integer_value(json_object_get(cp, "containerPort"));
+      }
+    }
+    return p;
+  }
+  return NULL;
+}
+
+/* What the grants of pods hold on one GPU (uuid). */
+typedef struct held {
+  int shares, compute;
+  int64_t mem;
+  bool unlimited; /* a holder with no memory limit */
+  json_t *holders;
+} held;
+
+static void held_on(const json_t *pods, const char *node, const char *uuid,
+                    held *h) {
+  memset(h, 0, sizeof(*h));
+  h->holders = json_array();
+  size_t i;
+  const json_t *p;
+  json_array_foreach(json_object_get(pods, "items"), i, p) {
+    const char *phase = jstr(p, "status", "phase");
+    if (strcmp(jstr(p, "spec", "nodeName"), node) != 0 ||
+        strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)
+      continue;
+    const char *gt = annotation(p, GF_GRANT_ANNOTATION);
+    gf_grant g;
+    gf_diag d = {""};
+    if (!gt || gf_grant_parse(gt, strlen(gt), &g, &d))
+      continue;
+    for (uint32_t c = 0; c < g.ncontainers; c++)
+      for (uint32_t k = 0; k < g.containers[c].ngpus; k++) {
+        const gf_grant_gpu *gg = &g.containers[c].gpus[k];
+        if (strcmp(gg->uuid, uuid) != 0)
+          continue;
+        h->shares++;
+        h->compute += gg->compute_pct;
+        h->mem += gg->mem_bytes;
+        h->unlimited = h->unlimited || gg->mem_bytes == 0;
+        char who[2 * GF_NAME_MAX + 2];
+        snprintf(who, sizeof(who), "%s/%s", jstr(p, "metadata", "namespace"),
+                 jstr(p, "metadata", "name"));
+        json_array_append_new(h->holders, json_string(who));
+      }
+  }
+}
+
+static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
+  char podpath[512];
+  if (o->all_ns || !o->ns)
+    snprintf(podpath, sizeof(podpath), "/api/v1/pods");
+  else
+    snprintf(podpath, sizeof(podpath), "/api/v1/namespaces/%s/pods",
+             ns_of(o, kc));
+  char agentpath[512];
+  snprintf(agentpath, sizeof(agentpath), "/api/v1/namespaces/%s/pods",
+           o->agent_ns);
+  json_t *nodes = list(k, "/api/v1/nodes", NULL);
+  json_t *pods = nodes ? list(k, podpath, NULL) : NULL;
+  json_t *agents =
+      pods ? list(k, agentpath, "app.kubernetes.io/name=gpufrac-node") : NULL;
+  if (!agents) {
+    json_decref(nodes);
+    json_decref(pods);
+    return GF_EXIT_FAIL;
+  }
+  json_t *doc = json_array();
+  table t = {9,
+             {"NODE", "GPU", "MODEL", "SHARES", "COMPUTE", "MEM-USED",
+              "MEM-GRANTED", "MEM-TOTAL", "HOLDERS"},
+             json_array()};
+  int rc = GF_EXIT_OK;
+  size_t i;
+  const json_t *n;
+  json_array_foreach(json_object_get(nodes, "items"), i, n) {
+    const char *name = jstr(n, "metadata", "name");
+    const char *it = annotation(n, GF_INVENTORY_ANNOTATION);
+    gf_inventory inv;
+    gf_diag d = {""};
+    if (!it)
+      continue; /* not a gpufrac node */
+    if (gf_inventory_parse(it, strlen(it), &inv, &d)) {
+      fprintf(stderr, "kubectl gpufrac: node %s: %s\n", name, d.msg);
+      continue;
+    }
+    int port = 0;
+    const json_t *ap = agent_on(agents, name, &port);
+    char *text = NULL;
+    if (!ap) {
+      fprintf(stderr,
+              "kubectl gpufrac: node %s: no gpufrac-node pod in %s; memory "
+              "used unknown\n",
+              name, o->agent_ns);
+    } else {
+      char mp[1024];
+      snprintf(mp, sizeof(mp), "/api/v1/namespaces/%s/pods/%s:%d/proxy/metrics",
+               o->agent_ns, jstr(ap, "metadata", "name"), port);
+      size_t len = 0;
+      gf_diag md = {""};
+      if (gf_kube_get_text(k, mp, &text, &len, &md))
+        fprintf(stderr, "kubectl gpufrac: node %s: agent metrics: %s\n", name,
+                md.msg);
+    }
+    for (uint32_t g = 0; g < inv.ngpus; g++) {
+      const gf_inventory_gpu *ig = &inv.gpus[g];
+      held h;
+      held_on(pods, name, ig->uuid, &h);
+      double used =
+          text ? metric_for(text, "gpufrac_gpu_memory_used_bytes", ig->uuid)
+               : -1;
+      char idx[16], sh[16], cp[16], mu[32], mg[32], mt[32];
+      snprintf(idx, sizeof(idx), "%u", ig->index);
+      snprintf(sh, sizeof(sh), "%d", h.shares);
+      snprintf(cp, sizeof(cp), "%d%%", h.compute);
+      if (used >= 0)
+        fmt_bytes((int64_t)used, mu, sizeof(mu));
+      else
+        snprintf(mu, sizeof(mu), "<unknown>");
+      if (h.unlimited)
+        snprintf(mg, sizeof(mg), "all");
+      else
+        fmt_bytes(h.mem, mg, sizeof(mg));
+      fmt_bytes(ig->mem_bytes, mt, sizeof(mt));
+      char *hs = NULL;
+      size_t hl = 0;
+      FILE *hf = open_memstream(&hs, &hl);
+      size_t hi;
+      const json_t *hv;
+      json_array_foreach(h.holders, hi, hv)
+          fprintf(hf, "%s%s", hi ? "," : "", json_string_value(hv));
+      fclose(hf);
+      json_array_append_new(t.rows, json_pack("[sssssssss]", name, idx,
+                                              ig->model, sh, cp, mu, mg, mt,
+                                              hs && *hs ? hs : "<none>"));
+      free(hs);
+      json_t *row = json_pack(
+          "{s:s,s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:o}", "node", name, "gpu",
+          (int)ig->index, "UUID", ig->uuid, "modelName", ig->model, "shares",
+          h.shares, "computeGrantedPercent", h.compute, "memoryGrantedBytes",
+          (json_int_t)h.mem, "memoryTotalBytes", (json_int_t)ig->mem_bytes,
+          "holders", h.holders);
+      json_object_set_new(row, "memoryUsedBytes",
+                          used >= 0 ? json_integer((json_int_t)used)
+                                    : json_null());
+      json_object_set_new(row, "memoryUnlimitedHolder",
+                          json_boolean(h.unlimited));
+      json_array_append_new(doc, row);
+    }
+    free(text);
+  }
+  if (o->output)
+    rc = print_doc(o, doc);
+  else if (json_array_size(t.rows))
+    table_print(&t);
+  else
+    fprintf(stderr, "No gpufrac GPUs found (no node has %s).\n",
+            GF_INVENTORY_ANNOTATION);
+  json_decref(t.rows);
+  json_decref(doc);
+  json_decref(nodes);
+  json_decref(pods);
+  json_decref(agents);
+  return rc;
+}
+
+/* ---- describe pod, why-pending -------------------------------------------*/
+
+/* The pod's events, oldest first (reason, message, count). */
+static json_t *pod_events(gf_kube *k, const char *ns, const json_t *pod) {
+  char path[512], sel[512];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", ns);
+  snprintf(sel, sizeof(sel), "involvedObject.uid=%s",
+           jstr(pod, "metadata", "uid"));
+  gf_kube_list_opts lo = {.limit = PAGE, .field_selector = sel};
+  json_t *l = NULL;
+  gf_diag d = {""};
+  json_t *out = json_array();
+  if (gf_kube_list_all(k, path, &lo, &l, &d)) {
+    fprintf(stderr, "kubectl gpufrac: events: %s\n", d.msg);
+    return out;
+  }
+  size_t i;
+  const json_t *e;
+  json_array_foreach(json_object_get(l, "items"), i, e) {
+    json_t *c = json_object_get(e, "count");
+    json_array_append_new(
+        out, json_pack(
+                 "{s:s,s:s,s:s,s:I}", "type", jstr(e, "type", NULL), "reason",
+                 jstr(e, "reason", NULL), "message", jstr(e, "message", NULL),
+                 "count",
+                 (json_int_t)(json_is_integer(c) ? json_integer_value(c) : 1)));
+  }
+  json_decref(l);
+  return out;
+}
+
+static json_t *get_pod(gf_kube *k, const char *ns, const char *name) {
+  char path[1024];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
+  json_t *p = NULL;
+  gf_diag d = {""};
+  if (gf_kube_get(k, path, &p, &d)) {
+    fprintf(stderr, "kubectl gpufrac: pod %s/%s: %s\n", ns, name, d.msg);
+    return NULL;
+  }
+  return p;
+}
+
+static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
+                        const char *name) {
+  const char *ns = ns_of(o, kc);
+  json_t *p = get_pod(k, ns, name);
+  if (!p)
+    return GF_EXIT_FAIL;
+  json_t *doc = json_pack("{s:s,s:s,s:s,s:s}", "name", name, "namespace", ns,
+                          "node", jstr(p, "spec", "nodeName"), "phase",
+                          jstr(p, "status", "phase"));
+  const char *gt = annotation(p, GF_GRANT_ANNOTATION);
+  gf_grant g;
+  gf_diag d = {""};
+  json_t *gpus = json_array();
+  bool has = gt && gf_grant_parse(gt, strlen(gt), &g, &d) == 0;
+  if (gt && !has)
+    json_object_set_new(doc, "grantError", json_string(d.msg));
+  for (uint32_t c = 0; has && c < g.ncontainers; c++)
+    for (uint32_t i = 0; i < g.containers[c].ngpus; i++) {
+      const gf_grant_gpu *gg = &g.containers[c].gpus[i];
+      json_array_append_new(
+          gpus, json_pack("{s:s,s:i,s:s,s:I,s:i}", "container",
+                          g.containers[c].name, "gpu", (int)gg->index, "UUID",
+                          gg->uuid, "memoryBytes", (json_int_t)gg->mem_bytes,
+                          "computePercent", (int)gg->compute_pct));
+    }
+  json_object_set_new(doc, "grant", gpus);
+  json_t *ev = pod_events(k, ns, p);
+  json_object_set_new(doc, "events", ev);
+  int rc = GF_EXIT_OK;
+  if (o->output) {
+    rc = print_doc(o, doc);
+  } else {
+    printf("Name:       %s\nNamespace:  %s\nNode:       %s\nPhase:      %s\n",
+           name, ns,
+           jstr(p, "spec", "nodeName")[0] ? jstr(p, "spec", "nodeName")
+                                          : "<none>",
+           jstr(p, "status", "phase"));
+    if (!gt)
+      printf("Grant:      <none> (no %s annotation)\n", GF_GRANT_ANNOTATION);
+    else if (!has)
+      printf("Grant:      unreadable: %s\n", d.msg);
+    else
+      printf("Grant:      node %s\n", g.node);
+    if (json_array_size(gpus)) {
+      table t = {
+          5, {"  CONTAINER", "GPU", "UUID", "MEMORY", "COMPUTE"}, json_array()};
+      size_t i;
+      const json_t *x;
+      json_array_foreach(gpus, i, x) {
+        char c[72], gi[16], m[32], cp[16];
+        snprintf(c, sizeof(c), "  %s", jstr(x, "container", NULL));
+        snprintf(gi, sizeof(gi), "%d",
+                 (int)json_integer_value(json_object_get(x, "gpu")));
+        int64_t mb = json_integer_value(json_object_get(x, "memoryBytes"));
+        if (mb)
+          fmt_bytes(mb, m, sizeof(m));
+        else
+          snprintf(m, sizeof(m), "no limit");
+        int cpv = (int)json_integer_value(json_object_get(x, "computePercent"));
+        if (cpv)
+          snprintf(cp, sizeof(cp), "%d%%", cpv);
+        else
+          snprintf(cp, sizeof(cp), "none reserved");
+        json_array_append_new(
+            t.rows, json_pack("[sssss]", c, gi, jstr(x, "UUID", NULL), m, cp));
+      }
+      table_print(&t);
+      json_decref(t.rows);
+    }
+    printf("Events:\n");
+    size_t i;
+    const json_t *e;
+    if (!json_array_size(ev))
+      printf("  <none>\n");
+    json_array_foreach(ev, i, e)
+        printf("  %s  %s: %s\n", jstr(e, "type", NULL), jstr(e, "reason", NULL),
+               jstr(e, "message", NULL));
+  }
+  json_decref(doc);
+  json_decref(p);
+  return rc;
+}
+
+/* kube-scheduler's "0/3 nodes are available: 1 A, 2 B. preemption: ..."
+ * into [{"nodes": 1, "reason": "A"}, ...].  A group starts after ", " (or
+ * ": ") with a count and a space; reasons may hold commas themselves. */
+static json_t *split_reasons(const char *msg) {
+  json_t *out = json_array();
+  const char *p = strstr(msg, "nodes are available: ");
+  if (!p)
+    return out;
+  p += strlen("nodes are available: ");
+  const char *end = strstr(p, ". preemption:");
+  if (!end)
+    end = p + strlen(p);
+  while (p < end) {
+    char *num_end = NULL;
+    long cnt = strtol(p, &num_end, 10);
+    if (num_end == p || *num_end != ' ')
+      break;
+    const char *r = num_end + 1;
+    const char *q = r;
+    const char *next = end;
+    while ((q = strstr(q, ", ")) && q < end) {
+      const char *s = q + 2;
+      char *ne = NULL;
+      strtol(s, &ne, 10);
+      if (ne != s && *ne == ' ') {
+        next = q;
+        break;
+      }
+      q = s;
+    }
+    size_t rl = (size_t)(next - r);
+    if (rl && r[rl - 1] == '.')
+      rl--;
+    json_t *rs = json_stringn(r, rl);
+    json_array_append_new(out, json_pack("{s:I,s:o}", "nodes", (json_int_t)cnt,
+                                         "reason", rs ? rs : json_string("")));
+    p = next == end ? end : next + 2;
+  }
+  return out;
+}
+
+/* POSTs {Pod, NodeNames} to the extender's /filter; its per-node answer. */
+static json_t *ask_extender(const kopts *o, gf_kube *k, const json_t *pod) {
+  json_t *nodes = list(k, "/api/v1/nodes", NULL);
+  if (!nodes)
+    return NULL;
+  json_t *names = json_array();
+  size_t i;
+  const json_t *n;
+  json_array_foreach(json_object_get(nodes, "items"), i, n)
+      json_array_append_new(names, json_string(jstr(n, "metadata", "name")));
+  json_decref(nodes);
+  json_t *args = json_pack("{s:O,s:o}", "Pod", pod, "NodeNames", names);
+  gf_kube_config *ec = NULL;
+  gf_kube *ek = NULL;
+  gf_diag d = {""};
+  json_t *r = NULL;
+  if (gf_kube_config_new_plain(&ec, o->extender, NULL, &d) ||
+      gf_kube_new(&ek, ec, NULL, &d) ||
+      gf_kube_create(ek, "/filter", args, &r, &d)) {
+    fprintf(stderr, "kubectl gpufrac: extender %s: %s\n", o->extender, d.msg);
+    r = NULL;
+  }
+  gf_kube_free(ek);
+  gf_kube_config_free(ec);
+  json_decref(args);
+  if (!r)
+    return NULL;
+  json_t *per = json_array();
+  const char *groups[2] = {"FailedNodes", "FailedAndUnresolvableNodes"};
+  for (int g = 0; g < 2; g++) {
+    const char *node;
+    const json_t *why;
+    json_object_foreach(json_object_get(r, groups[g]), node, why)
+        json_array_append_new(
+            per, json_pack("{s:s,s:s,s:b}", "node", node, "reason",
+                           json_is_string(why) ? json_string_value(why) : "",
+                           "unresolvable", g == 1));
+  }
+  json_array_foreach(json_object_get(r, "NodeNames"), i, n)
+      json_array_append_new(per, json_pack("{s:s,s:s,s:b}", "node",
+                                           json_string_value(n), "reason",
+                                           "fits", "unresolvable", 0));
+  json_decref(r);
+  return per;
+}
+
+static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
+                   const char *name) {
+  const char *ns = ns_of(o, kc);
+  json_t *p = get_pod(k, ns, name);
+  if (!p)
+    return GF_EXIT_FAIL;
+  json_t *doc = json_pack("{s:s,s:s,s:s}", "name", name, "namespace", ns,
+                          "node", jstr(p, "spec", "nodeName"));
+  json_t *ev = pod_events(k, ns, p);
+  const char *last = NULL;
+  size_t i;
+  const json_t *e;
+  json_array_foreach(ev, i, e) {
+    if (strcmp(jstr(e, "reason", NULL), "FailedScheduling") == 0)
+      last = jstr(e, "message", NULL);
+  }
+  json_object_set_new(doc, "schedulerMessage", json_string(last ? last : ""));
+  json_t *groups = split_reasons(last ? last : "");
+  json_object_set_new(doc, "reasons", groups);
+  json_t *per = o->extender ? ask_extender(o, k, p) : NULL;
+  if (per)
+    json_object_set_new(doc, "extender", per);
+  int rc = GF_EXIT_OK;
+  if (o->output) {
+    rc = print_doc(o, doc);
+  } else if (jstr(p, "spec", "nodeName")[0]) {
+    printf("pod %s/%s is not pending: bound to %s\n", ns, name,
+           jstr(p, "spec", "nodeName"));
+  } else {
+    if (!last)
+      printf("pod %s/%s: no FailedScheduling event yet\n", ns, name);
+    else {
+      table t = {2, {"NODES", "REASON"}, json_array()};
+      json_array_foreach(groups, i, e) {
+        char c[24];
+        snprintf(c, sizeof(c), "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(json_object_get(e, "nodes")));
+        json_array_append_new(t.rows,
+                              json_pack("[ss]", c, jstr(e, "reason", NULL)));
+      }
+      table_print(&t);
+      json_decref(t.rows);
+    }
+    if (per) {
+      printf("\n");
+      table t = {3, {"NODE", "VERDICT", "EXTENDER REASON"}, json_array()};
+      json_array_foreach(per, i, e) {
+        bool fits = strcmp(jstr(e, "reason", NULL), "fits") == 0;
+        json_array_append_new(
+            t.rows, json_pack("[sss]", jstr(e, "node", NULL),
+                              fits ? "fits"
+                              : json_is_true(json_object_get(e, "unresolvable"))
+                                  ? "never"
+                                  : "not now",
+                              fits ? "" : jstr(e, "reason", NULL)));
+      }
+      table_print(&t);
+      json_decref(t.rows);
+    }
+  }
+  json_decref(ev);
+  json_decref(doc);
+  json_decref(p);
+  return rc;
+}
+
+/* ---- the command --------------------------------------------------------*/
+
+int cmd_kubectl(int argc, char **argv) {
+  kopts o = {.agent_ns = "gpufrac-system"};
+  const char *pos[3] = {NULL, NULL, NULL};
+  int npos = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char **slot = NULL;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return GF_EXIT_OK;
+    } else if (strcmp(a, "-A") == 0 || strcmp(a, "--all-namespaces") == 0) {
+      o.all_ns = true;
+      continue;
+    }
+    static const struct {
+      const char *flag, *alt;
+      size_t off;
+    } flags[] = {
+        {"--kubeconfig", NULL, offsetof(kopts, kubeconfig)},
+        {"--context", NULL, offsetof(kopts, context)},
+        {"--namespace", "-n", offsetof(kopts, ns)},
+        {"--output", "-o", offsetof(kopts, output)},
+        {"--agent-namespace", NULL, offsetof(kopts, agent_ns)},
+        {"--extender", NULL, offsetof(kopts, extender)},
+    };
+    const char *val = NULL;
+    for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]) && !slot; f++) {
+      size_t fl = strlen(flags[f].flag);
+      if (strcmp(a, flags[f].flag) == 0 ||
+          (flags[f].alt && strcmp(a, flags[f].alt) == 0)) {
+        if (i + 1 >= argc) {
+          fprintf(stderr, "kubectl gpufrac: %s needs a value\n", a);
+          return GF_EXIT_USAGE;
+        }
+        val = argv[++i];
+      } else if (strncmp(a, flags[f].flag, fl) == 0 && a[fl] == '=') {
+        val = a + fl + 1;
+      } else if (flags[f].alt && strncmp(a, flags[f].alt, 2) == 0 && a[2]) {
+        val = a + 2; /* -nNS, -ojson */
+      } else {
+        continue;
+      }
+      slot = (const char **)((char *)&o + flags[f].off);
+    }
+    if (slot) {
+      *slot = val;
+      continue;
+    }
+    if (a[0] == '-') {
+      fprintf(stderr, "kubectl gpufrac: unknown flag '%s'\n", a);
+      usage(stderr);
+      return GF_EXIT_USAGE;
+    }
+    if (npos == 3) {
+      fprintf(stderr, "kubectl gpufrac: unexpected argument '%s'\n", a);
+      return GF_EXIT_USAGE;
+    }
+    pos[npos++] = a;
+  }
+  if (o.output && strcmp(o.output, "json") && strcmp(o.output, "yaml")) {
+    fprintf(stderr,
+            "kubectl gpufrac: -o %s: the formats are json and yaml (the "
+            "default is columns)\n",
+            o.output);
+    return GF_EXIT_USAGE;
+  }
+  const char *sub = pos[0];
+  const char *name = NULL;
+  if (sub && strcmp(sub, "top") == 0 && npos == 1) {
+  } else if (sub && strcmp(sub, "describe") == 0 && npos == 3 &&
+             (strcmp(pos[1], "pod") == 0 || strcmp(pos[1], "pods") == 0 ||
+              strcmp(pos[1], "po") == 0)) {
+    name = pos[2];
+  } else if (sub && strcmp(sub, "why-pending") == 0 && npos == 2) {
+    name = pos[1];
+  } else {
+    usage(stderr);
+    return GF_EXIT_USAGE;
+  }
+  gf_kube_config *kc = NULL;
+  gf_kube *k = NULL;
+  int rc = connect_kube(&o, &kc, &k);
+  if (rc)
+    return rc;
+  if (strcmp(sub, "top") == 0)
+    rc = cmd_top(&o, k, kc);
+  else if (strcmp(sub, "describe") == 0)
+    rc = cmd_describe(&o, k, kc, name);
+  else
+    rc = cmd_why(&o, k, kc, name);
+  gf_kube_free(k);
+  gf_kube_config_free(kc);
+  return rc;
+}

@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""`kubectl gpufrac` (the plugin) against a real control plane (label e2e).
+
+Usage: test_kubectl_plugin.py K8S_BIN GPUFRAC [--keep]
+
+The real kubectl runs the plugin: GPUFRAC's directory holds the
+kubectl-gpufrac symlink the build makes and goes first on PATH, and every
+command is `kubectl gpufrac ...` with KUBECONFIG set.  Two nodes run agents
+(processes here, no kubelet) whose Pods the harness creates and gives this
+machine's address as their pod IP, so the API server's pod proxy reaches
+the agents' /metrics the way it reaches a real pod; a third node has no
+agent.  Checks top (columns, -o json, -o yaml), describe pod, why-pending
+(kube-scheduler's FailedScheduling reasons, and the extender's per node with
+--extender), --context and -n.  Then pods written for HAMi and KAI
+(docs/migrating.md): the extender runs with --accept hami,kai and
+kube-scheduler with HAMi's names in its managedResources, as that page says
+to configure them; they are bound with grants that say what their words
+meant, and one gpufrac cannot honour stays Pending with the reason.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import Cluster, Failure, free_port, kubeconfig, log, wait_for  # noqa: E402
+from test_k8s import A100, E2E, NS, SLOTS, T4, Extender, gpus_of, pod  # noqa: E402
+
+GiB = 1 << 30
+NODES = {"p1": "2xA100-80GB", "p2": "1xT4-16GB", "p3": "1xT4-16GB"}
+AGENTS = ("p1", "p2")  # p3's agent never ran: top says so
+
+
+def fail(msg):
+    raise Failure(msg)
+
+
+def host_ip():
+    """A non-loopback IPv4 address of this machine: the API server refuses
+    to proxy to loopback, as it would to a pod's."""
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout
+    for a in out.split():
+        if "." in a and not a.startswith("127."):
+            return a
+    for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+        if not info[4][0].startswith("127."):
+            return info[4][0]
+    fail("this machine has no non-loopback IPv4 address for the agents' pod IPs")
+
+
+class PluginTest(E2E):
+    def add_plain_node(self, name, spec):
+        # Not labelled gpufrac.io/enabled: the DaemonSet makes no pod here;
+        # the harness makes the agent's Pod itself (agent_pod below).
+        self.api.create("/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}})
+        self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
+        self.set_capacity(name, gpus_of(spec) * SLOTS)
+
+    def run_agent(self, node, spec, ip):
+        port = free_port()
+        p = self.api.create("/api/v1/namespaces/gpufrac-system/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "gpufrac-node-" + node,
+                         "labels": {"app.kubernetes.io/name": "gpufrac-node"}},
+            "spec": {"nodeName": node, "serviceAccountName": "gpufrac-node",
+                     "containers": [{"name": "agent", "image": "gpufrac",
+                                     "ports": [{"name": "metrics",
+                                                "containerPort": port}]}]}})
+        self.api.request("PATCH", "/api/v1/namespaces/gpufrac-system/pods/%s/status"
+                         % p["metadata"]["name"],
+                         {"status": {"phase": "Running", "podIP": ip,
+                                     "podIPs": [{"ip": ip}]}},
+                         "application/merge-patch+json")
+        tok = self.c.token("gpufrac-node", "gpufrac-system",
+                           "--bound-object-kind", "Pod",
+                           "--bound-object-name", p["metadata"]["name"],
+                           "--bound-object-uid", p["metadata"]["uid"])
+        kc = self.c.sa_kubeconfig("agent-" + node, tok)
+        d = self.c.path("node-" + node)
+        for sub in ("state", "cdi", "plugins"):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        cfg = os.path.join(d, "node.conf")
+        with open(cfg, "w") as f:
+            f.write("state_dir = %s/state\ncdi_dir = %s/cdi\nkubelet_dir = %s/plugins\n"
+                    "slots = %d\n" % (d, d, d, SLOTS))
+        self.agents[node] = self.c.spawn("agent-" + node, [
+            self.c.gpufrac, "node", "--fake-gpus", spec, "--node-name", node,
+            "--kubeconfig", kc, "--config", cfg,
+            "--listen", "%s:%d" % (ip, port), "--interval", "2"])
+
+    def setup_plugin(self):
+        self.apply_deploy()
+        self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+        wait_for("ServiceAccount default in %s" % NS,
+                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),
+                 60)
+        ip = host_ip()
+        for n, spec in NODES.items():
+            self.add_plain_node(n, spec)
+        for n in AGENTS:
+            self.run_agent(n, NODES[n], ip)
+        for n in AGENTS:
+            self.wait_inventory(n, gpus_of(NODES[n]))
+        # p3 has GPUs in its inventory but no agent: written as an agent
+        # that ran once would have left it.
+        self.api.merge_patch("/api/v1/nodes/p3", {"metadata": {"annotations": {
+            "gpufrac.io/inventory": json.dumps({"version": 1, "gpus": [
+                {"index": 0, "uuid": "GPU-p3-0", "model": T4, "memory": 16 * GiB}]})}}})
+        tok = self.c.token("gpufrac-scheduler")
+        self.ext = Extender(self.c, "extender", self.c.ext_port,
+                            self.c.sa_kubeconfig("extender", tok))
+        self.ext.proc = self.c.spawn("extender", [
+            self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.c.ext_port,
+            "--kubeconfig", self.ext.kc, "--accept", "hami,kai"])
+        self.ext.ready_leader()
+        # The plugin on PATH, kubectl finds it; KUBECONFIG names the
+        # cluster (current context "broken": --context picks the good one).
+        self.env = dict(os.environ)
+        self.env["PATH"] = os.path.dirname(os.path.abspath(self.c.gpufrac)) + \
+            os.pathsep + self.env.get("PATH", "")
+        kc = json.load(open(self.c.admin_kc))
+        kc["clusters"].append({"name": "dead", "cluster": {
+            "server": "https://127.0.0.1:%d" % free_port(),
+            "certificate-authority": self.c.ca}})
+        kc["contexts"].append({"name": "broken", "context": {"cluster": "dead",
+                                                              "user": "u"}})
+        kc["contexts"][0]["context"]["namespace"] = NS
+        kc["current-context"] = "broken"
+        self.kc = self.c.path("plugin.kubeconfig")
+        with open(self.kc, "w") as f:
+            json.dump(kc, f)
+        self.env["KUBECONFIG"] = self.kc
+
+    def plugin(self, *args, ok=True):
+        r = subprocess.run([os.path.join(self.c.bin, "kubectl"), "gpufrac"] +
+                           list(args), env=self.env, capture_output=True,
+                           text=True, timeout=60)
+        if ok and r.returncode != 0:
+            fail("kubectl gpufrac %s: exit %d: %s" % (" ".join(args), r.returncode,
+                                                      r.stderr.strip()))
+        return r
+
+    def run(self):
+        ps = [pod("infer", 1, "20Gi", 30, model=A100),
+              pod("small", mem="4Gi", model=A100),
+              pod("whole-t4", 1, model=T4)]
+        got = self.wait_bound(self.create(*ps))
+        grants = self.check_state()
+        infer_gpu = grants[NS + "/infer"]["containers"][0]["gpus"][0]
+
+        # --context: the kubeconfig's current context is dead.
+        r = self.plugin("top", ok=False)
+        if r.returncode == 0:
+            fail("top against the dead current context succeeded: %s" % r.stdout)
+        r = self.plugin("top", "--context", "e2e")
+        lines = r.stdout.splitlines()
+        head = lines[0].split()
+        if head != ["NODE", "GPU", "MODEL", "SHARES", "COMPUTE", "MEM-USED",
+                    "MEM-GRANTED", "MEM-TOTAL", "HOLDERS"]:
+            fail("top's header: %r" % lines[0])
+        # columns line up: every cell starts where its header does
+        starts = [lines[0].index(h) for h in head]
+        for ln in lines[1:]:
+            for s in starts[1:]:
+                if ln[s - 1] != " " or ln[s] == " ":
+                    fail("top's columns do not line up:\n%s" % r.stdout)
+        rows = {(ln.split()[0], ln.split()[1]): ln.split() for ln in lines[1:]}
+        if len(rows) != sum(gpus_of(s) for s in NODES.values()):
+            fail("top shows %d GPUs:\n%s" % (len(rows), r.stdout))
+        n1 = got["infer"]["spec"]["nodeName"]
+        row = rows[(n1, str(infer_gpu["index"]))]
+        if "%s/infer" % NS not in row[8].split(",") or row[4] != "30%":
+            fail("infer's GPU row: %s" % row)
+        # The agents' metrics came through the pod proxy (no container
+        # ran, so 0 used); p3 has no agent: unknown, and said on stderr.
+        if row[5] != "0":
+            fail("infer's GPU: memory used %r, want 0 from its agent" % row[5])
+        if rows[("p3", "0")][5] != "<unknown>" or "p3" not in r.stderr:
+            fail("p3 (no agent): %s / stderr %r" % (rows[("p3", "0")], r.stderr))
+        wt = got["whole-t4"]["spec"]["nodeName"]
+        wrow = [v for k, v in rows.items() if k[0] == wt and NS + "/whole-t4" in v[8]]
+        if not wrow or wrow[0][6] != "all" or wrow[0][4] != "100%":
+            fail("whole-t4's GPU row: %s" % wrow)
+        log("top:\n" + r.stdout)
+
+        j = json.loads(self.plugin("top", "--context=e2e", "-o", "json").stdout)
+        y = yaml.safe_load(self.plugin("top", "--context", "e2e", "-oyaml").stdout)
+        if j != y:
+            fail("top -o json and -o yaml differ:\n%s\n%s" % (j, y))
+        mine = [g for g in j if g["UUID"] == infer_gpu["uuid"] and g["node"] == n1]
+        if len(mine) != 1 or mine[0]["memoryGrantedBytes"] < 20 * GiB or \
+                mine[0]["memoryUsedBytes"] != 0 or \
+                "%s/infer" % NS not in mine[0]["holders"]:
+            fail("top -o json, infer's GPU: %s" % mine)
+        if [g["memoryUsedBytes"] for g in j if g["node"] == "p3"] != [None]:
+            fail("top -o json: p3's memory used should be null: %s" % j)
+
+        # describe pod: -n, and the context's namespace (e2e) by default
+        r = self.plugin("describe", "pod", "infer", "--context", "e2e")
+        if "Node:       %s" % n1 not in r.stdout or infer_gpu["uuid"] not in r.stdout \
+                or "20Gi" not in r.stdout or "30%" not in r.stdout:
+            fail("describe pod infer:\n%s" % r.stdout)
+        log("describe:\n" + r.stdout)
+        d = json.loads(self.plugin("describe", "pod", "infer", "-n", NS,
+                                   "--context", "e2e", "-o", "json").stdout)
+        if d["node"] != n1 or d["grant"][0]["UUID"] != infer_gpu["uuid"] or \
+                d["grant"][0]["memoryBytes"] != 20 * GiB or \
+                not any(e["reason"] == "Scheduled" for e in d["events"]):
+            fail("describe -o json: %s" % d)
+        r = self.plugin("describe", "pod", "infer", "-n", "default", "--context",
+                        "e2e", ok=False)
+        if r.returncode == 0 or "not found" not in r.stderr.lower():
+            fail("describe in the wrong namespace: %d %r" % (r.returncode, r.stderr))
+
+        # why-pending: kube-scheduler's reasons, then the extender's per node
+        self.create(pod("too-big", 1, "100Gi"))
+
+        def failed():
+            return any(e.startswith("FailedScheduling") for e in self.events("too-big"))
+        wait_for("too-big's FailedScheduling event", failed, 60)
+        r = self.plugin("why-pending", "too-big", "--context", "e2e")
+        if "gpu-memory 100Gi" not in r.stdout or not r.stdout.startswith("NODES"):
+            fail("why-pending too-big:\n%s" % r.stdout)
+        r = self.plugin("why-pending", "too-big", "--context", "e2e", "--extender",
+                        "http://127.0.0.1:%d/gpufrac" % self.c.ext_port)
+        per = {ln.split()[0]: ln for ln in r.stdout.split("\n\n")[1].splitlines()[1:]}
+        if set(per) != set(NODES) or any(" never " not in v for v in per.values()) \
+                or "largest GPU on p1 has 80Gi" not in per["p1"]:
+            fail("why-pending --extender, per node:\n%s" % r.stdout)
+        log("why-pending:\n" + r.stdout)
+        j = json.loads(self.plugin("why-pending", "too-big", "--context", "e2e",
+                                   "-o", "json").stdout)
+        if not j["reasons"] or not all(g["nodes"] >= 1 for g in j["reasons"]) or \
+                sum(g["nodes"] for g in j["reasons"]) < len(NODES):
+            fail("why-pending -o json reasons: %s" % j)
+        r = self.plugin("why-pending", "infer", "--context", "e2e")
+        if "not pending" not in r.stdout:
+            fail("why-pending on a bound pod: %r" % r.stdout)
+        r = self.plugin("top", "-o", "wide", "--context", "e2e", ok=False)
+        if r.returncode != 2 or "json and yaml" not in r.stderr:
+            fail("-o wide: exit %d %r" % (r.returncode, r.stderr))
+        self.delete_pod("too-big")
+
+    def run_migrate(self):
+        """HAMi's and KAI's words, read by the extender (--accept)."""
+        hami = pod("hami-t4", 1)  # gpufrac.io/gpu: 1, the device plugin's slot
+        lim = hami["spec"]["containers"][0]["resources"]["limits"]
+        lim.update({"nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "20"})
+        hami["metadata"]["annotations"] = {"nvidia.com/use-gputype": "t4"}
+        kai = pod("kai-quarter", 1)
+        kai["metadata"]["annotations"] = {"gpu-fraction": "0.25",
+                                          "gpufrac.io/gpu-model": A100}
+        pinned = pod("hami-pinned", 1)
+        pinned["spec"]["containers"][0]["resources"]["limits"][
+            "nvidia.com/gpumem"] = "1024"
+        pinned["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": "GPU-x"}
+        got = self.wait_bound(self.create(hami, kai))
+        # (check_state reads gpufrac's own names only: the grants here)
+        grants = {NS + "/" + n: json.loads(got[n]["metadata"]["annotations"][
+            "gpufrac.io/grant"]) for n in got}
+        g = grants[NS + "/hami-t4"]["containers"][0]["gpus"][0]
+        if got["hami-t4"]["spec"]["nodeName"] not in ("p2", "p3") or \
+                g["memory"] != 4096 << 20 or g["compute"] != 20:
+            fail("hami-t4 (T4 only, 4096 MiB, 20%% cores) bound to %s with %s" %
+                 (got["hami-t4"]["spec"]["nodeName"], g))
+        g = grants[NS + "/kai-quarter"]["containers"][0]["gpus"][0]
+        if got["kai-quarter"]["spec"]["nodeName"] != "p1" or g["memory"] != 0 \
+                or g["compute"] != 25:
+            fail("kai-quarter (a quarter of an A100) bound to %s with %s" %
+                 (got["kai-quarter"]["spec"]["nodeName"], g))
+        self.create(pinned)
+
+        def refused():
+            return any(e.startswith("FailedScheduling") and
+                       "nvidia.com/use-gpuuuid" in e
+                       for e in self.events("hami-pinned"))
+        wait_for("hami-pinned's FailedScheduling naming use-gpuuuid", refused, 60)
+        r = self.plugin("why-pending", "hami-pinned", "--context", "e2e")
+        if "does not pin a pod to GPU UUIDs" not in r.stdout:
+            fail("why-pending hami-pinned:\n%s" % r.stdout)
+        top = json.loads(self.plugin("top", "--context", "e2e", "-o", "json").stdout)
+        held = [g for g in top if NS + "/kai-quarter" in g["holders"]]
+        if len(held) != 1 or held[0]["node"] != "p1":
+            fail("top: kai-quarter's GPU: %s" % held)
+        log("migrate: HAMi and KAI pods bound with their grants; a UUID pin "
+            "refused:\n" + r.stdout)
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != "--keep"]
+    if len(args) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    c = None
+    ok = False
+    try:
+        c = Cluster(args[0], args[1], "--keep" in sys.argv)
+        c.start(scheduler=False)
+        c.start_scheduler(managed=["nvidia.com/gpumem",
+                                   "nvidia.com/gpumem-percentage",
+                                   "nvidia.com/gpucores"])
+        t = PluginTest(c)
+        t0 = time.monotonic()
+        t.setup_plugin()
+        t.run()
+        t.run_migrate()
+        c.check_alive()
+        ok = True
+        log("kubectl plugin: passed in %.1f s" % (time.monotonic() - t0))
+    except Exception:
+        traceback.print_exc()
+    finally:
+        if c:
+            c.stop()
+            for b in c.bad_exits:
+                print(b)
+                ok = False
+    print("e2e kubectl plugin: %s" % ("passed" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
