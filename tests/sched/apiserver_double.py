@@ -17,23 +17,27 @@ state to answer them the way the real API server does:
                                                (the old object), as the API
                                                server's watch cache does
   GET  /api/v1/namespaces/NS/pods/NAME        one pod
-  PATCH /api/v1/namespaces/NS/pods/NAME       merge patch of the grant
-                                               annotation only, or of the
-                                               disruption guard's ones only
-                                               (with a resourceVersion);
-                                               409 Conflict when
-                                               metadata.resourceVersion is
-                                               stale (as the API server)
+  PATCH /api/v1/namespaces/NS/pods/NAME       merge patch of the
+                                               disruption guard's annotations
+                                               only (with a resourceVersion;
+                                               409 Conflict when it is
+                                               stale, as the API server); a
+                                               grant is never PATCHed: it
+                                               rides in the Binding
   PATCH /api/v1/nodes/NAME                    merge patch of the inventory
                                                annotation only (the node
                                                agent's one write)
   POST /api/v1/namespaces/NS/pods/NAME/binding  v1 Binding (uid checked;
-                                               409 when already bound)
+                                               409 when already bound); its
+                                               metadata.annotations merged
+                                               into the pod in the same
+                                               write, as kube-apiserver's
+                                               BindingREST does
   GET/POST/PUT coordination.k8s.io/v1 leases   PUT needs the current
                                                resourceVersion (409 if not)
 
 It is strict: any other request, a wrong bearer token, a wrong content type
-a PATCH touching anything but the grant or the guard's annotations (pods)
+a PATCH touching anything but the guard's annotations (pods)
 or the inventory (nodes), or
 a field selector other than spec.nodeName on pods is answered 400/404 and
 recorded in `errors`, which the tests require to be empty at the end.
@@ -96,7 +100,7 @@ class State:
         self.objs = {"nodes": {}, "pods": {}, "leases": {}}
         self.events = {"nodes": [], "pods": []}
         self.errors = []
-        self.conflicts = 0  # 409s returned on grant PATCHes
+        self.conflicts = 0  # 409s returned on (guard) PATCHes
         self.guard_patches = 0  # the disruption guard's PATCHes applied
         self.guard_protects = {}  # pod key -> PATCHes that set guard-since
         self.binds = 0
@@ -272,9 +276,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         guard = bool(anns) and anns <= GUARD_KEYS
         if not isinstance(md, dict) or set(patch) != {"metadata"} or \
                 not set(md) <= {"annotations", "resourceVersion"} or \
-                not (anns == {GRANT} or guard):
-            return self._strict(400, "PATCH touches more than the grant: %r"
-                                % (patch,))
+                not guard:
+            return self._strict(400, "PATCH touches more than the guard's "
+                                "annotations (a grant rides in the "
+                                "Binding): %r" % (patch,))
         if guard and "resourceVersion" not in md:
             return self._strict(400, "guard PATCH without a resourceVersion "
                                 "precondition: %r" % (patch,))
@@ -503,8 +508,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     % (name, cur["spec"]["nodeName"])))
             if node not in st.objs["nodes"]:
                 st.errors.append("binding %s to unknown node %s" % (key, node))
+            anns = b.get("metadata", {}).get("annotations") or {}
+            if not isinstance(anns, dict) or \
+                    not all(isinstance(v, str) for v in anns.values()):
+                return self._strict(400, "Binding annotations are not "
+                                    "strings: %r" % (anns,))
             prev, cur = cur, copy.deepcopy(cur)
             cur["spec"]["nodeName"] = node
+            cur["metadata"].setdefault("annotations", {}).update(anns)
             cur["status"] = {"phase": "Running"}
             st._bump(cur)
             st.objs["pods"][key] = cur

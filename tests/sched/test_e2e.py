@@ -5,7 +5,8 @@ The real binary runs against apiserver_double.py (a stateful API-server TEST
 DOUBLE on 127.0.0.1, not an API server) through a kubeconfig.  This script
 plays kube-scheduler: for a stream of pods it calls /filter, /prioritize and
 /bind over HTTP, with someone else touching some pods between filter and
-bind (so the grant PATCH meets 409 Conflict), pods finishing, a node deleted
+bind (the grant rides in the Binding, so that must not matter), pods
+finishing, a node deleted
 and re-added, and the extender killed with SIGKILL in the middle of a bind
 and restarted (it must wait for its old Lease to expire before binding).
 The disruption guard (settle 1 s here) marks bound pods that are not Ready
@@ -310,8 +311,8 @@ def main():
     check_guard(d)
     if ks.stats["bound"] <= bound_before_kill or bound_before_kill == 0:
         fail("binds must succeed before and after the restart: %r" % ks.stats)
-    if d.state.conflicts == 0 or ks.stats["touched"] == 0:
-        fail("no grant PATCH met a 409 Conflict")
+    if ks.stats["touched"] == 0:
+        fail("no pod was touched between filter and bind")
     # the extender's model agrees with the double: every bound pod booked
     t0 = time.time()
     while ext.metric("gpufrac_extender_pods") != bound and \
@@ -342,7 +343,7 @@ def main():
         fail("strict double: " + "; ".join(d.state.errors[:5]))
     shutil.rmtree(work)  # kept (with the extenders' logs) when a check fails
     print("ok: %d pods created, %d bound at the end, stats %r, %d 409s on "
-          "the grant PATCH, %d guard PATCHes, %d API requests" %
+          "guard PATCHes, %d guard PATCHes, %d API requests" %
           (created, bound, ks.stats, d.state.conflicts, d.state.guard_patches,
            d.state.requests))
 
