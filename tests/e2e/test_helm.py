@@ -179,8 +179,9 @@ class HelmE2E(E2E):
         st = json.loads(self.helm("status", RELEASE, "-n", RNS, "-o", "json").stdout)
         if st["info"]["status"] != "deployed":
             fail("helm status: %s" % st["info"]["status"])
-        if "kube-scheduler-config.yaml" not in st["info"].get("notes", ""):
-            fail("NOTES.txt does not tell how to get the kube-scheduler configuration")
+        if "urlPrefix: http://10.96.0.88:8888/gpufrac" not in st["info"].get("notes", ""):
+            fail("NOTES.txt does not show the kube-scheduler configuration: %s" %
+                 st["info"].get("notes"))
         man = self.helm("get", "manifest", RELEASE, "-n", RNS).stdout
         self.manifest = [d for d in yaml.safe_load_all(man) if d]
         with open(self.c.path("release.yaml"), "w") as f:
