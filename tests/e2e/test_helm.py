@@ -15,10 +15,12 @@ mounts and network would: listen addresses on loopback, host directories
 in a temporary directory, --fake-gpus for NVML.  kube-scheduler runs with
 the kube-scheduler configuration from the chart's ConfigMap (its urlPrefix
 pointed at the extender's loopback port: no kube-proxy).  Then GPU pods
-are bound with grants, and helm uninstall removes the release.  Exit 0
-only when every step passed.
+are bound with grants, and helm uninstall removes the release.  First,
+every values file of tests/helm/values is rendered and sent to the API
+server as a server-side dry run.  Exit 0 only when every step passed.
 """
 
+import glob
 import json
 import os
 import signal
@@ -172,7 +174,34 @@ class HelmE2E(E2E):
         wait_for("the extender leading", leading, 60)
 
     # ---- the scenario ---------------------------------------------------------
+    def dry_runs(self):
+        """Every rendering tests/helm checks, accepted by the real API server
+        (server-side dry run: its schemas, defaulting and validation), each
+        in a namespace of its own.  The ServiceMonitor is left out: the
+        Prometheus Operator's CRD is not installed here."""
+        files = [None] + sorted(glob.glob(os.path.join(REPO, "tests", "helm", "values",
+                                                        "*.yaml")))
+        for vf in files:
+            name = os.path.basename(vf)[:-5] if vf else "default"
+            ns = "dry-" + name
+            args = ["template", RELEASE, CHART, "-n", ns] + (["-f", vf] if vf else [])
+            objs = [d for d in yaml.safe_load_all(self.helm(*args).stdout) if d]
+            left = [o["kind"] for o in objs if o["kind"] == "ServiceMonitor"]
+            objs = [o for o in objs if o["kind"] != "ServiceMonitor"]
+            self.api.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+            path = self.c.path("dry-%s.yaml" % name)
+            with open(path, "w") as f:
+                yaml.safe_dump_all(objs, f)
+            r = self.c.kubectl("apply", "--server-side", "--dry-run=server",
+                               "--field-manager=e2e", "-f", path, check=False)
+            if r.returncode != 0:
+                fail("values %s: the API server refuses the rendering: %s" %
+                     (name, (r.stderr or r.stdout).strip()))
+            log("values %s: %d objects accepted by the API server (dry run)%s" %
+                (name, len(objs), " (left out: %s)" % ", ".join(left) if left else ""))
+
     def run(self):
+        self.dry_runs()
         r = self.helm("install", RELEASE, CHART, "-n", RNS, "--create-namespace",
                       "-f", VALUES)
         log("helm install: %s" % " ".join(r.stdout.split()[:12]))
