@@ -322,14 +322,17 @@ class Cluster:
         log("kube-controller-manager%s running" %
             (" and kube-scheduler" if scheduler else ""))
 
-    def start_scheduler(self, extender=True, extra_args=(), qps=None, managed=()):
+    def start_scheduler(self, extender=True, extra_args=(), qps=None, managed=(),
+                        config=None):
         """kube-scheduler with deploy/'s configuration (without its
         extenders stanza when extender is false: kube-scheduler alone;
         managed: more managedResources for the extender, each
-        ignoredByScheduler, as docs/migrating.md adds HAMi's)."""
+        ignoredByScheduler, as docs/migrating.md adds HAMi's), or with
+        config, the text of another KubeSchedulerConfiguration (the Helm
+        chart's), changed the same way."""
         sched_kc = kubeconfig(self.path("scheduler.kubeconfig"), self.server, self.ca,
                               self.path("scheduler.crt"), self.path("scheduler.key"))
-        cfg = self.scheduler_config(sched_kc, extender, qps, managed)
+        cfg = self.scheduler_config(sched_kc, extender, qps, managed, config)
         self.procs["kube-scheduler"] = Proc("kube-scheduler", [
             os.path.join(self.bin, "kube-scheduler"), "--config", cfg,
             "--authentication-kubeconfig", sched_kc,
@@ -340,12 +343,16 @@ class Cluster:
                  lambda: self._alive("kube-scheduler") and
                  self.scheduler_get("/healthz") == "ok", 60)
 
-    def scheduler_config(self, kc, extender=True, qps=None, managed=()):
-        """deploy/kube-scheduler-config.yaml with exactly two values
-        changed: the kubeconfig and the extender's urlPrefix.  Without the
-        extender, the extenders stanza (the file's last) is left out."""
-        with open(os.path.join(DEPLOY, "kube-scheduler-config.yaml")) as f:
-            text = f.read()
+    def scheduler_config(self, kc, extender=True, qps=None, managed=(), config=None):
+        """deploy/kube-scheduler-config.yaml (or the text config) with
+        exactly two values changed: the kubeconfig and the extender's
+        urlPrefix.  Without the extender, the extenders stanza (the file's
+        last) is left out."""
+        if config is not None:
+            text = config
+        else:
+            with open(os.path.join(DEPLOY, "kube-scheduler-config.yaml")) as f:
+                text = f.read()
         out, seen = [], set()
         for line in text.splitlines():
             s = line.strip()
@@ -370,9 +377,10 @@ class Cluster:
                 out += ["%s- name: %s" % (ind, name),
                         "%s  ignoredByScheduler: true" % ind]
         if seen != {"kubeconfig", "urlPrefix"}:
-            raise Failure("deploy/kube-scheduler-config.yaml: expected a "
-                          "kubeconfig and an extender urlPrefix, found %s" %
-                          sorted(seen))
+            raise Failure("%s: expected a kubeconfig and an extender urlPrefix, "
+                          "found %s" % ("the given configuration" if config is not None
+                                        else "deploy/kube-scheduler-config.yaml",
+                                        sorted(seen)))
         path = self.path("kube-scheduler-config.yaml")
         with open(path, "w") as f:
             f.write("\n".join(out) + "\n")

@@ -1,0 +1,394 @@
+#!/usr/bin/python3
+"""The Helm chart deploy/helm/gpufrac, without a cluster: helm lint (and
+--strict), helm template with each values file of tests/helm/values/ and
+checks on the objects it renders, every file of tests/helm/values/bad/
+refused with the message its first line names, and the chart's default
+rendering equal to deploy/'s plain manifests.
+
+Usage: test_chart.py HELM      Prints 'N passed, N failed'.
+
+deploy/ against the chart: the objects are compared as data (parsed YAML),
+not as text.  Normalised first, and nothing else: the four labels Helm's
+conventions add to the chart's metadata (CHART_LABELS) are removed;
+deploy/namespace.yaml is left out (helm install --create-namespace makes
+the namespace); deploy/kube-scheduler-config.yaml, a file for
+kube-scheduler's --config and no API object, is compared with the
+ConfigMap gpufrac-kube-scheduler-config's data, which deploy/ does not
+have.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CHART = os.path.join(REPO, "deploy", "helm", "gpufrac")
+DEPLOY = os.path.join(REPO, "deploy")
+VALUES = os.path.join(HERE, "values")
+CHART_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by",
+                "app.kubernetes.io/instance", "app.kubernetes.io/version")
+SCHED_CM = "gpufrac-kube-scheduler-config"
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding", "PriorityClass", "Namespace"}
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    passed += bool(cond)
+    failed += not cond
+    return cond
+
+
+def helm(*args):
+    return subprocess.run([HELM] + list(args), capture_output=True, text=True, timeout=120)
+
+
+def render(values=None, ns="gpufrac-system", sets=()):
+    args = ["template", "gpufrac", CHART, "--namespace", ns]
+    if values:
+        args += ["-f", values]
+    for s in sets:
+        args += ["--set", s]
+    r = helm(*args)
+    if r.returncode != 0:
+        raise RuntimeError("helm %s: exit %d: %s" % (" ".join(args), r.returncode, r.stderr))
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def key(o):
+    m = o["metadata"]
+    return (o["kind"], m.get("namespace", ""), m["name"])
+
+
+def index(objs):
+    out = {}
+    for o in objs:
+        if key(o) in out:
+            raise RuntimeError("two objects %s" % (key(o),))
+        out[key(o)] = o
+    return out
+
+
+def sched_config(objs):
+    cm = index(objs).get(("ConfigMap", objs[0]["metadata"].get("namespace", ""), SCHED_CM))
+    for o in objs:
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == SCHED_CM:
+            cm = o
+    return yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"]) if cm else None
+
+
+def diff(a, b, path=""):
+    """The paths where two parsed objects differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a:
+                out.append("%s/%s: only in deploy/" % (path, k))
+            elif k not in b:
+                out.append("%s/%s: only in the chart" % (path, k))
+            else:
+                out += diff(a[k], b[k], "%s/%s" % (path, k))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in diff(x, y, "%s/%d" % (path, i))]
+    return [] if a == b else ["%s: chart %r, deploy/ %r" % (path, a, b)]
+
+
+def strip_chart_labels(o):
+    o = json.loads(json.dumps(o))
+    labels = o["metadata"].get("labels", {})
+    for k in CHART_LABELS:
+        labels.pop(k, None)
+    if "labels" in o["metadata"] and not labels:
+        del o["metadata"]["labels"]
+    return o
+
+
+def compare_with_deploy(objs):
+    """[] when the chart's objects are deploy/'s, else what differs."""
+    plain = []
+    for p in sorted(glob.glob(os.path.join(DEPLOY, "*.yaml"))):
+        with open(p) as f:
+            plain += [d for d in yaml.safe_load_all(f) if d]
+    want_sched = [d for d in plain if d["kind"] == "KubeSchedulerConfiguration"]
+    plain = [d for d in plain if d["kind"] not in ("Namespace", "KubeSchedulerConfiguration")]
+    got = [strip_chart_labels(o) for o in objs
+           if not (o["kind"] == "ConfigMap" and o["metadata"]["name"] == SCHED_CM)]
+    a, b = index(got), index(plain)
+    out = ["%s %s/%s: only in the chart" % (k[0], k[1], k[2]) for k in sorted(set(a) - set(b))]
+    out += ["%s %s/%s: only in deploy/" % (k[0], k[1], k[2]) for k in sorted(set(b) - set(a))]
+    for k in sorted(set(a) & set(b)):
+        out += ["%s %s: %s" % (k[0], k[2], d) for d in diff(a[k], b[k])]
+    if len(want_sched) != 1:
+        out.append("deploy/ has %d KubeSchedulerConfigurations" % len(want_sched))
+    else:
+        out += ["kube-scheduler-config.yaml: " + d
+                for d in diff(sched_config(objs), want_sched[0])]
+    return out
+
+
+# ---- checks every rendering passes ----------------------------------------
+def generic(name, objs, ns):
+    by = index(objs)
+    check(all(o.get("apiVersion") and o.get("kind") and o["metadata"].get("name")
+              for o in objs), "%s: every object has apiVersion, kind and a name" % name)
+    check(all((o["kind"] in CLUSTER_SCOPED) == ("namespace" not in o["metadata"]) and
+              o["metadata"].get("namespace", ns) == ns for o in objs),
+          "%s: namespaced objects in %s, cluster-scoped ones without a namespace" % (name, ns))
+    check(all(o["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by") == "Helm"
+              for o in objs), "%s: every object carries Helm's labels" % name)
+    sas = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
+    for o in objs:
+        if o["kind"] not in ("DaemonSet", "Deployment"):
+            continue
+        n = o["metadata"]["name"]
+        tmpl = o["spec"]["template"]
+        sel = o["spec"]["selector"]["matchLabels"]
+        check(sel.items() <= tmpl["metadata"]["labels"].items(),
+              "%s: %s %s's selector matches its pod labels" % (name, o["kind"], n))
+        check(tmpl["spec"]["serviceAccountName"] in sas,
+              "%s: %s's ServiceAccount is rendered" % (name, n))
+        for c in tmpl["spec"]["containers"]:
+            img = c["image"]
+            check(":" in img.rsplit("/", 1)[-1] and not img.endswith(":"),
+                  "%s: %s's image %s has a tag" % (name, n, img))
+    # Workload controllers must not fight over pods.
+    sels = [(o["metadata"]["name"], o["spec"]["selector"]["matchLabels"])
+            for o in objs if o["kind"] == "DaemonSet"]
+    for i, (a, sa) in enumerate(sels):
+        for b, sb in sels[i + 1:]:
+            check(sa != sb and not (sa.items() <= sb.items() or sb.items() <= sa.items()),
+                  "%s: DaemonSets %s and %s select different pods" % (name, a, b))
+    cfg = sched_config(objs)
+    svc = by.get(("Service", ns, "gpufrac-scheduler"))
+    dep = by.get(("Deployment", ns, "gpufrac-scheduler"))
+    if check(cfg and svc and dep, "%s: the extender's Deployment, Service and "
+             "kube-scheduler configuration" % name):
+        ext = cfg["extenders"][0]
+        url = ext["urlPrefix"]
+        host = url.split("//", 1)[1].split("/", 1)[0]
+        port = svc["spec"]["ports"][0]["port"]
+        want_host = svc["spec"].get("clusterIP") or "gpufrac-scheduler.%s.svc" % ns
+        check(host == "%s:%d" % (want_host, port),
+              "%s: urlPrefix %s calls the Service (%s:%d)" % (name, url, want_host, port))
+        https = url.startswith("https://")
+        check(ext["enableHTTPS"] is https and ("tlsConfig" in ext) is https,
+              "%s: enableHTTPS and tlsConfig follow the URL's scheme" % name)
+        c = dep["spec"]["template"]["spec"]["containers"][0]
+        check(("--tls-cert" in c["args"]) is https, "%s: the extender serves %s" %
+              (name, "HTTPS" if https else "HTTP"))
+        cports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        check(c["args"][c["args"].index("--listen") + 1] == "0.0.0.0:%d" % cports["http"] and
+              svc["spec"]["ports"][0]["targetPort"] == "http",
+              "%s: the Service's target is the --listen port" % name)
+        lease = c["args"][c["args"].index("--lease") + 1] if "--lease" in c["args"] else \
+            "gpufrac-system/gpufrac-scheduler"
+        role = by.get(("Role", ns, "gpufrac-scheduler-leader"))
+        check(role and lease == "%s/gpufrac-scheduler" % ns and
+              "gpufrac-scheduler" in role["rules"][1]["resourceNames"],
+              "%s: the extender's Lease (%s) is the one its Role grants" % (name, lease))
+    vap = by.get(("ValidatingAdmissionPolicy", "", "gpufrac-node-own-inventory"))
+    if vap:
+        expr = vap["spec"]["matchConditions"][0]["expression"]
+        check("'system:serviceaccount:%s:gpufrac-node'" % ns in expr,
+              "%s: the admission policy matches %s's gpufrac-node" % (name, ns))
+    return by
+
+
+def kinds(objs):
+    out = {}
+    for o in objs:
+        out.setdefault(o["kind"], []).append(o)
+    return out
+
+
+def container(by, kind, ns, name):
+    return by[(kind, ns, name)]["spec"]["template"]["spec"]["containers"][0]
+
+
+# ---- per values file --------------------------------------------------------
+def t_default(objs, ns):
+    by = generic("default", objs, ns)
+    c = container(by, "DaemonSet", ns, "gpufrac-node")
+    check(c["image"] == "ghcr.io/gpufrac/gpufrac-node:0.1.0" and
+          container(by, "Deployment", ns, "gpufrac-scheduler")["image"] ==
+          "ghcr.io/gpufrac/gpufrac-scheduler:0.1.0",
+          "default: the images scripts/build-images builds, tagged appVersion")
+    check(not any(o["kind"] in ("ServiceMonitor", "PriorityClass") for o in objs),
+          "default: no ServiceMonitor and no PriorityClass")
+    d = compare_with_deploy(objs)
+    check(not d, "default: the chart's objects equal deploy/'s%s" %
+          "".join("\n       " + x for x in d))
+    # The comparison sees a change: one value changed, exactly that differs.
+    d = compare_with_deploy(render(ns=ns, sets=["extender.replicas=3"]))
+    check(d == ["Deployment gpufrac-scheduler: /spec/replicas: chart 3, deploy/ 2"],
+          "default: with extender.replicas=3 the comparison reports that one "
+          "difference (got %s)" % d)
+
+
+def t_pools(objs, ns):
+    by = generic("pools", objs, ns)
+    ds = kinds(objs)["DaemonSet"]
+    check(sorted(o["metadata"]["name"] for o in ds) == ["gpufrac-node", "gpufrac-node-a100"],
+          "pools: two DaemonSets, gpufrac-node and gpufrac-node-a100")
+    a = by[("DaemonSet", ns, "gpufrac-node-a100")]["spec"]["template"]
+    check(a["spec"]["nodeSelector"] == {"gpufrac.io/enabled": "true", "gpufrac.io/pool": "a100"},
+          "pools: a100's nodeSelector")
+    check(a["metadata"]["labels"]["gpufrac.io/node-pool"] == "a100", "pools: a100's pod label")
+    keys = [t.get("key") for t in a["spec"]["tolerations"]]
+    check(keys == ["nvidia.com/gpu", "gpufrac.io/gpu", "dedicated"],
+          "pools: a100 tolerates the GPU taints and its own (%s)" % keys)
+    c = a["spec"]["containers"][0]
+    check(c["command"][-2:] == ["--config", "/etc/gpufrac/node.conf"],
+          "pools: a100's agent reads its node.conf")
+    vol = [v for v in a["spec"]["volumes"] if v["name"] == "config"][0]
+    cm = by.get(("ConfigMap", ns, "gpufrac-node-config-a100"))
+    check(cm and vol["configMap"]["name"] == "gpufrac-node-config-a100",
+          "pools: a100 mounts its ConfigMap gpufrac-node-config-a100")
+    lines = [x for x in cm["data"]["node.conf"].splitlines() if x and not x.startswith("#")]
+    check(lines == ["mode = exclusive", "mode.0 = shared", "slots = 8"],
+          "pools: node.conf holds the pool's keys (%s)" % lines)
+    d = by[("DaemonSet", ns, "gpufrac-node")]["spec"]["template"]["spec"]["containers"][0]
+    check("--config" not in d["command"] and ("ConfigMap", ns, "gpufrac-node-config") not in by,
+          "pools: the default pool, without config, has no ConfigMap and no --config")
+
+
+def t_tls(objs, ns):
+    by = generic("tls", objs, ns)
+    dep = by[("Deployment", ns, "gpufrac-scheduler")]
+    spec = dep["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    check(dep["spec"]["replicas"] == 3, "tls: 3 replicas")
+    check(c["image"] == "registry.example/gpufrac-scheduler:0.1.0-rc1" and
+          c["imagePullPolicy"] == "Always", "tls: the image and pull policy from the values")
+    check(spec["imagePullSecrets"] == [{"name": "regcred"}] and
+          by[("DaemonSet", ns, "gpufrac-node")]["spec"]["template"]["spec"]["imagePullSecrets"]
+          == [{"name": "regcred"}], "tls: the pull secret on every pod")
+    a = c["args"]
+    check([a[a.index(f) + 1] for f in ("--tls-cert", "--tls-key", "--tls-client-ca")] ==
+          ["/etc/gpufrac/tls/tls.crt", "/etc/gpufrac/tls/tls.key",
+           "/etc/gpufrac/tls/client-ca.crt"], "tls: the extender's certificate arguments")
+    check(spec["volumes"] == [{"name": "tls", "secret": {"secretName": "extender-tls",
+                                                          "defaultMode": 0o440}}] and
+          c["volumeMounts"][0]["mountPath"] == "/etc/gpufrac/tls",
+          "tls: the Secret extender-tls mounted where the arguments point")
+    ext = sched_config(objs)["extenders"][0]
+    check(ext["urlPrefix"] == "https://10.96.0.99:8888/gpufrac" and ext["weight"] == 10,
+          "tls: kube-scheduler calls https://10.96.0.99:8888 with weight 10")
+    check(a[a.index("--lease") + 1] == "gpu-ops/gpufrac-scheduler",
+          "tls: in namespace gpu-ops the extender's Lease is gpu-ops/gpufrac-scheduler")
+    pol = by[("NetworkPolicy", ns, "gpufrac-scheduler")]
+    cidrs = [f["ipBlock"]["cidr"] for f in pol["spec"]["ingress"][0]["from"] if "ipBlock" in f]
+    check(cidrs == ["192.0.2.10/32", "192.0.2.11/32"], "tls: the NetworkPolicy's scheduler CIDRs")
+
+
+def t_monitoring(objs, ns):
+    by = generic("monitoring", objs, ns)
+    sm = by.get(("ServiceMonitor", ns, "gpufrac"))
+    if not check(sm and sm["apiVersion"] == "monitoring.coreos.com/v1",
+                 "monitoring: a ServiceMonitor monitoring.coreos.com/v1"):
+        return
+    check(sm["metadata"]["labels"].get("release") == "kube-prometheus" and
+          sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}],
+          "monitoring: its labels and endpoint")
+    svcs = [o for o in objs if o["kind"] == "Service" and
+            sm["spec"]["selector"]["matchLabels"].items() <= o["metadata"]["labels"].items()]
+    check(sorted(s["metadata"]["name"] for s in svcs) ==
+          ["gpufrac-node-metrics", "gpufrac-scheduler-metrics"],
+          "monitoring: it selects the agents' and the extenders' metrics Services")
+    for s in svcs:
+        wl = [o for o in objs if o["kind"] in ("DaemonSet", "Deployment") and
+              s["spec"]["selector"].items() <= o["spec"]["template"]["metadata"]["labels"].items()]
+        port = s["spec"]["ports"][0]
+        names = {p["name"]: p["containerPort"] for o in wl
+                 for p in o["spec"]["template"]["spec"]["containers"][0]["ports"]}
+        check(wl and s["spec"]["clusterIP"] == "None" and port["name"] == "metrics" and
+              names.get(port["targetPort"]) == port["port"],
+              "monitoring: %s is headless and targets its pods' %s port %d" %
+              (s["metadata"]["name"], port["targetPort"], port["port"]))
+
+
+def t_minimal(objs, ns):
+    by = generic("minimal", objs, ns)
+    ks = kinds(objs)
+    check(not any(k in ks for k in ("NetworkPolicy", "ValidatingAdmissionPolicy",
+                                    "ValidatingAdmissionPolicyBinding")),
+          "minimal: no NetworkPolicy and no admission policy")
+    check(("ServiceAccount", ns, "gpufrac-planner") not in by and
+          ("ClusterRole", "", "gpufrac-planner") not in by, "minimal: no planner RBAC")
+    dep = by[("Deployment", ns, "gpufrac-scheduler")]
+    a = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    check(dep["spec"]["replicas"] == 1 and a[a.index("--guard") + 1] == "off" and
+          "--guard-settle" not in a, "minimal: one replica, --guard off")
+    check("clusterIP" not in by[("Service", ns, "gpufrac-scheduler")]["spec"],
+          "minimal: the Service gets a ClusterIP from Kubernetes")
+    pcs = {o["metadata"]["name"]: o for o in ks.get("PriorityClass", [])}
+    check(sorted(pcs) == ["gpufrac-batch", "gpufrac-serving"] and
+          pcs["gpufrac-serving"]["value"] == 100000 and
+          pcs["gpufrac-serving"]["preemptionPolicy"] == "PreemptLowerPriority" and
+          pcs["gpufrac-batch"]["preemptionPolicy"] == "Never" and
+          pcs["gpufrac-batch"]["globalDefault"] is False and
+          pcs["gpufrac-serving"]["description"] == "GPU-share serving",
+          "minimal: the two PriorityClasses as given")
+
+
+CASES = [("default", None, "gpufrac-system", t_default),
+         ("pools", "pools.yaml", "gpufrac-system", t_pools),
+         ("tls", "tls.yaml", "gpu-ops", t_tls),
+         ("monitoring", "monitoring.yaml", "gpufrac-system", t_monitoring),
+         ("minimal", "minimal.yaml", "gpufrac-system", t_minimal)]
+
+
+def main():
+    global HELM
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    HELM = sys.argv[1]
+    if not os.access(HELM, os.X_OK):
+        check(False, "helm at %s (scripts/install-k8s builds it)" % HELM)
+        print("%d passed, %d failed" % (passed, failed))
+        return 1
+    for strict in ([], ["--strict"]):
+        r = helm("lint", *strict, CHART)
+        check(r.returncode == 0 and "0 chart(s) failed" in r.stdout,
+              "helm lint %s%s%s" % (" ".join(strict), "" if r.returncode == 0 else "\n",
+                                    "" if r.returncode == 0 else r.stdout + r.stderr))
+    files = sorted(glob.glob(os.path.join(VALUES, "*.yaml")))
+    listed = sorted(os.path.join(VALUES, v) for _, v, _, _ in CASES if v)
+    check(files == listed, "every values file in tests/helm/values is checked")
+    for f in files:
+        r = helm("lint", "--strict", CHART, "-f", f)
+        check(r.returncode == 0, "helm lint --strict -f %s%s" %
+              (os.path.basename(f), "" if r.returncode == 0 else "\n" + r.stdout + r.stderr))
+    for name, vf, ns, fn in CASES:
+        try:
+            fn(render(os.path.join(VALUES, vf) if vf else None, ns), ns)
+        except Exception as e:  # a rendering or check crashed: that case failed
+            check(False, "%s: %s: %s" % (name, type(e).__name__, e))
+    bad = sorted(glob.glob(os.path.join(VALUES, "bad", "*.yaml")))
+    check(len(bad) >= 5, "bad values files present (%d)" % len(bad))
+    for f in bad:
+        with open(f) as fh:
+            first = fh.readline()
+        want = first.split("# refused:", 1)[1].strip() if "# refused:" in first else None
+        r = helm("template", "gpufrac", CHART, "-n", "gpufrac-system", "-f", f)
+        check(want and r.returncode != 0 and want in r.stderr,
+              "bad/%s refused: %s%s" % (os.path.basename(f), want,
+                                        "" if r.returncode != 0 and want and want in r.stderr
+                                        else "\n       exit %d: %s" % (r.returncode,
+                                                                       r.stderr.strip()[:400])))
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+HELM = None
+if __name__ == "__main__":
+    sys.exit(main())
