@@ -3,7 +3,9 @@
 gpufrac extender, against the real control plane of tests/e2e.
 
 Usage: bench/k8s_sched.py K8S_BIN GPUFRAC [--nodes 1000] [--pods 5000]
-                          [--mode alone|extender] [--agents 4] [--qps N]
+                          [--mode alone|alone-shares|extender] [--agents 4]
+                          [--qps N]
+                          [--pprof FILE]
 
 NODES fake Nodes, each with 8 H100-80GB in its gpufrac.io/inventory
 annotation (the node agent's document, written here by the admin) and
@@ -14,20 +16,27 @@ kube-scheduler start, with deploy/kube-scheduler-config.yaml as it is
 kube-scheduler's first scheduled pod to its last, read from its own /metrics
 (scheduler_schedule_attempts_total), so the bench's polling does not load
 the API server.  Pods: gpufrac.io/gpu 1 (alone); gpufrac.io/gpu 1 with
-gpu-memory 8Gi and gpu-compute 10 (extender).  AGENTS real `gpufrac node
+gpu-memory 8Gi and gpu-compute 10 (extender; and alone-shares, where the
+nodes advertise gpu-memory 640Gi and gpu-compute 800 so that kube-scheduler
+alone places the same pod shape: what three extended resources cost
+kube-scheduler without any extender).  AGENTS real `gpufrac node
 --fake-gpus 8xH100-80GB` run on the first nodes (their inventory replaces
 the written one: same GPUs) for their RSS.  --qps N sets kube-scheduler's
 clientConnection qps (burst 2N) instead of deploy/'s default (50, burst
 100), which caps the binds kube-scheduler makes itself.  Prints one line of
 figures (JSON), with each process's CPU milliseconds per pod over the run
 (user + system from /proc, first scheduled pod to all bound): on a shared
-machine throughput is noisy, CPU per pod much less so.
+machine throughput is noisy, CPU per pod much less so.  --pprof FILE saves
+kube-scheduler's CPU profile of 20 s from the first scheduled pod (read it
+with `go tool pprof -top KUBE_SCHEDULER FILE`).
 """
 
 import http.client
 import json
 import os
 import re
+import ssl
+import urllib.request
 import sys
 import threading
 import time
@@ -68,13 +77,16 @@ def inventory(node):
          "memory": 80 * GiB, "mode": "shared"} for i in range(8)]})
 
 
-def make_node(api, name):
+def make_node(api, name, mode):
     api.req("POST", "/api/v1/nodes", {"metadata": {
         "name": name, "labels": {"kubernetes.io/hostname": name},
         "annotations": {"gpufrac.io/inventory": inventory(name)}}})
     api.req("PATCH", "/api/v1/nodes/" + name, {"spec": {"taints": None}},
             "application/merge-patch+json")
     res = {"cpu": "64", "memory": "512Gi", "pods": "110", "gpufrac.io/gpu": "32"}
+    if mode == "alone-shares":
+        # kube-scheduler counts the shares itself: the node advertises them
+        res.update({"gpufrac.io/gpu-memory": "640Gi", "gpufrac.io/gpu-compute": "800"})
     api.req("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
         "capacity": res, "allocatable": res,
         "conditions": [{"type": "Ready", "status": "True", "reason": "Bench",
@@ -84,7 +96,7 @@ def make_node(api, name):
 
 def make_pod(api, i, mode):
     lim = {"gpufrac.io/gpu": "1"}
-    if mode == "extender":
+    if mode in ("extender", "alone-shares"):
         lim.update({"gpufrac.io/gpu-memory": "8Gi", "gpufrac.io/gpu-compute": "10"})
     api.req("POST", "/api/v1/namespaces/bench/pods", {"metadata": {"name": "p-%d" % i},
             "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
@@ -147,6 +159,20 @@ def cpu_s(pid):
         return 0.0
 
 
+def pprof(c, path, seconds=20):
+    """kube-scheduler's own CPU profile (its /debug/pprof, on by default)
+    over `seconds` of the run, written to path for `go tool pprof`."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.load_cert_chain(c.path("admin.crt"), c.path("admin.key"))
+    url = "https://127.0.0.1:%d/debug/pprof/profile?seconds=%d" % (c.sched_port, seconds)
+    with urllib.request.urlopen(url, context=ctx, timeout=seconds + 30) as r, \
+            open(path, "wb") as f:
+        f.write(r.read())
+    log("kube-scheduler profile written to %s" % path)
+
+
 def cpu_all(c, ext, agents):
     procs = {k: v.p.pid for k, v in c.procs.items()}
     if ext:
@@ -158,17 +184,18 @@ def cpu_all(c, ext, agents):
 
 def main():
     a = sys.argv[1:]
-    opt = {"--nodes": 1000, "--pods": 5000, "--mode": "extender", "--agents": 4, "--qps": 0}
+    opt = {"--nodes": 1000, "--pods": 5000, "--mode": "extender", "--agents": 4, "--qps": 0,
+           "--pprof": ""}
     pos = []
     i = 0
     while i < len(a):
         if a[i] in opt:
-            opt[a[i]] = a[i + 1] if a[i] == "--mode" else int(a[i + 1])
+            opt[a[i]] = a[i + 1] if a[i] in ("--mode", "--pprof") else int(a[i + 1])
             i += 2
         else:
             pos.append(a[i])
             i += 1
-    if len(pos) != 2 or opt["--mode"] not in ("alone", "extender"):
+    if len(pos) != 2 or opt["--mode"] not in ("alone", "alone-shares", "extender"):
         print(__doc__, file=sys.stderr)
         return 2
     nnodes, npods, mode = opt["--nodes"], opt["--pods"], opt["--mode"]
@@ -181,7 +208,7 @@ def main():
         api.req("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})
         t = time.monotonic()
         with ThreadPoolExecutor(8) as ex:
-            list(ex.map(lambda k: make_node(api, "node-%04d" % k), range(nnodes)))
+            list(ex.map(lambda k: make_node(api, "node-%04d" % k, mode), range(nnodes)))
         log("%d nodes in %.1f s" % (nnodes, time.monotonic() - t))
         wait_for("ServiceAccount default in bench", lambda: c.admin.get(
             "/api/v1/namespaces/bench/serviceaccounts/default"), 60)
@@ -227,6 +254,9 @@ def main():
             if n > 0 and first is None:
                 first = now
                 cpu0 = cpu_all(c, ext, agents)
+                if opt["--pprof"]:
+                    threading.Thread(target=pprof, args=(c, opt["--pprof"]),
+                                     daemon=True).start()
             if now - t0 > 1800:
                 raise RuntimeError("only %d of %d pods scheduled after 30 min" % (n, npods))
             c.check_alive()
