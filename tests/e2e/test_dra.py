@@ -1,0 +1,403 @@
+#!/usr/bin/env python3
+"""gpufrac on Dynamic Resource Allocation against a real control plane
+(CTest label e2e; docs/dra.md).
+
+Usage: test_dra.py K8S_BIN GPUFRAC [--keep] [--only NAME[,NAME...]]
+
+kube-apiserver, kube-controller-manager and kube-scheduler run with the DRA
+feature gates gpufrac needs (GATES below), deploy/dra/ is applied, and a
+fake node carries the ResourceSlice the node agent publishes
+(tests/e2e/dra/slice-shared-80gi.json, the agreed format: one shared 80Gi
+GPU, consumable capacity memory and cores).  Scenarios:
+
+  accepted        deploy/dra's DeviceClasses, templates, policy and RBAC and
+                  the slice are stored as written (nothing dropped)
+  kube_allocates  mode 1: kube-scheduler alone allocates shares of the one
+                  GPU to several pods by consumable capacity (device,
+                  shareID, consumedCapacity) and leaves the one that does
+                  not fit Pending with its reason
+  gpufrac_allocates  mode 2: pods gated gpufrac.io/placement are placed by
+                  `gpufrac scheduler --dra`, which writes the claims'
+                  allocations and lifts the gate; kube-scheduler binds them
+                  where their claims are
+  mixed           mode-1 and mode-2 pods on one GPU: neither allocator
+                  gives away capacity the other allocated (the sums)
+"""
+
+import copy
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import ApiError, Cluster, Failure, free_port, log, wait_for  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRA_DEPLOY = os.path.join(os.path.dirname(os.path.dirname(HERE)), "deploy", "dra")
+NS = "e2e-dra"
+DRIVER = "gpu.gpufrac.io"
+GATE = "gpufrac.io/placement"
+GiB = 1 << 30
+RES = "/apis/resource.k8s.io/v1"
+# resource.k8s.io/v1 is served by default from 1.34; consumable capacity
+# (KEP-5075) is beta and on by default from 1.36 (alpha in 1.34-1.35, where
+# this gate must be set).  Set explicitly so the test says what it needs.
+GATES = {"DRAConsumableCapacity": True}
+
+
+def fail(msg):
+    raise Failure(msg)
+
+
+def quantity(q):
+    """A Kubernetes quantity as an integer (the forms the API server
+    writes back for these values: plain, Ki/Mi/Gi)."""
+    q = str(q)
+    for suf, mul in (("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", GiB), ("Ti", 1 << 40)):
+        if q.endswith(suf):
+            return int(q[:-2]) * mul
+    if q.endswith("k"):
+        return int(q[:-1]) * 1000
+    return int(q)
+
+
+def subset(want, got, where="spec"):
+    """None when got holds every field of want with the same value (the
+    server may add defaults: allocationMode, count, metadata); else the
+    first difference."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return "%s: %r, written %r" % (where, got, want)
+        for k, v in want.items():
+            if k not in got:
+                return "%s.%s dropped" % (where, k)
+            d = subset(v, got[k], "%s.%s" % (where, k))
+            if d:
+                return d
+        return None
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return "%s: %r, written %r" % (where, got, want)
+        for i, (w, g) in enumerate(zip(want, got)):
+            d = subset(w, g, "%s[%d]" % (where, i))
+            if d:
+                return d
+        return None
+    return None if want == got else "%s: %r, written %r" % (where, got, want)
+
+
+def load_slice(node, uuid_tail="1"):
+    with open(os.path.join(HERE, "dra", "slice-shared-80gi.json")) as f:
+        s = json.load(f)
+    s["metadata"]["name"] = "%s-%s-0" % (node, DRIVER)
+    s["spec"]["nodeName"] = node
+    s["spec"]["pool"]["name"] = node
+    dev = s["spec"]["devices"][0]
+    dev["attributes"]["uuid"]["string"] = dev["attributes"]["uuid"]["string"][:-1] + uuid_tail
+    return s
+
+
+def template(name, mem, cores):
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"spec": {"devices": {"requests": [{
+                "name": "gpu", "exactly": {
+                    "deviceClassName": DRIVER,
+                    "capacity": {"requests": {"memory": mem, "cores": str(cores)}}}}]}}}}
+
+
+def pod(name, tmpl, gated=False):
+    spec = {"containers": [{
+        "name": "main", "image": "registry.k8s.io/pause:3.10",
+        "resources": {"claims": [{"name": "gpu"}],
+                      "requests": {"cpu": "100m", "memory": "64Mi"}}}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": tmpl}],
+        "terminationGracePeriodSeconds": 0}
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "labels": {"e2e": "dra"}},
+            "spec": spec}
+
+
+class DRA:
+    def __init__(self, c):
+        self.c = c
+        self.api = c.admin
+        self.ext = None
+
+    # ---- setup ---------------------------------------------------------
+    def add_node(self, name):
+        """A Node that is Ready and schedulable, as tests/e2e/test_k8s.py
+        writes them (no kubelet runs)."""
+        self.api.create("/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}})
+        self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
+        res = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.api.request("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
+            "capacity": res, "allocatable": res,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E",
+                            "message": "no kubelet: status written by the e2e harness",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}},
+            "application/strategic-merge-patch+json")
+
+    def apply_dra_deploy(self):
+        for f in sorted(os.listdir(DRA_DEPLOY)):
+            if f.endswith(".yaml"):
+                r = self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
+                                   os.path.join(DRA_DEPLOY, f))
+                log("applied dra/%s: %s" % (f, " ".join(r.stdout.split())))
+
+    def setup(self):
+        self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
+                       os.path.join(os.path.dirname(DRA_DEPLOY), "namespace.yaml"))
+        self.apply_dra_deploy()
+        self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+        wait_for("ServiceAccount default in %s" % NS,
+                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),
+                 60)
+
+    def new_node(self, name, uuid_tail="1"):
+        self.add_node(name)
+        s = load_slice(name, uuid_tail)
+        got = self.api.create(RES + "/resourceslices", s)
+        return s, got
+
+    # ---- the API server's state ---------------------------------------
+    def pods(self):
+        return {p["metadata"]["name"]: p for p in
+                self.api.items("/api/v1/namespaces/%s/pods" % NS, labelSelector="e2e=dra")}
+
+    def claim_of(self, p):
+        """The ResourceClaim generated for pod p's claim 'gpu' (None
+        until the resourceclaim controller made it)."""
+        for st in p.get("status", {}).get("resourceClaimStatuses", []):
+            if st.get("name") == "gpu" and st.get("resourceClaimName"):
+                return self.api.get("%s/namespaces/%s/resourceclaims/%s" %
+                                    (RES, NS, st["resourceClaimName"]))
+        return None
+
+    def events(self, name):
+        return [e.get("reason", "") + ": " + e.get("message", "")
+                for e in self.api.items("/api/v1/namespaces/%s/events" % NS)
+                if e["involvedObject"].get("name") == name]
+
+    def wait_bound(self, names, timeout=90):
+        def ok():
+            ps = self.pods()
+            return all(ps.get(n, {}).get("spec", {}).get("nodeName") for n in names)
+        try:
+            wait_for("%s bound" % ", ".join(names), ok, timeout, 0.5)
+        except Failure:
+            ps = self.pods()
+            left = [n for n in names if not ps.get(n, {}).get("spec", {}).get("nodeName")]
+            fail("not bound after %d s: %s; events of %s: %s" %
+                 (timeout, left, left[0], self.events(left[0])[-3:]))
+        return self.pods()
+
+    def wait_unschedulable(self, name, timeout=60):
+        """Pod name stays Pending with PodScheduled False Unschedulable;
+        returns that condition's message."""
+        def cond():
+            p = self.pods().get(name, {})
+            if p.get("spec", {}).get("nodeName"):
+                fail("%s was bound to %s; it must not fit" % (name, p["spec"]["nodeName"]))
+            for c in p.get("status", {}).get("conditions", []):
+                if c["type"] == "PodScheduled" and c["status"] == "False" and \
+                        c.get("reason") == "Unschedulable":
+                    return c.get("message", "")
+            return None
+        return wait_for("%s Unschedulable" % name, cond, timeout, 0.5)
+
+    def allocations(self):
+        """{pod: (claim, result)} for every bound pod; each claim must hold
+        exactly one result for this driver."""
+        out = {}
+        for n, p in self.pods().items():
+            if not p["spec"].get("nodeName"):
+                continue
+            cl = self.claim_of(p)
+            if not cl or not cl.get("status", {}).get("allocation"):
+                fail("bound pod %s has no allocated claim: %s" % (n, cl and cl.get("status")))
+            res = cl["status"]["allocation"]["devices"]["results"]
+            if len(res) != 1 or res[0]["driver"] != DRIVER:
+                fail("claim of %s: expected one %s result, got %s" % (n, DRIVER, res))
+            out[n] = (cl, res[0])
+        return out
+
+    def check_sums(self, node, dev="gpu-0", mem=80 * GiB, cores=100):
+        """No capacity of node's dev is given twice: consumed memory and
+        cores over every allocated claim are within the device's, and every
+        shareID is distinct.  Returns (memory, cores, number of shares)."""
+        used_m = used_c = 0
+        shares = set()
+        for cl in self.api.items("%s/namespaces/%s/resourceclaims" % (RES, NS)):
+            al = cl.get("status", {}).get("allocation")
+            if not al:
+                continue
+            for r in al["devices"]["results"]:
+                if r["pool"] != node or r["device"] != dev:
+                    continue
+                sid = r.get("shareID")
+                if not sid or sid in shares:
+                    fail("claim %s: shareID %r missing or repeated" % (cl["metadata"]["name"], sid))
+                shares.add(sid)
+                cc = r.get("consumedCapacity", {})
+                used_m += quantity(cc.get("memory", 0))
+                used_c += quantity(cc.get("cores", 0))
+        if used_m > mem or used_c > cores:
+            fail("%s/%s over-allocated: %d bytes of %d, %d cores of %d" %
+                 (node, dev, used_m, mem, used_c, cores))
+        return used_m, used_c, len(shares)
+
+    def check_result(self, name, cl, r, node, mem, cores):
+        if r["pool"] != node or r["device"] != "gpu-0" or r["request"] != "gpu":
+            fail("%s: result %s is not request gpu on %s/gpu-0" % (name, r, node))
+        cc = r.get("consumedCapacity", {})
+        if quantity(cc.get("memory", -1)) != mem or quantity(cc.get("cores", -1)) != cores:
+            fail("%s: consumedCapacity %s, asked memory %d cores %d" % (name, cc, mem, cores))
+        if not r.get("shareID"):
+            fail("%s: no shareID on a share of a multi-allocation device" % name)
+        pods = [x.get("name") for x in cl["status"].get("reservedFor", [])]
+        if name not in pods:
+            fail("%s: claim reserved for %s, not for the pod" % (name, pods))
+
+    def delete_all(self):
+        for n in self.pods():
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, n), gracePeriodSeconds=0)
+        wait_for("pods gone", lambda: not self.pods(), 60)
+        # The resourceclaim controller deletes generated claims with their pods.
+        wait_for("claims gone", lambda: not self.api.items(
+            "%s/namespaces/%s/resourceclaims" % (RES, NS)), 60)
+
+    # ---- scenarios -----------------------------------------------------
+    def s_accepted(self):
+        # The classes and templates as written in deploy/dra.
+        want = {}
+        import yaml  # noqa: F401  (Debian's python3-yaml: /usr/bin/python3)
+        for f in sorted(os.listdir(DRA_DEPLOY)):
+            if f.endswith(".yaml"):
+                with open(os.path.join(DRA_DEPLOY, f)) as fh:
+                    for d in yaml.safe_load_all(fh):
+                        if d:
+                            want[(d["kind"], d["metadata"]["name"])] = d
+        paths = {"DeviceClass": RES + "/deviceclasses/%s",
+                 "ResourceClaimTemplate": RES + "/namespaces/default/resourceclaimtemplates/%s"}
+        seen = 0
+        for (kind, name), d in want.items():
+            if kind not in paths:
+                continue
+            diff = subset(d["spec"], self.api.get(paths[kind] % name)["spec"])
+            if diff:
+                fail("%s %s not stored as written: %s" % (kind, name, diff))
+            seen += 1
+        if seen < 6:
+            fail("deploy/dra: %d classes and templates, expected 3 + 3" % seen)
+        # The slice as the node agent publishes it: nothing dropped (a
+        # server without consumable capacity drops requestPolicy and
+        # allowMultipleAllocations silently).
+        s, got = self.new_node("dra0", "0")
+        diff = subset(s["spec"], got["spec"])
+        if diff:
+            fail("ResourceSlice not stored as written: %s" % diff)
+        # The server validates what it stores: a quantity that is not one.
+        bad = template("bad", "eight", 30)
+        try:
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), bad)
+            fail("a template with memory 'eight' was accepted")
+        except ApiError as e:
+            if e.code not in (400, 422):
+                raise
+        self.api.delete(RES + "/resourceslices/" + s["metadata"]["name"])
+        self.api.delete("/api/v1/nodes/dra0")
+
+    def s_kube_allocates(self):
+        node = "dra1"
+        self.new_node(node, "1")
+        asks = {"k1": ("20Gi", 30), "k2": ("30Gi", 30), "k3": ("20Gi", 30)}
+        for n, (m, c) in asks.items():
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                            template("t-" + n, m, c))
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(n, "t-" + n))
+        self.wait_bound(list(asks))
+        al = self.allocations()
+        for n, (m, c) in asks.items():
+            self.check_result(n, al[n][0], al[n][1], node, quantity(m), c)
+        used = self.check_sums(node)
+        log("kube-scheduler allocated %d shares on %s: %d GiB, %d cores" %
+            (used[2], node, used[0] // GiB, used[1]))
+        # 70Gi + 20Gi > 80Gi: memory does not fit, cores (90 + 10) would.
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        template("t-k4", "20Gi", 10))
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("k4", "t-k4"))
+        msg = self.wait_unschedulable("k4")
+        log("k4 refused: %s" % msg)
+        if "claim" not in msg:
+            fail("k4's Unschedulable message does not name the claims: %r" % msg)
+        self.check_sums(node)
+        # Freeing a share lets the refused pod in.
+        self.api.delete("/api/v1/namespaces/%s/pods/k2" % NS, gracePeriodSeconds=0)
+        self.wait_bound(["k4"], 60)
+        self.check_sums(node)
+        self.delete_all()
+
+
+# Run by default, in this order; --only picks any.
+SCENARIOS = ["accepted", "kube_allocates"]
+
+
+def main():
+    args = sys.argv[1:]
+    keep = "--keep" in args
+    only = None
+    if "--only" in args:
+        only = args[args.index("--only") + 1].split(",")
+        args = [a for a in args if a not in ("--only", ",".join(only))]
+    args = [a for a in args if a != "--keep"]
+    if len(args) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    c = None
+    results = []
+    try:
+        c = Cluster(args[0], args[1], keep, feature_gates=GATES)
+        c.start(scheduler=False)
+        c.start_scheduler(extender=False)
+        t = DRA(c)
+        t.setup()
+        for s in only or SCENARIOS:
+            t0 = time.monotonic()
+            try:
+                log("== %s" % s)
+                getattr(t, "s_" + s)()
+                c.check_alive()
+                results.append((s, "ok", time.monotonic() - t0))
+            except Exception as e:  # a scenario's failure; the next still runs
+                traceback.print_exc()
+                results.append((s, "FAILED: %s" % e, time.monotonic() - t0))
+                if isinstance(e, Failure) and "exited" in str(e):
+                    break
+    except Exception:
+        traceback.print_exc()
+        results.append(("setup", "FAILED", 0))
+    finally:
+        if c:
+            c.stop()
+            for b in c.bad_exits:
+                print(b)
+                results.append(("exits", "FAILED: " + b.splitlines()[0], 0))
+    for s, r, dt in results:
+        print("%-18s %-6s %5.1f s" % (s, r, dt))
+    ok = results and all(r == "ok" for _, r, _ in results)
+    print("e2e dra: %s" % ("all scenarios passed" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
