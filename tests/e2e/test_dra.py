@@ -12,6 +12,9 @@ GPU, consumable capacity memory and cores).  Scenarios:
 
   accepted        deploy/dra's DeviceClasses, templates, policy and RBAC and
                   the slice are stored as written (nothing dropped)
+  gate            deploy/dra's MutatingAdmissionPolicy gates exactly the pods
+                  with claims that opt in (label gpufrac.io/placement=gpufrac
+                  on the pod or its namespace)
   kube_allocates  mode 1: kube-scheduler alone allocates shares of the one
                   GPU to several pods by consumable capacity (device,
                   shareID, consumedCapacity) and leaves the one that does
@@ -316,6 +319,43 @@ class DRA:
         self.api.delete(RES + "/resourceslices/" + s["metadata"]["name"])
         self.api.delete("/api/v1/nodes/dra0")
 
+    def s_gate(self):
+        """deploy/dra/placement-policy.yaml gates a new pod with claims
+        when it or its namespace opts in, and no other pod."""
+        ns = "e2e-dra-gated"
+        self.api.create("/api/v1/namespaces", {"metadata": {
+            "name": ns, "labels": {GATE: "gpufrac"}}})
+        wait_for("ServiceAccount default in %s" % ns,
+                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % ns),
+                 60)
+
+        def gates(p, where):
+            p = copy.deepcopy(p)
+            p["metadata"]["namespace"] = where
+            got = self.api.create("/api/v1/namespaces/%s/pods" % where, p)
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (where, p["metadata"]["name"]),
+                            gracePeriodSeconds=0)
+            return [g["name"] for g in got["spec"].get("schedulingGates", [])]
+
+        with_claims = pod("g1", "h100-8gi-30pct")
+        no_claims = pod("g2", "x")
+        del no_claims["spec"]["resourceClaims"]
+        del no_claims["spec"]["containers"][0]["resources"]["claims"]
+        labelled = pod("g3", "h100-8gi-30pct")
+        labelled["metadata"]["labels"][GATE] = "gpufrac"
+        own = pod("g4", "h100-8gi-30pct", gated=True)
+        own["metadata"]["labels"][GATE] = "gpufrac"
+        for what, p, where, want in (
+                ("claims, opted-in namespace", with_claims, ns, [GATE]),
+                ("no claims, opted-in namespace", no_claims, ns, []),
+                ("claims, namespace not opted in", with_claims, NS, []),
+                ("claims, pod opted in", labelled, NS, [GATE]),
+                ("claims, pod already gated", own, NS, [GATE])):
+            got = gates(p, where)
+            if got != want:
+                fail("%s: gates %s, expected %s" % (what, got, want))
+        self.api.delete("/api/v1/namespaces/" + ns)
+
     def s_kube_allocates(self):
         node = "dra1"
         self.new_node(node, "1")
@@ -348,7 +388,7 @@ class DRA:
 
 
 # Run by default, in this order; --only picks any.
-SCENARIOS = ["accepted", "kube_allocates"]
+SCENARIOS = ["accepted", "gate", "kube_allocates"]
 
 
 def main():
