@@ -198,6 +198,14 @@ int gf_dra_model_used(const gf_dra_model *m, const char *pool,
                       const char *device, int64_t *mem, int64_t *cores,
                       uint32_t *nalloc);
 
+/* How far the booked results put device pool/device over its capacity:
+ * memory and cores consumed beyond it, claims beyond one on a device
+ * without allowMultipleAllocations (each 0 or less when it fits).
+ * GF_ENOTFOUND for an unknown device. */
+int gf_dra_model_excess(const gf_dra_model *m, const char *pool,
+                        const char *device, int64_t *mem, int64_t *cores,
+                        int64_t *n);
+
 /* Chooses a node and devices for every request of claims[0..n-1] (all
  * GF_DRA_SHARE or GF_DRA_WHOLE, allocated none) with the engine's policy,
  * all on one node, and books them in the model.  Fills res[i] (results of
@@ -224,6 +232,10 @@ typedef struct gf_sched_dra_opts {
   const char *policy; /* NULL: GF_DEFAULT_POLICY */
   bool allocate;      /* mode 2: place pods gated GF_DRA_GATE */
   long interval_ms;   /* how often gated pods are looked at; 0: 200 */
+  long settle_ms;     /* after a pass's writes, how long until they are
+                         checked against a fresh LIST (another allocator's
+                         decisions made before it saw them are written by
+                         then); 0: 1000 */
   long watch_timeout_s;
   bool quiet; /* true: no log lines on stderr */
   /* Only the leader writes; NULL: always. */
@@ -254,6 +266,8 @@ typedef struct gf_sched_dra_stats {
   uint64_t placed;    /* pods whose claims gpufrac allocated */
   uint64_t handed;    /* gated pods handed to kube-scheduler unallocated */
   uint64_t nofit;     /* placement attempts that found no node */
+  uint64_t yielded;   /* allocations given back after the check found
+                         their device over capacity */
   uint64_t errors;    /* API or parse errors */
   uint32_t conflicts; /* over-booked results in the last model */
 } gf_sched_dra_stats;

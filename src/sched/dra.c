@@ -918,6 +918,18 @@ int gf_dra_model_used(const gf_dra_model *m, const char *pool,
   return 0;
 }
 
+int gf_dra_model_excess(const gf_dra_model *m, const char *pool,
+                        const char *device, int64_t *mem, int64_t *cores,
+                        int64_t *n) {
+  const mdev *md = find_dev(m, pool, device);
+  if (!md)
+    return GF_ENOTFOUND;
+  *mem = md->dev.mem.present ? md->used_mem - md->dev.mem.value : 0;
+  *cores = md->dev.cores.present ? md->used_cores - md->dev.cores.value : 0;
+  *n = md->dev.multi ? 0 : (int64_t)md->nalloc - 1;
+  return 0;
+}
+
 /* The device on cluster node ni, GPU gi. */
 static mdev *dev_at(gf_dra_model *m, uint32_t ni, uint32_t gi) {
   for (uint32_t i = 0; i < m->ndevs; i++)
@@ -977,7 +989,10 @@ static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t *node,
   gf_placement p;
   if (*node == UINT32_MAX) {
     if ((rc = gf_engine_place(m->e, &q, &p)))
-      return gf_diag_set(d, rc, "request %s: no node has room%s", r->name,
+      return gf_diag_set(d, rc,
+                         "request %s: no node has %" PRId64
+                         " bytes and %" PRId64 " cores free on one %s device%s",
+                         r->name, mem, cores, share ? "shared" : "whole",
                          rc == GF_ENOFIT ? "" : " (engine error)");
   } else {
     int64_t score;

@@ -119,13 +119,14 @@ struct gf_sched_dra {
   gf_kube_config *cfg;
   char policy[POLICY_MAX];
   bool has_policy, allocate, quiet;
-  long interval_ms;
+  long interval_ms, settle_ms;
   bool (*is_leader)(void *);
   void *leader_user;
   gf_kube_informer *inf[3]; /* slices, claims, pods */
   gf_kube *k;               /* the placer's client */
   pthread_mutex_t mu;
   store slices, claims, pods; /* gf_dra_slice*, gf_dra_claim*, json_t* */
+  store said; /* pod key -> the last reason logged for it (char*) */
   gf_dra_model *model;
   bool dirty;
   gf_sched_dra_stats st;
@@ -292,10 +293,12 @@ static void pod_set(void *u, json_t *o) {
   char key[KEY_MAX];
   key_of(o, key, sizeof(key));
   pthread_mutex_lock(&f->mu);
-  if (gated(o))
+  if (gated(o)) {
     store_put(&f->pods, key, json_incref(o));
-  else
+  } else {
     store_del(&f->pods, key);
+    store_del(&f->said, key);
+  }
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -310,6 +313,7 @@ static void pod_gone(void *u, json_t *o) {
   key_of(o, key, sizeof(key));
   pthread_mutex_lock(&f->mu);
   store_del(&f->pods, key);
+  store_del(&f->said, key);
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -515,12 +519,55 @@ static int random_bytes(gf_sched_dra *f, uint8_t *buf, size_t n) {
   return 0;
 }
 
-/* One gated pod. */
-static void place_pod(gf_sched_dra *f, const json_t *pod) {
+/* Logs why pod (ns/name) waits, once per change of reason. */
+static void waits(gf_sched_dra *f, const char *ns, const char *name,
+                  const char *why) {
+  char key[KEY_MAX];
+  snprintf(key, sizeof(key), "%s/%s", ns, name);
+  pthread_mutex_lock(&f->mu);
+  const char *old = store_get(&f->said, key);
+  bool same = old && strcmp(old, why) == 0;
+  char *copy = same ? NULL : strdup(why);
+  if (copy)
+    store_put(&f->said, key, copy);
+  pthread_mutex_unlock(&f->mu);
+  if (!same)
+    logf_(f, "gpufrac scheduler: DRA: pod %s/%s stays gated: %s\n", ns, name,
+          why);
+}
+
+static void sleep_ms(long ms);
+
+/* A pod whose claims the placer wrote and whose gate waits for the check
+ * (run_placer). */
+typedef struct wrote_t {
+  json_t *pod;
+  int n;
+  gf_dra_claim *cl[CLAIMS_PER_POD];
+  gf_dra_result (*res)[GF_DRA_RESULTS_MAX];
+  uint32_t nres[CLAIMS_PER_POD];
+  char node[GF_DRA_NAME_MAX];
+} wrote_t;
+
+static void wrote_free(wrote_t *w) {
+  if (!w)
+    return;
+  json_decref(w->pod);
+  for (int i = 0; i < w->n; i++)
+    free(w->cl[i]);
+  free(w->res);
+  free(w);
+}
+
+/* One gated pod: hands it over, lifts the gate of one whose claims are
+ * allocated already, or chooses and writes its claims' allocations and
+ * returns what it wrote (the caller checks, then lifts the gate). */
+static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   const char *ns = jstr(pod, "metadata", "namespace");
   const char *name = jstr(pod, "metadata", "name");
+  wrote_t *w = NULL;
   if (!ns || !name)
-    return;
+    return NULL;
   gf_dra_claim *cl[CLAIMS_PER_POD];
   gf_dra_result(*res)[GF_DRA_RESULTS_MAX] =
       calloc(CLAIMS_PER_POD, sizeof(*res));
@@ -529,13 +576,13 @@ static void place_pod(gf_sched_dra *f, const json_t *pod) {
   gf_diag d = {""};
   uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
   if (!res)
-    return;
+    return NULL;
   pthread_mutex_lock(&f->mu);
   int n = claims_of(f, pod, cl, CLAIMS_PER_POD);
   if (n < 0) { /* the claims are not made (or not seen) yet */
     pthread_mutex_unlock(&f->mu);
     free(res);
-    return;
+    return NULL;
   }
   uint32_t nalloc = 0;
   const char *why = NULL;
@@ -565,7 +612,7 @@ static void place_pod(gf_sched_dra *f, const json_t *pod) {
   }
   pthread_mutex_unlock(&f->mu);
   if (rc) {
-    logf_(f, "gpufrac scheduler: DRA: pod %s stays gated: %s\n", name, d.msg);
+    waits(f, ns, name, d.msg);
     goto out;
   }
   if (hand) {
@@ -605,24 +652,160 @@ static void place_pod(gf_sched_dra *f, const json_t *pod) {
     for (int i = 0; i < written; i++)
       write_claim(f, cl[i], NULL, pod, &ud);
   }
-  if (!rc)
-    rc = lift_gate(f, pod, &d);
+  if (done) /* allocated by an earlier pass: checked again, then lifted */
+    for (int i = 0; i < n; i++) {
+      nres[i] = cl[i]->nres;
+      memcpy(res[i], cl[i]->res, cl[i]->nres * sizeof(res[i][0]));
+      snprintf(node, sizeof(node), "%s", cl[i]->nres ? cl[i]->res[0].pool : "");
+    }
   pthread_mutex_lock(&f->mu);
   if (rc)
     f->st.errors++;
-  else if (!done)
-    f->st.placed++;
   f->dirty = true;
   pthread_mutex_unlock(&f->mu);
   if (rc)
     logf_(f, "gpufrac scheduler: DRA: pod %s: %s\n", name, d.msg);
-  else if (!done && !f->quiet)
-    fprintf(stderr, "gpufrac scheduler: DRA: pod %s/%s placed on %s\n", ns,
-            name, node);
+  if (!rc && (w = calloc(1, sizeof(*w)))) {
+    w->pod = json_incref((json_t *)pod);
+    w->n = n;
+    memcpy(w->cl, cl, sizeof(cl));
+    w->res = res;
+    memcpy(w->nres, nres, sizeof(nres));
+    snprintf(w->node, sizeof(w->node), "%s", node);
+    return w; /* owns cl and res now */
+  }
 out:
   for (int i = 0; i < n; i++)
     free(cl[i]);
   free(res);
+  return NULL;
+}
+
+/* A device a checked pod uses, and how far over its capacity the API
+ * server's claims put it. */
+typedef struct over {
+  const char *pool, *device;
+  int64_t mem, cores, n;
+} over;
+
+/* The check after a pass's writes (docs/dra.md, "Two allocators"): once
+ * settle_ms has passed, every allocation kube-scheduler decided before it
+ * saw ours is written too; a fresh LIST of the claims then says whether a
+ * device is over its capacity.  If one is, gpufrac gives way: its own
+ * claims on that device, newest first, are deallocated (their pods are
+ * still gated, so nothing runs on them) until the device fits; the pods
+ * stay gated and are placed again.  The others' gates are lifted. */
+static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
+  gf_diag d = {""};
+  json_t *list = NULL;
+  gf_dra_claim **cl = NULL;
+  size_t ncl = 0;
+  gf_dra_model *m = NULL;
+  over ov[64];
+  uint32_t nov = 0;
+  int rc =
+      gf_kube_list_all(f->k, GF_DRA_API "/resourceclaims", NULL, &list, &d);
+  const json_t *items = json_object_get(list, "items");
+  if (!rc) {
+    cl = calloc(json_array_size(items) + 1, sizeof(*cl));
+    rc = cl ? 0 : gf_diag_set(&d, GF_ENOMEM, "out of memory");
+  }
+  for (size_t i = 0; !rc && i < json_array_size(items); i++) {
+    gf_dra_claim *c = malloc(sizeof(*c));
+    if (c && gf_dra_claim_parse(json_array_get(items, i), c, NULL) == 0)
+      cl[ncl++] = c;
+    else
+      free(c);
+  }
+  if (!rc) {
+    pthread_mutex_lock(&f->mu);
+    const gf_dra_slice **sl = calloc(f->slices.n + 1, sizeof(*sl));
+    for (uint32_t i = 0; sl && i < f->slices.n; i++)
+      sl[i] = f->slices.vals[i];
+    rc = sl ? gf_dra_model_new(sl, f->slices.n, (const gf_dra_claim *const *)cl,
+                               (uint32_t)ncl, f->has_policy ? f->policy : NULL,
+                               &m, &d)
+            : GF_ENOMEM;
+    pthread_mutex_unlock(&f->mu);
+    free(sl);
+  }
+  for (uint32_t i = 0; !rc && i < nw; i++)
+    for (int c = 0; c < w[i]->n; c++)
+      for (uint32_t r = 0; r < w[i]->nres[c]; r++) {
+        const gf_dra_result *x = &w[i]->res[c][r];
+        bool seen = false;
+        for (uint32_t k = 0; k < nov; k++)
+          seen = seen || (strcmp(ov[k].pool, x->pool) == 0 &&
+                          strcmp(ov[k].device, x->device) == 0);
+        if (seen || nov == 64)
+          continue;
+        over *o = &ov[nov];
+        o->pool = x->pool;
+        o->device = x->device;
+        if (gf_dra_model_excess(m, x->pool, x->device, &o->mem, &o->cores,
+                                &o->n) == 0)
+          nov++;
+      }
+  if (rc) {
+    /* Cannot check: keep the allocations, lift nothing; the next pass
+     * finds the claims allocated and checks again before lifting. */
+    logf_(f, "gpufrac scheduler: DRA: checking the allocations: %s\n", d.msg);
+    pthread_mutex_lock(&f->mu);
+    f->st.errors++;
+    pthread_mutex_unlock(&f->mu);
+  }
+  for (uint32_t i = nw; !rc && i-- > 0;) {
+    wrote_t *x = w[i];
+    bool yield = false;
+    for (int c = 0; c < x->n; c++)
+      for (uint32_t r = 0; r < x->nres[c]; r++)
+        for (uint32_t k = 0; k < nov; k++)
+          if (strcmp(ov[k].pool, x->res[c][r].pool) == 0 &&
+              strcmp(ov[k].device, x->res[c][r].device) == 0 &&
+              (ov[k].mem > 0 || ov[k].cores > 0 || ov[k].n > 0))
+            yield = true;
+    const char *name = jstr(x->pod, "metadata", "name");
+    if (yield) {
+      for (int c = 0; c < x->n; c++) {
+        write_claim(f, x->cl[c], NULL, x->pod, &d);
+        for (uint32_t r = 0; r < x->nres[c]; r++)
+          for (uint32_t k = 0; k < nov; k++)
+            if (strcmp(ov[k].pool, x->res[c][r].pool) == 0 &&
+                strcmp(ov[k].device, x->res[c][r].device) == 0) {
+              ov[k].mem -= x->res[c][r].mem;
+              ov[k].cores -= x->res[c][r].cores;
+              ov[k].n--;
+            }
+      }
+      pthread_mutex_lock(&f->mu);
+      f->st.yielded++;
+      f->dirty = true;
+      pthread_mutex_unlock(&f->mu);
+      logf_(f,
+            "gpufrac scheduler: DRA: pod %s: another allocator gave the same "
+            "capacity on %s away meanwhile; its claims are given back and it "
+            "stays gated\n",
+            name, x->node);
+      continue;
+    }
+    int lr = lift_gate(f, x->pod, &d);
+    pthread_mutex_lock(&f->mu);
+    if (lr)
+      f->st.errors++;
+    else
+      f->st.placed++;
+    pthread_mutex_unlock(&f->mu);
+    if (lr)
+      logf_(f, "gpufrac scheduler: DRA: pod %s: %s\n", name, d.msg);
+    else
+      logf_(f, "gpufrac scheduler: DRA: pod %s/%s placed on %s\n",
+            jstr(x->pod, "metadata", "namespace"), name, x->node);
+  }
+  gf_dra_model_free(m);
+  for (size_t i = 0; i < ncl; i++)
+    free(cl[i]);
+  free(cl);
+  json_decref(list);
 }
 
 static void sleep_ms(long ms) {
@@ -643,12 +826,23 @@ static void *run_placer(void *u) {
     for (uint32_t i = 0; pods && i < n; i++)
       pods[i] = json_incref(f->pods.vals[i]);
     pthread_mutex_unlock(&f->mu);
-    for (uint32_t i = 0; pods && i < n; i++) {
-      if (!atomic_load(&f->stop))
-        place_pod(f, pods[i]);
-      json_decref(pods[i]);
+    wrote_t **w = calloc(n + 1, sizeof(*w));
+    uint32_t nw = 0;
+    for (uint32_t i = 0; pods && w && i < n; i++) {
+      wrote_t *x = atomic_load(&f->stop) ? NULL : place_pod(f, pods[i]);
+      if (x)
+        w[nw++] = x;
     }
+    for (uint32_t i = 0; pods && i < n; i++)
+      json_decref(pods[i]);
     free(pods);
+    if (nw) {
+      sleep_ms(f->settle_ms);
+      check_and_lift(f, w, nw);
+    }
+    for (uint32_t i = 0; i < nw; i++)
+      wrote_free(w[i]);
+    free(w);
   }
   return NULL;
 }
@@ -680,10 +874,12 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->slices.drop = drop_slice;
   f->claims.drop = free;
   f->pods.drop = drop_json;
+  f->said.drop = free;
   f->cfg = cfg;
   f->allocate = o->allocate;
   f->quiet = o->quiet;
   f->interval_ms = o->interval_ms > 0 ? o->interval_ms : 200;
+  f->settle_ms = o->settle_ms > 0 ? o->settle_ms : 1000;
   f->is_leader = o->is_leader;
   f->leader_user = o->leader_user;
   int rc;
@@ -780,6 +976,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->slices);
   store_release(&f->claims);
   store_release(&f->pods);
+  store_release(&f->said);
   gf_dra_model_free(f->model);
   pthread_mutex_destroy(&f->mu);
   free(f);

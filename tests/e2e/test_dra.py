@@ -157,13 +157,35 @@ class DRA:
                 log("applied dra/%s: %s" % (f, " ".join(r.stdout.split())))
 
     def setup(self):
-        self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
-                       os.path.join(os.path.dirname(DRA_DEPLOY), "namespace.yaml"))
+        # The namespace and the extender's own RBAC (deploy/), then deploy/dra.
+        for f in ("namespace.yaml", "scheduler-rbac.yaml"):
+            self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
+                           os.path.join(os.path.dirname(DRA_DEPLOY), f))
         self.apply_dra_deploy()
         self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
         wait_for("ServiceAccount default in %s" % NS,
                  lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),
                  60)
+
+    def start_extender(self):
+        """gpufrac scheduler --dra allocate as deploy's ServiceAccount
+        gpufrac-scheduler (so deploy/dra/scheduler-rbac.yaml is what it
+        may do)."""
+        if self.ext:
+            return
+        kc = self.c.sa_kubeconfig("extender", self.c.token("gpufrac-scheduler"))
+        self.ext = self.c.spawn("extender", [
+            self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.c.ext_port,
+            "--kubeconfig", kc, "--dra", "allocate"])
+        wait_for("the extender leading", lambda: self.ext.alive() and
+                 self.api.get("/apis/coordination.k8s.io/v1/namespaces/gpufrac-system/"
+                              "leases/gpufrac-scheduler")["spec"].get("holderIdentity"),
+                 60)
+
+    def retire(self, node):
+        """The node's slice goes (its GPUs with it), so later scenarios'
+        pods cannot land there."""
+        self.api.delete("%s/resourceslices/%s-%s-0" % (RES, node, DRIVER))
 
     def new_node(self, name, uuid_tail="1"):
         self.add_node(name)
@@ -239,6 +261,7 @@ class DRA:
         shareID is distinct.  Returns (memory, cores, number of shares)."""
         used_m = used_c = 0
         shares = set()
+        who = []
         for cl in self.api.items("%s/namespaces/%s/resourceclaims" % (RES, NS)):
             al = cl.get("status", {}).get("allocation")
             if not al:
@@ -251,11 +274,17 @@ class DRA:
                     fail("claim %s: shareID %r missing or repeated" % (cl["metadata"]["name"], sid))
                 shares.add(sid)
                 cc = r.get("consumedCapacity", {})
+                # Who wrote the allocation: the status's field manager.
+                mgr = [m["manager"] for m in cl["metadata"].get("managedFields", [])
+                       if m.get("subresource") == "status"]
+                who.append("%s by %s at %s" % (
+                    cl["metadata"]["name"], "/".join(mgr) or "?",
+                    al.get("allocationTimestamp", "?")))
                 used_m += quantity(cc.get("memory", 0))
                 used_c += quantity(cc.get("cores", 0))
         if used_m > mem or used_c > cores:
-            fail("%s/%s over-allocated: %d bytes of %d, %d cores of %d" %
-                 (node, dev, used_m, mem, used_c, cores))
+            fail("%s/%s over-allocated: %d bytes of %d, %d cores of %d: %s" %
+                 (node, dev, used_m, mem, used_c, cores, "; ".join(who)))
         return used_m, used_c, len(shares)
 
     def check_result(self, name, cl, r, node, mem, cores):
@@ -277,6 +306,9 @@ class DRA:
         # The resourceclaim controller deletes generated claims with their pods.
         wait_for("claims gone", lambda: not self.api.items(
             "%s/namespaces/%s/resourceclaims" % (RES, NS)), 60)
+        for t in self.api.items("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS)):
+            self.api.delete("%s/namespaces/%s/resourceclaimtemplates/%s" %
+                            (RES, NS, t["metadata"]["name"]))
 
     # ---- scenarios -----------------------------------------------------
     def s_accepted(self):
@@ -385,10 +417,119 @@ class DRA:
         self.wait_bound(["k4"], 60)
         self.check_sums(node)
         self.delete_all()
+        self.retire(node)
+
+    def share(self, name, mem, cores, gated):
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        template("t-" + name, mem, cores))
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(name, "t-" + name, gated))
+
+    def stays_gated(self, name, secs=4):
+        """Pod name keeps its gate and its claim stays unallocated for secs."""
+        t = time.monotonic()
+        while time.monotonic() - t < secs:
+            p = self.pods()[name]
+            gates = [g["name"] for g in p["spec"].get("schedulingGates", [])]
+            if GATE not in gates or p["spec"].get("nodeName"):
+                fail("%s: the gate was lifted (gates %s, node %s); it must not fit" %
+                     (name, gates, p["spec"].get("nodeName")))
+            cl = self.claim_of(p)
+            if cl and cl.get("status", {}).get("allocation"):
+                fail("%s: its claim was allocated: %s" % (name, cl["status"]))
+            time.sleep(0.5)
+
+    def s_gpufrac_allocates(self):
+        self.start_extender()
+        node = "dra2"
+        self.new_node(node, "2")
+        asks = {"g1": ("20Gi", 30), "g2": ("30Gi", 30), "g3": ("20Gi", 30)}
+        for n, (m, c) in asks.items():
+            self.share(n, m, c, True)
+        self.wait_bound(list(asks))
+        al = self.allocations()
+        for n, (m, c) in asks.items():
+            self.check_result(n, al[n][0], al[n][1], node, quantity(m), c)
+            if al[n][0]["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0] \
+                    ["matchFields"][0]["values"] != [node]:
+                fail("%s: nodeSelector %s" % (n, al[n][0]["status"]["allocation"]))
+        log("gpufrac allocated %s: %s" % (node, self.check_sums(node)))
+        self.share("g4", "20Gi", 10, True)
+        self.stays_gated("g4")
+        self.api.delete("/api/v1/namespaces/%s/pods/g2" % NS, gracePeriodSeconds=0)
+        self.wait_bound(["g4"], 60)
+        self.check_sums(node)
+        self.delete_all()
+        self.retire(node)
+
+    def s_mixed(self):
+        """Mode-1 and mode-2 pods on one GPU, one after the other: each
+        allocator sees what the other gave away."""
+        self.start_extender()
+        node = "dra3"
+        self.new_node(node, "3")
+        seq = [("m1", "20Gi", 20, False), ("m2", "20Gi", 20, True),
+               ("m3", "20Gi", 20, False), ("m4", "10Gi", 20, True)]
+        for n, m, c, g in seq:
+            self.share(n, m, c, g)
+            self.wait_bound([n])
+            self.check_sums(node)
+        al = self.allocations()
+        for n, m, c, g in seq:
+            self.check_result(n, al[n][0], al[n][1], node, quantity(m), c)
+        used = self.check_sums(node)
+        if used != (70 * GiB, 80, 4):
+            fail("mixed: %s, expected 70Gi, 80 cores, 4 shares" % (used,))
+        # 70Gi + 20Gi > 80Gi: neither allocator may take it.
+        self.share("m5", "20Gi", 10, False)
+        self.share("m6", "20Gi", 10, True)
+        msg = self.wait_unschedulable("m5")
+        self.stays_gated("m6")
+        log("mixed: kube-scheduler refused m5 (%s), gpufrac kept m6 gated" % msg)
+        self.check_sums(node)
+        self.delete_all()
+        self.retire(node)
+
+    def s_mixed_burst(self):
+        """Both allocators at once: 4 + 4 pods of 15Gi on one 80Gi GPU (at
+        most 5 fit).  kube-scheduler writes its allocation in PreBind, after
+        it decided; gpufrac cannot see a decision before that write."""
+        self.start_extender()
+        self.bursts = getattr(self, "bursts", 0) + 1
+        node = "dra4-%d" % self.bursts
+        self.new_node(node, "4")
+        names = []
+        for i in range(4):
+            for g in (False, True):
+                n = "b%d%s" % (i, "g" if g else "k")
+                self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                                template("t-" + n, "15Gi", 10))
+                names.append((n, g))
+        for n, g in names:
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(n, "t-" + n, g))
+
+        def settled():
+            ps = self.pods()
+            bound = [n for n, _ in names if ps[n]["spec"].get("nodeName")]
+            return len(bound) >= 5 and bound
+        try:
+            bound = wait_for("5 of 8 bound", settled, 60)
+        finally:
+            used = self.check_sums(node)
+        time.sleep(3)
+        used = self.check_sums(node)
+        ps = self.pods()
+        bound = [n for n, _ in names if ps[n]["spec"].get("nodeName")]
+        log("burst: bound %s; %d GiB, %d cores, %d shares" %
+            (bound, used[0] // GiB, used[1], used[2]))
+        if len(bound) != 5:
+            fail("burst: %d pods bound, expected 5" % len(bound))
+        self.delete_all()
+        self.retire(node)
 
 
 # Run by default, in this order; --only picks any.
-SCENARIOS = ["accepted", "gate", "kube_allocates"]
+SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates", "mixed",
+             "mixed_burst"]
 
 
 def main():
