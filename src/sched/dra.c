@@ -763,6 +763,8 @@ static void book(gf_dra_model *m, const gf_dra_result *r) {
     m->conflicts++; /* the engine's rounding (milli) says it is full */
 }
 
+static const gf_dra_device *typical_dev(const gf_dra_model *m, bool multi);
+
 void gf_dra_model_free(gf_dra_model *m) {
   if (!m)
     return;
@@ -859,11 +861,12 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
       m->devs[idx[g]].gi = g;
     }
   }
-  /* The policy's view of the workload: every allocated share, or one whole
-   * GPU when there is none yet (as the extender does). */
+  /* The policy's view of the workload: every allocated share and every
+   * request still to place (as the extender counts bound and pending
+   * pods), or one whole GPU when there is none yet. */
   uint32_t nr = 0;
   for (uint32_t i = 0; i < nclaims; i++)
-    nr += claims[i]->allocated ? claims[i]->nres : 0;
+    nr += claims[i]->allocated ? claims[i]->nres : claims[i]->nreq;
   reqs = calloc(nr + 1, sizeof(*reqs));
   if (!reqs)
     goto nomem;
@@ -878,6 +881,17 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
         share_request(&md->dev, r->mem, r->cores, &reqs[n++]);
       else
         whole_request(1, &reqs[n++]);
+    }
+  for (uint32_t i = 0; i < nclaims; i++)
+    for (uint32_t j = 0; !claims[i]->allocated && j < claims[i]->nreq; j++) {
+      const gf_dra_request *r = &claims[i]->req[j];
+      const gf_dra_device *td = typical_dev(m, r->kind == GF_DRA_SHARE);
+      int64_t mem, cores;
+      if (r->kind == GF_DRA_WHOLE)
+        whole_request(r->count, &reqs[n++]);
+      else if (r->kind == GF_DRA_SHARE && td &&
+               gf_dra_fit(td, 0, 0, 0, r, &mem, &cores, NULL) == 0)
+        share_request(td, mem, cores, &reqs[n++]);
     }
   if (n == 0)
     whole_request(1, &reqs[n++]);

@@ -338,12 +338,15 @@ class Cluster:
         log("kube-controller-manager%s running" %
             (" and kube-scheduler" if scheduler else ""))
 
-    def start_scheduler(self, extender=True, extra_args=(), qps=None):
+    def start_scheduler(self, extender=True, extra_args=(), qps=None,
+                        config=None):
         """kube-scheduler with deploy/'s configuration (without its
-        extenders stanza when extender is false: kube-scheduler alone)."""
+        extenders stanza when extender is false: kube-scheduler alone);
+        config: another configuration file of the same shape (None:
+        deploy/kube-scheduler-config.yaml)."""
         sched_kc = kubeconfig(self.path("scheduler.kubeconfig"), self.server, self.ca,
                               self.path("scheduler.crt"), self.path("scheduler.key"))
-        cfg = self.scheduler_config(sched_kc, extender, qps)
+        cfg = self.scheduler_config(sched_kc, extender, qps, config)
         self.procs["kube-scheduler"] = Proc("kube-scheduler", [
             os.path.join(self.bin, "kube-scheduler"), "--config", cfg,
             "--authentication-kubeconfig", sched_kc,
@@ -354,11 +357,11 @@ class Cluster:
                  lambda: self._alive("kube-scheduler") and
                  self.scheduler_get("/healthz") == "ok", 60)
 
-    def scheduler_config(self, kc, extender=True, qps=None):
+    def scheduler_config(self, kc, extender=True, qps=None, config=None):
         """deploy/kube-scheduler-config.yaml with exactly two values
         changed: the kubeconfig and the extender's urlPrefix.  Without the
         extender, the extenders stanza (the file's last) is left out."""
-        with open(os.path.join(DEPLOY, "kube-scheduler-config.yaml")) as f:
+        with open(config or os.path.join(DEPLOY, "kube-scheduler-config.yaml")) as f:
             text = f.read()
         out, seen = [], set()
         for line in text.splitlines():

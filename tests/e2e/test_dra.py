@@ -23,8 +23,13 @@ GPU, consumable capacity memory and cores).  Scenarios:
                   `gpufrac scheduler --dra`, which writes the claims'
                   allocations and lifts the gate; kube-scheduler binds them
                   where their claims are
-  mixed           mode-1 and mode-2 pods on one GPU: neither allocator
-                  gives away capacity the other allocated (the sums)
+  extender_scores mode 1 with the extender: kube-scheduler (deploy/dra/
+                  kube-scheduler-config.yaml) allocates where the extender's
+                  engine score is highest
+  mixed           mode-1 and mode-2 pods on one GPU, one at a time: neither
+                  allocator gives away capacity the other allocated (sums)
+  mixed_burst     8 pods of both modes at once on one GPU that holds 5
+                  (run 3 times): still no capacity given twice
 """
 
 import copy
@@ -34,6 +39,7 @@ import signal
 import sys
 import time
 import traceback
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import ApiError, Cluster, Failure, free_port, log, wait_for  # noqa: E402
@@ -151,7 +157,8 @@ class DRA:
 
     def apply_dra_deploy(self):
         for f in sorted(os.listdir(DRA_DEPLOY)):
-            if f.endswith(".yaml"):
+            # kube-scheduler-config.yaml is kube-scheduler's --config file.
+            if f.endswith(".yaml") and f != "kube-scheduler-config.yaml":
                 r = self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
                                    os.path.join(DRA_DEPLOY, f))
                 log("applied dra/%s: %s" % (f, " ".join(r.stdout.split())))
@@ -319,7 +326,7 @@ class DRA:
             if f.endswith(".yaml"):
                 with open(os.path.join(DRA_DEPLOY, f)) as fh:
                     for d in yaml.safe_load_all(fh):
-                        if d:
+                        if d and "metadata" in d:
                             want[(d["kind"], d["metadata"]["name"])] = d
         paths = {"DeviceClass": RES + "/deviceclasses/%s",
                  "ResourceClaimTemplate": RES + "/namespaces/default/resourceclaimtemplates/%s"}
@@ -461,6 +468,70 @@ class DRA:
         self.delete_all()
         self.retire(node)
 
+    def prioritize(self, p, nodes):
+        """The extender's /prioritize for pod p over nodes, as
+        kube-scheduler calls it (nodeCacheCapable: names only)."""
+        body = json.dumps({"Pod": p, "NodeNames": nodes}).encode()
+        req = urllib.request.Request("http://127.0.0.1:%d/gpufrac/prioritize" %
+                                     self.c.ext_port, data=body, method="POST")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return {h["Host"]: h["Score"] for h in json.loads(r.read())}
+
+    def s_extender_scores(self):
+        """Mode 1: kube-scheduler allocates, the extender scores nodes for
+        pods with gpufrac's claims with the engine's node score: a second
+        share goes where it leaves the least fragment (the gpufrac policy),
+        here beside the first (kube-scheduler's own scores do not look at
+        devices)."""
+        self.start_extender()
+        a, b = "dra5a", "dra5b"
+        self.new_node(a, "5")
+        self.new_node(b, "6")
+        # 60 cores used leave 40, which a 20-core share splits into two
+        # halves that the workload's shares (60 and 20) cannot both use:
+        # placing it beside s1 leaves less fragment than on an empty GPU.
+        self.share("s1", "40Gi", 60, False)
+        first = self.wait_bound(["s1"])["s1"]["spec"]["nodeName"]
+        other = b if first == a else a
+        # s2 waits behind a gate of the test's own until the extender
+        # knows its claim, so kube-scheduler's call sees what we see.
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        template("t-s2", "20Gi", 20))
+        p2 = pod("s2", "t-s2")
+        p2["spec"]["schedulingGates"] = [{"name": "e2e.gpufrac.io/hold"}]
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, p2)
+
+        last = {}
+
+        def scored():
+            got = self.pods()["s2"]
+            last["claim"] = bool(self.claim_of(got))
+            if not last["claim"]:
+                return None
+            sc = last["scores"] = self.prioritize(got, [a, b])
+            return sc if sc[first] != sc[other] else None
+        try:
+            sc = wait_for("the extender scoring s2", scored, 30)
+        except Failure:
+            fail("the extender did not score s2 (s1 on %s): %s" % (first, last))
+        log("extender scores for s2: %s (s1 on %s)" % (sc, first))
+        if sc[first] <= sc[other]:
+            fail("s2: the extender prefers %s, not %s beside s1: %s" % (other, first, sc))
+        self.api.merge_patch("/api/v1/namespaces/%s/pods/s2" % NS,
+                             {"spec": {"schedulingGates": None}})
+        got = self.wait_bound(["s2"])["s2"]["spec"]["nodeName"]
+        if got != first:
+            fail("s2 bound to %s, the extender scored %s higher: %s" % (got, first, sc))
+        mgr = [m["manager"] for m in self.claim_of(self.pods()["s2"])["metadata"]
+               ["managedFields"] if m.get("subresource") == "status"]
+        if mgr != ["kube-scheduler"]:
+            fail("s2's claim allocated by %s, not kube-scheduler" % mgr)
+        self.check_sums(first)
+        self.delete_all()
+        self.retire(a)
+        self.retire(b)
+
     def s_mixed(self):
         """Mode-1 and mode-2 pods on one GPU, one after the other: each
         allocator sees what the other gave away."""
@@ -528,8 +599,8 @@ class DRA:
 
 
 # Run by default, in this order; --only picks any.
-SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates", "mixed",
-             "mixed_burst"]
+SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
+             "extender_scores", "mixed", "mixed_burst", "mixed_burst", "mixed_burst"]
 
 
 def main():
@@ -549,7 +620,10 @@ def main():
     try:
         c = Cluster(args[0], args[1], keep, feature_gates=GATES)
         c.start(scheduler=False)
-        c.start_scheduler(extender=False)
+        # kube-scheduler with deploy/dra's configuration: the extender
+        # scores pods with claims (mode 1); until it runs (ignorable), and
+        # for kube_allocates, kube-scheduler works alone.
+        c.start_scheduler(config=os.path.join(DRA_DEPLOY, "kube-scheduler-config.yaml"))
         t = DRA(c)
         t.setup()
         for s in only or SCENARIOS:

@@ -470,6 +470,32 @@ static void test_model_conflict(void **state) {
   gf_dra_slice_release(&s);
 }
 
+/* Mode 1: the engine's node score for a pod's claims, per node. */
+static void test_model_score(void **state) {
+  (void)state;
+  gf_dra_slice s[2];
+  slice_of("dra_slice_shared.json", &s[0]);
+  slice_of("dra_slice_shared.json", &s[1]);
+  snprintf(s[1].pool, sizeof(s[1].pool), "n2");
+  snprintf(s[1].node, sizeof(s[1].node), "n2");
+  gf_dra_claim booked, a;
+  claim_of(fixture("dra_claim_allocated.json"), &booked); /* on n1 */
+  claim_of(claim_json("a", NULL, 20 * GiB, 20), &a);
+  const gf_dra_slice *sl[] = {&s[0], &s[1]};
+  const gf_dra_claim *cl[] = {&booked}, *pa[] = {&a};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 2, cl, 1, NULL, &m, NULL), 0);
+  int64_t s1, s2;
+  assert_int_equal(gf_dra_model_score(m, pa, 1, "n1", &s1), 0);
+  assert_int_equal(gf_dra_model_score(m, pa, 1, "n2", &s2), 0);
+  print_message("score n1 %lld n2 %lld\n", (long long)s1, (long long)s2);
+  assert_true(s1 > s2); /* beside the share already there */
+  assert_int_equal(gf_dra_model_score(m, pa, 1, "n3", &s1), GF_ENOTFOUND);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s[0]);
+  gf_dra_slice_release(&s[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -484,6 +510,7 @@ int main(void) {
       cmocka_unit_test(test_allocation_json),
       cmocka_unit_test(test_model_place),
       cmocka_unit_test(test_model_conflict),
+      cmocka_unit_test(test_model_score),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
