@@ -23,6 +23,9 @@ GPU, consumable capacity memory and cores).  Scenarios:
                   `gpufrac scheduler --dra`, which writes the claims'
                   allocations and lifts the gate; kube-scheduler binds them
                   where their claims are
+  defaults        what a request naming no capacity consumes (kube-scheduler)
+  whole           the whole-GPU and NVLink-island templates on exclusive
+                  devices (kube-scheduler), and a whole GPU in mode 2
   extender_scores mode 1 with the extender: kube-scheduler (deploy/dra/
                   kube-scheduler-config.yaml) allocates where the extender's
                   engine score is highest
@@ -347,6 +350,19 @@ class DRA:
         diff = subset(s["spec"], got["spec"])
         if diff:
             fail("ResourceSlice not stored as written: %s" % diff)
+        # A requestPolicy with a validRange needs a default: the server
+        # refuses one without (the node agent must publish both).
+        nodef = copy.deepcopy(s)
+        nodef["metadata"]["name"] = "dra0-nodefault"
+        del nodef["spec"]["devices"][0]["capacity"]["cores"]["requestPolicy"]["default"]
+        nodef["spec"]["pool"]["name"] = "dra0-nodefault"
+        try:
+            self.api.create(RES + "/resourceslices", nodef)
+            fail("a requestPolicy with validRange and no default was accepted")
+        except ApiError as e:
+            if e.code != 422 or "requestPolicy.default: Required value" not in str(e):
+                raise
+            log("refused as expected: %s" % str(e)[str(e).index("spec."):][:120])
         # The server validates what it stores: a quantity that is not one.
         bad = template("bad", "eight", 30)
         try:
@@ -532,6 +548,99 @@ class DRA:
         self.retire(a)
         self.retire(b)
 
+    def s_defaults(self):
+        """What kube-scheduler consumes for a request that names no
+        capacity: each requestPolicy's default (the slice's: memory 1Gi,
+        cores 1); a request naming only memory gets the cores default."""
+        node = "dra6"
+        self.new_node(node, "7")
+        for n, caps in (("d1", {}), ("d2", {"memory": "1Gi"})):
+            t = template("t-" + n, "0", 0)
+            t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = \
+                {"requests": caps}
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), t)
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("d1", "t-d1"))
+        self.wait_bound(["d1"])
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("d2", "t-d2"))
+        self.wait_bound(["d2"])
+        for n in ("d1", "d2"):
+            cc = self.allocations()[n][1].get("consumedCapacity", {})
+            log("%s consumed %s" % (n, cc))
+            if quantity(cc.get("memory", -1)) != GiB or quantity(cc.get("cores", -1)) != 1:
+                fail("%s consumed %s, expected the defaults: memory 1Gi, cores 1" % (n, cc))
+        self.check_sums(node)
+        self.delete_all()
+        self.retire(node)
+
+    def s_whole(self):
+        """deploy/dra's whole-GPU templates on exclusive devices:
+        kube-scheduler gives 'a whole A100 80GB' one device and 'two GPUs
+        on one NVLink island' two with the same nvlinkIsland; gpufrac (mode
+        2) places a gated whole-GPU claim on a device nobody holds."""
+        node = "dra7"
+        self.add_node(node)
+        devs = []
+        for i in range(4):
+            devs.append({"name": "gpu-%d" % i, "attributes": {
+                "uuid": {"string": "GPU-00000000-0000-4000-8000-00000000070%d" % i},
+                "productName": {"string": "NVIDIA A100-SXM4-80GB"},
+                "type": {"string": "gpu"}, "mode": {"string": "exclusive"},
+                "nvlinkIsland": {"string": str(i // 2)}},
+                "capacity": {"memory": {"value": "80Gi"}, "cores": {"value": "100"}}})
+        self.api.create(RES + "/resourceslices", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "%s-%s-0" % (node, DRIVER)},
+            "spec": {"driver": DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devs}})
+        ns = "default"
+        # gpu-1 first, so 'whole' cannot take it by chance: the island pair
+        # must be gpu-2 and gpu-3.
+        specs = [("w1", "a100-80gb-whole", False), ("w2", "two-gpus-one-nvlink-island", False)]
+        for n, t, g in specs:
+            p = pod(n, t, g)
+            p["metadata"]["namespace"] = ns
+            if t.startswith("two"):
+                p["spec"]["resourceClaims"][0]["name"] = "gpu"
+            self.api.create("/api/v1/namespaces/%s/pods" % ns, p)
+            wait_for("%s bound" % n, lambda: self.api.get(
+                "/api/v1/namespaces/%s/pods/%s" % (ns, n))["spec"].get("nodeName"), 60)
+        got = {}
+        for n, _, _ in specs:
+            p = self.api.get("/api/v1/namespaces/%s/pods/%s" % (ns, n))
+            cname = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+            cl = self.api.get("%s/namespaces/%s/resourceclaims/%s" % (RES, ns, cname))
+            got[n] = [r["device"] for r in cl["status"]["allocation"]["devices"]["results"]]
+        log("whole GPUs: %s" % got)
+        if len(got["w1"]) != 1 or len(got["w2"]) != 2:
+            fail("whole: %s" % got)
+        isl = {int(d.split("-")[1]) // 2 for d in got["w2"]}
+        if len(isl) != 1:
+            fail("two-gpus-one-nvlink-island got GPUs of islands %s" % isl)
+        if set(got["w1"]) & set(got["w2"]):
+            fail("a whole GPU given twice: %s" % got)
+        # Mode 2: a gated whole-GPU claim without selectors is gpufrac's.
+        self.start_extender()
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "t-w3", "namespace": NS},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "whole.gpu.gpufrac.io"}}]}}}})
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("w3", "t-w3", True))
+        self.wait_bound(["w3"])
+        cl = self.claim_of(self.pods()["w3"])
+        r = cl["status"]["allocation"]["devices"]["results"]
+        mgr = [m["manager"] for m in cl["metadata"]["managedFields"]
+               if m.get("subresource") == "status"]
+        if len(r) != 1 or r[0]["device"] in got["w1"] + got["w2"] or r[0].get("shareID"):
+            fail("w3 got %s beside %s" % (r, got))
+        if "gpufrac" not in mgr:
+            fail("w3's claim was allocated by %s, not gpufrac" % mgr)
+        for n, _, _ in specs:
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (ns, n), gracePeriodSeconds=0)
+        self.delete_all()
+        self.retire(node)
+
     def s_mixed(self):
         """Mode-1 and mode-2 pods on one GPU, one after the other: each
         allocator sees what the other gave away."""
@@ -600,7 +709,8 @@ class DRA:
 
 # Run by default, in this order; --only picks any.
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
-             "extender_scores", "mixed", "mixed_burst", "mixed_burst", "mixed_burst"]
+             "extender_scores", "defaults", "whole", "mixed", "mixed_burst",
+             "mixed_burst", "mixed_burst"]
 
 
 def main():
