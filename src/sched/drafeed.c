@@ -405,7 +405,7 @@ static int claims_of(gf_sched_dra *f, const json_t *pod, gf_dra_claim **out,
       json_object_get(json_object_get(pod, "metadata"), "namespace"));
   for (int i = 0; i < n; i++) {
     char key[KEY_MAX];
-    snprintf(key, sizeof(key), "%s/%s", ns ? ns : "", names[i]);
+    snprintf(key, sizeof(key), "%.253s/%.253s", ns ? ns : "", names[i]);
     const gf_dra_claim *c = store_get(&f->claims, key);
     if (!c || !(out[i] = malloc(sizeof(**out)))) {
       while (i-- > 0)
