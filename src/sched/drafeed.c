@@ -746,7 +746,7 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
                                 &o->n) == 0)
           nov++;
       }
-  if (rc) {
+  if (rc && !atomic_load(&f->stop)) {
     /* Cannot check: keep the allocations, lift nothing; the next pass
      * finds the claims allocated and checks again before lifting. */
     logf_(f, "gpufrac scheduler: DRA: checking the allocations: %s\n", d.msg);
@@ -838,7 +838,10 @@ static void *run_placer(void *u) {
     free(pods);
     if (nw) {
       sleep_ms(f->settle_ms);
-      check_and_lift(f, w, nw);
+      /* Stopping: the claims stay allocated and the gates on; the next
+       * leader finds them allocated and checks before it lifts. */
+      if (!atomic_load(&f->stop))
+        check_and_lift(f, w, nw);
     }
     for (uint32_t i = 0; i < nw; i++)
       wrote_free(w[i]);
