@@ -79,6 +79,14 @@ typedef struct gf_sched_config {
   unsigned accept;         /* GF_SCHED_ACCEPT_* (--accept hami,kai): other
                               tools' request names read too; 0: gpufrac's
                               only */
+  /* The DRA path, mode 1 (sched_dra.h): /prioritize scores a pod with
+   * spec.resourceClaims by calling dra_score for each candidate node
+   * (0 with *score, higher better; nonzero: the node scores 0), called
+   * without the model's mutex, possibly from several threads.  NULL: such
+   * pods are scored as any other. */
+  int (*dra_score)(void *user, const struct json_t *pod, const char *node,
+                   int64_t *score);
+  void *dra_user;
 } gf_sched_config;
 
 typedef struct gf_sched gf_sched;
@@ -102,6 +110,9 @@ void gf_sched_set_synced(gf_sched *s, bool synced);
 /* Leadership: only the leader binds; others answer filter/prioritize from
  * their model and refuse /bind with an Error.  Starts true. */
 void gf_sched_set_leader(gf_sched *s, bool leader);
+/* Whether this replica leads (and so binds, and on the DRA path writes
+ * allocations). */
+bool gf_sched_is_leader(gf_sched *s);
 /* Where nodes come from.  Watched (an informer feeds gf_sched_node_*):
  * Node objects in /filter and /prioritize requests only name candidates
  * and never change the model; a candidate the informer has not delivered

@@ -21,6 +21,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched.h"
+#include "gpufrac/sched_dra.h"
 #include "gpufrac/sched_kube.h"
 
 static void usage(FILE *fp) {
@@ -37,6 +38,7 @@ static void usage(FILE *fp) {
       "                          [--tls-client-ca FILE]]\n"
       "                         [--guard on|off] [--guard-settle DUR]\n"
       "                         [--guard-cap DUR] [--accept hami,kai]\n"
+      "                         [--dra off|score|allocate]\n"
       "\n"
       "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
       "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
@@ -81,6 +83,12 @@ static void usage(FILE *fp) {
       "  --guard-cap DUR     ... or at most this long (default 30m);\n"
       "                      DUR: 500ms, 90s, 2m, 1h; a pod annotated\n"
       "                      gpufrac.io/protect: always has no cap\n"
+      "  --dra MODE          the DRA path (docs/dra.md): off (default);\n"
+      "                      score: watch ResourceSlices and ResourceClaims\n"
+      "                      and score nodes for pods with claims (mode 1);\n"
+      "                      allocate: also place pods gated\n"
+      "                      " GF_DRA_GATE ": write their claims'\n"
+      "                      allocations and lift the gate (mode 2)\n"
       "  config file keys: healthListen, requestTimeoutMs, maxConnsPerIP,\n"
       "                      tlsCertFile, tlsKeyFile, tlsClientCAFile\n");
 }
@@ -104,6 +112,7 @@ typedef struct opts {
   unsigned accept;         /* --accept */
   bool accept_set;
   int64_t guard_cap_ms; /* --guard-cap; 0: the default */
+  int dra;              /* --dra: 0 off, 1 score, 2 allocate */
 } opts;
 
 /* Which options the command line set (the config file does not override
@@ -375,6 +384,19 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
         return GF_EXIT_USAGE;
       }
       o->guard_off = strcmp(v, "off") == 0;
+    } else if (strcmp(a, "--dra") == 0) {
+      static const char *modes[] = {"off", "score", "allocate"};
+      o->dra = -1;
+      for (int k = 0; k < 3; k++)
+        if (strcmp(v, modes[k]) == 0)
+          o->dra = k;
+      if (o->dra < 0) {
+        fprintf(stderr,
+                "gpufrac scheduler: --dra '%s': want off, score or "
+                "allocate\n",
+                v);
+        return GF_EXIT_USAGE;
+      }
     } else if (strcmp(a, "--guard-settle") == 0) {
       rc = parse_duration(a, v, &o->guard_settle_ms);
     } else if (strcmp(a, "--guard-cap") == 0) {
@@ -412,12 +434,28 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
     if (rc)
       return rc;
   }
+  if (o->no_kube && o->dra) {
+    fprintf(stderr, "gpufrac scheduler: --no-kube excludes --dra\n");
+    return GF_EXIT_USAGE;
+  }
   if (o->no_kube && (set[SET_KUBECONFIG] || set[SET_LEASE])) {
     fprintf(stderr, "gpufrac scheduler: --no-kube excludes %s\n",
             set[SET_KUBECONFIG] ? "--kubeconfig" : "--lease");
     return GF_EXIT_USAGE;
   }
   return -1;
+}
+
+/* The DRA feed's view of leadership: the extender's (it starts a follower
+ * under an election and leads once the Lease is won). */
+static bool dra_leader(void *u) {
+  gf_sched *const *s = u;
+  return *s && gf_sched_is_leader(*s);
+}
+
+static int dra_score(void *u, const json_t *pod, const char *node,
+                     int64_t *score) {
+  return gf_sched_dra_score(u, pod, node, score);
 }
 
 int cmd_scheduler(int argc, char **argv) {
@@ -447,6 +485,7 @@ int cmd_scheduler(int argc, char **argv) {
   gf_kube_config *kc = NULL;
   gf_sched_kube_binder *kb = NULL;
   gf_sched_kube *feed = NULL;
+  gf_sched_dra *dra = NULL;
   gf_sched *s = NULL;
   gf_sched_server *srv = NULL;
   gf_diag d = {""};
@@ -468,10 +507,23 @@ int cmd_scheduler(int argc, char **argv) {
       goto out;
     }
   }
+  if (kc && o.dra) {
+    gf_sched_dra_opts dopt = {.policy = o.policy,
+                              .allocate = o.dra == 2,
+                              .is_leader = dra_leader,
+                              .leader_user = &s};
+    if (gf_sched_dra_new(kc, NULL, &dopt, &dra, &d)) {
+      fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+      rc = GF_EXIT_FAIL;
+      goto out;
+    }
+  }
   gf_sched_config cfg = {.policy = o.policy,
                          .binder = gf_sched_kube_binder_get(kb),
                          .max_body = (size_t)o.max_body,
-                         .accept = o.accept};
+                         .accept = o.accept,
+                         .dra_score = dra ? dra_score : NULL,
+                         .dra_user = dra};
   if (gf_sched_new(&cfg, &s, &d)) {
     fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
     rc = GF_EXIT_USAGE;
@@ -521,6 +573,14 @@ int cmd_scheduler(int argc, char **argv) {
     rc = GF_EXIT_FAIL;
     goto out;
   }
+  if (dra && gf_sched_dra_start(dra, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+    rc = GF_EXIT_FAIL;
+    goto out;
+  }
+  if (dra)
+    fprintf(stderr, "gpufrac scheduler: DRA path on (%s)\n",
+            o.dra == 2 ? "scoring, and allocating gated pods" : "scoring");
   if (kc)
     fprintf(stderr,
             "gpufrac scheduler: serving on port %u (policy %s), API server "
@@ -550,6 +610,7 @@ out:
    * the feed, which releases the Lease. */
   if (srv)
     gf_sched_server_stop(srv);
+  gf_sched_dra_free(dra); /* before s: its placer asks s who leads */
   gf_sched_kube_free(feed);
   gf_sched_free(s);
   gf_sched_kube_binder_free(kb);

@@ -138,6 +138,8 @@ struct gf_sched {
   char policy[128]; /* name and parameters as configured */
   gf_binder binder;
   bool has_binder;
+  int (*dra_score)(void *, const json_t *, const char *, int64_t *);
+  void *dra_user;
   size_t max_body;
   unsigned accept; /* GF__ACCEPT_*: HAMi's and KAI's names (compat.c) */
   bool synced, leader;
@@ -184,6 +186,10 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
   }
   s->max_body = cfg && cfg->max_body ? cfg->max_body : GF_SCHED_MAX_BODY;
   s->accept = cfg ? cfg->accept : 0;
+  if (cfg) {
+    s->dra_score = cfg->dra_score;
+    s->dra_user = cfg->dra_user;
+  }
   s->pend.max = cfg && cfg->pending_max ? cfg->pending_max : 4096;
   s->leader = true;
   s->c = gf_cluster_new();
@@ -270,6 +276,13 @@ void gf_sched_set_leader(gf_sched *s, bool leader) {
   pthread_mutex_lock(&s->mu);
   s->leader = leader;
   pthread_mutex_unlock(&s->mu);
+}
+
+bool gf_sched_is_leader(gf_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  bool l = s->leader;
+  pthread_mutex_unlock(&s->mu);
+  return l;
 }
 
 void gf_sched_set_watched(gf_sched *s, bool watched) {
@@ -1538,6 +1551,24 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
     out->status = 500;
     goto done;
   }
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  const json_t *claims =
+      json_object_get(json_object_get(a.pod, "spec"), "resourceClaims");
+  if (s->dra_score && json_array_size(claims) > 0) {
+    /* A pod with resource claims (the DRA path): scored from the DRA
+     * feed's model, without the extender's own (sched_dra.h, mode 1). */
+    for (size_t i = 0; i < n; i++) {
+      const char *name = a.node_items
+                             ? node_name_of(json_array_get(a.node_items, i))
+                             : a.names[i];
+      if (!name || s->dra_score(s->dra_user, a.pod, name, &raw[i]) != 0)
+        continue;
+      fits[i] = true;
+      lo = raw[i] < lo ? raw[i] : lo;
+      hi = raw[i] > hi ? raw[i] : hi;
+    }
+    goto reply;
+  }
   bool ok = gf__pod_parse_ex(a.pod, s->accept, p, &d) == 0;
   pthread_mutex_lock(&s->mu);
   if (ensure_model(s) == 0)
@@ -1553,7 +1584,6 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   } else {
     ok = false;
   }
-  int64_t lo = INT64_MAX, hi = INT64_MIN;
   for (size_t i = 0; i < n; i++) {
     const char *name = a.node_items
                            ? node_name_of(json_array_get(a.node_items, i))
@@ -1568,6 +1598,7 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
     hi = raw[i] > hi ? raw[i] : hi;
   }
   pthread_mutex_unlock(&s->mu);
+reply:;
   /* Written directly: a reply names every node, and building it as JSON
    * values first costs more than scoring them. */
   tbuf t = {malloc(64 + n * 48), 0, 64 + n * 48, false};

@@ -203,8 +203,23 @@ class Proc:
 
 
 class Cluster:
-    def __init__(self, k8s_bin, gpufrac, keep=False):
+    def __init__(self, k8s_bin, gpufrac, keep=False, feature_gates=None,
+                 runtime_config=None):
+        """feature_gates ({name: bool}) go to kube-apiserver,
+        kube-controller-manager and kube-scheduler as --feature-gates;
+        runtime_config ({group/version: bool}) to kube-apiserver as
+        --runtime-config.  None (the default): neither flag is passed."""
         self.bin = k8s_bin
+        self.gates = []
+        if feature_gates:
+            self.gates = ["--feature-gates", ",".join(
+                "%s=%s" % (k, "true" if v else "false")
+                for k, v in sorted(feature_gates.items()))]
+        self.runtime = []
+        if runtime_config:
+            self.runtime = ["--runtime-config", ",".join(
+                "%s=%s" % (k, "true" if v else "false")
+                for k, v in sorted(runtime_config.items()))]
         self.gpufrac = gpufrac
         self.keep = keep
         missing = [p for p in PROGRAMS
@@ -287,7 +302,8 @@ class Cluster:
             "--service-cluster-ip-range", "10.96.0.0/12",
             # The kubernetes Service cannot point at a loopback address.
             "--endpoint-reconciler-type", "none",
-            "--profiling=false", "--v=1"], self.path("kube-apiserver.log"))
+            "--profiling=false", "--v=1"] + self.gates + self.runtime,
+            self.path("kube-apiserver.log"))
         self.admin = Client(self.server, ca, self.path("admin.crt"),
                             self.path("admin.key"))
         self.admin_kc = kubeconfig(self.path("admin.kubeconfig"), self.server, ca,
@@ -312,7 +328,7 @@ class Cluster:
             "--service-account-private-key-file", self.path("sa.key"),
             "--root-ca-file", ca, "--use-service-account-credentials=true",
             "--controllers", "*,-node-lifecycle-controller",
-            "--leader-elect=false", "--v=1"],
+            "--leader-elect=false", "--v=1"] + self.gates,
             self.path("kube-controller-manager.log"))
 
         self.ext_port = free_port()
@@ -338,7 +354,7 @@ class Cluster:
             "--authentication-kubeconfig", sched_kc,
             "--authorization-kubeconfig", sched_kc, "--client-ca-file", self.ca,
             "--bind-address", "127.0.0.1", "--secure-port", str(self.sched_port),
-            "--v=2"] + list(extra_args), self.path("kube-scheduler.log"))
+            "--v=2"] + self.gates + list(extra_args), self.path("kube-scheduler.log"))
         wait_for("kube-scheduler /healthz",
                  lambda: self._alive("kube-scheduler") and
                  self.scheduler_get("/healthz") == "ok", 60)

@@ -1,0 +1,276 @@
+/*
+ * gpufrac/sched_dra.h - placement on Dynamic Resource Allocation
+ * (resource.k8s.io/v1): gpufrac's ResourceSlices and ResourceClaims read
+ * into the engine's model, the fit check by consumable capacity, the
+ * allocation a claim's status receives, and the feed that places gated
+ * pods (docs/dra.md).
+ *
+ * Why it exists.  On the DRA path kube-scheduler allocates devices first
+ * fit.  Mode 1: kube-scheduler allocates and the extender only scores
+ * nodes with the engine (gf_sched_dra_score).  Mode 2: pods carrying the
+ * scheduling gate GF_DRA_GATE are invisible to kube-scheduler until gpufrac
+ * has chosen node and devices with the engine's policy, written each
+ * claim's status.allocation (and reservedFor) and lifted the gate;
+ * kube-scheduler then binds the pod where its claims are.
+ *
+ * The parsers (gf_dra_slice_parse, gf_dra_claim_parse) read what the API
+ * server sends and trust none of it: a missing or mistyped member, a
+ * quantity that is not one, a name over its API limit or a list over the
+ * limits below is an error naming the member; the daemon logs it and
+ * carries on without the object.
+ *
+ * Consumable capacity (KEP-5075), as the API defines it and this module
+ * applies it: a request that names a capacity consumes that amount rounded
+ * up to the device's requestPolicy (validRange min/step/max, or the
+ * smallest of validValues at least as large); one that names none consumes
+ * the policy's default, or the whole capacity when there is no default.
+ * The device fits when what is already consumed plus that is within its
+ * capacity.  A device without allowMultipleAllocations is taken whole by
+ * one claim.
+ */
+#ifndef GPUFRAC_SCHED_DRA_H
+#define GPUFRAC_SCHED_DRA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/kube.h"
+#include "gpufrac/model.h"
+
+struct json_t;
+
+#define GF_DRA_DRIVER "gpu.gpufrac.io"
+/* deploy/dra/deviceclasses.yaml: shares of shared GPUs, whole GPUs. */
+#define GF_DRA_CLASS_SHARE "gpu.gpufrac.io"
+#define GF_DRA_CLASS_WHOLE "whole.gpu.gpufrac.io"
+#define GF_DRA_GATE "gpufrac.io/placement"
+#define GF_DRA_API "/apis/resource.k8s.io/v1"
+
+#define GF_DRA_NAME_MAX 254    /* a DNS subdomain (253) and its NUL */
+#define GF_DRA_LABEL_MAX 64    /* a DNS label (63): devices, requests */
+#define GF_DRA_SHARE_ID_MAX 40 /* a UUID (36) */
+#define GF_DRA_DEVICES_MAX 128 /* per slice: the API's limit */
+#define GF_DRA_REQUESTS_MAX 32 /* per claim: the API's limit */
+#define GF_DRA_RESULTS_MAX 32  /* results read from one allocation */
+#define GF_DRA_VALUES_MAX 16   /* validValues kept per capacity */
+
+/* ---- objects ------------------------------------------------------------ */
+
+typedef struct gf_dra_capacity {
+  bool present;
+  int64_t value; /* bytes (memory) or units (cores) */
+  bool has_default;
+  int64_t def;
+  bool has_range;
+  int64_t min, max, step; /* max: value when absent; step 0: none */
+  uint32_t nvalues;       /* validValues, ascending */
+  int64_t values[GF_DRA_VALUES_MAX];
+} gf_dra_capacity;
+
+typedef struct gf_dra_device {
+  char name[GF_DRA_LABEL_MAX];
+  char product[GF_GPU_MODEL_MAX]; /* attribute productName; "" if none */
+  char uuid[GF_UUID_MAX];
+  char type[16]; /* gpu | mig | ... ("" if none) */
+  char mode[16]; /* shared | exclusive | mps */
+  bool multi;    /* allowMultipleAllocations */
+  gf_dra_capacity mem, cores;
+} gf_dra_device;
+
+typedef struct gf_dra_slice {
+  char name[GF_DRA_NAME_MAX];
+  char node[GF_DRA_NAME_MAX]; /* spec.nodeName; "" when not node-local */
+  char pool[GF_DRA_NAME_MAX];
+  int64_t generation;
+  bool ours; /* driver GF_DRA_DRIVER; devices are read only then */
+  uint32_t ndevices;
+  gf_dra_device *devices; /* malloc'd */
+} gf_dra_slice;
+
+typedef enum gf_dra_kind {
+  GF_DRA_SHARE = 0, /* class GF_DRA_CLASS_SHARE, count 1 */
+  GF_DRA_WHOLE = 1, /* class GF_DRA_CLASS_WHOLE, ExactCount n */
+  GF_DRA_OTHER = 2, /* anything gpufrac does not place itself */
+} gf_dra_kind;
+
+typedef struct gf_dra_request {
+  char name[GF_DRA_LABEL_MAX];
+  char cls[GF_DRA_NAME_MAX];
+  gf_dra_kind kind;
+  uint32_t count;
+  bool has_mem, has_cores;
+  int64_t mem, cores;
+  char why[96]; /* GF_DRA_OTHER: what makes it so */
+} gf_dra_request;
+
+typedef struct gf_dra_result {
+  char request[GF_DRA_LABEL_MAX];
+  char driver[GF_DRA_LABEL_MAX]; /* the API allows 63 bytes */
+  char pool[GF_DRA_NAME_MAX];
+  char device[GF_DRA_LABEL_MAX];
+  char share_id[GF_DRA_SHARE_ID_MAX]; /* "" for a whole device */
+  bool has_mem, has_cores;
+  int64_t mem, cores; /* consumedCapacity */
+} gf_dra_result;
+
+typedef struct gf_dra_claim {
+  char ns[GF_DRA_NAME_MAX];
+  char name[GF_DRA_NAME_MAX];
+  char uid[GF_DRA_LABEL_MAX];
+  char rv[GF_DRA_LABEL_MAX];
+  uint32_t nreq;
+  gf_dra_request req[GF_DRA_REQUESTS_MAX];
+  bool constraints; /* spec.devices.constraints or config present */
+  bool allocated;
+  uint32_t nres;
+  gf_dra_result res[GF_DRA_RESULTS_MAX];
+  uint32_t nreserved; /* status.reservedFor entries */
+  bool deleting;      /* metadata.deletionTimestamp set */
+} gf_dra_claim;
+
+/* Reads a v1 ResourceSlice (borrowed) into *out (released with
+ * gf_dra_slice_release, also after a failure).  Slices of other drivers
+ * are ours == false with no devices read.  GF_ESYNTAX / GF_ERANGE /
+ * GF_ELIMIT naming the member, GF_ENOMEM. */
+int gf_dra_slice_parse(const struct json_t *obj, gf_dra_slice *out, gf_diag *d);
+void gf_dra_slice_release(gf_dra_slice *s);
+
+/* Reads a v1 ResourceClaim (borrowed) into *out.  Requests of other
+ * classes, with CEL selectors (gpufrac evaluates no CEL), firstAvailable,
+ * allocationMode All, adminAccess or tolerations are kind GF_DRA_OTHER
+ * with a reason in why.  Same errors as gf_dra_slice_parse. */
+int gf_dra_claim_parse(const struct json_t *obj, gf_dra_claim *out, gf_diag *d);
+
+/* What a request consumes of capacity c: `ask` (when requested) rounded
+ * up to the request policy, else the policy's default, else the whole
+ * value.  0 with *out set, or GF_ENOFIT (above max, or no valid value that
+ * large, or above the capacity) with a sentence naming `what`. */
+int gf_dra_consumed(const gf_dra_capacity *c, const char *what, bool requested,
+                    int64_t ask, int64_t *out, gf_diag *d);
+
+/* The fit check: can request r (a share: count 1) take one more share of
+ * dev, where used_mem / used_cores are consumed already by nalloc claims?
+ * 0 with *mem / *cores (what it consumes; 0 for a capacity the device
+ * lacks) or GF_ENOFIT with the reason.  A device without
+ * allowMultipleAllocations fits only when nalloc is 0 and consumes all. */
+int gf_dra_fit(const gf_dra_device *dev, int64_t used_mem, int64_t used_cores,
+               uint32_t nalloc, const gf_dra_request *r, int64_t *mem,
+               int64_t *cores, gf_diag *d);
+
+/* A share ID from 16 random bytes: a version 4 UUID, lowercase (37 bytes
+ * with the NUL). */
+void gf_dra_share_id(const uint8_t rnd[16], char out[GF_DRA_SHARE_ID_MAX]);
+
+/* A quantity as the API writes it back: "8Gi", "512Mi", "30", bytes
+ * otherwise.  Writes at most cap bytes (NUL included). */
+void gf_dra_quantity(int64_t v, char *buf, size_t cap);
+
+/* The status.allocation object for results res[0..n-1] on node: devices
+ * .results (request, driver, pool, device, shareID when set,
+ * consumedCapacity memory/cores when set) and a nodeSelector matching
+ * metadata.name.  New reference; NULL when out of memory. */
+struct json_t *gf_dra_allocation_json(const gf_dra_result *res, uint32_t n,
+                                      const char *node);
+
+/* ---- the model ---------------------------------------------------------- */
+
+/* An engine over the devices of driver GF_DRA_DRIVER: one node per pool
+ * (of its newest generation), one GPU per device of type gpu (at most
+ * GF_MAX_GPUS_PER_NODE per pool), GPU model = productName; every allocated
+ * claim's results booked.  Made anew from the slices and claims known. */
+typedef struct gf_dra_model gf_dra_model;
+
+/* policy: NULL for GF_DEFAULT_POLICY.  Slices and claims are copied.
+ * GF_ENOTFOUND / GF_EINVAL for the policy, GF_ENOMEM. */
+int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
+                     const gf_dra_claim *const *claims, uint32_t nclaims,
+                     const char *policy, gf_dra_model **out, gf_diag *d);
+void gf_dra_model_free(gf_dra_model *m);
+
+/* Results already booked that do not fit what their device has (two
+ * allocators gave the same capacity away, or a slice shrank). */
+uint32_t gf_dra_model_conflicts(const gf_dra_model *m);
+
+/* What a device holds: consumed memory and cores, and how many claims.
+ * GF_ENOTFOUND for an unknown pool/device. */
+int gf_dra_model_used(const gf_dra_model *m, const char *pool,
+                      const char *device, int64_t *mem, int64_t *cores,
+                      uint32_t *nalloc);
+
+/* How far the booked results put device pool/device over its capacity:
+ * memory and cores consumed beyond it, claims beyond one on a device
+ * without allowMultipleAllocations (each 0 or less when it fits).
+ * GF_ENOTFOUND for an unknown device. */
+int gf_dra_model_excess(const gf_dra_model *m, const char *pool,
+                        const char *device, int64_t *mem, int64_t *cores,
+                        int64_t *n);
+
+/* Chooses a node and devices for every request of claims[0..n-1] (all
+ * GF_DRA_SHARE or GF_DRA_WHOLE, allocated none) with the engine's policy,
+ * all on one node, and books them in the model.  Fills res[i] (results of
+ * claim i; cap GF_DRA_RESULTS_MAX each) and nres[i], share IDs from rnd
+ * (16 bytes per result, taken in order; rnd_len bytes available), and node
+ * (the Node's name).  GF_ENOFIT with the reason when no node can take
+ * them all (nothing booked); GF_EINVAL for a claim it cannot place. */
+int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
+                       uint32_t n, const uint8_t *rnd, size_t rnd_len,
+                       gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
+                       char node[GF_DRA_NAME_MAX], gf_diag *d);
+
+/* Mode 1: the engine's score for claims[0..n-1] on Node `node` (higher is
+ * better; comparable between nodes of one pod).  GF_ENOFIT when they do not
+ * fit there, GF_ENOTFOUND for a node without gpufrac devices. */
+int gf_dra_model_score(gf_dra_model *m, const gf_dra_claim *const *claims,
+                       uint32_t n, const char *node, int64_t *score);
+
+/* ---- the feed ----------------------------------------------------------- */
+
+typedef struct gf_sched_dra gf_sched_dra;
+
+typedef struct gf_sched_dra_opts {
+  const char *policy; /* NULL: GF_DEFAULT_POLICY */
+  bool allocate;      /* mode 2: place pods gated GF_DRA_GATE */
+  long interval_ms;   /* how often gated pods are looked at; 0: 200 */
+  long settle_ms;     /* after a pass's writes, how long until they are
+                         checked against a fresh LIST (another allocator's
+                         decisions made before it saw them are written by
+                         then); 0: 1000 */
+  long watch_timeout_s;
+  bool quiet; /* true: no log lines on stderr */
+  /* Only the leader writes; NULL: always. */
+  bool (*is_leader)(void *user);
+  void *leader_user;
+} gf_sched_dra_opts;
+
+/* Informers on ResourceSlices, ResourceClaims and Pods (all namespaces)
+ * and, with o->allocate, a thread placing gated pods.  cfg is borrowed and
+ * must outlive the feed.  Nothing runs until gf_sched_dra_start. */
+int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
+                     const gf_sched_dra_opts *o, gf_sched_dra **out,
+                     gf_diag *d);
+int gf_sched_dra_start(gf_sched_dra *f, gf_diag *d);
+void gf_sched_dra_stop(gf_sched_dra *f);
+void gf_sched_dra_free(gf_sched_dra *f);
+bool gf_sched_dra_synced(gf_sched_dra *f);
+
+/* Mode 1 (thread-safe): the engine's score for pod (a v1 Pod, borrowed) on
+ * node, from the claims the feed knows.  GF_ENOTFOUND when the pod has no
+ * claim of gpufrac's classes (or they are not known yet), GF_ENOFIT when
+ * they do not fit there. */
+int gf_sched_dra_score(gf_sched_dra *f, const struct json_t *pod,
+                       const char *node, int64_t *score);
+
+/* Counters for /metrics and tests. */
+typedef struct gf_sched_dra_stats {
+  uint64_t placed;    /* pods whose claims gpufrac allocated */
+  uint64_t handed;    /* gated pods handed to kube-scheduler unallocated */
+  uint64_t nofit;     /* placement attempts that found no node */
+  uint64_t yielded;   /* allocations given back after the check found
+                         their device over capacity */
+  uint64_t errors;    /* API or parse errors */
+  uint32_t conflicts; /* over-booked results in the last model */
+} gf_sched_dra_stats;
+void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out);
+
+#endif

@@ -1,0 +1,1154 @@
+/*
+ * dra.c - gpufrac's ResourceSlices and ResourceClaims read into the
+ * engine's model, the consumable-capacity fit check and the allocation a
+ * claim's status receives (gpufrac/sched_dra.h).  No I/O: drafeed.c feeds
+ * it from the API server.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpufrac/engine.h"
+#include "gpufrac/error.h"
+#include "gpufrac/quantity.h"
+#include "gpufrac/sched_dra.h"
+
+/* ---- JSON helpers -------------------------------------------------------- */
+
+/* snprintf for the "where" and "why" texts: truncation is fine there. */
+__attribute__((format(printf, 3, 4))) static void fmt(char *buf, size_t cap,
+                                                      const char *f, ...) {
+  va_list ap;
+  va_start(ap, f);
+  vsnprintf(buf, cap, f, ap);
+  va_end(ap);
+}
+
+/* Copies the string member `key` of o into buf.  Absent: "" (0) unless
+ * required.  Not a string, or longer than cap - 1: an error naming where. */
+static int get_str(const json_t *o, const char *key, char *buf, size_t cap,
+                   bool required, const char *where, gf_diag *d) {
+  buf[0] = '\0';
+  const json_t *v = json_object_get(o, key);
+  if (!v || json_is_null(v)) {
+    if (required)
+      return gf_diag_set(d, GF_ESYNTAX, "%s: no %s", where, key);
+    return 0;
+  }
+  if (!json_is_string(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s.%s: not a string", where, key);
+  size_t n = json_string_length(v);
+  if (n >= cap)
+    return gf_diag_set(d, GF_ELIMIT, "%s.%s: %zu bytes, at most %zu", where,
+                       key, n, cap - 1);
+  if (strlen(json_string_value(v)) != n)
+    return gf_diag_set(d, GF_ESYNTAX, "%s.%s: holds a NUL byte", where, key);
+  memcpy(buf, json_string_value(v), n + 1);
+  return 0;
+}
+
+/* The object member key of o, or NULL (absent or null); a member of
+ * another type is an error. */
+static int get_obj(const json_t *o, const char *key, const json_t **out,
+                   const char *where, gf_diag *d) {
+  const json_t *v = json_object_get(o, key);
+  *out = NULL;
+  if (!v || json_is_null(v))
+    return 0;
+  if (!json_is_object(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s.%s: not an object", where, key);
+  *out = v;
+  return 0;
+}
+
+static int get_arr(const json_t *o, const char *key, const json_t **out,
+                   size_t max, const char *where, gf_diag *d) {
+  const json_t *v = json_object_get(o, key);
+  *out = NULL;
+  if (!v || json_is_null(v))
+    return 0;
+  if (!json_is_array(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s.%s: not a list", where, key);
+  if (json_array_size(v) > max)
+    return gf_diag_set(d, GF_ELIMIT, "%s.%s: %zu entries, at most %zu", where,
+                       key, json_array_size(v), max);
+  *out = v;
+  return 0;
+}
+
+/* A quantity member (the API writes them as strings; a number is accepted
+ * too).  memory in bytes, anything else in whole units. */
+static int get_qty(const json_t *v, bool bytes, int64_t *out, const char *where,
+                   gf_diag *d) {
+  char buf[64];
+  if (json_is_integer(v)) {
+    if (json_integer_value(v) < 0)
+      return gf_diag_set(d, GF_ERANGE, "%s: negative", where);
+    *out = (int64_t)json_integer_value(v);
+    return 0;
+  }
+  if (!json_is_string(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not a quantity", where);
+  size_t n = json_string_length(v);
+  if (n >= sizeof(buf) || strlen(json_string_value(v)) != n)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not a quantity", where);
+  memcpy(buf, json_string_value(v), n + 1);
+  int rc = bytes ? gf_quantity_bytes(buf, out, d)
+                 : gf_quantity_parse(buf, GF_QTY_UNIT, 0, out, d);
+  if (rc)
+    gf_diag_prefix(d, "%s", where);
+  return rc;
+}
+
+/* ---- slices -------------------------------------------------------------- */
+
+static int parse_capacity(const json_t *c, bool bytes, gf_dra_capacity *out,
+                          const char *where, gf_diag *d) {
+  char w[160];
+  memset(out, 0, sizeof(*out));
+  if (!json_is_object(c))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", where);
+  const json_t *v = json_object_get(c, "value");
+  if (!v)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: no value", where);
+  fmt(w, sizeof(w), "%s.value", where);
+  int rc = get_qty(v, bytes, &out->value, w, d);
+  if (rc)
+    return rc;
+  out->present = true;
+  out->max = out->value;
+  const json_t *p;
+  if ((rc = get_obj(c, "requestPolicy", &p, where, d)) || !p)
+    return rc;
+  if ((v = json_object_get(p, "default")) && !json_is_null(v)) {
+    fmt(w, sizeof(w), "%s.requestPolicy.default", where);
+    if ((rc = get_qty(v, bytes, &out->def, w, d)))
+      return rc;
+    out->has_default = true;
+  }
+  const json_t *r;
+  fmt(w, sizeof(w), "%s.requestPolicy", where);
+  if ((rc = get_obj(p, "validRange", &r, w, d)))
+    return rc;
+  if (r) {
+    fmt(w, sizeof(w), "%s.requestPolicy.validRange", where);
+    if (!(v = json_object_get(r, "min")))
+      return gf_diag_set(d, GF_ESYNTAX, "%s: no min", w);
+    char w2[200];
+    fmt(w2, sizeof(w2), "%s.min", w);
+    if ((rc = get_qty(v, bytes, &out->min, w2, d)))
+      return rc;
+    if ((v = json_object_get(r, "max")) && !json_is_null(v)) {
+      fmt(w2, sizeof(w2), "%s.max", w);
+      if ((rc = get_qty(v, bytes, &out->max, w2, d)))
+        return rc;
+    }
+    if ((v = json_object_get(r, "step")) && !json_is_null(v)) {
+      fmt(w2, sizeof(w2), "%s.step", w);
+      if ((rc = get_qty(v, bytes, &out->step, w2, d)))
+        return rc;
+    }
+    if (out->min > out->max)
+      return gf_diag_set(d, GF_ERANGE, "%s: min above max", w);
+    out->has_range = true;
+  }
+  const json_t *vals;
+  fmt(w, sizeof(w), "%s.requestPolicy", where);
+  if ((rc = get_arr(p, "validValues", &vals, GF_DRA_VALUES_MAX, w, d)))
+    return rc;
+  if (vals) {
+    size_t i;
+    const json_t *e;
+    json_array_foreach(vals, i, e) {
+      char w2[200];
+      fmt(w2, sizeof(w2), "%s.validValues[%zu]", w, i);
+      int64_t x;
+      if ((rc = get_qty(e, bytes, &x, w2, d)))
+        return rc;
+      if (out->nvalues && x <= out->values[out->nvalues - 1])
+        return gf_diag_set(d, GF_ESYNTAX, "%s: not ascending", w2);
+      out->values[out->nvalues++] = x;
+    }
+  }
+  return 0;
+}
+
+/* A string attribute ({"string": "..."}) into buf; absent: "". */
+static int attr_str(const json_t *attrs, const char *key, char *buf, size_t cap,
+                    const char *where, gf_diag *d) {
+  buf[0] = '\0';
+  const json_t *a = json_object_get(attrs, key);
+  if (!a)
+    return 0;
+  char w[160];
+  fmt(w, sizeof(w), "%s.attributes.%s", where, key);
+  if (!json_is_object(a))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not an attribute", w);
+  if (!json_object_get(a, "string"))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not a string attribute", w);
+  return get_str(a, "string", buf, cap, true, w, d);
+}
+
+static int parse_device(const json_t *o, gf_dra_device *dev, const char *where,
+                        gf_diag *d) {
+  memset(dev, 0, sizeof(*dev));
+  if (!json_is_object(o))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", where);
+  int rc = get_str(o, "name", dev->name, sizeof(dev->name), true, where, d);
+  if (rc)
+    return rc;
+  const json_t *attrs, *caps;
+  if ((rc = get_obj(o, "attributes", &attrs, where, d)) ||
+      (rc = get_obj(o, "capacity", &caps, where, d)))
+    return rc;
+  if (attrs &&
+      ((rc = attr_str(attrs, "productName", dev->product, sizeof(dev->product),
+                      where, d)) ||
+       (rc = attr_str(attrs, "uuid", dev->uuid, sizeof(dev->uuid), where, d)) ||
+       (rc = attr_str(attrs, "type", dev->type, sizeof(dev->type), where, d)) ||
+       (rc = attr_str(attrs, "mode", dev->mode, sizeof(dev->mode), where, d))))
+    return rc;
+  const json_t *m = json_object_get(o, "allowMultipleAllocations");
+  if (m && !json_is_null(m)) {
+    if (!json_is_boolean(m))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s.allowMultipleAllocations: not a boolean", where);
+    dev->multi = json_is_true(m);
+  }
+  char w[160];
+  if (caps) {
+    const json_t *c;
+    if ((c = json_object_get(caps, "memory"))) {
+      fmt(w, sizeof(w), "%s.capacity.memory", where);
+      if ((rc = parse_capacity(c, true, &dev->mem, w, d)))
+        return rc;
+    }
+    if ((c = json_object_get(caps, "cores"))) {
+      fmt(w, sizeof(w), "%s.capacity.cores", where);
+      if ((rc = parse_capacity(c, false, &dev->cores, w, d)))
+        return rc;
+    }
+  }
+  return 0;
+}
+
+void gf_dra_slice_release(gf_dra_slice *s) {
+  if (!s)
+    return;
+  free(s->devices);
+  s->devices = NULL;
+  s->ndevices = 0;
+}
+
+int gf_dra_slice_parse(const json_t *obj, gf_dra_slice *out, gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  if (!json_is_object(obj))
+    return gf_diag_set(d, GF_ESYNTAX, "ResourceSlice: not an object");
+  const json_t *meta, *spec, *pool;
+  int rc;
+  if ((rc = get_obj(obj, "metadata", &meta, "ResourceSlice", d)))
+    return rc;
+  if (!meta)
+    return gf_diag_set(d, GF_ESYNTAX, "ResourceSlice: no metadata");
+  if ((rc = get_str(meta, "name", out->name, sizeof(out->name), true,
+                    "ResourceSlice.metadata", d)))
+    return rc;
+  char where[GF_DRA_NAME_MAX + 32];
+  fmt(where, sizeof(where), "ResourceSlice %s: spec", out->name);
+  if ((rc = get_obj(obj, "spec", &spec, where, d)))
+    return rc;
+  if (!spec)
+    return gf_diag_set(d, GF_ESYNTAX, "ResourceSlice %s: no spec", out->name);
+  char driver[GF_DRA_NAME_MAX];
+  if ((rc = get_str(spec, "driver", driver, sizeof(driver), true, where, d)))
+    return rc;
+  if (strcmp(driver, GF_DRA_DRIVER) != 0)
+    return 0; /* not ours: nothing more is read */
+  out->ours = true;
+  if ((rc = get_str(spec, "nodeName", out->node, sizeof(out->node), false,
+                    where, d)) ||
+      (rc = get_obj(spec, "pool", &pool, where, d)))
+    return rc;
+  if (!pool)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: no pool", where);
+  char pw[GF_DRA_NAME_MAX + 40];
+  fmt(pw, sizeof(pw), "%s.pool", where);
+  if ((rc = get_str(pool, "name", out->pool, sizeof(out->pool), true, pw, d)))
+    return rc;
+  const json_t *g = json_object_get(pool, "generation");
+  if (g && !json_is_integer(g))
+    return gf_diag_set(d, GF_ESYNTAX, "%s.generation: not an integer", pw);
+  out->generation = g ? (int64_t)json_integer_value(g) : 0;
+  const json_t *devs;
+  if ((rc = get_arr(spec, "devices", &devs, GF_DRA_DEVICES_MAX, where, d)))
+    return rc;
+  if (!devs || json_array_size(devs) == 0)
+    return 0;
+  out->devices = calloc(json_array_size(devs), sizeof(*out->devices));
+  if (!out->devices)
+    return gf_diag_set(d, GF_ENOMEM, "ResourceSlice %s: out of memory",
+                       out->name);
+  size_t i;
+  const json_t *e;
+  json_array_foreach(devs, i, e) {
+    char dw[GF_DRA_NAME_MAX + 64];
+    fmt(dw, sizeof(dw), "%s.devices[%zu]", where, i);
+    if ((rc = parse_device(e, &out->devices[i], dw, d)))
+      return rc;
+    out->ndevices++;
+  }
+  return 0;
+}
+
+/* ---- claims -------------------------------------------------------------- */
+
+static int parse_request(const json_t *o, gf_dra_request *r, const char *where,
+                         gf_diag *d) {
+  memset(r, 0, sizeof(*r));
+  if (!json_is_object(o))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", where);
+  int rc = get_str(o, "name", r->name, sizeof(r->name), true, where, d);
+  if (rc)
+    return rc;
+  r->kind = GF_DRA_OTHER;
+  r->count = 1;
+  const json_t *ex, *fa;
+  if ((rc = get_obj(o, "exactly", &ex, where, d)))
+    return rc;
+  if ((fa = json_object_get(o, "firstAvailable")) && !json_is_null(fa)) {
+    fmt(r->why, sizeof(r->why), "request %s: firstAvailable", r->name);
+    return 0;
+  }
+  if (!ex) {
+    fmt(r->why, sizeof(r->why), "request %s: not 'exactly'", r->name);
+    return 0;
+  }
+  char w[GF_DRA_NAME_MAX + 64];
+  fmt(w, sizeof(w), "%s.exactly", where);
+  if ((rc = get_str(ex, "deviceClassName", r->cls, sizeof(r->cls), true, w, d)))
+    return rc;
+  char mode[32];
+  if ((rc = get_str(ex, "allocationMode", mode, sizeof(mode), false, w, d)))
+    return rc;
+  const json_t *cnt = json_object_get(ex, "count");
+  if (cnt && !json_is_null(cnt)) {
+    if (!json_is_integer(cnt) || json_integer_value(cnt) < 1 ||
+        json_integer_value(cnt) > GF_MAX_GPUS_PER_NODE)
+      return gf_diag_set(d, GF_ERANGE, "%s.count: not 1..%d", w,
+                         GF_MAX_GPUS_PER_NODE);
+    r->count = (uint32_t)json_integer_value(cnt);
+  }
+  const json_t *cap, *reqs;
+  if ((rc = get_obj(ex, "capacity", &cap, w, d)))
+    return rc;
+  if (cap) {
+    char cw[GF_DRA_NAME_MAX + 80];
+    fmt(cw, sizeof(cw), "%s.capacity", w);
+    if ((rc = get_obj(cap, "requests", &reqs, cw, d)))
+      return rc;
+    const json_t *q;
+    if (reqs && (q = json_object_get(reqs, "memory"))) {
+      fmt(cw, sizeof(cw), "%s.capacity.requests.memory", w);
+      if ((rc = get_qty(q, true, &r->mem, cw, d)))
+        return rc;
+      r->has_mem = true;
+    }
+    if (reqs && (q = json_object_get(reqs, "cores"))) {
+      fmt(cw, sizeof(cw), "%s.capacity.requests.cores", w);
+      if ((rc = get_qty(q, false, &r->cores, cw, d)))
+        return rc;
+      r->has_cores = true;
+    }
+  }
+  const json_t *sel = json_object_get(ex, "selectors");
+  const json_t *tol = json_object_get(ex, "tolerations");
+  const json_t *adm = json_object_get(ex, "adminAccess");
+  bool share = strcmp(r->cls, GF_DRA_CLASS_SHARE) == 0;
+  bool whole = strcmp(r->cls, GF_DRA_CLASS_WHOLE) == 0;
+  if (!share && !whole)
+    fmt(r->why, sizeof(r->why), "request %s: class %.40s", r->name, r->cls);
+  else if (mode[0] && strcmp(mode, "ExactCount") != 0)
+    fmt(r->why, sizeof(r->why), "request %s: allocationMode %.20s", r->name,
+        mode);
+  else if (json_array_size(sel) > 0)
+    fmt(r->why, sizeof(r->why), "request %s: CEL selectors", r->name);
+  else if (json_array_size(tol) > 0)
+    fmt(r->why, sizeof(r->why), "request %s: tolerations", r->name);
+  else if (json_is_true(adm))
+    fmt(r->why, sizeof(r->why), "request %s: adminAccess", r->name);
+  else if (share && r->count != 1)
+    fmt(r->why, sizeof(r->why), "request %s: %u shares in one request", r->name,
+        r->count);
+  else
+    r->kind = share ? GF_DRA_SHARE : GF_DRA_WHOLE;
+  return 0;
+}
+
+static int parse_result(const json_t *o, gf_dra_result *r, const char *where,
+                        gf_diag *d) {
+  memset(r, 0, sizeof(*r));
+  if (!json_is_object(o))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", where);
+  int rc;
+  if ((rc = get_str(o, "request", r->request, sizeof(r->request), true, where,
+                    d)) ||
+      (rc = get_str(o, "driver", r->driver, sizeof(r->driver), true, where,
+                    d)) ||
+      (rc = get_str(o, "pool", r->pool, sizeof(r->pool), true, where, d)) ||
+      (rc = get_str(o, "device", r->device, sizeof(r->device), true, where,
+                    d)) ||
+      (rc = get_str(o, "shareID", r->share_id, sizeof(r->share_id), false,
+                    where, d)))
+    return rc;
+  const json_t *cc;
+  if ((rc = get_obj(o, "consumedCapacity", &cc, where, d)) || !cc)
+    return rc;
+  const json_t *q;
+  char w[GF_DRA_NAME_MAX + 64];
+  if ((q = json_object_get(cc, "memory"))) {
+    fmt(w, sizeof(w), "%s.consumedCapacity.memory", where);
+    if ((rc = get_qty(q, true, &r->mem, w, d)))
+      return rc;
+    r->has_mem = true;
+  }
+  if ((q = json_object_get(cc, "cores"))) {
+    fmt(w, sizeof(w), "%s.consumedCapacity.cores", where);
+    if ((rc = get_qty(q, false, &r->cores, w, d)))
+      return rc;
+    r->has_cores = true;
+  }
+  return 0;
+}
+
+int gf_dra_claim_parse(const json_t *obj, gf_dra_claim *out, gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  if (!json_is_object(obj))
+    return gf_diag_set(d, GF_ESYNTAX, "ResourceClaim: not an object");
+  const json_t *meta, *spec, *devs, *st;
+  int rc;
+  if ((rc = get_obj(obj, "metadata", &meta, "ResourceClaim", d)))
+    return rc;
+  if (!meta)
+    return gf_diag_set(d, GF_ESYNTAX, "ResourceClaim: no metadata");
+  if ((rc = get_str(meta, "name", out->name, sizeof(out->name), true,
+                    "ResourceClaim.metadata", d)) ||
+      (rc = get_str(meta, "namespace", out->ns, sizeof(out->ns), true,
+                    "ResourceClaim.metadata", d)) ||
+      (rc = get_str(meta, "uid", out->uid, sizeof(out->uid), false,
+                    "ResourceClaim.metadata", d)) ||
+      (rc = get_str(meta, "resourceVersion", out->rv, sizeof(out->rv), false,
+                    "ResourceClaim.metadata", d)))
+    return rc;
+  const json_t *del = json_object_get(meta, "deletionTimestamp");
+  out->deleting = del && !json_is_null(del);
+  char where[2 * GF_DRA_NAME_MAX + 40];
+  fmt(where, sizeof(where), "ResourceClaim %s/%s", out->ns, out->name);
+  if ((rc = get_obj(obj, "spec", &spec, where, d)))
+    return rc;
+  if (!spec)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: no spec", where);
+  char w[sizeof(where) + 40];
+  fmt(w, sizeof(w), "%s.spec", where);
+  if ((rc = get_obj(spec, "devices", &devs, w, d)))
+    return rc;
+  if (devs) {
+    fmt(w, sizeof(w), "%s.spec.devices", where);
+    const json_t *reqs, *cons, *cfg;
+    if ((rc = get_arr(devs, "requests", &reqs, GF_DRA_REQUESTS_MAX, w, d)) ||
+        (rc = get_arr(devs, "constraints", &cons, 64, w, d)) ||
+        (rc = get_arr(devs, "config", &cfg, 64, w, d)))
+      return rc;
+    out->constraints = json_array_size(cons) > 0 || json_array_size(cfg) > 0;
+    size_t i;
+    const json_t *e;
+    json_array_foreach(reqs, i, e) {
+      char rw[sizeof(w) + 32];
+      fmt(rw, sizeof(rw), "%s.requests[%zu]", w, i);
+      if ((rc = parse_request(e, &out->req[i], rw, d)))
+        return rc;
+      out->nreq++;
+    }
+  }
+  if ((rc = get_obj(obj, "status", &st, where, d)) || !st)
+    return rc;
+  fmt(w, sizeof(w), "%s.status", where);
+  const json_t *al, *rf;
+  if ((rc = get_obj(st, "allocation", &al, w, d)) ||
+      (rc = get_arr(st, "reservedFor", &rf, 256, w, d)))
+    return rc;
+  out->nreserved = (uint32_t)json_array_size(rf);
+  if (!al)
+    return 0;
+  out->allocated = true;
+  const json_t *ad, *res;
+  fmt(w, sizeof(w), "%s.status.allocation", where);
+  if ((rc = get_obj(al, "devices", &ad, w, d)) || !ad)
+    return rc;
+  fmt(w, sizeof(w), "%s.status.allocation.devices", where);
+  if ((rc = get_arr(ad, "results", &res, GF_DRA_RESULTS_MAX, w, d)))
+    return rc;
+  size_t i;
+  const json_t *e;
+  json_array_foreach(res, i, e) {
+    char rw[sizeof(w) + 32];
+    fmt(rw, sizeof(rw), "%s.results[%zu]", w, i);
+    if ((rc = parse_result(e, &out->res[i], rw, d)))
+      return rc;
+    out->nres++;
+  }
+  return 0;
+}
+
+/* ---- the fit check ------------------------------------------------------- */
+
+int gf_dra_consumed(const gf_dra_capacity *c, const char *what, bool requested,
+                    int64_t ask, int64_t *out, gf_diag *d) {
+  int64_t v;
+  if (!requested) {
+    v = c->has_default ? c->def : c->value;
+  } else if (c->nvalues) {
+    uint32_t i = 0;
+    while (i < c->nvalues && c->values[i] < ask)
+      i++;
+    if (i == c->nvalues)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%s %" PRId64 ": above every valid value", what, ask);
+    v = c->values[i];
+  } else if (c->has_range) {
+    v = ask < c->min ? c->min : ask;
+    if (c->step > 0) {
+      int64_t k = (v - c->min + c->step - 1) / c->step;
+      if (k > (INT64_MAX - c->min) / c->step)
+        return gf_diag_set(d, GF_ENOFIT, "%s %" PRId64 ": out of range", what,
+                           ask);
+      v = c->min + k * c->step;
+    }
+    if (v > c->max)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%s %" PRId64
+                         ": above the request policy's max %" PRId64,
+                         what, ask, c->max);
+  } else {
+    v = ask;
+  }
+  if (v > c->value)
+    return gf_diag_set(d, GF_ENOFIT,
+                       "%s %" PRId64 ": above the device's %" PRId64, what, v,
+                       c->value);
+  *out = v;
+  return 0;
+}
+
+int gf_dra_fit(const gf_dra_device *dev, int64_t used_mem, int64_t used_cores,
+               uint32_t nalloc, const gf_dra_request *r, int64_t *mem,
+               int64_t *cores, gf_diag *d) {
+  if (!dev->multi) {
+    if (nalloc)
+      return gf_diag_set(d, GF_ENOFIT, "device %s: allocated whole already",
+                         dev->name);
+    *mem = dev->mem.present ? dev->mem.value : 0;
+    *cores = dev->cores.present ? dev->cores.value : 0;
+    return 0;
+  }
+  int64_t m = 0, c = 0;
+  int rc;
+  if (dev->mem.present) {
+    if ((rc = gf_dra_consumed(&dev->mem, "memory", r->has_mem, r->mem, &m, d)))
+      return rc;
+    if (m > dev->mem.value - used_mem)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "device %s: memory %" PRId64 " asked, %" PRId64
+                         " of %" PRId64 " free",
+                         dev->name, m, dev->mem.value - used_mem,
+                         dev->mem.value);
+  } else if (r->has_mem) {
+    return gf_diag_set(d, GF_ENOFIT, "device %s: no memory capacity",
+                       dev->name);
+  }
+  if (dev->cores.present) {
+    if ((rc = gf_dra_consumed(&dev->cores, "cores", r->has_cores, r->cores, &c,
+                              d)))
+      return rc;
+    if (c > dev->cores.value - used_cores)
+      return gf_diag_set(
+          d, GF_ENOFIT,
+          "device %s: cores %" PRId64 " asked, %" PRId64 " of %" PRId64 " free",
+          dev->name, c, dev->cores.value - used_cores, dev->cores.value);
+  } else if (r->has_cores) {
+    return gf_diag_set(d, GF_ENOFIT, "device %s: no cores capacity", dev->name);
+  }
+  *mem = m;
+  *cores = c;
+  return 0;
+}
+
+/* ---- the allocation ------------------------------------------------------ */
+
+void gf_dra_share_id(const uint8_t rnd[16], char out[GF_DRA_SHARE_ID_MAX]) {
+  uint8_t b[16];
+  memcpy(b, rnd, 16);
+  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
+  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* variant 10 */
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  for (int i = 0; i < 16; i++) {
+    if (i == 4 || i == 6 || i == 8 || i == 10)
+      out[o++] = '-';
+    out[o++] = hex[b[i] >> 4];
+    out[o++] = hex[b[i] & 15];
+  }
+  out[o] = '\0';
+}
+
+void gf_dra_quantity(int64_t v, char *buf, size_t cap) {
+  static const struct {
+    const char *suf;
+    int64_t mul;
+  } units[] = {{"Ti", INT64_C(1) << 40},
+               {"Gi", INT64_C(1) << 30},
+               {"Mi", INT64_C(1) << 20},
+               {"Ki", INT64_C(1) << 10}};
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+    if (v > 0 && v % units[i].mul == 0) {
+      snprintf(buf, cap, "%" PRId64 "%s", v / units[i].mul, units[i].suf);
+      return;
+    }
+  snprintf(buf, cap, "%" PRId64, v);
+}
+
+json_t *gf_dra_allocation_json(const gf_dra_result *res, uint32_t n,
+                               const char *node) {
+  json_t *results = json_array();
+  json_t *al =
+      json_pack("{s:{s:o},s:{s:[{s:[{s:s,s:s,s:[s]}]}]}}", "devices", "results",
+                results, "nodeSelector", "nodeSelectorTerms", "matchFields",
+                "key", "metadata.name", "operator", "In", "values", node);
+  if (!al)
+    return NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    const gf_dra_result *r = &res[i];
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "request", r->request, "driver",
+                          r->driver, "pool", r->pool, "device", r->device);
+    if (!o || json_array_append_new(results, o))
+      goto fail;
+    if (r->share_id[0] &&
+        json_object_set_new(o, "shareID", json_string(r->share_id)))
+      goto fail;
+    if (r->has_mem || r->has_cores) {
+      json_t *cc = json_object();
+      if (!cc || json_object_set_new(o, "consumedCapacity", cc))
+        goto fail;
+      char q[32];
+      if (r->has_mem) {
+        gf_dra_quantity(r->mem, q, sizeof(q));
+        if (json_object_set_new(cc, "memory", json_string(q)))
+          goto fail;
+      }
+      if (r->has_cores) {
+        snprintf(q, sizeof(q), "%" PRId64, r->cores);
+        if (json_object_set_new(cc, "cores", json_string(q)))
+          goto fail;
+      }
+    }
+  }
+  return al;
+fail:
+  json_decref(al);
+  return NULL;
+}
+
+/* ---- the model ----------------------------------------------------------- */
+
+/* CPU and memory are kube-scheduler's to check on the DRA path: the
+ * model's nodes have more than any pod asks (requests carry none). */
+#define NODE_CPU_MILLI (INT64_C(1) << 30)
+#define NODE_MEM_BYTES (INT64_C(1) << 50)
+
+typedef struct mdev {
+  gf_dra_device dev;
+  char pool[GF_DRA_NAME_MAX];
+  char node[GF_DRA_NAME_MAX];
+  uint32_t ni, gi; /* node and GPU in the cluster; ni UINT32_MAX: none */
+  int64_t used_mem, used_cores;
+  uint32_t nalloc;
+} mdev;
+
+struct gf_dra_model {
+  gf_cluster *c;
+  gf_engine *e;
+  gf_typical_set typ;
+  mdev *devs;
+  uint32_t ndevs;
+  char (*nodes)[GF_DRA_NAME_MAX]; /* cluster node i -> Node name */
+  uint32_t nnodes;
+  uint32_t conflicts;
+};
+
+static mdev *find_dev(const gf_dra_model *m, const char *pool,
+                      const char *device) {
+  for (uint32_t i = 0; i < m->ndevs; i++)
+    if (strcmp(m->devs[i].pool, pool) == 0 &&
+        strcmp(m->devs[i].dev.name, device) == 0)
+      return &m->devs[i];
+  return NULL;
+}
+
+/* Cores as the engine's milli share of one GPU, rounded up (a share the
+ * engine books is never smaller than the claim's). */
+static int32_t milli_of(const gf_dra_device *dev, int64_t cores) {
+  if (!dev->cores.present || dev->cores.value <= 0)
+    return 0;
+  int64_t m = (cores * GF_GPU_MILLI + dev->cores.value - 1) / dev->cores.value;
+  return (int32_t)(m > GF_GPU_MILLI ? GF_GPU_MILLI : m);
+}
+
+/* The engine's request for one share that consumes mem and cores of dev,
+ * or for `count` whole GPUs. */
+static void share_request(const gf_dra_device *dev, int64_t mem, int64_t cores,
+                          gf_request *r) {
+  memset(r, 0, sizeof(*r));
+  r->gpu_count = 1;
+  r->gpu_milli = milli_of(dev, cores);
+  r->gpu_mem_bytes = mem;
+  if (r->gpu_milli == 0 && r->gpu_mem_bytes == 0)
+    r->gpu_milli = 1; /* the engine needs some share */
+  r->mode = GF_MODE_SHARED;
+}
+
+static void whole_request(uint32_t count, gf_request *r) {
+  memset(r, 0, sizeof(*r));
+  r->gpu_count = count;
+  r->gpu_milli = GF_GPU_MILLI;
+  r->mode = GF_MODE_EXCLUSIVE;
+}
+
+/* Books result r (of some claim) in the model: its device's sums and, when
+ * it fits, the engine's cluster.  A result over what the device has left
+ * counts as a conflict and is booked in the sums only. */
+static void book(gf_dra_model *m, const gf_dra_result *r) {
+  if (strcmp(r->driver, GF_DRA_DRIVER) != 0)
+    return;
+  mdev *md = find_dev(m, r->pool, r->device);
+  if (!md)
+    return; /* its slice is gone; nothing to book on */
+  int64_t mem = r->has_mem ? r->mem : 0, cores = r->has_cores ? r->cores : 0;
+  if (!md->dev.multi) {
+    mem = md->dev.mem.present ? md->dev.mem.value : 0;
+    cores = md->dev.cores.present ? md->dev.cores.value : 0;
+  }
+  bool over =
+      (md->dev.multi ? false : md->nalloc > 0) ||
+      (md->dev.mem.present && mem > md->dev.mem.value - md->used_mem) ||
+      (md->dev.cores.present && cores > md->dev.cores.value - md->used_cores);
+  md->used_mem += mem;
+  md->used_cores += cores;
+  md->nalloc++;
+  if (over) {
+    m->conflicts++;
+    return;
+  }
+  if (md->ni == UINT32_MAX)
+    return;
+  gf_request q;
+  if (md->dev.multi)
+    share_request(&md->dev, mem, cores, &q);
+  else
+    whole_request(1, &q);
+  gf_placement p = {.node = md->ni, .ngpus = 1};
+  p.gpus[0] = (uint8_t)md->gi;
+  if (gf_engine_apply(m->e, &q, &p))
+    m->conflicts++; /* the engine's rounding (milli) says it is full */
+}
+
+static const gf_dra_device *typical_dev(const gf_dra_model *m, bool multi);
+
+void gf_dra_model_free(gf_dra_model *m) {
+  if (!m)
+    return;
+  gf_engine_free(m->e);
+  gf_cluster_free(m->c);
+  gf_typical_release(&m->typ);
+  free(m->devs);
+  free(m->nodes);
+  free(m);
+}
+
+/* Is slice s the newest generation of its pool among slices[]? */
+static bool newest(const gf_dra_slice *const *slices, uint32_t n,
+                   const gf_dra_slice *s) {
+  for (uint32_t i = 0; i < n; i++)
+    if (slices[i]->ours && strcmp(slices[i]->pool, s->pool) == 0 &&
+        slices[i]->generation > s->generation)
+      return false;
+  return true;
+}
+
+int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
+                     const gf_dra_claim *const *claims, uint32_t nclaims,
+                     const char *policy, gf_dra_model **out, gf_diag *d) {
+  *out = NULL;
+  gf_dra_model *m = calloc(1, sizeof(*m));
+  gf_request *reqs = NULL;
+  gf_gpu_spec *specs = NULL;
+  int rc = GF_ENOMEM;
+  if (!m || !(m->c = gf_cluster_new()))
+    goto nomem;
+  uint32_t total = 0;
+  for (uint32_t i = 0; i < nslices; i++)
+    if (slices[i]->ours && newest(slices, nslices, slices[i]))
+      total += slices[i]->ndevices;
+  m->devs = calloc(total ? total : 1, sizeof(*m->devs));
+  m->nodes = calloc(nslices ? nslices : 1, sizeof(*m->nodes));
+  specs = calloc(GF_MAX_GPUS_PER_NODE, sizeof(*specs));
+  if (!m->devs || !m->nodes || !specs)
+    goto nomem;
+  /* Devices, grouped by pool in first-seen order. */
+  for (uint32_t i = 0; i < nslices; i++) {
+    const gf_dra_slice *s = slices[i];
+    if (!s->ours || !newest(slices, nslices, s))
+      continue;
+    for (uint32_t j = 0; j < s->ndevices; j++) {
+      if (find_dev(m, s->pool, s->devices[j].name))
+        continue; /* the same device in two slices: the first counts */
+      mdev *md = &m->devs[m->ndevs++];
+      md->dev = s->devices[j];
+      snprintf(md->pool, sizeof(md->pool), "%s", s->pool);
+      snprintf(md->node, sizeof(md->node), "%s", s->node);
+      md->ni = UINT32_MAX;
+    }
+  }
+  /* One node per pool with a node name; its GPUs: devices of type gpu
+   * (or without a type) that have memory capacity. */
+  for (uint32_t i = 0; i < m->ndevs; i++) {
+    if (m->devs[i].ni != UINT32_MAX || !m->devs[i].node[0])
+      continue;
+    bool done = false;
+    for (uint32_t k = 0; k < i; k++)
+      if (strcmp(m->devs[k].pool, m->devs[i].pool) == 0)
+        done = true;
+    if (done)
+      continue;
+    uint32_t ng = 0;
+    uint32_t idx[GF_MAX_GPUS_PER_NODE];
+    for (uint32_t k = i; k < m->ndevs && ng < GF_MAX_GPUS_PER_NODE; k++) {
+      mdev *md = &m->devs[k];
+      if (strcmp(md->pool, m->devs[i].pool) != 0 || !md->dev.mem.present ||
+          (md->dev.type[0] && strcmp(md->dev.type, "gpu") != 0))
+        continue;
+      memset(&specs[ng], 0, sizeof(specs[ng]));
+      specs[ng].model = md->dev.product[0] ? md->dev.product : "unknown";
+      specs[ng].uuid = md->dev.uuid[0] ? md->dev.uuid : NULL;
+      specs[ng].mem_bytes = md->dev.mem.value;
+      specs[ng].whole_only = !md->dev.multi;
+      specs[ng].numa_node = -1;
+      idx[ng++] = k;
+    }
+    if (ng == 0)
+      continue;
+    /* CPU and memory are kube-scheduler's to check: unlimited here. */
+    int ni = gf_cluster_add_node(m->c, m->devs[i].pool, NODE_CPU_MILLI,
+                                 NODE_MEM_BYTES, specs, ng, d);
+    if (ni < 0) {
+      rc = ni;
+      goto fail;
+    }
+    snprintf(m->nodes[m->nnodes++], GF_DRA_NAME_MAX, "%s", m->devs[i].node);
+    for (uint32_t g = 0; g < ng; g++) {
+      m->devs[idx[g]].ni = (uint32_t)ni;
+      m->devs[idx[g]].gi = g;
+    }
+  }
+  /* The policy's view of the workload: every allocated share and every
+   * request still to place (as the extender counts bound and pending
+   * pods), or one whole GPU when there is none yet. */
+  uint32_t nr = 0;
+  for (uint32_t i = 0; i < nclaims; i++)
+    nr += claims[i]->allocated ? claims[i]->nres : claims[i]->nreq;
+  reqs = calloc(nr + 1, sizeof(*reqs));
+  if (!reqs)
+    goto nomem;
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < nclaims; i++)
+    for (uint32_t j = 0; claims[i]->allocated && j < claims[i]->nres; j++) {
+      const gf_dra_result *r = &claims[i]->res[j];
+      mdev *md = find_dev(m, r->pool, r->device);
+      if (!md || strcmp(r->driver, GF_DRA_DRIVER) != 0)
+        continue;
+      if (md->dev.multi)
+        share_request(&md->dev, r->mem, r->cores, &reqs[n++]);
+      else
+        whole_request(1, &reqs[n++]);
+    }
+  for (uint32_t i = 0; i < nclaims; i++)
+    for (uint32_t j = 0; !claims[i]->allocated && j < claims[i]->nreq; j++) {
+      const gf_dra_request *r = &claims[i]->req[j];
+      const gf_dra_device *td = typical_dev(m, r->kind == GF_DRA_SHARE);
+      int64_t mem, cores;
+      if (r->kind == GF_DRA_WHOLE)
+        whole_request(r->count, &reqs[n++]);
+      else if (r->kind == GF_DRA_SHARE && td &&
+               gf_dra_fit(td, 0, 0, 0, r, &mem, &cores, NULL) == 0)
+        share_request(td, mem, cores, &reqs[n++]);
+    }
+  if (n == 0)
+    whole_request(1, &reqs[n++]);
+  if ((rc = gf_typical_build(reqs, NULL, n, 95.0, true, &m->typ)))
+    goto fail;
+  gf_engine_config ec = {
+      .policy = policy, .typical = &m->typ, .shapes = &m->typ};
+  if ((rc = gf_engine_new(m->c, &ec, &m->e, d)))
+    goto fail;
+  for (uint32_t i = 0; i < nclaims; i++)
+    for (uint32_t j = 0; claims[i]->allocated && j < claims[i]->nres; j++)
+      book(m, &claims[i]->res[j]);
+  free(reqs);
+  free(specs);
+  *out = m;
+  return 0;
+nomem:
+  gf_diag_set(d, GF_ENOMEM, "the DRA model: out of memory");
+  rc = GF_ENOMEM;
+fail:
+  free(reqs);
+  free(specs);
+  gf_dra_model_free(m);
+  return rc;
+}
+
+uint32_t gf_dra_model_conflicts(const gf_dra_model *m) { return m->conflicts; }
+
+int gf_dra_model_used(const gf_dra_model *m, const char *pool,
+                      const char *device, int64_t *mem, int64_t *cores,
+                      uint32_t *nalloc) {
+  const mdev *md = find_dev(m, pool, device);
+  if (!md)
+    return GF_ENOTFOUND;
+  *mem = md->used_mem;
+  *cores = md->used_cores;
+  *nalloc = md->nalloc;
+  return 0;
+}
+
+int gf_dra_model_excess(const gf_dra_model *m, const char *pool,
+                        const char *device, int64_t *mem, int64_t *cores,
+                        int64_t *n) {
+  const mdev *md = find_dev(m, pool, device);
+  if (!md)
+    return GF_ENOTFOUND;
+  *mem = md->dev.mem.present ? md->used_mem - md->dev.mem.value : 0;
+  *cores = md->dev.cores.present ? md->used_cores - md->dev.cores.value : 0;
+  *n = md->dev.multi ? 0 : (int64_t)md->nalloc - 1;
+  return 0;
+}
+
+/* The device on cluster node ni, GPU gi. */
+static mdev *dev_at(gf_dra_model *m, uint32_t ni, uint32_t gi) {
+  for (uint32_t i = 0; i < m->ndevs; i++)
+    if (m->devs[i].ni == ni && m->devs[i].gi == gi)
+      return &m->devs[i];
+  return NULL;
+}
+
+/* A device of the model that a request of kind k would use, for its
+ * capacity policy (GPUs of one driver share one policy in practice). */
+static const gf_dra_device *typical_dev(const gf_dra_model *m, bool multi) {
+  for (uint32_t i = 0; i < m->ndevs; i++)
+    if (m->devs[i].ni != UINT32_MAX && m->devs[i].dev.multi == multi)
+      return &m->devs[i].dev;
+  return NULL;
+}
+
+/* One placed request, to undo. */
+typedef struct placed {
+  gf_request q;
+  gf_placement p;
+} placed;
+
+static void undo(gf_dra_model *m, placed *pl, uint32_t npl, mdev **used,
+                 const int64_t *um, const int64_t *uc, uint32_t nused) {
+  while (npl-- > 0)
+    gf_engine_release(m->e, &pl[npl].q, &pl[npl].p);
+  while (nused-- > 0) {
+    used[nused]->used_mem -= um[nused];
+    used[nused]->used_cores -= uc[nused];
+    used[nused]->nalloc--;
+  }
+}
+
+/* Places one request on node `node` (UINT32_MAX: the engine chooses) and
+ * books it; appends its results to res. */
+static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t *node,
+                     placed *pl, uint32_t *npl, mdev **used, int64_t *um,
+                     int64_t *uc, uint32_t *nused, const uint8_t *rnd,
+                     size_t rnd_len, size_t *rnd_off, gf_dra_result *res,
+                     uint32_t *nres, gf_diag *d) {
+  bool share = r->kind == GF_DRA_SHARE;
+  const gf_dra_device *td = typical_dev(m, share);
+  if (!td)
+    return gf_diag_set(d, GF_ENOFIT, "request %s: no %s device known", r->name,
+                       share ? "shared" : "exclusive");
+  gf_request q;
+  int64_t mem = 0, cores = 0;
+  int rc;
+  if (share) {
+    if ((rc = gf_dra_fit(td, 0, 0, 0, r, &mem, &cores, d)))
+      return rc;
+    share_request(td, mem, cores, &q);
+  } else {
+    whole_request(r->count, &q);
+  }
+  gf_placement p;
+  if (*node == UINT32_MAX) {
+    if ((rc = gf_engine_place(m->e, &q, &p)))
+      return gf_diag_set(d, rc,
+                         "request %s: no node has %" PRId64
+                         " bytes and %" PRId64 " cores free on one %s device%s",
+                         r->name, mem, cores, share ? "shared" : "whole",
+                         rc == GF_ENOFIT ? "" : " (engine error)");
+  } else {
+    int64_t score;
+    if ((rc = gf_engine_score(m->e, &q, *node, &score, &p)) ||
+        (rc = gf_engine_apply(m->e, &q, &p)))
+      return gf_diag_set(d, rc,
+                         "request %s: no room beside the pod's other "
+                         "requests on its node",
+                         r->name);
+  }
+  pl[*npl].q = q;
+  pl[(*npl)++].p = p;
+  *node = p.node;
+  if (*nres + p.ngpus > GF_DRA_RESULTS_MAX)
+    return gf_diag_set(d, GF_ELIMIT, "more than %d results in one claim",
+                       GF_DRA_RESULTS_MAX);
+  for (uint32_t g = 0; g < p.ngpus; g++) {
+    mdev *md = dev_at(m, p.node, p.gpus[g]);
+    if (!md)
+      return gf_diag_set(d, GF_EINVAL,
+                         "request %s: the engine chose a GPU "
+                         "without a device",
+                         r->name);
+    /* The exact check on the device the engine chose. */
+    if ((rc = gf_dra_fit(&md->dev, md->used_mem, md->used_cores, md->nalloc, r,
+                         &mem, &cores, d)))
+      return rc;
+    md->used_mem += mem;
+    md->used_cores += cores;
+    md->nalloc++;
+    used[*nused] = md;
+    um[*nused] = mem;
+    uc[(*nused)++] = cores;
+    gf_dra_result *o = &res[(*nres)++];
+    memset(o, 0, sizeof(*o));
+    snprintf(o->request, sizeof(o->request), "%s", r->name);
+    snprintf(o->driver, sizeof(o->driver), "%s", GF_DRA_DRIVER);
+    snprintf(o->pool, sizeof(o->pool), "%s", md->pool);
+    snprintf(o->device, sizeof(o->device), "%s", md->dev.name);
+    if (md->dev.multi) {
+      if (*rnd_off + 16 > rnd_len)
+        return gf_diag_set(d, GF_EINVAL, "not enough random bytes");
+      gf_dra_share_id(rnd + *rnd_off, o->share_id);
+      *rnd_off += 16;
+      o->has_mem = md->dev.mem.present;
+      o->mem = mem;
+      o->has_cores = md->dev.cores.present;
+      o->cores = cores;
+    }
+  }
+  return 0;
+}
+
+int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
+                       uint32_t n, const uint8_t *rnd, size_t rnd_len,
+                       gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
+                       char node[GF_DRA_NAME_MAX], gf_diag *d) {
+  uint32_t nq = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (claims[i]->allocated)
+      return gf_diag_set(d, GF_EINVAL, "claim %s: allocated already",
+                         claims[i]->name);
+    for (uint32_t j = 0; j < claims[i]->nreq; j++) {
+      if (claims[i]->req[j].kind == GF_DRA_OTHER)
+        return gf_diag_set(d, GF_EINVAL, "claim %s: %s", claims[i]->name,
+                           claims[i]->req[j].why);
+      nq += claims[i]->req[j].count;
+    }
+  }
+  placed *pl = calloc(nq + 1, sizeof(*pl));
+  mdev **used = calloc(nq + 1, sizeof(*used));
+  int64_t *um = calloc(nq + 1, sizeof(*um)), *uc = calloc(nq + 1, sizeof(*uc));
+  uint32_t npl = 0, nused = 0, ni = UINT32_MAX;
+  size_t off = 0;
+  int rc = 0;
+  if (!pl || !used || !um || !uc) {
+    rc = gf_diag_set(d, GF_ENOMEM, "placing claims: out of memory");
+    goto out;
+  }
+  for (uint32_t i = 0; i < n && !rc; i++) {
+    nres[i] = 0;
+    for (uint32_t j = 0; j < claims[i]->nreq && !rc; j++) {
+      rc = place_one(m, &claims[i]->req[j], &ni, pl, &npl, used, um, uc, &nused,
+                     rnd, rnd_len, &off, res[i], &nres[i], d);
+      if (rc)
+        gf_diag_prefix(d, "claim %s", claims[i]->name);
+    }
+  }
+  if (rc) {
+    undo(m, pl, npl, used, um, uc, nused);
+  } else if (ni == UINT32_MAX) {
+    rc = gf_diag_set(d, GF_EINVAL, "no request to place");
+  } else {
+    snprintf(node, GF_DRA_NAME_MAX, "%s", m->nodes[ni]);
+  }
+out:
+  free(pl);
+  free(used);
+  free(um);
+  free(uc);
+  return rc;
+}
+
+int gf_dra_model_score(gf_dra_model *m, const gf_dra_claim *const *claims,
+                       uint32_t n, const char *node, int64_t *score) {
+  uint32_t ni = UINT32_MAX;
+  for (uint32_t i = 0; i < m->nnodes; i++)
+    if (strcmp(m->nodes[i], node) == 0)
+      ni = i;
+  if (ni == UINT32_MAX)
+    return GF_ENOTFOUND;
+  /* The score of the pod's first request; the others must fit too. */
+  bool first = true;
+  int64_t s = 0;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t j = 0; j < claims[i]->nreq; j++) {
+      const gf_dra_request *r = &claims[i]->req[j];
+      if (r->kind == GF_DRA_OTHER)
+        continue;
+      const gf_dra_device *td = typical_dev(m, r->kind == GF_DRA_SHARE);
+      if (!td)
+        return GF_ENOFIT;
+      gf_request q;
+      int64_t mem, cores;
+      if (r->kind == GF_DRA_SHARE) {
+        if (gf_dra_fit(td, 0, 0, 0, r, &mem, &cores, NULL))
+          return GF_ENOFIT;
+        share_request(td, mem, cores, &q);
+      } else {
+        whole_request(r->count, &q);
+      }
+      gf_placement p;
+      int64_t one;
+      int rc = gf_engine_score(m->e, &q, ni, &one, &p);
+      if (rc)
+        return rc;
+      if (first)
+        s = one;
+      first = false;
+    }
+  if (first)
+    return GF_ENOTFOUND;
+  *score = s;
+  return 0;
+}

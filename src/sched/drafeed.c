@@ -1,0 +1,999 @@
+/*
+ * drafeed.c - the DRA feed (gpufrac/sched_dra.h): informers on
+ * ResourceSlices, ResourceClaims and Pods, and in mode 2 a thread that
+ * places pods gated GF_DRA_GATE.
+ *
+ * Threads: one per informer (their handlers only update the stores below,
+ * under mu) and one placer.  The placer is the only writer: for each gated
+ * pod it rebuilds the model when a store changed, chooses node and devices
+ * under mu, then (without mu) PATCHes each claim's status with the claim's
+ * resourceVersion as precondition, stores the server's answer (so the next
+ * decision sees it before the watch does), and lifts the gate with the
+ * pod's resourceVersion as precondition.  A claim write that fails undoes
+ * the claims written before it; a gate that cannot be lifted is retried on
+ * the next pass (the claims stay allocated and are not allocated again).
+ * Nothing from the server is trusted: an object the parsers refuse is
+ * logged once and left out.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/sched_dra.h"
+#include "smap.h"
+
+#define KEY_MAX (2 * GF_DRA_NAME_MAX + 2)
+#define CLAIMS_PER_POD 16
+#define POLICY_MAX 256
+
+/* A keyed store of owned records: key -> index, swap-remove. */
+typedef struct store {
+  gf__smap idx;
+  char **keys;
+  void **vals;
+  uint32_t n, cap;
+  void (*drop)(void *);
+} store;
+
+static void *store_get(const store *s, const char *key) {
+  int64_t i = gf__smap_get(&s->idx, key);
+  return i < 0 ? NULL : s->vals[i];
+}
+
+/* Takes val (dropped on failure). */
+static int store_put(store *s, const char *key, void *val) {
+  int64_t i = gf__smap_get(&s->idx, key);
+  if (i >= 0) {
+    s->drop(s->vals[i]);
+    s->vals[i] = val;
+    return 0;
+  }
+  if (s->n == s->cap) {
+    uint32_t nc = s->cap ? 2 * s->cap : 16;
+    char **k = realloc(s->keys, nc * sizeof(*k));
+    if (k)
+      s->keys = k;
+    void **v = k ? realloc(s->vals, nc * sizeof(*v)) : NULL;
+    if (v)
+      s->vals = v;
+    if (!k || !v) {
+      s->drop(val);
+      return GF_ENOMEM;
+    }
+    s->cap = nc;
+  }
+  char *kc = strdup(key);
+  if (!kc || gf__smap_put(&s->idx, kc, s->n)) {
+    free(kc);
+    s->drop(val);
+    return GF_ENOMEM;
+  }
+  s->keys[s->n] = kc;
+  s->vals[s->n++] = val;
+  return 0;
+}
+
+static void store_del(store *s, const char *key) {
+  int64_t i = gf__smap_get(&s->idx, key);
+  if (i < 0)
+    return;
+  gf__smap_del(&s->idx, key);
+  free(s->keys[i]);
+  s->drop(s->vals[i]);
+  uint32_t last = --s->n;
+  if ((uint32_t)i != last) {
+    s->keys[i] = s->keys[last];
+    s->vals[i] = s->vals[last];
+    gf__smap_put(&s->idx, s->keys[i], (uint32_t)i); /* replaces: no alloc */
+  }
+}
+
+static void store_release(store *s) {
+  for (uint32_t i = 0; i < s->n; i++) {
+    free(s->keys[i]);
+    s->drop(s->vals[i]);
+  }
+  free(s->keys);
+  free(s->vals);
+  gf__smap_release(&s->idx);
+  memset(s, 0, sizeof(*s));
+}
+
+static void drop_slice(void *p) {
+  gf_dra_slice_release(p);
+  free(p);
+}
+static void drop_json(void *p) { json_decref(p); }
+
+struct gf_sched_dra {
+  gf_kube_config *cfg;
+  char policy[POLICY_MAX];
+  bool has_policy, allocate, quiet;
+  long interval_ms, settle_ms;
+  bool (*is_leader)(void *);
+  void *leader_user;
+  gf_kube_informer *inf[3]; /* slices, claims, pods */
+  gf_kube *k;               /* the placer's client */
+  pthread_mutex_t mu;
+  store slices, claims, pods; /* gf_dra_slice*, gf_dra_claim*, json_t* */
+  store said; /* pod key -> the last reason logged for it (char*) */
+  gf_dra_model *model;
+  bool dirty;
+  gf_sched_dra_stats st;
+  pthread_t t[4];
+  bool have[4], started;
+  atomic_int stop;
+  int rnd_fd;
+};
+
+__attribute__((format(printf, 2, 3))) static void logf_(gf_sched_dra *f,
+                                                        const char *fmt, ...) {
+  if (f->quiet)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- informer handlers ------------------------------------------------- */
+
+static void key_of(const json_t *o, char *buf, size_t cap) {
+  const char *ns = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "namespace"));
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  snprintf(buf, cap, "%s/%s", ns ? ns : "", name ? name : "");
+}
+
+static void slice_set(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  char key[KEY_MAX];
+  key_of(o, key, sizeof(key));
+  gf_dra_slice *s = calloc(1, sizeof(*s));
+  gf_diag d = {""};
+  int rc = s ? gf_dra_slice_parse(o, s, &d) : GF_ENOMEM;
+  pthread_mutex_lock(&f->mu);
+  f->dirty = true;
+  if (rc) {
+    f->st.errors++;
+    logf_(f, "gpufrac scheduler: DRA: %s (left out)\n", d.msg);
+    store_del(&f->slices, key);
+    drop_slice(s);
+  } else {
+    store_put(&f->slices, key, s);
+  }
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void slice_upd(void *u, json_t *old, json_t *o) {
+  (void)old;
+  slice_set(u, o);
+}
+
+static void slice_gone(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  char key[KEY_MAX];
+  key_of(o, key, sizeof(key));
+  pthread_mutex_lock(&f->mu);
+  store_del(&f->slices, key);
+  f->dirty = true;
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Stores a parsed claim; called by the informer and by the placer with
+ * the server's answer to its PATCH.  mu held.  A claim older than the one
+ * held (a watch event behind the placer's own write) is ignored. */
+static void claim_store(gf_sched_dra *f, const json_t *o) {
+  char key[KEY_MAX];
+  key_of(o, key, sizeof(key));
+  gf_dra_claim *c = malloc(sizeof(*c));
+  gf_diag d = {""};
+  int rc = c ? gf_dra_claim_parse(o, c, &d) : GF_ENOMEM;
+  f->dirty = true;
+  if (rc) {
+    f->st.errors++;
+    logf_(f, "gpufrac scheduler: DRA: %s (left out)\n", d.msg);
+    store_del(&f->claims, key);
+    free(c);
+    return;
+  }
+  const gf_dra_claim *old = store_get(&f->claims, key);
+  if (old && strcmp(old->uid, c->uid) == 0) {
+    /* resourceVersions are opaque but etcd's grow; compare as numbers
+     * when both are, else take the new one. */
+    char *e1, *e2;
+    unsigned long long a = strtoull(old->rv, &e1, 10);
+    unsigned long long b = strtoull(c->rv, &e2, 10);
+    if (!*e1 && !*e2 && old->rv[0] && c->rv[0] && b < a) {
+      free(c);
+      return;
+    }
+  }
+  store_put(&f->claims, key, c);
+}
+
+static void claim_set(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  pthread_mutex_lock(&f->mu);
+  claim_store(f, o);
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void claim_upd(void *u, json_t *old, json_t *o) {
+  (void)old;
+  claim_set(u, o);
+}
+
+static void claim_gone(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  char key[KEY_MAX];
+  key_of(o, key, sizeof(key));
+  pthread_mutex_lock(&f->mu);
+  store_del(&f->claims, key);
+  f->dirty = true;
+  pthread_mutex_unlock(&f->mu);
+}
+
+static bool gated(const json_t *pod) {
+  const json_t *g =
+      json_object_get(json_object_get(pod, "spec"), "schedulingGates");
+  size_t i;
+  const json_t *e;
+  json_array_foreach(g, i, e) {
+    const char *n = json_string_value(json_object_get(e, "name"));
+    if (n && strcmp(n, GF_DRA_GATE) == 0)
+      return true;
+  }
+  return false;
+}
+
+/* What the feed reads of a Pod. */
+static json_t *pod_slim(void *u, json_t *pod) {
+  (void)u;
+  const json_t *meta = json_object_get(pod, "metadata");
+  const json_t *spec = json_object_get(pod, "spec");
+  const json_t *st = json_object_get(pod, "status");
+  json_t *o = json_object(), *m = json_object(), *s = json_object(),
+         *t = json_object();
+  if (!o || !m || !s || !t || json_object_set_new(o, "metadata", m) ||
+      json_object_set_new(o, "spec", s) ||
+      json_object_set_new(o, "status", t)) {
+    json_decref(o);
+    return NULL;
+  }
+  static const char *mk[] = {"name", "namespace", "uid", "resourceVersion"};
+  for (size_t i = 0; i < 4; i++)
+    if (json_object_get(meta, mk[i]))
+      json_object_set(m, mk[i], json_object_get(meta, mk[i]));
+  if (json_object_get(spec, "schedulingGates"))
+    json_object_set(s, "schedulingGates",
+                    json_object_get(spec, "schedulingGates"));
+  if (json_object_get(spec, "resourceClaims"))
+    json_object_set(s, "resourceClaims",
+                    json_object_get(spec, "resourceClaims"));
+  if (json_object_get(st, "resourceClaimStatuses"))
+    json_object_set(t, "resourceClaimStatuses",
+                    json_object_get(st, "resourceClaimStatuses"));
+  return o;
+}
+
+static void pod_set(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  char key[KEY_MAX];
+  key_of(o, key, sizeof(key));
+  pthread_mutex_lock(&f->mu);
+  if (gated(o)) {
+    store_put(&f->pods, key, json_incref(o));
+  } else {
+    store_del(&f->pods, key);
+    store_del(&f->said, key);
+  }
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void pod_upd(void *u, json_t *old, json_t *o) {
+  (void)old;
+  pod_set(u, o);
+}
+
+static void pod_gone(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  char key[KEY_MAX];
+  key_of(o, key, sizeof(key));
+  pthread_mutex_lock(&f->mu);
+  store_del(&f->pods, key);
+  store_del(&f->said, key);
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void inf_error(void *u, int rc, const char *msg) {
+  gf_sched_dra *f = u;
+  if (rc < 0) {
+    pthread_mutex_lock(&f->mu);
+    f->st.errors++;
+    pthread_mutex_unlock(&f->mu);
+    logf_(f, "gpufrac scheduler: DRA informer: %s\n", msg);
+  }
+}
+
+/* ---- the model --------------------------------------------------------- */
+
+/* Rebuilds the model when a store changed.  mu held. */
+static int model_fresh(gf_sched_dra *f, gf_diag *d) {
+  if (f->model && !f->dirty)
+    return 0;
+  const gf_dra_slice **sl = calloc(f->slices.n + 1, sizeof(*sl));
+  const gf_dra_claim **cl = calloc(f->claims.n + 1, sizeof(*cl));
+  int rc = GF_ENOMEM;
+  if (sl && cl) {
+    for (uint32_t i = 0; i < f->slices.n; i++)
+      sl[i] = f->slices.vals[i];
+    for (uint32_t i = 0; i < f->claims.n; i++)
+      cl[i] = f->claims.vals[i];
+    gf_dra_model *m = NULL;
+    rc = gf_dra_model_new(sl, f->slices.n, cl, f->claims.n,
+                          f->has_policy ? f->policy : NULL, &m, d);
+    if (!rc) {
+      gf_dra_model_free(f->model);
+      f->model = m;
+      f->dirty = false;
+      f->st.conflicts = gf_dra_model_conflicts(m);
+    }
+  } else {
+    gf_diag_set(d, GF_ENOMEM, "DRA model: out of memory");
+  }
+  free(sl);
+  free(cl);
+  return rc;
+}
+
+/* The names of pod's claims (namespace is the pod's), from
+ * spec.resourceClaims and, for templates, status.resourceClaimStatuses.
+ * Returns how many, or -1 when a generated claim is not named yet. */
+static int pod_claims(const json_t *pod, char (*names)[GF_DRA_NAME_MAX],
+                      int cap) {
+  const json_t *rcs =
+      json_object_get(json_object_get(pod, "spec"), "resourceClaims");
+  const json_t *sts =
+      json_object_get(json_object_get(pod, "status"), "resourceClaimStatuses");
+  int n = 0;
+  size_t i;
+  const json_t *e;
+  json_array_foreach(rcs, i, e) {
+    const char *nm = json_string_value(json_object_get(e, "name"));
+    const char *direct =
+        json_string_value(json_object_get(e, "resourceClaimName"));
+    const char *got = direct;
+    if (!got && nm) {
+      size_t j;
+      const json_t *s;
+      json_array_foreach(sts, j, s) {
+        const char *sn = json_string_value(json_object_get(s, "name"));
+        if (sn && strcmp(sn, nm) == 0)
+          got = json_string_value(json_object_get(s, "resourceClaimName"));
+      }
+    }
+    if (!got)
+      return -1;
+    if (n == cap || strlen(got) >= GF_DRA_NAME_MAX)
+      return -1;
+    snprintf(names[n++], GF_DRA_NAME_MAX, "%s", got);
+  }
+  return n;
+}
+
+/* Copies of pod's claims from the store (n of them).  mu held.  Returns
+ * the count, -1 when one is not known yet. */
+static int claims_of(gf_sched_dra *f, const json_t *pod, gf_dra_claim **out,
+                     int cap) {
+  char names[CLAIMS_PER_POD][GF_DRA_NAME_MAX];
+  int n = pod_claims(pod, names, cap < CLAIMS_PER_POD ? cap : CLAIMS_PER_POD);
+  if (n < 0)
+    return -1;
+  const char *ns = json_string_value(
+      json_object_get(json_object_get(pod, "metadata"), "namespace"));
+  for (int i = 0; i < n; i++) {
+    char key[KEY_MAX];
+    snprintf(key, sizeof(key), "%.253s/%.253s", ns ? ns : "", names[i]);
+    const gf_dra_claim *c = store_get(&f->claims, key);
+    if (!c || !(out[i] = malloc(sizeof(**out)))) {
+      while (i-- > 0)
+        free(out[i]);
+      return -1;
+    }
+    *out[i] = *c;
+  }
+  return n;
+}
+
+static bool ours(const gf_dra_claim *c) {
+  for (uint32_t j = 0; j < c->nreq; j++)
+    if (c->req[j].kind != GF_DRA_OTHER)
+      return true;
+  return false;
+}
+
+int gf_sched_dra_score(gf_sched_dra *f, const json_t *pod, const char *node,
+                       int64_t *score) {
+  gf_dra_claim *cl[CLAIMS_PER_POD];
+  pthread_mutex_lock(&f->mu);
+  int n = claims_of(f, pod, cl, CLAIMS_PER_POD), rc = GF_ENOTFOUND;
+  bool any = false;
+  for (int i = 0; i < n; i++)
+    any = any || ours(cl[i]);
+  gf_diag d = {""};
+  if (n > 0 && any && !(rc = model_fresh(f, &d)))
+    rc = gf_dra_model_score(f->model, (const gf_dra_claim *const *)cl,
+                            (uint32_t)n, node, score);
+  pthread_mutex_unlock(&f->mu);
+  for (int i = 0; i < n; i++)
+    free(cl[i]);
+  return rc;
+}
+
+/* ---- the placer ---------------------------------------------------------- */
+
+static const char *jstr(const json_t *o, const char *a, const char *b) {
+  return json_string_value(json_object_get(json_object_get(o, a), b));
+}
+
+/* Lifts the gate: the pod's schedulingGates without GF_DRA_GATE. */
+static int lift_gate(gf_sched_dra *f, const json_t *pod, gf_diag *d) {
+  const json_t *g =
+      json_object_get(json_object_get(pod, "spec"), "schedulingGates");
+  json_t *keep = json_array();
+  size_t i;
+  const json_t *e;
+  json_array_foreach(g, i, e) {
+    const char *n = json_string_value(json_object_get(e, "name"));
+    if (!n || strcmp(n, GF_DRA_GATE) != 0)
+      json_array_append(keep, (json_t *)e);
+  }
+  json_t *patch = json_pack("{s:{s:o}}", "spec", "schedulingGates",
+                            json_array_size(keep) ? keep : json_null());
+  if (!json_array_size(keep))
+    json_decref(keep);
+  char path[KEY_MAX + 64];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s",
+           jstr(pod, "metadata", "namespace"), jstr(pod, "metadata", "name"));
+  int rc = patch ? gf_kube_merge_patch(f->k, path, patch,
+                                       jstr(pod, "metadata", "resourceVersion"),
+                                       NULL, d)
+                 : gf_diag_set(d, GF_ENOMEM, "out of memory");
+  json_decref(patch);
+  return rc;
+}
+
+/* PATCHes claim c's status: allocation (NULL: clears it and reservedFor)
+ * reserved for pod.  Stores the answer. */
+static int write_claim(gf_sched_dra *f, const gf_dra_claim *c,
+                       json_t *allocation, const json_t *pod, gf_diag *d) {
+  json_t *patch;
+  if (allocation)
+    patch = json_pack(
+        "{s:{s:o,s:[{s:s,s:s,s:s,s:s}]}}", "status", "allocation", allocation,
+        "reservedFor", "apiGroup", "", "resource", "pods", "name",
+        jstr(pod, "metadata", "name"), "uid",
+        jstr(pod, "metadata", "uid") ? jstr(pod, "metadata", "uid") : "");
+  else
+    patch = json_pack("{s:{s:n,s:n}}", "status", "allocation", "reservedFor");
+  if (!patch)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  char path[KEY_MAX + 80];
+  snprintf(path, sizeof(path),
+           GF_DRA_API "/namespaces/%s/resourceclaims/%s/status", c->ns,
+           c->name);
+  json_t *ans = NULL;
+  int rc = gf_kube_merge_patch(f->k, path, patch, allocation ? c->rv : NULL,
+                               &ans, d);
+  json_decref(patch);
+  if (!rc && ans) {
+    pthread_mutex_lock(&f->mu);
+    claim_store(f, ans);
+    pthread_mutex_unlock(&f->mu);
+  }
+  json_decref(ans);
+  return rc;
+}
+
+static int random_bytes(gf_sched_dra *f, uint8_t *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(f->rnd_fd, buf + got, n - got);
+    if (r <= 0 && errno != EINTR)
+      return GF_EIO;
+    if (r > 0)
+      got += (size_t)r;
+  }
+  return 0;
+}
+
+/* Logs why pod (ns/name) waits, once per change of reason. */
+static void waits(gf_sched_dra *f, const char *ns, const char *name,
+                  const char *why) {
+  char key[KEY_MAX];
+  snprintf(key, sizeof(key), "%s/%s", ns, name);
+  pthread_mutex_lock(&f->mu);
+  const char *old = store_get(&f->said, key);
+  bool same = old && strcmp(old, why) == 0;
+  char *copy = same ? NULL : strdup(why);
+  if (copy)
+    store_put(&f->said, key, copy);
+  pthread_mutex_unlock(&f->mu);
+  if (!same)
+    logf_(f, "gpufrac scheduler: DRA: pod %s/%s stays gated: %s\n", ns, name,
+          why);
+}
+
+static void sleep_ms(long ms);
+
+/* A pod whose claims the placer wrote and whose gate waits for the check
+ * (run_placer). */
+typedef struct wrote_t {
+  json_t *pod;
+  int n;
+  gf_dra_claim *cl[CLAIMS_PER_POD];
+  gf_dra_result (*res)[GF_DRA_RESULTS_MAX];
+  uint32_t nres[CLAIMS_PER_POD];
+  char node[GF_DRA_NAME_MAX];
+} wrote_t;
+
+static void wrote_free(wrote_t *w) {
+  if (!w)
+    return;
+  json_decref(w->pod);
+  for (int i = 0; i < w->n; i++)
+    free(w->cl[i]);
+  free(w->res);
+  free(w);
+}
+
+/* One gated pod: hands it over, lifts the gate of one whose claims are
+ * allocated already, or chooses and writes its claims' allocations and
+ * returns what it wrote (the caller checks, then lifts the gate). */
+static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
+  const char *ns = jstr(pod, "metadata", "namespace");
+  const char *name = jstr(pod, "metadata", "name");
+  wrote_t *w = NULL;
+  if (!ns || !name)
+    return NULL;
+  gf_dra_claim *cl[CLAIMS_PER_POD];
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] =
+      calloc(CLAIMS_PER_POD, sizeof(*res));
+  uint32_t nres[CLAIMS_PER_POD];
+  char node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
+  if (!res)
+    return NULL;
+  pthread_mutex_lock(&f->mu);
+  int n = claims_of(f, pod, cl, CLAIMS_PER_POD);
+  if (n < 0) { /* the claims are not made (or not seen) yet */
+    pthread_mutex_unlock(&f->mu);
+    free(res);
+    return NULL;
+  }
+  uint32_t nalloc = 0;
+  const char *why = NULL;
+  for (int i = 0; i < n; i++) {
+    nalloc += cl[i]->allocated;
+    for (uint32_t j = 0; j < cl[i]->nreq && !why; j++)
+      if (cl[i]->req[j].kind == GF_DRA_OTHER)
+        why = cl[i]->req[j].why;
+    if (cl[i]->constraints && !why)
+      why = "constraints or config";
+  }
+  int rc = 0;
+  bool hand = n == 0 || why || (nalloc && nalloc != (uint32_t)n);
+  bool done = !hand && nalloc == (uint32_t)n;
+  if (!hand && !done) {
+    rc = random_bytes(f, rnd, sizeof(rnd));
+    if (!rc && !(rc = model_fresh(f, &d)))
+      rc = gf_dra_model_place(f->model, (const gf_dra_claim *const *)cl,
+                              (uint32_t)n, rnd, sizeof(rnd), res, nres, node,
+                              &d);
+    if (rc == GF_ENOFIT)
+      f->st.nofit++;
+    else if (rc)
+      f->st.errors++;
+    /* A decision holds until its writes are stored: rebuild after. */
+    f->dirty = f->dirty || rc == 0;
+  }
+  pthread_mutex_unlock(&f->mu);
+  if (rc) {
+    waits(f, ns, name, d.msg);
+    goto out;
+  }
+  if (hand) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%s",
+             why      ? why
+             : n == 0 ? "no claims"
+                      : "claims partly allocated");
+    if ((rc = lift_gate(f, pod, &d))) {
+      pthread_mutex_lock(&f->mu);
+      f->st.errors++;
+      pthread_mutex_unlock(&f->mu);
+      logf_(f, "gpufrac scheduler: DRA: lifting the gate: %s\n", d.msg);
+      goto out;
+    }
+    pthread_mutex_lock(&f->mu);
+    f->st.handed++;
+    pthread_mutex_unlock(&f->mu);
+    logf_(f, "gpufrac scheduler: DRA: pod %s handed to kube-scheduler (%s)\n",
+          name, msg);
+    goto out;
+  }
+  int written = 0;
+  for (; !done && written < n; written++) {
+    json_t *al = gf_dra_allocation_json(res[written], nres[written], node);
+    if (!al) {
+      rc = gf_diag_set(&d, GF_ENOMEM, "out of memory");
+      break;
+    }
+    if ((rc = write_claim(f, cl[written], al, pod, &d))) {
+      gf_diag_prefix(&d, "claim %s", cl[written]->name);
+      break;
+    }
+  }
+  if (rc) {
+    gf_diag ud = {""};
+    for (int i = 0; i < written; i++)
+      write_claim(f, cl[i], NULL, pod, &ud);
+  }
+  if (done) /* allocated by an earlier pass: checked again, then lifted */
+    for (int i = 0; i < n; i++) {
+      nres[i] = cl[i]->nres;
+      memcpy(res[i], cl[i]->res, cl[i]->nres * sizeof(res[i][0]));
+      snprintf(node, sizeof(node), "%s", cl[i]->nres ? cl[i]->res[0].pool : "");
+    }
+  pthread_mutex_lock(&f->mu);
+  if (rc)
+    f->st.errors++;
+  f->dirty = true;
+  pthread_mutex_unlock(&f->mu);
+  if (rc)
+    logf_(f, "gpufrac scheduler: DRA: pod %s: %s\n", name, d.msg);
+  if (!rc && (w = calloc(1, sizeof(*w)))) {
+    w->pod = json_incref((json_t *)pod);
+    w->n = n;
+    memcpy(w->cl, cl, sizeof(cl));
+    w->res = res;
+    memcpy(w->nres, nres, sizeof(nres));
+    snprintf(w->node, sizeof(w->node), "%s", node);
+    return w; /* owns cl and res now */
+  }
+out:
+  for (int i = 0; i < n; i++)
+    free(cl[i]);
+  free(res);
+  return NULL;
+}
+
+/* A device a checked pod uses, and how far over its capacity the API
+ * server's claims put it. */
+typedef struct over {
+  const char *pool, *device;
+  int64_t mem, cores, n;
+} over;
+
+/* The check after a pass's writes (docs/dra.md, "Two allocators"): once
+ * settle_ms has passed, every allocation kube-scheduler decided before it
+ * saw ours is written too; a fresh LIST of the claims then says whether a
+ * device is over its capacity.  If one is, gpufrac gives way: its own
+ * claims on that device, newest first, are deallocated (their pods are
+ * still gated, so nothing runs on them) until the device fits; the pods
+ * stay gated and are placed again.  The others' gates are lifted. */
+static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
+  gf_diag d = {""};
+  json_t *list = NULL;
+  gf_dra_claim **cl = NULL;
+  size_t ncl = 0;
+  gf_dra_model *m = NULL;
+  over ov[64];
+  uint32_t nov = 0;
+  int rc =
+      gf_kube_list_all(f->k, GF_DRA_API "/resourceclaims", NULL, &list, &d);
+  const json_t *items = json_object_get(list, "items");
+  if (!rc) {
+    cl = calloc(json_array_size(items) + 1, sizeof(*cl));
+    rc = cl ? 0 : gf_diag_set(&d, GF_ENOMEM, "out of memory");
+  }
+  for (size_t i = 0; !rc && i < json_array_size(items); i++) {
+    gf_dra_claim *c = malloc(sizeof(*c));
+    if (c && gf_dra_claim_parse(json_array_get(items, i), c, NULL) == 0)
+      cl[ncl++] = c;
+    else
+      free(c);
+  }
+  if (!rc) {
+    pthread_mutex_lock(&f->mu);
+    const gf_dra_slice **sl = calloc(f->slices.n + 1, sizeof(*sl));
+    for (uint32_t i = 0; sl && i < f->slices.n; i++)
+      sl[i] = f->slices.vals[i];
+    rc = sl ? gf_dra_model_new(sl, f->slices.n, (const gf_dra_claim *const *)cl,
+                               (uint32_t)ncl, f->has_policy ? f->policy : NULL,
+                               &m, &d)
+            : GF_ENOMEM;
+    pthread_mutex_unlock(&f->mu);
+    free(sl);
+  }
+  for (uint32_t i = 0; !rc && i < nw; i++)
+    for (int c = 0; c < w[i]->n; c++)
+      for (uint32_t r = 0; r < w[i]->nres[c]; r++) {
+        const gf_dra_result *x = &w[i]->res[c][r];
+        bool seen = false;
+        for (uint32_t k = 0; k < nov; k++)
+          seen = seen || (strcmp(ov[k].pool, x->pool) == 0 &&
+                          strcmp(ov[k].device, x->device) == 0);
+        if (seen || nov == 64)
+          continue;
+        over *o = &ov[nov];
+        o->pool = x->pool;
+        o->device = x->device;
+        if (gf_dra_model_excess(m, x->pool, x->device, &o->mem, &o->cores,
+                                &o->n) == 0)
+          nov++;
+      }
+  if (rc && !atomic_load(&f->stop)) {
+    /* Cannot check: keep the allocations, lift nothing; the next pass
+     * finds the claims allocated and checks again before lifting. */
+    logf_(f, "gpufrac scheduler: DRA: checking the allocations: %s\n", d.msg);
+    pthread_mutex_lock(&f->mu);
+    f->st.errors++;
+    pthread_mutex_unlock(&f->mu);
+  }
+  for (uint32_t i = nw; !rc && i-- > 0;) {
+    wrote_t *x = w[i];
+    bool yield = false;
+    for (int c = 0; c < x->n; c++)
+      for (uint32_t r = 0; r < x->nres[c]; r++)
+        for (uint32_t k = 0; k < nov; k++)
+          if (strcmp(ov[k].pool, x->res[c][r].pool) == 0 &&
+              strcmp(ov[k].device, x->res[c][r].device) == 0 &&
+              (ov[k].mem > 0 || ov[k].cores > 0 || ov[k].n > 0))
+            yield = true;
+    const char *name = jstr(x->pod, "metadata", "name");
+    if (yield) {
+      for (int c = 0; c < x->n; c++) {
+        write_claim(f, x->cl[c], NULL, x->pod, &d);
+        for (uint32_t r = 0; r < x->nres[c]; r++)
+          for (uint32_t k = 0; k < nov; k++)
+            if (strcmp(ov[k].pool, x->res[c][r].pool) == 0 &&
+                strcmp(ov[k].device, x->res[c][r].device) == 0) {
+              ov[k].mem -= x->res[c][r].mem;
+              ov[k].cores -= x->res[c][r].cores;
+              ov[k].n--;
+            }
+      }
+      pthread_mutex_lock(&f->mu);
+      f->st.yielded++;
+      f->dirty = true;
+      pthread_mutex_unlock(&f->mu);
+      logf_(f,
+            "gpufrac scheduler: DRA: pod %s: another allocator gave the same "
+            "capacity on %s away meanwhile; its claims are given back and it "
+            "stays gated\n",
+            name, x->node);
+      continue;
+    }
+    int lr = lift_gate(f, x->pod, &d);
+    pthread_mutex_lock(&f->mu);
+    if (lr)
+      f->st.errors++;
+    else
+      f->st.placed++;
+    pthread_mutex_unlock(&f->mu);
+    if (lr)
+      logf_(f, "gpufrac scheduler: DRA: pod %s: %s\n", name, d.msg);
+    else
+      logf_(f, "gpufrac scheduler: DRA: pod %s/%s placed on %s\n",
+            jstr(x->pod, "metadata", "namespace"), name, x->node);
+  }
+  gf_dra_model_free(m);
+  for (size_t i = 0; i < ncl; i++)
+    free(cl[i]);
+  free(cl);
+  json_decref(list);
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void *run_placer(void *u) {
+  gf_sched_dra *f = u;
+  while (!atomic_load(&f->stop)) {
+    sleep_ms(f->interval_ms);
+    if (!gf_sched_dra_synced(f) ||
+        (f->is_leader && !f->is_leader(f->leader_user)))
+      continue;
+    pthread_mutex_lock(&f->mu);
+    uint32_t n = f->pods.n;
+    json_t **pods = calloc(n + 1, sizeof(*pods));
+    for (uint32_t i = 0; pods && i < n; i++)
+      pods[i] = json_incref(f->pods.vals[i]);
+    pthread_mutex_unlock(&f->mu);
+    wrote_t **w = calloc(n + 1, sizeof(*w));
+    uint32_t nw = 0;
+    for (uint32_t i = 0; pods && w && i < n; i++) {
+      wrote_t *x = atomic_load(&f->stop) ? NULL : place_pod(f, pods[i]);
+      if (x)
+        w[nw++] = x;
+    }
+    for (uint32_t i = 0; pods && i < n; i++)
+      json_decref(pods[i]);
+    free(pods);
+    if (nw) {
+      sleep_ms(f->settle_ms);
+      /* Stopping: the claims stay allocated and the gates on; the next
+       * leader finds them allocated and checks before it lifts. */
+      if (!atomic_load(&f->stop))
+        check_and_lift(f, w, nw);
+    }
+    for (uint32_t i = 0; i < nw; i++)
+      wrote_free(w[i]);
+    free(w);
+  }
+  return NULL;
+}
+
+static void *run_inf(gf_kube_informer *inf) {
+  gf_kube_informer_run(inf);
+  return NULL;
+}
+static void *run0(void *u) { return run_inf(((gf_sched_dra *)u)->inf[0]); }
+static void *run1(void *u) { return run_inf(((gf_sched_dra *)u)->inf[1]); }
+static void *run2(void *u) { return run_inf(((gf_sched_dra *)u)->inf[2]); }
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
+                     const gf_sched_dra_opts *o, gf_sched_dra **out,
+                     gf_diag *d) {
+  static const gf_sched_dra_opts none = {0};
+  *out = NULL;
+  if (!cfg)
+    return gf_diag_set(d, GF_EINVAL, "DRA feed: no API server configuration");
+  if (!o)
+    o = &none;
+  gf_sched_dra *f = calloc(1, sizeof(*f));
+  if (!f)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  f->rnd_fd = -1;
+  pthread_mutex_init(&f->mu, NULL);
+  f->slices.drop = drop_slice;
+  f->claims.drop = free;
+  f->pods.drop = drop_json;
+  f->said.drop = free;
+  f->cfg = cfg;
+  f->allocate = o->allocate;
+  f->quiet = o->quiet;
+  f->interval_ms = o->interval_ms > 0 ? o->interval_ms : 200;
+  f->settle_ms = o->settle_ms > 0 ? o->settle_ms : 1000;
+  f->is_leader = o->is_leader;
+  f->leader_user = o->leader_user;
+  int rc;
+  if (o->policy) {
+    if (strlen(o->policy) >= sizeof(f->policy)) {
+      rc = gf_diag_set(d, GF_EINVAL, "DRA feed: policy string too long");
+      goto fail;
+    }
+    snprintf(f->policy, sizeof(f->policy), "%s", o->policy);
+    f->has_policy = true;
+  }
+  static const char *paths[3] = {GF_DRA_API "/resourceslices",
+                                 GF_DRA_API "/resourceclaims", "/api/v1/pods"};
+  gf_kube_informer_handlers h[3] = {
+      {slice_set, slice_upd, slice_gone, f, inf_error},
+      {claim_set, claim_upd, claim_gone, f, inf_error},
+      {pod_set, pod_upd, pod_gone, f, inf_error}};
+  for (int i = 0; i < 3; i++) {
+    gf_kube_informer_opts io = {.path = paths[i],
+                                .watch_timeout_s = o->watch_timeout_s,
+                                .seed = (uint64_t)getpid() + (uint64_t)i,
+                                .compact = true};
+    if (i == 2)
+      io.transform = pod_slim;
+    if ((rc = gf_kube_informer_new(&f->inf[i], cfg, kopts, &io, &h[i], d))) {
+      gf_diag_prefix(d, "DRA informer %s", paths[i]);
+      goto fail;
+    }
+  }
+  if (f->allocate) {
+    gf_kube_opts ko = kopts ? *kopts : (gf_kube_opts){0};
+    ko.timeout_ms = 10000;
+    if ((rc = gf_kube_new(&f->k, cfg, &ko, d)))
+      goto fail;
+    f->rnd_fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (f->rnd_fd < 0) {
+      rc = gf_diag_set(d, GF_EIO, "/dev/urandom: %s", strerror(errno));
+      goto fail;
+    }
+  }
+  *out = f;
+  return 0;
+fail:
+  gf_sched_dra_free(f);
+  return rc;
+}
+
+int gf_sched_dra_start(gf_sched_dra *f, gf_diag *d) {
+  if (f->started)
+    return gf_diag_set(d, GF_ESTATE, "DRA feed: already started");
+  f->started = true;
+  void *(*fn[4])(void *) = {run0, run1, run2, run_placer};
+  int e = 0;
+  for (int i = 0; i < 4 && !e; i++) {
+    if (i == 3 && !f->allocate)
+      break;
+    e = pthread_create(&f->t[i], NULL, fn[i], f);
+    f->have[i] = e == 0;
+  }
+  if (e) {
+    gf_sched_dra_stop(f);
+    return gf_diag_set(d, GF_EIO, "DRA feed: cannot start a thread: %s",
+                       strerror(e));
+  }
+  return 0;
+}
+
+void gf_sched_dra_stop(gf_sched_dra *f) {
+  if (!f || !f->started)
+    return;
+  atomic_store(&f->stop, 1);
+  for (int i = 0; i < 3; i++)
+    if (f->inf[i])
+      gf_kube_informer_stop(f->inf[i]);
+  if (f->k)
+    gf_kube_stop(f->k);
+  for (int i = 0; i < 4; i++)
+    if (f->have[i]) {
+      pthread_join(f->t[i], NULL);
+      f->have[i] = false;
+    }
+  f->started = false;
+}
+
+void gf_sched_dra_free(gf_sched_dra *f) {
+  if (!f)
+    return;
+  gf_sched_dra_stop(f);
+  for (int i = 0; i < 3; i++)
+    gf_kube_informer_free(f->inf[i]);
+  gf_kube_free(f->k);
+  if (f->rnd_fd >= 0)
+    close(f->rnd_fd);
+  store_release(&f->slices);
+  store_release(&f->claims);
+  store_release(&f->pods);
+  store_release(&f->said);
+  gf_dra_model_free(f->model);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+}
+
+bool gf_sched_dra_synced(gf_sched_dra *f) {
+  for (int i = 0; i < 3; i++)
+    if (!f->inf[i] || !gf_kube_informer_synced(f->inf[i]))
+      return false;
+  return true;
+}
+
+void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out) {
+  pthread_mutex_lock(&f->mu);
+  *out = f->st;
+  pthread_mutex_unlock(&f->mu);
+}

@@ -1,0 +1,769 @@
+#!/usr/bin/env python3
+"""gpufrac on Dynamic Resource Allocation against a real control plane
+(CTest label e2e; docs/dra.md).
+
+Usage: test_dra.py K8S_BIN GPUFRAC [--keep] [--only NAME[,NAME...]]
+
+kube-apiserver, kube-controller-manager and kube-scheduler run with the DRA
+feature gates gpufrac needs (GATES below), deploy/dra/ is applied, and a
+fake node carries the ResourceSlice the node agent publishes
+(tests/e2e/dra/slice-shared-80gi.json, the agreed format: one shared 80Gi
+GPU, consumable capacity memory and cores).  Scenarios:
+
+  accepted        deploy/dra's DeviceClasses, templates, policy and RBAC and
+                  the slice are stored as written (nothing dropped)
+  gate            deploy/dra's MutatingAdmissionPolicy gates exactly the pods
+                  with claims that opt in (label gpufrac.io/placement=gpufrac
+                  on the pod or its namespace)
+  kube_allocates  mode 1: kube-scheduler alone allocates shares of the one
+                  GPU to several pods by consumable capacity (device,
+                  shareID, consumedCapacity) and leaves the one that does
+                  not fit Pending with its reason
+  gpufrac_allocates  mode 2: pods gated gpufrac.io/placement are placed by
+                  `gpufrac scheduler --dra`, which writes the claims'
+                  allocations and lifts the gate; kube-scheduler binds them
+                  where their claims are
+  defaults        what a request naming no capacity consumes (kube-scheduler)
+  whole           the whole-GPU and NVLink-island templates on exclusive
+                  devices (kube-scheduler), and a whole GPU in mode 2
+  extender_scores mode 1 with the extender: kube-scheduler (deploy/dra/
+                  kube-scheduler-config.yaml) allocates where the extender's
+                  engine score is highest
+  mixed           mode-1 and mode-2 pods on one GPU, one at a time: neither
+                  allocator gives away capacity the other allocated (sums)
+  mixed_burst     8 pods of both modes at once on one GPU that holds 5
+                  (run 3 times): still no capacity given twice
+"""
+
+import copy
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import ApiError, Cluster, Failure, free_port, log, wait_for  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRA_DEPLOY = os.path.join(os.path.dirname(os.path.dirname(HERE)), "deploy", "dra")
+NS = "e2e-dra"
+DRIVER = "gpu.gpufrac.io"
+GATE = "gpufrac.io/placement"
+GiB = 1 << 30
+RES = "/apis/resource.k8s.io/v1"
+# resource.k8s.io/v1 is served by default from 1.34; consumable capacity
+# (KEP-5075) is beta and on by default from 1.36 (alpha in 1.34-1.35, where
+# this gate must be set).  Set explicitly so the test says what it needs.
+GATES = {"DRAConsumableCapacity": True}
+
+
+def fail(msg):
+    raise Failure(msg)
+
+
+def quantity(q):
+    """A Kubernetes quantity as an integer (the forms the API server
+    writes back for these values: plain, Ki/Mi/Gi)."""
+    q = str(q)
+    for suf, mul in (("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", GiB), ("Ti", 1 << 40)):
+        if q.endswith(suf):
+            return int(q[:-2]) * mul
+    if q.endswith("k"):
+        return int(q[:-1]) * 1000
+    return int(q)
+
+
+def subset(want, got, where="spec"):
+    """None when got holds every field of want with the same value (the
+    server may add defaults: allocationMode, count, metadata); else the
+    first difference."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return "%s: %r, written %r" % (where, got, want)
+        for k, v in want.items():
+            if k not in got:
+                return "%s.%s dropped" % (where, k)
+            d = subset(v, got[k], "%s.%s" % (where, k))
+            if d:
+                return d
+        return None
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return "%s: %r, written %r" % (where, got, want)
+        for i, (w, g) in enumerate(zip(want, got)):
+            d = subset(w, g, "%s[%d]" % (where, i))
+            if d:
+                return d
+        return None
+    return None if want == got else "%s: %r, written %r" % (where, got, want)
+
+
+def load_slice(node, uuid_tail="1"):
+    with open(os.path.join(HERE, "dra", "slice-shared-80gi.json")) as f:
+        s = json.load(f)
+    s["metadata"]["name"] = "%s-%s-0" % (node, DRIVER)
+    s["spec"]["nodeName"] = node
+    s["spec"]["pool"]["name"] = node
+    dev = s["spec"]["devices"][0]
+    dev["attributes"]["uuid"]["string"] = dev["attributes"]["uuid"]["string"][:-1] + uuid_tail
+    return s
+
+
+def template(name, mem, cores):
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"spec": {"devices": {"requests": [{
+                "name": "gpu", "exactly": {
+                    "deviceClassName": DRIVER,
+                    "capacity": {"requests": {"memory": mem, "cores": str(cores)}}}}]}}}}
+
+
+def pod(name, tmpl, gated=False):
+    spec = {"containers": [{
+        "name": "main", "image": "registry.k8s.io/pause:3.10",
+        "resources": {"claims": [{"name": "gpu"}],
+                      "requests": {"cpu": "100m", "memory": "64Mi"}}}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": tmpl}],
+        "terminationGracePeriodSeconds": 0}
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "labels": {"e2e": "dra"}},
+            "spec": spec}
+
+
+class DRA:
+    def __init__(self, c):
+        self.c = c
+        self.api = c.admin
+        self.ext = None
+
+    # ---- setup ---------------------------------------------------------
+    def add_node(self, name):
+        """A Node that is Ready and schedulable, as tests/e2e/test_k8s.py
+        writes them (no kubelet runs)."""
+        self.api.create("/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}})
+        self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
+        res = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.api.request("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
+            "capacity": res, "allocatable": res,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E",
+                            "message": "no kubelet: status written by the e2e harness",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}},
+            "application/strategic-merge-patch+json")
+
+    def apply_dra_deploy(self):
+        for f in sorted(os.listdir(DRA_DEPLOY)):
+            # kube-scheduler-config.yaml is kube-scheduler's --config file.
+            if f.endswith(".yaml") and f != "kube-scheduler-config.yaml":
+                r = self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
+                                   os.path.join(DRA_DEPLOY, f))
+                log("applied dra/%s: %s" % (f, " ".join(r.stdout.split())))
+
+    def setup(self):
+        # The namespace and the extender's own RBAC (deploy/), then deploy/dra.
+        for f in ("namespace.yaml", "scheduler-rbac.yaml"):
+            self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
+                           os.path.join(os.path.dirname(DRA_DEPLOY), f))
+        self.apply_dra_deploy()
+        self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+        wait_for("ServiceAccount default in %s" % NS,
+                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),
+                 60)
+
+    def start_extender(self):
+        """gpufrac scheduler --dra allocate as deploy's ServiceAccount
+        gpufrac-scheduler (so deploy/dra/scheduler-rbac.yaml is what it
+        may do)."""
+        if self.ext:
+            return
+        kc = self.c.sa_kubeconfig("extender", self.c.token("gpufrac-scheduler"))
+        self.ext = self.c.spawn("extender", [
+            self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.c.ext_port,
+            "--kubeconfig", kc, "--dra", "allocate"])
+        wait_for("the extender leading", lambda: self.ext.alive() and
+                 self.api.get("/apis/coordination.k8s.io/v1/namespaces/gpufrac-system/"
+                              "leases/gpufrac-scheduler")["spec"].get("holderIdentity"),
+                 60)
+
+    def retire(self, node):
+        """The node's slice goes (its GPUs with it), so later scenarios'
+        pods cannot land there."""
+        self.api.delete("%s/resourceslices/%s-%s-0" % (RES, node, DRIVER))
+
+    def new_node(self, name, uuid_tail="1"):
+        self.add_node(name)
+        s = load_slice(name, uuid_tail)
+        got = self.api.create(RES + "/resourceslices", s)
+        return s, got
+
+    # ---- the API server's state ---------------------------------------
+    def pods(self):
+        return {p["metadata"]["name"]: p for p in
+                self.api.items("/api/v1/namespaces/%s/pods" % NS, labelSelector="e2e=dra")}
+
+    def claim_of(self, p):
+        """The ResourceClaim generated for pod p's claim 'gpu' (None
+        until the resourceclaim controller made it)."""
+        for st in p.get("status", {}).get("resourceClaimStatuses", []):
+            if st.get("name") == "gpu" and st.get("resourceClaimName"):
+                return self.api.get("%s/namespaces/%s/resourceclaims/%s" %
+                                    (RES, NS, st["resourceClaimName"]))
+        return None
+
+    def events(self, name):
+        return [e.get("reason", "") + ": " + e.get("message", "")
+                for e in self.api.items("/api/v1/namespaces/%s/events" % NS)
+                if e["involvedObject"].get("name") == name]
+
+    def wait_bound(self, names, timeout=90):
+        def ok():
+            ps = self.pods()
+            return all(ps.get(n, {}).get("spec", {}).get("nodeName") for n in names)
+        try:
+            wait_for("%s bound" % ", ".join(names), ok, timeout, 0.5)
+        except Failure:
+            ps = self.pods()
+            left = [n for n in names if not ps.get(n, {}).get("spec", {}).get("nodeName")]
+            fail("not bound after %d s: %s; events of %s: %s" %
+                 (timeout, left, left[0], self.events(left[0])[-3:]))
+        return self.pods()
+
+    def wait_unschedulable(self, name, timeout=60):
+        """Pod name stays Pending with PodScheduled False Unschedulable;
+        returns that condition's message."""
+        def cond():
+            p = self.pods().get(name, {})
+            if p.get("spec", {}).get("nodeName"):
+                fail("%s was bound to %s; it must not fit" % (name, p["spec"]["nodeName"]))
+            for c in p.get("status", {}).get("conditions", []):
+                if c["type"] == "PodScheduled" and c["status"] == "False" and \
+                        c.get("reason") == "Unschedulable":
+                    return c.get("message", "")
+            return None
+        return wait_for("%s Unschedulable" % name, cond, timeout, 0.5)
+
+    def allocations(self):
+        """{pod: (claim, result)} for every bound pod; each claim must hold
+        exactly one result for this driver."""
+        out = {}
+        for n, p in self.pods().items():
+            if not p["spec"].get("nodeName"):
+                continue
+            cl = self.claim_of(p)
+            if not cl or not cl.get("status", {}).get("allocation"):
+                fail("bound pod %s has no allocated claim: %s" % (n, cl and cl.get("status")))
+            res = cl["status"]["allocation"]["devices"]["results"]
+            if len(res) != 1 or res[0]["driver"] != DRIVER:
+                fail("claim of %s: expected one %s result, got %s" % (n, DRIVER, res))
+            out[n] = (cl, res[0])
+        return out
+
+    def check_sums(self, node, dev="gpu-0", mem=80 * GiB, cores=100):
+        """No capacity of node's dev is given twice: consumed memory and
+        cores over every allocated claim are within the device's, and every
+        shareID is distinct.  Returns (memory, cores, number of shares)."""
+        used_m = used_c = 0
+        shares = set()
+        who = []
+        for cl in self.api.items("%s/namespaces/%s/resourceclaims" % (RES, NS)):
+            al = cl.get("status", {}).get("allocation")
+            if not al:
+                continue
+            for r in al["devices"]["results"]:
+                if r["pool"] != node or r["device"] != dev:
+                    continue
+                sid = r.get("shareID")
+                if not sid or sid in shares:
+                    fail("claim %s: shareID %r missing or repeated" % (cl["metadata"]["name"], sid))
+                shares.add(sid)
+                cc = r.get("consumedCapacity", {})
+                # Who wrote the allocation: the status's field manager.
+                mgr = [m["manager"] for m in cl["metadata"].get("managedFields", [])
+                       if m.get("subresource") == "status"]
+                who.append("%s by %s at %s" % (
+                    cl["metadata"]["name"], "/".join(mgr) or "?",
+                    al.get("allocationTimestamp", "?")))
+                used_m += quantity(cc.get("memory", 0))
+                used_c += quantity(cc.get("cores", 0))
+        if used_m > mem or used_c > cores:
+            fail("%s/%s over-allocated: %d bytes of %d, %d cores of %d: %s" %
+                 (node, dev, used_m, mem, used_c, cores, "; ".join(who)))
+        return used_m, used_c, len(shares)
+
+    def check_result(self, name, cl, r, node, mem, cores):
+        if r["pool"] != node or r["device"] != "gpu-0" or r["request"] != "gpu":
+            fail("%s: result %s is not request gpu on %s/gpu-0" % (name, r, node))
+        cc = r.get("consumedCapacity", {})
+        if quantity(cc.get("memory", -1)) != mem or quantity(cc.get("cores", -1)) != cores:
+            fail("%s: consumedCapacity %s, asked memory %d cores %d" % (name, cc, mem, cores))
+        if not r.get("shareID"):
+            fail("%s: no shareID on a share of a multi-allocation device" % name)
+        pods = [x.get("name") for x in cl["status"].get("reservedFor", [])]
+        if name not in pods:
+            fail("%s: claim reserved for %s, not for the pod" % (name, pods))
+
+    def delete_all(self):
+        for n in self.pods():
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, n), gracePeriodSeconds=0)
+        wait_for("pods gone", lambda: not self.pods(), 60)
+        # The resourceclaim controller deletes generated claims with their pods.
+        wait_for("claims gone", lambda: not self.api.items(
+            "%s/namespaces/%s/resourceclaims" % (RES, NS)), 60)
+        for t in self.api.items("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS)):
+            self.api.delete("%s/namespaces/%s/resourceclaimtemplates/%s" %
+                            (RES, NS, t["metadata"]["name"]))
+
+    # ---- scenarios -----------------------------------------------------
+    def s_accepted(self):
+        # The classes and templates as written in deploy/dra.
+        want = {}
+        import yaml  # noqa: F401  (Debian's python3-yaml: /usr/bin/python3)
+        for f in sorted(os.listdir(DRA_DEPLOY)):
+            if f.endswith(".yaml"):
+                with open(os.path.join(DRA_DEPLOY, f)) as fh:
+                    for d in yaml.safe_load_all(fh):
+                        if d and "metadata" in d:
+                            want[(d["kind"], d["metadata"]["name"])] = d
+        paths = {"DeviceClass": RES + "/deviceclasses/%s",
+                 "ResourceClaimTemplate": RES + "/namespaces/default/resourceclaimtemplates/%s"}
+        seen = 0
+        for (kind, name), d in want.items():
+            if kind not in paths:
+                continue
+            diff = subset(d["spec"], self.api.get(paths[kind] % name)["spec"])
+            if diff:
+                fail("%s %s not stored as written: %s" % (kind, name, diff))
+            seen += 1
+        if seen < 6:
+            fail("deploy/dra: %d classes and templates, expected 3 + 3" % seen)
+        # The slice as the node agent publishes it: nothing dropped (a
+        # server without consumable capacity drops requestPolicy and
+        # allowMultipleAllocations silently).
+        s, got = self.new_node("dra0", "0")
+        diff = subset(s["spec"], got["spec"])
+        if diff:
+            fail("ResourceSlice not stored as written: %s" % diff)
+        # A requestPolicy with a validRange needs a default: the server
+        # refuses one without (the node agent must publish both).
+        nodef = copy.deepcopy(s)
+        nodef["metadata"]["name"] = "dra0-nodefault"
+        del nodef["spec"]["devices"][0]["capacity"]["cores"]["requestPolicy"]["default"]
+        nodef["spec"]["pool"]["name"] = "dra0-nodefault"
+        try:
+            self.api.create(RES + "/resourceslices", nodef)
+            fail("a requestPolicy with validRange and no default was accepted")
+        except ApiError as e:
+            if e.code != 422 or "requestPolicy.default: Required value" not in str(e):
+                raise
+            log("refused as expected: %s" % str(e)[str(e).index("spec."):][:120])
+        # The server validates what it stores: a quantity that is not one.
+        bad = template("bad", "eight", 30)
+        try:
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), bad)
+            fail("a template with memory 'eight' was accepted")
+        except ApiError as e:
+            if e.code not in (400, 422):
+                raise
+        self.api.delete(RES + "/resourceslices/" + s["metadata"]["name"])
+        self.api.delete("/api/v1/nodes/dra0")
+
+    def s_gate(self):
+        """deploy/dra/placement-policy.yaml gates a new pod with claims
+        when it or its namespace opts in, and no other pod."""
+        ns = "e2e-dra-gated"
+        self.api.create("/api/v1/namespaces", {"metadata": {
+            "name": ns, "labels": {GATE: "gpufrac"}}})
+        wait_for("ServiceAccount default in %s" % ns,
+                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % ns),
+                 60)
+
+        def gates(p, where):
+            p = copy.deepcopy(p)
+            p["metadata"]["namespace"] = where
+            got = self.api.create("/api/v1/namespaces/%s/pods" % where, p)
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (where, p["metadata"]["name"]),
+                            gracePeriodSeconds=0)
+            return [g["name"] for g in got["spec"].get("schedulingGates", [])]
+
+        with_claims = pod("g1", "h100-8gi-30pct")
+        no_claims = pod("g2", "x")
+        del no_claims["spec"]["resourceClaims"]
+        del no_claims["spec"]["containers"][0]["resources"]["claims"]
+        labelled = pod("g3", "h100-8gi-30pct")
+        labelled["metadata"]["labels"][GATE] = "gpufrac"
+        own = pod("g4", "h100-8gi-30pct", gated=True)
+        own["metadata"]["labels"][GATE] = "gpufrac"
+        for what, p, where, want in (
+                ("claims, opted-in namespace", with_claims, ns, [GATE]),
+                ("no claims, opted-in namespace", no_claims, ns, []),
+                ("claims, namespace not opted in", with_claims, NS, []),
+                ("claims, pod opted in", labelled, NS, [GATE]),
+                ("claims, pod already gated", own, NS, [GATE])):
+            got = gates(p, where)
+            if got != want:
+                fail("%s: gates %s, expected %s" % (what, got, want))
+        self.api.delete("/api/v1/namespaces/" + ns)
+
+    def s_kube_allocates(self):
+        node = "dra1"
+        self.new_node(node, "1")
+        asks = {"k1": ("20Gi", 30), "k2": ("30Gi", 30), "k3": ("20Gi", 30)}
+        for n, (m, c) in asks.items():
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                            template("t-" + n, m, c))
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(n, "t-" + n))
+        self.wait_bound(list(asks))
+        al = self.allocations()
+        for n, (m, c) in asks.items():
+            self.check_result(n, al[n][0], al[n][1], node, quantity(m), c)
+        used = self.check_sums(node)
+        log("kube-scheduler allocated %d shares on %s: %d GiB, %d cores" %
+            (used[2], node, used[0] // GiB, used[1]))
+        # 70Gi + 20Gi > 80Gi: memory does not fit, cores (90 + 10) would.
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        template("t-k4", "20Gi", 10))
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("k4", "t-k4"))
+        msg = self.wait_unschedulable("k4")
+        log("k4 refused: %s" % msg)
+        if "claim" not in msg:
+            fail("k4's Unschedulable message does not name the claims: %r" % msg)
+        self.check_sums(node)
+        # Freeing a share lets the refused pod in.
+        self.api.delete("/api/v1/namespaces/%s/pods/k2" % NS, gracePeriodSeconds=0)
+        self.wait_bound(["k4"], 60)
+        self.check_sums(node)
+        self.delete_all()
+        self.retire(node)
+
+    def share(self, name, mem, cores, gated):
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        template("t-" + name, mem, cores))
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(name, "t-" + name, gated))
+
+    def stays_gated(self, name, secs=4):
+        """Pod name keeps its gate and its claim stays unallocated for secs."""
+        t = time.monotonic()
+        while time.monotonic() - t < secs:
+            p = self.pods()[name]
+            gates = [g["name"] for g in p["spec"].get("schedulingGates", [])]
+            if GATE not in gates or p["spec"].get("nodeName"):
+                fail("%s: the gate was lifted (gates %s, node %s); it must not fit" %
+                     (name, gates, p["spec"].get("nodeName")))
+            cl = self.claim_of(p)
+            if cl and cl.get("status", {}).get("allocation"):
+                fail("%s: its claim was allocated: %s" % (name, cl["status"]))
+            time.sleep(0.5)
+
+    def s_gpufrac_allocates(self):
+        self.start_extender()
+        node = "dra2"
+        self.new_node(node, "2")
+        asks = {"g1": ("20Gi", 30), "g2": ("30Gi", 30), "g3": ("20Gi", 30)}
+        for n, (m, c) in asks.items():
+            self.share(n, m, c, True)
+        self.wait_bound(list(asks))
+        al = self.allocations()
+        for n, (m, c) in asks.items():
+            self.check_result(n, al[n][0], al[n][1], node, quantity(m), c)
+            if al[n][0]["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0] \
+                    ["matchFields"][0]["values"] != [node]:
+                fail("%s: nodeSelector %s" % (n, al[n][0]["status"]["allocation"]))
+        log("gpufrac allocated %s: %s" % (node, self.check_sums(node)))
+        self.share("g4", "20Gi", 10, True)
+        self.stays_gated("g4")
+        self.api.delete("/api/v1/namespaces/%s/pods/g2" % NS, gracePeriodSeconds=0)
+        self.wait_bound(["g4"], 60)
+        self.check_sums(node)
+        self.delete_all()
+        self.retire(node)
+
+    def prioritize(self, p, nodes):
+        """The extender's /prioritize for pod p over nodes, as
+        kube-scheduler calls it (nodeCacheCapable: names only)."""
+        body = json.dumps({"Pod": p, "NodeNames": nodes}).encode()
+        req = urllib.request.Request("http://127.0.0.1:%d/gpufrac/prioritize" %
+                                     self.c.ext_port, data=body, method="POST")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return {h["Host"]: h["Score"] for h in json.loads(r.read())}
+
+    def s_extender_scores(self):
+        """Mode 1: kube-scheduler allocates, the extender scores nodes for
+        pods with gpufrac's claims with the engine's node score: a second
+        share goes where it leaves the least fragment (the gpufrac policy),
+        here beside the first (kube-scheduler's own scores do not look at
+        devices)."""
+        self.start_extender()
+        a, b = "dra5a", "dra5b"
+        self.new_node(a, "5")
+        self.new_node(b, "6")
+        # 60 cores used leave 40, which a 20-core share splits into two
+        # halves that the workload's shares (60 and 20) cannot both use:
+        # placing it beside s1 leaves less fragment than on an empty GPU.
+        self.share("s1", "40Gi", 60, False)
+        first = self.wait_bound(["s1"])["s1"]["spec"]["nodeName"]
+        other = b if first == a else a
+        # s2 waits behind a gate of the test's own until the extender
+        # knows its claim, so kube-scheduler's call sees what we see.
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        template("t-s2", "20Gi", 20))
+        p2 = pod("s2", "t-s2")
+        p2["spec"]["schedulingGates"] = [{"name": "e2e.gpufrac.io/hold"}]
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, p2)
+
+        last = {}
+
+        def scored():
+            got = self.pods()["s2"]
+            last["claim"] = bool(self.claim_of(got))
+            if not last["claim"]:
+                return None
+            sc = last["scores"] = self.prioritize(got, [a, b])
+            return sc if sc[first] != sc[other] else None
+        try:
+            sc = wait_for("the extender scoring s2", scored, 30)
+        except Failure:
+            fail("the extender did not score s2 (s1 on %s): %s" % (first, last))
+        log("extender scores for s2: %s (s1 on %s)" % (sc, first))
+        if sc[first] <= sc[other]:
+            fail("s2: the extender prefers %s, not %s beside s1: %s" % (other, first, sc))
+        self.api.merge_patch("/api/v1/namespaces/%s/pods/s2" % NS,
+                             {"spec": {"schedulingGates": None}})
+        got = self.wait_bound(["s2"])["s2"]["spec"]["nodeName"]
+        if got != first:
+            fail("s2 bound to %s, the extender scored %s higher: %s" % (got, first, sc))
+        mgr = [m["manager"] for m in self.claim_of(self.pods()["s2"])["metadata"]
+               ["managedFields"] if m.get("subresource") == "status"]
+        if mgr != ["kube-scheduler"]:
+            fail("s2's claim allocated by %s, not kube-scheduler" % mgr)
+        self.check_sums(first)
+        self.delete_all()
+        self.retire(a)
+        self.retire(b)
+
+    def s_defaults(self):
+        """What kube-scheduler consumes for a request that names no
+        capacity: each requestPolicy's default (the slice's: memory 1Gi,
+        cores 1); a request naming only memory gets the cores default."""
+        node = "dra6"
+        self.new_node(node, "7")
+        for n, caps in (("d1", {}), ("d2", {"memory": "1Gi"})):
+            t = template("t-" + n, "0", 0)
+            t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = \
+                {"requests": caps}
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), t)
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("d1", "t-d1"))
+        self.wait_bound(["d1"])
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("d2", "t-d2"))
+        self.wait_bound(["d2"])
+        for n in ("d1", "d2"):
+            cc = self.allocations()[n][1].get("consumedCapacity", {})
+            log("%s consumed %s" % (n, cc))
+            if quantity(cc.get("memory", -1)) != GiB or quantity(cc.get("cores", -1)) != 1:
+                fail("%s consumed %s, expected the defaults: memory 1Gi, cores 1" % (n, cc))
+        self.check_sums(node)
+        self.delete_all()
+        self.retire(node)
+
+    def s_whole(self):
+        """deploy/dra's whole-GPU templates on exclusive devices:
+        kube-scheduler gives 'a whole A100 80GB' one device and 'two GPUs
+        on one NVLink island' two with the same nvlinkIsland; gpufrac (mode
+        2) places a gated whole-GPU claim on a device nobody holds."""
+        node = "dra7"
+        self.add_node(node)
+        devs = []
+        for i in range(4):
+            devs.append({"name": "gpu-%d" % i, "attributes": {
+                "uuid": {"string": "GPU-00000000-0000-4000-8000-00000000070%d" % i},
+                "productName": {"string": "NVIDIA A100-SXM4-80GB"},
+                "type": {"string": "gpu"}, "mode": {"string": "exclusive"},
+                "nvlinkIsland": {"string": str(i // 2)}},
+                "capacity": {"memory": {"value": "80Gi"}, "cores": {"value": "100"}}})
+        self.api.create(RES + "/resourceslices", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "%s-%s-0" % (node, DRIVER)},
+            "spec": {"driver": DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devs}})
+        ns = "default"
+        # gpu-1 first, so 'whole' cannot take it by chance: the island pair
+        # must be gpu-2 and gpu-3.
+        specs = [("w1", "a100-80gb-whole", False), ("w2", "two-gpus-one-nvlink-island", False)]
+        for n, t, g in specs:
+            p = pod(n, t, g)
+            p["metadata"]["namespace"] = ns
+            if t.startswith("two"):
+                p["spec"]["resourceClaims"][0]["name"] = "gpu"
+            self.api.create("/api/v1/namespaces/%s/pods" % ns, p)
+            wait_for("%s bound" % n, lambda: self.api.get(
+                "/api/v1/namespaces/%s/pods/%s" % (ns, n))["spec"].get("nodeName"), 60)
+        got = {}
+        for n, _, _ in specs:
+            p = self.api.get("/api/v1/namespaces/%s/pods/%s" % (ns, n))
+            cname = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+            cl = self.api.get("%s/namespaces/%s/resourceclaims/%s" % (RES, ns, cname))
+            got[n] = [r["device"] for r in cl["status"]["allocation"]["devices"]["results"]]
+        log("whole GPUs: %s" % got)
+        if len(got["w1"]) != 1 or len(got["w2"]) != 2:
+            fail("whole: %s" % got)
+        isl = {int(d.split("-")[1]) // 2 for d in got["w2"]}
+        if len(isl) != 1:
+            fail("two-gpus-one-nvlink-island got GPUs of islands %s" % isl)
+        if set(got["w1"]) & set(got["w2"]):
+            fail("a whole GPU given twice: %s" % got)
+        # Mode 2: a gated whole-GPU claim without selectors is gpufrac's.
+        self.start_extender()
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "t-w3", "namespace": NS},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "whole.gpu.gpufrac.io"}}]}}}})
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("w3", "t-w3", True))
+        self.wait_bound(["w3"])
+        cl = self.claim_of(self.pods()["w3"])
+        r = cl["status"]["allocation"]["devices"]["results"]
+        mgr = [m["manager"] for m in cl["metadata"]["managedFields"]
+               if m.get("subresource") == "status"]
+        if len(r) != 1 or r[0]["device"] in got["w1"] + got["w2"] or r[0].get("shareID"):
+            fail("w3 got %s beside %s" % (r, got))
+        if "gpufrac" not in mgr:
+            fail("w3's claim was allocated by %s, not gpufrac" % mgr)
+        for n, _, _ in specs:
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (ns, n), gracePeriodSeconds=0)
+        self.delete_all()
+        self.retire(node)
+
+    def s_mixed(self):
+        """Mode-1 and mode-2 pods on one GPU, one after the other: each
+        allocator sees what the other gave away."""
+        self.start_extender()
+        node = "dra3"
+        self.new_node(node, "3")
+        seq = [("m1", "20Gi", 20, False), ("m2", "20Gi", 20, True),
+               ("m3", "20Gi", 20, False), ("m4", "10Gi", 20, True)]
+        for n, m, c, g in seq:
+            self.share(n, m, c, g)
+            self.wait_bound([n])
+            self.check_sums(node)
+        al = self.allocations()
+        for n, m, c, g in seq:
+            self.check_result(n, al[n][0], al[n][1], node, quantity(m), c)
+        used = self.check_sums(node)
+        if used != (70 * GiB, 80, 4):
+            fail("mixed: %s, expected 70Gi, 80 cores, 4 shares" % (used,))
+        # 70Gi + 20Gi > 80Gi: neither allocator may take it.
+        self.share("m5", "20Gi", 10, False)
+        self.share("m6", "20Gi", 10, True)
+        msg = self.wait_unschedulable("m5")
+        self.stays_gated("m6")
+        log("mixed: kube-scheduler refused m5 (%s), gpufrac kept m6 gated" % msg)
+        self.check_sums(node)
+        self.delete_all()
+        self.retire(node)
+
+    def s_mixed_burst(self):
+        """Both allocators at once: 4 + 4 pods of 15Gi on one 80Gi GPU (at
+        most 5 fit).  kube-scheduler writes its allocation in PreBind, after
+        it decided; gpufrac cannot see a decision before that write."""
+        self.start_extender()
+        self.bursts = getattr(self, "bursts", 0) + 1
+        node = "dra4-%d" % self.bursts
+        self.new_node(node, "4")
+        names = []
+        for i in range(4):
+            for g in (False, True):
+                n = "b%d%s" % (i, "g" if g else "k")
+                self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                                template("t-" + n, "15Gi", 10))
+                names.append((n, g))
+        for n, g in names:
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(n, "t-" + n, g))
+
+        def settled():
+            ps = self.pods()
+            bound = [n for n, _ in names if ps[n]["spec"].get("nodeName")]
+            return len(bound) >= 5 and bound
+        try:
+            bound = wait_for("5 of 8 bound", settled, 60)
+        finally:
+            used = self.check_sums(node)
+        time.sleep(3)
+        used = self.check_sums(node)
+        ps = self.pods()
+        bound = [n for n, _ in names if ps[n]["spec"].get("nodeName")]
+        log("burst: bound %s; %d GiB, %d cores, %d shares" %
+            (bound, used[0] // GiB, used[1], used[2]))
+        if len(bound) != 5:
+            fail("burst: %d pods bound, expected 5" % len(bound))
+        self.delete_all()
+        self.retire(node)
+
+
+# Run by default, in this order; --only picks any.
+SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
+             "extender_scores", "defaults", "whole", "mixed", "mixed_burst",
+             "mixed_burst", "mixed_burst"]
+
+
+def main():
+    args = sys.argv[1:]
+    keep = "--keep" in args
+    only = None
+    if "--only" in args:
+        only = args[args.index("--only") + 1].split(",")
+        args = [a for a in args if a not in ("--only", ",".join(only))]
+    args = [a for a in args if a != "--keep"]
+    if len(args) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    c = None
+    results = []
+    try:
+        c = Cluster(args[0], args[1], keep, feature_gates=GATES)
+        c.start(scheduler=False)
+        # kube-scheduler with deploy/dra's configuration: the extender
+        # scores pods with claims (mode 1); until it runs (ignorable), and
+        # for kube_allocates, kube-scheduler works alone.
+        with open(os.path.join(DRA_DEPLOY, "kube-scheduler-config.yaml")) as f:
+            c.start_scheduler(config=f.read())
+        t = DRA(c)
+        t.setup()
+        for s in only or SCENARIOS:
+            t0 = time.monotonic()
+            try:
+                log("== %s" % s)
+                getattr(t, "s_" + s)()
+                c.check_alive()
+                results.append((s, "ok", time.monotonic() - t0))
+            except Exception as e:  # a scenario's failure; the next still runs
+                traceback.print_exc()
+                results.append((s, "FAILED: %s" % e, time.monotonic() - t0))
+                if isinstance(e, Failure) and "exited" in str(e):
+                    break
+    except Exception:
+        traceback.print_exc()
+        results.append(("setup", "FAILED", 0))
+    finally:
+        if c:
+            c.stop()
+            for b in c.bad_exits:
+                print(b)
+                results.append(("exits", "FAILED: " + b.splitlines()[0], 0))
+    for s, r, dt in results:
+        print("%-18s %-6s %5.1f s" % (s, r, dt))
+    ok = results and all(r == "ok" for _, r, _ in results)
+    print("e2e dra: %s" % ("all scenarios passed" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,516 @@
+/* The DRA half of the extender without I/O (gpufrac/sched_dra.h): the
+ * slice and claim parsers on fixture files, the consumable-capacity fit
+ * check, the allocation JSON written to a claim's status, and the model's
+ * placement, with what it books. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/sched_dra.h"
+
+#define GiB (INT64_C(1) << 30)
+#define MiB (INT64_C(1) << 20)
+
+static json_t *fixture(const char *name) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", GF_SCHED_FIXTURES, name);
+  json_error_t e;
+  json_t *j = json_load_file(path, 0, &e);
+  if (!j)
+    fail_msg("%s:%d: %s", path, e.line, e.text);
+  return j;
+}
+
+static void slice_of(const char *file, gf_dra_slice *s) {
+  json_t *j = fixture(file);
+  gf_diag d = {""};
+  int rc = gf_dra_slice_parse(j, s, &d);
+  if (rc)
+    fail_msg("%s: %s", file, d.msg);
+  json_decref(j);
+}
+
+/* A claim for `mem` bytes and `cores` of class cls (NULL: share class);
+ * mem or cores < 0: not named. */
+static json_t *claim_json(const char *name, const char *cls, int64_t mem,
+                          int64_t cores) {
+  json_t *req =
+      json_pack("{s:s}", "deviceClassName", cls ? cls : GF_DRA_CLASS_SHARE);
+  json_t *caps = json_object();
+  if (mem >= 0)
+    json_object_set_new(caps, "memory", json_integer(mem));
+  if (cores >= 0) {
+    char q[32];
+    snprintf(q, sizeof(q), "%lld", (long long)cores);
+    json_object_set_new(caps, "cores", json_string(q));
+  }
+  json_object_set_new(req, "capacity", json_pack("{s:o}", "requests", caps));
+  return json_pack("{s:{s:s,s:s,s:s,s:s},s:{s:{s:[{s:s,s:o}]}}}", "metadata",
+                   "name", name, "namespace", "ns", "uid", "u-1",
+                   "resourceVersion", "7", "spec", "devices", "requests",
+                   "name", "gpu", "exactly", req);
+}
+
+static void claim_of(json_t *j, gf_dra_claim *c) {
+  gf_diag d = {""};
+  int rc = gf_dra_claim_parse(j, c, &d);
+  json_decref(j);
+  if (rc)
+    fail_msg("claim: %s", d.msg);
+}
+
+/* ---- parsers ------------------------------------------------------------ */
+
+static void test_slice_agreed(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_of("dra_slice_shared.json", &s);
+  assert_true(s.ours);
+  assert_string_equal(s.pool, "n1");
+  assert_string_equal(s.node, "n1");
+  assert_int_equal(s.generation, 3);
+  assert_int_equal(s.ndevices, 2);
+  const gf_dra_device *g = &s.devices[0];
+  assert_string_equal(g->name, "gpu-0");
+  assert_string_equal(g->product, "NVIDIA H100 80GB HBM3");
+  assert_string_equal(g->mode, "shared");
+  assert_true(g->multi);
+  assert_int_equal(g->mem.value, 80 * GiB);
+  assert_true(g->mem.has_default);
+  assert_int_equal(g->mem.def, GiB);
+  assert_int_equal(g->mem.min, 256 * MiB);
+  assert_int_equal(g->mem.step, MiB);
+  assert_int_equal(g->cores.value, 100);
+  assert_false(g->cores.has_default);
+  assert_false(s.devices[1].multi); /* exclusive */
+  gf_dra_slice_release(&s);
+}
+
+static void test_slice_other_driver(void **state) {
+  (void)state;
+  json_t *j = json_pack("{s:{s:s},s:{s:s,s:[i]}}", "metadata", "name", "x",
+                        "spec", "driver", "gpu.nvidia.com", "devices", 1);
+  gf_dra_slice s;
+  assert_int_equal(gf_dra_slice_parse(j, &s, NULL), 0);
+  assert_false(s.ours); /* its devices are not read (nor refused) */
+  assert_int_equal(s.ndevices, 0);
+  gf_dra_slice_release(&s);
+  json_decref(j);
+}
+
+static void test_slice_bad(void **state) {
+  (void)state;
+  static const struct {
+    const char *json, *want;
+  } cases[] = {
+      {"[]", "not an object"},
+      {"{\"metadata\":{\"name\":\"s\"}}", "no spec"},
+      {"{\"metadata\":{\"name\":\"s\"},\"spec\":{\"driver\":\"gpu.gpufrac.io\","
+       "\"pool\":{\"name\":\"p\"},\"devices\":[{\"name\":\"g\",\"capacity\":{"
+       "\"memory\":{\"value\":\"80Qi\"}}}]}}",
+       "devices[0].capacity.memory.value"},
+      {"{\"metadata\":{\"name\":\"s\"},\"spec\":{\"driver\":\"gpu.gpufrac.io\","
+       "\"pool\":{\"name\":\"p\"},\"devices\":[{\"name\":\"g\",\"attributes\":{"
+       "\"mode\":{\"int\":3}}}]}}",
+       "attributes.mode: not a string attribute"},
+      {"{\"metadata\":{\"name\":\"s\"},\"spec\":{\"driver\":\"gpu.gpufrac.io\","
+       "\"pool\":{\"name\":\"p\"},\"devices\":[{\"name\":\"g\",\"capacity\":{"
+       "\"cores\":{\"value\":\"100\",\"requestPolicy\":{\"validRange\":{"
+       "\"min\":\"50\",\"max\":\"10\"}}}}}]}}",
+       "min above max"},
+      {"{\"metadata\":{\"name\":\"s\"},\"spec\":{\"driver\":\"gpu.gpufrac.io\","
+       "\"devices\":[]}}",
+       "no pool"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    json_t *j = json_loads(cases[i].json, 0, NULL);
+    assert_non_null(j);
+    gf_dra_slice s;
+    gf_diag d = {""};
+    assert_int_not_equal(gf_dra_slice_parse(j, &s, &d), 0);
+    if (!strstr(d.msg, cases[i].want))
+      fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, cases[i].want);
+    gf_dra_slice_release(&s);
+    json_decref(j);
+  }
+}
+
+static void test_claim_kinds(void **state) {
+  (void)state;
+  gf_dra_claim c;
+  json_t *j = fixture("dra_claim_allocated.json");
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_claim_parse(j, &c, &d), 0);
+  json_decref(j);
+  assert_int_equal(c.nreq, 1);
+  assert_int_equal(c.req[0].kind, GF_DRA_SHARE);
+  assert_true(c.req[0].has_mem);
+  assert_int_equal(c.req[0].mem, 20 * GiB);
+  assert_int_equal(c.req[0].cores, 30);
+  assert_true(c.allocated);
+  assert_int_equal(c.nres, 1);
+  assert_string_equal(c.res[0].pool, "n1");
+  assert_string_equal(c.res[0].share_id,
+                      "0b8d7f3c-5a0e-4c1e-9f4e-8b3a2c1d0e9f");
+  assert_int_equal(c.res[0].mem, 20 * GiB);
+  assert_int_equal(c.res[0].cores, 30);
+  assert_int_equal(c.nreserved, 1);
+
+  /* What gpufrac does not place itself, and says why. */
+  static const struct {
+    const char *exactly, *why;
+  } other[] = {
+      {"{\"deviceClassName\":\"gpu.nvidia.com\"}", "class gpu.nvidia.com"},
+      {"{\"deviceClassName\":\"gpu.gpufrac.io\",\"selectors\":[{\"cel\":{"
+       "\"expression\":\"true\"}}]}",
+       "CEL selectors"},
+      {"{\"deviceClassName\":\"gpu.gpufrac.io\",\"allocationMode\":\"All\"}",
+       "allocationMode All"},
+      {"{\"deviceClassName\":\"gpu.gpufrac.io\",\"count\":2}",
+       "2 shares in one request"},
+  };
+  for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+    char buf[512];
+    snprintf(buf, sizeof(buf),
+             "{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":{"
+             "\"devices\":{\"requests\":[{\"name\":\"r\",\"exactly\":%s}]}}}",
+             other[i].exactly);
+    json_t *o = json_loads(buf, 0, NULL);
+    assert_non_null(o);
+    assert_int_equal(gf_dra_claim_parse(o, &c, NULL), 0);
+    json_decref(o);
+    assert_int_equal(c.req[0].kind, GF_DRA_OTHER);
+    if (!strstr(c.req[0].why, other[i].why))
+      fail_msg("case %zu: '%s' does not say '%s'", i, c.req[0].why,
+               other[i].why);
+  }
+  /* Whole GPUs: ExactCount 2 of the whole class. */
+  j = json_loads(
+      "{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":"
+      "{\"devices\":{\"requests\":[{\"name\":\"r\",\"exactly\":{"
+      "\"deviceClassName\":\"whole.gpu.gpufrac.io\",\"count\":2}}]}}}",
+      0, NULL);
+  assert_int_equal(gf_dra_claim_parse(j, &c, NULL), 0);
+  json_decref(j);
+  assert_int_equal(c.req[0].kind, GF_DRA_WHOLE);
+  assert_int_equal(c.req[0].count, 2);
+}
+
+static void test_claim_bad(void **state) {
+  (void)state;
+  static const struct {
+    const char *json, *want;
+  } cases[] = {
+      {"{\"metadata\":{\"namespace\":\"n\"}}", "no name"},
+      {"{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":{"
+       "\"devices\":{\"requests\":[{\"name\":\"r\",\"exactly\":{"
+       "\"deviceClassName\":\"gpu.gpufrac.io\",\"capacity\":{\"requests\":{"
+       "\"cores\":\"3.5\"}}}}]}}}",
+       "capacity.requests.cores"},
+      {"{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":{},"
+       "\"status\":{\"allocation\":{\"devices\":{\"results\":[{\"request\":"
+       "\"r\",\"driver\":\"gpu.gpufrac.io\",\"pool\":\"p\"}]}}}}",
+       "results[0]: no device"},
+      {"{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":{"
+       "\"devices\":{\"requests\":[{\"name\":\"r\",\"exactly\":{"
+       "\"deviceClassName\":\"gpu.gpufrac.io\",\"count\":0}}]}}}",
+       "count: not 1..16"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    json_t *j = json_loads(cases[i].json, 0, NULL);
+    assert_non_null(j);
+    gf_dra_claim c;
+    gf_diag d = {""};
+    assert_int_not_equal(gf_dra_claim_parse(j, &c, &d), 0);
+    if (!strstr(d.msg, cases[i].want))
+      fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, cases[i].want);
+    json_decref(j);
+  }
+}
+
+/* ---- the fit check ------------------------------------------------------ */
+
+static void test_consumed(void **state) {
+  (void)state;
+  gf_dra_capacity c = {.present = true,
+                       .value = 80 * GiB,
+                       .has_default = true,
+                       .def = GiB,
+                       .has_range = true,
+                       .min = 256 * MiB,
+                       .max = 80 * GiB,
+                       .step = MiB};
+  int64_t v = 0;
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_consumed(&c, "memory", false, 0, &v, &d), 0);
+  assert_int_equal(v, GiB); /* the default */
+  assert_int_equal(gf_dra_consumed(&c, "memory", true, 1, &v, &d), 0);
+  assert_int_equal(v, 256 * MiB); /* up to min */
+  assert_int_equal(gf_dra_consumed(&c, "memory", true, GiB + 1, &v, &d), 0);
+  assert_int_equal(v, GiB + MiB); /* up to the next step */
+  assert_int_equal(gf_dra_consumed(&c, "memory", true, 81 * GiB, &v, &d),
+                   GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "max"));
+  c.has_default = false; /* no default: the whole capacity */
+  assert_int_equal(gf_dra_consumed(&c, "memory", false, 0, &v, &d), 0);
+  assert_int_equal(v, 80 * GiB);
+  gf_dra_capacity vals = {
+      .present = true, .value = 100, .nvalues = 3, .values = {10, 50, 100}};
+  assert_int_equal(gf_dra_consumed(&vals, "cores", true, 11, &v, &d), 0);
+  assert_int_equal(v, 50);
+  vals.values[2] = 90;
+  assert_int_equal(gf_dra_consumed(&vals, "cores", true, 95, &v, &d),
+                   GF_ENOFIT);
+}
+
+static void test_fit(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_of("dra_slice_shared.json", &s);
+  const gf_dra_device *g = &s.devices[0], *ex = &s.devices[1];
+  gf_dra_claim c;
+  claim_of(claim_json("c", NULL, 20 * GiB, 30), &c);
+  int64_t m, k;
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_fit(g, 50 * GiB, 60, 3, &c.req[0], &m, &k, &d), 0);
+  assert_int_equal(m, 20 * GiB);
+  assert_int_equal(k, 30);
+  /* 61 + 20 > 80 */
+  assert_int_equal(gf_dra_fit(g, 61 * GiB, 60, 3, &c.req[0], &m, &k, &d),
+                   GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "memory"));
+  /* 80 + 30 > 100 */
+  assert_int_equal(gf_dra_fit(g, 0, 80, 3, &c.req[0], &m, &k, &d), GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "cores"));
+  /* No cores named and no cores default: all 100, so nothing else fits. */
+  claim_of(claim_json("c", NULL, GiB, -1), &c);
+  assert_int_equal(gf_dra_fit(g, 0, 0, 0, &c.req[0], &m, &k, &d), 0);
+  assert_int_equal(k, 100);
+  assert_int_equal(gf_dra_fit(g, 0, 1, 1, &c.req[0], &m, &k, &d), GF_ENOFIT);
+  /* An exclusive device: whole, once. */
+  assert_int_equal(gf_dra_fit(ex, 0, 0, 0, &c.req[0], &m, &k, &d), 0);
+  assert_int_equal(m, 80 * GiB);
+  assert_int_equal(gf_dra_fit(ex, 0, 0, 1, &c.req[0], &m, &k, &d), GF_ENOFIT);
+  gf_dra_slice_release(&s);
+}
+
+/* ---- the allocation ----------------------------------------------------- */
+
+static void test_share_id(void **state) {
+  (void)state;
+  uint8_t rnd[16];
+  for (int i = 0; i < 16; i++)
+    rnd[i] = (uint8_t)(0xf0 + i);
+  char id[GF_DRA_SHARE_ID_MAX];
+  gf_dra_share_id(rnd, id);
+  /* version 4 in the 13th digit, variant 10xx in the 17th */
+  assert_string_equal(id, "f0f1f2f3-f4f5-46f7-b8f9-fafbfcfdfeff");
+}
+
+static void test_quantity(void **state) {
+  (void)state;
+  char q[32];
+  gf_dra_quantity(8 * GiB, q, sizeof(q));
+  assert_string_equal(q, "8Gi");
+  gf_dra_quantity(GiB + MiB, q, sizeof(q));
+  assert_string_equal(q, "1025Mi");
+  gf_dra_quantity(1000, q, sizeof(q));
+  assert_string_equal(q, "1000");
+  gf_dra_quantity(0, q, sizeof(q));
+  assert_string_equal(q, "0");
+}
+
+static void test_allocation_json(void **state) {
+  (void)state;
+  gf_dra_result r[2];
+  memset(r, 0, sizeof(r));
+  snprintf(r[0].request, sizeof(r[0].request), "gpu");
+  snprintf(r[0].driver, sizeof(r[0].driver), GF_DRA_DRIVER);
+  snprintf(r[0].pool, sizeof(r[0].pool), "n1");
+  snprintf(r[0].device, sizeof(r[0].device), "gpu-0");
+  snprintf(r[0].share_id, sizeof(r[0].share_id), "s-1");
+  r[0].has_mem = r[0].has_cores = true;
+  r[0].mem = 8 * GiB;
+  r[0].cores = 30;
+  r[1] = r[0];
+  snprintf(r[1].device, sizeof(r[1].device), "gpu-1");
+  r[1].share_id[0] = '\0'; /* a whole device: no share, no capacity */
+  r[1].has_mem = r[1].has_cores = false;
+  json_t *al = gf_dra_allocation_json(r, 2, "node-a");
+  assert_non_null(al);
+  char *txt = json_dumps(al, JSON_SORT_KEYS | JSON_COMPACT);
+  assert_string_equal(
+      txt,
+      "{\"devices\":{\"results\":[{\"consumedCapacity\":{\"cores\":\"30\","
+      "\"memory\":\"8Gi\"},\"device\":\"gpu-0\",\"driver\":\"gpu.gpufrac.io\","
+      "\"pool\":\"n1\",\"request\":\"gpu\",\"shareID\":\"s-1\"},{\"device\":"
+      "\"gpu-1\",\"driver\":\"gpu.gpufrac.io\",\"pool\":\"n1\",\"request\":"
+      "\"gpu\"}]},\"nodeSelector\":{\"nodeSelectorTerms\":[{\"matchFields\":[{"
+      "\"key\":\"metadata.name\",\"operator\":\"In\",\"values\":[\"node-a\"]}]}"
+      "]}}");
+  free(txt);
+  /* What it writes, the claim parser reads back the same. */
+  json_t *claim =
+      json_pack("{s:{s:s,s:s},s:{},s:{s:O}}", "metadata", "name", "c",
+                "namespace", "n", "spec", "status", "allocation", al);
+  gf_dra_claim c;
+  assert_int_equal(gf_dra_claim_parse(claim, &c, NULL), 0);
+  assert_int_equal(c.nres, 2);
+  assert_memory_equal(&c.res[0], &r[0], sizeof(r[0]));
+  assert_string_equal(c.res[1].device, "gpu-1");
+  assert_string_equal(c.res[1].share_id, "");
+  assert_false(c.res[1].has_mem || c.res[1].has_cores);
+  json_decref(claim);
+  json_decref(al);
+}
+
+/* ---- the model ---------------------------------------------------------- */
+
+static uint8_t RND[16 * GF_DRA_RESULTS_MAX];
+
+static void test_model_place(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_of("dra_slice_shared.json", &s);
+  gf_dra_claim booked;
+  claim_of(fixture("dra_claim_allocated.json"), &booked);
+  const gf_dra_slice *sl[] = {&s};
+  const gf_dra_claim *cl[] = {&booked};
+  gf_dra_model *m = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_model_new(sl, 1, cl, 1, NULL, &m, &d), 0);
+  int64_t um, uc, n;
+  uint32_t na;
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  assert_int_equal(um, 20 * GiB);
+  assert_int_equal(uc, 30);
+  assert_int_equal(na, 1);
+
+  gf_dra_claim a;
+  claim_of(claim_json("a", NULL, 50 * GiB, 60), &a);
+  const gf_dra_claim *pa[] = {&a};
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  for (size_t i = 0; i < sizeof(RND); i++)
+    RND[i] = (uint8_t)i;
+  assert_int_equal(
+      gf_dra_model_place(m, pa, 1, RND, sizeof(RND), res, nres, node, &d), 0);
+  assert_string_equal(node, "n1");
+  assert_int_equal(nres[0], 1);
+  assert_string_equal(res[0][0].device, "gpu-0"); /* the shared one */
+  assert_int_equal(res[0][0].mem, 50 * GiB);
+  assert_int_equal(res[0][0].cores, 60);
+  assert_int_equal(strlen(res[0][0].share_id), 36);
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  assert_int_equal(um, 70 * GiB);
+  assert_int_equal(uc, 90);
+  /* 70 + 20 > 80: refused, nothing booked. */
+  gf_dra_claim b;
+  claim_of(claim_json("b", NULL, 20 * GiB, 10), &b);
+  const gf_dra_claim *pb[] = {&b};
+  assert_int_equal(
+      gf_dra_model_place(m, pb, 1, RND, sizeof(RND), res, nres, node, &d),
+      GF_ENOFIT);
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  assert_int_equal(um, 70 * GiB);
+  assert_int_equal(na, 2);
+  /* A whole GPU: the exclusive one. */
+  gf_dra_claim w;
+  claim_of(claim_json("w", GF_DRA_CLASS_WHOLE, -1, -1), &w);
+  const gf_dra_claim *pw[] = {&w};
+  assert_int_equal(
+      gf_dra_model_place(m, pw, 1, RND, sizeof(RND), res, nres, node, &d), 0);
+  assert_string_equal(res[0][0].device, "gpu-1");
+  assert_string_equal(res[0][0].share_id, "");
+  assert_false(res[0][0].has_mem);
+  assert_int_equal(
+      gf_dra_model_place(m, pw, 1, RND, sizeof(RND), res, nres, node, &d),
+      GF_ENOFIT);
+  assert_int_equal(gf_dra_model_excess(m, "n1", "gpu-0", &um, &uc, &n), 0);
+  assert_true(um <= 0 && uc <= 0 && n <= 0);
+  assert_int_equal(gf_dra_model_conflicts(m), 0);
+  gf_dra_model_free(m);
+  free(res);
+  gf_dra_slice_release(&s);
+}
+
+/* Results that over-fill a device (two allocators): booked in the sums,
+ * counted as conflicts, and the excess says by how much. */
+static void test_model_conflict(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_of("dra_slice_shared.json", &s);
+  gf_dra_claim c[5];
+  const gf_dra_claim *cl[5];
+  for (int i = 0; i < 5; i++) {
+    json_t *j = fixture("dra_claim_allocated.json"); /* 20Gi, 30 cores */
+    claim_of(j, &c[i]);
+    cl[i] = &c[i];
+  }
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, cl, 5, NULL, &m, NULL), 0);
+  int64_t em, ec, en;
+  assert_int_equal(gf_dra_model_excess(m, "n1", "gpu-0", &em, &ec, &en), 0);
+  assert_int_equal(em, 20 * GiB); /* 100Gi of 80Gi */
+  assert_int_equal(ec, 50);       /* 150 of 100 */
+  assert_true(gf_dra_model_conflicts(m) >= 1);
+  assert_int_equal(gf_dra_model_excess(m, "n1", "nope", &em, &ec, &en),
+                   GF_ENOTFOUND);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+}
+
+/* Mode 1: the engine's node score for a pod's claims, per node. */
+static void test_model_score(void **state) {
+  (void)state;
+  gf_dra_slice s[2];
+  slice_of("dra_slice_shared.json", &s[0]);
+  slice_of("dra_slice_shared.json", &s[1]);
+  snprintf(s[1].pool, sizeof(s[1].pool), "n2");
+  snprintf(s[1].node, sizeof(s[1].node), "n2");
+  gf_dra_claim booked, a;
+  claim_of(fixture("dra_claim_allocated.json"), &booked); /* on n1 */
+  claim_of(claim_json("a", NULL, 20 * GiB, 20), &a);
+  const gf_dra_slice *sl[] = {&s[0], &s[1]};
+  const gf_dra_claim *cl[] = {&booked}, *pa[] = {&a};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 2, cl, 1, NULL, &m, NULL), 0);
+  int64_t s1, s2;
+  assert_int_equal(gf_dra_model_score(m, pa, 1, "n1", &s1), 0);
+  assert_int_equal(gf_dra_model_score(m, pa, 1, "n2", &s2), 0);
+  print_message("score n1 %lld n2 %lld\n", (long long)s1, (long long)s2);
+  assert_true(s1 > s2); /* beside the share already there */
+  assert_int_equal(gf_dra_model_score(m, pa, 1, "n3", &s1), GF_ENOTFOUND);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s[0]);
+  gf_dra_slice_release(&s[1]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_slice_agreed),
+      cmocka_unit_test(test_slice_other_driver),
+      cmocka_unit_test(test_slice_bad),
+      cmocka_unit_test(test_claim_kinds),
+      cmocka_unit_test(test_claim_bad),
+      cmocka_unit_test(test_consumed),
+      cmocka_unit_test(test_fit),
+      cmocka_unit_test(test_share_id),
+      cmocka_unit_test(test_quantity),
+      cmocka_unit_test(test_allocation_json),
+      cmocka_unit_test(test_model_place),
+      cmocka_unit_test(test_model_conflict),
+      cmocka_unit_test(test_model_score),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
