@@ -254,7 +254,9 @@ class Cluster:
         o("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
 
     # ---- control plane --------------------------------------------------
-    def start(self, scheduler=True):
+    def start(self, scheduler=True, feature_gates=None):
+        """feature_gates: {"Gate": True, ...} for kube-apiserver's
+        --feature-gates (none given: the version's defaults)."""
         log("cluster dir %s" % self.dir)
         self.make_certs()
         ca = self.ca = self.path("ca.crt")
@@ -287,7 +289,11 @@ class Cluster:
             "--service-cluster-ip-range", "10.96.0.0/12",
             # The kubernetes Service cannot point at a loopback address.
             "--endpoint-reconciler-type", "none",
-            "--profiling=false", "--v=1"], self.path("kube-apiserver.log"))
+            "--profiling=false", "--v=1"] +
+            (["--feature-gates", ",".join(
+                "%s=%s" % (k, "true" if v else "false")
+                for k, v in sorted(feature_gates.items()))]
+             if feature_gates else []), self.path("kube-apiserver.log"))
         self.admin = Client(self.server, ca, self.path("admin.crt"),
                             self.path("admin.key"))
         self.admin_kc = kubeconfig(self.path("admin.kubeconfig"), self.server, ca,
