@@ -121,11 +121,11 @@ static void test_devices_and_attributes(void **state) {
   assert_string_equal(sget(d0, "attributes.pciBusID.string"),
                       "00000000:18:00.0");
   assert_string_equal(sget(d0, "attributes.mode.string"), "shared");
-  assert_int_equal(json_integer_value(json_object_get(
-                       json_object_get(json_object_get(d0, "attributes"),
-                                       "numaNode"),
-                       "int")),
-                   0);
+  assert_int_equal(
+      json_integer_value(json_object_get(
+          json_object_get(json_object_get(d0, "attributes"), "numaNode"),
+          "int")),
+      0);
   /* A shared GPU: consumable capacity with a policy per capacity. */
   assert_true(json_is_true(json_object_get(d0, "allowMultipleAllocations")));
   assert_string_equal(sget(d0, "capacity.memory.value"), "80Gi");
@@ -135,8 +135,8 @@ static void test_devices_and_attributes(void **state) {
                       "256Mi");
   assert_string_equal(sget(d0, "capacity.memory.requestPolicy.validRange.max"),
                       "80Gi");
-  assert_string_equal(
-      sget(d0, "capacity.memory.requestPolicy.validRange.step"), "1Mi");
+  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.validRange.step"),
+                      "1Mi");
   assert_string_equal(sget(d0, "capacity.cores.value"), "100");
   assert_string_equal(sget(d0, "capacity.cores.requestPolicy.default"), "100");
   assert_string_equal(sget(d0, "capacity.cores.requestPolicy.validRange.min"),
@@ -196,9 +196,8 @@ static void test_taints(void **state) {
   json_t *arr = NULL;
   gf_diag d = {""};
   assert_int_equal(gf_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
-  const json_t *devs =
-      json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
-                      "devices");
+  const json_t *devs = json_object_get(
+      json_object_get(json_array_get(arr, 0), "spec"), "devices");
   assert_int_equal(json_array_size(devs), 3); /* none vanished */
   const char *want[3][3] = {{"gpu.gpufrac.io/xid", "79", "NoExecute"},
                             {"gpu.gpufrac.io/xid", "43", "NoSchedule"},
@@ -249,10 +248,10 @@ static void test_split(void **state) {
   }
   /* In order: the last slice holds gpu-4. */
   assert_string_equal(
-      sget(json_array_get(json_object_get(
-                              json_object_get(json_array_get(arr, 2), "spec"),
-                              "devices"),
-                          0),
+      sget(json_array_get(
+               json_object_get(json_object_get(json_array_get(arr, 2), "spec"),
+                               "devices"),
+               0),
            "name"),
       "gpu-4");
   json_decref(arr);
@@ -336,14 +335,12 @@ static char *claim_json(const char *uid, const char *name, const char *res) {
     json_array_append_new(results, o);
   }
   /* a result of another driver, which is skipped */
-  json_array_append_new(results,
-                        json_pack("{s:s,s:s,s:s,s:s}", "request", "nic",
-                                  "driver", "net.example.com", "pool", "n1",
-                                  "device", "eth0"));
-  json_t *c = json_pack(
-      "{s:{s:s,s:s,s:s},s:{s:{s:{s:o}}}}", "metadata", "namespace", "ns1",
-      "name", name, "uid", uid, "status", "allocation", "devices", "results",
-      results);
+  json_array_append_new(results, json_pack("{s:s,s:s,s:s,s:s}", "request",
+                                           "nic", "driver", "net.example.com",
+                                           "pool", "n1", "device", "eth0"));
+  json_t *c = json_pack("{s:{s:s,s:s,s:s},s:{s:{s:{s:o}}}}", "metadata",
+                        "namespace", "ns1", "name", name, "uid", uid, "status",
+                        "allocation", "devices", "results", results);
   char *text = json_dumps(c, JSON_COMPACT);
   json_decref(c);
   return text;
@@ -520,8 +517,9 @@ static void test_prepare(void **state) {
       {"gpu-1:1Gi:1", "device gpu-1 is exclusive", GF_EINVAL},
       {"gpu-2:1Gi:1", "mode mps, which the DRA path does not prepare",
        GF_ESTATE},
-      {"gpu-1:noshare:-;gpu-1:noshare:-", "exclusive device gpu-1 is "
-                                          "allocated twice",
+      {"gpu-1:noshare:-;gpu-1:noshare:-",
+       "exclusive device gpu-1 is "
+       "allocated twice",
        GF_ENOFIT},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
