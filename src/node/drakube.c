@@ -19,6 +19,7 @@ struct gf_dra_publisher {
   size_t max;
   int64_t gen;
   json_t *last; /* what was last published (NULL: publish next time) */
+  char node_uid[GF_NAME_MAX]; /* the Node's uid once read ("" before) */
 };
 
 int gf_dra_publisher_new(gf_dra_publisher **out, gf_kube_config *cfg,
@@ -124,7 +125,12 @@ static bool same(const json_t *mine, const json_t *want) {
     if (!have)
       return false;
     json_t *a = bare_spec(have), *b = bare_spec(w);
-    bool eq = a && b && json_equal(a, b);
+    const json_t *oa = json_object_get(json_object_get(have, "metadata"),
+                                       "ownerReferences"),
+                 *ob = json_object_get(json_object_get(w, "metadata"),
+                                       "ownerReferences");
+    bool eq = a && b && json_equal(a, b) &&
+              ((!oa && !ob) || (oa && ob && json_equal(oa, ob)));
     json_decref(a);
     json_decref(b);
     if (!eq)
@@ -133,13 +139,47 @@ static bool same(const json_t *mine, const json_t *want) {
   return true;
 }
 
+/* Reads the Node's uid, so its slices go when the Node does (owner
+ * reference); without it (no permission, no Node yet) slices are published
+ * without an owner and the next publish tries again. */
+static void read_node_uid(gf_dra_publisher *p) {
+  if (p->node_uid[0])
+    return;
+  char path[GF_NAME_MAX + 16];
+  snprintf(path, sizeof(path), "/api/v1/nodes/%s", p->node);
+  json_t *n = NULL;
+  gf_diag d = {""};
+  if (gf_kube_get(p->k, path, &n, &d) == 0) {
+    const char *uid = json_string_value(
+        json_object_get(json_object_get(n, "metadata"), "uid"));
+    if (uid && strlen(uid) < sizeof(p->node_uid))
+      gf__node_copy(p->node_uid, sizeof(p->node_uid), uid);
+  }
+  json_decref(n);
+}
+
+static void set_owner(const gf_dra_publisher *p, json_t *slices) {
+  if (!p->node_uid[0])
+    return;
+  size_t i;
+  json_t *s;
+  json_array_foreach(slices, i, s) {
+    json_object_set_new(json_object_get(s, "metadata"), "ownerReferences",
+                        json_pack("[{s:s,s:s,s:s,s:s,s:b}]", "apiVersion", "v1",
+                                  "kind", "Node", "name", p->node, "uid",
+                                  p->node_uid, "controller", 1));
+  }
+}
+
 int gf_dra_publish(gf_dra_publisher *p, const gf_node_gpus *g, bool *changed,
                    gf_diag *d) {
   *changed = false;
   json_t *want = NULL, *mine = NULL;
+  read_node_uid(p);
   int rc = gf_dra_slices(g, p->node, p->gen, p->max, &want, d);
   if (rc)
     return rc;
+  set_owner(p, want);
   if (p->last && json_equal(p->last, want)) {
     json_decref(want);
     return 0;
@@ -153,6 +193,7 @@ int gf_dra_publish(gf_dra_publisher *p, const gf_node_gpus *g, bool *changed,
     want = NULL;
     if ((rc = gf_dra_slices(g, p->node, api_gen, p->max, &want, d)))
       goto out;
+    set_owner(p, want);
     if (api_gen > 0 && same(mine, want)) {
       p->gen = api_gen;
       p->last = want;
@@ -165,6 +206,7 @@ int gf_dra_publish(gf_dra_publisher *p, const gf_node_gpus *g, bool *changed,
   want = NULL;
   if ((rc = gf_dra_slices(g, p->node, p->gen, p->max, &want, d)))
     goto out;
+  set_owner(p, want);
   json_decref(p->last);
   p->last = NULL; /* until everything below went through */
   size_t i;

@@ -52,6 +52,7 @@ RULES = [
      "verbs": ["get", "list", "create", "update", "delete"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"],
      "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
 ]
 FAKE_NVML = ("NVIDIA A100-SXM4-40GB=40960;NVIDIA A100-SXM4-40GB=40960;"
              "NVIDIA A100-SXM4-80GB=81920:mig=1g+3g")
@@ -156,7 +157,8 @@ class Test:
                         "kind": "ClusterRole", "name": SA},
             "subjects": [{"kind": "ServiceAccount", "name": SA,
                           "namespace": SA_NS}]})
-        a.create("/api/v1/nodes", {"metadata": {"name": NODE}})
+        self.node_uid = a.create("/api/v1/nodes",
+                                 {"metadata": {"name": NODE}})["metadata"]["uid"]
         a.create("/apis/resource.k8s.io/v1/deviceclasses", {
             "metadata": {"name": "e2e-" + DRIVER},
             "spec": {"selectors": [{"cel": {
@@ -185,6 +187,9 @@ class Test:
         server and say what the agreed format says."""
         sl = self.wait_slices(lambda s: len(s) == 1, "one ResourceSlice")[0]
         eq(sl["metadata"]["name"], "%s-%s-0" % (NODE, DRIVER), "slice name")
+        eq([(o["kind"], o["name"], o["uid"], o.get("controller"))
+            for o in sl["metadata"].get("ownerReferences", [])],
+           [("Node", NODE, self.node_uid, True)], "owner")
         sp = sl["spec"]
         self.gen = sp["pool"]["generation"]
         eq(sp["driver"], DRIVER, "driver")
@@ -409,11 +414,13 @@ class Test:
         self.e = e
 
     def s_restart(self):
-        """The agent restarts: prepared claims survive (the same answer,
+        """The agent is killed (SIGKILL) and starts again: prepared claims
+        survive (the same answer,
         and a share that does not fit beside them is still refused), and
         the slices keep their generation."""
         before = self.prepare(self.a)[self.a["metadata"]["uid"]]
-        self.agent.stop()
+        self.agent.p.kill9()  # a crash: no chance to tidy up
+        self.c.extra.remove(self.agent.p)
         self.agent.start()
         wait_for("the restarted agent", lambda: "claims prepared before this "
                  "start" in self.agent.log_text(), 10)
