@@ -200,6 +200,9 @@ typedef struct gf_node_config {
   char dra_registry_dir[GF_NODE_PATH_MAX];
   char dra_plugin_dir[GF_NODE_PATH_MAX];
   int64_t dra_slice_devices;
+  /* Where the driver's MIG capability files are read
+   * (<proc_dir>/driver/nvidia/capabilities); /proc. */
+  char proc_dir[GF_NODE_PATH_MAX];
 } gf_node_config;
 
 /* Fills the defaults shown above. */

@@ -151,6 +151,7 @@ typedef struct gf_dra_opts {
   const char *preload;   /* host file mounted at /etc/ld.so.preload */
   const char *log;       /* the interposer's log level */
   const char *dev_dir;   /* NULL: "/dev" */
+  const char *proc;      /* NULL: "/proc" (MIG capability files) */
 } gf_dra_opts;
 
 /* What a prepared claim answers: its results and the one CDI device id
@@ -179,8 +180,12 @@ size_t gf_dra_state_count(gf_dra_state *s);
  * (<state>/pods/<uid>/claim/shim.conf: memory and compute exactly the
  * consumed capacity), region directory and CDI spec
  * (<cdi>/gpufrac.io-dra-<uid>.json), then the checkpoint, and fills *out.
+ * A claim of MIG devices gets only a CDI spec: the MIG uuids and device
+ * nodes, each instance's two capability nodes (their minors read under
+ * o->proc, as the device-plugin path reads them), no interposer.
  * Refusals: GF_ENOTFOUND (unknown device), GF_EINVAL (another pool,
- * capacity out of the device's range, a share on an exclusive device),
+ * capacity out of the device's range, a share on an exclusive or MIG
+ * device, MIG devices and GPUs in one claim),
  * GF_ENOFIT (the device's shares would sum over its capacity), GF_ESTATE
  * (an unhealthy device, a mode the DRA path does not serve), GF_EIO. */
 int gf_dra_prepare(gf_dra_state *s, const gf_dra_claim *c, gf_dra_prepared *out,

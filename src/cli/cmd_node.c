@@ -270,6 +270,8 @@ static int api_start(const opts *o, const gf_node_config *cfg,
               "start\n",
               n);
     rc = gf_node_allocator_new(&a->alloc, a->pods, g, &ao, &d);
+    if (!rc)
+      gf_node_allocator_set_proc(a->alloc, cfg->proc_dir);
   }
   ko.pods = a->pods;
   if (!rc)
@@ -555,7 +557,8 @@ static int dra_start(const opts *o, const gf_node_config *cfg,
                       .cdi_dir = cfg->cdi_dir,
                       .shim_lib = cfg->shim_lib,
                       .preload = cfg->preload,
-                      .log = cfg->log};
+                      .log = cfg->log,
+                      .proc = cfg->proc_dir};
   rc = gf_dra_state_open(&x->state, &dopt, g, &d);
   if (!rc && gf_dra_state_count(x->state))
     fprintf(stderr,

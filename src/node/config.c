@@ -50,6 +50,7 @@ void gf_node_config_init(gf_node_config *c) {
                 "/var/lib/kubelet/plugins_registry");
   c->dra_plugin_dir[0] = '\0'; /* /var/lib/kubelet/plugins/<driver> */
   c->dra_slice_devices = 0;
+  gf__node_copy(c->proc_dir, sizeof(c->proc_dir), "/proc");
   c->nxid_ignore = 6;
   memcpy(c->xid_ignore, gf_node_xid_app_default,
          sizeof(gf_node_xid_app_default));
@@ -221,6 +222,8 @@ static int set_kv(gf_node_config *c, const char *k, const char *v,
   if (strcmp(k, "dra_plugin_dir") == 0)
     return set_path(c->dra_plugin_dir, sizeof(c->dra_plugin_dir), v, where, k,
                     d);
+  if (strcmp(k, "proc_dir") == 0)
+    return set_path(c->proc_dir, sizeof(c->proc_dir), v, where, k, d);
   if (strcmp(k, "dra_slice_devices") == 0) {
     if (gf_parse_int64(v, 0, 128, &c->dra_slice_devices, &qd))
       return gf_diag_set(d, GF_ERANGE,

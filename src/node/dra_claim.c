@@ -179,6 +179,7 @@ struct gf_dra_state {
   char state_dir[GF_NODE_PATH_MAX], dra_dir[GF_NODE_PATH_MAX];
   char cdi_dir[GF_NODE_PATH_MAX], shim_lib[GF_NODE_PATH_MAX];
   char preload[GF_NODE_PATH_MAX], log[16], dev_dir[GF_NODE_PATH_MAX];
+  char proc[GF_NODE_PATH_MAX]; /* MIG capability files live under it */
   gf_node_gpus g;
   gf_dra_device devs[GF_DRA_MAX_DEVICES];
   size_t ndevs;
@@ -340,6 +341,8 @@ int gf_dra_state_open(gf_dra_state **out, const gf_dra_opts *o,
   gf__node_copy(s->preload, sizeof(s->preload), o->preload ? o->preload : "");
   gf__node_copy(s->log, sizeof(s->log), o->log ? o->log : "warn");
   gf__node_copy(s->dev_dir, sizeof(s->dev_dir), o->dev_dir ? o->dev_dir : "");
+  gf__node_copy(s->proc, sizeof(s->proc),
+                o->proc && *o->proc ? o->proc : "/proc");
   int rc = 0;
   if (!gf__node_join(s->dra_dir, sizeof(s->dra_dir), s->state_dir, "dra"))
     rc = gf_diag_set(d, GF_ELIMIT, "%s: path too long", s->state_dir);
@@ -436,18 +439,18 @@ static int check_result(const gf_dra_state *s, const gf_dra_claim *c,
   if (!v->healthy)
     return gf_diag_set(d, GF_ESTATE, "claim %s/%s: device %s is unhealthy (%s)",
                        c->ns, c->name, v->name, s->g.gpus[v->gpu].reason);
-  if (v->mode == GF_NODE_MODE_MPS || v->mig >= 0)
+  if (v->mode == GF_NODE_MODE_MPS)
     return gf_diag_set(d, GF_ESTATE,
-                       "claim %s/%s: device %s is in mode %s, which the DRA "
+                       "claim %s/%s: device %s is in mode mps, which the DRA "
                        "path does not prepare yet",
-                       c->ns, c->name, v->name,
-                       v->mig >= 0 ? "mig" : gf_node_mode_name(v->mode));
+                       c->ns, c->name, v->name);
   if (!v->shared && (x->share_id[0] || x->has_memory || x->has_cores))
     return gf_diag_set(d, GF_EINVAL,
-                       "claim %s/%s: device %s is exclusive (one allocation, "
+                       "claim %s/%s: device %s is %s (one allocation, "
                        "no capacity to consume), the allocation gives it a "
                        "share",
-                       c->ns, c->name, v->name);
+                       c->ns, c->name, v->name,
+                       v->mig >= 0 ? "a MIG device" : "exclusive");
   if (v->shared && !x->share_id[0])
     return gf_diag_set(d, GF_EINVAL,
                        "claim %s/%s: device %s allows multiple allocations, "
@@ -491,9 +494,14 @@ static void sums(const gf_dra_state *s, const gf_dra_device *v, const char *uid,
   }
 }
 
+/* Checks claim c; fills gc with its GPUs (a claim of whole GPUs and
+ * shares) or migs[] with its MIG devices (*nmig of them): a claim holds
+ * one kind or the other. */
 static int check_claim(const gf_dra_state *s, const gf_dra_claim *c,
-                       gf_grant_container *gc, gf_diag *d) {
+                       gf_grant_container *gc, const gf_dra_device **migs,
+                       uint32_t *nmig, gf_diag *d) {
   memset(gc, 0, sizeof(*gc));
+  *nmig = 0;
   gf__node_copy(gc->name, sizeof(gc->name), CTR_NAME);
   for (uint32_t i = 0; i < c->nresults; i++) {
     const gf_dra_result *x = &c->results[i];
@@ -501,6 +509,28 @@ static int check_claim(const gf_dra_state *s, const gf_dra_claim *c,
     int rc = check_result(s, c, x, &v, d);
     if (rc)
       return rc;
+    if ((v->mig >= 0 && gc->ngpus) || (v->mig < 0 && *nmig))
+      return gf_diag_set(d, GF_EINVAL,
+                         "claim %s/%s: MIG devices and whole GPUs in one "
+                         "claim: a container uses one kind (make two claims "
+                         "for two containers)",
+                         c->ns, c->name);
+    if (v->mig >= 0) {
+      for (uint32_t k = 0; k < *nmig; k++)
+        if (migs[k] == v)
+          return gf_diag_set(d, GF_ENOFIT,
+                             "claim %s/%s: MIG device %s is allocated twice",
+                             c->ns, c->name, v->name);
+      int64_t om, oc;
+      const char *holder;
+      sums(s, v, c->uid, &om, &oc, &holder);
+      if (holder)
+        return gf_diag_set(d, GF_ENOFIT,
+                           "claim %s/%s: MIG device %s is held by claim %s",
+                           c->ns, c->name, v->name, holder);
+      migs[(*nmig)++] = v;
+      continue;
+    }
     int64_t mem, cores;
     taken(v, x, &mem, &cores);
     /* Two results on one device (two requests of the claim) are one GPU
@@ -540,6 +570,67 @@ static int check_claim(const gf_dra_state *s, const gf_dra_claim *c,
   return 0;
 }
 
+/* The CDI spec of a claim of MIG devices: their uuids in
+ * CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, the common device nodes,
+ * each parent GPU's node once, and each instance's two capability nodes.
+ * No interposer: MIG isolates memory and SMs in hardware. */
+static int mig_spec(const gf_dra_state *s, const char *uid,
+                    const gf_dra_device *const *migs, uint32_t n, char **out,
+                    gf_diag *d) {
+  const char *dev = s->dev_dir[0] ? s->dev_dir : "/dev";
+  char uuids[GF_DRA_MAX_RESULTS * GF_UUID_MAX] = "";
+  size_t off = 0;
+  json_t *nodes = json_array();
+  int rc = 0;
+  static const char *const common[] = {"nvidiactl", "nvidia-uvm",
+                                       "nvidia-uvm-tools"};
+  char path[GF_NODE_PATH_MAX + 64];
+  for (size_t i = 0; nodes && i < 3; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dev, common[i]);
+    json_array_append_new(nodes, json_pack("{s:s}", "path", path));
+  }
+  for (uint32_t i = 0; nodes && i < n && !rc; i++) {
+    const gf_node_gpu *g = &s->g.gpus[migs[i]->gpu];
+    const gf_node_mig *m = &g->mig[migs[i]->mig];
+    int w = snprintf(uuids + off, sizeof(uuids) - off, "%s%s", i ? "," : "",
+                     m->uuid);
+    if (w < 0 || (size_t)w >= sizeof(uuids) - off)
+      rc = gf_diag_set(d, GF_ELIMIT, "claim: MIG uuid list too long");
+    off += rc ? 0 : (size_t)w;
+    bool seen = false;
+    for (uint32_t k = 0; k < i; k++)
+      seen |= migs[k]->gpu == migs[i]->gpu;
+    if (!seen) {
+      snprintf(path, sizeof(path), "%s/nvidia%u", dev, g->minor);
+      json_array_append_new(nodes, json_pack("{s:s}", "path", path));
+    }
+    for (int level = 0; level < 2 && !rc; level++) {
+      unsigned minor = 0;
+      rc = gf__node_mig_cap_minor(s->proc, g, m, level, &minor, d);
+      snprintf(path, sizeof(path), "%s/nvidia-caps/nvidia-cap%u", dev, minor);
+      if (!rc)
+        json_array_append_new(nodes, json_pack("{s:s}", "path", path));
+    }
+  }
+  if (rc) {
+    json_decref(nodes);
+    return rc;
+  }
+  char e1[sizeof(uuids) + 32], e2[sizeof(uuids) + 32], name[GF_NODE_PATH_MAX];
+  snprintf(e1, sizeof(e1), "NVIDIA_VISIBLE_DEVICES=%s", uuids);
+  snprintf(e2, sizeof(e2), "CUDA_VISIBLE_DEVICES=%s", uuids);
+  snprintf(name, sizeof(name), "%s_%s", uid, CTR_NAME);
+  json_t *root =
+      nodes ? json_pack("{s:s,s:s,s:[{s:s,s:{s:[s,s],s:o}}]}", "cdiVersion",
+                        GF_NODE_CDI_VERSION, "kind", GF_NODE_CDI_KIND,
+                        "devices", "name", name, "containerEdits", "env", e1,
+                        e2, "deviceNodes", nodes)
+            : NULL;
+  *out = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(root);
+  return *out ? 0 : gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+}
+
 static int add_prepared(gf_dra_state *s, const gf_dra_prepared *p, gf_diag *d) {
   if (s->n >= MAX_PREPARED)
     return gf_diag_set(d, GF_ELIMIT, "DRA: %d claims prepared already",
@@ -569,19 +660,26 @@ int gf_dra_prepare(gf_dra_state *s, const gf_dra_claim *c, gf_dra_prepared *out,
     goto out;
   }
   gf_grant_container gc;
-  if ((rc = check_claim(s, c, &gc, d)))
+  const gf_dra_device *migs[GF_DRA_MAX_RESULTS];
+  uint32_t nmig = 0;
+  if ((rc = check_claim(s, c, &gc, migs, &nmig, d)))
     goto out;
-  gf_node_ctr_paths paths;
-  if ((rc = gf_node_prepare_container(s->state_dir, c->uid, &gc, s->log, &paths,
-                                      d)))
-    goto undo;
-  gf_node_cdi_opts co = {s->shim_lib[0] ? s->shim_lib : NULL,
-                         s->preload[0] ? s->preload : NULL,
-                         s->dev_dir[0] ? s->dev_dir : NULL};
   char *spec = NULL;
-  if ((rc = gf_node_cdi_container_spec(&s->g, c->uid, &gc, &paths, &co, &spec,
-                                       d)))
-    goto undo;
+  if (nmig) {
+    if ((rc = mig_spec(s, c->uid, migs, nmig, &spec, d)))
+      goto out; /* nothing written yet */
+  } else {
+    gf_node_ctr_paths paths;
+    if ((rc = gf_node_prepare_container(s->state_dir, c->uid, &gc, s->log,
+                                        &paths, d)))
+      goto undo;
+    gf_node_cdi_opts co = {s->shim_lib[0] ? s->shim_lib : NULL,
+                           s->preload[0] ? s->preload : NULL,
+                           s->dev_dir[0] ? s->dev_dir : NULL};
+    if ((rc = gf_node_cdi_container_spec(&s->g, c->uid, &gc, &paths, &co, &spec,
+                                         d)))
+      goto undo;
+  }
   char file[GF_NODE_PATH_MAX];
   snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", c->uid, CTR_NAME);
   rc = gf_node_write_atomic(s->cdi_dir, file, spec, strlen(spec), d);

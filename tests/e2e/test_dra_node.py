@@ -95,8 +95,18 @@ class Agent:
                     "shim_lib = /usr/lib/gpufrac/libgpufrac-cuda.so\n"
                     "preload = /usr/lib/gpufrac/ld.so.preload\n"
                     "dra_registry_dir = %s/plugins_registry\n"
-                    "dra_plugin_dir = %s/plugins/%s\n" %
-                    (work, work, work, work, DRIVER))
+                    "dra_plugin_dir = %s/plugins/%s\n"
+                    "proc_dir = %s/proc\n" %
+                    (work, work, work, work, DRIVER, work))
+        # The driver's capability files for GPU 2's first MIG device
+        # (GPU instance 1, compute instance 0; the fake NVML gives GPU i
+        # minor 10 + i), as the driver makes them.
+        for rel, minor in (("gi1/access", 30), ("gi1/ci0/access", 31)):
+            p = os.path.join(work, "proc/driver/nvidia/capabilities/gpu12/mig",
+                             rel)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "w") as f:
+                f.write("DeviceFileMinor: %d\nDeviceFileMode: 292\n" % minor)
         self.reg_sock = os.path.join(work, "plugins_registry",
                                      DRIVER + "-reg.sock")
         self.dra_sock = os.path.join(work, "plugins", DRIVER, "dra.sock")
@@ -385,8 +395,8 @@ class Test:
              "allocated from pool 'other-node'"),
             ("forged-excl", [{"device": "gpu-1", "memory": "1Gi", "cores": 1}],
              "is exclusive"),
-            ("forged-mig", [{"device": "gpu-2-mig-1-0", "share": False}],
-             "does not prepare yet"),
+            ("forged-mig-share", [{"device": "gpu-2-mig-2-0", "memory": "1Gi",
+                                   "cores": 1}], "is a MIG device"),
         ]
         for name, res, want in cases:
             o = self.claim(name, res)
@@ -412,6 +422,34 @@ class Test:
         if "would hold" not in r.error:
             fail("a second claim on an exclusive GPU: %r" % r.error)
         self.e = e
+
+    def s_mig(self):
+        """A MIG device: its uuid and capability nodes, no interposer; the
+        same instance for a second claim refused; no capability file for
+        the other instance (this machine has no driver): refused naming
+        the file."""
+        m = self.claim("mig-a", [{"device": "gpu-2-mig-1-0", "share": False}])
+        r = self.prepare(m)[m["metadata"]["uid"]]
+        eq((r.error, r.devices[0].device_name), ("", "gpu-2-mig-1-0"),
+           "MIG prepare")
+        with open(self.cdi_path(m["metadata"]["uid"])) as f:
+            ed = json.load(f)["devices"][0]["containerEdits"]
+        eq(ed["env"], ["NVIDIA_VISIBLE_DEVICES=MIG-00000002-aaaa-4bbb-8ccc-"
+                       "000000000000", "CUDA_VISIBLE_DEVICES=MIG-00000002-aaaa-"
+                       "4bbb-8ccc-000000000000"], "MIG env")
+        eq([n["path"] for n in ed["deviceNodes"]],
+           ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+            "/dev/nvidia12", "/dev/nvidia-caps/nvidia-cap30",
+            "/dev/nvidia-caps/nvidia-cap31"], "MIG device nodes")
+        eq("mounts" in ed, False, "no interposer for MIG")
+        m2 = self.claim("mig-b", [{"device": "gpu-2-mig-1-0", "share": False}])
+        r = self.prepare(m2)[m2["metadata"]["uid"]]
+        if "is held by claim mig-a" not in r.error:
+            fail("a MIG device for two claims: %r" % r.error)
+        m3 = self.claim("mig-c", [{"device": "gpu-2-mig-2-0", "share": False}])
+        r = self.prepare(m3)[m3["metadata"]["uid"]]
+        if "capabilities/gpu12/mig/gi2/access" not in r.error:
+            fail("a MIG device without capability files: %r" % r.error)
 
     def s_restart(self):
         """The agent is killed (SIGKILL) and starts again: prepared claims
@@ -486,7 +524,7 @@ class Test:
 
 
 STEPS = ["slices", "register", "prepare", "two_shares", "forged", "exclusive",
-         "restart", "unprepare", "taint", "split"]
+         "mig", "restart", "unprepare", "taint", "split"]
 
 
 def main():

@@ -422,15 +422,17 @@ static void test_claim_parse(void **state) {
 /* ---- prepare ---- */
 
 static gf_dra_state *open_state(const gf_node_gpus *g) {
-  char sd[300], cd[300];
+  char sd[300], cd[300], pd[300];
   snprintf(sd, sizeof(sd), "%s/state", tmpdir);
   snprintf(cd, sizeof(cd), "%s/cdi", tmpdir);
+  snprintf(pd, sizeof(pd), "%s/proc", tmpdir);
   gf_dra_opts o = {.node = "n1",
                    .state_dir = sd,
                    .cdi_dir = cd,
                    .shim_lib = "/usr/lib/gpufrac/libgpufrac-cuda.so",
                    .preload = "/usr/lib/gpufrac/ld.so.preload",
-                   .log = "warn"};
+                   .log = "warn",
+                   .proc = pd};
   gf_dra_state *s = NULL;
   gf_diag d = {""};
   if (gf_dra_state_open(&s, &o, g, &d))
@@ -575,6 +577,63 @@ static void test_prepare(void **state) {
   free(g);
 }
 
+/* A capability file of the fake /proc tree. */
+static void cap_file(const char *rel, unsigned minor) {
+  char p[512], cmd[700];
+  snprintf(p, sizeof(p), "%s/proc/driver/nvidia/capabilities/%s", tmpdir, rel);
+  snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", p);
+  assert_int_equal(system(cmd), 0);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fprintf(f, "DeviceFileMinor: %u\nDeviceFileMode: 292\n", minor);
+  fclose(f);
+}
+
+/* MIG devices: a CDI spec with the MIG uuids and the capability nodes, no
+ * interposer; one claim per instance; no shares; no mixing with GPUs. */
+static void test_prepare_mig(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(2);
+  add_migs(&g->gpus[1], 2); /* gi 1 and 2, ci 0 */
+  cap_file("gpu1/mig/gi1/access", 21);
+  cap_file("gpu1/mig/gi1/ci0/access", 22);
+  gf_dra_state *s = open_state(g);
+  gf_dra_prepared p;
+  gf_diag d = {""};
+  assert_int_equal(prep(s, UID_A, "a", "gpu-1-mig-1-0:noshare:-", &p, &d), 0);
+  const char *spec = slurp("cdi/gpufrac.io-", UID_A, "_claim.json");
+  assert_non_null(strstr(spec,
+                         "\"CUDA_VISIBLE_DEVICES=MIG-00000001-aaaa-4bbb-8ccc-"
+                         "000000000000\""));
+  assert_non_null(strstr(spec, "\"/dev/nvidia1\""));
+  assert_non_null(strstr(spec, "\"/dev/nvidia-caps/nvidia-cap21\""));
+  assert_non_null(strstr(spec, "\"/dev/nvidia-caps/nvidia-cap22\""));
+  assert_null(strstr(spec, "ld.so.preload"));
+  assert_null(strstr(spec, "/dev/nvidia0\""));
+  assert_false(exists("state/pods/", UID_A, ""));
+  /* The same instance for another claim; a share of it; mixing. */
+  assert_int_equal(prep(s, UID_B, "b", "gpu-1-mig-1-0:noshare:-", &p, &d),
+                   GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "MIG device gpu-1-mig-1-0 is held by claim a"));
+  assert_int_equal(prep(s, UID_B, "b", "gpu-1-mig-2-0:1Gi:1", &p, &d),
+                   GF_EINVAL);
+  assert_non_null(strstr(d.msg, "is a MIG device"));
+  assert_int_equal(
+      prep(s, UID_B, "b", "gpu-1-mig-2-0:noshare:-;gpu-0:1Gi:1", &p, &d),
+      GF_EINVAL);
+  assert_non_null(strstr(d.msg, "MIG devices and whole GPUs in one claim"));
+  /* No capability file for gi 2: the file is named, nothing written. */
+  assert_int_equal(prep(s, UID_B, "b", "gpu-1-mig-2-0:noshare:-", &p, &d),
+                   GF_EIO);
+  assert_non_null(strstr(d.msg, "capabilities/gpu1/mig/gi2/access"));
+  assert_false(exists("cdi/gpufrac.io-", UID_B, "_claim.json"));
+  assert_int_equal(gf_dra_unprepare(s, UID_A, &d), 0);
+  assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
+  assert_int_equal(gf_dra_state_count(s), 0);
+  gf_dra_state_free(s);
+  free(g);
+}
+
 static void test_bad_checkpoint(void **state) {
   (void)state;
   char dir[300];
@@ -608,6 +667,8 @@ int main(void) {
       cmocka_unit_test(test_semver),
       cmocka_unit_test(test_claim_parse),
       cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prepare_mig, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_bad_checkpoint, setup_tmp,
                                       teardown_tmp),
   };
