@@ -5,8 +5,8 @@
  * and pods, keep a current picture of them, write grants, bind pods and
  * decide which replica leads.  client-go is not available to C, so this is
  * the minimum of it that gpufrac needs: configuration (in-cluster and
- * kubeconfig), GET / LIST / merge PATCH / POST / PUT, WATCH with bookmarks,
- * an informer-style cache, and Lease-based leader election.
+ * kubeconfig), GET / LIST / merge PATCH / POST / PUT / DELETE, WATCH with
+ * bookmarks, an informer-style cache, and Lease-based leader election.
  *
  * Invariants:
  *  - Every call returns 0 or a negative GF_E* code; on failure a gf_diag (if
@@ -171,6 +171,10 @@ int gf_kube_create(gf_kube *k, const char *path, const json_t *obj,
                    json_t **out, gf_diag *d);
 int gf_kube_replace(gf_kube *k, const char *path, const json_t *obj,
                     json_t **out, gf_diag *d);
+
+/* DELETE an object (default propagation).  A missing object fails
+ * GF_ENOTFOUND. */
+int gf_kube_delete(gf_kube *k, const char *path, gf_diag *d);
 
 /* POST a v1 Binding of pod ns/name (uid may be NULL: else the API server
  * refuses a pod of another uid) to node.  annotations (a JSON object of

@@ -194,6 +194,15 @@ typedef struct gf_node_config {
   uint64_t xid_ignore[32];
   char mps_control[GF_NODE_PATH_MAX]; /* nvidia-cuda-mps-control */
   char mps_dir[GF_NODE_PATH_MAX];     /* MPS pipe, log and shm directories */
+  /* --mode dra (docs/dra-node.md): kubelet's plugin watcher directory, the
+   * DRA socket's directory ("" = /var/lib/kubelet/plugins/<driver>), and
+   * devices per ResourceSlice (0: the API's limit). */
+  char dra_registry_dir[GF_NODE_PATH_MAX];
+  char dra_plugin_dir[GF_NODE_PATH_MAX];
+  int64_t dra_slice_devices;
+  /* Where the driver's MIG capability files are read
+   * (<proc_dir>/driver/nvidia/capabilities); /proc. */
+  char proc_dir[GF_NODE_PATH_MAX];
 } gf_node_config;
 
 /* Fills the defaults shown above. */

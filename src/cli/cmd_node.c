@@ -19,40 +19,50 @@
 
 #include "cli.h"
 #include "gpufrac/devplugin.h"
+#include "gpufrac/draplugin.h"
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
 #include "gpufrac/node_alloc.h"
+#include "gpufrac/node_dra.h"
 #include "gpufrac/node_feedback.h"
 #include "gpufrac/node_health.h"
 #include "gpufrac/node_mps.h"
 #include "gpufrac/quantity.h"
 
 static void usage(FILE *fp) {
-  fprintf(fp,
-          "usage: gpufrac node [options]\n\n"
-          "Discovers this node's GPUs, writes their CDI spec and serves\n"
-          "Prometheus metrics until SIGINT or SIGTERM.\n\n"
-          "options:\n"
-          "  --fake-gpus SPEC   no NVML: COUNTxMODEL-MEMORY[,...], e.g. "
-          "8xH100-80GB\n"
-          "  --nvml PATH        NVML library (default libnvidia-ml.so.1)\n"
-          "  --config FILE      node config (key = value; docs/node.md)\n"
-          "  --state-dir DIR    per-container files (default /run/gpufrac)\n"
-          "  --cdi-dir DIR      where CDI specs go (default /var/run/cdi)\n"
-          "  --listen ADDR:PORT metrics address (default 0.0.0.0:9473)\n"
-          "  --interval SEC     rediscovery period, 1..3600 (default 30)\n"
-          "  --node-name NAME   this node (default $NODE_NAME)\n"
-          "  --kubeconfig PATH  API server from a kubeconfig (default: the\n"
-          "                     in-cluster service account when in a pod)\n"
-          "  --no-kube          no API server: no inventory annotation, no\n"
-          "                     pods to answer Allocate for\n"
-          "  --once             do one pass and exit\n"
-          "  --print WHAT       with --once: gpus | inventory | cdi | "
-          "metrics\n"
-          "  --write-cdi        with --once: also write the CDI spec\n"
-          "  -h, --help         this text\n\n"
-          "exit codes: 0 ok, 1 failure, 2 usage error\n");
+  fprintf(
+      fp,
+      "usage: gpufrac node [options]\n\n"
+      "Discovers this node's GPUs, writes their CDI spec and serves\n"
+      "Prometheus metrics until SIGINT or SIGTERM.\n\n"
+      "options:\n"
+      "  --fake-gpus SPEC   no NVML: COUNTxMODEL-MEMORY[,...], e.g. "
+      "8xH100-80GB\n"
+      "  --nvml PATH        NVML library (default libnvidia-ml.so.1)\n"
+      "  --config FILE      node config (key = value; docs/node.md)\n"
+      "  --state-dir DIR    per-container files (default /run/gpufrac)\n"
+      "  --cdi-dir DIR      where CDI specs go (default /var/run/cdi)\n"
+      "  --listen ADDR:PORT metrics address (default 0.0.0.0:9473)\n"
+      "  --interval SEC     rediscovery period, 1..3600 (default 30)\n"
+      "  --node-name NAME   this node (default $NODE_NAME)\n"
+      "  --kubeconfig PATH  API server from a kubeconfig (default: the\n"
+      "                     in-cluster service account when in a pod)\n"
+      "  --no-kube          no API server: no inventory annotation, no\n"
+      "                     pods to answer Allocate for\n"
+      "  --mode MODE        how kubelet gets the GPUs: device-plugin\n"
+      "                     (default) or dra (a DRA driver, " GF_NODE_DRA_DRIVER
+      ":\n"
+      "                     ResourceSlices and NodePrepareResources;\n"
+      "                     docs/dra-node.md)\n"
+      "  --once             do one pass and exit\n"
+      "  --print WHAT       with --once: gpus | inventory | cdi | "
+      "metrics |\n"
+      "                     slices (the DRA ResourceSlices, needs the\n"
+      "                     node name)\n"
+      "  --write-cdi        with --once: also write the CDI spec\n"
+      "  -h, --help         this text\n\n"
+      "exit codes: 0 ok, 1 failure, 2 usage error\n");
 }
 
 static volatile sig_atomic_t stop;
@@ -64,7 +74,7 @@ static void on_signal(int sig) {
 typedef struct opts {
   const char *fake, *nvml, *config, *state_dir, *cdi_dir, *listen, *print;
   const char *node_name, *kubeconfig;
-  bool once, write_cdi, no_kube;
+  bool once, write_cdi, no_kube, dra;
   int64_t interval;
 } opts;
 
@@ -128,6 +138,17 @@ static int print_doc(const opts *o, const gf_node_gpus *g,
     return 0;
   } else if (strcmp(o->print, "inventory") == 0) {
     rc = gf_node_inventory_json(g, &text, &d);
+  } else if (strcmp(o->print, "slices") == 0) {
+    const char *node = o->node_name ? o->node_name : getenv("NODE_NAME");
+    json_t *arr = NULL;
+    rc = gf_node_dra_slices(g, node ? node : "", 1,
+                            (size_t)cfg->dra_slice_devices, &arr, &d);
+    if (!rc) {
+      text = json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+      json_decref(arr);
+      if (!text)
+        rc = gf_diag_set(&d, GF_ENOMEM, "out of memory");
+    }
   } else if (strcmp(o->print, "cdi") == 0) {
     gf_node_cdi_opts co = {cfg->shim_lib, cfg->preload, NULL};
     rc = gf_node_cdi_node_spec(g, &co, &text, &d);
@@ -251,6 +272,8 @@ static int api_start(const opts *o, const gf_node_config *cfg,
               "start\n",
               n);
     rc = gf_node_allocator_new(&a->alloc, a->pods, g, &ao, &d);
+    if (!rc)
+      gf_node_allocator_set_proc(a->alloc, cfg->proc_dir);
   }
   ko.pods = a->pods;
   if (!rc)
@@ -447,13 +470,149 @@ static void mps_stop_all(mps_set *ms) {
   memset(ms, 0, sizeof(*ms));
 }
 
+/* The DRA side of a running agent (--mode dra): the slices it publishes,
+ * the claims it prepared and the kubelet plugin.  No device plugin, no
+ * inventory annotation (the extender must not place device-plugin shares
+ * on these GPUs), no pod cache. */
+typedef struct agent_dra {
+  gf_kube_config *cfg;
+  gf_kube *k; /* the plugin worker's client (claims) */
+  gf_node_dra_state *state;
+  gf_node_dra_publisher *pub;
+  gf_drap *plugin;
+  bool publish_failed;
+} agent_dra;
+
+static int dra_prepare(void *user, const char *ns, const char *name,
+                       const char *uid, gf_drap_answer *a, gf_diag *d) {
+  agent_dra *x = user;
+  gf_node_dra_prepared *p = malloc(sizeof(*p));
+  if (!p)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  int rc = gf_node_dra_prepare_from_api(x->state, x->k, ns, name, uid, p, d);
+  if (!rc) {
+    a->n = 0;
+    for (uint32_t i = 0; i < p->claim.nresults && a->n < GF_DRAP_MAX_DEVICES;
+         i++) {
+      const gf_node_dra_result *r = &p->claim.results[i];
+      gf_drap_device *v = &a->dev[a->n++];
+      snprintf(v->request, sizeof(v->request), "%s", r->request);
+      snprintf(v->pool, sizeof(v->pool), "%s", r->pool);
+      snprintf(v->device, sizeof(v->device), "%s", r->device);
+      snprintf(v->share_id, sizeof(v->share_id), "%s", r->share_id);
+      snprintf(v->cdi_id, sizeof(v->cdi_id), "%s", p->cdi_id);
+    }
+  }
+  free(p);
+  return rc;
+}
+
+static int dra_unprepare(void *user, const char *ns, const char *name,
+                         const char *uid, gf_diag *d) {
+  (void)ns;
+  (void)name;
+  agent_dra *x = user;
+  return gf_node_dra_unprepare(x->state, uid, d);
+}
+
+static void dra_log(void *user, const char *msg) {
+  (void)user;
+  fprintf(stderr, "gpufrac node: DRA: %s\n", msg);
+}
+
+static void dra_publish(agent_dra *x, const gf_node_gpus *g) {
+  gf_diag d = {""};
+  bool changed = false;
+  if (gf_node_dra_publish(x->pub, g, &changed, &d)) {
+    if (!x->publish_failed)
+      fprintf(stderr, "gpufrac node: %s (retrying every interval)\n", d.msg);
+    x->publish_failed = true;
+    return;
+  }
+  if (changed)
+    fprintf(stderr,
+            "gpufrac node: ResourceSlices published (pool generation %lld)\n",
+            (long long)gf_node_dra_publisher_generation(x->pub));
+  x->publish_failed = false;
+}
+
+static int dra_start(const opts *o, const gf_node_config *cfg,
+                     const gf_node_gpus *g, agent_dra *x) {
+  memset(x, 0, sizeof(*x));
+  int rc = api_config(o, &x->cfg);
+  if (rc)
+    return rc;
+  if (!x->cfg) {
+    fprintf(stderr, "gpufrac node: --mode dra needs an API server (the "
+                    "claims are read from it)\n");
+    return GF_EINVAL;
+  }
+  const char *node = o->node_name ? o->node_name : getenv("NODE_NAME");
+  if (!node || !*node) {
+    fprintf(stderr, "gpufrac node: this node's name is unknown: pass "
+                    "--node-name or set NODE_NAME\n");
+    return GF_EINVAL;
+  }
+  gf_diag d = {""};
+  gf_node_dra_opts dopt = {.node = node,
+                           .state_dir = cfg->state_dir,
+                           .cdi_dir = cfg->cdi_dir,
+                           .shim_lib = cfg->shim_lib,
+                           .preload = cfg->preload,
+                           .log = cfg->log,
+                           .proc = cfg->proc_dir};
+  rc = gf_node_dra_state_open(&x->state, &dopt, g, &d);
+  if (!rc && gf_node_dra_state_count(x->state))
+    fprintf(stderr,
+            "gpufrac node: DRA: %zu claims prepared before this start\n",
+            gf_node_dra_state_count(x->state));
+  if (!rc)
+    rc = gf_kube_new(&x->k, x->cfg, NULL, &d);
+  if (!rc)
+    rc = gf_node_dra_publisher_new(&x->pub, x->cfg, node,
+                                   (size_t)cfg->dra_slice_devices, &d);
+  if (!rc) {
+    gf_drap_opts po = {.driver = GF_NODE_DRA_DRIVER,
+                       .registry_dir = cfg->dra_registry_dir,
+                       .plugin_dir =
+                           cfg->dra_plugin_dir[0] ? cfg->dra_plugin_dir : NULL,
+                       .prepare = dra_prepare,
+                       .unprepare = dra_unprepare,
+                       .log = dra_log,
+                       .user = x,
+                       .idle_timeout_ms = (int)cfg->grpc_idle_ms,
+                       .preface_timeout_ms = (int)cfg->grpc_preface_ms};
+    rc = gf_drap_start(&x->plugin, &po, &d);
+  }
+  if (rc) {
+    fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    return rc;
+  }
+  fprintf(stderr, "gpufrac node: DRA driver %s serving on %s\n",
+          GF_NODE_DRA_DRIVER, gf_drap_endpoint(x->plugin));
+  dra_publish(x, g);
+  return 0;
+}
+
+static void dra_stop(agent_dra *x) {
+  gf_drap_stop(x->plugin); /* first: no call may reach a freed state */
+  gf_node_dra_publisher_free(x->pub);
+  gf_kube_free(x->k);
+  gf_node_dra_state_free(x->state);
+  gf_kube_config_free(x->cfg);
+  memset(x, 0, sizeof(*x));
+}
+
 static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
   gf_diag d = {""};
   agent_api *api = calloc(1, sizeof(*api)); /* its device list is large */
+  agent_dra dra;
+  memset(&dra, 0, sizeof(dra));
   if (!api)
     return GF_ENOMEM;
-  int rc = api_start(o, cfg, g, api);
+  int rc = o->dra ? dra_start(o, cfg, g, &dra) : api_start(o, cfg, g, api);
   if (rc) {
+    dra_stop(&dra);
     api_stop(api);
     free(api);
     return rc;
@@ -462,6 +621,7 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
   rc = gf_node_server_start(cfg->listen, g, cfg->state_dir, &srv, &d);
   if (rc) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);
+    dra_stop(&dra);
     api_stop(api);
     free(api);
     return rc;
@@ -502,17 +662,22 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
           if (api->alloc)
             gf_node_allocator_set_gpus(api->alloc, g);
           dp_update(api, g, cfg);
+          if (dra.state)
+            gf_node_dra_state_set_gpus(dra.state, g);
           (void)write_cdi(g, cfg);
         }
       }
       free(now);
       publish(api, g); /* only writes on a change or after a failure */
+      if (dra.pub)
+        dra_publish(&dra, g);
     }
     health_telemetry(&hl, g, srv); /* last: over what was just discovered */
   }
   health_stop(&hl);
   mps_stop_all(&mps);
   gf_node_server_stop(srv);
+  dra_stop(&dra);
   api_stop(api);
   free(api);
   return 0;
@@ -555,6 +720,19 @@ int cmd_node(int argc, char **argv) {
       slot = &o.listen;
     } else if (!strcmp(a, "--print")) {
       slot = &o.print;
+    } else if (!strcmp(a, "--mode")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "gpufrac node: --mode needs a value\n");
+        return GF_EXIT_USAGE;
+      }
+      const char *m = argv[++i];
+      if (strcmp(m, "dra") && strcmp(m, "device-plugin")) {
+        fprintf(stderr,
+                "gpufrac node: --mode '%s': want device-plugin or dra\n", m);
+        return GF_EXIT_USAGE;
+      }
+      o.dra = strcmp(m, "dra") == 0;
+      continue;
     } else if (!strcmp(a, "--interval")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "gpufrac node: --interval needs a value\n");
@@ -581,16 +759,22 @@ int cmd_node(int argc, char **argv) {
                     "other\n");
     return GF_EXIT_USAGE;
   }
+  if (o.dra && o.no_kube) {
+    fprintf(stderr, "gpufrac node: --mode dra needs the API server; it "
+                    "excludes --no-kube\n");
+    return GF_EXIT_USAGE;
+  }
   if (o.fake && o.nvml) {
     fprintf(stderr, "gpufrac node: --fake-gpus and --nvml exclude each "
                     "other\n");
     return GF_EXIT_USAGE;
   }
   if (o.print && strcmp(o.print, "gpus") && strcmp(o.print, "inventory") &&
-      strcmp(o.print, "cdi") && strcmp(o.print, "metrics")) {
+      strcmp(o.print, "cdi") && strcmp(o.print, "metrics") &&
+      strcmp(o.print, "slices")) {
     fprintf(stderr,
-            "gpufrac node: --print '%s': want gpus, inventory, cdi or "
-            "metrics\n",
+            "gpufrac node: --print '%s': want gpus, inventory, cdi, metrics "
+            "or slices\n",
             o.print);
     return GF_EXIT_USAGE;
   }

@@ -280,59 +280,15 @@ static int answer_mps(gf_node_allocator *a, const gf_node_match *m,
   return rc;
 }
 
-/* The minor of /dev/nvidia-caps/nvidia-cap<N> for one capability file:
- * the value of its "DeviceFileMinor:" line.  GF_EIO naming the file. */
-static int cap_minor(const char *path, unsigned *minor, gf_diag *d) {
-  char *text = NULL;
-  size_t len = 0;
-  int rc = gf__node_read_file(path, 4096, &text, &len, d);
-  if (rc)
-    return rc;
-  bool found = false, ok = false;
-  for (char *line = text; line && *line && !found;) {
-    char *nl = strchr(line, '\n');
-    if (nl)
-      *nl = '\0';
-    unsigned v = 0;
-    char tail = 0;
-    if (strncmp(line, "DeviceFileMinor:", 16) == 0) {
-      found = true;
-      ok = sscanf(line + 16, " %u %c", &v, &tail) == 1 && v < (1u << 20);
-      if (ok)
-        *minor = v;
-    }
-    line = nl ? nl + 1 : NULL;
-  }
-  free(text);
-  if (!ok)
-    return gf_diag_set(d, GF_EIO, "%s: %s", path,
-                       found ? "bad DeviceFileMinor line"
-                             : "no DeviceFileMinor line");
-  return 0;
-}
-
 /* Adds the GPU instance's and the compute instance's capability device
  * nodes of MIG device m on GPU g (what the driver checks before it lets a
  * process open the instance). */
 static int add_mig_caps(gf_node_allocator *a, const gf_node_gpu *g,
                         const gf_node_mig *m, gf_dp_container_answer *out,
                         gf_diag *d) {
-  char path[GF_NODE_PATH_MAX];
   for (int level = 0; level < 2; level++) {
-    int w =
-        level == 0
-            ? snprintf(path, sizeof(path),
-                       "%s/driver/nvidia/capabilities/gpu%u/mig/gi%u/access",
-                       a->proc, g->minor, m->gi)
-            : snprintf(path, sizeof(path),
-                       "%s/driver/nvidia/capabilities/gpu%u/mig/gi%u/ci%u/"
-                       "access",
-                       a->proc, g->minor, m->gi, m->ci);
-    if (w < 0 || (size_t)w >= sizeof(path))
-      return gf_diag_set(d, GF_ELIMIT, "capability path under %s too long",
-                         a->proc);
     unsigned minor = 0;
-    int rc = cap_minor(path, &minor, d);
+    int rc = gf__node_mig_cap_minor(a->proc, g, m, level, &minor, d);
     if (rc)
       return rc;
     char name[48];

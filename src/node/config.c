@@ -46,6 +46,11 @@ void gf_node_config_init(gf_node_config *c) {
   gf__node_copy(c->mps_control, sizeof(c->mps_control),
                 "nvidia-cuda-mps-control");
   gf__node_copy(c->mps_dir, sizeof(c->mps_dir), "/run/gpufrac/mps");
+  gf__node_copy(c->dra_registry_dir, sizeof(c->dra_registry_dir),
+                "/var/lib/kubelet/plugins_registry");
+  c->dra_plugin_dir[0] = '\0'; /* /var/lib/kubelet/plugins/<driver> */
+  c->dra_slice_devices = 0;
+  gf__node_copy(c->proc_dir, sizeof(c->proc_dir), "/proc");
   c->nxid_ignore = 6;
   memcpy(c->xid_ignore, gf_node_xid_app_default,
          sizeof(gf_node_xid_app_default));
@@ -211,6 +216,22 @@ static int set_kv(gf_node_config *c, const char *k, const char *v,
   }
   if (strcmp(k, "xid_ignore") == 0)
     return parse_xids(c, v, where, d);
+  if (strcmp(k, "dra_registry_dir") == 0)
+    return set_path(c->dra_registry_dir, sizeof(c->dra_registry_dir), v, where,
+                    k, d);
+  if (strcmp(k, "dra_plugin_dir") == 0)
+    return set_path(c->dra_plugin_dir, sizeof(c->dra_plugin_dir), v, where, k,
+                    d);
+  if (strcmp(k, "proc_dir") == 0)
+    return set_path(c->proc_dir, sizeof(c->proc_dir), v, where, k, d);
+  if (strcmp(k, "dra_slice_devices") == 0) {
+    if (gf_parse_int64(v, 0, 128, &c->dra_slice_devices, &qd))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: dra_slice_devices = '%s': want 0..128 (0: the "
+                         "API's limit)",
+                         where, v);
+    return 0;
+  }
   return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
 }
 

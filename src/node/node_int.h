@@ -80,4 +80,13 @@ int gf__node_read_ctr_grant(const char *ctr_dir, gf__ctr_grant *g);
  * *out NULL when there is no region yet; GF_EIO, GF_ESTATE, GF_ELIMIT. */
 int gf__node_region_open(const char *ctr_dir, struct gf_region **out);
 
+/* The minor N of /dev/nvidia-caps/nvidia-cap<N> that MIG device m of GPU
+ * g needs: level 0 its GPU instance
+ * (<proc>/driver/nvidia/capabilities/gpu<minor>/mig/gi<gi>/access), level 1
+ * its compute instance (.../gi<gi>/ci<ci>/access); the file's
+ * "DeviceFileMinor:" line.  GF_EIO naming the file, GF_ELIMIT. */
+int gf__node_mig_cap_minor(const char *proc, const gf_node_gpu *g,
+                           const gf_node_mig *m, int level, unsigned *minor,
+                           gf_diag *d);
+
 #endif

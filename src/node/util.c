@@ -266,3 +266,51 @@ out:
   json_decref(root);
   return rc;
 }
+
+/* The minor of /dev/nvidia-caps/nvidia-cap<N> for one capability file:
+ * the value of its "DeviceFileMinor:" line.  GF_EIO naming the file. */
+static int cap_minor(const char *path, unsigned *minor, gf_diag *d) {
+  char *text = NULL;
+  size_t len = 0;
+  int rc = gf__node_read_file(path, 4096, &text, &len, d);
+  if (rc)
+    return rc;
+  bool found = false, ok = false;
+  for (char *line = text; line && *line && !found;) {
+    char *nl = strchr(line, '\n');
+    if (nl)
+      *nl = '\0';
+    unsigned v = 0;
+    char tail = 0;
+    if (strncmp(line, "DeviceFileMinor:", 16) == 0) {
+      found = true;
+      ok = sscanf(line + 16, " %u %c", &v, &tail) == 1 && v < (1u << 20);
+      if (ok)
+        *minor = v;
+    }
+    line = nl ? nl + 1 : NULL;
+  }
+  free(text);
+  if (!ok)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path,
+                       found ? "bad DeviceFileMinor line"
+                             : "no DeviceFileMinor line");
+  return 0;
+}
+
+int gf__node_mig_cap_minor(const char *proc, const gf_node_gpu *g,
+                           const gf_node_mig *m, int level, unsigned *minor,
+                           gf_diag *d) {
+  char path[GF_NODE_PATH_MAX];
+  int w = level == 0
+              ? snprintf(path, sizeof(path),
+                         "%s/driver/nvidia/capabilities/gpu%u/mig/gi%u/access",
+                         proc, g->minor, m->gi)
+              : snprintf(path, sizeof(path),
+                         "%s/driver/nvidia/capabilities/gpu%u/mig/gi%u/ci%u/"
+                         "access",
+                         proc, g->minor, m->gi, m->ci);
+  if (w < 0 || (size_t)w >= sizeof(path))
+    return gf_diag_set(d, GF_ELIMIT, "capability path under %s too long", proc);
+  return cap_minor(path, minor, d);
+}

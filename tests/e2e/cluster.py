@@ -269,7 +269,9 @@ class Cluster:
         o("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
 
     # ---- control plane --------------------------------------------------
-    def start(self, scheduler=True):
+    def start(self, scheduler=True, feature_gates=None):
+        """feature_gates: {"Gate": True, ...} for kube-apiserver's
+        --feature-gates (none given: the version's defaults)."""
         log("cluster dir %s" % self.dir)
         self.make_certs()
         ca = self.ca = self.path("ca.crt")

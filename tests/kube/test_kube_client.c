@@ -269,6 +269,34 @@ static void test_bind(void **st) {
   finish(&f);
 }
 
+/* DELETE: the verb and path as given, 404 as GF_ENOTFOUND. */
+static void test_delete(void **st) {
+  (void)st;
+  static const td_expect script[] = {
+      {.method = "DELETE",
+       .target = "/apis/resource.k8s.io/v1/resourceslices/n1-gpu.gpufrac.io-1",
+       .status = 200,
+       .body = "{\"kind\":\"ResourceSlice\"}"},
+      {.method = "DELETE",
+       .target = "/apis/resource.k8s.io/v1/resourceslices/gone",
+       .status = 404,
+       .body = "{\"kind\":\"Status\",\"reason\":\"NotFound\",\"code\":"
+               "404,\"message\":\"resourceslices \\\"gone\\\" not found\"}"},
+  };
+  fixture f;
+  start(&f, script, N(script), NULL);
+  gf_diag d = {""};
+  assert_int_equal(
+      gf_kube_delete(
+          f.k, "/apis/resource.k8s.io/v1/resourceslices/n1-gpu.gpufrac.io-1",
+          &d),
+      0);
+  int rc =
+      gf_kube_delete(f.k, "/apis/resource.k8s.io/v1/resourceslices/gone", &d);
+  expect_rc(rc, GF_ENOTFOUND, &d, "not found");
+  finish(&f);
+}
+
 typedef struct events {
   int n;
   gf_kube_event_type t[16];
@@ -509,6 +537,7 @@ int main(void) {
       cmocka_unit_test(test_list_pages),
       cmocka_unit_test(test_merge_patch),
       cmocka_unit_test(test_bind),
+      cmocka_unit_test(test_delete),
       cmocka_unit_test(test_watch_stream),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_transport_error),

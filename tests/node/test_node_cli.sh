@@ -58,6 +58,24 @@ check bad-flag 2 "$NODE_CLI" --frobnicate
 has bad-flag "unknown option '--frobnicate'"
 check bad-print 2 "$NODE_CLI" --fake-gpus 1xT4-16GB --once --print yaml
 has bad-print "--print 'yaml'"
+
+# --mode dra (docs/dra-node.md): the choice, what it excludes, the slices.
+check bad-mode 2 "$NODE_CLI" --fake-gpus 1xT4-16GB --mode both
+has bad-mode "--mode 'both': want device-plugin or dra"
+check dra-no-kube 2 "$NODE_CLI" --fake-gpus 1xT4-16GB --mode dra --no-kube
+has dra-no-kube "--mode dra needs the API server"
+check dra-no-api 1 env -u KUBERNETES_SERVICE_HOST "$NODE_CLI" --fake-gpus 1xT4-16GB --mode dra --node-name n1 --state-dir "$tmp" --listen 127.0.0.1:0
+has dra-no-api "--mode dra needs an API server"
+printf 'dra_slice_devices = 2\n' >"$tmp/dra.conf"
+check slices 0 "$NODE_CLI" --fake-gpus 3xT4-16GB --config "$tmp/dra.conf" --node-name n1 --once --print slices
+has slices '"name": "n1-gpu.gpufrac.io-1"'
+has slices '"resourceSliceCount": 2'
+has slices '"name": "gpu-2"'
+check slices-no-node 1 env -u NODE_NAME "$NODE_CLI" --fake-gpus 1xT4-16GB --once --print slices
+has slices-no-node "DRA: node name '' is not a DNS name"
+printf 'dra_slice_devices = 129\n' >"$tmp/dra2.conf"
+check dra-bad-config 1 "$NODE_CLI" --fake-gpus 1xT4-16GB --config "$tmp/dra2.conf" --once
+has dra-bad-config "dra_slice_devices = '129': want 0..128"
 check no-value 2 "$NODE_CLI" --fake-gpus
 has no-value "--fake-gpus needs a value"
 check print-no-once 2 "$NODE_CLI" --fake-gpus 1xT4-16GB --print cdi

@@ -1,0 +1,229 @@
+/*
+ * gpufrac/node_dra.h - the node agent as a DRA driver (resource.k8s.io/v1,
+ * driver gpu.gpufrac.io): the ResourceSlices it publishes, the
+ * ResourceClaims it prepares, and the checkpoint of what it prepared.
+ *
+ * Why it exists.  On a node run with `gpufrac node --mode dra` Kubernetes'
+ * own scheduler (or gpufrac, docs/dra.md) allocates shares of a GPU by
+ * consumable capacity; the agent describes the GPUs in ResourceSlices and,
+ * when kubelet asks it to prepare a claim, turns the claim's allocation into
+ * a CDI spec whose edits make the interposer enforce exactly the capacity
+ * the claim consumed (docs/dra-node.md).
+ *
+ * Invariants.
+ *   - One pool per node, named after the node; device names are stable:
+ *     "gpu-<index>" for a GPU, "gpu-<index>-mig-<gi>-<ci>" for a MIG device.
+ *   - A device is never left out for being unhealthy: it carries a taint
+ *     (key gpu.gpufrac.io/xid), so claims that already hold it stay
+ *     explainable and nothing new lands on it.
+ *   - Prepare refuses an allocation the device cannot hold (a forged or
+ *     corrupted status): an unknown device, another pool, memory or cores
+ *     over the device's, a share on a single-allocation device, or the
+ *     shares prepared on a device summing over its capacity.
+ *   - Prepare and Unprepare are idempotent; what was prepared is in a
+ *     checkpoint file written atomically before the answer, so an agent
+ *     restart loses no prepared claim; Unprepare removes exactly the files
+ *     Prepare wrote.
+ *   - Parsing is bounded: strings longer than their field are errors
+ *     naming the field, never truncated.
+ */
+#ifndef GPUFRAC_NODE_DRA_H
+#define GPUFRAC_NODE_DRA_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/kube.h"
+#include "gpufrac/node.h"
+
+#define GF_NODE_DRA_DRIVER "gpu.gpufrac.io"
+/* resource.k8s.io/v1 ResourceSliceMaxDevices, and
+ * ResourceSliceMaxDevicesWithAdvancedFeatures (a slice in which any device
+ * has taints). */
+#define GF_NODE_DRA_SLICE_MAX_DEVICES 128
+#define GF_NODE_DRA_SLICE_MAX_DEVICES_TAINTED 64
+/* Every device the pool can have: each GPU, or each of its MIG devices. */
+#define GF_NODE_DRA_MAX_DEVICES (GF_NODE_MAX_GPUS * GF_NODE_MAX_MIG)
+/* The smallest memory share (requestPolicy.validRange.min) and its step. */
+#define GF_NODE_DRA_MEMORY_MIN (256ll << 20)
+#define GF_NODE_DRA_MEMORY_STEP (1ll << 20)
+#define GF_NODE_DRA_CORES 100 /* capacity "cores": percent of the GPU */
+/* AllocationResultsMaxSize: results in one claim's allocation. */
+#define GF_NODE_DRA_MAX_RESULTS 32
+#define GF_NODE_DRA_DEVICE_NAME_MAX 64 /* a DNS label and its NUL */
+#define GF_NODE_DRA_REQUEST_MAX 128    /* "request" or "request/subrequest" */
+#define GF_NODE_DRA_UID_MAX 64
+#define GF_NODE_DRA_CDI_ID_MAX 320
+#define GF_NODE_DRA_TAINT_KEY GF_NODE_DRA_DRIVER "/xid"
+
+/* ---- the pool's devices ----------------------------------------------- */
+
+/* One device of the pool as published: what Prepare checks an allocation
+ * against. */
+typedef struct gf_node_dra_device {
+  char name[GF_NODE_DRA_DEVICE_NAME_MAX]; /* "gpu-0", "gpu-0-mig-7-0" */
+  uint32_t gpu;                           /* index into gf_node_gpus.gpus */
+  int32_t mig;     /* -1: the whole GPU; else index into gpus[gpu].mig */
+  bool shared;     /* allowMultipleAllocations (mode shared or mps) */
+  bool healthy;    /* false: published with a taint */
+  uint64_t memory; /* capacity "memory", bytes */
+  gf_node_mode mode;
+} gf_node_dra_device;
+
+/* The devices of g in publishing order: every GPU with a uuid by index, a
+ * GPU in mode mig replaced by its MIG devices.  Returns how many were
+ * written to out[cap] (at most cap). */
+size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
+                           size_t cap);
+
+/* ---- ResourceSlices --------------------------------------------------- */
+
+/* The pool's slices as a JSON array of resource.k8s.io/v1 ResourceSlice
+ * objects named "<node>-gpu.gpufrac.io-<n>", spec.pool {name: node,
+ * generation, resourceSliceCount}.  A slice holds at most max_per_slice
+ * devices (0: the API's limit, GF_NODE_DRA_SLICE_MAX_DEVICES, or
+ * GF_NODE_DRA_SLICE_MAX_DEVICES_TAINTED when any device is tainted); a pool
+ * with no device is one slice with none (so consumers see the pool exists). Per
+ * device: attributes type, uuid, productName, brand, architecture,
+ * cudaComputeCapability, driverVersion, cudaDriverVersion (versions as
+ * semver), pciBusID, numaNode, mode (MIG devices: parentUUID, profile);
+ * capacity memory and cores (MIG: memory, multiprocessors); shared GPUs
+ * allowMultipleAllocations with a requestPolicy per capacity; taints for
+ * unhealthy devices.  GF_EINVAL (bad node name or max), GF_ENOMEM. */
+int gf_node_dra_slices(const gf_node_gpus *g, const char *node,
+                       int64_t generation, size_t max_per_slice, json_t **out,
+                       gf_diag *d);
+
+/* A version string made semver: "9.0" -> "9.0.0", "535.104.05" ->
+ * "535.104.5" (leading zeros dropped), at most three numeric parts kept.
+ * false when s does not start with a number. */
+bool gf_node_dra_semver(const char *s, char *out, size_t cap);
+
+/* The taint effect for an unhealthy GPU's reason: "NoExecute" for Xids
+ * that lose the device or its memory (48 62 64 74 79 94 95 119 120 140),
+ * else "NoSchedule". */
+const char *gf_node_dra_taint_effect(const char *reason);
+
+/* ---- claims ----------------------------------------------------------- */
+
+/* One entry of status.allocation.devices.results for this driver. */
+typedef struct gf_node_dra_result {
+  char request[GF_NODE_DRA_REQUEST_MAX];
+  char pool[GF_NAME_MAX];
+  char device[GF_NODE_DRA_DEVICE_NAME_MAX];
+  char share_id[GF_NODE_DRA_UID_MAX]; /* "" when none */
+  bool has_memory, has_cores;         /* consumedCapacity entries present */
+  int64_t memory;                     /* bytes */
+  int64_t cores;                      /* percent of the GPU */
+} gf_node_dra_result;
+
+typedef struct gf_node_dra_claim {
+  char ns[GF_CONTAINER_MAX];
+  char name[GF_NAME_MAX];
+  char uid[GF_NODE_DRA_UID_MAX];
+  uint32_t nresults;
+  gf_node_dra_result results[GF_NODE_DRA_MAX_RESULTS];
+} gf_node_dra_claim;
+
+/* Reads a ResourceClaim object: metadata namespace, name and uid, and the
+ * allocation results whose driver is `driver` (others are skipped).
+ * GF_ESYNTAX naming the field for anything malformed (a missing field, a
+ * string too long, a quantity that is not one); GF_ESTATE when the claim
+ * is not allocated or has no result for the driver.  out is filled on
+ * success only. */
+int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
+                                gf_node_dra_claim *out, gf_diag *d);
+
+/* The same from JSON text (at most GF_ANNOTATION_MAX * 16 bytes). */
+int gf_node_dra_claim_parse(const char *text, size_t len, const char *driver,
+                            gf_node_dra_claim *out, gf_diag *d);
+
+/* ---- prepared claims and their checkpoint ------------------------------ */
+
+typedef struct gf_node_dra_state gf_node_dra_state;
+
+typedef struct gf_node_dra_opts {
+  const char *node;      /* this node: the pool name */
+  const char *state_dir; /* per-claim files and the checkpoint */
+  const char *cdi_dir;   /* per-claim CDI specs */
+  const char *shim_lib;  /* host path of the interposer */
+  const char *preload;   /* host file mounted at /etc/ld.so.preload */
+  const char *log;       /* the interposer's log level */
+  const char *dev_dir;   /* NULL: "/dev" */
+  const char *proc;      /* NULL: "/proc" (MIG capability files) */
+} gf_node_dra_opts;
+
+/* What a prepared claim answers: its results and the one CDI device id
+ * ("gpufrac.io/gpu=<claim-uid>_claim") every result's device carries. */
+typedef struct gf_node_dra_prepared {
+  gf_node_dra_claim claim;
+  char cdi_id[GF_NODE_DRA_CDI_ID_MAX];
+} gf_node_dra_prepared;
+
+/* Opens the state: reads <state_dir>/dra/checkpoint.json if it exists
+ * (GF_ESYNTAX naming the file when it is not one the agent wrote).  g is
+ * copied.  Strings of o are copied. */
+int gf_node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
+                           const gf_node_gpus *g, gf_diag *d);
+void gf_node_dra_state_set_gpus(gf_node_dra_state *s, const gf_node_gpus *g);
+void gf_node_dra_state_free(gf_node_dra_state *s);
+
+/* true with *out filled when the claim uid is prepared. */
+bool gf_node_dra_state_lookup(gf_node_dra_state *s, const char *uid,
+                              gf_node_dra_prepared *out);
+size_t gf_node_dra_state_count(gf_node_dra_state *s);
+
+/* Prepares claim c: when its uid is already prepared, answers what was
+ * answered then (idempotent).  Else checks every result against the pool
+ * and the claims already prepared, writes the claim's shim config
+ * (<state>/pods/<uid>/claim/shim.conf: memory and compute exactly the
+ * consumed capacity), region directory and CDI spec
+ * (<cdi>/gpufrac.io-dra-<uid>.json), then the checkpoint, and fills *out.
+ * A claim of MIG devices gets only a CDI spec: the MIG uuids and device
+ * nodes, each instance's two capability nodes (their minors read under
+ * o->proc, as the device-plugin path reads them), no interposer.
+ * Refusals: GF_ENOTFOUND (unknown device), GF_EINVAL (another pool,
+ * capacity out of the device's range, a share on an exclusive or MIG
+ * device, MIG devices and GPUs in one claim),
+ * GF_ENOFIT (the device's shares would sum over its capacity), GF_ESTATE
+ * (an unhealthy device, a mode the DRA path does not serve), GF_EIO. */
+int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
+                        gf_node_dra_prepared *out, gf_diag *d);
+
+/* Removes what Prepare made for uid and drops it from the checkpoint;
+ * 0 for a uid never prepared.  GF_EIO. */
+int gf_node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d);
+
+/* ---- the API side ----------------------------------------------------- */
+
+typedef struct gf_node_dra_publisher gf_node_dra_publisher;
+
+/* Publishes the pool's slices for node through its own client on cfg
+ * (borrowed; must outlive the publisher). */
+int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
+                              const char *node, size_t max_per_slice,
+                              gf_diag *d);
+void gf_node_dra_publisher_free(gf_node_dra_publisher *p);
+
+/* Makes the API's slices of this node and driver equal the slices of g.
+ * The first call reads what is there and keeps its generation when it
+ * already says the same; any change is published at generation + 1:
+ * slices created or replaced by name, extra ones deleted.  *changed says
+ * whether anything was written.  A failure leaves the next call to
+ * publish again. */
+int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
+                        bool *changed, gf_diag *d);
+int64_t gf_node_dra_publisher_generation(const gf_node_dra_publisher *p);
+
+/* The kubelet plugin's prepare step for one claim: GETs the ResourceClaim
+ * ns/name through k, checks its uid, parses it and prepares it on s.
+ * An already prepared uid is answered without the API. */
+int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
+                                 const char *ns, const char *name,
+                                 const char *uid, gf_node_dra_prepared *out,
+                                 gf_diag *d);
+
+#endif

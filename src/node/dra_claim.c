@@ -1,0 +1,773 @@
+/*
+ * ResourceClaims on the DRA path (gpufrac/node_dra.h): reading a claim's
+ * allocation, checking it against the pool, preparing its files (the same
+ * shim config, region directory and CDI edits as the device-plugin path's
+ * cdi style), and the checkpoint of prepared claims.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/node_alloc.h"
+#include "gpufrac/node_dra.h"
+#include "gpufrac/quantity.h"
+#include "node_int.h"
+
+#define CLAIM_TEXT_MAX (1u << 20)
+#define CHECKPOINT_NAME "checkpoint.json"
+#define CHECKPOINT_VERSION 1
+#define MAX_PREPARED 1024
+#define CTR_NAME "claim" /* the per-claim directory and CDI device suffix */
+
+/* ---- parsing ------------------------------------------------------------ */
+
+/* Copies the string member k of o into dst[cap]; `where` names o in
+ * messages.  Missing is an error unless optional. */
+static int get_str(const json_t *o, const char *k, bool optional, char *dst,
+                   size_t cap, const char *where, gf_diag *d) {
+  const json_t *v = json_object_get(o, k);
+  if (!v) {
+    dst[0] = '\0';
+    return optional ? 0
+                    : gf_diag_set(d, GF_ESYNTAX, "%s.%s: missing", where, k);
+  }
+  if (!json_is_string(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s.%s: not a string", where, k);
+  size_t n = json_string_length(v);
+  if (n >= cap || strlen(json_string_value(v)) != n)
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s.%s: longer than %zu bytes or has a NUL", where, k,
+                       cap - 1);
+  memcpy(dst, json_string_value(v), n + 1);
+  return 0;
+}
+
+static int get_qty(const json_t *cc, const char *k, bool *has, int64_t *out,
+                   const char *where, gf_diag *d) {
+  const json_t *v = json_object_get(cc, k);
+  *has = false;
+  if (!v)
+    return 0;
+  if (!json_is_string(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s.%s: not a quantity string", where, k);
+  gf_diag qd = {""};
+  if (gf_quantity_bytes(json_string_value(v), out, &qd))
+    return gf_diag_set(d, GF_ESYNTAX, "%s.%s: %s", where, k, qd.msg);
+  *has = true;
+  return 0;
+}
+
+int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
+                                gf_node_dra_claim *out, gf_diag *d) {
+  if (!json_is_object(obj))
+    return gf_diag_set(d, GF_ESYNTAX, "ResourceClaim: not a JSON object");
+  gf_node_dra_claim *c = calloc(1, sizeof(*c));
+  if (!c)
+    return gf_diag_set(d, GF_ENOMEM, "ResourceClaim: out of memory");
+  int rc = 0;
+  const json_t *md = json_object_get(obj, "metadata");
+  if (!json_is_object(md)) {
+    rc = gf_diag_set(d, GF_ESYNTAX, "ResourceClaim: metadata: missing");
+    goto out;
+  }
+  if ((rc = get_str(md, "namespace", false, c->ns, sizeof(c->ns), "metadata",
+                    d)) ||
+      (rc = get_str(md, "name", false, c->name, sizeof(c->name), "metadata",
+                    d)) ||
+      (rc = get_str(md, "uid", false, c->uid, sizeof(c->uid), "metadata", d)))
+    goto out;
+  const json_t *st = json_object_get(obj, "status");
+  const json_t *al =
+      json_is_object(st) ? json_object_get(st, "allocation") : NULL;
+  if (!json_is_object(al)) {
+    rc = gf_diag_set(d, GF_ESTATE, "claim %s/%s is not allocated", c->ns,
+                     c->name);
+    goto out;
+  }
+  const json_t *devs = json_object_get(al, "devices");
+  const json_t *res =
+      json_is_object(devs) ? json_object_get(devs, "results") : NULL;
+  if (res && !json_is_array(res)) {
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "claim %s/%s: status.allocation.devices.results: not a "
+                     "list",
+                     c->ns, c->name);
+    goto out;
+  }
+  size_t i;
+  const json_t *r;
+  json_array_foreach(res, i, r) {
+    char where[96];
+    snprintf(where, sizeof(where), "status.allocation.devices.results[%zu]", i);
+    if (!json_is_object(r)) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "claim %s/%s: %s: not an object", c->ns,
+                       c->name, where);
+      goto out;
+    }
+    char drv[GF_NAME_MAX];
+    if ((rc = get_str(r, "driver", false, drv, sizeof(drv), where, d)))
+      goto prefix;
+    if (strcmp(drv, driver) != 0)
+      continue;
+    if (c->nresults >= GF_NODE_DRA_MAX_RESULTS) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "claim %s/%s: more than %d results",
+                       c->ns, c->name, GF_NODE_DRA_MAX_RESULTS);
+      goto out;
+    }
+    gf_node_dra_result *x = &c->results[c->nresults];
+    if ((rc = get_str(r, "request", false, x->request, sizeof(x->request),
+                      where, d)) ||
+        (rc = get_str(r, "pool", false, x->pool, sizeof(x->pool), where, d)) ||
+        (rc = get_str(r, "device", false, x->device, sizeof(x->device), where,
+                      d)) ||
+        (rc = get_str(r, "shareID", true, x->share_id, sizeof(x->share_id),
+                      where, d)))
+      goto prefix;
+    const json_t *cc = json_object_get(r, "consumedCapacity");
+    if (cc && !json_is_object(cc)) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "%s.consumedCapacity: not a map", where);
+      goto prefix;
+    }
+    char cw[128];
+    snprintf(cw, sizeof(cw), "%s.consumedCapacity", where);
+    if (cc &&
+        ((rc = get_qty(cc, "memory", &x->has_memory, &x->memory, cw, d)) ||
+         (rc = get_qty(cc, "cores", &x->has_cores, &x->cores, cw, d))))
+      goto prefix;
+    c->nresults++;
+  }
+  if (c->nresults == 0) {
+    rc = gf_diag_set(d, GF_ESTATE, "claim %s/%s has no device of driver %s",
+                     c->ns, c->name, driver);
+    goto out;
+  }
+  *out = *c;
+  goto out;
+prefix:
+  gf_diag_prefix(d, "claim %s/%s: ", c->ns, c->name);
+out:
+  free(c);
+  return rc;
+}
+
+int gf_node_dra_claim_parse(const char *text, size_t len, const char *driver,
+                            gf_node_dra_claim *out, gf_diag *d) {
+  if (len > CLAIM_TEXT_MAX)
+    return gf_diag_set(d, GF_ELIMIT, "ResourceClaim: %zu bytes, at most %u",
+                       len, CLAIM_TEXT_MAX);
+  json_error_t je;
+  json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!o)
+    return gf_diag_set(d, GF_ESYNTAX, "ResourceClaim: line %d: %s", je.line,
+                       je.text);
+  int rc = gf_node_dra_claim_from_json(o, driver, out, d);
+  json_decref(o);
+  return rc;
+}
+
+/* ---- the state ---------------------------------------------------------- */
+
+struct gf_node_dra_state {
+  pthread_mutex_t mu;
+  char node[GF_NAME_MAX];
+  char state_dir[GF_NODE_PATH_MAX], dra_dir[GF_NODE_PATH_MAX];
+  char cdi_dir[GF_NODE_PATH_MAX], shim_lib[GF_NODE_PATH_MAX];
+  char preload[GF_NODE_PATH_MAX], log[16], dev_dir[GF_NODE_PATH_MAX];
+  char proc[GF_NODE_PATH_MAX]; /* MIG capability files live under it */
+  gf_node_gpus g;
+  gf_node_dra_device devs[GF_NODE_DRA_MAX_DEVICES];
+  size_t ndevs;
+  size_t n, cap;
+  gf_node_dra_prepared *prep; /* the prepared claims, in preparation order */
+};
+
+static void set_devices(gf_node_dra_state *s, const gf_node_gpus *g) {
+  s->g = *g;
+  s->ndevs = gf_node_dra_devices(g, s->devs, GF_NODE_DRA_MAX_DEVICES);
+}
+
+static json_t *prepared_json(const gf_node_dra_prepared *p) {
+  json_t *res = json_array();
+  for (uint32_t i = 0; res && i < p->claim.nresults; i++) {
+    const gf_node_dra_result *x = &p->claim.results[i];
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "request", x->request, "pool",
+                          x->pool, "device", x->device, "shareID", x->share_id);
+    if (o && x->has_memory)
+      json_object_set_new(o, "memory", json_integer(x->memory));
+    if (o && x->has_cores)
+      json_object_set_new(o, "cores", json_integer(x->cores));
+    if (!o || json_array_append_new(res, o)) {
+      json_decref(res);
+      return NULL;
+    }
+  }
+  return res ? json_pack("{s:s,s:s,s:s,s:s,s:o}", "uid", p->claim.uid,
+                         "namespace", p->claim.ns, "name", p->claim.name, "cdi",
+                         p->cdi_id, "results", res)
+             : NULL;
+}
+
+static int save(gf_node_dra_state *s, gf_diag *d) {
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < s->n; i++) {
+    json_t *o = prepared_json(&s->prep[i]);
+    if (!o || json_array_append_new(arr, o)) {
+      json_decref(arr);
+      arr = NULL;
+    }
+  }
+  json_t *root = arr ? json_pack("{s:i,s:s,s:o}", "version", CHECKPOINT_VERSION,
+                                 "driver", GF_NODE_DRA_DRIVER, "claims", arr)
+                     : NULL;
+  char *text = root ? json_dumps(root, JSON_INDENT(1)) : NULL;
+  json_decref(root);
+  if (!text)
+    return gf_diag_set(d, GF_ENOMEM, "DRA checkpoint: out of memory");
+  int rc =
+      gf_node_write_atomic(s->dra_dir, CHECKPOINT_NAME, text, strlen(text), d);
+  free(text);
+  return rc;
+}
+
+/* Reads one checkpoint entry; the checkpoint is the agent's own file, so
+ * anything unexpected means it was damaged and is an error. */
+static int load_one(const json_t *o, gf_node_dra_prepared *p, const char *where,
+                    gf_diag *d) {
+  memset(p, 0, sizeof(*p));
+  int rc;
+  if (!json_is_object(o))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", where);
+  if ((rc = get_str(o, "uid", false, p->claim.uid, sizeof(p->claim.uid), where,
+                    d)) ||
+      (rc = get_str(o, "namespace", false, p->claim.ns, sizeof(p->claim.ns),
+                    where, d)) ||
+      (rc = get_str(o, "name", false, p->claim.name, sizeof(p->claim.name),
+                    where, d)) ||
+      (rc = get_str(o, "cdi", false, p->cdi_id, sizeof(p->cdi_id), where, d)))
+    return rc;
+  const json_t *res = json_object_get(o, "results");
+  if (!json_is_array(res) || json_array_size(res) == 0 ||
+      json_array_size(res) > GF_NODE_DRA_MAX_RESULTS)
+    return gf_diag_set(d, GF_ESYNTAX, "%s.results: not a list of 1..%d", where,
+                       GF_NODE_DRA_MAX_RESULTS);
+  size_t i;
+  const json_t *r;
+  json_array_foreach(res, i, r) {
+    gf_node_dra_result *x = &p->claim.results[i];
+    if ((rc = get_str(r, "request", false, x->request, sizeof(x->request),
+                      where, d)) ||
+        (rc = get_str(r, "pool", false, x->pool, sizeof(x->pool), where, d)) ||
+        (rc = get_str(r, "device", false, x->device, sizeof(x->device), where,
+                      d)) ||
+        (rc = get_str(r, "shareID", false, x->share_id, sizeof(x->share_id),
+                      where, d)))
+      return rc;
+    const json_t *m = json_object_get(r, "memory"),
+                 *c = json_object_get(r, "cores");
+    if ((m && !json_is_integer(m)) || (c && !json_is_integer(c)))
+      return gf_diag_set(d, GF_ESYNTAX, "%s.results[%zu]: bad capacity", where,
+                         i);
+    x->has_memory = m != NULL;
+    x->memory = m ? (int64_t)json_integer_value(m) : 0;
+    x->has_cores = c != NULL;
+    x->cores = c ? (int64_t)json_integer_value(c) : 0;
+  }
+  p->claim.nresults = (uint32_t)json_array_size(res);
+  return 0;
+}
+
+static int load(gf_node_dra_state *s, gf_diag *d) {
+  char path[GF_NODE_PATH_MAX];
+  if (!gf__node_join(path, sizeof(path), s->dra_dir, CHECKPOINT_NAME))
+    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", s->dra_dir);
+  char *text = NULL;
+  size_t len = 0;
+  gf_diag rd = {""};
+  int rc = gf__node_read_file(path, 64u << 20, &text, &len, &rd);
+  if (rc == GF_EIO && access(path, F_OK) != 0 && errno == ENOENT)
+    return 0; /* first start */
+  if (rc)
+    return gf_diag_set(d, rc, "%s", rd.msg);
+  json_error_t je;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  free(text);
+  const json_t *claims = json_object_get(root, "claims");
+  const json_t *ver = json_object_get(root, "version");
+  if (!json_is_array(claims) || !json_is_integer(ver) ||
+      json_integer_value(ver) != CHECKPOINT_VERSION ||
+      json_array_size(claims) > MAX_PREPARED) {
+    json_decref(root);
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: not a version %d DRA checkpoint of at most %d "
+                       "claims%s%s",
+                       path, CHECKPOINT_VERSION, MAX_PREPARED, root ? "" : ": ",
+                       root ? "" : je.text);
+  }
+  size_t n = json_array_size(claims);
+  s->prep = calloc(n ? n : 1, sizeof(*s->prep));
+  if (!s->prep) {
+    json_decref(root);
+    return gf_diag_set(d, GF_ENOMEM, "DRA checkpoint: out of memory");
+  }
+  s->cap = n ? n : 1;
+  for (size_t i = 0; i < n && !rc; i++) {
+    char where[GF_NODE_PATH_MAX + 32];
+    snprintf(where, sizeof(where), "%s: claims[%zu]", path, i);
+    rc = load_one(json_array_get(claims, i), &s->prep[i], where, d);
+    if (!rc)
+      s->n++;
+  }
+  json_decref(root);
+  return rc;
+}
+
+int gf_node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
+                           const gf_node_gpus *g, gf_diag *d) {
+  gf_node_dra_state *s = calloc(1, sizeof(*s));
+  if (!s)
+    return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
+  pthread_mutex_init(&s->mu, NULL);
+  gf__node_copy(s->node, sizeof(s->node), o->node ? o->node : "");
+  gf__node_copy(s->state_dir, sizeof(s->state_dir), o->state_dir);
+  gf__node_copy(s->cdi_dir, sizeof(s->cdi_dir), o->cdi_dir);
+  gf__node_copy(s->shim_lib, sizeof(s->shim_lib),
+                o->shim_lib ? o->shim_lib : "");
+  gf__node_copy(s->preload, sizeof(s->preload), o->preload ? o->preload : "");
+  gf__node_copy(s->log, sizeof(s->log), o->log ? o->log : "warn");
+  gf__node_copy(s->dev_dir, sizeof(s->dev_dir), o->dev_dir ? o->dev_dir : "");
+  gf__node_copy(s->proc, sizeof(s->proc),
+                o->proc && *o->proc ? o->proc : "/proc");
+  int rc = 0;
+  if (!gf__node_join(s->dra_dir, sizeof(s->dra_dir), s->state_dir, "dra"))
+    rc = gf_diag_set(d, GF_ELIMIT, "%s: path too long", s->state_dir);
+  if (!rc)
+    rc = load(s, d);
+  if (rc) {
+    gf_node_dra_state_free(s);
+    return rc;
+  }
+  set_devices(s, g);
+  *out = s;
+  return 0;
+}
+
+void gf_node_dra_state_set_gpus(gf_node_dra_state *s, const gf_node_gpus *g) {
+  pthread_mutex_lock(&s->mu);
+  set_devices(s, g);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gf_node_dra_state_free(gf_node_dra_state *s) {
+  if (!s)
+    return;
+  pthread_mutex_destroy(&s->mu);
+  free(s->prep);
+  free(s);
+}
+
+static ssize_t find(const gf_node_dra_state *s, const char *uid) {
+  for (size_t i = 0; i < s->n; i++)
+    if (strcmp(s->prep[i].claim.uid, uid) == 0)
+      return (ssize_t)i;
+  return -1;
+}
+
+bool gf_node_dra_state_lookup(gf_node_dra_state *s, const char *uid,
+                              gf_node_dra_prepared *out) {
+  pthread_mutex_lock(&s->mu);
+  ssize_t i = find(s, uid);
+  if (i >= 0 && out)
+    *out = s->prep[i];
+  pthread_mutex_unlock(&s->mu);
+  return i >= 0;
+}
+
+size_t gf_node_dra_state_count(gf_node_dra_state *s) {
+  pthread_mutex_lock(&s->mu);
+  size_t n = s->n;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+/* ---- prepare ------------------------------------------------------------ */
+
+static const gf_node_dra_device *device_named(const gf_node_dra_state *s,
+                                              const char *name) {
+  for (size_t i = 0; i < s->ndevs; i++)
+    if (strcmp(s->devs[i].name, name) == 0)
+      return &s->devs[i];
+  return NULL;
+}
+
+/* What result x takes of device v: its consumed capacity, the device's
+ * default for what it does not name (the requestPolicy defaults: the whole
+ * memory, 100 cores), everything of a single-allocation device. */
+static void taken(const gf_node_dra_device *v, const gf_node_dra_result *x,
+                  int64_t *mem, int64_t *cores) {
+  int64_t whole =
+      (int64_t)(v->memory / GF_NODE_DRA_MEMORY_STEP * GF_NODE_DRA_MEMORY_STEP);
+  if (!v->shared) {
+    *mem = (int64_t)v->memory;
+    *cores = GF_NODE_DRA_CORES;
+    return;
+  }
+  *mem = x->has_memory ? x->memory : whole;
+  *cores = x->has_cores ? x->cores : GF_NODE_DRA_CORES;
+}
+
+/* Checks one result against its device alone. */
+static int check_result(const gf_node_dra_state *s, const gf_node_dra_claim *c,
+                        const gf_node_dra_result *x,
+                        const gf_node_dra_device **dev, gf_diag *d) {
+  if (strcmp(x->pool, s->node) != 0)
+    return gf_diag_set(d, GF_EINVAL,
+                       "claim %s/%s: request '%s' is allocated from pool '%s', "
+                       "this node's pool is '%s'",
+                       c->ns, c->name, x->request, x->pool, s->node);
+  const gf_node_dra_device *v = device_named(s, x->device);
+  if (!v)
+    return gf_diag_set(d, GF_ENOTFOUND,
+                       "claim %s/%s: request '%s': device '%s' is not a device "
+                       "of pool %s",
+                       c->ns, c->name, x->request, x->device, s->node);
+  if (!v->healthy)
+    return gf_diag_set(d, GF_ESTATE, "claim %s/%s: device %s is unhealthy (%s)",
+                       c->ns, c->name, v->name, s->g.gpus[v->gpu].reason);
+  if (v->mode == GF_NODE_MODE_MPS)
+    return gf_diag_set(d, GF_ESTATE,
+                       "claim %s/%s: device %s is in mode mps, which the DRA "
+                       "path does not prepare yet",
+                       c->ns, c->name, v->name);
+  if (!v->shared && (x->share_id[0] || x->has_memory || x->has_cores))
+    return gf_diag_set(d, GF_EINVAL,
+                       "claim %s/%s: device %s is %s (one allocation, "
+                       "no capacity to consume), the allocation gives it a "
+                       "share",
+                       c->ns, c->name, v->name,
+                       v->mig >= 0 ? "a MIG device" : "exclusive");
+  if (v->shared && !x->share_id[0])
+    return gf_diag_set(d, GF_EINVAL,
+                       "claim %s/%s: device %s allows multiple allocations, "
+                       "the allocation has no shareID",
+                       c->ns, c->name, v->name);
+  int64_t mem, cores;
+  taken(v, x, &mem, &cores);
+  if (v->shared && (mem < GF_NODE_DRA_MEMORY_MIN || (uint64_t)mem > v->memory))
+    return gf_diag_set(d, GF_EINVAL,
+                       "claim %s/%s: device %s: consumed memory %" PRId64
+                       " bytes is outside %lld..%" PRIu64,
+                       c->ns, c->name, v->name, mem, GF_NODE_DRA_MEMORY_MIN,
+                       v->memory);
+  if (cores < 1 || cores > GF_NODE_DRA_CORES)
+    return gf_diag_set(d, GF_EINVAL,
+                       "claim %s/%s: device %s: consumed cores %" PRId64
+                       " is outside 1..%d",
+                       c->ns, c->name, v->name, cores, GF_NODE_DRA_CORES);
+  *dev = v;
+  return 0;
+}
+
+/* The sums on device v over the prepared claims other than uid. */
+static void sums(const gf_node_dra_state *s, const gf_node_dra_device *v,
+                 const char *uid, int64_t *mem, int64_t *cores,
+                 const char **holder) {
+  *mem = *cores = 0;
+  *holder = NULL;
+  for (size_t i = 0; i < s->n; i++) {
+    const gf_node_dra_claim *o = &s->prep[i].claim;
+    if (strcmp(o->uid, uid) == 0)
+      continue;
+    for (uint32_t k = 0; k < o->nresults; k++) {
+      if (strcmp(o->results[k].device, v->name) != 0)
+        continue;
+      int64_t m, cc;
+      taken(v, &o->results[k], &m, &cc);
+      *mem += m;
+      *cores += cc;
+      *holder = o->name;
+    }
+  }
+}
+
+/* Checks claim c; fills gc with its GPUs (a claim of whole GPUs and
+ * shares) or migs[] with its MIG devices (*nmig of them): a claim holds
+ * one kind or the other. */
+static int check_claim(const gf_node_dra_state *s, const gf_node_dra_claim *c,
+                       gf_grant_container *gc, const gf_node_dra_device **migs,
+                       uint32_t *nmig, gf_diag *d) {
+  memset(gc, 0, sizeof(*gc));
+  *nmig = 0;
+  gf__node_copy(gc->name, sizeof(gc->name), CTR_NAME);
+  for (uint32_t i = 0; i < c->nresults; i++) {
+    const gf_node_dra_result *x = &c->results[i];
+    const gf_node_dra_device *v = NULL;
+    int rc = check_result(s, c, x, &v, d);
+    if (rc)
+      return rc;
+    if ((v->mig >= 0 && gc->ngpus) || (v->mig < 0 && *nmig))
+      return gf_diag_set(d, GF_EINVAL,
+                         "claim %s/%s: MIG devices and whole GPUs in one "
+                         "claim: a container uses one kind (make two claims "
+                         "for two containers)",
+                         c->ns, c->name);
+    if (v->mig >= 0) {
+      for (uint32_t k = 0; k < *nmig; k++)
+        if (migs[k] == v)
+          return gf_diag_set(d, GF_ENOFIT,
+                             "claim %s/%s: MIG device %s is allocated twice",
+                             c->ns, c->name, v->name);
+      int64_t om, oc;
+      const char *holder;
+      sums(s, v, c->uid, &om, &oc, &holder);
+      if (holder)
+        return gf_diag_set(d, GF_ENOFIT,
+                           "claim %s/%s: MIG device %s is held by claim %s",
+                           c->ns, c->name, v->name, holder);
+      migs[(*nmig)++] = v;
+      continue;
+    }
+    int64_t mem, cores;
+    taken(v, x, &mem, &cores);
+    /* Two results on one device (two requests of the claim) are one GPU
+     * to the container: their shares add up. */
+    gf_grant_gpu *gg = NULL;
+    for (uint32_t k = 0; k < gc->ngpus; k++)
+      if (gc->gpus[k].index == s->g.gpus[v->gpu].index)
+        gg = &gc->gpus[k];
+    if (gg && !v->shared)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "claim %s/%s: exclusive device %s is allocated twice",
+                         c->ns, c->name, v->name);
+    if (!gg) {
+      if (gc->ngpus >= GF_REGION_DEVICES)
+        return gf_diag_set(d, GF_EINVAL, "claim %s/%s: more than %d GPUs",
+                           c->ns, c->name, GF_REGION_DEVICES);
+      gg = &gc->gpus[gc->ngpus++];
+      gg->index = s->g.gpus[v->gpu].index;
+      gf__node_copy(gg->uuid, sizeof(gg->uuid), s->g.gpus[v->gpu].uuid);
+    }
+    gg->mem_bytes += v->shared ? mem : 0;
+    gg->compute_pct += v->shared ? (int32_t)cores : 0;
+    int64_t om, oc;
+    const char *holder;
+    sums(s, v, c->uid, &om, &oc, &holder);
+    int64_t mine = v->shared ? gg->mem_bytes : mem;
+    int64_t mine_c = v->shared ? gg->compute_pct : cores;
+    if (om + mine > (int64_t)v->memory || oc + mine_c > GF_NODE_DRA_CORES)
+      return gf_diag_set(
+          d, GF_ENOFIT,
+          "claim %s/%s: device %s would hold %" PRId64 " bytes and %" PRId64
+          " cores with the claims prepared on it (last: %s), "
+          "more than its %" PRIu64 " bytes and %d cores",
+          c->ns, c->name, v->name, om + mine, oc + mine_c,
+          holder ? holder : "none", v->memory, GF_NODE_DRA_CORES);
+  }
+  return 0;
+}
+
+/* The CDI spec of a claim of MIG devices: their uuids in
+ * CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, the common device nodes,
+ * each parent GPU's node once, and each instance's two capability nodes.
+ * No interposer: MIG isolates memory and SMs in hardware. */
+static int mig_spec(const gf_node_dra_state *s, const char *uid,
+                    const gf_node_dra_device *const *migs, uint32_t n,
+                    char **out, gf_diag *d) {
+  const char *dev = s->dev_dir[0] ? s->dev_dir : "/dev";
+  char uuids[GF_NODE_DRA_MAX_RESULTS * GF_UUID_MAX] = "";
+  size_t off = 0;
+  json_t *nodes = json_array();
+  int rc = 0;
+  static const char *const common[] = {"nvidiactl", "nvidia-uvm",
+                                       "nvidia-uvm-tools"};
+  char path[GF_NODE_PATH_MAX + 64];
+  for (size_t i = 0; nodes && i < 3; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dev, common[i]);
+    json_array_append_new(nodes, json_pack("{s:s}", "path", path));
+  }
+  for (uint32_t i = 0; nodes && i < n && !rc; i++) {
+    const gf_node_gpu *g = &s->g.gpus[migs[i]->gpu];
+    const gf_node_mig *m = &g->mig[migs[i]->mig];
+    int w = snprintf(uuids + off, sizeof(uuids) - off, "%s%s", i ? "," : "",
+                     m->uuid);
+    if (w < 0 || (size_t)w >= sizeof(uuids) - off)
+      rc = gf_diag_set(d, GF_ELIMIT, "claim: MIG uuid list too long");
+    off += rc ? 0 : (size_t)w;
+    bool seen = false;
+    for (uint32_t k = 0; k < i; k++)
+      seen |= migs[k]->gpu == migs[i]->gpu;
+    if (!seen) {
+      snprintf(path, sizeof(path), "%s/nvidia%u", dev, g->minor);
+      json_array_append_new(nodes, json_pack("{s:s}", "path", path));
+    }
+    for (int level = 0; level < 2 && !rc; level++) {
+      unsigned minor = 0;
+      rc = gf__node_mig_cap_minor(s->proc, g, m, level, &minor, d);
+      snprintf(path, sizeof(path), "%s/nvidia-caps/nvidia-cap%u", dev, minor);
+      if (!rc)
+        json_array_append_new(nodes, json_pack("{s:s}", "path", path));
+    }
+  }
+  if (rc) {
+    json_decref(nodes);
+    return rc;
+  }
+  char e1[sizeof(uuids) + 32], e2[sizeof(uuids) + 32], name[GF_NODE_PATH_MAX];
+  snprintf(e1, sizeof(e1), "NVIDIA_VISIBLE_DEVICES=%s", uuids);
+  snprintf(e2, sizeof(e2), "CUDA_VISIBLE_DEVICES=%s", uuids);
+  snprintf(name, sizeof(name), "%s_%s", uid, CTR_NAME);
+  json_t *root =
+      nodes ? json_pack("{s:s,s:s,s:[{s:s,s:{s:[s,s],s:o}}]}", "cdiVersion",
+                        GF_NODE_CDI_VERSION, "kind", GF_NODE_CDI_KIND,
+                        "devices", "name", name, "containerEdits", "env", e1,
+                        e2, "deviceNodes", nodes)
+            : NULL;
+  *out = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(root);
+  return *out ? 0 : gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+}
+
+static int add_prepared(gf_node_dra_state *s, const gf_node_dra_prepared *p,
+                        gf_diag *d) {
+  if (s->n >= MAX_PREPARED)
+    return gf_diag_set(d, GF_ELIMIT, "DRA: %d claims prepared already",
+                       MAX_PREPARED);
+  if (s->n == s->cap) {
+    size_t nc = s->cap ? s->cap * 2 : 8;
+    gf_node_dra_prepared *np = realloc(s->prep, nc * sizeof(*np));
+    if (!np)
+      return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
+    s->prep = np;
+    s->cap = nc;
+  }
+  s->prep[s->n++] = *p;
+  return 0;
+}
+
+int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
+                        gf_node_dra_prepared *out, gf_diag *d) {
+  if (!gf_node_safe_name(c->uid))
+    return gf_diag_set(d, GF_EINVAL, "claim %s/%s: uid '%s' is not a safe name",
+                       c->ns, c->name, c->uid);
+  pthread_mutex_lock(&s->mu);
+  int rc = 0;
+  ssize_t have = find(s, c->uid);
+  if (have >= 0) {
+    *out = s->prep[have];
+    goto out;
+  }
+  gf_grant_container gc;
+  const gf_node_dra_device *migs[GF_NODE_DRA_MAX_RESULTS];
+  uint32_t nmig = 0;
+  if ((rc = check_claim(s, c, &gc, migs, &nmig, d)))
+    goto out;
+  char *spec = NULL;
+  if (nmig) {
+    if ((rc = mig_spec(s, c->uid, migs, nmig, &spec, d)))
+      goto out; /* nothing written yet */
+  } else {
+    gf_node_ctr_paths paths;
+    if ((rc = gf_node_prepare_container(s->state_dir, c->uid, &gc, s->log,
+                                        &paths, d)))
+      goto undo;
+    gf_node_cdi_opts co = {s->shim_lib[0] ? s->shim_lib : NULL,
+                           s->preload[0] ? s->preload : NULL,
+                           s->dev_dir[0] ? s->dev_dir : NULL};
+    if ((rc = gf_node_cdi_container_spec(&s->g, c->uid, &gc, &paths, &co, &spec,
+                                         d)))
+      goto undo;
+  }
+  char file[GF_NODE_PATH_MAX];
+  snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", c->uid, CTR_NAME);
+  rc = gf_node_write_atomic(s->cdi_dir, file, spec, strlen(spec), d);
+  free(spec);
+  if (rc)
+    goto undo;
+  gf_node_dra_prepared p;
+  p.claim = *c;
+  snprintf(p.cdi_id, sizeof(p.cdi_id), "%s=%s_%s", GF_NODE_CDI_KIND, c->uid,
+           CTR_NAME);
+  if ((rc = add_prepared(s, &p, d)))
+    goto undo;
+  if ((rc = save(s, d))) {
+    s->n--;
+    goto undo;
+  }
+  *out = p;
+  goto out;
+undo : {
+  gf_diag ud = {""};
+  (void)gf_node_forget_pod(s->state_dir, s->cdi_dir, c->uid, &ud);
+}
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+int gf_node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d) {
+  if (!gf_node_safe_name(uid))
+    return gf_diag_set(d, GF_EINVAL, "claim uid '%s' is not a safe name", uid);
+  pthread_mutex_lock(&s->mu);
+  int rc = gf_node_forget_pod(s->state_dir, s->cdi_dir, uid, d);
+  ssize_t i = rc ? -1 : find(s, uid);
+  if (i >= 0) {
+    gf_node_dra_prepared keep = s->prep[i];
+    memmove(&s->prep[i], &s->prep[i + 1],
+            (s->n - (size_t)i - 1) * sizeof(s->prep[0]));
+    s->n--;
+    rc = save(s, d);
+    if (rc) { /* still prepared as far as the file says: keep it so */
+      memmove(&s->prep[i + 1], &s->prep[i],
+              (s->n - (size_t)i) * sizeof(s->prep[0]));
+      s->prep[i] = keep;
+      s->n++;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+/* ---- from the API ---------------------------------------------------------
+ */
+
+int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
+                                 const char *ns, const char *name,
+                                 const char *uid, gf_node_dra_prepared *out,
+                                 gf_diag *d) {
+  if (gf_node_dra_state_lookup(s, uid, out))
+    return 0;
+  static const char ok[] = "abcdefghijklmnopqrstuvwxyz0123456789.-";
+  if (!*ns || !*name || strlen(ns) > 63 || strlen(name) > 253 ||
+      strspn(ns, ok) != strlen(ns) || strspn(name, ok) != strlen(name))
+    return gf_diag_set(d, GF_EINVAL, "claim '%s/%s' is not a valid name", ns,
+                       name);
+  char path[512];
+  snprintf(path, sizeof(path),
+           "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns,
+           name);
+  json_t *obj = NULL;
+  int rc = gf_kube_get(k, path, &obj, d);
+  if (rc)
+    return rc;
+  gf_node_dra_claim *c = malloc(sizeof(*c));
+  if (!c) {
+    json_decref(obj);
+    return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
+  }
+  rc = gf_node_dra_claim_from_json(obj, GF_NODE_DRA_DRIVER, c, d);
+  json_decref(obj);
+  if (!rc && strcmp(c->uid, uid) != 0)
+    rc = gf_diag_set(d, GF_ESTATE,
+                     "claim %s/%s has uid %s, kubelet asked for uid %s (the "
+                     "claim was deleted and made again)",
+                     ns, name, c->uid, uid);
+  if (!rc)
+    rc = gf_node_dra_prepare(s, c, out, d);
+  free(c);
+  return rc;
+}

@@ -1,0 +1,253 @@
+/*
+ * Publishing the node's ResourceSlices (gpufrac/node_dra.h): the API's
+ * slices of this node and driver made equal to what the GPUs say, at a new
+ * pool generation on every change.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/node_dra.h"
+#include "node_int.h"
+
+#define SLICES "/apis/resource.k8s.io/v1/resourceslices"
+
+struct gf_node_dra_publisher {
+  gf_kube *k;
+  char node[GF_NAME_MAX];
+  size_t max;
+  int64_t gen;
+  json_t *last; /* what was last published (NULL: publish next time) */
+  char node_uid[GF_NAME_MAX]; /* the Node's uid once read ("" before) */
+};
+
+int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
+                              const char *node, size_t max_per_slice,
+                              gf_diag *d) {
+  gf_node_dra_publisher *p = calloc(1, sizeof(*p));
+  if (!p)
+    return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
+  int rc = gf_kube_new(&p->k, cfg, NULL, d);
+  if (rc) {
+    free(p);
+    return rc;
+  }
+  gf__node_copy(p->node, sizeof(p->node), node);
+  p->max = max_per_slice;
+  *out = p;
+  return 0;
+}
+
+void gf_node_dra_publisher_free(gf_node_dra_publisher *p) {
+  if (!p)
+    return;
+  gf_kube_free(p->k);
+  json_decref(p->last);
+  free(p);
+}
+
+int64_t gf_node_dra_publisher_generation(const gf_node_dra_publisher *p) {
+  return p->gen;
+}
+
+/* The spec as the API server stores it, less what it adds by itself (the
+ * taints' timeAdded), for comparing. */
+static json_t *bare_spec(const json_t *slice) {
+  json_t *spec = json_deep_copy(json_object_get(slice, "spec"));
+  size_t i;
+  json_t *dev;
+  json_array_foreach(json_object_get(spec, "devices"), i, dev) {
+    size_t k;
+    json_t *t;
+    json_array_foreach(json_object_get(dev, "taints"), k, t)
+        json_object_del(t, "timeAdded");
+  }
+  return spec;
+}
+
+static const json_t *by_name(const json_t *items, const char *name) {
+  size_t i;
+  const json_t *it;
+  json_array_foreach(items, i, it) {
+    const char *n = json_string_value(
+        json_object_get(json_object_get(it, "metadata"), "name"));
+    if (n && strcmp(n, name) == 0)
+      return it;
+  }
+  return NULL;
+}
+
+static const char *name_of(const json_t *o) {
+  const char *n = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  return n ? n : "";
+}
+
+/* The API's slices of this node and driver (a new array) and their
+ * highest pool generation. */
+static int list_mine(gf_node_dra_publisher *p, json_t **mine, int64_t *gen,
+                     gf_diag *d) {
+  char fs[GF_NAME_MAX + 32];
+  snprintf(fs, sizeof(fs), "spec.nodeName=%s", p->node);
+  gf_kube_list_opts lo = {.field_selector = fs};
+  json_t *list = NULL;
+  int rc = gf_kube_list_all(p->k, SLICES, &lo, &list, d);
+  if (rc)
+    return rc;
+  json_t *arr = json_array();
+  *gen = 0;
+  size_t i;
+  json_t *it;
+  json_array_foreach(json_object_get(list, "items"), i, it) {
+    const json_t *spec = json_object_get(it, "spec");
+    const char *drv = json_string_value(json_object_get(spec, "driver"));
+    if (!drv || strcmp(drv, GF_NODE_DRA_DRIVER) != 0)
+      continue;
+    json_int_t g = json_integer_value(
+        json_object_get(json_object_get(spec, "pool"), "generation"));
+    if (g > *gen)
+      *gen = g;
+    json_array_append(arr, it);
+  }
+  json_decref(list);
+  *mine = arr;
+  return arr ? 0 : gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
+}
+
+/* true when the API's slices say exactly what `want` says. */
+static bool same(const json_t *mine, const json_t *want) {
+  if (json_array_size(mine) != json_array_size(want))
+    return false;
+  size_t i;
+  const json_t *w;
+  json_array_foreach(want, i, w) {
+    const json_t *have = by_name(mine, name_of(w));
+    if (!have)
+      return false;
+    json_t *a = bare_spec(have), *b = bare_spec(w);
+    const json_t *oa = json_object_get(json_object_get(have, "metadata"),
+                                       "ownerReferences"),
+                 *ob = json_object_get(json_object_get(w, "metadata"),
+                                       "ownerReferences");
+    bool eq = a && b && json_equal(a, b) &&
+              ((!oa && !ob) || (oa && ob && json_equal(oa, ob)));
+    json_decref(a);
+    json_decref(b);
+    if (!eq)
+      return false;
+  }
+  return true;
+}
+
+/* Reads the Node's uid, so its slices go when the Node does (owner
+ * reference); without it (no permission, no Node yet) slices are published
+ * without an owner and the next publish tries again. */
+static void read_node_uid(gf_node_dra_publisher *p) {
+  if (p->node_uid[0])
+    return;
+  char path[GF_NAME_MAX + 16];
+  snprintf(path, sizeof(path), "/api/v1/nodes/%s", p->node);
+  json_t *n = NULL;
+  gf_diag d = {""};
+  if (gf_kube_get(p->k, path, &n, &d) == 0) {
+    const char *uid = json_string_value(
+        json_object_get(json_object_get(n, "metadata"), "uid"));
+    if (uid && strlen(uid) < sizeof(p->node_uid))
+      gf__node_copy(p->node_uid, sizeof(p->node_uid), uid);
+  }
+  json_decref(n);
+}
+
+static void set_owner(const gf_node_dra_publisher *p, json_t *slices) {
+  if (!p->node_uid[0])
+    return;
+  size_t i;
+  json_t *s;
+  json_array_foreach(slices, i, s) {
+    json_object_set_new(json_object_get(s, "metadata"), "ownerReferences",
+                        json_pack("[{s:s,s:s,s:s,s:s,s:b}]", "apiVersion", "v1",
+                                  "kind", "Node", "name", p->node, "uid",
+                                  p->node_uid, "controller", 1));
+  }
+}
+
+int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
+                        bool *changed, gf_diag *d) {
+  *changed = false;
+  json_t *want = NULL, *mine = NULL;
+  read_node_uid(p);
+  int rc = gf_node_dra_slices(g, p->node, p->gen, p->max, &want, d);
+  if (rc)
+    return rc;
+  set_owner(p, want);
+  if (p->last && json_equal(p->last, want)) {
+    json_decref(want);
+    return 0;
+  }
+  int64_t api_gen = 0;
+  if ((rc = list_mine(p, &mine, &api_gen, d)))
+    goto out;
+  if (!p->last && p->gen == 0) {
+    /* First call: what a previous run published may still be true. */
+    json_decref(want);
+    want = NULL;
+    if ((rc = gf_node_dra_slices(g, p->node, api_gen, p->max, &want, d)))
+      goto out;
+    set_owner(p, want);
+    if (api_gen > 0 && same(mine, want)) {
+      p->gen = api_gen;
+      p->last = want;
+      want = NULL;
+      goto out;
+    }
+  }
+  p->gen = (api_gen > p->gen ? api_gen : p->gen) + 1;
+  json_decref(want);
+  want = NULL;
+  if ((rc = gf_node_dra_slices(g, p->node, p->gen, p->max, &want, d)))
+    goto out;
+  set_owner(p, want);
+  json_decref(p->last);
+  p->last = NULL; /* until everything below went through */
+  size_t i;
+  json_t *w;
+  json_array_foreach(want, i, w) {
+    const json_t *have = by_name(mine, name_of(w));
+    char path[sizeof(SLICES) + 300];
+    if (have) {
+      json_t *md = json_object_get(w, "metadata");
+      json_object_set(md, "resourceVersion",
+                      json_object_get(json_object_get(have, "metadata"),
+                                      "resourceVersion"));
+      snprintf(path, sizeof(path), "%s/%s", SLICES, name_of(w));
+      rc = gf_kube_replace(p->k, path, w, NULL, d);
+      json_object_del(md, "resourceVersion");
+    } else {
+      rc = gf_kube_create(p->k, SLICES, w, NULL, d);
+    }
+    if (rc)
+      goto out;
+  }
+  json_t *m;
+  json_array_foreach(mine, i, m) {
+    if (by_name(want, name_of(m)))
+      continue;
+    char path[sizeof(SLICES) + 300];
+    snprintf(path, sizeof(path), "%s/%s", SLICES, name_of(m));
+    rc = gf_kube_delete(p->k, path, d);
+    if (rc == GF_ENOTFOUND)
+      rc = 0;
+    if (rc)
+      goto out;
+  }
+  *changed = true;
+  p->last = want;
+  want = NULL;
+out:
+  if (rc)
+    gf_diag_prefix(d, "ResourceSlices of node %s: ", p->node);
+  json_decref(want);
+  json_decref(mine);
+  return rc;
+}

@@ -1,0 +1,676 @@
+/*
+ * The DRA path of the node agent (gpufrac/node_dra.h): the ResourceSlices
+ * built from the GPUs (devices, attributes, capacities, taints, splitting
+ * at the API's per-slice limit), claim parsing, and preparing claims
+ * (refusals, sums per device, idempotence, the checkpoint, unprepare).
+ * The real API server's view of the same slices and claims is
+ * tests/e2e/test_dra_node.py.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "tmpdir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/node.h"
+#include "gpufrac/node_dra.h"
+
+#define GiB (1ull << 30)
+
+static gf_node_gpus *gpus(uint32_t n) {
+  gf_node_gpus *g = calloc(1, sizeof(*g));
+  assert_non_null(g);
+  g->ngpus = n;
+  snprintf(g->driver_version, sizeof(g->driver_version), "535.104.05");
+  g->cuda_version = 12020;
+  for (uint32_t i = 0; i < n; i++) {
+    gf_node_gpu *x = &g->gpus[i];
+    x->index = i;
+    x->minor = i;
+    snprintf(x->uuid, sizeof(x->uuid), "GPU-00000000-1111-2222-3333-%012u", i);
+    snprintf(x->name, sizeof(x->name), "NVIDIA H100 80GB HBM3");
+    x->mem_bytes = 80 * GiB;
+    x->cc_major = 9;
+    x->numa_node = (int32_t)(i / 2);
+    snprintf(x->pci_bus_id, sizeof(x->pci_bus_id), "00000000:%02X:00.0",
+             0x18 + i);
+    x->healthy = true;
+    x->mode = GF_NODE_MODE_SHARED;
+  }
+  return g;
+}
+
+static void add_migs(gf_node_gpu *x, uint32_t n) {
+  x->mode = GF_NODE_MODE_MIG;
+  x->mig_enabled = true;
+  x->nmig = n;
+  for (uint32_t m = 0; m < n; m++) {
+    gf_node_mig *v = &x->mig[m];
+    snprintf(v->uuid, sizeof(v->uuid), "MIG-%08u-aaaa-4bbb-8ccc-%012u",
+             x->index, m);
+    v->mem_bytes = 10 * GiB;
+    v->gi = m + 1;
+    v->sm_count = 16;
+    snprintf(v->profile, sizeof(v->profile), "1g.10gb");
+  }
+}
+
+static const char *sget(const json_t *o, const char *path) {
+  /* "a.b.c" through objects */
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s", path);
+  const json_t *v = o;
+  for (char *p = buf, *dot; p && v; p = dot) {
+    dot = strchr(p, '.');
+    if (dot)
+      *dot++ = '\0';
+    v = json_object_get(v, p);
+  }
+  return json_string_value(v);
+}
+
+static void test_devices_and_attributes(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(3);
+  g->gpus[1].mode = GF_NODE_MODE_EXCLUSIVE;
+  add_migs(&g->gpus[2], 2);
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices(g, "n1", 4, 0, &arr, &d), 0);
+  assert_int_equal(json_array_size(arr), 1);
+  const json_t *sl = json_array_get(arr, 0);
+  assert_string_equal(sget(sl, "metadata.name"), "n1-gpu.gpufrac.io-0");
+  assert_string_equal(sget(sl, "apiVersion"), "resource.k8s.io/v1");
+  assert_string_equal(sget(sl, "spec.driver"), "gpu.gpufrac.io");
+  assert_string_equal(sget(sl, "spec.nodeName"), "n1");
+  const json_t *pool = json_object_get(json_object_get(sl, "spec"), "pool");
+  assert_string_equal(json_string_value(json_object_get(pool, "name")), "n1");
+  assert_int_equal(json_integer_value(json_object_get(pool, "generation")), 4);
+  assert_int_equal(
+      json_integer_value(json_object_get(pool, "resourceSliceCount")), 1);
+  const json_t *devs = json_object_get(json_object_get(sl, "spec"), "devices");
+  assert_int_equal(json_array_size(devs), 4);
+  const json_t *d0 = json_array_get(devs, 0), *d1 = json_array_get(devs, 1);
+  const json_t *m1 = json_array_get(devs, 3);
+  assert_string_equal(sget(d0, "name"), "gpu-0");
+  assert_string_equal(sget(json_array_get(devs, 2), "name"), "gpu-2-mig-1-0");
+  assert_string_equal(sget(m1, "name"), "gpu-2-mig-2-0");
+  /* Attributes as NVIDIA's driver names them; versions made semver. */
+  assert_string_equal(sget(d0, "attributes.type.string"), "gpu");
+  assert_string_equal(sget(d0, "attributes.uuid.string"), g->gpus[0].uuid);
+  assert_string_equal(sget(d0, "attributes.productName.string"),
+                      "NVIDIA H100 80GB HBM3");
+  assert_string_equal(sget(d0, "attributes.brand.string"), "Nvidia");
+  assert_string_equal(sget(d0, "attributes.architecture.string"), "Hopper");
+  assert_string_equal(sget(d0, "attributes.cudaComputeCapability.version"),
+                      "9.0.0");
+  assert_string_equal(sget(d0, "attributes.driverVersion.version"),
+                      "535.104.5");
+  assert_string_equal(sget(d0, "attributes.cudaDriverVersion.version"),
+                      "12.2.0");
+  assert_string_equal(sget(d0, "attributes.pciBusID.string"),
+                      "00000000:18:00.0");
+  assert_string_equal(sget(d0, "attributes.mode.string"), "shared");
+  assert_int_equal(
+      json_integer_value(json_object_get(
+          json_object_get(json_object_get(d0, "attributes"), "numaNode"),
+          "int")),
+      0);
+  /* A shared GPU: consumable capacity with a policy per capacity. */
+  assert_true(json_is_true(json_object_get(d0, "allowMultipleAllocations")));
+  assert_string_equal(sget(d0, "capacity.memory.value"), "80Gi");
+  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.default"),
+                      "80Gi");
+  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.validRange.min"),
+                      "256Mi");
+  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.validRange.max"),
+                      "80Gi");
+  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.validRange.step"),
+                      "1Mi");
+  assert_string_equal(sget(d0, "capacity.cores.value"), "100");
+  assert_string_equal(sget(d0, "capacity.cores.requestPolicy.default"), "100");
+  assert_string_equal(sget(d0, "capacity.cores.requestPolicy.validRange.min"),
+                      "1");
+  /* Exclusive: single allocation, no policy. */
+  assert_string_equal(sget(d1, "attributes.mode.string"), "exclusive");
+  assert_null(json_object_get(d1, "allowMultipleAllocations"));
+  assert_null(sget(d1, "capacity.memory.requestPolicy.default"));
+  assert_string_equal(sget(d1, "capacity.memory.value"), "80Gi");
+  /* MIG: its own device, parent, profile, memory and multiprocessors. */
+  assert_string_equal(sget(m1, "attributes.type.string"), "mig");
+  assert_string_equal(sget(m1, "attributes.uuid.string"),
+                      g->gpus[2].mig[1].uuid);
+  assert_string_equal(sget(m1, "attributes.parentUUID.string"),
+                      g->gpus[2].uuid);
+  assert_string_equal(sget(m1, "attributes.profile.string"), "1g.10gb");
+  assert_string_equal(sget(m1, "capacity.memory.value"), "10Gi");
+  assert_string_equal(sget(m1, "capacity.multiprocessors.value"), "16");
+  assert_null(json_object_get(json_object_get(m1, "capacity"), "cores"));
+  assert_null(json_object_get(m1, "taints"));
+  json_decref(arr);
+  free(g);
+}
+
+/* Memory that is not a whole MiB: value exact, max and default rounded
+ * down to the step (the API requires multiples of it). */
+static void test_odd_memory(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(1);
+  g->gpus[0].mem_bytes = 85520809984ull + 512; /* 81559 MiB and 512 bytes */
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  const json_t *d0 = json_array_get(
+      json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
+                      "devices"),
+      0);
+  assert_string_equal(sget(d0, "capacity.memory.value"), "85520810496");
+  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.validRange.max"),
+                      "81559Mi");
+  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.default"),
+                      "81559Mi");
+  json_decref(arr);
+  free(g);
+}
+
+static void test_taints(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(3);
+  g->gpus[0].healthy = false;
+  snprintf(g->gpus[0].reason, sizeof(g->gpus[0].reason), "Xid 79");
+  g->gpus[1].healthy = false;
+  snprintf(g->gpus[1].reason, sizeof(g->gpus[1].reason), "Xid 43");
+  g->gpus[2].healthy = false;
+  snprintf(g->gpus[2].reason, sizeof(g->gpus[2].reason),
+           "nvmlDeviceGetMigDeviceHandleByIndex: Unknown Error (999)");
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  const json_t *devs = json_object_get(
+      json_object_get(json_array_get(arr, 0), "spec"), "devices");
+  assert_int_equal(json_array_size(devs), 3); /* none vanished */
+  const char *want[3][3] = {{"gpu.gpufrac.io/xid", "79", "NoExecute"},
+                            {"gpu.gpufrac.io/xid", "43", "NoSchedule"},
+                            {"gpu.gpufrac.io/unhealthy", NULL, "NoSchedule"}};
+  for (size_t i = 0; i < 3; i++) {
+    const json_t *t = json_object_get(json_array_get(devs, i), "taints");
+    assert_int_equal(json_array_size(t), 1);
+    const json_t *t0 = json_array_get(t, 0);
+    assert_string_equal(sget(t0, "key"), want[i][0]);
+    if (want[i][1])
+      assert_string_equal(sget(t0, "value"), want[i][1]);
+    else
+      assert_null(json_object_get(t0, "value"));
+    assert_string_equal(sget(t0, "effect"), want[i][2]);
+  }
+  json_decref(arr);
+  assert_string_equal(gf_node_dra_taint_effect("Xid 48"), "NoExecute");
+  assert_string_equal(gf_node_dra_taint_effect("Xid 480"), "NoSchedule");
+  assert_string_equal(gf_node_dra_taint_effect("GPU is lost"), "NoSchedule");
+  free(g);
+}
+
+static size_t count_devs(const json_t *sl) {
+  return json_array_size(
+      json_object_get(json_object_get(sl, "spec"), "devices"));
+}
+
+static void test_split(void **state) {
+  (void)state;
+  /* 5 GPUs, 2 a slice: 3 slices of 2, 2, 1, all saying 3. */
+  gf_node_gpus *g = gpus(5);
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices(g, "n1", 7, 2, &arr, &d), 0);
+  assert_int_equal(json_array_size(arr), 3);
+  size_t want[3] = {2, 2, 1};
+  for (size_t s = 0; s < 3; s++) {
+    const json_t *sl = json_array_get(arr, s);
+    char name[64];
+    snprintf(name, sizeof(name), "n1-gpu.gpufrac.io-%zu", s);
+    assert_string_equal(sget(sl, "metadata.name"), name);
+    assert_int_equal(count_devs(sl), want[s]);
+    const json_t *pool = json_object_get(json_object_get(sl, "spec"), "pool");
+    assert_int_equal(
+        json_integer_value(json_object_get(pool, "resourceSliceCount")), 3);
+    assert_int_equal(json_integer_value(json_object_get(pool, "generation")),
+                     7);
+  }
+  /* In order: the last slice holds gpu-4. */
+  assert_string_equal(
+      sget(json_array_get(
+               json_object_get(json_object_get(json_array_get(arr, 2), "spec"),
+                               "devices"),
+               0),
+           "name"),
+      "gpu-4");
+  json_decref(arr);
+  free(g);
+  /* The API's limits: 16 MIG GPUs x 7 = 112 devices fit one slice of 128;
+   * with one device tainted, slices hold at most 64. */
+  g = gpus(16);
+  for (uint32_t i = 0; i < 16; i++)
+    add_migs(&g->gpus[i], 7);
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(json_array_size(arr), 1);
+  assert_int_equal(count_devs(json_array_get(arr, 0)), 112);
+  json_decref(arr);
+  g->gpus[3].healthy = false;
+  snprintf(g->gpus[3].reason, sizeof(g->gpus[3].reason), "Xid 79");
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(json_array_size(arr), 2);
+  assert_int_equal(count_devs(json_array_get(arr, 0)), 64);
+  assert_int_equal(count_devs(json_array_get(arr, 1)), 48);
+  json_decref(arr);
+  /* Asking for more than the API allows is an error. */
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 129, &arr, &d), GF_EINVAL);
+  assert_int_equal(gf_node_dra_slices(g, "N_1", 1, 0, &arr, &d), GF_EINVAL);
+  free(g);
+  /* No device: still one slice, so consumers see the pool. */
+  g = gpus(0);
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(json_array_size(arr), 1);
+  assert_int_equal(count_devs(json_array_get(arr, 0)), 0);
+  json_decref(arr);
+  free(g);
+}
+
+static void test_semver(void **state) {
+  (void)state;
+  char v[32];
+  assert_true(gf_node_dra_semver("9.0", v, sizeof(v)));
+  assert_string_equal(v, "9.0.0");
+  assert_true(gf_node_dra_semver("535.104.05", v, sizeof(v)));
+  assert_string_equal(v, "535.104.5");
+  assert_true(gf_node_dra_semver("12", v, sizeof(v)));
+  assert_string_equal(v, "12.0.0");
+  assert_true(gf_node_dra_semver("1.2.3.4", v, sizeof(v)));
+  assert_string_equal(v, "1.2.3");
+  assert_false(gf_node_dra_semver("", v, sizeof(v)));
+  assert_false(gf_node_dra_semver("x1", v, sizeof(v)));
+  assert_false(gf_node_dra_semver("99999999999", v, sizeof(v)));
+}
+
+/* ---- claims ---- */
+
+#define UID_A "0a1b2c3d-0000-4000-8000-00000000000a"
+#define UID_B "0a1b2c3d-0000-4000-8000-00000000000b"
+#define UID_C "0a1b2c3d-0000-4000-8000-00000000000c"
+
+/* A claim with results "DEVICE:MEMORY:CORES[:pool][;...]" ("-" for none,
+ * "noshare" as MEMORY for an allocation without shareID or capacity). */
+static char *claim_json(const char *uid, const char *name, const char *res) {
+  json_t *results = json_array();
+  char buf[512];
+  snprintf(buf, sizeof(buf), "%s", res);
+  int k = 0;
+  for (char *save = NULL, *r = strtok_r(buf, ";", &save); r;
+       r = strtok_r(NULL, ";", &save), k++) {
+    char dev[64] = "", mem[32] = "", cores[32] = "", pool[64] = "n1";
+    sscanf(r, "%63[^:]:%31[^:]:%31[^:]:%63s", dev, mem, cores, pool);
+    char req[16];
+    snprintf(req, sizeof(req), "r%d", k);
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "request", req, "driver",
+                          "gpu.gpufrac.io", "pool", pool, "device", dev);
+    if (strcmp(mem, "noshare") != 0) {
+      json_object_set_new(o, "shareID",
+                          json_string("11111111-2222-4333-8444-55555555555a"));
+      json_t *cc = json_object();
+      if (strcmp(mem, "-") != 0)
+        json_object_set_new(cc, "memory", json_string(mem));
+      if (strcmp(cores, "-") != 0)
+        json_object_set_new(cc, "cores", json_string(cores));
+      json_object_set_new(o, "consumedCapacity", cc);
+    }
+    json_array_append_new(results, o);
+  }
+  /* a result of another driver, which is skipped */
+  json_array_append_new(results, json_pack("{s:s,s:s,s:s,s:s}", "request",
+                                           "nic", "driver", "net.example.com",
+                                           "pool", "n1", "device", "eth0"));
+  json_t *c = json_pack("{s:{s:s,s:s,s:s},s:{s:{s:{s:o}}}}", "metadata",
+                        "namespace", "ns1", "name", name, "uid", uid, "status",
+                        "allocation", "devices", "results", results);
+  char *text = json_dumps(c, JSON_COMPACT);
+  json_decref(c);
+  return text;
+}
+
+static int parse(const char *uid, const char *name, const char *res,
+                 gf_node_dra_claim *c, gf_diag *d) {
+  char *t = claim_json(uid, name, res);
+  int rc = gf_node_dra_claim_parse(t, strlen(t), "gpu.gpufrac.io", c, d);
+  free(t);
+  return rc;
+}
+
+static void test_claim_parse(void **state) {
+  (void)state;
+  gf_node_dra_claim c;
+  gf_diag d = {""};
+  assert_int_equal(parse(UID_A, "a", "gpu-0:8Gi:30;gpu-1:noshare:-", &c, &d),
+                   0);
+  assert_string_equal(c.ns, "ns1");
+  assert_string_equal(c.name, "a");
+  assert_string_equal(c.uid, UID_A);
+  assert_int_equal(c.nresults, 2); /* the NIC is another driver's */
+  assert_string_equal(c.results[0].request, "r0");
+  assert_string_equal(c.results[0].pool, "n1");
+  assert_string_equal(c.results[0].device, "gpu-0");
+  assert_string_equal(c.results[0].share_id,
+                      "11111111-2222-4333-8444-55555555555a");
+  assert_true(c.results[0].has_memory && c.results[0].has_cores);
+  assert_int_equal(c.results[0].memory, 8 * GiB);
+  assert_int_equal(c.results[0].cores, 30);
+  assert_string_equal(c.results[1].share_id, "");
+  assert_false(c.results[1].has_memory || c.results[1].has_cores);
+
+  /* Malformed: each names the field. */
+  static const struct {
+    const char *text, *want;
+    int rc;
+  } bad[] = {
+      {"[]", "not a JSON object", GF_ESYNTAX},
+      {"{\"metadata\":{\"name\":\"a\",\"uid\":\"u\"}}", "metadata.namespace",
+       GF_ESYNTAX},
+      {"{\"metadata\":{\"namespace\":\"n\",\"name\":\"a\",\"uid\":\"u\"}}",
+       "is not allocated", GF_ESTATE},
+      {"{\"metadata\":{\"namespace\":\"n\",\"name\":\"a\",\"uid\":\"u\"},"
+       "\"status\":{\"allocation\":{\"devices\":{\"results\":{}}}}}",
+       "not a list", GF_ESYNTAX},
+      {"{\"metadata\":{\"namespace\":\"n\",\"name\":\"a\",\"uid\":\"u\"},"
+       "\"status\":{\"allocation\":{\"devices\":{\"results\":[]}}}}",
+       "has no device of driver gpu.gpufrac.io", GF_ESTATE},
+      {"{\"metadata\":{\"namespace\":\"n\",\"name\":\"a\",\"uid\":\"u\"},"
+       "\"status\":{\"allocation\":{\"devices\":{\"results\":[{\"driver\":"
+       "\"gpu.gpufrac.io\",\"request\":\"r\",\"pool\":\"n1\",\"device\":"
+       "\"gpu-0\",\"consumedCapacity\":{\"memory\":\"8Gx\"}}]}}}}",
+       "results[0].consumedCapacity.memory", GF_ESYNTAX},
+      {"{\"metadata\":{\"namespace\":\"n\",\"name\":\"a\",\"uid\":\"u\"},"
+       "\"status\":{\"allocation\":{\"devices\":{\"results\":[{\"driver\":"
+       "\"gpu.gpufrac.io\",\"request\":\"r\",\"pool\":\"n1\"}]}}}}",
+       "results[0].device: missing", GF_ESYNTAX},
+      {"{\"metadata\":{\"namespace\":\"n\",\"name\":\"a\",\"uid\":\"u\"},"
+       "\"status\":{\"allocation\":{\"devices\":{\"results\":[{\"driver\":"
+       "\"gpu.gpufrac.io\",\"request\":\"r\",\"pool\":\"n1\",\"device\":"
+       "\"gpu-0123456789012345678901234567890123456789012345678901234567890"
+       "123\"}]}}}}",
+       "results[0].device: longer than 63 bytes", GF_ESYNTAX},
+      {"{\"metadata\":{\"namespace\":\"n\",\"namespace\":\"m\"}}", "line 1",
+       GF_ESYNTAX},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    gf_diag e = {""};
+    int rc = gf_node_dra_claim_parse(bad[i].text, strlen(bad[i].text),
+                                     "gpu.gpufrac.io", &c, &e);
+    if (rc != bad[i].rc || !strstr(e.msg, bad[i].want))
+      fail_msg("case %zu: rc %d, '%s'; want %d, '%s'", i, rc, e.msg, bad[i].rc,
+               bad[i].want);
+  }
+}
+
+/* ---- prepare ---- */
+
+static gf_node_dra_state *open_state(const gf_node_gpus *g) {
+  char sd[300], cd[300], pd[300];
+  snprintf(sd, sizeof(sd), "%s/state", tmpdir);
+  snprintf(cd, sizeof(cd), "%s/cdi", tmpdir);
+  snprintf(pd, sizeof(pd), "%s/proc", tmpdir);
+  gf_node_dra_opts o = {.node = "n1",
+                        .state_dir = sd,
+                        .cdi_dir = cd,
+                        .shim_lib = "/usr/lib/gpufrac/libgpufrac-cuda.so",
+                        .preload = "/usr/lib/gpufrac/ld.so.preload",
+                        .log = "warn",
+                        .proc = pd};
+  gf_node_dra_state *s = NULL;
+  gf_diag d = {""};
+  if (gf_node_dra_state_open(&s, &o, g, &d))
+    fail_msg("open: %s", d.msg);
+  return s;
+}
+
+/* Paths are "<tmpdir>/<a><uid><b>". */
+static bool exists(const char *a, const char *uid, const char *b) {
+  char p[512];
+  snprintf(p, sizeof(p), "%s/%s%s%s", tmpdir, a, uid, b);
+  struct stat st;
+  return stat(p, &st) == 0;
+}
+
+static char *slurp(const char *a, const char *uid, const char *b) {
+  char p[512];
+  snprintf(p, sizeof(p), "%s/%s%s%s", tmpdir, a, uid, b);
+  FILE *f = fopen(p, "r");
+  assert_non_null(f);
+  static char buf[8192];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+static int prep(gf_node_dra_state *s, const char *uid, const char *name,
+                const char *res, gf_node_dra_prepared *p, gf_diag *d) {
+  gf_node_dra_claim c;
+  int rc = parse(uid, name, res, &c, d);
+  if (rc)
+    fail_msg("parse %s: %s", res, d->msg);
+  return gf_node_dra_prepare(s, &c, p, d);
+}
+
+static void test_prepare(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(3);
+  g->gpus[1].mode = GF_NODE_MODE_EXCLUSIVE;
+  g->gpus[2].mode = GF_NODE_MODE_MPS;
+  gf_node_dra_state *s = open_state(g);
+  gf_node_dra_prepared p, q;
+  gf_diag d = {""};
+  assert_int_equal(prep(s, UID_A, "a", "gpu-0:8Gi:30", &p, &d), 0);
+  assert_string_equal(p.cdi_id, "gpufrac.io/gpu=" UID_A "_claim");
+  const char *conf = slurp("state/pods/", UID_A, "/claim/shim.conf");
+  assert_non_null(strstr(conf, "memory.GPU-00000000-1111-2222-3333-"
+                               "000000000000 = 8589934592\n"));
+  assert_non_null(strstr(conf, "compute = 30\n"));
+  assert_true(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
+  /* Idempotent: the same answer, nothing new. */
+  assert_int_equal(prep(s, UID_A, "a", "gpu-0:8Gi:30", &q, &d), 0);
+  assert_memory_equal(&p, &q, sizeof(p));
+  assert_int_equal(gf_node_dra_state_count(s), 1);
+  /* A second share fits beside it: 8+64 GiB, 30+70 cores. */
+  assert_int_equal(prep(s, UID_B, "b", "gpu-0:64Gi:70", &p, &d), 0);
+  /* A third does not: one more core. */
+  int rc = prep(s, UID_C, "c", "gpu-0:1Gi:1", &p, &d);
+  assert_int_equal(rc, GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "101 cores"));
+  assert_false(exists("cdi/gpufrac.io-", UID_C, "_claim.json"));
+  assert_false(exists("state/pods/", UID_C, ""));
+  /* Nor in memory: 8+64+9 GiB > 80 GiB. */
+  assert_int_equal(gf_node_dra_unprepare(s, UID_B, &d), 0);
+  assert_int_equal(prep(s, UID_B, "b", "gpu-0:64Gi:10", &p, &d), 0);
+  assert_int_equal(prep(s, UID_C, "c", "gpu-0:9Gi:10", &p, &d), GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "would hold 86973087744 bytes"));
+  /* A result without capacity takes the defaults: the whole GPU. */
+  assert_int_equal(prep(s, UID_C, "c", "gpu-0:-:-", &p, &d), GF_ENOFIT);
+
+  /* Forged or corrupted allocations, each with its reason. */
+  static const struct {
+    const char *res, *want;
+    int rc;
+  } bad[] = {
+      {"gpu-9:1Gi:1", "device 'gpu-9' is not a device of pool n1",
+       GF_ENOTFOUND},
+      {"gpu-0:1Gi:1:n2", "allocated from pool 'n2'", GF_EINVAL},
+      {"gpu-0:81Gi:1", "consumed memory 86973087744 bytes is outside",
+       GF_EINVAL},
+      {"gpu-0:128Mi:1", "outside 268435456..", GF_EINVAL},
+      {"gpu-0:1Gi:101", "consumed cores 101 is outside 1..100", GF_EINVAL},
+      {"gpu-1:1Gi:1", "device gpu-1 is exclusive", GF_EINVAL},
+      {"gpu-2:1Gi:1", "mode mps, which the DRA path does not prepare",
+       GF_ESTATE},
+      {"gpu-1:noshare:-;gpu-1:noshare:-",
+       "exclusive device gpu-1 is "
+       "allocated twice",
+       GF_ENOFIT},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    gf_diag e = {""};
+    rc = prep(s, UID_C, "c", bad[i].res, &p, &e);
+    if (rc != bad[i].rc || !strstr(e.msg, bad[i].want))
+      fail_msg("case %zu (%s): rc %d, '%s'; want %d, '%s'", i, bad[i].res, rc,
+               e.msg, bad[i].rc, bad[i].want);
+    assert_false(exists("state/pods/", UID_C, ""));
+  }
+  /* A share on a device without shareID is not one the scheduler made. */
+  gf_node_dra_claim c;
+  assert_int_equal(parse(UID_C, "c", "gpu-0:noshare:-", &c, &d), 0);
+  assert_int_equal(gf_node_dra_prepare(s, &c, &p, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "has no shareID"));
+  /* A whole exclusive GPU, then a second claim on it. */
+  assert_int_equal(prep(s, UID_C, "c", "gpu-1:noshare:-", &p, &d), 0);
+  conf = slurp("state/pods/", UID_C, "/claim/shim.conf");
+  assert_null(strstr(conf, "memory"));
+  assert_null(strstr(conf, "compute"));
+  gf_node_dra_state_free(s);
+
+  /* The checkpoint: a new state sees the three claims and their sums. */
+  s = open_state(g);
+  assert_int_equal(gf_node_dra_state_count(s), 3);
+  assert_true(gf_node_dra_state_lookup(s, UID_A, &q));
+  assert_string_equal(q.claim.results[0].device, "gpu-0");
+  assert_int_equal(q.claim.results[0].memory, 8 * GiB);
+  assert_int_equal(prep(s, "0a1b2c3d-0000-4000-8000-00000000000d", "d",
+                        "gpu-0:9Gi:10", &p, &d),
+                   GF_ENOFIT);
+  /* Unprepare removes exactly that claim's files; again is fine. */
+  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_false(exists("state/pods/", UID_A, ""));
+  assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
+  assert_true(exists("state/pods/", UID_B, ""));
+  assert_true(exists("cdi/gpufrac.io-", UID_B, "_claim.json"));
+  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_int_equal(gf_node_dra_state_count(s), 2);
+  assert_int_equal(gf_node_dra_unprepare(s, "../x", &d), GF_EINVAL);
+  gf_node_dra_state_free(s);
+  s = open_state(g);
+  assert_int_equal(gf_node_dra_state_count(s), 2);
+  assert_false(gf_node_dra_state_lookup(s, UID_A, NULL));
+  /* An unhealthy GPU refuses new claims; prepared ones stay answered. */
+  g->gpus[0].healthy = false;
+  snprintf(g->gpus[0].reason, sizeof(g->gpus[0].reason), "Xid 79");
+  gf_node_dra_state_set_gpus(s, g);
+  assert_int_equal(prep(s, UID_A, "a", "gpu-0:1Gi:1", &p, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "device gpu-0 is unhealthy (Xid 79)"));
+  assert_int_equal(prep(s, UID_B, "b", "gpu-0:64Gi:10", &p, &d), 0);
+  gf_node_dra_state_free(s);
+  free(g);
+}
+
+/* A capability file of the fake /proc tree. */
+static void cap_file(const char *rel, unsigned minor) {
+  char p[512], cmd[700];
+  snprintf(p, sizeof(p), "%s/proc/driver/nvidia/capabilities/%s", tmpdir, rel);
+  snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", p);
+  assert_int_equal(system(cmd), 0);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fprintf(f, "DeviceFileMinor: %u\nDeviceFileMode: 292\n", minor);
+  fclose(f);
+}
+
+/* MIG devices: a CDI spec with the MIG uuids and the capability nodes, no
+ * interposer; one claim per instance; no shares; no mixing with GPUs. */
+static void test_prepare_mig(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(2);
+  add_migs(&g->gpus[1], 2); /* gi 1 and 2, ci 0 */
+  cap_file("gpu1/mig/gi1/access", 21);
+  cap_file("gpu1/mig/gi1/ci0/access", 22);
+  gf_node_dra_state *s = open_state(g);
+  gf_node_dra_prepared p;
+  gf_diag d = {""};
+  assert_int_equal(prep(s, UID_A, "a", "gpu-1-mig-1-0:noshare:-", &p, &d), 0);
+  const char *spec = slurp("cdi/gpufrac.io-", UID_A, "_claim.json");
+  assert_non_null(strstr(spec,
+                         "\"CUDA_VISIBLE_DEVICES=MIG-00000001-aaaa-4bbb-8ccc-"
+                         "000000000000\""));
+  assert_non_null(strstr(spec, "\"/dev/nvidia1\""));
+  assert_non_null(strstr(spec, "\"/dev/nvidia-caps/nvidia-cap21\""));
+  assert_non_null(strstr(spec, "\"/dev/nvidia-caps/nvidia-cap22\""));
+  assert_null(strstr(spec, "ld.so.preload"));
+  assert_null(strstr(spec, "/dev/nvidia0\""));
+  assert_false(exists("state/pods/", UID_A, ""));
+  /* The same instance for another claim; a share of it; mixing. */
+  assert_int_equal(prep(s, UID_B, "b", "gpu-1-mig-1-0:noshare:-", &p, &d),
+                   GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "MIG device gpu-1-mig-1-0 is held by claim a"));
+  assert_int_equal(prep(s, UID_B, "b", "gpu-1-mig-2-0:1Gi:1", &p, &d),
+                   GF_EINVAL);
+  assert_non_null(strstr(d.msg, "is a MIG device"));
+  assert_int_equal(
+      prep(s, UID_B, "b", "gpu-1-mig-2-0:noshare:-;gpu-0:1Gi:1", &p, &d),
+      GF_EINVAL);
+  assert_non_null(strstr(d.msg, "MIG devices and whole GPUs in one claim"));
+  /* No capability file for gi 2: the file is named, nothing written. */
+  assert_int_equal(prep(s, UID_B, "b", "gpu-1-mig-2-0:noshare:-", &p, &d),
+                   GF_EIO);
+  assert_non_null(strstr(d.msg, "capabilities/gpu1/mig/gi2/access"));
+  assert_false(exists("cdi/gpufrac.io-", UID_B, "_claim.json"));
+  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
+  assert_int_equal(gf_node_dra_state_count(s), 0);
+  gf_node_dra_state_free(s);
+  free(g);
+}
+
+static void test_bad_checkpoint(void **state) {
+  (void)state;
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/state/dra", tmpdir);
+  gf_diag d = {""};
+  assert_int_equal(gf_node_write_atomic(dir, "checkpoint.json",
+                                        "{\"version\":2,\"claims\":[]}", 25,
+                                        &d),
+                   0);
+  gf_node_gpus *g = gpus(1);
+  char sd[300];
+  snprintf(sd, sizeof(sd), "%s/state", tmpdir);
+  gf_node_dra_opts o = {.node = "n1", .state_dir = sd, .cdi_dir = sd};
+  gf_node_dra_state *s = NULL;
+  assert_int_equal(gf_node_dra_state_open(&s, &o, g, &d), GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "checkpoint.json: not a version 1"));
+  const char *t = "{\"version\":1,\"claims\":[{\"uid\":\"u\"}]}";
+  assert_int_equal(
+      gf_node_write_atomic(dir, "checkpoint.json", t, strlen(t), &d), 0);
+  assert_int_equal(gf_node_dra_state_open(&s, &o, g, &d), GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "claims[0].namespace: missing"));
+  free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_devices_and_attributes),
+      cmocka_unit_test(test_odd_memory),
+      cmocka_unit_test(test_taints),
+      cmocka_unit_test(test_split),
+      cmocka_unit_test(test_semver),
+      cmocka_unit_test(test_claim_parse),
+      cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prepare_mig, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_bad_checkpoint, setup_tmp,
+                                      teardown_tmp),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
