@@ -39,6 +39,7 @@ import copy
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -101,12 +102,20 @@ def subset(want, got, where="spec"):
     return None if want == got else "%s: %r, written %r" % (where, got, want)
 
 
-def load_slice(node, uuid_tail="1"):
-    with open(os.path.join(HERE, "dra", "slice-shared-80gi.json")) as f:
-        s = json.load(f)
-    s["metadata"]["name"] = "%s-%s-0" % (node, DRIVER)
-    s["spec"]["nodeName"] = node
-    s["spec"]["pool"]["name"] = node
+def load_slice(gpufrac, node, uuid_tail="1"):
+    """The shared 80Gi H100's slice as the node agent itself publishes it
+    (`gpufrac node --mode dra --once --print slices`, with a fake GPU), so
+    what kube-scheduler allocates from here is what the agent's slices
+    offer, requestPolicy defaults included."""
+    out = subprocess.run([gpufrac, "node", "--mode", "dra", "--once", "--print",
+                          "slices", "--fake-gpus", "1xH100-80GB", "--node-name", node],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        fail("gpufrac node --print slices: %s" % out.stderr.strip())
+    slices = json.loads(out.stdout)
+    if len(slices) != 1 or len(slices[0]["spec"]["devices"]) != 1:
+        fail("expected one slice with one device, got %s" % out.stdout[:300])
+    s = slices[0]
     dev = s["spec"]["devices"][0]
     dev["attributes"]["uuid"]["string"] = dev["attributes"]["uuid"]["string"][:-1] + uuid_tail
     return s
@@ -199,7 +208,7 @@ class DRA:
 
     def new_node(self, name, uuid_tail="1"):
         self.add_node(name)
-        s = load_slice(name, uuid_tail)
+        s = load_slice(self.c.gpufrac, name, uuid_tail)
         got = self.api.create(RES + "/resourceslices", s)
         return s, got
 
@@ -550,10 +559,12 @@ class DRA:
 
     def s_defaults(self):
         """What kube-scheduler consumes for a request that names no
-        capacity: each requestPolicy's default (the slice's: memory 1Gi,
-        cores 1); a request naming only memory gets the cores default."""
-        node = "dra6"
+        capacity: each requestPolicy's default, which the agent sets to the
+        whole GPU (memory 80Gi, cores 100: nothing shares a GPU by
+        accident); a request naming only memory gets the cores default."""
+        node, node2 = "dra6", "dra6b"  # d1 fills a GPU: d2 gets its own
         self.new_node(node, "7")
+        self.new_node(node2, "9")
         for n, caps in (("d1", {}), ("d2", {"memory": "1Gi"})):
             t = template("t-" + n, "0", 0)
             t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = \
@@ -563,14 +574,19 @@ class DRA:
         self.wait_bound(["d1"])
         self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("d2", "t-d2"))
         self.wait_bound(["d2"])
+        want = {"d1": (80 * GiB, 100), "d2": (GiB, 100)}
         for n in ("d1", "d2"):
             cc = self.allocations()[n][1].get("consumedCapacity", {})
             log("%s consumed %s" % (n, cc))
-            if quantity(cc.get("memory", -1)) != GiB or quantity(cc.get("cores", -1)) != 1:
-                fail("%s consumed %s, expected the defaults: memory 1Gi, cores 1" % (n, cc))
+            got = (quantity(cc.get("memory", -1)), quantity(cc.get("cores", -1)))
+            if got != want[n]:
+                fail("%s consumed %s, expected memory %d, cores %d (the agent's "
+                     "defaults for what it does not name)" % ((n, cc) + want[n]))
         self.check_sums(node)
+        self.check_sums(node2)
         self.delete_all()
         self.retire(node)
+        self.retire(node2)
 
     def s_whole(self):
         """deploy/dra's whole-GPU templates on exclusive devices:

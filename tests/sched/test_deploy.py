@@ -167,5 +167,34 @@ if ds:
     check(not any(d["kind"] in ("Role", "RoleBinding") and sa in str(d) for _, d in docs),
           "no namespaced role for the node agent")
 
+# The DRA variant of the node agent (deploy/dra/node-agent-dra.yaml): the
+# same agent in --mode dra, on nodes the device-plugin DaemonSet does not
+# select (one mode per node), with kubelet's plugin directories mounted
+# where the agent puts its sockets by default (docs/dra-node.md).
+with open(os.path.join(root, "dra", "node-agent-dra.yaml")) as f:
+    dra = [d for d in yaml.safe_load_all(f) if d]
+dsd = [d for d in dra if d["kind"] == "DaemonSet"]
+dp = [d for _, d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpufrac-node"]
+check(len(dsd) == 1 and len(dp) == 1, "one DRA DaemonSet beside the device-plugin one")
+if dsd and dp:
+    t, u = dsd[0]["spec"]["template"]["spec"], dp[0]["spec"]["template"]["spec"]
+    cmd = t["containers"][0]["command"]
+    check(cmd[:2] == ["gpufrac", "node"] and "--mode" in cmd and
+          cmd[cmd.index("--mode") + 1] == "dra", f"DRA DaemonSet runs gpufrac node --mode dra ({cmd})")
+    sel_a, sel_b = t.get("nodeSelector", {}), u.get("nodeSelector", {})
+    check(any(k in sel_b and sel_b[k] != v for k, v in sel_a.items()),
+          f"no node matches both DaemonSets ({sel_a} vs {sel_b})")
+    mounts = {m["mountPath"] for m in t["containers"][0]["volumeMounts"]}
+    for path in ("/var/lib/kubelet/plugins_registry",
+                 "/var/lib/kubelet/plugins/gpu.gpufrac.io", "/var/run/cdi", "/run/gpufrac"):
+        check(path in mounts, f"DRA DaemonSet mounts {path}")
+    check("/var/lib/kubelet/device-plugins" not in mounts,
+          "DRA DaemonSet does not mount the device-plugin directory")
+    check(t["serviceAccountName"] == u["serviceAccountName"],
+          "DRA DaemonSet uses the node agent's ServiceAccount")
+    sel = dsd[0]["spec"]["selector"]["matchLabels"]
+    check(sel != dp[0]["spec"]["selector"]["matchLabels"],
+          "the two DaemonSets' selectors differ (their pods do not overlap)")
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
