@@ -33,7 +33,8 @@ CHART_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by",
                 "app.kubernetes.io/instance", "app.kubernetes.io/version")
 SCHED_CM = "gpufrac-kube-scheduler-config"
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
-                  "ValidatingAdmissionPolicyBinding", "PriorityClass", "Namespace"}
+                  "ValidatingAdmissionPolicyBinding", "PriorityClass", "Namespace",
+                  "DeviceClass"}
 
 passed = failed = 0
 
@@ -339,7 +340,41 @@ def t_minimal(objs, ns):
           "minimal: the two PriorityClasses as given")
 
 
+def t_dra(objs, ns):
+    """A pool in mode dra: its DaemonSet, the DeviceClasses and both DRA
+    roles are deploy/dra's objects (the DRA variant of the agent, the
+    classes, node-rbac.yaml and scheduler-rbac.yaml), and the extender runs
+    with --dra allocate."""
+    by = generic("dra", objs, ns)
+    plain = []
+    for f in ("node-agent-dra.yaml", "deviceclasses.yaml", "node-rbac.yaml",
+              "scheduler-rbac.yaml"):
+        with open(os.path.join(DEPLOY, "dra", f)) as fh:
+            plain += [d for d in yaml.safe_load_all(fh) if d]
+    want = index(plain)
+    got = index([strip_chart_labels(o) for o in objs])
+    missing = sorted(k for k in want if k not in got)
+    check(not missing, "dra: the chart renders deploy/dra's objects (missing %s)" % missing)
+    diffs = ["%s %s: %s" % (k[0], k[2], d) for k in sorted(want) if k in got
+             for d in diff(got[k], want[k])]
+    check(not diffs, "dra: and they equal deploy/dra's%s" %
+          "".join("\n       " + x for x in diffs))
+    dp = container(by, "DaemonSet", ns, "gpufrac-node")
+    check("--mode" not in dp["command"] and
+          any(m["mountPath"] == "/var/lib/kubelet/device-plugins" for m in dp["volumeMounts"]),
+          "dra: the device-plugin pool is unchanged")
+    args = container(by, "Deployment", ns, "gpufrac-scheduler")["args"]
+    check(args[args.index("--dra") + 1] == "allocate" if "--dra" in args else False,
+          "dra: the extender runs with --dra allocate (%s)" % args)
+    # And without a dra pool or extender.dra, none of it.
+    plain_objs = render(ns=ns)
+    check(not any(o["kind"] == "DeviceClass" or o["metadata"]["name"].endswith("-dra")
+                  for o in plain_objs),
+          "dra: the default rendering has no DRA objects")
+
+
 CASES = [("default", None, "gpufrac-system", t_default),
+         ("dra", "dra.yaml", "gpufrac-system", t_dra),
          ("pools", "pools.yaml", "gpufrac-system", t_pools),
          ("tls", "tls.yaml", "gpu-ops", t_tls),
          ("monitoring", "monitoring.yaml", "gpufrac-system", t_monitoring),
