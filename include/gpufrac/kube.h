@@ -166,6 +166,12 @@ int gf_kube_create(gf_kube *k, const char *path, const json_t *obj,
 int gf_kube_replace(gf_kube *k, const char *path, const json_t *obj,
                     json_t **out, gf_diag *d);
 
+/* DELETE an object; opts (may be NULL) is the DeleteOptions body
+ * ({"gracePeriodSeconds": 0, "preconditions": {"uid": ...}}).  An absent
+ * object fails GF_ENOTFOUND.  out may be NULL. */
+int gf_kube_delete(gf_kube *k, const char *path, const json_t *opts,
+                   json_t **out, gf_diag *d);
+
 /* POST a v1 Binding of pod ns/name (uid may be NULL) to node. */
 int gf_kube_bind(gf_kube *k, const char *ns, const char *name, const char *uid,
                  const char *node, gf_diag *d);
