@@ -59,7 +59,8 @@ struct gf__as {
   gf__as_opts o;
   char resource[256], ns[NAME_CAP], pclass[NAME_CAP], image[512];
   int64_t after_us;
-  int64_t cap_at; /* GPU capacity last arrived; 0: never */
+  int64_t cap_at;  /* GPU capacity last arrived; 0: never */
+  int64_t hold_at; /* a placeholder last went for capacity; 0: never */
   int64_t retry_at;
   wpod *w;
   uint32_t nw, capw;
@@ -869,8 +870,10 @@ static int decide(gf__as *a, int64_t now, action *act) {
       int64_t j = gf__smap_get(&a->wmap, p->uids[k]);
       live = j >= 0 && a->w[j].unsched;
     }
-    bool gone = !live || p->bound || p->finished || a->cap_at > p->created;
-    if (gone) {
+    bool delivered = p->bound || a->cap_at > p->created;
+    if (delivered)
+      a->hold_at = now; /* its pods get a chance at the new node first */
+    if (!live || delivered || p->finished) {
       if (n < PASS_MAX) {
         memset(&act[n], 0, sizeof(act[n]));
         snprintf(act[n].name, sizeof(act[n].name), "%s", p->name);
@@ -884,7 +887,7 @@ static int decide(gf__as *a, int64_t now, action *act) {
         return -GF_ENOMEM;
       }
   }
-  if (now - a->cap_at < a->after_us) {
+  if (now - a->cap_at < a->after_us || now - a->hold_at < a->after_us) {
     gf__smap_release(&covered);
     return n; /* capacity just arrived: let the real pods land first */
   }

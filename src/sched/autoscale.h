@@ -18,7 +18,8 @@
  * False with reason Unschedulable (kube-scheduler's verdict after a cycle
  * in which its filters and the extender's left no node; the message carries
  * the extender's reasons), continuously for at least after_ms by the
- * bridge's clock, and for after_ms since capacity last arrived.  Pods are
+ * bridge's clock, and for after_ms since capacity last arrived and since a
+ * placeholder was last deleted for capacity (below).  Pods are
  * grouped by their scheduling constraints (nodeSelector,
  * affinity.nodeAffinity, tolerations, the gpufrac.io/gpu-model annotation:
  * one canonical JSON string) and each group is packed alone.
@@ -47,8 +48,9 @@
  * capacity arrived after it was made (a node with an inventory appeared,
  * or a node's GPU count grew, after the first LIST): the real pods are then
  * placed by kube-scheduler and the extender, and any still waiting after_ms
- * later get new placeholders.  That wait is the hysteresis: no placeholder
- * is made, deleted and made again within after_ms for one reason.
+ * after that deletion (never in the same pass) get new placeholders.  That wait
+ * is the hysteresis: no placeholder is made, deleted and made again within
+ * after_ms for one reason.
  *
  * Restart.  Placeholders are read from the pod watch like any pod, so a
  * restarted (or newly elected) leader adopts the ones that exist: the pods

@@ -3,18 +3,25 @@
  * and create/delete functions that record what they are asked, the
  * placeholders a pass makes and deletes: five 0.3-GPU pods ask for 2 GPUs,
  * groups by selector and tolerations, no flapping, capacity arriving, the
- * demand going away, adoption after a restart, errors.  The real control
+ * demand going away, adoption after a restart, errors; and, against the
+ * kube tests' API double, the feed's wiring: the leader POSTs the
+ * placeholder the informers' pods call for and DELETEs it when a node
+ * with GPUs is watched in, a follower calls nothing.  The real control
  * plane is tests/e2e/test_autoscale.py. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <cmocka.h>
 
+#include "apidouble.h"
 #include "autoscale.h"
 #include "gpufrac/error.h"
+#include "gpufrac/kube.h"
 #include "gpufrac/sched.h"
+#include "gpufrac/sched_kube.h"
 #include "guard.h"
 #include "sched_test.h"
 
@@ -439,6 +446,35 @@ static void test_hysteresis(void **st) {
   gf__as_free(a);
 }
 
+/* The first pass after capacity came may be later than after_ms (a pass
+ * a second, after_ms 1 s): it deletes, and nothing is made again until
+ * after_ms after that deletion. */
+static void test_capacity_late_pass(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(1000);
+  feed_node(a, "n1", 8, false);
+  feed_pod(a, gpod("u-1", SHARE30, "", true, NULL));
+  rec r = {0};
+  fake_now = T0 + SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  fake_now = T0 + 2 * SEC;
+  feed_node(a, "n2", 8, true);
+  fake_now = T0 + 4 * SEC; /* the next pass comes late */
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  assert_int_equal(r.creates, 1); /* not made again in the same pass */
+  fake_now = T0 + 4 * SEC + SEC - 1;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  fake_now = T0 + 5 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
 static void test_reason_gone(void **st) {
   (void)st;
   fake_now = T0;
@@ -683,6 +719,165 @@ static void test_slim(void **st) {
   json_decref(pod);
 }
 
+/* ---- the feed, against the API double ---------------------------------- */
+
+static void finish(td_server *srv) {
+  char err[1024] = "";
+  if (td_finish(srv, err, sizeof(err))) {
+    fprintf(stderr, "API double: %s\n", err);
+    fail();
+  }
+}
+
+static char *dumps_list(const char *kind, const char *rv, json_t *items) {
+  json_t *l =
+      json_pack("{s:s,s:s,s:{s:s},s:o}", "kind", kind, "apiVersion", "v1",
+                "metadata", "resourceVersion", rv, "items", items);
+  char *t = json_dumps(l, JSON_COMPACT);
+  json_decref(l);
+  assert_non_null(t);
+  return t;
+}
+
+/* The placeholder's name for these uids, as autoscale.h says: the prefix
+ * and FNV-1a 64 over "," uid for each uid in order. */
+static void ph_name(const char *const *uids, size_t n, char *out, size_t cap) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) {
+    h = (h ^ ',') * 1099511628211ull;
+    for (const char *c = uids[i]; *c; c++)
+      h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  }
+  snprintf(out, cap, "%s%016llx", GF_AS_NAME_PREFIX, (unsigned long long)h);
+}
+
+static void test_feed(void **st) {
+  (void)st;
+  json_t *node = gnode("n1", 2);
+  json_object_set_new(json_object_get(node, "metadata"), "resourceVersion",
+                      json_string("100"));
+  char *nodes = dumps_list("NodeList", "100", json_pack("[o]", node));
+  char *pods =
+      dumps_list("PodList", "200",
+                 json_pack("[o,o]", gpod("u-2", SHARE30, "", true, NULL),
+                           gpod("u-1", SHARE30, "", true, NULL)));
+  json_t *n2 = gnode("n2", 2);
+  json_object_set_new(json_object_get(n2, "metadata"), "resourceVersion",
+                      json_string("150"));
+  json_t *ev = json_pack("{s:s,s:o}", "type", "ADDED", "object", n2);
+  char *evt = json_dumps(ev, JSON_COMPACT);
+  json_decref(ev);
+  char line[4096];
+  snprintf(line, sizeof(line), "%s\n", evt);
+  free(evt);
+  const char *uids[] = {"u-1", "u-2"};
+  char name[64], target[128];
+  ph_name(uids, 2, name, sizeof(name));
+  snprintf(target, sizeof(target), "/api/v1/namespaces/gpufrac-system/pods/%s",
+           name);
+  const td_expect script[] = {
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = nodes},
+      {.method = "GET",
+       .target = "/api/v1/pods?limit=500",
+       .status = 200,
+       .body = pods},
+      {.method = "POST",
+       .target = "/api/v1/namespaces/gpufrac-system/pods",
+       .ctype = "application/json",
+       .body_has = {"\"nvidia.com/gpu\":\"1\"", name,
+                    "\"" GF_AS_FOR "\":\"u-1,u-2\"",
+                    "\"priorityClassName\":\"gpufrac-placeholder\""},
+       .status = 201,
+       .body = "{\"kind\":\"Pod\"}"},
+      {.method = "GET",
+       .target = "/api/v1/nodes?watch=1&allowWatchBookmarks=true&"
+                 "resourceVersion=100&timeoutSeconds=300",
+       .status = 200,
+       .chunks = {line}},
+      {.method = "DELETE",
+       .target = target,
+       .body_has = {"\"gracePeriodSeconds\":0"},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\"}"},
+  };
+  td_server *srv = td_start(script, sizeof(script) / sizeof(script[0]));
+  assert_non_null(srv);
+  gf_kube_config *cfg = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.no_leader_election = true,
+                          .quiet = true,
+                          .guard_off = true,
+                          .autoscale = true,
+                          .autoscale_after_ms = 1};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  /* nothing before both informers have listed */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d), 0);
+  assert_int_equal(td_served(srv), 1);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  struct timespec ts = {0, 20 * 1000000L}; /* past --autoscale-after */
+  nanosleep(&ts, NULL);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d), 0);
+  assert_int_equal(gf_sched_kube_placeholders_made(f), 1);
+  /* n2 comes: capacity; the placeholder is deleted */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  int drc = gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d);
+  if (drc)
+    fprintf(stderr, "%s\n", d.msg);
+  assert_int_equal(drc, 0);
+  assert_int_equal(gf_sched_kube_placeholders_deleted(f), 1);
+  finish(srv);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+
+  /* A follower (election on, Lease not won) lists, but calls nothing. */
+  td_expect fs[2] = {script[0], script[1]};
+  srv = td_start(fs, 2);
+  assert_non_null(srv);
+  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts fo = o;
+  fo.no_leader_election = false;
+  fo.lease_ns = "gpu-sys";
+  fo.lease_name = "ext";
+  fo.identity = "replica-2";
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &fo, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  nanosleep(&ts, NULL);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d), 0);
+  assert_int_equal(gf_sched_kube_placeholders_made(f), 0);
+  finish(srv);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+
+  /* off by default; bad options refused */
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts off = {.no_leader_election = true, .guard_off = true};
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &off, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d),
+                   GF_ESTATE);
+  gf_sched_kube_free(f);
+  gf_sched_kube_opts bad = o;
+  bad.autoscale_ns = "Bad_NS";
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &bad, &f, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "Bad_NS"));
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  free(nodes);
+  free(pods);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pack_five_shares),
@@ -690,11 +885,13 @@ int main(void) {
       cmocka_unit_test(test_five_shares_two_gpus),
       cmocka_unit_test(test_groups),
       cmocka_unit_test(test_hysteresis),
+      cmocka_unit_test(test_capacity_late_pass),
       cmocka_unit_test(test_reason_gone),
       cmocka_unit_test(test_adopt),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_custom_opts),
       cmocka_unit_test(test_slim),
+      cmocka_unit_test(test_feed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
