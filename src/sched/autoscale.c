@@ -128,6 +128,12 @@ int gf__as_new(const gf__as_opts *o, gf__as **out, gf_diag *d) {
                        "autoscale: resource '%.256s': want a qualified "
                        "extended resource name such as nvidia.com/gpu",
                        res);
+  if (strncmp(res, "gpufrac.io/", 11) == 0)
+    return gf_diag_set(d, GF_EINVAL,
+                       "autoscale: resource '%s': the extender's own resources "
+                       "cannot be asked by placeholders (kube-scheduler would "
+                       "send them to the extender)",
+                       res);
   if (!dns_name(ns) || !dns_name(pc))
     return gf_diag_set(d, GF_EINVAL,
                        "autoscale: namespace '%.253s' and PriorityClass "

@@ -107,7 +107,8 @@ typedef struct gf__as_opts {
 } gf__as_opts;
 
 /* GF_EINVAL for a negative time or a name that is not a DNS-1123 name
- * (namespace, PriorityClass) or a resource name with no '/', GF_ENOMEM. */
+ * (namespace, PriorityClass), a resource name with no '/' or one of
+ * gpufrac.io/ (kube-scheduler would call the extender for it), GF_ENOMEM. */
 int gf__as_new(const gf__as_opts *o, gf__as **out, gf_diag *d);
 void gf__as_free(gf__as *a); /* NULL is accepted */
 

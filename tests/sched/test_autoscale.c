@@ -640,6 +640,9 @@ static void test_errors(void **st) {
   assert_non_null(strstr(d.msg, "Not_A_Name"));
   o = (gf__as_opts){.resource = "gpu"};
   assert_int_equal(gf__as_new(&o, &a, &d), GF_EINVAL);
+  o = (gf__as_opts){.resource = "gpufrac.io/gpu"};
+  assert_int_equal(gf__as_new(&o, &a, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "extender's own"));
   o = (gf__as_opts){.after_ms = -1};
   assert_int_equal(gf__as_new(&o, &a, &d), GF_EINVAL);
   /* malformed objects are ignored, never a crash */
