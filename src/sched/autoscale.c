@@ -45,7 +45,7 @@ typedef struct phold {
   char **uids;
   uint32_t nuids;
   int64_t created;
-  bool bound, finished;
+  bool finished; /* Succeeded or Failed */
 } phold;
 
 /* A node with GPUs, as a shape. */
@@ -239,7 +239,7 @@ static void phold_remove(gf__as *a, const char *name) {
 /* Adds or replaces placeholder `name` standing for the comma-separated
  * uids.  GF_ENOMEM (nothing changed). */
 static int phold_put(gf__as *a, const char *name, const char *uids,
-                     int64_t created, bool bound, bool finished) {
+                     int64_t created, bool finished) {
   phold np = {0};
   np.name = strdup(name);
   if (!np.name)
@@ -261,7 +261,6 @@ static int phold_put(gf__as *a, const char *name, const char *uids,
     s += *s == ',';
   }
   np.created = created;
-  np.bound = bound;
   np.finished = finished;
   phold_remove(a, name);
   if (grow((void **)&a->p, &a->capp, a->np, sizeof(*a->p)) ||
@@ -412,14 +411,12 @@ static void placeholder_seen(gf__as *a, const json_t *pod, const char *name) {
     if (end && end != cr && !*end && v > 0)
       created = (int64_t)v;
   }
-  const char *node = json_string_value(
-      json_object_get(json_object_get(pod, "spec"), "nodeName"));
   const char *phase = json_string_value(
       json_object_get(json_object_get(pod, "status"), "phase"));
   bool finished = phase && (strcmp(phase, "Succeeded") == 0 ||
                             strcmp(phase, "Failed") == 0);
   /* Out of memory: not adopted now; the next event or relist retries. */
-  (void)phold_put(a, name, uids ? uids : "", created, node && *node, finished);
+  (void)phold_put(a, name, uids ? uids : "", created, finished);
 }
 
 /* Whether pod is one of the bridge's placeholders; *name set when so. */
@@ -876,7 +873,10 @@ static int decide(gf__as *a, int64_t now, action *act) {
       int64_t j = gf__smap_get(&a->wmap, p->uids[k]);
       live = j >= 0 && a->w[j].unsched;
     }
-    bool delivered = p->bound || a->cap_at > p->created;
+    /* Bound (the autoscaler's node came, its GPUs not yet published), it
+     * stays: deleting it would ask for a second node while the node agent
+     * starts there.  The node's inventory is the capacity that ends it. */
+    bool delivered = a->cap_at > p->created;
     if (delivered)
       a->hold_at = now; /* its pods get a chance at the new node first */
     if (!live || delivered || p->finished) {
@@ -1029,7 +1029,7 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     pthread_mutex_lock(&a->mu);
     if (r == 0 && ac->pod) {
       nm++;
-      if (phold_put(a, ac->name, ac->uids, ac->made, false, false) == 0 &&
+      if (phold_put(a, ac->name, ac->uids, ac->made, false) == 0 &&
           !a->o.quiet) {
         const json_t *res = json_object_get(
             json_object_get(

@@ -43,10 +43,12 @@
  * separated) and GF_AS_CREATED (microseconds of the bridge's clock).  A
  * pod covered by a placeholder is not packed again.  A placeholder is
  * deleted when none of the pods it stands for is demand-pending any more
- * (bound, deleted, schedulable again), when it has been bound to a node
- * (the autoscaler delivered: the real pods take the node), or when GPU
- * capacity arrived after it was made (a node with an inventory appeared,
- * or a node's GPU count grew, after the first LIST): the real pods are then
+ * (bound, deleted, schedulable again), when it ran and ended (Succeeded or
+ * Failed), or when GPU capacity arrived after it was made (a node with an
+ * inventory appeared, or a node's GPU count grew, after the first LIST).
+ * One bound to a node is kept until then: the autoscaler's node has come
+ * but gpufrac's node agent has not yet published its GPUs, and deleting it
+ * would ask for a second node meanwhile.  After the deletion the real pods are
  * placed by kube-scheduler and the extender, and any still waiting after_ms
  * after that deletion (never in the same pass) get new placeholders.  That wait
  * is the hysteresis: no placeholder is made, deleted and made again within

@@ -503,7 +503,10 @@ static void test_reason_gone(void **st) {
   /* the watch's DELETED for it */
   gf__as_pod_delete(a, ph);
   assert_int_equal(gf__as_count(a), 0);
-  /* a placeholder bound to a node (the autoscaler delivered) goes too */
+  /* a placeholder bound to a new node (the autoscaler delivered, the node
+   * agent not yet running there) is kept, however long the agent takes: so
+   * no second node is asked for meanwhile; the node's inventory, once
+   * published, is the capacity that makes it go */
   feed_pod(a, gpod("u-2", "\"gpufrac.io/gpu\":\"2\"", "", true, NULL));
   fake_now += 2 * SEC;
   assert_int_equal(pass(a, &r), 0);
@@ -513,8 +516,17 @@ static void test_reason_gone(void **st) {
                       json_string("new-node"));
   gf__as_pod_update(a, bound);
   json_decref(bound);
+  feed_node(a, "new-node", 0, true);
+  for (int i = 0; i < 5; i++) {
+    fake_now += 10 * SEC;
+    assert_int_equal(pass(a, &r), 0);
+  }
+  assert_int_equal(r.deletes, 1);
+  assert_int_equal(r.creates, 2);
+  feed_node(a, "new-node", 8, true);
   assert_int_equal(pass(a, &r), 0);
   assert_int_equal(r.deletes, 2);
+  assert_int_equal(r.creates, 2);
   json_decref(ph);
   rec_clear(&r);
   gf__as_free(a);
