@@ -499,6 +499,8 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
   w->models = models;
   w->req = p->req;
   w->req.model_mask = 0;
+  if (a->o.whole) /* as the extender will place it (sched.c's effective) */
+    w->req.gpu_milli = GF_GPU_MILLI;
   if (unsched && !w->unsched)
     w->since = now_of(a);
   w->unsched = unsched;

@@ -106,6 +106,8 @@ typedef struct gf__as_opts {
   int64_t (*now_us)(void *clock_user);
   void *clock_user;
   bool quiet; /* true: do not log what is made and deleted */
+  bool whole; /* the extender's policy rounds shares up to whole GPUs
+                 (gf__sched_whole): a share then packs as a whole GPU */
 } gf__as_opts;
 
 /* GF_EINVAL for a negative time or a name that is not a DNS-1123 name

@@ -30,6 +30,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/sched_kube.h"
 #include "guard.h"
+#include "sched_int.h"
 
 #define MAX_CLIENTS 64
 #define KEY_MAX (2 * GF_NAME_MAX + 2)
@@ -614,7 +615,8 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                       .resource = o->autoscale_resource,
                       .ns = o->autoscale_ns,
                       .priority_class = o->autoscale_priority_class,
-                      .quiet = o->quiet};
+                      .quiet = o->quiet,
+                      .whole = gf__sched_whole(s)};
     if ((rc = gf__as_new(&ao, &f->as, d)))
       goto fail;
     if (o->autoscale_tick_ms < 0) {

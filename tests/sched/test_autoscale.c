@@ -326,6 +326,30 @@ static void test_five_shares_two_gpus(void **st) {
   gf__as_free(a);
 }
 
+/* Under the whole policy the extender gives each share a whole GPU: the
+ * five ask for 5. */
+static void test_whole_policy(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as_opts o = {
+      .after_ms = 1000, .now_us = clock_fn, .quiet = true, .whole = true};
+  gf__as *a = NULL;
+  assert_int_equal(gf__as_new(&o, &a, NULL), 0);
+  feed_node(a, "n1", 8, false);
+  for (int i = 0; i < 5; i++) {
+    char uid[8];
+    snprintf(uid, sizeof(uid), "u-%d", i);
+    feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
+  }
+  fake_now += SEC;
+  rec r = {0};
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  assert_string_equal(asks(r.made[0], "nvidia.com/gpu"), "5");
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
 static void test_groups(void **st) {
   (void)st;
   fake_now = T0;
@@ -898,6 +922,7 @@ int main(void) {
       cmocka_unit_test(test_pack_five_shares),
       cmocka_unit_test(test_pack_memory_mixed),
       cmocka_unit_test(test_five_shares_two_gpus),
+      cmocka_unit_test(test_whole_policy),
       cmocka_unit_test(test_groups),
       cmocka_unit_test(test_hysteresis),
       cmocka_unit_test(test_capacity_late_pass),
