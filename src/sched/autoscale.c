@@ -907,8 +907,7 @@ static int decide(gf__as *a, int64_t now, action *act) {
   size_t m = 0;
   for (uint32_t i = 0; i < a->nw; i++) {
     const wpod *w = &a->w[i];
-    if (w->unsched && now - w->since >= a->after_us &&
-        gf__smap_get(&covered, w->uid) < 0)
+    if (w->unsched && gf__smap_get(&covered, w->uid) < 0)
       idx[m++] = i;
   }
   gf__smap_release(&covered);
@@ -922,6 +921,17 @@ static int decide(gf__as *a, int64_t now, action *act) {
     while (e < m && strcmp(a->w[idx[e]].group, a->w[idx[s]].group) == 0)
       e++;
     size_t gn = e - s;
+    /* A group is packed once its longest-waiting pod has waited after_ms,
+     * with every pod of it found unschedulable by then: kube-scheduler
+     * finds a burst unschedulable one cycle at a time, and packing the
+     * first alone would ask for a GPU per pod. */
+    bool due = false;
+    for (size_t k = s; k < e && !due; k++)
+      due = now - a->w[idx[k]].since >= a->after_us;
+    if (!due) {
+      s = e;
+      continue;
+    }
     gf__as_shape shape = pick_shape(a, idx + s, gn);
     gf_request *reqs = malloc(gn * sizeof(*reqs));
     uint32_t *bin_of = malloc(gn * sizeof(*bin_of));

@@ -22,7 +22,10 @@
  * placeholder was last deleted for capacity (below).  Pods are
  * grouped by their scheduling constraints (nodeSelector,
  * affinity.nodeAffinity, tolerations, the gpufrac.io/gpu-model annotation:
- * one canonical JSON string) and each group is packed alone.
+ * one canonical JSON string) and each group is packed alone, once its
+ * longest-waiting pod is demand, with every pod of it then unschedulable
+ * and not covered (kube-scheduler finds a burst unschedulable one cycle at
+ * a time: packing the first pod alone would ask for a GPU per pod).
  *
  * Packing.  The engine's "packing" policy (fill used GPUs, then used
  * nodes, then idle nodes) over a scratch cluster of empty nodes of one

@@ -326,6 +326,35 @@ static void test_five_shares_two_gpus(void **st) {
   gf__as_free(a);
 }
 
+/* kube-scheduler finds the five unschedulable one after another (a cycle
+ * each, retries spread out): once the first has waited after_ms, the group
+ * is packed with every pod of it found unschedulable by then, so the five
+ * still ask for 2 GPUs in one placeholder, not 1 + 1 (or 5 x 1). */
+static void test_staggered(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(2000);
+  feed_node(a, "n1", 8, false);
+  for (int i = 0; i < 5; i++) {
+    char uid[8];
+    snprintf(uid, sizeof(uid), "u-%d", i);
+    fake_now = T0 + i * SEC / 2;
+    feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
+  }
+  rec r = {0};
+  fake_now = T0 + 2 * SEC - 1;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 0); /* the first has not waited long enough */
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  assert_string_equal(asks(r.made[0], "nvidia.com/gpu"), "2");
+  assert_string_equal(path_str(r.made[0], "metadata", "annotations", GF_AS_FOR),
+                      "u-0,u-1,u-2,u-3,u-4");
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
 /* Under the whole policy the extender gives each share a whole GPU: the
  * five ask for 5. */
 static void test_whole_policy(void **st) {
@@ -922,6 +951,7 @@ int main(void) {
       cmocka_unit_test(test_pack_five_shares),
       cmocka_unit_test(test_pack_memory_mixed),
       cmocka_unit_test(test_five_shares_two_gpus),
+      cmocka_unit_test(test_staggered),
       cmocka_unit_test(test_whole_policy),
       cmocka_unit_test(test_groups),
       cmocka_unit_test(test_hysteresis),
