@@ -172,9 +172,11 @@ int gf_kube_create(gf_kube *k, const char *path, const json_t *obj,
 int gf_kube_replace(gf_kube *k, const char *path, const json_t *obj,
                     json_t **out, gf_diag *d);
 
-/* DELETE an object (default propagation).  A missing object fails
- * GF_ENOTFOUND. */
-int gf_kube_delete(gf_kube *k, const char *path, gf_diag *d);
+/* DELETE an object; opts (may be NULL) is the DeleteOptions body
+ * ({"gracePeriodSeconds": 0, "preconditions": {"uid": ...}}).  An absent
+ * object fails GF_ENOTFOUND.  out may be NULL. */
+int gf_kube_delete(gf_kube *k, const char *path, const json_t *opts,
+                   json_t **out, gf_diag *d);
 
 /* POST a v1 Binding of pod ns/name (uid may be NULL: else the API server
  * refuses a pod of another uid) to node.  annotations (a JSON object of

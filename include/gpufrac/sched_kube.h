@@ -101,6 +101,19 @@ typedef struct gf_sched_kube_opts {
    * Tests inject a fake one. */
   int64_t (*guard_now_us)(void *clock_user);
   void *guard_clock_user;
+  /* The autoscaler bridge (docs/autoscaling.md), off unless autoscale is
+   * set: while this replica leads, pods asking for gpufrac GPUs that have
+   * been unschedulable for autoscale_after_ms are packed into whole GPUs
+   * and node shapes, and placeholder pods asking autoscale_resource: N
+   * (labelled gpufrac.io/placeholder=true, in autoscale_ns, at
+   * PriorityClass autoscale_priority_class) are made for them, and deleted
+   * once capacity arrives or the demand goes away. */
+  bool autoscale;
+  int64_t autoscale_after_ms;           /* 0: 60000 (1 min) */
+  const char *autoscale_resource;       /* NULL: nvidia.com/gpu */
+  const char *autoscale_ns;             /* NULL: gpufrac-system */
+  const char *autoscale_priority_class; /* NULL: gpufrac-placeholder */
+  long autoscale_tick_ms;               /* how often it looks; 0: 1000 */
 } gf_sched_kube_opts;
 
 #define GF_SCHED_KUBE_ROLE_LABEL "gpufrac.io/scheduler-role"
@@ -138,6 +151,8 @@ typedef enum gf_sched_kube_part {
   GF_SCHED_KUBE_ROLE,  /* the role label brought in line (GF_ESTATE: none) */
   GF_SCHED_KUBE_GUARD, /* one guard pass: PATCHes due now, leader only
                           (GF_ESTATE: the guard is off) */
+  GF_SCHED_KUBE_AUTOSCALE, /* one autoscaler-bridge pass, leader only, once
+                              both informers listed (GF_ESTATE: off) */
 } gf_sched_kube_part;
 
 /* One step of one part on the calling thread, instead of start: a LIST or
@@ -157,5 +172,9 @@ uint64_t gf_sched_kube_model_errors(gf_sched_kube *f);
 uint64_t gf_sched_kube_api_errors(gf_sched_kube *f);
 /* Guard PATCHes that succeeded so far (0 with the guard off). */
 uint64_t gf_sched_kube_guard_patches(gf_sched_kube *f);
+/* Placeholder pods the autoscaler bridge made and deleted so far (0 with
+ * it off). */
+uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f);
+uint64_t gf_sched_kube_placeholders_deleted(gf_sched_kube *f);
 
 #endif

@@ -39,6 +39,11 @@ static void usage(FILE *fp) {
       "                         [--guard on|off] [--guard-settle DUR]\n"
       "                         [--guard-cap DUR] [--accept hami,kai]\n"
       "                         [--dra off|score|allocate]\n"
+      "                         [--autoscale-placeholders on|off]\n"
+      "                         [--autoscale-after DUR]\n"
+      "                         [--autoscale-resource NAME]\n"
+      "                         [--autoscale-namespace NS]\n"
+      "                         [--autoscale-priority-class NAME]\n"
       "\n"
       "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
       "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
@@ -89,6 +94,18 @@ static void usage(FILE *fp) {
       "                      allocate: also place pods gated\n"
       "                      " GF_DRA_GATE ": write their claims'\n"
       "                      allocations and lift the gate (mode 2)\n"
+      "  --autoscale-placeholders on|off  the autoscaler bridge (default\n"
+      "                      off; docs/autoscaling.md): while it leads, the\n"
+      "                      extender packs GPU-share pods unschedulable\n"
+      "                      for --autoscale-after into whole GPUs and\n"
+      "                      makes placeholder pods asking for them, which\n"
+      "                      a cluster autoscaler acts on\n"
+      "  --autoscale-after DUR  ... unschedulable this long (default 1m)\n"
+      "  --autoscale-resource NAME  what placeholders ask (default\n"
+      "                      nvidia.com/gpu)\n"
+      "  --autoscale-namespace NS  where they live (default gpufrac-system)\n"
+      "  --autoscale-priority-class NAME  their PriorityClass (default\n"
+      "                      gpufrac-placeholder, deploy/autoscale.yaml)\n"
       "  config file keys: healthListen, requestTimeoutMs, maxConnsPerIP,\n"
       "                      tlsCertFile, tlsKeyFile, tlsClientCAFile\n");
 }
@@ -111,8 +128,13 @@ typedef struct opts {
   int64_t guard_settle_ms; /* --guard-settle; 0: the default */
   unsigned accept;         /* --accept */
   bool accept_set;
-  int64_t guard_cap_ms; /* --guard-cap; 0: the default */
-  int dra;              /* --dra: 0 off, 1 score, 2 allocate */
+  int64_t guard_cap_ms;  /* --guard-cap; 0: the default */
+  int dra;               /* --dra: 0 off, 1 score, 2 allocate */
+  bool autoscale;        /* --autoscale-placeholders on */
+  int64_t as_after_ms;   /* --autoscale-after; 0: the default */
+  char as_resource[256]; /* --autoscale-resource; "": the default */
+  char as_ns[254];       /* --autoscale-namespace */
+  char as_pclass[254];   /* --autoscale-priority-class */
 } opts;
 
 /* Which options the command line set (the config file does not override
@@ -401,6 +423,20 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
       rc = parse_duration(a, v, &o->guard_settle_ms);
     } else if (strcmp(a, "--guard-cap") == 0) {
       rc = parse_duration(a, v, &o->guard_cap_ms);
+    } else if (strcmp(a, "--autoscale-placeholders") == 0) {
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+        fprintf(stderr, "gpufrac scheduler: %s '%s': want on or off\n", a, v);
+        return GF_EXIT_USAGE;
+      }
+      o->autoscale = strcmp(v, "on") == 0;
+    } else if (strcmp(a, "--autoscale-after") == 0) {
+      rc = parse_duration(a, v, &o->as_after_ms);
+    } else if (strcmp(a, "--autoscale-resource") == 0) {
+      rc = copy_opt(o->as_resource, sizeof(o->as_resource), v, a);
+    } else if (strcmp(a, "--autoscale-namespace") == 0) {
+      rc = copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
+    } else if (strcmp(a, "--autoscale-priority-class") == 0) {
+      rc = copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
     } else if (strcmp(a, "--request-timeout-ms") == 0 ||
                strcmp(a, "--max-conns-per-ip") == 0) {
       bool t = a[2] == 'r';
@@ -436,6 +472,23 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
   }
   if (o->no_kube && o->dra) {
     fprintf(stderr, "gpufrac scheduler: --no-kube excludes --dra\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o->no_kube && o->autoscale) {
+    fprintf(stderr, "gpufrac scheduler: --no-kube excludes "
+                    "--autoscale-placeholders on (placeholders are pods "
+                    "made through the API server)\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o->accept & GF_SCHED_ACCEPT_HAMI && o->autoscale &&
+      strcmp(o->as_resource[0] ? o->as_resource : "nvidia.com/gpu",
+             "nvidia.com/gpu") == 0) {
+    /* HAMi's nvidia.com/gpu means GPUs wanted to the extender: it would
+     * take the placeholders for HAMi pods and book them. */
+    fprintf(stderr, "gpufrac scheduler: --accept hami reads nvidia.com/gpu "
+                    "as a GPU request, so placeholders cannot ask for it: "
+                    "give --autoscale-resource another resource the "
+                    "autoscaler knows\n");
     return GF_EXIT_USAGE;
   }
   if (o->no_kube && (set[SET_KUBECONFIG] || set[SET_LEASE])) {
@@ -534,13 +587,19 @@ int cmd_scheduler(int argc, char **argv) {
      * the Service that reaches the leader (sched_kube.h). */
     const char *pod_ns = getenv("POD_NAMESPACE"), *pod = getenv("POD_NAME");
     bool own = pod_ns && *pod_ns && pod && *pod;
-    gf_sched_kube_opts ko = {.lease_ns = o.lease[0] ? o.lease : NULL,
-                             .lease_name = lease_name,
-                             .pod_ns = own ? pod_ns : NULL,
-                             .pod_name = own ? pod : NULL,
-                             .guard_off = o.guard_off,
-                             .guard_settle_ms = o.guard_settle_ms,
-                             .guard_cap_ms = o.guard_cap_ms};
+    gf_sched_kube_opts ko = {
+        .lease_ns = o.lease[0] ? o.lease : NULL,
+        .lease_name = lease_name,
+        .pod_ns = own ? pod_ns : NULL,
+        .pod_name = own ? pod : NULL,
+        .guard_off = o.guard_off,
+        .guard_settle_ms = o.guard_settle_ms,
+        .guard_cap_ms = o.guard_cap_ms,
+        .autoscale = o.autoscale,
+        .autoscale_after_ms = o.as_after_ms,
+        .autoscale_resource = o.as_resource[0] ? o.as_resource : NULL,
+        .autoscale_ns = o.as_ns[0] ? o.as_ns : NULL,
+        .autoscale_priority_class = o.as_pclass[0] ? o.as_pclass : NULL};
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
       rc = GF_EXIT_FAIL;

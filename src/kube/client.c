@@ -533,12 +533,15 @@ int gf_kube_replace(gf_kube *k, const char *path, const json_t *obj,
   return send_json(k, "PUT", path, "application/json", obj, out, d);
 }
 
-int gf_kube_delete(gf_kube *k, const char *path, gf_diag *d) {
-  char url[URL_MAX];
-  int rc = build_url(k, path, NULL, false, url, sizeof(url), d);
-  if (rc)
-    return rc;
-  return perform(k, "DELETE", path, url, NULL, NULL, NULL, 0, NULL, d);
+int gf_kube_delete(gf_kube *k, const char *path, const json_t *opts,
+                   json_t **out, gf_diag *d) {
+  if (!opts) {
+    char url[URL_MAX];
+    int rc = build_url(k, path, NULL, false, url, sizeof(url), d);
+    return rc ? rc
+              : perform(k, "DELETE", path, url, NULL, NULL, NULL, 0, out, d);
+  }
+  return send_json(k, "DELETE", path, "application/json", opts, out, d);
 }
 
 /* A DNS-1123 name (what pods, namespaces and nodes are called): safe to put

@@ -235,7 +235,7 @@ int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
       continue;
     char path[sizeof(SLICES) + 300];
     snprintf(path, sizeof(path), "%s/%s", SLICES, name_of(m));
-    rc = gf_kube_delete(p->k, path, d);
+    rc = gf_kube_delete(p->k, path, NULL, NULL, d);
     if (rc == GF_ENOTFOUND)
       rc = 0;
     if (rc)

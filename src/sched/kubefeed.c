@@ -6,7 +6,9 @@
  * Threads: one per informer, one for the election, one supervisor that
  * marks the extender synced once both informers are, and one for the
  * disruption guard (guard.h), fed by the pod informer, which PATCHes only
- * while this replica leads.  Informer callbacks
+ * while this replica leads, and one for the autoscaler bridge
+ * (autoscale.h) when it is on, fed by both informers, which makes and
+ * deletes placeholder pods only while this replica leads.  Informer callbacks
  * and election callbacks run on those threads and only call gf_sched's
  * thread-safe functions.  Nothing here trusts what the server sends: every
  * object is checked by gf_sched's parsers, and a refusal is logged and
@@ -24,9 +26,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "autoscale.h"
 #include "gpufrac/error.h"
 #include "gpufrac/sched_kube.h"
 #include "guard.h"
+#include "sched_int.h"
 
 #define MAX_CLIENTS 64
 #define KEY_MAX (2 * GF_NAME_MAX + 2)
@@ -173,9 +177,16 @@ struct gf_sched_kube {
   atomic_ullong guard_patches;
   int guard_err;               /* last error reported (api_error) */
   char guard_msg[GF_DIAG_MAX]; /* ... and its sentence */
+  /* the autoscaler bridge: NULL when off */
+  gf__as *as;
+  gf_kube *akube; /* its create/delete client, one pass at a time */
+  long as_tick_ms;
+  atomic_ullong as_made, as_deleted;
+  int as_err;               /* last error reported (api_error) */
+  char as_msg[GF_DIAG_MAX]; /* ... and its sentence */
   bool started;
-  pthread_t t_nodes, t_pods, t_leader, t_super, t_guard;
-  bool have_nodes, have_pods, have_leader, have_super, have_guard;
+  pthread_t t_nodes, t_pods, t_leader, t_super, t_guard, t_as;
+  bool have_nodes, have_pods, have_leader, have_super, have_guard, have_as;
 };
 
 /* Logs a refused object: the first LOG_FIRST, then one in LOG_EVERY. */
@@ -203,7 +214,8 @@ static json_t *node_slim(void *user, json_t *obj) {
 static json_t *pod_slim(void *user, json_t *obj) {
   gf_sched_kube *f = user;
   json_t *out = gf_sched_pod_slim(obj);
-  if (out && f->guard && gf__guard_slim(out, obj)) {
+  if (out && ((f->guard && gf__guard_slim(out, obj)) ||
+              (f->as && gf__as_slim(out, obj)))) {
     json_decref(out);
     return NULL; /* out of memory: the informer keeps obj whole */
   }
@@ -216,6 +228,8 @@ static void node_apply(void *user, json_t *obj) {
   int rc = gf_sched_node_update(f->s, obj, &d);
   if (rc)
     model_error(f, "node", obj, rc, &d);
+  if (f->as) /* after the first LIST a node with GPUs is new capacity */
+    gf__as_node_update(f->as, obj, gf_kube_informer_synced(f->nodes));
 }
 
 static void node_changed(void *user, json_t *old_obj, json_t *new_obj) {
@@ -229,6 +243,8 @@ static void node_gone(void *user, json_t *obj) {
       json_object_get(json_object_get(obj, "metadata"), "name"));
   if (name)
     (void)gf_sched_node_delete(f->s, name); /* GF_ENOTFOUND: never added */
+  if (f->as)
+    gf__as_node_delete(f->as, obj);
 }
 
 /* The key gf_sched files a pod under: its uid, or "ns/name" without one
@@ -254,6 +270,8 @@ static void pod_apply(void *user, json_t *obj) {
     model_error(f, "pod", obj, rc, &d);
   if (f->guard)
     gf__guard_pod_update(f->guard, obj);
+  if (f->as)
+    gf__as_pod_update(f->as, obj);
 }
 
 static void pod_changed(void *user, json_t *old_obj, json_t *new_obj) {
@@ -263,8 +281,11 @@ static void pod_changed(void *user, json_t *old_obj, json_t *new_obj) {
   const char *nk = pod_key(new_obj, nb, sizeof(nb));
   /* Same name, new uid (replaced while a watch was down): the old pod's
    * booking must go before the new one is read. */
-  if (ok && (!nk || strcmp(ok, nk) != 0))
+  if (ok && (!nk || strcmp(ok, nk) != 0)) {
     (void)gf_sched_pod_delete(f->s, ok);
+    if (f->as)
+      gf__as_pod_delete(f->as, old_obj);
+  }
   pod_apply(user, new_obj);
 }
 
@@ -276,6 +297,8 @@ static void pod_gone(void *user, json_t *obj) {
     (void)gf_sched_pod_delete(f->s, k); /* GF_ENOTFOUND: pending, not booked */
   if (f->guard)
     gf__guard_pod_delete(f->guard, obj);
+  if (f->as)
+    gf__as_pod_delete(f->as, obj);
 }
 
 /* A part's error state changed (gf_kube's on_error: called once per change,
@@ -380,6 +403,56 @@ static int guard_step(gf_sched_kube *f, gf_diag *d) {
   return rc ? gf_diag_set(d, rc, "%s", pd.msg) : 0;
 }
 
+/* gf__as_ops.create: POST the placeholder pod in ns. */
+static int as_create(void *user, const char *ns, const json_t *pod,
+                     gf_diag *d) {
+  gf_sched_kube *f = user;
+  char path[320];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
+  return gf_kube_create(f->akube, path, pod, NULL, d);
+}
+
+/* gf__as_ops.remove: DELETE ns/name with no grace period (a placeholder
+ * runs nothing worth stopping). */
+static int as_remove(void *user, const char *ns, const char *name, gf_diag *d) {
+  gf_sched_kube *f = user;
+  if (!dns_name(ns) || !dns_name(name))
+    return gf_diag_set(d, GF_EINVAL, "pod '%.253s/%.253s': not valid names", ns,
+                       name);
+  char path[600];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
+  json_t *opts = json_pack("{s:s, s:s, s:i}", "kind", "DeleteOptions",
+                           "apiVersion", "v1", "gracePeriodSeconds", 0);
+  if (!opts)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  int rc = gf_kube_delete(f->akube, path, opts, NULL, d);
+  json_decref(opts);
+  return rc;
+}
+
+/* One autoscaler-bridge pass, if this replica leads and both informers
+ * have listed (so every placeholder that exists has been adopted).  Errors
+ * are reported once per change (api_error). */
+static int as_step(gf_sched_kube *f, gf_diag *d) {
+  if (!f->as)
+    return gf_diag_set(d, GF_ESTATE, "kube feed: the autoscaler bridge is off");
+  if (!atomic_load(&f->leading) || !gf_kube_informer_synced(f->pods) ||
+      !gf_kube_informer_synced(f->nodes))
+    return 0;
+  unsigned made = 0, deleted = 0;
+  gf_diag pd = {""};
+  gf__as_ops ops = {.user = f, .create = as_create, .remove = as_remove};
+  int rc = gf__as_pass(f->as, &ops, &made, &deleted, &pd);
+  atomic_fetch_add(&f->as_made, made);
+  atomic_fetch_add(&f->as_deleted, deleted);
+  if (rc != f->as_err || (rc && strcmp(pd.msg, f->as_msg) != 0)) {
+    api_error(f, "autoscaler bridge (placeholder pods)", rc, pd.msg);
+    f->as_err = rc;
+    snprintf(f->as_msg, sizeof(f->as_msg), "%s", pd.msg);
+  }
+  return rc ? gf_diag_set(d, rc, "%s", pd.msg) : 0;
+}
+
 static void mark_synced(gf_sched_kube *f) {
   if (atomic_load(&f->synced_marked))
     return;
@@ -454,6 +527,29 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
     go2.connect_timeout_ms = 3000;
     if ((rc = gf_kube_new(&f->gkube, cfg, &go2, d))) {
       gf_diag_prefix(d, "guard client");
+      goto fail;
+    }
+  }
+  if (o->autoscale) {
+    gf__as_opts ao = {.after_ms = o->autoscale_after_ms,
+                      .resource = o->autoscale_resource,
+                      .ns = o->autoscale_ns,
+                      .priority_class = o->autoscale_priority_class,
+                      .quiet = o->quiet,
+                      .whole = gf__sched_whole(s)};
+    if ((rc = gf__as_new(&ao, &f->as, d)))
+      goto fail;
+    if (o->autoscale_tick_ms < 0) {
+      rc = gf_diag_set(d, GF_EINVAL, "autoscale: tick of %ld ms",
+                       o->autoscale_tick_ms);
+      goto fail;
+    }
+    f->as_tick_ms = o->autoscale_tick_ms ? o->autoscale_tick_ms : 1000;
+    gf_kube_opts ao2 = kopts ? *kopts : (gf_kube_opts){0};
+    ao2.timeout_ms = 5000; /* a stuck call must not hold up stop */
+    ao2.connect_timeout_ms = 3000;
+    if ((rc = gf_kube_new(&f->akube, cfg, &ao2, d))) {
+      gf_diag_prefix(d, "autoscale client");
       goto fail;
     }
   }
@@ -565,6 +661,21 @@ static void *run_guard(void *arg) {
   return NULL;
 }
 
+/* Autoscaler-bridge passes every as_tick_ms until stop. */
+static void *run_as(void *arg) {
+  gf_sched_kube *f = arg;
+  while (!atomic_load(&f->stop)) {
+    as_step(f, NULL);
+    for (long left = f->as_tick_ms; left > 0 && !atomic_load(&f->stop);
+         left -= SUPERVISE_MS) {
+      long ms = left < SUPERVISE_MS ? left : SUPERVISE_MS;
+      struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return NULL;
+}
+
 /* Marks the extender synced once both informers are, then waits for stop. */
 static void *run_super(void *arg) {
   gf_sched_kube *f = arg;
@@ -606,6 +717,10 @@ int gf_sched_kube_start(gf_sched_kube *f, gf_diag *d) {
     e = pthread_create(&f->t_guard, NULL, run_guard, f);
     f->have_guard = e == 0;
   }
+  if (!e && f->as) {
+    e = pthread_create(&f->t_as, NULL, run_as, f);
+    f->have_as = e == 0;
+  }
   if (e) {
     gf_sched_kube_stop(f);
     return gf_diag_set(d, e == EAGAIN ? GF_ENOMEM : GF_EIO,
@@ -629,6 +744,8 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
       gf_kube_stop(f->role); /* a label PATCH in flight ends soon */
     if (f->gkube)
       gf_kube_stop(f->gkube); /* so does a guard PATCH */
+    if (f->akube)
+      gf_kube_stop(f->akube); /* and a placeholder create or delete */
     if (f->have_nodes)
       pthread_join(f->t_nodes, NULL);
     if (f->have_pods)
@@ -639,10 +756,14 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
       pthread_join(f->t_super, NULL);
     if (f->have_guard)
       pthread_join(f->t_guard, NULL);
+    if (f->have_as)
+      pthread_join(f->t_as, NULL);
     f->have_nodes = f->have_pods = f->have_leader = f->have_super = false;
-    f->have_guard = false;
+    f->have_guard = f->have_as = false;
     if (f->gkube)
       gf_kube_clear_stop(f->gkube); /* usable by steps again */
+    if (f->akube)
+      gf_kube_clear_stop(f->akube);
   }
   f->started = false;
   /* No longer a binder: take the role label off (best effort). */
@@ -661,6 +782,8 @@ void gf_sched_kube_free(gf_sched_kube *f) {
   free(f->role_path);
   gf_kube_free(f->gkube);
   gf__guard_free(f->guard);
+  gf_kube_free(f->akube);
+  gf__as_free(f->as);
   gf_kube_leader_free(f->leader);
   gf_kube_informer_free(f->pods);
   gf_kube_informer_free(f->nodes);
@@ -688,6 +811,8 @@ int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d) {
     return role_sync(f, d);
   case GF_SCHED_KUBE_GUARD:
     return guard_step(f, d);
+  case GF_SCHED_KUBE_AUTOSCALE:
+    return as_step(f, d);
   default:
     return gf_diag_set(d, GF_EINVAL, "kube feed: unknown part %d", (int)part);
   }
@@ -709,4 +834,12 @@ uint64_t gf_sched_kube_api_errors(gf_sched_kube *f) {
 
 uint64_t gf_sched_kube_guard_patches(gf_sched_kube *f) {
   return f ? (uint64_t)atomic_load(&f->guard_patches) : 0;
+}
+
+uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->as_made) : 0;
+}
+
+uint64_t gf_sched_kube_placeholders_deleted(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->as_deleted) : 0;
 }

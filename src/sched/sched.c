@@ -266,6 +266,8 @@ void gf_sched_free(gf_sched *s) {
 
 size_t gf__sched_max_body(const gf_sched *s) { return s->max_body; }
 
+bool gf__sched_whole(const gf_sched *s) { return s->whole; }
+
 void gf_sched_set_synced(gf_sched *s, bool synced) {
   pthread_mutex_lock(&s->mu);
   s->synced = synced;

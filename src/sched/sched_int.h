@@ -178,6 +178,9 @@ int gf__bind_args_parse(const char *body, size_t len, gf__bind_args *out,
 /* The body-size cap an extender was configured with (for the HTTP layer). */
 struct gf_sched;
 size_t gf__sched_max_body(const struct gf_sched *s);
+/* Whether the extender's policy rounds shares up to whole GPUs (`whole`):
+ * the autoscaler bridge then packs them so too. */
+bool gf__sched_whole(const struct gf_sched *s);
 
 /* Makes s valid UTF-8 in place, so that any message built from input can
  * go into a JSON string: a character cut at the end (by a fixed-size

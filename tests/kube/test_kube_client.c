@@ -289,10 +289,10 @@ static void test_delete(void **st) {
   assert_int_equal(
       gf_kube_delete(
           f.k, "/apis/resource.k8s.io/v1/resourceslices/n1-gpu.gpufrac.io-1",
-          &d),
+          NULL, NULL, &d),
       0);
-  int rc =
-      gf_kube_delete(f.k, "/apis/resource.k8s.io/v1/resourceslices/gone", &d);
+  int rc = gf_kube_delete(f.k, "/apis/resource.k8s.io/v1/resourceslices/gone",
+                          NULL, NULL, &d);
   expect_rc(rc, GF_ENOTFOUND, &d, "not found");
   finish(&f);
 }

@@ -117,6 +117,32 @@ if dep:
         v = args[args.index(flag) + 1] if flag in args else ""
         check(v[:-1].isdigit() and v[-1] in "smh", f"{flag} is a duration ({v!r})")
 
+# The autoscaler bridge (issue 16, deploy/autoscale.yaml): a PriorityClass
+# below every real pod that preempts nothing, and pods create/delete in the
+# extender's namespace only.
+pcs = [d for _, d in docs if d["kind"] == "PriorityClass" and
+       d["metadata"]["name"] == "gpufrac-placeholder"]
+pc = pcs[0] if len(pcs) == 1 else {}
+check(pc.get("value", 0) < 0 and pc.get("value", 0) >= -10 and pc.get("globalDefault") is False
+      and pc.get("preemptionPolicy") == "Never",
+      "PriorityClass gpufrac-placeholder: -10..-1 (Cluster Autoscaler's expendable cutoff is "
+      "-10), not the default, preempts nothing")
+ph_rules = {}
+for _, d in docs:
+    if d["kind"] == "Role" and d["metadata"]["name"] == "gpufrac-scheduler-placeholders":
+        check(d["metadata"].get("namespace") == "gpufrac-system",
+              "the placeholder Role is in gpufrac-system")
+        for r in d.get("rules", []):
+            for g in r.get("apiGroups", []):
+                for res in r.get("resources", []):
+                    ph_rules.setdefault((g, res), set()).update(r.get("verbs", []))
+check(ph_rules == {("", "pods"): {"create", "delete"}},
+      f"placeholder Role is exactly pods create/delete (got {ph_rules})")
+check(any(d["kind"] == "RoleBinding" and d["roleRef"]["name"] == "gpufrac-scheduler-placeholders"
+          and {"kind": "ServiceAccount", "name": "gpufrac-scheduler",
+               "namespace": "gpufrac-system"} in d.get("subjects", []) for _, d in docs),
+      "the placeholder Role is bound to the extender's ServiceAccount")
+
 ds = kinds.get("DaemonSet")
 check(ds is not None, "a node-agent DaemonSet")
 if ds:

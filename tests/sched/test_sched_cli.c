@@ -30,7 +30,24 @@ static void test_cli(void **state) {
   assert_int_equal(cmd_scheduler(2, m), GF_EXIT_USAGE);
 }
 
+/* The autoscaler bridge's options (issue 16). */
+static void test_cli_autoscale(void **state) {
+  (void)state;
+  char a0[] = "scheduler", on_off[] = "--autoscale-placeholders",
+       maybe[] = "maybe", on[] = "on", no_kube[] = "--no-kube",
+       after[] = "--autoscale-after", zero[] = "0s", forever[] = "8d";
+  char *m[] = {a0, on_off, maybe, NULL};
+  assert_int_equal(cmd_scheduler(3, m), GF_EXIT_USAGE);
+  char *nk[] = {a0, no_kube, on_off, on, NULL};
+  assert_int_equal(cmd_scheduler(4, nk), GF_EXIT_USAGE);
+  char *z[] = {a0, after, zero, NULL};
+  assert_int_equal(cmd_scheduler(3, z), GF_EXIT_USAGE);
+  char *f[] = {a0, after, forever, NULL};
+  assert_int_equal(cmd_scheduler(3, f), GF_EXIT_USAGE);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli),
+                                     cmocka_unit_test(test_cli_autoscale)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

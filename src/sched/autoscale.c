@@ -1,0 +1,1089 @@
+/*
+ * autoscale.c - the autoscaler bridge (autoscale.h): placeholder pods that
+ * ask a cluster autoscaler for the whole GPUs pending shares pack into.
+ *
+ * State, under a->mu: the pods waiting (unbound, asking gpufrac GPUs), the
+ * placeholders (made or adopted) and the GPU nodes' shapes, each an array
+ * indexed by a smap.  A pass decides under the mutex, calls the API
+ * without it, then records the outcome.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "autoscale.h"
+#include "gpufrac/engine.h"
+#include "gpufrac/error.h"
+#include "sched_int.h"
+#include "smap.h"
+
+#define PASS_MAX 64      /* API calls per pass */
+#define RETRY_US 5000000 /* after a failed call */
+#define GROUP_MAX 16384  /* a group's canonical constraints, bytes */
+#define NAME_CAP 254     /* a DNS-1123 name and its NUL */
+#define NONE UINT32_MAX
+
+/* A pod waiting: unbound, asking gpufrac GPUs. */
+typedef struct wpod {
+  char *uid;   /* the map's key */
+  char *what;  /* "ns/name", for messages */
+  char *group; /* canonical constraints (see group_of) */
+  char *models;
+  gf_request req;
+  bool unsched;   /* PodScheduled False, reason Unschedulable */
+  bool unfit;     /* fits no empty node of its group's shape (logged) */
+  int64_t since;  /* first seen unschedulable, this time; 0 when not */
+  uint32_t cover; /* scratch in a pass */
+} wpod;
+
+/* A placeholder, made or adopted. */
+typedef struct phold {
+  char *name; /* the map's key */
+  char **uids;
+  uint32_t nuids;
+  int64_t created;
+  bool finished; /* Succeeded or Failed */
+} phold;
+
+/* A node with GPUs, as a shape. */
+typedef struct gnode {
+  char *name; /* the map's key */
+  gf__as_shape shape;
+} gnode;
+
+struct gf__as {
+  pthread_mutex_t mu;
+  gf__as_opts o;
+  char resource[256], ns[NAME_CAP], pclass[NAME_CAP], image[512];
+  int64_t after_us;
+  int64_t cap_at;  /* GPU capacity last arrived; 0: never */
+  int64_t hold_at; /* a placeholder last went for capacity; 0: never */
+  int64_t retry_at;
+  wpod *w;
+  uint32_t nw, capw;
+  gf__smap wmap;
+  phold *p;
+  uint32_t np, capp;
+  gf__smap pmap;
+  gnode *g;
+  uint32_t ng, capg;
+  gf__smap gmap;
+};
+
+static int64_t real_now(void *u) {
+  (void)u;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t now_of(const gf__as *a) {
+  return a->o.now_us ? a->o.now_us(a->o.clock_user) : real_now(NULL);
+}
+
+static bool dns_name(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  return n > 0 && n < NAME_CAP &&
+         strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789.-") == n;
+}
+
+/* Grows *arr (of `size`-byte elements, *cap of them) to hold n + 1. */
+static int grow(void **arr, uint32_t *cap, uint32_t n, size_t size) {
+  if (n < *cap)
+    return 0;
+  uint32_t c = *cap ? *cap * 2 : 16;
+  void *p = realloc(*arr, (size_t)c * size);
+  if (!p)
+    return GF_ENOMEM;
+  *arr = p;
+  *cap = c;
+  return 0;
+}
+
+int gf__as_new(const gf__as_opts *o, gf__as **out, gf_diag *d) {
+  static const gf__as_opts none = {0};
+  if (!out)
+    return gf_diag_set(d, GF_EINVAL, "autoscale: nowhere to put it");
+  if (!o)
+    o = &none;
+  if (o->after_ms < 0 || o->after_ms > INT64_MAX / 1000 || o->gpu_mem_bytes < 0)
+    return gf_diag_set(d, GF_EINVAL,
+                       "autoscale: the wait (%" PRId64
+                       " ms) and the GPU memory must not be negative",
+                       o->after_ms);
+  if (o->gpus_per_node > GF_MAX_GPUS_PER_NODE)
+    return gf_diag_set(d, GF_EINVAL, "autoscale: %u GPUs per node, at most %d",
+                       o->gpus_per_node, GF_MAX_GPUS_PER_NODE);
+  const char *res = o->resource ? o->resource : GF_AS_RESOURCE_DEFAULT;
+  const char *ns = o->ns ? o->ns : GF_AS_NS_DEFAULT;
+  const char *pc =
+      o->priority_class ? o->priority_class : GF_AS_PRIORITY_CLASS_DEFAULT;
+  const char *img = o->image ? o->image : GF_AS_IMAGE_DEFAULT;
+  size_t rl = strlen(res);
+  if (!strchr(res, '/') || rl >= 256 || strpbrk(res, " \t\r\n\"\\"))
+    return gf_diag_set(d, GF_EINVAL,
+                       "autoscale: resource '%.256s': want a qualified "
+                       "extended resource name such as nvidia.com/gpu",
+                       res);
+  if (strncmp(res, "gpufrac.io/", 11) == 0)
+    return gf_diag_set(d, GF_EINVAL,
+                       "autoscale: resource '%s': the extender's own resources "
+                       "cannot be asked by placeholders (kube-scheduler would "
+                       "send them to the extender)",
+                       res);
+  if (!dns_name(ns) || !dns_name(pc))
+    return gf_diag_set(d, GF_EINVAL,
+                       "autoscale: namespace '%.253s' and PriorityClass "
+                       "'%.253s' must be DNS-1123 names",
+                       ns, pc);
+  if (!*img || strlen(img) >= 512)
+    return gf_diag_set(d, GF_EINVAL, "autoscale: image name empty or too long");
+  gf__as *a = calloc(1, sizeof(*a));
+  if (!a)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  if (pthread_mutex_init(&a->mu, NULL)) {
+    free(a);
+    return gf_diag_set(d, GF_ENOMEM, "autoscale: cannot make a mutex");
+  }
+  a->o = *o;
+  a->o.resource = a->o.ns = a->o.priority_class = a->o.image = NULL;
+  snprintf(a->resource, sizeof(a->resource), "%s", res);
+  snprintf(a->ns, sizeof(a->ns), "%s", ns);
+  snprintf(a->pclass, sizeof(a->pclass), "%s", pc);
+  snprintf(a->image, sizeof(a->image), "%s", img);
+  a->after_us = (o->after_ms ? o->after_ms : GF_AS_AFTER_MS_DEFAULT) * 1000;
+  if (!a->o.gpus_per_node)
+    a->o.gpus_per_node = GF_AS_GPUS_DEFAULT;
+  if (!a->o.gpu_mem_bytes)
+    a->o.gpu_mem_bytes = GF_AS_GPU_MEM_DEFAULT;
+  *out = a;
+  return 0;
+}
+
+static void wpod_free(wpod *w) {
+  free(w->uid);
+  free(w->what);
+  free(w->group);
+  free(w->models);
+}
+
+static void phold_free(phold *p) {
+  free(p->name);
+  for (uint32_t i = 0; i < p->nuids; i++)
+    free(p->uids[i]);
+  free(p->uids);
+}
+
+void gf__as_free(gf__as *a) {
+  if (!a)
+    return;
+  for (uint32_t i = 0; i < a->nw; i++)
+    wpod_free(&a->w[i]);
+  for (uint32_t i = 0; i < a->np; i++)
+    phold_free(&a->p[i]);
+  for (uint32_t i = 0; i < a->ng; i++)
+    free(a->g[i].name);
+  free(a->w);
+  free(a->p);
+  free(a->g);
+  gf__smap_release(&a->wmap);
+  gf__smap_release(&a->pmap);
+  gf__smap_release(&a->gmap);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
+
+size_t gf__as_count(gf__as *a) {
+  pthread_mutex_lock(&a->mu);
+  size_t n = a->np;
+  pthread_mutex_unlock(&a->mu);
+  return n;
+}
+
+size_t gf__as_waiting(gf__as *a) {
+  pthread_mutex_lock(&a->mu);
+  size_t n = a->nw;
+  pthread_mutex_unlock(&a->mu);
+  return n;
+}
+
+/* ---- the records -------------------------------------------------------- */
+
+static void wpod_remove(gf__as *a, const char *uid) {
+  int64_t i = gf__smap_get(&a->wmap, uid);
+  if (i < 0)
+    return;
+  gf__smap_del(&a->wmap, uid);
+  wpod_free(&a->w[i]);
+  if ((uint32_t)i != --a->nw) {
+    a->w[i] = a->w[a->nw];
+    gf__smap_put(&a->wmap, a->w[i].uid, (uint32_t)i);
+  }
+}
+
+static void phold_remove(gf__as *a, const char *name) {
+  int64_t i = gf__smap_get(&a->pmap, name);
+  if (i < 0)
+    return;
+  gf__smap_del(&a->pmap, name);
+  phold_free(&a->p[i]);
+  if ((uint32_t)i != --a->np) {
+    a->p[i] = a->p[a->np];
+    gf__smap_put(&a->pmap, a->p[i].name, (uint32_t)i);
+  }
+}
+
+/* Adds or replaces placeholder `name` standing for the comma-separated
+ * uids.  GF_ENOMEM (nothing changed). */
+static int phold_put(gf__as *a, const char *name, const char *uids,
+                     int64_t created, bool finished) {
+  phold np = {0};
+  np.name = strdup(name);
+  if (!np.name)
+    return GF_ENOMEM;
+  size_t n = 0;
+  for (const char *s = uids; *s; s++)
+    n += *s == ',';
+  np.uids = calloc(n + 1, sizeof(*np.uids));
+  if (!np.uids)
+    goto nomem;
+  for (const char *s = uids; *s;) {
+    size_t l = strcspn(s, ",");
+    if (l > 0 && l < GF__UID_MAX) {
+      if (!(np.uids[np.nuids] = strndup(s, l)))
+        goto nomem;
+      np.nuids++;
+    }
+    s += l;
+    s += *s == ',';
+  }
+  np.created = created;
+  np.finished = finished;
+  phold_remove(a, name);
+  if (grow((void **)&a->p, &a->capp, a->np, sizeof(*a->p)) ||
+      gf__smap_put(&a->pmap, np.name, a->np))
+    goto nomem;
+  a->p[a->np++] = np;
+  return 0;
+nomem:
+  phold_free(&np);
+  return GF_ENOMEM;
+}
+
+/* ---- reading pods ------------------------------------------------------- */
+
+static const char *const kept_ann[] = {GF_AS_FOR, GF_AS_CREATED};
+
+/* The PodScheduled condition of status.conditions, or NULL. */
+static const json_t *sched_condition(const json_t *pod) {
+  const json_t *conds =
+      json_object_get(json_object_get(pod, "status"), "conditions");
+  size_t i;
+  const json_t *c;
+  json_array_foreach(conds, i, c) {
+    const char *t = json_string_value(json_object_get(c, "type"));
+    if (t && strcmp(t, "PodScheduled") == 0)
+      return c;
+  }
+  return NULL;
+}
+
+/* obj[key] = a deep copy of v (when v is not NULL).  -1: out of memory. */
+static int copy_member(json_t *obj, const char *key, const json_t *v) {
+  if (!v)
+    return 0;
+  json_t *c = json_deep_copy(v);
+  return !c || json_object_set_new(obj, key, c) ? -1 : 0;
+}
+
+/* obj[key], made an object if it is not one.  NULL: out of memory. */
+static json_t *member_object(json_t *obj, const char *key) {
+  json_t *m = json_object_get(obj, key);
+  if (json_is_object(m))
+    return m;
+  m = json_object();
+  return !m || json_object_set_new(obj, key, m) ? NULL : m;
+}
+
+int gf__as_slim(json_t *slim, const json_t *pod) {
+  if (!json_is_object(slim) || !json_is_object(pod))
+    return 0;
+  const json_t *md = json_object_get(pod, "metadata");
+  const json_t *lab =
+      json_object_get(json_object_get(md, "labels"), GF_AS_LABEL);
+  const json_t *ann = json_object_get(md, "annotations");
+  json_t *smd = json_object_get(slim, "metadata");
+  if (json_is_object(smd)) {
+    if (lab) {
+      json_t *sl = member_object(smd, "labels");
+      if (!sl || copy_member(sl, GF_AS_LABEL, lab))
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(kept_ann) / sizeof(kept_ann[0]); i++) {
+      const json_t *v = json_object_get(ann, kept_ann[i]);
+      if (!v)
+        continue;
+      json_t *sa = member_object(smd, "annotations");
+      if (!sa || copy_member(sa, kept_ann[i], v))
+        return -1;
+    }
+  }
+  const json_t *spec = json_object_get(pod, "spec");
+  json_t *ss = json_object_get(slim, "spec");
+  if (json_is_object(spec) && json_is_object(ss)) {
+    if (copy_member(ss, "nodeSelector",
+                    json_object_get(spec, "nodeSelector")) ||
+        copy_member(ss, "tolerations", json_object_get(spec, "tolerations")))
+      return -1;
+    const json_t *na =
+        json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
+    if (na) {
+      json_t *af = member_object(ss, "affinity");
+      if (!af || copy_member(af, "nodeAffinity", na))
+        return -1;
+    }
+  }
+  const json_t *c = sched_condition(pod);
+  if (c) {
+    /* guard.c may have kept the Ready condition: append to it */
+    json_t *st = member_object(slim, "status");
+    json_t *arr = st ? json_object_get(st, "conditions") : NULL;
+    if (st && !json_is_array(arr)) {
+      arr = json_array();
+      if (!arr || json_object_set_new(st, "conditions", arr))
+        return -1;
+    }
+    json_t *sc = json_object();
+    if (!st || !sc || json_array_append_new(arr, sc))
+      return -1;
+    if (copy_member(sc, "type", json_object_get(c, "type")) ||
+        copy_member(sc, "status", json_object_get(c, "status")) ||
+        copy_member(sc, "reason", json_object_get(c, "reason")))
+      return -1;
+  }
+  return 0;
+}
+
+/* The scheduling constraints of a pod as one canonical JSON string (sorted
+ * keys): nodeSelector, affinity.nodeAffinity, tolerations, the gpu-model
+ * annotation.  NULL when out of memory or over GROUP_MAX bytes. */
+static char *group_of(const json_t *pod, const char *models) {
+  const json_t *spec = json_object_get(pod, "spec");
+  json_t *g = json_object();
+  if (!g)
+    return NULL;
+  const json_t *ns = json_object_get(spec, "nodeSelector");
+  const json_t *na =
+      json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
+  const json_t *tol = json_object_get(spec, "tolerations");
+  char *s = NULL;
+  if ((json_is_object(ns) && json_object_size(ns) &&
+       copy_member(g, "nodeSelector", ns)) ||
+      (json_is_object(na) && json_object_size(na) &&
+       copy_member(g, "nodeAffinity", na)) ||
+      (json_is_array(tol) && json_array_size(tol) &&
+       copy_member(g, "tolerations", tol)) ||
+      (models && *models &&
+       json_object_set_new(g, "gpuModel", json_string(models))))
+    goto out;
+  s = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
+  if (s && strlen(s) > GROUP_MAX) {
+    free(s);
+    s = NULL;
+  }
+out:
+  json_decref(g);
+  return s;
+}
+
+static void placeholder_seen(gf__as *a, const json_t *pod, const char *name) {
+  const json_t *md = json_object_get(pod, "metadata");
+  const json_t *ann = json_object_get(md, "annotations");
+  const char *uids = json_string_value(json_object_get(ann, GF_AS_FOR));
+  const char *cr = json_string_value(json_object_get(ann, GF_AS_CREATED));
+  int64_t created = 0;
+  if (cr) {
+    char *end = NULL;
+    long long v = strtoll(cr, &end, 10);
+    if (end && end != cr && !*end && v > 0)
+      created = (int64_t)v;
+  }
+  const char *phase = json_string_value(
+      json_object_get(json_object_get(pod, "status"), "phase"));
+  bool finished = phase && (strcmp(phase, "Succeeded") == 0 ||
+                            strcmp(phase, "Failed") == 0);
+  /* Out of memory: not adopted now; the next event or relist retries. */
+  (void)phold_put(a, name, uids ? uids : "", created, finished);
+}
+
+/* Whether pod is one of the bridge's placeholders; *name set when so. */
+static bool is_placeholder(const gf__as *a, const json_t *pod,
+                           const char **name) {
+  const json_t *md = json_object_get(pod, "metadata");
+  const char *v = json_string_value(
+      json_object_get(json_object_get(md, "labels"), GF_AS_LABEL));
+  const char *ns = json_string_value(json_object_get(md, "namespace"));
+  *name = json_string_value(json_object_get(md, "name"));
+  return v && strcmp(v, "true") == 0 && ns && strcmp(ns, a->ns) == 0 && *name &&
+         strncmp(*name, GF_AS_NAME_PREFIX, sizeof(GF_AS_NAME_PREFIX) - 1) == 0;
+}
+
+void gf__as_pod_update(gf__as *a, const json_t *pod) {
+  const char *name;
+  if (!json_is_object(pod))
+    return;
+  pthread_mutex_lock(&a->mu);
+  if (is_placeholder(a, pod, &name)) {
+    if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
+      phold_remove(a, name);
+    else
+      placeholder_seen(a, pod, name);
+    goto out;
+  }
+  gf__pod *p = malloc(sizeof(*p));
+  if (!p)
+    goto out;
+  gf_diag d = {""};
+  bool waiting =
+      gf__pod_parse(pod, p, &d) == 0 && p->uid[0] && p->req.gpu_count > 0 &&
+      !p->node[0] && strcmp(p->phase, "Succeeded") != 0 &&
+      strcmp(p->phase, "Failed") != 0 &&
+      !json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp");
+  if (!waiting) {
+    if (p->uid[0])
+      wpod_remove(a, p->uid);
+    free(p);
+    goto out;
+  }
+  const json_t *c = sched_condition(pod);
+  const char *st = json_string_value(json_object_get(c, "status"));
+  const char *re = json_string_value(json_object_get(c, "reason"));
+  bool unsched =
+      st && strcmp(st, "False") == 0 && re && strcmp(re, "Unschedulable") == 0;
+  int64_t i = gf__smap_get(&a->wmap, p->uid);
+  wpod *w = i >= 0 ? &a->w[i] : NULL;
+  char *group = group_of(pod, p->models);
+  char what[2 * GF_NAME_MAX + 2];
+  snprintf(what, sizeof(what), "%s/%s", p->ns, p->name);
+  if (!group) { /* out of memory or constraints too large: not demand */
+    if (w)
+      wpod_remove(a, p->uid);
+    free(p);
+    goto out;
+  }
+  if (!w) {
+    if (grow((void **)&a->w, &a->capw, a->nw, sizeof(*a->w))) {
+      free(group);
+      free(p);
+      goto out;
+    }
+    wpod nw = {0};
+    nw.uid = strdup(p->uid);
+    nw.what = strdup(what);
+    if (!nw.uid || !nw.what || gf__smap_put(&a->wmap, nw.uid, a->nw)) {
+      wpod_free(&nw);
+      free(group);
+      free(p);
+      goto out;
+    }
+    a->w[a->nw] = nw;
+    w = &a->w[a->nw++];
+  }
+  char *models = p->models[0] ? strdup(p->models) : NULL;
+  free(w->group);
+  free(w->models);
+  w->group = group;
+  w->models = models;
+  w->req = p->req;
+  w->req.model_mask = 0;
+  if (a->o.whole) /* as the extender will place it (sched.c's effective) */
+    w->req.gpu_milli = GF_GPU_MILLI;
+  if (unsched && !w->unsched)
+    w->since = now_of(a);
+  w->unsched = unsched;
+  if (!unsched)
+    w->since = 0;
+  free(p);
+out:
+  pthread_mutex_unlock(&a->mu);
+}
+
+void gf__as_pod_delete(gf__as *a, const json_t *pod) {
+  const char *name;
+  pthread_mutex_lock(&a->mu);
+  if (is_placeholder(a, pod, &name)) {
+    phold_remove(a, name);
+  } else {
+    const char *uid = json_string_value(
+        json_object_get(json_object_get(pod, "metadata"), "uid"));
+    if (uid)
+      wpod_remove(a, uid);
+  }
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- reading nodes ------------------------------------------------------ */
+
+void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
+  gf__node *n = malloc(sizeof(*n));
+  if (!n)
+    return;
+  gf_diag d = {""};
+  int rc = gf__node_parse(node, n, &d);
+  pthread_mutex_lock(&a->mu);
+  int64_t i = n->name[0] ? gf__smap_get(&a->gmap, n->name) : -1;
+  uint32_t had = i >= 0 ? a->g[i].shape.ngpus : 0;
+  uint32_t has = rc == 0 && n->has_inventory ? n->inv.ngpus : 0;
+  if (has == 0) {
+    if (i >= 0) {
+      gf__smap_del(&a->gmap, n->name);
+      free(a->g[i].name);
+      if ((uint32_t)i != --a->ng) {
+        a->g[i] = a->g[a->ng];
+        gf__smap_put(&a->gmap, a->g[i].name, (uint32_t)i);
+      }
+    }
+    goto out;
+  }
+  if (i < 0) {
+    if (grow((void **)&a->g, &a->capg, a->ng, sizeof(*a->g)))
+      goto out;
+    char *nm = strdup(n->name);
+    if (!nm || gf__smap_put(&a->gmap, nm, a->ng)) {
+      free(nm);
+      goto out;
+    }
+    memset(&a->g[a->ng], 0, sizeof(a->g[a->ng]));
+    a->g[a->ng].name = nm;
+    i = a->ng++;
+  }
+  gf__as_shape *s = &a->g[i].shape;
+  s->ngpus = has;
+  s->cpu_milli = n->cpu_milli;
+  s->mem_bytes = n->mem_bytes;
+  s->gpu_mem_bytes = n->inv.gpus[0].mem_bytes;
+  for (uint32_t k = 1; k < has; k++)
+    if (n->inv.gpus[k].mem_bytes < s->gpu_mem_bytes)
+      s->gpu_mem_bytes = n->inv.gpus[k].mem_bytes;
+  snprintf(s->model, sizeof(s->model), "%s", n->inv.gpus[0].model);
+  if (live && has > had) {
+    a->cap_at = now_of(a);
+    if (!a->o.quiet)
+      fprintf(stderr,
+              "gpufrac scheduler: autoscale: GPU capacity arrived (node %s, "
+              "%u GPUs): placeholders made before now go\n",
+              n->name, has);
+  }
+out:
+  pthread_mutex_unlock(&a->mu);
+  free(n);
+}
+
+void gf__as_node_delete(gf__as *a, const json_t *node) {
+  const char *name = json_string_value(
+      json_object_get(json_object_get(node, "metadata"), "name"));
+  if (!name)
+    return;
+  pthread_mutex_lock(&a->mu);
+  int64_t i = gf__smap_get(&a->gmap, name);
+  if (i >= 0) {
+    gf__smap_del(&a->gmap, name);
+    free(a->g[i].name);
+    if ((uint32_t)i != --a->ng) {
+      a->g[i] = a->g[a->ng];
+      gf__smap_put(&a->gmap, a->g[i].name, (uint32_t)i);
+    }
+  }
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- packing ------------------------------------------------------------ */
+
+static const gf_request *sort_reqs;
+
+/* First-fit-decreasing order: GPUs, share, GPU memory, CPU; then input. */
+static int by_size(const void *x, const void *y) {
+  const gf_request *a = &sort_reqs[*(const uint32_t *)x];
+  const gf_request *b = &sort_reqs[*(const uint32_t *)y];
+  if (a->gpu_count != b->gpu_count)
+    return a->gpu_count > b->gpu_count ? -1 : 1;
+  if (a->gpu_milli != b->gpu_milli)
+    return a->gpu_milli > b->gpu_milli ? -1 : 1;
+  if (a->gpu_mem_bytes != b->gpu_mem_bytes)
+    return a->gpu_mem_bytes > b->gpu_mem_bytes ? -1 : 1;
+  if (a->cpu_milli != b->cpu_milli)
+    return a->cpu_milli > b->cpu_milli ? -1 : 1;
+  uint32_t i = *(const uint32_t *)x, j = *(const uint32_t *)y;
+  return i < j ? -1 : i > j;
+}
+
+static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int add_shape_node(gf_cluster *c, const gf__as_shape *s, uint32_t k) {
+  gf_gpu_spec g[GF_MAX_GPUS_PER_NODE];
+  memset(g, 0, sizeof(g));
+  for (uint32_t j = 0; j < s->ngpus; j++) {
+    g[j].model = s->model[0] ? s->model : "GPU";
+    g[j].mem_bytes = s->gpu_mem_bytes;
+    g[j].numa_node = -1;
+  }
+  char name[32];
+  snprintf(name, sizeof(name), "scratch-%u", k);
+  return gf_cluster_add_node(c, name, s->cpu_milli, s->mem_bytes, g, s->ngpus,
+                             NULL);
+}
+
+int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
+                uint32_t *bin_of, gf__as_bin *bins, size_t *nbins, gf_diag *d) {
+  *nbins = 0;
+  if (!shape || shape->ngpus == 0 || shape->ngpus > GF_MAX_GPUS_PER_NODE)
+    return gf_diag_set(d, GF_EINVAL, "autoscale: a node shape without GPUs");
+  if (n == 0)
+    return 0;
+  if (n > UINT32_MAX / 2)
+    return gf_diag_set(d, GF_ELIMIT, "autoscale: too many pods to pack");
+  uint32_t *order = malloc(n * sizeof(*order));
+  uint32_t *used = calloc(n, sizeof(*used)); /* GPU bit set per node */
+  gf_cluster *c = gf_cluster_new();
+  gf_engine *e = NULL;
+  int rc = 0;
+  if (!order || !used || !c) {
+    rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    order[i] = i;
+    bin_of[i] = NONE;
+  }
+  pthread_mutex_lock(&sort_mu);
+  sort_reqs = reqs;
+  qsort(order, n, sizeof(*order), by_size);
+  pthread_mutex_unlock(&sort_mu);
+  gf_engine_config ec = {.policy = "packing"};
+  if (add_shape_node(c, shape, 0) < 0 || gf_engine_new(c, &ec, &e, d)) {
+    rc = gf_diag_set(d, GF_ENOMEM,
+                     "autoscale: cannot make the scratch "
+                     "cluster");
+    goto out;
+  }
+  uint32_t nodes = 1;
+  for (size_t k = 0; k < n; k++) {
+    uint32_t i = order[k];
+    gf_request r = reqs[i];
+    r.model_mask = 0;
+    gf_placement pl;
+    int prc = gf_engine_place(e, &r, &pl);
+    if (prc == GF_ENOFIT && nodes < n) {
+      /* the last node added is empty only if nothing fitted it: try once */
+      const gf_node *last = gf_cluster_node(c, nodes - 1);
+      bool empty =
+          last->cpu_used == 0 && last->mem_used == 0 && used[nodes - 1] == 0;
+      if (!empty) {
+        if (add_shape_node(c, shape, nodes) < 0) {
+          rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+          goto out;
+        }
+        nodes++;
+        prc = gf_engine_place(e, &r, &pl);
+      }
+    }
+    if (prc == GF_ENOFIT)
+      continue; /* fits no empty node of the shape */
+    if (prc) {
+      rc = gf_diag_set(d, prc, "autoscale: packing: %s", gf_strerror(prc));
+      goto out;
+    }
+    bin_of[i] = pl.node;
+    for (uint32_t g = 0; g < pl.ngpus; g++)
+      used[pl.node] |= 1u << pl.gpus[g];
+    if (bins && pl.node >= *nbins) {
+      for (size_t b = *nbins; b <= pl.node; b++)
+        memset(&bins[b], 0, sizeof(bins[b]));
+      *nbins = pl.node + 1;
+    }
+    if (bins) {
+      bins[pl.node].cpu_milli += r.cpu_milli;
+      bins[pl.node].mem_bytes += r.mem_bytes;
+    }
+  }
+  if (bins)
+    for (size_t b = 0; b < *nbins; b++)
+      bins[b].gpus = (uint32_t)__builtin_popcount(used[b]);
+out:
+  gf_engine_free(e);
+  gf_cluster_free(c);
+  free(order);
+  free(used);
+  return rc;
+}
+
+/* ---- a pass ------------------------------------------------------------- */
+
+/* Whether the gpu-model list allows `model` (no list: any). */
+static bool model_allowed(const char *models, const char *model) {
+  if (!models || !*models)
+    return true;
+  const char *p = models;
+  size_t ml = strlen(model);
+  while (*p) {
+    p += strspn(p, " |,");
+    size_t len = strcspn(p, "|,");
+    size_t tl = len;
+    while (tl > 0 && p[tl - 1] == ' ')
+      tl--;
+    if (tl == ml && memcmp(p, model, ml) == 0)
+      return true;
+    p += len;
+  }
+  return false;
+}
+
+static bool fits_empty(const gf__as_shape *s, const wpod *w) {
+  const gf_request *r = &w->req;
+  return r->gpu_count <= s->ngpus &&
+         (!r->gpu_mem_bytes || r->gpu_mem_bytes <= s->gpu_mem_bytes) &&
+         r->cpu_milli <= s->cpu_milli && r->mem_bytes <= s->mem_bytes &&
+         model_allowed(w->models, s->model);
+}
+
+static bool same_shape(const gf__as_shape *x, const gf__as_shape *y) {
+  return x->ngpus == y->ngpus && x->gpu_mem_bytes == y->gpu_mem_bytes &&
+         x->cpu_milli == y->cpu_milli && x->mem_bytes == y->mem_bytes &&
+         strcmp(x->model, y->model) == 0;
+}
+
+/* The shape for the pods w[idx[0..n)]: the most common node shape on which
+ * each fits an empty node (ties: fewer GPUs, then the model's name), else
+ * the fallback. */
+static gf__as_shape pick_shape(const gf__as *a, const uint32_t *idx, size_t n) {
+  gf__as_shape best = {0};
+  uint32_t best_count = 0;
+  for (uint32_t i = 0; i < a->ng; i++) {
+    const gf__as_shape *s = &a->g[i].shape;
+    bool ok = true;
+    for (size_t k = 0; k < n && ok; k++)
+      ok = fits_empty(s, &a->w[idx[k]]);
+    if (!ok)
+      continue;
+    uint32_t count = 0;
+    for (uint32_t j = 0; j < a->ng; j++)
+      count += same_shape(s, &a->g[j].shape);
+    if (count > best_count ||
+        (count == best_count &&
+         (s->ngpus < best.ngpus ||
+          (s->ngpus == best.ngpus && strcmp(s->model, best.model) < 0)))) {
+      best = *s;
+      best_count = count;
+    }
+  }
+  if (best_count == 0) {
+    best.ngpus = a->o.gpus_per_node;
+    best.gpu_mem_bytes = a->o.gpu_mem_bytes;
+    best.cpu_milli = INT64_C(1) << 40;
+    best.mem_bytes = INT64_C(1) << 60;
+    best.model[0] = '\0';
+  }
+  return best;
+}
+
+/* A deletion or creation decided under the mutex, done without it. */
+typedef struct action {
+  char name[NAME_CAP];
+  json_t *pod;  /* to create; NULL: to delete */
+  char *uids;   /* what it stands for (create) */
+  int64_t made; /* its GF_AS_CREATED */
+} action;
+
+static uint64_t fnv1a(const char *s, uint64_t h) {
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static int by_uid(const void *x, const void *y) {
+  return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* The placeholder pod standing for `uids` (of w0's group), packed into
+ * bin b.  NULL when out of memory. */
+static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
+                               const gf__as_bin *b, const char *name,
+                               const char *uids, int64_t made) {
+  char q[32], cpu[32], mem[32], ts[32];
+  snprintf(q, sizeof(q), "%u", b->gpus);
+  snprintf(ts, sizeof(ts), "%" PRId64, made);
+  json_t *req = json_pack("{s:s}", a->resource, q);
+  json_t *lim = json_pack("{s:s}", a->resource, q);
+  if (req && b->cpu_milli > 0) {
+    gf__fmt_cpu(b->cpu_milli, cpu, sizeof(cpu));
+    json_object_set_new(req, "cpu", json_string(cpu));
+  }
+  if (req && b->mem_bytes > 0) {
+    gf__fmt_bytes(b->mem_bytes, mem, sizeof(mem));
+    json_object_set_new(req, "memory", json_string(mem));
+  }
+  json_t *pod = json_pack(
+      "{s:s, s:s, s:{s:s, s:s, s:{s:s}, s:{s:s, s:s}}, "
+      "s:{s:s, s:s, s:i, s:b, s:[{s:s, s:s, s:{s:o, s:o}}]}}",
+      "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "namespace",
+      a->ns, "labels", GF_AS_LABEL, "true", "annotations", GF_AS_FOR, uids,
+      GF_AS_CREATED, ts, "spec", "priorityClassName", a->pclass,
+      "preemptionPolicy", "Never", "terminationGracePeriodSeconds", 0,
+      "automountServiceAccountToken", 0, "containers", "name", "placeholder",
+      "image", a->image, "resources", "requests", req, "limits", lim);
+  if (!pod)
+    return NULL;
+  json_t *g = json_loads(w0->group, 0, NULL);
+  json_t *spec = json_object_get(pod, "spec");
+  if (!g) {
+    json_decref(pod);
+    return NULL;
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(g, key, v) {
+    if (strcmp(key, "nodeSelector") == 0 || strcmp(key, "tolerations") == 0)
+      json_object_set(spec, key, v);
+    else if (strcmp(key, "nodeAffinity") == 0)
+      json_object_set_new(spec, "affinity", json_pack("{s:O}", key, v));
+  }
+  json_decref(g);
+  return pod;
+}
+
+static const gf__as *group_as; /* under sort_mu */
+
+static int by_group(const void *x, const void *y) {
+  return strcmp(group_as->w[*(const uint32_t *)x].group,
+                group_as->w[*(const uint32_t *)y].group);
+}
+
+/* Decides, under the mutex: the placeholders to delete, then those to make
+ * (at most PASS_MAX actions in all).  Returns the count, or -GF_ENOMEM. */
+static int decide(gf__as *a, int64_t now, action *act) {
+  int n = 0;
+  gf__smap covered = {0};
+  for (uint32_t i = 0; i < a->np; i++) {
+    const phold *p = &a->p[i];
+    bool live = false;
+    for (uint32_t k = 0; k < p->nuids && !live; k++) {
+      int64_t j = gf__smap_get(&a->wmap, p->uids[k]);
+      live = j >= 0 && a->w[j].unsched;
+    }
+    /* Bound (the autoscaler's node came, its GPUs not yet published), it
+     * stays: deleting it would ask for a second node while the node agent
+     * starts there.  The node's inventory is the capacity that ends it. */
+    bool delivered = a->cap_at > p->created;
+    if (delivered)
+      a->hold_at = now; /* its pods get a chance at the new node first */
+    if (!live || delivered || p->finished) {
+      if (n < PASS_MAX) {
+        memset(&act[n], 0, sizeof(act[n]));
+        snprintf(act[n].name, sizeof(act[n].name), "%s", p->name);
+        n++;
+      }
+      continue;
+    }
+    for (uint32_t k = 0; k < p->nuids; k++)
+      if (gf__smap_put(&covered, p->uids[k], 1)) {
+        gf__smap_release(&covered);
+        return -GF_ENOMEM;
+      }
+  }
+  if (now - a->cap_at < a->after_us || now - a->hold_at < a->after_us) {
+    gf__smap_release(&covered);
+    return n; /* capacity just arrived: let the real pods land first */
+  }
+  uint32_t *idx = malloc(((size_t)a->nw + 1) * sizeof(*idx));
+  if (!idx) {
+    gf__smap_release(&covered);
+    return -GF_ENOMEM;
+  }
+  size_t m = 0;
+  for (uint32_t i = 0; i < a->nw; i++) {
+    const wpod *w = &a->w[i];
+    if (w->unsched && gf__smap_get(&covered, w->uid) < 0)
+      idx[m++] = i;
+  }
+  gf__smap_release(&covered);
+  pthread_mutex_lock(&sort_mu);
+  group_as = a;
+  qsort(idx, m, sizeof(*idx), by_group);
+  pthread_mutex_unlock(&sort_mu);
+  int rc = 0;
+  for (size_t s = 0; s < m && n < PASS_MAX;) {
+    size_t e = s + 1;
+    while (e < m && strcmp(a->w[idx[e]].group, a->w[idx[s]].group) == 0)
+      e++;
+    size_t gn = e - s;
+    /* A group is packed once its longest-waiting pod has waited after_ms,
+     * with every pod of it found unschedulable by then: kube-scheduler
+     * finds a burst unschedulable one cycle at a time, and packing the
+     * first alone would ask for a GPU per pod. */
+    bool due = false;
+    for (size_t k = s; k < e && !due; k++)
+      due = now - a->w[idx[k]].since >= a->after_us;
+    if (!due) {
+      s = e;
+      continue;
+    }
+    gf__as_shape shape = pick_shape(a, idx + s, gn);
+    gf_request *reqs = malloc(gn * sizeof(*reqs));
+    uint32_t *bin_of = malloc(gn * sizeof(*bin_of));
+    gf__as_bin *bins = malloc(gn * sizeof(*bins));
+    char **ul = malloc(gn * sizeof(*ul));
+    size_t nbins = 0;
+    if (!reqs || !bin_of || !bins || !ul) {
+      rc = GF_ENOMEM;
+    } else {
+      for (size_t k = 0; k < gn; k++)
+        reqs[k] = a->w[idx[s + k]].req;
+      rc = gf__as_pack(&shape, reqs, gn, bin_of, bins, &nbins, NULL);
+    }
+    for (size_t k = 0; !rc && k < gn; k++) {
+      wpod *w = &a->w[idx[s + k]];
+      if (bin_of[k] == NONE && !w->unfit && !a->o.quiet)
+        fprintf(stderr,
+                "gpufrac scheduler: autoscale: pod %s fits no empty node of "
+                "%u GPUs of %s: no placeholder for it\n",
+                w->what, shape.ngpus, shape.model[0] ? shape.model : "any");
+      w->unfit = bin_of[k] == NONE;
+    }
+    for (size_t b = 0; !rc && b < nbins && n < PASS_MAX; b++) {
+      size_t nu = 0, len = 1;
+      for (size_t k = 0; k < gn; k++)
+        if (bin_of[k] == b) {
+          ul[nu] = a->w[idx[s + k]].uid;
+          len += strlen(ul[nu]) + 1;
+          nu++;
+        }
+      if (nu == 0 || bins[b].gpus == 0)
+        continue;
+      qsort(ul, nu, sizeof(*ul), by_uid);
+      char *uids = malloc(len);
+      if (!uids) {
+        rc = GF_ENOMEM;
+        break;
+      }
+      uint64_t h = 1469598103934665603ull;
+      size_t off = 0;
+      for (size_t k = 0; k < nu; k++) {
+        size_t l = strlen(ul[k]);
+        if (k)
+          uids[off++] = ',';
+        memcpy(uids + off, ul[k], l);
+        off += l;
+        h = fnv1a(ul[k], fnv1a(",", h));
+      }
+      uids[off] = '\0';
+      action *ac = &act[n];
+      memset(ac, 0, sizeof(*ac));
+      snprintf(ac->name, sizeof(ac->name), "%s%016" PRIx64, GF_AS_NAME_PREFIX,
+               h);
+      ac->made = now;
+      ac->uids = uids;
+      ac->pod =
+          placeholder_pod(a, &a->w[idx[s]], &bins[b], ac->name, uids, now);
+      if (!ac->pod) {
+        free(uids);
+        rc = GF_ENOMEM;
+        break;
+      }
+      n++;
+    }
+    free(reqs);
+    free(bin_of);
+    free(bins);
+    free(ul);
+    if (rc)
+      break;
+    s = e;
+  }
+  free(idx);
+  return rc ? -rc : n;
+}
+
+int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
+                unsigned *deleted, gf_diag *d) {
+  unsigned nm = 0, nd = 0;
+  if (made)
+    *made = 0;
+  if (deleted)
+    *deleted = 0;
+  if (!ops || !ops->create || !ops->remove)
+    return gf_diag_set(d, GF_EINVAL, "autoscale: no create/delete given");
+  action *act = calloc(PASS_MAX, sizeof(*act));
+  if (!act)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  pthread_mutex_lock(&a->mu);
+  int64_t now = now_of(a);
+  int n = now < a->retry_at ? 0 : decide(a, now, act);
+  pthread_mutex_unlock(&a->mu);
+  if (n < 0) {
+    free(act);
+    return gf_diag_set(d, -n, "autoscale: %s", gf_strerror(-n));
+  }
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    action *ac = &act[i];
+    gf_diag ad = {""};
+    int r = ac->pod ? ops->create(ops->user, a->ns, ac->pod, &ad)
+                    : ops->remove(ops->user, a->ns, ac->name, &ad);
+    if (ac->pod && (r == GF_EEXIST || r == GF_ECONFLICT))
+      r = 0; /* made by an earlier try whose answer was lost */
+    if (!ac->pod && r == GF_ENOTFOUND)
+      r = 0;
+    pthread_mutex_lock(&a->mu);
+    if (r == 0 && ac->pod) {
+      nm++;
+      if (phold_put(a, ac->name, ac->uids, ac->made, false) == 0 &&
+          !a->o.quiet) {
+        const json_t *res = json_object_get(
+            json_object_get(
+                json_object_get(
+                    json_array_get(
+                        json_object_get(json_object_get(ac->pod, "spec"),
+                                        "containers"),
+                        0),
+                    "resources"),
+                "requests"),
+            a->resource);
+        fprintf(stderr,
+                "gpufrac scheduler: autoscale: placeholder %s/%s asks %s %s "
+                "for pods %.400s\n",
+                a->ns, ac->name, json_string_value(res), a->resource, ac->uids);
+      }
+    } else if (r == 0) {
+      nd++;
+      phold_remove(a, ac->name);
+      if (!a->o.quiet)
+        fprintf(stderr,
+                "gpufrac scheduler: autoscale: placeholder %s/%s deleted\n",
+                a->ns, ac->name);
+    } else {
+      a->retry_at = now_of(a) + RETRY_US;
+      if (!rc)
+        rc = gf_diag_set(d, r, "autoscale: %s %s/%s: %s",
+                         ac->pod ? "creating" : "deleting", a->ns, ac->name,
+                         ad.msg[0] ? ad.msg : gf_strerror(r));
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (r)
+      break;
+  }
+  for (int i = 0; i < n; i++) {
+    json_decref(act[i].pod);
+    free(act[i].uids);
+  }
+  free(act);
+  if (made)
+    *made = nm;
+  if (deleted)
+    *deleted = nd;
+  return rc;
+}

@@ -1,0 +1,181 @@
+/*
+ * Internal to gf_sched: the autoscaler bridge (autoscale.c), which turns
+ * GPU-share demand that no node has room for into placeholder pods a
+ * cluster autoscaler understands (docs/autoscaling.md).
+ *
+ * Why it exists.  Cluster Autoscaler and Karpenter simulate scheduling
+ * themselves, without extenders, and do not know gpufrac.io/gpu-memory or
+ * gpu-compute: a pod waiting for a share triggers no scale-up, or one node
+ * per pod.  The bridge packs the waiting shares into whole GPUs and node
+ * shapes and creates, per packed node, one placeholder pod asking for
+ * `<resource>: N` (nvidia.com/gpu by default) and the CPU and memory of the
+ * pods packed there, with those pods' node selector, node affinity and
+ * tolerations, at a low PriorityClass (deploy/autoscale.yaml).  Five
+ * pending 0.3-GPU pods ask for 2 GPUs, not 5.
+ *
+ * Demand.  A pod is demand when it asks for gpufrac GPUs, is unbound, not
+ * being deleted, not Succeeded or Failed, and its PodScheduled condition is
+ * False with reason Unschedulable (kube-scheduler's verdict after a cycle
+ * in which its filters and the extender's left no node; the message carries
+ * the extender's reasons), continuously for at least after_ms by the
+ * bridge's clock, and for after_ms since capacity last arrived and since a
+ * placeholder was last deleted for capacity (below).  Pods are
+ * grouped by their scheduling constraints (nodeSelector,
+ * affinity.nodeAffinity, tolerations, the gpufrac.io/gpu-model annotation:
+ * one canonical JSON string) and each group is packed alone, once its
+ * longest-waiting pod is demand, with every pod of it then unschedulable
+ * and not covered (kube-scheduler finds a burst unschedulable one cycle at
+ * a time: packing the first pod alone would ask for a GPU per pod).
+ *
+ * Packing.  The engine's "packing" policy (fill used GPUs, then used
+ * nodes, then idle nodes) over a scratch cluster of empty nodes of one
+ * shape, pods in first-fit-decreasing order (GPUs, share, GPU memory); a
+ * node is added whenever a pod fits none.  The shape is the most common
+ * GPU node shape among the nodes the cluster has (their inventories: GPU
+ * count, model, memory, allocatable CPU and memory) on which every pod of
+ * the group fits an empty node, allowed models respected; without one, the
+ * configured fallback (gpus_per_node GPUs of gpu_mem_bytes).  Not the
+ * gpufrac policy: it (like fgd) scores fragmentation against a set of
+ * typical pods, to keep room for the pods that come next, a question about
+ * placing on nodes that exist; what to buy is "the fewest GPUs that hold
+ * these pods", which is what packing's bands answer.
+ *
+ * Placeholders.  Named GF_AS_NAME_PREFIX + a hash of the pods they stand
+ * for (so a retried create cannot make a second one), in namespace ns,
+ * labelled GF_AS_LABEL=true, annotated GF_AS_FOR (the pods' uids, comma
+ * separated) and GF_AS_CREATED (microseconds of the bridge's clock).  A
+ * pod covered by a placeholder is not packed again.  A placeholder is
+ * deleted when none of the pods it stands for is demand-pending any more
+ * (bound, deleted, schedulable again), when it ran and ended (Succeeded or
+ * Failed), or when GPU capacity arrived after it was made (a node with an
+ * inventory appeared, or a node's GPU count grew, after the first LIST).
+ * One bound to a node is kept until then: the autoscaler's node has come
+ * but gpufrac's node agent has not yet published its GPUs, and deleting it
+ * would ask for a second node meanwhile.  After the deletion the real pods are
+ * placed by kube-scheduler and the extender, and any still waiting after_ms
+ * after that deletion (never in the same pass) get new placeholders.  That wait
+ * is the hysteresis: no placeholder is made, deleted and made again within
+ * after_ms for one reason.
+ *
+ * Restart.  Placeholders are read from the pod watch like any pod, so a
+ * restarted (or newly elected) leader adopts the ones that exist: the pods
+ * they stand for stay covered, nothing is made twice, and one whose reason
+ * is gone is deleted.  Placeholders in another namespace, or without the
+ * label, are not the bridge's and are left alone.
+ *
+ * The extender never books a placeholder as a share: it asks no gpufrac
+ * resource, so kube-scheduler does not call the extender for it and the
+ * model books only its CPU and memory once bound.
+ *
+ * Thread safety: every function may be called from any thread (one mutex);
+ * gf__as_pass calls the create and delete functions without holding it.
+ */
+#ifndef GPUFRAC_SCHED_AUTOSCALE_H
+#define GPUFRAC_SCHED_AUTOSCALE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/model.h"
+
+#define GF_AS_LABEL "gpufrac.io/placeholder"
+#define GF_AS_FOR "gpufrac.io/placeholder-for"
+#define GF_AS_CREATED "gpufrac.io/placeholder-created"
+#define GF_AS_NAME_PREFIX "gpufrac-placeholder-"
+
+#define GF_AS_AFTER_MS_DEFAULT 60000LL /* 1 min */
+#define GF_AS_RESOURCE_DEFAULT "nvidia.com/gpu"
+#define GF_AS_NS_DEFAULT "gpufrac-system"
+#define GF_AS_PRIORITY_CLASS_DEFAULT "gpufrac-placeholder"
+#define GF_AS_IMAGE_DEFAULT "registry.k8s.io/pause:3.10"
+#define GF_AS_GPUS_DEFAULT 8
+#define GF_AS_GPU_MEM_DEFAULT (80LL << 30)
+
+typedef struct gf__as gf__as;
+
+typedef struct gf__as_opts {
+  int64_t after_ms;           /* demand after this long; 0: the default */
+  const char *resource;       /* what placeholders ask; NULL: nvidia.com/gpu */
+  const char *ns;             /* their namespace; NULL: gpufrac-system */
+  const char *priority_class; /* NULL: gpufrac-placeholder */
+  const char *image;          /* NULL: the pause image */
+  uint32_t gpus_per_node;     /* fallback shape; 0: 8 */
+  int64_t gpu_mem_bytes;      /* ... its GPU memory; 0: 80Gi */
+  /* Microseconds; NULL: CLOCK_REALTIME (GF_AS_CREATED is read back after a
+   * restart). */
+  int64_t (*now_us)(void *clock_user);
+  void *clock_user;
+  bool quiet; /* true: do not log what is made and deleted */
+  bool whole; /* the extender's policy rounds shares up to whole GPUs
+                 (gf__sched_whole): a share then packs as a whole GPU */
+} gf__as_opts;
+
+/* GF_EINVAL for a negative time or a name that is not a DNS-1123 name
+ * (namespace, PriorityClass), a resource name with no '/' or one of
+ * gpufrac.io/ (kube-scheduler would call the extender for it), GF_ENOMEM. */
+int gf__as_new(const gf__as_opts *o, gf__as **out, gf_diag *d);
+void gf__as_free(gf__as *a); /* NULL is accepted */
+
+/* Adds to `slim` (gf_sched_pod_slim's copy of `pod`) what the bridge reads
+ * that it lacks: labels[GF_AS_LABEL], the GF_AS_* annotations,
+ * spec.nodeSelector, spec.affinity.nodeAffinity, spec.tolerations,
+ * status.conditions' PodScheduled entry (type, status, reason).  Nonzero
+ * only when out of memory. */
+int gf__as_slim(json_t *slim, const json_t *pod);
+
+/* A pod as the watch sees it now (borrowed; whole or slim). */
+void gf__as_pod_update(gf__as *a, const json_t *pod);
+void gf__as_pod_delete(gf__as *a, const json_t *pod);
+/* A node as the watch sees it.  live: the node informer has listed once
+ * (a node seen before that is the cluster as it was, not new capacity). */
+void gf__as_node_update(gf__as *a, const json_t *node, bool live);
+void gf__as_node_delete(gf__as *a, const json_t *node);
+
+/* What a pass does to the API server.  create: POST pod (a v1 Pod) in ns;
+ * GF_EEXIST (it exists already) counts as made.  remove: DELETE the pod
+ * ns/name at once; GF_ENOTFOUND counts as deleted.  Each returns 0 or a
+ * GF_E* code with a sentence in d. */
+typedef struct gf__as_ops {
+  void *user;
+  int (*create)(void *user, const char *ns, const json_t *pod, gf_diag *d);
+  int (*remove)(void *user, const char *ns, const char *name, gf_diag *d);
+} gf__as_ops;
+
+/* One pass: deletes the placeholders whose reason is gone, then makes the
+ * ones the uncovered demand needs (at most 64 calls in all per pass).
+ * After a failed call the bridge waits 5 s (its clock) before the next.
+ * *made / *deleted (may be NULL) count calls that succeeded.  Returns 0,
+ * or the first failure's code with its sentence in d. */
+int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
+                unsigned *deleted, gf_diag *d);
+
+/* Placeholders known (made or adopted, not yet seen deleted), and pods
+ * waiting (demand or not yet: unbound, asking gpufrac GPUs). */
+size_t gf__as_count(gf__as *a);
+size_t gf__as_waiting(gf__as *a);
+
+/* ---- the packing, alone (for tests) ------------------------------------ */
+
+typedef struct gf__as_shape {
+  uint32_t ngpus;
+  int64_t gpu_mem_bytes; /* per GPU */
+  int64_t cpu_milli, mem_bytes;
+  char model[GF_GPU_MODEL_MAX];
+} gf__as_shape;
+
+typedef struct gf__as_bin {
+  uint32_t gpus; /* GPUs with anything placed on them */
+  int64_t cpu_milli, mem_bytes;
+} gf__as_bin;
+
+/* Packs reqs[n] (model_mask ignored) onto nodes of `shape`.  bin_of[i]:
+ * the node request i went to, or UINT32_MAX when it fits no empty node of
+ * the shape.  bins[*nbins] (at most n) describe the nodes used.  0, or
+ * GF_ENOMEM / GF_EINVAL with a sentence in d. */
+int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
+                uint32_t *bin_of, gf__as_bin *bins, size_t *nbins, gf_diag *d);
+
+#endif
