@@ -10,7 +10,7 @@
  * shapes and creates, per packed node, one placeholder pod asking for
  * `<resource>: N` (nvidia.com/gpu by default) and the CPU and memory of the
  * pods packed there, with those pods' node selector, node affinity and
- * tolerations, at a low PriorityClass (deploy/autoscale.yaml).  Five
+ * tolerations, at a low PriorityClass (deploy/autoscale/autoscale.yaml).  Five
  * pending 0.3-GPU pods ask for 2 GPUs, not 5.
  *
  * Demand.  A pod is demand when it asks for gpufrac GPUs, is unbound, not

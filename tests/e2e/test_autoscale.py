@@ -5,7 +5,7 @@ label e2e).
 Usage: test_autoscale.py K8S_BIN GPUFRAC [--keep]
 
 One short scenario on the cluster of tests/e2e/cluster.py, deploy/ applied
-as in test_k8s.py (deploy/autoscale.yaml included), the extender run as its
+as in test_k8s.py (deploy/autoscale/autoscale.yaml included), the extender run as its
 ServiceAccount with --autoscale-placeholders on --autoscale-after 2s:
 
   1. n1 (2 GPUs) is filled by two pods; five 30%-compute pods then wait,
@@ -111,6 +111,13 @@ class Scenario:
     def run(self):
         t = self.t
         t.apply_deploy()
+        # The bridge's own objects (the placeholders' PriorityClass, the
+        # Role to make and delete them): optional, beside deploy/.
+        r = self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
+                           os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+                               os.path.abspath(__file__)))), "deploy", "autoscale",
+                               "autoscale.yaml"))
+        log("applied autoscale.yaml: %s" % " ".join(r.stdout.split()))
         self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
         wait_for("ServiceAccount default in %s" % NS,
                  lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),

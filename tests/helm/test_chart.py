@@ -373,7 +373,30 @@ def t_dra(objs, ns):
           "dra: the default rendering has no DRA objects")
 
 
+def t_autoscale(objs, ns):
+    """extender.autoscale.enabled: deploy/autoscale's objects, and the
+    extender runs the bridge with the values' delay and resource."""
+    by = generic("autoscale", objs, ns)
+    with open(os.path.join(DEPLOY, "autoscale", "autoscale.yaml")) as fh:
+        want = index([d for d in yaml.safe_load_all(fh) if d])
+    got = index([strip_chart_labels(o) for o in objs])
+    missing = sorted(k for k in want if k not in got)
+    diffs = ["%s %s: %s" % (k[0], k[2], d) for k in sorted(want) if k in got
+             for d in diff(got[k], want[k])]
+    check(not missing and not diffs, "autoscale: the chart renders deploy/autoscale's "
+          "objects exactly (missing %s)%s" % (missing, "".join("\n       " + x for x in diffs)))
+    args = container(by, "Deployment", ns, "gpufrac-scheduler")["args"]
+    pairs = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
+    check(pairs.get("--autoscale-placeholders") == "on" and
+          pairs.get("--autoscale-after") == "2m" and
+          pairs.get("--autoscale-resource") == "nvidia.com/gpu",
+          "autoscale: the extender's flags (%s)" % args)
+    check(not any(o["metadata"]["name"] == "gpufrac-placeholder" for o in render(ns=ns)),
+          "autoscale: off by default (no PriorityClass gpufrac-placeholder)")
+
+
 CASES = [("default", None, "gpufrac-system", t_default),
+         ("autoscale", "autoscale.yaml", "gpufrac-system", t_autoscale),
          ("dra", "dra.yaml", "gpufrac-system", t_dra),
          ("pools", "pools.yaml", "gpufrac-system", t_pools),
          ("tls", "tls.yaml", "gpu-ops", t_tls),

@@ -117,9 +117,11 @@ if dep:
         v = args[args.index(flag) + 1] if flag in args else ""
         check(v[:-1].isdigit() and v[-1] in "smh", f"{flag} is a duration ({v!r})")
 
-# The autoscaler bridge (issue 16, deploy/autoscale.yaml): a PriorityClass
+# The autoscaler bridge (issue 16, deploy/autoscale/autoscale.yaml): a PriorityClass
 # below every real pod that preempts nothing, and pods create/delete in the
 # extender's namespace only.
+with open(os.path.join(root, "autoscale", "autoscale.yaml")) as f:
+    docs += [("autoscale/autoscale.yaml", d) for d in yaml.safe_load_all(f) if d]
 pcs = [d for _, d in docs if d["kind"] == "PriorityClass" and
        d["metadata"]["name"] == "gpufrac-placeholder"]
 pc = pcs[0] if len(pcs) == 1 else {}
