@@ -154,6 +154,33 @@ static json_t *qty(uint64_t v, bool bytes) {
   return json_string(buf);
 }
 
+/* The NVLink island of GPU i: the set of GPUs that NVLink connects,
+ * directly or through the NVSwitch fabric (every GPU with a switch link is
+ * on the same fabric), named by its lowest GPU index.  -1: no NVLink. */
+static int nvlink_island(const gf_node_gpus *g, uint32_t i) {
+  const gf_node_gpu *x = &g->gpus[i];
+  uint32_t n = g->ngpus < GF_NODE_MAX_GPUS ? g->ngpus : GF_NODE_MAX_GPUS;
+  bool linked = x->nvlink_peers || x->nvlink_switch;
+  for (uint32_t b = 0; b < n && !linked; b++)
+    linked = (g->gpus[b].nvlink_peers & (1u << i)) != 0;
+  if (!linked)
+    return -1;
+  uint32_t in = 1u << i, grown;
+  do { /* closure over peer links (either end may report them) */
+    grown = in;
+    for (uint32_t a = 0; a < n; a++) {
+      if (!(in & (1u << a)))
+        continue;
+      in |= g->gpus[a].nvlink_peers;
+      for (uint32_t b = 0; b < n; b++)
+        if ((g->gpus[b].nvlink_peers & (1u << a)) ||
+            (g->gpus[a].nvlink_switch && g->gpus[b].nvlink_switch))
+          in |= 1u << b;
+    }
+  } while (in != grown);
+  return __builtin_ctz(in);
+}
+
 /* Attributes every device of a GPU carries. */
 static int common_attrs(json_t *a, const gf_node_gpus *g, const gf_node_gpu *x,
                         const char *type) {
@@ -178,6 +205,15 @@ static int common_attrs(json_t *a, const gf_node_gpus *g, const gf_node_gpu *x,
   if (x->numa_node >= 0)
     rc |= json_object_set_new(
         a, "numaNode", json_pack("{s:I}", "int", (json_int_t)x->numa_node));
+  /* deploy/dra's "two GPUs on one NVLink island" template matches this. */
+  int island = strcmp(type, "gpu") == 0
+                   ? nvlink_island(g, (uint32_t)(x - g->gpus))
+                   : -1; /* a MIG instance is not linked itself */
+  if (island >= 0) {
+    char s[16];
+    snprintf(s, sizeof(s), "%d", island);
+    rc |= set_str(a, "nvlinkIsland", s);
+  }
   return rc ? -1 : 0;
 }
 

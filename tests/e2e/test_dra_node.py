@@ -114,7 +114,9 @@ class Agent:
     def start(self):
         self.n += 1
         env = dict(os.environ, LD_LIBRARY_PATH=ARGS.fake_nvml_dir,
-                   GF_FAKE_NVML=FAKE_NVML, GF_FAKE_NVML_XID_FILE=self.xids)
+                   GF_FAKE_NVML=FAKE_NVML, GF_FAKE_NVML_XID_FILE=self.xids,
+                   # GPUs 0 and 1 on one NVLink island (nvlinkIsland "0")
+                   GF_FAKE_NVML_NVLINK="0-1x12")
         self.p = self.c.spawn("agent-dra-%d" % self.n, [
             self.c.gpufrac, "node", "--mode", "dra", "--node-name", NODE,
             "--kubeconfig", self.kc, "--config", self.conf, "--listen",
@@ -219,7 +221,8 @@ class Test:
             "driverVersion": {"version": "550.54.15"},
             "cudaDriverVersion": {"version": "12.4.0"},
             "pciBusID": {"string": g0["attributes"]["pciBusID"]["string"]},
-            "numaNode": {"int": 0}, "mode": {"string": "shared"}},
+            "numaNode": {"int": 0}, "mode": {"string": "shared"},
+            "nvlinkIsland": {"string": "0"}},
             "gpu-0 attributes")
         eq(g0["capacity"], {
             "memory": {"value": "40Gi", "requestPolicy": {
@@ -232,6 +235,10 @@ class Test:
         eq(g0.get("allowMultipleAllocations"), True, "gpu-0 shared")
         g1 = sp["devices"][1]
         eq(g1["attributes"]["mode"], {"string": "exclusive"}, "gpu-1 mode")
+        eq(g1["attributes"].get("nvlinkIsland"), {"string": "0"},
+           "gpu-1 on gpu-0's NVLink island")
+        eq("nvlinkIsland" in sp["devices"][2]["attributes"], False,
+           "a MIG instance names no NVLink island")
         eq("allowMultipleAllocations" in g1, False, "gpu-1 is single-allocation")
         eq(g1["capacity"], {"memory": {"value": "40Gi"},
                             "cores": {"value": "100"}}, "gpu-1 capacity")

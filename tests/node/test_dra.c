@@ -163,6 +163,41 @@ static void test_devices_and_attributes(void **state) {
 
 /* Memory that is not a whole MiB: value exact, max and default rounded
  * down to the step (the API requires multiples of it). */
+/* nvlinkIsland: the GPUs NVLink connects, directly or through the NVSwitch
+ * fabric, named by the lowest index among them (deploy/dra's "two GPUs on
+ * one NVLink island" template matches on it); none without NVLink, none on
+ * MIG instances.  0-1 and 1-2 (a chain, reported by one end only), 3-4,
+ * 5 and 6 on a switch, 7 alone, 8's MIG instances. */
+static void test_nvlink_island(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(9);
+  g->gpus[0].nvlink_peers = 1u << 1;
+  g->gpus[1].nvlink_peers = (1u << 0) | (1u << 2);
+  g->gpus[3].nvlink_peers = 1u << 4;
+  g->gpus[4].nvlink_peers = 1u << 3;
+  g->gpus[5].nvlink_switch = 12;
+  g->gpus[6].nvlink_switch = 12;
+  g->gpus[8].nvlink_switch = 12;
+  add_migs(&g->gpus[8], 1);
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  const json_t *devs = json_object_get(
+      json_object_get(json_array_get(arr, 0), "spec"), "devices");
+  const char *want[] = {"0", "0", "0", "3", "3", "5", "5", NULL, NULL};
+  assert_int_equal(json_array_size(devs), 9);
+  for (size_t i = 0; i < 9; i++) {
+    const json_t *dv = json_array_get(devs, i);
+    const char *got = sget(dv, "attributes.nvlinkIsland.string");
+    if (want[i])
+      assert_string_equal(got ? got : "(none)", want[i]);
+    else
+      assert_null(got);
+  }
+  json_decref(arr);
+  free(g);
+}
+
 static void test_odd_memory(void **state) {
   (void)state;
   gf_node_gpus *g = gpus(1);
@@ -661,6 +696,7 @@ static void test_bad_checkpoint(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices_and_attributes),
+      cmocka_unit_test(test_nvlink_island),
       cmocka_unit_test(test_odd_memory),
       cmocka_unit_test(test_taints),
       cmocka_unit_test(test_split),
