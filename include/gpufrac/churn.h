@@ -139,6 +139,11 @@ typedef struct gf_churn_config {
   double consolidate_util; /* GPU share held below which a node is a
                               candidate, 0..1 (0.5) */
   double reload_s;         /* paid by an evicted pod, default 120 */
+  bool guard;              /* the disruption guard: consolidation never
+                              drains a node holding a pod that is still
+                              loading (reload) or Ready for less than
+                              guard_settle_s */
+  double guard_settle_s;   /* default 120, the extender's guard's settle */
   uint32_t initial;        /* nodes live at the start: the first `initial`
                               of the reference cluster, types in order */
   double sample_s;         /* node-count sample interval (3600) */
@@ -155,6 +160,7 @@ typedef struct gf_churn_result {
   double reference_gpus;
   size_t arrived, placed, unschedulable, still_pending, waited;
   size_t evictions, drains, nodes_added, nodes_removed, peak_nodes;
+  size_t guarded; /* drains the disruption guard held back */
   double gpu_hours_bought, gpu_hours_asked, gpu_hours_held;
   double cost; /* GPU-hours bought at each type's price */
   double reload_minutes;
@@ -186,7 +192,7 @@ typedef struct gf_churn_summary {
   double load, duration_h, rate_per_h;
   double arrived, placed, unschedulable, still_pending, waited;
   double gpu_hours_bought, gpu_hours_asked, gpu_hours_held, waste_ratio;
-  double cost, evictions, drains, reload_minutes, peak_nodes;
+  double cost, evictions, drains, reload_minutes, peak_nodes, guarded;
   double nodes_added, nodes_removed;
   double pending_p50_s, pending_p99_s, pending_mean_s;
   double wall_s;

@@ -107,6 +107,10 @@ static void usage(FILE *fp) {
           "  --consolidate          drain under-used nodes whose pods fit "
           "elsewhere\n"
           "  --reload D             paid by an evicted pod (default 2m)\n"
+          "  --guard                the disruption guard: --consolidate "
+          "drains no node\n"
+          "                         with a pod loading or Ready for less "
+          "than 2m\n"
           "  --initial N            nodes live at the start (default 0)\n"
           "\npolicies:\n");
   for (size_t i = 0; i < gf_policy_count(); i++)
@@ -513,6 +517,11 @@ int cmd_simulate(int argc, char **argv) {
       churn_only = a;
       continue;
     }
+    if (strcmp(a, "--guard") == 0) {
+      ccfg.guard = true;
+      churn_only = a;
+      continue;
+    }
     const char *v = NULL;
     char key[64];
     const char *eq = strchr(a, '=');
@@ -659,6 +668,11 @@ int cmd_simulate(int argc, char **argv) {
     jobs = 1;
   if (churn_only && !churn) {
     fprintf(stderr, "gpufrac simulate: %s needs --churn\n", churn_only);
+    return GF_EXIT_USAGE;
+  }
+  if (ccfg.guard && !ccfg.consolidate) {
+    fprintf(stderr, "gpufrac simulate: --guard needs --consolidate (the "
+                    "guard only holds back drains)\n");
     return GF_EXIT_USAGE;
   }
   if (churn && not_churn) {

@@ -270,8 +270,9 @@ int simulate_churn(const churn_cli *o) {
     printf("\n");
     gf_churn_report_table(stdout, sum, nsum);
     printf("\nGPUh = GPU-hours; ratio = bought / asked for; wait = pending "
-           "time per pod;\nevict and reload m come from --consolidate.  See "
-           "docs/simulator.md.\n");
+           "time per pod;\nevict and reload m come from --consolidate, "
+           "guarded (drain candidates the\ndisruption guard held back) from "
+           "--guard.  See docs/simulator.md.\n");
   }
   if (o->out_dir && write_out(o, traces, sum, nsum))
     goto out;

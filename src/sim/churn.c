@@ -698,6 +698,18 @@ static int try_drain(churn *k, uint32_t x, bool *drained) {
       return 0; /* too many pods to try: leave it */
     list[n++] = i;
   }
+  /* The disruption guard (src/sched/guard.c) marks a pod do-not-disrupt
+   * from its start until it has been Ready for the settle time; a
+   * consolidating autoscaler leaves such a node alone.  Ready here is the
+   * end of the pod's (re)load. */
+  if (k->cfg->guard)
+    for (uint32_t j = 0; j < n; j++) {
+      const cpod *p = &k->p[list[j]];
+      if (k->now < p->start + p->reload + k->cfg->guard_settle_s) {
+        k->r->guarded++;
+        return 0;
+      }
+    }
   int rc;
   for (uint32_t j = 0; j < n; j++)
     if ((rc = gf_engine_release(k->e, req_of(k, list[j]), &k->p[list[j]].pl)))
@@ -772,6 +784,7 @@ static int check_config(const churn *k) {
   if (!(c->duration_s > 0 && c->duration_s <= 3650.0 * 86400) ||
       !(c->provision_s >= 0) || !(c->empty_s >= 0) || !(c->reload_s >= 0) ||
       !(c->sample_s > 0) || !(c->consolidate_s > 0) ||
+      !(c->guard_settle_s >= 0) ||
       !(c->consolidate_util >= 0 && c->consolidate_util <= 1))
     return gf_diag_set(k->d, GF_EINVAL,
                        "churn: durations must be >= 0 (duration, sample "
@@ -946,6 +959,8 @@ void gf_churn_config_init(gf_churn_config *cfg) {
   cfg->consolidate_s = 600;
   cfg->consolidate_util = 0.5;
   cfg->reload_s = 120;
+  cfg->guard = false;
+  cfg->guard_settle_s = 120;
   cfg->sample_s = 3600;
 }
 

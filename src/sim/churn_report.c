@@ -40,6 +40,7 @@ int gf_churn_summary_of(const char *trace, const char *policy,
     ADD(cost);
     ADD(evictions);
     ADD(drains);
+    ADD(guarded);
     ADD(reload_minutes);
     ADD(peak_nodes);
     ADD(nodes_added);
@@ -65,19 +66,19 @@ void gf_churn_summary_release(gf_churn_summary *s) {
 }
 
 void gf_churn_report_table(FILE *fp, const gf_churn_summary *s, int n) {
-  fprintf(fp, "%-14s %-9s %10s %10s %6s %10s %6s %8s %8s %6s %8s %6s %7s\n",
+  fprintf(fp, "%-14s %-9s %10s %10s %6s %10s %6s %8s %8s %6s %8s %7s %6s %7s\n",
           "trace", "policy", "GPUh bought", "GPUh asked", "ratio", "cost",
-          "peak", "wait p50", "wait p99", "evict", "reload m", "unsch",
-          "wall s");
+          "peak", "wait p50", "wait p99", "evict", "reload m", "guarded",
+          "unsch", "wall s");
   for (int i = 0; i < n; i++) {
     const gf_churn_summary *x = &s[i];
     fprintf(fp,
             "%-14s %-9s %11.0f %10.0f %6.3f %10.0f %6.0f %7.0fs %7.0fs "
-            "%6.0f %8.0f %6.0f %7.2f\n",
+            "%6.0f %8.0f %7.0f %6.0f %7.2f\n",
             x->trace, x->policy, x->gpu_hours_bought, x->gpu_hours_asked,
             x->waste_ratio, x->cost, x->peak_nodes, x->pending_p50_s,
-            x->pending_p99_s, x->evictions, x->reload_minutes, x->unschedulable,
-            x->wall_s);
+            x->pending_p99_s, x->evictions, x->reload_minutes, x->guarded,
+            x->unschedulable, x->wall_s);
   }
 }
 
@@ -109,6 +110,8 @@ void gf_churn_report_json(FILE *fp, const gf_churn_summary *s, int n,
   jnum(fp, "provision_s", cfg->provision_s, 0);
   jnum(fp, "scale_down_delay_s", cfg->empty_s, 0);
   fprintf(fp, "\"consolidate\": %s, ", cfg->consolidate ? "true" : "false");
+  fprintf(fp, "\"guard\": %s, ", cfg->guard ? "true" : "false");
+  jnum(fp, "guard_settle_s", cfg->guard_settle_s, 0);
   jnum(fp, "reload_s", cfg->reload_s, 0);
   jnum(fp, "initial_nodes", cfg->initial, 0);
   jnum(fp, "sample_s", cfg->sample_s, 1);
@@ -140,6 +143,7 @@ void gf_churn_report_json(FILE *fp, const gf_churn_summary *s, int n,
     jnum(fp, "pending_mean_s", x->pending_mean_s, 0);
     jnum(fp, "evictions", x->evictions, 0);
     jnum(fp, "drains", x->drains, 0);
+    jnum(fp, "guarded", x->guarded, 0);
     jnum(fp, "reload_minutes", x->reload_minutes, 0);
     fprintf(fp, "\"nodes\": [");
     for (uint32_t j = 0; j < x->nsamples; j++)

@@ -215,6 +215,48 @@ static void test_worked_drain(void **st) {
   fx_free(&f);
 }
 
+/* The same with the disruption guard, settle 1500 s: a pod is protected
+ * until its (re)load ends plus 1500 s.  p0 (on A from 180, no reload) until
+ * 1680, p1 (on B from 240) until 1740.
+ *   t=600  B is a candidate but p1 is protected: held back (1).
+ *   t=1200 A (0.3) and B (0.4) are candidates, both protected (2, 3).
+ *   t=1800 A: p0 no longer protected, fits B: A drained (billed 0..1800),
+ *          p0 evicted after 1620 s of its 100000, reloads 120 s, departs
+ *          1800 + 120 + 98380 = 100300.  B holds 0.7 from then on.
+ *   bought: 1800 + (100900 - 60) = 102640 GPU-s; asked and held as above.
+ */
+static void test_worked_drain_guard(void **st) {
+  (void)st;
+  fx f;
+  fx_load(&f, types_csv, drain_pods);
+  const gf_churn_arrival script[] = {
+      {0, 0, 100000}, {30, 2, 600}, {60, 1, 100000}};
+  gf_churn_config cfg;
+  scripted(&cfg, script, 3);
+  cfg.consolidate = true;
+  cfg.guard = true;
+  cfg.guard_settle_s = 1500;
+  gf_churn_result r;
+  run(&f, &cfg, "gpufrac", &r);
+  assert_int_equal(r.placed, 3);
+  assert_int_equal(r.guarded, 3);
+  assert_int_equal(r.evictions, 1);
+  assert_int_equal(r.drains, 1);
+  assert_near(r.gpu_hours_bought, SEC_H(102640.0), 1e-9);
+  assert_near(r.gpu_hours_asked, SEC_H(70360.0), 1e-9);
+  assert_near(r.gpu_hours_held, SEC_H(70396.0), 1e-9);
+  gf_churn_result_release(&r);
+
+  /* The default settle (120 s) protects nothing at the checks: the
+   * unguarded answer, nothing held back. */
+  cfg.guard_settle_s = 120;
+  run(&f, &cfg, "gpufrac", &r);
+  assert_int_equal(r.guarded, 0);
+  assert_near(r.gpu_hours_bought, SEC_H(102040.0), 1e-9);
+  gf_churn_result_release(&r);
+  fx_free(&f);
+}
+
 /* A pod no node type can take is dropped as unschedulable, and one that
  * pends at the end counts with its wait so far. */
 static void test_unschedulable_and_pending(void **st) {
@@ -432,6 +474,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_worked_week),
       cmocka_unit_test(test_worked_drain),
+      cmocka_unit_test(test_worked_drain_guard),
       cmocka_unit_test(test_unschedulable_and_pending),
       cmocka_unit_test(test_initial),
       cmocka_unit_test(test_deterministic),
