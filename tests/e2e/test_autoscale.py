@@ -29,10 +29,9 @@ import json
 import os
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, log, wait_for  # noqa: E402
+from cluster import Cluster, Failure, log, run_once, wait_for  # noqa: E402
 from test_k8s import E2E, Extender, INVENTORY, NS, pod  # noqa: E402
 
 PH_NS = "gpufrac-system"
@@ -111,10 +110,7 @@ class Scenario:
     def run(self):
         t = self.t
         t.apply_deploy()
-        self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
-        wait_for("ServiceAccount default in %s" % NS,
-                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),
-                 60)
+        self.c.namespace(NS)
         self.inventory_node("n1", 2)
         kc = self.c.sa_kubeconfig("extender", self.c.token("gpufrac-scheduler"))
         ext = ScalingExtender(self.c, "extender", self.c.ext_port, kc).start()
@@ -184,26 +180,17 @@ def main():
     if len(args) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    c = None
-    ok = False
-    try:
-        c = Cluster(args[0], args[1], "--keep" in sys.argv)
+
+    def body(c):
         c.start()
         Scenario(c).run()
-        ok = True
-    except Exception:
-        traceback.print_exc()
-        if c:
-            for p in c.extra:
-                log("%s log ends:\n%s" % (p.name, p.tail(15)))
-    finally:
-        if c:
-            c.stop()
-            for b in c.bad_exits:
-                print(b)
-                ok = False
-    print("e2e autoscale: %s" % ("passed" if ok else "FAILED"))
-    return 0 if ok else 1
+
+    def tails(c):
+        for p in c.extra:
+            log("%s log ends:\n%s" % (p.name, p.tail(15)))
+    return run_once("e2e autoscale",
+                    lambda: Cluster(args[0], args[1], "--keep" in sys.argv),
+                    body, tails)
 
 
 if __name__ == "__main__":
