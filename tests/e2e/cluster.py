@@ -452,6 +452,30 @@ class Cluster:
                          "--bound-object-uid", pod["metadata"]["uid"])
         return self.sa_kubeconfig(name, tok)
 
+    def add_node(self, name, labels=None):
+        """Creates Node name (labels kubernetes.io/hostname and `labels`)
+        without the not-ready taint: TaintNodesByCondition admission taints a
+        new Node, and kubelet's first status would clear it through the node
+        lifecycle controller, which does not run here (no kubelet renews
+        heartbeats).  Its status: node_status."""
+        lab = {"kubernetes.io/hostname": name}
+        lab.update(labels or {})
+        self.admin.create("/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": lab}})
+        self.admin.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
+
+    def node_status(self, name, res):
+        """Writes Node name's status as kubelet would: capacity and
+        allocatable `res` (resource name -> quantity) and Ready now."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.admin.request("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
+            "capacity": res, "allocatable": res,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E",
+                            "message": "no kubelet: status written by the e2e harness",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}},
+            "application/strategic-merge-patch+json")
+
     def namespace(self, ns, labels=None, timeout=60):
         """Creates namespace ns (with labels, when given) and waits for its
         ServiceAccount default, which pods in it need (the controller-manager

@@ -152,18 +152,8 @@ class DRA:
     def add_node(self, name):
         """A Node that is Ready and schedulable, as tests/e2e/test_k8s.py
         writes them (no kubelet runs)."""
-        self.api.create("/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}})
-        self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
-        res = {"cpu": "32", "memory": "256Gi", "pods": "110"}
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.api.request("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
-            "capacity": res, "allocatable": res,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E",
-                            "message": "no kubelet: status written by the e2e harness",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}},
-            "application/strategic-merge-patch+json")
+        self.c.add_node(name)
+        self.c.node_status(name, {"cpu": "32", "memory": "256Gi", "pods": "110"})
 
     def apply_dra_deploy(self):
         for f in sorted(os.listdir(DRA_DEPLOY)):

@@ -127,26 +127,12 @@ class E2E:
                                     " ".join(r.stdout.split())))
 
     def add_node(self, name, spec, gpus=True):
-        self.api.create("/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {
-                "kubernetes.io/hostname": name, "gpufrac.io/enabled": "true"}}})
-        # TaintNodesByCondition admission taints a new Node not-ready; kubelet's
-        # first status would clear it through the node lifecycle controller,
-        # which does not run here (no kubelet renews heartbeats).
-        self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
+        self.c.add_node(name, {"gpufrac.io/enabled": "true"})
         self.set_capacity(name, gpus_of(spec) * SLOTS if gpus else 0)
 
     def set_capacity(self, name, slots):
-        res = {"cpu": "32", "memory": "256Gi", "pods": "110",
-               "gpufrac.io/gpu": str(slots)}
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.api.request("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
-            "capacity": res, "allocatable": res,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E",
-                            "message": "no kubelet: status written by the e2e harness",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}},
-            "application/strategic-merge-patch+json")
+        self.c.node_status(name, {"cpu": "32", "memory": "256Gi", "pods": "110",
+                                  "gpufrac.io/gpu": str(slots)})
 
     def agent_pod(self, node):
         """The DaemonSet's pod on node (created by the DaemonSet controller,

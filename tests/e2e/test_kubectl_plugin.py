@@ -57,10 +57,7 @@ class PluginTest(E2E):
     def add_plain_node(self, name, spec):
         # Not labelled gpufrac.io/enabled: the DaemonSet makes no pod here;
         # the harness makes the agent's Pod itself (agent_pod below).
-        self.api.create("/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}})
-        self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
+        self.c.add_node(name)
         self.set_capacity(name, gpus_of(spec) * SLOTS)
 
     def run_agent(self, node, spec, ip):
