@@ -539,6 +539,17 @@ def b64(s):
     return base64.b64encode(s.encode()).decode()
 
 
+def e2e_args(doc, n):
+    """The n positional arguments of sys.argv and whether --keep is among
+    them, as (args, keep); None, with doc printed to stderr, when there are
+    not n."""
+    args = [a for a in sys.argv[1:] if a != "--keep"]
+    if len(args) != n:
+        print(doc, file=sys.stderr)
+        return None
+    return args, "--keep" in sys.argv[1:]
+
+
 def run_once(title, make, body, on_error=None):
     """A main for a file that is one scenario: c = make() (a Cluster, not
     started yet), then body(c), which starts it and runs the scenario; an

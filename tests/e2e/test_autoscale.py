@@ -31,7 +31,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, log, run_once, wait_for  # noqa: E402
+from cluster import Cluster, Failure, e2e_args, log, run_once, wait_for  # noqa: E402
 from test_k8s import E2E, Extender, INVENTORY, NS, pod  # noqa: E402
 
 PH_NS = "gpufrac-system"
@@ -176,10 +176,10 @@ class Scenario:
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--keep"]
-    if len(args) != 2:
-        print(__doc__, file=sys.stderr)
+    a = e2e_args(__doc__, 2)
+    if not a:
         return 2
+    (k8s_bin, gpufrac), keep = a
 
     def body(c):
         c.start()
@@ -189,7 +189,7 @@ def main():
         for p in c.extra:
             log("%s log ends:\n%s" % (p.name, p.tail(15)))
     return run_once("e2e autoscale",
-                    lambda: Cluster(args[0], args[1], "--keep" in sys.argv),
+                    lambda: Cluster(k8s_bin, gpufrac, keep),
                     body, tails)
 
 

@@ -44,7 +44,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import ApiError, Cluster, Failure, free_port, log, run_scenarios, wait_for  # noqa: E402
+from cluster import (ApiError, Cluster, Failure, free_port, log,  # noqa: E402
+                     run_scenarios, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRA_DEPLOY = os.path.join(os.path.dirname(os.path.dirname(HERE)), "deploy", "dra")

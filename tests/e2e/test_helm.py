@@ -32,7 +32,8 @@ import urllib.request
 import yaml  # Debian's python3-yaml: run with /usr/bin/python3
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, free_port, log, run_once, wait_for  # noqa: E402
+from cluster import (Cluster, Failure, e2e_args, free_port, log, run_once,  # noqa: E402
+                     wait_for)
 from test_k8s import E2E, GRANT, NS, gpus_of, pod  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -286,12 +287,10 @@ class HelmE2E(E2E):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--keep"]
-    keep = "--keep" in sys.argv[1:]
-    if len(args) != 3:
-        print(__doc__, file=sys.stderr)
+    a = e2e_args(__doc__, 3)
+    if not a:
         return 2
-    k8s_bin, helm_path, gpufrac = args
+    (k8s_bin, helm_path, gpufrac), keep = a
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if not os.access(helm_path, os.X_OK):
         print("no helm at %s: run scripts/install-k8s" % helm_path)

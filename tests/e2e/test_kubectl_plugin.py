@@ -28,7 +28,8 @@ import time
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, free_port, kubeconfig, log, run_once, wait_for  # noqa: E402
+from cluster import (Cluster, Failure, e2e_args, free_port, kubeconfig, log,  # noqa: E402
+                     run_once, wait_for)
 from test_k8s import A100, E2E, NS, SLOTS, T4, Extender, gpus_of, pod  # noqa: E402
 
 GiB = 1 << 30
@@ -278,10 +279,10 @@ class PluginTest(E2E):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--keep"]
-    if len(args) != 2:
-        print(__doc__, file=sys.stderr)
+    a = e2e_args(__doc__, 2)
+    if not a:
         return 2
+    (k8s_bin, gpufrac), keep = a
 
     def body(c):
         c.start(scheduler=False)
@@ -296,7 +297,7 @@ def main():
         c.check_alive()
         log("kubectl plugin: passed in %.1f s" % (time.monotonic() - t0))
     return run_once("e2e kubectl plugin",
-                    lambda: Cluster(args[0], args[1], "--keep" in sys.argv), body)
+                    lambda: Cluster(k8s_bin, gpufrac, keep), body)
 
 
 if __name__ == "__main__":
