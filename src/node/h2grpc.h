@@ -1,6 +1,8 @@
 /*
  * Internal to gf_devplugin: gRPC over HTTP/2 (nghttp2), just what the
- * device plugin needs.  Nothing here is public API.
+ * device plugin and the DRA plugin need, and what their services share
+ * (replies, the list of calls handed to workers, the unix listener).
+ * Nothing here is public API.
  *
  * The server runs a poll loop on one thread (gf__h2srv_run) over a
  * listening unix socket and every accepted connection.  Requests are
