@@ -5,17 +5,13 @@
  */
 #include "gpufrac/devplugin.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,15 +25,6 @@
 #define DP_MAX_CONTAINERS 256 /* container requests in one call */
 #define DP_WORKERS 4          /* Allocates answered at once */
 #define DP_MAX_QUEUED 64      /* Allocates waiting for a worker */
-
-/* One Allocate waiting for a worker: the request copied, the ticket its
- * answer goes back with. */
-typedef struct dp_job {
-  uint64_t ticket;
-  uint8_t *req;
-  size_t len;
-  struct dp_job *next;
-} dp_job;
 
 /* Allocate's scratch, kept between calls so a call does not map and
  * fault in fresh pages for ~290 KiB per container.  Workers take one from
@@ -64,8 +51,7 @@ struct gf_dp {
   pthread_mutex_t mu; /* guards devs, ndevs, version, stopping, last_log,
                          the job queue */
   pthread_cond_t cv, work;
-  dp_job *jobs, **jobs_tail;
-  size_t njobs;
+  gf__grpc_jobq jobs; /* Allocates waiting for a worker */
   pthread_t workers[DP_WORKERS];
   size_t nworkers;
   dp_scratch *spares;
@@ -78,8 +64,7 @@ struct gf_dp {
   uint64_t sent_version; /* loop thread only */
   gf__h2srv *srv;
   pthread_t srv_thread, reg_thread;
-  dev_t sock_dev; /* registrar thread (and stop, after the join) */
-  ino_t sock_ino;
+  struct stat sock_st; /* registrar thread (and stop, after the join) */
   atomic_uint_fast64_t regs;
 };
 
@@ -138,35 +123,15 @@ static void dp_log(gf_dp *dp, const char *fmt, ...) {
     dp->log(dp->user, msg);
 }
 
-static void set_err(gf__grpc_reply *r, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(gf__grpc_reply *r, int status, const char *fmt, ...) {
-  r->status = status;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r->message, sizeof r->message, fmt, ap);
-  va_end(ap);
-}
-
-static void pack(const ProtobufCMessage *m, gf__grpc_reply *r) {
-  size_t n = protobuf_c_message_get_packed_size(m);
-  r->msg = malloc(n ? n : 1);
-  if (!r->msg) {
-    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory for the answer");
-    return;
-  }
-  r->len = protobuf_c_message_pack(m, r->msg);
-}
-
 /* Unpacks req as `desc`; NULL with the reply set when it is not one. */
 static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *desc,
                                 const uint8_t *req, size_t len,
                                 gf__grpc_reply *r) {
   ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, req);
   if (!m)
-    set_err(r, GF__GRPC_INVALID_ARGUMENT,
-            "the request (%zu bytes) is not a valid %s message", len,
-            desc->name);
+    gf__grpc_reply_error(r, GF__GRPC_INVALID_ARGUMENT,
+                         "the request (%zu bytes) is not a valid %s message",
+                         len, desc->name);
   return m;
 }
 
@@ -226,7 +191,8 @@ static void encode_list(gf_dp *dp, gf__grpc_reply *r, uint64_t *version) {
   V1beta1__NUMANode *numa = calloc(n ? n : 1, sizeof *numa);
   V1beta1__NUMANode **numap = calloc(n ? n : 1, sizeof *numap);
   if (!devs || !pd || !pp || !topo || !numa || !numap) {
-    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory for the list");
+    gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED,
+                         "out of memory for the list");
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
@@ -247,7 +213,7 @@ static void encode_list(gf_dp *dp, gf__grpc_reply *r, uint64_t *version) {
   V1beta1__ListAndWatchResponse resp = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
   resp.n_devices = n;
   resp.devices = pp;
-  pack(&resp.base, r);
+  gf__grpc_reply_pack(&resp.base, r);
 out:
   free(devs);
   free(pd);
@@ -365,10 +331,11 @@ static int prefer_one(gf_dp *dp,
     }
   }
   if (n + nc < size) {
-    set_err(r, GF__GRPC_INVALID_ARGUMENT,
-            "container %zu: allocation_size %zu is more than the %zu distinct "
-            "devices offered",
-            ci, size, n + nc);
+    gf__grpc_reply_error(
+        r, GF__GRPC_INVALID_ARGUMENT,
+        "container %zu: allocation_size %zu is more than the %zu distinct "
+        "devices offered",
+        ci, size, n + nc);
     return -1;
   }
   qsort(cs, nc, sizeof *cs, cmp_by_gpu);
@@ -405,10 +372,11 @@ static int check_offered(gf_dp *dp,
         for (size_t j = 0; j < dp->ndevs && !found; j++)
           found = strcmp(dp->devs[j].id, ids[k]) == 0;
         if (!found) {
-          set_err(r, GF__GRPC_INVALID_ARGUMENT,
-                  "container %zu: %s device '%.120s', which this plugin does "
-                  "not advertise",
-                  i, list ? "must include" : "offers", ids[k]);
+          gf__grpc_reply_error(
+              r, GF__GRPC_INVALID_ARGUMENT,
+              "container %zu: %s device '%.120s', which this plugin does "
+              "not advertise",
+              i, list ? "must include" : "offers", ids[k]);
           rc = -1;
         }
       }
@@ -431,9 +399,9 @@ static void do_preferred(gf_dp *dp, const uint8_t *req, size_t len,
   cand *cs = NULL;
   size_t *off = NULL;
   if (nc > DP_MAX_CONTAINERS) {
-    set_err(r, GF__GRPC_INVALID_ARGUMENT,
-            "%zu container requests; at most %d in one call", nc,
-            DP_MAX_CONTAINERS);
+    gf__grpc_reply_error(r, GF__GRPC_INVALID_ARGUMENT,
+                         "%zu container requests; at most %d in one call", nc,
+                         DP_MAX_CONTAINERS);
     goto out;
   }
   size_t total = 0, maxav = 0;
@@ -442,14 +410,16 @@ static void do_preferred(gf_dp *dp, const uint8_t *req, size_t len,
         q->container_requests[i];
     if (c->n_available_deviceids > GF_DP_MAX_DEVICES ||
         c->n_must_include_deviceids > GF_DP_MAX_DEVICES) {
-      set_err(r, GF__GRPC_INVALID_ARGUMENT,
-              "container %zu: more than %d device ids", i, GF_DP_MAX_DEVICES);
+      gf__grpc_reply_error(r, GF__GRPC_INVALID_ARGUMENT,
+                           "container %zu: more than %d device ids", i,
+                           GF_DP_MAX_DEVICES);
       goto out;
     }
     if (c->allocation_size < 0 || c->allocation_size > GF_DP_MAX_DEVICES) {
-      set_err(r, GF__GRPC_INVALID_ARGUMENT,
-              "container %zu: allocation_size %d is out of range 0..%d", i,
-              c->allocation_size, GF_DP_MAX_DEVICES);
+      gf__grpc_reply_error(
+          r, GF__GRPC_INVALID_ARGUMENT,
+          "container %zu: allocation_size %d is out of range 0..%d", i,
+          c->allocation_size, GF_DP_MAX_DEVICES);
       goto out;
     }
     total += (size_t)c->allocation_size;
@@ -464,7 +434,7 @@ static void do_preferred(gf_dp *dp, const uint8_t *req, size_t len,
   cs = calloc(maxav ? maxav : 1, sizeof *cs);
   off = calloc(nc ? nc : 1, sizeof *off);
   if (!cr || !crp || !ids || !cs || !off) {
-    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
   size_t at = 0;
@@ -482,7 +452,7 @@ static void do_preferred(gf_dp *dp, const uint8_t *req, size_t len,
       V1BETA1__PREFERRED_ALLOCATION_RESPONSE__INIT;
   resp.n_container_responses = nc;
   resp.container_responses = crp;
-  pack(&resp.base, r);
+  gf__grpc_reply_pack(&resp.base, r);
 out:
   free(cr);
   free(crp);
@@ -514,10 +484,11 @@ static int map_answer(gf_dp_container_answer *a, car *c, size_t ci,
   if (a->nenv > GF_DP_MAX_EDITS || a->nmounts > GF_DP_MAX_EDITS ||
       a->ndevnodes > GF_DP_MAX_EDITS || a->ncdi > GF_DP_MAX_EDITS ||
       a->nannotations > GF_DP_MAX_EDITS) {
-    set_err(r, GF__GRPC_INTERNAL,
-            "container %zu: the allocator's answer has more than %d entries "
-            "of a kind",
-            ci, GF_DP_MAX_EDITS);
+    gf__grpc_reply_error(
+        r, GF__GRPC_INTERNAL,
+        "container %zu: the allocator's answer has more than %d entries "
+        "of a kind",
+        ci, GF_DP_MAX_EDITS);
     return -1;
   }
   v1beta1__container_allocate_response__init(&c->resp);
@@ -583,9 +554,10 @@ static int check_ids(gf_dp *dp, const V1beta1__AllocateRequest *q,
   for (size_t i = 0; i < q->n_container_requests && !rc; i++) {
     const V1beta1__ContainerAllocateRequest *c = q->container_requests[i];
     if (c->n_devices_ids == 0 || c->n_devices_ids > GF_DP_MAX_DEVICES) {
-      set_err(r, GF__GRPC_INVALID_ARGUMENT,
-              "container %zu asks for %zu devices; 1..%d are allowed", i,
-              c->n_devices_ids, GF_DP_MAX_DEVICES);
+      gf__grpc_reply_error(
+          r, GF__GRPC_INVALID_ARGUMENT,
+          "container %zu asks for %zu devices; 1..%d are allowed", i,
+          c->n_devices_ids, GF_DP_MAX_DEVICES);
       rc = -1;
     }
     for (size_t k = 0; k < c->n_devices_ids && !rc; k++) {
@@ -594,10 +566,11 @@ static int check_ids(gf_dp *dp, const V1beta1__AllocateRequest *q,
       for (size_t j = 0; j < dp->ndevs && !found; j++)
         found = strcmp(dp->devs[j].id, id) == 0;
       if (!found) {
-        set_err(r, GF__GRPC_INVALID_ARGUMENT,
-                "container %zu asks for device '%.120s', which this plugin "
-                "does not advertise",
-                i, id);
+        gf__grpc_reply_error(
+            r, GF__GRPC_INVALID_ARGUMENT,
+            "container %zu asks for device '%.120s', which this plugin "
+            "does not advertise",
+            i, id);
         rc = -1;
       }
     }
@@ -615,9 +588,9 @@ static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
   size_t nc = q->n_container_requests;
   V1beta1__ContainerAllocateResponse **crp = NULL;
   if (nc > DP_MAX_CONTAINERS) {
-    set_err(r, GF__GRPC_INVALID_ARGUMENT,
-            "%zu container requests; at most %d in one call", nc,
-            DP_MAX_CONTAINERS);
+    gf__grpc_reply_error(r, GF__GRPC_INVALID_ARGUMENT,
+                         "%zu container requests; at most %d in one call", nc,
+                         DP_MAX_CONTAINERS);
     goto out;
   }
   if (check_ids(dp, q, r))
@@ -631,7 +604,7 @@ static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
   }
   crp = calloc(nc ? nc : 1, sizeof *crp);
   if (!crp || nc > sc->cap) {
-    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
   gf_dp_container_answer *ans = sc->ans;
@@ -645,10 +618,11 @@ static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
                           c->n_devices_ids, &ans[i], &d);
     if (rc) {
       if (d.msg[0])
-        set_err(r, grpc_status_of(rc), "%s", d.msg);
+        gf__grpc_reply_error(r, grpc_status_of(rc), "%s", d.msg);
       else
-        set_err(r, grpc_status_of(rc), "container %zu: allocation failed: %s",
-                i, gf_strerror(rc));
+        gf__grpc_reply_error(r, grpc_status_of(rc),
+                             "container %zu: allocation failed: %s", i,
+                             gf_strerror(rc));
       goto out;
     }
     if (map_answer(&ans[i], &cars[i], i, r))
@@ -658,7 +632,7 @@ static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
   V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
   resp.n_container_responses = nc;
   resp.container_responses = crp;
-  pack(&resp.base, r);
+  gf__grpc_reply_pack(&resp.base, r);
 out:
   free(crp);
   v1beta1__allocate_request__free_unpacked(q, NULL);
@@ -671,15 +645,11 @@ static void *worker_main(void *arg) {
   gf_dp *dp = arg;
   pthread_mutex_lock(&dp->mu);
   for (;;) {
-    while (!dp->stopping && !dp->jobs)
+    while (!dp->stopping && !dp->jobs.head)
       pthread_cond_wait(&dp->work, &dp->mu);
     if (dp->stopping)
       break; /* the loop answered the queued calls UNAVAILABLE */
-    dp_job *j = dp->jobs;
-    dp->jobs = j->next;
-    if (!dp->jobs)
-      dp->jobs_tail = &dp->jobs;
-    dp->njobs--;
+    gf__grpc_job *j = gf__grpc_jobq_pop(&dp->jobs);
     dp_scratch *sc = dp->spares;
     if (sc)
       dp->spares = sc->next;
@@ -690,10 +660,9 @@ static void *worker_main(void *arg) {
     if (sc)
       do_allocate(dp, sc, j->req, j->len, &r);
     else
-      set_err(&r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+      gf__grpc_reply_error(&r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     gf__h2srv_answer(dp->srv, j->ticket, &r);
-    free(j->req);
-    free(j);
+    gf__grpc_job_free(j);
     pthread_mutex_lock(&dp->mu);
     if (sc) {
       sc->next = dp->spares;
@@ -718,37 +687,27 @@ static void free_spares(gf_dp *dp) {
  * not. */
 static void queue_allocate(gf_dp *dp, const uint8_t *req, size_t len,
                            uint64_t ticket, gf__grpc_reply *r) {
-  dp_job *j = calloc(1, sizeof *j);
-  uint8_t *copy = malloc(len ? len : 1);
-  if (!j || !copy) {
-    free(j);
-    free(copy);
-    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+  gf__grpc_job *j = gf__grpc_job_new(M_ALLOCATE, req, len, ticket);
+  if (!j) {
+    gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  if (len)
-    memcpy(copy, req, len);
-  j->ticket = ticket;
-  j->req = copy;
-  j->len = len;
   pthread_mutex_lock(&dp->mu);
-  bool full = dp->njobs >= DP_MAX_QUEUED, stopping = dp->stopping;
+  bool full = dp->jobs.n >= DP_MAX_QUEUED, stopping = dp->stopping;
   if (!full && !stopping) {
-    *dp->jobs_tail = j;
-    dp->jobs_tail = &j->next;
-    dp->njobs++;
+    gf__grpc_jobq_push(&dp->jobs, j);
     pthread_cond_signal(&dp->work);
   }
   pthread_mutex_unlock(&dp->mu);
   if (full || stopping) {
-    free(copy);
-    free(j);
+    gf__grpc_job_free(j);
     if (stopping)
-      set_err(r, GF__GRPC_UNAVAILABLE, "the device plugin is stopping");
+      gf__grpc_reply_error(r, GF__GRPC_UNAVAILABLE,
+                           "the device plugin is stopping");
     else
-      set_err(r, GF__GRPC_RESOURCE_EXHAUSTED,
-              "%d Allocate calls are already waiting; try again",
-              DP_MAX_QUEUED);
+      gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED,
+                           "%d Allocate calls are already waiting; try again",
+                           DP_MAX_QUEUED);
     return;
   }
   r->later = true;
@@ -769,7 +728,7 @@ static void on_call(void *user, size_t m, const uint8_t *req, size_t len,
     V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     o.pre_start_required = 0;
     o.get_preferred_allocation_available = dp->preferred;
-    pack(&o.base, r);
+    gf__grpc_reply_pack(&o.base, r);
     return;
   }
   case M_LIST: {
@@ -794,11 +753,12 @@ static void on_call(void *user, size_t m, const uint8_t *req, size_t len,
     protobuf_c_message_free_unpacked(in, NULL);
     V1beta1__PreStartContainerResponse o =
         V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
-    pack(&o.base, r);
+    gf__grpc_reply_pack(&o.base, r);
     return;
   }
   default:
-    set_err(r, GF__GRPC_UNIMPLEMENTED, "method %zu is not served", m);
+    gf__grpc_reply_error(r, GF__GRPC_UNIMPLEMENTED, "method %zu is not served",
+                         m);
   }
 }
 
@@ -821,26 +781,11 @@ static void on_wake(void *user, gf__h2srv *s) {
 /* ---- sockets and registration ---- */
 
 static int listen_unix(gf_dp *dp, int *out, gf_diag *d) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, dp->sock_path, strlen(dp->sock_path) + 1);
-  if (unlink(dp->sock_path) != 0 && errno != ENOENT)
-    return gf_diag_set(d, GF_EIO, "cannot remove the old socket %s: %s",
-                       dp->sock_path, strerror(errno));
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (fd < 0)
-    return gf_diag_set(d, GF_EIO, "socket: %s", strerror(errno));
-  (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
   struct stat st;
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 64) != 0 ||
-      stat(dp->sock_path, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return gf_diag_set(d, GF_EIO, "cannot listen on %s: %s", dp->sock_path,
-                       strerror(e));
-  }
-  dp->sock_dev = st.st_dev;
-  dp->sock_ino = st.st_ino;
-  *out = fd;
+  int rc = gf__unix_listen(dp->sock_path, 64, &st, out, d);
+  if (rc)
+    return rc;
+  dp->sock_st = st;
   return 0;
 }
 
@@ -895,8 +840,8 @@ static void *registrar(void *arg) {
   while (!dp->stopping) {
     pthread_mutex_unlock(&dp->mu);
     struct stat st;
-    if (stat(dp->sock_path, &st) != 0 || st.st_dev != dp->sock_dev ||
-        st.st_ino != dp->sock_ino) {
+    if (stat(dp->sock_path, &st) != 0 || st.st_dev != dp->sock_st.st_dev ||
+        st.st_ino != dp->sock_st.st_ino) {
       gf_diag d = {{0}};
       int fd;
       if (listen_unix(dp, &fd, &d) == 0) {
@@ -994,7 +939,7 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
   pthread_cond_init(&dp->cv, &ca);
   pthread_cond_init(&dp->work, NULL);
   pthread_condattr_destroy(&ca);
-  dp->jobs_tail = &dp->jobs;
+  gf__grpc_jobq_init(&dp->jobs);
 
   rc = gf_dp_set_devices(dp, devs, ndevs);
   if (rc) {
@@ -1075,18 +1020,10 @@ void gf_dp_stop(gf_dp *dp) {
     dp->cancel(dp->user); /* allocate callbacks waiting: return now */
   for (size_t i = 0; i < dp->nworkers; i++)
     pthread_join(dp->workers[i], NULL);
-  while (dp->jobs) {
-    dp_job *j = dp->jobs;
-    dp->jobs = j->next;
-    free(j->req);
-    free(j);
-  }
+  gf__grpc_jobq_clear(&dp->jobs);
   free_spares(dp);
   gf__h2srv_free(dp->srv);
-  struct stat st;
-  if (stat(dp->sock_path, &st) == 0 && st.st_dev == dp->sock_dev &&
-      st.st_ino == dp->sock_ino)
-    unlink(dp->sock_path);
+  gf__unix_remove_if_ours(dp->sock_path, &dp->sock_st);
   pthread_cond_destroy(&dp->cv);
   pthread_cond_destroy(&dp->work);
   pthread_mutex_destroy(&dp->mu);

@@ -7,16 +7,13 @@
 #include "gpufrac/draplugin.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "dra/v1/api.pb-c.h"
@@ -46,14 +43,6 @@ typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourceResponse
     unprep_one;
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim pb_claim;
 
-typedef struct drap_job {
-  uint64_t ticket;
-  bool prepare;
-  uint8_t *req;
-  size_t len;
-  struct drap_job *next;
-} drap_job;
-
 struct gf_drap {
   char driver[254];
   char reg_path[DRAP_PATH_MAX], dra_path[DRAP_PATH_MAX];
@@ -67,8 +56,7 @@ struct gf_drap {
   struct stat reg_st, dra_st; /* the sockets we made */
   pthread_mutex_t mu;         /* guards the queue and stopping */
   pthread_cond_t cv;
-  drap_job *jobs, **tail;
-  size_t njobs;
+  gf__grpc_jobq jobs;
   bool stopping;
   atomic_uint_fast64_t regs;
 };
@@ -102,26 +90,6 @@ static void drap_log(gf_drap *p, const char *fmt, ...) {
   p->log(p->user, msg);
 }
 
-static void set_err(gf__grpc_reply *r, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(gf__grpc_reply *r, int status, const char *fmt, ...) {
-  r->status = status;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r->message, sizeof r->message, fmt, ap);
-  va_end(ap);
-}
-
-static void pack(const ProtobufCMessage *m, gf__grpc_reply *r) {
-  size_t n = protobuf_c_message_get_packed_size(m);
-  r->msg = malloc(n ? n : 1);
-  if (!r->msg) {
-    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory for the answer");
-    return;
-  }
-  r->len = protobuf_c_message_pack(m, r->msg);
-}
-
 /* ---- registration ------------------------------------------------------- */
 
 static void on_reg_call(void *user, size_t m, const uint8_t *req, size_t len,
@@ -132,8 +100,9 @@ static void on_reg_call(void *user, size_t m, const uint8_t *req, size_t len,
     Pluginregistration__InfoRequest *q =
         pluginregistration__info_request__unpack(NULL, len, req);
     if (!q) {
-      set_err(r, GF__GRPC_INVALID_ARGUMENT,
-              "the request (%zu bytes) is not an InfoRequest", len);
+      gf__grpc_reply_error(r, GF__GRPC_INVALID_ARGUMENT,
+                           "the request (%zu bytes) is not an InfoRequest",
+                           len);
       return;
     }
     pluginregistration__info_request__free_unpacked(q, NULL);
@@ -144,14 +113,15 @@ static void on_reg_call(void *user, size_t m, const uint8_t *req, size_t len,
     info.endpoint = p->dra_path;
     info.n_supported_versions = 1;
     info.supported_versions = versions;
-    pack(&info.base, r);
+    gf__grpc_reply_pack(&info.base, r);
     return;
   }
   Pluginregistration__RegistrationStatus *q =
       pluginregistration__registration_status__unpack(NULL, len, req);
   if (!q) {
-    set_err(r, GF__GRPC_INVALID_ARGUMENT,
-            "the request (%zu bytes) is not a RegistrationStatus", len);
+    gf__grpc_reply_error(r, GF__GRPC_INVALID_ARGUMENT,
+                         "the request (%zu bytes) is not a RegistrationStatus",
+                         len);
     return;
   }
   if (q->plugin_registered) {
@@ -165,7 +135,7 @@ static void on_reg_call(void *user, size_t m, const uint8_t *req, size_t len,
   pluginregistration__registration_status__free_unpacked(q, NULL);
   Pluginregistration__RegistrationStatusResponse o =
       PLUGINREGISTRATION__REGISTRATION_STATUS_RESPONSE__INIT;
-  pack(&o.base, r);
+  gf__grpc_reply_pack(&o.base, r);
 }
 
 /* ---- prepare and unprepare (the worker) --------------------------------- */
@@ -174,15 +144,33 @@ static bool claim_ok(const pb_claim *c) {
   return c && c->uid && c->uid[0] && c->namespace_ && c->name;
 }
 
+/* Are claims[0..n) a call's worth of claims, each with its uid, namespace
+ * and name?  false with r INVALID_ARGUMENT saying which is not. */
+static bool claims_ok(pb_claim *const *claims, size_t n, gf__grpc_reply *r) {
+  if (n > GF_DRAP_MAX_CLAIMS) {
+    gf__grpc_reply_error(r, GF__GRPC_INVALID_ARGUMENT,
+                         "%zu claims in one call, at most %d", n,
+                         GF_DRAP_MAX_CLAIMS);
+    return false;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (!claim_ok(claims[i])) {
+      gf__grpc_reply_error(r, GF__GRPC_INVALID_ARGUMENT,
+                           "claims[%zu] has no uid", i);
+      return false;
+    }
+  return true;
+}
+
 static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
                        gf__grpc_reply *r) {
   prep_req *q =
       k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__unpack(
           NULL, len, req);
   if (!q) {
-    set_err(r, GF__GRPC_INVALID_ARGUMENT,
-            "the request (%zu bytes) is not a NodePrepareResourcesRequest",
-            len);
+    gf__grpc_reply_error(
+        r, GF__GRPC_INVALID_ARGUMENT,
+        "the request (%zu bytes) is not a NodePrepareResourcesRequest", len);
     return;
   }
   size_t n = q->n_claims;
@@ -192,16 +180,8 @@ static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
   pb_device *devs = NULL, **dptr = NULL;
   char **ids = NULL, **reqs = NULL;
   char(*errs)[GF_DIAG_MAX] = NULL;
-  if (n > GF_DRAP_MAX_CLAIMS) {
-    set_err(r, GF__GRPC_INVALID_ARGUMENT, "%zu claims in one call, at most %d",
-            n, GF_DRAP_MAX_CLAIMS);
+  if (!claims_ok(q->claims, n, r))
     goto out;
-  }
-  for (size_t i = 0; i < n; i++)
-    if (!claim_ok(q->claims[i])) {
-      set_err(r, GF__GRPC_INVALID_ARGUMENT, "claims[%zu] has no uid", i);
-      goto out;
-    }
   reqs = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *reqs);
   ents = calloc(n ? n : 1, sizeof *ents);
   eptr = calloc(n ? n : 1, sizeof *eptr);
@@ -213,7 +193,7 @@ static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
   ids = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *ids);
   if (!ents || !eptr || !ones || !ans || !errs || !devs || !dptr || !ids ||
       !reqs) {
-    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
@@ -258,7 +238,7 @@ static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
       K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
   resp.n_claims = n;
   resp.claims = eptr;
-  pack(&resp.base, r);
+  gf__grpc_reply_pack(&resp.base, r);
 out:
   free(reqs);
   free(ids);
@@ -279,31 +259,23 @@ static void do_unprepare(gf_drap *p, const uint8_t *req, size_t len,
       k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__unpack(
           NULL, len, req);
   if (!q) {
-    set_err(r, GF__GRPC_INVALID_ARGUMENT,
-            "the request (%zu bytes) is not a NodeUnprepareResourcesRequest",
-            len);
+    gf__grpc_reply_error(
+        r, GF__GRPC_INVALID_ARGUMENT,
+        "the request (%zu bytes) is not a NodeUnprepareResourcesRequest", len);
     return;
   }
   size_t n = q->n_claims;
   unprep_entry *ents = NULL, **eptr = NULL;
   unprep_one *ones = NULL;
   char(*errs)[GF_DIAG_MAX] = NULL;
-  if (n > GF_DRAP_MAX_CLAIMS) {
-    set_err(r, GF__GRPC_INVALID_ARGUMENT, "%zu claims in one call, at most %d",
-            n, GF_DRAP_MAX_CLAIMS);
+  if (!claims_ok(q->claims, n, r))
     goto out;
-  }
-  for (size_t i = 0; i < n; i++)
-    if (!claim_ok(q->claims[i])) {
-      set_err(r, GF__GRPC_INVALID_ARGUMENT, "claims[%zu] has no uid", i);
-      goto out;
-    }
   ents = calloc(n ? n : 1, sizeof *ents);
   eptr = calloc(n ? n : 1, sizeof *eptr);
   ones = calloc(n ? n : 1, sizeof *ones);
   errs = calloc(n ? n : 1, sizeof *errs);
   if (!ents || !eptr || !ones || !errs) {
-    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
@@ -328,7 +300,7 @@ static void do_unprepare(gf_drap *p, const uint8_t *req, size_t len,
       K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_RESPONSE__INIT;
   resp.n_claims = n;
   resp.claims = eptr;
-  pack(&resp.base, r);
+  gf__grpc_reply_pack(&resp.base, r);
 out:
   free(errs);
   free(ones);
@@ -342,24 +314,19 @@ static void *worker_main(void *arg) {
   gf_drap *p = arg;
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    while (!p->stopping && !p->jobs)
+    while (!p->stopping && !p->jobs.head)
       pthread_cond_wait(&p->cv, &p->mu);
     if (p->stopping)
       break;
-    drap_job *j = p->jobs;
-    p->jobs = j->next;
-    if (!p->jobs)
-      p->tail = &p->jobs;
-    p->njobs--;
+    gf__grpc_job *j = gf__grpc_jobq_pop(&p->jobs);
     pthread_mutex_unlock(&p->mu);
     gf__grpc_reply r = {0};
-    if (j->prepare)
+    if (j->method == D_PREPARE)
       do_prepare(p, j->req, j->len, &r);
     else
       do_unprepare(p, j->req, j->len, &r);
     gf__h2srv_answer(p->dra, j->ticket, &r);
-    free(j->req);
-    free(j);
+    gf__grpc_job_free(j);
     pthread_mutex_lock(&p->mu);
   }
   pthread_mutex_unlock(&p->mu);
@@ -369,37 +336,27 @@ static void *worker_main(void *arg) {
 static void on_dra_call(void *user, size_t m, const uint8_t *req, size_t len,
                         uint64_t ticket, gf__grpc_reply *r) {
   gf_drap *p = user;
-  drap_job *j = calloc(1, sizeof *j);
-  uint8_t *copy = malloc(len ? len : 1);
-  if (!j || !copy) {
-    free(j);
-    free(copy);
-    set_err(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+  gf__grpc_job *j = gf__grpc_job_new(m, req, len, ticket);
+  if (!j) {
+    gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  if (len)
-    memcpy(copy, req, len);
-  j->ticket = ticket;
-  j->prepare = m == D_PREPARE;
-  j->req = copy;
-  j->len = len;
   pthread_mutex_lock(&p->mu);
-  bool full = p->njobs >= DRAP_MAX_QUEUED, stopping = p->stopping;
+  bool full = p->jobs.n >= DRAP_MAX_QUEUED, stopping = p->stopping;
   if (!full && !stopping) {
-    *p->tail = j;
-    p->tail = &j->next;
-    p->njobs++;
+    gf__grpc_jobq_push(&p->jobs, j);
     pthread_cond_signal(&p->cv);
   }
   pthread_mutex_unlock(&p->mu);
   if (full || stopping) {
-    free(copy);
-    free(j);
+    gf__grpc_job_free(j);
     if (stopping)
-      set_err(r, GF__GRPC_UNAVAILABLE, "the DRA plugin is stopping");
+      gf__grpc_reply_error(r, GF__GRPC_UNAVAILABLE,
+                           "the DRA plugin is stopping");
     else
-      set_err(r, GF__GRPC_RESOURCE_EXHAUSTED,
-              "%d calls are already waiting; try again", DRAP_MAX_QUEUED);
+      gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED,
+                           "%d calls are already waiting; try again",
+                           DRAP_MAX_QUEUED);
     return;
   }
   r->later = true;
@@ -423,37 +380,17 @@ static int mkdirs(const char *dir, gf_diag *d) {
   return 0;
 }
 
-static int listen_unix(const char *path, struct stat *st, int *out,
-                       gf_diag *d) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, path, strlen(path) + 1);
-  if (unlink(path) != 0 && errno != ENOENT)
-    return gf_diag_set(d, GF_EIO, "cannot remove the old socket %s: %s", path,
-                       strerror(errno));
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (fd < 0)
-    return gf_diag_set(d, GF_EIO, "socket: %s", strerror(errno));
-  (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 16) != 0 ||
-      stat(path, st) != 0) {
-    int e = errno;
-    close(fd);
-    return gf_diag_set(d, GF_EIO, "cannot listen on %s: %s", path, strerror(e));
-  }
-  *out = fd;
-  return 0;
-}
-
-static void remove_if_ours(const char *path, const struct stat *mine) {
-  struct stat st;
-  if (mine->st_ino && stat(path, &st) == 0 && st.st_dev == mine->st_dev &&
-      st.st_ino == mine->st_ino)
-    unlink(path);
-}
-
 static void *serve_main(void *arg) {
   gf__h2srv_run(arg);
   return NULL;
+}
+
+static int start_thread(pthread_t *t, bool *have, void *(*fn)(void *),
+                        void *arg, gf_diag *d) {
+  if (pthread_create(t, NULL, fn, arg) != 0)
+    return gf_diag_set(d, GF_EIO, "DRA plugin: cannot start a thread");
+  *have = true;
+  return 0;
 }
 
 static int path_of(char *dst, const char *dir, const char *file, gf_diag *d) {
@@ -500,7 +437,7 @@ int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   atomic_init(&p->regs, 0);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
-  p->tail = &p->jobs;
+  gf__grpc_jobq_init(&p->jobs);
   /* The DRA service first: kubelet dials it as soon as it sees the
    * registration socket. */
   int fd;
@@ -513,27 +450,18 @@ int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   gf__h2srv_ops rops = dops;
   rops.methods = reg_methods;
   rops.call = on_reg_call;
-  if ((rc = listen_unix(p->dra_path, &p->dra_st, &fd, d)) ||
+  if ((rc = gf__unix_listen(p->dra_path, 16, &p->dra_st, &fd, d)) ||
       (rc = gf__h2srv_new(&p->dra, fd, &dops, d)))
     goto fail;
-  if (pthread_create(&p->worker, NULL, worker_main, p) != 0) {
-    rc = gf_diag_set(d, GF_EIO, "DRA plugin: cannot start a thread");
+  if ((rc = start_thread(&p->worker, &p->have_worker, worker_main, p, d)) ||
+      (rc = start_thread(&p->dra_thread, &p->have_dra_thread, serve_main,
+                         p->dra, d)))
     goto fail;
-  }
-  p->have_worker = true;
-  if (pthread_create(&p->dra_thread, NULL, serve_main, p->dra) != 0) {
-    rc = gf_diag_set(d, GF_EIO, "DRA plugin: cannot start a thread");
+  if ((rc = gf__unix_listen(p->reg_path, 16, &p->reg_st, &fd, d)) ||
+      (rc = gf__h2srv_new(&p->reg, fd, &rops, d)) ||
+      (rc = start_thread(&p->reg_thread, &p->have_reg_thread, serve_main,
+                         p->reg, d)))
     goto fail;
-  }
-  p->have_dra_thread = true;
-  if ((rc = listen_unix(p->reg_path, &p->reg_st, &fd, d)) ||
-      (rc = gf__h2srv_new(&p->reg, fd, &rops, d)))
-    goto fail;
-  if (pthread_create(&p->reg_thread, NULL, serve_main, p->reg) != 0) {
-    rc = gf_diag_set(d, GF_EIO, "DRA plugin: cannot start a thread");
-    goto fail;
-  }
-  p->have_reg_thread = true;
   *out = p;
   return 0;
 fail:
@@ -559,7 +487,7 @@ void gf_drap_stop(gf_drap *p) {
     if (p->have_reg_thread)
       pthread_join(p->reg_thread, NULL);
   }
-  remove_if_ours(p->reg_path, &p->reg_st);
+  gf__unix_remove_if_ours(p->reg_path, &p->reg_st);
   if (p->have_worker)
     pthread_join(p->worker, NULL); /* it finishes the claim it is on */
   if (p->dra) {
@@ -567,13 +495,8 @@ void gf_drap_stop(gf_drap *p) {
     if (p->have_dra_thread)
       pthread_join(p->dra_thread, NULL);
   }
-  remove_if_ours(p->dra_path, &p->dra_st);
-  while (p->jobs) {
-    drap_job *j = p->jobs;
-    p->jobs = j->next;
-    free(j->req);
-    free(j);
-  }
+  gf__unix_remove_if_ours(p->dra_path, &p->dra_st);
+  gf__grpc_jobq_clear(&p->jobs);
   gf__h2srv_free(p->reg);
   gf__h2srv_free(p->dra);
   pthread_cond_destroy(&p->cv);

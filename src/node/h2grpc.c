@@ -1154,3 +1154,113 @@ out:
     close(cl.fd);
   return rc;
 }
+
+/* ---- what the services on the server share ---- */
+
+void gf__grpc_reply_error(gf__grpc_reply *r, int status, const char *fmt, ...) {
+  r->status = status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->message, sizeof r->message, fmt, ap);
+  va_end(ap);
+}
+
+void gf__grpc_reply_pack(const ProtobufCMessage *m, gf__grpc_reply *r) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  r->msg = malloc(n ? n : 1);
+  if (!r->msg) {
+    gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED,
+                         "out of memory for the answer");
+    return;
+  }
+  r->len = protobuf_c_message_pack(m, r->msg);
+}
+
+gf__grpc_job *gf__grpc_job_new(size_t m, const uint8_t *req, size_t len,
+                               uint64_t ticket) {
+  gf__grpc_job *j = calloc(1, sizeof *j);
+  uint8_t *copy = malloc(len ? len : 1);
+  if (!j || !copy) {
+    free(j);
+    free(copy);
+    return NULL;
+  }
+  if (len)
+    memcpy(copy, req, len);
+  j->ticket = ticket;
+  j->method = m;
+  j->req = copy;
+  j->len = len;
+  return j;
+}
+
+void gf__grpc_job_free(gf__grpc_job *j) {
+  if (!j)
+    return;
+  free(j->req);
+  free(j);
+}
+
+void gf__grpc_jobq_init(gf__grpc_jobq *q) {
+  q->head = NULL;
+  q->tail = &q->head;
+  q->n = 0;
+}
+
+void gf__grpc_jobq_push(gf__grpc_jobq *q, gf__grpc_job *j) {
+  j->next = NULL;
+  *q->tail = j;
+  q->tail = &j->next;
+  q->n++;
+}
+
+gf__grpc_job *gf__grpc_jobq_pop(gf__grpc_jobq *q) {
+  gf__grpc_job *j = q->head;
+  if (!j)
+    return NULL;
+  q->head = j->next;
+  if (!q->head)
+    q->tail = &q->head;
+  q->n--;
+  return j;
+}
+
+void gf__grpc_jobq_clear(gf__grpc_jobq *q) {
+  gf__grpc_job *j;
+  while ((j = gf__grpc_jobq_pop(q)))
+    gf__grpc_job_free(j);
+}
+
+int gf__unix_listen(const char *path, int backlog, struct stat *st, int *out,
+                    gf_diag *d) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  size_t l = strlen(path);
+  if (l >= sizeof sa.sun_path)
+    return gf_diag_set(d, GF_EIO,
+                       "cannot listen on %s: the path is longer "
+                       "than %zu bytes",
+                       path, sizeof sa.sun_path - 1);
+  memcpy(sa.sun_path, path, l + 1);
+  if (unlink(path) != 0 && errno != ENOENT)
+    return gf_diag_set(d, GF_EIO, "cannot remove the old socket %s: %s", path,
+                       strerror(errno));
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0)
+    return gf_diag_set(d, GF_EIO, "socket: %s", strerror(errno));
+  (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      listen(fd, backlog) != 0 || stat(path, st) != 0) {
+    int e = errno;
+    close(fd);
+    return gf_diag_set(d, GF_EIO, "cannot listen on %s: %s", path, strerror(e));
+  }
+  *out = fd;
+  return 0;
+}
+
+void gf__unix_remove_if_ours(const char *path, const struct stat *mine) {
+  struct stat st;
+  if (mine->st_ino && stat(path, &st) == 0 && st.st_dev == mine->st_dev &&
+      st.st_ino == mine->st_ino)
+    unlink(path);
+}

@@ -1,6 +1,8 @@
 /*
  * Internal to gf_devplugin: gRPC over HTTP/2 (nghttp2), just what the
- * device plugin needs.  Nothing here is public API.
+ * device plugin and the DRA plugin need, and what their services share
+ * (replies, the list of calls handed to workers, the unix listener).
+ * Nothing here is public API.
  *
  * The server runs a poll loop on one thread (gf__h2srv_run) over a
  * listening unix socket and every accepted connection.  Requests are
@@ -39,6 +41,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
+
+#include <protobuf-c/protobuf-c.h>
 
 #include "gpufrac/diag.h"
 
@@ -155,5 +160,66 @@ int gf__grpc_call_unix(const char *sock_path, const char *path,
 
 /* Percent-encodes s for grpc-message into out[cap] (truncating). */
 void gf__grpc_percent_encode(const char *s, char *out, size_t cap);
+
+/* ---- what the services on the server share ---- */
+
+/* Makes r the error `status` with the sentence fmt (truncated to
+ * GF_DIAG_MAX) as its grpc-message. */
+void gf__grpc_reply_error(gf__grpc_reply *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Packs m as r's answer (r->msg malloc'd, r->len); when there is no memory
+ * for it, r is RESOURCE_EXHAUSTED instead. */
+void gf__grpc_reply_pack(const ProtobufCMessage *m, gf__grpc_reply *r);
+
+/* A call handed from the loop thread to a worker: method m of the
+ * service, the request copied (req[0..len), owned by the job), and the
+ * ticket its answer goes back with (gf__h2srv_answer). */
+typedef struct gf__grpc_job {
+  uint64_t ticket;
+  size_t method;
+  uint8_t *req;
+  size_t len;
+  struct gf__grpc_job *next;
+} gf__grpc_job;
+
+/* A first-in first-out list of jobs.  Not locked: the service guards it
+ * with its own mutex. */
+typedef struct gf__grpc_jobq {
+  gf__grpc_job *head, **tail;
+  size_t n;
+} gf__grpc_jobq;
+
+/* A job for method m with a copy of req[0..len); NULL when out of
+ * memory. */
+gf__grpc_job *gf__grpc_job_new(size_t m, const uint8_t *req, size_t len,
+                               uint64_t ticket);
+
+/* Frees j and its request (NULL is fine). */
+void gf__grpc_job_free(gf__grpc_job *j);
+
+/* An empty list. */
+void gf__grpc_jobq_init(gf__grpc_jobq *q);
+
+/* Appends j (the list owns it until popped). */
+void gf__grpc_jobq_push(gf__grpc_jobq *q, gf__grpc_job *j);
+
+/* Takes the oldest job off the list (the caller owns it); NULL when the
+ * list is empty. */
+gf__grpc_job *gf__grpc_jobq_pop(gf__grpc_jobq *q);
+
+/* Frees every job still on the list; the list is empty afterwards. */
+void gf__grpc_jobq_clear(gf__grpc_jobq *q);
+
+/* Makes a listening unix socket (close-on-exec, backlog `backlog`) at
+ * path, removing whatever socket file was there, and fills *st with the
+ * new socket file's stat, so that the caller can tell later whether the
+ * file is still its own.  GF_EIO with a sentence naming path. */
+int gf__unix_listen(const char *path, int backlog, struct stat *st, int *out,
+                    gf_diag *d);
+
+/* Removes the socket file path when it is still the one `mine` describes
+ * (the same device and inode; a zero inode: never made, nothing done). */
+void gf__unix_remove_if_ours(const char *path, const struct stat *mine);
 
 #endif

@@ -73,15 +73,8 @@ struct gf__as {
   gf__smap gmap;
 };
 
-static int64_t real_now(void *u) {
-  (void)u;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static int64_t now_of(const gf__as *a) {
-  return a->o.now_us ? a->o.now_us(a->o.clock_user) : real_now(NULL);
+  return a->o.now_us ? a->o.now_us(a->o.clock_user) : gf__realtime_us();
 }
 
 static bool dns_name(const char *s) {
@@ -277,20 +270,6 @@ nomem:
 
 static const char *const kept_ann[] = {GF_AS_FOR, GF_AS_CREATED};
 
-/* The PodScheduled condition of status.conditions, or NULL. */
-static const json_t *sched_condition(const json_t *pod) {
-  const json_t *conds =
-      json_object_get(json_object_get(pod, "status"), "conditions");
-  size_t i;
-  const json_t *c;
-  json_array_foreach(conds, i, c) {
-    const char *t = json_string_value(json_object_get(c, "type"));
-    if (t && strcmp(t, "PodScheduled") == 0)
-      return c;
-  }
-  return NULL;
-}
-
 /* obj[key] = a deep copy of v (when v is not NULL).  -1: out of memory. */
 static int copy_member(json_t *obj, const char *key, const json_t *v) {
   if (!v)
@@ -346,7 +325,7 @@ int gf__as_slim(json_t *slim, const json_t *pod) {
         return -1;
     }
   }
-  const json_t *c = sched_condition(pod);
+  const json_t *c = gf__pod_condition(pod, "PodScheduled");
   if (c) {
     /* guard.c may have kept the Ready condition: append to it */
     json_t *st = member_object(slim, "status");
@@ -458,7 +437,7 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
     free(p);
     goto out;
   }
-  const json_t *c = sched_condition(pod);
+  const json_t *c = gf__pod_condition(pod, "PodScheduled");
   const char *st = json_string_value(json_object_get(c, "status"));
   const char *re = json_string_value(json_object_get(c, "reason"));
   bool unsched =
@@ -726,18 +705,11 @@ out:
 static bool model_allowed(const char *models, const char *model) {
   if (!models || !*models)
     return true;
-  const char *p = models;
-  size_t ml = strlen(model);
-  while (*p) {
-    p += strspn(p, " |,");
-    size_t len = strcspn(p, "|,");
-    size_t tl = len;
-    while (tl > 0 && p[tl - 1] == ' ')
-      tl--;
-    if (tl == ml && memcmp(p, model, ml) == 0)
+  const char *p = models, *n;
+  size_t ml = strlen(model), tl;
+  while ((n = gf__models_next(&p, &tl)))
+    if (tl == ml && memcmp(n, model, ml) == 0)
       return true;
-    p += len;
-  }
   return false;
 }
 

@@ -17,6 +17,7 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/kube.h"
 #include "guard.h"
+#include "sched_int.h"
 #include "smap.h"
 
 #define NAME_MAX_ 254    /* a DNS-1123 name and its NUL */
@@ -53,15 +54,8 @@ struct gf__guard {
   gf__smap map;
 };
 
-static int64_t real_now(void *u) {
-  (void)u;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static int64_t now_of(const gf__guard *g) {
-  return g->o.now_us ? g->o.now_us(g->o.clock_user) : real_now(NULL);
+  return g->o.now_us ? g->o.now_us(g->o.clock_user) : gf__realtime_us();
 }
 
 int gf__guard_new(const gf__guard_opts *o, gf__guard **out, gf_diag *d) {
@@ -118,20 +112,6 @@ static const char *const kept_ann[] = {GF_GUARD_DND,      GF_GUARD_STE,
                                        GF_GUARD_RELEASED, GF_GUARD_PROTECT};
 #define NKEPT (sizeof(kept_ann) / sizeof(kept_ann[0]))
 
-/* The Ready condition of status.conditions, or NULL. */
-static const json_t *ready_condition(const json_t *pod) {
-  const json_t *conds =
-      json_object_get(json_object_get(pod, "status"), "conditions");
-  size_t i;
-  const json_t *c;
-  json_array_foreach(conds, i, c) {
-    const char *t = json_string_value(json_object_get(c, "type"));
-    if (t && strcmp(t, "Ready") == 0)
-      return c;
-  }
-  return NULL;
-}
-
 int gf__guard_slim(json_t *slim, const json_t *pod) {
   if (!json_is_object(slim) || !json_is_object(pod))
     return 0;
@@ -157,7 +137,7 @@ int gf__guard_slim(json_t *slim, const json_t *pod) {
         return -1;
     }
   }
-  const json_t *rc = ready_condition(pod);
+  const json_t *rc = gf__pod_condition(pod, "Ready");
   if (rc) {
     json_t *st = json_object_get(slim, "status");
     if (!json_is_object(st)) {
@@ -278,8 +258,8 @@ static void read_pod(const json_t *pod, grec *t) {
   t->done = json_object_get(md, "deletionTimestamp") != NULL ||
             (phase &&
              (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0));
-  const char *rs =
-      json_string_value(json_object_get(ready_condition(pod), "status"));
+  const char *rs = json_string_value(
+      json_object_get(gf__pod_condition(pod, "Ready"), "status"));
   t->ready = rs && strcmp(rs, "True") == 0;
   const char *pr = json_string_value(json_object_get(ann, GF_GUARD_PROTECT));
   t->always = pr && strcmp(pr, "always") == 0;

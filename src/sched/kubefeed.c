@@ -481,6 +481,25 @@ static int default_identity(char *buf, size_t cap) {
   return n < 0 || (size_t)n >= cap ? GF_ELIMIT : 0;
 }
 
+/* The tick (tick_ms; 0: a second) and the API client of a loop beside
+ * the informers (the guard's, the autoscaler bridge's; `what` names it in
+ * the diag): its calls time out, so that a stuck one (a PATCH, a create)
+ * does not hold up stop.  GF_EINVAL for a negative tick. */
+static int side_loop(const char *what, long tick_ms, long *tick,
+                     gf_kube_config *cfg, const gf_kube_opts *kopts,
+                     gf_kube **out, gf_diag *d) {
+  if (tick_ms < 0)
+    return gf_diag_set(d, GF_EINVAL, "%s: tick of %ld ms", what, tick_ms);
+  *tick = tick_ms ? tick_ms : 1000;
+  gf_kube_opts ko = kopts ? *kopts : (gf_kube_opts){0};
+  ko.timeout_ms = 5000;
+  ko.connect_timeout_ms = 3000;
+  int rc = gf_kube_new(out, cfg, &ko, d);
+  if (rc)
+    gf_diag_prefix(d, "%s client", what);
+  return rc;
+}
+
 int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                       const gf_kube_opts *kopts, const gf_sched_kube_opts *o,
                       gf_sched_kube **out, gf_diag *d) {
@@ -517,18 +536,9 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                          .quiet = o->quiet};
     if ((rc = gf__guard_new(&go, &f->guard, d)))
       goto fail;
-    if (o->guard_tick_ms < 0) {
-      rc = gf_diag_set(d, GF_EINVAL, "guard: tick of %ld ms", o->guard_tick_ms);
+    if ((rc = side_loop("guard", o->guard_tick_ms, &f->guard_tick_ms, cfg,
+                        kopts, &f->gkube, d)))
       goto fail;
-    }
-    f->guard_tick_ms = o->guard_tick_ms ? o->guard_tick_ms : 1000;
-    gf_kube_opts go2 = kopts ? *kopts : (gf_kube_opts){0};
-    go2.timeout_ms = 5000; /* a stuck PATCH must not hold up stop */
-    go2.connect_timeout_ms = 3000;
-    if ((rc = gf_kube_new(&f->gkube, cfg, &go2, d))) {
-      gf_diag_prefix(d, "guard client");
-      goto fail;
-    }
   }
   if (o->autoscale) {
     gf__as_opts ao = {.after_ms = o->autoscale_after_ms,
@@ -539,19 +549,9 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                       .whole = gf__sched_whole(s)};
     if ((rc = gf__as_new(&ao, &f->as, d)))
       goto fail;
-    if (o->autoscale_tick_ms < 0) {
-      rc = gf_diag_set(d, GF_EINVAL, "autoscale: tick of %ld ms",
-                       o->autoscale_tick_ms);
+    if ((rc = side_loop("autoscale", o->autoscale_tick_ms, &f->as_tick_ms, cfg,
+                        kopts, &f->akube, d)))
       goto fail;
-    }
-    f->as_tick_ms = o->autoscale_tick_ms ? o->autoscale_tick_ms : 1000;
-    gf_kube_opts ao2 = kopts ? *kopts : (gf_kube_opts){0};
-    ao2.timeout_ms = 5000; /* a stuck call must not hold up stop */
-    ao2.connect_timeout_ms = 3000;
-    if ((rc = gf_kube_new(&f->akube, cfg, &ao2, d))) {
-      gf_diag_prefix(d, "autoscale client");
-      goto fail;
-    }
   }
   io.path = "/api/v1/pods";
   io.seed = seed + 1;
@@ -646,17 +646,22 @@ static void *run_leader(void *arg) {
   return NULL;
 }
 
+/* Sleeps ms, in steps of at most SUPERVISE_MS, or until stop. */
+static void nap(gf_sched_kube *f, long ms) {
+  for (long left = ms; left > 0 && !atomic_load(&f->stop);
+       left -= SUPERVISE_MS) {
+    long step = left < SUPERVISE_MS ? left : SUPERVISE_MS;
+    struct timespec ts = {step / 1000, (step % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Guard passes every guard_tick_ms until stop. */
 static void *run_guard(void *arg) {
   gf_sched_kube *f = arg;
   while (!atomic_load(&f->stop)) {
     guard_step(f, NULL);
-    for (long left = f->guard_tick_ms; left > 0 && !atomic_load(&f->stop);
-         left -= SUPERVISE_MS) {
-      long ms = left < SUPERVISE_MS ? left : SUPERVISE_MS;
-      struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-      nanosleep(&ts, NULL);
-    }
+    nap(f, f->guard_tick_ms);
   }
   return NULL;
 }
@@ -666,12 +671,7 @@ static void *run_as(void *arg) {
   gf_sched_kube *f = arg;
   while (!atomic_load(&f->stop)) {
     as_step(f, NULL);
-    for (long left = f->as_tick_ms; left > 0 && !atomic_load(&f->stop);
-         left -= SUPERVISE_MS) {
-      long ms = left < SUPERVISE_MS ? left : SUPERVISE_MS;
-      struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-      nanosleep(&ts, NULL);
-    }
+    nap(f, f->as_tick_ms);
   }
   return NULL;
 }

@@ -392,6 +392,18 @@ static int ensure_model(gf_sched *s) { return s->dirty ? rebuild(s) : 0; }
 
 /* Resolves a gpu-model annotation ("A|B" or "A,B") against the cluster's
  * model table.  *named: whether any model was named at all. */
+const char *gf__models_next(const char **p, size_t *len) {
+  if (!**p)
+    return NULL;
+  const char *s = *p + strspn(*p, " |,");
+  size_t n = strcspn(s, "|,");
+  *p = s + n;
+  while (n > 0 && s[n - 1] == ' ')
+    n--;
+  *len = n;
+  return s;
+}
+
 static uint64_t models_mask(const gf_cluster *c, const char *models,
                             bool *named) {
   uint64_t mask = 0;
@@ -400,16 +412,12 @@ static uint64_t models_mask(const gf_cluster *c, const char *models,
     return 0;
   if (strncmp(models, GF__HAMI_MODELS, strlen(GF__HAMI_MODELS)) == 0)
     return gf__hami_models_mask(c, models, named);
-  const char *p = models;
-  while (*p) {
-    p += strspn(p, " |,");
-    size_t len = strcspn(p, "|,");
-    size_t tl = len;
-    while (tl > 0 && p[tl - 1] == ' ')
-      tl--;
+  const char *p = models, *n;
+  size_t tl;
+  while ((n = gf__models_next(&p, &tl))) {
     if (tl > 0 && tl < GF_GPU_MODEL_MAX) {
       char name[GF_GPU_MODEL_MAX];
-      memcpy(name, p, tl);
+      memcpy(name, n, tl);
       name[tl] = '\0';
       *named = true;
       int id = gf_cluster_model_id((gf_cluster *)c, name, false);
@@ -418,7 +426,6 @@ static uint64_t models_mask(const gf_cluster *c, const char *models,
     } else if (tl > 0) {
       *named = true;
     }
-    p += len;
   }
   return mask;
 }

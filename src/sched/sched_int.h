@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "gpufrac/diag.h"
 #include "gpufrac/grant.h"
@@ -110,6 +111,26 @@ const char *gf__hami_models_text(const char *models, char *buf, size_t cap);
 /* gf__pod_parse reading HAMi's and KAI's names too, as `accept` says. */
 int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
                      gf_diag *d);
+
+/* The condition of status.conditions whose type is `type` ("Ready",
+ * "PodScheduled"), or NULL (none, or pod is not an object). */
+const json_t *gf__pod_condition(const json_t *pod, const char *type);
+
+/* One name of a gpu-model list (the gpufrac.io/gpu-model annotation:
+ * names apart by '|' or ',', with spaces around them).  Each call skips
+ * the separators at *p, returns where the next name starts with its length
+ * (trailing spaces dropped; 0 for an empty one at the end, as in "A100,")
+ * in *len, and moves *p past it; NULL when *p is at the end already.  A
+ * loop `while ((n = gf__models_next(&p, &len)))` sees every name. */
+const char *gf__models_next(const char **p, size_t *len);
+
+/* CLOCK_REALTIME in microseconds since the Unix epoch: the clock of the
+ * guard and the autoscaler bridge when their opts give none. */
+static inline int64_t gf__realtime_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 /* A v1 Node: name, allocatable CPU and memory, and the inventory (ngpus 0
  * and *has_inventory false when the annotation is absent). */

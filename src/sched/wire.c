@@ -217,6 +217,19 @@ static int kai_container(const json_t *spec, const json_t *ann,
                      GF_KAI_CONTAINER, want);
 }
 
+const json_t *gf__pod_condition(const json_t *pod, const char *type) {
+  const json_t *conds =
+      json_object_get(json_object_get(pod, "status"), "conditions");
+  size_t i;
+  const json_t *c;
+  json_array_foreach(conds, i, c) {
+    const char *t = json_string_value(json_object_get(c, "type"));
+    if (t && strcmp(t, type) == 0)
+      return c;
+  }
+  return NULL;
+}
+
 int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
   return gf__pod_parse_ex(pod, 0, out, d);
 }

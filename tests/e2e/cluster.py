@@ -19,8 +19,10 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
+import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -441,6 +443,71 @@ class Cluster:
         return kubeconfig(self.path(name + ".kubeconfig"), self.server, self.ca,
                           token=token)
 
+    def pod_kubeconfig(self, name, sa, pod, ns="gpufrac-system"):
+        """name.kubeconfig with a token of ServiceAccount sa (in ns) bound to
+        pod (an object read from the API server), as kubelet projects one
+        into the pod's containers: it carries the pod's node."""
+        tok = self.token(sa, ns, "--bound-object-kind", "Pod",
+                         "--bound-object-name", pod["metadata"]["name"],
+                         "--bound-object-uid", pod["metadata"]["uid"])
+        return self.sa_kubeconfig(name, tok)
+
+    def add_node(self, name, labels=None):
+        """Creates Node name (labels kubernetes.io/hostname and `labels`)
+        without the not-ready taint: TaintNodesByCondition admission taints a
+        new Node, and kubelet's first status would clear it through the node
+        lifecycle controller, which does not run here (no kubelet renews
+        heartbeats).  Its status: node_status."""
+        lab = {"kubernetes.io/hostname": name}
+        lab.update(labels or {})
+        self.admin.create("/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": lab}})
+        self.admin.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
+
+    def node_status(self, name, res):
+        """Writes Node name's status as kubelet would: capacity and
+        allocatable `res` (resource name -> quantity) and Ready now."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.admin.request("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
+            "capacity": res, "allocatable": res,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E",
+                            "message": "no kubelet: status written by the e2e harness",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}},
+            "application/strategic-merge-patch+json")
+
+    def namespace(self, ns, labels=None, timeout=60):
+        """Creates namespace ns (with labels, when given) and waits for its
+        ServiceAccount default, which pods in it need (the controller-manager
+        makes it)."""
+        md = {"name": ns}
+        if labels:
+            md["labels"] = labels
+        self.admin.create("/api/v1/namespaces", {"metadata": md})
+        wait_for("ServiceAccount default in %s" % ns, lambda: self.admin.get(
+            "/api/v1/namespaces/%s/serviceaccounts/default" % ns), timeout)
+
+    def node_conf(self, node, slots):
+        """A node agent's directory node-<node> (state, cdi and plugins
+        below it) and its node.conf naming them with `slots` slots a GPU;
+        returns node.conf's path."""
+        d = self.path("node-" + node)
+        for sub in ("state", "cdi", "plugins"):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        cfg = os.path.join(d, "node.conf")
+        with open(cfg, "w") as f:
+            f.write("state_dir = %s/state\ncdi_dir = %s/cdi\nkubelet_dir = %s/plugins\n"
+                    "slots = %d\n" % (d, d, d, slots))
+        return cfg
+
+    def log_dead(self, expected=()):
+        """Logs the end of the log of every process (gpufrac's and the
+        control plane's) that has exited, but for an exit status in
+        expected."""
+        for p in self.extra + list(self.procs.values()):
+            if not p.alive() and p.p.returncode not in expected:
+                log("%s exited %s; log ends:\n%s" % (p.name, p.p.returncode, p.tail(10)))
+
     def spawn(self, name, argv, env=None):
         p = Proc(name, argv, self.path(name + ".log"), env)
         self.extra.append(p)
@@ -470,3 +537,99 @@ class Cluster:
 
 def b64(s):
     return base64.b64encode(s.encode()).decode()
+
+
+def e2e_args(doc, n):
+    """The n positional arguments of sys.argv and whether --keep is among
+    them, as (args, keep); None, with doc printed to stderr, when there are
+    not n."""
+    args = [a for a in sys.argv[1:] if a != "--keep"]
+    if len(args) != n:
+        print(doc, file=sys.stderr)
+        return None
+    return args, "--keep" in sys.argv[1:]
+
+
+def run_once(title, make, body, on_error=None):
+    """A main for a file that is one scenario: c = make() (a Cluster, not
+    started yet), then body(c), which starts it and runs the scenario; an
+    exception fails it (traceback printed, then on_error(c) when given).
+    The cluster is stopped in any case; a gpufrac process that did not exit
+    0 on SIGTERM fails it too.  Prints "<title>: passed" or FAILED; returns
+    the exit status (0 when passed)."""
+    c = None
+    ok = False
+    try:
+        c = make()
+        body(c)
+        ok = True
+    except Exception:
+        traceback.print_exc()
+        if c and on_error:
+            on_error(c)
+    finally:
+        if c:
+            c.stop()
+            for b in c.bad_exits:
+                print(b)
+                ok = False
+    print("%s: %s" % (title, "passed" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+def run_scenarios(doc, title, scenarios, make, begin, width=14,
+                  before_stop=None):
+    """A main for a file of scenarios, its argv K8S_BIN GPUFRAC [--keep]
+    [--only a,b]: c = make(k8s_bin, gpufrac, keep) (a Cluster, not started
+    yet), t = begin(c) (starts it, sets up, returns the object whose
+    s_<name> methods are the scenarios), then each of `scenarios` (or those
+    --only names) in turn; a scenario's failure is recorded and the next
+    still runs, except after a Failure saying a process exited.  Then
+    before_stop(c) when given, the cluster stopped, a table of the results
+    (names `width` wide) and "<title>: all scenarios passed" or FAILED.
+    Returns the exit status: 0 when all passed, 2 for bad arguments (doc
+    printed)."""
+    args = sys.argv[1:]
+    keep = "--keep" in args
+    only = None
+    if "--only" in args:
+        only = args[args.index("--only") + 1].split(",")
+        args = [a for a in args if a not in ("--only", ",".join(only))]
+    args = [a for a in args if a != "--keep"]
+    if len(args) != 2:
+        print(doc, file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    c = None
+    results = []
+    try:
+        c = make(args[0], args[1], keep)
+        t = begin(c)
+        for s in only or scenarios:
+            t0 = time.monotonic()
+            try:
+                log("== %s" % s)
+                getattr(t, "s_" + s)()
+                c.check_alive()
+                results.append((s, "ok", time.monotonic() - t0))
+            except Exception as e:  # a scenario's failure; the next still runs
+                traceback.print_exc()
+                results.append((s, "FAILED: %s" % e, time.monotonic() - t0))
+                if isinstance(e, Failure) and "exited" in str(e):
+                    break
+    except Exception:
+        traceback.print_exc()
+        results.append(("setup", "FAILED", 0))
+    finally:
+        if c:
+            if before_stop:
+                before_stop(c)
+            c.stop()
+            for b in c.bad_exits:
+                print(b)
+                results.append(("exits", "FAILED: " + b.splitlines()[0], 0))
+    for s, r, dt in results:
+        print("%-*s %-6s %5.1f s" % (width, s, r, dt))
+    ok = results and all(r == "ok" for _, r, _ in results)
+    print("%s: %s" % (title, "all scenarios passed" if ok else "FAILED"))
+    return 0 if ok else 1

@@ -29,10 +29,9 @@ import json
 import os
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, log, wait_for  # noqa: E402
+from cluster import Cluster, Failure, e2e_args, log, run_once, wait_for  # noqa: E402
 from test_k8s import E2E, Extender, INVENTORY, NS, pod  # noqa: E402
 
 PH_NS = "gpufrac-system"
@@ -118,10 +117,7 @@ class Scenario:
                                os.path.abspath(__file__)))), "deploy", "autoscale",
                                "autoscale.yaml"))
         log("applied autoscale.yaml: %s" % " ".join(r.stdout.split()))
-        self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
-        wait_for("ServiceAccount default in %s" % NS,
-                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),
-                 60)
+        self.c.namespace(NS)
         self.inventory_node("n1", 2)
         kc = self.c.sa_kubeconfig("extender", self.c.token("gpufrac-scheduler"))
         ext = ScalingExtender(self.c, "extender", self.c.ext_port, kc).start()
@@ -187,30 +183,21 @@ class Scenario:
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--keep"]
-    if len(args) != 2:
-        print(__doc__, file=sys.stderr)
+    a = e2e_args(__doc__, 2)
+    if not a:
         return 2
-    c = None
-    ok = False
-    try:
-        c = Cluster(args[0], args[1], "--keep" in sys.argv)
+    (k8s_bin, gpufrac), keep = a
+
+    def body(c):
         c.start()
         Scenario(c).run()
-        ok = True
-    except Exception:
-        traceback.print_exc()
-        if c:
-            for p in c.extra:
-                log("%s log ends:\n%s" % (p.name, p.tail(15)))
-    finally:
-        if c:
-            c.stop()
-            for b in c.bad_exits:
-                print(b)
-                ok = False
-    print("e2e autoscale: %s" % ("passed" if ok else "FAILED"))
-    return 0 if ok else 1
+
+    def tails(c):
+        for p in c.extra:
+            log("%s log ends:\n%s" % (p.name, p.tail(15)))
+    return run_once("e2e autoscale",
+                    lambda: Cluster(k8s_bin, gpufrac, keep),
+                    body, tails)
 
 
 if __name__ == "__main__":

@@ -38,15 +38,14 @@ GPU, consumable capacity memory and cores).  Scenarios:
 import copy
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import traceback
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import ApiError, Cluster, Failure, free_port, log, wait_for  # noqa: E402
+from cluster import (ApiError, Cluster, Failure, free_port, log,  # noqa: E402
+                     run_scenarios, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRA_DEPLOY = os.path.join(os.path.dirname(os.path.dirname(HERE)), "deploy", "dra")
@@ -154,18 +153,8 @@ class DRA:
     def add_node(self, name):
         """A Node that is Ready and schedulable, as tests/e2e/test_k8s.py
         writes them (no kubelet runs)."""
-        self.api.create("/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}})
-        self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
-        res = {"cpu": "32", "memory": "256Gi", "pods": "110"}
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.api.request("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
-            "capacity": res, "allocatable": res,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E",
-                            "message": "no kubelet: status written by the e2e harness",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}},
-            "application/strategic-merge-patch+json")
+        self.c.add_node(name)
+        self.c.node_status(name, {"cpu": "32", "memory": "256Gi", "pods": "110"})
 
     def apply_dra_deploy(self):
         for f in sorted(os.listdir(DRA_DEPLOY)):
@@ -181,10 +170,7 @@ class DRA:
             self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
                            os.path.join(os.path.dirname(DRA_DEPLOY), f))
         self.apply_dra_deploy()
-        self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
-        wait_for("ServiceAccount default in %s" % NS,
-                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),
-                 60)
+        self.c.namespace(NS)
 
     def start_extender(self):
         """gpufrac scheduler --dra allocate as deploy's ServiceAccount
@@ -387,11 +373,7 @@ class DRA:
         """deploy/dra/placement-policy.yaml gates a new pod with claims
         when it or its namespace opts in, and no other pod."""
         ns = "e2e-dra-gated"
-        self.api.create("/api/v1/namespaces", {"metadata": {
-            "name": ns, "labels": {GATE: "gpufrac"}}})
-        wait_for("ServiceAccount default in %s" % ns,
-                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % ns),
-                 60)
+        self.c.namespace(ns, {GATE: "gpufrac"})
 
         def gates(p, where):
             p = copy.deepcopy(p)
@@ -730,21 +712,7 @@ SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
 
 
 def main():
-    args = sys.argv[1:]
-    keep = "--keep" in args
-    only = None
-    if "--only" in args:
-        only = args[args.index("--only") + 1].split(",")
-        args = [a for a in args if a not in ("--only", ",".join(only))]
-    args = [a for a in args if a != "--keep"]
-    if len(args) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    c = None
-    results = []
-    try:
-        c = Cluster(args[0], args[1], keep, feature_gates=GATES)
+    def begin(c):
         c.start(scheduler=False)
         # kube-scheduler with deploy/dra's configuration: the extender
         # scores pods with claims (mode 1); until it runs (ignorable), and
@@ -753,32 +721,11 @@ def main():
             c.start_scheduler(config=f.read())
         t = DRA(c)
         t.setup()
-        for s in only or SCENARIOS:
-            t0 = time.monotonic()
-            try:
-                log("== %s" % s)
-                getattr(t, "s_" + s)()
-                c.check_alive()
-                results.append((s, "ok", time.monotonic() - t0))
-            except Exception as e:  # a scenario's failure; the next still runs
-                traceback.print_exc()
-                results.append((s, "FAILED: %s" % e, time.monotonic() - t0))
-                if isinstance(e, Failure) and "exited" in str(e):
-                    break
-    except Exception:
-        traceback.print_exc()
-        results.append(("setup", "FAILED", 0))
-    finally:
-        if c:
-            c.stop()
-            for b in c.bad_exits:
-                print(b)
-                results.append(("exits", "FAILED: " + b.splitlines()[0], 0))
-    for s, r, dt in results:
-        print("%-18s %-6s %5.1f s" % (s, r, dt))
-    ok = results and all(r == "ok" for _, r, _ in results)
-    print("e2e dra: %s" % ("all scenarios passed" if ok else "FAILED"))
-    return 0 if ok else 1
+        return t
+    return run_scenarios(
+        __doc__, "e2e dra", SCENARIOS,
+        lambda k8s, gf, keep: Cluster(k8s, gf, keep, feature_gates=GATES),
+        begin, width=18)
 
 
 if __name__ == "__main__":

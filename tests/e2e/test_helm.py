@@ -27,13 +27,13 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 import urllib.request
 
 import yaml  # Debian's python3-yaml: run with /usr/bin/python3
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, free_port, log, wait_for  # noqa: E402
+from cluster import (Cluster, Failure, e2e_args, free_port, log, run_once,  # noqa: E402
+                     wait_for)
 from test_k8s import E2E, GRANT, NS, gpus_of, pod  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,10 +93,7 @@ class HelmE2E(E2E):
         return env
 
     def pod_token_kc(self, sa, p, name):
-        tok = self.c.token(sa, RNS, "--bound-object-kind", "Pod",
-                           "--bound-object-name", p["metadata"]["name"],
-                           "--bound-object-uid", p["metadata"]["uid"])
-        return self.c.sa_kubeconfig(name, tok)
+        return self.c.pod_kubeconfig(name, sa, p, RNS)
 
     def run_agent(self, node, fake):
         p = wait_for("the chart's DaemonSet pod on %s" % node, lambda: self.agent_pod(node), 90)
@@ -237,9 +234,7 @@ class HelmE2E(E2E):
         self.c.start_scheduler(config=cm["data"]["kube-scheduler-config.yaml"])
         log("kube-scheduler running with the chart's configuration")
 
-        self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
-        wait_for("ServiceAccount default in %s" % NS, lambda: self.api.get(
-            "/api/v1/namespaces/%s/serviceaccounts/default" % NS), 60)
+        self.c.namespace(NS)
         for n, (fake, pool) in NODES.items():
             self.add_node(n, fake)
             self.api.merge_patch("/api/v1/nodes/" + n,
@@ -292,39 +287,22 @@ class HelmE2E(E2E):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--keep"]
-    keep = "--keep" in sys.argv[1:]
-    if len(args) != 3:
-        print(__doc__, file=sys.stderr)
+    a = e2e_args(__doc__, 3)
+    if not a:
         return 2
-    k8s_bin, helm_path, gpufrac = args
+    (k8s_bin, helm_path, gpufrac), keep = a
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if not os.access(helm_path, os.X_OK):
         print("no helm at %s: run scripts/install-k8s" % helm_path)
         print("helm e2e: FAILED")
         return 1
-    c = None
-    ok = False
-    try:
-        c = Cluster(k8s_bin, gpufrac, keep)
+
+    def body(c):
         c.start(scheduler=False)
         HelmE2E(c, helm_path).run()
         c.check_alive()
-        ok = True
-    except Exception:
-        traceback.print_exc()
-        if c:
-            for p in c.extra + list(c.procs.values()):
-                if not p.alive():
-                    log("%s exited %s; log ends:\n%s" % (p.name, p.p.returncode, p.tail(10)))
-    finally:
-        if c:
-            c.stop()
-            for b in c.bad_exits:
-                print(b)
-                ok = False
-    print("helm e2e: %s" % ("passed" if ok else "FAILED"))
-    return 0 if ok else 1
+    return run_once("helm e2e", lambda: Cluster(k8s_bin, gpufrac, keep), body,
+                    lambda c: c.log_dead())
 
 
 if __name__ == "__main__":

@@ -14,15 +14,13 @@ scenario passed.
 
 import json
 import os
-import signal
 import sys
 import time
-import traceback
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import (DEPLOY, ApiError, Cluster, Failure, free_port, log,  # noqa: E402
-                     wait_for)
+                     run_scenarios, wait_for)
 
 GiB = 1 << 30
 NS = "e2e"
@@ -129,26 +127,12 @@ class E2E:
                                     " ".join(r.stdout.split())))
 
     def add_node(self, name, spec, gpus=True):
-        self.api.create("/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {
-                "kubernetes.io/hostname": name, "gpufrac.io/enabled": "true"}}})
-        # TaintNodesByCondition admission taints a new Node not-ready; kubelet's
-        # first status would clear it through the node lifecycle controller,
-        # which does not run here (no kubelet renews heartbeats).
-        self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
+        self.c.add_node(name, {"gpufrac.io/enabled": "true"})
         self.set_capacity(name, gpus_of(spec) * SLOTS if gpus else 0)
 
     def set_capacity(self, name, slots):
-        res = {"cpu": "32", "memory": "256Gi", "pods": "110",
-               "gpufrac.io/gpu": str(slots)}
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.api.request("PATCH", "/api/v1/nodes/%s/status" % name, {"status": {
-            "capacity": res, "allocatable": res,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E",
-                            "message": "no kubelet: status written by the e2e harness",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}},
-            "application/strategic-merge-patch+json")
+        self.c.node_status(name, {"cpu": "32", "memory": "256Gi", "pods": "110",
+                                  "gpufrac.io/gpu": str(slots)})
 
     def agent_pod(self, node):
         """The DaemonSet's pod on node (created by the DaemonSet controller,
@@ -164,18 +148,8 @@ class E2E:
                      lambda: self.agent_pod(node), 90)
         # What kubelet projects into the agent's pod: a token bound to that
         # pod, which carries the node's name.
-        tok = self.c.token("gpufrac-node", "gpufrac-system",
-                           "--bound-object-kind", "Pod",
-                           "--bound-object-name", p["metadata"]["name"],
-                           "--bound-object-uid", p["metadata"]["uid"])
-        kc = self.c.sa_kubeconfig("agent-" + node, tok)
-        d = self.c.path("node-" + node)
-        for sub in ("state", "cdi", "plugins"):
-            os.makedirs(os.path.join(d, sub), exist_ok=True)
-        cfg = os.path.join(d, "node.conf")
-        with open(cfg, "w") as f:
-            f.write("state_dir = %s/state\ncdi_dir = %s/cdi\nkubelet_dir = %s/plugins\n"
-                    "slots = %d\n" % (d, d, d, SLOTS))
+        kc = self.c.pod_kubeconfig("agent-" + node, "gpufrac-node", p)
+        cfg = self.c.node_conf(node, SLOTS)
         old = self.agents.get(node)
         if old:
             self.c.stop_gpufrac(old, 5)
@@ -199,10 +173,7 @@ class E2E:
 
     def setup(self):
         self.apply_deploy()
-        self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
-        wait_for("ServiceAccount default in %s" % NS,
-                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),
-                 60)
+        self.c.namespace(NS)
         for n, spec in NODES.items():
             self.add_node(n, spec)
         for n, spec in NODES.items():
@@ -654,53 +625,13 @@ SCENARIOS = ["bind", "whole_memonly", "rbac", "quota", "kill9", "model_follows",
 
 
 def main():
-    args = sys.argv[1:]
-    keep = "--keep" in args
-    only = None
-    if "--only" in args:
-        only = args[args.index("--only") + 1].split(",")
-        args = [a for a in args if a not in ("--only", ",".join(only))]
-    args = [a for a in args if a != "--keep"]
-    if len(args) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    c = None
-    results = []
-    try:
-        c = Cluster(args[0], args[1], keep)
+    def begin(c):
         c.start()
         t = E2E(c)
         t.setup()
-        for s in only or SCENARIOS:
-            t0 = time.monotonic()
-            try:
-                log("== %s" % s)
-                getattr(t, "s_" + s)()
-                c.check_alive()
-                results.append((s, "ok", time.monotonic() - t0))
-            except Exception as e:  # a scenario's failure; the next still runs
-                traceback.print_exc()
-                results.append((s, "FAILED: %s" % e, time.monotonic() - t0))
-                if isinstance(e, Failure) and "exited" in str(e):
-                    break
-    except Exception:
-        traceback.print_exc()
-        results.append(("setup", "FAILED", 0))
-    finally:
-        if c:
-            for p in c.extra + list(c.procs.values()):
-                if not p.alive() and p.p.returncode not in (0, -9, -15):
-                    log("%s exited %s; log ends:\n%s" % (p.name, p.p.returncode, p.tail(10)))
-            c.stop()
-            for b in c.bad_exits:
-                print(b)
-                results.append(("exits", "FAILED: " + b.splitlines()[0], 0))
-    for s, r, dt in results:
-        print("%-14s %-6s %5.1f s" % (s, r, dt))
-    ok = results and all(r == "ok" for _, r, _ in results)
-    print("e2e: %s" % ("all scenarios passed" if ok else "FAILED"))
-    return 0 if ok else 1
+        return t
+    return run_scenarios(__doc__, "e2e", SCENARIOS, Cluster, begin,
+                         before_stop=lambda c: c.log_dead((0, -9, -15)))
 
 
 if __name__ == "__main__":

@@ -24,12 +24,12 @@ import socket
 import subprocess
 import sys
 import time
-import traceback
 
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, free_port, kubeconfig, log, wait_for  # noqa: E402
+from cluster import (Cluster, Failure, e2e_args, free_port, kubeconfig, log,  # noqa: E402
+                     run_once, wait_for)
 from test_k8s import A100, E2E, NS, SLOTS, T4, Extender, gpus_of, pod  # noqa: E402
 
 GiB = 1 << 30
@@ -58,10 +58,7 @@ class PluginTest(E2E):
     def add_plain_node(self, name, spec):
         # Not labelled gpufrac.io/enabled: the DaemonSet makes no pod here;
         # the harness makes the agent's Pod itself (agent_pod below).
-        self.api.create("/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}})
-        self.api.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
+        self.c.add_node(name)
         self.set_capacity(name, gpus_of(spec) * SLOTS)
 
     def run_agent(self, node, spec, ip):
@@ -79,18 +76,8 @@ class PluginTest(E2E):
                          {"status": {"phase": "Running", "podIP": ip,
                                      "podIPs": [{"ip": ip}]}},
                          "application/merge-patch+json")
-        tok = self.c.token("gpufrac-node", "gpufrac-system",
-                           "--bound-object-kind", "Pod",
-                           "--bound-object-name", p["metadata"]["name"],
-                           "--bound-object-uid", p["metadata"]["uid"])
-        kc = self.c.sa_kubeconfig("agent-" + node, tok)
-        d = self.c.path("node-" + node)
-        for sub in ("state", "cdi", "plugins"):
-            os.makedirs(os.path.join(d, sub), exist_ok=True)
-        cfg = os.path.join(d, "node.conf")
-        with open(cfg, "w") as f:
-            f.write("state_dir = %s/state\ncdi_dir = %s/cdi\nkubelet_dir = %s/plugins\n"
-                    "slots = %d\n" % (d, d, d, SLOTS))
+        kc = self.c.pod_kubeconfig("agent-" + node, "gpufrac-node", p)
+        cfg = self.c.node_conf(node, SLOTS)
         self.agents[node] = self.c.spawn("agent-" + node, [
             self.c.gpufrac, "node", "--fake-gpus", spec, "--node-name", node,
             "--kubeconfig", kc, "--config", cfg,
@@ -98,10 +85,7 @@ class PluginTest(E2E):
 
     def setup_plugin(self):
         self.apply_deploy()
-        self.api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
-        wait_for("ServiceAccount default in %s" % NS,
-                 lambda: self.api.get("/api/v1/namespaces/%s/serviceaccounts/default" % NS),
-                 60)
+        self.c.namespace(NS)
         ip = host_ip()
         for n, spec in NODES.items():
             self.add_plain_node(n, spec)
@@ -295,14 +279,12 @@ class PluginTest(E2E):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--keep"]
-    if len(args) != 2:
-        print(__doc__, file=sys.stderr)
+    a = e2e_args(__doc__, 2)
+    if not a:
         return 2
-    c = None
-    ok = False
-    try:
-        c = Cluster(args[0], args[1], "--keep" in sys.argv)
+    (k8s_bin, gpufrac), keep = a
+
+    def body(c):
         c.start(scheduler=False)
         c.start_scheduler(managed=["nvidia.com/gpumem",
                                    "nvidia.com/gpumem-percentage",
@@ -313,18 +295,9 @@ def main():
         t.run()
         t.run_migrate()
         c.check_alive()
-        ok = True
         log("kubectl plugin: passed in %.1f s" % (time.monotonic() - t0))
-    except Exception:
-        traceback.print_exc()
-    finally:
-        if c:
-            c.stop()
-            for b in c.bad_exits:
-                print(b)
-                ok = False
-    print("e2e kubectl plugin: %s" % ("passed" if ok else "FAILED"))
-    return 0 if ok else 1
+    return run_once("e2e kubectl plugin",
+                    lambda: Cluster(k8s_bin, gpufrac, keep), body)
 
 
 if __name__ == "__main__":

@@ -7,15 +7,13 @@
  *   odd:  the message body of a well-framed gRPC call; byte 1 picks the
  *         method (the five served and one unknown).
  * After each input GetDevicePluginOptions must still answer status 0. */
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
+#include "fuzz_h2.h"
 #include "gpufrac/devplugin.h"
 #include "gpufrac/error.h"
 #include "h2grpc.h"
@@ -74,23 +72,6 @@ static void start_plugin(void) {
   atexit(stop_plugin);
 }
 
-static void raw(const uint8_t *data, size_t size) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, sock, strlen(sock) + 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
-    abort();
-  static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-  (void)send(fd, preface, sizeof preface - 1, MSG_NOSIGNAL);
-  (void)send(fd, data, size, MSG_NOSIGNAL);
-  shutdown(fd, SHUT_WR);
-  uint8_t buf[4096];
-  struct pollfd pf = {.fd = fd, .events = POLLIN};
-  while (poll(&pf, 1, 2000) > 0 && recv(fd, buf, sizeof buf, 0) > 0)
-    ;
-  close(fd);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!dp)
     start_plugin();
@@ -102,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t rlen;
   gf_diag d = {{0}};
   if (data[0] % 2 == 0) {
-    raw(data + 1, size - 1);
+    fh_raw(sock, data + 1, size - 1);
   } else if (data[1] % 6 != 1) { /* ListAndWatch stays open: skip */
     if (gf__grpc_call_unix(sock, paths[data[1] % 6], data + 2, size - 2, 5000,
                            &status, msg, sizeof msg, &resp, &rlen, &d))

@@ -10,16 +10,13 @@
  * Every call must get a gRPC status; a status 0 answer of the DRA service
  * must decode as its response with one entry per claim asked; afterwards
  * GetInfo must still answer status 0 with the driver's name. */
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include "dra/v1/api.pb-c.h"
+#include "fuzz_h2.h"
 #include "gpufrac/draplugin.h"
 #include "gpufrac/error.h"
 #include "h2grpc.h"
@@ -94,23 +91,6 @@ static void start_plugin(void) {
   atexit(stop_plugin);
 }
 
-static void raw(const char *sock, const uint8_t *data, size_t size) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, sock, strlen(sock) + 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
-    abort();
-  static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-  (void)send(fd, preface, sizeof preface - 1, MSG_NOSIGNAL);
-  (void)send(fd, data, size, MSG_NOSIGNAL);
-  shutdown(fd, SHUT_WR);
-  uint8_t buf[4096];
-  struct pollfd pf = {.fd = fd, .events = POLLIN};
-  while (poll(&pf, 1, 2000) > 0 && recv(fd, buf, sizeof buf, 0) > 0)
-    ;
-  close(fd);
-}
-
 /* A status 0 answer of the DRA service: its response, one entry per
  * claim of the request. */
 static void check_answer(int m, const uint8_t *req, size_t len,
@@ -156,7 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   gf_diag d = {{0}};
   int pick = data[0] % 6;
   if (pick == 0) {
-    raw(dra, data + 1, size - 1);
+    fh_raw(dra, data + 1, size - 1);
   } else {
     int m = pick - 1;
     const char *sock = m < 2 ? reg : dra;

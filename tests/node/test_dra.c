@@ -79,6 +79,17 @@ static const char *sget(const json_t *o, const char *path) {
   return json_string_value(v);
 }
 
+/* Each want[i] is {path, value}: sget(o, path) is value. */
+static void expect_strs(const json_t *o, const char *const want[][2],
+                        size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const char *got = sget(o, want[i][0]);
+    if (!got || strcmp(got, want[i][1]) != 0)
+      fail_msg("%s: '%s', want '%s'", want[i][0], got ? got : "(none)",
+               want[i][1]);
+  }
+}
+
 static void test_devices_and_attributes(void **state) {
   (void)state;
   gf_node_gpus *g = gpus(3);
@@ -106,21 +117,19 @@ static void test_devices_and_attributes(void **state) {
   assert_string_equal(sget(json_array_get(devs, 2), "name"), "gpu-2-mig-1-0");
   assert_string_equal(sget(m1, "name"), "gpu-2-mig-2-0");
   /* Attributes as NVIDIA's driver names them; versions made semver. */
-  assert_string_equal(sget(d0, "attributes.type.string"), "gpu");
+  static const char *const d0_attrs[][2] = {
+      {"attributes.type.string", "gpu"},
+      {"attributes.productName.string", "NVIDIA H100 80GB HBM3"},
+      {"attributes.brand.string", "Nvidia"},
+      {"attributes.architecture.string", "Hopper"},
+      {"attributes.cudaComputeCapability.version", "9.0.0"},
+      {"attributes.driverVersion.version", "535.104.5"},
+      {"attributes.cudaDriverVersion.version", "12.2.0"},
+      {"attributes.pciBusID.string", "00000000:18:00.0"},
+      {"attributes.mode.string", "shared"},
+  };
+  expect_strs(d0, d0_attrs, sizeof(d0_attrs) / sizeof(d0_attrs[0]));
   assert_string_equal(sget(d0, "attributes.uuid.string"), g->gpus[0].uuid);
-  assert_string_equal(sget(d0, "attributes.productName.string"),
-                      "NVIDIA H100 80GB HBM3");
-  assert_string_equal(sget(d0, "attributes.brand.string"), "Nvidia");
-  assert_string_equal(sget(d0, "attributes.architecture.string"), "Hopper");
-  assert_string_equal(sget(d0, "attributes.cudaComputeCapability.version"),
-                      "9.0.0");
-  assert_string_equal(sget(d0, "attributes.driverVersion.version"),
-                      "535.104.5");
-  assert_string_equal(sget(d0, "attributes.cudaDriverVersion.version"),
-                      "12.2.0");
-  assert_string_equal(sget(d0, "attributes.pciBusID.string"),
-                      "00000000:18:00.0");
-  assert_string_equal(sget(d0, "attributes.mode.string"), "shared");
   assert_int_equal(
       json_integer_value(json_object_get(
           json_object_get(json_object_get(d0, "attributes"), "numaNode"),
@@ -128,19 +137,17 @@ static void test_devices_and_attributes(void **state) {
       0);
   /* A shared GPU: consumable capacity with a policy per capacity. */
   assert_true(json_is_true(json_object_get(d0, "allowMultipleAllocations")));
-  assert_string_equal(sget(d0, "capacity.memory.value"), "80Gi");
-  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.default"),
-                      "80Gi");
-  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.validRange.min"),
-                      "256Mi");
-  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.validRange.max"),
-                      "80Gi");
-  assert_string_equal(sget(d0, "capacity.memory.requestPolicy.validRange.step"),
-                      "1Mi");
-  assert_string_equal(sget(d0, "capacity.cores.value"), "100");
-  assert_string_equal(sget(d0, "capacity.cores.requestPolicy.default"), "100");
-  assert_string_equal(sget(d0, "capacity.cores.requestPolicy.validRange.min"),
-                      "1");
+  static const char *const d0_caps[][2] = {
+      {"capacity.memory.value", "80Gi"},
+      {"capacity.memory.requestPolicy.default", "80Gi"},
+      {"capacity.memory.requestPolicy.validRange.min", "256Mi"},
+      {"capacity.memory.requestPolicy.validRange.max", "80Gi"},
+      {"capacity.memory.requestPolicy.validRange.step", "1Mi"},
+      {"capacity.cores.value", "100"},
+      {"capacity.cores.requestPolicy.default", "100"},
+      {"capacity.cores.requestPolicy.validRange.min", "1"},
+  };
+  expect_strs(d0, d0_caps, sizeof(d0_caps) / sizeof(d0_caps[0]));
   /* Exclusive: single allocation, no policy. */
   assert_string_equal(sget(d1, "attributes.mode.string"), "exclusive");
   assert_null(json_object_get(d1, "allowMultipleAllocations"));

@@ -273,6 +273,16 @@ static const char *asks(const json_t *pod, const char *what) {
 
 #define SHARE30 "\"gpufrac.io/gpu-compute\":\"30\""
 
+/* Feeds pods u-<from> .. u-<to - 1>, each a 30% share found
+ * unschedulable. */
+static void feed_waiting(gf__as *a, int from, int to) {
+  for (int i = from; i < to; i++) {
+    char uid[8];
+    snprintf(uid, sizeof(uid), "u-%d", i);
+    feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
+  }
+}
+
 static void test_five_shares_two_gpus(void **st) {
   (void)st;
   fake_now = T0;
@@ -365,11 +375,7 @@ static void test_whole_policy(void **st) {
   gf__as *a = NULL;
   assert_int_equal(gf__as_new(&o, &a, NULL), 0);
   feed_node(a, "n1", 8, false);
-  for (int i = 0; i < 5; i++) {
-    char uid[8];
-    snprintf(uid, sizeof(uid), "u-%d", i);
-    feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
-  }
+  feed_waiting(a, 0, 5);
   fake_now += SEC;
   rec r = {0};
   assert_int_equal(pass(a, &r), 0);
@@ -443,11 +449,7 @@ static void test_hysteresis(void **st) {
   fake_now = T0;
   gf__as *a = make(10000);
   feed_node(a, "n1", 8, false);
-  for (int i = 0; i < 3; i++) {
-    char uid[8];
-    snprintf(uid, sizeof(uid), "u-%d", i);
-    feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
-  }
+  feed_waiting(a, 0, 3);
   rec r = {0};
   fake_now = T0 + 10 * SEC;
   assert_int_equal(pass(a, &r), 0);
@@ -590,11 +592,7 @@ static void test_adopt(void **st) {
   fake_now = T0;
   gf__as *a = make(1000);
   feed_node(a, "n1", 8, false);
-  for (int i = 0; i < 5; i++) {
-    char uid[8];
-    snprintf(uid, sizeof(uid), "u-%d", i);
-    feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
-  }
+  feed_waiting(a, 0, 5);
   rec r = {0};
   fake_now = T0 + SEC;
   assert_int_equal(pass(a, &r), 0);
@@ -610,11 +608,7 @@ static void test_adopt(void **st) {
   feed_node(a, "n1", 8, false);
   feed_pod(a, gpod("u-0", SHARE30, "", true, NULL));
   gf__as_pod_update(a, ph);
-  for (int i = 1; i < 5; i++) {
-    char uid[8];
-    snprintf(uid, sizeof(uid), "u-%d", i);
-    feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
-  }
+  feed_waiting(a, 1, 5);
   /* not ours: another namespace, or no label */
   json_t *other = json_deep_copy(ph);
   json_object_set_new(json_object_get(other, "metadata"), "namespace",

@@ -69,6 +69,38 @@ static void claim_of(json_t *j, gf_dra_claim *c) {
 
 /* ---- parsers ------------------------------------------------------------ */
 
+/* An object a parser must refuse, and what its diag must say. */
+typedef struct bad_case {
+  const char *json, *want;
+} bad_case;
+
+static int refuse_slice(const json_t *j, gf_diag *d) {
+  gf_dra_slice s;
+  int rc = gf_dra_slice_parse(j, &s, d);
+  gf_dra_slice_release(&s);
+  return rc;
+}
+
+static int refuse_claim(const json_t *j, gf_diag *d) {
+  gf_dra_claim c;
+  return gf_dra_claim_parse(j, &c, d);
+}
+
+/* Each of cases[0..n) is refused by parse with a diag that says its
+ * `want`. */
+static void expect_refused(const bad_case *cases, size_t n,
+                           int (*parse)(const json_t *, gf_diag *)) {
+  for (size_t i = 0; i < n; i++) {
+    json_t *j = json_loads(cases[i].json, 0, NULL);
+    assert_non_null(j);
+    gf_diag d = {""};
+    assert_int_not_equal(parse(j, &d), 0);
+    if (!strstr(d.msg, cases[i].want))
+      fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, cases[i].want);
+    json_decref(j);
+  }
+}
+
 static void test_slice_agreed(void **state) {
   (void)state;
   gf_dra_slice s;
@@ -108,9 +140,7 @@ static void test_slice_other_driver(void **state) {
 
 static void test_slice_bad(void **state) {
   (void)state;
-  static const struct {
-    const char *json, *want;
-  } cases[] = {
+  static const bad_case cases[] = {
       {"[]", "not an object"},
       {"{\"metadata\":{\"name\":\"s\"}}", "no spec"},
       {"{\"metadata\":{\"name\":\"s\"},\"spec\":{\"driver\":\"gpu.gpufrac.io\","
@@ -130,17 +160,7 @@ static void test_slice_bad(void **state) {
        "\"devices\":[]}}",
        "no pool"},
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    json_t *j = json_loads(cases[i].json, 0, NULL);
-    assert_non_null(j);
-    gf_dra_slice s;
-    gf_diag d = {""};
-    assert_int_not_equal(gf_dra_slice_parse(j, &s, &d), 0);
-    if (!strstr(d.msg, cases[i].want))
-      fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, cases[i].want);
-    gf_dra_slice_release(&s);
-    json_decref(j);
-  }
+  expect_refused(cases, sizeof(cases) / sizeof(cases[0]), refuse_slice);
 }
 
 static void test_claim_kinds(void **state) {
@@ -206,9 +226,7 @@ static void test_claim_kinds(void **state) {
 
 static void test_claim_bad(void **state) {
   (void)state;
-  static const struct {
-    const char *json, *want;
-  } cases[] = {
+  static const bad_case cases[] = {
       {"{\"metadata\":{\"namespace\":\"n\"}}", "no name"},
       {"{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":{"
        "\"devices\":{\"requests\":[{\"name\":\"r\",\"exactly\":{"
@@ -224,16 +242,7 @@ static void test_claim_bad(void **state) {
        "\"deviceClassName\":\"gpu.gpufrac.io\",\"count\":0}}]}}}",
        "count: not 1..16"},
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    json_t *j = json_loads(cases[i].json, 0, NULL);
-    assert_non_null(j);
-    gf_dra_claim c;
-    gf_diag d = {""};
-    assert_int_not_equal(gf_dra_claim_parse(j, &c, &d), 0);
-    if (!strstr(d.msg, cases[i].want))
-      fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, cases[i].want);
-    json_decref(j);
-  }
+  expect_refused(cases, sizeof(cases) / sizeof(cases[0]), refuse_claim);
 }
 
 /* ---- the fit check ------------------------------------------------------ */

@@ -237,6 +237,30 @@ static void same_node(const char *text) {
   json_decref(full);
 }
 
+/* The names of a gpu-model list, as both the filter (models_mask) and the
+ * autoscaler bridge read them: '|' or ',' apart, spaces trimmed, an empty
+ * name where a separator ends the list. */
+static void test_models_next(void **state) {
+  (void)state;
+  const char *p = " A100-SXM4-80GB |H100 , L4,", *n;
+  size_t len;
+  const char *want[] = {"A100-SXM4-80GB", "H100", "L4", ""};
+  size_t k = 0;
+  while ((n = gf__models_next(&p, &len))) {
+    assert_true(k < 4);
+    assert_int_equal(len, strlen(want[k]));
+    assert_memory_equal(n, want[k], len);
+    k++;
+  }
+  assert_int_equal(k, 4);
+  p = "";
+  assert_null(gf__models_next(&p, &len));
+  p = "||";
+  assert_non_null(gf__models_next(&p, &len));
+  assert_int_equal(len, 0);
+  assert_null(gf__models_next(&p, &len));
+}
+
 static void test_slim(void **state) {
   (void)state;
   const char *pods[] = {"pod_share.json", "pod_bound.json"};
@@ -1629,6 +1653,7 @@ int main(void) {
       cmocka_unit_test(test_grant_roundtrip),
       cmocka_unit_test(test_pod_parse),
       cmocka_unit_test(test_slim),
+      cmocka_unit_test(test_models_next),
       cmocka_unit_test(test_args_names),
       cmocka_unit_test(test_bind_without_binder),
       cmocka_unit_test_setup_teardown(test_filter_names, setup, teardown),
