@@ -105,7 +105,8 @@ static void usage(FILE *fp) {
       "                      nvidia.com/gpu)\n"
       "  --autoscale-namespace NS  where they live (default gpufrac-system)\n"
       "  --autoscale-priority-class NAME  their PriorityClass (default\n"
-      "                      gpufrac-placeholder, deploy/autoscale/autoscale.yaml)\n"
+      "                      gpufrac-placeholder, "
+      "deploy/autoscale/autoscale.yaml)\n"
       "  config file keys: healthListen, requestTimeoutMs, maxConnsPerIP,\n"
       "                      tlsCertFile, tlsKeyFile, tlsClientCAFile\n");
 }
