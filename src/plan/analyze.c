@@ -623,6 +623,8 @@ int gf_plan_run(gf_plan *p, const gf_plan_options *o, gf_diag *d) {
     return rc;
   p->opt = *o;
   p->opt.prices = NULL; /* not kept: the caller's string */
+  if ((rc = gf__plan_resolve_claims(p)))
+    return rc;
 
   uint32_t gpu_nodes = 0;
   for (size_t i = 0; i < p->nnodes; i++) {

@@ -50,7 +50,21 @@ typedef struct gf__ppod {
   gf__series mem, util, gr; /* DCGM: per device */
   gf__series gmem, gutil;   /* gpufrac: per container; win when present */
   char *uid;                /* metadata.uid, "" when absent */
+  /* DRA: the ResourceClaims (in the pod's namespace) it holds GPUs through,
+   * resolved against the snapshot's claims by gf__plan_resolve_claims. */
+  char **claims;
+  size_t nclaims;
+  bool dra; /* its GPUs come through DRA claims: no migration patch */
 } gf__ppod;
+
+/* A ResourceClaim's allocated GPUs (gpu.nvidia.com or gpu.gpufrac.io): whole
+ * devices, and shares by consumable capacity (the largest of each). */
+typedef struct gf__pclaim {
+  char *ns, *name;
+  bool allocated;
+  uint32_t whole, shares;
+  double mem_mib, cores;
+} gf__pclaim;
 
 /* One usage series as read, matched to pods in gf_plan_run. */
 typedef enum gf__metric {
@@ -87,6 +101,8 @@ struct gf_plan {
   size_t npods, cap_pods;
   gf__useries *useries;
   size_t nuseries, cap_useries;
+  gf__pclaim *claims;
+  size_t nclaims, cap_claims;
   uint32_t skipped_items;  /* other kinds in a snapshot */
   uint32_t skipped_series; /* usage series without a pod label */
   char **warnings;
@@ -114,6 +130,10 @@ double gf__plan_r4(double x);
 double gf__plan_r2(double x);
 
 /* Grows *arr (elements of `size`) so that it holds at least n + 1. */
+/* Gives pods that hold GPUs only through DRA claims their request from
+ * the snapshot's ResourceClaims; warns (once per pod) about claims the
+ * snapshot lacks.  GF_ENOMEM or 0. */
+int gf__plan_resolve_claims(gf_plan *p);
 int gf__plan_grow(void **arr, size_t *cap, size_t n, size_t size);
 /* Appends a formatted warning; drops it (never fails the plan) when out of
  * memory.  At most 200 kept; the rest are counted in one last line. */

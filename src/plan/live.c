@@ -25,12 +25,22 @@ int gf_plan_add_cluster(gf_plan *p, struct gf_kube_config *cfg, gf_diag *d) {
   int rc = gf_kube_new(&k, cfg, NULL, d);
   if (rc)
     return rc;
-  static const char *const paths[2] = {"/api/v1/nodes", "/api/v1/pods"};
-  for (int i = 0; i < 2 && !rc; i++) {
+  /* ResourceClaims last: DRA pods hold GPUs through them.  A cluster that
+   * does not serve resource.k8s.io/v1 (before 1.34) answers 404: no claims
+   * there, which is not an error. */
+  static const char *const paths[3] = {
+      "/api/v1/nodes", "/api/v1/pods",
+      "/apis/resource.k8s.io/v1/resourceclaims"};
+  for (int i = 0; i < 3 && !rc; i++) {
     gf_kube_list_opts lo = {.limit = LIVE_PAGE};
     json_t *list = NULL;
     gf_diag kd = {""};
-    if ((rc = gf_kube_list_all(k, paths[i], &lo, &list, &kd))) {
+    rc = gf_kube_list_all(k, paths[i], &lo, &list, &kd);
+    if (rc == GF_ENOTFOUND && i == 2) {
+      rc = 0;
+      break;
+    }
+    if (rc) {
       gf_diag_set(d, rc, "%s%s: %s", gf_kube_config_server(cfg), paths[i],
                   kd.msg);
       break;

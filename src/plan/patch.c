@@ -200,7 +200,10 @@ int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d) {
           fl += (size_t)n;
       }
     const char *why = NULL;
-    if (!template_path(w->kind))
+    if (pod->dra)
+      why = "GPUs through a DRA claim: ask gpufrac's class in its "
+            "ResourceClaimTemplate (docs/dra.md)";
+    else if (!template_path(w->kind))
       why = "a bare pod: recreate it with these resources";
     else if (strcmp(w->kind, "Job") == 0)
       why = "a Job's template cannot change: change its source";

@@ -269,6 +269,9 @@ static void pod_release(gf__ppod *p) {
   for (size_t i = 0; i < p->ngpu_ctrs; i++)
     gf__free(p->gpu_ctrs[i]);
   gf__free(p->gpu_ctrs);
+  for (size_t i = 0; i < p->nclaims; i++)
+    gf__free(p->claims[i]);
+  gf__free(p->claims);
   gf__series_release(&p->mem);
   gf__series_release(&p->util);
   gf__series_release(&p->gr);
@@ -438,6 +441,36 @@ static int owner_of(const json_t *meta, const char *podname, char **kind,
   return *kind && *name ? 0 : GF_ENOMEM;
 }
 
+/* The ResourceClaims a pod's spec.resourceClaims name: resourceClaimName,
+ * or for a template the claim the controller made, from
+ * status.resourceClaimStatuses (none yet: the pod holds nothing). */
+static int read_claims(gf__ppod *out, const json_t *spec,
+                       const json_t *status) {
+  const json_t *claims = json_object_get(spec, "resourceClaims");
+  size_t n = json_array_size(claims);
+  if (!n)
+    return 0;
+  if (!(out->claims = gf__calloc(n, sizeof(*out->claims))))
+    return GF_ENOMEM;
+  const json_t *sts = json_object_get(status, "resourceClaimStatuses");
+  for (size_t i = 0; i < n; i++) {
+    const json_t *c = json_array_get(claims, i);
+    const char *name = jstr(c, "resourceClaimName");
+    for (size_t j = 0; !name && j < json_array_size(sts); j++) {
+      const json_t *st = json_array_get(sts, j);
+      const char *k = jstr(st, "name");
+      if (k && jstr(c, "name") && strcmp(k, jstr(c, "name")) == 0)
+        name = jstr(st, "resourceClaimName");
+    }
+    if (!name)
+      continue;
+    if (!(out->claims[out->nclaims] = gf__strdup(name)))
+      return GF_ENOMEM;
+    out->nclaims++;
+  }
+  return 0;
+}
+
 static int add_ctr(gf__ppod *out, const char *name) {
   char **n = gf__realloc(out->gpu_ctrs, (out->ngpu_ctrs + 1) * sizeof(*n));
   if (!n)
@@ -564,12 +597,8 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
     }
   out->cpu_milli = sum.cpu;
   out->mem_bytes = sum.mem;
-  const json_t *claims = json_object_get(spec, "resourceClaims");
-  if (json_array_size(claims))
-    gf__plan_warn(p,
-                  "%s: spec.resourceClaims: DRA claims are not read yet; "
-                  "GPUs it holds through them are not counted",
-                  w.s);
+  if ((rc = read_claims(out, spec, json_object_get(item, "status"))))
+    goto fail;
 
   double kai_frac = 0, kai_mem = 0;
   if ((rc = read_kai(json_object_get(meta, "annotations"), w.s, &kai_frac,
@@ -619,6 +648,113 @@ fail:
   return rc;
 }
 
+/* ---- DRA claims ----------------------------------------------------------*/
+
+/* The GPU drivers whose allocation results the planner counts: NVIDIA's
+ * DRA driver (a result is a GPU, or a MIG device, held whole) and
+ * gpufrac's (a result with consumedCapacity is a share of a GPU). */
+static bool gpu_driver(const char *d) {
+  return d &&
+         (strcmp(d, "gpu.nvidia.com") == 0 || strcmp(d, "gpu.gpufrac.io") == 0);
+}
+
+static int parse_claim(const json_t *item, const char *source, gf__pclaim *out,
+                       gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  const json_t *meta = json_object_get(item, "metadata");
+  const char *name = jstr(meta, "name"), *ns = jstr(meta, "namespace");
+  if (!name || !name[0])
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: a ResourceClaim without metadata.name", source);
+  if (!ns || !ns[0])
+    ns = "default";
+  if (!(out->ns = gf__strdup(ns)) || !(out->name = gf__strdup(name)))
+    return GF_ENOMEM;
+  const json_t *alloc =
+      json_object_get(json_object_get(item, "status"), "allocation");
+  const json_t *res =
+      json_object_get(json_object_get(alloc, "devices"), "results");
+  out->allocated = json_is_object(alloc);
+  for (size_t i = 0; i < json_array_size(res); i++) {
+    const json_t *r = json_array_get(res, i);
+    if (!gpu_driver(jstr(r, "driver")))
+      continue;
+    const json_t *cc = json_object_get(r, "consumedCapacity");
+    const char *mem = jstr(cc, "memory"), *cores = jstr(cc, "cores");
+    if (!mem && !cores) {
+      out->whole++;
+      continue;
+    }
+    int64_t b = 0, m = 0;
+    if ((mem && gf_quantity_bytes(mem, &b, NULL)) ||
+        (cores && gf_quantity_milli(cores, &m, NULL)))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: ResourceClaim %s/%s: "
+                         "status.allocation.devices.results[%zu]."
+                         "consumedCapacity: memory '%.40s', cores '%.40s' are "
+                         "not quantities",
+                         source, ns, name, i, mem ? mem : "",
+                         cores ? cores : "");
+    out->shares++;
+    if ((double)b / 1048576.0 > out->mem_mib)
+      out->mem_mib = (double)b / 1048576.0;
+    if ((double)m / 1000.0 > out->cores)
+      out->cores = (double)m / 1000.0;
+  }
+  return 0;
+}
+
+static void claim_release(gf__pclaim *c) {
+  gf__free(c->ns);
+  gf__free(c->name);
+}
+
+int gf__plan_resolve_claims(gf_plan *p) {
+  for (size_t i = 0; i < p->npods; i++) {
+    gf__ppod *pod = &p->pods[i];
+    if (!pod->nclaims || pod->kind != GF_PLAN_REQ_NONE)
+      continue; /* a device-plugin request wins: DRA beside it is rare */
+    uint32_t whole = 0, shares = 0;
+    double mem = 0, cores = 0;
+    const char *missing = NULL;
+    for (size_t k = 0; k < pod->nclaims; k++) {
+      const gf__pclaim *c = NULL;
+      for (size_t j = 0; j < p->nclaims && !c; j++)
+        if (strcmp(p->claims[j].ns, pod->ns) == 0 &&
+            strcmp(p->claims[j].name, pod->claims[k]) == 0)
+          c = &p->claims[j];
+      if (!c) {
+        missing = missing ? missing : pod->claims[k];
+        continue;
+      }
+      whole += c->whole;
+      shares += c->shares;
+      mem = c->mem_mib > mem ? c->mem_mib : mem;
+      cores = c->cores > cores ? c->cores : cores;
+    }
+    if (missing)
+      gf__plan_warn(p,
+                    "Pod %s/%s: ResourceClaim %s is not in the snapshot "
+                    "(kubectl get nodes,pods,resourceclaims -A -o json): "
+                    "GPUs it holds through it are not counted",
+                    pod->ns, pod->name, missing);
+    if (whole + shares == 0)
+      continue;
+    pod->dra = true;
+    pod->ngpus = whole + shares;
+    if (pod->ngpus > GF_MAX_GPUS_PER_NODE)
+      pod->ngpus = GF_MAX_GPUS_PER_NODE;
+    if (shares) { /* a share by capacity, as gpufrac's own request */
+      pod->kind = GF_PLAN_REQ_GPUFRAC;
+      pod->mem_mib = mem;
+      pod->frac = cores / 100.0;
+    } else {
+      pod->kind = GF_PLAN_REQ_WHOLE;
+    }
+  }
+  return 0;
+}
+
 /* ---- the list ------------------------------------------------------------*/
 
 static int find_node(const gf_plan *p, size_t n, const char *name) {
@@ -635,7 +771,7 @@ int gf_plan_add_snapshot(gf_plan *p, const char *text, size_t len,
       p, text, len, source, "gf_plan_add_snapshot: no plan or text", d, &root);
   if (rc)
     return rc;
-  size_t n0 = p->nnodes, p0 = p->npods;
+  size_t n0 = p->nnodes, p0 = p->npods, c0 = p->nclaims;
   uint32_t skipped = 0;
   const char *kind = jstr(root, "kind");
   const json_t *items = json_object_get(root, "items");
@@ -652,6 +788,8 @@ int gf_plan_add_snapshot(gf_plan *p, const char *text, size_t len,
     deflt = "Node";
   else if (kind && strcmp(kind, "PodList") == 0)
     deflt = "Pod";
+  else if (kind && strcmp(kind, "ResourceClaimList") == 0)
+    deflt = "ResourceClaim";
   size_t i;
   const json_t *item;
   json_array_foreach((json_t *)items, i, item) {
@@ -688,6 +826,15 @@ int gf_plan_add_snapshot(gf_plan *p, const char *text, size_t len,
       if ((rc = parse_pod(p, item, at, &p->pods[p->npods], d)))
         goto fail;
       p->npods++;
+    } else if (strcmp(k, "ResourceClaim") == 0) {
+      if ((rc = gf__plan_grow((void **)&p->claims, &p->cap_claims, p->nclaims,
+                              sizeof(*p->claims))))
+        goto fail;
+      if ((rc = parse_claim(item, at, &p->claims[p->nclaims], d))) {
+        claim_release(&p->claims[p->nclaims]);
+        goto fail;
+      }
+      p->nclaims++;
     } else {
       skipped++;
     }
@@ -700,6 +847,8 @@ fail:
     node_release(&p->nodes[--p->nnodes]);
   while (p->npods > p0)
     pod_release(&p->pods[--p->npods]);
+  while (p->nclaims > c0)
+    claim_release(&p->claims[--p->nclaims]);
   json_decref(root);
   return rc;
 }
@@ -717,6 +866,9 @@ void gf_plan_free(gf_plan *p) {
   for (size_t i = 0; i < p->npods; i++)
     pod_release(&p->pods[i]);
   gf__free(p->pods);
+  for (size_t i = 0; i < p->nclaims; i++)
+    claim_release(&p->claims[i]);
+  gf__free(p->claims);
   for (size_t i = 0; i < p->nuseries; i++) {
     gf__free(p->useries[i].ns);
     gf__free(p->useries[i].pod);

@@ -152,8 +152,12 @@ class DRA:
     # ---- setup ---------------------------------------------------------
     def add_node(self, name):
         """A Node that is Ready and schedulable, as tests/e2e/test_k8s.py
-        writes them (no kubelet runs)."""
-        self.c.add_node(name)
+        writes them (no kubelet runs), with the labels NVIDIA's GPU Feature
+        Discovery puts on a GPU node whatever the allocation path (the
+        planner reads a node's GPUs from them on a DRA cluster)."""
+        self.c.add_node(name, {"nvidia.com/gpu.count": "1",
+                               "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                               "nvidia.com/gpu.memory": "81920"})
         self.c.node_status(name, {"cpu": "32", "memory": "256Gi", "pods": "110"})
 
     def apply_dra_deploy(self):
@@ -166,7 +170,7 @@ class DRA:
 
     def setup(self):
         # The namespace and the extender's own RBAC (deploy/), then deploy/dra.
-        for f in ("namespace.yaml", "scheduler-rbac.yaml"):
+        for f in ("namespace.yaml", "scheduler-rbac.yaml", "planner-rbac.yaml"):
             self.c.kubectl("apply", "--server-side", "--field-manager=e2e", "-f",
                            os.path.join(os.path.dirname(DRA_DEPLOY), f))
         self.apply_dra_deploy()
@@ -417,6 +421,7 @@ class DRA:
         used = self.check_sums(node)
         log("kube-scheduler allocated %d shares on %s: %d GiB, %d cores" %
             (used[2], node, used[0] // GiB, used[1]))
+        self.planner_counts(asks)
         # 70Gi + 20Gi > 80Gi: memory does not fit, cores (90 + 10) would.
         self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
                         template("t-k4", "20Gi", 10))
@@ -432,6 +437,28 @@ class DRA:
         self.check_sums(node)
         self.delete_all()
         self.retire(node)
+
+    def planner_counts(self, pods):
+        """gpufrac plan, live as deploy/planner-rbac.yaml's ServiceAccount,
+        lists the ResourceClaims too and counts the DRA pods' GPUs (none is
+        named in a 'not in the snapshot' warning)."""
+        kc = self.c.sa_kubeconfig("planner", self.c.token("gpufrac-planner"))
+        r = subprocess.run([self.c.gpufrac, "plan", "--kubeconfig", kc, "--format",
+                            "json", "--no-whatif"],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            fail("gpufrac plan (live, planner RBAC): exit %d: %s" %
+                 (r.returncode, r.stderr.strip()[:300]))
+        out = json.loads(r.stdout)
+        got = {w["name"]: w for w in out["workloads"] if w["namespace"] == NS}
+        missing = [n for n in pods if n not in got or not got[n]["gpus_held"] > 0]
+        if missing:
+            fail("the planner counts no GPU for DRA pods %s (workloads %s)" %
+                 (missing, sorted(got)))
+        if any("is not in the snapshot" in w for w in out["warnings"]):
+            fail("the planner missed claims: %s" % out["warnings"])
+        log("planner: DRA pods %s hold %s GPUs" %
+            (sorted(pods), [round(got[n]["gpus_held"], 3) for n in sorted(pods)]))
 
     def share(self, name, mem, cores, gated):
         self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),

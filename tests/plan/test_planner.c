@@ -724,22 +724,70 @@ static void test_whatif_unknown_capacity(void **st) {
   gf_plan_free(p);
 }
 
-/* A pod whose GPUs come through DRA (spec.resourceClaims) is named in a
- * warning: the planner does not read ResourceClaims yet, so it says the pod
- * is not counted rather than showing it as a CPU pod. */
-static void test_dra_pod_warned(void **st) {
+/* Pods whose GPUs come through DRA (spec.resourceClaims), with the
+ * snapshot's ResourceClaims (kubectl get nodes,pods,resourceclaims):
+ *   w holds claim w-gpu-1 (its template's, named in resourceClaimStatuses),
+ *     allocated one device by NVIDIA's driver: 1 whole GPU;
+ *   s holds claim s-share by name, a gpufrac share of 4096Mi and 25 cores:
+ *     held as the same gpufrac.io request would be (the pod g beside it,
+ *     alone in a second snapshot, is the reference);
+ *   m names claim m-gone, not in the snapshot: a warning naming it, and
+ *     nothing held;
+ *   o holds a claim of another driver (a NIC): not a GPU. */
+#define DRA_NODES                                                              \
+  "{'kind':'Node','metadata':{'name':'n','labels':{"                           \
+  "'nvidia.com/gpu.product':'Tesla-T4','nvidia.com/gpu.memory':'15360'}},"     \
+  "'status':{'allocatable':{'nvidia.com/gpu':'2','cpu':'8','memory':"          \
+  "'32Gi'}}}"
+#define DRA_POD(name, claimref, status)                                        \
+  "{'kind':'Pod','metadata':{'name':'" name "','namespace':'ml'},'spec':{"     \
+  "'nodeName':'n','resourceClaims':[{'name':'gpu'," claimref "}],"             \
+  "'containers':[{'name':'c','resources':{'claims':[{'name':'gpu'}]}}]},"      \
+  "'status':{'phase':'Running'" status "}}"
+#define DRA_CLAIM(name, results)                                               \
+  "{'kind':'ResourceClaim','metadata':{'name':'" name "','namespace':'ml'},"   \
+  "'status':{'allocation':{'devices':{'results':[" results "]}}}}"
+static void test_dra_claims(void **st) {
   (void)st;
-  char *s = J("{'kind':'List','items':[{'kind':'Node','metadata':{'name':"
-              "'n','labels':{'nvidia.com/gpu.product':'Tesla-T4',"
-              "'nvidia.com/gpu.memory':'15360'}},'status':{'allocatable':{"
-              "'nvidia.com/gpu':'1'}}},{'kind':'Pod','metadata':{'name':'d',"
-              "'namespace':'ml'},'spec':{'nodeName':'n','resourceClaims':[{"
-              "'name':'gpu','resourceClaimTemplateName':'one-gpu'}],"
-              "'containers':[{'name':'c','resources':{'claims':[{'name':"
-              "'gpu'}]}}]},'status':{'phase':'Running'}}]}");
+  char *s =
+      J("{'kind':'List','items':[" DRA_NODES "," DRA_POD(
+          "w", "'resourceClaimTemplateName':'one-gpu'",
+          ",'resourceClaimStatuses':[{'name':'gpu','resourceClaimName':"
+          "'w-gpu-1'}]") "," DRA_CLAIM("w-gpu-1", "{'request':'gpu','driver':'"
+                                                  "gpu.nvidia.com',"
+                                                  "'pool':'n','device':'gpu-0'"
+                                                  "}") "," DRA_POD("s",
+                                                                   "'resourceCl"
+                                                                   "aimName':'"
+                                                                   "s-share'",
+                                                                   "") "," DRA_CLAIM("s-share",
+                                                                                     "{'request':'gpu','driver':'gpu.gpufrac.io',"
+                                                                                     "'pool':'n','device':'gpu-1','consumedCapacity':"
+                                                                                     "{'memory':'4Gi','cores':'25'}}") "," DRA_POD("m",
+                                                                                                                                   "'resourceClaimName':'m-gone'",
+                                                                                                                                   "") "," DRA_POD("o",
+                                                                                                                                                   "'resourceClaimName':'o-nic'",
+                                                                                                                                                   "") "," DRA_CLAIM("o-nic",
+                                                                                                                                                                     "{'request':'nic','driver':'nic.example.com',"
+                                                                                                                                                                     "'pool':'n','device':'eth1'}") "]}");
   gf_plan *p = run_snapshot(s);
-  assert_true(has_warning(p, "Pod ml/d", "resourceClaims"));
-  NEAR(gf_plan_today(p)->gpus_held, 0);
+  assert_true(has_warning(p, "Pod ml/m", "ResourceClaim m-gone is not in"));
+  assert_false(has_warning(p, "Pod ml/w", NULL));
+  const gf_plan_totals *t = gf_plan_today(p);
+  assert_int_equal(t->gpu_pods, 2); /* w and s; m and o hold no GPU */
+  /* The reference: the share asked the device-plugin way. */
+  char *r = J("{'kind':'List','items':[" DRA_NODES
+              ",{'kind':'Pod','metadata':{'name':'g','namespace':'ml'},"
+              "'spec':{'nodeName':'n','containers':[{'name':'c','resources':{"
+              "'limits':{'gpufrac.io/gpu':'1','gpufrac.io/gpu-memory':'4Gi',"
+              "'gpufrac.io/gpu-compute':'25'}}}]},'status':{'phase':"
+              "'Running'}}]}");
+  gf_plan *q = run_snapshot(r);
+  double share = gf_plan_today(q)->gpus_held;
+  assert_true(share > 0 && share < 1);
+  NEAR(t->gpus_held, 1 + share);
+  gf_plan_free(q);
+  free(r);
   free(s);
   gf_plan_free(p);
 }
@@ -998,7 +1046,7 @@ int main(void) {
       cmocka_unit_test(test_flags),
       cmocka_unit_test(test_inventory_and_mig_node),
       cmocka_unit_test(test_whatif_unknown_capacity),
-      cmocka_unit_test(test_dra_pod_warned),
+      cmocka_unit_test(test_dra_claims),
       cmocka_unit_test(test_fleet),
       cmocka_unit_test(test_bad_node_types),
       cmocka_unit_test(test_gpufrac_metrics),

@@ -70,12 +70,20 @@ static const td_expect script_ok[] = {
              "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\","
              "\"nvidia.com/gpumem\":\"20480\"}}}]},\"status\":{\"phase\":"
              "\"Running\"}}]}"},
+    /* No DRA on this cluster: resource.k8s.io/v1 is not served. */
+    {.method = "GET",
+     .target = "/apis/resource.k8s.io/v1/resourceclaims?limit=500",
+     .token = "t0k",
+     .status = 404,
+     .body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":"
+             "\"Failure\",\"message\":\"the server could not find the "
+             "requested resource\",\"reason\":\"NotFound\",\"code\":404}"},
 };
 
 static void test_live_pages(void **st) {
   (void)st;
   gf_kube_config *cfg = NULL;
-  td_server *s = serve(script_ok, 3, "t0k", &cfg);
+  td_server *s = serve(script_ok, 4, "t0k", &cfg);
   gf_diag d = {""};
   gf_plan *p = gf_plan_new();
   int rc = gf_plan_add_cluster(p, cfg, &d);
@@ -168,7 +176,7 @@ static const td_expect script_prom[] = {
 static void test_prometheus(void **st) {
   (void)st;
   gf_kube_config *acfg = NULL, *pcfg = NULL;
-  td_server *api = serve(script_ok, 3, "t0k", &acfg);
+  td_server *api = serve(script_ok, 4, "t0k", &acfg);
   td_server *prom = serve(script_prom, 5, NULL, &pcfg);
   gf_diag d = {""};
   gf_plan *p = gf_plan_new();

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """deploy/planner-rbac.yaml: the planner's service account may get and list
-nodes and pods, and nothing else (no watch, no writes, no secrets, no
+nodes, pods and ResourceClaims, and nothing else (no watch, no writes, no secrets, no
 namespaced roles).  Prints 'N passed, N failed'."""
 import os
 import sys
@@ -39,7 +39,8 @@ for r in role.get("rules", []):
     for g in r.get("apiGroups", []):
         for res in r.get("resources", []):
             granted.setdefault((g, res), set()).update(r.get("verbs", []))
-check(granted == {("", "nodes"): {"get", "list"}, ("", "pods"): {"get", "list"}},
-      f"exactly nodes and pods, get and list (got {granted})")
+check(granted == {("", "nodes"): {"get", "list"}, ("", "pods"): {"get", "list"},
+                  ("resource.k8s.io", "resourceclaims"): {"get", "list"}},
+      f"exactly nodes, pods and resourceclaims, get and list (got {granted})")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
