@@ -749,27 +749,43 @@ static void test_whatif_unknown_capacity(void **st) {
   "'status':{'allocation':{'devices':{'results':[" results "]}}}}"
 static void test_dra_claims(void **st) {
   (void)st;
-  char *s =
-      J("{'kind':'List','items':[" DRA_NODES "," DRA_POD(
-          "w", "'resourceClaimTemplateName':'one-gpu'",
-          ",'resourceClaimStatuses':[{'name':'gpu','resourceClaimName':"
-          "'w-gpu-1'}]") "," DRA_CLAIM("w-gpu-1", "{'request':'gpu','driver':'"
-                                                  "gpu.nvidia.com',"
-                                                  "'pool':'n','device':'gpu-0'"
-                                                  "}") "," DRA_POD("s",
-                                                                   "'resourceCl"
-                                                                   "aimName':'"
-                                                                   "s-share'",
-                                                                   "") "," DRA_CLAIM("s-share",
-                                                                                     "{'request':'gpu','driver':'gpu.gpufrac.io',"
-                                                                                     "'pool':'n','device':'gpu-1','consumedCapacity':"
-                                                                                     "{'memory':'4Gi','cores':'25'}}") "," DRA_POD("m",
-                                                                                                                                   "'resourceClaimName':'m-gone'",
-                                                                                                                                   "") "," DRA_POD("o",
-                                                                                                                                                   "'resourceClaimName':'o-nic'",
-                                                                                                                                                   "") "," DRA_CLAIM("o-nic",
-                                                                                                                                                                     "{'request':'nic','driver':'nic.example.com',"
-                                                                                                                                                                     "'pool':'n','device':'eth1'}") "]}");
+  char *s = J("{'kind':'List','items':[" DRA_NODES "," DRA_POD(
+      "w", "'resourceClaimTemplateName':'one-gpu'",
+      ",'resourceClaimStatuses':[{'name':'gpu','resourceClaimName':"
+      "'w-gpu-1'}]") "," DRA_CLAIM("w-gpu-1",
+                                   "{'request':'gpu','driver':'"
+                                   "gpu.nvidia.com',"
+                                   "'pool':'n','device':'gpu-0'"
+                                   "}") "," DRA_POD("s",
+                                                    "'resourceCl"
+                                                    "aimName':'"
+                                                    "s-share'",
+                                                    "") "," DRA_CLAIM("s-share",
+                                                                      "{'"
+                                                                      "request'"
+                                                                      ":'gpu','"
+                                                                      "driver':"
+                                                                      "'gpu."
+                                                                      "gpufrac."
+                                                                      "io',"
+                                                                      "'pool':'"
+                                                                      "n','"
+                                                                      "device':"
+                                                                      "'gpu-1',"
+                                                                      "'consume"
+                                                                      "dCapacit"
+                                                                      "y':"
+                                                                      "{'"
+                                                                      "memory':"
+                                                                      "'4Gi','"
+                                                                      "cores':'"
+                                                                      "25'}}") "," DRA_POD("m",
+                                                                                           "'resourceClaimName':'m-gone'",
+                                                                                           "") "," DRA_POD("o",
+                                                                                                           "'resourceClaimName':'o-nic'",
+                                                                                                           "") "," DRA_CLAIM("o-nic",
+                                                                                                                             "{'request':'nic','driver':'nic.example.com',"
+                                                                                                                             "'pool':'n','device':'eth1'}") "]}");
   gf_plan *p = run_snapshot(s);
   assert_true(has_warning(p, "Pod ml/m", "ResourceClaim m-gone is not in"));
   assert_false(has_warning(p, "Pod ml/w", NULL));
