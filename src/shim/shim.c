@@ -340,7 +340,8 @@ static void bus_chain(int sig, siginfo_t *si, void *uc) {
   pthread_sigmask(SIG_BLOCK, &mask, &old);
   struct sigaction prev = bus_prev;
   if (prev.sa_flags & SA_RESETHAND) {
-    signal(SIGBUS, SIG_DFL);
+    /* The program's handler is reset, ours stays: a region that shrinks
+     * later must still be caught. */
     bus_prev.sa_handler = SIG_DFL;
     bus_prev.sa_flags = 0;
   }

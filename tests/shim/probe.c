@@ -1217,7 +1217,8 @@ int main(int argc, char **argv) {
     F.alloc(&p, MIB);
     raise(SIGBUS);
     printf("survived SIGBUS\n");
-  } else if (strcmp(argv[1], "bus-ignored") == 0 && argc == 3) {
+  } else if (strcmp(argv[1], "bus-ignored") == 0 &&
+             (argc == 3 || (argc == 4 && strcmp(argv[2], "resethand") == 0))) {
     /* The program set SIGBUS aside before the interposer installed its
      * handler: a sent SIGBUS stays ignored ("ign": SIG_IGN; "ign-info":
      * SIG_IGN given with SA_SIGINFO), and the program's own handler
@@ -1225,9 +1226,11 @@ int main(int argc, char **argv) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sigemptyset(&sa.sa_mask);
-    if (strcmp(argv[2], "handler") == 0) {
+    if (strcmp(argv[2], "handler") == 0 || strcmp(argv[2], "resethand") == 0) {
       sa.sa_sigaction = on_bus_probe;
       sa.sa_flags = SA_SIGINFO;
+      if (strcmp(argv[2], "resethand") == 0)
+        sa.sa_flags |= SA_RESETHAND;
       sigaddset(&sa.sa_mask, SIGUSR1);
     } else {
       sa.sa_handler = SIG_IGN;
@@ -1241,9 +1244,13 @@ int main(int argc, char **argv) {
     errno = 4242;
     CHECK(kill(getpid(), SIGBUS) == 0, "kill");
     CHECK(errno == 4242, "errno kept across the handler");
-    if (strcmp(argv[2], "handler") == 0)
+    if (strcmp(argv[2], "handler") == 0 || strcmp(argv[2], "resethand") == 0)
       CHECK(bus_probe_seen == 1 && bus_probe_masked == 1,
             "the program's handler ran once, SIGUSR1 blocked in it");
+    /* SA_RESETHAND resets the program's handler, not the interposer's: a
+     * region that shrinks afterwards is still a refusal, not a death. */
+    if (argc == 4)
+      shrink(argv[3]);
     printf("SIGBUS handled as the program asked\n");
   } else if (strcmp(argv[1], "shrink") == 0 && argc == 3) {
     load("dlopen");

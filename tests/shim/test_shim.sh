@@ -161,6 +161,9 @@ run sigbus-not-ours 135 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL
 for how in ign ign-info handler; do
   run "sigbus-$how" 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL" bus-ignored "$how"
 done
+# A handler given SA_RESETHAND runs once and is reset; the interposer's own
+# stays, so a region truncated afterwards is still caught.
+run sigbus-resethand 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/tr.conf" "$PROBE_DL" bus-ignored resethand "$tmp/tr"
 
 # A context that really holds 500 MiB, context_overhead 300 MiB: the
 # measured cost is charged, so the true total never passes the limit.
