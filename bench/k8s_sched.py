@@ -5,7 +5,8 @@ gpufrac extender, against the real control plane of tests/e2e.
 Usage: bench/k8s_sched.py K8S_BIN GPUFRAC [--nodes 1000] [--pods 5000]
                           [--mode alone|alone-shares|extender] [--agents 4]
                           [--qps N]
-                          [--pprof FILE]
+                          [--pprof FILE] [--pprof-api FILE]
+                          [--guard on|off]
 
 NODES fake Nodes, each with 8 H100-80GB in its gpufrac.io/inventory
 annotation (the node agent's document, written here by the admin) and
@@ -28,7 +29,9 @@ figures (JSON), with each process's CPU milliseconds per pod over the run
 (user + system from /proc, first scheduled pod to all bound): on a shared
 machine throughput is noisy, CPU per pod much less so.  --pprof FILE saves
 kube-scheduler's CPU profile of 20 s from the first scheduled pod (read it
-with `go tool pprof -top KUBE_SCHEDULER FILE`).
+with `go tool pprof -top KUBE_SCHEDULER FILE`); --pprof-api FILE the same
+of kube-apiserver (started with --profiling=true for it).  --guard off runs
+the extender without its disruption guard (default on, as deployed).
 """
 
 import http.client
@@ -159,18 +162,20 @@ def cpu_s(pid):
         return 0.0
 
 
-def pprof(c, path, seconds=20):
-    """kube-scheduler's own CPU profile (its /debug/pprof, on by default)
-    over `seconds` of the run, written to path for `go tool pprof`."""
+def pprof(c, path, seconds=20, port=None, who="kube-scheduler"):
+    """kube-scheduler's own CPU profile (its /debug/pprof, on by default;
+    or kube-apiserver's at port) over `seconds` of the run, written to path
+    for `go tool pprof`."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     ctx.load_cert_chain(c.path("admin.crt"), c.path("admin.key"))
-    url = "https://127.0.0.1:%d/debug/pprof/profile?seconds=%d" % (c.sched_port, seconds)
+    url = "https://127.0.0.1:%d/debug/pprof/profile?seconds=%d" % (port or c.sched_port,
+                                                                   seconds)
     with urllib.request.urlopen(url, context=ctx, timeout=seconds + 30) as r, \
             open(path, "wb") as f:
         f.write(r.read())
-    log("kube-scheduler profile written to %s" % path)
+    log("%s profile written to %s" % (who, path))
 
 
 def cpu_all(c, ext, agents):
@@ -185,21 +190,22 @@ def cpu_all(c, ext, agents):
 def main():
     a = sys.argv[1:]
     opt = {"--nodes": 1000, "--pods": 5000, "--mode": "extender", "--agents": 4, "--qps": 0,
-           "--pprof": ""}
+           "--pprof": "", "--pprof-api": "", "--guard": "on"}
     pos = []
     i = 0
     while i < len(a):
         if a[i] in opt:
-            opt[a[i]] = a[i + 1] if a[i] in ("--mode", "--pprof") else int(a[i + 1])
+            opt[a[i]] = a[i + 1] if a[i] in ("--mode", "--pprof", "--pprof-api", "--guard") else int(a[i + 1])
             i += 2
         else:
             pos.append(a[i])
             i += 1
-    if len(pos) != 2 or opt["--mode"] not in ("alone", "alone-shares", "extender"):
+    if len(pos) != 2 or opt["--mode"] not in ("alone", "alone-shares", "extender") or \
+            opt["--guard"] not in ("on", "off"):
         print(__doc__, file=sys.stderr)
         return 2
     nnodes, npods, mode = opt["--nodes"], opt["--pods"], opt["--mode"]
-    c = Cluster(pos[0], pos[1])
+    c = Cluster(pos[0], pos[1], api_profiling=bool(opt["--pprof-api"]))
     try:
         c.start(scheduler=False)
         for f in ("namespace.yaml", "scheduler-rbac.yaml", "node-agent.yaml"):
@@ -232,7 +238,8 @@ def main():
         if mode == "extender":
             kc = c.sa_kubeconfig("extender", c.token("gpufrac-scheduler"))
             ext = c.spawn("extender", [c.gpufrac, "scheduler", "--listen",
-                                       "127.0.0.1:%d" % c.ext_port, "--kubeconfig", kc])
+                                       "127.0.0.1:%d" % c.ext_port, "--kubeconfig", kc,
+                                       "--guard", opt["--guard"]])
 
             def ready():
                 import urllib.request
@@ -257,6 +264,10 @@ def main():
                 if opt["--pprof"]:
                     threading.Thread(target=pprof, args=(c, opt["--pprof"]),
                                      daemon=True).start()
+                if opt["--pprof-api"]:
+                    threading.Thread(target=pprof, args=(c, opt["--pprof-api"]),
+                                     kwargs={"port": c.api_port, "who": "kube-apiserver"},
+                                     daemon=True).start()
             if now - t0 > 1800:
                 raise RuntimeError("only %d of %d pods scheduled after 30 min" % (n, npods))
             c.check_alive()
@@ -278,7 +289,8 @@ def main():
             r = re.search(r'result="([a-z]+)"', ln)
             if r:
                 attempts[r.group(1)] = attempts.get(r.group(1), 0) + int(float(ln.split()[-1]))
-        out = {"mode": mode, "nodes": nnodes, "pods": npods, "attempts": attempts,
+        out = {"mode": mode, "guard": opt["--guard"], "nodes": nnodes, "pods": npods,
+               "attempts": attempts,
                "qps": opt["--qps"] or "default (50)",
                "pods_per_s_scheduled": round(npods / max(last - first, 1e-9), 1),
                "pods_per_s_bound": round(rate, 1),

@@ -62,6 +62,15 @@ const gf_binder *gf_sched_kube_binder_get(gf_sched_kube_binder *b);
 /* Frees the binder; no bind may be in flight. */
 void gf_sched_kube_binder_free(gf_sched_kube_binder *b);
 
+/* Adds to a Binding's annotations (ann, which holds the grant) before it
+ * is sent, with k the API client the bind uses; what it adds lands on the
+ * pod in the same write.  Returns what it added (<= 0: nothing). */
+typedef int (*gf_sched_kube_annotate_fn)(void *user, gf_kube *k,
+                                         const gf_pod_ref *pod, json_t *ann);
+/* Sets the binder's annotate hook (NULL: none); before the first bind. */
+void gf_sched_kube_binder_annotate(gf_sched_kube_binder *b,
+                                   gf_sched_kube_annotate_fn fn, void *user);
+
 /* ---- the feeds and the leader election --------------------------------- */
 
 typedef struct gf_sched_kube_opts {
@@ -172,6 +181,15 @@ uint64_t gf_sched_kube_model_errors(gf_sched_kube *f);
 uint64_t gf_sched_kube_api_errors(gf_sched_kube *f);
 /* Guard PATCHes that succeeded so far (0 with the guard off). */
 uint64_t gf_sched_kube_guard_patches(gf_sched_kube *f);
+/* gf_sched_kube_annotate_fn for the binder, user the feed: the disruption
+ * guard's protection rides in the Binding of a share pod (guard.h's
+ * gf__guard_bind_annotations on the pod as the pod informer last saw it, or
+ * as one GET reads it when the informer has not seen it yet), so the guard
+ * need not PATCH it after the bind.  Nothing with the guard off. */
+int gf_sched_kube_bind_annotate(void *feed, gf_kube *k, const gf_pod_ref *pod,
+                                json_t *ann);
+/* Protections that rode in Bindings (the rest are in guard_patches). */
+uint64_t gf_sched_kube_guard_bind_protects(gf_sched_kube *f);
 /* Placeholder pods the autoscaler bridge made and deleted so far (0 with
  * it off). */
 uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f);

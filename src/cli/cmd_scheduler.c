@@ -606,6 +606,8 @@ int cmd_scheduler(int argc, char **argv) {
       rc = GF_EXIT_FAIL;
       goto out;
     }
+    /* the guard's protection rides in the Binding: one write per pod */
+    gf_sched_kube_binder_annotate(kb, gf_sched_kube_bind_annotate, feed);
   }
   /* Block the signals in every thread (the HTTP pool and the informers
    * inherit the mask), then wait for them here. */

@@ -117,10 +117,11 @@ int gf__guard_slim(json_t *slim, const json_t *pod) {
     return 0;
   const json_t *ann =
       json_object_get(json_object_get(pod, "metadata"), "annotations");
-  if (!json_object_get(ann, GF_GRANT_ANNOTATION) &&
-      !json_object_get(ann, GF_GUARD_OWNS) &&
-      !json_object_get(ann, GF_GUARD_SINCE))
-    return 0; /* not the guard's: gf__guard_pod_update ignores it */
+  bool kept = false;
+  for (size_t i = 0; i < NKEPT && !kept; i++)
+    kept = json_object_get(ann, kept_ann[i]) != NULL;
+  if (!kept && !json_object_get(ann, GF_GRANT_ANNOTATION))
+    return 0; /* nothing the guard reads: it costs nothing */
   json_t *md = json_object_get(slim, "metadata");
   if (json_is_object(ann) && json_is_object(md)) {
     json_t *sa = json_object_get(md, "annotations");
@@ -138,7 +139,9 @@ int gf__guard_slim(json_t *slim, const json_t *pod) {
     }
   }
   const json_t *rc = gf__pod_condition(pod, "Ready");
-  if (rc) {
+  if (rc && (json_object_get(ann, GF_GRANT_ANNOTATION) ||
+             json_object_get(ann, GF_GUARD_OWNS) ||
+             json_object_get(ann, GF_GUARD_SINCE))) {
     json_t *st = json_object_get(slim, "status");
     if (!json_is_object(st)) {
       st = json_object();
@@ -421,6 +424,46 @@ static json_t *decide(const gf__guard *g, const grec *r, int64_t now,
   e |= json_object_set_new(a, GF_GUARD_RELEASED, json_string(stamp));
   json_t *p = json_pack("{s:{s:o}}", "metadata", "annotations", a);
   return e ? (json_decref(p), NULL) : p;
+}
+
+int gf__guard_bind_annotations(gf__guard *g, const json_t *pod, json_t *ann) {
+  if (!g || !json_is_object(pod) || !json_is_object(ann))
+    return 0;
+  grec t;
+  memset(&t, 0, sizeof(t));
+  read_pod(pod, &t);
+  if (t.bound || t.done || protecting(&t))
+    return 0;     /* bound already, going, or protected: not this Binding's */
+  t.share = true; /* what this Binding makes it */
+  t.bound = true;
+  const char *why = "";
+  pthread_mutex_lock(&g->mu);
+  json_t *p = decide(g, &t, now_of(g), &why);
+  pthread_mutex_unlock(&g->mu);
+  if (!p)
+    return 0; /* nothing to protect (or out of memory: the pass will) */
+  const json_t *a =
+      json_object_get(json_object_get(p, "metadata"), "annotations");
+  const char *k;
+  const json_t *v;
+  int n = 0;
+  json_object_foreach((json_t *)a, k, v) {
+    if (!json_is_string(v)) {
+      n = 0; /* a removal cannot ride in a Binding: leave it to the pass */
+      break;
+    }
+    n++;
+  }
+  if (n && json_object_update(ann, (json_t *)a) != 0)
+    n = -1;
+  json_decref(p);
+  if (n > 0 && !g->o.quiet) {
+    const json_t *md = json_object_get(pod, "metadata");
+    fprintf(stderr, "gpufrac scheduler: guard: pod %s/%s: %s, in its Binding\n",
+            json_string_value(json_object_get(md, "namespace")),
+            json_string_value(json_object_get(md, "name")), why);
+  }
+  return n < 0 ? -1 : n;
 }
 
 typedef struct work {

@@ -82,9 +82,11 @@ void gf__guard_free(gf__guard *g); /* NULL is accepted */
 
 /* Adds to `slim` (an informer's slim copy of `pod`, e.g. from
  * gf_sched_pod_slim) what the guard reads that it lacks: the six
- * annotations above and status.conditions' Ready entry (type and status),
- * for a pod with a grant or the guard's annotations only (the others cost
- * nothing).  Nonzero only when out of memory. */
+ * annotations above, for a pod that carries any of them or a grant (so a
+ * pending pod's own do-not-disrupt is known when it is bound), and
+ * status.conditions' Ready entry (type and status), for a pod with a grant
+ * or the guard's marks only (the others cost nothing).  Nonzero only when
+ * out of memory. */
 int gf__guard_slim(json_t *slim, const json_t *pod);
 
 /* A pod as the watch sees it now (borrowed; whole or slim).  Only pods
@@ -92,6 +94,19 @@ int gf__guard_slim(json_t *slim, const json_t *pod);
 void gf__guard_pod_update(gf__guard *g, const json_t *pod);
 /* The pod is gone. */
 void gf__guard_pod_delete(gf__guard *g, const json_t *pod);
+
+/* The protection a pod gets from the moment it is bound, for the Binding
+ * that binds it (so the pass need not PATCH it afterwards: each write to a
+ * pod costs the API server about what the bind does, and fans out to every
+ * pod watcher).  pod is the pod as last seen before the bind (borrowed;
+ * whole or slim), not yet bound; adds to ann what the pass would PATCH
+ * first on it once bound with a grant: GF_GUARD_DND / GF_GUARD_STE where
+ * the pod carries none (a user's value is never in ann: a Binding's
+ * annotations overwrite the pod's), GF_GUARD_OWNS and GF_GUARD_SINCE.  The
+ * number of annotations added: 0 when the pod would not be protected, is
+ * bound already, or needs a removal (only a PATCH can); -1 when out of
+ * memory (ann may then be partly added to; the caller drops it). */
+int gf__guard_bind_annotations(gf__guard *g, const json_t *pod, json_t *ann);
 
 /* Writes one merge patch; 0 or a GF_E* code with a sentence in d. */
 typedef int (*gf__guard_patch_fn)(void *user, const char *ns, const char *name,

@@ -47,7 +47,9 @@ struct gf_sched_kube_binder {
   pthread_cond_t cv;
   unsigned n, nfree;
   gf_kube *all[MAX_CLIENTS];
-  gf_kube *free_[MAX_CLIENTS]; /* a stack of idle clients */
+  gf_kube *free_[MAX_CLIENTS];        /* a stack of idle clients */
+  gf_sched_kube_annotate_fn annotate; /* set before the first bind */
+  void *annotate_user;
 };
 
 /* A DNS-1123 name (namespaces, pods, nodes): safe in a path unescaped.  The
@@ -94,6 +96,8 @@ static int kb_bind(void *ctx, const gf_pod_ref *pod, const char *node,
                        "pod %s/%s: the grant cannot be put in a Binding",
                        pod->ns, pod->name);
   gf_kube *k = client_get(b);
+  if (ann && b->annotate)
+    b->annotate(b->annotate_user, k, pod, ann);
   int rc = gf_kube_bind(k, pod->ns, pod->name,
                         pod->uid && *pod->uid ? pod->uid : NULL, node, ann, d);
   client_put(b, k);
@@ -144,6 +148,14 @@ const gf_binder *gf_sched_kube_binder_get(gf_sched_kube_binder *b) {
   return b ? &b->b : NULL;
 }
 
+void gf_sched_kube_binder_annotate(gf_sched_kube_binder *b,
+                                   gf_sched_kube_annotate_fn fn, void *user) {
+  if (!b)
+    return;
+  b->annotate = fn;
+  b->annotate_user = user;
+}
+
 void gf_sched_kube_binder_free(gf_sched_kube_binder *b) {
   if (!b)
     return;
@@ -175,8 +187,9 @@ struct gf_sched_kube {
   gf_kube *gkube; /* its PATCH client, used by one pass at a time */
   long guard_tick_ms;
   atomic_ullong guard_patches;
-  int guard_err;               /* last error reported (api_error) */
-  char guard_msg[GF_DIAG_MAX]; /* ... and its sentence */
+  atomic_ullong guard_bind_protects; /* protections that rode in Bindings */
+  int guard_err;                     /* last error reported (api_error) */
+  char guard_msg[GF_DIAG_MAX];       /* ... and its sentence */
   /* the autoscaler bridge: NULL when off */
   gf__as *as;
   gf_kube *akube; /* its create/delete client, one pass at a time */
@@ -382,6 +395,45 @@ static int guard_patch(void *user, const char *ns, const char *name,
   char path[600];
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
   return gf_kube_merge_patch(f->gkube, path, patch, rv, NULL, d);
+}
+
+int gf_sched_kube_bind_annotate(void *feed, gf_kube *k, const gf_pod_ref *pod,
+                                json_t *ann) {
+  gf_sched_kube *f = feed;
+  if (!f || !f->guard || !pod || !json_object_get(ann, GF_GRANT_ANNOTATION))
+    return 0;
+  json_t *p = gf_kube_informer_get(f->pods, pod->ns, pod->name);
+  const char *uid =
+      json_string_value(json_object_get(json_object_get(p, "metadata"), "uid"));
+  if (p && pod->uid && *pod->uid && (!uid || strcmp(uid, pod->uid) != 0)) {
+    json_decref(p); /* the cache holds an older pod of that name */
+    p = NULL;
+  }
+  if (!p && k && dns_name(pod->ns) && dns_name(pod->name)) {
+    /* not seen yet (created a moment ago): one read, cheaper than the
+     * PATCH the pass would write after the bind */
+    char path[600];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", pod->ns,
+             pod->name);
+    gf_diag gd = {""};
+    if (gf_kube_get(k, path, &p, &gd))
+      p = NULL; /* the pass protects it after the bind, as before */
+  }
+  if (!p)
+    return 0;
+  json_t *extra = json_object();
+  int n = extra ? gf__guard_bind_annotations(f->guard, p, extra) : -1;
+  json_decref(p);
+  if (n > 0 && json_object_update(ann, extra) != 0) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(extra, key, v) json_object_del(ann, key);
+    n = -1; /* none of them, or the guard would own what it never set */
+  }
+  json_decref(extra);
+  if (n > 0)
+    atomic_fetch_add(&f->guard_bind_protects, 1);
+  return n;
 }
 
 /* One guard pass, if this replica leads and the pods are listed.  Errors
@@ -834,6 +886,10 @@ uint64_t gf_sched_kube_api_errors(gf_sched_kube *f) {
 
 uint64_t gf_sched_kube_guard_patches(gf_sched_kube *f) {
   return f ? (uint64_t)atomic_load(&f->guard_patches) : 0;
+}
+
+uint64_t gf_sched_kube_guard_bind_protects(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->guard_bind_protects) : 0;
 }
 
 uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f) {

@@ -206,11 +206,14 @@ class Proc:
 
 class Cluster:
     def __init__(self, k8s_bin, gpufrac, keep=False, feature_gates=None,
-                 runtime_config=None):
+                 runtime_config=None, api_profiling=False):
         """feature_gates ({name: bool}) go to kube-apiserver,
         kube-controller-manager and kube-scheduler as --feature-gates;
         runtime_config ({group/version: bool}) to kube-apiserver as
-        --runtime-config.  None (the default): neither flag is passed."""
+        --runtime-config.  None (the default): neither flag is passed.
+        api_profiling: kube-apiserver serves /debug/pprof (to cluster
+        admins only: it stays behind authorization) for bench/."""
+        self.api_profiling = api_profiling
         self.bin = k8s_bin
         self.gates = []
         if feature_gates:
@@ -306,7 +309,8 @@ class Cluster:
             "--service-cluster-ip-range", "10.96.0.0/12",
             # The kubernetes Service cannot point at a loopback address.
             "--endpoint-reconciler-type", "none",
-            "--profiling=false", "--v=1"] + self.gates + self.runtime,
+            "--profiling=%s" % ("true" if self.api_profiling else "false"),
+            "--v=1"] + self.gates + self.runtime,
             self.path("kube-apiserver.log"))
         self.admin = Client(self.server, ca, self.path("admin.crt"),
                             self.path("admin.key"))

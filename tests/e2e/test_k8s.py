@@ -304,6 +304,23 @@ class E2E:
         binds = self.ext.metric('gpufrac_extender_binds_total{result="ok"}')
         if not binds or binds < len(ps):
             fail("extender counts %s successful binds, %d pods were bound" % (binds, len(ps)))
+        # No kubelet runs, so no pod gets Ready: the disruption guard
+        # protects each from its bind, in the Binding itself (its log says
+        # which write carried it; a PATCH after the bind would be a second
+        # write per pod).
+        with open(self.c.path(self.ext.name + ".log")) as f:
+            logtext = f.read()
+        for p in ps:
+            n = p["metadata"]["name"]
+            a = self.c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, n))[
+                "metadata"].get("annotations", {})
+            if a.get("karpenter.sh/do-not-disrupt") != "true" or \
+                    a.get("gpufrac.io/guard-owns") != "do-not-disrupt,safe-to-evict":
+                fail("bound pod %s is not protected by the guard: %r" % (n, a))
+            if ("guard: pod %s/%s: protecting (bound, not Ready yet), in its "
+                    "Binding\n" % (NS, n)) not in logtext:
+                fail("pod %s: the guard's protection did not ride in its "
+                     "Binding; the extender's log:\n%s" % (n, logtext[-3000:]))
         log("bind: %d pods bound with grants, per GPU within capacity" % len(ps))
 
         # Cannot fit anywhere: the largest GPU has 80Gi.

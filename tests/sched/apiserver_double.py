@@ -102,7 +102,8 @@ class State:
         self.errors = []
         self.conflicts = 0  # 409s returned on (guard) PATCHes
         self.guard_patches = 0  # the disruption guard's PATCHes applied
-        self.guard_protects = {}  # pod key -> PATCHes that set guard-since
+        self.guard_protects = {}  # pod key -> writes (PATCH or Binding) that set guard-since
+        self.protect_patches = 0  # of those, PATCHes (the rest rode in Bindings)
         self.binds = 0
         self.node_patches = 0  # inventory PATCHes (the node agent)
         self.requests = 0
@@ -304,6 +305,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 st.guard_patches += 1
                 if "gpufrac.io/guard-since" in md["annotations"]:
                     st.guard_protects[key] = st.guard_protects.get(key, 0) + 1
+                    st.protect_patches += 1
             st._bump(new)
             st.objs["pods"][key] = new
             st._emit("pods", "MODIFIED", new, cur)
@@ -513,6 +515,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     not all(isinstance(v, str) for v in anns.values()):
                 return self._strict(400, "Binding annotations are not "
                                     "strings: %r" % (anns,))
+            held = cur["metadata"].get("annotations") or {}
+            for k in (DND, STE):
+                if k in anns and k in held:
+                    st.errors.append("Binding of %s overwrote the pod's own "
+                                     "%s: %r" % (key, k, held[k]))
+            if "gpufrac.io/guard-since" in anns:
+                st.guard_protects[key] = st.guard_protects.get(key, 0) + 1
             prev, cur = cur, copy.deepcopy(cur)
             cur["spec"]["nodeName"] = node
             cur["metadata"].setdefault("annotations", {}).update(anns)
@@ -578,7 +587,8 @@ class Double:
         return self.state.delete("nodes", name)
 
     def add_pod(self, ns, name, gpu=1, mem=None, compute=None, cpu="1",
-                memory="1Gi", node=None, grant=None, ready=None):
+                memory="1Gi", node=None, grant=None, ready=None,
+                annotations=None):
         res = {"cpu": cpu, "memory": memory}
         if gpu:
             res["gpufrac.io/gpu"] = str(gpu)
@@ -589,7 +599,7 @@ class Double:
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": ns,
                             "uid": "uid-%s-%s" % (ns, name),
-                            "annotations": {}},
+                            "annotations": dict(annotations or {})},
                "spec": {"schedulerName": "default-scheduler",
                         "containers": [{"name": "main", "image": "x",
                                         "resources": {"requests": res,

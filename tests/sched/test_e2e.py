@@ -266,7 +266,12 @@ def main():
     for step in range(160):
         name = "p-%03d" % created
         created += 1
-        d.add_pod(NS, name, **shape(rng))
+        # every tenth pod's user wants it evictable: the guard must keep
+        # the user's value (and take only safe-to-evict)
+        user = {ad.DND: "false"} if created % 10 == 1 else None
+        if user:
+            USER_DND.add(name)
+        d.add_pod(NS, name, annotations=user, **shape(rng))
         queue.append(name)
         for q in list(queue):
             if ks.schedule(q, touch=rng.random() < 0.15):
@@ -350,8 +355,14 @@ def main():
 
 def guarded(p):
     a = p["metadata"].get("annotations", {})
+    if p["metadata"]["name"] in USER_DND:  # the user's "false" stays
+        return a.get(ad.DND) == "false" and a.get(ad.STE) == "false" and \
+            a.get("gpufrac.io/guard-owns") == "safe-to-evict"
     return a.get(ad.DND) == "true" and a.get(ad.STE) == "false" and \
         a.get("gpufrac.io/guard-owns") == "do-not-disrupt,safe-to-evict"
+
+
+USER_DND = set()  # pods created with the user's do-not-disrupt "false"
 
 
 def check_guard(d):
@@ -389,6 +400,14 @@ def check_guard(d):
     if twice:
         fail("pods protected more than once (across the restart): %r" %
              twice[:5])
+    # the protection rides in the Binding that binds the pod: no second
+    # write per pod (a PATCH costs the API server as much as the bind)
+    if d.state.protect_patches:
+        fail("%d of %d protections were PATCHes after the bind, not part "
+             "of the Binding" % (d.state.protect_patches,
+                                 len(d.state.guard_protects)))
+    if not [p for p in bound if p["metadata"]["name"] in USER_DND]:
+        fail("no pod with the user's own do-not-disrupt was bound")
 
 
 def _quiet_bind(ext, name, pod):

@@ -359,19 +359,106 @@ static void test_slim(void **st) {
 }
 
 /* A pod that is not the guard's (no grant, none of its annotations) is
- * cached as slim as before: no Ready condition, no extra annotations. */
+ * cached as slim as before: no Ready condition, no extra annotations.  A
+ * pod without a grant that carries a user's do-not-disrupt keeps that one
+ * (its Binding must not overwrite it), still without the condition. */
 static void test_slim_others(void **st) {
   (void)st;
-  json_t *full = pod("5", "node-a", 1, "Running",
-                     "\"karpenter.sh/do-not-disrupt\":\"true\"");
+  json_t *full = pod("5", "node-a", 1, "Running", "\"team\":\"ml\"");
   json_t *slim = gf_sched_pod_slim(full);
   assert_int_equal(gf__guard_slim(slim, full), 0);
   assert_null(json_object_get(json_object_get(slim, "status"), "conditions"));
   assert_null(json_object_get(
       json_object_get(json_object_get(slim, "metadata"), "annotations"),
-      "karpenter.sh/do-not-disrupt"));
+      "team"));
   json_decref(slim);
   json_decref(full);
+  full =
+      pod("5", NULL, 0, "Pending", "\"karpenter.sh/do-not-disrupt\":\"false\"");
+  slim = gf_sched_pod_slim(full);
+  assert_int_equal(gf__guard_slim(slim, full), 0);
+  assert_null(json_object_get(json_object_get(slim, "status"), "conditions"));
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(json_object_get(slim, "metadata"), "annotations"),
+          "karpenter.sh/do-not-disrupt")),
+      "false");
+  json_decref(slim);
+  json_decref(full);
+}
+
+/* What rides in the Binding (gf__guard_bind_annotations): exactly the first
+ * PATCH the pass would make on the bound pod, the user's values left out;
+ * nothing for a pod bound already, protected already, or one that would
+ * need a removal. */
+static void test_bind_annotations(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__guard *g = guard(120000, 1800000);
+  struct {
+    const char *ann;
+    int n;
+    const char *want;
+  } c[] = {
+      {"", 4, PROTECT_BOTH(T0_TEXT)},
+      {"\"karpenter.sh/do-not-disrupt\":\"false\"", 3,
+       "{\"cluster-autoscaler.kubernetes.io/safe-to-evict\":\"false\","
+       "\"gpufrac.io/guard-owns\":\"safe-to-evict\",\"gpufrac.io/"
+       "guard-since\":\"" T0_TEXT "\"}"},
+      {"\"gpufrac.io/guard-since\":\"" T0_TEXT "\"", 0, "{}"},
+      {"\"gpufrac.io/guard-released\":\"x\"", 0, "{}"},
+      {"\"gpufrac.io/protect\":\"always\",\"gpufrac.io/guard-released\":"
+       "\"x\"",
+       0, "{}"},
+  };
+  for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+    json_t *p = pod("5", NULL, -1, "Pending", c[i].ann);
+    json_t *ann = json_object();
+    assert_int_equal(gf__guard_bind_annotations(g, p, ann), c[i].n);
+    char *t = json_dumps(ann, JSON_COMPACT | JSON_SORT_KEYS);
+    if (c[i].n == 4) { /* PROTECT_BOTH is the whole patch */
+      json_t *w = json_loads(c[i].want, 0, NULL);
+      char *wt = json_dumps(
+          json_object_get(json_object_get(w, "metadata"), "annotations"),
+          JSON_COMPACT | JSON_SORT_KEYS);
+      assert_string_equal(t, wt);
+      free(wt);
+      json_decref(w);
+    } else {
+      assert_string_equal(t, c[i].want);
+    }
+    free(t);
+    json_decref(ann);
+    json_decref(p);
+  }
+  /* bound already: not the Binding's business */
+  json_t *p = pod("5", "node-a", 0, "Running", "");
+  json_t *ann = json_object();
+  assert_int_equal(gf__guard_bind_annotations(g, p, ann), 0);
+  assert_int_equal(json_object_size(ann), 0);
+  json_decref(ann);
+  json_decref(p);
+  /* and a pod protected in its Binding needs no PATCH once seen bound */
+  p = pod("5", NULL, 0, "Pending", "");
+  ann = json_object();
+  assert_int_equal(gf__guard_bind_annotations(g, p, ann), 4);
+  json_decref(p);
+  char text[2048];
+  const char *k;
+  json_t *v;
+  size_t off = 0;
+  json_object_foreach(ann, k, v) {
+    off += (size_t)snprintf(text + off, sizeof(text) - off, "%s\"%s\":\"%s\"",
+                            off ? "," : "", k, json_string_value(v));
+  }
+  json_decref(ann);
+  char full[3072];
+  snprintf(full, sizeof(full), "%s,%s", GRANT_ONLY, text);
+  see(g, "6", "node-a", 0, "Running", full);
+  rec r = {0};
+  fake_now += SEC;
+  assert_int_equal(pass(g, &r), 0);
+  gf__guard_free(g);
 }
 
 /* Malformed pods (members of the wrong type anywhere the guard reads) are
@@ -437,6 +524,7 @@ int main(void) {
       cmocka_unit_test(test_edges),
       cmocka_unit_test(test_slim),
       cmocka_unit_test(test_slim_others),
+      cmocka_unit_test(test_bind_annotations),
       cmocka_unit_test(test_malformed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
