@@ -117,7 +117,9 @@ static struct shim {
   /* CUDA index -> accounting index and limits, set once (map_lock). */
   pthread_mutex_t map_lock;
   _Atomic int mapped;
-  int8_t acct[GF_REGION_DEVICES];
+  /* ACCT_REFUSE until the map is set (mapped), so a reader that skips
+   * the flag (cuMemGetInfo_v2's fast path) takes the slow path then. */
+  _Atomic int8_t acct[GF_REGION_DEVICES];
   uint64_t acct_limit[GF_REGION_DEVICES];
   char cuda_uuid[GF_REGION_DEVICES][GF_REGION_UUID];
   /* Primary contexts retained by this process (ctx_lock). */
@@ -205,7 +207,7 @@ NO_SANITIZE static void resolve_real_dlsym(void) {
 static void map_init(gf_region_limits *lim) {
   uint32_t nu = S.cfg.nuuid;
   for (uint32_t i = 0; i < GF_REGION_DEVICES; i++) {
-    S.acct[i] = (int8_t)i;
+    S.acct[i] = (int8_t)(nu == 0 ? (int)i : ACCT_REFUSE);
     if (i < nu) {
       S.acct_limit[i] = S.cfg.uuid_memory[i];
       memcpy(lim->uuid[i], S.cfg.uuid[i], GF_REGION_UUID);
@@ -1520,49 +1522,91 @@ static __attribute__((noinline)) void reap_maybe(void) {
     gf_region_reap(S.region);
 }
 
-/* Clamps a device's (free, total) to its limit and the container's usage;
- * a is the accounting index (acct_of). */
 /* Views made in this process: a view reads the (coarse) clock for
- * reap_maybe on the first call and then about once every 64 (relaxed
- * load and store, not an atomic add: a count lost to a race only moves
- * the check). */
+ * reap_maybe on the first call and then once every 256 (relaxed load and
+ * store, not an atomic add: a count lost to a race only moves the check;
+ * every 64th cost 2 instructions a view more, docs/benchmarks.md). */
 static _Atomic uint32_t views;
+#define GF_SHIM_VIEW_CHECK 255u
 
-static inline __attribute__((always_inline)) void
-clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
-  if (__builtin_expect(S.mode != GF_SHIM_ENFORCE || a < 0, 0)) {
-    if (S.mode == GF_SHIM_REFUSE ||
-        (S.mode == GF_SHIM_ENFORCE && a == ACCT_REFUSE))
-      *free_b = 0;
-    return;
-  }
-  uint64_t limit = S.acct_limit[a];
-  if (!limit)
-    return;
-  if (__builtin_expect(
-          atomic_load_explicit(&S.npools, memory_order_relaxed) != 0, 0))
-    pools_settle_all();
-  uint32_t v = atomic_load_explicit(&views, memory_order_relaxed);
-  atomic_store_explicit(&views, v + 1, memory_order_relaxed);
-  if (__builtin_expect((v & 63) == 0, 0))
-    reap_maybe();
-  if (limit < *total)
-    *total = limit;
-  /* The container's usage: one load per slot in use. */
+/* The container's usage on accounting index a: one load per slot in use. */
+static inline uint64_t used_acct(int a) {
   const gf_region *r = S.region;
   uint32_t hwm = atomic_load_explicit(&r->hwm, memory_order_relaxed);
   uint64_t used = 0;
   for (uint32_t i = 0; i < hwm && i < GF_REGION_SLOTS; i++)
     used += atomic_load_explicit(&r->slots[i].used[a], memory_order_relaxed);
+  return used;
+}
+
+/* (free, total) clamped to limit and the container's usage. */
+static inline void clamp_to(uint64_t limit, uint64_t used, uint64_t *free_b,
+                            uint64_t *total) {
+  if (limit < *total)
+    *total = limit;
   uint64_t room = used < *total ? *total - used : 0;
   if (room < *free_b)
     *free_b = room;
+}
+
+/* Clamps a device's (free, total) to its limit and the container's usage;
+ * a is the accounting index (acct_of).  The whole of it, slow parts
+ * included (pools settled, the every-256th-view reap check). */
+static void clamp_acct(int a, uint64_t *free_b, uint64_t *total) {
+  if (S.mode != GF_SHIM_ENFORCE || a < 0) {
+    if (S.mode == GF_SHIM_REFUSE ||
+        (S.mode == GF_SHIM_ENFORCE && a == ACCT_REFUSE))
+      *free_b = 0;
+    return;
+  }
+  uint32_t v = atomic_load_explicit(&views, memory_order_relaxed);
+  atomic_store_explicit(&views, v + 1, memory_order_relaxed);
+  uint64_t limit = S.acct_limit[a];
+  if (!limit)
+    return;
+  if (atomic_load_explicit(&S.npools, memory_order_relaxed) != 0)
+    pools_settle_all();
+  if ((v & GF_SHIM_VIEW_CHECK) == 0)
+    reap_maybe();
+  clamp_to(limit, used_acct(a), free_b, total);
 }
 
 static void clamp_view(uint32_t dev, uint64_t *free_b, uint64_t *total) {
   clamp_acct(enforcing() ? acct_of(dev) : ACCT_NONE, free_b, total);
 }
 
+/* The views' common case, which calls nothing: enforcing, no pools to
+ * settle, a mapped device, not a view due the reap check.  False when
+ * clamp_acct must answer instead (nothing changed then). */
+static inline __attribute__((always_inline)) bool
+clamp_fast(int a, uint64_t *free_b, uint64_t *total) {
+  uint32_t v = atomic_load_explicit(&views, memory_order_relaxed);
+  if (__builtin_expect(
+          S.mode != GF_SHIM_ENFORCE ||
+              atomic_load_explicit(&S.npools, memory_order_relaxed) != 0 ||
+              (v & GF_SHIM_VIEW_CHECK) == 0 || a < 0,
+          0))
+    return false;
+  atomic_store_explicit(&views, v + 1, memory_order_relaxed);
+  uint64_t limit = S.acct_limit[a];
+  if (limit)
+    clamp_to(limit, used_acct(a), free_b, total);
+  return true;
+}
+
+/* cuMemGetInfo_v2's view when clamp_fast cannot answer. */
+static __attribute__((noinline)) gf_cu_result
+info_slow(uint32_t dev, size_t *free_b, size_t *total) {
+  uint64_t f = *free_b, t = *total;
+  clamp_view(dev, &f, &t);
+  *free_b = (size_t)f;
+  *total = (size_t)t;
+  return CUDA_SUCCESS;
+}
+
+/* Frameworks call this in loops.  Its common case, after the two driver
+ * calls, calls nothing (the rest is info_slow's), so few values stay live
+ * across calls (docs/benchmarks.md). */
 EXPORT gf_cu_result cuMemGetInfo_v2(size_t *free_b, size_t *total) {
   init();
   if (!S.real.cuMemGetInfo_v2)
@@ -1570,8 +1614,13 @@ EXPORT gf_cu_result cuMemGetInfo_v2(size_t *free_b, size_t *total) {
   gf_cu_result rc = S.real.cuMemGetInfo_v2(free_b, total);
   if (rc != CUDA_SUCCESS || !free_b || !total)
     return rc;
+  uint32_t dev = current_device();
   uint64_t f = *free_b, t = *total;
-  clamp_view(current_device(), &f, &t);
+  if (__builtin_expect(
+          !clamp_fast(atomic_load_explicit(&S.acct[dev], memory_order_relaxed),
+                      &f, &t),
+          0))
+    return info_slow(dev, free_b, total);
   *free_b = (size_t)f;
   *total = (size_t)t;
   return rc;
@@ -1634,7 +1683,11 @@ static struct {
   _Atomic int acct;
 } nvml_seen[GF_REGION_DEVICES];
 
-static int nvml_acct(nvmlDevice_t dev) {
+static int nvml_acct_miss(nvmlDevice_t dev);
+
+/* Its common case is a few loads (a handle already seen); the lookup and
+ * the table's fill are out of line. */
+static inline int nvml_acct(nvmlDevice_t dev) {
   for (int i = 0; i < GF_REGION_DEVICES; i++) {
     nvmlDevice_t d =
         atomic_load_explicit(&nvml_seen[i].dev, memory_order_acquire);
@@ -1643,6 +1696,10 @@ static int nvml_acct(nvmlDevice_t dev) {
     if (d == dev)
       return atomic_load_explicit(&nvml_seen[i].acct, memory_order_relaxed);
   }
+  return nvml_acct_miss(dev);
+}
+
+static __attribute__((noinline)) int nvml_acct_miss(nvmlDevice_t dev) {
   int a = nvml_acct_lookup(dev);
   if (a == ACCT_REFUSE ||
       (S.cfg.nuuid && !atomic_load_explicit(&S.mapped, memory_order_acquire)))
@@ -1686,7 +1743,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev,
   if (rc != 0 || !mem || (!enforcing() && S.mode != GF_SHIM_REFUSE))
     return rc;
   uint64_t f = mem->free, t = mem->total;
-  clamp_acct(nvml_acct(dev), &f, &t);
+  int a = nvml_acct(dev);
+  if (__builtin_expect(!clamp_fast(a, &f, &t), 0))
+    clamp_acct(a, &f, &t);
   mem->total = t;
   mem->free = f;
   mem->used = t - f;
