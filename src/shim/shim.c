@@ -2017,22 +2017,29 @@ static void *wrapper_by_name(const char *name) {
   return NULL;
 }
 
-/* Whether handle is a CUDA driver library, by its file name: for a lookup
- * made while another thread is loading (S.cuda is not known yet, and this
- * thread must not wait, see load()). */
-static bool names_driver(void *handle) {
+/* Whether handle's file name starts with prefix (libcuda.so,
+ * libnvidia-ml.so): how a lookup made before setup recognises the
+ * driver's handles without setting up (a lookup on any other handle must
+ * not load the driver), and how one made while another thread is loading
+ * decides (S.cuda is not known yet, and this thread must not wait, see
+ * load()). */
+static bool names_lib(void *handle, const char *prefix) {
   struct link_map *lm = NULL;
   if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_name)
     return false;
   const char *base = strrchr(lm->l_name, '/');
   base = base ? base + 1 : lm->l_name;
-  return strncmp(base, "libcuda.so", 10) == 0;
+  return strncmp(base, prefix, strlen(prefix)) == 0;
 }
 
-/* dlsym on the driver's handle, for a function we hook. */
+/* dlsym on the driver's handle, for a function we hook.  Before loading,
+ * only a handle named like the driver is worth loading for. */
 static void *dlsym_cuda(void *handle, void *p, void *w) {
+  if (!atomic_load_explicit(&S.loaded, memory_order_acquire) &&
+      !names_lib(handle, "libcuda.so"))
+    return p;
   if (!load(false))
-    return names_driver(handle) ? w : p;
+    return names_lib(handle, "libcuda.so") ? w : p;
   if (S.mode == GF_SHIM_OFF || handle != S.cuda)
     return p;
   void *v = wrapper_for_real(p);
@@ -2040,6 +2047,9 @@ static void *dlsym_cuda(void *handle, void *p, void *w) {
 }
 
 static void *dlsym_nvml(void *handle, const char *name, void *p) {
+  /* Our handle on NVML, once open, tells; before, its file name does. */
+  if (!S.nvml && !names_lib(handle, "libnvidia-ml.so"))
+    return p;
   if (!load(false) || S.mode == GF_SHIM_OFF)
     return p;
   if (!S.nvml)

@@ -8,6 +8,7 @@
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
  *   probe_dl threads THREADS SECONDS    probe_dl lookups REGION
+ *   probe_dl foreign LIB REGION
  *   probe_dl reenter    probe_dl views N    probe_dl shrink REGION
  *   probe_dl work SECONDS GRID SPIN_US  (fake or real GPU)
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
@@ -648,6 +649,32 @@ static void lookups(const char *path) {
   F.free_(p);
 }
 
+/* A library that is not the driver but defines cuMemAlloc_v2 and
+ * nvmlDeviceGetMemoryInfo: lookups on its handle get its own functions
+ * and set nothing up (the real driver and NVML stay unloaded, no region
+ * file, no slot). */
+static void foreign(const char *lib, const char *path) {
+  void *h = dlopen(lib, RTLD_NOW);
+  CHECK(h != NULL, "dlopen %s", lib);
+  if (!h)
+    return;
+  gf_cu_result (*alloc)(CUdeviceptr *, size_t) = NULL;
+  nvmlReturn_t (*info)(nvmlDevice_t, nvmlMemory_t *) = NULL;
+  *(void **)&alloc = dlsym(h, "cuMemAlloc_v2");
+  *(void **)&info = dlsym(h, "nvmlDeviceGetMemoryInfo");
+  CUdeviceptr p = 0;
+  CHECK(alloc && alloc(&p, MIB) == 77 && p == 0xF0F0,
+        "dlsym(foreign, cuMemAlloc_v2) is the library's own");
+  CHECK(info && info(NULL, NULL) == 78,
+        "dlsym(foreign, nvmlDeviceGetMemoryInfo) is the library's own");
+  void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(!cuda, "the real driver is not loaded");
+  void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(!nvml, "NVML is not loaded");
+  CHECK(access(path, F_OK) != 0 && my_slot(path) < 0,
+        "no region file, no slot");
+}
+
 /* The first call reaches the interposer through its own export, before
  * anything loaded the driver; with FAKE_CUDA_CTOR_DLSYM the driver's
  * constructor calls dlsym and cuInit from inside the interposer's setup.
@@ -1257,6 +1284,8 @@ int main(int argc, char **argv) {
     shrink(argv[2]);
   } else if (strcmp(argv[1], "lookups") == 0 && argc == 3) {
     lookups(argv[2]);
+  } else if (strcmp(argv[1], "foreign") == 0 && argc == 4) {
+    foreign(argv[2], argv[3]);
   } else if (strcmp(argv[1], "reenter") == 0) {
     reenter();
   } else if (strcmp(argv[1], "kill") == 0 && argc == 4) {

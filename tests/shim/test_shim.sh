@@ -2,7 +2,7 @@
 # Interposer scenarios against the fake driver, under LD_PRELOAD.
 # Prints one line per scenario and 'N passed, N failed'.
 set -u
-: "${NEXT_WRAP:?}" "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}" "${GPUFRAC:?}" "${SHIM_LOCKED:?}" "${SYSTEM_CONF:?}"
+: "${NEXT_WRAP:?}" "${FOREIGN_LIB:?}" "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}" "${GPUFRAC:?}" "${SHIM_LOCKED:?}" "${SYSTEM_CONF:?}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -178,6 +178,9 @@ run rtld-next       0 -- LD_PRELOAD="$SHIM $NEXT_WRAP" /bin/true
 # region slot, the first allocation does.  A driver whose constructor calls
 # dlsym and cuInit from inside the interposer's setup does not hang it.
 run lookups-no-slot 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_REGION="$tmp/lk" "$PROBE_DL" lookups "$tmp/lk"
+# ... nor is a lookup of a hooked name on another library's handle: it
+# gets that library's own function and loads neither the driver nor NVML.
+run lookups-foreign 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_REGION="$tmp/lf" "$PROBE_DL" foreign "$FOREIGN_LIB" "$tmp/lf"
 run setup-reentered 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi FAKE_CUDA_CTOR_DLSYM=1 timeout 20 "$PROBE_DL" reenter
 
 # Many processes x threads on one region; SIGKILLs at random points.
