@@ -168,9 +168,12 @@ static void detach(void) {
  * charge, and the parent's allocations are not its to free.  In every mode
  * once the region is mapped: a parent that turned to refusing (its region
  * lost) may still have had a lock held by another thread at the fork. */
+static void queued_reset(void);
+
 static void after_fork_child(void) {
   if (!S.region)
     return;
+  queued_reset(); /* the parent's host functions never run here */
   pthread_mutex_init(&S.lock, NULL);
   atomic_store(&S.tlock, 0);
   pthread_mutex_init(&S.map_lock, NULL);
@@ -870,16 +873,117 @@ static void pool_maybe_drop(pool_acct *p) {
   memset(p, 0, sizeof(*p));
 }
 
-/* An allocation from a pool is forgotten (its memory stays in the pool). */
-static __attribute__((noinline)) void pool_unlive(uint32_t i) {
+/* An allocation from a pool is forgotten (its memory stays in the pool).
+ * When that was a destroyed pool's last, the pool's entry goes and its
+ * charge is returned (bytes, on *dev), not given back: the caller does,
+ * at once or when its stream passes the free. */
+static uint64_t pool_unlive_take(uint32_t i, uint32_t *dev) {
   if (i >= GF_SHIM_POOLS)
-    return;
+    return 0;
+  uint64_t drop = 0;
   pthread_mutex_lock(&S.lock);
   pool_acct *p = &S.pools[i];
   if (p->live)
     p->live--;
-  pool_maybe_drop(p);
+  if (p->destroyed && !p->live && !p->inflight) {
+    drop = p->seen + p->held;
+    *dev = p->dev;
+    memset(p, 0, sizeof(*p));
+  }
   pthread_mutex_unlock(&S.lock);
+  return drop;
+}
+
+static __attribute__((noinline)) void pool_unlive(uint32_t i) {
+  uint32_t dev = 0;
+  uint64_t drop = pool_unlive_take(i, &dev);
+  if (drop)
+    unreserve(dev, drop);
+}
+
+/* ---- frees queued on a stream ---------------------------------------------
+ * cuMemFreeAsync returns before the free is done: the memory stays the
+ * driver's until the stream reaches the free, so a charge given back at
+ * the call would let the container pass its limit by whatever frees are
+ * still queued.  A queued free's charge (an allocation charged by its
+ * size, or a destroyed pool's last allocation) is given back by a host
+ * function queued on the same stream right after the free: the driver
+ * runs it once the stream has passed the free.  It does atomics only (no
+ * lock, no driver call, as the driver requires of host functions).  Its
+ * record comes from a fixed table; when that is full, or the driver cannot
+ * queue a host function, the free waits for its stream
+ * (cuStreamSynchronize) and gives back then.  A free captured into a
+ * graph gives back at once: the allocations of a capture are charged when
+ * captured, and graph memory is not accounted (docs/shim.md).  Pool
+ * allocations' frees give nothing back (the pool keeps the memory, and is
+ * charged what it reserves), so none of this runs on their path. */
+#define GF_SHIM_QUEUED 1024
+static struct queued {
+  _Atomic int busy;
+  int slot, acct;
+  uint64_t bytes;
+} queued[GF_SHIM_QUEUED];
+static _Atomic uint32_t queued_hint;
+
+static void queued_reset(void) {
+  for (int i = 0; i < GF_SHIM_QUEUED; i++)
+    atomic_store(&queued[i].busy, 0);
+}
+
+static void queued_run(void *arg) {
+  struct queued *q = arg;
+  gf_region_unreserve(S.region, q->slot, (uint32_t)q->acct, q->bytes);
+  atomic_store_explicit(&q->busy, 0, memory_order_release);
+}
+
+static struct queued *queued_take(void) {
+  uint32_t h = atomic_fetch_add_explicit(&queued_hint, 1, memory_order_relaxed);
+  for (uint32_t k = 0; k < GF_SHIM_QUEUED; k++) {
+    struct queued *q = &queued[(h + k) % GF_SHIM_QUEUED];
+    int zero = 0;
+    if (!atomic_load_explicit(&q->busy, memory_order_relaxed) &&
+        atomic_compare_exchange_strong(&q->busy, &zero, 1))
+      return q;
+  }
+  return NULL;
+}
+
+/* Gives bytes on CUDA device dev back when stream s passes this point. */
+static void unreserve_queued(CUstream s, uint32_t dev, uint64_t bytes) {
+  int a = acct_of(dev);
+  int slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
+  if (!bytes || a < 0 || slot < 0)
+    return; /* nothing was charged */
+  CUstreamCaptureStatus cap = 0;
+  if (S.real.cuStreamIsCapturing &&
+      S.real.cuStreamIsCapturing(s, &cap) == CUDA_SUCCESS && cap != 0) {
+    gf_region_unreserve(S.region, slot, (uint32_t)a, bytes);
+    return;
+  }
+  struct queued *q = S.real.cuLaunchHostFunc ? queued_take() : NULL;
+  if (q) {
+    q->slot = slot;
+    q->acct = a;
+    q->bytes = bytes;
+    if (S.real.cuLaunchHostFunc(s, queued_run, q) == CUDA_SUCCESS)
+      return;
+    atomic_store_explicit(&q->busy, 0, memory_order_release);
+  }
+  if (S.real.cuStreamSynchronize)
+    S.real.cuStreamSynchronize(s);
+  gf_region_unreserve(S.region, slot, (uint32_t)a, bytes);
+}
+
+/* What an entry holds, given back when stream s passes its free. */
+static void entry_release_queued(const entry *e, CUstream s) {
+  if (e->bytes)
+    unreserve_queued(s, e->dev, e->bytes);
+  if (e->pool) {
+    uint32_t dev = 0;
+    uint64_t drop = pool_unlive_take(e->pool - 1, &dev);
+    if (drop)
+      unreserve_queued(s, dev, drop);
+  }
 }
 
 /* Frees go in two steps around the driver call: forget_begin takes the
@@ -1002,7 +1106,7 @@ static gf_cu_result alloc_pooled(async_fn fa, pool_fn fp, free_async_fn ff,
      * this address, and none of ours outlives the free. */
     logf_(GF_SHIM_LOG_INFO, "pool grew past the limit; allocation undone");
     if ((ff ? ff(e.key, s) : CUDA_ERROR_NOT_INITIALIZED) == CUDA_SUCCESS)
-      entry_release(&e);
+      entry_release_queued(&e, s);
     else
       track_entry(&S.ptrs, e); /* still held: still charged */
     *dptr = 0;
@@ -1129,20 +1233,35 @@ EXPORT gf_cu_result cuMemFree_v2(CUdeviceptr dptr) {
   return forget_end(&f, S.real.cuMemFree_v2(dptr));
 }
 
+/* A stream-ordered free: the record leaves the table before the driver
+ * call (as forget_begin), its charge when the stream passes the free. */
+static gf_cu_result free_async(free_async_fn ff, CUdeviceptr dptr, CUstream s) {
+  forget f = forget_begin(&S.ptrs, dptr);
+  gf_cu_result rc = ff(dptr, s);
+  if (!f.had)
+    return rc;
+  if (rc == CUDA_SUCCESS)
+    entry_release_queued(&f.e, s);
+  else
+    track_entry(f.t, f.e);
+  return rc;
+}
+
 EXPORT gf_cu_result cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
   init();
   if (!S.real.cuMemFreeAsync)
     return CUDA_ERROR_NOT_INITIALIZED;
-  forget f = forget_begin(&S.ptrs, dptr);
-  return forget_end(&f, S.real.cuMemFreeAsync(dptr, s));
+  return free_async(S.real.cuMemFreeAsync, dptr, s);
 }
 
+/* The NULL stream of a _ptsz call is the thread's own stream: named so for
+ * the host function, queued through the legacy-stream entry point. */
 EXPORT gf_cu_result cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
   init();
   if (!S.real.cuMemFreeAsync_ptsz)
     return CUDA_ERROR_NOT_INITIALIZED;
-  forget f = forget_begin(&S.ptrs, dptr);
-  return forget_end(&f, S.real.cuMemFreeAsync_ptsz(dptr, s));
+  return free_async(S.real.cuMemFreeAsync_ptsz, dptr,
+                    s ? s : CU_STREAM_PER_THREAD);
 }
 
 EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,

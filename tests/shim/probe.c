@@ -8,7 +8,7 @@
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
  *   probe_dl threads THREADS SECONDS    probe_dl lookups REGION
- *   probe_dl foreign LIB REGION
+ *   probe_dl foreign LIB REGION    probe_dl freeasync
  *   probe_dl reenter    probe_dl views N    probe_dl shrink REGION
  *   probe_dl work SECONDS GRID SPIN_US  (fake or real GPU)
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
@@ -649,6 +649,75 @@ static void lookups(const char *path) {
   F.free_(p);
 }
 
+/* The fake device's own peak usage (FAKE_CUDA_SHARED), 0 if unknown. */
+static uint64_t device_peak(void) {
+  uint64_t words[2] = {0, 0};
+  const char *shared = getenv("FAKE_CUDA_SHARED");
+  FILE *fp = shared ? fopen(shared, "r") : NULL;
+  if (fp && fread(words, sizeof(words), 1, fp) != 1)
+    words[1] = 0;
+  if (fp)
+    fclose(fp);
+  return words[1];
+}
+
+/* A stream-ordered free gives its charge back when the stream reaches
+ * it, not when it is queued (FAKE_CUDA_STREAMS=1: the fake driver does
+ * queued frees at a synchronisation; fake_cuda_queued counts what waits).
+ * While a free waits its memory stays charged, so the device's true usage
+ * never passes the limit.  Limit 1 GiB, no context charge. */
+static void freeasync(void) {
+  const size_t L = 1024 * MIB;
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  gf_cu_result (*sync)(CUstream) = NULL;
+  int (*waiting)(void) = NULL;
+  if (h) {
+    *(void **)&sync = dlsym(h, "cuStreamSynchronize");
+    *(void **)&waiting = dlsym(h, "fake_cuda_queued");
+  }
+  CHECK(sync && waiting && F.init(0) == CUDA_SUCCESS,
+        "cuInit, cuStreamSynchronize");
+  if (!sync || !waiting)
+    return;
+  CUstream s = (CUstream)(uintptr_t)0x77;
+  CUdeviceptr p, q;
+  CHECK(F.alloc(&p, 768 * MIB) == CUDA_SUCCESS, "cuMemAlloc_v2 768Mi");
+  CHECK(F.free_async(p, s) == CUDA_SUCCESS, "cuMemFreeAsync");
+  CHECK(waiting() == 0 || used_now(L) == 768 * MIB,
+        "charged while the free waits (%d waiting, %zu MiB charged)", waiting(),
+        (size_t)(used_now(L) / MIB));
+  if (F.alloc(&q, 768 * MIB) == CUDA_SUCCESS)
+    F.free_(q);
+  CHECK(device_peak() <= L,
+        "another 768Mi: the device's true usage stays within the limit "
+        "(peak %zu MiB)",
+        (size_t)(device_peak() / MIB));
+  sync(s);
+  CHECK(waiting() == 0 && used_now(L) == 0,
+        "given back once the stream passed the free (%zu MiB)",
+        (size_t)(used_now(L) / MIB));
+  CHECK(F.alloc(&q, 768 * MIB) == CUDA_SUCCESS && F.free_(q) == CUDA_SUCCESS,
+        "768Mi fits then");
+  /* A destroyed pool's charge goes with the stream-ordered free of its
+   * last allocation, when the stream reaches it. */
+  CUmemoryPool pl = NULL;
+  CHECK(F.pool_create(&pl, NULL) == CUDA_SUCCESS &&
+            F.pool(&p, 64 * MIB, pl, s) == CUDA_SUCCESS,
+        "64Mi from a created pool");
+  size_t held = used_now(L);
+  CHECK(held >= 64 * MIB && F.pool_destroy(pl) == CUDA_SUCCESS &&
+            used_now(L) == held,
+        "destroyed with an allocation live: still charged (%zu MiB)",
+        (size_t)(held / MIB));
+  CHECK(F.free_async(p, s) == CUDA_SUCCESS &&
+            (waiting() == 0 || used_now(L) == held),
+        "its last free: charged while it waits (%d waiting, %zu MiB)",
+        waiting(), (size_t)(used_now(L) / MIB));
+  sync(s);
+  CHECK(used_now(L) == 0, "given back once the stream passed it (%zu MiB)",
+        (size_t)(used_now(L) / MIB));
+}
+
 /* A library that is not the driver but defines cuMemAlloc_v2 and
  * nvmlDeviceGetMemoryInfo: lookups on its handle get its own functions
  * and set nothing up (the real driver and NVML stay unloaded, no region
@@ -1284,6 +1353,9 @@ int main(int argc, char **argv) {
     shrink(argv[2]);
   } else if (strcmp(argv[1], "lookups") == 0 && argc == 3) {
     lookups(argv[2]);
+  } else if (strcmp(argv[1], "freeasync") == 0) {
+    load("dlopen");
+    freeasync();
   } else if (strcmp(argv[1], "foreign") == 0 && argc == 4) {
     foreign(argv[2], argv[3]);
   } else if (strcmp(argv[1], "reenter") == 0) {

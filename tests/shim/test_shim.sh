@@ -142,6 +142,15 @@ run no-driver       1 -- LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA=/nonexistent/li
 # refusal while live is far under the limit.
 run thread-churn    0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=2Gi GPUFRAC_CONTEXT_OVERHEAD=0 "$PROBE_DL" threads 8 3
 
+# A stream-ordered free keeps its charge until the stream reaches it (the
+# fake queues frees until a synchronisation).
+run free-async-stream 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 FAKE_CUDA_STREAMS=1 \
+    FAKE_POOL_GRAN=33554432 FAKE_CUDA_SHARED="$tmp/fa1" "$PROBE_DL" freeasync
+# ... also when the driver cannot queue a host function (it waits for the
+# stream instead).
+run free-async-no-hostfn 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 FAKE_CUDA_STREAMS=1 \
+    FAKE_CUDA_NO_HOSTFN=1 FAKE_POOL_GRAN=33554432 FAKE_CUDA_SHARED="$tmp/fa2" "$PROBE_DL" freeasync
+
 # Memory views in a loop do not run the reaper per call.
 run views-no-reap 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 "$PROBE_DL" views 100000
 
