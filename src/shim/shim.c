@@ -118,8 +118,10 @@ static struct shim {
   pthread_mutex_t map_lock;
   _Atomic int mapped;
   /* ACCT_REFUSE until the map is set (mapped), so a reader that skips
-   * the flag (cuMemGetInfo_v2's fast path) takes the slow path then. */
-  _Atomic int8_t acct[GF_REGION_DEVICES];
+   * the flag (cuMemGetInfo_v2's fast path, a relaxed __atomic load; the
+   * map's writes are relaxed __atomic stores) takes the slow path then.
+   * Not _Atomic: that cost the allocation path 4 instructions. */
+  int8_t acct[GF_REGION_DEVICES];
   uint64_t acct_limit[GF_REGION_DEVICES];
   char cuda_uuid[GF_REGION_DEVICES][GF_REGION_UUID];
   /* Primary contexts retained by this process (ctx_lock). */
@@ -268,7 +270,7 @@ static bool map_resolve(void) {
       k = (int)nu + i;
     else
       k = S.cfg.memory[i] ? ACCT_REFUSE : ACCT_NONE;
-    S.acct[i] = (int8_t)k;
+    __atomic_store_n(&S.acct[i], (int8_t)k, __ATOMIC_RELAXED);
   }
   for (uint32_t j = 0; j < nu; j++)
     if (!named[j])
@@ -643,7 +645,8 @@ static inline bool reserve(uint32_t dev, uint64_t bytes) {
   return reserve_retry(dev, bytes);
 }
 
-static void unreserve(uint32_t dev, uint64_t bytes) {
+static inline __attribute__((always_inline)) void unreserve(uint32_t dev,
+                                                            uint64_t bytes) {
   int a = acct_of(dev);
   if (a >= 0)
     gf_region_unreserve(S.region,
@@ -726,6 +729,19 @@ static inline bool guarding(void) {
   return enforcing() || S.mode == GF_SHIM_REFUSE;
 }
 
+/* The end of every allocation that reserved bytes on dev before its driver
+ * call returned rc: a failure gives the reservation back, a success records
+ * key (the new pointer, handle or context; read by the caller only on
+ * success) in table t with that charge, which its free gives back. */
+static inline gf_cu_result alloc_done(gf_cu_result rc, table *t, uint64_t key,
+                                      uint32_t dev, uint64_t bytes) {
+  if (rc != CUDA_SUCCESS)
+    unreserve(dev, bytes);
+  else
+    track(t, key, bytes, dev);
+  return rc;
+}
+
 /* ---- memory ------------------------------------------------------------ */
 
 EXPORT gf_cu_result cuInit(unsigned int flags) {
@@ -747,20 +763,14 @@ EXPORT gf_cu_result cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
   init();
   if (!S.real.cuMemAlloc_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (!dptr)
-    return S.real.cuMemAlloc_v2(dptr, bytes);
-  if (!guarding())
+  if (!dptr || !guarding())
     return S.real.cuMemAlloc_v2(dptr, bytes);
   uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuMemAlloc_v2(dptr, bytes);
-  if (rc != CUDA_SUCCESS) {
-    unreserve(dev, bytes);
-    return rc;
-  }
-  track(&S.ptrs, (uint64_t)*dptr, bytes, dev);
-  return rc;
+  return alloc_done(rc, &S.ptrs, rc == CUDA_SUCCESS ? (uint64_t)*dptr : 0, dev,
+                    bytes);
 }
 
 EXPORT gf_cu_result cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes,
@@ -768,20 +778,14 @@ EXPORT gf_cu_result cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes,
   init();
   if (!S.real.cuMemAllocManaged)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (!dptr)
-    return S.real.cuMemAllocManaged(dptr, bytes, flags);
-  if (!guarding())
+  if (!dptr || !guarding())
     return S.real.cuMemAllocManaged(dptr, bytes, flags);
   uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuMemAllocManaged(dptr, bytes, flags);
-  if (rc != CUDA_SUCCESS) {
-    unreserve(dev, bytes);
-    return rc;
-  }
-  track(&S.ptrs, (uint64_t)*dptr, bytes, dev);
-  return rc;
+  return alloc_done(rc, &S.ptrs, rc == CUDA_SUCCESS ? (uint64_t)*dptr : 0, dev,
+                    bytes);
 }
 
 /* ---- stream-ordered pools ------------------------------------------------ */
@@ -1028,12 +1032,8 @@ static gf_cu_result alloc_plain(async_fn fa, pool_fn fp, uint32_t dev,
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = call_alloc(fa, fp, dptr, bytes, pool, s);
-  if (rc != CUDA_SUCCESS) {
-    unreserve(dev, bytes);
-    return rc;
-  }
-  track(&S.ptrs, (uint64_t)*dptr, bytes, dev);
-  return rc;
+  return alloc_done(rc, &S.ptrs, rc == CUDA_SUCCESS ? (uint64_t)*dptr : 0, dev,
+                    bytes);
 }
 
 /* cuMemAllocAsync (fa; the device's current pool) and
@@ -1270,9 +1270,7 @@ EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
   init();
   if (!S.real.cuMemCreate)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (!h || !prop)
-    return S.real.cuMemCreate(h, size, prop, flags);
-  if (!guarding())
+  if (!h || !prop || !guarding())
     return S.real.cuMemCreate(h, size, prop, flags);
   uint32_t dev = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
                          prop->location.id >= 0 &&
@@ -1282,12 +1280,8 @@ EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
   if (!reserve(dev, size))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuMemCreate(h, size, prop, flags);
-  if (rc != CUDA_SUCCESS) {
-    unreserve(dev, size);
-    return rc;
-  }
-  track(&S.handles, (uint64_t)*h, size, dev);
-  return rc;
+  return alloc_done(rc, &S.handles, rc == CUDA_SUCCESS ? (uint64_t)*h : 0, dev,
+                    size);
 }
 
 EXPORT gf_cu_result cuMemRelease(CUmemGenericAllocationHandle h) {
@@ -1310,22 +1304,17 @@ EXPORT gf_cu_result cuArrayCreate_v2(CUarray *a,
   init();
   if (!S.real.cuArrayCreate_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (!a || !desc)
+  if (!a || !desc || !guarding())
     return S.real.cuArrayCreate_v2(a, desc);
   uint64_t bytes = array_bytes(desc->Width, desc->Height, 1, (int)desc->Format,
                                desc->NumChannels);
-  if (!guarding())
-    return S.real.cuArrayCreate_v2(a, desc);
   uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuArrayCreate_v2(a, desc);
-  if (rc != CUDA_SUCCESS) {
-    unreserve(dev, bytes);
-    return rc;
-  }
-  track(&S.handles, (uint64_t)(uintptr_t)*a, bytes, dev);
-  return rc;
+  return alloc_done(rc, &S.handles,
+                    rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*a : 0, dev,
+                    bytes);
 }
 
 EXPORT gf_cu_result cuArray3DCreate_v2(CUarray *a,
@@ -1333,22 +1322,17 @@ EXPORT gf_cu_result cuArray3DCreate_v2(CUarray *a,
   init();
   if (!S.real.cuArray3DCreate_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (!a || !desc)
+  if (!a || !desc || !guarding())
     return S.real.cuArray3DCreate_v2(a, desc);
   uint64_t bytes = array_bytes(desc->Width, desc->Height, desc->Depth,
                                (int)desc->Format, desc->NumChannels);
-  if (!guarding())
-    return S.real.cuArray3DCreate_v2(a, desc);
   uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuArray3DCreate_v2(a, desc);
-  if (rc != CUDA_SUCCESS) {
-    unreserve(dev, bytes);
-    return rc;
-  }
-  track(&S.handles, (uint64_t)(uintptr_t)*a, bytes, dev);
-  return rc;
+  return alloc_done(rc, &S.handles,
+                    rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*a : 0, dev,
+                    bytes);
 }
 
 EXPORT gf_cu_result cuArrayDestroy(CUarray a) {
@@ -1380,21 +1364,16 @@ EXPORT gf_cu_result cuMipmappedArrayCreate(CUmipmappedArray *h,
   init();
   if (!S.real.cuMipmappedArrayCreate)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (!h || !desc)
+  if (!h || !desc || !guarding())
     return S.real.cuMipmappedArrayCreate(h, desc, levels);
   uint64_t bytes = mipmap_bytes(desc, levels);
-  if (!guarding())
-    return S.real.cuMipmappedArrayCreate(h, desc, levels);
   uint32_t dev = current_device();
   if (!reserve(dev, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   gf_cu_result rc = S.real.cuMipmappedArrayCreate(h, desc, levels);
-  if (rc != CUDA_SUCCESS) {
-    unreserve(dev, bytes);
-    return rc;
-  }
-  track(&S.handles, (uint64_t)(uintptr_t)*h, bytes, dev);
-  return rc;
+  return alloc_done(rc, &S.handles,
+                    rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*h : 0, dev,
+                    bytes);
 }
 
 EXPORT gf_cu_result cuMipmappedArrayDestroy(CUmipmappedArray h) {
@@ -1481,11 +1460,9 @@ static gf_cu_result ctx_created(gf_cu_result rc, const CUcontext *pctx,
                                 CUdevice dev, uint64_t charged) {
   if (!charged)
     return rc;
-  if (rc != CUDA_SUCCESS)
-    unreserve((uint32_t)dev, charged);
-  else
-    track(&S.ctxs, (uint64_t)(uintptr_t)*pctx, charged, (uint32_t)dev);
-  return rc;
+  return alloc_done(rc, &S.ctxs,
+                    rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pctx : 0,
+                    (uint32_t)dev, charged);
 }
 
 EXPORT gf_cu_result cuCtxCreate_v2(CUcontext *pctx, unsigned int flags,
@@ -1736,8 +1713,7 @@ EXPORT gf_cu_result cuMemGetInfo_v2(size_t *free_b, size_t *total) {
   uint32_t dev = current_device();
   uint64_t f = *free_b, t = *total;
   if (__builtin_expect(
-          !clamp_fast(atomic_load_explicit(&S.acct[dev], memory_order_relaxed),
-                      &f, &t),
+          !clamp_fast(__atomic_load_n(&S.acct[dev], __ATOMIC_RELAXED), &f, &t),
           0))
     return info_slow(dev, free_b, total);
   *free_b = (size_t)f;
