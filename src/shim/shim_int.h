@@ -146,6 +146,8 @@ GF__NVML_PROCS(GF__NVML_PROCS_DECL)
  * launch path 4 instructions). */
 #pragma GCC visibility push(hidden)
 
+#include "nvml_load.h"
+
 /* The one state; S in the interposer's files. */
 extern struct gf__shim gf__shim_state;
 #define S gf__shim_state

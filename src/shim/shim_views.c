@@ -146,10 +146,27 @@ EXPORT gf_cu_result cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
   return rc;
 }
 
+/* The NVML library, opened through the one loader (src/nvml) with the C
+ * library's dlsym (ours stands in front of it).  Tried again until it
+ * opens: a program may load NVML from a path of its own, after which its
+ * soname is found. */
+static gf__nvml nvml;
+static _Atomic int nvml_opened;
+static pthread_mutex_t nvml_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void *gf__shim_nvml_sym(const char *name) {
-  if (!S.nvml)
-    S.nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  return real_sym(S.nvml, name);
+  if (!atomic_load_explicit(&nvml_opened, memory_order_acquire)) {
+    pthread_mutex_lock(&nvml_lock);
+    if (!atomic_load_explicit(&nvml_opened, memory_order_relaxed) &&
+        gf__nvml_open(&nvml, NULL, gf__shim_real_dlsym, NULL) == 0) {
+      S.nvml = nvml.h;
+      atomic_store_explicit(&nvml_opened, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&nvml_lock);
+    if (!atomic_load_explicit(&nvml_opened, memory_order_acquire))
+      return NULL;
+  }
+  return gf__nvml_find(&nvml, name);
 }
 
 /* The accounting index of an NVML device.  With UUIDs in the config, by
