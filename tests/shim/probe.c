@@ -14,7 +14,7 @@
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
- *   probe_dl capacity-device REGION PCT   probe_dl ctxcost  (real GPU)
+ *   probe_dl capacity-device REGION PCT   probe_dl ctxcost [DEV]  (real GPU)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1170,7 +1170,9 @@ static void capacity_device(const char *path, unsigned pct) {
  * device memory (NVML's used before and after it is made current and
  * used), the figure `context_overhead` stands for.  Reports; checks
  * nothing but that it could be measured. */
-static void ctxcost(void) {
+/* What a primary context costs on CUDA device d (NVML's index d: run with
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID so the two agree). */
+static void ctxcost(int d) {
   void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   nvmlReturn_t (*ninit)(void);
   nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
@@ -1180,20 +1182,21 @@ static void ctxcost(void) {
   *(void **)&byidx = h ? dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
   nvmlDevice_t dev;
   nvmlMemory_t m0, m1;
-  if (!ninit || !get || !byidx || ninit() != 0 || byidx(0, &dev) != 0 ||
-      F.init(0) != CUDA_SUCCESS || get(dev, &m0) != 0) {
+  if (!ninit || !get || !byidx || ninit() != 0 ||
+      byidx((unsigned)d, &dev) != 0 || F.init(0) != CUDA_SUCCESS ||
+      get(dev, &m0) != 0) {
     CHECK(0, "NVML and the driver answer");
     return;
   }
   CUcontext c;
   CUdeviceptr p;
-  CHECK(F.retain(&c, 0) == CUDA_SUCCESS && F.set_current(c) == CUDA_SUCCESS &&
+  CHECK(F.retain(&c, d) == CUDA_SUCCESS && F.set_current(c) == CUDA_SUCCESS &&
             F.alloc(&p, 1) == CUDA_SUCCESS && F.free_(p) == CUDA_SUCCESS &&
             get(dev, &m1) == 0,
         "primary context made and used");
-  printf("context overhead: %llu MiB (NVML used %llu -> %llu bytes; "
-         "the config's default is 300 MiB)\n",
-         (m1.used - m0.used) / MIB, m0.used, m1.used);
+  printf("context overhead, device %d: %llu MiB (NVML used %llu -> %llu "
+         "bytes; the config's default is 300 MiB)\n",
+         d, (m1.used - m0.used) / MIB, m0.used, m1.used);
 }
 
 /* Utilisation feedback end to end: the test writes the region as the node
@@ -1376,9 +1379,9 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "capacity-device") == 0 && argc == 4) {
     load("dlopen");
     capacity_device(argv[2], (unsigned)atoi(argv[3]));
-  } else if (strcmp(argv[1], "ctxcost") == 0) {
+  } else if (strcmp(argv[1], "ctxcost") == 0 && argc <= 3) {
     load("dlopen");
-    ctxcost();
+    ctxcost(argc == 3 ? (int)strtol(argv[2], NULL, 10) : 0);
   } else if (strcmp(argv[1], "feedback") == 0 && argc == 3) {
     load("dlopen");
     feedback(argv[2]);
