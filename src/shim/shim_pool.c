@@ -143,6 +143,7 @@ __attribute__((noinline)) void gf__shim_pool_unlive(uint32_t i) {
 static struct queued {
   _Atomic int busy;
   int slot, acct;
+  int32_t pid; /* the slot's owner when queued */
   uint64_t bytes;
 } queued[GF_SHIM_QUEUED];
 static _Atomic uint32_t queued_hint;
@@ -152,9 +153,12 @@ void gf__shim_queued_reset(void) {
     atomic_store(&queued[i].busy, 0);
 }
 
+/* The host function.  A slot given up meanwhile (the process exiting:
+ * detach ran, and another process may own the slot now) is left alone. */
 static void queued_run(void *arg) {
   struct queued *q = arg;
-  gf_region_unreserve(S.region, q->slot, (uint32_t)q->acct, q->bytes);
+  if (atomic_load(&S.region->slots[q->slot].pid) == q->pid)
+    gf_region_unreserve(S.region, q->slot, (uint32_t)q->acct, q->bytes);
   atomic_store_explicit(&q->busy, 0, memory_order_release);
 }
 
@@ -186,6 +190,7 @@ static void unreserve_queued(CUstream s, uint32_t dev, uint64_t bytes) {
   if (q) {
     q->slot = slot;
     q->acct = a;
+    q->pid = atomic_load(&S.region->slots[slot].pid);
     q->bytes = bytes;
     if (S.real.cuLaunchHostFunc(s, queued_run, q) == CUDA_SUCCESS)
       return;
