@@ -24,6 +24,7 @@
 #include "alloc_table.h"
 #include "cuda_api.h"
 #include "gpufrac/region.h"
+#include "nvml_load.h"
 #include "shim_config.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -145,8 +146,6 @@ GF__NVML_PROCS(GF__NVML_PROCS_DECL)
  * through the GOT and PLT (the state's address held in a register cost the
  * launch path 4 instructions). */
 #pragma GCC visibility push(hidden)
-
-#include "nvml_load.h"
 
 /* The one state; S in the interposer's files. */
 extern struct gf__shim gf__shim_state;
