@@ -835,17 +835,11 @@ static void ctxtrue(void) {
   int n = 0;
   while (n < 64 && F.alloc(&p[n], 64 * MIB) == CUDA_SUCCESS)
     n++;
-  uint64_t words[2] = {0, 0};
-  const char *shared = getenv("FAKE_CUDA_SHARED");
-  FILE *fp = shared ? fopen(shared, "r") : NULL;
-  if (fp && fread(words, sizeof(words), 1, fp) != 1)
-    words[1] = 0;
-  if (fp)
-    fclose(fp);
-  CHECK(words[1] > 0 && words[1] <= L,
+  uint64_t peak = device_peak();
+  CHECK(peak > 0 && peak <= L,
         "true device usage peaked at %llu MiB of %zu (%d x 64 MiB "
         "allocated)",
-        (unsigned long long)(words[1] / MIB), (size_t)(L / MIB), n);
+        (unsigned long long)(peak / MIB), (size_t)(L / MIB), n);
   while (n > 0)
     F.free_(p[--n]);
   CUcontext c2;
