@@ -5,6 +5,8 @@
 # allocation table's resident memory after 10 M churned pairs and the
 # thread-churn test's leftover charge.  Results go in docs/benchmarks.md.
 #   BUILD=build ./bench/shim.sh            (a Release build tree)
+#   SHIM=/path/to/old/libgpufrac-cuda.so BUILD=build ./bench/shim.sh
+#                                          (an older interposer, same bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build} # the build tree to use (Release)
@@ -13,7 +15,7 @@ cmake --build "$BUILD" -j2 --target bench_shim gpufrac-cuda fake_cuda fake_nvml 
 B=$BUILD/bench/bench_shim
 [ -x "$B" ] || B=$BUILD/bench_shim
 FAKE=$BUILD/tests/shim/fakelib
-SHIM=$BUILD/src/shim/libgpufrac-cuda.so
+SHIM=${SHIM:-$PWD/$BUILD/src/shim/libgpufrac-cuda.so} # another interposer to compare
 bare=(env LD_LIBRARY_PATH=$FAKE)
 # Limits on, compute at 100% for the memory paths; a compute share with a
 # bucket that never runs dry for the launch path (the fast path).

@@ -4,7 +4,6 @@
  * development, and the table of SM counts by model (gpufrac/node.h).
  */
 #include <ctype.h>
-#include <dlfcn.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "node_int.h"
+#include "nvml_load.h"
 
 /* ---- NVML, as published in nvml.h (API version 11+) ------------------- */
 
@@ -83,15 +83,6 @@ typedef struct nvml_api {
   nvml_return (*link_pci)(nvml_device, unsigned int, nvml_pci_info *);
   nvml_return (*link_type)(nvml_device, unsigned int, int *);
 } nvml_api;
-
-/* dlsym into a typed pointer without a cast between object and function
- * pointers (which ISO C does not define). */
-static void load_sym(void *h, const char *name, void *slot, size_t size) {
-  void *p = dlsym(h, name);
-  memcpy(slot, &p, size < sizeof(p) ? size : sizeof(p));
-}
-#define LOAD(api, field, name)                                                 \
-  load_sym((api)->h, name, &(api)->field, sizeof((api)->field))
 
 static const char *nvml_err(const nvml_api *a, nvml_return r) {
   const char *s = a->error_string ? a->error_string(r) : NULL;
@@ -331,35 +322,35 @@ int gf_node_discover_nvml(const char *lib, gf_node_gpus *out, gf_diag *d) {
   const char *path = lib ? lib : "libnvidia-ml.so.1";
   nvml_api a;
   memset(&a, 0, sizeof(a));
-  a.h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!a.h) {
-    const char *why = dlerror();
-    return gf_diag_set(d, GF_ENOTFOUND, "cannot load NVML (%s): %s", path,
-                       why ? why : "unknown reason");
-  }
-  LOAD(&a, init, "nvmlInit_v2");
-  LOAD(&a, shutdown, "nvmlShutdown");
-  LOAD(&a, error_string, "nvmlErrorString");
-  LOAD(&a, count, "nvmlDeviceGetCount_v2");
-  LOAD(&a, handle, "nvmlDeviceGetHandleByIndex_v2");
-  LOAD(&a, uuid, "nvmlDeviceGetUUID");
-  LOAD(&a, name, "nvmlDeviceGetName");
-  LOAD(&a, memory, "nvmlDeviceGetMemoryInfo");
-  LOAD(&a, cc, "nvmlDeviceGetCudaComputeCapability");
-  LOAD(&a, pci, "nvmlDeviceGetPciInfo_v3");
-  LOAD(&a, minor, "nvmlDeviceGetMinorNumber");
-  LOAD(&a, mig, "nvmlDeviceGetMigMode");
-  LOAD(&a, numa, "nvmlDeviceGetNumaNodeId");
-  LOAD(&a, driver, "nvmlSystemGetDriverVersion");
-  LOAD(&a, cuda, "nvmlSystemGetCudaDriverVersion_v2");
-  LOAD(&a, mig_count, "nvmlDeviceGetMaxMigDeviceCount");
-  LOAD(&a, mig_handle, "nvmlDeviceGetMigDeviceHandleByIndex");
-  LOAD(&a, gi_id, "nvmlDeviceGetGpuInstanceId");
-  LOAD(&a, ci_id, "nvmlDeviceGetComputeInstanceId");
-  LOAD(&a, attributes, "nvmlDeviceGetAttributes_v2");
-  LOAD(&a, link_state, "nvmlDeviceGetNvLinkState");
-  LOAD(&a, link_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
-  LOAD(&a, link_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
+  /* The one NVML loader (src/nvml), shared with the interposer. */
+  gf__nvml nv;
+  const char *why = NULL;
+  if (gf__nvml_open(&nv, path, NULL, &why) != 0)
+    return gf_diag_set(d, GF_ENOTFOUND, "cannot load NVML (%s): %s", path, why);
+  a.h = nv.h;
+  GF__NVML_GET(&nv, GF__NVML_INIT, a.init);
+  GF__NVML_GET(&nv, GF__NVML_SHUTDOWN, a.shutdown);
+  GF__NVML_GET(&nv, GF__NVML_ERROR_STRING, a.error_string);
+  GF__NVML_GET(&nv, GF__NVML_COUNT, a.count);
+  GF__NVML_GET(&nv, GF__NVML_BY_INDEX, a.handle);
+  GF__NVML_GET(&nv, GF__NVML_UUID, a.uuid);
+  GF__NVML_GET(&nv, GF__NVML_NAME, a.name);
+  GF__NVML_GET(&nv, GF__NVML_MEMORY, a.memory);
+  GF__NVML_GET(&nv, GF__NVML_CC, a.cc);
+  GF__NVML_GET(&nv, GF__NVML_PCI, a.pci);
+  GF__NVML_GET(&nv, GF__NVML_MINOR, a.minor);
+  GF__NVML_GET(&nv, GF__NVML_MIG_MODE, a.mig);
+  GF__NVML_GET(&nv, GF__NVML_NUMA, a.numa);
+  GF__NVML_GET(&nv, GF__NVML_DRIVER, a.driver);
+  GF__NVML_GET(&nv, GF__NVML_CUDA, a.cuda);
+  GF__NVML_GET(&nv, GF__NVML_MIG_COUNT, a.mig_count);
+  GF__NVML_GET(&nv, GF__NVML_MIG_HANDLE, a.mig_handle);
+  GF__NVML_GET(&nv, GF__NVML_GI_ID, a.gi_id);
+  GF__NVML_GET(&nv, GF__NVML_CI_ID, a.ci_id);
+  GF__NVML_GET(&nv, GF__NVML_ATTRIBUTES, a.attributes);
+  GF__NVML_GET(&nv, GF__NVML_LINK_STATE, a.link_state);
+  GF__NVML_GET(&nv, GF__NVML_LINK_PCI, a.link_pci);
+  GF__NVML_GET(&nv, GF__NVML_LINK_TYPE, a.link_type);
   const struct {
     const char *name;
     bool ok;
@@ -416,7 +407,7 @@ int gf_node_discover_nvml(const char *lib, gf_node_gpus *out, gf_diag *d) {
 shutdown:
   a.shutdown();
 close:
-  dlclose(a.h);
+  gf__nvml_close(&nv);
   return rc;
 }
 

@@ -47,6 +47,9 @@ typedef struct CUexecAffinityParam_st CUexecAffinityParam;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef int CUmemPool_attribute;
 typedef int CUdevice_attribute;
+typedef void (*CUhostFn)(void *data);
+typedef int CUstreamCaptureStatus; /* 0 = CU_STREAM_CAPTURE_STATUS_NONE */
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 typedef struct CUmemLocation_st {
   int type; /* 1 = device */
   int id;
@@ -235,7 +238,12 @@ static inline size_t gf__cu_format_bytes(int format) {
     (CUmemoryPool pool, CUmemPool_attribute attr, void *value),                \
     (pool, attr, value))                                                       \
   X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000, (CUcontext ctx), (ctx))   \
-  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000, (CUcontext * pctx), (pctx))
+  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000, (CUcontext * pctx), (pctx)) \
+  X(cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000,                             \
+    (CUstream s, CUhostFn fn, void *data), (s, fn, data))                      \
+  X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000,                       \
+    (CUstream s, CUstreamCaptureStatus * status), (s, status))                 \
+  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000, (CUstream s), (s))
 
 #ifndef GF_SHIM_CHECK_CUDA_H /* cuda.h #defines some of these names */
 /* Declarations of the wrappers (the exported symbols). */

@@ -2,8 +2,9 @@
 # The real-GPU checks, in one go, for a machine with an NVIDIA GPU and its
 # driver (never run in CI; no GPU there).  Builds gpufrac, then runs the
 # interposer's probe against the real libcuda.so.1 / libnvidia-ml.so.1:
-#   - context overhead: what a primary context really costs (NVML used
-#     before and after, no interposer), to check the 300 MiB default;
+#   - context overhead on every GPU: what a primary context really costs
+#     (NVML used before and after, no interposer), to check the 300 MiB
+#     default, and what the interposer measures at the first context;
 #   - every allocation path holds to a 1 GiB limit (probe limits, two ways
 #     of reaching the driver), and the same limit named by the GPU's UUID;
 #   - NVML and cuMemGetInfo agree with the limit;
@@ -36,7 +37,20 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0
 run() { echo "== $1"; shift; if ! timeout 300 "$@"; then fail=$((fail + 1)); fi; }
 noovh=(GPUFRAC_CONTEXT_OVERHEAD=0)
-run "context overhead, measured (no interposer)" $PROBE ctxcost
+# Per GPU (CUDA and NVML in PCI order, so index i is the same GPU to both):
+# the context's real cost without the interposer, then the interposer's own
+# measurement at the first primary context (its log line: "device 0: a
+# context holds N MiB (measured)"; the device is 0 in a process that sees
+# only GPU i).  docs/shim.md's context section wants these figures.
+ngpu=$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | wc -l)
+for i in $(seq 0 $((${ngpu:-1} > 0 ? ${ngpu:-1} - 1 : 0))); do
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$i" 2>/dev/null)
+  run "context overhead, GPU $i ($name), measured (no interposer)" \
+    env CUDA_DEVICE_ORDER=PCI_BUS_ID $PROBE ctxcost "$i"
+  run "context overhead, GPU $i, as the interposer measures it" \
+    env CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="$i" LD_PRELOAD=$SHIM \
+    GPUFRAC_GPU_MEMORY=8Gi GPUFRAC_LOG=info $PROBE ctxcost 0
+done
 run "limits, dlopen"   env LD_PRELOAD=$SHIM GPUFRAC_GPU_MEMORY=1Gi "${noovh[@]}" GPUFRAC_LOG=info $PROBE dlopen limits
 run "limits, procaddr" env LD_PRELOAD=$SHIM GPUFRAC_GPU_MEMORY=1Gi "${noovh[@]}" $PROBE procaddr limits
 # By UUID: CUDA's device 0 in PCI order is nvidia-smi's GPU 0.

@@ -32,6 +32,9 @@
  * memory; a pool reserves in FAKE_POOL_GRAN steps (default 2 MiB) when its
  * free room is too small and gives memory back only at cuMemPoolTrimTo or
  * cuMemPoolDestroy.  The device's usage counts what pools reserve.
+ *
+ * Streams: FAKE_CUDA_STREAMS=1 queues stream-ordered frees and host
+ * functions until a synchronisation reaches them (see free_async).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -564,13 +567,112 @@ FAKE_EXPORT gf_cu_result cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t b,
   (void)s;
   return pool_alloc(pool_of(pl), p, b);
 }
+/* Streams.  With FAKE_CUDA_STREAMS=1, cuMemFreeAsync and cuLaunchHostFunc
+ * are queued on their stream and done, in order, when cuStreamSynchronize
+ * of that stream (of the NULL stream: every stream) or cuCtxSynchronize
+ * reaches them, as a GPU still busy with earlier work would; the memory
+ * stays in use until then.  Without it a queued free is done at once and a
+ * host function runs at once, as on a stream with nothing before them.
+ * FAKE_CUDA_NO_HOSTFN=1 makes cuLaunchHostFunc fail. */
+#define NQUEUE 4096
+static struct queued_op {
+  CUstream s;
+  uint64_t key;       /* a free, when fn is NULL */
+  void (*fn)(void *); /* a host function */
+  void *data;
+} queue[NQUEUE];
+static int nqueue;
+static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
+
+static int streams_queued(void) {
+  static int v = -1;
+  if (v < 0)
+    v = getenv("FAKE_CUDA_STREAMS") != NULL;
+  return v;
+}
+
+/* Queues an operation; 0 when the queue is full. */
+static int queue_put(struct queued_op op) {
+  pthread_mutex_lock(&qlock);
+  int ok = nqueue < NQUEUE;
+  if (ok)
+    queue[nqueue++] = op;
+  pthread_mutex_unlock(&qlock);
+  return ok;
+}
+
+/* Does the operations queued on s (every stream when all), in order,
+ * outside the queue's lock. */
+static void stream_run(CUstream s, int all) {
+  static struct queued_op run[NQUEUE];
+  static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&run_lock);
+  int n = 0, k = 0;
+  pthread_mutex_lock(&qlock);
+  for (int i = 0; i < nqueue; i++)
+    if (all || queue[i].s == s)
+      run[n++] = queue[i];
+    else
+      queue[k++] = queue[i];
+  nqueue = k;
+  pthread_mutex_unlock(&qlock);
+  for (int i = 0; i < n; i++)
+    if (run[i].fn)
+      run[i].fn(run[i].data);
+    else
+      fake_free(run[i].key);
+  pthread_mutex_unlock(&run_lock);
+}
+
+static gf_cu_result free_async(CUdeviceptr p, CUstream s) {
+  if (!streams_queued())
+    return fake_free(p);
+  pthread_mutex_lock(&lock);
+  int known = slot_find(p) >= 0;
+  pthread_mutex_unlock(&lock);
+  if (!known)
+    return CUDA_ERROR_INVALID_VALUE;
+  return queue_put((struct queued_op){s, p, NULL, NULL})
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
 FAKE_EXPORT gf_cu_result cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-  (void)s;
-  return fake_free(p);
+  return free_async(p, s);
 }
 FAKE_EXPORT gf_cu_result cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+  return free_async(p, s ? s : CU_STREAM_PER_THREAD);
+}
+FAKE_EXPORT gf_cu_result cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) {
+  if (!fn || getenv("FAKE_CUDA_NO_HOSTFN"))
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if (!streams_queued()) {
+    fn(data);
+    return CUDA_SUCCESS;
+  }
+  return queue_put((struct queued_op){s, 0, fn, data})
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_OUT_OF_MEMORY;
+}
+/* Operations queued and not done yet (the probes' view of the fake). */
+FAKE_EXPORT int fake_cuda_queued(void) {
+  pthread_mutex_lock(&qlock);
+  int n = nqueue;
+  pthread_mutex_unlock(&qlock);
+  return n;
+}
+FAKE_EXPORT gf_cu_result cuStreamSynchronize(CUstream s) {
+  stream_run(s, s == NULL);
+  return CUDA_SUCCESS;
+}
+/* Never capturing. */
+FAKE_EXPORT gf_cu_result cuStreamIsCapturing(CUstream s,
+                                             CUstreamCaptureStatus *st) {
   (void)s;
-  return fake_free(p);
+  if (!st)
+    return CUDA_ERROR_INVALID_VALUE;
+  *st = 0;
+  return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h,
                                      size_t size,
@@ -683,6 +785,7 @@ FAKE_EXPORT gf_cu_result cuModuleGetFunction(CUfunction *f, CUmodule m,
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuCtxSynchronize(void) {
+  stream_run(NULL, 1);
   uint64_t end = atomic_load(&last_end);
   struct timespec ts = {(time_t)(end / 1000000000ull),
                         (long)(end % 1000000000ull)};
@@ -810,6 +913,9 @@ static const struct variant {
     {"cuMemPoolGetAttribute", 11020, 0, (void *)cuMemPoolGetAttribute},
     {"cuMemPoolTrimTo", 11020, 0, (void *)cuMemPoolTrimTo},
     {"cuMemPoolDestroy", 11020, 0, (void *)cuMemPoolDestroy},
+    {"cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc},
+    {"cuStreamSynchronize", 2000, 0, (void *)cuStreamSynchronize},
+    {"cuStreamIsCapturing", 10000, 0, (void *)cuStreamIsCapturing},
 };
 
 static gf_cu_result lookup(const char *sym, void **pfn, int ver,

@@ -8,12 +8,13 @@
  *   probe_linked limits            probe_dl dlopen|procaddr limits
  *   probe_dl stress PROCS THREADS SECONDS REGION
  *   probe_dl threads THREADS SECONDS    probe_dl lookups REGION
+ *   probe_dl foreign LIB REGION    probe_dl freeasync
  *   probe_dl reenter    probe_dl views N    probe_dl shrink REGION
  *   probe_dl work SECONDS GRID SPIN_US  (fake or real GPU)
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
- *   probe_dl capacity-device REGION PCT   probe_dl ctxcost  (real GPU)
+ *   probe_dl capacity-device REGION PCT   probe_dl ctxcost [DEV]  (real GPU)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -648,6 +649,101 @@ static void lookups(const char *path) {
   F.free_(p);
 }
 
+/* The fake device's own peak usage (FAKE_CUDA_SHARED), 0 if unknown. */
+static uint64_t device_peak(void) {
+  uint64_t words[2] = {0, 0};
+  const char *shared = getenv("FAKE_CUDA_SHARED");
+  FILE *fp = shared ? fopen(shared, "r") : NULL;
+  if (fp && fread(words, sizeof(words), 1, fp) != 1)
+    words[1] = 0;
+  if (fp)
+    fclose(fp);
+  return words[1];
+}
+
+/* A stream-ordered free gives its charge back when the stream reaches
+ * it, not when it is queued (FAKE_CUDA_STREAMS=1: the fake driver does
+ * queued frees at a synchronisation; fake_cuda_queued counts what waits).
+ * While a free waits its memory stays charged, so the device's true usage
+ * never passes the limit.  Limit 1 GiB, no context charge. */
+static void freeasync(void) {
+  const size_t L = 1024 * MIB;
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  gf_cu_result (*sync)(CUstream) = NULL;
+  int (*waiting)(void) = NULL;
+  if (h) {
+    *(void **)&sync = dlsym(h, "cuStreamSynchronize");
+    *(void **)&waiting = dlsym(h, "fake_cuda_queued");
+  }
+  CHECK(sync && waiting && F.init(0) == CUDA_SUCCESS,
+        "cuInit, cuStreamSynchronize");
+  if (!sync || !waiting)
+    return;
+  CUstream s = (CUstream)(uintptr_t)0x77;
+  CUdeviceptr p, q;
+  CHECK(F.alloc(&p, 768 * MIB) == CUDA_SUCCESS, "cuMemAlloc_v2 768Mi");
+  CHECK(F.free_async(p, s) == CUDA_SUCCESS, "cuMemFreeAsync");
+  CHECK(waiting() == 0 || used_now(L) == 768 * MIB,
+        "charged while the free waits (%d waiting, %zu MiB charged)", waiting(),
+        (size_t)(used_now(L) / MIB));
+  if (F.alloc(&q, 768 * MIB) == CUDA_SUCCESS)
+    F.free_(q);
+  CHECK(device_peak() <= L,
+        "another 768Mi: the device's true usage stays within the limit "
+        "(peak %zu MiB)",
+        (size_t)(device_peak() / MIB));
+  sync(s);
+  CHECK(waiting() == 0 && used_now(L) == 0,
+        "given back once the stream passed the free (%zu MiB)",
+        (size_t)(used_now(L) / MIB));
+  CHECK(F.alloc(&q, 768 * MIB) == CUDA_SUCCESS && F.free_(q) == CUDA_SUCCESS,
+        "768Mi fits then");
+  /* A destroyed pool's charge goes with the stream-ordered free of its
+   * last allocation, when the stream reaches it. */
+  CUmemoryPool pl = NULL;
+  CHECK(F.pool_create(&pl, NULL) == CUDA_SUCCESS &&
+            F.pool(&p, 64 * MIB, pl, s) == CUDA_SUCCESS,
+        "64Mi from a created pool");
+  size_t held = used_now(L);
+  CHECK(held >= 64 * MIB && F.pool_destroy(pl) == CUDA_SUCCESS &&
+            used_now(L) == held,
+        "destroyed with an allocation live: still charged (%zu MiB)",
+        (size_t)(held / MIB));
+  CHECK(F.free_async(p, s) == CUDA_SUCCESS &&
+            (waiting() == 0 || used_now(L) == held),
+        "its last free: charged while it waits (%d waiting, %zu MiB)",
+        waiting(), (size_t)(used_now(L) / MIB));
+  sync(s);
+  CHECK(used_now(L) == 0, "given back once the stream passed it (%zu MiB)",
+        (size_t)(used_now(L) / MIB));
+}
+
+/* A library that is not the driver but defines cuMemAlloc_v2 and
+ * nvmlDeviceGetMemoryInfo: lookups on its handle get its own functions
+ * and set nothing up (the real driver and NVML stay unloaded, no region
+ * file, no slot). */
+static void foreign(const char *lib, const char *path) {
+  void *h = dlopen(lib, RTLD_NOW);
+  CHECK(h != NULL, "dlopen %s", lib);
+  if (!h)
+    return;
+  gf_cu_result (*alloc)(CUdeviceptr *, size_t) = NULL;
+  nvmlReturn_t (*info)(nvmlDevice_t, nvmlMemory_t *) = NULL;
+  *(void **)&alloc = dlsym(h, "cuMemAlloc_v2");
+  *(void **)&info = dlsym(h, "nvmlDeviceGetMemoryInfo");
+  CUdeviceptr p = 0;
+  CHECK(alloc && alloc(&p, MIB) == 77 && p == 0xF0F0,
+        "dlsym(foreign, cuMemAlloc_v2) is the library's own");
+  CHECK(info && info(NULL, NULL) == 78,
+        "dlsym(foreign, nvmlDeviceGetMemoryInfo) is the library's own");
+  void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(!cuda, "the real driver is not loaded");
+  void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(!nvml, "NVML is not loaded");
+  CHECK(access(path, F_OK) != 0 && my_slot(path) < 0,
+        "no region file, no slot");
+}
+
 /* The first call reaches the interposer through its own export, before
  * anything loaded the driver; with FAKE_CUDA_CTOR_DLSYM the driver's
  * constructor calls dlsym and cuInit from inside the interposer's setup.
@@ -739,17 +835,11 @@ static void ctxtrue(void) {
   int n = 0;
   while (n < 64 && F.alloc(&p[n], 64 * MIB) == CUDA_SUCCESS)
     n++;
-  uint64_t words[2] = {0, 0};
-  const char *shared = getenv("FAKE_CUDA_SHARED");
-  FILE *fp = shared ? fopen(shared, "r") : NULL;
-  if (fp && fread(words, sizeof(words), 1, fp) != 1)
-    words[1] = 0;
-  if (fp)
-    fclose(fp);
-  CHECK(words[1] > 0 && words[1] <= L,
+  uint64_t peak = device_peak();
+  CHECK(peak > 0 && peak <= L,
         "true device usage peaked at %llu MiB of %zu (%d x 64 MiB "
         "allocated)",
-        (unsigned long long)(words[1] / MIB), (size_t)(L / MIB), n);
+        (unsigned long long)(peak / MIB), (size_t)(L / MIB), n);
   while (n > 0)
     F.free_(p[--n]);
   CUcontext c2;
@@ -1074,7 +1164,9 @@ static void capacity_device(const char *path, unsigned pct) {
  * device memory (NVML's used before and after it is made current and
  * used), the figure `context_overhead` stands for.  Reports; checks
  * nothing but that it could be measured. */
-static void ctxcost(void) {
+/* What a primary context costs on CUDA device d (NVML's index d: run with
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID so the two agree). */
+static void ctxcost(int d) {
   void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   nvmlReturn_t (*ninit)(void);
   nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
@@ -1084,20 +1176,21 @@ static void ctxcost(void) {
   *(void **)&byidx = h ? dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
   nvmlDevice_t dev;
   nvmlMemory_t m0, m1;
-  if (!ninit || !get || !byidx || ninit() != 0 || byidx(0, &dev) != 0 ||
-      F.init(0) != CUDA_SUCCESS || get(dev, &m0) != 0) {
+  if (!ninit || !get || !byidx || ninit() != 0 ||
+      byidx((unsigned)d, &dev) != 0 || F.init(0) != CUDA_SUCCESS ||
+      get(dev, &m0) != 0) {
     CHECK(0, "NVML and the driver answer");
     return;
   }
   CUcontext c;
   CUdeviceptr p;
-  CHECK(F.retain(&c, 0) == CUDA_SUCCESS && F.set_current(c) == CUDA_SUCCESS &&
+  CHECK(F.retain(&c, d) == CUDA_SUCCESS && F.set_current(c) == CUDA_SUCCESS &&
             F.alloc(&p, 1) == CUDA_SUCCESS && F.free_(p) == CUDA_SUCCESS &&
             get(dev, &m1) == 0,
         "primary context made and used");
-  printf("context overhead: %llu MiB (NVML used %llu -> %llu bytes; "
-         "the config's default is 300 MiB)\n",
-         (m1.used - m0.used) / MIB, m0.used, m1.used);
+  printf("context overhead, device %d: %llu MiB (NVML used %llu -> %llu "
+         "bytes; the config's default is 300 MiB)\n",
+         d, (m1.used - m0.used) / MIB, m0.used, m1.used);
 }
 
 /* Utilisation feedback end to end: the test writes the region as the node
@@ -1257,6 +1350,11 @@ int main(int argc, char **argv) {
     shrink(argv[2]);
   } else if (strcmp(argv[1], "lookups") == 0 && argc == 3) {
     lookups(argv[2]);
+  } else if (strcmp(argv[1], "freeasync") == 0) {
+    load("dlopen");
+    freeasync();
+  } else if (strcmp(argv[1], "foreign") == 0 && argc == 4) {
+    foreign(argv[2], argv[3]);
   } else if (strcmp(argv[1], "reenter") == 0) {
     reenter();
   } else if (strcmp(argv[1], "kill") == 0 && argc == 4) {
@@ -1275,9 +1373,9 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "capacity-device") == 0 && argc == 4) {
     load("dlopen");
     capacity_device(argv[2], (unsigned)atoi(argv[3]));
-  } else if (strcmp(argv[1], "ctxcost") == 0) {
+  } else if (strcmp(argv[1], "ctxcost") == 0 && argc <= 3) {
     load("dlopen");
-    ctxcost();
+    ctxcost(argc == 3 ? (int)strtol(argv[2], NULL, 10) : 0);
   } else if (strcmp(argv[1], "feedback") == 0 && argc == 3) {
     load("dlopen");
     feedback(argv[2]);

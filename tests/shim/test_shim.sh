@@ -2,7 +2,7 @@
 # Interposer scenarios against the fake driver, under LD_PRELOAD.
 # Prints one line per scenario and 'N passed, N failed'.
 set -u
-: "${NEXT_WRAP:?}" "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}" "${GPUFRAC:?}" "${SHIM_LOCKED:?}" "${SYSTEM_CONF:?}"
+: "${NEXT_WRAP:?}" "${FOREIGN_LIB:?}" "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_LINKED:?}" "${PROBE_DL:?}" "${GPUFRAC:?}" "${SHIM_LOCKED:?}" "${SYSTEM_CONF:?}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -142,6 +142,15 @@ run no-driver       1 -- LD_PRELOAD="$SHIM" GPUFRAC_REAL_LIBCUDA=/nonexistent/li
 # refusal while live is far under the limit.
 run thread-churn    0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=2Gi GPUFRAC_CONTEXT_OVERHEAD=0 "$PROBE_DL" threads 8 3
 
+# A stream-ordered free keeps its charge until the stream reaches it (the
+# fake queues frees until a synchronisation).
+run free-async-stream 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 FAKE_CUDA_STREAMS=1 \
+    FAKE_POOL_GRAN=33554432 FAKE_CUDA_SHARED="$tmp/fa1" "$PROBE_DL" freeasync
+# ... also when the driver cannot queue a host function (it waits for the
+# stream instead).
+run free-async-no-hostfn 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 FAKE_CUDA_STREAMS=1 \
+    FAKE_CUDA_NO_HOSTFN=1 FAKE_POOL_GRAN=33554432 FAKE_CUDA_SHARED="$tmp/fa2" "$PROBE_DL" freeasync
+
 # Memory views in a loop do not run the reaper per call.
 run views-no-reap 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_CONTEXT_OVERHEAD=0 "$PROBE_DL" views 100000
 
@@ -178,6 +187,9 @@ run rtld-next       0 -- LD_PRELOAD="$SHIM $NEXT_WRAP" /bin/true
 # region slot, the first allocation does.  A driver whose constructor calls
 # dlsym and cuInit from inside the interposer's setup does not hang it.
 run lookups-no-slot 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_REGION="$tmp/lk" "$PROBE_DL" lookups "$tmp/lk"
+# ... nor is a lookup of a hooked name on another library's handle: it
+# gets that library's own function and loads neither the driver nor NVML.
+run lookups-foreign 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi GPUFRAC_REGION="$tmp/lf" "$PROBE_DL" foreign "$FOREIGN_LIB" "$tmp/lf"
 run setup-reentered 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi FAKE_CUDA_CTOR_DLSYM=1 timeout 20 "$PROBE_DL" reenter
 
 # Many processes x threads on one region; SIGKILLs at random points.
