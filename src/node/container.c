@@ -5,33 +5,17 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "buf.h"
 #include "gpufrac/contract.h"
 #include "gpufrac/ctr_grant.h"
 #include "gpufrac/error.h"
 #include "gpufrac/region.h"
 #include "node_int.h"
-
-/* Appends to buf[cap] at *off; false when it does not fit. */
-static bool put(char *buf, size_t cap, size_t *off, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static bool put(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
-  if (*off >= cap)
-    return false;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(buf + *off, cap - *off, fmt, ap);
-  va_end(ap);
-  if (n < 0 || (size_t)n >= cap - *off)
-    return false;
-  *off += (size_t)n;
-  return true;
-}
 
 /* A MIG device ("MIG-..."): not the interposer's business. */
 static bool is_mig(const char *u) { return strncmp(u, "MIG-", 4) == 0; }
@@ -63,21 +47,24 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
     if (g->compute_pct > 0 && (compute == 0 || g->compute_pct < compute))
       compute = g->compute_pct;
   }
-  size_t off = 0;
-  bool ok = put(buf, cap, &off,
-                "# written by the gpufrac node agent for container %s\n"
-                "version = %d\nregion = %s\n",
-                c->name, GF_SHIM_CONFIG_VERSION, GF_NODE_CTR_REGION);
+  if (cap == 0)
+    return gf_diag_set(d, GF_ELIMIT, "shim config: more than 0 bytes");
+  gf__buf b;
+  gf__buf_init_fixed(&b, buf, cap);
+  gf__buf_appendf(&b,
+                  "# written by the gpufrac node agent for container %s\n"
+                  "version = %d\nregion = %s\n",
+                  c->name, GF_SHIM_CONFIG_VERSION, GF_NODE_CTR_REGION);
   /* By UUID: the interposer finds each GPU whatever index the container's
    * processes see it at. */
   for (uint32_t i = 0; i < c->ngpus; i++)
     if (c->gpus[i].mem_bytes > 0 && !is_mig(c->gpus[i].uuid))
-      ok = ok && put(buf, cap, &off, "memory.%s = %" PRId64 "\n",
-                     c->gpus[i].uuid, c->gpus[i].mem_bytes);
+      gf__buf_appendf(&b, "memory.%s = %" PRId64 "\n", c->gpus[i].uuid,
+                      c->gpus[i].mem_bytes);
   if (compute > 0)
-    ok = ok && put(buf, cap, &off, "compute = %d\n", (int)compute);
-  ok = ok && put(buf, cap, &off, "log = %s\n", log);
-  if (!ok)
+    gf__buf_appendf(&b, "compute = %d\n", (int)compute);
+  gf__buf_appendf(&b, "log = %s\n", log);
+  if (gf__buf_error(&b))
     return gf_diag_set(d, GF_ELIMIT, "shim config: more than %zu bytes", cap);
   return 0;
 }
@@ -108,7 +95,7 @@ int gf_node_prepare_container_for(const char *state_dir, const char *pod_uid,
       !gf__node_join(p->region_dir, sizeof(p->region_dir), p->dir, "region"))
     return gf_diag_set(d, GF_ELIMIT, "%s/pods/%s/%s: path too long", state_dir,
                        pod_uid, c->name);
-  char conf[4096];
+  char conf[GF__BUF_SHIM_CONFIG_MAX];
   int rc = gf_node_shim_config_text(c, log, conf, sizeof(conf), d);
   if (rc)
     return rc;

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "buf.h"
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "gpufrac/sched.h"
@@ -1251,77 +1252,23 @@ static json_t *error_obj(const char *msg) {
 
 /* ---- text replies ----------------------------------------------------*/
 
-typedef struct tbuf {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} tbuf;
-
-static void tb_printf(tbuf *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void tb_printf(tbuf *t, const char *fmt, ...) {
-  if (t->oom)
-    return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      t->oom = true;
-      return;
-    }
-    if ((size_t)n < t->cap - t->len) {
-      t->len += (size_t)n;
-      return;
-    }
-    size_t cap = t->cap * 2 + (size_t)n;
-    char *p = realloc(t->p, cap);
-    if (!p) {
-      t->oom = true;
-      return;
-    }
-    t->p = p;
-    t->cap = cap;
-  }
-}
-
-/* Appends n bytes. */
-static void tb_put(tbuf *t, const char *v, size_t n) {
-  if (t->oom)
-    return;
-  if (t->cap - t->len <= n) {
-    size_t cap = t->cap * 2 + n + 1;
-    char *p = realloc(t->p, cap);
-    if (!p) {
-      t->oom = true;
-      return;
-    }
-    t->p = p;
-    t->cap = cap;
-  }
-  memcpy(t->p + t->len, v, n);
-  t->len += n;
-  t->p[t->len] = '\0';
-}
-
 /* A JSON string literal: quotes, backslashes and control bytes escaped. */
-static void tb_json_str(tbuf *t, const char *v) {
-  tb_put(t, "\"", 1);
+static void tb_json_str(gf__buf *t, const char *v) {
+  gf__buf_append(t, "\"", 1);
   const char *run = v;
   for (const char *p = v; *p; p++) {
     unsigned char ch = (unsigned char)*p;
     if (ch != '"' && ch != '\\' && ch >= 0x20)
       continue;
-    tb_put(t, run, (size_t)(p - run));
+    gf__buf_append(t, run, (size_t)(p - run));
     char esc[8];
     int n = ch < 0x20 ? snprintf(esc, sizeof(esc), "\\u%04x", ch)
                       : snprintf(esc, sizeof(esc), "\\%c", ch);
-    tb_put(t, esc, (size_t)n);
+    gf__buf_append(t, esc, (size_t)n);
     run = p + 1;
   }
-  tb_put(t, run, strlen(run));
-  tb_put(t, "\"", 1);
+  gf__buf_append(t, run, strlen(run));
+  gf__buf_append(t, "\"", 1);
 }
 
 /* A resourceVersion as a number: true when rv is a decimal uint64. */
@@ -1399,16 +1346,18 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   gf__node *pn = malloc(sizeof(*pn));
   json_t *failed = json_object(), *unres = json_object();
   json_t *passed = json_array();
-  size_t cap0 = 64 + a.nnames * 24;
-  tbuf tp = {malloc(cap0), 0, cap0, false}, tf = {malloc(256), 0, 256, false},
-       tu = {malloc(256), 0, 256, false};
-  if (tp.p)
-    tb_printf(&tp, "[");
-  if (tf.p)
-    tb_printf(&tf, "{");
-  if (tu.p)
-    tb_printf(&tu, "{");
-  if (!p || !pn || !failed || !unres || !passed || !tp.p || !tf.p || !tu.p) {
+  gf__buf tp, tf, tu;
+  gf__buf_init(&tp, GF__BUF_SCHED_REPLY_MAX);
+  gf__buf_init(&tf, GF__BUF_SCHED_REPLY_MAX);
+  gf__buf_init(&tu, GF__BUF_SCHED_REPLY_MAX);
+  if (!gf__buf_reserve(&tp, 64 + a.nnames * 24))
+    gf__buf_append(&tp, "[", 1);
+  if (!gf__buf_reserve(&tf, 256))
+    gf__buf_append(&tf, "{", 1);
+  if (!gf__buf_reserve(&tu, 256))
+    gf__buf_append(&tu, "{", 1);
+  if (!p || !pn || !failed || !unres || !passed || gf__buf_error(&tp) ||
+      gf__buf_error(&tf) || gf__buf_error(&tu)) {
     out->status = 500;
     goto done;
   }
@@ -1462,12 +1411,12 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     int jr = 0;
     if (!a.node_items) {
       /* Names only: write the reply's parts directly (see prioritize). */
-      tbuf *tb = kind == 0 ? &tp : kind == 2 ? &tu : &tf;
+      gf__buf *tb = kind == 0 ? &tp : kind == 2 ? &tu : &tf;
       if (tb->len > 1)
-        tb_put(tb, ",", 1);
+        gf__buf_append(tb, ",", 1);
       tb_json_str(tb, name);
       if (kind) {
-        tb_put(tb, ":", 1);
+        gf__buf_append(tb, ":", 1);
         tb_json_str(tb, why);
       }
     } else if (kind == 0) {
@@ -1487,22 +1436,23 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   if (out->status == 500)
     goto done;
   if (!a.node_items) {
-    tb_printf(&tp, "]");
-    tb_printf(&tf, "}");
-    tb_printf(&tu, "}");
-    tbuf t = {malloc(tp.len + tf.len + tu.len + 160), 0,
-              tp.len + tf.len + tu.len + 160, false};
-    if (t.p && !tp.oom && !tf.oom && !tu.oom)
-      tb_printf(&t,
-                "{\"Nodes\":null,\"NodeNames\":%s,\"FailedNodes\":%s,"
-                "\"FailedAndUnresolvableNodes\":%s,\"Error\":\"\"}",
-                tp.p, tf.p, tu.p);
-    if (!t.p || t.oom) {
-      free(t.p);
+    gf__buf_append(&tp, "]", 1);
+    gf__buf_append(&tf, "}", 1);
+    gf__buf_append(&tu, "}", 1);
+    gf__buf t;
+    gf__buf_init(&t, GF__BUF_SCHED_REPLY_MAX);
+    if (!gf__buf_error(&tp) && !gf__buf_error(&tf) && !gf__buf_error(&tu) &&
+        !gf__buf_reserve(&t, tp.len + tf.len + tu.len + 160))
+      gf__buf_appendf(&t,
+                      "{\"Nodes\":null,\"NodeNames\":%s,\"FailedNodes\":%s,"
+                      "\"FailedAndUnresolvableNodes\":%s,\"Error\":\"\"}",
+                      tp.p, tf.p, tu.p);
+    if (gf__buf_error(&t) || !t.len) {
+      gf__buf_release(&t);
       out->status = 500;
       goto done;
     }
-    out->text = t.p;
+    out->text = gf__buf_take(&t);
     out->text_json = true;
     out->status = 200;
     goto done;
@@ -1518,9 +1468,9 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
                         "FailedAndUnresolvableNodes", unres, "Error", "");
   out->status = out->json ? 200 : 500;
 done:
-  free(tp.p);
-  free(tf.p);
-  free(tu.p);
+  gf__buf_release(&tp);
+  gf__buf_release(&tf);
+  gf__buf_release(&tu);
   json_decref(failed);
   json_decref(unres);
   json_decref(passed);
@@ -1610,12 +1560,13 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
 reply:;
   /* Written directly: a reply names every node, and building it as JSON
    * values first costs more than scoring them. */
-  tbuf t = {malloc(64 + n * 48), 0, 64 + n * 48, false};
-  if (!t.p) {
+  gf__buf t;
+  gf__buf_init(&t, GF__BUF_SCHED_REPLY_MAX);
+  if (gf__buf_reserve(&t, 64 + n * 48)) {
     out->status = 500;
     goto done;
   }
-  tb_printf(&t, "[");
+  gf__buf_append(&t, "[", 1);
   bool first = true;
   for (size_t i = 0; i < n; i++) {
     const char *name = a.node_items
@@ -1630,7 +1581,7 @@ reply:;
                                      ((double)hi - (double)lo));
     /* Hot loop: no printf (scores are 0..10). */
     static const char head[] = ",{\"Host\":"; /* 9 bytes */
-    tb_put(&t, head + (first ? 1 : 0), first ? 8 : 9);
+    gf__buf_append(&t, head + (first ? 1 : 0), first ? 8 : 9);
     tb_json_str(&t, name);
     char tail[16] = ",\"Score\":10}"; /* 12 bytes */
     size_t tl = 12;
@@ -1639,16 +1590,16 @@ reply:;
       tail[10] = '}';
       tl = 11;
     }
-    tb_put(&t, tail, tl);
+    gf__buf_append(&t, tail, tl);
     first = false;
   }
-  tb_printf(&t, "]");
-  if (t.oom) {
-    free(t.p);
+  gf__buf_append(&t, "]", 1);
+  if (gf__buf_error(&t)) {
+    gf__buf_release(&t);
     out->status = 500;
     goto done;
   }
-  out->text = t.p;
+  out->text = gf__buf_take(&t);
   out->text_json = true;
   out->status = 200;
 done:
@@ -1834,16 +1785,18 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
 /* ---- metrics -------------------------------------------------------------*/
 
 static void do_metrics(gf_sched *s, reply_buf *out) {
-  tbuf t = {malloc(4096), 0, 4096, false};
-  if (!t.p) {
+  gf__buf t;
+  gf__buf_init(&t, GF__BUF_SCHED_METRICS_MAX);
+  if (gf__buf_reserve(&t, 4096)) {
     out->status = 500;
     return;
   }
   pthread_mutex_lock(&s->mu);
   const metrics *m = &s->m;
-  tb_printf(&t, "# HELP gpufrac_extender_requests_total Requests served, by "
-                "verb and HTTP status.\n"
-                "# TYPE gpufrac_extender_requests_total counter\n");
+  gf__buf_appendf(&t,
+                  "# HELP gpufrac_extender_requests_total Requests served, by "
+                  "verb and HTTP status.\n"
+                  "# TYPE gpufrac_extender_requests_total counter\n");
   for (int v = 0; v < NVERBS; v++)
     for (size_t c = 0; c <= NCODES; c++)
       if (m->req[v][c]) {
@@ -1852,86 +1805,91 @@ static void do_metrics(gf_sched *s, reply_buf *out) {
           snprintf(code, sizeof(code), "%d", codes[c]);
         else
           snprintf(code, sizeof(code), "other");
-        tb_printf(&t,
-                  "gpufrac_extender_requests_total{verb=\"%s\",code=\"%s\"} "
-                  "%" PRIu64 "\n",
-                  verb_names[v], code, m->req[v][c]);
+        gf__buf_appendf(
+            &t,
+            "gpufrac_extender_requests_total{verb=\"%s\",code=\"%s\"} "
+            "%" PRIu64 "\n",
+            verb_names[v], code, m->req[v][c]);
       }
-  tb_printf(&t, "# HELP gpufrac_extender_requests_refused_total Requests "
-                "that could not be used (empty, malformed, too large), by "
-                "verb; filter and bind answer them 200 with Error.\n"
-                "# TYPE gpufrac_extender_requests_refused_total counter\n");
+  gf__buf_appendf(&t,
+                  "# HELP gpufrac_extender_requests_refused_total Requests "
+                  "that could not be used (empty, malformed, too large), by "
+                  "verb; filter and bind answer them 200 with Error.\n"
+                  "# TYPE gpufrac_extender_requests_refused_total counter\n");
   for (int v = 0; v < NVERBS; v++)
     if (m->refused[v])
-      tb_printf(&t,
-                "gpufrac_extender_requests_refused_total{verb=\"%s\"} "
-                "%" PRIu64 "\n",
-                verb_names[v], m->refused[v]);
-  tb_printf(&t, "# HELP gpufrac_extender_request_duration_seconds Time to "
-                "answer a request, by verb.\n"
-                "# TYPE gpufrac_extender_request_duration_seconds "
-                "histogram\n");
+      gf__buf_appendf(&t,
+                      "gpufrac_extender_requests_refused_total{verb=\"%s\"} "
+                      "%" PRIu64 "\n",
+                      verb_names[v], m->refused[v]);
+  gf__buf_appendf(&t,
+                  "# HELP gpufrac_extender_request_duration_seconds Time to "
+                  "answer a request, by verb.\n"
+                  "# TYPE gpufrac_extender_request_duration_seconds "
+                  "histogram\n");
   for (int v = 0; v < NVERBS; v++) {
     if (!m->n[v])
       continue;
     for (size_t k = 0; k < NBUCKETS; k++)
-      tb_printf(&t,
-                "gpufrac_extender_request_duration_seconds_bucket{verb=\"%s\","
-                "le=\"%g\"} %" PRIu64 "\n",
-                verb_names[v], buckets[k], m->hist[v][k]);
-    tb_printf(&t,
-              "gpufrac_extender_request_duration_seconds_bucket{verb=\"%s\","
-              "le=\"+Inf\"} %" PRIu64 "\n"
-              "gpufrac_extender_request_duration_seconds_sum{verb=\"%s\"} "
-              "%.9f\n"
-              "gpufrac_extender_request_duration_seconds_count{verb=\"%s\"} "
-              "%" PRIu64 "\n",
-              verb_names[v], m->n[v], verb_names[v], m->sum[v], verb_names[v],
-              m->n[v]);
+      gf__buf_appendf(
+          &t,
+          "gpufrac_extender_request_duration_seconds_bucket{verb=\"%s\","
+          "le=\"%g\"} %" PRIu64 "\n",
+          verb_names[v], buckets[k], m->hist[v][k]);
+    gf__buf_appendf(
+        &t,
+        "gpufrac_extender_request_duration_seconds_bucket{verb=\"%s\","
+        "le=\"+Inf\"} %" PRIu64 "\n"
+        "gpufrac_extender_request_duration_seconds_sum{verb=\"%s\"} "
+        "%.9f\n"
+        "gpufrac_extender_request_duration_seconds_count{verb=\"%s\"} "
+        "%" PRIu64 "\n",
+        verb_names[v], m->n[v], verb_names[v], m->sum[v], verb_names[v],
+        m->n[v]);
   }
   uint32_t booked = 0;
   for (uint32_t i = 0; i < s->npods; i++)
     booked += s->pods[i].placed;
-  tb_printf(&t,
-            "# HELP gpufrac_extender_binds_total Binds, by result.\n"
-            "# TYPE gpufrac_extender_binds_total counter\n"
-            "gpufrac_extender_binds_total{result=\"ok\"} %" PRIu64 "\n"
-            "gpufrac_extender_binds_total{result=\"error\"} %" PRIu64 "\n"
-            "# HELP gpufrac_extender_filter_failed_nodes_total Nodes "
-            "filtered out.\n"
-            "# TYPE gpufrac_extender_filter_failed_nodes_total counter\n"
-            "gpufrac_extender_filter_failed_nodes_total %" PRIu64 "\n"
-            "# HELP gpufrac_extender_replay_failures_total Bound pods whose "
-            "grant could not be booked in the model.\n"
-            "# TYPE gpufrac_extender_replay_failures_total counter\n"
-            "gpufrac_extender_replay_failures_total %" PRIu64 "\n"
-            "# HELP gpufrac_extender_request_nodes_refused_total Node "
-            "objects sent in requests that were refused (logged).\n"
-            "# TYPE gpufrac_extender_request_nodes_refused_total counter\n"
-            "gpufrac_extender_request_nodes_refused_total %" PRIu64 "\n"
-            "# HELP gpufrac_extender_model_rebuilds_total Model rebuilds.\n"
-            "# TYPE gpufrac_extender_model_rebuilds_total counter\n"
-            "gpufrac_extender_model_rebuilds_total %" PRIu64 "\n"
-            "# HELP gpufrac_extender_nodes Nodes in the model.\n"
-            "# TYPE gpufrac_extender_nodes gauge\n"
-            "gpufrac_extender_nodes %u\n"
-            "# HELP gpufrac_extender_pods Pods booked in the model.\n"
-            "# TYPE gpufrac_extender_pods gauge\n"
-            "gpufrac_extender_pods %u\n"
-            "# HELP gpufrac_extender_leader 1 when this replica binds.\n"
-            "# TYPE gpufrac_extender_leader gauge\n"
-            "gpufrac_extender_leader %d\n",
-            m->binds_ok, m->binds_failed, m->filter_failed_nodes,
-            m->replay_failed, m->nodes_refused, m->rebuilds, s->nnodes, booked,
-            s->leader ? 1 : 0);
+  gf__buf_appendf(
+      &t,
+      "# HELP gpufrac_extender_binds_total Binds, by result.\n"
+      "# TYPE gpufrac_extender_binds_total counter\n"
+      "gpufrac_extender_binds_total{result=\"ok\"} %" PRIu64 "\n"
+      "gpufrac_extender_binds_total{result=\"error\"} %" PRIu64 "\n"
+      "# HELP gpufrac_extender_filter_failed_nodes_total Nodes "
+      "filtered out.\n"
+      "# TYPE gpufrac_extender_filter_failed_nodes_total counter\n"
+      "gpufrac_extender_filter_failed_nodes_total %" PRIu64 "\n"
+      "# HELP gpufrac_extender_replay_failures_total Bound pods whose "
+      "grant could not be booked in the model.\n"
+      "# TYPE gpufrac_extender_replay_failures_total counter\n"
+      "gpufrac_extender_replay_failures_total %" PRIu64 "\n"
+      "# HELP gpufrac_extender_request_nodes_refused_total Node "
+      "objects sent in requests that were refused (logged).\n"
+      "# TYPE gpufrac_extender_request_nodes_refused_total counter\n"
+      "gpufrac_extender_request_nodes_refused_total %" PRIu64 "\n"
+      "# HELP gpufrac_extender_model_rebuilds_total Model rebuilds.\n"
+      "# TYPE gpufrac_extender_model_rebuilds_total counter\n"
+      "gpufrac_extender_model_rebuilds_total %" PRIu64 "\n"
+      "# HELP gpufrac_extender_nodes Nodes in the model.\n"
+      "# TYPE gpufrac_extender_nodes gauge\n"
+      "gpufrac_extender_nodes %u\n"
+      "# HELP gpufrac_extender_pods Pods booked in the model.\n"
+      "# TYPE gpufrac_extender_pods gauge\n"
+      "gpufrac_extender_pods %u\n"
+      "# HELP gpufrac_extender_leader 1 when this replica binds.\n"
+      "# TYPE gpufrac_extender_leader gauge\n"
+      "gpufrac_extender_leader %d\n",
+      m->binds_ok, m->binds_failed, m->filter_failed_nodes, m->replay_failed,
+      m->nodes_refused, m->rebuilds, s->nnodes, booked, s->leader ? 1 : 0);
   pthread_mutex_unlock(&s->mu);
-  if (t.oom) {
-    free(t.p);
+  if (gf__buf_error(&t)) {
+    gf__buf_release(&t);
     out->status = 500;
     return;
   }
   out->status = 200;
-  out->text = t.p;
+  out->text = gf__buf_take(&t);
 }
 
 /* ---- dispatch ------------------------------------------------------------*/
