@@ -26,6 +26,10 @@ json_t *gf__json_get(const json_t *obj, const char *key);
 int gf__json_str(const json_t *obj, const char *key, char *buf, size_t cap,
                  bool required, const char *what, gf_diag *d);
 
+/* Whether a json_loadb that failed with je ran out of memory (then the
+ * reader answers GF_ENOMEM, not GF_ESYNTAX: the input may be fine). */
+bool gf__json_oom(const json_error_t *je);
+
 /* The version rule of every document: root's "version" must be the
  * integer `want`.  GF_ESYNTAX naming `what` when it is missing, not an
  * integer or another number (d may be NULL). */

@@ -19,6 +19,8 @@ static int load_object(const char *text, size_t len, const char *what,
                        GF_ANNOTATION_MAX);
   json_error_t je;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root && gf__json_oom(&je))
+    return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", what);
   if (!root)
     return gf_diag_set(d, GF_ESYNTAX, "%s: line %d column %d: %s", what,
                        je.line, je.column, je.text);

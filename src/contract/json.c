@@ -45,6 +45,12 @@ int gf__json_str(const json_t *obj, const char *key, char *buf, size_t cap,
   return 0;
 }
 
+bool gf__json_oom(const json_error_t *je) {
+  /* jansson leaves the error as initialised (no text) when it cannot
+   * allocate its lexer; every other failure says what it was. */
+  return json_error_code(je) == json_error_out_of_memory || !je->text[0];
+}
+
 int gf__json_version(const json_t *root, int want, const char *what,
                      gf_diag *d) {
   const json_t *v = gf__json_get(root, "version");

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "buf.h"
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
@@ -177,7 +178,7 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
     return gf_diag_set(d, GF_ENOTFOUND, "unknown policy '%s'", policy);
   if (strlen(policy) >= sizeof(((gf_sched *)0)->policy))
     return gf_diag_set(d, GF_EINVAL, "policy string too long");
-  gf_sched *s = calloc(1, sizeof(*s));
+  gf_sched *s = gf__calloc(1, sizeof(*s));
   if (!s)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   snprintf(s->policy, sizeof(s->policy), "%s", policy);
@@ -228,7 +229,7 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
   return 0;
 fail:
   gf_cluster_free(s->c);
-  free(s);
+  gf__free(s);
   return rc;
 }
 
@@ -240,9 +241,9 @@ static void policy_drop(gf_sched *s) {
 }
 
 static void prec_free(prec *p) {
-  free(p->uid);
-  free(p->node);
-  free(p->models);
+  gf__free(p->uid);
+  gf__free(p->node);
+  gf__free(p->models);
 }
 
 void gf_sched_free(gf_sched *s) {
@@ -250,19 +251,19 @@ void gf_sched_free(gf_sched *s) {
     return;
   policy_drop(s);
   for (uint32_t i = 0; i < s->nnodes; i++) {
-    free(s->nodes[i].name);
-    free(s->nodes[i].inv_error);
+    gf__free(s->nodes[i].name);
+    gf__free(s->nodes[i].inv_error);
   }
   for (uint32_t i = 0; i < s->npods; i++)
     prec_free(&s->pods[i]);
-  free(s->nodes);
-  free(s->pods);
+  gf__free(s->nodes);
+  gf__free(s->pods);
   pending_release(&s->pend);
   gf__smap_release(&s->nmap);
   gf__smap_release(&s->pmap);
   gf_cluster_free(s->c);
   pthread_mutex_destroy(&s->mu);
-  free(s);
+  gf__free(s);
 }
 
 size_t gf__sched_max_body(const gf_sched *s) { return s->max_body; }
@@ -440,7 +441,7 @@ static int policy_refresh(gf_sched *s) {
   /* amortised: a rebuild costs O(total), and comes every total/8 changes */
   if (s->engine && s->changes < (total / 8 > 1 ? total / 8 : 1))
     return 0;
-  gf_request *reqs = malloc((size_t)total * sizeof(*reqs) + sizeof(*reqs));
+  gf_request *reqs = gf__malloc((size_t)total * sizeof(*reqs) + sizeof(*reqs));
   if (!reqs)
     return GF_ENOMEM;
   size_t n = 0;
@@ -461,7 +462,7 @@ static int policy_refresh(gf_sched *s) {
   }
   gf_typical_set t = {0};
   int rc = gf_typical_build(reqs, NULL, n, 95.0, true, &t);
-  free(reqs);
+  gf__free(reqs);
   if (rc)
     return rc;
   /* The policy keeps a pointer to its typical set: build it in place. */
@@ -496,7 +497,7 @@ static prec *add_pod(gf_sched *s, const char *uid, const char *node,
                      const char *models) {
   if (s->npods == s->cappods) {
     uint32_t cap = s->cappods ? s->cappods * 2 : 64;
-    prec *p = realloc(s->pods, cap * sizeof(*p));
+    prec *p = gf__realloc(s->pods, cap * sizeof(*p));
     if (!p)
       return NULL; /* keys are the records' own strings: they do not move */
     s->pods = p;
@@ -504,9 +505,9 @@ static prec *add_pod(gf_sched *s, const char *uid, const char *node,
   }
   prec *p = &s->pods[s->npods];
   memset(p, 0, sizeof(*p));
-  p->uid = strdup(uid);
-  p->node = strdup(node);
-  p->models = models && *models ? strdup(models) : NULL;
+  p->uid = gf__strdup(uid);
+  p->node = gf__strdup(node);
+  p->models = models && *models ? gf__strdup(models) : NULL;
   if (!p->uid || !p->node || (models && *models && !p->models) ||
       gf__smap_put(&s->pmap, p->uid, s->npods)) {
     prec_free(p);
@@ -587,7 +588,7 @@ static pend *pend_new(const gf__pod *p) {
   size_t ln = strlen(p->ns), lm = strlen(p->name), lu = strlen(p->uid),
          lr = strlen(p->rv), lc = strlen(p->container), lmo = strlen(p->models);
   size_t text = ln + 1 + lm + 1 + lu + 1 + lr + 1 + lc + 1 + lmo + 1;
-  pend *e = malloc(sizeof(*e) + text);
+  pend *e = gf__malloc(sizeof(*e) + text);
   if (!e)
     return NULL;
   memset(e, 0, sizeof(*e));
@@ -636,7 +637,7 @@ static void pend_drop(pend_tab *t, pend *e) {
   t->slots[e->slot] = NULL;
   t->free_slots[t->nfree++] = e->slot;
   t->n--;
-  free(e);
+  gf__free(e);
 }
 
 /* Links e as the newest entry.  GF_ENOMEM (e not linked) when a map or
@@ -644,11 +645,11 @@ static void pend_drop(pend_tab *t, pend *e) {
 static int pend_link(pend_tab *t, pend *e) {
   if (!t->nfree && t->nslots == t->cap) {
     uint32_t cap = t->cap ? t->cap * 2 : 16;
-    pend **sl = realloc(t->slots, cap * sizeof(*sl));
+    pend **sl = gf__realloc(t->slots, cap * sizeof(*sl));
     if (!sl)
       return GF_ENOMEM;
     t->slots = sl;
-    uint32_t *fs = realloc(t->free_slots, cap * sizeof(*fs));
+    uint32_t *fs = gf__realloc(t->free_slots, cap * sizeof(*fs));
     if (!fs)
       return GF_ENOMEM;
     t->free_slots = fs;
@@ -695,7 +696,7 @@ static void pending_put(gf_sched *s, const gf__pod *p) {
       pend_drop(t, t->oldest);
   }
   if (pend_link(t, e))
-    free(e);
+    gf__free(e);
 }
 
 /* Remembers a pending pod sent in a request (the Pod of /filter or
@@ -721,8 +722,8 @@ static void pending_forget(gf_sched *s, const char *uid) {
 static void pending_release(pend_tab *t) {
   while (t->oldest)
     pend_drop(t, t->oldest);
-  free(t->slots);
-  free(t->free_slots);
+  gf__free(t->slots);
+  gf__free(t->free_slots);
   gf__smap_release(&t->by_uid);
   gf__smap_release(&t->by_ns);
 }
@@ -756,8 +757,8 @@ static void node_remove_locked(gf_sched *s, uint32_t i) {
       s->dirty = true; /* cannot happen: i < nnodes; rebuild to be safe */
   }
   gf__smap_del(&s->nmap, s->nodes[i].name);
-  free(s->nodes[i].name);
-  free(s->nodes[i].inv_error);
+  gf__free(s->nodes[i].name);
+  gf__free(s->nodes[i].inv_error);
   s->nnodes--;
   if (i != s->nnodes) {
     s->nodes[i] = s->nodes[s->nnodes];
@@ -785,7 +786,7 @@ static int node_update_locked(gf_sched *s, const gf__node *pn) {
   }
   if (s->nnodes == s->capnodes) {
     uint32_t cap = s->capnodes ? s->capnodes * 2 : 16;
-    nrec *nn = realloc(s->nodes, cap * sizeof(*nn));
+    nrec *nn = gf__realloc(s->nodes, cap * sizeof(*nn));
     if (!nn)
       return GF_ENOMEM;
     s->nodes = nn;
@@ -793,12 +794,12 @@ static int node_update_locked(gf_sched *s, const gf__node *pn) {
   }
   nrec *n = &s->nodes[s->nnodes];
   memset(n, 0, sizeof(*n));
-  n->name = strdup(pn->name);
-  n->inv_error = pn->inv_error[0] ? strdup(pn->inv_error) : NULL;
+  n->name = gf__strdup(pn->name);
+  n->inv_error = pn->inv_error[0] ? gf__strdup(pn->inv_error) : NULL;
   if (!n->name || (pn->inv_error[0] && !n->inv_error) ||
       gf__smap_put(&s->nmap, n->name, s->nnodes)) {
-    free(n->name);
-    free(n->inv_error);
+    gf__free(n->name);
+    gf__free(n->inv_error);
     return GF_ENOMEM;
   }
   snprintf(n->rv, sizeof(n->rv), "%s", pn->rv);
@@ -826,7 +827,7 @@ static int node_update_locked(gf_sched *s, const gf__node *pn) {
 }
 
 int gf_sched_node_update(gf_sched *s, const struct json_t *node, gf_diag *d) {
-  gf__node *pn = malloc(sizeof(*pn));
+  gf__node *pn = gf__malloc(sizeof(*pn));
   if (!pn)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   int rc = gf__node_parse((const json_t *)node, pn, d);
@@ -844,7 +845,7 @@ int gf_sched_node_update(gf_sched *s, const struct json_t *node, gf_diag *d) {
       node_update_locked(s, pn);
     pthread_mutex_unlock(&s->mu);
   }
-  free(pn);
+  gf__free(pn);
   return rc;
 }
 
@@ -905,7 +906,7 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
   uint8_t idx[GF_MAX_GPUS_PER_NODE] = {0}, ngpus = 0;
   int grc = 0;
   if (req.gpu_count) {
-    gf_grant *g = malloc(sizeof(*g));
+    gf_grant *g = gf__malloc(sizeof(*g));
     if (!g)
       return GF_ENOMEM;
     if (!p->grant)
@@ -920,7 +921,7 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
                         p->ns, p->name, g->node, p->node);
     if (grc == 0)
       grc = grant_gpus(p, g, idx, &ngpus, d);
-    free(g);
+    gf__free(g);
     if (grc) { /* keep what we can: the pod's CPU and memory */
       req.gpu_count = 0;
       req.gpu_milli = 0;
@@ -960,7 +961,7 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
 }
 
 int gf_sched_pod_update(gf_sched *s, const struct json_t *pod, gf_diag *d) {
-  gf__pod *p = malloc(sizeof(*p));
+  gf__pod *p = gf__malloc(sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   int rc = gf__pod_parse_ex((const json_t *)pod, s->accept, p, d);
@@ -969,7 +970,7 @@ int gf_sched_pod_update(gf_sched *s, const struct json_t *pod, gf_diag *d) {
     rc = pod_update_locked(s, p, d);
     pthread_mutex_unlock(&s->mu);
   }
-  free(p);
+  gf__free(p);
   return rc;
 }
 
@@ -1342,8 +1343,8 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     out->json = error_obj(d.msg);
     return;
   }
-  gf__pod *p = malloc(sizeof(*p));
-  gf__node *pn = malloc(sizeof(*pn));
+  gf__pod *p = gf__malloc(sizeof(*p));
+  gf__node *pn = gf__malloc(sizeof(*pn));
   json_t *failed = json_object(), *unres = json_object();
   json_t *passed = json_array();
   gf__buf tp, tf, tu;
@@ -1474,8 +1475,8 @@ done:
   json_decref(failed);
   json_decref(unres);
   json_decref(passed);
-  free(p);
-  free(pn);
+  gf__free(p);
+  gf__free(pn);
   gf__args_release(&a);
 }
 
@@ -1502,10 +1503,10 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
     return;
   }
   size_t n = a.node_items ? json_array_size(a.node_items) : a.nnames;
-  gf__pod *p = malloc(sizeof(*p));
-  gf__node *pn = malloc(sizeof(*pn));
-  int64_t *raw = calloc(n + 1, sizeof(*raw));
-  bool *fits = calloc(n + 1, sizeof(*fits));
+  gf__pod *p = gf__malloc(sizeof(*p));
+  gf__node *pn = gf__malloc(sizeof(*pn));
+  int64_t *raw = gf__calloc(n + 1, sizeof(*raw));
+  bool *fits = gf__calloc(n + 1, sizeof(*fits));
   if (!p || !pn || !raw || !fits) {
     out->status = 500;
     goto done;
@@ -1530,18 +1531,27 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   }
   bool ok = gf__pod_parse_ex(a.pod, s->accept, p, &d) == 0;
   pthread_mutex_lock(&s->mu);
-  if (ensure_model(s) == 0)
+  int mrc = ensure_model(s); /* the model (or engine) could not be made */
+  if (mrc == 0)
     learn_nodes(s, &a, pn); /* Nodes sent in full, as filter does */
   verdict v = {0, ""};
   gf_request r;
   memset(&r, 0, sizeof(r));
-  if (ok && ensure_model(s) == 0) {
+  if (ok && mrc == 0 && (mrc = ensure_model(s)) == 0) {
     if (!p->node[0])
       request_pending_put(s, p);
     resolve(s, p, &r, &v);
-    ok = v.kind == 0 && policy_refresh(s) == 0;
+    ok = v.kind == 0 && (mrc = policy_refresh(s)) == 0;
   } else {
     ok = false;
+  }
+  if (mrc) {
+    pthread_mutex_unlock(&s->mu);
+    out->status = 500;
+    out->json =
+        error_obj(mrc == GF_ENOMEM ? "extender out of memory building its model"
+                                   : gf_strerror(mrc));
+    goto done;
   }
   for (size_t i = 0; i < n; i++) {
     const char *name = a.node_items
@@ -1603,10 +1613,10 @@ reply:;
   out->text_json = true;
   out->status = 200;
 done:
-  free(p);
-  free(pn);
-  free(raw);
-  free(fits);
+  gf__free(p);
+  gf__free(pn);
+  gf__free(raw);
+  gf__free(fits);
   gf__args_release(&a);
 }
 
@@ -1616,7 +1626,7 @@ static int build_grant(const gf_sched *s, const nrec *nr, const pend *pp,
                        const gf_request *r, const gf_placement *pick,
                        char **json, gf_diag *d) {
   (void)s;
-  gf_grant *g = calloc(1, sizeof(*g));
+  gf_grant *g = gf__calloc(1, sizeof(*g));
   if (!g)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   snprintf(g->node, sizeof(g->node), "%s", nr->name);
@@ -1632,7 +1642,7 @@ static int build_grant(const gf_sched *s, const nrec *nr, const pend *pp,
     c->gpus[k].compute_pct = r->compute_pct;
   }
   int rc = gf_grant_format(g, json, d);
-  free(g);
+  gf__free(g);
   return rc;
 }
 
@@ -1700,7 +1710,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   }
   prec *p = add_pod(s, key, b->node, pp->models);
   if (!p) {
-    free(*grant);
+    gf__free(*grant);
     *grant = NULL;
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   }
@@ -1713,7 +1723,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   p->bind_seq = *seq = ++s->bind_seq;
   if ((rc = book(s, p))) {
     remove_pod(s, p);
-    free(*grant);
+    gf__free(*grant);
     *grant = NULL;
     return gf_diag_set(d, rc, "pod %s/%s on %s: %s", b->pod_ns, b->pod_name,
                        b->node, gf_strerror(rc));
@@ -1723,7 +1733,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
 
 static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   gf_diag d = {""};
-  gf__bind_args *b = malloc(sizeof(*b));
+  gf__bind_args *b = gf__malloc(sizeof(*b));
   if (!b) {
     out->status = 500;
     return;
@@ -1732,7 +1742,7 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     out->status = 200; /* as for filter */
     out->refused = true;
     out->json = error_obj(d.msg);
-    free(b);
+    gf__free(b);
     return;
   }
   char kb[2 * GF_NAME_MAX];
@@ -1776,10 +1786,10 @@ static void do_bind(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   else
     s->m.binds_ok++;
   pthread_mutex_unlock(&s->mu);
-  free(grant);
+  gf__free(grant);
   out->status = 200;
   out->json = error_obj(rc ? d.msg : "");
-  free(b);
+  gf__free(b);
 }
 
 /* ---- metrics -------------------------------------------------------------*/
@@ -1935,7 +1945,7 @@ static void record(gf_sched *s, int verb, int status, bool refused,
 static void set_text(gf_sched_reply *out, int status, const char *text) {
   out->status = status;
   out->content_type = "text/plain; charset=utf-8";
-  out->body = strdup(text);
+  out->body = gf__strdup(text);
   out->len = out->body ? strlen(out->body) : 0;
   if (!out->body)
     out->status = 500;
@@ -2005,7 +2015,7 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
       break;
     case V_HEALTHZ:
       rb.status = 200;
-      rb.text = strdup("ok\n");
+      rb.text = gf__strdup("ok\n");
       break;
     case V_LEADERZ: {
       /* Ready to bind: synced and holding the Lease (for monitoring;
@@ -2022,7 +2032,7 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
                                        : "ok\n";
       pthread_mutex_unlock(&s->mu);
       rb.status = ready ? 200 : 503;
-      rb.text = strdup(why);
+      rb.text = gf__strdup(why);
       break;
     }
     case V_READYZ: {
@@ -2030,9 +2040,9 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
       bool ready = s->synced;
       pthread_mutex_unlock(&s->mu);
       rb.status = ready ? 200 : 503;
-      rb.text = strdup(ready ? "ok\n"
-                             : "not ready: the model has not been synced "
-                               "from the API server\n");
+      rb.text = gf__strdup(ready ? "ok\n"
+                                 : "not ready: the model has not been synced "
+                                   "from the API server\n");
       break;
     }
     default:
@@ -2058,6 +2068,6 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
 }
 
 void gf_sched_reply_release(gf_sched_reply *r) {
-  free(r->body);
+  gf__free(r->body);
   memset(r, 0, sizeof(*r));
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "gpufrac/contract.h"
 #include "gpufrac/ctr_grant.h"
@@ -174,6 +175,27 @@ static void test_shim_config_golden(void **st) {
   assert_int_equal(sc.compute_pct, 30);
 }
 
+static void *no_memory(size_t n) {
+  (void)n;
+  return NULL;
+}
+
+/* A reader that cannot allocate says so: GF_ENOMEM, not "malformed". */
+static void test_out_of_memory(void **st) {
+  (void)st;
+  json_set_alloc_funcs(no_memory, free);
+  gf_grant g;
+  gf_inventory inv;
+  gf_diag d = {""};
+  int grc = gf_grant_parse(grant_golden, strlen(grant_golden), &g, &d);
+  int irc =
+      gf_inventory_parse(inventory_golden, strlen(inventory_golden), &inv, &d);
+  json_set_alloc_funcs(malloc, free);
+  assert_int_equal(grc, GF_ENOMEM);
+  assert_int_equal(irc, GF_ENOMEM);
+  assert_non_null(strstr(d.msg, "out of memory"));
+}
+
 /* The names every part spells one way. */
 static void test_shared_names(void **st) {
   (void)st;
@@ -217,6 +239,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_versions_checked, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test(test_shim_config_golden),
+      cmocka_unit_test(test_out_of_memory),
       cmocka_unit_test(test_shared_names),
       cmocka_unit_test(test_uuid_rule),
   };

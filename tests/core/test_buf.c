@@ -112,6 +112,7 @@ static void test_fixed(void **st) {
 static void test_alloc_failure(void **st) {
   (void)st;
   long refusals = 0;
+  const long live0 = gf__alloc_live();
   for (long n = 0; n < 20; n++) {
     gf__buf b;
     gf__buf_init(&b, 1 << 20);
@@ -132,6 +133,7 @@ static void test_alloc_failure(void **st) {
       assert_int_equal(b.len, 200 * 6 + 10 * 1 + 90 * 2 + 100 * 3);
     }
     gf__buf_release(&b);
+    assert_int_equal(gf__alloc_live(), live0);
   }
   assert_true(refusals > 0);
 }
