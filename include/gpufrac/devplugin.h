@@ -34,10 +34,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpufrac/contract.h"
 #include "gpufrac/diag.h"
 
 #define GF_DP_API_VERSION "v1beta1"
-#define GF_DP_RESOURCE "gpufrac.io/gpu"
+#define GF_DP_RESOURCE GF_RES_GPU /* gpufrac/contract.h */
 #define GF_DP_KUBELET_SOCKET "/var/lib/kubelet/device-plugins/kubelet.sock"
 #define GF_DP_ID_MAX 96 /* "GPU-<36 chars>::<k>" and NUL, with room */
 #define GF_DP_MAX_DEVICES 1024

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpufrac/contract.h"
 #include "gpufrac/diag.h"
 #include "gpufrac/model.h"
 

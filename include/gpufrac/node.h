@@ -244,9 +244,9 @@ int gf_node_inventory_json(const gf_node_gpus *g, char **out, gf_diag *d);
 /* ---- the per-container files ------------------------------------------ */
 
 /* Where the interposer config and region sit inside the container. */
-#define GF_NODE_CTR_CONFIG "/etc/gpufrac/shim.conf"
-#define GF_NODE_CTR_REGION_DIR "/run/gpufrac"
-#define GF_NODE_CTR_REGION GF_NODE_CTR_REGION_DIR "/region"
+#define GF_NODE_CTR_CONFIG GF_CTR_SHIM_CONFIG /* gpufrac/contract.h */
+#define GF_NODE_CTR_REGION_DIR GF_CTR_REGION_DIR
+#define GF_NODE_CTR_REGION GF_CTR_REGION
 
 /* Host paths of one container's files, under the state directory:
  *   <state>/pods/<pod-uid>/<container>/shim.conf   mounted read-only

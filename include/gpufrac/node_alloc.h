@@ -31,7 +31,7 @@ struct json_t;
 #define GF_NODE_UID_MAX 64
 #define GF_NODE_POD_CTRS 16 /* GPU containers (init included) per pod */
 #define GF_NODE_ALLOCATED_FOR "gpufrac.io/allocated-for"
-#define GF_NODE_RESOURCE_GPU "gpufrac.io/gpu"
+#define GF_NODE_RESOURCE_GPU GF_RES_GPU /* gpufrac/contract.h */
 
 typedef struct gf_node_pods gf_node_pods;
 

@@ -28,4 +28,11 @@ void gf__alloc_fail_once(long n);
  * an error, and a run with none must succeed in full. */
 long gf__alloc_refused(void);
 
+/* Test hook: blocks allocated through these wrappers and not yet freed
+ * through gf__free (counted always; relaxed atomics).  A test that refuses
+ * allocations asserts it returns to where it was: no leak on any path.
+ * Meaningful only where everything a test frees came from the wrappers
+ * (a test may route jansson through them with json_set_alloc_funcs). */
+long gf__alloc_live(void);
+
 #endif

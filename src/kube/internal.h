@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "buf.h"
 #include "gpufrac/diag.h"
 #include "gpufrac/kube.h"
 
@@ -24,19 +25,7 @@ typedef struct gf__errstate {
  * held: a new error, a different one, or rc 0 after an error. */
 bool gf__err_changed(gf__errstate *e, int rc, const char *msg);
 
-/* A growable byte buffer with a hard maximum: appending past `max` fails
- * GF_ELIMIT and leaves the buffer as it was.  Always NUL-terminated. */
-typedef struct gf__buf {
-  char *p;
-  size_t len;
-  size_t cap;
-  size_t max;
-} gf__buf;
-
-void gf__buf_init(gf__buf *b, size_t max);
-int gf__buf_append(gf__buf *b, const void *data, size_t n);
-void gf__buf_clear(gf__buf *b);
-void gf__buf_release(gf__buf *b);
+/* gf__buf: the shared bounded buffer (src/core/buf.h). */
 
 /* Appends v as compact JSON text (no spaces, object members in their
  * order, strings escaped as jansson does without flags) to b.  Decoding it

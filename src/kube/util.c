@@ -1,4 +1,4 @@
-/* Small shared pieces of the kube client: bounded buffers, file reading,
+/* Small shared pieces of the kube client: compact JSON, file reading,
  * base64, YAML to JSON, Status errors, MicroTime and backoff. */
 #include <errno.h>
 #include <stdio.h>
@@ -11,47 +11,6 @@
 #include "gpufrac/error.h"
 #include "gpufrac/rng.h"
 #include "internal.h"
-
-void gf__buf_init(gf__buf *b, size_t max) {
-  b->p = NULL;
-  b->len = 0;
-  b->cap = 0;
-  b->max = max;
-}
-
-int gf__buf_append(gf__buf *b, const void *data, size_t n) {
-  if (n > b->max || b->len > b->max - n)
-    return GF_ELIMIT;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1)
-      cap = cap > ((size_t)-1) / 2 ? b->len + n + 1 : cap * 2;
-    if (b->max < (size_t)-1 && cap > b->max + 1)
-      cap = b->max + 1;
-    char *p = gf__realloc(b->p, cap);
-    if (!p)
-      return GF_ENOMEM;
-    b->p = p;
-    b->cap = cap;
-  }
-  if (n)
-    memcpy(b->p + b->len, data, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-  return 0;
-}
-
-void gf__buf_clear(gf__buf *b) {
-  b->len = 0;
-  if (b->p)
-    b->p[0] = '\0';
-}
-
-void gf__buf_release(gf__buf *b) {
-  gf__free(b->p);
-  b->p = NULL;
-  b->len = b->cap = 0;
-}
 
 /* ---- compact JSON text ---------------------------------------------------*/
 

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpufrac/ctr_grant.h"
 #include "gpufrac/error.h"
 #include "gpufrac/region.h"
 #include "node_int.h"
@@ -237,7 +238,8 @@ int gf__node_read_ctr_grant(const char *ctr_dir, gf__ctr_grant *g) {
   free(text);
   json_t *gpus = json_object_get(root, "gpus");
   rc = GF_ESYNTAX;
-  if (!json_is_array(gpus) || json_array_size(gpus) > GF_REGION_DEVICES)
+  if (gf_ctr_grant_check_version(root, NULL) || !json_is_array(gpus) ||
+      json_array_size(gpus) > GF_REGION_DEVICES)
     goto out;
   size_t i;
   json_t *x;

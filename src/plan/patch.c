@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gpufrac/contract.h"
 #include "gpufrac/error.h"
 #include "internal.h"
 
@@ -55,9 +56,9 @@ static json_t *resources(const gf__ppod *pod, const gf_plan_workload *w) {
   char mem[32], comp[16];
   snprintf(mem, sizeof(mem), "%" PRId64 "Mi", w->rec_mem_mib);
   snprintf(comp, sizeof(comp), "%d", w->rec_compute);
-  json_object_set_new(l, "gpufrac.io/gpu", json_string("1"));
-  json_object_set_new(l, "gpufrac.io/gpu-memory", json_string(mem));
-  json_object_set_new(l, "gpufrac.io/gpu-compute", json_string(comp));
+  json_object_set_new(l, GF_RES_GPU, json_string("1"));
+  json_object_set_new(l, GF_RES_GPU_MEMORY, json_string(mem));
+  json_object_set_new(l, GF_RES_GPU_COMPUTE, json_string(comp));
   return l;
 }
 

@@ -326,15 +326,15 @@ static int read_resource(gf_plan *p, const char *k, const json_t *v, amounts *a,
     a->hami = true;
     return count(v, 100, &a->hami_cores, w, field, d);
   }
-  if (strcmp(k, "gpufrac.io/gpu") == 0) {
+  if (strcmp(k, GF_RES_GPU) == 0) {
     a->gf = true;
     return count(v, GF_MAX_GPUS_PER_NODE, &a->gf_gpu, w, field, d);
   }
-  if (strcmp(k, "gpufrac.io/gpu-memory") == 0) {
+  if (strcmp(k, GF_RES_GPU_MEMORY) == 0) {
     a->gf = true;
     return qty(v, GF_QTY_UNIT, &a->gf_mem, w, field, d);
   }
-  if (strcmp(k, "gpufrac.io/gpu-compute") == 0) {
+  if (strcmp(k, GF_RES_GPU_COMPUTE) == 0) {
     a->gf = true;
     return count(v, 100, &a->gf_compute, w, field, d);
   }

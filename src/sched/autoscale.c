@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "autoscale.h"
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
@@ -88,7 +89,7 @@ static int grow(void **arr, uint32_t *cap, uint32_t n, size_t size) {
   if (n < *cap)
     return 0;
   uint32_t c = *cap ? *cap * 2 : 16;
-  void *p = realloc(*arr, (size_t)c * size);
+  void *p = gf__realloc(*arr, (size_t)c * size);
   if (!p)
     return GF_ENOMEM;
   *arr = p;
@@ -134,11 +135,11 @@ int gf__as_new(const gf__as_opts *o, gf__as **out, gf_diag *d) {
                        ns, pc);
   if (!*img || strlen(img) >= 512)
     return gf_diag_set(d, GF_EINVAL, "autoscale: image name empty or too long");
-  gf__as *a = calloc(1, sizeof(*a));
+  gf__as *a = gf__calloc(1, sizeof(*a));
   if (!a)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   if (pthread_mutex_init(&a->mu, NULL)) {
-    free(a);
+    gf__free(a);
     return gf_diag_set(d, GF_ENOMEM, "autoscale: cannot make a mutex");
   }
   a->o = *o;
@@ -157,17 +158,17 @@ int gf__as_new(const gf__as_opts *o, gf__as **out, gf_diag *d) {
 }
 
 static void wpod_free(wpod *w) {
-  free(w->uid);
-  free(w->what);
-  free(w->group);
-  free(w->models);
+  gf__free(w->uid);
+  gf__free(w->what);
+  gf__free(w->group);
+  gf__free(w->models);
 }
 
 static void phold_free(phold *p) {
-  free(p->name);
+  gf__free(p->name);
   for (uint32_t i = 0; i < p->nuids; i++)
-    free(p->uids[i]);
-  free(p->uids);
+    gf__free(p->uids[i]);
+  gf__free(p->uids);
 }
 
 void gf__as_free(gf__as *a) {
@@ -178,15 +179,15 @@ void gf__as_free(gf__as *a) {
   for (uint32_t i = 0; i < a->np; i++)
     phold_free(&a->p[i]);
   for (uint32_t i = 0; i < a->ng; i++)
-    free(a->g[i].name);
-  free(a->w);
-  free(a->p);
-  free(a->g);
+    gf__free(a->g[i].name);
+  gf__free(a->w);
+  gf__free(a->p);
+  gf__free(a->g);
   gf__smap_release(&a->wmap);
   gf__smap_release(&a->pmap);
   gf__smap_release(&a->gmap);
   pthread_mutex_destroy(&a->mu);
-  free(a);
+  gf__free(a);
 }
 
 size_t gf__as_count(gf__as *a) {
@@ -234,20 +235,22 @@ static void phold_remove(gf__as *a, const char *name) {
 static int phold_put(gf__as *a, const char *name, const char *uids,
                      int64_t created, bool finished) {
   phold np = {0};
-  np.name = strdup(name);
+  np.name = gf__strdup(name);
   if (!np.name)
     return GF_ENOMEM;
   size_t n = 0;
   for (const char *s = uids; *s; s++)
     n += *s == ',';
-  np.uids = calloc(n + 1, sizeof(*np.uids));
+  np.uids = gf__calloc(n + 1, sizeof(*np.uids));
   if (!np.uids)
     goto nomem;
   for (const char *s = uids; *s;) {
     size_t l = strcspn(s, ",");
     if (l > 0 && l < GF__UID_MAX) {
-      if (!(np.uids[np.nuids] = strndup(s, l)))
+      if (!(np.uids[np.nuids] = gf__malloc(l + 1)))
         goto nomem;
+      memcpy(np.uids[np.nuids], s, l);
+      np.uids[np.nuids][l] = '\0';
       np.nuids++;
     }
     s += l;
@@ -370,7 +373,7 @@ static char *group_of(const json_t *pod, const char *models) {
     goto out;
   s = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
   if (s && strlen(s) > GROUP_MAX) {
-    free(s);
+    gf__free(s);
     s = NULL;
   }
 out:
@@ -422,7 +425,7 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
       placeholder_seen(a, pod, name);
     goto out;
   }
-  gf__pod *p = malloc(sizeof(*p));
+  gf__pod *p = gf__malloc(sizeof(*p));
   if (!p)
     goto out;
   gf_diag d = {""};
@@ -434,7 +437,7 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
   if (!waiting) {
     if (p->uid[0])
       wpod_remove(a, p->uid);
-    free(p);
+    gf__free(p);
     goto out;
   }
   const json_t *c = gf__pod_condition(pod, "PodScheduled");
@@ -450,30 +453,30 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
   if (!group) { /* out of memory or constraints too large: not demand */
     if (w)
       wpod_remove(a, p->uid);
-    free(p);
+    gf__free(p);
     goto out;
   }
   if (!w) {
     if (grow((void **)&a->w, &a->capw, a->nw, sizeof(*a->w))) {
-      free(group);
-      free(p);
+      gf__free(group);
+      gf__free(p);
       goto out;
     }
     wpod nw = {0};
-    nw.uid = strdup(p->uid);
-    nw.what = strdup(what);
+    nw.uid = gf__strdup(p->uid);
+    nw.what = gf__strdup(what);
     if (!nw.uid || !nw.what || gf__smap_put(&a->wmap, nw.uid, a->nw)) {
       wpod_free(&nw);
-      free(group);
-      free(p);
+      gf__free(group);
+      gf__free(p);
       goto out;
     }
     a->w[a->nw] = nw;
     w = &a->w[a->nw++];
   }
-  char *models = p->models[0] ? strdup(p->models) : NULL;
-  free(w->group);
-  free(w->models);
+  char *models = p->models[0] ? gf__strdup(p->models) : NULL;
+  gf__free(w->group);
+  gf__free(w->models);
   w->group = group;
   w->models = models;
   w->req = p->req;
@@ -485,7 +488,7 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
   w->unsched = unsched;
   if (!unsched)
     w->since = 0;
-  free(p);
+  gf__free(p);
 out:
   pthread_mutex_unlock(&a->mu);
 }
@@ -507,7 +510,7 @@ void gf__as_pod_delete(gf__as *a, const json_t *pod) {
 /* ---- reading nodes ------------------------------------------------------ */
 
 void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
-  gf__node *n = malloc(sizeof(*n));
+  gf__node *n = gf__malloc(sizeof(*n));
   if (!n)
     return;
   gf_diag d = {""};
@@ -519,7 +522,7 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   if (has == 0) {
     if (i >= 0) {
       gf__smap_del(&a->gmap, n->name);
-      free(a->g[i].name);
+      gf__free(a->g[i].name);
       if ((uint32_t)i != --a->ng) {
         a->g[i] = a->g[a->ng];
         gf__smap_put(&a->gmap, a->g[i].name, (uint32_t)i);
@@ -530,9 +533,9 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   if (i < 0) {
     if (grow((void **)&a->g, &a->capg, a->ng, sizeof(*a->g)))
       goto out;
-    char *nm = strdup(n->name);
+    char *nm = gf__strdup(n->name);
     if (!nm || gf__smap_put(&a->gmap, nm, a->ng)) {
-      free(nm);
+      gf__free(nm);
       goto out;
     }
     memset(&a->g[a->ng], 0, sizeof(a->g[a->ng]));
@@ -558,7 +561,7 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   }
 out:
   pthread_mutex_unlock(&a->mu);
-  free(n);
+  gf__free(n);
 }
 
 void gf__as_node_delete(gf__as *a, const json_t *node) {
@@ -570,7 +573,7 @@ void gf__as_node_delete(gf__as *a, const json_t *node) {
   int64_t i = gf__smap_get(&a->gmap, name);
   if (i >= 0) {
     gf__smap_del(&a->gmap, name);
-    free(a->g[i].name);
+    gf__free(a->g[i].name);
     if ((uint32_t)i != --a->ng) {
       a->g[i] = a->g[a->ng];
       gf__smap_put(&a->gmap, a->g[i].name, (uint32_t)i);
@@ -624,8 +627,8 @@ int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
     return 0;
   if (n > UINT32_MAX / 2)
     return gf_diag_set(d, GF_ELIMIT, "autoscale: too many pods to pack");
-  uint32_t *order = malloc(n * sizeof(*order));
-  uint32_t *used = calloc(n, sizeof(*used)); /* GPU bit set per node */
+  uint32_t *order = gf__malloc(n * sizeof(*order));
+  uint32_t *used = gf__calloc(n, sizeof(*used)); /* GPU bit set per node */
   gf_cluster *c = gf_cluster_new();
   gf_engine *e = NULL;
   int rc = 0;
@@ -694,8 +697,8 @@ int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
 out:
   gf_engine_free(e);
   gf_cluster_free(c);
-  free(order);
-  free(used);
+  gf__free(order);
+  gf__free(used);
   return rc;
 }
 
@@ -871,7 +874,7 @@ static int decide(gf__as *a, int64_t now, action *act) {
     gf__smap_release(&covered);
     return n; /* capacity just arrived: let the real pods land first */
   }
-  uint32_t *idx = malloc(((size_t)a->nw + 1) * sizeof(*idx));
+  uint32_t *idx = gf__malloc(((size_t)a->nw + 1) * sizeof(*idx));
   if (!idx) {
     gf__smap_release(&covered);
     return -GF_ENOMEM;
@@ -905,10 +908,10 @@ static int decide(gf__as *a, int64_t now, action *act) {
       continue;
     }
     gf__as_shape shape = pick_shape(a, idx + s, gn);
-    gf_request *reqs = malloc(gn * sizeof(*reqs));
-    uint32_t *bin_of = malloc(gn * sizeof(*bin_of));
-    gf__as_bin *bins = malloc(gn * sizeof(*bins));
-    char **ul = malloc(gn * sizeof(*ul));
+    gf_request *reqs = gf__malloc(gn * sizeof(*reqs));
+    uint32_t *bin_of = gf__malloc(gn * sizeof(*bin_of));
+    gf__as_bin *bins = gf__malloc(gn * sizeof(*bins));
+    char **ul = gf__malloc(gn * sizeof(*ul));
     size_t nbins = 0;
     if (!reqs || !bin_of || !bins || !ul) {
       rc = GF_ENOMEM;
@@ -937,7 +940,7 @@ static int decide(gf__as *a, int64_t now, action *act) {
       if (nu == 0 || bins[b].gpus == 0)
         continue;
       qsort(ul, nu, sizeof(*ul), by_uid);
-      char *uids = malloc(len);
+      char *uids = gf__malloc(len);
       if (!uids) {
         rc = GF_ENOMEM;
         break;
@@ -962,21 +965,21 @@ static int decide(gf__as *a, int64_t now, action *act) {
       ac->pod =
           placeholder_pod(a, &a->w[idx[s]], &bins[b], ac->name, uids, now);
       if (!ac->pod) {
-        free(uids);
+        gf__free(uids);
         rc = GF_ENOMEM;
         break;
       }
       n++;
     }
-    free(reqs);
-    free(bin_of);
-    free(bins);
-    free(ul);
+    gf__free(reqs);
+    gf__free(bin_of);
+    gf__free(bins);
+    gf__free(ul);
     if (rc)
       break;
     s = e;
   }
-  free(idx);
+  gf__free(idx);
   return rc ? -rc : n;
 }
 
@@ -989,7 +992,7 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     *deleted = 0;
   if (!ops || !ops->create || !ops->remove)
     return gf_diag_set(d, GF_EINVAL, "autoscale: no create/delete given");
-  action *act = calloc(PASS_MAX, sizeof(*act));
+  action *act = gf__calloc(PASS_MAX, sizeof(*act));
   if (!act)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   pthread_mutex_lock(&a->mu);
@@ -997,7 +1000,7 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
   int n = now < a->retry_at ? 0 : decide(a, now, act);
   pthread_mutex_unlock(&a->mu);
   if (n < 0) {
-    free(act);
+    gf__free(act);
     return gf_diag_set(d, -n, "autoscale: %s", gf_strerror(-n));
   }
   int rc = 0;
@@ -1050,9 +1053,9 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
   }
   for (int i = 0; i < n; i++) {
     json_decref(act[i].pod);
-    free(act[i].uids);
+    gf__free(act[i].uids);
   }
-  free(act);
+  gf__free(act);
   if (made)
     *made = nm;
   if (deleted)

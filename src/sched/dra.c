@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
@@ -238,7 +239,7 @@ static int parse_device(const json_t *o, gf_dra_device *dev, const char *where,
 void gf_dra_slice_release(gf_dra_slice *s) {
   if (!s)
     return;
-  free(s->devices);
+  gf__free(s->devices);
   s->devices = NULL;
   s->ndevices = 0;
 }
@@ -287,7 +288,7 @@ int gf_dra_slice_parse(const json_t *obj, gf_dra_slice *out, gf_diag *d) {
     return rc;
   if (!devs || json_array_size(devs) == 0)
     return 0;
-  out->devices = calloc(json_array_size(devs), sizeof(*out->devices));
+  out->devices = gf__calloc(json_array_size(devs), sizeof(*out->devices));
   if (!out->devices)
     return gf_diag_set(d, GF_ENOMEM, "ResourceSlice %s: out of memory",
                        out->name);
@@ -771,9 +772,9 @@ void gf_dra_model_free(gf_dra_model *m) {
   gf_engine_free(m->e);
   gf_cluster_free(m->c);
   gf_typical_release(&m->typ);
-  free(m->devs);
-  free(m->nodes);
-  free(m);
+  gf__free(m->devs);
+  gf__free(m->nodes);
+  gf__free(m);
 }
 
 /* Is slice s the newest generation of its pool among slices[]? */
@@ -790,7 +791,7 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
                      const gf_dra_claim *const *claims, uint32_t nclaims,
                      const char *policy, gf_dra_model **out, gf_diag *d) {
   *out = NULL;
-  gf_dra_model *m = calloc(1, sizeof(*m));
+  gf_dra_model *m = gf__calloc(1, sizeof(*m));
   gf_request *reqs = NULL;
   gf_gpu_spec *specs = NULL;
   int rc = GF_ENOMEM;
@@ -800,9 +801,9 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
   for (uint32_t i = 0; i < nslices; i++)
     if (slices[i]->ours && newest(slices, nslices, slices[i]))
       total += slices[i]->ndevices;
-  m->devs = calloc(total ? total : 1, sizeof(*m->devs));
-  m->nodes = calloc(nslices ? nslices : 1, sizeof(*m->nodes));
-  specs = calloc(GF_MAX_GPUS_PER_NODE, sizeof(*specs));
+  m->devs = gf__calloc(total ? total : 1, sizeof(*m->devs));
+  m->nodes = gf__calloc(nslices ? nslices : 1, sizeof(*m->nodes));
+  specs = gf__calloc(GF_MAX_GPUS_PER_NODE, sizeof(*specs));
   if (!m->devs || !m->nodes || !specs)
     goto nomem;
   /* Devices, grouped by pool in first-seen order. */
@@ -867,7 +868,7 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
   uint32_t nr = 0;
   for (uint32_t i = 0; i < nclaims; i++)
     nr += claims[i]->allocated ? claims[i]->nres : claims[i]->nreq;
-  reqs = calloc(nr + 1, sizeof(*reqs));
+  reqs = gf__calloc(nr + 1, sizeof(*reqs));
   if (!reqs)
     goto nomem;
   uint32_t n = 0;
@@ -904,16 +905,16 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
   for (uint32_t i = 0; i < nclaims; i++)
     for (uint32_t j = 0; claims[i]->allocated && j < claims[i]->nres; j++)
       book(m, &claims[i]->res[j]);
-  free(reqs);
-  free(specs);
+  gf__free(reqs);
+  gf__free(specs);
   *out = m;
   return 0;
 nomem:
   gf_diag_set(d, GF_ENOMEM, "the DRA model: out of memory");
   rc = GF_ENOMEM;
 fail:
-  free(reqs);
-  free(specs);
+  gf__free(reqs);
+  gf__free(specs);
   gf_dra_model_free(m);
   return rc;
 }
@@ -1076,9 +1077,10 @@ int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
       nq += claims[i]->req[j].count;
     }
   }
-  placed *pl = calloc(nq + 1, sizeof(*pl));
-  mdev **used = calloc(nq + 1, sizeof(*used));
-  int64_t *um = calloc(nq + 1, sizeof(*um)), *uc = calloc(nq + 1, sizeof(*uc));
+  placed *pl = gf__calloc(nq + 1, sizeof(*pl));
+  mdev **used = gf__calloc(nq + 1, sizeof(*used));
+  int64_t *um = gf__calloc(nq + 1, sizeof(*um)),
+          *uc = gf__calloc(nq + 1, sizeof(*uc));
   uint32_t npl = 0, nused = 0, ni = UINT32_MAX;
   size_t off = 0;
   int rc = 0;
@@ -1103,10 +1105,10 @@ int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
     snprintf(node, GF_DRA_NAME_MAX, "%s", m->nodes[ni]);
   }
 out:
-  free(pl);
-  free(used);
-  free(um);
-  free(uc);
+  gf__free(pl);
+  gf__free(used);
+  gf__free(um);
+  gf__free(uc);
   return rc;
 }
 

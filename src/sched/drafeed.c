@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/sched_dra.h"
 #include "smap.h"
@@ -60,10 +61,10 @@ static int store_put(store *s, const char *key, void *val) {
   }
   if (s->n == s->cap) {
     uint32_t nc = s->cap ? 2 * s->cap : 16;
-    char **k = realloc(s->keys, nc * sizeof(*k));
+    char **k = gf__realloc(s->keys, nc * sizeof(*k));
     if (k)
       s->keys = k;
-    void **v = k ? realloc(s->vals, nc * sizeof(*v)) : NULL;
+    void **v = k ? gf__realloc(s->vals, nc * sizeof(*v)) : NULL;
     if (v)
       s->vals = v;
     if (!k || !v) {
@@ -72,9 +73,9 @@ static int store_put(store *s, const char *key, void *val) {
     }
     s->cap = nc;
   }
-  char *kc = strdup(key);
+  char *kc = gf__strdup(key);
   if (!kc || gf__smap_put(&s->idx, kc, s->n)) {
-    free(kc);
+    gf__free(kc);
     s->drop(val);
     return GF_ENOMEM;
   }
@@ -88,7 +89,7 @@ static void store_del(store *s, const char *key) {
   if (i < 0)
     return;
   gf__smap_del(&s->idx, key);
-  free(s->keys[i]);
+  gf__free(s->keys[i]);
   s->drop(s->vals[i]);
   uint32_t last = --s->n;
   if ((uint32_t)i != last) {
@@ -100,18 +101,18 @@ static void store_del(store *s, const char *key) {
 
 static void store_release(store *s) {
   for (uint32_t i = 0; i < s->n; i++) {
-    free(s->keys[i]);
+    gf__free(s->keys[i]);
     s->drop(s->vals[i]);
   }
-  free(s->keys);
-  free(s->vals);
+  gf__free(s->keys);
+  gf__free(s->vals);
   gf__smap_release(&s->idx);
   memset(s, 0, sizeof(*s));
 }
 
 static void drop_slice(void *p) {
   gf_dra_slice_release(p);
-  free(p);
+  gf__free(p);
 }
 static void drop_json(void *p) { json_decref(p); }
 
@@ -160,7 +161,7 @@ static void slice_set(void *u, json_t *o) {
   gf_sched_dra *f = u;
   char key[KEY_MAX];
   key_of(o, key, sizeof(key));
-  gf_dra_slice *s = calloc(1, sizeof(*s));
+  gf_dra_slice *s = gf__calloc(1, sizeof(*s));
   gf_diag d = {""};
   int rc = s ? gf_dra_slice_parse(o, s, &d) : GF_ENOMEM;
   pthread_mutex_lock(&f->mu);
@@ -197,7 +198,7 @@ static void slice_gone(void *u, json_t *o) {
 static void claim_store(gf_sched_dra *f, const json_t *o) {
   char key[KEY_MAX];
   key_of(o, key, sizeof(key));
-  gf_dra_claim *c = malloc(sizeof(*c));
+  gf_dra_claim *c = gf__malloc(sizeof(*c));
   gf_diag d = {""};
   int rc = c ? gf_dra_claim_parse(o, c, &d) : GF_ENOMEM;
   f->dirty = true;
@@ -205,7 +206,7 @@ static void claim_store(gf_sched_dra *f, const json_t *o) {
     f->st.errors++;
     logf_(f, "gpufrac scheduler: DRA: %s (left out)\n", d.msg);
     store_del(&f->claims, key);
-    free(c);
+    gf__free(c);
     return;
   }
   const gf_dra_claim *old = store_get(&f->claims, key);
@@ -216,7 +217,7 @@ static void claim_store(gf_sched_dra *f, const json_t *o) {
     unsigned long long a = strtoull(old->rv, &e1, 10);
     unsigned long long b = strtoull(c->rv, &e2, 10);
     if (!*e1 && !*e2 && old->rv[0] && c->rv[0] && b < a) {
-      free(c);
+      gf__free(c);
       return;
     }
   }
@@ -333,8 +334,8 @@ static void inf_error(void *u, int rc, const char *msg) {
 static int model_fresh(gf_sched_dra *f, gf_diag *d) {
   if (f->model && !f->dirty)
     return 0;
-  const gf_dra_slice **sl = calloc(f->slices.n + 1, sizeof(*sl));
-  const gf_dra_claim **cl = calloc(f->claims.n + 1, sizeof(*cl));
+  const gf_dra_slice **sl = gf__calloc(f->slices.n + 1, sizeof(*sl));
+  const gf_dra_claim **cl = gf__calloc(f->claims.n + 1, sizeof(*cl));
   int rc = GF_ENOMEM;
   if (sl && cl) {
     for (uint32_t i = 0; i < f->slices.n; i++)
@@ -353,8 +354,8 @@ static int model_fresh(gf_sched_dra *f, gf_diag *d) {
   } else {
     gf_diag_set(d, GF_ENOMEM, "DRA model: out of memory");
   }
-  free(sl);
-  free(cl);
+  gf__free(sl);
+  gf__free(cl);
   return rc;
 }
 
@@ -407,9 +408,9 @@ static int claims_of(gf_sched_dra *f, const json_t *pod, gf_dra_claim **out,
     char key[KEY_MAX];
     snprintf(key, sizeof(key), "%.253s/%.253s", ns ? ns : "", names[i]);
     const gf_dra_claim *c = store_get(&f->claims, key);
-    if (!c || !(out[i] = malloc(sizeof(**out)))) {
+    if (!c || !(out[i] = gf__malloc(sizeof(**out)))) {
       while (i-- > 0)
-        free(out[i]);
+        gf__free(out[i]);
       return -1;
     }
     *out[i] = *c;
@@ -438,7 +439,7 @@ int gf_sched_dra_score(gf_sched_dra *f, const json_t *pod, const char *node,
                             (uint32_t)n, node, score);
   pthread_mutex_unlock(&f->mu);
   for (int i = 0; i < n; i++)
-    free(cl[i]);
+    gf__free(cl[i]);
   return rc;
 }
 
@@ -527,7 +528,7 @@ static void waits(gf_sched_dra *f, const char *ns, const char *name,
   pthread_mutex_lock(&f->mu);
   const char *old = store_get(&f->said, key);
   bool same = old && strcmp(old, why) == 0;
-  char *copy = same ? NULL : strdup(why);
+  char *copy = same ? NULL : gf__strdup(why);
   if (copy)
     store_put(&f->said, key, copy);
   pthread_mutex_unlock(&f->mu);
@@ -554,9 +555,9 @@ static void wrote_free(wrote_t *w) {
     return;
   json_decref(w->pod);
   for (int i = 0; i < w->n; i++)
-    free(w->cl[i]);
-  free(w->res);
-  free(w);
+    gf__free(w->cl[i]);
+  gf__free(w->res);
+  gf__free(w);
 }
 
 /* One gated pod: hands it over, lifts the gate of one whose claims are
@@ -570,7 +571,7 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
     return NULL;
   gf_dra_claim *cl[CLAIMS_PER_POD];
   gf_dra_result(*res)[GF_DRA_RESULTS_MAX] =
-      calloc(CLAIMS_PER_POD, sizeof(*res));
+      gf__calloc(CLAIMS_PER_POD, sizeof(*res));
   uint32_t nres[CLAIMS_PER_POD];
   char node[GF_DRA_NAME_MAX];
   gf_diag d = {""};
@@ -581,7 +582,7 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   int n = claims_of(f, pod, cl, CLAIMS_PER_POD);
   if (n < 0) { /* the claims are not made (or not seen) yet */
     pthread_mutex_unlock(&f->mu);
-    free(res);
+    gf__free(res);
     return NULL;
   }
   uint32_t nalloc = 0;
@@ -665,7 +666,7 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   pthread_mutex_unlock(&f->mu);
   if (rc)
     logf_(f, "gpufrac scheduler: DRA: pod %s: %s\n", name, d.msg);
-  if (!rc && (w = calloc(1, sizeof(*w)))) {
+  if (!rc && (w = gf__calloc(1, sizeof(*w)))) {
     w->pod = json_incref((json_t *)pod);
     w->n = n;
     memcpy(w->cl, cl, sizeof(cl));
@@ -676,8 +677,8 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   }
 out:
   for (int i = 0; i < n; i++)
-    free(cl[i]);
-  free(res);
+    gf__free(cl[i]);
+  gf__free(res);
   return NULL;
 }
 
@@ -707,19 +708,19 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
       gf_kube_list_all(f->k, GF_DRA_API "/resourceclaims", NULL, &list, &d);
   const json_t *items = json_object_get(list, "items");
   if (!rc) {
-    cl = calloc(json_array_size(items) + 1, sizeof(*cl));
+    cl = gf__calloc(json_array_size(items) + 1, sizeof(*cl));
     rc = cl ? 0 : gf_diag_set(&d, GF_ENOMEM, "out of memory");
   }
   for (size_t i = 0; !rc && i < json_array_size(items); i++) {
-    gf_dra_claim *c = malloc(sizeof(*c));
+    gf_dra_claim *c = gf__malloc(sizeof(*c));
     if (c && gf_dra_claim_parse(json_array_get(items, i), c, NULL) == 0)
       cl[ncl++] = c;
     else
-      free(c);
+      gf__free(c);
   }
   if (!rc) {
     pthread_mutex_lock(&f->mu);
-    const gf_dra_slice **sl = calloc(f->slices.n + 1, sizeof(*sl));
+    const gf_dra_slice **sl = gf__calloc(f->slices.n + 1, sizeof(*sl));
     for (uint32_t i = 0; sl && i < f->slices.n; i++)
       sl[i] = f->slices.vals[i];
     rc = sl ? gf_dra_model_new(sl, f->slices.n, (const gf_dra_claim *const *)cl,
@@ -727,7 +728,7 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
                                &m, &d)
             : GF_ENOMEM;
     pthread_mutex_unlock(&f->mu);
-    free(sl);
+    gf__free(sl);
   }
   for (uint32_t i = 0; !rc && i < nw; i++)
     for (int c = 0; c < w[i]->n; c++)
@@ -803,8 +804,8 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
   }
   gf_dra_model_free(m);
   for (size_t i = 0; i < ncl; i++)
-    free(cl[i]);
-  free(cl);
+    gf__free(cl[i]);
+  gf__free(cl);
   json_decref(list);
 }
 
@@ -822,11 +823,11 @@ static void *run_placer(void *u) {
       continue;
     pthread_mutex_lock(&f->mu);
     uint32_t n = f->pods.n;
-    json_t **pods = calloc(n + 1, sizeof(*pods));
+    json_t **pods = gf__calloc(n + 1, sizeof(*pods));
     for (uint32_t i = 0; pods && i < n; i++)
       pods[i] = json_incref(f->pods.vals[i]);
     pthread_mutex_unlock(&f->mu);
-    wrote_t **w = calloc(n + 1, sizeof(*w));
+    wrote_t **w = gf__calloc(n + 1, sizeof(*w));
     uint32_t nw = 0;
     for (uint32_t i = 0; pods && w && i < n; i++) {
       wrote_t *x = atomic_load(&f->stop) ? NULL : place_pod(f, pods[i]);
@@ -835,7 +836,7 @@ static void *run_placer(void *u) {
     }
     for (uint32_t i = 0; pods && i < n; i++)
       json_decref(pods[i]);
-    free(pods);
+    gf__free(pods);
     if (nw) {
       sleep_ms(f->settle_ms);
       /* Stopping: the claims stay allocated and the gates on; the next
@@ -845,7 +846,7 @@ static void *run_placer(void *u) {
     }
     for (uint32_t i = 0; i < nw; i++)
       wrote_free(w[i]);
-    free(w);
+    gf__free(w);
   }
   return NULL;
 }
@@ -869,7 +870,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
     return gf_diag_set(d, GF_EINVAL, "DRA feed: no API server configuration");
   if (!o)
     o = &none;
-  gf_sched_dra *f = calloc(1, sizeof(*f));
+  gf_sched_dra *f = gf__calloc(1, sizeof(*f));
   if (!f)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   f->rnd_fd = -1;
@@ -982,7 +983,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->said);
   gf_dra_model_free(f->model);
   pthread_mutex_destroy(&f->mu);
-  free(f);
+  gf__free(f);
 }
 
 bool gf_sched_dra_synced(gf_sched_dra *f) {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/kube.h"
@@ -73,11 +74,11 @@ int gf__guard_new(const gf__guard_opts *o, gf__guard **out, gf_diag *d) {
   int64_t cap = o->cap_ms ? o->cap_ms : GF_GUARD_CAP_MS_DEFAULT;
   if (settle > INT64_MAX / 1000 || cap > INT64_MAX / 1000)
     return gf_diag_set(d, GF_ERANGE, "guard: settle or cap too long");
-  gf__guard *g = calloc(1, sizeof(*g));
+  gf__guard *g = gf__calloc(1, sizeof(*g));
   if (!g)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   if (pthread_mutex_init(&g->mu, NULL)) {
-    free(g);
+    gf__free(g);
     return gf_diag_set(d, GF_ENOMEM, "guard: cannot make a mutex");
   }
   g->o = *o;
@@ -91,11 +92,11 @@ void gf__guard_free(gf__guard *g) {
   if (!g)
     return;
   for (uint32_t i = 0; i < g->n; i++)
-    free(g->r[i].key);
-  free(g->r);
+    gf__free(g->r[i].key);
+  gf__free(g->r);
   gf__smap_release(&g->map);
   pthread_mutex_destroy(&g->mu);
-  free(g);
+  gf__free(g);
 }
 
 size_t gf__guard_count(gf__guard *g) {
@@ -223,7 +224,7 @@ static int64_t grec_find(const gf__guard *g, const char *key) {
 
 static void grec_remove(gf__guard *g, uint32_t i) {
   gf__smap_del(&g->map, g->r[i].key);
-  free(g->r[i].key);
+  gf__free(g->r[i].key);
   g->n--;
   if (i != g->n) {
     g->r[i] = g->r[g->n];
@@ -305,7 +306,7 @@ void gf__guard_pod_update(gf__guard *g, const json_t *pod) {
   if (i < 0) {
     if (g->n == g->cap) {
       uint32_t nc = g->cap ? g->cap * 2 : 64;
-      grec *nr = realloc(g->r, nc * sizeof(*nr));
+      grec *nr = gf__realloc(g->r, nc * sizeof(*nr));
       if (!nr)
         goto out; /* seen again at the next event */
       g->r = nr;
@@ -313,9 +314,9 @@ void gf__guard_pod_update(gf__guard *g, const json_t *pod) {
     }
     grec *r = &g->r[g->n];
     memset(r, 0, sizeof(*r));
-    r->key = strdup(key);
+    r->key = gf__strdup(key);
     if (!r->key || gf__smap_put(&g->map, r->key, g->n)) {
-      free(r->key);
+      gf__free(r->key);
       goto out;
     }
     r->ns_len = ns_len;
@@ -480,7 +481,7 @@ int gf__guard_pass(gf__guard *g, gf__guard_patch_fn fn, void *user,
     *patched = 0;
   if (!g || !fn)
     return gf_diag_set(d, GF_EINVAL, "guard: nothing to run");
-  work *w = malloc(PASS_MAX * sizeof(*w));
+  work *w = gf__malloc(PASS_MAX * sizeof(*w));
   if (!w)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   size_t nw = 0;
@@ -533,6 +534,6 @@ int gf__guard_pass(gf__guard *g, gf__guard_patch_fn fn, void *user,
     }
     pthread_mutex_unlock(&g->mu);
   }
-  free(w);
+  gf__free(w);
   return first;
 }

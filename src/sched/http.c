@@ -36,6 +36,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched.h"
@@ -108,7 +109,7 @@ static int queue_owned(struct MHD_Connection *c, int status, const char *type,
   struct MHD_Response *r =
       MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
   if (!r) {
-    free(body);
+    gf__free(body);
     return MHD_NO;
   }
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
@@ -125,7 +126,7 @@ static void presize(conn *k, struct MHD_Connection *c, size_t max_body) {
   int64_t n;
   if (!cl || gf_parse_int64(cl, 1, (int64_t)max_body, &n, NULL))
     return;
-  k->buf = malloc((size_t)n + 1);
+  k->buf = gf__malloc((size_t)n + 1);
   k->cap = k->buf ? (size_t)n + 1 : 0;
 }
 
@@ -160,7 +161,7 @@ static bool client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
   const gnutls_datum_t *chain = gnutls_certificate_get_peers(sess, &n);
   if (!chain || n == 0)
     return false;
-  gnutls_x509_crt_t *crts = calloc(n, sizeof(*crts));
+  gnutls_x509_crt_t *crts = gf__calloc(n, sizeof(*crts));
   if (!crts)
     return false;
   unsigned got = 0;
@@ -194,7 +195,7 @@ static bool client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
   for (unsigned i = 0; i < got; i++)
     if (crts[i])
       gnutls_x509_crt_deinit(crts[i]);
-  free(crts);
+  gf__free(crts);
   return ok && status == 0;
 }
 
@@ -216,7 +217,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   gf_sched_server *srv = l->srv;
   conn *k = *con_cls;
   if (!k) {
-    k = calloc(1, sizeof(*k));
+    k = gf__calloc(1, sizeof(*k));
     if (!k)
       return MHD_NO;
     *con_cls = k;
@@ -233,7 +234,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     }
     if (!k->too_big && k->len + *upload_size > srv->max_body) {
       k->too_big = true;
-      free(k->buf);
+      gf__free(k->buf);
       k->buf = NULL;
       k->len = k->cap = 0;
     }
@@ -244,7 +245,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
           cap *= 2;
         if (cap > srv->max_body + 1)
           cap = srv->max_body + 1;
-        char *b = realloc(k->buf, cap);
+        char *b = gf__realloc(k->buf, cap);
         if (!b)
           return MHD_NO;
         k->buf = b;
@@ -293,8 +294,8 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
   (void)toe;
   conn *k = *con_cls;
   if (k) {
-    free(k->buf);
-    free(k);
+    gf__free(k->buf);
+    gf__free(k);
     *con_cls = NULL;
   }
   set_busy(l->srv, c, false); /* the next request's window starts */
@@ -305,11 +306,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
   listener *l = cls;
   gf_sched_server *srv = l->srv;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-    track *t = calloc(1, sizeof(*t));
+    track *t = gf__calloc(1, sizeof(*t));
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!t || !ci) {
-      free(t); /* untracked: libmicrohttpd's idle timeout still applies */
+      gf__free(t); /* untracked: libmicrohttpd's idle timeout still applies */
       *ctx = NULL;
       return;
     }
@@ -332,7 +333,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
   if (t->next)
     t->next->prev = t->prev;
   pthread_mutex_unlock(&srv->mu);
-  free(t);
+  gf__free(t);
   *ctx = NULL;
 }
 
@@ -398,7 +399,7 @@ static int read_pem(const char *path, const char *what, char **out,
   if (!f)
     return gf_diag_set(d, GF_EIO, "%s %s: %s", what, path, strerror(errno));
   size_t cap = 1u << 20, n = 0;
-  char *buf = malloc(cap + 1);
+  char *buf = gf__malloc(cap + 1);
   if (!buf) {
     fclose(f);
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
@@ -407,7 +408,7 @@ static int read_pem(const char *path, const char *what, char **out,
   bool err = ferror(f) != 0;
   fclose(f);
   if (err || n == 0 || n > cap) {
-    free(buf);
+    gf__free(buf);
     return gf_diag_set(d, GF_EIO, "%s %s: %s", what, path,
                        err     ? "cannot be read"
                        : n > 0 ? "larger than 1 MiB"
@@ -415,7 +416,7 @@ static int read_pem(const char *path, const char *what, char **out,
   }
   buf[n] = '\0';
   if (!strstr(buf, "-----BEGIN ")) {
-    free(buf);
+    gf__free(buf);
     return gf_diag_set(d, GF_EIO, "%s %s: not a PEM file", what, path);
   }
   *out = buf;
@@ -478,10 +479,10 @@ void gf_sched_server_stop(gf_sched_server *srv) {
   }
   pthread_mutex_destroy(&srv->mu);
   pthread_cond_destroy(&srv->cv);
-  free(srv->cert);
-  free(srv->key);
-  free(srv->ca);
-  free(srv);
+  gf__free(srv->cert);
+  gf__free(srv->key);
+  gf__free(srv->ca);
+  gf__free(srv);
 }
 
 int gf_sched_server_start_opts(gf_sched *s, const gf_sched_server_opts *o,
@@ -497,7 +498,7 @@ int gf_sched_server_start_opts(gf_sched *s, const gf_sched_server_opts *o,
   if (o->tls_cert && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
     return gf_diag_set(d, GF_EINVAL,
                        "this libmicrohttpd was built without TLS");
-  gf_sched_server *srv = calloc(1, sizeof(*srv));
+  gf_sched_server *srv = gf__calloc(1, sizeof(*srv));
   if (!srv)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   pthread_mutex_init(&srv->mu, NULL);

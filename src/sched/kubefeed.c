@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "autoscale.h"
 #include "gpufrac/error.h"
 #include "gpufrac/sched_kube.h"
@@ -116,17 +117,17 @@ int gf_sched_kube_binder_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
     return gf_diag_set(d, GF_EINVAL,
                        "kube binder: %u API clients asked, at most %d",
                        nclients, MAX_CLIENTS);
-  gf_sched_kube_binder *b = calloc(1, sizeof(*b));
+  gf_sched_kube_binder *b = gf__calloc(1, sizeof(*b));
   if (!b)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   int rc = 0;
   if (pthread_mutex_init(&b->mu, NULL)) {
-    free(b);
+    gf__free(b);
     return gf_diag_set(d, GF_ENOMEM, "kube binder: cannot make a mutex");
   }
   if (pthread_cond_init(&b->cv, NULL)) {
     pthread_mutex_destroy(&b->mu);
-    free(b);
+    gf__free(b);
     return gf_diag_set(d, GF_ENOMEM, "kube binder: cannot make a condvar");
   }
   for (unsigned i = 0; i < nclients; i++) {
@@ -163,7 +164,7 @@ void gf_sched_kube_binder_free(gf_sched_kube_binder *b) {
     gf_kube_free(b->all[i]);
   pthread_cond_destroy(&b->cv);
   pthread_mutex_destroy(&b->mu);
-  free(b);
+  gf__free(b);
 }
 
 /* ---- the feeds ---------------------------------------------------------- */
@@ -560,7 +561,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
     return gf_diag_set(d, GF_EINVAL, "kube feed: extender or config missing");
   if (!o)
     o = &none;
-  gf_sched_kube *f = calloc(1, sizeof(*f));
+  gf_sched_kube *f = gf__calloc(1, sizeof(*f));
   if (!f)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   f->s = s;
@@ -657,7 +658,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
       goto fail;
     }
     size_t n = strlen(o->pod_ns) + strlen(o->pod_name) + 32;
-    f->role_path = malloc(n);
+    f->role_path = gf__malloc(n);
     if (!f->role_path) {
       rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
       goto fail;
@@ -831,7 +832,7 @@ void gf_sched_kube_free(gf_sched_kube *f) {
     return;
   gf_sched_kube_stop(f);
   gf_kube_free(f->role);
-  free(f->role_path);
+  gf__free(f->role_path);
   gf_kube_free(f->gkube);
   gf__guard_free(f->guard);
   gf_kube_free(f->akube);
@@ -839,7 +840,7 @@ void gf_sched_kube_free(gf_sched_kube *f) {
   gf_kube_leader_free(f->leader);
   gf_kube_informer_free(f->pods);
   gf_kube_informer_free(f->nodes);
-  free(f);
+  gf__free(f);
 }
 
 int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d) {

@@ -1,11 +1,8 @@
 /*
- * Internal to gf_sched: JSON helpers, the parsed forms of kube-scheduler's
- * extender v1 messages and of a v1 Pod, shared by the files of src/sched,
- * its tests and its fuzz target.  Nothing here is public API.
- *
- * Key lookup follows Go's encoding/json, which kube-scheduler uses on both
- * ends: an exact key match wins, otherwise the first key equal ignoring ASCII
- * case.  So "NodeNames" and "nodeNames" are both read, as the Go side would.
+ * Internal to gf_sched: the parsed forms of kube-scheduler's extender v1
+ * messages and of a v1 Pod, shared by the files of src/sched, its tests
+ * and its fuzz target.  Nothing here is public API.  The JSON helpers
+ * (gf__json_get: Go's key rule) are the contracts' (contract_int.h).
  */
 #ifndef GPUFRAC_SCHED_INT_H
 #define GPUFRAC_SCHED_INT_H
@@ -16,6 +13,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "contract_int.h"
+#include "gpufrac/contract.h"
 #include "gpufrac/diag.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/model.h"
@@ -24,21 +23,6 @@
 #define GF__UID_MAX 64     /* a pod UID (36 chars) with room to spare */
 #define GF__MODELS_MAX 256 /* the gpufrac.io/gpu-model annotation */
 #define GF__RV_MAX 64      /* a resourceVersion (decimal uint64 today) */
-
-/* Resource and annotation names. */
-#define GF_RES_GPU "gpufrac.io/gpu"
-#define GF_RES_GPU_MEMORY "gpufrac.io/gpu-memory"
-#define GF_RES_GPU_COMPUTE "gpufrac.io/gpu-compute"
-#define GF_ANN_GPU_MODEL "gpufrac.io/gpu-model"
-
-/* Member `key` of object obj (Go's case rule), or NULL. */
-json_t *gf__json_get(const json_t *obj, const char *key);
-
-/* Copies string member `key` into buf[cap].  Absent: "" and 0 unless
- * required (GF_ESYNTAX).  Not a string or too long: GF_ESYNTAX / GF_ELIMIT,
- * the diag naming `what`. */
-int gf__json_str(const json_t *obj, const char *key, char *buf, size_t cap,
-                 bool required, const char *what, gf_diag *d);
 
 /* What the extender needs of a v1 Pod. */
 typedef struct gf__pod {

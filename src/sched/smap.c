@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 
 static const char tomb_key[] = "";
@@ -36,7 +37,7 @@ static int grow(gf__smap *m) {
   uint32_t cap = m->cap ? m->cap : 64;
   while ((m->live + 1) * 2 > cap)
     cap *= 2;
-  gf__smap_slot *slots = calloc(cap, sizeof(*slots));
+  gf__smap_slot *slots = gf__calloc(cap, sizeof(*slots));
   if (!slots)
     return GF_ENOMEM;
   for (uint32_t j = 0; j < m->cap; j++) {
@@ -48,7 +49,7 @@ static int grow(gf__smap *m) {
       i = (i + 1) & (cap - 1);
     slots[i] = *s;
   }
-  free(m->slots);
+  gf__free(m->slots);
   m->slots = slots;
   m->cap = cap;
   m->used = m->live;
@@ -100,6 +101,6 @@ void gf__smap_del(gf__smap *m, const char *key) {
 }
 
 void gf__smap_release(gf__smap *m) {
-  free(m->slots);
+  gf__free(m->slots);
   memset(m, 0, sizeof(*m));
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "sched_int.h"
@@ -493,6 +494,8 @@ static int load_body(const char *body, size_t len, const char *what,
                      json_t **out, gf_diag *d) {
   json_error_t je;
   json_t *root = json_loadb(body, len, 0, &je);
+  if (!root && gf__json_oom(&je))
+    return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", what);
   if (!root)
     return gf_diag_set(d, GF_ESYNTAX,
                        "%s: malformed JSON at line %d column %d: %s", what,
@@ -510,7 +513,7 @@ static int load_body(const char *body, size_t len, const char *what,
 static int names_from_json(const json_t *names, gf__args *out, gf_diag *d) {
   size_t n = json_array_size(names), i;
   const json_t *v;
-  out->names = malloc((n ? n : 1) * sizeof(*out->names));
+  out->names = gf__malloc((n ? n : 1) * sizeof(*out->names));
   if (!out->names)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   json_array_foreach(names, i, v) {
@@ -702,8 +705,8 @@ static int find_names(const char *body, size_t len, const char **va,
 static int scan_names(const char *a, const char *b, gf__args *out) {
   scan s = {a, b};
   size_t room = (size_t)(b - a);
-  out->names_buf = malloc(room);
-  out->names = malloc((room / 3 + 1) * sizeof(*out->names));
+  out->names_buf = gf__malloc(room);
+  out->names = gf__malloc((room / 3 + 1) * sizeof(*out->names));
   if (!out->names_buf || !out->names || *s.p != '[')
     return -1;
   char *w = out->names_buf;
@@ -748,14 +751,14 @@ static int args_fast(const char *body, size_t len, gf__args *out) {
   if (find_names(body, len, &va, &vb) || *va != '[' || scan_names(va, vb, out))
     goto fail;
   size_t head = (size_t)(va - body), tail = len - (size_t)(vb - body);
-  char *rest = malloc(head + 2 + tail);
+  char *rest = gf__malloc(head + 2 + tail);
   if (!rest)
     goto fail;
   memcpy(rest, body, head);
   memcpy(rest + head, "[]", 2);
   memcpy(rest + head + 2, vb, tail);
   out->root = json_loadb(rest, head + 2 + tail, 0, NULL);
-  free(rest);
+  gf__free(rest);
   out->pod = gf__json_get(out->root, "Pod");
   const json_t *names = gf__json_get(out->root, "NodeNames");
   if (!json_is_object(out->root) || !json_is_object(out->pod) ||
@@ -776,8 +779,8 @@ int gf__args_parse(const char *body, size_t len, gf__args *out, gf_diag *d) {
 
 void gf__args_release(gf__args *a) {
   json_decref(a->root);
-  free(a->names);
-  free(a->names_buf);
+  gf__free(a->names);
+  gf__free(a->names_buf);
   memset(a, 0, sizeof(*a));
 }
 

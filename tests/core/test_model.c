@@ -467,10 +467,11 @@ static void test_clone(void **st) {
 /* Fail each allocation alone in turn while building and cloning a cluster:
  * the refusal surfaces as an error from the step that met it (one refused
  * allocation, so no later step can report it instead), what was built before
- * stays consistent, and once nothing is refused everything succeeds. Leaks
- * are the sanitizer build's to find. */
+ * stays consistent, once nothing is refused everything succeeds, and no
+ * run leaks (the wrapper's live count comes back). */
 static void test_alloc_failures(void **st) {
   (void)st;
+  const long live0 = gf__alloc_live();
   long n;
   for (n = 0; n < 1000; n++) {
     gf__alloc_fail_once(n);
@@ -508,6 +509,9 @@ static void test_alloc_failures(void **st) {
     }
     gf_cluster_free(k);
     gf_cluster_free(c);
+    if (gf__alloc_live() != live0)
+      fail_msg("allocation %ld refused: %ld blocks leaked", n,
+               gf__alloc_live() - live0);
     if (refused == 0)
       break;
   }

@@ -294,11 +294,12 @@ static void test_extreme_sizes(void **st) {
   gf__plan_release(&p);
 }
 
-/* Every allocation failing in turn: GF_ENOMEM with an empty plan (nothing
- * leaks: the sanitizer build checks), or, when only the final shrink
- * fails, the plan all the same. */
+/* Every allocation failing in turn: GF_ENOMEM with an empty plan, or, when
+ * only the final shrink fails, the plan all the same; nothing leaks (the
+ * wrapper's live count comes back). */
 static void test_alloc_failures(void **st) {
   (void)st;
+  const long live0 = gf__alloc_live();
   int32_t s[] = {650, 320, 460};
   double d[] = {3, 2, 1};
   int failed = 0;
@@ -310,12 +311,14 @@ static void test_alloc_failures(void **st) {
     if (rc == GF_ENOMEM) {
       assert_int_equal(p.n, 0);
       assert_null(p.p);
+      assert_int_equal(gf__alloc_live(), live0);
       failed++;
       continue;
     }
     assert_int_equal(rc, 0);
     certify(&p, s, d, 3);
     gf__plan_release(&p);
+    assert_int_equal(gf__alloc_live(), live0);
     if (n > 16)
       break;
   }

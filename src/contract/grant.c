@@ -6,48 +6,10 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
+#include "contract_int.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
-#include "sched_int.h"
-
-json_t *gf__json_get(const json_t *obj, const char *key) {
-  if (!json_is_object(obj))
-    return NULL;
-  json_t *v = json_object_get(obj, key);
-  if (v)
-    return v;
-  const char *k;
-  json_t *val;
-  json_object_foreach((json_t *)obj, k, val) {
-    if (strcasecmp(k, key) == 0)
-      return val;
-  }
-  return NULL;
-}
-
-int gf__json_str(const json_t *obj, const char *key, char *buf, size_t cap,
-                 bool required, const char *what, gf_diag *d) {
-  buf[0] = '\0';
-  const json_t *v = gf__json_get(obj, key);
-  if (!v || json_is_null(v)) {
-    if (required)
-      return gf_diag_set(d, GF_ESYNTAX, "%s: missing", what);
-    return 0;
-  }
-  if (!json_is_string(v))
-    return gf_diag_set(d, GF_ESYNTAX, "%s: not a string", what);
-  size_t n = json_string_length(v);
-  if (n >= cap)
-    return gf_diag_set(d, GF_ELIMIT, "%s: %zu characters, at most %zu", what, n,
-                       cap - 1);
-  const char *s = json_string_value(v);
-  if (strlen(s) != n)
-    return gf_diag_set(d, GF_ESYNTAX, "%s: contains a NUL character", what);
-  memcpy(buf, s, n + 1);
-  return 0;
-}
 
 /* Loads len bytes of JSON text that must be an object. */
 static int load_object(const char *text, size_t len, const char *what,
@@ -57,6 +19,8 @@ static int load_object(const char *text, size_t len, const char *what,
                        GF_ANNOTATION_MAX);
   json_error_t je;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root && gf__json_oom(&je))
+    return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", what);
   if (!root)
     return gf_diag_set(d, GF_ESYNTAX, "%s: line %d column %d: %s", what,
                        je.line, je.column, je.text);
@@ -65,22 +29,6 @@ static int load_object(const char *text, size_t len, const char *what,
     return gf_diag_set(d, GF_ESYNTAX, "%s: not a JSON object", what);
   }
   *out = root;
-  return 0;
-}
-
-static int check_version(const json_t *root, int want, const char *what,
-                         gf_diag *d) {
-  const json_t *v = gf__json_get(root, "version");
-  if (!json_is_integer(v))
-    return gf_diag_set(d, GF_ESYNTAX,
-                       "%s: \"version\" missing or not an "
-                       "integer",
-                       what);
-  if (json_integer_value(v) != want)
-    return gf_diag_set(d, GF_ESYNTAX,
-                       "%s: version %" JSON_INTEGER_FORMAT
-                       " is not supported (this build reads %d)",
-                       what, json_integer_value(v), want);
   return 0;
 }
 
@@ -115,7 +63,7 @@ int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
   if (rc)
     return rc;
   memset(out, 0, sizeof(*out));
-  if ((rc = check_version(root, GF_INVENTORY_VERSION, "inventory", d)))
+  if ((rc = gf__json_version(root, GF_INVENTORY_VERSION, "inventory", d)))
     goto out;
   const json_t *gpus = gf__json_get(root, "gpus");
   if (!json_is_array(gpus)) {
@@ -268,7 +216,7 @@ int gf_grant_parse(const char *text, size_t len, gf_grant *out, gf_diag *d) {
   if (rc)
     return rc;
   memset(out, 0, sizeof(*out));
-  if ((rc = check_version(root, GF_GRANT_VERSION, "grant", d)) ||
+  if ((rc = gf__json_version(root, GF_GRANT_VERSION, "grant", d)) ||
       (rc = gf__json_str(root, "node", out->node, sizeof(out->node), true,
                          "grant: node", d)))
     goto out;

@@ -1,0 +1,39 @@
+/*
+ * Internal to the contracts and the parts that read JSON documents (gf__
+ * tier, not public API): key lookup, bounded string copy and the version
+ * rule, shared by src/contract, src/sched and their tests.
+ *
+ * Key lookup follows Go's encoding/json, which kube-scheduler and the API
+ * server use: an exact key match wins, otherwise the first key equal
+ * ignoring ASCII case.  So "NodeNames" and "nodeNames" are both read, as
+ * the Go side would.
+ */
+#ifndef GPUFRAC_CONTRACT_INT_H
+#define GPUFRAC_CONTRACT_INT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gpufrac/diag.h"
+
+/* Member `key` of object obj (Go's case rule), or NULL. */
+json_t *gf__json_get(const json_t *obj, const char *key);
+
+/* Copies string member `key` into buf[cap].  Absent: "" and 0 unless
+ * required (GF_ESYNTAX).  Not a string or too long: GF_ESYNTAX / GF_ELIMIT,
+ * the diag naming `what`. */
+int gf__json_str(const json_t *obj, const char *key, char *buf, size_t cap,
+                 bool required, const char *what, gf_diag *d);
+
+/* Whether a json_loadb that failed with je ran out of memory (then the
+ * reader answers GF_ENOMEM, not GF_ESYNTAX: the input may be fine). */
+bool gf__json_oom(const json_error_t *je);
+
+/* The version rule of every document: root's "version" must be the
+ * integer `want`.  GF_ESYNTAX naming `what` when it is missing, not an
+ * integer or another number (d may be NULL). */
+int gf__json_version(const json_t *root, int want, const char *what,
+                     gf_diag *d);
+
+#endif

@@ -1,0 +1,549 @@
+/*
+ * The extender's model (sched_state.h): booking, rebuild, the policy's
+ * engine, the pod records, and the updates a watch feeds.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "buf.h"
+#include "gpufrac/engine.h"
+#include "gpufrac/error.h"
+#include "sched_state.h"
+
+/* ---- booking -------------------------------------------------------------*/
+
+/* Position in the cluster node of the GPU with nvidia index idx, or -1. */
+static int gpu_pos(const nrec *n, uint32_t idx) {
+  for (uint32_t i = 0; i < n->inv.ngpus; i++)
+    if (n->inv.gpus[i].index == idx)
+      return (int)i;
+  return -1;
+}
+
+/* Books p in the cluster.  GF_ENOTFOUND (node unknown: the pod waits for
+ * it), GF_ENOFIT (the grant no longer fits). */
+int gf__book(gf_sched *s, prec *p) {
+  if (p->placed)
+    return 0;
+  int64_t ni = gf__smap_get(&s->nmap, p->node);
+  if (ni < 0)
+    return GF_ENOTFOUND;
+  const nrec *n = &s->nodes[ni];
+  gf_placement pl = {.node = (uint32_t)ni, .ngpus = p->ngpus};
+  for (uint32_t k = 0; k < p->ngpus; k++) {
+    int pos = gpu_pos(n, p->gpu_index[k]);
+    if (pos < 0)
+      return GF_ENOFIT;
+    pl.gpus[k] = (uint8_t)pos;
+  }
+  int rc = s->engine ? gf_engine_apply(s->engine, &p->req, &pl)
+                     : gf_cluster_place(s->c, &p->req, &pl);
+  if (rc)
+    return rc;
+  p->pl = pl;
+  p->placed = true;
+  return 0;
+}
+
+static void unbook(gf_sched *s, prec *p) {
+  if (!p->placed)
+    return;
+  if (s->engine)
+    gf_engine_release(s->engine, &p->req, &p->pl);
+  else
+    gf_cluster_release(s->c, &p->req, &p->pl);
+  p->placed = false;
+}
+
+/* Adds node n to cluster c (as a node without GPUs if its GPUs cannot be
+ * added, e.g. a full model table). */
+static int cluster_add(gf_cluster *c, const nrec *n) {
+  gf_gpu_spec specs[GF_MAX_GPUS_PER_NODE];
+  memset(specs, 0, sizeof(specs));
+  for (uint32_t i = 0; i < n->inv.ngpus; i++) {
+    specs[i].model = n->inv.gpus[i].model;
+    specs[i].uuid = n->inv.gpus[i].uuid;
+    specs[i].mem_bytes = n->inv.gpus[i].mem_bytes;
+    specs[i].sm_count = n->inv.gpus[i].sm_count;
+    /* The agent hands an exclusive GPU (or a MIG device) to one container
+     * whole: never place a fraction of it. */
+    specs[i].whole_only = n->inv.gpus[i].mode == GF_GPU_MODE_EXCLUSIVE;
+    specs[i].numa_node = -1;
+  }
+  int rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, specs,
+                               n->inv.ngpus, NULL);
+  if (rc == GF_ELIMIT || rc == GF_ERANGE || rc == GF_EINVAL)
+    rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, NULL, 0,
+                             NULL);
+  return rc < 0 ? rc : 0;
+}
+
+/* Rebuilds the cluster model from nodes[] and pods[]. */
+int gf__rebuild(gf_sched *s) {
+  gf_cluster *c = gf_cluster_new();
+  if (!c)
+    goto nomem;
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    if (cluster_add(c, &s->nodes[i])) {
+      gf_cluster_free(c);
+      goto nomem;
+    }
+  gf__policy_drop(s);
+  gf_cluster_free(s->c);
+  s->c = c;
+  s->dirty = false;
+  s->m.rebuilds++;
+  for (uint32_t i = 0; i < s->npods; i++) {
+    s->pods[i].placed = false;
+    int rc = gf__book(s, &s->pods[i]);
+    if (rc && rc != GF_ENOTFOUND)
+      s->m.replay_failed++;
+  }
+  return 0;
+nomem:
+  s->dirty = true;
+  return GF_ENOMEM;
+}
+
+int gf__ensure_model(gf_sched *s) { return s->dirty ? gf__rebuild(s) : 0; }
+
+/* Resolves a gpu-model annotation ("A|B" or "A,B") against the cluster's
+ * model table.  *named: whether any model was named at all. */
+const char *gf__models_next(const char **p, size_t *len) {
+  if (!**p)
+    return NULL;
+  const char *s = *p + strspn(*p, " |,");
+  size_t n = strcspn(s, "|,");
+  *p = s + n;
+  while (n > 0 && s[n - 1] == ' ')
+    n--;
+  *len = n;
+  return s;
+}
+
+uint64_t gf__models_mask(const gf_cluster *c, const char *models, bool *named) {
+  uint64_t mask = 0;
+  *named = false;
+  if (!models)
+    return 0;
+  if (strncmp(models, GF__HAMI_MODELS, strlen(GF__HAMI_MODELS)) == 0)
+    return gf__hami_models_mask(c, models, named);
+  const char *p = models, *n;
+  size_t tl;
+  while ((n = gf__models_next(&p, &tl))) {
+    if (tl > 0 && tl < GF_GPU_MODEL_MAX) {
+      char name[GF_GPU_MODEL_MAX];
+      memcpy(name, n, tl);
+      name[tl] = '\0';
+      *named = true;
+      int id = gf_cluster_model_id((gf_cluster *)c, name, false);
+      if (id >= 0)
+        mask |= 1ull << id;
+    } else if (tl > 0) {
+      *named = true;
+    }
+  }
+  return mask;
+}
+
+/* Rebuilds the policy state when the request mix has changed enough: the
+ * typical set is every known pod's request (bound, binding, pending). */
+int gf__policy_refresh(gf_sched *s) {
+  if (s->engine && s->changes == 0)
+    return 0;
+  uint32_t total = s->npods + s->pend.n;
+  /* amortised: a rebuild costs O(total), and comes every total/8 changes */
+  if (s->engine && s->changes < (total / 8 > 1 ? total / 8 : 1))
+    return 0;
+  gf_request *reqs = gf__malloc((size_t)total * sizeof(*reqs) + sizeof(*reqs));
+  if (!reqs)
+    return GF_ENOMEM;
+  size_t n = 0;
+  bool named;
+  for (uint32_t i = 0; i < s->npods; i++) {
+    reqs[n] = s->pods[i].req;
+    reqs[n++].model_mask = gf__models_mask(s->c, s->pods[i].models, &named);
+  }
+  for (const pend *e = s->pend.oldest; e; e = e->newer) {
+    reqs[n] = e->req;
+    reqs[n++].model_mask = gf__models_mask(s->c, e->models, &named);
+  }
+  if (n == 0) { /* nothing known yet: one whole-GPU pod */
+    memset(&reqs[0], 0, sizeof(reqs[0]));
+    reqs[0].gpu_count = 1;
+    reqs[0].gpu_milli = GF_GPU_MILLI;
+    n = 1;
+  }
+  gf_typical_set t = {0};
+  int rc = gf_typical_build(reqs, NULL, n, 95.0, true, &t);
+  gf__free(reqs);
+  if (rc)
+    return rc;
+  /* The policy keeps a pointer to its typical set: build it in place. */
+  gf__policy_drop(s);
+  s->typ = t;
+  gf_engine_config ec = {
+      .policy = s->policy, .typical = &s->typ, .shapes = &s->typ};
+  rc = gf_engine_new(s->c, &ec, &s->engine, NULL);
+  if (rc) {
+    s->engine = NULL;
+    gf_typical_release(&s->typ);
+    memset(&s->typ, 0, sizeof(s->typ));
+    return rc;
+  }
+  /* The new engine's policy learns what is already placed. */
+  for (uint32_t i = 0; i < s->npods; i++)
+    if (s->pods[i].placed)
+      gf_engine_adopt(s->engine, &s->pods[i].req, &s->pods[i].pl);
+  s->changes = 0;
+  return 0;
+}
+
+/* ---- records -------------------------------------------------------------*/
+
+prec *gf__find_pod(gf_sched *s, const char *uid) {
+  int64_t i = gf__smap_get(&s->pmap, uid);
+  return i < 0 ? NULL : &s->pods[i];
+}
+
+/* Appends a record (strings copied).  NULL when out of memory. */
+prec *gf__add_pod(gf_sched *s, const char *uid, const char *node,
+                  const char *models) {
+  if (s->npods == s->cappods) {
+    uint32_t cap = s->cappods ? s->cappods * 2 : 64;
+    prec *p = gf__realloc(s->pods, cap * sizeof(*p));
+    if (!p)
+      return NULL; /* keys are the records' own strings: they do not move */
+    s->pods = p;
+    s->cappods = cap;
+  }
+  prec *p = &s->pods[s->npods];
+  memset(p, 0, sizeof(*p));
+  p->uid = gf__strdup(uid);
+  p->node = gf__strdup(node);
+  p->models = models && *models ? gf__strdup(models) : NULL;
+  if (!p->uid || !p->node || (models && *models && !p->models) ||
+      gf__smap_put(&s->pmap, p->uid, s->npods)) {
+    gf__prec_free(p);
+    return NULL;
+  }
+  s->npods++;
+  s->changes++;
+  return p;
+}
+
+void gf__remove_pod(gf_sched *s, prec *p) {
+  unbook(s, p);
+  uint32_t i = (uint32_t)(p - s->pods);
+  gf__smap_del(&s->pmap, p->uid);
+  gf__prec_free(p);
+  s->npods--;
+  if (i != s->npods) {
+    s->pods[i] = s->pods[s->npods];
+    gf__smap_put(&s->pmap, s->pods[i].uid, i);
+  }
+  s->changes++;
+}
+
+const char *gf__pod_key(const char *uid, const char *ns, const char *name,
+                        char *buf, size_t cap) {
+  if (uid && *uid)
+    return uid;
+  snprintf(buf, cap, "%s/%s", ns, name);
+  return buf;
+}
+
+/* ---- the model, fed by a watch ---------------------------------------- */
+
+static bool same_node(const nrec *a, const gf__node *b) {
+  return a->cpu_milli == b->cpu_milli && a->mem_bytes == b->mem_bytes &&
+         a->has_inv == b->has_inventory &&
+         memcmp(&a->inv, &b->inv, sizeof(a->inv)) == 0;
+}
+
+/* Takes node record i out of nodes[] and, unless the model is to be
+ * rebuilt anyway, node i out of the cluster (gf_cluster_remove_node: O(1)
+ * for the node, O(pods) to unbook the pods on it and renumber those on the
+ * node that moves into index i).  The pods stay known and are booked again
+ * if the node returns.  The engine caches per node index: it is dropped and
+ * made again when next needed.  Under the mutex. */
+static void node_remove_locked(gf_sched *s, uint32_t i) {
+  uint32_t last = s->nnodes - 1;
+  if (!s->dirty) {
+    for (uint32_t k = 0; k < s->npods; k++) {
+      prec *p = &s->pods[k];
+      if (p->placed && p->pl.node == i)
+        p->placed = false; /* its use leaves with the node */
+      else if (p->placed && p->pl.node == last)
+        p->pl.node = i;
+    }
+    gf__policy_drop(s);
+    if (gf_cluster_remove_node(s->c, i) != 0)
+      s->dirty = true; /* cannot happen: i < nnodes; rebuild to be safe */
+  }
+  gf__smap_del(&s->nmap, s->nodes[i].name);
+  gf__free(s->nodes[i].name);
+  gf__free(s->nodes[i].inv_error);
+  s->nnodes--;
+  if (i != s->nnodes) {
+    s->nodes[i] = s->nodes[s->nnodes];
+    gf__smap_put(&s->nmap, s->nodes[i].name, i);
+  }
+  s->changes++;
+}
+
+/* Under the mutex.  A changed node (allocatable or inventory, e.g. one that
+ * lost its inventory) is removed and added again: its pods are unbooked and
+ * booked anew against what it has now. */
+int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
+  int64_t i = gf__smap_get(&s->nmap, pn->name);
+  if (i >= 0) {
+    if (same_node(&s->nodes[i], pn) &&
+        strcmp(s->nodes[i].inv_error ? s->nodes[i].inv_error : "",
+               pn->inv_error) == 0) {
+      snprintf(s->nodes[i].rv, sizeof(s->nodes[i].rv), "%s", pn->rv);
+      /* only the filter reads these: no need to rebook its pods */
+      s->nodes[i].disrupted = pn->disrupted;
+      s->nodes[i].cordoned = pn->cordoned;
+      return 0;
+    }
+    node_remove_locked(s, (uint32_t)i);
+  }
+  if (s->nnodes == s->capnodes) {
+    uint32_t cap = s->capnodes ? s->capnodes * 2 : 16;
+    nrec *nn = gf__realloc(s->nodes, cap * sizeof(*nn));
+    if (!nn)
+      return GF_ENOMEM;
+    s->nodes = nn;
+    s->capnodes = cap;
+  }
+  nrec *n = &s->nodes[s->nnodes];
+  memset(n, 0, sizeof(*n));
+  n->name = gf__strdup(pn->name);
+  n->inv_error = pn->inv_error[0] ? gf__strdup(pn->inv_error) : NULL;
+  if (!n->name || (pn->inv_error[0] && !n->inv_error) ||
+      gf__smap_put(&s->nmap, n->name, s->nnodes)) {
+    gf__free(n->name);
+    gf__free(n->inv_error);
+    return GF_ENOMEM;
+  }
+  snprintf(n->rv, sizeof(n->rv), "%s", pn->rv);
+  n->cpu_milli = pn->cpu_milli;
+  n->mem_bytes = pn->mem_bytes;
+  n->has_inv = pn->has_inventory;
+  n->disrupted = pn->disrupted;
+  n->cordoned = pn->cordoned;
+  n->inv = pn->inv;
+  s->nnodes++;
+  s->changes++;
+  int rc = gf__ensure_model(s);
+  if (rc)
+    return rc;
+  if (cluster_add(s->c, n)) {
+    s->dirty = true;
+    return GF_ENOMEM;
+  }
+  /* pods that waited for this node */
+  for (uint32_t k = 0; k < s->npods; k++)
+    if (!s->pods[k].placed && strcmp(s->pods[k].node, n->name) == 0 &&
+        gf__book(s, &s->pods[k]) && s->pods[k].state != P_BINDING)
+      s->m.replay_failed++;
+  return 0;
+}
+
+int gf_sched_node_update(gf_sched *s, const struct json_t *node, gf_diag *d) {
+  gf__node *pn = gf__malloc(sizeof(*pn));
+  if (!pn)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  int rc = gf__node_parse((const json_t *)node, pn, d);
+  if (rc == 0) {
+    pthread_mutex_lock(&s->mu);
+    rc = gf__node_update_locked(s, pn);
+    pthread_mutex_unlock(&s->mu);
+    if (rc)
+      gf_diag_set(d, rc, "node %s: %s", pn->name, gf_strerror(rc));
+  } else if (pn->inv_error[0]) {
+    /* A refused inventory: a node already known stays as it was; a new one
+     * is kept without GPUs, its filter reason naming what was refused. */
+    pthread_mutex_lock(&s->mu);
+    if (gf__smap_get(&s->nmap, pn->name) < 0)
+      gf__node_update_locked(s, pn);
+    pthread_mutex_unlock(&s->mu);
+  }
+  gf__free(pn);
+  return rc;
+}
+
+int gf_sched_node_delete(gf_sched *s, const char *name) {
+  pthread_mutex_lock(&s->mu);
+  int64_t i = gf__smap_get(&s->nmap, name);
+  int rc = GF_ENOTFOUND;
+  if (i >= 0) {
+    node_remove_locked(s, (uint32_t)i);
+    rc = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+/* The GPUs a grant gives the pod's GPU container, as nvidia indices. */
+static int grant_gpus(const gf__pod *p, const gf_grant *g, uint8_t *idx,
+                      uint8_t *n, gf_diag *d) {
+  const gf_grant_container *gc = NULL;
+  for (uint32_t i = 0; i < g->ncontainers && !gc; i++)
+    if (g->containers[i].ngpus &&
+        (!p->container[0] || strcmp(g->containers[i].name, p->container) == 0))
+      gc = &g->containers[i];
+  if (!gc)
+    return gf_diag_set(d, GF_ESTATE,
+                       "pod %s/%s: the grant gives no GPU to container '%s'",
+                       p->ns, p->name, p->container);
+  if (gc->ngpus != p->req.gpu_count)
+    return gf_diag_set(d, GF_ESTATE,
+                       "pod %s/%s: grant has %u GPUs, the pod asks for %u",
+                       p->ns, p->name, gc->ngpus, p->req.gpu_count);
+  for (uint32_t k = 0; k < gc->ngpus; k++)
+    idx[k] = (uint8_t)gc->gpus[k].index;
+  *n = (uint8_t)gc->ngpus;
+  return 0;
+}
+
+static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
+  char kb[2 * GF_NAME_MAX];
+  const char *key = gf__pod_key(p->uid, p->ns, p->name, kb, sizeof(kb));
+  prec *old = gf__find_pod(s, key);
+  if (strcmp(p->phase, "Succeeded") == 0 || strcmp(p->phase, "Failed") == 0) {
+    if (old)
+      gf__remove_pod(s, old);
+    gf__pending_forget(s, key);
+    return 0;
+  }
+  if (!p->node[0]) {
+    if (!old)
+      gf__pending_put(s, p);
+    return 0;
+  }
+  int rc = gf__ensure_model(s);
+  if (rc)
+    return rc;
+  gf_request req = p->req;
+  gf__effective(s, &req);
+  uint8_t idx[GF_MAX_GPUS_PER_NODE] = {0}, ngpus = 0;
+  int grc = 0;
+  if (req.gpu_count) {
+    gf_grant *g = gf__malloc(sizeof(*g));
+    if (!g)
+      return GF_ENOMEM;
+    if (!p->grant)
+      grc = gf_diag_set(d, GF_ESTATE,
+                        "pod %s/%s: bound to %s without a gpufrac grant; "
+                        "booking its CPU and memory only",
+                        p->ns, p->name, p->node);
+    else if ((grc = gf_grant_parse(p->grant, p->grant_len, g, d)) == 0 &&
+             strcmp(g->node, p->node) != 0)
+      grc = gf_diag_set(d, GF_ESTATE,
+                        "pod %s/%s: grant names node %s but the pod is on %s",
+                        p->ns, p->name, g->node, p->node);
+    if (grc == 0)
+      grc = grant_gpus(p, g, idx, &ngpus, d);
+    gf__free(g);
+    if (grc) { /* keep what we can: the pod's CPU and memory */
+      req.gpu_count = 0;
+      req.gpu_milli = 0;
+      req.gpu_mem_bytes = 0;
+      ngpus = 0;
+      s->m.replay_failed++;
+    }
+  }
+  if (old && strcmp(old->node, p->node) == 0 && old->ngpus == ngpus &&
+      memcmp(old->gpu_index, idx, ngpus) == 0) {
+    if (old->state != P_BINDING)
+      old->state = P_BOUND;
+    gf__pending_forget(s, key);
+    return grc;
+  }
+  if (old)
+    gf__remove_pod(s, old);
+  gf__pending_forget(s, key);
+  prec *r = gf__add_pod(s, key, p->node, p->models);
+  if (!r)
+    return GF_ENOMEM;
+  r->req = req;
+  r->ngpus = ngpus;
+  memcpy(r->gpu_index, idx, sizeof(idx));
+  r->state = P_BOUND;
+  rc = gf__book(s, r);
+  if (rc == GF_ENOTFOUND)
+    return grc; /* waits for its node */
+  if (rc) {
+    s->m.replay_failed++;
+    return gf_diag_set(d, rc,
+                       "pod %s/%s: its grant does not fit node %s as the "
+                       "model stands (%s)",
+                       p->ns, p->name, p->node, gf_strerror(rc));
+  }
+  return grc;
+}
+
+int gf_sched_pod_update(gf_sched *s, const struct json_t *pod, gf_diag *d) {
+  gf__pod *p = gf__malloc(sizeof(*p));
+  if (!p)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  int rc = gf__pod_parse_ex((const json_t *)pod, s->accept, p, d);
+  if (rc == 0) {
+    pthread_mutex_lock(&s->mu);
+    rc = pod_update_locked(s, p, d);
+    pthread_mutex_unlock(&s->mu);
+  }
+  gf__free(p);
+  return rc;
+}
+
+int gf_sched_pod_delete(gf_sched *s, const char *uid) {
+  pthread_mutex_lock(&s->mu);
+  prec *p = gf__find_pod(s, uid);
+  int rc = p ? 0 : GF_ENOTFOUND;
+  if (p)
+    gf__remove_pod(s, p);
+  gf__pending_forget(s, uid);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+uint32_t gf_sched_nnodes(gf_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  uint32_t n = s->nnodes;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+uint32_t gf_sched_npods(gf_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < s->npods; i++)
+    n += s->pods[i].placed;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+int gf_sched_node_state(gf_sched *s, const char *name, gf_node *out) {
+  pthread_mutex_lock(&s->mu);
+  int rc = gf__ensure_model(s);
+  int64_t i = gf__smap_get(&s->nmap, name);
+  if (!rc && i < 0)
+    rc = GF_ENOTFOUND;
+  if (!rc) {
+    *out = *gf_cluster_node(s->c, (uint32_t)i);
+    out->labels = NULL;
+    out->nlabels = 0;
+    out->name = NULL;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}

@@ -1,0 +1,207 @@
+/*
+ * Internal to the extender's own files: the state behind the opaque
+ * gf_sched (gpufrac/sched.h) and what its seams share.  Not for other
+ * parts, nor for the other files of src/sched (they use gf_sched's API).
+ *
+ *   sched.c          life cycle, the verbs (filter, prioritize, bind) and
+ *                    the dispatch of one request
+ *   sched_model.c    the model: booking, rebuild, the policy's engine, the
+ *                    pod records, and the watch's updates
+ *   sched_pending.c  the pending-pod table /bind reads requests from
+ *   sched_reply.c    the reply writer (Error objects, JSON strings, text)
+ *   sched_metrics.c  /metrics and the per-request counters
+ *
+ * Everything here is under gf_sched.mu unless a function says otherwise.
+ */
+#ifndef GPUFRAC_SCHED_STATE_H
+#define GPUFRAC_SCHED_STATE_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "gpufrac/engine.h"
+#include "gpufrac/sched.h"
+#include "sched_int.h"
+#include "smap.h"
+
+/* ---- records -------------------------------------------------------------*/
+
+typedef struct nrec {
+  char *name;
+  char rv[GF__RV_MAX]; /* resourceVersion of the Node it came from */
+  int64_t cpu_milli, mem_bytes;
+  bool has_inv;
+  char *inv_error; /* why its inventory was refused; NULL if it was not */
+  bool disrupted;  /* Karpenter's disruption taint: no new pods */
+  bool cordoned;   /* spec.unschedulable: no new pods */
+  gf_inventory inv;
+} nrec;
+
+typedef enum pstate {
+  P_BINDING, /* a /bind in flight booked it */
+  P_ASSUMED, /* bound by us; the watch has not shown it bound yet */
+  P_BOUND,   /* seen bound by the watch */
+} pstate;
+
+typedef struct prec {
+  char *uid; /* map key */
+  char *node;
+  char *models;   /* gpu-model annotation, NULL if none */
+  gf_request req; /* booked request (model_mask 0) */
+  uint8_t ngpus;
+  uint8_t gpu_index[GF_MAX_GPUS_PER_NODE]; /* nvidia indices on the node */
+  gf_placement pl;
+  bool placed; /* booked in the current cluster */
+  pstate state;
+  uint64_t bind_seq;
+} prec;
+
+/* A pending pod: what /bind needs of a pod it gets only the names of.
+ * Allocated alone and sized to its strings, which live in text[] (the
+ * index keys point there, so an entry never moves; a newer state of the
+ * pod is a new entry). */
+typedef struct pend {
+  struct pend *older, *newer; /* the recency list (pend_tab) */
+  struct pend *same;          /* next older entry with the same nskey */
+  uint32_t slot;              /* its index in pend_tab.slots */
+  uint32_t ns_len;            /* nskey is ns, '/', name */
+  gf_request req;
+  const char *uid;       /* "" when the pod had none */
+  const char *rv;        /* resourceVersion last seen; "" when unknown */
+  const char *container; /* the container asking for GPUs */
+  const char *models;    /* the gpu-model annotation, as written */
+  char nskey[];          /* "ns/name", then the four strings above */
+} pend;
+
+/* The pending pods.  slots[] holds each entry at a fixed index (the maps'
+ * values), free indices on a stack; grows by doubling up to max. */
+typedef struct pend_tab {
+  pend **slots;
+  uint32_t *free_slots;
+  uint32_t nslots, cap, nfree, max;
+  uint32_t n; /* live entries */
+  pend *oldest, *newest;
+  gf__smap by_uid; /* uid -> slot, entries with a uid */
+  gf__smap by_ns;  /* "ns/name" -> slot of the newest entry so named */
+} pend_tab;
+
+/* ---- metrics -------------------------------------------------------------*/
+
+enum {
+  V_FILTER,
+  V_PRIORITIZE,
+  V_BIND,
+  V_HEALTHZ,
+  V_READYZ,
+  V_METRICS,
+  V_LEADERZ,
+  V_OTHER,
+  NVERBS
+};
+/* The HTTP statuses and the latency buckets counted (sched_metrics.c). */
+#define NCODES 8
+#define NBUCKETS 10
+
+typedef struct metrics {
+  uint64_t req[NVERBS][NCODES + 1]; /* last column: any other code */
+  uint64_t hist[NVERBS][NBUCKETS];
+  uint64_t refused[NVERBS]; /* requests that could not be used */
+  uint64_t n[NVERBS];
+  double sum[NVERBS];
+  uint64_t binds_ok, binds_failed, filter_failed_nodes, replay_failed;
+  uint64_t nodes_refused; /* Node objects in requests refused (--no-kube) */
+  uint64_t rebuilds;
+} metrics;
+
+/* ---- the extender --------------------------------------------------------*/
+
+struct gf_sched {
+  pthread_mutex_t mu;
+  bool whole;       /* the policy rounds shares up to whole GPUs */
+  char policy[128]; /* name and parameters as configured */
+  gf_binder binder;
+  bool has_binder;
+  int (*dra_score)(void *, const json_t *, const char *, int64_t *);
+  void *dra_user;
+  size_t max_body;
+  unsigned accept; /* GF__ACCEPT_*: HAMi's and KAI's names (compat.c) */
+  bool synced, leader;
+  bool watched; /* an informer feeds nodes: requests never change them */
+
+  gf_cluster *c;
+  bool dirty; /* c must be rebuilt before use */
+  nrec *nodes;
+  uint32_t nnodes, capnodes;
+  gf__smap nmap;
+  prec *pods;
+  uint32_t npods, cappods;
+  gf__smap pmap;
+  pend_tab pend;
+  uint64_t bind_seq;
+
+  gf_engine *engine; /* over c; NULL: to be built (policy_refresh) */
+  gf_typical_set typ;
+  uint32_t changes; /* request-set changes since the policy was built */
+
+  metrics m;
+};
+
+typedef struct verdict {
+  int kind; /* 0 ok, 2 every node unresolvable with `why` */
+  char why[GF_DIAG_MAX];
+} verdict;
+
+typedef struct reply_buf {
+  int status;
+  json_t *json;
+  char *text;     /* instead of json */
+  bool text_json; /* text is JSON written directly (large replies) */
+  bool refused;   /* the request could not be used (Error in a 200) */
+} reply_buf;
+
+/* ---- what the seams call of each other ------------------------------ */
+/* Each is documented where it is defined; the names are those the
+ * functions had as statics of sched.c, with gf__ in front. */
+
+/* sched.c */
+void gf__effective(const gf_sched *s, gf_request *r);
+void gf__policy_drop(gf_sched *s);
+void gf__prec_free(prec *p);
+
+/* sched_metrics.c */
+void gf__do_metrics(gf_sched *s, reply_buf *out);
+void gf__record(gf_sched *s, int verb, int status, bool refused, double secs);
+int gf__verb_of(const char *path);
+
+/* sched_model.c */
+prec *gf__add_pod(gf_sched *s, const char *uid, const char *node,
+                  const char *models);
+int gf__book(gf_sched *s, prec *p);
+int gf__ensure_model(gf_sched *s);
+prec *gf__find_pod(gf_sched *s, const char *uid);
+uint64_t gf__models_mask(const gf_cluster *c, const char *models, bool *named);
+int gf__node_update_locked(gf_sched *s, const gf__node *pn);
+const char *gf__pod_key(const char *uid, const char *ns, const char *name,
+                        char *buf, size_t cap);
+int gf__policy_refresh(gf_sched *s);
+int gf__rebuild(gf_sched *s);
+void gf__remove_pod(gf_sched *s, prec *p);
+
+/* sched_pending.c */
+pend *gf__pending_find(gf_sched *s, const char *uid, const char *ns,
+                       const char *name);
+void gf__pending_forget(gf_sched *s, const char *uid);
+void gf__pending_put(gf_sched *s, const gf__pod *p);
+void gf__pending_release(pend_tab *t);
+void gf__request_pending_put(gf_sched *s, const gf__pod *p);
+
+/* sched_reply.c */
+json_t *gf__error_obj(const char *msg);
+void gf__set_text(gf_sched_reply *out, int status, const char *text);
+void gf__tb_json_str(gf__buf *t, const char *v);
+void gf__unusable(gf_sched_reply *out, int verb, int status, const char *msg);
+
+#endif

@@ -1,0 +1,247 @@
+/*
+ * The documents the parts exchange, pinned to the byte (golden documents):
+ * a writer that changes what it emits, or a reader that stops checking a
+ * version, breaks agents and extenders already deployed beside it, so it
+ * must fail here first.  Each golden is written by the one writer and read
+ * back by the one reader of the other side.  The error numbers are pinned
+ * in tests/core/test_errors.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "gpufrac/contract.h"
+#include "gpufrac/ctr_grant.h"
+#include "gpufrac/devplugin.h"
+#include "gpufrac/error.h"
+#include "gpufrac/grant.h"
+#include "gpufrac/node.h"
+#include "gpufrac/node_alloc.h"
+#include "node_int.h"
+#include "shim_config.h"
+#include "tmpdir.h"
+
+#define UUID_A "GPU-aaaaaaaa-0000-4000-8000-00000000000a"
+#define UUID_B "GPU-bbbbbbbb-0000-4000-8000-00000000000b"
+
+static const char grant_golden[] =
+    "{\"version\":1,\"node\":\"n1\",\"containers\":[{\"name\":\"app\","
+    "\"gpus\":[{\"uuid\":\"" UUID_A "\",\"index\":3,\"memory\":8589934592,"
+    "\"compute\":30},{\"uuid\":\"" UUID_B "\",\"index\":0,\"memory\":0,"
+    "\"compute\":0}]}]}";
+
+static void one_container(gf_grant_container *c) {
+  memset(c, 0, sizeof(*c));
+  snprintf(c->name, sizeof(c->name), "app");
+  c->ngpus = 2;
+  c->gpus[0] = (gf_grant_gpu){3, UUID_A, 8589934592, 30};
+  c->gpus[1] = (gf_grant_gpu){0, UUID_B, 0, 0};
+}
+
+static void test_grant_golden(void **st) {
+  (void)st;
+  gf_grant g;
+  memset(&g, 0, sizeof(g));
+  snprintf(g.node, sizeof(g.node), "n1");
+  g.ncontainers = 1;
+  one_container(&g.containers[0]);
+  char *text = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_grant_format(&g, &text, &d), 0);
+  assert_string_equal(text, grant_golden);
+  free(text);
+  gf_grant back;
+  assert_int_equal(
+      gf_grant_parse(grant_golden, strlen(grant_golden), &back, &d), 0);
+  assert_memory_equal(&back, &g, sizeof(g));
+}
+
+static const char inventory_golden[] =
+    "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"" UUID_A "\","
+    "\"model\":\"A100-SXM4-80GB\",\"memory\":85899345920,\"sms\":108,"
+    "\"mode\":\"shared\"},{\"index\":1,\"uuid\":\"" UUID_B "\","
+    "\"model\":\"H100-80GB\",\"memory\":85899345920,\"sms\":132,"
+    "\"mode\":\"exclusive\"}]}";
+
+static void test_inventory_golden(void **st) {
+  (void)st;
+  gf_inventory inv;
+  gf_diag d = {""};
+  assert_int_equal(
+      gf_inventory_parse(inventory_golden, strlen(inventory_golden), &inv, &d),
+      0);
+  assert_int_equal(inv.ngpus, 2);
+  assert_string_equal(inv.gpus[1].model, "H100-80GB");
+  assert_int_equal(inv.gpus[1].mode, GF_GPU_MODE_EXCLUSIVE);
+  char *text = NULL;
+  assert_int_equal(gf_inventory_format(&inv, &text, &d), 0);
+  assert_string_equal(text, inventory_golden);
+  free(text);
+}
+
+static const char ctr_grant_golden[] =
+    "{\"version\":1,\"pod\":\"uid-1\",\"container\":\"app\","
+    "\"namespace\":\"ml\",\"name\":\"train\",\"gpus\":[{\"uuid\":\"" UUID_A
+    "\",\"index\":3,\"memory\":8589934592,\"compute\":30},{\"uuid\":"
+    "\"" UUID_B "\",\"index\":0,\"memory\":0,\"compute\":0}]}";
+
+static void test_ctr_grant_golden(void **st) {
+  (void)st;
+  gf_grant_container c;
+  one_container(&c);
+  char *text = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_ctr_grant_format("uid-1", "ml", "train", &c, &text, &d),
+                   0);
+  assert_string_equal(text, ctr_grant_golden);
+  free(text);
+  /* Without the pod's names, they are left out. */
+  assert_int_equal(gf_ctr_grant_format("uid-1", NULL, "", &c, &text, &d), 0);
+  assert_null(strstr(text, "namespace"));
+  assert_null(strstr(text, "\"name\""));
+  free(text);
+
+  /* The node agent's reader takes the golden. */
+  assert_int_equal(gf_node_write_atomic(tmpdir, "grant.json", ctr_grant_golden,
+                                        strlen(ctr_grant_golden), &d),
+                   0);
+  gf__ctr_grant r;
+  assert_int_equal(gf__node_read_ctr_grant(tmpdir, &r), 0);
+  assert_int_equal(r.ngpus, 2);
+  assert_string_equal(r.uuid[0], UUID_A);
+  assert_int_equal(r.limit[0], 8589934592);
+  assert_int_equal(r.compute[0], 30);
+  assert_string_equal(r.ns, "ml");
+  assert_string_equal(r.name, "train");
+}
+
+/* Every reader refuses a version it does not know, and a document without
+ * one. */
+static void test_versions_checked(void **st) {
+  (void)st;
+  static const char *const ctr[] = {
+      "{\"version\":2,\"pod\":\"u\",\"container\":\"c\",\"gpus\":[]}",
+      "{\"pod\":\"u\",\"container\":\"c\",\"gpus\":[]}",
+      "{\"version\":\"1\",\"pod\":\"u\",\"container\":\"c\",\"gpus\":[]}",
+  };
+  gf_diag d = {""};
+  for (size_t i = 0; i < sizeof(ctr) / sizeof(ctr[0]); i++) {
+    assert_int_equal(
+        gf_node_write_atomic(tmpdir, "grant.json", ctr[i], strlen(ctr[i]), &d),
+        0);
+    gf__ctr_grant r;
+    assert_int_equal(gf__node_read_ctr_grant(tmpdir, &r), GF_ESYNTAX);
+  }
+  gf_grant g;
+  const char *g2 = "{\"version\":2,\"node\":\"n\",\"containers\":[]}";
+  assert_int_equal(gf_grant_parse(g2, strlen(g2), &g, &d), GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "version 2"));
+  gf_inventory inv;
+  const char *i2 = "{\"version\":2,\"gpus\":[]}";
+  assert_int_equal(gf_inventory_parse(i2, strlen(i2), &inv, &d), GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "version 2"));
+}
+
+static const char shim_golden[] =
+    "# written by the gpufrac node agent for container app\n"
+    "version = 1\n"
+    "region = /run/gpufrac/region\n"
+    "memory." UUID_A " = 8589934592\n"
+    "compute = 30\n"
+    "log = info\n";
+
+/* The interposer config: the agent's writer emits the golden, the
+ * interposer's parser reads it. */
+static void test_shim_config_golden(void **st) {
+  (void)st;
+  gf_grant_container c;
+  one_container(&c);
+  char text[4096], err[256];
+  gf_diag d = {""};
+  assert_int_equal(gf_node_shim_config_text(&c, "info", text, sizeof(text), &d),
+                   0);
+  assert_string_equal(text, shim_golden);
+  gf_shim_config sc;
+  assert_int_equal(gf_shim_config_parse(shim_golden, &sc, err, sizeof(err)), 0);
+  assert_string_equal(sc.region, GF_CTR_REGION);
+  assert_int_equal(sc.nuuid, 1);
+  assert_string_equal(sc.uuid[0], UUID_A);
+  assert_int_equal(sc.compute_pct, 30);
+}
+
+static void *no_memory(size_t n) {
+  (void)n;
+  return NULL;
+}
+
+/* A reader that cannot allocate says so: GF_ENOMEM, not "malformed". */
+static void test_out_of_memory(void **st) {
+  (void)st;
+  json_set_alloc_funcs(no_memory, free);
+  gf_grant g;
+  gf_inventory inv;
+  gf_diag d = {""};
+  int grc = gf_grant_parse(grant_golden, strlen(grant_golden), &g, &d);
+  int irc =
+      gf_inventory_parse(inventory_golden, strlen(inventory_golden), &inv, &d);
+  json_set_alloc_funcs(malloc, free);
+  assert_int_equal(grc, GF_ENOMEM);
+  assert_int_equal(irc, GF_ENOMEM);
+  assert_non_null(strstr(d.msg, "out of memory"));
+}
+
+/* The names every part spells one way. */
+static void test_shared_names(void **st) {
+  (void)st;
+  assert_string_equal(GF_RES_GPU, "gpufrac.io/gpu");
+  assert_string_equal(GF_NODE_RESOURCE_GPU, GF_RES_GPU);
+  assert_string_equal(GF_DP_RESOURCE, GF_RES_GPU);
+  assert_string_equal(GF_NODE_CTR_CONFIG, "/etc/gpufrac/shim.conf");
+  assert_string_equal(GF_NODE_CTR_REGION, "/run/gpufrac/region");
+  assert_string_equal(GF_INVENTORY_ANNOTATION, "gpufrac.io/inventory");
+  assert_string_equal(GF_GRANT_ANNOTATION, "gpufrac.io/grant");
+}
+
+/* One UUID rule for the agent's writer and the interposer's reader. */
+static void test_uuid_rule(void **st) {
+  (void)st;
+  static const struct {
+    const char *s;
+    bool ok;
+  } cases[] = {
+      {UUID_A, true},
+      {"GPU-AAAAAAAA-0000-4000-8000-00000000000A", true},
+      {"GPU-aaaaaaaa-0000-4000-8000-00000000000", false},
+      {"GPU-aaaaaaaa-0000-4000-8000-00000000000ab", false},
+      {"GPU-aaaaaaaa_0000-4000-8000-00000000000a", false},
+      {"GPU-aaaaaaaa-0000-4000-8000-00000000000g", false},
+      {"MIG-aaaaaaaa-0000-4000-8000-00000000000a", false},
+      {"", false},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    assert_int_equal(gf_gpu_uuid_valid(cases[i].s), cases[i].ok);
+    assert_int_equal(gf__shim_uuid_valid(cases[i].s), cases[i].ok);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_grant_golden),
+      cmocka_unit_test(test_inventory_golden),
+      cmocka_unit_test_setup_teardown(test_ctr_grant_golden, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_versions_checked, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test(test_shim_config_golden),
+      cmocka_unit_test(test_out_of_memory),
+      cmocka_unit_test(test_shared_names),
+      cmocka_unit_test(test_uuid_rule),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
