@@ -4,8 +4,8 @@
  * Loaded into every process of a container on a shared GPU (LD_PRELOAD or
  * /etc/ld.so.preload), it exports the CUDA driver functions of GF_SHIM_HOOKS
  * (cuda_api.h) and the two NVML memory queries; everything else reaches the
- * real driver untouched.  Real functions are resolved once, under
- * pthread_once, from the real libcuda.so.1.
+ * real driver untouched.  Real functions are resolved once, under a
+ * mutex, from the real libcuda.so.1 (shim_lookup.c).
  *
  * Memory: reserve in the container's shared region before the real
  * allocation, roll back if it fails, give back on free (found in O(1) in a

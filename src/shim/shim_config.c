@@ -11,8 +11,8 @@
 
 #include "gpufrac/quantity.h"
 
-#ifndef GF_SHIM_SYSTEM_CONFIG
-#define GF_SHIM_SYSTEM_CONFIG "/etc/gpufrac/shim.conf"
+#ifndef GF_SHIM_SYSTEM_CONFIG /* the tests point it elsewhere */
+#define GF_SHIM_SYSTEM_CONFIG GF_CTR_SHIM_CONFIG
 #endif
 
 #define CONFIG_MAX 65536
@@ -52,25 +52,11 @@ static int set_path(char *dst, size_t n, const char *v) {
   return 0;
 }
 
-bool gf__shim_uuid_valid(const char *s) {
-  if (strncmp(s, "GPU-", 4) != 0 || strlen(s) != 40)
-    return false;
-  for (int i = 4; i < 40; i++) {
-    char ch = s[i];
-    bool dash = i == 12 || i == 17 || i == 22 || i == 27;
-    bool hex = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
-               (ch >= 'A' && ch <= 'F');
-    if (dash ? ch != '-' : !hex)
-      return false;
-  }
-  return true;
-}
-
 /* memory.GPU-<uuid> = bytes: kept in file order, the same UUID twice
  * keeps the last value. */
 static int set_uuid_memory(gf_shim_config *c, const char *uuid, uint64_t x,
                            char *why, size_t whylen) {
-  if (!gf__shim_uuid_valid(uuid)) {
+  if (!gf_gpu_uuid_valid(uuid)) {
     snprintf(why, whylen,
              "want memory.GPU-xxxxxxxx-xxxx-xxxx-xxxx-"
              "xxxxxxxxxxxx (hex digits)");

@@ -49,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpufrac/contract.h"
 #include "gpufrac/region.h"
 
 typedef enum gf_shim_mode {
@@ -93,8 +94,8 @@ typedef struct gf_shim_config {
 /* Default per-context charge: 300 MiB (docs/shim.md says why). */
 #define GF_SHIM_CONTEXT_OVERHEAD (300ull << 20)
 
-/* Whether s is "GPU-" and 32 hex digits in NVIDIA's 8-4-4-4-12 groups. */
-bool gf__shim_uuid_valid(const char *s);
+/* A GPU key's UUID is checked with gf_gpu_uuid_valid (gpufrac/contract.h),
+ * the one check the node agent writes the config by. */
 
 /* Parses config text (NUL-terminated); returns 0 or -1 with a message
  * naming the line in err. */

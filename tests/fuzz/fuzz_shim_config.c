@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       !memchr(c.real_libcuda, '\0', sizeof(c.real_libcuda)))
     abort();
   for (uint32_t i = 0; i < c.nuuid; i++) {
-    if (!gf__shim_uuid_valid(c.uuid[i]))
+    if (!gf_gpu_uuid_valid(c.uuid[i]))
       abort();
     for (const char *p = c.uuid[i]; *p; p++)
       if (*p >= 'A' && *p <= 'F')
