@@ -50,6 +50,8 @@
  * used (device names that start with a digit came in 0.5.0), so runtimes
  * with older CDI libraries accept the files too. */
 #define GF_NODE_CDI_VERSION "0.5.0"
+/* The DRA driver the agent is in mode dra (docs/dra-node.md). */
+#define GF_NODE_DRA_DRIVER "gpu.gpufrac.io"
 /* MIG devices recorded per GPU: A100, H100 and their kin have 7 compute
  * slices, so at most 7 compute instances (NVML's max MIG device count). */
 #define GF_NODE_MAX_MIG 7

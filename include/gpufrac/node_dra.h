@@ -39,7 +39,7 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
 
-#define GF_NODE_DRA_DRIVER "gpu.gpufrac.io"
+/* GF_NODE_DRA_DRIVER (the driver name) is in gpufrac/node.h. */
 /* resource.k8s.io/v1 ResourceSliceMaxDevices, and
  * ResourceSliceMaxDevicesWithAdvancedFeatures (a slice in which any device
  * has taints). */
