@@ -15,17 +15,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpufrac/devplugin.h"
-#include "gpufrac/draplugin.h"
+#include "devplugin.h"
+#include "draplugin.h"
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
 #include "gpufrac/node_agent.h"
-#include "gpufrac/node_alloc.h"
-#include "gpufrac/node_dra.h"
-#include "gpufrac/node_feedback.h"
-#include "gpufrac/node_health.h"
-#include "gpufrac/node_mps.h"
+#include "node_alloc.h"
+#include "node_dra.h"
+#include "node_feedback.h"
+#include "node_health.h"
+#include "node_mps.h"
 
 static int discover(const gf_node_agent_opts *o, const gf_node_config *cfg,
                     gf_node_gpus *g) {

@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_alloc.h"
-#include "gpufrac/node_mps.h"
+#include "node_alloc.h"
 #include "node_int.h"
+#include "node_mps.h"
 
 struct gf_node_allocator {
   gf_node_pods *pods;

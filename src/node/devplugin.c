@@ -1,9 +1,9 @@
 /*
- * The kubelet device plugin (gpufrac/devplugin.h): the DevicePlugin service
+ * The kubelet device plugin (devplugin.h): the DevicePlugin service
  * on the gRPC server of h2grpc.c, and a registrar thread that registers
  * with kubelet and registers again when kubelet.sock is made anew.
  */
-#include "gpufrac/devplugin.h"
+#include "devplugin.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * ResourceClaims on the DRA path (gpufrac/node_dra.h): reading a claim's
+ * ResourceClaims on the DRA path (node_dra.h): reading a claim's
  * allocation, checking it against the pool, preparing its files (the same
  * shim config, region directory and CDI edits as the device-plugin path's
  * cdi style), and the checkpoint of prepared claims.
@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_alloc.h"
-#include "gpufrac/node_dra.h"
 #include "gpufrac/quantity.h"
+#include "node_alloc.h"
+#include "node_dra.h"
 #include "node_int.h"
 
 #define CLAIM_TEXT_MAX (1u << 20)

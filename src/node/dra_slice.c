@@ -1,5 +1,5 @@
 /*
- * The node's ResourceSlices (gpufrac/node_dra.h): one pool per node, one
+ * The node's ResourceSlices (node_dra.h): one pool per node, one
  * device per GPU (or per MIG device), attributes named as NVIDIA's DRA
  * driver names them, capacities for consumable-capacity sharing, and
  * taints for unhealthy GPUs.  Pure: no I/O.
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_dra.h"
+#include "node_dra.h"
 #include "node_int.h"
 
 size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,

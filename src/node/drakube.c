@@ -1,5 +1,5 @@
 /*
- * Publishing the node's ResourceSlices (gpufrac/node_dra.h): the API's
+ * Publishing the node's ResourceSlices (node_dra.h): the API's
  * slices of this node and driver made equal to what the GPUs say, at a new
  * pool generation on every change.
  */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_dra.h"
+#include "node_dra.h"
 #include "node_int.h"
 
 #define SLICES "/apis/resource.k8s.io/v1/resourceslices"

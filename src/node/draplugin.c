@@ -1,10 +1,10 @@
 /*
- * The kubelet DRA plugin (gpufrac/draplugin.h): pluginregistration v1 on
+ * The kubelet DRA plugin (draplugin.h): pluginregistration v1 on
  * <registry>/<driver>-reg.sock and dra v1 on <plugin_dir>/dra.sock, each on
  * its own gRPC server of h2grpc.c, with one worker that runs the prepare
  * and unprepare callbacks.
  */
-#include "gpufrac/draplugin.h"
+#include "draplugin.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /*
- * Utilisation feedback (gpufrac/node_feedback.h): each container's observed
+ * Utilisation feedback (node_feedback.h): each container's observed
  * share of its GPUs, written into its region for the interposer's bucket.
  */
 #include <ctype.h>
@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_alloc.h"
-#include "gpufrac/node_feedback.h"
 #include "gpufrac/region.h"
+#include "node_alloc.h"
+#include "node_feedback.h"
 #include "node_int.h"
 
 #define FEEDBACK_CTRS 512  /* containers looked at per round */

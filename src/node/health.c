@@ -1,5 +1,5 @@
 /*
- * GPU health from NVML's Xid events (gpufrac/node_health.h).  NVML is
+ * GPU health from NVML's Xid events (node_health.h).  NVML is
  * declared here as far as events need it, from the published nvml.h facts.
  */
 #include <dlfcn.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_feedback.h"
-#include "gpufrac/node_health.h"
+#include "node_feedback.h"
+#include "node_health.h"
 #include "node_int.h"
 
 typedef int nvml_return;

@@ -1,5 +1,5 @@
 /*
- * The MPS control daemon of a GPU in mode mps (gpufrac/node_mps.h): started
+ * The MPS control daemon of a GPU in mode mps (node_mps.h): started
  * in the foreground as the agent's child, restarted when it dies, stopped
  * with `quit`.
  */
@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_mps.h"
 #include "node_int.h"
+#include "node_mps.h"
 
 extern char **environ;
 

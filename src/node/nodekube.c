@@ -13,7 +13,7 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
-#include "gpufrac/node_alloc.h"
+#include "node_alloc.h"
 #include "node_int.h"
 
 #define SWEEP_POLL_MS 100

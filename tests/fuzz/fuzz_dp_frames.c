@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "devplugin.h"
 #include "fuzz_h2.h"
-#include "gpufrac/devplugin.h"
 #include "gpufrac/error.h"
 #include "h2grpc.h"
 

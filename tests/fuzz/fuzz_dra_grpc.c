@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "dra/v1/api.pb-c.h"
+#include "draplugin.h"
 #include "fuzz_h2.h"
-#include "gpufrac/draplugin.h"
 #include "gpufrac/error.h"
 #include "h2grpc.h"
 #include "pluginregistration/v1/api.pb-c.h"

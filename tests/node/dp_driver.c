@@ -1,5 +1,5 @@
 /*
- * dp_driver: runs the device plugin (gpufrac/devplugin.h) with made-up
+ * dp_driver: runs the device plugin (devplugin.h) with made-up
  * devices and a test allocator, for tests/node/fake_kubelet.py.
  *
  *   dp_driver DIR KUBELET_SOCK ENDPOINT GPUS SLOTS [--preferred]
@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpufrac/devplugin.h"
+#include "devplugin.h"
 #include "gpufrac/error.h"
 
 static gf_dp_device devs[GF_DP_MAX_DEVICES];

@@ -23,7 +23,7 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/node.h"
-#include "gpufrac/node_mps.h"
+#include "node_mps.h"
 
 static void nap(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

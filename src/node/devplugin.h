@@ -1,5 +1,5 @@
 /*
- * gpufrac/devplugin.h - the kubelet device plugin (deviceplugin/v1beta1)
+ * src/node/devplugin.h - the kubelet device plugin (deviceplugin/v1beta1)
  * served over a unix socket, for the resource gpufrac.io/gpu.
  *
  * Why it exists.  kubelet counts what a node can hold through a device

@@ -1,10 +1,12 @@
 /*
- * Internal allocation wrappers.  Every allocation in core goes through these
- * so tests can make the Nth one fail (gf__alloc_fail_after) and prove that
- * each failure path unwinds cleanly.
+ * Internal allocation wrappers (library gf_alloc, which every part links).
+ * The allocations of core, kube, plan and node go through these so tests
+ * can make the Nth one fail (gf__alloc_fail_after) and prove that each
+ * failure path unwinds cleanly.  Memory from them is plain malloc memory:
+ * free() and gf__free() are the same.
  */
-#ifndef GPUFRAC_CORE_ALLOC_H
-#define GPUFRAC_CORE_ALLOC_H
+#ifndef GPUFRAC_ALLOC_H
+#define GPUFRAC_ALLOC_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /*
- * gpufrac/draplugin.h - the kubelet side of a DRA driver: plugin
+ * src/node/draplugin.h - the kubelet side of a DRA driver: plugin
  * registration (pluginregistration v1: GetInfo, NotifyRegistrationStatus)
  * and the DRA service (dra v1: NodePrepareResources,
  * NodeUnprepareResources), served over gRPC on two unix sockets.
@@ -9,7 +9,7 @@
  * driver name, the socket of the DRA service, "v1.DRAPlugin"), and then
  * calls the DRA service before a pod's containers start and after they
  * stop.  What preparing means is the caller's (the node agent,
- * gpufrac/node_dra.h); this module is the wire.
+ * node_dra.h); this module is the wire.
  *
  * Invariants.
  *   - The callbacks run on one worker thread, one claim at a time in the

@@ -1,5 +1,5 @@
 /*
- * gpufrac/node_dra.h - the node agent as a DRA driver (resource.k8s.io/v1,
+ * src/node/node_dra.h - the node agent as a DRA driver (resource.k8s.io/v1,
  * driver gpu.gpufrac.io): the ResourceSlices it publishes, the
  * ResourceClaims it prepares, and the checkpoint of what it prepared.
  *

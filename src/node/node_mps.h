@@ -1,5 +1,5 @@
 /*
- * gpufrac/node_mps.h - the MPS control daemon of a GPU in mode `mps`.
+ * src/node/node_mps.h - the MPS control daemon of a GPU in mode `mps`.
  *
  * Why.  A GPU the node config puts in mode mps is shared through NVIDIA's
  * Multi-Process Service instead of the interposer: one control daemon per
