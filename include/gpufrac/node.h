@@ -358,6 +358,10 @@ void gf_node_server_set_gpus(gf_node_server *s, const gf_node_gpus *g);
 /* The Hostname label of the served metrics (the node's name); copied. */
 void gf_node_server_set_hostname(gf_node_server *s, const char *hostname);
 uint16_t gf_node_server_port(const gf_node_server *s);
+/* Stops serving; never frees (set_gpus and set_hostname stay safe).
+ * Idempotent; NULL is fine. */
 void gf_node_server_stop(gf_node_server *s);
+/* Stops (if serving) and frees s.  NULL is fine. */
+void gf_node_server_free(gf_node_server *s);
 
 #endif

@@ -14,8 +14,8 @@
  *     fails after start (a publish, a rediscovery, an MPS daemon) is
  *     logged once per change and retried, never fatal.
  *   - Start brings its parts up one init step each (API side or DRA side,
- *     metrics server, signals, Xid health, MPS); a failure undoes what it
- *     started and returns the code.
+ *     metrics server, signals, Xid health, MPS); a failure stops what it
+ *     started (free releases it) and returns the code.
  *   - Stop never frees: stop, then free.  Stop is idempotent and safe
  *     without start; free stops first when needed.  The device plugin and
  *     the DRA plugin stop before what their calls reach.
@@ -65,7 +65,8 @@ int gf_node_agent_print(gf_node_agent *a, const char *what, FILE *fp);
  * publisher, DRA plugin), the metrics server on cfg->listen, handlers for
  * SIGINT and SIGTERM (SIGPIPE ignored), the Xid health thread and the MPS
  * daemons.  Without an API server (none configured, not in a pod) only the
- * API side is left out.  GF_ESTATE if already started. */
+ * API side is left out.  An agent starts once: GF_ESTATE if it was
+ * started before. */
 int gf_node_agent_start(gf_node_agent *a);
 
 /* Runs the agent's loop on the calling thread until SIGINT or SIGTERM:
@@ -73,7 +74,9 @@ int gf_node_agent_start(gf_node_agent *a);
  * after a critical Xid) rediscovery fed to every part. */
 void gf_node_agent_run(gf_node_agent *a);
 
-/* Stops every part started, in reverse order.  Idempotent; never frees. */
+/* Stops every part started: the Xid thread, the MPS daemons, the metrics
+ * server, then the DRA plugin or the device plugin (before what their
+ * calls reach) and the node link.  Idempotent; never frees. */
 void gf_node_agent_stop(gf_node_agent *a);
 
 /* Stops (if running) and frees.  NULL is accepted. */

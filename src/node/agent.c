@@ -256,8 +256,15 @@ static int api_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
   return 0;
 }
 
+/* Stops the threads of the API side; frees nothing. */
 static void api_stop(agent_api *a) {
   gf_dp_stop(a->dp); /* first: no Allocate may reach a freed allocator */
+  gf_node_kube_stop(a->link);
+}
+
+static void api_free(agent_api *a) {
+  api_stop(a);
+  gf_dp_free(a->dp);
   gf_node_kube_free(a->link);
   gf_node_allocator_free(a->alloc);
   gf_node_pods_free(a->pods);
@@ -372,11 +379,18 @@ static void health_telemetry(health *h, const gf_node_gpus *g,
   free(t);
 }
 
+/* Ends the Xid thread; the events seen stay (health_free releases). */
 static void health_stop(health *h) {
   atomic_store(&h->stop, true);
   if (h->have_t)
     pthread_join(h->t, NULL);
+  h->have_t = false;
+}
+
+static void health_free(health *h) {
+  health_stop(h);
   gf_node_health_close(h->nvml);
+  h->nvml = NULL;
   pthread_mutex_destroy(&h->mu);
 }
 
@@ -420,6 +434,11 @@ static void mps_check_all(mps_set *ms) {
 static void mps_stop_all(mps_set *ms) {
   for (uint32_t i = 0; i < GF_NODE_MAX_GPUS; i++)
     gf_node_mps_stop(ms->d[i]);
+}
+
+static void mps_free_all(mps_set *ms) {
+  for (uint32_t i = 0; i < GF_NODE_MAX_GPUS; i++)
+    gf_node_mps_free(ms->d[i]); /* stops it first */
   memset(ms, 0, sizeof(*ms));
 }
 
@@ -547,8 +566,14 @@ static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
   return 0;
 }
 
+/* Stops the DRA plugin's threads; frees nothing. */
 static void dra_stop(agent_dra *x) {
   gf_drap_stop(x->plugin); /* first: no call may reach a freed state */
+}
+
+static void dra_free(agent_dra *x) {
+  dra_stop(x);
+  gf_drap_free(x->plugin);
   gf_node_dra_publisher_free(x->pub);
   gf_kube_free(x->k);
   gf_node_dra_state_free(x->state);
@@ -635,7 +660,7 @@ static void signals_start(void) {
 }
 
 int gf_node_agent_start(gf_node_agent *a) {
-  if (a->started)
+  if (a->started) /* once: a stopped agent is freed, not restarted */
     return GF_ESTATE;
   a->started = true;
   int rc = a->o.dra ? dra_start(&a->o, &a->cfg, &a->g, &a->dra)
@@ -698,18 +723,21 @@ void gf_node_agent_stop(gf_node_agent *a) {
     return;
   if (a->have_hl)
     health_stop(&a->hl);
-  a->have_hl = false;
   mps_stop_all(&a->mps);
   gf_node_server_stop(a->srv);
-  a->srv = NULL;
   dra_stop(&a->dra);
   api_stop(&a->api);
-  a->started = false;
 }
 
 void gf_node_agent_free(gf_node_agent *a) {
   if (!a)
     return;
   gf_node_agent_stop(a);
+  if (a->have_hl)
+    health_free(&a->hl);
+  mps_free_all(&a->mps);
+  gf_node_server_free(a->srv);
+  dra_free(&a->dra);
+  api_free(&a->api);
   free(a);
 }

@@ -59,6 +59,7 @@ struct gf_dp {
   size_t ndevs;
   uint64_t version;
   bool stopping;
+  bool stopped; /* gf_dp_stop has run (the stopping thread's own) */
   char last_log[GF_DIAG_MAX];
 
   uint64_t sent_version; /* loop thread only */
@@ -1006,8 +1007,9 @@ fail_sync:
 }
 
 void gf_dp_stop(gf_dp *dp) {
-  if (!dp)
+  if (!dp || dp->stopped)
     return;
+  dp->stopped = true;
   pthread_mutex_lock(&dp->mu);
   dp->stopping = true;
   pthread_cond_broadcast(&dp->cv);
@@ -1022,8 +1024,14 @@ void gf_dp_stop(gf_dp *dp) {
     pthread_join(dp->workers[i], NULL);
   gf__grpc_jobq_clear(&dp->jobs);
   free_spares(dp);
-  gf__h2srv_free(dp->srv);
   gf__unix_remove_if_ours(dp->sock_path, &dp->sock_st);
+}
+
+void gf_dp_free(gf_dp *dp) {
+  if (!dp)
+    return;
+  gf_dp_stop(dp);
+  gf__h2srv_free(dp->srv);
   pthread_cond_destroy(&dp->cv);
   pthread_cond_destroy(&dp->work);
   pthread_mutex_destroy(&dp->mu);

@@ -58,6 +58,7 @@ struct gf_drap {
   pthread_cond_t cv;
   gf__grpc_jobq jobs;
   bool stopping;
+  bool stopped; /* gf_drap_stop has run (the stopping thread's own) */
   atomic_uint_fast64_t regs;
 };
 
@@ -465,7 +466,7 @@ int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   *out = p;
   return 0;
 fail:
-  gf_drap_stop(p);
+  gf_drap_free(p);
   return rc;
 }
 
@@ -476,8 +477,9 @@ uint64_t gf_drap_registrations(const gf_drap *p) {
 const char *gf_drap_endpoint(const gf_drap *p) { return p->dra_path; }
 
 void gf_drap_stop(gf_drap *p) {
-  if (!p)
+  if (!p || p->stopped)
     return;
+  p->stopped = true;
   pthread_mutex_lock(&p->mu);
   p->stopping = true;
   pthread_cond_broadcast(&p->cv);
@@ -497,6 +499,12 @@ void gf_drap_stop(gf_drap *p) {
   }
   gf__unix_remove_if_ours(p->dra_path, &p->dra_st);
   gf__grpc_jobq_clear(&p->jobs);
+}
+
+void gf_drap_free(gf_drap *p) {
+  if (!p)
+    return;
+  gf_drap_stop(p);
   gf__h2srv_free(p->reg);
   gf__h2srv_free(p->dra);
   pthread_cond_destroy(&p->cv);

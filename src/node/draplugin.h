@@ -81,7 +81,10 @@ uint64_t gf_drap_registrations(const gf_drap *p);
 const char *gf_drap_endpoint(const gf_drap *p);
 
 /* Stops serving (calls waiting are answered UNAVAILABLE), waits for the
- * worker, removes the sockets.  NULL is fine. */
+ * worker, removes the sockets; never frees.  Idempotent; NULL is fine. */
 void gf_drap_stop(gf_drap *p);
+
+/* Stops (if not stopped yet) and frees p.  NULL is fine. */
+void gf_drap_free(gf_drap *p);
 
 #endif

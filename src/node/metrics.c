@@ -541,9 +541,16 @@ void gf_node_server_set_hostname(gf_node_server *s, const char *hostname) {
 uint16_t gf_node_server_port(const gf_node_server *s) { return s->port; }
 
 void gf_node_server_stop(gf_node_server *s) {
-  if (!s)
+  if (!s || !s->d)
     return;
   MHD_stop_daemon(s->d);
+  s->d = NULL;
+}
+
+void gf_node_server_free(gf_node_server *s) {
+  if (!s)
+    return;
+  gf_node_server_stop(s);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }

@@ -225,5 +225,10 @@ void gf_node_mps_stop(gf_node_mps *m) {
       }
     }
   }
+  m->pid = 0; /* stopped: a second stop has nothing to quit */
+}
+
+void gf_node_mps_free(gf_node_mps *m) {
+  gf_node_mps_stop(m);
   free(m);
 }

@@ -46,6 +46,7 @@ static int allocate(void *user, const char *const *ids, size_t nids,
 
 static void stop_plugin(void) {
   gf_dp_stop(dp);
+  gf_dp_free(dp);
   rmdir(dir);
 }
 

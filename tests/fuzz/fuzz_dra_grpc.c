@@ -63,6 +63,7 @@ static int unprepare(void *user, const char *ns, const char *name,
 
 static void stop_plugin(void) {
   gf_drap_stop(pl);
+  gf_drap_free(pl);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0)

@@ -204,5 +204,6 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   gf_dp_stop(dp);
+  gf_dp_free(dp);
   return 0;
 }
