@@ -1,11 +1,13 @@
 #include "alloc.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 static long fail_after = -1; /* test hook only; -1 = never fail */
 static int fail_once;        /* refuse one allocation, then none */
 static long refused;         /* refusals since the hook was last set */
+static atomic_long live;     /* made here, not yet given to gf__free */
 
 static int should_fail(void) {
   if (fail_after < 0)
@@ -33,14 +35,27 @@ void gf__alloc_fail_once(long n) {
 
 long gf__alloc_refused(void) { return refused; }
 
-void *gf__malloc(size_t n) { return should_fail() ? NULL : malloc(n ? n : 1); }
+long gf__alloc_live(void) { return atomic_load(&live); }
+
+static void *counted(void *p) {
+  if (p)
+    atomic_fetch_add(&live, 1);
+  return p;
+}
+
+void *gf__malloc(size_t n) {
+  return should_fail() ? NULL : counted(malloc(n ? n : 1));
+}
 
 void *gf__calloc(size_t n, size_t size) {
-  return should_fail() ? NULL : calloc(n ? n : 1, size ? size : 1);
+  return should_fail() ? NULL : counted(calloc(n ? n : 1, size ? size : 1));
 }
 
 void *gf__realloc(void *p, size_t n) {
-  return should_fail() ? NULL : realloc(p, n ? n : 1);
+  if (should_fail())
+    return NULL;
+  void *r = realloc(p, n ? n : 1);
+  return p ? r : counted(r);
 }
 
 char *gf__strdup(const char *s) {
@@ -51,4 +66,8 @@ char *gf__strdup(const char *s) {
   return r;
 }
 
-void gf__free(void *p) { free(p); }
+void gf__free(void *p) {
+  if (p)
+    atomic_fetch_sub(&live, 1);
+  free(p);
+}

@@ -2,8 +2,9 @@
  * Internal allocation wrappers (library gf_alloc, which every part links).
  * The allocations of core, kube, plan and node go through these so tests
  * can make the Nth one fail (gf__alloc_fail_after) and prove that each
- * failure path unwinds cleanly.  Memory from them is plain malloc memory:
- * free() and gf__free() are the same.
+ * failure path unwinds cleanly.  Memory from them is plain malloc memory
+ * (free() releases it too), but only gf__free() counts it released in
+ * gf__alloc_live().
  */
 #ifndef GPUFRAC_ALLOC_H
 #define GPUFRAC_ALLOC_H
@@ -29,5 +30,11 @@ void gf__alloc_fail_once(long n);
  * gf__alloc_fail_after(). A test asserts on it: a refusal must surface as
  * an error, and a run with none must succeed in full. */
 long gf__alloc_refused(void);
+
+/* Allocations made through the wrapper and not yet given to gf__free
+ * (thread-safe).  Exact where every one is released through gf__free, as
+ * in core: a test compares it before and after a path to assert that a
+ * refusal leaked nothing, in any build, not only under the sanitizer. */
+long gf__alloc_live(void);
 
 #endif

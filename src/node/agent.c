@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "devplugin.h"
 #include "draplugin.h"
 #include "gpufrac/error.h"
@@ -25,6 +26,7 @@
 #include "node_dra.h"
 #include "node_feedback.h"
 #include "node_health.h"
+#include "node_int.h"
 #include "node_mps.h"
 
 static int discover(const gf_node_agent_opts *o, const gf_node_config *cfg,
@@ -94,7 +96,7 @@ static int print_doc(const gf_node_agent_opts *o, const gf_node_gpus *g,
     rc = gf_node_dra_slices(g, node ? node : "", 1,
                             (size_t)cfg->dra_slice_devices, &arr, &d);
     if (!rc) {
-      text = json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+      text = gf__node_json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
       json_decref(arr);
       if (!text)
         rc = gf_diag_set(&d, GF_ENOMEM, "out of memory");
@@ -356,7 +358,7 @@ static void health_telemetry(health *h, const gf_node_gpus *g,
                              gf_node_server *srv) {
   if (!h->nvml)
     return;
-  gf_node_gpus *t = malloc(sizeof(*t));
+  gf_node_gpus *t = gf__malloc(sizeof(*t));
   if (!t)
     return;
   *t = *g;
@@ -367,7 +369,7 @@ static void health_telemetry(health *h, const gf_node_gpus *g,
   /* The compute share's feedback: what each container used, into its
    * region (docs/node.md, "Utilisation feedback"). */
   enum { SAMPLES = 1024 };
-  gf_node_proc_util *s = calloc(SAMPLES, sizeof(*s));
+  gf_node_proc_util *s = gf__calloc(SAMPLES, sizeof(*s));
   if (s) {
     size_t n = 0;
     for (uint32_t i = 0; i < t->ngpus && n < SAMPLES; i++)
@@ -458,7 +460,7 @@ typedef struct agent_dra {
 static int dra_prepare(void *user, const char *ns, const char *name,
                        const char *uid, gf_drap_answer *a, gf_diag *d) {
   agent_dra *x = user;
-  gf_node_dra_prepared *p = malloc(sizeof(*p));
+  gf_node_dra_prepared *p = gf__malloc(sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   int rc = gf_node_dra_prepare_from_api(x->state, x->k, ns, name, uid, p, d);
@@ -604,7 +606,8 @@ static void on_signal(int sig) {
 int gf_node_agent_new(gf_node_agent **out, const gf_node_agent_opts *o,
                       const gf_node_config *cfg) {
   *out = NULL;
-  gf_node_agent *a = calloc(1, sizeof(*a)); /* the GPUs and devices: large */
+  gf_node_agent *a =
+      gf__calloc(1, sizeof(*a)); /* the GPUs and devices: large */
   if (!a) {
     fprintf(stderr, "gpufrac node: out of memory\n");
     return GF_ENOMEM;
@@ -681,7 +684,7 @@ int gf_node_agent_start(gf_node_agent *a) {
 /* One rediscovery, handed to every part when the GPUs changed. */
 static void rediscover(gf_node_agent *a) {
   gf_node_gpus *g = &a->g;
-  gf_node_gpus *now = malloc(sizeof(*now));
+  gf_node_gpus *now = gf__malloc(sizeof(*now));
   if (now && discover(&a->o, &a->cfg, now) == 0) {
     health_apply(&a->hl, now);
     if (memcmp(now, g, sizeof(*now)) != 0) {

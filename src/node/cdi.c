@@ -110,7 +110,7 @@ static int finish(json_t *devices, char **out, gf_diag *d) {
                            "kind", GF_NODE_CDI_KIND, "devices", devices);
   if (!root)
     return gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
-  *out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  *out = gf__node_json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(root);
   if (!*out)
     return gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");

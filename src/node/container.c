@@ -118,7 +118,7 @@ static int grant_json(const char *pod_uid, const char *ns, const char *name,
   }
   if (json_object_set(root, "gpus", gpus))
     goto nomem;
-  *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  *out = gf__node_json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   if (!*out)
     goto nomem;
   goto done;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "node_dra.h"
 #include "node_int.h"
@@ -25,7 +26,7 @@ struct gf_node_dra_publisher {
 int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
                               const char *node, size_t max_per_slice,
                               gf_diag *d) {
-  gf_node_dra_publisher *p = calloc(1, sizeof(*p));
+  gf_node_dra_publisher *p = gf__calloc(1, sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
   int rc = gf_kube_new(&p->k, cfg, NULL, d);

@@ -5,6 +5,7 @@
  * and unprepare callbacks.
  */
 #include "draplugin.h"
+#include "alloc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -183,15 +184,15 @@ static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
   char(*errs)[GF_DIAG_MAX] = NULL;
   if (!claims_ok(q->claims, n, r))
     goto out;
-  reqs = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *reqs);
-  ents = calloc(n ? n : 1, sizeof *ents);
-  eptr = calloc(n ? n : 1, sizeof *eptr);
-  ones = calloc(n ? n : 1, sizeof *ones);
-  ans = calloc(n ? n : 1, sizeof *ans);
-  errs = calloc(n ? n : 1, sizeof *errs);
-  devs = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *devs);
-  dptr = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *dptr);
-  ids = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *ids);
+  reqs = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *reqs);
+  ents = gf__calloc(n ? n : 1, sizeof *ents);
+  eptr = gf__calloc(n ? n : 1, sizeof *eptr);
+  ones = gf__calloc(n ? n : 1, sizeof *ones);
+  ans = gf__calloc(n ? n : 1, sizeof *ans);
+  errs = gf__calloc(n ? n : 1, sizeof *errs);
+  devs = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *devs);
+  dptr = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *dptr);
+  ids = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *ids);
   if (!ents || !eptr || !ones || !ans || !errs || !devs || !dptr || !ids ||
       !reqs) {
     gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -271,10 +272,10 @@ static void do_unprepare(gf_drap *p, const uint8_t *req, size_t len,
   char(*errs)[GF_DIAG_MAX] = NULL;
   if (!claims_ok(q->claims, n, r))
     goto out;
-  ents = calloc(n ? n : 1, sizeof *ents);
-  eptr = calloc(n ? n : 1, sizeof *eptr);
-  ones = calloc(n ? n : 1, sizeof *ones);
-  errs = calloc(n ? n : 1, sizeof *errs);
+  ents = gf__calloc(n ? n : 1, sizeof *ents);
+  eptr = gf__calloc(n ? n : 1, sizeof *eptr);
+  ones = gf__calloc(n ? n : 1, sizeof *ones);
+  errs = gf__calloc(n ? n : 1, sizeof *errs);
   if (!ents || !eptr || !ones || !errs) {
     gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
@@ -408,7 +409,7 @@ int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
       strlen(o->driver) > 63 || strchr(o->driver, '/'))
     return gf_diag_set(d, GF_EINVAL,
                        "DRA plugin: needs a driver name and both callbacks");
-  gf_drap *p = calloc(1, sizeof *p);
+  gf_drap *p = gf__calloc(1, sizeof *p);
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "DRA plugin: out of memory");
   snprintf(p->driver, sizeof p->driver, "%s", o->driver);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "node_int.h"
 #include "node_mps.h"
@@ -119,7 +120,7 @@ int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
     return gf_diag_set(d, GF_EINVAL,
                        "MPS: control program, directory and a "
                        "GPU uuid are required");
-  gf_node_mps *m = calloc(1, sizeof(*m));
+  gf_node_mps *m = gf__calloc(1, sizeof(*m));
   if (!m)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   gf__node_copy(m->control, sizeof(m->control), o->control);

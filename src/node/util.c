@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/region.h"
 #include "node_int.h"
@@ -49,7 +51,7 @@ int gf__node_read_file(const char *path, size_t max, char **out, size_t *len,
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-  char *buf = malloc(max + 1);
+  char *buf = gf__malloc(max + 1);
   if (!buf) {
     close(fd);
     return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", path);
@@ -313,4 +315,45 @@ int gf__node_mig_cap_minor(const char *proc, const gf_node_gpu *g,
   if (w < 0 || (size_t)w >= sizeof(path))
     return gf_diag_set(d, GF_ELIMIT, "capability path under %s too long", proc);
   return cap_minor(path, minor, d);
+}
+
+typedef struct dumpbuf {
+  char *p;
+  size_t len, cap;
+  bool failed; /* an append was refused: jansson may carry on regardless */
+} dumpbuf;
+
+static int dump_append(const char *buf, size_t n, void *data) {
+  dumpbuf *b = data;
+  if (b->failed)
+    return -1;
+  if (n >= SIZE_MAX / 4 - b->len) {
+    b->failed = true;
+    return -1;
+  }
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1)
+      cap *= 2;
+    char *np = gf__realloc(b->p, cap);
+    if (!np) {
+      b->failed = true;
+      return -1;
+    }
+    b->p = np;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, buf, n);
+  b->len += n;
+  b->p[b->len] = 0;
+  return 0;
+}
+
+char *gf__node_json_dumps(const json_t *j, size_t flags) {
+  dumpbuf b = {NULL, 0, 0, false};
+  if (json_dump_callback(j, dump_append, &b, flags) || b.failed || !b.p) {
+    free(b.p);
+    return NULL;
+  }
+  return b.p;
 }
