@@ -33,6 +33,7 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/node.h"
 #include "node_alloc.h"
+#include "node_int.h"
 
 /* Enough for every walk here; a walk that reaches it has a refusal that
  * never stops (the test then fails: no run without one). */
@@ -70,21 +71,19 @@ static void gpus(gf_node_gpus *g) {
   assert_int_equal(gf_node_discover_fake("2xH100-80GB,1xA100-40GB", g, &d), 0);
 }
 
-static void test_inventory(void **st) {
-  (void)st;
-  gf_node_gpus g;
-  gpus(&g);
-  gf_diag d = {""};
+/* A path that makes a document: 0 with *out malloc'd, or an error. */
+typedef int (*text_fn)(void *ctx, char **out);
+
+/* Walks fn: the document of each run that succeeds equals the one a run
+ * without refusals makes. */
+static void walk_text(text_fn fn, void *ctx) {
   char *want = NULL;
-  assert_int_equal(gf_node_inventory_json(&g, &want, &d), 0);
-  gf_inventory inv; /* what the extender reads of it */
-  assert_int_equal(gf_inventory_parse(want, strlen(want), &inv, &d), 0);
-  assert_int_equal(inv.ngpus, 3);
+  assert_int_equal(fn(ctx, &want), 0);
   long n;
   for (n = 0; n < MAX_STEPS; n++) {
     char *text = NULL;
     gf__alloc_fail_once(n);
-    int rc = gf_node_inventory_json(&g, &text, &d);
+    int rc = fn(ctx, &text);
     bool refused = check_run(n, rc, text != NULL, same_text(text, want));
     free(text);
     if (!refused)
@@ -95,90 +94,92 @@ static void test_inventory(void **st) {
   assert_true(n < MAX_STEPS);
 }
 
-/* What dir/name holds, in a static buffer. */
-static const char *slurp(const char *dir, const char *name) {
-  static char got[65536];
-  char path[600];
-  snprintf(path, sizeof(path), "%s/%s", dir, name);
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  size_t len = fread(got, 1, sizeof(got) - 1, f);
-  fclose(f);
-  got[len] = 0;
-  return got;
+/* What the paths below work on. */
+typedef struct fixture {
+  gf_node_gpus g;
+  gf_node_cdi_opts co;
+  gf_grant_container c;
+  gf_node_ctr_paths paths;
+  char dir[300];
+} fixture;
+
+static void fixture_init(fixture *f) {
+  memset(f, 0, sizeof(*f));
+  gpus(&f->g);
+  f->co = (gf_node_cdi_opts){"/usr/lib/gpufrac/libgpufrac-cuda.so",
+                             "/usr/lib/gpufrac/ld.so.preload", NULL};
+  snprintf(f->c.name, sizeof(f->c.name), "main");
+  f->c.ngpus = 2;
+  for (uint32_t i = 0; i < 2; i++) {
+    gf_grant_gpu *x = &f->c.gpus[i];
+    snprintf(x->uuid, sizeof(x->uuid), "%s", f->g.gpus[i].uuid);
+    x->index = f->g.gpus[i].index;
+    x->mem_bytes = 4LL << 30;
+    x->compute_pct = 25;
+  }
+  snprintf(f->paths.config, sizeof(f->paths.config),
+           "/run/gpufrac/pods/u/main/shim.conf");
+  snprintf(f->paths.region_dir, sizeof(f->paths.region_dir),
+           "/run/gpufrac/pods/u/main/region");
+  snprintf(f->dir, sizeof(f->dir), "%s/cdi", tmpdir);
+}
+
+static int inventory(void *ctx, char **out) {
+  fixture *f = ctx;
+  gf_diag d = {""};
+  return gf_node_inventory_json(&f->g, out, &d);
+}
+
+/* The node's CDI spec, written, and what the file then holds. */
+static int cdi_written(void *ctx, char **out) {
+  fixture *f = ctx;
+  gf_diag d = {""};
+  char *spec = NULL, path[400];
+  size_t len = 0;
+  int rc = gf_node_cdi_node_spec(&f->g, &f->co, &spec, &d);
+  if (!rc)
+    rc = gf_node_write_atomic(f->dir, "gpufrac.io-gpu.json", spec, strlen(spec),
+                              &d);
+  free(spec);
+  snprintf(path, sizeof(path), "%s/gpufrac.io-gpu.json", f->dir);
+  if (!rc)
+    rc = gf__node_read_file(path, 1 << 20, out, &len, &d);
+  return rc;
+}
+
+static int cdi_container(void *ctx, char **out) {
+  fixture *f = ctx;
+  gf_diag d = {""};
+  return gf_node_cdi_container_spec(&f->g, "uid-1", &f->c, &f->paths, &f->co,
+                                    out, &d);
+}
+
+static void test_inventory(void **st) {
+  (void)st;
+  fixture f;
+  fixture_init(&f);
+  char *text = NULL;
+  assert_int_equal(inventory(&f, &text), 0);
+  gf_inventory inv; /* what the extender reads of it */
+  gf_diag d = {""};
+  assert_int_equal(gf_inventory_parse(text, strlen(text), &inv, &d), 0);
+  assert_int_equal(inv.ngpus, 3);
+  free(text);
+  walk_text(inventory, &f);
 }
 
 static void test_cdi(void **st) {
   (void)st;
-  gf_node_gpus g;
-  gpus(&g);
-  gf_node_cdi_opts co = {"/usr/lib/gpufrac/libgpufrac-cuda.so",
-                         "/usr/lib/gpufrac/ld.so.preload", NULL};
-  char dir[300];
-  snprintf(dir, sizeof(dir), "%s/cdi", tmpdir);
-  gf_diag d = {""};
-  char *want = NULL;
-  assert_int_equal(gf_node_cdi_node_spec(&g, &co, &want, &d), 0);
-  long n;
-  for (n = 0; n < MAX_STEPS; n++) {
-    char *spec = NULL;
-    gf__alloc_fail_once(n);
-    int rc = gf_node_cdi_node_spec(&g, &co, &spec, &d);
-    if (!rc)
-      rc = gf_node_write_atomic(dir, "gpufrac.io-gpu.json", spec, strlen(spec),
-                                &d);
-    bool refused =
-        check_run(n, rc, spec != NULL && rc == 0, same_text(spec, want));
-    if (!rc) /* what was written is the whole spec */
-      assert_string_equal(slurp(dir, "gpufrac.io-gpu.json"), want);
-    free(spec);
-    if (!refused)
-      break;
-  }
-  free(want);
-  assert_true(n > 0);
-  assert_true(n < MAX_STEPS);
+  fixture f;
+  fixture_init(&f);
+  walk_text(cdi_written, &f);
 }
 
 static void test_cdi_container(void **st) {
   (void)st;
-  gf_node_gpus g;
-  gpus(&g);
-  gf_node_cdi_opts co = {"/usr/lib/gpufrac/libgpufrac-cuda.so",
-                         "/usr/lib/gpufrac/ld.so.preload", NULL};
-  gf_grant_container c;
-  memset(&c, 0, sizeof(c));
-  snprintf(c.name, sizeof(c.name), "main");
-  c.ngpus = 2;
-  for (uint32_t i = 0; i < 2; i++) {
-    snprintf(c.gpus[i].uuid, sizeof(c.gpus[i].uuid), "%s", g.gpus[i].uuid);
-    c.gpus[i].index = g.gpus[i].index;
-    c.gpus[i].mem_bytes = 4LL << 30;
-    c.gpus[i].compute_pct = 25;
-  }
-  gf_node_ctr_paths paths;
-  memset(&paths, 0, sizeof(paths));
-  snprintf(paths.config, sizeof(paths.config), "/run/gpufrac/pods/u/main/c");
-  snprintf(paths.region_dir, sizeof(paths.region_dir),
-           "/run/gpufrac/pods/u/main/region");
-  gf_diag d = {""};
-  char *want = NULL;
-  assert_int_equal(
-      gf_node_cdi_container_spec(&g, "uid-1", &c, &paths, &co, &want, &d), 0);
-  long n;
-  for (n = 0; n < MAX_STEPS; n++) {
-    char *spec = NULL;
-    gf__alloc_fail_once(n);
-    int rc =
-        gf_node_cdi_container_spec(&g, "uid-1", &c, &paths, &co, &spec, &d);
-    bool refused = check_run(n, rc, spec != NULL, same_text(spec, want));
-    free(spec);
-    if (!refused)
-      break;
-  }
-  free(want);
-  assert_true(n > 0);
-  assert_true(n < MAX_STEPS);
+  fixture f;
+  fixture_init(&f);
+  walk_text(cdi_container, &f);
 }
 
 static void test_config(void **st) {
@@ -314,9 +315,10 @@ int main(void) {
    * every walk. */
   json_set_alloc_funcs(gf__malloc, gf__free);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_inventory),
+      cmocka_unit_test_setup_teardown(test_inventory, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_cdi, setup_tmp, teardown_tmp),
-      cmocka_unit_test(test_cdi_container),
+      cmocka_unit_test_setup_teardown(test_cdi_container, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_config, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_mounts, setup_tmp,
                                       teardown_tmp),
