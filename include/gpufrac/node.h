@@ -50,6 +50,8 @@
  * used (device names that start with a digit came in 0.5.0), so runtimes
  * with older CDI libraries accept the files too. */
 #define GF_NODE_CDI_VERSION "0.5.0"
+/* The DRA driver the agent is in mode dra (docs/dra-node.md). */
+#define GF_NODE_DRA_DRIVER "gpu.gpufrac.io"
 /* MIG devices recorded per GPU: A100, H100 and their kin have 7 compute
  * slices, so at most 7 compute instances (NVML's max MIG device count). */
 #define GF_NODE_MAX_MIG 7
@@ -356,6 +358,10 @@ void gf_node_server_set_gpus(gf_node_server *s, const gf_node_gpus *g);
 /* The Hostname label of the served metrics (the node's name); copied. */
 void gf_node_server_set_hostname(gf_node_server *s, const char *hostname);
 uint16_t gf_node_server_port(const gf_node_server *s);
+/* Stops serving; never frees (set_gpus and set_hostname stay safe).
+ * Idempotent; NULL is fine. */
 void gf_node_server_stop(gf_node_server *s);
+/* Stops (if serving) and frees s.  NULL is fine. */
+void gf_node_server_free(gf_node_server *s);
 
 #endif

@@ -36,4 +36,9 @@ bool gf__json_oom(const json_error_t *je);
 int gf__json_version(const json_t *root, int want, const char *what,
                      gf_diag *d);
 
+/* json_dumps, but NULL when any write fails: jansson 2.14's json_dumps
+ * ignores a failed key write and returns broken JSON.  The text comes
+ * from gf__realloc (alloc.h): free it with free() or gf__free. */
+char *gf__json_dumps(const json_t *j, size_t flags);
+
 #endif

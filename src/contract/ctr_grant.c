@@ -30,7 +30,7 @@ int gf_ctr_grant_format(const char *pod_uid, const char *ns, const char *name,
   }
   if (json_object_set(root, "gpus", gpus))
     goto nomem;
-  *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  *out = gf__json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   if (!*out)
     goto nomem;
   goto done;

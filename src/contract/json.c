@@ -3,9 +3,11 @@
  */
 #include "contract_int.h"
 
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 
 json_t *gf__json_get(const json_t *obj, const char *key) {
@@ -65,4 +67,46 @@ int gf__json_version(const json_t *root, int want, const char *what,
                        " is not supported (this build reads %d)",
                        what, json_integer_value(v), want);
   return 0;
+}
+
+/* json_dumps with every write checked (gf__json_dumps). */
+typedef struct dumpbuf {
+  char *p;
+  size_t len, cap;
+  bool failed; /* an append was refused: jansson may carry on regardless */
+} dumpbuf;
+
+static int dump_append(const char *buf, size_t n, void *data) {
+  dumpbuf *b = data;
+  if (b->failed)
+    return -1;
+  if (n >= SIZE_MAX / 4 - b->len) {
+    b->failed = true;
+    return -1;
+  }
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1)
+      cap *= 2;
+    char *np = gf__realloc(b->p, cap);
+    if (!np) {
+      b->failed = true;
+      return -1;
+    }
+    b->p = np;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, buf, n);
+  b->len += n;
+  b->p[b->len] = 0;
+  return 0;
+}
+
+char *gf__json_dumps(const json_t *j, size_t flags) {
+  dumpbuf b = {NULL, 0, 0, false};
+  if (json_dump_callback(j, dump_append, &b, flags) || b.failed || !b.p) {
+    free(b.p);
+    return NULL;
+  }
+  return b.p;
 }

@@ -25,7 +25,7 @@ typedef struct gf__errstate {
  * held: a new error, a different one, or rc 0 after an error. */
 bool gf__err_changed(gf__errstate *e, int rc, const char *msg);
 
-/* gf__buf: the shared bounded buffer (src/core/buf.h). */
+/* gf__buf: the shared bounded buffer (src/alloc/buf.h). */
 
 /* Appends v as compact JSON text (no spaces, object members in their
  * order, strings escaped as jansson does without flags) to b.  Decoding it

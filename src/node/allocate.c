@@ -16,10 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
-#include "gpufrac/node_alloc.h"
-#include "gpufrac/node_mps.h"
+#include "node_alloc.h"
 #include "node_int.h"
+#include "node_mps.h"
 
 struct gf_node_allocator {
   gf_node_pods *pods;
@@ -47,7 +48,7 @@ int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
                        "directory are required");
   if (o->style == GF_NODE_ALLOC_CDI && (!o->cdi_dir || !*o->cdi_dir))
     return gf_diag_set(d, GF_EINVAL, "allocator: CDI answers need cdi_dir");
-  gf_node_allocator *a = calloc(1, sizeof(*a));
+  gf_node_allocator *a = gf__calloc(1, sizeof(*a));
   if (!a)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   a->pods = pods;

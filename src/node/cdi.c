@@ -58,18 +58,25 @@ static int add_nodes(json_t *nodes, const char *dev_dir,
 static json_t *edits(const gf_node_gpu *const *gpus, uint32_t n, bool shim,
                      const gf_node_ctr_paths *paths,
                      const gf_node_cdi_opts *o) {
-  /* The arrays belong to e from the start; filling them borrows. */
+  /* The arrays belong to e from the start; filling them borrows.  All
+   * four are made before any is handed over, so a failed one leaks none. */
   json_t *e = json_object(), *env = json_array(), *nodes = json_array(),
          *mounts = json_array();
-  if (!e) {
+  if (!e || !env || !nodes || !mounts) {
+    json_decref(e);
     json_decref(env);
     json_decref(nodes);
     json_decref(mounts);
     return NULL;
   }
-  if (json_object_set_new(e, "env", env) ||
-      json_object_set_new(e, "deviceNodes", nodes) ||
-      json_object_set_new(e, "mounts", mounts))
+  /* e takes its own references; ours go whether or not each was taken. */
+  bool bad = json_object_set(e, "env", env) ||
+             json_object_set(e, "deviceNodes", nodes) ||
+             json_object_set(e, "mounts", mounts);
+  json_decref(env);
+  json_decref(nodes);
+  json_decref(mounts);
+  if (bad)
     goto fail;
   char uuids[GF_NODE_MAX_GPUS * GF_UUID_MAX];
   size_t off = 0;
@@ -110,7 +117,7 @@ static int finish(json_t *devices, char **out, gf_diag *d) {
                            "kind", GF_NODE_CDI_KIND, "devices", devices);
   if (!root)
     return gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
-  *out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  *out = gf__node_json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(root);
   if (!*out)
     return gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_health.h"
 #include "gpufrac/quantity.h"
+#include "node_health.h"
 #include "node_int.h"
 
 static const char *const mode_names[] = {"shared", "exclusive", "mps", "mig"};

@@ -1,9 +1,10 @@
 /*
- * The kubelet device plugin (gpufrac/devplugin.h): the DevicePlugin service
+ * The kubelet device plugin (devplugin.h): the DevicePlugin service
  * on the gRPC server of h2grpc.c, and a registrar thread that registers
  * with kubelet and registers again when kubelet.sock is made anew.
  */
-#include "gpufrac/devplugin.h"
+#include "devplugin.h"
+#include "alloc.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -59,6 +60,7 @@ struct gf_dp {
   size_t ndevs;
   uint64_t version;
   bool stopping;
+  bool stopped; /* gf_dp_stop has run (the stopping thread's own) */
   char last_log[GF_DIAG_MAX];
 
   uint64_t sent_version; /* loop thread only */
@@ -155,7 +157,7 @@ int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs) {
   int rc = check_devices(devs, ndevs);
   if (rc)
     return rc;
-  gf_dp_device *copy = malloc((ndevs ? ndevs : 1) * sizeof *copy);
+  gf_dp_device *copy = gf__malloc((ndevs ? ndevs : 1) * sizeof *copy);
   if (!copy)
     return GF_ENOMEM;
   if (ndevs)
@@ -180,16 +182,16 @@ uint64_t gf_dp_registrations(const gf_dp *dp) {
 static void encode_list(gf_dp *dp, gf__grpc_reply *r, uint64_t *version) {
   pthread_mutex_lock(&dp->mu);
   size_t n = dp->ndevs;
-  gf_dp_device *devs = malloc((n ? n : 1) * sizeof *devs);
+  gf_dp_device *devs = gf__malloc((n ? n : 1) * sizeof *devs);
   if (devs && n)
     memcpy(devs, dp->devs, n * sizeof *devs);
   *version = dp->version;
   pthread_mutex_unlock(&dp->mu);
-  V1beta1__Device *pd = calloc(n ? n : 1, sizeof *pd);
-  V1beta1__Device **pp = calloc(n ? n : 1, sizeof *pp);
-  V1beta1__TopologyInfo *topo = calloc(n ? n : 1, sizeof *topo);
-  V1beta1__NUMANode *numa = calloc(n ? n : 1, sizeof *numa);
-  V1beta1__NUMANode **numap = calloc(n ? n : 1, sizeof *numap);
+  V1beta1__Device *pd = gf__calloc(n ? n : 1, sizeof *pd);
+  V1beta1__Device **pp = gf__calloc(n ? n : 1, sizeof *pp);
+  V1beta1__TopologyInfo *topo = gf__calloc(n ? n : 1, sizeof *topo);
+  V1beta1__NUMANode *numa = gf__calloc(n ? n : 1, sizeof *numa);
+  V1beta1__NUMANode **numap = gf__calloc(n ? n : 1, sizeof *numap);
   if (!devs || !pd || !pp || !topo || !numa || !numap) {
     gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED,
                          "out of memory for the list");
@@ -428,11 +430,11 @@ static void do_preferred(gf_dp *dp, const uint8_t *req, size_t len,
   }
   if (check_offered(dp, q, r))
     goto out;
-  cr = calloc(nc ? nc : 1, sizeof *cr);
-  crp = calloc(nc ? nc : 1, sizeof *crp);
-  ids = calloc(total ? total : 1, sizeof *ids);
-  cs = calloc(maxav ? maxav : 1, sizeof *cs);
-  off = calloc(nc ? nc : 1, sizeof *off);
+  cr = gf__calloc(nc ? nc : 1, sizeof *cr);
+  crp = gf__calloc(nc ? nc : 1, sizeof *crp);
+  ids = gf__calloc(total ? total : 1, sizeof *ids);
+  cs = gf__calloc(maxav ? maxav : 1, sizeof *cs);
+  off = gf__calloc(nc ? nc : 1, sizeof *off);
   if (!cr || !crp || !ids || !cs || !off) {
     gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
@@ -598,11 +600,11 @@ static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
   if (nc > sc->cap) {
     free(sc->ans);
     free(sc->cars);
-    sc->ans = calloc(nc, sizeof *sc->ans);
-    sc->cars = calloc(nc, sizeof *sc->cars);
+    sc->ans = gf__calloc(nc, sizeof *sc->ans);
+    sc->cars = gf__calloc(nc, sizeof *sc->cars);
     sc->cap = sc->ans && sc->cars ? nc : 0;
   }
-  crp = calloc(nc ? nc : 1, sizeof *crp);
+  crp = gf__calloc(nc ? nc : 1, sizeof *crp);
   if (!crp || nc > sc->cap) {
     gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
@@ -655,7 +657,7 @@ static void *worker_main(void *arg) {
       dp->spares = sc->next;
     pthread_mutex_unlock(&dp->mu);
     if (!sc)
-      sc = calloc(1, sizeof *sc);
+      sc = gf__calloc(1, sizeof *sc);
     gf__grpc_reply r = {0};
     if (sc)
       do_allocate(dp, sc, j->req, j->len, &r);
@@ -903,7 +905,7 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
     return gf_diag_set(d, GF_EINVAL,
                        "device plugin: endpoint '%s' must be a file name", ep);
   int rc;
-  gf_dp *dp = calloc(1, sizeof *dp);
+  gf_dp *dp = gf__calloc(1, sizeof *dp);
   if (!dp)
     return gf_diag_set(d, GF_ENOMEM, "device plugin: out of memory");
   char tmp[DP_PATH_MAX * 2];
@@ -1006,8 +1008,9 @@ fail_sync:
 }
 
 void gf_dp_stop(gf_dp *dp) {
-  if (!dp)
+  if (!dp || dp->stopped)
     return;
+  dp->stopped = true;
   pthread_mutex_lock(&dp->mu);
   dp->stopping = true;
   pthread_cond_broadcast(&dp->cv);
@@ -1022,8 +1025,14 @@ void gf_dp_stop(gf_dp *dp) {
     pthread_join(dp->workers[i], NULL);
   gf__grpc_jobq_clear(&dp->jobs);
   free_spares(dp);
-  gf__h2srv_free(dp->srv);
   gf__unix_remove_if_ours(dp->sock_path, &dp->sock_st);
+}
+
+void gf_dp_free(gf_dp *dp) {
+  if (!dp)
+    return;
+  gf_dp_stop(dp);
+  gf__h2srv_free(dp->srv);
   pthread_cond_destroy(&dp->cv);
   pthread_cond_destroy(&dp->work);
   pthread_mutex_destroy(&dp->mu);

@@ -1,5 +1,5 @@
 /*
- * ResourceClaims on the DRA path (gpufrac/node_dra.h): reading a claim's
+ * ResourceClaims on the DRA path (node_dra.h): reading a claim's
  * allocation, checking it against the pool, preparing its files (the same
  * shim config, region directory and CDI edits as the device-plugin path's
  * cdi style), and the checkpoint of prepared claims.
@@ -13,10 +13,11 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
-#include "gpufrac/node_alloc.h"
-#include "gpufrac/node_dra.h"
 #include "gpufrac/quantity.h"
+#include "node_alloc.h"
+#include "node_dra.h"
 #include "node_int.h"
 
 #define CLAIM_TEXT_MAX (1u << 20)
@@ -67,7 +68,7 @@ int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
                                 gf_node_dra_claim *out, gf_diag *d) {
   if (!json_is_object(obj))
     return gf_diag_set(d, GF_ESYNTAX, "ResourceClaim: not a JSON object");
-  gf_node_dra_claim *c = calloc(1, sizeof(*c));
+  gf_node_dra_claim *c = gf__calloc(1, sizeof(*c));
   if (!c)
     return gf_diag_set(d, GF_ENOMEM, "ResourceClaim: out of memory");
   int rc = 0;
@@ -225,7 +226,7 @@ static int save(gf_node_dra_state *s, gf_diag *d) {
   json_t *root = arr ? json_pack("{s:i,s:s,s:o}", "version", CHECKPOINT_VERSION,
                                  "driver", GF_NODE_DRA_DRIVER, "claims", arr)
                      : NULL;
-  char *text = root ? json_dumps(root, JSON_INDENT(1)) : NULL;
+  char *text = root ? gf__node_json_dumps(root, JSON_INDENT(1)) : NULL;
   json_decref(root);
   if (!text)
     return gf_diag_set(d, GF_ENOMEM, "DRA checkpoint: out of memory");
@@ -310,7 +311,7 @@ static int load(gf_node_dra_state *s, gf_diag *d) {
                        root ? "" : je.text);
   }
   size_t n = json_array_size(claims);
-  s->prep = calloc(n ? n : 1, sizeof(*s->prep));
+  s->prep = gf__calloc(n ? n : 1, sizeof(*s->prep));
   if (!s->prep) {
     json_decref(root);
     return gf_diag_set(d, GF_ENOMEM, "DRA checkpoint: out of memory");
@@ -329,7 +330,7 @@ static int load(gf_node_dra_state *s, gf_diag *d) {
 
 int gf_node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
                            const gf_node_gpus *g, gf_diag *d) {
-  gf_node_dra_state *s = calloc(1, sizeof(*s));
+  gf_node_dra_state *s = gf__calloc(1, sizeof(*s));
   if (!s)
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
   pthread_mutex_init(&s->mu, NULL);
@@ -627,7 +628,8 @@ static int mig_spec(const gf_node_dra_state *s, const char *uid,
                         "devices", "name", name, "containerEdits", "env", e1,
                         e2, "deviceNodes", nodes)
             : NULL;
-  *out = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+  *out = root ? gf__node_json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER)
+              : NULL;
   json_decref(root);
   return *out ? 0 : gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
 }
@@ -639,7 +641,7 @@ static int add_prepared(gf_node_dra_state *s, const gf_node_dra_prepared *p,
                        MAX_PREPARED);
   if (s->n == s->cap) {
     size_t nc = s->cap ? s->cap * 2 : 8;
-    gf_node_dra_prepared *np = realloc(s->prep, nc * sizeof(*np));
+    gf_node_dra_prepared *np = gf__realloc(s->prep, nc * sizeof(*np));
     if (!np)
       return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
     s->prep = np;
@@ -754,7 +756,7 @@ int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
   int rc = gf_kube_get(k, path, &obj, d);
   if (rc)
     return rc;
-  gf_node_dra_claim *c = malloc(sizeof(*c));
+  gf_node_dra_claim *c = gf__malloc(sizeof(*c));
   if (!c) {
     json_decref(obj);
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");

@@ -1,5 +1,5 @@
 /*
- * The node's ResourceSlices (gpufrac/node_dra.h): one pool per node, one
+ * The node's ResourceSlices (node_dra.h): one pool per node, one
  * device per GPU (or per MIG device), attributes named as NVIDIA's DRA
  * driver names them, capacities for consumable-capacity sharing, and
  * taints for unhealthy GPUs.  Pure: no I/O.
@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
-#include "gpufrac/node_dra.h"
+#include "node_dra.h"
 #include "node_int.h"
 
 size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
@@ -318,7 +319,8 @@ int gf_node_dra_slices(const gf_node_gpus *g, const char *node,
     return gf_diag_set(d, GF_EINVAL,
                        "DRA: %zu devices a slice, the API allows %d",
                        max_per_slice, GF_NODE_DRA_SLICE_MAX_DEVICES);
-  gf_node_dra_device *devs = malloc(GF_NODE_DRA_MAX_DEVICES * sizeof(*devs));
+  gf_node_dra_device *devs =
+      gf__malloc(GF_NODE_DRA_MAX_DEVICES * sizeof(*devs));
   if (!devs)
     return gf_diag_set(d, GF_ENOMEM, "DRA slices: out of memory");
   size_t n = gf_node_dra_devices(g, devs, GF_NODE_DRA_MAX_DEVICES);

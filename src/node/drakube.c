@@ -1,5 +1,5 @@
 /*
- * Publishing the node's ResourceSlices (gpufrac/node_dra.h): the API's
+ * Publishing the node's ResourceSlices (node_dra.h): the API's
  * slices of this node and driver made equal to what the GPUs say, at a new
  * pool generation on every change.
  */
@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
-#include "gpufrac/node_dra.h"
+#include "node_dra.h"
 #include "node_int.h"
 
 #define SLICES "/apis/resource.k8s.io/v1/resourceslices"
@@ -25,7 +26,7 @@ struct gf_node_dra_publisher {
 int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
                               const char *node, size_t max_per_slice,
                               gf_diag *d) {
-  gf_node_dra_publisher *p = calloc(1, sizeof(*p));
+  gf_node_dra_publisher *p = gf__calloc(1, sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
   int rc = gf_kube_new(&p->k, cfg, NULL, d);

@@ -1,10 +1,11 @@
 /*
- * The kubelet DRA plugin (gpufrac/draplugin.h): pluginregistration v1 on
+ * The kubelet DRA plugin (draplugin.h): pluginregistration v1 on
  * <registry>/<driver>-reg.sock and dra v1 on <plugin_dir>/dra.sock, each on
  * its own gRPC server of h2grpc.c, with one worker that runs the prepare
  * and unprepare callbacks.
  */
-#include "gpufrac/draplugin.h"
+#include "draplugin.h"
+#include "alloc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -58,6 +59,7 @@ struct gf_drap {
   pthread_cond_t cv;
   gf__grpc_jobq jobs;
   bool stopping;
+  bool stopped; /* gf_drap_stop has run (the stopping thread's own) */
   atomic_uint_fast64_t regs;
 };
 
@@ -182,15 +184,15 @@ static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
   char(*errs)[GF_DIAG_MAX] = NULL;
   if (!claims_ok(q->claims, n, r))
     goto out;
-  reqs = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *reqs);
-  ents = calloc(n ? n : 1, sizeof *ents);
-  eptr = calloc(n ? n : 1, sizeof *eptr);
-  ones = calloc(n ? n : 1, sizeof *ones);
-  ans = calloc(n ? n : 1, sizeof *ans);
-  errs = calloc(n ? n : 1, sizeof *errs);
-  devs = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *devs);
-  dptr = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *dptr);
-  ids = calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *ids);
+  reqs = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *reqs);
+  ents = gf__calloc(n ? n : 1, sizeof *ents);
+  eptr = gf__calloc(n ? n : 1, sizeof *eptr);
+  ones = gf__calloc(n ? n : 1, sizeof *ones);
+  ans = gf__calloc(n ? n : 1, sizeof *ans);
+  errs = gf__calloc(n ? n : 1, sizeof *errs);
+  devs = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *devs);
+  dptr = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *dptr);
+  ids = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *ids);
   if (!ents || !eptr || !ones || !ans || !errs || !devs || !dptr || !ids ||
       !reqs) {
     gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -270,10 +272,10 @@ static void do_unprepare(gf_drap *p, const uint8_t *req, size_t len,
   char(*errs)[GF_DIAG_MAX] = NULL;
   if (!claims_ok(q->claims, n, r))
     goto out;
-  ents = calloc(n ? n : 1, sizeof *ents);
-  eptr = calloc(n ? n : 1, sizeof *eptr);
-  ones = calloc(n ? n : 1, sizeof *ones);
-  errs = calloc(n ? n : 1, sizeof *errs);
+  ents = gf__calloc(n ? n : 1, sizeof *ents);
+  eptr = gf__calloc(n ? n : 1, sizeof *eptr);
+  ones = gf__calloc(n ? n : 1, sizeof *ones);
+  errs = gf__calloc(n ? n : 1, sizeof *errs);
   if (!ents || !eptr || !ones || !errs) {
     gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
@@ -407,7 +409,7 @@ int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
       strlen(o->driver) > 63 || strchr(o->driver, '/'))
     return gf_diag_set(d, GF_EINVAL,
                        "DRA plugin: needs a driver name and both callbacks");
-  gf_drap *p = calloc(1, sizeof *p);
+  gf_drap *p = gf__calloc(1, sizeof *p);
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "DRA plugin: out of memory");
   snprintf(p->driver, sizeof p->driver, "%s", o->driver);
@@ -465,7 +467,7 @@ int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   *out = p;
   return 0;
 fail:
-  gf_drap_stop(p);
+  gf_drap_free(p);
   return rc;
 }
 
@@ -476,8 +478,9 @@ uint64_t gf_drap_registrations(const gf_drap *p) {
 const char *gf_drap_endpoint(const gf_drap *p) { return p->dra_path; }
 
 void gf_drap_stop(gf_drap *p) {
-  if (!p)
+  if (!p || p->stopped)
     return;
+  p->stopped = true;
   pthread_mutex_lock(&p->mu);
   p->stopping = true;
   pthread_cond_broadcast(&p->cv);
@@ -497,6 +500,12 @@ void gf_drap_stop(gf_drap *p) {
   }
   gf__unix_remove_if_ours(p->dra_path, &p->dra_st);
   gf__grpc_jobq_clear(&p->jobs);
+}
+
+void gf_drap_free(gf_drap *p) {
+  if (!p)
+    return;
+  gf_drap_stop(p);
   gf__h2srv_free(p->reg);
   gf__h2srv_free(p->dra);
   pthread_cond_destroy(&p->cv);

@@ -1,5 +1,5 @@
 /*
- * Utilisation feedback (gpufrac/node_feedback.h): each container's observed
+ * Utilisation feedback (node_feedback.h): each container's observed
  * share of its GPUs, written into its region for the interposer's bucket.
  */
 #include <ctype.h>
@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
-#include "gpufrac/node_alloc.h"
-#include "gpufrac/node_feedback.h"
 #include "gpufrac/region.h"
+#include "node_alloc.h"
+#include "node_feedback.h"
 #include "node_int.h"
 
 #define FEEDBACK_CTRS 512  /* containers looked at per round */
@@ -90,9 +91,9 @@ static uint32_t holders_of(const fb_ctr *ctrs, size_t nc, const char *uuid) {
 size_t gf_node_feedback(const char *state_dir, const char *proc,
                         const gf_node_gpus *g, const gf_node_proc_util *s,
                         size_t ns) {
-  fb_ctr *ctrs = calloc(FEEDBACK_CTRS, sizeof(*ctrs));
-  pid_pod *pids = calloc(FEEDBACK_PIDS, sizeof(*pids));
-  const char **pod_of = calloc(ns ? ns : 1, sizeof(*pod_of));
+  fb_ctr *ctrs = gf__calloc(FEEDBACK_CTRS, sizeof(*ctrs));
+  pid_pod *pids = gf__calloc(FEEDBACK_PIDS, sizeof(*pids));
+  const char **pod_of = gf__calloc(ns ? ns : 1, sizeof(*pod_of));
   size_t written = 0;
   if (!ctrs || !pids || !pod_of)
     goto out;

@@ -3,6 +3,7 @@
  * unary client (h2grpc.h).
  */
 #include "h2grpc.h"
+#include "alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -242,7 +243,7 @@ static bool out_append(stream *st, const uint8_t *msg, size_t len) {
     st->out_len = pending;
     st->out_off = 0;
   }
-  uint8_t *p = realloc(st->out, st->out_len + len + 5);
+  uint8_t *p = gf__realloc(st->out, st->out_len + len + 5);
   if (!p)
     return false;
   st->out = p;
@@ -319,7 +320,7 @@ static void dispatch(stream *st) {
   }
   uint64_t ticket = 0;
   if (s->ops.methods[m].later) {
-    later *l = calloc(1, sizeof *l);
+    later *l = gf__calloc(1, sizeof *l);
     if (!l) {
       reply_status(st, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
       return;
@@ -381,7 +382,7 @@ static int begin_headers_cb(nghttp2_session *sess, const nghttp2_frame *f,
   conn *c = user;
   if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
     return 0;
-  stream *st = calloc(1, sizeof *st);
+  stream *st = gf__calloc(1, sizeof *st);
   if (!st)
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
   st->id = f->hd.stream_id;
@@ -469,7 +470,7 @@ static int data_chunk_cb(nghttp2_session *sess, uint8_t flags, int32_t id,
                "the server holds too many request bytes; try again");
       return 0;
     }
-    uint8_t *p = realloc(st->req, cap);
+    uint8_t *p = gf__realloc(st->req, cap);
     if (!p) {
       mark_bad(st, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
       return 0;
@@ -626,7 +627,7 @@ static void accept_one(gf__h2srv *s) {
     return;
   }
   set_nonblock_cloexec(fd);
-  conn *c = calloc(1, sizeof *c);
+  conn *c = gf__calloc(1, sizeof *c);
   nghttp2_session_callbacks *cb = server_callbacks();
   if (!c || !cb)
     goto fail;
@@ -681,7 +682,7 @@ static void conn_read(conn *c) {
 
 int gf__h2srv_new(gf__h2srv **out, int listen_fd, const gf__h2srv_ops *ops,
                   gf_diag *d) {
-  gf__h2srv *s = calloc(1, sizeof *s);
+  gf__h2srv *s = gf__calloc(1, sizeof *s);
   int p[2] = {-1, -1};
   if (!s) {
     close(listen_fd);
@@ -1000,7 +1001,7 @@ static int client_data_cb(nghttp2_session *sess, uint8_t flags, int32_t id,
     cl->too_big = true;
     return 0;
   }
-  uint8_t *p = realloc(cl->resp, cl->resp_len + len);
+  uint8_t *p = gf__realloc(cl->resp, cl->resp_len + len);
   if (!p) {
     cl->too_big = true;
     return 0;
@@ -1055,7 +1056,7 @@ int gf__grpc_call_unix(const char *sock_path, const char *path,
   rc = client_connect(sock_path, &cl.fd, d);
   if (rc)
     return rc;
-  body = malloc(len + 5);
+  body = gf__malloc(len + 5);
   if (!body || nghttp2_session_callbacks_new(&cb) != 0) {
     rc = gf_diag_set(d, GF_ENOMEM, "%s: out of memory", path);
     goto out;
@@ -1167,7 +1168,7 @@ void gf__grpc_reply_error(gf__grpc_reply *r, int status, const char *fmt, ...) {
 
 void gf__grpc_reply_pack(const ProtobufCMessage *m, gf__grpc_reply *r) {
   size_t n = protobuf_c_message_get_packed_size(m);
-  r->msg = malloc(n ? n : 1);
+  r->msg = gf__malloc(n ? n : 1);
   if (!r->msg) {
     gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED,
                          "out of memory for the answer");
@@ -1178,8 +1179,8 @@ void gf__grpc_reply_pack(const ProtobufCMessage *m, gf__grpc_reply *r) {
 
 gf__grpc_job *gf__grpc_job_new(size_t m, const uint8_t *req, size_t len,
                                uint64_t ticket) {
-  gf__grpc_job *j = calloc(1, sizeof *j);
-  uint8_t *copy = malloc(len ? len : 1);
+  gf__grpc_job *j = gf__calloc(1, sizeof *j);
+  uint8_t *copy = gf__malloc(len ? len : 1);
   if (!j || !copy) {
     free(j);
     free(copy);

@@ -1,5 +1,5 @@
 /*
- * GPU health from NVML's Xid events (gpufrac/node_health.h).  NVML is
+ * GPU health from NVML's Xid events (node_health.h).  NVML is
  * declared here as far as events need it, from the published nvml.h facts.
  */
 #include <dlfcn.h>
@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
-#include "gpufrac/node_feedback.h"
-#include "gpufrac/node_health.h"
+#include "node_feedback.h"
+#include "node_health.h"
 #include "node_int.h"
 
 typedef int nvml_return;
@@ -84,7 +85,7 @@ static const char *nvml_err(const gf_node_health *x, nvml_return r) {
 
 int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   const char *path = lib ? lib : "libnvidia-ml.so.1";
-  gf_node_health *x = calloc(1, sizeof(*x));
+  gf_node_health *x = gf__calloc(1, sizeof(*x));
   if (!x)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   x->h = dlopen(path, RTLD_NOW | RTLD_LOCAL);

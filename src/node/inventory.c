@@ -142,7 +142,7 @@ int gf_node_inventory_json(const gf_node_gpus *g, char **out, gf_diag *d) {
       (left &&
        json_object_set_new(root, "mig_units_not_offered", json_integer(left))))
     goto nomem;
-  char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  char *s = gf__node_json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   if (!s)
     goto nomem;
   *out = s;

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/region.h"
@@ -60,7 +61,7 @@ static void sb_add(sbuf *b, const char *fmt, ...) {
       b->failed = true;
       return;
     }
-    char *q = realloc(b->p, want);
+    char *q = gf__realloc(b->p, want);
     if (!q) {
       b->failed = true;
       return;
@@ -227,7 +228,7 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
 int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
                               const char *host, char **out, size_t *len,
                               gf_diag *d) {
-  ctr_rec *recs = calloc(CONTAINERS_MAX, sizeof(*recs));
+  ctr_rec *recs = gf__calloc(CONTAINERS_MAX, sizeof(*recs));
   if (!recs)
     return gf_diag_set(d, GF_ENOMEM, "metrics: out of memory");
   uint32_t errors = 0;
@@ -444,7 +445,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   if (strcmp(url, "/metrics") != 0)
     return reply(c, MHD_HTTP_NOT_FOUND, text, "not found\n", 10,
                  MHD_RESPMEM_PERSISTENT);
-  gf_node_gpus *snap = malloc(sizeof(*snap));
+  gf_node_gpus *snap = gf__malloc(sizeof(*snap));
   if (!snap)
     return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, text, "out of memory\n", 14,
                  MHD_RESPMEM_PERSISTENT);
@@ -502,7 +503,7 @@ int gf_node_server_start(const char *listen, const gf_node_gpus *g,
     return rc;
   if (state_dir && strlen(state_dir) >= GF_NODE_PATH_MAX)
     return gf_diag_set(d, GF_ELIMIT, "state dir too long");
-  gf_node_server *s = calloc(1, sizeof(*s));
+  gf_node_server *s = gf__calloc(1, sizeof(*s));
   if (!s)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   pthread_mutex_init(&s->mu, NULL);
@@ -541,9 +542,16 @@ void gf_node_server_set_hostname(gf_node_server *s, const char *hostname) {
 uint16_t gf_node_server_port(const gf_node_server *s) { return s->port; }
 
 void gf_node_server_stop(gf_node_server *s) {
-  if (!s)
+  if (!s || !s->d)
     return;
   MHD_stop_daemon(s->d);
+  s->d = NULL;
+}
+
+void gf_node_server_free(gf_node_server *s) {
+  if (!s)
+    return;
+  gf_node_server_stop(s);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }

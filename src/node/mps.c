@@ -1,5 +1,5 @@
 /*
- * The MPS control daemon of a GPU in mode mps (gpufrac/node_mps.h): started
+ * The MPS control daemon of a GPU in mode mps (node_mps.h): started
  * in the foreground as the agent's child, restarted when it dies, stopped
  * with `quit`.
  */
@@ -15,9 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
-#include "gpufrac/node_mps.h"
 #include "node_int.h"
+#include "node_mps.h"
 
 extern char **environ;
 
@@ -119,7 +120,7 @@ int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
     return gf_diag_set(d, GF_EINVAL,
                        "MPS: control program, directory and a "
                        "GPU uuid are required");
-  gf_node_mps *m = calloc(1, sizeof(*m));
+  gf_node_mps *m = gf__calloc(1, sizeof(*m));
   if (!m)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   gf__node_copy(m->control, sizeof(m->control), o->control);
@@ -225,5 +226,10 @@ void gf_node_mps_stop(gf_node_mps *m) {
       }
     }
   }
+  m->pid = 0; /* stopped: a second stop has nothing to quit */
+}
+
+void gf_node_mps_free(gf_node_mps *m) {
+  gf_node_mps_stop(m);
   free(m);
 }

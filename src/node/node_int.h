@@ -12,6 +12,15 @@
 #include "gpufrac/node.h"
 #include "gpufrac/region.h"
 
+struct json_t;
+
+/* json_dumps(j, flags) into a malloc'd string, or NULL when out of memory.
+ * jansson 2.14's json_dumps ignores a failed append of an object key and
+ * returns the document with that key missing (`{"version":1,":"x"}`);
+ * here every append is checked, so an allocation refused anywhere gives
+ * NULL, never a malformed document. */
+char *gf__node_json_dumps(const struct json_t *j, size_t flags);
+
 /* Copies src into dst[cap], truncating; always NUL-ends (cap > 0). */
 void gf__node_copy(char *dst, size_t cap, const char *src);
 

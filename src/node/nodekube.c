@@ -11,9 +11,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
-#include "gpufrac/node_alloc.h"
+#include "node_alloc.h"
 #include "node_int.h"
 
 #define SWEEP_POLL_MS 100
@@ -83,7 +84,7 @@ int gf_node_kube_new(gf_node_kube **out, gf_kube_config *cfg,
                        "and state directory are required");
   if (strlen(o->node) >= GF_NAME_MAX)
     return gf_diag_set(d, GF_EINVAL, "node name too long");
-  gf_node_kube *k = calloc(1, sizeof(*k));
+  gf_node_kube *k = gf__calloc(1, sizeof(*k));
   if (!k)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   k->cfg = cfg;

@@ -12,8 +12,8 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
-#include "gpufrac/node_alloc.h"
 #include "gpufrac/quantity.h"
+#include "node_alloc.h"
 #include "node_int.h"
 
 typedef struct pod_ctr {

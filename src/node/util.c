@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
+#include "contract_int.h"
 #include "gpufrac/ctr_grant.h"
 #include "gpufrac/error.h"
 #include "gpufrac/region.h"
@@ -50,7 +53,7 @@ int gf__node_read_file(const char *path, size_t max, char **out, size_t *len,
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-  char *buf = malloc(max + 1);
+  char *buf = gf__malloc(max + 1);
   if (!buf) {
     close(fd);
     return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", path);
@@ -315,4 +318,8 @@ int gf__node_mig_cap_minor(const char *proc, const gf_node_gpu *g,
   if (w < 0 || (size_t)w >= sizeof(path))
     return gf_diag_set(d, GF_ELIMIT, "capability path under %s too long", proc);
   return cap_minor(path, minor, d);
+}
+
+char *gf__node_json_dumps(const json_t *j, size_t flags) {
+  return gf__json_dumps(j, flags);
 }

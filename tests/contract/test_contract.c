@@ -16,13 +16,13 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "devplugin.h"
 #include "gpufrac/contract.h"
 #include "gpufrac/ctr_grant.h"
-#include "gpufrac/devplugin.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/node.h"
-#include "gpufrac/node_alloc.h"
+#include "node_alloc.h"
 #include "node_int.h"
 #include "shim_config.h"
 #include "tmpdir.h"

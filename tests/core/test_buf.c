@@ -1,5 +1,5 @@
 /*
- * The bounded buffer (src/core/buf.h): growth up to its maximum and not a
+ * The bounded buffer (src/alloc/buf.h): growth up to its maximum and not a
  * byte past it, sticky errors, caller storage, and allocation failure.
  */
 #include <setjmp.h>

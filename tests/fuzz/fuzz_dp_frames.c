@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "devplugin.h"
 #include "fuzz_h2.h"
-#include "gpufrac/devplugin.h"
 #include "gpufrac/error.h"
 #include "h2grpc.h"
 
@@ -46,6 +46,7 @@ static int allocate(void *user, const char *const *ids, size_t nids,
 
 static void stop_plugin(void) {
   gf_dp_stop(dp);
+  gf_dp_free(dp);
   rmdir(dir);
 }
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_dra.h"
+#include "node_dra.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

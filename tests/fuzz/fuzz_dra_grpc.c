@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "dra/v1/api.pb-c.h"
+#include "draplugin.h"
 #include "fuzz_h2.h"
-#include "gpufrac/draplugin.h"
 #include "gpufrac/error.h"
 #include "h2grpc.h"
 #include "pluginregistration/v1/api.pb-c.h"
@@ -63,6 +63,7 @@ static int unprepare(void *user, const char *ns, const char *name,
 
 static void stop_plugin(void) {
   gf_drap_stop(pl);
+  gf_drap_free(pl);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0)

@@ -1,4 +1,4 @@
-/* libFuzzer target: the node agent's pod cache (gpufrac/node_alloc.h).
+/* libFuzzer target: the node agent's pod cache (node_alloc.h).
  * Pods come from the API server and their annotations (the grant among
  * them) are whatever the user wrote.  The input is one pod object, or an
  * array of up to 8 of them, applied to a cache for node "n1" - each twice,
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "gpufrac/error.h"
-#include "gpufrac/node_alloc.h"
+#include "node_alloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

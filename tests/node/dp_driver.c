@@ -1,5 +1,5 @@
 /*
- * dp_driver: runs the device plugin (gpufrac/devplugin.h) with made-up
+ * dp_driver: runs the device plugin (devplugin.h) with made-up
  * devices and a test allocator, for tests/node/fake_kubelet.py.
  *
  *   dp_driver DIR KUBELET_SOCK ENDPOINT GPUS SLOTS [--preferred]
@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpufrac/devplugin.h"
+#include "devplugin.h"
 #include "gpufrac/error.h"
 
 static gf_dp_device devs[GF_DP_MAX_DEVICES];
@@ -204,5 +204,6 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   gf_dp_stop(dp);
+  gf_dp_free(dp);
   return 0;
 }

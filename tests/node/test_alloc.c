@@ -26,7 +26,7 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
-#include "gpufrac/node_alloc.h"
+#include "node_alloc.h"
 
 /* One GPU container of a test pod: name, gpufrac.io/gpu, granted uuids. */
 typedef struct tctr {

@@ -1,5 +1,5 @@
 /*
- * The DRA path of the node agent (gpufrac/node_dra.h): the ResourceSlices
+ * The DRA path of the node agent (node_dra.h): the ResourceSlices
  * built from the GPUs (devices, attributes, capacities, taints, splitting
  * at the API's per-slice limit), claim parsing, and preparing claims
  * (refusals, sums per device, idempotence, the checkpoint, unprepare).
@@ -23,7 +23,7 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/node.h"
-#include "gpufrac/node_dra.h"
+#include "node_dra.h"
 
 #define GiB (1ull << 30)
 

@@ -1,5 +1,5 @@
 /*
- * Utilisation feedback (gpufrac/node_feedback.h): which number reaches
+ * Utilisation feedback (node_feedback.h): which number reaches
  * which container's region.  Containers are made as Allocate makes them
  * (gf_node_prepare_container) with a region as the interposer makes it;
  * process-to-pod mapping reads a fake /proc tree.
@@ -23,8 +23,8 @@
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/node.h"
-#include "gpufrac/node_feedback.h"
 #include "gpufrac/region.h"
+#include "node_feedback.h"
 
 #define POD_A "0a1b2c3d-0000-4000-8000-00000000000a"
 #define POD_B "0a1b2c3d-0000-4000-8000-00000000000b"

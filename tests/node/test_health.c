@@ -17,7 +17,7 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/node.h"
-#include "gpufrac/node_health.h"
+#include "node_health.h"
 
 static char xid_file[64];
 

@@ -23,7 +23,7 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/node.h"
-#include "gpufrac/node_mps.h"
+#include "node_mps.h"
 
 static void nap(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -114,6 +114,7 @@ static void test_lifecycle(void **state) {
   /* Stop: quit through the control program; the daemon ends by itself. */
   pid = gf_node_mps_pid(m);
   gf_node_mps_stop(m);
+  gf_node_mps_free(m);
   snprintf(path, sizeof(path), "%s/commands", pipe);
   f = fopen(path, "r");
   assert_non_null(f);
@@ -144,6 +145,7 @@ static void test_failures(void **state) {
   assert_false(gf_node_mps_check(m, &d));
   assert_int_equal(gf_node_mps_restarts(m), 0);
   gf_node_mps_stop(m);
+  gf_node_mps_free(m);
   /* A daemon that exits on its own with a code. */
   setenv("FAKE_MPS_EXIT", "3", 1);
   gf_node_mps_opts o = {FAKE_MPS_CONTROL, dir, 60000, 500};
@@ -154,6 +156,7 @@ static void test_failures(void **state) {
   assert_non_null(strstr(d.msg, "exited with 3"));
   unsetenv("FAKE_MPS_EXIT");
   gf_node_mps_stop(m);
+  gf_node_mps_free(m);
   /* Bad options are refused with a sentence. */
   gf_node_mps_opts none = {NULL, dir, 0, 0};
   assert_int_equal(gf_node_mps_start(&none, &gpu, &m, &d), GF_EINVAL);

@@ -1121,6 +1121,7 @@ static void test_server(void **state) {
   http(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
   assert_non_null(strstr(buf, ",Hostname=\"node-x\"} 0\n"));
   gf_node_server_stop(s);
+  gf_node_server_free(s);
   assert_int_equal(gf_node_server_start("127.0.0.1:x", &g, tmpdir, &s, &d),
                    GF_EINVAL);
   assert_int_equal(gf_node_server_start("nohost:80", &g, tmpdir, &s, &d),

@@ -1,5 +1,5 @@
 /*
- * gpufrac/devplugin.h - the kubelet device plugin (deviceplugin/v1beta1)
+ * src/node/devplugin.h - the kubelet device plugin (deviceplugin/v1beta1)
  * served over a unix socket, for the resource gpufrac.io/gpu.
  *
  * Why it exists.  kubelet counts what a node can hold through a device
@@ -145,7 +145,11 @@ int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs);
 /* How many times the plugin has registered successfully (tests, metrics). */
 uint64_t gf_dp_registrations(const gf_dp *dp);
 
-/* Stops serving, closes every stream, removes our socket, frees dp. */
+/* Stops serving, closes every stream, removes our socket; never frees.
+ * Idempotent; NULL is fine.  Call it from one thread. */
 void gf_dp_stop(gf_dp *dp);
+
+/* Stops (if not stopped yet) and frees dp.  NULL is fine. */
+void gf_dp_free(gf_dp *dp);
 
 #endif

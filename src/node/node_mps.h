@@ -1,5 +1,5 @@
 /*
- * gpufrac/node_mps.h - the MPS control daemon of a GPU in mode `mps`.
+ * src/node/node_mps.h - the MPS control daemon of a GPU in mode `mps`.
  *
  * Why.  A GPU the node config puts in mode mps is shared through NVIDIA's
  * Multi-Process Service instead of the interposer: one control daemon per
@@ -65,7 +65,11 @@ bool gf_node_mps_pipe_path(const char *dir, const char *uuid, char *buf,
                            size_t cap);
 bool gf_node_mps_shm_path(const char *dir, char *buf, size_t cap);
 
-/* Sends quit, waits, signals if needed, frees m. */
+/* Sends quit, waits, signals if needed; never frees.  Idempotent; NULL is
+ * fine. */
 void gf_node_mps_stop(gf_node_mps *m);
+
+/* Stops (if running) and frees m.  NULL is fine. */
+void gf_node_mps_free(gf_node_mps *m);
 
 #endif

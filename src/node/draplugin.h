@@ -1,5 +1,5 @@
 /*
- * gpufrac/draplugin.h - the kubelet side of a DRA driver: plugin
+ * src/node/draplugin.h - the kubelet side of a DRA driver: plugin
  * registration (pluginregistration v1: GetInfo, NotifyRegistrationStatus)
  * and the DRA service (dra v1: NodePrepareResources,
  * NodeUnprepareResources), served over gRPC on two unix sockets.
@@ -9,7 +9,7 @@
  * driver name, the socket of the DRA service, "v1.DRAPlugin"), and then
  * calls the DRA service before a pod's containers start and after they
  * stop.  What preparing means is the caller's (the node agent,
- * gpufrac/node_dra.h); this module is the wire.
+ * node_dra.h); this module is the wire.
  *
  * Invariants.
  *   - The callbacks run on one worker thread, one claim at a time in the
@@ -81,7 +81,10 @@ uint64_t gf_drap_registrations(const gf_drap *p);
 const char *gf_drap_endpoint(const gf_drap *p);
 
 /* Stops serving (calls waiting are answered UNAVAILABLE), waits for the
- * worker, removes the sockets.  NULL is fine. */
+ * worker, removes the sockets; never frees.  Idempotent; NULL is fine. */
 void gf_drap_stop(gf_drap *p);
+
+/* Stops (if not stopped yet) and frees p.  NULL is fine. */
+void gf_drap_free(gf_drap *p);
 
 #endif

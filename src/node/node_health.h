@@ -1,5 +1,5 @@
 /*
- * gpufrac/node_health.h - GPU health from NVML's Xid events.
+ * src/node/node_health.h - GPU health from NVML's Xid events.
  *
  * A GPU that reports a critical Xid (a driver-detected fault: 48 double-bit
  * ECC, 79 fallen off the bus, 94/95 contained/uncontained ECC, ...) must

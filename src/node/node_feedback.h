@@ -1,5 +1,5 @@
 /*
- * gpufrac/node_feedback.h - the node agent's half of the compute share's
+ * src/node/node_feedback.h - the node agent's half of the compute share's
  * control loop: how much of a GPU each container really used, written into
  * its region (gf_region_observe) so the interposer's token bucket corrects
  * its refill (docs/shim.md, "Utilisation feedback").

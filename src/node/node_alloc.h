@@ -1,5 +1,5 @@
 /*
- * gpufrac/node_alloc.h - the node agent's side of the device plugin's
+ * src/node/node_alloc.h - the node agent's side of the device plugin's
  * Allocate: the cache of pods bound to this node with their grants, the
  * rule that matches kubelet's request to one pod's container, and the
  * answer built from that container's grant (docs/node.md, "Allocate").
@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpufrac/devplugin.h"
+#include "devplugin.h"
 #include "gpufrac/diag.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/node.h"

@@ -1,5 +1,5 @@
 /*
- * gpufrac/node_dra.h - the node agent as a DRA driver (resource.k8s.io/v1,
+ * src/node/node_dra.h - the node agent as a DRA driver (resource.k8s.io/v1,
  * driver gpu.gpufrac.io): the ResourceSlices it publishes, the
  * ResourceClaims it prepares, and the checkpoint of what it prepared.
  *
@@ -39,7 +39,7 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
 
-#define GF_NODE_DRA_DRIVER "gpu.gpufrac.io"
+/* GF_NODE_DRA_DRIVER (the driver name) is in gpufrac/node.h. */
 /* resource.k8s.io/v1 ResourceSliceMaxDevices, and
  * ResourceSliceMaxDevicesWithAdvancedFeatures (a slice in which any device
  * has taints). */

@@ -1,10 +1,13 @@
 /*
- * Internal allocation wrappers.  Every allocation in core goes through these
- * so tests can make the Nth one fail (gf__alloc_fail_after) and prove that
- * each failure path unwinds cleanly.
+ * Internal allocation wrappers (library gf_alloc, which every part links).
+ * The allocations of core, kube, plan and node go through these so tests
+ * can make the Nth one fail (gf__alloc_fail_after) and prove that each
+ * failure path unwinds cleanly.  Memory from them is plain malloc memory
+ * (free() releases it too), but only gf__free() counts it released in
+ * gf__alloc_live().
  */
-#ifndef GPUFRAC_CORE_ALLOC_H
-#define GPUFRAC_CORE_ALLOC_H
+#ifndef GPUFRAC_ALLOC_H
+#define GPUFRAC_ALLOC_H
 
 #include <stddef.h>
 

@@ -1,0 +1,329 @@
+/*
+ * Fault injection on the node agent's paths (issue 18, item 4): every
+ * allocation of src/node goes through the wrapper (src/alloc/alloc.h), and
+ * jansson's too (json_set_alloc_funcs), so each walk below refuses the
+ * Nth allocation alone, for N = 0, 1, ... until a run meets no refusal.
+ * A run that met a refusal either fails with GF_ENOMEM and hands nothing
+ * out, or (where a library recovers from it: jansson's dump does) hands
+ * out exactly what a run without one does, never a document with a part
+ * missing; the run with none must succeed in full.  Leaks on the failure
+ * paths are the ASan build's to find; what this test asserts fails in any
+ * build.
+ *
+ * The paths: building the inventory annotation, the node's CDI spec and
+ * writing it, a container's CDI spec, parsing the node config, and an
+ * Allocate answered from a pod's grant (pod cache, allocator, answer).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "tmpdir.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "gpufrac/error.h"
+#include "gpufrac/grant.h"
+#include "gpufrac/node.h"
+#include "node_alloc.h"
+#include "node_int.h"
+
+/* Enough for every walk here; a walk that reaches it has a refusal that
+ * never stops (the test then fails: no run without one). */
+#define MAX_STEPS 5000
+
+/* The end of run n of a walk: rc is what the path returned, same whether
+ * what it handed out equals a run without refusals (false when it handed
+ * out nothing).  Returns whether the hook refused an allocation. */
+static bool check_run(long n, int rc, bool handed_out, bool same) {
+  long refused = gf__alloc_refused();
+  gf__alloc_fail_after(-1);
+  if (!refused) {
+    assert_int_equal(rc, 0);
+    assert_true(handed_out && same);
+  } else if (rc) {
+    if (rc != GF_ENOMEM)
+      fail_msg("allocation %ld refused: the path returned %s, not GF_ENOMEM", n,
+               gf_err_name(rc));
+    assert_false(handed_out);
+  } else if (!handed_out || !same) {
+    fail_msg("allocation %ld refused: the path succeeded with a different "
+             "result (a refusal swallowed)",
+             n);
+  }
+  return refused > 0;
+}
+
+/* The text two runs must agree on: NULL-safe. */
+static bool same_text(const char *a, const char *b) {
+  return a && b && strcmp(a, b) == 0;
+}
+
+static void gpus(gf_node_gpus *g) {
+  gf_diag d = {""};
+  assert_int_equal(gf_node_discover_fake("2xH100-80GB,1xA100-40GB", g, &d), 0);
+}
+
+/* A path that makes a document: 0 with *out malloc'd, or an error. */
+typedef int (*text_fn)(void *ctx, char **out);
+
+/* Walks fn: the document of each run that succeeds equals the one a run
+ * without refusals makes. */
+static void walk_text(text_fn fn, void *ctx) {
+  char *want = NULL;
+  assert_int_equal(fn(ctx, &want), 0);
+  long n;
+  for (n = 0; n < MAX_STEPS; n++) {
+    char *text = NULL;
+    gf__alloc_fail_once(n);
+    int rc = fn(ctx, &text);
+    bool refused = check_run(n, rc, text != NULL, same_text(text, want));
+    free(text);
+    if (!refused)
+      break;
+  }
+  free(want);
+  assert_true(n > 0);
+  assert_true(n < MAX_STEPS);
+}
+
+/* What the paths below work on. */
+typedef struct fixture {
+  gf_node_gpus g;
+  gf_node_cdi_opts co;
+  gf_grant_container c;
+  gf_node_ctr_paths paths;
+  char dir[300];
+} fixture;
+
+static void fixture_init(fixture *f) {
+  memset(f, 0, sizeof(*f));
+  gpus(&f->g);
+  f->co = (gf_node_cdi_opts){"/usr/lib/gpufrac/libgpufrac-cuda.so",
+                             "/usr/lib/gpufrac/ld.so.preload", NULL};
+  snprintf(f->c.name, sizeof(f->c.name), "main");
+  f->c.ngpus = 2;
+  for (uint32_t i = 0; i < 2; i++) {
+    gf_grant_gpu *x = &f->c.gpus[i];
+    snprintf(x->uuid, sizeof(x->uuid), "%s", f->g.gpus[i].uuid);
+    x->index = f->g.gpus[i].index;
+    x->mem_bytes = 4LL << 30;
+    x->compute_pct = 25;
+  }
+  snprintf(f->paths.config, sizeof(f->paths.config),
+           "/run/gpufrac/pods/u/main/shim.conf");
+  snprintf(f->paths.region_dir, sizeof(f->paths.region_dir),
+           "/run/gpufrac/pods/u/main/region");
+  snprintf(f->dir, sizeof(f->dir), "%s/cdi", tmpdir);
+}
+
+static int inventory(void *ctx, char **out) {
+  fixture *f = ctx;
+  gf_diag d = {""};
+  return gf_node_inventory_json(&f->g, out, &d);
+}
+
+/* The node's CDI spec, written, and what the file then holds. */
+static int cdi_written(void *ctx, char **out) {
+  fixture *f = ctx;
+  gf_diag d = {""};
+  char *spec = NULL, path[400];
+  size_t len = 0;
+  int rc = gf_node_cdi_node_spec(&f->g, &f->co, &spec, &d);
+  if (!rc)
+    rc = gf_node_write_atomic(f->dir, "gpufrac.io-gpu.json", spec, strlen(spec),
+                              &d);
+  free(spec);
+  snprintf(path, sizeof(path), "%s/gpufrac.io-gpu.json", f->dir);
+  if (!rc)
+    rc = gf__node_read_file(path, 1 << 20, out, &len, &d);
+  return rc;
+}
+
+static int cdi_container(void *ctx, char **out) {
+  fixture *f = ctx;
+  gf_diag d = {""};
+  return gf_node_cdi_container_spec(&f->g, "uid-1", &f->c, &f->paths, &f->co,
+                                    out, &d);
+}
+
+static void test_inventory(void **st) {
+  (void)st;
+  fixture f;
+  fixture_init(&f);
+  char *text = NULL;
+  assert_int_equal(inventory(&f, &text), 0);
+  gf_inventory inv; /* what the extender reads of it */
+  gf_diag d = {""};
+  assert_int_equal(gf_inventory_parse(text, strlen(text), &inv, &d), 0);
+  assert_int_equal(inv.ngpus, 3);
+  free(text);
+  walk_text(inventory, &f);
+}
+
+static void test_cdi(void **st) {
+  (void)st;
+  fixture f;
+  fixture_init(&f);
+  walk_text(cdi_written, &f);
+}
+
+static void test_cdi_container(void **st) {
+  (void)st;
+  fixture f;
+  fixture_init(&f);
+  walk_text(cdi_container, &f);
+}
+
+static void test_config(void **st) {
+  (void)st;
+  static const char text[] = "mode = shared\nmode.1 = exclusive\n"
+                             "slots = 8\nxid_ignore = 13,31\n"
+                             "allocate = cdi\n";
+  char path[300];
+  snprintf(path, sizeof(path), "%s/node.conf", tmpdir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_true(fputs(text, f) >= 0);
+  assert_int_equal(fclose(f), 0);
+  long n;
+  for (n = 0; n < MAX_STEPS; n++) {
+    gf_diag d = {""};
+    gf_node_config c;
+    gf_node_config_init(&c);
+    gf__alloc_fail_once(n);
+    int rc = gf_node_config_load(&c, path, &d);
+    bool refused = check_run(n, rc, rc == 0, rc == 0);
+    if (!refused) {
+      assert_int_equal(c.slots, 8);
+      assert_true(c.allocate_cdi);
+      assert_int_equal(c.nxid_ignore, 2);
+      break;
+    }
+  }
+  assert_true(n < MAX_STEPS);
+}
+
+/* A bound pod with one GPU container, as the API server sends it. */
+static json_t *pod(const gf_node_gpus *g) {
+  char grant[512];
+  snprintf(grant, sizeof(grant),
+           "{\"version\":1,\"node\":\"node-a\",\"containers\":[{\"name\":"
+           "\"main\",\"gpus\":[{\"uuid\":\"%s\",\"index\":%u,\"memory\":"
+           "4294967296,\"compute\":25}]}]}",
+           g->gpus[1].uuid, g->gpus[1].index);
+  json_t *p = json_pack(
+      "{s:{s:s,s:s,s:s,s:s,s:{s:s}},s:{s:s,s:[{s:s,s:{s:{s:s}}}]},"
+      "s:{s:s,s:[{s:s,s:s,s:s}]}}",
+      "metadata", "uid", "uid-1", "name", "p1", "namespace", "ml",
+      "creationTimestamp", "2026-01-01T00:00:00Z", "annotations",
+      GF_GRANT_ANNOTATION, grant, "spec", "nodeName", "node-a", "containers",
+      "name", "main", "resources", "limits", "gpufrac.io/gpu", "1", "status",
+      "phase", "Pending", "conditions", "type", "PodScheduled", "status",
+      "True", "lastTransitionTime", "2026-01-01T00:00:01Z");
+  assert_non_null(p);
+  return p;
+}
+
+/* One Allocate from nothing: the pod cache, the pod applied, the
+ * allocator, the answer (shim config, region directory, mounts). */
+static int allocate_once(const gf_node_gpus *g, json_t *obj, int style,
+                         gf_dp_container_answer *out, bool *answered) {
+  gf_diag d = {""};
+  char state[300], cdi[300];
+  snprintf(state, sizeof(state), "%s/state", tmpdir);
+  snprintf(cdi, sizeof(cdi), "%s/cdi", tmpdir);
+  gf_node_alloc_opts o = {.state_dir = state,
+                          .cdi_dir = cdi,
+                          .shim_lib = "/usr/lib/gpufrac/libgpufrac-cuda.so",
+                          .preload = "/usr/lib/gpufrac/ld.so.preload",
+                          .dev_dir = "/dev",
+                          .log = "info",
+                          .style = (gf_node_alloc_style)style,
+                          .wait_ms = 0};
+  gf_node_pods *p = NULL;
+  gf_node_allocator *a = NULL;
+  *answered = false;
+  int rc = gf_node_pods_new(&p, "node-a", &d);
+  if (!rc)
+    rc = gf_node_pods_apply(p, obj, &d);
+  if (!rc)
+    rc = gf_node_allocator_new(&a, p, g, &o, &d);
+  if (!rc) {
+    const char *ids[] = {"whatever::0"};
+    rc = gf_node_allocate(a, ids, 1, out, &d);
+    *answered = rc == 0;
+  }
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+  return rc;
+}
+
+/* jansson 2.14's parser reports some refused allocations as syntax errors
+ * (its string scanner's yields an invalid token), so a grant it could not
+ * read for want of memory looks malformed to the pod cache; this walk
+ * leaves jansson on malloc and refuses the node's own allocations only. */
+static void walk_allocate(int style) {
+  json_set_alloc_funcs(malloc, free);
+  gf_node_gpus g;
+  gpus(&g);
+  json_t *obj = pod(&g);
+  gf_dp_container_answer *out = malloc(sizeof(*out));
+  gf_dp_container_answer *want = calloc(1, sizeof(*want));
+  assert_non_null(out);
+  assert_non_null(want);
+  bool answered = false;
+  assert_int_equal(allocate_once(&g, obj, style, want, &answered), 0);
+  assert_true(answered);
+  long n;
+  for (n = 0; n < MAX_STEPS; n++) {
+    memset(out, 0, sizeof(*out));
+    gf__alloc_fail_once(n);
+    int rc = allocate_once(&g, obj, style, out, &answered);
+    bool refused =
+        check_run(n, rc, answered, memcmp(out, want, sizeof(*out)) == 0);
+    if (!refused)
+      break;
+  }
+  assert_true(n > 0);
+  assert_true(n < MAX_STEPS);
+  free(want);
+  free(out);
+  json_decref(obj);
+  json_set_alloc_funcs(gf__malloc, gf__free);
+}
+
+static void test_allocate_mounts(void **st) {
+  (void)st;
+  walk_allocate(GF_NODE_ALLOC_MOUNTS);
+}
+
+static void test_allocate_cdi(void **st) {
+  (void)st;
+  walk_allocate(GF_NODE_ALLOC_CDI);
+}
+
+int main(void) {
+  /* jansson allocates through the wrapper too: its refusals are part of
+   * every walk. */
+  json_set_alloc_funcs(gf__malloc, gf__free);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_inventory, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_cdi, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_cdi_container, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_config, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_allocate_mounts, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_allocate_cdi, setup_tmp,
+                                      teardown_tmp),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
