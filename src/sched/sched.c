@@ -358,6 +358,8 @@ static int cluster_add(gf_cluster *c, const nrec *n) {
   if (rc == GF_ELIMIT || rc == GF_ERANGE || rc == GF_EINVAL)
     rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, NULL, 0,
                              NULL);
+  if (rc >= 0)
+    gf__node_cache_load(c, (uint32_t)rc, &n->inv); /* kubefeed.c */
   return rc < 0 ? rc : 0;
 }
 
@@ -1210,6 +1212,7 @@ static void resolve(gf_sched *s, const gf__pod *p, gf_request *r, verdict *v) {
   effective(s, r);
   bool named;
   r->model_mask = models_mask(s->c, p->models, &named);
+  r->weights = gf__pod_weights(s->c, p); /* the cache term's, kubefeed.c */
   v->kind = 0;
   if (named && r->model_mask == 0 && r->gpu_count) {
     v->kind = 2;
