@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "apidouble.h"
+#include "gpufrac/sched_kube.h"
 #include "sched_int.h"
 #include "sched_test.h"
 
@@ -249,6 +251,108 @@ static void test_prioritize_cache(void **state) {
   gf_sched_free(s);
 }
 
+static char *dumps(const json_t *j) {
+  char *t = json_dumps(j, JSON_COMPACT);
+  assert_non_null(t);
+  return t;
+}
+
+/* A watch event line for obj (stolen). */
+static char *event(const char *type, json_t *obj) {
+  json_t *e = json_pack("{s:s,s:o}", "type", type, "object", obj);
+  char *body = dumps(e);
+  json_decref(e);
+  size_t n = strlen(body);
+  char *line = malloc(n + 2);
+  assert_non_null(line);
+  memcpy(line, body, n);
+  memcpy(line + n, "\n", 2);
+  free(body);
+  return line;
+}
+
+/* Through the informers (the API server double, tests/kube/apidouble.c):
+ * nodes listed with models are scored by them; a watch event moving llama
+ * from b to a moves the preference; a pod whose gpufrac.io/model is
+ * malformed is taken into the model, not refused (no model error). */
+static void test_feed_models(void **state) {
+  (void)state;
+  const char *llama = "[{\"name\":\"llama\",\"digest\":\"sha256:" HEX64
+                      "\",\"state\":\"ready\"}]";
+  json_t *nl = json_pack("{s:s,s:s,s:{s:s},s:[o,o,o]}", "kind", "NodeList",
+                         "apiVersion", "v1", "metadata", "resourceVersion",
+                         "100", "items", node_with("a", NULL),
+                         node_with("b", llama), node_with("c", NULL));
+  char *nodes = dumps(nl);
+  json_decref(nl);
+  const char *pods = "{\"kind\":\"PodList\",\"apiVersion\":\"v1\","
+                     "\"metadata\":{\"resourceVersion\":\"200\"},"
+                     "\"items\":[]}";
+  char *mod_a = event("MODIFIED", node_with("a", llama));
+  char *mod_b = event("MODIFIED", node_with("b", "[]"));
+  json_t *bad = fixture_json("pod_share.json");
+  json_object_set_new(
+      json_object_get(json_object_get(bad, "metadata"), "annotations"),
+      GF_MODEL_ANNOTATION, json_string("llama@sha256:nothex"));
+  char *add_bad = event("ADDED", bad);
+  const td_expect script[] = {
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = nodes},
+      {.method = "GET",
+       .target = "/api/v1/pods?limit=500",
+       .status = 200,
+       .body = pods},
+      {.method = "GET",
+       .target = "/api/v1/nodes?watch=1&allowWatchBookmarks=true&"
+                 "resourceVersion=100&timeoutSeconds=300",
+       .status = 200,
+       .chunks = {mod_a, mod_b}},
+      {.method = "GET",
+       .target = "/api/v1/pods?watch=1&allowWatchBookmarks=true&"
+                 "resourceVersion=200&timeoutSeconds=300",
+       .status = 200,
+       .chunks = {add_bad}},
+  };
+  td_server *srv = td_start(script, sizeof(script) / sizeof(script[0]));
+  assert_non_null(srv);
+  gf_kube_config *cfg = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
+  gf_sched *s = NULL;
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  gf_sched_kube_opts o = {.no_leader_election = true, .quiet = true};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  assert_int_equal(gf_sched_nnodes(s), 3);
+  json_int_t sc[3];
+  prioritize(s, "llama@sha256:" HEX64, sc);
+  if (!(sc[1] > sc[0] && sc[0] == sc[2]))
+    fail_msg("listed: a %lld b %lld c %lld, want b > a = c", (long long)sc[0],
+             (long long)sc[1], (long long)sc[2]);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  prioritize(s, "llama@sha256:" HEX64, sc);
+  if (!(sc[0] > sc[1] && sc[1] == sc[2]))
+    fail_msg("watched: a %lld b %lld c %lld, want a > b = c", (long long)sc[0],
+             (long long)sc[1], (long long)sc[2]);
+  uint64_t errors = gf_sched_kube_model_errors(f);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  assert_int_equal(gf_sched_kube_model_errors(f), errors); /* not refused */
+  char err[1024] = "";
+  if (td_finish(srv, err, sizeof(err)))
+    fail_msg("API double: %s", err);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  free(nodes);
+  free(mod_a);
+  free(mod_b);
+  free(add_bad);
+}
+
 /* The informer's slim pod keeps gpufrac.io/model. */
 static void test_slim_keeps_model(void **state) {
   (void)state;
@@ -279,6 +383,7 @@ int main(void) {
       cmocka_unit_test(test_model_ref),
       cmocka_unit_test(test_prioritize_cache),
       cmocka_unit_test(test_slim_keeps_model),
+      cmocka_unit_test(test_feed_models),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
