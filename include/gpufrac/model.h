@@ -98,7 +98,10 @@ typedef struct gf_node {
   uint64_t version;       /* bumped on every change: cache key */
   /* The weights this node's cache holds (gf_cluster_node_cache_set).  Not
    * part of `version`: placement scores do not depend on it, and the cache
-   * term is read live (docs/placement.md). */
+   * term is read live (docs/placement.md).  cache_mask sits beside the
+   * index the filter reads, so a node without the weights costs no more
+   * memory traffic. */
+  uint64_t cache_mask; /* bit id % 64 of every cached id: a quick "no" */
   uint32_t ncache;
   gf_cache_entry cache[GF_NODE_CACHE_MAX];
 } gf_node;

@@ -190,6 +190,14 @@ int64_t gf_cluster_weights_bytes(const gf_cluster *c, int id) {
 
 int gf_cluster_nweights(const gf_cluster *c) { return (int)c->nweights; }
 
+/* The cache_mask n's entries give. */
+static uint64_t cache_mask_of(const gf_node *n) {
+  uint64_t m = 0;
+  for (uint32_t k = 0; k < n->ncache; k++)
+    m |= 1ull << (n->cache[k].weights % 64);
+  return m;
+}
+
 int gf_cluster_node_cache_set(gf_cluster *c, uint32_t node, int id,
                               gf_cache_state state) {
   if (node >= c->nnodes || id < 0 || (uint32_t)id >= c->nweights ||
@@ -201,25 +209,32 @@ int gf_cluster_node_cache_set(gf_cluster *c, uint32_t node, int id,
   while (k < n->ncache && n->cache[k].weights != (uint32_t)id)
     k++;
   if (state == GF_CACHE_NONE) {
-    if (k < n->ncache) /* order carries no meaning: the last fills the hole */
+    if (k < n->ncache) { /* order carries no meaning: the last fills the hole */
       n->cache[k] = n->cache[--n->ncache];
+      n->cache_mask = cache_mask_of(n);
+    }
     return 0;
   }
   if (k == n->ncache) {
     if (n->ncache == GF_NODE_CACHE_MAX)
       return GF_ELIMIT;
     n->cache[n->ncache++].weights = (uint32_t)id;
+    n->cache_mask |= 1ull << (id % 64);
   }
   n->cache[k].state = (uint8_t)state;
   return 0;
 }
 
 void gf_cluster_node_cache_clear(gf_cluster *c, uint32_t node) {
-  if (node < c->nnodes)
+  if (node < c->nnodes) {
     c->nodes[node].ncache = 0;
+    c->nodes[node].cache_mask = 0;
+  }
 }
 
 gf_cache_state gf_node_cache_state(const gf_node *n, int id) {
+  if (id < 0 || !(n->cache_mask & (1ull << (id % 64))))
+    return GF_CACHE_NONE;
   for (uint32_t k = 0; k < n->ncache; k++)
     if (n->cache[k].weights == (uint32_t)id)
       return (gf_cache_state)n->cache[k].state;
@@ -580,6 +595,8 @@ int gf_cluster_check(const gf_cluster *c, gf_diag *d) {
           return gf_diag_set(d, GF_ESTATE, "node '%s': weights %u cached twice",
                              n->name, ce->weights);
     }
+    if (n->cache_mask != cache_mask_of(n))
+      return gf_diag_set(d, GF_ESTATE, "node '%s': stale cache mask", n->name);
     if (free_gpus != n->free_gpus || max_free != n->max_free_milli ||
         mask != n->model_mask)
       return gf_diag_set(d, GF_ESTATE, "node '%s': stale index", n->name);

@@ -88,6 +88,11 @@ typedef struct gfp {
   gpu_shares *on; /* shares on each GPU: node * GF_MAX_GPUS_PER_NODE + g */
   uint32_t non;   /* nodes covered by `on` */
   double cache_w; /* milli-GPU a ready cache hit of full size is worth */
+  /* The bonus of the weights asked last (a decision asks for the same
+   * weights on every candidate): id + 1 (0: none yet), the table's size
+   * it was computed from, and its values ready / fetching. */
+  uint32_t bonus_for;
+  int64_t bonus_bytes, bonus_ready, bonus_fetching;
 } gfp;
 
 /* Weights of this size or more earn the full cache bonus; smaller ones in
@@ -413,7 +418,7 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
 /* The cache term, in score units (0.1 milli-GPU): see the header. */
 static int64_t gfp_bonus(void *state, const gf_cluster *c, uint32_t node,
                          const gf_request *r) {
-  const gfp *s = state;
+  gfp *s = state;
   if (s->cache_w <= 0 || r->weights == 0)
     return 0;
   const int id = (int)(r->weights - 1);
@@ -421,12 +426,16 @@ static int64_t gfp_bonus(void *state, const gf_cluster *c, uint32_t node,
   if (st == GF_CACHE_NONE)
     return 0;
   const int64_t bytes = gf_cluster_weights_bytes(c, id);
-  double f = bytes > 0 ? (double)bytes / CACHE_FULL_BYTES : 1.0;
-  if (f > 1)
-    f = 1;
-  if (st == GF_CACHE_FETCHING)
-    f /= 2;
-  return to_score(s, s->cache_w * f) - to_score(s, 0);
+  if (s->bonus_for != r->weights || s->bonus_bytes != bytes) {
+    double f = bytes > 0 ? (double)bytes / CACHE_FULL_BYTES : 1.0;
+    if (f > 1)
+      f = 1;
+    s->bonus_ready = to_score(s, s->cache_w * f) - to_score(s, 0);
+    s->bonus_fetching = to_score(s, s->cache_w * f / 2) - to_score(s, 0);
+    s->bonus_for = r->weights;
+    s->bonus_bytes = bytes;
+  }
+  return st == GF_CACHE_FETCHING ? s->bonus_fetching : s->bonus_ready;
 }
 
 const gf__policy_ops gf__policy_gpufrac = {

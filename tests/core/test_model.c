@@ -569,6 +569,15 @@ static void test_weights_cache(void **st) {
   assert_non_null(strstr(d.msg, "invalid"));
   gf_cluster_node_cache_clear(c, 1);
   assert_int_equal(gf_cluster_check(c, NULL), 0);
+  assert_int_equal(gf_node_cache_state(gf_cluster_node(c, 1), 2),
+                   GF_CACHE_NONE);
+  /* Node a holds weights 1 only; a quiet change to 0 leaves the mask
+   * stale, and the check says so. */
+  gf_node *n0 = (gf_node *)gf_cluster_node(c, 0);
+  assert_int_equal(n0->ncache, 1);
+  n0->cache[0].weights = 0;
+  assert_int_equal(gf_cluster_check(c, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "stale cache mask"));
   gf_cluster_free(c);
 }
 
