@@ -6,7 +6,14 @@
  * agent, read by the extender): what GPUs a node has.
  *
  *   {"version":1,"gpus":[{"index":0,"uuid":"GPU-...","model":"A100-SXM4-80GB",
- *     "memory":"80Gi","sms":108,"mode":"shared"}]}
+ *     "memory":"80Gi","sms":108,"mode":"shared"}],
+ *    "models":[{"name":"llama-3-8b","digest":"sha256:<64 hex>",
+ *     "bytes":16060522496,"state":"ready"}]}
+ *
+ * "models" (optional, issue 15) lists the model weights the node's cache
+ * holds, "ready" to mount or "fetching"; entries past the 64th are ignored,
+ * and so are unknown fields.  A pod names the weights it loads with the
+ * annotation gpufrac.io/model: "<name>@sha256:<64 lowercase hex>".
  *
  * Grant (annotation gpufrac.io/grant on the Pod, written by the extender
  * before it binds, read by the node agent): what each container may use.
@@ -45,6 +52,12 @@
 #define GF_GRANT_MAX_CONTAINERS 8
 #define GF_ANNOTATION_MAX 65536 /* longest annotation text accepted */
 
+#define GF_MODEL_ANNOTATION "gpufrac.io/model"
+#define GF_MODEL_SOURCE_ANNOTATION "gpufrac.io/model-source"
+#define GF_INVENTORY_MAX_MODELS 64
+#define GF_MODEL_NAME_LEN 128  /* a weights name (1..127 bytes) and its NUL */
+#define GF_MODEL_DIGEST_LEN 72 /* "sha256:" + 64 lowercase hex and its NUL */
+
 /* How the node agent runs a GPU.  The extender places on both alike;
  * the node agent uses it to choose time-slicing or exclusive access. */
 typedef enum gf_gpu_mode {
@@ -61,19 +74,43 @@ typedef struct gf_inventory_gpu {
   gf_gpu_mode mode;             /* "mode": "shared" (default) | "exclusive" */
 } gf_inventory_gpu;
 
+typedef enum gf_model_state {
+  GF_MODEL_READY = 0,    /* "ready": complete and verified, mountable */
+  GF_MODEL_FETCHING = 1, /* "fetching": being downloaded */
+} gf_model_state;
+
+typedef struct gf_inventory_model {
+  char name[GF_MODEL_NAME_LEN];     /* printable ASCII, no '@' or space */
+  char digest[GF_MODEL_DIGEST_LEN]; /* "sha256:<64 lowercase hex>" */
+  int64_t bytes;                    /* 0 when absent */
+  gf_model_state state;             /* "state"; absent: ready */
+} gf_inventory_model;
+
 typedef struct gf_inventory {
   uint32_t ngpus;
   gf_inventory_gpu gpus[GF_MAX_GPUS_PER_NODE]; /* sorted by index */
+  uint32_t nmodels;
+  gf_inventory_model models[GF_INVENTORY_MAX_MODELS]; /* in document order */
 } gf_inventory;
+
+/* Checks a model reference "<name>@sha256:<64 lowercase hex>" of len bytes
+ * (the pod annotation's form) and, when name/digest are not NULL, copies
+ * its parts (name: GF_MODEL_NAME_LEN bytes, digest: GF_MODEL_DIGEST_LEN).
+ * 0, or GF_ESYNTAX with a sentence in d saying what is wrong. */
+int gf_model_ref_parse(const char *text, size_t len, char *name, char *digest,
+                       gf_diag *d);
 
 /* Parses an inventory document of `len` bytes (need not be NUL-ended).
  * Returns 0 with *out filled, or GF_ESYNTAX / GF_ERANGE / GF_ELIMIT with a
- * sentence in d naming the field; *out is then unspecified. */
+ * sentence in d naming the field (a malformed "models" entry too, e.g.
+ * "inventory: models[2].digest: ..."; the same weights twice is
+ * GF_ERANGE); *out is then unspecified. */
 int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
                        gf_diag *d);
 
 /* Formats an inventory as compact JSON into a malloc'd string the caller
- * frees with free().  GF_ENOMEM or GF_EINVAL (a GPU without uuid). */
+ * frees with free(); "models" only when there are some.  GF_ENOMEM or
+ * GF_EINVAL (a GPU without uuid, a model entry that would not parse). */
 int gf_inventory_format(const gf_inventory *inv, char **out, gf_diag *d);
 
 typedef struct gf_grant_gpu {

@@ -42,6 +42,11 @@
  * limit, so a name the agent publishes is one the extender accepts. */
 #define GF_MODEL_NAME_MAX GF_GPU_MODEL_MAX
 #define GF_UUID_MAX 48
+/* Model weights a pod loads (issue 15): "name@sha256:<64 hex>" and its NUL;
+ * the name part is at most 127 bytes. */
+#define GF_WEIGHTS_REF_MAX 200
+#define GF_MAX_WEIGHTS 4096  /* weights ids per cluster */
+#define GF_NODE_CACHE_MAX 64 /* weights one node's cache lists */
 
 typedef struct gf_gpu {
   uint32_t index;             /* index on its node (nvidia-smi order) */
@@ -66,6 +71,18 @@ typedef struct gf_label {
   char *value;
 } gf_label;
 
+/* A node's cached weights: ready to mount, or being fetched. */
+typedef enum gf_cache_state {
+  GF_CACHE_NONE = 0, /* not held (only as an argument: clears an entry) */
+  GF_CACHE_READY = 1,
+  GF_CACHE_FETCHING = 2,
+} gf_cache_state;
+
+typedef struct gf_cache_entry {
+  uint32_t weights; /* id in the cluster's weights table */
+  uint8_t state;    /* gf_cache_state, READY or FETCHING */
+} gf_cache_entry;
+
 typedef struct gf_node {
   char *name;
   int64_t cpu_milli, cpu_used;
@@ -79,6 +96,14 @@ typedef struct gf_node {
   uint32_t free_gpus;     /* GPUs with nothing placed on them */
   int32_t max_free_milli; /* largest free compute share on one GPU */
   uint64_t version;       /* bumped on every change: cache key */
+  /* The weights this node's cache holds (gf_cluster_node_cache_set).  Not
+   * part of `version`: placement scores do not depend on it, and the cache
+   * term is read live (docs/placement.md).  cache_mask sits beside the
+   * index the filter reads, so a node without the weights costs no more
+   * memory traffic. */
+  uint64_t cache_mask; /* bit id % 64 of every cached id: a quick "no" */
+  uint32_t ncache;
+  gf_cache_entry cache[GF_NODE_CACHE_MAX];
 } gf_node;
 
 typedef enum gf_share_mode {
@@ -97,6 +122,8 @@ typedef struct gf_request {
                             0 = the share itself (gpu_milli / 10) */
   uint64_t model_mask;   /* allowed GPU models (cluster ids); 0 = any */
   gf_share_mode mode;
+  uint32_t weights; /* weights the pod loads: id + 1 in the cluster's weights
+                       table; 0 = none.  Affects only the score. */
 } gf_request;
 
 typedef struct gf_placement {
@@ -132,6 +159,28 @@ gf_cluster *gf_cluster_clone(const gf_cluster *c);
 int gf_cluster_model_id(gf_cluster *c, const char *name, bool create);
 const char *gf_cluster_model_name(const gf_cluster *c, int id);
 int gf_cluster_nmodels(const gf_cluster *c);
+
+/* Interns model weights "name@sha256:<hex>" (any non-empty text shorter
+ * than GF_WEIGHTS_REF_MAX; the caller validates the form) and returns its id
+ * (>= 0).  bytes > 0 records the size (the largest seen is kept).  With
+ * create == false an unknown ref gives GF_ENOTFOUND; GF_ELIMIT when the
+ * table holds GF_MAX_WEIGHTS or the ref is too long or empty; GF_ENOMEM. */
+int gf_cluster_weights_id(gf_cluster *c, const char *ref, int64_t bytes,
+                          bool create);
+const char *gf_cluster_weights_ref(const gf_cluster *c, int id);
+int64_t gf_cluster_weights_bytes(const gf_cluster *c, int id); /* 0: unknown */
+int gf_cluster_nweights(const gf_cluster *c);
+
+/* Sets the state of weights id in node i's cache: READY or FETCHING adds or
+ * updates the entry, NONE removes it.  GF_EINVAL for a bad node, id or
+ * state; GF_ELIMIT when the node already lists GF_NODE_CACHE_MAX others.
+ * Does not change the node's version. */
+int gf_cluster_node_cache_set(gf_cluster *c, uint32_t node, int id,
+                              gf_cache_state state);
+/* Removes every entry of node i's cache (an inventory read anew). */
+void gf_cluster_node_cache_clear(gf_cluster *c, uint32_t node);
+/* The state of weights id (an id, not id + 1) on n: NONE if not held. */
+gf_cache_state gf_node_cache_state(const gf_node *n, int id);
 
 /* Adds a node with `ngpus` GPUs described by `gpus` (all copied).  Names
  * must be unique.  Returns the node's index or a negative GF_E* code. */

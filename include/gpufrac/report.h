@@ -26,6 +26,10 @@ typedef struct gf_summary {
   double first_drop; /* gf_sim_result.first_drop_pct, mean over the seeds
                        that dropped a pod (NAN if none did) */
   double wall_s;     /* mean per run */
+  bool models;       /* the runs had a model dimension: */
+  double hit_pct;    /* placed model pods placed where it was cached, % */
+  double fetched_tb; /* bytes fetched per run, mean, in TB (1e12) */
+  double evictions;  /* per run, mean */
   int npoints;
   double alloc_curve[GF_SIM_MAX_PCT + 1]; /* mean over seeds; NAN = none */
   double frag_curve[GF_SIM_MAX_PCT + 1];

@@ -41,6 +41,25 @@ int gf_sim_workload(const gf_pod_list *pods, uint64_t seed, double inflate,
 int gf_sim_typical(const gf_pod_list *pods, double threshold_pct,
                    gf_typical_set *out);
 
+/* The model dimension (issue 15 §3, docs/simulator.md): every GPU pod
+ * loads model weights drawn from a Zipf distribution over n models (model
+ * k, k = 0..n-1, with probability proportional to 1 / (k + 1)^zipf_s;
+ * its size sizes[k % nsizes] bytes); each node has a weight cache of
+ * `budget` bytes, filled at the start by draws from the same distribution
+ * (as if earlier pods had left them), least recently used evicted first,
+ * never a model a placed pod uses (nothing departs in this replay, so a
+ * placed pod's model stays pinned).  A pod placed where its model is
+ * cached is a hit; otherwise its model is fetched (bytes counted) and
+ * cached.  The draws depend on the seed alone, so every policy sees the
+ * same models.  A node's cache lists at most GF_NODE_CACHE_MAX models. */
+typedef struct gf_sim_models {
+  uint32_t n; /* 1..GF_MAX_WEIGHTS */
+  double zipf_s;
+  const int64_t *sizes; /* nsizes > 0, each > 0 */
+  uint32_t nsizes;
+  int64_t budget; /* bytes per node, >= 0 */
+} gf_sim_models;
+
 typedef struct gf_sim_point {
   bool present;
   double alloc_pct;       /* requested GPU share placed / capacity */
@@ -61,6 +80,12 @@ typedef struct gf_sim_result {
   double first_drop_pct; /* demand arrived before the first pod that did
                             not fit, % of capacity (NAN: none dropped) */
   double wall_s;
+  /* With a model dimension (gf_sim_config.models): */
+  bool has_models;
+  size_t model_pods;     /* placed pods that load a model */
+  size_t model_hits;     /* of those, placed where it was cached */
+  int64_t bytes_fetched; /* by the misses */
+  size_t evictions;      /* models evicted to make room */
 } gf_sim_result;
 
 typedef struct gf_sim_config {
@@ -71,6 +96,7 @@ typedef struct gf_sim_config {
   const gf_typical_set *shapes;  /* every shape of the trace (optional) */
   gf_tie_break ties;             /* see gpufrac/engine.h */
   bool no_score_cache;           /* benchmarks only */
+  const gf_sim_models *models;   /* NULL: no model dimension */
 } gf_sim_config;
 
 /* Replays `pods` on c (reset first; left in its final state).  Returns 0 or

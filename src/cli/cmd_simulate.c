@@ -82,6 +82,18 @@ static void usage(FILE *fp) {
           "scripts/placement-bound)\n"
           "  -h, --help             this help\n"
           "\n"
+          "model weights (docs/simulator.md; not with --churn):\n"
+          "  --models N             every GPU pod loads one of N models "
+          "(Zipf), nodes\n"
+          "                         cache them; reports cache hits and bytes "
+          "fetched\n"
+          "  --zipf S               Zipf exponent of the models' "
+          "popularity (default 1)\n"
+          "  --model-sizes LIST     sizes, model k takes entry k mod count "
+          "(default\n"
+          "                         2Gi,6Gi,14Gi,16Gi,28Gi,40Gi,80Gi,140Gi)\n"
+          "  --cache-budget B       cache bytes per node (default 256Gi)\n"
+          "\n"
           "churn and an autoscaler (docs/simulator.md):\n"
           "  --churn                pods arrive (Poisson) and depart on a "
           "cluster that\n"
@@ -165,13 +177,14 @@ static int parse_seeds(const char *arg, uint64_t *seeds, int max) {
  * such before anything is read as its value. */
 static bool known_option(const char *key) {
   static const char *const keys[] = {
-      "--nodes",     "--pods",      "--trace",
-      "--policy",    "--seeds",     "--format",
-      "--out",       "--data",      "--arrivals",
-      "--ties",      "--inflate",   "--jobs",
-      "--load",      "--duration",  "--node-types",
-      "--lifetimes", "--provision", "--scale-down-delay",
-      "--reload",    "--initial"};
+      "--nodes",     "--pods",        "--trace",
+      "--policy",    "--seeds",       "--format",
+      "--out",       "--data",        "--arrivals",
+      "--ties",      "--inflate",     "--jobs",
+      "--load",      "--duration",    "--node-types",
+      "--lifetimes", "--provision",   "--scale-down-delay",
+      "--reload",    "--initial",     "--models",
+      "--zipf",      "--model-sizes", "--cache-budget"};
   for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
     if (strcmp(key, keys[i]) == 0)
       return true;
@@ -227,7 +240,8 @@ typedef struct sweep {
   int nseeds;
   double inflate;
   gf_tie_break ties;
-  gf_sim_result *results; /* [trace][policy][seed] */
+  const gf_sim_models *models; /* NULL: no model dimension */
+  gf_sim_result *results;      /* [trace][policy][seed] */
   sim_pool pool;
 } sweep;
 
@@ -253,7 +267,8 @@ static void *worker(void *arg) {
                          .inflate = s->inflate,
                          .typical = &s->traces[tr].typical,
                          .shapes = &s->traces[tr].shapes,
-                         .ties = s->ties};
+                         .ties = s->ties,
+                         .models = s->models};
     gf_diag d = {""};
     if (gf_sim_run(c, &s->traces[tr].pods, &cfg, &s->results[j], &d))
       sim_pool_fail(&s->pool, s->traces[tr].name, s->policies[pol],
@@ -501,6 +516,14 @@ int cmd_simulate(int argc, char **argv) {
   const char *node_types_path = NULL, *lifetimes_path = NULL;
   gf_churn_config ccfg;
   gf_churn_config_init(&ccfg);
+  int64_t msizes[MAX_ITEMS] = {2LL << 30,  6LL << 30,  14LL << 30, 16LL << 30,
+                               28LL << 30, 40LL << 30, 80LL << 30, 140LL << 30};
+  gf_sim_models mcfg = {.n = 0,
+                        .zipf_s = 1.0,
+                        .sizes = msizes,
+                        .nsizes = 8,
+                        .budget = 256LL << 30};
+  const char *models_opt = NULL; /* a model option other than --models */
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -616,6 +639,61 @@ int cmd_simulate(int argc, char **argv) {
     } else if (strcmp(key, "--lifetimes") == 0) {
       churn_only = "--lifetimes";
       lifetimes_path = v;
+    } else if (strcmp(key, "--models") == 0) {
+      int64_t n;
+      if (gf_parse_int64(v, 1, GF_MAX_WEIGHTS, &n, NULL)) {
+        fprintf(stderr, "gpufrac simulate: --models '%s': want 1..%d\n", v,
+                GF_MAX_WEIGHTS);
+        return GF_EXIT_USAGE;
+      }
+      mcfg.n = (uint32_t)n;
+      not_churn = "--models";
+    } else if (strcmp(key, "--zipf") == 0) {
+      char *end;
+      errno = 0;
+      mcfg.zipf_s = strtod(v, &end);
+      models_opt = "--zipf";
+      if (errno || *end || end == v ||
+          !(mcfg.zipf_s >= 0 && mcfg.zipf_s <= 10)) {
+        fprintf(stderr, "gpufrac simulate: --zipf '%s': want 0..10\n", v);
+        return GF_EXIT_USAGE;
+      }
+    } else if (strcmp(key, "--model-sizes") == 0 ||
+               strcmp(key, "--cache-budget") == 0) {
+      bool sizes = strcmp(key, "--model-sizes") == 0;
+      models_opt = sizes ? "--model-sizes" : "--cache-budget";
+      char buf[1024];
+      if (strlen(v) >= sizeof(buf)) {
+        fprintf(stderr, "gpufrac simulate: %s: too long\n", models_opt);
+        return GF_EXIT_USAGE;
+      }
+      memcpy(buf, v, strlen(v) + 1);
+      char *items[MAX_ITEMS];
+      int k = sizes ? split_list(buf, items, MAX_ITEMS) : 1;
+      if (!sizes)
+        items[0] = buf;
+      for (int j = 0; j < k; j++) {
+        gf_diag qd = {""};
+        int64_t b;
+        if (gf_quantity_bytes(items[j], &b, &qd) || b < (sizes ? 1 : 0)) {
+          fprintf(stderr,
+                  "gpufrac simulate: %s '%s': want %s bytes, a quantity "
+                  "such as 16Gi%s%s\n",
+                  models_opt, items[j], sizes ? "positive" : "0 or more",
+                  qd.msg[0] ? ": " : "", qd.msg);
+          return GF_EXIT_USAGE;
+        }
+        if (sizes)
+          msizes[j] = b;
+        else
+          mcfg.budget = b;
+      }
+      if (sizes && k <= 0) {
+        fprintf(stderr, "gpufrac simulate: --model-sizes: want a list\n");
+        return GF_EXIT_USAGE;
+      }
+      if (sizes)
+        mcfg.nsizes = (uint32_t)k;
     } else if (strcmp(key, "--format") == 0)
       format = v;
     else if (strcmp(key, "--out") == 0)
@@ -666,6 +744,10 @@ int cmd_simulate(int argc, char **argv) {
   }
   if (jobs < 1)
     jobs = 1;
+  if (models_opt && mcfg.n == 0) {
+    fprintf(stderr, "gpufrac simulate: %s needs --models\n", models_opt);
+    return GF_EXIT_USAGE;
+  }
   if (churn_only && !churn) {
     fprintf(stderr, "gpufrac simulate: %s needs --churn\n", churn_only);
     return GF_EXIT_USAGE;
@@ -851,6 +933,7 @@ int cmd_simulate(int argc, char **argv) {
   s.nseeds = nseeds;
   s.inflate = inflate;
   s.ties = ties;
+  s.models = mcfg.n ? &mcfg : NULL;
   if (run_sweep(&s, (int)jobs)) {
     fprintf(stderr, "gpufrac simulate: %s\n",
             s.pool.error[0] ? s.pool.error : "out of memory");

@@ -56,6 +56,118 @@ static int get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi,
   return 0;
 }
 
+static bool name_char(unsigned char ch) {
+  return ch > 0x20 && ch < 0x7f && ch != '@';
+}
+
+/* "sha256:" and 64 lowercase hex digits, exactly. */
+static bool digest_ok(const char *s, size_t len) {
+  static const char pre[] = "sha256:";
+  if (len != sizeof(pre) - 1 + 64 || memcmp(s, pre, sizeof(pre) - 1) != 0)
+    return false;
+  for (size_t i = sizeof(pre) - 1; i < len; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+      return false;
+  return true;
+}
+
+static int name_check(const char *s, size_t len, const char *what, gf_diag *d) {
+  if (len == 0 || len >= GF_MODEL_NAME_LEN)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: name of %zu bytes, want 1..%d", what,
+                       len, GF_MODEL_NAME_LEN - 1);
+  for (size_t i = 0; i < len; i++)
+    if (!name_char((unsigned char)s[i]))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: name byte %zu is not printable ASCII other "
+                         "than '@' and space",
+                         what, i);
+  return 0;
+}
+
+int gf_model_ref_parse(const char *text, size_t len, char *name, char *digest,
+                       gf_diag *d) {
+  const char *at = memchr(text, '@', len);
+  if (!at)
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "model: want <name>@sha256:<64 lowercase hex>, no '@'");
+  size_t nlen = (size_t)(at - text), dlen = len - nlen - 1;
+  int rc = name_check(text, nlen, "model", d);
+  if (rc)
+    return rc;
+  if (!digest_ok(at + 1, dlen))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "model: digest after '@' is not sha256:<64 lowercase "
+                       "hex>");
+  if (name) {
+    memcpy(name, text, nlen);
+    name[nlen] = '\0';
+  }
+  if (digest) {
+    memcpy(digest, at + 1, dlen);
+    digest[dlen] = '\0';
+  }
+  return 0;
+}
+
+/* The optional "models" array of an inventory (grant.h): at most
+ * GF_INVENTORY_MAX_MODELS entries read, the rest ignored. */
+static int parse_models(const json_t *root, gf_inventory *out, gf_diag *d) {
+  const json_t *ms = gf__json_get(root, "models");
+  if (!ms || json_is_null(ms))
+    return 0;
+  if (!json_is_array(ms))
+    return gf_diag_set(d, GF_ESYNTAX, "inventory: \"models\" is not an array");
+  size_t i;
+  const json_t *m;
+  json_array_foreach(ms, i, m) {
+    if (i >= GF_INVENTORY_MAX_MODELS)
+      break;
+    char what[48], f[64];
+    snprintf(what, sizeof(what), "inventory: models[%zu]", i);
+    if (!json_is_object(m))
+      return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", what);
+    gf_inventory_model *x = &out->models[out->nmodels];
+    int rc;
+    snprintf(f, sizeof(f), "%s.name", what);
+    if ((rc = gf__json_str(m, "name", x->name, sizeof(x->name), true, f, d)) ||
+        (rc = name_check(x->name, strlen(x->name), f, d)))
+      return rc;
+    snprintf(f, sizeof(f), "%s.digest", what);
+    if ((rc = gf__json_str(m, "digest", x->digest, sizeof(x->digest), true, f,
+                           d)))
+      return rc == GF_ELIMIT
+                 ? gf_diag_set(d, GF_ESYNTAX,
+                               "%s: not sha256:<64 lowercase hex>", f)
+                 : rc;
+    if (!digest_ok(x->digest, strlen(x->digest)))
+      return gf_diag_set(d, GF_ESYNTAX, "%s: not sha256:<64 lowercase hex>", f);
+    if ((rc = get_int(m, "bytes", 0, INT64_MAX, 0, false, what, &x->bytes, d)))
+      return rc;
+    char state[16];
+    snprintf(f, sizeof(f), "%s.state", what);
+    if ((rc = gf__json_str(m, "state", state, sizeof(state), false, f, d)))
+      return rc == GF_ELIMIT ? gf_diag_set(d, GF_ESYNTAX,
+                                           "%s: want \"ready\" or "
+                                           "\"fetching\"",
+                                           f)
+                             : rc;
+    if (!state[0] || strcmp(state, "ready") == 0)
+      x->state = GF_MODEL_READY;
+    else if (strcmp(state, "fetching") == 0)
+      x->state = GF_MODEL_FETCHING;
+    else
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: '%s', want \"ready\" or \"fetching\"", f, state);
+    for (uint32_t k = 0; k < out->nmodels; k++)
+      if (strcmp(out->models[k].name, x->name) == 0 &&
+          strcmp(out->models[k].digest, x->digest) == 0)
+        return gf_diag_set(d, GF_ERANGE, "%s: %s@%s listed twice", what,
+                           x->name, x->digest);
+    out->nmodels++;
+  }
+  return 0;
+}
+
 int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
                        gf_diag *d) {
   json_t *root = NULL;
@@ -167,6 +279,7 @@ int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
       out->gpus[b] = out->gpus[b - 1];
       out->gpus[b - 1] = t;
     }
+  rc = parse_models(root, out, d);
 out:
   json_decref(root);
   return rc;
@@ -205,6 +318,34 @@ int gf_inventory_format(const gf_inventory *inv, char **out, gf_diag *d) {
     if (!o || json_array_append_new(gpus, o)) {
       json_decref(root);
       return gf_diag_set(d, GF_ENOMEM, "out of memory");
+    }
+  }
+  if (inv->nmodels) {
+    json_t *ms = json_array();
+    if (!ms || json_object_set_new(root, "models", ms)) {
+      json_decref(root);
+      return gf_diag_set(d, GF_ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < inv->nmodels && i < GF_INVENTORY_MAX_MODELS; i++) {
+      const gf_inventory_model *m = &inv->models[i];
+      if (name_check(m->name, strnlen(m->name, sizeof(m->name)),
+                     "inventory: model", NULL) ||
+          !digest_ok(m->digest, strnlen(m->digest, sizeof(m->digest))) ||
+          m->bytes < 0) {
+        json_decref(root);
+        return gf_diag_set(d, GF_EINVAL,
+                           "inventory: model %u has a bad name, digest or "
+                           "size",
+                           i);
+      }
+      json_t *o =
+          json_pack("{s:s,s:s,s:I,s:s}", "name", m->name, "digest", m->digest,
+                    "bytes", (json_int_t)m->bytes, "state",
+                    m->state == GF_MODEL_FETCHING ? "fetching" : "ready");
+      if (!o || json_array_append_new(ms, o)) {
+        json_decref(root);
+        return gf_diag_set(d, GF_ENOMEM, "out of memory");
+      }
     }
   }
   return dump(root, out, d);

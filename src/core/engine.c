@@ -3,7 +3,8 @@
  * and the GPU choosers shared by policies.
  *
  * Score cache.  Requests are grouped into shapes (every field of
- * gf_request); for a cacheable policy each shape keeps, per node, the score
+ * gf_request but `weights`, whose term the policy adds outside the cache);
+ * for a cacheable policy each shape keeps, per node, the score
  * and GPU pick computed at a given node version.  A placement bumps only its
  * node's version, so the next decision recomputes one node, not all.
  */
@@ -356,10 +357,13 @@ static int ensure_rank(gf_engine *e, uint32_t n) {
   return 0;
 }
 
-/* Scores node i, through the shape's cache when there is one. */
+/* Scores node i, through the shape's cache when there is one, plus the
+ * policy's uncached bonus (the cache term: the weights are not part of a
+ * shape, see docs/placement.md). */
 static int64_t score_node(gf_engine *e, shape *sh, uint32_t i,
                           const gf_request *r, gf__pick *pick) {
   const gf_node *n = gf_cluster_node(e->c, i);
+  int64_t s;
   if (sh && sh->cache) {
     cache_entry *ce = &sh->cache[i];
     if (ce->version != n->version + 1) {
@@ -368,10 +372,14 @@ static int64_t score_node(gf_engine *e, shape *sh, uint32_t i,
       ce->version = n->version + 1;
     }
     *pick = ce->pick;
-    return ce->score;
+    s = ce->score;
+  } else {
+    pick->ngpus = 0;
+    s = e->ops->score(e->state, e->c, i, r, pick);
   }
-  pick->ngpus = 0;
-  return e->ops->score(e->state, e->c, i, r, pick);
+  if (r->weights && e->ops->bonus)
+    s += e->ops->bonus(e->state, e->c, i, r);
+  return s;
 }
 
 /* ---- GPU choosers ------------------------------------------------------- */

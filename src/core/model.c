@@ -11,6 +11,13 @@
 #include "alloc.h"
 #include "gpufrac/error.h"
 
+typedef struct weights_entry {
+  char ref[GF_WEIGHTS_REF_MAX];
+  int64_t bytes; /* 0 = unknown */
+} weights_entry;
+
+#define WEIGHT_SLOTS (2 * GF_MAX_WEIGHTS) /* at most half full */
+
 struct gf_cluster {
   gf_node *nodes;
   uint32_t nnodes, cap;
@@ -22,6 +29,12 @@ struct gf_cluster {
   int nmodels;
   int64_t milli_total, milli_used;
   uint32_t ngpus;
+  /* Model weights (issue 15): entries in id order, and an open-addressing
+   * index of WEIGHT_SLOTS (slot = id + 1, 0 = empty), both allocated on
+   * first use.  Ids are never reused. */
+  weights_entry *weights;
+  uint32_t nweights, capweights;
+  uint32_t *wslots;
 };
 
 gf_cluster *gf_cluster_new(void) { return gf__calloc(1, sizeof(gf_cluster)); }
@@ -42,6 +55,8 @@ void gf_cluster_free(gf_cluster *c) {
     node_release(&c->nodes[i]);
   gf__free(c->nodes);
   gf__free(c->names);
+  gf__free(c->weights);
+  gf__free(c->wslots);
   gf__free(c);
 }
 
@@ -126,6 +141,105 @@ const char *gf_cluster_model_name(const gf_cluster *c, int id) {
 }
 
 int gf_cluster_nmodels(const gf_cluster *c) { return c->nmodels; }
+
+int gf_cluster_weights_id(gf_cluster *c, const char *ref, int64_t bytes,
+                          bool create) {
+  size_t len = strlen(ref);
+  if (c->wslots) {
+    for (uint32_t h = name_hash(ref) & (WEIGHT_SLOTS - 1); c->wslots[h];
+         h = (h + 1) & (WEIGHT_SLOTS - 1)) {
+      weights_entry *w = &c->weights[c->wslots[h] - 1];
+      if (strcmp(w->ref, ref) == 0) {
+        if (bytes > w->bytes)
+          w->bytes = bytes;
+        return (int)(c->wslots[h] - 1);
+      }
+    }
+  }
+  if (!create)
+    return GF_ENOTFOUND;
+  if (len == 0 || len >= GF_WEIGHTS_REF_MAX || c->nweights >= GF_MAX_WEIGHTS)
+    return GF_ELIMIT;
+  if (!c->wslots && !(c->wslots = gf__calloc(WEIGHT_SLOTS, sizeof(uint32_t))))
+    return GF_ENOMEM;
+  if (c->nweights == c->capweights) {
+    uint32_t cap = c->capweights ? c->capweights * 2 : 16;
+    weights_entry *w = gf__realloc(c->weights, cap * sizeof(*w));
+    if (!w)
+      return GF_ENOMEM;
+    c->weights = w;
+    c->capweights = cap;
+  }
+  weights_entry *w = &c->weights[c->nweights];
+  memcpy(w->ref, ref, len + 1);
+  w->bytes = bytes > 0 ? bytes : 0;
+  uint32_t h = name_hash(ref) & (WEIGHT_SLOTS - 1);
+  while (c->wslots[h])
+    h = (h + 1) & (WEIGHT_SLOTS - 1);
+  c->wslots[h] = ++c->nweights;
+  return (int)(c->nweights - 1);
+}
+
+const char *gf_cluster_weights_ref(const gf_cluster *c, int id) {
+  return id >= 0 && (uint32_t)id < c->nweights ? c->weights[id].ref : "";
+}
+
+int64_t gf_cluster_weights_bytes(const gf_cluster *c, int id) {
+  return id >= 0 && (uint32_t)id < c->nweights ? c->weights[id].bytes : 0;
+}
+
+int gf_cluster_nweights(const gf_cluster *c) { return (int)c->nweights; }
+
+/* The cache_mask n's entries give. */
+static uint64_t cache_mask_of(const gf_node *n) {
+  uint64_t m = 0;
+  for (uint32_t k = 0; k < n->ncache; k++)
+    m |= 1ull << (n->cache[k].weights % 64);
+  return m;
+}
+
+int gf_cluster_node_cache_set(gf_cluster *c, uint32_t node, int id,
+                              gf_cache_state state) {
+  if (node >= c->nnodes || id < 0 || (uint32_t)id >= c->nweights ||
+      (state != GF_CACHE_NONE && state != GF_CACHE_READY &&
+       state != GF_CACHE_FETCHING))
+    return GF_EINVAL;
+  gf_node *n = &c->nodes[node];
+  uint32_t k = 0;
+  while (k < n->ncache && n->cache[k].weights != (uint32_t)id)
+    k++;
+  if (state == GF_CACHE_NONE) {
+    if (k < n->ncache) { /* order carries no meaning: the last fills the hole */
+      n->cache[k] = n->cache[--n->ncache];
+      n->cache_mask = cache_mask_of(n);
+    }
+    return 0;
+  }
+  if (k == n->ncache) {
+    if (n->ncache == GF_NODE_CACHE_MAX)
+      return GF_ELIMIT;
+    n->cache[n->ncache++].weights = (uint32_t)id;
+    n->cache_mask |= 1ull << (id % 64);
+  }
+  n->cache[k].state = (uint8_t)state;
+  return 0;
+}
+
+void gf_cluster_node_cache_clear(gf_cluster *c, uint32_t node) {
+  if (node < c->nnodes) {
+    c->nodes[node].ncache = 0;
+    c->nodes[node].cache_mask = 0;
+  }
+}
+
+gf_cache_state gf_node_cache_state(const gf_node *n, int id) {
+  if (id < 0 || !(n->cache_mask & (1ull << (id % 64))))
+    return GF_CACHE_NONE;
+  for (uint32_t k = 0; k < n->ncache; k++)
+    if (n->cache[k].weights == (uint32_t)id)
+      return (gf_cache_state)n->cache[k].state;
+  return GF_CACHE_NONE;
+}
 
 /* Recomputes a node's index from its GPUs. */
 static void node_reindex(gf_node *n) {
@@ -467,6 +581,22 @@ int gf_cluster_check(const gf_cluster *c, gf_diag *d) {
       used += g->milli_used;
     }
     total += (int64_t)n->ngpus * GF_GPU_MILLI;
+    if (n->ncache > GF_NODE_CACHE_MAX)
+      return gf_diag_set(d, GF_ESTATE, "node '%s': %u cache entries", n->name,
+                         n->ncache);
+    for (uint32_t k = 0; k < n->ncache; k++) {
+      const gf_cache_entry *ce = &n->cache[k];
+      if (ce->weights >= c->nweights ||
+          (ce->state != GF_CACHE_READY && ce->state != GF_CACHE_FETCHING))
+        return gf_diag_set(d, GF_ESTATE, "node '%s': cache entry %u invalid",
+                           n->name, k);
+      for (uint32_t j = 0; j < k; j++)
+        if (n->cache[j].weights == ce->weights)
+          return gf_diag_set(d, GF_ESTATE, "node '%s': weights %u cached twice",
+                             n->name, ce->weights);
+    }
+    if (n->cache_mask != cache_mask_of(n))
+      return gf_diag_set(d, GF_ESTATE, "node '%s': stale cache mask", n->name);
     if (free_gpus != n->free_gpus || max_free != n->max_free_milli ||
         mask != n->model_mask)
       return gf_diag_set(d, GF_ESTATE, "node '%s': stale index", n->name);
@@ -486,6 +616,18 @@ gf_cluster *gf_cluster_clone(const gf_cluster *src) {
   c->cap = 0;
   c->names = NULL;
   c->nslots = 0;
+  c->weights = NULL;
+  c->wslots = NULL;
+  c->nweights = c->capweights = 0;
+  if (src->nweights) {
+    c->weights = gf__calloc(src->nweights, sizeof(*c->weights));
+    c->wslots = gf__calloc(WEIGHT_SLOTS, sizeof(*c->wslots));
+    if (!c->weights || !c->wslots)
+      goto fail;
+    memcpy(c->weights, src->weights, src->nweights * sizeof(*c->weights));
+    memcpy(c->wslots, src->wslots, WEIGHT_SLOTS * sizeof(*c->wslots));
+    c->nweights = c->capweights = src->nweights;
+  }
   if (src->nslots) {
     c->names = gf__calloc(src->nslots, sizeof(*c->names));
     if (!c->names)

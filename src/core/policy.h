@@ -53,6 +53,13 @@ typedef struct gf__policy_ops {
   void (*destroy)(void *state);
   int64_t (*score)(void *state, const gf_cluster *c, uint32_t node,
                    const gf_request *r, gf__pick *pick);
+  /* Optional: a term added to score() that depends on what score() must
+   * not (so the engine's score cache keys stay the node version and the
+   * request shape): the cache term, from the node's cached weights and
+   * r->weights.  Called after score() for every candidate scored, never
+   * cached. */
+  int64_t (*bonus)(void *state, const gf_cluster *c, uint32_t node,
+                   const gf_request *r);
   /* Optional: told of each placement (+1) and release (-1). */
   void (*changed)(void *state, const gf_cluster *c, const gf_request *r,
                   const gf_placement *p, int sign);

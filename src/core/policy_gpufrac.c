@@ -35,6 +35,14 @@
  *    such a filling costs plan * the share it leaves idle.  tight=0 uses
  *    only the fillings of the one optimum found (an ablation).
  *
+ * 5. Cached weights (parameter cache, default 100; docs/placement.md).  A
+ *    pod that names model weights gains cache * s milli-GPU on a node whose
+ *    cache holds them ready (half that while fetching), s = min(1, bytes /
+ *    16 GiB), 1 when the size is unknown.  The bonus is in the unit of the
+ *    other terms, so a hit wins only over nodes whose fragmentation cost is
+ *    within cache * s of the best.  Added by the engine outside its score
+ *    cache (gfp_bonus).
+ *
  * score(node) = 10 * (M(now) - M(after) - price cost - plan cost), M = FGD
  * fragment amount + cpu * CPU-stranded GPU milli.  The measure of each node
  * as it stands is cached per node version; every term depends on the node
@@ -79,10 +87,20 @@ typedef struct gfp {
   gf__plan plan;  /* how an optimal packing fills GPUs with shares */
   gpu_shares *on; /* shares on each GPU: node * GF_MAX_GPUS_PER_NODE + g */
   uint32_t non;   /* nodes covered by `on` */
+  double cache_w; /* milli-GPU a ready cache hit of full size is worth */
+  /* The bonus of the weights asked last (a decision asks for the same
+   * weights on every candidate): id + 1 (0: none yet), the table's size
+   * it was computed from, and its values ready / fetching. */
+  uint32_t bonus_for;
+  int64_t bonus_bytes, bonus_ready, bonus_fetching;
 } gfp;
 
-static const char *const param_keys[] = {"cpu",  "price", "coarse",
-                                         "plan", "tight", NULL};
+/* Weights of this size or more earn the full cache bonus; smaller ones in
+ * proportion (their fetch costs less). */
+#define CACHE_FULL_BYTES (16.0 * 1024 * 1024 * 1024)
+
+static const char *const param_keys[] = {"cpu",   "price", "coarse", "plan",
+                                         "tight", "cache", NULL};
 
 /* Average CPU per milli-GPU of the workload's GPU pods, and the model prices,
  * from every shape of the workload (or the typical ones when that is all
@@ -166,14 +184,15 @@ static int plan_build(gfp *s, const gf_typical_set *w) {
 }
 
 static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
-  double cpu = 1.0, price = 2.0, coarse = 0, plan = 16, tight = 1;
+  double cpu = 1.0, price = 2.0, coarse = 0, plan = 16, tight = 1, cache = 100;
   int rc;
   if ((rc = gf__params_known(env->params, param_keys, d)) ||
       (rc = gf__param(env->params, "cpu", 0, 1000, &cpu, d)) ||
       (rc = gf__param(env->params, "price", 0, 1000, &price, d)) ||
       (rc = gf__param(env->params, "coarse", 0, 1, &coarse, d)) ||
       (rc = gf__param(env->params, "plan", 0, 1e6, &plan, d)) ||
-      (rc = gf__param(env->params, "tight", 0, 1, &tight, d)))
+      (rc = gf__param(env->params, "tight", 0, 1, &tight, d)) ||
+      (rc = gf__param(env->params, "cache", 0, 1e6, &cache, d)))
     return rc;
   if (coarse != 0 && coarse != 1)
     return gf_diag_set(d, GF_EINVAL, "parameter coarse: want 0 or 1");
@@ -188,6 +207,7 @@ static int gfp_create(const gf__policy_env *env, void **state, gf_diag *d) {
   derive(s, env->cluster, w);
   s->plan_w = plan;
   s->tight = tight != 0;
+  s->cache_w = cache;
   if (plan > 0 && (rc = plan_build(s, w)) != 0) {
     gf__free(s);
     return rc;
@@ -395,6 +415,29 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
   return to_score(s, before - measure(s, n, cpu_after, left) - cost);
 }
 
+/* The cache term, in score units (0.1 milli-GPU): see the header. */
+static int64_t gfp_bonus(void *state, const gf_cluster *c, uint32_t node,
+                         const gf_request *r) {
+  gfp *s = state;
+  if (s->cache_w <= 0 || r->weights == 0)
+    return 0;
+  const int id = (int)(r->weights - 1);
+  const gf_cache_state st = gf_node_cache_state(gf_cluster_node(c, node), id);
+  if (st == GF_CACHE_NONE)
+    return 0;
+  const int64_t bytes = gf_cluster_weights_bytes(c, id);
+  if (s->bonus_for != r->weights || s->bonus_bytes != bytes) {
+    double f = bytes > 0 ? (double)bytes / CACHE_FULL_BYTES : 1.0;
+    if (f > 1)
+      f = 1;
+    s->bonus_ready = to_score(s, s->cache_w * f) - to_score(s, 0);
+    s->bonus_fetching = to_score(s, s->cache_w * f / 2) - to_score(s, 0);
+    s->bonus_for = r->weights;
+    s->bonus_bytes = bytes;
+  }
+  return st == GF_CACHE_FETCHING ? s->bonus_fetching : s->bonus_ready;
+}
+
 const gf__policy_ops gf__policy_gpufrac = {
     .name = "gpufrac",
     .summary = "FGD plus CPU stranding and GPU-model scarcity (default)",
@@ -403,5 +446,6 @@ const gf__policy_ops gf__policy_gpufrac = {
     .create = gfp_create,
     .destroy = gfp_destroy,
     .score = gfp_score,
+    .bonus = gfp_bonus,
     .changed = gfp_changed,
 };

@@ -276,8 +276,60 @@ static const char *pod_key(const json_t *obj, char *buf, size_t cap) {
   return n < 0 || (size_t)n >= cap ? NULL : buf;
 }
 
+/* ---- cached model weights (gf__node_cache_load, sched_int.h) ---------- */
+
+void gf__node_cache_load(gf_cluster *c, uint32_t i, const gf_inventory *inv) {
+  gf_cluster_node_cache_clear(c, i);
+  for (uint32_t k = 0; k < inv->nmodels && k < GF_INVENTORY_MAX_MODELS; k++) {
+    const gf_inventory_model *m = &inv->models[k];
+    char ref[GF_WEIGHTS_REF_MAX];
+    int n = snprintf(ref, sizeof(ref), "%s@%s", m->name, m->digest);
+    if (n < 0 || (size_t)n >= sizeof(ref))
+      continue;
+    int id = gf_cluster_weights_id(c, ref, m->bytes, true);
+    if (id >= 0)
+      (void)gf_cluster_node_cache_set(
+          c, i, id,
+          m->state == GF_MODEL_FETCHING ? GF_CACHE_FETCHING : GF_CACHE_READY);
+  }
+}
+
+uint32_t gf__pod_weights(gf_cluster *c, const gf__pod *p) {
+  if (!p->weights[0])
+    return 0;
+  int id = gf_cluster_weights_id(c, p->weights, 0, false);
+  return id < 0 ? 0 : (uint32_t)id + 1;
+}
+
+/* One line for a pod whose gpufrac.io/model is malformed (each time the
+ * watch delivers it; the pod is placed as without one). */
+static void weights_check(gf_sched_kube *f, const json_t *obj) {
+  const json_t *md = json_object_get(obj, "metadata");
+  const json_t *wm =
+      json_object_get(json_object_get(md, "annotations"), GF_MODEL_ANNOTATION);
+  if (!wm || f->quiet)
+    return;
+  gf_diag d = {""};
+  if (!json_is_string(wm))
+    gf_diag_set(&d, GF_ESYNTAX, "not a string");
+  else if (json_string_length(wm) >= GF_WEIGHTS_REF_MAX)
+    gf_diag_set(&d, GF_ESYNTAX, "%zu bytes, at most %d", json_string_length(wm),
+                GF_WEIGHTS_REF_MAX - 1);
+  else if (gf_model_ref_parse(json_string_value(wm), json_string_length(wm),
+                              NULL, NULL, &d) == 0)
+    return;
+  const char *ns = json_string_value(json_object_get(md, "namespace"));
+  const char *name = json_string_value(json_object_get(md, "name"));
+  fprintf(stderr,
+          "gpufrac scheduler: pod %s%s%s: annotation %s ignored (placed "
+          "without the cache term): %s\n",
+          ns ? ns : "", ns ? "/" : "", name ? name : "(no name)",
+          GF_MODEL_ANNOTATION, d.msg);
+}
+
 static void pod_apply(void *user, json_t *obj) {
   gf_sched_kube *f = user;
+  weights_check(f, obj);
   gf_diag d = {""};
   int rc = gf_sched_pod_update(f->s, obj, &d);
   if (rc)

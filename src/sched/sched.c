@@ -359,6 +359,7 @@ static void resolve(gf_sched *s, const gf__pod *p, gf_request *r, verdict *v) {
   gf__effective(s, r);
   bool named;
   r->model_mask = gf__models_mask(s->c, p->models, &named);
+  r->weights = gf__pod_weights(s->c, p); /* the cache term's, kubefeed.c */
   v->kind = 0;
   if (named && r->model_mask == 0 && r->gpu_count) {
     v->kind = 2;

@@ -34,10 +34,13 @@ typedef struct gf__pod {
   char phase[16];                   /* status.phase; "" when absent */
   char container[GF_CONTAINER_MAX]; /* the container asking for GPUs */
   char models[GF__MODELS_MAX];      /* the gpu-model annotation, as written */
-  gf_request req;                   /* model_mask 0: resolved per cluster */
-  int32_t compute_pct;              /* gpu-compute as asked; 0 = not asked */
-  const char *grant;                /* grant annotation text (borrowed from
-                                       the JSON), NULL when none */
+  char weights[GF_WEIGHTS_REF_MAX]; /* gpufrac.io/model when well-formed
+                                       (gf_model_ref_parse), else "" */
+  bool weights_bad;                 /* present but malformed: ignored */
+  gf_request req;      /* model_mask 0 and weights 0: resolved per cluster */
+  int32_t compute_pct; /* gpu-compute as asked; 0 = not asked */
+  const char *grant;   /* grant annotation text (borrowed from
+                          the JSON), NULL when none */
   size_t grant_len;
 } gf__pod;
 
@@ -143,6 +146,16 @@ typedef struct gf__node {
  * (has_inventory false, inv_error saying why), so the node can be kept as
  * a node without GPUs whose filter reason names the refused inventory. */
 int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d);
+
+/* ---- cached model weights (kubefeed.c; docs/placement.md) -------------
+ * gf__node_cache_load: node i's cache set in c becomes the inventory's
+ * "models" (interned as "name@digest" with their sizes); entries the
+ * weights table or the node's set cannot take are left out (no bonus,
+ * never a refusal).  gf__pod_weights: the request's weights (id + 1) for
+ * a pod's gpufrac.io/model, 0 when it names none or weights no node
+ * lists. */
+void gf__node_cache_load(gf_cluster *c, uint32_t i, const gf_inventory *inv);
+uint32_t gf__pod_weights(gf_cluster *c, const gf__pod *p);
 
 /* ExtenderArgs: the pod plus either Nodes (a v1 NodeList) or NodeNames.
  * node_items points into root (borrowed); exactly one of node_items and

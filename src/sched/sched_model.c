@@ -81,6 +81,8 @@ static int cluster_add(gf_cluster *c, const nrec *n) {
   if (rc == GF_ELIMIT || rc == GF_ERANGE || rc == GF_EINVAL)
     rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, NULL, 0,
                              NULL);
+  if (rc >= 0)
+    gf__node_cache_load(c, (uint32_t)rc, &n->inv); /* kubefeed.c */
   return rc < 0 ? rc : 0;
 }
 

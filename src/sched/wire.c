@@ -275,6 +275,17 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
                            sizeof(out->models), false,
                            "Pod: annotation " GF_ANN_GPU_MODEL, d)))
       return rc;
+    /* A malformed gpufrac.io/model only loses the cache term (the watch
+     * logs it, kubefeed.c); the pod is placed as without one. */
+    const json_t *wm = json_object_get(ann, GF_MODEL_ANNOTATION);
+    if (wm) {
+      size_t wl = json_string_length(wm);
+      if (json_is_string(wm) && wl < sizeof(out->weights) &&
+          gf_model_ref_parse(json_string_value(wm), wl, NULL, NULL, NULL) == 0)
+        memcpy(out->weights, json_string_value(wm), wl + 1);
+      else
+        out->weights_bad = true;
+    }
     const json_t *g = json_object_get(ann, GF_GRANT_ANNOTATION);
     if (json_is_string(g)) {
       out->grant = json_string_value(g);
@@ -935,7 +946,7 @@ json_t *gf_sched_pod_slim(const json_t *pod) {
       json_t *a = json_object();
       const json_t *g = json_object_get(ann, GF_GRANT_ANNOTATION);
       if (!a || json_object_set_new(m, "annotations", a) ||
-          keep(a, ann, GF_ANN_GPU_MODEL) ||
+          keep(a, ann, GF_ANN_GPU_MODEL) || keep(a, ann, GF_MODEL_ANNOTATION) ||
           (g && json_object_set_new(a, GF_GRANT_ANNOTATION, json_deep_copy(g))))
         goto fail;
       for (size_t k = 0; k < sizeof(slim_ann) / sizeof(slim_ann[0]); k++) {

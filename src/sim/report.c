@@ -82,6 +82,17 @@ void gf_summary_of(const char *policy, const char *trace, uint32_t ngpus,
   mean_std(v, n, &out->wall_s, NULL);
   OVER_RUNS(runs[i].first_drop_pct);
   mean_std(v, n, &out->first_drop, NULL);
+  out->models = n > 0 && runs[0].has_models;
+  if (out->models) {
+    OVER_RUNS(runs[i].model_pods ? 100.0 * (double)runs[i].model_hits /
+                                       (double)runs[i].model_pods
+                                 : NAN);
+    mean_std(v, n, &out->hit_pct, NULL);
+    OVER_RUNS((double)runs[i].bytes_fetched / 1e12);
+    mean_std(v, n, &out->fetched_tb, NULL);
+    OVER_RUNS((double)runs[i].evictions);
+    mean_std(v, n, &out->evictions, NULL);
+  }
   OVER_RUNS(runs[i].decision_us_median);
   out->decision_us_median = median(v, n);
   OVER_RUNS(runs[i].decision_us_p99);
@@ -111,17 +122,28 @@ void gf_report_table(FILE *fp, const gf_summary *s, int n) {
     if (len > (size_t)w)
       w = len > 120 ? 120 : (int)len;
   }
-  fprintf(fp, "%-12s %-*s %5s %8s %13s %13s %9s %9s  %s\n", "trace", w,
-          "policy", "seeds", "placed%", "unalloc@100%", "unalloc@130%",
-          "frag@80%", "p99(us)", "dropped: share/whole/cpu");
+  bool models = false;
   for (int i = 0; i < n; i++)
+    models |= s[i].models;
+  fprintf(fp, "%-12s %-*s %5s %8s %13s %13s %9s %9s  %s", "trace", w, "policy",
+          "seeds", "placed%", "unalloc@100%", "unalloc@130%", "frag@80%",
+          "p99(us)", "dropped: share/whole/cpu");
+  if (models)
+    fprintf(fp, "  %8s %11s %9s", "cache-hit%", "fetched(TB)", "evictions");
+  fputc('\n', fp);
+  for (int i = 0; i < n; i++) {
     fprintf(fp,
             "%-12s %-*s %5d %8.2f %7.2f±%-5.2f %7.2f±%-5.2f %9.2f %9.1f  "
-            "%.0f/%.0f/%.0f\n",
+            "%.0f/%.0f/%.0f",
             s[i].trace, w, s[i].policy, s[i].nseeds, s[i].placed_pct,
             s[i].unalloc100, s[i].unalloc100_std, s[i].unalloc130,
             s[i].unalloc130_std, s[i].frag80, s[i].decision_us_p99,
             s[i].failed_share, s[i].failed_whole, s[i].failed_cpu);
+    if (s[i].models)
+      fprintf(fp, "  %10.2f %11.2f %9.0f", s[i].hit_pct, s[i].fetched_tb,
+              s[i].evictions);
+    fputc('\n', fp);
+  }
 }
 
 void gf_report_csv(FILE *fp, const gf_summary *s, int n) {
@@ -179,6 +201,11 @@ void gf_report_json(FILE *fp, const gf_summary *s, int n, double inflate,
     jnum(fp, "placed_pct", s[i].placed_pct, 0);
     jnum(fp, "first_drop_at_pct", s[i].first_drop, 0);
     jnum(fp, "decision_us_median", s[i].decision_us_median, 0);
+    if (s[i].models) {
+      jnum(fp, "cache_hit_pct", s[i].hit_pct, 0);
+      jnum(fp, "fetched_tb", s[i].fetched_tb, 0);
+      jnum(fp, "evictions", s[i].evictions, 0);
+    }
     jnum(fp, "decision_us_p99", s[i].decision_us_p99, 1);
     fprintf(fp, "}");
   }

@@ -12,6 +12,7 @@
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "gpufrac/rng.h"
+#include "weights.h"
 
 /* ---- workload ----------------------------------------------------------- */
 
@@ -193,6 +194,7 @@ int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
   double *lat = NULL;
   gf_engine *e = NULL;
   gf_frag_tracker *frag = NULL;
+  gf__simw *models = NULL;
   bucket *b = NULL;
   int nb = (int)floor(cfg->inflate * 100.0) + 3;
   if (nb > GF_SIM_MAX_PCT + 1)
@@ -208,6 +210,10 @@ int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
                          .shapes = cfg->shapes,
                          .ties = cfg->ties,
                          .no_score_cache = cfg->no_score_cache};
+  for (uint32_t i = 0; i < gf_cluster_nnodes(c); i++)
+    gf_cluster_node_cache_clear(c, i); /* what an earlier run left */
+  if (cfg->models && (rc = gf__simw_new(c, cfg->models, cfg->seed, &models, d)))
+    goto out;
   if ((rc = gf_engine_new(c, &ec, &e, d)))
     goto out;
   lat = malloc(n * sizeof(*lat));
@@ -221,7 +227,10 @@ int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
   int64_t arrived = 0, alloc = 0;
   out->first_drop_pct = NAN;
   for (size_t i = 0; i < n; i++) {
-    const gf_request *r = &pods->pods[order[i]].req;
+    gf_request rq = pods->pods[order[i]].req;
+    const gf_request *r = &rq;
+    if (models)
+      rq.weights = gf__simw_draw(models, r);
     const int64_t demand = gf_request_gpu_demand(r);
     const bool share = r->gpu_count == 1 && r->gpu_milli < GF_GPU_MILLI;
     arrived += demand;
@@ -232,6 +241,8 @@ int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
     if (rc == 0) {
       out->placed++;
       alloc += demand;
+      if (models)
+        gf__simw_placed(models, c, p.node, rq.weights, out);
       if (r->gpu_count == 0)
         out->placed_cpu++;
       else if (share)
@@ -270,6 +281,7 @@ int gf_sim_run(gf_cluster *c, const gf_pod_list *pods, const gf_sim_config *cfg,
     }
   }
   out->arrived = n;
+  out->has_models = models != NULL;
   out->capacity_milli = cap;
   out->arrived_milli = arrived;
   out->alloc_milli = alloc;
@@ -287,6 +299,7 @@ out:
   free(b);
   gf_frag_tracker_free(frag);
   gf_engine_free(e);
+  gf__simw_free(models);
   return rc;
 }
 

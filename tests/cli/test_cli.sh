@@ -41,6 +41,11 @@ check bad-trace-name 2 'not a trace name'         -- "$GPUFRAC" simulate --trace
 check missing-trace  2 "no trace 'nosuch'"       -- "$GPUFRAC" simulate --trace nosuch
 check trace-list     2 'default, .*gpushare40'    -- "$GPUFRAC" simulate --trace default,nosuch
 check missing-nodes  1 '/nonexistent.csv'         -- "$GPUFRAC" simulate --nodes /nonexistent.csv
+check models-needed  2 '--zipf needs --models'   -- "$GPUFRAC" simulate --zipf 2
+check models-churn   2 'does not apply to --churn' -- "$GPUFRAC" simulate --models 10 --churn
+check models-size    2 "--model-sizes 'lots'"     -- "$GPUFRAC" simulate --models 10 --model-sizes 1Gi,lots
+check models-zero    2 "--models '0'"             -- "$GPUFRAC" simulate --models 0
+check models-table   0 'cache-hit%'               -- "$GPUFRAC" simulate "${small[@]}" --models 5 --cache-budget 10Gi --seeds 1 --policy gpufrac
 
 printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1000,1,1,1000\np2,oops,1,1,500\n' >"$tmp/bad.csv"
 check malformed-pods 1 'bad.csv:3: column cpu_milli' -- "$GPUFRAC" simulate "${small[@]:0:2}" --pods "$tmp/bad.csv"

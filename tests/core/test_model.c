@@ -249,6 +249,8 @@ typedef struct snap {
   int32_t milli[64][GF_MAX_GPUS_PER_NODE];
   int64_t gmem[64][GF_MAX_GPUS_PER_NODE];
   uint16_t npods[64][GF_MAX_GPUS_PER_NODE];
+  uint32_t ncache[64];
+  gf_cache_entry cache[64][GF_NODE_CACHE_MAX];
   int64_t used;
 } snap;
 
@@ -262,6 +264,11 @@ static void take(const gf_cluster *c, snap *s) {
       s->milli[i][g] = n->gpus[g].milli_used;
       s->gmem[i][g] = n->gpus[g].mem_used;
       s->npods[i][g] = n->gpus[g].npods;
+    }
+    s->ncache[i] = n->ncache;
+    for (uint32_t k = 0; k < n->ncache; k++) {
+      s->cache[i][k].weights = n->cache[k].weights;
+      s->cache[i][k].state = n->cache[k].state;
     }
   }
   s->used = gf_cluster_gpu_milli_used(c);
@@ -288,6 +295,21 @@ static void test_place_release_property(void **st) {
       add(c, name, 8000 + 8000 * (int64_t)gf_rng_below(&rng, 8),
           sizes[gf_rng_below(&rng, 5)], i % 3 ? "T4" : "V100");
     }
+    /* Cached weights on some nodes, which placements must leave alone. */
+    for (int w = 0; w < 6; w++) {
+      char ref[32];
+      snprintf(ref, sizeof(ref), "m%d@sha256:%d", w, w);
+      assert_int_equal(gf_cluster_weights_id(c, ref, (int64_t)w << 32, true),
+                       w);
+    }
+    for (uint32_t i = 0; i < 40; i++)
+      for (int w = 0; w < 6; w++)
+        if (gf_rng_below(&rng, 3) == 0)
+          assert_int_equal(gf_cluster_node_cache_set(c, i, w,
+                                                     gf_rng_below(&rng, 2)
+                                                         ? GF_CACHE_READY
+                                                         : GF_CACHE_FETCHING),
+                           0);
     /* Start from a non-empty state: a few placements that stay. */
     gf_engine *e;
     gf_engine_config cfg = {.policy = gf_policy_name(pol),
@@ -313,6 +335,10 @@ static void test_place_release_property(void **st) {
       } else {
         gf_request *r = &reqs[step];
         memset(r, 0, sizeof(*r));
+        r->weights = (uint32_t)gf_rng_below(&rng, 8); /* 7: never cached */
+        if (r->weights == 7)
+          r->weights =
+              (uint32_t)gf_cluster_weights_id(c, "new@sha256:0", 0, true) + 1;
         r->cpu_milli = 100 * (int64_t)gf_rng_below(&rng, 40);
         r->mem_bytes = (int64_t)gf_rng_below(&rng, 8) << 30;
         switch (gf_rng_below(&rng, 4)) {
@@ -464,6 +490,97 @@ static void test_clone(void **st) {
   gf_cluster_free(c);
 }
 
+/* The weights table and a node's cache set (issue 15): interning, sizes,
+ * the bounds, and gf_cluster_check seeing a broken set. */
+static void test_weights_cache(void **st) {
+  (void)st;
+  gf_cluster *c = gf_cluster_new();
+  add(c, "a", 8000, 1, "T4");
+  add(c, "b", 8000, 1, "T4");
+  const char *m =
+      "llama-3-8b@sha256:"
+      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  assert_int_equal(gf_cluster_weights_id(c, m, 0, false), GF_ENOTFOUND);
+  assert_int_equal(gf_cluster_weights_id(c, m, 100, true), 0);
+  assert_int_equal(gf_cluster_weights_id(c, "x@sha256:1", 0, true), 1);
+  assert_int_equal(gf_cluster_weights_id(c, m, 50, false), 0);
+  assert_int_equal(gf_cluster_weights_bytes(c, 0), 100); /* largest kept */
+  assert_int_equal(gf_cluster_weights_id(c, m, 300, true), 0);
+  assert_int_equal(gf_cluster_weights_bytes(c, 0), 300);
+  assert_int_equal(gf_cluster_weights_bytes(c, 1), 0);
+  assert_string_equal(gf_cluster_weights_ref(c, 0), m);
+  assert_string_equal(gf_cluster_weights_ref(c, 7), "");
+  assert_int_equal(gf_cluster_weights_id(c, "", 0, true), GF_ELIMIT);
+  char big[GF_WEIGHTS_REF_MAX + 1];
+  memset(big, 'x', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  assert_int_equal(gf_cluster_weights_id(c, big, 0, true), GF_ELIMIT);
+  assert_int_equal(gf_cluster_nweights(c), 2);
+
+  uint64_t v = gf_cluster_node(c, 0)->version;
+  assert_int_equal(gf_cluster_node_cache_set(c, 0, 0, GF_CACHE_FETCHING), 0);
+  assert_int_equal(gf_node_cache_state(gf_cluster_node(c, 0), 0),
+                   GF_CACHE_FETCHING);
+  assert_int_equal(gf_cluster_node_cache_set(c, 0, 0, GF_CACHE_READY), 0);
+  assert_int_equal(gf_cluster_node(c, 0)->ncache, 1); /* updated, not added */
+  assert_int_equal(gf_node_cache_state(gf_cluster_node(c, 0), 0),
+                   GF_CACHE_READY);
+  assert_int_equal(gf_node_cache_state(gf_cluster_node(c, 1), 0),
+                   GF_CACHE_NONE);
+  assert_int_equal(gf_cluster_node(c, 0)->version, v); /* scores stay */
+  assert_int_equal(gf_cluster_node_cache_set(c, 0, 2, GF_CACHE_READY),
+                   GF_EINVAL); /* not interned */
+  assert_int_equal(gf_cluster_node_cache_set(c, 2, 0, GF_CACHE_READY),
+                   GF_EINVAL); /* no node 2 */
+  assert_int_equal(gf_cluster_node_cache_set(c, 0, 1, (gf_cache_state)7),
+                   GF_EINVAL);
+  assert_int_equal(gf_cluster_node_cache_set(c, 0, 1, GF_CACHE_READY), 0);
+  assert_int_equal(gf_cluster_node_cache_set(c, 0, 0, GF_CACHE_NONE), 0);
+  assert_int_equal(gf_cluster_node(c, 0)->ncache, 1);
+  assert_int_equal(gf_node_cache_state(gf_cluster_node(c, 0), 1),
+                   GF_CACHE_READY);
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+
+  /* The bound: GF_NODE_CACHE_MAX entries, then GF_ELIMIT. */
+  for (int i = 0; i < GF_NODE_CACHE_MAX + 1; i++) {
+    char ref[32];
+    snprintf(ref, sizeof(ref), "w%d@sha256:%d", i, i);
+    int id = gf_cluster_weights_id(c, ref, 1, true);
+    assert_true(id >= 0);
+    assert_int_equal(gf_cluster_node_cache_set(c, 1, id, GF_CACHE_READY),
+                     i < GF_NODE_CACHE_MAX ? 0 : GF_ELIMIT);
+  }
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+
+  /* The clone has the table and the sets; the check sees a duplicate. */
+  gf_cluster *k = gf_cluster_clone(c);
+  assert_non_null(k);
+  assert_int_equal(gf_cluster_weights_id(k, m, 0, false), 0);
+  assert_int_equal(gf_cluster_nweights(k), gf_cluster_nweights(c));
+  assert_int_equal(gf_cluster_node(k, 1)->ncache, GF_NODE_CACHE_MAX);
+  gf_cluster_free(k);
+  gf_node *n1 = (gf_node *)gf_cluster_node(c, 1);
+  n1->cache[1].weights = n1->cache[0].weights;
+  gf_diag d = {""};
+  assert_int_equal(gf_cluster_check(c, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "cached twice"));
+  n1->cache[1].weights = (uint32_t)gf_cluster_nweights(c);
+  assert_int_equal(gf_cluster_check(c, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "invalid"));
+  gf_cluster_node_cache_clear(c, 1);
+  assert_int_equal(gf_cluster_check(c, NULL), 0);
+  assert_int_equal(gf_node_cache_state(gf_cluster_node(c, 1), 2),
+                   GF_CACHE_NONE);
+  /* Node a holds weights 1 only; a quiet change to 0 leaves the mask
+   * stale, and the check says so. */
+  gf_node *n0 = (gf_node *)gf_cluster_node(c, 0);
+  assert_int_equal(n0->ncache, 1);
+  n0->cache[0].weights = 0;
+  assert_int_equal(gf_cluster_check(c, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "stale cache mask"));
+  gf_cluster_free(c);
+}
+
 /* Fail each allocation alone in turn while building and cloning a cluster:
  * the refusal surfaces as an error from the step that met it (one refused
  * allocation, so no later step can report it instead), what was built before
@@ -485,6 +602,13 @@ static void test_alloc_failures(void **st) {
       ok = add(c, name, 1000, 2, "T4") >= 0;
       if (ok)
         ok = gf_cluster_node_label(c, (uint32_t)i, "a", "b") == 0;
+      if (ok) {
+        char ref[16];
+        snprintf(ref, sizeof(ref), "m%d@x", i);
+        int id = gf_cluster_weights_id(c, ref, 1, true);
+        ok = id >= 0 &&
+             gf_cluster_node_cache_set(c, (uint32_t)i, id, GF_CACHE_READY) == 0;
+      }
       if (ok)
         added++;
     }
@@ -530,6 +654,7 @@ int main(void) {
       cmocka_unit_test(test_remove_node_basic),
       cmocka_unit_test(test_remove_node_property),
       cmocka_unit_test(test_clone),
+      cmocka_unit_test(test_weights_cache),
       cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

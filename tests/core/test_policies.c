@@ -762,6 +762,62 @@ static void test_policy_table(void **st) {
   assert_null(gf_policy_name(999));
 }
 
+/* The cache term (docs/placement.md): on two idle one-GPU nodes alike, the
+ * score on the node holding the pod's weights is the other's plus
+ * cache * 10 * min(1, bytes / 16 GiB) score units, half that while
+ * fetching; nothing for a pod without weights or with cache=0. */
+static void test_gpufrac_cache_bonus(void **st) {
+  (void)st;
+  gf_request w[2] = {req(0, 1, 500), req(0, 1, 1000)};
+  gf_typical_set t;
+  assert_int_equal(gf_typical_build(w, NULL, 2, 100.0, true, &t), 0);
+  static const struct {
+    const char *policy;
+    int64_t bytes;
+    gf_cache_state state;
+    int64_t bonus;
+  } cases[] = {
+      {"gpufrac", 0, GF_CACHE_READY, 1000},          /* unknown size: full */
+      {"gpufrac", 32LL << 30, GF_CACHE_READY, 1000}, /* capped at 16 GiB */
+      {"gpufrac", 4LL << 30, GF_CACHE_READY, 250},
+      {"gpufrac", 4LL << 30, GF_CACHE_FETCHING, 125},
+      {"gpufrac", 0, GF_CACHE_FETCHING, 500},
+      {"gpufrac:cache=40", 8LL << 30, GF_CACHE_READY, 200},
+      {"gpufrac:cache=0", 0, GF_CACHE_READY, 0},
+  };
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    gf_cluster *c = gf_cluster_new();
+    node(c, "a", 64000, 1);
+    node(c, "b", 64000, 1);
+    int id = gf_cluster_weights_id(c, "m@sha256:1", cases[k].bytes, true);
+    assert_int_equal(id, 0);
+    assert_int_equal(gf_cluster_node_cache_set(c, 1, id, cases[k].state), 0);
+    gf_engine *e;
+    gf_engine_config cfg = {.policy = cases[k].policy, .typical = &t};
+    assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+    gf_request r = req(0, 1, 500);
+    int64_t sa, sb, plain;
+    gf_placement p;
+    assert_int_equal(gf_engine_score(e, &r, 1, &plain, &p), 0);
+    r.weights = (uint32_t)id + 1;
+    assert_int_equal(gf_engine_score(e, &r, 0, &sa, &p), 0);
+    assert_int_equal(gf_engine_score(e, &r, 1, &sb, &p), 0);
+    if (sb - sa != cases[k].bonus || sa != plain)
+      fail_msg("%s, %lld bytes, state %d: bonus %lld (a %lld, plain %lld), "
+               "want %lld",
+               cases[k].policy, (long long)cases[k].bytes, cases[k].state,
+               (long long)(sb - sa), (long long)sa, (long long)plain,
+               (long long)cases[k].bonus);
+    /* The cache changing under a cached score is seen at once. */
+    assert_int_equal(gf_cluster_node_cache_set(c, 1, id, GF_CACHE_NONE), 0);
+    assert_int_equal(gf_engine_score(e, &r, 1, &sb, &p), 0);
+    assert_int_equal(sb, sa);
+    gf_engine_free(e);
+    gf_cluster_free(c);
+  }
+  gf_typical_release(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dotprod),
@@ -782,6 +838,7 @@ int main(void) {
       cmocka_unit_test(test_gpufrac_adopt_bad_gpu),
       cmocka_unit_test(test_gpufrac_distinct_free),
       cmocka_unit_test(test_gpufrac_plan_grow),
+      cmocka_unit_test(test_gpufrac_cache_bonus),
       cmocka_unit_test(test_engine_per_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

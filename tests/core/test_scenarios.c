@@ -11,15 +11,18 @@
  *                                             one; 100% of shapes, CPU-only
  *                                             pods counted)
  *   node NAME cpu=C gpus=G [model=T4]          a node (memory 1 TiB)
+ *   cache NODE weights=REF [bytes=B] [state=ready|fetching]
+ *                                             NODE's weight cache holds REF
+ *                                             (state ready by default)
  *   run POLICY [seeds=A-B] [ties=order|uniform]
  *                                             a fresh cluster and engine per
  *                                             seed; the steps that follow
  *                                             belong to this run
  *   apply cpu=C gpus=G milli=M on=NODE/GPU[,GPU..]
  *                                             a placement made at a fixed spot
- *   place cpu=C gpus=G milli=M expect=NODE[/GPU,..]|nofit
+ *   place cpu=C gpus=G milli=M [weights=REF] expect=NODE[/GPU,..]|nofit
  *                                             the engine's choice, and what it
- *                                             must be
+ *                                             must be (the pod loads REF)
  *   used milli=U                              the cluster's GPU milli in use
  *                                             at this point of the run
  * A malformed line fails the test with the file and line.
@@ -184,7 +187,38 @@ static gf_cluster *build_cluster(const scenario *s) {
       fail_msg("%s:%d: node %s: %s", s->path, l->no, l->tok[1],
                gf_strerror(rc));
   }
+  for (int i = 0; i < s->nlines; i++) {
+    const line *l = &s->lines[i];
+    if (strcmp(l->tok[0], "cache") != 0)
+      continue;
+    const char *ref = field(l, 2, "weights");
+    const char *st = field(l, 2, "state");
+    if (l->ntok < 3 || !ref)
+      fail_msg("%s:%d: cache needs NODE weights=REF", s->path, l->no);
+    int node = gf_cluster_find_node(c, l->tok[1]);
+    if (node < 0)
+      fail_msg("%s:%d: no node '%s'", s->path, l->no, l->tok[1]);
+    if (st && strcmp(st, "ready") != 0 && strcmp(st, "fetching") != 0)
+      fail_msg("%s:%d: state='%s', want ready or fetching", s->path, l->no, st);
+    int id = gf_cluster_weights_id(c, ref, num(s, l, 2, "bytes", 0, 0), true);
+    if (id < 0 || gf_cluster_node_cache_set(c, (uint32_t)node, id,
+                                            st && strcmp(st, "fetching") == 0
+                                                ? GF_CACHE_FETCHING
+                                                : GF_CACHE_READY) != 0)
+      fail_msg("%s:%d: cache %s: not accepted", s->path, l->no, ref);
+  }
   return c;
+}
+
+/* The weights=REF of a request line, interned in c (0 when absent). */
+static uint32_t weights_of(const scenario *s, const line *l, gf_cluster *c) {
+  const char *ref = field(l, 1, "weights");
+  if (!ref)
+    return 0;
+  int id = gf_cluster_weights_id(c, ref, 0, true);
+  if (id < 0)
+    fail_msg("%s:%d: weights='%s' not accepted", s->path, l->no, ref);
+  return (uint32_t)id + 1;
 }
 
 /* The workload lines, expanded by count, as the typical set's input. */
@@ -237,6 +271,7 @@ static int replay(const scenario *s, int run_line, int from, int to,
     const char *verb = l->tok[0];
     if (strcmp(verb, "apply") == 0) {
       gf_request r = request(s, l);
+      r.weights = weights_of(s, l, c);
       const char *on = field(l, 1, "on");
       if (!on)
         fail_msg("%s:%d: apply needs on=NODE/GPU", s->path, l->no);
@@ -248,6 +283,7 @@ static int replay(const scenario *s, int run_line, int from, int to,
         fail_msg("%s:%d: apply on %s: %s", s->path, l->no, on, gf_strerror(rc));
     } else if (strcmp(verb, "place") == 0) {
       gf_request r = request(s, l);
+      r.weights = weights_of(s, l, c);
       const char *want = field(l, 1, "expect");
       if (!want)
         fail_msg("%s:%d: place needs expect=", s->path, l->no);
@@ -310,6 +346,7 @@ static int run_scenario(scenario *s) {
     int end = i + 1;
     while (end < s->nlines && strcmp(s->lines[end].tok[0], "run") != 0 &&
            strcmp(s->lines[end].tok[0], "node") != 0 &&
+           strcmp(s->lines[end].tok[0], "cache") != 0 &&
            strcmp(s->lines[end].tok[0], "workload") != 0)
       end++;
     uint64_t lo = 0, hi = 0;

@@ -51,6 +51,20 @@ static void check_inventory(const gf_inventory *inv) {
         !ended(x->model, GF_GPU_MODEL_MAX) || !x->model[0])
       abort();
   }
+  if (inv->nmodels > GF_INVENTORY_MAX_MODELS)
+    abort();
+  for (uint32_t i = 0; i < inv->nmodels; i++) {
+    const gf_inventory_model *m = &inv->models[i];
+    if (!ended(m->name, GF_MODEL_NAME_LEN) || !m->name[0] ||
+        strchr(m->name, '@') || !ended(m->digest, GF_MODEL_DIGEST_LEN) ||
+        strlen(m->digest) != GF_MODEL_DIGEST_LEN - 1 || m->bytes < 0 ||
+        (m->state != GF_MODEL_READY && m->state != GF_MODEL_FETCHING))
+      abort();
+    for (uint32_t k = 0; k < i; k++) /* unique */
+      if (!strcmp(inv->models[k].name, m->name) &&
+          !strcmp(inv->models[k].digest, m->digest))
+        abort();
+  }
 }
 
 static bool same_grant(const gf_grant *a, const gf_grant *b) {
@@ -78,6 +92,14 @@ static bool same_inventory(const gf_inventory *a, const gf_inventory *b) {
     if (x->index != y->index || strcmp(x->uuid, y->uuid) ||
         strcmp(x->model, y->model) || x->mem_bytes != y->mem_bytes ||
         x->sm_count != y->sm_count || x->mode != y->mode)
+      return false;
+  }
+  if (a->nmodels != b->nmodels)
+    return false;
+  for (uint32_t i = 0; i < a->nmodels; i++) {
+    const gf_inventory_model *x = &a->models[i], *y = &b->models[i];
+    if (strcmp(x->name, y->name) || strcmp(x->digest, y->digest) ||
+        x->bytes != y->bytes || x->state != y->state)
       return false;
   }
   return true;
