@@ -369,7 +369,8 @@ static int64_t score_node(gf_engine *e, shape *sh, uint32_t i,
     if (ce->version != n->version + 1) {
       ce->pick.ngpus = 0;
       ce->score = e->ops->score(e->state, e->c, i, r, &ce->pick);
-      ce->version = n->version + 1;
+      /* a score not computed (out of memory) is asked again next time */
+      ce->version = ce->score == GF__SCORE_NOMEM ? 0 : n->version + 1;
     }
     *pick = ce->pick;
     s = ce->score;

@@ -43,6 +43,11 @@ typedef struct gf__policy_env {
   const char *params; /* "key=value:..." after the policy name; "" if none */
 } gf__policy_env;
 
+/* What score() returns when it could not compute a score (out of memory):
+ * the least attractive score, still comparable; the engine does not keep
+ * it in its score cache, so the node is scored again next time. */
+#define GF__SCORE_NOMEM (INT64_MIN / 2)
+
 typedef struct gf__policy_ops {
   const char *name;
   const char *summary;
@@ -51,6 +56,7 @@ typedef struct gf__policy_ops {
   /* Optional; state may stay NULL.  Returns 0 or a GF_E* code. */
   int (*create)(const gf__policy_env *env, void **state, gf_diag *d);
   void (*destroy)(void *state);
+  /* GF__SCORE_NOMEM when out of memory (pick then empty). */
   int64_t (*score)(void *state, const gf_cluster *c, uint32_t node,
                    const gf_request *r, gf__pick *pick);
   /* Optional: a term added to score() that depends on what score() must

@@ -360,7 +360,7 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
   const gf_node *n = gf_cluster_node(c, node);
   const double before = value_now(s, c, node);
   if (isnan(before))
-    return INT64_MIN / 2; /* out of memory: least attractive, still valid */
+    return GF__SCORE_NOMEM;
   int32_t left[GF_MAX_GPUS_PER_NODE];
   gf_node_gpu_left(n, left);
   const int64_t cpu_after = n->cpu_milli - n->cpu_used - r->cpu_milli;

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "alloc.h"
 #include "helpers.h"
 
 #include "gpufrac/engine.h"
@@ -818,6 +819,49 @@ static void test_gpufrac_cache_bonus(void **st) {
   gf_typical_release(&t);
 }
 
+/* A score the policy could not compute (out of memory) is not kept in the
+ * engine's score cache: once memory is back the node scores as in an engine
+ * that never ran out.  (Found by the extender's fault walk: one refused
+ * allocation left a node unbindable until the node changed.) */
+static void test_score_nomem_not_cached(void **st) {
+  (void)st;
+  gf_typical_set t;
+  two_shapes(&t);
+  gf_request r = req(1000, 1, 300);
+  int hit = 0;
+  for (long n = 0; n < 64; n++) {
+    gf_cluster *c = gf_cluster_new();
+    node(c, "a", 96000, 2);
+    gf_engine *e;
+    gf_engine_config cfg = {.policy = "gpufrac", .seed = 1, .typical = &t};
+    assert_int_equal(gf_engine_new(c, &cfg, &e, NULL), 0);
+    node(c, "b", 96000, 2); /* after the engine: its state grows when asked */
+    gf_engine_nodes_added(e);
+    int64_t got = 0, want = 0;
+    gf_placement gp, wp;
+    gf__alloc_fail_once(n);
+    (void)gf_engine_score(e, &r, 1, &got, &gp);
+    long refused = gf__alloc_refused();
+    gf__alloc_fail_after(-1);
+    hit += refused > 0;
+    assert_int_equal(gf_engine_score(e, &r, 1, &got, &gp), 0);
+    gf_engine *fresh;
+    assert_int_equal(gf_engine_new(c, &cfg, &fresh, NULL), 0);
+    assert_int_equal(gf_engine_score(fresh, &r, 1, &want, &wp), 0);
+    if (got != want || gp.ngpus != wp.ngpus)
+      fail_msg("allocation %ld refused: node b scores %lld (%u GPUs) after, "
+               "%lld (%u GPUs) in a fresh engine",
+               n, (long long)got, gp.ngpus, (long long)want, wp.ngpus);
+    gf_engine_free(fresh);
+    gf_engine_free(e);
+    gf_cluster_free(c);
+    if (refused == 0)
+      break;
+  }
+  assert_true(hit > 0);
+  gf_typical_release(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dotprod),
@@ -840,6 +884,7 @@ int main(void) {
       cmocka_unit_test(test_gpufrac_plan_grow),
       cmocka_unit_test(test_gpufrac_cache_bonus),
       cmocka_unit_test(test_engine_per_node),
+      cmocka_unit_test(test_score_nomem_not_cached),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
