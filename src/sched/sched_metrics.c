@@ -145,6 +145,10 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
       "# HELP gpufrac_extender_model_rebuilds_total Model rebuilds.\n"
       "# TYPE gpufrac_extender_model_rebuilds_total counter\n"
       "gpufrac_extender_model_rebuilds_total %" PRIu64 "\n"
+      "# HELP gpufrac_extender_policy_builds_total Placement policy "
+      "builds (typical set and packing plan).\n"
+      "# TYPE gpufrac_extender_policy_builds_total counter\n"
+      "gpufrac_extender_policy_builds_total %" PRIu64 "\n"
       "# HELP gpufrac_extender_nodes Nodes in the model.\n"
       "# TYPE gpufrac_extender_nodes gauge\n"
       "gpufrac_extender_nodes %u\n"
@@ -155,7 +159,8 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
       "# TYPE gpufrac_extender_leader gauge\n"
       "gpufrac_extender_leader %d\n",
       m->binds_ok, m->binds_failed, m->filter_failed_nodes, m->replay_failed,
-      m->nodes_refused, m->rebuilds, s->nnodes, booked, s->leader ? 1 : 0);
+      m->nodes_refused, m->rebuilds, m->policy_builds, s->nnodes, booked,
+      s->leader ? 1 : 0);
   pthread_mutex_unlock(&s->mu);
   if (gf__buf_error(&t)) {
     gf__buf_release(&t);

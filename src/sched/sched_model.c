@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,7 @@ int gf__policy_refresh(gf_sched *s) {
     memset(&s->typ, 0, sizeof(s->typ));
     return rc;
   }
+  s->m.policy_builds++;
   /* The new engine's policy learns what is already placed. */
   for (uint32_t i = 0; i < s->npods; i++)
     if (s->pods[i].placed)
@@ -263,10 +265,16 @@ const char *gf__pod_key(const char *uid, const char *ns, const char *name,
 
 /* ---- the model, fed by a watch ---------------------------------------- */
 
-static bool same_node(const nrec *a, const gf__node *b) {
+/* The same node for the model, the cached weights aside. */
+static bool same_but_models(const nrec *a, const gf__node *b) {
   return a->cpu_milli == b->cpu_milli && a->mem_bytes == b->mem_bytes &&
          a->has_inv == b->has_inventory &&
-         memcmp(&a->inv, &b->inv, sizeof(a->inv)) == 0;
+         memcmp(&a->inv, &b->inv, offsetof(gf_inventory, nmodels)) == 0;
+}
+
+static bool same_models(const gf_inventory *a, const gf_inventory *b) {
+  return a->nmodels == b->nmodels &&
+         memcmp(a->models, b->models, a->nmodels * sizeof(a->models[0])) == 0;
 }
 
 /* Takes node record i out of nodes[] and, unless the model is to be
@@ -306,13 +314,23 @@ static void node_remove_locked(gf_sched *s, uint32_t i) {
 int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
   int64_t i = gf__smap_get(&s->nmap, pn->name);
   if (i >= 0) {
-    if (same_node(&s->nodes[i], pn) &&
-        strcmp(s->nodes[i].inv_error ? s->nodes[i].inv_error : "",
-               pn->inv_error) == 0) {
-      snprintf(s->nodes[i].rv, sizeof(s->nodes[i].rv), "%s", pn->rv);
+    nrec *o = &s->nodes[i];
+    if (same_but_models(o, pn) &&
+        strcmp(o->inv_error ? o->inv_error : "", pn->inv_error) == 0) {
+      snprintf(o->rv, sizeof(o->rv), "%s", pn->rv);
       /* only the filter reads these: no need to rebook its pods */
-      s->nodes[i].disrupted = pn->disrupted;
-      s->nodes[i].cordoned = pn->cordoned;
+      o->disrupted = pn->disrupted;
+      o->cordoned = pn->cordoned;
+      if (!same_models(&o->inv, &pn->inv)) {
+        /* the cached weights only: the cache term reads them uncached,
+         * so the node's cache set changes in place (no rebooking, no new
+         * policy: a fetch finishing is not a new node) */
+        o->inv.nmodels = pn->inv.nmodels;
+        memcpy(o->inv.models, pn->inv.models,
+               pn->inv.nmodels * sizeof(pn->inv.models[0]));
+        if (!s->dirty && s->c)
+          gf__node_cache_load(s->c, (uint32_t)i, &o->inv);
+      }
       return 0;
     }
     node_remove_locked(s, (uint32_t)i);

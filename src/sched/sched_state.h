@@ -114,6 +114,7 @@ typedef struct metrics {
   uint64_t binds_ok, binds_failed, filter_failed_nodes, replay_failed;
   uint64_t nodes_refused; /* Node objects in requests refused (--no-kube) */
   uint64_t rebuilds;
+  uint64_t policy_builds; /* engines made (typical set + packing plan) */
 } metrics;
 
 /* ---- the extender --------------------------------------------------------*/

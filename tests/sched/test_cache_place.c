@@ -201,6 +201,19 @@ static void prioritize(gf_sched *s, const char *ref, json_int_t out[3]) {
   json_decref(res);
 }
 
+/* gpufrac_extender_policy_builds_total from the extender's /metrics. */
+static uint64_t policy_builds(gf_sched *s) {
+  gf_sched_reply r;
+  gf_sched_handle(s, "GET", "/metrics", NULL, 0, &r);
+  const char *k = "\ngpufrac_extender_policy_builds_total ";
+  const char *p = r.body ? strstr(r.body, k) : NULL;
+  if (!p)
+    fail_msg("no gpufrac_extender_policy_builds_total in /metrics");
+  uint64_t v = strtoull(p + strlen(k), NULL, 10);
+  gf_sched_reply_release(&r);
+  return v;
+}
+
 /* Three alike one-T4 nodes; b holds llama ready, c is fetching it. The
  * pod naming llama scores b first, c next, a last; the same pod without
  * the annotation, with a malformed one, or naming weights no node holds,
@@ -240,7 +253,11 @@ static void test_prioritize_cache(void **state) {
                plain[i] ? plain[i] : "(none)", (long long)sc[0],
                (long long)sc[1], (long long)sc[2]);
   }
-  /* b's cache evicts llama: only c (fetching) keeps a bonus. */
+  /* b's cache evicts llama: only c (fetching) keeps a bonus.  A change of
+   * the models alone updates the node's cache set in place: the policy
+   * (its typical set and packing plan) is not built again for it. */
+  uint64_t builds = policy_builds(s);
+  assert_true(builds > 0);
   n = node_with("b", "[]");
   assert_int_equal(gf_sched_node_update(s, n, &d), 0);
   json_decref(n);
@@ -248,6 +265,16 @@ static void test_prioritize_cache(void **state) {
   if (!(sc[2] > sc[0] && sc[0] == sc[1]))
     fail_msg("after eviction: a %lld b %lld c %lld, want c > a = b",
              (long long)sc[0], (long long)sc[1], (long long)sc[2]);
+  /* c finishes fetching: ready now, still ahead of the others */
+  n = node_with("c", llama);
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+  json_int_t ready[3];
+  prioritize(s, "llama@sha256:" HEX64, ready);
+  if (!(ready[2] > ready[0] && ready[0] == ready[1]))
+    fail_msg("c ready: a %lld b %lld c %lld, want c > a = b",
+             (long long)ready[0], (long long)ready[1], (long long)ready[2]);
+  assert_int_equal(policy_builds(s), builds);
   gf_sched_free(s);
 }
 
