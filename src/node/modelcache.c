@@ -334,6 +334,8 @@ static int build_visit(const char *path, const struct stat *st, int type,
     return 1;
   }
   const char *rel = path + b->rootlen + 1;
+  if (strcmp(rel, GF_NODE_CACHE_MANIFEST) == 0)
+    return 0; /* the manifest itself, from an earlier build */
   const char *why = path_problem(rel, strlen(rel));
   if (!why && strchr(rel, '\t'))
     why = "a tab in the name";

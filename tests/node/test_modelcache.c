@@ -23,6 +23,7 @@
 
 #include "gpufrac/error.h"
 #include "modelcache.h"
+#include "modelcache_prefetch.h"
 #include "tmpdir.h"
 
 /* Paths here are under a short /tmp/gf_test.XXXXXX; one cut short would
@@ -552,6 +553,97 @@ static void test_metrics(void **state) {
   gf_node_cache_free(c);
 }
 
+/* ---- the prefetch ConfigMap ------------------------------------------- */
+
+static void test_prefetch(void **state) {
+  (void)state;
+  gf_node_prefetch p;
+  gf_node_prefetch_init(&p);
+  snprintf(p.model, sizeof(p.model), "Llama_3.8b@sha256:%s", HELLO);
+  snprintf(p.source, sizeof(p.source), "https://models.example/llama");
+  snprintf(p.selector, sizeof(p.selector), "pool=gpu,zone=a");
+  json_t *cm = gf_node_prefetch_configmap(&p, "ns1");
+  assert_non_null(cm);
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(cm, "metadata"), "name")),
+                      "gpufrac-prefetch-llama-3-8b-5891b5b522d5");
+  gf_node_prefetch q;
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), 0);
+  assert_string_equal(q.model, p.model);
+  json_t *labels =
+      json_pack("{s:s,s:s,s:s}", "pool", "gpu", "zone", "a", "other", "x");
+  json_t *wrong = json_pack("{s:s,s:s}", "pool", "gpu", "zone", "ab");
+  assert_true(gf_node_prefetch_wants(&q, "n1", labels));
+  assert_false(gf_node_prefetch_wants(&q, "n1", wrong));
+  assert_false(gf_node_prefetch_wants(&q, "n1", NULL));
+  json_decref(labels);
+  json_decref(wrong);
+  /* By names. */
+  json_t *data = json_object_get(cm, "data");
+  json_object_del(data, "nodeSelector");
+  json_object_set_new(data, "nodeNames", json_string("n10,n2"));
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), 0);
+  assert_true(gf_node_prefetch_wants(&q, "n2", NULL));
+  assert_true(gf_node_prefetch_wants(&q, "n10", NULL));
+  assert_false(gf_node_prefetch_wants(&q, "n1", NULL));
+  /* Hostile or incomplete declarations are refused, naming the field. */
+  static const struct {
+    const char *key, *value, *says;
+  } bad[] = {
+      {"model", "llama", "data.model"},
+      {"source", "ftp://x", "data.source"},
+      {"nodeSelector", "pool", "give exactly one"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    json_t *c2 = json_deep_copy(cm);
+    json_object_set_new(json_object_get(c2, "data"), bad[i].key,
+                        json_string(bad[i].value));
+    int rc = gf_node_prefetch_parse(c2, &q, &d);
+    if (rc != GF_ESYNTAX || !strstr(d.msg, bad[i].says))
+      fail_msg("case %zu: rc %d '%s'", i, rc, d.msg);
+    json_decref(c2);
+  }
+  json_object_del(data, "nodeNames");
+  json_object_set_new(data, "nodeSelector", json_string("a=b,=c"));
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), GF_ESYNTAX);
+  json_object_set_new(data, "nodeSelector", json_integer(3));
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), GF_ESYNTAX);
+  json_decref(cm);
+}
+
+static void test_prefetch_pick(void **state) {
+  (void)state;
+  char inv_has[300];
+  snprintf(inv_has, sizeof(inv_has),
+           "{\"version\":1,\"gpus\":[],\"models\":[{\"name\":\"m\","
+           "\"digest\":\"sha256:%s\",\"bytes\":1,\"state\":\"ready\"}]}",
+           HELLO);
+  const char *inv = "{\"version\":1,\"gpus\":[]}";
+  json_t *list = json_pack(
+      "{s:[{s:{s:s,s:{s:s}}},{s:{s:s,s:{s:s}}},{s:{s:s,s:{s:s}},s:{s:b}},"
+      "{s:{s:s}},{s:{s:s,s:{s:s}}}]}",
+      "items", "metadata", "name", "n-a", "annotations", "gpufrac.io/inventory",
+      inv, "metadata", "name", "n-b", "annotations", "gpufrac.io/inventory",
+      inv, "metadata", "name", "n-cordoned", "annotations",
+      "gpufrac.io/inventory", inv_has, "spec", "unschedulable", 1, "metadata",
+      "name", "n-nogpu", "metadata", "name", "n-has", "annotations",
+      "gpufrac.io/inventory", inv_has);
+  assert_non_null(list);
+  char names[200];
+  /* The node holding the model first; cordoned and GPU-less never. */
+  assert_int_equal(gf_node_prefetch_pick(list, HELLO, 1, names, sizeof(names)),
+                   1);
+  assert_string_equal(names, "n-has");
+  assert_int_equal(gf_node_prefetch_pick(list, HELLO, 10, names, sizeof(names)),
+                   3);
+  assert_non_null(strstr(names, "n-a"));
+  assert_non_null(strstr(names, "n-b"));
+  assert_null(strstr(names, "n-cordoned"));
+  assert_null(strstr(names, "n-nogpu"));
+  json_decref(list);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_manifest_digest, setup_tmp,
@@ -568,6 +660,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_single_flight, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_metrics, setup_tmp, teardown_tmp),
+      cmocka_unit_test(test_prefetch),
+      cmocka_unit_test(test_prefetch_pick),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
