@@ -81,8 +81,6 @@ static void common_opts(CURL *h, const gf__mc_opts *o) {
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, o->connect_timeout_s);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_timeout_s);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "gpufrac-node-cache");
   /* No error page ever lands in a file: a status >= 400 ends the
    * transfer (CURLE_HTTP_RETURNED_ERROR) before its body. */
@@ -145,6 +143,8 @@ int gf__mc_get_manifest(const char *source, const gf__mc_opts *o, char **out,
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mem_write);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
   curl_easy_setopt(h, CURLOPT_TIMEOUT, o->stall_timeout_s * 4);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_timeout_s);
   CURLcode cr = curl_easy_perform(h);
   long code = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
@@ -193,29 +193,14 @@ typedef struct xfer {
   uint64_t off, size; /* where this try starts; the manifest's size */
   uint64_t at;        /* bytes of the file on disk now */
   EVP_MD_CTX *ctx;
-  bool too_long, restarted, io_error;
-  CURL *h;
+  bool too_long, io_error, stalled;
+  curl_off_t last_dn; /* bytes received when last seen moving */
+  double last_t;
 } xfer;
 
 static size_t file_write(char *data, size_t sz, size_t nm, void *user) {
   xfer *x = user;
   size_t k = sz * nm;
-  if (x->off > 0 && !x->restarted && x->at == x->off) {
-    /* The first bytes of a resumed try: a server that ignored the Range
-     * sends the whole file (200); start it over. */
-    long code = 0;
-    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
-    if (code == 200) {
-      if (ftruncate(x->fd, 0) != 0 || lseek(x->fd, 0, SEEK_SET) != 0) {
-        x->io_error = true;
-        return 0;
-      }
-      EVP_DigestInit_ex(x->ctx, EVP_sha256(), NULL);
-      __atomic_sub_fetch(&x->j->got, x->at, __ATOMIC_RELAXED);
-      x->at = 0;
-      x->restarted = true;
-    }
-  }
   if (k > x->size - x->at) {
     x->too_long = true;
     return 0;
@@ -240,7 +225,6 @@ static size_t file_write(char *data, size_t sz, size_t nm, void *user) {
 static int file_progress(void *user, curl_off_t dt, curl_off_t dn,
                          curl_off_t ut, curl_off_t un) {
   (void)dt;
-  (void)dn;
   (void)ut;
   (void)un;
   xfer *x = user;
@@ -248,6 +232,15 @@ static int file_progress(void *user, curl_off_t dt, curl_off_t dn,
   if (__atomic_load_n(&j->abort, __ATOMIC_RELAXED))
     return 1;
   double t = now_s();
+  /* The stall timeout, measured here: libcurl's low-speed check averages
+   * over several seconds and so fires late. */
+  if (dn != x->last_dn) {
+    x->last_dn = dn;
+    x->last_t = t;
+  } else if (t - x->last_t >= (double)j->o->stall_timeout_s) {
+    x->stalled = true;
+    return 1;
+  }
   pthread_mutex_lock(&j->mu);
   bool log = t - j->last_log >= (double)j->o->progress_s;
   if (log)
@@ -381,7 +374,7 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
               .size = f->size,
               .at = have,
               .ctx = ctx,
-              .h = h};
+              .last_t = now_s()};
     char err[CURL_ERROR_SIZE] = "";
     CURLcode cr = CURLE_OK;
     long code = 0;
@@ -403,7 +396,9 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     __atomic_sub_fetch(&j->got, at, __ATOMIC_RELAXED);
     bool is_file = strncmp(url, "file:", 5) == 0;
     bool http_err = cr == CURLE_HTTP_RETURNED_ERROR;
-    if (__atomic_load_n(&j->abort, __ATOMIC_RELAXED)) {
+    if (x.stalled)
+      snprintf(err, sizeof(err), "no byte for %ld s", j->o->stall_timeout_s);
+    if (!x.stalled && __atomic_load_n(&j->abort, __ATOMIC_RELAXED)) {
       close(fd);
       rc = gf_diag_set(d, GF_EIO, "%s: stopped (another file failed)", url);
       goto out;
@@ -468,8 +463,12 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
               cr != CURLE_UNSUPPORTED_PROTOCOL && cr != CURLE_URL_MALFORMAT;
     else
       retry = !is_file;
-    if (http_err && code == 416)
-      unlink(part); /* our part does not fit this source: start over */
+    if ((http_err && code == 416) || cr == CURLE_RANGE_ERROR) {
+      /* Our part does not fit this source (416), or the source cannot
+       * resume (answered a Range with the whole file): start over. */
+      unlink(part);
+      retry = true;
+    }
     if (!retry || attempt >= j->o->retries) {
       if (http_err)
         rc = gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld (after %u tries)",
