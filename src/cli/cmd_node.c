@@ -29,6 +29,7 @@
 #include "gpufrac/node_health.h"
 #include "gpufrac/node_mps.h"
 #include "gpufrac/quantity.h"
+#include "modelcache_agent.h"
 
 static void usage(FILE *fp) {
   fprintf(
@@ -632,6 +633,12 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
   if ((!host || !*host) && gethostname(hn, sizeof(hn) - 1) == 0)
     host = hn;
   gf_node_server_set_hostname(srv, host);
+  /* The weight cache (docs/modelcache.md): on when model_cache_dir is set. */
+  gf_node_cache_agent *mc = NULL;
+  gf_node_cache_agent_opts mco = {cfg,        host,      api->cfg, api->pods,
+                                  api->alloc, api->link, srv};
+  if (gf_node_cache_agent_start(&mc, &mco, &d))
+    fprintf(stderr, "gpufrac node: %s (running without it)\n", d.msg);
   fprintf(stderr, "gpufrac node: %u GPUs; metrics on port %u\n", g->ngpus,
           (unsigned)gf_node_server_port(srv));
   struct sigaction sa;
@@ -673,12 +680,15 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
         dra_publish(&dra, g);
     }
     health_telemetry(&hl, g, srv); /* last: over what was just discovered */
+    gf_node_cache_agent_tick(mc);
   }
+  gf_node_cache_agent_stop(mc); /* before the allocator and link go */
   health_stop(&hl);
   mps_stop_all(&mps);
   gf_node_server_stop(srv);
   dra_stop(&dra);
   api_stop(api);
+  gf_node_cache_agent_free(mc);
   free(api);
   return 0;
 }

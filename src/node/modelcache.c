@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -459,9 +460,18 @@ typedef struct entry {
   char name[GF_NODE_CACHE_NAME_MAX];
   uint64_t bytes;
   uint64_t used;
-  int64_t last_unpin; /* unix seconds; 0 never */
-  flight *fl;         /* non-NULL while fetching */
+  int64_t last_unpin;    /* unix seconds; 0 never */
+  flight *fl;            /* non-NULL while fetching */
+  bool warm;             /* kept in the page cache (keep-warm) */
+  struct lock_map *maps; /* mlock'ed mappings of its files */
+  size_t nmaps;
+  uint64_t locked; /* bytes in maps */
 } entry;
+
+typedef struct lock_map {
+  void *p;
+  size_t n;
+} lock_map;
 
 typedef struct pin {
   char hex[GF_NODE_CACHE_HEX];
@@ -481,7 +491,13 @@ struct gf_node_cache {
   uint64_t seq;
   uint64_t bytes_fetched; /* atomic */
   uint64_t fetch_ok, fetch_failed, fetch_hit, evictions;
+  uint64_t locked; /* mlock'ed bytes, all models */
+  int cancel;      /* atomic: fetches stop */
 };
+
+void gf_node_cache_cancel(gf_node_cache *c) {
+  __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED);
+}
 
 static void default_log(void *user, const char *line) {
   (void)user;
@@ -527,7 +543,20 @@ static entry *add_entry(gf_node_cache *c, const char *hex) {
   return e;
 }
 
+static void unlock_maps(gf_node_cache *c, entry *e) {
+  for (size_t i = 0; i < e->nmaps; i++) {
+    munlock(e->maps[i].p, e->maps[i].n);
+    munmap(e->maps[i].p, e->maps[i].n);
+  }
+  gf__free(e->maps);
+  c->locked -= e->locked;
+  e->maps = NULL;
+  e->nmaps = 0;
+  e->locked = 0;
+}
+
 static void drop_entry(gf_node_cache *c, entry *e) {
+  unlock_maps(c, e);
   size_t i = (size_t)(e - c->e);
   c->e[i] = c->e[--c->n];
 }
@@ -897,6 +926,8 @@ fail:
 void gf_node_cache_free(gf_node_cache *c) {
   if (!c)
     return;
+  for (size_t i = 0; i < c->n; i++)
+    unlock_maps(c, &c->e[i]);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   gf__free(c->e);
@@ -943,6 +974,8 @@ static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
   if (model_dir(c, "tmp", hex, tmp, sizeof(tmp)) ||
       model_dir(c, "sha256", hex, dst, sizeof(dst)))
     return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
+  if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED))
+    return gf_diag_set(d, GF_ESTATE, "the cache is stopping");
   rc = gf__mc_get_manifest(source, &c->o, &text, &len, d);
   if (rc)
     goto out;
@@ -982,7 +1015,8 @@ static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
              name, hex, m.n, m.bytes, source);
-  rc = gf__mc_fetch_files(source, name, tmp, &m, &c->o, &c->bytes_fetched, d);
+  rc = gf__mc_fetch_files(source, name, tmp, &m, &c->o, &c->bytes_fetched,
+                          &c->cancel, d);
   if (rc)
     goto out;
   /* Publish: make read-only, fsync the tree's directories, rename. */
@@ -1272,6 +1306,7 @@ void gf_node_cache_stats_get(gf_node_cache *c, gf_node_cache_stats *s) {
   s->fetch_failed = c->fetch_failed;
   s->fetch_hit = c->fetch_hit;
   s->evictions = c->evictions;
+  s->locked = c->locked;
   pthread_mutex_unlock(&c->mu);
   s->bytes_fetched = __atomic_load_n(&c->bytes_fetched, __ATOMIC_RELAXED);
 }
@@ -1345,5 +1380,128 @@ int gf_node_cache_models_json(gf_node_cache *c, char **out) {
   if (!t)
     return GF_ENOMEM;
   *out = t;
+  return 0;
+}
+
+/* ---- pins of pods that are gone; keep-warm ----------------------------- */
+
+int gf_node_cache_prune(gf_node_cache *c,
+                        bool (*alive)(void *user, const char *holder),
+                        void *user) {
+  int k = 0;
+  for (;;) {
+    char holder[GF_NODE_CACHE_NAME_MAX] = "";
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->np && !holder[0]; i++)
+      if (!alive(user, c->p[i].holder))
+        gf__node_copy(holder, sizeof(holder), c->p[i].holder);
+    pthread_mutex_unlock(&c->mu);
+    if (!holder[0])
+      return k;
+    k += gf_node_cache_unpin(c, NULL, holder);
+  }
+}
+
+/* posix_fadvise(advice) on every file of model dir; with lock, also maps
+ * and mlocks them while *budget allows, appending to *maps. */
+static void advise_model(const char *dir, int advice, bool lock,
+                         uint64_t *budget, lock_map **maps, size_t *nmaps,
+                         uint64_t *locked) {
+  gf_node_cache_manifest m;
+  if (read_manifest(dir, &m, NULL))
+    return;
+  for (size_t i = 0; i < m.n; i++) {
+    char fp[8192];
+    snprintf(fp, sizeof(fp), "%s/files/%s", dir, m.files[i].path);
+    int fd = open(fp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+      continue;
+    posix_fadvise(fd, 0, 0, advice);
+    size_t n = (size_t)m.files[i].size;
+    if (lock && n > 0 && n <= *budget) {
+      void *p = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+      lock_map *nm = p != MAP_FAILED
+                         ? gf__realloc(*maps, (*nmaps + 1) * sizeof(**maps))
+                         : NULL;
+      if (nm && mlock(p, n) == 0) {
+        *maps = nm;
+        nm[(*nmaps)++] = (lock_map){p, n};
+        *budget -= n;
+        *locked += n;
+      } else {
+        if (nm)
+          *maps = nm;
+        if (p != MAP_FAILED)
+          munmap(p, n);
+      }
+    }
+    close(fd);
+  }
+  gf_node_cache_manifest_release(&m);
+}
+
+int gf_node_cache_keep_warm(gf_node_cache *c, long keep_s,
+                            uint64_t mlock_budget, int64_t now) {
+  int changed = 0;
+  for (;;) {
+    /* One model at a time, the I/O without the lock. */
+    char hex[GF_NODE_CACHE_HEX] = "";
+    bool warm_it = false;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->n && !hex[0]; i++) {
+      entry *e = &c->e[i];
+      if (e->fl)
+        continue;
+      bool within = keep_s > 0 && e->last_unpin > 0 &&
+                    pins_of(c, e->hex) == 0 && now - e->last_unpin < keep_s;
+      if (within && !e->warm) {
+        gf__node_copy(hex, sizeof(hex), e->hex);
+        warm_it = true;
+        e->warm = true;
+      } else if (!within && e->warm) {
+        e->warm = false;
+        unlock_maps(c, e);
+        changed++;
+      }
+    }
+    uint64_t budget = mlock_budget > c->locked ? mlock_budget - c->locked : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (!hex[0])
+      return changed;
+    char dir[4096];
+    lock_map *maps = NULL;
+    size_t nmaps = 0;
+    uint64_t locked = 0;
+    if (warm_it && model_dir(c, "sha256", hex, dir, sizeof(dir)) == 0)
+      advise_model(dir, POSIX_FADV_WILLNEED, budget > 0, &budget, &maps, &nmaps,
+                   &locked);
+    pthread_mutex_lock(&c->mu);
+    entry *e = find(c, hex);
+    if (e && e->warm && !e->maps) {
+      e->maps = maps;
+      e->nmaps = nmaps;
+      e->locked = locked;
+      c->locked += locked;
+      maps = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; maps && i < nmaps; i++) {
+      munlock(maps[i].p, maps[i].n);
+      munmap(maps[i].p, maps[i].n);
+    }
+    gf__free(maps);
+    changed++;
+  }
+}
+
+int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex) {
+  char dir[4096];
+  if (model_dir(c, "sha256", hex, dir, sizeof(dir)))
+    return GF_ELIMIT;
+  struct stat st;
+  if (stat(dir, &st) != 0)
+    return GF_ENOTFOUND;
+  uint64_t none = 0;
+  advise_model(dir, POSIX_FADV_DONTNEED, false, &none, NULL, NULL, NULL);
   return 0;
 }

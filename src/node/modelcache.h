@@ -102,6 +102,10 @@ typedef struct gf_node_cache_opts {
  * GF_EIO naming the path, GF_ENOMEM. */
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
                        gf_diag *d);
+/* Makes every fetch under way, and every later one, stop soon with
+ * GF_ESTATE (the agent is stopping); their partial files stay for the next
+ * run to resume. */
+void gf_node_cache_cancel(gf_node_cache *c);
 /* Frees c; waits for no fetch (call it when none runs). NULL ok. */
 void gf_node_cache_free(gf_node_cache *c);
 
@@ -167,12 +171,33 @@ typedef struct gf_node_cache_stats {
   uint64_t fetching;
   uint64_t bytes_fetched;
   uint64_t fetch_ok, fetch_failed, fetch_hit, evictions;
+  uint64_t locked; /* bytes mlock'ed by keep-warm */
 } gf_node_cache_stats;
 void gf_node_cache_stats_get(gf_node_cache *c, gf_node_cache_stats *s);
 
 /* Prometheus text (gpufrac_model_cache_*) of the stats, malloc'd in *out.
  * GF_ENOMEM. */
 int gf_node_cache_metrics_text(gf_node_cache *c, char **out, size_t *len);
+
+/* Drops the pins of every holder for which alive() is false (pods that
+ * are gone); returns how many were dropped.  alive runs with the cache's
+ * lock held: it must not call into the cache. */
+int gf_node_cache_prune(gf_node_cache *c,
+                        bool (*alive)(void *user, const char *holder),
+                        void *user);
+
+/* Keep-warm, called now and then (now: unix seconds): a ready model whose
+ * last pin went less than keep_s ago has its files advised into the page
+ * cache (posix_fadvise WILLNEED) once, and mapped and mlock'ed while the
+ * cache's locked bytes stay within mlock_budget; once keep_s has passed
+ * (or it is pinned again) they are unlocked.  Returns how many models
+ * changed. */
+int gf_node_cache_keep_warm(gf_node_cache *c, long keep_s,
+                            uint64_t mlock_budget, int64_t now);
+
+/* posix_fadvise DONTNEED on model hex's files (the benchmark's cold page
+ * cache; no root needed).  GF_ENOTFOUND. */
+int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex);
 
 /* The inventory annotation's "models" value: a JSON array text of at most
  * 64 entries, most recently used first (malloc'd). GF_ENOMEM. */

@@ -177,6 +177,7 @@ typedef struct job {
   const gf_node_cache_manifest *m;
   const gf__mc_opts *o;
   uint64_t *fetched;
+  const int *cancel;
   pthread_mutex_t mu;
   size_t next; /* the queue: files[next..] not yet taken */
   int rc;      /* the first failure */
@@ -229,7 +230,8 @@ static int file_progress(void *user, curl_off_t dt, curl_off_t dn,
   (void)un;
   xfer *x = user;
   job *j = x->j;
-  if (__atomic_load_n(&j->abort, __ATOMIC_RELAXED))
+  if (__atomic_load_n(&j->abort, __ATOMIC_RELAXED) ||
+      __atomic_load_n(j->cancel, __ATOMIC_RELAXED))
     return 1;
   double t = now_s();
   /* The stall timeout, measured here: libcurl's low-speed check averages
@@ -398,6 +400,12 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     bool http_err = cr == CURLE_HTTP_RETURNED_ERROR;
     if (x.stalled)
       snprintf(err, sizeof(err), "no byte for %ld s", j->o->stall_timeout_s);
+    if (!x.stalled && __atomic_load_n(j->cancel, __ATOMIC_RELAXED)) {
+      close(fd);
+      rc =
+          gf_diag_set(d, GF_ESTATE, "%s: stopped (the agent is stopping)", url);
+      goto out;
+    }
     if (!x.stalled && __atomic_load_n(&j->abort, __ATOMIC_RELAXED)) {
       close(fd);
       rc = gf_diag_set(d, GF_EIO, "%s: stopped (another file failed)", url);
@@ -533,7 +541,7 @@ static void *worker(void *arg) {
 
 int gf__mc_fetch_files(const char *source, const char *name, const char *dir,
                        const gf_node_cache_manifest *m, const gf__mc_opts *o,
-                       uint64_t *fetched, gf_diag *d) {
+                       uint64_t *fetched, const int *cancel, gf_diag *d) {
   pthread_once(&g_curl_once, curl_init_once);
   if (g_curl_rc != CURLE_OK)
     return gf_diag_set(d, GF_EHTTP, "libcurl: %s",
@@ -543,7 +551,8 @@ int gf__mc_fetch_files(const char *source, const char *name, const char *dir,
            .dir = dir,
            .m = m,
            .o = o,
-           .fetched = fetched};
+           .fetched = fetched,
+           .cancel = cancel};
   pthread_mutex_init(&j.mu, NULL);
   j.start = j.last_log = now_s();
   unsigned nt = o->parallel;

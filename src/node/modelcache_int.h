@@ -30,11 +30,12 @@ int gf__mc_get_manifest(const char *source, const gf__mc_opts *o, char **out,
 /* Fetches every file of m from source into <dir>/files/<path>, several at
  * once, resuming <path>.part files left by an earlier try, verifying each
  * file's size and sha256 before renaming it into place (made 0444).  Adds
- * the bytes received to *fetched (atomically).  GF_EHTTP, GF_EIO,
+ * the bytes received to *fetched (atomically); stops when *cancel (read
+ * atomically) becomes non-zero.  GF_EHTTP, GF_EIO,
  * GF_ENOMEM; files that failed their digest are deleted. */
 int gf__mc_fetch_files(const char *source, const char *name, const char *dir,
                        const gf_node_cache_manifest *m, const gf__mc_opts *o,
-                       uint64_t *fetched, gf_diag *d);
+                       uint64_t *fetched, const int *cancel, gf_diag *d);
 
 /* sha256 of the file at path (O_NOFOLLOW) into hex, its size into *size.
  * GF_EIO naming it. */

@@ -89,4 +89,39 @@ int gf__node_mig_cap_minor(const char *proc, const gf_node_gpu *g,
                            const gf_node_mig *m, int level, unsigned *minor,
                            gf_diag *d);
 
+/* ---- the weight cache's hooks (modelcache_agent.c wires them) ---------- */
+
+struct gf_node_cache;
+struct gf_node_allocator;
+struct gf_node_kube;
+
+/* Where a pod's model is mounted: GF_NODE_MODEL_MOUNT/<name>, read-only,
+ * also in the container's GPUFRAC_MODEL_DIR. */
+#define GF_NODE_MODEL_MOUNT "/gpufrac/models"
+
+/* Gives the allocator the weight cache (NULL: none): an Allocate for a pod
+ * with gpufrac.io/model makes the model ready, pins it for the pod and
+ * mounts it.  Thread-safe. */
+void gf__node_allocator_set_cache(struct gf_node_allocator *a,
+                                  struct gf_node_cache *c);
+
+/* Gives the inventory publisher the weight cache: the inventory gains
+ * "models" (docs/modelcache.md).  Call before the first publish. */
+void gf__node_kube_set_cache(struct gf_node_kube *k, struct gf_node_cache *c);
+
+/* Gives the metrics server the weight cache: /metrics gains the
+ * gpufrac_model_cache_* series.  Thread-safe. */
+struct gf_node_server;
+void gf__node_server_set_cache(struct gf_node_server *s,
+                               struct gf_node_cache *c);
+
+/* The node config's model_* keys (docs/modelcache.md) into c.
+ * GF_ESYNTAX / GF_ERANGE naming where. */
+int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
+                             const char *where, gf_diag *d);
+
+/* text (the inventory JSON, malloc'd) with "models" set to the JSON array
+ * text models; replaces *text.  GF_ESYNTAX / GF_ENOMEM. */
+int gf__node_inventory_add_models(char **text, const char *models);
+
 #endif

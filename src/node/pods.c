@@ -36,6 +36,8 @@ typedef struct pod {
   uint32_t nctrs;
   pod_ctr ctrs[GF_NODE_POD_CTRS];
   gf_grant grant;
+  char model[GF_NODE_MODEL_REF_MAX]; /* the weight cache's annotations */
+  char model_source[GF_NODE_MODEL_SOURCE_MAX];
 } pod;
 
 /* A container answered by an earlier run, waiting for its pod. */
@@ -258,8 +260,14 @@ static int read_pod(pod *x, const json_t *obj, const char *node) {
   const json_t *status = json_object_get(obj, "status");
   mark_started(x, json_object_get(status, "initContainerStatuses"));
   mark_started(x, json_object_get(status, "containerStatuses"));
-  const char *g =
-      str_at(json_object_get(meta, "annotations"), GF_GRANT_ANNOTATION);
+  const json_t *ann = json_object_get(meta, "annotations");
+  const char *model = str_at(ann, GF_NODE_MODEL_ANNOTATION);
+  const char *msrc = str_at(ann, GF_NODE_MODEL_SOURCE_ANNOTATION);
+  /* Checked at Allocate, which says what is wrong; too long is cut to a
+   * value that fails that check. */
+  gf__node_copy(x->model, sizeof(x->model), model ? model : "");
+  gf__node_copy(x->model_source, sizeof(x->model_source), msrc ? msrc : "");
+  const char *g = str_at(ann, GF_GRANT_ANNOTATION);
   x->has_grant = g != NULL;
   if (!g) {
     snprintf(x->error, sizeof(x->error), "no %s annotation",
@@ -471,6 +479,9 @@ static bool pick(gf_node_pods *p, uint32_t n, bool take, gf_node_match *out) {
   gf__node_copy(out->uid, sizeof(out->uid), best->uid);
   gf__node_copy(out->ns, sizeof(out->ns), best->ns);
   gf__node_copy(out->name, sizeof(out->name), best->name);
+  gf__node_copy(out->model, sizeof(out->model), best->model);
+  gf__node_copy(out->model_source, sizeof(out->model_source),
+                best->model_source);
   for (uint32_t j = 0; j < best->grant.ncontainers; j++)
     if (strcmp(best->grant.containers[j].name, c->name) == 0)
       out->grant = best->grant.containers[j];

@@ -553,6 +553,45 @@ static void test_metrics(void **state) {
   gf_node_cache_free(c);
 }
 
+/* Keep-warm: after the last pin goes, the files are advised in and, within
+ * the budget, mlock'ed; after keep_s they are let go; a pinned model is not
+ * "kept" (it is in use). */
+static void test_keep_warm(void **state) {
+  (void)state;
+  char ha[GF_NODE_CACHE_HEX], ua[400];
+  make_source("a", 2, 8192, ha, ua, sizeof(ua));
+  gf_node_cache *c = open_cache(0);
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  int64_t now = (int64_t)time(NULL);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now), 0);
+  assert_int_equal(gf_node_cache_pin(c, ha, "pod"), 0);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now), 0);
+  assert_int_equal(gf_node_cache_unpin(c, ha, "pod"), 1);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now), 1);
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.locked, 2 * 8192);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now + 1), 0);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now + 61), 1);
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.locked, 0);
+  /* A budget smaller than a file locks nothing, still advises. */
+  assert_int_equal(gf_node_cache_pin(c, ha, "pod"), 0);
+  assert_int_equal(gf_node_cache_unpin(c, ha, "pod"), 1);
+  now = (int64_t)time(NULL);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 100, now), 1);
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.locked, 0);
+  assert_int_equal(gf_node_cache_drop_page_cache(c, ha), 0);
+  /* Cancelled: the next fetch stops at once, nothing published. */
+  char hb[GF_NODE_CACHE_HEX], ub[400];
+  make_source("b", 1, 100, hb, ub, sizeof(ub));
+  gf_node_cache_cancel(c);
+  assert_int_equal(gf_node_cache_fetch(c, "b", hb, ub, &d), GF_ESTATE);
+  gf_node_cache_free(c);
+}
+
 /* ---- the prefetch ConfigMap ------------------------------------------- */
 
 static void test_prefetch(void **state) {
@@ -660,6 +699,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_single_flight, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_metrics, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_keep_warm, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_prefetch),
       cmocka_unit_test(test_prefetch_pick),
   };
