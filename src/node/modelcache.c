@@ -774,7 +774,7 @@ static int scan_models(gf_node_cache *c, gf_diag *d) {
     char sub[4096];
     if (!gf__node_join(sub, sizeof(sub), dir, de->d_name))
       continue;
-    gf_node_cache_manifest m;
+    gf_node_cache_manifest m = {0};
     gf_diag md = {{0}};
     bool ok = is_hex64(de->d_name, strlen(de->d_name)) &&
               read_manifest(sub, &m, &md) == 0;
@@ -807,8 +807,7 @@ static int scan_models(gf_node_cache *c, gf_diag *d) {
                  md.msg[0] ? md.msg : "not a model directory");
       gf__mc_rmtree(sub);
     }
-    if (ok)
-      gf_node_cache_manifest_release(&m);
+    gf_node_cache_manifest_release(&m); /* also when a check failed */
   }
   closedir(dp);
   for (size_t i = 0; i < c->n;) {
