@@ -69,7 +69,7 @@ typedef struct gf_node_match {
   char ns[GF_NAME_MAX];
   char name[GF_NAME_MAX];
   gf_grant_container grant; /* the container's grant (its name inside) */
-  char model[GF_NODE_MODEL_REF_MAX];   /* gpufrac.io/model; "" none */
+  char model[GF_NODE_MODEL_REF_MAX];           /* gpufrac.io/model; "" none */
   char model_source[GF_NODE_MODEL_SOURCE_MAX]; /* its source; "" none */
 } gf_node_match;
 
