@@ -635,8 +635,10 @@ static int serve(const opts *o, gf_node_gpus *g, const gf_node_config *cfg) {
   gf_node_server_set_hostname(srv, host);
   /* The weight cache (docs/modelcache.md): on when model_cache_dir is set. */
   gf_node_cache_agent *mc = NULL;
-  gf_node_cache_agent_opts mco = {cfg,        host,      api->cfg, api->pods,
-                                  api->alloc, api->link, srv};
+  gf_node_cache_agent_opts mco = {
+      cfg,       host,       o->dra ? dra.cfg : api->cfg,
+      api->pods, api->alloc, api->link,
+      srv,       dra.state};
   if (gf_node_cache_agent_start(&mc, &mco, &d))
     fprintf(stderr, "gpufrac node: %s (running without it)\n", d.msg);
   fprintf(stderr, "gpufrac node: %u GPUs; metrics on port %u\n", g->ngpus,

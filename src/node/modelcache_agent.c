@@ -73,6 +73,7 @@ struct gf_node_cache_agent {
   gf_node_allocator *alloc;
   gf_node_kube *link;
   gf_node_server *metrics;
+  struct gf_node_dra_state *dra;
   gf_kube_config *kube;
   gf_kube *client; /* GETs this node's labels */
   gf_kube_informer *inf;
@@ -202,6 +203,9 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
   a->alloc = o->alloc;
   a->link = o->link;
   a->metrics = o->metrics;
+  a->dra = o->dra;
+  if (a->dra)
+    gf__node_dra_state_set_cache(a->dra, a->cache);
   if (a->alloc)
     gf__node_allocator_set_cache(a->alloc, a->cache);
   if (a->link)
@@ -293,6 +297,8 @@ void gf_node_cache_agent_stop(gf_node_cache_agent *a) {
     gf__node_kube_set_cache(a->link, NULL);
   if (a->metrics)
     gf__node_server_set_cache(a->metrics, NULL);
+  if (a->dra)
+    gf__node_dra_state_set_cache(a->dra, NULL);
 }
 
 void gf_node_cache_agent_free(gf_node_cache_agent *a) {

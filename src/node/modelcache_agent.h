@@ -15,17 +15,19 @@
 #include "modelcache.h"
 
 struct gf_kube_config;
+struct gf_node_dra_state;
 
 typedef struct gf_node_cache_agent gf_node_cache_agent;
 
 typedef struct gf_node_cache_agent_opts {
-  const gf_node_config *cfg;   /* model_* keys (required) */
-  const char *node;            /* this node's name; NULL: no prefetch */
-  struct gf_kube_config *kube; /* NULL: no prefetch (borrowed) */
-  gf_node_pods *pods;          /* pins of pods it does not know are dropped */
-  gf_node_allocator *alloc;    /* may be NULL */
-  gf_node_kube *link;          /* may be NULL */
-  gf_node_server *metrics;     /* may be NULL */
+  const gf_node_config *cfg;     /* model_* keys (required) */
+  const char *node;              /* this node's name; NULL: no prefetch */
+  struct gf_kube_config *kube;   /* NULL: no prefetch (borrowed) */
+  gf_node_pods *pods;            /* pins of pods it does not know are dropped */
+  gf_node_allocator *alloc;      /* may be NULL */
+  gf_node_kube *link;            /* may be NULL */
+  gf_node_server *metrics;       /* may be NULL */
+  struct gf_node_dra_state *dra; /* --mode dra: claims mount models; NULL ok */
 } gf_node_cache_agent_opts;
 
 /* Starts the cache when cfg->model_cache_dir is set (0 with *out NULL when

@@ -115,6 +115,24 @@ struct gf_node_server;
 void gf__node_server_set_cache(struct gf_node_server *s,
                                struct gf_node_cache *c);
 
+/* Gives the DRA state the weight cache: a claim whose reserving pod has
+ * gpufrac.io/model gets the model mounted (CDI mounts), pinned for the
+ * claim until it is unprepared.  Thread-safe. */
+struct gf_node_dra_state;
+struct gf_node_dra_claim;
+struct gf_node_dra_prepared;
+void gf__node_dra_state_set_cache(struct gf_node_dra_state *s,
+                                  struct gf_node_cache *c);
+/* gf_node_dra_prepare with the reserving pod's model (model NULL or "":
+ * none): made ready (fetched from source when missing), pinned for the
+ * claim (holder: its uid) and added to the claim's CDI spec as a
+ * read-only bind mount at GF_NODE_MODEL_MOUNT/<name>.  Errors as
+ * gf_node_dra_prepare, and the cache's (GF_ESTATE: no cache). */
+int gf__node_dra_prepare_model(struct gf_node_dra_state *s,
+                               const struct gf_node_dra_claim *c,
+                               const char *model, const char *source,
+                               struct gf_node_dra_prepared *out, gf_diag *d);
+
 /* The node config's model_* keys (docs/modelcache.md) into c.
  * GF_ESYNTAX / GF_ERANGE naming where. */
 int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
