@@ -185,8 +185,8 @@ struct gf_node_dra_state {
   gf_node_dra_device devs[GF_NODE_DRA_MAX_DEVICES];
   size_t ndevs;
   size_t n, cap;
-  gf_node_dra_prepared *prep;   /* the prepared claims, in preparation order */
-  gf_node_cache *cache; /* the weight cache (atomic); NULL: none */
+  gf_node_dra_prepared *prep; /* the prepared claims, in preparation order */
+  gf_node_cache *cache;       /* the weight cache (atomic); NULL: none */
 };
 
 void gf__node_dra_state_set_cache(gf_node_dra_state *s, gf_node_cache *c) {
