@@ -1071,7 +1071,14 @@ int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
     pthread_mutex_unlock(&c->mu);
     return rc;
   }
-  if (!source || !gf__mc_source_ok(source)) {
+  if (!source || !*source) {
+    pthread_mutex_unlock(&c->mu);
+    return gf_diag_set(d, GF_EINVAL,
+                       "model %s (sha256:%.12s) is not cached here and no "
+                       "source was given (gpufrac.io/model-source)",
+                       name, hex);
+  }
+  if (!gf__mc_source_ok(source)) {
     pthread_mutex_unlock(&c->mu);
     return gf_diag_set(d, GF_EINVAL,
                        "model %s: source '%s' is not an "

@@ -339,6 +339,7 @@ static void test_lies(void **state) {
   /* A source that is not a URL we fetch. */
   expect_failed(c, hex, "ftp://x/y", GF_EINVAL, "not an http://");
   expect_failed(c, hex, "/plain/path", GF_EINVAL, "not an http://");
+  expect_failed(c, hex, NULL, GF_EINVAL, "no source was given");
 
   /* A hostile manifest at the source: nothing outside the cache written. */
   char dir[500];
