@@ -205,6 +205,16 @@ typedef struct gf_node_config {
   /* Where the driver's MIG capability files are read
    * (<proc_dir>/driver/nvidia/capabilities); /proc. */
   char proc_dir[GF_NODE_PATH_MAX];
+  /* The weight cache (docs/modelcache.md; keys model_*, read by
+   * src/node/modelcache_agent.c): its directory ("" = no cache), byte
+   * budget (0 = none), how long a model whose last pod left stays in the
+   * page cache (s; 0 = not kept), how many of those bytes are also
+   * mlock'ed, and the prefetch ConfigMaps' namespace ("" = $POD_NAMESPACE,
+   * else gpufrac-system). */
+  char model_cache_dir[GF_NODE_PATH_MAX];
+  uint64_t model_cache_budget, model_mlock_budget;
+  int64_t model_keep_warm_s;
+  char model_prefetch_ns[GF_NAME_MAX];
 } gf_node_config;
 
 /* Fills the defaults shown above. */

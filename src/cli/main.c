@@ -19,6 +19,7 @@ static const struct command {
     {"scheduler", cmd_scheduler,
      "serve the kube-scheduler extender (filter, prioritize, bind)"},
     {"node", cmd_node, "the node agent: discover GPUs, CDI specs, metrics"},
+    {"cache", cmd_cache, "the node-local weight cache: list, fetch, prefetch"},
     {"plan", cmd_plan, "what fractional GPUs would save on a cluster snapshot"},
     {"kubectl", cmd_kubectl,
      "the kubectl plugin: top, describe pod, why-pending (kubectl gpufrac)"},

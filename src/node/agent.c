@@ -22,6 +22,7 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/node.h"
 #include "gpufrac/node_agent.h"
+#include "modelcache_agent.h"
 #include "node_alloc.h"
 #include "node_dra.h"
 #include "node_feedback.h"
@@ -594,6 +595,8 @@ struct gf_node_agent {
   health hl;
   bool have_hl;
   mps_set mps;
+  gf_node_cache_agent *mc; /* the weight cache; NULL when off */
+  char host[256];          /* the node's name (metrics, prefetch) */
   bool started;
 };
 
@@ -647,6 +650,7 @@ static int server_start(gf_node_agent *a) {
   char hn[256] = "";
   if ((!host || !*host) && gethostname(hn, sizeof(hn) - 1) == 0)
     host = hn;
+  snprintf(a->host, sizeof(a->host), "%s", host ? host : "");
   gf_node_server_set_hostname(a->srv, host);
   fprintf(stderr, "gpufrac node: %u GPUs; metrics on port %u\n", a->g.ngpus,
           (unsigned)gf_node_server_port(a->srv));
@@ -674,6 +678,19 @@ int gf_node_agent_start(gf_node_agent *a) {
     gf_node_agent_stop(a);
     return rc;
   }
+  /* The weight cache (docs/modelcache.md): on when model_cache_dir is set;
+   * without it the agent runs all the same. */
+  gf_diag d = {""};
+  gf_node_cache_agent_opts mco = {.cfg = &a->cfg,
+                                  .node = a->host[0] ? a->host : NULL,
+                                  .kube = a->o.dra ? a->dra.cfg : a->api.cfg,
+                                  .pods = a->api.pods,
+                                  .alloc = a->api.alloc,
+                                  .link = a->api.link,
+                                  .metrics = a->srv,
+                                  .dra = a->dra.state};
+  if (gf_node_cache_agent_start(&a->mc, &mco, &d))
+    fprintf(stderr, "gpufrac node: %s (running without it)\n", d.msg);
   signals_start();
   health_start(&a->o, &a->cfg, &a->hl);
   a->have_hl = true;
@@ -718,12 +735,14 @@ void gf_node_agent_run(gf_node_agent *a) {
     }
     health_telemetry(&a->hl, &a->g, a->srv); /* last: over what was just
                                                  discovered */
+    gf_node_cache_agent_tick(a->mc);
   }
 }
 
 void gf_node_agent_stop(gf_node_agent *a) {
   if (!a || !a->started)
     return;
+  gf_node_cache_agent_stop(a->mc); /* before the allocator and link go */
   if (a->have_hl)
     health_stop(&a->hl);
   mps_stop_all(&a->mps);
@@ -739,6 +758,7 @@ void gf_node_agent_free(gf_node_agent *a) {
   if (a->have_hl)
     health_free(&a->hl);
   mps_free_all(&a->mps);
+  gf_node_cache_agent_free(a->mc);
   gf_node_server_free(a->srv);
   dra_free(&a->dra);
   api_free(&a->api);

@@ -18,6 +18,7 @@
 
 #include "alloc.h"
 #include "gpufrac/error.h"
+#include "gpufrac/modelcache.h"
 #include "node_alloc.h"
 #include "node_int.h"
 #include "node_mps.h"
@@ -37,7 +38,44 @@ struct gf_node_allocator {
   gf_node_alloc_style style;
   long wait_ms;
   atomic_uint_fast64_t answered, refused;
+  gf_node_cache *_Atomic cache; /* the weight cache; NULL: none */
 };
+
+void gf__node_allocator_set_cache(gf_node_allocator *a, gf_node_cache *c) {
+  atomic_store(&a->cache, c);
+}
+
+/* The pod's gpufrac.io/model: made ready in the weight cache (fetched now
+ * when missing: single flight with any prefetch of it), pinned for the
+ * pod, its directory into host[cap] and the mount point into ctr[cap]. */
+static int model_for(gf_node_allocator *a, const gf_node_match *m, char *host,
+                     size_t hcap, char *ctr, size_t ccap, gf_diag *d) {
+  gf_node_cache *c = atomic_load(&a->cache);
+  char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
+  int rc = gf_node_cache_ref_parse(m->model, name, sizeof(name), hex, d);
+  if (rc) {
+    gf_diag_prefix(d, "pod %s/%s: %s", m->ns, m->name,
+                   GF_NODE_MODEL_ANNOTATION);
+    return rc;
+  }
+  if (!c)
+    return gf_diag_set(d, GF_ESTATE,
+                       "pod %s/%s asks for model %s, but this node's agent "
+                       "runs without a weight cache (--model-cache-dir)",
+                       m->ns, m->name, name);
+  rc = gf_node_cache_fetch(c, name, hex,
+                           m->model_source[0] ? m->model_source : NULL, d);
+  if (!rc)
+    rc = gf_node_cache_pin(c, hex, m->uid);
+  if (!rc)
+    rc = gf_node_cache_path(c, hex, host, hcap);
+  if (rc) {
+    gf_diag_prefix(d, "pod %s/%s: model %s", m->ns, m->name, name);
+    return rc;
+  }
+  int n = snprintf(ctr, ccap, "%s/%s", GF_NODE_MODEL_MOUNT, name);
+  return n > 0 && (size_t)n < ccap ? 0 : GF_ELIMIT;
+}
 
 int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
                           const gf_node_gpus *gpus, const gf_node_alloc_opts *o,
@@ -401,6 +439,15 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
   unit units[GF_MAX_GPUS_PER_NODE];
   gf_node_ctr_paths paths;
   char who[GF_DP_STR_MAX];
+  char mhost[GF_DP_STR_MAX], mctr[GF_DP_STR_MAX];
+  if (m.model[0]) {
+    rc = model_for(a, &m, mhost, sizeof(mhost), mctr, sizeof(mctr), d);
+    if (rc) {
+      gf_node_pods_unmark(a->pods, m.uid, m.grant.name);
+      atomic_fetch_add(&a->refused, 1);
+      return rc;
+    }
+  }
   pthread_mutex_lock(&a->mu);
   rc = resolve(a, &m, units, d);
   if (!rc)
@@ -411,6 +458,11 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
              ? answer_cdi(a, &m, &paths, out, d)
              : answer_mounts(a, &m, units, &paths, out, d);
   pthread_mutex_unlock(&a->mu);
+  if (!rc && m.model[0]) {
+    rc = add_mount(out, mhost, mctr, true, d);
+    if (!rc)
+      rc = add_env(out, "GPUFRAC_MODEL_DIR", mctr, d);
+  }
   if (!rc) {
     snprintf(who, sizeof(who), "%s/%s/%s", m.ns, m.name, m.grant.name);
     gf_dp_env *an = &out->annotations[out->nannotations++];

@@ -51,6 +51,7 @@ void gf_node_config_init(gf_node_config *c) {
   c->dra_plugin_dir[0] = '\0'; /* /var/lib/kubelet/plugins/<driver> */
   c->dra_slice_devices = 0;
   gf__node_copy(c->proc_dir, sizeof(c->proc_dir), "/proc");
+  c->model_keep_warm_s = 600;
   c->nxid_ignore = 6;
   memcpy(c->xid_ignore, gf_node_xid_app_default,
          sizeof(gf_node_xid_app_default));
@@ -232,6 +233,8 @@ static int set_kv(gf_node_config *c, const char *k, const char *v,
                          where, v);
     return 0;
   }
+  if (strncmp(k, "model_", 6) == 0)
+    return gf__node_cache_config_kv(c, k, v, where, d);
   return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
 }
 

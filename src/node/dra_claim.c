@@ -15,6 +15,7 @@
 
 #include "alloc.h"
 #include "gpufrac/error.h"
+#include "gpufrac/modelcache.h"
 #include "gpufrac/quantity.h"
 #include "node_alloc.h"
 #include "node_dra.h"
@@ -186,7 +187,52 @@ struct gf_node_dra_state {
   size_t ndevs;
   size_t n, cap;
   gf_node_dra_prepared *prep; /* the prepared claims, in preparation order */
+  gf_node_cache *cache;       /* the weight cache (atomic); NULL: none */
 };
+
+void gf__node_dra_state_set_cache(gf_node_dra_state *s, gf_node_cache *c) {
+  __atomic_store_n(&s->cache, c, __ATOMIC_SEQ_CST);
+}
+
+static gf_node_cache *state_cache(gf_node_dra_state *s) {
+  return __atomic_load_n(&s->cache, __ATOMIC_SEQ_CST);
+}
+
+/* Adds a read-only bind mount host -> ctr to the first device's
+ * containerEdits of the CDI spec text *spec (replaced). */
+static int add_model_mount(char **spec, const char *host, const char *ctr,
+                           gf_diag *d) {
+  json_t *root = json_loads(*spec, 0, NULL);
+  json_t *edits = json_object_get(
+      json_array_get(json_object_get(root, "devices"), 0), "containerEdits");
+  json_t *mounts = json_object_get(edits, "mounts");
+  int rc = 0;
+  if (!json_is_object(edits)) {
+    rc = gf_diag_set(d, GF_ESTATE, "CDI spec: no containerEdits");
+    goto out;
+  }
+  if (!mounts) {
+    mounts = json_array();
+    json_object_set_new(edits, "mounts", mounts);
+  }
+  if (json_array_append_new(mounts,
+                            json_pack("{s:s,s:s,s:[s,s,s,s]}", "hostPath", host,
+                                      "containerPath", ctr, "options", "ro",
+                                      "nosuid", "nodev", "bind"))) {
+    rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+    goto out;
+  }
+  char *t = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  if (!t) {
+    rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+    goto out;
+  }
+  free(*spec);
+  *spec = t;
+out:
+  json_decref(root);
+  return rc;
+}
 
 static void set_devices(gf_node_dra_state *s, const gf_node_gpus *g) {
   s->g = *g;
@@ -651,8 +697,9 @@ static int add_prepared(gf_node_dra_state *s, const gf_node_dra_prepared *p,
   return 0;
 }
 
-int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
-                        gf_node_dra_prepared *out, gf_diag *d) {
+static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
+                   const char *mhost, const char *mctr,
+                   gf_node_dra_prepared *out, gf_diag *d) {
   if (!gf_node_safe_name(c->uid))
     return gf_diag_set(d, GF_EINVAL, "claim %s/%s: uid '%s' is not a safe name",
                        c->ns, c->name, c->uid);
@@ -684,6 +731,10 @@ int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
                                          d)))
       goto undo;
   }
+  if (mhost && (rc = add_model_mount(&spec, mhost, mctr, d))) {
+    free(spec);
+    goto undo;
+  }
   char file[GF_NODE_PATH_MAX];
   snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", c->uid, CTR_NAME);
   rc = gf_node_write_atomic(s->cdi_dir, file, spec, strlen(spec), d);
@@ -711,6 +762,48 @@ out:
   return rc;
 }
 
+int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
+                        gf_node_dra_prepared *out, gf_diag *d) {
+  return prepare(s, c, NULL, NULL, out, d);
+}
+
+int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
+                               const char *model, const char *source,
+                               gf_node_dra_prepared *out, gf_diag *d) {
+  if (!model || !*model || gf_node_dra_state_lookup(s, c->uid, out))
+    return model && *model ? 0 : prepare(s, c, NULL, NULL, out, d);
+  char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
+  int rc = gf_node_cache_ref_parse(model, name, sizeof(name), hex, d);
+  if (rc) {
+    gf_diag_prefix(d, "claim %s/%s: the pod's %s", c->ns, c->name,
+                   GF_NODE_MODEL_ANNOTATION);
+    return rc;
+  }
+  gf_node_cache *cache = state_cache(s);
+  if (!cache)
+    return gf_diag_set(d, GF_ESTATE,
+                       "claim %s/%s: its pod asks for model %s, but this "
+                       "node's agent runs without a weight cache",
+                       c->ns, c->name, name);
+  char host[GF_NODE_PATH_MAX], ctr[GF_NODE_PATH_MAX];
+  /* The fetch runs without the state's lock: other claims go on. */
+  rc = gf_node_cache_fetch(cache, name, hex, source && *source ? source : NULL,
+                           d);
+  if (!rc)
+    rc = gf_node_cache_pin(cache, hex, c->uid);
+  if (!rc)
+    rc = gf_node_cache_path(cache, hex, host, sizeof(host));
+  if (rc) {
+    gf_diag_prefix(d, "claim %s/%s: model %s", c->ns, c->name, name);
+    return rc;
+  }
+  snprintf(ctr, sizeof(ctr), "%s/%s", GF_NODE_MODEL_MOUNT, name);
+  rc = prepare(s, c, host, ctr, out, d);
+  if (rc)
+    gf_node_cache_unpin(cache, hex, c->uid);
+  return rc;
+}
+
 int gf_node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d) {
   if (!gf_node_safe_name(uid))
     return gf_diag_set(d, GF_EINVAL, "claim uid '%s' is not a safe name", uid);
@@ -731,6 +824,9 @@ int gf_node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d) {
     }
   }
   pthread_mutex_unlock(&s->mu);
+  gf_node_cache *cache = state_cache(s);
+  if (!rc && cache)
+    gf_node_cache_unpin(cache, NULL, uid); /* its model may go now */
   return rc;
 }
 
@@ -762,6 +858,38 @@ int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
   }
   rc = gf_node_dra_claim_from_json(obj, GF_NODE_DRA_DRIVER, c, d);
+  /* The weight cache: the gpufrac.io/model of the first pod reserving the
+   * claim (status.reservedFor) that has one. */
+  char model[GF_NODE_MODEL_REF_MAX] = "", msrc[GF_NODE_MODEL_SOURCE_MAX] = "";
+  size_t ri;
+  const json_t *r;
+  json_array_foreach(
+      json_object_get(json_object_get(obj, "status"), "reservedFor"), ri, r) {
+    const char *res = json_string_value(json_object_get(r, "resource"));
+    const char *pn = json_string_value(json_object_get(r, "name"));
+    const char *pu = json_string_value(json_object_get(r, "uid"));
+    if (rc || model[0] || !res || strcmp(res, "pods") || !pn || !pu ||
+        strspn(pn, ok) != strlen(pn) || strlen(pn) > 253)
+      continue;
+    char pp[512];
+    json_t *pod = NULL;
+    gf_diag pd = {""};
+    snprintf(pp, sizeof(pp), "/api/v1/namespaces/%s/pods/%s", ns, pn);
+    if (gf_kube_get(k, pp, &pod, &pd) == 0) {
+      const json_t *md = json_object_get(pod, "metadata");
+      const json_t *ann = json_object_get(md, "annotations");
+      const char *m =
+          json_string_value(json_object_get(ann, GF_NODE_MODEL_ANNOTATION));
+      const char *src = json_string_value(
+          json_object_get(ann, GF_NODE_MODEL_SOURCE_ANNOTATION));
+      const char *uidv = json_string_value(json_object_get(md, "uid"));
+      if (m && uidv && !strcmp(uidv, pu)) {
+        gf__node_copy(model, sizeof(model), m);
+        gf__node_copy(msrc, sizeof(msrc), src ? src : "");
+      }
+    }
+    json_decref(pod);
+  }
   json_decref(obj);
   if (!rc && strcmp(c->uid, uid) != 0)
     rc = gf_diag_set(d, GF_ESTATE,
@@ -769,7 +897,7 @@ int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
                      "claim was deleted and made again)",
                      ns, name, c->uid, uid);
   if (!rc)
-    rc = gf_node_dra_prepare(s, c, out, d);
+    rc = gf__node_dra_prepare_model(s, c, model, msrc, out, d);
   free(c);
   return rc;
 }

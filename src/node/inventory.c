@@ -154,3 +154,28 @@ done:
   json_decref(root);
   return rc;
 }
+
+int gf__node_inventory_add_models(char **text, const char *models) {
+  json_t *doc = json_loads(*text, 0, NULL);
+  json_t *arr = json_loads(models, JSON_DECODE_ANY, NULL);
+  int rc = 0;
+  if (!json_is_object(doc) || !json_is_array(arr)) {
+    rc = GF_ESYNTAX;
+    goto out;
+  }
+  if (json_object_set(doc, "models", arr)) {
+    rc = GF_ENOMEM;
+    goto out;
+  }
+  char *t = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (!t) {
+    rc = GF_ENOMEM;
+    goto out;
+  }
+  free(*text);
+  *text = t;
+out:
+  json_decref(doc);
+  json_decref(arr);
+  return rc;
+}

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 
 #include "alloc.h"
 #include "gpufrac/error.h"
+#include "gpufrac/modelcache.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/region.h"
 #include "node_int.h"
@@ -405,7 +407,12 @@ struct gf_node_server {
   char state_dir[GF_NODE_PATH_MAX];
   char hostname[GF_NAME_MAX]; /* the Hostname label; "" for none */
   uint16_t port;
+  struct gf_node_cache *_Atomic cache; /* its metrics are appended */
 };
+
+void gf__node_server_set_cache(gf_node_server *s, struct gf_node_cache *c) {
+  atomic_store(&s->cache, c);
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
                              const char *type, const char *body, size_t len,
@@ -461,6 +468,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   pthread_mutex_unlock(&s->mu);
   int rc = gf_node_metrics_text_host(snap, s->state_dir, host, &body, &len, &d);
   free(snap);
+  struct gf_node_cache *cache = atomic_load(&s->cache);
+  char *more = NULL;
+  size_t mlen = 0;
+  if (!rc && cache && gf_node_cache_metrics_text(cache, &more, &mlen) == 0) {
+    char *both = gf__realloc(body, len + mlen + 1);
+    if (both) {
+      memcpy(both + len, more, mlen + 1);
+      body = both;
+      len += mlen;
+    }
+    free(more);
+  }
   if (rc) {
     char msg[GF_DIAG_MAX + 1];
     int n = snprintf(msg, sizeof(msg), "%s\n", d.msg);

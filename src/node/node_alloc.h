@@ -32,6 +32,12 @@ struct json_t;
 #define GF_NODE_POD_CTRS 16 /* GPU containers (init included) per pod */
 #define GF_NODE_ALLOCATED_FOR "gpufrac.io/allocated-for"
 #define GF_NODE_RESOURCE_GPU GF_RES_GPU /* gpufrac/contract.h */
+/* The weight cache's pod annotations (docs/modelcache.md; gpufrac/grant.h
+ * defines them for both sides). */
+#define GF_NODE_MODEL_ANNOTATION GF_MODEL_ANNOTATION
+#define GF_NODE_MODEL_SOURCE_ANNOTATION GF_MODEL_SOURCE_ANNOTATION
+#define GF_NODE_MODEL_REF_MAX 400
+#define GF_NODE_MODEL_SOURCE_MAX 2048
 
 typedef struct gf_node_pods gf_node_pods;
 
@@ -64,6 +70,8 @@ typedef struct gf_node_match {
   char ns[GF_NAME_MAX];
   char name[GF_NAME_MAX];
   gf_grant_container grant; /* the container's grant (its name inside) */
+  char model[GF_NODE_MODEL_REF_MAX];           /* gpufrac.io/model; "" none */
+  char model_source[GF_NODE_MODEL_SOURCE_MAX]; /* its source; "" none */
 } gf_node_match;
 
 /* Picks the container an Allocate for `ngpus` devices is for and marks it

@@ -98,4 +98,57 @@ int gf__node_mig_cap_minor(const char *proc, const gf_node_gpu *g,
                            const gf_node_mig *m, int level, unsigned *minor,
                            gf_diag *d);
 
+/* ---- the weight cache's hooks (modelcache_agent.c wires them) ---------- */
+
+struct gf_node_cache;
+struct gf_node_allocator;
+struct gf_node_kube;
+
+/* Where a pod's model is mounted: GF_NODE_MODEL_MOUNT/<name>, read-only,
+ * also in the container's GPUFRAC_MODEL_DIR. */
+#define GF_NODE_MODEL_MOUNT "/gpufrac/models"
+
+/* Gives the allocator the weight cache (NULL: none): an Allocate for a pod
+ * with gpufrac.io/model makes the model ready, pins it for the pod and
+ * mounts it.  Thread-safe. */
+void gf__node_allocator_set_cache(struct gf_node_allocator *a,
+                                  struct gf_node_cache *c);
+
+/* Gives the inventory publisher the weight cache: the inventory gains
+ * "models" (docs/modelcache.md).  Call before the first publish. */
+void gf__node_kube_set_cache(struct gf_node_kube *k, struct gf_node_cache *c);
+
+/* Gives the metrics server the weight cache: /metrics gains the
+ * gpufrac_model_cache_* series.  Thread-safe. */
+struct gf_node_server;
+void gf__node_server_set_cache(struct gf_node_server *s,
+                               struct gf_node_cache *c);
+
+/* Gives the DRA state the weight cache: a claim whose reserving pod has
+ * gpufrac.io/model gets the model mounted (CDI mounts), pinned for the
+ * claim until it is unprepared.  Thread-safe. */
+struct gf_node_dra_state;
+struct gf_node_dra_claim;
+struct gf_node_dra_prepared;
+void gf__node_dra_state_set_cache(struct gf_node_dra_state *s,
+                                  struct gf_node_cache *c);
+/* gf_node_dra_prepare with the reserving pod's model (model NULL or "":
+ * none): made ready (fetched from source when missing), pinned for the
+ * claim (holder: its uid) and added to the claim's CDI spec as a
+ * read-only bind mount at GF_NODE_MODEL_MOUNT/<name>.  Errors as
+ * gf_node_dra_prepare, and the cache's (GF_ESTATE: no cache). */
+int gf__node_dra_prepare_model(struct gf_node_dra_state *s,
+                               const struct gf_node_dra_claim *c,
+                               const char *model, const char *source,
+                               struct gf_node_dra_prepared *out, gf_diag *d);
+
+/* The node config's model_* keys (docs/modelcache.md) into c.
+ * GF_ESYNTAX / GF_ERANGE naming where. */
+int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
+                             const char *where, gf_diag *d);
+
+/* text (the inventory JSON, malloc'd) with "models" set to the JSON array
+ * text models; replaces *text.  GF_ESYNTAX / GF_ENOMEM. */
+int gf__node_inventory_add_models(char **text, const char *models);
+
 #endif

@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
+#include "gpufrac/modelcache.h"
 #include "node_alloc.h"
 #include "node_int.h"
 
@@ -29,6 +30,7 @@ struct gf_node_kube {
   char cdi_dir[GF_NODE_PATH_MAX];
   bool quiet;
   char *published; /* the inventory text last written, NULL: none */
+  gf_node_cache *_Atomic cache; /* its models join the inventory */
   atomic_bool swept, stop;
   bool started, have_inf, have_super;
   pthread_t t_inf, t_super;
@@ -187,6 +189,10 @@ void gf_node_kube_free(gf_node_kube *k) {
   free(k);
 }
 
+void gf__node_kube_set_cache(gf_node_kube *k, gf_node_cache *c) {
+  atomic_store(&k->cache, c);
+}
+
 int gf_node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
                          gf_diag *d) {
   *changed = false;
@@ -194,6 +200,11 @@ int gf_node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
   int rc = gf_node_inventory_json(g, &text, d);
   if (rc)
     return rc;
+  gf_node_cache *cache = atomic_load(&k->cache);
+  char *models = NULL;
+  if (cache && gf_node_cache_models_json(cache, &models) == 0)
+    gf__node_inventory_add_models(&text, models); /* else without them */
+  free(models);
   if (k->published && strcmp(k->published, text) == 0) {
     free(text);
     return 0;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
 #include "gpufrac/quantity.h"
@@ -36,6 +37,8 @@ typedef struct pod {
   uint32_t nctrs;
   pod_ctr ctrs[GF_NODE_POD_CTRS];
   gf_grant grant;
+  char model[GF_NODE_MODEL_REF_MAX]; /* the weight cache's annotations */
+  char model_source[GF_NODE_MODEL_SOURCE_MAX];
 } pod;
 
 /* A container answered by an earlier run, waiting for its pod. */
@@ -61,7 +64,7 @@ int gf_node_pods_new(gf_node_pods **out, const char *node, gf_diag *d) {
   if (!node || !*node || strlen(node) >= GF_NAME_MAX)
     return gf_diag_set(d, GF_EINVAL, "node name '%s' is empty or too long",
                        node ? node : "");
-  gf_node_pods *p = calloc(1, sizeof(*p));
+  gf_node_pods *p = gf__calloc(1, sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   pthread_mutex_init(&p->mu, NULL);
@@ -258,8 +261,14 @@ static int read_pod(pod *x, const json_t *obj, const char *node) {
   const json_t *status = json_object_get(obj, "status");
   mark_started(x, json_object_get(status, "initContainerStatuses"));
   mark_started(x, json_object_get(status, "containerStatuses"));
-  const char *g =
-      str_at(json_object_get(meta, "annotations"), GF_GRANT_ANNOTATION);
+  const json_t *ann = json_object_get(meta, "annotations");
+  const char *model = str_at(ann, GF_NODE_MODEL_ANNOTATION);
+  const char *msrc = str_at(ann, GF_NODE_MODEL_SOURCE_ANNOTATION);
+  /* Checked at Allocate, which says what is wrong; too long is cut to a
+   * value that fails that check. */
+  gf__node_copy(x->model, sizeof(x->model), model ? model : "");
+  gf__node_copy(x->model_source, sizeof(x->model_source), msrc ? msrc : "");
+  const char *g = str_at(ann, GF_GRANT_ANNOTATION);
   x->has_grant = g != NULL;
   if (!g) {
     snprintf(x->error, sizeof(x->error), "no %s annotation",
@@ -310,7 +319,7 @@ static void apply_marks(gf_node_pods *p, pod *x) {
 }
 
 int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
-  pod *x = calloc(1, sizeof(*x));
+  pod *x = gf__calloc(1, sizeof(*x));
   if (!x)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   if (read_pod(x, obj, p->node)) {
@@ -344,7 +353,7 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
   } else {
     if (p->npods == p->cap) {
       size_t nc = p->cap ? p->cap * 2 : 16;
-      pod **np = realloc(p->pods, nc * sizeof(*np));
+      pod **np = gf__realloc(p->pods, nc * sizeof(*np));
       if (!np) {
         pthread_mutex_unlock(&p->mu);
         free(x);
@@ -391,7 +400,7 @@ void gf_node_pods_mark(gf_node_pods *p, const char *uid, const char *ctr) {
   }
   if (p->nmarks == p->mcap) {
     size_t nc = p->mcap ? p->mcap * 2 : 16;
-    mark *nm = realloc(p->marks, nc * sizeof(*nm));
+    mark *nm = gf__realloc(p->marks, nc * sizeof(*nm));
     if (!nm) {
       pthread_mutex_unlock(&p->mu);
       return;
@@ -471,6 +480,9 @@ static bool pick(gf_node_pods *p, uint32_t n, bool take, gf_node_match *out) {
   gf__node_copy(out->uid, sizeof(out->uid), best->uid);
   gf__node_copy(out->ns, sizeof(out->ns), best->ns);
   gf__node_copy(out->name, sizeof(out->name), best->name);
+  gf__node_copy(out->model, sizeof(out->model), best->model);
+  gf__node_copy(out->model_source, sizeof(out->model_source),
+                best->model_source);
   for (uint32_t j = 0; j < best->grant.ncontainers; j++)
     if (strcmp(best->grant.containers[j].name, c->name) == 0)
       out->grant = best->grant.containers[j];

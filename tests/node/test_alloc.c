@@ -25,8 +25,10 @@
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/kube.h"
+#include "gpufrac/modelcache.h"
 #include "gpufrac/node.h"
 #include "node_alloc.h"
+#include "node_int.h"
 
 /* One GPU container of a test pod: name, gpufrac.io/gpu, granted uuids. */
 typedef struct tctr {
@@ -966,6 +968,128 @@ static void test_kube_link(void **state) {
   free(ev_text);
 }
 
+/* A pod with gpufrac.io/model: the model is fetched into the weight cache,
+ * pinned for the pod and mounted read-only; without a cache, or with a
+ * malformed reference, the Allocate fails saying so. */
+static bool pods_has(void *user, const char *holder) {
+  return gf_node_pods_has(user, holder);
+}
+
+static void test_allocate_model(void **state) {
+  (void)state;
+  char src[300], path[400], root[300], url[400], ref[400];
+  snprintf(src, sizeof(src), "%s/model-src", tmpdir);
+  mkdir(src, 0755);
+  snprintf(path, sizeof(path), "%s/weights.bin", src);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("weights", f);
+  fclose(f);
+  char *text = NULL;
+  size_t len = 0;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_cache_manifest_build(src, &text, &len, &d), 0);
+  char hex[GF_NODE_CACHE_HEX];
+  gf_node_cache_sha256_hex(text, len, hex);
+  assert_int_equal(
+      gf_node_write_atomic(src, GF_NODE_CACHE_MANIFEST, text, len, &d), 0);
+  free(text);
+  snprintf(url, sizeof(url), "file://%s", src);
+  snprintf(ref, sizeof(ref), "tiny-lm@sha256:%s", hex);
+
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
+  const char *u1 = gpus2.gpus[1].uuid;
+  tctr c[] = {{"main", 1, {u1}, false, false}};
+  json_t *pod = make_pod("uid-m", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL);
+  json_t *ann =
+      json_object_get(json_object_get(pod, "metadata"), "annotations");
+  json_object_set_new(ann, GF_NODE_MODEL_ANNOTATION, json_string(ref));
+  json_object_set_new(ann, GF_NODE_MODEL_SOURCE_ANNOTATION, json_string(url));
+  json_t *pod2 = json_deep_copy(pod);
+  apply(p, pod);
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"whatever::0"};
+  /* No cache on this node: refused, and the container can be tried again. */
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "without a weight cache"));
+
+  snprintf(root, sizeof(root), "%s/models", tmpdir);
+  gf_node_cache_opts co = {.root = root};
+  gf_node_cache *cache = NULL;
+  assert_int_equal(gf_node_cache_open(&co, &cache, &d), 0);
+  gf__node_allocator_set_cache(a, cache);
+  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  if (rc)
+    fail_msg("allocate: %s", d.msg);
+  char want[600];
+  assert_int_equal(gf_node_cache_path(cache, hex, want, sizeof(want)), 0);
+  const gf_dp_mount *mnt = &o->mounts[o->nmounts - 1];
+  assert_string_equal(mnt->host_path, want);
+  assert_string_equal(mnt->container_path, GF_NODE_MODEL_MOUNT "/tiny-lm");
+  assert_true(mnt->read_only);
+  assert_string_equal(env(o, "GPUFRAC_MODEL_DIR")->value,
+                      GF_NODE_MODEL_MOUNT "/tiny-lm");
+  gf_node_cache_entry *l = NULL;
+  size_t n = 0;
+  assert_int_equal(gf_node_cache_list(cache, &l, &n), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(l[0].pins, 1);
+  free(l);
+  /* Pinned: eviction refused while the pod is there. */
+  assert_int_equal(gf_node_cache_evict(cache, hex, &d), GF_ESTATE);
+  assert_int_equal(gf_node_cache_prune(cache, pods_has, p), 0);
+  /* The pod goes: its pin with it. */
+  assert_true(gf_node_pods_remove(p, "uid-m"));
+  assert_int_equal(gf_node_cache_prune(cache, pods_has, p), 1);
+  assert_int_equal(gf_node_cache_evict(cache, hex, &d), 0);
+
+  /* A malformed reference is named. */
+  json_object_set_new(
+      json_object_get(json_object_get(pod2, "metadata"), "annotations"),
+      GF_NODE_MODEL_ANNOTATION, json_string("tiny-lm@sha256:xyz"));
+  json_object_set_new(json_object_get(pod2, "metadata"), "uid",
+                      json_string("uid-m2"));
+  apply(p, pod2);
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, GF_NODE_MODEL_ANNOTATION));
+  free(o);
+  gf_node_allocator_free(a);
+  gf_node_cache_free(cache);
+  gf_node_pods_free(p);
+}
+
+/* The inventory gains the cache's models, other fields untouched. */
+static void test_inventory_models(void **state) {
+  (void)state;
+  char *text = strdup("{\"version\":1,\"gpus\":[]}");
+  assert_int_equal(gf__node_inventory_add_models(
+                       &text, "[{\"name\":\"m\",\"state\":\"ready\"}]"),
+                   0);
+  assert_string_equal(text, "{\"version\":1,\"gpus\":[],\"models\":[{"
+                            "\"name\":\"m\",\"state\":\"ready\"}]}");
+  assert_int_equal(gf__node_inventory_add_models(&text, "{}"), GF_ESYNTAX);
+  free(text);
+  /* The node config's model_* keys. */
+  gf_node_config cfg;
+  gf_node_config_init(&cfg);
+  const char *conf = "model_cache_dir = /var/lib/gpufrac/models\n"
+                     "model_cache_budget = 200Gi\nmodel_keep_warm_s = 60\n"
+                     "model_mlock_budget = 1Gi\n";
+  gf_diag d = {""};
+  assert_int_equal(gf_node_config_parse(&cfg, conf, strlen(conf), "n", &d), 0);
+  assert_string_equal(cfg.model_cache_dir, "/var/lib/gpufrac/models");
+  assert_int_equal(cfg.model_cache_budget, 200ULL << 30);
+  assert_int_equal(cfg.model_keep_warm_s, 60);
+  assert_int_equal(cfg.model_mlock_budget, 1ULL << 30);
+  const char *bad[] = {"model_cache_dir = relative\n",
+                       "model_cache_budget = lots\n",
+                       "model_keep_warm_s = -1\n", "model_what = 1\n"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    assert_int_not_equal(
+        gf_node_config_parse(&cfg, bad[i], strlen(bad[i]), "n", &d), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_match_one),
@@ -985,6 +1109,9 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_kube_link, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_dp_devices),
+      cmocka_unit_test_setup_teardown(test_allocate_model, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test(test_inventory_models),
       cmocka_unit_test_setup_teardown(test_allocate_mps, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_mig, setup_tmp,

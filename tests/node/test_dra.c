@@ -22,8 +22,10 @@
 #include <unistd.h>
 
 #include "gpufrac/error.h"
+#include "gpufrac/modelcache.h"
 #include "gpufrac/node.h"
 #include "node_dra.h"
+#include "node_int.h"
 
 #define GiB (1ull << 30)
 
@@ -700,6 +702,81 @@ static void test_bad_checkpoint(void **state) {
   free(g);
 }
 
+/* A claim whose pod asks for a model: the CDI spec gains a read-only bind
+ * mount of the cached model, pinned for the claim until it is unprepared;
+ * without a cache, refused. */
+static void test_prepare_model(void **state) {
+  (void)state;
+  char src[300], path[400], root[300], url[400], ref[400];
+  snprintf(src, sizeof(src), "%s/model-src", tmpdir);
+  mkdir(src, 0755);
+  snprintf(path, sizeof(path), "%s/w.bin", src);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("weights", f);
+  fclose(f);
+  char *text = NULL;
+  size_t len = 0;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_cache_manifest_build(src, &text, &len, &d), 0);
+  char hex[GF_NODE_CACHE_HEX];
+  gf_node_cache_sha256_hex(text, len, hex);
+  assert_int_equal(
+      gf_node_write_atomic(src, GF_NODE_CACHE_MANIFEST, text, len, &d), 0);
+  free(text);
+  snprintf(url, sizeof(url), "file://%s", src);
+  snprintf(ref, sizeof(ref), "lm@sha256:%s", hex);
+
+  gf_node_gpus *g = gpus(1);
+  gf_node_dra_state *s = open_state(g);
+  gf_node_dra_claim c;
+  gf_node_dra_prepared p;
+  assert_int_equal(parse(UID_A, "a", "gpu-0:8Gi:30", &c, &d), 0);
+  assert_int_equal(gf__node_dra_prepare_model(s, &c, ref, url, &p, &d),
+                   GF_ESTATE);
+  assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
+
+  snprintf(root, sizeof(root), "%s/models", tmpdir);
+  gf_node_cache_opts co = {.root = root};
+  gf_node_cache *cache = NULL;
+  assert_int_equal(gf_node_cache_open(&co, &cache, &d), 0);
+  gf__node_dra_state_set_cache(s, cache);
+  int rc = gf__node_dra_prepare_model(s, &c, ref, url, &p, &d);
+  if (rc)
+    fail_msg("prepare: %s", d.msg);
+  char dir[600];
+  assert_int_equal(gf_node_cache_path(cache, hex, dir, sizeof(dir)), 0);
+  json_t *spec =
+      json_loads(slurp("cdi/gpufrac.io-", UID_A, "_claim.json"), 0, NULL);
+  const char *mounts_ok = NULL;
+  size_t k;
+  json_t *mm;
+  json_array_foreach(
+      json_object_get(
+          json_object_get(json_array_get(json_object_get(spec, "devices"), 0),
+                          "containerEdits"),
+          "mounts"),
+      k, mm) {
+    if (!strcmp(json_string_value(json_object_get(mm, "hostPath")), dir))
+      mounts_ok = json_string_value(json_object_get(mm, "containerPath"));
+  }
+  assert_non_null(mounts_ok);
+  assert_string_equal(mounts_ok, GF_NODE_MODEL_MOUNT "/lm");
+  json_decref(spec);
+  assert_int_equal(gf_node_cache_evict(cache, hex, &d), GF_ESTATE); /* pinned */
+  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_int_equal(gf_node_cache_evict(cache, hex, &d), 0);
+  /* A malformed reference is named. */
+  assert_int_equal(
+      gf__node_dra_prepare_model(s, &c, "lm@sha256:1", url, &p, &d),
+      GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "gpufrac.io/model"));
+  gf__node_dra_state_set_cache(s, NULL);
+  gf_node_cache_free(cache);
+  gf_node_dra_state_free(s);
+  free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices_and_attributes),
@@ -710,6 +787,8 @@ int main(void) {
       cmocka_unit_test(test_semver),
       cmocka_unit_test(test_claim_parse),
       cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prepare_model, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_mig, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_bad_checkpoint, setup_tmp,

@@ -192,8 +192,22 @@ if ds:
                         granted.setdefault((g, res), set()).update(r.get("verbs", []))
     check(granted == {("", "pods"): {"get", "list", "watch"}, ("", "nodes"): {"get", "patch"}},
           f"node agent RBAC is exactly pods get/list/watch, nodes get/patch (got {granted})")
-    check(not any(d["kind"] in ("Role", "RoleBinding") and sa in str(d) for _, d in docs),
-          "no namespaced role for the node agent")
+    # One namespaced Role: the weight cache's prefetch ConfigMaps, read-only.
+    nroles = [b["roleRef"]["name"] for _, b in docs if b["kind"] == "RoleBinding" and
+              {"kind": "ServiceAccount", "name": sa, "namespace": ns} in b.get("subjects", [])]
+    check(nroles == ["gpufrac-node-prefetch"], f"one RoleBinding for {sa} (got {nroles})")
+    nrules = [r for _, d in docs if d["kind"] == "Role" and
+              d["metadata"]["name"] == "gpufrac-node-prefetch" for r in d.get("rules", [])]
+    check(nrules == [{"apiGroups": [""], "resources": ["configmaps"],
+                      "verbs": ["get", "list", "watch"]}],
+          f"the prefetch Role is exactly configmaps get/list/watch (got {nrules})")
+    check(all(d["metadata"].get("namespace") == ns for _, d in docs
+              if d["kind"] in ("Role", "RoleBinding") and
+              d["metadata"]["name"] == "gpufrac-node-prefetch"),
+          "the prefetch Role is in the agent's namespace")
+    penv = env.get("POD_NAMESPACE", {}).get("valueFrom")
+    check(penv == {"fieldRef": {"fieldPath": "metadata.namespace"}},
+          "POD_NAMESPACE comes from metadata.namespace")
 
 # The DRA variant of the node agent (deploy/dra/node-agent-dra.yaml): the
 # same agent in --mode dra, on nodes the device-plugin DaemonSet does not

@@ -378,20 +378,28 @@ def check_guard(d):
     bad = [p["metadata"]["name"] for p in bound if not guarded(p)]
     if bad or not bound:
         fail("bound pods without the guard's marks: %r" % bad[:5])
-    ready = [p["metadata"]["name"] for p in bound[:3]]
+    # two pods the guard fully owns and one with the user's own value
+    names = [p["metadata"]["name"] for p in bound]
+    ready = [n for n in names if n not in USER_DND][:2] + \
+        [n for n in names if n in USER_DND][:1]
     for name in ready:
         d.set_ready(NS, name)
     t0 = time.time()
     while time.time() - t0 < 15:
         now = {p["metadata"]["name"]: p for p in d.pods()}
-        if all(ad.DND not in now[n]["metadata"]["annotations"] for n in ready):
+        if all("gpufrac.io/guard-released" in now[n]["metadata"]["annotations"]
+               for n in ready):
             break
         time.sleep(0.2)
     for n in ready:
         a = now[n]["metadata"]["annotations"]
-        if ad.DND in a or ad.STE in a or "gpufrac.io/guard-released" not in a:
+        # the user's own do-not-disrupt stays; only the guard's marks go
+        kept = a.get(ad.DND) != "false" if n in USER_DND else ad.DND in a
+        if kept or ad.STE in a or "gpufrac.io/guard-released" not in a:
             fail("pod %s Ready for the settle time keeps its marks: %r" % (n, a))
-    for p in bound[3:]:
+    for p in bound:
+        if p["metadata"]["name"] in ready:
+            continue
         if not guarded(now[p["metadata"]["name"]]):
             fail("pod %s lost its marks while not Ready" % p["metadata"]["name"])
     # the restarted extender adopted what the killed one had set: no pod

@@ -1,0 +1,206 @@
+/*
+ * modelcache.h - the node-local weight cache (docs/modelcache.md).
+ *
+ * A model is a name plus a manifest digest: sha256 over the lines
+ * "<path>\t<size>\t<sha256 hex>\n" of its files, paths relative and sorted
+ * bytewise.  The cache keeps models content-addressed under a root
+ * (<root>/sha256/<hex>/files), within a byte budget, and survives restarts
+ * through <root>/state.json.
+ *
+ * Invariants:
+ *   - Only verified models are visible: a fetch writes under <root>/tmp and
+ *     publishes by one rename(2) after every file's size and sha256 match.
+ *   - Bytes of ready models plus fetches under way never exceed the budget.
+ *   - A pinned model (a running pod mounts it) is never evicted.
+ *   - One fetch per digest at a time: a second request waits for the first.
+ * All functions on one gf_node_cache are thread-safe.
+ */
+#ifndef GPUFRAC_NODE_MODELCACHE_H
+#define GPUFRAC_NODE_MODELCACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpufrac/diag.h"
+
+#define GF_NODE_CACHE_ROOT "/var/lib/gpufrac/models"
+#define GF_NODE_CACHE_MANIFEST "gpufrac.manifest" /* at the source's base */
+#define GF_NODE_CACHE_HEX 65                      /* 64 hex digits + NUL */
+#define GF_NODE_CACHE_NAME_MAX 254
+#define GF_NODE_CACHE_PATH_MAX 1024   /* a manifest path, bytes */
+#define GF_NODE_CACHE_FILES_MAX 65536 /* files in one manifest */
+#define GF_NODE_CACHE_MANIFEST_MAX (16u << 20)
+
+/* ---- manifests -------------------------------------------------------- */
+
+typedef struct gf_node_cache_file {
+  char *path; /* relative, validated */
+  uint64_t size;
+  char hex[GF_NODE_CACHE_HEX]; /* the file's sha256 */
+} gf_node_cache_file;
+
+typedef struct gf_node_cache_manifest {
+  size_t n;
+  gf_node_cache_file *files;   /* sorted bytewise by path */
+  uint64_t bytes;              /* sum of sizes */
+  char hex[GF_NODE_CACHE_HEX]; /* the manifest digest (of the text) */
+} gf_node_cache_manifest;
+
+/* Parses the canonical manifest text[len] into *m (released with
+ * gf_node_cache_manifest_release) and computes its digest.  GF_ESYNTAX
+ * naming the line for anything not canonical: an absolute path, a "." or
+ * ".." or empty component, a control byte, unsorted or duplicate paths, a
+ * path that is also a directory of another, a size that is not decimal or
+ * overflows, hex not 64 lowercase digits, no final newline; GF_ELIMIT for
+ * more than GF_NODE_CACHE_FILES_MAX files; GF_ENOMEM.  *m is empty on
+ * failure. */
+int gf_node_cache_manifest_parse(const char *text, size_t len,
+                                 gf_node_cache_manifest *m, gf_diag *d);
+void gf_node_cache_manifest_release(gf_node_cache_manifest *m);
+
+/* Builds the manifest of the regular files under dir (hashing each) into
+ * malloc'd *text[*len]; a tool for publishing a source.  GF_EIO naming the
+ * file, GF_EINVAL for a symlink or a name the manifest cannot carry,
+ * GF_ELIMIT, GF_ENOMEM. */
+int gf_node_cache_manifest_build(const char *dir, char **text, size_t *len,
+                                 gf_diag *d);
+
+/* sha256 of buf[len] as 64 lowercase hex into hex. */
+void gf_node_cache_sha256_hex(const void *buf, size_t len,
+                              char hex[GF_NODE_CACHE_HEX]);
+
+/* Parses a pod's gpufrac.io/model value "<name>@sha256:<64 lowercase hex>"
+ * into name[cap] and hex.  GF_ESYNTAX saying what is wrong. */
+int gf_node_cache_ref_parse(const char *ref, char *name, size_t cap,
+                            char hex[GF_NODE_CACHE_HEX], gf_diag *d);
+
+/* ---- the cache -------------------------------------------------------- */
+
+typedef struct gf_node_cache gf_node_cache;
+
+typedef struct gf_node_cache_opts {
+  const char *root;       /* NULL: GF_NODE_CACHE_ROOT */
+  uint64_t budget;        /* bytes; 0: unlimited */
+  unsigned parallel;      /* files fetched at once; 0: 4 */
+  unsigned retries;       /* tries per file after the first; 0: 3 */
+  long connect_timeout_s; /* 0: 10 */
+  long stall_timeout_s;   /* no byte for this long fails a try; 0: 30 */
+  long progress_s;        /* a progress log line this often; 0: 5 */
+  /* Log lines ("model NAME: ..."); NULL: stderr. Called from fetch
+   * threads, never with the cache's lock held. */
+  void (*log)(void *user, const char *line);
+  void *log_user;
+} gf_node_cache_opts;
+
+/* Opens (creating) the cache at o->root and recovers it: models whose
+ * directory is present and whose manifest hashes to its name are kept in
+ * the saved LRU order (an unlisted one is adopted as least recent), other
+ * entries of sha256/ are removed, tmp/ keeps only resumable fetches, and
+ * a budget lowered since the last run is met by evicting unpinned models.
+ * A malformed state file is logged and rebuilt from the directories.
+ * GF_EIO naming the path, GF_ENOMEM. */
+int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
+                       gf_diag *d);
+/* Makes every fetch under way, and every later one, stop soon with
+ * GF_ESTATE (the agent is stopping); their partial files stay for the next
+ * run to resume. */
+void gf_node_cache_cancel(gf_node_cache *c);
+/* Frees c; waits for no fetch (call it when none runs). NULL ok. */
+void gf_node_cache_free(gf_node_cache *c);
+
+/* Makes model hex ready: 0 at once when it is (and marks it used); when a
+ * fetch of it runs, waits for that one and returns its result; else
+ * fetches it from source (http://, https://, file:// base holding
+ * GF_NODE_CACHE_MANIFEST and the files), evicting least recently used
+ * unpinned models to fit.  name labels it (inventory, logs).  Errors:
+ * GF_EINVAL (bad source or hex), GF_ENOFIT (larger than the budget, or the
+ * pinned models leave no room), GF_EHTTP (the source failed), GF_ESYNTAX
+ * (manifest not canonical or not the digest asked for), GF_EIO (a file's
+ * size or sha256 differs, disk), GF_ENOMEM.  Nothing becomes visible on
+ * failure. */
+int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
+                        const char *source, gf_diag *d);
+
+/* The directory to mount for ready model hex into dir[cap]. GF_ENOTFOUND
+ * when not ready, GF_ELIMIT when it does not fit. */
+int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,
+                       size_t cap);
+
+/* Pins ready model hex for holder (a pod uid); idempotent; saved.
+ * GF_ENOTFOUND when not ready, GF_EINVAL for an empty holder. */
+int gf_node_cache_pin(gf_node_cache *c, const char *hex, const char *holder);
+/* Drops holder's pin on hex (hex NULL: all of holder's pins); marks the
+ * models used.  Returns the number of pins dropped. */
+int gf_node_cache_unpin(gf_node_cache *c, const char *hex, const char *holder);
+
+/* Removes ready model hex.  GF_ENOTFOUND, GF_ESTATE when pinned or being
+ * fetched. */
+int gf_node_cache_evict(gf_node_cache *c, const char *hex, gf_diag *d);
+
+/* Re-hashes every file of every ready model; a model that fails (a file
+ * missing, changed, of another size) is removed unless pinned, and
+ * reported through report (may be NULL).  Returns the number that failed
+ * (>= 0) or GF_ENOMEM. */
+int gf_node_cache_verify(gf_node_cache *c,
+                         void (*report)(void *user, const char *hex,
+                                        const char *name, const char *why),
+                         void *user);
+
+typedef enum gf_node_model_state {
+  GF_NODE_CACHE_READY,
+  GF_NODE_CACHE_FETCHING,
+} gf_node_model_state;
+
+typedef struct gf_node_cache_entry {
+  char name[GF_NODE_CACHE_NAME_MAX];
+  char hex[GF_NODE_CACHE_HEX];
+  uint64_t bytes; /* 0 while the manifest of a fetch is not in yet */
+  gf_node_model_state state;
+  uint32_t pins;
+  uint64_t used; /* LRU counter: larger is more recent */
+} gf_node_cache_entry;
+
+/* The models in *out (malloc'd, most recently used first), count in *n.
+ * GF_ENOMEM. */
+int gf_node_cache_list(gf_node_cache *c, gf_node_cache_entry **out, size_t *n);
+
+typedef struct gf_node_cache_stats {
+  uint64_t budget, used; /* bytes; used counts reserved fetches */
+  uint64_t models;       /* ready */
+  uint64_t fetching;
+  uint64_t bytes_fetched;
+  uint64_t fetch_ok, fetch_failed, fetch_hit, evictions;
+  uint64_t locked; /* bytes mlock'ed by keep-warm */
+} gf_node_cache_stats;
+void gf_node_cache_stats_get(gf_node_cache *c, gf_node_cache_stats *s);
+
+/* Prometheus text (gpufrac_model_cache_*) of the stats, malloc'd in *out.
+ * GF_ENOMEM. */
+int gf_node_cache_metrics_text(gf_node_cache *c, char **out, size_t *len);
+
+/* Drops the pins of every holder for which alive() is false (pods that
+ * are gone); returns how many were dropped.  alive runs with the cache's
+ * lock held: it must not call into the cache. */
+int gf_node_cache_prune(gf_node_cache *c,
+                        bool (*alive)(void *user, const char *holder),
+                        void *user);
+
+/* Keep-warm, called now and then (now: unix seconds): a ready model whose
+ * last pin went less than keep_s ago has its files advised into the page
+ * cache (posix_fadvise WILLNEED) once, and mapped and mlock'ed while the
+ * cache's locked bytes stay within mlock_budget; once keep_s has passed
+ * (or it is pinned again) they are unlocked.  Returns how many models
+ * changed. */
+int gf_node_cache_keep_warm(gf_node_cache *c, long keep_s,
+                            uint64_t mlock_budget, int64_t now);
+
+/* posix_fadvise DONTNEED on model hex's files (the benchmark's cold page
+ * cache; no root needed).  GF_ENOTFOUND. */
+int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex);
+
+/* The inventory annotation's "models" value: a JSON array text of at most
+ * 64 entries, most recently used first (malloc'd). GF_ENOMEM. */
+int gf_node_cache_models_json(gf_node_cache *c, char **out);
+
+#endif

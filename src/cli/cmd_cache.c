@@ -1,0 +1,352 @@
+/* gpufrac cache: the node-local weight cache (docs/modelcache.md) from the
+ * command line: list, fetch, verify and evict models in a cache directory,
+ * write a source's manifest, and declare a prefetch (a ConfigMap the node
+ * agents act on). */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gpufrac/error.h"
+#include "gpufrac/grant.h"
+#include "gpufrac/kube.h"
+#include "gpufrac/modelcache.h"
+#include "gpufrac/modelcache_prefetch.h"
+#include "gpufrac/quantity.h"
+
+static void usage(FILE *fp) {
+  fprintf(
+      fp,
+      "usage: gpufrac cache [--dir DIR] [--budget BYTES] ls\n"
+      "       gpufrac cache [--dir DIR] [--budget BYTES] fetch "
+      "NAME@sha256:HEX --source URL\n"
+      "       gpufrac cache [--dir DIR] verify\n"
+      "       gpufrac cache [--dir DIR] evict NAME@sha256:HEX\n"
+      "       gpufrac cache manifest SRCDIR\n"
+      "       gpufrac cache prefetch NAME@sha256:HEX --source URL\n"
+      "             (--nodes N | --node-selector K=V[,K=V] | --node-names "
+      "A[,B])\n"
+      "             [--kubeconfig FILE [--context NAME]] [--namespace NS]\n\n"
+      "The node-local weight cache (docs/modelcache.md): models named "
+      "NAME@sha256:HEX,\nHEX the manifest digest, kept under DIR within a "
+      "byte budget.\n\n"
+      "  ls        the cached models, most recently used first: digest, "
+      "state,\n            bytes, pins, name\n"
+      "  fetch     fetch a model from URL (http://, https:// or file:// "
+      "base holding\n            gpufrac.manifest and the files) into DIR, "
+      "verifying every file\n"
+      "  verify    re-hash every cached model's files; a model that fails "
+      "is removed\n            (exit 1 when any failed)\n"
+      "  evict     remove a model (refused while a running pod pins it)\n"
+      "  manifest  print SRCDIR's gpufrac.manifest (to publish it as a "
+      "source);\n            its digest goes to stderr\n"
+      "  prefetch  write the prefetch ConfigMap (label "
+      "gpufrac.io/model-prefetch) the\n            node agents act on; "
+      "--nodes N picks N nodes that carry a gpufrac\n            inventory, "
+      "those already holding the model first. Without\n            "
+      "--kubeconfig it prints the ConfigMap (JSON) instead, for --node-"
+      "names\n            and --node-selector\n\n"
+      "  --dir DIR          the cache (default " GF_NODE_CACHE_ROOT ")\n"
+      "  --budget BYTES     byte budget, a Kubernetes quantity (\"100Gi\"); "
+      "default none\n"
+      "  --source URL       where the model is\n"
+      "  --parallel N       files fetched at once (default 4)\n"
+      "  --retries N        tries per file after the first (default 3)\n"
+      "  --stall-timeout S  a try that receives nothing for S seconds "
+      "fails (default 30)\n"
+      "  --namespace NS     the agents' namespace (default gpufrac-system)\n");
+}
+
+static int bad_usage(const char *what) {
+  fprintf(stderr, "gpufrac cache: %s\n", what);
+  usage(stderr);
+  return GF_EXIT_USAGE;
+}
+
+static void log_line(void *user, const char *line) {
+  (void)user;
+  fprintf(stderr, "gpufrac cache: %s\n", line);
+}
+
+static int open_cache(const char *dir, uint64_t budget, unsigned parallel,
+                      unsigned retries, long stall_s, gf_node_cache **c) {
+  gf_node_cache_opts o = {.root = dir,
+                          .budget = budget,
+                          .parallel = parallel,
+                          .retries = retries,
+                          .stall_timeout_s = stall_s,
+                          .log = log_line};
+  gf_diag d = {""};
+  if (gf_node_cache_open(&o, c, &d)) {
+    fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  return GF_EXIT_OK;
+}
+
+static int do_ls(gf_node_cache *c) {
+  gf_node_cache_entry *l = NULL;
+  size_t n = 0;
+  if (gf_node_cache_list(c, &l, &n)) {
+    fprintf(stderr, "gpufrac cache: out of memory\n");
+    return GF_EXIT_FAIL;
+  }
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  printf("%-71s %-8s %14s %4s  %s\n", "DIGEST", "STATE", "BYTES", "PINS",
+         "NAME");
+  for (size_t i = 0; i < n; i++)
+    printf("sha256:%s %-8s %14" PRIu64 " %4u  %s\n", l[i].hex,
+           l[i].state == GF_NODE_CACHE_READY ? "ready" : "fetching", l[i].bytes,
+           l[i].pins, l[i].name);
+  printf("%" PRIu64 " models, %" PRIu64 " bytes", s.models, s.used);
+  if (s.budget)
+    printf(" of a %" PRIu64 "-byte budget", s.budget);
+  printf("\n");
+  free(l);
+  return GF_EXIT_OK;
+}
+
+static void report_bad(void *user, const char *hex, const char *name,
+                       const char *why) {
+  (void)user;
+  printf("sha256:%s %s: FAILED: %s\n", hex, name, why);
+}
+
+static int do_manifest(const char *dir) {
+  char *text = NULL;
+  size_t len = 0;
+  gf_diag d = {""};
+  if (gf_node_cache_manifest_build(dir, &text, &len, &d)) {
+    fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  char hex[GF_NODE_CACHE_HEX];
+  gf_node_cache_sha256_hex(text, len, hex);
+  fwrite(text, 1, len, stdout);
+  fprintf(stderr, "sha256:%s\n", hex);
+  free(text);
+  return GF_EXIT_OK;
+}
+
+/* Resolves --nodes N into names from the Node list, then creates or
+ * replaces the ConfigMap (or prints it without a kubeconfig). */
+static int do_prefetch(gf_node_prefetch *p, const char *hex,
+                       const char *kubeconfig, const char *context,
+                       const char *ns) {
+  gf_diag d = {""};
+  gf_kube_config *cfg = NULL;
+  gf_kube *k = NULL;
+  json_t *cm = NULL, *list = NULL;
+  int ex = GF_EXIT_FAIL;
+  if (!kubeconfig) {
+    if (p->nodes) {
+      fprintf(stderr, "gpufrac cache: --nodes needs --kubeconfig (the node "
+                      "list picks them)\n");
+      return GF_EXIT_USAGE;
+    }
+    cm = gf_node_prefetch_configmap(p, ns);
+    if (!cm)
+      goto oom;
+    json_dumpf(cm, stdout, JSON_INDENT(2));
+    printf("\n");
+    json_decref(cm);
+    return GF_EXIT_OK;
+  }
+  if (gf_kube_config_from_kubeconfig(&cfg, kubeconfig, context, &d) ||
+      gf_kube_new(&k, cfg, NULL, &d))
+    goto fail;
+  if (p->nodes) {
+    if (gf_kube_list_all(k, "/api/v1/nodes", NULL, &list, &d))
+      goto fail;
+    uint32_t got =
+        gf_node_prefetch_pick(list, hex, p->nodes, p->names, sizeof(p->names));
+    if (got == 0) {
+      fprintf(stderr, "gpufrac cache: no schedulable node carries a gpufrac "
+                      "inventory\n");
+      goto out;
+    }
+    if (got < p->nodes)
+      fprintf(stderr,
+              "gpufrac cache: only %u of the %u nodes asked for "
+              "carry a gpufrac inventory\n",
+              got, p->nodes);
+  }
+  cm = gf_node_prefetch_configmap(p, ns);
+  if (!cm)
+    goto oom;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(cm, "metadata"), "name"));
+  char path[1024];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", ns);
+  int rc = gf_kube_create(k, path, cm, NULL, &d);
+  if (rc == GF_EEXIST || (rc && gf_kube_last_status(k) == 409)) {
+    json_t *old = NULL;
+    char one[1400];
+    snprintf(one, sizeof(one), "%s/%s", path, name);
+    rc = gf_kube_get(k, one, &old, &d);
+    if (!rc) {
+      json_object_set(
+          json_object_get(cm, "metadata"), "resourceVersion",
+          json_object_get(json_object_get(old, "metadata"), "resourceVersion"));
+      rc = gf_kube_replace(k, one, cm, NULL, &d);
+    }
+    json_decref(old);
+  }
+  if (rc)
+    goto fail;
+  printf("configmap %s/%s: %s on %s\n", ns, name, p->model,
+         p->names[0] ? p->names : p->selector);
+  ex = GF_EXIT_OK;
+  goto out;
+oom:
+  gf_diag_set(&d, GF_ENOMEM, "out of memory");
+fail:
+  fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+out:
+  json_decref(cm);
+  json_decref(list);
+  gf_kube_free(k);
+  gf_kube_config_free(cfg);
+  return ex;
+}
+
+int cmd_cache(int argc, char **argv) {
+  const char *dir = NULL, *source = NULL, *kubeconfig = NULL, *context = NULL,
+             *ns = GF_NODE_PREFETCH_NAMESPACE, *selector = NULL, *names = NULL;
+  uint64_t budget = 0;
+  int64_t nodes = 0, parallel = 0, retries = 0, stall = 0;
+  const char *pos[3] = {NULL, NULL, NULL};
+  int npos = 0;
+  gf_diag d = {""};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return GF_EXIT_OK;
+    }
+    if (a[0] == '-' && a[1] == '-') {
+      if (i + 1 >= argc)
+        return bad_usage("an option is missing its value");
+      const char *v = argv[++i];
+      int64_t q = 0;
+      if (!strcmp(a, "--dir")) {
+        dir = v;
+      } else if (!strcmp(a, "--budget")) {
+        if (gf_quantity_bytes(v, &q, &d) || q < 0)
+          return bad_usage("--budget: not a byte quantity");
+        budget = (uint64_t)q;
+      } else if (!strcmp(a, "--source")) {
+        source = v;
+      } else if (!strcmp(a, "--parallel")) {
+        if (gf_parse_int64(v, 1, 64, &parallel, &d))
+          return bad_usage("--parallel: not an integer in 1..64");
+      } else if (!strcmp(a, "--retries")) {
+        if (gf_parse_int64(v, 1, 100, &retries, &d))
+          return bad_usage("--retries: not an integer in 1..100");
+      } else if (!strcmp(a, "--stall-timeout")) {
+        if (gf_parse_int64(v, 1, 3600, &stall, &d))
+          return bad_usage("--stall-timeout: not seconds in 1..3600");
+      } else if (!strcmp(a, "--nodes")) {
+        if (gf_parse_int64(v, 1, 100000, &nodes, &d))
+          return bad_usage("--nodes: not an integer in 1..100000");
+      } else if (!strcmp(a, "--node-selector")) {
+        selector = v;
+      } else if (!strcmp(a, "--node-names")) {
+        names = v;
+      } else if (!strcmp(a, "--kubeconfig")) {
+        kubeconfig = v;
+      } else if (!strcmp(a, "--context")) {
+        context = v;
+      } else if (!strcmp(a, "--namespace")) {
+        ns = v;
+      } else {
+        fprintf(stderr, "gpufrac cache: unknown option %s\n", a);
+        usage(stderr);
+        return GF_EXIT_USAGE;
+      }
+      continue;
+    }
+    if (npos == 3)
+      return bad_usage("too many arguments");
+    pos[npos++] = a;
+  }
+  if (npos == 0)
+    return bad_usage("no subcommand");
+  const char *sub = pos[0];
+  if (!strcmp(sub, "manifest")) {
+    if (npos != 2)
+      return bad_usage("manifest takes one directory");
+    return do_manifest(pos[1]);
+  }
+  char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
+  bool has_ref = !strcmp(sub, "fetch") || !strcmp(sub, "evict") ||
+                 !strcmp(sub, "prefetch");
+  if (has_ref) {
+    if (npos != 2)
+      return bad_usage("give one model, NAME@sha256:HEX");
+    if (gf_node_cache_ref_parse(pos[1], name, sizeof(name), hex, &d)) {
+      fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+      return GF_EXIT_USAGE;
+    }
+  } else if (npos != 1) {
+    return bad_usage("too many arguments");
+  }
+  if (!strcmp(sub, "prefetch")) {
+    if (!source)
+      return bad_usage("prefetch needs --source URL");
+    int ways = (nodes ? 1 : 0) + (selector ? 1 : 0) + (names ? 1 : 0);
+    if (ways != 1)
+      return bad_usage("prefetch needs exactly one of --nodes, "
+                       "--node-selector, --node-names");
+    gf_node_prefetch p;
+    gf_node_prefetch_init(&p);
+    snprintf(p.model, sizeof(p.model), "%s", pos[1]);
+    snprintf(p.source, sizeof(p.source), "%s", source);
+    if (selector)
+      snprintf(p.selector, sizeof(p.selector), "%s", selector);
+    if (names)
+      snprintf(p.names, sizeof(p.names), "%s", names);
+    p.nodes = (uint32_t)nodes;
+    return do_prefetch(&p, hex, kubeconfig, context, ns);
+  }
+  if (!strcmp(sub, "fetch") && !source)
+    return bad_usage("fetch needs --source URL");
+  if (strcmp(sub, "ls") && strcmp(sub, "fetch") && strcmp(sub, "verify") &&
+      strcmp(sub, "evict"))
+    return bad_usage("unknown subcommand");
+  gf_node_cache *c = NULL;
+  int ex = open_cache(dir, budget, (unsigned)parallel, (unsigned)retries,
+                      (long)stall, &c);
+  if (ex)
+    return ex;
+  if (!strcmp(sub, "ls")) {
+    ex = do_ls(c);
+  } else if (!strcmp(sub, "fetch")) {
+    if (gf_node_cache_fetch(c, name, hex, source, &d)) {
+      fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+      ex = GF_EXIT_FAIL;
+    } else {
+      char path[4096];
+      gf_node_cache_path(c, hex, path, sizeof(path));
+      printf("%s\n", path);
+    }
+  } else if (!strcmp(sub, "verify")) {
+    int bad = gf_node_cache_verify(c, report_bad, NULL);
+    if (bad < 0)
+      fprintf(stderr, "gpufrac cache: %s\n", gf_strerror(bad));
+    else
+      printf("%d models failed verification\n", bad);
+    ex = bad == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
+  } else {
+    if (gf_node_cache_evict(c, hex, &d)) {
+      fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+      ex = GF_EXIT_FAIL;
+    }
+  }
+  gf_node_cache_free(c);
+  return ex;
+}

@@ -1,0 +1,1513 @@
+/*
+ * The node-local weight cache's store (modelcache.h, docs/modelcache.md):
+ * manifests and their digest, the on-disk layout, the state file, recovery,
+ * LRU eviction over the budget with pins, single flight.  The downloads
+ * themselves are in modelcache_fetch.c.
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "gpufrac/error.h"
+#include "gpufrac/node.h"
+#include "modelcache_int.h"
+#include "node_int.h"
+
+#define STATE_FILE "state.json"
+#define STATE_MAX (64u << 20)
+#define INVENTORY_MODELS 64
+
+/* ---- digests ----------------------------------------------------------- */
+
+static void to_hex(const unsigned char *md, unsigned n, char *hex) {
+  static const char digits[] = "0123456789abcdef";
+  for (unsigned i = 0; i < n; i++) {
+    hex[2 * i] = digits[md[i] >> 4];
+    hex[2 * i + 1] = digits[md[i] & 15];
+  }
+  hex[2 * n] = '\0';
+}
+
+void gf_node_cache_sha256_hex(const void *buf, size_t len,
+                              char hex[GF_NODE_CACHE_HEX]) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_Digest(buf, len, md, &n, EVP_sha256(), NULL);
+  to_hex(md, n, hex);
+}
+
+int gf__mc_hash_file(const char *path, uint64_t *size,
+                     char hex[GF_NODE_CACHE_HEX], gf_diag *d) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  unsigned char *buf = gf__malloc(1u << 20);
+  int rc = 0;
+  if (!ctx || !buf) {
+    rc = gf_diag_set(d, GF_ENOMEM, "%s: out of memory", path);
+    goto out;
+  }
+  EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+  uint64_t total = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf, 1u << 20);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      rc = gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+      goto out;
+    }
+    if (r == 0)
+      break;
+    EVP_DigestUpdate(ctx, buf, (size_t)r);
+    total += (uint64_t)r;
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_DigestFinal_ex(ctx, md, &n);
+  to_hex(md, n, hex);
+  *size = total;
+out:
+  EVP_MD_CTX_free(ctx);
+  gf__free(buf);
+  close(fd);
+  return rc;
+}
+
+static bool is_hex64(const char *s, size_t n) {
+  if (n != 64)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+      return false;
+  return true;
+}
+
+/* ---- manifests --------------------------------------------------------- */
+
+/* A manifest path: relative, components neither empty nor "." nor "..",
+ * no byte below 0x20 or 0x7f. NULL when fine, else why not. */
+static const char *path_problem(const char *p, size_t n) {
+  if (n == 0)
+    return "an empty path";
+  if (n > GF_NODE_CACHE_PATH_MAX)
+    return "a path longer than 1024 bytes";
+  if (p[0] == '/')
+    return "an absolute path";
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
+      return "a control byte in the path";
+  size_t start = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i < n && p[i] != '/')
+      continue;
+    size_t len = i - start;
+    if (len == 0)
+      return "an empty path component";
+    if ((len == 1 && p[start] == '.') ||
+        (len == 2 && p[start] == '.' && p[start + 1] == '.'))
+      return "a '.' or '..' path component";
+    start = i + 1;
+  }
+  return NULL;
+}
+
+static int cmp_path(const void *a, const void *b) {
+  return strcmp(((const gf_node_cache_file *)a)->path,
+                ((const gf_node_cache_file *)b)->path);
+}
+
+void gf_node_cache_manifest_release(gf_node_cache_manifest *m) {
+  if (!m)
+    return;
+  for (size_t i = 0; i < m->n; i++)
+    gf__free(m->files[i].path);
+  gf__free(m->files);
+  memset(m, 0, sizeof(*m));
+}
+
+int gf_node_cache_manifest_parse(const char *text, size_t len,
+                                 gf_node_cache_manifest *m, gf_diag *d) {
+  memset(m, 0, sizeof(*m));
+  int rc = 0;
+  size_t cap = 0, line = 0, pos = 0;
+  if (len > GF_NODE_CACHE_MANIFEST_MAX)
+    return gf_diag_set(d, GF_ELIMIT, "manifest: larger than %u bytes",
+                       GF_NODE_CACHE_MANIFEST_MAX);
+  if (len > 0 && text[len - 1] != '\n')
+    return gf_diag_set(d, GF_ESYNTAX, "manifest: no newline at the end");
+  while (pos < len) {
+    line++;
+    const char *l = text + pos;
+    const char *nl = memchr(l, '\n', len - pos);
+    size_t ll = (size_t)(nl - l);
+    pos += ll + 1;
+    const char *t1 = memchr(l, '\t', ll);
+    const char *t2 =
+        t1 ? memchr(t1 + 1, '\t', ll - (size_t)(t1 + 1 - l)) : NULL;
+    if (!t1 || !t2) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "manifest:%zu: not <path>\\t<size>\\t<sha256>", line);
+      goto fail;
+    }
+    size_t pl = (size_t)(t1 - l);
+    const char *why = path_problem(l, pl);
+    if (!why && memchr(l, '\0', pl))
+      why = "a NUL byte in the path";
+    if (why) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "manifest:%zu: %s", line, why);
+      goto fail;
+    }
+    const char *s = t1 + 1;
+    size_t sl = (size_t)(t2 - s);
+    uint64_t size = 0;
+    if (sl == 0 || sl > 20 || (sl > 1 && s[0] == '0')) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "manifest:%zu: size '%.*s' is not a "
+                       "decimal byte count",
+                       line, (int)(sl > 24 ? 24 : sl), s);
+      goto fail;
+    }
+    for (size_t i = 0; i < sl; i++) {
+      if (s[i] < '0' || s[i] > '9' ||
+          size > (UINT64_MAX - (uint64_t)(s[i] - '0')) / 10) {
+        rc = gf_diag_set(d, GF_ESYNTAX,
+                         "manifest:%zu: size '%.*s' is not a decimal byte "
+                         "count below 2^64",
+                         line, (int)sl, s);
+        goto fail;
+      }
+      size = size * 10 + (uint64_t)(s[i] - '0');
+    }
+    const char *h = t2 + 1;
+    size_t hl = ll - (size_t)(h - l);
+    if (!is_hex64(h, hl)) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "manifest:%zu: the sha256 is not 64 lowercase hex "
+                       "digits",
+                       line);
+      goto fail;
+    }
+    if (m->n > 0) {
+      const char *prev = m->files[m->n - 1].path;
+      size_t prevl = strlen(prev);
+      int c = memcmp(prev, l, prevl < pl ? prevl : pl);
+      if (c > 0 || (c == 0 && prevl >= pl)) {
+        rc = gf_diag_set(d, GF_ESYNTAX, "manifest:%zu: path '%.*s' %s", line,
+                         (int)pl, l,
+                         c == 0 && prevl == pl ? "appears twice"
+                                               : "is not sorted after the "
+                                                 "line before (bytewise)");
+        goto fail;
+      }
+    }
+    if (m->n >= GF_NODE_CACHE_FILES_MAX) {
+      rc = gf_diag_set(d, GF_ELIMIT, "manifest: more than %d files",
+                       GF_NODE_CACHE_FILES_MAX);
+      goto fail;
+    }
+    if (size > UINT64_MAX - m->bytes) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "manifest:%zu: sizes add up past 2^64",
+                       line);
+      goto fail;
+    }
+    if (m->n == cap) {
+      size_t ncap = cap ? cap * 2 : 16;
+      gf_node_cache_file *nf = gf__realloc(m->files, ncap * sizeof(*nf));
+      if (!nf) {
+        rc = gf_diag_set(d, GF_ENOMEM, "manifest: out of memory");
+        goto fail;
+      }
+      m->files = nf;
+      cap = ncap;
+    }
+    gf_node_cache_file *f = &m->files[m->n];
+    f->path = gf__malloc(pl + 1);
+    if (!f->path) {
+      rc = gf_diag_set(d, GF_ENOMEM, "manifest: out of memory");
+      goto fail;
+    }
+    memcpy(f->path, l, pl);
+    f->path[pl] = '\0';
+    f->size = size;
+    memcpy(f->hex, h, 64);
+    f->hex[64] = '\0';
+    m->bytes += size;
+    m->n++;
+  }
+  /* A path that is also another's directory ("a" and "a/b"): each
+   * directory prefix of each path must not be a file. */
+  for (size_t i = 0; i < m->n; i++) {
+    const char *p = m->files[i].path;
+    for (const char *sl = strchr(p, '/'); sl; sl = strchr(sl + 1, '/')) {
+      char pre[GF_NODE_CACHE_PATH_MAX + 1];
+      size_t n = (size_t)(sl - p);
+      memcpy(pre, p, n);
+      pre[n] = '\0';
+      gf_node_cache_file key = {.path = pre};
+      if (bsearch(&key, m->files, m->n, sizeof(key), cmp_path)) {
+        rc = gf_diag_set(d, GF_ESYNTAX,
+                         "manifest: '%s' is a file and the directory of '%s'",
+                         pre, p);
+        goto fail;
+      }
+    }
+  }
+  gf_node_cache_sha256_hex(text, len, m->hex);
+  return 0;
+fail:
+  gf_node_cache_manifest_release(m);
+  return rc;
+}
+
+int gf_node_cache_ref_parse(const char *ref, char *name, size_t cap,
+                            char hex[GF_NODE_CACHE_HEX], gf_diag *d) {
+  const char *at = strrchr(ref, '@');
+  if (!at)
+    return gf_diag_set(d, GF_ESYNTAX, "model '%s': not <name>@sha256:<64 hex>",
+                       ref);
+  size_t nl = (size_t)(at - ref);
+  char tmp[GF_NODE_CACHE_NAME_MAX];
+  if (nl == 0 || nl >= sizeof(tmp) || nl >= cap)
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "model '%s': the name is empty or "
+                       "longer than %d bytes",
+                       ref, GF_NODE_CACHE_NAME_MAX - 1);
+  memcpy(tmp, ref, nl);
+  tmp[nl] = '\0';
+  if (!gf_node_safe_name(tmp))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "model '%s': the name may hold only "
+                       "letters, digits, '.', '_', '-'",
+                       ref);
+  if (strncmp(at + 1, "sha256:", 7) != 0 || !is_hex64(at + 8, strlen(at + 8)))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "model '%s': the digest is not sha256:<64 lowercase "
+                       "hex>",
+                       ref);
+  memcpy(name, tmp, nl + 1);
+  memcpy(hex, at + 8, 65);
+  return 0;
+}
+
+/* ---- building a manifest from a directory ------------------------------ */
+
+typedef struct build_ctx {
+  const char *root;
+  size_t rootlen;
+  gf_node_cache_file *files;
+  size_t n, cap;
+  int rc;
+  gf_diag *d;
+} build_ctx;
+
+static build_ctx *g_build; /* nftw has no user pointer; guarded below */
+static pthread_mutex_t g_build_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int build_visit(const char *path, const struct stat *st, int type,
+                       struct FTW *ftw) {
+  (void)ftw;
+  build_ctx *b = g_build;
+  if (type == FTW_D || type == FTW_DP)
+    return 0;
+  if (type == FTW_SL || type == FTW_SLN) {
+    b->rc = gf_diag_set(b->d, GF_EINVAL, "%s: a symlink (not followed)", path);
+    return 1;
+  }
+  if (type != FTW_F || !S_ISREG(st->st_mode)) {
+    b->rc = gf_diag_set(b->d, GF_EINVAL, "%s: not a regular file", path);
+    return 1;
+  }
+  const char *rel = path + b->rootlen + 1;
+  if (strcmp(rel, GF_NODE_CACHE_MANIFEST) == 0)
+    return 0; /* the manifest itself, from an earlier build */
+  const char *why = path_problem(rel, strlen(rel));
+  if (!why && strchr(rel, '\t'))
+    why = "a tab in the name";
+  if (why) {
+    b->rc = gf_diag_set(b->d, GF_EINVAL, "%s: %s", path, why);
+    return 1;
+  }
+  if (b->n >= GF_NODE_CACHE_FILES_MAX) {
+    b->rc = gf_diag_set(b->d, GF_ELIMIT, "%s: more than %d files", b->root,
+                        GF_NODE_CACHE_FILES_MAX);
+    return 1;
+  }
+  if (b->n == b->cap) {
+    size_t ncap = b->cap ? b->cap * 2 : 16;
+    gf_node_cache_file *nf = gf__realloc(b->files, ncap * sizeof(*nf));
+    if (!nf) {
+      b->rc = gf_diag_set(b->d, GF_ENOMEM, "out of memory");
+      return 1;
+    }
+    b->files = nf;
+    b->cap = ncap;
+  }
+  gf_node_cache_file *f = &b->files[b->n];
+  f->path = gf__strdup(rel);
+  if (!f->path) {
+    b->rc = gf_diag_set(b->d, GF_ENOMEM, "out of memory");
+    return 1;
+  }
+  b->n++;
+  int rc = gf__mc_hash_file(path, &f->size, f->hex, b->d);
+  if (rc) {
+    b->rc = rc;
+    return 1;
+  }
+  return 0;
+}
+
+int gf_node_cache_manifest_build(const char *dir, char **text, size_t *len,
+                                 gf_diag *d) {
+  *text = NULL;
+  *len = 0;
+  build_ctx b = {.root = dir, .rootlen = strlen(dir), .d = d};
+  while (b.rootlen > 1 && dir[b.rootlen - 1] == '/')
+    b.rootlen--;
+  pthread_mutex_lock(&g_build_mu);
+  g_build = &b;
+  int r = nftw(dir, build_visit, 16, FTW_PHYS);
+  g_build = NULL;
+  pthread_mutex_unlock(&g_build_mu);
+  int rc = b.rc;
+  if (!rc && r != 0)
+    rc = gf_diag_set(d, GF_EIO, "%s: %s", dir, strerror(errno));
+  char *out = NULL;
+  if (!rc) {
+    qsort(b.files, b.n, sizeof(*b.files), cmp_path);
+    size_t cap = 1;
+    for (size_t i = 0; i < b.n; i++)
+      cap += strlen(b.files[i].path) + 1 + 20 + 1 + 64 + 1;
+    out = gf__malloc(cap);
+    if (!out) {
+      rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+    } else {
+      size_t n = 0;
+      for (size_t i = 0; i < b.n; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s\t%" PRIu64 "\t%s\n",
+                              b.files[i].path, b.files[i].size, b.files[i].hex);
+      *text = out;
+      *len = n;
+    }
+  }
+  for (size_t i = 0; i < b.n; i++)
+    gf__free(b.files[i].path);
+  gf__free(b.files);
+  return rc;
+}
+
+/* ---- removing trees ---------------------------------------------------- */
+
+static int rm_chmod(const char *p, const struct stat *st, int type,
+                    struct FTW *f) {
+  (void)f;
+  if (type == FTW_D && !S_ISLNK(st->st_mode))
+    chmod(p, 0700);
+  return 0;
+}
+
+static int rm_visit(const char *p, const struct stat *st, int type,
+                    struct FTW *f) {
+  (void)st;
+  (void)f;
+  if (type == FTW_DP)
+    rmdir(p);
+  else
+    unlink(p);
+  return 0;
+}
+
+bool gf__mc_rmtree(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0)
+    return errno == ENOENT;
+  if (!S_ISDIR(st.st_mode))
+    return unlink(path) == 0;
+  nftw(path, rm_chmod, 16, FTW_PHYS);
+  nftw(path, rm_visit, 16, FTW_PHYS | FTW_DEPTH);
+  return lstat(path, &st) != 0;
+}
+
+/* ---- the cache --------------------------------------------------------- */
+
+/* One fetch under way, shared by the requests waiting for it. */
+typedef struct flight {
+  int refs; /* the fetcher and each waiter */
+  bool done;
+  int rc;
+  gf_diag d;
+} flight;
+
+typedef struct entry {
+  char hex[GF_NODE_CACHE_HEX];
+  char name[GF_NODE_CACHE_NAME_MAX];
+  uint64_t bytes;
+  uint64_t used;
+  int64_t last_unpin;    /* unix seconds; 0 never */
+  flight *fl;            /* non-NULL while fetching */
+  bool warm;             /* kept in the page cache (keep-warm) */
+  struct lock_map *maps; /* mlock'ed mappings of its files */
+  size_t nmaps;
+  uint64_t locked; /* bytes in maps */
+} entry;
+
+typedef struct lock_map {
+  void *p;
+  size_t n;
+} lock_map;
+
+typedef struct pin {
+  char hex[GF_NODE_CACHE_HEX];
+  char holder[GF_NODE_CACHE_NAME_MAX];
+} pin;
+
+struct gf_node_cache {
+  char root[4096 - 128];
+  uint64_t budget;
+  gf__mc_opts o;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  entry *e;
+  size_t n, cap;
+  pin *p;
+  size_t np, pcap;
+  uint64_t seq;
+  uint64_t bytes_fetched; /* atomic */
+  uint64_t fetch_ok, fetch_failed, fetch_hit, evictions;
+  uint64_t locked; /* mlock'ed bytes, all models */
+  int cancel;      /* atomic: fetches stop */
+};
+
+void gf_node_cache_cancel(gf_node_cache *c) {
+  __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED);
+}
+
+static void default_log(void *user, const char *line) {
+  (void)user;
+  fprintf(stderr, "gpufrac node: cache: %s\n", line);
+}
+
+void gf__mc_log(const gf__mc_opts *o, const char *fmt, ...) {
+  char line[GF_DIAG_MAX + 256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  o->log(o->log_user, line);
+}
+
+static entry *find(gf_node_cache *c, const char *hex) {
+  for (size_t i = 0; i < c->n; i++)
+    if (strcmp(c->e[i].hex, hex) == 0)
+      return &c->e[i];
+  return NULL;
+}
+
+static uint32_t pins_of(const gf_node_cache *c, const char *hex) {
+  uint32_t k = 0;
+  for (size_t i = 0; i < c->np; i++)
+    if (strcmp(c->p[i].hex, hex) == 0)
+      k++;
+  return k;
+}
+
+static entry *add_entry(gf_node_cache *c, const char *hex) {
+  if (c->n == c->cap) {
+    size_t ncap = c->cap ? c->cap * 2 : 16;
+    entry *ne = gf__realloc(c->e, ncap * sizeof(*ne));
+    if (!ne)
+      return NULL;
+    c->e = ne;
+    c->cap = ncap;
+  }
+  entry *e = &c->e[c->n++];
+  memset(e, 0, sizeof(*e));
+  gf__node_copy(e->hex, sizeof(e->hex), hex);
+  return e;
+}
+
+static void unlock_maps(gf_node_cache *c, entry *e) {
+  for (size_t i = 0; i < e->nmaps; i++) {
+    munlock(e->maps[i].p, e->maps[i].n);
+    munmap(e->maps[i].p, e->maps[i].n);
+  }
+  gf__free(e->maps);
+  c->locked -= e->locked;
+  e->maps = NULL;
+  e->nmaps = 0;
+  e->locked = 0;
+}
+
+static void drop_entry(gf_node_cache *c, entry *e) {
+  unlock_maps(c, e);
+  size_t i = (size_t)(e - c->e);
+  c->e[i] = c->e[--c->n];
+}
+
+static int model_dir(const gf_node_cache *c, const char *sub, const char *hex,
+                     char *out, size_t cap) {
+  int n = snprintf(out, cap, "%s/%s/%s", c->root, sub, hex);
+  return n > 0 && (size_t)n < cap ? 0 : GF_ELIMIT;
+}
+
+static uint64_t used_bytes(const gf_node_cache *c) {
+  uint64_t u = 0;
+  for (size_t i = 0; i < c->n; i++)
+    u += c->e[i].bytes;
+  return u;
+}
+
+/* Writes state.json; a failure is logged (the directories stay the truth,
+ * so the next open recovers). Lock held. */
+static void save_state(gf_node_cache *c) {
+  json_t *root = json_object(), *models = json_array(), *pins = json_array();
+  int rc = !root || !models || !pins;
+  for (size_t i = 0; !rc && i < c->n; i++) {
+    const entry *e = &c->e[i];
+    if (e->fl)
+      continue;
+    rc |= json_array_append_new(
+        models,
+        json_pack("{s:s,s:s,s:I,s:I,s:I}", "digest", e->hex, "name", e->name,
+                  "bytes", (json_int_t)e->bytes, "used", (json_int_t)e->used,
+                  "last_unpin", (json_int_t)e->last_unpin));
+  }
+  for (size_t i = 0; !rc && i < c->np; i++)
+    rc |= json_array_append_new(pins,
+                                json_pack("{s:s,s:s}", "digest", c->p[i].hex,
+                                          "holder", c->p[i].holder));
+  char *text = NULL;
+  if (!rc) {
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "seq", json_integer((json_int_t)c->seq));
+    json_object_set(root, "models", models);
+    json_object_set(root, "pins", pins);
+    text = json_dumps(root, JSON_COMPACT);
+  }
+  gf_diag d = {{0}};
+  if (!text)
+    gf__mc_log(&c->o, "%s/%s: not saved: out of memory", c->root, STATE_FILE);
+  else if (gf_node_write_atomic(c->root, STATE_FILE, text, strlen(text), &d))
+    gf__mc_log(&c->o, "not saved: %s", d.msg);
+  free(text);
+  json_decref(models);
+  json_decref(pins);
+  json_decref(root);
+}
+
+/* Removes the published model e (unpinned, not fetching). Lock held. The
+ * directory is renamed out of sha256/ first, so it vanishes at once. */
+static void remove_model(gf_node_cache *c, entry *e, const char *why) {
+  char dir[4096], gone[4096];
+  gf__mc_log(&c->o, "model %s (sha256:%.12s, %" PRIu64 " bytes): evicted, %s",
+             e->name, e->hex, e->bytes, why);
+  if (model_dir(c, "sha256", e->hex, dir, sizeof(dir)) == 0 &&
+      snprintf(gone, sizeof(gone), "%s/tmp/evict-%s-%" PRIu64, c->root, e->hex,
+               ++c->seq) < (int)sizeof(gone)) {
+    if (rename(dir, gone) == 0)
+      gf__mc_rmtree(gone);
+    else
+      gf__mc_rmtree(dir);
+  }
+  drop_entry(c, e);
+  c->evictions++;
+}
+
+/* Evicts least recently used unpinned ready models until `need` more bytes
+ * fit.  GF_ENOFIT (with the numbers) when they cannot. Lock held. */
+static int make_room(gf_node_cache *c, uint64_t need, const char *skip,
+                     gf_diag *d) {
+  if (c->budget == 0)
+    return 0;
+  if (need > c->budget)
+    return gf_diag_set(d, GF_ENOFIT,
+                       "%" PRIu64 " bytes do not fit the cache's budget of "
+                       "%" PRIu64,
+                       need, c->budget);
+  /* Is there room once every evictable model is gone? */
+  uint64_t keep = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    const entry *e = &c->e[i];
+    if (e->fl || pins_of(c, e->hex) || (skip && !strcmp(e->hex, skip)))
+      keep += e->bytes;
+  }
+  if (keep > c->budget - need)
+    return gf_diag_set(d, GF_ENOFIT,
+                       "%" PRIu64 " bytes do not fit: %" PRIu64 " of the "
+                       "budget's %" PRIu64 " are pinned or being fetched",
+                       need, keep, c->budget);
+  while (used_bytes(c) > c->budget - need) {
+    entry *lru = NULL;
+    for (size_t i = 0; i < c->n; i++) {
+      entry *e = &c->e[i];
+      if (e->fl || pins_of(c, e->hex) || (skip && !strcmp(e->hex, skip)))
+        continue;
+      if (!lru || e->used < lru->used)
+        lru = e;
+    }
+    if (!lru)
+      break; /* not reached: keep fits */
+    remove_model(c, lru, "least recently used over the budget");
+  }
+  return 0;
+}
+
+/* ---- open and recovery ------------------------------------------------- */
+
+static int read_manifest(const char *dir, gf_node_cache_manifest *m,
+                         gf_diag *d) {
+  char path[4096];
+  char *text = NULL;
+  size_t len = 0;
+  if (!gf__node_join(path, sizeof(path), dir, "manifest"))
+    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", dir);
+  memset(m, 0, sizeof(*m));
+  int rc = gf__node_read_file(path, GF_NODE_CACHE_MANIFEST_MAX, &text, &len, d);
+  if (!rc) {
+    rc = gf_node_cache_manifest_parse(text, len, m, d);
+    if (rc)
+      gf_diag_prefix(d, "%s", path);
+  }
+  free(text);
+  return rc;
+}
+
+static void load_state(gf_node_cache *c) {
+  char path[4096];
+  char *text = NULL;
+  size_t len = 0;
+  gf_diag d = {{0}};
+  if (!gf__node_join(path, sizeof(path), c->root, STATE_FILE))
+    return;
+  if (access(path, F_OK) != 0)
+    return;
+  if (gf__node_read_file(path, STATE_MAX, &text, &len, &d)) {
+    gf__mc_log(&c->o, "%s (rebuilt from the directories)", d.msg);
+    return;
+  }
+  json_error_t je;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  free(text);
+  json_t *models = json_object_get(root, "models");
+  json_t *pins = json_object_get(root, "pins");
+  json_int_t seq = json_integer_value(json_object_get(root, "seq"));
+  if (!json_is_object(root) ||
+      json_integer_value(json_object_get(root, "version")) != 1 ||
+      !json_is_array(models) || !json_is_array(pins) || seq < 0) {
+    gf__mc_log(&c->o,
+               "%s: not a version 1 state file%s%s (rebuilt from the "
+               "directories)",
+               path, root ? "" : ": ", root ? "" : je.text);
+    json_decref(root);
+    return;
+  }
+  c->seq = (uint64_t)seq;
+  size_t i;
+  json_t *v;
+  json_array_foreach(models, i, v) {
+    const char *hex = json_string_value(json_object_get(v, "digest"));
+    const char *name = json_string_value(json_object_get(v, "name"));
+    json_int_t used = json_integer_value(json_object_get(v, "used"));
+    json_int_t lu = json_integer_value(json_object_get(v, "last_unpin"));
+    if (!hex || !is_hex64(hex, strlen(hex)) || find(c, hex) || used < 0)
+      continue;
+    entry *e = add_entry(c, hex);
+    if (!e)
+      break;
+    gf__node_copy(e->name, sizeof(e->name), name ? name : "");
+    e->used = (uint64_t)used;
+    e->last_unpin = lu;
+    e->bytes = UINT64_MAX; /* "listed, directory not seen yet" */
+    if (e->used > c->seq)
+      c->seq = e->used;
+  }
+  json_array_foreach(pins, i, v) {
+    const char *hex = json_string_value(json_object_get(v, "digest"));
+    const char *holder = json_string_value(json_object_get(v, "holder"));
+    if (!hex || !holder || !holder[0] || !is_hex64(hex, strlen(hex)) ||
+        strlen(holder) >= GF_NODE_CACHE_NAME_MAX)
+      continue;
+    if (c->np == c->pcap) {
+      size_t ncap = c->pcap ? c->pcap * 2 : 16;
+      pin *np = gf__realloc(c->p, ncap * sizeof(*np));
+      if (!np)
+        break;
+      c->p = np;
+      c->pcap = ncap;
+    }
+    gf__node_copy(c->p[c->np].hex, sizeof(c->p[c->np].hex), hex);
+    gf__node_copy(c->p[c->np].holder, sizeof(c->p[c->np].holder), holder);
+    c->np++;
+  }
+  json_decref(root);
+}
+
+/* Checks the published directories against the state. */
+static int scan_models(gf_node_cache *c, gf_diag *d) {
+  char dir[4096];
+  if (!gf__node_join(dir, sizeof(dir), c->root, "sha256"))
+    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
+  DIR *dp = opendir(dir);
+  if (!dp)
+    return gf_diag_set(d, GF_EIO, "%s: %s", dir, strerror(errno));
+  struct dirent *de;
+  while ((de = readdir(dp))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+      continue;
+    char sub[4096];
+    if (!gf__node_join(sub, sizeof(sub), dir, de->d_name))
+      continue;
+    gf_node_cache_manifest m = {0};
+    gf_diag md = {{0}};
+    bool ok = is_hex64(de->d_name, strlen(de->d_name)) &&
+              read_manifest(sub, &m, &md) == 0;
+    if (ok && strcmp(m.hex, de->d_name) != 0) {
+      gf_diag_set(&md, GF_ESYNTAX, "%s: the manifest's digest is %s", sub,
+                  m.hex);
+      ok = false;
+    }
+    /* Sizes only (verify re-hashes): a truncated file is caught here. */
+    for (size_t i = 0; ok && i < m.n; i++) {
+      char fp[8192];
+      struct stat st;
+      snprintf(fp, sizeof(fp), "%s/files/%s", sub, m.files[i].path);
+      if (lstat(fp, &st) != 0 || !S_ISREG(st.st_mode) ||
+          (uint64_t)st.st_size != m.files[i].size) {
+        gf_diag_set(&md, GF_EIO, "%s: missing or of the wrong size", fp);
+        ok = false;
+      }
+    }
+    entry *e = ok ? find(c, de->d_name) : NULL;
+    if (ok && !e) {
+      e = add_entry(c, de->d_name);
+      if (e)
+        gf__node_copy(e->name, sizeof(e->name), "");
+    }
+    if (ok && e) {
+      e->bytes = m.bytes;
+    } else {
+      gf__mc_log(&c->o, "%s: removed (%s)", sub,
+                 md.msg[0] ? md.msg : "not a model directory");
+      gf__mc_rmtree(sub);
+    }
+    gf_node_cache_manifest_release(&m); /* also when a check failed */
+  }
+  closedir(dp);
+  for (size_t i = 0; i < c->n;) {
+    if (c->e[i].bytes == UINT64_MAX) {
+      gf__mc_log(&c->o, "model %s (sha256:%.12s): listed but not on disk",
+                 c->e[i].name, c->e[i].hex);
+      drop_entry(c, &c->e[i]);
+    } else {
+      i++;
+    }
+  }
+  for (size_t i = 0; i < c->np;) {
+    if (!find(c, c->p[i].hex))
+      c->p[i] = c->p[--c->np];
+    else
+      i++;
+  }
+  return 0;
+}
+
+/* tmp/ keeps <hex> directories whose manifest hashes to <hex>. */
+static int scan_tmp(gf_node_cache *c, gf_diag *d) {
+  char dir[4096];
+  if (!gf__node_join(dir, sizeof(dir), c->root, "tmp"))
+    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
+  DIR *dp = opendir(dir);
+  if (!dp)
+    return gf_diag_set(d, GF_EIO, "%s: %s", dir, strerror(errno));
+  struct dirent *de;
+  while ((de = readdir(dp))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+      continue;
+    char sub[4096];
+    if (!gf__node_join(sub, sizeof(sub), dir, de->d_name))
+      continue;
+    gf_node_cache_manifest m;
+    bool keep = is_hex64(de->d_name, strlen(de->d_name)) &&
+                read_manifest(sub, &m, NULL) == 0;
+    if (keep) {
+      keep = strcmp(m.hex, de->d_name) == 0;
+      gf_node_cache_manifest_release(&m);
+    }
+    if (!keep) {
+      gf__mc_log(&c->o,
+                 "%s: removed (an unfinished fetch that cannot be "
+                 "resumed)",
+                 sub);
+      gf__mc_rmtree(sub);
+    }
+  }
+  closedir(dp);
+  return 0;
+}
+
+int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
+                       gf_diag *d) {
+  *out = NULL;
+  gf_node_cache *c = gf__calloc(1, sizeof(*c));
+  if (!c)
+    return gf_diag_set(d, GF_ENOMEM, "cache: out of memory");
+  const char *root = o && o->root ? o->root : GF_NODE_CACHE_ROOT;
+  int rc = 0;
+  if (strlen(root) >= sizeof(c->root) - 200) {
+    rc = gf_diag_set(d, GF_ELIMIT, "%s: path too long", root);
+    goto fail;
+  }
+  gf__node_copy(c->root, sizeof(c->root), root);
+  c->budget = o ? o->budget : 0;
+  c->o.parallel = o && o->parallel ? o->parallel : 4;
+  if (c->o.parallel > 64)
+    c->o.parallel = 64;
+  c->o.retries = o && o->retries ? o->retries : 3;
+  c->o.connect_timeout_s =
+      o && o->connect_timeout_s > 0 ? o->connect_timeout_s : 10;
+  c->o.stall_timeout_s = o && o->stall_timeout_s > 0 ? o->stall_timeout_s : 30;
+  c->o.progress_s = o && o->progress_s > 0 ? o->progress_s : 5;
+  c->o.log = o && o->log ? o->log : default_log;
+  c->o.log_user = o && o->log ? o->log_user : NULL;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  char sub[4096];
+  const char *subs[] = {"", "sha256", "tmp"};
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(sub, sizeof(sub), "%s/%s", c->root, subs[i]);
+    rc = gf__node_mkdirs(sub, 0755, d);
+    if (rc)
+      goto fail_lock;
+  }
+  load_state(c);
+  rc = scan_tmp(c, d);
+  if (!rc)
+    rc = scan_models(c, d);
+  if (rc)
+    goto fail_lock;
+  if (c->budget && used_bytes(c) > c->budget) {
+    gf_diag ed = {{0}};
+    /* Make room for nothing: shrink to the budget. */
+    if (make_room(c, 0, NULL, &ed))
+      gf__mc_log(&c->o, "over the budget of %" PRIu64 " bytes: %s", c->budget,
+                 ed.msg);
+  }
+  save_state(c);
+  *out = c;
+  return 0;
+fail_lock:
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+fail:
+  gf__free(c->e);
+  gf__free(c->p);
+  gf__free(c);
+  return rc;
+}
+
+void gf_node_cache_free(gf_node_cache *c) {
+  if (!c)
+    return;
+  for (size_t i = 0; i < c->n; i++)
+    unlock_maps(c, &c->e[i]);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  gf__free(c->e);
+  gf__free(c->p);
+  gf__free(c);
+}
+
+/* ---- fetch (single flight) --------------------------------------------- */
+
+static void flight_put(flight *f) {
+  if (--f->refs == 0)
+    gf__free(f);
+}
+
+/* Makes the tree under dir read-only (files 0444, directories 0555). */
+static int ro_visit(const char *p, const struct stat *st, int type,
+                    struct FTW *f) {
+  (void)f;
+  if (type == FTW_DP)
+    chmod(p, 0555);
+  else if (type == FTW_F && S_ISREG(st->st_mode))
+    chmod(p, 0444);
+  return 0;
+}
+
+static int fsync_path(const char *p, int flags) {
+  int fd = open(p, O_RDONLY | O_CLOEXEC | flags);
+  if (fd < 0)
+    return -1;
+  int r = fsync(fd);
+  close(fd);
+  return r;
+}
+
+/* The fetch proper, without the lock: manifest, room, files, publish. */
+static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
+                    const char *hex, const char *source, gf_diag *d) {
+  (void)eslot_unused;
+  char tmp[4096], dst[4096], path[8192];
+  char *text = NULL;
+  size_t len = 0;
+  gf_node_cache_manifest m = {0};
+  int rc = 0;
+  if (model_dir(c, "tmp", hex, tmp, sizeof(tmp)) ||
+      model_dir(c, "sha256", hex, dst, sizeof(dst)))
+    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
+  if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED))
+    return gf_diag_set(d, GF_ESTATE, "the cache is stopping");
+  rc = gf__mc_get_manifest(source, &c->o, &text, &len, d);
+  if (rc)
+    goto out;
+  rc = gf_node_cache_manifest_parse(text, len, &m, d);
+  if (rc) {
+    gf_diag_prefix(d, "%s/%s", source, GF_NODE_CACHE_MANIFEST);
+    goto out;
+  }
+  if (strcmp(m.hex, hex) != 0) {
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "%s/%s: its digest is sha256:%s, not the sha256:%s "
+                     "asked for",
+                     source, GF_NODE_CACHE_MANIFEST, m.hex, hex);
+    goto out;
+  }
+  pthread_mutex_lock(&c->mu);
+  rc = make_room(c, m.bytes, hex, d);
+  if (!rc) {
+    entry *e = find(c, hex);
+    if (e)
+      e->bytes = m.bytes; /* reserved */
+    save_state(c);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (rc) {
+    gf_diag_prefix(d, "model %s", name);
+    goto out;
+  }
+  /* A resumable tmp/<hex> keeps its parts; its manifest is the same text
+   * (same digest), so rewriting it is harmless. */
+  rc = gf__node_mkdirs(tmp, 0755, d);
+  if (!rc)
+    rc = gf_node_write_atomic(tmp, "manifest", text, len, d);
+  if (rc)
+    goto out;
+  gf__mc_log(&c->o,
+             "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
+             " bytes from %s",
+             name, hex, m.n, m.bytes, source);
+  rc = gf__mc_fetch_files(source, name, tmp, &m, &c->o, &c->bytes_fetched,
+                          &c->cancel, d);
+  if (rc)
+    goto out;
+  /* Publish: make read-only, fsync the tree's directories, rename. */
+  nftw(tmp, ro_visit, 16, FTW_PHYS | FTW_DEPTH);
+  snprintf(path, sizeof(path), "%s/manifest", tmp);
+  chmod(path, 0444);
+  fsync_path(path, 0);
+  fsync_path(tmp, O_DIRECTORY);
+  gf__mc_rmtree(dst); /* a leftover never listed (cannot be: scan) */
+  if (rename(tmp, dst) != 0) {
+    rc = gf_diag_set(d, GF_EIO, "rename %s -> %s: %s", tmp, dst,
+                     strerror(errno));
+    goto out;
+  }
+  snprintf(path, sizeof(path), "%s/sha256", c->root);
+  fsync_path(path, O_DIRECTORY);
+out:
+  gf_node_cache_manifest_release(&m);
+  free(text);
+  return rc;
+}
+
+int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
+                        const char *source, gf_diag *d) {
+  if (!hex || !is_hex64(hex, strlen(hex)))
+    return gf_diag_set(d, GF_EINVAL,
+                       "model %s: the digest is not 64 "
+                       "lowercase hex digits",
+                       name ? name : "?");
+  if (!name || !gf_node_safe_name(name))
+    return gf_diag_set(d, GF_EINVAL, "model '%s': not a valid name",
+                       name ? name : "");
+  pthread_mutex_lock(&c->mu);
+  entry *e = find(c, hex);
+  if (e && !e->fl) {
+    e->used = ++c->seq;
+    if (strcmp(e->name, name) != 0)
+      gf__node_copy(e->name, sizeof(e->name), name);
+    c->fetch_hit++;
+    save_state(c);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+  }
+  if (e) { /* single flight: wait for the fetch under way */
+    flight *f = e->fl;
+    f->refs++;
+    while (!f->done)
+      pthread_cond_wait(&c->cv, &c->mu);
+    int rc = f->rc;
+    if (rc && d)
+      *d = f->d;
+    flight_put(f);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+  }
+  if (!source || !*source) {
+    pthread_mutex_unlock(&c->mu);
+    return gf_diag_set(d, GF_EINVAL,
+                       "model %s (sha256:%.12s) is not cached here and no "
+                       "source was given (gpufrac.io/model-source)",
+                       name, hex);
+  }
+  if (!gf__mc_source_ok(source)) {
+    pthread_mutex_unlock(&c->mu);
+    return gf_diag_set(d, GF_EINVAL,
+                       "model %s: source '%s' is not an "
+                       "http://, https:// or file:// URL",
+                       name, source ? source : "");
+  }
+  flight *f = gf__calloc(1, sizeof(*f));
+  e = f ? add_entry(c, hex) : NULL;
+  if (!e) {
+    gf__free(f);
+    pthread_mutex_unlock(&c->mu);
+    return gf_diag_set(d, GF_ENOMEM, "model %s: out of memory", name);
+  }
+  gf__node_copy(e->name, sizeof(e->name), name);
+  f->refs = 1;
+  e->fl = f;
+  pthread_mutex_unlock(&c->mu);
+
+  gf_diag fd = {{0}};
+  int rc = do_fetch(c, NULL, name, hex, source, &fd);
+
+  pthread_mutex_lock(&c->mu);
+  e = find(c, hex);
+  f->done = true;
+  f->rc = rc;
+  f->d = fd;
+  if (rc) {
+    c->fetch_failed++;
+    drop_entry(c, e);
+    gf__mc_log(&c->o, "model %s (sha256:%.12s): fetch failed: %s", name, hex,
+               fd.msg);
+  } else {
+    c->fetch_ok++;
+    e->fl = NULL;
+    e->used = ++c->seq;
+    gf__mc_log(&c->o, "model %s (sha256:%.12s): ready, %" PRIu64 " bytes", name,
+               hex, e->bytes);
+  }
+  save_state(c);
+  flight_put(f);
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  if (rc && d)
+    *d = fd;
+  return rc;
+}
+
+/* ---- pins, lookups, eviction ------------------------------------------- */
+
+int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,
+                       size_t cap) {
+  pthread_mutex_lock(&c->mu);
+  entry *e = find(c, hex);
+  int rc = GF_ENOTFOUND;
+  if (e && !e->fl) {
+    int n = snprintf(dir, cap, "%s/sha256/%s/files", c->root, hex);
+    rc = n > 0 && (size_t)n < cap ? 0 : GF_ELIMIT;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int gf_node_cache_pin(gf_node_cache *c, const char *hex, const char *holder) {
+  if (!holder || !holder[0] || strlen(holder) >= GF_NODE_CACHE_NAME_MAX)
+    return GF_EINVAL;
+  pthread_mutex_lock(&c->mu);
+  entry *e = find(c, hex);
+  int rc = 0;
+  if (!e || e->fl) {
+    rc = GF_ENOTFOUND;
+    goto out;
+  }
+  e->used = ++c->seq;
+  for (size_t i = 0; i < c->np; i++)
+    if (!strcmp(c->p[i].hex, hex) && !strcmp(c->p[i].holder, holder))
+      goto save;
+  if (c->np == c->pcap) {
+    size_t ncap = c->pcap ? c->pcap * 2 : 16;
+    pin *np = gf__realloc(c->p, ncap * sizeof(*np));
+    if (!np) {
+      rc = GF_ENOMEM;
+      goto out;
+    }
+    c->p = np;
+    c->pcap = ncap;
+  }
+  gf__node_copy(c->p[c->np].hex, sizeof(c->p[c->np].hex), hex);
+  gf__node_copy(c->p[c->np].holder, sizeof(c->p[c->np].holder), holder);
+  c->np++;
+save:
+  save_state(c);
+out:
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int gf_node_cache_unpin(gf_node_cache *c, const char *hex, const char *holder) {
+  pthread_mutex_lock(&c->mu);
+  int k = 0;
+  for (size_t i = 0; i < c->np;) {
+    pin *p = &c->p[i];
+    if (!strcmp(p->holder, holder) && (!hex || !strcmp(p->hex, hex))) {
+      entry *e = find(c, p->hex);
+      if (e) {
+        e->used = ++c->seq;
+        e->last_unpin = (int64_t)time(NULL);
+      }
+      c->p[i] = c->p[--c->np];
+      k++;
+    } else {
+      i++;
+    }
+  }
+  if (k)
+    save_state(c);
+  pthread_mutex_unlock(&c->mu);
+  return k;
+}
+
+int gf_node_cache_evict(gf_node_cache *c, const char *hex, gf_diag *d) {
+  pthread_mutex_lock(&c->mu);
+  entry *e = find(c, hex);
+  int rc = 0;
+  if (!e)
+    rc = gf_diag_set(d, GF_ENOTFOUND, "sha256:%s: not in the cache", hex);
+  else if (e->fl)
+    rc = gf_diag_set(d, GF_ESTATE, "model %s: being fetched", e->name);
+  else if (pins_of(c, hex))
+    rc = gf_diag_set(d, GF_ESTATE, "model %s: pinned by %u running pod(s)",
+                     e->name, pins_of(c, hex));
+  else {
+    remove_model(c, e, "on request");
+    save_state(c);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int gf_node_cache_verify(gf_node_cache *c,
+                         void (*report)(void *user, const char *hex,
+                                        const char *name, const char *why),
+                         void *user) {
+  /* The list is copied so hashing runs without the lock. */
+  gf_node_cache_entry *list = NULL;
+  size_t n = 0;
+  int rc = gf_node_cache_list(c, &list, &n);
+  if (rc)
+    return rc;
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (list[i].state != GF_NODE_CACHE_READY)
+      continue;
+    char dir[4096];
+    gf_node_cache_manifest m = {0};
+    gf_diag d = {{0}};
+    bool ok = model_dir(c, "sha256", list[i].hex, dir, sizeof(dir)) == 0 &&
+              read_manifest(dir, &m, &d) == 0;
+    for (size_t j = 0; ok && j < m.n; j++) {
+      char fp[8192], hex[GF_NODE_CACHE_HEX];
+      uint64_t size = 0;
+      snprintf(fp, sizeof(fp), "%s/files/%s", dir, m.files[j].path);
+      if (gf__mc_hash_file(fp, &size, hex, &d)) {
+        ok = false;
+      } else if (size != m.files[j].size || strcmp(hex, m.files[j].hex)) {
+        gf_diag_set(&d, GF_EIO,
+                    "%s: %" PRIu64 " bytes, sha256 %s; the "
+                    "manifest says %" PRIu64 ", %s",
+                    m.files[j].path, size, hex, m.files[j].size,
+                    m.files[j].hex);
+        ok = false;
+      }
+    }
+    gf_node_cache_manifest_release(&m);
+    if (ok)
+      continue;
+    bad++;
+    if (report)
+      report(user, list[i].hex, list[i].name, d.msg);
+    pthread_mutex_lock(&c->mu);
+    entry *e = find(c, list[i].hex);
+    if (e && !e->fl && !pins_of(c, e->hex)) {
+      remove_model(c, e, "it failed verification");
+      save_state(c);
+    }
+    pthread_mutex_unlock(&c->mu);
+  }
+  gf__free(list);
+  return bad;
+}
+
+static int cmp_recent(const void *a, const void *b) {
+  const gf_node_cache_entry *x = a, *y = b;
+  return x->used < y->used ? 1 : x->used > y->used ? -1 : 0;
+}
+
+int gf_node_cache_list(gf_node_cache *c, gf_node_cache_entry **out, size_t *n) {
+  pthread_mutex_lock(&c->mu);
+  gf_node_cache_entry *l = gf__calloc(c->n ? c->n : 1, sizeof(*l));
+  if (!l) {
+    pthread_mutex_unlock(&c->mu);
+    return GF_ENOMEM;
+  }
+  for (size_t i = 0; i < c->n; i++) {
+    const entry *e = &c->e[i];
+    gf__node_copy(l[i].name, sizeof(l[i].name), e->name);
+    gf__node_copy(l[i].hex, sizeof(l[i].hex), e->hex);
+    l[i].bytes = e->bytes;
+    l[i].state = e->fl ? GF_NODE_CACHE_FETCHING : GF_NODE_CACHE_READY;
+    l[i].pins = pins_of(c, e->hex);
+    l[i].used = e->used;
+  }
+  *n = c->n;
+  pthread_mutex_unlock(&c->mu);
+  qsort(l, *n, sizeof(*l), cmp_recent);
+  *out = l;
+  return 0;
+}
+
+void gf_node_cache_stats_get(gf_node_cache *c, gf_node_cache_stats *s) {
+  memset(s, 0, sizeof(*s));
+  pthread_mutex_lock(&c->mu);
+  s->budget = c->budget;
+  s->used = used_bytes(c);
+  for (size_t i = 0; i < c->n; i++) {
+    if (c->e[i].fl)
+      s->fetching++;
+    else
+      s->models++;
+  }
+  s->fetch_ok = c->fetch_ok;
+  s->fetch_failed = c->fetch_failed;
+  s->fetch_hit = c->fetch_hit;
+  s->evictions = c->evictions;
+  s->locked = c->locked;
+  pthread_mutex_unlock(&c->mu);
+  s->bytes_fetched = __atomic_load_n(&c->bytes_fetched, __ATOMIC_RELAXED);
+}
+
+int gf_node_cache_metrics_text(gf_node_cache *c, char **out, size_t *len) {
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  size_t cap = 2048;
+  char *t = gf__malloc(cap);
+  if (!t)
+    return GF_ENOMEM;
+  int n = snprintf(
+      t, cap,
+      "# HELP gpufrac_model_cache_bytes_fetched_total Bytes received from "
+      "model sources.\n"
+      "# TYPE gpufrac_model_cache_bytes_fetched_total counter\n"
+      "gpufrac_model_cache_bytes_fetched_total %" PRIu64 "\n"
+      "# HELP gpufrac_model_cache_fetches_total Model requests by result "
+      "(hit: already cached).\n"
+      "# TYPE gpufrac_model_cache_fetches_total counter\n"
+      "gpufrac_model_cache_fetches_total{result=\"ok\"} %" PRIu64 "\n"
+      "gpufrac_model_cache_fetches_total{result=\"failed\"} %" PRIu64 "\n"
+      "gpufrac_model_cache_fetches_total{result=\"hit\"} %" PRIu64 "\n"
+      "# HELP gpufrac_model_cache_evictions_total Models evicted.\n"
+      "# TYPE gpufrac_model_cache_evictions_total counter\n"
+      "gpufrac_model_cache_evictions_total %" PRIu64 "\n"
+      "# HELP gpufrac_model_cache_used_bytes Bytes of cached models and "
+      "fetches under way.\n"
+      "# TYPE gpufrac_model_cache_used_bytes gauge\n"
+      "gpufrac_model_cache_used_bytes %" PRIu64 "\n"
+      "# HELP gpufrac_model_cache_budget_bytes The cache's byte budget (0: "
+      "none).\n"
+      "# TYPE gpufrac_model_cache_budget_bytes gauge\n"
+      "gpufrac_model_cache_budget_bytes %" PRIu64 "\n"
+      "# HELP gpufrac_model_cache_models Models by state.\n"
+      "# TYPE gpufrac_model_cache_models gauge\n"
+      "gpufrac_model_cache_models{state=\"ready\"} %" PRIu64 "\n"
+      "gpufrac_model_cache_models{state=\"fetching\"} %" PRIu64 "\n",
+      s.bytes_fetched, s.fetch_ok, s.fetch_failed, s.fetch_hit, s.evictions,
+      s.used, s.budget, s.models, s.fetching);
+  if (n < 0 || (size_t)n >= cap) {
+    gf__free(t);
+    return GF_ENOMEM;
+  }
+  *out = t;
+  *len = (size_t)n;
+  return 0;
+}
+
+int gf_node_cache_models_json(gf_node_cache *c, char **out) {
+  gf_node_cache_entry *l = NULL;
+  size_t n = 0;
+  *out = NULL;
+  int rc = gf_node_cache_list(c, &l, &n);
+  if (rc)
+    return rc;
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n && i < INVENTORY_MODELS; i++) {
+    char dg[80];
+    snprintf(dg, sizeof(dg), "sha256:%s", l[i].hex);
+    if (json_array_append_new(
+            a, json_pack("{s:s,s:s,s:I,s:s}", "name", l[i].name, "digest", dg,
+                         "bytes", (json_int_t)l[i].bytes, "state",
+                         l[i].state == GF_NODE_CACHE_READY ? "ready"
+                                                           : "fetching")))
+      rc = GF_ENOMEM;
+  }
+  gf__free(l);
+  char *t = a && !rc ? json_dumps(a, JSON_COMPACT) : NULL;
+  json_decref(a);
+  if (!t)
+    return GF_ENOMEM;
+  *out = t;
+  return 0;
+}
+
+/* ---- pins of pods that are gone; keep-warm ----------------------------- */
+
+int gf_node_cache_prune(gf_node_cache *c,
+                        bool (*alive)(void *user, const char *holder),
+                        void *user) {
+  int k = 0;
+  for (;;) {
+    char holder[GF_NODE_CACHE_NAME_MAX] = "";
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->np && !holder[0]; i++)
+      if (!alive(user, c->p[i].holder))
+        gf__node_copy(holder, sizeof(holder), c->p[i].holder);
+    pthread_mutex_unlock(&c->mu);
+    if (!holder[0])
+      return k;
+    k += gf_node_cache_unpin(c, NULL, holder);
+  }
+}
+
+/* posix_fadvise(advice) on every file of model dir; with lock, also maps
+ * and mlocks them while *budget allows, appending to *maps. */
+static void advise_model(const char *dir, int advice, bool lock,
+                         uint64_t *budget, lock_map **maps, size_t *nmaps,
+                         uint64_t *locked) {
+  gf_node_cache_manifest m;
+  if (read_manifest(dir, &m, NULL))
+    return;
+  for (size_t i = 0; i < m.n; i++) {
+    char fp[8192];
+    snprintf(fp, sizeof(fp), "%s/files/%s", dir, m.files[i].path);
+    int fd = open(fp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+      continue;
+    posix_fadvise(fd, 0, 0, advice);
+    size_t n = (size_t)m.files[i].size;
+    if (lock && n > 0 && n <= *budget) {
+      void *p = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+      lock_map *nm = p != MAP_FAILED
+                         ? gf__realloc(*maps, (*nmaps + 1) * sizeof(**maps))
+                         : NULL;
+      if (nm && mlock(p, n) == 0) {
+        *maps = nm;
+        nm[(*nmaps)++] = (lock_map){p, n};
+        *budget -= n;
+        *locked += n;
+      } else {
+        if (nm)
+          *maps = nm;
+        if (p != MAP_FAILED)
+          munmap(p, n);
+      }
+    }
+    close(fd);
+  }
+  gf_node_cache_manifest_release(&m);
+}
+
+int gf_node_cache_keep_warm(gf_node_cache *c, long keep_s,
+                            uint64_t mlock_budget, int64_t now) {
+  int changed = 0;
+  for (;;) {
+    /* One model at a time, the I/O without the lock. */
+    char hex[GF_NODE_CACHE_HEX] = "";
+    bool warm_it = false;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->n && !hex[0]; i++) {
+      entry *e = &c->e[i];
+      if (e->fl)
+        continue;
+      bool within = keep_s > 0 && e->last_unpin > 0 &&
+                    pins_of(c, e->hex) == 0 && now - e->last_unpin < keep_s;
+      if (within && !e->warm) {
+        gf__node_copy(hex, sizeof(hex), e->hex);
+        warm_it = true;
+        e->warm = true;
+      } else if (!within && e->warm) {
+        e->warm = false;
+        unlock_maps(c, e);
+        changed++;
+      }
+    }
+    uint64_t budget = mlock_budget > c->locked ? mlock_budget - c->locked : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (!hex[0])
+      return changed;
+    char dir[4096];
+    lock_map *maps = NULL;
+    size_t nmaps = 0;
+    uint64_t locked = 0;
+    if (warm_it && model_dir(c, "sha256", hex, dir, sizeof(dir)) == 0)
+      advise_model(dir, POSIX_FADV_WILLNEED, budget > 0, &budget, &maps, &nmaps,
+                   &locked);
+    pthread_mutex_lock(&c->mu);
+    entry *e = find(c, hex);
+    if (e && e->warm && !e->maps) {
+      e->maps = maps;
+      e->nmaps = nmaps;
+      e->locked = locked;
+      c->locked += locked;
+      maps = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; maps && i < nmaps; i++) {
+      munlock(maps[i].p, maps[i].n);
+      munmap(maps[i].p, maps[i].n);
+    }
+    gf__free(maps);
+    changed++;
+  }
+}
+
+int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex) {
+  char dir[4096];
+  if (model_dir(c, "sha256", hex, dir, sizeof(dir)))
+    return GF_ELIMIT;
+  struct stat st;
+  if (stat(dir, &st) != 0)
+    return GF_ENOTFOUND;
+  uint64_t none = 0;
+  advise_model(dir, POSIX_FADV_DONTNEED, false, &none, NULL, NULL, NULL);
+  return 0;
+}

@@ -1,0 +1,318 @@
+/*
+ * The weight cache inside the node agent (modelcache_agent.h): the node
+ * config's model_* keys, the hooks into the allocator, the inventory and
+ * the metrics, the prefetch ConfigMap informer with its fetch worker, the
+ * pin pruning and keep-warm.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "gpufrac/error.h"
+#include "gpufrac/kube.h"
+#include "gpufrac/modelcache_prefetch.h"
+#include "gpufrac/quantity.h"
+#include "modelcache_agent.h"
+#include "node_int.h"
+
+#define QUEUE_MAX 64
+#define PRUNE_EVERY_S 5
+
+int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
+                             const char *where, gf_diag *d) {
+  int64_t q = 0;
+  if (!strcmp(k, "model_cache_dir")) {
+    if (v[0] != '/' || strlen(v) >= sizeof(c->model_cache_dir))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: model_cache_dir = '%s': want an absolute path",
+                         where, v);
+    gf__node_copy(c->model_cache_dir, sizeof(c->model_cache_dir), v);
+    return 0;
+  }
+  if (!strcmp(k, "model_cache_budget") || !strcmp(k, "model_mlock_budget")) {
+    if (gf_quantity_bytes(v, &q, NULL) || q < 0)
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: %s = '%s': want bytes (a quantity such as "
+                         "\"200Gi\"; 0: none)",
+                         where, k, v);
+    if (!strcmp(k, "model_cache_budget"))
+      c->model_cache_budget = (uint64_t)q;
+    else
+      c->model_mlock_budget = (uint64_t)q;
+    return 0;
+  }
+  if (!strcmp(k, "model_keep_warm_s")) {
+    if (gf_parse_int64(v, 0, 7 * 86400, &c->model_keep_warm_s, NULL))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: model_keep_warm_s = '%s': want 0..604800", where,
+                         v);
+    return 0;
+  }
+  if (!strcmp(k, "model_prefetch_namespace")) {
+    if (!gf_node_safe_name(v) || strlen(v) >= sizeof(c->model_prefetch_ns))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: model_prefetch_namespace = '%s': not a "
+                         "namespace name",
+                         where, v);
+    gf__node_copy(c->model_prefetch_ns, sizeof(c->model_prefetch_ns), v);
+    return 0;
+  }
+  return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
+}
+
+struct gf_node_cache_agent {
+  gf_node_cache *cache;
+  long keep_s;
+  uint64_t mlock_budget;
+  char node[GF_NAME_MAX], ns[GF_NAME_MAX];
+  gf_node_pods *pods;
+  gf_node_allocator *alloc;
+  gf_node_kube *link;
+  gf_node_server *metrics;
+  struct gf_node_dra_state *dra;
+  gf_kube_config *kube;
+  gf_kube *client; /* GETs this node's labels */
+  gf_kube_informer *inf;
+  pthread_t t_inf, t_work;
+  bool have_inf, have_work;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stop;
+  gf_node_prefetch q[QUEUE_MAX];
+  size_t qn;
+  time_t last_prune;
+};
+
+static void log_line(void *user, const char *line) {
+  (void)user;
+  fprintf(stderr, "gpufrac node: cache: %s\n", line);
+}
+
+/* ---- prefetch ---------------------------------------------------------- */
+
+static void enqueue(gf_node_cache_agent *a, const gf_node_prefetch *p) {
+  pthread_mutex_lock(&a->mu);
+  bool dup = false;
+  for (size_t i = 0; i < a->qn && !dup; i++)
+    dup = !strcmp(a->q[i].model, p->model);
+  if (!dup && a->qn < QUEUE_MAX) {
+    a->q[a->qn++] = *p;
+    pthread_cond_signal(&a->cv);
+  } else if (!dup) {
+    fprintf(stderr,
+            "gpufrac node: cache: prefetch of %s dropped: %d already "
+            "queued\n",
+            p->model, QUEUE_MAX);
+  }
+  pthread_mutex_unlock(&a->mu);
+}
+
+static void on_configmap(gf_node_cache_agent *a, json_t *cm) {
+  gf_node_prefetch p;
+  gf_diag d = {""};
+  if (gf_node_prefetch_parse(cm, &p, &d)) {
+    fprintf(stderr, "gpufrac node: cache: prefetch ignored: %s\n", d.msg);
+    return;
+  }
+  json_t *node = NULL;
+  if (p.selector[0]) {
+    char path[GF_NAME_MAX + 32];
+    snprintf(path, sizeof(path), "/api/v1/nodes/%s", a->node);
+    if (gf_kube_get(a->client, path, &node, &d)) {
+      fprintf(stderr,
+              "gpufrac node: cache: prefetch of %s: this node's labels: %s\n",
+              p.model, d.msg);
+      return;
+    }
+  }
+  const json_t *labels =
+      json_object_get(json_object_get(node, "metadata"), "labels");
+  if (gf_node_prefetch_wants(&p, a->node, labels))
+    enqueue(a, &p);
+  json_decref(node);
+}
+
+static void h_add(void *user, json_t *obj) { on_configmap(user, obj); }
+static void h_update(void *user, json_t *old_obj, json_t *new_obj) {
+  (void)old_obj;
+  on_configmap(user, new_obj);
+}
+static void h_error(void *user, int rc, const char *msg) {
+  (void)user;
+  if (rc)
+    fprintf(stderr, "gpufrac node: cache: prefetch ConfigMaps: %s\n", msg);
+}
+
+static void *inf_run(void *arg) {
+  gf_node_cache_agent *a = arg;
+  gf_kube_informer_run(a->inf);
+  return NULL;
+}
+
+static void *work_run(void *arg) {
+  gf_node_cache_agent *a = arg;
+  for (;;) {
+    pthread_mutex_lock(&a->mu);
+    while (!a->stop && a->qn == 0)
+      pthread_cond_wait(&a->cv, &a->mu);
+    if (a->stop) {
+      pthread_mutex_unlock(&a->mu);
+      return NULL;
+    }
+    gf_node_prefetch p = a->q[0];
+    memmove(a->q, a->q + 1, (a->qn - 1) * sizeof(a->q[0]));
+    a->qn--;
+    pthread_mutex_unlock(&a->mu);
+    char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
+    gf_diag d = {""};
+    if (gf_node_cache_ref_parse(p.model, name, sizeof(name), hex, &d) ||
+        gf_node_cache_fetch(a->cache, name, hex, p.source, &d))
+      fprintf(stderr, "gpufrac node: cache: prefetch of %s: %s\n", p.model,
+              d.msg);
+  }
+}
+
+/* ---- start, tick, stop ------------------------------------------------- */
+
+int gf_node_cache_agent_start(gf_node_cache_agent **out,
+                              const gf_node_cache_agent_opts *o, gf_diag *d) {
+  *out = NULL;
+  const gf_node_config *cfg = o->cfg;
+  if (!cfg->model_cache_dir[0])
+    return 0;
+  gf_node_cache_agent *a = gf__calloc(1, sizeof(*a));
+  if (!a)
+    return gf_diag_set(d, GF_ENOMEM, "cache: out of memory");
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_cond_init(&a->cv, NULL);
+  gf_node_cache_opts co = {.root = cfg->model_cache_dir,
+                           .budget = cfg->model_cache_budget,
+                           .log = log_line};
+  int rc = gf_node_cache_open(&co, &a->cache, d);
+  if (rc) {
+    gf_node_cache_agent_free(a);
+    return rc;
+  }
+  a->keep_s = (long)cfg->model_keep_warm_s;
+  a->mlock_budget = cfg->model_mlock_budget;
+  a->pods = o->pods;
+  a->alloc = o->alloc;
+  a->link = o->link;
+  a->metrics = o->metrics;
+  a->dra = o->dra;
+  if (a->dra)
+    gf__node_dra_state_set_cache(a->dra, a->cache);
+  if (a->alloc)
+    gf__node_allocator_set_cache(a->alloc, a->cache);
+  if (a->link)
+    gf__node_kube_set_cache(a->link, a->cache);
+  if (a->metrics)
+    gf__node_server_set_cache(a->metrics, a->cache);
+  const char *ns = cfg->model_prefetch_ns[0] ? cfg->model_prefetch_ns
+                                             : getenv("POD_NAMESPACE");
+  gf__node_copy(a->ns, sizeof(a->ns),
+                ns && *ns ? ns : GF_NODE_PREFETCH_NAMESPACE);
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(a->cache, &s);
+  fprintf(stderr,
+          "gpufrac node: cache: %s: %" PRIu64 " models, %" PRIu64
+          " bytes (budget %" PRIu64 ")\n",
+          cfg->model_cache_dir, s.models, s.used, s.budget);
+  if (!o->kube || !o->node || !*o->node) {
+    *out = a;
+    return 0;
+  }
+  gf__node_copy(a->node, sizeof(a->node), o->node);
+  a->kube = o->kube;
+  char path[GF_NAME_MAX + 64];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", a->ns);
+  gf_kube_informer_opts io = {.path = path,
+                              .label_selector = GF_NODE_PREFETCH_LABEL};
+  gf_kube_informer_handlers h = {
+      .on_add = h_add, .on_update = h_update, .on_error = h_error, .user = a};
+  rc = gf_kube_new(&a->client, a->kube, NULL, d);
+  if (!rc)
+    rc = gf_kube_informer_new(&a->inf, a->kube, NULL, &io, &h, d);
+  if (!rc && pthread_create(&a->t_work, NULL, work_run, a) == 0)
+    a->have_work = true;
+  if (!rc && pthread_create(&a->t_inf, NULL, inf_run, a) == 0)
+    a->have_inf = true;
+  if (!rc && (!a->have_work || !a->have_inf))
+    rc = gf_diag_set(d, GF_ENOMEM, "cache: no thread for the prefetch");
+  if (rc) {
+    gf_diag_prefix(d, "cache: prefetch");
+    gf_node_cache_agent_stop(a);
+    gf_node_cache_agent_free(a);
+    return rc;
+  }
+  *out = a;
+  return 0;
+}
+
+static bool pod_alive(void *user, const char *holder) {
+  return gf_node_pods_has(user, holder);
+}
+
+void gf_node_cache_agent_tick(gf_node_cache_agent *a) {
+  if (!a)
+    return;
+  time_t now = time(NULL);
+  if (now - a->last_prune < PRUNE_EVERY_S)
+    return;
+  a->last_prune = now;
+  /* Before the pod informer's first LIST the cache knows no pod: every
+   * pin would look stale. */
+  if (a->pods && a->link && gf_node_kube_synced(a->link)) {
+    int n = gf_node_cache_prune(a->cache, pod_alive, a->pods);
+    if (n)
+      fprintf(stderr, "gpufrac node: cache: %d pins of pods gone dropped\n", n);
+  }
+  gf_node_cache_keep_warm(a->cache, a->keep_s, a->mlock_budget, (int64_t)now);
+}
+
+void gf_node_cache_agent_stop(gf_node_cache_agent *a) {
+  if (!a)
+    return;
+  gf_node_cache_cancel(a->cache);
+  if (a->have_inf) {
+    gf_kube_informer_stop(a->inf);
+    pthread_join(a->t_inf, NULL);
+    a->have_inf = false;
+  }
+  pthread_mutex_lock(&a->mu);
+  a->stop = true;
+  pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  if (a->have_work) {
+    pthread_join(a->t_work, NULL);
+    a->have_work = false;
+  }
+  if (a->alloc)
+    gf__node_allocator_set_cache(a->alloc, NULL);
+  if (a->link)
+    gf__node_kube_set_cache(a->link, NULL);
+  if (a->metrics)
+    gf__node_server_set_cache(a->metrics, NULL);
+  if (a->dra)
+    gf__node_dra_state_set_cache(a->dra, NULL);
+}
+
+void gf_node_cache_agent_free(gf_node_cache_agent *a) {
+  if (!a)
+    return;
+  gf_kube_informer_free(a->inf);
+  gf_kube_free(a->client);
+  gf_node_cache_free(a->cache);
+  pthread_cond_destroy(&a->cv);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
+
+gf_node_cache *gf_node_cache_agent_cache(gf_node_cache_agent *a) {
+  return a ? a->cache : NULL;
+}

@@ -1,0 +1,48 @@
+/*
+ * Internal to the weight cache: what modelcache.c (the store) asks of
+ * modelcache_fetch.c (libcurl).  Nothing here is public API.
+ */
+#ifndef GPUFRAC_NODE_MODELCACHE_INT_H
+#define GPUFRAC_NODE_MODELCACHE_INT_H
+
+#include "gpufrac/modelcache.h"
+
+/* The options with every default filled in. */
+typedef struct gf__mc_opts {
+  unsigned parallel, retries;
+  long connect_timeout_s, stall_timeout_s, progress_s;
+  void (*log)(void *user, const char *line);
+  void *log_user;
+} gf__mc_opts;
+
+/* Logs one formatted line through o->log. */
+void gf__mc_log(const gf__mc_opts *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* True for an http://, https:// or file:// URL without control bytes. */
+bool gf__mc_source_ok(const char *source);
+
+/* Reads <source>/GF_NODE_CACHE_MANIFEST (at most GF_NODE_CACHE_MANIFEST_MAX
+ * bytes) into malloc'd *out[*len].  GF_EHTTP / GF_ELIMIT / GF_ENOMEM. */
+int gf__mc_get_manifest(const char *source, const gf__mc_opts *o, char **out,
+                        size_t *len, gf_diag *d);
+
+/* Fetches every file of m from source into <dir>/files/<path>, several at
+ * once, resuming <path>.part files left by an earlier try, verifying each
+ * file's size and sha256 before renaming it into place (made 0444).  Adds
+ * the bytes received to *fetched (atomically); stops when *cancel (read
+ * atomically) becomes non-zero.  GF_EHTTP, GF_EIO,
+ * GF_ENOMEM; files that failed their digest are deleted. */
+int gf__mc_fetch_files(const char *source, const char *name, const char *dir,
+                       const gf_node_cache_manifest *m, const gf__mc_opts *o,
+                       uint64_t *fetched, const int *cancel, gf_diag *d);
+
+/* sha256 of the file at path (O_NOFOLLOW) into hex, its size into *size.
+ * GF_EIO naming it. */
+int gf__mc_hash_file(const char *path, uint64_t *size,
+                     char hex[GF_NODE_CACHE_HEX], gf_diag *d);
+
+/* rm -rf path (making directories writable first); true when gone. */
+bool gf__mc_rmtree(const char *path);
+
+#endif

@@ -1,0 +1,74 @@
+/* libFuzzer target: the weight cache's manifest parser and the pod
+ * annotation's model reference (src/node/modelcache.c).  A manifest comes
+ * from a model source on the network; parsing it must never crash, and
+ * what it accepts must be canonical: writing the parsed files back gives
+ * the input byte for byte (so one text has one digest), every path is
+ * relative with no "." or ".." component, the sizes add up, and the digest
+ * is the sha256 of the input. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpufrac/diag.h"
+#include "gpufrac/modelcache.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_path(const char *p) {
+  if (!*p || p[0] == '/' || strstr(p, "//"))
+    abort();
+  const char *c = p;
+  for (;;) {
+    const char *sl = strchr(c, '/');
+    size_t n = sl ? (size_t)(sl - c) : strlen(c);
+    if (n == 0 || (n == 1 && c[0] == '.') ||
+        (n == 2 && c[0] == '.' && c[1] == '.'))
+      abort();
+    if (!sl)
+      break;
+    c = sl + 1;
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  const char *text = (const char *)data;
+  gf_node_cache_manifest m;
+  gf_diag d = {""};
+  if (gf_node_cache_manifest_parse(text, size, &m, &d) == 0) {
+    char *out = malloc(size + 1);
+    size_t at = 0;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < m.n; i++) {
+      check_path(m.files[i].path);
+      if (i && strcmp(m.files[i - 1].path, m.files[i].path) >= 0)
+        abort();
+      int w =
+          snprintf(out + at, size + 1 - at, "%s\t%llu\t%s\n", m.files[i].path,
+                   (unsigned long long)m.files[i].size, m.files[i].hex);
+      if (w < 0 || (size_t)w > size - at)
+        abort(); /* longer than the input: not what was read */
+      at += (size_t)w;
+      sum += m.files[i].size;
+    }
+    if (at != size || memcmp(out, text, size) != 0 || sum != m.bytes)
+      abort();
+    char hex[GF_NODE_CACHE_HEX];
+    gf_node_cache_sha256_hex(text, size, hex);
+    if (strcmp(hex, m.hex) != 0)
+      abort();
+    free(out);
+    gf_node_cache_manifest_release(&m);
+  } else if (m.files || m.n || !d.msg[0]) {
+    abort(); /* empty on failure, and a reason */
+  }
+  /* The same bytes as a pod's gpufrac.io/model value. */
+  char ref[512], name[GF_NODE_CACHE_NAME_MAX], h[GF_NODE_CACHE_HEX];
+  size_t n = size < sizeof(ref) - 1 ? size : sizeof(ref) - 1;
+  memcpy(ref, data, n);
+  ref[n] = '\0';
+  if (gf_node_cache_ref_parse(ref, name, sizeof(name), h, &d) == 0 &&
+      (strlen(h) != 64 || !name[0] || strchr(name, '/')))
+    abort();
+  return 0;
+}

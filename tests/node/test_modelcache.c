@@ -1,0 +1,732 @@
+/*
+ * The weight cache's store (src/node/modelcache.c) against file:// sources
+ * in a scratch directory: the manifest's canonical form and digest (a
+ * vector computed with Python's hashlib), hostile manifests, lying sizes
+ * and digests, the budget, LRU eviction with pins, restart recovery, single
+ * flight, verify.  The HTTP side is test_modelcache_http.py.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "gpufrac/error.h"
+#include "gpufrac/modelcache.h"
+#include "gpufrac/modelcache_prefetch.h"
+#include "tmpdir.h"
+
+/* Paths here are under a short /tmp/gf_test.XXXXXX; one cut short would
+ * fail the assertions that read it back. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static void write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, n, f), n);
+  fclose(f);
+}
+
+static char *read_all(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  char *buf = malloc(1 << 20);
+  *n = fread(buf, 1, 1 << 20, f);
+  fclose(f);
+  return buf;
+}
+
+static bool exists(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+/* A source model <tmpdir>/src-<tag> with `files` files of `size` bytes
+ * each (content from tag), its manifest written; hex of the manifest into
+ * hex, the source URL into url. */
+static void make_source(const char *tag, int files, size_t size, char *hex,
+                        char *url, size_t cap) {
+  char dir[512], path[600];
+  snprintf(dir, sizeof(dir), "%s/src-%s", tmpdir, tag);
+  mkdir(dir, 0755);
+  snprintf(path, sizeof(path), "%s/sub", dir);
+  mkdir(path, 0755);
+  char *buf = malloc(size + 1);
+  for (int i = 0; i < files; i++) {
+    for (size_t k = 0; k < size; k++)
+      buf[k] = (char)(tag[0] + (int)k * 7 + i);
+    snprintf(path, sizeof(path), "%s/%sw%d.bin", dir, i % 2 ? "sub/" : "", i);
+    write_file(path, buf, size);
+  }
+  free(buf);
+  char *text = NULL;
+  size_t len = 0;
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_manifest_build(dir, &text, &len, &d), 0);
+  snprintf(path, sizeof(path), "%s/gpufrac.manifest", dir);
+  write_file(path, text, len);
+  gf_node_cache_sha256_hex(text, len, hex);
+  free(text);
+  snprintf(url, cap, "file://%s", dir);
+}
+
+static gf_node_cache *open_cache(uint64_t budget) {
+  char root[300];
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  gf_node_cache_opts o = {.root = root, .budget = budget, .retries = 1};
+  gf_node_cache *c = NULL;
+  gf_diag d = {{0}};
+  int rc = gf_node_cache_open(&o, &c, &d);
+  if (rc)
+    fprintf(stderr, "open: %s\n", d.msg);
+  assert_int_equal(rc, 0);
+  return c;
+}
+
+static int count_dir(const char *sub) {
+  char path[400];
+  snprintf(path, sizeof(path), "%s/cache/%s", tmpdir, sub);
+  char cmd[500];
+  snprintf(cmd, sizeof(cmd), "exit $(ls -A '%s' | wc -l)", path);
+  int r = system(cmd);
+  return WEXITSTATUS(r);
+}
+
+/* ---- manifests ---------------------------------------------------------- */
+
+#define HELLO "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
+#define EMPTY "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+static void test_manifest_digest(void **state) {
+  (void)state;
+  /* python3: sha256 over the two lines below. */
+  const char *text = "a/x.bin\t6\t" HELLO "\nb\t0\t" EMPTY "\n";
+  gf_node_cache_manifest m;
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_manifest_parse(text, strlen(text), &m, &d), 0);
+  assert_string_equal(
+      m.hex,
+      "1c7895c9131f525ccbd3cba6f84cb5c4341452ffc779d5dea897b18e531f5eb2");
+  assert_int_equal(m.n, 2);
+  assert_int_equal(m.bytes, 6);
+  assert_string_equal(m.files[0].path, "a/x.bin");
+  gf_node_cache_manifest_release(&m);
+
+  /* The builder writes that same text for that tree. */
+  char dir[400], path[500];
+  snprintf(dir, sizeof(dir), "%s/tree", tmpdir);
+  mkdir(dir, 0755);
+  snprintf(path, sizeof(path), "%s/a", dir);
+  mkdir(path, 0755);
+  snprintf(path, sizeof(path), "%s/a/x.bin", dir);
+  write_file(path, "hello\n", 6);
+  snprintf(path, sizeof(path), "%s/b", dir);
+  write_file(path, "", 0);
+  char *built = NULL;
+  size_t len = 0;
+  assert_int_equal(gf_node_cache_manifest_build(dir, &built, &len, &d), 0);
+  assert_int_equal(len, strlen(text));
+  assert_memory_equal(built, text, len);
+  free(built);
+}
+
+static void test_manifest_hostile(void **state) {
+  (void)state;
+  static const struct {
+    const char *text, *says;
+  } bad[] = {
+      {"../x\t1\t" HELLO "\n", "'..'"},
+      {"a/../../etc/passwd\t1\t" HELLO "\n", "'..'"},
+      {"/etc/passwd\t1\t" HELLO "\n", "absolute"},
+      {"./x\t1\t" HELLO "\n", "'.'"},
+      {"a//b\t1\t" HELLO "\n", "empty path component"},
+      {"a/\t1\t" HELLO "\n", "empty path component"},
+      {"\t1\t" HELLO "\n", "empty path"},
+      {"a\x01\t1\t" HELLO "\n", "control byte"},
+      {"x\t1\t" HELLO "\nx\t1\t" HELLO "\n", "appears twice"},
+      {"y\t1\t" HELLO "\nx\t1\t" HELLO "\n", "not sorted"},
+      {"a\t1\t" HELLO "\na/b\t1\t" HELLO "\n", "the directory of"},
+      {"x\t01\t" HELLO "\n", "not a decimal"},
+      {"x\t-1\t" HELLO "\n", "not a decimal"},
+      {"x\t18446744073709551616\t" HELLO "\n", "not a decimal"},
+      {"x\t18446744073709551615\t" HELLO "\ny\t1\t" HELLO "\n", "past 2^64"},
+      {"x\t1\t5891B5B522D5DF086D0FF0B110FBD9D21BB4FC7163AF34D08286A2E846F6BE03"
+       "\n",
+       "64 lowercase"},
+      {"x\t1\t" HELLO "0\n", "64 lowercase"},
+      {"x\t1\n", "not <path>"},
+      {"x\t1\t" HELLO, "no newline"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    gf_node_cache_manifest m;
+    gf_diag d = {{0}};
+    int rc =
+        gf_node_cache_manifest_parse(bad[i].text, strlen(bad[i].text), &m, &d);
+    if (rc != GF_ESYNTAX || !strstr(d.msg, bad[i].says))
+      fail_msg("case %zu: rc %d, '%s' (wanted '%s')", i, rc, d.msg,
+               bad[i].says);
+    assert_null(m.files);
+  }
+}
+
+/* Each allocation of a parse refused alone in turn: GF_ENOMEM, nothing
+ * half-filled (ASan: nothing leaked); with none refused, the parse. */
+static void test_manifest_alloc_failures(void **state) {
+  (void)state;
+  const char *text = "a\t1\t" HELLO "\nb\t1\t" HELLO "\nc/d\t1\t" HELLO "\n";
+  for (long n = 0;; n++) {
+    gf_node_cache_manifest m;
+    gf__alloc_fail_once(n);
+    int rc = gf_node_cache_manifest_parse(text, strlen(text), &m, NULL);
+    long refused = gf__alloc_refused();
+    gf__alloc_fail_after(-1);
+    if (refused == 0) {
+      assert_int_equal(rc, 0);
+      assert_int_equal(m.n, 3);
+      gf_node_cache_manifest_release(&m);
+      break;
+    }
+    assert_int_equal(rc, GF_ENOMEM);
+    assert_null(m.files);
+  }
+}
+
+static void test_ref_parse(void **state) {
+  (void)state;
+  char name[64], hex[GF_NODE_CACHE_HEX];
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_ref_parse("llama-3-8b@sha256:" HELLO, name,
+                                           sizeof(name), hex, &d),
+                   0);
+  assert_string_equal(name, "llama-3-8b");
+  assert_string_equal(hex, HELLO);
+  const char *bad[] = {"llama",
+                       "@sha256:" HELLO,
+                       "x@sha1:" HELLO,
+                       "x@sha256:" HELLO "0",
+                       "../x@sha256:" HELLO,
+                       "x y@sha256:" HELLO};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    assert_int_equal(
+        gf_node_cache_ref_parse(bad[i], name, sizeof(name), hex, &d),
+        GF_ESYNTAX);
+}
+
+/* ---- fetch, publish, reopen -------------------------------------------- */
+
+static void test_fetch_file_source(void **state) {
+  (void)state;
+  char hex[GF_NODE_CACHE_HEX], url[400], dir[600], path[800];
+  make_source("a", 5, 3000, hex, url, sizeof(url));
+  gf_node_cache *c = open_cache(0);
+  gf_diag d = {{0}};
+  int rc = gf_node_cache_fetch(c, "model-a", hex, url, &d);
+  if (rc)
+    fail_msg("fetch: %s", d.msg);
+  assert_int_equal(gf_node_cache_path(c, hex, dir, sizeof(dir)), 0);
+  snprintf(path, sizeof(path), "%s/sub/w3.bin", dir);
+  size_t n = 0;
+  char *got = read_all(path, &n);
+  snprintf(path, sizeof(path), "%s/src-a/sub/w3.bin", tmpdir);
+  size_t n2 = 0;
+  char *want = read_all(path, &n2);
+  assert_non_null(got);
+  assert_int_equal(n, 3000);
+  assert_int_equal(n2, 3000);
+  assert_memory_equal(got, want, n);
+  free(got);
+  free(want);
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.bytes_fetched, 15000);
+  assert_int_equal(s.models, 1);
+  assert_int_equal(s.used, 15000);
+  /* A second request is a hit: no bytes fetched. */
+  assert_int_equal(gf_node_cache_fetch(c, "model-a", hex, url, &d), 0);
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.bytes_fetched, 15000);
+  assert_int_equal(s.fetch_hit, 1);
+  char *js = NULL;
+  assert_int_equal(gf_node_cache_models_json(c, &js), 0);
+  char want_js[300];
+  snprintf(want_js, sizeof(want_js),
+           "[{\"name\":\"model-a\",\"digest\":\"sha256:%s\",\"bytes\":15000,"
+           "\"state\":\"ready\"}]",
+           hex);
+  assert_string_equal(js, want_js);
+  free(js);
+  gf_node_cache_free(c);
+  /* Reopened: still there, nothing removed. */
+  c = open_cache(0);
+  assert_int_equal(gf_node_cache_path(c, hex, dir, sizeof(dir)), 0);
+  gf_node_cache_entry *l = NULL;
+  size_t ln = 0;
+  assert_int_equal(gf_node_cache_list(c, &l, &ln), 0);
+  assert_int_equal(ln, 1);
+  assert_string_equal(l[0].name, "model-a");
+  assert_int_equal(l[0].bytes, 15000);
+  free(l);
+  assert_int_equal(count_dir("tmp"), 0);
+  gf_node_cache_free(c);
+}
+
+/* Nothing of a failed fetch is visible, and the cache holds nothing. */
+static void expect_failed(gf_node_cache *c, const char *hex, const char *url,
+                          int want, const char *says) {
+  gf_diag d = {{0}};
+  int rc = gf_node_cache_fetch(c, "m", hex, url, &d);
+  if (rc != want || !strstr(d.msg, says))
+    fail_msg("rc %d '%s' (wanted %d, '%s')", rc, d.msg, want, says);
+  char dir[600];
+  assert_int_equal(gf_node_cache_path(c, hex, dir, sizeof(dir)), GF_ENOTFOUND);
+  assert_int_equal(count_dir("sha256"), 0);
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.models + s.fetching, 0);
+  assert_int_equal(s.used, 0);
+}
+
+static void test_lies(void **state) {
+  (void)state;
+  char hex[GF_NODE_CACHE_HEX], url[400], path[600];
+  gf_node_cache *c = open_cache(0);
+
+  /* The manifest is not the one asked for. */
+  make_source("b", 2, 100, hex, url, sizeof(url));
+  expect_failed(c, HELLO, url, GF_ESYNTAX, "not the sha256:" HELLO);
+
+  /* A file longer than its manifest says. */
+  snprintf(path, sizeof(path), "%s/src-b/w0.bin", tmpdir);
+  char longer[130];
+  memset(longer, 'L', sizeof(longer));
+  write_file(path, longer, sizeof(longer));
+  expect_failed(c, hex, url, GF_EIO, "more than the manifest's 100 bytes");
+
+  /* Shorter. */
+  write_file(path, "short", 5);
+  expect_failed(c, hex, url, GF_EIO, "5 bytes, the manifest says 100");
+
+  /* The right size, the wrong bytes: the part is deleted too. */
+  char junk[100];
+  memset(junk, 'j', sizeof(junk));
+  write_file(path, junk, sizeof(junk));
+  expect_failed(c, hex, url, GF_EIO, "the manifest says");
+  snprintf(path, sizeof(path), "%s/cache/tmp/%s/files/w0.bin.part", tmpdir,
+           hex);
+  assert_false(exists(path));
+
+  /* A missing file. */
+  snprintf(path, sizeof(path), "%s/src-b/w0.bin", tmpdir);
+  unlink(path);
+  expect_failed(c, hex, url, GF_EHTTP, "w0.bin");
+
+  /* A source that is not a URL we fetch. */
+  expect_failed(c, hex, "ftp://x/y", GF_EINVAL, "not an http://");
+  expect_failed(c, hex, "/plain/path", GF_EINVAL, "not an http://");
+  expect_failed(c, hex, NULL, GF_EINVAL, "no source was given");
+
+  /* A hostile manifest at the source: nothing outside the cache written. */
+  char dir[500];
+  snprintf(dir, sizeof(dir), "%s/src-evil", tmpdir);
+  mkdir(dir, 0755);
+  char text[300];
+  snprintf(text, sizeof(text), "../../escaped\t6\t%s\n", HELLO);
+  snprintf(path, sizeof(path), "%s/gpufrac.manifest", dir);
+  write_file(path, text, strlen(text));
+  char evil[GF_NODE_CACHE_HEX];
+  gf_node_cache_sha256_hex(text, strlen(text), evil);
+  snprintf(url, sizeof(url), "file://%s", dir);
+  expect_failed(c, evil, url, GF_ESYNTAX, "'..'");
+  snprintf(path, sizeof(path), "%s/escaped", tmpdir);
+  assert_false(exists(path));
+  gf_node_cache_free(c);
+}
+
+/* ---- budget, LRU, pins -------------------------------------------------- */
+
+static void test_budget_lru_pins(void **state) {
+  (void)state;
+  char ha[GF_NODE_CACHE_HEX], hb[GF_NODE_CACHE_HEX], hc[GF_NODE_CACHE_HEX];
+  char ua[400], ub[400], uc[400], dir[600];
+  make_source("a", 2, 1000, ha, ua, sizeof(ua)); /* 2000 bytes each */
+  make_source("b", 2, 1000, hb, ub, sizeof(ub));
+  make_source("c", 2, 1000, hc, uc, sizeof(uc));
+  gf_diag d = {{0}};
+
+  /* Larger than the whole budget. */
+  gf_node_cache *c = open_cache(1999);
+  expect_failed(c, ha, ua, GF_ENOFIT, "budget of 1999");
+  gf_node_cache_free(c);
+
+  c = open_cache(4500); /* two fit, not three */
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  assert_int_equal(gf_node_cache_fetch(c, "b", hb, ub, &d), 0);
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0); /* a used */
+  gf_node_cache_free(c);
+
+  /* Restart: the LRU order is kept, so c evicts b, not a. */
+  c = open_cache(4500);
+  assert_int_equal(gf_node_cache_fetch(c, "c", hc, uc, &d), 0);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), 0);
+  assert_int_equal(gf_node_cache_path(c, hb, dir, sizeof(dir)), GF_ENOTFOUND);
+  assert_int_equal(gf_node_cache_path(c, hc, dir, sizeof(dir)), 0);
+
+  /* a is least recent now, but pinned: b's fetch evicts c. */
+  assert_int_equal(gf_node_cache_pin(c, ha, "pod-1"), 0);
+  assert_int_equal(gf_node_cache_fetch(c, "c", hc, uc, &d), 0); /* c used */
+  assert_int_equal(gf_node_cache_fetch(c, "b", hb, ub, &d), 0);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), 0);
+  assert_int_equal(gf_node_cache_path(c, hc, dir, sizeof(dir)), GF_ENOTFOUND);
+  assert_int_equal(gf_node_cache_evict(c, ha, &d), GF_ESTATE);
+  gf_node_cache_free(c);
+
+  /* Pins survive a restart; with both pinned, nothing fits. */
+  c = open_cache(4500);
+  assert_int_equal(gf_node_cache_pin(c, hb, "pod-2"), 0);
+  assert_int_equal(gf_node_cache_fetch(c, "c", hc, uc, &d), GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "4000 of the budget's 4500 are pinned"));
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), 0);
+  assert_int_equal(gf_node_cache_path(c, hb, dir, sizeof(dir)), 0);
+  /* pod-1 leaves: a may go now. */
+  assert_int_equal(gf_node_cache_unpin(c, NULL, "pod-1"), 1);
+  assert_int_equal(gf_node_cache_fetch(c, "c", hc, uc, &d), 0);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), GF_ENOTFOUND);
+  assert_int_equal(gf_node_cache_evict(c, hc, &d), 0);
+  assert_int_equal(gf_node_cache_path(c, hc, dir, sizeof(dir)), GF_ENOTFOUND);
+  gf_node_cache_free(c);
+
+  /* A budget lowered across a restart is met at open (b pinned stays). */
+  c = open_cache(2000);
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.used, 2000);
+  assert_int_equal(gf_node_cache_path(c, hb, dir, sizeof(dir)), 0);
+  gf_node_cache_free(c);
+}
+
+/* ---- restart recovery --------------------------------------------------- */
+
+static void test_recovery(void **state) {
+  (void)state;
+  char ha[GF_NODE_CACHE_HEX], ua[400], path[800], dir[600];
+  make_source("a", 3, 500, ha, ua, sizeof(ua));
+  gf_node_cache *c = open_cache(0);
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  gf_node_cache_free(c);
+
+  /* Leftovers of a crash: a half-done temp dir without a manifest, one
+   * whose manifest is not its name, stray files, a model dir whose
+   * manifest does not hash to its name, one with a truncated file. */
+  char root[400];
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  snprintf(path, sizeof(path), "%s/tmp/%s", root, HELLO);
+  mkdir(path, 0755);
+  snprintf(path, sizeof(path), "%s/tmp/%s/files", root, HELLO);
+  mkdir(path, 0755);
+  snprintf(path, sizeof(path), "%s/tmp/%s/files/w.part", root, HELLO);
+  write_file(path, "xx", 2);
+  snprintf(path, sizeof(path), "%s/tmp/%s", root, EMPTY);
+  mkdir(path, 0755);
+  snprintf(path, sizeof(path), "%s/tmp/%s/manifest", root, EMPTY);
+  write_file(path, "x\t1\t" HELLO "\n", 4 + 64 + 1);
+  snprintf(path, sizeof(path), "%s/tmp/stray", root);
+  write_file(path, "s", 1);
+  snprintf(path, sizeof(path), "%s/sha256/%s", root, EMPTY);
+  mkdir(path, 0755);
+  snprintf(path, sizeof(path), "%s/sha256/not-hex", root);
+  write_file(path, "s", 1);
+  /* An unfinished fetch that can resume: kept. */
+  char hb[GF_NODE_CACHE_HEX], ub[400];
+  make_source("b", 2, 500, hb, ub, sizeof(ub));
+  snprintf(path, sizeof(path), "%s/tmp/%s", root, hb);
+  mkdir(path, 0755);
+  snprintf(dir, sizeof(dir), "%s/src-b/gpufrac.manifest", tmpdir);
+  size_t mlen = 0;
+  char *mtext = read_all(dir, &mlen);
+  snprintf(path, sizeof(path), "%s/tmp/%s/manifest", root, hb);
+  write_file(path, mtext, mlen);
+  free(mtext);
+
+  c = open_cache(0);
+  assert_int_equal(count_dir("tmp"), 1);
+  assert_int_equal(count_dir("sha256"), 1);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), 0);
+  gf_node_cache_free(c);
+
+  /* A model file truncated behind the cache's back: dropped at open. */
+  snprintf(path, sizeof(path), "%s/sha256/%s/files/sub/w1.bin", root, ha);
+  chmod(path, 0644);
+  truncate(path, 10);
+  c = open_cache(0);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), GF_ENOTFOUND);
+  assert_int_equal(count_dir("sha256"), 0);
+  gf_node_cache_free(c);
+
+  /* A state file that is garbage: the directories rebuild it. */
+  assert_int_equal(gf_node_cache_fetch(c = open_cache(0), "a", ha, ua, &d), 0);
+  gf_node_cache_free(c);
+  snprintf(path, sizeof(path), "%s/state.json", root);
+  write_file(path, "{\"version\":1,\"models\":[{", 24);
+  c = open_cache(0);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), 0);
+  gf_node_cache_free(c);
+}
+
+/* A model changed on disk after publish: verify finds and removes it. */
+static void test_verify(void **state) {
+  (void)state;
+  char ha[GF_NODE_CACHE_HEX], ua[400], path[800], dir[600];
+  make_source("a", 2, 500, ha, ua, sizeof(ua));
+  gf_node_cache *c = open_cache(0);
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  assert_int_equal(gf_node_cache_verify(c, NULL, NULL), 0);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), 0);
+  snprintf(path, sizeof(path), "%s/w0.bin", dir);
+  chmod(path, 0644);
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  fputc('Z', f);
+  fclose(f);
+  assert_int_equal(gf_node_cache_verify(c, NULL, NULL), 1);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), GF_ENOTFOUND);
+  gf_node_cache_free(c);
+}
+
+/* ---- single flight ------------------------------------------------------ */
+
+static volatile int g_in_flight;
+
+static void slow_log(void *user, const char *line) {
+  (void)user;
+  if (strstr(line, ": fetching ")) {
+    g_in_flight = 1;
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+typedef struct sf_arg {
+  gf_node_cache *c;
+  const char *hex, *url;
+  int rc;
+} sf_arg;
+
+static void *sf_fetch(void *p) {
+  sf_arg *a = p;
+  gf_diag d = {{0}};
+  a->rc = gf_node_cache_fetch(a->c, "a", a->hex, a->url, &d);
+  return NULL;
+}
+
+static void test_single_flight(void **state) {
+  (void)state;
+  char ha[GF_NODE_CACHE_HEX], ua[400], root[400];
+  make_source("a", 4, 4096, ha, ua, sizeof(ua));
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  gf_node_cache_opts o = {.root = root, .log = slow_log};
+  gf_node_cache *c = NULL;
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_open(&o, &c, &d), 0);
+  g_in_flight = 0;
+  sf_arg a1 = {c, ha, ua, -1}, a2 = {c, ha, ua, -1};
+  pthread_t t1, t2;
+  assert_int_equal(pthread_create(&t1, NULL, sf_fetch, &a1), 0);
+  while (!g_in_flight) {
+    struct timespec ts = {0, 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(pthread_create(&t2, NULL, sf_fetch, &a2), 0);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  assert_int_equal(a1.rc, 0);
+  assert_int_equal(a2.rc, 0);
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.bytes_fetched, 4 * 4096); /* one download */
+  assert_int_equal(s.fetch_ok, 1);
+  gf_node_cache_free(c);
+}
+
+static void test_metrics(void **state) {
+  (void)state;
+  gf_node_cache *c = open_cache(12345);
+  char *t = NULL;
+  size_t n = 0;
+  assert_int_equal(gf_node_cache_metrics_text(c, &t, &n), 0);
+  assert_non_null(strstr(t, "gpufrac_model_cache_budget_bytes 12345\n"));
+  assert_non_null(strstr(t, "gpufrac_model_cache_models{state=\"ready\"} 0\n"));
+  free(t);
+  gf_node_cache_free(c);
+}
+
+/* Keep-warm: after the last pin goes, the files are advised in and, within
+ * the budget, mlock'ed; after keep_s they are let go; a pinned model is not
+ * "kept" (it is in use). */
+static void test_keep_warm(void **state) {
+  (void)state;
+  char ha[GF_NODE_CACHE_HEX], ua[400];
+  make_source("a", 2, 8192, ha, ua, sizeof(ua));
+  gf_node_cache *c = open_cache(0);
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  int64_t now = (int64_t)time(NULL);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now), 0);
+  assert_int_equal(gf_node_cache_pin(c, ha, "pod"), 0);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now), 0);
+  assert_int_equal(gf_node_cache_unpin(c, ha, "pod"), 1);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now), 1);
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.locked, 2 * 8192);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now + 1), 0);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 1 << 20, now + 61), 1);
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.locked, 0);
+  /* A budget smaller than a file locks nothing, still advises. */
+  assert_int_equal(gf_node_cache_pin(c, ha, "pod"), 0);
+  assert_int_equal(gf_node_cache_unpin(c, ha, "pod"), 1);
+  now = (int64_t)time(NULL);
+  assert_int_equal(gf_node_cache_keep_warm(c, 60, 100, now), 1);
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.locked, 0);
+  assert_int_equal(gf_node_cache_drop_page_cache(c, ha), 0);
+  /* Cancelled: the next fetch stops at once, nothing published. */
+  char hb[GF_NODE_CACHE_HEX], ub[400];
+  make_source("b", 1, 100, hb, ub, sizeof(ub));
+  gf_node_cache_cancel(c);
+  assert_int_equal(gf_node_cache_fetch(c, "b", hb, ub, &d), GF_ESTATE);
+  gf_node_cache_free(c);
+}
+
+/* ---- the prefetch ConfigMap ------------------------------------------- */
+
+static void test_prefetch(void **state) {
+  (void)state;
+  gf_node_prefetch p;
+  gf_node_prefetch_init(&p);
+  snprintf(p.model, sizeof(p.model), "Llama_3.8b@sha256:%s", HELLO);
+  snprintf(p.source, sizeof(p.source), "https://models.example/llama");
+  snprintf(p.selector, sizeof(p.selector), "pool=gpu,zone=a");
+  json_t *cm = gf_node_prefetch_configmap(&p, "ns1");
+  assert_non_null(cm);
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(cm, "metadata"), "name")),
+                      "gpufrac-prefetch-llama-3-8b-5891b5b522d5");
+  gf_node_prefetch q;
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), 0);
+  assert_string_equal(q.model, p.model);
+  json_t *labels =
+      json_pack("{s:s,s:s,s:s}", "pool", "gpu", "zone", "a", "other", "x");
+  json_t *wrong = json_pack("{s:s,s:s}", "pool", "gpu", "zone", "ab");
+  assert_true(gf_node_prefetch_wants(&q, "n1", labels));
+  assert_false(gf_node_prefetch_wants(&q, "n1", wrong));
+  assert_false(gf_node_prefetch_wants(&q, "n1", NULL));
+  json_decref(labels);
+  json_decref(wrong);
+  /* By names. */
+  json_t *data = json_object_get(cm, "data");
+  json_object_del(data, "nodeSelector");
+  json_object_set_new(data, "nodeNames", json_string("n10,n2"));
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), 0);
+  assert_true(gf_node_prefetch_wants(&q, "n2", NULL));
+  assert_true(gf_node_prefetch_wants(&q, "n10", NULL));
+  assert_false(gf_node_prefetch_wants(&q, "n1", NULL));
+  /* Hostile or incomplete declarations are refused, naming the field. */
+  static const struct {
+    const char *key, *value, *says;
+  } bad[] = {
+      {"model", "llama", "data.model"},
+      {"source", "ftp://x", "data.source"},
+      {"nodeSelector", "pool", "give exactly one"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    json_t *c2 = json_deep_copy(cm);
+    json_object_set_new(json_object_get(c2, "data"), bad[i].key,
+                        json_string(bad[i].value));
+    int rc = gf_node_prefetch_parse(c2, &q, &d);
+    if (rc != GF_ESYNTAX || !strstr(d.msg, bad[i].says))
+      fail_msg("case %zu: rc %d '%s'", i, rc, d.msg);
+    json_decref(c2);
+  }
+  json_object_del(data, "nodeNames");
+  json_object_set_new(data, "nodeSelector", json_string("a=b,=c"));
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), GF_ESYNTAX);
+  json_object_set_new(data, "nodeSelector", json_integer(3));
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), GF_ESYNTAX);
+  json_decref(cm);
+}
+
+static void test_prefetch_pick(void **state) {
+  (void)state;
+  char inv_has[300];
+  snprintf(inv_has, sizeof(inv_has),
+           "{\"version\":1,\"gpus\":[],\"models\":[{\"name\":\"m\","
+           "\"digest\":\"sha256:%s\",\"bytes\":1,\"state\":\"ready\"}]}",
+           HELLO);
+  const char *inv = "{\"version\":1,\"gpus\":[]}";
+  json_t *list = json_pack(
+      "{s:[{s:{s:s,s:{s:s}}},{s:{s:s,s:{s:s}}},{s:{s:s,s:{s:s}},s:{s:b}},"
+      "{s:{s:s}},{s:{s:s,s:{s:s}}}]}",
+      "items", "metadata", "name", "n-a", "annotations", "gpufrac.io/inventory",
+      inv, "metadata", "name", "n-b", "annotations", "gpufrac.io/inventory",
+      inv, "metadata", "name", "n-cordoned", "annotations",
+      "gpufrac.io/inventory", inv_has, "spec", "unschedulable", 1, "metadata",
+      "name", "n-nogpu", "metadata", "name", "n-has", "annotations",
+      "gpufrac.io/inventory", inv_has);
+  assert_non_null(list);
+  char names[200];
+  /* The node holding the model first; cordoned and GPU-less never. */
+  assert_int_equal(gf_node_prefetch_pick(list, HELLO, 1, names, sizeof(names)),
+                   1);
+  assert_string_equal(names, "n-has");
+  assert_int_equal(gf_node_prefetch_pick(list, HELLO, 10, names, sizeof(names)),
+                   3);
+  assert_non_null(strstr(names, "n-a"));
+  assert_non_null(strstr(names, "n-b"));
+  assert_null(strstr(names, "n-cordoned"));
+  assert_null(strstr(names, "n-nogpu"));
+  json_decref(list);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_manifest_digest, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test(test_manifest_hostile),
+      cmocka_unit_test(test_ref_parse),
+      cmocka_unit_test(test_manifest_alloc_failures),
+      cmocka_unit_test_setup_teardown(test_fetch_file_source, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_lies, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_budget_lru_pins, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_recovery, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_verify, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_single_flight, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_metrics, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_keep_warm, setup_tmp, teardown_tmp),
+      cmocka_unit_test(test_prefetch),
+      cmocka_unit_test(test_prefetch_pick),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
