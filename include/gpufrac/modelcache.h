@@ -91,6 +91,14 @@ typedef struct gf_node_cache_opts {
    * threads, never with the cache's lock held. */
   void (*log)(void *user, const char *line);
   void *log_user;
+  /* Where a pod may have models fetched from (gf_node_cache_fetch_for_pod):
+   * prefixes separated by commas, each ending in '/', e.g.
+   * "https://models.example.com/,file:///mnt/models/".  NULL or "": a
+   * pod's gpufrac.io/model-source is refused, so a pod gets only models
+   * already cached or being prefetched (the agent fetches as root from
+   * the node's network: a URL a tenant chose must not reach the cloud's
+   * metadata service or the node's own ports).  At most 1023 bytes. */
+  const char *pod_sources;
 } gf_node_cache_opts;
 
 /* Opens (creating) the cache at o->root and recovers it: models whose
@@ -121,6 +129,18 @@ void gf_node_cache_free(gf_node_cache *c);
  * failure. */
 int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
                         const char *source, gf_diag *d);
+
+/* Whether source starts with one of the comma-separated prefixes in allow
+ * (see gf_node_cache_opts.pod_sources); false for NULL or "" allow. */
+bool gf_node_cache_source_allowed(const char *allow, const char *source);
+
+/* gf_node_cache_fetch for a source a pod named (its annotation): GF_EINVAL
+ * naming the config key when the source is not under one of the cache's
+ * pod_sources; redirects are then followed to https:// only.  A NULL
+ * source is a hit or a fetch under way, never a download. */
+int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
+                                const char *hex, const char *source,
+                                gf_diag *d);
 
 /* The directory to mount for ready model hex into dir[cap]. GF_ENOTFOUND
  * when not ready, GF_ELIMIT when it does not fit. */

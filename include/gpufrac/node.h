@@ -215,6 +215,7 @@ typedef struct gf_node_config {
   uint64_t model_cache_budget, model_mlock_budget;
   int64_t model_keep_warm_s;
   char model_prefetch_ns[GF_NAME_MAX];
+  char model_pod_sources[1024]; /* model_pod_sources: gf_node_cache_opts */
 } gf_node_config;
 
 /* Fills the defaults shown above. */

@@ -63,8 +63,8 @@ static int model_for(gf_node_allocator *a, const gf_node_match *m, char *host,
                        "pod %s/%s asks for model %s, but this node's agent "
                        "runs without a weight cache (--model-cache-dir)",
                        m->ns, m->name, name);
-  rc = gf_node_cache_fetch(c, name, hex,
-                           m->model_source[0] ? m->model_source : NULL, d);
+  rc = gf_node_cache_fetch_for_pod(
+      c, name, hex, m->model_source[0] ? m->model_source : NULL, d);
   if (!rc)
     rc = gf_node_cache_pin(c, hex, m->uid);
   if (!rc)

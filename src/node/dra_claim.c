@@ -787,8 +787,8 @@ int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
                        c->ns, c->name, name);
   char host[GF_NODE_PATH_MAX], ctr[GF_NODE_PATH_MAX];
   /* The fetch runs without the state's lock: other claims go on. */
-  rc = gf_node_cache_fetch(cache, name, hex, source && *source ? source : NULL,
-                           d);
+  rc = gf_node_cache_fetch_for_pod(cache, name, hex,
+                                   source && *source ? source : NULL, d);
   if (!rc)
     rc = gf_node_cache_pin(cache, hex, c->uid);
   if (!rc)

@@ -480,6 +480,7 @@ typedef struct pin {
 
 struct gf_node_cache {
   char root[4096 - 128];
+  char pod_sources[1024]; /* gf_node_cache_opts.pod_sources */
   uint64_t budget;
   gf__mc_opts o;
   pthread_mutex_t mu;
@@ -875,6 +876,14 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
     goto fail;
   }
   gf__node_copy(c->root, sizeof(c->root), root);
+  if (o && o->pod_sources) {
+    if (strlen(o->pod_sources) >= sizeof(c->pod_sources)) {
+      rc = gf_diag_set(d, GF_ELIMIT, "cache: pod sources longer than %zu bytes",
+                       sizeof(c->pod_sources) - 1);
+      goto fail;
+    }
+    gf__node_copy(c->pod_sources, sizeof(c->pod_sources), o->pod_sources);
+  }
   c->budget = o ? o->budget : 0;
   c->o.parallel = o && o->parallel ? o->parallel : 4;
   if (c->o.parallel > 64)
@@ -1510,4 +1519,33 @@ int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex) {
   uint64_t none = 0;
   advise_model(dir, POSIX_FADV_DONTNEED, false, &none, NULL, NULL, NULL);
   return 0;
+}
+
+bool gf_node_cache_source_allowed(const char *allow, const char *source) {
+  if (!allow || !source)
+    return false;
+  for (const char *p = allow; *p;) {
+    size_t n = strcspn(p, ",");
+    /* a prefix that does not end in '/' would let "https://a.example" pass
+     * "https://a.example.attacker.net": never matches */
+    if (n > 1 && p[n - 1] == '/' && strncmp(source, p, n) == 0)
+      return true;
+    p += n;
+    if (*p == ',')
+      p++;
+  }
+  return false;
+}
+
+int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
+                                const char *hex, const char *source,
+                                gf_diag *d) {
+  if (source && !gf_node_cache_source_allowed(c->pod_sources, source))
+    return gf_diag_set(d, GF_EINVAL,
+                       "model %s: source '%.200s' is not under the node's "
+                       "model_pod_sources (%s): pods may name only those "
+                       "(docs/modelcache.md)",
+                       name, source,
+                       c->pod_sources[0] ? c->pod_sources : "none set");
+  return gf_node_cache_fetch(c, name, hex, source, d);
 }

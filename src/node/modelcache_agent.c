@@ -62,6 +62,29 @@ int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
     gf__node_copy(c->model_prefetch_ns, sizeof(c->model_prefetch_ns), v);
     return 0;
   }
+  if (!strcmp(k, "model_pod_sources")) {
+    /* each prefix must end in '/', or "https://a.example" would also
+     * let "https://a.example.attacker.net" through */
+    for (const char *p = v; *p;) {
+      size_t n = strcspn(p, ",");
+      if (n < 2 || p[n - 1] != '/' ||
+          (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
+           strncmp(p, "file:///", 8)))
+        return gf_diag_set(d, GF_ESYNTAX,
+                           "%s: model_pod_sources = '%s': want prefixes "
+                           "http(s)://host/... or file:///dir/, each ending "
+                           "in '/', separated by commas",
+                           where, v);
+      p += n;
+      if (*p == ',')
+        p++;
+    }
+    if (strlen(v) >= sizeof(c->model_pod_sources))
+      return gf_diag_set(d, GF_ELIMIT, "%s: model_pod_sources: over %zu bytes",
+                         where, sizeof(c->model_pod_sources) - 1);
+    gf__node_copy(c->model_pod_sources, sizeof(c->model_pod_sources), v);
+    return 0;
+  }
   return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
 }
 
@@ -192,7 +215,8 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
   pthread_cond_init(&a->cv, NULL);
   gf_node_cache_opts co = {.root = cfg->model_cache_dir,
                            .budget = cfg->model_cache_budget,
-                           .log = log_line};
+                           .log = log_line,
+                           .pod_sources = cfg->model_pod_sources};
   int rc = gf_node_cache_open(&co, &a->cache, d);
   if (rc) {
     gf_node_cache_agent_free(a);

@@ -77,7 +77,9 @@ static char *file_url(CURL *h, const char *base, const char *rel) {
 static void common_opts(CURL *h, const gf__mc_opts *o) {
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https,file");
-  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  /* a redirect never leaves TLS: a plain-http hop is how a source reaches
+   * an instance metadata service or a node port */
+  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "https");
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, o->connect_timeout_s);

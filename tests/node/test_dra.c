@@ -737,7 +737,9 @@ static void test_prepare_model(void **state) {
   assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
 
   snprintf(root, sizeof(root), "%s/models", tmpdir);
-  gf_node_cache_opts co = {.root = root};
+  char allow[400]; /* the node lets pods name sources under tmpdir */
+  snprintf(allow, sizeof(allow), "file://%s/", tmpdir);
+  gf_node_cache_opts co = {.root = root, .pod_sources = allow};
   gf_node_cache *cache = NULL;
   assert_int_equal(gf_node_cache_open(&co, &cache, &d), 0);
   gf__node_dra_state_set_cache(s, cache);

@@ -25,6 +25,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/modelcache.h"
 #include "gpufrac/modelcache_prefetch.h"
+#include "gpufrac/node.h"
 #include "tmpdir.h"
 
 /* Paths here are under a short /tmp/gf_test.XXXXXX; one cut short would
@@ -707,6 +708,61 @@ static void test_prefetch_pick(void **state) {
   json_decref(list);
 }
 
+/* A pod names a source only under the node's model_pod_sources (the agent
+ * fetches as root on the node's network: a tenant's URL must not reach the
+ * metadata service or the node's ports), each prefix ending in '/'. */
+static void test_pod_sources(void **state) {
+  (void)state;
+  assert_false(gf_node_cache_source_allowed(NULL, "https://m.example/a"));
+  assert_false(gf_node_cache_source_allowed("", "https://m.example/a"));
+  const char *allow = "https://m.example/models/,file:///srv/models/";
+  assert_true(
+      gf_node_cache_source_allowed(allow, "https://m.example/models/l"));
+  assert_true(gf_node_cache_source_allowed(allow, "file:///srv/models/x"));
+  assert_false(gf_node_cache_source_allowed(allow, "https://m.example/other"));
+  assert_false(gf_node_cache_source_allowed(allow, "file:///etc/"));
+  assert_false(
+      gf_node_cache_source_allowed(allow, "http://169.254.169.254/latest/"));
+  /* a prefix without its '/' never matches: it would let a longer host in */
+  assert_false(gf_node_cache_source_allowed("https://m.example",
+                                            "https://m.example.evil.net/x"));
+
+  char hex[GF_NODE_CACHE_HEX], url[400];
+  make_source("p", 2, 100, hex, url, sizeof(url));
+  gf_node_cache *c = open_cache(0); /* no pod sources */
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_fetch_for_pod(c, "m", hex, url, &d),
+                   GF_EINVAL);
+  assert_non_null(strstr(d.msg, "model_pod_sources"));
+  gf_node_cache_stats st;
+  gf_node_cache_stats_get(c, &st);
+  assert_int_equal(st.bytes_fetched, 0);
+  assert_int_equal(st.models, 0);
+  gf_node_cache_free(c);
+
+  char root[300], prefix[400];
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  snprintf(prefix, sizeof(prefix), "file://%s/", tmpdir);
+  gf_node_cache_opts o = {.root = root, .retries = 1, .pod_sources = prefix};
+  assert_int_equal(gf_node_cache_open(&o, &c, &d), 0);
+  int rc = gf_node_cache_fetch_for_pod(c, "m", hex, url, &d);
+  if (rc)
+    fail_msg("under the prefix: %s", d.msg);
+  gf_node_cache_free(c);
+
+  /* the config key refuses a prefix that does not end in '/' */
+  gf_node_config cfg;
+  gf_node_config_init(&cfg);
+  const char *bad = "model_pod_sources = https://m.example\n";
+  assert_int_equal(gf_node_config_parse(&cfg, bad, strlen(bad), "t", &d),
+                   GF_ESYNTAX);
+  const char *good =
+      "model_pod_sources = https://m.example/,file:///srv/models/\n";
+  assert_int_equal(gf_node_config_parse(&cfg, good, strlen(good), "t", &d), 0);
+  assert_string_equal(cfg.model_pod_sources,
+                      "https://m.example/,file:///srv/models/");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_manifest_digest, setup_tmp,
@@ -727,6 +783,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_keep_warm, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_prefetch),
       cmocka_unit_test(test_prefetch_pick),
+      cmocka_unit_test_setup_teardown(test_pod_sources, setup_tmp,
+                                      teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
