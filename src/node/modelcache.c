@@ -102,7 +102,8 @@ static bool is_hex64(const char *s, size_t n) {
 /* ---- manifests --------------------------------------------------------- */
 
 /* A manifest path: relative, components neither empty nor "." nor "..",
- * no byte below 0x20 or 0x7f. NULL when fine, else why not. */
+ * no byte below 0x20 or 0x7f, not ending in ".part". NULL when fine, else
+ * why not. */
 static const char *path_problem(const char *p, size_t n) {
   if (n == 0)
     return "an empty path";
@@ -125,6 +126,10 @@ static const char *path_problem(const char *p, size_t n) {
       return "a '.' or '..' path component";
     start = i + 1;
   }
+  /* the fetcher downloads <path> into <path>.part: a manifest naming both
+   * "a" and "a.part" would have one file's part replace the other's */
+  if (n >= 5 && memcmp(p + n - 5, ".part", 5) == 0)
+    return "a path ending in '.part' (the fetcher's own suffix)";
   return NULL;
 }
 

@@ -38,6 +38,7 @@ struct json_t;
 #define GF_NODE_MODEL_SOURCE_ANNOTATION GF_MODEL_SOURCE_ANNOTATION
 #define GF_NODE_MODEL_REF_MAX 400
 #define GF_NODE_MODEL_SOURCE_MAX 2048
+#define GF_NODE_MODEL_SOURCE_MAX_TEXT "2047"
 
 typedef struct gf_node_pods gf_node_pods;
 

@@ -264,9 +264,13 @@ static int read_pod(pod *x, const json_t *obj, const char *node) {
   const json_t *ann = json_object_get(meta, "annotations");
   const char *model = str_at(ann, GF_NODE_MODEL_ANNOTATION);
   const char *msrc = str_at(ann, GF_NODE_MODEL_SOURCE_ANNOTATION);
-  /* Checked at Allocate, which says what is wrong; too long is cut to a
-   * value that fails that check. */
+  /* Checked at Allocate, which says what is wrong; too long a reference
+   * is cut to a value that fails that check, too long a source (a cut URL
+   * could still be a valid one, and a different one) is replaced by one
+   * that no model_pod_sources prefix takes. */
   gf__node_copy(x->model, sizeof(x->model), model ? model : "");
+  if (msrc && strlen(msrc) >= sizeof(x->model_source))
+    msrc = "(refused: longer than " GF_NODE_MODEL_SOURCE_MAX_TEXT " bytes)";
   gf__node_copy(x->model_source, sizeof(x->model_source), msrc ? msrc : "");
   const char *g = str_at(ann, GF_GRANT_ANNOTATION);
   x->has_grant = g != NULL;

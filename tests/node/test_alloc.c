@@ -1052,9 +1052,26 @@ static void test_allocate_model(void **state) {
       GF_NODE_MODEL_ANNOTATION, json_string("tiny-lm@sha256:xyz"));
   json_object_set_new(json_object_get(pod2, "metadata"), "uid",
                       json_string("uid-m2"));
+  json_t *pod3 = json_deep_copy(pod2); /* apply takes pod2 */
   apply(p, pod2);
   assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESYNTAX);
   assert_non_null(strstr(d.msg, GF_NODE_MODEL_ANNOTATION));
+  /* A source longer than the agent keeps is refused, not cut to a shorter
+   * URL that an allowed prefix would still take (and fetched). */
+  json_t *md3 = json_object_get(pod3, "metadata");
+  json_object_set_new(json_object_get(md3, "annotations"),
+                      GF_NODE_MODEL_ANNOTATION, json_string(ref));
+  char longsrc[GF_NODE_MODEL_SOURCE_MAX + 64];
+  int w = snprintf(longsrc, sizeof(longsrc), "file://%s/", tmpdir);
+  memset(longsrc + w, 'x', sizeof(longsrc) - 1 - (size_t)w);
+  longsrc[sizeof(longsrc) - 1] = '\0';
+  json_object_set_new(json_object_get(md3, "annotations"),
+                      GF_NODE_MODEL_SOURCE_ANNOTATION, json_string(longsrc));
+  json_object_set_new(md3, "uid", json_string("uid-m3"));
+  assert_true(gf_node_pods_remove(p, "uid-m2"));
+  apply(p, pod3);
+  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "longer than"));
   free(o);
   gf_node_allocator_free(a);
   gf_node_cache_free(cache);

@@ -173,6 +173,8 @@ static void test_manifest_hostile(void **state) {
       {"x\t1\t" HELLO "0\n", "64 lowercase"},
       {"x\t1\n", "not <path>"},
       {"x\t1\t" HELLO, "no newline"},
+      {"a\t1\t" HELLO "\na.part\t1\t" HELLO "\n", "'.part'"},
+      {"w/x.part\t1\t" HELLO "\n", "'.part'"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     gf_node_cache_manifest m;
