@@ -1552,5 +1552,18 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
                        "(docs/modelcache.md)",
                        name, source,
                        c->pod_sources[0] ? c->pod_sources : "none set");
-  return gf_node_cache_fetch(c, name, hex, source, d);
+  int rc = gf_node_cache_fetch(c, name, hex, source, d);
+  if (rc && rc != GF_ESTATE && !__atomic_load_n(&c->cancel, __ATOMIC_RELAXED)) {
+    /* A failed fetch a pod asked for leaves no parts: their bytes are not
+     * in the budget, so a tenant naming new digests whose sources stop
+     * short would fill the disk.  (An operator's fetch keeps them, to
+     * resume.)  Only while no fetch of it runs again. */
+    char tmp[4096];
+    pthread_mutex_lock(&c->mu);
+    if (!find(c, hex) && model_dir(c, "tmp", hex, tmp, sizeof(tmp)) == 0 &&
+        !gf__mc_rmtree(tmp))
+      gf__mc_log(&c->o, "model %s: cannot remove %s", name, tmp);
+    pthread_mutex_unlock(&c->mu);
+  }
+  return rc;
 }

@@ -747,6 +747,17 @@ static void test_pod_sources(void **state) {
   snprintf(prefix, sizeof(prefix), "file://%s/", tmpdir);
   gf_node_cache_opts o = {.root = root, .retries = 1, .pod_sources = prefix};
   assert_int_equal(gf_node_cache_open(&o, &c, &d), 0);
+  /* A pod's fetch that fails (a file shorter than the manifest says)
+   * leaves no parts behind: they are outside the budget, so failing fetches
+   * one after another would fill the disk.  An operator's keeps them. */
+  char path[600];
+  snprintf(path, sizeof(path), "%s/src-p/w0.bin", tmpdir);
+  write_file(path, "short", 5);
+  assert_int_equal(gf_node_cache_fetch(c, "m", hex, url, &d), GF_EIO);
+  assert_true(count_dir("tmp") > 0);
+  assert_int_equal(gf_node_cache_fetch_for_pod(c, "m", hex, url, &d), GF_EIO);
+  assert_int_equal(count_dir("tmp"), 0);
+  make_source("p", 2, 100, hex, url, sizeof(url)); /* whole again */
   int rc = gf_node_cache_fetch_for_pod(c, "m", hex, url, &d);
   if (rc)
     fail_msg("under the prefix: %s", d.msg);
