@@ -34,7 +34,7 @@
 
 /* ---- digests ----------------------------------------------------------- */
 
-static void to_hex(const unsigned char *md, unsigned n, char *hex) {
+void gf__mc_to_hex(const unsigned char *md, unsigned n, char *hex) {
   static const char digits[] = "0123456789abcdef";
   for (unsigned i = 0; i < n; i++) {
     hex[2 * i] = digits[md[i] >> 4];
@@ -48,7 +48,7 @@ void gf_node_cache_sha256_hex(const void *buf, size_t len,
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned n = 0;
   EVP_Digest(buf, len, md, &n, EVP_sha256(), NULL);
-  to_hex(md, n, hex);
+  gf__mc_to_hex(md, n, hex);
 }
 
 int gf__mc_hash_file(const char *path, uint64_t *size,
@@ -81,7 +81,7 @@ int gf__mc_hash_file(const char *path, uint64_t *size,
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned n = 0;
   EVP_DigestFinal_ex(ctx, md, &n);
-  to_hex(md, n, hex);
+  gf__mc_to_hex(md, n, hex);
   *size = total;
 out:
   EVP_MD_CTX_free(ctx);

@@ -287,15 +287,6 @@ static int hash_prefix(int fd, uint64_t len, EVP_MD_CTX *ctx) {
   return rc;
 }
 
-static void to_hex(const unsigned char *md, unsigned n, char *hex) {
-  static const char digits[] = "0123456789abcdef";
-  for (unsigned i = 0; i < n; i++) {
-    hex[2 * i] = digits[md[i] >> 4];
-    hex[2 * i + 1] = digits[md[i] & 15];
-  }
-  hex[2 * n] = '\0';
-}
-
 /* mkdir -p of the directories of <files>/<rel>. */
 static int parent_dirs(const char *files, const char *rel, gf_diag *d) {
   char p[8192];
@@ -432,7 +423,7 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       unsigned mdn = 0;
       char hex[GF_NODE_CACHE_HEX];
       EVP_DigestFinal_ex(ctx, md, &mdn);
-      to_hex(md, mdn, hex);
+      gf__mc_to_hex(md, mdn, hex);
       if (strcmp(hex, f->hex) != 0) {
         close(fd);
         unlink(part);

@@ -44,5 +44,7 @@ int gf__mc_hash_file(const char *path, uint64_t *size,
 
 /* rm -rf path (making directories writable first); true when gone. */
 bool gf__mc_rmtree(const char *path);
+/* md[n] as 2n lowercase hex digits and a NUL into hex. */
+void gf__mc_to_hex(const unsigned char *md, unsigned n, char *hex);
 
 #endif
