@@ -1552,7 +1552,21 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
                        "(docs/modelcache.md)",
                        name, source,
                        c->pod_sources[0] ? c->pod_sources : "none set");
-  int rc = gf_node_cache_fetch(c, name, hex, source, d);
+  gf_diag fd = {{0}};
+  int rc = gf_node_cache_fetch(c, name, hex, source, &fd);
+  if (rc && source) {
+    /* What a failed download says (a file's real size and sha256, a
+     * server's answer) is for the operator's log, not the pod's events:
+     * repeated tries with adjusted manifests would read a file out. */
+    gf__mc_log(&c->o, "model %s (sha256:%.12s) for a pod: %s", name, hex,
+               fd.msg);
+    gf_diag_set(d, rc,
+                "model %s: fetching it from its gpufrac.io/model-source "
+                "failed (%s); the node agent's log says why",
+                name, gf_err_name(rc));
+  } else if (rc && d) {
+    *d = fd;
+  }
   if (rc && rc != GF_ESTATE && !__atomic_load_n(&c->cancel, __ATOMIC_RELAXED)) {
     /* A failed fetch a pod asked for leaves no parts: their bytes are not
      * in the budget, so a tenant naming new digests whose sources stop

@@ -755,8 +755,14 @@ static void test_pod_sources(void **state) {
   write_file(path, "short", 5);
   assert_int_equal(gf_node_cache_fetch(c, "m", hex, url, &d), GF_EIO);
   assert_true(count_dir("tmp") > 0);
+  assert_int_equal(gf_node_cache_fetch(c, "m", hex, url, &d), GF_EIO);
+  assert_non_null(strstr(d.msg, "5 bytes")); /* the operator sees why */
   assert_int_equal(gf_node_cache_fetch_for_pod(c, "m", hex, url, &d), GF_EIO);
   assert_int_equal(count_dir("tmp"), 0);
+  /* ... a pod does not: the real size (or sha256) of what the source sent
+   * would let it read a file out try by try; the agent's log has it */
+  assert_null(strstr(d.msg, "5 bytes"));
+  assert_non_null(strstr(d.msg, "agent's log"));
   make_source("p", 2, 100, hex, url, sizeof(url)); /* whole again */
   int rc = gf_node_cache_fetch_for_pod(c, "m", hex, url, &d);
   if (rc)
