@@ -460,9 +460,10 @@ int gf__guard_bind_annotations(gf__guard *g, const json_t *pod, json_t *ann) {
   json_decref(p);
   if (n > 0 && !g->o.quiet) {
     const json_t *md = json_object_get(pod, "metadata");
+    const char *ns = json_string_value(json_object_get(md, "namespace"));
+    const char *nm = json_string_value(json_object_get(md, "name"));
     fprintf(stderr, "gpufrac scheduler: guard: pod %s/%s: %s, in its Binding\n",
-            json_string_value(json_object_get(md, "namespace")),
-            json_string_value(json_object_get(md, "name")), why);
+            ns ? ns : "", nm ? nm : "(no name)", why);
   }
   return n < 0 ? -1 : n;
 }
