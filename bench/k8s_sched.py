@@ -6,7 +6,7 @@ Usage: bench/k8s_sched.py K8S_BIN GPUFRAC [--nodes 1000] [--pods 5000]
                           [--mode alone|alone-shares|extender] [--agents 4]
                           [--qps N]
                           [--pprof FILE] [--pprof-api FILE]
-                          [--guard on|off]
+                          [--guard on|off] [--filter-top N]
 
 NODES fake Nodes, each with 8 H100-80GB in its gpufrac.io/inventory
 annotation (the node agent's document, written here by the admin) and
@@ -32,6 +32,8 @@ kube-scheduler's CPU profile of 20 s from the first scheduled pod (read it
 with `go tool pprof -top KUBE_SCHEDULER FILE`); --pprof-api FILE the same
 of kube-apiserver (started with --profiling=true for it).  --guard off runs
 the extender without its disruption guard (default on, as deployed).
+--filter-top N runs the extender with --filter-top N (default 0: off): its
+/filter keeps only the N best nodes (1: kube-scheduler skips /prioritize).
 """
 
 import http.client
@@ -190,7 +192,7 @@ def cpu_all(c, ext, agents):
 def main():
     a = sys.argv[1:]
     opt = {"--nodes": 1000, "--pods": 5000, "--mode": "extender", "--agents": 4, "--qps": 0,
-           "--pprof": "", "--pprof-api": "", "--guard": "on"}
+           "--pprof": "", "--pprof-api": "", "--guard": "on", "--filter-top": 0}
     pos = []
     i = 0
     while i < len(a):
@@ -239,7 +241,8 @@ def main():
             kc = c.sa_kubeconfig("extender", c.token("gpufrac-scheduler"))
             ext = c.spawn("extender", [c.gpufrac, "scheduler", "--listen",
                                        "127.0.0.1:%d" % c.ext_port, "--kubeconfig", kc,
-                                       "--guard", opt["--guard"]])
+                                       "--guard", opt["--guard"],
+                                       "--filter-top", str(opt["--filter-top"])])
 
             def ready():
                 import urllib.request
@@ -289,7 +292,8 @@ def main():
             r = re.search(r'result="([a-z]+)"', ln)
             if r:
                 attempts[r.group(1)] = attempts.get(r.group(1), 0) + int(float(ln.split()[-1]))
-        out = {"mode": mode, "guard": opt["--guard"], "nodes": nnodes, "pods": npods,
+        out = {"mode": mode, "guard": opt["--guard"], "filter_top": opt["--filter-top"],
+               "nodes": nnodes, "pods": npods,
                "attempts": attempts,
                "qps": opt["--qps"] or "default (50)",
                "pods_per_s_scheduled": round(npods / max(last - first, 1e-9), 1),
@@ -305,6 +309,11 @@ def main():
                 r: int(float(ln.split()[-1]))
                 for ln in metric_lines(m, "gpufrac_extender_binds_total")
                 for r in re.findall(r'result="([a-z]+)"', ln)}
+            out["extender_requests"] = {
+                verb: sum(int(float(ln.split()[-1])) for ln in metric_lines(
+                    m, "gpufrac_extender_request_duration_seconds_count")
+                    if 'verb="%s"' % verb in ln)
+                for verb in ("filter", "prioritize", "bind")}
             for verb in ("filter", "prioritize", "bind"):
                 q = histogram_quantiles(m, "gpufrac_extender_request_duration_seconds",
                                         (0.5, 0.99), 'verb="%s"' % verb)

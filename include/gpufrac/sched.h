@@ -87,7 +87,17 @@ typedef struct gf_sched_config {
   int (*dra_score)(void *user, const struct json_t *pod, const char *node,
                    int64_t *score);
   void *dra_user;
+  /* 0: /filter answers every node that can take a GPU pod.  N (at most
+   * GF_SCHED_FILTER_TOP_MAX): only the N that the policy scores best, the
+   * rest left out (neither passed nor failed).  With 1, kube-scheduler
+   * has a single feasible node and skips scoring, /prioritize included:
+   * one HTTP round trip per pod instead of two, and its own score plugins
+   * (preferred affinities, soft topology spread) no longer weigh in for
+   * GPU pods.  Pods without gpufrac GPUs are never cut. */
+  uint32_t filter_top;
 } gf_sched_config;
+
+#define GF_SCHED_FILTER_TOP_MAX 64u
 
 typedef struct gf_sched gf_sched;
 

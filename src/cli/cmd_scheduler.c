@@ -38,6 +38,7 @@ static void usage(FILE *fp) {
       "                          [--tls-client-ca FILE]]\n"
       "                         [--guard on|off] [--guard-settle DUR]\n"
       "                         [--guard-cap DUR] [--accept hami,kai]\n"
+      "                         [--filter-top N]\n"
       "                         [--dra off|score|allocate]\n"
       "                         [--autoscale-placeholders on|off]\n"
       "                         [--autoscale-after DUR]\n"
@@ -58,6 +59,13 @@ static void usage(FILE *fp) {
       "  --accept LIST       also read HAMi's (hami) and KAI's (kai) GPU\n"
       "                      request names, comma-separated (default none;\n"
       "                      docs/migrating.md); config key \"accept\"\n"
+      "  --filter-top N      /filter keeps only the N nodes the policy\n"
+      "                      scores best for a GPU pod (default 0: every\n"
+      "                      node that fits; 1 to 64).  With 1,\n"
+      "                      kube-scheduler skips scoring and /prioritize\n"
+      "                      (one round trip a pod; its own soft\n"
+      "                      preferences no longer weigh in for GPU pods;\n"
+      "                      docs/scheduler.md); config key \"filterTop\"\n"
       "  --kubeconfig PATH   API server from a kubeconfig (current\n"
       "                      context); default: in-cluster when\n"
       "                      KUBERNETES_SERVICE_HOST is set\n"
@@ -136,6 +144,7 @@ typedef struct opts {
   char as_resource[256]; /* --autoscale-resource; "": the default */
   char as_ns[254];       /* --autoscale-namespace */
   char as_pclass[254];   /* --autoscale-priority-class */
+  int64_t filter_top;    /* --filter-top; 0: every fitting node */
 } opts;
 
 /* Which options the command line set (the config file does not override
@@ -152,6 +161,7 @@ enum {
   SET_CERT,
   SET_KEY,
   SET_CA,
+  SET_FILTER_TOP,
   NSET
 };
 
@@ -214,6 +224,11 @@ static int read_config(const char *path, opts *o, const bool *set) {
                json_integer_value(v) >= 1 && json_integer_value(v) <= 1024) {
       if (!set[SET_PER_IP])
         o->per_ip = (int64_t)json_integer_value(v);
+    } else if (strcmp(key, "filterTop") == 0 && json_is_integer(v) &&
+               json_integer_value(v) >= 0 &&
+               json_integer_value(v) <= GF_SCHED_FILTER_TOP_MAX) {
+      if (!set[SET_FILTER_TOP])
+        o->filter_top = (int64_t)json_integer_value(v);
     } else if (strcmp(key, "listen") == 0 && json_is_string(v)) {
       if (!set[SET_LISTEN])
         rc = copy_opt(o->listen, sizeof(o->listen), json_string_value(v),
@@ -389,6 +404,13 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
         return GF_EXIT_USAGE;
       }
       set[SET_THREADS] = true;
+    } else if (strcmp(a, "--filter-top") == 0) {
+      gf_diag d = {""};
+      if (gf_parse_int64(v, 0, GF_SCHED_FILTER_TOP_MAX, &o->filter_top, &d)) {
+        fprintf(stderr, "gpufrac scheduler: --filter-top: %s\n", d.msg);
+        return GF_EXIT_USAGE;
+      }
+      set[SET_FILTER_TOP] = true;
     } else if (strcmp(a, "--kubeconfig") == 0) {
       if (!*v) {
         fprintf(stderr, "gpufrac scheduler: --kubeconfig: empty path\n");
@@ -576,6 +598,7 @@ int cmd_scheduler(int argc, char **argv) {
                          .binder = gf_sched_kube_binder_get(kb),
                          .max_body = (size_t)o.max_body,
                          .accept = o.accept,
+                         .filter_top = (uint32_t)o.filter_top,
                          .dra_score = dra ? dra_score : NULL,
                          .dra_user = dra};
   if (gf_sched_new(&cfg, &s, &d)) {

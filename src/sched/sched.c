@@ -51,6 +51,10 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
     return gf_diag_set(d, GF_ENOTFOUND, "unknown policy '%s'", policy);
   if (strlen(policy) >= sizeof(((gf_sched *)0)->policy))
     return gf_diag_set(d, GF_EINVAL, "policy string too long");
+  if (cfg && cfg->filter_top > GF_SCHED_FILTER_TOP_MAX) {
+    return gf_diag_set(d, GF_EINVAL, "filter top %u: at most %u nodes",
+                       cfg->filter_top, GF_SCHED_FILTER_TOP_MAX);
+  }
   gf_sched *s = gf__calloc(1, sizeof(*s));
   if (!s)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
@@ -60,6 +64,7 @@ int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
     s->has_binder = cfg->binder->bind != NULL;
   }
   s->max_body = cfg && cfg->max_body ? cfg->max_body : GF_SCHED_MAX_BODY;
+  s->filter_top = cfg ? cfg->filter_top : 0;
   s->accept = cfg ? cfg->accept : 0;
   if (cfg) {
     s->dra_score = cfg->dra_score;
@@ -443,6 +448,44 @@ static void learn_nodes(gf_sched *s, const gf__args *a, gf__node *pn) {
   }
 }
 
+/* The policy's score of candidate node i and the GPUs it would take
+ * (gf_engine_score; pick->ngpus is 0 if the node cannot take r). */
+static int64_t score_node(gf_sched *s, uint32_t i, const gf_request *r,
+                          gf_placement *pick) {
+  int64_t sc = 0;
+  pick->ngpus = 0;
+  if (!s->engine || gf_engine_score(s->engine, r, i, &sc, pick) != 0)
+    pick->ngpus = 0;
+  return sc;
+}
+
+/* filter_top's choice: the best `cap` fitting nodes seen so far, best
+ * first (an equal score keeps the one seen first, so the choice is
+ * stable). */
+typedef struct top_set {
+  int64_t score[GF_SCHED_FILTER_TOP_MAX];
+  size_t at[GF_SCHED_FILTER_TOP_MAX]; /* the node's index in the request */
+  uint32_t n, cap;
+} top_set;
+
+static void top_offer(top_set *t, int64_t score, size_t at) {
+  uint32_t k = t->n;
+  if (k == t->cap) {
+    if (score <= t->score[k - 1])
+      return;
+    k--; /* the worst gives way */
+  } else {
+    t->n++;
+  }
+  while (k > 0 && t->score[k - 1] < score) {
+    t->score[k] = t->score[k - 1];
+    t->at[k] = t->at[k - 1];
+    k--;
+  }
+  t->score[k] = score;
+  t->at[k] = at;
+}
+
 static void do_filter(gf_sched *s, const char *body, size_t len,
                       reply_buf *out) {
   gf_diag d = {""};
@@ -453,6 +496,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     out->json = gf__error_obj(d.msg);
     return;
   }
+  top_set *top = NULL; /* --filter-top's choice */
   gf__pod *p = gf__malloc(sizeof(*p));
   gf__node *pn = gf__malloc(sizeof(*pn));
   json_t *failed = json_object(), *unres = json_object();
@@ -494,6 +538,14 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
       gf__request_pending_put(s, p);
     resolve(s, p, &r, &v);
   }
+  /* --filter-top: fitting nodes are scored here and only the best kept.
+   * A policy that cannot be built (out of memory) cuts nothing. */
+  if (v.kind == 0 && r.gpu_count > 0 && s->filter_top > 0 &&
+      gf__policy_refresh(s) == 0 && (top = gf__malloc(sizeof(*top)))) {
+    top->n = 0;
+    top->cap = s->filter_top;
+  }
+  uint64_t fitting = 0;
   size_t nlist = a.node_items ? json_array_size(a.node_items) : a.nnames;
   for (size_t i = 0; i < nlist; i++) {
     const json_t *it = a.node_items ? json_array_get(a.node_items, i) : NULL;
@@ -520,6 +572,15 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     if (kind)
       gf__utf8_fix(why); /* reasons quote model and node names */
     int jr = 0;
+    if (kind == 0 && top) {
+      /* why_not passed it, so the model knows it (ni >= 0) */
+      gf_placement pick;
+      int64_t ni = gf__smap_get(&s->nmap, name);
+      int64_t sc = ni < 0 ? INT64_MIN : score_node(s, (uint32_t)ni, &r, &pick);
+      top_offer(top, ni < 0 || pick.ngpus == 0 ? INT64_MIN : sc, i);
+      fitting++;
+      continue;
+    }
     if (!a.node_items) {
       /* Names only: write the reply's parts directly (see prioritize). */
       gf__buf *tb = kind == 0 ? &tp : kind == 2 ? &tu : &tf;
@@ -543,9 +604,23 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     if (kind)
       s->m.filter_failed_nodes++;
   }
+  if (top)
+    s->m.filter_cut_nodes += fitting - top->n;
   pthread_mutex_unlock(&s->mu);
   if (out->status == 500)
     goto done;
+  for (uint32_t k = 0; top && k < top->n; k++) {
+    size_t i = top->at[k];
+    if (!a.node_items) {
+      if (tp.len > 1)
+        gf__buf_append(&tp, ",", 1);
+      gf__tb_json_str(&tp, a.names[i]);
+    } else if (json_array_append_new(
+                   passed, json_incref(json_array_get(a.node_items, i)))) {
+      out->status = 500;
+      goto done;
+    }
+  }
   if (!a.node_items) {
     gf__buf_append(&tp, "]", 1);
     gf__buf_append(&tf, "}", 1);
@@ -579,6 +654,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
                         "FailedAndUnresolvableNodes", unres, "Error", "");
   out->status = out->json ? 200 : 500;
 done:
+  gf__free(top);
   gf__buf_release(&tp);
   gf__buf_release(&tf);
   gf__buf_release(&tu);
@@ -591,17 +667,6 @@ done:
 }
 
 /* ---- prioritize ----------------------------------------------------------*/
-
-/* The policy's score of candidate node i and the GPUs it would take
- * (gf_engine_score; pick->ngpus is 0 if the node cannot take r). */
-static int64_t score_node(gf_sched *s, uint32_t i, const gf_request *r,
-                          gf_placement *pick) {
-  int64_t sc = 0;
-  pick->ngpus = 0;
-  if (!s->engine || gf_engine_score(s->engine, r, i, &sc, pick) != 0)
-    pick->ngpus = 0;
-  return sc;
-}
 
 static void do_prioritize(gf_sched *s, const char *body, size_t len,
                           reply_buf *out) {

@@ -134,6 +134,10 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
       "filtered out.\n"
       "# TYPE gpufrac_extender_filter_failed_nodes_total counter\n"
       "gpufrac_extender_filter_failed_nodes_total %" PRIu64 "\n"
+      "# HELP gpufrac_extender_filter_cut_nodes_total Nodes that could "
+      "take the pod but were left out of a filter reply (--filter-top).\n"
+      "# TYPE gpufrac_extender_filter_cut_nodes_total counter\n"
+      "gpufrac_extender_filter_cut_nodes_total %" PRIu64 "\n"
       "# HELP gpufrac_extender_replay_failures_total Bound pods whose "
       "grant could not be booked in the model.\n"
       "# TYPE gpufrac_extender_replay_failures_total counter\n"
@@ -158,9 +162,9 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
       "# HELP gpufrac_extender_leader 1 when this replica binds.\n"
       "# TYPE gpufrac_extender_leader gauge\n"
       "gpufrac_extender_leader %d\n",
-      m->binds_ok, m->binds_failed, m->filter_failed_nodes, m->replay_failed,
-      m->nodes_refused, m->rebuilds, m->policy_builds, s->nnodes, booked,
-      s->leader ? 1 : 0);
+      m->binds_ok, m->binds_failed, m->filter_failed_nodes, m->filter_cut_nodes,
+      m->replay_failed, m->nodes_refused, m->rebuilds, m->policy_builds,
+      s->nnodes, booked, s->leader ? 1 : 0);
   pthread_mutex_unlock(&s->mu);
   if (gf__buf_error(&t)) {
     gf__buf_release(&t);

@@ -112,7 +112,8 @@ typedef struct metrics {
   uint64_t n[NVERBS];
   double sum[NVERBS];
   uint64_t binds_ok, binds_failed, filter_failed_nodes, replay_failed;
-  uint64_t nodes_refused; /* Node objects in requests refused (--no-kube) */
+  uint64_t filter_cut_nodes; /* fitting nodes left out by filter_top */
+  uint64_t nodes_refused;    /* Node objects in requests refused (--no-kube) */
   uint64_t rebuilds;
   uint64_t policy_builds; /* engines made (typical set + packing plan) */
 } metrics;
@@ -130,7 +131,8 @@ struct gf_sched {
   size_t max_body;
   unsigned accept; /* GF__ACCEPT_*: HAMi's and KAI's names (compat.c) */
   bool synced, leader;
-  bool watched; /* an informer feeds nodes: requests never change them */
+  bool watched;        /* an informer feeds nodes: requests never change them */
+  uint32_t filter_top; /* gf_sched_config's; 0: every fitting node */
 
   gf_cluster *c;
   bool dirty; /* c must be rebuilt before use */

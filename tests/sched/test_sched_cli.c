@@ -5,6 +5,8 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -46,8 +48,31 @@ static void test_cli_autoscale(void **state) {
   assert_int_equal(cmd_scheduler(3, f), GF_EXIT_USAGE);
 }
 
+/* --filter-top N and the config key filterTop: 0 to 64 (issue 13). */
+static void test_cli_filter_top(void **state) {
+  (void)state;
+  char a0[] = "scheduler", top[] = "--filter-top", big[] = "65", word[] = "x",
+       neg[] = "-1", config[] = "--config";
+  char *b[] = {a0, top, big, NULL};
+  assert_int_equal(cmd_scheduler(3, b), GF_EXIT_USAGE);
+  char *w[] = {a0, top, word, NULL};
+  assert_int_equal(cmd_scheduler(3, w), GF_EXIT_USAGE);
+  char *n[] = {a0, top, neg, NULL};
+  assert_int_equal(cmd_scheduler(3, n), GF_EXIT_USAGE);
+  char path[] = "/tmp/gpufrac-filter-top-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  static const char doc[] = "{\"filterTop\": 65}";
+  assert_int_equal(write(fd, doc, sizeof(doc) - 1), (ssize_t)sizeof(doc) - 1);
+  close(fd);
+  char *c[] = {a0, config, path, NULL};
+  assert_int_equal(cmd_scheduler(3, c), GF_EXIT_USAGE);
+  unlink(path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli),
-                                     cmocka_unit_test(test_cli_autoscale)};
+                                     cmocka_unit_test(test_cli_autoscale),
+                                     cmocka_unit_test(test_cli_filter_top)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
