@@ -132,6 +132,14 @@ bool gf_sched_is_leader(gf_sched *s);
  * gf_sched_kube_new sets it. */
 void gf_sched_set_watched(gf_sched *s, bool watched);
 
+/* More lines for /metrics (Prometheus text, whole lines with their HELP
+ * and TYPE): fn writes at most cap bytes into buf and returns how many
+ * (0: none; a return of cap or more is taken as nothing).  Called on
+ * every scrape, outside the extender's mutex; set before serving
+ * (gf_sched_kube_metrics is the informers' and the guard's). */
+typedef size_t (*gf_sched_metrics_fn)(void *user, char *buf, size_t cap);
+void gf_sched_set_metrics_hook(gf_sched *s, gf_sched_metrics_fn fn, void *user);
+
 /* ---- the model, fed by a watch ---------------------------------------- */
 
 /* Adds or replaces a node from a v1 Node object (borrowed).  An unchanged

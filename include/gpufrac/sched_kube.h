@@ -190,6 +190,12 @@ int gf_sched_kube_bind_annotate(void *feed, gf_kube *k, const gf_pod_ref *pod,
                                 json_t *ann);
 /* Protections that rode in Bindings (the rest are in guard_patches). */
 uint64_t gf_sched_kube_guard_bind_protects(gf_sched_kube *f);
+/* Pods read with a GET at bind because the pod informer had not delivered
+ * them yet (one read each, on the bind path). */
+uint64_t gf_sched_kube_guard_bind_reads(gf_sched_kube *f);
+/* The counters above as /metrics lines (a gf_sched_metrics_fn for
+ * gf_sched_set_metrics_hook; feed is the gf_sched_kube). */
+size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap);
 /* Placeholder pods the autoscaler bridge made and deleted so far (0 with
  * it off). */
 uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f);

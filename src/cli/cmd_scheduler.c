@@ -631,6 +631,7 @@ int cmd_scheduler(int argc, char **argv) {
     }
     /* the guard's protection rides in the Binding: one write per pod */
     gf_sched_kube_binder_annotate(kb, gf_sched_kube_bind_annotate, feed);
+    gf_sched_set_metrics_hook(s, gf_sched_kube_metrics, feed);
   }
   /* Block the signals in every thread (the HTTP pool and the informers
    * inherit the mask), then wait for them here. */

@@ -19,6 +19,7 @@
 #include <malloc.h>
 #endif
 #include <pthread.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,8 +190,9 @@ struct gf_sched_kube {
   long guard_tick_ms;
   atomic_ullong guard_patches;
   atomic_ullong guard_bind_protects; /* protections that rode in Bindings */
-  int guard_err;                     /* last error reported (api_error) */
-  char guard_msg[GF_DIAG_MAX];       /* ... and its sentence */
+  atomic_ullong guard_bind_reads; /* pods read at bind: the informer had none */
+  int guard_err;                  /* last error reported (api_error) */
+  char guard_msg[GF_DIAG_MAX];    /* ... and its sentence */
   /* the autoscaler bridge: NULL when off */
   gf__as *as;
   gf_kube *akube; /* its create/delete client, one pass at a time */
@@ -469,6 +471,7 @@ int gf_sched_kube_bind_annotate(void *feed, gf_kube *k, const gf_pod_ref *pod,
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", pod->ns,
              pod->name);
     gf_diag gd = {""};
+    atomic_fetch_add(&f->guard_bind_reads, 1);
     if (gf_kube_get(k, path, &p, &gd))
       p = NULL; /* the pass protects it after the bind, as before */
   }
@@ -943,6 +946,51 @@ uint64_t gf_sched_kube_guard_patches(gf_sched_kube *f) {
 
 uint64_t gf_sched_kube_guard_bind_protects(gf_sched_kube *f) {
   return f ? (uint64_t)atomic_load(&f->guard_bind_protects) : 0;
+}
+
+uint64_t gf_sched_kube_guard_bind_reads(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->guard_bind_reads) : 0;
+}
+
+size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap) {
+  gf_sched_kube *f = feed;
+  if (!f)
+    return 0;
+  int n = snprintf(
+      buf, cap,
+      "# HELP gpufrac_extender_api_errors_total Times an informer, the "
+      "lease, the guard or the autoscaler bridge started failing against "
+      "the API server or failed anew (each logged).\n"
+      "# TYPE gpufrac_extender_api_errors_total counter\n"
+      "gpufrac_extender_api_errors_total %" PRIu64 "\n"
+      "# HELP gpufrac_extender_model_errors_total Watched objects the model "
+      "refused (logged).\n"
+      "# TYPE gpufrac_extender_model_errors_total counter\n"
+      "gpufrac_extender_model_errors_total %" PRIu64 "\n"
+      "# HELP gpufrac_guard_bind_protections_total Pods the disruption "
+      "guard protected in their Binding (no write of its own).\n"
+      "# TYPE gpufrac_guard_bind_protections_total counter\n"
+      "gpufrac_guard_bind_protections_total %" PRIu64 "\n"
+      "# HELP gpufrac_guard_patches_total Pod PATCHes the disruption guard "
+      "wrote (protections after the bind, and their removal).\n"
+      "# TYPE gpufrac_guard_patches_total counter\n"
+      "gpufrac_guard_patches_total %" PRIu64 "\n"
+      "# HELP gpufrac_guard_bind_reads_total Pods read from the API server "
+      "at bind because the informer had not delivered them yet.\n"
+      "# TYPE gpufrac_guard_bind_reads_total counter\n"
+      "gpufrac_guard_bind_reads_total %" PRIu64 "\n"
+      "# HELP gpufrac_autoscale_placeholders_total Placeholder pods the "
+      "autoscaler bridge made and deleted.\n"
+      "# TYPE gpufrac_autoscale_placeholders_total counter\n"
+      "gpufrac_autoscale_placeholders_total{event=\"made\"} %" PRIu64 "\n"
+      "gpufrac_autoscale_placeholders_total{event=\"deleted\"} %" PRIu64 "\n",
+      (uint64_t)atomic_load(&f->api_errors), (uint64_t)atomic_load(&f->errors),
+      (uint64_t)atomic_load(&f->guard_bind_protects),
+      (uint64_t)atomic_load(&f->guard_patches),
+      (uint64_t)atomic_load(&f->guard_bind_reads),
+      (uint64_t)atomic_load(&f->as_made),
+      (uint64_t)atomic_load(&f->as_deleted));
+  return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }
 
 uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f) {

@@ -58,6 +58,12 @@ void gf__record(gf_sched *s, int verb, int status, bool refused, double secs) {
 
 /* ---- metrics -------------------------------------------------------------*/
 
+void gf_sched_set_metrics_hook(gf_sched *s, gf_sched_metrics_fn fn,
+                               void *user) {
+  s->metrics_fn = fn;
+  s->metrics_user = user;
+}
+
 void gf__do_metrics(gf_sched *s, reply_buf *out) {
   gf__buf t;
   gf__buf_init(&t, GF__BUF_SCHED_METRICS_MAX);
@@ -166,6 +172,12 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
       m->replay_failed, m->nodes_refused, m->rebuilds, m->policy_builds,
       s->nnodes, booked, s->leader ? 1 : 0);
   pthread_mutex_unlock(&s->mu);
+  if (s->metrics_fn && !gf__buf_error(&t)) {
+    char more[4096];
+    size_t n = s->metrics_fn(s->metrics_user, more, sizeof(more));
+    if (n > 0 && n < sizeof(more))
+      gf__buf_append(&t, more, n);
+  }
   if (gf__buf_error(&t)) {
     gf__buf_release(&t);
     out->status = 500;

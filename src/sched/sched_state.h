@@ -133,6 +133,8 @@ struct gf_sched {
   bool synced, leader;
   bool watched;        /* an informer feeds nodes: requests never change them */
   uint32_t filter_top; /* gf_sched_config's; 0: every fitting node */
+  gf_sched_metrics_fn metrics_fn; /* more /metrics lines, or NULL */
+  void *metrics_user;
 
   gf_cluster *c;
   bool dirty; /* c must be rebuilt before use */

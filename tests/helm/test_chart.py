@@ -328,6 +328,7 @@ def t_minimal(objs, ns):
     a = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     check(dep["spec"]["replicas"] == 1 and a[a.index("--guard") + 1] == "off" and
           "--guard-settle" not in a, "minimal: one replica, --guard off")
+    check(a[a.index("--filter-top") + 1] == "1", "minimal: --filter-top 1")
     check("clusterIP" not in by[("Service", ns, "gpufrac-scheduler")]["spec"],
           "minimal: the Service gets a ClusterIP from Kubernetes")
     pcs = {o["metadata"]["name"]: o for o in ks.get("PriorityClass", [])}

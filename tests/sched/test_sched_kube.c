@@ -909,6 +909,92 @@ static void test_guard(void **st) {
   free(ready);
 }
 
+/* guard_pod before its bind: no node, no grant. */
+static json_t *pending_pod(const char *name, const char *rv) {
+  json_t *p = guard_pod(name, rv, false, "");
+  json_object_del(json_object_get(p, "spec"), "nodeName");
+  json_object_del(
+      json_object_get(json_object_get(p, "metadata"), "annotations"),
+      "gpufrac.io/grant");
+  return p;
+}
+
+/* The guard's protection in the Binding (gf_sched_kube_bind_annotate):
+ * from the pod informer's copy when it has the pod, from one GET when it
+ * has not (a pod created a moment ago); both counted on /metrics. */
+static void test_guard_in_binding_reads(void **st) {
+  (void)st;
+  json_t *node = fixture_json("node_a100.json");
+  char *nodes = list_of("NodeList", "100", node); /* steals node */
+  json_t *pl = json_pack("{s:s,s:s,s:{s:s},s:[o]}", "kind", "PodList",
+                         "apiVersion", "v1", "metadata", "resourceVersion",
+                         "300", "items", pending_pod("llm-0", "201"));
+  char *pods = dumps(pl);
+  json_decref(pl);
+  json_t *late = pending_pod("llm-9", "305");
+  char *late_body = dumps(late);
+  json_decref(late);
+  const td_expect script[] = {
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = nodes},
+      {.method = "GET",
+       .target = "/api/v1/pods?limit=500",
+       .status = 200,
+       .body = pods},
+      {.method = "GET",
+       .target = "/api/v1/namespaces/ml/pods/llm-9",
+       .status = 200,
+       .body = late_body},
+  };
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  guard_clock = T0_US;
+  gf_sched_kube_opts o = {
+      .no_leader_election = true, .quiet = true, .guard_now_us = guard_now};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  gf_sched_set_metrics_hook(s, gf_sched_kube_metrics, f);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  gf_kube *k = NULL;
+  assert_int_equal(gf_kube_new(&k, cfg, NULL, &d), 0);
+  const char *names[] = {"llm-0", "llm-9"};
+  for (int i = 0; i < 2; i++) {
+    json_t *ann = json_pack("{s:s}", "gpufrac.io/grant", "{}");
+    gf_pod_ref ref = {"ml", names[i], ""};
+    assert_true(gf_sched_kube_bind_annotate(f, k, &ref, ann) > 0);
+    assert_string_equal(
+        json_string_value(json_object_get(ann, "karpenter.sh/do-not-disrupt")),
+        "true");
+    json_decref(ann);
+    /* llm-0 came from the informer, llm-9 took one read */
+    assert_int_equal(gf_sched_kube_guard_bind_reads(f), (uint64_t)i);
+  }
+  assert_int_equal(gf_sched_kube_guard_bind_protects(f), 2);
+  gf_sched_reply r;
+  gf_sched_handle(s, "GET", "/metrics", "", 0, &r);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.body, "\ngpufrac_guard_bind_reads_total 1\n"));
+  assert_non_null(strstr(r.body, "\ngpufrac_guard_bind_protections_total 2\n"));
+  assert_non_null(strstr(r.body, "\ngpufrac_guard_patches_total 0\n"));
+  assert_non_null(strstr(r.body, "\ngpufrac_extender_nodes 1\n"));
+  gf_sched_reply_release(&r);
+  finish(srv);
+  gf_kube_free(k);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  free(nodes);
+  free(pods);
+  free(late_body);
+}
+
 /* ---- threads: start and stop against a server that refuses --------------- */
 
 /* A loopback port nothing listens on. */
@@ -1138,6 +1224,7 @@ int main(void) {
       cmocka_unit_test(test_leader),
       cmocka_unit_test(test_role_label),
       cmocka_unit_test(test_guard),
+      cmocka_unit_test(test_guard_in_binding_reads),
       cmocka_unit_test(test_start_stop),
       cmocka_unit_test(test_cli_options),
       cmocka_unit_test(test_cli_sigterm),
