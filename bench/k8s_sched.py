@@ -6,7 +6,7 @@ Usage: bench/k8s_sched.py K8S_BIN GPUFRAC [--nodes 1000] [--pods 5000]
                           [--mode alone|alone-shares|extender] [--agents 4]
                           [--qps N]
                           [--pprof FILE] [--pprof-api FILE]
-                          [--guard on|off] [--filter-top N]
+                          [--guard on|off] [--filter-top N] [--live]
 
 NODES fake Nodes, each with 8 H100-80GB in its gpufrac.io/inventory
 annotation (the node agent's document, written here by the admin) and
@@ -34,6 +34,10 @@ of kube-apiserver (started with --profiling=true for it).  --guard off runs
 the extender without its disruption guard (default on, as deployed).
 --filter-top N runs the extender with --filter-top N (default 0: off): its
 /filter keeps only the N best nodes (1: kube-scheduler skips /prioritize).
+--live creates the pods after kube-scheduler (and the extender) started, as
+fast as 8 client threads can, instead of before: a burst the informers see
+only moments before the binds (the extender's GETs at bind on an informer
+miss, gpufrac_guard_bind_reads_total, are counted in the output).
 """
 
 import http.client
@@ -192,11 +196,15 @@ def cpu_all(c, ext, agents):
 def main():
     a = sys.argv[1:]
     opt = {"--nodes": 1000, "--pods": 5000, "--mode": "extender", "--agents": 4, "--qps": 0,
-           "--pprof": "", "--pprof-api": "", "--guard": "on", "--filter-top": 0}
+           "--pprof": "", "--pprof-api": "", "--guard": "on", "--filter-top": 0,
+           "--live": False}
     pos = []
     i = 0
     while i < len(a):
-        if a[i] in opt:
+        if a[i] == "--live":
+            opt["--live"] = True
+            i += 1
+        elif a[i] in opt:
             opt[a[i]] = a[i + 1] if a[i] in ("--mode", "--pprof", "--pprof-api", "--guard") else int(a[i + 1])
             i += 2
         else:
@@ -220,10 +228,13 @@ def main():
         log("%d nodes in %.1f s" % (nnodes, time.monotonic() - t))
         wait_for("ServiceAccount default in bench", lambda: c.admin.get(
             "/api/v1/namespaces/bench/serviceaccounts/default"), 60)
-        t = time.monotonic()
-        with ThreadPoolExecutor(8) as ex:
-            list(ex.map(lambda k: make_pod(api, k, mode), range(npods)))
-        log("%d pods in %.1f s" % (npods, time.monotonic() - t))
+        def create_pods():
+            t = time.monotonic()
+            with ThreadPoolExecutor(8) as ex:
+                list(ex.map(lambda k: make_pod(api, k, mode), range(npods)))
+            log("%d pods in %.1f s" % (npods, time.monotonic() - t))
+        if not opt["--live"]:
+            create_pods()
         agents = []
         if opt["--agents"]:
             kc = c.sa_kubeconfig("agent", c.token("gpufrac-node"))
@@ -255,6 +266,8 @@ def main():
             wait_for("the extender synced and leading", ready, 120, 0.5)
             log("extender synced and leading in %.1f s" % (time.monotonic() - t))
         c.start_scheduler(extender=(mode == "extender"), qps=opt["--qps"])
+        if opt["--live"]:
+            threading.Thread(target=create_pods, daemon=True).start()
         first = last = None
         n = 0
         t0 = time.monotonic()
@@ -293,6 +306,7 @@ def main():
             if r:
                 attempts[r.group(1)] = attempts.get(r.group(1), 0) + int(float(ln.split()[-1]))
         out = {"mode": mode, "guard": opt["--guard"], "filter_top": opt["--filter-top"],
+               "live": opt["--live"],
                "nodes": nnodes, "pods": npods,
                "attempts": attempts,
                "qps": opt["--qps"] or "default (50)",
@@ -309,6 +323,11 @@ def main():
                 r: int(float(ln.split()[-1]))
                 for ln in metric_lines(m, "gpufrac_extender_binds_total")
                 for r in re.findall(r'result="([a-z]+)"', ln)}
+            for name in ("gpufrac_guard_bind_reads_total",
+                         "gpufrac_guard_bind_protections_total",
+                         "gpufrac_guard_patches_total"):
+                for ln in metric_lines(m, name + " "):
+                    out[name] = int(float(ln.split()[-1]))
             out["extender_requests"] = {
                 verb: sum(int(float(ln.split()[-1])) for ln in metric_lines(
                     m, "gpufrac_extender_request_duration_seconds_count")

@@ -18,8 +18,8 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
-#include <pthread.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,10 +280,11 @@ static const char *pod_key(const json_t *obj, char *buf, size_t cap) {
 
 /* ---- cached model weights (gf__node_cache_load, sched_int.h) ---------- */
 
-void gf__node_cache_load(gf_cluster *c, uint32_t i, const gf_inventory *inv) {
+void gf__node_cache_load(gf_cluster *c, uint32_t i,
+                         const gf_inventory_model *models, uint32_t nmodels) {
   gf_cluster_node_cache_clear(c, i);
-  for (uint32_t k = 0; k < inv->nmodels && k < GF_INVENTORY_MAX_MODELS; k++) {
-    const gf_inventory_model *m = &inv->models[k];
+  for (uint32_t k = 0; k < nmodels && k < GF_INVENTORY_MAX_MODELS; k++) {
+    const gf_inventory_model *m = &models[k];
     char ref[GF_WEIGHTS_REF_MAX];
     int n = snprintf(ref, sizeof(ref), "%s@%s", m->name, m->digest);
     if (n < 0 || (size_t)n >= sizeof(ref))

@@ -131,6 +131,7 @@ void gf_sched_free(gf_sched *s) {
   for (uint32_t i = 0; i < s->nnodes; i++) {
     gf__free(s->nodes[i].name);
     gf__free(s->nodes[i].inv_error);
+    gf__free(s->nodes[i].inv.models);
   }
   for (uint32_t i = 0; i < s->npods; i++)
     gf__prec_free(&s->pods[i]);

@@ -83,7 +83,8 @@ static int cluster_add(gf_cluster *c, const nrec *n) {
     rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, NULL, 0,
                              NULL);
   if (rc >= 0)
-    gf__node_cache_load(c, (uint32_t)rc, &n->inv); /* kubefeed.c */
+    gf__node_cache_load(c, (uint32_t)rc, n->inv.models,
+                        n->inv.nmodels); /* kubefeed.c */
   return rc < 0 ? rc : 0;
 }
 
@@ -268,13 +269,29 @@ const char *gf__pod_key(const char *uid, const char *ns, const char *name,
 /* The same node for the model, the cached weights aside. */
 static bool same_but_models(const nrec *a, const gf__node *b) {
   return a->cpu_milli == b->cpu_milli && a->mem_bytes == b->mem_bytes &&
-         a->has_inv == b->has_inventory &&
-         memcmp(&a->inv, &b->inv, offsetof(gf_inventory, nmodels)) == 0;
+         a->has_inv == b->has_inventory && a->inv.ngpus == b->inv.ngpus &&
+         memcmp(a->inv.gpus, b->inv.gpus,
+                b->inv.ngpus * sizeof(b->inv.gpus[0])) == 0;
 }
 
-static bool same_models(const gf_inventory *a, const gf_inventory *b) {
+static bool same_models(const nrec_inv *a, const gf_inventory *b) {
   return a->nmodels == b->nmodels &&
-         memcmp(a->models, b->models, a->nmodels * sizeof(a->models[0])) == 0;
+         (b->nmodels == 0 ||
+          memcmp(a->models, b->models, b->nmodels * sizeof(b->models[0])) == 0);
+}
+
+/* The models of inv as a record's own copy: *out NULL when there are
+ * none.  GF_ENOMEM leaves *out as it was. */
+static int models_copy(const gf_inventory *inv, gf_inventory_model **out) {
+  gf_inventory_model *m = NULL;
+  if (inv->nmodels) {
+    m = gf__malloc(inv->nmodels * sizeof(*m));
+    if (!m)
+      return GF_ENOMEM;
+    memcpy(m, inv->models, inv->nmodels * sizeof(*m));
+  }
+  *out = m;
+  return 0;
 }
 
 /* Takes node record i out of nodes[] and, unless the model is to be
@@ -300,6 +317,7 @@ static void node_remove_locked(gf_sched *s, uint32_t i) {
   gf__smap_del(&s->nmap, s->nodes[i].name);
   gf__free(s->nodes[i].name);
   gf__free(s->nodes[i].inv_error);
+  gf__free(s->nodes[i].inv.models);
   s->nnodes--;
   if (i != s->nnodes) {
     s->nodes[i] = s->nodes[s->nnodes];
@@ -325,11 +343,14 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
         /* the cached weights only: the cache term reads them uncached,
          * so the node's cache set changes in place (no rebooking, no new
          * policy: a fetch finishing is not a new node) */
+        gf_inventory_model *m;
+        if (models_copy(&pn->inv, &m))
+          return GF_ENOMEM; /* the old set stays: a later event retries */
+        gf__free(o->inv.models);
+        o->inv.models = m;
         o->inv.nmodels = pn->inv.nmodels;
-        memcpy(o->inv.models, pn->inv.models,
-               pn->inv.nmodels * sizeof(pn->inv.models[0]));
         if (!s->dirty && s->c)
-          gf__node_cache_load(s->c, (uint32_t)i, &o->inv);
+          gf__node_cache_load(s->c, (uint32_t)i, o->inv.models, o->inv.nmodels);
       }
       return 0;
     }
@@ -348,9 +369,11 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
   n->name = gf__strdup(pn->name);
   n->inv_error = pn->inv_error[0] ? gf__strdup(pn->inv_error) : NULL;
   if (!n->name || (pn->inv_error[0] && !n->inv_error) ||
+      models_copy(&pn->inv, &n->inv.models) ||
       gf__smap_put(&s->nmap, n->name, s->nnodes)) {
     gf__free(n->name);
     gf__free(n->inv_error);
+    gf__free(n->inv.models);
     return GF_ENOMEM;
   }
   snprintf(n->rv, sizeof(n->rv), "%s", pn->rv);
@@ -359,7 +382,9 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
   n->has_inv = pn->has_inventory;
   n->disrupted = pn->disrupted;
   n->cordoned = pn->cordoned;
-  n->inv = pn->inv;
+  n->inv.ngpus = pn->inv.ngpus;
+  memcpy(n->inv.gpus, pn->inv.gpus, pn->inv.ngpus * sizeof(n->inv.gpus[0]));
+  n->inv.nmodels = pn->inv.nmodels;
   s->nnodes++;
   s->changes++;
   int rc = gf__ensure_model(s);
