@@ -151,11 +151,12 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d);
  * gf__node_cache_load: node i's cache set in c becomes the inventory's
  * "models" (interned as "name@digest" with their sizes); entries the
  * weights table or the node's set cannot take are left out (no bonus,
- * never a refusal).  gf__pod_weights: the request's weights (id + 1) for
- * a pod's gpufrac.io/model, 0 when it names none or weights no node
- * lists. */
-void gf__node_cache_load(gf_cluster *c, uint32_t i,
-                         const gf_inventory_model *models, uint32_t nmodels);
+ * never a refusal); returns how many were left out because the weights
+ * table is full (GF_MAX_WEIGHTS).  gf__pod_weights: the request's weights
+ * (id + 1) for a pod's gpufrac.io/model, 0 when it names none or weights
+ * no node lists. */
+int gf__node_cache_load(gf_cluster *c, uint32_t i,
+                        const gf_inventory_model *models, uint32_t nmodels);
 uint32_t gf__pod_weights(gf_cluster *c, const gf__pod *p);
 
 /* ExtenderArgs: the pod plus either Nodes (a v1 NodeList) or NodeNames.

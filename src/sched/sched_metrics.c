@@ -159,6 +159,10 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
       "builds (typical set and packing plan).\n"
       "# TYPE gpufrac_extender_policy_builds_total counter\n"
       "gpufrac_extender_policy_builds_total %" PRIu64 "\n"
+      "# HELP gpufrac_extender_weights_resets_total Models made anew "
+      "because the table of model weights seen filled up.\n"
+      "# TYPE gpufrac_extender_weights_resets_total counter\n"
+      "gpufrac_extender_weights_resets_total %" PRIu64 "\n"
       "# HELP gpufrac_extender_nodes Nodes in the model.\n"
       "# TYPE gpufrac_extender_nodes gauge\n"
       "gpufrac_extender_nodes %u\n"
@@ -170,7 +174,7 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
       "gpufrac_extender_leader %d\n",
       m->binds_ok, m->binds_failed, m->filter_failed_nodes, m->filter_cut_nodes,
       m->replay_failed, m->nodes_refused, m->rebuilds, m->policy_builds,
-      s->nnodes, booked, s->leader ? 1 : 0);
+      m->weights_resets, s->nnodes, booked, s->leader ? 1 : 0);
   pthread_mutex_unlock(&s->mu);
   if (s->metrics_fn && !gf__buf_error(&t)) {
     char more[4096];

@@ -63,8 +63,9 @@ static void unbook(gf_sched *s, prec *p) {
 }
 
 /* Adds node n to cluster c (as a node without GPUs if its GPUs cannot be
- * added, e.g. a full model table). */
-static int cluster_add(gf_cluster *c, const nrec *n) {
+ * added, e.g. a full model table); *full counts its cached models the
+ * full weights table could not take. */
+static int cluster_add(gf_cluster *c, const nrec *n, int *full) {
   gf_gpu_spec specs[GF_MAX_GPUS_PER_NODE];
   memset(specs, 0, sizeof(specs));
   for (uint32_t i = 0; i < n->inv.ngpus; i++) {
@@ -83,9 +84,21 @@ static int cluster_add(gf_cluster *c, const nrec *n) {
     rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, NULL, 0,
                              NULL);
   if (rc >= 0)
-    gf__node_cache_load(c, (uint32_t)rc, n->inv.models,
-                        n->inv.nmodels); /* kubefeed.c */
+    *full += gf__node_cache_load(c, (uint32_t)rc, n->inv.models,
+                                 n->inv.nmodels); /* kubefeed.c */
   return rc < 0 ? rc : 0;
+}
+
+/* Weights ids are never handed back one at a time: when the table fills
+ * (GF_MAX_WEIGHTS models seen since the model was made, as caches turn
+ * over), the model is made anew from what the nodes hold now.  Not when
+ * what they held then filled half the table already: a rebuild would not
+ * make room for long. */
+static void weights_full(gf_sched *s, int full) {
+  if (full > 0 && s->weights_live < GF_MAX_WEIGHTS / 2) {
+    s->dirty = true;
+    s->m.weights_resets++;
+  }
 }
 
 /* Rebuilds the cluster model from nodes[] and pods[]. */
@@ -93,11 +106,13 @@ int gf__rebuild(gf_sched *s) {
   gf_cluster *c = gf_cluster_new();
   if (!c)
     goto nomem;
+  int full = 0;
   for (uint32_t i = 0; i < s->nnodes; i++)
-    if (cluster_add(c, &s->nodes[i])) {
+    if (cluster_add(c, &s->nodes[i], &full)) {
       gf_cluster_free(c);
       goto nomem;
     }
+  s->weights_live = (uint32_t)gf_cluster_nweights(c);
   gf__policy_drop(s);
   gf_cluster_free(s->c);
   s->c = c;
@@ -350,7 +365,8 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
         o->inv.models = m;
         o->inv.nmodels = pn->inv.nmodels;
         if (!s->dirty && s->c)
-          gf__node_cache_load(s->c, (uint32_t)i, o->inv.models, o->inv.nmodels);
+          weights_full(s, gf__node_cache_load(s->c, (uint32_t)i, o->inv.models,
+                                              o->inv.nmodels));
       }
       return 0;
     }
@@ -390,10 +406,12 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
   int rc = gf__ensure_model(s);
   if (rc)
     return rc;
-  if (cluster_add(s->c, n)) {
+  int full = 0;
+  if (cluster_add(s->c, n, &full)) {
     s->dirty = true;
     return GF_ENOMEM;
   }
+  weights_full(s, full);
   /* pods that waited for this node */
   for (uint32_t k = 0; k < s->npods; k++)
     if (!s->pods[k].placed && strcmp(s->pods[k].node, n->name) == 0 &&

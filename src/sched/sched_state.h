@@ -126,7 +126,8 @@ typedef struct metrics {
   uint64_t filter_cut_nodes; /* fitting nodes left out by filter_top */
   uint64_t nodes_refused;    /* Node objects in requests refused (--no-kube) */
   uint64_t rebuilds;
-  uint64_t policy_builds; /* engines made (typical set + packing plan) */
+  uint64_t policy_builds;  /* engines made (typical set + packing plan) */
+  uint64_t weights_resets; /* models made anew for a full weights table */
 } metrics;
 
 /* ---- the extender --------------------------------------------------------*/
@@ -144,6 +145,7 @@ struct gf_sched {
   bool synced, leader;
   bool watched;        /* an informer feeds nodes: requests never change them */
   uint32_t filter_top; /* gf_sched_config's; 0: every fitting node */
+  uint32_t weights_live;          /* weights ids when the model was last made */
   gf_sched_metrics_fn metrics_fn; /* more /metrics lines, or NULL */
   void *metrics_user;
 

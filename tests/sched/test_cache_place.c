@@ -278,6 +278,47 @@ static void test_prioritize_cache(void **state) {
   gf_sched_free(s);
 }
 
+/* Weights ids are never handed back one by one: a long-lived extender
+ * whose nodes' caches turn over (new digests every deploy) passes
+ * GF_MAX_WEIGHTS distinct models.  The table is then made anew from what
+ * the nodes hold now, so the cache term keeps working for new models. */
+static void test_weights_turnover(void **state) {
+  (void)state;
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  json_t *n = node_with("a", NULL);
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+  n = node_with("c", NULL);
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+  char hex[65], models[256], ref[128];
+  for (int k = 0; k < GF_MAX_WEIGHTS + 10; k++) {
+    snprintf(hex, sizeof(hex), "%064x", k);
+    snprintf(models, sizeof(models),
+             "[{\"name\":\"m\",\"digest\":\"sha256:%s\",\"state\":"
+             "\"ready\"}]",
+             hex);
+    n = node_with("b", models);
+    char rv[16];
+    snprintf(rv, sizeof(rv), "%d", 100000 + k);
+    json_object_set_new(json_object_get(n, "metadata"), "resourceVersion",
+                        json_string(rv));
+    assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+    json_decref(n);
+    if (k % 1000 == 0 || k >= GF_MAX_WEIGHTS) {
+      snprintf(ref, sizeof(ref), "m@sha256:%s", hex);
+      json_int_t sc[3];
+      prioritize(s, ref, sc);
+      if (!(sc[1] > sc[0] && sc[0] == sc[2]))
+        fail_msg("model %d (b holds it): a %lld b %lld c %lld, want b first", k,
+                 (long long)sc[0], (long long)sc[1], (long long)sc[2]);
+    }
+  }
+  gf_sched_free(s);
+}
+
 static char *dumps(const json_t *j) {
   char *t = json_dumps(j, JSON_COMPACT);
   assert_non_null(t);
@@ -411,6 +452,7 @@ int main(void) {
       cmocka_unit_test(test_prioritize_cache),
       cmocka_unit_test(test_slim_keeps_model),
       cmocka_unit_test(test_feed_models),
+      cmocka_unit_test(test_weights_turnover),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
