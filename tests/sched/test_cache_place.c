@@ -316,6 +316,12 @@ static void test_weights_turnover(void **state) {
                  (long long)sc[0], (long long)sc[1], (long long)sc[2]);
     }
   }
+  /* once: the table made anew holds b's one model, room for 4095 more */
+  gf_sched_reply r;
+  gf_sched_handle(s, "GET", "/metrics", NULL, 0, &r);
+  assert_non_null(
+      strstr(r.body, "\ngpufrac_extender_weights_resets_total 1\n"));
+  gf_sched_reply_release(&r);
   gf_sched_free(s);
 }
 
