@@ -277,7 +277,7 @@ static const char *asks(const json_t *pod, const char *what) {
  * unschedulable. */
 static void feed_waiting(gf__as *a, int from, int to) {
   for (int i = from; i < to; i++) {
-    char uid[8];
+    char uid[16];
     snprintf(uid, sizeof(uid), "u-%d", i);
     feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
   }
