@@ -282,7 +282,7 @@ static const char *pod_key(const json_t *obj, char *buf, size_t cap) {
 
 int gf__node_cache_load(gf_cluster *c, uint32_t i,
                         const gf_inventory_model *models, uint32_t nmodels) {
-  int full = 0;
+  int lost = 0;
   gf_cluster_node_cache_clear(c, i);
   for (uint32_t k = 0; k < nmodels && k < GF_INVENTORY_MAX_MODELS; k++) {
     const gf_inventory_model *m = &models[k];
@@ -291,14 +291,15 @@ int gf__node_cache_load(gf_cluster *c, uint32_t i,
     if (n < 0 || (size_t)n >= sizeof(ref))
       continue;
     int id = gf_cluster_weights_id(c, ref, m->bytes, true);
-    if (id == GF_ELIMIT && gf_cluster_nweights(c) >= GF_MAX_WEIGHTS)
-      full++;
+    if ((id == GF_ELIMIT && gf_cluster_nweights(c) >= GF_MAX_WEIGHTS) ||
+        id == GF_ENOMEM)
+      lost++;
     if (id >= 0)
       (void)gf_cluster_node_cache_set(
           c, i, id,
           m->state == GF_MODEL_FETCHING ? GF_CACHE_FETCHING : GF_CACHE_READY);
   }
-  return full;
+  return lost;
 }
 
 uint32_t gf__pod_weights(gf_cluster *c, const gf__pod *p) {

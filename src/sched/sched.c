@@ -540,8 +540,13 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     resolve(s, p, &r, &v);
   }
   /* --filter-top: fitting nodes are scored here and only the best kept.
-   * A policy that cannot be built (out of memory) cuts nothing. */
-  if (v.kind == 0 && r.gpu_count > 0 && s->filter_top > 0 &&
+   * A policy that cannot be built (out of memory) cuts nothing, nor is a
+   * pod with resource claims cut while the DRA feed scores those (its
+   * prioritize scores are the DRA feed's, not this engine's). */
+  const json_t *claims =
+      json_object_get(json_object_get(a.pod, "spec"), "resourceClaims");
+  bool dra_scored = s->dra_score && json_array_size(claims) > 0;
+  if (v.kind == 0 && r.gpu_count > 0 && s->filter_top > 0 && !dra_scored &&
       gf__policy_refresh(s) == 0 && (top = gf__malloc(sizeof(*top)))) {
     top->n = 0;
     top->cap = s->filter_top;

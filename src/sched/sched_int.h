@@ -152,7 +152,8 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d);
  * "models" (interned as "name@digest" with their sizes); entries the
  * weights table or the node's set cannot take are left out (no bonus,
  * never a refusal); returns how many were left out because the weights
- * table is full (GF_MAX_WEIGHTS).  gf__pod_weights: the request's weights
+ * table is full (GF_MAX_WEIGHTS) or memory ran out: only a model made
+ * anew can take them.  gf__pod_weights: the request's weights
  * (id + 1) for a pod's gpufrac.io/model, 0 when it names none or weights
  * no node lists. */
 int gf__node_cache_load(gf_cluster *c, uint32_t i,

@@ -63,9 +63,9 @@ static void unbook(gf_sched *s, prec *p) {
 }
 
 /* Adds node n to cluster c (as a node without GPUs if its GPUs cannot be
- * added, e.g. a full model table); *full counts its cached models the
- * full weights table could not take. */
-static int cluster_add(gf_cluster *c, const nrec *n, int *full) {
+ * added, e.g. a full model table); *lost counts its cached models that
+ * could not be interned (a full weights table, out of memory). */
+static int cluster_add(gf_cluster *c, const nrec *n, int *lost) {
   gf_gpu_spec specs[GF_MAX_GPUS_PER_NODE];
   memset(specs, 0, sizeof(specs));
   for (uint32_t i = 0; i < n->inv.ngpus; i++) {
@@ -84,21 +84,44 @@ static int cluster_add(gf_cluster *c, const nrec *n, int *full) {
     rc = gf_cluster_add_node(c, n->name, n->cpu_milli, n->mem_bytes, NULL, 0,
                              NULL);
   if (rc >= 0)
-    *full += gf__node_cache_load(c, (uint32_t)rc, n->inv.models,
+    *lost += gf__node_cache_load(c, (uint32_t)rc, n->inv.models,
                                  n->inv.nmodels); /* kubefeed.c */
   return rc < 0 ? rc : 0;
 }
 
-/* Weights ids are never handed back one at a time: when the table fills
- * (GF_MAX_WEIGHTS models seen since the model was made, as caches turn
- * over), the model is made anew from what the nodes hold now.  Not when
- * what they held then filled half the table already: a rebuild would not
- * make room for long. */
-static void weights_full(gf_sched *s, int full) {
-  if (full > 0 && s->weights_live < GF_MAX_WEIGHTS / 2) {
-    s->dirty = true;
-    s->m.weights_resets++;
+/* Distinct weights ids the nodes' caches hold now. */
+static uint32_t weights_held(const gf_cluster *c) {
+  uint64_t seen[GF_MAX_WEIGHTS / 64];
+  memset(seen, 0, sizeof(seen));
+  uint32_t held = 0;
+  for (uint32_t i = 0; i < gf_cluster_nnodes(c); i++) {
+    const gf_node *n = gf_cluster_node(c, i);
+    for (uint32_t k = 0; k < n->ncache; k++) {
+      uint32_t id = n->cache[k].weights;
+      if (id < GF_MAX_WEIGHTS && !(seen[id / 64] & (1ull << (id % 64)))) {
+        seen[id / 64] |= 1ull << (id % 64);
+        held++;
+      }
+    }
   }
+  return held;
+}
+
+/* `lost` cached models could not be interned (gf__node_cache_load).
+ * Weights ids are never handed back one at a time: when the table fills
+ * (GF_MAX_WEIGHTS models seen since the model was made, as caches turn
+ * over), the model is made anew from what the nodes hold now, unless that
+ * alone fills half the table (a rebuild would not make room for long; it
+ * is looked at again when the table next refuses one).  Out of memory:
+ * made anew too, which retries them. */
+static void weights_lost(gf_sched *s, int lost) {
+  if (lost <= 0)
+    return;
+  if (gf_cluster_nweights(s->c) >= GF_MAX_WEIGHTS &&
+      weights_held(s->c) >= GF_MAX_WEIGHTS / 2)
+    return;
+  s->dirty = true;
+  s->m.weights_resets++;
 }
 
 /* Rebuilds the cluster model from nodes[] and pods[]. */
@@ -106,13 +129,12 @@ int gf__rebuild(gf_sched *s) {
   gf_cluster *c = gf_cluster_new();
   if (!c)
     goto nomem;
-  int full = 0;
+  int lost = 0; /* not made anew for them: this is the remaking */
   for (uint32_t i = 0; i < s->nnodes; i++)
-    if (cluster_add(c, &s->nodes[i], &full)) {
+    if (cluster_add(c, &s->nodes[i], &lost)) {
       gf_cluster_free(c);
       goto nomem;
     }
-  s->weights_live = (uint32_t)gf_cluster_nweights(c);
   gf__policy_drop(s);
   gf_cluster_free(s->c);
   s->c = c;
@@ -350,10 +372,6 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
     nrec *o = &s->nodes[i];
     if (same_but_models(o, pn) &&
         strcmp(o->inv_error ? o->inv_error : "", pn->inv_error) == 0) {
-      snprintf(o->rv, sizeof(o->rv), "%s", pn->rv);
-      /* only the filter reads these: no need to rebook its pods */
-      o->disrupted = pn->disrupted;
-      o->cordoned = pn->cordoned;
       if (!same_models(&o->inv, &pn->inv)) {
         /* the cached weights only: the cache term reads them uncached,
          * so the node's cache set changes in place (no rebooking, no new
@@ -365,9 +383,15 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
         o->inv.models = m;
         o->inv.nmodels = pn->inv.nmodels;
         if (!s->dirty && s->c)
-          weights_full(s, gf__node_cache_load(s->c, (uint32_t)i, o->inv.models,
+          weights_lost(s, gf__node_cache_load(s->c, (uint32_t)i, o->inv.models,
                                               o->inv.nmodels));
       }
+      /* after the models: a copy that failed leaves the old version, so
+       * the same Node sent again (--no-kube) is not taken as seen */
+      snprintf(o->rv, sizeof(o->rv), "%s", pn->rv);
+      /* only the filter reads these: no need to rebook its pods */
+      o->disrupted = pn->disrupted;
+      o->cordoned = pn->cordoned;
       return 0;
     }
     node_remove_locked(s, (uint32_t)i);
@@ -403,15 +427,19 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
   n->inv.nmodels = pn->inv.nmodels;
   s->nnodes++;
   s->changes++;
+  /* A model to be made anew is made with this node in it and its pods
+   * booked: nothing more to do then (adding it again would fail as a
+   * duplicate and mark the model for yet another rebuild). */
+  bool rebuild = s->dirty;
   int rc = gf__ensure_model(s);
-  if (rc)
+  if (rc || rebuild)
     return rc;
-  int full = 0;
-  if (cluster_add(s->c, n, &full)) {
+  int lost = 0;
+  if (cluster_add(s->c, n, &lost)) {
     s->dirty = true;
     return GF_ENOMEM;
   }
-  weights_full(s, full);
+  weights_lost(s, lost);
   /* pods that waited for this node */
   for (uint32_t k = 0; k < s->npods; k++)
     if (!s->pods[k].placed && strcmp(s->pods[k].node, n->name) == 0 &&

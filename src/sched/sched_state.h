@@ -145,7 +145,6 @@ struct gf_sched {
   bool synced, leader;
   bool watched;        /* an informer feeds nodes: requests never change them */
   uint32_t filter_top; /* gf_sched_config's; 0: every fitting node */
-  uint32_t weights_live;          /* weights ids when the model was last made */
   gf_sched_metrics_fn metrics_fn; /* more /metrics lines, or NULL */
   void *metrics_user;
 

@@ -231,6 +231,52 @@ static void test_cpu_pod_not_cut(void **state) {
   gf_sched_free(cut);
 }
 
+static int fake_dra_score(void *user, const json_t *pod, const char *node,
+                          int64_t *score) {
+  (void)user;
+  (void)pod;
+  *score = (int64_t)strlen(node);
+  return 0;
+}
+
+/* Under --dra score a pod with resource claims is scored by the DRA feed,
+ * so the extender's engine does not choose for it: nothing is cut. */
+static void test_dra_scored_not_cut(void **state) {
+  (void)state;
+  gf_sched *cut;
+  gf_diag d = {""};
+  gf_sched_config cfg = {
+      .policy = "bestfit", .filter_top = 1, .dra_score = fake_dra_score};
+  assert_int_equal(gf_sched_new(&cfg, &cut, &d), 0);
+  gf_sched *plain = cluster(0);
+  /* the same nodes in both */
+  for (int k = 0; k < NNODES; k++) {
+    json_t *n = make_node(k, 1 + k % 8, k % 5 == 3);
+    assert_int_equal(gf_sched_node_update(cut, n, &d), 0);
+    json_decref(n);
+  }
+  char *body = args("8Gi");
+  json_t *a = json_loads(body, 0, NULL);
+  free(body);
+  json_object_set_new(json_object_get(json_object_get(a, "Pod"), "spec"),
+                      "resourceClaims", json_pack("[{s:s}]", "name", "gpu"));
+  body = json_dumps(a, JSON_COMPACT);
+  json_decref(a);
+  int st;
+  json_t *got = call(cut, "filter", body, &st);
+  assert_int_equal(st, 200);
+  json_t *want = call(plain, "filter", body, &st);
+  assert_true(json_array_size(json_object_get(want, "NodeNames")) > 1);
+  assert_int_equal(json_array_size(json_object_get(got, "NodeNames")),
+                   json_array_size(json_object_get(want, "NodeNames")));
+  assert_int_equal(metric(cut, "gpufrac_extender_filter_cut_nodes_total"), 0);
+  json_decref(got);
+  json_decref(want);
+  free(body);
+  gf_sched_free(cut);
+  gf_sched_free(plain);
+}
+
 static void test_config_bounds(void **state) {
   (void)state;
   gf_sched *s = NULL;
@@ -244,13 +290,77 @@ static void test_config_bounds(void **state) {
   gf_sched_free(s);
 }
 
+/* REVIEW: Nodes sent in full (nodeCacheCapable false) and ties. */
+static void test_top_full_nodes(void **state) {
+  (void)state;
+  gf_sched *cut = cluster(2), *all = cluster(0);
+  json_t *items = json_array();
+  for (int k = 0; k < NNODES; k++)
+    json_array_append_new(items, make_node(k, 1 + k % 8, k % 5 == 3));
+  char *nb = args("30Gi");
+  json_t *a = json_loads(nb, 0, NULL);
+  free(nb);
+  json_object_del(a, "NodeNames");
+  json_object_set_new(a, "Nodes",
+                      json_pack("{s:{},s:o}", "metadata", "items", items));
+  char *body = json_dumps(a, JSON_COMPACT);
+  json_decref(a);
+  int st;
+  json_t *got = call(cut, "filter", body, &st);
+  assert_int_equal(st, 200);
+  assert_non_null(got);
+  json_t *it = json_object_get(json_object_get(got, "Nodes"), "items");
+  assert_int_equal(json_array_size(it), 2);
+  const char *n0 = json_string_value(json_object_get(
+      json_object_get(json_array_get(it, 0), "metadata"), "name"));
+  const char *n1 = json_string_value(json_object_get(
+      json_object_get(json_array_get(it, 1), "metadata"), "name"));
+  assert_string_not_equal(n0, n1);
+  json_t *full = call(all, "filter", body, &st);
+  assert_true(json_equal(json_object_get(full, "FailedNodes"),
+                         json_object_get(got, "FailedNodes")));
+  json_decref(full);
+  json_decref(got);
+  free(body);
+  gf_sched_free(cut);
+  gf_sched_free(all);
+}
+
+/* REVIEW: identical empty nodes: ties keep the first one sent. */
+static void test_top_ties(void **state) {
+  (void)state;
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(
+      gf_sched_new(&(gf_sched_config){.policy = "bestfit", .filter_top = 1}, &s,
+                   &d),
+      0);
+  for (int k = 0; k < NNODES; k++) {
+    json_t *n = make_node(k, 2, false);
+    assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+    json_decref(n);
+  }
+  char *body = args("30Gi");
+  int st;
+  json_t *got = call(s, "filter", body, &st);
+  json_t *kept = json_object_get(got, "NodeNames");
+  assert_int_equal(json_array_size(kept), 1);
+  assert_string_equal(json_string_value(json_array_get(kept, 0)), "node-00");
+  json_decref(got);
+  free(body);
+  gf_sched_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_top_one),
       cmocka_unit_test(test_top_three),
       cmocka_unit_test(test_nothing_fits),
       cmocka_unit_test(test_cpu_pod_not_cut),
+      cmocka_unit_test(test_dra_scored_not_cut),
       cmocka_unit_test(test_config_bounds),
+      cmocka_unit_test(test_top_full_nodes),
+      cmocka_unit_test(test_top_ties),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
