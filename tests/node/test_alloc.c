@@ -12,6 +12,8 @@
 
 #include "tmpdir.h"
 
+#include "model_source.h"
+
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -977,25 +979,10 @@ static bool pods_has(void *user, const char *holder) {
 
 static void test_allocate_model(void **state) {
   (void)state;
-  char src[300], path[400], root[300], url[400], ref[400];
-  snprintf(src, sizeof(src), "%s/model-src", tmpdir);
-  mkdir(src, 0755);
-  snprintf(path, sizeof(path), "%s/weights.bin", src);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs("weights", f);
-  fclose(f);
-  char *text = NULL;
-  size_t len = 0;
+  model_source ms;
+  model_source_make(&ms, "weights.bin", "tiny-lm");
+  const char *url = ms.url, *ref = ms.ref, *hex = ms.hex;
   gf_diag d = {""};
-  assert_int_equal(gf_node_cache_manifest_build(src, &text, &len, &d), 0);
-  char hex[GF_NODE_CACHE_HEX];
-  gf_node_cache_sha256_hex(text, len, hex);
-  assert_int_equal(
-      gf_node_write_atomic(src, GF_NODE_CACHE_MANIFEST, text, len, &d), 0);
-  free(text);
-  snprintf(url, sizeof(url), "file://%s", src);
-  snprintf(ref, sizeof(ref), "tiny-lm@sha256:%s", hex);
 
   gf_node_pods *p = new_cache();
   gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
@@ -1014,12 +1001,7 @@ static void test_allocate_model(void **state) {
   assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESTATE);
   assert_non_null(strstr(d.msg, "without a weight cache"));
 
-  snprintf(root, sizeof(root), "%s/models", tmpdir);
-  char allow[400]; /* the node lets pods name sources under tmpdir */
-  snprintf(allow, sizeof(allow), "file://%s/", tmpdir);
-  gf_node_cache_opts co = {.root = root, .pod_sources = allow};
-  gf_node_cache *cache = NULL;
-  assert_int_equal(gf_node_cache_open(&co, &cache, &d), 0);
+  gf_node_cache *cache = model_cache_open();
   gf__node_allocator_set_cache(a, cache);
   int rc = gf_node_allocate(a, ids, 1, o, &d);
   if (rc)
