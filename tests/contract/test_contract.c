@@ -6,6 +6,7 @@
  * back by the one reader of the other side.  The error numbers are pinned
  * in tests/core/test_errors.c.
  */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,16 +17,21 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "apidouble.h"
 #include "devplugin.h"
 #include "gpufrac/contract.h"
 #include "gpufrac/ctr_grant.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
+#include "gpufrac/kube.h"
+#include "gpufrac/modelcache.h"
 #include "gpufrac/node.h"
 #include "node_alloc.h"
 #include "node_int.h"
 #include "shim_config.h"
 #include "tmpdir.h"
+
+#include "model_source.h"
 
 #define UUID_A "GPU-aaaaaaaa-0000-4000-8000-00000000000a"
 #define UUID_B "GPU-bbbbbbbb-0000-4000-8000-00000000000b"
@@ -83,6 +89,151 @@ static void test_inventory_golden(void **st) {
   assert_int_equal(gf_inventory_format(&inv, &text, &d), 0);
   assert_string_equal(text, inventory_golden);
   free(text);
+}
+
+/* A node of every kind the inventory tells: a shared GPU with an NVLink
+ * peer and NVSwitch links, an mps GPU, a GPU in mode mig with two MIG
+ * devices (offered as units), and an unhealthy GPU (left out). */
+static void node_gpus(gf_node_gpus *g) {
+  memset(g, 0, sizeof(*g));
+  snprintf(g->driver_version, sizeof(g->driver_version), "550.54.15");
+  g->cuda_version = 12040;
+  g->ngpus = 4;
+  static const char *const uuids[] = {
+      UUID_A, UUID_B, "GPU-cccccccc-0000-4000-8000-00000000000c",
+      "GPU-dddddddd-0000-4000-8000-00000000000d"};
+  static const gf_node_mode modes[] = {GF_NODE_MODE_SHARED, GF_NODE_MODE_MPS,
+                                       GF_NODE_MODE_MIG, GF_NODE_MODE_SHARED};
+  for (uint32_t i = 0; i < 4; i++) {
+    gf_node_gpu *x = &g->gpus[i];
+    x->index = i;
+    snprintf(x->uuid, sizeof(x->uuid), "%s", uuids[i]);
+    snprintf(x->model, sizeof(x->model), "%s",
+             i == 2 ? "A100-SXM4-40GB" : "H100-80GB-HBM3");
+    x->mem_bytes = i == 2 ? 42949672960ull : 85899345920ull;
+    x->sm_count = i == 2 ? 108 : 132;
+    x->cc_major = i == 2 ? 8 : 9;
+    x->cc_minor = 0;
+    snprintf(x->pci_bus_id, sizeof(x->pci_bus_id), "00000000:%02X:00.0",
+             0x18 + i);
+    x->numa_node = i < 2 ? 0 : -1;
+    x->mig_enabled = i == 2;
+    x->healthy = i != 3;
+    x->mode = modes[i];
+  }
+  g->gpus[0].nvlink_peers = 1u << 1 | 1u << 3; /* 3 is unhealthy: left out */
+  g->gpus[0].nvlink_links[1] = 4;
+  g->gpus[0].nvlink_links[3] = 2;
+  g->gpus[0].nvlink_switch = 18;
+  gf_node_gpu *m = &g->gpus[2];
+  m->nmig = 2;
+  for (uint32_t k = 0; k < 2; k++) {
+    gf_node_mig *x = &m->mig[k];
+    snprintf(x->uuid, sizeof(x->uuid),
+             "MIG-eeeeeeee-0000-4000-8000-00000000000%u", k);
+    x->mem_bytes = k ? 20937965568ull : 10334765056ull;
+    x->gi = 7 + k;
+    x->ci = 0;
+    x->sm_count = k ? 28 : 14;
+    snprintf(x->profile, sizeof(x->profile), "%s", k ? "2g.20gb" : "1g.10gb");
+  }
+}
+
+static const char node_inventory_golden[] =
+    "{\"version\":1,\"driver\":\"550.54.15\",\"cuda\":12040,"
+    "\"gpus\":[{\"index\":0,\"uuid\":\"" UUID_A
+    "\",\"model\":\"H100-80GB-HBM3\","
+    "\"memory\":85899345920,\"sms\":132,\"mode\":\"shared\","
+    "\"sharing\":\"shared\",\"cc\":\"9.0\",\"pci\":\"00000000:18:00.0\","
+    "\"numa\":0,\"mig\":false,\"nvlink\":[{\"gpu\":1,\"links\":4}],"
+    "\"nvswitch\":18},{\"index\":1,\"uuid\":\"" UUID_B "\","
+    "\"model\":\"H100-80GB-HBM3\",\"memory\":85899345920,\"sms\":132,"
+    "\"mode\":\"shared\",\"sharing\":\"mps\",\"cc\":\"9.0\","
+    "\"pci\":\"00000000:19:00.0\",\"numa\":0,\"mig\":false},{\"index\":2,"
+    "\"uuid\":\"GPU-cccccccc-0000-4000-8000-00000000000c\","
+    "\"model\":\"A100-SXM4-40GB\",\"memory\":42949672960,\"sms\":108,"
+    "\"mode\":\"exclusive\",\"sharing\":\"mig\",\"cc\":\"8.0\","
+    "\"pci\":\"00000000:1A:00.0\",\"numa\":-1,\"mig\":true,"
+    "\"migs\":[{\"uuid\":\"MIG-eeeeeeee-0000-4000-8000-000000000000\","
+    "\"profile\":\"1g.10gb\",\"memory\":10334765056,\"sms\":14,\"gi\":7,"
+    "\"ci\":0},"
+    "{\"uuid\":\"MIG-eeeeeeee-0000-4000-8000-000000000001\","
+    "\"profile\":\"2g.20gb\",\"memory\":20937965568,\"sms\":28,\"gi\":8,"
+    "\"ci\":0}]},{\"index\":4,"
+    "\"uuid\":\"MIG-eeeeeeee-0000-4000-8000-000000000000\","
+    "\"model\":\"A100-SXM4-40GB-1g.10gb\",\"memory\":10334765056,"
+    "\"sms\":14,\"mode\":\"exclusive\",\"sharing\":\"mig-device\","
+    "\"parent\":\"GPU-cccccccc-0000-4000-8000-00000000000c\"},"
+    "{\"index\":5,"
+    "\"uuid\":\"MIG-eeeeeeee-0000-4000-8000-000000000001\","
+    "\"model\":\"A100-SXM4-40GB-2g.20gb\",\"memory\":20937965568,"
+    "\"sms\":28,\"mode\":\"exclusive\",\"sharing\":\"mig-device\","
+    "\"parent\":\"GPU-cccccccc-0000-4000-8000-00000000000c\"}]}";
+
+/* The node agent's inventory annotation, every optional field in it. */
+static void test_node_inventory_golden(void **st) {
+  (void)st;
+  gf_node_gpus g;
+  node_gpus(&g);
+  char *text = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_inventory_json(&g, &text, &d), 0);
+  assert_string_equal(text, node_inventory_golden);
+  free(text);
+}
+
+/* What the agent publishes (gf_node_kube_publish, the PATCH the API server
+ * gets): the node's inventory with its weight cache's models after the
+ * GPUs, the golden's bytes otherwise. */
+static void test_node_inventory_published(void **st) {
+  (void)st;
+  model_source ms;
+  model_source_make(&ms, "weights.bin", "lm");
+  gf_node_cache *cache = model_cache_open();
+  gf_diag d = {""};
+  assert_int_equal(gf_node_cache_fetch(cache, "lm", ms.hex, ms.url, &d), 0);
+  gf_node_cache_entry *l = NULL;
+  size_t n = 0;
+  assert_int_equal(gf_node_cache_list(cache, &l, &n), 0);
+  assert_int_equal(n, 1);
+  char want[sizeof(node_inventory_golden) + 256];
+  snprintf(want, sizeof(want),
+           "%.*s,\"models\":[{\"name\":\"lm\",\"digest\":\"sha256:%s\","
+           "\"bytes\":%" PRIu64 ",\"state\":\"ready\"}]}",
+           (int)strlen(node_inventory_golden) - 1, node_inventory_golden,
+           ms.hex, l[0].bytes);
+  free(l);
+  json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
+                            GF_INVENTORY_ANNOTATION, want);
+  char *body = json_dumps(patch, JSON_COMPACT);
+  json_decref(patch);
+  const td_expect script[] = {{.method = "PATCH",
+                               .target = "/api/v1/nodes/node-a",
+                               .body_has = {body},
+                               .status = 200,
+                               .body = "{\"kind\":\"Node\"}"}};
+  td_server *srv = td_start(script, 1);
+  assert_non_null(srv);
+  gf_kube_config *cfg = NULL;
+  assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
+  gf_node_pods *p = NULL;
+  assert_int_equal(gf_node_pods_new(&p, "node-a", &d), 0);
+  gf_node_kube_opts o = {"node-a", p, tmpdir, NULL, true};
+  gf_node_kube *k = NULL;
+  assert_int_equal(gf_node_kube_new(&k, cfg, &o, &d), 0);
+  gf__node_kube_set_cache(k, cache);
+  gf_node_gpus g;
+  node_gpus(&g);
+  bool changed = false;
+  assert_int_equal(gf_node_kube_publish(k, &g, &changed, &d), 0);
+  assert_true(changed);
+  char err[512];
+  assert_int_equal(td_finish(srv, err, sizeof(err)), 0);
+  gf_node_kube_free(k);
+  gf_node_pods_free(p);
+  gf_kube_config_free(cfg);
+  gf_node_cache_free(cache);
+  free(body);
 }
 
 static const char ctr_grant_golden[] =
@@ -239,6 +390,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grant_golden),
       cmocka_unit_test(test_inventory_golden),
+      cmocka_unit_test(test_node_inventory_golden),
+      cmocka_unit_test_setup_teardown(test_node_inventory_published, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_ctr_grant_golden, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_versions_checked, setup_tmp,
