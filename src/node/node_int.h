@@ -147,8 +147,15 @@ int gf__node_dra_prepare_model(struct gf_node_dra_state *s,
 int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
                              const char *where, gf_diag *d);
 
-/* text (the inventory JSON, malloc'd) with "models" set to the JSON array
- * text models; replaces *text.  GF_ESYNTAX / GF_ENOMEM. */
-int gf__node_inventory_add_models(char **text, const char *models);
+/* The node's inventory (gpufrac/grant.h): g's healthy GPUs with a uuid,
+ * its MIG units, and the models of cache (NULL: none) as the contract's
+ * inventory and facts, which gf_inventory_format_facts writes. */
+void gf__node_inventory_build(const gf_node_gpus *g,
+                              struct gf_node_cache *cache, gf_inventory *inv,
+                              gf_inventory_facts *f);
+/* That inventory as the annotation's text (malloc'd; free()), what
+ * gf_node_kube_publish writes.  GF_ENOMEM. */
+int gf__node_inventory_text(const gf_node_gpus *g, struct gf_node_cache *cache,
+                            char **out, gf_diag *d);
 
 #endif

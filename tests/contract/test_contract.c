@@ -180,6 +180,21 @@ static void test_node_inventory_golden(void **st) {
   assert_int_equal(gf_node_inventory_json(&g, &text, &d), 0);
   assert_string_equal(text, node_inventory_golden);
   free(text);
+  /* Every index taken (12 more GPUs, unhealthy: left out): the MIG units
+   * find none and are counted, after the GPUs. */
+  g.ngpus = GF_NODE_MAX_GPUS;
+  for (uint32_t i = 4; i < g.ngpus; i++) {
+    g.gpus[i] = g.gpus[3];
+    g.gpus[i].index = i;
+  }
+  assert_int_equal(gf_node_inventory_json(&g, &text, &d), 0);
+  const char *units = strstr(node_inventory_golden, ",{\"index\":4,");
+  assert_non_null(units);
+  char want[sizeof(node_inventory_golden)];
+  snprintf(want, sizeof(want), "%.*s],\"mig_units_not_offered\":2}",
+           (int)(units - node_inventory_golden), node_inventory_golden);
+  assert_string_equal(text, want);
+  free(text);
 }
 
 /* What the agent publishes (gf_node_kube_publish, the PATCH the API server
@@ -229,6 +244,28 @@ static void test_node_inventory_published(void **st) {
   assert_true(changed);
   char err[512];
   assert_int_equal(td_finish(srv, err, sizeof(err)), 0);
+  /* That is the contract's one writer's text for the node's inventory and
+   * facts, and the extender's reader takes it: the GPUs placement uses
+   * (the one in mode mig left out, its two units in) and the model. */
+  gf_inventory *inv = malloc(sizeof(*inv));
+  gf_inventory_facts *f = malloc(sizeof(*f));
+  assert_non_null(inv);
+  assert_non_null(f);
+  gf__node_inventory_build(&g, cache, inv, f);
+  assert_int_equal(inv->nmodels, 1);
+  char *one = NULL;
+  assert_int_equal(gf_inventory_format_facts(inv, f, &one, &d), 0);
+  assert_string_equal(one, want);
+  free(one);
+  assert_int_equal(gf_inventory_parse(want, strlen(want), inv, &d), 0);
+  assert_int_equal(inv->ngpus, 4);
+  assert_string_equal(inv->gpus[3].uuid,
+                      "MIG-eeeeeeee-0000-4000-8000-000000000001");
+  assert_int_equal(inv->nmodels, 1);
+  assert_string_equal(inv->models[0].name, "lm");
+  assert_int_equal(inv->models[0].state, GF_MODEL_READY);
+  free(inv);
+  free(f);
   gf_node_kube_free(k);
   gf_node_pods_free(p);
   gf_kube_config_free(cfg);

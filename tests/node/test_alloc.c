@@ -1060,24 +1060,44 @@ static void test_allocate_model(void **state) {
   gf_node_pods_free(p);
 }
 
-/* The inventory gains the cache's models, other fields untouched. */
+/* The inventory gains the cache's models, other fields untouched; a model
+ * the inventory cannot carry (a name over GF_MODEL_NAME_LEN - 1 bytes) is
+ * left out, not a reason to publish a document the extender refuses. */
 static void test_inventory_models(void **state) {
   (void)state;
-  char *text = strdup("{\"version\":1,\"gpus\":[]}");
-  assert_int_equal(gf__node_inventory_add_models(
-                       &text, "[{\"name\":\"m\",\"state\":\"ready\"}]"),
-                   0);
-  assert_string_equal(text, "{\"version\":1,\"gpus\":[],\"models\":[{"
-                            "\"name\":\"m\",\"state\":\"ready\"}]}");
-  assert_int_equal(gf__node_inventory_add_models(&text, "{}"), GF_ESYNTAX);
+  model_source ms;
+  model_source_make(&ms, "weights.bin", "m");
+  gf_node_cache *cache = model_cache_open();
+  gf_diag d = {""};
+  char longname[GF_MODEL_NAME_LEN + 8];
+  memset(longname, 'n', sizeof(longname) - 1);
+  longname[sizeof(longname) - 1] = '\0';
+  assert_int_equal(gf_node_cache_fetch(cache, longname, ms.hex, ms.url, &d), 0);
+  gf_node_gpus g;
+  assert_int_equal(gf_node_discover_fake("1xT4-16GB", &g, &d), 0);
+  char *plain = NULL, *text = NULL;
+  assert_int_equal(gf__node_inventory_text(&g, NULL, &plain, &d), 0);
+  assert_int_equal(gf__node_inventory_text(&g, cache, &text, &d), 0);
+  assert_string_equal(text, plain); /* the long name is left out */
   free(text);
+  assert_int_equal(gf_node_cache_evict(cache, ms.hex, &d), 0);
+  assert_int_equal(gf_node_cache_fetch(cache, "m", ms.hex, ms.url, &d), 0);
+  assert_int_equal(gf__node_inventory_text(&g, cache, &text, &d), 0);
+  char want[4096];
+  snprintf(want, sizeof(want),
+           "%.*s,\"models\":[{\"name\":\"m\",\"digest\":\"sha256:%s\","
+           "\"bytes\":7,\"state\":\"ready\"}]}",
+           (int)strlen(plain) - 1, plain, ms.hex);
+  assert_string_equal(text, want);
+  free(text);
+  free(plain);
+  gf_node_cache_free(cache);
   /* The node config's model_* keys. */
   gf_node_config cfg;
   gf_node_config_init(&cfg);
   const char *conf = "model_cache_dir = /var/lib/gpufrac/models\n"
                      "model_cache_budget = 200Gi\nmodel_keep_warm_s = 60\n"
                      "model_mlock_budget = 1Gi\n";
-  gf_diag d = {""};
   assert_int_equal(gf_node_config_parse(&cfg, conf, strlen(conf), "n", &d), 0);
   assert_string_equal(cfg.model_cache_dir, "/var/lib/gpufrac/models");
   assert_int_equal(cfg.model_cache_budget, 200ULL << 30);
@@ -1112,7 +1132,8 @@ int main(void) {
       cmocka_unit_test(test_dp_devices),
       cmocka_unit_test_setup_teardown(test_allocate_model, setup_tmp,
                                       teardown_tmp),
-      cmocka_unit_test(test_inventory_models),
+      cmocka_unit_test_setup_teardown(test_inventory_models, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_mps, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_mig, setup_tmp,
