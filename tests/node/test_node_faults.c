@@ -11,9 +11,9 @@
  * build.
  *
  * The paths: building the inventory annotation, the metrics page, the
- * node's CDI spec and
- * writing it, a container's CDI spec, parsing the node config, and an
- * Allocate answered from a pod's grant (pod cache, allocator, answer).
+ * node's CDI spec and writing it, a container's CDI spec, parsing the node
+ * config, and an Allocate answered from a pod's grant (pod cache,
+ * allocator, answer).
  */
 #include <setjmp.h>
 #include <stdarg.h>
