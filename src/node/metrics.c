@@ -60,7 +60,7 @@ static void put_head(gf__buf *b, const char *name, const char *type,
 typedef struct ctr_rec {
   char pod[GF_CONTAINER_MAX * 2];
   char name[GF_CONTAINER_MAX];
-  gf__ctr_grant g;                  /* its grant.json */
+  gf_ctr_grant g;                   /* its grant.json */
   uint64_t used[GF_REGION_DEVICES]; /* from its region */
   bool has_region;
   uint64_t waits, throttled_ns;

@@ -225,50 +225,21 @@ void gf__node_each_container(const char *state_dir,
   gf__node_each_pod(state_dir, each_ctr_in_pod, &ec);
 }
 
-#define GRANT_FILE_MAX 65536
+_Static_assert(GF_CTR_GRANT_MAX_GPUS == GF_REGION_DEVICES,
+               "a grant.json's GPUs are the region's devices");
 
-int gf__node_read_ctr_grant(const char *ctr_dir, gf__ctr_grant *g) {
+int gf__node_read_ctr_grant(const char *ctr_dir, gf_ctr_grant *g) {
   memset(g, 0, sizeof(*g));
   char path[GF_NODE_PATH_MAX];
   if (!gf__node_join(path, sizeof(path), ctr_dir, "grant.json"))
     return GF_ELIMIT;
   char *text;
   size_t len;
-  int rc = gf__node_read_file(path, GRANT_FILE_MAX, &text, &len, NULL);
+  int rc = gf__node_read_file(path, GF_CTR_GRANT_MAX, &text, &len, NULL);
   if (rc)
     return rc;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+  rc = gf_ctr_grant_parse(text, len, g, NULL);
   free(text);
-  json_t *gpus = json_object_get(root, "gpus");
-  rc = GF_ESYNTAX;
-  if (gf_ctr_grant_check_version(root, NULL) || !json_is_array(gpus) ||
-      json_array_size(gpus) > GF_REGION_DEVICES)
-    goto out;
-  size_t i;
-  json_t *x;
-  json_array_foreach(gpus, i, x) {
-    const char *u = json_string_value(json_object_get(x, "uuid"));
-    json_t *m = json_object_get(x, "memory");
-    json_t *cp = json_object_get(x, "compute");
-    if (!u || strlen(u) >= GF_UUID_MAX || !json_is_integer(m) ||
-        json_integer_value(m) < 0)
-      goto out;
-    gf__node_copy(g->uuid[i], GF_UUID_MAX, u);
-    g->limit[i] = (uint64_t)json_integer_value(m);
-    if (json_is_integer(cp) && json_integer_value(cp) > 0 &&
-        json_integer_value(cp) <= 100)
-      g->compute[i] = (uint32_t)json_integer_value(cp);
-  }
-  g->ngpus = (uint32_t)json_array_size(gpus);
-  const char *ns = json_string_value(json_object_get(root, "namespace"));
-  const char *nm = json_string_value(json_object_get(root, "name"));
-  if (ns && strlen(ns) < sizeof(g->ns))
-    gf__node_copy(g->ns, sizeof(g->ns), ns);
-  if (nm && strlen(nm) < sizeof(g->name))
-    gf__node_copy(g->name, sizeof(g->name), nm);
-  rc = 0;
-out:
-  json_decref(root);
   return rc;
 }
 

@@ -299,7 +299,7 @@ static void test_ctr_grant_golden(void **st) {
   assert_int_equal(gf_node_write_atomic(tmpdir, "grant.json", ctr_grant_golden,
                                         strlen(ctr_grant_golden), &d),
                    0);
-  gf__ctr_grant r;
+  gf_ctr_grant r;
   assert_int_equal(gf__node_read_ctr_grant(tmpdir, &r), 0);
   assert_int_equal(r.ngpus, 2);
   assert_string_equal(r.uuid[0], UUID_A);
@@ -307,6 +307,55 @@ static void test_ctr_grant_golden(void **st) {
   assert_int_equal(r.compute[0], 30);
   assert_string_equal(r.ns, "ml");
   assert_string_equal(r.name, "train");
+}
+
+/* The one grant.json reader: the writer's document read back whole; what
+ * it refuses is named. */
+static void test_ctr_grant_reader(void **st) {
+  (void)st;
+  gf_ctr_grant r;
+  gf_diag d = {""};
+  assert_int_equal(
+      gf_ctr_grant_parse(ctr_grant_golden, strlen(ctr_grant_golden), &r, &d),
+      0);
+  assert_int_equal(r.ngpus, 2);
+  assert_string_equal(r.uuid[1], UUID_B);
+  assert_int_equal(r.limit[1], 0);
+  assert_int_equal(r.compute[1], 0);
+  assert_string_equal(r.name, "train");
+  static const struct {
+    const char *text;
+    int rc;
+    const char *says;
+  } bad[] = {
+      {"[]", GF_ESYNTAX, "not a JSON object"},
+      {"{\"version\":1,\"version\":1,\"gpus\":[]}", GF_ESYNTAX, "line 1"},
+      {"{\"version\":1}", GF_ESYNTAX, "\"gpus\" missing"},
+      {"{\"version\":1,\"gpus\":[{\"memory\":0}]}", GF_ESYNTAX, "gpus[0].uuid"},
+      {"{\"version\":1,\"gpus\":[{\"uuid\":\"" UUID_A "\",\"memory\":-1}]}",
+       GF_ESYNTAX, "gpus[0].memory"},
+      {"{\"version\":1,\"gpus\":[{\"uuid\":\"" UUID_A
+       "\",\"memory\":\"1Gi\"}]}",
+       GF_ESYNTAX, "gpus[0].memory"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    d.msg[0] = '\0';
+    assert_int_equal(
+        gf_ctr_grant_parse(bad[i].text, strlen(bad[i].text), &r, &d),
+        bad[i].rc);
+    if (!strstr(d.msg, bad[i].says))
+      fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, bad[i].says);
+    assert_int_equal(r.ngpus, 0);
+  }
+  /* More GPUs than the region has limits for. */
+  char many[4096];
+  int w = snprintf(many, sizeof(many), "{\"version\":1,\"gpus\":[");
+  for (int i = 0; i <= GF_CTR_GRANT_MAX_GPUS; i++)
+    w += snprintf(many + w, sizeof(many) - (size_t)w,
+                  "%s{\"uuid\":\"" UUID_A "\",\"memory\":0}", i ? "," : "");
+  snprintf(many + w, sizeof(many) - (size_t)w, "]}");
+  assert_int_equal(gf_ctr_grant_parse(many, strlen(many), &r, &d), GF_ELIMIT);
+  assert_non_null(strstr(d.msg, "17 GPUs, at most 16"));
 }
 
 /* Every reader refuses a version it does not know, and a document without
@@ -323,7 +372,7 @@ static void test_versions_checked(void **st) {
     assert_int_equal(
         gf_node_write_atomic(tmpdir, "grant.json", ctr[i], strlen(ctr[i]), &d),
         0);
-    gf__ctr_grant r;
+    gf_ctr_grant r;
     assert_int_equal(gf__node_read_ctr_grant(tmpdir, &r), GF_ESYNTAX);
   }
   gf_grant g;
@@ -432,6 +481,7 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_ctr_grant_golden, setup_tmp,
                                       teardown_tmp),
+      cmocka_unit_test(test_ctr_grant_reader),
       cmocka_unit_test_setup_teardown(test_versions_checked, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test(test_shim_config_golden),
