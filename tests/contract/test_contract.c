@@ -3,16 +3,20 @@
  * a writer that changes what it emits, or a reader that stops checking a
  * version, breaks agents and extenders already deployed beside it, so it
  * must fail here first.  Each golden is written by the one writer and read
- * back by the one reader of the other side.  The error numbers are pinned
- * in tests/core/test_errors.c.
+ * back by the one reader of the other side: the grant, the inventory (the
+ * node agent's, with its facts and models, as published), a container's
+ * grant.json, the interposer config and the shared region's bytes.  The
+ * error numbers are pinned in tests/core/test_errors.c.
  */
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -26,6 +30,7 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/modelcache.h"
 #include "gpufrac/node.h"
+#include "gpufrac/region.h"
 #include "node_alloc.h"
 #include "node_int.h"
 #include "shim_config.h"
@@ -412,6 +417,99 @@ static void test_shim_config_golden(void **st) {
   assert_int_equal(sc.compute_pct, 30);
 }
 
+/* Little-endian n-byte value v at off in buf (the region is little-endian:
+ * x86-64 and arm64, what the interposer and the agent run on). */
+static void put_le(uint8_t *buf, size_t off, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    buf[off + i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The shared region (gpufrac/region.h) the interposer creates and the agent
+ * reads, pinned to the byte at literal offsets: the header a writer makes
+ * from its limits, a slot after attach and a reservation, and the version
+ * rule (another major refused, a later minor read). */
+static void test_region_golden(void **st) {
+  (void)st;
+  char path[300];
+  snprintf(path, sizeof(path), "%s/region", tmpdir);
+  gf_region_limits l;
+  memset(&l, 0, sizeof(l));
+  l.ndevices = 2;
+  l.limit[0] = 8589934592;
+  l.limit[1] = 1073741824;
+  snprintf(l.uuid[0], sizeof(l.uuid[0]), UUID_A);
+  snprintf(l.uuid[1], sizeof(l.uuid[1]), UUID_B);
+  l.compute_pct = 30;
+  l.rate = 40000;
+  l.burst = 2000;
+  l.capacity = 133333;
+  gf_region *r = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_region_map(path, &l, &r, &d), 0);
+  int slot = gf_region_attach(r);
+  assert_int_equal(slot, 0);
+  assert_true(gf_region_reserve(r, slot, 1, 4096, 0));
+
+  enum { HEAD = 1024, SLOT = 320, SLOTS = 128 };
+  uint8_t *want = calloc(1, HEAD + SLOT);
+  assert_non_null(want);
+  memcpy(want, "GFREGION", 8);                /* magic */
+  put_le(want, 8, 1, 4);                      /* major */
+  put_le(want, 12, 1, 4);                     /* minor */
+  put_le(want, 16, HEAD + SLOT * SLOTS, 4);   /* size */
+  put_le(want, 20, 2, 4);                     /* ndevices */
+  put_le(want, 24, 30, 4);                    /* compute_pct */
+  put_le(want, 32, 8589934592, 8);            /* limit[0] */
+  put_le(want, 40, 1073741824, 8);            /* limit[1] */
+  memcpy(want + 160, UUID_A, strlen(UUID_A)); /* uuid[0], 48 bytes each */
+  memcpy(want + 208, UUID_B, strlen(UUID_B));
+  put_le(want, 928, 2000, 8);                       /* tokens: a full bucket */
+  put_le(want, 944, 40000, 8);                      /* rate */
+  put_le(want, 952, 2000, 8);                       /* burst */
+  put_le(want, 960, 1, 4);                          /* hwm */
+  put_le(want, 1000, 133333, 8);                    /* capacity (minor 1) */
+  put_le(want, HEAD + 0, (uint64_t)getpid(), 4);    /* slot 0: pid */
+  uint64_t start = atomic_load(&r->slots[0].start); /* the clock's */
+  put_le(want, HEAD + 8, start, 8);
+  put_le(want, HEAD + 16 + 8 * 1, 4096, 8); /* used[1] */
+
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  uint8_t *got = calloc(1, HEAD + SLOT * SLOTS + 1);
+  assert_non_null(got);
+  size_t n = fread(got, 1, HEAD + SLOT * SLOTS + 1, f);
+  fclose(f);
+  assert_int_equal(n, HEAD + SLOT * SLOTS);
+  for (size_t i = 0; i < HEAD + SLOT; i++)
+    if (got[i] != want[i])
+      fail_msg("region byte %zu is 0x%02x, the golden 0x%02x", i, got[i],
+               want[i]);
+  for (size_t i = HEAD + SLOT; i < n; i++)
+    assert_int_equal(got[i], 0); /* the other slots: never used */
+  gf_region_detach(r, slot);
+  gf_region_unmap(r);
+
+  /* Another major is refused; a later minor (appended fields) is read. */
+  put_le(got, 8, 2, 4);
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(got, 1, n, f), n);
+  fclose(f);
+  assert_int_equal(gf_region_map(path, NULL, &r, &d), GF_ESTATE);
+  assert_non_null(strstr(d.msg, "region version 2.1"));
+  put_le(got, 8, 1, 4);
+  put_le(got, 12, 7, 4);
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(got, 1, n, f), n);
+  fclose(f);
+  assert_int_equal(gf_region_map(path, NULL, &r, &d), 0);
+  assert_int_equal(gf_region_used(r, 1), 4096);
+  gf_region_unmap(r);
+  free(got);
+  free(want);
+}
+
 static void *no_memory(size_t n) {
   (void)n;
   return NULL;
@@ -485,6 +583,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_versions_checked, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test(test_shim_config_golden),
+      cmocka_unit_test_setup_teardown(test_region_golden, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test(test_out_of_memory),
       cmocka_unit_test(test_shared_names),
       cmocka_unit_test(test_uuid_rule),
