@@ -33,6 +33,10 @@
 /* The node agent's /metrics page: series per GPU and per container, for at
  * most 1,024 containers, each label value at most 1 KiB escaped. */
 #define GF__BUF_NODE_METRICS_MAX ((size_t)16 << 20)
+/* A JSON document a part writes (gf__json_dumps: annotations, grant.json,
+ * CDI specs, ResourceSlices); all are a few KiB, so this only stops a
+ * bug. */
+#define GF__BUF_JSON_DUMP_MAX ((size_t)16 << 20)
 /* Configured, not listed here: the API client's response bodies and watch
  * lines (gf_kube_opts max_body, max_line) and the extender's request
  * bodies (gf_sched_config max_body). */

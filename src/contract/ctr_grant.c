@@ -46,21 +46,11 @@ done:
 int gf_ctr_grant_parse(const char *text, size_t len, gf_ctr_grant *out,
                        gf_diag *d) {
   memset(out, 0, sizeof(*out));
-  if (len > GF_CTR_GRANT_MAX)
-    return gf_diag_set(d, GF_ELIMIT, "grant.json: %zu bytes, at most %d", len,
-                       GF_CTR_GRANT_MAX);
-  json_error_t je;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root && gf__json_oom(&je))
-    return gf_diag_set(d, GF_ENOMEM, "grant.json: out of memory");
-  int rc;
-  if (!root)
-    return gf_diag_set(d, GF_ESYNTAX, "grant.json: line %d column %d: %s",
-                       je.line, je.column, je.text);
-  if (!json_is_object(root)) {
-    rc = gf_diag_set(d, GF_ESYNTAX, "grant.json: not a JSON object");
-    goto out;
-  }
+  json_t *root = NULL;
+  int rc =
+      gf__json_load_object(text, len, GF_CTR_GRANT_MAX, "grant.json", &root, d);
+  if (rc)
+    return rc;
   if ((rc = gf__json_version(root, GF_CTR_GRANT_VERSION, "grant.json", d)))
     goto out;
   const json_t *gpus = json_object_get(root, "gpus");

@@ -11,25 +11,10 @@
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 
-/* Loads len bytes of JSON text that must be an object. */
+/* Loads an annotation's text, which must be a JSON object. */
 static int load_object(const char *text, size_t len, const char *what,
                        json_t **out, gf_diag *d) {
-  if (len > GF_ANNOTATION_MAX)
-    return gf_diag_set(d, GF_ELIMIT, "%s: %zu bytes, at most %d", what, len,
-                       GF_ANNOTATION_MAX);
-  json_error_t je;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root && gf__json_oom(&je))
-    return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", what);
-  if (!root)
-    return gf_diag_set(d, GF_ESYNTAX, "%s: line %d column %d: %s", what,
-                       je.line, je.column, je.text);
-  if (!json_is_object(root)) {
-    json_decref(root);
-    return gf_diag_set(d, GF_ESYNTAX, "%s: not a JSON object", what);
-  }
-  *out = root;
-  return 0;
+  return gf__json_load_object(text, len, GF_ANNOTATION_MAX, what, out, d);
 }
 
 /* An integer member in [lo, hi]; absent gives *out = dflt unless required. */

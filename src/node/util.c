@@ -177,51 +177,56 @@ int gf__node_region_open(const char *ctr_dir, gf_region **out) {
   return gf_region_map(path, NULL, out, NULL);
 }
 
+/* Calls fn(user, name, path) for each entry of directory dir whose name
+ * is a safe path component. */
+static void each_entry(const char *dir,
+                       void (*fn)(void *user, const char *name,
+                                  const char *path),
+                       void *user) {
+  DIR *dh = opendir(dir);
+  if (!dh)
+    return;
+  struct dirent *e;
+  while ((e = readdir(dh))) {
+    char path[GF_NODE_PATH_MAX];
+    if (gf_node_safe_name(e->d_name) &&
+        gf__node_join(path, sizeof(path), dir, e->d_name))
+      fn(user, e->d_name, path);
+  }
+  closedir(dh);
+}
+
 void gf__node_each_pod(const char *state_dir,
                        void (*fn)(void *user, const char *uid,
                                   const char *pod_dir),
                        void *user) {
   char pods[GF_NODE_PATH_MAX];
-  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods"))
-    return;
-  DIR *dir = opendir(pods);
-  if (!dir)
-    return;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    char path[GF_NODE_PATH_MAX];
-    if (gf_node_safe_name(e->d_name) &&
-        gf__node_join(path, sizeof(path), pods, e->d_name))
-      fn(user, e->d_name, path);
-  }
-  closedir(dir);
+  if (gf__node_join(pods, sizeof(pods), state_dir, "pods"))
+    each_entry(pods, fn, user);
 }
 
 typedef struct each_ctr {
   void (*fn)(void *, const char *, const char *, const char *);
   void *user;
+  const char *uid;
 } each_ctr;
+
+static void ctr_of_pod(void *user, const char *ctr, const char *ctr_dir) {
+  each_ctr *ec = user;
+  ec->fn(ec->user, ec->uid, ctr, ctr_dir);
+}
 
 static void each_ctr_in_pod(void *user, const char *uid, const char *pod_dir) {
   each_ctr *ec = user;
-  DIR *dir = opendir(pod_dir);
-  if (!dir)
-    return;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    char path[GF_NODE_PATH_MAX];
-    if (gf_node_safe_name(e->d_name) &&
-        gf__node_join(path, sizeof(path), pod_dir, e->d_name))
-      ec->fn(ec->user, uid, e->d_name, path);
-  }
-  closedir(dir);
+  ec->uid = uid;
+  each_entry(pod_dir, ctr_of_pod, ec);
 }
 
 void gf__node_each_container(const char *state_dir,
                              void (*fn)(void *user, const char *uid,
                                         const char *ctr, const char *ctr_dir),
                              void *user) {
-  each_ctr ec = {fn, user};
+  each_ctr ec = {fn, user, NULL};
   gf__node_each_pod(state_dir, each_ctr_in_pod, &ec);
 }
 
