@@ -171,6 +171,7 @@ typedef struct gf_inventory_facts {
   char driver[GF_INVENTORY_DRIVER_MAX]; /* "driver"; "" out */
   int32_t cuda;                         /* "cuda": 12040 = 12.4; 0 out */
   uint32_t mig_units_not_offered;       /* after "gpus"; 0 out */
+  bool cache; /* the node has a weight cache: "models" written even empty */
   gf_inventory_gpu_facts gpus[GF_MAX_GPUS_PER_NODE]; /* of inv->gpus[i] */
 } gf_inventory_facts;
 

@@ -331,9 +331,11 @@ static bool put_gpu_facts(json_t *o, const gf_inventory_gpu_facts *f) {
   return true;
 }
 
-/* The "models" array of inv into root, when there are any. */
-static int put_models(json_t *root, const gf_inventory *inv, gf_diag *d) {
-  if (!inv->nmodels)
+/* The "models" array of inv into root, when there are any or listed is
+ * set. */
+static int put_models(json_t *root, const gf_inventory *inv, bool listed,
+                      gf_diag *d) {
+  if (!inv->nmodels && !listed)
     return 0;
   json_t *ms = json_array();
   if (!put(root, "models", ms))
@@ -393,7 +395,7 @@ int gf_inventory_format_facts(const gf_inventory *inv,
       !put(root, "mig_units_not_offered",
            json_integer(facts->mig_units_not_offered)))
     goto nomem;
-  if ((rc = put_models(root, inv, d)))
+  if ((rc = put_models(root, inv, facts && facts->cache, d)))
     goto out;
   json_decref(gpus);
   return dump(root, out, d);

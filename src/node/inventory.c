@@ -125,14 +125,16 @@ static void add_mig_units(const gf_node_gpus *g, gf_inventory *inv,
 }
 
 /* The weight cache's models, most recently used first, at most
- * GF_INVENTORY_MAX_MODELS; an entry the document could not carry (a name
- * the contract refuses) is left out.  Without them when the list cannot
- * be had. */
-static void add_models(gf_node_cache *cache, gf_inventory *inv) {
+ * GF_INVENTORY_MAX_MODELS ("models":[] when it holds none); an entry the
+ * document could not carry (a name the contract refuses) is left out.
+ * Without "models" when the list cannot be had. */
+static void add_models(gf_node_cache *cache, gf_inventory *inv,
+                       gf_inventory_facts *f) {
   gf_node_cache_entry *l = NULL;
   size_t n = 0;
   if (!cache || gf_node_cache_list(cache, &l, &n))
     return;
+  f->cache = true;
   for (size_t i = 0; i < n && inv->nmodels < GF_INVENTORY_MAX_MODELS; i++) {
     gf_inventory_model *m = &inv->models[inv->nmodels];
     char ref[GF_NODE_CACHE_NAME_MAX + GF_MODEL_DIGEST_LEN + 2];
@@ -162,7 +164,7 @@ void gf__node_inventory_build(const gf_node_gpus *g, gf_node_cache *cache,
     add_gpu(g, x, inv, f);
   }
   add_mig_units(g, inv, f);
-  add_models(cache, inv);
+  add_models(cache, inv, f);
 }
 
 int gf__node_inventory_text(const gf_node_gpus *g, gf_node_cache *cache,

@@ -1078,12 +1078,14 @@ static void test_inventory_models(void **state) {
   char *plain = NULL, *text = NULL;
   assert_int_equal(gf__node_inventory_text(&g, NULL, &plain, &d), 0);
   assert_int_equal(gf__node_inventory_text(&g, cache, &text, &d), 0);
-  assert_string_equal(text, plain); /* the long name is left out */
+  char want[4096]; /* the long name left out; the cache there, empty */
+  snprintf(want, sizeof(want), "%.*s,\"models\":[]}", (int)strlen(plain) - 1,
+           plain);
+  assert_string_equal(text, want);
   free(text);
   assert_int_equal(gf_node_cache_evict(cache, ms.hex, &d), 0);
   assert_int_equal(gf_node_cache_fetch(cache, "m", ms.hex, ms.url, &d), 0);
   assert_int_equal(gf__node_inventory_text(&g, cache, &text, &d), 0);
-  char want[4096];
   snprintf(want, sizeof(want),
            "%.*s,\"models\":[{\"name\":\"m\",\"digest\":\"sha256:%s\","
            "\"bytes\":7,\"state\":\"ready\"}]}",
