@@ -36,6 +36,12 @@ bool gf__json_oom(const json_error_t *je);
 int gf__json_version(const json_t *root, int want, const char *what,
                      gf_diag *d);
 
+/* Member `key` of a document, v, must be an array of at most max items:
+ * 0, or GF_ESYNTAX ("<what>: "<key>" missing or not an array") /
+ * GF_ELIMIT ("<what>: N <items>, at most max"). */
+int gf__json_array(const json_t *v, size_t max, const char *what,
+                   const char *key, const char *items, gf_diag *d);
+
 /* Loads len bytes of JSON text that must be an object (duplicate keys
  * refused) into *out.  GF_ELIMIT over max bytes, GF_ENOMEM, GF_ESYNTAX
  * saying where; each sentence starts with `what`. */

@@ -54,17 +54,9 @@ int gf_ctr_grant_parse(const char *text, size_t len, gf_ctr_grant *out,
   if ((rc = gf__json_version(root, GF_CTR_GRANT_VERSION, "grant.json", d)))
     goto out;
   const json_t *gpus = json_object_get(root, "gpus");
-  if (!json_is_array(gpus)) {
-    rc = gf_diag_set(d, GF_ESYNTAX,
-                     "grant.json: \"gpus\" missing or not an "
-                     "array");
+  if ((rc = gf__json_array(gpus, GF_CTR_GRANT_MAX_GPUS, "grant.json", "gpus",
+                           "GPUs", d)))
     goto out;
-  }
-  if (json_array_size(gpus) > GF_CTR_GRANT_MAX_GPUS) {
-    rc = gf_diag_set(d, GF_ELIMIT, "grant.json: %zu GPUs, at most %d",
-                     json_array_size(gpus), GF_CTR_GRANT_MAX_GPUS);
-    goto out;
-  }
   size_t i;
   const json_t *x;
   json_array_foreach(gpus, i, x) {

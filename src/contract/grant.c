@@ -163,17 +163,9 @@ int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
   if ((rc = gf__json_version(root, GF_INVENTORY_VERSION, "inventory", d)))
     goto out;
   const json_t *gpus = gf__json_get(root, "gpus");
-  if (!json_is_array(gpus)) {
-    rc = gf_diag_set(d, GF_ESYNTAX,
-                     "inventory: \"gpus\" missing or not an "
-                     "array");
+  if ((rc = gf__json_array(gpus, GF_MAX_GPUS_PER_NODE, "inventory", "gpus",
+                           "GPUs", d)))
     goto out;
-  }
-  if (json_array_size(gpus) > GF_MAX_GPUS_PER_NODE) {
-    rc = gf_diag_set(d, GF_ELIMIT, "inventory: %zu GPUs, at most %d",
-                     json_array_size(gpus), GF_MAX_GPUS_PER_NODE);
-    goto out;
-  }
   uint32_t seen = 0;
   size_t i;
   const json_t *g;
@@ -418,16 +410,9 @@ int gf_grant_parse(const char *text, size_t len, gf_grant *out, gf_diag *d) {
                          "grant: node", d)))
     goto out;
   const json_t *cs = gf__json_get(root, "containers");
-  if (!json_is_array(cs)) {
-    rc = gf_diag_set(d, GF_ESYNTAX,
-                     "grant: \"containers\" missing or not an array");
+  if ((rc = gf__json_array(cs, GF_GRANT_MAX_CONTAINERS, "grant", "containers",
+                           "containers", d)))
     goto out;
-  }
-  if (json_array_size(cs) > GF_GRANT_MAX_CONTAINERS) {
-    rc = gf_diag_set(d, GF_ELIMIT, "grant: %zu containers, at most %d",
-                     json_array_size(cs), GF_GRANT_MAX_CONTAINERS);
-    goto out;
-  }
   size_t i;
   const json_t *c;
   json_array_foreach(cs, i, c) {

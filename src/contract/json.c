@@ -70,6 +70,17 @@ int gf__json_version(const json_t *root, int want, const char *what,
   return 0;
 }
 
+int gf__json_array(const json_t *v, size_t max, const char *what,
+                   const char *key, const char *items, gf_diag *d) {
+  if (!json_is_array(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: \"%s\" missing or not an array",
+                       what, key);
+  if (json_array_size(v) > max)
+    return gf_diag_set(d, GF_ELIMIT, "%s: %zu %s, at most %zu", what,
+                       json_array_size(v), items, max);
+  return 0;
+}
+
 int gf__json_load_object(const char *text, size_t len, size_t max,
                          const char *what, json_t **out, gf_diag *d) {
   if (len > max)
