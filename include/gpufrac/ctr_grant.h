@@ -28,6 +28,10 @@
 int gf_ctr_grant_format(const char *pod_uid, const char *ns, const char *name,
                         const gf_grant_container *c, char **out, gf_diag *d);
 
+/* Its file name in the container's directory of the agent's state
+ * (gf_node_ctr_paths, gpufrac/node.h). */
+#define GF_CTR_GRANT_FILE "grant.json"
+
 /* The most bytes of a grant.json, and of GPUs in one (the shared region
  * has a limit slot for each: GF_REGION_DEVICES). */
 #define GF_CTR_GRANT_MAX 65536

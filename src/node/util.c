@@ -236,7 +236,7 @@ _Static_assert(GF_CTR_GRANT_MAX_GPUS == GF_REGION_DEVICES,
 int gf__node_read_ctr_grant(const char *ctr_dir, gf_ctr_grant *g) {
   memset(g, 0, sizeof(*g));
   char path[GF_NODE_PATH_MAX];
-  if (!gf__node_join(path, sizeof(path), ctr_dir, "grant.json"))
+  if (!gf__node_join(path, sizeof(path), ctr_dir, GF_CTR_GRANT_FILE))
     return GF_ELIMIT;
   char *text;
   size_t len;
