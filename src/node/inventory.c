@@ -16,7 +16,10 @@
 _Static_assert(GF_NODE_MAX_MIG <= GF_INVENTORY_MAX_MIGS,
                "the inventory lists every MIG device of a GPU");
 _Static_assert(GF_NODE_PCI_MAX <= GF_INVENTORY_PCI_MAX &&
-                   GF_NODE_MIG_PROFILE_MAX <= GF_INVENTORY_PROFILE_MAX,
+                   GF_NODE_MIG_PROFILE_MAX <= GF_INVENTORY_PROFILE_MAX &&
+                   sizeof(((gf_node_gpus *)0)->driver_version) <=
+                       GF_INVENTORY_DRIVER_MAX &&
+                   GF_MODEL_NAME_MAX <= GF_GPU_MODEL_MAX,
                "the inventory holds the agent's strings whole");
 
 /* The extender's word for a mode: it knows shared and exclusive only. */
