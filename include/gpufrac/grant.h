@@ -35,6 +35,7 @@
 #ifndef GPUFRAC_GRANT_H
 #define GPUFRAC_GRANT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -110,8 +111,75 @@ int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
 
 /* Formats an inventory as compact JSON into a malloc'd string the caller
  * frees with free(); "models" only when there are some.  GF_ENOMEM or
- * GF_EINVAL (a GPU without uuid, a model entry that would not parse). */
+ * GF_EINVAL (a GPU without uuid, a model entry that would not parse).
+ * gf_inventory_format_facts(inv, NULL, out, d). */
 int gf_inventory_format(const gf_inventory *inv, char **out, gf_diag *d);
+
+/* ---- the facts the node agent adds ------------------------------------ */
+
+/* What the node agent states besides what placement reads, for people and
+ * tools (kubectl get node -o yaml, gpufrac node --print inventory):
+ *
+ *   {"version":1,"driver":"550.54.15","cuda":12040,"gpus":[{"index":0,...,
+ *     "mode":"shared","sharing":"mps","cc":"9.0","pci":"00000000:18:00.0",
+ *     "numa":0,"mig":false,"nvlink":[{"gpu":1,"links":4}],"nvswitch":18,
+ *     "migs":[{"uuid":"MIG-...","profile":"1g.10gb","memory":10334765056,
+ *              "sms":14,"gi":7,"ci":0}]},
+ *    {"index":4,...,"mode":"exclusive","sharing":"mig-device",
+ *     "parent":"GPU-..."}],"mig_units_not_offered":1,"models":[...]}
+ *
+ * Each fact is written only when set (below: what leaves it out), in that
+ * order, after the GPU's placement fields.  gf_inventory_parse reads none
+ * of them except "sharing", and that only to leave out a GPU in mode "mig"
+ * (its MIG devices are offered as units of their own); readers ignore the
+ * rest, as they do any field they do not know. */
+#define GF_INVENTORY_MAX_MIGS 7 /* MIG devices listed per GPU */
+#define GF_INVENTORY_SHARING_MAX 16
+#define GF_INVENTORY_PCI_MAX 32     /* "00000000:3B:00.0" and NUL */
+#define GF_INVENTORY_PROFILE_MAX 24 /* "1c.7g.141gb" and NUL, with room */
+#define GF_INVENTORY_DRIVER_MAX 80
+
+typedef struct gf_inventory_mig {
+  char uuid[GF_UUID_MAX];                 /* "MIG-..." */
+  char profile[GF_INVENTORY_PROFILE_MAX]; /* "1g.10gb" */
+  int64_t mem_bytes;                      /* "memory" */
+  int32_t sm_count, gi, ci;               /* "sms", "gi", "ci" */
+} gf_inventory_mig;
+
+typedef struct gf_inventory_peer {
+  uint32_t gpu;   /* the peer's index */
+  uint32_t links; /* active NVLinks to it */
+} gf_inventory_peer;
+
+typedef struct gf_inventory_gpu_facts {
+  char sharing[GF_INVENTORY_SHARING_MAX]; /* the agent's mode ("mps",
+                                             "mig", "mig-device"); "" out */
+  bool hw;                                /* "cc","pci","numa","mig" */
+  int32_t cc_major, cc_minor;             /* "cc": "9.0" */
+  char pci[GF_INVENTORY_PCI_MAX];         /* "pci" */
+  int32_t numa;                           /* "numa": -1 unknown */
+  bool mig;                               /* "mig": MIG mode on */
+  char parent[GF_UUID_MAX]; /* "parent": a MIG unit's GPU; "" out */
+  uint32_t npeers;          /* "nvlink": 0 out */
+  gf_inventory_peer peers[GF_MAX_GPUS_PER_NODE];
+  uint32_t nvswitch; /* "nvswitch": links to an NVSwitch; 0 out */
+  uint32_t nmigs;    /* "migs": 0 out */
+  gf_inventory_mig migs[GF_INVENTORY_MAX_MIGS];
+} gf_inventory_gpu_facts;
+
+typedef struct gf_inventory_facts {
+  char driver[GF_INVENTORY_DRIVER_MAX]; /* "driver"; "" out */
+  int32_t cuda;                         /* "cuda": 12040 = 12.4; 0 out */
+  uint32_t mig_units_not_offered;       /* after "gpus"; 0 out */
+  bool cache; /* the node has a weight cache: "models" written even empty */
+  gf_inventory_gpu_facts gpus[GF_MAX_GPUS_PER_NODE]; /* of inv->gpus[i] */
+} gf_inventory_facts;
+
+/* The one inventory writer: gf_inventory_format's document with facts's
+ * (NULL: none) in it.  Same errors. */
+int gf_inventory_format_facts(const gf_inventory *inv,
+                              const gf_inventory_facts *facts, char **out,
+                              gf_diag *d);
 
 typedef struct gf_grant_gpu {
   uint32_t index;         /* GPU index on the node */

@@ -1,10 +1,10 @@
 /*
  * A growable byte buffer with a maximum (internal-but-shared, gf__ tier),
  * for text built from or for input: the API client's bodies and watch
- * lines, the extender's replies, the interposer configs.  Every buffer is
- * created with the most it may hold, so no input can grow it without
- * bound; the maxima of the buffers not sized by their own configuration
- * are the list below, one name each.
+ * lines, the extender's replies, the interposer configs, the node agent's
+ * metrics page.  Every buffer is created with the most it may hold, so no
+ * input can grow it without bound; the maxima of the buffers not sized by
+ * their own configuration are the list below, one name each.
  *
  * An append that does not fit (GF_ELIMIT) or cannot allocate (GF_ENOMEM)
  * leaves the buffer as it was and returns the error; the first such error
@@ -30,6 +30,13 @@
 #define GF__BUF_SCHED_METRICS_MAX ((size_t)1 << 20)
 /* One container's interposer config (a line per GPU). */
 #define GF__BUF_SHIM_CONFIG_MAX ((size_t)4096)
+/* The node agent's /metrics page: series per GPU and per container, for at
+ * most 1,024 containers, each label value at most 1 KiB escaped. */
+#define GF__BUF_NODE_METRICS_MAX ((size_t)16 << 20)
+/* A JSON document a part writes (gf__json_dumps: annotations, grant.json,
+ * CDI specs, ResourceSlices); all are a few KiB, so this only stops a
+ * bug. */
+#define GF__BUF_JSON_DUMP_MAX ((size_t)16 << 20)
 /* Configured, not listed here: the API client's response bodies and watch
  * lines (gf_kube_opts max_body, max_line) and the extender's request
  * bodies (gf_sched_config max_body). */

@@ -36,9 +36,22 @@ bool gf__json_oom(const json_error_t *je);
 int gf__json_version(const json_t *root, int want, const char *what,
                      gf_diag *d);
 
+/* Member `key` of a document, v, must be an array of at most max items:
+ * 0, or GF_ESYNTAX ("<what>: "<key>" missing or not an array") /
+ * GF_ELIMIT ("<what>: N <items>, at most max"). */
+int gf__json_array(const json_t *v, size_t max, const char *what,
+                   const char *key, const char *items, gf_diag *d);
+
+/* Loads len bytes of JSON text that must be an object (duplicate keys
+ * refused) into *out.  GF_ELIMIT over max bytes, GF_ENOMEM, GF_ESYNTAX
+ * saying where; each sentence starts with `what`. */
+int gf__json_load_object(const char *text, size_t len, size_t max,
+                         const char *what, json_t **out, gf_diag *d);
+
 /* json_dumps, but NULL when any write fails: jansson 2.14's json_dumps
  * ignores a failed key write and returns broken JSON.  The text comes
- * from gf__realloc (alloc.h): free it with free() or gf__free. */
+ * from gf__realloc (alloc.h): free it with free() or gf__free.  At most
+ * GF__BUF_JSON_DUMP_MAX bytes (buf.h). */
 char *gf__json_dumps(const json_t *j, size_t flags);
 
 #endif

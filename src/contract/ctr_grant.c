@@ -4,6 +4,7 @@
 #include "gpufrac/ctr_grant.h"
 
 #include <jansson.h>
+#include <string.h>
 
 #include "contract_int.h"
 #include "gpufrac/error.h"
@@ -42,8 +43,55 @@ done:
   return rc;
 }
 
-int gf_ctr_grant_check_version(const struct json_t *root, gf_diag *d) {
-  if (!json_is_object(root))
-    return gf_diag_set(d, GF_ESYNTAX, "grant.json: not a JSON object");
-  return gf__json_version(root, GF_CTR_GRANT_VERSION, "grant.json", d);
+int gf_ctr_grant_parse(const char *text, size_t len, gf_ctr_grant *out,
+                       gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  json_t *root = NULL;
+  int rc =
+      gf__json_load_object(text, len, GF_CTR_GRANT_MAX, "grant.json", &root, d);
+  if (rc)
+    return rc;
+  if ((rc = gf__json_version(root, GF_CTR_GRANT_VERSION, "grant.json", d)))
+    goto out;
+  const json_t *gpus = json_object_get(root, "gpus");
+  if ((rc = gf__json_array(gpus, GF_CTR_GRANT_MAX_GPUS, "grant.json", "gpus",
+                           "GPUs", d)))
+    goto out;
+  size_t i;
+  const json_t *x;
+  json_array_foreach(gpus, i, x) {
+    const char *u = json_string_value(json_object_get(x, "uuid"));
+    const json_t *m = json_object_get(x, "memory");
+    const json_t *cp = json_object_get(x, "compute");
+    if (!u || strlen(u) >= GF_UUID_MAX) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "grant.json: gpus[%zu].uuid missing or too long", i);
+      goto out;
+    }
+    if (!json_is_integer(m) || json_integer_value(m) < 0) {
+      rc = gf_diag_set(d, GF_ESYNTAX,
+                       "grant.json: gpus[%zu].memory is not a non-negative "
+                       "integer",
+                       i);
+      goto out;
+    }
+    memcpy(out->uuid[i], u, strlen(u) + 1);
+    out->limit[i] = (uint64_t)json_integer_value(m);
+    if (json_is_integer(cp) && json_integer_value(cp) > 0 &&
+        json_integer_value(cp) <= 100)
+      out->compute[i] = (uint32_t)json_integer_value(cp);
+  }
+  out->ngpus = (uint32_t)json_array_size(gpus);
+  const char *ns = json_string_value(json_object_get(root, "namespace"));
+  const char *nm = json_string_value(json_object_get(root, "name"));
+  if (ns && strlen(ns) < sizeof(out->ns))
+    memcpy(out->ns, ns, strlen(ns) + 1);
+  if (nm && strlen(nm) < sizeof(out->name))
+    memcpy(out->name, nm, strlen(nm) + 1);
+  rc = 0;
+out:
+  json_decref(root);
+  if (rc) /* nothing half-read */
+    memset(out, 0, sizeof(*out));
+  return rc;
 }

@@ -11,25 +11,10 @@
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 
-/* Loads len bytes of JSON text that must be an object. */
+/* Loads an annotation's text, which must be a JSON object. */
 static int load_object(const char *text, size_t len, const char *what,
                        json_t **out, gf_diag *d) {
-  if (len > GF_ANNOTATION_MAX)
-    return gf_diag_set(d, GF_ELIMIT, "%s: %zu bytes, at most %d", what, len,
-                       GF_ANNOTATION_MAX);
-  json_error_t je;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root && gf__json_oom(&je))
-    return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", what);
-  if (!root)
-    return gf_diag_set(d, GF_ESYNTAX, "%s: line %d column %d: %s", what,
-                       je.line, je.column, je.text);
-  if (!json_is_object(root)) {
-    json_decref(root);
-    return gf_diag_set(d, GF_ESYNTAX, "%s: not a JSON object", what);
-  }
-  *out = root;
-  return 0;
+  return gf__json_load_object(text, len, GF_ANNOTATION_MAX, what, out, d);
 }
 
 /* An integer member in [lo, hi]; absent gives *out = dflt unless required. */
@@ -178,17 +163,9 @@ int gf_inventory_parse(const char *text, size_t len, gf_inventory *out,
   if ((rc = gf__json_version(root, GF_INVENTORY_VERSION, "inventory", d)))
     goto out;
   const json_t *gpus = gf__json_get(root, "gpus");
-  if (!json_is_array(gpus)) {
-    rc = gf_diag_set(d, GF_ESYNTAX,
-                     "inventory: \"gpus\" missing or not an "
-                     "array");
+  if ((rc = gf__json_array(gpus, GF_MAX_GPUS_PER_NODE, "inventory", "gpus",
+                           "GPUs", d)))
     goto out;
-  }
-  if (json_array_size(gpus) > GF_MAX_GPUS_PER_NODE) {
-    rc = gf_diag_set(d, GF_ELIMIT, "inventory: %zu GPUs, at most %d",
-                     json_array_size(gpus), GF_MAX_GPUS_PER_NODE);
-    goto out;
-  }
   uint32_t seen = 0;
   size_t i;
   const json_t *g;
@@ -289,7 +266,7 @@ out:
 static int dump(json_t *root, char **out, gf_diag *d) {
   if (!root)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  char *s = gf__json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(root);
   if (!s)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
@@ -297,58 +274,129 @@ static int dump(json_t *root, char **out, gf_diag *d) {
   return 0;
 }
 
+/* Sets o[key] to v (taken); false when v is NULL or it cannot be set. */
+static bool put(json_t *o, const char *key, json_t *v) {
+  return v && json_object_set_new(o, key, v) == 0;
+}
+
+/* One GPU's facts (grant.h) into its object o, in the documented order.
+ * false on ENOMEM. */
+static bool put_gpu_facts(json_t *o, const gf_inventory_gpu_facts *f) {
+  if (f->sharing[0] && !put(o, "sharing", json_string(f->sharing)))
+    return false;
+  if (f->hw) {
+    char cc[24];
+    snprintf(cc, sizeof(cc), "%d.%d", (int)f->cc_major, (int)f->cc_minor);
+    if (!put(o, "cc", json_string(cc)) || !put(o, "pci", json_string(f->pci)) ||
+        !put(o, "numa", json_integer(f->numa)) ||
+        !put(o, "mig", json_boolean(f->mig)))
+      return false;
+  }
+  if (f->parent[0] && !put(o, "parent", json_string(f->parent)))
+    return false;
+  if (f->npeers) {
+    json_t *a = json_array();
+    if (!put(o, "nvlink", a))
+      return false;
+    for (uint32_t j = 0; j < f->npeers && j < GF_MAX_GPUS_PER_NODE; j++)
+      if (json_array_append_new(
+              a, json_pack("{s:I,s:I}", "gpu", (json_int_t)f->peers[j].gpu,
+                           "links", (json_int_t)f->peers[j].links)))
+        return false;
+  }
+  if (f->nvswitch && !put(o, "nvswitch", json_integer(f->nvswitch)))
+    return false;
+  if (f->nmigs) {
+    json_t *a = json_array();
+    if (!put(o, "migs", a))
+      return false;
+    for (uint32_t k = 0; k < f->nmigs && k < GF_INVENTORY_MAX_MIGS; k++) {
+      const gf_inventory_mig *m = &f->migs[k];
+      if (json_array_append_new(
+              a,
+              json_pack("{s:s,s:s,s:I,s:i,s:i,s:i}", "uuid", m->uuid, "profile",
+                        m->profile, "memory", (json_int_t)m->mem_bytes, "sms",
+                        (int)m->sm_count, "gi", (int)m->gi, "ci", (int)m->ci)))
+        return false;
+    }
+  }
+  return true;
+}
+
+/* The "models" array of inv into root, when there are any or listed is
+ * set. */
+static int put_models(json_t *root, const gf_inventory *inv, bool listed,
+                      gf_diag *d) {
+  if (!inv->nmodels && !listed)
+    return 0;
+  json_t *ms = json_array();
+  if (!put(root, "models", ms))
+    return gf_diag_set(d, GF_ENOMEM, "inventory: out of memory");
+  for (uint32_t i = 0; i < inv->nmodels && i < GF_INVENTORY_MAX_MODELS; i++) {
+    const gf_inventory_model *m = &inv->models[i];
+    if (name_check(m->name, strnlen(m->name, sizeof(m->name)),
+                   "inventory: model", NULL) ||
+        !digest_ok(m->digest, strnlen(m->digest, sizeof(m->digest))) ||
+        m->bytes < 0)
+      return gf_diag_set(d, GF_EINVAL,
+                         "inventory: model %u has a bad name, digest or "
+                         "size",
+                         i);
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "name", m->name, "digest",
+                          m->digest, "bytes", (json_int_t)m->bytes, "state",
+                          m->state == GF_MODEL_FETCHING ? "fetching" : "ready");
+    if (!o || json_array_append_new(ms, o))
+      return gf_diag_set(d, GF_ENOMEM, "inventory: out of memory");
+  }
+  return 0;
+}
+
 int gf_inventory_format(const gf_inventory *inv, char **out, gf_diag *d) {
+  return gf_inventory_format_facts(inv, NULL, out, d);
+}
+
+int gf_inventory_format_facts(const gf_inventory *inv,
+                              const gf_inventory_facts *facts, char **out,
+                              gf_diag *d) {
+  json_t *root = json_object();
   json_t *gpus = json_array();
-  json_t *root =
-      json_pack("{s:i,s:o}", "version", GF_INVENTORY_VERSION, "gpus", gpus);
-  if (!root)
-    return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  for (uint32_t i = 0; i < inv->ngpus; i++) {
+  int rc = 0;
+  if (!root || !gpus ||
+      !put(root, "version", json_integer(GF_INVENTORY_VERSION)) ||
+      (facts && facts->driver[0] &&
+       !put(root, "driver", json_string(facts->driver))) ||
+      (facts && facts->cuda && !put(root, "cuda", json_integer(facts->cuda))) ||
+      json_object_set(root, "gpus", gpus))
+    goto nomem;
+  for (uint32_t i = 0; i < inv->ngpus && i < GF_MAX_GPUS_PER_NODE; i++) {
     const gf_inventory_gpu *g = &inv->gpus[i];
     if (!g->uuid[0]) {
-      json_decref(root);
-      return gf_diag_set(d, GF_EINVAL, "inventory: GPU %u has no uuid",
-                         g->index);
+      rc = gf_diag_set(d, GF_EINVAL, "inventory: GPU %u has no uuid", g->index);
+      goto out;
     }
     json_t *o =
         json_pack("{s:I,s:s,s:s,s:I,s:i,s:s}", "index", (json_int_t)g->index,
                   "uuid", g->uuid, "model", g->model, "memory",
                   (json_int_t)g->mem_bytes, "sms", (int)g->sm_count, "mode",
                   g->mode == GF_GPU_MODE_EXCLUSIVE ? "exclusive" : "shared");
-    if (!o || json_array_append_new(gpus, o)) {
-      json_decref(root);
-      return gf_diag_set(d, GF_ENOMEM, "out of memory");
-    }
+    if (!o || json_array_append_new(gpus, o) ||
+        (facts && !put_gpu_facts(o, &facts->gpus[i])))
+      goto nomem;
   }
-  if (inv->nmodels) {
-    json_t *ms = json_array();
-    if (!ms || json_object_set_new(root, "models", ms)) {
-      json_decref(root);
-      return gf_diag_set(d, GF_ENOMEM, "out of memory");
-    }
-    for (uint32_t i = 0; i < inv->nmodels && i < GF_INVENTORY_MAX_MODELS; i++) {
-      const gf_inventory_model *m = &inv->models[i];
-      if (name_check(m->name, strnlen(m->name, sizeof(m->name)),
-                     "inventory: model", NULL) ||
-          !digest_ok(m->digest, strnlen(m->digest, sizeof(m->digest))) ||
-          m->bytes < 0) {
-        json_decref(root);
-        return gf_diag_set(d, GF_EINVAL,
-                           "inventory: model %u has a bad name, digest or "
-                           "size",
-                           i);
-      }
-      json_t *o =
-          json_pack("{s:s,s:s,s:I,s:s}", "name", m->name, "digest", m->digest,
-                    "bytes", (json_int_t)m->bytes, "state",
-                    m->state == GF_MODEL_FETCHING ? "fetching" : "ready");
-      if (!o || json_array_append_new(ms, o)) {
-        json_decref(root);
-        return gf_diag_set(d, GF_ENOMEM, "out of memory");
-      }
-    }
-  }
+  if (facts && facts->mig_units_not_offered &&
+      !put(root, "mig_units_not_offered",
+           json_integer(facts->mig_units_not_offered)))
+    goto nomem;
+  if ((rc = put_models(root, inv, facts && facts->cache, d)))
+    goto out;
+  json_decref(gpus);
   return dump(root, out, d);
+nomem:
+  rc = gf_diag_set(d, GF_ENOMEM, "inventory: out of memory");
+out:
+  json_decref(gpus);
+  json_decref(root);
+  return rc;
 }
 
 int gf_grant_parse(const char *text, size_t len, gf_grant *out, gf_diag *d) {
@@ -362,16 +410,9 @@ int gf_grant_parse(const char *text, size_t len, gf_grant *out, gf_diag *d) {
                          "grant: node", d)))
     goto out;
   const json_t *cs = gf__json_get(root, "containers");
-  if (!json_is_array(cs)) {
-    rc = gf_diag_set(d, GF_ESYNTAX,
-                     "grant: \"containers\" missing or not an array");
+  if ((rc = gf__json_array(cs, GF_GRANT_MAX_CONTAINERS, "grant", "containers",
+                           "containers", d)))
     goto out;
-  }
-  if (json_array_size(cs) > GF_GRANT_MAX_CONTAINERS) {
-    rc = gf_diag_set(d, GF_ELIMIT, "grant: %zu containers, at most %d",
-                     json_array_size(cs), GF_GRANT_MAX_CONTAINERS);
-    goto out;
-  }
   size_t i;
   const json_t *c;
   json_array_foreach(cs, i, c) {

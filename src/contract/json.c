@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "alloc.h"
+#include "buf.h"
 #include "gpufrac/error.h"
 
 json_t *gf__json_get(const json_t *obj, const char *key) {
@@ -69,44 +70,50 @@ int gf__json_version(const json_t *root, int want, const char *what,
   return 0;
 }
 
-/* json_dumps with every write checked (gf__json_dumps). */
-typedef struct dumpbuf {
-  char *p;
-  size_t len, cap;
-  bool failed; /* an append was refused: jansson may carry on regardless */
-} dumpbuf;
-
-static int dump_append(const char *buf, size_t n, void *data) {
-  dumpbuf *b = data;
-  if (b->failed)
-    return -1;
-  if (n >= SIZE_MAX / 4 - b->len) {
-    b->failed = true;
-    return -1;
-  }
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1)
-      cap *= 2;
-    char *np = gf__realloc(b->p, cap);
-    if (!np) {
-      b->failed = true;
-      return -1;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, buf, n);
-  b->len += n;
-  b->p[b->len] = 0;
+int gf__json_array(const json_t *v, size_t max, const char *what,
+                   const char *key, const char *items, gf_diag *d) {
+  if (!json_is_array(v))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: \"%s\" missing or not an array",
+                       what, key);
+  if (json_array_size(v) > max)
+    return gf_diag_set(d, GF_ELIMIT, "%s: %zu %s, at most %zu", what,
+                       json_array_size(v), items, max);
   return 0;
 }
 
+int gf__json_load_object(const char *text, size_t len, size_t max,
+                         const char *what, json_t **out, gf_diag *d) {
+  if (len > max)
+    return gf_diag_set(d, GF_ELIMIT, "%s: %zu bytes, at most %zu", what, len,
+                       max);
+  json_error_t je;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root && gf__json_oom(&je))
+    return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", what);
+  if (!root)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: line %d column %d: %s", what,
+                       je.line, je.column, je.text);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    return gf_diag_set(d, GF_ESYNTAX, "%s: not a JSON object", what);
+  }
+  *out = root;
+  return 0;
+}
+
+/* json_dumps with every write checked (gf__json_dumps), into a gf__buf:
+ * its error is kept, so a write jansson carries on after still fails the
+ * dump. */
+static int dump_append(const char *buf, size_t n, void *data) {
+  return gf__buf_append(data, buf, n) ? -1 : 0;
+}
+
 char *gf__json_dumps(const json_t *j, size_t flags) {
-  dumpbuf b = {NULL, 0, 0, false};
-  if (json_dump_callback(j, dump_append, &b, flags) || b.failed || !b.p) {
-    free(b.p);
+  gf__buf b;
+  gf__buf_init(&b, GF__BUF_JSON_DUMP_MAX);
+  if (json_dump_callback(j, dump_append, &b, flags) || gf__buf_error(&b)) {
+    gf__buf_release(&b);
     return NULL;
   }
-  return b.p;
+  return gf__buf_take(&b); /* NULL when nothing was written */
 }

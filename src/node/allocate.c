@@ -625,7 +625,7 @@ static void mark_ctr(void *user, const char *uid, const char *ctr,
   mark_ctx *m = user;
   char grant[GF_NODE_PATH_MAX];
   struct stat st;
-  if (!gf__node_join(grant, sizeof(grant), dir, "grant.json") ||
+  if (!gf__node_join(grant, sizeof(grant), dir, GF_CTR_GRANT_FILE) ||
       lstat(grant, &st) || !S_ISREG(st.st_mode))
     return;
   gf_node_pods_mark(m->pods, uid, ctr);

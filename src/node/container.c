@@ -91,7 +91,7 @@ int gf_node_prepare_container_for(const char *state_dir, const char *pod_uid,
                    c->name);
   if (n < 0 || (size_t)n >= sizeof(p->dir) ||
       !gf__node_join(p->config, sizeof(p->config), p->dir, "shim.conf") ||
-      !gf__node_join(p->grant, sizeof(p->grant), p->dir, "grant.json") ||
+      !gf__node_join(p->grant, sizeof(p->grant), p->dir, GF_CTR_GRANT_FILE) ||
       !gf__node_join(p->region_dir, sizeof(p->region_dir), p->dir, "region"))
     return gf_diag_set(d, GF_ELIMIT, "%s/pods/%s/%s: path too long", state_dir,
                        pod_uid, c->name);
@@ -109,7 +109,7 @@ int gf_node_prepare_container_for(const char *state_dir, const char *pod_uid,
   char *gj = NULL;
   if ((rc = gf_ctr_grant_format(pod_uid, pod_ns, pod_name, c, &gj, d)))
     return rc;
-  rc = gf_node_write_atomic(p->dir, "grant.json", gj, strlen(gj), d);
+  rc = gf_node_write_atomic(p->dir, GF_CTR_GRANT_FILE, gj, strlen(gj), d);
   free(gj);
   if (rc)
     return rc;

@@ -50,7 +50,7 @@ bool gf_node_pid_pod(const char *proc, uint32_t pid, char *uid, size_t cap) {
 typedef struct fb_ctr {
   char dir[GF_NODE_PATH_MAX];
   char pod[GF_NODE_UID_MAX];
-  gf__ctr_grant g;
+  gf_ctr_grant g;
 } fb_ctr;
 
 typedef struct fb_scan {

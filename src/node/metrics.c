@@ -21,60 +21,19 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "buf.h"
 #include "gpufrac/error.h"
 #include "gpufrac/modelcache.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/region.h"
 #include "node_int.h"
 
-#define METRICS_MAX (16u << 20) /* the text never grows past this */
-#define CONTAINERS_MAX 1024     /* containers read per scrape */
+#define CONTAINERS_MAX 1024 /* containers read per scrape */
 
-/* ---- a bounded growable buffer ---------------------------------------- */
-
-typedef struct sbuf {
-  char *p;
-  size_t len, cap;
-  bool failed; /* out of memory or over METRICS_MAX: stop appending */
-} sbuf;
-
-static void sb_add(sbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void sb_add(sbuf *b, const char *fmt, ...) {
-  if (b->failed)
-    return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = b->p ? vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap) : -2;
-    va_end(ap);
-    if (n >= 0 && (size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    if (n == -1) {
-      b->failed = true;
-      return;
-    }
-    size_t want = b->cap ? b->cap * 2 : 8192;
-    if (n > 0 && want < b->len + (size_t)n + 1)
-      want = b->len + (size_t)n + 1;
-    if (want > METRICS_MAX) {
-      b->failed = true;
-      return;
-    }
-    char *q = gf__realloc(b->p, want);
-    if (!q) {
-      b->failed = true;
-      return;
-    }
-    b->p = q;
-    b->cap = want;
-  }
-}
+/* ---- writing the text (a gf__buf, src/alloc/buf.h) -------------------- */
 
 /* A label value with \, " and newline escaped, as the format asks. */
-static void sb_label(sbuf *b, const char *s) {
+static void put_label(gf__buf *b, const char *s) {
   char tmp[2 * GF_NODE_PATH_MAX];
   size_t o = 0;
   for (; *s && o + 3 < sizeof(tmp); s++) {
@@ -88,13 +47,12 @@ static void sb_label(sbuf *b, const char *s) {
       tmp[o++] = *s;
     }
   }
-  tmp[o] = '\0';
-  sb_add(b, "%s", tmp);
+  gf__buf_append(b, tmp, o);
 }
 
-static void sb_head(sbuf *b, const char *name, const char *type,
-                    const char *help) {
-  sb_add(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+static void put_head(gf__buf *b, const char *name, const char *type,
+                     const char *help) {
+  gf__buf_appendf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* ---- what a scrape reads from the state directory ---------------------- */
@@ -102,7 +60,7 @@ static void sb_head(sbuf *b, const char *name, const char *type,
 typedef struct ctr_rec {
   char pod[GF_CONTAINER_MAX * 2];
   char name[GF_CONTAINER_MAX];
-  gf__ctr_grant g;                  /* its grant.json */
+  gf_ctr_grant g;                   /* its grant.json */
   uint64_t used[GF_REGION_DEVICES]; /* from its region */
   bool has_region;
   uint64_t waits, throttled_ns;
@@ -172,54 +130,54 @@ static uint32_t scan(const char *state_dir, ctr_rec *recs, uint32_t max,
 }
 
 /* ,name="value" (escaped); nothing when value is NULL or empty. */
-static void sb_pair(sbuf *b, const char *name, const char *value) {
+static void put_pair(gf__buf *b, const char *name, const char *value) {
   if (!value || !*value)
     return;
-  sb_add(b, ",%s=\"", name);
-  sb_label(b, value);
-  sb_add(b, "\"");
+  gf__buf_appendf(b, ",%s=\"", name);
+  put_label(b, value);
+  gf__buf_appendf(b, "\"");
 }
 
 /* The labels DCGM exporter puts on its series, so the two can be joined:
  * UUID, modelName, Hostname.  gpufrac's own gpu label (the UUID too, kept
  * for existing dashboards) stays first. */
-static void gpu_labels(sbuf *b, const gf_node_gpu *x, const char *host,
+static void gpu_labels(gf__buf *b, const gf_node_gpu *x, const char *host,
                        bool close) {
-  sb_add(b, "{gpu=\"");
-  sb_label(b, x->uuid);
-  sb_add(b, "\"");
-  sb_pair(b, "UUID", x->uuid);
-  sb_pair(b, "modelName", x->model);
-  sb_pair(b, "Hostname", host);
+  gf__buf_appendf(b, "{gpu=\"");
+  put_label(b, x->uuid);
+  gf__buf_appendf(b, "\"");
+  put_pair(b, "UUID", x->uuid);
+  put_pair(b, "modelName", x->model);
+  put_pair(b, "Hostname", host);
   if (close)
-    sb_add(b, "}");
+    gf__buf_appendf(b, "}");
 }
 
 /* A container's labels: pod_uid and container (gpufrac's), then DCGM's
  * pod, namespace and Hostname; with the GPU (gpu and UUID) when k >= 0. */
-static void ctr_labels(sbuf *b, const ctr_rec *r, int k, const char *host) {
-  sb_add(b, "{pod_uid=\"");
-  sb_label(b, r->pod);
-  sb_add(b, "\",container=\"");
-  sb_label(b, r->name);
-  sb_add(b, "\"");
+static void ctr_labels(gf__buf *b, const ctr_rec *r, int k, const char *host) {
+  gf__buf_appendf(b, "{pod_uid=\"");
+  put_label(b, r->pod);
+  gf__buf_appendf(b, "\",container=\"");
+  put_label(b, r->name);
+  gf__buf_appendf(b, "\"");
   if (k >= 0) {
-    sb_pair(b, "gpu", r->g.uuid[k]);
-    sb_pair(b, "UUID", r->g.uuid[k]);
+    put_pair(b, "gpu", r->g.uuid[k]);
+    put_pair(b, "UUID", r->g.uuid[k]);
   }
-  sb_pair(b, "pod", r->g.name);
-  sb_pair(b, "namespace", r->g.ns);
-  sb_pair(b, "Hostname", host);
-  sb_add(b, "}");
+  put_pair(b, "pod", r->g.name);
+  put_pair(b, "namespace", r->g.ns);
+  put_pair(b, "Hostname", host);
+  gf__buf_appendf(b, "}");
 }
 
 /* {Hostname="host"} for the node's own gauges, or nothing. */
-static void node_labels(sbuf *b, const char *host) {
+static void node_labels(gf__buf *b, const char *host) {
   if (!host || !*host)
     return;
-  sb_add(b, "{Hostname=\"");
-  sb_label(b, host);
-  sb_add(b, "\"}");
+  gf__buf_appendf(b, "{Hostname=\"");
+  put_label(b, host);
+  gf__buf_appendf(b, "\"}");
 }
 
 int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
@@ -235,21 +193,23 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
     return gf_diag_set(d, GF_ENOMEM, "metrics: out of memory");
   uint32_t errors = 0;
   uint32_t n = state_dir ? scan(state_dir, recs, CONTAINERS_MAX, &errors) : 0;
-  sbuf b = {NULL, 0, 0, false};
+  gf__buf b;
+  gf__buf_init(&b, GF__BUF_NODE_METRICS_MAX);
+  gf__buf_reserve(&b, 8192); /* most pages; grows up to the maximum */
 
-  sb_head(&b, "gpufrac_gpu_info", "gauge",
-          "A GPU of this node (value 1), with its model and mode.");
+  put_head(&b, "gpufrac_gpu_info", "gauge",
+           "A GPU of this node (value 1), with its model and mode.");
   for (uint32_t i = 0; i < g->ngpus; i++) {
     const gf_node_gpu *x = &g->gpus[i];
-    sb_add(&b, "gpufrac_gpu_info{gpu=\"");
-    sb_label(&b, x->uuid);
-    sb_add(&b, "\",index=\"%u\",model=\"", x->index);
-    sb_label(&b, x->model);
-    sb_add(&b, "\",mode=\"%s\"", gf_node_mode_name(x->mode));
-    sb_pair(&b, "UUID", x->uuid);
-    sb_pair(&b, "modelName", x->model);
-    sb_pair(&b, "Hostname", host);
-    sb_add(&b, "} 1\n");
+    gf__buf_appendf(&b, "gpufrac_gpu_info{gpu=\"");
+    put_label(&b, x->uuid);
+    gf__buf_appendf(&b, "\",index=\"%u\",model=\"", x->index);
+    put_label(&b, x->model);
+    gf__buf_appendf(&b, "\",mode=\"%s\"", gf_node_mode_name(x->mode));
+    put_pair(&b, "UUID", x->uuid);
+    put_pair(&b, "modelName", x->model);
+    put_pair(&b, "Hostname", host);
+    gf__buf_appendf(&b, "} 1\n");
   }
   static const struct {
     const char *name, *help;
@@ -262,7 +222,7 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
        "Device memory the containers on the GPU have allocated."},
   };
   for (size_t m = 0; m < 4; m++) {
-    sb_head(&b, per_gpu[m].name, "gauge", per_gpu[m].help);
+    put_head(&b, per_gpu[m].name, "gauge", per_gpu[m].help);
     for (uint32_t i = 0; i < g->ngpus; i++) {
       const gf_node_gpu *x = &g->gpus[i];
       uint64_t v = 0;
@@ -274,13 +234,13 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
         for (uint32_t k = 0; k < recs[c].g.ngpus; k++)
           if (x->uuid[0] && strcmp(recs[c].g.uuid[k], x->uuid) == 0)
             v += m == 2 ? recs[c].g.limit[k] : recs[c].used[k];
-      sb_add(&b, "%s", per_gpu[m].name);
+      gf__buf_appendf(&b, "%s", per_gpu[m].name);
       gpu_labels(&b, x, host, true);
-      sb_add(&b, " %" PRIu64 "\n", v);
+      gf__buf_appendf(&b, " %" PRIu64 "\n", v);
     }
   }
-  sb_head(&b, "gpufrac_gpu_compute_granted_ratio", "gauge",
-          "Compute share granted to containers on the GPU (1 = all of it).");
+  put_head(&b, "gpufrac_gpu_compute_granted_ratio", "gauge",
+           "Compute share granted to containers on the GPU (1 = all of it).");
   for (uint32_t i = 0; i < g->ngpus; i++) {
     const gf_node_gpu *x = &g->gpus[i];
     uint32_t pct = 0;
@@ -288,113 +248,117 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
       for (uint32_t k = 0; k < recs[c].g.ngpus; k++)
         if (x->uuid[0] && strcmp(recs[c].g.uuid[k], x->uuid) == 0)
           pct += recs[c].g.compute[k];
-    sb_add(&b, "gpufrac_gpu_compute_granted_ratio");
+    gf__buf_appendf(&b, "gpufrac_gpu_compute_granted_ratio");
     gpu_labels(&b, x, host, true);
-    sb_add(&b, " %u.%02u\n", pct / 100, pct % 100);
+    gf__buf_appendf(&b, " %u.%02u\n", pct / 100, pct % 100);
   }
   /* Live telemetry: only GPUs NVML answered for (no sample, no series). */
-  sb_head(&b, "gpufrac_gpu_utilization_ratio", "gauge",
-          "Fraction of the last sample period the GPU ran a kernel (NVML).");
+  put_head(&b, "gpufrac_gpu_utilization_ratio", "gauge",
+           "Fraction of the last sample period the GPU ran a kernel (NVML).");
   for (uint32_t i = 0; i < g->ngpus; i++) {
     const gf_node_gpu *x = &g->gpus[i];
     if (x->util_pct < 0)
       continue;
-    sb_add(&b, "gpufrac_gpu_utilization_ratio");
+    gf__buf_appendf(&b, "gpufrac_gpu_utilization_ratio");
     gpu_labels(&b, x, host, true);
-    sb_add(&b, " %d.%02d\n", x->util_pct / 100, x->util_pct % 100);
+    gf__buf_appendf(&b, " %d.%02d\n", x->util_pct / 100, x->util_pct % 100);
   }
-  sb_head(&b, "gpufrac_gpu_memory_device_used_bytes", "gauge",
-          "Device memory in use on the GPU by every process (NVML), "
-          "gpufrac's or not.");
+  put_head(&b, "gpufrac_gpu_memory_device_used_bytes", "gauge",
+           "Device memory in use on the GPU by every process (NVML), "
+           "gpufrac's or not.");
   for (uint32_t i = 0; i < g->ngpus; i++) {
     const gf_node_gpu *x = &g->gpus[i];
     if (x->device_used_bytes < 0)
       continue;
-    sb_add(&b, "gpufrac_gpu_memory_device_used_bytes");
+    gf__buf_appendf(&b, "gpufrac_gpu_memory_device_used_bytes");
     gpu_labels(&b, x, host, true);
-    sb_add(&b, " %" PRId64 "\n", x->device_used_bytes);
+    gf__buf_appendf(&b, " %" PRId64 "\n", x->device_used_bytes);
   }
-  sb_head(&b, "gpufrac_container_memory_limit_bytes", "gauge",
-          "Device memory a container may allocate on a GPU (0: no limit).");
+  put_head(&b, "gpufrac_container_memory_limit_bytes", "gauge",
+           "Device memory a container may allocate on a GPU (0: no limit).");
   for (uint32_t c = 0; c < n; c++)
     for (uint32_t k = 0; k < recs[c].g.ngpus; k++) {
-      sb_add(&b, "gpufrac_container_memory_limit_bytes");
+      gf__buf_appendf(&b, "gpufrac_container_memory_limit_bytes");
       ctr_labels(&b, &recs[c], (int)k, host);
-      sb_add(&b, " %" PRIu64 "\n", recs[c].g.limit[k]);
+      gf__buf_appendf(&b, " %" PRIu64 "\n", recs[c].g.limit[k]);
     }
-  sb_head(&b, "gpufrac_container_memory_used_bytes", "gauge",
-          "Device memory a container has allocated on a GPU.");
+  put_head(&b, "gpufrac_container_memory_used_bytes", "gauge",
+           "Device memory a container has allocated on a GPU.");
   for (uint32_t c = 0; c < n; c++)
     for (uint32_t k = 0; k < recs[c].g.ngpus; k++) {
-      sb_add(&b, "gpufrac_container_memory_used_bytes");
+      gf__buf_appendf(&b, "gpufrac_container_memory_used_bytes");
       ctr_labels(&b, &recs[c], (int)k, host);
-      sb_add(&b, " %" PRIu64 "\n", recs[c].used[k]);
+      gf__buf_appendf(&b, " %" PRIu64 "\n", recs[c].used[k]);
     }
-  sb_head(&b, "gpufrac_container_launch_waits_total", "counter",
-          "Kernel launches that waited for the container's compute share.");
+  put_head(&b, "gpufrac_container_launch_waits_total", "counter",
+           "Kernel launches that waited for the container's compute share.");
   for (uint32_t c = 0; c < n; c++) {
-    sb_add(&b, "gpufrac_container_launch_waits_total");
+    gf__buf_appendf(&b, "gpufrac_container_launch_waits_total");
     ctr_labels(&b, &recs[c], -1, host);
-    sb_add(&b, " %" PRIu64 "\n", recs[c].waits);
+    gf__buf_appendf(&b, " %" PRIu64 "\n", recs[c].waits);
   }
-  sb_head(&b, "gpufrac_container_throttled_seconds_total", "counter",
-          "Time the container's launches waited for compute tokens.");
+  put_head(&b, "gpufrac_container_throttled_seconds_total", "counter",
+           "Time the container's launches waited for compute tokens.");
   for (uint32_t c = 0; c < n; c++) {
-    sb_add(&b, "gpufrac_container_throttled_seconds_total");
+    gf__buf_appendf(&b, "gpufrac_container_throttled_seconds_total");
     ctr_labels(&b, &recs[c], -1, host);
-    sb_add(&b, " %" PRIu64 ".%09" PRIu64 "\n",
-           recs[c].throttled_ns / 1000000000u,
-           recs[c].throttled_ns % 1000000000u);
+    gf__buf_appendf(&b, " %" PRIu64 ".%09" PRIu64 "\n",
+                    recs[c].throttled_ns / 1000000000u,
+                    recs[c].throttled_ns % 1000000000u);
   }
-  sb_head(&b, "gpufrac_container_gpu_utilization_ratio", "gauge",
-          "The container's observed use of one GPU's time, as the agent "
-          "last wrote it for its compute share's feedback.");
+  put_head(&b, "gpufrac_container_gpu_utilization_ratio", "gauge",
+           "The container's observed use of one GPU's time, as the agent "
+           "last wrote it for its compute share's feedback.");
   for (uint32_t c = 0; c < n; c++) {
     if (!recs[c].util_bp)
       continue;
-    sb_add(&b, "gpufrac_container_gpu_utilization_ratio");
+    gf__buf_appendf(&b, "gpufrac_container_gpu_utilization_ratio");
     ctr_labels(&b, &recs[c], -1, host);
-    sb_add(&b, " %u.%04u\n", recs[c].util_bp / 10000, recs[c].util_bp % 10000);
+    gf__buf_appendf(&b, " %u.%04u\n", recs[c].util_bp / 10000,
+                    recs[c].util_bp % 10000);
   }
-  sb_head(&b, "gpufrac_container_compute_correction", "gauge",
-          "Factor on the container's compute refill from utilisation "
-          "feedback (1 = none).");
+  put_head(&b, "gpufrac_container_compute_correction", "gauge",
+           "Factor on the container's compute refill from utilisation "
+           "feedback (1 = none).");
   for (uint32_t c = 0; c < n; c++) {
     if (!recs[c].has_region)
       continue;
     uint32_t k = recs[c].corr ? recs[c].corr : 1000;
-    sb_add(&b, "gpufrac_container_compute_correction");
+    gf__buf_appendf(&b, "gpufrac_container_compute_correction");
     ctr_labels(&b, &recs[c], -1, host);
-    sb_add(&b, " %u.%03u\n", k / 1000, k % 1000);
+    gf__buf_appendf(&b, " %u.%03u\n", k / 1000, k % 1000);
   }
   uint64_t waste = 0;
   for (uint32_t c = 0; c < n; c++)
     for (uint32_t k = 0; k < recs[c].g.ngpus; k++)
       if (recs[c].g.limit[k] > recs[c].used[k])
         waste += recs[c].g.limit[k] - recs[c].used[k];
-  sb_head(&b, "gpufrac_node_memory_wasted_bytes", "gauge",
-          "Device memory granted but not in use, summed over containers.");
-  sb_add(&b, "gpufrac_node_memory_wasted_bytes");
+  put_head(&b, "gpufrac_node_memory_wasted_bytes", "gauge",
+           "Device memory granted but not in use, summed over containers.");
+  gf__buf_appendf(&b, "gpufrac_node_memory_wasted_bytes");
   node_labels(&b, host);
-  sb_add(&b, " %" PRIu64 "\n", waste);
-  sb_head(&b, "gpufrac_node_containers", "gauge",
-          "Containers with gpufrac files on this node.");
-  sb_add(&b, "gpufrac_node_containers");
+  gf__buf_appendf(&b, " %" PRIu64 "\n", waste);
+  put_head(&b, "gpufrac_node_containers", "gauge",
+           "Containers with gpufrac files on this node.");
+  gf__buf_appendf(&b, "gpufrac_node_containers");
   node_labels(&b, host);
-  sb_add(&b, " %u\n", n);
-  sb_head(&b, "gpufrac_node_container_errors", "gauge",
-          "Containers whose grant or region could not be read this scrape.");
-  sb_add(&b, "gpufrac_node_container_errors");
+  gf__buf_appendf(&b, " %u\n", n);
+  put_head(&b, "gpufrac_node_container_errors", "gauge",
+           "Containers whose grant or region could not be read this scrape.");
+  gf__buf_appendf(&b, "gpufrac_node_container_errors");
   node_labels(&b, host);
-  sb_add(&b, " %u\n", errors);
+  gf__buf_appendf(&b, " %u\n", errors);
   free(recs);
-  if (b.failed || !b.p) {
-    free(b.p);
-    return gf_diag_set(d, GF_ENOMEM, "metrics: out of memory or over %u bytes",
-                       METRICS_MAX);
+  int rc = gf__buf_error(&b);
+  if (rc) {
+    gf__buf_release(&b);
+    return rc == GF_ENOMEM
+               ? gf_diag_set(d, rc, "metrics: out of memory")
+               : gf_diag_set(d, rc, "metrics: %s (at most %zu bytes)",
+                             gf_strerror(rc), GF__BUF_NODE_METRICS_MAX);
   }
-  *out = b.p;
   *len = b.len;
+  *out = gf__buf_take(&b);
   return 0;
 }
 

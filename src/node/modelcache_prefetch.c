@@ -194,8 +194,12 @@ uint32_t gf_node_prefetch_pick(const json_t *list, const char *hex, uint32_t n,
   size_t total = json_array_size(items);
   names[0] = '\0';
   cand *c = gf__calloc(total ? total : 1, sizeof(*c));
-  if (!c)
+  gf_inventory *iv = gf__malloc(sizeof(*iv)); /* the contract's reader's */
+  if (!c || !iv) {
+    gf__free(c);
+    gf__free(iv);
     return 0;
+  }
   size_t k = 0, i;
   const json_t *node;
   json_array_foreach(items, i, node) {
@@ -209,20 +213,12 @@ uint32_t gf_node_prefetch_pick(const json_t *list, const char *hex, uint32_t n,
       continue;
     c[k].name = name;
     c[k].rank = 2;
-    json_t *doc = json_loads(inv, 0, NULL);
-    size_t j;
-    json_t *m;
     char want[80];
     snprintf(want, sizeof(want), "sha256:%s", hex);
-    json_array_foreach(json_object_get(doc, "models"), j, m) {
-      if (j >= 64)
-        break;
-      const char *dg = json_string_value(json_object_get(m, "digest"));
-      const char *st = json_string_value(json_object_get(m, "state"));
-      if (dg && st && !strcmp(dg, want))
-        c[k].rank = !strcmp(st, "ready") ? 0 : 1;
-    }
-    json_decref(doc);
+    if (gf_inventory_parse(inv, strlen(inv), iv, NULL) == 0)
+      for (uint32_t j = 0; j < iv->nmodels; j++)
+        if (!strcmp(iv->models[j].digest, want))
+          c[k].rank = iv->models[j].state == GF_MODEL_READY ? 0 : 1;
     char key[600];
     int kl = snprintf(key, sizeof(key), "%s/%s", hex, name);
     gf_node_cache_sha256_hex(key, (size_t)kl, c[k].h);
@@ -242,5 +238,6 @@ uint32_t gf_node_prefetch_pick(const json_t *list, const char *hex, uint32_t n,
     got++;
   }
   free(c);
+  gf__free(iv);
   return got;
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpufrac/ctr_grant.h"
 #include "gpufrac/node.h"
 #include "gpufrac/region.h"
 
@@ -65,21 +66,10 @@ void gf__node_each_container(const char *state_dir,
                                         const char *ctr, const char *ctr_dir),
                              void *user);
 
-/* What a container's grant.json (written by gf_node_prepare_container)
- * says: its GPUs in grant order, each with its memory limit and compute
- * percent (0 = none). */
-typedef struct gf__ctr_grant {
-  char ns[GF_NAME_MAX], name[GF_NAME_MAX]; /* the pod's; "" when absent */
-  uint32_t ngpus;
-  char uuid[GF_REGION_DEVICES][GF_UUID_MAX];
-  uint64_t limit[GF_REGION_DEVICES];
-  uint32_t compute[GF_REGION_DEVICES];
-} gf__ctr_grant;
-
-/* Reads <ctr_dir>/grant.json.  GF_EIO / GF_ELIMIT (unreadable, too big),
- * GF_ESYNTAX (not the format written: duplicate keys, a GPU without a uuid
- * or with negative memory, more than GF_REGION_DEVICES GPUs). */
-int gf__node_read_ctr_grant(const char *ctr_dir, gf__ctr_grant *g);
+/* Reads <ctr_dir>/grant.json (written by gf_node_prepare_container) with
+ * the contract's reader, gf_ctr_grant_parse (gpufrac/ctr_grant.h).
+ * GF_EIO / GF_ELIMIT (unreadable, too big), and the reader's errors. */
+int gf__node_read_ctr_grant(const char *ctr_dir, gf_ctr_grant *g);
 
 /* Maps <ctr_dir>/region/region for reading and the agent's few writes
  * (gf_region_observe).  The container can write its region directory, so
@@ -147,8 +137,15 @@ int gf__node_dra_prepare_model(struct gf_node_dra_state *s,
 int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
                              const char *where, gf_diag *d);
 
-/* text (the inventory JSON, malloc'd) with "models" set to the JSON array
- * text models; replaces *text.  GF_ESYNTAX / GF_ENOMEM. */
-int gf__node_inventory_add_models(char **text, const char *models);
+/* The node's inventory (gpufrac/grant.h): g's healthy GPUs with a uuid,
+ * its MIG units, and the models of cache (NULL: none) as the contract's
+ * inventory and facts, which gf_inventory_format_facts writes. */
+void gf__node_inventory_build(const gf_node_gpus *g,
+                              struct gf_node_cache *cache, gf_inventory *inv,
+                              gf_inventory_facts *f);
+/* That inventory as the annotation's text (malloc'd; free()), what
+ * gf_node_kube_publish writes.  GF_ENOMEM. */
+int gf__node_inventory_text(const gf_node_gpus *g, struct gf_node_cache *cache,
+                            char **out, gf_diag *d);
 
 #endif

@@ -197,14 +197,9 @@ int gf_node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
                          gf_diag *d) {
   *changed = false;
   char *text = NULL;
-  int rc = gf_node_inventory_json(g, &text, d);
+  int rc = gf__node_inventory_text(g, atomic_load(&k->cache), &text, d);
   if (rc)
     return rc;
-  gf_node_cache *cache = atomic_load(&k->cache);
-  char *models = NULL;
-  if (cache && gf_node_cache_models_json(cache, &models) == 0)
-    gf__node_inventory_add_models(&text, models); /* else without them */
-  free(models);
   if (k->published && strcmp(k->published, text) == 0) {
     free(text);
     return 0;

@@ -177,98 +177,74 @@ int gf__node_region_open(const char *ctr_dir, gf_region **out) {
   return gf_region_map(path, NULL, out, NULL);
 }
 
+/* Calls fn(user, name, path) for each entry of directory dir whose name
+ * is a safe path component. */
+static void each_entry(const char *dir,
+                       void (*fn)(void *user, const char *name,
+                                  const char *path),
+                       void *user) {
+  DIR *dh = opendir(dir);
+  if (!dh)
+    return;
+  struct dirent *e;
+  while ((e = readdir(dh))) {
+    char path[GF_NODE_PATH_MAX];
+    if (gf_node_safe_name(e->d_name) &&
+        gf__node_join(path, sizeof(path), dir, e->d_name))
+      fn(user, e->d_name, path);
+  }
+  closedir(dh);
+}
+
 void gf__node_each_pod(const char *state_dir,
                        void (*fn)(void *user, const char *uid,
                                   const char *pod_dir),
                        void *user) {
   char pods[GF_NODE_PATH_MAX];
-  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods"))
-    return;
-  DIR *dir = opendir(pods);
-  if (!dir)
-    return;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    char path[GF_NODE_PATH_MAX];
-    if (gf_node_safe_name(e->d_name) &&
-        gf__node_join(path, sizeof(path), pods, e->d_name))
-      fn(user, e->d_name, path);
-  }
-  closedir(dir);
+  if (gf__node_join(pods, sizeof(pods), state_dir, "pods"))
+    each_entry(pods, fn, user);
 }
 
 typedef struct each_ctr {
   void (*fn)(void *, const char *, const char *, const char *);
   void *user;
+  const char *uid;
 } each_ctr;
+
+static void ctr_of_pod(void *user, const char *ctr, const char *ctr_dir) {
+  each_ctr *ec = user;
+  ec->fn(ec->user, ec->uid, ctr, ctr_dir);
+}
 
 static void each_ctr_in_pod(void *user, const char *uid, const char *pod_dir) {
   each_ctr *ec = user;
-  DIR *dir = opendir(pod_dir);
-  if (!dir)
-    return;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    char path[GF_NODE_PATH_MAX];
-    if (gf_node_safe_name(e->d_name) &&
-        gf__node_join(path, sizeof(path), pod_dir, e->d_name))
-      ec->fn(ec->user, uid, e->d_name, path);
-  }
-  closedir(dir);
+  ec->uid = uid;
+  each_entry(pod_dir, ctr_of_pod, ec);
 }
 
 void gf__node_each_container(const char *state_dir,
                              void (*fn)(void *user, const char *uid,
                                         const char *ctr, const char *ctr_dir),
                              void *user) {
-  each_ctr ec = {fn, user};
+  each_ctr ec = {fn, user, NULL};
   gf__node_each_pod(state_dir, each_ctr_in_pod, &ec);
 }
 
-#define GRANT_FILE_MAX 65536
+_Static_assert(GF_CTR_GRANT_MAX_GPUS == GF_REGION_DEVICES,
+               "a grant.json's GPUs are the region's devices");
 
-int gf__node_read_ctr_grant(const char *ctr_dir, gf__ctr_grant *g) {
+int gf__node_read_ctr_grant(const char *ctr_dir, gf_ctr_grant *g) {
   memset(g, 0, sizeof(*g));
   char path[GF_NODE_PATH_MAX];
-  if (!gf__node_join(path, sizeof(path), ctr_dir, "grant.json"))
+  if (!gf__node_join(path, sizeof(path), ctr_dir, GF_CTR_GRANT_FILE))
     return GF_ELIMIT;
   char *text;
   size_t len;
-  int rc = gf__node_read_file(path, GRANT_FILE_MAX, &text, &len, NULL);
+  int rc = gf__node_read_file(path, GF_CTR_GRANT_MAX, &text, &len, NULL);
   if (rc)
     return rc;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+  rc = gf_ctr_grant_parse(text, len, g, NULL);
   free(text);
-  json_t *gpus = json_object_get(root, "gpus");
-  rc = GF_ESYNTAX;
-  if (gf_ctr_grant_check_version(root, NULL) || !json_is_array(gpus) ||
-      json_array_size(gpus) > GF_REGION_DEVICES)
-    goto out;
-  size_t i;
-  json_t *x;
-  json_array_foreach(gpus, i, x) {
-    const char *u = json_string_value(json_object_get(x, "uuid"));
-    json_t *m = json_object_get(x, "memory");
-    json_t *cp = json_object_get(x, "compute");
-    if (!u || strlen(u) >= GF_UUID_MAX || !json_is_integer(m) ||
-        json_integer_value(m) < 0)
-      goto out;
-    gf__node_copy(g->uuid[i], GF_UUID_MAX, u);
-    g->limit[i] = (uint64_t)json_integer_value(m);
-    if (json_is_integer(cp) && json_integer_value(cp) > 0 &&
-        json_integer_value(cp) <= 100)
-      g->compute[i] = (uint32_t)json_integer_value(cp);
-  }
-  g->ngpus = (uint32_t)json_array_size(gpus);
-  const char *ns = json_string_value(json_object_get(root, "namespace"));
-  const char *nm = json_string_value(json_object_get(root, "name"));
-  if (ns && strlen(ns) < sizeof(g->ns))
-    gf__node_copy(g->ns, sizeof(g->ns), ns);
-  if (nm && strlen(nm) < sizeof(g->name))
-    gf__node_copy(g->name, sizeof(g->name), nm);
-  rc = 0;
-out:
-  json_decref(root);
   return rc;
 }
 

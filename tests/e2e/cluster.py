@@ -469,6 +469,20 @@ class Cluster:
             "metadata": {"name": name, "labels": lab}})
         self.admin.merge_patch("/api/v1/nodes/" + name, {"spec": {"taints": None}})
 
+    def patch_inventory(self, name, ngpus, models=None, gpu_model="A100-80GB"):
+        """Writes Node name's gpufrac.io/inventory as its node agent would
+        publish it: ngpus GPUs of gpu_model (80 GiB each, mode shared, uuids
+        GPU-<name>-<i>) and, when models is not None, that "models" list
+        (the weight cache's). Returns the document."""
+        inv = {"version": 1, "gpus": [
+            {"index": i, "uuid": "GPU-%s-%d" % (name, i), "model": gpu_model,
+             "memory": 80 << 30, "mode": "shared"} for i in range(ngpus)]}
+        if models is not None:
+            inv["models"] = models
+        self.admin.merge_patch("/api/v1/nodes/" + name, {
+            "metadata": {"annotations": {"gpufrac.io/inventory": json.dumps(inv)}}})
+        return inv
+
     def node_status(self, name, res):
         """Writes Node name's status as kubelet would: capacity and
         allocatable `res` (resource name -> quantity) and Ready now."""
@@ -579,6 +593,33 @@ def run_once(title, make, body, on_error=None):
                 ok = False
     print("%s: %s" % (title, "passed" if ok else "FAILED"))
     return 0 if ok else 1
+
+
+def e2e_main(doc, title, body, tail=0):
+    """A main for a file that is one scenario, its argv K8S_BIN GPUFRAC
+    [--keep]: run_once(title, a Cluster of them, body); with tail, a
+    failure also logs the last `tail` lines of each process the test
+    started (Cluster.spawn). Returns the exit status (2: bad arguments,
+    doc printed)."""
+    a = e2e_args(doc, 2)
+    if not a:
+        return 2
+    (k8s_bin, gpufrac), keep = a
+
+    def tails(c):
+        for p in c.extra:
+            log("%s log ends:\n%s" % (p.name, p.tail(tail)))
+    return run_once(title, lambda: Cluster(k8s_bin, gpufrac, keep), body,
+                    tails if tail else None)
+
+
+def start_and_run(scenario):
+    """A body for e2e_main: the cluster started (scheduler and all), then
+    scenario(c).run()."""
+    def body(c):
+        c.start()
+        scenario(c).run()
+    return body
 
 
 def run_scenarios(doc, title, scenarios, make, begin, width=14,

@@ -25,14 +25,13 @@ Nodes are API objects (no kubelet); the inventories are written directly,
 without node agents, to keep the scenario cheap.
 """
 
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, e2e_args, log, run_once, wait_for  # noqa: E402
-from test_k8s import E2E, Extender, INVENTORY, NS, pod  # noqa: E402
+from cluster import Failure, e2e_main, log, start_and_run, wait_for  # noqa: E402
+from test_k8s import E2E, Extender, NS, pod  # noqa: E402
 
 PH_NS = "gpufrac-system"
 PH_LABEL = "gpufrac.io/placeholder"
@@ -63,11 +62,7 @@ class Scenario:
         """A Node with an inventory of ngpus A100-80GB, as the node agent
         would publish it."""
         self.t.add_node(name, "%dxA100-80GB" % ngpus)
-        inv = {"version": 1, "gpus": [
-            {"index": i, "uuid": "GPU-%s-%d" % (name, i), "model": "A100-80GB",
-             "memory": 80 << 30, "mode": "shared"} for i in range(ngpus)]}
-        self.api.merge_patch("/api/v1/nodes/" + name, {
-            "metadata": {"annotations": {INVENTORY: json.dumps(inv)}}})
+        self.c.patch_inventory(name, ngpus)
 
     def placeholders(self):
         return self.api.items("/api/v1/namespaces/%s/pods" % PH_NS,
@@ -183,21 +178,7 @@ class Scenario:
 
 
 def main():
-    a = e2e_args(__doc__, 2)
-    if not a:
-        return 2
-    (k8s_bin, gpufrac), keep = a
-
-    def body(c):
-        c.start()
-        Scenario(c).run()
-
-    def tails(c):
-        for p in c.extra:
-            log("%s log ends:\n%s" % (p.name, p.tail(15)))
-    return run_once("e2e autoscale",
-                    lambda: Cluster(k8s_bin, gpufrac, keep),
-                    body, tails)
+    return e2e_main(__doc__, "e2e autoscale", start_and_run(Scenario), tail=15)
 
 
 if __name__ == "__main__":

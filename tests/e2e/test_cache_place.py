@@ -19,14 +19,13 @@ writes, are patched on by the test (no node agents):
      annotation is ignored, never a refusal) and the extender logs it.
 """
 
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, e2e_args, log, run_once, wait_for  # noqa: E402
-from test_k8s import E2E, Extender, INVENTORY, NS, pod  # noqa: E402
+from cluster import Failure, e2e_main, log, start_and_run, wait_for  # noqa: E402
+from test_k8s import E2E, Extender, NS, pod  # noqa: E402
 
 MODEL = "gpufrac.io/model"
 HEX = "0123456789abcdef" * 4
@@ -45,12 +44,7 @@ class Scenario:
         self.t = E2E(c)
 
     def inventory(self, name, models):
-        inv = {"version": 1, "gpus": [
-            {"index": i, "uuid": "GPU-%s-%d" % (name, i), "model": "A100-80GB",
-             "memory": 80 << 30, "mode": "shared"} for i in range(2)],
-            "models": models}
-        self.api.merge_patch("/api/v1/nodes/" + name, {
-            "metadata": {"annotations": {INVENTORY: json.dumps(inv)}}})
+        self.c.patch_inventory(name, 2, models)
 
     def model_pod(self, name, ref):
         p = pod(name, compute=50)
@@ -100,21 +94,8 @@ class Scenario:
 
 
 def main():
-    a = e2e_args(__doc__, 2)
-    if not a:
-        return 2
-    (k8s_bin, gpufrac), keep = a
-
-    def body(c):
-        c.start()
-        Scenario(c).run()
-
-    def tails(c):
-        for p in c.extra:
-            log("%s log ends:\n%s" % (p.name, p.tail(15)))
-    return run_once("e2e cache placement",
-                    lambda: Cluster(k8s_bin, gpufrac, keep),
-                    body, tails)
+    return e2e_main(__doc__, "e2e cache placement", start_and_run(Scenario),
+                    tail=15)
 
 
 if __name__ == "__main__":

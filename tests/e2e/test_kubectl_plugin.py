@@ -28,8 +28,8 @@ import time
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import (Cluster, Failure, e2e_args, free_port, kubeconfig, log,  # noqa: E402
-                     run_once, wait_for)
+from cluster import (Failure, e2e_main, free_port, kubeconfig, log,  # noqa: E402
+                     wait_for)
 from test_k8s import A100, E2E, NS, SLOTS, T4, Extender, gpus_of, pod  # noqa: E402
 
 GiB = 1 << 30
@@ -279,11 +279,6 @@ class PluginTest(E2E):
 
 
 def main():
-    a = e2e_args(__doc__, 2)
-    if not a:
-        return 2
-    (k8s_bin, gpufrac), keep = a
-
     def body(c):
         c.start(scheduler=False)
         c.start_scheduler(managed=["nvidia.com/gpumem",
@@ -296,8 +291,7 @@ def main():
         t.run_migrate()
         c.check_alive()
         log("kubectl plugin: passed in %.1f s" % (time.monotonic() - t0))
-    return run_once("e2e kubectl plugin",
-                    lambda: Cluster(k8s_bin, gpufrac, keep), body)
+    return e2e_main(__doc__, "e2e kubectl plugin", body)
 
 
 if __name__ == "__main__":

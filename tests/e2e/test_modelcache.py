@@ -26,8 +26,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import (DEPLOY, Cluster, Failure, e2e_args, free_port, log,  # noqa: E402
-                     run_once, wait_for)
+from cluster import (DEPLOY, Failure, e2e_main, free_port, log,  # noqa: E402
+                     start_and_run, wait_for)
 
 NODE = "mc1"
 INVENTORY = "gpufrac.io/inventory"
@@ -148,20 +148,7 @@ class Scenario:
 
 
 def main():
-    a = e2e_args(__doc__, 2)
-    if not a:
-        return 2
-    (k8s_bin, gpufrac), keep = a
-
-    def body(c):
-        c.start()
-        Scenario(c).run()
-
-    def tails(c):
-        for p in c.extra:
-            log("%s log ends:\n%s" % (p.name, p.tail(20)))
-    return run_once("e2e modelcache", lambda: Cluster(k8s_bin, gpufrac, keep),
-                    body, tails)
+    return e2e_main(__doc__, "e2e modelcache", start_and_run(Scenario), tail=20)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 /* libFuzzer target: the two annotation documents exchanged between the
- * extender and the node agent (gpufrac/grant.h).  Each input is parsed as
- * a grant and as an inventory.  Neither parser may crash or leak; what one
+ * extender and the node agent (gpufrac/grant.h), and a container's
+ * grant.json (gpufrac/ctr_grant.h).  Each input is parsed as a grant, as
+ * an inventory and as a grant.json.  No parser may crash or leak; what one
  * accepts must keep the documented invariants, format back to text, and
  * parse again to the same values. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpufrac/ctr_grant.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 
@@ -105,6 +107,35 @@ static bool same_inventory(const gf_inventory *a, const gf_inventory *b) {
   return true;
 }
 
+/* A grant.json the reader accepted: in bounds, and written back by the
+ * one writer it reads the same. */
+static void check_ctr_grant(const gf_ctr_grant *r) {
+  if (r->ngpus > GF_CTR_GRANT_MAX_GPUS || !ended(r->ns, GF_NAME_MAX) ||
+      !ended(r->name, GF_NAME_MAX))
+    abort();
+  gf_grant_container c;
+  memset(&c, 0, sizeof(c));
+  memcpy(c.name, "c", 2);
+  c.ngpus = r->ngpus;
+  for (uint32_t i = 0; i < r->ngpus; i++) {
+    if (!ended(r->uuid[i], GF_UUID_MAX) || r->compute[i] > 100 ||
+        r->limit[i] > (uint64_t)INT64_MAX)
+      abort();
+    memcpy(c.gpus[i].uuid, r->uuid[i], strlen(r->uuid[i]) + 1);
+    c.gpus[i].index = i;
+    c.gpus[i].mem_bytes = (int64_t)r->limit[i];
+    c.gpus[i].compute_pct = (int32_t)r->compute[i];
+  }
+  char *s = NULL;
+  gf_diag d = {""};
+  gf_ctr_grant r2;
+  if (gf_ctr_grant_format("u", r->ns, r->name, &c, &s, &d) ||
+      gf_ctr_grant_parse(s, strlen(s), &r2, &d) ||
+      memcmp(r, &r2, sizeof(r2)) != 0)
+    abort();
+  free(s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *text = (const char *)data;
   gf_diag d = {""};
@@ -139,6 +170,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         !same_inventory(&inv, &inv2))
       abort();
     free(s);
+  }
+
+  gf_ctr_grant cg;
+  d.msg[0] = '\0';
+  rc = gf_ctr_grant_parse(text, size, &cg, &d);
+  if (rc) {
+    if (!known_error(rc) || !d.msg[0])
+      abort();
+  } else {
+    check_ctr_grant(&cg);
   }
   return 0;
 }

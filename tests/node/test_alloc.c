@@ -12,6 +12,8 @@
 
 #include "tmpdir.h"
 
+#include "model_source.h"
+
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -977,25 +979,10 @@ static bool pods_has(void *user, const char *holder) {
 
 static void test_allocate_model(void **state) {
   (void)state;
-  char src[300], path[400], root[300], url[400], ref[400];
-  snprintf(src, sizeof(src), "%s/model-src", tmpdir);
-  mkdir(src, 0755);
-  snprintf(path, sizeof(path), "%s/weights.bin", src);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs("weights", f);
-  fclose(f);
-  char *text = NULL;
-  size_t len = 0;
+  model_source ms;
+  model_source_make(&ms, "weights.bin", "tiny-lm");
+  const char *url = ms.url, *ref = ms.ref, *hex = ms.hex;
   gf_diag d = {""};
-  assert_int_equal(gf_node_cache_manifest_build(src, &text, &len, &d), 0);
-  char hex[GF_NODE_CACHE_HEX];
-  gf_node_cache_sha256_hex(text, len, hex);
-  assert_int_equal(
-      gf_node_write_atomic(src, GF_NODE_CACHE_MANIFEST, text, len, &d), 0);
-  free(text);
-  snprintf(url, sizeof(url), "file://%s", src);
-  snprintf(ref, sizeof(ref), "tiny-lm@sha256:%s", hex);
 
   gf_node_pods *p = new_cache();
   gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
@@ -1014,12 +1001,7 @@ static void test_allocate_model(void **state) {
   assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESTATE);
   assert_non_null(strstr(d.msg, "without a weight cache"));
 
-  snprintf(root, sizeof(root), "%s/models", tmpdir);
-  char allow[400]; /* the node lets pods name sources under tmpdir */
-  snprintf(allow, sizeof(allow), "file://%s/", tmpdir);
-  gf_node_cache_opts co = {.root = root, .pod_sources = allow};
-  gf_node_cache *cache = NULL;
-  assert_int_equal(gf_node_cache_open(&co, &cache, &d), 0);
+  gf_node_cache *cache = model_cache_open();
   gf__node_allocator_set_cache(a, cache);
   int rc = gf_node_allocate(a, ids, 1, o, &d);
   if (rc)
@@ -1078,24 +1060,46 @@ static void test_allocate_model(void **state) {
   gf_node_pods_free(p);
 }
 
-/* The inventory gains the cache's models, other fields untouched. */
+/* The inventory gains the cache's models, other fields untouched; a model
+ * the inventory cannot carry (a name over GF_MODEL_NAME_LEN - 1 bytes) is
+ * left out, not a reason to publish a document the extender refuses. */
 static void test_inventory_models(void **state) {
   (void)state;
-  char *text = strdup("{\"version\":1,\"gpus\":[]}");
-  assert_int_equal(gf__node_inventory_add_models(
-                       &text, "[{\"name\":\"m\",\"state\":\"ready\"}]"),
-                   0);
-  assert_string_equal(text, "{\"version\":1,\"gpus\":[],\"models\":[{"
-                            "\"name\":\"m\",\"state\":\"ready\"}]}");
-  assert_int_equal(gf__node_inventory_add_models(&text, "{}"), GF_ESYNTAX);
+  model_source ms;
+  model_source_make(&ms, "weights.bin", "m");
+  gf_node_cache *cache = model_cache_open();
+  gf_diag d = {""};
+  char longname[GF_MODEL_NAME_LEN + 8];
+  memset(longname, 'n', sizeof(longname) - 1);
+  longname[sizeof(longname) - 1] = '\0';
+  assert_int_equal(gf_node_cache_fetch(cache, longname, ms.hex, ms.url, &d), 0);
+  gf_node_gpus g;
+  assert_int_equal(gf_node_discover_fake("1xT4-16GB", &g, &d), 0);
+  char *plain = NULL, *text = NULL;
+  assert_int_equal(gf__node_inventory_text(&g, NULL, &plain, &d), 0);
+  assert_int_equal(gf__node_inventory_text(&g, cache, &text, &d), 0);
+  char want[4096]; /* the long name left out; the cache there, empty */
+  snprintf(want, sizeof(want), "%.*s,\"models\":[]}", (int)strlen(plain) - 1,
+           plain);
+  assert_string_equal(text, want);
   free(text);
+  assert_int_equal(gf_node_cache_evict(cache, ms.hex, &d), 0);
+  assert_int_equal(gf_node_cache_fetch(cache, "m", ms.hex, ms.url, &d), 0);
+  assert_int_equal(gf__node_inventory_text(&g, cache, &text, &d), 0);
+  snprintf(want, sizeof(want),
+           "%.*s,\"models\":[{\"name\":\"m\",\"digest\":\"sha256:%s\","
+           "\"bytes\":7,\"state\":\"ready\"}]}",
+           (int)strlen(plain) - 1, plain, ms.hex);
+  assert_string_equal(text, want);
+  free(text);
+  free(plain);
+  gf_node_cache_free(cache);
   /* The node config's model_* keys. */
   gf_node_config cfg;
   gf_node_config_init(&cfg);
   const char *conf = "model_cache_dir = /var/lib/gpufrac/models\n"
                      "model_cache_budget = 200Gi\nmodel_keep_warm_s = 60\n"
                      "model_mlock_budget = 1Gi\n";
-  gf_diag d = {""};
   assert_int_equal(gf_node_config_parse(&cfg, conf, strlen(conf), "n", &d), 0);
   assert_string_equal(cfg.model_cache_dir, "/var/lib/gpufrac/models");
   assert_int_equal(cfg.model_cache_budget, 200ULL << 30);
@@ -1130,7 +1134,8 @@ int main(void) {
       cmocka_unit_test(test_dp_devices),
       cmocka_unit_test_setup_teardown(test_allocate_model, setup_tmp,
                                       teardown_tmp),
-      cmocka_unit_test(test_inventory_models),
+      cmocka_unit_test_setup_teardown(test_inventory_models, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_mps, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_mig, setup_tmp,

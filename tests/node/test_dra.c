@@ -15,6 +15,8 @@
 
 #include "tmpdir.h"
 
+#include "model_source.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -707,25 +709,10 @@ static void test_bad_checkpoint(void **state) {
  * without a cache, refused. */
 static void test_prepare_model(void **state) {
   (void)state;
-  char src[300], path[400], root[300], url[400], ref[400];
-  snprintf(src, sizeof(src), "%s/model-src", tmpdir);
-  mkdir(src, 0755);
-  snprintf(path, sizeof(path), "%s/w.bin", src);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs("weights", f);
-  fclose(f);
-  char *text = NULL;
-  size_t len = 0;
+  model_source ms;
+  model_source_make(&ms, "w.bin", "lm");
+  const char *url = ms.url, *ref = ms.ref, *hex = ms.hex;
   gf_diag d = {""};
-  assert_int_equal(gf_node_cache_manifest_build(src, &text, &len, &d), 0);
-  char hex[GF_NODE_CACHE_HEX];
-  gf_node_cache_sha256_hex(text, len, hex);
-  assert_int_equal(
-      gf_node_write_atomic(src, GF_NODE_CACHE_MANIFEST, text, len, &d), 0);
-  free(text);
-  snprintf(url, sizeof(url), "file://%s", src);
-  snprintf(ref, sizeof(ref), "lm@sha256:%s", hex);
 
   gf_node_gpus *g = gpus(1);
   gf_node_dra_state *s = open_state(g);
@@ -736,12 +723,7 @@ static void test_prepare_model(void **state) {
                    GF_ESTATE);
   assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
 
-  snprintf(root, sizeof(root), "%s/models", tmpdir);
-  char allow[400]; /* the node lets pods name sources under tmpdir */
-  snprintf(allow, sizeof(allow), "file://%s/", tmpdir);
-  gf_node_cache_opts co = {.root = root, .pod_sources = allow};
-  gf_node_cache *cache = NULL;
-  assert_int_equal(gf_node_cache_open(&co, &cache, &d), 0);
+  gf_node_cache *cache = model_cache_open();
   gf__node_dra_state_set_cache(s, cache);
   int rc = gf__node_dra_prepare_model(s, &c, ref, url, &p, &d);
   if (rc)

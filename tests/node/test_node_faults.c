@@ -10,9 +10,10 @@
  * paths are the ASan build's to find; what this test asserts fails in any
  * build.
  *
- * The paths: building the inventory annotation, the node's CDI spec and
- * writing it, a container's CDI spec, parsing the node config, and an
- * Allocate answered from a pod's grant (pod cache, allocator, answer).
+ * The paths: building the inventory annotation, the metrics page, the
+ * node's CDI spec and writing it, a container's CDI spec, parsing the node
+ * config, and an Allocate answered from a pod's grant (pod cache,
+ * allocator, answer).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -168,6 +169,21 @@ static void test_inventory(void **st) {
   walk_text(inventory, &f);
 }
 
+/* The /metrics page of the node's GPUs (no containers). */
+static int metrics(void *ctx, char **out) {
+  fixture *f = ctx;
+  gf_diag d = {""};
+  size_t len = 0;
+  return gf_node_metrics_text(&f->g, NULL, out, &len, &d);
+}
+
+static void test_metrics(void **st) {
+  (void)st;
+  fixture f;
+  fixture_init(&f);
+  walk_text(metrics, &f);
+}
+
 static void test_cdi(void **st) {
   (void)st;
   fixture f;
@@ -316,6 +332,7 @@ int main(void) {
   json_set_alloc_funcs(gf__malloc, gf__free);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_inventory, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_metrics, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_cdi, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_cdi_container, setup_tmp,
                                       teardown_tmp),
