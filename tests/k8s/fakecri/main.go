@@ -59,6 +59,9 @@ func main() {
 		os.Exit(1)
 	}
 	r := &runtime{RemoteRuntime: fake.NewFakeRemoteRuntime(), dump: f}
+	// kubelet refuses an image whose size is 0 ("Id or size of image ... is
+	// not set"), what the fake reports unless told otherwise.
+	r.ImageService.SetFakeImageSize(1 << 20)
 	r.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		{Type: runtimeapi.RuntimeReady, Status: true},
 		{Type: runtimeapi.NetworkReady, Status: true},
