@@ -976,9 +976,8 @@ static int fsync_path(const char *p, int flags) {
 }
 
 /* The fetch proper, without the lock: manifest, room, files, publish. */
-static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
-                    const char *hex, const char *source, gf_diag *d) {
-  (void)eslot_unused;
+static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
+                    const char *source, const char *beneath, gf_diag *d) {
   char tmp[4096], dst[4096], path[8192];
   char *text = NULL;
   size_t len = 0;
@@ -989,7 +988,7 @@ static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
     return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
   if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED))
     return gf_diag_set(d, GF_ESTATE, "the cache is stopping");
-  rc = gf__mc_get_manifest(source, &c->o, &text, &len, d);
+  rc = gf__mc_get_manifest(source, beneath, &c->o, &text, &len, d);
   if (rc)
     goto out;
   rc = gf_node_cache_manifest_parse(text, len, &m, d);
@@ -1028,8 +1027,8 @@ static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
              name, hex, m.n, m.bytes, source);
-  rc = gf__mc_fetch_files(source, name, tmp, &m, &c->o, &c->bytes_fetched,
-                          &c->cancel, d);
+  rc = gf__mc_fetch_files(source, beneath, name, tmp, &m, &c->o,
+                          &c->bytes_fetched, &c->cancel, d);
   if (rc)
     goto out;
   /* Publish: make read-only, fsync the tree's directories, rename. */
@@ -1052,8 +1051,15 @@ out:
   return rc;
 }
 
-int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
-                        const char *source, gf_diag *d) {
+/* One request for a model (gf_node_cache_fetch, gf_node_cache_fetch_for_pod
+ * and gf_node_cache_acquire). */
+typedef struct req {
+  const char *name, *hex, *source;
+  const char *beneath; /* file://: the allowed prefix; NULL: the source */
+} req;
+
+static int fetch_req(gf_node_cache *c, const req *r, gf_diag *d) {
+  const char *name = r->name, *hex = r->hex, *source = r->source;
   if (!hex || !is_hex64(hex, strlen(hex)))
     return gf_diag_set(d, GF_EINVAL,
                        "model %s: the digest is not 64 "
@@ -1112,7 +1118,7 @@ int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
   pthread_mutex_unlock(&c->mu);
 
   gf_diag fd = {{0}};
-  int rc = do_fetch(c, NULL, name, hex, source, &fd);
+  int rc = do_fetch(c, name, hex, source, r->beneath, &fd);
 
   pthread_mutex_lock(&c->mu);
   e = find(c, hex);
@@ -1138,6 +1144,12 @@ int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
   if (rc && d)
     *d = fd;
   return rc;
+}
+
+int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
+                        const char *source, gf_diag *d) {
+  req r = {.name = name, .hex = hex, .source = source};
+  return fetch_req(c, &r, d);
 }
 
 /* ---- pins, lookups, eviction ------------------------------------------- */
@@ -1526,15 +1538,23 @@ int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex) {
   return 0;
 }
 
-bool gf_node_cache_source_allowed(const char *allow, const char *source) {
+/* The prefix in allow that source starts with into out[cap] (the first);
+ * false when none. */
+static bool source_prefix(const char *allow, const char *source, char *out,
+                          size_t cap) {
   if (!allow || !source)
     return false;
   for (const char *p = allow; *p;) {
     size_t n = strcspn(p, ",");
     /* a prefix that does not end in '/' would let "https://a.example" pass
      * "https://a.example.attacker.net": never matches */
-    if (n > 1 && p[n - 1] == '/' && strncmp(source, p, n) == 0)
+    if (n > 1 && p[n - 1] == '/' && strncmp(source, p, n) == 0) {
+      if (n >= cap)
+        return false;
+      memcpy(out, p, n);
+      out[n] = '\0';
       return true;
+    }
     p += n;
     if (*p == ',')
       p++;
@@ -1542,10 +1562,16 @@ bool gf_node_cache_source_allowed(const char *allow, const char *source) {
   return false;
 }
 
+bool gf_node_cache_source_allowed(const char *allow, const char *source) {
+  char pre[1024];
+  return source_prefix(allow, source, pre, sizeof(pre));
+}
+
 int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
                                 const char *hex, const char *source,
                                 gf_diag *d) {
-  if (source && !gf_node_cache_source_allowed(c->pod_sources, source))
+  char pre[1024];
+  if (source && !source_prefix(c->pod_sources, source, pre, sizeof(pre)))
     return gf_diag_set(d, GF_EINVAL,
                        "model %s: source '%.200s' is not under the node's "
                        "model_pod_sources (%s): pods may name only those "
@@ -1553,7 +1579,13 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
                        name, source,
                        c->pod_sources[0] ? c->pod_sources : "none set");
   gf_diag fd = {{0}};
-  int rc = gf_node_cache_fetch(c, name, hex, source, &fd);
+  /* a file:// source is read beneath the prefix's directory: a symlink or
+   * '..' in it does not lead out (docs/modelcache.md) */
+  req r = {.name = name,
+           .hex = hex,
+           .source = source,
+           .beneath = source && !strncmp(source, "file:", 5) ? pre : NULL};
+  int rc = fetch_req(c, &r, &fd);
   if (rc && source) {
     /* What a failed download says (a file's real size and sha256, a
      * server's answer) is for the operator's log, not the pod's events:

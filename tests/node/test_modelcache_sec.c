@@ -1,0 +1,239 @@
+/*
+ * The weight cache's hardening (docs/modelcache.md, issue 15 review): a
+ * file:// source never reads outside its directory (symlinks, '..'), a
+ * pod's fetch has an overall deadline and a minimum rate, models fetched
+ * for a namespace are served to it only, the pin is taken with the hit, a
+ * namespace's share of the budget, one process per cache directory, and
+ * manifests with very deep paths parse in bounded time.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/modelcache.h"
+#include "gpufrac/node.h"
+#include "modelcache_int.h"
+#include "tmpdir.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static void write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, n, f), n);
+  fclose(f);
+}
+
+__attribute__((unused)) static bool exists(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+/* mkdir <tmpdir>/<rel> */
+static void mkdirt(const char *rel) {
+  char p[600];
+  snprintf(p, sizeof(p), "%s/%s", tmpdir, rel);
+  assert_int_equal(mkdir(p, 0755), 0);
+}
+
+/* <dir>/gpufrac.manifest naming one file `rel` with the size and sha256 of
+ * `data` (which need not be at <dir>/<rel>); its digest into hex. */
+static void write_manifest1(const char *dir, const char *rel, const char *data,
+                            char hex[GF_NODE_CACHE_HEX]) {
+  char fh[GF_NODE_CACHE_HEX], text[2048], path[700];
+  gf_node_cache_sha256_hex(data, strlen(data), fh);
+  int n = snprintf(text, sizeof(text), "%s\t%zu\t%s\n", rel, strlen(data), fh);
+  snprintf(path, sizeof(path), "%s/gpufrac.manifest", dir);
+  write_file(path, text, (size_t)n);
+  gf_node_cache_sha256_hex(text, (size_t)n, hex);
+}
+
+__attribute__((unused)) static int count_dir(const char *sub) {
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "exit $(ls -A '%s/cache/%s' | wc -l)", tmpdir,
+           sub);
+  int r = system(cmd);
+  return WEXITSTATUS(r);
+}
+
+static gf_node_cache *open_with(gf_node_cache_opts *o) {
+  char root[300];
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  o->root = root;
+  if (!o->retries)
+    o->retries = 1;
+  gf_node_cache *c = NULL;
+  gf_diag d = {{0}};
+  int rc = gf_node_cache_open(o, &c, &d);
+  if (rc)
+    fail_msg("open: %s", d.msg);
+  o->root = NULL;
+  return c;
+}
+
+/* ---- 1. file:// stays inside its directory ------------------------------ */
+
+#define SECRET "the node's secret, outside every model directory\n"
+
+/* An allowed file:// prefix whose directory holds a symlink to a file
+ * outside it, a symlinked directory, or is named through '..': the fetch
+ * fails and reads nothing from outside. */
+static void test_file_source_beneath(void **state) {
+  (void)state;
+  char path[700], dir[600], url[700], hex[GF_NODE_CACHE_HEX];
+  mkdirt("allowed");
+  mkdirt("outside");
+  snprintf(path, sizeof(path), "%s/outside/w.bin", tmpdir);
+  write_file(path, SECRET, strlen(SECRET));
+  char prefix[400];
+  snprintf(prefix, sizeof(prefix), "file://%s/allowed/", tmpdir);
+  gf_node_cache_opts o = {.pod_sources = prefix};
+  gf_node_cache *c = open_with(&o);
+  gf_diag d = {{0}};
+
+  /* a symlink to a file outside */
+  mkdirt("allowed/m1");
+  snprintf(dir, sizeof(dir), "%s/allowed/m1", tmpdir);
+  snprintf(path, sizeof(path), "%s/w.bin", dir);
+  assert_int_equal(symlink("../../outside/w.bin", path), 0);
+  write_manifest1(dir, "w.bin", SECRET, hex);
+  snprintf(url, sizeof(url), "file://%s/", dir);
+  int rc = gf_node_cache_fetch_for_pod(c, "m1", hex, url, &d);
+  assert_int_not_equal(rc, 0);
+  /* the operator's fetch from the same directory: also refused */
+  rc = gf_node_cache_fetch(c, "m1", hex, url, &d);
+  if (rc == 0)
+    fail_msg("an operator's fetch followed a symlink out");
+  assert_non_null(strstr(d.msg, "symlink"));
+
+  /* a symlinked directory component */
+  mkdirt("allowed/m2");
+  snprintf(dir, sizeof(dir), "%s/allowed/m2", tmpdir);
+  snprintf(path, sizeof(path), "%s/sub", dir);
+  assert_int_equal(symlink("../../outside", path), 0);
+  write_manifest1(dir, "sub/w.bin", SECRET, hex);
+  snprintf(url, sizeof(url), "file://%s/", dir);
+  rc = gf_node_cache_fetch_for_pod(c, "m2", hex, url, &d);
+  assert_int_not_equal(rc, 0);
+
+  /* '..' in the source: under the prefix as text, outside as a path */
+  snprintf(dir, sizeof(dir), "%s/outside", tmpdir);
+  write_manifest1(dir, "w.bin", SECRET, hex);
+  snprintf(url, sizeof(url), "file://%s/allowed/../outside/", tmpdir);
+  assert_true(gf_node_cache_source_allowed(prefix, url));
+  rc = gf_node_cache_fetch_for_pod(c, "m3", hex, url, &d);
+  assert_int_not_equal(rc, 0);
+  snprintf(url, sizeof(url), "file://%s/allowed/%%2e%%2e/outside/", tmpdir);
+  rc = gf_node_cache_fetch_for_pod(c, "m3", hex, url, &d);
+  assert_int_not_equal(rc, 0);
+
+  /* a symlinked allowed subdirectory (the source's own directory) */
+  snprintf(path, sizeof(path), "%s/allowed/link", tmpdir);
+  assert_int_equal(symlink("../outside", path), 0);
+  snprintf(url, sizeof(url), "file://%s/allowed/link/", tmpdir);
+  rc = gf_node_cache_fetch_for_pod(c, "m4", hex, url, &d);
+  assert_int_not_equal(rc, 0);
+
+  /* a FIFO is not a regular file: refused, without blocking on it */
+  mkdirt("allowed/m5");
+  snprintf(dir, sizeof(dir), "%s/allowed/m5", tmpdir);
+  snprintf(path, sizeof(path), "%s/w.bin", dir);
+  assert_int_equal(mkfifo(path, 0644), 0);
+  write_manifest1(dir, "w.bin", SECRET, hex);
+  snprintf(url, sizeof(url), "file://%s/", dir);
+  rc = gf_node_cache_fetch_for_pod(c, "m5", hex, url, &d);
+  assert_int_not_equal(rc, 0);
+  rc = gf_node_cache_fetch(c, "m5", hex, url, &d);
+  assert_int_equal(rc, GF_EHTTP); /* the source failed */
+  assert_non_null(strstr(d.msg, "not a regular file"));
+
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.models, 0);
+  assert_int_equal(s.bytes_fetched, 0);
+
+  /* a plain model beside them still fetches, nested directories too */
+  mkdirt("allowed/ok");
+  mkdirt("allowed/ok/a");
+  snprintf(dir, sizeof(dir), "%s/allowed/ok", tmpdir);
+  snprintf(path, sizeof(path), "%s/a/w.bin", dir);
+  write_file(path, "fine\n", 5);
+  write_manifest1(dir, "a/w.bin", "fine\n", hex);
+  snprintf(url, sizeof(url), "file://%s", dir);
+  rc = gf_node_cache_fetch_for_pod(c, "ok", hex, url, &d);
+  if (rc)
+    fail_msg("a plain model: %s", d.msg);
+  gf_node_cache_free(c);
+}
+
+/* gf__mc_open_beneath itself, with openat2 and with its fallback. */
+static void check_open_beneath(void) {
+  char root[400];
+  snprintf(root, sizeof(root), "%s/r", tmpdir);
+  int fd = -1;
+  gf_diag d = {{0}};
+  assert_int_equal(gf__mc_open_beneath(root, "d/f", &fd, &d), 0);
+  assert_true(fd >= 0);
+  close(fd);
+  const char *bad[] = {"lf",    "ld/f", "../out", "d/../f",
+                       "./d/f", "fifo", "d",      "none"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    fd = -1;
+    int rc = gf__mc_open_beneath(root, bad[i], &fd, &d);
+    if (rc == 0)
+      fail_msg("%s: opened", bad[i]);
+    assert_int_equal(fd, -1);
+  }
+}
+
+static void test_open_beneath(void **state) {
+  (void)state;
+  char p[600];
+  mkdirt("r");
+  mkdirt("r/d");
+  mkdirt("out");
+  snprintf(p, sizeof(p), "%s/r/d/f", tmpdir);
+  write_file(p, "in", 2);
+  snprintf(p, sizeof(p), "%s/out/f", tmpdir);
+  write_file(p, "out", 3);
+  snprintf(p, sizeof(p), "%s/r/lf", tmpdir);
+  assert_int_equal(symlink("../out/f", p), 0);
+  snprintf(p, sizeof(p), "%s/r/ld", tmpdir);
+  assert_int_equal(symlink("../out", p), 0);
+  snprintf(p, sizeof(p), "%s/r/fifo", tmpdir);
+  assert_int_equal(mkfifo(p, 0644), 0);
+  check_open_beneath();
+  gf__mc_open_beneath_fallback(true);
+  check_open_beneath();
+  gf__mc_open_beneath_fallback(false);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_open_beneath, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_file_source_beneath, setup_tmp,
+                                      teardown_tmp),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
