@@ -87,6 +87,22 @@ typedef struct gf_node_cache_opts {
   long connect_timeout_s; /* 0: 10 */
   long stall_timeout_s;   /* no byte for this long fails a try; 0: 30 */
   long progress_s;        /* a progress log line this often; 0: 5 */
+  /* A fetch (its files, all tries) that is not done this long after it
+   * started fails with GF_ELIMIT; 0: 7200; < 0: none. */
+  long deadline_s;
+  /* Bytes per second a fetch must average (received, or found already on
+   * disk from an earlier try), checked once it has run min_rate_after_s:
+   * below it the fetch fails with GF_ELIMIT (a source that trickles a byte
+   * now and then passes the stall timeout); 0: 1000000; < 0: none. */
+  int64_t min_rate;
+  long min_rate_after_s; /* 0: 60 */
+  /* The most bytes of models one namespace's fetches may hold, pinned or
+   * not, fetching included (gf_node_cache_acquire); 0: no limit. */
+  uint64_t ns_budget;
+  /* Pod sources (prefixes as in pod_sources) whose models are served to
+   * every namespace: public mirrors.  A model a pod fetched from anywhere
+   * else is served to that pod's namespace only.  NULL or "": none. */
+  const char *shared_sources;
   /* Log lines ("model NAME: ..."); NULL: stderr. Called from fetch
    * threads, never with the cache's lock held. */
   void (*log)(void *user, const char *line);

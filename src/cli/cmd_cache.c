@@ -57,6 +57,12 @@ static void usage(FILE *fp) {
       "  --retries N        tries per file after the first (default 3)\n"
       "  --stall-timeout S  a try that receives nothing for S seconds "
       "fails (default 30)\n"
+      "  --deadline S       the fetch fails when not done after S seconds "
+      "(default 7200;\n                     0: none); its parts stay to "
+      "resume\n"
+      "  --min-rate BYTES   the fetch fails when it averages under BYTES/s "
+      "after its\n                     first 60 s (default 1000000; 0: "
+      "none)\n"
       "  --namespace NS     the agents' namespace (default gpufrac-system)\n");
 }
 
@@ -71,13 +77,21 @@ static void log_line(void *user, const char *line) {
   fprintf(stderr, "gpufrac cache: %s\n", line);
 }
 
+/* deadline_s and min_rate: < 0 unset (the library's default), 0 none. */
 static int open_cache(const char *dir, uint64_t budget, unsigned parallel,
-                      unsigned retries, long stall_s, gf_node_cache **c) {
+                      unsigned retries, long stall_s, long deadline_s,
+                      int64_t min_rate, gf_node_cache **c) {
   gf_node_cache_opts o = {.root = dir,
                           .budget = budget,
                           .parallel = parallel,
                           .retries = retries,
                           .stall_timeout_s = stall_s,
+                          .deadline_s = deadline_s < 0    ? 0
+                                        : deadline_s == 0 ? -1
+                                                          : deadline_s,
+                          .min_rate = min_rate < 0    ? 0
+                                      : min_rate == 0 ? -1
+                                                      : min_rate,
                           .log = log_line};
   gf_diag d = {""};
   if (gf_node_cache_open(&o, c, &d)) {
@@ -219,6 +233,7 @@ int cmd_cache(int argc, char **argv) {
              *ns = GF_NODE_PREFETCH_NAMESPACE, *selector = NULL, *names = NULL;
   uint64_t budget = 0;
   int64_t nodes = 0, parallel = 0, retries = 0, stall = 0;
+  int64_t deadline = -1, min_rate = -1; /* unset */
   const char *pos[3] = {NULL, NULL, NULL};
   int npos = 0;
   gf_diag d = {""};
@@ -250,6 +265,12 @@ int cmd_cache(int argc, char **argv) {
       } else if (!strcmp(a, "--stall-timeout")) {
         if (gf_parse_int64(v, 1, 3600, &stall, &d))
           return bad_usage("--stall-timeout: not seconds in 1..3600");
+      } else if (!strcmp(a, "--deadline")) {
+        if (gf_parse_int64(v, 0, 7 * 86400, &deadline, &d))
+          return bad_usage("--deadline: not seconds in 0..604800");
+      } else if (!strcmp(a, "--min-rate")) {
+        if (gf_quantity_bytes(v, &min_rate, &d) || min_rate < 0)
+          return bad_usage("--min-rate: not a byte quantity");
       } else if (!strcmp(a, "--nodes")) {
         if (gf_parse_int64(v, 1, 100000, &nodes, &d))
           return bad_usage("--nodes: not an integer in 1..100000");
@@ -320,7 +341,7 @@ int cmd_cache(int argc, char **argv) {
     return bad_usage("unknown subcommand");
   gf_node_cache *c = NULL;
   int ex = open_cache(dir, budget, (unsigned)parallel, (unsigned)retries,
-                      (long)stall, &c);
+                      (long)stall, (long)deadline, min_rate, &c);
   if (ex)
     return ex;
   if (!strcmp(sub, "ls")) {

@@ -25,6 +25,7 @@
 #include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/node.h"
+#include "gpufrac/quantity.h"
 #include "modelcache_int.h"
 #include "node_int.h"
 
@@ -898,6 +899,14 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
       o && o->connect_timeout_s > 0 ? o->connect_timeout_s : 10;
   c->o.stall_timeout_s = o && o->stall_timeout_s > 0 ? o->stall_timeout_s : 30;
   c->o.progress_s = o && o->progress_s > 0 ? o->progress_s : 5;
+  c->o.deadline_s = !o || o->deadline_s == 0 ? 7200
+                    : o->deadline_s < 0      ? 0
+                                             : o->deadline_s;
+  c->o.min_rate = !o || o->min_rate == 0 ? 1000000
+                  : o->min_rate < 0      ? 0
+                                         : (uint64_t)o->min_rate;
+  c->o.min_rate_after_s =
+      o && o->min_rate_after_s > 0 ? o->min_rate_after_s : 60;
   c->o.log = o && o->log ? o->log : default_log;
   c->o.log_user = o && o->log ? o->log_user : NULL;
   pthread_mutex_init(&c->mu, NULL);
@@ -1612,4 +1621,77 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
     pthread_mutex_unlock(&c->mu);
   }
   return rc;
+}
+
+/* ---- the node config's keys for the above ------------------------------ */
+
+/* "https://a/,file:///b/": prefixes http(s)://... or file:///..., each
+ * ending in '/', separated by commas. */
+static bool prefixes_ok(const char *v) {
+  for (const char *p = v; *p;) {
+    size_t n = strcspn(p, ",");
+    if (n < 2 || p[n - 1] != '/' ||
+        (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
+         strncmp(p, "file:///", 8)))
+      return false;
+    p += n;
+    if (*p == ',')
+      p++;
+  }
+  return true;
+}
+
+int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
+                                    const char *v, const char *where,
+                                    gf_diag *d) {
+  int64_t q = 0;
+  if (!strcmp(k, "model_fetch_deadline_s")) {
+    if (gf_parse_int64(v, 0, 7 * 86400, &q, NULL))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: model_fetch_deadline_s = '%s': want seconds "
+                         "0..604800 (0: none)",
+                         where, v);
+    c->model_fetch_deadline_s = q;
+    return 0;
+  }
+  if (!strcmp(k, "model_fetch_min_rate") || !strcmp(k, "model_ns_budget")) {
+    if (gf_quantity_bytes(v, &q, NULL) || q < 0)
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: %s = '%s': want bytes%s (a quantity such as "
+                         "\"%s\"; 0: none)",
+                         where, k, v, k[6] == 'f' ? " per second" : "",
+                         k[6] == 'f' ? "1Mi" : "50Gi");
+    if (k[6] == 'f')
+      c->model_fetch_min_rate = (uint64_t)q;
+    else
+      c->model_ns_budget = (uint64_t)q;
+    return 0;
+  }
+  if (!strcmp(k, "model_shared_sources")) {
+    if (!prefixes_ok(v))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: model_shared_sources = '%s': want prefixes "
+                         "http(s)://host/... or file:///dir/, each ending in "
+                         "'/', separated by commas",
+                         where, v);
+    if (strlen(v) >= sizeof(c->model_shared_sources))
+      return gf_diag_set(d, GF_ELIMIT,
+                         "%s: model_shared_sources: over %zu bytes", where,
+                         sizeof(c->model_shared_sources) - 1);
+    gf__node_copy(c->model_shared_sources, sizeof(c->model_shared_sources), v);
+    return 0;
+  }
+  return 1;
+}
+
+void gf__node_cache_opts_hardening(gf_node_cache_opts *o,
+                                   const gf_node_config *cfg) {
+  o->deadline_s =
+      cfg->model_fetch_deadline_s > 0 ? (long)cfg->model_fetch_deadline_s : -1;
+  o->min_rate = cfg->model_fetch_min_rate > 0 &&
+                        cfg->model_fetch_min_rate <= (uint64_t)INT64_MAX
+                    ? (int64_t)cfg->model_fetch_min_rate
+                    : -1;
+  o->ns_budget = cfg->model_ns_budget;
+  o->shared_sources = cfg->model_shared_sources;
 }

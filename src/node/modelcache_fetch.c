@@ -412,6 +412,9 @@ typedef struct job {
   int abort;    /* atomic: stop every transfer */
   uint64_t got; /* atomic: bytes on disk, all files */
   double last_log, start;
+  uint64_t progress; /* atomic: bytes received or found on disk */
+  int limited;       /* atomic: the deadline or the minimum rate hit */
+  char limit_msg[256];
   bool local;      /* a file:// source, read beneath root */
   char root[4096]; /* file://: the directory nothing is read outside */
   char base[4096]; /* file://: the source's directory under root */
@@ -449,8 +452,39 @@ static size_t file_write(char *data, size_t sz, size_t nm, void *user) {
   EVP_DigestUpdate(x->ctx, data, k);
   x->at += k;
   __atomic_add_fetch(x->j->fetched, k, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&x->j->progress, k, __ATOMIC_RELAXED);
   __atomic_add_fetch(&x->j->got, k, __ATOMIC_RELAXED);
   return k;
+}
+
+/* Whether the job passed its deadline or averages under its minimum rate
+ * at time t (the first to notice says which, in j->limit_msg). */
+static bool over_limit(job *j, double t) {
+  if (__atomic_load_n(&j->limited, __ATOMIC_ACQUIRE))
+    return true;
+  double el = t - j->start;
+  uint64_t done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED);
+  char why[256] = "";
+  if (j->o->deadline_s > 0 && el >= (double)j->o->deadline_s)
+    snprintf(why, sizeof(why),
+             "model %s: the fetch is not done after its deadline of %ld s "
+             "(model_fetch_deadline_s)",
+             j->name, j->o->deadline_s);
+  else if (j->o->min_rate > 0 && el >= (double)j->o->min_rate_after_s &&
+           el > 0 && (double)done / el < (double)j->o->min_rate)
+    snprintf(why, sizeof(why),
+             "model %s: the fetch averaged %.0f bytes/s over %.0f s, under "
+             "the minimum of %" PRIu64 " (model_fetch_min_rate)",
+             j->name, (double)done / el, el, j->o->min_rate);
+  if (!why[0])
+    return false;
+  pthread_mutex_lock(&j->mu);
+  if (!j->limited) {
+    memcpy(j->limit_msg, why, sizeof(why));
+    __atomic_store_n(&j->limited, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&j->mu);
+  return true;
 }
 
 static int file_progress(void *user, curl_off_t dt, curl_off_t dn,
@@ -464,6 +498,8 @@ static int file_progress(void *user, curl_off_t dt, curl_off_t dn,
       __atomic_load_n(j->cancel, __ATOMIC_RELAXED))
     return 1;
   double t = now_s();
+  if (over_limit(j, t))
+    return 1;
   /* The stall timeout, measured here: libcurl's low-speed check averages
    * over several seconds and so fires late. */
   if (dn != x->last_dn) {
@@ -588,6 +624,7 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
         gf__mc_hash_file(fin, &size, hex, NULL) == 0 && size == f->size &&
         !strcmp(hex, f->hex)) {
       __atomic_add_fetch(&j->got, size, __ATOMIC_RELAXED);
+      __atomic_add_fetch(&j->progress, size, __ATOMIC_RELAXED);
       return 0;
     }
     chmod(fin, 0644);
@@ -602,6 +639,10 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
   }
   bool fresh_after_mismatch = false;
   for (unsigned attempt = 0;; attempt++) {
+    if (over_limit(j, now_s())) {
+      rc = gf_diag_set(d, GF_ELIMIT, "%s", j->limit_msg);
+      goto out;
+    }
     int fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
       rc = gf_diag_set(d, GF_EIO, "%s: %s", part, strerror(errno));
@@ -626,6 +667,7 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     }
     lseek(fd, (off_t)have, SEEK_SET);
     __atomic_add_fetch(&j->got, have, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&j->progress, have, __ATOMIC_RELAXED);
     xfer x = {.j = j,
               .fd = fd,
               .off = have,
@@ -665,6 +707,11 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     bool http_err = cr == CURLE_HTTP_RETURNED_ERROR;
     if (x.stalled)
       snprintf(err, sizeof(err), "no byte for %ld s", j->o->stall_timeout_s);
+    if (__atomic_load_n(&j->limited, __ATOMIC_ACQUIRE)) {
+      close(fd); /* the part stays: an operator's fetch resumes it */
+      rc = gf_diag_set(d, GF_ELIMIT, "%s", j->limit_msg);
+      goto out;
+    }
     if (!x.stalled && __atomic_load_n(j->cancel, __ATOMIC_RELAXED)) {
       close(fd);
       rc =

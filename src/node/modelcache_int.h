@@ -6,11 +6,15 @@
 #define GPUFRAC_NODE_MODELCACHE_INT_H
 
 #include "gpufrac/modelcache.h"
+#include "gpufrac/node.h"
 
 /* The options with every default filled in. */
 typedef struct gf__mc_opts {
   unsigned parallel, retries;
   long connect_timeout_s, stall_timeout_s, progress_s;
+  long deadline_s;   /* 0: none */
+  uint64_t min_rate; /* bytes/s; 0: none */
+  long min_rate_after_s;
   void (*log)(void *user, const char *line);
   void *log_user;
 } gf__mc_opts;
@@ -69,5 +73,16 @@ int gf__mc_hash_file(const char *path, uint64_t *size,
 bool gf__mc_rmtree(const char *path);
 /* md[n] as 2n lowercase hex digits and a NUL into hex. */
 void gf__mc_to_hex(const unsigned char *md, unsigned n, char *hex);
+
+/* The node config's keys for the cache's limits and namespaces
+ * (model_fetch_deadline_s, model_fetch_min_rate, model_ns_budget,
+ * model_shared_sources) into c: 0, an error naming `where` and the key,
+ * or 1 when k is none of them. */
+int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
+                                    const char *v, const char *where,
+                                    gf_diag *d);
+/* Those keys of cfg into o (its strings point into cfg). */
+void gf__node_cache_opts_hardening(gf_node_cache_opts *o,
+                                   const gf_node_config *cfg);
 
 #endif

@@ -44,7 +44,7 @@ static void write_file(const char *path, const void *data, size_t n) {
   fclose(f);
 }
 
-__attribute__((unused)) static bool exists(const char *path) {
+static bool exists(const char *path) {
   struct stat st;
   return lstat(path, &st) == 0;
 }
@@ -68,7 +68,7 @@ static void write_manifest1(const char *dir, const char *rel, const char *data,
   gf_node_cache_sha256_hex(text, (size_t)n, hex);
 }
 
-__attribute__((unused)) static int count_dir(const char *sub) {
+static int count_dir(const char *sub) {
   char cmd[600];
   snprintf(cmd, sizeof(cmd), "exit $(ls -A '%s/cache/%s' | wc -l)", tmpdir,
            sub);
@@ -228,11 +228,171 @@ static void test_open_beneath(void **state) {
   gf__mc_open_beneath_fallback(false);
 }
 
+/* ---- 2. a deadline and a minimum rate ---------------------------------- */
+
+/* A loopback HTTP server that sends the manifest at once and any other
+ * file a byte every 10 ms (100 bytes/s: never a stall). */
+typedef struct trickle {
+  int lfd, port;
+  const char *manifest;
+  size_t size; /* of the trickled file */
+  int stop;    /* atomic */
+  pthread_t t;
+} trickle;
+
+static void serve_one(trickle *tr, int fd) {
+  char req[2048];
+  size_t n = 0;
+  while (n < sizeof(req) - 1) {
+    ssize_t r = recv(fd, req + n, sizeof(req) - 1 - n, 0);
+    if (r <= 0)
+      return;
+    n += (size_t)r;
+    req[n] = '\0';
+    if (strstr(req, "\r\n\r\n"))
+      break;
+  }
+  char head[256];
+  bool man = strstr(req, "gpufrac.manifest") != NULL;
+  size_t len = man ? strlen(tr->manifest) : tr->size;
+  int hl = snprintf(head, sizeof(head),
+                    "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n"
+                    "Connection: close\r\n\r\n",
+                    len);
+  if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) != hl)
+    return;
+  if (man) {
+    send(fd, tr->manifest, len, MSG_NOSIGNAL);
+    return;
+  }
+  for (size_t i = 0; i < len && !__atomic_load_n(&tr->stop, __ATOMIC_RELAXED);
+       i++) {
+    if (send(fd, "t", 1, MSG_NOSIGNAL) != 1)
+      return;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void *trickle_run(void *p) {
+  trickle *tr = p;
+  while (!__atomic_load_n(&tr->stop, __ATOMIC_RELAXED)) {
+    int fd = accept(tr->lfd, NULL, NULL);
+    if (fd < 0)
+      break;
+    serve_one(tr, fd);
+    close(fd);
+  }
+  return NULL;
+}
+
+/* Starts tr serving a model of one file of `size` 't' bytes; its manifest
+ * digest into hex. */
+static void trickle_start(trickle *tr, size_t size, char *text, size_t cap,
+                          char hex[GF_NODE_CACHE_HEX]) {
+  char *data = malloc(size + 1);
+  memset(data, 't', size);
+  data[size] = '\0';
+  char fh[GF_NODE_CACHE_HEX];
+  gf_node_cache_sha256_hex(data, size, fh);
+  free(data);
+  int n = snprintf(text, cap, "w.bin\t%zu\t%s\n", size, fh);
+  gf_node_cache_sha256_hex(text, (size_t)n, hex);
+  memset(tr, 0, sizeof(*tr));
+  tr->manifest = text;
+  tr->size = size;
+  tr->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(tr->lfd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(tr->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+  socklen_t al = sizeof(a);
+  assert_int_equal(getsockname(tr->lfd, (struct sockaddr *)&a, &al), 0);
+  tr->port = ntohs(a.sin_port);
+  assert_int_equal(listen(tr->lfd, 8), 0);
+  assert_int_equal(pthread_create(&tr->t, NULL, trickle_run, tr), 0);
+}
+
+static void trickle_stop(trickle *tr) {
+  __atomic_store_n(&tr->stop, 1, __ATOMIC_RELAXED);
+  shutdown(tr->lfd, SHUT_RDWR);
+  pthread_join(tr->t, NULL);
+  close(tr->lfd);
+}
+
+/* A source that trickles (100 bytes/s, 1000 bytes: 10 s) fails a pod's
+ * fetch once the average is under the minimum rate (checked after 1 s),
+ * and an operator's once its deadline (2 s) passed; the
+ * pod's leaves no parts, the operator's keeps them to resume. */
+static void test_deadline_min_rate(void **state) {
+  (void)state;
+  trickle tr;
+  char text[256], hex[GF_NODE_CACHE_HEX], url[128], prefix[128];
+  trickle_start(&tr, 1000, text, sizeof(text), hex);
+  snprintf(prefix, sizeof(prefix), "http://127.0.0.1:%d/", tr.port);
+  snprintf(url, sizeof(url), "http://127.0.0.1:%d/m", tr.port);
+  gf_node_cache_opts o = {
+      .pod_sources = prefix, .min_rate = 10000, .min_rate_after_s = 1};
+  gf_node_cache *c = open_with(&o);
+  gf_diag d = {{0}};
+  int rc = gf_node_cache_fetch_for_pod(c, "m", hex, url, &d);
+  assert_int_equal(rc, GF_ELIMIT);
+  assert_int_equal(count_dir("tmp"), 0); /* a pod's: no parts */
+  rc = gf_node_cache_fetch(c, "m", hex, url, &d);
+  assert_int_equal(rc, GF_ELIMIT);
+  assert_non_null(strstr(d.msg, "model_fetch_min_rate"));
+  gf_node_cache_free(c);
+
+  gf_node_cache_opts o2 = {.pod_sources = prefix,
+                           .stall_timeout_s = 1,
+                           .deadline_s = 2,
+                           .min_rate = -1};
+  c = open_with(&o2);
+  rc = gf_node_cache_fetch(c, "m", hex, url, &d);
+  assert_int_equal(rc, GF_ELIMIT);
+  assert_non_null(strstr(d.msg, "model_fetch_deadline_s"));
+  assert_int_equal(count_dir("tmp"), 1); /* an operator's: kept */
+  char part[600];
+  snprintf(part, sizeof(part), "%s/cache/tmp/%s/files/w.bin.part", tmpdir, hex);
+  assert_true(exists(part));
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.models, 0);
+  assert_int_equal(s.used, 0);
+  gf_node_cache_free(c);
+  trickle_stop(&tr);
+
+  /* the node config's keys */
+  gf_node_config cfg;
+  gf_node_config_init(&cfg);
+  assert_int_equal(cfg.model_fetch_deadline_s, 7200);
+  assert_int_equal(cfg.model_fetch_min_rate, 1000000);
+  const char *t = "model_fetch_deadline_s = 600\nmodel_fetch_min_rate = 2Mi\n"
+                  "model_ns_budget = 10Gi\n"
+                  "model_shared_sources = https://mirror.example/\n";
+  assert_int_equal(gf_node_config_parse(&cfg, t, strlen(t), "t", &d), 0);
+  assert_int_equal(cfg.model_fetch_deadline_s, 600);
+  assert_int_equal(cfg.model_fetch_min_rate, 2u << 20);
+  assert_int_equal(cfg.model_ns_budget, 10ull << 30);
+  assert_string_equal(cfg.model_shared_sources, "https://mirror.example/");
+  const char *bad[] = {"model_fetch_deadline_s = -1\n",
+                       "model_fetch_min_rate = fast\n",
+                       "model_ns_budget = -5\n",
+                       "model_shared_sources = https://mirror.example\n"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_int_not_equal(
+        gf_node_config_parse(&cfg, bad[i], strlen(bad[i]), "t", &d), 0);
+    assert_non_null(strstr(d.msg, "model_"));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_open_beneath, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_file_source_beneath, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_deadline_min_rate, setup_tmp,
                                       teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
