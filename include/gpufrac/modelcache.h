@@ -158,6 +158,29 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
                                 const char *hex, const char *source,
                                 gf_diag *d);
 
+/* What a pod (or a DRA claim) asks of the cache. */
+typedef struct gf_node_cache_req {
+  const char *name;   /* labels the model (inventory, logs) */
+  const char *hex;    /* its manifest digest */
+  const char *source; /* the pod's gpufrac.io/model-source; NULL: none */
+  const char *ns;     /* the pod's namespace (required) */
+  const char *holder; /* the pin's holder: a pod or claim uid (required) */
+} gf_node_cache_req;
+
+/* Makes model r->hex ready for a pod of namespace r->ns, pins it for
+ * r->holder and writes the directory to mount into dir[cap], the pin taken
+ * under the cache's lock in the same step that finds the model ready (so no
+ * eviction comes between the hit and the pin).  The source rules of
+ * gf_node_cache_fetch_for_pod apply.  A model fetched for a pod is served
+ * to that pod's namespace only, unless its source is under the cache's
+ * shared_sources or an operator fetched (or prefetched) it: then to every
+ * namespace (docs/modelcache.md).  GF_ENOTFOUND when the model is cached
+ * for another namespace only; GF_ENOFIT naming model_ns_budget when the
+ * namespace's models would pass opts.ns_budget; else as
+ * gf_node_cache_fetch_for_pod.  On failure nothing is pinned. */
+int gf_node_cache_acquire(gf_node_cache *c, const gf_node_cache_req *r,
+                          char *dir, size_t cap, gf_diag *d);
+
 /* The directory to mount for ready model hex into dir[cap]. GF_ENOTFOUND
  * when not ready, GF_ELIMIT when it does not fit. */
 int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,

@@ -30,6 +30,13 @@
 #include "node_int.h"
 
 #define STATE_FILE "state.json"
+/* Owners (entry.ns) that are no namespace (a namespace name is a DNS
+ * label: it never starts with '-'): a model whose owner is not known
+ * (adopted from the directories), and the requests of callers that name no
+ * namespace (gf_node_cache_fetch_for_pod). */
+#define GF_NODE_CACHE_NS_MAX 64
+#define GF_NODE_CACHE_NS_NOBODY "-"
+#define NS_UNNAMED "-unnamed"
 #define STATE_MAX (64u << 20)
 #define INVENTORY_MODELS 64
 
@@ -466,7 +473,12 @@ typedef struct entry {
   char name[GF_NODE_CACHE_NAME_MAX];
   uint64_t bytes;
   uint64_t used;
-  int64_t last_unpin;    /* unix seconds; 0 never */
+  int64_t last_unpin; /* unix seconds; 0 never */
+  /* Whose it is: the namespace of the pod whose fetch brought it ("" for
+   * an operator's fetch or prefetch), which its bytes count against
+   * (ns_budget); shared: served to every namespace, else to ns only. */
+  char ns[GF_NODE_CACHE_NS_MAX];
+  bool shared;
   flight *fl;            /* non-NULL while fetching */
   bool warm;             /* kept in the page cache (keep-warm) */
   struct lock_map *maps; /* mlock'ed mappings of its files */
@@ -486,8 +498,9 @@ typedef struct pin {
 
 struct gf_node_cache {
   char root[4096 - 128];
-  char pod_sources[1024]; /* gf_node_cache_opts.pod_sources */
-  uint64_t budget;
+  char pod_sources[1024];    /* gf_node_cache_opts.pod_sources */
+  char shared_sources[1024]; /* gf_node_cache_opts.shared_sources */
+  uint64_t budget, ns_budget;
   gf__mc_opts o;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -498,9 +511,28 @@ struct gf_node_cache {
   uint64_t seq;
   uint64_t bytes_fetched; /* atomic */
   uint64_t fetch_ok, fetch_failed, fetch_hit, evictions;
-  uint64_t locked; /* mlock'ed bytes, all models */
-  int cancel;      /* atomic: fetches stop */
+  uint64_t locked;                             /* mlock'ed bytes, all models */
+  int cancel;                                  /* atomic: fetches stop */
+  void (*hook)(void *user, const char *point); /* tests */
+  void *hook_user;
 };
+
+void gf__mc_set_hook(gf_node_cache *c,
+                     void (*fn)(void *user, const char *point), void *user) {
+  pthread_mutex_lock(&c->mu);
+  c->hook = fn;
+  c->hook_user = user;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void run_hook(gf_node_cache *c, const char *point) {
+  pthread_mutex_lock(&c->mu);
+  void (*fn)(void *, const char *) = c->hook;
+  void *user = c->hook_user;
+  pthread_mutex_unlock(&c->mu);
+  if (fn)
+    fn(user, point);
+}
 
 void gf_node_cache_cancel(gf_node_cache *c) {
   __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED);
@@ -592,9 +624,10 @@ static void save_state(gf_node_cache *c) {
       continue;
     rc |= json_array_append_new(
         models,
-        json_pack("{s:s,s:s,s:I,s:I,s:I}", "digest", e->hex, "name", e->name,
-                  "bytes", (json_int_t)e->bytes, "used", (json_int_t)e->used,
-                  "last_unpin", (json_int_t)e->last_unpin));
+        json_pack("{s:s,s:s,s:I,s:I,s:I,s:s,s:b}", "digest", e->hex, "name",
+                  e->name, "bytes", (json_int_t)e->bytes, "used",
+                  (json_int_t)e->used, "last_unpin", (json_int_t)e->last_unpin,
+                  "namespace", e->ns, "shared", e->shared));
   }
   for (size_t i = 0; !rc && i < c->np; i++)
     rc |= json_array_append_new(pins,
@@ -602,7 +635,7 @@ static void save_state(gf_node_cache *c) {
                                           "holder", c->p[i].holder));
   char *text = NULL;
   if (!rc) {
-    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "version", json_integer(2));
     json_object_set_new(root, "seq", json_integer((json_int_t)c->seq));
     json_object_set(root, "models", models);
     json_object_set(root, "pins", pins);
@@ -637,38 +670,84 @@ static void remove_model(gf_node_cache *c, entry *e, const char *why) {
   c->evictions++;
 }
 
-/* Evicts least recently used unpinned ready models until `need` more bytes
- * fit.  GF_ENOFIT (with the numbers) when they cannot. Lock held. */
-static int make_room(gf_node_cache *c, uint64_t need, const char *skip,
-                     gf_diag *d) {
-  if (c->budget == 0)
-    return 0;
-  if (need > c->budget)
-    return gf_diag_set(d, GF_ENOFIT,
-                       "%" PRIu64 " bytes do not fit the cache's budget of "
-                       "%" PRIu64,
-                       need, c->budget);
-  /* Is there room once every evictable model is gone? */
-  uint64_t keep = 0;
+static bool evictable(const gf_node_cache *c, const entry *e,
+                      const char *skip) {
+  return !e->fl && !pins_of(c, e->hex) && !(skip && !strcmp(e->hex, skip));
+}
+
+/* Bytes of the models whose fetches namespace ns made (its share). */
+static uint64_t ns_bytes(const gf_node_cache *c, const char *ns) {
+  uint64_t u = 0;
+  for (size_t i = 0; i < c->n; i++)
+    if (!strcmp(c->e[i].ns, ns))
+      u += c->e[i].bytes;
+  return u;
+}
+
+/* The least recently used evictable model (of namespace ns when not
+ * NULL). */
+static entry *lru_of(gf_node_cache *c, const char *ns, const char *skip) {
+  entry *lru = NULL;
   for (size_t i = 0; i < c->n; i++) {
-    const entry *e = &c->e[i];
-    if (e->fl || pins_of(c, e->hex) || (skip && !strcmp(e->hex, skip)))
-      keep += e->bytes;
+    entry *e = &c->e[i];
+    if (!evictable(c, e, skip) || (ns && strcmp(e->ns, ns)))
+      continue;
+    if (!lru || e->used < lru->used)
+      lru = e;
   }
-  if (keep > c->budget - need)
-    return gf_diag_set(d, GF_ENOFIT,
-                       "%" PRIu64 " bytes do not fit: %" PRIu64 " of the "
-                       "budget's %" PRIu64 " are pinned or being fetched",
-                       need, keep, c->budget);
-  while (used_bytes(c) > c->budget - need) {
-    entry *lru = NULL;
-    for (size_t i = 0; i < c->n; i++) {
-      entry *e = &c->e[i];
-      if (e->fl || pins_of(c, e->hex) || (skip && !strcmp(e->hex, skip)))
-        continue;
-      if (!lru || e->used < lru->used)
-        lru = e;
-    }
+  return lru;
+}
+
+/* Makes room for `need` more bytes fetched for namespace ns (NULL or "":
+ * an operator's): within ns's share (ns_budget) by evicting its own least
+ * recently used unpinned models, then within the budget by evicting any.
+ * Checks both before evicting anything.  GF_ENOFIT (with the numbers, and
+ * the key for a namespace's share) when they cannot.  Lock held. */
+static int make_room(gf_node_cache *c, uint64_t need, const char *skip,
+                     const char *ns, gf_diag *d) {
+  bool share = ns && ns[0] && c->ns_budget;
+  if (share) {
+    if (need > c->ns_budget)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%" PRIu64 " bytes do not fit namespace %s's share "
+                         "of the cache, %" PRIu64 " bytes (model_ns_budget)",
+                         need, ns, c->ns_budget);
+    uint64_t keep = 0;
+    for (size_t i = 0; i < c->n; i++)
+      if (!strcmp(c->e[i].ns, ns) && !evictable(c, &c->e[i], skip))
+        keep += c->e[i].bytes;
+    if (keep > c->ns_budget - need)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%" PRIu64 " bytes do not fit namespace %s's share "
+                         "of the cache (model_ns_budget %" PRIu64 "): %" PRIu64
+                         " bytes of its models are pinned or being fetched",
+                         need, ns, c->ns_budget, keep);
+  }
+  if (c->budget) {
+    if (need > c->budget)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%" PRIu64 " bytes do not fit the cache's budget of "
+                         "%" PRIu64,
+                         need, c->budget);
+    /* Is there room once every evictable model is gone? */
+    uint64_t keep = 0;
+    for (size_t i = 0; i < c->n; i++)
+      if (!evictable(c, &c->e[i], skip))
+        keep += c->e[i].bytes;
+    if (keep > c->budget - need)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%" PRIu64 " bytes do not fit: %" PRIu64 " of the "
+                         "budget's %" PRIu64 " are pinned or being fetched",
+                         need, keep, c->budget);
+  }
+  while (share && ns_bytes(c, ns) > c->ns_budget - need) {
+    entry *lru = lru_of(c, ns, skip);
+    if (!lru)
+      break; /* not reached: checked above */
+    remove_model(c, lru, "its namespace's least recently used over its share");
+  }
+  while (c->budget && used_bytes(c) > c->budget - need) {
+    entry *lru = lru_of(c, NULL, skip);
     if (!lru)
       break; /* not reached: keep fits */
     remove_model(c, lru, "least recently used over the budget");
@@ -715,11 +794,11 @@ static void load_state(gf_node_cache *c) {
   json_t *models = json_object_get(root, "models");
   json_t *pins = json_object_get(root, "pins");
   json_int_t seq = json_integer_value(json_object_get(root, "seq"));
-  if (!json_is_object(root) ||
-      json_integer_value(json_object_get(root, "version")) != 1 ||
+  json_int_t version = json_integer_value(json_object_get(root, "version"));
+  if (!json_is_object(root) || (version != 1 && version != 2) ||
       !json_is_array(models) || !json_is_array(pins) || seq < 0) {
     gf__mc_log(&c->o,
-               "%s: not a version 1 state file%s%s (rebuilt from the "
+               "%s: not a version 1 or 2 state file%s%s (rebuilt from the "
                "directories)",
                path, root ? "" : ": ", root ? "" : je.text);
     json_decref(root);
@@ -742,6 +821,19 @@ static void load_state(gf_node_cache *c) {
     e->used = (uint64_t)used;
     e->last_unpin = lu;
     e->bytes = UINT64_MAX; /* "listed, directory not seen yet" */
+    /* Version 1 kept no owner: its models were cached before namespaces
+     * were told apart, and stay everyone's.  In version 2 a model without
+     * a valid owner is nobody's but the operator's. */
+    const char *ns = json_string_value(json_object_get(v, "namespace"));
+    json_t *sh = json_object_get(v, "shared");
+    e->shared = version == 1 || json_is_true(sh);
+    if (!e->shared && ns && strlen(ns) < sizeof(e->ns) &&
+        (!ns[0] || gf_node_safe_name(ns)))
+      gf__node_copy(e->ns, sizeof(e->ns), ns);
+    else if (!e->shared)
+      gf__node_copy(e->ns, sizeof(e->ns), GF_NODE_CACHE_NS_NOBODY);
+    else if (ns && strlen(ns) < sizeof(e->ns) && gf_node_safe_name(ns))
+      gf__node_copy(e->ns, sizeof(e->ns), ns);
     if (e->used > c->seq)
       c->seq = e->used;
   }
@@ -803,9 +895,14 @@ static int scan_models(gf_node_cache *c, gf_diag *d) {
     }
     entry *e = ok ? find(c, de->d_name) : NULL;
     if (ok && !e) {
+      /* not in the state file (a crash between publish and save, or a
+       * copy): whose it was is unknown, so it is served to no pod until an
+       * operator's fetch or prefetch of it shares it */
       e = add_entry(c, de->d_name);
-      if (e)
+      if (e) {
         gf__node_copy(e->name, sizeof(e->name), "");
+        gf__node_copy(e->ns, sizeof(e->ns), GF_NODE_CACHE_NS_NOBODY);
+      }
     }
     if (ok && e) {
       e->bytes = m.bytes;
@@ -890,7 +987,18 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
     }
     gf__node_copy(c->pod_sources, sizeof(c->pod_sources), o->pod_sources);
   }
+  if (o && o->shared_sources) {
+    if (strlen(o->shared_sources) >= sizeof(c->shared_sources)) {
+      rc = gf_diag_set(d, GF_ELIMIT,
+                       "cache: shared sources longer than %zu bytes",
+                       sizeof(c->shared_sources) - 1);
+      goto fail;
+    }
+    gf__node_copy(c->shared_sources, sizeof(c->shared_sources),
+                  o->shared_sources);
+  }
   c->budget = o ? o->budget : 0;
+  c->ns_budget = o ? o->ns_budget : 0;
   c->o.parallel = o && o->parallel ? o->parallel : 4;
   if (c->o.parallel > 64)
     c->o.parallel = 64;
@@ -928,7 +1036,7 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
   if (c->budget && used_bytes(c) > c->budget) {
     gf_diag ed = {{0}};
     /* Make room for nothing: shrink to the budget. */
-    if (make_room(c, 0, NULL, &ed))
+    if (make_room(c, 0, NULL, NULL, &ed))
       gf__mc_log(&c->o, "over the budget of %" PRIu64 " bytes: %s", c->budget,
                  ed.msg);
   }
@@ -986,7 +1094,8 @@ static int fsync_path(const char *p, int flags) {
 
 /* The fetch proper, without the lock: manifest, room, files, publish. */
 static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
-                    const char *source, const char *beneath, gf_diag *d) {
+                    const char *source, const char *beneath, const char *ns,
+                    bool *no_room, gf_diag *d) {
   char tmp[4096], dst[4096], path[8192];
   char *text = NULL;
   size_t len = 0;
@@ -1013,7 +1122,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
     goto out;
   }
   pthread_mutex_lock(&c->mu);
-  rc = make_room(c, m.bytes, hex, d);
+  rc = make_room(c, m.bytes, hex, ns, d);
   if (!rc) {
     entry *e = find(c, hex);
     if (e)
@@ -1022,6 +1131,8 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   }
   pthread_mutex_unlock(&c->mu);
   if (rc) {
+    *no_room = true; /* the cache's numbers, not the source's: the pod may
+                        see them */
     gf_diag_prefix(d, "model %s", name);
     goto out;
   }
@@ -1065,9 +1176,73 @@ out:
 typedef struct req {
   const char *name, *hex, *source;
   const char *beneath; /* file://: the allowed prefix; NULL: the source */
+  const char *ns;      /* a pod's namespace; NULL: an operator's request */
+  bool shared;         /* a model this fetches is everyone's */
+  const char *holder;  /* pinned for it when ready; NULL: no pin */
+  char *dir;           /* the model's directory into dir[dcap]; NULL: not */
+  size_t dcap;
+  bool downloaded; /* out: the failure came from a download */
 } req;
 
-static int fetch_req(gf_node_cache *c, const req *r, gf_diag *d) {
+static int pin_locked(gf_node_cache *c, entry *e, const char *holder) {
+  e->used = ++c->seq;
+  for (size_t i = 0; i < c->np; i++)
+    if (!strcmp(c->p[i].hex, e->hex) && !strcmp(c->p[i].holder, holder))
+      return 0;
+  if (c->np == c->pcap) {
+    size_t ncap = c->pcap ? c->pcap * 2 : 16;
+    pin *np = gf__realloc(c->p, ncap * sizeof(*np));
+    if (!np)
+      return GF_ENOMEM;
+    c->p = np;
+    c->pcap = ncap;
+  }
+  gf__node_copy(c->p[c->np].hex, sizeof(c->p[c->np].hex), e->hex);
+  gf__node_copy(c->p[c->np].holder, sizeof(c->p[c->np].holder), holder);
+  c->np++;
+  return 0;
+}
+
+static int path_locked(const gf_node_cache *c, const char *hex, char *dir,
+                       size_t cap) {
+  int n = snprintf(dir, cap, "%s/sha256/%s/files", c->root, hex);
+  return n > 0 && (size_t)n < cap ? 0 : GF_ELIMIT;
+}
+
+/* What a request gets of ready model e: the namespace check, then (an
+ * operator's request) sharing it, the pin and the path, in one step under
+ * the lock. */
+static int serve_locked(gf_node_cache *c, entry *e, const req *r, gf_diag *d) {
+  if (r->ns && !e->shared && strcmp(e->ns, r->ns) != 0)
+    return gf_diag_set(d, GF_ENOTFOUND,
+                       "model %s (sha256:%.12s) is cached on this node for "
+                       "another namespace only: it is served to every "
+                       "namespace once an operator fetches or prefetches it, "
+                       "or when its source is under model_shared_sources "
+                       "(docs/modelcache.md)",
+                       r->name, r->hex);
+  if (!r->ns && (!e->shared || e->ns[0])) {
+    gf__mc_log(&c->o,
+               "model %s (sha256:%.12s): an operator's fetch shares it with "
+               "every namespace (it was %s's)",
+               r->name, r->hex, e->ns[0] ? e->ns : "nobody");
+    e->shared = true;
+    e->ns[0] = '\0'; /* the operator's now: out of the namespace's share */
+  }
+  e->used = ++c->seq;
+  if (strcmp(e->name, r->name) != 0)
+    gf__node_copy(e->name, sizeof(e->name), r->name);
+  int rc = r->holder ? pin_locked(c, e, r->holder) : 0;
+  if (!rc && r->dir)
+    rc = path_locked(c, e->hex, r->dir, r->dcap);
+  if (rc == GF_ENOMEM)
+    gf_diag_set(d, rc, "model %s: out of memory", r->name);
+  else if (rc)
+    gf_diag_set(d, rc, "model %s: its path is too long", r->name);
+  return rc;
+}
+
+static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
   const char *name = r->name, *hex = r->hex, *source = r->source;
   if (!hex || !is_hex64(hex, strlen(hex)))
     return gf_diag_set(d, GF_EINVAL,
@@ -1078,17 +1253,11 @@ static int fetch_req(gf_node_cache *c, const req *r, gf_diag *d) {
     return gf_diag_set(d, GF_EINVAL, "model '%s': not a valid name",
                        name ? name : "");
   pthread_mutex_lock(&c->mu);
-  entry *e = find(c, hex);
-  if (e && !e->fl) {
-    e->used = ++c->seq;
-    if (strcmp(e->name, name) != 0)
-      gf__node_copy(e->name, sizeof(e->name), name);
-    c->fetch_hit++;
-    save_state(c);
-    pthread_mutex_unlock(&c->mu);
-    return 0;
-  }
-  if (e) { /* single flight: wait for the fetch under way */
+  bool waited = false;
+  entry *e;
+  while ((e = find(c, hex)) && e->fl) {
+    /* single flight: wait for the fetch under way, then look again (it
+     * may be another namespace's, or gone already) */
     flight *f = e->fl;
     f->refs++;
     while (!f->done)
@@ -1097,6 +1266,18 @@ static int fetch_req(gf_node_cache *c, const req *r, gf_diag *d) {
     if (rc && d)
       *d = f->d;
     flight_put(f);
+    if (rc) {
+      r->downloaded = true;
+      pthread_mutex_unlock(&c->mu);
+      return rc;
+    }
+    waited = true;
+  }
+  if (e) {
+    int rc = serve_locked(c, e, r, d);
+    if (!waited && rc != GF_ENOTFOUND)
+      c->fetch_hit++;
+    save_state(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
   }
@@ -1122,12 +1303,15 @@ static int fetch_req(gf_node_cache *c, const req *r, gf_diag *d) {
     return gf_diag_set(d, GF_ENOMEM, "model %s: out of memory", name);
   }
   gf__node_copy(e->name, sizeof(e->name), name);
+  gf__node_copy(e->ns, sizeof(e->ns), r->ns ? r->ns : "");
+  e->shared = !r->ns || r->shared;
   f->refs = 1;
   e->fl = f;
   pthread_mutex_unlock(&c->mu);
 
   gf_diag fd = {{0}};
-  int rc = do_fetch(c, name, hex, source, r->beneath, &fd);
+  bool no_room = false;
+  int rc = do_fetch(c, name, hex, source, r->beneath, r->ns, &no_room, &fd);
 
   pthread_mutex_lock(&c->mu);
   e = find(c, hex);
@@ -1135,6 +1319,7 @@ static int fetch_req(gf_node_cache *c, const req *r, gf_diag *d) {
   f->rc = rc;
   f->d = fd;
   if (rc) {
+    r->downloaded = !no_room;
     c->fetch_failed++;
     drop_entry(c, e);
     gf__mc_log(&c->o, "model %s (sha256:%.12s): fetch failed: %s", name, hex,
@@ -1142,9 +1327,10 @@ static int fetch_req(gf_node_cache *c, const req *r, gf_diag *d) {
   } else {
     c->fetch_ok++;
     e->fl = NULL;
-    e->used = ++c->seq;
     gf__mc_log(&c->o, "model %s (sha256:%.12s): ready, %" PRIu64 " bytes", name,
                hex, e->bytes);
+    /* the pin in the same step as the publish: nothing evicts it between */
+    rc = serve_locked(c, e, r, &fd);
   }
   save_state(c);
   flight_put(f);
@@ -1167,11 +1353,7 @@ int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,
                        size_t cap) {
   pthread_mutex_lock(&c->mu);
   entry *e = find(c, hex);
-  int rc = GF_ENOTFOUND;
-  if (e && !e->fl) {
-    int n = snprintf(dir, cap, "%s/sha256/%s/files", c->root, hex);
-    rc = n > 0 && (size_t)n < cap ? 0 : GF_ELIMIT;
-  }
+  int rc = e && !e->fl ? path_locked(c, hex, dir, cap) : GF_ENOTFOUND;
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -1181,31 +1363,9 @@ int gf_node_cache_pin(gf_node_cache *c, const char *hex, const char *holder) {
     return GF_EINVAL;
   pthread_mutex_lock(&c->mu);
   entry *e = find(c, hex);
-  int rc = 0;
-  if (!e || e->fl) {
-    rc = GF_ENOTFOUND;
-    goto out;
-  }
-  e->used = ++c->seq;
-  for (size_t i = 0; i < c->np; i++)
-    if (!strcmp(c->p[i].hex, hex) && !strcmp(c->p[i].holder, holder))
-      goto save;
-  if (c->np == c->pcap) {
-    size_t ncap = c->pcap ? c->pcap * 2 : 16;
-    pin *np = gf__realloc(c->p, ncap * sizeof(*np));
-    if (!np) {
-      rc = GF_ENOMEM;
-      goto out;
-    }
-    c->p = np;
-    c->pcap = ncap;
-  }
-  gf__node_copy(c->p[c->np].hex, sizeof(c->p[c->np].hex), hex);
-  gf__node_copy(c->p[c->np].holder, sizeof(c->p[c->np].holder), holder);
-  c->np++;
-save:
-  save_state(c);
-out:
+  int rc = !e || e->fl ? GF_ENOTFOUND : pin_locked(c, e, holder);
+  if (!rc)
+    save_state(c);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -1576,10 +1736,11 @@ bool gf_node_cache_source_allowed(const char *allow, const char *source) {
   return source_prefix(allow, source, pre, sizeof(pre));
 }
 
-int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
-                                const char *hex, const char *source,
-                                gf_diag *d) {
-  char pre[1024];
+/* A pod's request r (r->ns set): its source under pod_sources, the fetch,
+ * the pod's view of a failure, no parts left by a failed download. */
+static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
+  const char *name = r->name, *hex = r->hex, *source = r->source;
+  char pre[1024], shpre[1024];
   if (source && !source_prefix(c->pod_sources, source, pre, sizeof(pre)))
     return gf_diag_set(d, GF_EINVAL,
                        "model %s: source '%.200s' is not under the node's "
@@ -1590,12 +1751,11 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
   gf_diag fd = {{0}};
   /* a file:// source is read beneath the prefix's directory: a symlink or
    * '..' in it does not lead out (docs/modelcache.md) */
-  req r = {.name = name,
-           .hex = hex,
-           .source = source,
-           .beneath = source && !strncmp(source, "file:", 5) ? pre : NULL};
-  int rc = fetch_req(c, &r, &fd);
-  if (rc && source) {
+  r->beneath = source && !strncmp(source, "file:", 5) ? pre : NULL;
+  r->shared =
+      source && source_prefix(c->shared_sources, source, shpre, sizeof(shpre));
+  int rc = fetch_req(c, r, &fd);
+  if (rc && source && r->downloaded) {
     /* What a failed download says (a file's real size and sha256, a
      * server's answer) is for the operator's log, not the pod's events:
      * repeated tries with adjusted manifests would read a file out. */
@@ -1620,6 +1780,37 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
       gf__mc_log(&c->o, "model %s: cannot remove %s", name, tmp);
     pthread_mutex_unlock(&c->mu);
   }
+  return rc;
+}
+
+int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
+                                const char *hex, const char *source,
+                                gf_diag *d) {
+  /* no namespace named: one pseudo-namespace for all such callers */
+  req r = {.name = name, .hex = hex, .source = source, .ns = NS_UNNAMED};
+  return pod_req(c, &r, d);
+}
+
+int gf_node_cache_acquire(gf_node_cache *c, const gf_node_cache_req *q,
+                          char *dir, size_t cap, gf_diag *d) {
+  const char *name = q->name ? q->name : "?";
+  if (!q->ns || !q->ns[0] || strlen(q->ns) >= GF_NODE_CACHE_NS_MAX ||
+      !gf_node_safe_name(q->ns) || q->ns[0] == '-')
+    return gf_diag_set(d, GF_EINVAL, "model %s: namespace '%s' is not valid",
+                       name, q->ns ? q->ns : "");
+  if (!q->holder || !q->holder[0] ||
+      strlen(q->holder) >= GF_NODE_CACHE_NAME_MAX)
+    return gf_diag_set(d, GF_EINVAL, "model %s: no pin holder (pod uid)", name);
+  req r = {.name = q->name,
+           .hex = q->hex,
+           .source = q->source,
+           .ns = q->ns,
+           .holder = q->holder,
+           .dir = dir,
+           .dcap = cap};
+  int rc = pod_req(c, &r, d);
+  if (!rc)
+    run_hook(c, "acquire-found"); /* tests: the pin is already there */
   return rc;
 }
 

@@ -74,6 +74,12 @@ bool gf__mc_rmtree(const char *path);
 /* md[n] as 2n lowercase hex digits and a NUL into hex. */
 void gf__mc_to_hex(const unsigned char *md, unsigned n, char *hex);
 
+/* Tests: fn(user, point) runs at named points of a request, without the
+ * cache's lock ("acquire-found": gf_node_cache_acquire found the model
+ * ready and returns next).  NULL: none. */
+void gf__mc_set_hook(gf_node_cache *c,
+                     void (*fn)(void *user, const char *point), void *user);
+
 /* The node config's keys for the cache's limits and namespaces
  * (model_fetch_deadline_s, model_fetch_min_rate, model_ns_budget,
  * model_shared_sources) into c: 0, an error naming `where` and the key,

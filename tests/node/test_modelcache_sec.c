@@ -386,6 +386,206 @@ static void test_deadline_min_rate(void **state) {
   }
 }
 
+/* ---- 3-5. namespaces, the pin with the hit, a namespace's share -------- */
+
+/* A model <tmpdir>/<sub>/<tag>/w.bin of `size` bytes of tag[0]; its
+ * digest into hex and its URL into url. */
+static void model_at(const char *sub, const char *tag, size_t size,
+                     char hex[GF_NODE_CACHE_HEX], char *url, size_t cap) {
+  char dir[600], path[700];
+  snprintf(dir, sizeof(dir), "%s/%s", tmpdir, sub);
+  mkdir(dir, 0755);
+  snprintf(dir, sizeof(dir), "%s/%s/%s", tmpdir, sub, tag);
+  mkdir(dir, 0755);
+  char *data = malloc(size + 1);
+  memset(data, tag[0], size);
+  data[size] = '\0';
+  snprintf(path, sizeof(path), "%s/w.bin", dir);
+  write_file(path, data, size);
+  write_manifest1(dir, "w.bin", data, hex);
+  free(data);
+  snprintf(url, cap, "file://%s/", dir);
+}
+
+static int acquire(gf_node_cache *c, const char *ns, const char *holder,
+                   const char *hex, const char *url, gf_diag *d) {
+  char dir[600];
+  gf_node_cache_req r = {
+      .name = "m", .hex = hex, .source = url, .ns = ns, .holder = holder};
+  int rc = gf_node_cache_acquire(c, &r, dir, sizeof(dir), d);
+  if (rc == 0) {
+    char p[700];
+    snprintf(p, sizeof(p), "%s/w.bin", dir);
+    assert_true(exists(p)); /* what the pod mounts is there */
+  }
+  return rc;
+}
+
+static uint32_t pins(gf_node_cache *c, const char *hex) {
+  gf_node_cache_entry *l = NULL;
+  size_t n = 0;
+  assert_int_equal(gf_node_cache_list(c, &l, &n), 0);
+  uint32_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(l[i].hex, hex))
+      k = l[i].pins;
+  free(l);
+  return k;
+}
+
+static bool cached(gf_node_cache *c, const char *hex) {
+  char dir[600];
+  return gf_node_cache_path(c, hex, dir, sizeof(dir)) == 0;
+}
+
+/* A model a pod fetched is its namespace's; an operator's fetch (or a
+ * shared source) makes it everyone's; it survives a restart. */
+static void test_namespaces(void **state) {
+  (void)state;
+  char pre[400], shared[400];
+  snprintf(pre, sizeof(pre), "file://%s/", tmpdir);
+  snprintf(shared, sizeof(shared), "file://%s/pub/", tmpdir);
+  gf_node_cache_opts o = {.pod_sources = pre, .shared_sources = shared};
+  gf_node_cache *c = open_with(&o);
+  char h1[GF_NODE_CACHE_HEX], u1[600], h2[GF_NODE_CACHE_HEX], u2[600];
+  char h3[GF_NODE_CACHE_HEX], u3[600];
+  model_at("priv", "a", 100, h1, u1, sizeof(u1));
+  model_at("pub", "b", 100, h2, u2, sizeof(u2));
+  model_at("priv", "c", 100, h3, u3, sizeof(u3));
+  gf_diag d = {{0}};
+
+  /* tenant-a fetches h1 from a private source: tenant-b cannot have it,
+   * by digest alone or naming the same source */
+  int rc = acquire(c, "tenant-a", "pod-a1", h1, u1, &d);
+  if (rc)
+    fail_msg("tenant-a: %s", d.msg);
+  rc = acquire(c, "tenant-b", "pod-b1", h1, NULL, &d);
+  if (rc == 0)
+    fail_msg("tenant-b got tenant-a's model by its digest");
+  assert_int_equal(rc, GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "another namespace"));
+  assert_int_equal(acquire(c, "tenant-b", "pod-b1", h1, u1, &d), GF_ENOTFOUND);
+  assert_int_equal(pins(c, h1), 1); /* nothing pinned for tenant-b */
+  /* the old call, which knows no namespace, does not get it either */
+  assert_int_equal(gf_node_cache_fetch_for_pod(c, "m", h1, NULL, &d),
+                   GF_ENOTFOUND);
+  /* tenant-a's next pod does */
+  assert_int_equal(acquire(c, "tenant-a", "pod-a2", h1, NULL, &d), 0);
+  assert_int_equal(pins(c, h1), 2);
+
+  /* a model from a shared source is everyone's */
+  assert_int_equal(acquire(c, "tenant-b", "pod-b2", h2, u2, &d), 0);
+  assert_int_equal(acquire(c, "tenant-a", "pod-a3", h2, NULL, &d), 0);
+
+  /* tenant-a's h3 stays tenant-a's across a restart */
+  assert_int_equal(acquire(c, "tenant-a", "pod-a4", h3, u3, &d), 0);
+  gf_node_cache_free(c);
+  c = open_with(&o);
+  assert_int_equal(acquire(c, "tenant-b", "pod-b3", h3, NULL, &d),
+                   GF_ENOTFOUND);
+  assert_int_equal(acquire(c, "tenant-a", "pod-a5", h3, NULL, &d), 0);
+
+  /* an operator's fetch of it shares it */
+  rc = gf_node_cache_fetch(c, "m", h1, u1, &d);
+  assert_int_equal(rc, 0);
+  assert_int_equal(acquire(c, "tenant-b", "pod-b4", h1, NULL, &d), 0);
+  gf_node_cache_free(c);
+}
+
+/* An eviction between finding a model ready and pinning it: the hook runs
+ * right after acquire found the model and fetches another, which needs the
+ * room.  The pin is already there, so the other fetch is refused. */
+typedef struct evict_hook {
+  gf_node_cache *c;
+  const char *hex, *url;
+  int runs, rc;
+} evict_hook;
+
+static void fetch_other(void *user, const char *point) {
+  evict_hook *h = user;
+  if (strcmp(point, "acquire-found") || h->runs++)
+    return;
+  gf_diag d = {{0}};
+  h->rc = gf_node_cache_fetch(h->c, "other", h->hex, h->url, &d);
+}
+
+static void test_pin_with_hit(void **state) {
+  (void)state;
+  char pre[400];
+  snprintf(pre, sizeof(pre), "file://%s/", tmpdir);
+  gf_node_cache_opts o = {.pod_sources = pre, .budget = 300};
+  gf_node_cache *c = open_with(&o);
+  char ha[GF_NODE_CACHE_HEX], ua[600], hb[GF_NODE_CACHE_HEX], ub[600];
+  model_at("m", "a", 200, ha, ua, sizeof(ua));
+  model_at("m", "b", 200, hb, ub, sizeof(ub));
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  evict_hook h = {.c = c, .hex = hb, .url = ub, .rc = -1};
+  gf__mc_set_hook(c, fetch_other, &h);
+  int rc = acquire(c, "t", "pod-1", ha, NULL, &d);
+  gf__mc_set_hook(c, NULL, NULL);
+  assert_int_equal(h.runs, 1);
+  if (rc)
+    fail_msg("acquire: %s (the model was evicted before its pin)", d.msg);
+  assert_int_equal(h.rc, GF_ENOFIT); /* a is pinned: b does not fit */
+  assert_true(cached(c, ha));
+  assert_false(cached(c, hb));
+  assert_int_equal(pins(c, ha), 1);
+  /* once the pod is gone, b fits by evicting a */
+  assert_int_equal(gf_node_cache_unpin(c, NULL, "pod-1"), 1);
+  assert_int_equal(gf_node_cache_fetch(c, "b", hb, ub, &d), 0);
+  assert_false(cached(c, ha));
+  gf_node_cache_free(c);
+}
+
+/* One namespace's models may hold at most ns_budget bytes: past it its own
+ * least recently used unpinned models go first, never another's; with all
+ * its models pinned the fetch is refused naming the key. */
+static void test_ns_budget(void **state) {
+  (void)state;
+  char pre[400];
+  snprintf(pre, sizeof(pre), "file://%s/", tmpdir);
+  gf_node_cache_opts o = {.pod_sources = pre, .budget = 1000, .ns_budget = 400};
+  gf_node_cache *c = open_with(&o);
+  char hx[3][GF_NODE_CACHE_HEX], ux[3][600];
+  char hy[GF_NODE_CACHE_HEX], uy[600], hz[GF_NODE_CACHE_HEX], uz[600];
+  model_at("m", "1", 200, hx[0], ux[0], sizeof(ux[0]));
+  model_at("m", "2", 200, hx[1], ux[1], sizeof(ux[1]));
+  model_at("m", "3", 200, hx[2], ux[2], sizeof(ux[2]));
+  model_at("m", "y", 200, hy, uy, sizeof(uy));
+  model_at("m", "z", 200, hz, uz, sizeof(uz));
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_fetch(c, "y", hy, uy, &d), 0); /* operator */
+  assert_int_equal(acquire(c, "b", "pod-b", hz, uz, &d), 0);
+  assert_int_equal(gf_node_cache_unpin(c, NULL, "pod-b"), 1);
+  assert_int_equal(acquire(c, "a", "pod-1", hx[0], ux[0], &d), 0);
+  assert_int_equal(acquire(c, "a", "pod-2", hx[1], ux[1], &d), 0);
+  /* the third would make 600 of namespace a's bytes, all pinned */
+  int rc = acquire(c, "a", "pod-3", hx[2], ux[2], &d);
+  if (rc == 0)
+    fail_msg("namespace a holds 600 bytes past its 400");
+  assert_int_equal(rc, GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "model_ns_budget"));
+  assert_false(cached(c, hx[2]));
+  /* with pod-1 gone a's own least recent model makes room; y (the
+   * operator's) and z (b's, unpinned, older) stay */
+  assert_int_equal(gf_node_cache_unpin(c, NULL, "pod-1"), 1);
+  assert_int_equal(acquire(c, "a", "pod-3", hx[2], ux[2], &d), 0);
+  assert_false(cached(c, hx[0]));
+  assert_true(cached(c, hx[1]));
+  assert_true(cached(c, hy));
+  assert_true(cached(c, hz));
+  gf_node_cache_stats s;
+  gf_node_cache_stats_get(c, &s);
+  assert_int_equal(s.used, 800);
+  /* a model larger than the share is refused outright */
+  char hbig[GF_NODE_CACHE_HEX], ubig[600];
+  model_at("m", "B", 500, hbig, ubig, sizeof(ubig));
+  assert_int_equal(acquire(c, "b", "pod-b2", hbig, ubig, &d), GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "model_ns_budget"));
+  gf_node_cache_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_open_beneath, setup_tmp,
@@ -394,6 +594,10 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_deadline_min_rate, setup_tmp,
                                       teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_namespaces, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_pin_with_hit, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_ns_budget, setup_tmp, teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
