@@ -103,6 +103,14 @@ typedef struct gf_node_cache_opts {
    * every namespace: public mirrors.  A model a pod fetched from anywhere
    * else is served to that pod's namespace only.  NULL or "": none. */
   const char *shared_sources;
+  /* Opens without the directory's lock and changes nothing on disk (no
+   * recovery, no state written): for reading while another process (the
+   * agent) holds the cache.  Fetch, evict, pin and verify then fail with
+   * GF_ESTATE. */
+  bool read_only;
+  /* Who holds the lock, written beside the pid into <root>/lock for the
+   * message another process gets ("gpufrac node agent"); NULL: "gpufrac". */
+  const char *lock_owner;
   /* Log lines ("model NAME: ..."); NULL: stderr. Called from fetch
    * threads, never with the cache's lock held. */
   void (*log)(void *user, const char *line);
@@ -123,7 +131,10 @@ typedef struct gf_node_cache_opts {
  * entries of sha256/ are removed, tmp/ keeps only resumable fetches, and
  * a budget lowered since the last run is met by evicting unpinned models.
  * A malformed state file is logged and rebuilt from the directories.
- * GF_EIO naming the path, GF_ENOMEM. */
+ * Unless o->read_only, <root>/lock is flock'ed (exclusive) first and held
+ * until gf_node_cache_free: GF_ESTATE naming the holder's pid when another
+ * process holds it (nothing is touched then).  GF_EIO naming the path,
+ * GF_ENOMEM. */
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
                        gf_diag *d);
 /* Makes every fetch under way, and every later one, stop soon with
@@ -200,7 +211,7 @@ int gf_node_cache_evict(gf_node_cache *c, const char *hex, gf_diag *d);
 /* Re-hashes every file of every ready model; a model that fails (a file
  * missing, changed, of another size) is removed unless pinned, and
  * reported through report (may be NULL).  Returns the number that failed
- * (>= 0) or GF_ENOMEM. */
+ * (>= 0), GF_ENOMEM, or GF_ESTATE on a read-only cache. */
 int gf_node_cache_verify(gf_node_cache *c,
                          void (*report)(void *user, const char *hex,
                                         const char *name, const char *why),

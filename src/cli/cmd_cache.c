@@ -34,13 +34,17 @@ static void usage(FILE *fp) {
       "NAME@sha256:HEX,\nHEX the manifest digest, kept under DIR within a "
       "byte budget.\n\n"
       "  ls        the cached models, most recently used first: digest, "
-      "state,\n            bytes, pins, name\n"
+      "state,\n            bytes, pins, name (read only: works while the "
+      "agent runs)\n"
       "  fetch     fetch a model from URL (http://, https:// or file:// "
       "base holding\n            gpufrac.manifest and the files) into DIR, "
       "verifying every file\n"
       "  verify    re-hash every cached model's files; a model that fails "
       "is removed\n            (exit 1 when any failed)\n"
       "  evict     remove a model (refused while a running pod pins it)\n"
+      "            fetch, verify and evict lock DIR for the operation: "
+      "refused\n            (naming the holder's pid) while the node agent "
+      "holds it\n"
       "  manifest  print SRCDIR's gpufrac.manifest (to publish it as a "
       "source);\n            its digest goes to stderr\n"
       "  prefetch  write the prefetch ConfigMap (label "
@@ -78,10 +82,16 @@ static void log_line(void *user, const char *line) {
 }
 
 /* deadline_s and min_rate: < 0 unset (the library's default), 0 none. */
-static int open_cache(const char *dir, uint64_t budget, unsigned parallel,
-                      unsigned retries, long stall_s, long deadline_s,
-                      int64_t min_rate, gf_node_cache **c) {
+static int open_cache(const char *dir, const char *sub, uint64_t budget,
+                      unsigned parallel, unsigned retries, long stall_s,
+                      long deadline_s, int64_t min_rate, gf_node_cache **c) {
+  char owner[64];
+  snprintf(owner, sizeof(owner), "gpufrac cache %s", sub);
+  /* ls reads without the directory's lock (the agent may hold it); the
+   * others hold it for the one operation */
   gf_node_cache_opts o = {.root = dir,
+                          .read_only = !strcmp(sub, "ls"),
+                          .lock_owner = owner,
                           .budget = budget,
                           .parallel = parallel,
                           .retries = retries,
@@ -340,7 +350,7 @@ int cmd_cache(int argc, char **argv) {
       strcmp(sub, "evict"))
     return bad_usage("unknown subcommand");
   gf_node_cache *c = NULL;
-  int ex = open_cache(dir, budget, (unsigned)parallel, (unsigned)retries,
+  int ex = open_cache(dir, sub, budget, (unsigned)parallel, (unsigned)retries,
                       (long)stall, (long)deadline, min_rate, &c);
   if (ex)
     return ex;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -511,8 +512,10 @@ struct gf_node_cache {
   uint64_t seq;
   uint64_t bytes_fetched; /* atomic */
   uint64_t fetch_ok, fetch_failed, fetch_hit, evictions;
-  uint64_t locked;                             /* mlock'ed bytes, all models */
-  int cancel;                                  /* atomic: fetches stop */
+  uint64_t locked; /* mlock'ed bytes, all models */
+  int cancel;      /* atomic: fetches stop */
+  int lock_fd;     /* <root>/lock, flock'ed; -1: read-only */
+  bool ro;         /* read_only: nothing changes on disk */
   void (*hook)(void *user, const char *point); /* tests */
   void *hook_user;
 };
@@ -616,6 +619,8 @@ static uint64_t used_bytes(const gf_node_cache *c) {
 /* Writes state.json; a failure is logged (the directories stay the truth,
  * so the next open recovers). Lock held. */
 static void save_state(gf_node_cache *c) {
+  if (c->ro)
+    return;
   json_t *root = json_object(), *models = json_array(), *pins = json_array();
   int rc = !root || !models || !pins;
   for (size_t i = 0; !rc && i < c->n; i++) {
@@ -966,6 +971,64 @@ static int scan_tmp(gf_node_cache *c, gf_diag *d) {
   return 0;
 }
 
+/* Takes <root>/lock (flock, exclusive, not waiting) for c's lifetime and
+ * writes "<pid> <owner>" into it; GF_ESTATE naming the holder's pid when
+ * another process has it. */
+static int take_lock(gf_node_cache *c, const char *owner, gf_diag *d) {
+  char path[4096];
+  if (!gf__node_join(path, sizeof(path), c->root, "lock"))
+    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char who[256] = "";
+    ssize_t r = pread(fd, who, sizeof(who) - 1, 0);
+    close(fd);
+    if (e != EWOULDBLOCK)
+      return gf_diag_set(d, GF_EIO, "%s: flock: %s", path, strerror(e));
+    who[r > 0 ? r : 0] = '\0';
+    who[strcspn(who, "\n")] = '\0';
+    char *sp = strchr(who, ' ');
+    if (sp)
+      *sp++ = '\0';
+    return gf_diag_set(d, GF_ESTATE,
+                       "cache directory %s is in use by pid %s (%s; the pid as "
+                       "that process sees it): one process changes a cache "
+                       "at a time. With the node agent running, prefetch "
+                       "through the agent (gpufrac cache prefetch) or stop it "
+                       "first; gpufrac cache ls reads without the lock",
+                       c->root, who[0] ? who : "?", sp && *sp ? sp : "gpufrac");
+  }
+  char line[256];
+  int n = snprintf(line, sizeof(line), "%ld %s\n", (long)getpid(),
+                   owner ? owner : "gpufrac");
+  if (ftruncate(fd, 0) != 0 || n < 0 ||
+      pwrite(fd, line, (size_t)n, 0) != (ssize_t)n)
+    gf__mc_log(&c->o, "%s: the holder's pid not written: %s", path,
+               strerror(errno)); /* the lock itself holds */
+  c->lock_fd = fd;
+  return 0;
+}
+
+/* Read-only open: the state file's models whose manifest is there, sizes
+ * from it; nothing removed, nothing written. */
+static void scan_read_only(gf_node_cache *c) {
+  for (size_t i = 0; i < c->n;) {
+    char dir[4096];
+    gf_node_cache_manifest m;
+    if (model_dir(c, "sha256", c->e[i].hex, dir, sizeof(dir)) == 0 &&
+        read_manifest(dir, &m, NULL) == 0) {
+      c->e[i].bytes = m.bytes;
+      gf_node_cache_manifest_release(&m);
+      i++;
+    } else {
+      drop_entry(c, &c->e[i]);
+    }
+  }
+}
+
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
                        gf_diag *d) {
   *out = NULL;
@@ -1017,8 +1080,21 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
       o && o->min_rate_after_s > 0 ? o->min_rate_after_s : 60;
   c->o.log = o && o->log ? o->log : default_log;
   c->o.log_user = o && o->log ? o->log_user : NULL;
+  c->lock_fd = -1;
+  c->ro = o && o->read_only;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
+  if (c->ro) {
+    struct stat st;
+    if (stat(c->root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      rc = gf_diag_set(d, GF_ENOTFOUND, "%s: no cache directory", c->root);
+      goto fail_lock;
+    }
+    load_state(c);
+    scan_read_only(c);
+    *out = c;
+    return 0;
+  }
   char sub[4096];
   const char *subs[] = {"", "sha256", "tmp"};
   for (size_t i = 0; i < 3; i++) {
@@ -1027,6 +1103,10 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
     if (rc)
       goto fail_lock;
   }
+  /* before recovery: it removes what another process's fetch is writing */
+  rc = take_lock(c, o ? o->lock_owner : NULL, d);
+  if (rc)
+    goto fail_lock;
   load_state(c);
   rc = scan_tmp(c, d);
   if (!rc)
@@ -1044,6 +1124,8 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
   *out = c;
   return 0;
 fail_lock:
+  if (c->lock_fd >= 0)
+    close(c->lock_fd);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
 fail:
@@ -1060,6 +1142,8 @@ void gf_node_cache_free(gf_node_cache *c) {
     unlock_maps(c, &c->e[i]);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
+  if (c->lock_fd >= 0)
+    close(c->lock_fd); /* releases the lock */
   gf__free(c->e);
   gf__free(c->p);
   gf__free(c);
@@ -1252,6 +1336,9 @@ static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
   if (!name || !gf_node_safe_name(name))
     return gf_diag_set(d, GF_EINVAL, "model '%s': not a valid name",
                        name ? name : "");
+  if (c->ro)
+    return gf_diag_set(d, GF_ESTATE, "model %s: the cache is open read-only",
+                       name);
   pthread_mutex_lock(&c->mu);
   bool waited = false;
   entry *e;
@@ -1361,6 +1448,8 @@ int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,
 int gf_node_cache_pin(gf_node_cache *c, const char *hex, const char *holder) {
   if (!holder || !holder[0] || strlen(holder) >= GF_NODE_CACHE_NAME_MAX)
     return GF_EINVAL;
+  if (c->ro)
+    return GF_ESTATE;
   pthread_mutex_lock(&c->mu);
   entry *e = find(c, hex);
   int rc = !e || e->fl ? GF_ENOTFOUND : pin_locked(c, e, holder);
@@ -1394,6 +1483,9 @@ int gf_node_cache_unpin(gf_node_cache *c, const char *hex, const char *holder) {
 }
 
 int gf_node_cache_evict(gf_node_cache *c, const char *hex, gf_diag *d) {
+  if (c->ro)
+    return gf_diag_set(d, GF_ESTATE, "sha256:%s: the cache is open read-only",
+                       hex);
   pthread_mutex_lock(&c->mu);
   entry *e = find(c, hex);
   int rc = 0;
@@ -1416,6 +1508,8 @@ int gf_node_cache_verify(gf_node_cache *c,
                          void (*report)(void *user, const char *hex,
                                         const char *name, const char *why),
                          void *user) {
+  if (c->ro)
+    return GF_ESTATE;
   /* The list is copied so hashing runs without the lock. */
   gf_node_cache_entry *list = NULL;
   size_t n = 0;

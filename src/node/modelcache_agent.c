@@ -220,7 +220,8 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
   gf_node_cache_opts co = {.root = cfg->model_cache_dir,
                            .budget = cfg->model_cache_budget,
                            .log = log_line,
-                           .pod_sources = cfg->model_pod_sources};
+                           .pod_sources = cfg->model_pod_sources,
+                           .lock_owner = "gpufrac node agent"};
   gf__node_cache_opts_hardening(&co, cfg);
   int rc = gf_node_cache_open(&co, &a->cache, d);
   if (rc) {

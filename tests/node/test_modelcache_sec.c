@@ -586,6 +586,98 @@ static void test_ns_budget(void **state) {
   gf_node_cache_free(c);
 }
 
+/* ---- 6. one process per cache directory -------------------------------- */
+
+/* A child holds the cache open (as an agent would, mid-fetch: a tmp/<hex>
+ * without its manifest yet); a second open is refused naming the child's
+ * pid, before its recovery could remove the child's fetch; a read-only
+ * open lists the models meanwhile; once the child is gone the open works. */
+static void test_dir_lock(void **state) {
+  (void)state;
+  char pre[400], h[GF_NODE_CACHE_HEX], u[600], root[300];
+  snprintf(pre, sizeof(pre), "file://%s/", tmpdir);
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  model_at("m", "a", 100, h, u, sizeof(u));
+  gf_node_cache_opts o = {.pod_sources = pre};
+  gf_node_cache *c = open_with(&o);
+  gf_diag d = {{0}};
+  assert_int_equal(gf_node_cache_fetch(c, "a", h, u, &d), 0);
+  gf_node_cache_free(c);
+
+  int up[2], down[2];
+  assert_int_equal(pipe(up), 0);
+  assert_int_equal(pipe(down), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]); /* the parent gone (a failed test): read sees EOF */
+    gf_node_cache_opts co = {.root = root};
+    gf_node_cache *cc = NULL;
+    gf_diag cd = {{0}};
+    char ok = gf_node_cache_open(&co, &cc, &cd) == 0 ? 'y' : 'n';
+    char fl[600];
+    snprintf(fl, sizeof(fl), "%s/tmp/%064d", root, 0);
+    mkdir(fl, 0755); /* a fetch whose manifest is not written yet */
+    if (write(up[1], &ok, 1) != 1)
+      _exit(2);
+    char x;
+    if (read(down[0], &x, 1) != 1)
+      _exit(3);
+    gf_node_cache_free(cc);
+    _exit(0);
+  }
+  char ok = 0;
+  assert_int_equal(read(up[0], &ok, 1), 1);
+  assert_int_equal(ok, 'y');
+
+  gf_node_cache_opts o2 = {.root = root};
+  gf_node_cache *c2 = NULL;
+  int rc = gf_node_cache_open(&o2, &c2, &d);
+  if (rc == 0)
+    fail_msg("a second process opened the cache the first holds");
+  assert_int_equal(rc, GF_ESTATE);
+  assert_null(c2);
+  char want[64];
+  snprintf(want, sizeof(want), "pid %d", (int)pid);
+  if (!strstr(d.msg, want))
+    fail_msg("'%s' does not name %s", d.msg, want);
+  char fl[600];
+  snprintf(fl, sizeof(fl), "%s/tmp/%064d", root, 0);
+  assert_true(exists(fl)); /* the holder's fetch is untouched */
+
+  /* reading (gpufrac cache ls) needs no lock and changes nothing */
+  gf_node_cache_opts ro = {.root = root, .read_only = true};
+  rc = gf_node_cache_open(&ro, &c2, &d);
+  if (rc)
+    fail_msg("read-only: %s", d.msg);
+  gf_node_cache_entry *l = NULL;
+  size_t n = 0;
+  assert_int_equal(gf_node_cache_list(c2, &l, &n), 0);
+  assert_int_equal(n, 1);
+  assert_string_equal(l[0].hex, h);
+  assert_int_equal(l[0].bytes, 100);
+  free(l);
+  assert_int_equal(gf_node_cache_fetch(c2, "a", h, u, &d), GF_ESTATE);
+  assert_int_equal(gf_node_cache_evict(c2, h, &d), GF_ESTATE);
+  gf_node_cache_free(c2);
+  assert_true(exists(fl));
+
+  assert_int_equal(write(down[1], "x", 1), 1);
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  rc = gf_node_cache_open(&o2, &c2, &d);
+  if (rc)
+    fail_msg("after the holder left: %s", d.msg);
+  assert_false(exists(fl)); /* now recovered: no manifest, removed */
+  gf_node_cache_free(c2);
+  close(up[0]);
+  close(up[1]);
+  close(down[0]);
+  close(down[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_open_beneath, setup_tmp,
@@ -598,6 +690,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pin_with_hit, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_ns_budget, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_dir_lock, setup_tmp, teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
