@@ -147,6 +147,44 @@ static int cmp_path(const void *a, const void *b) {
                 ((const gf_node_cache_file *)b)->path);
 }
 
+/* A path that is also another's directory ("a" and "a/b"), on m's paths
+ * (sorted, no duplicates) in time linear in their total length.  If file P
+ * is the directory of Q, every path sorted between them starts with P
+ * (one that did not would differ from P at a byte where it is greater, and
+ * so sort after Q too); so the paths that are prefixes of the current one
+ * form a chain on a stack, popped as the walk leaves them, and only its top
+ * needs comparing: a shorter P whose '/' follows in Q would be the
+ * directory of the top too, found when the top was pushed.  Each path is
+ * pushed and popped once, each comparison costs at most the shorter
+ * path's length.  GF_ESYNTAX naming both; GF_ENOMEM. */
+static int dir_conflicts(const gf_node_cache_manifest *m, gf_diag *d) {
+  size_t *st = m->n ? gf__malloc(m->n * sizeof(*st)) : NULL;
+  if (m->n && !st)
+    return gf_diag_set(d, GF_ENOMEM, "manifest: out of memory");
+  size_t top = 0;
+  int rc = 0;
+  for (size_t i = 0; i < m->n && !rc; i++) {
+    const char *q = m->files[i].path;
+    size_t ql = strlen(q);
+    while (top > 0) {
+      const char *p = m->files[st[top - 1]].path;
+      size_t pl = strlen(p);
+      if (pl < ql && memcmp(p, q, pl) == 0) {
+        if (q[pl] == '/')
+          rc = gf_diag_set(d, GF_ESYNTAX,
+                           "manifest: '%s' is a file and the directory of "
+                           "'%s'",
+                           p, q);
+        break;
+      }
+      top--;
+    }
+    st[top++] = i;
+  }
+  gf__free(st);
+  return rc;
+}
+
 void gf_node_cache_manifest_release(gf_node_cache_manifest *m) {
   if (!m)
     return;
@@ -265,24 +303,9 @@ int gf_node_cache_manifest_parse(const char *text, size_t len,
     m->bytes += size;
     m->n++;
   }
-  /* A path that is also another's directory ("a" and "a/b"): each
-   * directory prefix of each path must not be a file. */
-  for (size_t i = 0; i < m->n; i++) {
-    const char *p = m->files[i].path;
-    for (const char *sl = strchr(p, '/'); sl; sl = strchr(sl + 1, '/')) {
-      char pre[GF_NODE_CACHE_PATH_MAX + 1];
-      size_t n = (size_t)(sl - p);
-      memcpy(pre, p, n);
-      pre[n] = '\0';
-      gf_node_cache_file key = {.path = pre};
-      if (bsearch(&key, m->files, m->n, sizeof(key), cmp_path)) {
-        rc = gf_diag_set(d, GF_ESYNTAX,
-                         "manifest: '%s' is a file and the directory of '%s'",
-                         pre, p);
-        goto fail;
-      }
-    }
-  }
+  rc = dir_conflicts(m, d);
+  if (rc)
+    goto fail;
   gf_node_cache_sha256_hex(text, len, m->hex);
   return 0;
 fail:

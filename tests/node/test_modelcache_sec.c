@@ -678,6 +678,48 @@ static void test_dir_lock(void **state) {
   close(down[1]);
 }
 
+/* ---- 7. deep and long paths -------------------------------------------- */
+
+/* The file-and-directory check on sorted paths (a file "a" beside "a/b",
+ * across paths that sort between them: "a-b", "a.c" sort before "a/"). */
+static void test_manifest_dirs(void **state) {
+  (void)state;
+  static const char *cases[][2] = {
+      {"a\nb\n", NULL},
+      {"a\na/b\n", "'a' is a file and the directory of 'a/b'"},
+      {"a\na-b\na.c\na/x\n", "'a' is a file and the directory of 'a/x'"},
+      {"a-b\na/b\n", NULL},
+      {"x/y\nx/y!\nx/y/z\n", "'x/y' is a file and the directory of 'x/y/z'"},
+      {"p\np!\np!!\np!!!\n", NULL},
+      {"p\np!\np!!\np!!/q\n", "'p!!' is a file and the directory of 'p!!/q'"},
+      {"d/d/d/d/a\nd/d/d/d/a/b\n", "'d/d/d/d/a' is a file"},
+      {"d/a\nd/b\nd/b0\nd/c\ne\ne0/f\n", NULL},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char text[1024];
+    size_t n = 0;
+    const char *p = cases[i][0];
+    while (*p) {
+      size_t l = strcspn(p, "\n");
+      n += (size_t)snprintf(text + n, sizeof(text) - n,
+                            "%.*s\t0\t"
+                            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca4"
+                            "95991b7852b855\n",
+                            (int)l, p);
+      p += l + 1;
+    }
+    gf_node_cache_manifest m;
+    gf_diag d = {{0}};
+    int rc = gf_node_cache_manifest_parse(text, n, &m, &d);
+    if (!cases[i][1] && rc)
+      fail_msg("case %zu: %s", i, d.msg);
+    if (cases[i][1] && (rc != GF_ESYNTAX || !strstr(d.msg, cases[i][1])))
+      fail_msg("case %zu: rc %d '%s'", i, rc, d.msg);
+    if (!rc)
+      gf_node_cache_manifest_release(&m);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_open_beneath, setup_tmp,
@@ -691,6 +733,7 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_ns_budget, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_dir_lock, setup_tmp, teardown_tmp),
+      cmocka_unit_test(test_manifest_dirs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
