@@ -1370,6 +1370,11 @@ static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
      * may be another namespace's, or gone already) */
     flight *f = e->fl;
     f->refs++;
+    if (c->hook) { /* tests: "flight-wait", without the lock */
+      pthread_mutex_unlock(&c->mu);
+      run_hook(c, "flight-wait");
+      pthread_mutex_lock(&c->mu);
+    }
     while (!f->done)
       pthread_cond_wait(&c->cv, &c->mu);
     int rc = f->rc;
@@ -1385,9 +1390,11 @@ static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
   }
   if (e) {
     int rc = serve_locked(c, e, r, d);
-    if (!waited && rc != GF_ENOTFOUND)
-      c->fetch_hit++;
-    save_state(c);
+    if (rc != GF_ENOTFOUND) { /* a refusal changes nothing to save */
+      if (!waited)
+        c->fetch_hit++;
+      save_state(c);
+    }
     pthread_mutex_unlock(&c->mu);
     return rc;
   }
@@ -1418,6 +1425,7 @@ static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
   f->refs = 1;
   e->fl = f;
   pthread_mutex_unlock(&c->mu);
+  run_hook(c, "fetch-started");
 
   gf_diag fd = {{0}};
   bool no_room = false;
@@ -1872,16 +1880,19 @@ static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
   r->shared =
       source && source_prefix(c->shared_sources, source, shpre, sizeof(shpre));
   int rc = fetch_req(c, r, &fd);
-  if (rc && source && r->downloaded) {
+  if (rc && r->downloaded) {
     /* What a failed download says (a file's real size and sha256, a
      * server's answer) is for the operator's log, not the pod's events:
-     * repeated tries with adjusted manifests would read a file out. */
+     * repeated tries with adjusted manifests would read a file out.  Also
+     * when this pod named no source and only waited for another's fetch:
+     * that one's details are not this pod's to see. */
     gf__mc_log(&c->o, "model %s (sha256:%.12s) for a pod: %s", name, hex,
                fd.msg);
     gf_diag_set(d, rc,
-                "model %s: fetching it from its gpufrac.io/model-source "
-                "failed (%s); the node agent's log says why",
-                name, gf_err_name(rc));
+                "model %s: fetching it %sfailed (%s); the node agent's log "
+                "says why",
+                name, source ? "from its gpufrac.io/model-source " : "",
+                gf_err_name(rc));
   } else if (rc && d) {
     *d = fd;
   }

@@ -75,8 +75,10 @@ bool gf__mc_rmtree(const char *path);
 void gf__mc_to_hex(const unsigned char *md, unsigned n, char *hex);
 
 /* Tests: fn(user, point) runs at named points of a request, without the
- * cache's lock ("acquire-found": gf_node_cache_acquire found the model
- * ready and returns next).  NULL: none. */
+ * cache's lock: "acquire-found" (gf_node_cache_acquire found the model
+ * ready and returns next), "fetch-started" (a request begins a download,
+ * in its thread), "flight-wait" (a request is about to wait for another's
+ * download).  NULL: none. */
 void gf__mc_set_hook(gf_node_cache *c,
                      void (*fn)(void *user, const char *point), void *user);
 

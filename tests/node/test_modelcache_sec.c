@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -586,6 +587,60 @@ static void test_ns_budget(void **state) {
   gf_node_cache_free(c);
 }
 
+/* A pod that names no source and waits for another's fetch that fails gets
+ * neither that fetch's details (a file's real size) nor its source.  The
+ * hook makes the order certain: the first fetch, once started, starts the
+ * waiter and goes on only when it waits. */
+typedef struct wait_hook {
+  gf_node_cache *c;
+  const char *hex;
+  pthread_t t;
+  sem_t waiting;
+  int rc;
+  gf_diag d;
+} wait_hook;
+
+static void *waiter(void *p) {
+  wait_hook *w = p;
+  w->rc = acquire(w->c, "tenant-b", "pod-b", w->hex, NULL, &w->d);
+  return NULL;
+}
+
+static void order(void *user, const char *point) {
+  wait_hook *w = user;
+  if (!strcmp(point, "fetch-started")) {
+    assert_int_equal(pthread_create(&w->t, NULL, waiter, w), 0);
+    sem_wait(&w->waiting);
+  } else if (!strcmp(point, "flight-wait")) {
+    sem_post(&w->waiting);
+  }
+}
+
+static void test_waiter_sees_no_details(void **state) {
+  (void)state;
+  char pre[400], h[GF_NODE_CACHE_HEX], u[600], path[700];
+  snprintf(pre, sizeof(pre), "file://%s/", tmpdir);
+  model_at("m", "s", 100, h, u, sizeof(u));
+  snprintf(path, sizeof(path), "%s/m/s/w.bin", tmpdir);
+  write_file(path, "short", 5); /* the manifest says 100 */
+  gf_node_cache_opts o = {.pod_sources = pre};
+  gf_node_cache *c = open_with(&o);
+  wait_hook w = {.c = c, .hex = h, .rc = -1};
+  sem_init(&w.waiting, 0, 0);
+  gf__mc_set_hook(c, order, &w);
+  gf_diag d = {{0}};
+  int rc = acquire(c, "tenant-a", "pod-a", h, u, &d);
+  pthread_join(w.t, NULL);
+  gf__mc_set_hook(c, NULL, NULL);
+  sem_destroy(&w.waiting);
+  assert_int_equal(rc, GF_EIO);
+  assert_int_equal(w.rc, GF_EIO);
+  if (strstr(w.d.msg, "5 bytes") || strstr(w.d.msg, tmpdir))
+    fail_msg("the waiter saw the other fetch's details: %s", w.d.msg);
+  assert_non_null(strstr(w.d.msg, "agent's log"));
+  gf_node_cache_free(c);
+}
+
 /* ---- 6. one process per cache directory -------------------------------- */
 
 /* A child holds the cache open (as an agent would, mid-fetch: a tmp/<hex>
@@ -732,6 +787,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pin_with_hit, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_ns_budget, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_waiter_sees_no_details, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_dir_lock, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_manifest_dirs),
   };
