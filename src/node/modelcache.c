@@ -1320,6 +1320,13 @@ static int path_locked(const gf_node_cache *c, const char *hex, char *dir,
  * operator's request) sharing it, the pin and the path, in one step under
  * the lock. */
 static int serve_locked(gf_node_cache *c, entry *e, const req *r, gf_diag *d) {
+  if (r->ns && !e->shared && !strcmp(e->ns, GF_NODE_CACHE_NS_NOBODY))
+    return gf_diag_set(d, GF_ENOTFOUND,
+                       "model %s (sha256:%.12s) is on this node's disk but "
+                       "not in its state file, so whose it is is not known: "
+                       "it is served to pods once an operator fetches or "
+                       "prefetches it (docs/modelcache.md)",
+                       r->name, r->hex);
   if (r->ns && !e->shared && strcmp(e->ns, r->ns) != 0)
     return gf_diag_set(d, GF_ENOTFOUND,
                        "model %s (sha256:%.12s) is cached on this node for "

@@ -493,6 +493,41 @@ static void test_namespaces(void **state) {
   gf_node_cache_free(c);
 }
 
+/* Owners across restarts: a model found on disk without a state entry is
+ * nobody's (no pod gets it until an operator's fetch shares it); a version
+ * 1 state file, from before owners, leaves its models shared. */
+static void test_owner_recovery(void **state) {
+  (void)state;
+  char pre[400], h[GF_NODE_CACHE_HEX], u[600], sp[600];
+  snprintf(pre, sizeof(pre), "file://%s/", tmpdir);
+  snprintf(sp, sizeof(sp), "%s/cache/state.json", tmpdir);
+  model_at("m", "o", 100, h, u, sizeof(u));
+  gf_node_cache_opts o = {.pod_sources = pre};
+  gf_node_cache *c = open_with(&o);
+  gf_diag d = {{0}};
+  assert_int_equal(acquire(c, "tenant-a", "pod-a", h, u, &d), 0);
+  gf_node_cache_free(c);
+  assert_int_equal(unlink(sp), 0);
+  c = open_with(&o);
+  assert_true(cached(c, h));
+  assert_int_equal(acquire(c, "tenant-a", "pod-a2", h, NULL, &d), GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "not in its state file"));
+  assert_int_equal(gf_node_cache_fetch(c, "o", h, u, &d), 0);
+  assert_int_equal(acquire(c, "tenant-b", "pod-b", h, NULL, &d), 0);
+  gf_node_cache_free(c);
+
+  char v1[600];
+  int n = snprintf(v1, sizeof(v1),
+                   "{\"version\":1,\"seq\":3,\"models\":[{\"digest\":\"%s\","
+                   "\"name\":\"o\",\"bytes\":100,\"used\":3,\"last_unpin\":0}],"
+                   "\"pins\":[]}",
+                   h);
+  write_file(sp, v1, (size_t)n);
+  c = open_with(&o);
+  assert_int_equal(acquire(c, "tenant-c", "pod-c", h, NULL, &d), 0);
+  gf_node_cache_free(c);
+}
+
 /* An eviction between finding a model ready and pinning it: the hook runs
  * right after acquire found the model and fetches another, which needs the
  * room.  The pin is already there, so the other fetch is refused. */
@@ -784,6 +819,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_deadline_min_rate, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_namespaces, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_owner_recovery, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_pin_with_hit, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_ns_budget, setup_tmp, teardown_tmp),
