@@ -109,7 +109,8 @@ typedef struct gf_node_cache_opts {
    * GF_ESTATE. */
   bool read_only;
   /* Who holds the lock, written beside the pid into <root>/lock for the
-   * message another process gets ("gpufrac node agent"); NULL: "gpufrac". */
+   * message another process is given ("gpufrac node agent"); NULL:
+   * "gpufrac". */
   const char *lock_owner;
   /* Log lines ("model NAME: ..."); NULL: stderr. Called from fetch
    * threads, never with the cache's lock held. */
