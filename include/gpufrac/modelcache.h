@@ -87,6 +87,31 @@ typedef struct gf_node_cache_opts {
   long connect_timeout_s; /* 0: 10 */
   long stall_timeout_s;   /* no byte for this long fails a try; 0: 30 */
   long progress_s;        /* a progress log line this often; 0: 5 */
+  /* A fetch (its files, all tries) that is not done this long after it
+   * started fails with GF_ELIMIT; 0: 7200; < 0: none. */
+  long deadline_s;
+  /* Bytes per second a fetch must average (received, or found already on
+   * disk from an earlier try), checked once it has run min_rate_after_s:
+   * below it the fetch fails with GF_ELIMIT (a source that trickles a byte
+   * now and then passes the stall timeout); 0: 1000000; < 0: none. */
+  int64_t min_rate;
+  long min_rate_after_s; /* 0: 60 */
+  /* The most bytes of models one namespace's fetches may hold, pinned or
+   * not, fetching included (gf_node_cache_acquire); 0: no limit. */
+  uint64_t ns_budget;
+  /* Pod sources (prefixes as in pod_sources) whose models are served to
+   * every namespace: public mirrors.  A model a pod fetched from anywhere
+   * else is served to that pod's namespace only.  NULL or "": none. */
+  const char *shared_sources;
+  /* Opens without the directory's lock and changes nothing on disk (no
+   * recovery, no state written): for reading while another process (the
+   * agent) holds the cache.  Fetch, evict, pin and verify then fail with
+   * GF_ESTATE. */
+  bool read_only;
+  /* Who holds the lock, written beside the pid into <root>/lock for the
+   * message another process is given ("gpufrac node agent"); NULL:
+   * "gpufrac". */
+  const char *lock_owner;
   /* Log lines ("model NAME: ..."); NULL: stderr. Called from fetch
    * threads, never with the cache's lock held. */
   void (*log)(void *user, const char *line);
@@ -107,7 +132,10 @@ typedef struct gf_node_cache_opts {
  * entries of sha256/ are removed, tmp/ keeps only resumable fetches, and
  * a budget lowered since the last run is met by evicting unpinned models.
  * A malformed state file is logged and rebuilt from the directories.
- * GF_EIO naming the path, GF_ENOMEM. */
+ * Unless o->read_only, <root>/lock is flock'ed (exclusive) first and held
+ * until gf_node_cache_free: GF_ESTATE naming the holder's pid when another
+ * process holds it (nothing is touched then).  GF_EIO naming the path,
+ * GF_ENOMEM. */
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
                        gf_diag *d);
 /* Makes every fetch under way, and every later one, stop soon with
@@ -142,6 +170,29 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
                                 const char *hex, const char *source,
                                 gf_diag *d);
 
+/* What a pod (or a DRA claim) asks of the cache. */
+typedef struct gf_node_cache_req {
+  const char *name;   /* labels the model (inventory, logs) */
+  const char *hex;    /* its manifest digest */
+  const char *source; /* the pod's gpufrac.io/model-source; NULL: none */
+  const char *ns;     /* the pod's namespace (required) */
+  const char *holder; /* the pin's holder: a pod or claim uid (required) */
+} gf_node_cache_req;
+
+/* Makes model r->hex ready for a pod of namespace r->ns, pins it for
+ * r->holder and writes the directory to mount into dir[cap], the pin taken
+ * under the cache's lock in the same step that finds the model ready (so no
+ * eviction comes between the hit and the pin).  The source rules of
+ * gf_node_cache_fetch_for_pod apply.  A model fetched for a pod is served
+ * to that pod's namespace only, unless its source is under the cache's
+ * shared_sources or an operator fetched (or prefetched) it: then to every
+ * namespace (docs/modelcache.md).  GF_ENOTFOUND when the model is cached
+ * for another namespace only; GF_ENOFIT naming model_ns_budget when the
+ * namespace's models would pass opts.ns_budget; else as
+ * gf_node_cache_fetch_for_pod.  On failure nothing is pinned. */
+int gf_node_cache_acquire(gf_node_cache *c, const gf_node_cache_req *r,
+                          char *dir, size_t cap, gf_diag *d);
+
 /* The directory to mount for ready model hex into dir[cap]. GF_ENOTFOUND
  * when not ready, GF_ELIMIT when it does not fit. */
 int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,
@@ -161,7 +212,7 @@ int gf_node_cache_evict(gf_node_cache *c, const char *hex, gf_diag *d);
 /* Re-hashes every file of every ready model; a model that fails (a file
  * missing, changed, of another size) is removed unless pinned, and
  * reported through report (may be NULL).  Returns the number that failed
- * (>= 0) or GF_ENOMEM. */
+ * (>= 0), GF_ENOMEM, or GF_ESTATE on a read-only cache. */
 int gf_node_cache_verify(gf_node_cache *c,
                          void (*report)(void *user, const char *hex,
                                         const char *name, const char *why),

@@ -216,6 +216,14 @@ typedef struct gf_node_config {
   int64_t model_keep_warm_s;
   char model_prefetch_ns[GF_NAME_MAX];
   char model_pod_sources[1024]; /* model_pod_sources: gf_node_cache_opts */
+  /* A fetch's deadline (s; 0 = none; 7200) and the rate it must average
+   * (bytes/s; 0 = none; 1000000), the bytes one namespace's fetches may
+   * hold (0 = no limit), and the pod sources whose models are served to
+   * every namespace (gf_node_cache_opts; src/node/modelcache.c reads these
+   * keys). */
+  int64_t model_fetch_deadline_s;
+  uint64_t model_fetch_min_rate, model_ns_budget;
+  char model_shared_sources[1024];
 } gf_node_config;
 
 /* Fills the defaults shown above. */

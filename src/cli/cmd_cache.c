@@ -34,13 +34,17 @@ static void usage(FILE *fp) {
       "NAME@sha256:HEX,\nHEX the manifest digest, kept under DIR within a "
       "byte budget.\n\n"
       "  ls        the cached models, most recently used first: digest, "
-      "state,\n            bytes, pins, name\n"
+      "state,\n            bytes, pins, name (read only: works while the "
+      "agent runs)\n"
       "  fetch     fetch a model from URL (http://, https:// or file:// "
       "base holding\n            gpufrac.manifest and the files) into DIR, "
       "verifying every file\n"
       "  verify    re-hash every cached model's files; a model that fails "
       "is removed\n            (exit 1 when any failed)\n"
       "  evict     remove a model (refused while a running pod pins it)\n"
+      "            fetch, verify and evict lock DIR for the operation: "
+      "refused\n            (naming the holder's pid) while the node agent "
+      "holds it\n"
       "  manifest  print SRCDIR's gpufrac.manifest (to publish it as a "
       "source);\n            its digest goes to stderr\n"
       "  prefetch  write the prefetch ConfigMap (label "
@@ -57,6 +61,12 @@ static void usage(FILE *fp) {
       "  --retries N        tries per file after the first (default 3)\n"
       "  --stall-timeout S  a try that receives nothing for S seconds "
       "fails (default 30)\n"
+      "  --deadline S       the fetch fails when not done after S seconds "
+      "(default 7200;\n                     0: none); its parts stay to "
+      "resume\n"
+      "  --min-rate BYTES   the fetch fails when it averages under BYTES/s "
+      "after its\n                     first 60 s (default 1000000; 0: "
+      "none)\n"
       "  --namespace NS     the agents' namespace (default gpufrac-system)\n");
 }
 
@@ -71,13 +81,27 @@ static void log_line(void *user, const char *line) {
   fprintf(stderr, "gpufrac cache: %s\n", line);
 }
 
-static int open_cache(const char *dir, uint64_t budget, unsigned parallel,
-                      unsigned retries, long stall_s, gf_node_cache **c) {
+/* deadline_s and min_rate: < 0 unset (the library's default), 0 none. */
+static int open_cache(const char *dir, const char *sub, uint64_t budget,
+                      unsigned parallel, unsigned retries, long stall_s,
+                      long deadline_s, int64_t min_rate, gf_node_cache **c) {
+  char owner[64];
+  snprintf(owner, sizeof(owner), "gpufrac cache %s", sub);
+  /* ls reads without the directory's lock (the agent may hold it); the
+   * others hold it for the one operation */
   gf_node_cache_opts o = {.root = dir,
+                          .read_only = !strcmp(sub, "ls"),
+                          .lock_owner = owner,
                           .budget = budget,
                           .parallel = parallel,
                           .retries = retries,
                           .stall_timeout_s = stall_s,
+                          .deadline_s = deadline_s < 0    ? 0
+                                        : deadline_s == 0 ? -1
+                                                          : deadline_s,
+                          .min_rate = min_rate < 0    ? 0
+                                      : min_rate == 0 ? -1
+                                                      : min_rate,
                           .log = log_line};
   gf_diag d = {""};
   if (gf_node_cache_open(&o, c, &d)) {
@@ -219,6 +243,7 @@ int cmd_cache(int argc, char **argv) {
              *ns = GF_NODE_PREFETCH_NAMESPACE, *selector = NULL, *names = NULL;
   uint64_t budget = 0;
   int64_t nodes = 0, parallel = 0, retries = 0, stall = 0;
+  int64_t deadline = -1, min_rate = -1; /* unset */
   const char *pos[3] = {NULL, NULL, NULL};
   int npos = 0;
   gf_diag d = {""};
@@ -250,6 +275,12 @@ int cmd_cache(int argc, char **argv) {
       } else if (!strcmp(a, "--stall-timeout")) {
         if (gf_parse_int64(v, 1, 3600, &stall, &d))
           return bad_usage("--stall-timeout: not seconds in 1..3600");
+      } else if (!strcmp(a, "--deadline")) {
+        if (gf_parse_int64(v, 0, 7 * 86400, &deadline, &d))
+          return bad_usage("--deadline: not seconds in 0..604800");
+      } else if (!strcmp(a, "--min-rate")) {
+        if (gf_quantity_bytes(v, &min_rate, &d) || min_rate < 0)
+          return bad_usage("--min-rate: not a byte quantity");
       } else if (!strcmp(a, "--nodes")) {
         if (gf_parse_int64(v, 1, 100000, &nodes, &d))
           return bad_usage("--nodes: not an integer in 1..100000");
@@ -319,8 +350,8 @@ int cmd_cache(int argc, char **argv) {
       strcmp(sub, "evict"))
     return bad_usage("unknown subcommand");
   gf_node_cache *c = NULL;
-  int ex = open_cache(dir, budget, (unsigned)parallel, (unsigned)retries,
-                      (long)stall, &c);
+  int ex = open_cache(dir, sub, budget, (unsigned)parallel, (unsigned)retries,
+                      (long)stall, (long)deadline, min_rate, &c);
   if (ex)
     return ex;
   if (!strcmp(sub, "ls")) {

@@ -63,12 +63,13 @@ static int model_for(gf_node_allocator *a, const gf_node_match *m, char *host,
                        "pod %s/%s asks for model %s, but this node's agent "
                        "runs without a weight cache (--model-cache-dir)",
                        m->ns, m->name, name);
-  rc = gf_node_cache_fetch_for_pod(
-      c, name, hex, m->model_source[0] ? m->model_source : NULL, d);
-  if (!rc)
-    rc = gf_node_cache_pin(c, hex, m->uid);
-  if (!rc)
-    rc = gf_node_cache_path(c, hex, host, hcap);
+  /* ready, the namespace may have it, pinned and its path: one step */
+  gf_node_cache_req r = {.name = name,
+                         .hex = hex,
+                         .source = m->model_source[0] ? m->model_source : NULL,
+                         .ns = m->ns,
+                         .holder = m->uid};
+  rc = gf_node_cache_acquire(c, &r, host, hcap, d);
   if (rc) {
     gf_diag_prefix(d, "pod %s/%s: model %s", m->ns, m->name, name);
     return rc;

@@ -52,6 +52,8 @@ void gf_node_config_init(gf_node_config *c) {
   c->dra_slice_devices = 0;
   gf__node_copy(c->proc_dir, sizeof(c->proc_dir), "/proc");
   c->model_keep_warm_s = 600;
+  c->model_fetch_deadline_s = 7200;
+  c->model_fetch_min_rate = 1000000;
   c->nxid_ignore = 6;
   memcpy(c->xid_ignore, gf_node_xid_app_default,
          sizeof(gf_node_xid_app_default));

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -25,10 +26,18 @@
 #include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/node.h"
+#include "gpufrac/quantity.h"
 #include "modelcache_int.h"
 #include "node_int.h"
 
 #define STATE_FILE "state.json"
+/* Owners (entry.ns) that are no namespace (a namespace name is a DNS
+ * label: it never starts with '-'): a model whose owner is not known
+ * (adopted from the directories), and the requests of callers that name no
+ * namespace (gf_node_cache_fetch_for_pod). */
+#define GF_NODE_CACHE_NS_MAX 64
+#define GF_NODE_CACHE_NS_NOBODY "-"
+#define NS_UNNAMED "-unnamed"
 #define STATE_MAX (64u << 20)
 #define INVENTORY_MODELS 64
 
@@ -136,6 +145,44 @@ static const char *path_problem(const char *p, size_t n) {
 static int cmp_path(const void *a, const void *b) {
   return strcmp(((const gf_node_cache_file *)a)->path,
                 ((const gf_node_cache_file *)b)->path);
+}
+
+/* A path that is also another's directory ("a" and "a/b"), on m's paths
+ * (sorted, no duplicates) in time linear in their total length.  If file P
+ * is the directory of Q, every path sorted between them starts with P
+ * (one that did not would differ from P at a byte where it is greater, and
+ * so sort after Q too); so the paths that are prefixes of the current one
+ * form a chain on a stack, popped as the walk leaves them, and only its top
+ * needs comparing: a shorter P whose '/' follows in Q would be the
+ * directory of the top too, found when the top was pushed.  Each path is
+ * pushed and popped once, each comparison costs at most the shorter
+ * path's length.  GF_ESYNTAX naming both; GF_ENOMEM. */
+static int dir_conflicts(const gf_node_cache_manifest *m, gf_diag *d) {
+  size_t *st = m->n ? gf__malloc(m->n * sizeof(*st)) : NULL;
+  if (m->n && !st)
+    return gf_diag_set(d, GF_ENOMEM, "manifest: out of memory");
+  size_t top = 0;
+  int rc = 0;
+  for (size_t i = 0; i < m->n && !rc; i++) {
+    const char *q = m->files[i].path;
+    size_t ql = strlen(q);
+    while (top > 0) {
+      const char *p = m->files[st[top - 1]].path;
+      size_t pl = strlen(p);
+      if (pl < ql && memcmp(p, q, pl) == 0) {
+        if (q[pl] == '/')
+          rc = gf_diag_set(d, GF_ESYNTAX,
+                           "manifest: '%s' is a file and the directory of "
+                           "'%s'",
+                           p, q);
+        break;
+      }
+      top--;
+    }
+    st[top++] = i;
+  }
+  gf__free(st);
+  return rc;
 }
 
 void gf_node_cache_manifest_release(gf_node_cache_manifest *m) {
@@ -256,24 +303,9 @@ int gf_node_cache_manifest_parse(const char *text, size_t len,
     m->bytes += size;
     m->n++;
   }
-  /* A path that is also another's directory ("a" and "a/b"): each
-   * directory prefix of each path must not be a file. */
-  for (size_t i = 0; i < m->n; i++) {
-    const char *p = m->files[i].path;
-    for (const char *sl = strchr(p, '/'); sl; sl = strchr(sl + 1, '/')) {
-      char pre[GF_NODE_CACHE_PATH_MAX + 1];
-      size_t n = (size_t)(sl - p);
-      memcpy(pre, p, n);
-      pre[n] = '\0';
-      gf_node_cache_file key = {.path = pre};
-      if (bsearch(&key, m->files, m->n, sizeof(key), cmp_path)) {
-        rc = gf_diag_set(d, GF_ESYNTAX,
-                         "manifest: '%s' is a file and the directory of '%s'",
-                         pre, p);
-        goto fail;
-      }
-    }
-  }
+  rc = dir_conflicts(m, d);
+  if (rc)
+    goto fail;
   gf_node_cache_sha256_hex(text, len, m->hex);
   return 0;
 fail:
@@ -465,7 +497,12 @@ typedef struct entry {
   char name[GF_NODE_CACHE_NAME_MAX];
   uint64_t bytes;
   uint64_t used;
-  int64_t last_unpin;    /* unix seconds; 0 never */
+  int64_t last_unpin; /* unix seconds; 0 never */
+  /* Whose it is: the namespace of the pod whose fetch brought it ("" for
+   * an operator's fetch or prefetch), which its bytes count against
+   * (ns_budget); shared: served to every namespace, else to ns only. */
+  char ns[GF_NODE_CACHE_NS_MAX];
+  bool shared;
   flight *fl;            /* non-NULL while fetching */
   bool warm;             /* kept in the page cache (keep-warm) */
   struct lock_map *maps; /* mlock'ed mappings of its files */
@@ -485,8 +522,9 @@ typedef struct pin {
 
 struct gf_node_cache {
   char root[4096 - 128];
-  char pod_sources[1024]; /* gf_node_cache_opts.pod_sources */
-  uint64_t budget;
+  char pod_sources[1024];    /* gf_node_cache_opts.pod_sources */
+  char shared_sources[1024]; /* gf_node_cache_opts.shared_sources */
+  uint64_t budget, ns_budget;
   gf__mc_opts o;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -499,7 +537,28 @@ struct gf_node_cache {
   uint64_t fetch_ok, fetch_failed, fetch_hit, evictions;
   uint64_t locked; /* mlock'ed bytes, all models */
   int cancel;      /* atomic: fetches stop */
+  int lock_fd;     /* <root>/lock, flock'ed; -1: read-only */
+  bool ro;         /* read_only: nothing changes on disk */
+  void (*hook)(void *user, const char *point); /* tests */
+  void *hook_user;
 };
+
+void gf__mc_set_hook(gf_node_cache *c,
+                     void (*fn)(void *user, const char *point), void *user) {
+  pthread_mutex_lock(&c->mu);
+  c->hook = fn;
+  c->hook_user = user;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void run_hook(gf_node_cache *c, const char *point) {
+  pthread_mutex_lock(&c->mu);
+  void (*fn)(void *, const char *) = c->hook;
+  void *user = c->hook_user;
+  pthread_mutex_unlock(&c->mu);
+  if (fn)
+    fn(user, point);
+}
 
 void gf_node_cache_cancel(gf_node_cache *c) {
   __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED);
@@ -583,6 +642,8 @@ static uint64_t used_bytes(const gf_node_cache *c) {
 /* Writes state.json; a failure is logged (the directories stay the truth,
  * so the next open recovers). Lock held. */
 static void save_state(gf_node_cache *c) {
+  if (c->ro)
+    return;
   json_t *root = json_object(), *models = json_array(), *pins = json_array();
   int rc = !root || !models || !pins;
   for (size_t i = 0; !rc && i < c->n; i++) {
@@ -591,9 +652,10 @@ static void save_state(gf_node_cache *c) {
       continue;
     rc |= json_array_append_new(
         models,
-        json_pack("{s:s,s:s,s:I,s:I,s:I}", "digest", e->hex, "name", e->name,
-                  "bytes", (json_int_t)e->bytes, "used", (json_int_t)e->used,
-                  "last_unpin", (json_int_t)e->last_unpin));
+        json_pack("{s:s,s:s,s:I,s:I,s:I,s:s,s:b}", "digest", e->hex, "name",
+                  e->name, "bytes", (json_int_t)e->bytes, "used",
+                  (json_int_t)e->used, "last_unpin", (json_int_t)e->last_unpin,
+                  "namespace", e->ns, "shared", e->shared));
   }
   for (size_t i = 0; !rc && i < c->np; i++)
     rc |= json_array_append_new(pins,
@@ -601,7 +663,7 @@ static void save_state(gf_node_cache *c) {
                                           "holder", c->p[i].holder));
   char *text = NULL;
   if (!rc) {
-    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "version", json_integer(2));
     json_object_set_new(root, "seq", json_integer((json_int_t)c->seq));
     json_object_set(root, "models", models);
     json_object_set(root, "pins", pins);
@@ -636,38 +698,84 @@ static void remove_model(gf_node_cache *c, entry *e, const char *why) {
   c->evictions++;
 }
 
-/* Evicts least recently used unpinned ready models until `need` more bytes
- * fit.  GF_ENOFIT (with the numbers) when they cannot. Lock held. */
-static int make_room(gf_node_cache *c, uint64_t need, const char *skip,
-                     gf_diag *d) {
-  if (c->budget == 0)
-    return 0;
-  if (need > c->budget)
-    return gf_diag_set(d, GF_ENOFIT,
-                       "%" PRIu64 " bytes do not fit the cache's budget of "
-                       "%" PRIu64,
-                       need, c->budget);
-  /* Is there room once every evictable model is gone? */
-  uint64_t keep = 0;
+static bool evictable(const gf_node_cache *c, const entry *e,
+                      const char *skip) {
+  return !e->fl && !pins_of(c, e->hex) && !(skip && !strcmp(e->hex, skip));
+}
+
+/* Bytes of the models whose fetches namespace ns made (its share). */
+static uint64_t ns_bytes(const gf_node_cache *c, const char *ns) {
+  uint64_t u = 0;
+  for (size_t i = 0; i < c->n; i++)
+    if (!strcmp(c->e[i].ns, ns))
+      u += c->e[i].bytes;
+  return u;
+}
+
+/* The least recently used evictable model (of namespace ns when not
+ * NULL). */
+static entry *lru_of(gf_node_cache *c, const char *ns, const char *skip) {
+  entry *lru = NULL;
   for (size_t i = 0; i < c->n; i++) {
-    const entry *e = &c->e[i];
-    if (e->fl || pins_of(c, e->hex) || (skip && !strcmp(e->hex, skip)))
-      keep += e->bytes;
+    entry *e = &c->e[i];
+    if (!evictable(c, e, skip) || (ns && strcmp(e->ns, ns)))
+      continue;
+    if (!lru || e->used < lru->used)
+      lru = e;
   }
-  if (keep > c->budget - need)
-    return gf_diag_set(d, GF_ENOFIT,
-                       "%" PRIu64 " bytes do not fit: %" PRIu64 " of the "
-                       "budget's %" PRIu64 " are pinned or being fetched",
-                       need, keep, c->budget);
-  while (used_bytes(c) > c->budget - need) {
-    entry *lru = NULL;
-    for (size_t i = 0; i < c->n; i++) {
-      entry *e = &c->e[i];
-      if (e->fl || pins_of(c, e->hex) || (skip && !strcmp(e->hex, skip)))
-        continue;
-      if (!lru || e->used < lru->used)
-        lru = e;
-    }
+  return lru;
+}
+
+/* Makes room for `need` more bytes fetched for namespace ns (NULL or "":
+ * an operator's): within ns's share (ns_budget) by evicting its own least
+ * recently used unpinned models, then within the budget by evicting any.
+ * Checks both before evicting anything.  GF_ENOFIT (with the numbers, and
+ * the key for a namespace's share) when they cannot.  Lock held. */
+static int make_room(gf_node_cache *c, uint64_t need, const char *skip,
+                     const char *ns, gf_diag *d) {
+  bool share = ns && ns[0] && c->ns_budget;
+  if (share) {
+    if (need > c->ns_budget)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%" PRIu64 " bytes do not fit namespace %s's share "
+                         "of the cache, %" PRIu64 " bytes (model_ns_budget)",
+                         need, ns, c->ns_budget);
+    uint64_t keep = 0;
+    for (size_t i = 0; i < c->n; i++)
+      if (!strcmp(c->e[i].ns, ns) && !evictable(c, &c->e[i], skip))
+        keep += c->e[i].bytes;
+    if (keep > c->ns_budget - need)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%" PRIu64 " bytes do not fit namespace %s's share "
+                         "of the cache (model_ns_budget %" PRIu64 "): %" PRIu64
+                         " bytes of its models are pinned or being fetched",
+                         need, ns, c->ns_budget, keep);
+  }
+  if (c->budget) {
+    if (need > c->budget)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%" PRIu64 " bytes do not fit the cache's budget of "
+                         "%" PRIu64,
+                         need, c->budget);
+    /* Is there room once every evictable model is gone? */
+    uint64_t keep = 0;
+    for (size_t i = 0; i < c->n; i++)
+      if (!evictable(c, &c->e[i], skip))
+        keep += c->e[i].bytes;
+    if (keep > c->budget - need)
+      return gf_diag_set(d, GF_ENOFIT,
+                         "%" PRIu64 " bytes do not fit: %" PRIu64 " of the "
+                         "budget's %" PRIu64 " are pinned or being fetched",
+                         need, keep, c->budget);
+  }
+  while (share && ns_bytes(c, ns) > c->ns_budget - need) {
+    entry *lru = lru_of(c, ns, skip);
+    if (!lru)
+      break; /* not reached: checked above */
+    remove_model(c, lru, "its namespace's least recently used over its share");
+  }
+  while (c->budget && used_bytes(c) > c->budget - need) {
+    entry *lru = lru_of(c, NULL, skip);
     if (!lru)
       break; /* not reached: keep fits */
     remove_model(c, lru, "least recently used over the budget");
@@ -714,11 +822,11 @@ static void load_state(gf_node_cache *c) {
   json_t *models = json_object_get(root, "models");
   json_t *pins = json_object_get(root, "pins");
   json_int_t seq = json_integer_value(json_object_get(root, "seq"));
-  if (!json_is_object(root) ||
-      json_integer_value(json_object_get(root, "version")) != 1 ||
+  json_int_t version = json_integer_value(json_object_get(root, "version"));
+  if (!json_is_object(root) || (version != 1 && version != 2) ||
       !json_is_array(models) || !json_is_array(pins) || seq < 0) {
     gf__mc_log(&c->o,
-               "%s: not a version 1 state file%s%s (rebuilt from the "
+               "%s: not a version 1 or 2 state file%s%s (rebuilt from the "
                "directories)",
                path, root ? "" : ": ", root ? "" : je.text);
     json_decref(root);
@@ -741,6 +849,19 @@ static void load_state(gf_node_cache *c) {
     e->used = (uint64_t)used;
     e->last_unpin = lu;
     e->bytes = UINT64_MAX; /* "listed, directory not seen yet" */
+    /* Version 1 kept no owner: its models were cached before namespaces
+     * were told apart, and stay everyone's.  In version 2 a model without
+     * a valid owner is nobody's but the operator's. */
+    const char *ns = json_string_value(json_object_get(v, "namespace"));
+    json_t *sh = json_object_get(v, "shared");
+    e->shared = version == 1 || json_is_true(sh);
+    if (!e->shared && ns && strlen(ns) < sizeof(e->ns) &&
+        (!ns[0] || gf_node_safe_name(ns)))
+      gf__node_copy(e->ns, sizeof(e->ns), ns);
+    else if (!e->shared)
+      gf__node_copy(e->ns, sizeof(e->ns), GF_NODE_CACHE_NS_NOBODY);
+    else if (ns && strlen(ns) < sizeof(e->ns) && gf_node_safe_name(ns))
+      gf__node_copy(e->ns, sizeof(e->ns), ns);
     if (e->used > c->seq)
       c->seq = e->used;
   }
@@ -802,9 +923,14 @@ static int scan_models(gf_node_cache *c, gf_diag *d) {
     }
     entry *e = ok ? find(c, de->d_name) : NULL;
     if (ok && !e) {
+      /* not in the state file (a crash between publish and save, or a
+       * copy): whose it was is unknown, so it is served to no pod until an
+       * operator's fetch or prefetch of it shares it */
       e = add_entry(c, de->d_name);
-      if (e)
+      if (e) {
         gf__node_copy(e->name, sizeof(e->name), "");
+        gf__node_copy(e->ns, sizeof(e->ns), GF_NODE_CACHE_NS_NOBODY);
+      }
     }
     if (ok && e) {
       e->bytes = m.bytes;
@@ -868,6 +994,64 @@ static int scan_tmp(gf_node_cache *c, gf_diag *d) {
   return 0;
 }
 
+/* Takes <root>/lock (flock, exclusive, not waiting) for c's lifetime and
+ * writes "<pid> <owner>" into it; GF_ESTATE naming the holder's pid when
+ * another process has it. */
+static int take_lock(gf_node_cache *c, const char *owner, gf_diag *d) {
+  char path[4096];
+  if (!gf__node_join(path, sizeof(path), c->root, "lock"))
+    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0)
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char who[256] = "";
+    ssize_t r = pread(fd, who, sizeof(who) - 1, 0);
+    close(fd);
+    if (e != EWOULDBLOCK)
+      return gf_diag_set(d, GF_EIO, "%s: flock: %s", path, strerror(e));
+    who[r > 0 ? r : 0] = '\0';
+    who[strcspn(who, "\n")] = '\0';
+    char *sp = strchr(who, ' ');
+    if (sp)
+      *sp++ = '\0';
+    return gf_diag_set(d, GF_ESTATE,
+                       "cache directory %s is in use by pid %s (%s; the pid as "
+                       "that process sees it): one process changes a cache "
+                       "at a time. With the node agent running, prefetch "
+                       "through the agent (gpufrac cache prefetch) or stop it "
+                       "first; gpufrac cache ls reads without the lock",
+                       c->root, who[0] ? who : "?", sp && *sp ? sp : "gpufrac");
+  }
+  char line[256];
+  int n = snprintf(line, sizeof(line), "%ld %s\n", (long)getpid(),
+                   owner ? owner : "gpufrac");
+  if (ftruncate(fd, 0) != 0 || n < 0 ||
+      pwrite(fd, line, (size_t)n, 0) != (ssize_t)n)
+    gf__mc_log(&c->o, "%s: the holder's pid not written: %s", path,
+               strerror(errno)); /* the lock itself holds */
+  c->lock_fd = fd;
+  return 0;
+}
+
+/* Read-only open: the state file's models whose manifest is there, sizes
+ * from it; nothing removed, nothing written. */
+static void scan_read_only(gf_node_cache *c) {
+  for (size_t i = 0; i < c->n;) {
+    char dir[4096];
+    gf_node_cache_manifest m;
+    if (model_dir(c, "sha256", c->e[i].hex, dir, sizeof(dir)) == 0 &&
+        read_manifest(dir, &m, NULL) == 0) {
+      c->e[i].bytes = m.bytes;
+      gf_node_cache_manifest_release(&m);
+      i++;
+    } else {
+      drop_entry(c, &c->e[i]);
+    }
+  }
+}
+
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
                        gf_diag *d) {
   *out = NULL;
@@ -889,7 +1073,18 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
     }
     gf__node_copy(c->pod_sources, sizeof(c->pod_sources), o->pod_sources);
   }
+  if (o && o->shared_sources) {
+    if (strlen(o->shared_sources) >= sizeof(c->shared_sources)) {
+      rc = gf_diag_set(d, GF_ELIMIT,
+                       "cache: shared sources longer than %zu bytes",
+                       sizeof(c->shared_sources) - 1);
+      goto fail;
+    }
+    gf__node_copy(c->shared_sources, sizeof(c->shared_sources),
+                  o->shared_sources);
+  }
   c->budget = o ? o->budget : 0;
+  c->ns_budget = o ? o->ns_budget : 0;
   c->o.parallel = o && o->parallel ? o->parallel : 4;
   if (c->o.parallel > 64)
     c->o.parallel = 64;
@@ -898,10 +1093,31 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
       o && o->connect_timeout_s > 0 ? o->connect_timeout_s : 10;
   c->o.stall_timeout_s = o && o->stall_timeout_s > 0 ? o->stall_timeout_s : 30;
   c->o.progress_s = o && o->progress_s > 0 ? o->progress_s : 5;
+  c->o.deadline_s = !o || o->deadline_s == 0 ? 7200
+                    : o->deadline_s < 0      ? 0
+                                             : o->deadline_s;
+  c->o.min_rate = !o || o->min_rate == 0 ? 1000000
+                  : o->min_rate < 0      ? 0
+                                         : (uint64_t)o->min_rate;
+  c->o.min_rate_after_s =
+      o && o->min_rate_after_s > 0 ? o->min_rate_after_s : 60;
   c->o.log = o && o->log ? o->log : default_log;
   c->o.log_user = o && o->log ? o->log_user : NULL;
+  c->lock_fd = -1;
+  c->ro = o && o->read_only;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
+  if (c->ro) {
+    struct stat st;
+    if (stat(c->root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      rc = gf_diag_set(d, GF_ENOTFOUND, "%s: no cache directory", c->root);
+      goto fail_lock;
+    }
+    load_state(c);
+    scan_read_only(c);
+    *out = c;
+    return 0;
+  }
   char sub[4096];
   const char *subs[] = {"", "sha256", "tmp"};
   for (size_t i = 0; i < 3; i++) {
@@ -910,6 +1126,10 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
     if (rc)
       goto fail_lock;
   }
+  /* before recovery: it removes what another process's fetch is writing */
+  rc = take_lock(c, o ? o->lock_owner : NULL, d);
+  if (rc)
+    goto fail_lock;
   load_state(c);
   rc = scan_tmp(c, d);
   if (!rc)
@@ -919,7 +1139,7 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
   if (c->budget && used_bytes(c) > c->budget) {
     gf_diag ed = {{0}};
     /* Make room for nothing: shrink to the budget. */
-    if (make_room(c, 0, NULL, &ed))
+    if (make_room(c, 0, NULL, NULL, &ed))
       gf__mc_log(&c->o, "over the budget of %" PRIu64 " bytes: %s", c->budget,
                  ed.msg);
   }
@@ -927,6 +1147,8 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
   *out = c;
   return 0;
 fail_lock:
+  if (c->lock_fd >= 0)
+    close(c->lock_fd);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
 fail:
@@ -943,6 +1165,8 @@ void gf_node_cache_free(gf_node_cache *c) {
     unlock_maps(c, &c->e[i]);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
+  if (c->lock_fd >= 0)
+    close(c->lock_fd); /* releases the lock */
   gf__free(c->e);
   gf__free(c->p);
   gf__free(c);
@@ -976,9 +1200,9 @@ static int fsync_path(const char *p, int flags) {
 }
 
 /* The fetch proper, without the lock: manifest, room, files, publish. */
-static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
-                    const char *hex, const char *source, gf_diag *d) {
-  (void)eslot_unused;
+static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
+                    const char *source, const char *beneath, const char *ns,
+                    bool *no_room, gf_diag *d) {
   char tmp[4096], dst[4096], path[8192];
   char *text = NULL;
   size_t len = 0;
@@ -989,7 +1213,7 @@ static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
     return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
   if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED))
     return gf_diag_set(d, GF_ESTATE, "the cache is stopping");
-  rc = gf__mc_get_manifest(source, &c->o, &text, &len, d);
+  rc = gf__mc_get_manifest(source, beneath, &c->o, &text, &len, d);
   if (rc)
     goto out;
   rc = gf_node_cache_manifest_parse(text, len, &m, d);
@@ -1005,7 +1229,7 @@ static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
     goto out;
   }
   pthread_mutex_lock(&c->mu);
-  rc = make_room(c, m.bytes, hex, d);
+  rc = make_room(c, m.bytes, hex, ns, d);
   if (!rc) {
     entry *e = find(c, hex);
     if (e)
@@ -1014,6 +1238,8 @@ static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
   }
   pthread_mutex_unlock(&c->mu);
   if (rc) {
+    *no_room = true; /* the cache's numbers, not the source's: the pod may
+                        see them */
     gf_diag_prefix(d, "model %s", name);
     goto out;
   }
@@ -1028,8 +1254,8 @@ static int do_fetch(gf_node_cache *c, entry *eslot_unused, const char *name,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
              name, hex, m.n, m.bytes, source);
-  rc = gf__mc_fetch_files(source, name, tmp, &m, &c->o, &c->bytes_fetched,
-                          &c->cancel, d);
+  rc = gf__mc_fetch_files(source, beneath, name, tmp, &m, &c->o,
+                          &c->bytes_fetched, &c->cancel, d);
   if (rc)
     goto out;
   /* Publish: make read-only, fsync the tree's directories, rename. */
@@ -1052,8 +1278,86 @@ out:
   return rc;
 }
 
-int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
-                        const char *source, gf_diag *d) {
+/* One request for a model (gf_node_cache_fetch, gf_node_cache_fetch_for_pod
+ * and gf_node_cache_acquire). */
+typedef struct req {
+  const char *name, *hex, *source;
+  const char *beneath; /* file://: the allowed prefix; NULL: the source */
+  const char *ns;      /* a pod's namespace; NULL: an operator's request */
+  bool shared;         /* a model this fetches is everyone's */
+  const char *holder;  /* pinned for it when ready; NULL: no pin */
+  char *dir;           /* the model's directory into dir[dcap]; NULL: not */
+  size_t dcap;
+  bool downloaded; /* out: the failure came from a download */
+} req;
+
+static int pin_locked(gf_node_cache *c, entry *e, const char *holder) {
+  e->used = ++c->seq;
+  for (size_t i = 0; i < c->np; i++)
+    if (!strcmp(c->p[i].hex, e->hex) && !strcmp(c->p[i].holder, holder))
+      return 0;
+  if (c->np == c->pcap) {
+    size_t ncap = c->pcap ? c->pcap * 2 : 16;
+    pin *np = gf__realloc(c->p, ncap * sizeof(*np));
+    if (!np)
+      return GF_ENOMEM;
+    c->p = np;
+    c->pcap = ncap;
+  }
+  gf__node_copy(c->p[c->np].hex, sizeof(c->p[c->np].hex), e->hex);
+  gf__node_copy(c->p[c->np].holder, sizeof(c->p[c->np].holder), holder);
+  c->np++;
+  return 0;
+}
+
+static int path_locked(const gf_node_cache *c, const char *hex, char *dir,
+                       size_t cap) {
+  int n = snprintf(dir, cap, "%s/sha256/%s/files", c->root, hex);
+  return n > 0 && (size_t)n < cap ? 0 : GF_ELIMIT;
+}
+
+/* What a request gets of ready model e: the namespace check, then (an
+ * operator's request) sharing it, the pin and the path, in one step under
+ * the lock. */
+static int serve_locked(gf_node_cache *c, entry *e, const req *r, gf_diag *d) {
+  if (r->ns && !e->shared && !strcmp(e->ns, GF_NODE_CACHE_NS_NOBODY))
+    return gf_diag_set(d, GF_ENOTFOUND,
+                       "model %s (sha256:%.12s) is on this node's disk but "
+                       "not in its state file, so whose it is is not known: "
+                       "it is served to pods once an operator fetches or "
+                       "prefetches it (docs/modelcache.md)",
+                       r->name, r->hex);
+  if (r->ns && !e->shared && strcmp(e->ns, r->ns) != 0)
+    return gf_diag_set(d, GF_ENOTFOUND,
+                       "model %s (sha256:%.12s) is cached on this node for "
+                       "another namespace only: it is served to every "
+                       "namespace once an operator fetches or prefetches it, "
+                       "or when its source is under model_shared_sources "
+                       "(docs/modelcache.md)",
+                       r->name, r->hex);
+  if (!r->ns && (!e->shared || e->ns[0])) {
+    gf__mc_log(&c->o,
+               "model %s (sha256:%.12s): an operator's fetch shares it with "
+               "every namespace (it was %s's)",
+               r->name, r->hex, e->ns[0] ? e->ns : "nobody");
+    e->shared = true;
+    e->ns[0] = '\0'; /* the operator's now: out of the namespace's share */
+  }
+  e->used = ++c->seq;
+  if (strcmp(e->name, r->name) != 0)
+    gf__node_copy(e->name, sizeof(e->name), r->name);
+  int rc = r->holder ? pin_locked(c, e, r->holder) : 0;
+  if (!rc && r->dir)
+    rc = path_locked(c, e->hex, r->dir, r->dcap);
+  if (rc == GF_ENOMEM)
+    gf_diag_set(d, rc, "model %s: out of memory", r->name);
+  else if (rc)
+    gf_diag_set(d, rc, "model %s: its path is too long", r->name);
+  return rc;
+}
+
+static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
+  const char *name = r->name, *hex = r->hex, *source = r->source;
   if (!hex || !is_hex64(hex, strlen(hex)))
     return gf_diag_set(d, GF_EINVAL,
                        "model %s: the digest is not 64 "
@@ -1062,26 +1366,42 @@ int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
   if (!name || !gf_node_safe_name(name))
     return gf_diag_set(d, GF_EINVAL, "model '%s': not a valid name",
                        name ? name : "");
+  if (c->ro)
+    return gf_diag_set(d, GF_ESTATE, "model %s: the cache is open read-only",
+                       name);
   pthread_mutex_lock(&c->mu);
-  entry *e = find(c, hex);
-  if (e && !e->fl) {
-    e->used = ++c->seq;
-    if (strcmp(e->name, name) != 0)
-      gf__node_copy(e->name, sizeof(e->name), name);
-    c->fetch_hit++;
-    save_state(c);
-    pthread_mutex_unlock(&c->mu);
-    return 0;
-  }
-  if (e) { /* single flight: wait for the fetch under way */
+  bool waited = false;
+  entry *e;
+  while ((e = find(c, hex)) && e->fl) {
+    /* single flight: wait for the fetch under way, then look again (it
+     * may be another namespace's, or gone already) */
     flight *f = e->fl;
     f->refs++;
+    if (c->hook) { /* tests: "flight-wait", without the lock */
+      pthread_mutex_unlock(&c->mu);
+      run_hook(c, "flight-wait");
+      pthread_mutex_lock(&c->mu);
+    }
     while (!f->done)
       pthread_cond_wait(&c->cv, &c->mu);
     int rc = f->rc;
     if (rc && d)
       *d = f->d;
     flight_put(f);
+    if (rc) {
+      r->downloaded = true;
+      pthread_mutex_unlock(&c->mu);
+      return rc;
+    }
+    waited = true;
+  }
+  if (e) {
+    int rc = serve_locked(c, e, r, d);
+    if (rc != GF_ENOTFOUND) { /* a refusal changes nothing to save */
+      if (!waited)
+        c->fetch_hit++;
+      save_state(c);
+    }
     pthread_mutex_unlock(&c->mu);
     return rc;
   }
@@ -1107,12 +1427,16 @@ int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
     return gf_diag_set(d, GF_ENOMEM, "model %s: out of memory", name);
   }
   gf__node_copy(e->name, sizeof(e->name), name);
+  gf__node_copy(e->ns, sizeof(e->ns), r->ns ? r->ns : "");
+  e->shared = !r->ns || r->shared;
   f->refs = 1;
   e->fl = f;
   pthread_mutex_unlock(&c->mu);
+  run_hook(c, "fetch-started");
 
   gf_diag fd = {{0}};
-  int rc = do_fetch(c, NULL, name, hex, source, &fd);
+  bool no_room = false;
+  int rc = do_fetch(c, name, hex, source, r->beneath, r->ns, &no_room, &fd);
 
   pthread_mutex_lock(&c->mu);
   e = find(c, hex);
@@ -1120,6 +1444,7 @@ int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
   f->rc = rc;
   f->d = fd;
   if (rc) {
+    r->downloaded = !no_room;
     c->fetch_failed++;
     drop_entry(c, e);
     gf__mc_log(&c->o, "model %s (sha256:%.12s): fetch failed: %s", name, hex,
@@ -1127,9 +1452,10 @@ int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
   } else {
     c->fetch_ok++;
     e->fl = NULL;
-    e->used = ++c->seq;
     gf__mc_log(&c->o, "model %s (sha256:%.12s): ready, %" PRIu64 " bytes", name,
                hex, e->bytes);
+    /* the pin in the same step as the publish: nothing evicts it between */
+    rc = serve_locked(c, e, r, &fd);
   }
   save_state(c);
   flight_put(f);
@@ -1140,17 +1466,19 @@ int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
   return rc;
 }
 
+int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
+                        const char *source, gf_diag *d) {
+  req r = {.name = name, .hex = hex, .source = source};
+  return fetch_req(c, &r, d);
+}
+
 /* ---- pins, lookups, eviction ------------------------------------------- */
 
 int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,
                        size_t cap) {
   pthread_mutex_lock(&c->mu);
   entry *e = find(c, hex);
-  int rc = GF_ENOTFOUND;
-  if (e && !e->fl) {
-    int n = snprintf(dir, cap, "%s/sha256/%s/files", c->root, hex);
-    rc = n > 0 && (size_t)n < cap ? 0 : GF_ELIMIT;
-  }
+  int rc = e && !e->fl ? path_locked(c, hex, dir, cap) : GF_ENOTFOUND;
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -1158,33 +1486,13 @@ int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,
 int gf_node_cache_pin(gf_node_cache *c, const char *hex, const char *holder) {
   if (!holder || !holder[0] || strlen(holder) >= GF_NODE_CACHE_NAME_MAX)
     return GF_EINVAL;
+  if (c->ro)
+    return GF_ESTATE;
   pthread_mutex_lock(&c->mu);
   entry *e = find(c, hex);
-  int rc = 0;
-  if (!e || e->fl) {
-    rc = GF_ENOTFOUND;
-    goto out;
-  }
-  e->used = ++c->seq;
-  for (size_t i = 0; i < c->np; i++)
-    if (!strcmp(c->p[i].hex, hex) && !strcmp(c->p[i].holder, holder))
-      goto save;
-  if (c->np == c->pcap) {
-    size_t ncap = c->pcap ? c->pcap * 2 : 16;
-    pin *np = gf__realloc(c->p, ncap * sizeof(*np));
-    if (!np) {
-      rc = GF_ENOMEM;
-      goto out;
-    }
-    c->p = np;
-    c->pcap = ncap;
-  }
-  gf__node_copy(c->p[c->np].hex, sizeof(c->p[c->np].hex), hex);
-  gf__node_copy(c->p[c->np].holder, sizeof(c->p[c->np].holder), holder);
-  c->np++;
-save:
-  save_state(c);
-out:
+  int rc = !e || e->fl ? GF_ENOTFOUND : pin_locked(c, e, holder);
+  if (!rc)
+    save_state(c);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -1213,6 +1521,9 @@ int gf_node_cache_unpin(gf_node_cache *c, const char *hex, const char *holder) {
 }
 
 int gf_node_cache_evict(gf_node_cache *c, const char *hex, gf_diag *d) {
+  if (c->ro)
+    return gf_diag_set(d, GF_ESTATE, "sha256:%s: the cache is open read-only",
+                       hex);
   pthread_mutex_lock(&c->mu);
   entry *e = find(c, hex);
   int rc = 0;
@@ -1235,6 +1546,8 @@ int gf_node_cache_verify(gf_node_cache *c,
                          void (*report)(void *user, const char *hex,
                                         const char *name, const char *why),
                          void *user) {
+  if (c->ro)
+    return GF_ESTATE;
   /* The list is copied so hashing runs without the lock. */
   gf_node_cache_entry *list = NULL;
   size_t n = 0;
@@ -1526,15 +1839,23 @@ int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex) {
   return 0;
 }
 
-bool gf_node_cache_source_allowed(const char *allow, const char *source) {
+/* The prefix in allow that source starts with into out[cap] (the first);
+ * false when none. */
+static bool source_prefix(const char *allow, const char *source, char *out,
+                          size_t cap) {
   if (!allow || !source)
     return false;
   for (const char *p = allow; *p;) {
     size_t n = strcspn(p, ",");
     /* a prefix that does not end in '/' would let "https://a.example" pass
      * "https://a.example.attacker.net": never matches */
-    if (n > 1 && p[n - 1] == '/' && strncmp(source, p, n) == 0)
+    if (n > 1 && p[n - 1] == '/' && strncmp(source, p, n) == 0) {
+      if (n >= cap)
+        return false;
+      memcpy(out, p, n);
+      out[n] = '\0';
       return true;
+    }
     p += n;
     if (*p == ',')
       p++;
@@ -1542,10 +1863,17 @@ bool gf_node_cache_source_allowed(const char *allow, const char *source) {
   return false;
 }
 
-int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
-                                const char *hex, const char *source,
-                                gf_diag *d) {
-  if (source && !gf_node_cache_source_allowed(c->pod_sources, source))
+bool gf_node_cache_source_allowed(const char *allow, const char *source) {
+  char pre[1024];
+  return source_prefix(allow, source, pre, sizeof(pre));
+}
+
+/* A pod's request r (r->ns set): its source under pod_sources, the fetch,
+ * the pod's view of a failure, no parts left by a failed download. */
+static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
+  const char *name = r->name, *hex = r->hex, *source = r->source;
+  char pre[1024], shpre[1024];
+  if (source && !source_prefix(c->pod_sources, source, pre, sizeof(pre)))
     return gf_diag_set(d, GF_EINVAL,
                        "model %s: source '%.200s' is not under the node's "
                        "model_pod_sources (%s): pods may name only those "
@@ -1553,17 +1881,25 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
                        name, source,
                        c->pod_sources[0] ? c->pod_sources : "none set");
   gf_diag fd = {{0}};
-  int rc = gf_node_cache_fetch(c, name, hex, source, &fd);
-  if (rc && source) {
+  /* a file:// source is read beneath the prefix's directory: a symlink or
+   * '..' in it does not lead out (docs/modelcache.md) */
+  r->beneath = source && !strncmp(source, "file:", 5) ? pre : NULL;
+  r->shared =
+      source && source_prefix(c->shared_sources, source, shpre, sizeof(shpre));
+  int rc = fetch_req(c, r, &fd);
+  if (rc && r->downloaded) {
     /* What a failed download says (a file's real size and sha256, a
      * server's answer) is for the operator's log, not the pod's events:
-     * repeated tries with adjusted manifests would read a file out. */
+     * repeated tries with adjusted manifests would read a file out.  Also
+     * when this pod named no source and only waited for another's fetch:
+     * that one's details are not this pod's to see. */
     gf__mc_log(&c->o, "model %s (sha256:%.12s) for a pod: %s", name, hex,
                fd.msg);
     gf_diag_set(d, rc,
-                "model %s: fetching it from its gpufrac.io/model-source "
-                "failed (%s); the node agent's log says why",
-                name, gf_err_name(rc));
+                "model %s: fetching it %sfailed (%s); the node agent's log "
+                "says why",
+                name, source ? "from its gpufrac.io/model-source " : "",
+                gf_err_name(rc));
   } else if (rc && d) {
     *d = fd;
   }
@@ -1580,4 +1916,108 @@ int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
     pthread_mutex_unlock(&c->mu);
   }
   return rc;
+}
+
+int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
+                                const char *hex, const char *source,
+                                gf_diag *d) {
+  /* no namespace named: one pseudo-namespace for all such callers */
+  req r = {.name = name, .hex = hex, .source = source, .ns = NS_UNNAMED};
+  return pod_req(c, &r, d);
+}
+
+int gf_node_cache_acquire(gf_node_cache *c, const gf_node_cache_req *q,
+                          char *dir, size_t cap, gf_diag *d) {
+  const char *name = q->name ? q->name : "?";
+  if (!q->ns || !q->ns[0] || strlen(q->ns) >= GF_NODE_CACHE_NS_MAX ||
+      !gf_node_safe_name(q->ns) || q->ns[0] == '-')
+    return gf_diag_set(d, GF_EINVAL, "model %s: namespace '%s' is not valid",
+                       name, q->ns ? q->ns : "");
+  if (!q->holder || !q->holder[0] ||
+      strlen(q->holder) >= GF_NODE_CACHE_NAME_MAX)
+    return gf_diag_set(d, GF_EINVAL, "model %s: no pin holder (pod uid)", name);
+  req r = {.name = q->name,
+           .hex = q->hex,
+           .source = q->source,
+           .ns = q->ns,
+           .holder = q->holder,
+           .dir = dir,
+           .dcap = cap};
+  int rc = pod_req(c, &r, d);
+  if (!rc)
+    run_hook(c, "acquire-found"); /* tests: the pin is already there */
+  return rc;
+}
+
+/* ---- the node config's keys for the above ------------------------------ */
+
+/* "https://a/,file:///b/": prefixes http(s)://... or file:///..., each
+ * ending in '/', separated by commas. */
+static bool prefixes_ok(const char *v) {
+  for (const char *p = v; *p;) {
+    size_t n = strcspn(p, ",");
+    if (n < 2 || p[n - 1] != '/' ||
+        (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
+         strncmp(p, "file:///", 8)))
+      return false;
+    p += n;
+    if (*p == ',')
+      p++;
+  }
+  return true;
+}
+
+int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
+                                    const char *v, const char *where,
+                                    gf_diag *d) {
+  int64_t q = 0;
+  if (!strcmp(k, "model_fetch_deadline_s")) {
+    if (gf_parse_int64(v, 0, 7 * 86400, &q, NULL))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: model_fetch_deadline_s = '%s': want seconds "
+                         "0..604800 (0: none)",
+                         where, v);
+    c->model_fetch_deadline_s = q;
+    return 0;
+  }
+  if (!strcmp(k, "model_fetch_min_rate") || !strcmp(k, "model_ns_budget")) {
+    if (gf_quantity_bytes(v, &q, NULL) || q < 0)
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: %s = '%s': want bytes%s (a quantity such as "
+                         "\"%s\"; 0: none)",
+                         where, k, v, k[6] == 'f' ? " per second" : "",
+                         k[6] == 'f' ? "1Mi" : "50Gi");
+    if (k[6] == 'f')
+      c->model_fetch_min_rate = (uint64_t)q;
+    else
+      c->model_ns_budget = (uint64_t)q;
+    return 0;
+  }
+  if (!strcmp(k, "model_shared_sources")) {
+    if (!prefixes_ok(v))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: model_shared_sources = '%s': want prefixes "
+                         "http(s)://host/... or file:///dir/, each ending in "
+                         "'/', separated by commas",
+                         where, v);
+    if (strlen(v) >= sizeof(c->model_shared_sources))
+      return gf_diag_set(d, GF_ELIMIT,
+                         "%s: model_shared_sources: over %zu bytes", where,
+                         sizeof(c->model_shared_sources) - 1);
+    gf__node_copy(c->model_shared_sources, sizeof(c->model_shared_sources), v);
+    return 0;
+  }
+  return 1;
+}
+
+void gf__node_cache_opts_hardening(gf_node_cache_opts *o,
+                                   const gf_node_config *cfg) {
+  o->deadline_s =
+      cfg->model_fetch_deadline_s > 0 ? (long)cfg->model_fetch_deadline_s : -1;
+  o->min_rate = cfg->model_fetch_min_rate > 0 &&
+                        cfg->model_fetch_min_rate <= (uint64_t)INT64_MAX
+                    ? (int64_t)cfg->model_fetch_min_rate
+                    : -1;
+  o->ns_budget = cfg->model_ns_budget;
+  o->shared_sources = cfg->model_shared_sources;
 }

@@ -18,6 +18,7 @@
 #include "gpufrac/modelcache_prefetch.h"
 #include "gpufrac/quantity.h"
 #include "modelcache_agent.h"
+#include "modelcache_int.h"
 #include "node_int.h"
 
 #define QUEUE_MAX 64
@@ -26,6 +27,9 @@
 int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
                              const char *where, gf_diag *d) {
   int64_t q = 0;
+  int hrc = gf__node_cache_config_hardening(c, k, v, where, d);
+  if (hrc != 1) /* the fetch limits, namespaces (modelcache.c) */
+    return hrc;
   if (!strcmp(k, "model_cache_dir")) {
     if (v[0] != '/' || strlen(v) >= sizeof(c->model_cache_dir))
       return gf_diag_set(d, GF_ESYNTAX,
@@ -216,7 +220,9 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
   gf_node_cache_opts co = {.root = cfg->model_cache_dir,
                            .budget = cfg->model_cache_budget,
                            .log = log_line,
-                           .pod_sources = cfg->model_pod_sources};
+                           .pod_sources = cfg->model_pod_sources,
+                           .lock_owner = "gpufrac node agent"};
+  gf__node_cache_opts_hardening(&co, cfg);
   int rc = gf_node_cache_open(&co, &a->cache, d);
   if (rc) {
     gf_node_cache_agent_free(a);

@@ -5,6 +5,7 @@
  * for file://), hashed as it arrives, checked against the manifest's size
  * and sha256 and only then renamed into place.
  */
+#define _GNU_SOURCE /* syscall(2) */
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,8 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef SYS_openat2
+#include <linux/openat2.h>
+#endif
 
 #include "alloc.h"
 #include "gpufrac/error.h"
@@ -76,7 +81,8 @@ static char *file_url(CURL *h, const char *base, const char *rel) {
 
 static void common_opts(CURL *h, const gf__mc_opts *o) {
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https,file");
+  /* file:// sources are read without libcurl (beneath their directory) */
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
   /* a redirect never leaves TLS: a plain-http hop is how a source reaches
    * an instance metadata service or a node port */
   curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "https");
@@ -87,6 +93,177 @@ static void common_opts(CURL *h, const gf__mc_opts *o) {
   /* No error page ever lands in a file: a status >= 400 ends the
    * transfer (CURLE_HTTP_RETURNED_ERROR) before its body. */
   curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
+}
+
+/* ---- file:// sources, read beneath their directory ---------------------- */
+
+/* The percent-decoded path of file:// URL url into out[cap]: 0, or -1 for
+ * a URL that is not file:///..., a %00, a bad escape or no room. */
+static int file_url_path(const char *url, char *out, size_t cap) {
+  if (strncmp(url, "file:///", 8) != 0)
+    return -1;
+  size_t n = 0;
+  for (const char *p = url + 7; *p; p++) {
+    int ch = (unsigned char)*p;
+    if (ch == '%') {
+      int v = 0;
+      for (int k = 1; k <= 2; k++) {
+        int x = (unsigned char)p[k];
+        int dv = x >= '0' && x <= '9'   ? x - '0'
+                 : x >= 'a' && x <= 'f' ? x - 'a' + 10
+                 : x >= 'A' && x <= 'F' ? x - 'A' + 10
+                                        : -1;
+        if (dv < 0)
+          return -1;
+        v = v * 16 + dv;
+      }
+      if (v == 0)
+        return -1;
+      ch = v;
+      p += 2;
+    }
+    if (n + 1 >= cap)
+      return -1;
+    out[n++] = (char)ch;
+  }
+  out[n] = '\0';
+  return 0;
+}
+
+int gf__mc_local_split(const char *source, const char *beneath, char *root,
+                       size_t rcap, char *base, size_t bcap) {
+  char sp[4096];
+  if (file_url_path(source, sp, sizeof(sp)) ||
+      file_url_path(beneath ? beneath : source, root, rcap))
+    return GF_EINVAL;
+  size_t rl = strlen(root);
+  while (rl > 1 && root[rl - 1] == '/')
+    root[--rl] = '\0';
+  size_t skip = rl == 1 ? 0 : rl; /* the root "/": everything is under */
+  if (strncmp(sp, root, skip) != 0 || (sp[skip] != '/' && sp[skip] != '\0'))
+    return GF_EINVAL;
+  const char *rest = sp + skip;
+  while (*rest == '/')
+    rest++;
+  size_t bl = strlen(rest);
+  while (bl > 0 && rest[bl - 1] == '/')
+    bl--;
+  if (bl >= bcap)
+    return GF_EINVAL;
+  memcpy(base, rest, bl);
+  base[bl] = '\0';
+  return 0;
+}
+
+/* Opens rel under the directory fd dfd, one component at a time, never
+ * following a symlink (O_NOFOLLOW on each; the fallback where openat2 is
+ * missing or filtered).  -1 with errno. */
+static int open_walk(int dfd, const char *rel, int flags) {
+  int cur = dfd;
+  const char *p = rel;
+  for (;;) {
+    while (*p == '/')
+      p++;
+    size_t cl = strcspn(p, "/");
+    const char *next = p + cl;
+    while (*next == '/')
+      next++;
+    char comp[256];
+    if (cl == 0 || cl >= sizeof(comp)) {
+      if (cur != dfd)
+        close(cur);
+      errno = cl ? ENAMETOOLONG : ENOENT;
+      return -1;
+    }
+    memcpy(comp, p, cl);
+    comp[cl] = '\0';
+    bool last = *next == '\0';
+    int fd = last ? openat(cur, comp, flags | O_NOFOLLOW)
+                  : openat(cur, comp,
+                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int e = errno;
+    if (cur != dfd)
+      close(cur);
+    if (fd < 0) {
+      errno = e; /* ELOOP: a symlink */
+      return -1;
+    }
+    if (last)
+      return fd;
+    cur = fd;
+    p = next;
+  }
+}
+
+static int g_walk_only; /* atomic: tests take the fallback */
+void gf__mc_open_beneath_fallback(bool on) {
+  __atomic_store_n(&g_walk_only, on, __ATOMIC_RELAXED);
+}
+
+int gf__mc_open_beneath(const char *root, const char *rel, int *out,
+                        gf_diag *d) {
+  *out = -1;
+  /* '..' is refused outright (also one that would stay inside), '.' and
+   * empty components are not in manifests and are refused too */
+  for (const char *p = rel; *p;) {
+    size_t cl = strcspn(p, "/");
+    if ((cl == 2 && p[0] == '.' && p[1] == '.') || (cl == 1 && p[0] == '.'))
+      return gf_diag_set(d, GF_EINVAL, "%s/%s: a '.' or '..' component", root,
+                         rel);
+    p += cl;
+    while (*p == '/')
+      p++;
+  }
+  int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return gf_diag_set(d, GF_EIO, "%s: %s", root, strerror(errno));
+  /* O_NONBLOCK: a FIFO must not block the open (it is refused below) */
+  int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
+  int fd = -1;
+#ifdef SYS_openat2
+  struct open_how how = {.flags = (uint64_t)flags,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                    RESOLVE_NO_MAGICLINKS};
+  if (__atomic_load_n(&g_walk_only, __ATOMIC_RELAXED))
+    errno = ENOSYS;
+  else
+    fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
+  if (fd < 0 && (errno == ENOSYS || errno == EPERM || errno == E2BIG))
+    fd = open_walk(dfd, rel, flags); /* no openat2 (or seccomp) */
+#else
+  fd = open_walk(dfd, rel, flags);
+#endif
+  int e = errno;
+  close(dfd);
+  if (fd < 0)
+    return gf_diag_set(d, GF_EIO, "%s/%s: %s", root, rel,
+                       e == ELOOP || e == EXDEV
+                           ? "a symlink or a path out of the source's "
+                             "directory (not followed)"
+                           : strerror(e));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return gf_diag_set(d, GF_EIO, "%s/%s: not a regular file", root, rel);
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0)
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  *out = fd;
+  return 0;
+}
+
+/* Opens file rel of a file:// job (base/rel beneath root). */
+static int local_open(const char *root, const char *base, const char *rel,
+                      int *fd, gf_diag *d) {
+  char p[8192];
+  int n = base[0] ? snprintf(p, sizeof(p), "%s/%s", base, rel)
+                  : snprintf(p, sizeof(p), "%s", rel);
+  if (n < 0 || (size_t)n >= sizeof(p))
+    return gf_diag_set(d, GF_ELIMIT, "%s/%s: path too long", base, rel);
+  /* the source failed, as an HTTP source's 404 would (GF_EHTTP) */
+  int rc = gf__mc_open_beneath(root, p, fd, d);
+  return rc == GF_EIO || rc == GF_EINVAL ? GF_EHTTP : rc;
 }
 
 /* ---- the manifest ------------------------------------------------------ */
@@ -120,10 +297,58 @@ static size_t mem_write(char *data, size_t sz, size_t nm, void *user) {
   return k;
 }
 
-int gf__mc_get_manifest(const char *source, const gf__mc_opts *o, char **out,
-                        size_t *len, gf_diag *d) {
+/* The manifest of a file:// source, read beneath root. */
+static int local_manifest(const char *source, const char *beneath, char **out,
+                          size_t *len, gf_diag *d) {
+  char root[4096], base[4096];
+  if (gf__mc_local_split(source, beneath, root, sizeof(root), base,
+                         sizeof(base)))
+    return gf_diag_set(d, GF_EINVAL, "%s: not a file:// path under %s", source,
+                       beneath ? beneath : "itself");
+  int fd = -1;
+  int rc = local_open(root, base, GF_NODE_CACHE_MANIFEST, &fd, d);
+  if (rc)
+    return rc;
+  membuf b = {.max = GF_NODE_CACHE_MANIFEST_MAX};
+  char buf[65536];
+  for (;;) {
+    ssize_t r = read(fd, buf, sizeof(buf));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      rc = gf_diag_set(d, GF_EIO, "%s/%s: %s", source, GF_NODE_CACHE_MANIFEST,
+                       strerror(errno));
+      break;
+    }
+    if (r == 0)
+      break;
+    if (mem_write(buf, 1, (size_t)r, &b) != (size_t)r) {
+      rc = b.over ? gf_diag_set(d, GF_ELIMIT, "%s/%s: larger than %u bytes",
+                                source, GF_NODE_CACHE_MANIFEST,
+                                GF_NODE_CACHE_MANIFEST_MAX)
+                  : gf_diag_set(d, GF_ENOMEM, "out of memory");
+      break;
+    }
+  }
+  close(fd);
+  if (!rc) {
+    *out = b.p ? b.p : gf__calloc(1, 1);
+    *len = b.n;
+    b.p = NULL;
+    if (!*out)
+      rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+  }
+  gf__free(b.p);
+  return rc;
+}
+
+int gf__mc_get_manifest(const char *source, const char *beneath,
+                        const gf__mc_opts *o, char **out, size_t *len,
+                        gf_diag *d) {
   *out = NULL;
   *len = 0;
+  if (strncmp(source, "file:", 5) == 0)
+    return local_manifest(source, beneath, out, len, d);
   pthread_once(&g_curl_once, curl_init_once);
   if (g_curl_rc != CURLE_OK)
     return gf_diag_set(d, GF_EHTTP, "libcurl: %s",
@@ -187,6 +412,12 @@ typedef struct job {
   int abort;    /* atomic: stop every transfer */
   uint64_t got; /* atomic: bytes on disk, all files */
   double last_log, start;
+  uint64_t progress; /* atomic: bytes received or found on disk */
+  int limited;       /* atomic: the deadline or the minimum rate hit */
+  char limit_msg[256];
+  bool local;      /* a file:// source, read beneath root */
+  char root[4096]; /* file://: the directory nothing is read outside */
+  char base[4096]; /* file://: the source's directory under root */
 } job;
 
 /* One try at one file. */
@@ -221,8 +452,39 @@ static size_t file_write(char *data, size_t sz, size_t nm, void *user) {
   EVP_DigestUpdate(x->ctx, data, k);
   x->at += k;
   __atomic_add_fetch(x->j->fetched, k, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&x->j->progress, k, __ATOMIC_RELAXED);
   __atomic_add_fetch(&x->j->got, k, __ATOMIC_RELAXED);
   return k;
+}
+
+/* Whether the job passed its deadline or averages under its minimum rate
+ * at time t (the first to notice says which, in j->limit_msg). */
+static bool over_limit(job *j, double t) {
+  if (__atomic_load_n(&j->limited, __ATOMIC_ACQUIRE))
+    return true;
+  double el = t - j->start;
+  uint64_t done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED);
+  char why[256] = "";
+  if (j->o->deadline_s > 0 && el >= (double)j->o->deadline_s)
+    snprintf(why, sizeof(why),
+             "model %s: the fetch is not done after its deadline of %ld s "
+             "(model_fetch_deadline_s)",
+             j->name, j->o->deadline_s);
+  else if (j->o->min_rate > 0 && el >= (double)j->o->min_rate_after_s &&
+           el > 0 && (double)done / el < (double)j->o->min_rate)
+    snprintf(why, sizeof(why),
+             "model %s: the fetch averaged %.0f bytes/s over %.0f s, under "
+             "the minimum of %" PRIu64 " (model_fetch_min_rate)",
+             j->name, (double)done / el, el, j->o->min_rate);
+  if (!why[0])
+    return false;
+  pthread_mutex_lock(&j->mu);
+  if (!j->limited) {
+    memcpy(j->limit_msg, why, sizeof(why));
+    __atomic_store_n(&j->limited, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&j->mu);
+  return true;
 }
 
 static int file_progress(void *user, curl_off_t dt, curl_off_t dn,
@@ -236,6 +498,8 @@ static int file_progress(void *user, curl_off_t dt, curl_off_t dn,
       __atomic_load_n(j->cancel, __ATOMIC_RELAXED))
     return 1;
   double t = now_s();
+  if (over_limit(j, t))
+    return 1;
   /* The stall timeout, measured here: libcurl's low-speed check averages
    * over several seconds and so fires late. */
   if (dn != x->last_dn) {
@@ -304,6 +568,41 @@ static void sleep_ms(long ms) {
     ;
 }
 
+/* Copies a file:// source's file from x->off into x (as libcurl would
+ * have): CURLE_OK at its end, CURLE_WRITE_ERROR when file_write refused
+ * (too long, disk), CURLE_ABORTED_BY_CALLBACK when the job stops,
+ * CURLE_READ_ERROR. */
+static CURLcode local_copy(int sfd, xfer *x) {
+  static const size_t chunk = 1u << 20;
+  char *buf = gf__malloc(chunk);
+  if (!buf)
+    return CURLE_OUT_OF_MEMORY;
+  CURLcode cr = CURLE_OK;
+  uint64_t at = x->off;
+  for (;;) {
+    if (file_progress(x, 0, (curl_off_t)(at - x->off), 0, 0)) {
+      cr = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    ssize_t r = pread(sfd, buf, chunk, (off_t)at);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      cr = CURLE_READ_ERROR;
+      break;
+    }
+    if (r == 0)
+      break;
+    if (file_write(buf, 1, (size_t)r, x) != (size_t)r) {
+      cr = CURLE_WRITE_ERROR;
+      break;
+    }
+    at += (uint64_t)r;
+  }
+  gf__free(buf);
+  return cr;
+}
+
 /* Fetches file f of the job: tries until it is whole and verified. */
 static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
   char files[4096], fin[8192], part[8192];
@@ -325,6 +624,7 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
         gf__mc_hash_file(fin, &size, hex, NULL) == 0 && size == f->size &&
         !strcmp(hex, f->hex)) {
       __atomic_add_fetch(&j->got, size, __ATOMIC_RELAXED);
+      __atomic_add_fetch(&j->progress, size, __ATOMIC_RELAXED);
       return 0;
     }
     chmod(fin, 0644);
@@ -339,6 +639,10 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
   }
   bool fresh_after_mismatch = false;
   for (unsigned attempt = 0;; attempt++) {
+    if (over_limit(j, now_s())) {
+      rc = gf_diag_set(d, GF_ELIMIT, "%s", j->limit_msg);
+      goto out;
+    }
     int fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
       rc = gf_diag_set(d, GF_EIO, "%s: %s", part, strerror(errno));
@@ -363,6 +667,7 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     }
     lseek(fd, (off_t)have, SEEK_SET);
     __atomic_add_fetch(&j->got, have, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&j->progress, have, __ATOMIC_RELAXED);
     xfer x = {.j = j,
               .fd = fd,
               .off = have,
@@ -373,7 +678,16 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     char err[CURL_ERROR_SIZE] = "";
     CURLcode cr = CURLE_OK;
     long code = 0;
-    if (have < f->size || f->size == 0) {
+    if (j->local && (have < f->size || f->size == 0)) {
+      int sfd = -1;
+      rc = local_open(j->root, j->base, f->path, &sfd, d);
+      if (rc) {
+        close(fd);
+        goto out;
+      }
+      cr = local_copy(sfd, &x);
+      close(sfd);
+    } else if (have < f->size || f->size == 0) {
       curl_easy_reset(h);
       common_opts(h, j->o);
       curl_easy_setopt(h, CURLOPT_URL, url);
@@ -393,6 +707,11 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     bool http_err = cr == CURLE_HTTP_RETURNED_ERROR;
     if (x.stalled)
       snprintf(err, sizeof(err), "no byte for %ld s", j->o->stall_timeout_s);
+    if (__atomic_load_n(&j->limited, __ATOMIC_ACQUIRE)) {
+      close(fd); /* the part stays: an operator's fetch resumes it */
+      rc = gf_diag_set(d, GF_ELIMIT, "%s", j->limit_msg);
+      goto out;
+    }
     if (!x.stalled && __atomic_load_n(j->cancel, __ATOMIC_RELAXED)) {
       close(fd);
       rc =
@@ -532,7 +851,8 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-int gf__mc_fetch_files(const char *source, const char *name, const char *dir,
+int gf__mc_fetch_files(const char *source, const char *beneath,
+                       const char *name, const char *dir,
                        const gf_node_cache_manifest *m, const gf__mc_opts *o,
                        uint64_t *fetched, const int *cancel, gf_diag *d) {
   pthread_once(&g_curl_once, curl_init_once);
@@ -546,6 +866,13 @@ int gf__mc_fetch_files(const char *source, const char *name, const char *dir,
            .o = o,
            .fetched = fetched,
            .cancel = cancel};
+  if (strncmp(source, "file:", 5) == 0) {
+    j.local = true;
+    if (gf__mc_local_split(source, beneath, j.root, sizeof(j.root), j.base,
+                           sizeof(j.base)))
+      return gf_diag_set(d, GF_EINVAL, "%s: not a file:// path under %s",
+                         source, beneath ? beneath : "itself");
+  }
   pthread_mutex_init(&j.mu, NULL);
   j.start = j.last_log = now_s();
   unsigned nt = o->parallel;

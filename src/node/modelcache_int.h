@@ -6,11 +6,15 @@
 #define GPUFRAC_NODE_MODELCACHE_INT_H
 
 #include "gpufrac/modelcache.h"
+#include "gpufrac/node.h"
 
 /* The options with every default filled in. */
 typedef struct gf__mc_opts {
   unsigned parallel, retries;
   long connect_timeout_s, stall_timeout_s, progress_s;
+  long deadline_s;   /* 0: none */
+  uint64_t min_rate; /* bytes/s; 0: none */
+  long min_rate_after_s;
   void (*log)(void *user, const char *line);
   void *log_user;
 } gf__mc_opts;
@@ -23,19 +27,42 @@ void gf__mc_log(const gf__mc_opts *o, const char *fmt, ...)
 bool gf__mc_source_ok(const char *source);
 
 /* Reads <source>/GF_NODE_CACHE_MANIFEST (at most GF_NODE_CACHE_MANIFEST_MAX
- * bytes) into malloc'd *out[*len].  GF_EHTTP / GF_ELIMIT / GF_ENOMEM. */
-int gf__mc_get_manifest(const char *source, const gf__mc_opts *o, char **out,
-                        size_t *len, gf_diag *d);
+ * bytes) into malloc'd *out[*len].  A file:// source is read without
+ * libcurl, beneath the directory of file:// URL `beneath` (NULL: the
+ * source's own), never through a symlink or '..' (gf__mc_open_beneath).
+ * GF_EHTTP / GF_EIO / GF_EINVAL / GF_ELIMIT / GF_ENOMEM. */
+int gf__mc_get_manifest(const char *source, const char *beneath,
+                        const gf__mc_opts *o, char **out, size_t *len,
+                        gf_diag *d);
 
 /* Fetches every file of m from source into <dir>/files/<path>, several at
  * once, resuming <path>.part files left by an earlier try, verifying each
- * file's size and sha256 before renaming it into place (made 0444).  Adds
- * the bytes received to *fetched (atomically); stops when *cancel (read
- * atomically) becomes non-zero.  GF_EHTTP, GF_EIO,
+ * file's size and sha256 before renaming it into place (made 0444).  A
+ * file:// source is read beneath `beneath` as for gf__mc_get_manifest.
+ * Adds the bytes received to *fetched (atomically); stops when *cancel
+ * (read atomically) becomes non-zero.  GF_EHTTP, GF_EIO, GF_EINVAL,
  * GF_ENOMEM; files that failed their digest are deleted. */
-int gf__mc_fetch_files(const char *source, const char *name, const char *dir,
+int gf__mc_fetch_files(const char *source, const char *beneath,
+                       const char *name, const char *dir,
                        const gf_node_cache_manifest *m, const gf__mc_opts *o,
                        uint64_t *fetched, const int *cancel, gf_diag *d);
+
+/* Opens root/rel for reading without following any symlink and without
+ * leaving root (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, else openat
+ * with O_NOFOLLOW per component); '.' and '..' components are refused, and
+ * what is opened must be a regular file (a FIFO does not block the open).
+ * The fd into *fd.  GF_EINVAL, GF_EIO naming the path. */
+int gf__mc_open_beneath(const char *root, const char *rel, int *fd, gf_diag *d);
+/* Tests: true makes gf__mc_open_beneath take its openat fallback. */
+void gf__mc_open_beneath_fallback(bool on);
+
+/* Splits file:// URL source, percent-decoded, into root (the decoded path
+ * of file:// URL beneath, or of source itself when NULL; no trailing '/')
+ * and base (source's path below root, without leading or trailing '/').
+ * GF_EINVAL when a URL is not file:///..., has a bad escape or %00, or
+ * source's path is not under beneath's. */
+int gf__mc_local_split(const char *source, const char *beneath, char *root,
+                       size_t rcap, char *base, size_t bcap);
 
 /* sha256 of the file at path (O_NOFOLLOW) into hex, its size into *size.
  * GF_EIO naming it. */
@@ -46,5 +73,24 @@ int gf__mc_hash_file(const char *path, uint64_t *size,
 bool gf__mc_rmtree(const char *path);
 /* md[n] as 2n lowercase hex digits and a NUL into hex. */
 void gf__mc_to_hex(const unsigned char *md, unsigned n, char *hex);
+
+/* Tests: fn(user, point) runs at named points of a request, without the
+ * cache's lock: "acquire-found" (gf_node_cache_acquire found the model
+ * ready and returns next), "fetch-started" (a request begins a download,
+ * in its thread), "flight-wait" (a request is about to wait for another's
+ * download).  NULL: none. */
+void gf__mc_set_hook(gf_node_cache *c,
+                     void (*fn)(void *user, const char *point), void *user);
+
+/* The node config's keys for the cache's limits and namespaces
+ * (model_fetch_deadline_s, model_fetch_min_rate, model_ns_budget,
+ * model_shared_sources) into c: 0, an error naming `where` and the key,
+ * or 1 when k is none of them. */
+int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
+                                    const char *v, const char *where,
+                                    gf_diag *d);
+/* Those keys of cfg into o (its strings point into cfg). */
+void gf__node_cache_opts_hardening(gf_node_cache_opts *o,
+                                   const gf_node_config *cfg);
 
 #endif

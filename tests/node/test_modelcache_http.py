@@ -8,6 +8,7 @@ manifest says (never visible).
 
 Usage: test_modelcache_http.py GPUFRAC
 """
+import fcntl
 import hashlib
 import http.server
 import os
@@ -301,6 +302,29 @@ def main():
         rc, out, err = fetch(cache, other, url)
         check(rc == 1 and "asked for" in err, "digest: rc %d: %s" % (rc, err))
         check(len(B.requests) == 1, "digest: files fetched for a wrong manifest")
+
+        # 10. Another process (an agent) holds the cache directory's lock:
+        #     fetch is refused naming its pid, and changes nothing; ls reads.
+        B.reset()
+        cache = os.path.join(work, "c1")
+        before = published(cache)
+        with open(os.path.join(cache, "lock"), "r+") as lk:
+            fcntl.flock(lk, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lk.seek(0)
+            lk.truncate()
+            lk.write("4242 gpufrac node agent\n")
+            lk.flush()
+            rc, out, err = fetch(cache, ref, url)
+            check(rc == 1 and "in use by pid 4242 (gpufrac node agent" in err,
+                  "lock: rc %d: %s" % (rc, err))
+            check(len(B.requests) == 0, "lock: fetched while locked")
+            r = subprocess.run([GPUFRAC, "cache", "--dir", cache, "ls"],
+                               capture_output=True, text=True, timeout=60)
+            check(r.returncode == 0 and hexd in r.stdout,
+                  "lock: ls rc %d: %s %s" % (r.returncode, r.stdout, r.stderr))
+        check(published(cache) == before, "lock: the cache changed")
+        rc, out, err = fetch(cache, ref, url)
+        check(rc == 0, "lock: after release rc %d: %s" % (rc, err))
 
         srv.shutdown()
     finally:
