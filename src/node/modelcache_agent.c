@@ -18,6 +18,7 @@
 #include "gpufrac/modelcache_prefetch.h"
 #include "gpufrac/quantity.h"
 #include "modelcache_agent.h"
+#include "node_dra.h"
 #include "node_int.h"
 
 #define QUEUE_MAX 64
@@ -98,6 +99,7 @@ struct gf_node_cache_agent {
   gf_node_kube *link;
   gf_node_server *metrics;
   struct gf_node_dra_state *dra;
+  struct gf_node_dra_publisher *dra_pub;
   gf_kube_config *kube;
   gf_kube *client; /* GETs this node's labels */
   gf_kube_informer *inf;
@@ -231,6 +233,9 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
   a->dra = o->dra;
   if (a->dra)
     gf__node_dra_state_set_cache(a->dra, a->cache);
+  a->dra_pub = o->dra_pub;
+  if (a->dra_pub)
+    gf__node_dra_publisher_set_cache(a->dra_pub, a->cache);
   if (a->alloc)
     gf__node_allocator_set_cache(a->alloc, a->cache);
   if (a->link)
@@ -324,6 +329,8 @@ void gf_node_cache_agent_stop(gf_node_cache_agent *a) {
     gf__node_server_set_cache(a->metrics, NULL);
   if (a->dra)
     gf__node_dra_state_set_cache(a->dra, NULL);
+  if (a->dra_pub)
+    gf__node_dra_publisher_set_cache(a->dra_pub, NULL);
 }
 
 void gf_node_cache_agent_free(gf_node_cache_agent *a) {

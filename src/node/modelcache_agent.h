@@ -16,6 +16,7 @@
 
 struct gf_kube_config;
 struct gf_node_dra_state;
+struct gf_node_dra_publisher;
 
 typedef struct gf_node_cache_agent gf_node_cache_agent;
 
@@ -28,6 +29,9 @@ typedef struct gf_node_cache_agent_opts {
   gf_node_kube *link;            /* may be NULL */
   gf_node_server *metrics;       /* may be NULL */
   struct gf_node_dra_state *dra; /* --mode dra: claims mount models; NULL ok */
+  /* --mode dra: the models join the slices and the Node; pins of claims
+   * gone from the API are dropped (needs kube and node).  NULL ok. */
+  struct gf_node_dra_publisher *dra_pub;
 } gf_node_cache_agent_opts;
 
 /* Starts the cache when cfg->model_cache_dir is set (0 with *out NULL when

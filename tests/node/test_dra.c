@@ -329,6 +329,78 @@ static void test_split(void **state) {
   free(g);
 }
 
+/* The weight cache's models as attributes of every device: the short
+ * digest, ready or fetching, at most GF_NODE_DRA_MODELS_MAX, malformed and
+ * colliding digests left out, and every device within the API's 32
+ * attributes and capacities, MIG devices too. */
+static void test_slice_models(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(2);
+  add_migs(&g->gpus[1], 1);
+  g->gpus[0].nvlink_switch = 1; /* every attribute a GPU can carry */
+  g->gpus[1].nvlink_switch = 1;
+  gf_node_dra_model m[24];
+  memset(m, 0, sizeof(m));
+  for (int i = 0; i < 24; i++) {
+    for (int k = 0; k < 64; k++)
+      m[i].hex[k] = "0123456789abcdef"[(i * 7 + k) % 16];
+    m[i].hex[0] = 'a' + (char)(i % 6);
+    m[i].hex[1] = '0' + (char)(i / 6);
+    m[i].ready = i != 1;
+  }
+  m[2].hex[5] = 'G';              /* not lowercase hex: left out */
+  memcpy(m[3].hex, m[0].hex, 16); /* the short form of model 0 */
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 24, &arr, &d),
+                   0);
+  const json_t *devs = json_object_get(
+      json_object_get(json_array_get(arr, 0), "spec"), "devices");
+  assert_int_equal(json_array_size(devs), 2);
+  for (size_t i = 0; i < 2; i++) {
+    const json_t *a = json_object_get(json_array_get(devs, i), "attributes");
+    const json_t *c = json_object_get(json_array_get(devs, i), "capacity");
+    char key[64];
+    snprintf(key, sizeof(key), "model_%.16s", m[0].hex);
+    const json_t *v = json_object_get(a, key);
+    assert_non_null(v);
+    assert_string_equal(json_string_value(json_object_get(v, "string")),
+                        "ready");
+    snprintf(key, sizeof(key), "model_%.16s", m[1].hex);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(a, key), "string")),
+        "fetching");
+    snprintf(key, sizeof(key), "model_%.16s", m[2].hex);
+    assert_null(json_object_get(a, key));
+    /* models 0..15 offered, 2 and 3 left out: 14 model attributes; 16..23
+     * are past the bound */
+    size_t nmodel = 0;
+    const char *k;
+    const json_t *val;
+    json_object_foreach((json_t *)a, k, val) {
+      if (strncmp(k, "model_", 6) == 0) {
+        nmodel++;
+        assert_int_equal(strlen(k), 22);
+      }
+    }
+    assert_int_equal(nmodel, 14);
+    snprintf(key, sizeof(key), "model_%.16s", m[16].hex);
+    assert_null(json_object_get(a, key));
+    assert_true(json_object_size(a) + json_object_size(c) <=
+                GF_NODE_DRA_MAX_ATTRS_AND_CAPS);
+  }
+  json_decref(arr);
+  /* none: exactly the slices without models */
+  json_t *plain = NULL, *none = NULL;
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &plain, &d), 0);
+  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 0, &none, &d),
+                   0);
+  assert_true(json_equal(plain, none));
+  json_decref(plain);
+  json_decref(none);
+  free(g);
+}
+
 static void test_semver(void **state) {
   (void)state;
   char v[32];
@@ -787,6 +859,7 @@ int main(void) {
       cmocka_unit_test(test_taints),
       cmocka_unit_test(test_split),
       cmocka_unit_test(test_semver),
+      cmocka_unit_test(test_slice_models),
       cmocka_unit_test(test_claim_parse),
       cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_model, setup_tmp,
