@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gf_dra_model *m = NULL;
     if (gf_dra_model_new(sl, 1, cl, 1, NULL, &m, NULL) == 0) {
       int64_t score;
-      gf_dra_model_score(m, cl, 1, s.node, &score);
+      gf_dra_model_score(m, cl, 1, 0, s.node, &score);
       bool placeable = !c->allocated;
       for (uint32_t i = 0; i < c->nreq; i++)
         placeable = placeable && c->req[i].kind != GF_DRA_OTHER;
@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       uint32_t nres[1];
       char node[GF_DRA_NAME_MAX];
       if (res && placeable &&
-          gf_dra_model_place(m, cl, 1, rnd, sizeof(rnd), res, nres, node,
+          gf_dra_model_place(m, cl, 1, 0, rnd, sizeof(rnd), res, nres, node,
                              NULL) == 0) {
         for (uint32_t i = 0; i < nres[0]; i++) {
           int64_t em, ec, en;
