@@ -24,6 +24,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/modelcache.h"
 #include "gpufrac/node.h"
+#include "modelcache_agent.h"
 #include "node_dra.h"
 #include "node_int.h"
 
@@ -777,9 +778,11 @@ static void test_bad_checkpoint(void **state) {
 /* A claim whose pod asks for a model: the CDI spec gains a read-only bind
  * mount of the cached model, pinned for the claim until it is unprepared;
  * without a cache, refused. */
-static void test_prepare_model(void **state) {
-  (void)state;
-  char src[300], path[400], root[300], url[400], ref[400];
+/* A model source under tmpdir (one file): its file:// url, its digest's
+ * hex and the pod annotation's reference. */
+static void model_source(char *url, size_t ucap, char hex[GF_NODE_CACHE_HEX],
+                         char *ref, size_t rcap) {
+  char src[300], path[400];
   snprintf(src, sizeof(src), "%s/model-src", tmpdir);
   mkdir(src, 0755);
   snprintf(path, sizeof(path), "%s/w.bin", src);
@@ -791,13 +794,19 @@ static void test_prepare_model(void **state) {
   size_t len = 0;
   gf_diag d = {""};
   assert_int_equal(gf_node_cache_manifest_build(src, &text, &len, &d), 0);
-  char hex[GF_NODE_CACHE_HEX];
   gf_node_cache_sha256_hex(text, len, hex);
   assert_int_equal(
       gf_node_write_atomic(src, GF_NODE_CACHE_MANIFEST, text, len, &d), 0);
   free(text);
-  snprintf(url, sizeof(url), "file://%s", src);
-  snprintf(ref, sizeof(ref), "lm@sha256:%s", hex);
+  snprintf(url, ucap, "file://%s", src);
+  snprintf(ref, rcap, "lm@sha256:%s", hex);
+}
+
+static void test_prepare_model(void **state) {
+  (void)state;
+  char root[300], url[400], ref[400], hex[GF_NODE_CACHE_HEX];
+  gf_diag d = {""};
+  model_source(url, sizeof(url), hex, ref, sizeof(ref));
 
   gf_node_gpus *g = gpus(1);
   gf_node_dra_state *s = open_state(g);
@@ -851,6 +860,94 @@ static void test_prepare_model(void **state) {
   free(g);
 }
 
+/* What gf__node_cache_prune_claims' exists() answers for each claim. */
+typedef struct claims_api {
+  int answer; /* for claim "a": 1 there, 0 gone, -1 no answer */
+  int asked;
+} claims_api;
+
+static int fake_exists(void *user, const char *ns, const char *name,
+                       const char *uid) {
+  claims_api *api = user;
+  (void)ns;
+  (void)uid;
+  api->asked++;
+  return strcmp(name, "a") == 0 ? api->answer : 1;
+}
+
+static uint32_t pins_of(gf_node_cache *c, const char *hex) {
+  gf_node_cache_entry *e = NULL;
+  size_t n = 0;
+  uint32_t pins = 0;
+  assert_int_equal(gf_node_cache_list(c, &e, &n), 0);
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(e[i].hex, hex))
+      pins = e[i].pins;
+  free(e);
+  return pins;
+}
+
+/* Pins of claims are pruned: a prepared claim the API says is gone (deleted
+ * while the agent or kubelet was down, so never unprepared) loses its pin,
+ * as does a holder that is not a prepared claim; a claim that is there, or
+ * one the API does not answer for, keeps it.  The state survives an agent
+ * restart (reopened from the checkpoint and the cache's state file). */
+static void test_prune_claim_pins(void **state) {
+  (void)state;
+  char root[300], url[400], ref[400], hex[GF_NODE_CACHE_HEX];
+  gf_diag d = {""};
+  model_source(url, sizeof(url), hex, ref, sizeof(ref));
+  gf_node_gpus *g = gpus(1);
+  gf_node_dra_state *s = open_state(g);
+  snprintf(root, sizeof(root), "%s/models", tmpdir);
+  char allow[400];
+  snprintf(allow, sizeof(allow), "file://%s/", tmpdir);
+  gf_node_cache_opts co = {.root = root, .pod_sources = allow};
+  gf_node_cache *cache = NULL;
+  assert_int_equal(gf_node_cache_open(&co, &cache, &d), 0);
+  gf__node_dra_state_set_cache(s, cache);
+  gf_node_dra_claim a, b;
+  gf_node_dra_prepared p;
+  assert_int_equal(parse(UID_A, "a", "gpu-0:8Gi:30", &a, &d), 0);
+  assert_int_equal(parse(UID_B, "b", "gpu-0:8Gi:30", &b, &d), 0);
+  assert_int_equal(gf__node_dra_prepare_model(s, &a, ref, url, &p, &d), 0);
+  assert_int_equal(gf__node_dra_prepare_model(s, &b, ref, NULL, &p, &d), 0);
+  /* a pin whose holder was never prepared here (an agent that stopped
+   * between pin and checkpoint, or a pod uid from device-plugin mode) */
+  assert_int_equal(gf_node_cache_pin(cache, hex, "stale-holder"), 0);
+  assert_int_equal(pins_of(cache, hex), 3);
+
+  claims_api api = {.answer = 1};
+  assert_int_equal(gf__node_cache_prune_claims(cache, s, fake_exists, &api), 1);
+  assert_int_equal(api.asked, 2); /* only prepared claims are asked about */
+  assert_int_equal(pins_of(cache, hex), 2);
+  api.answer = -1; /* no answer: nothing more is asked, nothing dropped */
+  api.asked = 0;
+  assert_int_equal(gf__node_cache_prune_claims(cache, s, fake_exists, &api), 0);
+  assert_true(api.asked >= 1);
+  assert_int_equal(pins_of(cache, hex), 2);
+
+  /* The agent restarts; claim a was deleted meanwhile, never unprepared. */
+  gf__node_dra_state_set_cache(s, NULL);
+  gf_node_dra_state_free(s);
+  gf_node_cache_free(cache);
+  s = open_state(g);
+  assert_int_equal(gf_node_cache_open(&co, &cache, &d), 0);
+  gf__node_dra_state_set_cache(s, cache);
+  assert_int_equal(pins_of(cache, hex), 2);
+  api.answer = 0;
+  assert_int_equal(gf__node_cache_prune_claims(cache, s, fake_exists, &api), 1);
+  assert_int_equal(pins_of(cache, hex), 1); /* b's */
+  assert_int_equal(gf_node_cache_evict(cache, hex, &d), GF_ESTATE);
+  assert_int_equal(gf_node_dra_unprepare(s, UID_B, &d), 0);
+  assert_int_equal(pins_of(cache, hex), 0);
+  assert_int_equal(gf_node_cache_evict(cache, hex, &d), 0);
+  gf__node_dra_state_set_cache(s, NULL);
+  gf_node_cache_free(cache);
+  gf_node_dra_state_free(s);
+  free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices_and_attributes),
@@ -862,6 +959,8 @@ int main(void) {
       cmocka_unit_test(test_slice_models),
       cmocka_unit_test(test_claim_parse),
       cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prune_claim_pins, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_model, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_mig, setup_tmp,
