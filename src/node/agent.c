@@ -578,7 +578,7 @@ static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
   }
   fprintf(stderr, "gpufrac node: DRA driver %s serving on %s\n",
           GF_NODE_DRA_DRIVER, gf_drap_endpoint(x->plugin));
-  dra_publish(x, g);
+  /* the slices are published once the weight cache is up (agent_start) */
   return 0;
 }
 
@@ -705,6 +705,12 @@ int gf_node_agent_start(gf_node_agent *a) {
                                   .dra_pub = a->dra.pub};
   if (gf_node_cache_agent_start(&a->mc, &mco, &d))
     fprintf(stderr, "gpufrac node: %s (running without it)\n", d.msg);
+  /* The first slices carry the cache's models: a restart with the same
+   * models and GPUs keeps the pool's generation. */
+  if (a->dra.pub) {
+    (void)gf__node_dra_publisher_models_changed(a->dra.pub);
+    dra_publish(&a->dra, &a->g);
+  }
   signals_start();
   health_start(&a->o, &a->cfg, &a->hl);
   a->have_hl = true;
