@@ -807,11 +807,12 @@ static void weights_key(const char *hex16, char *buf, size_t cap) {
   snprintf(buf, cap, "sha256:%.*s", GF_DRA_MODEL_HEX, hex16);
 }
 
-/* Node ni's cache set: the models any device of its pool lists, ready
- * when one of them says ready.  A full weights table leaves a model out
- * (no bonus, never a refusal); GF_ENOMEM. */
-static int node_models(gf_dra_model *m, uint32_t ni, const char *pool) {
-  for (uint32_t i = 0; i < m->ndevs; i++) {
+/* Node ni's cache set: the models any device of its pool (devices from
+ * `first` on) lists, ready when one of them says ready.  A full weights
+ * table leaves a model out (no bonus, never a refusal); GF_ENOMEM. */
+static int node_models(gf_dra_model *m, uint32_t ni, uint32_t first,
+                       const char *pool) {
+  for (uint32_t i = first; i < m->ndevs; i++) {
     const mdev *md = &m->devs[i];
     if (strcmp(md->pool, pool) != 0)
       continue;
@@ -928,7 +929,7 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
       m->devs[idx[g]].ni = (uint32_t)ni;
       m->devs[idx[g]].gi = g;
     }
-    if ((rc = node_models(m, (uint32_t)ni, m->devs[i].pool)))
+    if ((rc = node_models(m, (uint32_t)ni, i, m->devs[i].pool)))
       goto fail;
   }
   /* The policy's view of the workload: every allocated share and every
