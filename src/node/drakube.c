@@ -22,10 +22,10 @@ struct gf_node_dra_publisher {
   size_t max;
   int64_t gen;
   json_t *last; /* what was last published (NULL: publish next time) */
-  char node_uid[GF_NAME_MAX];   /* the Node's uid once read ("" before) */
-  gf_node_cache *_Atomic cache; /* its models join slices and inventory */
-  char *models_seen;            /* the cache's models JSON last looked at */
-  char *inv_published;          /* the inventory text last written */
+  char node_uid[GF_NAME_MAX]; /* the Node's uid once read ("" before) */
+  gf_node_cache *cache; /* (atomic) its models join slices and inventory */
+  char *models_seen;    /* the cache's models JSON last looked at */
+  char *inv_published;  /* the inventory text last written */
 };
 
 void gf__node_dra_publisher_set_cache(gf_node_dra_publisher *p,
