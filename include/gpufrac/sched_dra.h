@@ -54,6 +54,12 @@ struct json_t;
 #define GF_DRA_REQUESTS_MAX 32 /* per claim: the API's limit */
 #define GF_DRA_RESULTS_MAX 32  /* results read from one allocation */
 #define GF_DRA_VALUES_MAX 16   /* validValues kept per capacity */
+/* The node agent's weight cache on every device (docs/dra-node.md,
+ * "Models"): attribute "model_<the manifest digest's first 16 hex>",
+ * string "ready" or "fetching".  At most this many kept per device. */
+#define GF_DRA_MODEL_ATTR "model_"
+#define GF_DRA_MODEL_HEX 16
+#define GF_DRA_MODELS_MAX 32
 
 /* ---- objects ------------------------------------------------------------ */
 
@@ -76,6 +82,11 @@ typedef struct gf_dra_device {
   char mode[16]; /* shared | exclusive | mps */
   bool multi;    /* allowMultipleAllocations */
   gf_dra_capacity mem, cores;
+  uint32_t nmodels; /* the weight cache's models its node holds */
+  struct {
+    char hex[GF_DRA_MODEL_HEX + 1]; /* the digest's first 16 hex */
+    bool ready;                     /* else being fetched */
+  } models[GF_DRA_MODELS_MAX];
 } gf_dra_device;
 
 typedef struct gf_dra_slice {
@@ -132,7 +143,10 @@ typedef struct gf_dra_claim {
 /* Reads a v1 ResourceSlice (borrowed) into *out (released with
  * gf_dra_slice_release, also after a failure).  Slices of other drivers
  * are ours == false with no devices read.  GF_ESYNTAX / GF_ERANGE /
- * GF_ELIMIT naming the member, GF_ENOMEM. */
+ * GF_ELIMIT naming the member, GF_ENOMEM.  The model attributes only feed
+ * the cache term: one that is not {"string": "ready" | "fetching"}, or
+ * whose name is not GF_DRA_MODEL_ATTR and 16 lowercase hex, is ignored
+ * (as a pod's malformed gpufrac.io/model is), never an error. */
 int gf_dra_slice_parse(const struct json_t *obj, gf_dra_slice *out, gf_diag *d);
 void gf_dra_slice_release(gf_dra_slice *s);
 
@@ -206,23 +220,34 @@ int gf_dra_model_excess(const gf_dra_model *m, const char *pool,
                         const char *device, int64_t *mem, int64_t *cores,
                         int64_t *n);
 
+/* The weights of a pod for the cache term: its gpufrac.io/model value
+ * ("<name>@sha256:<64 hex>", NULL or malformed: none) as the engine's
+ * request.weights (id + 1; 0: none, or no node holds them).  Every node
+ * whose devices list the digest's short form (GF_DRA_MODEL_ATTR) holds
+ * them, ready or fetching; the slices carry no size, so the bonus is the
+ * full one (a model of 16 GiB or more, docs/placement.md). */
+uint32_t gf_dra_model_weights(gf_dra_model *m, const char *ref);
+
 /* Chooses a node and devices for every request of claims[0..n-1] (all
  * GF_DRA_SHARE or GF_DRA_WHOLE, allocated none) with the engine's policy,
- * all on one node, and books them in the model.  Fills res[i] (results of
+ * all on one node, and books them in the model.  weights: the pod's (from
+ * gf_dra_model_weights; 0: none) for the cache term.  Fills res[i] (results of
  * claim i; cap GF_DRA_RESULTS_MAX each) and nres[i], share IDs from rnd
  * (16 bytes per result, taken in order; rnd_len bytes available), and node
  * (the Node's name).  GF_ENOFIT with the reason when no node can take
  * them all (nothing booked); GF_EINVAL for a claim it cannot place. */
 int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
-                       uint32_t n, const uint8_t *rnd, size_t rnd_len,
-                       gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
-                       char node[GF_DRA_NAME_MAX], gf_diag *d);
+                       uint32_t n, uint32_t weights, const uint8_t *rnd,
+                       size_t rnd_len, gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                       uint32_t *nres, char node[GF_DRA_NAME_MAX], gf_diag *d);
 
 /* Mode 1: the engine's score for claims[0..n-1] on Node `node` (higher is
- * better; comparable between nodes of one pod).  GF_ENOFIT when they do not
- * fit there, GF_ENOTFOUND for a node without gpufrac devices. */
+ * better; comparable between nodes of one pod), with the cache term for
+ * weights (0: none).  GF_ENOFIT when they do not fit there, GF_ENOTFOUND
+ * for a node without gpufrac devices. */
 int gf_dra_model_score(gf_dra_model *m, const gf_dra_claim *const *claims,
-                       uint32_t n, const char *node, int64_t *score);
+                       uint32_t n, uint32_t weights, const char *node,
+                       int64_t *score);
 
 /* ---- the feed ----------------------------------------------------------- */
 
@@ -255,7 +280,8 @@ void gf_sched_dra_free(gf_sched_dra *f);
 bool gf_sched_dra_synced(gf_sched_dra *f);
 
 /* Mode 1 (thread-safe): the engine's score for pod (a v1 Pod, borrowed) on
- * node, from the claims the feed knows.  GF_ENOTFOUND when the pod has no
+ * node, from the claims the feed knows, with the cache term for the pod's
+ * gpufrac.io/model.  GF_ENOTFOUND when the pod has no
  * claim of gpufrac's classes (or they are not known yet), GF_ENOFIT when
  * they do not fit there. */
 int gf_sched_dra_score(gf_sched_dra *f, const struct json_t *pod,

@@ -456,6 +456,7 @@ typedef struct agent_dra {
   gf_node_dra_publisher *pub;
   gf_drap *plugin;
   bool publish_failed;
+  bool inv_failed; /* the models on the Node: logged once until it works */
 } agent_dra;
 
 static int dra_prepare(void *user, const char *ns, const char *name,
@@ -502,13 +503,25 @@ static void dra_publish(agent_dra *x, const gf_node_gpus *g) {
     if (!x->publish_failed)
       fprintf(stderr, "gpufrac node: %s (retrying every interval)\n", d.msg);
     x->publish_failed = true;
+  } else {
+    if (changed)
+      fprintf(stderr,
+              "gpufrac node: ResourceSlices published (pool generation "
+              "%lld)\n",
+              (long long)gf_node_dra_publisher_generation(x->pub));
+    x->publish_failed = false;
+  }
+  /* The weight cache's models on the Node too (no GPUs there): what the
+   * extender and `gpufrac cache prefetch --nodes` read. */
+  if (gf_node_dra_publish_inventory(x->pub, &changed, &d)) {
+    if (!x->inv_failed)
+      fprintf(stderr, "gpufrac node: %s (retrying every interval)\n", d.msg);
+    x->inv_failed = true;
     return;
   }
   if (changed)
-    fprintf(stderr,
-            "gpufrac node: ResourceSlices published (pool generation %lld)\n",
-            (long long)gf_node_dra_publisher_generation(x->pub));
-  x->publish_failed = false;
+    fprintf(stderr, "gpufrac node: DRA: models published on the Node\n");
+  x->inv_failed = false;
 }
 
 static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
@@ -565,7 +578,7 @@ static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
   }
   fprintf(stderr, "gpufrac node: DRA driver %s serving on %s\n",
           GF_NODE_DRA_DRIVER, gf_drap_endpoint(x->plugin));
-  dra_publish(x, g);
+  /* the slices are published once the weight cache is up (agent_start) */
   return 0;
 }
 
@@ -688,9 +701,16 @@ int gf_node_agent_start(gf_node_agent *a) {
                                   .alloc = a->api.alloc,
                                   .link = a->api.link,
                                   .metrics = a->srv,
-                                  .dra = a->dra.state};
+                                  .dra = a->dra.state,
+                                  .dra_pub = a->dra.pub};
   if (gf_node_cache_agent_start(&a->mc, &mco, &d))
     fprintf(stderr, "gpufrac node: %s (running without it)\n", d.msg);
+  /* The first slices carry the cache's models: a restart with the same
+   * models and GPUs keeps the pool's generation. */
+  if (a->dra.pub) {
+    (void)gf__node_dra_publisher_models_changed(a->dra.pub);
+    dra_publish(&a->dra, &a->g);
+  }
   signals_start();
   health_start(&a->o, &a->cfg, &a->hl);
   a->have_hl = true;
@@ -736,6 +756,11 @@ void gf_node_agent_run(gf_node_agent *a) {
     health_telemetry(&a->hl, &a->g, a->srv); /* last: over what was just
                                                  discovered */
     gf_node_cache_agent_tick(a->mc);
+    /* DRA: the cache's models changed (a fetch began or ended, a model
+     * went): the slices and the Node say so now, not at the next
+     * interval; nothing is written when they did not. */
+    if (a->dra.pub && gf__node_dra_publisher_models_changed(a->dra.pub))
+      dra_publish(&a->dra, &a->g);
   }
 }
 

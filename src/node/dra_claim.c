@@ -188,6 +188,8 @@ struct gf_node_dra_state {
   size_t n, cap;
   gf_node_dra_prepared *prep; /* the prepared claims, in preparation order */
   gf_node_cache *cache;       /* the weight cache (atomic); NULL: none */
+  int busy; /* (atomic) model prepares under way: their pins precede their
+               checkpoint entries (gf__node_dra_state_holds) */
 };
 
 void gf__node_dra_state_set_cache(gf_node_dra_state *s, gf_node_cache *c) {
@@ -423,6 +425,13 @@ static ssize_t find(const gf_node_dra_state *s, const char *uid) {
     if (strcmp(s->prep[i].claim.uid, uid) == 0)
       return (ssize_t)i;
   return -1;
+}
+
+bool gf__node_dra_state_holds(gf_node_dra_state *s, const char *uid) {
+  pthread_mutex_lock(&s->mu);
+  bool held = find(s, uid) >= 0 || __atomic_load_n(&s->busy, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&s->mu);
+  return held;
 }
 
 bool gf_node_dra_state_lookup(gf_node_dra_state *s, const char *uid,
@@ -786,6 +795,7 @@ int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
                        "node's agent runs without a weight cache",
                        c->ns, c->name, name);
   char host[GF_NODE_PATH_MAX], ctr[GF_NODE_PATH_MAX];
+  __atomic_add_fetch(&s->busy, 1, __ATOMIC_SEQ_CST);
   /* The fetch runs without the state's lock: other claims go on. */
   rc = gf_node_cache_fetch_for_pod(cache, name, hex,
                                    source && *source ? source : NULL, d);
@@ -795,12 +805,13 @@ int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
     rc = gf_node_cache_path(cache, hex, host, sizeof(host));
   if (rc) {
     gf_diag_prefix(d, "claim %s/%s: model %s", c->ns, c->name, name);
-    return rc;
+  } else {
+    snprintf(ctr, sizeof(ctr), "%s/%s", GF_NODE_MODEL_MOUNT, name);
+    rc = prepare(s, c, host, ctr, out, d);
+    if (rc)
+      gf_node_cache_unpin(cache, hex, c->uid);
   }
-  snprintf(ctr, sizeof(ctr), "%s/%s", GF_NODE_MODEL_MOUNT, name);
-  rc = prepare(s, c, host, ctr, out, d);
-  if (rc)
-    gf_node_cache_unpin(cache, hex, c->uid);
+  __atomic_sub_fetch(&s->busy, 1, __ATOMIC_SEQ_CST);
   return rc;
 }
 

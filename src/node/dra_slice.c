@@ -245,7 +245,35 @@ static json_t *taints(const gf_node_gpu *x) {
   return t ? json_pack("[o]", t) : NULL;
 }
 
-static json_t *device_json(const gf_node_gpus *g, const gf_node_dra_device *v) {
+/* The weight cache's models as attributes "model_<first 16 hex of the
+ * digest>": {"string": "ready" | "fetching"}, in the order given, while the
+ * device stays within the API's 32 attributes and capacities.  A digest
+ * that is not 64 lowercase hex, or whose short form an earlier model took,
+ * is left out. */
+static int model_attrs(json_t *attrs, const json_t *capa,
+                       const gf_node_dra_model *models, size_t nmodels) {
+  size_t room = GF_NODE_DRA_MAX_ATTRS_AND_CAPS;
+  size_t have = json_object_size(attrs) + json_object_size(capa);
+  for (size_t i = 0; i < nmodels && i < GF_NODE_DRA_MODELS_MAX; i++) {
+    const char *hex = models[i].hex;
+    if (strlen(hex) != 64 || strspn(hex, "0123456789abcdef") != 64)
+      continue;
+    char key[GF_NODE_DRA_MODEL_ATTR_MAX];
+    snprintf(key, sizeof(key), "%s%.*s", GF_NODE_DRA_MODEL_ATTR,
+             GF_NODE_DRA_MODEL_HEX, hex);
+    if (json_object_get(attrs, key))
+      continue;
+    if (have >= room)
+      break;
+    if (set_str(attrs, key, models[i].ready ? "ready" : "fetching"))
+      return -1;
+    have++;
+  }
+  return 0;
+}
+
+static json_t *device_json(const gf_node_gpus *g, const gf_node_dra_device *v,
+                           const gf_node_dra_model *models, size_t nmodels) {
   const gf_node_gpu *x = &g->gpus[v->gpu];
   json_t *attrs = json_object(), *capa = json_object();
   json_t *dev = json_pack("{s:s}", "name", v->name);
@@ -293,6 +321,8 @@ static json_t *device_json(const gf_node_gpus *g, const gf_node_dra_device *v) {
         goto fail;
     }
   }
+  if (model_attrs(attrs, capa, models, nmodels))
+    goto fail;
   if (!v->healthy) {
     json_t *t = taints(x);
     if (!t || json_object_set_new(dev, "taints", t))
@@ -311,6 +341,14 @@ fail:
 int gf_node_dra_slices(const gf_node_gpus *g, const char *node,
                        int64_t generation, size_t max_per_slice, json_t **out,
                        gf_diag *d) {
+  return gf_node_dra_slices_models(g, node, generation, max_per_slice, NULL, 0,
+                                   out, d);
+}
+
+int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
+                              int64_t generation, size_t max_per_slice,
+                              const gf_node_dra_model *models, size_t nmodels,
+                              json_t **out, gf_diag *d) {
   if (!node || !*node || strlen(node) > 200 ||
       strspn(node, "abcdefghijklmnopqrstuvwxyz0123456789.-") != strlen(node))
     return gf_diag_set(d, GF_EINVAL, "DRA: node name '%s' is not a DNS name",
@@ -341,7 +379,7 @@ int gf_node_dra_slices(const gf_node_gpus *g, const char *node,
     snprintf(name, sizeof(name), "%s-%s-%zu", node, GF_NODE_DRA_DRIVER, s);
     json_t *list = json_array();
     for (size_t i = s * per; list && i < n && i < (s + 1) * per; i++) {
-      json_t *dj = device_json(g, &devs[i]);
+      json_t *dj = device_json(g, &devs[i], models, nmodels);
       if (!dj || json_array_append_new(list, dj)) {
         json_decref(list);
         list = NULL;

@@ -9,6 +9,8 @@
 
 #include "alloc.h"
 #include "gpufrac/error.h"
+#include "gpufrac/grant.h"
+#include "gpufrac/modelcache.h"
 #include "node_dra.h"
 #include "node_int.h"
 
@@ -21,7 +23,87 @@ struct gf_node_dra_publisher {
   int64_t gen;
   json_t *last; /* what was last published (NULL: publish next time) */
   char node_uid[GF_NAME_MAX]; /* the Node's uid once read ("" before) */
+  gf_node_cache *cache; /* (atomic) its models join slices and inventory */
+  char *models_seen;    /* the cache's models JSON last looked at */
+  char *inv_published;  /* the inventory text last written */
 };
+
+void gf__node_dra_publisher_set_cache(gf_node_dra_publisher *p,
+                                      gf_node_cache *c) {
+  __atomic_store_n(&p->cache, c, __ATOMIC_SEQ_CST);
+}
+
+/* The cache's models, most recently used first (at most cap); 0 without
+ * a cache or out of memory (published without them). */
+static size_t cache_models(gf_node_dra_publisher *p, gf_node_dra_model *out,
+                           size_t cap) {
+  gf_node_cache *c = __atomic_load_n(&p->cache, __ATOMIC_SEQ_CST);
+  gf_node_cache_entry *e = NULL;
+  size_t n = 0, k = 0;
+  if (!c || gf_node_cache_list(c, &e, &n))
+    return 0;
+  for (size_t i = 0; i < n && k < cap; i++) {
+    gf__node_copy(out[k].hex, sizeof(out[k].hex), e[i].hex);
+    out[k++].ready = e[i].state == GF_NODE_CACHE_READY;
+  }
+  free(e);
+  return k;
+}
+
+bool gf__node_dra_publisher_models_changed(gf_node_dra_publisher *p) {
+  gf_node_cache *c = __atomic_load_n(&p->cache, __ATOMIC_SEQ_CST);
+  char *now = NULL;
+  if (!c || gf_node_cache_models_json(c, &now))
+    return false;
+  bool changed = !p->models_seen || strcmp(now, p->models_seen) != 0;
+  free(p->models_seen);
+  p->models_seen = now;
+  return changed;
+}
+
+int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
+                                  gf_diag *d) {
+  *changed = false;
+  gf_node_cache *c = __atomic_load_n(&p->cache, __ATOMIC_SEQ_CST);
+  if (!c)
+    return 0;
+  char *models = NULL;
+  if (gf_node_cache_models_json(c, &models))
+    return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
+  /* No GPUs: the device-plugin path must place nothing on a DRA node. */
+  char *text = NULL;
+  json_t *doc =
+      json_pack("{s:i,s:[]}", "version", GF_INVENTORY_VERSION, "gpus");
+  if (doc)
+    text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(doc);
+  int rc = text ? gf__node_inventory_add_models(&text, models) : GF_ENOMEM;
+  free(models);
+  if (rc) {
+    free(text);
+    return gf_diag_set(d, rc, "DRA: the inventory: %s", gf_strerror(rc));
+  }
+  if (p->inv_published && strcmp(p->inv_published, text) == 0) {
+    free(text);
+    return 0;
+  }
+  json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
+                            GF_INVENTORY_ANNOTATION, text);
+  char path[GF_NAME_MAX + 32];
+  snprintf(path, sizeof(path), "/api/v1/nodes/%s", p->node);
+  rc = patch ? gf_kube_merge_patch(p->k, path, patch, NULL, NULL, d)
+             : gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
+  json_decref(patch);
+  if (rc) {
+    gf_diag_prefix(d, "publishing the models on node %s", p->node);
+    free(text);
+    return rc;
+  }
+  free(p->inv_published);
+  p->inv_published = text;
+  *changed = true;
+  return 0;
+}
 
 int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
                               const char *node, size_t max_per_slice,
@@ -45,6 +127,8 @@ void gf_node_dra_publisher_free(gf_node_dra_publisher *p) {
     return;
   gf_kube_free(p->k);
   json_decref(p->last);
+  free(p->models_seen);
+  free(p->inv_published);
   free(p);
 }
 
@@ -173,15 +257,27 @@ static void set_owner(const gf_node_dra_publisher *p, json_t *slices) {
   }
 }
 
+/* The slices of g at generation gen, with the models and the owner. */
+static int build(const gf_node_dra_publisher *p, const gf_node_gpus *g,
+                 int64_t gen, const gf_node_dra_model *models, size_t nmodels,
+                 json_t **want, gf_diag *d) {
+  int rc = gf_node_dra_slices_models(g, p->node, gen, p->max, models, nmodels,
+                                     want, d);
+  if (!rc)
+    set_owner(p, *want);
+  return rc;
+}
+
 int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
                         bool *changed, gf_diag *d) {
   *changed = false;
   json_t *want = NULL, *mine = NULL;
   read_node_uid(p);
-  int rc = gf_node_dra_slices(g, p->node, p->gen, p->max, &want, d);
+  gf_node_dra_model models[GF_NODE_DRA_MODELS_MAX];
+  size_t nm = cache_models(p, models, GF_NODE_DRA_MODELS_MAX);
+  int rc = build(p, g, p->gen, models, nm, &want, d);
   if (rc)
     return rc;
-  set_owner(p, want);
   if (p->last && json_equal(p->last, want)) {
     json_decref(want);
     return 0;
@@ -193,9 +289,8 @@ int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
     /* First call: what a previous run published may still be true. */
     json_decref(want);
     want = NULL;
-    if ((rc = gf_node_dra_slices(g, p->node, api_gen, p->max, &want, d)))
+    if ((rc = build(p, g, api_gen, models, nm, &want, d)))
       goto out;
-    set_owner(p, want);
     if (api_gen > 0 && same(mine, want)) {
       p->gen = api_gen;
       p->last = want;
@@ -206,9 +301,8 @@ int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
   p->gen = (api_gen > p->gen ? api_gen : p->gen) + 1;
   json_decref(want);
   want = NULL;
-  if ((rc = gf_node_dra_slices(g, p->node, p->gen, p->max, &want, d)))
+  if ((rc = build(p, g, p->gen, models, nm, &want, d)))
     goto out;
-  set_owner(p, want);
   json_decref(p->last);
   p->last = NULL; /* until everything below went through */
   size_t i;

@@ -19,10 +19,12 @@
 #include "gpufrac/quantity.h"
 #include "modelcache_agent.h"
 #include "modelcache_int.h"
+#include "node_dra.h"
 #include "node_int.h"
 
 #define QUEUE_MAX 64
 #define PRUNE_EVERY_S 5
+#define CLAIM_CHECK_EVERY_S 60 /* a GET per claim that pins a model */
 
 int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
                              const char *where, gf_diag *d) {
@@ -102,8 +104,12 @@ struct gf_node_cache_agent {
   gf_node_kube *link;
   gf_node_server *metrics;
   struct gf_node_dra_state *dra;
+  struct gf_node_dra_publisher *dra_pub;
   gf_kube_config *kube;
   gf_kube *client; /* GETs this node's labels */
+  gf_kube *claims; /* DRA: GETs the claims that pin models (main loop) */
+  bool claims_failed;
+  time_t last_claims;
   gf_kube_informer *inf;
   pthread_t t_inf, t_work;
   bool have_inf, have_work;
@@ -237,6 +243,9 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
   a->dra = o->dra;
   if (a->dra)
     gf__node_dra_state_set_cache(a->dra, a->cache);
+  a->dra_pub = o->dra_pub;
+  if (a->dra_pub)
+    gf__node_dra_publisher_set_cache(a->dra_pub, a->cache);
   if (a->alloc)
     gf__node_allocator_set_cache(a->alloc, a->cache);
   if (a->link)
@@ -266,6 +275,8 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
   gf_kube_informer_handlers h = {
       .on_add = h_add, .on_update = h_update, .on_error = h_error, .user = a};
   rc = gf_kube_new(&a->client, a->kube, NULL, d);
+  if (!rc && a->dra)
+    rc = gf_kube_new(&a->claims, a->kube, NULL, d);
   if (!rc)
     rc = gf_kube_informer_new(&a->inf, a->kube, NULL, &io, &h, d);
   if (!rc && pthread_create(&a->t_work, NULL, work_run, a) == 0)
@@ -288,6 +299,97 @@ static bool pod_alive(void *user, const char *holder) {
   return gf_node_pods_has(user, holder);
 }
 
+/* ---- pins of DRA claims ------------------------------------------------- */
+
+#define CLAIM_HOLDERS_MAX 256
+
+typedef struct claim_round {
+  struct gf_node_dra_state *dra;
+  char (*h)[GF_NODE_DRA_UID_MAX]; /* the pins' holders */
+  bool *gone;                     /* h[i]'s claim is not in the API */
+  size_t n;
+} claim_round;
+
+/* gf_node_cache_prune's callback that only records the holders. */
+static bool record_holder(void *user, const char *holder) {
+  claim_round *r = user;
+  for (size_t i = 0; i < r->n; i++)
+    if (!strcmp(r->h[i], holder))
+      return true;
+  if (r->n < CLAIM_HOLDERS_MAX && strlen(holder) < GF_NODE_DRA_UID_MAX)
+    gf__node_copy(r->h[r->n++], GF_NODE_DRA_UID_MAX, holder);
+  return true;
+}
+
+static bool claim_alive(void *user, const char *holder) {
+  claim_round *r = user;
+  for (size_t i = 0; i < r->n; i++)
+    if (r->gone[i] && !strcmp(r->h[i], holder))
+      return false;
+  return gf__node_dra_state_holds(r->dra, holder);
+}
+
+int gf__node_cache_prune_claims(gf_node_cache *c, struct gf_node_dra_state *dra,
+                                int (*exists)(void *user, const char *ns,
+                                              const char *name,
+                                              const char *uid),
+                                void *user) {
+  claim_round r = {.dra = dra};
+  r.h = gf__calloc(CLAIM_HOLDERS_MAX, sizeof(*r.h));
+  r.gone = gf__calloc(CLAIM_HOLDERS_MAX, sizeof(*r.gone));
+  int dropped = 0;
+  if (!r.h || !r.gone)
+    goto out;
+  (void)gf_node_cache_prune(c, record_holder, &r); /* drops nothing */
+  gf_node_dra_prepared *p = gf__malloc(sizeof(*p));
+  if (!p)
+    goto out;
+  bool asking = exists != NULL;
+  for (size_t i = 0; i < r.n && asking; i++) {
+    if (!gf_node_dra_state_lookup(dra, r.h[i], p))
+      continue; /* not prepared: claim_alive decides */
+    int e = exists(user, p->claim.ns, p->claim.name, r.h[i]);
+    if (e < 0)
+      asking = false; /* the API does not answer: none is called gone */
+    r.gone[i] = e == 0;
+  }
+  free(p);
+  dropped = gf_node_cache_prune(c, claim_alive, &r);
+out:
+  free(r.h);
+  free(r.gone);
+  return dropped;
+}
+
+/* exists() for gf__node_cache_prune_claims: GETs the claim. */
+static int claim_exists(void *user, const char *ns, const char *name,
+                        const char *uid) {
+  gf_node_cache_agent *a = user;
+  char path[600];
+  snprintf(path, sizeof(path),
+           "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", ns,
+           name);
+  json_t *obj = NULL;
+  gf_diag d = {""};
+  int rc = gf_kube_get(a->claims, path, &obj, &d);
+  int e = -1;
+  if (rc == GF_ENOTFOUND) {
+    e = 0;
+  } else if (rc == 0) {
+    const char *u = json_string_value(
+        json_object_get(json_object_get(obj, "metadata"), "uid"));
+    e = u && !strcmp(u, uid); /* made again under that name: not ours */
+  } else if (!a->claims_failed) {
+    fprintf(stderr,
+            "gpufrac node: cache: checking the claims that pin models: %s "
+            "(their pins stay)\n",
+            d.msg);
+  }
+  a->claims_failed = rc && rc != GF_ENOTFOUND;
+  json_decref(obj);
+  return e;
+}
+
 void gf_node_cache_agent_tick(gf_node_cache_agent *a) {
   if (!a)
     return;
@@ -301,6 +403,19 @@ void gf_node_cache_agent_tick(gf_node_cache_agent *a) {
     int n = gf_node_cache_prune(a->cache, pod_alive, a->pods);
     if (n)
       fprintf(stderr, "gpufrac node: cache: %d pins of pods gone dropped\n", n);
+  }
+  /* DRA: a claim deleted without NodeUnprepareResources (the agent or
+   * kubelet was down) would pin its model forever.  At start, then every
+   * CLAIM_CHECK_EVERY_S. */
+  if (a->dra && a->claims &&
+      (!a->last_claims || now - a->last_claims >= CLAIM_CHECK_EVERY_S)) {
+    a->last_claims = now;
+    int n = gf__node_cache_prune_claims(a->cache, a->dra, claim_exists, a);
+    if (n)
+      fprintf(stderr,
+              "gpufrac node: cache: %d pins of claims gone or not prepared "
+              "dropped\n",
+              n);
   }
   gf_node_cache_keep_warm(a->cache, a->keep_s, a->mlock_budget, (int64_t)now);
 }
@@ -330,6 +445,8 @@ void gf_node_cache_agent_stop(gf_node_cache_agent *a) {
     gf__node_server_set_cache(a->metrics, NULL);
   if (a->dra)
     gf__node_dra_state_set_cache(a->dra, NULL);
+  if (a->dra_pub)
+    gf__node_dra_publisher_set_cache(a->dra_pub, NULL);
 }
 
 void gf_node_cache_agent_free(gf_node_cache_agent *a) {
@@ -337,6 +454,7 @@ void gf_node_cache_agent_free(gf_node_cache_agent *a) {
     return;
   gf_kube_informer_free(a->inf);
   gf_kube_free(a->client);
+  gf_kube_free(a->claims);
   gf_node_cache_free(a->cache);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);

@@ -58,6 +58,17 @@
 #define GF_NODE_DRA_UID_MAX 64
 #define GF_NODE_DRA_CDI_ID_MAX 320
 #define GF_NODE_DRA_TAINT_KEY GF_NODE_DRA_DRIVER "/xid"
+/* resource.k8s.io/v1 ResourceSliceMaxAttributesAndCapacitiesPerDevice. */
+#define GF_NODE_DRA_MAX_ATTRS_AND_CAPS 32
+/* The weight cache's models on every device (docs/dra-node.md, "Models"):
+ * attribute "model_<the digest's first 16 hex>", a C identifier of 22
+ * bytes (the API allows 32), string value "ready" or "fetching"; at most
+ * 16 of them, so a device's 12 attributes and 2 capacities (a MIG device's
+ * 13 and 2) stay within the 32 the API allows. */
+#define GF_NODE_DRA_MODEL_ATTR "model_"
+#define GF_NODE_DRA_MODEL_HEX 16
+#define GF_NODE_DRA_MODEL_ATTR_MAX 32
+#define GF_NODE_DRA_MODELS_MAX 16
 
 /* ---- the pool's devices ----------------------------------------------- */
 
@@ -96,6 +107,23 @@ size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
 int gf_node_dra_slices(const gf_node_gpus *g, const char *node,
                        int64_t generation, size_t max_per_slice, json_t **out,
                        gf_diag *d);
+
+/* One model of the weight cache, for the slices: its manifest digest (64
+ * lowercase hex) and whether it is ready (else being fetched). */
+typedef struct gf_node_dra_model {
+  char hex[65];
+  bool ready;
+} gf_node_dra_model;
+
+/* gf_node_dra_slices with the weight cache's models[0..nmodels-1] (most
+ * recently used first; the first GF_NODE_DRA_MODELS_MAX are published) as
+ * attributes GF_NODE_DRA_MODEL_ATTR<16 hex> of every device, value "ready"
+ * or "fetching".  A digest that is not 64 lowercase hex is left out, and
+ * so is one whose 16-hex short form an earlier model already took. */
+int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
+                              int64_t generation, size_t max_per_slice,
+                              const gf_node_dra_model *models, size_t nmodels,
+                              json_t **out, gf_diag *d);
 
 /* A version string made semver: "9.0" -> "9.0.0", "535.104.05" ->
  * "535.104.5" (leading zeros dropped), at most three numeric parts kept.
@@ -217,6 +245,26 @@ void gf_node_dra_publisher_free(gf_node_dra_publisher *p);
 int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
                         bool *changed, gf_diag *d);
 int64_t gf_node_dra_publisher_generation(const gf_node_dra_publisher *p);
+
+/* Gives the publisher the weight cache (NULL: none): its models join the
+ * slices (gf_node_dra_slices_models) and the inventory.  Thread-safe. */
+struct gf_node_cache;
+void gf__node_dra_publisher_set_cache(gf_node_dra_publisher *p,
+                                      struct gf_node_cache *c);
+
+/* true when the cache's models (names, states, order) differ from what the
+ * previous call saw (the first call: true); false without a cache.  Cheap
+ * (no API call): the agent asks every second and publishes on true. */
+bool gf__node_dra_publisher_models_changed(gf_node_dra_publisher *p);
+
+/* With a cache: makes the Node's GF_INVENTORY_ANNOTATION say
+ * {"version":1,"gpus":[],"models":[...]} (the cache's models as in
+ * device-plugin mode, and no GPUs, so the device-plugin path places
+ * nothing on this node's GPUs), PATCHing only when it differs from what
+ * was last written.  Without a cache: nothing.  *changed says whether it
+ * wrote. */
+int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
+                                  gf_diag *d);
 
 /* The kubelet plugin's prepare step for one claim: GETs the ResourceClaim
  * ns/name through k, checks its uid, parses it and prepares it on s.

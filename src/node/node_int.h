@@ -127,6 +127,9 @@ void gf__node_dra_state_set_cache(struct gf_node_dra_state *s,
  * claim (holder: its uid) and added to the claim's CDI spec as a
  * read-only bind mount at GF_NODE_MODEL_MOUNT/<name>.  Errors as
  * gf_node_dra_prepare, and the cache's (GF_ESTATE: no cache). */
+/* true when claim uid is prepared, or a model prepare (whose pin comes
+ * before its checkpoint entry) is under way: a pin of uid is not stale. */
+bool gf__node_dra_state_holds(struct gf_node_dra_state *s, const char *uid);
 int gf__node_dra_prepare_model(struct gf_node_dra_state *s,
                                const struct gf_node_dra_claim *c,
                                const char *model, const char *source,

@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
+#include "gpufrac/grant.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched_dra.h"
 
@@ -193,6 +194,27 @@ static int attr_str(const json_t *attrs, const char *key, char *buf, size_t cap,
   return get_str(a, "string", buf, cap, true, w, d);
 }
 
+/* The node agent's model attributes into dev->models (see
+ * gf_dra_slice_parse: anything else named model_* is ignored). */
+static void parse_models(const json_t *attrs, gf_dra_device *dev) {
+  const char *k;
+  const json_t *v;
+  size_t pl = strlen(GF_DRA_MODEL_ATTR);
+  json_object_foreach((json_t *)attrs, k, v) {
+    if (dev->nmodels >= GF_DRA_MODELS_MAX)
+      return;
+    if (strncmp(k, GF_DRA_MODEL_ATTR, pl) != 0 ||
+        strlen(k) != pl + GF_DRA_MODEL_HEX ||
+        strspn(k + pl, "0123456789abcdef") != GF_DRA_MODEL_HEX)
+      continue;
+    const char *st = json_string_value(json_object_get(v, "string"));
+    if (!st || (strcmp(st, "ready") != 0 && strcmp(st, "fetching") != 0))
+      continue;
+    memcpy(dev->models[dev->nmodels].hex, k + pl, GF_DRA_MODEL_HEX + 1);
+    dev->models[dev->nmodels++].ready = strcmp(st, "ready") == 0;
+  }
+}
+
 static int parse_device(const json_t *o, gf_dra_device *dev, const char *where,
                         gf_diag *d) {
   memset(dev, 0, sizeof(*dev));
@@ -212,6 +234,8 @@ static int parse_device(const json_t *o, gf_dra_device *dev, const char *where,
        (rc = attr_str(attrs, "type", dev->type, sizeof(dev->type), where, d)) ||
        (rc = attr_str(attrs, "mode", dev->mode, sizeof(dev->mode), where, d))))
     return rc;
+  if (attrs)
+    parse_models(attrs, dev);
   const json_t *m = json_object_get(o, "allowMultipleAllocations");
   if (m && !json_is_null(m)) {
     if (!json_is_boolean(m))
@@ -777,6 +801,50 @@ void gf_dra_model_free(gf_dra_model *m) {
   gf__free(m);
 }
 
+/* The weights key of a short digest: "sha256:<16 hex>" (the cluster's
+ * weights table takes any text; the slices carry no more of it). */
+static void weights_key(const char *hex16, char *buf, size_t cap) {
+  snprintf(buf, cap, "sha256:%.*s", GF_DRA_MODEL_HEX, hex16);
+}
+
+/* Node ni's cache set: the models any device of its pool (devices from
+ * `first` on) lists, ready when one of them says ready.  A full weights
+ * table leaves a model out (no bonus, never a refusal); GF_ENOMEM. */
+static int node_models(gf_dra_model *m, uint32_t ni, uint32_t first,
+                       const char *pool) {
+  for (uint32_t i = first; i < m->ndevs; i++) {
+    const mdev *md = &m->devs[i];
+    if (strcmp(md->pool, pool) != 0)
+      continue;
+    for (uint32_t k = 0; k < md->dev.nmodels; k++) {
+      char key[32];
+      weights_key(md->dev.models[k].hex, key, sizeof(key));
+      int id = gf_cluster_weights_id(m->c, key, 0, true);
+      if (id == GF_ENOMEM)
+        return id;
+      if (id < 0)
+        continue;
+      const gf_node *n = gf_cluster_node(m->c, ni);
+      if (gf_node_cache_state(n, id) == GF_CACHE_READY)
+        continue;
+      (void)gf_cluster_node_cache_set(
+          m->c, ni, id,
+          md->dev.models[k].ready ? GF_CACHE_READY : GF_CACHE_FETCHING);
+    }
+  }
+  return 0;
+}
+
+uint32_t gf_dra_model_weights(gf_dra_model *m, const char *ref) {
+  char digest[GF_MODEL_DIGEST_LEN];
+  if (!ref || gf_model_ref_parse(ref, strlen(ref), NULL, digest, NULL))
+    return 0;
+  char key[32];
+  weights_key(digest + strlen("sha256:"), key, sizeof(key));
+  int id = gf_cluster_weights_id(m->c, key, 0, false);
+  return id < 0 ? 0 : (uint32_t)id + 1;
+}
+
 /* Is slice s the newest generation of its pool among slices[]? */
 static bool newest(const gf_dra_slice *const *slices, uint32_t n,
                    const gf_dra_slice *s) {
@@ -861,6 +929,8 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
       m->devs[idx[g]].ni = (uint32_t)ni;
       m->devs[idx[g]].gi = g;
     }
+    if ((rc = node_models(m, (uint32_t)ni, i, m->devs[i].pool)))
+      goto fail;
   }
   /* The policy's view of the workload: every allocated share and every
    * request still to place (as the extender counts bound and pending
@@ -981,11 +1051,11 @@ static void undo(gf_dra_model *m, placed *pl, uint32_t npl, mdev **used,
 
 /* Places one request on node `node` (UINT32_MAX: the engine chooses) and
  * books it; appends its results to res. */
-static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t *node,
-                     placed *pl, uint32_t *npl, mdev **used, int64_t *um,
-                     int64_t *uc, uint32_t *nused, const uint8_t *rnd,
-                     size_t rnd_len, size_t *rnd_off, gf_dra_result *res,
-                     uint32_t *nres, gf_diag *d) {
+static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t weights,
+                     uint32_t *node, placed *pl, uint32_t *npl, mdev **used,
+                     int64_t *um, int64_t *uc, uint32_t *nused,
+                     const uint8_t *rnd, size_t rnd_len, size_t *rnd_off,
+                     gf_dra_result *res, uint32_t *nres, gf_diag *d) {
   bool share = r->kind == GF_DRA_SHARE;
   const gf_dra_device *td = typical_dev(m, share);
   if (!td)
@@ -1003,7 +1073,10 @@ static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t *node,
   }
   gf_placement p;
   if (*node == UINT32_MAX) {
-    if ((rc = gf_engine_place(m->e, &q, &p)))
+    q.weights = weights; /* the cache term where the node is chosen */
+    rc = gf_engine_place(m->e, &q, &p);
+    q.weights = 0;
+    if (rc)
       return gf_diag_set(d, rc,
                          "request %s: no node has %" PRId64
                          " bytes and %" PRId64 " cores free on one %s device%s",
@@ -1062,9 +1135,9 @@ static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t *node,
 }
 
 int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
-                       uint32_t n, const uint8_t *rnd, size_t rnd_len,
-                       gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
-                       char node[GF_DRA_NAME_MAX], gf_diag *d) {
+                       uint32_t n, uint32_t weights, const uint8_t *rnd,
+                       size_t rnd_len, gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                       uint32_t *nres, char node[GF_DRA_NAME_MAX], gf_diag *d) {
   uint32_t nq = 0;
   for (uint32_t i = 0; i < n; i++) {
     if (claims[i]->allocated)
@@ -1091,8 +1164,8 @@ int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
   for (uint32_t i = 0; i < n && !rc; i++) {
     nres[i] = 0;
     for (uint32_t j = 0; j < claims[i]->nreq && !rc; j++) {
-      rc = place_one(m, &claims[i]->req[j], &ni, pl, &npl, used, um, uc, &nused,
-                     rnd, rnd_len, &off, res[i], &nres[i], d);
+      rc = place_one(m, &claims[i]->req[j], weights, &ni, pl, &npl, used, um,
+                     uc, &nused, rnd, rnd_len, &off, res[i], &nres[i], d);
       if (rc)
         gf_diag_prefix(d, "claim %s", claims[i]->name);
     }
@@ -1113,7 +1186,8 @@ out:
 }
 
 int gf_dra_model_score(gf_dra_model *m, const gf_dra_claim *const *claims,
-                       uint32_t n, const char *node, int64_t *score) {
+                       uint32_t n, uint32_t weights, const char *node,
+                       int64_t *score) {
   uint32_t ni = UINT32_MAX;
   for (uint32_t i = 0; i < m->nnodes; i++)
     if (strcmp(m->nodes[i], node) == 0)
@@ -1142,6 +1216,7 @@ int gf_dra_model_score(gf_dra_model *m, const gf_dra_claim *const *claims,
       }
       gf_placement p;
       int64_t one;
+      q.weights = first ? weights : 0; /* the first request's score counts */
       int rc = gf_engine_score(m->e, &q, ni, &one, &p);
       if (rc)
         return rc;

@@ -30,6 +30,7 @@
 
 #include "alloc.h"
 #include "gpufrac/error.h"
+#include "gpufrac/grant.h"
 #include "gpufrac/sched_dra.h"
 #include "smap.h"
 
@@ -277,6 +278,12 @@ static json_t *pod_slim(void *u, json_t *pod) {
   for (size_t i = 0; i < 4; i++)
     if (json_object_get(meta, mk[i]))
       json_object_set(m, mk[i], json_object_get(meta, mk[i]));
+  /* the weights it loads: the cache term */
+  const json_t *wm = json_object_get(json_object_get(meta, "annotations"),
+                                     GF_MODEL_ANNOTATION);
+  if (json_is_string(wm))
+    json_object_set_new(m, "annotations",
+                        json_pack("{s:O}", GF_MODEL_ANNOTATION, wm));
   if (json_object_get(spec, "schedulingGates"))
     json_object_set(s, "schedulingGates",
                     json_object_get(spec, "schedulingGates"));
@@ -418,6 +425,14 @@ static int claims_of(gf_sched_dra *f, const json_t *pod, gf_dra_claim **out,
   return n;
 }
 
+/* The pod's gpufrac.io/model as the model's weights id (0: none). */
+static uint32_t pod_weights(gf_dra_model *m, const json_t *pod) {
+  return gf_dra_model_weights(
+      m, json_string_value(json_object_get(
+             json_object_get(json_object_get(pod, "metadata"), "annotations"),
+             GF_MODEL_ANNOTATION)));
+}
+
 static bool ours(const gf_dra_claim *c) {
   for (uint32_t j = 0; j < c->nreq; j++)
     if (c->req[j].kind != GF_DRA_OTHER)
@@ -436,7 +451,8 @@ int gf_sched_dra_score(gf_sched_dra *f, const json_t *pod, const char *node,
   gf_diag d = {""};
   if (n > 0 && any && !(rc = model_fresh(f, &d)))
     rc = gf_dra_model_score(f->model, (const gf_dra_claim *const *)cl,
-                            (uint32_t)n, node, score);
+                            (uint32_t)n, pod_weights(f->model, pod), node,
+                            score);
   pthread_mutex_unlock(&f->mu);
   for (int i = 0; i < n; i++)
     gf__free(cl[i]);
@@ -602,8 +618,8 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
     rc = random_bytes(f, rnd, sizeof(rnd));
     if (!rc && !(rc = model_fresh(f, &d)))
       rc = gf_dra_model_place(f->model, (const gf_dra_claim *const *)cl,
-                              (uint32_t)n, rnd, sizeof(rnd), res, nres, node,
-                              &d);
+                              (uint32_t)n, pod_weights(f->model, pod), rnd,
+                              sizeof(rnd), res, nres, node, &d);
     if (rc == GF_ENOFIT)
       f->st.nofit++;
     else if (rc)

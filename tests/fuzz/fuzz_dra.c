@@ -6,6 +6,7 @@
  * what it placed itself. */
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,8 +55,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const gf_dra_claim *cl[] = {c};
     gf_dra_model *m = NULL;
     if (gf_dra_model_new(sl, 1, cl, 1, NULL, &m, NULL) == 0) {
+      /* the cache term: weights named after the slice's first model */
+      uint32_t w = 0;
+      if (s.ndevices && s.devices[0].nmodels) {
+        char ref[96];
+        snprintf(ref, sizeof(ref), "m@sha256:%s%048d",
+                 s.devices[0].models[0].hex, 0);
+        w = gf_dra_model_weights(m, ref);
+      }
       int64_t score;
-      gf_dra_model_score(m, cl, 1, s.node, &score);
+      gf_dra_model_score(m, cl, 1, w, s.node, &score);
       bool placeable = !c->allocated;
       for (uint32_t i = 0; i < c->nreq; i++)
         placeable = placeable && c->req[i].kind != GF_DRA_OTHER;
@@ -63,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       uint32_t nres[1];
       char node[GF_DRA_NAME_MAX];
       if (res && placeable &&
-          gf_dra_model_place(m, cl, 1, rnd, sizeof(rnd), res, nres, node,
+          gf_dra_model_place(m, cl, 1, w, rnd, sizeof(rnd), res, nres, node,
                              NULL) == 0) {
         for (uint32_t i = 0; i < nres[0]; i++) {
           int64_t em, ec, en;

@@ -26,6 +26,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/modelcache.h"
 #include "gpufrac/node.h"
+#include "modelcache_agent.h"
 #include "node_dra.h"
 #include "node_int.h"
 
@@ -328,6 +329,78 @@ static void test_split(void **state) {
   assert_int_equal(json_array_size(arr), 1);
   assert_int_equal(count_devs(json_array_get(arr, 0)), 0);
   json_decref(arr);
+  free(g);
+}
+
+/* The weight cache's models as attributes of every device: the short
+ * digest, ready or fetching, at most GF_NODE_DRA_MODELS_MAX, malformed and
+ * colliding digests left out, and every device within the API's 32
+ * attributes and capacities, MIG devices too. */
+static void test_slice_models(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(2);
+  add_migs(&g->gpus[1], 1);
+  g->gpus[0].nvlink_switch = 1; /* every attribute a GPU can carry */
+  g->gpus[1].nvlink_switch = 1;
+  gf_node_dra_model m[24];
+  memset(m, 0, sizeof(m));
+  for (int i = 0; i < 24; i++) {
+    for (int k = 0; k < 64; k++)
+      m[i].hex[k] = "0123456789abcdef"[(i * 7 + k) % 16];
+    m[i].hex[0] = 'a' + (char)(i % 6);
+    m[i].hex[1] = '0' + (char)(i / 6);
+    m[i].ready = i != 1;
+  }
+  m[2].hex[5] = 'G';              /* not lowercase hex: left out */
+  memcpy(m[3].hex, m[0].hex, 16); /* the short form of model 0 */
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 24, &arr, &d),
+                   0);
+  const json_t *devs = json_object_get(
+      json_object_get(json_array_get(arr, 0), "spec"), "devices");
+  assert_int_equal(json_array_size(devs), 2);
+  for (size_t i = 0; i < 2; i++) {
+    const json_t *a = json_object_get(json_array_get(devs, i), "attributes");
+    const json_t *c = json_object_get(json_array_get(devs, i), "capacity");
+    char key[64];
+    snprintf(key, sizeof(key), "model_%.16s", m[0].hex);
+    const json_t *v = json_object_get(a, key);
+    assert_non_null(v);
+    assert_string_equal(json_string_value(json_object_get(v, "string")),
+                        "ready");
+    snprintf(key, sizeof(key), "model_%.16s", m[1].hex);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(a, key), "string")),
+        "fetching");
+    snprintf(key, sizeof(key), "model_%.16s", m[2].hex);
+    assert_null(json_object_get(a, key));
+    /* models 0..15 offered, 2 and 3 left out: 14 model attributes; 16..23
+     * are past the bound */
+    size_t nmodel = 0;
+    const char *k;
+    const json_t *val;
+    json_object_foreach((json_t *)a, k, val) {
+      if (strncmp(k, "model_", 6) == 0) {
+        nmodel++;
+        assert_int_equal(strlen(k), 22);
+      }
+    }
+    assert_int_equal(nmodel, 14);
+    snprintf(key, sizeof(key), "model_%.16s", m[16].hex);
+    assert_null(json_object_get(a, key));
+    assert_true(json_object_size(a) + json_object_size(c) <=
+                GF_NODE_DRA_MAX_ATTRS_AND_CAPS);
+  }
+  json_decref(arr);
+  /* none: exactly the slices without models */
+  json_t *plain = NULL, *none = NULL;
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &plain, &d), 0);
+  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 0, &none, &d),
+                   0);
+  assert_true(json_equal(plain, none));
+  json_decref(plain);
+  json_decref(none);
   free(g);
 }
 
@@ -761,6 +834,90 @@ static void test_prepare_model(void **state) {
   free(g);
 }
 
+/* What gf__node_cache_prune_claims' exists() answers for each claim. */
+typedef struct claims_api {
+  int answer; /* for claim "a": 1 there, 0 gone, -1 no answer */
+  int asked;
+} claims_api;
+
+static int fake_exists(void *user, const char *ns, const char *name,
+                       const char *uid) {
+  claims_api *api = user;
+  (void)ns;
+  (void)uid;
+  api->asked++;
+  return strcmp(name, "a") == 0 ? api->answer : 1;
+}
+
+static uint32_t pins_of(gf_node_cache *c, const char *hex) {
+  gf_node_cache_entry *e = NULL;
+  size_t n = 0;
+  uint32_t pins = 0;
+  assert_int_equal(gf_node_cache_list(c, &e, &n), 0);
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(e[i].hex, hex))
+      pins = e[i].pins;
+  free(e);
+  return pins;
+}
+
+/* Pins of claims are pruned: a prepared claim the API says is gone (deleted
+ * while the agent or kubelet was down, so never unprepared) loses its pin,
+ * as does a holder that is not a prepared claim; a claim that is there, or
+ * one the API does not answer for, keeps it.  The state survives an agent
+ * restart (reopened from the checkpoint and the cache's state file). */
+static void test_prune_claim_pins(void **state) {
+  (void)state;
+  model_source ms;
+  model_source_make(&ms, "w.bin", "lm");
+  const char *url = ms.url, *ref = ms.ref, *hex = ms.hex;
+  gf_diag d = {""};
+  gf_node_gpus *g = gpus(1);
+  gf_node_dra_state *s = open_state(g);
+  gf_node_cache *cache = model_cache_open();
+  gf__node_dra_state_set_cache(s, cache);
+  gf_node_dra_claim a, b;
+  gf_node_dra_prepared p;
+  assert_int_equal(parse(UID_A, "a", "gpu-0:8Gi:30", &a, &d), 0);
+  assert_int_equal(parse(UID_B, "b", "gpu-0:8Gi:30", &b, &d), 0);
+  assert_int_equal(gf__node_dra_prepare_model(s, &a, ref, url, &p, &d), 0);
+  assert_int_equal(gf__node_dra_prepare_model(s, &b, ref, NULL, &p, &d), 0);
+  /* a pin whose holder was never prepared here (an agent that stopped
+   * between pin and checkpoint, or a pod uid from device-plugin mode) */
+  assert_int_equal(gf_node_cache_pin(cache, hex, "stale-holder"), 0);
+  assert_int_equal(pins_of(cache, hex), 3);
+
+  claims_api api = {.answer = 1};
+  assert_int_equal(gf__node_cache_prune_claims(cache, s, fake_exists, &api), 1);
+  assert_int_equal(api.asked, 2); /* only prepared claims are asked about */
+  assert_int_equal(pins_of(cache, hex), 2);
+  api.answer = -1; /* no answer: nothing more is asked, nothing dropped */
+  api.asked = 0;
+  assert_int_equal(gf__node_cache_prune_claims(cache, s, fake_exists, &api), 0);
+  assert_true(api.asked >= 1);
+  assert_int_equal(pins_of(cache, hex), 2);
+
+  /* The agent restarts; claim a was deleted meanwhile, never unprepared. */
+  gf__node_dra_state_set_cache(s, NULL);
+  gf_node_dra_state_free(s);
+  gf_node_cache_free(cache);
+  s = open_state(g);
+  cache = model_cache_open();
+  gf__node_dra_state_set_cache(s, cache);
+  assert_int_equal(pins_of(cache, hex), 2);
+  api.answer = 0;
+  assert_int_equal(gf__node_cache_prune_claims(cache, s, fake_exists, &api), 1);
+  assert_int_equal(pins_of(cache, hex), 1); /* b's */
+  assert_int_equal(gf_node_cache_evict(cache, hex, &d), GF_ESTATE);
+  assert_int_equal(gf_node_dra_unprepare(s, UID_B, &d), 0);
+  assert_int_equal(pins_of(cache, hex), 0);
+  assert_int_equal(gf_node_cache_evict(cache, hex, &d), 0);
+  gf__node_dra_state_set_cache(s, NULL);
+  gf_node_cache_free(cache);
+  gf_node_dra_state_free(s);
+  free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices_and_attributes),
@@ -769,8 +926,11 @@ int main(void) {
       cmocka_unit_test(test_taints),
       cmocka_unit_test(test_split),
       cmocka_unit_test(test_semver),
+      cmocka_unit_test(test_slice_models),
       cmocka_unit_test(test_claim_parse),
       cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prune_claim_pins, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_model, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_mig, setup_tmp,

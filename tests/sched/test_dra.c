@@ -412,7 +412,8 @@ static void test_model_place(void **state) {
   for (size_t i = 0; i < sizeof(RND); i++)
     RND[i] = (uint8_t)i;
   assert_int_equal(
-      gf_dra_model_place(m, pa, 1, RND, sizeof(RND), res, nres, node, &d), 0);
+      gf_dra_model_place(m, pa, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+      0);
   assert_string_equal(node, "n1");
   assert_int_equal(nres[0], 1);
   assert_string_equal(res[0][0].device, "gpu-0"); /* the shared one */
@@ -427,7 +428,7 @@ static void test_model_place(void **state) {
   claim_of(claim_json("b", NULL, 20 * GiB, 10), &b);
   const gf_dra_claim *pb[] = {&b};
   assert_int_equal(
-      gf_dra_model_place(m, pb, 1, RND, sizeof(RND), res, nres, node, &d),
+      gf_dra_model_place(m, pb, 1, 0, RND, sizeof(RND), res, nres, node, &d),
       GF_ENOFIT);
   assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
   assert_int_equal(um, 70 * GiB);
@@ -437,12 +438,13 @@ static void test_model_place(void **state) {
   claim_of(claim_json("w", GF_DRA_CLASS_WHOLE, -1, -1), &w);
   const gf_dra_claim *pw[] = {&w};
   assert_int_equal(
-      gf_dra_model_place(m, pw, 1, RND, sizeof(RND), res, nres, node, &d), 0);
+      gf_dra_model_place(m, pw, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+      0);
   assert_string_equal(res[0][0].device, "gpu-1");
   assert_string_equal(res[0][0].share_id, "");
   assert_false(res[0][0].has_mem);
   assert_int_equal(
-      gf_dra_model_place(m, pw, 1, RND, sizeof(RND), res, nres, node, &d),
+      gf_dra_model_place(m, pw, 1, 0, RND, sizeof(RND), res, nres, node, &d),
       GF_ENOFIT);
   assert_int_equal(gf_dra_model_excess(m, "n1", "gpu-0", &um, &uc, &n), 0);
   assert_true(um <= 0 && uc <= 0 && n <= 0);
@@ -495,14 +497,116 @@ static void test_model_score(void **state) {
   gf_dra_model *m = NULL;
   assert_int_equal(gf_dra_model_new(sl, 2, cl, 1, NULL, &m, NULL), 0);
   int64_t s1, s2;
-  assert_int_equal(gf_dra_model_score(m, pa, 1, "n1", &s1), 0);
-  assert_int_equal(gf_dra_model_score(m, pa, 1, "n2", &s2), 0);
+  assert_int_equal(gf_dra_model_score(m, pa, 1, 0, "n1", &s1), 0);
+  assert_int_equal(gf_dra_model_score(m, pa, 1, 0, "n2", &s2), 0);
   print_message("score n1 %lld n2 %lld\n", (long long)s1, (long long)s2);
   assert_true(s1 > s2); /* beside the share already there */
-  assert_int_equal(gf_dra_model_score(m, pa, 1, "n3", &s1), GF_ENOTFOUND);
+  assert_int_equal(gf_dra_model_score(m, pa, 1, 0, "n3", &s1), GF_ENOTFOUND);
   gf_dra_model_free(m);
   gf_dra_slice_release(&s[0]);
   gf_dra_slice_release(&s[1]);
+}
+
+/* ---- the cache term ------------------------------------------------------ */
+
+#define HEX_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define HEX_B "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+#define REF_A "llama@sha256:" HEX_A
+#define REF_B "mistral@sha256:" HEX_B
+
+/* The shared fixture as pool `pool`, each device listing model_<16 hex of
+ * HEX_A> as `state` (NULL: none), and malformed model attributes beside
+ * it (ignored). */
+static void slice_models(const char *pool, const char *state, gf_dra_slice *s) {
+  json_t *j = fixture("dra_slice_shared.json");
+  json_t *spec = json_object_get(j, "spec");
+  json_object_set_new(spec, "nodeName", json_string(pool));
+  json_object_set_new(json_object_get(spec, "pool"), "name", json_string(pool));
+  size_t i;
+  json_t *dev;
+  json_array_foreach(json_object_get(spec, "devices"), i, dev) {
+    json_t *a = json_object_get(dev, "attributes");
+    if (state)
+      json_object_set_new(a, "model_0123456789abcdef",
+                          json_pack("{s:s}", "string", state));
+    json_object_set_new(a, "model_fedcba9876543210",
+                        json_pack("{s:i}", "int", 1));
+    json_object_set_new(a, "model_FEDCBA9876543210",
+                        json_pack("{s:s}", "string", "ready"));
+    json_object_set_new(a, "model_fedcba98",
+                        json_pack("{s:s}", "string", "ready"));
+    json_object_set_new(a, "model_fedcba9876543211",
+                        json_pack("{s:s}", "string", "stale"));
+  }
+  gf_diag d = {""};
+  if (gf_dra_slice_parse(j, s, &d))
+    fail_msg("slice %s: %s", pool, d.msg);
+  json_decref(j);
+}
+
+/* The model attributes parsed; malformed ones ignored, not an error. */
+static void test_slice_models(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_models("n1", "fetching", &s);
+  assert_int_equal(s.ndevices, 2);
+  for (uint32_t i = 0; i < 2; i++) {
+    assert_int_equal(s.devices[i].nmodels, 1);
+    assert_string_equal(s.devices[i].models[0].hex, "0123456789abcdef");
+    assert_false(s.devices[i].models[0].ready);
+  }
+  gf_dra_slice_release(&s);
+}
+
+/* Mode 1 and mode 2: a node whose slices list the pod's model (by the
+ * digest's short form) scores higher for it, by the full bonus when ready
+ * and half when fetching, and mode 2 places the pod there; a pod with
+ * other, malformed or no weights sees the nodes as before. */
+static void test_model_cache_term(void **state) {
+  (void)state;
+  gf_dra_slice s[3];
+  slice_models("n1", NULL, &s[0]);
+  slice_models("n2", "ready", &s[1]);
+  slice_models("n3", "fetching", &s[2]);
+  const gf_dra_slice *sl[] = {&s[0], &s[1], &s[2]};
+  gf_dra_claim a;
+  claim_of(claim_json("a", NULL, 20 * GiB, 20), &a);
+  const gf_dra_claim *pa[] = {&a};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 3, NULL, 0, NULL, &m, NULL), 0);
+  uint32_t wa = gf_dra_model_weights(m, REF_A);
+  assert_true(wa > 0);
+  assert_int_equal(gf_dra_model_weights(m, REF_B), 0); /* no node has it */
+  assert_int_equal(gf_dra_model_weights(m, "llama@sha256:0123"), 0);
+  assert_int_equal(gf_dra_model_weights(m, NULL), 0);
+  int64_t plain[3], hit[3];
+  const char *nodes[] = {"n1", "n2", "n3"};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(gf_dra_model_score(m, pa, 1, 0, nodes[i], &plain[i]), 0);
+    assert_int_equal(gf_dra_model_score(m, pa, 1, wa, nodes[i], &hit[i]), 0);
+  }
+  print_message("plain %lld %lld %lld, with the model %lld %lld %lld\n",
+                (long long)plain[0], (long long)plain[1], (long long)plain[2],
+                (long long)hit[0], (long long)hit[1], (long long)hit[2]);
+  assert_int_equal(plain[0], plain[1]); /* the same GPUs, nothing booked */
+  assert_int_equal(plain[0], plain[2]);
+  assert_int_equal(hit[0], plain[0]); /* n1 holds nothing */
+  assert_true(hit[1] > plain[1]);
+  assert_true(hit[2] > plain[2]);
+  assert_true(hit[1] - plain[1] > hit[2] - plain[2]); /* fetching: half */
+  /* Mode 2: the pod goes where its weights are ready. */
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  assert_int_equal(
+      gf_dra_model_place(m, pa, 1, wa, RND, sizeof(RND), res, nres, node, &d),
+      0);
+  assert_string_equal(node, "n2");
+  gf_dra_model_free(m);
+  free(res);
+  for (int i = 0; i < 3; i++)
+    gf_dra_slice_release(&s[i]);
 }
 
 int main(void) {
@@ -520,6 +624,8 @@ int main(void) {
       cmocka_unit_test(test_model_place),
       cmocka_unit_test(test_model_conflict),
       cmocka_unit_test(test_model_score),
+      cmocka_unit_test(test_slice_models),
+      cmocka_unit_test(test_model_cache_term),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
