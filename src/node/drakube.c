@@ -67,21 +67,17 @@ int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
   gf_node_cache *c = __atomic_load_n(&p->cache, __ATOMIC_SEQ_CST);
   if (!c)
     return 0;
-  char *models = NULL;
-  if (gf_node_cache_models_json(c, &models))
+  /* No GPUs: the device-plugin path must place nothing on a DRA node;
+   * the models through the contract's one writer. */
+  gf_node_gpus *none = gf__calloc(1, sizeof(*none));
+  if (!none)
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
-  /* No GPUs: the device-plugin path must place nothing on a DRA node. */
   char *text = NULL;
-  json_t *doc =
-      json_pack("{s:i,s:[]}", "version", GF_INVENTORY_VERSION, "gpus");
-  if (doc)
-    text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  json_decref(doc);
-  int rc = text ? gf__node_inventory_add_models(&text, models) : GF_ENOMEM;
-  free(models);
+  int rc = gf__node_inventory_text(none, c, &text, d);
+  gf__free(none);
   if (rc) {
-    free(text);
-    return gf_diag_set(d, rc, "DRA: the inventory: %s", gf_strerror(rc));
+    gf_diag_prefix(d, "DRA: the inventory");
+    return rc;
   }
   if (p->inv_published && strcmp(p->inv_published, text) == 0) {
     free(text);
