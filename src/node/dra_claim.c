@@ -796,13 +796,16 @@ int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
                        c->ns, c->name, name);
   char host[GF_NODE_PATH_MAX], ctr[GF_NODE_PATH_MAX];
   __atomic_add_fetch(&s->busy, 1, __ATOMIC_SEQ_CST);
-  /* The fetch runs without the state's lock: other claims go on. */
-  rc = gf_node_cache_fetch_for_pod(cache, name, hex,
-                                   source && *source ? source : NULL, d);
-  if (!rc)
-    rc = gf_node_cache_pin(cache, hex, c->uid);
-  if (!rc)
-    rc = gf_node_cache_path(cache, hex, host, sizeof(host));
+  /* The fetch runs without the state's lock: other claims go on.  The
+   * claim's namespace is its pod's: a model another namespace's pod
+   * fetched from its own source is not served here, and the pin is taken
+   * in the step that finds the model ready (gf_node_cache_acquire). */
+  gf_node_cache_req req = {.name = name,
+                           .hex = hex,
+                           .source = source && *source ? source : NULL,
+                           .ns = c->ns,
+                           .holder = c->uid};
+  rc = gf_node_cache_acquire(cache, &req, host, sizeof(host), d);
   if (rc) {
     gf_diag_prefix(d, "claim %s/%s: model %s", c->ns, c->name, name);
   } else {

@@ -861,6 +861,36 @@ static uint32_t pins_of(gf_node_cache *c, const char *hex) {
   return pins;
 }
 
+/* A model a claim's pod fetched from its own source belongs to that
+ * namespace (docs/modelcache.md): a claim of another namespace naming the
+ * same digest is refused, as a device-plugin pod would be. */
+static void test_prepare_model_namespace(void **state) {
+  (void)state;
+  model_source ms;
+  model_source_make(&ms, "w.bin", "lm");
+  gf_diag d = {""};
+  gf_node_gpus *g = gpus(1);
+  gf_node_dra_state *s = open_state(g);
+  gf_node_cache *cache = model_cache_open();
+  gf__node_dra_state_set_cache(s, cache);
+  gf_node_dra_claim a, b;
+  gf_node_dra_prepared p;
+  assert_int_equal(parse(UID_A, "a", "gpu-0:8Gi:30", &a, &d), 0);
+  assert_int_equal(parse(UID_B, "b", "gpu-0:8Gi:30", &b, &d), 0);
+  snprintf(b.ns, sizeof(b.ns), "%s", "other-team");
+  int rc = gf__node_dra_prepare_model(s, &a, ms.ref, ms.url, &p, &d);
+  if (rc)
+    fail_msg("prepare a: %s", d.msg);
+  assert_int_equal(gf__node_dra_prepare_model(s, &b, ms.ref, NULL, &p, &d),
+                   GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "claim other-team/b"));
+  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  gf__node_dra_state_set_cache(s, NULL);
+  gf_node_cache_free(cache);
+  gf_node_dra_state_free(s);
+  free(g);
+}
+
 /* Pins of claims are pruned: a prepared claim the API says is gone (deleted
  * while the agent or kubelet was down, so never unprepared) loses its pin,
  * as does a holder that is not a prepared claim; a claim that is there, or
@@ -930,6 +960,8 @@ int main(void) {
       cmocka_unit_test(test_claim_parse),
       cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prune_claim_pins, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prepare_model_namespace, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_model, setup_tmp,
                                       teardown_tmp),
