@@ -278,6 +278,31 @@ static void test_prioritize_cache(void **state) {
   gf_sched_free(s);
 }
 
+/* Node `name` (one T4) caching `count` models with digests first,
+ * first + 1, ...; a fresh resourceVersion each time. */
+static int models_rv = 200000;
+static void put_models(gf_sched *s, const char *name, int first, int count) {
+  static char models[64 * 160 + 8];
+  size_t o = 0;
+  o += (size_t)snprintf(models + o, sizeof(models) - o, "[");
+  for (int k = 0; k < count; k++)
+    o += (size_t)snprintf(models + o, sizeof(models) - o,
+                          "%s{\"name\":\"m\",\"digest\":\"sha256:%064x\","
+                          "\"state\":\"ready\"}",
+                          k ? "," : "", first + k);
+  snprintf(models + o, sizeof(models) - o, "]");
+  json_t *n = node_with(name, count ? models : NULL);
+  char rv[16];
+  snprintf(rv, sizeof(rv), "%d", models_rv++);
+  json_object_set_new(json_object_get(n, "metadata"), "resourceVersion",
+                      json_string(rv));
+  gf_diag d = {""};
+  int rc = gf_sched_node_update(s, n, &d);
+  json_decref(n);
+  if (rc)
+    fail_msg("node %s: rc %d %s", name, rc, d.msg);
+}
+
 /* Weights ids are never handed back one by one: a long-lived extender
  * whose nodes' caches turn over (new digests every deploy) passes
  * GF_MAX_WEIGHTS distinct models.  The table is then made anew from what
@@ -287,28 +312,13 @@ static void test_weights_turnover(void **state) {
   gf_sched *s;
   gf_diag d = {""};
   assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
-  json_t *n = node_with("a", NULL);
-  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
-  json_decref(n);
-  n = node_with("c", NULL);
-  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
-  json_decref(n);
-  char hex[65], models[256], ref[128];
+  put_models(s, "a", 0, 0);
+  put_models(s, "c", 0, 0);
+  char ref[128];
   for (int k = 0; k < GF_MAX_WEIGHTS + 10; k++) {
-    snprintf(hex, sizeof(hex), "%064x", k);
-    snprintf(models, sizeof(models),
-             "[{\"name\":\"m\",\"digest\":\"sha256:%s\",\"state\":"
-             "\"ready\"}]",
-             hex);
-    n = node_with("b", models);
-    char rv[16];
-    snprintf(rv, sizeof(rv), "%d", 100000 + k);
-    json_object_set_new(json_object_get(n, "metadata"), "resourceVersion",
-                        json_string(rv));
-    assert_int_equal(gf_sched_node_update(s, n, &d), 0);
-    json_decref(n);
+    put_models(s, "b", k, 1);
     if (k % 1000 == 0 || k >= GF_MAX_WEIGHTS) {
-      snprintf(ref, sizeof(ref), "m@sha256:%s", hex);
+      snprintf(ref, sizeof(ref), "m@sha256:%064x", k);
       json_int_t sc[3];
       prioritize(s, ref, sc);
       if (!(sc[1] > sc[0] && sc[0] == sc[2]))
@@ -357,31 +367,6 @@ static void test_add_after_weights_reset(void **state) {
   if (rc)
     fail_msg("adding a node after a full weights table: rc %d (%s)", rc, d.msg);
   gf_sched_free(s);
-}
-
-/* Node `name` (one T4) caching `count` models with digests first,
- * first + 1, ...; a fresh resourceVersion each time. */
-static int models_rv = 200000;
-static void put_models(gf_sched *s, const char *name, int first, int count) {
-  static char models[64 * 160 + 8];
-  size_t o = 0;
-  o += (size_t)snprintf(models + o, sizeof(models) - o, "[");
-  for (int k = 0; k < count; k++)
-    o += (size_t)snprintf(models + o, sizeof(models) - o,
-                          "%s{\"name\":\"m\",\"digest\":\"sha256:%064x\","
-                          "\"state\":\"ready\"}",
-                          k ? "," : "", first + k);
-  snprintf(models + o, sizeof(models) - o, "]");
-  json_t *n = node_with(name, count ? models : NULL);
-  char rv[16];
-  snprintf(rv, sizeof(rv), "%d", models_rv++);
-  json_object_set_new(json_object_get(n, "metadata"), "resourceVersion",
-                      json_string(rv));
-  gf_diag d = {""};
-  int rc = gf_sched_node_update(s, n, &d);
-  json_decref(n);
-  if (rc)
-    fail_msg("node %s: rc %d %s", name, rc, d.msg);
 }
 
 /* REVIEW: once a reset finds >= GF_MAX_WEIGHTS/2 models held, the table
