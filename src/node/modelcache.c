@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -490,6 +491,7 @@ typedef struct flight {
   bool done;
   int rc;
   gf_diag d;
+  uint64_t who; /* whose fetch: its source and namespace (req_who) */
 } flight;
 
 typedef struct entry {
@@ -1356,6 +1358,18 @@ static int serve_locked(gf_node_cache *c, entry *e, const req *r, gf_diag *d) {
   return rc;
 }
 
+/* Whose fetch a request would start: its source and namespace (FNV-1a). */
+static uint64_t req_who(const req *r) {
+  uint64_t h = 1469598103934665603ull;
+  for (int k = 0; k < 2; k++) {
+    const char *p = k ? (r->ns ? r->ns : "") : (r->source ? r->source : "");
+    for (; *p; p++)
+      h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ 0xffu) * 1099511628211ull; /* a separator */
+  }
+  return h;
+}
+
 static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
   const char *name = r->name, *hex = r->hex, *source = r->source;
   if (!hex || !is_hex64(hex, strlen(hex)))
@@ -1385,15 +1399,19 @@ static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
     while (!f->done)
       pthread_cond_wait(&c->cv, &c->mu);
     int rc = f->rc;
-    if (rc && d)
+    /* Someone else's fetch (another source or namespace) that failed is
+     * not this request's failure: it looks again and fetches from its own
+     * source.  The same request's failure is (no second try of it). */
+    bool own_try = rc && source && *source && f->who != req_who(r);
+    if (rc && d && !own_try)
       *d = f->d;
     flight_put(f);
-    if (rc) {
+    if (rc && !own_try) {
       r->downloaded = true;
       pthread_mutex_unlock(&c->mu);
       return rc;
     }
-    waited = true;
+    waited = !rc;
   }
   if (e) {
     int rc = serve_locked(c, e, r, d);
@@ -1430,6 +1448,7 @@ static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
   gf__node_copy(e->ns, sizeof(e->ns), r->ns ? r->ns : "");
   e->shared = !r->ns || r->shared;
   f->refs = 1;
+  f->who = req_who(r);
   e->fl = f;
   pthread_mutex_unlock(&c->mu);
   run_hook(c, "fetch-started");
@@ -1839,6 +1858,29 @@ int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex) {
   return 0;
 }
 
+/* Whether a pod's source says only what it seems to: no "." or ".."
+ * segment (libcurl resolves them before sending, so
+ * "https://h/public/../private/" would fetch /private/ past a prefix
+ * "https://h/public/"), no percent-encoded dot, slash or backslash (a
+ * server may decode and follow them), no backslash. */
+static bool source_plain(const char *s) {
+  if (strchr(s, '\\'))
+    return false;
+  for (const char *p = s; (p = strchr(p, '%')) != NULL; p++)
+    if (p[1] && p[2] &&
+        (!strncasecmp(p, "%2e", 3) || !strncasecmp(p, "%2f", 3) ||
+         !strncasecmp(p, "%5c", 3)))
+      return false;
+  const char *path = strstr(s, "://");
+  path = path ? strchr(path + 3, '/') : NULL;
+  for (const char *p = path; p && *p; p = strchr(p + 1, '/')) {
+    size_t n = strcspn(p + 1, "/?#");
+    if ((n == 1 && p[1] == '.') || (n == 2 && p[1] == '.' && p[2] == '.'))
+      return false;
+  }
+  return true;
+}
+
 /* The prefix in allow that source starts with into out[cap] (the first);
  * false when none. */
 static bool source_prefix(const char *allow, const char *source, char *out,
@@ -1873,6 +1915,12 @@ bool gf_node_cache_source_allowed(const char *allow, const char *source) {
 static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
   const char *name = r->name, *hex = r->hex, *source = r->source;
   char pre[1024], shpre[1024];
+  if (source && !source_plain(source))
+    return gf_diag_set(d, GF_EINVAL,
+                       "model %s: source '%.200s' has a '.' or '..' path "
+                       "segment, a backslash or an encoded '.', '/' or '\\': "
+                       "refused (docs/modelcache.md)",
+                       name, source);
   if (source && !source_prefix(c->pod_sources, source, pre, sizeof(pre)))
     return gf_diag_set(d, GF_EINVAL,
                        "model %s: source '%.200s' is not under the node's "

@@ -373,19 +373,26 @@ static int claim_exists(void *user, const char *ns, const char *name,
   gf_diag d = {""};
   int rc = gf_kube_get(a->claims, path, &obj, &d);
   int e = -1;
-  if (rc == GF_ENOTFOUND) {
+  /* Gone only when the API server says this claim is not found (a Status
+   * NotFound naming it): a 404 for the path itself (resource.k8s.io/v1
+   * not served, a proxy) or an answer without a uid says nothing. */
+  char q[300];
+  snprintf(q, sizeof(q), "\"%s\" not found", name);
+  if (rc == GF_ENOTFOUND && strstr(d.msg, "(reason NotFound)") &&
+      strstr(d.msg, q)) {
     e = 0;
   } else if (rc == 0) {
     const char *u = json_string_value(
         json_object_get(json_object_get(obj, "metadata"), "uid"));
-    e = u && !strcmp(u, uid); /* made again under that name: not ours */
+    if (u)
+      e = !strcmp(u, uid); /* made again under that name: not ours */
   } else if (!a->claims_failed) {
     fprintf(stderr,
             "gpufrac node: cache: checking the claims that pin models: %s "
             "(their pins stay)\n",
             d.msg);
   }
-  a->claims_failed = rc && rc != GF_ENOTFOUND;
+  a->claims_failed = rc && e != 0;
   json_decref(obj);
   return e;
 }

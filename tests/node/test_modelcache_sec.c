@@ -810,6 +810,113 @@ static void test_manifest_dirs(void **state) {
   }
 }
 
+/* Tenant-b names its own good source for the digest while tenant-a's
+ * fetch of it (from a broken source) is under way: b waits on a's flight.
+ * b inherited a's failure and its own source was never tried (review
+ * finding); now b fetches from its own source once a's fails. */
+typedef struct xns_hook {
+  gf_node_cache *c;
+  const char *hex, *url;
+  pthread_t t;
+  sem_t waiting;
+  int started; /* fetches started: only the first one starts b */
+  int rc;
+  gf_diag d;
+} xns_hook;
+static void *xns_waiter(void *p) {
+  xns_hook *w = p;
+  w->rc = acquire(w->c, "tenant-b", "pod-b", w->hex, w->url, &w->d);
+  return NULL;
+}
+static void xns_order(void *user, const char *point) {
+  xns_hook *w = user;
+  if (!strcmp(point, "fetch-started") && w->started++ == 0) {
+    assert_int_equal(pthread_create(&w->t, NULL, xns_waiter, w), 0);
+    sem_wait(&w->waiting);
+  } else if (!strcmp(point, "flight-wait")) {
+    sem_post(&w->waiting);
+  }
+}
+static void test_other_flight_failure(void **state) {
+  (void)state;
+  char pre[400], h[GF_NODE_CACHE_HEX], u[600], h2[GF_NODE_CACHE_HEX], u2[600];
+  char path[700];
+  snprintf(pre, sizeof(pre), "file://%s/", tmpdir);
+  model_at("bad", "s", 100, h, u, sizeof(u));
+  model_at("good", "s", 100, h2, u2, sizeof(u2));
+  assert_string_equal(h, h2); /* the same model, two sources */
+  snprintf(path, sizeof(path), "%s/bad/s/w.bin", tmpdir);
+  write_file(path, "short", 5); /* tenant-a's copy is broken */
+  gf_node_cache_opts o = {.pod_sources = pre};
+  gf_node_cache *c = open_with(&o);
+  xns_hook w = {.c = c, .hex = h, .url = u2, .rc = -1};
+  sem_init(&w.waiting, 0, 0);
+  gf__mc_set_hook(c, xns_order, &w);
+  gf_diag d = {{0}};
+  int rc = acquire(c, "tenant-a", "pod-a", h, u, &d);
+  pthread_join(w.t, NULL);
+  gf__mc_set_hook(c, NULL, NULL);
+  sem_destroy(&w.waiting);
+  assert_int_equal(rc, GF_EIO);
+  if (w.rc != 0)
+    fail_msg("tenant-b, with a good source of its own, failed because "
+             "tenant-a's fetch failed: rc %d: %s",
+             w.rc, w.d.msg);
+  gf_node_cache_free(c);
+}
+
+/* An http source under model_pod_sources (and shared_sources) that climbs
+ * out with '..': libcurl removes the dot segments, so the agent fetched a
+ * path outside the allowed prefix and marked the model shared (review
+ * finding).  Refused now, also in the encoded forms a server may decode. */
+static void test_http_dot_segments(void **state) {
+  (void)state;
+  char www[600], cmd[1200], pre[400], src[600], h[GF_NODE_CACHE_HEX], u[600];
+  snprintf(www, sizeof(www), "%s/www", tmpdir);
+  mkdir(www, 0755);
+  snprintf(cmd, sizeof(cmd), "%s/www/public", tmpdir);
+  mkdir(cmd, 0755);
+  model_at("www", "private", 100, h, u, sizeof(u));
+  int port = 20000 + (int)(getpid() % 20000);
+  snprintf(cmd, sizeof(cmd),
+           "python3 -m http.server %d --bind 127.0.0.1 --directory %s "
+           ">/dev/null 2>&1 & echo $! > %s/py.pid; sleep 1.5",
+           port, www, tmpdir);
+  assert_int_equal(system(cmd), 0);
+  snprintf(pre, sizeof(pre), "http://127.0.0.1:%d/public/", port);
+  snprintf(src, sizeof(src), "http://127.0.0.1:%d/public/../private/", port);
+  gf_node_cache_opts o = {.pod_sources = pre, .shared_sources = pre};
+  gf_node_cache *c = open_with(&o);
+  gf_diag d = {{0}};
+  int rc = acquire(c, "tenant-a", "pod-a", h, src, &d);
+  int rc2 = acquire(c, "tenant-b", "pod-b", h, NULL, &d);
+  static const char *const tails[] = {"public/%2e%2e/private/",
+                                      "public/%2E%2e/private/",
+                                      "public/.%2e/private/",
+                                      "public/..%2fprivate/",
+                                      "public/./../private/",
+                                      "public/..\\private/",
+                                      "public/x/..",
+                                      "public/%5c..%5cprivate/"};
+  int others = 0;
+  for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++) {
+    snprintf(src, sizeof(src), "http://127.0.0.1:%d/%s", port, tails[i]);
+    gf_diag e = {{0}};
+    if (acquire(c, "tenant-a", "pod-a", h, src, &e) != GF_EINVAL)
+      fail_msg("source %s not refused: %s", src, e.msg);
+    others += strstr(e.msg, "refused") != NULL;
+  }
+  gf_node_cache_free(c);
+  snprintf(cmd, sizeof(cmd), "kill $(cat %s/py.pid)", tmpdir);
+  (void)system(cmd);
+  if (rc == 0)
+    fail_msg("a pod's source %s (outside %s) was fetched; another namespace "
+             "then got it: rc %d",
+             src, pre, rc2);
+  assert_int_equal(rc, GF_EINVAL);
+  assert_int_equal(others, (int)(sizeof(tails) / sizeof(tails[0])));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_open_beneath, setup_tmp,
@@ -828,6 +935,10 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_dir_lock, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_manifest_dirs),
+      cmocka_unit_test_setup_teardown(test_http_dot_segments, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_other_flight_failure, setup_tmp,
+                                      teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
