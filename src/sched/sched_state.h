@@ -31,8 +31,8 @@
 
 /* A node's inventory as the model keeps it: the GPUs inline, the cached
  * models (usually few, at most GF_INVENTORY_MAX_MODELS) out of line, so
- * a node costs about 3 KB, not a whole gf_inventory's 17 KB (85 MB at
- * 5000 nodes). */
+ * a node record costs about 3 KB, not a whole gf_inventory's 17,040
+ * bytes (docs/benchmarks.md: the extender's RSS at 1000 nodes). */
 typedef struct nrec_inv {
   uint32_t ngpus;
   gf_inventory_gpu gpus[GF_MAX_GPUS_PER_NODE]; /* as gf_inventory's */
