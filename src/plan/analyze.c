@@ -34,9 +34,13 @@ const char *gf_plan_req_name(gf_plan_req_kind k) {
   return "?";
 }
 
-static const char *const flag_names[GF_PLAN_NFLAGS] = {
-    "no-data", "few-samples", "spiky",
-    "no-util", "multi-gpu",   "unknown-memory"};
+/* Indexed by bit number: one name for every GF_PLAN_FLAG_* bit (the
+ * report, the JSON and the patch print them). */
+static const char *const flag_names[] = {
+    "no-data",   "few-samples",    "spiky",       "no-util",
+    "multi-gpu", "unknown-memory", "needs-whole", "mixed-models"};
+_Static_assert(sizeof(flag_names) / sizeof(flag_names[0]) == GF_PLAN_NFLAGS,
+               "a GF_PLAN_FLAG_* bit without a name");
 
 const char *gf_plan_flag_name(unsigned i) {
   return i < GF_PLAN_NFLAGS ? flag_names[i] : NULL;

@@ -668,6 +668,20 @@ static void test_flags(void **st) {
   gf_plan_free(p);
 }
 
+/* Every flag bit has a name: the report, the JSON and the patch print the
+ * name of each bit set (a missing one printed "(null)" and JSON dropped it). */
+static void test_flag_names(void **st) {
+  (void)st;
+  for (unsigned i = 0; i < GF_PLAN_NFLAGS; i++) {
+    const char *n = gf_plan_flag_name(i);
+    assert_non_null(n);
+    assert_true(n[0] != '\0');
+    for (unsigned j = 0; j < i; j++)
+      assert_string_not_equal(n, gf_plan_flag_name(j));
+  }
+  assert_null(gf_plan_flag_name(GF_PLAN_NFLAGS));
+}
+
 /* gpufrac's own inventory annotation wins over labels; a MIG node whose
  * physical GPU count is not said (no nvidia.com/gpu, no gpu.count label)
  * is named in a warning, not silently a node without GPUs. */
@@ -1060,6 +1074,7 @@ int main(void) {
       cmocka_unit_test(test_owners),
       cmocka_unit_test(test_two_files),
       cmocka_unit_test(test_flags),
+      cmocka_unit_test(test_flag_names),
       cmocka_unit_test(test_inventory_and_mig_node),
       cmocka_unit_test(test_whatif_unknown_capacity),
       cmocka_unit_test(test_dra_claims),
