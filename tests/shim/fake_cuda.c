@@ -33,6 +33,10 @@
  * free room is too small and gives memory back only at cuMemPoolTrimTo or
  * cuMemPoolDestroy.  The device's usage counts what pools reserve.
  *
+ * VMM: cuMemMap/cuMemUnmap keep mappings; a handle released while mapped
+ * holds its memory until its last mapping is unmapped, as the real
+ * driver's does.
+ *
  * Streams: FAKE_CUDA_STREAMS=1 queues stream-ordered frees and host
  * functions until a synchronisation reaches them (see free_async).
  */
@@ -684,7 +688,75 @@ FAKE_EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h,
     return CUDA_ERROR_INVALID_VALUE;
   return fake_alloc(h, size);
 }
+/* VMM as the real driver does it: a handle's physical memory is freed at
+ * the later of its cuMemRelease and the cuMemUnmap of its last mapping.
+ * Mappings are (address, size, handle); a released handle that is still
+ * mapped is kept in vmm_released until then.  Lock held. */
+#define NMAP 4096
+static struct fake_map { uint64_t va, size, h; } maps[NMAP];
+static int nmaps;
+static uint64_t vmm_released[NMAP];
+static int nreleased;
+
+static int handle_mapped(uint64_t h) {
+  for (int i = 0; i < nmaps; i++)
+    if (maps[i].h == h)
+      return 1;
+  return 0;
+}
+FAKE_EXPORT gf_cu_result cuMemMap(CUdeviceptr va, size_t size, size_t offset,
+                                  CUmemGenericAllocationHandle h,
+                                  unsigned long long f) {
+  (void)f;
+  if (offset || !size || !va)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  gf_cu_result rc = CUDA_ERROR_INVALID_VALUE;
+  int i = slot_find(h);
+  int released = 0;
+  for (int k = 0; k < nreleased; k++)
+    released |= vmm_released[k] == h;
+  if (i >= 0 && !released && size <= live[i].bytes && nmaps < NMAP) {
+    maps[nmaps++] = (struct fake_map){va, size, h};
+    rc = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+FAKE_EXPORT gf_cu_result cuMemUnmap(CUdeviceptr va, size_t size) {
+  uint64_t gone[NMAP];
+  int ngone = 0, found = 0;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < nmaps;) {
+    if (maps[i].va >= va && maps[i].va + maps[i].size <= va + size) {
+      gone[ngone++] = maps[i].h;
+      maps[i] = maps[--nmaps];
+      found = 1;
+    } else {
+      i++;
+    }
+  }
+  /* A released handle whose last mapping this was is freed now. */
+  for (int g = 0; g < ngone; g++)
+    for (int k = 0; k < nreleased; k++)
+      if (vmm_released[k] == gone[g] && !handle_mapped(gone[g])) {
+        vmm_released[k] = vmm_released[--nreleased];
+        pthread_mutex_unlock(&lock);
+        fake_free(gone[g]);
+        pthread_mutex_lock(&lock);
+        break;
+      }
+  pthread_mutex_unlock(&lock);
+  return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
 FAKE_EXPORT gf_cu_result cuMemRelease(CUmemGenericAllocationHandle h) {
+  pthread_mutex_lock(&lock);
+  if (slot_find(h) >= 0 && handle_mapped(h) && nreleased < NMAP) {
+    vmm_released[nreleased++] = h; /* freed at its last unmap */
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&lock);
   return fake_free(h);
 }
 FAKE_EXPORT gf_cu_result cuArrayCreate_v2(CUarray *a,
@@ -884,6 +956,8 @@ static const struct variant {
     {"cuMemAllocFromPoolAsync", 11020, 1, (void *)cuMemAllocFromPoolAsync_ptsz},
     {"cuMemCreate", 10020, 0, (void *)cuMemCreate},
     {"cuMemRelease", 10020, 0, (void *)cuMemRelease},
+    {"cuMemMap", 10020, 0, (void *)cuMemMap},
+    {"cuMemUnmap", 10020, 0, (void *)cuMemUnmap},
     {"cuArrayCreate", 3020, 0, (void *)cuArrayCreate_v2},
     {"cuArray3DCreate", 3020, 0, (void *)cuArray3DCreate_v2},
     {"cuArrayDestroy", 2000, 0, (void *)cuArrayDestroy},
