@@ -71,6 +71,7 @@ static void after_fork_child(void) {
   if (!S.region)
     return;
   gf__shim_queued_reset(); /* the parent's host functions never run here */
+  gf__shim_vmm_reset();
   pthread_mutex_init(&S.lock, NULL);
   atomic_store(&S.tlock, 0);
   pthread_mutex_init(&S.map_lock, NULL);
@@ -315,6 +316,13 @@ static void setup_map(void) {
       return;
     }
     bus_guard();
+    /* A slot of this process's own under an image exec replaced: that
+     * image's memory went with it (docs/shim.md, "exec"). */
+    int old = gf_region_reset_image(S.region);
+    if (old)
+      gf__shim_log(GF_SHIM_LOG_INFO,
+                   "exec: freed %d slot(s) of this process's previous image",
+                   old);
   } else {
     /* No shared region configured: limits hold for this process alone. */
     gf_region *r = calloc(1, sizeof(*r));

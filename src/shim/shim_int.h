@@ -170,6 +170,7 @@ bool gf__shim_reserve_retry(uint32_t dev, uint64_t bytes);
 bool gf__shim_pools_settle_all(void);
 void gf__shim_pool_unlive(uint32_t i);
 void gf__shim_queued_reset(void);
+void gf__shim_vmm_reset(void);
 void gf__shim_tlock_wait(void);
 void gf__shim_track_failed(uint64_t bytes);
 void gf__shim_track_displaced(const gf__atab_entry *old);
