@@ -269,6 +269,26 @@ static int vmm_idiom(const char *devpath, unsigned limit_mib) {
   return failures ? 1 : 0;
 }
 
+/* ---- processes of one container ----------------------------------------- */
+
+/* Allocates up to n chunks of 256 MiB until one is refused, says how many,
+ * then holds them for secs seconds. */
+static int hold_alloc(int n, int secs) {
+  load();
+  int got = 0;
+  for (int i = 0; i < n; i++) {
+    CUdeviceptr p;
+    if (cu_alloc(&p, 256 * MIB) != CUDA_SUCCESS)
+      break;
+    got++;
+  }
+  printf("allocated %d\nholding\n", got);
+  fflush(stdout);
+  if (secs > 0)
+    sleep((unsigned)secs);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 3 && strcmp(argv[1], "exec") == 0)
@@ -279,6 +299,8 @@ int main(int argc, char **argv) {
     return vmm_release_mapped(argv[2], (unsigned)strtoul(argv[3], NULL, 10));
   if (argc == 4 && strcmp(argv[1], "vmm-idiom") == 0)
     return vmm_idiom(argv[2], (unsigned)strtoul(argv[3], NULL, 10));
+  if (argc == 4 && strcmp(argv[1], "hold-alloc") == 0)
+    return hold_alloc(atoi(argv[2]), atoi(argv[3]));
   (void)nsym;
   (void)use_device;
   fprintf(stderr, "usage: see the header of probe_mem.c\n");

@@ -2,7 +2,7 @@
 # Memory scenarios of issue 25 against the fake driver, under LD_PRELOAD
 # (probe_mem.c).  Prints one line per scenario and 'N passed, N failed'.
 set -u
-: "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_MEM:?}"
+: "${SHIM:?}" "${FAKE_DIR:?}" "${PROBE_MEM:?}" "${SHIM_LOCKED:?}" "${HAMI_REGION:?}" "${SYSTEM_CONF:?}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -40,6 +40,32 @@ run vmm-idiom 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi FAKE_CUDA_SHARED="$tmp/vd
 # far more than 1 GiB (the check can fail).
 run vmm-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" FAKE_CUDA_SHARED="$tmp/vd3" \
     "$PROBE_MEM" vmm-release-mapped "$tmp/vd3" 1024
+
+# As a HAMi-core drop-in with only CUDA_DEVICE_MEMORY_LIMIT set, the
+# processes of a container share one default region (HAMi-core shares
+# /tmp/cudevshr.cache): 2g between two processes, not 2g each.  The
+# locked build's default region is moved into the build tree
+# (GF_SHIM_HAMI_REGION) so runs in parallel do not share /tmp's.
+if [ -e "$SYSTEM_CONF" ]; then
+  echo "FAIL hami-default-region: $SYSTEM_CONF exists (test_shim running?)"; fail=$((fail + 1))
+else
+  mkdir -p "$(dirname "$HAMI_REGION")"; rm -f "$HAMI_REGION"
+  hami=(LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$SHIM_LOCKED" GPUFRAC_REAL_LIBCUDA="$FAKE_DIR/libcuda.so.1"
+        CUDA_DEVICE_MEMORY_LIMIT=2g)
+  env "${hami[@]}" "$PROBE_MEM" hold-alloc 6 20 >"$tmp/h1" 2>&1 &
+  hpid=$!
+  for _ in $(seq 200); do grep -q holding "$tmp/h1" && break; sleep 0.05; done
+  run hami-default-region 0 -- "${hami[@]}" "$PROBE_MEM" hold-alloc 6 0
+  a=$(awk '/^allocated/{print $2}' "$tmp/h1"); b=$(awk '/^allocated/{print $2}' "$tmp/out")
+  kill "$hpid" 2>/dev/null; wait "$hpid" 2>/dev/null
+  if [ "$a" = 6 ] && [ "$b" = 2 ]; then
+    echo "ok   hami-default-region-shared (6 + 2 x 256 MiB = 2 GiB together)"; pass=$((pass + 1))
+  else
+    echo "FAIL hami-default-region-shared: first $a, second $b x 256 MiB under 2g together (want 6 and 2)"
+    fail=$((fail + 1))
+  fi
+  rm -f "$HAMI_REGION"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
