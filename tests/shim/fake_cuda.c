@@ -31,7 +31,8 @@
  * Pools: the default pool of each device and cuMemPoolCreate's keep freed
  * memory; a pool reserves in FAKE_POOL_GRAN steps (default 2 MiB) when its
  * free room is too small and gives memory back only at cuMemPoolTrimTo or
- * cuMemPoolDestroy.  The device's usage counts what pools reserve.
+ * cuMemPoolDestroy.  The device's usage counts what pools reserve.  A
+ * pool allocation first waits FAKE_POOL_DELAY_US microseconds (default 0).
  *
  * VMM: cuMemMap/cuMemUnmap keep mappings; a handle released while mapped
  * holds its memory until its last mapping is unmapped, as the real
@@ -255,6 +256,15 @@ static gf_cu_result pool_alloc(int pi, unsigned long long *key,
                                uint64_t bytes) {
   if (!key || !bytes || pi < 0 || pi >= NPOOL)
     return CUDA_ERROR_INVALID_VALUE;
+  /* FAKE_POOL_DELAY_US: the call takes that long before it looks at the
+   * pool (a driver call's time, which lets callers race). */
+  static long delay_us = -1;
+  if (delay_us < 0) {
+    const char *e = getenv("FAKE_POOL_DELAY_US");
+    delay_us = e ? strtol(e, NULL, 10) : 0;
+  }
+  if (delay_us > 0)
+    usleep((useconds_t)delay_us);
   pthread_mutex_lock(&lock);
   struct fake_pool *p = &pools[pi];
   gf_cu_result rc = CUDA_ERROR_OUT_OF_MEMORY;

@@ -289,6 +289,75 @@ static int hold_alloc(int n, int secs) {
   return 0;
 }
 
+/* ---- pools under threads ------------------------------------------------ */
+
+static gf_cu_result (*cu_pool_alloc)(CUdeviceptr *, size_t, CUmemoryPool,
+                                     CUstream);
+static gf_cu_result (*cu_free_async)(CUdeviceptr, CUstream);
+static gf_cu_result (*cu_trim)(CUmemoryPool, size_t);
+static CUmemoryPool the_pool;
+static pthread_barrier_t bar;
+static atomic_ulong pool_allocs;
+#define PT_MAX 64
+#define PT_LIVE 256
+
+/* Each round every thread allocates from the one pool until refused, all
+ * starting together; then everything is freed and the pool trimmed. */
+static void *pool_thread(void *arg) {
+  int me = (int)(uintptr_t)arg;
+  unsigned seed = (unsigned)me * 7919u + 1u;
+  static const uint64_t sizes[] = {8 * MIB, 24 * MIB, 40 * MIB, 3 * MIB};
+  CUdeviceptr live[PT_LIVE];
+  for (int round = 0; round < 300; round++) {
+    int n = 0;
+    pthread_barrier_wait(&bar);
+    while (n < PT_LIVE) {
+      uint64_t b = sizes[rand_r(&seed) % 4];
+      if (cu_pool_alloc(&live[n], b, the_pool, NULL) != CUDA_SUCCESS)
+        break;
+      n++;
+    }
+    atomic_fetch_add(&pool_allocs, (unsigned long)n);
+    pthread_barrier_wait(&bar);
+    for (int i = 0; i < n; i++)
+      cu_free_async(live[i], NULL);
+    pthread_barrier_wait(&bar);
+    if (me == 0)
+      cu_trim(the_pool, 0);
+    pthread_barrier_wait(&bar);
+  }
+  return NULL;
+}
+
+static int pool_threads(int nthreads, unsigned limit_mib, const char *devpath,
+                        unsigned gran_mib) {
+  load();
+  devfile *d = dev_open(devpath);
+  *(void **)&cu_pool_alloc = sym("cuMemAllocFromPoolAsync");
+  *(void **)&cu_free_async = sym("cuMemFreeAsync");
+  *(void **)&cu_trim = sym("cuMemPoolTrimTo");
+  gf_cu_result (*get_pool)(CUmemoryPool *, CUdevice);
+  *(void **)&get_pool = sym("cuDeviceGetMemPool");
+  if (get_pool(&the_pool, 0) != CUDA_SUCCESS || nthreads < 1 ||
+      nthreads > PT_MAX)
+    return 2;
+  pthread_barrier_init(&bar, NULL, (unsigned)nthreads);
+  pthread_t t[PT_MAX];
+  for (int i = 0; i < nthreads; i++)
+    pthread_create(&t[i], NULL, pool_thread, (void *)(uintptr_t)i);
+  for (int i = 0; i < nthreads; i++)
+    pthread_join(t[i], NULL);
+  uint64_t limit = (uint64_t)limit_mib * MIB, peak = atomic_load(&d->peak);
+  uint64_t over = peak > limit ? peak - limit : 0;
+  CHECK(over < (uint64_t)gran_mib * MIB,
+        "%d threads, one pool, 300 rounds to the limit (%lu allocations): "
+        "device peak %llu MiB, %llu MiB over %u MiB (less than one %u MiB "
+        "step)",
+        nthreads, atomic_load(&pool_allocs), (unsigned long long)(peak / MIB),
+        (unsigned long long)(over / MIB), limit_mib, gran_mib);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 3 && strcmp(argv[1], "exec") == 0)
@@ -301,6 +370,9 @@ int main(int argc, char **argv) {
     return vmm_idiom(argv[2], (unsigned)strtoul(argv[3], NULL, 10));
   if (argc == 4 && strcmp(argv[1], "hold-alloc") == 0)
     return hold_alloc(atoi(argv[2]), atoi(argv[3]));
+  if (argc == 6 && strcmp(argv[1], "pool-threads") == 0)
+    return pool_threads(atoi(argv[2]), (unsigned)strtoul(argv[3], NULL, 10),
+                        argv[4], (unsigned)strtoul(argv[5], NULL, 10));
   (void)nsym;
   (void)use_device;
   fprintf(stderr, "usage: see the header of probe_mem.c\n");

@@ -41,6 +41,12 @@ run vmm-idiom 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=1Gi FAKE_CUDA_SHARED="$tmp/vd
 run vmm-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" FAKE_CUDA_SHARED="$tmp/vd3" \
     "$PROBE_MEM" vmm-release-mapped "$tmp/vd3" 1024
 
+# Pools under threads: 8 threads allocating from one pool (the fake
+# reserves in 32 MiB steps, each pool allocation taking 50 us) pass a
+# 2000 MiB limit by less than one step.
+run pool-threads 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=2000Mi FAKE_POOL_GRAN=33554432 FAKE_POOL_DELAY_US=50 \
+    FAKE_CUDA_SHARED="$tmp/pt" "$PROBE_MEM" pool-threads 8 2000 "$tmp/pt" 32
+
 # As a HAMi-core drop-in with only CUDA_DEVICE_MEMORY_LIMIT set, the
 # processes of a container share one default region (HAMi-core shares
 # /tmp/cudevshr.cache): 2g between two processes, not 2g each.  The
