@@ -64,6 +64,8 @@ typedef struct pool_acct {
   bool destroyed; /* cuMemPoolDestroy returned while allocations lived */
   uint64_t seen, held, inflight;
   uint64_t live; /* allocations not freed yet */
+  uint64_t step; /* the largest growth seen at once: at least the driver's
+                    step (shim_pool.c, alloc_pooled) */
 } pool_acct;
 
 /* Accounting index of a CUDA device: the region's device index.  By

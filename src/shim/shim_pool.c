@@ -52,6 +52,8 @@ static int pool_settle(pool_acct *p, bool *fits) {
     return -1;
   if (r > p->seen) {
     uint64_t grow = r - p->seen, use = grow < p->held ? grow : p->held;
+    if (grow > p->step)
+      p->step = grow;
     p->held -= use;
     if (grow > use && !gf__shim_charge(p->dev, grow - use, false)) {
       gf__shim_charge(p->dev, grow - use, true);
@@ -230,6 +232,36 @@ static gf_cu_result alloc_plain(async_fn fa, pool_fn fp, uint32_t dev,
                     bytes);
 }
 
+/* Pool allocations that may grow a pool by more than they hold (tails)
+ * go one at a time, in this process. */
+static pthread_mutex_t pool_tail = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether pool pl has bytes free inside it (reserved - used). */
+static bool pool_room(CUmemoryPool pl, uint64_t bytes) {
+  uint64_t r, u;
+  return pool_query(pl, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) &&
+         pool_query(pl, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u) && r >= u &&
+         r - u >= bytes;
+}
+
+/* A tail's turn (pool_tail held): the pool is settled first, so a growth
+ * another tail left uncovered is charged; then the allocation holds its
+ * size, or, when that does not fit, nothing, where the pool has that much
+ * free inside it (no growth).  False: refused. */
+static bool tail_turn(pool_acct *p, CUmemoryPool pl, uint32_t dev,
+                      uint64_t bytes, uint64_t *held) {
+  bool fits = true;
+  pthread_mutex_lock(&S.lock);
+  pool_settle(p, &fits);
+  pthread_mutex_unlock(&S.lock);
+  if (reserve(dev, bytes)) {
+    *held = bytes;
+    return true;
+  }
+  *held = 0;
+  return pool_room(pl, bytes);
+}
+
 /* cuMemAllocAsync (fa; the device's current pool) and
  * cuMemAllocFromPoolAsync (fp; an explicit pool).  The size asked is held
  * before the call (or nothing, when the limit is reached but the pool has
@@ -256,16 +288,28 @@ static gf_cu_result alloc_pooled(async_fn fa, pool_fn fp, free_async_fn ff,
   }
   if (pi < 0)
     return alloc_plain(fa, fp, dev, dptr, bytes, pool, s);
-  uint64_t held = bytes, r, u;
-  if (!reserve(dev, bytes)) {
-    if (pool_query(pl, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) &&
-        pool_query(pl, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u) && r >= u &&
-        r - u >= bytes)
-      held = 0;
-    else
-      return CUDA_ERROR_OUT_OF_MEMORY;
-  }
   pool_acct *p = &S.pools[pi];
+  pthread_mutex_lock(&S.lock);
+  uint64_t step = p->step;
+  pthread_mutex_unlock(&S.lock);
+  /* Held: the size asked and one step of the pool's growth, which covers
+   * whatever the driver reserves for it.  Where that does not fit (near
+   * the limit) or the step is not known yet, the allocation is a "tail":
+   * tails go one at a time and decide again once they have the turn
+   * (tail_turn), so at most one growth is ever uncovered, and it is less
+   * than one step (docs/shim.md, "Pools"). */
+  uint64_t held;
+  bool tail = false;
+  if (step && bytes <= UINT64_MAX - step && reserve(dev, bytes + step)) {
+    held = bytes + step;
+  } else {
+    tail = true;
+    pthread_mutex_lock(&pool_tail);
+    if (!tail_turn(p, pl, dev, bytes, &held)) {
+      pthread_mutex_unlock(&pool_tail);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
   pthread_mutex_lock(&S.lock);
   p->held += held;
   p->inflight += held;
@@ -292,6 +336,8 @@ static gf_cu_result alloc_pooled(async_fn fa, pool_fn fp, free_async_fn ff,
     p->live++;
   }
   pthread_mutex_unlock(&S.lock);
+  if (tail)
+    pthread_mutex_unlock(&pool_tail);
   if (rc != CUDA_SUCCESS)
     return rc;
   entry e = {(uint64_t)*dptr, own, dev, own ? 0 : (uint32_t)pi + 1};
