@@ -10,7 +10,9 @@
  * multiprocessors (default 132) of FAKE_CUDA_BLOCKS_PER_SM resident blocks
  * (default 32), as cuDeviceGetAttribute answers; UUIDs from FAKE_CUDA_UUIDS
  * ("GPU-...,GPU-..." in CUDA order), else GPU-fa4e0000-0000-4000-8000-
- * 00000000000<i>.  Contexts carry their device; cuCtxGetDevice answers the
+ * 00000000000<i>.  CUDA_VISIBLE_DEVICES (numbers) selects and orders them
+ * as the real driver does; NVML (fake_nvml.c) ignores it, as the real one
+ * does.  Contexts carry their device; cuCtxGetDevice answers the
  * calling thread's current one (device 0 when none).  A context holds
  * FAKE_CUDA_CTX_COST bytes of device memory (default 0) while it exists:
  * a primary one from its first retain to its last release or reset.
@@ -244,10 +246,39 @@ static uint64_t pool_gran(void) {
   return v ? v : 2u << 20;
 }
 
-static int ndevices(void) {
+/* The GPUs of the machine (FAKE_CUDA_DEVICES, default 2). */
+static int phys_devices(void) {
   const char *n = getenv("FAKE_CUDA_DEVICES");
   int v = n ? atoi(n) : 2;
   return v < 1 ? 1 : v > NDEV_MAX ? NDEV_MAX : v;
+}
+
+/* CUDA_VISIBLE_DEVICES as the real driver reads a list of numbers: CUDA
+ * index d is the machine's GPU number entry d; the list ends at the first
+ * entry that is not a GPU of the machine.  Unset: every GPU, in order.
+ * Returns -1 past the list. */
+static int phys_of(int d) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  if (!v)
+    return d < phys_devices() ? d : -1;
+  for (int i = 0;; i++) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || x < 0 || x >= phys_devices() || (*end && *end != ','))
+      return -1;
+    if (i == d)
+      return (int)x;
+    if (!*end)
+      return -1;
+    v = end + 1;
+  }
+}
+
+static int ndevices(void) {
+  int n = 0;
+  while (n < NDEV_MAX && phys_of(n) >= 0)
+    n++;
+  return n;
 }
 
 /* An allocation from pool index pi: grows the pool's reservation in
@@ -343,6 +374,7 @@ static int hexval(char c) {
 FAKE_EXPORT gf_cu_result cuDeviceGetUuid_v2(CUuuid *u, CUdevice d) {
   if (!u || d < 0 || d >= ndevices())
     return CUDA_ERROR_INVALID_VALUE;
+  d = phys_of(d); /* the UUID is the machine's GPU's */
   unsigned char b[16] = {0xfa, 0x4e, 0, 0, 0, 0, 0x40, 0,
                          0x80, 0,    0, 0, 0, 0, 0,    (unsigned char)d};
   const char *list = getenv("FAKE_CUDA_UUIDS");

@@ -289,6 +289,134 @@ static int hold_alloc(int n, int secs) {
   return 0;
 }
 
+/* ---- what every view says -------------------------------------------- */
+
+static void uuid_text(const CUuuid *u, char out[48]) {
+  const unsigned char *b = (const unsigned char *)u->bytes;
+  snprintf(out, 48,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+           "%02x%02x%02x%02x%02x%02x",
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+           b[11], b[12], b[13], b[14], b[15]);
+}
+
+static void wait_file(const char *dir, const char *name) {
+  char p[600];
+  snprintf(p, sizeof(p), "%s/%s", dir, name);
+  for (int i = 0; i < 3000 && access(p, F_OK) != 0; i++)
+    usleep(10000);
+}
+
+static void touch_file(const char *dir, const char *what, const char *label) {
+  char p[600];
+  snprintf(p, sizeof(p), "%s/%s-%s", dir, what, label);
+  FILE *f = fopen(p, "w");
+  if (f)
+    fclose(f);
+}
+
+/* Allocates what `alloc` says (a number of MiB on CUDA device 0, or
+ * "fill": every CUDA device in 64 MiB pieces until refused), waits for
+ * SYNC/go when SYNC is not "-", then prints every view of every GPU:
+ *   view <uuid> <source> total=<MiB> used=<MiB>   (procs: used only)
+ * from cuMemGetInfo_v2 (each CUDA device), nvmlDeviceGetMemoryInfo and
+ * _v2 and the sums of nvmlDeviceGetComputeRunningProcesses and _v3 (each
+ * NVML device, which NVML numbers whatever CUDA_VISIBLE_DEVICES says). */
+static int report(const char *label, const char *alloc, const char *sync) {
+  load();
+  gf_cu_result (*count)(int *), (*get_uuid)(CUuuid *, CUdevice);
+  *(void **)&count = sym("cuDeviceGetCount");
+  *(void **)&get_uuid = sym("cuDeviceGetUuid_v2");
+  int n = 0;
+  count(&n);
+  char uu[16][48];
+  for (int j = 0; j < n && j < 16; j++) {
+    CUuuid u;
+    get_uuid(&u, j);
+    uuid_text(&u, uu[j]);
+  }
+  if (strcmp(alloc, "fill") == 0) {
+    for (int j = 0; j < n && j < 16; j++) {
+      use_device(j);
+      uint64_t got = 0;
+      CUdeviceptr p;
+      while (got < (64ull << 30) && cu_alloc(&p, 64 * MIB) == CUDA_SUCCESS)
+        got += 64 * MIB;
+      printf("filled %s %llu\n", uu[j], (unsigned long long)(got / MIB));
+    }
+  } else if (strtoull(alloc, NULL, 10) > 0) {
+    use_device(0);
+    CUdeviceptr p;
+    uint64_t b = strtoull(alloc, NULL, 10) * MIB;
+    CHECK(cu_alloc(&p, b) == CUDA_SUCCESS, "%s: %s MiB on %s", label, alloc,
+          uu[0]);
+  }
+  if (strcmp(sync, "-") != 0) {
+    touch_file(sync, "ready", label);
+    wait_file(sync, "go");
+  }
+  for (int j = 0; j < n && j < 16; j++) {
+    use_device(j);
+    size_t f = 0, t = 0;
+    cu_info(&f, &t);
+    printf("view %s cuda total=%llu used=%llu\n", uu[j],
+           (unsigned long long)(t / MIB), (unsigned long long)((t - f) / MIB));
+  }
+  nvmlReturn_t (*ninit)(void), (*ncount)(unsigned int *),
+      (*nget)(unsigned int, nvmlDevice_t *),
+      (*nuuid)(nvmlDevice_t, char *, unsigned int),
+      (*info1)(nvmlDevice_t, nvmlMemory_t *),
+      (*info2)(nvmlDevice_t, nvmlMemory_v2_t *),
+      (*procs1)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v1_t *),
+      (*procs3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v2_t *);
+  *(void **)&ninit = nsym("nvmlInit_v2");
+  *(void **)&nget = nsym("nvmlDeviceGetHandleByIndex_v2");
+  *(void **)&nuuid = nsym("nvmlDeviceGetUUID");
+  *(void **)&info1 = nsym("nvmlDeviceGetMemoryInfo");
+  *(void **)&info2 = nsym("nvmlDeviceGetMemoryInfo_v2");
+  *(void **)&procs1 = nsym("nvmlDeviceGetComputeRunningProcesses");
+  *(void **)&procs3 = nsym("nvmlDeviceGetComputeRunningProcesses_v3");
+  *(void **)&ncount = dlsym(nvmlh, "nvmlDeviceGetCount_v2");
+  ninit();
+  unsigned int nn = 2;
+  if (ncount)
+    ncount(&nn);
+  for (unsigned int i = 0; i < nn && i < 16; i++) {
+    nvmlDevice_t d;
+    char u[96];
+    if (nget(i, &d) != 0 || nuuid(d, u, sizeof(u)) != 0)
+      continue;
+    nvmlMemory_t m1;
+    nvmlMemory_v2_t m2 = {.version = (unsigned)(sizeof(m2) | (2u << 24))};
+    if (info1(d, &m1) == 0)
+      printf("view %s nvml total=%llu used=%llu\n", u, m1.total / MIB,
+             m1.used / MIB);
+    if (info2(d, &m2) == 0)
+      printf("view %s nvml_v2 total=%llu used=%llu\n", u, m2.total / MIB,
+             m2.used / MIB);
+    nvmlProcessInfo_v1_t p1[64];
+    nvmlProcessInfo_v2_t p3[64];
+    unsigned int c1 = 64, c3 = 64;
+    unsigned long long s1 = 0, s3 = 0;
+    if (procs1(d, &c1, p1) == 0) {
+      for (unsigned int k = 0; k < c1; k++)
+        s1 += p1[k].usedGpuMemory;
+      printf("view %s procs used=%llu\n", u, s1 / MIB);
+    }
+    if (procs3(d, &c3, p3) == 0) {
+      for (unsigned int k = 0; k < c3; k++)
+        s3 += p3[k].usedGpuMemory;
+      printf("view %s procs_v3 used=%llu\n", u, s3 / MIB);
+    }
+  }
+  fflush(stdout);
+  if (strcmp(sync, "-") != 0) {
+    touch_file(sync, "done", label);
+    wait_file(sync, "end");
+  }
+  return failures ? 1 : 0;
+}
+
 /* ---- pools under threads ------------------------------------------------ */
 
 static gf_cu_result (*cu_pool_alloc)(CUdeviceptr *, size_t, CUmemoryPool,
@@ -373,8 +501,8 @@ int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "pool-threads") == 0)
     return pool_threads(atoi(argv[2]), (unsigned)strtoul(argv[3], NULL, 10),
                         argv[4], (unsigned)strtoul(argv[5], NULL, 10));
-  (void)nsym;
-  (void)use_device;
+  if (argc == 5 && strcmp(argv[1], "report") == 0)
+    return report(argv[2], argv[3], argv[4]);
   fprintf(stderr, "usage: see the header of probe_mem.c\n");
   return 2;
 }

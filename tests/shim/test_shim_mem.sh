@@ -47,6 +47,86 @@ run vmm-without-shim 1 -- LD_LIBRARY_PATH="$FAKE_DIR" FAKE_CUDA_SHARED="$tmp/vd3
 run pool-threads 0 -- "${base[@]}" GPUFRAC_GPU_MEMORY=2000Mi FAKE_POOL_GRAN=33554432 FAKE_POOL_DELAY_US=50 \
     FAKE_CUDA_SHARED="$tmp/pt" "$PROBE_MEM" pool-threads 8 2000 "$tmp/pt" 32
 
+# ---- GPUs by index with CUDA_VISIBLE_DEVICES, and one budget (items 6, 10)
+# The machine (the fake) has GPUs ua (number 0) and ub (number 1); NVML
+# numbers them so whatever CUDA_VISIBLE_DEVICES says.  memory.<i> is the
+# container's GPU i (its CUDA index without CUDA_VISIBLE_DEVICES).
+ua=GPU-aaaaaaaa-0000-4000-8000-00000000000a ub=GPU-bbbbbbbb-0000-4000-8000-00000000000b
+# views FILE ua_total ua_used ub_total ub_used: every view line of FILE
+# says exactly these numbers (MiB) for its GPU.
+views() {
+  python3 - "$1" "$ua" "$2" "$3" "$ub" "$4" "$5" <<'PY'
+import sys, re
+f, want = sys.argv[1], {sys.argv[2]: (int(sys.argv[3]), int(sys.argv[4])),
+                        sys.argv[5]: (int(sys.argv[6]), int(sys.argv[7]))}
+bad = n = 0
+for line in open(f):
+    m = re.match(r"view (\S+) (\S+)(?: total=(\d+))? used=(\d+)", line)
+    if not m:
+        continue
+    n += 1
+    u, src, tot, used = m.group(1), m.group(2), m.group(3), int(m.group(4))
+    wt, wu = want.get(u, (None, None))
+    if wt is None or used != wu or (tot is not None and int(tot) != wt):
+        print(f"  disagrees: {line.strip()} (want total={wt} used={wu})"); bad += 1
+print(f"  {n} views checked, {bad} disagree")
+sys.exit(1 if bad or n == 0 else 0)
+PY
+}
+check_views() { # name file ua_total ua_used ub_total ub_used
+  local name=$1; shift
+  if views "$@" >"$tmp/vcheck" 2>&1; then echo "ok   $name"; pass=$((pass + 1))
+  else echo "FAIL $name"; sed 's/^/  | /' "$tmp/vcheck" "$1" | tail -30; fail=$((fail + 1)); fi
+}
+dev=(FAKE_CUDA_UUIDS="$ua,$ub" LD_LIBRARY_PATH="$FAKE_DIR")
+
+# Reordered: CUDA_VISIBLE_DEVICES=1,0 with HAMi's per-index limits (_0 is
+# ua's 256 MiB, _1 ub's 512 MiB): each GPU filled to its own limit, and
+# NVML's view of each GPU shows that GPU's numbers.
+run reorder-hami 0 -- "${base[@]}" "${dev[@]}" CUDA_VISIBLE_DEVICES=1,0 CUDA_DEVICE_MEMORY_SHARED_CACHE="$tmp/ro1" \
+    CUDA_DEVICE_MEMORY_LIMIT_0=256m CUDA_DEVICE_MEMORY_LIMIT_1=512m "$PROBE_MEM" report r fill -
+cp "$tmp/out" "$tmp/ro1.out"
+grep -q "^filled $ua 256$" "$tmp/ro1.out" && grep -q "^filled $ub 512$" "$tmp/ro1.out" &&
+  { echo "ok   reorder-hami-limits"; pass=$((pass + 1)); } ||
+  { echo "FAIL reorder-hami-limits"; sed 's/^/  | /' "$tmp/ro1.out"; fail=$((fail + 1)); }
+check_views reorder-hami-views "$tmp/ro1.out" 256 256 512 512
+# ... the same with the config's memory.0 / memory.1.
+printf 'memory.0 = 256Mi\nmemory.1 = 512Mi\ncontext_overhead = 0\nregion = %s/ro2\n' "$tmp" >"$tmp/ro2.conf"
+run reorder-config 0 -- "${base[@]}" "${dev[@]}" CUDA_VISIBLE_DEVICES=1,0 GPUFRAC_CONFIG="$tmp/ro2.conf" \
+    "$PROBE_MEM" report r fill -
+cp "$tmp/out" "$tmp/ro2.out"
+grep -q "^filled $ua 256$" "$tmp/ro2.out" && grep -q "^filled $ub 512$" "$tmp/ro2.out" &&
+  { echo "ok   reorder-config-limits"; pass=$((pass + 1)); } ||
+  { echo "FAIL reorder-config-limits"; sed 's/^/  | /' "$tmp/ro2.out"; fail=$((fail + 1)); }
+check_views reorder-config-views "$tmp/ro2.out" 256 256 512 512
+
+# Ranks of one container, each pinned to its GPU (CUDA_VISIBLE_DEVICES=
+# <rank>), each GPU with its own share (memory.0 = 512Mi for ua, memory.1
+# = 768Mi for ub): rank 0 holds 128 MiB on ua, rank 1 all its 768 MiB on
+# ub (summed on one GPU before: refused).  Then every process of the
+# container (both ranks, and processes seeing ub only, both GPUs, both
+# reordered) agrees on every view of every GPU: cuMemGetInfo_v2,
+# nvmlDeviceGetMemoryInfo v1 and v2, the process lists' sums.
+printf 'memory.0 = 512Mi\nmemory.1 = 768Mi\ncontext_overhead = 0\nregion = %s/rk\n' "$tmp" >"$tmp/rk.conf"
+mkdir -p "$tmp/sync"
+rk=("${base[@]}" "${dev[@]}" GPUFRAC_CONFIG="$tmp/rk.conf")
+env "${rk[@]}" CUDA_VISIBLE_DEVICES=0 "$PROBE_MEM" report rank0 128 "$tmp/sync" >"$tmp/rank0" 2>&1 &
+p0=$!
+env "${rk[@]}" CUDA_VISIBLE_DEVICES=1 "$PROBE_MEM" report rank1 768 "$tmp/sync" >"$tmp/rank1" 2>&1 &
+p1=$!
+for _ in $(seq 300); do [ -e "$tmp/sync/ready-rank0" ] && [ -e "$tmp/sync/ready-rank1" ] && break; sleep 0.02; done
+touch "$tmp/sync/go"
+for _ in $(seq 300); do [ -e "$tmp/sync/done-rank0" ] && [ -e "$tmp/sync/done-rank1" ] && break; sleep 0.02; done
+for v in 1 0,1 1,0; do
+  env "${rk[@]}" CUDA_VISIBLE_DEVICES=$v "$PROBE_MEM" report "see$v" 0 - >>"$tmp/others" 2>&1
+done
+touch "$tmp/sync/end"; wait "$p0" "$p1"
+grep -q '^ok   rank1: 768 MiB' "$tmp/rank1" && grep -q '^ok   rank0: 128 MiB' "$tmp/rank0" &&
+  { echo "ok   ranks-per-gpu"; pass=$((pass + 1)); } ||
+  { echo "FAIL ranks-per-gpu"; sed 's/^/  | /' "$tmp/rank0" "$tmp/rank1"; fail=$((fail + 1)); }
+cat "$tmp/rank0" "$tmp/rank1" "$tmp/others" >"$tmp/all-views"
+check_views one-budget-all-processes "$tmp/all-views" 512 128 768 768
+
 # As a HAMi-core drop-in with only CUDA_DEVICE_MEMORY_LIMIT set, the
 # processes of a container share one default region (HAMi-core shares
 # /tmp/cudevshr.cache): 2g between two processes, not 2g each.  The
