@@ -105,6 +105,7 @@ static int set_kv(gf_shim_config *c, const char *k, const char *v, char *why,
       for (int i = 0; i < GF_REGION_DEVICES; i++)
         if (!c->memory[i])
           c->memory[i] = (uint64_t)x;
+      c->memory_all = (uint64_t)x;
       return 0;
     }
     if (strncmp(k + 7, "GPU-", 4) == 0)
@@ -284,6 +285,7 @@ static int hami_env(gf_shim_config *c, bool have_mem, bool have_cpt, bool *any,
       }
       for (int i = 0; i < GF_REGION_DEVICES; i++)
         c->memory[i] = x;
+      c->memory_all = x;
       *any = *any || x;
     }
     for (int i = 0; i < GF_REGION_DEVICES; i++) {

@@ -79,6 +79,9 @@ typedef struct gf_shim_config {
   uint64_t capacity;         /* blocks per second at 100% */
   uint64_t graph_cost;
   int log_level;
+  /* The `memory` line (or CUDA_DEVICE_MEMORY_LIMIT) alone: the limit of a
+   * GPU whose container index is not known (docs/shim.md). */
+  uint64_t memory_all;
 } gf_shim_config;
 
 /* Capacity from the device when `capacity` is not configured - a model,

@@ -177,6 +177,9 @@ void gf__shim_tlock_wait(void);
 void gf__shim_track_failed(uint64_t bytes);
 void gf__shim_track_displaced(const gf__atab_entry *old);
 void *gf__shim_nvml_sym(const char *name);
+int gf__shim_nvml_index_of(const char *uuid);
+int gf__shim_acct_register(const char *uuid, uint64_t limit,
+                           uint64_t *limit_out);
 
 /* ---- shared, inline (fast paths) ----------------------------------------- */
 

@@ -220,7 +220,7 @@ grep -qE "^0 +[0-9]+ +dead +0 +100.00 MiB" "$tmp/out" && grep -q "reclaimed: 0" 
   { echo "FAIL inspect-leaves-dead-slot"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
 run inspect-reclaim 0 -- "$GPUFRAC" inspect region --reclaim "$tmp/ho"
 grep -q "^reclaimed 1 slots of dead processes" "$tmp/out" && ! grep -qE "^[0-9]+ +[0-9]+ +dead " "$tmp/out" &&
-  grep -qE "^0 +- +1.00 GiB +0 B" "$tmp/out" &&
+  grep -qE "^0 +(-|GPU-[0-9a-f-]+) +1.00 GiB +0 B" "$tmp/out" &&
   { echo "ok   inspect-reclaim-frees"; pass=$((pass + 1)); } ||
   { echo "FAIL inspect-reclaim-frees"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
 run inspect-help 0 -- "$GPUFRAC" inspect --help

@@ -126,6 +126,18 @@ grep -q '^ok   rank1: 768 MiB' "$tmp/rank1" && grep -q '^ok   rank0: 128 MiB' "$
   { echo "FAIL ranks-per-gpu"; sed 's/^/  | /' "$tmp/rank0" "$tmp/rank1"; fail=$((fail + 1)); }
 cat "$tmp/rank0" "$tmp/rank1" "$tmp/others" >"$tmp/all-views"
 check_views one-budget-all-processes "$tmp/all-views" 512 128 768 768
+# The budget, for engines that read one: a file beside the region, one
+# line per GPU (UUID, limit in bytes, context charge in bytes).
+grep -qx "$ua 536870912 0" "$tmp/rk.budget" && grep -qx "$ub 805306368 0" "$tmp/rk.budget" &&
+  [ "$(grep -vc '^#' "$tmp/rk.budget")" = 2 ] &&
+  { echo "ok   budget-file"; pass=$((pass + 1)); } ||
+  { echo "FAIL budget-file"; sed 's/^/  | /' "$tmp/rk.budget"; fail=$((fail + 1)); }
+# ... also for GPUs the config names by UUID (the node agent's way).
+printf 'memory.%s = 1Gi\ncontext_overhead = 100Mi\nregion = %s/nb\n' "$ub" "$tmp" >"$tmp/nb.conf"
+run budget-named 0 -- "${base[@]}" "${dev[@]}" GPUFRAC_CONFIG="$tmp/nb.conf" "$PROBE_MEM" report nb 0 -
+grep -qx "$ub 1073741824 104857600" "$tmp/nb.budget" &&
+  { echo "ok   budget-file-named"; pass=$((pass + 1)); } ||
+  { echo "FAIL budget-file-named"; sed 's/^/  | /' "$tmp/nb.budget"; fail=$((fail + 1)); }
 
 # As a HAMi-core drop-in with only CUDA_DEVICE_MEMORY_LIMIT set, the
 # processes of a container share one default region (HAMi-core shares
