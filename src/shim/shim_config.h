@@ -68,7 +68,10 @@ enum {
 typedef struct gf_shim_config {
   char region[512];
   char real_libcuda[512];
-  uint64_t memory[GF_REGION_DEVICES]; /* by CUDA index; 0 = unlimited */
+  uint64_t memory[GF_REGION_DEVICES]; /* by the container's GPU index (the
+                                         CUDA index without
+                                         CUDA_VISIBLE_DEVICES); 0 =
+                                         unlimited */
   /* memory.GPU-<uuid> lines in file order (lower-case, NVIDIA's format). */
   char uuid[GF_REGION_DEVICES][GF_REGION_UUID];
   uint64_t uuid_memory[GF_REGION_DEVICES];

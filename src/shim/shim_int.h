@@ -68,11 +68,12 @@ typedef struct pool_acct {
                     step (shim_pool.c, alloc_pooled) */
 } pool_acct;
 
-/* Accounting index of a CUDA device: the region's device index.  By
- * position when the config names no UUID; else the config's UUIDs take
- * indices 0..nuuid-1 in file order (the same in every process of the
- * container, whatever CUDA_VISIBLE_DEVICES order each one sees) and other
- * devices nuuid + their CUDA index. */
+/* Accounting index of a CUDA device: the region's device index, by the
+ * GPU's UUID: the config's UUIDs take indices 0..nuuid-1 in file order,
+ * other GPUs their place in the region's UUID table (the same in every
+ * process of the container, whatever CUDA_VISIBLE_DEVICES each one has;
+ * gf__shim_map_resolve).  By CUDA index only when the driver cannot give
+ * UUIDs. */
 #define ACCT_NONE (-1) /* not accounted: unlimited */
 #define ACCT_REFUSE (-2)
 
