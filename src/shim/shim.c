@@ -38,6 +38,7 @@
 #include "shim_int.h"
 
 struct gf__shim gf__shim_state = {.load_lock = PTHREAD_MUTEX_INITIALIZER,
+                                  .view_slow = 1,
                                   .map_once = PTHREAD_ONCE_INIT,
                                   .slot_lock = PTHREAD_MUTEX_INITIALIZER,
                                   .slot = -1,
@@ -64,6 +65,16 @@ void gf__shim_log(int level, const char *fmt, ...) {
 
 /* ---- setup --------------------------------------------------------------- */
 
+/* Recomputes S.view_slow after S.mode or S.npools changed (a relaxed
+ * store: safe in the SIGBUS handler). */
+void gf__shim_view_gate(void) {
+  atomic_store_explicit(
+      &S.view_slow,
+      S.mode != GF_SHIM_ENFORCE ||
+          atomic_load_explicit(&S.npools, memory_order_relaxed) != 0,
+      memory_order_relaxed);
+}
+
 static void detach(void) {
   if (S.region && atomic_load(&S.slot) >= 0)
     gf_region_detach(S.region, atomic_load(&S.slot));
@@ -83,6 +94,7 @@ static void after_fork_child(void) {
   gf__atab_release(&S.ctxs);
   memset(S.pools, 0, sizeof(S.pools));
   atomic_store(&S.npools, 0);
+  gf__shim_view_gate();
   memset(S.prim_refs, 0, sizeof(S.prim_refs));
   memset(S.prim_charged, 0, sizeof(S.prim_charged));
   pthread_mutex_init(&S.slot_lock, NULL);
@@ -351,9 +363,17 @@ out:
   return ok;
 }
 
+/* Stands in for a driver without cuCtxGetDevice, so the views' fast path
+ * calls it without a check (current_device). */
+static gf_cu_result no_ctx_device(CUdevice *dev) {
+  (void)dev;
+  return CUDA_ERROR_NOT_INITIALIZED;
+}
+
 /* Loading: the config, the real driver and its functions.  No region, no
  * slot. */
 static void setup_load(void) {
+  S.real.cuCtxGetDevice = no_ctx_device;
   gf__shim_resolve_real_dlsym();
   gf_shim_config_load(&S.cfg, &S.mode);
   const char *lib = S.cfg.real_libcuda[0] ? S.cfg.real_libcuda : "libcuda.so.1";
@@ -362,6 +382,7 @@ static void setup_load(void) {
     gf__shim_log(GF_SHIM_LOG_WARN, "cannot load the real driver %s: %s", lib,
                  dlerror());
     S.mode = GF_SHIM_OFF;
+    gf__shim_view_gate();
     return;
   }
 #define GF__SHIM_RESOLVE(name, pfn, params, args)                              \
@@ -369,6 +390,8 @@ static void setup_load(void) {
   GF_SHIM_HOOKS(GF__SHIM_RESOLVE)
   GF_SHIM_REAL(GF__SHIM_RESOLVE)
 #undef GF__SHIM_RESOLVE
+  if (!S.real.cuCtxGetDevice)
+    S.real.cuCtxGetDevice = no_ctx_device;
 }
 
 /* ---- a region file that shrinks under its mapping ------------------------
@@ -425,6 +448,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
     if (mmap(r, sizeof(gf_region), PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
       S.mode = GF_SHIM_REFUSE;
+      gf__shim_view_gate();
       if (!atomic_exchange(&region_lost, 1))
         bus_say();
       errno = saved;
@@ -488,6 +512,7 @@ static void setup_map(void) {
       gf__shim_log(GF_SHIM_LOG_WARN, "region: %s; refusing device memory",
                    d.msg);
       S.mode = GF_SHIM_REFUSE;
+      gf__shim_view_gate();
       return;
     }
     bus_guard();
@@ -503,6 +528,7 @@ static void setup_map(void) {
     gf_region *r = calloc(1, sizeof(*r));
     if (!r) {
       S.mode = GF_SHIM_REFUSE;
+      gf__shim_view_gate();
       return;
     }
     S.region = r;
@@ -528,6 +554,7 @@ static void setup_map(void) {
 
 static void setup_once(void) {
   setup_map();
+  gf__shim_view_gate();
   atomic_store_explicit(&S.throttle,
                         S.mode == GF_SHIM_ENFORCE && S.region &&
                             S.region->compute_pct < 100 &&
@@ -632,6 +659,7 @@ __attribute__((noinline)) bool gf__shim_slot_claim(void) {
                    "region full (%d processes); refusing memory",
                    GF_REGION_SLOTS);
       S.mode = GF_SHIM_REFUSE;
+      gf__shim_view_gate();
     } else {
       static bool registered;
       if (!registered)

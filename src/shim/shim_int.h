@@ -101,7 +101,11 @@ struct gf__shim {
   _Atomic int tlock;     /* guards the tables (tlock_take; no calls under it) */
   table ptrs, handles, ctxs;
   pool_acct pools[GF_SHIM_POOLS];
-  _Atomic int npools;       /* entries [0, npools) may be in use */
+  _Atomic int npools; /* entries [0, npools) may be in use */
+  /* Nonzero when a view cannot take the fast path: not enforcing, or
+   * pools to settle (gf__shim_view_gate; one load on cuMemGetInfo_v2's
+   * path instead of two). */
+  _Atomic int view_slow;
   _Atomic uint64_t reap_ns; /* coarse monotonic time of the last view reap */
   _Atomic int ndev;         /* devices this process sees; 0 = not known yet */
   /* CUDA index -> accounting index and limits, set once (map_lock). */
@@ -174,6 +178,7 @@ bool gf__shim_pools_settle_all(void);
 void gf__shim_pool_unlive(uint32_t i);
 void gf__shim_queued_reset(void);
 void gf__shim_vmm_reset(void);
+void gf__shim_view_gate(void);
 void gf__shim_tlock_wait(void);
 void gf__shim_track_failed(uint64_t bytes);
 void gf__shim_track_displaced(const gf__atab_entry *old);
@@ -211,8 +216,9 @@ static inline uint32_t current_device(void) {
   if (atomic_load_explicit(&S.ndev, memory_order_relaxed) == 1)
     return 0;
   CUdevice dev = 0;
-  if (S.real.cuCtxGetDevice && S.real.cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
-      dev >= 0 && dev < GF_REGION_DEVICES)
+  /* Never NULL once loaded (a stand-in when the driver lacks it). */
+  if (S.real.cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev >= 0 &&
+      dev < GF_REGION_DEVICES)
     return (uint32_t)dev;
   return 0;
 }

@@ -34,6 +34,7 @@ static int pool_index(CUmemoryPool pool, uint32_t dev) {
   if (free_i < 0 && n < GF_SHIM_POOLS) {
     free_i = n;
     atomic_store(&S.npools, n + 1);
+    gf__shim_view_gate();
   }
   if (free_i >= 0)
     S.pools[free_i] = (pool_acct){.pool = pool, .dev = dev};

@@ -83,15 +83,15 @@ static void clamp_view(uint32_t dev, uint64_t *free_b, uint64_t *total) {
   clamp_acct(enforcing() ? acct_of(dev) : ACCT_NONE, free_b, total);
 }
 
-/* The views' common case, which calls nothing: enforcing, no pools to
- * settle, a mapped device, not a view due the reap check.  False when
+/* The views' common case, which calls nothing: enforcing and no pools to
+ * settle (one flag, S.view_slow), a mapped device, not a view due the
+ * reap check.  False when
  * clamp_acct must answer instead (nothing changed then). */
 static inline __attribute__((always_inline)) bool
 clamp_fast(int a, uint64_t *free_b, uint64_t *total) {
   uint32_t v = atomic_load_explicit(&views, memory_order_relaxed);
   if (__builtin_expect(
-          S.mode != GF_SHIM_ENFORCE ||
-              atomic_load_explicit(&S.npools, memory_order_relaxed) != 0 ||
+          atomic_load_explicit(&S.view_slow, memory_order_relaxed) ||
               (v & GF_SHIM_VIEW_CHECK) == 0 || a < 0,
           0))
     return false;
