@@ -298,7 +298,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev,
   if (rc != 0 || !mem || (!enforcing() && S.mode != GF_SHIM_REFUSE))
     return rc;
   uint64_t f = mem->free, t = mem->total;
-  clamp_acct(nvml_acct(dev), &f, &t);
+  int a = nvml_acct(dev);
+  if (__builtin_expect(!clamp_fast(a, &f, &t), 0))
+    clamp_acct(a, &f, &t);
   uint64_t reserved = mem->reserved < t - f ? mem->reserved : 0;
   mem->total = t;
   mem->free = f;
