@@ -6,7 +6,8 @@
  * S in these files) and one file per seam: shim.c (state, setup and the
  * loader, the device map, the region and its SIGBUS guard), shim_alloc.c
  * (the allocation entry points: device pointers, VMM handles, arrays),
- * shim_pool.c (stream-ordered pools and frees), shim_ctx.c (contexts),
+ * shim_pool.c (stream-ordered pools and frees), shim_vmm.c (VMM mappings
+ * and cuMemRelease), shim_ctx.c (contexts),
  * shim_views.c (cuMemGetInfo, cuDeviceTotalMem, the NVML views),
  * shim_launch.c (the compute limiter) and shim_lookup.c (cuGetProcAddress
  * and dlsym).  What the hot paths need is static inline here, so the split
