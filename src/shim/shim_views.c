@@ -233,11 +233,11 @@ static inline int nvml_acct(nvmlDevice_t dev) {
 
 static __attribute__((noinline)) int nvml_acct_miss(nvmlDevice_t dev) {
   int a = nvml_acct_lookup(dev);
-  /* Kept once the CUDA map is set (a CUDA device's index and limit are
-   * final then); a process that never initialises CUDA looks up each
-   * time. */
-  if (a == ACCT_REFUSE ||
-      !atomic_load_explicit(&S.mapped, memory_order_acquire))
+  /* A GPU's index is its UUID's place, which never changes (its limit is
+   * read at each view), so any answer but a refusal is kept, also in a
+   * process that never initialises CUDA (a monitor polling NVML would
+   * otherwise lock the region file at every view). */
+  if (a == ACCT_REFUSE)
     return a;
   /* One writer at a time: a filled entry's acct is never written again,
    * and its dev is published after it. */
