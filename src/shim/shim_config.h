@@ -33,7 +33,8 @@
  * CUDA_DEVICE_MEMORY_LIMIT and CUDA_DEVICE_MEMORY_LIMIT_<i> (bytes, or a
  * number and k/m/g), CUDA_DEVICE_SM_LIMIT (percent; 0 = none),
  * GPU_CORE_UTILIZATION_POLICY (default|force|disable),
- * CUDA_DEVICE_MEMORY_SHARED_CACHE (the region path), CUDA_DISABLE_CONTROL
+ * CUDA_DEVICE_MEMORY_SHARED_CACHE (the region path; unset, HAMi-core's
+ * variables share GF_SHIM_HAMI_REGION), CUDA_DISABLE_CONTROL
  * (true or 1: pass-through).  docs/shim.md has the mapping.
  *
  * Outcome: ENFORCE with limits, OFF (no config at all, or disabled), or
