@@ -167,7 +167,7 @@ int gf__shim_nvml_index_of(const char *uuid) {
  * CUDA_DEVICE_MEMORY_LIMIT_<i> number.  The variable unset: j.  Its j-th
  * entry a number: that number.  A UUID (the node agent's CDI sets those)
  * or anything else: NVML's index of the GPU.  -1 when none of these
- * says. */
+ * says (the caller then takes j). */
 static int container_index(int j, const char *uuid) {
   const char *v = getenv("CUDA_VISIBLE_DEVICES");
   if (!v)
@@ -190,7 +190,7 @@ static int container_index(int j, const char *uuid) {
 }
 
 /* The limit of a GPU the config does not name by UUID, at container
- * index ci (-1: not known): memory.<ci>, else `memory`. */
+ * index ci: memory.<ci> (`memory` where none is set for ci). */
 static uint64_t index_limit(int ci) {
   return ci >= 0 && ci < GF_REGION_DEVICES ? S.cfg.memory[ci]
                                            : S.cfg.memory_all;
@@ -336,8 +336,11 @@ bool gf__shim_map_resolve(void) {
     if (k >= 0) {
       named[k] = true;
     } else if (i < n && !by_index) {
-      uint64_t lim = per_index ? index_limit(container_index(i, S.cuda_uuid[i]))
-                               : S.cfg.memory_all;
+      /* A container index that cannot be told falls back to the CUDA
+       * index (what a per-index limit meant before), never to no limit. */
+      int ci = per_index ? container_index(i, S.cuda_uuid[i]) : -1;
+      uint64_t lim =
+          !per_index ? S.cfg.memory_all : index_limit(ci >= 0 ? ci : i);
       k = gf__shim_acct_register(S.cuda_uuid[i], lim, NULL);
       if (k >= 0)
         __atomic_store_n(&S.acct_limit[k], lim, __ATOMIC_RELAXED);

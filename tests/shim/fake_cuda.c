@@ -253,7 +253,8 @@ static int phys_devices(void) {
   return v < 1 ? 1 : v > NDEV_MAX ? NDEV_MAX : v;
 }
 
-/* CUDA_VISIBLE_DEVICES as the real driver reads a list of numbers: CUDA
+/* CUDA_VISIBLE_DEVICES as the real driver reads a list of numbers (or of
+ * UUIDs from FAKE_CUDA_UUIDS): CUDA
  * index d is the machine's GPU number entry d; the list ends at the first
  * entry that is not a GPU of the machine.  Unset: every GPU, in order.
  * Returns -1 past the list. */
@@ -264,6 +265,18 @@ static int phys_of(int d) {
   for (int i = 0;; i++) {
     char *end;
     long x = strtol(v, &end, 10);
+    if (strncmp(v, "GPU-", 4) == 0) { /* a UUID of FAKE_CUDA_UUIDS */
+      size_t len = strcspn(v, ",");
+      const char *list = getenv("FAKE_CUDA_UUIDS");
+      x = -1;
+      for (int k = 0; list && x < 0; k++) {
+        if (strncmp(list, v, len) == 0 && (list[len] == ',' || !list[len]))
+          x = k;
+        list = strchr(list, ',');
+        list = list ? list + 1 : NULL;
+      }
+      end = (char *)v + len;
+    }
     if (end == v || x < 0 || x >= phys_devices() || (*end && *end != ','))
       return -1;
     if (i == d)

@@ -100,6 +100,14 @@ grep -q "^filled $ua 256$" "$tmp/ro2.out" && grep -q "^filled $ub 512$" "$tmp/ro
   { echo "FAIL reorder-config-limits"; sed 's/^/  | /' "$tmp/ro2.out"; fail=$((fail + 1)); }
 check_views reorder-config-views "$tmp/ro2.out" 256 256 512 512
 
+# CUDA_VISIBLE_DEVICES naming a GPU by UUID (the node agent's CDI does):
+# the container's index of ub is NVML's, 1, so _1's 512 MiB is its limit.
+run uuid-visible-hami 0 -- "${base[@]}" "${dev[@]}" CUDA_VISIBLE_DEVICES="$ub" CUDA_DEVICE_MEMORY_SHARED_CACHE="$tmp/uv" \
+    CUDA_DEVICE_MEMORY_LIMIT_0=256m CUDA_DEVICE_MEMORY_LIMIT_1=512m "$PROBE_MEM" report u fill -
+grep -q "^filled $ub 512$" "$tmp/out" && [ "$(grep -c '^filled' "$tmp/out")" = 1 ] &&
+  { echo "ok   uuid-visible-hami-limit"; pass=$((pass + 1)); } ||
+  { echo "FAIL uuid-visible-hami-limit"; sed 's/^/  | /' "$tmp/out"; fail=$((fail + 1)); }
+
 # Ranks of one container, each pinned to its GPU (CUDA_VISIBLE_DEVICES=
 # <rank>), each GPU with its own share (memory.0 = 512Mi for ua, memory.1
 # = 768Mi for ub): rank 0 holds 128 MiB on ua, rank 1 all its 768 MiB on
