@@ -48,6 +48,11 @@ struct gf__shim gf__shim_state = {.load_lock = PTHREAD_MUTEX_INITIALIZER,
 
 void *(*gf__shim_real_dlsym)(void *, const char *);
 
+/* The threads of a process without a region file take turns at
+ * registering a GPU's UUID (gf__shim_acct_register; reset in a forked
+ * child). */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void gf__shim_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void gf__shim_log(int level, const char *fmt, ...) {
@@ -85,6 +90,7 @@ static void after_fork_child(void) {
     return;
   gf__shim_queued_reset(); /* the parent's host functions never run here */
   gf__shim_vmm_reset();
+  pthread_mutex_init(&reg_lock, NULL);
   pthread_mutex_init(&S.lock, NULL);
   atomic_store(&S.tlock, 0);
   pthread_mutex_init(&S.map_lock, NULL);
@@ -259,12 +265,16 @@ int gf__shim_acct_register(const char *uuid, uint64_t limit,
   gf_region *r = S.region;
   if (!r || !uuid[0])
     return -1;
+  /* The file's lock orders processes; this one the threads of a process
+   * without a region file. */
+  pthread_mutex_lock(&reg_lock);
   int fd = -1;
   if (S.cfg.region[0]) {
     fd = open(S.cfg.region, O_RDWR | O_CLOEXEC);
     if (fd < 0 || flock(fd, LOCK_EX) != 0) {
       if (fd >= 0)
         close(fd);
+      pthread_mutex_unlock(&reg_lock);
       return -1;
     }
   }
@@ -288,6 +298,7 @@ int gf__shim_acct_register(const char *uuid, uint64_t limit,
     flock(fd, LOCK_UN);
     close(fd);
   }
+  pthread_mutex_unlock(&reg_lock);
   return k;
 }
 

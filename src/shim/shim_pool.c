@@ -151,7 +151,14 @@ static struct queued {
 } queued[GF_SHIM_QUEUED];
 static _Atomic uint32_t queued_hint;
 
+/* Pool allocations that may grow a pool by more than they hold (tails)
+ * go one at a time, in this process (alloc_pooled). */
+static pthread_mutex_t pool_tail = PTHREAD_MUTEX_INITIALIZER;
+
+/* In a forked child: no host function of the parent's runs here, and no
+ * tail is in flight. */
 void gf__shim_queued_reset(void) {
+  pthread_mutex_init(&pool_tail, NULL);
   for (int i = 0; i < GF_SHIM_QUEUED; i++)
     atomic_store(&queued[i].busy, 0);
 }
@@ -232,10 +239,6 @@ static gf_cu_result alloc_plain(async_fn fa, pool_fn fp, uint32_t dev,
   return alloc_done(rc, &S.ptrs, rc == CUDA_SUCCESS ? (uint64_t)*dptr : 0, dev,
                     bytes);
 }
-
-/* Pool allocations that may grow a pool by more than they hold (tails)
- * go one at a time, in this process. */
-static pthread_mutex_t pool_tail = PTHREAD_MUTEX_INITIALIZER;
 
 /* Whether pool pl has bytes free inside it (reserved - used). */
 static bool pool_room(CUmemoryPool pl, uint64_t bytes) {
