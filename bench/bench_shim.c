@@ -1,7 +1,7 @@
 /*
  * bench_shim: the interposer's added cost per call on its fast paths.
  *
- *   bench_shim launch N | alloc N | alloclive N | info N | nvml N
+ *   bench_shim launch N | alloc N | alloclive N | info N | nvml N | nvml2 N
  *   bench_shim allocs N | churn N | init
  *
  * Run it with and without LD_PRELOAD=libgpufrac-cuda.so against the fake
@@ -11,7 +11,8 @@
  * cuLaunchKernel, `alloc` a cuMemAlloc_v2 + cuMemFree_v2 of 1 MiB,
  * `alloclive` the same with 10,000 allocations live, `info` a
  * cuMemGetInfo_v2, `nvml` an nvmlDeviceGetMemoryInfo (libnvidia-ml
- * dlopened, as monitoring code does).  `allocs` makes N allocations and
+ * dlopened, as monitoring code does), `nvml2` an
+ * nvmlDeviceGetMemoryInfo_v2.  `allocs` makes N allocations and
  * frees none (the cost of an allocation alone, under callgrind); `churn`
  * makes N alloc/free pairs with one live and prints the growth of resident
  * memory (run it with FAKE_CUDA_NO_REUSE=1: every address new, the worst
@@ -55,6 +56,7 @@ static long rss_kib(void) {
 }
 
 static nvmlReturn_t (*nvml_info)(nvmlDevice_t, nvmlMemory_t *);
+static nvmlReturn_t (*nvml_info2)(nvmlDevice_t, nvmlMemory_v2_t *);
 static nvmlDevice_t nvml_dev;
 
 static int nvml_open(void) {
@@ -63,6 +65,7 @@ static int nvml_open(void) {
   if (!h)
     return -1;
   *(void **)&nvml_info = dlsym(h, "nvmlDeviceGetMemoryInfo");
+  *(void **)&nvml_info2 = dlsym(h, "nvmlDeviceGetMemoryInfo_v2");
   *(void **)&byidx = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
   return nvml_info && byidx && byidx(0, &nvml_dev) == 0 ? 0 : -1;
 }
@@ -72,6 +75,7 @@ static int one(int what) {
   CUdeviceptr p;
   size_t f, t;
   nvmlMemory_t m;
+  nvmlMemory_v2_t m2;
   switch (what) {
   case 'a':
     return cuMemAlloc_v2(&p, MIB) != CUDA_SUCCESS || cuMemFree_v2(p);
@@ -79,6 +83,9 @@ static int one(int what) {
     return cuMemGetInfo_v2(&f, &t) != CUDA_SUCCESS;
   case 'n':
     return nvml_info(nvml_dev, &m) != 0;
+  case '2':
+    m2.version = (unsigned int)(sizeof(m2) | (2u << 24));
+    return !nvml_info2 || nvml_info2(nvml_dev, &m2) != 0;
   default:
     return cuLaunchKernel(NULL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL) !=
            CUDA_SUCCESS;
@@ -94,7 +101,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc != 3 || gf_parse_int64(argv[2], 1, 100000000, &n, NULL)) {
-    fprintf(stderr, "usage: bench_shim launch|alloc|alloclive|info|nvml|"
+    fprintf(stderr, "usage: bench_shim launch|alloc|alloclive|info|nvml|nvml2|"
                     "allocs|churn N | init\n");
     return 2;
   }
@@ -123,13 +130,15 @@ int main(int argc, char **argv) {
              : strcmp(mode, "alloclive") == 0 ? 'a'
              : strcmp(mode, "info") == 0      ? 'i'
              : strcmp(mode, "nvml") == 0      ? 'n'
+             : strcmp(mode, "nvml2") == 0     ? '2'
                                               : 'l';
-  if (what == 'n' && nvml_open()) {
+  if ((what == 'n' || what == '2') && nvml_open()) {
     fprintf(stderr, "bench_shim: libnvidia-ml.so.1 not usable\n");
     return 1;
   }
   CUdeviceptr held = 0; /* views: the process has a slot and usage */
-  if ((what == 'i' || what == 'n') && cuMemAlloc_v2(&held, MIB) != CUDA_SUCCESS)
+  if ((what == 'i' || what == 'n' || what == '2') &&
+      cuMemAlloc_v2(&held, MIB) != CUDA_SUCCESS)
     return 1;
   if (strcmp(mode, "alloclive") == 0)
     for (int i = 0; i < 10000; i++) {

@@ -23,7 +23,7 @@ shim_mem=(env LD_LIBRARY_PATH=$FAKE LD_PRELOAD=$SHIM GPUFRAC_REAL_LIBCUDA=$PWD/$
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf 'compute = 50\ncapacity = 100000000000\nmemory = 8Gi\nregion = %s/r\n' "$tmp" >"$tmp/c"
 shim_cpt=(env LD_LIBRARY_PATH=$FAKE LD_PRELOAD=$SHIM GPUFRAC_REAL_LIBCUDA=$PWD/$FAKE/libcuda.so.1 GPUFRAC_CONFIG=$tmp/c)
-modes=(launch alloc alloclive info nvml)
+modes=(launch alloc alloclive info nvml nvml2)
 shim_for() { [ "$1" = launch ] && s=("${shim_cpt[@]}") || s=("${shim_mem[@]}"); }
 
 echo "== nanoseconds per call (median of 15 batches)"

@@ -144,6 +144,10 @@ void gf_region_unmap(gf_region *r);
 /* Claims a free slot for the calling process; returns its index or
  * GF_ELIMIT when all are taken (after reaping dead owners). */
 int gf_region_attach(gf_region *r);
+/* Frees the slots of the calling process's earlier images: slots with its
+ * pid and its start time, which only an image that exec replaced can have
+ * left (the image calling this holds none yet).  Returns how many. */
+int gf_region_reset_image(gf_region *r);
 /* Frees slot i (the caller's own, at exit). */
 void gf_region_detach(gf_region *r, int i);
 

@@ -369,6 +369,23 @@ static int answer_mounts(gf_node_allocator *a, const gf_node_match *m,
       (rc = add_env(out, "NVIDIA_VISIBLE_DEVICES", uuids, d)) ||
       (rc = add_env(out, "GPUFRAC_CONFIG", GF_NODE_CTR_CONFIG, d)))
     return rc;
+  /* The container's memory budget for engines that read one
+   * (docs/shim.md, "The budget"): <uuid>=<bytes> per granted GPU, and the
+   * interposer's budget file beside the region. */
+  char budget[GF_DP_STR_MAX];
+  used = 0;
+  budget[0] = 0;
+  for (uint32_t i = 0; i < m->grant.ngpus; i++) {
+    int w = snprintf(budget + used, sizeof(budget) - used, "%s%s=%lld",
+                     i ? "," : "", unit_uuid(&units[i]),
+                     (long long)m->grant.gpus[i].mem_bytes);
+    if (w < 0 || (size_t)w >= sizeof(budget) - used)
+      return gf_diag_set(d, GF_ELIMIT, "allocation answer: budget too long");
+    used += (size_t)w;
+  }
+  if ((rc = add_env(out, "GPUFRAC_MEMORY_BUDGET", budget, d)) ||
+      (rc = add_env(out, "GPUFRAC_BUDGET_FILE", GF_CTR_REGION ".budget", d)))
+    return rc;
   static const char *const common[] = {"nvidiactl", "nvidia-uvm",
                                        "nvidia-uvm-tools"};
   for (size_t i = 0; i < 3; i++)

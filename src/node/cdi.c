@@ -57,7 +57,7 @@ static int add_nodes(json_t *nodes, const char *dev_dir,
 /* containerEdits for a set of GPUs; with paths, the per-container files. */
 static json_t *edits(const gf_node_gpu *const *gpus, uint32_t n, bool shim,
                      const gf_node_ctr_paths *paths,
-                     const gf_node_cdi_opts *o) {
+                     const gf_grant_container *c, const gf_node_cdi_opts *o) {
   /* The arrays belong to e from the start; filling them borrows.  All
    * four are made before any is handed over, so a failed one leaks none. */
   json_t *e = json_object(), *env = json_array(), *nodes = json_array(),
@@ -93,6 +93,25 @@ static json_t *edits(const gf_node_gpu *const *gpus, uint32_t n, bool shim,
     goto fail;
   if (paths && add_env(env, "GPUFRAC_CONFIG", GF_NODE_CTR_CONFIG))
     goto fail;
+  /* The container's memory budget for engines that read one
+   * (docs/shim.md, "The budget"): <uuid>=<bytes> per granted GPU, and the
+   * interposer's budget file beside the region. */
+  if (paths && c) {
+    char budget[GF_NODE_MAX_GPUS * (GF_UUID_MAX + 24)];
+    size_t bo = 0;
+    budget[0] = '\0';
+    for (uint32_t i = 0; i < c->ngpus; i++) {
+      int w =
+          snprintf(budget + bo, sizeof(budget) - bo, "%s%s=%lld", i ? "," : "",
+                   c->gpus[i].uuid, (long long)c->gpus[i].mem_bytes);
+      if (w < 0 || (size_t)w >= sizeof(budget) - bo)
+        goto fail;
+      bo += (size_t)w;
+    }
+    if (add_env(env, "GPUFRAC_MEMORY_BUDGET", budget) ||
+        add_env(env, "GPUFRAC_BUDGET_FILE", GF_CTR_REGION ".budget"))
+      goto fail;
+  }
   if (add_nodes(nodes, o->dev_dir ? o->dev_dir : "/dev", gpus, n))
     goto fail;
   if (shim && o->shim_lib && add_mount(mounts, o->shim_lib, o->shim_lib, true))
@@ -135,7 +154,7 @@ int gf_node_cdi_node_spec(const gf_node_gpus *g, const gf_node_cdi_opts *o,
       continue;
     char name[16];
     snprintf(name, sizeof(name), "%u", x->index);
-    json_t *e = edits(&x, 1, x->mode == GF_NODE_MODE_SHARED, NULL, o);
+    json_t *e = edits(&x, 1, x->mode == GF_NODE_MODE_SHARED, NULL, NULL, o);
     json_t *dev =
         e ? json_pack("{s:s,s:o}", "name", name, "containerEdits", e) : NULL;
     if (!dev || json_array_append_new(devices, dev)) {
@@ -179,7 +198,7 @@ int gf_node_cdi_container_spec(const gf_node_gpus *g, const char *pod_uid,
   int n = snprintf(name, sizeof(name), "%s_%s", pod_uid, c->name);
   if (n < 0 || (size_t)n >= sizeof(name))
     return gf_diag_set(d, GF_ELIMIT, "CDI device name too long");
-  json_t *e = edits(gpus, c->ngpus, true, paths, o);
+  json_t *e = edits(gpus, c->ngpus, true, paths, c, o);
   json_t *dev =
       e ? json_pack("{s:s,s:o}", "name", name, "containerEdits", e) : NULL;
   json_t *devices = dev ? json_pack("[o]", dev) : NULL;

@@ -157,6 +157,12 @@ static inline size_t gf__cu_format_bytes(int format) {
     (h, size, prop, flags))                                                    \
   X(cuMemRelease, PFN_cuMemRelease_v10020, (CUmemGenericAllocationHandle h),   \
     (h))                                                                       \
+  X(cuMemMap, PFN_cuMemMap_v10020,                                             \
+    (CUdeviceptr ptr, size_t size, size_t offset,                              \
+     CUmemGenericAllocationHandle h, unsigned long long flags),                \
+    (ptr, size, offset, h, flags))                                             \
+  X(cuMemUnmap, PFN_cuMemUnmap_v10020, (CUdeviceptr ptr, size_t size),         \
+    (ptr, size))                                                               \
   X(cuArrayCreate_v2, PFN_cuArrayCreate_v3020,                                 \
     (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *desc), (a, desc))               \
   X(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020,                             \

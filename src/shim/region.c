@@ -186,6 +186,38 @@ int gf_region_attach(gf_region *r) {
   return GF_ELIMIT;
 }
 
+int gf_region_reset_image(gf_region *r) {
+  int32_t me = (int32_t)getpid();
+  uint64_t start = 0;
+  int n = 0;
+  uint32_t hwm = atomic_load(&r->hwm);
+  if (hwm > GF_REGION_SLOTS)
+    hwm = GF_REGION_SLOTS;
+  for (uint32_t i = 0; i < hwm; i++) {
+    gf_region_slot *s = &r->slots[i];
+    int32_t pid = atomic_load(&s->pid);
+    if (pid != me)
+      continue;
+    if (!start)
+      start = proc_start(me);
+    /* The same pid and the same start time: this very process, under an
+     * image that exec replaced (its memory went with it).  Claimed by
+     * compare-and-swap, as a reap does, so a reaper racing us is not
+     * confused. */
+    if (!start || atomic_load(&s->start) != start ||
+        !atomic_compare_exchange_strong(&s->pid, &pid, -1))
+      continue;
+    for (int dev = 0; dev < GF_REGION_DEVICES; dev++) {
+      atomic_store(&s->used[dev], 0);
+      atomic_store(&s->pending[dev], 0);
+    }
+    atomic_store(&s->start, 0);
+    atomic_store(&s->pid, 0);
+    n++;
+  }
+  return n;
+}
+
 void gf_region_detach(gf_region *r, int i) {
   if (i < 0 || i >= GF_REGION_SLOTS)
     return;

@@ -25,10 +25,12 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +38,7 @@
 #include "shim_int.h"
 
 struct gf__shim gf__shim_state = {.load_lock = PTHREAD_MUTEX_INITIALIZER,
+                                  .view_slow = 1,
                                   .map_once = PTHREAD_ONCE_INIT,
                                   .slot_lock = PTHREAD_MUTEX_INITIALIZER,
                                   .slot = -1,
@@ -44,6 +47,11 @@ struct gf__shim gf__shim_state = {.load_lock = PTHREAD_MUTEX_INITIALIZER,
                                   .ctx_lock = PTHREAD_MUTEX_INITIALIZER};
 
 void *(*gf__shim_real_dlsym)(void *, const char *);
+
+/* The threads of a process without a region file take turns at
+ * registering a GPU's UUID (gf__shim_acct_register; reset in a forked
+ * child). */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void gf__shim_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -62,6 +70,16 @@ void gf__shim_log(int level, const char *fmt, ...) {
 
 /* ---- setup --------------------------------------------------------------- */
 
+/* Recomputes S.view_slow after S.mode or S.npools changed (a relaxed
+ * store: safe in the SIGBUS handler). */
+void gf__shim_view_gate(void) {
+  atomic_store_explicit(
+      &S.view_slow,
+      S.mode != GF_SHIM_ENFORCE ||
+          atomic_load_explicit(&S.npools, memory_order_relaxed) != 0,
+      memory_order_relaxed);
+}
+
 static void detach(void) {
   if (S.region && atomic_load(&S.slot) >= 0)
     gf_region_detach(S.region, atomic_load(&S.slot));
@@ -71,6 +89,8 @@ static void after_fork_child(void) {
   if (!S.region)
     return;
   gf__shim_queued_reset(); /* the parent's host functions never run here */
+  gf__shim_vmm_reset();
+  pthread_mutex_init(&reg_lock, NULL);
   pthread_mutex_init(&S.lock, NULL);
   atomic_store(&S.tlock, 0);
   pthread_mutex_init(&S.map_lock, NULL);
@@ -80,6 +100,7 @@ static void after_fork_child(void) {
   gf__atab_release(&S.ctxs);
   memset(S.pools, 0, sizeof(S.pools));
   atomic_store(&S.npools, 0);
+  gf__shim_view_gate();
   memset(S.prim_refs, 0, sizeof(S.prim_refs));
   memset(S.prim_charged, 0, sizeof(S.prim_charged));
   pthread_mutex_init(&S.slot_lock, NULL);
@@ -99,11 +120,12 @@ NO_SANITIZE void gf__shim_resolve_real_dlsym(void) {
 /* ---- devices: CUDA index -> accounting index ------------------------------
  */
 
-/* Limits by accounting index, and the region's informational copy. */
+/* Limits by accounting index, and the region's informational copy.  No
+ * device is mapped until the driver can name them (gf__shim_map_resolve). */
 static void map_init(gf_region_limits *lim) {
   uint32_t nu = S.cfg.nuuid;
   for (uint32_t i = 0; i < GF_REGION_DEVICES; i++) {
-    S.acct[i] = (int8_t)(nu == 0 ? (int)i : ACCT_REFUSE);
+    S.acct[i] = (int8_t)ACCT_REFUSE;
     if (i < nu) {
       S.acct_limit[i] = S.cfg.uuid_memory[i];
       memcpy(lim->uuid[i], S.cfg.uuid[i], GF_REGION_UUID);
@@ -112,7 +134,7 @@ static void map_init(gf_region_limits *lim) {
     }
     lim->limit[i] = S.acct_limit[i];
   }
-  atomic_store_explicit(&S.mapped, nu == 0, memory_order_release);
+  atomic_store_explicit(&S.mapped, 0, memory_order_release);
 }
 
 /* NVIDIA's text form of a device UUID, as nvidia-smi -L prints it. */
@@ -125,10 +147,172 @@ void gf__shim_format_uuid(const CUuuid *u, char out[GF_REGION_UUID]) {
            b[11], b[12], b[13], b[14], b[15]);
 }
 
-/* With UUIDs in the config: asks the real driver for every device's UUID
- * and maps CUDA indices to accounting indices.  Needs an initialised driver:
- * before cuInit it fails and is tried again by the next call that needs
- * it.  Returns whether the map is set. */
+/* NVML's index of the GPU named uuid, -1 when NVML cannot say.  NVML
+ * numbers the container's GPUs whatever CUDA_VISIBLE_DEVICES says. */
+int gf__shim_nvml_index_of(const char *uuid) {
+  nvmlReturn_t (*ninit)(void) = NULL, (*byidx)(unsigned int, nvmlDevice_t *),
+               (*getu)(nvmlDevice_t, char *, unsigned int);
+  *(void **)&ninit = gf__shim_nvml_sym("nvmlInit_v2");
+  *(void **)&byidx = gf__shim_nvml_sym("nvmlDeviceGetHandleByIndex_v2");
+  *(void **)&getu = gf__shim_nvml_sym("nvmlDeviceGetUUID");
+  if (!ninit || !byidx || !getu || ninit() != 0)
+    return -1;
+  for (unsigned int i = 0; i < GF_REGION_DEVICES; i++) {
+    nvmlDevice_t d;
+    char u[96];
+    if (byidx(i, &d) != 0)
+      break;
+    if (getu(d, u, sizeof(u)) == 0 && strcmp(u, uuid) == 0)
+      return (int)i;
+  }
+  return -1;
+}
+
+/* The container's index of CUDA device j (named uuid): its CUDA index
+ * without CUDA_VISIBLE_DEVICES, which is what memory.<i> and HAMi-core's
+ * CUDA_DEVICE_MEMORY_LIMIT_<i> number.  The variable unset: j.  Its j-th
+ * entry a number: that number.  A UUID (the node agent's CDI sets those)
+ * or anything else: NVML's index of the GPU.  -1 when none of these
+ * says (the caller then takes j). */
+static int container_index(int j, const char *uuid) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  if (!v)
+    return j;
+  for (int k = 0; k < j; k++) {
+    v = strchr(v, ',');
+    if (!v)
+      return -1;
+    v++;
+  }
+  while (*v == ' ')
+    v++;
+  if (*v >= '0' && *v <= '9') {
+    int x = 0;
+    for (; *v >= '0' && *v <= '9' && x < GF_REGION_DEVICES; v++)
+      x = x * 10 + (*v - '0');
+    return x < GF_REGION_DEVICES ? x : -1;
+  }
+  return gf__shim_nvml_index_of(uuid);
+}
+
+/* The limit of a GPU the config does not name by UUID, at container
+ * index ci: memory.<ci> (`memory` where none is set for ci). */
+static uint64_t index_limit(int ci) {
+  return ci >= 0 && ci < GF_REGION_DEVICES ? S.cfg.memory[ci]
+                                           : S.cfg.memory_all;
+}
+
+/* Whether the config sets a limit by index (memory.<i> or
+ * CUDA_DEVICE_MEMORY_LIMIT_<i> other than `memory`). */
+static bool index_limits(void) {
+  for (int i = 0; i < GF_REGION_DEVICES; i++)
+    if (S.cfg.memory[i] != S.cfg.memory_all)
+      return true;
+  return false;
+}
+
+/* The budget file beside the region (docs/shim.md, "The budget"): every
+ * GPU the region knows, with its limit.  Written whole to a temporary
+ * file and renamed, with the region's lock held. */
+static void budget_write(void) {
+  char path[600], tmp[620];
+  if (!S.cfg.region[0] ||
+      snprintf(path, sizeof(path), "%s.budget", S.cfg.region) >=
+          (int)sizeof(path) ||
+      snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid()) >=
+          (int)sizeof(tmp))
+    return;
+  FILE *f = fopen(tmp, "we");
+  if (!f)
+    return;
+  fprintf(f, "# gpufrac memory budget: GPU limit_bytes context_bytes\n");
+  for (int i = 0; i < GF_REGION_DEVICES; i++) {
+    char u[GF_REGION_UUID];
+    memcpy(u, S.region->uuid[i], GF_REGION_UUID);
+    u[GF_REGION_UUID - 1] = '\0';
+    if (u[0])
+      fprintf(f, "%s %llu %llu\n", u, (unsigned long long)S.region->limit[i],
+              (unsigned long long)S.cfg.context_overhead);
+  }
+  if (fclose(f) != 0 || rename(tmp, path) != 0)
+    unlink(tmp);
+}
+
+/* The budget file, written once by each process that maps its devices
+ * (a container's first process creates it; the node agent's GPUs are all
+ * named by the config, so no registration may ever write it). */
+static void budget_publish(void) {
+  if (!S.region || !S.cfg.region[0])
+    return;
+  int fd = open(S.cfg.region, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  if (flock(fd, LOCK_EX) == 0) {
+    budget_write();
+    flock(fd, LOCK_UN);
+  }
+  close(fd);
+}
+
+/* The region's accounting index of the GPU named uuid: where the region's
+ * table has it, else its first free place at or after the config's
+ * UUIDs, recorded with limit (which stays the region's record of it).
+ * Under the region file's lock, so every process of the container finds
+ * a GPU at the same index.  *limit_out: the limit the region records.
+ * -1 when the table is full or the file cannot be locked. */
+int gf__shim_acct_register(const char *uuid, uint64_t limit,
+                           uint64_t *limit_out) {
+  gf_region *r = S.region;
+  if (!r || !uuid[0])
+    return -1;
+  /* The file's lock orders processes; this one the threads of a process
+   * without a region file. */
+  pthread_mutex_lock(&reg_lock);
+  int fd = -1;
+  if (S.cfg.region[0]) {
+    fd = open(S.cfg.region, O_RDWR | O_CLOEXEC);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+      if (fd >= 0)
+        close(fd);
+      pthread_mutex_unlock(&reg_lock);
+      return -1;
+    }
+  }
+  int k = -1;
+  bool added = false;
+  for (int i = 0; i < GF_REGION_DEVICES && k < 0; i++)
+    if (strncmp(r->uuid[i], uuid, GF_REGION_UUID) == 0)
+      k = i;
+  for (int i = (int)S.cfg.nuuid; i < GF_REGION_DEVICES && k < 0; i++)
+    if (!r->uuid[i][0]) {
+      r->limit[i] = limit;
+      snprintf(r->uuid[i], GF_REGION_UUID, "%s", uuid);
+      k = i;
+      added = true;
+    }
+  if (k >= 0 && limit_out)
+    *limit_out = r->limit[k];
+  if (added)
+    budget_write();
+  if (fd >= 0) {
+    flock(fd, LOCK_UN);
+    close(fd);
+  }
+  pthread_mutex_unlock(&reg_lock);
+  return k;
+}
+
+/* Asks the real driver for every device's UUID and maps CUDA indices to
+ * accounting indices: a GPU the config names by UUID at the config's
+ * position; any other at its place in the region's table of UUIDs
+ * (gf__shim_acct_register), with memory.<its container index> or
+ * `memory`.  Every index is a GPU's UUID before anything is charged, so
+ * the same GPU is counted at the same index in every process of the
+ * container, whatever CUDA_VISIBLE_DEVICES each one has.  A driver that
+ * cannot give UUIDs, with no UUID in the config: by CUDA index, as
+ * before.  Needs an initialised driver: before cuInit it fails and is
+ * tried again by the next call that needs it.  Returns whether the map is
+ * set. */
 bool gf__shim_map_resolve(void) {
   if (atomic_load_explicit(&S.mapped, memory_order_acquire))
     return true;
@@ -138,29 +322,46 @@ bool gf__shim_map_resolve(void) {
                                                 ? S.real.cuDeviceGetUuid_v2
                                                 : S.real.cuDeviceGetUuid;
   int n = 0;
-  if (ok || !get || !S.real.cuDeviceGetCount ||
+  if (ok || !S.real.cuDeviceGetCount ||
       S.real.cuDeviceGetCount(&n) != CUDA_SUCCESS)
     goto out;
   n = n < 0 ? 0 : n > GF_REGION_DEVICES ? GF_REGION_DEVICES : n;
+  uint32_t nu = S.cfg.nuuid;
+  bool by_index = false;
   for (int i = 0; i < n; i++) {
     CUuuid u;
-    if (get(&u, (CUdevice)i) != CUDA_SUCCESS)
-      goto out;
+    if (!get || get(&u, (CUdevice)i) != CUDA_SUCCESS) {
+      if (nu)
+        goto out; /* UUIDs in the config: nothing can be charged yet */
+      by_index = true;
+      break;
+    }
     gf__shim_format_uuid(&u, S.cuda_uuid[i]);
   }
-  bool named[GF_REGION_DEVICES] = {false};
-  uint32_t nu = S.cfg.nuuid;
+  bool named[GF_REGION_DEVICES] = {false}, per_index = index_limits();
   for (int i = 0; i < GF_REGION_DEVICES; i++) {
     int k = -1;
-    for (uint32_t j = 0; i < n && j < nu && k < 0; j++)
+    for (uint32_t j = 0; !by_index && i < n && j < nu && k < 0; j++)
       if (strcmp(S.cuda_uuid[i], S.cfg.uuid[j]) == 0)
         k = (int)j;
-    if (k >= 0)
+    if (k >= 0) {
       named[k] = true;
-    else if (nu + (uint32_t)i < GF_REGION_DEVICES)
+    } else if (i < n && !by_index) {
+      /* A container index that cannot be told falls back to the CUDA
+       * index (what a per-index limit meant before), never to no limit. */
+      int ci = per_index ? container_index(i, S.cuda_uuid[i]) : -1;
+      uint64_t lim =
+          !per_index ? S.cfg.memory_all : index_limit(ci >= 0 ? ci : i);
+      k = gf__shim_acct_register(S.cuda_uuid[i], lim, NULL);
+      if (k >= 0)
+        __atomic_store_n(&S.acct_limit[k], lim, __ATOMIC_RELAXED);
+      else
+        k = lim ? ACCT_REFUSE : ACCT_NONE;
+    } else if (nu + (uint32_t)i < GF_REGION_DEVICES) {
       k = (int)nu + i;
-    else
+    } else {
       k = S.cfg.memory[i] ? ACCT_REFUSE : ACCT_NONE;
+    }
     __atomic_store_n(&S.acct[i], (int8_t)k, __ATOMIC_RELAXED);
   }
   for (uint32_t j = 0; j < nu; j++)
@@ -168,6 +369,7 @@ bool gf__shim_map_resolve(void) {
       gf__shim_log(GF_SHIM_LOG_WARN,
                    "memory.%s: no visible device has this UUID; ignored",
                    S.cfg.uuid[j]);
+  budget_publish();
   ok = true;
   atomic_store_explicit(&S.mapped, 1, memory_order_release);
 out:
@@ -175,9 +377,17 @@ out:
   return ok;
 }
 
+/* Stands in for a driver without cuCtxGetDevice, so the views' fast path
+ * calls it without a check (current_device). */
+static gf_cu_result no_ctx_device(CUdevice *dev) {
+  (void)dev;
+  return CUDA_ERROR_NOT_INITIALIZED;
+}
+
 /* Loading: the config, the real driver and its functions.  No region, no
  * slot. */
 static void setup_load(void) {
+  S.real.cuCtxGetDevice = no_ctx_device;
   gf__shim_resolve_real_dlsym();
   gf_shim_config_load(&S.cfg, &S.mode);
   const char *lib = S.cfg.real_libcuda[0] ? S.cfg.real_libcuda : "libcuda.so.1";
@@ -186,6 +396,7 @@ static void setup_load(void) {
     gf__shim_log(GF_SHIM_LOG_WARN, "cannot load the real driver %s: %s", lib,
                  dlerror());
     S.mode = GF_SHIM_OFF;
+    gf__shim_view_gate();
     return;
   }
 #define GF__SHIM_RESOLVE(name, pfn, params, args)                              \
@@ -193,6 +404,8 @@ static void setup_load(void) {
   GF_SHIM_HOOKS(GF__SHIM_RESOLVE)
   GF_SHIM_REAL(GF__SHIM_RESOLVE)
 #undef GF__SHIM_RESOLVE
+  if (!S.real.cuCtxGetDevice)
+    S.real.cuCtxGetDevice = no_ctx_device;
 }
 
 /* ---- a region file that shrinks under its mapping ------------------------
@@ -249,6 +462,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
     if (mmap(r, sizeof(gf_region), PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
       S.mode = GF_SHIM_REFUSE;
+      gf__shim_view_gate();
       if (!atomic_exchange(&region_lost, 1))
         bus_say();
       errno = saved;
@@ -312,14 +526,23 @@ static void setup_map(void) {
       gf__shim_log(GF_SHIM_LOG_WARN, "region: %s; refusing device memory",
                    d.msg);
       S.mode = GF_SHIM_REFUSE;
+      gf__shim_view_gate();
       return;
     }
     bus_guard();
+    /* A slot of this process's own under an image exec replaced: that
+     * image's memory went with it (docs/shim.md, "exec"). */
+    int old = gf_region_reset_image(S.region);
+    if (old)
+      gf__shim_log(GF_SHIM_LOG_INFO,
+                   "exec: freed %d slot(s) of this process's previous image",
+                   old);
   } else {
     /* No shared region configured: limits hold for this process alone. */
     gf_region *r = calloc(1, sizeof(*r));
     if (!r) {
       S.mode = GF_SHIM_REFUSE;
+      gf__shim_view_gate();
       return;
     }
     S.region = r;
@@ -345,6 +568,7 @@ static void setup_map(void) {
 
 static void setup_once(void) {
   setup_map();
+  gf__shim_view_gate();
   atomic_store_explicit(&S.throttle,
                         S.mode == GF_SHIM_ENFORCE && S.region &&
                             S.region->compute_pct < 100 &&
@@ -449,6 +673,7 @@ __attribute__((noinline)) bool gf__shim_slot_claim(void) {
                    "region full (%d processes); refusing memory",
                    GF_REGION_SLOTS);
       S.mode = GF_SHIM_REFUSE;
+      gf__shim_view_gate();
     } else {
       static bool registered;
       if (!registered)

@@ -11,6 +11,13 @@
 
 #include "gpufrac/quantity.h"
 
+/* The region HAMi-core's variables share when CUDA_DEVICE_MEMORY_SHARED_CACHE
+ * names none: one file per container, as HAMi-core's own default
+ * (/tmp/cudevshr.cache, a layout of its own, so not that file).  /tmp is the
+ * container's.  The tests point it into the build tree. */
+#ifndef GF_SHIM_HAMI_REGION
+#define GF_SHIM_HAMI_REGION "/tmp/gpufrac-shim.region"
+#endif
 #ifndef GF_SHIM_SYSTEM_CONFIG /* the tests point it elsewhere */
 #define GF_SHIM_SYSTEM_CONFIG GF_CTR_SHIM_CONFIG
 #endif
@@ -98,6 +105,7 @@ static int set_kv(gf_shim_config *c, const char *k, const char *v, char *why,
       for (int i = 0; i < GF_REGION_DEVICES; i++)
         if (!c->memory[i])
           c->memory[i] = (uint64_t)x;
+      c->memory_all = (uint64_t)x;
       return 0;
     }
     if (strncmp(k + 7, "GPU-", 4) == 0)
@@ -277,6 +285,7 @@ static int hami_env(gf_shim_config *c, bool have_mem, bool have_cpt, bool *any,
       }
       for (int i = 0; i < GF_REGION_DEVICES; i++)
         c->memory[i] = x;
+      c->memory_all = x;
       *any = *any || x;
     }
     for (int i = 0; i < GF_REGION_DEVICES; i++) {
@@ -405,6 +414,11 @@ void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
     }
     if (hami)
       *mode = GF_SHIM_ENFORCE;
+    /* A HAMi-core drop-in: the limit is the container's, so its processes
+     * share a region even when no path is given (GPUFRAC_GPU_MEMORY alone
+     * keeps a per-process limit: docs/shim.md). */
+    if (hami && !c->region[0])
+      set_path(c->region, sizeof(c->region), GF_SHIM_HAMI_REGION);
     if (hami_off)
       *mode = GF_SHIM_OFF;
   }

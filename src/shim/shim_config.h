@@ -33,7 +33,8 @@
  * CUDA_DEVICE_MEMORY_LIMIT and CUDA_DEVICE_MEMORY_LIMIT_<i> (bytes, or a
  * number and k/m/g), CUDA_DEVICE_SM_LIMIT (percent; 0 = none),
  * GPU_CORE_UTILIZATION_POLICY (default|force|disable),
- * CUDA_DEVICE_MEMORY_SHARED_CACHE (the region path), CUDA_DISABLE_CONTROL
+ * CUDA_DEVICE_MEMORY_SHARED_CACHE (the region path; unset, HAMi-core's
+ * variables share GF_SHIM_HAMI_REGION), CUDA_DISABLE_CONTROL
  * (true or 1: pass-through).  docs/shim.md has the mapping.
  *
  * Outcome: ENFORCE with limits, OFF (no config at all, or disabled), or
@@ -68,7 +69,10 @@ enum {
 typedef struct gf_shim_config {
   char region[512];
   char real_libcuda[512];
-  uint64_t memory[GF_REGION_DEVICES]; /* by CUDA index; 0 = unlimited */
+  uint64_t memory[GF_REGION_DEVICES]; /* by the container's GPU index (the
+                                         CUDA index without
+                                         CUDA_VISIBLE_DEVICES); 0 =
+                                         unlimited */
   /* memory.GPU-<uuid> lines in file order (lower-case, NVIDIA's format). */
   char uuid[GF_REGION_DEVICES][GF_REGION_UUID];
   uint64_t uuid_memory[GF_REGION_DEVICES];
@@ -79,6 +83,9 @@ typedef struct gf_shim_config {
   uint64_t capacity;         /* blocks per second at 100% */
   uint64_t graph_cost;
   int log_level;
+  /* The `memory` line (or CUDA_DEVICE_MEMORY_LIMIT) alone: the limit of a
+   * GPU whose container index is not known (docs/shim.md). */
+  uint64_t memory_all;
 } gf_shim_config;
 
 /* Capacity from the device when `capacity` is not configured - a model,

@@ -6,7 +6,8 @@
  * S in these files) and one file per seam: shim.c (state, setup and the
  * loader, the device map, the region and its SIGBUS guard), shim_alloc.c
  * (the allocation entry points: device pointers, VMM handles, arrays),
- * shim_pool.c (stream-ordered pools and frees), shim_ctx.c (contexts),
+ * shim_pool.c (stream-ordered pools and frees), shim_vmm.c (VMM mappings
+ * and cuMemRelease), shim_ctx.c (contexts),
  * shim_views.c (cuMemGetInfo, cuDeviceTotalMem, the NVML views),
  * shim_launch.c (the compute limiter) and shim_lookup.c (cuGetProcAddress
  * and dlsym).  What the hot paths need is static inline here, so the split
@@ -64,13 +65,16 @@ typedef struct pool_acct {
   bool destroyed; /* cuMemPoolDestroy returned while allocations lived */
   uint64_t seen, held, inflight;
   uint64_t live; /* allocations not freed yet */
+  uint64_t step; /* the largest growth seen at once: at least the driver's
+                    step (shim_pool.c, alloc_pooled) */
 } pool_acct;
 
-/* Accounting index of a CUDA device: the region's device index.  By
- * position when the config names no UUID; else the config's UUIDs take
- * indices 0..nuuid-1 in file order (the same in every process of the
- * container, whatever CUDA_VISIBLE_DEVICES order each one sees) and other
- * devices nuuid + their CUDA index. */
+/* Accounting index of a CUDA device: the region's device index, by the
+ * GPU's UUID: the config's UUIDs take indices 0..nuuid-1 in file order,
+ * other GPUs their place in the region's UUID table (the same in every
+ * process of the container, whatever CUDA_VISIBLE_DEVICES each one has;
+ * gf__shim_map_resolve).  By CUDA index only when the driver cannot give
+ * UUIDs. */
 #define ACCT_NONE (-1) /* not accounted: unlimited */
 #define ACCT_REFUSE (-2)
 
@@ -98,7 +102,11 @@ struct gf__shim {
   _Atomic int tlock;     /* guards the tables (tlock_take; no calls under it) */
   table ptrs, handles, ctxs;
   pool_acct pools[GF_SHIM_POOLS];
-  _Atomic int npools;       /* entries [0, npools) may be in use */
+  _Atomic int npools; /* entries [0, npools) may be in use */
+  /* Nonzero when a view cannot take the fast path: not enforcing, or
+   * pools to settle (gf__shim_view_gate; one load on cuMemGetInfo_v2's
+   * path instead of two). */
+  _Atomic int view_slow;
   _Atomic uint64_t reap_ns; /* coarse monotonic time of the last view reap */
   _Atomic int ndev;         /* devices this process sees; 0 = not known yet */
   /* CUDA index -> accounting index and limits, set once (map_lock). */
@@ -170,10 +178,15 @@ bool gf__shim_reserve_retry(uint32_t dev, uint64_t bytes);
 bool gf__shim_pools_settle_all(void);
 void gf__shim_pool_unlive(uint32_t i);
 void gf__shim_queued_reset(void);
+void gf__shim_vmm_reset(void);
+void gf__shim_view_gate(void);
 void gf__shim_tlock_wait(void);
 void gf__shim_track_failed(uint64_t bytes);
 void gf__shim_track_displaced(const gf__atab_entry *old);
 void *gf__shim_nvml_sym(const char *name);
+int gf__shim_nvml_index_of(const char *uuid);
+int gf__shim_acct_register(const char *uuid, uint64_t limit,
+                           uint64_t *limit_out);
 
 /* ---- shared, inline (fast paths) ----------------------------------------- */
 
@@ -204,8 +217,9 @@ static inline uint32_t current_device(void) {
   if (atomic_load_explicit(&S.ndev, memory_order_relaxed) == 1)
     return 0;
   CUdevice dev = 0;
-  if (S.real.cuCtxGetDevice && S.real.cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
-      dev >= 0 && dev < GF_REGION_DEVICES)
+  /* Never NULL once loaded (a stand-in when the driver lacks it). */
+  if (S.real.cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev >= 0 &&
+      dev < GF_REGION_DEVICES)
     return (uint32_t)dev;
   return 0;
 }

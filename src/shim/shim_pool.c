@@ -34,6 +34,7 @@ static int pool_index(CUmemoryPool pool, uint32_t dev) {
   if (free_i < 0 && n < GF_SHIM_POOLS) {
     free_i = n;
     atomic_store(&S.npools, n + 1);
+    gf__shim_view_gate();
   }
   if (free_i >= 0)
     S.pools[free_i] = (pool_acct){.pool = pool, .dev = dev};
@@ -52,6 +53,8 @@ static int pool_settle(pool_acct *p, bool *fits) {
     return -1;
   if (r > p->seen) {
     uint64_t grow = r - p->seen, use = grow < p->held ? grow : p->held;
+    if (grow > p->step)
+      p->step = grow;
     p->held -= use;
     if (grow > use && !gf__shim_charge(p->dev, grow - use, false)) {
       gf__shim_charge(p->dev, grow - use, true);
@@ -148,7 +151,14 @@ static struct queued {
 } queued[GF_SHIM_QUEUED];
 static _Atomic uint32_t queued_hint;
 
+/* Pool allocations that may grow a pool by more than they hold (tails)
+ * go one at a time, in this process (alloc_pooled). */
+static pthread_mutex_t pool_tail = PTHREAD_MUTEX_INITIALIZER;
+
+/* In a forked child: no host function of the parent's runs here, and no
+ * tail is in flight. */
 void gf__shim_queued_reset(void) {
+  pthread_mutex_init(&pool_tail, NULL);
   for (int i = 0; i < GF_SHIM_QUEUED; i++)
     atomic_store(&queued[i].busy, 0);
 }
@@ -230,6 +240,32 @@ static gf_cu_result alloc_plain(async_fn fa, pool_fn fp, uint32_t dev,
                     bytes);
 }
 
+/* Whether pool pl has bytes free inside it (reserved - used). */
+static bool pool_room(CUmemoryPool pl, uint64_t bytes) {
+  uint64_t r, u;
+  return pool_query(pl, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) &&
+         pool_query(pl, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u) && r >= u &&
+         r - u >= bytes;
+}
+
+/* A tail's turn (pool_tail held): the pool is settled first, so a growth
+ * another tail left uncovered is charged; then the allocation holds its
+ * size, or, when that does not fit, nothing, where the pool has that much
+ * free inside it (no growth).  False: refused. */
+static bool tail_turn(pool_acct *p, CUmemoryPool pl, uint32_t dev,
+                      uint64_t bytes, uint64_t *held) {
+  bool fits = true;
+  pthread_mutex_lock(&S.lock);
+  pool_settle(p, &fits);
+  pthread_mutex_unlock(&S.lock);
+  if (reserve(dev, bytes)) {
+    *held = bytes;
+    return true;
+  }
+  *held = 0;
+  return pool_room(pl, bytes);
+}
+
 /* cuMemAllocAsync (fa; the device's current pool) and
  * cuMemAllocFromPoolAsync (fp; an explicit pool).  The size asked is held
  * before the call (or nothing, when the limit is reached but the pool has
@@ -256,16 +292,28 @@ static gf_cu_result alloc_pooled(async_fn fa, pool_fn fp, free_async_fn ff,
   }
   if (pi < 0)
     return alloc_plain(fa, fp, dev, dptr, bytes, pool, s);
-  uint64_t held = bytes, r, u;
-  if (!reserve(dev, bytes)) {
-    if (pool_query(pl, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) &&
-        pool_query(pl, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u) && r >= u &&
-        r - u >= bytes)
-      held = 0;
-    else
-      return CUDA_ERROR_OUT_OF_MEMORY;
-  }
   pool_acct *p = &S.pools[pi];
+  pthread_mutex_lock(&S.lock);
+  uint64_t step = p->step;
+  pthread_mutex_unlock(&S.lock);
+  /* Held: the size asked and one step of the pool's growth, which covers
+   * whatever the driver reserves for it.  Where that does not fit (near
+   * the limit) or the step is not known yet, the allocation is a "tail":
+   * tails go one at a time and decide again once they have the turn
+   * (tail_turn), so at most one growth is ever uncovered, and it is less
+   * than one step (docs/shim.md, "Pools"). */
+  uint64_t held;
+  bool tail = false;
+  if (step && bytes <= UINT64_MAX - step && reserve(dev, bytes + step)) {
+    held = bytes + step;
+  } else {
+    tail = true;
+    pthread_mutex_lock(&pool_tail);
+    if (!tail_turn(p, pl, dev, bytes, &held)) {
+      pthread_mutex_unlock(&pool_tail);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
   pthread_mutex_lock(&S.lock);
   p->held += held;
   p->inflight += held;
@@ -292,6 +340,8 @@ static gf_cu_result alloc_pooled(async_fn fa, pool_fn fp, free_async_fn ff,
     p->live++;
   }
   pthread_mutex_unlock(&S.lock);
+  if (tail)
+    pthread_mutex_unlock(&pool_tail);
   if (rc != CUDA_SUCCESS)
     return rc;
   entry e = {(uint64_t)*dptr, own, dev, own ? 0 : (uint32_t)pi + 1};

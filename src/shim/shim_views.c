@@ -83,15 +83,15 @@ static void clamp_view(uint32_t dev, uint64_t *free_b, uint64_t *total) {
   clamp_acct(enforcing() ? acct_of(dev) : ACCT_NONE, free_b, total);
 }
 
-/* The views' common case, which calls nothing: enforcing, no pools to
- * settle, a mapped device, not a view due the reap check.  False when
+/* The views' common case, which calls nothing: enforcing and no pools to
+ * settle (one flag, S.view_slow), a mapped device, not a view due the
+ * reap check.  False when
  * clamp_acct must answer instead (nothing changed then). */
 static inline __attribute__((always_inline)) bool
 clamp_fast(int a, uint64_t *free_b, uint64_t *total) {
   uint32_t v = atomic_load_explicit(&views, memory_order_relaxed);
   if (__builtin_expect(
-          S.mode != GF_SHIM_ENFORCE ||
-              atomic_load_explicit(&S.npools, memory_order_relaxed) != 0 ||
+          atomic_load_explicit(&S.view_slow, memory_order_relaxed) ||
               (v & GF_SHIM_VIEW_CHECK) == 0 || a < 0,
           0))
     return false;
@@ -169,33 +169,41 @@ void *gf__shim_nvml_sym(const char *name) {
   return gf__nvml_find(&nvml, name);
 }
 
-/* The accounting index of an NVML device.  With UUIDs in the config, by
- * nvmlDeviceGetUUID (NVML's indices need not be CUDA's); else by NVML's
- * index, as the config's positions are. */
+/* The accounting index of an NVML device, always by its UUID (NVML's
+ * index is PCI order and ignores CUDA_VISIBLE_DEVICES, so it need not be
+ * any CUDA index): a CUDA device of this process with that UUID; else a
+ * GPU the config names; else the GPU's place in the region's table
+ * (registered by the process that uses it, or here, with memory.<NVML
+ * index>: a GPU this process does not see through CUDA is shown with the
+ * limit the region records for it).  An NVML that cannot give a UUID: by
+ * NVML's index, as before. */
 static int nvml_acct_lookup(nvmlDevice_t dev) {
-  if (S.cfg.nuuid) {
-    nvmlReturn_t (*get)(nvmlDevice_t, char *, unsigned int) = NULL;
-    *(void **)&get = gf__shim_nvml_sym("nvmlDeviceGetUUID");
-    char u[96];
-    if (!get || get(dev, u, sizeof(u)) != 0)
-      return ACCT_REFUSE;
-    u[GF_REGION_UUID - 1] = '\0';
-    for (int i = 0; atomic_load_explicit(&S.mapped, memory_order_acquire) &&
-                    i < GF_REGION_DEVICES;
-         i++)
-      if (strcmp(S.cuda_uuid[i], u) == 0)
-        return S.acct[i];
-    for (uint32_t k = 0; k < S.cfg.nuuid; k++)
-      if (strcmp(S.cfg.uuid[k], u) == 0)
-        return (int)k;
-    return ACCT_NONE;
-  }
-  nvmlReturn_t (*get)(nvmlDevice_t, unsigned int *) = NULL;
-  *(void **)&get = gf__shim_nvml_sym("nvmlDeviceGetIndex");
+  nvmlReturn_t (*get)(nvmlDevice_t, char *, unsigned int) = NULL;
+  *(void **)&get = gf__shim_nvml_sym("nvmlDeviceGetUUID");
+  nvmlReturn_t (*getidx)(nvmlDevice_t, unsigned int *) = NULL;
+  *(void **)&getidx = gf__shim_nvml_sym("nvmlDeviceGetIndex");
   unsigned int idx = 0;
-  if (!get || get(dev, &idx) != 0 || idx >= GF_REGION_DEVICES)
-    return 0;
-  return S.acct[idx];
+  bool have_idx = getidx && getidx(dev, &idx) == 0 && idx < GF_REGION_DEVICES;
+  char u[96];
+  if (!get || get(dev, u, sizeof(u)) != 0) {
+    if (S.cfg.nuuid || !have_idx || !gf__shim_map_resolve())
+      return ACCT_REFUSE;
+    return S.acct[idx];
+  }
+  u[GF_REGION_UUID - 1] = '\0';
+  bool mapped = gf__shim_map_resolve();
+  for (int i = 0; mapped && i < GF_REGION_DEVICES; i++)
+    if (strcmp(S.cuda_uuid[i], u) == 0)
+      return S.acct[i];
+  for (uint32_t k = 0; k < S.cfg.nuuid; k++)
+    if (strcmp(S.cfg.uuid[k], u) == 0)
+      return (int)k;
+  uint64_t lim = have_idx ? S.cfg.memory[idx] : S.cfg.memory_all, rec = lim;
+  int k = gf__shim_acct_register(u, lim, &rec);
+  if (k < 0)
+    return lim ? ACCT_REFUSE : ACCT_NONE;
+  __atomic_store_n(&S.acct_limit[k], rec, __ATOMIC_RELAXED);
+  return k;
 }
 
 /* NVML device handles already mapped (handles are stable for the life of
@@ -225,8 +233,11 @@ static inline int nvml_acct(nvmlDevice_t dev) {
 
 static __attribute__((noinline)) int nvml_acct_miss(nvmlDevice_t dev) {
   int a = nvml_acct_lookup(dev);
-  if (a == ACCT_REFUSE ||
-      (S.cfg.nuuid && !atomic_load_explicit(&S.mapped, memory_order_acquire)))
+  /* A GPU's index is its UUID's place, which never changes (its limit is
+   * read at each view), so any answer but a refusal is kept, also in a
+   * process that never initialises CUDA (a monitor polling NVML would
+   * otherwise lock the region file at every view). */
+  if (a == ACCT_REFUSE)
     return a;
   /* One writer at a time: a filled entry's acct is never written again,
    * and its dev is published after it. */
@@ -287,7 +298,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev,
   if (rc != 0 || !mem || (!enforcing() && S.mode != GF_SHIM_REFUSE))
     return rc;
   uint64_t f = mem->free, t = mem->total;
-  clamp_acct(nvml_acct(dev), &f, &t);
+  int a = nvml_acct(dev);
+  if (__builtin_expect(!clamp_fast(a, &f, &t), 0))
+    clamp_acct(a, &f, &t);
   uint64_t reserved = mem->reserved < t - f ? mem->reserved : 0;
   mem->total = t;
   mem->free = f;

@@ -405,6 +405,14 @@ static void test_allocate_mounts(void **state) {
   assert_string_equal(env(o, "CUDA_VISIBLE_DEVICES")->value, u1);
   assert_string_equal(env(o, "NVIDIA_VISIBLE_DEVICES")->value, u1);
   assert_string_equal(env(o, "GPUFRAC_CONFIG")->value, GF_NODE_CTR_CONFIG);
+  /* The memory budget for engines that read one (docs/shim.md). */
+  char budget[256];
+  snprintf(budget, sizeof(budget), "%s=%lld", u1, 4LL << 30);
+  assert_non_null(env(o, "GPUFRAC_MEMORY_BUDGET"));
+  assert_string_equal(env(o, "GPUFRAC_MEMORY_BUDGET")->value, budget);
+  assert_non_null(env(o, "GPUFRAC_BUDGET_FILE"));
+  assert_string_equal(env(o, "GPUFRAC_BUDGET_FILE")->value,
+                      GF_CTR_REGION ".budget");
   /* Only the granted GPU's device node, and the common ones. */
   char dev[32];
   snprintf(dev, sizeof(dev), "/dev/nvidia%u", gpus2.gpus[1].minor);

@@ -674,6 +674,14 @@ static void test_cdi(void **state) {
   assert_string_equal(v, want);
   assert_true(env_of(spec, 0, "GPUFRAC_CONFIG", v, sizeof(v)));
   assert_string_equal(v, GF_NODE_CTR_CONFIG);
+  /* The memory budget for engines that read one (docs/shim.md, "The
+   * budget"): each granted GPU's bytes, and where the budget file is. */
+  assert_true(env_of(spec, 0, "GPUFRAC_MEMORY_BUDGET", v, sizeof(v)));
+  snprintf(want, sizeof(want), "%s=%lld,%s=%lld", g.gpus[0].uuid,
+           20 * (long long)GiB, g.gpus[1].uuid, 10 * (long long)GiB);
+  assert_string_equal(v, want);
+  assert_true(env_of(spec, 0, "GPUFRAC_BUDGET_FILE", v, sizeof(v)));
+  assert_string_equal(v, GF_CTR_REGION ".budget");
   root = json_loads(spec, 0, NULL);
   json_t *mounts = json_object_get(
       json_object_get(json_array_get(json_object_get(root, "devices"), 0),

@@ -10,7 +10,9 @@
  * multiprocessors (default 132) of FAKE_CUDA_BLOCKS_PER_SM resident blocks
  * (default 32), as cuDeviceGetAttribute answers; UUIDs from FAKE_CUDA_UUIDS
  * ("GPU-...,GPU-..." in CUDA order), else GPU-fa4e0000-0000-4000-8000-
- * 00000000000<i>.  Contexts carry their device; cuCtxGetDevice answers the
+ * 00000000000<i>.  CUDA_VISIBLE_DEVICES (numbers) selects and orders them
+ * as the real driver does; NVML (fake_nvml.c) ignores it, as the real one
+ * does.  Contexts carry their device; cuCtxGetDevice answers the
  * calling thread's current one (device 0 when none).  A context holds
  * FAKE_CUDA_CTX_COST bytes of device memory (default 0) while it exists:
  * a primary one from its first retain to its last release or reset.
@@ -31,7 +33,12 @@
  * Pools: the default pool of each device and cuMemPoolCreate's keep freed
  * memory; a pool reserves in FAKE_POOL_GRAN steps (default 2 MiB) when its
  * free room is too small and gives memory back only at cuMemPoolTrimTo or
- * cuMemPoolDestroy.  The device's usage counts what pools reserve.
+ * cuMemPoolDestroy.  The device's usage counts what pools reserve.  A
+ * pool allocation first waits FAKE_POOL_DELAY_US microseconds (default 0).
+ *
+ * VMM: cuMemMap/cuMemUnmap keep mappings; a handle released while mapped
+ * holds its memory until its last mapping is unmapped, as the real
+ * driver's does.
  *
  * Streams: FAKE_CUDA_STREAMS=1 queues stream-ordered frees and host
  * functions until a synchronisation reaches them (see free_async).
@@ -239,10 +246,52 @@ static uint64_t pool_gran(void) {
   return v ? v : 2u << 20;
 }
 
-static int ndevices(void) {
+/* The GPUs of the machine (FAKE_CUDA_DEVICES, default 2). */
+static int phys_devices(void) {
   const char *n = getenv("FAKE_CUDA_DEVICES");
   int v = n ? atoi(n) : 2;
   return v < 1 ? 1 : v > NDEV_MAX ? NDEV_MAX : v;
+}
+
+/* CUDA_VISIBLE_DEVICES as the real driver reads a list of numbers (or of
+ * UUIDs from FAKE_CUDA_UUIDS): CUDA
+ * index d is the machine's GPU number entry d; the list ends at the first
+ * entry that is not a GPU of the machine.  Unset: every GPU, in order.
+ * Returns -1 past the list. */
+static int phys_of(int d) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  if (!v)
+    return d < phys_devices() ? d : -1;
+  for (int i = 0;; i++) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (strncmp(v, "GPU-", 4) == 0) { /* a UUID of FAKE_CUDA_UUIDS */
+      size_t len = strcspn(v, ",");
+      const char *list = getenv("FAKE_CUDA_UUIDS");
+      x = -1;
+      for (int k = 0; list && x < 0; k++) {
+        if (strncmp(list, v, len) == 0 && (list[len] == ',' || !list[len]))
+          x = k;
+        list = strchr(list, ',');
+        list = list ? list + 1 : NULL;
+      }
+      end = (char *)v + len;
+    }
+    if (end == v || x < 0 || x >= phys_devices() || (*end && *end != ','))
+      return -1;
+    if (i == d)
+      return (int)x;
+    if (!*end)
+      return -1;
+    v = end + 1;
+  }
+}
+
+static int ndevices(void) {
+  int n = 0;
+  while (n < NDEV_MAX && phys_of(n) >= 0)
+    n++;
+  return n;
 }
 
 /* An allocation from pool index pi: grows the pool's reservation in
@@ -251,6 +300,15 @@ static gf_cu_result pool_alloc(int pi, unsigned long long *key,
                                uint64_t bytes) {
   if (!key || !bytes || pi < 0 || pi >= NPOOL)
     return CUDA_ERROR_INVALID_VALUE;
+  /* FAKE_POOL_DELAY_US: the call takes that long before it looks at the
+   * pool (a driver call's time, which lets callers race). */
+  static long delay_us = -1;
+  if (delay_us < 0) {
+    const char *e = getenv("FAKE_POOL_DELAY_US");
+    delay_us = e ? strtol(e, NULL, 10) : 0;
+  }
+  if (delay_us > 0)
+    usleep((useconds_t)delay_us);
   pthread_mutex_lock(&lock);
   struct fake_pool *p = &pools[pi];
   gf_cu_result rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -329,6 +387,7 @@ static int hexval(char c) {
 FAKE_EXPORT gf_cu_result cuDeviceGetUuid_v2(CUuuid *u, CUdevice d) {
   if (!u || d < 0 || d >= ndevices())
     return CUDA_ERROR_INVALID_VALUE;
+  d = phys_of(d); /* the UUID is the machine's GPU's */
   unsigned char b[16] = {0xfa, 0x4e, 0, 0, 0, 0, 0x40, 0,
                          0x80, 0,    0, 0, 0, 0, 0,    (unsigned char)d};
   const char *list = getenv("FAKE_CUDA_UUIDS");
@@ -684,7 +743,75 @@ FAKE_EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h,
     return CUDA_ERROR_INVALID_VALUE;
   return fake_alloc(h, size);
 }
+/* VMM as the real driver does it: a handle's physical memory is freed at
+ * the later of its cuMemRelease and the cuMemUnmap of its last mapping.
+ * Mappings are (address, size, handle); a released handle that is still
+ * mapped is kept in vmm_released until then.  Lock held. */
+#define NMAP 4096
+static struct fake_map { uint64_t va, size, h; } maps[NMAP];
+static int nmaps;
+static uint64_t vmm_released[NMAP];
+static int nreleased;
+
+static int handle_mapped(uint64_t h) {
+  for (int i = 0; i < nmaps; i++)
+    if (maps[i].h == h)
+      return 1;
+  return 0;
+}
+FAKE_EXPORT gf_cu_result cuMemMap(CUdeviceptr va, size_t size, size_t offset,
+                                  CUmemGenericAllocationHandle h,
+                                  unsigned long long f) {
+  (void)f;
+  if (offset || !size || !va)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  gf_cu_result rc = CUDA_ERROR_INVALID_VALUE;
+  int i = slot_find(h);
+  int released = 0;
+  for (int k = 0; k < nreleased; k++)
+    released |= vmm_released[k] == h;
+  if (i >= 0 && !released && size <= live[i].bytes && nmaps < NMAP) {
+    maps[nmaps++] = (struct fake_map){va, size, h};
+    rc = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+FAKE_EXPORT gf_cu_result cuMemUnmap(CUdeviceptr va, size_t size) {
+  uint64_t gone[NMAP];
+  int ngone = 0, found = 0;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < nmaps;) {
+    if (maps[i].va >= va && maps[i].va + maps[i].size <= va + size) {
+      gone[ngone++] = maps[i].h;
+      maps[i] = maps[--nmaps];
+      found = 1;
+    } else {
+      i++;
+    }
+  }
+  /* A released handle whose last mapping this was is freed now. */
+  for (int g = 0; g < ngone; g++)
+    for (int k = 0; k < nreleased; k++)
+      if (vmm_released[k] == gone[g] && !handle_mapped(gone[g])) {
+        vmm_released[k] = vmm_released[--nreleased];
+        pthread_mutex_unlock(&lock);
+        fake_free(gone[g]);
+        pthread_mutex_lock(&lock);
+        break;
+      }
+  pthread_mutex_unlock(&lock);
+  return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
 FAKE_EXPORT gf_cu_result cuMemRelease(CUmemGenericAllocationHandle h) {
+  pthread_mutex_lock(&lock);
+  if (slot_find(h) >= 0 && handle_mapped(h) && nreleased < NMAP) {
+    vmm_released[nreleased++] = h; /* freed at its last unmap */
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&lock);
   return fake_free(h);
 }
 FAKE_EXPORT gf_cu_result cuArrayCreate_v2(CUarray *a,
@@ -884,6 +1011,8 @@ static const struct variant {
     {"cuMemAllocFromPoolAsync", 11020, 1, (void *)cuMemAllocFromPoolAsync_ptsz},
     {"cuMemCreate", 10020, 0, (void *)cuMemCreate},
     {"cuMemRelease", 10020, 0, (void *)cuMemRelease},
+    {"cuMemMap", 10020, 0, (void *)cuMemMap},
+    {"cuMemUnmap", 10020, 0, (void *)cuMemUnmap},
     {"cuArrayCreate", 3020, 0, (void *)cuArrayCreate_v2},
     {"cuArray3DCreate", 3020, 0, (void *)cuArray3DCreate_v2},
     {"cuArrayDestroy", 2000, 0, (void *)cuArrayDestroy},

@@ -120,6 +120,33 @@ static void env_clear(void) {
   setenv("GPUFRAC_LOG", "off", 1);
 }
 
+/* HAMi-core's variables without CUDA_DEVICE_MEMORY_SHARED_CACHE share the
+ * container's default region; GPUFRAC_GPU_MEMORY alone keeps none (a
+ * per-process limit); GPUFRAC_REGION wins over the default. */
+static void test_hami_default_region(void **st) {
+  (void)st;
+  gf_shim_config c;
+  gf_shim_mode mode;
+  env_clear();
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "2g", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_int_equal(mode, GF_SHIM_ENFORCE);
+  assert_string_equal(c.region, "/tmp/gpufrac-shim.region");
+  setenv("GPUFRAC_REGION", "/run/x/region", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_string_equal(c.region, "/run/x/region");
+  env_clear();
+  setenv("CUDA_DEVICE_SM_LIMIT", "30", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_string_equal(c.region, "/tmp/gpufrac-shim.region");
+  env_clear();
+  setenv("GPUFRAC_GPU_MEMORY", "2Gi", 1);
+  gf_shim_config_load(&c, &mode);
+  assert_int_equal(mode, GF_SHIM_ENFORCE);
+  assert_string_equal(c.region, "");
+  env_clear();
+}
+
 static void test_hami_env(void **st) {
   (void)st;
   gf_shim_config c;
@@ -206,6 +233,7 @@ static void test_hami_env(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid), cmocka_unit_test(test_uuid),
-      cmocka_unit_test(test_malformed), cmocka_unit_test(test_hami_env)};
+      cmocka_unit_test(test_malformed), cmocka_unit_test(test_hami_env),
+      cmocka_unit_test(test_hami_default_region)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
