@@ -35,7 +35,7 @@ int gf__atab_put_slow(gf__atab *t, const gf__atab_entry *in,
   old->key = 0;
   if (in->key <= 1)
     return -1;
-  if ((t->live + 1) * 4 > t->cap * 3 &&
+  if ((t->live + 1) * 2 > t->cap &&
       resize(t, t->cap ? t->cap * 2 : GF__ATAB_MIN))
     return -1;
   size_t j = home(t, in->key);
