@@ -49,13 +49,15 @@ static inline int gf__atab_put(gf__atab *t, const gf__atab_entry *in,
 static inline int gf__atab_take(gf__atab *t, uint64_t key, gf__atab_entry *out);
 
 /* The general cases, out of line (alloc_table.c); the inline functions
- * below take the common ones (an insert with no resize due, a removal
- * whose entry ends its probe run, no resize due) and come here for the
- * rest.  At most half full, runs are short (1.5 slots probed on average
- * for an insert), so the common case stays common with 10,000 live. */
+ * below take the common ones (an insert or a removal with no resize due)
+ * and come here for the rest (a resize, a replacement, a missing key).  At most
+ * half full, runs are short (1.5 slots probed on average for an insert), so the
+ * common case stays common with 10,000 live. */
 int gf__atab_put_slow(gf__atab *t, const gf__atab_entry *in,
                       gf__atab_entry *old);
 int gf__atab_take_slow(gf__atab *t, uint64_t key, gf__atab_entry *out);
+/* Empties slot i, moving later entries of its run back (no tombstones). */
+void gf__atab_shift_out(gf__atab *t, size_t i);
 
 /* The home slot of key in a table of cap slots (a power of two, >= 2):
  * multiplicative (Fibonacci) hashing, the top bits of key x 2^64/phi,
@@ -87,13 +89,15 @@ static inline int gf__atab_take(gf__atab *t, uint64_t key,
                                 gf__atab_entry *out) {
   size_t cap = t->cap;
   if (cap && key > 1 && (cap <= GF__ATAB_MIN || (t->live - 1) * 8 >= cap)) {
-    size_t m = cap - 1, j = gf__atab_home(cap, key);
-    for (; t->e[j].key && t->e[j].key != key; j = (j + 1) & m)
+    size_t m = cap - 1, i = gf__atab_home(cap, key);
+    for (; t->e[i].key && t->e[i].key != key; i = (i + 1) & m)
       ;
-    /* The last of its run: nothing after it to shift back. */
-    if (t->e[j].key == key && !t->e[(j + 1) & m].key) {
-      *out = t->e[j];
-      t->e[j].key = 0;
+    if (t->e[i].key == key) {
+      *out = t->e[i];
+      if (__builtin_expect(!!t->e[(i + 1) & m].key, 0))
+        gf__atab_shift_out(t, i); /* later entries of the run move back */
+      else
+        t->e[i].key = 0;
       t->live--;
       return 0;
     }
