@@ -166,6 +166,7 @@ __asm__(".text\n"
         ".p2align 4\n"
         "dlsym:\n"
         ".cfi_startproc\n"
+        "  endbr64\n"        /* a landing pad where IBT is on, else a no-op */
         "  cmpq $-1, %rdi\n" /* RTLD_NEXT is ((void *)-1) */
         "  jne 3f\n"
         "  movq gf__shim_real_dlsym(%rip), %rax\n"
