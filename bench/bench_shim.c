@@ -17,7 +17,10 @@
  * makes N alloc/free pairs with one live and prints the growth of resident
  * memory (run it with FAKE_CUDA_NO_REUSE=1: every address new, the worst
  * case for the interposer's table); `init` prints how long the first
- * driver call takes (the interposer's setup happens there).
+ * driver call takes (the interposer's setup happens there).  The other
+ * launch variants, for instructions per launch of each: launch_ptsz,
+ * launchex, launchex_ptsz, coop, coop_ptsz, graph, graph_ptsz (a grid of
+ * 64 blocks; graphs cost the configured `graph` blocks).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -86,6 +89,26 @@ static int one(int what) {
   case '2':
     m2.version = (unsigned int)(sizeof(m2) | (2u << 24));
     return !nvml_info2 || nvml_info2(nvml_dev, &m2) != 0;
+  case 'L':
+    return cuLaunchKernel_ptsz(NULL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL,
+                               NULL) != CUDA_SUCCESS;
+  case 'e':
+  case 'E': {
+    CUlaunchConfig c = {64, 1, 1, 256, 1, 1, 0, NULL, NULL, 0};
+    return (what == 'e'
+                ? cuLaunchKernelEx(&c, NULL, NULL, NULL)
+                : cuLaunchKernelEx_ptsz(&c, NULL, NULL, NULL)) != CUDA_SUCCESS;
+  }
+  case 'c':
+    return cuLaunchCooperativeKernel(NULL, 64, 1, 1, 256, 1, 1, 0, NULL,
+                                     NULL) != CUDA_SUCCESS;
+  case 'C':
+    return cuLaunchCooperativeKernel_ptsz(NULL, 64, 1, 1, 256, 1, 1, 0, NULL,
+                                          NULL) != CUDA_SUCCESS;
+  case 'g':
+    return cuGraphLaunch(NULL, NULL) != CUDA_SUCCESS;
+  case 'G':
+    return cuGraphLaunch_ptsz(NULL, NULL) != CUDA_SUCCESS;
   default:
     return cuLaunchKernel(NULL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL) !=
            CUDA_SUCCESS;
@@ -131,7 +154,15 @@ int main(int argc, char **argv) {
              : strcmp(mode, "info") == 0      ? 'i'
              : strcmp(mode, "nvml") == 0      ? 'n'
              : strcmp(mode, "nvml2") == 0     ? '2'
-                                              : 'l';
+             /* the other launch variants (issue 25): _ptsz = per-thread */
+             : strcmp(mode, "launch_ptsz") == 0   ? 'L'
+             : strcmp(mode, "launchex") == 0      ? 'e'
+             : strcmp(mode, "launchex_ptsz") == 0 ? 'E'
+             : strcmp(mode, "coop") == 0          ? 'c'
+             : strcmp(mode, "coop_ptsz") == 0     ? 'C'
+             : strcmp(mode, "graph") == 0         ? 'g'
+             : strcmp(mode, "graph_ptsz") == 0    ? 'G'
+                                                  : 'l';
   if ((what == 'n' || what == '2') && nvml_open()) {
     fprintf(stderr, "bench_shim: libnvidia-ml.so.1 not usable\n");
     return 1;

@@ -24,7 +24,10 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf 'compute = 50\ncapacity = 100000000000\nmemory = 8Gi\nregion = %s/r\n' "$tmp" >"$tmp/c"
 shim_cpt=(env LD_LIBRARY_PATH=$FAKE LD_PRELOAD=$SHIM GPUFRAC_REAL_LIBCUDA=$PWD/$FAKE/libcuda.so.1 GPUFRAC_CONFIG=$tmp/c)
 modes=(launch alloc alloclive info nvml nvml2)
-shim_for() { [ "$1" = launch ] && s=("${shim_cpt[@]}") || s=("${shim_mem[@]}"); }
+# Every launch entry point, legacy and per-thread stream (instructions and
+# system calls only).
+launches=(launch_ptsz launchex launchex_ptsz coop coop_ptsz graph graph_ptsz)
+shim_for() { case $1 in launch* | coop* | graph*) s=("${shim_cpt[@]}") ;; *) s=("${shim_mem[@]}") ;; esac; }
 
 echo "== nanoseconds per call (median of 15 batches)"
 for what in "${modes[@]}"; do
@@ -38,7 +41,7 @@ echo "== instructions per call (callgrind: (I(2N) - I(N)) / 15N, N = 2000)"
 ir() { local envs=() ; while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   "${envs[@]}" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 |
   awk '/Collected/ {print $4}'; }
-for what in "${modes[@]}"; do
+for what in "${modes[@]}" "${launches[@]}"; do
   shim_for $what
   b1=$(ir "${bare[@]}" -- $B $what 2000); b2=$(ir "${bare[@]}" -- $B $what 4000)
   s1=$(ir "${s[@]}" -- $B $what 2000); s2=$(ir "${s[@]}" -- $B $what 4000)
@@ -56,6 +59,13 @@ b=($b2-$b1)/2000/15; s=($s2-$s1)/2000/15
 print(f'$what, one device: bare {b:.0f}, with interposer {s:.0f}, added {s-b:.0f} instructions per call')"
 done
 
+echo "== alloclive with every address new (FAKE_CUDA_NO_REUSE=1: the 1 MiB block lands anywhere in the table)"
+b1=$(ir "${bare[@]}" FAKE_CUDA_NO_REUSE=1 -- $B alloclive 2000); b2=$(ir "${bare[@]}" FAKE_CUDA_NO_REUSE=1 -- $B alloclive 4000)
+s1=$(ir "${shim_mem[@]}" FAKE_CUDA_NO_REUSE=1 -- $B alloclive 2000); s2=$(ir "${shim_mem[@]}" FAKE_CUDA_NO_REUSE=1 -- $B alloclive 4000)
+python3 -c "
+b=($b2-$b1)/2000/15; s=($s2-$s1)/2000/15
+print(f'alloclive, every address new: bare {b:.0f}, with interposer {s:.0f}, added {s-b:.0f} instructions per call')"
+
 echo "== instructions per allocation alone (N allocations, none freed; N = 5000)"
 b1=$(ir "${bare[@]}" -- $B allocs 5000); b2=$(ir "${bare[@]}" -- $B allocs 10000)
 s1=$(ir "${shim_mem[@]}" -- $B allocs 5000); s2=$(ir "${shim_mem[@]}" -- $B allocs 10000)
@@ -63,7 +73,7 @@ python3 -c "print(f'cuMemAlloc_v2 alone: added {(($s2-$s1)-($b2-$b1))/5000:.0f} 
 
 echo "== system calls per call (strace -c: S(2N) - S(N) over 15N = 100,005 calls)"
 sc() { "$@" strace -f -c -o "$tmp/sc" $B $what $N >/dev/null 2>&1; awk '/total/ {print $4}' "$tmp/sc"; }
-for what in "${modes[@]}"; do
+for what in "${modes[@]}" "${launches[@]}"; do
   shim_for $what
   N=6667; b1=$(sc "${bare[@]}"); s1=$(sc "${s[@]}")
   N=13334; b2=$(sc "${bare[@]}"); s2=$(sc "${s[@]}")

@@ -35,7 +35,7 @@ int gf__atab_put_slow(gf__atab *t, const gf__atab_entry *in,
   old->key = 0;
   if (in->key <= 1)
     return -1;
-  if ((t->live + 1) * 4 > t->cap * 3 &&
+  if ((t->live + 1) * 2 > t->cap &&
       resize(t, t->cap ? t->cap * 2 : GF__ATAB_MIN))
     return -1;
   size_t j = home(t, in->key);
@@ -56,6 +56,19 @@ static bool between(size_t i, size_t h, size_t k) {
   return i <= k ? i < h && h <= k : i < h || h <= k;
 }
 
+/* Backward shift: pull each later entry of the run into the hole unless
+ * that would put it before its home. */
+void gf__atab_shift_out(gf__atab *t, size_t i) {
+  size_t m = t->cap - 1;
+  for (size_t k = (i + 1) & m; t->e[k].key; k = (k + 1) & m) {
+    if (between(i, home(t, t->e[k].key), k))
+      continue;
+    t->e[i] = t->e[k];
+    i = k;
+  }
+  t->e[i].key = 0;
+}
+
 int gf__atab_take_slow(gf__atab *t, uint64_t key, gf__atab_entry *out) {
   if (!t->cap || key <= 1)
     return -1;
@@ -66,15 +79,7 @@ int gf__atab_take_slow(gf__atab *t, uint64_t key, gf__atab_entry *out) {
     i = (i + 1) & m;
   }
   *out = t->e[i];
-  /* Backward shift: pull each later entry of the run into the hole unless
-   * that would put it before its home. */
-  for (size_t k = (i + 1) & m; t->e[k].key; k = (k + 1) & m) {
-    if (between(i, home(t, t->e[k].key), k))
-      continue;
-    t->e[i] = t->e[k];
-    i = k;
-  }
-  t->e[i].key = 0;
+  gf__atab_shift_out(t, i);
   t->live--;
   if (t->cap > GF__ATAB_MIN && t->live * 8 < t->cap)
     resize(t, t->cap / 2); /* no memory to shrink: stay as is */

@@ -5,8 +5,12 @@
  * real cuda.h instead, so tests/shim/check_signatures.c can compare every
  * hooked signature with the PFN_ typedefs of cudaTypedefs.h.
  *
- * GF_SHIM_HOOKS is the one table of hooked driver functions:
- *   X(symbol, pfn typedef in cudaTypedefs.h, return, (params), (args))
+ * GF_SHIM_HOOKS is the one table of hooked driver functions, one row each:
+ *   X(symbol, its PFN_ typedef in cudaTypedefs.h, (params), (args))
+ * (every one returns CUresult).  A function with several variants (_v2,
+ * the _ptsz / _ptds per-thread-default-stream ones) has a row per variant;
+ * every name a CUDA runtime asks cuGetProcAddress for that is not hooked is
+ * in pass_through.h with the reason (test_shim_hooks checks both).
  */
 #ifndef GPUFRAC_SHIM_CUDA_API_H
 #define GPUFRAC_SHIM_CUDA_API_H
@@ -88,6 +92,14 @@ typedef struct CUlaunchConfig_st {
   void *attrs;
   unsigned int numAttrs;
 } CUlaunchConfig;
+typedef struct CUDA_LAUNCH_PARAMS_st {
+  CUfunction function;
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
 #define CU_MEM_ATTACH_GLOBAL 0x1
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1 << 1)
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
@@ -196,8 +208,22 @@ static inline size_t gf__cu_format_bytes(int format) {
      unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,    \
      CUstream s, void **params),                                               \
     (f, gx, gy, gz, bx, by, bz, shmem, s, params))                             \
+  X(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz,                   \
+    (const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra),    \
+    (cfg, f, params, extra))                                                   \
+  X(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz,  \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,          \
+     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,    \
+     CUstream s, void **params),                                               \
+    (f, gx, gy, gz, bx, by, bz, shmem, s, params))                             \
+  X(cuLaunchCooperativeKernelMultiDevice,                                      \
+    PFN_cuLaunchCooperativeKernelMultiDevice_v9000,                            \
+    (CUDA_LAUNCH_PARAMS * list, unsigned int ndev, unsigned int flags),        \
+    (list, ndev, flags))                                                       \
   X(cuGraphLaunch, PFN_cuGraphLaunch_v10000, (CUgraphExec g, CUstream s),      \
     (g, s))                                                                    \
+  X(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz,                         \
+    (CUgraphExec g, CUstream s), (g, s))                                       \
   X(cuCtxCreate_v2, PFN_cuCtxCreate_v3020,                                     \
     (CUcontext * pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev))  \
   X(cuCtxCreate_v3, PFN_cuCtxCreate_v11040,                                    \
@@ -214,6 +240,12 @@ static inline size_t gf__cu_format_bytes(int format) {
   X(cuDevicePrimaryCtxRelease_v2, PFN_cuDevicePrimaryCtxRelease_v11000,        \
     (CUdevice dev), (dev))                                                     \
   X(cuDevicePrimaryCtxReset_v2, PFN_cuDevicePrimaryCtxReset_v11000,            \
+    (CUdevice dev), (dev))                                                     \
+  /* The pre-11.0 symbols, which CUDA runtimes still ask for (version 7000);   \
+   * their PFN_..._v7000 is internal to cudaTypedefs.h, of the same type. */   \
+  X(cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000,           \
+    (CUdevice dev), (dev))                                                     \
+  X(cuDevicePrimaryCtxReset, PFN_cuDevicePrimaryCtxReset_v11000,               \
     (CUdevice dev), (dev))                                                     \
   X(cuMemPoolTrimTo, PFN_cuMemPoolTrimTo_v11020,                               \
     (CUmemoryPool pool, size_t keep), (pool, keep))                            \

@@ -210,3 +210,26 @@ EXPORT gf_cu_result cuDevicePrimaryCtxReset_v2(CUdevice dev) {
     prim_drop(dev, true);
   return rc;
 }
+
+/* The pre-11.0 symbols: CUDA runtimes still ask for them (cuGetProcAddress
+ * with version 7000), so the runtime's own primary-context release and
+ * reset come here; the same accounting as the _v2 ones. */
+EXPORT gf_cu_result cuDevicePrimaryCtxRelease(CUdevice dev) {
+  init();
+  if (!S.real.cuDevicePrimaryCtxRelease)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  gf_cu_result rc = S.real.cuDevicePrimaryCtxRelease(dev);
+  if (rc == CUDA_SUCCESS && guarding() && dev >= 0 && dev < GF_REGION_DEVICES)
+    prim_drop(dev, false);
+  return rc;
+}
+
+EXPORT gf_cu_result cuDevicePrimaryCtxReset(CUdevice dev) {
+  init();
+  if (!S.real.cuDevicePrimaryCtxReset)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  gf_cu_result rc = S.real.cuDevicePrimaryCtxReset(dev);
+  if (rc == CUDA_SUCCESS && guarding() && dev >= 0 && dev < GF_REGION_DEVICES)
+    prim_drop(dev, true);
+  return rc;
+}

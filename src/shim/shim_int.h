@@ -338,7 +338,8 @@ typedef struct forget {
 } forget;
 
 static inline forget forget_begin(table *t, uint64_t key) {
-  forget f = {t, false, {0, 0, 0, 0}};
+  forget f;
+  f.t = t; /* f.e is read only when had (untrack filled it) */
   f.had = untrack(t, key, &f.e);
   return f;
 }

@@ -113,3 +113,54 @@ EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
   admit(S.cfg.graph_cost);
   return S.real.cuGraphLaunch(g, s);
 }
+
+/* The per-thread-default-stream variants (what cuGetProcAddress hands out
+ * for flags CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, and what a
+ * program built with --default-stream per-thread links to): the same
+ * accounting as their legacy-stream twins above.  cuLaunchKernel_ptsz is
+ * LAUNCH_WRAPPER's. */
+EXPORT gf_cu_result cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg,
+                                          CUfunction f, void **params,
+                                          void **extra) {
+  init();
+  if (!S.real.cuLaunchKernelEx_ptsz)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (cfg)
+    admit((uint64_t)cfg->gridDimX * cfg->gridDimY * cfg->gridDimZ);
+  return S.real.cuLaunchKernelEx_ptsz(cfg, f, params, extra);
+}
+
+EXPORT gf_cu_result cuLaunchCooperativeKernel_ptsz(
+    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+    CUstream s, void **params) {
+  init();
+  if (!S.real.cuLaunchCooperativeKernel_ptsz)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  admit((uint64_t)gx * gy * gz);
+  return S.real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem,
+                                               s, params);
+}
+
+EXPORT gf_cu_result cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+  init();
+  if (!S.real.cuGraphLaunch_ptsz)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  admit(S.cfg.graph_cost);
+  return S.real.cuGraphLaunch_ptsz(g, s);
+}
+
+/* Deprecated (removed in CUDA 13) but still asked for by 12.x runtimes:
+ * one cooperative kernel on each of ndev devices, every grid counted. */
+EXPORT gf_cu_result cuLaunchCooperativeKernelMultiDevice(
+    CUDA_LAUNCH_PARAMS *list, unsigned int ndev, unsigned int flags) {
+  init();
+  if (!S.real.cuLaunchCooperativeKernelMultiDevice)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  uint64_t blocks = 0;
+  for (unsigned int i = 0; list && i < ndev; i++)
+    blocks += (uint64_t)list[i].gridDimX * list[i].gridDimY * list[i].gridDimZ;
+  if (list && ndev)
+    admit(blocks);
+  return S.real.cuLaunchCooperativeKernelMultiDevice(list, ndev, flags);
+}

@@ -2,8 +2,8 @@
  * shim_lookup.c: how programs find the driver's functions: cuGetProcAddress
  * (_v2) hands out the wrapper of the variant the driver picked, and the
  * exported dlsym redirects only lookups of hooked names on the real
- * driver's and NVML's handles (and answers RTLD_NEXT for libraries loaded
- * after the interposer).
+ * driver's and NVML's handles; dlsym(RTLD_NEXT, ...) is the C library's,
+ * reached by a jump so that it sees the caller's own address.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -117,58 +117,6 @@ static void *dlsym_nvml(void *handle, const char *name, void *p) {
   return p;
 }
 
-/* dlsym(RTLD_NEXT, name) for the object that contains `caller`.  The C
- * library finds "next" from the address dlsym is called from, which inside
- * our wrapper is always this library: passed on as it is, a preloaded
- * library that wraps getpid (or malloc) and looks up the original with
- * RTLD_NEXT would get its own function back and recurse until the stack
- * overflows.  So the search is done here: the objects loaded after the
- * caller's, in load order, each asked for a symbol it defines itself
- * (a handle's lookup also searches its dependencies, which may come
- * before the caller). */
-static NO_SANITIZE void *dlsym_next(const void *caller, const char *name) {
-  Dl_info info;
-  struct link_map *me = NULL, *self = NULL;
-  if (!dladdr1(caller, &info, (void **)&me, RTLD_DL_LINKMAP) || !me ||
-      !dladdr1((const void *)&dlsym_next, &info, (void **)&self,
-               RTLD_DL_LINKMAP) ||
-      !self)
-    return gf__shim_real_dlsym(RTLD_NEXT, name);
-  /* The C library answers "next after this library".  That is the right
-   * answer for a caller in this library (the interposer linked into a
-   * program) and near enough for one loaded before it (the program, whose
-   * next object is normally this one): only a caller loaded after this
-   * library would get an object before itself, its own definition among
-   * them.  Callers of the first kinds include sanitizer runtimes linked
-   * into the program, which look their interceptors up this way before
-   * malloc works, so they must not reach the dlopen below. */
-  struct link_map *l = self->l_next;
-  while (l && l != me)
-    l = l->l_next;
-  if (!l)
-    return gf__shim_real_dlsym(RTLD_NEXT, name);
-  void *other = NULL; /* defined elsewhere than the caller (a data copy) */
-  for (l = me->l_next; l; l = l->l_next) {
-    /* A handle by name, not the link_map itself: objects the loader set up
-     * (the vDSO among them) have no search scope a lookup could use. */
-    if (!l->l_name || !l->l_name[0])
-      continue;
-    void *h = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
-    if (!h)
-      continue;
-    void *p = gf__shim_real_dlsym(h, name);
-    dlclose(h);
-    struct link_map *def = NULL;
-    if (!p)
-      continue;
-    if (!dladdr1(p, &info, (void **)&def, RTLD_DL_LINKMAP) || def == l)
-      return p;
-    if (!other && def != me)
-      other = p;
-  }
-  return other;
-}
-
 /* dlsym: only lookups of the functions we hook, on the real libcuda and
  * libnvidia-ml handles, are redirected (programs that dlopen the driver
  * themselves); every other lookup is the real dlsym's answer, unchanged,
@@ -176,12 +124,13 @@ static NO_SANITIZE void *dlsym_next(const void *caller, const char *name) {
  * extension module's loading does such lookups) never loads the driver,
  * maps the region or takes a slot.  A lookup from inside our own setup
  * (the driver's constructors) gets the real answer. */
-NO_SANITIZE EXPORT void *dlsym(void *handle, const char *name) {
+/* Reached from the exported dlsym below, for every handle but RTLD_NEXT. */
+void *gf__shim_dlsym(void *handle, const char *name)
+    __attribute__((visibility("hidden"), used));
+NO_SANITIZE void *gf__shim_dlsym(void *handle, const char *name) {
   gf__shim_resolve_real_dlsym();
   if (!gf__shim_real_dlsym)
     return NULL;
-  if (handle == RTLD_NEXT)
-    return dlsym_next(__builtin_return_address(0), name);
   void *p = gf__shim_real_dlsym(handle, name);
   if (!p || handle == RTLD_DEFAULT || handle == RTLD_NEXT || gf__shim_in_setup)
     return p;
@@ -193,3 +142,101 @@ NO_SANITIZE EXPORT void *dlsym(void *handle, const char *name) {
     return dlsym_nvml(handle, name, p);
   return p;
 }
+
+/* dlsym(RTLD_NEXT, name) means "the first definition after the object that
+ * calls dlsym", and the C library finds the caller from the return address
+ * dlsym is entered with.  Called through our exported dlsym, that address
+ * would be ours, so the answer was "after the interposer" for every caller:
+ * a library preloaded *before* the interposer (a profiler's or tracer's
+ * wrapper of cuMemAlloc_v2, or any user preload when the interposer comes
+ * from /etc/ld.so.preload, which the loader puts after LD_PRELOAD's) got
+ * the real driver's function and bypassed the limit; one preloaded after
+ * it got its own wrapper back and recursed.  So the exported dlsym is this
+ * stub: for RTLD_NEXT it *jumps* to the C library's dlsym (its own return
+ * address untouched, so the C library sees the real caller and answers for
+ * any position in the load order, including "the interposer" for a wrapper
+ * loaded before it); every other handle goes on to gf__shim_dlsym above.
+ * A jump is the only way to keep the caller's address: a C tail call is
+ * not guaranteed (no musttail in GCC 12), hence the few instructions of
+ * assembly, for the two architectures the interposer ships for. */
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, @function\n"
+        ".p2align 4\n"
+        "dlsym:\n"
+        ".cfi_startproc\n"
+        "  endbr64\n"        /* a landing pad where IBT is on, else a no-op */
+        "  cmpq $-1, %rdi\n" /* RTLD_NEXT is ((void *)-1) */
+        "  jne 3f\n"
+        "  movq gf__shim_real_dlsym(%rip), %rax\n"
+        "  testq %rax, %rax\n"
+        "  jz 1f\n"
+        "  jmp *%rax\n"
+        "1:\n" /* not resolved yet (a sanitizer runtime, before any
+                  constructor): resolve, keeping the arguments */
+        "  pushq %rdi\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "  pushq %rsi\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "  subq $8, %rsp\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "  call gf__shim_resolve_real_dlsym\n"
+        "  addq $8, %rsp\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "  popq %rsi\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "  popq %rdi\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "  movq gf__shim_real_dlsym(%rip), %rax\n"
+        "  testq %rax, %rax\n"
+        "  jz 2f\n"
+        "  jmp *%rax\n"
+        "2:\n"
+        "  xorl %eax, %eax\n"
+        "  ret\n"
+        "3:\n"
+        "  jmp gf__shim_dlsym\n"
+        ".cfi_endproc\n"
+        ".size dlsym, .-dlsym\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, %function\n"
+        ".p2align 4\n"
+        "dlsym:\n"
+        ".cfi_startproc\n"
+        "  hint #34\n" /* bti c, a no-op where BTI is off */
+        "  cmn x0, #1\n"
+        "  b.ne 3f\n"
+        "  adrp x16, gf__shim_real_dlsym\n"
+        "  ldr x16, [x16, :lo12:gf__shim_real_dlsym]\n"
+        "  cbz x16, 1f\n"
+        "  br x16\n"
+        "1:\n"
+        "  stp x29, x30, [sp, #-32]!\n"
+        ".cfi_def_cfa_offset 32\n"
+        ".cfi_offset 29, -32\n"
+        ".cfi_offset 30, -24\n"
+        "  mov x29, sp\n"
+        "  stp x0, x1, [sp, #16]\n"
+        "  bl gf__shim_resolve_real_dlsym\n"
+        "  ldp x0, x1, [sp, #16]\n"
+        "  ldp x29, x30, [sp], #32\n"
+        ".cfi_def_cfa_offset 0\n"
+        ".cfi_restore 29\n"
+        ".cfi_restore 30\n"
+        "  adrp x16, gf__shim_real_dlsym\n"
+        "  ldr x16, [x16, :lo12:gf__shim_real_dlsym]\n"
+        "  cbz x16, 2f\n"
+        "  br x16\n"
+        "2:\n"
+        "  mov x0, #0\n"
+        "  ret\n"
+        "3:\n"
+        "  b gf__shim_dlsym\n"
+        ".cfi_endproc\n"
+        ".size dlsym, .-dlsym\n");
+#else
+#error "libgpufrac-cuda.so's dlsym stub is written for x86-64 and aarch64"
+#endif

@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "fake_cuda.h"
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 #define MAXA 65536
@@ -493,7 +494,7 @@ FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
   *c = (CUcontext)(uintptr_t)(0xC000 + (unsigned)d);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+static gf_cu_result prim_release(CUdevice d) {
   if (d < 0 || d >= ndevices())
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
@@ -503,7 +504,22 @@ FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice d) {
   pthread_mutex_unlock(&lock);
   return rc;
 }
+/* The pre-11.0 symbols (runtimes still ask for them at version 7000): the
+ * same as the _v2 ones here. */
+FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  return prim_release(d);
+}
+FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxRelease(CUdevice d) {
+  return prim_release(d);
+}
+static gf_cu_result prim_reset(CUdevice d);
+FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxReset(CUdevice d) {
+  return prim_reset(d);
+}
 FAKE_EXPORT gf_cu_result cuDevicePrimaryCtxReset_v2(CUdevice d) {
+  return prim_reset(d);
+}
+static gf_cu_result prim_reset(CUdevice d) {
   if (d < 0 || d >= ndevices())
     return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
@@ -613,6 +629,7 @@ FAKE_EXPORT gf_cu_result cuMemAllocAsync(CUdeviceptr *p, size_t b, CUstream s) {
 FAKE_EXPORT gf_cu_result cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t b,
                                               CUstream s) {
   (void)s;
+  FAKE_HIT(cuMemAllocAsync_ptsz);
   return pool_alloc(current ? ctx_dev(current) : 0, p, b);
 }
 FAKE_EXPORT gf_cu_result cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t b,
@@ -624,6 +641,7 @@ FAKE_EXPORT gf_cu_result cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t b,
                                                       CUmemoryPool pl,
                                                       CUstream s) {
   (void)s;
+  FAKE_HIT(cuMemAllocFromPoolAsync_ptsz);
   return pool_alloc(pool_of(pl), p, b);
 }
 /* Streams.  With FAKE_CUDA_STREAMS=1, cuMemFreeAsync and cuLaunchHostFunc
@@ -700,6 +718,7 @@ FAKE_EXPORT gf_cu_result cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   return free_async(p, s);
 }
 FAKE_EXPORT gf_cu_result cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+  FAKE_HIT(cuMemFreeAsync_ptsz);
   return free_async(p, s ? s : CU_STREAM_PER_THREAD);
 }
 FAKE_EXPORT gf_cu_result cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) {
@@ -921,6 +940,15 @@ FAKE_EXPORT gf_cu_result cuCtxSynchronize(void) {
   return CUDA_SUCCESS;
 }
 
+/* A kernel of grid gx x gy x gz.  The launch entry points call this, never
+ * each other: a call between exported functions would go through the
+ * interposer (preloaded, it defines the same names) and be counted twice. */
+static gf_cu_result kernel_run(unsigned gx, unsigned gy, unsigned gz) {
+  atomic_fetch_add(&launches, 1);
+  gpu_run((uint64_t)gx * gy * gz);
+  return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
                                         unsigned gz, unsigned bx, unsigned by,
                                         unsigned bz, unsigned sh, CUstream s,
@@ -945,7 +973,9 @@ FAKE_EXPORT gf_cu_result cuLaunchKernel_ptsz(CUfunction f, unsigned gx,
                                              unsigned bx, unsigned by,
                                              unsigned bz, unsigned sh,
                                              CUstream s, void **p, void **e) {
-  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+  (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p, (void)e;
+  FAKE_HIT(cuLaunchKernel_ptsz);
+  return kernel_run(gx, gy, gz);
 }
 FAKE_EXPORT gf_cu_result cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f,
                                           void **p, void **e) {
@@ -961,12 +991,133 @@ FAKE_EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned gx,
                                                    unsigned bx, unsigned by,
                                                    unsigned bz, unsigned sh,
                                                    CUstream s, void **p) {
-  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, NULL);
+  (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p;
+  return kernel_run(gx, gy, gz);
 }
 FAKE_EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
   (void)g;
   (void)s;
   atomic_fetch_add(&launches, 1);
+  return CUDA_SUCCESS;
+}
+/* CUDA IPC across processes: a handle names the exporter (pid) and its
+ * allocation (address, size); the opener gets an address of its own for
+ * it.  The memory stays the exporter's (counted once, in its process and
+ * in FAKE_CUDA_SHARED); opening and closing move nothing. */
+typedef struct {
+  char reserved[64];
+} fake_ipc_handle;
+struct fake_ipc_wire {
+  uint64_t magic, pid, addr, bytes;
+};
+#define FAKE_IPC_MAGIC 0x4350494b454b4146ull /* "FAKEKIPC" */
+#define FAKE_NOPEN 64
+static struct { uint64_t addr, pid, src, refs; } opened[FAKE_NOPEN];
+static uint64_t next_open = 0x7e0000000000ull;
+
+FAKE_EXPORT gf_cu_result cuIpcGetMemHandle(fake_ipc_handle *h, CUdeviceptr p) {
+  if (!h)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  int i = slot_find(p);
+  struct fake_ipc_wire w = {FAKE_IPC_MAGIC, (uint64_t)getpid(), p,
+                            i >= 0 ? live[i].bytes : 0};
+  pthread_mutex_unlock(&lock);
+  if (i < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  memset(h, 0, sizeof(*h));
+  memcpy(h->reserved, &w, sizeof(w));
+  return CUDA_SUCCESS;
+}
+/* As the driver: a handle opened again in the same process gets the same
+ * address (a reference more); its own exporter cannot open it. */
+static gf_cu_result ipc_open(CUdeviceptr *p, fake_ipc_handle h) {
+  struct fake_ipc_wire w;
+  memcpy(&w, h.reserved, sizeof(w));
+  if (!p || w.magic != FAKE_IPC_MAGIC || !w.bytes)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (w.pid == (uint64_t)getpid())
+    return CUDA_ERROR_INVALID_VALUE; /* the driver: invalid context */
+  pthread_mutex_lock(&lock);
+  int free_i = -1;
+  gf_cu_result rc = CUDA_ERROR_OUT_OF_MEMORY;
+  for (int i = 0; i < FAKE_NOPEN; i++) {
+    if (opened[i].refs && opened[i].pid == w.pid && opened[i].src == w.addr) {
+      opened[i].refs++;
+      *p = opened[i].addr;
+      pthread_mutex_unlock(&lock);
+      return CUDA_SUCCESS;
+    }
+    if (!opened[i].refs && free_i < 0)
+      free_i = i;
+  }
+  if (free_i >= 0) {
+    opened[free_i].addr = next_open;
+    opened[free_i].pid = w.pid;
+    opened[free_i].src = w.addr;
+    opened[free_i].refs = 1;
+    next_open += (w.bytes + 4095) & ~4095ull;
+    *p = opened[free_i].addr;
+    rc = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+FAKE_EXPORT gf_cu_result cuIpcOpenMemHandle_v2(CUdeviceptr *p,
+                                               fake_ipc_handle h,
+                                               unsigned int flags) {
+  (void)flags;
+  return ipc_open(p, h);
+}
+FAKE_EXPORT gf_cu_result cuIpcOpenMemHandle(CUdeviceptr *p, fake_ipc_handle h,
+                                            unsigned int flags) {
+  (void)flags;
+  return ipc_open(p, h);
+}
+FAKE_EXPORT gf_cu_result cuIpcCloseMemHandle(CUdeviceptr p) {
+  gf_cu_result rc = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < FAKE_NOPEN; i++)
+    if (opened[i].refs && opened[i].addr == p) {
+      opened[i].refs--;
+      rc = CUDA_SUCCESS;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+/* The per-thread variants: counted apart (fake_cuda_calls), then the same
+ * as their legacy-stream twins. */
+FAKE_EXPORT gf_cu_result cuLaunchKernelEx_ptsz(const CUlaunchConfig *c,
+                                               CUfunction f, void **p,
+                                               void **e) {
+  (void)c, (void)f, (void)p, (void)e;
+  FAKE_HIT(cuLaunchKernelEx_ptsz);
+  atomic_fetch_add(&launches, 1);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuLaunchCooperativeKernel_ptsz(
+    CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+    unsigned by, unsigned bz, unsigned sh, CUstream s, void **p) {
+  (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p;
+  FAKE_HIT(cuLaunchCooperativeKernel_ptsz);
+  return kernel_run(gx, gy, gz);
+}
+FAKE_EXPORT gf_cu_result cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+  (void)g, (void)s;
+  FAKE_HIT(cuGraphLaunch_ptsz);
+  atomic_fetch_add(&launches, 1);
+  return CUDA_SUCCESS;
+}
+/* Each device's kernel in turn (one timeline). */
+FAKE_EXPORT gf_cu_result cuLaunchCooperativeKernelMultiDevice(
+    CUDA_LAUNCH_PARAMS *l, unsigned int n, unsigned int flags) {
+  (void)flags;
+  if (!l || !n)
+    return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned int i = 0; i < n; i++)
+    kernel_run(l[i].gridDimX, l[i].gridDimY, l[i].gridDimZ);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT unsigned long fake_cuda_launches(void) {
@@ -1021,8 +1172,20 @@ static const struct variant {
     {"cuLaunchKernel", 4000, 0, (void *)cuLaunchKernel},
     {"cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz},
     {"cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx},
+    {"cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz},
     {"cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel},
+    {"cuLaunchCooperativeKernel", 9000, 1,
+     (void *)cuLaunchCooperativeKernel_ptsz},
+    {"cuLaunchCooperativeKernelMultiDevice", 9000, 0,
+     (void *)cuLaunchCooperativeKernelMultiDevice},
     {"cuGraphLaunch", 10000, 0, (void *)cuGraphLaunch},
+    {"cuGraphLaunch", 10000, 1, (void *)cuGraphLaunch_ptsz},
+    {"cuGetProcAddress", 11030, 0, (void *)cuGetProcAddress},
+    {"cuGetProcAddress", 12000, 0, (void *)cuGetProcAddress_v2},
+    {"cuIpcGetMemHandle", 4010, 0, (void *)cuIpcGetMemHandle},
+    {"cuIpcOpenMemHandle", 4010, 0, (void *)cuIpcOpenMemHandle},
+    {"cuIpcOpenMemHandle", 11000, 0, (void *)cuIpcOpenMemHandle_v2},
+    {"cuIpcCloseMemHandle", 4010, 0, (void *)cuIpcCloseMemHandle},
     {"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice},
     {"cuDeviceGetCount", 2000, 0, (void *)cuDeviceGetCount},
     {"cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent},
@@ -1034,8 +1197,10 @@ static const struct variant {
     {"cuCtxCreate", 12050, 0, (void *)cuCtxCreate_v4},
     {"cuCtxDestroy", 4000, 0, (void *)cuCtxDestroy_v2},
     {"cuDevicePrimaryCtxRetain", 7000, 0, (void *)cuDevicePrimaryCtxRetain},
+    {"cuDevicePrimaryCtxRelease", 7000, 0, (void *)cuDevicePrimaryCtxRelease},
     {"cuDevicePrimaryCtxRelease", 11000, 0,
      (void *)cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxReset", 7000, 0, (void *)cuDevicePrimaryCtxReset},
     {"cuDevicePrimaryCtxReset", 11000, 0, (void *)cuDevicePrimaryCtxReset_v2},
     {"cuDeviceGetMemPool", 11020, 0, (void *)cuDeviceGetMemPool},
     {"cuMemPoolCreate", 11020, 0, (void *)cuMemPoolCreate},
@@ -1053,17 +1218,30 @@ static gf_cu_result lookup(const char *sym, void **pfn, int ver,
     return CUDA_ERROR_INVALID_VALUE;
   int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   const struct variant *best = NULL;
+  int known = 0; /* in the table, at some version */
   for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
     const struct variant *v = &variants[i];
-    if (strcmp(v->name, sym) || v->min_version > ver)
+    if (strcmp(v->name, sym))
+      continue;
+    known = 1;
+    if (v->min_version > ver)
       continue;
     if (v->ptds && !ptds)
       continue;
     if (!best || v->ptds > best->ptds || v->min_version > best->min_version)
       best = v;
   }
-  *pfn = best ? best->fn : NULL;
-  return best ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  /* A per-thread caller gets the per-thread symbol of any function cuda.h
+   * maps (fake_cuda_ptds.c), and any other name a runtime asks for gets a
+   * function that says it is not supported, as a driver that has every
+   * entry point but implements few. */
+  void *fn = best ? best->fn : NULL;
+  if (ptds && (!best || !best->ptds) && fake_ptds_for(sym))
+    fn = fake_ptds_for(sym);
+  if (!fn && !known && strncmp(sym, "cu", 2) == 0)
+    fn = (void *)fake_unimplemented;
+  *pfn = fn;
+  return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 FAKE_EXPORT gf_cu_result cuGetProcAddress(const char *sym, void **pfn, int ver,
@@ -1077,4 +1255,10 @@ cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
   if (st)
     *st = rc == CUDA_SUCCESS ? 0 : 1;
   return rc;
+}
+/* The fake's own answer, under a name the interposer does not hook: what
+ * the tests compare the interposer's answers with. */
+FAKE_EXPORT gf_cu_result fake_cuda_proc(const char *sym, void **pfn, int ver,
+                                        cuuint64_t flags) {
+  return lookup(sym, pfn, ver, flags);
 }
