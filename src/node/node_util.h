@@ -1,9 +1,11 @@
 /*
- * Internal to gf_node: helpers shared by the files of src/node and its
- * tests.  Nothing here is public API.
+ * node_util.h - the node's file and state-dir helpers (util.c, and
+ * container.c's gf_node_forget_pod), shared by the node's parts
+ * (src/node and its folders), the weight cache (src/modelcache) and their
+ * tests. Internal to gpufrac; nothing here is public API.
  */
-#ifndef GPUFRAC_NODE_INT_H
-#define GPUFRAC_NODE_INT_H
+#ifndef GPUFRAC_NODE_UTIL_H
+#define GPUFRAC_NODE_UTIL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,6 +17,8 @@
 
 struct json_t;
 
+#define GF_NODE_UID_MAX 64 /* a pod uid, NUL included */
+
 /* json_dumps(j, flags) into a malloc'd string, or NULL when out of memory.
  * jansson 2.14's json_dumps ignores a failed append of an object key and
  * returns the document with that key missing (`{"version":1,":"x"}`);
@@ -24,20 +28,6 @@ char *gf__node_json_dumps(const struct json_t *j, size_t flags);
 
 /* Copies src into dst[cap], truncating; always NUL-ends (cap > 0). */
 void gf__node_copy(char *dst, size_t cap, const char *src);
-
-/* Derives the inventory model name from a product name into model[cap]. */
-void gf__node_model_name(const char *name, char *model, size_t cap);
-
-/* The profile-style name of a MIG device into out[cap], as nvidia-smi
- * spells profiles: "<G>g.<M>gb" with G the GPU instance's slices, or
- * "<C>c.<G>g.<M>gb" when the compute instance has fewer slices (C) than its
- * GPU instance.  M is the instance's share of the parent's memory rounded
- * up to eighths (MIG memory comes in eighths), times the parent's memory in
- * GB (GiB, rounded up), rounded: 9856 MiB of an 80 GiB A100 is 1/8 -> 10gb,
- * 40192 MiB is 4/8 -> 40gb.  "" when gi_slices or a size is 0. */
-void gf__node_mig_profile(uint32_t gi_slices, uint32_t ci_slices,
-                          uint64_t mig_bytes, uint64_t parent_bytes, char *out,
-                          size_t cap);
 
 /* Joins a/b into out[cap]; false when it does not fit. */
 bool gf__node_join(char *out, size_t cap, const char *a, const char *b);
@@ -88,67 +78,10 @@ int gf__node_mig_cap_minor(const char *proc, const gf_node_gpu *g,
                            const gf_node_mig *m, int level, unsigned *minor,
                            gf_diag *d);
 
-/* ---- the weight cache's hooks (modelcache_agent.c wires them) ---------- */
-
-struct gf_node_cache;
-struct gf_node_allocator;
-struct gf_node_kube;
-
-/* Where a pod's model is mounted: GF_NODE_MODEL_MOUNT/<name>, read-only,
- * also in the container's GPUFRAC_MODEL_DIR. */
-#define GF_NODE_MODEL_MOUNT "/gpufrac/models"
-
-/* Gives the allocator the weight cache (NULL: none): an Allocate for a pod
- * with gpufrac.io/model makes the model ready, pins it for the pod and
- * mounts it.  Thread-safe. */
-void gf__node_allocator_set_cache(struct gf_node_allocator *a,
-                                  struct gf_node_cache *c);
-
-/* Gives the inventory publisher the weight cache: the inventory gains
- * "models" (docs/modelcache.md).  Call before the first publish. */
-void gf__node_kube_set_cache(struct gf_node_kube *k, struct gf_node_cache *c);
-
-/* Gives the metrics server the weight cache: /metrics gains the
- * gpufrac_model_cache_* series.  Thread-safe. */
-struct gf_node_server;
-void gf__node_server_set_cache(struct gf_node_server *s,
-                               struct gf_node_cache *c);
-
-/* Gives the DRA state the weight cache: a claim whose reserving pod has
- * gpufrac.io/model gets the model mounted (CDI mounts), pinned for the
- * claim until it is unprepared.  Thread-safe. */
-struct gf_node_dra_state;
-struct gf_node_dra_claim;
-struct gf_node_dra_prepared;
-void gf__node_dra_state_set_cache(struct gf_node_dra_state *s,
-                                  struct gf_node_cache *c);
-/* gf_node_dra_prepare with the reserving pod's model (model NULL or "":
- * none): made ready (fetched from source when missing), pinned for the
- * claim (holder: its uid) and added to the claim's CDI spec as a
- * read-only bind mount at GF_NODE_MODEL_MOUNT/<name>.  Errors as
- * gf_node_dra_prepare, and the cache's (GF_ESTATE: no cache). */
-/* true when claim uid is prepared, or a model prepare (whose pin comes
- * before its checkpoint entry) is under way: a pin of uid is not stale. */
-bool gf__node_dra_state_holds(struct gf_node_dra_state *s, const char *uid);
-int gf__node_dra_prepare_model(struct gf_node_dra_state *s,
-                               const struct gf_node_dra_claim *c,
-                               const char *model, const char *source,
-                               struct gf_node_dra_prepared *out, gf_diag *d);
-
-/* The node config's model_* keys (docs/modelcache.md) into c.
- * GF_ESYNTAX / GF_ERANGE naming where. */
-int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
-                             const char *where, gf_diag *d);
-
-/* The node's inventory (gpufrac/grant.h): g's healthy GPUs with a uuid,
- * its MIG units, and the models of cache (NULL: none) as the contract's
- * inventory and facts, which gf_inventory_format_facts writes. */
-void gf__node_inventory_build(const gf_node_gpus *g,
-                              struct gf_node_cache *cache, gf_inventory *inv,
-                              gf_inventory_facts *f);
-/* That inventory as the annotation's text (malloc'd; free()), what
- * gf_node_kube_publish writes.  GF_ENOMEM. */
-int gf__node_inventory_text(const gf_node_gpus *g, struct gf_node_cache *cache,
-                            char **out, gf_diag *d);
+/* (container.c) Removes <state_dir>/pods/<uid> and the pod's CDI specs in
+ * cdi_dir (may be NULL).  uid must be a safe name.  GF_EINVAL, GF_EIO
+ * naming the path. */
+int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,
+                       const char *uid, gf_diag *d);
 
 #endif
