@@ -779,7 +779,9 @@ void gf_node_agent_run(gf_node_agent *a) {
 void gf_node_agent_stop(gf_node_agent *a) {
   if (!a || !a->started)
     return;
-  gf_node_cache_agent_stop(a->mc); /* cancels the cache's fetches */
+  if (a->cache) /* first: an Allocate or Prepare waiting on a fetch returns */
+    gf_node_cache_cancel(a->cache);
+  gf_node_cache_agent_stop(a->mc);
   if (a->have_hl)
     health_stop(&a->hl);
   mps_stop_all(&a->mps);
