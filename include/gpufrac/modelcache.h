@@ -23,8 +23,19 @@
 #include <stdint.h>
 
 #include "gpufrac/diag.h"
+#include "gpufrac/grant.h"
 
 #define GF_NODE_CACHE_ROOT "/var/lib/gpufrac/models"
+/* Where the node agent mounts a pod's or claim's model in its containers:
+ * GF_NODE_MODEL_MOUNT/<name>, read-only, also in GPUFRAC_MODEL_DIR. */
+#define GF_NODE_MODEL_MOUNT "/gpufrac/models"
+/* The weight cache's pod annotations (docs/modelcache.md; gpufrac/grant.h
+ * defines them for both sides). */
+#define GF_NODE_MODEL_ANNOTATION GF_MODEL_ANNOTATION
+#define GF_NODE_MODEL_SOURCE_ANNOTATION GF_MODEL_SOURCE_ANNOTATION
+#define GF_NODE_MODEL_REF_MAX 400
+#define GF_NODE_MODEL_SOURCE_MAX 2048
+#define GF_NODE_MODEL_SOURCE_MAX_TEXT "2047"
 #define GF_NODE_CACHE_MANIFEST "gpufrac.manifest" /* at the source's base */
 #define GF_NODE_CACHE_HEX 65                      /* 64 hex digits + NUL */
 #define GF_NODE_CACHE_NAME_MAX 254

@@ -365,14 +365,17 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
                               gf_diag *d);
 
 typedef struct gf_node_server gf_node_server;
+struct gf_node_cache;
 
 /* Serves GET /metrics and /healthz on `listen` ("ADDR:PORT", IPv4; port 0
  * picks a free one).  The server keeps its own copy of g (replace it with
- * gf_node_server_set_gpus) and reads state_dir on every scrape.
+ * gf_node_server_set_gpus) and reads state_dir on every scrape.  cache
+ * (gpufrac/modelcache.h; borrowed, must outlive the server; NULL: none)
+ * adds the gpufrac_model_cache_* series.
  * GF_EINVAL for a bad address, GF_EIO when it cannot listen. */
 int gf_node_server_start(const char *listen, const gf_node_gpus *g,
-                         const char *state_dir, gf_node_server **out,
-                         gf_diag *d);
+                         const char *state_dir, struct gf_node_cache *cache,
+                         gf_node_server **out, gf_diag *d);
 void gf_node_server_set_gpus(gf_node_server *s, const gf_node_gpus *g);
 /* The Hostname label of the served metrics (the node's name); copied. */
 void gf_node_server_set_hostname(gf_node_server *s, const char *hostname);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "gpufrac/error.h"
-#include "node_int.h"
+#include "node_util.h"
 
 /* Appends "K=V" to the env array. */
 static int add_env(json_t *env, const char *k, const char *v) {

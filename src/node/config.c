@@ -8,8 +8,9 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
+#include "modelcache_config.h"
 #include "node_health.h"
-#include "node_int.h"
+#include "node_util.h"
 
 static const char *const mode_names[] = {"shared", "exclusive", "mps", "mig"};
 

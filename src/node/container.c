@@ -1,21 +1,26 @@
 /*
  * One container's files: the interposer config (format owned by
  * src/shim/shim_config.h), its grant copy for metrics, and the region
- * directory (gpufrac/node.h).
+ * directory (gpufrac/node.h); and a pod's files removed when it is gone
+ * (gf_node_forget_pod, node_util.h).
  */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "gpufrac/contract.h"
 #include "gpufrac/ctr_grant.h"
 #include "gpufrac/error.h"
 #include "gpufrac/region.h"
-#include "node_int.h"
+#include "node_util.h"
 
 /* A MIG device ("MIG-..."): not the interposer's business. */
 static bool is_mig(const char *u) { return strncmp(u, "MIG-", 4) == 0; }
@@ -114,4 +119,57 @@ int gf_node_prepare_container_for(const char *state_dir, const char *pod_uid,
   if (rc)
     return rc;
   return gf_node_write_atomic(p->dir, "shim.conf", conf, strlen(conf), d);
+}
+
+/* ---- a pod that is gone ------------------------------------------------ */
+
+static int rm_one(const char *path, const struct stat *st, int flag,
+                  struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  /* FTW_PHYS: a symbolic link a container left is removed, never followed. */
+  int r = flag == FTW_DP ? rmdir(path) : unlink(path);
+  return r && errno != ENOENT ? -1 : 0;
+}
+
+static int remove_cdi(const char *cdi_dir, const char *uid, gf_diag *d) {
+  if (!cdi_dir || !*cdi_dir)
+    return 0;
+  DIR *dir = opendir(cdi_dir);
+  if (!dir)
+    return errno == ENOENT
+               ? 0
+               : gf_diag_set(d, GF_EIO, "%s: %s", cdi_dir, strerror(errno));
+  char prefix[GF_NODE_PATH_MAX];
+  snprintf(prefix, sizeof(prefix), "gpufrac.io-%s_", uid);
+  size_t pl = strlen(prefix);
+  int rc = 0;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    size_t n = strlen(e->d_name);
+    if (strncmp(e->d_name, prefix, pl) || n < pl + 5 ||
+        strcmp(e->d_name + n - 5, ".json"))
+      continue;
+    char path[GF_NODE_PATH_MAX];
+    if (gf__node_join(path, sizeof(path), cdi_dir, e->d_name) && unlink(path) &&
+        errno != ENOENT)
+      rc = gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
+  }
+  closedir(dir);
+  return rc;
+}
+
+int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,
+                       const char *uid, gf_diag *d) {
+  if (!gf_node_safe_name(uid))
+    return gf_diag_set(d, GF_EINVAL, "pod uid '%s' is not a safe name", uid);
+  char pods[GF_NODE_PATH_MAX], dir[GF_NODE_PATH_MAX];
+  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods") ||
+      !gf__node_join(dir, sizeof(dir), pods, uid))
+    return gf_diag_set(d, GF_ELIMIT, "state path too long");
+  int rc = 0;
+  if (nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS) && errno != ENOENT)
+    rc = gf_diag_set(d, GF_EIO, "removing %s: %s", dir, strerror(errno));
+  int rc2 = remove_cdi(cdi_dir, uid, d);
+  return rc ? rc : rc2;
 }

@@ -12,7 +12,8 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
-#include "node_int.h"
+#include "node_discover.h"
+#include "node_util.h"
 #include "nvml_load.h"
 
 /* ---- NVML, as published in nvml.h (API version 11+) ------------------- */

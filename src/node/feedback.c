@@ -10,9 +10,8 @@
 #include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/region.h"
-#include "node_alloc.h"
 #include "node_feedback.h"
-#include "node_int.h"
+#include "node_util.h"
 
 #define FEEDBACK_CTRS 512  /* containers looked at per round */
 #define FEEDBACK_PIDS 1024 /* distinct pids resolved per round */

@@ -11,7 +11,7 @@
 #include "gpufrac/error.h"
 #include "node_feedback.h"
 #include "node_health.h"
-#include "node_int.h"
+#include "node_util.h"
 
 typedef int nvml_return;
 typedef struct nvml_device *nvml_device;

@@ -11,7 +11,8 @@
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/modelcache.h"
-#include "node_int.h"
+#include "node_inventory.h"
+#include "node_util.h"
 
 _Static_assert(GF_NODE_MAX_MIG <= GF_INVENTORY_MAX_MIGS,
                "the inventory lists every MIG device of a GPU");

@@ -17,8 +17,8 @@
 
 #include "alloc.h"
 #include "gpufrac/error.h"
-#include "node_int.h"
 #include "node_mps.h"
+#include "node_util.h"
 
 extern char **environ;
 

@@ -19,7 +19,7 @@
 #include "gpufrac/ctr_grant.h"
 #include "gpufrac/error.h"
 #include "gpufrac/region.h"
-#include "node_int.h"
+#include "node_util.h"
 
 void gf__node_copy(char *dst, size_t cap, const char *src) {
   size_t n = strlen(src);

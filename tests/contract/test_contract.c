@@ -32,7 +32,8 @@
 #include "gpufrac/node.h"
 #include "gpufrac/region.h"
 #include "node_alloc.h"
-#include "node_int.h"
+#include "node_inventory.h"
+#include "node_util.h"
 #include "shim_config.h"
 #include "tmpdir.h"
 
@@ -238,10 +239,9 @@ static void test_node_inventory_published(void **st) {
   assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
   gf_node_pods *p = NULL;
   assert_int_equal(gf_node_pods_new(&p, "node-a", &d), 0);
-  gf_node_kube_opts o = {"node-a", p, tmpdir, NULL, true};
+  gf_node_kube_opts o = {"node-a", p, tmpdir, NULL, true, cache};
   gf_node_kube *k = NULL;
   assert_int_equal(gf_node_kube_new(&k, cfg, &o, &d), 0);
-  gf__node_kube_set_cache(k, cache);
   gf_node_gpus g;
   node_gpus(&g);
   bool changed = false;

@@ -1,5 +1,5 @@
 /* libFuzzer target: the weight cache's manifest parser and the pod
- * annotation's model reference (src/node/modelcache.c).  A manifest comes
+ * annotation's model reference (src/modelcache/modelcache.c).  A manifest comes
  * from a model source on the network; parsing it must never crash, and
  * what it accepts must be canonical: writing the parsed files back gives
  * the input byte for byte (so one text has one digest), every path is

@@ -30,7 +30,8 @@
 #include "gpufrac/modelcache.h"
 #include "gpufrac/node.h"
 #include "node_alloc.h"
-#include "node_int.h"
+#include "node_inventory.h"
+#include "node_util.h"
 
 /* One GPU container of a test pod: name, gpufrac.io/gpu, granted uuids. */
 typedef struct tctr {
@@ -345,7 +346,9 @@ static void test_match_concurrent(void **state) {
 
 /* ---- the answer --------------------------------------------------------- */
 
-static gf_node_allocator *new_alloc(gf_node_pods *p, gf_node_alloc_style s) {
+/* An allocator over p with the weight cache (NULL: none). */
+static gf_node_allocator *
+new_alloc_cache(gf_node_pods *p, gf_node_alloc_style s, gf_node_cache *cache) {
   gf_diag d = {""};
   assert_int_equal(gf_node_discover_fake("2xA100-40GB", &gpus2, &d), 0);
   char state[300], cdi[300], mps[300];
@@ -360,10 +363,15 @@ static gf_node_allocator *new_alloc(gf_node_pods *p, gf_node_alloc_style s) {
                           .log = "info",
                           .style = s,
                           .wait_ms = 0,
-                          .mps_dir = mps};
+                          .mps_dir = mps,
+                          .cache = cache};
   gf_node_allocator *a = NULL;
   assert_int_equal(gf_node_allocator_new(&a, p, &gpus2, &o, &d), 0);
   return a;
+}
+
+static gf_node_allocator *new_alloc(gf_node_pods *p, gf_node_alloc_style s) {
+  return new_alloc_cache(p, s, NULL);
 }
 
 static const gf_dp_env *env(const gf_dp_container_answer *o, const char *k) {
@@ -948,7 +956,7 @@ static void test_kube_link(void **state) {
   mkfile(gone, "grant.json");
   mkfile(kept, "grant.json");
   gf_node_pods *p = new_cache();
-  gf_node_kube_opts o = {"node-a", p, statedir, NULL, true};
+  gf_node_kube_opts o = {"node-a", p, statedir, NULL, true, NULL};
   gf_node_kube *k = NULL;
   assert_int_equal(gf_node_kube_new(&k, cfg, &o, &d), 0);
   bool changed = false;
@@ -1009,8 +1017,9 @@ static void test_allocate_model(void **state) {
   assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESTATE);
   assert_non_null(strstr(d.msg, "without a weight cache"));
 
+  gf_node_allocator_free(a);
   gf_node_cache *cache = model_cache_open();
-  gf__node_allocator_set_cache(a, cache);
+  a = new_alloc_cache(p, GF_NODE_ALLOC_MOUNTS, cache);
   int rc = gf_node_allocate(a, ids, 1, o, &d);
   if (rc)
     fail_msg("allocate: %s", d.msg);

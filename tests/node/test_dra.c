@@ -28,7 +28,7 @@
 #include "gpufrac/node.h"
 #include "modelcache_agent.h"
 #include "node_dra.h"
-#include "node_int.h"
+#include "node_util.h"
 
 #define GiB (1ull << 30)
 
@@ -540,7 +540,9 @@ static void test_claim_parse(void **state) {
 
 /* ---- prepare ---- */
 
-static gf_node_dra_state *open_state(const gf_node_gpus *g) {
+/* The claim state over tmpdir with the weight cache (NULL: none). */
+static gf_node_dra_state *open_state_cache(const gf_node_gpus *g,
+                                           gf_node_cache *cache) {
   char sd[300], cd[300], pd[300];
   snprintf(sd, sizeof(sd), "%s/state", tmpdir);
   snprintf(cd, sizeof(cd), "%s/cdi", tmpdir);
@@ -551,12 +553,17 @@ static gf_node_dra_state *open_state(const gf_node_gpus *g) {
                         .shim_lib = "/usr/lib/gpufrac/libgpufrac-cuda.so",
                         .preload = "/usr/lib/gpufrac/ld.so.preload",
                         .log = "warn",
-                        .proc = pd};
+                        .proc = pd,
+                        .cache = cache};
   gf_node_dra_state *s = NULL;
   gf_diag d = {""};
   if (gf_node_dra_state_open(&s, &o, g, &d))
     fail_msg("open: %s", d.msg);
   return s;
+}
+
+static gf_node_dra_state *open_state(const gf_node_gpus *g) {
+  return open_state_cache(g, NULL);
 }
 
 /* Paths are "<tmpdir>/<a><uid><b>". */
@@ -796,8 +803,9 @@ static void test_prepare_model(void **state) {
                    GF_ESTATE);
   assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
 
+  gf_node_dra_state_free(s);
   gf_node_cache *cache = model_cache_open();
-  gf__node_dra_state_set_cache(s, cache);
+  s = open_state_cache(g, cache);
   int rc = gf__node_dra_prepare_model(s, &c, ref, url, &p, &d);
   if (rc)
     fail_msg("prepare: %s", d.msg);
@@ -828,9 +836,8 @@ static void test_prepare_model(void **state) {
       gf__node_dra_prepare_model(s, &c, "lm@sha256:1", url, &p, &d),
       GF_ESYNTAX);
   assert_non_null(strstr(d.msg, "gpufrac.io/model"));
-  gf__node_dra_state_set_cache(s, NULL);
-  gf_node_cache_free(cache);
   gf_node_dra_state_free(s);
+  gf_node_cache_free(cache);
   free(g);
 }
 
@@ -870,9 +877,8 @@ static void test_prepare_model_namespace(void **state) {
   model_source_make(&ms, "w.bin", "lm");
   gf_diag d = {""};
   gf_node_gpus *g = gpus(1);
-  gf_node_dra_state *s = open_state(g);
   gf_node_cache *cache = model_cache_open();
-  gf__node_dra_state_set_cache(s, cache);
+  gf_node_dra_state *s = open_state_cache(g, cache);
   gf_node_dra_claim a, b;
   gf_node_dra_prepared p;
   assert_int_equal(parse(UID_A, "a", "gpu-0:8Gi:30", &a, &d), 0);
@@ -885,9 +891,8 @@ static void test_prepare_model_namespace(void **state) {
                    GF_ENOTFOUND);
   assert_non_null(strstr(d.msg, "claim other-team/b"));
   assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
-  gf__node_dra_state_set_cache(s, NULL);
-  gf_node_cache_free(cache);
   gf_node_dra_state_free(s);
+  gf_node_cache_free(cache);
   free(g);
 }
 
@@ -903,9 +908,8 @@ static void test_prune_claim_pins(void **state) {
   const char *url = ms.url, *ref = ms.ref, *hex = ms.hex;
   gf_diag d = {""};
   gf_node_gpus *g = gpus(1);
-  gf_node_dra_state *s = open_state(g);
   gf_node_cache *cache = model_cache_open();
-  gf__node_dra_state_set_cache(s, cache);
+  gf_node_dra_state *s = open_state_cache(g, cache);
   gf_node_dra_claim a, b;
   gf_node_dra_prepared p;
   assert_int_equal(parse(UID_A, "a", "gpu-0:8Gi:30", &a, &d), 0);
@@ -928,12 +932,10 @@ static void test_prune_claim_pins(void **state) {
   assert_int_equal(pins_of(cache, hex), 2);
 
   /* The agent restarts; claim a was deleted meanwhile, never unprepared. */
-  gf__node_dra_state_set_cache(s, NULL);
   gf_node_dra_state_free(s);
   gf_node_cache_free(cache);
-  s = open_state(g);
   cache = model_cache_open();
-  gf__node_dra_state_set_cache(s, cache);
+  s = open_state_cache(g, cache);
   assert_int_equal(pins_of(cache, hex), 2);
   api.answer = 0;
   assert_int_equal(gf__node_cache_prune_claims(cache, s, fake_exists, &api), 1);
@@ -942,9 +944,8 @@ static void test_prune_claim_pins(void **state) {
   assert_int_equal(gf_node_dra_unprepare(s, UID_B, &d), 0);
   assert_int_equal(pins_of(cache, hex), 0);
   assert_int_equal(gf_node_cache_evict(cache, hex, &d), 0);
-  gf__node_dra_state_set_cache(s, NULL);
-  gf_node_cache_free(cache);
   gf_node_dra_state_free(s);
+  gf_node_cache_free(cache);
   free(g);
 }
 

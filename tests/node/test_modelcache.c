@@ -1,6 +1,6 @@
 /*
- * The weight cache's store (src/node/modelcache.c) against file:// sources
- * in a scratch directory: the manifest's canonical form and digest (a
+ * The weight cache's store (src/modelcache/modelcache.c) against file://
+ * sources in a scratch directory: the manifest's canonical form and digest (a
  * vector computed with Python's hashlib), hostile manifests, lying sizes
  * and digests, the budget, LRU eviction with pins, restart recovery, single
  * flight, verify.  The HTTP side is test_modelcache_http.py.

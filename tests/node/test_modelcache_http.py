@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The weight cache's fetcher over HTTP (src/node/modelcache_fetch.c),
+"""The weight cache's fetcher over HTTP (src/modelcache/modelcache_fetch.c),
 driven through `gpufrac cache fetch` against a loopback server written
 here: several files at once, a connection dropped mid-file and resumed with
 a Range, a restart that resumes what the last run left, a server that

@@ -28,7 +28,8 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/node.h"
 #include "gpufrac/region.h"
-#include "node_int.h"
+#include "node_discover.h"
+#include "node_util.h"
 #include "shim_config.h"
 
 #define GiB (1024ull * 1024 * 1024)
@@ -1099,7 +1100,8 @@ static void test_server(void **state) {
   gf_diag d = {""};
   assert_int_equal(gf_node_discover_fake("1xT4-16GB", &g, &d), 0);
   gf_node_server *s = NULL;
-  assert_int_equal(gf_node_server_start("127.0.0.1:0", &g, tmpdir, &s, &d), 0);
+  assert_int_equal(
+      gf_node_server_start("127.0.0.1:0", &g, tmpdir, NULL, &s, &d), 0);
   uint16_t port = gf_node_server_port(s);
   assert_true(port > 0);
   static char buf[1 << 20];
@@ -1130,9 +1132,9 @@ static void test_server(void **state) {
   assert_non_null(strstr(buf, ",Hostname=\"node-x\"} 0\n"));
   gf_node_server_stop(s);
   gf_node_server_free(s);
-  assert_int_equal(gf_node_server_start("127.0.0.1:x", &g, tmpdir, &s, &d),
-                   GF_EINVAL);
-  assert_int_equal(gf_node_server_start("nohost:80", &g, tmpdir, &s, &d),
+  assert_int_equal(
+      gf_node_server_start("127.0.0.1:x", &g, tmpdir, NULL, &s, &d), GF_EINVAL);
+  assert_int_equal(gf_node_server_start("nohost:80", &g, tmpdir, NULL, &s, &d),
                    GF_EINVAL);
 }
 

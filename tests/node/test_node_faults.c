@@ -34,7 +34,7 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/node.h"
 #include "node_alloc.h"
-#include "node_int.h"
+#include "node_util.h"
 
 /* Enough for every walk here; a walk that reaches it has a refusal that
  * never stops (the test then fails: no run without one). */

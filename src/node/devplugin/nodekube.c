@@ -16,7 +16,8 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/modelcache.h"
 #include "node_alloc.h"
-#include "node_int.h"
+#include "node_inventory.h"
+#include "node_util.h"
 
 #define SWEEP_POLL_MS 100
 
@@ -29,8 +30,8 @@ struct gf_node_kube {
   char state_dir[GF_NODE_PATH_MAX];
   char cdi_dir[GF_NODE_PATH_MAX];
   bool quiet;
-  char *published; /* the inventory text last written, NULL: none */
-  gf_node_cache *_Atomic cache; /* its models join the inventory */
+  char *published;      /* the inventory text last written, NULL: none */
+  gf_node_cache *cache; /* its models join the inventory (borrowed) */
   atomic_bool swept, stop;
   bool started, have_inf, have_super;
   pthread_t t_inf, t_super;
@@ -92,6 +93,7 @@ int gf_node_kube_new(gf_node_kube **out, gf_kube_config *cfg,
   k->cfg = cfg;
   k->pods = o->pods;
   k->quiet = o->quiet;
+  k->cache = o->cache;
   gf__node_copy(k->node, sizeof(k->node), o->node);
   gf__node_copy(k->state_dir, sizeof(k->state_dir), o->state_dir);
   gf__node_copy(k->cdi_dir, sizeof(k->cdi_dir), o->cdi_dir ? o->cdi_dir : "");
@@ -189,15 +191,11 @@ void gf_node_kube_free(gf_node_kube *k) {
   free(k);
 }
 
-void gf__node_kube_set_cache(gf_node_kube *k, gf_node_cache *c) {
-  atomic_store(&k->cache, c);
-}
-
 int gf_node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
                          gf_diag *d) {
   *changed = false;
   char *text = NULL;
-  int rc = gf__node_inventory_text(g, atomic_load(&k->cache), &text, d);
+  int rc = gf__node_inventory_text(g, k->cache, &text, d);
   if (rc)
     return rc;
   if (k->published && strcmp(k->published, text) == 0) {

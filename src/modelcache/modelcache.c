@@ -29,7 +29,7 @@
 #include "gpufrac/node.h"
 #include "gpufrac/quantity.h"
 #include "modelcache_int.h"
-#include "node_int.h"
+#include "node_util.h"
 
 #define STATE_FILE "state.json"
 /* Owners (entry.ns) that are no namespace (a namespace name is a DNS
@@ -44,60 +44,12 @@
 
 /* ---- digests ----------------------------------------------------------- */
 
-void gf__mc_to_hex(const unsigned char *md, unsigned n, char *hex) {
-  static const char digits[] = "0123456789abcdef";
-  for (unsigned i = 0; i < n; i++) {
-    hex[2 * i] = digits[md[i] >> 4];
-    hex[2 * i + 1] = digits[md[i] & 15];
-  }
-  hex[2 * n] = '\0';
-}
-
 void gf_node_cache_sha256_hex(const void *buf, size_t len,
                               char hex[GF_NODE_CACHE_HEX]) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned n = 0;
   EVP_Digest(buf, len, md, &n, EVP_sha256(), NULL);
   gf__mc_to_hex(md, n, hex);
-}
-
-int gf__mc_hash_file(const char *path, uint64_t *size,
-                     char hex[GF_NODE_CACHE_HEX], gf_diag *d) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0)
-    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  unsigned char *buf = gf__malloc(1u << 20);
-  int rc = 0;
-  if (!ctx || !buf) {
-    rc = gf_diag_set(d, GF_ENOMEM, "%s: out of memory", path);
-    goto out;
-  }
-  EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-  uint64_t total = 0;
-  for (;;) {
-    ssize_t r = read(fd, buf, 1u << 20);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0) {
-      rc = gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-      goto out;
-    }
-    if (r == 0)
-      break;
-    EVP_DigestUpdate(ctx, buf, (size_t)r);
-    total += (uint64_t)r;
-  }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  EVP_DigestFinal_ex(ctx, md, &n);
-  gf__mc_to_hex(md, n, hex);
-  *size = total;
-out:
-  EVP_MD_CTX_free(ctx);
-  gf__free(buf);
-  close(fd);
-  return rc;
 }
 
 static bool is_hex64(const char *s, size_t n) {
@@ -569,15 +521,6 @@ void gf_node_cache_cancel(gf_node_cache *c) {
 static void default_log(void *user, const char *line) {
   (void)user;
   fprintf(stderr, "gpufrac node: cache: %s\n", line);
-}
-
-void gf__mc_log(const gf__mc_opts *o, const char *fmt, ...) {
-  char line[GF_DIAG_MAX + 256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof(line), fmt, ap);
-  va_end(ap);
-  o->log(o->log_user, line);
 }
 
 static entry *find(gf_node_cache *c, const char *hex) {
@@ -1995,77 +1938,4 @@ int gf_node_cache_acquire(gf_node_cache *c, const gf_node_cache_req *q,
   if (!rc)
     run_hook(c, "acquire-found"); /* tests: the pin is already there */
   return rc;
-}
-
-/* ---- the node config's keys for the above ------------------------------ */
-
-/* "https://a/,file:///b/": prefixes http(s)://... or file:///..., each
- * ending in '/', separated by commas. */
-static bool prefixes_ok(const char *v) {
-  for (const char *p = v; *p;) {
-    size_t n = strcspn(p, ",");
-    if (n < 2 || p[n - 1] != '/' ||
-        (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
-         strncmp(p, "file:///", 8)))
-      return false;
-    p += n;
-    if (*p == ',')
-      p++;
-  }
-  return true;
-}
-
-int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
-                                    const char *v, const char *where,
-                                    gf_diag *d) {
-  int64_t q = 0;
-  if (!strcmp(k, "model_fetch_deadline_s")) {
-    if (gf_parse_int64(v, 0, 7 * 86400, &q, NULL))
-      return gf_diag_set(d, GF_ERANGE,
-                         "%s: model_fetch_deadline_s = '%s': want seconds "
-                         "0..604800 (0: none)",
-                         where, v);
-    c->model_fetch_deadline_s = q;
-    return 0;
-  }
-  if (!strcmp(k, "model_fetch_min_rate") || !strcmp(k, "model_ns_budget")) {
-    if (gf_quantity_bytes(v, &q, NULL) || q < 0)
-      return gf_diag_set(d, GF_ERANGE,
-                         "%s: %s = '%s': want bytes%s (a quantity such as "
-                         "\"%s\"; 0: none)",
-                         where, k, v, k[6] == 'f' ? " per second" : "",
-                         k[6] == 'f' ? "1Mi" : "50Gi");
-    if (k[6] == 'f')
-      c->model_fetch_min_rate = (uint64_t)q;
-    else
-      c->model_ns_budget = (uint64_t)q;
-    return 0;
-  }
-  if (!strcmp(k, "model_shared_sources")) {
-    if (!prefixes_ok(v))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: model_shared_sources = '%s': want prefixes "
-                         "http(s)://host/... or file:///dir/, each ending in "
-                         "'/', separated by commas",
-                         where, v);
-    if (strlen(v) >= sizeof(c->model_shared_sources))
-      return gf_diag_set(d, GF_ELIMIT,
-                         "%s: model_shared_sources: over %zu bytes", where,
-                         sizeof(c->model_shared_sources) - 1);
-    gf__node_copy(c->model_shared_sources, sizeof(c->model_shared_sources), v);
-    return 0;
-  }
-  return 1;
-}
-
-void gf__node_cache_opts_hardening(gf_node_cache_opts *o,
-                                   const gf_node_config *cfg) {
-  o->deadline_s =
-      cfg->model_fetch_deadline_s > 0 ? (long)cfg->model_fetch_deadline_s : -1;
-  o->min_rate = cfg->model_fetch_min_rate > 0 &&
-                        cfg->model_fetch_min_rate <= (uint64_t)INT64_MAX
-                    ? (int64_t)cfg->model_fetch_min_rate
-                    : -1;
-  o->ns_budget = cfg->model_ns_budget;
-  o->shared_sources = cfg->model_shared_sources;
 }

@@ -1,10 +1,12 @@
 /*
  * modelcache_agent.h - the weight cache inside the node agent
- * (docs/modelcache.md, "In the agent"): opens the cache from the node
- * config's model_* keys, hands it to the allocator (mounts and pins on
- * Allocate), to the inventory publisher ("models") and to the metrics
- * server, acts on prefetch ConfigMaps, drops the pins of pods (and, in
- * DRA mode, of claims) that are gone and keeps recently used models warm.
+ * (docs/modelcache.md, "In the agent"): the agent opens the cache from the
+ * node config's model_* keys before anything that uses it and passes it to
+ * the allocator (mounts and pins on Allocate), the inventory publisher
+ * ("models"), the metrics server and, in DRA mode, the claim state and the
+ * slice publisher; this part then acts on prefetch ConfigMaps, drops the
+ * pins of pods (and, in DRA mode, of claims) that are gone and keeps
+ * recently used models warm.  The agent frees the cache after every part.
  */
 #ifndef GPUFRAC_NODE_MODELCACHE_AGENT_H
 #define GPUFRAC_NODE_MODELCACHE_AGENT_H
@@ -16,26 +18,29 @@
 
 struct gf_kube_config;
 struct gf_node_dra_state;
-struct gf_node_dra_publisher;
 
 typedef struct gf_node_cache_agent gf_node_cache_agent;
 
+/* Opens the cache of cfg->model_cache_dir with cfg's model_* keys (0 with
+ * *out NULL when model_cache_dir is not set).  gf_node_cache_free frees
+ * it.  GF_EIO etc. from gf_node_cache_open. */
+int gf_node_cache_agent_open(const gf_node_config *cfg, gf_node_cache **out,
+                             gf_diag *d);
+
 typedef struct gf_node_cache_agent_opts {
   const gf_node_config *cfg;     /* model_* keys (required) */
+  gf_node_cache *cache;          /* borrowed; NULL: 0 with *out NULL */
   const char *node;              /* this node's name; NULL: no prefetch */
   struct gf_kube_config *kube;   /* NULL: no prefetch (borrowed) */
   gf_node_pods *pods;            /* pins of pods it does not know are dropped */
-  gf_node_allocator *alloc;      /* may be NULL */
-  gf_node_kube *link;            /* may be NULL */
-  gf_node_server *metrics;       /* may be NULL */
-  struct gf_node_dra_state *dra; /* --mode dra: claims mount models; NULL ok */
-  /* --mode dra: the models join the slices and the Node; pins of claims
-   * gone from the API are dropped (needs kube and node).  NULL ok. */
-  struct gf_node_dra_publisher *dra_pub;
+  gf_node_kube *link;            /* its informer's sync gates that; NULL ok */
+  struct gf_node_dra_state *dra; /* --mode dra: pins of claims gone from the
+                                    API are dropped (needs kube and node) */
 } gf_node_cache_agent_opts;
 
-/* Starts the cache when cfg->model_cache_dir is set (0 with *out NULL when
- * not).  GF_EIO etc. from gf_node_cache_open; GF_ENOMEM. */
+/* Logs the cache's size and starts the prefetch (informer and fetch
+ * worker) when o->kube and o->node are set.  0 with *out NULL without a
+ * cache.  GF_ENOMEM, the API client's errors. */
 int gf_node_cache_agent_start(gf_node_cache_agent **out,
                               const gf_node_cache_agent_opts *o, gf_diag *d);
 
@@ -44,10 +49,10 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
  * API (at start, then every minute), and runs keep-warm.  NULL ok. */
 void gf_node_cache_agent_tick(gf_node_cache_agent *a);
 
-/* Stops its threads (prefetch informer and fetch worker; a fetch under way
- * is finished first) and unhooks the allocator, publisher and metrics.
- * Call before those are freed.  NULL ok. */
+/* Cancels the cache's fetches and stops its threads (prefetch informer and
+ * fetch worker; a fetch under way is finished first).  NULL ok. */
 void gf_node_cache_agent_stop(gf_node_cache_agent *a);
+/* Frees a (not the cache).  NULL ok. */
 void gf_node_cache_agent_free(gf_node_cache_agent *a);
 
 /* The pins of DRA claims that are stale: a holder that is not a claim

@@ -26,7 +26,7 @@
 #include "alloc.h"
 #include "gpufrac/error.h"
 #include "modelcache_int.h"
-#include "node_int.h"
+#include "node_util.h"
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
 static CURLcode g_curl_rc;

@@ -20,8 +20,8 @@
 #include "gpufrac/error.h"
 #include "gpufrac/modelcache.h"
 #include "node_alloc.h"
-#include "node_int.h"
 #include "node_mps.h"
+#include "node_util.h"
 
 struct gf_node_allocator {
   gf_node_pods *pods;
@@ -38,19 +38,15 @@ struct gf_node_allocator {
   gf_node_alloc_style style;
   long wait_ms;
   atomic_uint_fast64_t answered, refused;
-  gf_node_cache *_Atomic cache; /* the weight cache; NULL: none */
+  gf_node_cache *cache; /* the weight cache (borrowed); NULL: none */
 };
-
-void gf__node_allocator_set_cache(gf_node_allocator *a, gf_node_cache *c) {
-  atomic_store(&a->cache, c);
-}
 
 /* The pod's gpufrac.io/model: made ready in the weight cache (fetched now
  * when missing: single flight with any prefetch of it), pinned for the
  * pod, its directory into host[cap] and the mount point into ctr[cap]. */
 static int model_for(gf_node_allocator *a, const gf_node_match *m, char *host,
                      size_t hcap, char *ctr, size_t ccap, gf_diag *d) {
-  gf_node_cache *c = atomic_load(&a->cache);
+  gf_node_cache *c = a->cache;
   char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
   int rc = gf_node_cache_ref_parse(m->model, name, sizeof(name), hex, d);
   if (rc) {
@@ -91,6 +87,7 @@ int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
   if (!a)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   a->pods = pods;
+  a->cache = o->cache;
   pthread_mutex_init(&a->mu, NULL);
   a->gpus = *gpus;
   gf__node_copy(a->state_dir, sizeof(a->state_dir), o->state_dir);
@@ -580,57 +577,6 @@ size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
 
 /* ---- cleanup --------------------------------------------------------------
  */
-
-static int rm_one(const char *path, const struct stat *st, int flag,
-                  struct FTW *ftw) {
-  (void)st;
-  (void)ftw;
-  /* FTW_PHYS: a symbolic link a container left is removed, never followed. */
-  int r = flag == FTW_DP ? rmdir(path) : unlink(path);
-  return r && errno != ENOENT ? -1 : 0;
-}
-
-static int remove_cdi(const char *cdi_dir, const char *uid, gf_diag *d) {
-  if (!cdi_dir || !*cdi_dir)
-    return 0;
-  DIR *dir = opendir(cdi_dir);
-  if (!dir)
-    return errno == ENOENT
-               ? 0
-               : gf_diag_set(d, GF_EIO, "%s: %s", cdi_dir, strerror(errno));
-  char prefix[GF_NODE_PATH_MAX];
-  snprintf(prefix, sizeof(prefix), "gpufrac.io-%s_", uid);
-  size_t pl = strlen(prefix);
-  int rc = 0;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    size_t n = strlen(e->d_name);
-    if (strncmp(e->d_name, prefix, pl) || n < pl + 5 ||
-        strcmp(e->d_name + n - 5, ".json"))
-      continue;
-    char path[GF_NODE_PATH_MAX];
-    if (gf__node_join(path, sizeof(path), cdi_dir, e->d_name) && unlink(path) &&
-        errno != ENOENT)
-      rc = gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-  }
-  closedir(dir);
-  return rc;
-}
-
-int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,
-                       const char *uid, gf_diag *d) {
-  if (!gf_node_safe_name(uid))
-    return gf_diag_set(d, GF_EINVAL, "pod uid '%s' is not a safe name", uid);
-  char pods[GF_NODE_PATH_MAX], dir[GF_NODE_PATH_MAX];
-  if (!gf__node_join(pods, sizeof(pods), state_dir, "pods") ||
-      !gf__node_join(dir, sizeof(dir), pods, uid))
-    return gf_diag_set(d, GF_ELIMIT, "state path too long");
-  int rc = 0;
-  if (nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS) && errno != ENOENT)
-    rc = gf_diag_set(d, GF_EIO, "removing %s: %s", dir, strerror(errno));
-  int rc2 = remove_cdi(cdi_dir, uid, d);
-  return rc ? rc : rc2;
-}
 
 typedef struct mark_ctx {
   gf_node_pods *pods;

@@ -24,21 +24,16 @@
 #include "devplugin.h"
 #include "gpufrac/diag.h"
 #include "gpufrac/grant.h"
+#include "gpufrac/modelcache.h" /* GF_NODE_MODEL_* */
 #include "gpufrac/node.h"
+#include "node_util.h" /* GF_NODE_UID_MAX */
 
 struct json_t;
 
-#define GF_NODE_UID_MAX 64
 #define GF_NODE_POD_CTRS 16 /* GPU containers (init included) per pod */
 #define GF_NODE_ALLOCATED_FOR "gpufrac.io/allocated-for"
 #define GF_NODE_RESOURCE_GPU GF_RES_GPU /* gpufrac/contract.h */
-/* The weight cache's pod annotations (docs/modelcache.md; gpufrac/grant.h
- * defines them for both sides). */
-#define GF_NODE_MODEL_ANNOTATION GF_MODEL_ANNOTATION
-#define GF_NODE_MODEL_SOURCE_ANNOTATION GF_MODEL_SOURCE_ANNOTATION
-#define GF_NODE_MODEL_REF_MAX 400
-#define GF_NODE_MODEL_SOURCE_MAX 2048
-#define GF_NODE_MODEL_SOURCE_MAX_TEXT "2047"
+/* The weight cache's pod annotations: gpufrac/modelcache.h. */
 
 typedef struct gf_node_pods gf_node_pods;
 
@@ -114,6 +109,10 @@ typedef struct gf_node_alloc_opts {
   long wait_ms;        /* how long a call waits for its pod (0: not at all) */
   const char *mps_dir; /* MPS pipe and shm directories (mode mps GPUs);
                           NULL: mps GPUs cannot be allocated */
+  /* The weight cache (borrowed; must outlive the allocator), opened before
+   * it; NULL: none.  An Allocate for a pod with gpufrac.io/model makes the
+   * model ready, pins it for the pod and mounts it. */
+  struct gf_node_cache *cache;
 } gf_node_alloc_opts;
 
 typedef struct gf_node_allocator gf_node_allocator;
@@ -174,11 +173,6 @@ size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
 size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
                           gf_dp_device *out, size_t cap);
 
-/* Removes <state_dir>/pods/<uid> and the pod's CDI specs in cdi_dir (may be
- * NULL).  uid must be a safe name.  GF_EINVAL, GF_EIO naming the path. */
-int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,
-                       const char *uid, gf_diag *d);
-
 /* Marks in p every container that has a grant.json under state_dir/pods
  * (answered by an earlier run).  Returns how many were found. */
 size_t gf_node_pods_mark_from_disk(gf_node_pods *p, const char *state_dir);
@@ -204,6 +198,9 @@ typedef struct gf_node_kube_opts {
   const char *state_dir; /* cleaned of gone pods (required) */
   const char *cdi_dir;   /* may be NULL */
   bool quiet;            /* no log lines (tests) */
+  /* The weight cache (borrowed; must outlive k); NULL: none.  Its models
+   * join the inventory ("models", docs/modelcache.md). */
+  struct gf_node_cache *cache;
 } gf_node_kube_opts;
 
 /* cfg is borrowed and must outlive k. */

@@ -1,8 +1,8 @@
 /*
- * The weight cache inside the node agent (modelcache_agent.h): the node
- * config's model_* keys, the hooks into the allocator, the inventory and
- * the metrics, the prefetch ConfigMap informer with its fetch worker, the
- * pin pruning and keep-warm.
+ * The weight cache inside the node agent (modelcache_agent.h): opening it
+ * from the node config's model_* keys (before the parts that use it), the
+ * prefetch ConfigMap informer with its fetch worker, the pin pruning and
+ * keep-warm.
  */
 #include <inttypes.h>
 #include <jansson.h>
@@ -18,93 +18,22 @@
 #include "gpufrac/modelcache_prefetch.h"
 #include "gpufrac/quantity.h"
 #include "modelcache_agent.h"
-#include "modelcache_int.h"
+#include "modelcache_config.h"
 #include "node_dra.h"
-#include "node_int.h"
+#include "node_util.h"
 
 #define QUEUE_MAX 64
 #define PRUNE_EVERY_S 5
 #define CLAIM_CHECK_EVERY_S 60 /* a GET per claim that pins a model */
 
-int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
-                             const char *where, gf_diag *d) {
-  int64_t q = 0;
-  int hrc = gf__node_cache_config_hardening(c, k, v, where, d);
-  if (hrc != 1) /* the fetch limits, namespaces (modelcache.c) */
-    return hrc;
-  if (!strcmp(k, "model_cache_dir")) {
-    if (v[0] != '/' || strlen(v) >= sizeof(c->model_cache_dir))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: model_cache_dir = '%s': want an absolute path",
-                         where, v);
-    gf__node_copy(c->model_cache_dir, sizeof(c->model_cache_dir), v);
-    return 0;
-  }
-  if (!strcmp(k, "model_cache_budget") || !strcmp(k, "model_mlock_budget")) {
-    if (gf_quantity_bytes(v, &q, NULL) || q < 0)
-      return gf_diag_set(d, GF_ERANGE,
-                         "%s: %s = '%s': want bytes (a quantity such as "
-                         "\"200Gi\"; 0: none)",
-                         where, k, v);
-    if (!strcmp(k, "model_cache_budget"))
-      c->model_cache_budget = (uint64_t)q;
-    else
-      c->model_mlock_budget = (uint64_t)q;
-    return 0;
-  }
-  if (!strcmp(k, "model_keep_warm_s")) {
-    if (gf_parse_int64(v, 0, 7 * 86400, &c->model_keep_warm_s, NULL))
-      return gf_diag_set(d, GF_ERANGE,
-                         "%s: model_keep_warm_s = '%s': want 0..604800", where,
-                         v);
-    return 0;
-  }
-  if (!strcmp(k, "model_prefetch_namespace")) {
-    if (!gf_node_safe_name(v) || strlen(v) >= sizeof(c->model_prefetch_ns))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: model_prefetch_namespace = '%s': not a "
-                         "namespace name",
-                         where, v);
-    gf__node_copy(c->model_prefetch_ns, sizeof(c->model_prefetch_ns), v);
-    return 0;
-  }
-  if (!strcmp(k, "model_pod_sources")) {
-    /* each prefix must end in '/', or "https://a.example" would also
-     * let "https://a.example.attacker.net" through */
-    for (const char *p = v; *p;) {
-      size_t n = strcspn(p, ",");
-      if (n < 2 || p[n - 1] != '/' ||
-          (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
-           strncmp(p, "file:///", 8)))
-        return gf_diag_set(d, GF_ESYNTAX,
-                           "%s: model_pod_sources = '%s': want prefixes "
-                           "http(s)://host/... or file:///dir/, each ending "
-                           "in '/', separated by commas",
-                           where, v);
-      p += n;
-      if (*p == ',')
-        p++;
-    }
-    if (strlen(v) >= sizeof(c->model_pod_sources))
-      return gf_diag_set(d, GF_ELIMIT, "%s: model_pod_sources: over %zu bytes",
-                         where, sizeof(c->model_pod_sources) - 1);
-    gf__node_copy(c->model_pod_sources, sizeof(c->model_pod_sources), v);
-    return 0;
-  }
-  return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
-}
-
 struct gf_node_cache_agent {
-  gf_node_cache *cache;
+  gf_node_cache *cache; /* borrowed: the agent opened it */
   long keep_s;
   uint64_t mlock_budget;
   char node[GF_NAME_MAX], ns[GF_NAME_MAX];
   gf_node_pods *pods;
-  gf_node_allocator *alloc;
   gf_node_kube *link;
-  gf_node_server *metrics;
   struct gf_node_dra_state *dra;
-  struct gf_node_dra_publisher *dra_pub;
   gf_kube_config *kube;
   gf_kube *client; /* GETs this node's labels */
   gf_kube *claims; /* DRA: GETs the claims that pin models (main loop) */
@@ -212,46 +141,37 @@ static void *work_run(void *arg) {
 
 /* ---- start, tick, stop ------------------------------------------------- */
 
-int gf_node_cache_agent_start(gf_node_cache_agent **out,
-                              const gf_node_cache_agent_opts *o, gf_diag *d) {
+int gf_node_cache_agent_open(const gf_node_config *cfg, gf_node_cache **out,
+                             gf_diag *d) {
   *out = NULL;
-  const gf_node_config *cfg = o->cfg;
   if (!cfg->model_cache_dir[0])
     return 0;
-  gf_node_cache_agent *a = gf__calloc(1, sizeof(*a));
-  if (!a)
-    return gf_diag_set(d, GF_ENOMEM, "cache: out of memory");
-  pthread_mutex_init(&a->mu, NULL);
-  pthread_cond_init(&a->cv, NULL);
   gf_node_cache_opts co = {.root = cfg->model_cache_dir,
                            .budget = cfg->model_cache_budget,
                            .log = log_line,
                            .pod_sources = cfg->model_pod_sources,
                            .lock_owner = "gpufrac node agent"};
   gf__node_cache_opts_hardening(&co, cfg);
-  int rc = gf_node_cache_open(&co, &a->cache, d);
-  if (rc) {
-    gf_node_cache_agent_free(a);
-    return rc;
-  }
+  return gf_node_cache_open(&co, out, d);
+}
+
+int gf_node_cache_agent_start(gf_node_cache_agent **out,
+                              const gf_node_cache_agent_opts *o, gf_diag *d) {
+  *out = NULL;
+  const gf_node_config *cfg = o->cfg;
+  if (!o->cache)
+    return 0;
+  gf_node_cache_agent *a = gf__calloc(1, sizeof(*a));
+  if (!a)
+    return gf_diag_set(d, GF_ENOMEM, "cache: out of memory");
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_cond_init(&a->cv, NULL);
+  a->cache = o->cache;
   a->keep_s = (long)cfg->model_keep_warm_s;
   a->mlock_budget = cfg->model_mlock_budget;
   a->pods = o->pods;
-  a->alloc = o->alloc;
   a->link = o->link;
-  a->metrics = o->metrics;
   a->dra = o->dra;
-  if (a->dra)
-    gf__node_dra_state_set_cache(a->dra, a->cache);
-  a->dra_pub = o->dra_pub;
-  if (a->dra_pub)
-    gf__node_dra_publisher_set_cache(a->dra_pub, a->cache);
-  if (a->alloc)
-    gf__node_allocator_set_cache(a->alloc, a->cache);
-  if (a->link)
-    gf__node_kube_set_cache(a->link, a->cache);
-  if (a->metrics)
-    gf__node_server_set_cache(a->metrics, a->cache);
   const char *ns = cfg->model_prefetch_ns[0] ? cfg->model_prefetch_ns
                                              : getenv("POD_NAMESPACE");
   gf__node_copy(a->ns, sizeof(a->ns),
@@ -274,7 +194,7 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
                               .label_selector = GF_NODE_PREFETCH_LABEL};
   gf_kube_informer_handlers h = {
       .on_add = h_add, .on_update = h_update, .on_error = h_error, .user = a};
-  rc = gf_kube_new(&a->client, a->kube, NULL, d);
+  int rc = gf_kube_new(&a->client, a->kube, NULL, d);
   if (!rc && a->dra)
     rc = gf_kube_new(&a->claims, a->kube, NULL, d);
   if (!rc)
@@ -444,16 +364,6 @@ void gf_node_cache_agent_stop(gf_node_cache_agent *a) {
     pthread_join(a->t_work, NULL);
     a->have_work = false;
   }
-  if (a->alloc)
-    gf__node_allocator_set_cache(a->alloc, NULL);
-  if (a->link)
-    gf__node_kube_set_cache(a->link, NULL);
-  if (a->metrics)
-    gf__node_server_set_cache(a->metrics, NULL);
-  if (a->dra)
-    gf__node_dra_state_set_cache(a->dra, NULL);
-  if (a->dra_pub)
-    gf__node_dra_publisher_set_cache(a->dra_pub, NULL);
 }
 
 void gf_node_cache_agent_free(gf_node_cache_agent *a) {
@@ -462,7 +372,6 @@ void gf_node_cache_agent_free(gf_node_cache_agent *a) {
   gf_kube_informer_free(a->inf);
   gf_kube_free(a->client);
   gf_kube_free(a->claims);
-  gf_node_cache_free(a->cache);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
   free(a);

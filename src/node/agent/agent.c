@@ -27,8 +27,8 @@
 #include "node_dra.h"
 #include "node_feedback.h"
 #include "node_health.h"
-#include "node_int.h"
 #include "node_mps.h"
+#include "node_util.h"
 
 static int discover(const gf_node_agent_opts *o, const gf_node_config *cfg,
                     gf_node_gpus *g) {
@@ -193,7 +193,8 @@ static void dp_update(agent_api *a, const gf_node_gpus *g,
 }
 
 static int api_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
-                     const gf_node_gpus *g, agent_api *a) {
+                     const gf_node_gpus *g, gf_node_cache *cache,
+                     agent_api *a) {
   memset(a, 0, sizeof(*a));
   int rc = api_config(o, &a->cfg);
   if (rc || !a->cfg)
@@ -216,8 +217,12 @@ static int api_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
                            .style = cfg->allocate_cdi ? GF_NODE_ALLOC_CDI
                                                       : GF_NODE_ALLOC_MOUNTS,
                            .wait_ms = (long)cfg->alloc_wait_ms,
-                           .mps_dir = cfg->mps_dir};
-  gf_node_kube_opts ko = {node, NULL, cfg->state_dir, cfg->cdi_dir, false};
+                           .mps_dir = cfg->mps_dir,
+                           .cache = cache};
+  gf_node_kube_opts ko = {.node = node,
+                          .state_dir = cfg->state_dir,
+                          .cdi_dir = cfg->cdi_dir,
+                          .cache = cache};
   rc = gf_node_pods_new(&a->pods, node, &d);
   if (!rc) {
     size_t n = gf_node_pods_mark_from_disk(a->pods, cfg->state_dir);
@@ -525,7 +530,8 @@ static void dra_publish(agent_dra *x, const gf_node_gpus *g) {
 }
 
 static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
-                     const gf_node_gpus *g, agent_dra *x) {
+                     const gf_node_gpus *g, gf_node_cache *cache,
+                     agent_dra *x) {
   memset(x, 0, sizeof(*x));
   int rc = api_config(o, &x->cfg);
   if (rc)
@@ -548,7 +554,8 @@ static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
                            .shim_lib = cfg->shim_lib,
                            .preload = cfg->preload,
                            .log = cfg->log,
-                           .proc = cfg->proc_dir};
+                           .proc = cfg->proc_dir,
+                           .cache = cache};
   rc = gf_node_dra_state_open(&x->state, &dopt, g, &d);
   if (!rc && gf_node_dra_state_count(x->state))
     fprintf(stderr,
@@ -558,7 +565,7 @@ static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
     rc = gf_kube_new(&x->k, x->cfg, NULL, &d);
   if (!rc)
     rc = gf_node_dra_publisher_new(&x->pub, x->cfg, node,
-                                   (size_t)cfg->dra_slice_devices, &d);
+                                   (size_t)cfg->dra_slice_devices, cache, &d);
   if (!rc) {
     gf_drap_opts po = {.driver = GF_NODE_DRA_DRIVER,
                        .registry_dir = cfg->dra_registry_dir,
@@ -608,7 +615,8 @@ struct gf_node_agent {
   health hl;
   bool have_hl;
   mps_set mps;
-  gf_node_cache_agent *mc; /* the weight cache; NULL when off */
+  gf_node_cache *cache;    /* the weight cache; NULL when off */
+  gf_node_cache_agent *mc; /* its prefetch, pruning, keep-warm */
   char host[256];          /* the node's name (metrics, prefetch) */
   bool started;
 };
@@ -652,8 +660,8 @@ int gf_node_agent_print(gf_node_agent *a, const char *what, FILE *fp) {
 /* The metrics server, with the node's name as its Hostname label. */
 static int server_start(gf_node_agent *a) {
   gf_diag d = {""};
-  int rc =
-      gf_node_server_start(a->cfg.listen, &a->g, a->cfg.state_dir, &a->srv, &d);
+  int rc = gf_node_server_start(a->cfg.listen, &a->g, a->cfg.state_dir,
+                                a->cache, &a->srv, &d);
   if (rc) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);
     return rc;
@@ -683,27 +691,31 @@ int gf_node_agent_start(gf_node_agent *a) {
   if (a->started) /* once: a stopped agent is freed, not restarted */
     return GF_ESTATE;
   a->started = true;
-  int rc = a->o.dra ? dra_start(&a->o, &a->cfg, &a->g, &a->dra)
-                    : api_start(&a->o, &a->cfg, &a->g, &a->api);
+  /* The weight cache (docs/modelcache.md): on when model_cache_dir is set;
+   * without it the agent runs all the same.  Opened first and passed to
+   * every part that uses it; freed after them.  A failure is logged where
+   * the cache is reported, once the parts are up. */
+  gf_diag cd = {""};
+  int crc = gf_node_cache_agent_open(&a->cfg, &a->cache, &cd);
+  int rc = a->o.dra ? dra_start(&a->o, &a->cfg, &a->g, a->cache, &a->dra)
+                    : api_start(&a->o, &a->cfg, &a->g, a->cache, &a->api);
   if (!rc)
     rc = server_start(a);
   if (rc) {
     gf_node_agent_stop(a);
     return rc;
   }
-  /* The weight cache (docs/modelcache.md): on when model_cache_dir is set;
-   * without it the agent runs all the same. */
   gf_diag d = {""};
   gf_node_cache_agent_opts mco = {.cfg = &a->cfg,
+                                  .cache = a->cache,
                                   .node = a->host[0] ? a->host : NULL,
                                   .kube = a->o.dra ? a->dra.cfg : a->api.cfg,
                                   .pods = a->api.pods,
-                                  .alloc = a->api.alloc,
                                   .link = a->api.link,
-                                  .metrics = a->srv,
-                                  .dra = a->dra.state,
-                                  .dra_pub = a->dra.pub};
-  if (gf_node_cache_agent_start(&a->mc, &mco, &d))
+                                  .dra = a->dra.state};
+  if (crc)
+    fprintf(stderr, "gpufrac node: %s (running without it)\n", cd.msg);
+  else if (gf_node_cache_agent_start(&a->mc, &mco, &d))
     fprintf(stderr, "gpufrac node: %s (running without it)\n", d.msg);
   /* The first slices carry the cache's models: a restart with the same
    * models and GPUs keeps the pool's generation. */
@@ -767,7 +779,9 @@ void gf_node_agent_run(gf_node_agent *a) {
 void gf_node_agent_stop(gf_node_agent *a) {
   if (!a || !a->started)
     return;
-  gf_node_cache_agent_stop(a->mc); /* before the allocator and link go */
+  if (a->cache) /* first: an Allocate or Prepare waiting on a fetch returns */
+    gf_node_cache_cancel(a->cache);
+  gf_node_cache_agent_stop(a->mc);
   if (a->have_hl)
     health_stop(&a->hl);
   mps_stop_all(&a->mps);
@@ -787,5 +801,6 @@ void gf_node_agent_free(gf_node_agent *a) {
   gf_node_server_free(a->srv);
   dra_free(&a->dra);
   api_free(&a->api);
+  gf_node_cache_free(a->cache); /* last: every part above borrowed it */
   free(a);
 }

@@ -182,6 +182,11 @@ typedef struct gf_node_dra_opts {
   const char *log;       /* the interposer's log level */
   const char *dev_dir;   /* NULL: "/dev" */
   const char *proc;      /* NULL: "/proc" (MIG capability files) */
+  /* The weight cache (borrowed; must outlive the state), opened before it;
+   * NULL: none.  A claim whose reserving pod has gpufrac.io/model gets the
+   * model mounted (CDI mounts), pinned for the claim until it is
+   * unprepared. */
+  struct gf_node_cache *cache;
 } gf_node_dra_opts;
 
 /* What a prepared claim answers: its results and the one CDI device id
@@ -225,15 +230,29 @@ int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
  * 0 for a uid never prepared.  GF_EIO. */
 int gf_node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d);
 
+/* gf_node_dra_prepare with the reserving pod's model (model NULL or "":
+ * none): made ready (fetched from source when missing), pinned for the
+ * claim (holder: its uid) and added to the claim's CDI spec as a
+ * read-only bind mount at GF_NODE_MODEL_MOUNT/<name>.  Errors as
+ * gf_node_dra_prepare, and the cache's (GF_ESTATE: no cache). */
+int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
+                               const char *model, const char *source,
+                               gf_node_dra_prepared *out, gf_diag *d);
+/* true when claim uid is prepared, or a model prepare (whose pin comes
+ * before its checkpoint entry) is under way: a pin of uid is not stale. */
+bool gf__node_dra_state_holds(gf_node_dra_state *s, const char *uid);
+
 /* ---- the API side ----------------------------------------------------- */
 
 typedef struct gf_node_dra_publisher gf_node_dra_publisher;
 
 /* Publishes the pool's slices for node through its own client on cfg
- * (borrowed; must outlive the publisher). */
+ * (borrowed; must outlive the publisher).  The models of cache (borrowed,
+ * must outlive it; NULL: none) join the slices (gf_node_dra_slices_models)
+ * and the inventory. */
 int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
                               const char *node, size_t max_per_slice,
-                              gf_diag *d);
+                              struct gf_node_cache *cache, gf_diag *d);
 void gf_node_dra_publisher_free(gf_node_dra_publisher *p);
 
 /* Makes the API's slices of this node and driver equal the slices of g.
@@ -245,12 +264,6 @@ void gf_node_dra_publisher_free(gf_node_dra_publisher *p);
 int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
                         bool *changed, gf_diag *d);
 int64_t gf_node_dra_publisher_generation(const gf_node_dra_publisher *p);
-
-/* Gives the publisher the weight cache (NULL: none): its models join the
- * slices (gf_node_dra_slices_models) and the inventory.  Thread-safe. */
-struct gf_node_cache;
-void gf__node_dra_publisher_set_cache(gf_node_dra_publisher *p,
-                                      struct gf_node_cache *c);
 
 /* true when the cache's models (names, states, order) differ from what the
  * previous call saw (the first call: true); false without a cache.  Cheap

@@ -26,7 +26,7 @@
 #include "gpufrac/modelcache.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/region.h"
-#include "node_int.h"
+#include "node_util.h"
 
 #define CONTAINERS_MAX 1024 /* containers read per scrape */
 
@@ -371,12 +371,8 @@ struct gf_node_server {
   char state_dir[GF_NODE_PATH_MAX];
   char hostname[GF_NAME_MAX]; /* the Hostname label; "" for none */
   uint16_t port;
-  struct gf_node_cache *_Atomic cache; /* its metrics are appended */
+  struct gf_node_cache *cache; /* its metrics are appended (borrowed) */
 };
-
-void gf__node_server_set_cache(gf_node_server *s, struct gf_node_cache *c) {
-  atomic_store(&s->cache, c);
-}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
                              const char *type, const char *body, size_t len,
@@ -432,7 +428,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   pthread_mutex_unlock(&s->mu);
   int rc = gf_node_metrics_text_host(snap, s->state_dir, host, &body, &len, &d);
   free(snap);
-  struct gf_node_cache *cache = atomic_load(&s->cache);
+  struct gf_node_cache *cache = s->cache;
   char *more = NULL;
   size_t mlen = 0;
   if (!rc && cache && gf_node_cache_metrics_text(cache, &more, &mlen) == 0) {
@@ -478,8 +474,8 @@ static int parse_listen(const char *listen, struct sockaddr_in *sa,
 }
 
 int gf_node_server_start(const char *listen, const gf_node_gpus *g,
-                         const char *state_dir, gf_node_server **out,
-                         gf_diag *d) {
+                         const char *state_dir, struct gf_node_cache *cache,
+                         gf_node_server **out, gf_diag *d) {
   struct sockaddr_in sa;
   int rc = parse_listen(listen, &sa, d);
   if (rc)
@@ -491,6 +487,7 @@ int gf_node_server_start(const char *listen, const gf_node_gpus *g,
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   pthread_mutex_init(&s->mu, NULL);
   s->gpus = *g;
+  s->cache = cache;
   if (state_dir)
     gf__node_copy(s->state_dir, sizeof(s->state_dir), state_dir);
   s->d = MHD_start_daemon(

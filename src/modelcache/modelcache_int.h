@@ -1,6 +1,7 @@
 /*
  * Internal to the weight cache: what modelcache.c (the store) asks of
- * modelcache_fetch.c (libcurl).  Nothing here is public API.
+ * modelcache_fetch.c (libcurl), and what both share (modelcache_util.c).
+ * Nothing here is public API.
  */
 #ifndef GPUFRAC_NODE_MODELCACHE_INT_H
 #define GPUFRAC_NODE_MODELCACHE_INT_H
@@ -81,16 +82,5 @@ void gf__mc_to_hex(const unsigned char *md, unsigned n, char *hex);
  * download).  NULL: none. */
 void gf__mc_set_hook(gf_node_cache *c,
                      void (*fn)(void *user, const char *point), void *user);
-
-/* The node config's keys for the cache's limits and namespaces
- * (model_fetch_deadline_s, model_fetch_min_rate, model_ns_budget,
- * model_shared_sources) into c: 0, an error naming `where` and the key,
- * or 1 when k is none of them. */
-int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
-                                    const char *v, const char *where,
-                                    gf_diag *d);
-/* Those keys of cfg into o (its strings point into cfg). */
-void gf__node_cache_opts_hardening(gf_node_cache_opts *o,
-                                   const gf_node_config *cfg);
 
 #endif

@@ -12,7 +12,8 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/modelcache.h"
 #include "node_dra.h"
-#include "node_int.h"
+#include "node_inventory.h"
+#include "node_util.h"
 
 #define SLICES "/apis/resource.k8s.io/v1/resourceslices"
 
@@ -23,21 +24,16 @@ struct gf_node_dra_publisher {
   int64_t gen;
   json_t *last; /* what was last published (NULL: publish next time) */
   char node_uid[GF_NAME_MAX]; /* the Node's uid once read ("" before) */
-  gf_node_cache *cache; /* (atomic) its models join slices and inventory */
+  gf_node_cache *cache; /* borrowed: its models join slices and inventory */
   char *models_seen;    /* the cache's models JSON last looked at */
   char *inv_published;  /* the inventory text last written */
 };
-
-void gf__node_dra_publisher_set_cache(gf_node_dra_publisher *p,
-                                      gf_node_cache *c) {
-  __atomic_store_n(&p->cache, c, __ATOMIC_SEQ_CST);
-}
 
 /* The cache's models, most recently used first (at most cap); 0 without
  * a cache or out of memory (published without them). */
 static size_t cache_models(gf_node_dra_publisher *p, gf_node_dra_model *out,
                            size_t cap) {
-  gf_node_cache *c = __atomic_load_n(&p->cache, __ATOMIC_SEQ_CST);
+  gf_node_cache *c = p->cache;
   gf_node_cache_entry *e = NULL;
   size_t n = 0, k = 0;
   if (!c || gf_node_cache_list(c, &e, &n))
@@ -51,7 +47,7 @@ static size_t cache_models(gf_node_dra_publisher *p, gf_node_dra_model *out,
 }
 
 bool gf__node_dra_publisher_models_changed(gf_node_dra_publisher *p) {
-  gf_node_cache *c = __atomic_load_n(&p->cache, __ATOMIC_SEQ_CST);
+  gf_node_cache *c = p->cache;
   char *now = NULL;
   if (!c || gf_node_cache_models_json(c, &now))
     return false;
@@ -64,7 +60,7 @@ bool gf__node_dra_publisher_models_changed(gf_node_dra_publisher *p) {
 int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
                                   gf_diag *d) {
   *changed = false;
-  gf_node_cache *c = __atomic_load_n(&p->cache, __ATOMIC_SEQ_CST);
+  gf_node_cache *c = p->cache;
   if (!c)
     return 0;
   /* No GPUs: the device-plugin path must place nothing on a DRA node;
@@ -103,7 +99,7 @@ int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
 
 int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
                               const char *node, size_t max_per_slice,
-                              gf_diag *d) {
+                              gf_node_cache *cache, gf_diag *d) {
   gf_node_dra_publisher *p = gf__calloc(1, sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
@@ -114,6 +110,7 @@ int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
   }
   gf__node_copy(p->node, sizeof(p->node), node);
   p->max = max_per_slice;
+  p->cache = cache;
   *out = p;
   return 0;
 }

@@ -15,7 +15,7 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/quantity.h"
 #include "node_alloc.h"
-#include "node_int.h"
+#include "node_util.h"
 
 typedef struct pod_ctr {
   char name[GF_CONTAINER_MAX];

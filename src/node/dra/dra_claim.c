@@ -17,9 +17,8 @@
 #include "gpufrac/error.h"
 #include "gpufrac/modelcache.h"
 #include "gpufrac/quantity.h"
-#include "node_alloc.h"
 #include "node_dra.h"
-#include "node_int.h"
+#include "node_util.h"
 
 #define CLAIM_TEXT_MAX (1u << 20)
 #define CHECKPOINT_NAME "checkpoint.json"
@@ -187,18 +186,12 @@ struct gf_node_dra_state {
   size_t ndevs;
   size_t n, cap;
   gf_node_dra_prepared *prep; /* the prepared claims, in preparation order */
-  gf_node_cache *cache;       /* the weight cache (atomic); NULL: none */
+  gf_node_cache *cache;       /* the weight cache (borrowed); NULL: none */
   int busy; /* (atomic) model prepares under way: their pins precede their
                checkpoint entries (gf__node_dra_state_holds) */
 };
 
-void gf__node_dra_state_set_cache(gf_node_dra_state *s, gf_node_cache *c) {
-  __atomic_store_n(&s->cache, c, __ATOMIC_SEQ_CST);
-}
-
-static gf_node_cache *state_cache(gf_node_dra_state *s) {
-  return __atomic_load_n(&s->cache, __ATOMIC_SEQ_CST);
-}
+static gf_node_cache *state_cache(gf_node_dra_state *s) { return s->cache; }
 
 /* Adds a read-only bind mount host -> ctr to the first device's
  * containerEdits of the CDI spec text *spec (replaced). */
@@ -382,6 +375,7 @@ int gf_node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
   if (!s)
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
   pthread_mutex_init(&s->mu, NULL);
+  s->cache = o->cache;
   gf__node_copy(s->node, sizeof(s->node), o->node ? o->node : "");
   gf__node_copy(s->state_dir, sizeof(s->state_dir), o->state_dir);
   gf__node_copy(s->cdi_dir, sizeof(s->cdi_dir), o->cdi_dir);

@@ -13,7 +13,7 @@
 #include "alloc.h"
 #include "gpufrac/error.h"
 #include "node_dra.h"
-#include "node_int.h"
+#include "node_util.h"
 
 size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
                            size_t cap) {

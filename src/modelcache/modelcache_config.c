@@ -1,0 +1,151 @@
+/*
+ * The node config's model_* keys (docs/modelcache.md, modelcache_config.h):
+ * parsed into gf_node_config by the node's config reader, and turned into
+ * the cache's options by the agent that opens it.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "gpufrac/error.h"
+#include "gpufrac/quantity.h"
+#include "modelcache_config.h"
+#include "node_util.h"
+
+/* "https://a/,file:///b/": prefixes http(s)://... or file:///..., each
+ * ending in '/', separated by commas. */
+static bool prefixes_ok(const char *v) {
+  for (const char *p = v; *p;) {
+    size_t n = strcspn(p, ",");
+    if (n < 2 || p[n - 1] != '/' ||
+        (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
+         strncmp(p, "file:///", 8)))
+      return false;
+    p += n;
+    if (*p == ',')
+      p++;
+  }
+  return true;
+}
+
+int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
+                                    const char *v, const char *where,
+                                    gf_diag *d) {
+  int64_t q = 0;
+  if (!strcmp(k, "model_fetch_deadline_s")) {
+    if (gf_parse_int64(v, 0, 7 * 86400, &q, NULL))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: model_fetch_deadline_s = '%s': want seconds "
+                         "0..604800 (0: none)",
+                         where, v);
+    c->model_fetch_deadline_s = q;
+    return 0;
+  }
+  if (!strcmp(k, "model_fetch_min_rate") || !strcmp(k, "model_ns_budget")) {
+    if (gf_quantity_bytes(v, &q, NULL) || q < 0)
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: %s = '%s': want bytes%s (a quantity such as "
+                         "\"%s\"; 0: none)",
+                         where, k, v, k[6] == 'f' ? " per second" : "",
+                         k[6] == 'f' ? "1Mi" : "50Gi");
+    if (k[6] == 'f')
+      c->model_fetch_min_rate = (uint64_t)q;
+    else
+      c->model_ns_budget = (uint64_t)q;
+    return 0;
+  }
+  if (!strcmp(k, "model_shared_sources")) {
+    if (!prefixes_ok(v))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: model_shared_sources = '%s': want prefixes "
+                         "http(s)://host/... or file:///dir/, each ending in "
+                         "'/', separated by commas",
+                         where, v);
+    if (strlen(v) >= sizeof(c->model_shared_sources))
+      return gf_diag_set(d, GF_ELIMIT,
+                         "%s: model_shared_sources: over %zu bytes", where,
+                         sizeof(c->model_shared_sources) - 1);
+    gf__node_copy(c->model_shared_sources, sizeof(c->model_shared_sources), v);
+    return 0;
+  }
+  return 1;
+}
+
+void gf__node_cache_opts_hardening(gf_node_cache_opts *o,
+                                   const gf_node_config *cfg) {
+  o->deadline_s =
+      cfg->model_fetch_deadline_s > 0 ? (long)cfg->model_fetch_deadline_s : -1;
+  o->min_rate = cfg->model_fetch_min_rate > 0 &&
+                        cfg->model_fetch_min_rate <= (uint64_t)INT64_MAX
+                    ? (int64_t)cfg->model_fetch_min_rate
+                    : -1;
+  o->ns_budget = cfg->model_ns_budget;
+  o->shared_sources = cfg->model_shared_sources;
+}
+
+int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
+                             const char *where, gf_diag *d) {
+  int64_t q = 0;
+  int hrc = gf__node_cache_config_hardening(c, k, v, where, d);
+  if (hrc != 1) /* the fetch limits, namespaces (modelcache.c) */
+    return hrc;
+  if (!strcmp(k, "model_cache_dir")) {
+    if (v[0] != '/' || strlen(v) >= sizeof(c->model_cache_dir))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: model_cache_dir = '%s': want an absolute path",
+                         where, v);
+    gf__node_copy(c->model_cache_dir, sizeof(c->model_cache_dir), v);
+    return 0;
+  }
+  if (!strcmp(k, "model_cache_budget") || !strcmp(k, "model_mlock_budget")) {
+    if (gf_quantity_bytes(v, &q, NULL) || q < 0)
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: %s = '%s': want bytes (a quantity such as "
+                         "\"200Gi\"; 0: none)",
+                         where, k, v);
+    if (!strcmp(k, "model_cache_budget"))
+      c->model_cache_budget = (uint64_t)q;
+    else
+      c->model_mlock_budget = (uint64_t)q;
+    return 0;
+  }
+  if (!strcmp(k, "model_keep_warm_s")) {
+    if (gf_parse_int64(v, 0, 7 * 86400, &c->model_keep_warm_s, NULL))
+      return gf_diag_set(d, GF_ERANGE,
+                         "%s: model_keep_warm_s = '%s': want 0..604800", where,
+                         v);
+    return 0;
+  }
+  if (!strcmp(k, "model_prefetch_namespace")) {
+    if (!gf_node_safe_name(v) || strlen(v) >= sizeof(c->model_prefetch_ns))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: model_prefetch_namespace = '%s': not a "
+                         "namespace name",
+                         where, v);
+    gf__node_copy(c->model_prefetch_ns, sizeof(c->model_prefetch_ns), v);
+    return 0;
+  }
+  if (!strcmp(k, "model_pod_sources")) {
+    /* each prefix must end in '/', or "https://a.example" would also
+     * let "https://a.example.attacker.net" through */
+    for (const char *p = v; *p;) {
+      size_t n = strcspn(p, ",");
+      if (n < 2 || p[n - 1] != '/' ||
+          (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
+           strncmp(p, "file:///", 8)))
+        return gf_diag_set(d, GF_ESYNTAX,
+                           "%s: model_pod_sources = '%s': want prefixes "
+                           "http(s)://host/... or file:///dir/, each ending "
+                           "in '/', separated by commas",
+                           where, v);
+      p += n;
+      if (*p == ',')
+        p++;
+    }
+    if (strlen(v) >= sizeof(c->model_pod_sources))
+      return gf_diag_set(d, GF_ELIMIT, "%s: model_pod_sources: over %zu bytes",
+                         where, sizeof(c->model_pod_sources) - 1);
+    gf__node_copy(c->model_pod_sources, sizeof(c->model_pod_sources), v);
+    return 0;
+  }
+  return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
+}
