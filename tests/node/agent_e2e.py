@@ -230,7 +230,10 @@ class Scenarios:
         d = s.ctr_dir(name)
         eq(dict(c.envs), {"CUDA_VISIBLE_DEVICES": uuid,
                           "NVIDIA_VISIBLE_DEVICES": uuid,
-                          "GPUFRAC_CONFIG": "/etc/gpufrac/shim.conf"},
+                          "GPUFRAC_CONFIG": "/etc/gpufrac/shim.conf",
+                          # the container's budget (docs/shim.md, "The budget")
+                          "GPUFRAC_MEMORY_BUDGET": "%s=%d" % (uuid, mem),
+                          "GPUFRAC_BUDGET_FILE": "/run/gpufrac/region.budget"},
            "envs of %s" % name)
         eq([(m.container_path, m.host_path, m.read_only) for m in c.mounts],
            [("/etc/gpufrac/shim.conf", os.path.join(d, "shim.conf"), True),
