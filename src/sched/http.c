@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -81,6 +82,7 @@ typedef struct conn {
   size_t seen; /* bytes received, kept or not */
   bool too_big;
   bool refused; /* no valid client certificate */
+  bool framing; /* refused for its framing (400 queued, closing) */
 } conn;
 
 static double now_s(void) {
@@ -199,6 +201,124 @@ static bool client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
   return ok && status == 0;
 }
 
+/* ---- message framing (RFC 9112 section 6) --------------------------------
+ * libmicrohttpd reads a chunked body when Transfer-Encoding says so and
+ * ignores a Content-Length beside it, takes the first of several
+ * Content-Lengths, and waits for the end of the stream on a transfer coding
+ * it does not know.  A proxy in front may frame the same bytes otherwise
+ * (request smuggling), so any doubt is refused with 400 and the connection
+ * closed before the body is read: Transfer-Encoding together with
+ * Content-Length, anything but one "chunked" as the transfer coding (the
+ * only one a request to the extender may use), Transfer-Encoding in an
+ * HTTP/1.0 request, and Content-Length values that are not all the same
+ * decimal number. */
+typedef struct framing {
+  unsigned te_fields, cl_fields;
+  bool te_bad;  /* a coding other than one "chunked" */
+  bool cl_bad;  /* not a number, or two different numbers */
+  bool cl_seen; /* cl holds the first value */
+  uint64_t cl;
+} framing;
+
+static bool tok_eq(const char *a, size_t n, const char *b) {
+  if (strlen(b) != n)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char x = a[i] >= 'A' && a[i] <= 'Z' ? (char)(a[i] - 'A' + 'a') : a[i];
+    if (x != b[i])
+      return false;
+  }
+  return true;
+}
+
+/* Walks a comma-separated field value, each element trimmed of spaces and
+ * tabs (an empty element is a fault too). */
+static void framing_value(framing *f, bool te, const char *v) {
+  const char *p = v;
+  for (;;) {
+    while (*p == ' ' || *p == '\t')
+      p++;
+    const char *e = p;
+    while (*e && *e != ',')
+      e++;
+    const char *end = e;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+      end--;
+    size_t n = (size_t)(end - p);
+    if (te) {
+      /* one "chunked" in all the fields together, nothing else */
+      if (!tok_eq(p, n, "chunked") || f->te_bad)
+        f->te_bad = true;
+      else if (++f->te_fields > 1)
+        f->te_bad = true;
+    } else {
+      uint64_t x = 0;
+      bool ok = n > 0 && n <= 18;
+      for (size_t i = 0; ok && i < n; i++) {
+        ok = p[i] >= '0' && p[i] <= '9';
+        x = x * 10 + (uint64_t)(p[i] - '0');
+      }
+      if (!ok || (f->cl_seen && x != f->cl))
+        f->cl_bad = true;
+      f->cl = x;
+      f->cl_seen = true;
+    }
+    if (!*e)
+      break;
+    p = e + 1;
+  }
+}
+
+static enum MHD_Result framing_field(void *cls, enum MHD_ValueKind kind,
+                                     const char *key, const char *value) {
+  framing *f = cls;
+  (void)kind;
+  if (!key)
+    return MHD_YES;
+  bool te = strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0;
+  bool cl = strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0;
+  if (te || cl) {
+    if (cl)
+      f->cl_fields++;
+    framing_value(f, te, value ? value : "");
+  }
+  return MHD_YES;
+}
+
+/* NULL when the request's framing is sound, else why it is not. */
+static const char *framing_fault(struct MHD_Connection *c,
+                                 const char *version) {
+  framing f = {0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, framing_field, &f);
+  bool te = f.te_fields > 0 || f.te_bad;
+  if (te && f.cl_fields)
+    return "bad request: both Transfer-Encoding and Content-Length "
+           "(RFC 9112 section 6.3)\n";
+  if (f.te_bad)
+    return "bad request: the only transfer coding accepted is one "
+           "\"chunked\" (RFC 9112 section 6.1)\n";
+  if (te && version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+    return "bad request: Transfer-Encoding in an HTTP/1.0 request\n";
+  if (f.cl_bad)
+    return "bad request: Content-Length is not one decimal length "
+           "(RFC 9112 section 6.3)\n";
+  return NULL;
+}
+
+/* 400 with the connection closed once it is sent (the body is not read). */
+static int refuse_close(struct MHD_Connection *c, const char *msg) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      strlen(msg), (void *)msg, MHD_RESPMEM_PERSISTENT);
+  if (!r)
+    return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                          "text/plain; charset=utf-8");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_BAD_REQUEST, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
 static bool health_path(const char *url) {
   static const char *const ok[] = {"/healthz", "/readyz", "/leaderz",
                                    "/metrics"};
@@ -212,7 +332,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
-  (void)version;
   listener *l = cls;
   gf_sched_server *srv = l->srv;
   conn *k = *con_cls;
@@ -221,11 +340,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     if (!k)
       return MHD_NO;
     *con_cls = k;
+    const char *bad = framing_fault(c, version);
+    if (bad) {
+      k->framing = true;
+      return refuse_close(c, bad);
+    }
     k->refused = l->verify && !client_cert_ok(srv, c);
     if (!k->refused)
       presize(k, c, srv->max_body);
     return MHD_YES;
   }
+  if (k->framing)
+    return MHD_NO; /* answered 400: the body is never read */
   if (*upload_size) {
     k->seen += *upload_size;
     if (k->refused) {
