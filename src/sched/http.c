@@ -99,7 +99,7 @@ typedef struct conn {
   size_t len, cap;
   size_t seen; /* bytes received, kept or not */
   bool too_big;
-  bool refused; /* no valid client certificate */
+  int refused;  /* no valid client certificate: CERT_* why */
   bool framing; /* refused for its framing (400 queued, closing) */
 } conn;
 
@@ -266,21 +266,42 @@ static void request_over(gf_sched_server *srv, track *t, bool answered) {
   pthread_mutex_unlock(&srv->mu);
 }
 
+/* Whether crt lists TLS client authentication (clientAuth) among its
+ * extended key usages.  A certificate without the extension is not taken:
+ * kube-scheduler's client certificate is made for client use, and one
+ * issued for a server (or for anything) must not stand in for it. */
+static bool eku_client(gnutls_x509_crt_t crt) {
+  for (unsigned i = 0;; i++) {
+    char oid[128];
+    size_t n = sizeof(oid);
+    int rc = gnutls_x509_crt_get_key_purpose_oid(crt, i, oid, &n, NULL);
+    if (rc == GNUTLS_E_SHORT_MEMORY_BUFFER)
+      continue; /* not clientAuth's OID, which fits */
+    if (rc < 0)
+      return false;
+    if (strcmp(oid, GNUTLS_KP_TLS_WWW_CLIENT) == 0)
+      return true;
+  }
+}
+
+/* Why a client certificate is refused. */
+enum { CERT_OK = 0, CERT_NONE, CERT_UNTRUSTED, CERT_USAGE };
+
 /* Whether the TLS peer presented a certificate that verifies against the
- * client CA. */
-static bool client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
+ * client CA for client use (CERT_OK), or why not. */
+static int client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
   if (!ci || !ci->tls_session)
-    return false;
+    return CERT_NONE;
   gnutls_session_t sess = (gnutls_session_t)ci->tls_session;
   unsigned n = 0;
   const gnutls_datum_t *chain = gnutls_certificate_get_peers(sess, &n);
   if (!chain || n == 0)
-    return false;
+    return CERT_NONE;
   gnutls_x509_crt_t *crts = gf__calloc(n, sizeof(*crts));
   if (!crts)
-    return false;
+    return CERT_UNTRUSTED;
   unsigned got = 0;
   bool ok = true;
   for (; got < n && ok; got++)
@@ -298,8 +319,13 @@ static bool client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
       /* the trust list takes the CAs (freed with it) */
       if (gnutls_x509_trust_list_add_cas(tl, cas, ncas, 0) >= 0) {
         gnutls_free(cas);
-        if (gnutls_x509_trust_list_verify_crt(tl, crts, n, 0, &status, NULL) !=
-            0)
+        /* the chain must allow client use too (an intermediate CA may
+         * restrict the usages below it) */
+        gnutls_typed_vdata_st purpose = {
+            GNUTLS_DT_KEY_PURPOSE_OID,
+            (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT, 0};
+        if (gnutls_x509_trust_list_verify_crt2(tl, crts, n, &purpose, 1, 0,
+                                               &status, NULL) != 0)
           status = 1;
       } else {
         for (unsigned i = 0; i < ncas; i++)
@@ -309,11 +335,16 @@ static bool client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
     }
     gnutls_x509_trust_list_deinit(tl, 1);
   }
+  bool usage = ok && got > 0 && eku_client(crts[0]);
   for (unsigned i = 0; i < got; i++)
     if (crts[i])
       gnutls_x509_crt_deinit(crts[i]);
   gf__free(crts);
-  return ok && status == 0;
+  if (ok && (status & GNUTLS_CERT_PURPOSE_MISMATCH))
+    return CERT_USAGE;
+  if (!ok || status != 0)
+    return CERT_UNTRUSTED;
+  return usage ? CERT_OK : CERT_USAGE;
 }
 
 /* ---- message framing (RFC 9112 section 6) --------------------------------
@@ -547,7 +578,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
       k->framing = true;
       return refuse_close(c, bad);
     }
-    k->refused = l->verify && !client_cert_ok(srv, c);
+    k->refused = l->verify ? client_cert_ok(srv, c) : CERT_OK;
     if (l->verify && !k->refused && k->t) {
       pthread_mutex_lock(&srv->mu);
       k->t->trusted = true;
@@ -598,7 +629,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     static const char msg[] =
         "forbidden: this gpufrac extender requires a client certificate "
         "signed by its client CA\n";
-    return queue(c, 403, "text/plain; charset=utf-8", msg, sizeof(msg) - 1);
+    static const char usage[] =
+        "forbidden: the client certificate is not for client use (it must "
+        "list the clientAuth extended key usage)\n";
+    const char *m = k->refused == CERT_USAGE ? usage : msg;
+    return queue(c, 403, "text/plain; charset=utf-8", m, strlen(m));
   }
   if (l->health && !health_path(url)) {
     static const char msg[] =
