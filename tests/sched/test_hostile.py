@@ -220,6 +220,14 @@ def case_http():
                      "%r after %.1f s (closed=%s)" % (te, out[:200], took,
                                                        closed))
         print("unknown transfer codings: 400 and closed at once")
+        # Transfer-Encoding in HTTP/1.0 (RFC 9112 6.1: faulty framing).
+        req = (b"POST /filter HTTP/1.0\r\nHost: x\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n" + chunked + smuggled)
+        out, closed, took = raw_exchange(ext.port, req)
+        if not out.startswith(b"HTTP/1.1 400") or not closed or \
+                out.count(b"HTTP/1.1 ") != 1:
+            fail("HTTP/1.0 with Transfer-Encoding: want one 400 and close, "
+                 "got %r" % out[:300])
         # curl's chunked upload (a real client) still works.
         r = subprocess.run(
             ["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", "-H",
@@ -266,6 +274,10 @@ def case_memory():
         err = json.loads(rep)["Error"]
         if "100000" not in err or "50" not in err:
             fail("the Error should give both counts: %r" % err)
+        st, rep = one_call(ext.port, "/prioritize", body, timeout=30)
+        if st != 400 or len(rep) > 4096 or b"100000" not in rep:
+            fail("/prioritize with 100000 unknown names: want a short 400, "
+                 "got %d, %d B" % (st, len(rep)))
         # Names the model knows still get one answer each.
         body = json.dumps({"Pod": POD, "NodeNames": ["known-%d" % i for i in
                                                      range(50)]}).encode()
