@@ -241,6 +241,22 @@ static void set_busy(gf_sched_server *srv, track *t, bool busy) {
   pthread_mutex_unlock(&srv->mu);
 }
 
+/* A new request's headers have arrived: if the previous answer was still
+ * draining, the client has taken what it needed of it, and its deadline
+ * (which would otherwise run on through every request of a busy keep-alive
+ * connection whose send queue is never seen empty) ends; the new request's
+ * starts now. */
+static void request_begins(gf_sched_server *srv, track *t) {
+  if (!t)
+    return;
+  pthread_mutex_lock(&srv->mu);
+  if (t->draining) {
+    t->draining = false;
+    t->since = now_s();
+  }
+  pthread_mutex_unlock(&srv->mu);
+}
+
 /* Bytes of what was written to t's socket that the peer has not taken. */
 static int unsent(const track *t) {
   int n = 0;
@@ -573,6 +589,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
       return MHD_NO;
     *con_cls = k;
     k->t = track_of(c);
+    request_begins(srv, k->t);
     const char *bad = framing_fault(c, version);
     if (bad) {
       k->framing = true;

@@ -382,6 +382,50 @@ def case_deadline():
             got += len(b)
             time.sleep(0.1)  # 500 B/s
         s.close()
+        slow_closed_at = closed_at
+        # A good keep-alive client that sends its next request before it
+        # has read the end of the previous answer (as over a network, where
+        # the send queue is never seen empty between requests) keeps its
+        # connection past the deadline: the deadline is per request, not per
+        # connection.
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+        s.settimeout(5)
+        s.connect(("127.0.0.1", ext.port))
+        t0, calls = time.time(), 0
+        s.sendall(post("/filter", body))
+        try:
+            while time.time() - t0 < 9:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    b = s.recv(65536)
+                    if not b:
+                        raise OSError("closed")
+                    data += b
+                head, rest = data.split(b"\r\n\r\n", 1)
+                n = int(re.search(rb"(?i)content-length:\s*(\d+)",
+                                  head).group(1))
+                sent = False
+                while len(rest) < n:
+                    if not sent and len(rest) >= n - 200000:
+                        s.sendall(post("/filter", body))  # the next one
+                        sent = True
+                        time.sleep(0.03)  # a network's round trip or so
+                    b = s.recv(min(65536, n - len(rest)))
+                    if not b:
+                        raise OSError("closed mid-answer")
+                    rest += b
+                if not sent:
+                    s.sendall(post("/filter", body))
+                calls += 1
+        except OSError as e:
+            fail("a keep-alive client sending its next request before the "
+                 "end of each answer lost its "
+                 "connection after %.1f s and %d calls: %s" % (
+                     time.time() - t0, calls, e))
+        s.close()
+        print("keep-alive client: %d calls in 9 s on one connection" % calls)
+        closed_at = slow_closed_at
         print("slow reader: %d B read, connection gone after %s s" % (
             got, "%.1f" % closed_at if closed_at else "never (15 s)"))
         if closed_at is None or closed_at > 4.0 + 1.5:
