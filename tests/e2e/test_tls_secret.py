@@ -39,7 +39,7 @@ import time
 
 import yaml
 
-HELM, GPUFRAC = sys.argv[1], os.path.abspath(sys.argv[2])
+HELM = GPUFRAC = None  # main() sets them
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DEPLOY = os.path.join(ROOT, "deploy")
 
@@ -241,6 +241,8 @@ def run_case(name, dep, certs, work):
 
 
 def main():
+    global HELM, GPUFRAC
+    HELM, GPUFRAC = sys.argv[1], os.path.abspath(sys.argv[2])
     if os.geteuid() != 0:
         fail("this test lays out files as the kubelet does (chown) and runs "
              "the extender as another user: it needs root")
@@ -255,4 +257,5 @@ def main():
     print("ok")
 
 
-main()
+if __name__ == "__main__":
+    main()
