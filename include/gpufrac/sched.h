@@ -212,11 +212,20 @@ typedef struct gf_sched_server gf_sched_server;
 /* How the server protects itself and what it serves.
  *
  * Slow clients: every request must arrive whole (TLS handshake, headers
- * and body) within request_timeout_ms of the connection opening or of the
- * previous answer, else the connection is shut; a client address holds at
- * most per_ip_max connections, all of them at most conn_max.  So a client
- * that drips bytes holds a connection for a bounded time, and one address
- * cannot take every slot.
+ * and body) and its answer be sent within request_timeout_ms of the
+ * connection opening or of the previous answer (the time the extender
+ * spends handling it not counted), else the connection is shut.  A
+ * listener keeps at most per_ip_max connections from one address and
+ * conn_max in all: a newcomer past either sheds the connection waiting
+ * longest (one never answered first; never one being handled or one with a
+ * valid client certificate) and is refused only when none can be shed.
+ * So a client that drips bytes holds a connection for a bounded time, and
+ * slow or half-open connections cannot keep a new client out.
+ *
+ * Memory: request bodies being received and replies not yet taken count
+ * against held_max in all; past it, the connections holding bytes that
+ * have waited longest are shut.  A client that does not read its answers
+ * holds them only till another needs the room.
  *
  * Health: with health_listen set, a second plain-HTTP listener serves GET
  * /healthz, /readyz, /leaderz and /metrics only (404 for the verbs), with
@@ -237,6 +246,7 @@ typedef struct gf_sched_server_opts {
   const char *tls_cert;        /* NULL: plain HTTP */
   const char *tls_key;
   const char *tls_client_ca; /* NULL: no client certificate asked */
+  size_t held_max; /* 0: 2 x the extender's max_body, at least 16 MiB */
 } gf_sched_server_opts;
 
 /* Serves s as o says.  s must outlive the server.  GF_EINVAL for a bad

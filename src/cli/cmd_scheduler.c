@@ -10,6 +10,7 @@
  * and /bind refuses with an Error that says so.
  */
 #include <jansson.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -34,6 +35,7 @@ static void usage(FILE *fp) {
       "                         [--health-listen ADDR:PORT]\n"
       "                         [--request-timeout-ms N] [--max-conns-per-ip "
       "N]\n"
+      "                         [--max-conns N]\n"
       "                         [--tls-cert FILE --tls-key FILE\n"
       "                          [--tls-client-ca FILE]]\n"
       "                         [--guard on|off] [--guard-settle DUR]\n"
@@ -82,7 +84,10 @@ static void usage(FILE *fp) {
       "  --request-timeout-ms N  a whole request (TLS handshake, headers,\n"
       "                      body) must arrive within N ms (default 10000)\n"
       "  --max-conns-per-ip N  connections one client address may hold\n"
-      "                      (default 64; 1024 in all)\n"
+      "                      (default 64)\n"
+      "  --max-conns N       connections kept in all (default 1024); past\n"
+      "                      either limit a new connection sheds the one\n"
+      "                      waiting longest (docs/scheduler.md)\n"
       "  --tls-cert FILE, --tls-key FILE  serve HTTPS with this PEM\n"
       "                      certificate and key (a mounted Secret)\n"
       "  --tls-client-ca FILE  require a client certificate signed by this\n"
@@ -116,6 +121,7 @@ static void usage(FILE *fp) {
       "                      gpufrac-placeholder, "
       "deploy/autoscale/autoscale.yaml)\n"
       "  config file keys: healthListen, requestTimeoutMs, maxConnsPerIP,\n"
+      "                      maxConns,\n"
       "                      tlsCertFile, tlsKeyFile, tlsClientCAFile\n");
 }
 
@@ -130,6 +136,7 @@ typedef struct opts {
   char health_listen[128];
   int64_t request_timeout_ms;
   int64_t per_ip;
+  int64_t conn_max;
   char tls_cert[4096];
   char tls_key[4096];
   char tls_ca[4096];
@@ -158,6 +165,7 @@ enum {
   SET_HEALTH,
   SET_TIMEOUT,
   SET_PER_IP,
+  SET_CONN_MAX,
   SET_CERT,
   SET_KEY,
   SET_CA,
@@ -220,6 +228,10 @@ static int read_config(const char *path, opts *o, const bool *set) {
                json_integer_value(v) <= 600000) {
       if (!set[SET_TIMEOUT])
         o->request_timeout_ms = (int64_t)json_integer_value(v);
+    } else if (strcmp(key, "maxConns") == 0 && json_is_integer(v) &&
+               json_integer_value(v) >= 16 && json_integer_value(v) <= 65536) {
+      if (!set[SET_CONN_MAX])
+        o->conn_max = (int64_t)json_integer_value(v);
     } else if (strcmp(key, "maxConnsPerIP") == 0 && json_is_integer(v) &&
                json_integer_value(v) >= 1 && json_integer_value(v) <= 1024) {
       if (!set[SET_PER_IP])
@@ -460,6 +472,13 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
       rc = copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
     } else if (strcmp(a, "--autoscale-priority-class") == 0) {
       rc = copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
+    } else if (strcmp(a, "--max-conns") == 0) {
+      gf_diag d = {""};
+      if (gf_parse_int64(v, 16, 65536, &o->conn_max, &d)) {
+        fprintf(stderr, "gpufrac scheduler: %s: %s\n", a, d.msg);
+        return GF_EXIT_USAGE;
+      }
+      set[SET_CONN_MAX] = true;
     } else if (strcmp(a, "--request-timeout-ms") == 0 ||
                strcmp(a, "--max-conns-per-ip") == 0) {
       bool t = a[2] == 'r';
@@ -545,6 +564,13 @@ int cmd_scheduler(int argc, char **argv) {
   int rc = parse_args(argc, argv, &o, &config, set);
   if (rc >= 0)
     return rc;
+  /* Request bodies and replies run to megabytes.  glibc raises its mmap
+   * threshold to the size of the last mmap'd block freed, after which such
+   * buffers come from the heaps of the worker threads and stay in the RSS
+   * once freed (hundreds of MB after a burst of large requests, measured:
+   * docs/scheduler.md).  A fixed threshold keeps them mmap'd, so freeing
+   * one returns it to the kernel. */
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
   if (config && (rc = read_config(config, &o, set)))
     return rc;
   const char *lease_name = NULL;
@@ -643,6 +669,7 @@ int cmd_scheduler(int argc, char **argv) {
   gf_sched_server_opts so = {.listen = o.listen,
                              .threads = (unsigned)o.threads,
                              .per_ip_max = (unsigned)o.per_ip,
+                             .conn_max = (unsigned)o.conn_max,
                              .request_timeout_ms =
                                  (unsigned)o.request_timeout_ms,
                              .health_listen = o.health_listen,

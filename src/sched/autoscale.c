@@ -709,9 +709,9 @@ static bool model_allowed(const char *models, const char *model) {
   if (!models || !*models)
     return true;
   const char *p = models, *n;
-  size_t ml = strlen(model), tl;
+  size_t tl;
   while ((n = gf__models_next(&p, &tl)))
-    if (tl == ml && memcmp(n, model, ml) == 0)
+    if (gf__model_is(model, n, tl))
       return true;
   return false;
 }

@@ -27,12 +27,15 @@
 #include <errno.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
+#include <linux/sockios.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -45,10 +48,20 @@
 /* One tracked connection (the socket context). */
 typedef struct track {
   struct track *prev, *next;
+  const struct listener *l; /* whose connection it is */
   int fd;
-  double since; /* when its current request began to be awaited */
-  bool busy;    /* the request is being handled */
-  bool shut;    /* the reaper shut it */
+  uint32_t addr; /* the peer's IPv4 address (network order) */
+  double since;  /* when its current request began to be awaited, moved on
+                    by the time spent handling it (so the deadline counts
+                    arrival and sending, not handling) */
+  double spent;  /* while busy: arrival time of the request so far */
+  size_t held;   /* bytes held for it: request body kept, reply queued */
+  bool busy;     /* the request is being handled */
+  bool shut;     /* shut (deadline, or shed for room) */
+  bool served;   /* a request of it has been answered */
+  bool draining; /* the answer is written but still in the socket's send
+                    queue: the deadline still runs */
+  bool trusted;  /* it presented a valid client certificate */
 } track;
 
 /* One listener: the main one or the health one. */
@@ -67,20 +80,27 @@ struct gf_sched_server {
   double timeout_s;
   char *cert, *key, *ca; /* PEM text, for libmicrohttpd */
 
-  pthread_mutex_t mu; /* guards the list and stop */
+  pthread_mutex_t mu; /* guards the list, the counts and stop */
   pthread_cond_t cv;
   track *conns;
+  size_t held_live;  /* sum of held over the connections not shut */
+  size_t held_max;   /* bound on held_live (request bodies and replies) */
+  unsigned conn_max; /* connections kept, in all (more are shed) */
+  unsigned per_ip;   /* ... and from one address */
+  uint64_t shed;     /* connections shed for room (slots or bytes) */
   bool stop;
   bool reaper_on;
   pthread_t reaper;
 };
 
 typedef struct conn {
+  track *t; /* its connection's, or NULL */
   char *buf;
   size_t len, cap;
   size_t seen; /* bytes received, kept or not */
   bool too_big;
-  bool refused; /* no valid client certificate */
+  int refused;  /* no valid client certificate: CERT_* why */
+  bool framing; /* refused for its framing (400 queued, closing) */
 } conn;
 
 static double now_s(void) {
@@ -136,34 +156,168 @@ static track *track_of(struct MHD_Connection *c) {
   return ci ? ci->socket_context : NULL;
 }
 
-/* Marks the connection's request as being handled (busy) or, when done,
- * starts the window for the answer to be taken and the next request. */
-static void set_busy(gf_sched_server *srv, struct MHD_Connection *c,
-                     bool busy) {
-  track *t = track_of(c);
-  if (!t)
+/* Shuts t's socket (libmicrohttpd then sees the stream end and closes it);
+ * its bytes no longer count as live.  Under srv->mu. */
+static void shut_track(gf_sched_server *srv, track *t) {
+  if (t->shut)
+    return;
+  /* closed with a reset: what it has not taken of an answer is dropped
+   * from the send queue, not delivered after the close */
+  struct linger lg = {1, 0};
+  setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  shutdown(t->fd, SHUT_RDWR);
+  t->shut = true;
+  srv->held_live -= t->held;
+}
+
+/* Which connection to shed for room: among those not being handled, not
+ * shut and not trusted (and from `addr` unless it is 0; holding bytes if
+ * `holding`), one that has never been answered before one that has, and
+ * then the one waiting longest.  NULL if none.  Under srv->mu. */
+static track *victim(gf_sched_server *srv, const track *self,
+                     const struct listener *l, uint32_t addr, bool holding) {
+  track *best = NULL;
+  for (track *t = srv->conns; t; t = t->next) {
+    if (t == self || t->busy || t->shut || t->trusted || (l && t->l != l) ||
+        (addr && t->addr != addr) || (holding && !t->held))
+      continue;
+    if (!best || (best->served && !t->served) ||
+        (best->served == t->served && t->since < best->since))
+      best = t;
+  }
+  return best;
+}
+
+/* Charges n more bytes to c's connection (a body's bytes, a reply),
+ * shedding the connections that hold bytes and have waited longest while
+ * the total is over held_max (a client that does not read its answers
+ * holds them).  Returns false when the bytes do not fit even so. */
+static bool hold(gf_sched_server *srv, track *self, size_t n) {
+  if (!self)
+    return true;
+  pthread_mutex_lock(&srv->mu);
+  track *v;
+  while (srv->held_live + n > srv->held_max &&
+         (v = victim(srv, self, NULL, 0, true))) {
+    shut_track(srv, v);
+    srv->shed++;
+  }
+  bool ok = srv->held_live + n <= srv->held_max || self->held == 0;
+  if (ok) {
+    self->held += n;
+    if (!self->shut)
+      srv->held_live += n;
+  }
+  pthread_mutex_unlock(&srv->mu);
+  return ok;
+}
+
+/* Gives back n of the bytes charged to the connection. */
+static void unhold(gf_sched_server *srv, track *t, size_t n) {
+  if (!t || !n)
     return;
   pthread_mutex_lock(&srv->mu);
-  t->busy = busy;
-  t->since = now_s();
+  n = n > t->held ? t->held : n;
+  t->held -= n;
+  if (!t->shut)
+    srv->held_live -= n;
   pthread_mutex_unlock(&srv->mu);
 }
 
+/* Marks the connection's request as being handled (busy) or handled: the
+ * handling time is left out of the request's deadline, which goes on to
+ * cover sending the answer. */
+static void set_busy(gf_sched_server *srv, track *t, bool busy) {
+  if (!t)
+    return;
+  pthread_mutex_lock(&srv->mu);
+  double now = now_s();
+  if (busy && !t->busy) {
+    t->spent = now - t->since;
+    t->draining = false;
+  } else if (!busy && t->busy)
+    t->since = now - t->spent;
+  t->busy = busy;
+  pthread_mutex_unlock(&srv->mu);
+}
+
+/* A new request's headers have arrived: if the previous answer was still
+ * draining, the client has taken what it needed of it, and its deadline
+ * (which would otherwise run on through every request of a busy keep-alive
+ * connection whose send queue is never seen empty) ends; the new request's
+ * starts now. */
+static void request_begins(gf_sched_server *srv, track *t) {
+  if (!t)
+    return;
+  pthread_mutex_lock(&srv->mu);
+  if (t->draining) {
+    t->draining = false;
+    t->since = now_s();
+  }
+  pthread_mutex_unlock(&srv->mu);
+}
+
+/* Bytes of what was written to t's socket that the peer has not taken. */
+static int unsent(const track *t) {
+  int n = 0;
+  return ioctl(t->fd, SIOCOUTQ, &n) == 0 ? n : 0;
+}
+
+/* The request is over (answered and written, or cut): its bytes are given
+ * back.  The window for the next request starts once the peer has taken
+ * the answer from the socket's send queue (till then the deadline keeps
+ * running: the reaper looks). */
+static void request_over(gf_sched_server *srv, track *t, bool answered) {
+  if (!t)
+    return;
+  pthread_mutex_lock(&srv->mu);
+  if (!t->shut)
+    srv->held_live -= t->held;
+  t->held = 0;
+  t->busy = false;
+  t->draining = answered && unsent(t) > 0;
+  if (!t->draining)
+    t->since = now_s();
+  t->served = t->served || answered;
+  pthread_mutex_unlock(&srv->mu);
+}
+
+/* Whether crt lists TLS client authentication (clientAuth) among its
+ * extended key usages.  A certificate without the extension is not taken:
+ * kube-scheduler's client certificate is made for client use, and one
+ * issued for a server (or for anything) must not stand in for it. */
+static bool eku_client(gnutls_x509_crt_t crt) {
+  for (unsigned i = 0;; i++) {
+    char oid[128];
+    size_t n = sizeof(oid);
+    int rc = gnutls_x509_crt_get_key_purpose_oid(crt, i, oid, &n, NULL);
+    if (rc == GNUTLS_E_SHORT_MEMORY_BUFFER)
+      continue; /* not clientAuth's OID, which fits */
+    if (rc < 0)
+      return false;
+    if (strcmp(oid, GNUTLS_KP_TLS_WWW_CLIENT) == 0)
+      return true;
+  }
+}
+
+/* Why a client certificate is refused. */
+enum { CERT_OK = 0, CERT_NONE, CERT_UNTRUSTED, CERT_USAGE };
+
 /* Whether the TLS peer presented a certificate that verifies against the
- * client CA. */
-static bool client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
+ * client CA for client use (CERT_OK), or why not. */
+static int client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
   if (!ci || !ci->tls_session)
-    return false;
+    return CERT_NONE;
   gnutls_session_t sess = (gnutls_session_t)ci->tls_session;
   unsigned n = 0;
   const gnutls_datum_t *chain = gnutls_certificate_get_peers(sess, &n);
   if (!chain || n == 0)
-    return false;
+    return CERT_NONE;
   gnutls_x509_crt_t *crts = gf__calloc(n, sizeof(*crts));
   if (!crts)
-    return false;
+    return CERT_UNTRUSTED;
   unsigned got = 0;
   bool ok = true;
   for (; got < n && ok; got++)
@@ -181,8 +335,13 @@ static bool client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
       /* the trust list takes the CAs (freed with it) */
       if (gnutls_x509_trust_list_add_cas(tl, cas, ncas, 0) >= 0) {
         gnutls_free(cas);
-        if (gnutls_x509_trust_list_verify_crt(tl, crts, n, 0, &status, NULL) !=
-            0)
+        /* the chain must allow client use too (an intermediate CA may
+         * restrict the usages below it) */
+        gnutls_typed_vdata_st purpose = {
+            GNUTLS_DT_KEY_PURPOSE_OID,
+            (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT, 0};
+        if (gnutls_x509_trust_list_verify_crt2(tl, crts, n, &purpose, 1, 0,
+                                               &status, NULL) != 0)
           status = 1;
       } else {
         for (unsigned i = 0; i < ncas; i++)
@@ -192,11 +351,220 @@ static bool client_cert_ok(gf_sched_server *srv, struct MHD_Connection *c) {
     }
     gnutls_x509_trust_list_deinit(tl, 1);
   }
+  bool usage = ok && got > 0 && eku_client(crts[0]);
   for (unsigned i = 0; i < got; i++)
     if (crts[i])
       gnutls_x509_crt_deinit(crts[i]);
   gf__free(crts);
-  return ok && status == 0;
+  if (ok && (status & GNUTLS_CERT_PURPOSE_MISMATCH))
+    return CERT_USAGE;
+  if (!ok || status != 0)
+    return CERT_UNTRUSTED;
+  return usage ? CERT_OK : CERT_USAGE;
+}
+
+/* ---- message framing (RFC 9112 section 6) --------------------------------
+ * libmicrohttpd reads a chunked body when Transfer-Encoding says so and
+ * ignores a Content-Length beside it, takes the first of several
+ * Content-Lengths, and waits for the end of the stream on a transfer coding
+ * it does not know.  A proxy in front may frame the same bytes otherwise
+ * (request smuggling), so any doubt is refused with 400 and the connection
+ * closed before the body is read: Transfer-Encoding together with
+ * Content-Length, anything but one "chunked" as the transfer coding (the
+ * only one a request to the extender may use), Transfer-Encoding in an
+ * HTTP/1.0 request, and Content-Length values that are not all the same
+ * decimal number. */
+typedef struct framing {
+  unsigned te_fields, cl_fields;
+  bool te_bad;  /* a coding other than one "chunked" */
+  bool cl_bad;  /* not a number, or two different numbers */
+  bool cl_seen; /* cl holds the first value */
+  uint64_t cl;
+} framing;
+
+static bool tok_eq(const char *a, size_t n, const char *b) {
+  if (strlen(b) != n)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char x = a[i] >= 'A' && a[i] <= 'Z' ? (char)(a[i] - 'A' + 'a') : a[i];
+    if (x != b[i])
+      return false;
+  }
+  return true;
+}
+
+/* Walks a comma-separated field value, each element trimmed of spaces and
+ * tabs (an empty element is a fault too). */
+static void framing_value(framing *f, bool te, const char *v) {
+  const char *p = v;
+  for (;;) {
+    while (*p == ' ' || *p == '\t')
+      p++;
+    const char *e = p;
+    while (*e && *e != ',')
+      e++;
+    const char *end = e;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+      end--;
+    size_t n = (size_t)(end - p);
+    if (te) {
+      /* one "chunked" in all the fields together, nothing else */
+      if (!tok_eq(p, n, "chunked") || f->te_bad)
+        f->te_bad = true;
+      else if (++f->te_fields > 1)
+        f->te_bad = true;
+    } else {
+      uint64_t x = 0;
+      bool ok = n > 0 && n <= 18;
+      for (size_t i = 0; ok && i < n; i++) {
+        ok = p[i] >= '0' && p[i] <= '9';
+        x = x * 10 + (uint64_t)(p[i] - '0');
+      }
+      if (!ok || (f->cl_seen && x != f->cl))
+        f->cl_bad = true;
+      f->cl = x;
+      f->cl_seen = true;
+    }
+    if (!*e)
+      break;
+    p = e + 1;
+  }
+}
+
+static enum MHD_Result framing_field(void *cls, enum MHD_ValueKind kind,
+                                     const char *key, const char *value) {
+  framing *f = cls;
+  (void)kind;
+  if (!key)
+    return MHD_YES;
+  bool te = strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0;
+  bool cl = strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0;
+  if (te || cl) {
+    if (cl)
+      f->cl_fields++;
+    framing_value(f, te, value ? value : "");
+  }
+  return MHD_YES;
+}
+
+/* NULL when the request's framing is sound, else why it is not. */
+static const char *framing_fault(struct MHD_Connection *c,
+                                 const char *version) {
+  framing f = {0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, framing_field, &f);
+  bool te = f.te_fields > 0 || f.te_bad;
+  if (te && f.cl_fields)
+    return "bad request: both Transfer-Encoding and Content-Length "
+           "(RFC 9112 section 6.3)\n";
+  if (f.te_bad)
+    return "bad request: the only transfer coding accepted is one "
+           "\"chunked\" (RFC 9112 section 6.1)\n";
+  if (te && version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+    return "bad request: Transfer-Encoding in an HTTP/1.0 request\n";
+  if (f.cl_bad)
+    return "bad request: Content-Length is not one decimal length "
+           "(RFC 9112 section 6.3)\n";
+  return NULL;
+}
+
+/* 400 with the connection closed once it is sent (the body is not read). */
+static int refuse_close(struct MHD_Connection *c, const char *msg) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      strlen(msg), (void *)msg, MHD_RESPMEM_PERSISTENT);
+  if (!r)
+    return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                          "text/plain; charset=utf-8");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_BAD_REQUEST, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The victim for a listener that is full: from the address with the most
+ * connections that could be shed (so a client on an address of its own
+ * is not shed for a flood from others), the one victim() picks.  NULL if
+ * none.  Under srv->mu. */
+static track *victim_crowded(gf_sched_server *srv, const struct listener *l,
+                             unsigned n) {
+  uint32_t *a = n ? gf__malloc(n * sizeof(*a)) : NULL;
+  if (!a)
+    return victim(srv, NULL, l, 0, false);
+  unsigned k = 0;
+  for (track *t = srv->conns; t && k < n; t = t->next)
+    if (t->l == l && !t->busy && !t->shut && !t->trusted)
+      a[k++] = t->addr;
+  qsort(a, k, sizeof(*a), cmp_u32);
+  uint32_t best = 0;
+  unsigned most = 0;
+  for (unsigned i = 0, j; i < k; i = j) {
+    for (j = i; j < k && a[j] == a[i]; j++)
+      ;
+    if (j - i > most) {
+      most = j - i;
+      best = a[i];
+    }
+  }
+  gf__free(a);
+  if (!most)
+    return NULL;
+  /* addr 0 (not IPv4) matches any in victim(): the oldest of all */
+  return victim(srv, NULL, l, best, false);
+}
+
+/* Before a connection is accepted: a listener keeps at most conn_max
+ * connections, per_ip of them from one address.  When a newcomer would
+ * pass either, a connection is shed (of the newcomer's address when that
+ * is full, else of the address holding the most connections; there the
+ * one never answered before one answered, then the one waiting longest;
+ * never one being handled or one with a valid client certificate) and the
+ * newcomer taken; only when there is none is the newcomer refused.  So
+ * slow or half-open connections cannot keep a client out: each new one
+ * costs a crowded address its oldest. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *sa,
+                                 socklen_t salen) {
+  listener *l = cls;
+  gf_sched_server *srv = l->srv;
+  uint32_t addr = 0;
+  if (sa && salen >= (socklen_t)sizeof(struct sockaddr_in) &&
+      sa->sa_family == AF_INET)
+    addr = ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr;
+  pthread_mutex_lock(&srv->mu);
+  unsigned all = 0, mine = 0;
+  for (track *t = srv->conns; t; t = t->next)
+    if (t->l == l && !t->shut) {
+      all++;
+      mine += addr && t->addr == addr;
+    }
+  unsigned cap = l->health ? 64 : srv->conn_max;
+  unsigned per = l->health ? 16 : srv->per_ip;
+  bool ok = true;
+  if (addr && mine >= per) {
+    track *v = victim(srv, NULL, l, addr, false);
+    if (v) {
+      shut_track(srv, v);
+      srv->shed++;
+      all--;
+    } else {
+      ok = false;
+    }
+  }
+  if (ok && all >= cap) {
+    track *v = victim_crowded(srv, l, all);
+    if (v) {
+      shut_track(srv, v);
+      srv->shed++;
+    } else {
+      ok = false;
+    }
+  }
+  pthread_mutex_unlock(&srv->mu);
+  return ok ? MHD_YES : MHD_NO;
 }
 
 static bool health_path(const char *url) {
@@ -212,7 +580,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
-  (void)version;
   listener *l = cls;
   gf_sched_server *srv = l->srv;
   conn *k = *con_cls;
@@ -221,11 +588,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     if (!k)
       return MHD_NO;
     *con_cls = k;
-    k->refused = l->verify && !client_cert_ok(srv, c);
+    k->t = track_of(c);
+    request_begins(srv, k->t);
+    const char *bad = framing_fault(c, version);
+    if (bad) {
+      k->framing = true;
+      return refuse_close(c, bad);
+    }
+    k->refused = l->verify ? client_cert_ok(srv, c) : CERT_OK;
+    if (l->verify && !k->refused && k->t) {
+      pthread_mutex_lock(&srv->mu);
+      k->t->trusted = true;
+      pthread_mutex_unlock(&srv->mu);
+    }
     if (!k->refused)
       presize(k, c, srv->max_body);
     return MHD_YES;
   }
+  if (k->framing)
+    return MHD_NO; /* answered 400: the body is never read */
   if (*upload_size) {
     k->seen += *upload_size;
     if (k->refused) {
@@ -236,9 +617,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
       k->too_big = true;
       gf__free(k->buf);
       k->buf = NULL;
+      unhold(srv, k->t, k->len);
       k->len = k->cap = 0;
     }
     if (!k->too_big) {
+      if (!hold(srv, k->t, *upload_size))
+        return MHD_NO; /* no room for it even with others shed: closed */
       if (k->len + *upload_size + 1 > k->cap) {
         size_t cap = k->cap ? k->cap : 4096;
         while (cap < k->len + *upload_size + 1)
@@ -262,7 +646,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     static const char msg[] =
         "forbidden: this gpufrac extender requires a client certificate "
         "signed by its client CA\n";
-    return queue(c, 403, "text/plain; charset=utf-8", msg, sizeof(msg) - 1);
+    static const char usage[] =
+        "forbidden: the client certificate is not for client use (it must "
+        "list the clientAuth extended key usage)\n";
+    const char *m = k->refused == CERT_USAGE ? usage : msg;
+    return queue(c, 403, "text/plain; charset=utf-8", m, strlen(m));
   }
   if (l->health && !health_path(url)) {
     static const char msg[] =
@@ -270,35 +658,41 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         "/leaderz and /metrics\n";
     return queue(c, 404, "text/plain; charset=utf-8", msg, sizeof(msg) - 1);
   }
-  set_busy(srv, c, true);
+  set_busy(srv, k->t, true);
   gf_sched_reply r;
   /* A body over the cap was dropped: its length alone gets the answer (the
    * extender refuses a body over max_body before reading it). */
   gf_sched_handle(srv->s, method, url, k->buf ? k->buf : "",
                   k->too_big ? k->seen : k->len, &r);
+  /* the body is not kept while the answer waits to be taken */
+  gf__free(k->buf);
+  k->buf = NULL;
+  unhold(srv, k->t, k->len);
+  k->len = k->cap = 0;
   enum MHD_Result ret;
   if (r.body) {
+    hold(srv, k->t, r.len); /* charged till the request is over */
     ret = queue_owned(c, r.status, r.content_type, r.body, r.len);
     r.body = NULL; /* libmicrohttpd's now */
   } else {
     ret = queue(c, 500, "text/plain; charset=utf-8", "out of memory\n", 14);
   }
   gf_sched_reply_release(&r);
-  set_busy(srv, c, false);
+  set_busy(srv, k->t, false);
   return ret;
 }
 
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
                     enum MHD_RequestTerminationCode toe) {
   listener *l = cls;
-  (void)toe;
   conn *k = *con_cls;
   if (k) {
     gf__free(k->buf);
     gf__free(k);
     *con_cls = NULL;
   }
-  set_busy(l->srv, c, false); /* the next request's window starts */
+  /* the next request's window starts */
+  request_over(l->srv, track_of(c), toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
@@ -315,7 +709,18 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
       return;
     }
     t->fd = ci->connect_fd;
+    t->l = l;
+    /* A fixed send buffer (the kernel's autotuning grows it to 4 MiB a
+     * connection, counted in the pod's memory): an answer a client does not
+     * take waits in the extender's memory, where held_max bounds it. */
+    int sndbuf = 128 << 10;
+    setsockopt(t->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     t->since = now_s();
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET)
+      t->addr = ((const struct sockaddr_in *)(const void *)ai->client_addr)
+                    ->sin_addr.s_addr;
     pthread_mutex_lock(&srv->mu);
     t->next = srv->conns;
     if (srv->conns)
@@ -329,6 +734,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
   if (!t)
     return;
   pthread_mutex_lock(&srv->mu);
+  if (!t->shut)
+    srv->held_live -= t->held;
   *(t->prev ? &t->prev->next : &srv->conns) = t->next;
   if (t->next)
     t->next->prev = t->prev;
@@ -352,11 +759,16 @@ static void *reaper_main(void *arg) {
     ts.tv_nsec = ns % 1000000000L;
     pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
     double now = now_s();
-    for (track *t = srv->conns; t; t = t->next)
-      if (!t->busy && !t->shut && now - t->since > srv->timeout_s) {
-        shutdown(t->fd, SHUT_RDWR);
-        t->shut = true;
+    for (track *t = srv->conns; t; t = t->next) {
+      if (t->busy || t->shut)
+        continue;
+      if (t->draining && unsent(t) == 0) {
+        t->draining = false; /* taken: the next request's window starts */
+        t->since = now;
       }
+      if (now - t->since > srv->timeout_s)
+        shut_track(srv, t);
+    }
   }
   pthread_mutex_unlock(&srv->mu);
   return NULL;
@@ -441,9 +853,13 @@ static int start_listener(gf_sched_server *srv, listener *l, const char *addr,
   bool use_tls = (flags & MHD_USE_TLS) != 0;
   /* libmicrohttpd's idle timeout as a backstop; the reaper is tighter */
   unsigned idle = (unsigned)(srv->timeout_s * 2 + 1);
+  /* libmicrohttpd's own limits are the hard ones, above those on_accept
+   * keeps, for the connections shed and not yet closed */
+  conn_max += conn_max / 4 + 16;
+  per_ip += per_ip / 4 + 4;
   l->d = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY | flags, 0,
-      NULL, NULL, on_request, l, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+      on_accept, l, on_request, l, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
       MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED,
       on_done, l, MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
       MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
@@ -510,6 +926,12 @@ int gf_sched_server_start_opts(gf_sched *s, const gf_sched_server_opts *o,
   unsigned threads = o->threads ? o->threads : 4;
   unsigned conn_max = o->conn_max ? o->conn_max : 1024;
   unsigned per_ip = o->per_ip_max ? o->per_ip_max : 64;
+  srv->conn_max = conn_max;
+  srv->per_ip = per_ip;
+  /* request bodies and replies held, in all: room for two of the largest
+   * bodies, at least 16 MiB */
+  size_t two = 2 * srv->max_body, floor = (size_t)16 << 20;
+  srv->held_max = o->held_max ? o->held_max : two > floor ? two : floor;
   int rc = 0;
   unsigned flags = 0;
   if (o->tls_cert) {

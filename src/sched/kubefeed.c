@@ -184,6 +184,8 @@ struct gf_sched_kube {
   char *role_path;
   atomic_bool leading; /* what the label should say */
   int labeled;         /* what it says: -1 unknown, 0 follower, 1 leader */
+  int role_rc;         /* the last PATCH's error (0: none), for the log */
+  char role_msg[GF_DIAG_MAX]; /* ... and its message */
   /* the disruption guard: NULL when off */
   gf__guard *guard;
   gf_kube *gkube; /* its PATCH client, used by one pass at a time */
@@ -438,7 +440,12 @@ static int role_sync(gf_sched_kube *f, gf_diag *d) {
   gf_diag pd = {""};
   int rc = gf_kube_merge_patch(f->role, f->role_path, patch, NULL, NULL, &pd);
   json_decref(patch);
-  api_error(f, "role label (PATCH of this replica's pod)", rc, pd.msg);
+  /* logged once per change of error, as the informers' are: retried every
+   * 2 s, a lasting failure (RBAC, a webhook) would fill the log */
+  if (rc != f->role_rc || (rc && strcmp(pd.msg, f->role_msg) != 0))
+    api_error(f, "role label (PATCH of this replica's pod)", rc, pd.msg);
+  f->role_rc = rc;
+  snprintf(f->role_msg, sizeof(f->role_msg), "%s", rc ? pd.msg : "");
   if (rc)
     return gf_diag_set(d, rc, "role label: %s", pd.msg);
   f->labeled = want ? 1 : 0;

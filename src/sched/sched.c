@@ -487,12 +487,42 @@ static void top_offer(top_set *t, int64_t score, size_t at) {
   t->at[k] = at;
 }
 
+/* NodeNames may name at most the nodes the model knows and
+ * GF__NAMES_SLACK more (nodes the API server has and the feed has not
+ * delivered yet).  Each name costs its reply a reason or a score: without
+ * the bound a request of 100,000 made-up names (under 1 MB) drew an 8 MB
+ * answer, held in memory while the client did not read it.  Returns 0 or
+ * writes why into msg. */
+#define GF__NAMES_SLACK 256
+static int names_over(gf_sched *s, const gf__args *a, char *msg, size_t cap) {
+  if (a->node_items)
+    return 0; /* Nodes in full: the answer is at most the request's size */
+  pthread_mutex_lock(&s->mu);
+  size_t known = s->nmap.live;
+  pthread_mutex_unlock(&s->mu);
+  if (a->nnames <= known + GF__NAMES_SLACK)
+    return 0;
+  snprintf(msg, cap,
+           "gpufrac extender: the request names %zu nodes and the extender "
+           "knows %zu; it answers for at most %zu (the nodes it knows and "
+           "%d more not seen yet): refused",
+           a->nnames, known, known + GF__NAMES_SLACK, GF__NAMES_SLACK);
+  return 1;
+}
+
 static void do_filter(gf_sched *s, const char *body, size_t len,
                       reply_buf *out) {
   gf_diag d = {""};
   gf__args a;
   if (gf__args_parse(body, len, &a, &d)) {
     out->status = 200; /* kube-scheduler shows Error; it drops a 400's body */
+    out->refused = true;
+    out->json = gf__error_obj(d.msg);
+    return;
+  }
+  if (names_over(s, &a, d.msg, sizeof(d.msg))) {
+    gf__args_release(&a);
+    out->status = 200;
     out->refused = true;
     out->json = gf__error_obj(d.msg);
     return;
@@ -679,6 +709,12 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
   gf_diag d = {""};
   gf__args a;
   if (gf__args_parse(body, len, &a, &d)) {
+    out->status = 400;
+    out->json = gf__error_obj(d.msg);
+    return;
+  }
+  if (names_over(s, &a, d.msg, sizeof(d.msg))) {
+    gf__args_release(&a);
     out->status = 400;
     out->json = gf__error_obj(d.msg);
     return;

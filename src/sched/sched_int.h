@@ -110,6 +110,10 @@ const json_t *gf__pod_condition(const json_t *pod, const char *type);
  * in *len, and moves *p past it; NULL when *p is at the end already.  A
  * loop `while ((n = gf__models_next(&p, &len)))` sees every name. */
 const char *gf__models_next(const char **p, size_t *len);
+/* Whether a GPU model's name, without spaces at either end (as an
+ * inventory may report it: "T4 "), is the len bytes of name (one name of
+ * a gpu-model list, which drops those spaces). */
+bool gf__model_is(const char *model, const char *name, size_t len);
 
 /* CLOCK_REALTIME in microseconds since the Unix epoch: the clock of the
  * guard and the autoscaler bridge when their opts give none. */

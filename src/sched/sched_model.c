@@ -168,6 +168,16 @@ const char *gf__models_next(const char **p, size_t *len) {
   return s;
 }
 
+bool gf__model_is(const char *model, const char *name, size_t len) {
+  if (!model)
+    return false;
+  model += strspn(model, " ");
+  size_t ml = strlen(model);
+  while (ml > 0 && model[ml - 1] == ' ')
+    ml--;
+  return ml == len && memcmp(model, name, len) == 0;
+}
+
 uint64_t gf__models_mask(const gf_cluster *c, const char *models, bool *named) {
   uint64_t mask = 0;
   *named = false;
@@ -184,8 +194,16 @@ uint64_t gf__models_mask(const gf_cluster *c, const char *models, bool *named) {
       name[tl] = '\0';
       *named = true;
       int id = gf_cluster_model_id((gf_cluster *)c, name, false);
-      if (id >= 0)
+      if (id >= 0) {
         mask |= 1ull << id;
+        continue;
+      }
+      /* A model reported with spaces around its name ("T4 "): the list
+       * drops them from the names it holds, so they are compared without
+       * them (before, such a model could never be pinned). */
+      for (int m = 0; m < gf_cluster_nmodels(c) && m < 64; m++)
+        if (gf__model_is(gf_cluster_model_name(c, m), n, tl))
+          mask |= 1ull << m;
     } else if (tl > 0) {
       *named = true;
     }

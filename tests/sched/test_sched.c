@@ -1309,6 +1309,50 @@ static void test_prioritize_nodes_and_long_models(void **state) {
   gf_sched_free(s);
 }
 
+/* Issue 29 §6: a GPU model whose name starts or ends with a space (as a
+ * node's inventory reports it) could never be pinned: the gpu-model
+ * annotation drops the spaces around each name, so no name matched.  The
+ * names are compared without those spaces on both sides. */
+static void test_model_spaces(void **state) {
+  (void)state;
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  const char *models[] = {"T4 ", " T4", "T4"};
+  for (size_t k = 0; k < 3; k++) {
+    json_t *items = json_array();
+    json_array_append_new(items, node_model("spaced", models[k]));
+    json_array_append_new(items, node_model("other", "A10"));
+    json_t *pod = json_loads(
+        "{\"metadata\":{\"name\":\"q\",\"namespace\":\"t\",\"uid\":\"u-q\","
+        "\"annotations\":{\"gpufrac.io/gpu-model\":\"T4 | H100\"}},"
+        "\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{"
+        "\"requests\":{\"gpufrac.io/gpu-memory\":\"10Gi\"}}}]}}",
+        0, NULL);
+    assert_non_null(pod);
+    json_t *args =
+        json_pack("{s:o,s:{s:o}}", "Pod", pod, "Nodes", "items", items);
+    char *body = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    int st;
+    json_t *res = call(s, "filter", body, &st);
+    assert_int_equal(st, 200);
+    json_t *passed = json_object_get(json_object_get(res, "Nodes"), "items");
+    if (json_array_size(passed) != 1)
+      fprintf(stderr, "model '%s': %zu nodes passed\n", models[k],
+              json_array_size(passed));
+    assert_int_equal(json_array_size(passed), 1);
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_array_get(passed, 0), "metadata"), "name")),
+        "spaced");
+    assert_non_null(failed_reason(res, "other"));
+    json_decref(res);
+    free(body);
+  }
+  gf_sched_free(s);
+}
+
 static void test_prioritize(void **state) {
   fx *f = *state;
   /* Fill GPU 0 of the A100 node halfway; put a second A100 node in. */
@@ -1671,6 +1715,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_request_pod_does_not_replace_watched,
                                       setup, teardown),
       cmocka_unit_test(test_prioritize_nodes_and_long_models),
+      cmocka_unit_test(test_model_spaces),
       cmocka_unit_test_setup_teardown(test_unresolvable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_utf8_cut, setup, teardown),
       cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),

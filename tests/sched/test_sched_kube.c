@@ -1212,6 +1212,54 @@ static void test_api_errors_logged_once(void **st) {
   gf_kube_config_free(cfg);
 }
 
+/* Issue 29 §6: a role-label PATCH that keeps failing the same way was
+ * logged (and counted in gpufrac_extender_api_errors_total) on every retry,
+ * every 2 s; once per change of error, as the informers' are. */
+static void test_role_label_errors(void **st) {
+  (void)st;
+#define ROLE_PATCH(code, text)                                                 \
+  {                                                                            \
+    .method = "PATCH", .target = "/api/v1/namespaces/gpu-sys/pods/sched-0",    \
+    .body_has = {"gpufrac.io/scheduler-role"}, .status = code, .body = text    \
+  }
+  static const td_expect script[] = {
+      ROLE_PATCH(403, "{\"kind\":\"Status\",\"status\":\"Failure\","
+                      "\"message\":\"pods is forbidden\",\"code\":403}"),
+      ROLE_PATCH(403, "{\"kind\":\"Status\",\"status\":\"Failure\","
+                      "\"message\":\"pods is forbidden\",\"code\":403}"),
+      ROLE_PATCH(403, "{\"kind\":\"Status\",\"status\":\"Failure\","
+                      "\"message\":\"pods is forbidden\",\"code\":403}"),
+      ROLE_PATCH(500, "{\"kind\":\"Status\",\"status\":\"Failure\","
+                      "\"message\":\"etcd timeout\",\"code\":500}"),
+      ROLE_PATCH(500, "{\"kind\":\"Status\",\"status\":\"Failure\","
+                      "\"message\":\"etcd timeout\",\"code\":500}"),
+      ROLE_PATCH(200, "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"sched-0\"}}"),
+  };
+#undef ROLE_PATCH
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.no_leader_election = true,
+                          .pod_ns = "gpu-sys",
+                          .pod_name = "sched-0"}; /* logs on stderr */
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  uint64_t logged[] = {1, 1, 1, 2, 2, 2};
+  for (size_t i = 0; i < N(logged); i++) {
+    int rc = gf_sched_kube_step(f, GF_SCHED_KUBE_ROLE, &d);
+    assert_int_equal(rc != 0, i < 5);
+    assert_int_equal(gf_sched_kube_api_errors(f), logged[i]);
+  }
+  finish(srv);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_binder_one_binding),
@@ -1223,6 +1271,7 @@ int main(void) {
       cmocka_unit_test(test_api_errors_logged_once),
       cmocka_unit_test(test_leader),
       cmocka_unit_test(test_role_label),
+      cmocka_unit_test(test_role_label_errors),
       cmocka_unit_test(test_guard),
       cmocka_unit_test(test_guard_in_binding_reads),
       cmocka_unit_test(test_start_stop),

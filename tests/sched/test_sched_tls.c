@@ -37,13 +37,17 @@ static void make_ca(const char *name) {
      dir, name, name, name);
 }
 
-static void make_leaf(const char *ca, const char *leaf, const char *cn) {
-  sh("cd %s && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > "
+/* eku: the extendedKeyUsage value ("clientAuth", "serverAuth,clientAuth"),
+ * or "" for none. */
+static void make_leaf(const char *ca, const char *leaf, const char *cn,
+                      const char *eku) {
+  sh("cd %s && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n%s%s%s' > "
      "%s.ext && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
      "-nodes -keyout %s.key -out %s.csr -subj /CN=%s 2>/dev/null && openssl "
      "x509 -req -in %s.csr -CA %s.pem -CAkey %s.key -CAcreateserial -out "
      "%s.pem -days 2 -extfile %s.ext 2>/dev/null",
-     dir, leaf, leaf, leaf, cn, leaf, ca, ca, leaf, leaf);
+     dir, *eku ? "extendedKeyUsage=" : "", eku, *eku ? "\\n" : "", leaf, leaf,
+     leaf, cn, leaf, ca, ca, leaf, leaf);
 }
 
 static size_t sink(char *p, size_t size, size_t n, void *ud) {
@@ -92,10 +96,13 @@ static void test_tls(void **state) {
   (void)state;
   assert_non_null(mkdtemp(dir));
   make_ca("ca");
-  make_leaf("ca", "server", "localhost");
-  make_leaf("ca", "scheduler", "kube-scheduler");
+  make_leaf("ca", "server", "localhost", "serverAuth");
+  make_leaf("ca", "scheduler", "kube-scheduler", "clientAuth");
+  make_leaf("ca", "both", "kube-scheduler", "serverAuth,clientAuth");
+  make_leaf("ca", "serveronly", "kube-scheduler", "serverAuth");
+  make_leaf("ca", "noeku", "kube-scheduler", "");
   make_ca("other");
-  make_leaf("other", "intruder", "kube-scheduler");
+  make_leaf("other", "intruder", "kube-scheduler", "clientAuth");
 
   gf_sched *s;
   gf_diag d = {""};
@@ -123,6 +130,12 @@ static void test_tls(void **state) {
   assert_int_equal(post(url, NULL, body), 403);
   assert_non_null(strstr(body, "client certificate"));
   assert_int_equal(post(url, "intruder", body), 403);
+  /* Of the CA, but not marked for client use: refused (issue 29 §3). */
+  assert_int_equal(post(url, "both", body), 200);
+  assert_int_equal(post(url, "serveronly", body), 403);
+  assert_non_null(strstr(body, "clientAuth"));
+  assert_int_equal(post(url, "noeku", body), 403);
+  assert_non_null(strstr(body, "clientAuth"));
   snprintf(url, sizeof(url), "http://127.0.0.1:%u/filter",
            (unsigned)gf_sched_server_port(srv));
   assert_int_equal(post(url, NULL, body), -1);
