@@ -2,6 +2,7 @@
  * gRPC over HTTP/2 on nghttp2: the one-thread poll server and the blocking
  * unary client (h2grpc.h).
  */
+#define _GNU_SOURCE /* struct ucred */
 #include "h2grpc.h"
 #include "alloc.h"
 
@@ -134,6 +135,7 @@ struct conn {
   stream *streams;
   bool dead;
   bool greeted;        /* the client's preface and SETTINGS came */
+  pid_t pid;           /* the peer process (SO_PEERCRED); 0: not known */
   int64_t accepted_ms; /* when accepted */
   int64_t progress_ms; /* accepted, or the last request completed or
                           answered later: what the idle timeout counts from */
@@ -157,6 +159,7 @@ struct gf__h2srv {
   int wake_r, wake_w;
   atomic_bool stopping;
   atomic_int new_listen_fd; /* -1: none pending */
+  atomic_int trusted_pid;   /* never evicted for a newcomer; 0: none */
   conn *conns[GF__H2_MAX_CONNS];
   size_t nconns;
   size_t buffered; /* request bytes held across all streams */
@@ -596,9 +599,37 @@ static int close_silent(gf__h2srv *s) {
   return next - now > 60000 ? 60000 : (int)(next - now) + 1;
 }
 
+/* How many of s's live connections come from process pid. */
+static size_t conns_of(const gf__h2srv *s, pid_t pid) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->nconns; i++)
+    n += !s->conns[i]->dead && s->conns[i]->pid == pid;
+  return n;
+}
+
+/* Every slot busy: the newest connection of the peer process holding the
+ * most, never the trusted process's; SIZE_MAX when every one is trusted. */
+static size_t busiest_peer_newest(const gf__h2srv *s) {
+  pid_t trusted = (pid_t)atomic_load(&s->trusted_pid);
+  size_t victim = SIZE_MAX, most = 0;
+  for (size_t i = 0; i < s->nconns; i++) {
+    const conn *c = s->conns[i];
+    if (c->dead || (trusted && c->pid == trusted))
+      continue;
+    size_t n = conns_of(s, c->pid);
+    if (n > most ||
+        (n == most && c->accepted_ms >= s->conns[victim]->accepted_ms)) {
+      most = n;
+      victim = i;
+    }
+  }
+  return victim;
+}
+
 /* All slots taken: closes the connection that is not busy and has been
- * silent longest, so a newcomer (kubelet) gets its slot.  False when
- * every connection is busy. */
+ * silent longest, so a newcomer (kubelet) gets its slot; when every one is
+ * busy, the newest of the peer process holding the most (h2grpc.h, "Busy
+ * clients").  False when only the trusted process's are left. */
 static bool evict_one(gf__h2srv *s) {
   size_t victim = SIZE_MAX;
   int64_t oldest = INT64_MAX;
@@ -610,6 +641,8 @@ static bool evict_one(gf__h2srv *s) {
       victim = i;
     }
   }
+  if (victim == SIZE_MAX)
+    victim = busiest_peer_newest(s);
   if (victim == SIZE_MAX)
     return false;
   conn_close_quiet(s->conns[victim]);
@@ -632,6 +665,11 @@ static void accept_one(gf__h2srv *s) {
   if (!c || !cb)
     goto fail;
   c->fd = fd;
+  struct ucred uc;
+  socklen_t uclen = sizeof uc;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &uclen) == 0 &&
+      uclen == sizeof uc)
+    c->pid = uc.pid;
   c->srv = s;
   c->accepted_ms = c->progress_ms = now_ms();
   int rv = nghttp2_session_server_new(&c->sess, cb, c);
@@ -767,6 +805,10 @@ static void send_laters(gf__h2srv *s) {
 void gf__h2srv_stop(gf__h2srv *s) {
   atomic_store(&s->stopping, true);
   gf__h2srv_wake(s);
+}
+
+void gf__h2srv_trust_pid(gf__h2srv *s, pid_t pid) {
+  atomic_store(&s->trusted_pid, (int)pid);
 }
 
 void gf__h2srv_set_listener(gf__h2srv *s, int fd) {
@@ -1044,7 +1086,7 @@ static int client_connect(const char *sock_path, int *fdp, gf_diag *d) {
 int gf__grpc_call_unix(const char *sock_path, const char *path,
                        const uint8_t *req, size_t len, int timeout_ms,
                        int *status, char *message, size_t cap, uint8_t **resp,
-                       size_t *resp_len, gf_diag *d) {
+                       size_t *resp_len, pid_t *peer_pid, gf_diag *d) {
   client cl = {.fd = -1, .sid = -1, .grpc_status = -1};
   nghttp2_session *sess = NULL;
   nghttp2_session_callbacks *cb = NULL;
@@ -1056,6 +1098,14 @@ int gf__grpc_call_unix(const char *sock_path, const char *path,
   rc = client_connect(sock_path, &cl.fd, d);
   if (rc)
     return rc;
+  if (peer_pid) {
+    struct ucred uc;
+    socklen_t uclen = sizeof uc;
+    *peer_pid = getsockopt(cl.fd, SOL_SOCKET, SO_PEERCRED, &uc, &uclen) == 0 &&
+                        uclen == sizeof uc
+                    ? uc.pid
+                    : 0;
+  }
   body = gf__malloc(len + 5);
   if (!body || nghttp2_session_callbacks_new(&cb) != 0) {
     rc = gf_diag_set(d, GF_ENOMEM, "%s: out of memory", path);

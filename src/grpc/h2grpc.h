@@ -34,6 +34,14 @@
  * of being turned away, so kubelet can always get in while any slot is
  * held by an idle or half-sent connection (kubelet's own connection holds
  * a ListAndWatch stream, so it is never the one closed).
+ *
+ * Busy clients.  A connection the server owes something (an open watch, a
+ * call answered later) is never closed for silence; but when every slot is
+ * held by such connections, a newcomer still gets in: the server closes
+ * one connection of the peer process (SO_PEERCRED) that holds the most,
+ * its newest first, never one of the trusted process (gf__h2srv_trust_pid:
+ * kubelet, learnt when registering with it).  So kubelet always gets a
+ * slot, and a process that opens many watches loses its own first.
  */
 #ifndef GPUFRAC_H2GRPC_H
 #define GPUFRAC_H2GRPC_H
@@ -42,6 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include <protobuf-c/protobuf-c.h>
 
@@ -143,6 +152,11 @@ void gf__h2srv_set_listener(gf__h2srv *s, int fd);
  * GF__H2_MAX_BACKLOG bytes is reset. */
 void gf__h2srv_broadcast(gf__h2srv *s, const uint8_t *msg, size_t len);
 
+/* Any thread: connections from process pid (kubelet's, as learnt by
+ * gf__grpc_call_unix's peer_pid) are never closed to make room for a
+ * newcomer.  0: none trusted. */
+void gf__h2srv_trust_pid(gf__h2srv *s, pid_t pid);
+
 /* Frees a server whose run has returned (or never ran). */
 void gf__h2srv_free(gf__h2srv *s);
 
@@ -152,11 +166,13 @@ void gf__h2srv_free(gf__h2srv *s);
  * decoded grpc-message, "" when none) and for status 0 the response in
  * *resp (malloc'd, caller frees; may be NULL when empty) / *resp_len.
  * GF_EIO with a sentence when the server could not be reached or did not
- * answer in gRPC (connect failure, timeout, no grpc-status). */
+ * answer in gRPC (connect failure, timeout, no grpc-status).  peer_pid
+ * (NULL: not wanted) gets the server's process id (SO_PEERCRED; 0 when
+ * not known) once connected. */
 int gf__grpc_call_unix(const char *sock_path, const char *path,
                        const uint8_t *req, size_t len, int timeout_ms,
                        int *status, char *message, size_t cap, uint8_t **resp,
-                       size_t *resp_len, gf_diag *d);
+                       size_t *resp_len, pid_t *peer_pid, gf_diag *d);
 
 /* Percent-encodes s for grpc-message into out[cap] (truncating). */
 void gf__grpc_percent_encode(const char *s, char *out, size_t cap);

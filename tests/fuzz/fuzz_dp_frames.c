@@ -87,13 +87,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fh_raw(sock, data + 1, size - 1);
   } else if (data[1] % 6 != 1) { /* ListAndWatch stays open: skip */
     if (gf__grpc_call_unix(sock, paths[data[1] % 6], data + 2, size - 2, 5000,
-                           &status, msg, sizeof msg, &resp, &rlen, &d))
+                           &status, msg, sizeof msg, &resp, &rlen, NULL, &d))
       abort(); /* every call gets a gRPC status */
     free(resp);
     resp = NULL;
   }
   if (gf__grpc_call_unix(sock, paths[0], NULL, 0, 5000, &status, msg,
-                         sizeof msg, &resp, &rlen, &d) ||
+                         sizeof msg, &resp, &rlen, NULL, &d) ||
       status != 0)
     abort(); /* still serving */
   free(resp);

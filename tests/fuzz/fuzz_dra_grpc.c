@@ -142,7 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int m = pick - 1;
     const char *sock = m < 2 ? reg : dra;
     if (gf__grpc_call_unix(sock, paths[m], data + 1, size - 1, 5000, &status,
-                           msg, sizeof msg, &resp, &rlen, &d))
+                           msg, sizeof msg, &resp, &rlen, NULL, &d))
       abort(); /* every call gets a gRPC status */
     if (status == 0)
       check_answer(m, data + 1, size - 1, resp, rlen);
@@ -150,7 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     resp = NULL;
   }
   if (gf__grpc_call_unix(reg, paths[0], NULL, 0, 5000, &status, msg, sizeof msg,
-                         &resp, &rlen, &d) ||
+                         &resp, &rlen, NULL, &d) ||
       status != 0)
     abort(); /* still serving */
   Pluginregistration__PluginInfo *info =

@@ -238,8 +238,9 @@ def wait_until(fn, timeout, what):
 class Scenarios:
     GPUS, SLOTS, BAD, WAIT = 2, 4, "GPU-bad::0", "GPU-wait::0"
 
-    def __init__(self, driver_path):
+    def __init__(self, driver_path, pb_dir):
         self.driver_path = driver_path
+        self.pb_dir = pb_dir
         self.dir = tempfile.mkdtemp(prefix="gfdp")
         self.ksock = os.path.join(self.dir, "kubelet.sock")
         self.psock = os.path.join(self.dir, ENDPOINT)
@@ -508,6 +509,78 @@ class Scenarios:
             drv.kill()
             shutil.rmtree(d, ignore_errors=True)
 
+    def watches_do_not_lock_out_kubelet(self):
+        """A plugin of its own.  Busy connections (each holding a
+        ListAndWatch, which the server owes updates) fill all 64 slots.
+        (1) Kubelet not registered yet: another process opens 70 watches;
+        kubelet's new connection still gets in (the server closes the
+        newest of the process holding the most), and kubelet's first watch
+        keeps getting updates.  (2) Kubelet registered (its pid learnt
+        from the Register call): kubelet itself holds 40 watches and
+        another process opens 40; none of kubelet's 40 is closed for
+        them."""
+        d = tempfile.mkdtemp(prefix="gfdpw")
+        sock = os.path.join(d, ENDPOINT)
+        ksock = os.path.join(d, "kubelet.sock")
+        drv = Driver(self.driver_path, d, ksock, 1, 2)
+        kl = Kubelet(ksock)
+        kube, kube2, hold, hold2, mine = None, None, None, None, []
+        try:
+            kube = Plugin(sock)
+            w = kube.watch()
+            eq(len(next_with_timeout(w, 5).devices), 2, "kubelet's list")
+            hold = Holder(self.driver_path, self.pb_dir, sock, 70)
+            check(hold.held >= 63, "the other process got %d lists of 70"
+                  % hold.held)
+            kube2 = Plugin(sock, own_connection=True)
+            o = kube2.call("GetDevicePluginOptions", pb.Empty(),
+                           pb.DevicePluginOptions, timeout=5)
+            eq(o.get_preferred_allocation_available, True,
+               "options on a new connection with every slot busy")
+            ids = [dev_id(0, 1)]
+            expect_answer(kube.allocate([ids]).container_responses[0], ids)
+            eq(drv.cmd("unhealthy " + dev_id(0, 0)), "ok", "driver")
+            upd = next_with_timeout(w, 3)
+            eq({x.ID: x.health for x in upd.devices}[dev_id(0, 0)],
+               "Unhealthy", "update on kubelet's first watch")
+            hold.stop()
+            hold = None
+            # (2) kubelet registers: its pid is trusted from now on.
+            kl.start()
+            check(kl.wait_registers(1, 10), "no Register within 10 s")
+            eq(drv.wait_regs(1), "1", "registrations")
+            for i in range(40):
+                p = Plugin(sock, own_connection=True)
+                pw = p.watch()
+                next_with_timeout(pw, 5)
+                mine.append((p, pw))
+            hold2 = Holder(self.driver_path, self.pb_dir, sock, 40)
+            eq(drv.cmd("healthy " + dev_id(0, 0)), "ok", "driver")
+            for i, (p, pw) in enumerate(mine):
+                try:
+                    upd = next_with_timeout(pw, 5)
+                except Exception as e:  # noqa: BLE001 - reported
+                    raise Failure("kubelet's watch %d of 40 lost while "
+                                  "another process filled the slots: %r"
+                                  % (i, e))
+                eq({x.ID: x.health for x in upd.devices}[dev_id(0, 0)],
+                   "Healthy", "update on kubelet's watch %d" % i)
+            eq(drv.quit(), 0, "dp_driver exit status")
+        finally:
+            for h in (hold, hold2):
+                if h:
+                    h.stop()
+            for p, pw in mine:
+                pw.cancel()
+                p.close()
+            for p in (kube, kube2):
+                if p:
+                    p.close()
+            drv.kill()
+            if kl.server:
+                kl.stop()
+            shutil.rmtree(d, ignore_errors=True)
+
     def allocate_failure(self):
         code, msg = rpc_error(lambda: self.plugin.allocate([[self.BAD]]))
         eq(code, grpc.StatusCode.FAILED_PRECONDITION, "status")
@@ -679,6 +752,7 @@ class Scenarios:
                  self.pre_start, self.malformed_input,
                  self.waiting_allocate_blocks_nothing,
                  self.idle_connections_do_not_lock_out_kubelet,
+                 self.watches_do_not_lock_out_kubelet,
                  self.kubelet_restart,
                  self.plugin_restart, self.stop_while_allocate_waits]
         failed = 0
@@ -773,6 +847,49 @@ def bench(driver_path, n, gpus, slots):
     return 0
 
 
+def hold_watches(sock, n):
+    """A process that holds n ListAndWatch streams, each on a connection of
+    its own (what a runaway monitoring agent, or an attacker with access to
+    the socket, does).  Prints "held K" (K: how many got a first list)."""
+    held = []
+    got = 0
+    for _ in range(n):
+        p = Plugin(sock, own_connection=True)
+        w = p.watch()
+        try:
+            next_with_timeout(w, 5)
+            got += 1
+        except Exception:  # noqa: BLE001 - closed or refused: not held
+            pass
+        held.append((p, w))
+    print("held %d" % got, flush=True)
+    sys.stdin.read()
+    return 0
+
+
+class Holder:
+    """hold_watches in a child process (its own pid, as the server sees it)."""
+
+    def __init__(self, driver_path, pb_dir, sock, n):
+        self.p = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--driver",
+             driver_path, "--pb", pb_dir, "--hold-watches", str(n),
+             "--sock", sock], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True)
+        line = self.p.stdout.readline().strip()
+        check(line.startswith("held "), "watch holder: %r" % line)
+        self.held = int(line.split()[1])
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.stdin.close()
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
 def main():
     global pb
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -781,13 +898,20 @@ def main():
     ap.add_argument("--bench", type=int, default=0)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--hold-watches", type=int, default=0,
+                    help="another process: open N ListAndWatch connections "
+                    "on --sock, print how many got a list, hold until stdin "
+                    "closes")
+    ap.add_argument("--sock")
     a = ap.parse_args()
     sys.path.insert(0, a.pb)
     from deviceplugin.v1beta1 import api_pb2
     pb = api_pb2
+    if a.hold_watches:
+        return hold_watches(a.sock, a.hold_watches)
     if a.bench:
         return bench(a.driver, a.bench, a.gpus, a.slots)
-    return Scenarios(a.driver).run()
+    return Scenarios(a.driver, a.pb).run()
 
 
 if __name__ == "__main__":

@@ -808,9 +808,10 @@ static int do_register(gf_dp *dp) {
   char msg[GF_DIAG_MAX];
   uint8_t *resp = NULL;
   size_t rlen = 0;
+  pid_t kubelet_pid = 0;
   int rc = gf__grpc_call_unix(dp->kubelet, "/v1beta1.Registration/Register",
                               buf, len, DP_REGISTER_TIMEOUT_MS, &status, msg,
-                              sizeof msg, &resp, &rlen, &d);
+                              sizeof msg, &resp, &rlen, &kubelet_pid, &d);
   free(resp);
   if (rc) {
     dp_log(dp, "registration with kubelet not done yet: %s", d.msg);
@@ -821,6 +822,8 @@ static int do_register(gf_dp *dp) {
            dp->resource, msg, status);
     return GF_ESTATE;
   }
+  /* kubelet's own connections to us always get a slot (h2grpc.h). */
+  gf__h2srv_trust_pid(dp->srv, kubelet_pid);
   atomic_fetch_add(&dp->regs, 1);
   dp_log(dp, "registered %s with kubelet at %s (endpoint %s)", dp->resource,
          dp->kubelet, dp->endpoint);
