@@ -46,8 +46,14 @@ def gpus_of(spec):
 
 
 def pod(name, gpu=None, mem=None, compute=None, model=None, ns=NS):
+    """A pod whose container "main" asks for gpu GPUs (gpufrac.io/gpu), mem
+    and compute of each.  A share (mem or compute) without gpu asks for
+    gpufrac.io/gpu: 1, the device-plugin slot every share needs (the
+    extender refuses a share without it); gpu=False leaves it out."""
     lim = {}
-    if gpu is not None:
+    if gpu is None and (mem is not None or compute is not None):
+        gpu = 1
+    if gpu is not None and gpu is not False:
         lim["gpufrac.io/gpu"] = str(gpu)
     if mem is not None:
         lim["gpufrac.io/gpu-memory"] = mem
