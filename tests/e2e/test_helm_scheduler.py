@@ -154,7 +154,10 @@ class SchedulerE2E(HelmE2E):
                         text = f.read().decode("utf-8", "replace")
                 except OSError:
                     continue
-                if "successfully acquired lease %s/%s" % (RNS, LEASE) in text:
+                # client-go's leaderelection: "Successfully acquired lease"
+                # lock="NS/NAME"
+                if any("Successfully acquired lease" in ln and
+                       "%s/%s" % (RNS, LEASE) in ln for ln in text.splitlines()):
                     return n
             dead = [n for n, p in procs.items() if not p.alive() and p.p.returncode != -9]
             if dead:
