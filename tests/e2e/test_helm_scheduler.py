@@ -28,11 +28,12 @@ real binaries:
 3. With the admission policy's binding deleted, a share pod sent to
    gpufrac without gpufrac.io/gpu is refused by the extender with the fix
    in its FailedScheduling event.
-4. `helm upgrade` with extender.accept={hami} and an extra managed
+4. `helm upgrade` with extender.accept={hami,kai} and an extra managed
    resource: the binding is back, the extender's Deployment runs --accept
-   hami, the scheduler's configuration manages HAMi's names and its pods
-   are rolled, and a HAMi pod (nvidia.com/gpumem) is mutated and bound by
-   the upgraded scheduler and extender (run from the new pods).
+   hami,kai, the scheduler's configuration manages HAMi's names and its
+   pods are rolled, and a HAMi pod (nvidia.com/gpumem) and a KAI pod
+   (gpu-fraction, no resources) are mutated and bound by the upgraded
+   scheduler and extender (run from the new pods).
 Exit 0 only when every step passed.
 """
 
@@ -309,14 +310,14 @@ class SchedulerE2E(HelmE2E):
         old_hash = self.api.get("/apis/apps/v1/namespaces/%s/deployments/%s" % (RNS, LEASE))[
             "spec"]["template"]["metadata"]["annotations"]["gpufrac.io/config-hash"]
         self.helm("upgrade", RELEASE, CHART, "-n", RNS, "-f", VALUES,
-                  "--set", "extender.accept={hami}",
+                  "--set", "extender.accept={hami,kai}",
                   "--set", "extender.extraManagedResources={nvidia.com/gpu}")
         st = json.loads(self.helm("status", RELEASE, "-n", RNS, "-o", "json").stdout)
         if st["info"]["status"] != "deployed" or st["version"] != 2:
             fail("after helm upgrade: %s, revision %s" % (st["info"]["status"], st["version"]))
         dep = self.api.get("/apis/apps/v1/namespaces/%s/deployments/gpufrac-scheduler" % RNS)
         a = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-        if "--accept" not in a or a[a.index("--accept") + 1] != "hami":
+        if "--accept" not in a or a[a.index("--accept") + 1] != "hami,kai":
             fail("the extender's Deployment after the upgrade: %s" % a)
         ksd = self.api.get("/apis/apps/v1/namespaces/%s/deployments/%s" % (RNS, LEASE))
         new_hash = ksd["spec"]["template"]["metadata"]["annotations"]["gpufrac.io/config-hash"]
@@ -329,31 +330,49 @@ class SchedulerE2E(HelmE2E):
             fail("managedResources after the upgrade: %s" % sorted(managed))
         self.api.get("/apis/admissionregistration.k8s.io/v1/"
                      "mutatingadmissionpolicybindings/gpufrac-gpu-pods")
-        log("helm upgrade: revision 2, --accept hami, HAMi's names managed, "
+        log("helm upgrade: revision 2, --accept hami,kai, HAMi's names managed, "
             "the policy's binding back")
         wait_for("the upgraded policy mutating HAMi pods", lambda: "gpufrac.io/gpu" in
                  self.api.request("POST", "/api/v1/namespaces/%s/pods" % NS, hami,
                                   query={"dryRun": "All"})["spec"]["containers"][0]
                  ["resources"]["limits"], 30)
-        hami["metadata"]["name"] = "hami-1"
-        self.create(hami)
-        h = self.stored("hami-1")
-        if h["spec"]["schedulerName"] != PROFILE or \
-                h["spec"]["containers"][0]["resources"]["requests"].get("gpufrac.io/gpu") != "1":
-            fail("hami-1 stored as %s" % h["spec"])
-        # The upgraded pods: the old processes go, the new pods' run.
+        # The upgraded pods: the old processes go, the new pods' run (first:
+        # the old scheduler and extender would place the new pods by the
+        # old configuration, as they do until a real rollout replaces them).
         self.stop_all()
         self.run_extender(pick=lambda x: "--accept" in x["spec"]["containers"][0]["args"])
         newp = wait_for("a kube-scheduler pod of the upgraded template",
                         lambda: self.ks_pods(new_hash), 60)
         self.run_kube_scheduler(newp[0])
         self.leader(self.ks)
-        got = self.bound_by_gpufrac(["hami-1"], shares=False)
+        hami["metadata"]["name"] = "hami-1"
+        self.create(hami)
+        h = self.stored("hami-1")
+        if h["spec"]["schedulerName"] != PROFILE or \
+                h["spec"]["containers"][0]["resources"]["requests"].get("gpufrac.io/gpu") != "1":
+            fail("hami-1 stored as %s" % h["spec"])
+        # A KAI pod: annotations only, no resources at all (the policy
+        # writes the container's limits and requests whole).
+        kai = pod("kai-1", gpu=False)
+        kai["spec"]["containers"][0]["resources"] = {}
+        kai["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+        self.create(kai)
+        k = self.stored("kai-1")
+        kr = k["spec"]["containers"][0]["resources"]
+        if k["spec"]["schedulerName"] != PROFILE or kr.get("limits") != {"gpufrac.io/gpu": "1"} \
+                or kr.get("requests") != {"gpufrac.io/gpu": "1"}:
+            fail("kai-1 stored as %s, schedulerName %s" % (kr, k["spec"]["schedulerName"]))
+        log("admission after the upgrade: hami-1 and kai-1 (gpu-fraction, no resources) "
+            "got gpufrac.io/gpu: 1 and schedulerName gpufrac")
+        got = self.bound_by_gpufrac(["hami-1", "kai-1"], shares=False)
         g = json.loads(got["hami-1"]["metadata"]["annotations"][GRANT])
         if g["containers"][0]["gpus"][0]["memory"] != 4096 << 20:
             fail("hami-1's grant %s: want 4096 MiB" % g)
-        log("hami-1 (nvidia.com/gpumem 4096) bound by the upgraded scheduler with a "
-            "4096 MiB grant")
+        k = json.loads(got["kai-1"]["metadata"]["annotations"][GRANT])
+        if k["containers"][0]["gpus"][0].get("compute") != 50:
+            fail("kai-1's grant %s: want a 50%% share" % k)
+        log("hami-1 (nvidia.com/gpumem 4096) and kai-1 (gpu-fraction 0.5) bound by the "
+            "upgraded scheduler and extender: 4096 MiB and 50% grants")
 
 
 def main():
