@@ -510,6 +510,44 @@ static int names_over(gf_sched *s, const gf__args *a, char *msg, size_t cap) {
   return 1;
 }
 
+/* Whether a container's resources (limits or requests) name res. */
+static bool asks_res(const json_t *c, const char *res) {
+  const json_t *r = json_object_get(c, "resources");
+  return json_object_get(json_object_get(r, "limits"), res) ||
+         json_object_get(json_object_get(r, "requests"), res);
+}
+
+/* A GPU pod whose GPU container does not ask for gpufrac.io/gpu (a share
+ * in gpufrac's, HAMi's or KAI's words alone): kubelet calls the agent's
+ * device plugin only for gpufrac.io/gpu, so the container would run with a
+ * grant and no GPU, interposer or limit.  Refused, with the fix, into
+ * why[cap]; false when the pod has its slot (docs/scheduler.md). */
+static bool lacks_slot(const json_t *pod, const gf__pod *p, char *why,
+                       size_t cap) {
+  if (p->req.gpu_count == 0 || !p->container[0])
+    return false;
+  const json_t *cs =
+      json_object_get(json_object_get(pod, "spec"), "containers");
+  size_t i;
+  const json_t *c;
+  json_array_foreach(cs, i, c) {
+    const char *name = json_string_value(json_object_get(c, "name"));
+    if (!name || strcmp(name, p->container) != 0)
+      continue;
+    if (asks_res(c, GF_RES_GPU))
+      return false;
+    snprintf(why, cap,
+             "container '%s' asks for a GPU share without %s: kubelet gives "
+             "a container its GPU only through %s (gpufrac's device plugin), "
+             "so it would run with no GPU and no limit; add %s: 1 to its "
+             "limits (the gpufrac chart's admission policy adds it, "
+             "docs/install.md)",
+             name, GF_RES_GPU, GF_RES_GPU, GF_RES_GPU);
+    return true;
+  }
+  return false;
+}
+
 static void do_filter(gf_sched *s, const char *body, size_t len,
                       reply_buf *out) {
   gf_diag d = {""};
@@ -553,6 +591,9 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   if (gf__pod_parse_ex(a.pod, s->accept, p, &d)) {
     v.kind = 2;
     snprintf(v.why, sizeof(v.why), "%s", d.msg);
+    gf__utf8_fix(v.why);
+  } else if (lacks_slot(a.pod, p, v.why, sizeof(v.why))) {
+    v.kind = 2; /* no node can help: the pod must change */
     gf__utf8_fix(v.why);
   }
   pthread_mutex_lock(&s->mu);

@@ -139,10 +139,13 @@ class HelmE2E(E2E):
         self.agents[node] = self.c.spawn("agent-" + node, argv, env)
         return conf
 
-    def run_extender(self):
+    def run_extender(self, pick=None):
+        """gpufrac scheduler as an extender pod of the chart's Deployment:
+        the first by name, or the first for which pick(pod) is true."""
         def first_pod():
             ps = self.api.items("/api/v1/namespaces/%s/pods" % RNS,
                                 labelSelector="app.kubernetes.io/name=gpufrac-scheduler")
+            ps = [x for x in ps if not pick or pick(x)]
             return sorted(ps, key=lambda x: x["metadata"]["name"])[0] if ps else None
         p = wait_for("an extender pod of the chart's Deployment", first_pod, 60)
         c = p["spec"]["containers"][0]
@@ -154,10 +157,11 @@ class HelmE2E(E2E):
         argv = [self.c.gpufrac] + replace_arg(
             replace_arg(a, "--listen", "127.0.0.1:%d" % self.c.ext_port),
             "--health-listen", "127.0.0.1:%d" % self.health)
-        argv += ["--kubeconfig", self.pod_token_kc("gpufrac-scheduler", p, "extender")]
+        argv += ["--kubeconfig", self.pod_token_kc("gpufrac-scheduler", p,
+                                                      "extender-" + p["metadata"]["name"])]
         env = dict(os.environ, **self.downward_env(p, c))
         log("extender as pod %s: %s" % (p["metadata"]["name"], " ".join(a)))
-        self.ext_proc = self.c.spawn("extender", argv, env)
+        self.ext_proc = self.c.spawn("extender-" + p["metadata"]["name"], argv, env)
         self.ext_pod = p["metadata"]["name"]
 
         def leading():
@@ -181,7 +185,12 @@ class HelmE2E(E2E):
         for vf in files:
             name = os.path.basename(vf)[:-5] if vf else "default"
             ns = "dry-" + name
-            args = ["template", RELEASE, CHART, "-n", ns] + (["-f", vf] if vf else [])
+            # This API server's version and its MutatingAdmissionPolicy v1,
+            # as helm install would learn them.
+            args = ["template", RELEASE, CHART, "-n", ns, "--kube-version",
+                    self.api.get("/version")["gitVersion"], "--api-versions",
+                    "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"] + \
+                (["-f", vf] if vf else [])
             objs = [d for d in yaml.safe_load_all(self.helm(*args).stdout) if d]
             left = [o["kind"] for o in objs if o["kind"] == "ServiceMonitor"]
             objs = [o for o in objs if o["kind"] != "ServiceMonitor"]

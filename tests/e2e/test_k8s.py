@@ -46,8 +46,14 @@ def gpus_of(spec):
 
 
 def pod(name, gpu=None, mem=None, compute=None, model=None, ns=NS):
+    """A pod whose container "main" asks for gpu GPUs (gpufrac.io/gpu), mem
+    and compute of each.  A share (mem or compute) without gpu asks for
+    gpufrac.io/gpu: 1, the device-plugin slot every share needs (the
+    extender refuses a share without it); gpu=False leaves it out."""
     lim = {}
-    if gpu is not None:
+    if gpu is None and (mem is not None or compute is not None):
+        gpu = 1
+    if gpu is not None and gpu is not False:
         lim["gpufrac.io/gpu"] = str(gpu)
     if mem is not None:
         lim["gpufrac.io/gpu-memory"] = mem
@@ -116,11 +122,30 @@ class E2E:
         files = sorted(f for f in os.listdir(DEPLOY) if f.endswith(".yaml"))
         # kube-scheduler-config.yaml is kube-scheduler's --config file, not
         # an API object: it is what kube-scheduler runs with (cluster.py).
+        # This harness runs the control-plane path: the cluster's
+        # kube-scheduler calls the extender.  kube-scheduler.yaml is the
+        # other path (gpufrac's own kube-scheduler, test_helm_scheduler.py),
+        # and scheduler-admission.yaml's mutation sending pods to it is left
+        # out, as its comment says for this path.
         objs = [os.path.join(DEPLOY, f) for f in files
-                if f != "kube-scheduler-config.yaml"]
+                if f not in ("kube-scheduler-config.yaml", "kube-scheduler.yaml")]
         # The namespace first: the others live in it.
         objs.sort(key=lambda p: not p.endswith("namespace.yaml"))
         for p in objs:
+            if p.endswith("scheduler-admission.yaml"):
+                # mutation 3 (schedulerName): from its comment to the end
+                # of the policy (standard library only: no YAML parser)
+                with open(p) as f:
+                    lines = f.read().split("\n")
+                at = [i for i, ln in enumerate(lines) if ln.strip().startswith("# 3. ")]
+                end = lines.index("---")
+                if len(at) != 1 or at[0] > end or \
+                        "/spec/schedulerName" not in "\n".join(lines[at[0]:end]):
+                    fail("deploy/scheduler-admission.yaml: no mutation 3 (schedulerName) "
+                         "before its binding")
+                p = self.c.path("scheduler-admission.yaml")
+                with open(p, "w") as f:
+                    f.write("\n".join(lines[:at[0]] + lines[end:]))
             r = self.c.kubectl("apply", "--server-side", "--field-manager=e2e",
                                "-f", p)
             log("applied %s: %s" % (os.path.basename(p),

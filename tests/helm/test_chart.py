@@ -13,9 +13,14 @@ conventions add to the chart's metadata (CHART_LABELS) are removed;
 deploy/namespace.yaml is left out (helm install --create-namespace makes
 the namespace); deploy/kube-scheduler-config.yaml, a file for
 kube-scheduler's --config and no API object, is compared with the
-ConfigMap gpufrac-kube-scheduler-config's data, which deploy/ does not
-have.
+ConfigMap gpufrac-kube-scheduler-config's data of the scheduler.mode
+controlPlane rendering, which deploy/ does not have.
+
+Every rendering is made as for a Kubernetes 1.37.2 API server that serves
+MutatingAdmissionPolicy v1 (--kube-version, --api-versions: what helm
+install learns from the cluster) unless a check says otherwise.
 """
+import hashlib
 import glob
 import json
 import os
@@ -32,9 +37,17 @@ VALUES = os.path.join(HERE, "values")
 CHART_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by",
                 "app.kubernetes.io/instance", "app.kubernetes.io/version")
 SCHED_CM = "gpufrac-kube-scheduler-config"
+KS_CM = "gpufrac-kube-scheduler"  # gpufrac's own kube-scheduler's --config
+KUBE_VERSION = "v1.37.2"
+MAP_V1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+CAPS = ["--kube-version", KUBE_VERSION, "--api-versions", MAP_V1]
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
                   "ValidatingAdmissionPolicyBinding", "PriorityClass", "Namespace",
-                  "DeviceClass"}
+                  "DeviceClass", "MutatingAdmissionPolicy",
+                  "MutatingAdmissionPolicyBinding"}
+# The control-plane path, with the CIDRs it requires.
+CONTROL_PLANE = ["scheduler.mode=controlPlane",
+                 "extender.networkPolicy.schedulerCIDRs={10.0.0.0/24}"]
 
 passed = failed = 0
 
@@ -51,8 +64,8 @@ def helm(*args):
     return subprocess.run([HELM] + list(args), capture_output=True, text=True, timeout=120)
 
 
-def render(values=None, ns="gpufrac-system", sets=()):
-    args = ["template", "gpufrac", CHART, "--namespace", ns]
+def render(values=None, ns="gpufrac-system", sets=(), caps=CAPS):
+    args = ["template", "gpufrac", CHART, "--namespace", ns] + list(caps)
     if values:
         args += ["-f", values]
     for s in sets:
@@ -78,11 +91,15 @@ def index(objs):
 
 
 def sched_config(objs):
-    cm = index(objs).get(("ConfigMap", objs[0]["metadata"].get("namespace", ""), SCHED_CM))
+    """The KubeSchedulerConfiguration that calls the extender: the
+    control-plane ConfigMap's, else gpufrac's own kube-scheduler's."""
     for o in objs:
         if o["kind"] == "ConfigMap" and o["metadata"]["name"] == SCHED_CM:
-            cm = o
-    return yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"]) if cm else None
+            return yaml.safe_load(o["data"]["kube-scheduler-config.yaml"])
+    for o in objs:
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == KS_CM:
+            return yaml.safe_load(o["data"]["config.yaml"])
+    return None
 
 
 def diff(a, b, path=""):
@@ -112,8 +129,10 @@ def strip_chart_labels(o):
     return o
 
 
-def compare_with_deploy(objs):
-    """[] when the chart's objects are deploy/'s, else what differs."""
+def compare_with_deploy(objs, cp_objs):
+    """[] when the chart's objects are deploy/'s, else what differs; cp_objs
+    is the controlPlane rendering, whose ConfigMap holds
+    deploy/kube-scheduler-config.yaml."""
     plain = []
     for p in sorted(glob.glob(os.path.join(DEPLOY, "*.yaml"))):
         with open(p) as f:
@@ -131,7 +150,7 @@ def compare_with_deploy(objs):
         out.append("deploy/ has %d KubeSchedulerConfigurations" % len(want_sched))
     else:
         out += ["kube-scheduler-config.yaml: " + d
-                for d in diff(sched_config(objs), want_sched[0])]
+                for d in diff(sched_config(cp_objs), want_sched[0])]
     return out
 
 
@@ -140,8 +159,13 @@ def generic(name, objs, ns):
     by = index(objs)
     check(all(o.get("apiVersion") and o.get("kind") and o["metadata"].get("name")
               for o in objs), "%s: every object has apiVersion, kind and a name" % name)
+    # kube-system's: the binding to the Role that reads its
+    # extension-apiserver-authentication ConfigMap.
     check(all((o["kind"] in CLUSTER_SCOPED) == ("namespace" not in o["metadata"]) and
-              o["metadata"].get("namespace", ns) == ns for o in objs),
+              o["metadata"].get("namespace", ns) == ns or
+              (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) ==
+              ("RoleBinding", "kube-system", "gpufrac-kube-scheduler-authentication-reader")
+              for o in objs),
           "%s: namespaced objects in %s, cluster-scoped ones without a namespace" % (name, ns))
     check(all(o["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by") == "Helm"
               for o in objs), "%s: every object carries Helm's labels" % name)
@@ -195,12 +219,132 @@ def generic(name, objs, ns):
         check(role and lease == "%s/gpufrac-scheduler" % ns and
               "gpufrac-scheduler" in role["rules"][1]["resourceNames"],
               "%s: the extender's Lease (%s) is the one its Role grants" % (name, lease))
+    own_scheduler(name, objs, ns, by)
+    admission(name, objs, by)
+    netpol = by.get(("NetworkPolicy", ns, "gpufrac-scheduler"))
+    if netpol:
+        ext_port = dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+        rule = [r for r in netpol["spec"]["ingress"]
+                if any(p["port"] == ext_port for p in r["ports"])]
+        peers = rule[0]["from"] if rule else []
+        ks = by.get(("Deployment", ns, "gpufrac-kube-scheduler"))
+        if ks:
+            labels = ks["spec"]["template"]["metadata"]["labels"]
+            check(any("namespaceSelector" not in p and "podSelector" in p and
+                      p["podSelector"]["matchLabels"].items() <= labels.items()
+                      for p in peers),
+                  "%s: the NetworkPolicy admits gpufrac's kube-scheduler pods to port %d "
+                  "by label" % (name, ext_port))
+        else:
+            check(any("ipBlock" in p for p in peers),
+                  "%s: controlPlane: the NetworkPolicy admits the schedulerCIDRs" % name)
     vap = by.get(("ValidatingAdmissionPolicy", "", "gpufrac-node-own-inventory"))
     if vap:
         expr = vap["spec"]["matchConditions"][0]["expression"]
         check("'system:serviceaccount:%s:gpufrac-node'" % ns in expr,
               "%s: the admission policy matches %s's gpufrac-node" % (name, ns))
     return by
+
+
+def own_scheduler(name, objs, ns, by):
+    """scheduler.mode deployment: gpufrac's kube-scheduler Deployment, its
+    configuration, Lease and RBAC agree with each other; controlPlane: none
+    of it, and the control-plane ConfigMap instead."""
+    dep = by.get(("Deployment", ns, "gpufrac-kube-scheduler"))
+    cm = by.get(("ConfigMap", ns, KS_CM))
+    if not dep:
+        check(not cm and not any(o["metadata"]["name"].startswith("gpufrac-kube-scheduler")
+                                 and o["kind"] != "ConfigMap" for o in objs) and
+              ("ConfigMap", ns, SCHED_CM) in by,
+              "%s: controlPlane: no kube-scheduler of the chart's, the ConfigMap %s" %
+              (name, SCHED_CM))
+        return
+    check(("ConfigMap", ns, SCHED_CM) not in by,
+          "%s: deployment: no control-plane ConfigMap" % name)
+    spec = dep["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    cmd = c["command"]
+    flags = dict(a[2:].split("=", 1) for a in cmd[1:])
+    check(cmd[0] == "kube-scheduler" and set(flags) == {"config", "bind-address",
+                                                        "secure-port", "v"},
+          "%s: kube-scheduler's command %s" % (name, cmd))
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in spec["volumes"]}
+    cfg_dir, cfg_file = os.path.split(flags["config"])
+    check(mounts.get("config") == cfg_dir and
+          vols["config"]["configMap"]["name"] == KS_CM and cm and cfg_file in cm["data"],
+          "%s: --config %s is the ConfigMap %s's key, mounted" % (name, flags["config"], KS_CM))
+    text = cm["data"][cfg_file]
+    want_hash = hashlib.sha256(text.rstrip("\n").encode()).hexdigest()[:16]
+    check(dep["spec"]["template"]["metadata"]["annotations"].get("gpufrac.io/config-hash")
+          == want_hash, "%s: the pod template carries the configuration's hash (a changed "
+          "configuration rolls the pods)" % name)
+    cfg = yaml.safe_load(text)
+    check(cfg["kind"] == "KubeSchedulerConfiguration" and
+          cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and
+          "clientConnection" not in cfg and len(cfg["profiles"]) == 1 and
+          len(cfg["extenders"]) == 1,
+          "%s: one profile, one extender, the in-cluster client" % name)
+    le = cfg["leaderElection"]
+    role = by.get(("Role", ns, "gpufrac-kube-scheduler-leader"))
+    rb = by.get(("RoleBinding", ns, "gpufrac-kube-scheduler-leader"))
+    sa = spec["serviceAccountName"]
+    subj = [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+    check(le["leaderElect"] is True and le["resourceLock"] == "leases" and
+          le["resourceNamespace"] == ns and le["resourceName"] != "gpufrac-scheduler" and
+          role and le["resourceName"] in role["rules"][1]["resourceNames"] and
+          {"get", "update"} <= set(role["rules"][1]["verbs"]) and rb and
+          rb["roleRef"]["name"] == role["metadata"]["name"] and rb["subjects"] == subj,
+          "%s: leader election on Lease %s/%s, granted to %s (not the extender's)" %
+          (name, ns, le["resourceName"], sa))
+    for rname, kind, bns, ref in (
+            ("gpufrac-kube-scheduler", "ClusterRoleBinding", "", "system:kube-scheduler"),
+            ("gpufrac-kube-scheduler-volume", "ClusterRoleBinding", "",
+             "system:volume-scheduler"),
+            ("gpufrac-kube-scheduler-authentication-reader", "RoleBinding", "kube-system",
+             "extension-apiserver-authentication-reader")):
+        b = by.get((kind, bns, rname))
+        check(b and b["roleRef"]["name"] == ref and b["subjects"] == subj,
+              "%s: %s %s binds %s to %s" % (name, kind, rname, ref, sa))
+    img = c["image"]
+    check(img.rsplit(":", 1)[0] == "registry.k8s.io/kube-scheduler" or
+          name != "default", "%s: the upstream kube-scheduler image (%s)" % (name, img))
+    for probe in ("livenessProbe", "readinessProbe"):
+        g = c[probe]["httpGet"]
+        check(g["scheme"] == "HTTPS" and g["port"] == "https" and
+              c["ports"][0]["containerPort"] == int(flags["secure-port"]),
+              "%s: %s on --secure-port" % (name, probe))
+
+
+def admission(name, objs, by):
+    """The MutatingAdmissionPolicy and its binding: the names it matches
+    follow extender.accept, and the schedulerName it writes is the profile
+    of gpufrac's kube-scheduler (mode deployment) or none (the control-plane
+    path with default-scheduler)."""
+    pol = [o for o in objs if o["kind"] == "MutatingAdmissionPolicy"]
+    if not pol:
+        return
+    pol = pol[0]
+    b = by.get(("MutatingAdmissionPolicyBinding", "", pol["metadata"]["name"]))
+    check(b and b["spec"]["policyName"] == pol["metadata"]["name"] and
+          b["apiVersion"] == pol["apiVersion"],
+          "%s: the MutatingAdmissionPolicy's binding" % name)
+    sp = pol["spec"]
+    check(sp["failurePolicy"] == "Fail" and sp["matchConstraints"]["resourceRules"] ==
+          [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+            "resources": ["pods"]}], "%s: the policy acts on pod CREATE, failing closed" % name)
+    ks = [o for o in objs if o["kind"] == "Deployment" and
+          o["metadata"]["name"] == "gpufrac-kube-scheduler"]
+    sched_patch = [m for m in sp["mutations"] if "/spec/schedulerName" in
+                   m["jsonPatch"]["expression"]]
+    if ks:
+        prof = sched_config(objs)["profiles"][0]["schedulerName"]
+        check(len(sched_patch) == 1 and
+              ("value: '%s'" % prof) in sched_patch[0]["jsonPatch"]["expression"],
+              "%s: the policy sends GPU pods to profile %s" % (name, prof))
+    else:
+        check(not sched_patch, "%s: controlPlane with default-scheduler: the policy "
+              "leaves schedulerName alone" % name)
 
 
 def kinds(objs):
@@ -224,14 +368,74 @@ def t_default(objs, ns):
           "default: the images scripts/build-images builds, tagged appVersion")
     check(not any(o["kind"] in ("ServiceMonitor", "PriorityClass") for o in objs),
           "default: no ServiceMonitor and no PriorityClass")
-    d = compare_with_deploy(objs)
+    cp = render(ns=ns, sets=CONTROL_PLANE)
+    d = compare_with_deploy(objs, cp)
     check(not d, "default: the chart's objects equal deploy/'s%s" %
           "".join("\n       " + x for x in d))
     # The comparison sees a change: one value changed, exactly that differs.
-    d = compare_with_deploy(render(ns=ns, sets=["extender.replicas=3"]))
+    d = compare_with_deploy(render(ns=ns, sets=["extender.replicas=3"]), cp)
     check(d == ["Deployment gpufrac-scheduler: /spec/replicas: chart 3, deploy/ 2"],
           "default: with extender.replicas=3 the comparison reports that one "
           "difference (got %s)" % d)
+
+
+def t_default_scheduler(objs, ns):
+    """The defaults put gpufrac's own kube-scheduler and the admission
+    policy in (issue 30): the scheduler's version is the cluster's, the
+    policy's the newest the cluster serves, and the NetworkPolicy admits the
+    scheduler pods without any CIDR."""
+    by = index(objs)
+    img = container(by, "Deployment", ns, "gpufrac-kube-scheduler")["image"]
+    check(img == "registry.k8s.io/kube-scheduler:" + KUBE_VERSION,
+          "default: kube-scheduler %s is the cluster's version (%s)" % (img, KUBE_VERSION))
+    o = render(ns=ns, caps=["--kube-version", "v1.36.1-eks-a737599"])
+    img = container(index(o), "Deployment", ns, "gpufrac-kube-scheduler")["image"]
+    check(img == "registry.k8s.io/kube-scheduler:v1.36.1",
+          "default: on v1.36.1-eks-a737599 the image is kube-scheduler:v1.36.1 (%s)" % img)
+    check(not any(x["kind"].startswith("MutatingAdmissionPolicy") for x in o),
+          "default: a cluster that does not serve MutatingAdmissionPolicy gets none")
+    # helm install --dry-run=client: helm's built-in capabilities, which
+    # list no MutatingAdmissionPolicy (helm template prints no NOTES).
+    out = helm("install", "gpufrac", CHART, "-n", ns, "--dry-run=client").stdout
+    check("spec.schedulerName: gpufrac" in out and "No MutatingAdmissionPolicy" in out,
+          "default: without the policy, NOTES.txt says what each GPU pod must carry")
+    o = render(ns=ns, caps=["--kube-version", "v1.35.0", "--api-versions",
+                            "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"])
+    v = sorted(x["apiVersion"] for x in o if x["kind"].startswith("MutatingAdmissionPolicy"))
+    check(v == ["admissionregistration.k8s.io/v1beta1"] * 2,
+          "default: where only v1beta1 is served, the policy is v1beta1 (%s)" % v)
+    o = render(ns=ns, caps=["--kube-version", "v1.33.0"],
+               sets=["admissionPolicy.apiVersion=v1"])
+    v = sorted(x["apiVersion"] for x in o if x["kind"].startswith("MutatingAdmissionPolicy"))
+    check(v == ["admissionregistration.k8s.io/v1"] * 2,
+          "default: admissionPolicy.apiVersion v1 renders v1 without asking the cluster")
+    # extender.accept: the extender's flag, HAMi's names managed, the
+    # policy matching them, the scheduler's pods rolled (helm upgrade).
+    a = render(ns=ns, sets=["extender.accept={hami,kai}",
+                            "extender.extraManagedResources={nvidia.com/gpu}"])
+    ab = index(a)
+    args = container(ab, "Deployment", ns, "gpufrac-scheduler")["args"]
+    check(args[args.index("--accept") + 1] == "hami,kai" if "--accept" in args else False,
+          "default: extender.accept={hami,kai} runs the extender with --accept hami,kai")
+    check("--accept" not in container(by, "Deployment", ns, "gpufrac-scheduler")["args"],
+          "default: no --accept by default")
+    managed = {m["name"]: m["ignoredByScheduler"]
+               for m in sched_config(a)["extenders"][0]["managedResources"]}
+    check(managed == {"gpufrac.io/gpu": False, "gpufrac.io/gpu-memory": True,
+                      "gpufrac.io/gpu-compute": True, "nvidia.com/gpumem": True,
+                      "nvidia.com/gpumem-percentage": True, "nvidia.com/gpucores": True,
+                      "nvidia.com/gpu": True},
+          "default: with hami, HAMi's names and the extra ones are managed (%s)" % managed)
+    h0 = by[("Deployment", ns, "gpufrac-kube-scheduler")]["spec"]["template"]["metadata"]
+    h1 = ab[("Deployment", ns, "gpufrac-kube-scheduler")]["spec"]["template"]["metadata"]
+    check(h0["annotations"]["gpufrac.io/config-hash"] != h1["annotations"]["gpufrac.io/config-hash"],
+          "default: a changed accept changes the scheduler pods' template (they restart)")
+    pol = ab[("MutatingAdmissionPolicy", "", "gpufrac-gpu-pods")]["spec"]
+    cond = pol["matchConditions"][0]["expression"]
+    check(all(n in cond for n in ("nvidia.com/gpumem", "nvidia.com/gpucores", "'gpu-fraction'"))
+          and "nvidia.com/gpumem" not in
+          by[("MutatingAdmissionPolicy", "", "gpufrac-gpu-pods")]["spec"]["matchConditions"][0]
+          ["expression"], "default: the policy matches HAMi's and KAI's names only when accepted")
 
 
 def t_pools(objs, ns):
@@ -297,8 +501,9 @@ def t_monitoring(objs, ns):
                  "monitoring: a ServiceMonitor monitoring.coreos.com/v1"):
         return
     check(sm["metadata"]["labels"].get("release") == "kube-prometheus" and
-          sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}],
-          "monitoring: its labels and endpoint")
+          sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s",
+                                       "honorLabels": True}],
+          "monitoring: its labels and endpoint, honorLabels: true (docs/monitoring.md)")
     svcs = [o for o in objs if o["kind"] == "Service" and
             sm["spec"]["selector"]["matchLabels"].items() <= o["metadata"]["labels"].items()]
     check(sorted(s["metadata"]["name"] for s in svcs) ==
@@ -396,7 +601,42 @@ def t_autoscale(objs, ns):
           "autoscale: off by default (no PriorityClass gpufrac-placeholder)")
 
 
+def t_scheduler(objs, ns):
+    """gpufrac's own kube-scheduler with every value changed, TLS to the
+    extender, and the control-plane path refused without CIDRs."""
+    by = generic("scheduler", objs, ns)
+    dep = by[("Deployment", ns, "gpufrac-kube-scheduler")]
+    spec = dep["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    check(dep["spec"]["replicas"] == 3 and c["image"] == "registry.example/kube-scheduler:v1.36.4"
+          and c["imagePullPolicy"] == "IfNotPresent" and "--v=4" in c["command"] and
+          "--secure-port=10300" in c["command"] and spec["nodeSelector"] ==
+          {"node-role.kubernetes.io/infra": ""} and spec["tolerations"][0]["key"] == "infra",
+          "scheduler: replicas, image, verbosity, port, placement from the values")
+    cfg = sched_config(objs)
+    ext = cfg["extenders"][0]
+    check(cfg["profiles"] == [{"schedulerName": "gpu-sched"}] and
+          cfg["leaderElection"]["resourceName"] == "gpu-sched-lease" and
+          ext["tlsConfig"] == {"certFile": "/etc/gpufrac/tls/tls.crt",
+                               "keyFile": "/etc/gpufrac/tls/tls.key",
+                               "caFile": "/etc/gpufrac/tls/ca.crt"},
+          "scheduler: profile gpu-sched, Lease gpu-sched-lease, the client certificate")
+    tls = [v for v in spec["volumes"] if v["name"] == "tls"]
+    mnt = [m for m in c["volumeMounts"] if m["name"] == "tls"]
+    check(tls and tls[0]["secret"]["secretName"] == "ks-client" and mnt and
+          mnt[0]["mountPath"] == "/etc/gpufrac/tls",
+          "scheduler: the Secret ks-client mounted where tlsConfig points")
+    check(not any(o["kind"].startswith("MutatingAdmissionPolicy") for o in objs),
+          "scheduler: admissionPolicy.enabled false: no policy")
+    r = helm("template", "gpufrac", CHART, "-n", ns, *CAPS, "--set", "scheduler.mode=controlPlane")
+    check(r.returncode != 0 and "extender.networkPolicy.schedulerCIDRs is empty" in r.stderr,
+          "scheduler: controlPlane without schedulerCIDRs is refused, saying why (%s)" %
+          r.stderr.strip()[:200])
+
+
 CASES = [("default", None, "gpufrac-system", t_default),
+         ("default-scheduler", None, "gpufrac-system", t_default_scheduler),
+         ("scheduler", "scheduler.yaml", "gpu-ops", t_scheduler),
          ("autoscale", "autoscale.yaml", "gpufrac-system", t_autoscale),
          ("dra", "dra.yaml", "gpufrac-system", t_dra),
          ("pools", "pools.yaml", "gpufrac-system", t_pools),

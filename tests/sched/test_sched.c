@@ -922,7 +922,9 @@ static void test_cpu_reason(void **state) {
   const char *a =
       "{\"Pod\":{\"metadata\":{\"name\":\"c\",\"uid\":\"u-c\"},\"spec\":{"
       "\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":{\"cpu\":"
-      "\"3500m\",\"gpufrac.io/gpu-compute\":\"10\"}}}]}},\"NodeNames\":["
+      "\"3500m\",\"gpufrac.io/gpu\":\"1\",\"gpufrac.io/"
+      "gpu-compute\":\"10\"}}}]}},"
+      "\"NodeNames\":["
       "\"node-t4\"]}";
   int st;
   json_t *res = call(f->s, "filter", a, &st);
@@ -1159,16 +1161,19 @@ static void test_unresolvable(void **state) {
     bool unresolvable;
   } cases[] = {
       /* 20Gi on the empty 16Gi T4 */
-      {"\"gpufrac.io/gpu-memory\":\"20Gi\"", "node-t4",
+      {"\"gpufrac.io/gpu\":\"1\",\"gpufrac.io/gpu-memory\":\"20Gi\"", "node-t4",
        "gpu-memory 20Gi: the largest GPU on node-t4 has 16Gi", true},
       /* more CPU than the node has allocatable (T4 node: 2) */
-      {"\"gpufrac.io/gpu-memory\":\"1Gi\",\"cpu\":\"3\"", "node-t4",
-       "CPU: 3 cores requested, node has 2 allocatable", true},
-      {"\"gpufrac.io/gpu-memory\":\"1Gi\",\"memory\":\"31Gi\"", "node-t4",
-       "memory: 31Gi requested, node has 30Gi allocatable", true},
+      {"\"gpufrac.io/gpu\":\"1\",\"gpufrac.io/"
+       "gpu-memory\":\"1Gi\",\"cpu\":\"3\"",
+       "node-t4", "CPU: 3 cores requested, node has 2 allocatable", true},
+      {"\"gpufrac.io/gpu\":\"1\",\"gpufrac.io/"
+       "gpu-memory\":\"1Gi\",\"memory\":\"31Gi\"",
+       "node-t4", "memory: 31Gi requested, node has 30Gi allocatable", true},
       {"\"gpufrac.io/gpu\":\"2\"", "node-t4", "needs 2 GPUs, node has 1", true},
       /* fits an empty T4: no failure at all */
-      {"\"gpufrac.io/gpu-memory\":\"16Gi\"", "node-t4", NULL, false},
+      {"\"gpufrac.io/gpu\":\"1\",\"gpufrac.io/gpu-memory\":\"16Gi\"", "node-t4",
+       NULL, false},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char body[1024];
@@ -1249,7 +1254,7 @@ static void test_prioritize_nodes_and_long_models(void **state) {
   json_t *pod = json_loads(
       "{\"metadata\":{\"name\":\"q\",\"namespace\":\"t\",\"uid\":\"u-q\"},"
       "\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":"
-      "{\"gpufrac.io/gpu-memory\":\"10Gi\"}}}]}}",
+      "{\"gpufrac.io/gpu\":\"1\",\"gpufrac.io/gpu-memory\":\"10Gi\"}}}]}}",
       0, NULL);
   json_t *args =
       json_pack("{s:o,s:{s:o}}", "Pod", pod, "Nodes", "items", items);
@@ -1299,8 +1304,9 @@ static void test_prioritize_nodes_and_long_models(void **state) {
   res = call(s, "filter",
              "{\"Pod\":{\"metadata\":{\"name\":\"q\",\"namespace\":\"t\","
              "\"uid\":\"u-q\"},\"spec\":{\"containers\":[{\"name\":\"c\","
-             "\"resources\":{\"requests\":{\"gpufrac.io/gpu-memory\":"
-             "\"10Gi\"}}}]}},\"NodeNames\":[\"watched-long\"]}",
+             "\"resources\":{\"requests\":{\"gpufrac.io/gpu\":\"1\","
+             "\"gpufrac.io/gpu-memory\":\"10Gi\"}}}]}},\"NodeNames\":["
+             "\"watched-long\"]}",
              &st);
   why = failed_reason(res, "watched-long");
   assert_non_null(why);

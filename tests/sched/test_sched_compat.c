@@ -404,7 +404,8 @@ static void test_slim_keeps(void **state) {
 
 /* Through the extender's /filter: a HAMi type annotation no node's model
  * matches makes the pod unresolvable with the annotations named; without
- * --accept the same pod asks for no GPU and every node passes. */
+ * --accept the same pod asks for its slot alone, one whole GPU, which the
+ * node has. */
 static void test_filter_reason(void **state) {
   (void)state;
   for (unsigned accept = 0; accept <= HAMI; accept += HAMI) {
@@ -415,8 +416,10 @@ static void test_filter_reason(void **state) {
     json_t *node = fixture_json("node_a100.json");
     assert_int_equal(gf_sched_node_update(s, node, &d), 0);
     json_decref(node);
+    /* with its device-plugin slot, gpufrac.io/gpu (docs/migrating.md) */
     json_t *pj = hami_pod("\"nvidia.com/use-gputype\":\"T4\"",
-                          "\"nvidia.com/gpumem\":\"1000\"");
+                          "\"nvidia.com/gpumem\":\"1000\","
+                          "\"gpufrac.io/gpu\":\"1\"");
     json_t *args =
         json_pack("{s:o,s:[s]}", "Pod", pj, "NodeNames", "node-a100");
     char *body = json_dumps(args, JSON_COMPACT);
