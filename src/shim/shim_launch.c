@@ -1,11 +1,15 @@
 /*
- * shim_launch.c: the compute limiter.  Kernel launches draw thread-block
- * tokens from the region's bucket (gpufrac/region.h); with tokens left a
- * launch costs one atomic subtraction, and at 100% nothing is checked.
+ * shim_launch.c: the compute limiter.  Kernel launches draw tokens (slices
+ * of GPU time) from the region's bucket (gpufrac/region.h): blocks x what a
+ * block of this process has lately cost (shim_compute.c measures it on
+ * about one launch in 32).  With tokens left a launch costs one atomic
+ * subtraction, and at 100% nothing is checked.
  */
 #define _GNU_SOURCE
+#include <string.h>
 #include <time.h>
 
+#include "shim_compute.h"
 #include "shim_int.h"
 
 uint64_t gf__shim_mono_ns(void) {
@@ -20,12 +24,47 @@ static void sleep_ns(uint64_t ns) {
   nanosleep(&ts, NULL);
 }
 
+/* Tokens a launch of `units` of this kind is charged now. */
+static inline uint64_t charge_of(uint64_t units, int kind) {
+  return gf_cost_charge(
+      units, atomic_load_explicit(&gf__shim_kcost[kind], memory_order_relaxed));
+}
+
+static inline void admit_tokens(uint64_t cost) {
+  gf_region_admit(S.region, atomic_load_explicit(&S.slot, memory_order_relaxed),
+                  (int64_t)cost, gf__shim_mono_ns, sleep_ns);
+}
+
+/* Takes a kernel launch's tokens (waiting when the bucket is dry). */
 static inline void admit(uint64_t blocks) {
   if (atomic_load_explicit(&S.throttle, memory_order_relaxed))
-    gf_region_admit(S.region,
-                    atomic_load_explicit(&S.slot, memory_order_relaxed),
-                    (int64_t)(blocks ? blocks : 1), gf__shim_mono_ns, sleep_ns);
+    admit_tokens(charge_of(blocks, GF_COST_KERNEL));
 }
+
+/* The stream a launch's events go on: the per-thread default stream for a
+ * per-thread variant's NULL. */
+static inline CUstream event_stream(CUstream s, bool per_thread) {
+  return !s && per_thread ? CU_STREAM_PER_THREAD : s;
+}
+
+/* A launch through CALL (an expression), throttled at UNITS of KIND and
+ * timed when this thread's countdown says so (shim_compute.c). */
+#define THROTTLED(KIND, UNITS, STREAM, CALL)                                   \
+  do {                                                                         \
+    if (!atomic_load_explicit(&S.throttle, memory_order_relaxed))              \
+      return CALL;                                                             \
+    uint64_t units_ = (UNITS), cost_ = charge_of(units_, KIND);                \
+    bool due_ = --gf__shim_sample_left < 0;                                    \
+    admit_tokens(cost_);                                                       \
+    if (!due_)                                                                 \
+      return CALL;                                                             \
+    gf__sample sm_;                                                            \
+    gf__shim_sample_rearm();                                                   \
+    gf__shim_sample_begin(&sm_, (STREAM), KIND, units_, cost_);                \
+    gf_cu_result rc_ = CALL;                                                   \
+    gf__shim_sample_end(&sm_, rc_ == CUDA_SUCCESS);                            \
+    return rc_;                                                                \
+  } while (0)
 
 /* cuLaunchKernel is the hottest call: its fast path makes only tail calls
  * to functions of its own signature (no registers to save, no stack to
@@ -63,6 +102,11 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
     launch_wait(S.real.name, true, 0);                                         \
     return S.real.name(LAUNCH_ARGS);                                           \
   }                                                                            \
+  static __attribute__((noinline)) gf_cu_result name##_sample(LAUNCH_PARAMS) { \
+    THROTTLED(GF_COST_KERNEL, (uint64_t)gx *gy *gz,                            \
+              event_stream(s, strstr(#name, "_pt") != NULL),                   \
+              S.real.name(LAUNCH_ARGS));                                       \
+  }                                                                            \
   EXPORT gf_cu_result name(LAUNCH_PARAMS) {                                    \
     if (__builtin_expect(                                                      \
             !atomic_load_explicit(&S.ready, memory_order_acquire) ||           \
@@ -70,8 +114,12 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
             0))                                                                \
       return name##_slow(LAUNCH_ARGS);                                         \
     if (atomic_load_explicit(&S.throttle, memory_order_relaxed)) {             \
-      uint64_t blocks = (uint64_t)gx * gy * gz;                                \
-      int64_t cost = blocks ? (int64_t)blocks : 1;                             \
+      if (__builtin_expect(--gf__shim_sample_left < 0, 0)) {                   \
+        gf__shim_sample_left = 0;                                              \
+        return name##_sample(LAUNCH_ARGS);                                     \
+      }                                                                        \
+      int64_t cost =                                                           \
+          (int64_t)charge_of((uint64_t)gx * gy * gz, GF_COST_KERNEL);          \
       if (atomic_fetch_sub_explicit(&S.region->tokens, cost,                   \
                                     memory_order_relaxed) < cost)              \
         return name##_debt(LAUNCH_ARGS);                                       \
@@ -87,9 +135,11 @@ EXPORT gf_cu_result cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f,
   init();
   if (!S.real.cuLaunchKernelEx)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (cfg)
-    admit((uint64_t)cfg->gridDimX * cfg->gridDimY * cfg->gridDimZ);
-  return S.real.cuLaunchKernelEx(cfg, f, params, extra);
+  if (!cfg)
+    return S.real.cuLaunchKernelEx(cfg, f, params, extra);
+  THROTTLED(GF_COST_KERNEL,
+            (uint64_t)cfg->gridDimX * cfg->gridDimY * cfg->gridDimZ,
+            cfg->hStream, S.real.cuLaunchKernelEx(cfg, f, params, extra));
 }
 
 EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
@@ -101,15 +151,17 @@ EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
   init();
   if (!S.real.cuLaunchCooperativeKernel)
     return CUDA_ERROR_NOT_INITIALIZED;
-  admit((uint64_t)gx * gy * gz);
-  return S.real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s,
-                                          params);
+  THROTTLED(GF_COST_KERNEL, (uint64_t)gx * gy * gz, s,
+            S.real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem,
+                                             s, params));
 }
 
+/* A graph is charged the configured `graph` units at what a graph launch
+ * of this process has lately cost (its own estimate: a graph's units are
+ * not blocks). */
 EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
   init();
   if (!S.real.cuGraphLaunch)
     return CUDA_ERROR_NOT_INITIALIZED;
-  admit(S.cfg.graph_cost);
-  return S.real.cuGraphLaunch(g, s);
+  THROTTLED(GF_COST_GRAPH, S.cfg.graph_cost, s, S.real.cuGraphLaunch(g, s));
 }
