@@ -18,19 +18,21 @@
 #define GF_COST_ONE (1u << GF_COST_SHIFT) /* k = 1: the block model */
 #define GF_COST_MIN (GF_COST_ONE / 64)    /* a unit costs >= 1/64 token */
 #define GF_COST_MAX (GF_COST_ONE * 1024)  /* ... and <= 1024 tokens */
-/* Units of one launch are clamped to this before the product: a grid
- * whose product wraps or is absurd is one the driver refuses, and its
- * charge must stay positive (a negative one would add tokens). */
-#define GF_COST_UNITS_MAX (1ull << 40)
+/* A launch's units as given (grid x * y * z) may wrap in 64 bits only for
+ * grids the driver refuses or that would run for days; its charge is then
+ * wrong but never negative (a negative one would add tokens): see
+ * gf_cost_charge. */
+#define GF_COST_UNITS_MAX (1ull << 40) /* what one sample counts at most */
 /* One sample's measured time is capped (a broken clock or a context
  * swapped out for minutes must not poison the estimate). */
 #define GF_COST_SAMPLE_NS_MAX (10ull * 1000000000ull)
 
 /* Tokens a launch of `units` is charged at k: units x k / GF_COST_ONE,
- * rounded up (a unit never costs nothing), at most 2^50. */
+ * rounded up (a unit never costs nothing).  Unsigned arithmetic, so a
+ * product past 2^64 (more than 2^44 blocks in one launch) wraps, and the
+ * shift keeps the result below 2^54: always a positive int64.  No clamp:
+ * this is the launch path (every instruction counts, docs/benchmarks.md). */
 static inline uint64_t gf_cost_charge(uint64_t units, uint32_t k) {
-  if (units > GF_COST_UNITS_MAX)
-    units = GF_COST_UNITS_MAX;
   return (units * k + GF_COST_ONE - 1) >> GF_COST_SHIFT;
 }
 

@@ -43,10 +43,15 @@ typedef int CUstreamCaptureMode; /* 2 = CU_STREAM_CAPTURE_MODE_RELAXED */
 enum { GF_COST_KERNEL = 0, GF_COST_GRAPH = 1 };
 extern _Atomic uint32_t gf__shim_kcost[2];
 
-/* Launches left before this thread's next sample (the fast path counts
- * it down; below 0, the launch takes the sampling path). */
-extern __thread int32_t gf__shim_sample_left
-    __attribute__((tls_model("initial-exec")));
+/* Launches left before the process's next sample: the fast path counts
+ * it down (one locked subtraction, no register: a thread-local counter
+ * cost the launch path its tail-call form, 20 instructions of register
+ * saves); below 0, the launch takes the sampling path, which re-arms it. */
+extern _Atomic int32_t gf__shim_sample_left;
+static inline bool gf__shim_sample_due(void) {
+  return __atomic_sub_fetch((int32_t *)&gf__shim_sample_left, 1,
+                            __ATOMIC_RELAXED) < 0;
+}
 
 /* One sample around one launch, on the caller's stack. */
 typedef struct gf__sample {
@@ -56,8 +61,8 @@ typedef struct gf__sample {
   CUstream stream;
 } gf__sample;
 
-/* Re-arms this thread's countdown and says whether this launch is to be
- * sampled (polls earlier samples on the way). */
+/* Re-arms the countdown (at random, 48 to 143 launches; 0 while nothing
+ * has been measured yet, for the first 256 launches of a thread). */
 void gf__shim_sample_rearm(void);
 /* Before the launch (its tokens already taken): records the start event
  * on stream s when a sample can be taken (never waits, never in

@@ -2,7 +2,7 @@
  * shim_launch.c: the compute limiter.  Kernel launches draw tokens (slices
  * of GPU time) from the region's bucket (gpufrac/region.h): blocks x what a
  * block of this process has lately cost (shim_compute.c measures it on
- * about one launch in 32).  With tokens left a launch costs one atomic
+ * about one launch in 96).  With tokens left a launch costs one atomic
  * subtraction, and at 100% nothing is checked.
  */
 #define _GNU_SOURCE
@@ -54,7 +54,7 @@ static inline CUstream event_stream(CUstream s, bool per_thread) {
     if (!atomic_load_explicit(&S.throttle, memory_order_relaxed))              \
       return CALL;                                                             \
     uint64_t units_ = (UNITS), cost_ = charge_of(units_, KIND);                \
-    bool due_ = --gf__shim_sample_left < 0;                                    \
+    bool due_ = gf__shim_sample_due();                                         \
     admit_tokens(cost_);                                                       \
     if (!due_)                                                                 \
       return CALL;                                                             \
@@ -114,10 +114,8 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
             0))                                                                \
       return name##_slow(LAUNCH_ARGS);                                         \
     if (atomic_load_explicit(&S.throttle, memory_order_relaxed)) {             \
-      if (__builtin_expect(--gf__shim_sample_left < 0, 0)) {                   \
-        gf__shim_sample_left = 0;                                              \
+      if (__builtin_expect(gf__shim_sample_due(), 0))                          \
         return name##_sample(LAUNCH_ARGS);                                     \
-      }                                                                        \
       int64_t cost =                                                           \
           (int64_t)charge_of((uint64_t)gx * gy * gz, GF_COST_KERNEL);          \
       if (atomic_fetch_sub_explicit(&S.region->tokens, cost,                   \

@@ -23,12 +23,15 @@ static void test_charge(void **st) {
   assert_int_equal(gf_cost_charge(1, GF_COST_MIN), 1);
   assert_int_equal(gf_cost_charge(10, GF_COST_ONE / 10 + 1), 2);
   assert_int_equal(gf_cost_charge(0, GF_COST_MAX), 0);
-  /* A grid whose product is absurd (the driver refuses it) is clamped:
-   * its charge stays positive and below 2^62 whatever k, so it can never
+  /* A product that wraps (a grid the driver refuses, or of more than 2^44
+   * blocks) is charged wrong but never negative, whatever k: it can never
    * add tokens to the bucket. */
-  uint64_t huge = gf_cost_charge(UINT64_MAX, GF_COST_MAX);
-  assert_true((int64_t)huge > 0 && huge <= (1ull << 62));
-  assert_int_equal(huge, GF_COST_UNITS_MAX * (GF_COST_MAX >> GF_COST_SHIFT));
+  const uint64_t absurd[] = {UINT64_MAX, 1ull << 63, (1ull << 54) + 5,
+                             0xffffffffull * 0xffffffffull};
+  for (size_t i = 0; i < sizeof(absurd) / sizeof(absurd[0]); i++)
+    for (uint32_t k = GF_COST_MIN; k <= GF_COST_MAX; k *= 2)
+      assert_true((int64_t)gf_cost_charge(absurd[i], k) >= 0 &&
+                  gf_cost_charge(absurd[i], k) < (1ull << 54));
 }
 
 static void test_tokens(void **st) {
