@@ -32,10 +32,14 @@
  * FAKE_GPU_NS_PER_BLOCK.  cuLaunchKernelEx and cuLaunchCooperativeKernel
  * run on the same timeline.
  *
- * Events: in stream order on the same timeline (see event_at): one
- * recorded before a kernel completes when that kernel starts, one after it
- * when it ends; cuEventQuery answers CUDA_ERROR_NOT_READY until then,
- * cuEventElapsedTime the difference of two.  Up to 1024
+ * Events: cuEventRecord places an event on the same timeline, in its
+ * place in the one queue (the GPU reaches it after everything queued
+ * before it, of any process: the fake GPU is one FIFO, and an event is a
+ * command in it like a kernel); cuEventQuery answers CUDA_ERROR_NOT_READY
+ * until then, cuEventElapsedTime the difference of two.  (Per-stream
+ * events over a global FIFO would put other processes' kernels inside a
+ * sample whenever they queue between two of ours: a real GPU time-slices
+ * contexts instead, docs/shim.md says what that leaves.)  Up to 1024
  * events.  FAKE_CUDA_NO_EVENTS=1 makes cuEventCreate fail;
  * FAKE_CUDA_CAPTURING=1 makes every stream report capture (active), and
  * fake_cuda_capture_records() counts events recorded meanwhile (recording
@@ -831,63 +835,23 @@ static _Atomic uint64_t *timeline(void) {
   return sd ? &sd->busy_until : &local_busy;
 }
 
-static void events_started(uint64_t start);
-
 /* Queues a kernel of `blocks` of f on the fake GPU's timeline. */
 static void gpu_run(CUfunction f, uint64_t blocks) {
   uint64_t ns = func_ns(f);
-  if (!ns) { /* takes no time: starts and ends now */
-    events_started(mono());
+  if (!ns)
     return;
-  }
   _Atomic uint64_t *busy = timeline();
   uint64_t now = mono(), b = atomic_load(busy), end;
   do
     end = (b > now ? b : now) + blocks * ns;
   while (!atomic_compare_exchange_weak(busy, &b, end));
   atomic_store(&last_end, end);
-  events_started(end - blocks * ns);
 }
 
-/* Events: the time the GPU reaches each (0 = created, never recorded).
- * In stream order, as a real GPU: an event recorded while this process
- * has kernels queued completes when the last of them ends; one recorded
- * while the GPU runs other processes' kernels completes when it starts
- * this process's next kernel (the GPU is not this process's meanwhile),
- * or, with no kernel after it, when the GPU gets free (pending, with that
- * time in event_at); on an idle GPU, at once. */
+/* Events: the time the GPU reaches each (0 = created, never recorded). */
 #define NEVENT 1024
 static _Atomic uint64_t event_at[NEVENT];
 static _Atomic int event_used[NEVENT];
-static _Atomic int event_pending[NEVENT];
-static _Atomic int npending;
-
-/* Resolves pending event i at time t (once). */
-static void event_resolve(int i, uint64_t t) {
-  int one = 1;
-  if (atomic_compare_exchange_strong(&event_pending[i], &one, 0)) {
-    atomic_store(&event_at[i], t);
-    atomic_fetch_sub(&npending, 1);
-  }
-}
-
-/* This process's next kernel starts at `start`: its pending events
- * complete then. */
-static void events_started(uint64_t start) {
-  for (int i = 0; i < NEVENT && atomic_load(&npending) > 0; i++)
-    if (atomic_load(&event_pending[i]))
-      event_resolve(i, start);
-}
-
-/* The time event i completes; a pending one whose fallback has passed is
- * resolved at it. */
-static uint64_t event_time(int i) {
-  uint64_t t = atomic_load(&event_at[i]);
-  if (atomic_load(&event_pending[i]) && mono() >= t)
-    event_resolve(i, t);
-  return atomic_load(&event_at[i]);
-}
-
 static atomic_ulong capture_records;
 
 static int event_index(CUevent e) {
@@ -906,7 +870,6 @@ FAKE_EXPORT gf_cu_result cuEventCreate(CUevent *e, unsigned int flags) {
   for (int i = 0; i < NEVENT; i++) {
     int z = 0;
     if (atomic_compare_exchange_strong(&event_used[i], &z, 1)) {
-      event_resolve(i, 0);
       atomic_store(&event_at[i], 0);
       *e = (CUevent)(uintptr_t)(0xF000 + i);
       return CUDA_SUCCESS;
@@ -918,7 +881,6 @@ FAKE_EXPORT gf_cu_result cuEventDestroy_v2(CUevent e) {
   int i = event_index(e);
   if (i < 0)
     return CUDA_ERROR_INVALID_VALUE;
-  event_resolve(i, 0);
   atomic_store(&event_used[i], 0);
   return CUDA_SUCCESS;
 }
@@ -929,16 +891,8 @@ FAKE_EXPORT gf_cu_result cuEventRecord(CUevent e, CUstream s) {
     return CUDA_ERROR_INVALID_VALUE;
   if (capturing())
     atomic_fetch_add(&capture_records, 1);
-  uint64_t now = mono(), mine = atomic_load(&last_end),
-           gpu = atomic_load(timeline());
-  event_resolve(i, 0); /* recorded again: whatever it waited for is moot */
-  if (mine > now || gpu <= now) { /* after our queued work, or idle GPU */
-    atomic_store(&event_at[i], mine > now ? mine : now);
-  } else { /* others' kernels run: at our next kernel's start */
-    atomic_store(&event_at[i], gpu);
-    atomic_fetch_add(&npending, 1);
-    atomic_store(&event_pending[i], 1);
-  }
+  uint64_t now = mono(), b = atomic_load(timeline());
+  atomic_store(&event_at[i], b > now ? b : now);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuEventRecord_ptsz(CUevent e, CUstream s) {
@@ -948,18 +902,14 @@ FAKE_EXPORT gf_cu_result cuEventQuery(CUevent e) {
   int i = event_index(e);
   if (i < 0)
     return CUDA_ERROR_INVALID_VALUE;
-  uint64_t t = event_time(i);
-  if (atomic_load(&event_pending[i]))
-    return (gf_cu_result)600; /* CUDA_ERROR_NOT_READY */
+  uint64_t t = atomic_load(&event_at[i]);
   return !t || mono() >= t ? CUDA_SUCCESS : (gf_cu_result)600;
 }
 FAKE_EXPORT gf_cu_result cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
   int i = event_index(a), j = event_index(b);
   if (!ms || i < 0 || j < 0)
     return CUDA_ERROR_INVALID_VALUE;
-  uint64_t ta = event_time(i), tb = event_time(j);
-  if (atomic_load(&event_pending[i]) || atomic_load(&event_pending[j]))
-    return (gf_cu_result)600; /* CUDA_ERROR_NOT_READY */
+  uint64_t ta = atomic_load(&event_at[i]), tb = atomic_load(&event_at[j]);
   if (!ta || !tb)
     return CUDA_ERROR_INVALID_VALUE; /* not recorded */
   uint64_t now = mono();
