@@ -44,9 +44,8 @@ enum { GF_COST_KERNEL = 0, GF_COST_GRAPH = 1 };
 extern _Atomic uint32_t gf__shim_kcost[2];
 
 /* Launches left before the process's next sample: the fast path counts
- * it down (one locked subtraction, no register: a thread-local counter
- * cost the launch path its tail-call form, 20 instructions of register
- * saves); below 0, the launch takes the sampling path, which re-arms it. */
+ * it down (one locked subtraction, no register needed); below 0, the
+ * launch takes the sampling path, which re-arms it. */
 extern _Atomic int32_t gf__shim_sample_left;
 static inline bool gf__shim_sample_due(void) {
   return __atomic_sub_fetch((int32_t *)&gf__shim_sample_left, 1,

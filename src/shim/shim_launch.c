@@ -48,7 +48,7 @@ static inline CUstream event_stream(CUstream s, bool per_thread) {
 }
 
 /* A launch through CALL (an expression), throttled at UNITS of KIND and
- * timed when this thread's countdown says so (shim_compute.c). */
+ * timed when the process's countdown says so (shim_compute.c). */
 #define THROTTLED(KIND, UNITS, STREAM, CALL)                                   \
   do {                                                                         \
     if (!atomic_load_explicit(&S.throttle, memory_order_relaxed))              \
