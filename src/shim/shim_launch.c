@@ -41,6 +41,19 @@ static inline void admit(uint64_t blocks) {
     admit_tokens(charge_of(blocks, GF_COST_KERNEL));
 }
 
+/* A launch's blocks, or 0 for a grid no GPU accepts (x past 2^31 - 1, y
+ * or z past 65535): the driver refuses it, so it is charged nothing.  Its
+ * product could wrap 64 bits: the block model charged such a grid a
+ * negative cost (tokens added: a bypass), and a wrapped product times
+ * the measured cost can be 2^50 tokens, a wait of days (a hang).  Slow
+ * paths only: the fast path's charge of an absurd grid sends it to the
+ * debt path, which checks. */
+static inline uint64_t grid_units(unsigned gx, unsigned gy, unsigned gz) {
+  if (gx > 0x7fffffffu || gy > 65535u || gz > 65535u)
+    return 0;
+  return (uint64_t)gx * gy * gz;
+}
+
 /* The stream a launch's events go on: the per-thread default stream for a
  * per-thread variant's NULL. */
 static inline CUstream event_stream(CUstream s, bool per_thread) {
@@ -95,15 +108,22 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
 
 #define LAUNCH_WRAPPER(name)                                                   \
   static __attribute__((noinline)) gf_cu_result name##_slow(LAUNCH_PARAMS) {   \
-    gf_cu_result rc = launch_wait(S.real.name, false, (uint64_t)gx * gy * gz); \
+    gf_cu_result rc = launch_wait(S.real.name, false, grid_units(gx, gy, gz)); \
     return rc ? rc : S.real.name(LAUNCH_ARGS);                                 \
   }                                                                            \
   static __attribute__((noinline)) gf_cu_result name##_debt(LAUNCH_PARAMS) {   \
+    if (!grid_units(gx, gy, gz)) { /* refused by the driver: no charge */      \
+      atomic_fetch_add_explicit(                                               \
+          &S.region->tokens,                                                   \
+          (int64_t)charge_of((uint64_t)gx *gy *gz, GF_COST_KERNEL),            \
+          memory_order_relaxed);                                               \
+      return S.real.name(LAUNCH_ARGS);                                         \
+    }                                                                          \
     launch_wait(S.real.name, true, 0);                                         \
     return S.real.name(LAUNCH_ARGS);                                           \
   }                                                                            \
   static __attribute__((noinline)) gf_cu_result name##_sample(LAUNCH_PARAMS) { \
-    THROTTLED(GF_COST_KERNEL, (uint64_t)gx *gy *gz,                            \
+    THROTTLED(GF_COST_KERNEL, grid_units(gx, gy, gz),                          \
               event_stream(s, strstr(#name, "_pt") != NULL),                   \
               S.real.name(LAUNCH_ARGS));                                       \
   }                                                                            \
@@ -136,7 +156,7 @@ EXPORT gf_cu_result cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f,
   if (!cfg)
     return S.real.cuLaunchKernelEx(cfg, f, params, extra);
   THROTTLED(GF_COST_KERNEL,
-            (uint64_t)cfg->gridDimX * cfg->gridDimY * cfg->gridDimZ,
+            grid_units(cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ),
             cfg->hStream, S.real.cuLaunchKernelEx(cfg, f, params, extra));
 }
 
@@ -149,7 +169,7 @@ EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
   init();
   if (!S.real.cuLaunchCooperativeKernel)
     return CUDA_ERROR_NOT_INITIALIZED;
-  THROTTLED(GF_COST_KERNEL, (uint64_t)gx * gy * gz, s,
+  THROTTLED(GF_COST_KERNEL, grid_units(gx, gy, gz), s,
             S.real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem,
                                              s, params));
 }

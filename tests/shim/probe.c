@@ -15,7 +15,7 @@
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
  *   probe_dl capacity-device REGION PCT   probe_dl ctxcost [DEV]  (real GPU)
- *   probe_dl costcharge REGION KMIN KMAX
+ *   probe_dl costcharge REGION KMIN KMAX   probe_dl hugegrid REGION
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1218,8 +1218,8 @@ static void feedback(const char *path) {
 }
 
 /* Compute by GPU time (docs/shim.md): kernels of "spin", whose blocks
- * cost what the fake driver is told (FAKE_GPU_KERNEL_NS), launched with at
- * most 8 in flight; after a warm-up of 400 launches of 10 blocks (the
+ * cost what the fake driver is told (FAKE_GPU_KERNEL_NS), with a
+ * synchronize every 50; after a warm-up of 200 launches of 10 blocks (the
  * interposer times some of them), 100 more must take between KMIN and
  * KMAX tokens per block from the bucket (the region's tokens, read before
  * and after; the bucket must be big enough that no refill moves them,
@@ -1250,20 +1250,22 @@ static void costcharge(const char *path, double kmin, double kmax) {
             getfn(&fn, mod, "spin") == CUDA_SUCCESS,
         "spin kernel loaded");
   gf_region *r = open_region(path);
-  for (int i = 1; i <= 400; i++) {
-    CHECK(F.launch(fn, 10, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS,
-          "warm-up launch %d", i);
-    if (i % 8 == 0)
+  /* Synchronised rarely: a sample whose kernel waits behind ours is timed
+   * exactly; one on an idle GPU includes the host's time to launch, which
+   * on a loaded machine can be longer than the kernel. */
+  int warm_ok = 1;
+  for (int i = 1; i <= 200; i++) {
+    warm_ok &=
+        F.launch(fn, 10, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS;
+    if (i % 50 == 0)
       sync();
   }
+  CHECK(warm_ok, "200 warm-up launches");
   sync();
   int64_t t0 = atomic_load(&r->tokens);
   uint64_t refill0 = atomic_load(&r->refill_ns);
-  for (int i = 1; i <= 100; i++) {
+  for (int i = 1; i <= 100; i++)
     F.launch(fn, 10, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
-    if (i % 8 == 0)
-      sync();
-  }
   sync();
   int64_t t1 = atomic_load(&r->tokens);
   double k = (double)(t0 - t1) / 1000.0;
@@ -1285,6 +1287,27 @@ static void costcharge(const char *path, double kmin, double kmax) {
   CHECK(cap_records && cap_records() == 0,
         "no event recorded into a capture (%lu)",
         cap_records ? cap_records() : 0ul);
+}
+
+/* A grid no GPU accepts (x and y past their limits, so x * y * z wraps
+ * 64 bits): the driver refuses it; the interposer must neither credit
+ * the bucket (the block model charged it a negative cost: tokens added)
+ * nor wait for the wrapped product (2^50 tokens: days; the test's
+ * timeout catches that).  The region's tokens are read around it, after
+ * 300 valid launches (so both the fast path and the sampling path have
+ * run). */
+static void hugegrid(const char *path) {
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  gf_region *r = open_region(path);
+  for (int i = 0; i < 300; i++)
+    F.launch(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+  for (int i = 0; i < 3; i++) {
+    int64_t t0 = atomic_load(&r->tokens);
+    F.launch(NULL, 0xffffffffu, 0xffffffffu, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+    int64_t t1 = atomic_load(&r->tokens);
+    CHECK(t1 == t0, "a grid of 2^32-1 x 2^32-1 blocks: tokens %lld -> %lld",
+          (long long)t0, (long long)t1);
+  }
 }
 
 static void launches(int seconds) {
@@ -1363,6 +1386,9 @@ int main(int argc, char **argv) {
     load("dlopen");
     work((int)strtol(argv[2], NULL, 10), (unsigned)strtoul(argv[3], NULL, 10),
          (unsigned)strtoul(argv[4], NULL, 10));
+  } else if (strcmp(argv[1], "hugegrid") == 0 && argc == 3) {
+    load("dlopen");
+    hugegrid(argv[2]);
   } else if (strcmp(argv[1], "costcharge") == 0 && argc == 5) {
     load("dlopen");
     costcharge(argv[2], strtod(argv[3], NULL), strtod(argv[4], NULL));
