@@ -385,10 +385,19 @@ uint64_t gf_region_wait(gf_region *r, int slot, uint64_t (*now_ns)(void),
     unsigned __int128 rk = (unsigned __int128)rate * (c ? c : 1000);
     uint64_t now = now_ns();
     uint64_t last = atomic_load(&r->refill_ns);
-    if (now > last &&
-        atomic_compare_exchange_strong(&r->refill_ns, &last, now)) {
-      unsigned __int128 add =
-          last == 0 ? burst : (now - last) * rk / 1000000000000ull;
+    unsigned __int128 add =
+        last == 0 || now <= last ? burst : (now - last) * rk / 1000000000000ull;
+    /* The refill time advances by what the whole tokens added account for,
+     * not to now: the fraction of a token left over is not lost (with few
+     * tokens per launch, losing it at every refill cost a container up to
+     * a tenth of its share).  A full bucket forgets the rest. */
+    uint64_t upto = now;
+    if (last != 0 && now > last && add < burst)
+      upto = last + (uint64_t)((add * 1000000000000ull + rk - 1) / rk);
+    if (upto > now)
+      upto = now;
+    if (now > last && upto > last &&
+        atomic_compare_exchange_strong(&r->refill_ns, &last, upto)) {
       if (add > burst)
         add = burst;
       int64_t t = atomic_fetch_add(&r->tokens, (int64_t)add) + (int64_t)add;

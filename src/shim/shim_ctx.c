@@ -6,6 +6,7 @@
  * however often it is retained, until its last release or a reset. */
 #define _GNU_SOURCE
 
+#include "shim_compute.h"
 #include "shim_int.h"
 
 #define CTX_REFUSED UINT64_MAX
@@ -121,7 +122,10 @@ EXPORT gf_cu_result cuCtxDestroy_v2(CUcontext ctx) {
   if (!S.real.cuCtxDestroy_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
   forget f = forget_begin(&S.ctxs, (uint64_t)(uintptr_t)ctx);
-  return forget_end(&f, S.real.cuCtxDestroy_v2(ctx));
+  gf__shim_compute_ctx_gone(); /* its timing events go with it */
+  gf_cu_result rc = forget_end(&f, S.real.cuCtxDestroy_v2(ctx));
+  gf__shim_compute_ctx_gone();
+  return rc;
 }
 
 /* The primary context's charge goes with its last reference (ctx_lock). */
@@ -195,7 +199,9 @@ EXPORT gf_cu_result cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   init();
   if (!S.real.cuDevicePrimaryCtxRelease_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
+  gf__shim_compute_ctx_gone(); /* its timing events may go with it */
   gf_cu_result rc = S.real.cuDevicePrimaryCtxRelease_v2(dev);
+  gf__shim_compute_ctx_gone();
   if (rc == CUDA_SUCCESS && guarding() && dev >= 0 && dev < GF_REGION_DEVICES)
     prim_drop(dev, false);
   return rc;
@@ -205,7 +211,9 @@ EXPORT gf_cu_result cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   init();
   if (!S.real.cuDevicePrimaryCtxReset_v2)
     return CUDA_ERROR_NOT_INITIALIZED;
+  gf__shim_compute_ctx_gone(); /* its timing events go with it */
   gf_cu_result rc = S.real.cuDevicePrimaryCtxReset_v2(dev);
+  gf__shim_compute_ctx_gone();
   if (rc == CUDA_SUCCESS && guarding() && dev >= 0 && dev < GF_REGION_DEVICES)
     prim_drop(dev, true);
   return rc;

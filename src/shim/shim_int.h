@@ -9,7 +9,8 @@
  * shim_pool.c (stream-ordered pools and frees), shim_vmm.c (VMM mappings
  * and cuMemRelease), shim_ctx.c (contexts),
  * shim_views.c (cuMemGetInfo, cuDeviceTotalMem, the NVML views),
- * shim_launch.c (the compute limiter) and shim_lookup.c (cuGetProcAddress
+ * shim_launch.c (the compute limiter; shim_compute.c measures what launches
+ * cost, shim_compute.h) and shim_lookup.c (cuGetProcAddress
  * and dlsym).  What the hot paths need is static inline here, so the split
  * costs no call; what they reach on slow paths is gf__shim_*, out of line.
  * docs/shim.md says what each part does and why.

@@ -1,11 +1,15 @@
 /*
- * shim_launch.c: the compute limiter.  Kernel launches draw thread-block
- * tokens from the region's bucket (gpufrac/region.h); with tokens left a
- * launch costs one atomic subtraction, and at 100% nothing is checked.
+ * shim_launch.c: the compute limiter.  Kernel launches draw tokens (slices
+ * of GPU time) from the region's bucket (gpufrac/region.h): blocks x what a
+ * block of this process has lately cost (shim_compute.c measures it on
+ * about one launch in 96).  With tokens left a launch costs one atomic
+ * subtraction, and at 100% nothing is checked.
  */
 #define _GNU_SOURCE
+#include <string.h>
 #include <time.h>
 
+#include "shim_compute.h"
 #include "shim_int.h"
 
 uint64_t gf__shim_mono_ns(void) {
@@ -20,12 +24,60 @@ static void sleep_ns(uint64_t ns) {
   nanosleep(&ts, NULL);
 }
 
+/* Tokens a launch of `units` of this kind is charged now. */
+static inline uint64_t charge_of(uint64_t units, int kind) {
+  return gf_cost_charge(
+      units, atomic_load_explicit(&gf__shim_kcost[kind], memory_order_relaxed));
+}
+
+static inline void admit_tokens(uint64_t cost) {
+  gf_region_admit(S.region, atomic_load_explicit(&S.slot, memory_order_relaxed),
+                  (int64_t)cost, gf__shim_mono_ns, sleep_ns);
+}
+
+/* Takes a kernel launch's tokens (waiting when the bucket is dry). */
 static inline void admit(uint64_t blocks) {
   if (atomic_load_explicit(&S.throttle, memory_order_relaxed))
-    gf_region_admit(S.region,
-                    atomic_load_explicit(&S.slot, memory_order_relaxed),
-                    (int64_t)(blocks ? blocks : 1), gf__shim_mono_ns, sleep_ns);
+    admit_tokens(charge_of(blocks, GF_COST_KERNEL));
 }
+
+/* A launch's blocks, or 0 for a grid no GPU accepts (x past 2^31 - 1, y
+ * or z past 65535): the driver refuses it, so it is charged nothing.  Its
+ * product could wrap 64 bits: the block model charged such a grid a
+ * negative cost (tokens added: a bypass), and a wrapped product times
+ * the measured cost can be 2^50 tokens, a wait of days (a hang).  Slow
+ * paths only: the fast path's charge of an absurd grid sends it to the
+ * debt path, which checks. */
+static inline uint64_t grid_units(unsigned gx, unsigned gy, unsigned gz) {
+  if (gx > 0x7fffffffu || gy > 65535u || gz > 65535u)
+    return 0;
+  return (uint64_t)gx * gy * gz;
+}
+
+/* The stream a launch's events go on: the per-thread default stream for a
+ * per-thread variant's NULL. */
+static inline CUstream event_stream(CUstream s, bool per_thread) {
+  return !s && per_thread ? CU_STREAM_PER_THREAD : s;
+}
+
+/* A launch through CALL (an expression), throttled at UNITS of KIND and
+ * timed when the process's countdown says so (shim_compute.c). */
+#define THROTTLED(KIND, UNITS, STREAM, CALL)                                   \
+  do {                                                                         \
+    if (!atomic_load_explicit(&S.throttle, memory_order_relaxed))              \
+      return CALL;                                                             \
+    uint64_t units_ = (UNITS), cost_ = charge_of(units_, KIND);                \
+    bool due_ = gf__shim_sample_due();                                         \
+    admit_tokens(cost_);                                                       \
+    if (!due_)                                                                 \
+      return CALL;                                                             \
+    gf__sample sm_;                                                            \
+    gf__shim_sample_rearm();                                                   \
+    gf__shim_sample_begin(&sm_, (STREAM), KIND, units_, cost_);                \
+    gf_cu_result rc_ = CALL;                                                   \
+    gf__shim_sample_end(&sm_, rc_ == CUDA_SUCCESS);                            \
+    return rc_;                                                                \
+  } while (0)
 
 /* cuLaunchKernel is the hottest call: its fast path makes only tail calls
  * to functions of its own signature (no registers to save, no stack to
@@ -56,12 +108,24 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
 
 #define LAUNCH_WRAPPER(name)                                                   \
   static __attribute__((noinline)) gf_cu_result name##_slow(LAUNCH_PARAMS) {   \
-    gf_cu_result rc = launch_wait(S.real.name, false, (uint64_t)gx * gy * gz); \
+    gf_cu_result rc = launch_wait(S.real.name, false, grid_units(gx, gy, gz)); \
     return rc ? rc : S.real.name(LAUNCH_ARGS);                                 \
   }                                                                            \
   static __attribute__((noinline)) gf_cu_result name##_debt(LAUNCH_PARAMS) {   \
+    if (!grid_units(gx, gy, gz)) { /* refused by the driver: no charge */      \
+      atomic_fetch_add_explicit(                                               \
+          &S.region->tokens,                                                   \
+          (int64_t)charge_of((uint64_t)gx *gy *gz, GF_COST_KERNEL),            \
+          memory_order_relaxed);                                               \
+      return S.real.name(LAUNCH_ARGS);                                         \
+    }                                                                          \
     launch_wait(S.real.name, true, 0);                                         \
     return S.real.name(LAUNCH_ARGS);                                           \
+  }                                                                            \
+  static __attribute__((noinline)) gf_cu_result name##_sample(LAUNCH_PARAMS) { \
+    THROTTLED(GF_COST_KERNEL, grid_units(gx, gy, gz),                          \
+              event_stream(s, strstr(#name, "_pt") != NULL),                   \
+              S.real.name(LAUNCH_ARGS));                                       \
   }                                                                            \
   EXPORT gf_cu_result name(LAUNCH_PARAMS) {                                    \
     if (__builtin_expect(                                                      \
@@ -70,8 +134,10 @@ launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
             0))                                                                \
       return name##_slow(LAUNCH_ARGS);                                         \
     if (atomic_load_explicit(&S.throttle, memory_order_relaxed)) {             \
-      uint64_t blocks = (uint64_t)gx * gy * gz;                                \
-      int64_t cost = blocks ? (int64_t)blocks : 1;                             \
+      if (__builtin_expect(gf__shim_sample_due(), 0))                          \
+        return name##_sample(LAUNCH_ARGS);                                     \
+      int64_t cost =                                                           \
+          (int64_t)charge_of((uint64_t)gx * gy * gz, GF_COST_KERNEL);          \
       if (atomic_fetch_sub_explicit(&S.region->tokens, cost,                   \
                                     memory_order_relaxed) < cost)              \
         return name##_debt(LAUNCH_ARGS);                                       \
@@ -87,9 +153,11 @@ EXPORT gf_cu_result cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f,
   init();
   if (!S.real.cuLaunchKernelEx)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (cfg)
-    admit((uint64_t)cfg->gridDimX * cfg->gridDimY * cfg->gridDimZ);
-  return S.real.cuLaunchKernelEx(cfg, f, params, extra);
+  if (!cfg)
+    return S.real.cuLaunchKernelEx(cfg, f, params, extra);
+  THROTTLED(GF_COST_KERNEL,
+            grid_units(cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ),
+            cfg->hStream, S.real.cuLaunchKernelEx(cfg, f, params, extra));
 }
 
 EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
@@ -101,17 +169,19 @@ EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
   init();
   if (!S.real.cuLaunchCooperativeKernel)
     return CUDA_ERROR_NOT_INITIALIZED;
-  admit((uint64_t)gx * gy * gz);
-  return S.real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s,
-                                          params);
+  THROTTLED(GF_COST_KERNEL, grid_units(gx, gy, gz), s,
+            S.real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem,
+                                             s, params));
 }
 
+/* A graph is charged the configured `graph` units at what a graph launch
+ * of this process has lately cost (its own estimate: a graph's units are
+ * not blocks). */
 EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
   init();
   if (!S.real.cuGraphLaunch)
     return CUDA_ERROR_NOT_INITIALIZED;
-  admit(S.cfg.graph_cost);
-  return S.real.cuGraphLaunch(g, s);
+  THROTTLED(GF_COST_GRAPH, S.cfg.graph_cost, s, S.real.cuGraphLaunch(g, s));
 }
 
 /* The per-thread-default-stream variants (what cuGetProcAddress hands out
@@ -125,9 +195,12 @@ EXPORT gf_cu_result cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg,
   init();
   if (!S.real.cuLaunchKernelEx_ptsz)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (cfg)
-    admit((uint64_t)cfg->gridDimX * cfg->gridDimY * cfg->gridDimZ);
-  return S.real.cuLaunchKernelEx_ptsz(cfg, f, params, extra);
+  if (!cfg)
+    return S.real.cuLaunchKernelEx_ptsz(cfg, f, params, extra);
+  THROTTLED(GF_COST_KERNEL,
+            grid_units(cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ),
+            event_stream(cfg->hStream, true),
+            S.real.cuLaunchKernelEx_ptsz(cfg, f, params, extra));
 }
 
 EXPORT gf_cu_result cuLaunchCooperativeKernel_ptsz(
@@ -137,17 +210,17 @@ EXPORT gf_cu_result cuLaunchCooperativeKernel_ptsz(
   init();
   if (!S.real.cuLaunchCooperativeKernel_ptsz)
     return CUDA_ERROR_NOT_INITIALIZED;
-  admit((uint64_t)gx * gy * gz);
-  return S.real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem,
-                                               s, params);
+  THROTTLED(GF_COST_KERNEL, grid_units(gx, gy, gz), event_stream(s, true),
+            S.real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz,
+                                                  shmem, s, params));
 }
 
 EXPORT gf_cu_result cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
   init();
   if (!S.real.cuGraphLaunch_ptsz)
     return CUDA_ERROR_NOT_INITIALIZED;
-  admit(S.cfg.graph_cost);
-  return S.real.cuGraphLaunch_ptsz(g, s);
+  THROTTLED(GF_COST_GRAPH, S.cfg.graph_cost, event_stream(s, true),
+            S.real.cuGraphLaunch_ptsz(g, s));
 }
 
 /* Deprecated (removed in CUDA 13) but still asked for by 12.x runtimes:
@@ -157,9 +230,11 @@ EXPORT gf_cu_result cuLaunchCooperativeKernelMultiDevice(
   init();
   if (!S.real.cuLaunchCooperativeKernelMultiDevice)
     return CUDA_ERROR_NOT_INITIALIZED;
+  /* Not timed (its kernels run on ndev streams); charged at the measured
+   * cost per block. */
   uint64_t blocks = 0;
   for (unsigned int i = 0; list && i < ndev; i++)
-    blocks += (uint64_t)list[i].gridDimX * list[i].gridDimY * list[i].gridDimZ;
+    blocks += grid_units(list[i].gridDimX, list[i].gridDimY, list[i].gridDimZ);
   if (list && ndev)
     admit(blocks);
   return S.real.cuLaunchCooperativeKernelMultiDevice(list, ndev, flags);

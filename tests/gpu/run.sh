@@ -13,6 +13,11 @@
 #     the same attributes;
 #   - compute shares: two containers at 10%/90% and 30%/70% get GPU work
 #     (4 ms spinning blocks) in the ratio of their shares, within 10%;
+#   - then tests/gpu/cudart.sh: the same interposer under NVIDIA's CUDA
+#     runtime (libcudart.so.13 of the pinned wheel, carried with the tree
+#     in tests/gpu/cudart/ where there is no network): the limits and the
+#     launch throttle through cudart, and compute by GPU time with real
+#     kernels of different per-block costs (issue 25, items 8 and 12);
 # and prints nvidia-smi before and after.  It changes no GPU setting.
 # Context overhead is off (0) in the limit runs: their checks expect the
 # limit exactly, and the overhead is measured on its own.
@@ -83,6 +88,8 @@ PY
 }
 echo "== compute shares 10/90 on the GPU"; share_pair 10 90 || fail=$((fail + 1))
 echo "== compute shares 30/70 on the GPU"; share_pair 30 70 || fail=$((fail + 1))
+echo "== the interposer under NVIDIA's CUDA runtime (tests/gpu/cudart.sh)"
+timeout 600 bash tests/gpu/cudart.sh "$SHIM" || fail=$((fail + 1))
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=memory.used --format=csv
 echo "gpu checks: $fail failed"
 [ "$fail" -eq 0 ]

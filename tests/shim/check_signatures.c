@@ -6,6 +6,7 @@
  */
 #define GF_SHIM_CHECK_CUDA_H
 #include "cuda_api.h"
+#include "shim_compute.h"
 
 #include <cudaTypedefs.h>
 
@@ -15,6 +16,7 @@
   static pfn check_##name __attribute__((unused)) = (gf_cu_result(*) params)0;
 GF_SHIM_HOOKS(GF__CHECK)
 GF_SHIM_REAL(GF__CHECK)
+GF_SHIM_COMPUTE_REAL(GF__CHECK)
 
 /* The enum values cuda_api.h declares for itself. */
 _Static_assert(GF_CU_MEMPOOL_RESERVED_MEM_CURRENT ==
@@ -29,5 +31,10 @@ _Static_assert(GF_CU_DEVICE_MULTIPROCESSOR_COUNT ==
 _Static_assert(GF_CU_DEVICE_MAX_BLOCKS_PER_MULTIPROCESSOR ==
                    CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
                "CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR");
+
+_Static_assert(GF_CU_STREAM_CAPTURE_MODE_RELAXED ==
+                   CU_STREAM_CAPTURE_MODE_RELAXED,
+               "CU_STREAM_CAPTURE_MODE_RELAXED");
+_Static_assert(GF_CU_EVENT_DEFAULT == CU_EVENT_DEFAULT, "CU_EVENT_DEFAULT");
 
 int main(void) { return 0; }

@@ -27,8 +27,25 @@
  * (one timeline, shared by every process through FAKE_CUDA_SHARED); the
  * launch returns at once, as a real one does, and cuCtxSynchronize waits
  * until this process's last kernel is done: a GPU of 1e9 / ns blocks per
- * second that runs one kernel at a time.  cuModuleLoadData and
- * cuModuleGetFunction hand out a dummy module and function.
+ * second that runs one kernel at a time.  cuModuleLoadData hands out a
+ * dummy module; cuModuleGetFunction a function per name (up to 64 names),
+ * whose blocks cost what FAKE_GPU_KERNEL_NS says for that name
+ * ("spin=10000,heavy=100000", nanoseconds per block), else
+ * FAKE_GPU_NS_PER_BLOCK.  cuLaunchKernelEx and cuLaunchCooperativeKernel
+ * run on the same timeline.
+ *
+ * Events: cuEventRecord places an event on the same timeline, in its
+ * place in the one queue (the GPU reaches it after everything queued
+ * before it, of any process: the fake GPU is one FIFO, and an event is a
+ * command in it like a kernel); cuEventQuery answers CUDA_ERROR_NOT_READY
+ * until then, cuEventElapsedTime the difference of two.  (Per-stream
+ * events over a global FIFO would put other processes' kernels inside a
+ * sample whenever they queue between two of ours: a real GPU time-slices
+ * contexts instead, docs/shim.md says what that leaves.)  Up to 1024
+ * events.  FAKE_CUDA_NO_EVENTS=1 makes cuEventCreate fail;
+ * FAKE_CUDA_CAPTURING=1 makes every stream report capture (active), and
+ * fake_cuda_capture_records() counts events recorded meanwhile (recording
+ * into a capture is what a caller must not do).
  *
  * Pools: the default pool of each device and cuMemPoolCreate's keep freed
  * memory; a pool reserves in FAKE_POOL_GRAN steps (default 2 MiB) when its
@@ -57,6 +74,7 @@
 
 #include "cuda_api.h"
 #include "fake_cuda.h"
+#include "shim_compute.h" /* CUevent */
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 #define MAXA 65536
@@ -373,6 +391,23 @@ FAKE_EXPORT gf_cu_result cuCtxGetDevice(CUdevice *d) {
   *d = current ? ctx_dev(current) : 0;
   return CUDA_SUCCESS;
 }
+FAKE_EXPORT gf_cu_result cuCtxGetCurrent(CUcontext *c) {
+  if (!c)
+    return CUDA_ERROR_INVALID_VALUE;
+  *c = current;
+  return CUDA_SUCCESS;
+}
+/* The calling thread's capture mode (0 global, 1 thread local, 2 relaxed):
+ * only swapped, the fake prohibits nothing. */
+static __thread int capture_mode __attribute__((tls_model("initial-exec")));
+FAKE_EXPORT gf_cu_result cuThreadExchangeStreamCaptureMode(int *mode) {
+  if (!mode)
+    return CUDA_ERROR_INVALID_VALUE;
+  int old = capture_mode;
+  capture_mode = *mode;
+  *mode = old;
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT gf_cu_result cuCtxSetCurrent(CUcontext c) {
   current = c;
   return CUDA_SUCCESS;
@@ -661,6 +696,13 @@ static struct queued_op {
 static int nqueue;
 static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
 
+static int capturing(void) {
+  static int v = -1;
+  if (v < 0)
+    v = getenv("FAKE_CUDA_CAPTURING") != NULL;
+  return v;
+}
+
 static int streams_queued(void) {
   static int v = -1;
   if (v < 0)
@@ -743,13 +785,13 @@ FAKE_EXPORT gf_cu_result cuStreamSynchronize(CUstream s) {
   stream_run(s, s == NULL);
   return CUDA_SUCCESS;
 }
-/* Never capturing. */
+/* Never capturing, unless FAKE_CUDA_CAPTURING says always. */
 FAKE_EXPORT gf_cu_result cuStreamIsCapturing(CUstream s,
                                              CUstreamCaptureStatus *st) {
   (void)s;
   if (!st)
     return CUDA_ERROR_INVALID_VALUE;
-  *st = 0;
+  *st = capturing() ? 1 : 0; /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuMemCreate(CUmemGenericAllocationHandle *h,
@@ -899,19 +941,136 @@ static uint64_t mono(void) {
 /* The end of this process's last kernel on the fake GPU's timeline. */
 static _Atomic uint64_t last_end;
 
-/* Queues a kernel of `blocks` on the fake GPU's timeline. */
-static void gpu_run(uint64_t blocks) {
+/* Kernel functions by name, with their cost per block (0 = the default
+ * FAKE_GPU_NS_PER_BLOCK).  Handles are 0xE100 + index. */
+#define NFUNC 64
+static struct {
+  char name[64];
+  uint64_t ns;
+} funcs[NFUNC];
+static int nfuncs;
+
+/* FAKE_GPU_KERNEL_NS's cost for name, 0 when it names none. */
+static uint64_t kernel_ns_env(const char *name) {
+  const char *e = getenv("FAKE_GPU_KERNEL_NS");
+  size_t n = strlen(name);
+  while (e && *e) {
+    if (strncmp(e, name, n) == 0 && e[n] == '=')
+      return strtoull(e + n + 1, NULL, 10);
+    e = strchr(e, ',');
+    e = e ? e + 1 : NULL;
+  }
+  return 0;
+}
+
+static uint64_t func_ns(CUfunction f) {
+  uintptr_t i = (uintptr_t)f - 0xE100;
+  uint64_t ns = 0;
+  if ((uintptr_t)f >= 0xE100 && i < NFUNC) {
+    pthread_mutex_lock(&lock);
+    ns = (int)i < nfuncs ? funcs[i].ns : 0;
+    pthread_mutex_unlock(&lock);
+  }
+  return ns ? ns : gpu_ns_per_block();
+}
+
+/* The fake GPU's timeline: the shared one, else this process's own. */
+static _Atomic uint64_t *timeline(void) {
   static _Atomic uint64_t local_busy;
-  uint64_t ns = gpu_ns_per_block();
+  shared_dev *sd = dev_shared();
+  return sd ? &sd->busy_until : &local_busy;
+}
+
+/* Queues a kernel of `blocks` of f on the fake GPU's timeline. */
+static void gpu_run(CUfunction f, uint64_t blocks) {
+  uint64_t ns = func_ns(f);
   if (!ns)
     return;
-  shared_dev *sd = dev_shared();
-  _Atomic uint64_t *busy = sd ? &sd->busy_until : &local_busy;
+  _Atomic uint64_t *busy = timeline();
   uint64_t now = mono(), b = atomic_load(busy), end;
   do
     end = (b > now ? b : now) + blocks * ns;
   while (!atomic_compare_exchange_weak(busy, &b, end));
   atomic_store(&last_end, end);
+}
+
+/* Events: the time the GPU reaches each (0 = created, never recorded). */
+#define NEVENT 1024
+static _Atomic uint64_t event_at[NEVENT];
+static _Atomic int event_used[NEVENT];
+static atomic_ulong capture_records;
+
+static int event_index(CUevent e) {
+  uintptr_t i = (uintptr_t)e - 0xF000;
+  return (uintptr_t)e >= 0xF000 && i < NEVENT && atomic_load(&event_used[i])
+             ? (int)i
+             : -1;
+}
+
+FAKE_EXPORT gf_cu_result cuEventCreate(CUevent *e, unsigned int flags) {
+  (void)flags;
+  if (!e)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (getenv("FAKE_CUDA_NO_EVENTS"))
+    return CUDA_ERROR_NOT_SUPPORTED;
+  for (int i = 0; i < NEVENT; i++) {
+    int z = 0;
+    if (atomic_compare_exchange_strong(&event_used[i], &z, 1)) {
+      atomic_store(&event_at[i], 0);
+      *e = (CUevent)(uintptr_t)(0xF000 + i);
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+FAKE_EXPORT gf_cu_result cuEventDestroy_v2(CUevent e) {
+  int i = event_index(e);
+  if (i < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  atomic_store(&event_used[i], 0);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuEventRecord(CUevent e, CUstream s) {
+  (void)s;
+  int i = event_index(e);
+  if (i < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (capturing())
+    atomic_fetch_add(&capture_records, 1);
+  uint64_t now = mono(), b = atomic_load(timeline());
+  atomic_store(&event_at[i], b > now ? b : now);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuEventRecord_ptsz(CUevent e, CUstream s) {
+  return cuEventRecord(e, s);
+}
+FAKE_EXPORT gf_cu_result cuEventQuery(CUevent e) {
+  int i = event_index(e);
+  if (i < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  uint64_t t = atomic_load(&event_at[i]);
+  return !t || mono() >= t ? CUDA_SUCCESS : (gf_cu_result)600;
+}
+FAKE_EXPORT gf_cu_result cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+  int i = event_index(a), j = event_index(b);
+  if (!ms || i < 0 || j < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  uint64_t ta = atomic_load(&event_at[i]), tb = atomic_load(&event_at[j]);
+  if (!ta || !tb)
+    return CUDA_ERROR_INVALID_VALUE; /* not recorded */
+  uint64_t now = mono();
+  if (now < ta || now < tb)
+    return (gf_cu_result)600; /* CUDA_ERROR_NOT_READY */
+  *ms = (float)((double)((int64_t)tb - (int64_t)ta) / 1e6);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuEventElapsedTime_v2(float *ms, CUevent a,
+                                               CUevent b) {
+  return cuEventElapsedTime(ms, a, b);
+}
+/* Events recorded while streams reported capture. */
+FAKE_EXPORT unsigned long fake_cuda_capture_records(void) {
+  return atomic_load(&capture_records);
 }
 
 FAKE_EXPORT gf_cu_result cuModuleLoadData(CUmodule *m, const void *image) {
@@ -924,10 +1083,21 @@ FAKE_EXPORT gf_cu_result cuModuleLoadData(CUmodule *m, const void *image) {
 FAKE_EXPORT gf_cu_result cuModuleGetFunction(CUfunction *f, CUmodule m,
                                              const char *name) {
   (void)m;
-  (void)name;
-  if (!f)
+  if (!f || !name)
     return CUDA_ERROR_INVALID_VALUE;
-  *f = (CUfunction)(uintptr_t)0xE100;
+  pthread_mutex_lock(&lock);
+  int i = 0;
+  while (i < nfuncs && strcmp(funcs[i].name, name))
+    i++;
+  if (i == nfuncs && nfuncs < NFUNC && strlen(name) < sizeof(funcs[0].name)) {
+    memcpy(funcs[i].name, name, strlen(name) + 1);
+    funcs[i].ns = kernel_ns_env(name);
+    nfuncs++;
+  }
+  pthread_mutex_unlock(&lock);
+  if (i >= nfuncs)
+    return CUDA_ERROR_NOT_FOUND;
+  *f = (CUfunction)(uintptr_t)(0xE100 + i);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuCtxSynchronize(void) {
@@ -940,23 +1110,13 @@ FAKE_EXPORT gf_cu_result cuCtxSynchronize(void) {
   return CUDA_SUCCESS;
 }
 
-/* A kernel of grid gx x gy x gz.  The launch entry points call this, never
- * each other: a call between exported functions would go through the
- * interposer (preloaded, it defines the same names) and be counted twice. */
-static gf_cu_result kernel_run(unsigned gx, unsigned gy, unsigned gz) {
-  atomic_fetch_add(&launches, 1);
-  gpu_run((uint64_t)gx * gy * gz);
-  return CUDA_SUCCESS;
-}
-
-FAKE_EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
-                                        unsigned gz, unsigned bx, unsigned by,
-                                        unsigned bz, unsigned sh, CUstream s,
-                                        void **p, void **e) {
-  (void)f;
-  (void)gx;
-  (void)gy;
-  (void)gz;
+/* Every launch variant runs this: calling the exported cuLaunchKernel
+ * instead would go back through the interposer (LD_PRELOAD puts its
+ * cuLaunchKernel first), which then throttled those launches twice. */
+static gf_cu_result launch_impl(CUfunction f, unsigned gx, unsigned gy,
+                                unsigned gz, unsigned bx, unsigned by,
+                                unsigned bz, unsigned sh, CUstream s, void **p,
+                                void **e) {
   (void)bx;
   (void)by;
   (void)bz;
@@ -965,34 +1125,42 @@ FAKE_EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
   (void)p;
   (void)e;
   atomic_fetch_add(&launches, 1);
-  gpu_run((uint64_t)gx * gy * gz);
+  gpu_run(f, (uint64_t)gx * gy * gz);
   return CUDA_SUCCESS;
+}
+FAKE_EXPORT gf_cu_result cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
+                                        unsigned gz, unsigned bx, unsigned by,
+                                        unsigned bz, unsigned sh, CUstream s,
+                                        void **p, void **e) {
+  return launch_impl(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
 }
 FAKE_EXPORT gf_cu_result cuLaunchKernel_ptsz(CUfunction f, unsigned gx,
                                              unsigned gy, unsigned gz,
                                              unsigned bx, unsigned by,
                                              unsigned bz, unsigned sh,
                                              CUstream s, void **p, void **e) {
-  (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p, (void)e;
   FAKE_HIT(cuLaunchKernel_ptsz);
-  return kernel_run(gx, gy, gz);
+  return launch_impl(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+}
+static gf_cu_result launch_ex_impl(const CUlaunchConfig *c, CUfunction f) {
+  if (!c)
+    return CUDA_ERROR_INVALID_VALUE;
+  atomic_fetch_add(&launches, 1);
+  gpu_run(f, (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ);
+  return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f,
                                           void **p, void **e) {
-  (void)c;
-  (void)f;
   (void)p;
   (void)e;
-  atomic_fetch_add(&launches, 1);
-  return CUDA_SUCCESS;
+  return launch_ex_impl(c, f);
 }
 FAKE_EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned gx,
                                                    unsigned gy, unsigned gz,
                                                    unsigned bx, unsigned by,
                                                    unsigned bz, unsigned sh,
                                                    CUstream s, void **p) {
-  (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p;
-  return kernel_run(gx, gy, gz);
+  return launch_impl(f, gx, gy, gz, bx, by, bz, sh, s, p, NULL);
 }
 FAKE_EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
   (void)g;
@@ -1092,17 +1260,15 @@ FAKE_EXPORT gf_cu_result cuIpcCloseMemHandle(CUdeviceptr p) {
 FAKE_EXPORT gf_cu_result cuLaunchKernelEx_ptsz(const CUlaunchConfig *c,
                                                CUfunction f, void **p,
                                                void **e) {
-  (void)c, (void)f, (void)p, (void)e;
+  (void)p, (void)e;
   FAKE_HIT(cuLaunchKernelEx_ptsz);
-  atomic_fetch_add(&launches, 1);
-  return CUDA_SUCCESS;
+  return launch_ex_impl(c, f);
 }
 FAKE_EXPORT gf_cu_result cuLaunchCooperativeKernel_ptsz(
     CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
     unsigned by, unsigned bz, unsigned sh, CUstream s, void **p) {
-  (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p;
   FAKE_HIT(cuLaunchCooperativeKernel_ptsz);
-  return kernel_run(gx, gy, gz);
+  return launch_impl(f, gx, gy, gz, bx, by, bz, sh, s, p, NULL);
 }
 FAKE_EXPORT gf_cu_result cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
   (void)g, (void)s;
@@ -1117,7 +1283,9 @@ FAKE_EXPORT gf_cu_result cuLaunchCooperativeKernelMultiDevice(
   if (!l || !n)
     return CUDA_ERROR_INVALID_VALUE;
   for (unsigned int i = 0; i < n; i++)
-    kernel_run(l[i].gridDimX, l[i].gridDimY, l[i].gridDimZ);
+    launch_impl(l[i].function, l[i].gridDimX, l[i].gridDimY, l[i].gridDimZ,
+                l[i].blockDimX, l[i].blockDimY, l[i].blockDimZ,
+                l[i].sharedMemBytes, l[i].hStream, l[i].kernelParams, NULL);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT unsigned long fake_cuda_launches(void) {
@@ -1189,6 +1357,9 @@ static const struct variant {
     {"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice},
     {"cuDeviceGetCount", 2000, 0, (void *)cuDeviceGetCount},
     {"cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent},
+    {"cuCtxGetCurrent", 4000, 0, (void *)cuCtxGetCurrent},
+    {"cuThreadExchangeStreamCaptureMode", 10010, 0,
+     (void *)cuThreadExchangeStreamCaptureMode},
     {"cuDeviceGetUuid", 9020, 0, (void *)cuDeviceGetUuid},
     {"cuDeviceGetUuid", 11040, 0, (void *)cuDeviceGetUuid_v2},
     {"cuDeviceGetAttribute", 2000, 0, (void *)cuDeviceGetAttribute},
@@ -1210,6 +1381,13 @@ static const struct variant {
     {"cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc},
     {"cuStreamSynchronize", 2000, 0, (void *)cuStreamSynchronize},
     {"cuStreamIsCapturing", 10000, 0, (void *)cuStreamIsCapturing},
+    {"cuEventCreate", 2000, 0, (void *)cuEventCreate},
+    {"cuEventRecord", 2000, 0, (void *)cuEventRecord},
+    {"cuEventRecord", 7000, 1, (void *)cuEventRecord_ptsz},
+    {"cuEventQuery", 2000, 0, (void *)cuEventQuery},
+    {"cuEventElapsedTime", 2000, 0, (void *)cuEventElapsedTime},
+    {"cuEventElapsedTime", 12080, 0, (void *)cuEventElapsedTime_v2},
+    {"cuEventDestroy", 4000, 0, (void *)cuEventDestroy_v2},
 };
 
 static gf_cu_result lookup(const char *sym, void **pfn, int ver,

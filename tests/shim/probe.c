@@ -15,6 +15,7 @@
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
  *   probe_dl capacity-device REGION PCT   probe_dl ctxcost [DEV]  (real GPU)
+ *   probe_dl costcharge REGION KMIN KMAX   probe_dl hugegrid REGION
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1216,6 +1217,99 @@ static void feedback(const char *path) {
         "on target: unchanged");
 }
 
+/* Compute by GPU time (docs/shim.md): kernels of "spin", whose blocks
+ * cost what the fake driver is told (FAKE_GPU_KERNEL_NS), with a
+ * synchronize every 50; after a warm-up of 200 launches of 10 blocks (the
+ * interposer times some of them), 100 more must take between KMIN and
+ * KMAX tokens per block from the bucket (the region's tokens, read before
+ * and after; the bucket must be big enough that no refill moves them,
+ * which is checked).  Then the context the samples were taken in is
+ * destroyed with samples in flight and launches go on in a new one.  No
+ * event may have been recorded while the fake said the stream was in
+ * capture. */
+static void costcharge(const char *path, double kmin, double kmax) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  gf_cu_result (*load_data)(CUmodule *, const void *);
+  gf_cu_result (*getfn)(CUfunction *, CUmodule, const char *);
+  gf_cu_result (*sync)(void);
+  gf_cu_result (*create)(CUcontext *, unsigned, CUdevice);
+  gf_cu_result (*destroy)(CUcontext);
+  unsigned long (*cap_records)(void);
+  *(void **)&load_data = dlsym(h, "cuModuleLoadData");
+  *(void **)&getfn = dlsym(h, "cuModuleGetFunction");
+  *(void **)&sync = dlsym(h, "cuCtxSynchronize");
+  *(void **)&create = dlsym(h, "cuCtxCreate_v2");
+  *(void **)&destroy = dlsym(h, "cuCtxDestroy_v2");
+  *(void **)&cap_records = dlsym(h, "fake_cuda_capture_records");
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  CUcontext ctx = NULL;
+  CHECK(create && destroy && create(&ctx, 0, 0) == CUDA_SUCCESS, "a context");
+  CUmodule mod;
+  CUfunction fn;
+  CHECK(load_data && getfn && sync && load_data(&mod, "") == CUDA_SUCCESS &&
+            getfn(&fn, mod, "spin") == CUDA_SUCCESS,
+        "spin kernel loaded");
+  gf_region *r = open_region(path);
+  /* Synchronised rarely: a sample whose kernel waits behind ours is timed
+   * exactly; one on an idle GPU includes the host's time to launch, which
+   * on a loaded machine can be longer than the kernel. */
+  int warm_ok = 1;
+  for (int i = 1; i <= 200; i++) {
+    warm_ok &=
+        F.launch(fn, 10, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS;
+    if (i % 50 == 0)
+      sync();
+  }
+  CHECK(warm_ok, "200 warm-up launches");
+  sync();
+  int64_t t0 = atomic_load(&r->tokens);
+  uint64_t refill0 = atomic_load(&r->refill_ns);
+  for (int i = 1; i <= 100; i++)
+    F.launch(fn, 10, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+  sync();
+  int64_t t1 = atomic_load(&r->tokens);
+  double k = (double)(t0 - t1) / 1000.0;
+  CHECK(atomic_load(&r->refill_ns) == refill0,
+        "no refill while measuring (it would move the tokens)");
+  CHECK(k >= kmin && k <= kmax,
+        "100 launches of 10 blocks took %.2f tokens per block (want %.2f-%.2f)",
+        k, kmin, kmax);
+  /* Samples in flight when their context goes. */
+  for (int i = 0; i < 64; i++)
+    F.launch(fn, 10, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+  CHECK(destroy(ctx) == CUDA_SUCCESS, "context destroyed, samples in flight");
+  CHECK(create(&ctx, 0, 0) == CUDA_SUCCESS, "a new context");
+  int ok = 1;
+  for (int i = 0; i < 200; i++)
+    ok &= F.launch(fn, 10, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS;
+  sync();
+  CHECK(ok, "launches go on in the new context");
+  CHECK(cap_records && cap_records() == 0,
+        "no event recorded into a capture (%lu)",
+        cap_records ? cap_records() : 0ul);
+}
+
+/* A grid no GPU accepts (x and y past their limits, so x * y * z wraps
+ * 64 bits): the driver refuses it; the interposer must neither credit
+ * the bucket (the block model charged it a negative cost: tokens added)
+ * nor wait for the wrapped product (2^50 tokens: days; the test's
+ * timeout catches that).  The region's tokens are read around it, after
+ * 300 valid launches (so both the fast path and the sampling path have
+ * run). */
+static void hugegrid(const char *path) {
+  CHECK(F.init(0) == CUDA_SUCCESS, "cuInit");
+  gf_region *r = open_region(path);
+  for (int i = 0; i < 300; i++)
+    F.launch(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+  for (int i = 0; i < 3; i++) {
+    int64_t t0 = atomic_load(&r->tokens);
+    F.launch(NULL, 0xffffffffu, 0xffffffffu, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+    int64_t t1 = atomic_load(&r->tokens);
+    CHECK(t1 == t0, "a grid of 2^32-1 x 2^32-1 blocks: tokens %lld -> %lld",
+          (long long)t0, (long long)t1);
+  }
+}
+
 static void launches(int seconds) {
   F.init(0);
   long n = 0;
@@ -1292,6 +1386,12 @@ int main(int argc, char **argv) {
     load("dlopen");
     work((int)strtol(argv[2], NULL, 10), (unsigned)strtoul(argv[3], NULL, 10),
          (unsigned)strtoul(argv[4], NULL, 10));
+  } else if (strcmp(argv[1], "hugegrid") == 0 && argc == 3) {
+    load("dlopen");
+    hugegrid(argv[2]);
+  } else if (strcmp(argv[1], "costcharge") == 0 && argc == 5) {
+    load("dlopen");
+    costcharge(argv[2], strtod(argv[3], NULL), strtod(argv[4], NULL));
   } else if (strcmp(argv[1], "ctxtrue") == 0) {
     load("dlopen");
     ctxtrue();

@@ -100,6 +100,23 @@ grep -q "capacity 2112000 blocks/s (model 2112000), rate 528000" "$tmp/out" &&
 printf 'compute = 30\ncapacity = 1000000\nregion = %s/f1\n' "$tmp" >"$tmp/f1.conf"
 run feedback 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/f1.conf" "$PROBE_DL" feedback "$tmp/f1"
 
+# Compute by GPU time (docs/shim.md): blocks of "spin" cost 10 us on the
+# fake GPU, 10x the token of the configured capacity (1 us), so after the
+# interposer has timed some launches a block must be charged about 10
+# tokens (the block model charged 1).  Without timing events, or with every
+# stream in capture (no event may be recorded then), launches go on and a
+# block is charged exactly 1.
+for t in t1 t2 t3; do printf 'compute = 99\ncapacity = 1000000\nregion = %s/%s\n' "$tmp" "$t" >"$tmp/$t.conf"; done
+run cost-measured 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/t1.conf" FAKE_GPU_KERNEL_NS=spin=10000 "$PROBE_DL" costcharge "$tmp/t1" 8 13
+run cost-no-events 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/t2.conf" FAKE_GPU_KERNEL_NS=spin=10000 FAKE_CUDA_NO_EVENTS=1 \
+    "$PROBE_DL" costcharge "$tmp/t2" 1 1
+# A grid the driver refuses whose block count wraps 64 bits: no tokens
+# gained (the block model's negative charge), no wait for the wrapped one.
+printf 'compute = 50\ncapacity = 1000000\nregion = %s/t4\n' "$tmp" >"$tmp/t4.conf"
+run cost-absurd-grid 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/t4.conf" "$PROBE_DL" hugegrid "$tmp/t4"
+run cost-in-capture 0 -- "${base[@]}" GPUFRAC_CONFIG="$tmp/t3.conf" FAKE_GPU_KERNEL_NS=spin=10000 FAKE_CUDA_CAPTURING=1 \
+    "$PROBE_DL" costcharge "$tmp/t3" 1 1
+
 # The same program without the interposer sees the whole fake GPU: the
 # first check (total == 1 GiB) must fail, proving the checks can fail.
 run without-shim    1 -- LD_LIBRARY_PATH="$FAKE_DIR" "$PROBE_LINKED" limits
