@@ -1042,6 +1042,7 @@ FAKE_EXPORT gf_cu_result cuEventRecord(CUevent e, CUstream s) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT gf_cu_result cuEventRecord_ptsz(CUevent e, CUstream s) {
+  FAKE_HIT(cuEventRecord_ptsz);
   return cuEventRecord(e, s);
 }
 FAKE_EXPORT gf_cu_result cuEventQuery(CUevent e) {

@@ -13,7 +13,13 @@
   X(cuGraphLaunch, cuGraphLaunch_ptsz)                                         \
   X(cuMemFreeAsync, cuMemFreeAsync_ptsz)                                       \
   X(cuMemAllocAsync, cuMemAllocAsync_ptsz)                                     \
-  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz)
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz)                     \
+  X(cuEventRecord, cuEventRecord_ptsz)
+
+/* Not hooked, but defined with its signature in fake_cuda.c: the timing
+ * samples' events (shim_compute.c) land on the fake GPU's timeline. */
+struct CUevent_st;
+gf_cu_result cuEventRecord_ptsz(struct CUevent_st *e, CUstream s);
 
 /* Index of a per-thread symbol's call counter (-1: none), counting one
  * call, the function a per-thread caller of base gets (NULL: none). */

@@ -83,7 +83,6 @@
   X(cuStreamAttachMemAsync, cuStreamAttachMemAsync_ptsz)                       \
   X(cuStreamQuery, cuStreamQuery_ptsz)                                         \
   X(cuStreamSynchronize, cuStreamSynchronize_ptsz)                             \
-  X(cuEventRecord, cuEventRecord_ptsz)                                         \
   X(cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz)                       \
   X(cuLaunchHostFunc, cuLaunchHostFunc_ptsz)                                   \
   X(cuLaunchHostFunc_v2, cuLaunchHostFunc_v2_ptsz)                             \
