@@ -404,6 +404,10 @@ static void setup_load(void) {
   GF_SHIM_HOOKS(GF__SHIM_RESOLVE)
   GF_SHIM_REAL(GF__SHIM_RESOLVE)
 #undef GF__SHIM_RESOLVE
+#define GF__SHIM_LEGACY_RESOLVE(fn, sym)                                       \
+  S.legacy[GF__LEGACY_##fn] = real_sym(S.cuda, sym);
+  GF_SHIM_LEGACY(GF__SHIM_LEGACY_RESOLVE)
+#undef GF__SHIM_LEGACY_RESOLVE
   if (!S.real.cuCtxGetDevice)
     S.real.cuCtxGetDevice = no_ctx_device;
 }

@@ -44,6 +44,29 @@
 #define NO_SANITIZE
 #endif
 
+/* The driver's entry points from before CUDA 3.2 (32-bit sizes and device
+ * addresses) that allocate, make a context or report memory, still
+ * exported under the plain names cuda.h maps to their successors:
+ * X(our refusing stand-in, the symbol).  shim_legacy.c. */
+#define GF_SHIM_LEGACY(X)                                                      \
+  X(gf__legacy_mem_alloc, "cuMemAlloc")                                        \
+  X(gf__legacy_mem_alloc_pitch, "cuMemAllocPitch")                             \
+  X(gf__legacy_mem_get_info, "cuMemGetInfo")                                   \
+  X(gf__legacy_device_total_mem, "cuDeviceTotalMem")                           \
+  X(gf__legacy_ctx_create, "cuCtxCreate")                                      \
+  X(gf__legacy_array_create, "cuArrayCreate")                                  \
+  X(gf__legacy_array3d_create, "cuArray3DCreate")
+enum {
+#define GF__SHIM_LEGACY_IDX(fn, sym) GF__LEGACY_##fn,
+  GF_SHIM_LEGACY(GF__SHIM_LEGACY_IDX)
+#undef GF__SHIM_LEGACY_IDX
+      GF__SHIM_NLEGACY
+};
+/* The stand-in for the legacy symbol `name`, or for the real driver's
+ * legacy function `real`; NULL when it is none of them. */
+void *gf__shim_legacy_by_name(const char *name);
+void *gf__shim_legacy_for_real(const void *real);
+
 #define GF__SHIM_PTR(name, pfn, params, args) gf_cu_result(*name) params;
 typedef struct real_fns {
   GF_SHIM_HOOKS(GF__SHIM_PTR)
@@ -95,6 +118,7 @@ struct gf__shim {
   void *cuda; /* real libcuda handle */
   void *nvml; /* real libnvidia-ml handle, opened on first NVML call */
   real_fns real;
+  void *legacy[GF__SHIM_NLEGACY]; /* the real driver's, GF_SHIM_LEGACY */
   gf_region *region;
   _Atomic int slot;      /* -1 until the first charge */
   _Atomic int ready;     /* setup done: the fast paths skip pthread_once */

@@ -21,7 +21,7 @@ static void *wrapper_for_real(void *real) {
     w = (void *)&name;
   GF_SHIM_HOOKS(GF__SHIM_MATCH)
 #undef GF__SHIM_MATCH
-  return w;
+  return w ? w : gf__shim_legacy_for_real(real);
 }
 
 /* The driver picks the variant for (name, version, flags); we recognise the
@@ -63,7 +63,7 @@ static void *wrapper_by_name(const char *name) {
     return (void *)&fn;
   GF_SHIM_HOOKS(GF__SHIM_NAME)
 #undef GF__SHIM_NAME
-  return NULL;
+  return gf__shim_legacy_by_name(name);
 }
 
 /* Whether handle's file name starts with prefix (libcuda.so,

@@ -436,6 +436,68 @@ static int run_preload(long limit_mib) {
   return failures ? 1 : 0;
 }
 
+/* ---- the pre-3.2 entry points ---------------------------------------------
+ */
+
+typedef gf_cu_result (*legacy_alloc_fn)(unsigned int *, unsigned int);
+typedef gf_cu_result (*legacy_pitch_fn)(unsigned int *, unsigned int *,
+                                        unsigned int, unsigned int,
+                                        unsigned int);
+
+/* 256 MiB at a time until refused (16 at most) through fn; the MiB got. */
+static uint64_t legacy_take(const char *how, legacy_alloc_fn fn) {
+  uint64_t got = 0;
+  unsigned int p;
+  gf_cu_result rc = CUDA_SUCCESS;
+  for (int i = 0; i < 16 && fn && (rc = fn(&p, 256u << 20)) == CUDA_SUCCESS;
+       i++)
+    got += 256;
+  printf("%s: %llu MiB (then error %d)\n", how, (unsigned long long)got,
+         (int)rc);
+  return got;
+}
+
+/* cuMemAlloc and cuMemAllocPitch as a program built before CUDA 3.2 (or one
+ * that names the old symbols to get round the interposer) reaches them:
+ * linked (the first definition), dlsym on the driver's handle, and
+ * cuGetProcAddress at version 2000.  Everything allocated through them, and
+ * the device's own peak, stay within the limit. */
+static int run_legacy(long limit_mib) {
+  open_driver();
+  gf_cu_result (*init)(unsigned);
+  *(void **)&init = proc("cuInit", 2000, 0);
+  if (!init || init(0) != CUDA_SUCCESS) {
+    printf("FAIL cuInit\n");
+    return 1;
+  }
+  uint64_t got = 0;
+  legacy_alloc_fn fn;
+  *(void **)&fn = dlsym(RTLD_DEFAULT, "cuMemAlloc");
+  got += legacy_take("linked cuMemAlloc", fn);
+  *(void **)&fn = dlsym(drv, "cuMemAlloc");
+  got += legacy_take("dlsym cuMemAlloc", fn);
+  *(void **)&fn = proc("cuMemAlloc", 2000, 0);
+  got += legacy_take("cuGetProcAddress(cuMemAlloc, 2000)", fn);
+  legacy_pitch_fn pf;
+  *(void **)&pf = dlsym(drv, "cuMemAllocPitch");
+  unsigned int p, pitch;
+  for (int i = 0; i < 16 && pf && pf(&p, &pitch, 1u << 20, 256, 0) == 0; i++)
+    got += 256;
+  uint64_t peak = 0;
+  const char *shared = getenv("FAKE_CUDA_SHARED");
+  FILE *f = shared ? fopen(shared, "rb") : NULL;
+  uint64_t w[2] = {0, 0};
+  if (f && fread(w, sizeof(w), 1, f) == 1)
+    peak = w[1];
+  if (f)
+    fclose(f);
+  CHECK(got <= (uint64_t)limit_mib && peak <= (uint64_t)limit_mib * MIB,
+        "the pre-3.2 allocators stay within %ld MiB: %llu MiB allocated, the "
+        "device's peak %llu MiB",
+        limit_mib, (unsigned long long)got, (unsigned long long)(peak / MIB));
+  return failures ? 1 : 0;
+}
+
 /* ---- IPC ------------------------------------------------------------------
  */
 
@@ -574,11 +636,13 @@ int main(int argc, char **argv) {
     return run_throttle();
   if (argc == 3 && strcmp(argv[1], "preload") == 0)
     return run_preload(strtol(argv[2], NULL, 10));
+  if (argc == 3 && strcmp(argv[1], "legacy") == 0)
+    return run_legacy(strtol(argv[2], NULL, 10));
   if (argc == 3 && strcmp(argv[1], "ipc") == 0)
     return run_ipc(argv[2], "/proc/self/exe");
   if (argc == 4 && strcmp(argv[1], "ipc-open") == 0)
     return run_ipc_open(argv[2], argv[3]);
   fprintf(stderr, "usage: check_hooks names DATA_DIR | throttle | preload "
-                  "LIMIT_MIB | ipc REGION\n");
+                  "LIMIT_MIB | legacy LIMIT_MIB | ipc REGION\n");
   return 2;
 }

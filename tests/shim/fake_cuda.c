@@ -656,6 +656,39 @@ FAKE_EXPORT gf_cu_result cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch,
   return rc;
 }
 FAKE_EXPORT gf_cu_result cuMemFree_v2(CUdeviceptr p) { return fake_free(p); }
+
+/* The driver's entry points from before CUDA 3.2 (32-bit sizes and device
+ * addresses), which a real libcuda still exports under the plain names
+ * cuda.h maps to the _v2 ones: here the two allocators, so a test sees
+ * whether they reach the device unaccounted. */
+FAKE_EXPORT gf_cu_result
+fake_legacy_mem_alloc(unsigned int *p, unsigned int b) __asm__("cuMemAlloc");
+gf_cu_result fake_legacy_mem_alloc(unsigned int *p, unsigned int b) {
+  CUdeviceptr d = 0;
+  gf_cu_result rc = fake_alloc(&d, b);
+  if (rc == CUDA_SUCCESS && p)
+    *p = (unsigned int)d;
+  return rc;
+}
+FAKE_EXPORT gf_cu_result fake_legacy_mem_alloc_pitch(
+    unsigned int *p, unsigned int *pitch, unsigned int w, unsigned int h,
+    unsigned int e) __asm__("cuMemAllocPitch");
+gf_cu_result fake_legacy_mem_alloc_pitch(unsigned int *p, unsigned int *pitch,
+                                         unsigned int w, unsigned int h,
+                                         unsigned int e) {
+  (void)e;
+  if (!pitch)
+    return CUDA_ERROR_INVALID_VALUE;
+  unsigned int pt = (w + 1023) / 1024 * 1024;
+  CUdeviceptr d = 0;
+  gf_cu_result rc = fake_alloc(&d, (uint64_t)pt * h);
+  if (rc == CUDA_SUCCESS) {
+    *pitch = pt;
+    if (p)
+      *p = (unsigned int)d;
+  }
+  return rc;
+}
 FAKE_EXPORT gf_cu_result cuMemAllocAsync(CUdeviceptr *p, size_t b, CUstream s) {
   (void)s;
   return pool_alloc(current ? ctx_dev(current) : 0, p, b);
@@ -1317,7 +1350,9 @@ static const struct variant {
   void *fn;
 } variants[] = {
     {"cuInit", 2000, 0, (void *)cuInit},
+    {"cuMemAlloc", 2000, 0, (void *)fake_legacy_mem_alloc},
     {"cuMemAlloc", 3020, 0, (void *)cuMemAlloc_v2},
+    {"cuMemAllocPitch", 2000, 0, (void *)fake_legacy_mem_alloc_pitch},
     {"cuMemAllocPitch", 3020, 0, (void *)cuMemAllocPitch_v2},
     {"cuMemAllocManaged", 6000, 0, (void *)cuMemAllocManaged},
     {"cuMemFree", 3020, 0, (void *)cuMemFree_v2},

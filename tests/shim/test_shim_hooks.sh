@@ -44,6 +44,13 @@ run preload-without-shim 1 -- "${drv[@]}" LD_PRELOAD="$ALLOC_WRAP" FAKE_CUDA_SHA
 run rtld-next-after 0 -- LD_PRELOAD="$SHIM $NEXT_WRAP" /bin/true
 run rtld-next-before 0 -- LD_PRELOAD="$NEXT_WRAP $SHIM" /bin/true
 
+# The driver's pre-3.2 allocators (cuMemAlloc, cuMemAllocPitch: 32-bit
+# sizes, still exported under their plain names) cannot get round the
+# limit, linked, through dlsym or through cuGetProcAddress at version 2000;
+# without the interposer the same check fails.
+run legacy-entry-points 0 -- "${drv[@]}" "${lim[@]}" LD_PRELOAD="$SHIM" FAKE_CUDA_SHARED="$tmp/lg1" "$CHECK_HOOKS" legacy 1024
+run legacy-without-shim 1 -- "${drv[@]}" FAKE_CUDA_SHARED="$tmp/lg2" "$CHECK_HOOKS" legacy 1024
+
 # CUDA IPC between two processes of one container: charged once, to the
 # process that allocated.
 printf 'memory = 1Gi\ncontext_overhead = 0\nregion = %s/ipc\n' "$tmp" >"$tmp/ipc.conf"
