@@ -1333,7 +1333,8 @@ static void test_model_spaces(void **state) {
         "{\"metadata\":{\"name\":\"q\",\"namespace\":\"t\",\"uid\":\"u-q\","
         "\"annotations\":{\"gpufrac.io/gpu-model\":\"T4 | H100\"}},"
         "\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{"
-        "\"requests\":{\"gpufrac.io/gpu-memory\":\"10Gi\"}}}]}}",
+        "\"requests\":{\"gpufrac.io/gpu-memory\":\"10Gi\","
+        "\"gpufrac.io/gpu\":\"1\"}}}]}}",
         0, NULL);
     assert_non_null(pod);
     json_t *args =
