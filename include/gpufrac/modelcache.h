@@ -29,6 +29,14 @@
 /* Where the node agent mounts a pod's or claim's model in its containers:
  * GF_NODE_MODEL_MOUNT/<name>, read-only, also in GPUFRAC_MODEL_DIR. */
 #define GF_NODE_MODEL_MOUNT "/gpufrac/models"
+/* A pod's view of its model (docs/modelcache.md, "A pod whose model is not
+ * cached"): <root>/pods/<uid> is mounted at GF_NODE_MODEL_MOUNT at once;
+ * the model's files appear under <name>/ and then the marker
+ * GF_NODE_MODEL_READY_FILE (a model name never starts with '.'), and the
+ * agent sets the pod's condition GF_NODE_MODEL_READY_CONDITION (for a
+ * readiness gate) True. */
+#define GF_NODE_MODEL_READY_FILE ".ready"
+#define GF_NODE_MODEL_READY_CONDITION "gpufrac.io/model-ready"
 /* The weight cache's pod annotations (docs/modelcache.md; gpufrac/grant.h
  * defines them for both sides). */
 #define GF_NODE_MODEL_ANNOTATION GF_MODEL_ANNOTATION
@@ -208,6 +216,20 @@ int gf_node_cache_acquire(gf_node_cache *c, const gf_node_cache_req *r,
  * when not ready, GF_ELIMIT when it does not fit. */
 int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,
                        size_t cap);
+
+/* The cache's root directory (pods' views live under <root>/pods). */
+const char *gf_node_cache_root(const gf_node_cache *c);
+
+/* Makes dst (which must exist) a view of the model directory `files` (what
+ * gf_node_cache_acquire wrote): its directories made, its files hard-linked
+ * (entries already there are kept, so a second call completes the first).
+ * dst must be on the cache's filesystem: GF_ESTATE saying so (EXDEV);
+ * GF_EIO naming the path. */
+int gf_node_cache_pod_view(const char *files, const char *dst, gf_diag *d);
+
+/* rm -rf of a pod's view (its links, directories and marker); true when
+ * it is gone. */
+bool gf_node_cache_view_remove(const char *dir);
 
 /* Pins ready model hex for holder (a pod uid); idempotent; saved.
  * GF_ENOTFOUND when not ready, GF_EINVAL for an empty holder. */

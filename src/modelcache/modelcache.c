@@ -497,6 +497,8 @@ struct gf_node_cache {
   void *hook_user;
 };
 
+const char *gf_node_cache_root(const gf_node_cache *c) { return c->root; }
+
 void gf__mc_set_hook(gf_node_cache *c,
                      void (*fn)(void *user, const char *point), void *user) {
   pthread_mutex_lock(&c->mu);
