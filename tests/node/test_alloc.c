@@ -1023,14 +1023,28 @@ static void test_allocate_model(void **state) {
   int rc = gf_node_allocate(a, ids, 1, o, &d);
   if (rc)
     fail_msg("allocate: %s", d.msg);
-  char want[600];
-  assert_int_equal(gf_node_cache_path(cache, hex, want, sizeof(want)), 0);
+  /* The pod's view is mounted (its own directory under the cache's root);
+   * a model this small is in it (linked, then .ready) within the wait. */
+  char want[900], f[1000];
+  snprintf(want, sizeof(want), "%s/pods/uid-m", gf_node_cache_root(cache));
   const gf_dp_mount *mnt = &o->mounts[o->nmounts - 1];
   assert_string_equal(mnt->host_path, want);
-  assert_string_equal(mnt->container_path, GF_NODE_MODEL_MOUNT "/tiny-lm");
+  assert_string_equal(mnt->container_path, GF_NODE_MODEL_MOUNT);
   assert_true(mnt->read_only);
   assert_string_equal(env(o, "GPUFRAC_MODEL_DIR")->value,
                       GF_NODE_MODEL_MOUNT "/tiny-lm");
+  assert_string_equal(env(o, "GPUFRAC_MODEL_READY")->value,
+                      GF_NODE_MODEL_MOUNT "/.ready");
+  struct stat vst, cst;
+  snprintf(f, sizeof(f), "%s/.ready", want);
+  assert_int_equal(stat(f, &vst), 0);
+  snprintf(f, sizeof(f), "%s/tiny-lm/weights.bin", want);
+  assert_int_equal(stat(f, &vst), 0);
+  char cdir[600];
+  assert_int_equal(gf_node_cache_path(cache, hex, cdir, sizeof(cdir)), 0);
+  snprintf(f, sizeof(f), "%s/weights.bin", cdir);
+  assert_int_equal(stat(f, &cst), 0);
+  assert_true(vst.st_ino == cst.st_ino && vst.st_dev == cst.st_dev);
   gf_node_cache_entry *l = NULL;
   size_t n = 0;
   assert_int_equal(gf_node_cache_list(cache, &l, &n), 0);

@@ -296,13 +296,16 @@ int gf_node_loader_want(gf_node_loader *l, const char *uid, const char *ns,
     gf_diag_prefix(d, "pod %s/%s: %s", ns, pod, GF_NODE_MODEL_ANNOTATION);
     return rc;
   }
+  if (source && strlen(source) >= GF_NODE_MODEL_SOURCE_MAX)
+    return gf_diag_set(d, GF_EINVAL, "pod %s/%s: %s is longer than %d bytes",
+                       ns, pod, GF_NODE_MODEL_SOURCE_ANNOTATION,
+                       GF_NODE_MODEL_SOURCE_MAX - 1);
   if (!gf_node_safe_name(uid) || strlen(uid) >= GF_NODE_UID_MAX ||
-      strlen(ns) >= GF_NAME_MAX || strlen(pod) >= GF_NAME_MAX ||
-      (source && strlen(source) >= GF_NODE_MODEL_SOURCE_MAX))
+      strlen(ns) >= GF_NAME_MAX || strlen(pod) >= GF_NAME_MAX)
     return gf_diag_set(d, GF_EINVAL,
-                       "pod %s/%s: uid, name or source too long "
-                       "or not a plain name",
-                       ns, pod);
+                       "pod %s/%s: its uid is not a plain name of at most %d "
+                       "bytes, or its name is too long",
+                       ns, pod, GF_NODE_UID_MAX - 1);
   pthread_mutex_lock(&l->mu);
   reap_locked(l);
   job *j = find_job(l, uid);
