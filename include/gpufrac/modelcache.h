@@ -99,10 +99,11 @@ int gf_node_cache_ref_parse(const char *ref, char *name, size_t cap,
 typedef struct gf_node_cache gf_node_cache;
 
 typedef struct gf_node_cache_opts {
-  const char *root;       /* NULL: GF_NODE_CACHE_ROOT */
-  uint64_t budget;        /* bytes; 0: unlimited */
-  unsigned parallel;      /* files fetched at once; 0: 4 */
-  unsigned retries;       /* tries per file after the first; 0: 3 */
+  const char *root;  /* NULL: GF_NODE_CACHE_ROOT */
+  uint64_t budget;   /* bytes; 0: unlimited */
+  unsigned parallel; /* files fetched at once; 0: 4 */
+  unsigned retries;  /* tries in a row that receive nothing, per file, after
+                        the first (a try that gets bytes resets it); 0: 5 */
   long connect_timeout_s; /* 0: 10 */
   long stall_timeout_s;   /* no byte for this long fails a try; 0: 30 */
   long progress_s;        /* a progress log line this often; 0: 5 */
@@ -196,7 +197,16 @@ typedef struct gf_node_cache_req {
   const char *source; /* the pod's gpufrac.io/model-source; NULL: none */
   const char *ns;     /* the pod's namespace (required) */
   const char *holder; /* the pin's holder: a pod or claim uid (required) */
+  /* A failed fetch keeps its verified files and parts in <root>/tmp for
+   * the next try to resume (the caller retries; it calls
+   * gf_node_cache_drop_parts when it gives up).  false: a pod's failed
+   * fetch leaves none (their bytes are outside the budget). */
+  bool keep_parts;
 } gf_node_cache_req;
+
+/* Removes the parts a failed fetch of hex kept (keep_parts), unless a
+ * fetch of it runs or it is ready (GF_ESTATE).  GF_EINVAL, GF_EIO. */
+int gf_node_cache_drop_parts(gf_node_cache *c, const char *hex);
 
 /* Makes model r->hex ready for a pod of namespace r->ns, pins it for
  * r->holder and writes the directory to mount into dir[cap], the pin taken

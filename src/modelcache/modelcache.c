@@ -1035,7 +1035,7 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
   c->o.parallel = o && o->parallel ? o->parallel : 4;
   if (c->o.parallel > 64)
     c->o.parallel = 64;
-  c->o.retries = o && o->retries ? o->retries : 3;
+  c->o.retries = o && o->retries ? o->retries : 5;
   c->o.connect_timeout_s =
       o && o->connect_timeout_s > 0 ? o->connect_timeout_s : 10;
   c->o.stall_timeout_s = o && o->stall_timeout_s > 0 ? o->stall_timeout_s : 30;
@@ -1236,6 +1236,7 @@ typedef struct req {
   char *dir;           /* the model's directory into dir[dcap]; NULL: not */
   size_t dcap;
   bool downloaded; /* out: the failure came from a download */
+  bool keep_parts; /* a pod's failed fetch keeps its parts (it retries) */
 } req;
 
 static int pin_locked(gf_node_cache *c, entry *e, const char *holder) {
@@ -1896,7 +1897,8 @@ static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
   } else if (rc && d) {
     *d = fd;
   }
-  if (rc && rc != GF_ESTATE && !__atomic_load_n(&c->cancel, __ATOMIC_RELAXED)) {
+  if (rc && rc != GF_ESTATE && !r->keep_parts &&
+      !__atomic_load_n(&c->cancel, __ATOMIC_RELAXED)) {
     /* A failed fetch a pod asked for leaves no parts: their bytes are not
      * in the budget, so a tenant naming new digests whose sources stop
      * short would fill the disk.  (An operator's fetch keeps them, to
@@ -1908,6 +1910,19 @@ static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
       gf__mc_log(&c->o, "model %s: cannot remove %s", name, tmp);
     pthread_mutex_unlock(&c->mu);
   }
+  return rc;
+}
+
+int gf_node_cache_drop_parts(gf_node_cache *c, const char *hex) {
+  char tmp[4096];
+  if (c->ro || !is_hex64(hex, strlen(hex)))
+    return GF_EINVAL;
+  pthread_mutex_lock(&c->mu);
+  int rc = find(c, hex) ? GF_ESTATE : 0;
+  if (!rc && model_dir(c, "tmp", hex, tmp, sizeof(tmp)) == 0 &&
+      !gf__mc_rmtree(tmp))
+    rc = GF_EIO;
+  pthread_mutex_unlock(&c->mu);
   return rc;
 }
 
@@ -1935,7 +1950,8 @@ int gf_node_cache_acquire(gf_node_cache *c, const gf_node_cache_req *q,
            .ns = q->ns,
            .holder = q->holder,
            .dir = dir,
-           .dcap = cap};
+           .dcap = cap,
+           .keep_parts = q->keep_parts};
   int rc = pod_req(c, &r, d);
   if (!rc)
     run_hook(c, "acquire-found"); /* tests: the pin is already there */

@@ -638,6 +638,10 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     goto out;
   }
   bool fresh_after_mismatch = false;
+  /* Tries in a row that received nothing: a try that got bytes resets it
+   * (and the backoff), so a source that drops the connection every few MB
+   * is followed to the end; the deadline and the minimum rate bound it. */
+  unsigned fails = 0;
   for (unsigned attempt = 0;; attempt++) {
     if (over_limit(j, now_s())) {
       rc = gf_diag_set(d, GF_ELIMIT, "%s", j->limit_msg);
@@ -789,7 +793,8 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       unlink(part);
       retry = true;
     }
-    if (!retry || attempt >= j->o->retries) {
+    fails = at > have ? 0 : fails + 1;
+    if (!retry || fails > j->o->retries) {
       if (http_err)
         rc = gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld (after %u tries)",
                          url, code, attempt + 1);
@@ -804,13 +809,14 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     }
     gf__mc_log(j->o,
                "model %s: %s: %s at byte %" PRIu64 ", resuming (try "
-               "%u of %u)",
+               "%u; %u more without progress at most)",
                j->name, f->path,
                err[0] ? err
                : cr   ? curl_easy_strerror(cr)
                       : "short",
-               at, attempt + 2, j->o->retries + 1);
-    sleep_ms(100L << (attempt < 5 ? attempt : 5));
+               at, attempt + 2, j->o->retries + 1 - fails);
+    /* 0.2 s after a try that got bytes; else 0.5 s doubling to 8 s */
+    sleep_ms(!fails ? 200L : 500L << (fails > 5 ? 4 : fails - 1));
   }
 out:
   EVP_MD_CTX_free(ctx);

@@ -763,6 +763,21 @@ static void test_pod_sources(void **state) {
    * would let it read a file out try by try; the agent's log has it */
   assert_null(strstr(d.msg, "5 bytes"));
   assert_non_null(strstr(d.msg, "agent's log"));
+  /* ... unless the caller retries (the agent's model loader, issue 28
+   * item 3): the verified file stays for the next try, until it gives up */
+  gf_node_cache_req kr = {.name = "m",
+                          .hex = hex,
+                          .source = url,
+                          .ns = "ns1",
+                          .holder = "pod-k",
+                          .keep_parts = true};
+  char kdir[600];
+  assert_int_equal(gf_node_cache_acquire(c, &kr, kdir, sizeof(kdir), &d),
+                   GF_EIO);
+  snprintf(path, sizeof(path), "%s/cache/tmp/%s/files/sub/w1.bin", tmpdir, hex);
+  assert_true(exists(path));
+  assert_int_equal(gf_node_cache_drop_parts(c, hex), 0);
+  assert_int_equal(count_dir("tmp"), 0);
   make_source("p", 2, 100, hex, url, sizeof(url)); /* whole again */
   int rc = gf_node_cache_fetch_for_pod(c, "m", hex, url, &d);
   if (rc)

@@ -157,7 +157,8 @@ static void *job_run(void *arg) {
                            .hex = j->hex,
                            .source = j->source[0] ? j->source : NULL,
                            .ns = j->ns,
-                           .holder = j->uid};
+                           .holder = j->uid,
+                           .keep_parts = true};
     int rc = gf_node_cache_acquire(l->cache, &r, files, sizeof(files), &d);
     if (!rc)
       rc = make_view(j, files, &d);
@@ -215,6 +216,16 @@ static void *job_run(void *arg) {
       break;
     backoff = backoff * 2 > l->cap_ms ? l->cap_ms : backoff * 2;
   }
+  pthread_mutex_lock(&l->mu);
+  bool drop = j->st != J_READY && !l->stop; /* a stop keeps them */
+  for (size_t i = 0; i < l->n && drop; i++)
+    drop = !(l->jobs[i] != j && !l->jobs[i]->gone &&
+             l->jobs[i]->st == J_FETCHING && !strcmp(l->jobs[i]->hex, j->hex));
+  pthread_mutex_unlock(&l->mu);
+  /* Given up (or the pod left): the parts kept for the retries go, unless
+   * another pod's job of the same model still retries. */
+  if (drop)
+    (void)gf_node_cache_drop_parts(l->cache, j->hex);
   pthread_mutex_lock(&l->mu);
   j->finished = true;
   pthread_cond_broadcast(&l->cv);
