@@ -50,6 +50,11 @@
 #define GF_NODE_CACHE_PATH_MAX 1024   /* a manifest path, bytes */
 #define GF_NODE_CACHE_FILES_MAX 65536 /* files in one manifest */
 #define GF_NODE_CACHE_MANIFEST_MAX (16u << 20)
+/* Without a budget the cache takes 1/GF_NODE_CACHE_BUDGET_DIV of its
+ * filesystem; every fetch leaves 1/GF_NODE_CACHE_KEEP_FREE_DIV of it free,
+ * checked before it starts and while it writes. */
+#define GF_NODE_CACHE_BUDGET_DIV 2
+#define GF_NODE_CACHE_KEEP_FREE_DIV 10
 
 /* ---- manifests -------------------------------------------------------- */
 
@@ -100,7 +105,7 @@ typedef struct gf_node_cache gf_node_cache;
 
 typedef struct gf_node_cache_opts {
   const char *root;  /* NULL: GF_NODE_CACHE_ROOT */
-  uint64_t budget;   /* bytes; 0: unlimited */
+  uint64_t budget;   /* bytes; 0: half of the root's filesystem */
   unsigned parallel; /* files fetched at once; 0: 4 */
   unsigned retries;  /* tries in a row that receive nothing, per file, after
                         the first (a try that gets bytes resets it); 0: 5 */

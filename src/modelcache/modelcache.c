@@ -730,6 +730,48 @@ static int make_room(gf_node_cache *c, uint64_t need, const char *skip,
   return 0;
 }
 
+/* Bytes of model m already in tmp (files verified or parts of an earlier
+ * try): what a resumed fetch need not write again. */
+static uint64_t bytes_present(const char *tmp,
+                              const gf_node_cache_manifest *m) {
+  uint64_t have = 0;
+  char p[8192];
+  struct stat st;
+  for (size_t i = 0; i < m->n; i++) {
+    uint64_t got = 0;
+    if (snprintf(p, sizeof(p), "%s/files/%s", tmp, m->files[i].path) <
+            (int)sizeof(p) &&
+        lstat(p, &st) == 0 && S_ISREG(st.st_mode))
+      got = (uint64_t)st.st_size;
+    else if (snprintf(p, sizeof(p), "%s/files/%s.part", tmp, m->files[i].path) <
+                 (int)sizeof(p) &&
+             lstat(p, &st) == 0 && S_ISREG(st.st_mode))
+      got = (uint64_t)st.st_size;
+    have += got < m->files[i].size ? got : m->files[i].size;
+  }
+  return have;
+}
+
+/* Whether the bytes model m still needs fit on the cache's filesystem with
+ * keep_free left over (the budget counts what the cache holds; this, what
+ * the disk has: other things use it too).  GF_ENOFIT with the numbers. */
+static int disk_room(gf_node_cache *c, const char *tmp,
+                     const gf_node_cache_manifest *m, gf_diag *d) {
+  uint64_t fr = 0, tot = 0;
+  if (!c->o.keep_free || gf__mc_fs_space(c->root, &fr, &tot) != 0)
+    return 0;
+  uint64_t have = bytes_present(tmp, m);
+  uint64_t need = m->bytes > have ? m->bytes - have : 0;
+  if (fr >= need && fr - need >= c->o.keep_free)
+    return 0;
+  return gf_diag_set(d, GF_ENOFIT,
+                     "%" PRIu64 " bytes to fetch, %" PRIu64
+                     " free on the filesystem of %s, which keeps %" PRIu64
+                     " free (a tenth of it, for kubelet and the node): "
+                     "refused",
+                     need, fr, c->root, c->o.keep_free);
+}
+
 /* ---- open and recovery ------------------------------------------------- */
 
 static int read_manifest(const char *dir, gf_node_cache_manifest *m,
@@ -1073,6 +1115,23 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
     if (rc)
       goto fail_lock;
   }
+  /* The disk is usually the node's (kubelet's, the images'): without a
+   * budget the cache takes at most half of its filesystem, and any fetch
+   * leaves a tenth of it free (kubelet's default eviction threshold,
+   * nodefs.available < 10%). */
+  {
+    uint64_t fr = 0, tot = 0;
+    if (gf__mc_fs_space(c->root, &fr, &tot) == 0 && tot > 0) {
+      c->o.keep_free = tot / GF_NODE_CACHE_KEEP_FREE_DIV;
+      if (!c->budget) {
+        c->budget = tot / GF_NODE_CACHE_BUDGET_DIV;
+        gf__mc_log(&c->o,
+                   "no budget set: %" PRIu64 " bytes, half of the %" PRIu64
+                   " of %s's filesystem",
+                   c->budget, tot, c->root);
+      }
+    }
+  }
   /* before recovery: it removes what another process's fetch is writing */
   rc = take_lock(c, o ? o->lock_owner : NULL, d);
   if (rc)
@@ -1177,6 +1236,8 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   }
   pthread_mutex_lock(&c->mu);
   rc = make_room(c, m.bytes, hex, ns, d);
+  if (!rc)
+    rc = disk_room(c, tmp, &m, d);
   if (!rc) {
     entry *e = find(c, hex);
     if (e)

@@ -427,7 +427,8 @@ typedef struct xfer {
   uint64_t off, size; /* where this try starts; the manifest's size */
   uint64_t at;        /* bytes of the file on disk now */
   EVP_MD_CTX *ctx;
-  bool too_long, io_error, stalled;
+  bool too_long, io_error, stalled, no_space;
+  uint64_t unchecked; /* bytes written since the last free-space check */
   curl_off_t last_dn; /* bytes received when last seen moving */
   double last_t;
 } xfer;
@@ -451,6 +452,17 @@ static size_t file_write(char *data, size_t sz, size_t nm, void *user) {
   }
   EVP_DigestUpdate(x->ctx, data, k);
   x->at += k;
+  /* The disk is usually kubelet's too: stop before it fills (every 8 MiB
+   * written, a statvfs). */
+  x->unchecked += k;
+  if (x->j->o->keep_free && x->unchecked >= (8u << 20)) {
+    uint64_t fr = 0, tot = 0;
+    x->unchecked = 0;
+    if (gf__mc_fs_space(x->j->dir, &fr, &tot) == 0 && fr < x->j->o->keep_free) {
+      x->no_space = true;
+      return 0;
+    }
+  }
   __atomic_add_fetch(x->j->fetched, k, __ATOMIC_RELAXED);
   __atomic_add_fetch(&x->j->progress, k, __ATOMIC_RELAXED);
   __atomic_add_fetch(&x->j->got, k, __ATOMIC_RELAXED);
@@ -725,6 +737,16 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     if (!x.stalled && __atomic_load_n(&j->abort, __ATOMIC_RELAXED)) {
       close(fd);
       rc = gf_diag_set(d, GF_EIO, "%s: stopped (another file failed)", url);
+      goto out;
+    }
+    if (x.no_space) {
+      close(fd); /* the part stays for a try once there is room */
+      rc = gf_diag_set(d, GF_ENOFIT,
+                       "%s: stopped at byte %" PRIu64
+                       ": the cache's filesystem is down to its last %" PRIu64
+                       " free bytes (kept free for the node)",
+                       f->path, x.at, j->o->keep_free);
+      __atomic_store_n(&j->abort, 1, __ATOMIC_RELAXED);
       goto out;
     }
     if (x.io_error) {

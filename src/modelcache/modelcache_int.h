@@ -16,6 +16,9 @@ typedef struct gf__mc_opts {
   long deadline_s;   /* 0: none */
   uint64_t min_rate; /* bytes/s; 0: none */
   long min_rate_after_s;
+  /* Bytes the cache's filesystem keeps free: a fetch is refused, and one
+   * under way stopped, rather than going under it (0: no check). */
+  uint64_t keep_free;
   void (*log)(void *user, const char *line);
   void *log_user;
 } gf__mc_opts;
@@ -23,6 +26,10 @@ typedef struct gf__mc_opts {
 /* Logs one formatted line through o->log. */
 void gf__mc_log(const gf__mc_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Bytes free to an unprivileged writer on path's filesystem (statvfs
+ * f_bavail) into *free, its size into *total.  GF_EIO. */
+int gf__mc_fs_space(const char *path, uint64_t *free, uint64_t *total);
 
 /* True for an http://, https:// or file:// URL without control bytes. */
 bool gf__mc_source_ok(const char *source);
