@@ -1209,6 +1209,9 @@ static int fsync_path(const char *p, int flags) {
 static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
                     const char *source, const char *beneath, const char *ns,
                     bool *no_room, gf_diag *d) {
+  /* a pod's source redirects only to its own host or under the prefixes
+   * pods may name (docs/modelcache.md) */
+  const char *redir = ns ? c->pod_sources : NULL;
   char tmp[4096], dst[4096], path[8192];
   char *text = NULL;
   size_t len = 0;
@@ -1219,7 +1222,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
     return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
   if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED))
     return gf_diag_set(d, GF_ESTATE, "the cache is stopping");
-  rc = gf__mc_get_manifest(source, beneath, &c->o, &text, &len, d);
+  rc = gf__mc_get_manifest(source, beneath, redir, &c->o, &text, &len, d);
   if (rc)
     goto out;
   rc = gf_node_cache_manifest_parse(text, len, &m, d);
@@ -1262,7 +1265,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
              name, hex, m.n, m.bytes, source);
-  rc = gf__mc_fetch_files(source, beneath, name, tmp, &m, &c->o,
+  rc = gf__mc_fetch_files(source, beneath, redir, name, tmp, &m, &c->o,
                           &c->bytes_fetched, &c->cancel, d);
   if (rc)
     goto out;

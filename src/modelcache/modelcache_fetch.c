@@ -83,16 +83,141 @@ static void common_opts(CURL *h, const gf__mc_opts *o) {
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   /* file:// sources are read without libcurl (beneath their directory) */
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  /* a redirect never leaves TLS: a plain-http hop is how a source reaches
-   * an instance metadata service or a node port */
-  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "https");
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-  curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+  /* Redirects are followed by perform() below, each hop checked before it
+   * is connected to (libcurl has no such check of its own). */
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, o->connect_timeout_s);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "gpufrac-node-cache");
   /* No error page ever lands in a file: a status >= 400 ends the
    * transfer (CURLE_HTTP_RETURNED_ERROR) before its body. */
   curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
+}
+
+/* Whether a response code is a redirect this follows. */
+static bool is_redirect(long code) {
+  return code == 301 || code == 302 || code == 303 || code == 307 ||
+         code == 308;
+}
+
+/* scheme://host:port of url into out[cap] (the port made explicit); false
+ * when it cannot be parsed. */
+static bool origin_of(const char *url, char *out, size_t cap) {
+  CURLU *u = curl_url();
+  char *sch = NULL, *host = NULL, *port = NULL;
+  bool ok =
+      u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_SCHEME, &sch, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
+  if (ok) {
+    int n = snprintf(out, cap, "%s://%s:%s", sch, host, port);
+    ok = n > 0 && (size_t)n < cap;
+  }
+  curl_free(sch);
+  curl_free(host);
+  curl_free(port);
+  curl_url_cleanup(u);
+  return ok;
+}
+
+/* Whether url starts with one of the comma-separated prefixes in allow. */
+static bool under_prefixes(const char *allow, const char *url) {
+  for (const char *p = allow; p && *p;) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    while (n && (*p == ' ')) {
+      p++;
+      n--;
+    }
+    if (n && p[n - 1] == '/' && strncmp(url, p, n) == 0)
+      return true;
+    p = e ? e + 1 : NULL;
+  }
+  return false;
+}
+
+/* Whether a redirect from `from` to `to` may be followed: to https://
+ * only (a plain-http hop is how a source reaches an instance metadata
+ * service or a node port); for a pod's source (allow set: the node's
+ * model_pod_sources) also only to the source's own scheme, host and port
+ * or under one of the allowed prefixes.  Why not into why[cap]. */
+static bool redirect_ok(const char *source, const char *from, const char *to,
+                        const char *allow, char *why, size_t cap) {
+  if (strncmp(to, "https://", 8) != 0) {
+    snprintf(why, cap,
+             "%.80s redirects to %.80s: refused, redirects are followed to "
+             "https:// only",
+             from, to);
+    return false;
+  }
+  if (!allow)
+    return true;
+  char a[1200], b[1200];
+  if (origin_of(source, a, sizeof(a)) && origin_of(to, b, sizeof(b)) &&
+      strcmp(a, b) == 0)
+    return true;
+  if (under_prefixes(allow, to))
+    return true;
+  snprintf(why, cap,
+           "%.60s redirects to %.60s: refused, a pod's source may redirect "
+           "only to its own host or under model_pod_sources",
+           from, to);
+  return false;
+}
+
+/* curl_easy_perform of url on h (its options set, CURLOPT_URL not yet),
+ * following at most 5 redirects, each checked by redirect_ok before it is
+ * connected to.  *code the last response's status; a refused redirect is
+ * CURLE_TOO_MANY_REDIRECTS with the reason in err[CURL_ERROR_SIZE].  The
+ * write callbacks discard the bodies of redirects (their xfer's handle
+ * reports the 3xx). */
+static CURLcode perform(CURL *h, const char *source, const char *url,
+                        const char *allow, char *err, long *code) {
+  char *cur = gf__strdup(url);
+  if (!cur)
+    return CURLE_OUT_OF_MEMORY;
+  CURLcode cr = CURLE_OK;
+  for (int hop = 0;; hop++) {
+    curl_easy_setopt(h, CURLOPT_URL, cur);
+    cr = curl_easy_perform(h);
+    *code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
+    if (cr != CURLE_OK || !is_redirect(*code))
+      break;
+    char *to = NULL;
+    curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &to);
+    if (!to) {
+      snprintf(err, CURL_ERROR_SIZE, "%.80s: HTTP %ld without a Location", cur,
+               *code);
+      cr = CURLE_HTTP_RETURNED_ERROR;
+      break;
+    }
+    if (hop == 5) {
+      snprintf(err, CURL_ERROR_SIZE, "%.80s: more than 5 redirects", url);
+      cr = CURLE_TOO_MANY_REDIRECTS;
+      break;
+    }
+    if (!redirect_ok(source, cur, to, allow, err, CURL_ERROR_SIZE)) {
+      cr = CURLE_TOO_MANY_REDIRECTS;
+      break;
+    }
+    char *next = gf__strdup(to);
+    if (!next) {
+      cr = CURLE_OUT_OF_MEMORY;
+      break;
+    }
+    gf__free(cur);
+    cur = next;
+  }
+  gf__free(cur);
+  return cr;
+}
+
+/* Whether h's response now is a redirect (its body is not the file). */
+static bool in_redirect(CURL *h) {
+  long code = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  return is_redirect(code);
 }
 
 /* ---- file:// sources, read beneath their directory ---------------------- */
@@ -272,11 +397,14 @@ typedef struct membuf {
   char *p;
   size_t n, cap, max;
   bool over;
+  CURL *h; /* a redirect's body is discarded; NULL: file:// */
 } membuf;
 
 static size_t mem_write(char *data, size_t sz, size_t nm, void *user) {
   membuf *b = user;
   size_t k = sz * nm;
+  if (b->h && in_redirect(b->h))
+    return k;
   if (b->n + k > b->max) {
     b->over = true;
     return 0;
@@ -343,8 +471,8 @@ static int local_manifest(const char *source, const char *beneath, char **out,
 }
 
 int gf__mc_get_manifest(const char *source, const char *beneath,
-                        const gf__mc_opts *o, char **out, size_t *len,
-                        gf_diag *d) {
+                        const char *redir_allow, const gf__mc_opts *o,
+                        char **out, size_t *len, gf_diag *d) {
   *out = NULL;
   *len = 0;
   if (strncmp(source, "file:", 5) == 0)
@@ -357,7 +485,7 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
   if (!h)
     return gf_diag_set(d, GF_ENOMEM, "libcurl: no handle");
   int rc = 0;
-  membuf b = {.max = GF_NODE_CACHE_MANIFEST_MAX};
+  membuf b = {.max = GF_NODE_CACHE_MANIFEST_MAX, .h = h};
   char *url = file_url(h, source, GF_NODE_CACHE_MANIFEST);
   if (!url) {
     rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
@@ -365,16 +493,14 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
   }
   char err[CURL_ERROR_SIZE] = "";
   common_opts(h, o);
-  curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mem_write);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
   curl_easy_setopt(h, CURLOPT_TIMEOUT, o->stall_timeout_s * 4);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_timeout_s);
-  CURLcode cr = curl_easy_perform(h);
   long code = 0;
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  CURLcode cr = perform(h, source, url, redir_allow, err, &code);
   if (b.over)
     rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %u bytes", url,
                      GF_NODE_CACHE_MANIFEST_MAX);
@@ -401,6 +527,7 @@ out:
 
 typedef struct job {
   const char *source, *name, *dir;
+  const char *redir_allow; /* a pod's source: where redirects may go */
   const gf_node_cache_manifest *m;
   const gf__mc_opts *o;
   uint64_t *fetched;
@@ -423,6 +550,7 @@ typedef struct job {
 /* One try at one file. */
 typedef struct xfer {
   job *j;
+  CURL *h; /* a redirect's body is discarded; NULL: file:// */
   int fd;
   uint64_t off, size; /* where this try starts; the manifest's size */
   uint64_t at;        /* bytes of the file on disk now */
@@ -436,6 +564,8 @@ typedef struct xfer {
 static size_t file_write(char *data, size_t sz, size_t nm, void *user) {
   xfer *x = user;
   size_t k = sz * nm;
+  if (x->h && in_redirect(x->h))
+    return k;
   if (k > x->size - x->at) {
     x->too_long = true;
     return 0;
@@ -706,7 +836,6 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     } else if (have < f->size || f->size == 0) {
       curl_easy_reset(h);
       common_opts(h, j->o);
-      curl_easy_setopt(h, CURLOPT_URL, url);
       curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
       curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, file_write);
       curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
@@ -714,8 +843,8 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
       curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
       curl_easy_setopt(h, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)have);
-      cr = curl_easy_perform(h);
-      curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+      x.h = h;
+      cr = perform(h, j->source, url, j->redir_allow, err, &code);
     }
     uint64_t at = x.at;
     __atomic_sub_fetch(&j->got, at, __ATOMIC_RELAXED);
@@ -763,7 +892,9 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
                        url, f->size);
       goto out;
     }
-    if (at == f->size && (cr == CURLE_OK || have == f->size)) {
+    /* whole: the transfer ended well (an empty file answered 404 is not
+     * fetched), or it was already whole and nothing was asked */
+    if (at == f->size && cr == CURLE_OK) {
       unsigned char md[EVP_MAX_MD_SIZE];
       unsigned mdn = 0;
       char hex[GF_NODE_CACHE_HEX];
@@ -880,14 +1011,16 @@ static void *worker(void *arg) {
 }
 
 int gf__mc_fetch_files(const char *source, const char *beneath,
-                       const char *name, const char *dir,
-                       const gf_node_cache_manifest *m, const gf__mc_opts *o,
-                       uint64_t *fetched, const int *cancel, gf_diag *d) {
+                       const char *redir_allow, const char *name,
+                       const char *dir, const gf_node_cache_manifest *m,
+                       const gf__mc_opts *o, uint64_t *fetched,
+                       const int *cancel, gf_diag *d) {
   pthread_once(&g_curl_once, curl_init_once);
   if (g_curl_rc != CURLE_OK)
     return gf_diag_set(d, GF_EHTTP, "libcurl: %s",
                        curl_easy_strerror(g_curl_rc));
   job j = {.source = source,
+           .redir_allow = redir_allow,
            .name = name,
            .dir = dir,
            .m = m,

@@ -38,10 +38,14 @@ bool gf__mc_source_ok(const char *source);
  * bytes) into malloc'd *out[*len].  A file:// source is read without
  * libcurl, beneath the directory of file:// URL `beneath` (NULL: the
  * source's own), never through a symlink or '..' (gf__mc_open_beneath).
+ * Redirects are followed to https:// only; with redir_allow (a pod's
+ * source: the node's model_pod_sources) only to the source's own scheme,
+ * host and port or under one of those prefixes, each hop checked before it
+ * is connected to.
  * GF_EHTTP / GF_EIO / GF_EINVAL / GF_ELIMIT / GF_ENOMEM. */
 int gf__mc_get_manifest(const char *source, const char *beneath,
-                        const gf__mc_opts *o, char **out, size_t *len,
-                        gf_diag *d);
+                        const char *redir_allow, const gf__mc_opts *o,
+                        char **out, size_t *len, gf_diag *d);
 
 /* Fetches every file of m from source into <dir>/files/<path>, several at
  * once, resuming <path>.part files left by an earlier try, verifying each
@@ -51,9 +55,10 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
  * (read atomically) becomes non-zero.  GF_EHTTP, GF_EIO, GF_EINVAL,
  * GF_ENOMEM; files that failed their digest are deleted. */
 int gf__mc_fetch_files(const char *source, const char *beneath,
-                       const char *name, const char *dir,
-                       const gf_node_cache_manifest *m, const gf__mc_opts *o,
-                       uint64_t *fetched, const int *cancel, gf_diag *d);
+                       const char *redir_allow, const char *name,
+                       const char *dir, const gf_node_cache_manifest *m,
+                       const gf__mc_opts *o, uint64_t *fetched,
+                       const int *cancel, gf_diag *d);
 
 /* Opens root/rel for reading without following any symlink and without
  * leaving root (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, else openat

@@ -248,6 +248,19 @@ def main():
         print("drop-every: bytes fetched / bytes needed = %d / %d over %d requests" %
               (B.sent["weights/part-0.bin"], len(big), len(tries)))
 
+        # 2c. An empty file the source answers 404 for is not fetched
+        #     (issue 28 item 6: it counted as whole).
+        B.reset()
+        zdir = os.path.join(src, "z")
+        os.makedirs(zdir)
+        zhex = make_model(zdir, {"a.bin": b"abc", "empty.txt": b""})
+        os.unlink(os.path.join(zdir, "empty.txt"))
+        cache = os.path.join(work, "c2c")
+        rc, out, err = fetch(cache, "z@sha256:" + zhex, url + "/z")
+        check(rc == 1, "empty 404: rc %d (want 1): %s" % (rc, out))
+        check("404" in err, "empty 404: %s" % err)
+        check(published(cache) == [], "empty 404: published %s" % published(cache))
+
         # 3. A restart: every try of the first run is cut (the first after
         #    2 MiB, the next two at once: no progress, --retries 1); the
         #    second run (a new process) resumes the part the first left.
