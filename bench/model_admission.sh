@@ -4,7 +4,8 @@
 # RATE bytes/s (issue 28 item 1; docs/benchmarks.md).  Runs
 # tests/e2e/test_model_admission.py RUNS times with GPUFRAC (which may be
 # an older build: its runs then fail the test's 8 s limit, and their times
-# are still printed) and prints each run's times and the medians.
+# are still printed) and prints each run's times to Running (and, when
+# the test gets that far, the model pod's time to Ready) and the medians.
 #
 # Usage: bench/model_admission.sh GPUFRAC [RUNS] [RATE]   (root; default 3,
 #        100000000)
@@ -20,14 +21,20 @@ while [ "$i" -lt "$RUNS" ]; do
   i=$((i + 1))
   GF_E2E_MODEL_RATE=$RATE python3 "$here/tests/e2e/test_model_admission.py" \
     "$K8S_BIN" "$GPUFRAC" 2>&1 |
-    sed -n 's/.*time to Running (s from creation): //p' >> "$out" || true
+    sed -n -e 's/.*time to Running (s from creation): //p' \
+      -e "s/.*pod 'model' Ready \([0-9.]*\) s after its creation.*/model-Ready \1/p" |
+    paste -sd, - | sed 's/,/, /g' >> "$out" || true
 done
 cat "$out"
 python3 - "$out" <<'PY'
 import statistics, sys
 runs = [dict((p.split()[0], float(p.split()[1])) for p in ln.strip().split(", "))
         for ln in open(sys.argv[1]) if ln.strip()]
+keys = [k for k in runs[0]]
+for r in runs[1:]:
+    keys += [k for k in r if k not in keys]
 print("medians of %d runs: %s" % (len(runs), ", ".join(
-    "%s %.1f s" % (k, statistics.median(r[k] for r in runs)) for k in runs[0])))
+    "%s %.1f s" % (k, statistics.median(r[k] for r in runs if k in r))
+    for k in keys)))
 PY
 rm -f "$out"

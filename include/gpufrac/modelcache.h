@@ -249,8 +249,9 @@ bool gf_node_cache_view_remove(const char *dir);
 /* Pins ready model hex for holder (a pod uid); idempotent; saved.
  * GF_ENOTFOUND when not ready, GF_EINVAL for an empty holder. */
 int gf_node_cache_pin(gf_node_cache *c, const char *hex, const char *holder);
-/* Drops holder's pin on hex (hex NULL: all of holder's pins); marks the
- * models used.  Returns the number of pins dropped. */
+/* Drops holder's pin on hex (hex NULL: all of holder's pins; holder NULL:
+ * every pin on hex); marks the models used.  Returns the number of pins
+ * dropped (0 on a read-only cache). */
 int gf_node_cache_unpin(gf_node_cache *c, const char *hex, const char *holder);
 
 /* Removes ready model hex.  GF_ENOTFOUND, GF_ESTATE when pinned or being
@@ -278,6 +279,10 @@ typedef struct gf_node_cache_entry {
   gf_node_model_state state;
   uint32_t pins;
   uint64_t used; /* LRU counter: larger is more recent */
+  /* A cache opened read-only lists the fetches on disk (<root>/tmp: under
+   * way in the process that holds the cache, or stopped with their parts)
+   * as GF_NODE_CACHE_FETCHING with the bytes they hold so far here. */
+  uint64_t have;
 } gf_node_cache_entry;
 
 /* The models in *out (malloc'd, most recently used first), count in *n.

@@ -458,6 +458,8 @@ typedef struct entry {
   char ns[GF_NODE_CACHE_NS_MAX];
   bool shared;
   flight *fl;            /* non-NULL while fetching */
+  bool on_disk_fetch;    /* read-only: a fetch's tmp/<hex> (no flight) */
+  uint64_t have;         /* on_disk_fetch: its bytes on disk so far */
   bool warm;             /* kept in the page cache (keep-warm) */
   struct lock_map *maps; /* mlock'ed mappings of its files */
   size_t nmaps;
@@ -1026,6 +1028,44 @@ static int take_lock(gf_node_cache *c, const char *owner, gf_diag *d) {
 
 /* Read-only open: the state file's models whose manifest is there, sizes
  * from it; nothing removed, nothing written. */
+/* Read-only: the fetches under way (or stopped with their parts) as
+ * tmp/<hex> shows them, with the bytes on disk so far. */
+static void scan_read_only_tmp(gf_node_cache *c) {
+  char tdir[4096];
+  snprintf(tdir, sizeof(tdir), "%s/tmp", c->root);
+  DIR *dh = opendir(tdir);
+  if (!dh)
+    return;
+  struct dirent *de;
+  while ((de = readdir(dh))) {
+    if (!is_hex64(de->d_name, strlen(de->d_name)) || find(c, de->d_name))
+      continue;
+    char dir[4096 + 80], nf[4096 + 80], nm[GF_NODE_CACHE_NAME_MAX] = "?";
+    gf_node_cache_manifest m;
+    snprintf(dir, sizeof(dir), "%s/%s", tdir, de->d_name);
+    if (read_manifest(dir, &m, NULL) != 0)
+      continue;
+    snprintf(nf, sizeof(nf), "%s/%s.name", tdir, de->d_name);
+    FILE *f = fopen(nf, "re");
+    if (f) {
+      size_t k = fread(nm, 1, sizeof(nm) - 1, f);
+      nm[k] = '\0';
+      fclose(f);
+      if (!k || !gf_node_safe_name(nm))
+        snprintf(nm, sizeof(nm), "?");
+    }
+    entry *e = add_entry(c, de->d_name);
+    if (e) {
+      gf__node_copy(e->name, sizeof(e->name), nm);
+      e->bytes = m.bytes;
+      e->on_disk_fetch = true;
+      e->have = bytes_present(dir, &m);
+    }
+    gf_node_cache_manifest_release(&m);
+  }
+  closedir(dh);
+}
+
 static void scan_read_only(gf_node_cache *c) {
   for (size_t i = 0; i < c->n;) {
     char dir[4096];
@@ -1039,6 +1079,7 @@ static void scan_read_only(gf_node_cache *c) {
       drop_entry(c, &c->e[i]);
     }
   }
+  scan_read_only_tmp(c);
 }
 
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
@@ -1261,6 +1302,14 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
     rc = gf_node_write_atomic(tmp, "manifest", text, len, d);
   if (rc)
     goto out;
+  /* The name beside it, for `gpufrac cache ls` (read-only: it sees the
+   * fetch only on disk); recovery removes it with other strays. */
+  {
+    char tdir[4096], nfile[GF_NODE_CACHE_HEX + 8];
+    snprintf(tdir, sizeof(tdir), "%s/tmp", c->root);
+    snprintf(nfile, sizeof(nfile), "%s.name", hex);
+    (void)gf_node_write_atomic(tdir, nfile, name, strlen(name), NULL);
+  }
   gf__mc_log(&c->o,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
@@ -1283,6 +1332,8 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   }
   snprintf(path, sizeof(path), "%s/sha256", c->root);
   fsync_path(path, O_DIRECTORY);
+  snprintf(path, sizeof(path), "%s/tmp/%s.name", c->root, hex);
+  unlink(path);
 out:
   gf_node_cache_manifest_release(&m);
   free(text);
@@ -1527,11 +1578,14 @@ int gf_node_cache_pin(gf_node_cache *c, const char *hex, const char *holder) {
 }
 
 int gf_node_cache_unpin(gf_node_cache *c, const char *hex, const char *holder) {
+  if (!hex && !holder)
+    return 0;
   pthread_mutex_lock(&c->mu);
   int k = 0;
   for (size_t i = 0; i < c->np;) {
     pin *p = &c->p[i];
-    if (!strcmp(p->holder, holder) && (!hex || !strcmp(p->hex, hex))) {
+    if ((!holder || !strcmp(p->holder, holder)) &&
+        (!hex || !strcmp(p->hex, hex))) {
       entry *e = find(c, p->hex);
       if (e) {
         e->used = ++c->seq;
@@ -1642,7 +1696,9 @@ int gf_node_cache_list(gf_node_cache *c, gf_node_cache_entry **out, size_t *n) {
     gf__node_copy(l[i].name, sizeof(l[i].name), e->name);
     gf__node_copy(l[i].hex, sizeof(l[i].hex), e->hex);
     l[i].bytes = e->bytes;
-    l[i].state = e->fl ? GF_NODE_CACHE_FETCHING : GF_NODE_CACHE_READY;
+    l[i].state = e->fl || e->on_disk_fetch ? GF_NODE_CACHE_FETCHING
+                                           : GF_NODE_CACHE_READY;
+    l[i].have = e->on_disk_fetch ? e->have : 0;
     l[i].pins = pins_of(c, e->hex);
     l[i].used = e->used;
   }
@@ -1659,7 +1715,7 @@ void gf_node_cache_stats_get(gf_node_cache *c, gf_node_cache_stats *s) {
   s->budget = c->budget;
   s->used = used_bytes(c);
   for (size_t i = 0; i < c->n; i++) {
-    if (c->e[i].fl)
+    if (c->e[i].fl || c->e[i].on_disk_fetch)
       s->fetching++;
     else
       s->models++;

@@ -11,6 +11,7 @@ Usage: test_modelcache_http.py GPUFRAC
 import fcntl
 import hashlib
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -33,6 +34,7 @@ class Behaviour:
     def reset(self):
         self.drop_after = {}  # path -> [bytes, times left]
         self.drop_every = {}  # path -> every response cut after this many bytes
+        self.redirect = {}  # path -> Location of a 302
         self.stall_after = {}  # path -> [bytes, times left, seconds]
         self.ignore_range = False
         self.override = {}  # path -> bytes served instead of the file
@@ -66,6 +68,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 B.active -= 1
 
     def serve(self, rel, rng):
+        if rel in B.redirect:
+            self.send_response(302)
+            self.send_header("Location", B.redirect[rel])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         full = os.path.join(self.root, rel)
         if rel in B.override:
             data = B.override[rel]
@@ -162,6 +170,12 @@ def fetch(cache, ref, url, *extra):
 
 
 FAILS = []
+
+
+def fetch_cmd(cache, *args):
+    r = subprocess.run([GPUFRAC, "cache", "--dir", cache] + list(args),
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr
 
 
 def check(cond, what):
@@ -360,6 +374,60 @@ def main():
         check(published(cache) == before, "lock: the cache changed")
         rc, out, err = fetch(cache, ref, url)
         check(rc == 0, "lock: after release rc %d: %s" % (rc, err))
+
+        # 11. The CLI (issue 28 item 7): a failure printed once; an http->http
+        #     redirect refused in words; a fetch under way in `ls`; unpin.
+        B.reset()
+        rc, out, err = fetch(os.path.join(work, "c11"), "z@sha256:" + zhex,
+                             url + "/nowhere")
+        check(rc == 1 and err.count("returned error: 404") == 1,
+              "once: rc %d, the failure %d times: %s" %
+              (rc, err.count("returned error: 404"), err))
+        B.redirect["r/gpufrac.manifest"] = url + "/z/gpufrac.manifest"
+        rc, out, err = fetch(os.path.join(work, "c11"), "z@sha256:" + zhex, url + "/r")
+        check(rc == 1 and "redirects to http://" in err and "https:// only" in err,
+              "http redirect: rc %d: %s" % (rc, err))
+        B.reset()
+        B.stall_after["weights/part-0.bin"] = [1 << 20, 1, 8]
+        cache = os.path.join(work, "c11b")
+        bg = subprocess.Popen([GPUFRAC, "cache", "--dir", cache, "fetch", ref,
+                               "--source", url, "--stall-timeout", "30"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            seen = ""
+            for _ in range(40):
+                time.sleep(0.2)
+                r = subprocess.run([GPUFRAC, "cache", "--dir", cache, "ls"],
+                                   capture_output=True, text=True, timeout=60)
+                seen = r.stdout
+                if "fetching" in seen:
+                    break
+            check(("sha256:%s fetching" % hexd) in seen and " tiny (" in seen and
+                  "of %d bytes" % sum(len(b) for b in files.values()) in seen,
+                  "ls during a fetch: %s" % seen)
+        finally:
+            bg.kill()
+            bg.wait()
+        r = subprocess.run([GPUFRAC, "cache", "--dir", cache, "ls"],
+                           capture_output=True, text=True, timeout=60)
+        check(("sha256:%s stopped" % hexd) in r.stdout,
+              "ls after the fetch was killed: %s" % r.stdout)
+        cache = os.path.join(work, "c1")
+        st = os.path.join(cache, "state.json")
+        with open(st) as f:
+            state = json.load(f)
+        state["pins"] = [{"digest": hexd, "holder": "pod-gone-1"},
+                         {"digest": hexd, "holder": "pod-gone-2"}]
+        with open(st, "w") as f:
+            json.dump(state, f)
+        rc, out, err = fetch_cmd(cache, "evict", ref)
+        check(rc == 1, "unpin: evicted while pinned: %s" % err)
+        rc, out, err = fetch_cmd(cache, "unpin", ref, "--holder", "pod-gone-1")
+        check(rc == 0 and "1 pins dropped" in out, "unpin one: %s %s" % (out, err))
+        rc, out, err = fetch_cmd(cache, "unpin", ref)
+        check(rc == 0 and "1 pins dropped" in out, "unpin all: %s %s" % (out, err))
+        rc, out, err = fetch_cmd(cache, "evict", ref)
+        check(rc == 0, "unpin: evict after: %s" % err)
 
         srv.shutdown()
     finally:
