@@ -23,7 +23,7 @@ while [ "$i" -lt "$RUNS" ]; do
     "$K8S_BIN" "$GPUFRAC" 2>&1 |
     sed -n -e 's/.*time to Running (s from creation): //p' \
       -e "s/.*pod 'model' Ready \([0-9.]*\) s after its creation.*/model-Ready \1/p" |
-    paste -sd, - | sed 's/,/, /g' >> "$out" || true
+    paste -sd'|' - | sed 's/|/, /g' >> "$out" || true
 done
 cat "$out"
 python3 - "$out" <<'PY'
