@@ -647,6 +647,51 @@ static void remove_model(gf_node_cache *c, entry *e, const char *why) {
   c->evictions++;
 }
 
+/* Moves model e's directory to <root>/quarantine/<hex>-<seq> and drops its
+ * entry (its pins stay: the pods that hold them still mount the copy); the
+ * quarantined copy goes once no pin names it (sweep_quarantine).  Lock
+ * held.  GF_EIO. */
+static int quarantine_locked(gf_node_cache *c, entry *e) {
+  char dir[4096], q[4096 + 100];
+  snprintf(q, sizeof(q), "%s/quarantine", c->root);
+  if (mkdir(q, 0755) != 0 && errno != EEXIST)
+    return GF_EIO;
+  if (model_dir(c, "sha256", e->hex, dir, sizeof(dir)) ||
+      snprintf(q, sizeof(q), "%s/quarantine/%s-%" PRIu64, c->root, e->hex,
+               ++c->seq) >= (int)sizeof(q) ||
+      rename(dir, q) != 0)
+    return GF_EIO;
+  gf__mc_log(&c->o,
+             "model %s (sha256:%.12s): failed verification while in use: "
+             "moved to %s, out of service",
+             e->name, e->hex, q);
+  drop_entry(c, e);
+  return 0;
+}
+
+/* Removes the quarantined copies no pin names any more.  Lock held. */
+static void sweep_quarantine(gf_node_cache *c) {
+  char q[4096];
+  snprintf(q, sizeof(q), "%s/quarantine", c->root);
+  DIR *dh = opendir(q);
+  if (!dh)
+    return;
+  struct dirent *de;
+  while ((de = readdir(dh))) {
+    char hex[GF_NODE_CACHE_HEX];
+    if (strlen(de->d_name) < 66 || de->d_name[64] != '-')
+      continue;
+    memcpy(hex, de->d_name, 64);
+    hex[64] = '\0';
+    if (pins_of(c, hex))
+      continue;
+    char p[4096 + 300];
+    snprintf(p, sizeof(p), "%s/%s", q, de->d_name);
+    gf__mc_rmtree(p);
+  }
+  closedir(dh);
+}
+
 static bool evictable(const gf_node_cache *c, const entry *e,
                       const char *skip) {
   return !e->fl && !pins_of(c, e->hex) && !(skip && !strcmp(e->hex, skip));
@@ -1045,7 +1090,7 @@ static void scan_read_only_tmp(gf_node_cache *c) {
     snprintf(dir, sizeof(dir), "%s/%s", tdir, de->d_name);
     if (read_manifest(dir, &m, NULL) != 0)
       continue;
-    snprintf(nf, sizeof(nf), "%s/%s.name", tdir, de->d_name);
+    snprintf(nf, sizeof(nf), "%s/%s/name", tdir, de->d_name);
     FILE *f = fopen(nf, "re");
     if (f) {
       size_t k = fread(nm, 1, sizeof(nm) - 1, f);
@@ -1178,6 +1223,7 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
   if (rc)
     goto fail_lock;
   load_state(c);
+  sweep_quarantine(c); /* copies out of service no pin names any more */
   rc = scan_tmp(c, d);
   if (!rc)
     rc = scan_models(c, d);
@@ -1303,13 +1349,8 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   if (rc)
     goto out;
   /* The name beside it, for `gpufrac cache ls` (read-only: it sees the
-   * fetch only on disk); recovery removes it with other strays. */
-  {
-    char tdir[4096], nfile[GF_NODE_CACHE_HEX + 8];
-    snprintf(tdir, sizeof(tdir), "%s/tmp", c->root);
-    snprintf(nfile, sizeof(nfile), "%s.name", hex);
-    (void)gf_node_write_atomic(tdir, nfile, name, strlen(name), NULL);
-  }
+   * fetch only on disk); removed before the publish. */
+  (void)gf_node_write_atomic(tmp, "name", name, strlen(name), NULL);
   gf__mc_log(&c->o,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
@@ -1318,6 +1359,8 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
                           &c->bytes_fetched, &c->cancel, d);
   if (rc)
     goto out;
+  snprintf(path, sizeof(path), "%s/name", tmp);
+  unlink(path);
   /* Publish: make read-only, fsync the tree's directories, rename. */
   nftw(tmp, ro_visit, 16, FTW_PHYS | FTW_DEPTH);
   snprintf(path, sizeof(path), "%s/manifest", tmp);
@@ -1332,8 +1375,6 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   }
   snprintf(path, sizeof(path), "%s/sha256", c->root);
   fsync_path(path, O_DIRECTORY);
-  snprintf(path, sizeof(path), "%s/tmp/%s.name", c->root, hex);
-  unlink(path);
 out:
   gf_node_cache_manifest_release(&m);
   free(text);
@@ -1665,15 +1706,32 @@ int gf_node_cache_verify(gf_node_cache *c,
     if (ok)
       continue;
     bad++;
-    if (report)
-      report(user, list[i].hex, list[i].name, d.msg);
+    char why[sizeof(d.msg) + 400];
     pthread_mutex_lock(&c->mu);
     entry *e = find(c, list[i].hex);
-    if (e && !e->fl && !pins_of(c, e->hex)) {
+    uint32_t np = e ? pins_of(c, e->hex) : 0;
+    if (e && !e->fl && !np) {
       remove_model(c, e, "it failed verification");
+      snprintf(why, sizeof(why), "%s (removed)", d.msg);
       save_state(c);
+    } else if (e && !e->fl) {
+      /* In use: out of service.  The running pods keep what they mount (a
+       * renamed directory, hard links); no new pod gets it, and the next
+       * one that names it has it fetched again. */
+      int q = quarantine_locked(c, e);
+      snprintf(why, sizeof(why), "%s; in use by %u pod(s) or claim(s): %s",
+               d.msg, np,
+               q ? "could not be taken out of service"
+                 : "taken out of service ("
+                   "moved to quarantine/), the next "
+                   "pod that names it fetches it again");
+      save_state(c);
+    } else {
+      snprintf(why, sizeof(why), "%s", d.msg);
     }
     pthread_mutex_unlock(&c->mu);
+    if (report)
+      report(user, list[i].hex, list[i].name, why);
   }
   gf__free(list);
   return bad;
@@ -1813,9 +1871,13 @@ int gf_node_cache_prune(gf_node_cache *c,
     for (size_t i = 0; i < c->np && !holder[0]; i++)
       if (!alive(user, c->p[i].holder))
         gf__node_copy(holder, sizeof(holder), c->p[i].holder);
-    pthread_mutex_unlock(&c->mu);
-    if (!holder[0])
+    if (!holder[0]) {
+      if (k && !c->ro)
+        sweep_quarantine(c);
+      pthread_mutex_unlock(&c->mu);
       return k;
+    }
+    pthread_mutex_unlock(&c->mu);
     k += gf_node_cache_unpin(c, NULL, holder);
   }
 }

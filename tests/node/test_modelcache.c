@@ -493,6 +493,19 @@ static void test_recovery(void **state) {
 }
 
 /* A model changed on disk after publish: verify finds and removes it. */
+static void keep_why(void *user, const char *hex, const char *name,
+                     const char *why) {
+  (void)hex;
+  (void)name;
+  snprintf(user, 1200, "%s", why);
+}
+
+static bool never_alive(void *user, const char *holder) {
+  (void)user;
+  (void)holder;
+  return false;
+}
+
 static void test_verify(void **state) {
   (void)state;
   char ha[GF_NODE_CACHE_HEX], ua[400], path[800], dir[600];
@@ -510,6 +523,31 @@ static void test_verify(void **state) {
   fclose(f);
   assert_int_equal(gf_node_cache_verify(c, NULL, NULL), 1);
   assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), GF_ENOTFOUND);
+
+  /* In use (issue 28 item 5): out of service, not handed to the next pod;
+   * the pod that has it keeps its copy; the next pod's request fetches it
+   * again, whole; the copy goes once its pins do. */
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  assert_int_equal(gf_node_cache_pin(c, ha, "pod-1"), 0);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), 0);
+  snprintf(path, sizeof(path), "%s/w0.bin", dir);
+  chmod(path, 0644);
+  f = fopen(path, "r+b");
+  assert_non_null(f);
+  fputc('Z', f);
+  fclose(f);
+  char why[1200] = "";
+  assert_int_equal(gf_node_cache_verify(c, keep_why, why), 1);
+  assert_non_null(strstr(why, "taken out of service"));
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), GF_ENOTFOUND);
+  assert_int_equal(count_dir("quarantine"), 1);
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  assert_int_equal(gf_node_cache_verify(c, NULL, NULL), 0);
+  assert_int_equal(gf_node_cache_unpin(c, ha, "pod-1"), 1);
+  assert_int_equal(gf_node_cache_prune(c, never_alive, NULL), 0);
+  gf_node_cache_free(c);
+  c = open_cache(0); /* the quarantined copy, unpinned, goes at open */
+  assert_int_equal(count_dir("quarantine"), 0);
   gf_node_cache_free(c);
 }
 
