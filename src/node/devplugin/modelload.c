@@ -150,6 +150,13 @@ static void *job_run(void *arg) {
   job *j = arg;
   gf_node_loader *l = j->l;
   long backoff = l->base_ms;
+  /* A view made by an earlier run of the agent (its pod was told then):
+   * made again quietly. */
+  char marker[GF_NODE_PATH_MAX];
+  struct stat mst;
+  bool told =
+      gf__node_join(marker, sizeof(marker), j->dir, GF_NODE_MODEL_READY_FILE) &&
+      lstat(marker, &mst) == 0;
   for (;;) {
     char files[GF_NODE_PATH_MAX];
     gf_diag d = {""};
@@ -179,7 +186,7 @@ static void *job_run(void *arg) {
       char msg[600];
       snprintf(msg, sizeof(msg), "model %s (sha256:%.12s) is ready in %s",
                j->name, j->hex, GF_NODE_MODEL_MOUNT);
-      if (!quit) {
+      if (!quit && !told) {
         condition(j, true, "ModelReady", msg);
         event(j, "Normal", "ModelReady", msg);
       }
