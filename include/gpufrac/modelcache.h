@@ -283,6 +283,11 @@ typedef struct gf_node_cache_entry {
    * way in the process that holds the cache, or stopped with their parts)
    * as GF_NODE_CACHE_FETCHING with the bytes they hold so far here. */
   uint64_t have;
+  /* Who is served it (docs/modelcache.md, "Who gets a cached model"):
+   * shared, or the one namespace ns ("" with shared false: nobody's, an
+   * adopted model no operator has shared yet). */
+  bool shared;
+  char ns[64];
 } gf_node_cache_entry;
 
 /* The models in *out (malloc'd, most recently used first), count in *n.
@@ -324,7 +329,10 @@ int gf_node_cache_keep_warm(gf_node_cache *c, long keep_s,
 int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex);
 
 /* The inventory annotation's "models" value: a JSON array text of at most
- * 64 entries, most recently used first (malloc'd). GF_ENOMEM. */
+ * 64 entries, most recently used first (malloc'd): name, digest, bytes,
+ * state, shared (bool) and, for a model that is not shared, namespace (the
+ * one namespace whose pods it is served to; "" for none), so placement can
+ * count only what a pod may use (issue 28 item 2).  GF_ENOMEM. */
 int gf_node_cache_models_json(gf_node_cache *c, char **out);
 
 #endif

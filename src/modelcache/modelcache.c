@@ -1757,6 +1757,8 @@ int gf_node_cache_list(gf_node_cache *c, gf_node_cache_entry **out, size_t *n) {
     l[i].state = e->fl || e->on_disk_fetch ? GF_NODE_CACHE_FETCHING
                                            : GF_NODE_CACHE_READY;
     l[i].have = e->on_disk_fetch ? e->have : 0;
+    l[i].shared = e->shared;
+    gf__node_copy(l[i].ns, sizeof(l[i].ns), e->ns);
     l[i].pins = pins_of(c, e->hex);
     l[i].used = e->used;
   }
@@ -1843,11 +1845,15 @@ int gf_node_cache_models_json(gf_node_cache *c, char **out) {
   for (size_t i = 0; a && i < n && i < INVENTORY_MODELS; i++) {
     char dg[80];
     snprintf(dg, sizeof(dg), "sha256:%s", l[i].hex);
-    if (json_array_append_new(
-            a, json_pack("{s:s,s:s,s:I,s:s}", "name", l[i].name, "digest", dg,
-                         "bytes", (json_int_t)l[i].bytes, "state",
-                         l[i].state == GF_NODE_CACHE_READY ? "ready"
-                                                           : "fetching")))
+    json_t *o =
+        json_pack("{s:s,s:s,s:I,s:s,s:b}", "name", l[i].name, "digest", dg,
+                  "bytes", (json_int_t)l[i].bytes, "state",
+                  l[i].state == GF_NODE_CACHE_READY ? "ready" : "fetching",
+                  "shared", l[i].shared);
+    if (o && !l[i].shared &&
+        json_object_set_new(o, "namespace", json_string(l[i].ns)))
+      rc = GF_ENOMEM;
+    if (json_array_append_new(a, o))
       rc = GF_ENOMEM;
   }
   gf__free(l);

@@ -270,7 +270,7 @@ static void test_fetch_file_source(void **state) {
   char want_js[300];
   snprintf(want_js, sizeof(want_js),
            "[{\"name\":\"model-a\",\"digest\":\"sha256:%s\",\"bytes\":15000,"
-           "\"state\":\"ready\"}]",
+           "\"state\":\"ready\",\"shared\":true}]",
            hex);
   assert_string_equal(js, want_js);
   free(js);

@@ -488,6 +488,29 @@ static void test_namespaces(void **state) {
   assert_int_equal(acquire(c, "tenant-b", "pod-b3", h3, NULL, &d),
                    GF_ENOTFOUND);
   assert_int_equal(acquire(c, "tenant-a", "pod-a5", h3, NULL, &d), 0);
+  /* the inventory says whose each model is (issue 28 item 2): placement
+   * must not count tenant-a's private models for tenant-b's pods */
+  char *js = NULL, want[200];
+  assert_int_equal(gf_node_cache_models_json(c, &js), 0);
+  snprintf(want, sizeof(want), "\"digest\":\"sha256:%s\"", h3);
+  char *at = strstr(js, want);
+  assert_non_null(at);
+  char *end = strchr(at, '}');
+  assert_non_null(end);
+  *end = '\0';
+  if (!strstr(at, "\"shared\":false") ||
+      !strstr(at, "\"namespace\":\"tenant-a\""))
+    fail_msg("h3 in the inventory: %s", at);
+  free(js);
+  assert_int_equal(gf_node_cache_models_json(c, &js), 0);
+  snprintf(want, sizeof(want), "\"digest\":\"sha256:%s\"", h2);
+  at = strstr(js, want);
+  assert_non_null(at);
+  end = strchr(at, '}');
+  *end = '\0';
+  if (!strstr(at, "\"shared\":true") || strstr(at, "namespace"))
+    fail_msg("h2 (shared) in the inventory: %s", at);
+  free(js);
 
   /* an operator's fetch of it shares it */
   rc = gf_node_cache_fetch(c, "m", h1, u1, &d);
