@@ -165,6 +165,12 @@ int gf_kube_list_all(gf_kube *k, const char *path, const gf_kube_list_opts *o,
 int gf_kube_merge_patch(gf_kube *k, const char *path, const json_t *patch,
                         const char *resource_version, json_t **out, gf_diag *d);
 
+/* PATCH with a strategic merge patch (built-in types only: lists such as
+ * a pod's status.conditions merge by their key, here "type").  out may be
+ * NULL. */
+int gf_kube_strategic_patch(gf_kube *k, const char *path, const json_t *patch,
+                            json_t **out, gf_diag *d);
+
 /* POST (create) and PUT (replace; the object's metadata.resourceVersion is
  * the precondition).  out may be NULL. */
 int gf_kube_create(gf_kube *k, const char *path, const json_t *obj,

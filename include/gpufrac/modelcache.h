@@ -29,6 +29,14 @@
 /* Where the node agent mounts a pod's or claim's model in its containers:
  * GF_NODE_MODEL_MOUNT/<name>, read-only, also in GPUFRAC_MODEL_DIR. */
 #define GF_NODE_MODEL_MOUNT "/gpufrac/models"
+/* A pod's view of its model (docs/modelcache.md, "A pod whose model is not
+ * cached"): <root>/pods/<uid> is mounted at GF_NODE_MODEL_MOUNT at once;
+ * the model's files appear under <name>/ and then the marker
+ * GF_NODE_MODEL_READY_FILE (a model name never starts with '.'), and the
+ * agent sets the pod's condition GF_NODE_MODEL_READY_CONDITION (for a
+ * readiness gate) True. */
+#define GF_NODE_MODEL_READY_FILE ".ready"
+#define GF_NODE_MODEL_READY_CONDITION "gpufrac.io/model-ready"
 /* The weight cache's pod annotations (docs/modelcache.md; gpufrac/grant.h
  * defines them for both sides). */
 #define GF_NODE_MODEL_ANNOTATION GF_MODEL_ANNOTATION
@@ -42,6 +50,11 @@
 #define GF_NODE_CACHE_PATH_MAX 1024   /* a manifest path, bytes */
 #define GF_NODE_CACHE_FILES_MAX 65536 /* files in one manifest */
 #define GF_NODE_CACHE_MANIFEST_MAX (16u << 20)
+/* Without a budget the cache takes 1/GF_NODE_CACHE_BUDGET_DIV of its
+ * filesystem; every fetch leaves 1/GF_NODE_CACHE_KEEP_FREE_DIV of it free,
+ * checked before it starts and while it writes. */
+#define GF_NODE_CACHE_BUDGET_DIV 2
+#define GF_NODE_CACHE_KEEP_FREE_DIV 10
 
 /* ---- manifests -------------------------------------------------------- */
 
@@ -91,10 +104,11 @@ int gf_node_cache_ref_parse(const char *ref, char *name, size_t cap,
 typedef struct gf_node_cache gf_node_cache;
 
 typedef struct gf_node_cache_opts {
-  const char *root;       /* NULL: GF_NODE_CACHE_ROOT */
-  uint64_t budget;        /* bytes; 0: unlimited */
-  unsigned parallel;      /* files fetched at once; 0: 4 */
-  unsigned retries;       /* tries per file after the first; 0: 3 */
+  const char *root;  /* NULL: GF_NODE_CACHE_ROOT */
+  uint64_t budget;   /* bytes; 0: half of the root's filesystem */
+  unsigned parallel; /* files fetched at once; 0: 4 */
+  unsigned retries;  /* tries in a row that receive nothing, per file, after
+                        the first (a try that gets bytes resets it); 0: 5 */
   long connect_timeout_s; /* 0: 10 */
   long stall_timeout_s;   /* no byte for this long fails a try; 0: 30 */
   long progress_s;        /* a progress log line this often; 0: 5 */
@@ -188,7 +202,16 @@ typedef struct gf_node_cache_req {
   const char *source; /* the pod's gpufrac.io/model-source; NULL: none */
   const char *ns;     /* the pod's namespace (required) */
   const char *holder; /* the pin's holder: a pod or claim uid (required) */
+  /* A failed fetch keeps its verified files and parts in <root>/tmp for
+   * the next try to resume (the caller retries; it calls
+   * gf_node_cache_drop_parts when it gives up).  false: a pod's failed
+   * fetch leaves none (their bytes are outside the budget). */
+  bool keep_parts;
 } gf_node_cache_req;
+
+/* Removes the parts a failed fetch of hex kept (keep_parts), unless a
+ * fetch of it runs or it is ready (GF_ESTATE).  GF_EINVAL, GF_EIO. */
+int gf_node_cache_drop_parts(gf_node_cache *c, const char *hex);
 
 /* Makes model r->hex ready for a pod of namespace r->ns, pins it for
  * r->holder and writes the directory to mount into dir[cap], the pin taken
@@ -209,11 +232,26 @@ int gf_node_cache_acquire(gf_node_cache *c, const gf_node_cache_req *r,
 int gf_node_cache_path(gf_node_cache *c, const char *hex, char *dir,
                        size_t cap);
 
+/* The cache's root directory (pods' views live under <root>/pods). */
+const char *gf_node_cache_root(const gf_node_cache *c);
+
+/* Makes dst (which must exist) a view of the model directory `files` (what
+ * gf_node_cache_acquire wrote): its directories made, its files hard-linked
+ * (entries already there are kept, so a second call completes the first).
+ * dst must be on the cache's filesystem: GF_ESTATE saying so (EXDEV);
+ * GF_EIO naming the path. */
+int gf_node_cache_pod_view(const char *files, const char *dst, gf_diag *d);
+
+/* rm -rf of a pod's view (its links, directories and marker); true when
+ * it is gone. */
+bool gf_node_cache_view_remove(const char *dir);
+
 /* Pins ready model hex for holder (a pod uid); idempotent; saved.
  * GF_ENOTFOUND when not ready, GF_EINVAL for an empty holder. */
 int gf_node_cache_pin(gf_node_cache *c, const char *hex, const char *holder);
-/* Drops holder's pin on hex (hex NULL: all of holder's pins); marks the
- * models used.  Returns the number of pins dropped. */
+/* Drops holder's pin on hex (hex NULL: all of holder's pins; holder NULL:
+ * every pin on hex); marks the models used.  Returns the number of pins
+ * dropped (0 on a read-only cache). */
 int gf_node_cache_unpin(gf_node_cache *c, const char *hex, const char *holder);
 
 /* Removes ready model hex.  GF_ENOTFOUND, GF_ESTATE when pinned or being
@@ -241,6 +279,15 @@ typedef struct gf_node_cache_entry {
   gf_node_model_state state;
   uint32_t pins;
   uint64_t used; /* LRU counter: larger is more recent */
+  /* A cache opened read-only lists the fetches on disk (<root>/tmp: under
+   * way in the process that holds the cache, or stopped with their parts)
+   * as GF_NODE_CACHE_FETCHING with the bytes they hold so far here. */
+  uint64_t have;
+  /* Who is served it (docs/modelcache.md, "Who gets a cached model"):
+   * shared, or the one namespace ns ("" with shared false: nobody's, an
+   * adopted model no operator has shared yet). */
+  bool shared;
+  char ns[64];
 } gf_node_cache_entry;
 
 /* The models in *out (malloc'd, most recently used first), count in *n.
@@ -282,7 +329,10 @@ int gf_node_cache_keep_warm(gf_node_cache *c, long keep_s,
 int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex);
 
 /* The inventory annotation's "models" value: a JSON array text of at most
- * 64 entries, most recently used first (malloc'd). GF_ENOMEM. */
+ * 64 entries, most recently used first (malloc'd): name, digest, bytes,
+ * state, shared (bool) and, for a model that is not shared, namespace (the
+ * one namespace whose pods it is served to; "" for none), so placement can
+ * count only what a pod may use (issue 28 item 2).  GF_ENOMEM. */
 int gf_node_cache_models_json(gf_node_cache *c, char **out);
 
 #endif

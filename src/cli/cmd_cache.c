@@ -2,12 +2,16 @@
  * command line: list, fetch, verify and evict models in a cache directory,
  * write a source's manifest, and declare a prefetch (a ConfigMap the node
  * agents act on). */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "gpufrac/error.h"
@@ -25,6 +29,7 @@ static void usage(FILE *fp) {
       "NAME@sha256:HEX --source URL\n"
       "       gpufrac cache [--dir DIR] verify\n"
       "       gpufrac cache [--dir DIR] evict NAME@sha256:HEX\n"
+      "       gpufrac cache [--dir DIR] unpin NAME@sha256:HEX [--holder UID]\n"
       "       gpufrac cache manifest SRCDIR\n"
       "       gpufrac cache prefetch NAME@sha256:HEX --source URL\n"
       "             (--nodes N | --node-selector K=V[,K=V] | --node-names "
@@ -35,13 +40,19 @@ static void usage(FILE *fp) {
       "byte budget.\n\n"
       "  ls        the cached models, most recently used first: digest, "
       "state,\n            bytes, pins, name (read only: works while the "
-      "agent runs)\n"
+      "agent runs);\n            fetches on disk too: \"fetching\" with "
+      "the bytes so far while the\n            directory's holder runs, "
+      "\"stopped\" (parts kept) when none does\n"
       "  fetch     fetch a model from URL (http://, https:// or file:// "
       "base holding\n            gpufrac.manifest and the files) into DIR, "
       "verifying every file\n"
       "  verify    re-hash every cached model's files; a model that fails "
       "is removed\n            (exit 1 when any failed)\n"
       "  evict     remove a model (refused while a running pod pins it)\n"
+      "  unpin     drop the pins on a model (of one holder, a pod or claim "
+      "uid, with\n            --holder): for pins of pods gone while no "
+      "agent ran (the agent\n            drops those of pods it sees gone "
+      "by itself)\n"
       "            fetch, verify and evict lock DIR for the operation: "
       "refused\n            (naming the holder's pid) while the node agent "
       "holds it\n"
@@ -55,10 +66,11 @@ static void usage(FILE *fp) {
       "names\n            and --node-selector\n\n"
       "  --dir DIR          the cache (default " GF_NODE_CACHE_ROOT ")\n"
       "  --budget BYTES     byte budget, a Kubernetes quantity (\"100Gi\"); "
-      "default none\n"
+      "default half\n                     of DIR's filesystem\n"
       "  --source URL       where the model is\n"
       "  --parallel N       files fetched at once (default 4)\n"
-      "  --retries N        tries per file after the first (default 3)\n"
+      "  --retries N        tries in a row without progress per file after\n"
+      "                     the first (default 5; bytes received reset it)\n"
       "  --stall-timeout S  a try that receives nothing for S seconds "
       "fails (default 30)\n"
       "  --deadline S       the fetch fails when not done after S seconds "
@@ -67,7 +79,8 @@ static void usage(FILE *fp) {
       "  --min-rate BYTES   the fetch fails when it averages under BYTES/s "
       "after its\n                     first 60 s (default 1000000; 0: "
       "none)\n"
-      "  --namespace NS     the agents' namespace (default gpufrac-system)\n");
+      "  --namespace NS     the agents' namespace (default gpufrac-system)\n"
+      "  --holder UID       unpin: the pin holder (default every holder)\n");
 }
 
 static int bad_usage(const char *what) {
@@ -76,9 +89,32 @@ static int bad_usage(const char *what) {
   return GF_EXIT_USAGE;
 }
 
+/* The last line the cache logged, so a failure it logged already is not
+ * printed a second time from the error it returns. */
+static char g_last_log[2048];
+
 static void log_line(void *user, const char *line) {
   (void)user;
   fprintf(stderr, "gpufrac cache: %s\n", line);
+  snprintf(g_last_log, sizeof(g_last_log), "%s", line);
+}
+
+/* Prints msg unless the cache's last log line already said it. */
+static void print_failure(const char *msg) {
+  if (!msg[0] || !strstr(g_last_log, msg))
+    fprintf(stderr, "gpufrac cache: %s\n", msg);
+}
+
+/* Whether another process holds DIR's lock (the agent, a fetch). */
+static bool dir_held(const char *dir) {
+  char p[4200];
+  snprintf(p, sizeof(p), "%s/lock", dir ? dir : GF_NODE_CACHE_ROOT);
+  int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return false;
+  bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);
+  return held;
 }
 
 /* deadline_s and min_rate: < 0 unset (the library's default), 0 none. */
@@ -111,7 +147,7 @@ static int open_cache(const char *dir, const char *sub, uint64_t budget,
   return GF_EXIT_OK;
 }
 
-static int do_ls(gf_node_cache *c) {
+static int do_ls(gf_node_cache *c, bool held) {
   gf_node_cache_entry *l = NULL;
   size_t n = 0;
   if (gf_node_cache_list(c, &l, &n)) {
@@ -122,11 +158,21 @@ static int do_ls(gf_node_cache *c) {
   gf_node_cache_stats_get(c, &s);
   printf("%-71s %-8s %14s %4s  %s\n", "DIGEST", "STATE", "BYTES", "PINS",
          "NAME");
-  for (size_t i = 0; i < n; i++)
-    printf("sha256:%s %-8s %14" PRIu64 " %4u  %s\n", l[i].hex,
-           l[i].state == GF_NODE_CACHE_READY ? "ready" : "fetching", l[i].bytes,
-           l[i].pins, l[i].name);
-  printf("%" PRIu64 " models, %" PRIu64 " bytes", s.models, s.used);
+  for (size_t i = 0; i < n; i++) {
+    if (l[i].state == GF_NODE_CACHE_READY) {
+      printf("sha256:%s %-8s %14" PRIu64 " %4u  %s\n", l[i].hex, "ready",
+             l[i].bytes, l[i].pins, l[i].name);
+      continue;
+    }
+    /* a fetch on disk: the bytes so far of the manifest's */
+    printf("sha256:%s %-8s %14" PRIu64 " %4u  %s (%" PRIu64 " of %" PRIu64
+           " bytes, %.0f%%)\n",
+           l[i].hex, held ? "fetching" : "stopped", l[i].bytes, l[i].pins,
+           l[i].name, l[i].have, l[i].bytes,
+           l[i].bytes ? 100.0 * (double)l[i].have / (double)l[i].bytes : 100.0);
+  }
+  printf("%" PRIu64 " models, %" PRIu64 " fetches on disk, %" PRIu64 " bytes",
+         s.models, s.fetching, s.used);
   if (s.budget)
     printf(" of a %" PRIu64 "-byte budget", s.budget);
   printf("\n");
@@ -240,7 +286,8 @@ out:
 
 int cmd_cache(int argc, char **argv) {
   const char *dir = NULL, *source = NULL, *kubeconfig = NULL, *context = NULL,
-             *ns = GF_NODE_PREFETCH_NAMESPACE, *selector = NULL, *names = NULL;
+             *ns = GF_NODE_PREFETCH_NAMESPACE, *selector = NULL, *names = NULL,
+             *holder = NULL;
   uint64_t budget = 0;
   int64_t nodes = 0, parallel = 0, retries = 0, stall = 0;
   int64_t deadline = -1, min_rate = -1; /* unset */
@@ -294,6 +341,8 @@ int cmd_cache(int argc, char **argv) {
         context = v;
       } else if (!strcmp(a, "--namespace")) {
         ns = v;
+      } else if (!strcmp(a, "--holder")) {
+        holder = v;
       } else {
         fprintf(stderr, "gpufrac cache: unknown option %s\n", a);
         usage(stderr);
@@ -315,7 +364,7 @@ int cmd_cache(int argc, char **argv) {
   }
   char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
   bool has_ref = !strcmp(sub, "fetch") || !strcmp(sub, "evict") ||
-                 !strcmp(sub, "prefetch");
+                 !strcmp(sub, "prefetch") || !strcmp(sub, "unpin");
   if (has_ref) {
     if (npos != 2)
       return bad_usage("give one model, NAME@sha256:HEX");
@@ -346,19 +395,26 @@ int cmd_cache(int argc, char **argv) {
   }
   if (!strcmp(sub, "fetch") && !source)
     return bad_usage("fetch needs --source URL");
+  if (holder && strcmp(sub, "unpin"))
+    return bad_usage("--holder is for unpin");
   if (strcmp(sub, "ls") && strcmp(sub, "fetch") && strcmp(sub, "verify") &&
-      strcmp(sub, "evict"))
+      strcmp(sub, "evict") && strcmp(sub, "unpin"))
     return bad_usage("unknown subcommand");
+  bool held = !strcmp(sub, "ls") && dir_held(dir);
   gf_node_cache *c = NULL;
   int ex = open_cache(dir, sub, budget, (unsigned)parallel, (unsigned)retries,
                       (long)stall, (long)deadline, min_rate, &c);
   if (ex)
     return ex;
   if (!strcmp(sub, "ls")) {
-    ex = do_ls(c);
+    ex = do_ls(c, held);
+  } else if (!strcmp(sub, "unpin")) {
+    int k = gf_node_cache_unpin(c, hex, holder);
+    printf("%d pins dropped\n", k);
+    ex = k > 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
   } else if (!strcmp(sub, "fetch")) {
     if (gf_node_cache_fetch(c, name, hex, source, &d)) {
-      fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+      print_failure(d.msg);
       ex = GF_EXIT_FAIL;
     } else {
       char path[4096];
@@ -374,7 +430,7 @@ int cmd_cache(int argc, char **argv) {
     ex = bad == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
   } else {
     if (gf_node_cache_evict(c, hex, &d)) {
-      fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+      print_failure(d.msg);
       ex = GF_EXIT_FAIL;
     }
   }

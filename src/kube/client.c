@@ -523,6 +523,14 @@ out:
   return rc;
 }
 
+int gf_kube_strategic_patch(gf_kube *k, const char *path, const json_t *patch,
+                            json_t **out, gf_diag *d) {
+  if (!json_is_object(patch))
+    return gf_diag_set(d, GF_EINVAL, "PATCH %s: patch is not an object", path);
+  return send_json(k, "PATCH", path, "application/strategic-merge-patch+json",
+                   patch, out, d);
+}
+
 int gf_kube_create(gf_kube *k, const char *path, const json_t *obj,
                    json_t **out, gf_diag *d) {
   return send_json(k, "POST", path, "application/json", obj, out, d);

@@ -458,6 +458,8 @@ typedef struct entry {
   char ns[GF_NODE_CACHE_NS_MAX];
   bool shared;
   flight *fl;            /* non-NULL while fetching */
+  bool on_disk_fetch;    /* read-only: a fetch's tmp/<hex> (no flight) */
+  uint64_t have;         /* on_disk_fetch: its bytes on disk so far */
   bool warm;             /* kept in the page cache (keep-warm) */
   struct lock_map *maps; /* mlock'ed mappings of its files */
   size_t nmaps;
@@ -496,6 +498,8 @@ struct gf_node_cache {
   void (*hook)(void *user, const char *point); /* tests */
   void *hook_user;
 };
+
+const char *gf_node_cache_root(const gf_node_cache *c) { return c->root; }
 
 void gf__mc_set_hook(gf_node_cache *c,
                      void (*fn)(void *user, const char *point), void *user) {
@@ -643,6 +647,51 @@ static void remove_model(gf_node_cache *c, entry *e, const char *why) {
   c->evictions++;
 }
 
+/* Moves model e's directory to <root>/quarantine/<hex>-<seq> and drops its
+ * entry (its pins stay: the pods that hold them still mount the copy); the
+ * quarantined copy goes once no pin names it (sweep_quarantine).  Lock
+ * held.  GF_EIO. */
+static int quarantine_locked(gf_node_cache *c, entry *e) {
+  char dir[4096], q[4096 + 100];
+  snprintf(q, sizeof(q), "%s/quarantine", c->root);
+  if (mkdir(q, 0755) != 0 && errno != EEXIST)
+    return GF_EIO;
+  if (model_dir(c, "sha256", e->hex, dir, sizeof(dir)) ||
+      snprintf(q, sizeof(q), "%s/quarantine/%s-%" PRIu64, c->root, e->hex,
+               ++c->seq) >= (int)sizeof(q) ||
+      rename(dir, q) != 0)
+    return GF_EIO;
+  gf__mc_log(&c->o,
+             "model %s (sha256:%.12s): failed verification while in use: "
+             "moved to %s, out of service",
+             e->name, e->hex, q);
+  drop_entry(c, e);
+  return 0;
+}
+
+/* Removes the quarantined copies no pin names any more.  Lock held. */
+static void sweep_quarantine(gf_node_cache *c) {
+  char q[4096];
+  snprintf(q, sizeof(q), "%s/quarantine", c->root);
+  DIR *dh = opendir(q);
+  if (!dh)
+    return;
+  struct dirent *de;
+  while ((de = readdir(dh))) {
+    char hex[GF_NODE_CACHE_HEX];
+    if (strlen(de->d_name) < 66 || de->d_name[64] != '-')
+      continue;
+    memcpy(hex, de->d_name, 64);
+    hex[64] = '\0';
+    if (pins_of(c, hex))
+      continue;
+    char p[4096 + 300];
+    snprintf(p, sizeof(p), "%s/%s", q, de->d_name);
+    gf__mc_rmtree(p);
+  }
+  closedir(dh);
+}
+
 static bool evictable(const gf_node_cache *c, const entry *e,
                       const char *skip) {
   return !e->fl && !pins_of(c, e->hex) && !(skip && !strcmp(e->hex, skip));
@@ -726,6 +775,48 @@ static int make_room(gf_node_cache *c, uint64_t need, const char *skip,
     remove_model(c, lru, "least recently used over the budget");
   }
   return 0;
+}
+
+/* Bytes of model m already in tmp (files verified or parts of an earlier
+ * try): what a resumed fetch need not write again. */
+static uint64_t bytes_present(const char *tmp,
+                              const gf_node_cache_manifest *m) {
+  uint64_t have = 0;
+  char p[8192];
+  struct stat st;
+  for (size_t i = 0; i < m->n; i++) {
+    uint64_t got = 0;
+    if (snprintf(p, sizeof(p), "%s/files/%s", tmp, m->files[i].path) <
+            (int)sizeof(p) &&
+        lstat(p, &st) == 0 && S_ISREG(st.st_mode))
+      got = (uint64_t)st.st_size;
+    else if (snprintf(p, sizeof(p), "%s/files/%s.part", tmp, m->files[i].path) <
+                 (int)sizeof(p) &&
+             lstat(p, &st) == 0 && S_ISREG(st.st_mode))
+      got = (uint64_t)st.st_size;
+    have += got < m->files[i].size ? got : m->files[i].size;
+  }
+  return have;
+}
+
+/* Whether the bytes model m still needs fit on the cache's filesystem with
+ * keep_free left over (the budget counts what the cache holds; this, what
+ * the disk has: other things use it too).  GF_ENOFIT with the numbers. */
+static int disk_room(gf_node_cache *c, const char *tmp,
+                     const gf_node_cache_manifest *m, gf_diag *d) {
+  uint64_t fr = 0, tot = 0;
+  if (!c->o.keep_free || gf__mc_fs_space(c->root, &fr, &tot) != 0)
+    return 0;
+  uint64_t have = bytes_present(tmp, m);
+  uint64_t need = m->bytes > have ? m->bytes - have : 0;
+  if (fr >= need && fr - need >= c->o.keep_free)
+    return 0;
+  return gf_diag_set(d, GF_ENOFIT,
+                     "%" PRIu64 " bytes to fetch, %" PRIu64
+                     " free on the filesystem of %s, which keeps %" PRIu64
+                     " free (a tenth of it, for kubelet and the node): "
+                     "refused",
+                     need, fr, c->root, c->o.keep_free);
 }
 
 /* ---- open and recovery ------------------------------------------------- */
@@ -982,6 +1073,44 @@ static int take_lock(gf_node_cache *c, const char *owner, gf_diag *d) {
 
 /* Read-only open: the state file's models whose manifest is there, sizes
  * from it; nothing removed, nothing written. */
+/* Read-only: the fetches under way (or stopped with their parts) as
+ * tmp/<hex> shows them, with the bytes on disk so far. */
+static void scan_read_only_tmp(gf_node_cache *c) {
+  char tdir[4096];
+  snprintf(tdir, sizeof(tdir), "%s/tmp", c->root);
+  DIR *dh = opendir(tdir);
+  if (!dh)
+    return;
+  struct dirent *de;
+  while ((de = readdir(dh))) {
+    if (!is_hex64(de->d_name, strlen(de->d_name)) || find(c, de->d_name))
+      continue;
+    char dir[4096 + 80], nf[4096 + 80], nm[GF_NODE_CACHE_NAME_MAX] = "?";
+    gf_node_cache_manifest m;
+    snprintf(dir, sizeof(dir), "%s/%s", tdir, de->d_name);
+    if (read_manifest(dir, &m, NULL) != 0)
+      continue;
+    snprintf(nf, sizeof(nf), "%s/%s/name", tdir, de->d_name);
+    FILE *f = fopen(nf, "re");
+    if (f) {
+      size_t k = fread(nm, 1, sizeof(nm) - 1, f);
+      nm[k] = '\0';
+      fclose(f);
+      if (!k || !gf_node_safe_name(nm))
+        snprintf(nm, sizeof(nm), "?");
+    }
+    entry *e = add_entry(c, de->d_name);
+    if (e) {
+      gf__node_copy(e->name, sizeof(e->name), nm);
+      e->bytes = m.bytes;
+      e->on_disk_fetch = true;
+      e->have = bytes_present(dir, &m);
+    }
+    gf_node_cache_manifest_release(&m);
+  }
+  closedir(dh);
+}
+
 static void scan_read_only(gf_node_cache *c) {
   for (size_t i = 0; i < c->n;) {
     char dir[4096];
@@ -995,6 +1124,7 @@ static void scan_read_only(gf_node_cache *c) {
       drop_entry(c, &c->e[i]);
     }
   }
+  scan_read_only_tmp(c);
 }
 
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
@@ -1033,7 +1163,7 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
   c->o.parallel = o && o->parallel ? o->parallel : 4;
   if (c->o.parallel > 64)
     c->o.parallel = 64;
-  c->o.retries = o && o->retries ? o->retries : 3;
+  c->o.retries = o && o->retries ? o->retries : 5;
   c->o.connect_timeout_s =
       o && o->connect_timeout_s > 0 ? o->connect_timeout_s : 10;
   c->o.stall_timeout_s = o && o->stall_timeout_s > 0 ? o->stall_timeout_s : 30;
@@ -1071,11 +1201,29 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
     if (rc)
       goto fail_lock;
   }
+  /* The disk is usually the node's (kubelet's, the images'): without a
+   * budget the cache takes at most half of its filesystem, and any fetch
+   * leaves a tenth of it free (kubelet's default eviction threshold,
+   * nodefs.available < 10%). */
+  {
+    uint64_t fr = 0, tot = 0;
+    if (gf__mc_fs_space(c->root, &fr, &tot) == 0 && tot > 0) {
+      c->o.keep_free = tot / GF_NODE_CACHE_KEEP_FREE_DIV;
+      if (!c->budget) {
+        c->budget = tot / GF_NODE_CACHE_BUDGET_DIV;
+        gf__mc_log(&c->o,
+                   "no budget set: %" PRIu64 " bytes, half of the %" PRIu64
+                   " of %s's filesystem",
+                   c->budget, tot, c->root);
+      }
+    }
+  }
   /* before recovery: it removes what another process's fetch is writing */
   rc = take_lock(c, o ? o->lock_owner : NULL, d);
   if (rc)
     goto fail_lock;
   load_state(c);
+  sweep_quarantine(c); /* copies out of service no pin names any more */
   rc = scan_tmp(c, d);
   if (!rc)
     rc = scan_models(c, d);
@@ -1148,6 +1296,9 @@ static int fsync_path(const char *p, int flags) {
 static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
                     const char *source, const char *beneath, const char *ns,
                     bool *no_room, gf_diag *d) {
+  /* a pod's source redirects only to its own host or under the prefixes
+   * pods may name (docs/modelcache.md) */
+  const char *redir = ns ? c->pod_sources : NULL;
   char tmp[4096], dst[4096], path[8192];
   char *text = NULL;
   size_t len = 0;
@@ -1158,7 +1309,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
     return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
   if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED))
     return gf_diag_set(d, GF_ESTATE, "the cache is stopping");
-  rc = gf__mc_get_manifest(source, beneath, &c->o, &text, &len, d);
+  rc = gf__mc_get_manifest(source, beneath, redir, &c->o, &text, &len, d);
   if (rc)
     goto out;
   rc = gf_node_cache_manifest_parse(text, len, &m, d);
@@ -1175,6 +1326,8 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   }
   pthread_mutex_lock(&c->mu);
   rc = make_room(c, m.bytes, hex, ns, d);
+  if (!rc)
+    rc = disk_room(c, tmp, &m, d);
   if (!rc) {
     entry *e = find(c, hex);
     if (e)
@@ -1195,14 +1348,19 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
     rc = gf_node_write_atomic(tmp, "manifest", text, len, d);
   if (rc)
     goto out;
+  /* The name beside it, for `gpufrac cache ls` (read-only: it sees the
+   * fetch only on disk); removed before the publish. */
+  (void)gf_node_write_atomic(tmp, "name", name, strlen(name), NULL);
   gf__mc_log(&c->o,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
              name, hex, m.n, m.bytes, source);
-  rc = gf__mc_fetch_files(source, beneath, name, tmp, &m, &c->o,
+  rc = gf__mc_fetch_files(source, beneath, redir, name, tmp, &m, &c->o,
                           &c->bytes_fetched, &c->cancel, d);
   if (rc)
     goto out;
+  snprintf(path, sizeof(path), "%s/name", tmp);
+  unlink(path);
   /* Publish: make read-only, fsync the tree's directories, rename. */
   nftw(tmp, ro_visit, 16, FTW_PHYS | FTW_DEPTH);
   snprintf(path, sizeof(path), "%s/manifest", tmp);
@@ -1234,6 +1392,7 @@ typedef struct req {
   char *dir;           /* the model's directory into dir[dcap]; NULL: not */
   size_t dcap;
   bool downloaded; /* out: the failure came from a download */
+  bool keep_parts; /* a pod's failed fetch keeps its parts (it retries) */
 } req;
 
 static int pin_locked(gf_node_cache *c, entry *e, const char *holder) {
@@ -1460,11 +1619,14 @@ int gf_node_cache_pin(gf_node_cache *c, const char *hex, const char *holder) {
 }
 
 int gf_node_cache_unpin(gf_node_cache *c, const char *hex, const char *holder) {
+  if (!hex && !holder)
+    return 0;
   pthread_mutex_lock(&c->mu);
   int k = 0;
   for (size_t i = 0; i < c->np;) {
     pin *p = &c->p[i];
-    if (!strcmp(p->holder, holder) && (!hex || !strcmp(p->hex, hex))) {
+    if ((!holder || !strcmp(p->holder, holder)) &&
+        (!hex || !strcmp(p->hex, hex))) {
       entry *e = find(c, p->hex);
       if (e) {
         e->used = ++c->seq;
@@ -1544,15 +1706,32 @@ int gf_node_cache_verify(gf_node_cache *c,
     if (ok)
       continue;
     bad++;
-    if (report)
-      report(user, list[i].hex, list[i].name, d.msg);
+    char why[sizeof(d.msg) + 400];
     pthread_mutex_lock(&c->mu);
     entry *e = find(c, list[i].hex);
-    if (e && !e->fl && !pins_of(c, e->hex)) {
+    uint32_t np = e ? pins_of(c, e->hex) : 0;
+    if (e && !e->fl && !np) {
       remove_model(c, e, "it failed verification");
+      snprintf(why, sizeof(why), "%s (removed)", d.msg);
       save_state(c);
+    } else if (e && !e->fl) {
+      /* In use: out of service.  The running pods keep what they mount (a
+       * renamed directory, hard links); no new pod gets it, and the next
+       * one that names it has it fetched again. */
+      int q = quarantine_locked(c, e);
+      snprintf(why, sizeof(why), "%s; in use by %u pod(s) or claim(s): %s",
+               d.msg, np,
+               q ? "could not be taken out of service"
+                 : "taken out of service ("
+                   "moved to quarantine/), the next "
+                   "pod that names it fetches it again");
+      save_state(c);
+    } else {
+      snprintf(why, sizeof(why), "%s", d.msg);
     }
     pthread_mutex_unlock(&c->mu);
+    if (report)
+      report(user, list[i].hex, list[i].name, why);
   }
   gf__free(list);
   return bad;
@@ -1575,7 +1754,11 @@ int gf_node_cache_list(gf_node_cache *c, gf_node_cache_entry **out, size_t *n) {
     gf__node_copy(l[i].name, sizeof(l[i].name), e->name);
     gf__node_copy(l[i].hex, sizeof(l[i].hex), e->hex);
     l[i].bytes = e->bytes;
-    l[i].state = e->fl ? GF_NODE_CACHE_FETCHING : GF_NODE_CACHE_READY;
+    l[i].state = e->fl || e->on_disk_fetch ? GF_NODE_CACHE_FETCHING
+                                           : GF_NODE_CACHE_READY;
+    l[i].have = e->on_disk_fetch ? e->have : 0;
+    l[i].shared = e->shared;
+    gf__node_copy(l[i].ns, sizeof(l[i].ns), e->ns);
     l[i].pins = pins_of(c, e->hex);
     l[i].used = e->used;
   }
@@ -1592,7 +1775,7 @@ void gf_node_cache_stats_get(gf_node_cache *c, gf_node_cache_stats *s) {
   s->budget = c->budget;
   s->used = used_bytes(c);
   for (size_t i = 0; i < c->n; i++) {
-    if (c->e[i].fl)
+    if (c->e[i].fl || c->e[i].on_disk_fetch)
       s->fetching++;
     else
       s->models++;
@@ -1662,11 +1845,15 @@ int gf_node_cache_models_json(gf_node_cache *c, char **out) {
   for (size_t i = 0; a && i < n && i < INVENTORY_MODELS; i++) {
     char dg[80];
     snprintf(dg, sizeof(dg), "sha256:%s", l[i].hex);
-    if (json_array_append_new(
-            a, json_pack("{s:s,s:s,s:I,s:s}", "name", l[i].name, "digest", dg,
-                         "bytes", (json_int_t)l[i].bytes, "state",
-                         l[i].state == GF_NODE_CACHE_READY ? "ready"
-                                                           : "fetching")))
+    json_t *o =
+        json_pack("{s:s,s:s,s:I,s:s,s:b}", "name", l[i].name, "digest", dg,
+                  "bytes", (json_int_t)l[i].bytes, "state",
+                  l[i].state == GF_NODE_CACHE_READY ? "ready" : "fetching",
+                  "shared", l[i].shared);
+    if (o && !l[i].shared &&
+        json_object_set_new(o, "namespace", json_string(l[i].ns)))
+      rc = GF_ENOMEM;
+    if (json_array_append_new(a, o))
       rc = GF_ENOMEM;
   }
   gf__free(l);
@@ -1690,9 +1877,13 @@ int gf_node_cache_prune(gf_node_cache *c,
     for (size_t i = 0; i < c->np && !holder[0]; i++)
       if (!alive(user, c->p[i].holder))
         gf__node_copy(holder, sizeof(holder), c->p[i].holder);
-    pthread_mutex_unlock(&c->mu);
-    if (!holder[0])
+    if (!holder[0]) {
+      if (k && !c->ro)
+        sweep_quarantine(c);
+      pthread_mutex_unlock(&c->mu);
       return k;
+    }
+    pthread_mutex_unlock(&c->mu);
     k += gf_node_cache_unpin(c, NULL, holder);
   }
 }
@@ -1894,7 +2085,8 @@ static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
   } else if (rc && d) {
     *d = fd;
   }
-  if (rc && rc != GF_ESTATE && !__atomic_load_n(&c->cancel, __ATOMIC_RELAXED)) {
+  if (rc && rc != GF_ESTATE && !r->keep_parts &&
+      !__atomic_load_n(&c->cancel, __ATOMIC_RELAXED)) {
     /* A failed fetch a pod asked for leaves no parts: their bytes are not
      * in the budget, so a tenant naming new digests whose sources stop
      * short would fill the disk.  (An operator's fetch keeps them, to
@@ -1906,6 +2098,19 @@ static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
       gf__mc_log(&c->o, "model %s: cannot remove %s", name, tmp);
     pthread_mutex_unlock(&c->mu);
   }
+  return rc;
+}
+
+int gf_node_cache_drop_parts(gf_node_cache *c, const char *hex) {
+  char tmp[4096];
+  if (c->ro || !is_hex64(hex, strlen(hex)))
+    return GF_EINVAL;
+  pthread_mutex_lock(&c->mu);
+  int rc = find(c, hex) ? GF_ESTATE : 0;
+  if (!rc && model_dir(c, "tmp", hex, tmp, sizeof(tmp)) == 0 &&
+      !gf__mc_rmtree(tmp))
+    rc = GF_EIO;
+  pthread_mutex_unlock(&c->mu);
   return rc;
 }
 
@@ -1933,7 +2138,8 @@ int gf_node_cache_acquire(gf_node_cache *c, const gf_node_cache_req *q,
            .ns = q->ns,
            .holder = q->holder,
            .dir = dir,
-           .dcap = cap};
+           .dcap = cap,
+           .keep_parts = q->keep_parts};
   int rc = pod_req(c, &r, d);
   if (!rc)
     run_hook(c, "acquire-found"); /* tests: the pin is already there */

@@ -83,16 +83,141 @@ static void common_opts(CURL *h, const gf__mc_opts *o) {
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   /* file:// sources are read without libcurl (beneath their directory) */
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  /* a redirect never leaves TLS: a plain-http hop is how a source reaches
-   * an instance metadata service or a node port */
-  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "https");
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-  curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+  /* Redirects are followed by perform() below, each hop checked before it
+   * is connected to (libcurl has no such check of its own). */
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, o->connect_timeout_s);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "gpufrac-node-cache");
   /* No error page ever lands in a file: a status >= 400 ends the
    * transfer (CURLE_HTTP_RETURNED_ERROR) before its body. */
   curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
+}
+
+/* Whether a response code is a redirect this follows. */
+static bool is_redirect(long code) {
+  return code == 301 || code == 302 || code == 303 || code == 307 ||
+         code == 308;
+}
+
+/* scheme://host:port of url into out[cap] (the port made explicit); false
+ * when it cannot be parsed. */
+static bool origin_of(const char *url, char *out, size_t cap) {
+  CURLU *u = curl_url();
+  char *sch = NULL, *host = NULL, *port = NULL;
+  bool ok =
+      u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_SCHEME, &sch, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
+  if (ok) {
+    int n = snprintf(out, cap, "%s://%s:%s", sch, host, port);
+    ok = n > 0 && (size_t)n < cap;
+  }
+  curl_free(sch);
+  curl_free(host);
+  curl_free(port);
+  curl_url_cleanup(u);
+  return ok;
+}
+
+/* Whether url starts with one of the comma-separated prefixes in allow. */
+static bool under_prefixes(const char *allow, const char *url) {
+  for (const char *p = allow; p && *p;) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    while (n && (*p == ' ')) {
+      p++;
+      n--;
+    }
+    if (n && p[n - 1] == '/' && strncmp(url, p, n) == 0)
+      return true;
+    p = e ? e + 1 : NULL;
+  }
+  return false;
+}
+
+/* Whether a redirect from `from` to `to` may be followed: to https://
+ * only (a plain-http hop is how a source reaches an instance metadata
+ * service or a node port); for a pod's source (allow set: the node's
+ * model_pod_sources) also only to the source's own scheme, host and port
+ * or under one of the allowed prefixes.  Why not into why[cap]. */
+static bool redirect_ok(const char *source, const char *from, const char *to,
+                        const char *allow, char *why, size_t cap) {
+  if (strncmp(to, "https://", 8) != 0) {
+    snprintf(why, cap,
+             "%.80s redirects to %.80s: refused, redirects are followed to "
+             "https:// only",
+             from, to);
+    return false;
+  }
+  if (!allow)
+    return true;
+  char a[1200], b[1200];
+  if (origin_of(source, a, sizeof(a)) && origin_of(to, b, sizeof(b)) &&
+      strcmp(a, b) == 0)
+    return true;
+  if (under_prefixes(allow, to))
+    return true;
+  snprintf(why, cap,
+           "%.60s redirects to %.60s: refused, a pod's source may redirect "
+           "only to its own host or under model_pod_sources",
+           from, to);
+  return false;
+}
+
+/* curl_easy_perform of url on h (its options set, CURLOPT_URL not yet),
+ * following at most 5 redirects, each checked by redirect_ok before it is
+ * connected to.  *code the last response's status; a refused redirect is
+ * CURLE_TOO_MANY_REDIRECTS with the reason in err[CURL_ERROR_SIZE].  The
+ * write callbacks discard the bodies of redirects (their xfer's handle
+ * reports the 3xx). */
+static CURLcode perform(CURL *h, const char *source, const char *url,
+                        const char *allow, char *err, long *code) {
+  char *cur = gf__strdup(url);
+  if (!cur)
+    return CURLE_OUT_OF_MEMORY;
+  CURLcode cr = CURLE_OK;
+  for (int hop = 0;; hop++) {
+    curl_easy_setopt(h, CURLOPT_URL, cur);
+    cr = curl_easy_perform(h);
+    *code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
+    if (cr != CURLE_OK || !is_redirect(*code))
+      break;
+    char *to = NULL;
+    curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &to);
+    if (!to) {
+      snprintf(err, CURL_ERROR_SIZE, "%.80s: HTTP %ld without a Location", cur,
+               *code);
+      cr = CURLE_HTTP_RETURNED_ERROR;
+      break;
+    }
+    if (hop == 5) {
+      snprintf(err, CURL_ERROR_SIZE, "%.80s: more than 5 redirects", url);
+      cr = CURLE_TOO_MANY_REDIRECTS;
+      break;
+    }
+    if (!redirect_ok(source, cur, to, allow, err, CURL_ERROR_SIZE)) {
+      cr = CURLE_TOO_MANY_REDIRECTS;
+      break;
+    }
+    char *next = gf__strdup(to);
+    if (!next) {
+      cr = CURLE_OUT_OF_MEMORY;
+      break;
+    }
+    gf__free(cur);
+    cur = next;
+  }
+  gf__free(cur);
+  return cr;
+}
+
+/* Whether h's response now is a redirect (its body is not the file). */
+static bool in_redirect(CURL *h) {
+  long code = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  return is_redirect(code);
 }
 
 /* ---- file:// sources, read beneath their directory ---------------------- */
@@ -272,11 +397,14 @@ typedef struct membuf {
   char *p;
   size_t n, cap, max;
   bool over;
+  CURL *h; /* a redirect's body is discarded; NULL: file:// */
 } membuf;
 
 static size_t mem_write(char *data, size_t sz, size_t nm, void *user) {
   membuf *b = user;
   size_t k = sz * nm;
+  if (b->h && in_redirect(b->h))
+    return k;
   if (b->n + k > b->max) {
     b->over = true;
     return 0;
@@ -343,8 +471,8 @@ static int local_manifest(const char *source, const char *beneath, char **out,
 }
 
 int gf__mc_get_manifest(const char *source, const char *beneath,
-                        const gf__mc_opts *o, char **out, size_t *len,
-                        gf_diag *d) {
+                        const char *redir_allow, const gf__mc_opts *o,
+                        char **out, size_t *len, gf_diag *d) {
   *out = NULL;
   *len = 0;
   if (strncmp(source, "file:", 5) == 0)
@@ -357,7 +485,7 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
   if (!h)
     return gf_diag_set(d, GF_ENOMEM, "libcurl: no handle");
   int rc = 0;
-  membuf b = {.max = GF_NODE_CACHE_MANIFEST_MAX};
+  membuf b = {.max = GF_NODE_CACHE_MANIFEST_MAX, .h = h};
   char *url = file_url(h, source, GF_NODE_CACHE_MANIFEST);
   if (!url) {
     rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
@@ -365,16 +493,14 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
   }
   char err[CURL_ERROR_SIZE] = "";
   common_opts(h, o);
-  curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mem_write);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
   curl_easy_setopt(h, CURLOPT_TIMEOUT, o->stall_timeout_s * 4);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_timeout_s);
-  CURLcode cr = curl_easy_perform(h);
   long code = 0;
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  CURLcode cr = perform(h, source, url, redir_allow, err, &code);
   if (b.over)
     rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %u bytes", url,
                      GF_NODE_CACHE_MANIFEST_MAX);
@@ -401,6 +527,7 @@ out:
 
 typedef struct job {
   const char *source, *name, *dir;
+  const char *redir_allow; /* a pod's source: where redirects may go */
   const gf_node_cache_manifest *m;
   const gf__mc_opts *o;
   uint64_t *fetched;
@@ -423,11 +550,13 @@ typedef struct job {
 /* One try at one file. */
 typedef struct xfer {
   job *j;
+  CURL *h; /* a redirect's body is discarded; NULL: file:// */
   int fd;
   uint64_t off, size; /* where this try starts; the manifest's size */
   uint64_t at;        /* bytes of the file on disk now */
   EVP_MD_CTX *ctx;
-  bool too_long, io_error, stalled;
+  bool too_long, io_error, stalled, no_space;
+  uint64_t unchecked; /* bytes written since the last free-space check */
   curl_off_t last_dn; /* bytes received when last seen moving */
   double last_t;
 } xfer;
@@ -435,6 +564,8 @@ typedef struct xfer {
 static size_t file_write(char *data, size_t sz, size_t nm, void *user) {
   xfer *x = user;
   size_t k = sz * nm;
+  if (x->h && in_redirect(x->h))
+    return k;
   if (k > x->size - x->at) {
     x->too_long = true;
     return 0;
@@ -451,6 +582,17 @@ static size_t file_write(char *data, size_t sz, size_t nm, void *user) {
   }
   EVP_DigestUpdate(x->ctx, data, k);
   x->at += k;
+  /* The disk is usually kubelet's too: stop before it fills (every 8 MiB
+   * written, a statvfs). */
+  x->unchecked += k;
+  if (x->j->o->keep_free && x->unchecked >= (8u << 20)) {
+    uint64_t fr = 0, tot = 0;
+    x->unchecked = 0;
+    if (gf__mc_fs_space(x->j->dir, &fr, &tot) == 0 && fr < x->j->o->keep_free) {
+      x->no_space = true;
+      return 0;
+    }
+  }
   __atomic_add_fetch(x->j->fetched, k, __ATOMIC_RELAXED);
   __atomic_add_fetch(&x->j->progress, k, __ATOMIC_RELAXED);
   __atomic_add_fetch(&x->j->got, k, __ATOMIC_RELAXED);
@@ -638,6 +780,10 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     goto out;
   }
   bool fresh_after_mismatch = false;
+  /* Tries in a row that received nothing: a try that got bytes resets it
+   * (and the backoff), so a source that drops the connection every few MB
+   * is followed to the end; the deadline and the minimum rate bound it. */
+  unsigned fails = 0;
   for (unsigned attempt = 0;; attempt++) {
     if (over_limit(j, now_s())) {
       rc = gf_diag_set(d, GF_ELIMIT, "%s", j->limit_msg);
@@ -690,7 +836,6 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     } else if (have < f->size || f->size == 0) {
       curl_easy_reset(h);
       common_opts(h, j->o);
-      curl_easy_setopt(h, CURLOPT_URL, url);
       curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
       curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, file_write);
       curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
@@ -698,8 +843,8 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
       curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
       curl_easy_setopt(h, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)have);
-      cr = curl_easy_perform(h);
-      curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+      x.h = h;
+      cr = perform(h, j->source, url, j->redir_allow, err, &code);
     }
     uint64_t at = x.at;
     __atomic_sub_fetch(&j->got, at, __ATOMIC_RELAXED);
@@ -723,6 +868,16 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       rc = gf_diag_set(d, GF_EIO, "%s: stopped (another file failed)", url);
       goto out;
     }
+    if (x.no_space) {
+      close(fd); /* the part stays for a try once there is room */
+      rc = gf_diag_set(d, GF_ENOFIT,
+                       "%s: stopped at byte %" PRIu64
+                       ": the cache's filesystem is down to its last %" PRIu64
+                       " free bytes (kept free for the node)",
+                       f->path, x.at, j->o->keep_free);
+      __atomic_store_n(&j->abort, 1, __ATOMIC_RELAXED);
+      goto out;
+    }
     if (x.io_error) {
       close(fd);
       rc = gf_diag_set(d, GF_EIO, "%s: %s", part, strerror(errno));
@@ -737,7 +892,9 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
                        url, f->size);
       goto out;
     }
-    if (at == f->size && (cr == CURLE_OK || have == f->size)) {
+    /* whole: the transfer ended well (an empty file answered 404 is not
+     * fetched), or it was already whole and nothing was asked */
+    if (at == f->size && cr == CURLE_OK) {
       unsigned char md[EVP_MAX_MD_SIZE];
       unsigned mdn = 0;
       char hex[GF_NODE_CACHE_HEX];
@@ -789,7 +946,8 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       unlink(part);
       retry = true;
     }
-    if (!retry || attempt >= j->o->retries) {
+    fails = at > have ? 0 : fails + 1;
+    if (!retry || fails > j->o->retries) {
       if (http_err)
         rc = gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld (after %u tries)",
                          url, code, attempt + 1);
@@ -804,13 +962,14 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     }
     gf__mc_log(j->o,
                "model %s: %s: %s at byte %" PRIu64 ", resuming (try "
-               "%u of %u)",
+               "%u; %u more without progress at most)",
                j->name, f->path,
                err[0] ? err
                : cr   ? curl_easy_strerror(cr)
                       : "short",
-               at, attempt + 2, j->o->retries + 1);
-    sleep_ms(100L << (attempt < 5 ? attempt : 5));
+               at, attempt + 2, j->o->retries + 1 - fails);
+    /* 0.2 s after a try that got bytes; else 0.5 s doubling to 8 s */
+    sleep_ms(!fails ? 200L : 500L << (fails > 5 ? 4 : fails - 1));
   }
 out:
   EVP_MD_CTX_free(ctx);
@@ -852,14 +1011,16 @@ static void *worker(void *arg) {
 }
 
 int gf__mc_fetch_files(const char *source, const char *beneath,
-                       const char *name, const char *dir,
-                       const gf_node_cache_manifest *m, const gf__mc_opts *o,
-                       uint64_t *fetched, const int *cancel, gf_diag *d) {
+                       const char *redir_allow, const char *name,
+                       const char *dir, const gf_node_cache_manifest *m,
+                       const gf__mc_opts *o, uint64_t *fetched,
+                       const int *cancel, gf_diag *d) {
   pthread_once(&g_curl_once, curl_init_once);
   if (g_curl_rc != CURLE_OK)
     return gf_diag_set(d, GF_EHTTP, "libcurl: %s",
                        curl_easy_strerror(g_curl_rc));
   job j = {.source = source,
+           .redir_allow = redir_allow,
            .name = name,
            .dir = dir,
            .m = m,

@@ -16,6 +16,9 @@ typedef struct gf__mc_opts {
   long deadline_s;   /* 0: none */
   uint64_t min_rate; /* bytes/s; 0: none */
   long min_rate_after_s;
+  /* Bytes the cache's filesystem keeps free: a fetch is refused, and one
+   * under way stopped, rather than going under it (0: no check). */
+  uint64_t keep_free;
   void (*log)(void *user, const char *line);
   void *log_user;
 } gf__mc_opts;
@@ -24,6 +27,10 @@ typedef struct gf__mc_opts {
 void gf__mc_log(const gf__mc_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Bytes free to an unprivileged writer on path's filesystem (statvfs
+ * f_bavail) into *free, its size into *total.  GF_EIO. */
+int gf__mc_fs_space(const char *path, uint64_t *free, uint64_t *total);
+
 /* True for an http://, https:// or file:// URL without control bytes. */
 bool gf__mc_source_ok(const char *source);
 
@@ -31,10 +38,14 @@ bool gf__mc_source_ok(const char *source);
  * bytes) into malloc'd *out[*len].  A file:// source is read without
  * libcurl, beneath the directory of file:// URL `beneath` (NULL: the
  * source's own), never through a symlink or '..' (gf__mc_open_beneath).
+ * Redirects are followed to https:// only; with redir_allow (a pod's
+ * source: the node's model_pod_sources) only to the source's own scheme,
+ * host and port or under one of those prefixes, each hop checked before it
+ * is connected to.
  * GF_EHTTP / GF_EIO / GF_EINVAL / GF_ELIMIT / GF_ENOMEM. */
 int gf__mc_get_manifest(const char *source, const char *beneath,
-                        const gf__mc_opts *o, char **out, size_t *len,
-                        gf_diag *d);
+                        const char *redir_allow, const gf__mc_opts *o,
+                        char **out, size_t *len, gf_diag *d);
 
 /* Fetches every file of m from source into <dir>/files/<path>, several at
  * once, resuming <path>.part files left by an earlier try, verifying each
@@ -44,9 +55,10 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
  * (read atomically) becomes non-zero.  GF_EHTTP, GF_EIO, GF_EINVAL,
  * GF_ENOMEM; files that failed their digest are deleted. */
 int gf__mc_fetch_files(const char *source, const char *beneath,
-                       const char *name, const char *dir,
-                       const gf_node_cache_manifest *m, const gf__mc_opts *o,
-                       uint64_t *fetched, const int *cancel, gf_diag *d);
+                       const char *redir_allow, const char *name,
+                       const char *dir, const gf_node_cache_manifest *m,
+                       const gf__mc_opts *o, uint64_t *fetched,
+                       const int *cancel, gf_diag *d);
 
 /* Opens root/rel for reading without following any symlink and without
  * leaving root (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, else openat

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -70,4 +71,13 @@ void gf__mc_log(const gf__mc_opts *o, const char *fmt, ...) {
   vsnprintf(line, sizeof(line), fmt, ap);
   va_end(ap);
   o->log(o->log_user, line);
+}
+
+int gf__mc_fs_space(const char *path, uint64_t *free, uint64_t *total) {
+  struct statvfs v;
+  if (statvfs(path, &v) != 0)
+    return GF_EIO;
+  *free = (uint64_t)v.f_bavail * v.f_frsize;
+  *total = (uint64_t)v.f_blocks * v.f_frsize;
+  return 0;
 }

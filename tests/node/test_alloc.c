@@ -110,6 +110,11 @@ static json_t *make_pod(const char *uid, const char *node, const char *bound,
   return pod;
 }
 
+static bool exists_path(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
 static gf_node_pods *new_cache(void) {
   gf_node_pods *p = NULL;
   gf_diag d = {""};
@@ -993,6 +998,94 @@ static bool pods_has(void *user, const char *holder) {
   return gf_node_pods_has(user, holder);
 }
 
+/* Issue 28 item 1: an Allocate never waits for a download.  The source
+ * holds the model's file until the test lets it go; the Allocate answers
+ * meanwhile, with the pod's view (empty: no .ready) mounted; the model
+ * appears in the view once the source sends it. */
+static void test_allocate_model_not_cached(void **state) {
+  (void)state;
+  model_source ms;
+  model_source_make(&ms, "weights.bin", "slow-lm");
+  char py[400], release[400], pidf[400], cmd[1800], allow[200], src[300];
+  snprintf(py, sizeof(py), "%s/hold.py", tmpdir);
+  snprintf(release, sizeof(release), "%s/release", tmpdir);
+  snprintf(pidf, sizeof(pidf), "%s/hold.pid", tmpdir);
+  int port = 21000 + (int)((getpid() + 4241) % 20000);
+  FILE *f = fopen(py, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "import http.server, os, sys, time\n"
+          "root, rel = sys.argv[1], sys.argv[2]\n"
+          "class H(http.server.SimpleHTTPRequestHandler):\n"
+          "    def log_message(self, *a): pass\n"
+          "    def do_GET(self):\n"
+          "        if self.path.endswith('/weights.bin'):\n"
+          "            t = time.time()\n"
+          "            while not os.path.exists(rel) and time.time() < t + "
+          "20:\n"
+          "                time.sleep(0.05)\n"
+          "        return super().do_GET()\n"
+          "os.chdir(root)\n"
+          "http.server.ThreadingHTTPServer(('127.0.0.1', %d), "
+          "H).serve_forever()\n",
+          port);
+  fclose(f);
+  snprintf(cmd, sizeof(cmd),
+           "python3 %s %s %s >/dev/null 2>&1 & echo $! > %s; sleep 1.5", py,
+           tmpdir, release, pidf);
+  assert_int_equal(system(cmd), 0);
+  snprintf(allow, sizeof(allow), "http://127.0.0.1:%d/", port);
+  snprintf(src, sizeof(src), "http://127.0.0.1:%d/model-src", port);
+  char root[300];
+  snprintf(root, sizeof(root), "%s/models", tmpdir);
+  gf_node_cache_opts co = {.root = root, .pod_sources = allow};
+  gf_node_cache *cache = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_cache_open(&co, &cache, &d), 0);
+
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc_cache(p, GF_NODE_ALLOC_MOUNTS, cache);
+  tctr c[] = {{"main", 1, {gpus2.gpus[0].uuid}, false, false}};
+  json_t *pod = make_pod("uid-s", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL);
+  json_t *ann =
+      json_object_get(json_object_get(pod, "metadata"), "annotations");
+  json_object_set_new(ann, GF_NODE_MODEL_ANNOTATION, json_string(ms.ref));
+  json_object_set_new(ann, GF_NODE_MODEL_SOURCE_ANNOTATION, json_string(src));
+  apply(p, pod); /* the informer's sight of it starts the fetch */
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"whatever::0"};
+  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  /* answered while the source still holds the file */
+  bool held = !exists_path(release);
+  char dir[600], marker[700], file[700];
+  bool cached = gf_node_cache_path(cache, ms.hex, dir, sizeof(dir)) == 0;
+  snprintf(marker, sizeof(marker), "%s/pods/uid-s/.ready", root);
+  snprintf(file, sizeof(file), "%s/pods/uid-s/slow-lm/weights.bin", root);
+  bool ready_then = exists_path(marker);
+  f = fopen(release, "w");
+  if (f)
+    fclose(f);
+  if (rc)
+    fail_msg("allocate: %s", d.msg);
+  assert_true(held);
+  assert_false(cached);
+  assert_false(ready_then);
+  const gf_dp_mount *mnt = &o->mounts[o->nmounts - 1];
+  snprintf(dir, sizeof(dir), "%s/pods/uid-s", root);
+  assert_string_equal(mnt->host_path, dir);
+  /* the source sends it: the view fills in (waited for, not timed) */
+  for (int i = 0; i < 400 && !exists_path(marker); i++)
+    nanosleep(&(struct timespec){0, 50000000L}, NULL);
+  assert_true(exists_path(marker));
+  assert_true(exists_path(file));
+  free(o);
+  gf_node_allocator_free(a);
+  gf_node_pods_free(p);
+  gf_node_cache_free(cache);
+  snprintf(cmd, sizeof(cmd), "kill $(cat %s)", pidf);
+  (void)system(cmd);
+}
+
 static void test_allocate_model(void **state) {
   (void)state;
   model_source ms;
@@ -1023,14 +1116,28 @@ static void test_allocate_model(void **state) {
   int rc = gf_node_allocate(a, ids, 1, o, &d);
   if (rc)
     fail_msg("allocate: %s", d.msg);
-  char want[600];
-  assert_int_equal(gf_node_cache_path(cache, hex, want, sizeof(want)), 0);
+  /* The pod's view is mounted (its own directory under the cache's root);
+   * a model this small is in it (linked, then .ready) within the wait. */
+  char want[900], f[1000];
+  snprintf(want, sizeof(want), "%s/pods/uid-m", gf_node_cache_root(cache));
   const gf_dp_mount *mnt = &o->mounts[o->nmounts - 1];
   assert_string_equal(mnt->host_path, want);
-  assert_string_equal(mnt->container_path, GF_NODE_MODEL_MOUNT "/tiny-lm");
+  assert_string_equal(mnt->container_path, GF_NODE_MODEL_MOUNT);
   assert_true(mnt->read_only);
   assert_string_equal(env(o, "GPUFRAC_MODEL_DIR")->value,
                       GF_NODE_MODEL_MOUNT "/tiny-lm");
+  assert_string_equal(env(o, "GPUFRAC_MODEL_READY")->value,
+                      GF_NODE_MODEL_MOUNT "/.ready");
+  struct stat vst, cst;
+  snprintf(f, sizeof(f), "%s/.ready", want);
+  assert_int_equal(stat(f, &vst), 0);
+  snprintf(f, sizeof(f), "%s/tiny-lm/weights.bin", want);
+  assert_int_equal(stat(f, &vst), 0);
+  char cdir[600];
+  assert_int_equal(gf_node_cache_path(cache, hex, cdir, sizeof(cdir)), 0);
+  snprintf(f, sizeof(f), "%s/weights.bin", cdir);
+  assert_int_equal(stat(f, &cst), 0);
+  assert_true(vst.st_ino == cst.st_ino && vst.st_dev == cst.st_dev);
   gf_node_cache_entry *l = NULL;
   size_t n = 0;
   assert_int_equal(gf_node_cache_list(cache, &l, &n), 0);
@@ -1150,6 +1257,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_kube_link, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_dp_devices),
       cmocka_unit_test_setup_teardown(test_allocate_model, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_allocate_model_not_cached, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_inventory_models, setup_tmp,
                                       teardown_tmp),

@@ -270,7 +270,7 @@ static void test_fetch_file_source(void **state) {
   char want_js[300];
   snprintf(want_js, sizeof(want_js),
            "[{\"name\":\"model-a\",\"digest\":\"sha256:%s\",\"bytes\":15000,"
-           "\"state\":\"ready\"}]",
+           "\"state\":\"ready\",\"shared\":true}]",
            hex);
   assert_string_equal(js, want_js);
   free(js);
@@ -493,6 +493,19 @@ static void test_recovery(void **state) {
 }
 
 /* A model changed on disk after publish: verify finds and removes it. */
+static void keep_why(void *user, const char *hex, const char *name,
+                     const char *why) {
+  (void)hex;
+  (void)name;
+  snprintf(user, 1200, "%s", why);
+}
+
+static bool never_alive(void *user, const char *holder) {
+  (void)user;
+  (void)holder;
+  return false;
+}
+
 static void test_verify(void **state) {
   (void)state;
   char ha[GF_NODE_CACHE_HEX], ua[400], path[800], dir[600];
@@ -510,6 +523,31 @@ static void test_verify(void **state) {
   fclose(f);
   assert_int_equal(gf_node_cache_verify(c, NULL, NULL), 1);
   assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), GF_ENOTFOUND);
+
+  /* In use (issue 28 item 5): out of service, not handed to the next pod;
+   * the pod that has it keeps its copy; the next pod's request fetches it
+   * again, whole; the copy goes once its pins do. */
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  assert_int_equal(gf_node_cache_pin(c, ha, "pod-1"), 0);
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), 0);
+  snprintf(path, sizeof(path), "%s/w0.bin", dir);
+  chmod(path, 0644);
+  f = fopen(path, "r+b");
+  assert_non_null(f);
+  fputc('Z', f);
+  fclose(f);
+  char why[1200] = "";
+  assert_int_equal(gf_node_cache_verify(c, keep_why, why), 1);
+  assert_non_null(strstr(why, "taken out of service"));
+  assert_int_equal(gf_node_cache_path(c, ha, dir, sizeof(dir)), GF_ENOTFOUND);
+  assert_int_equal(count_dir("quarantine"), 1);
+  assert_int_equal(gf_node_cache_fetch(c, "a", ha, ua, &d), 0);
+  assert_int_equal(gf_node_cache_verify(c, NULL, NULL), 0);
+  assert_int_equal(gf_node_cache_unpin(c, ha, "pod-1"), 1);
+  assert_int_equal(gf_node_cache_prune(c, never_alive, NULL), 0);
+  gf_node_cache_free(c);
+  c = open_cache(0); /* the quarantined copy, unpinned, goes at open */
+  assert_int_equal(count_dir("quarantine"), 0);
   gf_node_cache_free(c);
 }
 
@@ -763,6 +801,21 @@ static void test_pod_sources(void **state) {
    * would let it read a file out try by try; the agent's log has it */
   assert_null(strstr(d.msg, "5 bytes"));
   assert_non_null(strstr(d.msg, "agent's log"));
+  /* ... unless the caller retries (the agent's model loader, issue 28
+   * item 3): the verified file stays for the next try, until it gives up */
+  gf_node_cache_req kr = {.name = "m",
+                          .hex = hex,
+                          .source = url,
+                          .ns = "ns1",
+                          .holder = "pod-k",
+                          .keep_parts = true};
+  char kdir[600];
+  assert_int_equal(gf_node_cache_acquire(c, &kr, kdir, sizeof(kdir), &d),
+                   GF_EIO);
+  snprintf(path, sizeof(path), "%s/cache/tmp/%s/files/sub/w1.bin", tmpdir, hex);
+  assert_true(exists(path));
+  assert_int_equal(gf_node_cache_drop_parts(c, hex), 0);
+  assert_int_equal(count_dir("tmp"), 0);
   make_source("p", 2, 100, hex, url, sizeof(url)); /* whole again */
   int rc = gf_node_cache_fetch_for_pod(c, "m", hex, url, &d);
   if (rc)

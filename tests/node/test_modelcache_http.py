@@ -11,6 +11,7 @@ Usage: test_modelcache_http.py GPUFRAC
 import fcntl
 import hashlib
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -32,6 +33,8 @@ class Behaviour:
 
     def reset(self):
         self.drop_after = {}  # path -> [bytes, times left]
+        self.drop_every = {}  # path -> every response cut after this many bytes
+        self.redirect = {}  # path -> Location of a 302
         self.stall_after = {}  # path -> [bytes, times left, seconds]
         self.ignore_range = False
         self.override = {}  # path -> bytes served instead of the file
@@ -65,6 +68,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 B.active -= 1
 
     def serve(self, rel, rng):
+        if rel in B.redirect:
+            self.send_response(302)
+            self.send_header("Location", B.redirect[rel])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         full = os.path.join(self.root, rel)
         if rel in B.override:
             data = B.override[rel]
@@ -106,6 +115,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 cut = drop and drop[1] > 0 and start + pos + len(chunk) > drop[0]
                 if cut:
                     drop[1] -= 1
+                every = B.drop_every.get(rel)
+                if not cut and every and pos + len(chunk) > every:
+                    cut, drop = True, [start + every, 0]
                 hang = stall and stall[1] > 0 and start + pos + len(chunk) > stall[0]
                 if hang:
                     stall[1] -= 1
@@ -158,6 +170,12 @@ def fetch(cache, ref, url, *extra):
 
 
 FAILS = []
+
+
+def fetch_cmd(cache, *args):
+    r = subprocess.run([GPUFRAC, "cache", "--dir", cache] + list(args),
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr
 
 
 def check(cond, what):
@@ -227,15 +245,46 @@ def main():
         )
         check("resuming" in err, "drop: no resume in the log: %s" % err)
 
-        # 3. A restart: every try of the first run is cut; the second run
-        #    (a new process) resumes the part the first left.
+        # 2b. A source that drops every connection after 256 KiB (issue 28
+        #     item 3): every try gets bytes, so none counts against the
+        #     retries and the fetch goes to the end, each byte sent once.
         B.reset()
-        B.drop_after["weights/part-0.bin"] = [2 << 20, 2]
+        B.drop_every["weights/part-0.bin"] = 256 << 10
+        cache = os.path.join(work, "c2b")
+        rc, out, err = fetch(cache, ref, url)
+        check(rc == 0, "drop-every: rc %d: %s" % (rc, err))
+        tries = [r for p, r in B.requests if p == "weights/part-0.bin"]
+        check(len(tries) == len(big) // (256 << 10),
+              "drop-every: %d requests for part-0 (want %d)" %
+              (len(tries), len(big) // (256 << 10)))
+        check(B.sent["weights/part-0.bin"] == len(big),
+              "drop-every: %d bytes sent for %d" % (B.sent["weights/part-0.bin"], len(big)))
+        print("drop-every: bytes fetched / bytes needed = %d / %d over %d requests" %
+              (B.sent["weights/part-0.bin"], len(big), len(tries)))
+
+        # 2c. An empty file the source answers 404 for is not fetched
+        #     (issue 28 item 6: it counted as whole).
+        B.reset()
+        zdir = os.path.join(src, "z")
+        os.makedirs(zdir)
+        zhex = make_model(zdir, {"a.bin": b"abc", "empty.txt": b""})
+        os.unlink(os.path.join(zdir, "empty.txt"))
+        cache = os.path.join(work, "c2c")
+        rc, out, err = fetch(cache, "z@sha256:" + zhex, url + "/z")
+        check(rc == 1, "empty 404: rc %d (want 1): %s" % (rc, out))
+        check("404" in err, "empty 404: %s" % err)
+        check(published(cache) == [], "empty 404: published %s" % published(cache))
+
+        # 3. A restart: every try of the first run is cut (the first after
+        #    2 MiB, the next two at once: no progress, --retries 1); the
+        #    second run (a new process) resumes the part the first left.
+        B.reset()
+        B.drop_after["weights/part-0.bin"] = [2 << 20, 3]
         cache = os.path.join(work, "c3")
         rc, out, err = fetch(cache, ref, url, "--retries", "1")
         check(rc == 1, "restart: first run rc %d (want 1): %s" % (rc, err))
         check(published(cache) == [], "restart: published after a failed run")
-        check("after 2 tries" in err, "restart: first run said: %s" % err)
+        check("after 3 tries" in err, "restart: first run said: %s" % err)
         B.requests.clear()
         rc, out, err = fetch(cache, ref, url)
         check(rc == 0, "restart: second run rc %d: %s" % (rc, err))
@@ -325,6 +374,60 @@ def main():
         check(published(cache) == before, "lock: the cache changed")
         rc, out, err = fetch(cache, ref, url)
         check(rc == 0, "lock: after release rc %d: %s" % (rc, err))
+
+        # 11. The CLI (issue 28 item 7): a failure printed once; an http->http
+        #     redirect refused in words; a fetch under way in `ls`; unpin.
+        B.reset()
+        rc, out, err = fetch(os.path.join(work, "c11"), "z@sha256:" + zhex,
+                             url + "/nowhere")
+        check(rc == 1 and err.count("returned error: 404") == 1,
+              "once: rc %d, the failure %d times: %s" %
+              (rc, err.count("returned error: 404"), err))
+        B.redirect["r/gpufrac.manifest"] = url + "/z/gpufrac.manifest"
+        rc, out, err = fetch(os.path.join(work, "c11"), "z@sha256:" + zhex, url + "/r")
+        check(rc == 1 and "redirects to http://" in err and "https:// only" in err,
+              "http redirect: rc %d: %s" % (rc, err))
+        B.reset()
+        B.stall_after["weights/part-0.bin"] = [1 << 20, 1, 8]
+        cache = os.path.join(work, "c11b")
+        bg = subprocess.Popen([GPUFRAC, "cache", "--dir", cache, "fetch", ref,
+                               "--source", url, "--stall-timeout", "30"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            seen = ""
+            for _ in range(40):
+                time.sleep(0.2)
+                r = subprocess.run([GPUFRAC, "cache", "--dir", cache, "ls"],
+                                   capture_output=True, text=True, timeout=60)
+                seen = r.stdout
+                if "fetching" in seen:
+                    break
+            check(("sha256:%s fetching" % hexd) in seen and " tiny (" in seen and
+                  "of %d bytes" % sum(len(b) for b in files.values()) in seen,
+                  "ls during a fetch: %s" % seen)
+        finally:
+            bg.kill()
+            bg.wait()
+        r = subprocess.run([GPUFRAC, "cache", "--dir", cache, "ls"],
+                           capture_output=True, text=True, timeout=60)
+        check(("sha256:%s stopped" % hexd) in r.stdout,
+              "ls after the fetch was killed: %s" % r.stdout)
+        cache = os.path.join(work, "c1")
+        st = os.path.join(cache, "state.json")
+        with open(st) as f:
+            state = json.load(f)
+        state["pins"] = [{"digest": hexd, "holder": "pod-gone-1"},
+                         {"digest": hexd, "holder": "pod-gone-2"}]
+        with open(st, "w") as f:
+            json.dump(state, f)
+        rc, out, err = fetch_cmd(cache, "evict", ref)
+        check(rc == 1, "unpin: evicted while pinned: %s" % err)
+        rc, out, err = fetch_cmd(cache, "unpin", ref, "--holder", "pod-gone-1")
+        check(rc == 0 and "1 pins dropped" in out, "unpin one: %s %s" % (out, err))
+        rc, out, err = fetch_cmd(cache, "unpin", ref)
+        check(rc == 0 and "1 pins dropped" in out, "unpin all: %s %s" % (out, err))
+        rc, out, err = fetch_cmd(cache, "evict", ref)
+        check(rc == 0, "unpin: evict after: %s" % err)
 
         srv.shutdown()
     finally:

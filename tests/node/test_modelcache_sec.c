@@ -45,6 +45,9 @@ static void write_file(const char *path, const void *data, size_t n) {
   fclose(f);
 }
 
+#define HEX_ANY                                                                \
+  "0000000000000000000000000000000000000000000000000000000000000001"
+
 static bool exists(const char *path) {
   struct stat st;
   return lstat(path, &st) == 0;
@@ -485,6 +488,29 @@ static void test_namespaces(void **state) {
   assert_int_equal(acquire(c, "tenant-b", "pod-b3", h3, NULL, &d),
                    GF_ENOTFOUND);
   assert_int_equal(acquire(c, "tenant-a", "pod-a5", h3, NULL, &d), 0);
+  /* the inventory says whose each model is (issue 28 item 2): placement
+   * must not count tenant-a's private models for tenant-b's pods */
+  char *js = NULL, want[200];
+  assert_int_equal(gf_node_cache_models_json(c, &js), 0);
+  snprintf(want, sizeof(want), "\"digest\":\"sha256:%s\"", h3);
+  char *at = strstr(js, want);
+  assert_non_null(at);
+  char *end = strchr(at, '}');
+  assert_non_null(end);
+  *end = '\0';
+  if (!strstr(at, "\"shared\":false") ||
+      !strstr(at, "\"namespace\":\"tenant-a\""))
+    fail_msg("h3 in the inventory: %s", at);
+  free(js);
+  assert_int_equal(gf_node_cache_models_json(c, &js), 0);
+  snprintf(want, sizeof(want), "\"digest\":\"sha256:%s\"", h2);
+  at = strstr(js, want);
+  assert_non_null(at);
+  end = strchr(at, '}');
+  *end = '\0';
+  if (!strstr(at, "\"shared\":true") || strstr(at, "namespace"))
+    fail_msg("h2 (shared) in the inventory: %s", at);
+  free(js);
 
   /* an operator's fetch of it shares it */
   rc = gf_node_cache_fetch(c, "m", h1, u1, &d);
@@ -917,9 +943,65 @@ static void test_http_dot_segments(void **state) {
   assert_int_equal(others, (int)(sizeof(tails) / sizeof(tails[0])));
 }
 
+/* A pod's source under an allowed prefix that redirects, over https, to
+ * another host (issue 28 item 6): refused before anything connects there
+ * (libcurl followed it before: the TLS handshake reached the other port).
+ * "localhost" is another host than "127.0.0.1" to the prefix. */
+static void test_redirect_off_host(void **state) {
+  (void)state;
+  char py[600], cmd[1600], pre[200], src[200], hits[600], pidf[600];
+  snprintf(py, sizeof(py), "%s/redir.py", tmpdir);
+  snprintf(hits, sizeof(hits), "%s/hits", tmpdir);
+  snprintf(pidf, sizeof(pidf), "%s/redir.pid", tmpdir);
+  int port = 20000 + (int)((getpid() + 7919) % 20000), other = port + 1;
+  FILE *f = fopen(py, "w");
+  assert_non_null(f);
+  fprintf(
+      f, "import http.server, socket, sys, threading\n"
+         "port, other, hits = int(sys.argv[1]), int(sys.argv[2]), "
+         "sys.argv[3]\n"
+         "ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, "
+         "socket.SO_REUSEADDR, 1)\n"
+         "ls.bind(('127.0.0.1', other)); ls.listen(8)\n"
+         "def acc():\n"
+         "    while True:\n"
+         "        c, _ = ls.accept(); open(hits, 'a').write('x'); c.close()\n"
+         "threading.Thread(target=acc, daemon=True).start()\n"
+         "class H(http.server.BaseHTTPRequestHandler):\n"
+         "    def log_message(self, *a): pass\n"
+         "    def do_GET(self):\n"
+         "        self.send_response(302)\n"
+         "        self.send_header('Location', 'https://localhost:%%d%%s' %% "
+         "(other, self.path))\n"
+         "        self.send_header('Content-Length', '0'); self.end_headers()\n"
+         "http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()\n");
+  fclose(f);
+  snprintf(cmd, sizeof(cmd),
+           "python3 %s %d %d %s >/dev/null 2>&1 & echo $! > %s; sleep 1.5", py,
+           port, other, hits, pidf);
+  assert_int_equal(system(cmd), 0);
+  snprintf(pre, sizeof(pre), "http://127.0.0.1:%d/models/", port);
+  snprintf(src, sizeof(src), "http://127.0.0.1:%d/models/m/", port);
+  gf_node_cache_opts o = {.pod_sources = pre};
+  gf_node_cache *c = open_with(&o);
+  gf_diag d = {{0}};
+  int rc = acquire(c, "tenant-a", "pod-a", HEX_ANY, src, &d);
+  gf_node_cache_free(c);
+  bool reached = exists(hits);
+  snprintf(cmd, sizeof(cmd), "kill $(cat %s)", pidf);
+  (void)system(cmd);
+  assert_int_not_equal(rc, 0);
+  if (reached)
+    fail_msg("a pod's source redirected to https://localhost:%d and the fetch "
+             "connected there (%s)",
+             other, d.msg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_open_beneath, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_redirect_off_host, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_file_source_beneath, setup_tmp,
                                       teardown_tmp),

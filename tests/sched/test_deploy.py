@@ -190,8 +190,12 @@ if ds:
                 for g in r.get("apiGroups", []):
                     for res in r.get("resources", []):
                         granted.setdefault((g, res), set()).update(r.get("verbs", []))
-    check(granted == {("", "pods"): {"get", "list", "watch"}, ("", "nodes"): {"get", "patch"}},
-          f"node agent RBAC is exactly pods get/list/watch, nodes get/patch (got {granted})")
+    # pods/status patch and events create: the weight cache's model loader
+    # (docs/modelcache.md: the gpufrac.io/model-ready condition, events).
+    check(granted == {("", "pods"): {"get", "list", "watch"}, ("", "nodes"): {"get", "patch"},
+                      ("", "pods/status"): {"patch"}, ("", "events"): {"create"}},
+          f"node agent RBAC is exactly pods get/list/watch, nodes get/patch, "
+          f"pods/status patch, events create (got {granted})")
     # One namespaced Role: the weight cache's prefetch ConfigMaps, read-only.
     nroles = [b["roleRef"]["name"] for _, b in docs if b["kind"] == "RoleBinding" and
               {"kind": "ServiceAccount", "name": sa, "namespace": ns} in b.get("subjects", [])]

@@ -218,7 +218,8 @@ static int api_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
                                                       : GF_NODE_ALLOC_MOUNTS,
                            .wait_ms = (long)cfg->alloc_wait_ms,
                            .mps_dir = cfg->mps_dir,
-                           .cache = cache};
+                           .cache = cache,
+                           .kube = a->cfg};
   gf_node_kube_opts ko = {.node = node,
                           .state_dir = cfg->state_dir,
                           .cdi_dir = cfg->cdi_dir,

@@ -38,15 +38,43 @@ struct gf_node_allocator {
   gf_node_alloc_style style;
   long wait_ms;
   atomic_uint_fast64_t answered, refused;
-  gf_node_cache *cache; /* the weight cache (borrowed); NULL: none */
+  gf_node_cache *cache;   /* the weight cache (borrowed); NULL: none */
+  gf_node_loader *loader; /* with a cache: models fetched outside Allocate */
+  long model_wait_ms;
 };
 
-/* The pod's gpufrac.io/model: made ready in the weight cache (fetched now
- * when missing: single flight with any prefetch of it), pinned for the
- * pod, its directory into host[cap] and the mount point into ctr[cap]. */
+static void loader_on_model(void *user, const char *uid, const char *ns,
+                            const char *name, const char *model,
+                            const char *source) {
+  gf_node_allocator *a = user;
+  if (!model) {
+    gf_node_loader_forget(a->loader, uid);
+    return;
+  }
+  gf_diag d = {""};
+  if (gf_node_loader_want(a->loader, uid, ns, name, model, source, &d))
+    fprintf(stderr, "gpufrac node: model for pod %s/%s: %s\n", ns, name, d.msg);
+}
+
+static bool loader_alive(void *user, const char *uid) {
+  return gf_node_pods_has(user, uid);
+}
+
+static void loader_on_sweep(void *user) {
+  gf_node_allocator *a = user;
+  (void)gf_node_loader_sweep(a->loader, loader_alive, a->pods);
+}
+
+/* The pod's gpufrac.io/model: its job started (if the informer has not
+ * started it yet) and waited for at most model_wait_ms, never for a whole
+ * download (kubelet admits pods one at a time and calls Allocate inside
+ * that, with no deadline).  The pod's view directory (the model's files
+ * appear in it, then .ready) into host[cap], the mount point into
+ * ctr[cap], the model's directory in it into mdir[mcap].  Fails only for
+ * what another try cannot mend (a malformed reference, a source not
+ * allowed, another namespace's model), known within the wait. */
 static int model_for(gf_node_allocator *a, const gf_node_match *m, char *host,
-                     size_t hcap, char *ctr, size_t ccap, gf_diag *d) {
-  gf_node_cache *c = a->cache;
+                     size_t hcap, char *mdir, size_t mcap, gf_diag *d) {
   char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
   int rc = gf_node_cache_ref_parse(m->model, name, sizeof(name), hex, d);
   if (rc) {
@@ -54,24 +82,24 @@ static int model_for(gf_node_allocator *a, const gf_node_match *m, char *host,
                    GF_NODE_MODEL_ANNOTATION);
     return rc;
   }
-  if (!c)
+  if (!a->loader)
     return gf_diag_set(d, GF_ESTATE,
                        "pod %s/%s asks for model %s, but this node's agent "
                        "runs without a weight cache (--model-cache-dir)",
                        m->ns, m->name, name);
-  /* ready, the namespace may have it, pinned and its path: one step */
-  gf_node_cache_req r = {.name = name,
-                         .hex = hex,
-                         .source = m->model_source[0] ? m->model_source : NULL,
-                         .ns = m->ns,
-                         .holder = m->uid};
-  rc = gf_node_cache_acquire(c, &r, host, hcap, d);
+  rc = gf_node_loader_want(a->loader, m->uid, m->ns, m->name, m->model,
+                           m->model_source[0] ? m->model_source : NULL, d);
+  bool ready = false;
+  if (!rc)
+    rc = gf_node_loader_wait(a->loader, m->uid,
+                             a->model_wait_ms < 0 ? 0 : a->model_wait_ms, host,
+                             hcap, &ready, d);
   if (rc) {
     gf_diag_prefix(d, "pod %s/%s: model %s", m->ns, m->name, name);
     return rc;
   }
-  int n = snprintf(ctr, ccap, "%s/%s", GF_NODE_MODEL_MOUNT, name);
-  return n > 0 && (size_t)n < ccap ? 0 : GF_ELIMIT;
+  int n = snprintf(mdir, mcap, "%s/%s", GF_NODE_MODEL_MOUNT, name);
+  return n > 0 && (size_t)n < mcap ? 0 : GF_ELIMIT;
 }
 
 int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
@@ -102,6 +130,20 @@ int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
   gf__node_copy(a->proc, sizeof(a->proc), "/proc");
   a->style = o->style;
   a->wait_ms = o->wait_ms;
+  a->model_wait_ms = o->model_wait_ms ? o->model_wait_ms : 1000;
+  if (o->cache) {
+    gf_node_loader_opts lo = {
+        .cache = o->cache, .kube = o->kube, .node = gf_node_pods_node(pods)};
+    int rc = gf_node_loader_new(&a->loader, &lo, d);
+    if (rc) {
+      pthread_mutex_destroy(&a->mu);
+      free(a);
+      return rc;
+    }
+    gf_node_pods_hooks h = {
+        .on_model = loader_on_model, .on_sweep = loader_on_sweep, .user = a};
+    gf_node_pods_set_hooks(pods, &h);
+  }
   *out = a;
   return 0;
 }
@@ -126,6 +168,9 @@ void gf_node_allocator_cancel(void *user) {
 void gf_node_allocator_free(gf_node_allocator *a) {
   if (!a)
     return;
+  if (a->loader)
+    gf_node_pods_set_hooks(a->pods, NULL);
+  gf_node_loader_free(a->loader);
   pthread_mutex_destroy(&a->mu);
   free(a);
 }
@@ -474,9 +519,12 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
              : answer_mounts(a, &m, units, &paths, out, d);
   pthread_mutex_unlock(&a->mu);
   if (!rc && m.model[0]) {
-    rc = add_mount(out, mhost, mctr, true, d);
+    rc = add_mount(out, mhost, GF_NODE_MODEL_MOUNT, true, d);
     if (!rc)
       rc = add_env(out, "GPUFRAC_MODEL_DIR", mctr, d);
+    if (!rc)
+      rc = add_env(out, "GPUFRAC_MODEL_READY",
+                   GF_NODE_MODEL_MOUNT "/" GF_NODE_MODEL_READY_FILE, d);
   }
   if (!rc) {
     snprintf(who, sizeof(who), "%s/%s/%s", m.ns, m.name, m.grant.name);
@@ -622,5 +670,6 @@ size_t gf_node_pods_sweep(gf_node_pods *p, const char *state_dir,
                           const char *cdi_dir) {
   sweep_ctx s = {p, state_dir, cdi_dir, 0};
   gf__node_each_pod(state_dir, sweep_pod, &s);
+  gf__node_pods_after_sweep(p);
   return s.removed;
 }

@@ -28,6 +28,8 @@
 #include "gpufrac/node.h"
 #include "node_util.h" /* GF_NODE_UID_MAX */
 
+struct gf_kube_config;
+
 struct json_t;
 
 #define GF_NODE_POD_CTRS 16 /* GPU containers (init included) per pod */
@@ -88,6 +90,63 @@ void gf_node_pods_cancel(gf_node_pods *p);
  * Allocate). */
 bool gf_node_pods_peek(gf_node_pods *p, uint32_t ngpus, gf_node_match *out);
 
+/* What the pod cache tells the model loader: on_model(user, uid, ns, name,
+ * model, source) for every pod bound to this node, not finished, with a
+ * gpufrac.io/model annotation (each time its object changes; source NULL
+ * when none), and on_model with model NULL when it leaves (deleted,
+ * finished, bound elsewhere); on_sweep(user) after gf_node_pods_sweep.
+ * Called without the cache's lock. */
+typedef struct gf_node_pods_hooks {
+  void (*on_model)(void *user, const char *uid, const char *ns,
+                   const char *name, const char *model, const char *source);
+  void (*on_sweep)(void *user);
+  void *user;
+} gf_node_pods_hooks;
+void gf_node_pods_set_hooks(gf_node_pods *p, const gf_node_pods_hooks *h);
+/* Runs the on_sweep hook (gf_node_pods_sweep calls it). */
+void gf__node_pods_after_sweep(gf_node_pods *p);
+/* This cache's node name. */
+const char *gf_node_pods_node(const gf_node_pods *p);
+
+/* ---- the model loader (modelload.c) -------------------------------------
+ * Makes a pod's model ready outside kubelet's admission: one job (a
+ * thread) per pod, started when the pod is seen bound here or at its
+ * Allocate, retried with backoff while the pod exists; it fills
+ * <cache root>/pods/<uid> (the model hard-linked under <name>/, then
+ * .ready) and tells the pod through events and its gpufrac.io/model-ready
+ * condition. */
+typedef struct gf_node_loader gf_node_loader;
+typedef struct gf_node_loader_opts {
+  struct gf_node_cache *cache; /* required; borrowed */
+  struct gf_kube_config *kube; /* events and conditions; NULL: none */
+  const char *node;            /* the events' source host */
+  long retry_base_ms;          /* first backoff; 0: 1000 */
+  long retry_cap_ms;           /* longest backoff; 0: 300000 */
+} gf_node_loader_opts;
+int gf_node_loader_new(gf_node_loader **out, const gf_node_loader_opts *o,
+                       gf_diag *d);
+/* Starts the job of pod uid unless it has one (0 then).  GF_ESYNTAX for a
+ * malformed model reference, GF_EINVAL, GF_EIO, GF_ENOMEM. */
+int gf_node_loader_want(gf_node_loader *l, const char *uid, const char *ns,
+                        const char *pod, const char *model, const char *source,
+                        gf_diag *d);
+/* Waits at most wait_ms for pod uid's job to finish; its directory into
+ * dir[cap] and *ready whether the model is in it.  The job's error when it
+ * failed for good (a refusal another try cannot mend); GF_ENOTFOUND
+ * without a job. */
+int gf_node_loader_wait(gf_node_loader *l, const char *uid, long wait_ms,
+                        char *dir, size_t cap, bool *ready, gf_diag *d);
+/* The pod left: its job stops retrying and its view is removed. */
+void gf_node_loader_forget(gf_node_loader *l, const char *uid);
+/* Forgets the jobs of pods alive() says are gone and removes views left by
+ * an earlier run for such pods; returns how many. */
+size_t gf_node_loader_sweep(gf_node_loader *l,
+                            bool (*alive)(void *user, const char *uid),
+                            void *user);
+/* Stops every job (a fetch under way ends when the cache is cancelled or
+ * the fetch ends) and frees l.  NULL ok. */
+void gf_node_loader_free(gf_node_loader *l);
+
 /* Takes back the mark of a match whose answer failed. */
 void gf_node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr);
 
@@ -113,6 +172,12 @@ typedef struct gf_node_alloc_opts {
    * it; NULL: none.  An Allocate for a pod with gpufrac.io/model makes the
    * model ready, pins it for the pod and mounts it. */
   struct gf_node_cache *cache;
+  /* With a cache: the API server for the model loader's events and pod
+   * conditions (NULL: none); how long an Allocate waits for a model not
+   * yet ready before it answers with the pod's (still empty) view: 0:
+   * 1000 ms, < 0: not at all. */
+  struct gf_kube_config *kube;
+  long model_wait_ms;
 } gf_node_alloc_opts;
 
 typedef struct gf_node_allocator gf_node_allocator;

@@ -58,7 +58,54 @@ struct gf_node_pods {
   uint64_t next_seq;
   uint64_t generation; /* bumped on every change; waiters watch it */
   bool cancelled;      /* gf_node_pods_cancel: no more waiting */
+  gf_node_pods_hooks hooks;
 };
+
+void gf_node_pods_set_hooks(gf_node_pods *p, const gf_node_pods_hooks *h) {
+  pthread_mutex_lock(&p->mu);
+  p->hooks = h ? *h : (gf_node_pods_hooks){0};
+  pthread_mutex_unlock(&p->mu);
+}
+
+const char *gf_node_pods_node(const gf_node_pods *p) { return p->node; }
+
+/* What apply and remove tell the hook, taken under the lock. */
+typedef struct hook_call {
+  gf_node_pods_hooks h;
+  bool call, gone;
+  char uid[GF_NODE_UID_MAX], ns[GF_NAME_MAX], name[GF_NAME_MAX];
+  char model[GF_NODE_MODEL_REF_MAX];
+  char source[GF_NODE_MODEL_SOURCE_MAX];
+} hook_call;
+
+static void hook_take(const gf_node_pods *p, const char *uid, const char *ns,
+                      const char *name, const char *model, const char *source,
+                      hook_call *hc) {
+  hc->h = p->hooks;
+  hc->call = p->hooks.on_model != NULL;
+  hc->gone = !model || !*model;
+  gf__node_copy(hc->uid, sizeof(hc->uid), uid);
+  gf__node_copy(hc->ns, sizeof(hc->ns), ns ? ns : "");
+  gf__node_copy(hc->name, sizeof(hc->name), name ? name : "");
+  gf__node_copy(hc->model, sizeof(hc->model), model ? model : "");
+  gf__node_copy(hc->source, sizeof(hc->source), source ? source : "");
+}
+
+static void hook_run(const hook_call *hc) {
+  if (!hc->call)
+    return;
+  hc->h.on_model(hc->h.user, hc->uid, hc->ns, hc->name,
+                 hc->gone ? NULL : hc->model,
+                 hc->source[0] ? hc->source : NULL);
+}
+
+void gf__node_pods_after_sweep(gf_node_pods *p) {
+  pthread_mutex_lock(&p->mu);
+  gf_node_pods_hooks h = p->hooks;
+  pthread_mutex_unlock(&p->mu);
+  if (h.on_sweep)
+    h.on_sweep(h.user);
+}
 
 int gf_node_pods_new(gf_node_pods **out, const char *node, gf_diag *d) {
   if (!node || !*node || strlen(node) >= GF_NAME_MAX)
@@ -332,17 +379,28 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
                        "pod object without a usable metadata.uid and name");
   }
   const char *node = str_at(json_object_get(obj, "spec"), "nodeName");
+  hook_call *hc = gf__calloc(1, sizeof(*hc));
+  if (!hc) {
+    free(x);
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  }
   pthread_mutex_lock(&p->mu);
   size_t i = find(p, x->uid);
   if (!node || strcmp(node, p->node) != 0) {
     if (i != SIZE_MAX) {
       drop_at(p, i);
       touch(p);
+      hook_take(p, x->uid, NULL, NULL, NULL, NULL, hc);
     }
     pthread_mutex_unlock(&p->mu);
+    hook_run(hc);
+    free(hc);
     free(x);
     return 0;
   }
+  if (x->model[0] || i != SIZE_MAX)
+    hook_take(p, x->uid, x->ns, x->name, x->terminal ? NULL : x->model,
+              x->model_source, hc);
   if (i != SIZE_MAX) {
     /* Answers given stay given, whatever the new object says. */
     const pod *old = p->pods[i];
@@ -360,6 +418,7 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
       pod **np = gf__realloc(p->pods, nc * sizeof(*np));
       if (!np) {
         pthread_mutex_unlock(&p->mu);
+        free(hc);
         free(x);
         return gf_diag_set(d, GF_ENOMEM, "out of memory");
       }
@@ -372,12 +431,17 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
   apply_marks(p, x);
   touch(p);
   pthread_mutex_unlock(&p->mu);
+  hook_run(hc);
+  free(hc);
   return 0;
 }
 
 bool gf_node_pods_remove(gf_node_pods *p, const char *uid) {
+  hook_call *hc = gf__calloc(1, sizeof(*hc));
   pthread_mutex_lock(&p->mu);
   size_t i = find(p, uid);
+  if (hc)
+    hook_take(p, uid, NULL, NULL, NULL, NULL, hc);
   if (i != SIZE_MAX) {
     drop_at(p, i);
     /* Marks for it are of no further use. */
@@ -389,6 +453,9 @@ bool gf_node_pods_remove(gf_node_pods *p, const char *uid) {
     touch(p);
   }
   pthread_mutex_unlock(&p->mu);
+  if (hc)
+    hook_run(hc);
+  free(hc);
   return i != SIZE_MAX;
 }
 
