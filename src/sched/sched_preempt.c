@@ -344,7 +344,8 @@ bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
       any = true;
     }
     gf_request r = e->req;
-    gf__effective(s, &r);
+    if (s->whole && r.gpu_count > 0) /* as gf__effective does */
+      r.gpu_milli = GF_GPU_MILLI;
     bool named;
     r.model_mask = gf__models_mask(s->c, e->models, &named);
     if (!gf_node_fits(copy, &r))
@@ -464,7 +465,8 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     goto done;
   }
   gf_request r = p->req;
-  gf__effective(s, &r);
+  if (s->whole && r.gpu_count > 0) /* gf__effective, without the call back */
+    r.gpu_milli = GF_GPU_MILLI;
   bool named;
   r.model_mask = gf__models_mask(s->c, p->models, &named);
   bool hopeless = r.gpu_count == 0 || (named && r.model_mask == 0);
