@@ -205,13 +205,14 @@ static int cheaper(const void *a, const void *b) {
 }
 
 /* The best victim set on node base for r among vs[0..nv) (sorted
- * cheapest first) into *best (best->ok false when none frees a GPU). */
-static void choose(const gf_node *base, victim *vs, uint32_t nv,
-                   const gf_request *r, vset *best) {
+ * cheapest first) into *best (best->ok false when none frees a GPU).
+ * GF_ENOMEM, or 0. */
+static int choose(const gf_node *base, victim *vs, uint32_t nv,
+                  const gf_request *r, vset *best) {
   memset(best, 0, sizeof(*best));
   vset *cur = gf__malloc(sizeof(*cur));
   if (!cur)
-    return;
+    return GF_ENOMEM;
   uint32_t tries = 0;
   if (r->gpu_milli >= GF_GPU_MILLI) {
     /* Whole GPUs: a GPU frees only with every pod on it gone.  Per GPU
@@ -236,7 +237,7 @@ static void choose(const gf_node *base, victim *vs, uint32_t nv,
           pick = (int)g;
       if (pick < 0) {
         gf__free(cur);
-        return;
+        return 0;
       }
       take[pick] = true;
     }
@@ -262,7 +263,7 @@ static void choose(const gf_node *base, victim *vs, uint32_t nv,
     if (cur->ok && cur->n > 0)
       *best = *cur;
     gf__free(cur);
-    return;
+    return 0;
   }
   /* A share: on one GPU. */
   uint32_t on[GF__PREEMPT_MAX_VICTIMS];
@@ -318,6 +319,7 @@ static void choose(const gf_node *base, victim *vs, uint32_t nv,
       *best = *cur;
   }
   gf__free(cur);
+  return 0;
 }
 
 /* ---- the hold for nominated pods ---------------------------------------*/
@@ -410,6 +412,11 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   json_error_t je;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
   char msg[GF_DIAG_MAX];
+  if (!root && json_error_code(&je) == json_error_out_of_memory) {
+    out->status = 500;
+    out->json = gf__error_obj("gpufrac extender: preempt: out of memory");
+    return;
+  }
   if (!root) {
     snprintf(msg, sizeof(msg), "invalid JSON at line %d column %d: %s", je.line,
              je.column, je.text);
@@ -551,7 +558,12 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
         continue;
       }
     } else {
-      choose(base, vs, nv, &r, best);
+      if (choose(base, vs, nv, &r, best)) {
+        pthread_mutex_unlock(&s->mu);
+        out->status = 500;
+        out->json = gf__error_obj("gpufrac extender: preempt: out of memory");
+        goto done;
+      }
       if (!best->ok) {
         json_object_del(res, name); /* no set frees a GPU here */
         continue;
