@@ -116,6 +116,7 @@ static void pend_drop(pend_tab *t, pend *e) {
   t->slots[e->slot] = NULL;
   t->free_slots[t->nfree++] = e->slot;
   t->n--;
+  t->nominated -= e->nominated[0] != '\0';
   gf__free(e);
 }
 
@@ -155,6 +156,7 @@ static int pend_link(pend_tab *t, pend *e) {
   *(t->newest ? &t->newest->newer : &t->oldest) = e;
   t->newest = e;
   t->n++;
+  t->nominated += e->nominated[0] != '\0';
   return 0;
 }
 

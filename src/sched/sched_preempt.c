@@ -327,6 +327,8 @@ static int choose(const gf_node *base, victim *vs, uint32_t nv,
 uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,
                            gf__holds *h) {
   h->n = 0;
+  if (s->pend.nominated == 0)
+    return 0; /* the common case: no preemption waiting */
   for (const pend *e = s->pend.newest; e && h->n < GF__HOLDS_MAX; e = e->older)
     if (e->nominated[0] && e->priority >= priority &&
         !(uid && uid[0] && strcmp(e->uid, uid) == 0))
@@ -547,10 +549,14 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
       json_array_foreach(pods, i, v) {
         const char *uid = victim_uid(v);
         const prec *q = uid ? gf__find_pod(s, uid) : NULL;
-        if (!uid || (q && !eligible(q, p->priority)) ||
-            json_array_append_new(list, json_pack("{s:s}", "UID", uid))) {
+        if (!uid || (q && !eligible(q, p->priority))) {
           keep = false;
           break;
+        }
+        if (json_array_append_new(list, json_pack("{s:s}", "UID", uid))) {
+          pthread_mutex_unlock(&s->mu);
+          out->status = 500;
+          goto done;
         }
       }
       if (!keep) {

@@ -97,7 +97,8 @@ typedef struct pend_tab {
   pend **slots;
   uint32_t *free_slots;
   uint32_t nslots, cap, nfree, max;
-  uint32_t n; /* live entries */
+  uint32_t n;         /* live entries */
+  uint32_t nominated; /* of them, with a nominatedNodeName (the hold) */
   pend *oldest, *newest;
   gf__smap by_uid; /* uid -> slot, entries with a uid */
   gf__smap by_ns;  /* "ns/name" -> slot of the newest entry so named */
