@@ -164,14 +164,15 @@ int gf_sched_pod_delete(gf_sched *s, const char *uid);
  * that updating from the slim object gives exactly the same model, errors
  * included, as from the whole one.  Kept: metadata name, namespace, uid,
  * resourceVersion, deletionTimestamp; for a pod the gpufrac.io/grant and
- * gpufrac.io/gpu-model annotations, spec.nodeName, spec.overhead, each
+ * gpufrac.io/gpu-model annotations and the guard's (guard-since,
+ * guard-released, protect), spec.nodeName, spec.priority, spec.overhead, each
  * container's and init container's name, restartPolicy and the five
  * resources the extender counts (each from requests, else limits, merged
- * into requests), status.phase; for a node the gpufrac.io/inventory
- * annotation and status.allocatable cpu and memory.  Members that are not
- * of the expected type are copied as they are, so the same errors come
- * out.  A real Pod shrinks from kilobytes (managedFields, volumes, env,
- * conditions) to a few hundred bytes of JSON.  The input is borrowed; the
+ * into requests), status.phase and status.nominatedNodeName; for a node the
+ * gpufrac.io/inventory annotation and status.allocatable cpu and memory.
+ * Members that are not of the expected type are copied as they are, so the same
+ * errors come out.  A real Pod shrinks from kilobytes (managedFields, volumes,
+ * env, conditions) to a few hundred bytes of JSON.  The input is borrowed; the
  * result is the caller's (json_decref); NULL when out of memory. */
 struct json_t *gf_sched_pod_slim(const struct json_t *pod);
 struct json_t *gf_sched_node_slim(const struct json_t *node);
@@ -194,8 +195,8 @@ typedef struct gf_sched_reply {
   size_t len;
 } gf_sched_reply;
 
-/* Answers one request: POST <prefix>/filter, /prioritize, /bind; GET
- * /healthz, /readyz, /leaderz, /metrics (the last path segment decides).
+/* Answers one request: POST <prefix>/filter, /prioritize, /bind, /preempt;
+ * GET /healthz, /readyz, /leaderz, /metrics (the last path segment decides).
  * Always fills *out (release with gf_sched_reply_release) and records the
  * request in the metrics.  A request filter or bind cannot use (empty,
  * malformed, or len over max_body, in which case body is not read) is

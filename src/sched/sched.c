@@ -566,6 +566,8 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     return;
   }
   top_set *top = NULL; /* --filter-top's choice */
+  gf__holds *hold = gf__calloc(1, sizeof(*hold));
+  gf_node *hcopy = gf__malloc(sizeof(*hcopy));
   gf__pod *p = gf__malloc(sizeof(*p));
   gf__node *pn = gf__malloc(sizeof(*pn));
   json_t *failed = json_object(), *unres = json_object();
@@ -580,8 +582,8 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     gf__buf_append(&tf, "{", 1);
   if (!gf__buf_reserve(&tu, 256))
     gf__buf_append(&tu, "{", 1);
-  if (!p || !pn || !failed || !unres || !passed || gf__buf_error(&tp) ||
-      gf__buf_error(&tf) || gf__buf_error(&tu)) {
+  if (!p || !pn || !hold || !hcopy || !failed || !unres || !passed ||
+      gf__buf_error(&tp) || gf__buf_error(&tf) || gf__buf_error(&tu)) {
     out->status = 500;
     goto done;
   }
@@ -610,6 +612,11 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
       gf__request_pending_put(s, p);
     resolve(s, p, &r, &v);
   }
+  /* Capacity freed by a preemption is held for the pod kube-scheduler
+   * nominated there, against pods of no higher priority
+   * (sched_preempt.c). */
+  if (v.kind == 0 && r.gpu_count > 0 && hcopy)
+    gf__holds_collect(s, p->priority, p->uid, hold);
   /* --filter-top: fitting nodes are scored here and only the best kept.
    * A policy that cannot be built (out of memory) cuts nothing, nor is a
    * pod with resource claims cut while the DRA feed scores those (its
@@ -642,8 +649,10 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
                  "gpufrac has not seen this node yet (no Node object from "
                  "the API server)");
       } else {
-        kind = why_not(s, &s->nodes[ni], gf_cluster_node(s->c, (uint32_t)ni),
-                       &r, why, sizeof(why));
+        const gf_node *gn = gf_cluster_node(s->c, (uint32_t)ni);
+        if (hold->n && gf__holds_apply(s, hold, (uint32_t)ni, name, hcopy))
+          gn = hcopy;
+        kind = why_not(s, &s->nodes[ni], gn, &r, why, sizeof(why));
       }
     }
     if (kind)
@@ -732,6 +741,8 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   out->status = out->json ? 200 : 500;
 done:
   gf__free(top);
+  gf__free(hold);
+  gf__free(hcopy);
   gf__buf_release(&tp);
   gf__buf_release(&tf);
   gf__buf_release(&tu);
@@ -979,6 +990,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
     p->gpu_index[k] = (uint8_t)nr->inv.gpus[pick.gpus[k]].index;
   p->state = P_BINDING;
   p->bind_seq = *seq = ++s->bind_seq;
+  p->priority = pp->priority;
   if ((rc = gf__book(s, p))) {
     gf__remove_pod(s, p);
     gf__free(*grant);
@@ -1064,7 +1076,8 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
   double t0 = now_s();
   memset(out, 0, sizeof(*out));
   int verb = gf__verb_of(path ? path : "");
-  bool post = verb == V_FILTER || verb == V_PRIORITIZE || verb == V_BIND;
+  bool post = verb == V_FILTER || verb == V_PRIORITIZE || verb == V_BIND ||
+              verb == V_PREEMPT;
   bool is_post = method && strcmp(method, "POST") == 0;
   bool is_get =
       method && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0);
@@ -1073,7 +1086,7 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
   if (verb == V_OTHER) {
     gf__set_text(out, 404,
                  "not found: the gpufrac extender serves /filter, /prioritize, "
-                 "/bind, /healthz, /readyz, /leaderz, /metrics\n");
+                 "/bind, /preempt, /healthz, /readyz, /leaderz, /metrics\n");
   } else if (post ? !is_post : !is_get) {
     gf__set_text(out, 405,
                  post ? "method not allowed: use POST\n"
@@ -1100,6 +1113,9 @@ void gf_sched_handle(gf_sched *s, const char *method, const char *path,
       break;
     case V_BIND:
       do_bind(s, body, len, &rb);
+      break;
+    case V_PREEMPT:
+      gf__do_preempt(s, body, len, &rb);
       break;
     case V_METRICS:
       gf__do_metrics(s, &rb);

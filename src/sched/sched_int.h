@@ -39,8 +39,14 @@ typedef struct gf__pod {
   bool weights_bad;                 /* present but malformed: ignored */
   gf_request req;      /* model_mask 0 and weights 0: resolved per cluster */
   int32_t compute_pct; /* gpu-compute as asked; 0 = not asked */
-  const char *grant;   /* grant annotation text (borrowed from
-                          the JSON), NULL when none */
+  int32_t priority;    /* spec.priority; 0 when absent (the API server's
+                          default without a PriorityClass) */
+  bool loading;        /* the disruption guard holds it (guard.h: GF_GUARD_SINCE
+                          without GF_GUARD_RELEASED, or GF_GUARD_PROTECT always):
+                          not a preemption victim but across GF__PREEMPT_GUARD_GAP */
+  char nominated[GF_NAME_MAX]; /* status.nominatedNodeName; "" when none */
+  const char *grant;           /* grant annotation text (borrowed from
+                                  the JSON), NULL when none */
   size_t grant_len;
 } gf__pod;
 

@@ -16,7 +16,7 @@
 #include "sched_state.h"
 
 static const char *const verb_names[NVERBS] = {
-    "filter", "prioritize", "bind",    "healthz",
+    "filter", "prioritize", "bind",    "preempt", "healthz",
     "readyz", "metrics",    "leaderz", "other"};
 static const int codes[] = {200, 400, 403, 404, 405, 413, 500, 503};
 static const double buckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01,

@@ -572,6 +572,8 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
   }
   if (old && strcmp(old->node, p->node) == 0 && old->ngpus == ngpus &&
       memcmp(old->gpu_index, idx, ngpus) == 0) {
+    old->priority = p->priority; /* the guard's annotations come and go */
+    old->loading = p->loading;
     if (old->state != P_BINDING)
       old->state = P_BOUND;
     gf__pending_forget(s, key);
@@ -587,6 +589,8 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
   r->ngpus = ngpus;
   memcpy(r->gpu_index, idx, sizeof(idx));
   r->state = P_BOUND;
+  r->priority = p->priority;
+  r->loading = p->loading;
   rc = gf__book(s, r);
   if (rc == GF_ENOTFOUND)
     return grc; /* waits for its node */

@@ -63,13 +63,15 @@ pend *gf__pending_find(gf_sched *s, const char *uid, const char *ns,
 static pend *pend_new(const gf__pod *p) {
   size_t ln = strlen(p->ns), lm = strlen(p->name), lu = strlen(p->uid),
          lr = strlen(p->rv), lc = strlen(p->container), lmo = strlen(p->models);
-  size_t text = ln + 1 + lm + 1 + lu + 1 + lr + 1 + lc + 1 + lmo + 1;
+  size_t lno = strlen(p->nominated);
+  size_t text = ln + 1 + lm + 1 + lu + 1 + lr + 1 + lc + 1 + lmo + 1 + lno + 1;
   pend *e = gf__malloc(sizeof(*e) + text);
   if (!e)
     return NULL;
   memset(e, 0, sizeof(*e));
   e->ns_len = (uint32_t)ln;
   e->req = p->req;
+  e->priority = p->priority;
   char *t = e->nskey;
   memcpy(t, p->ns, ln);
   t[ln] = '/';
@@ -85,6 +87,7 @@ static pend *pend_new(const gf__pod *p) {
   PEND_STR(rv, p->rv, lr);
   PEND_STR(container, p->container, lc);
   PEND_STR(models, p->models, lmo);
+  PEND_STR(nominated, p->nominated, lno);
 #undef PEND_STR
   return e;
 }
@@ -113,6 +116,7 @@ static void pend_drop(pend_tab *t, pend *e) {
   t->slots[e->slot] = NULL;
   t->free_slots[t->nfree++] = e->slot;
   t->n--;
+  t->nominated -= e->nominated[0] != '\0';
   gf__free(e);
 }
 
@@ -152,6 +156,7 @@ static int pend_link(pend_tab *t, pend *e) {
   *(t->newest ? &t->newest->newer : &t->oldest) = e;
   t->newest = e;
   t->n++;
+  t->nominated += e->nominated[0] != '\0';
   return 0;
 }
 

@@ -64,7 +64,9 @@ void gf__unusable(gf_sched_reply *out, int verb, int status, const char *msg) {
   json_t *j = gf__error_obj(msg);
   out->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
-  out->status = !out->body ? 500 : verb == V_PRIORITIZE ? status : 200;
+  out->status = !out->body                                  ? 500
+                : verb == V_PRIORITIZE || verb == V_PREEMPT ? status
+                                                            : 200;
   out->content_type =
       out->body ? "application/json" : "text/plain; charset=utf-8";
   out->len = out->body ? strlen(out->body) : 0;

@@ -68,6 +68,8 @@ typedef struct prec {
   bool placed; /* booked in the current cluster */
   pstate state;
   uint64_t bind_seq;
+  int32_t priority; /* spec.priority (sched_preempt.c) */
+  bool loading;     /* gf__pod.loading: the guard holds it */
 } prec;
 
 /* A pending pod: what /bind needs of a pod it gets only the names of.
@@ -80,11 +82,13 @@ typedef struct pend {
   uint32_t slot;              /* its index in pend_tab.slots */
   uint32_t ns_len;            /* nskey is ns, '/', name */
   gf_request req;
+  int32_t priority;      /* spec.priority */
+  const char *nominated; /* status.nominatedNodeName; "" when none */
   const char *uid;       /* "" when the pod had none */
   const char *rv;        /* resourceVersion last seen; "" when unknown */
   const char *container; /* the container asking for GPUs */
   const char *models;    /* the gpu-model annotation, as written */
-  char nskey[];          /* "ns/name", then the four strings above */
+  char nskey[];          /* "ns/name", then the five strings above */
 } pend;
 
 /* The pending pods.  slots[] holds each entry at a fixed index (the maps'
@@ -93,7 +97,8 @@ typedef struct pend_tab {
   pend **slots;
   uint32_t *free_slots;
   uint32_t nslots, cap, nfree, max;
-  uint32_t n; /* live entries */
+  uint32_t n;         /* live entries */
+  uint32_t nominated; /* of them, with a nominatedNodeName (the hold) */
   pend *oldest, *newest;
   gf__smap by_uid; /* uid -> slot, entries with a uid */
   gf__smap by_ns;  /* "ns/name" -> slot of the newest entry so named */
@@ -105,6 +110,7 @@ enum {
   V_FILTER,
   V_PRIORITIZE,
   V_BIND,
+  V_PREEMPT,
   V_HEALTHZ,
   V_READYZ,
   V_METRICS,
@@ -206,6 +212,25 @@ const char *gf__pod_key(const char *uid, const char *ns, const char *name,
 int gf__policy_refresh(gf_sched *s);
 int gf__rebuild(gf_sched *s);
 void gf__remove_pod(gf_sched *s, prec *p);
+
+/* sched_preempt.c */
+void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out);
+/* The hold: pending pods kube-scheduler has nominated to a node
+ * (status.nominatedNodeName, after a preemption) keep what was freed for
+ * them from pods of no higher priority.  gf__holds_collect gathers those
+ * that outrank or equal `priority` (not the pod `uid` itself), at most
+ * GF__HOLDS_MAX, newest first; gf__holds_apply copies node ni into *copy
+ * with them booked where they fit (true when any is nominated there; the
+ * model is not changed).  Under the mutex. */
+#define GF__HOLDS_MAX 64u
+typedef struct gf__holds {
+  const pend *e[GF__HOLDS_MAX];
+  uint32_t n;
+} gf__holds;
+uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,
+                           gf__holds *h);
+bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
+                     const char *node, gf_node *copy);
 
 /* sched_pending.c */
 pend *gf__pending_find(gf_sched *s, const char *uid, const char *ns,

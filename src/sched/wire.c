@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
+#include "guard.h"
 #include "sched_int.h"
 
 /* Requests of one container (or of the pod overhead). */
@@ -265,6 +266,19 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
       (rc = gf__json_str(status, "phase", out->phase, sizeof(out->phase), false,
                          "Pod: status.phase", d)))
     return rc;
+  if (json_is_object(status) &&
+      (rc = gf__json_str(status, "nominatedNodeName", out->nominated,
+                         sizeof(out->nominated), false,
+                         "Pod: status.nominatedNodeName", d)))
+    return rc;
+  const json_t *prio = gf__json_get(spec, "priority");
+  if (prio && !json_is_null(prio)) {
+    if (!json_is_integer(prio) || json_integer_value(prio) < INT32_MIN ||
+        json_integer_value(prio) > INT32_MAX)
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "Pod: spec.priority is not a 32-bit integer");
+    out->priority = (int32_t)json_integer_value(prio);
+  }
   const json_t *ann = gf__json_get(meta, "annotations");
   if (ann && !json_is_null(ann) && !json_is_object(ann))
     return gf_diag_set(d, GF_ESYNTAX,
@@ -291,6 +305,12 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
       out->grant = json_string_value(g);
       out->grant_len = json_string_length(g);
     }
+    /* The guard's own state (guard.h): protected from the moment it wrote
+     * GF_GUARD_SINCE until it writes GF_GUARD_RELEASED; "always" holds. */
+    const char *pr = json_string_value(json_object_get(ann, GF_GUARD_PROTECT));
+    out->loading = (json_object_get(ann, GF_GUARD_SINCE) &&
+                    !json_object_get(ann, GF_GUARD_RELEASED)) ||
+                   (pr && strcmp(pr, "always") == 0);
   }
 
   amounts sum = {0}, gpu = {0};
@@ -871,7 +891,8 @@ static const char *const slim_res[] = {"cpu",
  * KAI's whether or not they are accepted: the cache cannot know). */
 static const char *const slim_ann[] = {
     GF_HAMI_USE_TYPE, GF_HAMI_NOUSE_TYPE, GF_HAMI_USE_UUID, GF_HAMI_NOUSE_UUID,
-    GF_KAI_FRACTION,  GF_KAI_MEMORY,      GF_KAI_CONTAINER, GF_KAI_NUM_DEVICES};
+    GF_KAI_FRACTION,  GF_KAI_MEMORY,      GF_KAI_CONTAINER, GF_KAI_NUM_DEVICES,
+    GF_GUARD_SINCE,   GF_GUARD_RELEASED,  GF_GUARD_PROTECT};
 
 /* A container's resources as read_one sees them: each resource from
  * requests, else from limits, all in one "requests" object.  Anything that
@@ -966,6 +987,7 @@ json_t *gf_sched_pod_slim(const json_t *pod) {
     const json_t *ics = gf__json_get(spec, "initContainers");
     if (!s || json_object_set_new(out, "spec", s) ||
         keep(s, spec, "nodeName") || keep(s, spec, "overhead") ||
+        keep(s, spec, "priority") ||
         (cs && json_object_set_new(s, "containers", slim_containers(cs))) ||
         (ics && json_object_set_new(s, "initContainers", slim_containers(ics))))
       goto fail;
@@ -975,7 +997,7 @@ json_t *gf_sched_pod_slim(const json_t *pod) {
   if (json_is_object(status)) {
     json_t *st = json_object();
     if (!st || json_object_set_new(out, "status", st) ||
-        keep(st, status, "phase"))
+        keep(st, status, "phase") || keep(st, status, "nominatedNodeName"))
       goto fail;
   }
   return out;

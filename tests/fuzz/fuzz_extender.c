@@ -114,6 +114,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the same body as a bind after a filter: exercises the pending path */
     gf_sched_handle(s, "POST", "/bind", body, len, &r);
     gf_sched_reply_release(&r);
+    /* and as kube-scheduler's preemption arguments: always valid JSON */
+    gf_sched_handle(s, "POST", "/preempt", body, len, &r);
+    if (r.status != 500 && !r.body)
+      abort();
+    if (r.body) {
+      json_t *j = json_loadb(r.body, r.len, 0, NULL);
+      if (!j)
+        abort();
+      json_decref(j);
+    }
+    gf_sched_reply_release(&r);
   } else if (sel == 4) {
     gf_inventory inv;
     gf_inventory_parse(body, len, &inv, NULL);

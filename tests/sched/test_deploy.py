@@ -30,7 +30,7 @@ check(cfg is not None and cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1",
 exts = (cfg or {}).get("extenders", [])
 check(len(exts) == 1, "one extender entry (kube-scheduler refuses two managing the same resources)")
 ext = exts[0] if exts else {}
-for key in ("urlPrefix", "filterVerb", "prioritizeVerb", "bindVerb", "weight",
+for key in ("urlPrefix", "filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb", "weight",
             "nodeCacheCapable", "managedResources", "httpTimeout"):
     check(key in ext, f"extender stanza has {key}")
 # kube-scheduler's own validation: no resource managed twice, weight > 0.

@@ -54,6 +54,8 @@ typedef struct world {
   json_t *nodes[3];
   json_t *bound; /* a bound pod with a grant */
   char *filter_names, *filter_nodes, *bind;
+  char *preempt; /* the filter's pod at priority 1000 asking two whole
+                    GPUs, the bound pod its proposed victim on node-a100 */
 } world;
 
 static world W;
@@ -66,6 +68,31 @@ static void load(void) {
   W.filter_names = fixture("filter_args_names.json", NULL);
   W.filter_nodes = fixture("filter_args_nodes.json", NULL);
   W.bind = fixture("bind_args.json", NULL);
+  {
+    json_t *fa = fixture_json("filter_args_names.json");
+    json_t *pod = json_object_get(fa, "Pod");
+    json_object_set_new(json_object_get(pod, "spec"), "priority",
+                        json_integer(1000));
+    /* both of node-a100's GPUs whole: the bound pod on GPU 1 must go */
+    json_t *res = json_object_get(
+        json_array_get(
+            json_object_get(json_object_get(pod, "spec"), "containers"), 0),
+        "resources");
+    json_object_set_new(res, "limits",
+                        json_pack("{s:s}", "gpufrac.io/gpu", "2"));
+    json_object_set_new(res, "requests",
+                        json_pack("{s:s,s:s,s:s}", "gpufrac.io/gpu", "2", "cpu",
+                                  "4", "memory", "16Gi"));
+    const char *uid = json_string_value(
+        json_object_get(json_object_get(W.bound, "metadata"), "uid"));
+    json_t *a = json_pack("{s:O,s:{s:{s:[{s:s}],s:i}}}", "Pod", pod,
+                          "NodeNameToMetaVictims", "node-a100", "Pods", "UID",
+                          uid, "NumPDBViolations", 0);
+    W.preempt = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    assert_non_null(W.preempt);
+    json_decref(a);
+    json_decref(fa);
+  }
   pthread_mutex_init(&W.fb.mu, NULL);
   W.binder = (gf_binder){&W.fb, fb_bind};
 }
@@ -95,12 +122,13 @@ enum op {
   OP_PRIORITIZE,
   OP_BIND,
   OP_METRICS,
+  OP_PREEMPT,
   OP_COUNT
 };
 static const char *const op_names[] = {
     "node update",    "pod update", "filter (NodeNames)",
     "filter (Nodes)", "prioritize", "bind",
-    "metrics"};
+    "metrics",        "preempt"};
 
 static void verb(const char *method, const char *path, const char *body,
                  answer *a) {
@@ -119,6 +147,9 @@ static void before(enum op op) {
   } else if (op == OP_BIND) {
     verb("POST", "/filter", W.filter_names, &a);
     assert_int_equal(a.status, 200);
+  } else if (op == OP_PREEMPT) {
+    gf_diag d = {""};
+    assert_int_equal(gf_sched_pod_update(W.s, W.bound, &d), 0);
   }
 }
 
@@ -151,6 +182,9 @@ static void run(enum op op, answer *a) {
   case OP_METRICS:
     verb("GET", "/metrics", NULL, a);
     break;
+  case OP_PREEMPT:
+    verb("POST", "/preempt", W.preempt, a);
+    break;
   default:
     fail();
   }
@@ -174,6 +208,8 @@ static bool clean_error(enum op op, const answer *a) {
     return true;
   if (a->status == 500)
     return true;
+  if (op == OP_PREEMPT) /* its result type has no Error: a 400 carries it */
+    return a->status == 400 && strstr(a->body, "\"Error\":\"");
   return a->status == 200 && strstr(a->body, "\"Error\":\"") &&
          !strstr(a->body, "\"Error\":\"\"");
 }
@@ -301,6 +337,10 @@ static void test_metrics(void **st) {
   (void)st;
   walk(OP_METRICS);
 }
+static void test_preempt(void **st) {
+  (void)st;
+  walk(OP_PREEMPT);
+}
 
 /* A request body jansson cannot even start to read for want of memory is
  * answered as out of memory, not as malformed JSON. */
@@ -332,6 +372,7 @@ int main(void) {
       cmocka_unit_test(test_prioritize),
       cmocka_unit_test(test_bind),
       cmocka_unit_test(test_metrics),
+      cmocka_unit_test(test_preempt),
       cmocka_unit_test(test_body_out_of_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -46,6 +46,7 @@ extenders:
     prioritizeVerb: prioritize
     # the extender writes the grant annotation, then the Binding
     bindVerb: bind
+    preemptVerb: preempt
     weight: {{ $c.weight }}
     enableHTTPS: {{ $tls }}
     {{- if $tls }}
