@@ -2,8 +2,9 @@
 # Reproduction of FGD on every published trace: our fgd, seeds 42-51, on all
 # 17 traces, against the FGD paper's simulator's own results
 # (scripts/compare-reference --fgd --check: a trace fails when its ten-seed
-# mean differs from the published one by more than three standard errors of
-# the difference; docs/placement.md, "Our fgd against the published FGD").
+# mean differs from the published one by more than 3.6 published standard
+# deviations times sqrt(1/10 + 1/10), or its spread exceeds 4 times the
+# published one; docs/placement.md, "Our fgd against the published FGD").
 # About 45 s of CPU.  Then the check itself is checked: the same results
 # with one trace moved by a point must fail it.
 set -eu
