@@ -55,11 +55,13 @@ void gf_opt_help(const gf_opt_cmd *cmd, FILE *fp) {
       fprintf(fp, "\n%s%s", o->name, o->name[0] ? ":\n" : "");
       continue;
     }
-    char head[128];
+    char head[128], sh[8] = "";
+    if (o->short_name)
+      snprintf(sh, sizeof(sh), "-%c, ", o->short_name);
     if (o->type == GF_OPT_STRING)
-      snprintf(head, sizeof(head), "--%s %s", o->name, o->arg);
+      snprintf(head, sizeof(head), "%s--%s %s", sh, o->name, o->arg);
     else
-      snprintf(head, sizeof(head), "--%s", o->name);
+      snprintf(head, sizeof(head), "%s--%s", sh, o->name);
     if (strlen(head) > w) /* a long head: its help on the next line */
       fprintf(fp, "  %s\n%*s", head, col, "");
     else
@@ -97,6 +99,66 @@ static int stop(gf_opt_iter *it, int exit) {
   return -1;
 }
 
+static const char *unknown(const gf_opt_cmd *c) {
+  return c->unknown ? c->unknown : "option";
+}
+
+/* Stores or hands back option o with value v (NULL for a flag). */
+static int take(gf_opt_iter *it, const gf_opt *o, const char *v,
+                const char **value) {
+  if (o->value) {
+    if (o->type == GF_OPT_FLAG)
+      *(bool *)o->value = true;
+    else
+      *(const char **)o->value = v;
+    return 0;
+  }
+  it->opt = o;
+  *value = v;
+  return o->id;
+}
+
+/* -x, -x VALUE, -xVALUE: one short option (no bundling of flags). */
+static int short_opt(gf_opt_iter *it, const char **value) {
+  const gf_opt_cmd *c = it->cmd;
+  const char *a = it->argv[it->i];
+  const gf_opt *o = c->opts;
+  while (o->type != GF_OPT_END &&
+         (o->type == GF_OPT_GROUP || o->short_name != a[1]))
+    o++;
+  if (o->type == GF_OPT_END || (o->type == GF_OPT_FLAG && a[2]))
+    return stop(it, gf_opt_usage_error(c, "unknown %s '%s'", unknown(c), a));
+  it->i++;
+  const char *v = NULL;
+  if (o->type == GF_OPT_STRING) {
+    v = a[2] ? a + 2 : NULL;
+    if (!v && it->i >= it->argc)
+      return stop(it, gf_opt_usage_error(c, "%s needs a value", a));
+    if (!v)
+      v = it->argv[it->i++];
+  }
+  int id = take(it, o, v, value);
+  return id ? id : gf_opt_next(it, value);
+}
+
+/* An argument that is not an option: an operand, the end of the options,
+ * or a usage error (-1), as the command takes them. */
+static int operand(gf_opt_iter *it, const char **value) {
+  const gf_opt_cmd *c = it->cmd;
+  const char *a = it->argv[it->i];
+  if (c->mixed) {
+    it->i++;
+    *value = a;
+    return GF_OPT_OPERAND;
+  }
+  if (c->operands) {
+    it->rest = it->i;
+    it->i = it->argc;
+    return 0;
+  }
+  return stop(it, gf_opt_usage_error(c, "unexpected argument '%s'", a));
+}
+
 int gf_opt_next(gf_opt_iter *it, const char **value) {
   const gf_opt_cmd *c = it->cmd;
   *value = NULL;
@@ -112,45 +174,30 @@ int gf_opt_next(gf_opt_iter *it, const char **value) {
       it->done_help = true;
       return stop(it, GF_EXIT_OK);
     }
-    if (strncmp(a, "--", 2) != 0 || !a[2]) {
-      if (c->operands) {
-        it->rest = it->i;
-        it->i = it->argc;
-        return 0;
-      }
-      return stop(it,
-                  a[0] == '-'
-                      ? gf_opt_usage_error(c, "unknown option '%s'", a)
-                      : gf_opt_usage_error(c, "unexpected argument '%s'", a));
-    }
+    if (a[0] == '-' && a[1] && a[1] != '-')
+      return short_opt(it, value);
+    if (a[0] != '-' || !a[1])
+      return operand(it, value);
     const char *name = a + 2, *eq = strchr(name, '=');
     size_t n = eq ? (size_t)(eq - name) : strlen(name);
     const gf_opt *o = find(c->opts, name, n);
     if (!o)
-      return stop(
-          it, gf_opt_usage_error(c, "unknown option '%.*s'", (int)(n + 2), a));
+      return stop(it, gf_opt_usage_error(c, "unknown %s '%.*s'", unknown(c),
+                                         (int)(n + 2), a));
     it->i++;
-    if (o->type == GF_OPT_FLAG) {
-      if (eq)
-        return stop(it, gf_opt_usage_error(c, "--%s takes no value", o->name));
-      if (o->value)
-        *(bool *)o->value = true;
-    } else {
-      const char *v = eq ? eq + 1 : NULL;
-      if (!v) {
-        if (it->i >= it->argc)
-          return stop(it, gf_opt_usage_error(c, "--%s needs a value", o->name));
+    const char *v = NULL;
+    if (o->type == GF_OPT_FLAG && eq)
+      return stop(it, gf_opt_usage_error(c, "--%s takes no value", o->name));
+    if (o->type == GF_OPT_STRING) {
+      v = eq ? eq + 1 : NULL;
+      if (!v && it->i >= it->argc)
+        return stop(it, gf_opt_usage_error(c, "--%s needs a value", o->name));
+      if (!v)
         v = it->argv[it->i++];
-      }
-      if (o->value)
-        *(const char **)o->value = v;
-      *value = v;
     }
-    if (!o->value) {
-      it->opt = o;
-      return o->id;
-    }
-    *value = NULL;
+    int id = take(it, o, v, value);
+    if (id)
+      return id;
   }
   it->rest = it->argc;
   return 0;

@@ -39,20 +39,25 @@ typedef struct gf_opt {
   const char *help; /* the help; '\n' starts a continuation line */
   void *value;      /* where it stores itself; NULL: handed back by id */
   int id;           /* > 0: what gf_opt_next returns for it */
+  char short_name;  /* 'n' for -n (-n VALUE, -nVALUE), or 0 */
 } gf_opt;
 
 #define GF_OPT_FLAG(n, h, v)                                                   \
-  { GF_OPT_FLAG, (n), NULL, (h), (v), 0 }
+  { GF_OPT_FLAG, (n), NULL, (h), (v), 0, 0 }
 #define GF_OPT_STRING(n, a, h, v)                                              \
-  { GF_OPT_STRING, (n), (a), (h), (v), 0 }
+  { GF_OPT_STRING, (n), (a), (h), (v), 0, 0 }
 #define GF_OPT_FLAG_ID(n, h, i)                                                \
-  { GF_OPT_FLAG, (n), NULL, (h), NULL, (i) }
+  { GF_OPT_FLAG, (n), NULL, (h), NULL, (i), 0 }
 #define GF_OPT_STRING_ID(n, a, h, i)                                           \
-  { GF_OPT_STRING, (n), (a), (h), NULL, (i) }
+  { GF_OPT_STRING, (n), (a), (h), NULL, (i), 0 }
+#define GF_OPT_SHORT_FLAG(c, n, h, v)                                          \
+  { GF_OPT_FLAG, (n), NULL, (h), (v), 0, (c) }
+#define GF_OPT_SHORT_STRING(c, n, a, h, v)                                     \
+  { GF_OPT_STRING, (n), (a), (h), (v), 0, (c) }
 #define GF_OPT_GROUP(h)                                                        \
-  { GF_OPT_GROUP, (h), NULL, NULL, NULL, 0 }
+  { GF_OPT_GROUP, (h), NULL, NULL, NULL, 0, 0 }
 #define GF_OPT_END()                                                           \
-  { GF_OPT_END, NULL, NULL, NULL, NULL, 0 }
+  { GF_OPT_END, NULL, NULL, NULL, NULL, 0, 0 }
 
 /* What a command is: its name in messages ("gpufrac node"), the text its
  * help opens with (usage lines and a description, ending in "\n\n" before
@@ -67,7 +72,14 @@ typedef struct gf_opt_cmd {
    * and the rest are operands, `gf_opt_iter.rest`); false: operands are a
    * usage error ("unexpected argument"). "--" always ends the options. */
   bool operands;
+  /* true: operands may come between options (kubectl's style): each is
+   * handed back as GF_OPT_OPERAND with its text in *value */
+  bool mixed;
+  const char *unknown; /* "unknown <this>" for an unknown one ("option") */
 } gf_opt_cmd;
+
+/* What gf_opt_next returns for an operand of a `mixed` command. */
+#define GF_OPT_OPERAND 0x7fff
 
 typedef struct gf_opt_iter {
   const gf_opt_cmd *cmd;
