@@ -23,15 +23,15 @@ static void bytes(char *buf, size_t n, uint64_t b) {
 
 int cmd_inspect(int argc, char **argv) {
   bool reclaim = false;
-  const gf_opt table[] = {
-      GF_OPT_FLAG("reclaim",
-                  "first free the slots of processes that no longer exist "
-                  "(what\nthe interposer does on its slow paths), and say "
-                  "how many.",
-                  &reclaim),
-      GF_OPT_END(),
+  const gf__opt table[] = {
+      GF__OPT_FLAG("reclaim",
+                   "first free the slots of processes that no longer exist "
+                   "(what\nthe interposer does on its slow paths), and say "
+                   "how many.",
+                   &reclaim),
+      GF__OPT_END(),
   };
-  const gf_opt_cmd c = {
+  const gf__opt_cmd c = {
       .prog = "gpufrac inspect",
       .usage = "usage: gpufrac inspect region [--reclaim] PATH\n\n"
                "Prints a container's GPU accounting region: limits per "
@@ -44,11 +44,11 @@ int cmd_inspect(int argc, char **argv) {
   /* "region" is the one thing inspect shows; the options follow it. */
   bool region = argc >= 2 && strcmp(argv[1], "region") == 0;
   int exit;
-  int rest = gf_opt_parse(&c, argc - region, argv + region, &exit);
+  int rest = gf__opt_parse(&c, argc - region, argv + region, &exit);
   if (rest < 0)
     return exit;
   if (!region || argc - region - rest != 1) {
-    gf_opt_help(&c, stderr);
+    gf__opt_help(&c, stderr);
     return GF_EXIT_USAGE;
   }
   const char *path = argv[argc - 1];

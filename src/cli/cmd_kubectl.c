@@ -720,7 +720,7 @@ static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
 
 /* ---- the command --------------------------------------------------------*/
 
-static const gf_opt_cmd kubectl_cmd = {
+static const gf__opt_cmd kubectl_cmd = {
     .prog = "kubectl gpufrac",
     .usage = "usage: kubectl gpufrac top [-A | -n NS] [-o json|yaml]\n"
              "       kubectl gpufrac describe pod NAME [-n NS] [-o json|yaml]\n"
@@ -739,38 +739,38 @@ static const gf_opt_cmd kubectl_cmd = {
  * the exit code. */
 static int kubectl_parse(kopts *o, const char **pos, int *npos, int argc,
                          char **argv) {
-  const gf_opt flags[] = {
-      GF_OPT_STRING("kubeconfig", "PATH",
-                    "kubeconfig (default $KUBECONFIG, then\n~/.kube/config)",
-                    &o->kubeconfig),
-      GF_OPT_STRING("context", "NAME", "kubeconfig context (default current)",
-                    &o->context),
-      GF_OPT_SHORT_STRING('n', "namespace", "NS",
-                          "the pods' namespace (default the context's,\n"
-                          "then default); top: only pods there",
-                          &o->ns),
-      GF_OPT_SHORT_FLAG('A', "all-namespaces",
-                        "top: pods of every namespace (default)", &o->all_ns),
-      GF_OPT_SHORT_STRING('o', "output", "FMT",
-                          "json or yaml instead of columns", &o->output),
-      GF_OPT_STRING("agent-namespace", "NS",
-                    "where the node agents run (default\ngpufrac-system)",
-                    &o->agent_ns),
-      GF_OPT_STRING("extender", "URL",
-                    "why-pending: also ask the extender's /filter\n"
-                    "at URL (its urlPrefix) for each node's reason",
-                    &o->extender),
-      GF_OPT_END(),
+  const gf__opt flags[] = {
+      GF__OPT_STRING("kubeconfig", "PATH",
+                     "kubeconfig (default $KUBECONFIG, then\n~/.kube/config)",
+                     &o->kubeconfig),
+      GF__OPT_STRING("context", "NAME", "kubeconfig context (default current)",
+                     &o->context),
+      GF__OPT_SHORT_STRING('n', "namespace", "NS",
+                           "the pods' namespace (default the context's,\n"
+                           "then default); top: only pods there",
+                           &o->ns),
+      GF__OPT_SHORT_FLAG('A', "all-namespaces",
+                         "top: pods of every namespace (default)", &o->all_ns),
+      GF__OPT_SHORT_STRING('o', "output", "FMT",
+                           "json or yaml instead of columns", &o->output),
+      GF__OPT_STRING("agent-namespace", "NS",
+                     "where the node agents run (default\ngpufrac-system)",
+                     &o->agent_ns),
+      GF__OPT_STRING("extender", "URL",
+                     "why-pending: also ask the extender's /filter\n"
+                     "at URL (its urlPrefix) for each node's reason",
+                     &o->extender),
+      GF__OPT_END(),
   };
-  gf_opt_cmd c = kubectl_cmd;
+  gf__opt_cmd c = kubectl_cmd;
   c.opts = flags;
-  gf_opt_iter it;
-  gf_opt_iter_init(&it, &c, argc, argv);
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &c, argc, argv);
   const char *v;
   int id;
-  while ((id = gf_opt_next(&it, &v)) == GF_OPT_OPERAND) {
+  while ((id = gf__opt_next(&it, &v)) == GF__OPT_OPERAND) {
     if (*npos == 3)
-      return gf_opt_usage_error(&c, "unexpected argument '%s'", v);
+      return gf__opt_usage_error(&c, "unexpected argument '%s'", v);
     pos[(*npos)++] = v;
   }
   if (id < 0)
@@ -778,7 +778,7 @@ static int kubectl_parse(kopts *o, const char **pos, int *npos, int argc,
   /* what is after "--" is operands too */
   for (int i = it.rest; i < argc; i++) {
     if (*npos == 3)
-      return gf_opt_usage_error(&c, "unexpected argument '%s'", argv[i]);
+      return gf__opt_usage_error(&c, "unexpected argument '%s'", argv[i]);
     pos[(*npos)++] = argv[i];
   }
   if (o->output && strcmp(o->output, "json") && strcmp(o->output, "yaml")) {
@@ -796,7 +796,7 @@ static int kubectl_parse(kopts *o, const char **pos, int *npos, int argc,
                 strcmp(pos[1], "po") == 0)) ||
               (strcmp(sub, "why-pending") == 0 && *npos == 2));
   if (!ok) {
-    gf_opt_help(&c, stderr);
+    gf__opt_help(&c, stderr);
     return GF_EXIT_USAGE;
   }
   return -1;

@@ -28,52 +28,52 @@ typedef struct opts {
 enum { OPT_MODE = 1, OPT_INTERVAL };
 
 static int parse(opts *o, int argc, char **argv, int *exit) {
-  const gf_opt table[] = {
-      GF_OPT_STRING("fake-gpus", "SPEC",
-                    "no NVML: COUNTxMODEL-MEMORY[,...], e.g. 8xH100-80GB",
-                    &o->a.fake),
-      GF_OPT_STRING("nvml", "PATH", "NVML library (default libnvidia-ml.so.1)",
-                    &o->a.nvml),
-      GF_OPT_STRING("config", "FILE", "node config (key = value; docs/node.md)",
-                    &o->config),
-      GF_OPT_STRING("state-dir", "DIR",
-                    "per-container files (default /run/gpufrac)",
-                    &o->state_dir),
-      GF_OPT_STRING("cdi-dir", "DIR",
-                    "where CDI specs go (default /var/run/cdi)", &o->cdi_dir),
-      GF_OPT_STRING("listen", "ADDR:PORT",
-                    "metrics address (default 0.0.0.0:9473)", &o->listen),
-      GF_OPT_STRING_ID("interval", "SEC",
-                       "rediscovery period, 1..3600 (default 30)",
-                       OPT_INTERVAL),
-      GF_OPT_STRING("node-name", "NAME", "this node (default $NODE_NAME)",
-                    &o->a.node_name),
-      GF_OPT_STRING("kubeconfig", "PATH",
-                    "API server from a kubeconfig (default: the\n"
-                    "in-cluster service account when in a pod)",
-                    &o->a.kubeconfig),
-      GF_OPT_FLAG("no-kube",
-                  "no API server: no inventory annotation, no\n"
-                  "pods to answer Allocate for",
-                  &o->a.no_kube),
-      GF_OPT_STRING_ID("mode", "MODE",
-                       "how kubelet gets the GPUs: device-plugin\n"
-                       "(default) or dra (a DRA driver, " GF_NODE_DRA_DRIVER
-                       ":\n"
-                       "ResourceSlices and NodePrepareResources;\n"
-                       "docs/dra-node.md)",
-                       OPT_MODE),
-      GF_OPT_FLAG("once", "do one pass and exit", &o->once),
-      GF_OPT_STRING("print", "WHAT",
-                    "with --once: gpus | inventory | cdi | metrics |\n"
-                    "slices (the DRA ResourceSlices, needs the\n"
-                    "node name)",
-                    &o->print),
-      GF_OPT_FLAG("write-cdi", "with --once: also write the CDI spec",
-                  &o->write_cdi),
-      GF_OPT_END(),
+  const gf__opt table[] = {
+      GF__OPT_STRING("fake-gpus", "SPEC",
+                     "no NVML: COUNTxMODEL-MEMORY[,...], e.g. 8xH100-80GB",
+                     &o->a.fake),
+      GF__OPT_STRING("nvml", "PATH", "NVML library (default libnvidia-ml.so.1)",
+                     &o->a.nvml),
+      GF__OPT_STRING("config", "FILE",
+                     "node config (key = value; docs/node.md)", &o->config),
+      GF__OPT_STRING("state-dir", "DIR",
+                     "per-container files (default /run/gpufrac)",
+                     &o->state_dir),
+      GF__OPT_STRING("cdi-dir", "DIR",
+                     "where CDI specs go (default /var/run/cdi)", &o->cdi_dir),
+      GF__OPT_STRING("listen", "ADDR:PORT",
+                     "metrics address (default 0.0.0.0:9473)", &o->listen),
+      GF__OPT_STRING_ID("interval", "SEC",
+                        "rediscovery period, 1..3600 (default 30)",
+                        OPT_INTERVAL),
+      GF__OPT_STRING("node-name", "NAME", "this node (default $NODE_NAME)",
+                     &o->a.node_name),
+      GF__OPT_STRING("kubeconfig", "PATH",
+                     "API server from a kubeconfig (default: the\n"
+                     "in-cluster service account when in a pod)",
+                     &o->a.kubeconfig),
+      GF__OPT_FLAG("no-kube",
+                   "no API server: no inventory annotation, no\n"
+                   "pods to answer Allocate for",
+                   &o->a.no_kube),
+      GF__OPT_STRING_ID("mode", "MODE",
+                        "how kubelet gets the GPUs: device-plugin\n"
+                        "(default) or dra (a DRA driver, " GF_NODE_DRA_DRIVER
+                        ":\n"
+                        "ResourceSlices and NodePrepareResources;\n"
+                        "docs/dra-node.md)",
+                        OPT_MODE),
+      GF__OPT_FLAG("once", "do one pass and exit", &o->once),
+      GF__OPT_STRING("print", "WHAT",
+                     "with --once: gpus | inventory | cdi | metrics |\n"
+                     "slices (the DRA ResourceSlices, needs the\n"
+                     "node name)",
+                     &o->print),
+      GF__OPT_FLAG("write-cdi", "with --once: also write the CDI spec",
+                   &o->write_cdi),
+      GF__OPT_END(),
   };
-  const gf_opt_cmd cmd = {
+  const gf__opt_cmd cmd = {
       .prog = "gpufrac node",
       .usage = "usage: gpufrac node [options]\n\n"
                "Discovers this node's GPUs, writes their CDI spec and serves\n"
@@ -81,21 +81,21 @@ static int parse(opts *o, int argc, char **argv, int *exit) {
       .footer = "\nexit codes: 0 ok, 1 failure, 2 usage error\n",
       .opts = table,
   };
-  gf_opt_iter it;
-  gf_opt_iter_init(&it, &cmd, argc, argv);
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &cmd, argc, argv);
   const char *v;
   int id;
-  while ((id = gf_opt_next(&it, &v)) > 0) {
+  while ((id = gf__opt_next(&it, &v)) > 0) {
     if (id == OPT_MODE) {
       if (strcmp(v, "dra") && strcmp(v, "device-plugin"))
-        return *exit = gf_opt_usage_error(
+        return *exit = gf__opt_usage_error(
                    &cmd, "--mode '%s': want device-plugin or dra", v),
                -1;
       o->a.dra = strcmp(v, "dra") == 0;
     } else {
       gf_diag d = {""};
       if (gf_parse_int64(v, 1, 3600, &o->a.interval, &d))
-        return *exit = gf_opt_usage_error(&cmd, "--interval: %s", d.msg), -1;
+        return *exit = gf__opt_usage_error(&cmd, "--interval: %s", d.msg), -1;
     }
   }
   *exit = it.exit;

@@ -45,7 +45,7 @@ enum {
   OPT_WINDOW
 };
 
-static const gf_opt_cmd plan_cmd = {
+static const gf__opt_cmd plan_cmd = {
     .prog = "gpufrac plan",
     .usage =
         "usage: gpufrac plan --snapshot FILE [--snapshot FILE] [options]\n"
@@ -76,116 +76,116 @@ typedef struct plan_args {
   bool example, in_cluster;
 } plan_args;
 
-static int plan_value(const gf_opt_cmd *c, plan_args *a, gf_plan_options *o,
+static int plan_value(const gf__opt_cmd *c, plan_args *a, gf_plan_options *o,
                       int id, const char *v) {
   if (id == OPT_SNAPSHOT || id == OPT_USAGE) {
     bool snap = id == OPT_SNAPSHOT;
     size_t *n = snap ? &a->nsnaps : &a->nusages;
     if (*n >= MAX_FILES)
-      return gf_opt_usage_error(c, "%s given too many times",
-                                snap ? "--snapshot" : "--usage");
+      return gf__opt_usage_error(c, "%s given too many times",
+                                 snap ? "--snapshot" : "--usage");
     (snap ? a->snaps : a->usages)[(*n)++] = v;
   } else if (id == OPT_HEADROOM) {
     char buf[32];
     size_t len = strlen(v);
     if (len == 0 || len >= sizeof(buf))
-      return gf_opt_usage_error(c,
-                                "--headroom '%s': a percent, e.g. 20 or "
-                                "20%%",
-                                v);
+      return gf__opt_usage_error(c,
+                                 "--headroom '%s': a percent, e.g. 20 or "
+                                 "20%%",
+                                 v);
     memcpy(buf, v, len + 1);
     if (buf[len - 1] == '%')
       buf[len - 1] = '\0';
     int64_t x;
     if (gf_parse_int64(buf, 0, 1000, &x, NULL))
-      return gf_opt_usage_error(c,
-                                "--headroom '%s': a whole percent in "
-                                "0..1000",
-                                v);
+      return gf__opt_usage_error(c,
+                                 "--headroom '%s': a whole percent in "
+                                 "0..1000",
+                                 v);
     o->headroom_pct = (double)x;
   } else if (id == OPT_MIN_SAMPLES) {
     int64_t x;
     if (gf_parse_int64(v, 0, 1000000, &x, NULL))
-      return gf_opt_usage_error(c, "--min-samples '%s': a count in 0..1000000",
-                                v);
+      return gf__opt_usage_error(c, "--min-samples '%s': a count in 0..1000000",
+                                 v);
     o->min_samples = (uint32_t)x;
   } else if (id == OPT_FORMAT) {
     if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
-      return gf_opt_usage_error(c, "--format '%s': text or json", v);
+      return gf__opt_usage_error(c, "--format '%s': text or json", v);
     a->format = v;
   } else if (parse_window(v, &a->window)) {
-    return gf_opt_usage_error(c,
-                              "--window '%s': N followed by m, h or d (1m "
-                              "to 90d)",
-                              v);
+    return gf__opt_usage_error(c,
+                               "--window '%s': N followed by m, h or d (1m "
+                               "to 90d)",
+                               v);
   }
   return 0;
 }
 
 static int plan_parse(plan_args *a, gf_plan_options *o, int argc, char **argv,
                       int *exit) {
-  const gf_opt table[] = {
-      GF_OPT_STRING_ID("snapshot", "FILE",
-                       "a v1 List / NodeList / PodList as JSON (repeatable)",
-                       OPT_SNAPSHOT),
-      GF_OPT_STRING("kubeconfig", "FILE",
-                    "list nodes and pods from the cluster (read-only;\n"
-                    "deploy/planner-rbac.yaml grants what it needs)",
-                    &a->kubeconfig),
-      GF_OPT_STRING("context", "NAME",
-                    "the kubeconfig context (default: "
-                    "current)",
-                    &a->context),
-      GF_OPT_FLAG("in-cluster", "the same with the pod's service account",
-                  &a->in_cluster),
-      GF_OPT_STRING_ID("usage", "FILE",
-                       "Prometheus query-API JSON of DCGM_FI_DEV_FB_USED,\n"
-                       "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_PROF_GR_ENGINE_ACTIVE\n"
-                       "(repeatable)",
-                       OPT_USAGE),
-      GF_OPT_STRING("prometheus", "URL",
-                    "read the same usage from a Prometheus server\n"
-                    "(range queries over --window; docs/plan.md)",
-                    &a->prometheus),
-      GF_OPT_STRING_ID("window", "W",
-                       "with --prometheus: how far back, N followed by\n"
-                       "m, h or d, 1m to 90d (default 7d)",
-                       OPT_WINDOW),
-      GF_OPT_FLAG("example", "the bundled example cluster (data/plan-example)",
-                  &a->example),
-      GF_OPT_STRING("price", "P",
-                    "price per GPU-hour: one number for every model, or\n"
-                    "MODEL=P[,MODEL=P..] (substring of the GPU product)\n"
-                    "before the default table in docs/plan.md",
-                    &o->prices),
-      GF_OPT_STRING("node-types", "FILE",
-                    "node types a cheapest fleet may be built from\n"
-                    "(JSON; docs/plan.md)",
-                    &a->node_types),
-      GF_OPT_STRING_ID("headroom", "PCT",
-                       "added to observed peaks (default 20)", OPT_HEADROOM),
-      GF_OPT_STRING_ID("min-samples", "N",
-                       "fewer memory samples on a pod: flagged (default 24)",
-                       OPT_MIN_SAMPLES),
-      GF_OPT_STRING_ID("format", "F", "text (default) or json", OPT_FORMAT),
-      GF_OPT_STRING("out", "DIR",
-                    "also write summary.json, CSVs, report.html and\n"
-                    "patches/ (strategic merge patches; nothing applied)",
-                    &a->out),
-      GF_OPT_FLAG("no-whatif", "skip the placement what-if", &o->no_whatif),
-      GF_OPT_STRING("data", "DIR",
-                    "bundled data directory (default: the "
-                    "build's)",
-                    &a->data),
-      GF_OPT_END(),
+  const gf__opt table[] = {
+      GF__OPT_STRING_ID("snapshot", "FILE",
+                        "a v1 List / NodeList / PodList as JSON (repeatable)",
+                        OPT_SNAPSHOT),
+      GF__OPT_STRING("kubeconfig", "FILE",
+                     "list nodes and pods from the cluster (read-only;\n"
+                     "deploy/planner-rbac.yaml grants what it needs)",
+                     &a->kubeconfig),
+      GF__OPT_STRING("context", "NAME",
+                     "the kubeconfig context (default: "
+                     "current)",
+                     &a->context),
+      GF__OPT_FLAG("in-cluster", "the same with the pod's service account",
+                   &a->in_cluster),
+      GF__OPT_STRING_ID("usage", "FILE",
+                        "Prometheus query-API JSON of DCGM_FI_DEV_FB_USED,\n"
+                        "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_PROF_GR_ENGINE_ACTIVE\n"
+                        "(repeatable)",
+                        OPT_USAGE),
+      GF__OPT_STRING("prometheus", "URL",
+                     "read the same usage from a Prometheus server\n"
+                     "(range queries over --window; docs/plan.md)",
+                     &a->prometheus),
+      GF__OPT_STRING_ID("window", "W",
+                        "with --prometheus: how far back, N followed by\n"
+                        "m, h or d, 1m to 90d (default 7d)",
+                        OPT_WINDOW),
+      GF__OPT_FLAG("example", "the bundled example cluster (data/plan-example)",
+                   &a->example),
+      GF__OPT_STRING("price", "P",
+                     "price per GPU-hour: one number for every model, or\n"
+                     "MODEL=P[,MODEL=P..] (substring of the GPU product)\n"
+                     "before the default table in docs/plan.md",
+                     &o->prices),
+      GF__OPT_STRING("node-types", "FILE",
+                     "node types a cheapest fleet may be built from\n"
+                     "(JSON; docs/plan.md)",
+                     &a->node_types),
+      GF__OPT_STRING_ID("headroom", "PCT",
+                        "added to observed peaks (default 20)", OPT_HEADROOM),
+      GF__OPT_STRING_ID("min-samples", "N",
+                        "fewer memory samples on a pod: flagged (default 24)",
+                        OPT_MIN_SAMPLES),
+      GF__OPT_STRING_ID("format", "F", "text (default) or json", OPT_FORMAT),
+      GF__OPT_STRING("out", "DIR",
+                     "also write summary.json, CSVs, report.html and\n"
+                     "patches/ (strategic merge patches; nothing applied)",
+                     &a->out),
+      GF__OPT_FLAG("no-whatif", "skip the placement what-if", &o->no_whatif),
+      GF__OPT_STRING("data", "DIR",
+                     "bundled data directory (default: the "
+                     "build's)",
+                     &a->data),
+      GF__OPT_END(),
   };
-  gf_opt_cmd c = plan_cmd;
+  gf__opt_cmd c = plan_cmd;
   c.opts = table;
-  gf_opt_iter it;
-  gf_opt_iter_init(&it, &c, argc, argv);
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &c, argc, argv);
   const char *v;
   int id;
-  while ((id = gf_opt_next(&it, &v)) > 0)
+  while ((id = gf__opt_next(&it, &v)) > 0)
     if ((*exit = plan_value(&c, a, o, id, v)))
       return -1;
   *exit = it.exit;
@@ -209,15 +209,16 @@ int cmd_plan(int argc, char **argv) {
   int sources = (example ? 1 : 0) + (nsnaps ? 1 : 0) + (kubeconfig ? 1 : 0) +
                 (in_cluster ? 1 : 0);
   if (sources > 1)
-    return gf_opt_usage_error(&plan_cmd, "%s",
-                              "--example, --snapshot, --kubeconfig and "
-                              "--in-cluster: give one of them");
+    return gf__opt_usage_error(&plan_cmd, "%s",
+                               "--example, --snapshot, --kubeconfig and "
+                               "--in-cluster: give one of them");
   if (!sources)
-    return gf_opt_usage_error(&plan_cmd, "%s",
-                              "no snapshot: give --snapshot FILE, --kubeconfig "
-                              "FILE, --in-cluster or --example");
+    return gf__opt_usage_error(
+        &plan_cmd, "%s",
+        "no snapshot: give --snapshot FILE, --kubeconfig "
+        "FILE, --in-cluster or --example");
   if (context && !kubeconfig)
-    return gf_opt_usage_error(&plan_cmd, "%s", "--context needs --kubeconfig");
+    return gf__opt_usage_error(&plan_cmd, "%s", "--context needs --kubeconfig");
 
   char ex_snap[4096], ex_usage[4096];
   if (example) {

@@ -52,20 +52,20 @@ static const char *find_shim(char *buf, size_t n) {
 
 enum { OPT_MEMORY = 1, OPT_COMPUTE, OPT_GPU };
 
-static const gf_opt run_opts[] = {
-    GF_OPT_STRING_ID("gpu-memory", "SIZE",
-                     "device memory per GPU for all of CMD's processes\n"
-                     "(e.g. 8Gi; default: unlimited)",
-                     OPT_MEMORY),
-    GF_OPT_STRING_ID("gpu-compute", "PCT",
-                     "percent of each GPU's kernel time, 1..100\n"
-                     "(default 100)",
-                     OPT_COMPUTE),
-    GF_OPT_STRING_ID("gpu", "UUID", "restrict CMD to that GPU", OPT_GPU),
-    GF_OPT_END(),
+static const gf__opt run_opts[] = {
+    GF__OPT_STRING_ID("gpu-memory", "SIZE",
+                      "device memory per GPU for all of CMD's processes\n"
+                      "(e.g. 8Gi; default: unlimited)",
+                      OPT_MEMORY),
+    GF__OPT_STRING_ID("gpu-compute", "PCT",
+                      "percent of each GPU's kernel time, 1..100\n"
+                      "(default 100)",
+                      OPT_COMPUTE),
+    GF__OPT_STRING_ID("gpu", "UUID", "restrict CMD to that GPU", OPT_GPU),
+    GF__OPT_END(),
 };
 
-static const gf_opt_cmd run_cmd = {
+static const gf__opt_cmd run_cmd = {
     .prog = "gpufrac run",
     .usage = "usage: gpufrac run [--gpu-memory SIZE] [--gpu-compute PCT] "
              "[--gpu UUID] -- CMD [ARGS...]\n\n"
@@ -81,12 +81,12 @@ static const gf_opt_cmd run_cmd = {
 /* The options; the index of CMD, or -1 with *exit set. */
 static int run_parse(int argc, char **argv, int64_t *bytes, int64_t *compute,
                      const char **gpu, int *exit) {
-  gf_opt_iter it;
-  gf_opt_iter_init(&it, &run_cmd, argc, argv);
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &run_cmd, argc, argv);
   const char *v;
   int id;
   *exit = GF_EXIT_USAGE;
-  while ((id = gf_opt_next(&it, &v)) > 0) {
+  while ((id = gf__opt_next(&it, &v)) > 0) {
     gf_diag d = {""};
     if (id == OPT_GPU) {
       *gpu = v;
@@ -104,7 +104,7 @@ static int run_parse(int argc, char **argv, int64_t *bytes, int64_t *compute,
   if (id < 0)
     return -1;
   if (it.rest >= argc) {
-    gf_opt_help(&run_cmd, stderr);
+    gf__opt_help(&run_cmd, stderr);
     *exit = GF_EXIT_USAGE;
     return -1;
   }

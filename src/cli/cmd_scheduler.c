@@ -291,34 +291,34 @@ enum {
   OPT_AS_PCLASS,
 };
 
-static const gf_opt sched_opts[] = {
-    GF_OPT_STRING_ID("listen", "ADDR:PORT",
-                     "address to serve on (default 0.0.0.0:8888)", OPT_LISTEN),
-    GF_OPT_STRING_ID("config", "FILE",
-                     "JSON: {\"listen\": ..., \"policy\": ...,\n"
-                     "\"threads\": N, \"maxBodyBytes\": N,\n"
-                     "\"kubeconfig\": PATH, \"lease\": \"NS/NAME\"};\n"
-                     "flags given on the command line win",
-                     OPT_CONFIG),
-    GF_OPT_STRING_ID("policy", "P", "placement policy (default gpufrac)",
-                     OPT_POLICY),
-    GF_OPT_STRING_ID("threads", "N", "HTTP worker threads (default 4)",
-                     OPT_THREADS),
-    GF_OPT_STRING_ID("accept", "LIST",
-                     "also read HAMi's (hami) and KAI's (kai) GPU\n"
-                     "request names, comma-separated (default none;\n"
-                     "docs/migrating.md); config key \"accept\"",
-                     OPT_ACCEPT),
-    GF_OPT_STRING_ID("filter-top", "N",
-                     "/filter keeps only the N nodes the policy\n"
-                     "scores best for a GPU pod (default 0: every\n"
-                     "node that fits; 1 to 64).  With 1,\n"
-                     "kube-scheduler skips scoring and /prioritize\n"
-                     "(one round trip a pod; its own soft\n"
-                     "preferences no longer weigh in for GPU pods;\n"
-                     "docs/scheduler.md); config key \"filterTop\"",
-                     OPT_FILTER_TOP),
-    GF_OPT_STRING_ID(
+static const gf__opt sched_opts[] = {
+    GF__OPT_STRING_ID("listen", "ADDR:PORT",
+                      "address to serve on (default 0.0.0.0:8888)", OPT_LISTEN),
+    GF__OPT_STRING_ID("config", "FILE",
+                      "JSON: {\"listen\": ..., \"policy\": ...,\n"
+                      "\"threads\": N, \"maxBodyBytes\": N,\n"
+                      "\"kubeconfig\": PATH, \"lease\": \"NS/NAME\"};\n"
+                      "flags given on the command line win",
+                      OPT_CONFIG),
+    GF__OPT_STRING_ID("policy", "P", "placement policy (default gpufrac)",
+                      OPT_POLICY),
+    GF__OPT_STRING_ID("threads", "N", "HTTP worker threads (default 4)",
+                      OPT_THREADS),
+    GF__OPT_STRING_ID("accept", "LIST",
+                      "also read HAMi's (hami) and KAI's (kai) GPU\n"
+                      "request names, comma-separated (default none;\n"
+                      "docs/migrating.md); config key \"accept\"",
+                      OPT_ACCEPT),
+    GF__OPT_STRING_ID("filter-top", "N",
+                      "/filter keeps only the N nodes the policy\n"
+                      "scores best for a GPU pod (default 0: every\n"
+                      "node that fits; 1 to 64).  With 1,\n"
+                      "kube-scheduler skips scoring and /prioritize\n"
+                      "(one round trip a pod; its own soft\n"
+                      "preferences no longer weigh in for GPU pods;\n"
+                      "docs/scheduler.md); config key \"filterTop\"",
+                      OPT_FILTER_TOP),
+    GF__OPT_STRING_ID(
         "kubeconfig", "PATH",
         "API server from a kubeconfig (current\n"
         "context); default: in-cluster when\n"
@@ -326,83 +326,83 @@ static const gf_opt sched_opts[] = {
         "and POD_NAME set: the leader labels its Pod\n" GF_SCHED_KUBE_ROLE_LABEL
         "=leader, for its Service)",
         OPT_KUBECONFIG),
-    GF_OPT_FLAG_ID("no-kube",
-                   "no API server: /bind refuses, /readyz stays\n"
-                   "503 (for trying the protocol locally)",
-                   OPT_NO_KUBE),
-    GF_OPT_STRING_ID(
+    GF__OPT_FLAG_ID("no-kube",
+                    "no API server: /bind refuses, /readyz stays\n"
+                    "503 (for trying the protocol locally)",
+                    OPT_NO_KUBE),
+    GF__OPT_STRING_ID(
         "lease", "NS/NAME",
         "Lease for leader election (default\n" GF_SCHED_KUBE_LEASE_NS
         "/" GF_SCHED_KUBE_LEASE_NAME ")",
         OPT_LEASE),
-    GF_OPT_STRING_ID("health-listen", "A:P",
-                     "a second, plain-HTTP listener for /healthz,\n"
-                     "/readyz, /leaderz, /metrics only (probes stay\n"
-                     "answered when the main one is busy or TLS)",
-                     OPT_STR),
-    GF_OPT_STRING_ID("request-timeout-ms", "N",
-                     "a whole request (TLS handshake, headers,\n"
-                     "body) must arrive within N ms (default 10000)",
-                     OPT_TIMEOUT),
-    GF_OPT_STRING_ID("max-conns-per-ip", "N",
-                     "connections one client address may hold\n"
-                     "(default 64; 1024 in all)",
-                     OPT_PER_IP),
-    GF_OPT_STRING_ID("tls-cert", "FILE",
-                     "serve HTTPS with this PEM certificate (and\n"
-                     "--tls-key; a mounted Secret)",
-                     OPT_STR),
-    GF_OPT_STRING_ID("tls-key", "FILE", "the certificate's PEM key", OPT_STR),
-    GF_OPT_STRING_ID("tls-client-ca", "FILE",
-                     "require a client certificate signed by this\n"
-                     "PEM CA (kube-scheduler's tlsConfig certFile)",
-                     OPT_STR),
-    GF_OPT_STRING_ID("guard", "on|off",
-                     "the disruption guard (default on): while it\n"
-                     "leads, the extender marks GPU-share pods that\n"
-                     "are bound and not yet Ready do-not-disrupt\n"
-                     "(Karpenter) and not safe-to-evict (Cluster\n"
-                     "Autoscaler), never over a user's own value",
-                     OPT_GUARD),
-    GF_OPT_STRING_ID("guard-settle", "DUR",
-                     "... until Ready this long (default 2m)",
-                     OPT_GUARD_SETTLE),
-    GF_OPT_STRING_ID("guard-cap", "DUR",
-                     "... or at most this long (default 30m);\n"
-                     "DUR: 500ms, 90s, 2m, 1h; a pod annotated\n"
-                     "gpufrac.io/protect: always has no cap",
-                     OPT_GUARD_CAP),
-    GF_OPT_STRING_ID("dra", "MODE",
-                     "the DRA path (docs/dra.md): off (default);\n"
-                     "score: watch ResourceSlices and ResourceClaims\n"
-                     "and score nodes for pods with claims (mode 1);\n"
-                     "allocate: also place pods gated\n" GF_DRA_GATE
-                     ": write their claims'\n"
-                     "allocations and lift the gate (mode 2)",
-                     OPT_DRA),
-    GF_OPT_STRING_ID("autoscale-placeholders", "on|off",
-                     "the autoscaler bridge (default off;\n"
-                     "docs/autoscaling.md): while it leads, the\n"
-                     "extender packs GPU-share pods unschedulable\n"
-                     "for --autoscale-after into whole GPUs and\n"
-                     "makes placeholder pods asking for them, which\n"
-                     "a cluster autoscaler acts on",
-                     OPT_AUTOSCALE),
-    GF_OPT_STRING_ID("autoscale-after", "DUR",
-                     "... unschedulable this long (default 1m)", OPT_AS_AFTER),
-    GF_OPT_STRING_ID("autoscale-resource", "NAME",
-                     "what placeholders ask (default nvidia.com/gpu)",
-                     OPT_AS_RESOURCE),
-    GF_OPT_STRING_ID("autoscale-namespace", "NS",
-                     "where they live (default gpufrac-system)", OPT_AS_NS),
-    GF_OPT_STRING_ID("autoscale-priority-class", "NAME",
-                     "their PriorityClass (default\n"
-                     "gpufrac-placeholder, deploy/autoscale/autoscale.yaml)",
-                     OPT_AS_PCLASS),
-    GF_OPT_END(),
+    GF__OPT_STRING_ID("health-listen", "A:P",
+                      "a second, plain-HTTP listener for /healthz,\n"
+                      "/readyz, /leaderz, /metrics only (probes stay\n"
+                      "answered when the main one is busy or TLS)",
+                      OPT_STR),
+    GF__OPT_STRING_ID("request-timeout-ms", "N",
+                      "a whole request (TLS handshake, headers,\n"
+                      "body) must arrive within N ms (default 10000)",
+                      OPT_TIMEOUT),
+    GF__OPT_STRING_ID("max-conns-per-ip", "N",
+                      "connections one client address may hold\n"
+                      "(default 64; 1024 in all)",
+                      OPT_PER_IP),
+    GF__OPT_STRING_ID("tls-cert", "FILE",
+                      "serve HTTPS with this PEM certificate (and\n"
+                      "--tls-key; a mounted Secret)",
+                      OPT_STR),
+    GF__OPT_STRING_ID("tls-key", "FILE", "the certificate's PEM key", OPT_STR),
+    GF__OPT_STRING_ID("tls-client-ca", "FILE",
+                      "require a client certificate signed by this\n"
+                      "PEM CA (kube-scheduler's tlsConfig certFile)",
+                      OPT_STR),
+    GF__OPT_STRING_ID("guard", "on|off",
+                      "the disruption guard (default on): while it\n"
+                      "leads, the extender marks GPU-share pods that\n"
+                      "are bound and not yet Ready do-not-disrupt\n"
+                      "(Karpenter) and not safe-to-evict (Cluster\n"
+                      "Autoscaler), never over a user's own value",
+                      OPT_GUARD),
+    GF__OPT_STRING_ID("guard-settle", "DUR",
+                      "... until Ready this long (default 2m)",
+                      OPT_GUARD_SETTLE),
+    GF__OPT_STRING_ID("guard-cap", "DUR",
+                      "... or at most this long (default 30m);\n"
+                      "DUR: 500ms, 90s, 2m, 1h; a pod annotated\n"
+                      "gpufrac.io/protect: always has no cap",
+                      OPT_GUARD_CAP),
+    GF__OPT_STRING_ID("dra", "MODE",
+                      "the DRA path (docs/dra.md): off (default);\n"
+                      "score: watch ResourceSlices and ResourceClaims\n"
+                      "and score nodes for pods with claims (mode 1);\n"
+                      "allocate: also place pods gated\n" GF_DRA_GATE
+                      ": write their claims'\n"
+                      "allocations and lift the gate (mode 2)",
+                      OPT_DRA),
+    GF__OPT_STRING_ID("autoscale-placeholders", "on|off",
+                      "the autoscaler bridge (default off;\n"
+                      "docs/autoscaling.md): while it leads, the\n"
+                      "extender packs GPU-share pods unschedulable\n"
+                      "for --autoscale-after into whole GPUs and\n"
+                      "makes placeholder pods asking for them, which\n"
+                      "a cluster autoscaler acts on",
+                      OPT_AUTOSCALE),
+    GF__OPT_STRING_ID("autoscale-after", "DUR",
+                      "... unschedulable this long (default 1m)", OPT_AS_AFTER),
+    GF__OPT_STRING_ID("autoscale-resource", "NAME",
+                      "what placeholders ask (default nvidia.com/gpu)",
+                      OPT_AS_RESOURCE),
+    GF__OPT_STRING_ID("autoscale-namespace", "NS",
+                      "where they live (default gpufrac-system)", OPT_AS_NS),
+    GF__OPT_STRING_ID("autoscale-priority-class", "NAME",
+                      "their PriorityClass (default\n"
+                      "gpufrac-placeholder, deploy/autoscale/autoscale.yaml)",
+                      OPT_AS_PCLASS),
+    GF__OPT_END(),
 };
 
-static const gf_opt_cmd sched_cmd = {
+static const gf__opt_cmd sched_cmd = {
     .prog = "gpufrac scheduler",
     .usage = "usage: gpufrac scheduler [options]\n"
              "\n"
@@ -537,11 +537,11 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
 /* Parses argv into o; returns -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, opts *o, const char **config,
                       bool *set) {
-  gf_opt_iter it;
-  gf_opt_iter_init(&it, &sched_cmd, argc, argv);
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &sched_cmd, argc, argv);
   const char *v;
   int id;
-  while ((id = gf_opt_next(&it, &v)) > 0) {
+  while ((id = gf__opt_next(&it, &v)) > 0) {
     char a[64];
     snprintf(a, sizeof(a), "--%s", it.opt->name);
     int rc = sched_value(o, config, set, id, a, v);

@@ -65,101 +65,102 @@ enum {
   OPT_INITIAL,
 };
 
-static const gf_opt sim_opts[] = {
-    GF_OPT_STRING_ID("trace", "NAME[,NAME..]",
-                     "bundled pod lists (default, gpushare40, ...;\n"
-                     "'all' = the 17 with published results)",
-                     OPT_TRACE),
-    GF_OPT_STRING_ID("pods", "FILE", "a pod list CSV instead of bundled traces",
-                     OPT_PODS),
-    GF_OPT_STRING_ID("nodes", "FILE",
-                     "node list CSV (default: the bundled 1213 GPU nodes)",
-                     OPT_NODES),
-    GF_OPT_STRING_ID("policy", "P[,P..]",
-                     "placement policies (default: whole,fgd,gpufrac);\n"
-                     "parameters after ':', e.g. gpufrac:cpu=0:price=0;\n"
-                     "any policy takes devices=first: its node, but the\n"
-                     "first GPU that fits (DRA's device choice)",
-                     OPT_POLICY),
-    GF_OPT_STRING_ID("seeds", "LIST",
-                     "e.g. 42-51 or 42,50,100-109 (default 42-51)", OPT_SEEDS),
-    GF_OPT_STRING_ID("inflate", "X",
-                     "demand as a multiple of capacity (default 1.3)",
-                     OPT_INFLATE),
-    GF_OPT_STRING_ID("format", "F", "table, csv or json (default table)",
-                     OPT_FORMAT),
-    GF_OPT_STRING_ID("out", "DIR",
-                     "also write summary.csv, curves.csv and an SVG\n"
-                     "chart per trace into DIR",
-                     OPT_OUT),
-    GF_OPT_STRING_ID("ties", "T",
-                     "tied nodes: 'order' (first in a seeded node\n"
-                     "order, as the reference does; default) or\n"
-                     "'uniform' (uniformly at random)",
-                     OPT_TIES),
-    GF_OPT_STRING_ID("jobs", "N", "worker threads (default: online CPUs)",
-                     OPT_JOBS),
-    GF_OPT_STRING_ID("data", "DIR",
-                     "bundled data directory (default: the "
-                     "build's)",
-                     OPT_DATA),
-    GF_OPT_STRING_ID("arrivals", "DIR",
-                     "also write each workload, the pods in arrival order,\n"
-                     "as DIR/arrivals-TRACE-SEED.csv (for "
-                     "scripts/placement-bound)",
-                     OPT_ARRIVALS),
-    GF_OPT_GROUP("model weights (docs/simulator.md; not with --churn)"),
-    GF_OPT_STRING_ID("models", "N",
-                     "every GPU pod loads one of N models (Zipf), nodes\n"
-                     "cache them; reports cache hits and bytes fetched",
-                     OPT_MODELS),
-    GF_OPT_STRING_ID("zipf", "S",
-                     "Zipf exponent of the models' popularity (default 1)",
-                     OPT_ZIPF),
-    GF_OPT_STRING_ID("model-sizes", "LIST",
-                     "sizes, model k takes entry k mod count (default\n"
-                     "2Gi,6Gi,14Gi,16Gi,28Gi,40Gi,80Gi,140Gi)",
-                     OPT_MODEL_SIZES),
-    GF_OPT_STRING_ID("cache-budget", "B",
-                     "cache bytes per node (default 256Gi)", OPT_CACHE_BUDGET),
-    GF_OPT_GROUP("churn and an autoscaler (docs/simulator.md)"),
-    GF_OPT_FLAG_ID("churn",
-                   "pods arrive (Poisson) and depart on a cluster that\n"
-                   "starts empty and is autoscaled; reports GPU-hours\n"
-                   "bought vs asked for (default seeds 42-44)",
-                   OPT_CHURN),
-    GF_OPT_STRING_ID("load", "L",
-                     "offered GPU demand, % of the reference cluster's\n"
-                     "GPUs: 60% or 0.6 (default 60%; 0-200%)",
-                     OPT_LOAD),
-    GF_OPT_STRING_ID("duration", "D",
-                     "simulated time, e.g. 7d, 12h (default 7d)", OPT_DURATION),
-    GF_OPT_STRING_ID("node-types", "FILE",
-                     "node types and GPU-hour prices (default DATA/\n"
-                     "node_types_openb.csv, the trace's node shapes)",
-                     OPT_NODE_TYPES),
-    GF_OPT_STRING_ID("lifetimes", "FILE",
-                     "pod list whose lifetimes to draw (default: the\n"
-                     "trace's own, else the default trace's)",
-                     OPT_LIFETIMES),
-    GF_OPT_STRING_ID("provision", "D", "scale-up delay (default 3m)",
-                     OPT_PROVISION),
-    GF_OPT_STRING_ID("scale-down-delay", "D",
-                     "empty node removal delay (default 10m)",
-                     OPT_SCALE_DOWN_DELAY),
-    GF_OPT_FLAG_ID("consolidate",
-                   "drain under-used nodes whose pods fit elsewhere",
-                   OPT_CONSOLIDATE),
-    GF_OPT_STRING_ID("reload", "D", "paid by an evicted pod (default 2m)",
-                     OPT_RELOAD),
-    GF_OPT_FLAG_ID("guard",
-                   "the disruption guard: --consolidate drains no node\n"
-                   "with a pod loading or Ready for less than 2m",
-                   OPT_GUARD),
-    GF_OPT_STRING_ID("initial", "N", "nodes live at the start (default 0)",
-                     OPT_INITIAL),
-    GF_OPT_GROUP("policies"),
-    GF_OPT_END(),
+static const gf__opt sim_opts[] = {
+    GF__OPT_STRING_ID("trace", "NAME[,NAME..]",
+                      "bundled pod lists (default, gpushare40, ...;\n"
+                      "'all' = the 17 with published results)",
+                      OPT_TRACE),
+    GF__OPT_STRING_ID("pods", "FILE",
+                      "a pod list CSV instead of bundled traces", OPT_PODS),
+    GF__OPT_STRING_ID("nodes", "FILE",
+                      "node list CSV (default: the bundled 1213 GPU nodes)",
+                      OPT_NODES),
+    GF__OPT_STRING_ID("policy", "P[,P..]",
+                      "placement policies (default: whole,fgd,gpufrac);\n"
+                      "parameters after ':', e.g. gpufrac:cpu=0:price=0;\n"
+                      "any policy takes devices=first: its node, but the\n"
+                      "first GPU that fits (DRA's device choice)",
+                      OPT_POLICY),
+    GF__OPT_STRING_ID("seeds", "LIST",
+                      "e.g. 42-51 or 42,50,100-109 (default 42-51)", OPT_SEEDS),
+    GF__OPT_STRING_ID("inflate", "X",
+                      "demand as a multiple of capacity (default 1.3)",
+                      OPT_INFLATE),
+    GF__OPT_STRING_ID("format", "F", "table, csv or json (default table)",
+                      OPT_FORMAT),
+    GF__OPT_STRING_ID("out", "DIR",
+                      "also write summary.csv, curves.csv and an SVG\n"
+                      "chart per trace into DIR",
+                      OPT_OUT),
+    GF__OPT_STRING_ID("ties", "T",
+                      "tied nodes: 'order' (first in a seeded node\n"
+                      "order, as the reference does; default) or\n"
+                      "'uniform' (uniformly at random)",
+                      OPT_TIES),
+    GF__OPT_STRING_ID("jobs", "N", "worker threads (default: online CPUs)",
+                      OPT_JOBS),
+    GF__OPT_STRING_ID("data", "DIR",
+                      "bundled data directory (default: the "
+                      "build's)",
+                      OPT_DATA),
+    GF__OPT_STRING_ID("arrivals", "DIR",
+                      "also write each workload, the pods in arrival order,\n"
+                      "as DIR/arrivals-TRACE-SEED.csv (for "
+                      "scripts/placement-bound)",
+                      OPT_ARRIVALS),
+    GF__OPT_GROUP("model weights (docs/simulator.md; not with --churn)"),
+    GF__OPT_STRING_ID("models", "N",
+                      "every GPU pod loads one of N models (Zipf), nodes\n"
+                      "cache them; reports cache hits and bytes fetched",
+                      OPT_MODELS),
+    GF__OPT_STRING_ID("zipf", "S",
+                      "Zipf exponent of the models' popularity (default 1)",
+                      OPT_ZIPF),
+    GF__OPT_STRING_ID("model-sizes", "LIST",
+                      "sizes, model k takes entry k mod count (default\n"
+                      "2Gi,6Gi,14Gi,16Gi,28Gi,40Gi,80Gi,140Gi)",
+                      OPT_MODEL_SIZES),
+    GF__OPT_STRING_ID("cache-budget", "B",
+                      "cache bytes per node (default 256Gi)", OPT_CACHE_BUDGET),
+    GF__OPT_GROUP("churn and an autoscaler (docs/simulator.md)"),
+    GF__OPT_FLAG_ID("churn",
+                    "pods arrive (Poisson) and depart on a cluster that\n"
+                    "starts empty and is autoscaled; reports GPU-hours\n"
+                    "bought vs asked for (default seeds 42-44)",
+                    OPT_CHURN),
+    GF__OPT_STRING_ID("load", "L",
+                      "offered GPU demand, % of the reference cluster's\n"
+                      "GPUs: 60% or 0.6 (default 60%; 0-200%)",
+                      OPT_LOAD),
+    GF__OPT_STRING_ID("duration", "D",
+                      "simulated time, e.g. 7d, 12h (default 7d)",
+                      OPT_DURATION),
+    GF__OPT_STRING_ID("node-types", "FILE",
+                      "node types and GPU-hour prices (default DATA/\n"
+                      "node_types_openb.csv, the trace's node shapes)",
+                      OPT_NODE_TYPES),
+    GF__OPT_STRING_ID("lifetimes", "FILE",
+                      "pod list whose lifetimes to draw (default: the\n"
+                      "trace's own, else the default trace's)",
+                      OPT_LIFETIMES),
+    GF__OPT_STRING_ID("provision", "D", "scale-up delay (default 3m)",
+                      OPT_PROVISION),
+    GF__OPT_STRING_ID("scale-down-delay", "D",
+                      "empty node removal delay (default 10m)",
+                      OPT_SCALE_DOWN_DELAY),
+    GF__OPT_FLAG_ID("consolidate",
+                    "drain under-used nodes whose pods fit elsewhere",
+                    OPT_CONSOLIDATE),
+    GF__OPT_STRING_ID("reload", "D", "paid by an evicted pod (default 2m)",
+                      OPT_RELOAD),
+    GF__OPT_FLAG_ID("guard",
+                    "the disruption guard: --consolidate drains no node\n"
+                    "with a pod loading or Ready for less than 2m",
+                    OPT_GUARD),
+    GF__OPT_STRING_ID("initial", "N", "nodes live at the start (default 0)",
+                      OPT_INITIAL),
+    GF__OPT_GROUP("policies"),
+    GF__OPT_END(),
 };
 
 static void list_policies(FILE *fp) {
@@ -167,7 +168,7 @@ static void list_policies(FILE *fp) {
     fprintf(fp, "  %-11s %s\n", gf_policy_name(i), gf_policy_summary(i));
 }
 
-static const gf_opt_cmd sim_cmd = {
+static const gf__opt_cmd sim_cmd = {
     .prog = "gpufrac simulate",
     .usage =
         "usage: gpufrac simulate [options]\n"
@@ -818,11 +819,11 @@ static int sim_check_lists(sim_args *a) {
 
 /* Parses and checks argv into a; -1 to go on, else the exit code. */
 static int sim_parse(sim_args *a, int argc, char **argv) {
-  gf_opt_iter it;
-  gf_opt_iter_init(&it, &sim_cmd, argc, argv);
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &sim_cmd, argc, argv);
   const char *v;
   int id, rc;
-  while ((id = gf_opt_next(&it, &v)) > 0)
+  while ((id = gf__opt_next(&it, &v)) > 0)
     if ((rc = sim_value(a, id, it.opt->name, v)))
       return rc;
   if (id < 0)

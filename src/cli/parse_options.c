@@ -6,7 +6,7 @@
 
 #include "cli.h"
 
-int gf_opt_usage_error(const gf_opt_cmd *cmd, const char *fmt, ...) {
+int gf__opt_usage_error(const gf__opt_cmd *cmd, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "%s: ", cmd->prog);
@@ -21,9 +21,9 @@ int gf_opt_usage_error(const gf_opt_cmd *cmd, const char *fmt, ...) {
 #define HEAD_MAX 24
 
 /* "--name ARG": its width in the help's first column. */
-static size_t head_len(const gf_opt *o) {
+static size_t head_len(const gf__opt *o) {
   return 2 + strlen(o->name) +
-         (o->type == GF_OPT_STRING ? 1 + strlen(o->arg) : 0);
+         (o->type == GF__OPT_STRING ? 1 + strlen(o->arg) : 0);
 }
 
 static void print_help_text(FILE *fp, const char *help, int col) {
@@ -38,17 +38,17 @@ static void print_help_text(FILE *fp, const char *help, int col) {
   }
 }
 
-void gf_opt_help(const gf_opt_cmd *cmd, FILE *fp) {
+void gf__opt_help(const gf__opt_cmd *cmd, FILE *fp) {
   size_t w = strlen("-h, --help");
-  for (const gf_opt *o = cmd->opts; o->type != GF_OPT_END; o++)
-    if (o->type != GF_OPT_GROUP && head_len(o) > w && head_len(o) <= HEAD_MAX)
+  for (const gf__opt *o = cmd->opts; o->type != GF__OPT_END; o++)
+    if (o->type != GF__OPT_GROUP && head_len(o) > w && head_len(o) <= HEAD_MAX)
       w = head_len(o);
   int col = 2 + (int)w + 2;
   fputs(cmd->usage, fp);
   fputs("options:\n", fp);
   bool helped = false;
-  for (const gf_opt *o = cmd->opts; o->type != GF_OPT_END; o++) {
-    if (o->type == GF_OPT_GROUP) {
+  for (const gf__opt *o = cmd->opts; o->type != GF__OPT_END; o++) {
+    if (o->type == GF__OPT_GROUP) {
       if (!helped)
         fprintf(fp, "  %-*s  this help\n", (int)w, "-h, --help");
       helped = true;
@@ -58,7 +58,7 @@ void gf_opt_help(const gf_opt_cmd *cmd, FILE *fp) {
     char head[128], sh[8] = "";
     if (o->short_name)
       snprintf(sh, sizeof(sh), "-%c, ", o->short_name);
-    if (o->type == GF_OPT_STRING)
+    if (o->type == GF__OPT_STRING)
       snprintf(head, sizeof(head), "%s--%s %s", sh, o->name, o->arg);
     else
       snprintf(head, sizeof(head), "%s--%s", sh, o->name);
@@ -76,8 +76,8 @@ void gf_opt_help(const gf_opt_cmd *cmd, FILE *fp) {
     cmd->footer_fn(fp);
 }
 
-void gf_opt_iter_init(gf_opt_iter *it, const gf_opt_cmd *cmd, int argc,
-                      char **argv) {
+void gf__opt_iter_init(gf__opt_iter *it, const gf__opt_cmd *cmd, int argc,
+                       char **argv) {
   memset(it, 0, sizeof(*it));
   it->cmd = cmd;
   it->argc = argc;
@@ -86,28 +86,28 @@ void gf_opt_iter_init(gf_opt_iter *it, const gf_opt_cmd *cmd, int argc,
   it->rest = argc;
 }
 
-static const gf_opt *find(const gf_opt *opts, const char *name, size_t n) {
-  for (const gf_opt *o = opts; o->type != GF_OPT_END; o++)
-    if (o->type != GF_OPT_GROUP && strlen(o->name) == n &&
+static const gf__opt *find(const gf__opt *opts, const char *name, size_t n) {
+  for (const gf__opt *o = opts; o->type != GF__OPT_END; o++)
+    if (o->type != GF__OPT_GROUP && strlen(o->name) == n &&
         memcmp(o->name, name, n) == 0)
       return o;
   return NULL;
 }
 
-static int stop(gf_opt_iter *it, int exit) {
+static int stop(gf__opt_iter *it, int exit) {
   it->exit = exit;
   return -1;
 }
 
-static const char *unknown(const gf_opt_cmd *c) {
+static const char *unknown(const gf__opt_cmd *c) {
   return c->unknown ? c->unknown : "option";
 }
 
 /* Stores or hands back option o with value v (NULL for a flag). */
-static int take(gf_opt_iter *it, const gf_opt *o, const char *v,
+static int take(gf__opt_iter *it, const gf__opt *o, const char *v,
                 const char **value) {
   if (o->value) {
-    if (o->type == GF_OPT_FLAG)
+    if (o->type == GF__OPT_FLAG)
       *(bool *)o->value = true;
     else
       *(const char **)o->value = v;
@@ -119,48 +119,48 @@ static int take(gf_opt_iter *it, const gf_opt *o, const char *v,
 }
 
 /* -x, -x VALUE, -xVALUE: one short option (no bundling of flags). */
-static int short_opt(gf_opt_iter *it, const char **value) {
-  const gf_opt_cmd *c = it->cmd;
+static int short_opt(gf__opt_iter *it, const char **value) {
+  const gf__opt_cmd *c = it->cmd;
   const char *a = it->argv[it->i];
-  const gf_opt *o = c->opts;
-  while (o->type != GF_OPT_END &&
-         (o->type == GF_OPT_GROUP || o->short_name != a[1]))
+  const gf__opt *o = c->opts;
+  while (o->type != GF__OPT_END &&
+         (o->type == GF__OPT_GROUP || o->short_name != a[1]))
     o++;
-  if (o->type == GF_OPT_END || (o->type == GF_OPT_FLAG && a[2]))
-    return stop(it, gf_opt_usage_error(c, "unknown %s '%s'", unknown(c), a));
+  if (o->type == GF__OPT_END || (o->type == GF__OPT_FLAG && a[2]))
+    return stop(it, gf__opt_usage_error(c, "unknown %s '%s'", unknown(c), a));
   it->i++;
   const char *v = NULL;
-  if (o->type == GF_OPT_STRING) {
+  if (o->type == GF__OPT_STRING) {
     v = a[2] ? a + 2 : NULL;
     if (!v && it->i >= it->argc)
-      return stop(it, gf_opt_usage_error(c, "%s needs a value", a));
+      return stop(it, gf__opt_usage_error(c, "%s needs a value", a));
     if (!v)
       v = it->argv[it->i++];
   }
   int id = take(it, o, v, value);
-  return id ? id : gf_opt_next(it, value);
+  return id ? id : gf__opt_next(it, value);
 }
 
 /* An argument that is not an option: an operand, the end of the options,
  * or a usage error (-1), as the command takes them. */
-static int operand(gf_opt_iter *it, const char **value) {
-  const gf_opt_cmd *c = it->cmd;
+static int operand(gf__opt_iter *it, const char **value) {
+  const gf__opt_cmd *c = it->cmd;
   const char *a = it->argv[it->i];
   if (c->mixed) {
     it->i++;
     *value = a;
-    return GF_OPT_OPERAND;
+    return GF__OPT_OPERAND;
   }
   if (c->operands) {
     it->rest = it->i;
     it->i = it->argc;
     return 0;
   }
-  return stop(it, gf_opt_usage_error(c, "unexpected argument '%s'", a));
+  return stop(it, gf__opt_usage_error(c, "unexpected argument '%s'", a));
 }
 
-int gf_opt_next(gf_opt_iter *it, const char **value) {
-  const gf_opt_cmd *c = it->cmd;
+int gf__opt_next(gf__opt_iter *it, const char **value) {
+  const gf__opt_cmd *c = it->cmd;
   *value = NULL;
   while (it->i < it->argc) {
     const char *a = it->argv[it->i];
@@ -170,7 +170,7 @@ int gf_opt_next(gf_opt_iter *it, const char **value) {
       return 0;
     }
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      gf_opt_help(c, stdout);
+      gf__opt_help(c, stdout);
       it->done_help = true;
       return stop(it, GF_EXIT_OK);
     }
@@ -180,18 +180,18 @@ int gf_opt_next(gf_opt_iter *it, const char **value) {
       return operand(it, value);
     const char *name = a + 2, *eq = strchr(name, '=');
     size_t n = eq ? (size_t)(eq - name) : strlen(name);
-    const gf_opt *o = find(c->opts, name, n);
+    const gf__opt *o = find(c->opts, name, n);
     if (!o)
-      return stop(it, gf_opt_usage_error(c, "unknown %s '%.*s'", unknown(c),
-                                         (int)(n + 2), a));
+      return stop(it, gf__opt_usage_error(c, "unknown %s '%.*s'", unknown(c),
+                                          (int)(n + 2), a));
     it->i++;
     const char *v = NULL;
-    if (o->type == GF_OPT_FLAG && eq)
-      return stop(it, gf_opt_usage_error(c, "--%s takes no value", o->name));
-    if (o->type == GF_OPT_STRING) {
+    if (o->type == GF__OPT_FLAG && eq)
+      return stop(it, gf__opt_usage_error(c, "--%s takes no value", o->name));
+    if (o->type == GF__OPT_STRING) {
       v = eq ? eq + 1 : NULL;
       if (!v && it->i >= it->argc)
-        return stop(it, gf_opt_usage_error(c, "--%s needs a value", o->name));
+        return stop(it, gf__opt_usage_error(c, "--%s needs a value", o->name));
       if (!v)
         v = it->argv[it->i++];
     }
@@ -203,12 +203,12 @@ int gf_opt_next(gf_opt_iter *it, const char **value) {
   return 0;
 }
 
-int gf_opt_parse(const gf_opt_cmd *cmd, int argc, char **argv, int *exit) {
-  gf_opt_iter it;
-  gf_opt_iter_init(&it, cmd, argc, argv);
+int gf__opt_parse(const gf__opt_cmd *cmd, int argc, char **argv, int *exit) {
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, cmd, argc, argv);
   const char *v;
   int id;
-  while ((id = gf_opt_next(&it, &v)) > 0)
+  while ((id = gf__opt_next(&it, &v)) > 0)
     ;
   *exit = it.exit;
   return id < 0 ? -1 : it.rest;

@@ -42,7 +42,7 @@ bool gf_node_pid_pod(const char *proc, uint32_t pid, char *uid, size_t cap) {
     uid[n] = '\0';
     found = true;
   }
-  free(text);
+  gf__free(text);
   return found;
 }
 
@@ -161,8 +161,8 @@ size_t gf_node_feedback(const char *state_dir, const char *proc,
     written++;
   }
 out:
-  free(ctrs);
-  free(pids);
-  free(pod_of);
+  gf__free(ctrs);
+  gf__free(pids);
+  gf__free(pod_of);
   return written;
 }

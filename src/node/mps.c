@@ -132,7 +132,7 @@ int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
   if (!gf_node_mps_pipe_path(o->dir, gpu->uuid, m->pipe, sizeof(m->pipe)) ||
       w < 0 || (size_t)w >= sizeof(m->log) ||
       !gf_node_mps_shm_path(o->dir, shm, sizeof(shm))) {
-    free(m);
+    gf__free(m);
     return gf_diag_set(d, GF_ELIMIT, "MPS: directory '%s' too long", o->dir);
   }
   int rc = gf__node_mkdirs(m->pipe, 0755, d);
@@ -143,7 +143,7 @@ int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
   if (!rc && chmod(shm, 01777) != 0)
     rc = gf_diag_set(d, GF_EIO, "%s: %s", shm, strerror(errno));
   if (rc) {
-    free(m);
+    gf__free(m);
     return rc;
   }
   snprintf(m->env_cvd, sizeof(m->env_cvd), "CUDA_VISIBLE_DEVICES=%s",
@@ -152,7 +152,7 @@ int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
            m->pipe);
   snprintf(m->env_log, sizeof(m->env_log), "CUDA_MPS_LOG_DIRECTORY=%s", m->log);
   if ((rc = start_daemon(m, d))) {
-    free(m);
+    gf__free(m);
     return rc;
   }
   *out = m;
@@ -231,5 +231,5 @@ void gf_node_mps_stop(gf_node_mps *m) {
 
 void gf_node_mps_free(gf_node_mps *m) {
   gf_node_mps_stop(m);
-  free(m);
+  gf__free(m);
 }

@@ -56,7 +56,7 @@ static int write_cdi(const gf_node_gpus *g, const gf_node_config *cfg) {
   if (!rc)
     rc = gf_node_write_atomic(cfg->cdi_dir, "gpufrac.io-gpu.json", spec,
                               strlen(spec), &d);
-  free(spec);
+  gf__free(spec);
   if (rc)
     fprintf(stderr, "gpufrac node: CDI spec: %s\n", d.msg);
   return rc;
@@ -117,7 +117,7 @@ static int print_doc(const gf_node_agent_opts *o, const gf_node_gpus *g,
   fputs(text, fp);
   if (strcmp(what, "metrics") != 0)
     fputc('\n', fp);
-  free(text);
+  gf__free(text);
   return fflush(fp) ? GF_EIO : 0;
 }
 
@@ -382,9 +382,9 @@ static void health_telemetry(health *h, const gf_node_gpus *g,
       n += gf_node_health_processes(h->nvml, t->gpus[i].uuid, s + n,
                                     SAMPLES - n);
     gf_node_feedback(h->cfg->state_dir, "/proc", t, s, n);
-    free(s);
+    gf__free(s);
   }
-  free(t);
+  gf__free(t);
 }
 
 /* Ends the Xid thread; the events seen stay (health_free releases). */
@@ -484,7 +484,7 @@ static int dra_prepare(void *user, const char *ns, const char *name,
       snprintf(v->cdi_id, sizeof(v->cdi_id), "%s", p->cdi_id);
     }
   }
-  free(p);
+  gf__free(p);
   return rc;
 }
 
@@ -640,7 +640,7 @@ int gf_node_agent_new(gf_node_agent **out, const gf_node_agent_opts *o,
   a->cfg = *cfg;
   int rc = discover(&a->o, &a->cfg, &a->g);
   if (rc) {
-    free(a);
+    gf__free(a);
     return rc;
   }
   *out = a;
@@ -747,7 +747,7 @@ static void rediscover(gf_node_agent *a) {
       (void)write_cdi(g, &a->cfg);
     }
   }
-  free(now);
+  gf__free(now);
   publish(&a->api, g); /* only writes on a change or after a failure */
   if (a->dra.pub)
     dra_publish(&a->dra, g);
@@ -802,5 +802,5 @@ void gf_node_agent_free(gf_node_agent *a) {
   dra_free(&a->dra);
   api_free(&a->api);
   gf_node_cache_free(a->cache); /* last: every part above borrowed it */
-  free(a);
+  gf__free(a);
 }

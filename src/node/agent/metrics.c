@@ -348,7 +348,7 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
   gf__buf_appendf(&b, "gpufrac_node_container_errors");
   node_labels(&b, host);
   gf__buf_appendf(&b, " %u\n", errors);
-  free(recs);
+  gf__free(recs);
   int rc = gf__buf_error(&b);
   if (rc) {
     gf__buf_release(&b);
@@ -427,7 +427,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   memcpy(host, s->hostname, sizeof(host));
   pthread_mutex_unlock(&s->mu);
   int rc = gf_node_metrics_text_host(snap, s->state_dir, host, &body, &len, &d);
-  free(snap);
+  gf__free(snap);
   struct gf_node_cache *cache = s->cache;
   char *more = NULL;
   size_t mlen = 0;
@@ -438,7 +438,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
       body = both;
       len += mlen;
     }
-    free(more);
+    gf__free(more);
   }
   if (rc) {
     char msg[GF_DIAG_MAX + 1];
@@ -497,7 +497,7 @@ int gf_node_server_start(const char *listen, const gf_node_gpus *g,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
   if (!s->d) {
     pthread_mutex_destroy(&s->mu);
-    free(s);
+    gf__free(s);
     return gf_diag_set(d, GF_EIO, "cannot listen on %s", listen);
   }
   const union MHD_DaemonInfo *info =
@@ -533,5 +533,5 @@ void gf_node_server_free(gf_node_server *s) {
     return;
   gf_node_server_stop(s);
   pthread_mutex_destroy(&s->mu);
-  free(s);
+  gf__free(s);
 }
