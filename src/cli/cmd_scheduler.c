@@ -752,7 +752,7 @@ out:
   /* The server first, so binds in flight finish while we still lead; then
    * the feed, which releases the Lease. */
   if (srv)
-    gf_sched_server_stop(srv);
+    gf_sched_server_free(srv);
   gf_sched_dra_free(dra); /* before s: its placer asks s who leads */
   gf_sched_kube_free(feed);
   gf_sched_free(s);
