@@ -8,6 +8,7 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
+#include "kvline.h"
 #include "modelcache_config.h"
 #include "node_health.h"
 #include "node_util.h"
@@ -85,15 +86,6 @@ static int parse_xids(gf_node_config *c, const char *v, const char *where,
     c->xid_ignore[c->nxid_ignore++] = (uint64_t)x;
   }
   return 0;
-}
-
-static char *trim(char *s) {
-  while (*s == ' ' || *s == '\t')
-    s++;
-  char *e = s + strlen(s);
-  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
-    *--e = '\0';
-  return s;
 }
 
 static int set_path(char *dst, size_t cap, const char *v, const char *where,
@@ -248,37 +240,22 @@ int gf_node_config_parse(gf_node_config *c, const char *text, size_t len,
   if (len > GF_NODE_CONFIG_MAX)
     return gf_diag_set(d, GF_ELIMIT, "%s: %zu bytes, at most %d", name, len,
                        GF_NODE_CONFIG_MAX);
-  char line[1024], where[300];
-  int lineno = 0;
-  for (size_t off = 0; off < len;) {
-    const char *p = text + off;
-    const char *nl = memchr(p, '\n', len - off);
-    size_t n = nl ? (size_t)(nl - p) : len - off;
-    off += n + (nl ? 1 : 0);
-    lineno++;
-    snprintf(where, sizeof(where), "%s:%d", name, lineno);
-    if (n >= sizeof(line))
+  char where[300], *k, *v;
+  gf__kv_reader r;
+  gf__kv_init(&r, text, len);
+  int rc;
+  while ((rc = gf__kv_next(&r, &k, &v)) != GF__KV_END) {
+    snprintf(where, sizeof(where), "%s:%d", name, r.lineno);
+    if (rc == GF__KV_LONG)
       return gf_diag_set(d, GF_ELIMIT, "%s: longer than %zu bytes", where,
-                         sizeof(line) - 1);
-    memcpy(line, p, n);
-    line[n] = '\0';
-    if (strlen(line) != n)
+                         sizeof(r.line) - 1);
+    if (rc == GF__KV_NUL)
       return gf_diag_set(d, GF_ESYNTAX, "%s: contains a NUL byte", where);
-    char *hash = strchr(line, '#');
-    if (hash)
-      *hash = '\0';
-    char *s = trim(line);
-    if (!*s)
-      continue;
-    char *eq = strchr(s, '=');
-    if (!eq)
+    if (rc == GF__KV_NO_EQ)
       return gf_diag_set(d, GF_ESYNTAX, "%s: expected 'key = value'", where);
-    *eq = '\0';
-    char *k = trim(s), *v = trim(eq + 1);
     if (!*k || !*v)
       return gf_diag_set(d, GF_ESYNTAX, "%s: empty key or value", where);
-    int rc = set_kv(c, k, v, where, d);
-    if (rc)
+    if ((rc = set_kv(c, k, v, where, d)))
       return rc;
   }
   return 0;
