@@ -189,7 +189,24 @@ static int plan_parse(plan_args *a, gf_plan_options *o, int argc, char **argv,
     if ((*exit = plan_value(&c, a, o, id, v)))
       return -1;
   *exit = it.exit;
-  return id;
+  if (id < 0)
+    return id;
+  int sources = (a->example ? 1 : 0) + (a->nsnaps ? 1 : 0) +
+                (a->kubeconfig ? 1 : 0) + (a->in_cluster ? 1 : 0);
+  if (sources > 1)
+    return *exit =
+               gf__opt_usage_error(&plan_cmd, "%s",
+                                   "--example, --snapshot, --kubeconfig and "
+                                   "--in-cluster: give one of them");
+  if (!sources)
+    return *exit = gf__opt_usage_error(
+               &plan_cmd, "%s",
+               "no snapshot: give --snapshot FILE, --kubeconfig "
+               "FILE, --in-cluster or --example");
+  if (a->context && !a->kubeconfig)
+    return *exit = gf__opt_usage_error(&plan_cmd, "%s",
+                                       "--context needs --kubeconfig");
+  return 0;
 }
 
 int cmd_plan(int argc, char **argv) {
@@ -206,20 +223,6 @@ int cmd_plan(int argc, char **argv) {
   const char *prometheus = a.prometheus, *node_types = a.node_types;
   int64_t window = a.window;
   bool example = a.example, in_cluster = a.in_cluster;
-  int sources = (example ? 1 : 0) + (nsnaps ? 1 : 0) + (kubeconfig ? 1 : 0) +
-                (in_cluster ? 1 : 0);
-  if (sources > 1)
-    return gf__opt_usage_error(&plan_cmd, "%s",
-                               "--example, --snapshot, --kubeconfig and "
-                               "--in-cluster: give one of them");
-  if (!sources)
-    return gf__opt_usage_error(
-        &plan_cmd, "%s",
-        "no snapshot: give --snapshot FILE, --kubeconfig "
-        "FILE, --in-cluster or --example");
-  if (context && !kubeconfig)
-    return gf__opt_usage_error(&plan_cmd, "%s", "--context needs --kubeconfig");
-
   char ex_snap[4096], ex_usage[4096];
   if (example) {
     snprintf(ex_snap, sizeof(ex_snap), "%s/plan-example/snapshot.json", data);

@@ -183,8 +183,7 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
                        const gf_request *r, char *why, size_t cap) {
   char a[32], b[32];
   if (r->gpu_count == 0)
-    return GF__FIT; /* not ours to judge: kube-scheduler checks CPU and memory
-                     */
+    return GF__FIT; /* kube-scheduler's to judge: CPU and memory */
   /* A node on its way out takes no new GPU pods, even one whose
    * tolerations would let kube-scheduler place it there: the pod would be
    * evicted again as soon as its weights are loaded.  It may come back

@@ -148,6 +148,26 @@ int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
   return gf_node_metrics_text_host(g, state_dir, NULL, out, len, d);
 }
 
+/* gpufrac_gpu_info: one series per GPU, value 1. */
+static void gpu_info(gf__buf *b, const gf_node_gpus *g, const char *host) {
+  gf__prom_head(b, "gpufrac_gpu_info", "gauge",
+                "A GPU of this node (value 1), with its model and mode.");
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    char index[16];
+    snprintf(index, sizeof(index), "%u", x->index);
+    gf__buf_appendf(b, "gpufrac_gpu_info");
+    gf__prom_label(b, true, "gpu", x->uuid);
+    gf__prom_label(b, false, "index", index);
+    gf__prom_label(b, false, "model", x->model);
+    gf__prom_label(b, false, "mode", gf_node_mode_name(x->mode));
+    gf__prom_label_opt(b, "UUID", x->uuid);
+    gf__prom_label_opt(b, "modelName", x->model);
+    gf__prom_label_opt(b, "Hostname", host);
+    gf__buf_appendf(b, "} 1\n");
+  }
+}
+
 int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
                               const char *host, char **out, size_t *len,
                               gf_diag *d) {
@@ -160,22 +180,7 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
   gf__buf_init(&b, GF__BUF_NODE_METRICS_MAX);
   gf__buf_reserve(&b, 8192); /* most pages; grows up to the maximum */
 
-  gf__prom_head(&b, "gpufrac_gpu_info", "gauge",
-                "A GPU of this node (value 1), with its model and mode.");
-  for (uint32_t i = 0; i < g->ngpus; i++) {
-    const gf_node_gpu *x = &g->gpus[i];
-    char index[16];
-    snprintf(index, sizeof(index), "%u", x->index);
-    gf__buf_appendf(&b, "gpufrac_gpu_info");
-    gf__prom_label(&b, true, "gpu", x->uuid);
-    gf__prom_label(&b, false, "index", index);
-    gf__prom_label(&b, false, "model", x->model);
-    gf__prom_label(&b, false, "mode", gf_node_mode_name(x->mode));
-    gf__prom_label_opt(&b, "UUID", x->uuid);
-    gf__prom_label_opt(&b, "modelName", x->model);
-    gf__prom_label_opt(&b, "Hostname", host);
-    gf__buf_appendf(&b, "} 1\n");
-  }
+  gpu_info(&b, g, host);
   static const struct {
     const char *name, *help;
   } per_gpu[] = {
