@@ -78,7 +78,7 @@ static const char *nvml_err(const gf_node_health *x, nvml_return r) {
   return s ? s : "NVML error";
 }
 
-int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
+int gf__node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   const char *path = lib ? lib : "libnvidia-ml.so.1";
   gf_node_health *x = gf__calloc(1, sizeof(*x));
   if (!x)
@@ -152,8 +152,8 @@ int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   return 0;
 }
 
-int gf_node_health_wait(gf_node_health *x, unsigned timeout_ms, gf_node_xid *ev,
-                        gf_diag *d) {
+int gf__node_health_wait(gf_node_health *x, unsigned timeout_ms,
+                         gf_node_xid *ev, gf_diag *d) {
   nvml_event_data data;
   memset(&data, 0, sizeof(data));
   memset(ev, 0, sizeof(*ev));
@@ -175,8 +175,8 @@ int gf_node_health_wait(gf_node_health *x, unsigned timeout_ms, gf_node_xid *ev,
   return 1;
 }
 
-bool gf_node_health_sample(gf_node_health *x, const char *uuid,
-                           int32_t *util_pct, int64_t *used_bytes) {
+bool gf__node_health_sample(gf_node_health *x, const char *uuid,
+                            int32_t *util_pct, int64_t *used_bytes) {
   *util_pct = -1;
   *used_bytes = -1;
   for (unsigned i = 0; i < x->ndevs; i++) {
@@ -194,8 +194,8 @@ bool gf_node_health_sample(gf_node_health *x, const char *uuid,
   return false;
 }
 
-size_t gf_node_health_processes(gf_node_health *x, const char *uuid,
-                                gf_node_proc_util *out, size_t cap) {
+size_t gf__node_health_processes(gf_node_health *x, const char *uuid,
+                                 gf_node_proc_util *out, size_t cap) {
   if (!x->procs)
     return 0;
   for (unsigned i = 0; i < x->ndevs; i++) {
@@ -232,7 +232,7 @@ size_t gf_node_health_processes(gf_node_health *x, const char *uuid,
   return 0;
 }
 
-void gf_node_health_close(gf_node_health *x) {
+void gf__node_health_close(gf_node_health *x) {
   if (!x)
     return;
   x->set_free(x->set);
@@ -241,14 +241,14 @@ void gf_node_health_close(gf_node_health *x) {
   gf__free(x);
 }
 
-bool gf_node_xid_ignored(uint64_t xid, const uint64_t *ignore, uint32_t n) {
+bool gf__node_xid_ignored(uint64_t xid, const uint64_t *ignore, uint32_t n) {
   for (uint32_t i = 0; i < n; i++)
     if (ignore[i] == xid)
       return true;
   return false;
 }
 
-uint32_t gf_node_mark_xid(gf_node_gpus *g, const gf_node_xid *ev) {
+uint32_t gf__node_mark_xid(gf_node_gpus *g, const gf_node_xid *ev) {
   uint32_t changed = 0;
   for (uint32_t i = 0; i < g->ngpus; i++) {
     gf_node_gpu *x = &g->gpus[i];

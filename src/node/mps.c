@@ -114,8 +114,8 @@ static int start_daemon(gf_node_mps *m, gf_diag *d) {
   return 0;
 }
 
-int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
-                      gf_node_mps **out, gf_diag *d) {
+int gf__node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
+                       gf_node_mps **out, gf_diag *d) {
   if (!o || !o->control || !*o->control || !o->dir || !*o->dir || !gpu->uuid[0])
     return gf_diag_set(d, GF_EINVAL,
                        "MPS: control program, directory and a "
@@ -159,7 +159,7 @@ int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
   return 0;
 }
 
-bool gf_node_mps_check(gf_node_mps *m, gf_diag *d) {
+bool gf__node_mps_check(gf_node_mps *m, gf_diag *d) {
   if (m->pid > 0) {
     int status = 0;
     pid_t r = waitpid(m->pid, &status, WNOHANG);
@@ -185,9 +185,9 @@ bool gf_node_mps_check(gf_node_mps *m, gf_diag *d) {
   return true;
 }
 
-pid_t gf_node_mps_pid(const gf_node_mps *m) { return m->pid; }
-uint32_t gf_node_mps_restarts(const gf_node_mps *m) { return m->restarts; }
-const char *gf_node_mps_pipe_dir(const gf_node_mps *m) { return m->pipe; }
+pid_t gf__node_mps_pid(const gf_node_mps *m) { return m->pid; }
+uint32_t gf__node_mps_restarts(const gf_node_mps *m) { return m->restarts; }
+const char *gf__node_mps_pipe_dir(const gf_node_mps *m) { return m->pipe; }
 
 /* Waits up to ms for pid; true when it was reaped. */
 static bool wait_for(pid_t pid, long ms) {
@@ -201,7 +201,7 @@ static bool wait_for(pid_t pid, long ms) {
   }
 }
 
-void gf_node_mps_stop(gf_node_mps *m) {
+void gf__node_mps_stop(gf_node_mps *m) {
   if (!m)
     return;
   if (m->pid > 0) {
@@ -229,7 +229,7 @@ void gf_node_mps_stop(gf_node_mps *m) {
   m->pid = 0; /* stopped: a second stop has nothing to quit */
 }
 
-void gf_node_mps_free(gf_node_mps *m) {
-  gf_node_mps_stop(m);
+void gf__node_mps_free(gf_node_mps *m) {
+  gf__node_mps_stop(m);
   gf__free(m);
 }

@@ -53,7 +53,7 @@ static bool appears(const char *path) {
 static bool check_until(gf_node_mps *m, gf_diag *d, bool want) {
   bool up = !want;
   for (long long end = now_ms() + BOUND_MS; now_ms() < end && up != want;)
-    if ((up = gf_node_mps_check(m, d)) != want)
+    if ((up = gf__node_mps_check(m, d)) != want)
       poll_pause();
   return up;
 }
@@ -86,12 +86,12 @@ static void test_lifecycle(void **state) {
   gf_node_mps *m = NULL;
   gf_diag d = {""};
   long long started = now_ms();
-  assert_int_equal(gf_node_mps_start(&o, &gpu, &m, &d), 0);
+  assert_int_equal(gf__node_mps_start(&o, &gpu, &m, &d), 0);
   assert_true(gf_node_mps_pipe_path(dir, gpu.uuid, pipe, sizeof(pipe)));
-  assert_string_equal(gf_node_mps_pipe_dir(m), pipe);
+  assert_string_equal(gf__node_mps_pipe_dir(m), pipe);
   snprintf(path, sizeof(path), "%s/running", pipe);
   assert_true(appears(path));
-  assert_true(gf_node_mps_check(m, &d));
+  assert_true(gf__node_mps_check(m, &d));
   /* The daemon saw this GPU only, and its log directory. */
   snprintf(path, sizeof(path), "%s/daemon.env", pipe);
   FILE *f = fopen(path, "r");
@@ -111,7 +111,7 @@ static void test_lifecycle(void **state) {
   assert_int_equal(st.st_mode & 07777, 01777);
 
   /* Killed: found dead with the signal, started again after restart_ms. */
-  pid_t pid = gf_node_mps_pid(m);
+  pid_t pid = gf__node_mps_pid(m);
   assert_true(pid > 0);
   while (now_ms() - started <= o.restart_ms) /* past restart_ms since */
     poll_pause();                            /* the start */
@@ -123,19 +123,19 @@ static void test_lifecycle(void **state) {
   d.msg[0] = 0;
   for (long long end = now_ms() + BOUND_MS;
        now_ms() < end && !strstr(d.msg, "died"); poll_pause())
-    (void)gf_node_mps_check(m, &d);
+    (void)gf__node_mps_check(m, &d);
   assert_non_null(strstr(d.msg, "died (signal 9)"));
   assert_true(check_until(m, &d, true));
-  assert_int_equal(gf_node_mps_restarts(m), 1);
-  assert_true(gf_node_mps_pid(m) != pid);
+  assert_int_equal(gf__node_mps_restarts(m), 1);
+  assert_true(gf__node_mps_pid(m) != pid);
   assert_true(appears(path));
   snprintf(path, sizeof(path), "%s/starts", pipe);
   assert_int_equal(count_lines(path), 2);
 
   /* Stop: quit through the control program; the daemon ends by itself. */
-  pid = gf_node_mps_pid(m);
-  gf_node_mps_stop(m);
-  gf_node_mps_free(m);
+  pid = gf__node_mps_pid(m);
+  gf__node_mps_stop(m);
+  gf__node_mps_free(m);
   snprintf(path, sizeof(path), "%s/commands", pipe);
   f = fopen(path, "r");
   assert_non_null(f);
@@ -156,26 +156,26 @@ static void test_failures(void **state) {
   gf_node_mps_opts bad = {"/nonexistent/nvidia-cuda-mps-control", dir, 60000,
                           500};
   gf_node_mps *m = NULL;
-  assert_int_equal(gf_node_mps_start(&bad, &gpu, &m, &d), 0);
+  assert_int_equal(gf__node_mps_start(&bad, &gpu, &m, &d), 0);
   assert_false(check_until(m, &d, false));
   assert_non_null(strstr(d.msg, "exited with 127 (cannot run the control"));
   /* Not restarted before restart_ms. */
-  assert_false(gf_node_mps_check(m, &d));
-  assert_int_equal(gf_node_mps_restarts(m), 0);
-  gf_node_mps_stop(m);
-  gf_node_mps_free(m);
+  assert_false(gf__node_mps_check(m, &d));
+  assert_int_equal(gf__node_mps_restarts(m), 0);
+  gf__node_mps_stop(m);
+  gf__node_mps_free(m);
   /* A daemon that exits on its own with a code. */
   setenv("FAKE_MPS_EXIT", "3", 1);
   gf_node_mps_opts o = {FAKE_MPS_CONTROL, dir, 60000, 500};
-  assert_int_equal(gf_node_mps_start(&o, &gpu, &m, &d), 0);
+  assert_int_equal(gf__node_mps_start(&o, &gpu, &m, &d), 0);
   assert_false(check_until(m, &d, false));
   assert_non_null(strstr(d.msg, "exited with 3"));
   unsetenv("FAKE_MPS_EXIT");
-  gf_node_mps_stop(m);
-  gf_node_mps_free(m);
+  gf__node_mps_stop(m);
+  gf__node_mps_free(m);
   /* Bad options are refused with a sentence. */
   gf_node_mps_opts none = {NULL, dir, 0, 0};
-  assert_int_equal(gf_node_mps_start(&none, &gpu, &m, &d), GF_EINVAL);
+  assert_int_equal(gf__node_mps_start(&none, &gpu, &m, &d), GF_EINVAL);
 }
 
 int main(void) {

@@ -300,7 +300,7 @@ static void *health_run(void *arg) {
   while (!atomic_load(&h->stop)) {
     gf_node_xid ev;
     gf_diag d = {""};
-    int r = gf_node_health_wait(h->nvml, 500, &ev, &d);
+    int r = gf__node_health_wait(h->nvml, 500, &ev, &d);
     if (r < 0) {
       if (!failed)
         fprintf(stderr, "gpufrac node: GPU events: %s\n", d.msg);
@@ -313,7 +313,7 @@ static void *health_run(void *arg) {
     if (r == 0)
       continue;
     bool ignored =
-        gf_node_xid_ignored(ev.xid, h->cfg->xid_ignore, h->cfg->nxid_ignore);
+        gf__node_xid_ignored(ev.xid, h->cfg->xid_ignore, h->cfg->nxid_ignore);
     fprintf(stderr, "gpufrac node: Xid %" PRIu64 " on %s%s\n", ev.xid,
             ev.all ? "every GPU" : ev.uuid,
             ignored ? " (an application error: GPU stays healthy)"
@@ -339,7 +339,7 @@ static void health_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
     return;
   }
   gf_diag d = {""};
-  if (gf_node_health_open(&h->nvml, o->nvml, &d)) {
+  if (gf__node_health_open(&h->nvml, o->nvml, &d)) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);
     return;
   }
@@ -353,7 +353,7 @@ static bool health_apply(health *h, gf_node_gpus *g) {
   uint32_t changed = 0;
   pthread_mutex_lock(&h->mu);
   for (uint32_t i = 0; i < h->n; i++)
-    changed += gf_node_mark_xid(g, &h->xids[i]);
+    changed += gf__node_mark_xid(g, &h->xids[i]);
   pthread_mutex_unlock(&h->mu);
   return changed > 0;
 }
@@ -369,8 +369,8 @@ static void health_telemetry(health *h, const gf_node_gpus *g,
     return;
   *t = *g;
   for (uint32_t i = 0; i < t->ngpus; i++)
-    gf_node_health_sample(h->nvml, t->gpus[i].uuid, &t->gpus[i].util_pct,
-                          &t->gpus[i].device_used_bytes);
+    gf__node_health_sample(h->nvml, t->gpus[i].uuid, &t->gpus[i].util_pct,
+                           &t->gpus[i].device_used_bytes);
   gf_node_server_set_gpus(srv, t);
   /* The compute share's feedback: what each container used, into its
    * region (docs/node.md, "Utilisation feedback"). */
@@ -379,9 +379,9 @@ static void health_telemetry(health *h, const gf_node_gpus *g,
   if (s) {
     size_t n = 0;
     for (uint32_t i = 0; i < t->ngpus && n < SAMPLES; i++)
-      n += gf_node_health_processes(h->nvml, t->gpus[i].uuid, s + n,
-                                    SAMPLES - n);
-    gf_node_feedback(h->cfg->state_dir, "/proc", t, s, n);
+      n += gf__node_health_processes(h->nvml, t->gpus[i].uuid, s + n,
+                                     SAMPLES - n);
+    gf__node_feedback(h->cfg->state_dir, "/proc", t, s, n);
     gf__free(s);
   }
   gf__free(t);
@@ -397,7 +397,7 @@ static void health_stop(health *h) {
 
 static void health_free(health *h) {
   health_stop(h);
-  gf_node_health_close(h->nvml);
+  gf__node_health_close(h->nvml);
   h->nvml = NULL;
   pthread_mutex_destroy(&h->mu);
 }
@@ -417,7 +417,7 @@ static void mps_start_all(const gf_node_gpus *g, const gf_node_config *cfg,
     if (x->mode != GF_NODE_MODE_MPS || !x->uuid[0])
       continue;
     gf_diag d = {""};
-    if (gf_node_mps_start(&mo, x, &ms->d[i], &d))
+    if (gf__node_mps_start(&mo, x, &ms->d[i], &d))
       fprintf(stderr, "gpufrac node: %s\n", d.msg);
     else
       fprintf(stderr, "gpufrac node: MPS daemon for GPU %u (%s) started\n",
@@ -430,7 +430,7 @@ static void mps_check_all(mps_set *ms) {
     if (!ms->d[i])
       continue;
     gf_diag d = {""};
-    bool up = gf_node_mps_check(ms->d[i], &d);
+    bool up = gf__node_mps_check(ms->d[i], &d);
     if (!up && !ms->down[i] && d.msg[0])
       fprintf(stderr, "gpufrac node: %s; restarting it\n", d.msg);
     else if (up && ms->down[i])
@@ -441,12 +441,12 @@ static void mps_check_all(mps_set *ms) {
 
 static void mps_stop_all(mps_set *ms) {
   for (uint32_t i = 0; i < GF_NODE_MAX_GPUS; i++)
-    gf_node_mps_stop(ms->d[i]);
+    gf__node_mps_stop(ms->d[i]);
 }
 
 static void mps_free_all(mps_set *ms) {
   for (uint32_t i = 0; i < GF_NODE_MAX_GPUS; i++)
-    gf_node_mps_free(ms->d[i]); /* stops it first */
+    gf__node_mps_free(ms->d[i]); /* stops it first */
   memset(ms, 0, sizeof(*ms));
 }
 
