@@ -408,12 +408,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   char *more = NULL;
   size_t mlen = 0;
   if (!rc && cache && gf_node_cache_metrics_text(cache, &more, &mlen) == 0) {
-    char *both = gf__realloc(body, len + mlen + 1);
-    if (both) {
-      memcpy(both + len, more, mlen + 1);
-      body = both;
-      len += mlen;
+    gf__buf both; /* the agent's page, then the cache's */
+    gf__buf_init(&both, GF__BUF_NODE_METRICS_MAX);
+    gf__buf_append(&both, body, len);
+    gf__buf_append(&both, more, mlen);
+    if (!gf__buf_error(&both)) {
+      gf__free(body);
+      len = both.len;
+      body = gf__buf_take(&both);
     }
+    gf__buf_release(&both);
     gf__free(more);
   }
   if (rc) {
