@@ -22,9 +22,12 @@ check run-eq-compute 2 '--gpu-compute: '           -- "$GPUFRAC" run --gpu-compu
 check sim-eq         0 'pods_small'                -- "$GPUFRAC" simulate "${small[@]}" --seeds=1 --policy=fgd --format=csv
 check kubectl-eq     2 "-o xml: the formats"       -- "$GPUFRAC" kubectl top --output=xml
 check kubectl-short  2 "-o xml: the formats"       -- "$GPUFRAC" kubectl top -oxml
+check cache-eq       2 '--budget: not a byte quantity' -- "$GPUFRAC" cache --budget=lots ls
+mkdir -p "$tmp/cache"
+check cache-eq-run   0 ''                          -- "$GPUFRAC" cache --dir="$tmp/cache" ls
 
 # Unknown options are named, with where to look.
-for cmd in node scheduler plan run simulate; do
+for cmd in node scheduler plan run simulate cache; do
   check "$cmd-unknown"  2 "gpufrac $cmd: unknown option '--frob'" -- "$GPUFRAC" $cmd --frob=1
 done
 check inspect-unknown 2 "unknown option '--frob'"  -- "$GPUFRAC" inspect region --frob x
@@ -38,7 +41,7 @@ check no-value-eq     2 "unknown option '--nodes-x'" -- "$GPUFRAC" simulate --no
 check plan-help-prom  0 '^  --prometheus URL'      -- "$GPUFRAC" plan --help
 check plan-help-win   0 '^  --window W'            -- "$GPUFRAC" plan --help
 check plan-help-types 0 '^  --node-types FILE'     -- "$GPUFRAC" plan --help
-for cmd in node scheduler plan run inspect simulate kubectl; do
+for cmd in node scheduler plan run inspect simulate kubectl cache; do
   check "$cmd-help-h" 0 '^  -h, --help ' -- "$GPUFRAC" $cmd --help
 done
 
