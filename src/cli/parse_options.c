@@ -20,9 +20,9 @@ int gf__opt_usage_error(const gf__opt_cmd *cmd, const char *fmt, ...) {
  * has its help start on the next line. */
 #define HEAD_MAX 24
 
-/* "--name ARG": its width in the help's first column. */
+/* "-x, --name ARG": its width in the help's first column. */
 static size_t head_len(const gf__opt *o) {
-  return 2 + strlen(o->name) +
+  return (o->short_name ? 4 : 0) + 2 + strlen(o->name) +
          (o->type == GF__OPT_STRING ? 1 + strlen(o->arg) : 0);
 }
 
