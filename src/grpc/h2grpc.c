@@ -171,14 +171,14 @@ static void stream_unlink_free(stream *st) {
   if (st->next)
     st->next->prev = st->prev;
   c->srv->buffered -= st->req_cap;
-  free(st->req);
-  free(st->out);
-  free(st);
+  gf__free(st->req);
+  gf__free(st->out);
+  gf__free(st);
 }
 
 static void drop_request(stream *st) {
   st->c->srv->buffered -= st->req_cap;
-  free(st->req);
+  gf__free(st->req);
   st->req = NULL;
   st->req_len = st->req_cap = 0;
 }
@@ -344,7 +344,7 @@ static void dispatch(stream *st) {
       if ((*pp)->ticket == ticket) {
         later *l = *pp;
         *pp = l->next;
-        free(l);
+        gf__free(l);
         break;
       }
     pthread_mutex_unlock(&s->later_mu);
@@ -355,13 +355,13 @@ static void dispatch(stream *st) {
 /* Sends r (taking r->msg) on st, which has not been answered. */
 static void send_reply(stream *st, gf__grpc_reply *r, bool streaming) {
   if (r->status != GF__GRPC_OK) {
-    free(r->msg);
+    gf__free(r->msg);
     r->msg = NULL;
     reply_status(st, r->status, r->message);
     return;
   }
   bool ok = out_append(st, r->msg, r->len);
-  free(r->msg);
+  gf__free(r->msg);
   r->msg = NULL;
   if (!ok) {
     reply_status(st, GF__GRPC_RESOURCE_EXHAUSTED,
@@ -531,7 +531,7 @@ static void conn_free(conn *c) {
   while (c->streams)
     stream_unlink_free(c->streams);
   close(c->fd);
-  free(c);
+  gf__free(c);
 }
 
 static void conn_flush(conn *c) {
@@ -652,7 +652,7 @@ fail:
     nghttp2_session_callbacks_del(cb);
   if (c && c->sess)
     nghttp2_session_del(c->sess);
-  free(c);
+  gf__free(c);
   close(fd);
 }
 
@@ -690,7 +690,7 @@ int gf__h2srv_new(gf__h2srv **out, int listen_fd, const gf__h2srv_ops *ops,
   }
   if (pipe(p) != 0) {
     int e = errno;
-    free(s);
+    gf__free(s);
     close(listen_fd);
     return gf_diag_set(d, GF_EIO, "gRPC server: pipe: %s", strerror(e));
   }
@@ -727,7 +727,7 @@ void gf__h2srv_answer(gf__h2srv *s, uint64_t ticket, gf__grpc_reply *r) {
     }
   pthread_mutex_unlock(&s->later_mu);
   if (!kept)
-    free(r->msg); /* not a ticket of ours: nobody to answer */
+    gf__free(r->msg); /* not a ticket of ours: nobody to answer */
   r->msg = NULL;
   gf__h2srv_wake(s);
 }
@@ -759,8 +759,8 @@ static void send_laters(gf__h2srv *s) {
       found->c->progress_ms = now_ms();
       send_reply(found, &l->r, false);
     }
-    free(l->r.msg);
-    free(l);
+    gf__free(l->r.msg);
+    gf__free(l);
   }
 }
 
@@ -923,11 +923,11 @@ void gf__h2srv_free(gf__h2srv *s) {
   while (s->laters) {
     later *l = s->laters;
     s->laters = l->next;
-    free(l->r.msg);
-    free(l);
+    gf__free(l->r.msg);
+    gf__free(l);
   }
   pthread_mutex_destroy(&s->later_mu);
-  free(s);
+  gf__free(s);
 }
 
 /* ---- client ---- */
@@ -1149,8 +1149,8 @@ out:
     nghttp2_session_del(sess);
   if (cb)
     nghttp2_session_callbacks_del(cb);
-  free(body);
-  free(cl.resp);
+  gf__free(body);
+  gf__free(cl.resp);
   if (cl.fd >= 0)
     close(cl.fd);
   return rc;
@@ -1182,8 +1182,8 @@ gf__grpc_job *gf__grpc_job_new(size_t m, const uint8_t *req, size_t len,
   gf__grpc_job *j = gf__calloc(1, sizeof *j);
   uint8_t *copy = gf__malloc(len ? len : 1);
   if (!j || !copy) {
-    free(j);
-    free(copy);
+    gf__free(j);
+    gf__free(copy);
     return NULL;
   }
   if (len)
@@ -1198,8 +1198,8 @@ gf__grpc_job *gf__grpc_job_new(size_t m, const uint8_t *req, size_t len,
 void gf__grpc_job_free(gf__grpc_job *j) {
   if (!j)
     return;
-  free(j->req);
-  free(j);
+  gf__free(j->req);
+  gf__free(j);
 }
 
 void gf__grpc_jobq_init(gf__grpc_jobq *q) {
