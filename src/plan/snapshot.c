@@ -24,20 +24,6 @@
 
 #define MAX_WARNINGS 200
 
-int gf__plan_grow(void **arr, size_t *cap, size_t n, size_t size) {
-  if (n < *cap)
-    return 0;
-  size_t nc = *cap ? *cap * 2 : 16;
-  if (nc > ((size_t)-1) / size)
-    return GF_ENOMEM;
-  void *np = gf__realloc(*arr, nc * size);
-  if (!np)
-    return GF_ENOMEM;
-  *arr = np;
-  *cap = nc;
-  return 0;
-}
-
 void gf__plan_warn(gf_plan *p, const char *fmt, ...) {
   if (p->nwarnings > MAX_WARNINGS)
     return;
@@ -64,19 +50,6 @@ bool gf__plan_icontains(const char *hay, const char *needle) {
     if (strncasecmp(hay, needle, n) == 0)
       return true;
   return n == 0;
-}
-
-int gf__series_push(gf__series *s, double v) {
-  int rc = gf__plan_grow((void **)&s->v, &s->cap, s->n, sizeof(*s->v));
-  if (rc)
-    return rc;
-  s->v[s->n++] = v;
-  return 0;
-}
-
-void gf__series_release(gf__series *s) {
-  gf__free(s->v);
-  memset(s, 0, sizeof(*s));
 }
 
 /* ---- small JSON helpers --------------------------------------------------*/
