@@ -4,6 +4,7 @@
  */
 #include "h2grpc.h"
 #include "alloc.h"
+#include "buf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -939,8 +940,7 @@ typedef struct client {
   size_t body_len, body_off;
   int http_status, grpc_status;
   char message[GF_DIAG_MAX];
-  uint8_t *resp;
-  size_t resp_len;
+  gf__buf resp; /* the response body, at most GF__GRPC_MAX_MSG + 5 bytes */
   bool too_big, closed;
 } client;
 
@@ -997,18 +997,8 @@ static int client_data_cb(nghttp2_session *sess, uint8_t flags, int32_t id,
   client *cl = user;
   if (id != cl->sid || cl->too_big)
     return 0;
-  if (cl->resp_len + len > GF__GRPC_MAX_MSG + 5) {
-    cl->too_big = true;
-    return 0;
-  }
-  uint8_t *p = gf__realloc(cl->resp, cl->resp_len + len);
-  if (!p) {
-    cl->too_big = true;
-    return 0;
-  }
-  cl->resp = p;
-  memcpy(p + cl->resp_len, data, len);
-  cl->resp_len += len;
+  if (gf__buf_append(&cl->resp, data, len))
+    cl->too_big = true; /* over the maximum, or out of memory */
   return 0;
 }
 
@@ -1046,6 +1036,7 @@ int gf__grpc_call_unix(const char *sock_path, const char *path,
                        int *status, char *message, size_t cap, uint8_t **resp,
                        size_t *resp_len, gf_diag *d) {
   client cl = {.fd = -1, .sid = -1, .grpc_status = -1};
+  gf__buf_init(&cl.resp, GF__GRPC_MAX_MSG + 5);
   nghttp2_session *sess = NULL;
   nghttp2_session_callbacks *cb = NULL;
   uint8_t *body = NULL;
@@ -1133,16 +1124,16 @@ int gf__grpc_call_unix(const char *sock_path, const char *path,
   *resp = NULL;
   *resp_len = 0;
   if (cl.grpc_status == 0) {
-    if (cl.too_big || cl.resp_len < 5 || cl.resp[0] != 0 ||
-        get_be32(cl.resp + 1) != cl.resp_len - 5) {
+    const uint8_t *r = (const uint8_t *)cl.resp.p;
+    if (cl.too_big || cl.resp.len < 5 || r[0] != 0 ||
+        get_be32(r + 1) != cl.resp.len - 5) {
       rc = gf_diag_set(d, GF_EIO, "%s on %s: the response is not one message",
                        path, sock_path);
       goto out;
     }
-    memmove(cl.resp, cl.resp + 5, cl.resp_len - 5);
-    *resp = cl.resp;
-    *resp_len = cl.resp_len - 5;
-    cl.resp = NULL;
+    memmove(cl.resp.p, cl.resp.p + 5, cl.resp.len - 5);
+    *resp_len = cl.resp.len - 5;
+    *resp = (uint8_t *)gf__buf_take(&cl.resp);
   }
 out:
   if (sess)
@@ -1150,7 +1141,7 @@ out:
   if (cb)
     nghttp2_session_callbacks_del(cb);
   gf__free(body);
-  gf__free(cl.resp);
+  gf__buf_release(&cl.resp);
   if (cl.fd >= 0)
     close(cl.fd);
   return rc;
