@@ -86,16 +86,19 @@ static int parse(opts *o, int argc, char **argv, int *exit) {
   const char *v;
   int id;
   while ((id = gf__opt_next(&it, &v)) > 0) {
-    if (id == OPT_MODE) {
-      if (strcmp(v, "dra") && strcmp(v, "device-plugin"))
-        return *exit = gf__opt_usage_error(
-                   &cmd, "--mode '%s': want device-plugin or dra", v),
-               -1;
+    gf_diag d = {""};
+    if (id == OPT_MODE && strcmp(v, "dra") && strcmp(v, "device-plugin")) {
+      *exit = gf__opt_usage_error(&cmd,
+                                  "--mode '%s': want device-plugin or "
+                                  "dra",
+                                  v);
+      return -1;
+    }
+    if (id == OPT_MODE)
       o->a.dra = strcmp(v, "dra") == 0;
-    } else {
-      gf_diag d = {""};
-      if (gf_parse_int64(v, 1, 3600, &o->a.interval, &d))
-        return *exit = gf__opt_usage_error(&cmd, "--interval: %s", d.msg), -1;
+    else if (gf_parse_int64(v, 1, 3600, &o->a.interval, &d)) {
+      *exit = gf__opt_usage_error(&cmd, "--interval: %s", d.msg);
+      return -1;
     }
   }
   *exit = it.exit;

@@ -122,6 +122,8 @@ static int plan_value(const gf__opt_cmd *c, plan_args *a, gf_plan_options *o,
   return 0;
 }
 
+/* The options and their combinations into a and o: 0 to go on, else the
+ * command ends with *exit (0 after --help, 2 on a usage error). */
 static int plan_parse(plan_args *a, gf_plan_options *o, int argc, char **argv,
                       int *exit) {
   const gf__opt table[] = {
