@@ -76,6 +76,7 @@ typedef struct plan_args {
   bool example, in_cluster;
 } plan_args;
 
+/* One option handed back by id, into a or o: 0, or the usage exit code. */
 static int plan_value(const gf__opt_cmd *c, plan_args *a, gf_plan_options *o,
                       int id, const char *v) {
   if (id == OPT_SNAPSHOT || id == OPT_USAGE) {
