@@ -1040,11 +1040,10 @@ int gf__grpc_call_unix(const char *sock_path, const char *path,
   nghttp2_session *sess = NULL;
   nghttp2_session_callbacks *cb = NULL;
   uint8_t *body = NULL;
-  int rc = 0;
   if (len > GF__GRPC_MAX_MSG)
     return gf_diag_set(d, GF_ELIMIT, "%s: request over the message limit",
                        path);
-  rc = client_connect(sock_path, &cl.fd, d);
+  int rc = client_connect(sock_path, &cl.fd, d);
   if (rc)
     return rc;
   body = gf__malloc(len + 5);
