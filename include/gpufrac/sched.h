@@ -261,7 +261,10 @@ int gf_sched_server_start(gf_sched *s, const char *listen, unsigned threads,
 uint16_t gf_sched_server_port(const gf_sched_server *srv);
 /* The health listener's port; 0 when there is none. */
 uint16_t gf_sched_server_health_port(const gf_sched_server *srv);
-/* Stops accepting, finishes requests in flight, frees the server. */
+/* Stops accepting and finishes requests in flight; frees nothing (the
+ * ports stay readable).  Idempotent; NULL accepted. */
 void gf_sched_server_stop(gf_sched_server *srv);
+/* Stops the server if it still serves, then frees it.  NULL accepted. */
+void gf_sched_server_free(gf_sched_server *srv);
 
 #endif

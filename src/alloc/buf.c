@@ -117,3 +117,14 @@ char *gf__buf_take(gf__buf *b) {
   gf__buf_init(b, b->max);
   return p;
 }
+
+int gf__buf_read_stream(gf__buf *b, FILE *fp) {
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
+    int rc = gf__buf_append(b, chunk, n);
+    if (rc)
+      return rc;
+  }
+  return ferror(fp) ? GF_EIO : 0;
+}

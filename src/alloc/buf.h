@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* ---- the limits: the most each such buffer may hold -------------------- */
 
@@ -37,7 +38,9 @@
  * CDI specs, ResourceSlices); all are a few KiB, so this only stops a
  * bug. */
 #define GF__BUF_JSON_DUMP_MAX ((size_t)16 << 20)
-/* Configured, not listed here: the API client's response bodies and watch
+/* Set elsewhere, named there: a planner input file (GF_PLAN_MAX_INPUT,
+ * gpufrac/plan.h); configured, not listed here: the API client's response
+ * bodies and watch
  * lines (gf_kube_opts max_body, max_line) and the extender's request
  * bodies (gf_sched_config max_body). */
 
@@ -70,6 +73,11 @@ int gf__buf_append(gf__buf *b, const void *data, size_t n);
  * GF_ENOMEM, or GF_EINVAL (a format the C library refuses). */
 int gf__buf_appendf(gf__buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Appends all of fp (a whole-file reader: the caller opens and closes the
+ * file).  0, GF_EIO (a read error), GF_ELIMIT (more than the maximum) or
+ * GF_ENOMEM. */
+int gf__buf_read_stream(gf__buf *b, FILE *fp);
 
 /* The first error of any append since init or clear (0 when all fit). */
 static inline int gf__buf_error(const gf__buf *b) { return b->err; }

@@ -2,8 +2,10 @@
  * The gpufrac command line: one dispatch table (main.c) of git-style
  * subcommands.  Each command is `int cmd_x(int argc, char **argv)` with argv[0]
  * the command's own name, and returns an exit code: 0 ok, 1 runtime failure,
- * 2 usage error.  To add a command: write cmd_x in its own file, declare it
- * here, add one row to the table in main.c.
+ * 2 usage error.  To add a command: write cmd_x in its own file, its options
+ * a table for the one parser (parse_options.h), declare it here, add one
+ * row to the table in main.c and the file to the gpufrac executable in the
+ * top-level CMakeLists.txt (CONTRIBUTING.md, "Add a command").
  */
 #ifndef GPUFRAC_CLI_H
 #define GPUFRAC_CLI_H

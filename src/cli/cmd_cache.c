@@ -20,72 +20,123 @@
 #include "gpufrac/modelcache.h"
 #include "gpufrac/modelcache_prefetch.h"
 #include "gpufrac/quantity.h"
+#include "parse_options.h"
 
-static void usage(FILE *fp) {
-  fprintf(
-      fp,
-      "usage: gpufrac cache [--dir DIR] [--budget BYTES] ls\n"
-      "       gpufrac cache [--dir DIR] [--budget BYTES] fetch "
-      "NAME@sha256:HEX --source URL\n"
-      "       gpufrac cache [--dir DIR] verify\n"
-      "       gpufrac cache [--dir DIR] evict NAME@sha256:HEX\n"
-      "       gpufrac cache [--dir DIR] unpin NAME@sha256:HEX [--holder UID]\n"
-      "       gpufrac cache manifest SRCDIR\n"
-      "       gpufrac cache prefetch NAME@sha256:HEX --source URL\n"
-      "             (--nodes N | --node-selector K=V[,K=V] | --node-names "
-      "A[,B])\n"
-      "             [--kubeconfig FILE [--context NAME]] [--namespace NS]\n\n"
-      "The node-local weight cache (docs/modelcache.md): models named "
-      "NAME@sha256:HEX,\nHEX the manifest digest, kept under DIR within a "
-      "byte budget.\n\n"
-      "  ls        the cached models, most recently used first: digest, "
-      "state,\n            bytes, pins, name (read only: works while the "
-      "agent runs);\n            fetches on disk too: \"fetching\" with "
-      "the bytes so far while the\n            directory's holder runs, "
-      "\"stopped\" (parts kept) when none does\n"
-      "  fetch     fetch a model from URL (http://, https:// or file:// "
-      "base holding\n            gpufrac.manifest and the files) into DIR, "
-      "verifying every file\n"
-      "  verify    re-hash every cached model's files; a model that fails "
-      "is removed\n            (exit 1 when any failed)\n"
-      "  evict     remove a model (refused while a running pod pins it)\n"
-      "  unpin     drop the pins on a model (of one holder, a pod or claim "
-      "uid, with\n            --holder): for pins of pods gone while no "
-      "agent ran (the agent\n            drops those of pods it sees gone "
-      "by itself)\n"
-      "            fetch, verify and evict lock DIR for the operation: "
-      "refused\n            (naming the holder's pid) while the node agent "
-      "holds it\n"
-      "  manifest  print SRCDIR's gpufrac.manifest (to publish it as a "
-      "source);\n            its digest goes to stderr\n"
-      "  prefetch  write the prefetch ConfigMap (label "
-      "gpufrac.io/model-prefetch) the\n            node agents act on; "
-      "--nodes N picks N nodes that carry a gpufrac\n            inventory, "
-      "those already holding the model first. Without\n            "
-      "--kubeconfig it prints the ConfigMap (JSON) instead, for --node-"
-      "names\n            and --node-selector\n\n"
-      "  --dir DIR          the cache (default " GF_NODE_CACHE_ROOT ")\n"
-      "  --budget BYTES     byte budget, a Kubernetes quantity (\"100Gi\"); "
-      "default half\n                     of DIR's filesystem\n"
-      "  --source URL       where the model is\n"
-      "  --parallel N       files fetched at once (default 4)\n"
-      "  --retries N        tries in a row without progress per file after\n"
-      "                     the first (default 5; bytes received reset it)\n"
-      "  --stall-timeout S  a try that receives nothing for S seconds "
-      "fails (default 30)\n"
-      "  --deadline S       the fetch fails when not done after S seconds "
-      "(default 7200;\n                     0: none); its parts stay to "
-      "resume\n"
-      "  --min-rate BYTES   the fetch fails when it averages under BYTES/s "
-      "after its\n                     first 60 s (default 1000000; 0: "
-      "none)\n"
-      "  --namespace NS     the agents' namespace (default gpufrac-system)\n"
-      "  --holder UID       unpin: the pin holder (default every holder)\n");
-}
+enum {
+  OPT_DIR = 1,
+  OPT_BUDGET,
+  OPT_SOURCE,
+  OPT_PARALLEL,
+  OPT_RETRIES,
+  OPT_STALL,
+  OPT_DEADLINE,
+  OPT_MIN_RATE,
+  OPT_NODES,
+  OPT_SELECTOR,
+  OPT_NAMES,
+  OPT_KUBECONFIG,
+  OPT_CONTEXT,
+  OPT_NAMESPACE,
+  OPT_HOLDER,
+};
+
+static const gf__opt cache_opts[] = {
+    GF__OPT_STRING_ID("dir", "DIR",
+                      "the cache (default " GF_NODE_CACHE_ROOT ")", OPT_DIR),
+    GF__OPT_STRING_ID("budget", "BYTES",
+                      "byte budget, a Kubernetes quantity (\"100Gi\"); "
+                      "default half of\nDIR's filesystem",
+                      OPT_BUDGET),
+    GF__OPT_STRING_ID("source", "URL", "where the model is", OPT_SOURCE),
+    GF__OPT_STRING_ID("parallel", "N", "files fetched at once (default 4)",
+                      OPT_PARALLEL),
+    GF__OPT_STRING_ID("retries", "N",
+                      "tries in a row without progress per file after\n"
+                      "the first (default 5; bytes received reset it)",
+                      OPT_RETRIES),
+    GF__OPT_STRING_ID("stall-timeout", "S",
+                      "a try that receives nothing for S seconds fails "
+                      "(default 30)",
+                      OPT_STALL),
+    GF__OPT_STRING_ID("deadline", "S",
+                      "the fetch fails when not done after S seconds "
+                      "(default 7200;\n0: none); its parts stay to resume",
+                      OPT_DEADLINE),
+    GF__OPT_STRING_ID("min-rate", "BYTES",
+                      "the fetch fails when it averages under BYTES/s after "
+                      "its\nfirst 60 s (default 1000000; 0: none)",
+                      OPT_MIN_RATE),
+    GF__OPT_STRING_ID("nodes", "N",
+                      "prefetch: N nodes that carry a gpufrac inventory",
+                      OPT_NODES),
+    GF__OPT_STRING_ID("node-selector", "K=V[,K=V]",
+                      "prefetch: the nodes with these labels", OPT_SELECTOR),
+    GF__OPT_STRING_ID("node-names", "A[,B]", "prefetch: these nodes",
+                      OPT_NAMES),
+    GF__OPT_STRING_ID("kubeconfig", "FILE",
+                      "prefetch: write the ConfigMap through this API server",
+                      OPT_KUBECONFIG),
+    GF__OPT_STRING_ID("context", "NAME", "the kubeconfig context", OPT_CONTEXT),
+    GF__OPT_STRING_ID("namespace", "NS",
+                      "the agents' namespace (default gpufrac-system)",
+                      OPT_NAMESPACE),
+    GF__OPT_STRING_ID("holder", "UID",
+                      "unpin: the pin holder (default every holder)",
+                      OPT_HOLDER),
+    GF__OPT_END(),
+};
+
+static const gf__opt_cmd cache_cmd = {
+    .prog = "gpufrac cache",
+    .usage =
+        "usage: gpufrac cache [--dir DIR] [--budget BYTES] ls\n"
+        "       gpufrac cache [--dir DIR] [--budget BYTES] fetch "
+        "NAME@sha256:HEX --source URL\n"
+        "       gpufrac cache [--dir DIR] verify\n"
+        "       gpufrac cache [--dir DIR] evict NAME@sha256:HEX\n"
+        "       gpufrac cache [--dir DIR] unpin NAME@sha256:HEX [--holder "
+        "UID]\n"
+        "       gpufrac cache manifest SRCDIR\n"
+        "       gpufrac cache prefetch NAME@sha256:HEX --source URL\n"
+        "             (--nodes N | --node-selector K=V[,K=V] | --node-names "
+        "A[,B])\n"
+        "             [--kubeconfig FILE [--context NAME]] [--namespace NS]\n\n"
+        "The node-local weight cache (docs/modelcache.md): models named "
+        "NAME@sha256:HEX,\nHEX the manifest digest, kept under DIR within a "
+        "byte budget.\n\n"
+        "  ls        the cached models, most recently used first: digest, "
+        "state,\n            bytes, pins, name (read only: works while the "
+        "agent runs);\n            fetches on disk too: \"fetching\" with "
+        "the bytes so far while the\n            directory's holder runs, "
+        "\"stopped\" (parts kept) when none does\n"
+        "  fetch     fetch a model from URL (http://, https:// or file:// "
+        "base holding\n            gpufrac.manifest and the files) into DIR, "
+        "verifying every file\n"
+        "  verify    re-hash every cached model's files; a model that fails "
+        "is removed\n            (exit 1 when any failed)\n"
+        "  evict     remove a model (refused while a running pod pins it)\n"
+        "  unpin     drop the pins on a model (of one holder, a pod or claim "
+        "uid, with\n            --holder): for pins of pods gone while no "
+        "agent ran (the agent\n            drops those of pods it sees gone "
+        "by itself)\n"
+        "            fetch, verify and evict lock DIR for the operation: "
+        "refused\n            (naming the holder's pid) while the node agent "
+        "holds it\n"
+        "  manifest  print SRCDIR's gpufrac.manifest (to publish it as a "
+        "source);\n            its digest goes to stderr\n"
+        "  prefetch  write the prefetch ConfigMap (label "
+        "gpufrac.io/model-prefetch) the\n            node agents act on; "
+        "--nodes N picks N nodes that carry a gpufrac\n            inventory, "
+        "those already holding the model first. Without\n            "
+        "--kubeconfig it prints the ConfigMap (JSON) instead, for --node-"
+        "names\n            and --node-selector\n\n",
+    .opts = cache_opts,
+    .mixed = true,
+};
 
 static int bad_usage(const char *what) {
   fprintf(stderr, "gpufrac cache: %s\n", what);
-  usage(stderr);
+  gf__opt_help(&cache_cmd, stderr);
   return GF_EXIT_USAGE;
 }
 
@@ -294,65 +345,62 @@ int cmd_cache(int argc, char **argv) {
   const char *pos[3] = {NULL, NULL, NULL};
   int npos = 0;
   gf_diag d = {""};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return GF_EXIT_OK;
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &cache_cmd, argc, argv);
+  const char *v;
+  int id;
+  while ((id = gf__opt_next(&it, &v)) > 0) {
+    int64_t q = 0;
+    if (id == GF__OPT_OPERAND) {
+      if (npos == 3)
+        return bad_usage("too many arguments");
+      pos[npos++] = v;
+    } else if (id == OPT_DIR) {
+      dir = v;
+    } else if (id == OPT_BUDGET) {
+      if (gf_quantity_bytes(v, &q, &d) || q < 0)
+        return bad_usage("--budget: not a byte quantity");
+      budget = (uint64_t)q;
+    } else if (id == OPT_SOURCE) {
+      source = v;
+    } else if (id == OPT_PARALLEL) {
+      if (gf_parse_int64(v, 1, 64, &parallel, &d))
+        return bad_usage("--parallel: not an integer in 1..64");
+    } else if (id == OPT_RETRIES) {
+      if (gf_parse_int64(v, 1, 100, &retries, &d))
+        return bad_usage("--retries: not an integer in 1..100");
+    } else if (id == OPT_STALL) {
+      if (gf_parse_int64(v, 1, 3600, &stall, &d))
+        return bad_usage("--stall-timeout: not seconds in 1..3600");
+    } else if (id == OPT_DEADLINE) {
+      if (gf_parse_int64(v, 0, 7 * 86400, &deadline, &d))
+        return bad_usage("--deadline: not seconds in 0..604800");
+    } else if (id == OPT_MIN_RATE) {
+      if (gf_quantity_bytes(v, &min_rate, &d) || min_rate < 0)
+        return bad_usage("--min-rate: not a byte quantity");
+    } else if (id == OPT_NODES) {
+      if (gf_parse_int64(v, 1, 100000, &nodes, &d))
+        return bad_usage("--nodes: not an integer in 1..100000");
+    } else if (id == OPT_SELECTOR) {
+      selector = v;
+    } else if (id == OPT_NAMES) {
+      names = v;
+    } else if (id == OPT_KUBECONFIG) {
+      kubeconfig = v;
+    } else if (id == OPT_CONTEXT) {
+      context = v;
+    } else if (id == OPT_HOLDER) {
+      holder = v;
+    } else {
+      ns = v;
     }
-    if (a[0] == '-' && a[1] == '-') {
-      if (i + 1 >= argc)
-        return bad_usage("an option is missing its value");
-      const char *v = argv[++i];
-      int64_t q = 0;
-      if (!strcmp(a, "--dir")) {
-        dir = v;
-      } else if (!strcmp(a, "--budget")) {
-        if (gf_quantity_bytes(v, &q, &d) || q < 0)
-          return bad_usage("--budget: not a byte quantity");
-        budget = (uint64_t)q;
-      } else if (!strcmp(a, "--source")) {
-        source = v;
-      } else if (!strcmp(a, "--parallel")) {
-        if (gf_parse_int64(v, 1, 64, &parallel, &d))
-          return bad_usage("--parallel: not an integer in 1..64");
-      } else if (!strcmp(a, "--retries")) {
-        if (gf_parse_int64(v, 1, 100, &retries, &d))
-          return bad_usage("--retries: not an integer in 1..100");
-      } else if (!strcmp(a, "--stall-timeout")) {
-        if (gf_parse_int64(v, 1, 3600, &stall, &d))
-          return bad_usage("--stall-timeout: not seconds in 1..3600");
-      } else if (!strcmp(a, "--deadline")) {
-        if (gf_parse_int64(v, 0, 7 * 86400, &deadline, &d))
-          return bad_usage("--deadline: not seconds in 0..604800");
-      } else if (!strcmp(a, "--min-rate")) {
-        if (gf_quantity_bytes(v, &min_rate, &d) || min_rate < 0)
-          return bad_usage("--min-rate: not a byte quantity");
-      } else if (!strcmp(a, "--nodes")) {
-        if (gf_parse_int64(v, 1, 100000, &nodes, &d))
-          return bad_usage("--nodes: not an integer in 1..100000");
-      } else if (!strcmp(a, "--node-selector")) {
-        selector = v;
-      } else if (!strcmp(a, "--node-names")) {
-        names = v;
-      } else if (!strcmp(a, "--kubeconfig")) {
-        kubeconfig = v;
-      } else if (!strcmp(a, "--context")) {
-        context = v;
-      } else if (!strcmp(a, "--namespace")) {
-        ns = v;
-      } else if (!strcmp(a, "--holder")) {
-        holder = v;
-      } else {
-        fprintf(stderr, "gpufrac cache: unknown option %s\n", a);
-        usage(stderr);
-        return GF_EXIT_USAGE;
-      }
-      continue;
-    }
+  }
+  if (id < 0)
+    return it.exit;
+  for (int i = it.rest; i < argc; i++) { /* after "--": operands */
     if (npos == 3)
       return bad_usage("too many arguments");
-    pos[npos++] = a;
+    pos[npos++] = argv[i];
   }
   if (npos == 0)
     return bad_usage("no subcommand");

@@ -8,17 +8,7 @@
 
 #include "cli.h"
 #include "gpufrac/region.h"
-
-static void usage(FILE *fp) {
-  fprintf(fp, "usage: gpufrac inspect region [--reclaim] PATH\n\n"
-              "Prints a container's GPU accounting region: limits per "
-              "device, the compute\nbucket, and each process's usage. "
-              "Read-only: nothing is reclaimed or changed,\nso a dead "
-              "process's slot shows as \"dead\" with its usage.\n\n"
-              "  --reclaim  first free the slots of processes that no "
-              "longer exist (what\n             the interposer does on "
-              "its slow paths), and say how many.\n");
-}
+#include "parse_options.h"
 
 static void bytes(char *buf, size_t n, uint64_t b) {
   static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -32,13 +22,33 @@ static void bytes(char *buf, size_t n, uint64_t b) {
 }
 
 int cmd_inspect(int argc, char **argv) {
-  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-    usage(stdout);
-    return GF_EXIT_OK;
-  }
-  bool reclaim = argc == 4 && strcmp(argv[2], "--reclaim") == 0;
-  if ((argc != 3 && !reclaim) || strcmp(argv[1], "region") != 0) {
-    usage(stderr);
+  bool reclaim = false;
+  const gf__opt table[] = {
+      GF__OPT_FLAG("reclaim",
+                   "first free the slots of processes that no longer exist "
+                   "(what\nthe interposer does on its slow paths), and say "
+                   "how many.",
+                   &reclaim),
+      GF__OPT_END(),
+  };
+  const gf__opt_cmd c = {
+      .prog = "gpufrac inspect",
+      .usage = "usage: gpufrac inspect region [--reclaim] PATH\n\n"
+               "Prints a container's GPU accounting region: limits per "
+               "device, the compute\nbucket, and each process's usage. "
+               "Read-only: nothing is reclaimed or changed,\nso a dead "
+               "process's slot shows as \"dead\" with its usage.\n\n",
+      .opts = table,
+      .operands = true,
+  };
+  /* "region" is the one thing inspect shows; the options follow it. */
+  bool region = argc >= 2 && strcmp(argv[1], "region") == 0;
+  int exit;
+  int rest = gf__opt_parse(&c, argc - region, argv + region, &exit);
+  if (rest < 0)
+    return exit;
+  if (!region || argc - region - rest != 1) {
+    gf__opt_help(&c, stderr);
     return GF_EXIT_USAGE;
   }
   const char *path = argv[argc - 1];

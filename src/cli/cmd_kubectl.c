@@ -30,6 +30,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/kube.h"
+#include "parse_options.h"
 
 #define PAGE 500
 #define MAX_COLS 9
@@ -38,31 +39,6 @@ typedef struct kopts {
   const char *kubeconfig, *context, *ns, *output, *agent_ns, *extender;
   bool all_ns;
 } kopts;
-
-static void usage(FILE *fp) {
-  fprintf(fp,
-          "usage: kubectl gpufrac top [-A | -n NS] [-o json|yaml]\n"
-          "       kubectl gpufrac describe pod NAME [-n NS] [-o json|yaml]\n"
-          "       kubectl gpufrac why-pending POD [-n NS] [--extender URL]\n"
-          "                                   [-o json|yaml]\n"
-          "  (or: gpufrac kubectl ...)\n"
-          "\n"
-          "gpufrac's GPU shares as the API server and the node agents see "
-          "them\n(docs/kubectl.md).\n"
-          "\n"
-          "  --kubeconfig PATH   kubeconfig (default $KUBECONFIG, then\n"
-          "                      ~/.kube/config)\n"
-          "  --context NAME      kubeconfig context (default current)\n"
-          "  -n, --namespace NS  the pods' namespace (default the context's,\n"
-          "                      then default); top: only pods there\n"
-          "  -A, --all-namespaces  top: pods of every namespace (default)\n"
-          "  -o, --output FMT    json or yaml instead of columns\n"
-          "  --agent-namespace NS  where the node agents run (default\n"
-          "                      gpufrac-system)\n"
-          "  --extender URL      why-pending: also ask the extender's /filter\n"
-          "                      at URL (its urlPrefix) for each node's "
-          "reason\n");
-}
 
 /* ---- output -------------------------------------------------------------*/
 
@@ -744,88 +720,99 @@ static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
 
 /* ---- the command --------------------------------------------------------*/
 
+static const gf__opt_cmd kubectl_cmd = {
+    .prog = "kubectl gpufrac",
+    .usage = "usage: kubectl gpufrac top [-A | -n NS] [-o json|yaml]\n"
+             "       kubectl gpufrac describe pod NAME [-n NS] [-o json|yaml]\n"
+             "       kubectl gpufrac why-pending POD [-n NS] [--extender URL]\n"
+             "                                   [-o json|yaml]\n"
+             "  (or: gpufrac kubectl ...)\n"
+             "\n"
+             "gpufrac's GPU shares as the API server and the node agents see "
+             "them\n(docs/kubectl.md).\n"
+             "\n",
+    .mixed = true,
+    .unknown = "flag",
+};
+
+/* The flags into o and up to three operands into pos; -1 to go on, else
+ * the exit code. */
+static int kubectl_parse(kopts *o, const char **pos, int *npos, int argc,
+                         char **argv) {
+  const gf__opt flags[] = {
+      GF__OPT_STRING("kubeconfig", "PATH",
+                     "kubeconfig (default $KUBECONFIG, then\n~/.kube/config)",
+                     &o->kubeconfig),
+      GF__OPT_STRING("context", "NAME", "kubeconfig context (default current)",
+                     &o->context),
+      GF__OPT_SHORT_STRING('n', "namespace", "NS",
+                           "the pods' namespace (default the context's,\n"
+                           "then default); top: only pods there",
+                           &o->ns),
+      GF__OPT_SHORT_FLAG('A', "all-namespaces",
+                         "top: pods of every namespace (default)", &o->all_ns),
+      GF__OPT_SHORT_STRING('o', "output", "FMT",
+                           "json or yaml instead of columns", &o->output),
+      GF__OPT_STRING("agent-namespace", "NS",
+                     "where the node agents run (default\ngpufrac-system)",
+                     &o->agent_ns),
+      GF__OPT_STRING("extender", "URL",
+                     "why-pending: also ask the extender's /filter\n"
+                     "at URL (its urlPrefix) for each node's reason",
+                     &o->extender),
+      GF__OPT_END(),
+  };
+  gf__opt_cmd c = kubectl_cmd;
+  c.opts = flags;
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &c, argc, argv);
+  const char *v;
+  int id;
+  while ((id = gf__opt_next(&it, &v)) == GF__OPT_OPERAND) {
+    if (*npos == 3)
+      return gf__opt_usage_error(&c, "unexpected argument '%s'", v);
+    pos[(*npos)++] = v;
+  }
+  if (id < 0)
+    return it.exit;
+  /* what is after "--" is operands too */
+  for (int i = it.rest; i < argc; i++) {
+    if (*npos == 3)
+      return gf__opt_usage_error(&c, "unexpected argument '%s'", argv[i]);
+    pos[(*npos)++] = argv[i];
+  }
+  if (o->output && strcmp(o->output, "json") && strcmp(o->output, "yaml")) {
+    fprintf(stderr,
+            "kubectl gpufrac: -o %s: the formats are json and yaml (the "
+            "default is columns)\n",
+            o->output);
+    return GF_EXIT_USAGE;
+  }
+  const char *sub = pos[0];
+  bool ok =
+      sub && ((strcmp(sub, "top") == 0 && *npos == 1) ||
+              (strcmp(sub, "describe") == 0 && *npos == 3 &&
+               (strcmp(pos[1], "pod") == 0 || strcmp(pos[1], "pods") == 0 ||
+                strcmp(pos[1], "po") == 0)) ||
+              (strcmp(sub, "why-pending") == 0 && *npos == 2));
+  if (!ok) {
+    gf__opt_help(&c, stderr);
+    return GF_EXIT_USAGE;
+  }
+  return -1;
+}
+
 int cmd_kubectl(int argc, char **argv) {
   kopts o = {.agent_ns = "gpufrac-system"};
   const char *pos[3] = {NULL, NULL, NULL};
   int npos = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char **slot = NULL;
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      usage(stdout);
-      return GF_EXIT_OK;
-    } else if (strcmp(a, "-A") == 0 || strcmp(a, "--all-namespaces") == 0) {
-      o.all_ns = true;
-      continue;
-    }
-    static const struct {
-      const char *flag, *alt;
-      size_t off;
-    } flags[] = {
-        {"--kubeconfig", NULL, offsetof(kopts, kubeconfig)},
-        {"--context", NULL, offsetof(kopts, context)},
-        {"--namespace", "-n", offsetof(kopts, ns)},
-        {"--output", "-o", offsetof(kopts, output)},
-        {"--agent-namespace", NULL, offsetof(kopts, agent_ns)},
-        {"--extender", NULL, offsetof(kopts, extender)},
-    };
-    const char *val = NULL;
-    for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]) && !slot; f++) {
-      size_t fl = strlen(flags[f].flag);
-      if (strcmp(a, flags[f].flag) == 0 ||
-          (flags[f].alt && strcmp(a, flags[f].alt) == 0)) {
-        if (i + 1 >= argc) {
-          fprintf(stderr, "kubectl gpufrac: %s needs a value\n", a);
-          return GF_EXIT_USAGE;
-        }
-        val = argv[++i];
-      } else if (strncmp(a, flags[f].flag, fl) == 0 && a[fl] == '=') {
-        val = a + fl + 1;
-      } else if (flags[f].alt && strncmp(a, flags[f].alt, 2) == 0 && a[2]) {
-        val = a + 2; /* -nNS, -ojson */
-      } else {
-        continue;
-      }
-      slot = (const char **)((char *)&o + flags[f].off);
-    }
-    if (slot) {
-      *slot = val;
-      continue;
-    }
-    if (a[0] == '-') {
-      fprintf(stderr, "kubectl gpufrac: unknown flag '%s'\n", a);
-      usage(stderr);
-      return GF_EXIT_USAGE;
-    }
-    if (npos == 3) {
-      fprintf(stderr, "kubectl gpufrac: unexpected argument '%s'\n", a);
-      return GF_EXIT_USAGE;
-    }
-    pos[npos++] = a;
-  }
-  if (o.output && strcmp(o.output, "json") && strcmp(o.output, "yaml")) {
-    fprintf(stderr,
-            "kubectl gpufrac: -o %s: the formats are json and yaml (the "
-            "default is columns)\n",
-            o.output);
-    return GF_EXIT_USAGE;
-  }
-  const char *sub = pos[0];
-  const char *name = NULL;
-  if (sub && strcmp(sub, "top") == 0 && npos == 1) {
-  } else if (sub && strcmp(sub, "describe") == 0 && npos == 3 &&
-             (strcmp(pos[1], "pod") == 0 || strcmp(pos[1], "pods") == 0 ||
-              strcmp(pos[1], "po") == 0)) {
-    name = pos[2];
-  } else if (sub && strcmp(sub, "why-pending") == 0 && npos == 2) {
-    name = pos[1];
-  } else {
-    usage(stderr);
-    return GF_EXIT_USAGE;
-  }
+  int rc = kubectl_parse(&o, pos, &npos, argc, argv);
+  if (rc >= 0)
+    return rc;
+  const char *sub = pos[0], *name = pos[npos - 1];
   gf_kube_config *kc = NULL;
   gf_kube *k = NULL;
-  int rc = connect_kube(&o, &kc, &k);
+  rc = connect_kube(&o, &kc, &k);
   if (rc)
     return rc;
   if (strcmp(sub, "top") == 0)

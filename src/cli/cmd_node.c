@@ -16,41 +16,7 @@
 #include "gpufrac/node.h"
 #include "gpufrac/node_agent.h"
 #include "gpufrac/quantity.h"
-
-static void usage(FILE *fp) {
-  fprintf(
-      fp,
-      "usage: gpufrac node [options]\n\n"
-      "Discovers this node's GPUs, writes their CDI spec and serves\n"
-      "Prometheus metrics until SIGINT or SIGTERM.\n\n"
-      "options:\n"
-      "  --fake-gpus SPEC   no NVML: COUNTxMODEL-MEMORY[,...], e.g. "
-      "8xH100-80GB\n"
-      "  --nvml PATH        NVML library (default libnvidia-ml.so.1)\n"
-      "  --config FILE      node config (key = value; docs/node.md)\n"
-      "  --state-dir DIR    per-container files (default /run/gpufrac)\n"
-      "  --cdi-dir DIR      where CDI specs go (default /var/run/cdi)\n"
-      "  --listen ADDR:PORT metrics address (default 0.0.0.0:9473)\n"
-      "  --interval SEC     rediscovery period, 1..3600 (default 30)\n"
-      "  --node-name NAME   this node (default $NODE_NAME)\n"
-      "  --kubeconfig PATH  API server from a kubeconfig (default: the\n"
-      "                     in-cluster service account when in a pod)\n"
-      "  --no-kube          no API server: no inventory annotation, no\n"
-      "                     pods to answer Allocate for\n"
-      "  --mode MODE        how kubelet gets the GPUs: device-plugin\n"
-      "                     (default) or dra (a DRA driver, " GF_NODE_DRA_DRIVER
-      ":\n"
-      "                     ResourceSlices and NodePrepareResources;\n"
-      "                     docs/dra-node.md)\n"
-      "  --once             do one pass and exit\n"
-      "  --print WHAT       with --once: gpus | inventory | cdi | "
-      "metrics |\n"
-      "                     slices (the DRA ResourceSlices, needs the\n"
-      "                     node name)\n"
-      "  --write-cdi        with --once: also write the CDI spec\n"
-      "  -h, --help         this text\n\n"
-      "exit codes: 0 ok, 1 failure, 2 usage error\n");
-}
+#include "parse_options.h"
 
 /* The command line: the agent's options plus what --once does. */
 typedef struct opts {
@@ -59,77 +25,93 @@ typedef struct opts {
   bool once, write_cdi;
 } opts;
 
+enum { OPT_MODE = 1, OPT_INTERVAL };
+
+static int parse(opts *o, int argc, char **argv, int *exit) {
+  const gf__opt table[] = {
+      GF__OPT_STRING("fake-gpus", "SPEC",
+                     "no NVML: COUNTxMODEL-MEMORY[,...], e.g. 8xH100-80GB",
+                     &o->a.fake),
+      GF__OPT_STRING("nvml", "PATH", "NVML library (default libnvidia-ml.so.1)",
+                     &o->a.nvml),
+      GF__OPT_STRING("config", "FILE",
+                     "node config (key = value; docs/node.md)", &o->config),
+      GF__OPT_STRING("state-dir", "DIR",
+                     "per-container files (default /run/gpufrac)",
+                     &o->state_dir),
+      GF__OPT_STRING("cdi-dir", "DIR",
+                     "where CDI specs go (default /var/run/cdi)", &o->cdi_dir),
+      GF__OPT_STRING("listen", "ADDR:PORT",
+                     "metrics address (default 0.0.0.0:9473)", &o->listen),
+      GF__OPT_STRING_ID("interval", "SEC",
+                        "rediscovery period, 1..3600 (default 30)",
+                        OPT_INTERVAL),
+      GF__OPT_STRING("node-name", "NAME", "this node (default $NODE_NAME)",
+                     &o->a.node_name),
+      GF__OPT_STRING("kubeconfig", "PATH",
+                     "API server from a kubeconfig (default: the\n"
+                     "in-cluster service account when in a pod)",
+                     &o->a.kubeconfig),
+      GF__OPT_FLAG("no-kube",
+                   "no API server: no inventory annotation, no\n"
+                   "pods to answer Allocate for",
+                   &o->a.no_kube),
+      GF__OPT_STRING_ID("mode", "MODE",
+                        "how kubelet gets the GPUs: device-plugin\n"
+                        "(default) or dra (a DRA driver, " GF_NODE_DRA_DRIVER
+                        ":\n"
+                        "ResourceSlices and NodePrepareResources;\n"
+                        "docs/dra-node.md)",
+                        OPT_MODE),
+      GF__OPT_FLAG("once", "do one pass and exit", &o->once),
+      GF__OPT_STRING("print", "WHAT",
+                     "with --once: gpus | inventory | cdi | metrics |\n"
+                     "slices (the DRA ResourceSlices, needs the\n"
+                     "node name)",
+                     &o->print),
+      GF__OPT_FLAG("write-cdi", "with --once: also write the CDI spec",
+                   &o->write_cdi),
+      GF__OPT_END(),
+  };
+  const gf__opt_cmd cmd = {
+      .prog = "gpufrac node",
+      .usage = "usage: gpufrac node [options]\n\n"
+               "Discovers this node's GPUs, writes their CDI spec and serves\n"
+               "Prometheus metrics until SIGINT or SIGTERM.\n\n",
+      .footer = "\nexit codes: 0 ok, 1 failure, 2 usage error\n",
+      .opts = table,
+  };
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &cmd, argc, argv);
+  const char *v;
+  int id;
+  while ((id = gf__opt_next(&it, &v)) > 0) {
+    gf_diag d = {""};
+    if (id == OPT_MODE && strcmp(v, "dra") && strcmp(v, "device-plugin")) {
+      *exit = gf__opt_usage_error(&cmd,
+                                  "--mode '%s': want device-plugin or "
+                                  "dra",
+                                  v);
+      return -1;
+    }
+    if (id == OPT_MODE)
+      o->a.dra = strcmp(v, "dra") == 0;
+    else if (gf_parse_int64(v, 1, 3600, &o->a.interval, &d)) {
+      *exit = gf__opt_usage_error(&cmd, "--interval: %s", d.msg);
+      return -1;
+    }
+  }
+  *exit = it.exit;
+  return id;
+}
+
 int cmd_node(int argc, char **argv) {
   opts o;
   memset(&o, 0, sizeof(o));
   o.a.interval = 30;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char **slot = NULL;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      return GF_EXIT_OK;
-    } else if (!strcmp(a, "--once")) {
-      o.once = true;
-      continue;
-    } else if (!strcmp(a, "--write-cdi")) {
-      o.write_cdi = true;
-      continue;
-    } else if (!strcmp(a, "--no-kube")) {
-      o.a.no_kube = true;
-      continue;
-    } else if (!strcmp(a, "--node-name")) {
-      slot = &o.a.node_name;
-    } else if (!strcmp(a, "--kubeconfig")) {
-      slot = &o.a.kubeconfig;
-    } else if (!strcmp(a, "--fake-gpus")) {
-      slot = &o.a.fake;
-    } else if (!strcmp(a, "--nvml")) {
-      slot = &o.a.nvml;
-    } else if (!strcmp(a, "--config")) {
-      slot = &o.config;
-    } else if (!strcmp(a, "--state-dir")) {
-      slot = &o.state_dir;
-    } else if (!strcmp(a, "--cdi-dir")) {
-      slot = &o.cdi_dir;
-    } else if (!strcmp(a, "--listen")) {
-      slot = &o.listen;
-    } else if (!strcmp(a, "--print")) {
-      slot = &o.print;
-    } else if (!strcmp(a, "--mode")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "gpufrac node: --mode needs a value\n");
-        return GF_EXIT_USAGE;
-      }
-      const char *m = argv[++i];
-      if (strcmp(m, "dra") && strcmp(m, "device-plugin")) {
-        fprintf(stderr,
-                "gpufrac node: --mode '%s': want device-plugin or dra\n", m);
-        return GF_EXIT_USAGE;
-      }
-      o.a.dra = strcmp(m, "dra") == 0;
-      continue;
-    } else if (!strcmp(a, "--interval")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "gpufrac node: --interval needs a value\n");
-        return GF_EXIT_USAGE;
-      }
-      gf_diag d = {""};
-      if (gf_parse_int64(argv[++i], 1, 3600, &o.a.interval, &d)) {
-        fprintf(stderr, "gpufrac node: --interval: %s\n", d.msg);
-        return GF_EXIT_USAGE;
-      }
-      continue;
-    } else {
-      fprintf(stderr, "gpufrac node: unknown option '%s' (see --help)\n", a);
-      return GF_EXIT_USAGE;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "gpufrac node: %s needs a value\n", a);
-      return GF_EXIT_USAGE;
-    }
-    *slot = argv[++i];
-  }
+  int exit;
+  if (parse(&o, argc, argv, &exit))
+    return exit;
   if (o.a.no_kube && o.a.kubeconfig) {
     fprintf(stderr, "gpufrac node: --no-kube and --kubeconfig exclude each "
                     "other\n");

@@ -3,7 +3,6 @@
  * snapshot and optional DCGM usage (docs/plan.md).  Options only; the work
  * is in src/plan (gpufrac/plan.h).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,72 +13,9 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/plan.h"
 #include "gpufrac/quantity.h"
+#include "parse_options.h"
 
 #define MAX_FILES 16
-
-static void usage(FILE *fp) {
-  fprintf(
-      fp,
-      "usage: gpufrac plan --snapshot FILE [--snapshot FILE] [options]\n"
-      "       gpufrac plan --kubeconfig FILE [--context NAME] [options]\n"
-      "       gpufrac plan --in-cluster [options]\n"
-      "       gpufrac plan --example [options]\n"
-      "\n"
-      "Reads a cluster snapshot ('kubectl get nodes,pods -A -o json', "
-      "or the nodes\n"
-      "and the pods in two files) and optional DCGM usage from "
-      "Prometheus, and\n"
-      "reports GPUs held, used and wasted per workload and namespace, a "
-      "gpufrac\n"
-      "request per workload, and what the same pods need placed by the "
-      "whole,\n"
-      "fgd and gpufrac policies on the same nodes.  Changes nothing in "
-      "the cluster.\n"
-      "\n"
-      "options:\n"
-      "  --snapshot FILE   a v1 List / NodeList / PodList as JSON "
-      "(repeatable)\n"
-      "  --kubeconfig FILE list nodes and pods from the cluster (read-only;\n"
-      "                    deploy/planner-rbac.yaml grants what it needs)\n"
-      "  --context NAME    the kubeconfig context (default: current)\n"
-      "  --in-cluster      the same with the pod's service account\n"
-      "  --usage FILE      Prometheus query-API JSON of "
-      "DCGM_FI_DEV_FB_USED,\n"
-      "                    DCGM_FI_DEV_GPU_UTIL, "
-      "DCGM_FI_PROF_GR_ENGINE_ACTIVE\n"
-      "                    (repeatable)\n"
-      "  --example         the bundled example cluster "
-      "(data/plan-example)\n"
-      "  --price P         price per GPU-hour: one number for every "
-      "model, or\n"
-      "                    MODEL=P[,MODEL=P..] (substring of the GPU "
-      "product)\n"
-      "                    before the default table in docs/plan.md\n"
-      "  --headroom PCT    added to observed peaks (default 20)\n"
-      "  --min-samples N   fewer memory samples on a pod: flagged "
-      "(default 24)\n"
-      "  --format F        text (default) or json\n"
-      "  --out DIR         also write summary.json, CSVs, report.html "
-      "and\n"
-      "                    patches/ (strategic merge patches; nothing "
-      "applied)\n"
-      "  --no-whatif       skip the placement what-if\n"
-      "  --data DIR        bundled data directory (default: the build's)\n"
-      "  -h, --help        this help\n");
-}
-
-static int bad_usage(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
-static int bad_usage(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "gpufrac plan: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n(see 'gpufrac plan --help')\n");
-  va_end(ap);
-  return GF_EXIT_USAGE;
-}
 
 /* "30m", "12h", "7d" -> seconds, 1 minute to 90 days. */
 static int parse_window(const char *s, int64_t *out) {
@@ -100,106 +36,196 @@ static int parse_window(const char *s, int64_t *out) {
   return 0;
 }
 
-int cmd_plan(int argc, char **argv) {
+enum {
+  OPT_SNAPSHOT = 1,
+  OPT_USAGE,
+  OPT_HEADROOM,
+  OPT_MIN_SAMPLES,
+  OPT_FORMAT,
+  OPT_WINDOW
+};
+
+static const gf__opt_cmd plan_cmd = {
+    .prog = "gpufrac plan",
+    .usage =
+        "usage: gpufrac plan --snapshot FILE [--snapshot FILE] [options]\n"
+        "       gpufrac plan --kubeconfig FILE [--context NAME] [options]\n"
+        "       gpufrac plan --in-cluster [options]\n"
+        "       gpufrac plan --example [options]\n"
+        "\n"
+        "Reads a cluster snapshot ('kubectl get nodes,pods -A -o json', or "
+        "the nodes\n"
+        "and the pods in two files) and optional DCGM usage from Prometheus, "
+        "and\n"
+        "reports GPUs held, used and wasted per workload and namespace, a "
+        "gpufrac\n"
+        "request per workload, and what the same pods need placed by the "
+        "whole,\n"
+        "fgd and gpufrac policies on the same nodes.  Changes nothing in the "
+        "cluster.\n"
+        "\n",
+};
+
+/* The options into the command's variables (the table names them). */
+typedef struct plan_args {
   const char *snaps[MAX_FILES], *usages[MAX_FILES];
-  size_t nsnaps = 0, nusages = 0;
-  const char *format = "text", *out = NULL, *data = GF_DATA_DIR;
-  const char *kubeconfig = NULL, *context = NULL, *prometheus = NULL;
-  const char *node_types = NULL;
-  int64_t window = 7 * 86400;
-  bool example = false, in_cluster = false;
+  size_t nsnaps, nusages;
+  const char *format, *out, *data, *kubeconfig, *context, *prometheus;
+  const char *node_types;
+  int64_t window;
+  bool example, in_cluster;
+} plan_args;
+
+/* One option handed back by id, into a or o: 0, or the usage exit code. */
+static int plan_value(const gf__opt_cmd *c, plan_args *a, gf_plan_options *o,
+                      int id, const char *v) {
+  if (id == OPT_SNAPSHOT || id == OPT_USAGE) {
+    bool snap = id == OPT_SNAPSHOT;
+    size_t *n = snap ? &a->nsnaps : &a->nusages;
+    if (*n >= MAX_FILES)
+      return gf__opt_usage_error(c, "%s given too many times",
+                                 snap ? "--snapshot" : "--usage");
+    (snap ? a->snaps : a->usages)[(*n)++] = v;
+  } else if (id == OPT_HEADROOM) {
+    char buf[32];
+    size_t len = strlen(v);
+    if (len == 0 || len >= sizeof(buf))
+      return gf__opt_usage_error(c,
+                                 "--headroom '%s': a percent, e.g. 20 or "
+                                 "20%%",
+                                 v);
+    memcpy(buf, v, len + 1);
+    if (buf[len - 1] == '%')
+      buf[len - 1] = '\0';
+    int64_t x;
+    if (gf_parse_int64(buf, 0, 1000, &x, NULL))
+      return gf__opt_usage_error(c,
+                                 "--headroom '%s': a whole percent in "
+                                 "0..1000",
+                                 v);
+    o->headroom_pct = (double)x;
+  } else if (id == OPT_MIN_SAMPLES) {
+    int64_t x;
+    if (gf_parse_int64(v, 0, 1000000, &x, NULL))
+      return gf__opt_usage_error(c, "--min-samples '%s': a count in 0..1000000",
+                                 v);
+    o->min_samples = (uint32_t)x;
+  } else if (id == OPT_FORMAT) {
+    if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
+      return gf__opt_usage_error(c, "--format '%s': text or json", v);
+    a->format = v;
+  } else if (parse_window(v, &a->window)) {
+    return gf__opt_usage_error(c,
+                               "--window '%s': N followed by m, h or d (1m "
+                               "to 90d)",
+                               v);
+  }
+  return 0;
+}
+
+/* The options and their combinations into a and o: 0 to go on, else the
+ * command ends with *exit (0 after --help, 2 on a usage error). */
+static int plan_parse(plan_args *a, gf_plan_options *o, int argc, char **argv,
+                      int *exit) {
+  const gf__opt table[] = {
+      GF__OPT_STRING_ID("snapshot", "FILE",
+                        "a v1 List / NodeList / PodList as JSON (repeatable)",
+                        OPT_SNAPSHOT),
+      GF__OPT_STRING("kubeconfig", "FILE",
+                     "list nodes and pods from the cluster (read-only;\n"
+                     "deploy/planner-rbac.yaml grants what it needs)",
+                     &a->kubeconfig),
+      GF__OPT_STRING("context", "NAME",
+                     "the kubeconfig context (default: "
+                     "current)",
+                     &a->context),
+      GF__OPT_FLAG("in-cluster", "the same with the pod's service account",
+                   &a->in_cluster),
+      GF__OPT_STRING_ID("usage", "FILE",
+                        "Prometheus query-API JSON of DCGM_FI_DEV_FB_USED,\n"
+                        "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_PROF_GR_ENGINE_ACTIVE\n"
+                        "(repeatable)",
+                        OPT_USAGE),
+      GF__OPT_STRING("prometheus", "URL",
+                     "read the same usage from a Prometheus server\n"
+                     "(range queries over --window; docs/plan.md)",
+                     &a->prometheus),
+      GF__OPT_STRING_ID("window", "W",
+                        "with --prometheus: how far back, N followed by\n"
+                        "m, h or d, 1m to 90d (default 7d)",
+                        OPT_WINDOW),
+      GF__OPT_FLAG("example", "the bundled example cluster (data/plan-example)",
+                   &a->example),
+      GF__OPT_STRING("price", "P",
+                     "price per GPU-hour: one number for every model, or\n"
+                     "MODEL=P[,MODEL=P..] (substring of the GPU product)\n"
+                     "before the default table in docs/plan.md",
+                     &o->prices),
+      GF__OPT_STRING("node-types", "FILE",
+                     "node types a cheapest fleet may be built from\n"
+                     "(JSON; docs/plan.md)",
+                     &a->node_types),
+      GF__OPT_STRING_ID("headroom", "PCT",
+                        "added to observed peaks (default 20)", OPT_HEADROOM),
+      GF__OPT_STRING_ID("min-samples", "N",
+                        "fewer memory samples on a pod: flagged (default 24)",
+                        OPT_MIN_SAMPLES),
+      GF__OPT_STRING_ID("format", "F", "text (default) or json", OPT_FORMAT),
+      GF__OPT_STRING("out", "DIR",
+                     "also write summary.json, CSVs, report.html and\n"
+                     "patches/ (strategic merge patches; nothing applied)",
+                     &a->out),
+      GF__OPT_FLAG("no-whatif", "skip the placement what-if", &o->no_whatif),
+      GF__OPT_STRING("data", "DIR",
+                     "bundled data directory (default: the "
+                     "build's)",
+                     &a->data),
+      GF__OPT_END(),
+  };
+  gf__opt_cmd c = plan_cmd;
+  c.opts = table;
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &c, argc, argv);
+  const char *v;
+  int id;
+  while ((id = gf__opt_next(&it, &v)) > 0)
+    if ((*exit = plan_value(&c, a, o, id, v)))
+      return -1;
+  *exit = it.exit;
+  if (id < 0)
+    return id;
+  int sources = (a->example ? 1 : 0) + (a->nsnaps ? 1 : 0) +
+                (a->kubeconfig ? 1 : 0) + (a->in_cluster ? 1 : 0);
+  if (sources > 1)
+    return *exit =
+               gf__opt_usage_error(&plan_cmd, "%s",
+                                   "--example, --snapshot, --kubeconfig and "
+                                   "--in-cluster: give one of them");
+  if (!sources)
+    return *exit = gf__opt_usage_error(
+               &plan_cmd, "%s",
+               "no snapshot: give --snapshot FILE, --kubeconfig "
+               "FILE, --in-cluster or --example");
+  if (a->context && !a->kubeconfig)
+    return *exit = gf__opt_usage_error(&plan_cmd, "%s",
+                                       "--context needs --kubeconfig");
+  return 0;
+}
+
+int cmd_plan(int argc, char **argv) {
+  plan_args a = {.format = "text", .data = GF_DATA_DIR, .window = 7 * 86400};
   gf_plan_options o;
   gf_plan_options_init(&o);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      usage(stdout);
-      return GF_EXIT_OK;
-    }
-    if (strcmp(a, "--example") == 0) {
-      example = true;
-      continue;
-    }
-    if (strcmp(a, "--in-cluster") == 0) {
-      in_cluster = true;
-      continue;
-    }
-    if (strcmp(a, "--no-whatif") == 0) {
-      o.no_whatif = true;
-      continue;
-    }
-    bool takes = strcmp(a, "--snapshot") == 0 || strcmp(a, "--usage") == 0 ||
-                 strcmp(a, "--price") == 0 || strcmp(a, "--headroom") == 0 ||
-                 strcmp(a, "--min-samples") == 0 ||
-                 strcmp(a, "--format") == 0 || strcmp(a, "--out") == 0 ||
-                 strcmp(a, "--data") == 0 || strcmp(a, "--kubeconfig") == 0 ||
-                 strcmp(a, "--context") == 0 ||
-                 strcmp(a, "--prometheus") == 0 || strcmp(a, "--window") == 0 ||
-                 strcmp(a, "--node-types") == 0;
-    if (!takes)
-      return bad_usage("unknown option '%s'", a);
-    if (i + 1 >= argc)
-      return bad_usage("%s needs a value", a);
-    const char *v = argv[++i];
-    if (strcmp(a, "--snapshot") == 0 || strcmp(a, "--usage") == 0) {
-      bool snap = a[2] == 's';
-      size_t *n = snap ? &nsnaps : &nusages;
-      if (*n >= MAX_FILES)
-        return bad_usage("%s given too many times", a);
-      (snap ? snaps : usages)[(*n)++] = v;
-    } else if (strcmp(a, "--price") == 0) {
-      o.prices = v;
-    } else if (strcmp(a, "--headroom") == 0) {
-      char buf[32];
-      size_t len = strlen(v);
-      if (len == 0 || len >= sizeof(buf))
-        return bad_usage("--headroom '%s': a percent, e.g. 20 or 20%%", v);
-      memcpy(buf, v, len + 1);
-      if (buf[len - 1] == '%')
-        buf[len - 1] = '\0';
-      int64_t x;
-      if (gf_parse_int64(buf, 0, 1000, &x, NULL))
-        return bad_usage("--headroom '%s': a whole percent in 0..1000", v);
-      o.headroom_pct = (double)x;
-    } else if (strcmp(a, "--min-samples") == 0) {
-      int64_t x;
-      if (gf_parse_int64(v, 0, 1000000, &x, NULL))
-        return bad_usage("--min-samples '%s': a count in 0..1000000", v);
-      o.min_samples = (uint32_t)x;
-    } else if (strcmp(a, "--format") == 0) {
-      if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
-        return bad_usage("--format '%s': text or json", v);
-      format = v;
-    } else if (strcmp(a, "--out") == 0) {
-      out = v;
-    } else if (strcmp(a, "--kubeconfig") == 0) {
-      kubeconfig = v;
-    } else if (strcmp(a, "--context") == 0) {
-      context = v;
-    } else if (strcmp(a, "--node-types") == 0) {
-      node_types = v;
-    } else if (strcmp(a, "--prometheus") == 0) {
-      prometheus = v;
-    } else if (strcmp(a, "--window") == 0) {
-      if (parse_window(v, &window))
-        return bad_usage("--window '%s': N followed by m, h or d (1m to "
-                         "90d)",
-                         v);
-    } else {
-      data = v;
-    }
-  }
-  int sources = (example ? 1 : 0) + (nsnaps ? 1 : 0) + (kubeconfig ? 1 : 0) +
-                (in_cluster ? 1 : 0);
-  if (sources > 1)
-    return bad_usage("%s", "--example, --snapshot, --kubeconfig and "
-                           "--in-cluster: give one of them");
-  if (!sources)
-    return bad_usage("%s", "no snapshot: give --snapshot FILE, --kubeconfig "
-                           "FILE, --in-cluster or --example");
-  if (context && !kubeconfig)
-    return bad_usage("%s", "--context needs --kubeconfig");
-
+  int exit;
+  if (plan_parse(&a, &o, argc, argv, &exit))
+    return exit;
+  const char **snaps = a.snaps, **usages = a.usages;
+  size_t nsnaps = a.nsnaps, nusages = a.nusages;
+  const char *format = a.format, *out = a.out, *data = a.data;
+  const char *kubeconfig = a.kubeconfig, *context = a.context;
+  const char *prometheus = a.prometheus, *node_types = a.node_types;
+  int64_t window = a.window;
+  bool example = a.example, in_cluster = a.in_cluster;
   char ex_snap[4096], ex_usage[4096];
   if (example) {
     snprintf(ex_snap, sizeof(ex_snap), "%s/plan-example/snapshot.json", data);

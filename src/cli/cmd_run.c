@@ -16,17 +16,7 @@
 
 #include "cli.h"
 #include "gpufrac/quantity.h"
-
-static void usage(FILE *fp) {
-  fprintf(fp, "usage: gpufrac run [--gpu-memory SIZE] [--gpu-compute PCT] "
-              "[--gpu UUID] -- CMD [ARGS...]\n\n"
-              "Runs CMD with its GPU memory limited to SIZE (e.g. 8Gi) per "
-              "device and its\nkernel launches to PCT percent of each GPU, "
-              "through libgpufrac-cuda.so.\nAll of CMD's processes share the "
-              "limits.  --gpu UUID restricts CMD to that GPU.\n"
-              "The interposer is looked up in GPUFRAC_SHIM, next to this "
-              "binary\n(../lib/gpufrac/), then in the build tree.\n");
-}
+#include "parse_options.h"
 
 /* Writes dir + suffix into buf; false if it does not fit. */
 static bool join(char *buf, size_t n, const char *dir, const char *suffix) {
@@ -60,48 +50,74 @@ static const char *find_shim(char *buf, size_t n) {
   return NULL;
 }
 
-int cmd_run(int argc, char **argv) {
-  const char *mem = NULL, *gpu = NULL;
-  int64_t bytes = 0, compute = 100;
-  int i = 1;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--")) {
-      i++;
-      break;
-    }
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      return GF_EXIT_OK;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "gpufrac run: '%s' needs a value (or '--' missing)\n", a);
-      return GF_EXIT_USAGE;
-    }
+enum { OPT_MEMORY = 1, OPT_COMPUTE, OPT_GPU };
+
+static const gf__opt run_opts[] = {
+    GF__OPT_STRING_ID("gpu-memory", "SIZE",
+                      "device memory per GPU for all of CMD's processes\n"
+                      "(e.g. 8Gi; default: unlimited)",
+                      OPT_MEMORY),
+    GF__OPT_STRING_ID("gpu-compute", "PCT",
+                      "percent of each GPU's kernel time, 1..100\n"
+                      "(default 100)",
+                      OPT_COMPUTE),
+    GF__OPT_STRING_ID("gpu", "UUID", "restrict CMD to that GPU", OPT_GPU),
+    GF__OPT_END(),
+};
+
+static const gf__opt_cmd run_cmd = {
+    .prog = "gpufrac run",
+    .usage = "usage: gpufrac run [--gpu-memory SIZE] [--gpu-compute PCT] "
+             "[--gpu UUID] -- CMD [ARGS...]\n\n"
+             "Runs CMD with its GPU memory limited to SIZE (e.g. 8Gi) per "
+             "device and its\nkernel launches to PCT percent of each GPU, "
+             "through libgpufrac-cuda.so.\nAll of CMD's processes share the "
+             "limits.  --gpu UUID restricts CMD to that GPU.\n"
+             "The interposer is looked up in GPUFRAC_SHIM, next to this "
+             "binary\n(../lib/gpufrac/), then in the build tree.\n\n",
+    .opts = run_opts,
+};
+
+/* The options; the index of CMD, or -1 with *exit set. */
+static int run_parse(int argc, char **argv, int64_t *bytes, int64_t *compute,
+                     const char **gpu, int *exit) {
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &run_cmd, argc, argv);
+  const char *v;
+  int id;
+  *exit = GF_EXIT_USAGE;
+  while ((id = gf__opt_next(&it, &v)) > 0) {
     gf_diag d = {""};
-    if (!strcmp(a, "--gpu-memory")) {
-      mem = argv[++i];
-      if (gf_quantity_bytes(mem, &bytes, &d) || bytes <= 0) {
-        fprintf(stderr, "gpufrac run: --gpu-memory: %s\n",
-                d.msg[0] ? d.msg : "must be positive");
-        return GF_EXIT_USAGE;
-      }
-    } else if (!strcmp(a, "--gpu-compute")) {
-      if (gf_parse_int64(argv[++i], 1, 100, &compute, &d)) {
-        fprintf(stderr, "gpufrac run: --gpu-compute: %s\n", d.msg);
-        return GF_EXIT_USAGE;
-      }
-    } else if (!strcmp(a, "--gpu")) {
-      gpu = argv[++i];
-    } else {
-      fprintf(stderr, "gpufrac run: unknown option '%s'\n", a);
-      return GF_EXIT_USAGE;
+    if (id == OPT_GPU) {
+      *gpu = v;
+    } else if (id == OPT_MEMORY &&
+               (gf_quantity_bytes(v, bytes, &d) || *bytes <= 0)) {
+      fprintf(stderr, "gpufrac run: --gpu-memory: %s\n",
+              d.msg[0] ? d.msg : "must be positive");
+      return -1;
+    } else if (id == OPT_COMPUTE && gf_parse_int64(v, 1, 100, compute, &d)) {
+      fprintf(stderr, "gpufrac run: --gpu-compute: %s\n", d.msg);
+      return -1;
     }
   }
-  if (i >= argc) {
-    usage(stderr);
-    return GF_EXIT_USAGE;
+  *exit = it.exit;
+  if (id < 0)
+    return -1;
+  if (it.rest >= argc) {
+    gf__opt_help(&run_cmd, stderr);
+    *exit = GF_EXIT_USAGE;
+    return -1;
   }
+  return it.rest;
+}
+
+int cmd_run(int argc, char **argv) {
+  const char *gpu = NULL;
+  int64_t bytes = 0, compute = 100;
+  int exit;
+  int i = run_parse(argc, argv, &bytes, &compute, &gpu, &exit);
+  if (i < 0)
+    return exit;
   char shim_buf[PATH_MAX];
   const char *shim = find_shim(shim_buf, sizeof(shim_buf));
   if (!shim) {

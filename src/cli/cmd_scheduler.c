@@ -24,106 +24,7 @@
 #include "gpufrac/sched.h"
 #include "gpufrac/sched_dra.h"
 #include "gpufrac/sched_kube.h"
-
-static void usage(FILE *fp) {
-  fprintf(
-      fp,
-      "usage: gpufrac scheduler [--listen ADDR:PORT] [--config FILE]\n"
-      "                         [--policy NAME[:k=v...]] [--threads N]\n"
-      "                         [--kubeconfig PATH | --no-kube]\n"
-      "                         [--lease NAMESPACE/NAME]\n"
-      "                         [--health-listen ADDR:PORT]\n"
-      "                         [--request-timeout-ms N] [--max-conns-per-ip "
-      "N]\n"
-      "                         [--max-conns N]\n"
-      "                         [--tls-cert FILE --tls-key FILE\n"
-      "                          [--tls-client-ca FILE]]\n"
-      "                         [--guard on|off] [--guard-settle DUR]\n"
-      "                         [--guard-cap DUR] [--accept hami,kai]\n"
-      "                         [--filter-top N]\n"
-      "                         [--dra off|score|allocate]\n"
-      "                         [--autoscale-placeholders on|off]\n"
-      "                         [--autoscale-after DUR]\n"
-      "                         [--autoscale-resource NAME]\n"
-      "                         [--autoscale-namespace NS]\n"
-      "                         [--autoscale-priority-class NAME]\n"
-      "\n"
-      "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
-      "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
-      "\n"
-      "  --listen ADDR:PORT  address to serve on (default 0.0.0.0:8888)\n"
-      "  --config FILE       JSON: {\"listen\": ..., \"policy\": ...,\n"
-      "                      \"threads\": N, \"maxBodyBytes\": N,\n"
-      "                      \"kubeconfig\": PATH, \"lease\": \"NS/NAME\"};\n"
-      "                      flags given on the command line win\n"
-      "  --policy P          placement policy (default gpufrac)\n"
-      "  --threads N         HTTP worker threads (default 4)\n"
-      "  --accept LIST       also read HAMi's (hami) and KAI's (kai) GPU\n"
-      "                      request names, comma-separated (default none;\n"
-      "                      docs/migrating.md); config key \"accept\"\n"
-      "  --filter-top N      /filter keeps only the N nodes the policy\n"
-      "                      scores best for a GPU pod (default 0: every\n"
-      "                      node that fits; 1 to 64).  With 1,\n"
-      "                      kube-scheduler skips scoring and /prioritize\n"
-      "                      (one round trip a pod; its own soft\n"
-      "                      preferences no longer weigh in for GPU pods;\n"
-      "                      docs/scheduler.md); config key \"filterTop\"\n"
-      "  --kubeconfig PATH   API server from a kubeconfig (current\n"
-      "                      context); default: in-cluster when\n"
-      "                      KUBERNETES_SERVICE_HOST is set\n"
-      "  (POD_NAMESPACE and POD_NAME set: the leader labels its Pod\n"
-      "   " GF_SCHED_KUBE_ROLE_LABEL "=leader, for its Service)\n"
-      "  --no-kube           no API server: /bind refuses, /readyz stays\n"
-      "                      503 (for trying the protocol locally)\n"
-      "  --lease NS/NAME     Lease for leader election (default\n"
-      "                      " GF_SCHED_KUBE_LEASE_NS
-      "/" GF_SCHED_KUBE_LEASE_NAME ")\n"
-      "  --health-listen A:P a second, plain-HTTP listener for /healthz,\n"
-      "                      /readyz, /leaderz, /metrics only (probes stay\n"
-      "                      answered when the main one is busy or TLS)\n"
-      "  --request-timeout-ms N  a whole request (TLS handshake, headers,\n"
-      "                      body) must arrive within N ms (default 10000)\n"
-      "  --max-conns-per-ip N  connections one client address may hold\n"
-      "                      (default 64)\n"
-      "  --max-conns N       connections kept in all (default 1024); past\n"
-      "                      either limit a new connection sheds the one\n"
-      "                      waiting longest (docs/scheduler.md)\n"
-      "  --tls-cert FILE, --tls-key FILE  serve HTTPS with this PEM\n"
-      "                      certificate and key (a mounted Secret)\n"
-      "  --tls-client-ca FILE  require a client certificate signed by this\n"
-      "                      PEM CA (kube-scheduler's tlsConfig certFile)\n"
-      "  --guard on|off      the disruption guard (default on): while it\n"
-      "                      leads, the extender marks GPU-share pods that\n"
-      "                      are bound and not yet Ready do-not-disrupt\n"
-      "                      (Karpenter) and not safe-to-evict (Cluster\n"
-      "                      Autoscaler), never over a user's own value\n"
-      "  --guard-settle DUR  ... until Ready this long (default 2m)\n"
-      "  --guard-cap DUR     ... or at most this long (default 30m);\n"
-      "                      DUR: 500ms, 90s, 2m, 1h; a pod annotated\n"
-      "                      gpufrac.io/protect: always has no cap\n"
-      "  --dra MODE          the DRA path (docs/dra.md): off (default);\n"
-      "                      score: watch ResourceSlices and ResourceClaims\n"
-      "                      and score nodes for pods with claims (mode 1);\n"
-      "                      allocate: also place pods gated\n"
-      "                      " GF_DRA_GATE ": write their claims'\n"
-      "                      allocations and lift the gate (mode 2)\n"
-      "  --autoscale-placeholders on|off  the autoscaler bridge (default\n"
-      "                      off; docs/autoscaling.md): while it leads, the\n"
-      "                      extender packs GPU-share pods unschedulable\n"
-      "                      for --autoscale-after into whole GPUs and\n"
-      "                      makes placeholder pods asking for them, which\n"
-      "                      a cluster autoscaler acts on\n"
-      "  --autoscale-after DUR  ... unschedulable this long (default 1m)\n"
-      "  --autoscale-resource NAME  what placeholders ask (default\n"
-      "                      nvidia.com/gpu)\n"
-      "  --autoscale-namespace NS  where they live (default gpufrac-system)\n"
-      "  --autoscale-priority-class NAME  their PriorityClass (default\n"
-      "                      gpufrac-placeholder, "
-      "deploy/autoscale/autoscale.yaml)\n"
-      "  config file keys: healthListen, requestTimeoutMs, maxConnsPerIP,\n"
-      "                      maxConns,\n"
-      "                      tlsCertFile, tlsKeyFile, tlsClientCAFile\n");
-}
+#include "parse_options.h"
 
 typedef struct opts {
   char listen[128];
@@ -345,7 +246,6 @@ static int kube_config(const opts *o, gf_kube_config **out) {
   return 0;
 }
 
-/* Parses argv into o; returns -1 to go on, else the exit code. */
 /* A duration: digits and a unit, ms, s, m or h ("500ms", "90s", "2m"), from
  * 1 ms to 7 days.  0 with *ms set, or exit 2 with a message naming flag. */
 static int parse_duration(const char *flag, const char *v, int64_t *ms) {
@@ -374,144 +274,299 @@ static int parse_duration(const char *flag, const char *v, int64_t *ms) {
   return 0;
 }
 
+enum {
+  OPT_LISTEN = 1,
+  OPT_CONFIG,
+  OPT_POLICY,
+  OPT_THREADS,
+  OPT_ACCEPT,
+  OPT_FILTER_TOP,
+  OPT_KUBECONFIG,
+  OPT_NO_KUBE,
+  OPT_LEASE,
+  OPT_STR, /* one of str_opts */
+  OPT_TIMEOUT,
+  OPT_PER_IP,
+  OPT_MAX_CONNS,
+  OPT_GUARD,
+  OPT_GUARD_SETTLE,
+  OPT_GUARD_CAP,
+  OPT_DRA,
+  OPT_AUTOSCALE,
+  OPT_AS_AFTER,
+  OPT_AS_RESOURCE,
+  OPT_AS_NS,
+  OPT_AS_PCLASS,
+};
+
+static const gf__opt sched_opts[] = {
+    GF__OPT_STRING_ID("listen", "ADDR:PORT",
+                      "address to serve on (default 0.0.0.0:8888)", OPT_LISTEN),
+    GF__OPT_STRING_ID("config", "FILE",
+                      "JSON: {\"listen\": ..., \"policy\": ...,\n"
+                      "\"threads\": N, \"maxBodyBytes\": N,\n"
+                      "\"kubeconfig\": PATH, \"lease\": \"NS/NAME\"};\n"
+                      "flags given on the command line win",
+                      OPT_CONFIG),
+    GF__OPT_STRING_ID("policy", "P", "placement policy (default gpufrac)",
+                      OPT_POLICY),
+    GF__OPT_STRING_ID("threads", "N", "HTTP worker threads (default 4)",
+                      OPT_THREADS),
+    GF__OPT_STRING_ID("accept", "LIST",
+                      "also read HAMi's (hami) and KAI's (kai) GPU\n"
+                      "request names, comma-separated (default none;\n"
+                      "docs/migrating.md); config key \"accept\"",
+                      OPT_ACCEPT),
+    GF__OPT_STRING_ID("filter-top", "N",
+                      "/filter keeps only the N nodes the policy\n"
+                      "scores best for a GPU pod (default 0: every\n"
+                      "node that fits; 1 to 64).  With 1,\n"
+                      "kube-scheduler skips scoring and /prioritize\n"
+                      "(one round trip a pod; its own soft\n"
+                      "preferences no longer weigh in for GPU pods;\n"
+                      "docs/scheduler.md); config key \"filterTop\"",
+                      OPT_FILTER_TOP),
+    GF__OPT_STRING_ID(
+        "kubeconfig", "PATH",
+        "API server from a kubeconfig (current\n"
+        "context); default: in-cluster when\n"
+        "KUBERNETES_SERVICE_HOST is set (POD_NAMESPACE\n"
+        "and POD_NAME set: the leader labels its Pod\n" GF_SCHED_KUBE_ROLE_LABEL
+        "=leader, for its Service)",
+        OPT_KUBECONFIG),
+    GF__OPT_FLAG_ID("no-kube",
+                    "no API server: /bind refuses, /readyz stays\n"
+                    "503 (for trying the protocol locally)",
+                    OPT_NO_KUBE),
+    GF__OPT_STRING_ID(
+        "lease", "NS/NAME",
+        "Lease for leader election (default\n" GF_SCHED_KUBE_LEASE_NS
+        "/" GF_SCHED_KUBE_LEASE_NAME ")",
+        OPT_LEASE),
+    GF__OPT_STRING_ID("health-listen", "A:P",
+                      "a second, plain-HTTP listener for /healthz,\n"
+                      "/readyz, /leaderz, /metrics only (probes stay\n"
+                      "answered when the main one is busy or TLS)",
+                      OPT_STR),
+    GF__OPT_STRING_ID("request-timeout-ms", "N",
+                      "a whole request (TLS handshake, headers,\n"
+                      "body) must arrive within N ms (default 10000)",
+                      OPT_TIMEOUT),
+    GF__OPT_STRING_ID("max-conns-per-ip", "N",
+                      "connections one client address may hold\n"
+                      "(default 64)",
+                      OPT_PER_IP),
+    GF__OPT_STRING_ID("max-conns", "N",
+                      "connections kept in all (default 1024); past\n"
+                      "either limit a new connection sheds the one\n"
+                      "waiting longest (docs/scheduler.md)",
+                      OPT_MAX_CONNS),
+    GF__OPT_STRING_ID("tls-cert", "FILE",
+                      "serve HTTPS with this PEM certificate (and\n"
+                      "--tls-key; a mounted Secret)",
+                      OPT_STR),
+    GF__OPT_STRING_ID("tls-key", "FILE", "the certificate's PEM key", OPT_STR),
+    GF__OPT_STRING_ID("tls-client-ca", "FILE",
+                      "require a client certificate signed by this\n"
+                      "PEM CA (kube-scheduler's tlsConfig certFile)",
+                      OPT_STR),
+    GF__OPT_STRING_ID("guard", "on|off",
+                      "the disruption guard (default on): while it\n"
+                      "leads, the extender marks GPU-share pods that\n"
+                      "are bound and not yet Ready do-not-disrupt\n"
+                      "(Karpenter) and not safe-to-evict (Cluster\n"
+                      "Autoscaler), never over a user's own value",
+                      OPT_GUARD),
+    GF__OPT_STRING_ID("guard-settle", "DUR",
+                      "... until Ready this long (default 2m)",
+                      OPT_GUARD_SETTLE),
+    GF__OPT_STRING_ID("guard-cap", "DUR",
+                      "... or at most this long (default 30m);\n"
+                      "DUR: 500ms, 90s, 2m, 1h; a pod annotated\n"
+                      "gpufrac.io/protect: always has no cap",
+                      OPT_GUARD_CAP),
+    GF__OPT_STRING_ID("dra", "MODE",
+                      "the DRA path (docs/dra.md): off (default);\n"
+                      "score: watch ResourceSlices and ResourceClaims\n"
+                      "and score nodes for pods with claims (mode 1);\n"
+                      "allocate: also place pods gated\n" GF_DRA_GATE
+                      ": write their claims'\n"
+                      "allocations and lift the gate (mode 2)",
+                      OPT_DRA),
+    GF__OPT_STRING_ID("autoscale-placeholders", "on|off",
+                      "the autoscaler bridge (default off;\n"
+                      "docs/autoscaling.md): while it leads, the\n"
+                      "extender packs GPU-share pods unschedulable\n"
+                      "for --autoscale-after into whole GPUs and\n"
+                      "makes placeholder pods asking for them, which\n"
+                      "a cluster autoscaler acts on",
+                      OPT_AUTOSCALE),
+    GF__OPT_STRING_ID("autoscale-after", "DUR",
+                      "... unschedulable this long (default 1m)", OPT_AS_AFTER),
+    GF__OPT_STRING_ID("autoscale-resource", "NAME",
+                      "what placeholders ask (default nvidia.com/gpu)",
+                      OPT_AS_RESOURCE),
+    GF__OPT_STRING_ID("autoscale-namespace", "NS",
+                      "where they live (default gpufrac-system)", OPT_AS_NS),
+    GF__OPT_STRING_ID("autoscale-priority-class", "NAME",
+                      "their PriorityClass (default\n"
+                      "gpufrac-placeholder, deploy/autoscale/autoscale.yaml)",
+                      OPT_AS_PCLASS),
+    GF__OPT_END(),
+};
+
+static const gf__opt_cmd sched_cmd = {
+    .prog = "gpufrac scheduler",
+    .usage = "usage: gpufrac scheduler [options]\n"
+             "\n"
+             "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
+             "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
+             "\n",
+    .footer =
+        "\nconfig file keys: listen, policy, threads, maxBodyBytes, "
+        "kubeconfig, lease,\naccept, filterTop, healthListen, "
+        "requestTimeoutMs, maxConnsPerIP,\nmaxConns, tlsCertFile, tlsKeyFile, "
+        "tlsClientCAFile\n",
+    .opts = sched_opts,
+};
+
+/* "on" or "off" into *on; exit 2 naming the flag otherwise. */
+static int on_off(const char *a, const char *v, bool *on) {
+  if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+    fprintf(stderr, "gpufrac scheduler: %s '%s': want on or off\n", a, v);
+    return GF_EXIT_USAGE;
+  }
+  *on = strcmp(v, "on") == 0;
+  return 0;
+}
+
+/* An integer option in lo..hi; exit 2 naming the flag otherwise. */
+static int int_opt(const char *a, const char *v, int64_t lo, int64_t hi,
+                   int64_t *out) {
+  gf_diag d = {""};
+  if (gf_parse_int64(v, lo, hi, out, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s: %s\n", a, d.msg);
+    return GF_EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* One option's value into o; 0 or the exit code. */
+static int sched_value(opts *o, const char **config, bool *set, int id,
+                       const char *a, const char *v) {
+  switch (id) {
+  case OPT_LISTEN:
+    set[SET_LISTEN] = true;
+    return copy_opt(o->listen, sizeof(o->listen), v, a);
+  case OPT_POLICY:
+    set[SET_POLICY] = true;
+    return copy_opt(o->policy, sizeof(o->policy), v, a);
+  case OPT_ACCEPT: {
+    gf_diag d = {""};
+    if (gf_sched_accept_parse(v, &o->accept, &d)) {
+      fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+      return GF_EXIT_USAGE;
+    }
+    o->accept_set = true;
+    return 0;
+  }
+  case OPT_THREADS:
+    set[SET_THREADS] = true;
+    return int_opt(a, v, 1, 256, &o->threads);
+  case OPT_FILTER_TOP:
+    set[SET_FILTER_TOP] = true;
+    return int_opt(a, v, 0, GF_SCHED_FILTER_TOP_MAX, &o->filter_top);
+  case OPT_KUBECONFIG:
+    if (!*v) {
+      fprintf(stderr, "gpufrac scheduler: --kubeconfig: empty path\n");
+      return GF_EXIT_USAGE;
+    }
+    set[SET_KUBECONFIG] = true;
+    return copy_opt(o->kubeconfig, sizeof(o->kubeconfig), v, a);
+  case OPT_NO_KUBE:
+    o->no_kube = true;
+    return 0;
+  case OPT_LEASE:
+    set[SET_LEASE] = true;
+    return copy_opt(o->lease, sizeof(o->lease), v, a);
+  case OPT_CONFIG:
+    *config = v;
+    return 0;
+  case OPT_GUARD: {
+    bool on = true;
+    int rc = on_off(a, v, &on);
+    o->guard_off = !on;
+    return rc;
+  }
+  case OPT_DRA: {
+    static const char *modes[] = {"off", "score", "allocate"};
+    o->dra = -1;
+    for (int k = 0; k < 3; k++)
+      if (strcmp(v, modes[k]) == 0)
+        o->dra = k;
+    if (o->dra < 0) {
+      fprintf(stderr,
+              "gpufrac scheduler: --dra '%s': want off, score or allocate\n",
+              v);
+      return GF_EXIT_USAGE;
+    }
+    return 0;
+  }
+  case OPT_GUARD_SETTLE:
+    return parse_duration(a, v, &o->guard_settle_ms);
+  case OPT_GUARD_CAP:
+    return parse_duration(a, v, &o->guard_cap_ms);
+  case OPT_AUTOSCALE:
+    return on_off(a, v, &o->autoscale);
+  case OPT_AS_AFTER:
+    return parse_duration(a, v, &o->as_after_ms);
+  case OPT_AS_RESOURCE:
+    return copy_opt(o->as_resource, sizeof(o->as_resource), v, a);
+  case OPT_AS_NS:
+    return copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
+  case OPT_AS_PCLASS:
+    return copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
+  case OPT_TIMEOUT:
+    set[SET_TIMEOUT] = true;
+    return int_opt(a, v, 100, 600000, &o->request_timeout_ms);
+  case OPT_PER_IP:
+    set[SET_PER_IP] = true;
+    return int_opt(a, v, 1, 1024, &o->per_ip);
+  case OPT_MAX_CONNS:
+    set[SET_CONN_MAX] = true;
+    return int_opt(a, v, 16, 65536, &o->conn_max);
+  default: /* OPT_STR */
+    for (size_t k = 0; k < NSTR_OPTS; k++) {
+      const str_opt *so = &str_opts[k];
+      if (strcmp(a, so->flag) != 0)
+        continue;
+      if (!*v) {
+        fprintf(stderr, "gpufrac scheduler: %s: empty value\n", a);
+        return GF_EXIT_USAGE;
+      }
+      set[so->which] = true;
+      return copy_opt((char *)o + so->off, so->cap, v, a);
+    }
+    return GF_EXIT_USAGE; /* not reached: every OPT_STR is in str_opts */
+  }
+}
+
+/* Parses argv into o; returns -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, opts *o, const char **config,
                       bool *set) {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      usage(stdout);
-      return GF_EXIT_OK;
-    }
-    if (strcmp(a, "--no-kube") == 0) {
-      o->no_kube = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr,
-              "gpufrac scheduler: unknown option or missing value "
-              "'%s'\n",
-              a);
-      usage(stderr);
-      return GF_EXIT_USAGE;
-    }
-    const char *v = argv[++i];
-    int rc = 0;
-    if (strcmp(a, "--listen") == 0) {
-      rc = copy_opt(o->listen, sizeof(o->listen), v, "--listen");
-      set[SET_LISTEN] = true;
-    } else if (strcmp(a, "--policy") == 0) {
-      rc = copy_opt(o->policy, sizeof(o->policy), v, "--policy");
-      set[SET_POLICY] = true;
-    } else if (strcmp(a, "--accept") == 0) {
-      gf_diag d = {""};
-      if (gf_sched_accept_parse(v, &o->accept, &d)) {
-        fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
-        return GF_EXIT_USAGE;
-      }
-      o->accept_set = true;
-    } else if (strcmp(a, "--threads") == 0) {
-      gf_diag d = {""};
-      if (gf_parse_int64(v, 1, 256, &o->threads, &d)) {
-        fprintf(stderr, "gpufrac scheduler: --threads: %s\n", d.msg);
-        return GF_EXIT_USAGE;
-      }
-      set[SET_THREADS] = true;
-    } else if (strcmp(a, "--filter-top") == 0) {
-      gf_diag d = {""};
-      if (gf_parse_int64(v, 0, GF_SCHED_FILTER_TOP_MAX, &o->filter_top, &d)) {
-        fprintf(stderr, "gpufrac scheduler: --filter-top: %s\n", d.msg);
-        return GF_EXIT_USAGE;
-      }
-      set[SET_FILTER_TOP] = true;
-    } else if (strcmp(a, "--kubeconfig") == 0) {
-      if (!*v) {
-        fprintf(stderr, "gpufrac scheduler: --kubeconfig: empty path\n");
-        return GF_EXIT_USAGE;
-      }
-      rc = copy_opt(o->kubeconfig, sizeof(o->kubeconfig), v, "--kubeconfig");
-      set[SET_KUBECONFIG] = true;
-    } else if (strcmp(a, "--lease") == 0) {
-      rc = copy_opt(o->lease, sizeof(o->lease), v, "--lease");
-      set[SET_LEASE] = true;
-    } else if (strcmp(a, "--config") == 0) {
-      *config = v;
-    } else if (strcmp(a, "--guard") == 0) {
-      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
-        fprintf(stderr, "gpufrac scheduler: --guard '%s': want on or off\n", v);
-        return GF_EXIT_USAGE;
-      }
-      o->guard_off = strcmp(v, "off") == 0;
-    } else if (strcmp(a, "--dra") == 0) {
-      static const char *modes[] = {"off", "score", "allocate"};
-      o->dra = -1;
-      for (int k = 0; k < 3; k++)
-        if (strcmp(v, modes[k]) == 0)
-          o->dra = k;
-      if (o->dra < 0) {
-        fprintf(stderr,
-                "gpufrac scheduler: --dra '%s': want off, score or "
-                "allocate\n",
-                v);
-        return GF_EXIT_USAGE;
-      }
-    } else if (strcmp(a, "--guard-settle") == 0) {
-      rc = parse_duration(a, v, &o->guard_settle_ms);
-    } else if (strcmp(a, "--guard-cap") == 0) {
-      rc = parse_duration(a, v, &o->guard_cap_ms);
-    } else if (strcmp(a, "--autoscale-placeholders") == 0) {
-      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
-        fprintf(stderr, "gpufrac scheduler: %s '%s': want on or off\n", a, v);
-        return GF_EXIT_USAGE;
-      }
-      o->autoscale = strcmp(v, "on") == 0;
-    } else if (strcmp(a, "--autoscale-after") == 0) {
-      rc = parse_duration(a, v, &o->as_after_ms);
-    } else if (strcmp(a, "--autoscale-resource") == 0) {
-      rc = copy_opt(o->as_resource, sizeof(o->as_resource), v, a);
-    } else if (strcmp(a, "--autoscale-namespace") == 0) {
-      rc = copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
-    } else if (strcmp(a, "--autoscale-priority-class") == 0) {
-      rc = copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
-    } else if (strcmp(a, "--max-conns") == 0) {
-      gf_diag d = {""};
-      if (gf_parse_int64(v, 16, 65536, &o->conn_max, &d)) {
-        fprintf(stderr, "gpufrac scheduler: %s: %s\n", a, d.msg);
-        return GF_EXIT_USAGE;
-      }
-      set[SET_CONN_MAX] = true;
-    } else if (strcmp(a, "--request-timeout-ms") == 0 ||
-               strcmp(a, "--max-conns-per-ip") == 0) {
-      bool t = a[2] == 'r';
-      gf_diag d = {""};
-      if (gf_parse_int64(v, t ? 100 : 1, t ? 600000 : 1024,
-                         t ? &o->request_timeout_ms : &o->per_ip, &d)) {
-        fprintf(stderr, "gpufrac scheduler: %s: %s\n", a, d.msg);
-        return GF_EXIT_USAGE;
-      }
-      set[t ? SET_TIMEOUT : SET_PER_IP] = true;
-    } else {
-      const str_opt *so = NULL;
-      for (size_t k = 0; k < NSTR_OPTS; k++)
-        if (strcmp(a, str_opts[k].flag) == 0)
-          so = &str_opts[k];
-      if (so) {
-        if (!*v) {
-          fprintf(stderr, "gpufrac scheduler: %s: empty value\n", a);
-          return GF_EXIT_USAGE;
-        }
-        rc = copy_opt((char *)o + so->off, so->cap, v, a);
-        set[so->which] = true;
-        if (rc)
-          return rc;
-        continue;
-      }
-      fprintf(stderr, "gpufrac scheduler: unknown option '%s'\n", a);
-      usage(stderr);
-      return GF_EXIT_USAGE;
-    }
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &sched_cmd, argc, argv);
+  const char *v;
+  int id;
+  while ((id = gf__opt_next(&it, &v)) > 0) {
+    char a[64];
+    snprintf(a, sizeof(a), "--%s", it.opt->name);
+    int rc = sched_value(o, config, set, id, a, v);
     if (rc)
       return rc;
   }
+  if (id < 0)
+    return it.exit;
   if (o->no_kube && o->dra) {
     fprintf(stderr, "gpufrac scheduler: --no-kube excludes --dra\n");
     return GF_EXIT_USAGE;
@@ -722,7 +777,7 @@ out:
   /* The server first, so binds in flight finish while we still lead; then
    * the feed, which releases the Lease. */
   if (srv)
-    gf_sched_server_stop(srv);
+    gf_sched_server_free(srv);
   gf_sched_dra_free(dra); /* before s: its placer asks s who leads */
   gf_sched_kube_free(feed);
   gf_sched_free(s);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "gpufrac/report.h"
 #include "gpufrac/sim.h"
 #include "gpufrac/trace.h"
+#include "parse_options.h"
 #include "simulate_churn.h"
 
 #define MAX_ITEMS 64
@@ -33,101 +35,155 @@ static const char *const reference_traces[] = {
     "multigpu40", "multigpu50"};
 #define NREFERENCE (sizeof(reference_traces) / sizeof(reference_traces[0]))
 
-static void usage(FILE *fp) {
-  fprintf(fp,
-          "usage: gpufrac simulate [options]\n"
-          "\n"
-          "Replays the Alibaba cluster-trace-gpu-v2023 (openb) on its 1213 GPU "
-          "nodes:\n"
-          "pods arrive one at a time until their GPU demand reaches --inflate "
-          "times\n"
-          "the cluster's GPU capacity; each is placed or dropped at once.  "
-          "With no\n"
-          "options: the default trace, seeds 42-51, whole vs fgd vs gpufrac.\n"
-          "\n"
-          "options:\n"
-          "  --trace NAME[,NAME..]  bundled pod lists (default, gpushare40, "
-          "...;\n"
-          "                         'all' = the 17 with published results)\n"
-          "  --pods FILE            a pod list CSV instead of bundled traces\n"
-          "  --nodes FILE           node list CSV (default: the bundled 1213 "
-          "GPU nodes)\n"
-          "  --policy P[,P..]       placement policies (default: "
-          "whole,fgd,gpufrac);\n"
-          "                         parameters after ':', e.g. "
-          "gpufrac:cpu=0:price=0;\n"
-          "                         any policy takes devices=first: its "
-          "node, but the\n"
-          "                         first GPU that fits (DRA's device "
-          "choice)\n"
-          "  --seeds LIST           e.g. 42-51 or 42,50,100-109 (default "
-          "42-51)\n"
-          "  --inflate X            demand as a multiple of capacity "
-          "(default 1.3)\n"
-          "  --format F             table, csv or json (default table)\n"
-          "  --out DIR              also write summary.csv, curves.csv and "
-          "an SVG\n"
-          "                         chart per trace into DIR\n"
-          "  --ties T               tied nodes: 'order' (first in a seeded "
-          "node\n"
-          "                         order, as the reference does; default) "
-          "or\n"
-          "                         'uniform' (uniformly at random)\n"
-          "  --jobs N               worker threads (default: online CPUs)\n"
-          "  --data DIR             bundled data directory (default: the "
-          "build's)\n"
-          "  --arrivals DIR         also write each workload, the pods in "
-          "arrival order,\n"
-          "                         as DIR/arrivals-TRACE-SEED.csv (for "
-          "scripts/placement-bound)\n"
-          "  -h, --help             this help\n"
-          "\n"
-          "model weights (docs/simulator.md; not with --churn):\n"
-          "  --models N             every GPU pod loads one of N models "
-          "(Zipf), nodes\n"
-          "                         cache them; reports cache hits and bytes "
-          "fetched\n"
-          "  --zipf S               Zipf exponent of the models' "
-          "popularity (default 1)\n"
-          "  --model-sizes LIST     sizes, model k takes entry k mod count "
-          "(default\n"
-          "                         2Gi,6Gi,14Gi,16Gi,28Gi,40Gi,80Gi,140Gi)\n"
-          "  --cache-budget B       cache bytes per node (default 256Gi)\n"
-          "\n"
-          "churn and an autoscaler (docs/simulator.md):\n"
-          "  --churn                pods arrive (Poisson) and depart on a "
-          "cluster that\n"
-          "                         starts empty and is autoscaled; reports "
-          "GPU-hours\n"
-          "                         bought vs asked for (default seeds "
-          "42-44)\n"
-          "  --load L               offered GPU demand, %% of the reference "
-          "cluster's\n"
-          "                         GPUs: 60%% or 0.6 (default 60%%; "
-          "0-200%%)\n"
-          "  --duration D           simulated time, e.g. 7d, 12h (default "
-          "7d)\n"
-          "  --node-types FILE      node types and GPU-hour prices (default "
-          "DATA/\n"
-          "                         node_types_openb.csv, the trace's node "
-          "shapes)\n"
-          "  --lifetimes FILE       pod list whose lifetimes to draw "
-          "(default: the\n"
-          "                         trace's own, else the default trace's)\n"
-          "  --provision D          scale-up delay (default 3m)\n"
-          "  --scale-down-delay D   empty node removal delay (default 10m)\n"
-          "  --consolidate          drain under-used nodes whose pods fit "
-          "elsewhere\n"
-          "  --reload D             paid by an evicted pod (default 2m)\n"
-          "  --guard                the disruption guard: --consolidate "
-          "drains no node\n"
-          "                         with a pod loading or Ready for less "
-          "than 2m\n"
-          "  --initial N            nodes live at the start (default 0)\n"
-          "\npolicies:\n");
+enum {
+  OPT_TRACE = 1,
+  OPT_PODS,
+  OPT_NODES,
+  OPT_POLICY,
+  OPT_SEEDS,
+  OPT_INFLATE,
+  OPT_FORMAT,
+  OPT_OUT,
+  OPT_TIES,
+  OPT_JOBS,
+  OPT_DATA,
+  OPT_ARRIVALS,
+  OPT_MODELS,
+  OPT_ZIPF,
+  OPT_MODEL_SIZES,
+  OPT_CACHE_BUDGET,
+  OPT_CHURN,
+  OPT_LOAD,
+  OPT_DURATION,
+  OPT_NODE_TYPES,
+  OPT_LIFETIMES,
+  OPT_PROVISION,
+  OPT_SCALE_DOWN_DELAY,
+  OPT_CONSOLIDATE,
+  OPT_RELOAD,
+  OPT_GUARD,
+  OPT_INITIAL,
+};
+
+static const gf__opt sim_opts[] = {
+    GF__OPT_STRING_ID("trace", "NAME[,NAME..]",
+                      "bundled pod lists (default, gpushare40, ...;\n"
+                      "'all' = the 17 with published results)",
+                      OPT_TRACE),
+    GF__OPT_STRING_ID("pods", "FILE",
+                      "a pod list CSV instead of bundled traces", OPT_PODS),
+    GF__OPT_STRING_ID("nodes", "FILE",
+                      "node list CSV (default: the bundled 1213 GPU nodes)",
+                      OPT_NODES),
+    GF__OPT_STRING_ID("policy", "P[,P..]",
+                      "placement policies (default: whole,fgd,gpufrac);\n"
+                      "parameters after ':', e.g. gpufrac:cpu=0:price=0;\n"
+                      "any policy takes devices=first: its node, but the\n"
+                      "first GPU that fits (DRA's device choice)",
+                      OPT_POLICY),
+    GF__OPT_STRING_ID("seeds", "LIST",
+                      "e.g. 42-51 or 42,50,100-109 (default 42-51)", OPT_SEEDS),
+    GF__OPT_STRING_ID("inflate", "X",
+                      "demand as a multiple of capacity (default 1.3)",
+                      OPT_INFLATE),
+    GF__OPT_STRING_ID("format", "F", "table, csv or json (default table)",
+                      OPT_FORMAT),
+    GF__OPT_STRING_ID("out", "DIR",
+                      "also write summary.csv, curves.csv and an SVG\n"
+                      "chart per trace into DIR",
+                      OPT_OUT),
+    GF__OPT_STRING_ID("ties", "T",
+                      "tied nodes: 'order' (first in a seeded node\n"
+                      "order, as the reference does; default) or\n"
+                      "'uniform' (uniformly at random)",
+                      OPT_TIES),
+    GF__OPT_STRING_ID("jobs", "N", "worker threads (default: online CPUs)",
+                      OPT_JOBS),
+    GF__OPT_STRING_ID("data", "DIR",
+                      "bundled data directory (default: the "
+                      "build's)",
+                      OPT_DATA),
+    GF__OPT_STRING_ID("arrivals", "DIR",
+                      "also write each workload, the pods in arrival order,\n"
+                      "as DIR/arrivals-TRACE-SEED.csv (for "
+                      "scripts/placement-bound)",
+                      OPT_ARRIVALS),
+    GF__OPT_GROUP("model weights (docs/simulator.md; not with --churn)"),
+    GF__OPT_STRING_ID("models", "N",
+                      "every GPU pod loads one of N models (Zipf), nodes\n"
+                      "cache them; reports cache hits and bytes fetched",
+                      OPT_MODELS),
+    GF__OPT_STRING_ID("zipf", "S",
+                      "Zipf exponent of the models' popularity (default 1)",
+                      OPT_ZIPF),
+    GF__OPT_STRING_ID("model-sizes", "LIST",
+                      "sizes, model k takes entry k mod count (default\n"
+                      "2Gi,6Gi,14Gi,16Gi,28Gi,40Gi,80Gi,140Gi)",
+                      OPT_MODEL_SIZES),
+    GF__OPT_STRING_ID("cache-budget", "B",
+                      "cache bytes per node (default 256Gi)", OPT_CACHE_BUDGET),
+    GF__OPT_GROUP("churn and an autoscaler (docs/simulator.md)"),
+    GF__OPT_FLAG_ID("churn",
+                    "pods arrive (Poisson) and depart on a cluster that\n"
+                    "starts empty and is autoscaled; reports GPU-hours\n"
+                    "bought vs asked for (default seeds 42-44)",
+                    OPT_CHURN),
+    GF__OPT_STRING_ID("load", "L",
+                      "offered GPU demand, % of the reference cluster's\n"
+                      "GPUs: 60% or 0.6 (default 60%; 0-200%)",
+                      OPT_LOAD),
+    GF__OPT_STRING_ID("duration", "D",
+                      "simulated time, e.g. 7d, 12h (default 7d)",
+                      OPT_DURATION),
+    GF__OPT_STRING_ID("node-types", "FILE",
+                      "node types and GPU-hour prices (default DATA/\n"
+                      "node_types_openb.csv, the trace's node shapes)",
+                      OPT_NODE_TYPES),
+    GF__OPT_STRING_ID("lifetimes", "FILE",
+                      "pod list whose lifetimes to draw (default: the\n"
+                      "trace's own, else the default trace's)",
+                      OPT_LIFETIMES),
+    GF__OPT_STRING_ID("provision", "D", "scale-up delay (default 3m)",
+                      OPT_PROVISION),
+    GF__OPT_STRING_ID("scale-down-delay", "D",
+                      "empty node removal delay (default 10m)",
+                      OPT_SCALE_DOWN_DELAY),
+    GF__OPT_FLAG_ID("consolidate",
+                    "drain under-used nodes whose pods fit elsewhere",
+                    OPT_CONSOLIDATE),
+    GF__OPT_STRING_ID("reload", "D", "paid by an evicted pod (default 2m)",
+                      OPT_RELOAD),
+    GF__OPT_FLAG_ID("guard",
+                    "the disruption guard: --consolidate drains no node\n"
+                    "with a pod loading or Ready for less than 2m",
+                    OPT_GUARD),
+    GF__OPT_STRING_ID("initial", "N", "nodes live at the start (default 0)",
+                      OPT_INITIAL),
+    GF__OPT_GROUP("policies"),
+    GF__OPT_END(),
+};
+
+static void list_policies(FILE *fp) {
   for (size_t i = 0; i < gf_policy_count(); i++)
     fprintf(fp, "  %-11s %s\n", gf_policy_name(i), gf_policy_summary(i));
 }
+
+static const gf__opt_cmd sim_cmd = {
+    .prog = "gpufrac simulate",
+    .usage =
+        "usage: gpufrac simulate [options]\n"
+        "\n"
+        "Replays the Alibaba cluster-trace-gpu-v2023 (openb) on its 1213 GPU "
+        "nodes:\n"
+        "pods arrive one at a time until their GPU demand reaches --inflate "
+        "times\n"
+        "the cluster's GPU capacity; each is placed or dropped at once.  With "
+        "no\n"
+        "options: the default trace, seeds 42-51, whole vs fgd vs gpufrac.\n"
+        "\n",
+    .footer_fn = list_policies,
+    .opts = sim_opts,
+};
 
 /* Splits a comma list in place into items[]; returns count or -1. */
 static int split_list(char *s, char **items, int max) {
@@ -171,24 +227,6 @@ static int parse_seeds(const char *arg, uint64_t *seeds, int max) {
       seeds[n++] = (uint64_t)s;
   }
   return n;
-}
-
-/* Every option of simulate takes a value; an unknown one is reported as
- * such before anything is read as its value. */
-static bool known_option(const char *key) {
-  static const char *const keys[] = {
-      "--nodes",     "--pods",        "--trace",
-      "--policy",    "--seeds",       "--format",
-      "--out",       "--data",        "--arrivals",
-      "--ties",      "--inflate",     "--jobs",
-      "--load",      "--duration",    "--node-types",
-      "--lifetimes", "--provision",   "--scale-down-delay",
-      "--reload",    "--initial",     "--models",
-      "--zipf",      "--model-sizes", "--cache-budget"};
-  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-    if (strcmp(key, keys[i]) == 0)
-      return true;
-  return false;
 }
 
 /* A trace name that has no pod list in DATA/traces is a usage error that
@@ -499,470 +537,469 @@ static double parse_load(const char *v) {
   return x > 0 && x <= 2 ? x : -1;
 }
 
-int cmd_simulate(int argc, char **argv) {
-  const char *nodes_path = NULL, *pods_path = NULL, *format = "table";
-  const char *out_dir = NULL, *data_dir = getenv("GPUFRAC_DATA");
-  const char *arrivals_dir = NULL;
-  char trace_arg[1024] = "default", policy_arg[1024] = "whole,fgd,gpufrac";
-  const char *seeds_arg = "42-51";
-  double inflate = 1.3;
-  gf_tie_break ties = GF_TIE_ORDER;
-  long jobs = sysconf(_SC_NPROCESSORS_ONLN);
-  int main_job = argc == 1;
-  if (!data_dir)
-    data_dir = GF_DATA_DIR;
-  bool churn = false, seeds_given = false;
-  const char *churn_only = NULL, *not_churn = NULL;
-  const char *node_types_path = NULL, *lifetimes_path = NULL;
+/* What the command line asked for, then (sim_check) the lists it names. */
+typedef struct sim_args {
+  const char *nodes_path, *pods_path, *format, *out_dir, *data_dir;
+  const char *arrivals_dir, *seeds_arg, *node_types_path, *lifetimes_path;
+  char trace_arg[1024], policy_arg[1024];
+  double inflate;
+  gf_tie_break ties;
+  long jobs;
+  bool main_job, churn, seeds_given;
+  /* the last option given that needs --churn, excludes it, needs --models
+   * (its name without "--") */
+  const char *churn_only, *not_churn, *models_opt;
   gf_churn_config ccfg;
-  gf_churn_config_init(&ccfg);
-  int64_t msizes[MAX_ITEMS] = {2LL << 30,  6LL << 30,  14LL << 30, 16LL << 30,
-                               28LL << 30, 40LL << 30, 80LL << 30, 140LL << 30};
-  gf_sim_models mcfg = {.n = 0,
-                        .zipf_s = 1.0,
-                        .sizes = msizes,
-                        .nsizes = 8,
-                        .budget = 256LL << 30};
-  const char *models_opt = NULL; /* a model option other than --models */
-
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      usage(stdout);
-      return GF_EXIT_OK;
-    }
-    if (strcmp(a, "--churn") == 0) {
-      churn = true;
-      continue;
-    }
-    if (strcmp(a, "--consolidate") == 0) {
-      ccfg.consolidate = true;
-      churn_only = a;
-      continue;
-    }
-    if (strcmp(a, "--guard") == 0) {
-      ccfg.guard = true;
-      churn_only = a;
-      continue;
-    }
-    const char *v = NULL;
-    char key[64];
-    const char *eq = strchr(a, '=');
-    if (strncmp(a, "--", 2) != 0) {
-      fprintf(stderr, "gpufrac simulate: unexpected argument '%s'\n", a);
-      return GF_EXIT_USAGE;
-    }
-    size_t klen = eq ? (size_t)(eq - a) : strlen(a);
-    if (klen >= sizeof(key)) {
-      fprintf(stderr, "gpufrac simulate: unknown option '%s'\n", a);
-      return GF_EXIT_USAGE;
-    }
-    memcpy(key, a, klen);
-    key[klen] = '\0';
-    if (!known_option(key)) {
-      fprintf(stderr, "gpufrac simulate: unknown option '%s'\n", key);
-      return GF_EXIT_USAGE;
-    }
-    if (eq)
-      v = eq + 1;
-    else if (i + 1 < argc)
-      v = argv[++i];
-    if (!v) {
-      fprintf(stderr, "gpufrac simulate: option '%s' needs a value\n", key);
-      return GF_EXIT_USAGE;
-    }
-    if (strcmp(key, "--nodes") == 0 || strcmp(key, "--inflate") == 0 ||
-        strcmp(key, "--arrivals") == 0)
-      not_churn = strcmp(key, "--nodes") == 0     ? "--nodes"
-                  : strcmp(key, "--inflate") == 0 ? "--inflate"
-                                                  : "--arrivals";
-    if (strcmp(key, "--nodes") == 0)
-      nodes_path = v;
-    else if (strcmp(key, "--pods") == 0)
-      pods_path = v;
-    else if (strcmp(key, "--trace") == 0 || strcmp(key, "--policy") == 0) {
-      char *dst = strcmp(key, "--trace") == 0 ? trace_arg : policy_arg;
-      if (strlen(v) >= sizeof(trace_arg)) {
-        fprintf(stderr, "gpufrac simulate: %s: list too long\n", key);
-        return GF_EXIT_USAGE;
-      }
-      memcpy(dst, v, strlen(v) + 1);
-    } else if (strcmp(key, "--seeds") == 0) {
-      seeds_arg = v;
-      seeds_given = true;
-    } else if (strcmp(key, "--load") == 0) {
-      churn_only = "--load"; /* key is the loop's buffer */
-      if ((ccfg.load = parse_load(v)) < 0) {
-        fprintf(stderr,
-                "gpufrac simulate: --load '%s': want a share of the "
-                "reference cluster's GPUs in (0%%, 200%%], e.g. 60%% or "
-                "0.6\n",
-                v);
-        return GF_EXIT_USAGE;
-      }
-    } else if (strcmp(key, "--duration") == 0 ||
-               strcmp(key, "--provision") == 0 ||
-               strcmp(key, "--scale-down-delay") == 0 ||
-               strcmp(key, "--reload") == 0) {
-      churn_only = strcmp(key, "--duration") == 0    ? "--duration"
-                   : strcmp(key, "--provision") == 0 ? "--provision"
-                   : strcmp(key, "--reload") == 0    ? "--reload"
-                                                     : "--scale-down-delay";
-      double x = parse_duration(v);
-      if (x < 0 || (strcmp(key, "--duration") == 0 && x <= 0)) {
-        fprintf(stderr,
-                "gpufrac simulate: %s '%s': want a duration like 90s, 3m, "
-                "2h or 7d%s\n",
-                key, v, strcmp(key, "--duration") == 0 ? " (> 0)" : "");
-        return GF_EXIT_USAGE;
-      }
-      if (strcmp(key, "--duration") == 0)
-        ccfg.duration_s = x;
-      else if (strcmp(key, "--provision") == 0)
-        ccfg.provision_s = x;
-      else if (strcmp(key, "--reload") == 0)
-        ccfg.reload_s = x;
-      else
-        ccfg.empty_s = ccfg.consolidate_s = x;
-    } else if (strcmp(key, "--initial") == 0) {
-      int64_t n;
-      churn_only = "--initial";
-      if (gf_parse_int64(v, 0, 100000, &n, NULL)) {
-        fprintf(stderr, "gpufrac simulate: --initial '%s': want 0..100000\n",
-                v);
-        return GF_EXIT_USAGE;
-      }
-      ccfg.initial = (uint32_t)n;
-    } else if (strcmp(key, "--node-types") == 0) {
-      churn_only = "--node-types";
-      node_types_path = v;
-    } else if (strcmp(key, "--lifetimes") == 0) {
-      churn_only = "--lifetimes";
-      lifetimes_path = v;
-    } else if (strcmp(key, "--models") == 0) {
-      int64_t n;
-      if (gf_parse_int64(v, 1, GF_MAX_WEIGHTS, &n, NULL)) {
-        fprintf(stderr, "gpufrac simulate: --models '%s': want 1..%d\n", v,
-                GF_MAX_WEIGHTS);
-        return GF_EXIT_USAGE;
-      }
-      mcfg.n = (uint32_t)n;
-      not_churn = "--models";
-    } else if (strcmp(key, "--zipf") == 0) {
-      char *end;
-      errno = 0;
-      mcfg.zipf_s = strtod(v, &end);
-      models_opt = "--zipf";
-      if (errno || *end || end == v ||
-          !(mcfg.zipf_s >= 0 && mcfg.zipf_s <= 10)) {
-        fprintf(stderr, "gpufrac simulate: --zipf '%s': want 0..10\n", v);
-        return GF_EXIT_USAGE;
-      }
-    } else if (strcmp(key, "--model-sizes") == 0 ||
-               strcmp(key, "--cache-budget") == 0) {
-      bool sizes = strcmp(key, "--model-sizes") == 0;
-      models_opt = sizes ? "--model-sizes" : "--cache-budget";
-      char buf[1024];
-      if (strlen(v) >= sizeof(buf)) {
-        fprintf(stderr, "gpufrac simulate: %s: too long\n", models_opt);
-        return GF_EXIT_USAGE;
-      }
-      memcpy(buf, v, strlen(v) + 1);
-      char *items[MAX_ITEMS];
-      int k = sizes ? split_list(buf, items, MAX_ITEMS) : 1;
-      if (!sizes)
-        items[0] = buf;
-      for (int j = 0; j < k; j++) {
-        gf_diag qd = {""};
-        int64_t b;
-        if (gf_quantity_bytes(items[j], &b, &qd) || b < (sizes ? 1 : 0)) {
-          fprintf(stderr,
-                  "gpufrac simulate: %s '%s': want %s bytes, a quantity "
-                  "such as 16Gi%s%s\n",
-                  models_opt, items[j], sizes ? "positive" : "0 or more",
-                  qd.msg[0] ? ": " : "", qd.msg);
-          return GF_EXIT_USAGE;
-        }
-        if (sizes)
-          msizes[j] = b;
-        else
-          mcfg.budget = b;
-      }
-      if (sizes && k <= 0) {
-        fprintf(stderr, "gpufrac simulate: --model-sizes: want a list\n");
-        return GF_EXIT_USAGE;
-      }
-      if (sizes)
-        mcfg.nsizes = (uint32_t)k;
-    } else if (strcmp(key, "--format") == 0)
-      format = v;
-    else if (strcmp(key, "--out") == 0)
-      out_dir = v;
-    else if (strcmp(key, "--arrivals") == 0)
-      arrivals_dir = v;
-    else if (strcmp(key, "--data") == 0)
-      data_dir = v;
-    else if (strcmp(key, "--ties") == 0) {
-      if (strcmp(v, "order") == 0)
-        ties = GF_TIE_ORDER;
-      else if (strcmp(v, "uniform") == 0)
-        ties = GF_TIE_UNIFORM;
-      else {
-        fprintf(stderr,
-                "gpufrac simulate: --ties '%s': want order or uniform\n", v);
-        return GF_EXIT_USAGE;
-      }
-    } else if (strcmp(key, "--inflate") == 0) {
-      char *end;
-      errno = 0;
-      inflate = strtod(v, &end);
-      if (errno || *end || !(inflate >= 0.01 && inflate <= 1.99)) {
-        fprintf(stderr,
-                "gpufrac simulate: --inflate '%s': want a number in "
-                "0.01..1.99\n",
-                v);
-        return GF_EXIT_USAGE;
-      }
-    } else if (strcmp(key, "--jobs") == 0) {
-      int64_t j;
-      if (gf_parse_int64(v, 1, 64, &j, NULL)) {
-        fprintf(stderr, "gpufrac simulate: --jobs '%s': want 1..64\n", v);
-        return GF_EXIT_USAGE;
-      }
-      jobs = (long)j;
-    } else {
-      fprintf(stderr, "gpufrac simulate: unknown option '%s'\n", key);
-      return GF_EXIT_USAGE;
-    }
-  }
-  if (strcmp(format, "table") && strcmp(format, "csv") &&
-      strcmp(format, "json")) {
-    fprintf(stderr,
-            "gpufrac simulate: --format '%s': want table, csv or json\n",
-            format);
-    return GF_EXIT_USAGE;
-  }
-  if (jobs < 1)
-    jobs = 1;
-  if (models_opt && mcfg.n == 0) {
-    fprintf(stderr, "gpufrac simulate: %s needs --models\n", models_opt);
-    return GF_EXIT_USAGE;
-  }
-  if (churn_only && !churn) {
-    fprintf(stderr, "gpufrac simulate: %s needs --churn\n", churn_only);
-    return GF_EXIT_USAGE;
-  }
-  if (ccfg.guard && !ccfg.consolidate) {
-    fprintf(stderr, "gpufrac simulate: --guard needs --consolidate (the "
-                    "guard only holds back drains)\n");
-    return GF_EXIT_USAGE;
-  }
-  if (churn && not_churn) {
-    fprintf(stderr,
-            "gpufrac simulate: %s does not apply to --churn (see "
-            "--node-types)\n",
-            not_churn);
-    return GF_EXIT_USAGE;
-  }
-  if (churn && strcmp(format, "csv") == 0) {
-    fprintf(stderr, "gpufrac simulate: --churn: --format is table or json\n");
-    return GF_EXIT_USAGE;
-  }
-  if (churn && !seeds_given)
-    seeds_arg = "42-44";
-
+  int64_t msizes[MAX_ITEMS];
+  gf_sim_models mcfg;
   uint64_t seeds[MAX_SEEDS];
-  int nseeds = parse_seeds(seeds_arg, seeds, MAX_SEEDS);
-  if (nseeds <= 0) {
-    fprintf(stderr,
-            "gpufrac simulate: --seeds '%s': want a list like 42-51 or "
-            "1,5,7-9 (at most %d)\n",
-            seeds_arg, MAX_SEEDS);
-    return GF_EXIT_USAGE;
-  }
+  int nseeds;
   char *policies[MAX_ITEMS];
-  int npolicies = split_list(policy_arg, policies, MAX_ITEMS);
-  if (npolicies < 0) {
-    fprintf(stderr, "gpufrac simulate: --policy: empty item in the list\n");
-    return GF_EXIT_USAGE;
-  }
-  for (int p = 0; p < npolicies; p++)
-    if (gf_policy_find(policies[p]) < 0) {
-      fprintf(stderr,
-              "gpufrac simulate: no policy '%s' (see 'gpufrac simulate "
-              "--help')\n",
-              policies[p]);
-      return GF_EXIT_USAGE;
-    }
-
+  int npolicies;
   char *names[MAX_ITEMS];
   int ntraces;
-  if (pods_path) {
-    ntraces = 1;
-  } else if (strcmp(trace_arg, "all") == 0) {
-    ntraces = (int)NREFERENCE;
-    for (int t = 0; t < ntraces; t++)
-      names[t] = (char *)reference_traces[t];
+} sim_args;
+
+static void sim_args_init(sim_args *a, int argc) {
+  static const int64_t sizes[] = {2LL << 30,  6LL << 30,  14LL << 30,
+                                  16LL << 30, 28LL << 30, 40LL << 30,
+                                  80LL << 30, 140LL << 30};
+  memset(a, 0, sizeof(*a));
+  a->format = "table";
+  a->data_dir = getenv("GPUFRAC_DATA");
+  if (!a->data_dir)
+    a->data_dir = GF_DATA_DIR;
+  snprintf(a->trace_arg, sizeof(a->trace_arg), "default");
+  snprintf(a->policy_arg, sizeof(a->policy_arg), "whole,fgd,gpufrac");
+  a->seeds_arg = "42-51";
+  a->inflate = 1.3;
+  a->ties = GF_TIE_ORDER;
+  a->jobs = sysconf(_SC_NPROCESSORS_ONLN);
+  a->main_job = argc == 1;
+  gf_churn_config_init(&a->ccfg);
+  memcpy(a->msizes, sizes, sizeof(sizes));
+  a->mcfg = (gf_sim_models){.n = 0,
+                            .zipf_s = 1.0,
+                            .sizes = a->msizes,
+                            .nsizes = 8,
+                            .budget = 256LL << 30};
+}
+
+static int sim_usage(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/* "gpufrac simulate: <message>" on stderr; returns the usage exit code. */
+static int sim_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "gpufrac simulate: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return GF_EXIT_USAGE;
+}
+
+/* --churn and the options that need it; -1: not one of them. */
+static int sim_churn_value(sim_args *a, int id, const char *name,
+                           const char *v) {
+  gf_churn_config *c = &a->ccfg;
+  if (id == OPT_CHURN) {
+    a->churn = true;
+    return 0;
+  }
+  a->churn_only = name;
+  if (id == OPT_CONSOLIDATE) {
+    c->consolidate = true;
+  } else if (id == OPT_GUARD) {
+    c->guard = true;
+  } else if (id == OPT_LOAD) {
+    if ((c->load = parse_load(v)) < 0)
+      return sim_usage("--load '%s': want a share of the reference cluster's "
+                       "GPUs in (0%%, 200%%], e.g. 60%% or 0.6",
+                       v);
+  } else if (id == OPT_DURATION || id == OPT_PROVISION ||
+             id == OPT_SCALE_DOWN_DELAY || id == OPT_RELOAD) {
+    bool dur = id == OPT_DURATION;
+    double x = parse_duration(v);
+    if (x < 0 || (dur && x <= 0))
+      return sim_usage("--%s '%s': want a duration like 90s, 3m, 2h or 7d%s",
+                       name, v, dur ? " (> 0)" : "");
+    if (dur)
+      c->duration_s = x;
+    else if (id == OPT_PROVISION)
+      c->provision_s = x;
+    else if (id == OPT_RELOAD)
+      c->reload_s = x;
+    else
+      c->empty_s = c->consolidate_s = x;
+  } else if (id == OPT_INITIAL) {
+    int64_t n;
+    if (gf_parse_int64(v, 0, 100000, &n, NULL))
+      return sim_usage("--initial '%s': want 0..100000", v);
+    c->initial = (uint32_t)n;
+  } else if (id == OPT_NODE_TYPES) {
+    a->node_types_path = v;
+  } else if (id == OPT_LIFETIMES) {
+    a->lifetimes_path = v;
   } else {
-    ntraces = split_list(trace_arg, names, MAX_ITEMS);
-    if (ntraces < 0) {
-      fprintf(stderr, "gpufrac simulate: --trace: empty item in the list\n");
+    a->churn_only = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+/* The model-weight options; -1: not one of them. */
+static int sim_model_value(sim_args *a, int id, const char *name,
+                           const char *v) {
+  if (id == OPT_MODELS) {
+    int64_t n;
+    if (gf_parse_int64(v, 1, GF_MAX_WEIGHTS, &n, NULL))
+      return sim_usage("--models '%s': want 1..%d", v, GF_MAX_WEIGHTS);
+    a->mcfg.n = (uint32_t)n;
+    a->not_churn = name;
+    return 0;
+  }
+  if (id == OPT_ZIPF) {
+    char *end;
+    errno = 0;
+    a->mcfg.zipf_s = strtod(v, &end);
+    a->models_opt = name;
+    if (errno || *end || end == v ||
+        !(a->mcfg.zipf_s >= 0 && a->mcfg.zipf_s <= 10))
+      return sim_usage("--zipf '%s': want 0..10", v);
+    return 0;
+  }
+  if (id != OPT_MODEL_SIZES && id != OPT_CACHE_BUDGET)
+    return -1;
+  bool sizes = id == OPT_MODEL_SIZES;
+  a->models_opt = name;
+  char buf[1024];
+  if (strlen(v) >= sizeof(buf))
+    return sim_usage("--%s: too long", name);
+  memcpy(buf, v, strlen(v) + 1);
+  char *items[MAX_ITEMS];
+  int k = sizes ? split_list(buf, items, MAX_ITEMS) : 1;
+  if (!sizes)
+    items[0] = buf;
+  for (int j = 0; j < k; j++) {
+    gf_diag qd = {""};
+    int64_t b;
+    if (gf_quantity_bytes(items[j], &b, &qd) || b < (sizes ? 1 : 0))
+      return sim_usage("--%s '%s': want %s bytes, a quantity such as 16Gi%s%s",
+                       name, items[j], sizes ? "positive" : "0 or more",
+                       qd.msg[0] ? ": " : "", qd.msg);
+    if (sizes)
+      a->msizes[j] = b;
+    else
+      a->mcfg.budget = b;
+  }
+  if (sizes && k <= 0)
+    return sim_usage("--model-sizes: want a list");
+  if (sizes)
+    a->mcfg.nsizes = (uint32_t)k;
+  return 0;
+}
+
+/* One option's value into a; 0 or the exit code. */
+static int sim_value(sim_args *a, int id, const char *name, const char *v) {
+  int rc = sim_churn_value(a, id, name, v);
+  if (rc < 0)
+    rc = sim_model_value(a, id, name, v);
+  if (rc >= 0)
+    return rc;
+  if (id == OPT_NODES || id == OPT_INFLATE || id == OPT_ARRIVALS)
+    a->not_churn = name;
+  if (id == OPT_NODES) {
+    a->nodes_path = v;
+  } else if (id == OPT_PODS) {
+    a->pods_path = v;
+  } else if (id == OPT_TRACE || id == OPT_POLICY) {
+    char *dst = id == OPT_TRACE ? a->trace_arg : a->policy_arg;
+    if (strlen(v) >= sizeof(a->trace_arg))
+      return sim_usage("--%s: list too long", name);
+    memcpy(dst, v, strlen(v) + 1);
+  } else if (id == OPT_SEEDS) {
+    a->seeds_arg = v;
+    a->seeds_given = true;
+  } else if (id == OPT_FORMAT) {
+    a->format = v;
+  } else if (id == OPT_OUT) {
+    a->out_dir = v;
+  } else if (id == OPT_ARRIVALS) {
+    a->arrivals_dir = v;
+  } else if (id == OPT_DATA) {
+    a->data_dir = v;
+  } else if (id == OPT_TIES) {
+    if (strcmp(v, "order") == 0)
+      a->ties = GF_TIE_ORDER;
+    else if (strcmp(v, "uniform") == 0)
+      a->ties = GF_TIE_UNIFORM;
+    else
+      return sim_usage("--ties '%s': want order or uniform", v);
+  } else if (id == OPT_INFLATE) {
+    char *end;
+    errno = 0;
+    a->inflate = strtod(v, &end);
+    if (errno || *end || !(a->inflate >= 0.01 && a->inflate <= 1.99))
+      return sim_usage("--inflate '%s': want a number in 0.01..1.99", v);
+  } else { /* OPT_JOBS */
+    int64_t j;
+    if (gf_parse_int64(v, 1, 64, &j, NULL))
+      return sim_usage("--jobs '%s': want 1..64", v);
+    a->jobs = (long)j;
+  }
+  return 0;
+}
+
+/* The options' combinations; 0 or the exit code. */
+static int sim_check_options(sim_args *a) {
+  if (strcmp(a->format, "table") && strcmp(a->format, "csv") &&
+      strcmp(a->format, "json"))
+    return sim_usage("--format '%s': want table, csv or json", a->format);
+  if (a->jobs < 1)
+    a->jobs = 1;
+  if (a->models_opt && a->mcfg.n == 0)
+    return sim_usage("--%s needs --models", a->models_opt);
+  if (a->churn_only && !a->churn)
+    return sim_usage("--%s needs --churn", a->churn_only);
+  if (a->ccfg.guard && !a->ccfg.consolidate)
+    return sim_usage("--guard needs --consolidate (the guard only holds back "
+                     "drains)");
+  if (a->churn && a->not_churn)
+    return sim_usage("--%s does not apply to --churn (see --node-types)",
+                     a->not_churn);
+  if (a->churn && strcmp(a->format, "csv") == 0)
+    return sim_usage("--churn: --format is table or json");
+  if (a->churn && !a->seeds_given)
+    a->seeds_arg = "42-44";
+  return 0;
+}
+
+/* Seeds, policies and traces from their lists; 0 or the exit code. */
+static int sim_check_lists(sim_args *a) {
+  a->nseeds = parse_seeds(a->seeds_arg, a->seeds, MAX_SEEDS);
+  if (a->nseeds <= 0)
+    return sim_usage("--seeds '%s': want a list like 42-51 or 1,5,7-9 (at "
+                     "most %d)",
+                     a->seeds_arg, MAX_SEEDS);
+  a->npolicies = split_list(a->policy_arg, a->policies, MAX_ITEMS);
+  if (a->npolicies < 0)
+    return sim_usage("--policy: empty item in the list");
+  for (int p = 0; p < a->npolicies; p++)
+    if (gf_policy_find(a->policies[p]) < 0)
+      return sim_usage("no policy '%s' (see 'gpufrac simulate --help')",
+                       a->policies[p]);
+  if (a->pods_path) {
+    a->ntraces = 1;
+    return 0;
+  }
+  if (strcmp(a->trace_arg, "all") == 0) {
+    a->ntraces = (int)NREFERENCE;
+    for (int t = 0; t < a->ntraces; t++)
+      a->names[t] = (char *)reference_traces[t];
+    return 0;
+  }
+  a->ntraces = split_list(a->trace_arg, a->names, MAX_ITEMS);
+  if (a->ntraces < 0)
+    return sim_usage("--trace: empty item in the list");
+  for (int t = 0; t < a->ntraces; t++)
+    if (!safe_name(a->names[t]))
+      return sim_usage("--trace '%s': not a trace name", a->names[t]);
+  for (int t = 0; t < a->ntraces; t++) {
+    char p[4096 + 64];
+    snprintf(p, sizeof(p), "%s/traces/openb_pod_list_%s.csv", a->data_dir,
+             a->names[t]);
+    if (access(p, F_OK) != 0) {
+      no_such_trace(a->data_dir, a->names[t]);
       return GF_EXIT_USAGE;
     }
-    for (int t = 0; t < ntraces; t++)
-      if (!safe_name(names[t])) {
-        fprintf(stderr, "gpufrac simulate: --trace '%s': not a trace name\n",
-                names[t]);
-        return GF_EXIT_USAGE;
-      }
-    for (int t = 0; t < ntraces; t++) {
-      char p[4096 + 64];
-      snprintf(p, sizeof(p), "%s/traces/openb_pod_list_%s.csv", data_dir,
-               names[t]);
-      if (access(p, F_OK) != 0) {
-        no_such_trace(data_dir, names[t]);
-        return GF_EXIT_USAGE;
-      }
-    }
   }
+  return 0;
+}
 
-  if (churn) {
-    churn_cli co = {.data_dir = data_dir,
-                    .node_types_path = node_types_path,
-                    .lifetimes_path = lifetimes_path,
-                    .pods_path = pods_path,
-                    .traces = names,
-                    .ntraces = ntraces,
-                    .policies = policies,
-                    .npolicies = npolicies,
-                    .seeds = seeds,
-                    .nseeds = nseeds,
-                    .seeds_arg = seeds_arg,
-                    .format = format,
-                    .out_dir = out_dir,
-                    .jobs = (int)jobs,
-                    .cfg = ccfg};
-    co.cfg.ties = ties;
-    return simulate_churn(&co);
-  }
+/* Parses and checks argv into a; -1 to go on, else the exit code. */
+static int sim_parse(sim_args *a, int argc, char **argv) {
+  gf__opt_iter it;
+  gf__opt_iter_init(&it, &sim_cmd, argc, argv);
+  const char *v;
+  int id, rc;
+  while ((id = gf__opt_next(&it, &v)) > 0)
+    if ((rc = sim_value(a, id, it.opt->name, v)))
+      return rc;
+  if (id < 0)
+    return it.exit;
+  if ((rc = sim_check_options(a)) || (rc = sim_check_lists(a)))
+    return rc;
+  return -1;
+}
 
-  int rc = GF_EXIT_FAIL;
+static int sim_churn(sim_args *a) {
+  churn_cli co = {.data_dir = a->data_dir,
+                  .node_types_path = a->node_types_path,
+                  .lifetimes_path = a->lifetimes_path,
+                  .pods_path = a->pods_path,
+                  .traces = a->names,
+                  .ntraces = a->ntraces,
+                  .policies = a->policies,
+                  .npolicies = a->npolicies,
+                  .seeds = a->seeds,
+                  .nseeds = a->nseeds,
+                  .seeds_arg = a->seeds_arg,
+                  .format = a->format,
+                  .out_dir = a->out_dir,
+                  .jobs = (int)a->jobs,
+                  .cfg = a->ccfg};
+  co.cfg.ties = a->ties;
+  return simulate_churn(&co);
+}
+
+/* Loads trace t's pods (a->pods_path or the bundled list) and its typical
+ * pods; 0 or -1 with a message printed. */
+static int load_trace(const sim_args *a, int t, gf_cluster *base, trace *tr) {
   gf_diag d = {""};
+  if (a->pods_path) {
+    const char *slash = strrchr(a->pods_path, '/');
+    const char *base_name = slash ? slash + 1 : a->pods_path;
+    if (strncmp(base_name, "openb_pod_list_", 15) == 0)
+      base_name += 15;
+    snprintf(tr->name, sizeof(tr->name), "%s", base_name);
+    char *dot = strrchr(tr->name, '.');
+    if (dot && strcmp(dot, ".csv") == 0)
+      *dot = '\0';
+    snprintf(tr->path, sizeof(tr->path), "%s", a->pods_path);
+  } else {
+    snprintf(tr->name, sizeof(tr->name), "%s", a->names[t]);
+    snprintf(tr->path, sizeof(tr->path), "%s/traces/openb_pod_list_%s.csv",
+             a->data_dir, a->names[t]);
+  }
+  if (gf_trace_load_pods(tr->path, base, &tr->pods, &d)) {
+    fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
+    return -1;
+  }
+  if (tr->pods.n == 0) {
+    fprintf(stderr, "gpufrac simulate: %s: no pods\n", tr->path);
+    return -1;
+  }
+  if (gf_sim_typical(&tr->pods, 95.0, &tr->typical) ||
+      gf_sim_typical(&tr->pods, 100.0, &tr->shapes)) {
+    fprintf(stderr, "gpufrac simulate: %s: typical pods: out of memory\n",
+            tr->path);
+    return -1;
+  }
+  return 0;
+}
+
+/* The nodes, then every trace; 0 or -1 with a message printed. */
+static int load_all(const sim_args *a, gf_cluster *base, trace *traces) {
+  gf_diag d = {""};
+  char path[4096];
+  const char *nodes_path = a->nodes_path;
+  if (!nodes_path) {
+    snprintf(path, sizeof(path), "%s/traces/openb_node_list_gpu_node.csv",
+             a->data_dir);
+    nodes_path = path;
+  }
+  if (gf_trace_load_nodes(nodes_path, base, &d)) {
+    fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
+    return -1;
+  }
+  for (int t = 0; t < a->ntraces; t++)
+    if (load_trace(a, t, base, &traces[t]))
+      return -1;
+  if (gf_cluster_gpu_milli_total(base) <= 0) {
+    fprintf(stderr, "gpufrac simulate: %s: no GPUs in the node list\n",
+            nodes_path);
+    return -1;
+  }
+  return 0;
+}
+
+/* Each policy and its parameters, once, before any work; 0 or the exit
+ * code (a policy's bad parameter is a usage error). */
+static int check_policies(const sim_args *a, gf_cluster *base,
+                          const trace *traces) {
+  gf_diag d = {""};
+  for (int p = 0; p < a->npolicies; p++) {
+    gf_engine *e;
+    gf_engine_config ec = {.policy = a->policies[p],
+                           .typical = &traces[0].typical,
+                           .shapes = &traces[0].shapes};
+    if (gf_engine_new(base, &ec, &e, &d)) {
+      fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
+      return GF_EXIT_USAGE;
+    }
+    gf_engine_free(e);
+  }
+  return 0;
+}
+
+/* The sweep's summaries, printed as asked; 0 or the exit code. */
+static int report(const sim_args *a, sweep *s) {
+  int nt = a->ntraces, np = a->npolicies;
+  gf_summary *sum = calloc((size_t)(nt * np), sizeof(*sum));
+  if (!sum) {
+    fprintf(stderr, "gpufrac simulate: out of memory\n");
+    return GF_EXIT_FAIL;
+  }
+  for (int t = 0; t < nt; t++)
+    for (int p = 0; p < np; p++)
+      gf_summary_of(
+          a->policies[p], s->traces[t].name, gf_cluster_ngpus(s->base),
+          &s->results[(t * np + p) * a->nseeds], a->nseeds, &sum[t * np + p]);
+  if (a->main_job)
+    main_job_table(s, sum);
+  else if (strcmp(a->format, "json") == 0)
+    gf_report_json(stdout, sum, nt * np, a->inflate, a->seeds_arg);
+  else if (strcmp(a->format, "csv") == 0)
+    gf_report_csv(stdout, sum, nt * np);
+  else
+    gf_report_table(stdout, sum, nt * np);
+  int rc = GF_EXIT_FAIL;
+  if (!a->out_dir || !write_out_dir(a->out_dir, s, sum))
+    rc = fflush(stdout) == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
+  free(sum);
+  return rc;
+}
+
+/* The one-shot replay: every (trace, policy, seed). */
+static int sim_replay(sim_args *a) {
+  int rc = GF_EXIT_FAIL;
+  int ntraces = a->ntraces;
   trace *traces = calloc((size_t)ntraces, sizeof(*traces));
   gf_cluster *base = gf_cluster_new();
-  gf_summary *sum = NULL;
   sweep s;
   memset(&s, 0, sizeof(s));
   if (!traces || !base) {
     fprintf(stderr, "gpufrac simulate: out of memory\n");
     goto out;
   }
-  char path[4096];
-  if (!nodes_path) {
-    snprintf(path, sizeof(path), "%s/traces/openb_node_list_gpu_node.csv",
-             data_dir);
-    nodes_path = path;
-  }
-  if (gf_trace_load_nodes(nodes_path, base, &d)) {
-    fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
+  if (load_all(a, base, traces))
+    goto out;
+  if ((rc = check_policies(a, base, traces))) {
     goto out;
   }
-  for (int t = 0; t < ntraces; t++) {
-    trace *tr = &traces[t];
-    if (pods_path) {
-      const char *slash = strrchr(pods_path, '/');
-      const char *base_name = slash ? slash + 1 : pods_path;
-      if (strncmp(base_name, "openb_pod_list_", 15) == 0)
-        base_name += 15;
-      snprintf(tr->name, sizeof(tr->name), "%s", base_name);
-      char *dot = strrchr(tr->name, '.');
-      if (dot && strcmp(dot, ".csv") == 0)
-        *dot = '\0';
-      snprintf(tr->path, sizeof(tr->path), "%s", pods_path);
-    } else {
-      snprintf(tr->name, sizeof(tr->name), "%s", names[t]);
-      snprintf(tr->path, sizeof(tr->path), "%s/traces/openb_pod_list_%s.csv",
-               data_dir, names[t]);
-    }
-    if (gf_trace_load_pods(tr->path, base, &tr->pods, &d)) {
-      fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
-      goto out;
-    }
-    if (tr->pods.n == 0) {
-      fprintf(stderr, "gpufrac simulate: %s: no pods\n", tr->path);
-      goto out;
-    }
-    if (gf_sim_typical(&tr->pods, 95.0, &tr->typical) ||
-        gf_sim_typical(&tr->pods, 100.0, &tr->shapes)) {
-      fprintf(stderr, "gpufrac simulate: %s: typical pods: out of memory\n",
-              tr->path);
-      goto out;
-    }
-  }
-  if (gf_cluster_gpu_milli_total(base) <= 0) {
-    fprintf(stderr, "gpufrac simulate: %s: no GPUs in the node list\n",
-            nodes_path);
+  rc = GF_EXIT_FAIL;
+  if (a->arrivals_dir &&
+      write_arrivals(a->arrivals_dir, traces, ntraces, a->seeds, a->nseeds,
+                     a->inflate, gf_cluster_gpu_milli_total(base)))
     goto out;
-  }
-
-  /* Check each policy and its parameters once, before any work. */
-  for (int p = 0; p < npolicies; p++) {
-    gf_engine *e;
-    gf_engine_config ec = {.policy = policies[p],
-                           .typical = &traces[0].typical,
-                           .shapes = &traces[0].shapes};
-    if (gf_engine_new(base, &ec, &e, &d)) {
-      fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
-      rc = GF_EXIT_USAGE;
-      goto out;
-    }
-    gf_engine_free(e);
-  }
-
-  if (arrivals_dir &&
-      write_arrivals(arrivals_dir, traces, ntraces, seeds, nseeds, inflate,
-                     gf_cluster_gpu_milli_total(base)))
-    goto out;
-
   s.base = base;
   s.traces = traces;
   s.ntraces = ntraces;
-  s.policies = policies;
-  s.npolicies = npolicies;
-  s.seeds = seeds;
-  s.nseeds = nseeds;
-  s.inflate = inflate;
-  s.ties = ties;
-  s.models = mcfg.n ? &mcfg : NULL;
-  if (run_sweep(&s, (int)jobs)) {
+  s.policies = a->policies;
+  s.npolicies = a->npolicies;
+  s.seeds = a->seeds;
+  s.nseeds = a->nseeds;
+  s.inflate = a->inflate;
+  s.ties = a->ties;
+  s.models = a->mcfg.n ? &a->mcfg : NULL;
+  if (run_sweep(&s, (int)a->jobs)) {
     fprintf(stderr, "gpufrac simulate: %s\n",
             s.pool.error[0] ? s.pool.error : "out of memory");
     goto out;
   }
-  sum = calloc((size_t)(ntraces * npolicies), sizeof(*sum));
-  if (!sum) {
-    fprintf(stderr, "gpufrac simulate: out of memory\n");
-    goto out;
-  }
-  for (int t = 0; t < ntraces; t++)
-    for (int p = 0; p < npolicies; p++)
-      gf_summary_of(policies[p], traces[t].name, gf_cluster_ngpus(base),
-                    &s.results[(t * npolicies + p) * nseeds], nseeds,
-                    &sum[t * npolicies + p]);
-
-  if (main_job)
-    main_job_table(&s, sum);
-  else if (strcmp(format, "json") == 0)
-    gf_report_json(stdout, sum, ntraces * npolicies, inflate, seeds_arg);
-  else if (strcmp(format, "csv") == 0)
-    gf_report_csv(stdout, sum, ntraces * npolicies);
-  else
-    gf_report_table(stdout, sum, ntraces * npolicies);
-  if (out_dir && write_out_dir(out_dir, &s, sum))
-    goto out;
-  rc = fflush(stdout) == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
+  rc = report(a, &s);
 out:
-  free(sum);
   free(s.results);
   if (traces)
     for (int t = 0; t < ntraces; t++) {
@@ -973,4 +1010,13 @@ out:
   free(traces);
   gf_cluster_free(base);
   return rc;
+}
+
+int cmd_simulate(int argc, char **argv) {
+  sim_args a;
+  sim_args_init(&a, argc);
+  int rc = sim_parse(&a, argc, argv);
+  if (rc >= 0)
+    return rc;
+  return a.churn ? sim_churn(&a) : sim_replay(&a);
 }

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE /* struct ucred */
 #include "h2grpc.h"
 #include "alloc.h"
+#include "buf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -174,14 +175,14 @@ static void stream_unlink_free(stream *st) {
   if (st->next)
     st->next->prev = st->prev;
   c->srv->buffered -= st->req_cap;
-  free(st->req);
-  free(st->out);
-  free(st);
+  gf__free(st->req);
+  gf__free(st->out);
+  gf__free(st);
 }
 
 static void drop_request(stream *st) {
   st->c->srv->buffered -= st->req_cap;
-  free(st->req);
+  gf__free(st->req);
   st->req = NULL;
   st->req_len = st->req_cap = 0;
 }
@@ -347,7 +348,7 @@ static void dispatch(stream *st) {
       if ((*pp)->ticket == ticket) {
         later *l = *pp;
         *pp = l->next;
-        free(l);
+        gf__free(l);
         break;
       }
     pthread_mutex_unlock(&s->later_mu);
@@ -358,13 +359,13 @@ static void dispatch(stream *st) {
 /* Sends r (taking r->msg) on st, which has not been answered. */
 static void send_reply(stream *st, gf__grpc_reply *r, bool streaming) {
   if (r->status != GF__GRPC_OK) {
-    free(r->msg);
+    gf__free(r->msg);
     r->msg = NULL;
     reply_status(st, r->status, r->message);
     return;
   }
   bool ok = out_append(st, r->msg, r->len);
-  free(r->msg);
+  gf__free(r->msg);
   r->msg = NULL;
   if (!ok) {
     reply_status(st, GF__GRPC_RESOURCE_EXHAUSTED,
@@ -534,7 +535,7 @@ static void conn_free(conn *c) {
   while (c->streams)
     stream_unlink_free(c->streams);
   close(c->fd);
-  free(c);
+  gf__free(c);
 }
 
 static void conn_flush(conn *c) {
@@ -690,7 +691,7 @@ fail:
     nghttp2_session_callbacks_del(cb);
   if (c && c->sess)
     nghttp2_session_del(c->sess);
-  free(c);
+  gf__free(c);
   close(fd);
 }
 
@@ -728,7 +729,7 @@ int gf__h2srv_new(gf__h2srv **out, int listen_fd, const gf__h2srv_ops *ops,
   }
   if (pipe(p) != 0) {
     int e = errno;
-    free(s);
+    gf__free(s);
     close(listen_fd);
     return gf_diag_set(d, GF_EIO, "gRPC server: pipe: %s", strerror(e));
   }
@@ -765,7 +766,7 @@ void gf__h2srv_answer(gf__h2srv *s, uint64_t ticket, gf__grpc_reply *r) {
     }
   pthread_mutex_unlock(&s->later_mu);
   if (!kept)
-    free(r->msg); /* not a ticket of ours: nobody to answer */
+    gf__free(r->msg); /* not a ticket of ours: nobody to answer */
   r->msg = NULL;
   gf__h2srv_wake(s);
 }
@@ -797,8 +798,8 @@ static void send_laters(gf__h2srv *s) {
       found->c->progress_ms = now_ms();
       send_reply(found, &l->r, false);
     }
-    free(l->r.msg);
-    free(l);
+    gf__free(l->r.msg);
+    gf__free(l);
   }
 }
 
@@ -965,11 +966,11 @@ void gf__h2srv_free(gf__h2srv *s) {
   while (s->laters) {
     later *l = s->laters;
     s->laters = l->next;
-    free(l->r.msg);
-    free(l);
+    gf__free(l->r.msg);
+    gf__free(l);
   }
   pthread_mutex_destroy(&s->later_mu);
-  free(s);
+  gf__free(s);
 }
 
 /* ---- client ---- */
@@ -981,8 +982,7 @@ typedef struct client {
   size_t body_len, body_off;
   int http_status, grpc_status;
   char message[GF_DIAG_MAX];
-  uint8_t *resp;
-  size_t resp_len;
+  gf__buf resp; /* the response body, at most GF__GRPC_MAX_MSG + 5 bytes */
   bool too_big, closed;
 } client;
 
@@ -1039,18 +1039,8 @@ static int client_data_cb(nghttp2_session *sess, uint8_t flags, int32_t id,
   client *cl = user;
   if (id != cl->sid || cl->too_big)
     return 0;
-  if (cl->resp_len + len > GF__GRPC_MAX_MSG + 5) {
-    cl->too_big = true;
-    return 0;
-  }
-  uint8_t *p = gf__realloc(cl->resp, cl->resp_len + len);
-  if (!p) {
-    cl->too_big = true;
-    return 0;
-  }
-  cl->resp = p;
-  memcpy(p + cl->resp_len, data, len);
-  cl->resp_len += len;
+  if (gf__buf_append(&cl->resp, data, len))
+    cl->too_big = true; /* over the maximum, or out of memory */
   return 0;
 }
 
@@ -1088,14 +1078,14 @@ int gf__grpc_call_unix(const char *sock_path, const char *path,
                        int *status, char *message, size_t cap, uint8_t **resp,
                        size_t *resp_len, pid_t *peer_pid, gf_diag *d) {
   client cl = {.fd = -1, .sid = -1, .grpc_status = -1};
+  gf__buf_init(&cl.resp, GF__GRPC_MAX_MSG + 5);
   nghttp2_session *sess = NULL;
   nghttp2_session_callbacks *cb = NULL;
   uint8_t *body = NULL;
-  int rc = 0;
   if (len > GF__GRPC_MAX_MSG)
     return gf_diag_set(d, GF_ELIMIT, "%s: request over the message limit",
                        path);
-  rc = client_connect(sock_path, &cl.fd, d);
+  int rc = client_connect(sock_path, &cl.fd, d);
   if (rc)
     return rc;
   if (peer_pid) {
@@ -1183,24 +1173,24 @@ int gf__grpc_call_unix(const char *sock_path, const char *path,
   *resp = NULL;
   *resp_len = 0;
   if (cl.grpc_status == 0) {
-    if (cl.too_big || cl.resp_len < 5 || cl.resp[0] != 0 ||
-        get_be32(cl.resp + 1) != cl.resp_len - 5) {
+    const uint8_t *r = (const uint8_t *)cl.resp.p;
+    if (cl.too_big || cl.resp.len < 5 || r[0] != 0 ||
+        get_be32(r + 1) != cl.resp.len - 5) {
       rc = gf_diag_set(d, GF_EIO, "%s on %s: the response is not one message",
                        path, sock_path);
       goto out;
     }
-    memmove(cl.resp, cl.resp + 5, cl.resp_len - 5);
-    *resp = cl.resp;
-    *resp_len = cl.resp_len - 5;
-    cl.resp = NULL;
+    memmove(cl.resp.p, cl.resp.p + 5, cl.resp.len - 5);
+    *resp_len = cl.resp.len - 5;
+    *resp = (uint8_t *)gf__buf_take(&cl.resp);
   }
 out:
   if (sess)
     nghttp2_session_del(sess);
   if (cb)
     nghttp2_session_callbacks_del(cb);
-  free(body);
-  free(cl.resp);
+  gf__free(body);
+  gf__buf_release(&cl.resp);
   if (cl.fd >= 0)
     close(cl.fd);
   return rc;
@@ -1232,8 +1222,8 @@ gf__grpc_job *gf__grpc_job_new(size_t m, const uint8_t *req, size_t len,
   gf__grpc_job *j = gf__calloc(1, sizeof *j);
   uint8_t *copy = gf__malloc(len ? len : 1);
   if (!j || !copy) {
-    free(j);
-    free(copy);
+    gf__free(j);
+    gf__free(copy);
     return NULL;
   }
   if (len)
@@ -1248,8 +1238,8 @@ gf__grpc_job *gf__grpc_job_new(size_t m, const uint8_t *req, size_t len,
 void gf__grpc_job_free(gf__grpc_job *j) {
   if (!j)
     return;
-  free(j->req);
-  free(j);
+  gf__free(j->req);
+  gf__free(j);
 }
 
 void gf__grpc_jobq_init(gf__grpc_jobq *q) {

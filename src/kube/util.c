@@ -150,23 +150,15 @@ int gf__read_file(const char *path, size_t max, char **out, size_t *len,
   FILE *f = fopen(path, "rb");
   if (!f)
     return gf_diag_set(d, GF_EIO, "%s: cannot open: %s", path, strerror(errno));
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-    rc = gf__buf_append(&b, chunk, n);
-    if (rc == GF_ELIMIT) {
-      gf_diag_set(d, rc, "%s: larger than %zu bytes", path, max);
-      goto out;
-    }
-    if (rc) {
-      gf_diag_set(d, rc, "%s: out of memory", path);
-      goto out;
-    }
-  }
-  if (ferror(f)) {
-    rc = gf_diag_set(d, GF_EIO, "%s: read error", path);
+  rc = gf__buf_read_stream(&b, f);
+  if (rc == GF_ELIMIT)
+    gf_diag_set(d, rc, "%s: larger than %zu bytes", path, max);
+  else if (rc == GF_EIO)
+    gf_diag_set(d, rc, "%s: read error", path);
+  else if (rc)
+    gf_diag_set(d, rc, "%s: out of memory", path);
+  if (rc)
     goto out;
-  }
   if (!b.p) {
     rc = gf__buf_append(&b, "", 0);
     if (rc)

@@ -2,12 +2,15 @@
  * The node config file (gpufrac/node.h): "key = value" lines, bounded,
  * every error naming the file and line.
  */
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
+#include "kvline.h"
 #include "modelcache_config.h"
 #include "node_health.h"
 #include "node_util.h"
@@ -87,15 +90,6 @@ static int parse_xids(gf_node_config *c, const char *v, const char *where,
   return 0;
 }
 
-static char *trim(char *s) {
-  while (*s == ' ' || *s == '\t')
-    s++;
-  char *e = s + strlen(s);
-  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
-    *--e = '\0';
-  return s;
-}
-
 static int set_path(char *dst, size_t cap, const char *v, const char *where,
                     const char *k, gf_diag *d) {
   if (v[0] != '/')
@@ -108,136 +102,186 @@ static int set_path(char *dst, size_t cap, const char *v, const char *where,
   return 0;
 }
 
+/* ---- the directives: one row per key, as nginx's directive tables ------ */
+
+typedef struct directive directive;
+/* Sets key k to v as row r says; `where` is "name:line". */
+typedef int (*set_fn)(gf_node_config *c, const directive *r, const char *k,
+                      const char *v, const char *where, gf_diag *d);
+struct directive {
+  const char *key; /* the key, or a prefix when it ends in '.' or '_' */
+  set_fn set;
+  size_t off, cap;  /* the field (offsetof, sizeof) */
+  int64_t lo, hi;   /* set_int's range */
+  const char *want; /* set_int's message: what is wanted */
+};
+
+static int set_path_d(gf_node_config *c, const directive *r, const char *k,
+                      const char *v, const char *where, gf_diag *d) {
+  return set_path((char *)c + r->off, r->cap, v, where, k, d);
+}
+
+static int set_int(gf_node_config *c, const directive *r, const char *k,
+                   const char *v, const char *where, gf_diag *d) {
+  if (gf_parse_int64(v, r->lo, r->hi, (int64_t *)(void *)((char *)c + r->off),
+                     NULL))
+    return gf_diag_set(d, GF_ERANGE, "%s: %s = '%s': want %s", where, k, v,
+                       r->want);
+  return 0;
+}
+
+static int set_mode(gf_node_config *c, const directive *r, const char *k,
+                    const char *v, const char *where, gf_diag *d) {
+  (void)r;
+  gf_node_mode m;
+  if (parse_mode(v, &m))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: %s = '%s': want shared, exclusive, mps or mig",
+                       where, k, v);
+  if (k[4] == '\0') {
+    c->mode_default = m;
+    return 0;
+  }
+  const char *sel = k + 5;
+  if (strncmp(sel, "GPU-", 4) == 0 || strncmp(sel, "MIG-", 4) == 0) {
+    if (strlen(sel) >= GF_UUID_MAX)
+      return gf_diag_set(d, GF_ELIMIT, "%s: %s: uuid longer than %d", where, k,
+                         GF_UUID_MAX - 1);
+    for (uint32_t i = 0; i < c->nuuid; i++)
+      if (strcmp(c->mode_uuid[i].uuid, sel) == 0) {
+        c->mode_uuid[i].mode = m;
+        return 0;
+      }
+    if (c->nuuid >= GF_NODE_MAX_GPUS)
+      return gf_diag_set(d, GF_ELIMIT, "%s: more than %d modes by uuid", where,
+                         GF_NODE_MAX_GPUS);
+    gf__node_copy(c->mode_uuid[c->nuuid].uuid, GF_UUID_MAX, sel);
+    c->mode_uuid[c->nuuid++].mode = m;
+    return 0;
+  }
+  int64_t idx;
+  if (gf_parse_int64(sel, 0, GF_NODE_MAX_GPUS - 1, &idx, NULL))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: %s: want mode.<index 0..%d> or mode.<GPU-uuid>",
+                       where, k, GF_NODE_MAX_GPUS - 1);
+  c->mode_index[idx] = m;
+  c->index_set |= 1u << idx;
+  return 0;
+}
+
+static int set_slots(gf_node_config *c, const directive *r, const char *k,
+                     const char *v, const char *where, gf_diag *d) {
+  (void)r, (void)k;
+  int64_t n;
+  if (gf_parse_int64(v, 1, 64, &n, NULL))
+    return gf_diag_set(d, GF_ERANGE, "%s: slots = '%s': want 1..64", where, v);
+  c->slots = (uint32_t)n;
+  return 0;
+}
+
+static int set_listen(gf_node_config *c, const directive *r, const char *k,
+                      const char *v, const char *where, gf_diag *d) {
+  (void)r, (void)k;
+  if (!*v || strlen(v) >= sizeof(c->listen) || !strchr(v, ':'))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: listen = '%s': want ADDR:PORT",
+                       where, v);
+  gf__node_copy(c->listen, sizeof(c->listen), v);
+  return 0;
+}
+
+static int set_log(gf_node_config *c, const directive *r, const char *k,
+                   const char *v, const char *where, gf_diag *d) {
+  (void)r, (void)k;
+  if (strcmp(v, "off") && strcmp(v, "warn") && strcmp(v, "info") &&
+      strcmp(v, "debug"))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: log = '%s': want off, warn, info or debug", where,
+                       v);
+  gf__node_copy(c->log, sizeof(c->log), v);
+  return 0;
+}
+
+static int set_allocate(gf_node_config *c, const directive *r, const char *k,
+                        const char *v, const char *where, gf_diag *d) {
+  (void)r, (void)k;
+  if (strcmp(v, "mounts") && strcmp(v, "cdi"))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: allocate = '%s': want mounts or cdi",
+                       where, v);
+  c->allocate_cdi = strcmp(v, "cdi") == 0;
+  return 0;
+}
+
+static int set_mps_control(gf_node_config *c, const directive *r, const char *k,
+                           const char *v, const char *where, gf_diag *d) {
+  (void)r, (void)k;
+  if (!*v || strlen(v) >= sizeof(c->mps_control))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: mps_control = '%s': empty or too long", where, v);
+  gf__node_copy(c->mps_control, sizeof(c->mps_control), v);
+  return 0;
+}
+
+static int set_xids(gf_node_config *c, const directive *r, const char *k,
+                    const char *v, const char *where, gf_diag *d) {
+  (void)r, (void)k;
+  return parse_xids(c, v, where, d);
+}
+
+static int set_model(gf_node_config *c, const directive *r, const char *k,
+                     const char *v, const char *where, gf_diag *d) {
+  (void)r;
+  return gf__node_cache_config_kv(c, k, v, where, d);
+}
+
+#define PATH(key, field)                                                       \
+  {                                                                            \
+    key, set_path_d, offsetof(gf_node_config, field),                          \
+        sizeof(((gf_node_config *)0)->field), 0, 0, NULL                       \
+  }
+#define INT(key, field, lo, hi, want)                                          \
+  { key, set_int, offsetof(gf_node_config, field), 0, lo, hi, want }
+#define FN(key, fn)                                                            \
+  { key, fn, 0, 0, 0, 0, NULL }
+
+/* Every key of the node config (docs/node.md); "mode" also takes
+ * "mode.<index or uuid>", "model_" is a prefix (the weight cache's keys,
+ * src/modelcache/modelcache_config.c). */
+static const directive directives[] = {
+    FN("mode", set_mode),
+    FN("slots", set_slots),
+    PATH("state_dir", state_dir),
+    PATH("cdi_dir", cdi_dir),
+    PATH("shim_lib", shim_lib),
+    PATH("preload", preload),
+    FN("listen", set_listen),
+    FN("log", set_log),
+    FN("allocate", set_allocate),
+    PATH("kubelet_dir", kubelet_dir),
+    INT("alloc_wait_ms", alloc_wait_ms, 0, 30000, "0..30000"),
+    INT("grpc_idle_ms", grpc_idle_ms, 1000, 3600000, "1000..3600000"),
+    INT("grpc_preface_ms", grpc_preface_ms, 100, 600000, "100..600000"),
+    PATH("mps_dir", mps_dir),
+    FN("mps_control", set_mps_control),
+    FN("xid_ignore", set_xids),
+    PATH("dra_registry_dir", dra_registry_dir),
+    PATH("dra_plugin_dir", dra_plugin_dir),
+    PATH("proc_dir", proc_dir),
+    INT("dra_slice_devices", dra_slice_devices, 0, 128,
+        "0..128 (0: the API's limit)"),
+    FN("model_", set_model),
+};
+
 /* One key/value; `where` is "name:line". */
 static int set_kv(gf_node_config *c, const char *k, const char *v,
                   const char *where, gf_diag *d) {
-  gf_diag qd = {""};
-  if (strcmp(k, "mode") == 0 || strncmp(k, "mode.", 5) == 0) {
-    gf_node_mode m;
-    if (parse_mode(v, &m))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: %s = '%s': want shared, exclusive, mps or mig",
-                         where, k, v);
-    if (k[4] == '\0') {
-      c->mode_default = m;
-      return 0;
-    }
-    const char *sel = k + 5;
-    if (strncmp(sel, "GPU-", 4) == 0 || strncmp(sel, "MIG-", 4) == 0) {
-      if (strlen(sel) >= GF_UUID_MAX)
-        return gf_diag_set(d, GF_ELIMIT, "%s: %s: uuid longer than %d", where,
-                           k, GF_UUID_MAX - 1);
-      for (uint32_t i = 0; i < c->nuuid; i++)
-        if (strcmp(c->mode_uuid[i].uuid, sel) == 0) {
-          c->mode_uuid[i].mode = m;
-          return 0;
-        }
-      if (c->nuuid >= GF_NODE_MAX_GPUS)
-        return gf_diag_set(d, GF_ELIMIT, "%s: more than %d modes by uuid",
-                           where, GF_NODE_MAX_GPUS);
-      gf__node_copy(c->mode_uuid[c->nuuid].uuid, GF_UUID_MAX, sel);
-      c->mode_uuid[c->nuuid++].mode = m;
-      return 0;
-    }
-    int64_t idx;
-    if (gf_parse_int64(sel, 0, GF_NODE_MAX_GPUS - 1, &idx, &qd))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: %s: want mode.<index 0..%d> or mode.<GPU-uuid>",
-                         where, k, GF_NODE_MAX_GPUS - 1);
-    c->mode_index[idx] = m;
-    c->index_set |= 1u << idx;
-    return 0;
+  for (size_t i = 0; i < sizeof(directives) / sizeof(directives[0]); i++) {
+    const directive *r = &directives[i];
+    size_t n = strlen(r->key);
+    bool prefix = r->key[n - 1] == '_';
+    bool mode = r->set == set_mode && strncmp(k, "mode.", 5) == 0;
+    if (mode || (prefix ? strncmp(k, r->key, n) == 0 : strcmp(k, r->key) == 0))
+      return r->set(c, r, k, v, where, d);
   }
-  if (strcmp(k, "slots") == 0) {
-    int64_t n;
-    if (gf_parse_int64(v, 1, 64, &n, &qd))
-      return gf_diag_set(d, GF_ERANGE, "%s: slots = '%s': want 1..64", where,
-                         v);
-    c->slots = (uint32_t)n;
-    return 0;
-  }
-  if (strcmp(k, "state_dir") == 0)
-    return set_path(c->state_dir, sizeof(c->state_dir), v, where, k, d);
-  if (strcmp(k, "cdi_dir") == 0)
-    return set_path(c->cdi_dir, sizeof(c->cdi_dir), v, where, k, d);
-  if (strcmp(k, "shim_lib") == 0)
-    return set_path(c->shim_lib, sizeof(c->shim_lib), v, where, k, d);
-  if (strcmp(k, "preload") == 0)
-    return set_path(c->preload, sizeof(c->preload), v, where, k, d);
-  if (strcmp(k, "listen") == 0) {
-    if (!*v || strlen(v) >= sizeof(c->listen) || !strchr(v, ':'))
-      return gf_diag_set(d, GF_ESYNTAX, "%s: listen = '%s': want ADDR:PORT",
-                         where, v);
-    gf__node_copy(c->listen, sizeof(c->listen), v);
-    return 0;
-  }
-  if (strcmp(k, "log") == 0) {
-    if (strcmp(v, "off") && strcmp(v, "warn") && strcmp(v, "info") &&
-        strcmp(v, "debug"))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: log = '%s': want off, warn, info or debug", where,
-                         v);
-    gf__node_copy(c->log, sizeof(c->log), v);
-    return 0;
-  }
-  if (strcmp(k, "allocate") == 0) {
-    if (strcmp(v, "mounts") && strcmp(v, "cdi"))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: allocate = '%s': want mounts or cdi", where, v);
-    c->allocate_cdi = strcmp(v, "cdi") == 0;
-    return 0;
-  }
-  if (strcmp(k, "kubelet_dir") == 0)
-    return set_path(c->kubelet_dir, sizeof(c->kubelet_dir), v, where, k, d);
-  if (strcmp(k, "alloc_wait_ms") == 0) {
-    if (gf_parse_int64(v, 0, 30000, &c->alloc_wait_ms, &qd))
-      return gf_diag_set(d, GF_ERANGE,
-                         "%s: alloc_wait_ms = '%s': want 0..30000", where, v);
-    return 0;
-  }
-  if (strcmp(k, "grpc_idle_ms") == 0) {
-    if (gf_parse_int64(v, 1000, 3600000, &c->grpc_idle_ms, &qd))
-      return gf_diag_set(d, GF_ERANGE,
-                         "%s: grpc_idle_ms = '%s': want 1000..3600000", where,
-                         v);
-    return 0;
-  }
-  if (strcmp(k, "grpc_preface_ms") == 0) {
-    if (gf_parse_int64(v, 100, 600000, &c->grpc_preface_ms, &qd))
-      return gf_diag_set(d, GF_ERANGE,
-                         "%s: grpc_preface_ms = '%s': want 100..600000", where,
-                         v);
-    return 0;
-  }
-  if (strcmp(k, "mps_dir") == 0)
-    return set_path(c->mps_dir, sizeof(c->mps_dir), v, where, k, d);
-  if (strcmp(k, "mps_control") == 0) {
-    if (!*v || strlen(v) >= sizeof(c->mps_control))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: mps_control = '%s': empty or too long", where, v);
-    gf__node_copy(c->mps_control, sizeof(c->mps_control), v);
-    return 0;
-  }
-  if (strcmp(k, "xid_ignore") == 0)
-    return parse_xids(c, v, where, d);
-  if (strcmp(k, "dra_registry_dir") == 0)
-    return set_path(c->dra_registry_dir, sizeof(c->dra_registry_dir), v, where,
-                    k, d);
-  if (strcmp(k, "dra_plugin_dir") == 0)
-    return set_path(c->dra_plugin_dir, sizeof(c->dra_plugin_dir), v, where, k,
-                    d);
-  if (strcmp(k, "proc_dir") == 0)
-    return set_path(c->proc_dir, sizeof(c->proc_dir), v, where, k, d);
-  if (strcmp(k, "dra_slice_devices") == 0) {
-    if (gf_parse_int64(v, 0, 128, &c->dra_slice_devices, &qd))
-      return gf_diag_set(d, GF_ERANGE,
-                         "%s: dra_slice_devices = '%s': want 0..128 (0: the "
-                         "API's limit)",
-                         where, v);
-    return 0;
-  }
-  if (strncmp(k, "model_", 6) == 0)
-    return gf__node_cache_config_kv(c, k, v, where, d);
   return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
 }
 
@@ -248,37 +292,22 @@ int gf_node_config_parse(gf_node_config *c, const char *text, size_t len,
   if (len > GF_NODE_CONFIG_MAX)
     return gf_diag_set(d, GF_ELIMIT, "%s: %zu bytes, at most %d", name, len,
                        GF_NODE_CONFIG_MAX);
-  char line[1024], where[300];
-  int lineno = 0;
-  for (size_t off = 0; off < len;) {
-    const char *p = text + off;
-    const char *nl = memchr(p, '\n', len - off);
-    size_t n = nl ? (size_t)(nl - p) : len - off;
-    off += n + (nl ? 1 : 0);
-    lineno++;
-    snprintf(where, sizeof(where), "%s:%d", name, lineno);
-    if (n >= sizeof(line))
+  char where[300], *k, *v;
+  gf__kv_reader r;
+  gf__kv_init(&r, text, len);
+  int rc;
+  while ((rc = gf__kv_next(&r, &k, &v)) != GF__KV_END) {
+    snprintf(where, sizeof(where), "%s:%d", name, r.lineno);
+    if (rc == GF__KV_LONG)
       return gf_diag_set(d, GF_ELIMIT, "%s: longer than %zu bytes", where,
-                         sizeof(line) - 1);
-    memcpy(line, p, n);
-    line[n] = '\0';
-    if (strlen(line) != n)
+                         sizeof(r.line) - 1);
+    if (rc == GF__KV_NUL)
       return gf_diag_set(d, GF_ESYNTAX, "%s: contains a NUL byte", where);
-    char *hash = strchr(line, '#');
-    if (hash)
-      *hash = '\0';
-    char *s = trim(line);
-    if (!*s)
-      continue;
-    char *eq = strchr(s, '=');
-    if (!eq)
+    if (rc == GF__KV_NO_EQ)
       return gf_diag_set(d, GF_ESYNTAX, "%s: expected 'key = value'", where);
-    *eq = '\0';
-    char *k = trim(s), *v = trim(eq + 1);
     if (!*k || !*v)
       return gf_diag_set(d, GF_ESYNTAX, "%s: empty key or value", where);
-    int rc = set_kv(c, k, v, where, d);
-    if (rc)
+    if ((rc = set_kv(c, k, v, where, d)))
       return rc;
   }
   return 0;

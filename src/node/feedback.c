@@ -16,7 +16,7 @@
 #define FEEDBACK_CTRS 512  /* containers looked at per round */
 #define FEEDBACK_PIDS 1024 /* distinct pids resolved per round */
 
-bool gf_node_pid_pod(const char *proc, uint32_t pid, char *uid, size_t cap) {
+bool gf__node_pid_pod(const char *proc, uint32_t pid, char *uid, size_t cap) {
   char path[GF_NODE_PATH_MAX];
   if (snprintf(path, sizeof(path), "%s/%u/cgroup", proc, pid) >=
       (int)sizeof(path))
@@ -42,7 +42,7 @@ bool gf_node_pid_pod(const char *proc, uint32_t pid, char *uid, size_t cap) {
     uid[n] = '\0';
     found = true;
   }
-  free(text);
+  gf__free(text);
   return found;
 }
 
@@ -87,9 +87,9 @@ static uint32_t holders_of(const fb_ctr *ctrs, size_t nc, const char *uuid) {
   return n;
 }
 
-size_t gf_node_feedback(const char *state_dir, const char *proc,
-                        const gf_node_gpus *g, const gf_node_proc_util *s,
-                        size_t ns) {
+size_t gf__node_feedback(const char *state_dir, const char *proc,
+                         const gf_node_gpus *g, const gf_node_proc_util *s,
+                         size_t ns) {
   fb_ctr *ctrs = gf__calloc(FEEDBACK_CTRS, sizeof(*ctrs));
   pid_pod *pids = gf__calloc(FEEDBACK_PIDS, sizeof(*pids));
   const char **pod_of = gf__calloc(ns ? ns : 1, sizeof(*pod_of));
@@ -110,8 +110,8 @@ size_t gf_node_feedback(const char *state_dir, const char *proc,
       if (np == FEEDBACK_PIDS)
         continue;
       pids[np].pid = s[i].pid;
-      pids[np].known = proc && gf_node_pid_pod(proc, s[i].pid, pids[np].uid,
-                                               sizeof(pids[np].uid));
+      pids[np].known = proc && gf__node_pid_pod(proc, s[i].pid, pids[np].uid,
+                                                sizeof(pids[np].uid));
       np++;
     }
     pod_of[i] = pids[k].known ? pids[k].uid : NULL;
@@ -161,8 +161,8 @@ size_t gf_node_feedback(const char *state_dir, const char *proc,
     written++;
   }
 out:
-  free(ctrs);
-  free(pids);
-  free(pod_of);
+  gf__free(ctrs);
+  gf__free(pids);
+  gf__free(pod_of);
   return written;
 }

@@ -1,8 +1,8 @@
 /*
- * GPU health from NVML's Xid events (node_health.h).  NVML is
- * declared here as far as events need it, from the published nvml.h facts.
+ * GPU health from NVML's Xid events (node_health.h).  NVML is loaded by
+ * the one loader (src/nvml/nvml_load.h); its types are declared here as far
+ * as events need them, from the published nvml.h facts.
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 #include "node_feedback.h"
 #include "node_health.h"
 #include "node_util.h"
+#include "nvml_load.h"
 
 typedef int nvml_return;
 typedef struct nvml_device *nvml_device;
@@ -54,7 +55,7 @@ enum { NVML_ERR_INSUFFICIENT_SIZE = 7, PROC_SAMPLES_MAX = 256 };
 #define MAX_DEVS GF_NODE_MAX_GPUS
 
 struct gf_node_health {
-  void *h;
+  gf__nvml nvml;
   nvml_return (*shutdown)(void);
   const char *(*error_string)(nvml_return);
   nvml_return (*set_free)(nvml_event_set);
@@ -72,26 +73,19 @@ struct gf_node_health {
 
 const uint64_t gf_node_xid_app_default[6] = {13, 31, 43, 45, 68, 109};
 
-static void load_sym(void *h, const char *name, void *slot, size_t size) {
-  void *p = dlsym(h, name);
-  memcpy(slot, &p, size < sizeof(p) ? size : sizeof(p));
-}
-#define LOAD(h, var, name) load_sym(h, name, &(var), sizeof(var))
-
 static const char *nvml_err(const gf_node_health *x, nvml_return r) {
   const char *s = x->error_string ? x->error_string(r) : NULL;
   return s ? s : "NVML error";
 }
 
-int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
+int gf__node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   const char *path = lib ? lib : "libnvidia-ml.so.1";
   gf_node_health *x = gf__calloc(1, sizeof(*x));
   if (!x)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  x->h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!x->h) {
-    const char *why = dlerror();
-    free(x);
+  const char *why = NULL;
+  if (gf__nvml_open(&x->nvml, path, NULL, &why)) {
+    gf__free(x);
     return gf_diag_set(d, GF_ENOTFOUND, "cannot load NVML (%s): %s", path,
                        why ? why : "unknown reason");
   }
@@ -101,23 +95,24 @@ int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   nvml_return (*uuid)(nvml_device, char *, unsigned int) = NULL;
   nvml_return (*create)(nvml_event_set *) = NULL;
   nvml_return (*reg)(nvml_device, unsigned long long, nvml_event_set) = NULL;
-  LOAD(x->h, init, "nvmlInit_v2");
-  LOAD(x->h, count, "nvmlDeviceGetCount_v2");
-  LOAD(x->h, handle, "nvmlDeviceGetHandleByIndex_v2");
-  LOAD(x->h, uuid, "nvmlDeviceGetUUID");
-  LOAD(x->h, create, "nvmlEventSetCreate");
-  LOAD(x->h, reg, "nvmlDeviceRegisterEvents");
-  LOAD(x->h, x->shutdown, "nvmlShutdown");
-  LOAD(x->h, x->error_string, "nvmlErrorString");
-  LOAD(x->h, x->set_free, "nvmlEventSetFree");
-  LOAD(x->h, x->wait, "nvmlEventSetWait_v2");
-  LOAD(x->h, x->util, "nvmlDeviceGetUtilizationRates");
-  LOAD(x->h, x->memory, "nvmlDeviceGetMemoryInfo");
-  LOAD(x->h, x->procs, "nvmlDeviceGetProcessUtilization");
+  const gf__nvml *nv = &x->nvml;
+  GF__NVML_GET(nv, GF__NVML_INIT, init);
+  GF__NVML_GET(nv, GF__NVML_COUNT, count);
+  GF__NVML_GET(nv, GF__NVML_BY_INDEX, handle);
+  GF__NVML_GET(nv, GF__NVML_UUID, uuid);
+  GF__NVML_GET(nv, GF__NVML_EVENT_CREATE, create);
+  GF__NVML_GET(nv, GF__NVML_EVENT_REGISTER, reg);
+  GF__NVML_GET(nv, GF__NVML_SHUTDOWN, x->shutdown);
+  GF__NVML_GET(nv, GF__NVML_ERROR_STRING, x->error_string);
+  GF__NVML_GET(nv, GF__NVML_EVENT_FREE, x->set_free);
+  GF__NVML_GET(nv, GF__NVML_EVENT_WAIT, x->wait);
+  GF__NVML_GET(nv, GF__NVML_UTILIZATION, x->util);
+  GF__NVML_GET(nv, GF__NVML_MEMORY, x->memory);
+  GF__NVML_GET(nv, GF__NVML_PROC_UTILIZATION, x->procs);
   if (!init || !count || !handle || !uuid || !create || !reg || !x->shutdown ||
       !x->set_free || !x->wait) {
-    dlclose(x->h);
-    free(x);
+    gf__nvml_close(&x->nvml);
+    gf__free(x);
     return gf_diag_set(d, GF_ENOTFOUND,
                        "%s has no event functions (nvmlEventSetWait_v2 and "
                        "others): no Xid health",
@@ -126,8 +121,8 @@ int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   nvml_return r = init();
   if (r != NVML_OK) {
     gf_diag_set(d, GF_EIO, "nvmlInit_v2: %s (%d)", nvml_err(x, r), r);
-    dlclose(x->h);
-    free(x);
+    gf__nvml_close(&x->nvml);
+    gf__free(x);
     return GF_EIO;
   }
   unsigned n = 0;
@@ -137,8 +132,8 @@ int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   if (r != NVML_OK) {
     gf_diag_set(d, GF_EIO, "NVML event set: %s (%d)", nvml_err(x, r), r);
     x->shutdown();
-    dlclose(x->h);
-    free(x);
+    gf__nvml_close(&x->nvml);
+    gf__free(x);
     return GF_EIO;
   }
   for (unsigned i = 0; i < n && x->ndevs < MAX_DEVS; i++) {
@@ -157,8 +152,8 @@ int gf_node_health_open(gf_node_health **out, const char *lib, gf_diag *d) {
   return 0;
 }
 
-int gf_node_health_wait(gf_node_health *x, unsigned timeout_ms, gf_node_xid *ev,
-                        gf_diag *d) {
+int gf__node_health_wait(gf_node_health *x, unsigned timeout_ms,
+                         gf_node_xid *ev, gf_diag *d) {
   nvml_event_data data;
   memset(&data, 0, sizeof(data));
   memset(ev, 0, sizeof(*ev));
@@ -180,8 +175,8 @@ int gf_node_health_wait(gf_node_health *x, unsigned timeout_ms, gf_node_xid *ev,
   return 1;
 }
 
-bool gf_node_health_sample(gf_node_health *x, const char *uuid,
-                           int32_t *util_pct, int64_t *used_bytes) {
+bool gf__node_health_sample(gf_node_health *x, const char *uuid,
+                            int32_t *util_pct, int64_t *used_bytes) {
   *util_pct = -1;
   *used_bytes = -1;
   for (unsigned i = 0; i < x->ndevs; i++) {
@@ -199,8 +194,8 @@ bool gf_node_health_sample(gf_node_health *x, const char *uuid,
   return false;
 }
 
-size_t gf_node_health_processes(gf_node_health *x, const char *uuid,
-                                gf_node_proc_util *out, size_t cap) {
+size_t gf__node_health_processes(gf_node_health *x, const char *uuid,
+                                 gf_node_proc_util *out, size_t cap) {
   if (!x->procs)
     return 0;
   for (unsigned i = 0; i < x->ndevs; i++) {
@@ -237,23 +232,23 @@ size_t gf_node_health_processes(gf_node_health *x, const char *uuid,
   return 0;
 }
 
-void gf_node_health_close(gf_node_health *x) {
+void gf__node_health_close(gf_node_health *x) {
   if (!x)
     return;
   x->set_free(x->set);
   x->shutdown();
-  dlclose(x->h);
-  free(x);
+  gf__nvml_close(&x->nvml);
+  gf__free(x);
 }
 
-bool gf_node_xid_ignored(uint64_t xid, const uint64_t *ignore, uint32_t n) {
+bool gf__node_xid_ignored(uint64_t xid, const uint64_t *ignore, uint32_t n) {
   for (uint32_t i = 0; i < n; i++)
     if (ignore[i] == xid)
       return true;
   return false;
 }
 
-uint32_t gf_node_mark_xid(gf_node_gpus *g, const gf_node_xid *ev) {
+uint32_t gf__node_mark_xid(gf_node_gpus *g, const gf_node_xid *ev) {
   uint32_t changed = 0;
   for (uint32_t i = 0; i < g->ngpus; i++) {
     gf_node_gpu *x = &g->gpus[i];

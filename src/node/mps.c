@@ -114,8 +114,8 @@ static int start_daemon(gf_node_mps *m, gf_diag *d) {
   return 0;
 }
 
-int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
-                      gf_node_mps **out, gf_diag *d) {
+int gf__node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
+                       gf_node_mps **out, gf_diag *d) {
   if (!o || !o->control || !*o->control || !o->dir || !*o->dir || !gpu->uuid[0])
     return gf_diag_set(d, GF_EINVAL,
                        "MPS: control program, directory and a "
@@ -132,7 +132,7 @@ int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
   if (!gf_node_mps_pipe_path(o->dir, gpu->uuid, m->pipe, sizeof(m->pipe)) ||
       w < 0 || (size_t)w >= sizeof(m->log) ||
       !gf_node_mps_shm_path(o->dir, shm, sizeof(shm))) {
-    free(m);
+    gf__free(m);
     return gf_diag_set(d, GF_ELIMIT, "MPS: directory '%s' too long", o->dir);
   }
   int rc = gf__node_mkdirs(m->pipe, 0755, d);
@@ -143,7 +143,7 @@ int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
   if (!rc && chmod(shm, 01777) != 0)
     rc = gf_diag_set(d, GF_EIO, "%s: %s", shm, strerror(errno));
   if (rc) {
-    free(m);
+    gf__free(m);
     return rc;
   }
   snprintf(m->env_cvd, sizeof(m->env_cvd), "CUDA_VISIBLE_DEVICES=%s",
@@ -152,14 +152,14 @@ int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
            m->pipe);
   snprintf(m->env_log, sizeof(m->env_log), "CUDA_MPS_LOG_DIRECTORY=%s", m->log);
   if ((rc = start_daemon(m, d))) {
-    free(m);
+    gf__free(m);
     return rc;
   }
   *out = m;
   return 0;
 }
 
-bool gf_node_mps_check(gf_node_mps *m, gf_diag *d) {
+bool gf__node_mps_check(gf_node_mps *m, gf_diag *d) {
   if (m->pid > 0) {
     int status = 0;
     pid_t r = waitpid(m->pid, &status, WNOHANG);
@@ -185,9 +185,9 @@ bool gf_node_mps_check(gf_node_mps *m, gf_diag *d) {
   return true;
 }
 
-pid_t gf_node_mps_pid(const gf_node_mps *m) { return m->pid; }
-uint32_t gf_node_mps_restarts(const gf_node_mps *m) { return m->restarts; }
-const char *gf_node_mps_pipe_dir(const gf_node_mps *m) { return m->pipe; }
+pid_t gf__node_mps_pid(const gf_node_mps *m) { return m->pid; }
+uint32_t gf__node_mps_restarts(const gf_node_mps *m) { return m->restarts; }
+const char *gf__node_mps_pipe_dir(const gf_node_mps *m) { return m->pipe; }
 
 /* Waits up to ms for pid; true when it was reaped. */
 static bool wait_for(pid_t pid, long ms) {
@@ -201,7 +201,7 @@ static bool wait_for(pid_t pid, long ms) {
   }
 }
 
-void gf_node_mps_stop(gf_node_mps *m) {
+void gf__node_mps_stop(gf_node_mps *m) {
   if (!m)
     return;
   if (m->pid > 0) {
@@ -229,7 +229,7 @@ void gf_node_mps_stop(gf_node_mps *m) {
   m->pid = 0; /* stopped: a second stop has nothing to quit */
 }
 
-void gf_node_mps_free(gf_node_mps *m) {
-  gf_node_mps_stop(m);
-  free(m);
+void gf__node_mps_free(gf_node_mps *m) {
+  gf__node_mps_stop(m);
+  gf__free(m);
 }

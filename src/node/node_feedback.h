@@ -36,14 +36,14 @@ typedef struct gf_node_proc_util {
 /* The pod uid a host pid belongs to, from <proc>/<pid>/cgroup ("pod<uid>"
  * with '_' turned back to '-').  False when it is not a pod's process or
  * cannot be read. */
-bool gf_node_pid_pod(const char *proc, uint32_t pid, char *uid, size_t cap);
+bool gf__node_pid_pod(const char *proc, uint32_t pid, char *uid, size_t cap);
 
 /* Observes every container under state_dir: its utilisation (basis points
  * of one GPU, the mean over its granted GPUs that could be measured) from
  * the process samples, else from g's util_pct on a GPU it alone holds.
  * Returns how many regions were written. */
-size_t gf_node_feedback(const char *state_dir, const char *proc,
-                        const gf_node_gpus *g, const gf_node_proc_util *s,
-                        size_t ns);
+size_t gf__node_feedback(const char *state_dir, const char *proc,
+                         const gf_node_gpus *g, const gf_node_proc_util *s,
+                         size_t ns);
 
 #endif

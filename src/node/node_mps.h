@@ -45,20 +45,20 @@ typedef struct gf_node_mps_opts {
 /* Starts the control daemon for gpu (its uuid).  GF_EIO naming what failed
  * (directory, fork, exec: an exec failure shows as the child's exit 127,
  * found at the next check). */
-int gf_node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
-                      gf_node_mps **out, gf_diag *d);
+int gf__node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
+                       gf_node_mps **out, gf_diag *d);
 
 /* Reaps the daemon if it died and starts it again when restart_ms has
  * passed since the last start.  Returns true while a daemon is running;
  * d says what happened when it was found dead. */
-bool gf_node_mps_check(gf_node_mps *m, gf_diag *d);
+bool gf__node_mps_check(gf_node_mps *m, gf_diag *d);
 
 /* pid of the running daemon, 0 when none; restarts so far. */
-pid_t gf_node_mps_pid(const gf_node_mps *m);
-uint32_t gf_node_mps_restarts(const gf_node_mps *m);
+pid_t gf__node_mps_pid(const gf_node_mps *m);
+uint32_t gf__node_mps_restarts(const gf_node_mps *m);
 
 /* Host paths of the GPU's pipe directory and of the shared /dev/shm. */
-const char *gf_node_mps_pipe_dir(const gf_node_mps *m);
+const char *gf__node_mps_pipe_dir(const gf_node_mps *m);
 
 /* Host path of the pipe directory for a uuid under dir, into buf. */
 bool gf_node_mps_pipe_path(const char *dir, const char *uuid, char *buf,
@@ -67,9 +67,9 @@ bool gf_node_mps_shm_path(const char *dir, char *buf, size_t cap);
 
 /* Sends quit, waits, signals if needed; never frees.  Idempotent; NULL is
  * fine. */
-void gf_node_mps_stop(gf_node_mps *m);
+void gf__node_mps_stop(gf_node_mps *m);
 
 /* Stops (if running) and frees m.  NULL is fine. */
-void gf_node_mps_free(gf_node_mps *m);
+void gf__node_mps_free(gf_node_mps *m);
 
 #endif

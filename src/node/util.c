@@ -78,7 +78,7 @@ int gf__node_read_file(const char *path, size_t max, char **out, size_t *len,
   }
   close(fd);
   if (rc) {
-    free(buf);
+    gf__free(buf);
     return rc;
   }
   buf[n] = '\0';
@@ -244,7 +244,7 @@ int gf__node_read_ctr_grant(const char *ctr_dir, gf_ctr_grant *g) {
   if (rc)
     return rc;
   rc = gf_ctr_grant_parse(text, len, g, NULL);
-  free(text);
+  gf__free(text);
   return rc;
 }
 
@@ -271,7 +271,7 @@ static int cap_minor(const char *path, unsigned *minor, gf_diag *d) {
     }
     line = nl ? nl + 1 : NULL;
   }
-  free(text);
+  gf__free(text);
   if (!ok)
     return gf_diag_set(d, GF_EIO, "%s: %s", path,
                        found ? "bad DeviceFileMinor line"

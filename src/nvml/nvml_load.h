@@ -1,6 +1,7 @@
 /*
  * nvml_load.h: one NVML loader, for the node agent's discovery
- * (src/node/discover.c) and the interposer's NVML views (src/shim).
+ * (src/node/discover.c) and Xid health and usage (src/node/health.c), and
+ * the interposer's NVML views (src/shim).
  *
  * The library is opened once and every function either part calls is
  * resolved from one table (GF__NVML_FNS), so a symbol name is spelled in
@@ -44,7 +45,13 @@
   X(ATTRIBUTES, "nvmlDeviceGetAttributes_v2")                                  \
   X(LINK_STATE, "nvmlDeviceGetNvLinkState")                                    \
   X(LINK_PCI, "nvmlDeviceGetNvLinkRemotePciInfo_v2")                           \
-  X(LINK_TYPE, "nvmlDeviceGetNvLinkRemoteDeviceType")
+  X(LINK_TYPE, "nvmlDeviceGetNvLinkRemoteDeviceType")                          \
+  X(EVENT_CREATE, "nvmlEventSetCreate")                                        \
+  X(EVENT_REGISTER, "nvmlDeviceRegisterEvents")                                \
+  X(EVENT_FREE, "nvmlEventSetFree")                                            \
+  X(EVENT_WAIT, "nvmlEventSetWait_v2")                                         \
+  X(UTILIZATION, "nvmlDeviceGetUtilizationRates")                              \
+  X(PROC_UTILIZATION, "nvmlDeviceGetProcessUtilization")
 
 #define GF__NVML_ENUM(id, sym) GF__NVML_##id,
 typedef enum gf__nvml_fn {

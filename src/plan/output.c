@@ -16,8 +16,6 @@
 
 /* Figures in the JSON and CSVs carry 4 decimals (GPUs) or 2 (money), so
  * the same plan always prints the same text. */
-double gf__plan_r4(double x) { return round(x * 1e4) / 1e4; }
-double gf__plan_r2(double x) { return round(x * 1e2) / 1e2; }
 
 /* ---- terminal ------------------------------------------------------------*/
 

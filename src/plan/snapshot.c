@@ -16,26 +16,13 @@
 #include <strings.h>
 
 #include "alloc.h"
+#include "buf.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/quantity.h"
 #include "internal.h"
 
 #define MAX_WARNINGS 200
-
-int gf__plan_grow(void **arr, size_t *cap, size_t n, size_t size) {
-  if (n < *cap)
-    return 0;
-  size_t nc = *cap ? *cap * 2 : 16;
-  if (nc > ((size_t)-1) / size)
-    return GF_ENOMEM;
-  void *np = gf__realloc(*arr, nc * size);
-  if (!np)
-    return GF_ENOMEM;
-  *arr = np;
-  *cap = nc;
-  return 0;
-}
 
 void gf__plan_warn(gf_plan *p, const char *fmt, ...) {
   if (p->nwarnings > MAX_WARNINGS)
@@ -63,19 +50,6 @@ bool gf__plan_icontains(const char *hay, const char *needle) {
     if (strncasecmp(hay, needle, n) == 0)
       return true;
   return n == 0;
-}
-
-int gf__series_push(gf__series *s, double v) {
-  int rc = gf__plan_grow((void **)&s->v, &s->cap, s->n, sizeof(*s->v));
-  if (rc)
-    return rc;
-  s->v[s->n++] = v;
-  return 0;
-}
-
-void gf__series_release(gf__series *s) {
-  gf__free(s->v);
-  memset(s, 0, sizeof(*s));
 }
 
 /* ---- small JSON helpers --------------------------------------------------*/
@@ -897,45 +871,18 @@ static int load(gf_plan *p, const char *path, gf_diag *d,
   FILE *fp = fopen(path, "rb");
   if (!fp)
     return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  int rc = 0;
-  for (;;) {
-    if (len + 65536 > cap) {
-      size_t nc = cap ? cap * 2 : 1 << 20;
-      if (nc > (size_t)GF_PLAN_MAX_INPUT + 65536)
-        nc = (size_t)GF_PLAN_MAX_INPUT + 65536;
-      if (nc <= cap) {
-        rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %u MiB", path,
-                         GF_PLAN_MAX_INPUT >> 20);
-        goto out;
-      }
-      char *nb = gf__realloc(buf, nc);
-      if (!nb) {
-        rc = GF_ENOMEM;
-        goto out;
-      }
-      buf = nb;
-      cap = nc;
-    }
-    size_t got = fread(buf + len, 1, cap - len, fp);
-    len += got;
-    if (got == 0)
-      break;
-  }
-  if (ferror(fp)) {
+  gf__buf b;
+  gf__buf_init(&b, GF_PLAN_MAX_INPUT);
+  int rc = gf__buf_read_stream(&b, fp);
+  fclose(fp);
+  if (rc == GF_EIO)
     rc = gf_diag_set(d, GF_EIO, "%s: read error", path);
-    goto out;
-  }
-  if (len > GF_PLAN_MAX_INPUT) {
+  else if (rc == GF_ELIMIT)
     rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %u MiB", path,
                      GF_PLAN_MAX_INPUT >> 20);
-    goto out;
-  }
-  rc = fn(p, buf ? buf : "", len, path, d);
-out:
-  gf__free(buf);
-  fclose(fp);
+  else if (!rc)
+    rc = fn(p, gf__buf_str(&b), b.len, path, d);
+  gf__buf_release(&b);
   return rc;
 }
 

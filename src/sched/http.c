@@ -884,15 +884,24 @@ void gf_sched_server_stop(gf_sched_server *srv) {
     return;
   if (srv->main.d)
     MHD_stop_daemon(srv->main.d);
+  srv->main.d = NULL;
   if (srv->health.d)
     MHD_stop_daemon(srv->health.d);
+  srv->health.d = NULL;
   if (srv->reaper_on) {
     pthread_mutex_lock(&srv->mu);
     srv->stop = true;
     pthread_cond_signal(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     pthread_join(srv->reaper, NULL);
+    srv->reaper_on = false;
   }
+}
+
+void gf_sched_server_free(gf_sched_server *srv) {
+  if (!srv)
+    return;
+  gf_sched_server_stop(srv);
   pthread_mutex_destroy(&srv->mu);
   pthread_cond_destroy(&srv->cv);
   gf__free(srv->cert);
@@ -960,7 +969,7 @@ int gf_sched_server_start_opts(gf_sched *s, const gf_sched_server_opts *o,
   *out = srv;
   return 0;
 fail:
-  gf_sched_server_stop(srv);
+  gf_sched_server_free(srv);
   return rc;
 }
 

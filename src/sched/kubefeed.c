@@ -29,9 +29,11 @@
 
 #include "alloc.h"
 #include "autoscale.h"
+#include "buf.h"
 #include "gpufrac/error.h"
 #include "gpufrac/sched_kube.h"
 #include "guard.h"
+#include "prom.h"
 #include "sched_int.h"
 
 #define MAX_CLIENTS 64
@@ -967,43 +969,40 @@ uint64_t gf_sched_kube_guard_bind_reads(gf_sched_kube *f) {
 
 size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap) {
   gf_sched_kube *f = feed;
-  if (!f)
+  if (!f || !cap)
     return 0;
-  int n = snprintf(
-      buf, cap,
-      "# HELP gpufrac_extender_api_errors_total Times an informer, the "
-      "lease, the guard or the autoscaler bridge started failing against "
-      "the API server or failed anew (each logged).\n"
-      "# TYPE gpufrac_extender_api_errors_total counter\n"
-      "gpufrac_extender_api_errors_total %" PRIu64 "\n"
-      "# HELP gpufrac_extender_model_errors_total Watched objects the model "
-      "refused (logged).\n"
-      "# TYPE gpufrac_extender_model_errors_total counter\n"
-      "gpufrac_extender_model_errors_total %" PRIu64 "\n"
-      "# HELP gpufrac_guard_bind_protections_total Pods the disruption "
-      "guard protected in their Binding (no write of its own).\n"
-      "# TYPE gpufrac_guard_bind_protections_total counter\n"
-      "gpufrac_guard_bind_protections_total %" PRIu64 "\n"
-      "# HELP gpufrac_guard_patches_total Pod PATCHes the disruption guard "
-      "wrote (protections after the bind, and their removal).\n"
-      "# TYPE gpufrac_guard_patches_total counter\n"
-      "gpufrac_guard_patches_total %" PRIu64 "\n"
-      "# HELP gpufrac_guard_bind_reads_total Pods read from the API server "
-      "at bind because the informer had not delivered them yet.\n"
-      "# TYPE gpufrac_guard_bind_reads_total counter\n"
-      "gpufrac_guard_bind_reads_total %" PRIu64 "\n"
-      "# HELP gpufrac_autoscale_placeholders_total Placeholder pods the "
-      "autoscaler bridge made and deleted.\n"
-      "# TYPE gpufrac_autoscale_placeholders_total counter\n"
-      "gpufrac_autoscale_placeholders_total{event=\"made\"} %" PRIu64 "\n"
-      "gpufrac_autoscale_placeholders_total{event=\"deleted\"} %" PRIu64 "\n",
-      (uint64_t)atomic_load(&f->api_errors), (uint64_t)atomic_load(&f->errors),
-      (uint64_t)atomic_load(&f->guard_bind_protects),
-      (uint64_t)atomic_load(&f->guard_patches),
-      (uint64_t)atomic_load(&f->guard_bind_reads),
-      (uint64_t)atomic_load(&f->as_made),
-      (uint64_t)atomic_load(&f->as_deleted));
-  return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+  gf__buf b;
+  gf__buf_init_fixed(&b, buf, cap);
+  gf__prom_u64(&b, "gpufrac_extender_api_errors_total", "counter",
+               "Times an informer, the lease, the guard or the autoscaler "
+               "bridge started failing against the API server or failed anew "
+               "(each logged).",
+               (uint64_t)atomic_load(&f->api_errors));
+  gf__prom_u64(&b, "gpufrac_extender_model_errors_total", "counter",
+               "Watched objects the model refused (logged).",
+               (uint64_t)atomic_load(&f->errors));
+  gf__prom_u64(&b, "gpufrac_guard_bind_protections_total", "counter",
+               "Pods the disruption guard protected in their Binding (no "
+               "write of its own).",
+               (uint64_t)atomic_load(&f->guard_bind_protects));
+  gf__prom_u64(&b, "gpufrac_guard_patches_total", "counter",
+               "Pod PATCHes the disruption guard wrote (protections after "
+               "the bind, and their removal).",
+               (uint64_t)atomic_load(&f->guard_patches));
+  gf__prom_u64(&b, "gpufrac_guard_bind_reads_total", "counter",
+               "Pods read from the API server at bind because the informer "
+               "had not delivered them yet.",
+               (uint64_t)atomic_load(&f->guard_bind_reads));
+  gf__prom_head(&b, "gpufrac_autoscale_placeholders_total", "counter",
+                "Placeholder pods the autoscaler bridge made and deleted.");
+  gf__buf_appendf(&b,
+                  "gpufrac_autoscale_placeholders_total{event=\"made\"} "
+                  "%" PRIu64 "\n"
+                  "gpufrac_autoscale_placeholders_total{event=\"deleted\"} "
+                  "%" PRIu64 "\n",
+                  (uint64_t)atomic_load(&f->as_made),
+                  (uint64_t)atomic_load(&f->as_deleted));
+  return gf__buf_error(&b) ? 0 : b.len;
 }
 
 uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f) {

@@ -176,13 +176,14 @@ void gf_sched_set_watched(gf_sched *s, bool watched) {
 
 /* ---- filter --------------------------------------------------------------*/
 
-/* Why node n (model record nr) cannot take r, into why[cap]; returns 0 when
- * it can, 1 when it cannot now, 2 when it never can (unresolvable). */
-static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
-                   const gf_request *r, char *why, size_t cap) {
+/* Why node n (model record nr) cannot take r, into why[cap]: GF__FIT when
+ * it can, GF__FIT_NOT_NOW when it cannot now, GF__FIT_NEVER when it never
+ * can (unresolvable). */
+static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
+                       const gf_request *r, char *why, size_t cap) {
   char a[32], b[32];
   if (r->gpu_count == 0)
-    return 0; /* not ours to judge: kube-scheduler checks CPU and memory */
+    return GF__FIT; /* kube-scheduler's to judge: CPU and memory */
   /* A node on its way out takes no new GPU pods, even one whose
    * tolerations would let kube-scheduler place it there: the pod would be
    * evicted again as soon as its weights are loaded.  It may come back
@@ -191,34 +192,34 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     snprintf(why, cap,
              "node is being disrupted by Karpenter (taint %s:NoSchedule)",
              GF__TAINT_DISRUPTED);
-    return 1;
+    return GF__FIT_NOT_NOW;
   }
   if (nr->cordoned) {
     snprintf(why, cap, "node is cordoned (spec.unschedulable)");
-    return 1;
+    return GF__FIT_NOT_NOW;
   }
   /* The common case first: gf_node_fits is exactly "every check below
    * passes" (and is cheap: the node's free-share index rules most nodes in
    * or out without looking at each GPU); the reasons are only worked out
    * for nodes that fail. */
   if (nr->has_inv && gf_node_fits(n, r))
-    return 0;
+    return GF__FIT;
   if (nr->inv_error) {
     snprintf(why, cap,
              "no gpufrac GPUs: the node's %s annotation was refused: %s",
              GF_INVENTORY_ANNOTATION, nr->inv_error);
-    return 2;
+    return GF__FIT_NEVER;
   }
   if (!nr->has_inv || n->ngpus == 0) {
     snprintf(why, cap,
              "no gpufrac GPUs: node has no %s annotation (is the gpufrac "
              "node agent running there?)",
              GF_INVENTORY_ANNOTATION);
-    return 2;
+    return GF__FIT_NEVER;
   }
   if (r->gpu_count > n->ngpus) {
     snprintf(why, cap, "needs %u GPUs, node has %u", r->gpu_count, n->ngpus);
-    return 2;
+    return GF__FIT_NEVER;
   }
   if (r->model_mask && !(r->model_mask & n->model_mask)) {
     char have[384] = "";
@@ -235,7 +236,7 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
         used += (size_t)w;
       }
     snprintf(why, cap, "gpu-model: node has %s, not an allowed model", have);
-    return 2;
+    return GF__FIT_NEVER;
   }
   /* What the node can never offer, however much is freed: more CPU or
    * memory than it has allocatable, a share larger than its largest GPU,
@@ -246,13 +247,13 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     gf__fmt_cpu(n->cpu_milli, b, sizeof(b));
     snprintf(why, cap, "CPU: %s cores requested, node has %s allocatable", a,
              b);
-    return 2;
+    return GF__FIT_NEVER;
   }
   if (r->mem_bytes > n->mem_bytes) {
     gf__fmt_bytes(r->mem_bytes, a, sizeof(a));
     gf__fmt_bytes(n->mem_bytes, b, sizeof(b));
     snprintf(why, cap, "memory: %s requested, node has %s allocatable", a, b);
-    return 2;
+    return GF__FIT_NEVER;
   }
   {
     bool share = r->gpu_milli < GF_GPU_MILLI;
@@ -286,20 +287,20 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
         snprintf(why, cap, "needs %u GPUs, node has %u that could take it",
                  r->gpu_count, able);
       }
-      return 2;
+      return GF__FIT_NEVER;
     }
   }
   if (n->cpu_used + r->cpu_milli > n->cpu_milli) {
     gf__fmt_cpu(r->cpu_milli, a, sizeof(a));
     gf__fmt_cpu(n->cpu_milli - n->cpu_used, b, sizeof(b));
     snprintf(why, cap, "CPU: %s cores requested, %s free", a, b);
-    return 1;
+    return GF__FIT_NOT_NOW;
   }
   if (n->mem_used + r->mem_bytes > n->mem_bytes) {
     gf__fmt_bytes(r->mem_bytes, a, sizeof(a));
     gf__fmt_bytes(n->mem_bytes - n->mem_used, b, sizeof(b));
     snprintf(why, cap, "memory: %s requested, %s free", a, b);
-    return 1;
+    return GF__FIT_NOT_NOW;
   }
   uint32_t fit = 0, whole_free = 0;
   int64_t max_mem = 0;
@@ -319,7 +320,7 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
       max_milli = GF_GPU_MILLI - gpu->milli_used;
   }
   if (fit >= r->gpu_count && gf_node_fits(n, r))
-    return 0;
+    return GF__FIT;
   bool share_blocked = (r->gpu_mem_bytes && max_mem < r->gpu_mem_bytes) ||
                        (r->gpu_milli && max_milli < r->gpu_milli);
   if (r->gpu_milli < GF_GPU_MILLI && whole_free > 0 && share_blocked) {
@@ -328,12 +329,12 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
              "or MIG devices); ask for a whole GPU (%s without memory or "
              "compute)",
              nr->name, GF_RES_GPU);
-    return 1;
+    return GF__FIT_NOT_NOW;
   }
   if (r->gpu_count > 1 || r->gpu_milli == GF_GPU_MILLI) {
     snprintf(why, cap, "needs %u whole GPU%s, node has %u free", r->gpu_count,
              r->gpu_count > 1 ? "s" : "", fit);
-    return 1;
+    return GF__FIT_NOT_NOW;
   }
   if (r->gpu_mem_bytes && max_mem < r->gpu_mem_bytes) {
     gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
@@ -354,7 +355,7 @@ static int why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
              "both free",
              a, r->gpu_milli / 10, nr->name);
   }
-  return 1;
+  return GF__FIT_NOT_NOW;
 }
 
 /* Failed-everywhere reason for a pod whose request itself cannot be met. */
@@ -366,9 +367,9 @@ static void resolve(gf_sched *s, const gf__pod *p, gf_request *r, verdict *v) {
   bool named;
   r->model_mask = gf__models_mask(s->c, p->models, &named);
   r->weights = gf__pod_weights(s->c, p); /* the cache term's, kubefeed.c */
-  v->kind = 0;
+  v->kind = GF__FIT;
   if (named && r->model_mask == 0 && r->gpu_count) {
-    v->kind = 2;
+    v->kind = GF__FIT_NEVER;
     char hb[256];
     if (strncmp(p->models, GF__HAMI_MODELS, strlen(GF__HAMI_MODELS)) == 0)
       snprintf(v->why, sizeof(v->why),
@@ -591,7 +592,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   gf_request r;
   memset(&r, 0, sizeof(r));
   if (gf__pod_parse_ex(a.pod, s->accept, p, &d)) {
-    v.kind = 2;
+    v.kind = GF__FIT_NEVER;
     snprintf(v.why, sizeof(v.why), "%s", d.msg);
     gf__utf8_fix(v.why);
   } else if (lacks_slot(a.pod, p, v.why, sizeof(v.why))) {
@@ -607,7 +608,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     goto done;
   }
   learn_nodes(s, &a, pn);
-  if (v.kind == 0) {
+  if (v.kind == GF__FIT) {
     if (!p->node[0])
       gf__request_pending_put(s, p);
     resolve(s, p, &r, &v);
@@ -624,8 +625,9 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   const json_t *claims =
       json_object_get(json_object_get(a.pod, "spec"), "resourceClaims");
   bool dra_scored = s->dra_score && json_array_size(claims) > 0;
-  if (v.kind == 0 && r.gpu_count > 0 && s->filter_top > 0 && !dra_scored &&
-      gf__policy_refresh(s) == 0 && (top = gf__malloc(sizeof(*top)))) {
+  if (v.kind == GF__FIT && r.gpu_count > 0 && s->filter_top > 0 &&
+      !dra_scored && gf__policy_refresh(s) == 0 &&
+      (top = gf__malloc(sizeof(*top)))) {
     top->n = 0;
     top->cap = s->filter_top;
   }
@@ -635,7 +637,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     const json_t *it = a.node_items ? json_array_get(a.node_items, i) : NULL;
     const char *name = a.node_items ? node_name_of(it) : a.names[i];
     char why[GF_DIAG_MAX];
-    int kind;
+    gf__fit kind;
     if (!name) {
       continue; /* a Node without a name: nothing to answer about */
     } else if (v.kind) {
@@ -644,7 +646,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     } else {
       int64_t ni = gf__smap_get(&s->nmap, name);
       if (ni < 0) {
-        kind = r.gpu_count ? 1 : 0;
+        kind = r.gpu_count ? GF__FIT_NOT_NOW : GF__FIT;
         snprintf(why, sizeof(why),
                  "gpufrac has not seen this node yet (no Node object from "
                  "the API server)");
@@ -658,7 +660,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     if (kind)
       gf__utf8_fix(why); /* reasons quote model and node names */
     int jr = 0;
-    if (kind == 0 && top) {
+    if (kind == GF__FIT && top) {
       /* why_not passed it, so the model knows it (ni >= 0) */
       gf_placement pick;
       int64_t ni = gf__smap_get(&s->nmap, name);
@@ -669,7 +671,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     }
     if (!a.node_items) {
       /* Names only: write the reply's parts directly (see prioritize). */
-      gf__buf *tb = kind == 0 ? &tp : kind == 2 ? &tu : &tf;
+      gf__buf *tb = kind == GF__FIT ? &tp : kind == GF__FIT_NEVER ? &tu : &tf;
       if (tb->len > 1)
         gf__buf_append(tb, ",", 1);
       gf__tb_json_str(tb, name);
@@ -677,10 +679,10 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
         gf__buf_append(tb, ":", 1);
         gf__tb_json_str(tb, why);
       }
-    } else if (kind == 0) {
+    } else if (kind == GF__FIT) {
       jr = json_array_append_new(passed, json_incref((json_t *)it));
     } else {
-      jr = json_object_set_new(kind == 2 ? unres : failed, name,
+      jr = json_object_set_new(kind == GF__FIT_NEVER ? unres : failed, name,
                                json_string(why));
     }
     if (jr) {
@@ -729,12 +731,9 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
     out->status = 200;
     goto done;
   }
-  json_t *nodes = json_null(), *names = json_null();
-  if (a.node_items) {
-    nodes = json_pack("{s:{},s:O}", "metadata", "items", passed);
-  } else {
-    names = json_incref(passed);
-  }
+  /* Here the request sent Node objects (names only were answered above). */
+  json_t *nodes = json_pack("{s:{},s:O}", "metadata", "items", passed);
+  json_t *names = json_null();
   out->json = json_pack("{s:o,s:o,s:O,s:O,s:s}", "Nodes", nodes, "NodeNames",
                         names, "FailedNodes", failed,
                         "FailedAndUnresolvableNodes", unres, "Error", "");
@@ -810,7 +809,7 @@ static void do_prioritize(gf_sched *s, const char *body, size_t len,
     if (!p->node[0])
       gf__request_pending_put(s, p);
     resolve(s, p, &r, &v);
-    ok = v.kind == 0 && (mrc = gf__policy_refresh(s)) == 0;
+    ok = v.kind == GF__FIT && (mrc = gf__policy_refresh(s)) == 0;
   } else {
     ok = false;
   }

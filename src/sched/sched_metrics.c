@@ -13,6 +13,7 @@
 #include "buf.h"
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
+#include "prom.h"
 #include "sched_state.h"
 
 static const char *const verb_names[NVERBS] = {
@@ -73,10 +74,8 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
   }
   pthread_mutex_lock(&s->mu);
   const metrics *m = &s->m;
-  gf__buf_appendf(&t,
-                  "# HELP gpufrac_extender_requests_total Requests served, by "
-                  "verb and HTTP status.\n"
-                  "# TYPE gpufrac_extender_requests_total counter\n");
+  gf__prom_head(&t, "gpufrac_extender_requests_total", "counter",
+                "Requests served, by verb and HTTP status.");
   for (int v = 0; v < NVERBS; v++)
     for (size_t c = 0; c <= NCODES; c++)
       if (m->req[v][c]) {
@@ -91,22 +90,18 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
             "%" PRIu64 "\n",
             verb_names[v], code, m->req[v][c]);
       }
-  gf__buf_appendf(&t,
-                  "# HELP gpufrac_extender_requests_refused_total Requests "
-                  "that could not be used (empty, malformed, too large), by "
-                  "verb; filter and bind answer them 200 with Error.\n"
-                  "# TYPE gpufrac_extender_requests_refused_total counter\n");
+  gf__prom_head(&t, "gpufrac_extender_requests_refused_total", "counter",
+                "Requests that could not be used (empty, malformed, too "
+                "large), by verb; filter and bind answer them 200 with "
+                "Error.");
   for (int v = 0; v < NVERBS; v++)
     if (m->refused[v])
       gf__buf_appendf(&t,
                       "gpufrac_extender_requests_refused_total{verb=\"%s\"} "
                       "%" PRIu64 "\n",
                       verb_names[v], m->refused[v]);
-  gf__buf_appendf(&t,
-                  "# HELP gpufrac_extender_request_duration_seconds Time to "
-                  "answer a request, by verb.\n"
-                  "# TYPE gpufrac_extender_request_duration_seconds "
-                  "histogram\n");
+  gf__prom_head(&t, "gpufrac_extender_request_duration_seconds", "histogram",
+                "Time to answer a request, by verb.");
   for (int v = 0; v < NVERBS; v++) {
     if (!m->n[v])
       continue;
@@ -130,51 +125,44 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
   uint32_t booked = 0;
   for (uint32_t i = 0; i < s->npods; i++)
     booked += s->pods[i].placed;
-  gf__buf_appendf(
-      &t,
-      "# HELP gpufrac_extender_binds_total Binds, by result.\n"
-      "# TYPE gpufrac_extender_binds_total counter\n"
-      "gpufrac_extender_binds_total{result=\"ok\"} %" PRIu64 "\n"
-      "gpufrac_extender_binds_total{result=\"error\"} %" PRIu64 "\n"
-      "# HELP gpufrac_extender_filter_failed_nodes_total Nodes "
-      "filtered out.\n"
-      "# TYPE gpufrac_extender_filter_failed_nodes_total counter\n"
-      "gpufrac_extender_filter_failed_nodes_total %" PRIu64 "\n"
-      "# HELP gpufrac_extender_filter_cut_nodes_total Nodes that could "
-      "take the pod but were left out of a filter reply (--filter-top).\n"
-      "# TYPE gpufrac_extender_filter_cut_nodes_total counter\n"
-      "gpufrac_extender_filter_cut_nodes_total %" PRIu64 "\n"
-      "# HELP gpufrac_extender_replay_failures_total Bound pods whose "
-      "grant could not be booked in the model.\n"
-      "# TYPE gpufrac_extender_replay_failures_total counter\n"
-      "gpufrac_extender_replay_failures_total %" PRIu64 "\n"
-      "# HELP gpufrac_extender_request_nodes_refused_total Node "
-      "objects sent in requests that were refused (logged).\n"
-      "# TYPE gpufrac_extender_request_nodes_refused_total counter\n"
-      "gpufrac_extender_request_nodes_refused_total %" PRIu64 "\n"
-      "# HELP gpufrac_extender_model_rebuilds_total Model rebuilds.\n"
-      "# TYPE gpufrac_extender_model_rebuilds_total counter\n"
-      "gpufrac_extender_model_rebuilds_total %" PRIu64 "\n"
-      "# HELP gpufrac_extender_policy_builds_total Placement policy "
-      "builds (typical set and packing plan).\n"
-      "# TYPE gpufrac_extender_policy_builds_total counter\n"
-      "gpufrac_extender_policy_builds_total %" PRIu64 "\n"
-      "# HELP gpufrac_extender_weights_resets_total Models made anew "
-      "because the table of model weights seen filled up.\n"
-      "# TYPE gpufrac_extender_weights_resets_total counter\n"
-      "gpufrac_extender_weights_resets_total %" PRIu64 "\n"
-      "# HELP gpufrac_extender_nodes Nodes in the model.\n"
-      "# TYPE gpufrac_extender_nodes gauge\n"
-      "gpufrac_extender_nodes %u\n"
-      "# HELP gpufrac_extender_pods Pods booked in the model.\n"
-      "# TYPE gpufrac_extender_pods gauge\n"
-      "gpufrac_extender_pods %u\n"
-      "# HELP gpufrac_extender_leader 1 when this replica binds.\n"
-      "# TYPE gpufrac_extender_leader gauge\n"
-      "gpufrac_extender_leader %d\n",
-      m->binds_ok, m->binds_failed, m->filter_failed_nodes, m->filter_cut_nodes,
-      m->replay_failed, m->nodes_refused, m->rebuilds, m->policy_builds,
-      m->weights_resets, s->nnodes, booked, s->leader ? 1 : 0);
+  gf__prom_head(&t, "gpufrac_extender_binds_total", "counter",
+                "Binds, by result.");
+  gf__buf_appendf(&t,
+                  "gpufrac_extender_binds_total{result=\"ok\"} %" PRIu64 "\n"
+                  "gpufrac_extender_binds_total{result=\"error\"} %" PRIu64
+                  "\n",
+                  m->binds_ok, m->binds_failed);
+  const struct {
+    const char *name, *type, *help;
+    uint64_t v;
+  } one[] = {
+      {"gpufrac_extender_filter_failed_nodes_total", "counter",
+       "Nodes filtered out.", m->filter_failed_nodes},
+      {"gpufrac_extender_filter_cut_nodes_total", "counter",
+       "Nodes that could take the pod but were left out of a filter reply "
+       "(--filter-top).",
+       m->filter_cut_nodes},
+      {"gpufrac_extender_replay_failures_total", "counter",
+       "Bound pods whose grant could not be booked in the model.",
+       m->replay_failed},
+      {"gpufrac_extender_request_nodes_refused_total", "counter",
+       "Node objects sent in requests that were refused (logged).",
+       m->nodes_refused},
+      {"gpufrac_extender_model_rebuilds_total", "counter", "Model rebuilds.",
+       m->rebuilds},
+      {"gpufrac_extender_policy_builds_total", "counter",
+       "Placement policy builds (typical set and packing plan).",
+       m->policy_builds},
+      {"gpufrac_extender_weights_resets_total", "counter",
+       "Models made anew because the table of model weights seen filled up.",
+       m->weights_resets},
+      {"gpufrac_extender_nodes", "gauge", "Nodes in the model.", s->nnodes},
+      {"gpufrac_extender_pods", "gauge", "Pods booked in the model.", booked},
+      {"gpufrac_extender_leader", "gauge", "1 when this replica binds.",
+       s->leader ? 1 : 0},
+  };
+  for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
+    gf__prom_u64(&t, one[i].name, one[i].type, one[i].help, one[i].v);
   pthread_mutex_unlock(&s->mu);
   if (s->metrics_fn && !gf__buf_error(&t)) {
     char more[4096];

@@ -172,8 +172,16 @@ struct gf_sched {
   metrics m;
 };
 
+/* What /filter answers for a node: it can take the pod (NodeNames), not now
+ * (FailedNodes), or never (FailedAndUnresolvableNodes). */
+typedef enum gf__fit {
+  GF__FIT = 0,
+  GF__FIT_NOT_NOW = 1,
+  GF__FIT_NEVER = 2
+} gf__fit;
+
 typedef struct verdict {
-  int kind; /* 0 ok, 2 every node unresolvable with `why` */
+  gf__fit kind; /* GF__FIT, or GF__FIT_NEVER for every node with `why` */
   char why[GF_DIAG_MAX];
 } verdict;
 

@@ -21,7 +21,7 @@
 /* A launch's units as given (grid x * y * z) may wrap in 64 bits only for
  * grids the driver refuses or that would run for days; its charge is then
  * wrong but never negative (a negative one would add tokens): see
- * gf_cost_charge. */
+ * gf__cost_charge. */
 #define GF_COST_UNITS_MAX (1ull << 40) /* what one sample counts at most */
 /* One sample's measured time is capped (a broken clock or a context
  * swapped out for minutes must not poison the estimate). */
@@ -32,13 +32,13 @@
  * product past 2^64 (more than 2^44 blocks in one launch) wraps, and the
  * shift keeps the result below 2^54: always a positive int64.  No clamp:
  * this is the launch path (every instruction counts, docs/benchmarks.md). */
-static inline uint64_t gf_cost_charge(uint64_t units, uint32_t k) {
+static inline uint64_t gf__cost_charge(uint64_t units, uint32_t k) {
   return (units * k + GF_COST_ONE - 1) >> GF_COST_SHIFT;
 }
 
 /* Tokens of a measured duration, in 1/GF_COST_ONE: ns x tokens per second
  * of one GPU / 1e9. */
-static inline uint64_t gf_cost_tokens_fp(uint64_t ns, uint64_t gpu_capacity) {
+static inline uint64_t gf__cost_tokens_fp(uint64_t ns, uint64_t gpu_capacity) {
   if (ns > GF_COST_SAMPLE_NS_MAX)
     ns = GF_COST_SAMPLE_NS_MAX;
   unsigned __int128 t =
@@ -56,8 +56,8 @@ typedef struct gf_cost_est {
  * returns the new k, clamped to [GF_COST_MIN, GF_COST_MAX]; a launch of
  * no units changes nothing (returns k from the sums, GF_COST_ONE when
  * there are none yet). */
-static inline uint32_t gf_cost_update(gf_cost_est *e, uint64_t units,
-                                      uint64_t tokens_fp) {
+static inline uint32_t gf__cost_update(gf_cost_est *e, uint64_t units,
+                                       uint64_t tokens_fp) {
   if (units > GF_COST_UNITS_MAX)
     units = GF_COST_UNITS_MAX;
   /* Both sums in 1/GF_COST_ONE, so the decay's truncation is negligible
@@ -78,7 +78,7 @@ static inline uint32_t gf_cost_update(gf_cost_est *e, uint64_t units,
 
 /* What settles a measured launch: its measured tokens minus its charge
  * (positive: taken from the bucket; negative: given back). */
-static inline int64_t gf_cost_settle(uint64_t tokens_fp, uint64_t charged) {
+static inline int64_t gf__cost_settle(uint64_t tokens_fp, uint64_t charged) {
   int64_t measured = (int64_t)((tokens_fp + GF_COST_ONE / 2) >> GF_COST_SHIFT);
   return measured - (int64_t)charged;
 }

@@ -130,11 +130,11 @@ static void poll_locked(void) {
     if (ms > 1e5f)
       ms = 1e5f;
     uint64_t ns = (uint64_t)((double)ms * 1e6);
-    uint64_t tfp = gf_cost_tokens_fp(ns, gpu_capacity());
-    uint32_t k = gf_cost_update(&est[sl->kind], sl->units, tfp);
+    uint64_t tfp = gf__cost_tokens_fp(ns, gpu_capacity());
+    uint32_t k = gf__cost_update(&est[sl->kind], sl->units, tfp);
     atomic_store_explicit(&gf__shim_kcost[sl->kind], k, memory_order_relaxed);
     atomic_store_explicit(&measured, true, memory_order_relaxed);
-    int64_t d = gf_cost_settle(tfp, sl->charged);
+    int64_t d = gf__cost_settle(tfp, sl->charged);
     if (S.region)
       atomic_fetch_sub_explicit(&S.region->tokens, d, memory_order_relaxed);
     gf__shim_log(GF_SHIM_LOG_DEBUG,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../contract/kvline.h" /* header-only: links nothing */
 #include "gpufrac/quantity.h"
 
 /* The region HAMi-core's variables share when CUDA_DEVICE_MEMORY_SHARED_CACHE
@@ -31,15 +32,6 @@ static void defaults(gf_shim_config *c) {
   c->graph_cost = 64;
   c->context_overhead = GF_SHIM_CONTEXT_OVERHEAD;
   c->log_level = GF_SHIM_LOG_WARN;
-}
-
-static char *trim(char *s) {
-  while (*s == ' ' || *s == '\t')
-    s++;
-  char *e = s + strlen(s);
-  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
-    *--e = '\0';
-  return s;
 }
 
 static int set_log(gf_shim_config *c, const char *v) {
@@ -174,38 +166,25 @@ static int set_kv(gf_shim_config *c, const char *k, const char *v, char *why,
 int gf_shim_config_parse(const char *text, gf_shim_config *c, char *err,
                          size_t errlen) {
   defaults(c);
-  char line[1024];
-  int lineno = 0, disabled = 0;
+  int disabled = 0, rc;
   uint64_t per_dev[GF_REGION_DEVICES] = {0};
-  for (const char *p = text; *p;) {
-    const char *nl = strchr(p, '\n');
-    size_t n = nl ? (size_t)(nl - p) : strlen(p);
-    lineno++;
-    if (n >= sizeof(line)) {
-      snprintf(err, errlen, "line %d: longer than %zu bytes", lineno,
-               sizeof(line) - 1);
+  gf__kv_reader r;
+  gf__kv_init(&r, text, strlen(text));
+  char *k, *v;
+  while ((rc = gf__kv_next(&r, &k, &v)) != GF__KV_END) {
+    if (rc == GF__KV_LONG) {
+      snprintf(err, errlen, "line %d: longer than %zu bytes", r.lineno,
+               sizeof(r.line) - 1);
       return -1;
     }
-    memcpy(line, p, n);
-    line[n] = '\0';
-    p = nl ? nl + 1 : p + n;
-    char *hash = strchr(line, '#');
-    if (hash)
-      *hash = '\0';
-    char *s = trim(line);
-    if (!*s)
-      continue;
-    char *eq = strchr(s, '=');
-    if (!eq) {
-      snprintf(err, errlen, "line %d: expected 'key = value'", lineno);
+    if (rc < 0) { /* GF__KV_NO_EQ (a NUL cannot be in a C string) */
+      snprintf(err, errlen, "line %d: expected 'key = value'", r.lineno);
       return -1;
     }
-    *eq = '\0';
-    char *k = trim(s), *v = trim(eq + 1);
     char why[256] = "";
-    int rc = set_kv(c, k, v, why, sizeof(why));
+    rc = set_kv(c, k, v, why, sizeof(why));
     if (rc < 0) {
-      snprintf(err, errlen, "line %d: %s = '%s': %s", lineno, k, v, why);
+      snprintf(err, errlen, "line %d: %s = '%s': %s", r.lineno, k, v, why);
       return -1;
     }
     if (rc == 1)

@@ -26,7 +26,7 @@ static void sleep_ns(uint64_t ns) {
 
 /* Tokens a launch of `units` of this kind is charged now. */
 static inline uint64_t charge_of(uint64_t units, int kind) {
-  return gf_cost_charge(
+  return gf__cost_charge(
       units, atomic_load_explicit(&gf__shim_kcost[kind], memory_order_relaxed));
 }
 

@@ -35,14 +35,14 @@ int gf_node_types_read(FILE *fp, const char *source, gf_node_types *out,
       "memory_mib", "gpu_hour_price", "count"};
   int idx[7] = {0};
   gf_csv csv;
-  gf_csv_init(&csv, fp, source);
-  int rc = gf_csv_header(&csv, cols, 7, 7, GF_ENOTFOUND, idx, d);
+  gf__csv_init(&csv, fp, source);
+  int rc = gf__csv_header(&csv, cols, 7, 7, GF_ENOTFOUND, idx, d);
   if (rc)
     return rc == GF_ENOTFOUND ? GF_ESYNTAX : rc;
   int width = csv.nfields;
   gf_node_types l = {NULL, 0};
-  while ((rc = gf_csv_next(&csv, d)) == 1) {
-    if ((rc = gf_csv_check_width(&csv, width, d)))
+  while ((rc = gf__csv_next(&csv, d)) == 1) {
+    if ((rc = gf__csv_check_width(&csv, width, d)))
       goto fail;
     if (l.n == GF_NODE_TYPES_MAX) {
       rc = gf_diag_set(d, GF_ELIMIT, "%s:%lu: more than %d node types", source,
@@ -52,14 +52,14 @@ int gf_node_types_read(FILE *fp, const char *source, gf_node_types *out,
     gf_node_type t;
     memset(&t, 0, sizeof(t));
     int64_t gpus, cpu, mem, count;
-    if ((rc = gf_csv_field_int(&csv, idx[2], "gpus", 0, GF_MAX_GPUS_PER_NODE,
-                               &gpus, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[3], "cpu_milli", 1, INT64_MAX / 2,
-                               &cpu, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[4], "memory_mib", 1,
-                               INT64_MAX / MIB / 2, &mem, d)) ||
+    if ((rc = gf__csv_field_int(&csv, idx[2], "gpus", 0, GF_MAX_GPUS_PER_NODE,
+                                &gpus, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[3], "cpu_milli", 1, INT64_MAX / 2,
+                                &cpu, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[4], "memory_mib", 1,
+                                INT64_MAX / MIB / 2, &mem, d)) ||
         (rc = field_price(&csv, idx[5], &t.gpu_hour_price, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[6], "count", 0, 100000, &count, d)))
+        (rc = gf__csv_field_int(&csv, idx[6], "count", 0, 100000, &count, d)))
       goto fail;
     const char *name = csv.fields[idx[0]], *model = csv.fields[idx[1]];
     if (!*name || strlen(name) >= sizeof(t.name)) {
@@ -109,7 +109,7 @@ fail:
 
 int gf_node_types_load(const char *path, gf_node_types *out, gf_diag *d) {
   FILE *fp;
-  int rc = gf_csv_open(path, &fp, d);
+  int rc = gf__csv_open(path, &fp, d);
   if (rc)
     return rc;
   rc = gf_node_types_read(fp, path, out, d);
@@ -128,23 +128,23 @@ int gf_lifetimes_read(FILE *fp, const char *source, gf_lifetimes *out,
   static const char *const cols[] = {"scheduled_time", "deletion_time"};
   int idx[2] = {0, 0};
   gf_csv csv;
-  gf_csv_init(&csv, fp, source);
-  int rc = gf_csv_header(&csv, cols, 2, 2, GF_ENOTFOUND, idx, d);
+  gf__csv_init(&csv, fp, source);
+  int rc = gf__csv_header(&csv, cols, 2, 2, GF_ENOTFOUND, idx, d);
   if (rc)
     return rc;
   int width = csv.nfields;
   gf_lifetimes l = {NULL, 0};
   size_t cap = 0;
-  while ((rc = gf_csv_next(&csv, d)) == 1) {
-    if ((rc = gf_csv_check_width(&csv, width, d)))
+  while ((rc = gf__csv_next(&csv, d)) == 1) {
+    if ((rc = gf__csv_check_width(&csv, width, d)))
       goto fail;
     if (!*csv.fields[idx[0]] || !*csv.fields[idx[1]])
       continue; /* never scheduled (or never deleted): no lifetime */
     int64_t sched, del;
-    if ((rc = gf_csv_field_int(&csv, idx[0], "scheduled_time", 0, INT64_MAX / 2,
-                               &sched, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[1], "deletion_time", 0, INT64_MAX / 2,
-                               &del, d)))
+    if ((rc = gf__csv_field_int(&csv, idx[0], "scheduled_time", 0,
+                                INT64_MAX / 2, &sched, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[1], "deletion_time", 0, INT64_MAX / 2,
+                                &del, d)))
       goto fail;
     if (del <= sched)
       continue;
@@ -175,7 +175,7 @@ fail:
 
 int gf_lifetimes_load(const char *path, gf_lifetimes *out, gf_diag *d) {
   FILE *fp;
-  int rc = gf_csv_open(path, &fp, d);
+  int rc = gf__csv_open(path, &fp, d);
   if (rc)
     return rc;
   rc = gf_lifetimes_read(fp, path, out, d);

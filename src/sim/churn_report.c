@@ -173,18 +173,18 @@ void gf_churn_report_svg(FILE *fp, const gf_churn_summary *s, int n,
   double xstep = xmax > 48 ? 24 : xmax > 12 ? 6 : 1;
 #define PX(x) (L + pw * (x) / xmax)
 #define PY(y) (T + ph - ph * (y) / ymax)
-  gf_svg_begin(fp, W, H, L, title);
+  gf__svg_begin(fp, W, H, L, title);
   for (double x = 0; x <= xmax + 1e-9; x += xstep)
-    gf_svg_xgrid(fp, PX(x), T, ph, x);
+    gf__svg_xgrid(fp, PX(x), T, ph, x);
   for (double y = 0; y <= ymax + 1e-9; y += ystep)
-    gf_svg_ygrid(fp, L, pw, PY(y), y);
-  gf_svg_frame(fp, L, T, pw, ph, H, "hours", "nodes bought");
+    gf__svg_ygrid(fp, L, pw, PY(y), y);
+  gf__svg_frame(fp, L, T, pw, ph, H, "hours", "nodes bought");
   for (int i = 0; i < n; i++) {
-    const char *col = gf_svg_series(fp, i);
+    const char *col = gf__svg_series(fp, i);
     for (uint32_t j = 0; j < s[i].nsamples; j++)
       fprintf(fp, "%.1f,%.1f ", PX(j * sample_s / 3600), PY(s[i].nodes[j]));
     fprintf(fp, "\"/>\n");
-    gf_svg_legend(fp, L + pw, T + 12 + 22.0 * i, col);
+    gf__svg_legend(fp, L + pw, T + 12 + 22.0 * i, col);
     fprintf(fp, "%s: %.3f bought/asked</text>\n", s[i].policy,
             s[i].waste_ratio);
   }

@@ -6,7 +6,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 
-void gf_csv_init(gf_csv *c, FILE *fp, const char *source) {
+void gf__csv_init(gf_csv *c, FILE *fp, const char *source) {
   memset(c, 0, sizeof(*c));
   c->fp = fp;
   c->source = source;
@@ -59,7 +59,7 @@ static int split(gf_csv *c, gf_diag *d) {
   }
 }
 
-int gf_csv_next(gf_csv *c, gf_diag *d) {
+int gf__csv_next(gf_csv *c, gf_diag *d) {
   for (;;) {
     size_t n = 0;
     int ch;
@@ -87,23 +87,23 @@ int gf_csv_next(gf_csv *c, gf_diag *d) {
   }
 }
 
-int gf_csv_column(const gf_csv *hdr, const char *name) {
+int gf__csv_column(const gf_csv *hdr, const char *name) {
   for (int i = 0; i < hdr->nfields; i++)
     if (strcmp(hdr->fields[i], name) == 0)
       return i;
   return -1;
 }
 
-int gf_csv_header(gf_csv *c, const char *const *names, int n, int nrequired,
-                  int missing, int *idx, gf_diag *d) {
-  int rc = gf_csv_next(c, d);
+int gf__csv_header(gf_csv *c, const char *const *names, int n, int nrequired,
+                   int missing, int *idx, gf_diag *d) {
+  int rc = gf__csv_next(c, d);
   if (rc < 0)
     return rc;
   if (rc == 0)
     return gf_diag_set(d, GF_ESYNTAX, "%s: empty file, expected a header",
                        c->source);
   for (int i = 0; i < n; i++) {
-    idx[i] = gf_csv_column(c, names[i]);
+    idx[i] = gf__csv_column(c, names[i]);
     if (idx[i] < 0 && i < nrequired)
       return gf_diag_set(d, missing, "%s:%lu: header lacks column '%s'",
                          c->source, c->line, names[i]);
@@ -111,22 +111,22 @@ int gf_csv_header(gf_csv *c, const char *const *names, int n, int nrequired,
   return 0;
 }
 
-int gf_csv_check_width(const gf_csv *c, int want, gf_diag *d) {
+int gf__csv_check_width(const gf_csv *c, int want, gf_diag *d) {
   if (c->nfields != want)
     return gf_diag_set(d, GF_ESYNTAX, "%s:%lu: %d fields, header has %d",
                        c->source, c->line, c->nfields, want);
   return 0;
 }
 
-int gf_csv_field_int(const gf_csv *c, int col, const char *name, int64_t min,
-                     int64_t max, int64_t *out, gf_diag *d) {
+int gf__csv_field_int(const gf_csv *c, int col, const char *name, int64_t min,
+                      int64_t max, int64_t *out, gf_diag *d) {
   int rc = gf_parse_int64(c->fields[col], min, max, out, d);
   if (rc)
     gf_diag_prefix(d, "%s:%lu: column %s", c->source, c->line, name);
   return rc;
 }
 
-int gf_csv_open(const char *path, FILE **fp, gf_diag *d) {
+int gf__csv_open(const char *path, FILE **fp, gf_diag *d) {
   *fp = fopen(path, "r");
   if (!*fp)
     return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));

@@ -233,11 +233,11 @@ static const char *const palette[] = {"#1b9e77", "#d95f02", "#7570b3",
                                       "#e7298a", "#66a61e", "#e6ab02",
                                       "#a6761d", "#666666"};
 
-const char *gf_svg_color(int i) {
+const char *gf__svg_color(int i) {
   return palette[i % (int)(sizeof(palette) / sizeof(palette[0]))];
 }
 
-void gf_svg_begin(FILE *fp, double w, double h, double l, const char *title) {
+void gf__svg_begin(FILE *fp, double w, double h, double l, const char *title) {
   fprintf(fp,
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
           "height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -247,7 +247,7 @@ void gf_svg_begin(FILE *fp, double w, double h, double l, const char *title) {
           w, h, l, title);
 }
 
-void gf_svg_xgrid(FILE *fp, double px, double t, double ph, double label) {
+void gf__svg_xgrid(FILE *fp, double px, double t, double ph, double label) {
   fprintf(fp,
           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
           "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
@@ -255,7 +255,7 @@ void gf_svg_xgrid(FILE *fp, double px, double t, double ph, double label) {
           px, t, px, t + ph, px, t + ph + 16, label);
 }
 
-void gf_svg_ygrid(FILE *fp, double l, double pw, double py, double label) {
+void gf__svg_ygrid(FILE *fp, double l, double pw, double py, double label) {
   fprintf(fp,
           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
           "stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" "
@@ -263,8 +263,8 @@ void gf_svg_ygrid(FILE *fp, double l, double pw, double py, double label) {
           l, py, l + pw, py, l - 6, py + 4, label);
 }
 
-void gf_svg_frame(FILE *fp, double l, double t, double pw, double ph, double h,
-                  const char *xtitle, const char *ytitle) {
+void gf__svg_frame(FILE *fp, double l, double t, double pw, double ph, double h,
+                   const char *xtitle, const char *ytitle) {
   fprintf(fp,
           "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
           "fill=\"none\" stroke=\"#333\"/>\n"
@@ -274,8 +274,8 @@ void gf_svg_frame(FILE *fp, double l, double t, double pw, double ph, double h,
           l, t, pw, ph, l + pw / 2, h - 16, xtitle, t + ph / 2, ytitle);
 }
 
-const char *gf_svg_series(FILE *fp, int i) {
-  const char *col = gf_svg_color(i);
+const char *gf__svg_series(FILE *fp, int i) {
+  const char *col = gf__svg_color(i);
   fprintf(fp,
           "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
           "points=\"",
@@ -283,7 +283,7 @@ const char *gf_svg_series(FILE *fp, int i) {
   return col;
 }
 
-void gf_svg_legend(FILE *fp, double x, double y, const char *color) {
+void gf__svg_legend(FILE *fp, double x, double y, const char *color) {
   fprintf(fp,
           "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
           "stroke=\"%s\" stroke-width=\"3\"/><text x=\"%.0f\" y=\"%.0f\">",
@@ -310,14 +310,14 @@ void gf_report_svg(FILE *fp, const gf_summary *s, int n, const char *title) {
   const double ymax = 100;
 #define PX(x) (L + pw * ((x)-x0) / (x1 - x0))
 #define PY(y) (T + ph - ph * ((y)-ymin) / (ymax - ymin))
-  gf_svg_begin(fp, W, H, L, title);
+  gf__svg_begin(fp, W, H, L, title);
   for (int x = x0; x <= x1; x += 10)
-    gf_svg_xgrid(fp, PX(x), T, ph, x);
+    gf__svg_xgrid(fp, PX(x), T, ph, x);
   for (double y = ymin; y <= ymax + 1e-9; y += 10)
-    gf_svg_ygrid(fp, L, pw, PY(y), y);
-  gf_svg_frame(fp, L, T, pw, ph, H,
-               "arrived GPU demand (% of cluster GPU capacity)",
-               "GPU capacity allocated (%)");
+    gf__svg_ygrid(fp, L, pw, PY(y), y);
+  gf__svg_frame(fp, L, T, pw, ph, H,
+                "arrived GPU demand (% of cluster GPU capacity)",
+                "GPU capacity allocated (%)");
   fprintf(fp,
           "<polyline fill=\"none\" stroke=\"#999\" stroke-dasharray=\"5,4\" "
           "points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\"/>\n"
@@ -325,12 +325,12 @@ void gf_report_svg(FILE *fp, const gf_summary *s, int n, const char *title) {
           PX(x0), PY(x0 < ymin ? ymin : x0), PX(100), PY(100), PX(x1), PY(100),
           PX(x1) - 40, PY(100) - 6);
   for (int i = 0; i < n; i++) {
-    const char *col = gf_svg_series(fp, i);
+    const char *col = gf__svg_series(fp, i);
     for (int k = x0; k < s[i].npoints; k++)
       if (isfinite(s[i].alloc_curve[k]))
         fprintf(fp, "%.1f,%.1f ", PX(k), PY(s[i].alloc_curve[k]));
     fprintf(fp, "\"/>\n");
-    gf_svg_legend(fp, L + pw, T + 12 + 22.0 * i, col);
+    gf__svg_legend(fp, L + pw, T + 12 + 22.0 * i, col);
     fprintf(fp, "%s: %.2f%% idle at 100%%</text>\n", s[i].policy,
             s[i].unalloc100);
   }

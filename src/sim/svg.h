@@ -10,27 +10,27 @@
 #include <stdio.h>
 
 /* Opens the <svg> of w x h pixels: white background and a bold title. */
-void gf_svg_begin(FILE *fp, double w, double h, double l, const char *title);
+void gf__svg_begin(FILE *fp, double w, double h, double l, const char *title);
 
 /* A vertical grid line at x = px, labelled `label` below the plot. */
-void gf_svg_xgrid(FILE *fp, double px, double t, double ph, double label);
+void gf__svg_xgrid(FILE *fp, double px, double t, double ph, double label);
 
 /* A horizontal grid line at y = py, labelled `label` left of the plot. */
-void gf_svg_ygrid(FILE *fp, double l, double pw, double py, double label);
+void gf__svg_ygrid(FILE *fp, double l, double pw, double py, double label);
 
 /* The plot's frame and the two axis titles (h: the chart's height). */
-void gf_svg_frame(FILE *fp, double l, double t, double pw, double ph, double h,
-                  const char *xtitle, const char *ytitle);
+void gf__svg_frame(FILE *fp, double l, double t, double pw, double ph, double h,
+                   const char *xtitle, const char *ytitle);
 
 /* The colour of series i. */
-const char *gf_svg_color(int i);
+const char *gf__svg_color(int i);
 
 /* Opens series i's polyline: the caller writes "x,y " points, then "\"/>\n".
  * Returns its colour. */
-const char *gf_svg_series(FILE *fp, int i);
+const char *gf__svg_series(FILE *fp, int i);
 
 /* Series i's legend swatch at (x, y) and an open <text>: the caller writes
  * the label, then "</text>\n". */
-void gf_svg_legend(FILE *fp, double x, double y, const char *color);
+void gf__svg_legend(FILE *fp, double x, double y, const char *color);
 
 #endif

@@ -15,20 +15,20 @@ int gf_trace_read_nodes(FILE *fp, const char *source, gf_cluster *c,
                                      "model"};
   int idx[5];
   gf_csv csv;
-  gf_csv_init(&csv, fp, source);
-  int rc = gf_csv_header(&csv, cols, 5, 5, GF_ESYNTAX, idx, d);
+  gf__csv_init(&csv, fp, source);
+  int rc = gf__csv_header(&csv, cols, 5, 5, GF_ESYNTAX, idx, d);
   if (rc)
     return rc;
   int width = csv.nfields;
-  while ((rc = gf_csv_next(&csv, d)) == 1) {
+  while ((rc = gf__csv_next(&csv, d)) == 1) {
     int64_t cpu, mem, ngpu;
-    if ((rc = gf_csv_check_width(&csv, width, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2,
-                               &cpu, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB,
-                               &mem, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[3], "gpu", 0, GF_MAX_GPUS_PER_NODE,
-                               &ngpu, d)))
+    if ((rc = gf__csv_check_width(&csv, width, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2,
+                                &cpu, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB,
+                                &mem, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[3], "gpu", 0, GF_MAX_GPUS_PER_NODE,
+                                &ngpu, d)))
       return rc;
     const char *model = csv.fields[idx[4]];
     if (ngpu > 0 && !*model)
@@ -87,24 +87,24 @@ int gf_trace_read_pods(FILE *fp, const char *source, gf_cluster *c,
                                      "num_gpu", "gpu_milli", "gpu_spec"};
   int idx[6];
   gf_csv csv;
-  gf_csv_init(&csv, fp, source);
-  int rc = gf_csv_header(&csv, cols, 6, 5, GF_ESYNTAX, idx, d);
+  gf__csv_init(&csv, fp, source);
+  int rc = gf__csv_header(&csv, cols, 6, 5, GF_ESYNTAX, idx, d);
   if (rc)
     return rc;
   int width = csv.nfields;
   gf_pod_list l = {NULL, 0};
   size_t cap = 0;
-  while ((rc = gf_csv_next(&csv, d)) == 1) {
+  while ((rc = gf__csv_next(&csv, d)) == 1) {
     int64_t cpu, mem, ngpu, milli;
-    if ((rc = gf_csv_check_width(&csv, width, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2,
-                               &cpu, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB,
-                               &mem, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[3], "num_gpu", 0, GF_MAX_GPUS_PER_NODE,
-                               &ngpu, d)) ||
-        (rc = gf_csv_field_int(&csv, idx[4], "gpu_milli", 0, GF_GPU_MILLI,
-                               &milli, d)))
+    if ((rc = gf__csv_check_width(&csv, width, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[1], "cpu_milli", 0, INT64_MAX / 2,
+                                &cpu, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[2], "memory_mib", 0, INT64_MAX / MIB,
+                                &mem, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[3], "num_gpu", 0,
+                                GF_MAX_GPUS_PER_NODE, &ngpu, d)) ||
+        (rc = gf__csv_field_int(&csv, idx[4], "gpu_milli", 0, GF_GPU_MILLI,
+                                &milli, d)))
       goto fail;
     if (l.n == cap) {
       cap = cap ? cap * 2 : 1024;
@@ -165,7 +165,7 @@ fail:
 
 int gf_trace_load_nodes(const char *path, gf_cluster *c, gf_diag *d) {
   FILE *fp;
-  int rc = gf_csv_open(path, &fp, d);
+  int rc = gf__csv_open(path, &fp, d);
   if (rc)
     return rc;
   rc = gf_trace_read_nodes(fp, path, c, d);
@@ -176,7 +176,7 @@ int gf_trace_load_nodes(const char *path, gf_cluster *c, gf_diag *d) {
 int gf_trace_load_pods(const char *path, gf_cluster *c, gf_pod_list *out,
                        gf_diag *d) {
   FILE *fp;
-  int rc = gf_csv_open(path, &fp, d);
+  int rc = gf__csv_open(path, &fp, d);
   if (rc)
     return rc;
   rc = gf_trace_read_pods(fp, path, c, out, d);

@@ -98,11 +98,11 @@ static void test_pid_pod(void **state) {
   mkdir(proc, 0755);
   proc_pid(10, POD_A, true);
   proc_pid(11, POD_B, false);
-  assert_true(gf_node_pid_pod(proc, 10, uid, sizeof(uid)));
+  assert_true(gf__node_pid_pod(proc, 10, uid, sizeof(uid)));
   assert_string_equal(uid, POD_A);
-  assert_true(gf_node_pid_pod(proc, 11, uid, sizeof(uid)));
+  assert_true(gf__node_pid_pod(proc, 11, uid, sizeof(uid)));
   assert_string_equal(uid, POD_B);
-  assert_false(gf_node_pid_pod(proc, 12, uid, sizeof(uid))); /* no such pid */
+  assert_false(gf__node_pid_pod(proc, 12, uid, sizeof(uid))); /* no such pid */
 }
 
 static void test_feedback(void **state) {
@@ -125,7 +125,7 @@ static void test_feedback(void **state) {
   /* No process samples: the GPU that one container holds (Y) is measured
    * by the GPU; the shared one (X) cannot be split, so A and B get
    * nothing. */
-  assert_int_equal(gf_node_feedback(st, proc, &g, NULL, 0), 1);
+  assert_int_equal(gf__node_feedback(st, proc, &g, NULL, 0), 1);
   assert_int_equal(observed(POD_C), 4200);
   assert_int_equal(observed(POD_A), 0);
   assert_int_equal(observed(POD_B), 0);
@@ -136,7 +136,7 @@ static void test_feedback(void **state) {
   proc_pid(200, POD_B, true);
   gf_node_proc_util s[] = {
       {100, GPU_X, 20}, {101, GPU_X, 15}, {200, GPU_X, 50}, {999, GPU_X, 5}};
-  assert_int_equal(gf_node_feedback(st, proc, &g, s, 4), 3);
+  assert_int_equal(gf__node_feedback(st, proc, &g, s, 4), 3);
   assert_int_equal(observed(POD_A), 3500);
   assert_int_equal(observed(POD_B), 5000);
   assert_int_equal(observed(POD_C), 4200);
@@ -144,7 +144,7 @@ static void test_feedback(void **state) {
   /* Samples whose pids cannot be placed (no host /proc): as if none. */
   g.gpus[1].util_pct = 10;
   gf_node_proc_util lost[] = {{555, GPU_Y, 70}};
-  assert_int_equal(gf_node_feedback(st, proc, &g, lost, 1), 1);
+  assert_int_equal(gf__node_feedback(st, proc, &g, lost, 1), 1);
   assert_int_equal(observed(POD_C), 1000);
 
   /* A region that is a symbolic link is not followed or written. */
@@ -153,7 +153,7 @@ static void test_feedback(void **state) {
   snprintf(target, sizeof(target), "%s/elsewhere", tmpdir);
   rename(link, target);
   assert_int_equal(symlink(target, link), 0);
-  assert_int_equal(gf_node_feedback(st, proc, &g, NULL, 0), 0);
+  assert_int_equal(gf__node_feedback(st, proc, &g, NULL, 0), 0);
 }
 
 int main(void) {

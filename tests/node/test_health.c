@@ -39,27 +39,27 @@ static void test_events(void **state) {
   unlink(xid_file);
   gf_node_health *h = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_health_open(&h, GF_FAKE_NVML_LIB, &d), 0);
+  assert_int_equal(gf__node_health_open(&h, GF_FAKE_NVML_LIB, &d), 0);
   gf_node_xid ev;
   /* Nothing yet: a timeout, not an error. */
-  assert_int_equal(gf_node_health_wait(h, 10, &ev, &d), 0);
+  assert_int_equal(gf__node_health_wait(h, 10, &ev, &d), 0);
   write_events("1 79\n0 13\nall 48\n");
-  assert_int_equal(gf_node_health_wait(h, 10, &ev, &d), 1);
+  assert_int_equal(gf__node_health_wait(h, 10, &ev, &d), 1);
   assert_false(ev.all);
   assert_string_equal(ev.uuid, "GPU-00000000-1111-2222-3333-000000000001");
   assert_int_equal(ev.xid, 79);
-  assert_int_equal(gf_node_health_wait(h, 10, &ev, &d), 1);
+  assert_int_equal(gf__node_health_wait(h, 10, &ev, &d), 1);
   assert_int_equal(ev.xid, 13);
   assert_string_equal(ev.uuid, "GPU-00000000-1111-2222-3333-000000000000");
-  assert_int_equal(gf_node_health_wait(h, 10, &ev, &d), 1);
+  assert_int_equal(gf__node_health_wait(h, 10, &ev, &d), 1);
   assert_true(ev.all);
   assert_int_equal(ev.xid, 48);
   /* The broken GPU could not register; an event naming it is NVML's
    * error, reported, not a crash. */
   write_events("1 79\n0 13\nall 48\n2 79\n");
-  assert_int_equal(gf_node_health_wait(h, 10, &ev, &d), GF_EIO);
+  assert_int_equal(gf__node_health_wait(h, 10, &ev, &d), GF_EIO);
   assert_non_null(strstr(d.msg, "nvmlEventSetWait_v2"));
-  gf_node_health_close(h);
+  gf__node_health_close(h);
   unlink(xid_file);
 }
 
@@ -69,19 +69,19 @@ static void test_mark(void **state) {
   gf_diag d = {""};
   assert_int_equal(gf_node_discover_fake("3xH100-80GB", &g, &d), 0);
   const uint64_t *app = gf_node_xid_app_default;
-  assert_true(gf_node_xid_ignored(13, app, 6));
-  assert_true(gf_node_xid_ignored(109, app, 6));
-  assert_false(gf_node_xid_ignored(79, app, 6));
-  assert_false(gf_node_xid_ignored(48, app, 6));
+  assert_true(gf__node_xid_ignored(13, app, 6));
+  assert_true(gf__node_xid_ignored(109, app, 6));
+  assert_false(gf__node_xid_ignored(79, app, 6));
+  assert_false(gf__node_xid_ignored(48, app, 6));
   gf_node_xid ev = {"", 79, false};
   memcpy(ev.uuid, g.gpus[1].uuid, sizeof(ev.uuid));
-  assert_int_equal(gf_node_mark_xid(&g, &ev), 1);
+  assert_int_equal(gf__node_mark_xid(&g, &ev), 1);
   assert_true(g.gpus[0].healthy);
   assert_false(g.gpus[1].healthy);
   assert_string_equal(g.gpus[1].reason, "Xid 79");
   /* The first reason stays; every GPU for a device-less event. */
   gf_node_xid all = {"", 48, true};
-  assert_int_equal(gf_node_mark_xid(&g, &all), 2);
+  assert_int_equal(gf__node_mark_xid(&g, &all), 2);
   assert_string_equal(g.gpus[1].reason, "Xid 79");
   assert_string_equal(g.gpus[2].reason, "Xid 48");
   /* The inventory leaves unhealthy GPUs out. */
@@ -90,7 +90,7 @@ static void test_mark(void **state) {
   assert_int_equal(gf_node_discover_fake("2xT4-16GB", &one, &d), 0);
   gf_node_xid ev2 = {"", 94, false};
   memcpy(ev2.uuid, one.gpus[0].uuid, sizeof(ev2.uuid));
-  gf_node_mark_xid(&one, &ev2);
+  gf__node_mark_xid(&one, &ev2);
   assert_int_equal(gf_node_inventory_json(&one, &inv, &d), 0);
   assert_null(strstr(inv, one.gpus[0].uuid));
   assert_non_null(strstr(inv, one.gpus[1].uuid));
@@ -102,7 +102,7 @@ static void test_open_missing(void **state) {
   gf_node_health *h = NULL;
   gf_diag d = {""};
   assert_int_equal(
-      gf_node_health_open(&h, "/nonexistent/libnvidia-ml.so.1", &d),
+      gf__node_health_open(&h, "/nonexistent/libnvidia-ml.so.1", &d),
       GF_ENOTFOUND);
   assert_non_null(strstr(d.msg, "cannot load NVML"));
   assert_null(h);

@@ -25,18 +25,37 @@
 #include "gpufrac/node.h"
 #include "node_mps.h"
 
-static void nap(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+/* Every wait below is for a condition, polled, with this bound only so a
+ * broken agent fails the test instead of hanging it. */
+#define BOUND_MS 10000
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void poll_pause(void) {
+  struct timespec ts = {0, 5 * 1000000L};
   nanosleep(&ts, NULL);
 }
 
-/* Waits up to 5 s for path to exist. */
+/* Waits for path to exist. */
 static bool appears(const char *path) {
   struct stat st;
-  for (int i = 0; i < 500; i++, nap(10))
+  for (long long end = now_ms() + BOUND_MS; now_ms() < end; poll_pause())
     if (stat(path, &st) == 0)
       return true;
   return false;
+}
+
+/* Checks m until the check returns want; the last result. */
+static bool check_until(gf_node_mps *m, gf_diag *d, bool want) {
+  bool up = !want;
+  for (long long end = now_ms() + BOUND_MS; now_ms() < end && up != want;)
+    if ((up = gf__node_mps_check(m, d)) != want)
+      poll_pause();
+  return up;
 }
 
 static int count_lines(const char *path) {
@@ -66,12 +85,13 @@ static void test_lifecycle(void **state) {
   gf_node_mps_opts o = {FAKE_MPS_CONTROL, dir, 100, 2000};
   gf_node_mps *m = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_mps_start(&o, &gpu, &m, &d), 0);
+  long long started = now_ms();
+  assert_int_equal(gf__node_mps_start(&o, &gpu, &m, &d), 0);
   assert_true(gf_node_mps_pipe_path(dir, gpu.uuid, pipe, sizeof(pipe)));
-  assert_string_equal(gf_node_mps_pipe_dir(m), pipe);
+  assert_string_equal(gf__node_mps_pipe_dir(m), pipe);
   snprintf(path, sizeof(path), "%s/running", pipe);
   assert_true(appears(path));
-  assert_true(gf_node_mps_check(m, &d));
+  assert_true(gf__node_mps_check(m, &d));
   /* The daemon saw this GPU only, and its log directory. */
   snprintf(path, sizeof(path), "%s/daemon.env", pipe);
   FILE *f = fopen(path, "r");
@@ -91,30 +111,31 @@ static void test_lifecycle(void **state) {
   assert_int_equal(st.st_mode & 07777, 01777);
 
   /* Killed: found dead with the signal, started again after restart_ms. */
-  pid_t pid = gf_node_mps_pid(m);
+  pid_t pid = gf__node_mps_pid(m);
   assert_true(pid > 0);
-  nap(150); /* past restart_ms since the start */
+  while (now_ms() - started <= o.restart_ms) /* past restart_ms since */
+    poll_pause();                            /* the start */
   snprintf(path, sizeof(path), "%s/running", pipe);
   unlink(path);
   kill(pid, SIGKILL);
-  nap(50);
+  /* The first check that finds it dead says how it died and restarts it
+   * (restart_ms has passed); the daemon is up again after it. */
   d.msg[0] = 0;
-  bool up = gf_node_mps_check(m, &d);
+  for (long long end = now_ms() + BOUND_MS;
+       now_ms() < end && !strstr(d.msg, "died"); poll_pause())
+    (void)gf__node_mps_check(m, &d);
   assert_non_null(strstr(d.msg, "died (signal 9)"));
-  if (!up) /* too soon to restart: the next check does */
-    for (int i = 0; i < 50 && !up; i++, nap(20))
-      up = gf_node_mps_check(m, &d);
-  assert_true(up);
-  assert_int_equal(gf_node_mps_restarts(m), 1);
-  assert_true(gf_node_mps_pid(m) != pid);
+  assert_true(check_until(m, &d, true));
+  assert_int_equal(gf__node_mps_restarts(m), 1);
+  assert_true(gf__node_mps_pid(m) != pid);
   assert_true(appears(path));
   snprintf(path, sizeof(path), "%s/starts", pipe);
   assert_int_equal(count_lines(path), 2);
 
   /* Stop: quit through the control program; the daemon ends by itself. */
-  pid = gf_node_mps_pid(m);
-  gf_node_mps_stop(m);
-  gf_node_mps_free(m);
+  pid = gf__node_mps_pid(m);
+  gf__node_mps_stop(m);
+  gf__node_mps_free(m);
   snprintf(path, sizeof(path), "%s/commands", pipe);
   f = fopen(path, "r");
   assert_non_null(f);
@@ -135,31 +156,26 @@ static void test_failures(void **state) {
   gf_node_mps_opts bad = {"/nonexistent/nvidia-cuda-mps-control", dir, 60000,
                           500};
   gf_node_mps *m = NULL;
-  assert_int_equal(gf_node_mps_start(&bad, &gpu, &m, &d), 0);
-  bool up = true;
-  for (int i = 0; i < 200 && up; i++, nap(10))
-    up = gf_node_mps_check(m, &d);
-  assert_false(up);
+  assert_int_equal(gf__node_mps_start(&bad, &gpu, &m, &d), 0);
+  assert_false(check_until(m, &d, false));
   assert_non_null(strstr(d.msg, "exited with 127 (cannot run the control"));
   /* Not restarted before restart_ms. */
-  assert_false(gf_node_mps_check(m, &d));
-  assert_int_equal(gf_node_mps_restarts(m), 0);
-  gf_node_mps_stop(m);
-  gf_node_mps_free(m);
+  assert_false(gf__node_mps_check(m, &d));
+  assert_int_equal(gf__node_mps_restarts(m), 0);
+  gf__node_mps_stop(m);
+  gf__node_mps_free(m);
   /* A daemon that exits on its own with a code. */
   setenv("FAKE_MPS_EXIT", "3", 1);
   gf_node_mps_opts o = {FAKE_MPS_CONTROL, dir, 60000, 500};
-  assert_int_equal(gf_node_mps_start(&o, &gpu, &m, &d), 0);
-  up = true;
-  for (int i = 0; i < 200 && up; i++, nap(10))
-    up = gf_node_mps_check(m, &d);
+  assert_int_equal(gf__node_mps_start(&o, &gpu, &m, &d), 0);
+  assert_false(check_until(m, &d, false));
   assert_non_null(strstr(d.msg, "exited with 3"));
   unsetenv("FAKE_MPS_EXIT");
-  gf_node_mps_stop(m);
-  gf_node_mps_free(m);
+  gf__node_mps_stop(m);
+  gf__node_mps_free(m);
   /* Bad options are refused with a sentence. */
   gf_node_mps_opts none = {NULL, dir, 0, 0};
-  assert_int_equal(gf_node_mps_start(&none, &gpu, &m, &d), GF_EINVAL);
+  assert_int_equal(gf__node_mps_start(&none, &gpu, &m, &d), GF_EINVAL);
 }
 
 int main(void) {

@@ -139,7 +139,7 @@ static void test_http(void **state) {
   assert_non_null(strstr(r->body, "verb=\"prioritize\",code=\"200\"} 1"));
 
   free(r);
-  gf_sched_server_stop(srv);
+  gf_sched_server_free(srv);
   gf_sched_free(s);
   pthread_mutex_destroy(&fb.mu);
 }
@@ -274,7 +274,7 @@ static void test_slow_clients(void **state) {
   assert_int_equal(r->status, 503);
   free(body);
   free(r);
-  gf_sched_server_stop(srv);
+  gf_sched_server_free(srv);
   gf_sched_free(s);
 }
 

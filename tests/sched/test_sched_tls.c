@@ -151,7 +151,7 @@ static void test_tls(void **state) {
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
   assert_int_equal(st, 200);
   curl_easy_cleanup(c);
-  gf_sched_server_stop(srv);
+  gf_sched_server_free(srv);
 
   /* Without a client CA any client is served over TLS. */
   o.tls_client_ca = NULL;
@@ -160,7 +160,7 @@ static void test_tls(void **state) {
   snprintf(url, sizeof(url), "https://127.0.0.1:%u/filter",
            (unsigned)gf_sched_server_port(srv));
   assert_int_equal(post(url, NULL, body), 200);
-  gf_sched_server_stop(srv);
+  gf_sched_server_free(srv);
 
   /* Files that are missing or not PEM are named. */
   o.tls_cert = "/nonexistent/tls.crt";

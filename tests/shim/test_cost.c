@@ -17,12 +17,12 @@
 
 static void test_charge(void **st) {
   (void)st;
-  assert_int_equal(gf_cost_charge(10, GF_COST_ONE), 10);
-  assert_int_equal(gf_cost_charge(10, 10 * GF_COST_ONE), 100);
+  assert_int_equal(gf__cost_charge(10, GF_COST_ONE), 10);
+  assert_int_equal(gf__cost_charge(10, 10 * GF_COST_ONE), 100);
   /* Rounded up: a block never costs nothing. */
-  assert_int_equal(gf_cost_charge(1, GF_COST_MIN), 1);
-  assert_int_equal(gf_cost_charge(10, GF_COST_ONE / 10 + 1), 2);
-  assert_int_equal(gf_cost_charge(0, GF_COST_MAX), 0);
+  assert_int_equal(gf__cost_charge(1, GF_COST_MIN), 1);
+  assert_int_equal(gf__cost_charge(10, GF_COST_ONE / 10 + 1), 2);
+  assert_int_equal(gf__cost_charge(0, GF_COST_MAX), 0);
   /* A product that wraps (a grid the driver refuses, or of more than 2^44
    * blocks) is charged wrong but never negative, whatever k: it can never
    * add tokens to the bucket. */
@@ -30,38 +30,38 @@ static void test_charge(void **st) {
                              0xffffffffull * 0xffffffffull};
   for (size_t i = 0; i < sizeof(absurd) / sizeof(absurd[0]); i++)
     for (uint32_t k = GF_COST_MIN; k <= GF_COST_MAX; k *= 2)
-      assert_true((int64_t)gf_cost_charge(absurd[i], k) >= 0 &&
-                  gf_cost_charge(absurd[i], k) < (1ull << 54));
+      assert_true((int64_t)gf__cost_charge(absurd[i], k) >= 0 &&
+                  gf__cost_charge(absurd[i], k) < (1ull << 54));
 }
 
 static void test_tokens(void **st) {
   (void)st;
   /* 100 us at 1,000,000 tokens/s = 100 tokens. */
-  assert_int_equal(gf_cost_tokens_fp(100000, 1000000), 100 * GF_COST_ONE);
+  assert_int_equal(gf__cost_tokens_fp(100000, 1000000), 100 * GF_COST_ONE);
   /* 1 ms on an H100's model (1,056,000/s) = 1056 tokens. */
-  assert_int_equal(gf_cost_tokens_fp(1000000, 1056000), 1056 * GF_COST_ONE);
+  assert_int_equal(gf__cost_tokens_fp(1000000, 1056000), 1056 * GF_COST_ONE);
   /* Capped at 10 s. */
-  assert_int_equal(gf_cost_tokens_fp(UINT64_MAX, 1000),
-                   gf_cost_tokens_fp(GF_COST_SAMPLE_NS_MAX, 1000));
+  assert_int_equal(gf__cost_tokens_fp(UINT64_MAX, 1000),
+                   gf__cost_tokens_fp(GF_COST_SAMPLE_NS_MAX, 1000));
 }
 
 static void test_update_exact(void **st) {
   (void)st;
   gf_cost_est e = {0, 0};
-  assert_int_equal(gf_cost_update(&e, 0, 0), GF_COST_ONE); /* none yet */
+  assert_int_equal(gf__cost_update(&e, 0, 0), GF_COST_ONE); /* none yet */
   /* Blocks that cost 10 tokens each: k = 10 (to 1/1024) from the first
    * sample on and after many (whole-unit sums decayed by 7/8 drifted to
    * 9.19 for 10-block grids). */
   for (int i = 0; i < 200; i++)
-    assert_in_range(gf_cost_update(&e, 10, 100 * GF_COST_ONE),
+    assert_in_range(gf__cost_update(&e, 10, 100 * GF_COST_ONE),
                     10 * GF_COST_ONE - 1, 10 * GF_COST_ONE + 1);
   /* A launch of no units changes nothing. */
-  assert_in_range(gf_cost_update(&e, 0, 5 * GF_COST_ONE), 10 * GF_COST_ONE - 1,
+  assert_in_range(gf__cost_update(&e, 0, 5 * GF_COST_ONE), 10 * GF_COST_ONE - 1,
                   10 * GF_COST_ONE + 1);
   /* A different kernel takes over: k follows within ~30 samples. */
   uint32_t k = 0;
   for (int i = 0; i < 40; i++)
-    k = gf_cost_update(&e, 100, 100 * GF_COST_ONE);
+    k = gf__cost_update(&e, 100, 100 * GF_COST_ONE);
   assert_in_range(k, GF_COST_ONE, GF_COST_ONE * 102 / 100);
 }
 
@@ -72,24 +72,24 @@ static void test_update_mix_and_bounds(void **st) {
   gf_cost_est e = {0, 0};
   uint32_t k = 0;
   for (int i = 0; i < 100; i++) {
-    k = gf_cost_update(&e, 10, 100 * GF_COST_ONE);
-    k = gf_cost_update(&e, 30, 30 * GF_COST_ONE);
+    k = gf__cost_update(&e, 10, 100 * GF_COST_ONE);
+    k = gf__cost_update(&e, 30, 30 * GF_COST_ONE);
   }
   assert_in_range(k, GF_COST_ONE * 300 / 100, GF_COST_ONE * 350 / 100);
   gf_cost_est z = {0, 0};
-  assert_int_equal(gf_cost_update(&z, 1000, 0), GF_COST_MIN);
+  assert_int_equal(gf__cost_update(&z, 1000, 0), GF_COST_MIN);
   gf_cost_est big = {0, 0};
   assert_int_equal(
-      gf_cost_update(&big, 1,
-                     gf_cost_tokens_fp(GF_COST_SAMPLE_NS_MAX, 1000000)),
+      gf__cost_update(&big, 1,
+                      gf__cost_tokens_fp(GF_COST_SAMPLE_NS_MAX, 1000000)),
       GF_COST_MAX);
 }
 
 static void test_settle(void **st) {
   (void)st;
-  assert_int_equal(gf_cost_settle(100 * GF_COST_ONE, 10), 90);
-  assert_int_equal(gf_cost_settle(10 * GF_COST_ONE, 100), -90);
-  assert_int_equal(gf_cost_settle(10 * GF_COST_ONE + GF_COST_ONE / 2, 10), 1);
+  assert_int_equal(gf__cost_settle(100 * GF_COST_ONE, 10), 90);
+  assert_int_equal(gf__cost_settle(10 * GF_COST_ONE, 100), -90);
+  assert_int_equal(gf__cost_settle(10 * GF_COST_ONE + GF_COST_ONE / 2, 10), 1);
 }
 
 /* ---- the bucket charged by measured cost, on a fake clock --------------- */
@@ -125,16 +125,16 @@ static uint64_t run_alone(const char *name, uint32_t pct, uint64_t cap,
   uint32_t k = GF_COST_ONE;
   uint64_t gpu_ns = 0;
   for (unsigned i = 0; clk - start < span; i++) {
-    uint64_t cost = gf_cost_charge(grid, k);
+    uint64_t cost = gf__cost_charge(grid, k);
     gf_region_admit(r, 0, (int64_t)cost, fake_now, fake_sleep);
     if (clk - start >= span)
       break;
     gpu_ns += grid * ns;
     clk += 1000; /* 1 us of host time per launch */
     if (measure && i % 32 == 0) {
-      uint64_t t = gf_cost_tokens_fp(grid * ns, cap);
-      k = gf_cost_update(&e, grid, t);
-      atomic_fetch_sub(&r->tokens, gf_cost_settle(t, cost));
+      uint64_t t = gf__cost_tokens_fp(grid * ns, cap);
+      k = gf__cost_update(&e, grid, t);
+      atomic_fetch_sub(&r->tokens, gf__cost_settle(t, cost));
     }
   }
   gf_region_unmap(r);

@@ -56,7 +56,7 @@ static int write_cdi(const gf_node_gpus *g, const gf_node_config *cfg) {
   if (!rc)
     rc = gf_node_write_atomic(cfg->cdi_dir, "gpufrac.io-gpu.json", spec,
                               strlen(spec), &d);
-  free(spec);
+  gf__free(spec);
   if (rc)
     fprintf(stderr, "gpufrac node: CDI spec: %s\n", d.msg);
   return rc;
@@ -117,7 +117,7 @@ static int print_doc(const gf_node_agent_opts *o, const gf_node_gpus *g,
   fputs(text, fp);
   if (strcmp(what, "metrics") != 0)
     fputc('\n', fp);
-  free(text);
+  gf__free(text);
   return fflush(fp) ? GF_EIO : 0;
 }
 
@@ -301,7 +301,7 @@ static void *health_run(void *arg) {
   while (!atomic_load(&h->stop)) {
     gf_node_xid ev;
     gf_diag d = {""};
-    int r = gf_node_health_wait(h->nvml, 500, &ev, &d);
+    int r = gf__node_health_wait(h->nvml, 500, &ev, &d);
     if (r < 0) {
       if (!failed)
         fprintf(stderr, "gpufrac node: GPU events: %s\n", d.msg);
@@ -314,7 +314,7 @@ static void *health_run(void *arg) {
     if (r == 0)
       continue;
     bool ignored =
-        gf_node_xid_ignored(ev.xid, h->cfg->xid_ignore, h->cfg->nxid_ignore);
+        gf__node_xid_ignored(ev.xid, h->cfg->xid_ignore, h->cfg->nxid_ignore);
     fprintf(stderr, "gpufrac node: Xid %" PRIu64 " on %s%s\n", ev.xid,
             ev.all ? "every GPU" : ev.uuid,
             ignored ? " (an application error: GPU stays healthy)"
@@ -340,7 +340,7 @@ static void health_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
     return;
   }
   gf_diag d = {""};
-  if (gf_node_health_open(&h->nvml, o->nvml, &d)) {
+  if (gf__node_health_open(&h->nvml, o->nvml, &d)) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);
     return;
   }
@@ -354,7 +354,7 @@ static bool health_apply(health *h, gf_node_gpus *g) {
   uint32_t changed = 0;
   pthread_mutex_lock(&h->mu);
   for (uint32_t i = 0; i < h->n; i++)
-    changed += gf_node_mark_xid(g, &h->xids[i]);
+    changed += gf__node_mark_xid(g, &h->xids[i]);
   pthread_mutex_unlock(&h->mu);
   return changed > 0;
 }
@@ -370,8 +370,8 @@ static void health_telemetry(health *h, const gf_node_gpus *g,
     return;
   *t = *g;
   for (uint32_t i = 0; i < t->ngpus; i++)
-    gf_node_health_sample(h->nvml, t->gpus[i].uuid, &t->gpus[i].util_pct,
-                          &t->gpus[i].device_used_bytes);
+    gf__node_health_sample(h->nvml, t->gpus[i].uuid, &t->gpus[i].util_pct,
+                           &t->gpus[i].device_used_bytes);
   gf_node_server_set_gpus(srv, t);
   /* The compute share's feedback: what each container used, into its
    * region (docs/node.md, "Utilisation feedback"). */
@@ -380,12 +380,12 @@ static void health_telemetry(health *h, const gf_node_gpus *g,
   if (s) {
     size_t n = 0;
     for (uint32_t i = 0; i < t->ngpus && n < SAMPLES; i++)
-      n += gf_node_health_processes(h->nvml, t->gpus[i].uuid, s + n,
-                                    SAMPLES - n);
-    gf_node_feedback(h->cfg->state_dir, "/proc", t, s, n);
-    free(s);
+      n += gf__node_health_processes(h->nvml, t->gpus[i].uuid, s + n,
+                                     SAMPLES - n);
+    gf__node_feedback(h->cfg->state_dir, "/proc", t, s, n);
+    gf__free(s);
   }
-  free(t);
+  gf__free(t);
 }
 
 /* Ends the Xid thread; the events seen stay (health_free releases). */
@@ -398,7 +398,7 @@ static void health_stop(health *h) {
 
 static void health_free(health *h) {
   health_stop(h);
-  gf_node_health_close(h->nvml);
+  gf__node_health_close(h->nvml);
   h->nvml = NULL;
   pthread_mutex_destroy(&h->mu);
 }
@@ -418,7 +418,7 @@ static void mps_start_all(const gf_node_gpus *g, const gf_node_config *cfg,
     if (x->mode != GF_NODE_MODE_MPS || !x->uuid[0])
       continue;
     gf_diag d = {""};
-    if (gf_node_mps_start(&mo, x, &ms->d[i], &d))
+    if (gf__node_mps_start(&mo, x, &ms->d[i], &d))
       fprintf(stderr, "gpufrac node: %s\n", d.msg);
     else
       fprintf(stderr, "gpufrac node: MPS daemon for GPU %u (%s) started\n",
@@ -431,7 +431,7 @@ static void mps_check_all(mps_set *ms) {
     if (!ms->d[i])
       continue;
     gf_diag d = {""};
-    bool up = gf_node_mps_check(ms->d[i], &d);
+    bool up = gf__node_mps_check(ms->d[i], &d);
     if (!up && !ms->down[i] && d.msg[0])
       fprintf(stderr, "gpufrac node: %s; restarting it\n", d.msg);
     else if (up && ms->down[i])
@@ -442,12 +442,12 @@ static void mps_check_all(mps_set *ms) {
 
 static void mps_stop_all(mps_set *ms) {
   for (uint32_t i = 0; i < GF_NODE_MAX_GPUS; i++)
-    gf_node_mps_stop(ms->d[i]);
+    gf__node_mps_stop(ms->d[i]);
 }
 
 static void mps_free_all(mps_set *ms) {
   for (uint32_t i = 0; i < GF_NODE_MAX_GPUS; i++)
-    gf_node_mps_free(ms->d[i]); /* stops it first */
+    gf__node_mps_free(ms->d[i]); /* stops it first */
   memset(ms, 0, sizeof(*ms));
 }
 
@@ -485,7 +485,7 @@ static int dra_prepare(void *user, const char *ns, const char *name,
       snprintf(v->cdi_id, sizeof(v->cdi_id), "%s", p->cdi_id);
     }
   }
-  free(p);
+  gf__free(p);
   return rc;
 }
 
@@ -641,7 +641,7 @@ int gf_node_agent_new(gf_node_agent **out, const gf_node_agent_opts *o,
   a->cfg = *cfg;
   int rc = discover(&a->o, &a->cfg, &a->g);
   if (rc) {
-    free(a);
+    gf__free(a);
     return rc;
   }
   *out = a;
@@ -748,7 +748,7 @@ static void rediscover(gf_node_agent *a) {
       (void)write_cdi(g, &a->cfg);
     }
   }
-  free(now);
+  gf__free(now);
   publish(&a->api, g); /* only writes on a change or after a failure */
   if (a->dra.pub)
     dra_publish(&a->dra, g);
@@ -803,5 +803,5 @@ void gf_node_agent_free(gf_node_agent *a) {
   dra_free(&a->dra);
   api_free(&a->api);
   gf_node_cache_free(a->cache); /* last: every part above borrowed it */
-  free(a);
+  gf__free(a);
 }

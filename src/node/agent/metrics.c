@@ -27,33 +27,11 @@
 #include "gpufrac/quantity.h"
 #include "gpufrac/region.h"
 #include "node_util.h"
+#include "prom.h"
 
 #define CONTAINERS_MAX 1024 /* containers read per scrape */
 
 /* ---- writing the text (a gf__buf, src/alloc/buf.h) -------------------- */
-
-/* A label value with \, " and newline escaped, as the format asks. */
-static void put_label(gf__buf *b, const char *s) {
-  char tmp[2 * GF_NODE_PATH_MAX];
-  size_t o = 0;
-  for (; *s && o + 3 < sizeof(tmp); s++) {
-    if (*s == '\\' || *s == '"') {
-      tmp[o++] = '\\';
-      tmp[o++] = *s;
-    } else if (*s == '\n') {
-      tmp[o++] = '\\';
-      tmp[o++] = 'n';
-    } else {
-      tmp[o++] = *s;
-    }
-  }
-  gf__buf_append(b, tmp, o);
-}
-
-static void put_head(gf__buf *b, const char *name, const char *type,
-                     const char *help) {
-  gf__buf_appendf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
 
 /* ---- what a scrape reads from the state directory ---------------------- */
 
@@ -129,60 +107,65 @@ static uint32_t scan(const char *state_dir, ctr_rec *recs, uint32_t max,
   return sc.n;
 }
 
-/* ,name="value" (escaped); nothing when value is NULL or empty. */
-static void put_pair(gf__buf *b, const char *name, const char *value) {
-  if (!value || !*value)
-    return;
-  gf__buf_appendf(b, ",%s=\"", name);
-  put_label(b, value);
-  gf__buf_appendf(b, "\"");
-}
-
 /* The labels DCGM exporter puts on its series, so the two can be joined:
  * UUID, modelName, Hostname.  gpufrac's own gpu label (the UUID too, kept
  * for existing dashboards) stays first. */
 static void gpu_labels(gf__buf *b, const gf_node_gpu *x, const char *host,
                        bool close) {
-  gf__buf_appendf(b, "{gpu=\"");
-  put_label(b, x->uuid);
-  gf__buf_appendf(b, "\"");
-  put_pair(b, "UUID", x->uuid);
-  put_pair(b, "modelName", x->model);
-  put_pair(b, "Hostname", host);
+  gf__prom_label(b, true, "gpu", x->uuid);
+  gf__prom_label_opt(b, "UUID", x->uuid);
+  gf__prom_label_opt(b, "modelName", x->model);
+  gf__prom_label_opt(b, "Hostname", host);
   if (close)
-    gf__buf_appendf(b, "}");
+    gf__prom_close(b);
 }
 
 /* A container's labels: pod_uid and container (gpufrac's), then DCGM's
  * pod, namespace and Hostname; with the GPU (gpu and UUID) when k >= 0. */
 static void ctr_labels(gf__buf *b, const ctr_rec *r, int k, const char *host) {
-  gf__buf_appendf(b, "{pod_uid=\"");
-  put_label(b, r->pod);
-  gf__buf_appendf(b, "\",container=\"");
-  put_label(b, r->name);
-  gf__buf_appendf(b, "\"");
+  gf__prom_label(b, true, "pod_uid", r->pod);
+  gf__prom_label(b, false, "container", r->name);
   if (k >= 0) {
-    put_pair(b, "gpu", r->g.uuid[k]);
-    put_pair(b, "UUID", r->g.uuid[k]);
+    gf__prom_label_opt(b, "gpu", r->g.uuid[k]);
+    gf__prom_label_opt(b, "UUID", r->g.uuid[k]);
   }
-  put_pair(b, "pod", r->g.name);
-  put_pair(b, "namespace", r->g.ns);
-  put_pair(b, "Hostname", host);
-  gf__buf_appendf(b, "}");
+  gf__prom_label_opt(b, "pod", r->g.name);
+  gf__prom_label_opt(b, "namespace", r->g.ns);
+  gf__prom_label_opt(b, "Hostname", host);
+  gf__prom_close(b);
 }
 
 /* {Hostname="host"} for the node's own gauges, or nothing. */
 static void node_labels(gf__buf *b, const char *host) {
   if (!host || !*host)
     return;
-  gf__buf_appendf(b, "{Hostname=\"");
-  put_label(b, host);
-  gf__buf_appendf(b, "\"}");
+  gf__prom_label(b, true, "Hostname", host);
+  gf__prom_close(b);
 }
 
 int gf_node_metrics_text(const gf_node_gpus *g, const char *state_dir,
                          char **out, size_t *len, gf_diag *d) {
   return gf_node_metrics_text_host(g, state_dir, NULL, out, len, d);
+}
+
+/* gpufrac_gpu_info: one series per GPU, value 1. */
+static void gpu_info(gf__buf *b, const gf_node_gpus *g, const char *host) {
+  gf__prom_head(b, "gpufrac_gpu_info", "gauge",
+                "A GPU of this node (value 1), with its model and mode.");
+  for (uint32_t i = 0; i < g->ngpus; i++) {
+    const gf_node_gpu *x = &g->gpus[i];
+    char index[16];
+    snprintf(index, sizeof(index), "%u", x->index);
+    gf__buf_appendf(b, "gpufrac_gpu_info");
+    gf__prom_label(b, true, "gpu", x->uuid);
+    gf__prom_label(b, false, "index", index);
+    gf__prom_label(b, false, "model", x->model);
+    gf__prom_label(b, false, "mode", gf_node_mode_name(x->mode));
+    gf__prom_label_opt(b, "UUID", x->uuid);
+    gf__prom_label_opt(b, "modelName", x->model);
+    gf__prom_label_opt(b, "Hostname", host);
+    gf__buf_appendf(b, "} 1\n");
+  }
 }
 
 int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
@@ -197,20 +180,7 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
   gf__buf_init(&b, GF__BUF_NODE_METRICS_MAX);
   gf__buf_reserve(&b, 8192); /* most pages; grows up to the maximum */
 
-  put_head(&b, "gpufrac_gpu_info", "gauge",
-           "A GPU of this node (value 1), with its model and mode.");
-  for (uint32_t i = 0; i < g->ngpus; i++) {
-    const gf_node_gpu *x = &g->gpus[i];
-    gf__buf_appendf(&b, "gpufrac_gpu_info{gpu=\"");
-    put_label(&b, x->uuid);
-    gf__buf_appendf(&b, "\",index=\"%u\",model=\"", x->index);
-    put_label(&b, x->model);
-    gf__buf_appendf(&b, "\",mode=\"%s\"", gf_node_mode_name(x->mode));
-    put_pair(&b, "UUID", x->uuid);
-    put_pair(&b, "modelName", x->model);
-    put_pair(&b, "Hostname", host);
-    gf__buf_appendf(&b, "} 1\n");
-  }
+  gpu_info(&b, g, host);
   static const struct {
     const char *name, *help;
   } per_gpu[] = {
@@ -222,7 +192,7 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
        "Device memory the containers on the GPU have allocated."},
   };
   for (size_t m = 0; m < 4; m++) {
-    put_head(&b, per_gpu[m].name, "gauge", per_gpu[m].help);
+    gf__prom_head(&b, per_gpu[m].name, "gauge", per_gpu[m].help);
     for (uint32_t i = 0; i < g->ngpus; i++) {
       const gf_node_gpu *x = &g->gpus[i];
       uint64_t v = 0;
@@ -239,8 +209,9 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
       gf__buf_appendf(&b, " %" PRIu64 "\n", v);
     }
   }
-  put_head(&b, "gpufrac_gpu_compute_granted_ratio", "gauge",
-           "Compute share granted to containers on the GPU (1 = all of it).");
+  gf__prom_head(
+      &b, "gpufrac_gpu_compute_granted_ratio", "gauge",
+      "Compute share granted to containers on the GPU (1 = all of it).");
   for (uint32_t i = 0; i < g->ngpus; i++) {
     const gf_node_gpu *x = &g->gpus[i];
     uint32_t pct = 0;
@@ -253,8 +224,9 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
     gf__buf_appendf(&b, " %u.%02u\n", pct / 100, pct % 100);
   }
   /* Live telemetry: only GPUs NVML answered for (no sample, no series). */
-  put_head(&b, "gpufrac_gpu_utilization_ratio", "gauge",
-           "Fraction of the last sample period the GPU ran a kernel (NVML).");
+  gf__prom_head(
+      &b, "gpufrac_gpu_utilization_ratio", "gauge",
+      "Fraction of the last sample period the GPU ran a kernel (NVML).");
   for (uint32_t i = 0; i < g->ngpus; i++) {
     const gf_node_gpu *x = &g->gpus[i];
     if (x->util_pct < 0)
@@ -263,9 +235,9 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
     gpu_labels(&b, x, host, true);
     gf__buf_appendf(&b, " %d.%02d\n", x->util_pct / 100, x->util_pct % 100);
   }
-  put_head(&b, "gpufrac_gpu_memory_device_used_bytes", "gauge",
-           "Device memory in use on the GPU by every process (NVML), "
-           "gpufrac's or not.");
+  gf__prom_head(&b, "gpufrac_gpu_memory_device_used_bytes", "gauge",
+                "Device memory in use on the GPU by every process (NVML), "
+                "gpufrac's or not.");
   for (uint32_t i = 0; i < g->ngpus; i++) {
     const gf_node_gpu *x = &g->gpus[i];
     if (x->device_used_bytes < 0)
@@ -274,31 +246,33 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
     gpu_labels(&b, x, host, true);
     gf__buf_appendf(&b, " %" PRId64 "\n", x->device_used_bytes);
   }
-  put_head(&b, "gpufrac_container_memory_limit_bytes", "gauge",
-           "Device memory a container may allocate on a GPU (0: no limit).");
+  gf__prom_head(
+      &b, "gpufrac_container_memory_limit_bytes", "gauge",
+      "Device memory a container may allocate on a GPU (0: no limit).");
   for (uint32_t c = 0; c < n; c++)
     for (uint32_t k = 0; k < recs[c].g.ngpus; k++) {
       gf__buf_appendf(&b, "gpufrac_container_memory_limit_bytes");
       ctr_labels(&b, &recs[c], (int)k, host);
       gf__buf_appendf(&b, " %" PRIu64 "\n", recs[c].g.limit[k]);
     }
-  put_head(&b, "gpufrac_container_memory_used_bytes", "gauge",
-           "Device memory a container has allocated on a GPU.");
+  gf__prom_head(&b, "gpufrac_container_memory_used_bytes", "gauge",
+                "Device memory a container has allocated on a GPU.");
   for (uint32_t c = 0; c < n; c++)
     for (uint32_t k = 0; k < recs[c].g.ngpus; k++) {
       gf__buf_appendf(&b, "gpufrac_container_memory_used_bytes");
       ctr_labels(&b, &recs[c], (int)k, host);
       gf__buf_appendf(&b, " %" PRIu64 "\n", recs[c].used[k]);
     }
-  put_head(&b, "gpufrac_container_launch_waits_total", "counter",
-           "Kernel launches that waited for the container's compute share.");
+  gf__prom_head(
+      &b, "gpufrac_container_launch_waits_total", "counter",
+      "Kernel launches that waited for the container's compute share.");
   for (uint32_t c = 0; c < n; c++) {
     gf__buf_appendf(&b, "gpufrac_container_launch_waits_total");
     ctr_labels(&b, &recs[c], -1, host);
     gf__buf_appendf(&b, " %" PRIu64 "\n", recs[c].waits);
   }
-  put_head(&b, "gpufrac_container_throttled_seconds_total", "counter",
-           "Time the container's launches waited for compute tokens.");
+  gf__prom_head(&b, "gpufrac_container_throttled_seconds_total", "counter",
+                "Time the container's launches waited for compute tokens.");
   for (uint32_t c = 0; c < n; c++) {
     gf__buf_appendf(&b, "gpufrac_container_throttled_seconds_total");
     ctr_labels(&b, &recs[c], -1, host);
@@ -306,9 +280,9 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
                     recs[c].throttled_ns / 1000000000u,
                     recs[c].throttled_ns % 1000000000u);
   }
-  put_head(&b, "gpufrac_container_gpu_utilization_ratio", "gauge",
-           "The container's observed use of one GPU's time, as the agent "
-           "last wrote it for its compute share's feedback.");
+  gf__prom_head(&b, "gpufrac_container_gpu_utilization_ratio", "gauge",
+                "The container's observed use of one GPU's time, as the agent "
+                "last wrote it for its compute share's feedback.");
   for (uint32_t c = 0; c < n; c++) {
     if (!recs[c].util_bp)
       continue;
@@ -317,9 +291,9 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
     gf__buf_appendf(&b, " %u.%04u\n", recs[c].util_bp / 10000,
                     recs[c].util_bp % 10000);
   }
-  put_head(&b, "gpufrac_container_compute_correction", "gauge",
-           "Factor on the container's compute refill from utilisation "
-           "feedback (1 = none).");
+  gf__prom_head(&b, "gpufrac_container_compute_correction", "gauge",
+                "Factor on the container's compute refill from utilisation "
+                "feedback (1 = none).");
   for (uint32_t c = 0; c < n; c++) {
     if (!recs[c].has_region)
       continue;
@@ -333,22 +307,24 @@ int gf_node_metrics_text_host(const gf_node_gpus *g, const char *state_dir,
     for (uint32_t k = 0; k < recs[c].g.ngpus; k++)
       if (recs[c].g.limit[k] > recs[c].used[k])
         waste += recs[c].g.limit[k] - recs[c].used[k];
-  put_head(&b, "gpufrac_node_memory_wasted_bytes", "gauge",
-           "Device memory granted but not in use, summed over containers.");
+  gf__prom_head(
+      &b, "gpufrac_node_memory_wasted_bytes", "gauge",
+      "Device memory granted but not in use, summed over containers.");
   gf__buf_appendf(&b, "gpufrac_node_memory_wasted_bytes");
   node_labels(&b, host);
   gf__buf_appendf(&b, " %" PRIu64 "\n", waste);
-  put_head(&b, "gpufrac_node_containers", "gauge",
-           "Containers with gpufrac files on this node.");
+  gf__prom_head(&b, "gpufrac_node_containers", "gauge",
+                "Containers with gpufrac files on this node.");
   gf__buf_appendf(&b, "gpufrac_node_containers");
   node_labels(&b, host);
   gf__buf_appendf(&b, " %u\n", n);
-  put_head(&b, "gpufrac_node_container_errors", "gauge",
-           "Containers whose grant or region could not be read this scrape.");
+  gf__prom_head(
+      &b, "gpufrac_node_container_errors", "gauge",
+      "Containers whose grant or region could not be read this scrape.");
   gf__buf_appendf(&b, "gpufrac_node_container_errors");
   node_labels(&b, host);
   gf__buf_appendf(&b, " %u\n", errors);
-  free(recs);
+  gf__free(recs);
   int rc = gf__buf_error(&b);
   if (rc) {
     gf__buf_release(&b);
@@ -427,18 +403,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   memcpy(host, s->hostname, sizeof(host));
   pthread_mutex_unlock(&s->mu);
   int rc = gf_node_metrics_text_host(snap, s->state_dir, host, &body, &len, &d);
-  free(snap);
+  gf__free(snap);
   struct gf_node_cache *cache = s->cache;
   char *more = NULL;
   size_t mlen = 0;
   if (!rc && cache && gf_node_cache_metrics_text(cache, &more, &mlen) == 0) {
-    char *both = gf__realloc(body, len + mlen + 1);
-    if (both) {
-      memcpy(both + len, more, mlen + 1);
-      body = both;
-      len += mlen;
+    gf__buf both; /* the agent's page, then the cache's */
+    gf__buf_init(&both, GF__BUF_NODE_METRICS_MAX);
+    gf__buf_append(&both, body, len);
+    gf__buf_append(&both, more, mlen);
+    if (!gf__buf_error(&both)) {
+      gf__free(body);
+      len = both.len;
+      body = gf__buf_take(&both);
     }
-    free(more);
+    gf__buf_release(&both);
+    gf__free(more);
   }
   if (rc) {
     char msg[GF_DIAG_MAX + 1];
@@ -497,7 +477,7 @@ int gf_node_server_start(const char *listen, const gf_node_gpus *g,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
   if (!s->d) {
     pthread_mutex_destroy(&s->mu);
-    free(s);
+    gf__free(s);
     return gf_diag_set(d, GF_EIO, "cannot listen on %s", listen);
   }
   const union MHD_DaemonInfo *info =
@@ -533,5 +513,5 @@ void gf_node_server_free(gf_node_server *s) {
     return;
   gf_node_server_stop(s);
   pthread_mutex_destroy(&s->mu);
-  free(s);
+  gf__free(s);
 }

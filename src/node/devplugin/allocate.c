@@ -48,11 +48,11 @@ static void loader_on_model(void *user, const char *uid, const char *ns,
                             const char *source) {
   gf_node_allocator *a = user;
   if (!model) {
-    gf_node_loader_forget(a->loader, uid);
+    gf__node_loader_forget(a->loader, uid);
     return;
   }
   gf_diag d = {""};
-  if (gf_node_loader_want(a->loader, uid, ns, name, model, source, &d))
+  if (gf__node_loader_want(a->loader, uid, ns, name, model, source, &d))
     fprintf(stderr, "gpufrac node: model for pod %s/%s: %s\n", ns, name, d.msg);
 }
 
@@ -62,7 +62,7 @@ static bool loader_alive(void *user, const char *uid) {
 
 static void loader_on_sweep(void *user) {
   gf_node_allocator *a = user;
-  (void)gf_node_loader_sweep(a->loader, loader_alive, a->pods);
+  (void)gf__node_loader_sweep(a->loader, loader_alive, a->pods);
 }
 
 /* The pod's gpufrac.io/model: its job started (if the informer has not
@@ -87,13 +87,13 @@ static int model_for(gf_node_allocator *a, const gf_node_match *m, char *host,
                        "pod %s/%s asks for model %s, but this node's agent "
                        "runs without a weight cache (--model-cache-dir)",
                        m->ns, m->name, name);
-  rc = gf_node_loader_want(a->loader, m->uid, m->ns, m->name, m->model,
-                           m->model_source[0] ? m->model_source : NULL, d);
+  rc = gf__node_loader_want(a->loader, m->uid, m->ns, m->name, m->model,
+                            m->model_source[0] ? m->model_source : NULL, d);
   bool ready = false;
   if (!rc)
-    rc = gf_node_loader_wait(a->loader, m->uid,
-                             a->model_wait_ms < 0 ? 0 : a->model_wait_ms, host,
-                             hcap, &ready, d);
+    rc = gf__node_loader_wait(a->loader, m->uid,
+                              a->model_wait_ms < 0 ? 0 : a->model_wait_ms, host,
+                              hcap, &ready, d);
   if (rc) {
     gf_diag_prefix(d, "pod %s/%s: model %s", m->ns, m->name, name);
     return rc;
@@ -133,8 +133,8 @@ int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
   a->model_wait_ms = o->model_wait_ms ? o->model_wait_ms : 1000;
   if (o->cache) {
     gf_node_loader_opts lo = {
-        .cache = o->cache, .kube = o->kube, .node = gf_node_pods_node(pods)};
-    int rc = gf_node_loader_new(&a->loader, &lo, d);
+        .cache = o->cache, .kube = o->kube, .node = gf__node_pods_node(pods)};
+    int rc = gf__node_loader_new(&a->loader, &lo, d);
     if (rc) {
       pthread_mutex_destroy(&a->mu);
       free(a);
@@ -142,7 +142,7 @@ int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
     }
     gf_node_pods_hooks h = {
         .on_model = loader_on_model, .on_sweep = loader_on_sweep, .user = a};
-    gf_node_pods_set_hooks(pods, &h);
+    gf__node_pods_set_hooks(pods, &h);
   }
   *out = a;
   return 0;
@@ -169,8 +169,8 @@ void gf_node_allocator_free(gf_node_allocator *a) {
   if (!a)
     return;
   if (a->loader)
-    gf_node_pods_set_hooks(a->pods, NULL);
-  gf_node_loader_free(a->loader);
+    gf__node_pods_set_hooks(a->pods, NULL);
+  gf__node_loader_free(a->loader);
   pthread_mutex_destroy(&a->mu);
   free(a);
 }

@@ -240,8 +240,8 @@ static void *job_run(void *arg) {
   return NULL;
 }
 
-int gf_node_loader_new(gf_node_loader **out, const gf_node_loader_opts *o,
-                       gf_diag *d) {
+int gf__node_loader_new(gf_node_loader **out, const gf_node_loader_opts *o,
+                        gf_diag *d) {
   *out = NULL;
   if (!o || !o->cache)
     return gf_diag_set(d, GF_EINVAL, "model loader: a cache is required");
@@ -305,9 +305,9 @@ static void reap_locked(gf_node_loader *l) {
   }
 }
 
-int gf_node_loader_want(gf_node_loader *l, const char *uid, const char *ns,
-                        const char *pod, const char *model, const char *source,
-                        gf_diag *d) {
+int gf__node_loader_want(gf_node_loader *l, const char *uid, const char *ns,
+                         const char *pod, const char *model, const char *source,
+                         gf_diag *d) {
   char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
   int rc = gf_node_cache_ref_parse(model, name, sizeof(name), hex, d);
   if (rc) {
@@ -372,8 +372,8 @@ int gf_node_loader_want(gf_node_loader *l, const char *uid, const char *ns,
   return 0;
 }
 
-int gf_node_loader_wait(gf_node_loader *l, const char *uid, long wait_ms,
-                        char *dir, size_t cap, bool *ready, gf_diag *d) {
+int gf__node_loader_wait(gf_node_loader *l, const char *uid, long wait_ms,
+                         char *dir, size_t cap, bool *ready, gf_diag *d) {
   struct timespec until;
   clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += wait_ms / 1000;
@@ -403,7 +403,7 @@ int gf_node_loader_wait(gf_node_loader *l, const char *uid, long wait_ms,
   return rc;
 }
 
-void gf_node_loader_forget(gf_node_loader *l, const char *uid) {
+void gf__node_loader_forget(gf_node_loader *l, const char *uid) {
   pthread_mutex_lock(&l->mu);
   job *j = find_job(l, uid);
   if (j) {
@@ -433,9 +433,9 @@ static void sweep_view(void *user, const char *uid, const char *dir) {
     sc->removed++;
 }
 
-size_t gf_node_loader_sweep(gf_node_loader *l,
-                            bool (*alive)(void *user, const char *uid),
-                            void *user) {
+size_t gf__node_loader_sweep(gf_node_loader *l,
+                             bool (*alive)(void *user, const char *uid),
+                             void *user) {
   size_t n = 0;
   pthread_mutex_lock(&l->mu);
   for (size_t i = 0; i < l->n; i++)
@@ -452,7 +452,7 @@ size_t gf_node_loader_sweep(gf_node_loader *l,
   return n + sc.removed;
 }
 
-void gf_node_loader_free(gf_node_loader *l) {
+void gf__node_loader_free(gf_node_loader *l) {
   if (!l)
     return;
   pthread_mutex_lock(&l->mu);

@@ -102,11 +102,11 @@ typedef struct gf_node_pods_hooks {
   void (*on_sweep)(void *user);
   void *user;
 } gf_node_pods_hooks;
-void gf_node_pods_set_hooks(gf_node_pods *p, const gf_node_pods_hooks *h);
+void gf__node_pods_set_hooks(gf_node_pods *p, const gf_node_pods_hooks *h);
 /* Runs the on_sweep hook (gf_node_pods_sweep calls it). */
 void gf__node_pods_after_sweep(gf_node_pods *p);
 /* This cache's node name. */
-const char *gf_node_pods_node(const gf_node_pods *p);
+const char *gf__node_pods_node(const gf_node_pods *p);
 
 /* ---- the model loader (modelload.c) -------------------------------------
  * Makes a pod's model ready outside kubelet's admission: one job (a
@@ -123,29 +123,29 @@ typedef struct gf_node_loader_opts {
   long retry_base_ms;          /* first backoff; 0: 1000 */
   long retry_cap_ms;           /* longest backoff; 0: 300000 */
 } gf_node_loader_opts;
-int gf_node_loader_new(gf_node_loader **out, const gf_node_loader_opts *o,
-                       gf_diag *d);
+int gf__node_loader_new(gf_node_loader **out, const gf_node_loader_opts *o,
+                        gf_diag *d);
 /* Starts the job of pod uid unless it has one (0 then).  GF_ESYNTAX for a
  * malformed model reference, GF_EINVAL, GF_EIO, GF_ENOMEM. */
-int gf_node_loader_want(gf_node_loader *l, const char *uid, const char *ns,
-                        const char *pod, const char *model, const char *source,
-                        gf_diag *d);
+int gf__node_loader_want(gf_node_loader *l, const char *uid, const char *ns,
+                         const char *pod, const char *model, const char *source,
+                         gf_diag *d);
 /* Waits at most wait_ms for pod uid's job to finish; its directory into
  * dir[cap] and *ready whether the model is in it.  The job's error when it
  * failed for good (a refusal another try cannot mend); GF_ENOTFOUND
  * without a job. */
-int gf_node_loader_wait(gf_node_loader *l, const char *uid, long wait_ms,
-                        char *dir, size_t cap, bool *ready, gf_diag *d);
+int gf__node_loader_wait(gf_node_loader *l, const char *uid, long wait_ms,
+                         char *dir, size_t cap, bool *ready, gf_diag *d);
 /* The pod left: its job stops retrying and its view is removed. */
-void gf_node_loader_forget(gf_node_loader *l, const char *uid);
+void gf__node_loader_forget(gf_node_loader *l, const char *uid);
 /* Forgets the jobs of pods alive() says are gone and removes views left by
  * an earlier run for such pods; returns how many. */
-size_t gf_node_loader_sweep(gf_node_loader *l,
-                            bool (*alive)(void *user, const char *uid),
-                            void *user);
+size_t gf__node_loader_sweep(gf_node_loader *l,
+                             bool (*alive)(void *user, const char *uid),
+                             void *user);
 /* Stops every job (a fetch under way ends when the cache is cancelled or
  * the fetch ends) and frees l.  NULL ok. */
-void gf_node_loader_free(gf_node_loader *l);
+void gf__node_loader_free(gf_node_loader *l);
 
 /* Takes back the mark of a match whose answer failed. */
 void gf_node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr);

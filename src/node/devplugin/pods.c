@@ -61,13 +61,13 @@ struct gf_node_pods {
   gf_node_pods_hooks hooks;
 };
 
-void gf_node_pods_set_hooks(gf_node_pods *p, const gf_node_pods_hooks *h) {
+void gf__node_pods_set_hooks(gf_node_pods *p, const gf_node_pods_hooks *h) {
   pthread_mutex_lock(&p->mu);
   p->hooks = h ? *h : (gf_node_pods_hooks){0};
   pthread_mutex_unlock(&p->mu);
 }
 
-const char *gf_node_pods_node(const gf_node_pods *p) { return p->node; }
+const char *gf__node_pods_node(const gf_node_pods *p) { return p->node; }
 
 /* What apply and remove tell the hook, taken under the lock. */
 typedef struct hook_call {

@@ -1,0 +1,39 @@
+/* The planner's small helpers every file of it uses (internal.h):
+ * growable arrays, value series and rounding.  Apart so that no two files
+ * of src/plan call each other in a circle through them. */
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "gpufrac/error.h"
+#include "internal.h"
+
+int gf__plan_grow(void **arr, size_t *cap, size_t n, size_t size) {
+  if (n < *cap)
+    return 0;
+  size_t nc = *cap ? *cap * 2 : 16;
+  if (nc > ((size_t)-1) / size)
+    return GF_ENOMEM;
+  void *np = gf__realloc(*arr, nc * size);
+  if (!np)
+    return GF_ENOMEM;
+  *arr = np;
+  *cap = nc;
+  return 0;
+}
+
+int gf__series_push(gf__series *s, double v) {
+  int rc = gf__plan_grow((void **)&s->v, &s->cap, s->n, sizeof(*s->v));
+  if (rc)
+    return rc;
+  s->v[s->n++] = v;
+  return 0;
+}
+
+void gf__series_release(gf__series *s) {
+  gf__free(s->v);
+  memset(s, 0, sizeof(*s));
+}
+
+double gf__plan_r4(double x) { return round(x * 1e4) / 1e4; }
+double gf__plan_r2(double x) { return round(x * 1e2) / 1e2; }
