@@ -130,6 +130,12 @@ int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
         (rc = get_str(r, "shareID", true, x->share_id, sizeof(x->share_id),
                       where, d)))
       goto prefix;
+    const json_t *adm = json_object_get(r, "adminAccess");
+    if (adm && !json_is_null(adm) && !json_is_boolean(adm)) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "%s.adminAccess: not a boolean", where);
+      goto prefix;
+    }
+    x->admin = json_is_true(adm);
     const json_t *cc = json_object_get(r, "consumedCapacity");
     if (cc && !json_is_object(cc)) {
       rc = gf_diag_set(d, GF_ESYNTAX, "%s.consumedCapacity: not a map", where);
@@ -244,6 +250,8 @@ static json_t *prepared_json(const gf_node_dra_prepared *p) {
       json_object_set_new(o, "memory", json_integer(x->memory));
     if (o && x->has_cores)
       json_object_set_new(o, "cores", json_integer(x->cores));
+    if (o && x->admin)
+      json_object_set_new(o, "admin", json_true());
     if (!o || json_array_append_new(res, o)) {
       json_decref(res);
       return NULL;
@@ -319,6 +327,7 @@ static int load_one(const json_t *o, gf_node_dra_prepared *p, const char *where,
     x->memory = m ? (int64_t)json_integer_value(m) : 0;
     x->has_cores = c != NULL;
     x->cores = c ? (int64_t)json_integer_value(c) : 0;
+    x->admin = json_is_true(json_object_get(r, "admin"));
   }
   p->claim.nresults = (uint32_t)json_array_size(res);
   return 0;
@@ -501,7 +510,7 @@ static int check_result(const gf_node_dra_state *s, const gf_node_dra_claim *c,
                        "share",
                        c->ns, c->name, v->name,
                        v->mig >= 0 ? "a MIG device" : "exclusive");
-  if (v->shared && !x->share_id[0])
+  if (v->shared && !x->share_id[0] && !x->admin)
     return gf_diag_set(d, GF_EINVAL,
                        "claim %s/%s: device %s allows multiple allocations, "
                        "the allocation has no shareID",
@@ -534,7 +543,9 @@ static void sums(const gf_node_dra_state *s, const gf_node_dra_device *v,
     if (strcmp(o->uid, uid) == 0)
       continue;
     for (uint32_t k = 0; k < o->nresults; k++) {
-      if (strcmp(o->results[k].device, v->name) != 0)
+      /* adminAccess (monitoring) counts against no capacity, as in
+       * kube-scheduler's allocator. */
+      if (strcmp(o->results[k].device, v->name) != 0 || o->results[k].admin)
         continue;
       int64_t m, cc;
       taken(v, &o->results[k], &m, &cc);
@@ -601,6 +612,12 @@ static int check_claim(const gf_node_dra_state *s, const gf_node_dra_claim *c,
       gg = &gc->gpus[gc->ngpus++];
       gg->index = s->g.gpus[v->gpu].index;
       gf__node_copy(gg->uuid, sizeof(gg->uuid), s->g.gpus[v->gpu].uuid);
+    }
+    if (x->admin) {
+      /* adminAccess: the whole device, no limits, outside the sums. */
+      gg->mem_bytes = v->shared ? (int64_t)v->memory : 0;
+      gg->compute_pct = v->shared ? GF_NODE_DRA_CORES : 0;
+      continue;
     }
     gg->mem_bytes += v->shared ? mem : 0;
     gg->compute_pct += v->shared ? (int32_t)cores : 0;

@@ -130,10 +130,19 @@ int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
  * false when s does not start with a number. */
 bool gf_node_dra_semver(const char *s, char *out, size_t cap);
 
-/* The taint effect for an unhealthy GPU's reason: "NoExecute" for Xids
- * that lose the device or its memory (48 62 64 74 79 94 95 119 120 140),
- * else "NoSchedule". */
+/* The health taint's effect for an unhealthy GPU's reason: "NoSchedule"
+ * (nothing new lands on the device; pods on it keep running, as NVIDIA's
+ * driver does for an Xid), "NoExecute" only for an Xid of a class set in
+ * noexecute (GF_NODE_XID_*: memory 48 63 64 94 95 140, bus 79, firmware
+ * 62 119 120, nvlink 74; the agent's dra_xid_noexecute). */
+const char *gf_node_dra_taint_effect_for(const char *reason,
+                                         uint32_t noexecute);
+/* gf_node_dra_taint_effect_for(reason, 0): always "NoSchedule". */
 const char *gf_node_dra_taint_effect(const char *reason);
+/* The allocator taint on every device of a node whose devices gpufrac
+ * allocates (gf_node_gpus.dra_gpufrac; docs/dra.md). */
+#define GF_NODE_DRA_ALLOC_TAINT_KEY GF_NODE_DRA_DRIVER "/allocator"
+#define GF_NODE_DRA_ALLOC_TAINT_VALUE "gpufrac"
 
 /* ---- claims ----------------------------------------------------------- */
 
@@ -146,6 +155,7 @@ typedef struct gf_node_dra_result {
   bool has_memory, has_cores;         /* consumedCapacity entries present */
   int64_t memory;                     /* bytes */
   int64_t cores;                      /* percent of the GPU */
+  bool admin; /* adminAccess: outside the capacity sums, no limits */
 } gf_node_dra_result;
 
 typedef struct gf_node_dra_claim {
