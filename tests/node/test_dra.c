@@ -1079,6 +1079,71 @@ static void test_prepare_admin(void **state) {
   free(g);
 }
 
+/* The claim's opaque config for gpu.gpufrac.io: the documented keys are
+ * used (log), anything else refuses the claim naming the key; another
+ * driver's config is not ours to read. */
+static int with_config(const char *params, const char *drv,
+                       gf_node_dra_claim *c, gf_diag *d) {
+  char *t = claim_json(UID_C, "cfg", "gpu-0:8Gi:30");
+  json_t *j = json_loads(t, 0, NULL);
+  free(t);
+  json_t *devs = json_object_get(
+      json_object_get(json_object_get(j, "status"), "allocation"), "devices");
+  json_object_set_new(devs, "config",
+                      json_pack("[{s:s,s:[s],s:{s:s,s:o}}]", "source",
+                                "FromClaim", "requests", "r0", "opaque",
+                                "driver", drv, "parameters",
+                                json_loads(params, 0, NULL)));
+  int rc = gf_node_dra_claim_from_json(j, "gpu.gpufrac.io", c, d);
+  json_decref(j);
+  return rc;
+}
+
+static void test_opaque_config(void **state) {
+  (void)state;
+  gf_node_dra_claim c;
+  gf_diag d = {""};
+  assert_int_equal(with_config("{\"apiVersion\":\"gpu.gpufrac.io/v1\","
+                               "\"kind\":\"ShareConfig\",\"log\":\"debug\"}",
+                               "gpu.gpufrac.io", &c, &d),
+                   0);
+  assert_string_equal(c.log, "debug");
+  gf_node_gpus *g = gpus(1);
+  gf_node_dra_state *s = open_state(g);
+  gf_node_dra_prepared p;
+  assert_int_equal(gf_node_dra_prepare(s, &c, &p, &d), 0);
+  const char *conf = slurp("state/pods/", UID_C, "/claim/shim.conf");
+  assert_non_null(strstr(conf, "log = debug\n"));
+  gf_node_dra_state_free(s);
+  free(g);
+  /* Refused, naming what. */
+  static const struct {
+    const char *params, *want;
+  } bad[] = {
+      {"{\"apiVersion\":\"gpu.gpufrac.io/v1\",\"kind\":\"ShareConfig\","
+       "\"sharing\":\"TimeSlicing\"}",
+       "unknown key 'sharing'"},
+      {"{\"apiVersion\":\"gpu.gpufrac.io/v1\",\"kind\":\"ShareConfig\","
+       "\"log\":\"loud\"}",
+       "parameters.log: not a value"},
+      {"{\"apiVersion\":\"v2\",\"kind\":\"ShareConfig\"}",
+       "parameters.apiVersion"},
+      {"{\"log\":\"info\"}", "want apiVersion"},
+      {"[1]", "not an object"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    d.msg[0] = '\0';
+    assert_int_equal(with_config(bad[i].params, "gpu.gpufrac.io", &c, &d),
+                     GF_EINVAL);
+    if (!strstr(d.msg, bad[i].want))
+      fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, bad[i].want);
+  }
+  /* Another driver's: skipped. */
+  assert_int_equal(with_config("{\"anything\":1}", "net.example.com", &c, &d),
+                   0);
+  assert_string_equal(c.log, "");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices_and_attributes),
@@ -1087,6 +1152,8 @@ int main(void) {
       cmocka_unit_test(test_taints),
       cmocka_unit_test(test_allocator_taint),
       cmocka_unit_test(test_answer_request_names),
+      cmocka_unit_test_setup_teardown(test_opaque_config, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_admin, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test(test_split),

@@ -64,6 +64,71 @@ static int get_qty(const json_t *cc, const char *k, bool *has, int64_t *out,
   return 0;
 }
 
+/* The opaque config for driver (see node_dra.h): parsed into c, or an
+ * error naming the entry and the key. */
+static int parse_config(const json_t *devs, const char *driver,
+                        gf_node_dra_claim *c, gf_diag *d) {
+  const json_t *cfg =
+      json_is_object(devs) ? json_object_get(devs, "config") : NULL;
+  if (!cfg || json_is_null(cfg))
+    return 0;
+  if (!json_is_array(cfg))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "claim %s/%s: status.allocation.devices.config: not a "
+                       "list",
+                       c->ns, c->name);
+  size_t i;
+  const json_t *e;
+  json_array_foreach(cfg, i, e) {
+    const json_t *op = json_is_object(e) ? json_object_get(e, "opaque") : NULL;
+    const char *drv = json_string_value(json_object_get(op, "driver"));
+    if (!drv || strcmp(drv, driver) != 0)
+      continue; /* another driver's, or not opaque */
+    const json_t *pm = json_object_get(op, "parameters");
+    if (!json_is_object(pm))
+      return gf_diag_set(d, GF_EINVAL,
+                         "claim %s/%s: config[%zu].opaque.parameters for %s: "
+                         "not an object",
+                         c->ns, c->name, i, driver);
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)pm, k, v) {
+      const char *sv = json_string_value(v);
+      bool ok = false;
+      if (strcmp(k, "apiVersion") == 0)
+        ok = sv && strcmp(sv, "gpu.gpufrac.io/v1") == 0;
+      else if (strcmp(k, "kind") == 0)
+        ok = sv && strcmp(sv, "ShareConfig") == 0;
+      else if (strcmp(k, "log") == 0) {
+        ok = sv && (strcmp(sv, "off") == 0 || strcmp(sv, "warn") == 0 ||
+                    strcmp(sv, "info") == 0 || strcmp(sv, "debug") == 0);
+        if (ok)
+          snprintf(c->log, sizeof(c->log), "%s", sv);
+      } else {
+        return gf_diag_set(d, GF_EINVAL,
+                           "claim %s/%s: config[%zu].opaque.parameters: "
+                           "unknown key '%.40s' (%s takes apiVersion "
+                           "gpu.gpufrac.io/v1, kind ShareConfig, log; "
+                           "docs/dra-node.md)",
+                           c->ns, c->name, i, k, driver);
+      }
+      if (!ok)
+        return gf_diag_set(d, GF_EINVAL,
+                           "claim %s/%s: config[%zu].opaque.parameters.%s: "
+                           "not a value %s takes (apiVersion "
+                           "gpu.gpufrac.io/v1, kind ShareConfig, log off | "
+                           "warn | info | debug)",
+                           c->ns, c->name, i, k, driver);
+    }
+    if (!json_object_get(pm, "apiVersion") || !json_object_get(pm, "kind"))
+      return gf_diag_set(d, GF_EINVAL,
+                         "claim %s/%s: config[%zu].opaque.parameters: want "
+                         "apiVersion gpu.gpufrac.io/v1 and kind ShareConfig",
+                         c->ns, c->name, i);
+  }
+  return 0;
+}
+
 int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
                                 gf_node_dra_claim *out, gf_diag *d) {
   if (!json_is_object(obj))
@@ -154,6 +219,8 @@ int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
                      c->ns, c->name, driver);
     goto out;
   }
+  if ((rc = parse_config(devs, driver, c, d)))
+    goto out;
   *out = *c;
   goto out;
 prefix:
@@ -741,8 +808,9 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
       goto out; /* nothing written yet */
   } else {
     gf_node_ctr_paths paths;
-    if ((rc = gf_node_prepare_container(s->state_dir, c->uid, &gc, s->log,
-                                        &paths, d)))
+    if ((rc =
+             gf_node_prepare_container(s->state_dir, c->uid, &gc,
+                                       c->log[0] ? c->log : s->log, &paths, d)))
       goto undo;
     gf_node_cdi_opts co = {s->shim_lib[0] ? s->shim_lib : NULL,
                            s->preload[0] ? s->preload : NULL,

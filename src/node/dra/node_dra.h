@@ -162,12 +162,21 @@ typedef struct gf_node_dra_claim {
   char ns[GF_CONTAINER_MAX];
   char name[GF_NAME_MAX];
   char uid[GF_NODE_DRA_UID_MAX];
+  /* The claim's opaque config for this driver (status.allocation.devices
+   * .config[].opaque, parameters apiVersion "gpu.gpufrac.io/v1", kind
+   * "ShareConfig"): the interposer's log level ("" when not given). */
+  char log[8];
   uint32_t nresults;
   gf_node_dra_result results[GF_NODE_DRA_MAX_RESULTS];
 } gf_node_dra_claim;
 
-/* Reads a ResourceClaim object: metadata namespace, name and uid, and the
- * allocation results whose driver is `driver` (others are skipped).
+/* Reads a ResourceClaim object: metadata namespace, name and uid, the
+ * allocation results whose driver is `driver` (others are skipped), and
+ * the opaque config addressed to it (status.allocation.devices.config[]
+ * whose opaque.driver is `driver`: parameters with apiVersion
+ * "gpu.gpufrac.io/v1", kind "ShareConfig" and optionally log = off | warn
+ * | info | debug; any other key or value is GF_EINVAL naming it, so the
+ * claim is refused at prepare and kubelet reports it on the pod).
  * GF_ESYNTAX naming the field for anything malformed (a missing field, a
  * string too long, a quantity that is not one); GF_ESTATE when the claim
  * is not allocated or has no result for the driver.  out is filled on
