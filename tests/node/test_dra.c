@@ -1144,6 +1144,66 @@ static void test_opaque_config(void **state) {
   assert_string_equal(c.log, "");
 }
 
+/* A claim of two requests: one CDI device per request, each with its own
+ * GPU's device node; what they share in the spec's containerEdits without
+ * *_VISIBLE_DEVICES; kubelet is answered each result's own device. */
+static void test_cdi_per_request(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(2);
+  gf_node_dra_state *s = open_state(g);
+  gf_node_dra_prepared p;
+  gf_diag d = {""};
+  assert_int_equal(prep(s, UID_A, "two", "gpu-0:8Gi:30;gpu-1:8Gi:50", &p, &d),
+                   0);
+  assert_true(p.per_request);
+  char *spec = slurp("cdi/gpufrac.io-", UID_A, "_claim.json");
+  json_t *root = json_loads(spec, 0, NULL);
+  assert_non_null(root);
+  const json_t *devs = json_object_get(root, "devices");
+  assert_int_equal(json_array_size(devs), 2);
+  for (size_t i = 0; i < 2; i++) {
+    const json_t *dv = json_array_get(devs, i);
+    char want[128];
+    snprintf(want, sizeof(want), UID_A "_r%zu", i);
+    assert_string_equal(sget(dv, "name"), want);
+    const json_t *nodes =
+        json_object_get(json_object_get(dv, "containerEdits"), "deviceNodes");
+    assert_int_equal(json_array_size(nodes), 1);
+    snprintf(want, sizeof(want), "/nvidia%u", g->gpus[i].minor);
+    const char *path = sget(json_array_get(nodes, 0), "path");
+    assert_non_null(strstr(path, want));
+    assert_string_equal(path + strlen(path) - strlen(want), want);
+  }
+  const json_t *common = json_object_get(root, "containerEdits");
+  assert_non_null(common);
+  char *ce = json_dumps(common, JSON_COMPACT);
+  assert_null(strstr(ce, "VISIBLE_DEVICES"));
+  assert_non_null(strstr(ce, "GPUFRAC_CONFIG"));
+  assert_non_null(strstr(ce, "nvidiactl"));
+  free(ce);
+  json_decref(root);
+  gf_drap_answer *a = calloc(1, sizeof(*a));
+  gf_drap_answer_of(&p, a);
+  assert_int_equal(a->n, 2);
+  assert_string_equal(a->dev[0].cdi_id, "gpufrac.io/gpu=" UID_A "_r0");
+  assert_string_equal(a->dev[1].cdi_id, "gpufrac.io/gpu=" UID_A "_r1");
+  /* After a restart, from the checkpoint: the same answer. */
+  gf_node_dra_state_free(s);
+  s = open_state(g);
+  assert_true(gf_node_dra_state_lookup(s, UID_A, &p));
+  assert_true(p.per_request);
+  gf_drap_answer_of(&p, a);
+  assert_string_equal(a->dev[1].cdi_id, "gpufrac.io/gpu=" UID_A "_r1");
+  /* One request: the one claim device, as before. */
+  assert_int_equal(prep(s, UID_B, "one", "gpu-0:8Gi:30", &p, &d), 0);
+  assert_false(p.per_request);
+  gf_drap_answer_of(&p, a);
+  assert_string_equal(a->dev[0].cdi_id, "gpufrac.io/gpu=" UID_B "_claim");
+  free(a);
+  gf_node_dra_state_free(s);
+  free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices_and_attributes),
@@ -1152,6 +1212,8 @@ int main(void) {
       cmocka_unit_test(test_taints),
       cmocka_unit_test(test_allocator_taint),
       cmocka_unit_test(test_answer_request_names),
+      cmocka_unit_test_setup_teardown(test_cdi_per_request, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_opaque_config, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_admin, setup_tmp,

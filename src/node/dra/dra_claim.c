@@ -324,9 +324,10 @@ static json_t *prepared_json(const gf_node_dra_prepared *p) {
       return NULL;
     }
   }
-  return res ? json_pack("{s:s,s:s,s:s,s:s,s:o}", "uid", p->claim.uid,
+  return res ? json_pack("{s:s,s:s,s:s,s:s,s:o,s:b}", "uid", p->claim.uid,
                          "namespace", p->claim.ns, "name", p->claim.name, "cdi",
-                         p->cdi_id, "results", res)
+                         p->cdi_id, "results", res, "perRequest",
+                         p->per_request)
              : NULL;
 }
 
@@ -397,6 +398,7 @@ static int load_one(const json_t *o, gf_node_dra_prepared *p, const char *where,
     x->admin = json_is_true(json_object_get(r, "admin"));
   }
   p->claim.nresults = (uint32_t)json_array_size(res);
+  p->per_request = json_is_true(json_object_get(o, "perRequest"));
   return 0;
 }
 
@@ -767,6 +769,117 @@ static int mig_spec(const gf_node_dra_state *s, const char *uid,
   return *out ? 0 : gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
 }
 
+/* The distinct request names of c (a firstAvailable "req/sub" counts as
+ * "req": what a container names), in order; how many, at most cap. */
+static size_t request_names(const gf_node_dra_claim *c,
+                            char (*out)[GF_NODE_DRA_REQUEST_MAX], size_t cap) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < c->nresults; i++) {
+    char b[GF_NODE_DRA_REQUEST_MAX];
+    size_t k = strcspn(c->results[i].request, "/");
+    snprintf(b, sizeof(b), "%.*s", (int)k, c->results[i].request);
+    bool seen = false;
+    for (size_t j = 0; j < n && !seen; j++)
+      seen = strcmp(out[j], b) == 0;
+    if (!seen && n < cap)
+      memcpy(out[n++], b, sizeof(b));
+  }
+  return n;
+}
+
+bool gf_node_dra_cdi_per_request(const gf_node_dra_claim *c) {
+  char names[GF_NODE_DRA_MAX_RESULTS][GF_NODE_DRA_REQUEST_MAX];
+  return request_names(c, names, GF_NODE_DRA_MAX_RESULTS) > 1;
+}
+
+/* A claim of several requests gets one CDI device per request
+ * ("<uid>_<request>": that request's GPU device nodes), and what they
+ * share (the common device nodes, the interposer's mounts and
+ * environment) moves to the spec's containerEdits, which apply when any
+ * of its devices is injected; the *_VISIBLE_DEVICES variables go (the
+ * device nodes decide what a container sees, as in NVIDIA's own CDI
+ * specs), so a container that names one request sees exactly its GPUs,
+ * and one that names none sees them all.  A claim of one request keeps
+ * its one device "<uid>_claim". */
+static int split_per_request(const gf_node_dra_state *s,
+                             const gf_node_dra_claim *c, char **spec,
+                             gf_diag *d) {
+  char names[GF_NODE_DRA_MAX_RESULTS][GF_NODE_DRA_REQUEST_MAX];
+  size_t nn = request_names(c, names, GF_NODE_DRA_MAX_RESULTS);
+  if (nn <= 1)
+    return 0;
+  const char *dev = s->dev_dir[0] ? s->dev_dir : "/dev";
+  json_t *root = json_loads(*spec, 0, NULL);
+  json_t *devs = json_object_get(root, "devices");
+  json_t *e = json_object_get(json_array_get(devs, 0), "containerEdits");
+  json_t *out = json_array();
+  int rc = 0;
+  if (!json_is_object(e) || !out) {
+    rc = gf_diag_set(d, GF_ESTATE, "CDI spec: no containerEdits");
+    goto done;
+  }
+  json_incref(e);
+  json_t *env = json_object_get(e, "env");
+  for (size_t i = json_array_size(env); i-- > 0;) {
+    const char *v = json_string_value(json_array_get(env, i));
+    if (v && (strncmp(v, "NVIDIA_VISIBLE_DEVICES=", 23) == 0 ||
+              strncmp(v, "CUDA_VISIBLE_DEVICES=", 21) == 0))
+      json_array_remove(env, i);
+  }
+  json_t *nodes = json_object_get(e, "deviceNodes");
+  for (size_t r = 0; r < nn && !rc; r++) {
+    json_t *mine = json_array();
+    for (uint32_t i = 0; mine && i < c->nresults; i++) {
+      size_t k = strcspn(c->results[i].request, "/");
+      if (strlen(names[r]) != k ||
+          strncmp(names[r], c->results[i].request, k) != 0)
+        continue;
+      const gf_node_dra_device *v = device_named(s, c->results[i].device);
+      if (!v)
+        continue;
+      char path[GF_NODE_PATH_MAX + 32];
+      snprintf(path, sizeof(path), "%s/nvidia%u", dev, s->g.gpus[v->gpu].minor);
+      bool dup = false;
+      for (size_t j = 0; j < json_array_size(mine) && !dup; j++)
+        dup = strcmp(json_string_value(
+                         json_object_get(json_array_get(mine, j), "path")),
+                     path) == 0;
+      if (!dup)
+        json_array_append_new(mine, json_pack("{s:s}", "path", path));
+      /* Not shared any more: out of the common nodes. */
+      for (size_t j = json_array_size(nodes); j-- > 0;) {
+        const char *p = json_string_value(
+            json_object_get(json_array_get(nodes, j), "path"));
+        if (p && strcmp(p, path) == 0)
+          json_array_remove(nodes, j);
+      }
+    }
+    char name[GF_NODE_DRA_UID_MAX + GF_NODE_DRA_REQUEST_MAX + 2];
+    snprintf(name, sizeof(name), "%s_%s", c->uid, names[r]);
+    json_t *o = mine ? json_pack("{s:s,s:{s:o}}", "name", name,
+                                 "containerEdits", "deviceNodes", mine)
+                     : NULL;
+    if (!o || json_array_append_new(out, o))
+      rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+  }
+  if (!rc && (json_object_set_new(root, "containerEdits", e) ||
+              json_object_set(root, "devices", out)))
+    rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+  else if (rc)
+    json_decref(e);
+  char *t = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  if (!rc && !t)
+    rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+  if (t) {
+    free(*spec);
+    *spec = t;
+  }
+done:
+  json_decref(out);
+  json_decref(root);
+  return rc;
+}
+
 static int add_prepared(gf_node_dra_state *s, const gf_node_dra_prepared *p,
                         gf_diag *d) {
   if (s->n >= MAX_PREPARED)
@@ -823,6 +936,10 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
     free(spec);
     goto undo;
   }
+  if (!nmig && (rc = split_per_request(s, c, &spec, d))) {
+    free(spec);
+    goto undo;
+  }
   char file[GF_NODE_PATH_MAX];
   snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", c->uid, CTR_NAME);
   rc = gf_node_write_atomic(s->cdi_dir, file, spec, strlen(spec), d);
@@ -831,6 +948,7 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
     goto undo;
   gf_node_dra_prepared p;
   p.claim = *c;
+  p.per_request = !nmig && gf_node_dra_cdi_per_request(c);
   snprintf(p.cdi_id, sizeof(p.cdi_id), "%s=%s_%s", GF_NODE_CDI_KIND, c->uid,
            CTR_NAME);
   if ((rc = add_prepared(s, &p, d)))

@@ -516,6 +516,10 @@ void gf_drap_free(gf_drap *p) {
 
 void gf_drap_answer_of(const gf_node_dra_prepared *p, gf_drap_answer *a) {
   a->n = 0;
+  /* One CDI device per request when the claim has several (and is not
+   * MIG: its spec keeps the one device), so a container gets what it
+   * named. */
+  bool per = p->per_request;
   for (uint32_t i = 0; i < p->claim.nresults && a->n < GF_DRAP_MAX_DEVICES;
        i++) {
     const gf_node_dra_result *r = &p->claim.results[i];
@@ -528,6 +532,10 @@ void gf_drap_answer_of(const gf_node_dra_prepared *p, gf_drap_answer *a) {
     snprintf(v->pool, sizeof(v->pool), "%s", r->pool);
     snprintf(v->device, sizeof(v->device), "%s", r->device);
     snprintf(v->share_id, sizeof(v->share_id), "%s", r->share_id);
-    snprintf(v->cdi_id, sizeof(v->cdi_id), "%s", p->cdi_id);
+    if (per)
+      snprintf(v->cdi_id, sizeof(v->cdi_id), "%s=%s_%.*s", GF_NODE_CDI_KIND,
+               p->claim.uid, (int)base, r->request);
+    else
+      snprintf(v->cdi_id, sizeof(v->cdi_id), "%s", p->cdi_id);
   }
 }

@@ -213,7 +213,16 @@ typedef struct gf_node_dra_opts {
 typedef struct gf_node_dra_prepared {
   gf_node_dra_claim claim;
   char cdi_id[GF_NODE_DRA_CDI_ID_MAX];
+  /* The spec has one device per request, "<kind>=<uid>_<request>"
+   * (gf_node_dra_cdi_per_request, GPU claims only); cdi_id names the
+   * claim. */
+  bool per_request;
 } gf_node_dra_prepared;
+
+/* Whether claim c's results name more than one request (a firstAvailable
+ * result counting as its request): a GPU claim's CDI spec then has one
+ * device per request. */
+bool gf_node_dra_cdi_per_request(const gf_node_dra_claim *c);
 
 /* Opens the state: reads <state_dir>/dra/checkpoint.json if it exists
  * (GF_ESYNTAX naming the file when it is not one the agent wrote).  g is
