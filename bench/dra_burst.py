@@ -3,7 +3,7 @@
 (issue 27, defect 1; docs/dra.md "One allocator per device",
 docs/benchmarks.md).
 
-Usage: dra_burst.py K8S_BIN GPUFRAC [--qps N] [--bursts N] [--taint]
+Usage: dra_burst.py K8S_BIN GPUFRAC [--qps N] [--bursts N] [--taint] [--one-gpu]
 
 A real control plane (v1.37.2: kube-apiserver, kube-controller-manager,
 kube-scheduler with deploy/dra/kube-scheduler-config.yaml, its client at
@@ -23,6 +23,10 @@ extender's log lines "given back").  One line per burst and a summary:
 
 Without --taint this is the setup before one allocator per device (the
 old binary: both allocators may take both GPUs).
+
+--one-gpu: issue 27's setup, one node with one 80Gi GPU (gpufrac's with
+--taint) and the same 16 pods, 160Gi asked of 80Gi: a burst ends when no
+pod was bound for 8 s (at most 60 s), then 3 s more.
 """
 
 import os
@@ -41,7 +45,8 @@ def main():
     qps = None
     bursts = 10
     taint = "--taint" in args
-    args = [a for a in args if a != "--taint"]
+    one = "--one-gpu" in args
+    args = [a for a in args if a not in ("--taint", "--one-gpu")]
     if "--qps" in args:
         i = args.index("--qps")
         qps = int(args[i + 1])
@@ -65,7 +70,8 @@ def main():
         ext_log = c.path("extender.log")
         for b in range(1, bursts + 1):
             k, g = "bk-%d" % b, "bg-%d" % b
-            t.new_node(k, "4")
+            if not one:
+                t.new_node(k, "4")
             t.new_node(g, "5", "gpufrac" if taint else None)
             with open(ext_log) as f:
                 before = f.read().count("given back")
@@ -81,9 +87,16 @@ def main():
                 t.api.create("/api/v1/namespaces/%s/pods" % NS,
                              pod(n, "t-" + n, n.endswith("g")))
 
+            last = [0, time.monotonic()]
+
             def all_bound():
                 ps = t.pods()
-                return all(ps.get(n, {}).get("spec", {}).get("nodeName") for n in names)
+                nb = sum(1 for n in names if ps.get(n, {}).get("spec", {}).get("nodeName"))
+                if nb != last[0]:
+                    last[:] = [nb, time.monotonic()]
+                if one:
+                    return nb >= 8 and time.monotonic() - last[1] > 8
+                return nb == len(names)
             try:
                 wait_for("16 bound", all_bound, 60, 0.5)
             except Failure:
@@ -107,13 +120,14 @@ def main():
             log("burst %d: GiB %d/%d bound %d/16 give-backs %d over-filled %d (%.1f s)" %
                 ((b,) + row))
             t.delete_all()
-            t.retire(k)
+            if not one:
+                t.retire(k)
             t.retire(g)
     finally:
         c.stop()
-    print("qps %s taint %s bursts %d: over-filled GPUs %d (bursts with any: %d), "
+    print("qps %s taint %s one-gpu %s bursts %d: over-filled GPUs %d (bursts with any: %d), "
           "give-backs %d, pods bound %d of %d, GiB per GPU max %d" %
-          (qps or "default(50)", taint, len(rows), sum(r[4] for r in rows),
+          (qps or "default(50)", taint, one, len(rows), sum(r[4] for r in rows),
            sum(1 for r in rows if r[4]), sum(r[3] for r in rows),
            sum(r[2] for r in rows), 16 * len(rows),
            max([max(r[0], r[1]) for r in rows] or [0])))

@@ -29,6 +29,9 @@ GPU, consumable capacity memory and cores).  Scenarios:
   extender_scores mode 1 with the extender: kube-scheduler (deploy/dra/
                   kube-scheduler-config.yaml) allocates where the extender's
                   engine score is highest
+  extended        a pod asking the extended resource gpu.gpufrac.io/gpu (no
+                  claim) gets an exclusive GPU from kube-scheduler through
+                  deploy/dra's whole-GPU class (DRA-backed extended resources)
   mixed           mode-1 and mode-2 pods, one at a time: each lands on its
                   own allocator's GPU (one allocator per device)
   mixed_burst     8 + 8 pods of both modes at once, a GPU of each allocator
@@ -688,6 +691,60 @@ class DRA:
         self.delete_all()
         self.retire(node)
 
+    def s_extended(self):
+        """DRA-backed extended resources: deploy/dra's whole-GPU class is
+        also the extended resource gpu.gpufrac.io/gpu, so a pod asking for
+        it in resources.limits, with no ResourceClaim, is bound by the real
+        kube-scheduler, which makes and allocates the claim itself on an
+        exclusive gpufrac GPU; a third pod on a node of two does not fit."""
+        node = "dra8"
+        self.add_node(node)
+        devs = [{"name": "gpu-%d" % i, "attributes": {
+            "uuid": {"string": "GPU-00000000-0000-4000-8000-00000000080%d" % i},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            "type": {"string": "gpu"}, "mode": {"string": "exclusive"}},
+            "capacity": {"memory": {"value": "80Gi"}, "cores": {"value": "100"}}}
+            for i in range(2)]
+        self.api.create(RES + "/resourceslices", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "%s-%s-0" % (node, DRIVER)},
+            "spec": {"driver": DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devs}})
+        names = ["x1", "x2", "x3"]
+        for n in names:
+            p = pod(n, "unused")
+            del p["spec"]["resourceClaims"]
+            r = p["spec"]["containers"][0]["resources"]
+            del r["claims"]
+            r["limits"] = {"gpu.gpufrac.io/gpu": "1"}
+            r["requests"]["gpu.gpufrac.io/gpu"] = "1"
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, p)
+        ps = {}
+
+        def two():
+            ps.update(self.pods())
+            b = [n for n in names if ps[n]["spec"].get("nodeName")]
+            return len(b) >= 2 and b
+        bound = wait_for("two of three bound", two, 60)
+        got = []
+        for n in bound:
+            st = ps[n]["status"].get("extendedResourceClaimStatus") or \
+                fail("%s: no extendedResourceClaimStatus: %s" % (n, ps[n]["status"]))
+            cl = self.api.get("%s/namespaces/%s/resourceclaims/%s" %
+                              (RES, NS, st["resourceClaimName"]))
+            res = cl["status"]["allocation"]["devices"]["results"]
+            if len(res) != 1 or res[0]["driver"] != DRIVER or res[0]["pool"] != node:
+                fail("%s's claim: %s" % (n, res))
+            got.append(res[0]["device"])
+        if sorted(got) != ["gpu-0", "gpu-1"]:
+            fail("extended resource pods got %s" % got)
+        left = [n for n in names if n not in bound][0]
+        msg = self.wait_unschedulable(left)
+        log("extended: %s got %s; %s Pending (%s)" % (bound, got, left, msg[:100]))
+        self.delete_all()
+        self.retire(node)
+
     def s_mixed(self):
         """One allocator per device: a node of kube-scheduler's and one of
         gpufrac's (the agent with dra_allocator = gpufrac: every device
@@ -755,7 +812,7 @@ class DRA:
 
 # Run by default, in this order; --only picks any.
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
-             "extender_scores", "defaults", "whole", "mixed", "mixed_burst",
+             "extender_scores", "defaults", "whole", "extended", "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst"]
 
 
