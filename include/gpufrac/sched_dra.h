@@ -344,4 +344,9 @@ typedef struct gf_sched_dra_stats {
 } gf_sched_dra_stats;
 void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out);
 
+/* The counters above as /metrics lines (gpufrac_dra_*; a
+ * gf_sched_metrics_fn, feed the gf_sched_dra; NULL: nothing).  Returns
+ * the bytes written (0 when they do not fit in cap). */
+size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap);
+
 #endif

@@ -177,7 +177,7 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
       m->weights_resets, s->nnodes, booked, s->leader ? 1 : 0);
   pthread_mutex_unlock(&s->mu);
   if (s->metrics_fn && !gf__buf_error(&t)) {
-    char more[4096];
+    char more[8192];
     size_t n = s->metrics_fn(s->metrics_user, more, sizeof(more));
     if (n > 0 && n < sizeof(more))
       gf__buf_append(&t, more, n);

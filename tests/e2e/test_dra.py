@@ -805,6 +805,14 @@ class DRA:
             (k, uk[0] // GiB, uk[2], g, ug[0] // GiB, ug[2], len(over)))
         if over:
             fail("burst: gpufrac gave claims back: %s" % over[0].get("message"))
+        # The alarm's counter on /metrics, and what gpufrac placed.
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.c.ext_port,
+                                    timeout=10) as r:
+            m = dict(ln.rsplit(" ", 1) for ln in r.read().decode().splitlines()
+                     if ln.startswith("gpufrac_dra_"))
+        if m.get("gpufrac_dra_overfilled_total") != "0" or \
+                int(m.get("gpufrac_dra_placed_total", "0")) < 8:
+            fail("burst: /metrics %s" % m)
         self.delete_all()
         self.retire(k)
         self.retire(g)
