@@ -135,6 +135,25 @@ static void test_devices_and_attributes(void **state) {
       {"attributes.mode.string", "shared"},
   };
   expect_strs(d0, d0_attrs, sizeof(d0_attrs) / sizeof(d0_attrs[0]));
+  /* The API's standard PCI address, for aligning with other drivers. */
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(d0, "attributes"),
+                                          "resource.kubernetes.io/pciBusID"),
+                          "string")),
+                      "0000:18:00.0");
+  char pa[16];
+  assert_true(gf_node_dra_pci_address("00000000:3B:00.0", pa));
+  assert_string_equal(pa, "0000:3b:00.0");
+  assert_true(gf_node_dra_pci_address("0001:c1:1f.7", pa));
+  assert_string_equal(pa, "0001:c1:1f.7");
+  assert_true(gf_node_dra_pci_address("3b:00.0", pa));
+  assert_string_equal(pa, "0000:3b:00.0");
+  assert_false(gf_node_dra_pci_address("", pa));
+  assert_false(gf_node_dra_pci_address("0000:3b:00.8", pa));
+  assert_false(gf_node_dra_pci_address("0000:3b:20.0", pa));
+  assert_false(gf_node_dra_pci_address("1:2:3:4", pa));
+  assert_false(gf_node_dra_pci_address("zz:00.0", pa));
+  assert_false(gf_node_dra_pci_address("100000:3b:00.0", pa));
   assert_string_equal(sget(d0, "attributes.uuid.string"), g->gpus[0].uuid);
   assert_int_equal(
       json_integer_value(json_object_get(

@@ -216,6 +216,12 @@ static int common_attrs(json_t *a, const gf_node_gpus *g, const gf_node_gpu *x,
     rc |= set_ver(a, "cudaDriverVersion", cuda);
   if (x->pci_bus_id[0])
     rc |= set_str(a, "pciBusID", x->pci_bus_id);
+  /* The API's standard attribute (a GPU only: a MIG device is no PCI
+   * function of its own), so a claim can align a GPU with another
+   * driver's device on the same PCI bus. */
+  char std[16];
+  if (strcmp(type, "gpu") == 0 && gf_node_dra_pci_address(x->pci_bus_id, std))
+    rc |= set_str(a, GF_NODE_DRA_STD_PCI_BUS_ID, std);
   if (x->numa_node >= 0)
     rc |= json_object_set_new(
         a, "numaNode", json_pack("{s:I}", "int", (json_int_t)x->numa_node));
@@ -274,6 +280,31 @@ static json_t *taints(const gf_node_gpus *g, const gf_node_gpu *x,
     return NULL;
   }
   return l;
+}
+
+bool gf_node_dra_pci_address(const char *nvml, char out[16]) {
+  /* [domain:]bus:device.function, hex; NVML writes an 8-digit domain. */
+  unsigned long dom = 0, bus, dev, fn;
+  char tail;
+  const char *p = nvml;
+  int colons = 0;
+  for (const char *q = nvml; *q; q++)
+    colons += *q == ':';
+  if (colons == 2) {
+    char *end;
+    dom = strtoul(p, &end, 16);
+    if (end == p || *end != ':')
+      return false;
+    p = end + 1;
+  } else if (colons != 1) {
+    return false;
+  }
+  if (strspn(p, "0123456789abcdefABCDEF:.") != strlen(p) ||
+      sscanf(p, "%2lx:%2lx.%1lx%c", &bus, &dev, &fn, &tail) != 3 ||
+      dom > 0xffff || dev > 0x1f || fn > 7)
+    return false;
+  snprintf(out, 16, "%04lx:%02lx:%02lx.%lx", dom, bus, dev, fn);
+  return true;
 }
 
 /* The weight cache's models as attributes "model_<first 16 hex of the

@@ -63,7 +63,7 @@
 /* The weight cache's models on every device (docs/dra-node.md, "Models"):
  * attribute "model_<the digest's first 16 hex>", a C identifier of 22
  * bytes (the API allows 32), string value "ready" or "fetching"; at most
- * 16 of them, so a device's 12 attributes and 2 capacities (a MIG device's
+ * 16 of them, so a device's 13 attributes and 2 capacities (a MIG device's
  * 13 and 2) stay within the 32 the API allows. */
 #define GF_NODE_DRA_MODEL_ATTR "model_"
 #define GF_NODE_DRA_MODEL_HEX 16
@@ -100,7 +100,8 @@ size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
  * with no device is one slice with none (so consumers see the pool exists). Per
  * device: attributes type, uuid, productName, brand, architecture,
  * cudaComputeCapability, driverVersion, cudaDriverVersion (versions as
- * semver), pciBusID, numaNode, mode (MIG devices: parentUUID, profile);
+ * semver), pciBusID, numaNode, mode, on GPUs the standard
+ * resource.kubernetes.io/pciBusID (MIG devices: parentUUID, profile);
  * capacity memory and cores (MIG: memory, multiprocessors); shared GPUs
  * allowMultipleAllocations with a requestPolicy per capacity; taints for
  * unhealthy devices.  GF_EINVAL (bad node name or max), GF_ENOMEM. */
@@ -124,6 +125,13 @@ int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
                               int64_t generation, size_t max_per_slice,
                               const gf_node_dra_model *models, size_t nmodels,
                               json_t **out, gf_diag *d);
+
+/* The standard attribute resource.kubernetes.io/pciBusID: the PCI
+ * address "DDDD:BB:dd.f" (lowercase hex, 4-digit domain) of a GPU. */
+#define GF_NODE_DRA_STD_PCI_BUS_ID "resource.kubernetes.io/pciBusID"
+/* NVML's busId ("00000000:3B:00.0", or without the domain) as that form;
+ * false when it is not a PCI address. */
+bool gf_node_dra_pci_address(const char *nvml, char out[16]);
 
 /* A version string made semver: "9.0" -> "9.0.0", "535.104.05" ->
  * "535.104.5" (leading zeros dropped), at most three numeric parts kept.
