@@ -3,7 +3,7 @@
 (issue 27, defect 1; docs/dra.md "One allocator per device",
 docs/benchmarks.md).
 
-Usage: dra_burst.py K8S_BIN GPUFRAC [--qps N] [--bursts N] [--taint] [--one-gpu]
+Usage: dra_burst.py K8S_BIN GPUFRAC [--qps N] [--bursts N] [--taint] [--one-gpu] [--keep]
 
 A real control plane (v1.37.2: kube-apiserver, kube-controller-manager,
 kube-scheduler with deploy/dra/kube-scheduler-config.yaml, its client at
@@ -46,7 +46,8 @@ def main():
     bursts = 10
     taint = "--taint" in args
     one = "--one-gpu" in args
-    args = [a for a in args if a not in ("--taint", "--one-gpu")]
+    keep = "--keep" in args
+    args = [a for a in args if a not in ("--taint", "--one-gpu", "--keep")]
     if "--qps" in args:
         i = args.index("--qps")
         qps = int(args[i + 1])
@@ -58,7 +59,7 @@ def main():
     if len(args) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    c = Cluster(args[0], args[1], False, feature_gates=GATES)
+    c = Cluster(args[0], args[1], keep, feature_gates=GATES)
     rows = []
     try:
         c.start(scheduler=False)
