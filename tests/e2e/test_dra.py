@@ -32,6 +32,8 @@ GPU, consumable capacity memory and cores).  Scenarios:
   extended        a pod asking the extended resource gpu.gpufrac.io/gpu (no
                   claim) gets an exclusive GPU from kube-scheduler through
                   deploy/dra's whole-GPU class (DRA-backed extended resources)
+  nvidia_claims   claims written for NVIDIA's driver (class gpu.nvidia.com, a
+                  selector on its attribute domain) against gpufrac's slices
   mixed           mode-1 and mode-2 pods, one at a time: each lands on its
                   own allocator's GPU (one allocator per device)
   mixed_burst     8 + 8 pods of both modes at once, a GPU of each allocator
@@ -745,6 +747,39 @@ class DRA:
         self.delete_all()
         self.retire(node)
 
+    def s_nvidia_claims(self):
+        """Claims written for NVIDIA's DRA driver against gpufrac's slices
+        (docs/dra.md, "Coming from NVIDIA's DRA driver"): class
+        gpu.nvidia.com does not exist here; a selector on NVIDIA's
+        attribute domain fails to evaluate on gpufrac's devices; the same
+        selector on gpufrac's domain (same attribute name, productName)
+        allocates."""
+        node = "dra9"
+        self.new_node(node, "9")
+        sel = 'device.attributes["%s"].productName.contains("H100")'
+        cases = [("nv1", "gpu.nvidia.com", None), ("nv2", DRIVER, sel % "gpu.nvidia.com"),
+                 ("nv3", DRIVER, sel % DRIVER)]
+        for n, cls, cel in cases:
+            t = template("t-" + n, "8Gi", 10)
+            ex = t["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+            ex["deviceClassName"] = cls
+            if cel:
+                ex["selectors"] = [{"cel": {"expression": cel}}]
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), t)
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(n, "t-" + n))
+        self.wait_bound(["nv3"])
+        for n, want in (("nv1", "device class gpu.nvidia.com does not exist"),
+                        ("nv2", "FailedScheduling")):
+            def said():
+                ev = [e for e in self.events(n) if want in e]
+                return ev and ev[-1]
+            msg = wait_for("%s's event naming %s" % (n, want), said, 60)
+            if self.pods()[n]["spec"].get("nodeName"):
+                fail("%s was bound" % n)
+            log("%s: %s" % (n, msg[:300]))
+        self.delete_all()
+        self.retire(node)
+
     def s_mixed(self):
         """One allocator per device: a node of kube-scheduler's and one of
         gpufrac's (the agent with dra_allocator = gpufrac: every device
@@ -820,7 +855,8 @@ class DRA:
 
 # Run by default, in this order; --only picks any.
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
-             "extender_scores", "defaults", "whole", "extended", "mixed", "mixed_burst",
+             "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
+             "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst"]
 
 
