@@ -127,7 +127,20 @@ typedef struct gf_node_gpus {
   gf_node_gpu gpus[GF_NODE_MAX_GPUS]; /* by index */
   char driver_version[80];            /* "550.54.15"; "" unknown */
   int32_t cuda_version;               /* 12040 = 12.4; 0 unknown */
+  /* --mode dra, from the config (gf_node_config_apply): every device
+   * published with the allocator taint gpu.gpufrac.io/allocator=gpufrac:
+   * NoSchedule (mode 2's devices: gpufrac allocates them, kube-scheduler
+   * never does); and the Xid classes (GF_NODE_XID_*) whose health taint is
+   * NoExecute (else NoSchedule). */
+  bool dra_gpufrac;
+  uint32_t xid_noexecute;
 } gf_node_gpus;
+
+/* Xid classes for the health taint's effect (config dra_xid_noexecute). */
+#define GF_NODE_XID_MEMORY 1u   /* 48 63 64 94 95 140: ECC, row remapping */
+#define GF_NODE_XID_BUS 2u      /* 79: the GPU fell off the bus */
+#define GF_NODE_XID_FIRMWARE 4u /* 62 119 120: GSP / firmware */
+#define GF_NODE_XID_NVLINK 8u   /* 74: NVLink */
 
 /* Discovers the GPUs through NVML, loading `lib` with dlopen (NULL:
  * "libnvidia-ml.so.1" from the loader's path).  Returns 0 with *out filled
@@ -202,6 +215,11 @@ typedef struct gf_node_config {
   char dra_registry_dir[GF_NODE_PATH_MAX];
   char dra_plugin_dir[GF_NODE_PATH_MAX];
   int64_t dra_slice_devices;
+  /* dra_allocator = kube-scheduler (default) | gpufrac, and
+   * dra_xid_noexecute = a comma list of memory, bus, firmware, nvlink, all
+   * or none (default none): docs/dra-node.md, "Health". */
+  bool dra_gpufrac;
+  uint32_t dra_xid_noexecute;
   /* Where the driver's MIG capability files are read
    * (<proc_dir>/driver/nvidia/capabilities); /proc. */
   char proc_dir[GF_NODE_PATH_MAX];

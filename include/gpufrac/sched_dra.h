@@ -60,6 +60,17 @@ struct json_t;
 #define GF_DRA_MODEL_ATTR "model_"
 #define GF_DRA_MODEL_HEX 16
 #define GF_DRA_MODELS_MAX 32
+/* One allocator per device (docs/dra.md, "One allocator per device"): the
+ * devices gpufrac allocates (mode 2) carry this device taint, published by
+ * the node agent run with --dra-allocator gpufrac.  kube-scheduler never
+ * allocates a tainted device to a claim that does not tolerate it, and no
+ * claim needs to: gpufrac tolerates it for the claims it allocates and
+ * records that toleration in each result, as kube-scheduler records the
+ * tolerations it used. */
+#define GF_DRA_ALLOC_TAINT_KEY "gpu.gpufrac.io/allocator"
+#define GF_DRA_ALLOC_TAINT_VALUE "gpufrac"
+#define GF_DRA_ALLOC_TAINT_EFFECT "NoSchedule"
+#define GF_DRA_TAINTS_MAX 16 /* per device: the API's limit */
 
 /* ---- objects ------------------------------------------------------------ */
 
@@ -82,6 +93,13 @@ typedef struct gf_dra_device {
   char mode[16]; /* shared | exclusive | mps */
   bool multi;    /* allowMultipleAllocations */
   gf_dra_capacity mem, cores;
+  /* Device taints: ours is the allocator taint (key, value and effect as
+   * GF_DRA_ALLOC_TAINT_*); `blocking` counts the others whose effect is
+   * NoSchedule or NoExecute (health taints, an operator's), the first of
+   * which is named in `blocked_by` (truncated: only for messages). */
+  bool alloc_taint;
+  uint32_t blocking;
+  char blocked_by[64];
   uint32_t nmodels; /* the weight cache's models its node holds */
   struct {
     char hex[GF_DRA_MODEL_HEX + 1]; /* the digest's first 16 hex */
@@ -123,6 +141,8 @@ typedef struct gf_dra_result {
   char share_id[GF_DRA_SHARE_ID_MAX]; /* "" for a whole device */
   bool has_mem, has_cores;
   int64_t mem, cores; /* consumedCapacity */
+  bool admin;         /* adminAccess: counts against no capacity */
+  bool tolerates_own; /* written: tolerations holds the allocator taint's */
 } gf_dra_result;
 
 typedef struct gf_dra_claim {
@@ -152,8 +172,10 @@ void gf_dra_slice_release(gf_dra_slice *s);
 
 /* Reads a v1 ResourceClaim (borrowed) into *out.  Requests of other
  * classes, with CEL selectors (gpufrac evaluates no CEL), firstAvailable,
- * allocationMode All, adminAccess or tolerations are kind GF_DRA_OTHER
- * with a reason in why.  Same errors as gf_dra_slice_parse. */
+ * allocationMode All or adminAccess are kind GF_DRA_OTHER with a reason in
+ * why.  Tolerations are allowed: gpufrac places only on devices whose one
+ * taint is the allocator taint, so tolerating more widens nothing.  Same
+ * errors as gf_dra_slice_parse. */
 int gf_dra_claim_parse(const struct json_t *obj, gf_dra_claim *out, gf_diag *d);
 
 /* What a request consumes of capacity c: `ask` (when requested) rounded
@@ -182,8 +204,9 @@ void gf_dra_quantity(int64_t v, char *buf, size_t cap);
 
 /* The status.allocation object for results res[0..n-1] on node: devices
  * .results (request, driver, pool, device, shareID when set,
- * consumedCapacity memory/cores when set) and a nodeSelector matching
- * metadata.name.  New reference; NULL when out of memory. */
+ * consumedCapacity memory/cores when set, tolerations [the allocator
+ * taint's] when tolerates_own) and a nodeSelector matching metadata.name.
+ * New reference; NULL when out of memory. */
 struct json_t *gf_dra_allocation_json(const gf_dra_result *res, uint32_t n,
                                       const char *node);
 
@@ -195,8 +218,27 @@ struct json_t *gf_dra_allocation_json(const gf_dra_result *res, uint32_t n,
  * claim's results booked.  Made anew from the slices and claims known. */
 typedef struct gf_dra_model gf_dra_model;
 
+/* Whose devices a model's engine places on.  Every device's sums (used,
+ * excess, conflicts) are kept whichever it is. */
+typedef enum gf_dra_allocator {
+  GF_DRA_BY_KUBE = 0,    /* mode 1's score: devices without the allocator
+                            taint */
+  GF_DRA_BY_GPUFRAC = 1, /* mode 2's placement: devices with it */
+} gf_dra_allocator;
+
+/* Whether allocator `who` may allocate dev to a claim that tolerates no
+ * taint: it carries no blocking taint, and the allocator taint exactly
+ * when who is GF_DRA_BY_GPUFRAC. */
+bool gf_dra_device_for(const gf_dra_device *dev, gf_dra_allocator who);
+
 /* policy: NULL for GF_DEFAULT_POLICY.  Slices and claims are copied.
+ * The engine holds the devices gf_dra_device_for(who) admits.
  * GF_ENOTFOUND / GF_EINVAL for the policy, GF_ENOMEM. */
+int gf_dra_model_new_for(const gf_dra_slice *const *slices, uint32_t nslices,
+                         const gf_dra_claim *const *claims, uint32_t nclaims,
+                         const char *policy, gf_dra_allocator who,
+                         gf_dra_model **out, gf_diag *d);
+/* gf_dra_model_new_for(..., GF_DRA_BY_GPUFRAC, ...). */
 int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
                      const gf_dra_claim *const *claims, uint32_t nclaims,
                      const char *policy, gf_dra_model **out, gf_diag *d);
@@ -289,14 +331,22 @@ int gf_sched_dra_score(gf_sched_dra *f, const struct json_t *pod,
 
 /* Counters for /metrics and tests. */
 typedef struct gf_sched_dra_stats {
-  uint64_t placed;    /* pods whose claims gpufrac allocated */
-  uint64_t handed;    /* gated pods handed to kube-scheduler unallocated */
-  uint64_t nofit;     /* placement attempts that found no node */
-  uint64_t yielded;   /* allocations given back after the check found
-                         their device over capacity */
-  uint64_t errors;    /* API or parse errors */
-  uint32_t conflicts; /* over-booked results in the last model */
+  uint64_t placed;     /* pods whose claims gpufrac allocated */
+  uint64_t handed;     /* gated pods handed to kube-scheduler unallocated */
+  uint64_t nofit;      /* placement attempts that found no node */
+  uint64_t yielded;    /* allocations given back after the check found
+                          their device over capacity */
+  uint64_t overfilled; /* the alarm: placed pods whose device the check
+                          found over capacity (each gets a DRAOverfilled
+                          Event); with one allocator per device, 0 */
+  uint64_t errors;     /* API or parse errors */
+  uint32_t conflicts;  /* over-booked results in the last model */
 } gf_sched_dra_stats;
 void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out);
+
+/* The counters above as /metrics lines (gpufrac_dra_*; a
+ * gf_sched_metrics_fn, feed the gf_sched_dra; NULL: nothing).  Returns
+ * the bytes written (0 when they do not fit in cap). */
+size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap);
 
 #endif

@@ -603,6 +603,18 @@ static bool dra_leader(void *u) {
   return *s && gf_sched_is_leader(*s);
 }
 
+/* /metrics: the kube feed's lines, then the DRA feed's. */
+typedef struct metrics_both {
+  gf_sched_kube *kube;
+  gf_sched_dra *dra;
+} metrics_both;
+
+static size_t both_metrics(void *u, char *buf, size_t cap) {
+  metrics_both *m = u;
+  size_t n = gf_sched_kube_metrics(m->kube, buf, cap);
+  return n + gf_sched_dra_metrics(m->dra, buf + n, cap - n);
+}
+
 static int dra_score(void *u, const json_t *pod, const char *node,
                      int64_t *score) {
   return gf_sched_dra_score(u, pod, node, score);
@@ -712,7 +724,10 @@ int cmd_scheduler(int argc, char **argv) {
     }
     /* the guard's protection rides in the Binding: one write per pod */
     gf_sched_kube_binder_annotate(kb, gf_sched_kube_bind_annotate, feed);
-    gf_sched_set_metrics_hook(s, gf_sched_kube_metrics, feed);
+    static metrics_both mb;
+    mb.kube = feed;
+    mb.dra = dra;
+    gf_sched_set_metrics_hook(s, both_metrics, &mb);
   }
   /* Block the signals in every thread (the HTTP pool and the informers
    * inherit the mask), then wait for them here. */

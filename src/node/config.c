@@ -15,6 +15,49 @@
 #include "node_health.h"
 #include "node_util.h"
 
+/* dra_xid_noexecute: a comma list of Xid classes. */
+static int parse_xid_classes(gf_node_config *c, const char *v,
+                             const char *where, gf_diag *d) {
+  static const struct {
+    const char *name;
+    uint32_t bit;
+  } cls[] = {{"memory", GF_NODE_XID_MEMORY},
+             {"bus", GF_NODE_XID_BUS},
+             {"firmware", GF_NODE_XID_FIRMWARE},
+             {"nvlink", GF_NODE_XID_NVLINK},
+             {"all", GF_NODE_XID_MEMORY | GF_NODE_XID_BUS |
+                         GF_NODE_XID_FIRMWARE | GF_NODE_XID_NVLINK},
+             {"none", 0}};
+  uint32_t bits = 0;
+  const char *p = v;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    while (n > 0 && (*p == ' ' || *p == '\t')) {
+      p++;
+      n--;
+    }
+    size_t m = n;
+    while (m > 0 && (p[m - 1] == ' ' || p[m - 1] == '\t'))
+      m--;
+    bool ok = false;
+    for (size_t i = 0; i < sizeof(cls) / sizeof(cls[0]) && !ok; i++)
+      if (strlen(cls[i].name) == m && strncmp(p, cls[i].name, m) == 0) {
+        bits |= cls[i].bit;
+        ok = true;
+      }
+    if (!ok)
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: dra_xid_noexecute: '%.*s' is not one of memory, "
+                         "bus, firmware, nvlink, all, none",
+                         where, (int)(m < 40 ? m : 40), p);
+    p += n;
+    if (*p == ',')
+      p++;
+  }
+  c->dra_xid_noexecute = bits;
+  return 0;
+}
+
 static const char *const mode_names[] = {"shared", "exclusive", "mps", "mig"};
 
 const char *gf_node_mode_name(gf_node_mode m) {
@@ -246,6 +289,27 @@ static int set_model(gf_node_config *c, const directive *r, const char *k,
 /* Every key of the node config (docs/node.md); "mode" also takes
  * "mode.<index or uuid>", "model_" is a prefix (the weight cache's keys,
  * src/modelcache/modelcache_config.c). */
+static int set_dra_allocator(gf_node_config *c, const directive *r,
+                             const char *k, const char *v, const char *where,
+                             gf_diag *d) {
+  (void)r;
+  (void)k;
+  if (strcmp(v, "gpufrac") && strcmp(v, "kube-scheduler"))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: dra_allocator = '%s': want kube-scheduler or "
+                       "gpufrac",
+                       where, v);
+  c->dra_gpufrac = strcmp(v, "gpufrac") == 0;
+  return 0;
+}
+
+static int set_dra_xid(gf_node_config *c, const directive *r, const char *k,
+                       const char *v, const char *where, gf_diag *d) {
+  (void)r;
+  (void)k;
+  return parse_xid_classes(c, v, where, d);
+}
+
 static const directive directives[] = {
     FN("mode", set_mode),
     FN("slots", set_slots),
@@ -268,6 +332,8 @@ static const directive directives[] = {
     PATH("proc_dir", proc_dir),
     INT("dra_slice_devices", dra_slice_devices, 0, 128,
         "0..128 (0: the API's limit)"),
+    FN("dra_allocator", set_dra_allocator),
+    FN("dra_xid_noexecute", set_dra_xid),
     FN("model_", set_model),
 };
 
@@ -325,6 +391,8 @@ int gf_node_config_load(gf_node_config *c, const char *path, gf_diag *d) {
 }
 
 int gf_node_config_apply(const gf_node_config *c, gf_node_gpus *g, gf_diag *d) {
+  g->dra_gpufrac = c->dra_gpufrac;
+  g->xid_noexecute = c->dra_xid_noexecute;
   for (uint32_t i = 0; i < g->ngpus; i++) {
     gf_node_gpu *x = &g->gpus[i];
     gf_node_mode m = c->mode_default;

@@ -215,6 +215,49 @@ static void parse_models(const json_t *attrs, gf_dra_device *dev) {
   }
 }
 
+/* The device's taints: the allocator taint (GF_DRA_ALLOC_TAINT_*) sets
+ * alloc_taint; any other with effect NoSchedule or NoExecute counts in
+ * blocking.  Effects that keep nothing off a device (the API's "None") are
+ * skipped. */
+static int parse_taints(const json_t *o, gf_dra_device *dev, const char *where,
+                        gf_diag *d) {
+  const json_t *ts;
+  int rc = get_arr(o, "taints", &ts, GF_DRA_TAINTS_MAX, where, d);
+  if (rc || !ts)
+    return rc;
+  size_t i;
+  const json_t *t;
+  json_array_foreach(ts, i, t) {
+    char w[200];
+    fmt(w, sizeof(w), "%s.taints[%zu]", where, i);
+    if (!json_is_object(t))
+      return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", w);
+    char key[320], value[72], effect[24];
+    if ((rc = get_str(t, "key", key, sizeof(key), true, w, d)) ||
+        (rc = get_str(t, "value", value, sizeof(value), false, w, d)) ||
+        (rc = get_str(t, "effect", effect, sizeof(effect), true, w, d)))
+      return rc;
+    bool blocks =
+        strcmp(effect, "NoSchedule") == 0 || strcmp(effect, "NoExecute") == 0;
+    if (strcmp(key, GF_DRA_ALLOC_TAINT_KEY) == 0 &&
+        strcmp(value, GF_DRA_ALLOC_TAINT_VALUE) == 0 &&
+        strcmp(effect, GF_DRA_ALLOC_TAINT_EFFECT) == 0) {
+      dev->alloc_taint = true;
+    } else if (blocks) {
+      if (dev->blocking++ == 0)
+        fmt(dev->blocked_by, sizeof(dev->blocked_by), "%s=%s:%s", key, value,
+            effect);
+    }
+  }
+  return 0;
+}
+
+bool gf_dra_device_for(const gf_dra_device *dev, gf_dra_allocator who) {
+  if (dev->blocking > 0)
+    return false;
+  return who == GF_DRA_BY_GPUFRAC ? dev->alloc_taint : !dev->alloc_taint;
+}
+
 static int parse_device(const json_t *o, gf_dra_device *dev, const char *where,
                         gf_diag *d) {
   memset(dev, 0, sizeof(*dev));
@@ -236,6 +279,8 @@ static int parse_device(const json_t *o, gf_dra_device *dev, const char *where,
     return rc;
   if (attrs)
     parse_models(attrs, dev);
+  if ((rc = parse_taints(o, dev, where, d)))
+    return rc;
   const json_t *m = json_object_get(o, "allowMultipleAllocations");
   if (m && !json_is_null(m)) {
     if (!json_is_boolean(m))
@@ -389,7 +434,6 @@ static int parse_request(const json_t *o, gf_dra_request *r, const char *where,
     }
   }
   const json_t *sel = json_object_get(ex, "selectors");
-  const json_t *tol = json_object_get(ex, "tolerations");
   const json_t *adm = json_object_get(ex, "adminAccess");
   bool share = strcmp(r->cls, GF_DRA_CLASS_SHARE) == 0;
   bool whole = strcmp(r->cls, GF_DRA_CLASS_WHOLE) == 0;
@@ -400,8 +444,6 @@ static int parse_request(const json_t *o, gf_dra_request *r, const char *where,
         mode);
   else if (json_array_size(sel) > 0)
     fmt(r->why, sizeof(r->why), "request %s: CEL selectors", r->name);
-  else if (json_array_size(tol) > 0)
-    fmt(r->why, sizeof(r->why), "request %s: tolerations", r->name);
   else if (json_is_true(adm))
     fmt(r->why, sizeof(r->why), "request %s: adminAccess", r->name);
   else if (share && r->count != 1)
@@ -428,6 +470,20 @@ static int parse_result(const json_t *o, gf_dra_result *r, const char *where,
       (rc = get_str(o, "shareID", r->share_id, sizeof(r->share_id), false,
                     where, d)))
     return rc;
+  const json_t *adm = json_object_get(o, "adminAccess");
+  if (adm && !json_is_null(adm) && !json_is_boolean(adm))
+    return gf_diag_set(d, GF_ESYNTAX, "%s.adminAccess: not a boolean", where);
+  r->admin = json_is_true(adm);
+  const json_t *tols;
+  if ((rc = get_arr(o, "tolerations", &tols, GF_DRA_TAINTS_MAX, where, d)))
+    return rc;
+  size_t ti;
+  const json_t *t;
+  json_array_foreach(tols, ti, t) {
+    const char *k = json_string_value(json_object_get(t, "key"));
+    r->tolerates_own =
+        r->tolerates_own || (k && strcmp(k, GF_DRA_ALLOC_TAINT_KEY) == 0);
+  }
   const json_t *cc;
   if ((rc = get_obj(o, "consumedCapacity", &cc, where, d)) || !cc)
     return rc;
@@ -662,6 +718,13 @@ json_t *gf_dra_allocation_json(const gf_dra_result *res, uint32_t n,
     if (r->share_id[0] &&
         json_object_set_new(o, "shareID", json_string(r->share_id)))
       goto fail;
+    if (r->tolerates_own &&
+        json_object_set_new(
+            o, "tolerations",
+            json_pack("[{s:s,s:s,s:s,s:s}]", "key", GF_DRA_ALLOC_TAINT_KEY,
+                      "operator", "Equal", "value", GF_DRA_ALLOC_TAINT_VALUE,
+                      "effect", GF_DRA_ALLOC_TAINT_EFFECT)))
+      goto fail;
     if (r->has_mem || r->has_cores) {
       json_t *cc = json_object();
       if (!cc || json_object_set_new(o, "consumedCapacity", cc))
@@ -710,6 +773,7 @@ struct gf_dra_model {
   char (*nodes)[GF_DRA_NAME_MAX]; /* cluster node i -> Node name */
   uint32_t nnodes;
   uint32_t conflicts;
+  gf_dra_allocator who;
 };
 
 static mdev *find_dev(const gf_dra_model *m, const char *pool,
@@ -754,7 +818,9 @@ static void whole_request(uint32_t count, gf_request *r) {
  * it fits, the engine's cluster.  A result over what the device has left
  * counts as a conflict and is booked in the sums only. */
 static void book(gf_dra_model *m, const gf_dra_result *r) {
-  if (strcmp(r->driver, GF_DRA_DRIVER) != 0)
+  /* adminAccess: a monitoring claim beside the device's users; it counts
+   * against no capacity (as kube-scheduler's allocator counts it). */
+  if (strcmp(r->driver, GF_DRA_DRIVER) != 0 || r->admin)
     return;
   mdev *md = find_dev(m, r->pool, r->device);
   if (!md)
@@ -858,6 +924,14 @@ static bool newest(const gf_dra_slice *const *slices, uint32_t n,
 int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
                      const gf_dra_claim *const *claims, uint32_t nclaims,
                      const char *policy, gf_dra_model **out, gf_diag *d) {
+  return gf_dra_model_new_for(slices, nslices, claims, nclaims, policy,
+                              GF_DRA_BY_GPUFRAC, out, d);
+}
+
+int gf_dra_model_new_for(const gf_dra_slice *const *slices, uint32_t nslices,
+                         const gf_dra_claim *const *claims, uint32_t nclaims,
+                         const char *policy, gf_dra_allocator who,
+                         gf_dra_model **out, gf_diag *d) {
   *out = NULL;
   gf_dra_model *m = gf__calloc(1, sizeof(*m));
   gf_request *reqs = NULL;
@@ -865,6 +939,7 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
   int rc = GF_ENOMEM;
   if (!m || !(m->c = gf_cluster_new()))
     goto nomem;
+  m->who = who;
   uint32_t total = 0;
   for (uint32_t i = 0; i < nslices; i++)
     if (slices[i]->ours && newest(slices, nslices, slices[i]))
@@ -905,7 +980,8 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
     for (uint32_t k = i; k < m->ndevs && ng < GF_MAX_GPUS_PER_NODE; k++) {
       mdev *md = &m->devs[k];
       if (strcmp(md->pool, m->devs[i].pool) != 0 || !md->dev.mem.present ||
-          (md->dev.type[0] && strcmp(md->dev.type, "gpu") != 0))
+          (md->dev.type[0] && strcmp(md->dev.type, "gpu") != 0) ||
+          !gf_dra_device_for(&md->dev, who))
         continue;
       memset(&specs[ng], 0, sizeof(specs[ng]));
       specs[ng].model = md->dev.product[0] ? md->dev.product : "unknown";
@@ -946,7 +1022,7 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
     for (uint32_t j = 0; claims[i]->allocated && j < claims[i]->nres; j++) {
       const gf_dra_result *r = &claims[i]->res[j];
       mdev *md = find_dev(m, r->pool, r->device);
-      if (!md || strcmp(r->driver, GF_DRA_DRIVER) != 0)
+      if (!md || strcmp(r->driver, GF_DRA_DRIVER) != 0 || r->admin)
         continue;
       if (md->dev.multi)
         share_request(&md->dev, r->mem, r->cores, &reqs[n++]);
@@ -1114,8 +1190,16 @@ static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t weights,
     used[*nused] = md;
     um[*nused] = mem;
     uc[(*nused)++] = cores;
+    if (!gf_dra_device_for(&md->dev, GF_DRA_BY_GPUFRAC))
+      return gf_diag_set(d, GF_EINVAL,
+                         "request %s: device %s/%s is not gpufrac's to "
+                         "allocate (%s)",
+                         r->name, md->pool, md->dev.name,
+                         md->dev.blocking ? md->dev.blocked_by
+                                          : "no allocator taint");
     gf_dra_result *o = &res[(*nres)++];
     memset(o, 0, sizeof(*o));
+    o->tolerates_own = true;
     snprintf(o->request, sizeof(o->request), "%s", r->name);
     snprintf(o->driver, sizeof(o->driver), "%s", GF_DRA_DRIVER);
     snprintf(o->pool, sizeof(o->pool), "%s", md->pool);

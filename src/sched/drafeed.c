@@ -128,8 +128,9 @@ struct gf_sched_dra {
   gf_kube *k;               /* the placer's client */
   pthread_mutex_t mu;
   store slices, claims, pods; /* gf_dra_slice*, gf_dra_claim*, json_t* */
-  store said; /* pod key -> the last reason logged for it (char*) */
-  gf_dra_model *model;
+  store said;           /* pod key -> the last reason logged for it (char*) */
+  gf_dra_model *model;  /* mode 2: the devices gpufrac allocates */
+  gf_dra_model *kmodel; /* mode 1's score: kube-scheduler's devices */
   bool dirty;
   gf_sched_dra_stats st;
   pthread_t t[4];
@@ -349,12 +350,20 @@ static int model_fresh(gf_sched_dra *f, gf_diag *d) {
       sl[i] = f->slices.vals[i];
     for (uint32_t i = 0; i < f->claims.n; i++)
       cl[i] = f->claims.vals[i];
-    gf_dra_model *m = NULL;
-    rc = gf_dra_model_new(sl, f->slices.n, cl, f->claims.n,
-                          f->has_policy ? f->policy : NULL, &m, d);
+    gf_dra_model *m = NULL, *km = NULL;
+    const char *pol = f->has_policy ? f->policy : NULL;
+    rc = gf_dra_model_new_for(sl, f->slices.n, cl, f->claims.n, pol,
+                              GF_DRA_BY_GPUFRAC, &m, d);
+    if (!rc && (rc = gf_dra_model_new_for(sl, f->slices.n, cl, f->claims.n, pol,
+                                          GF_DRA_BY_KUBE, &km, d))) {
+      gf_dra_model_free(m);
+      m = NULL;
+    }
     if (!rc) {
       gf_dra_model_free(f->model);
+      gf_dra_model_free(f->kmodel);
       f->model = m;
+      f->kmodel = km;
       f->dirty = false;
       f->st.conflicts = gf_dra_model_conflicts(m);
     }
@@ -450,8 +459,8 @@ int gf_sched_dra_score(gf_sched_dra *f, const json_t *pod, const char *node,
     any = any || ours(cl[i]);
   gf_diag d = {""};
   if (n > 0 && any && !(rc = model_fresh(f, &d)))
-    rc = gf_dra_model_score(f->model, (const gf_dra_claim *const *)cl,
-                            (uint32_t)n, pod_weights(f->model, pod), node,
+    rc = gf_dra_model_score(f->kmodel, (const gf_dra_claim *const *)cl,
+                            (uint32_t)n, pod_weights(f->kmodel, pod), node,
                             score);
   pthread_mutex_unlock(&f->mu);
   for (int i = 0; i < n; i++)
@@ -698,6 +707,37 @@ out:
   return NULL;
 }
 
+/* The alarm's Event on pod (core/v1, type Warning, reason DRAOverfilled):
+ * best effort, a failure is only logged. */
+static void overfill_event(gf_sched_dra *f, const json_t *pod,
+                           const char *msg) {
+  const char *ns = jstr(pod, "metadata", "namespace");
+  const char *name = jstr(pod, "metadata", "name");
+  const char *uid = jstr(pod, "metadata", "uid");
+  char now[32], path[KEY_MAX + 64];
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  json_t *ev = json_pack(
+      "{s:s,s:s,s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s},"
+      "s:s,s:s,s:i,s:s}",
+      "apiVersion", "v1", "kind", "Event", "metadata", "generateName",
+      "gpufrac-dra-", "namespace", ns ? ns : "default", "involvedObject",
+      "apiVersion", "v1", "kind", "Pod", "namespace", ns ? ns : "", "name",
+      name ? name : "", "uid", uid ? uid : "", "type", "Warning", "reason",
+      "DRAOverfilled", "message", msg, "source", "component",
+      "gpufrac-scheduler", "firstTimestamp", now, "lastTimestamp", now, "count",
+      1, "reportingComponent", "gpufrac-scheduler");
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events",
+           ns ? ns : "default");
+  gf_diag d = {""};
+  if (!ev || gf_kube_create(f->k, path, ev, NULL, &d))
+    logf_(f, "gpufrac scheduler: DRA: the DRAOverfilled event: %s\n",
+          ev ? d.msg : "out of memory");
+  json_decref(ev);
+}
+
 /* A device a checked pod uses, and how far over its capacity the API
  * server's claims put it. */
 typedef struct over {
@@ -783,6 +823,18 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
             yield = true;
     const char *name = jstr(x->pod, "metadata", "name");
     if (yield) {
+      /* The alarm: with one allocator per device (docs/dra.md) this does
+       * not happen; a claim tolerating the allocator taint, or a device
+       * moved between allocators while claims hold it, can still do it. */
+      char msg[512];
+      snprintf(msg, sizeof(msg),
+               "a device on %s is over its capacity: another allocator gave "
+               "the same capacity away; gpufrac gives this pod's claims back",
+               x->node);
+      pthread_mutex_lock(&f->mu);
+      f->st.overfilled++;
+      pthread_mutex_unlock(&f->mu);
+      overfill_event(f, x->pod, msg);
       for (int c = 0; c < x->n; c++) {
         write_claim(f, x->cl[c], NULL, x->pod, &d);
         for (uint32_t r = 0; r < x->nres[c]; r++)
@@ -998,6 +1050,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->pods);
   store_release(&f->said);
   gf_dra_model_free(f->model);
+  gf_dra_model_free(f->kmodel);
   pthread_mutex_destroy(&f->mu);
   gf__free(f);
 }
@@ -1013,4 +1066,46 @@ void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out) {
   pthread_mutex_lock(&f->mu);
   *out = f->st;
   pthread_mutex_unlock(&f->mu);
+}
+
+size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
+  if (!feed)
+    return 0;
+  gf_sched_dra_stats st;
+  gf_sched_dra_stats_get(feed, &st);
+  int n = snprintf(
+      buf, cap,
+      "# HELP gpufrac_dra_placed_total Pods whose claims gpufrac allocated "
+      "(mode 2).\n"
+      "# TYPE gpufrac_dra_placed_total counter\n"
+      "gpufrac_dra_placed_total %" PRIu64 "\n"
+      "# HELP gpufrac_dra_handed_total Gated pods handed to kube-scheduler "
+      "unallocated.\n"
+      "# TYPE gpufrac_dra_handed_total counter\n"
+      "gpufrac_dra_handed_total %" PRIu64 "\n"
+      "# HELP gpufrac_dra_nofit_total Placement attempts that found no "
+      "node.\n"
+      "# TYPE gpufrac_dra_nofit_total counter\n"
+      "gpufrac_dra_nofit_total %" PRIu64 "\n"
+      "# HELP gpufrac_dra_overfilled_total The alarm: placed pods whose "
+      "device the check after settle_ms found over capacity (another "
+      "allocator gave the same capacity away; with one allocator per device "
+      "it stays 0).\n"
+      "# TYPE gpufrac_dra_overfilled_total counter\n"
+      "gpufrac_dra_overfilled_total %" PRIu64 "\n"
+      "# HELP gpufrac_dra_given_back_total Pods whose claims gpufrac gave "
+      "back after the alarm.\n"
+      "# TYPE gpufrac_dra_given_back_total counter\n"
+      "gpufrac_dra_given_back_total %" PRIu64 "\n"
+      "# HELP gpufrac_dra_errors_total API or parse errors of the DRA "
+      "feed.\n"
+      "# TYPE gpufrac_dra_errors_total counter\n"
+      "gpufrac_dra_errors_total %" PRIu64 "\n"
+      "# HELP gpufrac_dra_conflicts Results in the model over their device's "
+      "capacity.\n"
+      "# TYPE gpufrac_dra_conflicts gauge\n"
+      "gpufrac_dra_conflicts %" PRIu32 "\n",
+      st.placed, st.handed, st.nofit, st.overfilled, st.yielded, st.errors,
+      st.conflicts);
+  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }

@@ -165,7 +165,7 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
     gf__prom_u64(&t, one[i].name, one[i].type, one[i].help, one[i].v);
   pthread_mutex_unlock(&s->mu);
   if (s->metrics_fn && !gf__buf_error(&t)) {
-    char more[4096];
+    char more[8192];
     size_t n = s->metrics_fn(s->metrics_user, more, sizeof(more));
     if (n > 0 && n < sizeof(more))
       gf__buf_append(&t, more, n);

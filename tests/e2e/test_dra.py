@@ -29,10 +29,16 @@ GPU, consumable capacity memory and cores).  Scenarios:
   extender_scores mode 1 with the extender: kube-scheduler (deploy/dra/
                   kube-scheduler-config.yaml) allocates where the extender's
                   engine score is highest
-  mixed           mode-1 and mode-2 pods on one GPU, one at a time: neither
-                  allocator gives away capacity the other allocated (sums)
-  mixed_burst     8 pods of both modes at once on one GPU that holds 5
-                  (run 3 times): still no capacity given twice
+  extended        a pod asking the extended resource gpu.gpufrac.io/gpu (no
+                  claim) gets an exclusive GPU from kube-scheduler through
+                  deploy/dra's whole-GPU class (DRA-backed extended resources)
+  nvidia_claims   claims written for NVIDIA's driver (class gpu.nvidia.com, a
+                  selector on its attribute domain) against gpufrac's slices
+  mixed           mode-1 and mode-2 pods, one at a time: each lands on its
+                  own allocator's GPU (one allocator per device)
+  mixed_burst     8 + 8 pods of both modes at once, a GPU of each allocator
+                  (run 3 times): all bound, nothing over-filled, nothing
+                  given back
 """
 
 import copy
@@ -101,14 +107,21 @@ def subset(want, got, where="spec"):
     return None if want == got else "%s: %r, written %r" % (where, got, want)
 
 
-def load_slice(gpufrac, node, uuid_tail="1"):
+def load_slice(gpufrac, node, uuid_tail="1", allocator=None):
     """The shared 80Gi H100's slice as the node agent itself publishes it
     (`gpufrac node --mode dra --once --print slices`, with a fake GPU), so
     what kube-scheduler allocates from here is what the agent's slices
-    offer, requestPolicy defaults included."""
-    out = subprocess.run([gpufrac, "node", "--mode", "dra", "--once", "--print",
-                          "slices", "--fake-gpus", "1xH100-80GB", "--node-name", node],
-                         capture_output=True, text=True, timeout=60)
+    offer, requestPolicy defaults included.  allocator "gpufrac": the agent
+    runs with `dra_allocator = gpufrac` (its devices carry the allocator
+    taint: mode 2's, never kube-scheduler's)."""
+    argv = [gpufrac, "node", "--mode", "dra", "--once", "--print",
+            "slices", "--fake-gpus", "1xH100-80GB", "--node-name", node]
+    if allocator:
+        cfg = "/tmp/gpufrac-e2e-dra-%d.conf" % os.getpid()
+        with open(cfg, "w") as f:
+            f.write("dra_allocator = %s\n" % allocator)
+        argv += ["--config", cfg]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         fail("gpufrac node --print slices: %s" % out.stderr.strip())
     slices = json.loads(out.stdout)
@@ -196,9 +209,9 @@ class DRA:
         pods cannot land there."""
         self.api.delete("%s/resourceslices/%s-%s-0" % (RES, node, DRIVER))
 
-    def new_node(self, name, uuid_tail="1"):
+    def new_node(self, name, uuid_tail="1", allocator=None):
         self.add_node(name)
-        s = load_slice(self.c.gpufrac, name, uuid_tail)
+        s = load_slice(self.c.gpufrac, name, uuid_tail, allocator)
         got = self.api.create(RES + "/resourceslices", s)
         return s, got
 
@@ -482,7 +495,7 @@ class DRA:
     def s_gpufrac_allocates(self):
         self.start_extender()
         node = "dra2"
-        self.new_node(node, "2")
+        self.new_node(node, "2", "gpufrac")
         asks = {"g1": ("20Gi", 30), "g2": ("30Gi", 30), "g3": ("20Gi", 30)}
         for n, (m, c) in asks.items():
             self.share(n, m, c, True)
@@ -493,6 +506,13 @@ class DRA:
             if al[n][0]["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0] \
                     ["matchFields"][0]["values"] != [node]:
                 fail("%s: nodeSelector %s" % (n, al[n][0]["status"]["allocation"]))
+            # The toleration gpufrac used for its own allocator taint, kept
+            # by the API server (devices[].taints and results[].tolerations
+            # are GA in 1.37).
+            tol = al[n][1].get("tolerations")
+            if tol != [{"key": "gpu.gpufrac.io/allocator", "operator": "Equal",
+                        "value": "gpufrac", "effect": "NoSchedule"}]:
+                fail("%s: result tolerations %s" % (n, tol))
         log("gpufrac allocated %s: %s" % (node, self.check_sums(node)))
         self.share("g4", "20Gi", 10, True)
         self.stays_gated("g4")
@@ -605,13 +625,18 @@ class DRA:
         node = "dra7"
         self.add_node(node)
         devs = []
-        for i in range(4):
+        # gpu-4 and gpu-5 are gpufrac's (the allocator taint): mode 2's
+        # whole GPU goes there, kube-scheduler's never do.
+        for i in range(6):
             devs.append({"name": "gpu-%d" % i, "attributes": {
                 "uuid": {"string": "GPU-00000000-0000-4000-8000-00000000070%d" % i},
                 "productName": {"string": "NVIDIA A100-SXM4-80GB"},
                 "type": {"string": "gpu"}, "mode": {"string": "exclusive"},
                 "nvlinkIsland": {"string": str(i // 2)}},
                 "capacity": {"memory": {"value": "80Gi"}, "cores": {"value": "100"}}})
+            if i >= 4:
+                devs[-1]["taints"] = [{"key": "gpu.gpufrac.io/allocator",
+                                       "value": "gpufrac", "effect": "NoSchedule"}]
         self.api.create(RES + "/resourceslices", {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": "%s-%s-0" % (node, DRIVER)},
@@ -644,6 +669,8 @@ class DRA:
             fail("two-gpus-one-nvlink-island got GPUs of islands %s" % isl)
         if set(got["w1"]) & set(got["w2"]):
             fail("a whole GPU given twice: %s" % got)
+        if set(got["w1"] + got["w2"]) & {"gpu-4", "gpu-5"}:
+            fail("kube-scheduler allocated gpufrac's GPU: %s" % got)
         # Mode 2: a gated whole-GPU claim without selectors is gpufrac's.
         self.start_extender()
         self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), {
@@ -657,7 +684,7 @@ class DRA:
         r = cl["status"]["allocation"]["devices"]["results"]
         mgr = [m["manager"] for m in cl["metadata"]["managedFields"]
                if m.get("subresource") == "status"]
-        if len(r) != 1 or r[0]["device"] in got["w1"] + got["w2"] or r[0].get("shareID"):
+        if len(r) != 1 or r[0]["device"] not in ("gpu-4", "gpu-5") or r[0].get("shareID"):
             fail("w3 got %s beside %s" % (r, got))
         if "gpufrac" not in mgr:
             fail("w3's claim was allocated by %s, not gpufrac" % mgr)
@@ -666,75 +693,170 @@ class DRA:
         self.delete_all()
         self.retire(node)
 
+    def s_extended(self):
+        """DRA-backed extended resources: deploy/dra's whole-GPU class is
+        also the extended resource gpu.gpufrac.io/gpu, so a pod asking for
+        it in resources.limits, with no ResourceClaim, is bound by the real
+        kube-scheduler, which makes and allocates the claim itself on an
+        exclusive gpufrac GPU; a third pod on a node of two does not fit."""
+        node = "dra8"
+        self.add_node(node)
+        devs = [{"name": "gpu-%d" % i, "attributes": {
+            "uuid": {"string": "GPU-00000000-0000-4000-8000-00000000080%d" % i},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            "type": {"string": "gpu"}, "mode": {"string": "exclusive"}},
+            "capacity": {"memory": {"value": "80Gi"}, "cores": {"value": "100"}}}
+            for i in range(2)]
+        self.api.create(RES + "/resourceslices", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "%s-%s-0" % (node, DRIVER)},
+            "spec": {"driver": DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devs}})
+        names = ["x1", "x2", "x3"]
+        for n in names:
+            p = pod(n, "unused")
+            del p["spec"]["resourceClaims"]
+            r = p["spec"]["containers"][0]["resources"]
+            del r["claims"]
+            r["limits"] = {"gpu.gpufrac.io/gpu": "1"}
+            r["requests"]["gpu.gpufrac.io/gpu"] = "1"
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, p)
+        ps = {}
+
+        def two():
+            ps.update(self.pods())
+            b = [n for n in names if ps[n]["spec"].get("nodeName")]
+            return len(b) >= 2 and b
+        bound = wait_for("two of three bound", two, 60)
+        got = []
+        for n in bound:
+            st = ps[n]["status"].get("extendedResourceClaimStatus") or \
+                fail("%s: no extendedResourceClaimStatus: %s" % (n, ps[n]["status"]))
+            cl = self.api.get("%s/namespaces/%s/resourceclaims/%s" %
+                              (RES, NS, st["resourceClaimName"]))
+            res = cl["status"]["allocation"]["devices"]["results"]
+            if len(res) != 1 or res[0]["driver"] != DRIVER or res[0]["pool"] != node:
+                fail("%s's claim: %s" % (n, res))
+            got.append(res[0]["device"])
+        if sorted(got) != ["gpu-0", "gpu-1"]:
+            fail("extended resource pods got %s" % got)
+        left = [n for n in names if n not in bound][0]
+        msg = self.wait_unschedulable(left)
+        log("extended: %s got %s; %s Pending (%s)" % (bound, got, left, msg[:100]))
+        self.delete_all()
+        self.retire(node)
+
+    def s_nvidia_claims(self):
+        """Claims written for NVIDIA's DRA driver against gpufrac's slices
+        (docs/dra.md, "Coming from NVIDIA's DRA driver"): class
+        gpu.nvidia.com does not exist here; a selector on NVIDIA's
+        attribute domain fails to evaluate on gpufrac's devices; the same
+        selector on gpufrac's domain (same attribute name, productName)
+        allocates."""
+        node = "dra9"
+        self.new_node(node, "9")
+        sel = 'device.attributes["%s"].productName.contains("H100")'
+        cases = [("nv1", "gpu.nvidia.com", None), ("nv2", DRIVER, sel % "gpu.nvidia.com"),
+                 ("nv3", DRIVER, sel % DRIVER)]
+        for n, cls, cel in cases:
+            t = template("t-" + n, "8Gi", 10)
+            ex = t["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+            ex["deviceClassName"] = cls
+            if cel:
+                ex["selectors"] = [{"cel": {"expression": cel}}]
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), t)
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(n, "t-" + n))
+        self.wait_bound(["nv3"])
+        for n, want in (("nv1", "device class gpu.nvidia.com does not exist"),
+                        ("nv2", "FailedScheduling")):
+            def said():
+                ev = [e for e in self.events(n) if want in e]
+                return ev and ev[-1]
+            msg = wait_for("%s's event naming %s" % (n, want), said, 60)
+            if self.pods()[n]["spec"].get("nodeName"):
+                fail("%s was bound" % n)
+            log("%s: %s" % (n, msg[:300]))
+        self.delete_all()
+        self.retire(node)
+
     def s_mixed(self):
-        """Mode-1 and mode-2 pods on one GPU, one after the other: each
-        allocator sees what the other gave away."""
+        """One allocator per device: a node of kube-scheduler's and one of
+        gpufrac's (the agent with dra_allocator = gpufrac: every device
+        tainted gpu.gpufrac.io/allocator=gpufrac:NoSchedule).  Mode-1 pods
+        only ever land on the first, mode-2 pods only on the second."""
         self.start_extender()
-        node = "dra3"
-        self.new_node(node, "3")
+        k, g = "dra3k", "dra3g"
+        self.new_node(k, "3")
+        self.new_node(g, "8", "gpufrac")
         seq = [("m1", "20Gi", 20, False), ("m2", "20Gi", 20, True),
                ("m3", "20Gi", 20, False), ("m4", "10Gi", 20, True)]
-        for n, m, c, g in seq:
-            self.share(n, m, c, g)
+        for n, m, c, gated in seq:
+            self.share(n, m, c, gated)
             self.wait_bound([n])
-            self.check_sums(node)
         al = self.allocations()
-        for n, m, c, g in seq:
-            self.check_result(n, al[n][0], al[n][1], node, quantity(m), c)
-        used = self.check_sums(node)
-        if used != (70 * GiB, 80, 4):
-            fail("mixed: %s, expected 70Gi, 80 cores, 4 shares" % (used,))
-        # 70Gi + 20Gi > 80Gi: neither allocator may take it.
-        self.share("m5", "20Gi", 10, False)
-        self.share("m6", "20Gi", 10, True)
-        msg = self.wait_unschedulable("m5")
-        self.stays_gated("m6")
-        log("mixed: kube-scheduler refused m5 (%s), gpufrac kept m6 gated" % msg)
-        self.check_sums(node)
+        for n, m, c, gated in seq:
+            self.check_result(n, al[n][0], al[n][1], g if gated else k, quantity(m), c)
+        if self.check_sums(k) != (40 * GiB, 40, 2) or self.check_sums(g) != (30 * GiB, 40, 2):
+            fail("mixed: %s %s" % (self.check_sums(k), self.check_sums(g)))
         self.delete_all()
-        self.retire(node)
+        self.retire(k)
+        self.retire(g)
 
     def s_mixed_burst(self):
-        """Both allocators at once: 4 + 4 pods of 15Gi on one 80Gi GPU (at
-        most 5 fit).  kube-scheduler writes its allocation in PreBind, after
-        it decided; gpufrac cannot see a decision before that write."""
+        """Both allocators at once, as kube-scheduler's client limits allow
+        (deploy/dra/kube-scheduler-config.yaml: qps 50; the bench runs 10
+        and 3): 8 mode-1 and 8 mode-2 pods of 10Gi created together on a
+        node of each (80Gi each: 8 fit each).  Every pod binds, neither GPU
+        is over-filled, and gpufrac gives nothing back (no DRAOverfilled
+        event): kube-scheduler never allocates gpufrac's devices."""
         self.start_extender()
         self.bursts = getattr(self, "bursts", 0) + 1
-        node = "dra4-%d" % self.bursts
-        self.new_node(node, "4")
+        k, g = "dra4k-%d" % self.bursts, "dra4g-%d" % self.bursts
+        self.new_node(k, "4")
+        self.new_node(g, "5", "gpufrac")
         names = []
-        for i in range(4):
-            for g in (False, True):
-                n = "b%d%s" % (i, "g" if g else "k")
+        for i in range(8):
+            for gated in (False, True):
+                n = "b%d%s" % (i, "g" if gated else "k")
                 self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
-                                template("t-" + n, "15Gi", 10))
-                names.append((n, g))
-        for n, g in names:
-            self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(n, "t-" + n, g))
-
-        def settled():
-            ps = self.pods()
-            bound = [n for n, _ in names if ps[n]["spec"].get("nodeName")]
-            return len(bound) >= 5 and bound
+                                template("t-" + n, "10Gi", 10))
+                names.append((n, gated))
+        for n, gated in names:
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(n, "t-" + n, gated))
         try:
-            bound = wait_for("5 of 8 bound", settled, 60)
+            self.wait_bound([n for n, _ in names], 120)
         finally:
-            used = self.check_sums(node)
-        time.sleep(3)
-        used = self.check_sums(node)
-        ps = self.pods()
-        bound = [n for n, _ in names if ps[n]["spec"].get("nodeName")]
-        log("burst: bound %s; %d GiB, %d cores, %d shares" %
-            (bound, used[0] // GiB, used[1], used[2]))
-        if len(bound) != 5:
-            fail("burst: %d pods bound, expected 5" % len(bound))
+            uk, ug = self.check_sums(k), self.check_sums(g)
+        time.sleep(2)
+        uk, ug = self.check_sums(k), self.check_sums(g)
+        al = self.allocations()
+        wrong = [n for n, gated in names if al[n][1]["pool"] != (g if gated else k)]
+        if wrong:
+            fail("burst: pods on the other allocator's GPU: %s" % wrong)
+        over = [e for e in self.api.items("/api/v1/namespaces/%s/events" % NS)
+                if e.get("reason") == "DRAOverfilled"]
+        log("burst: %s %d GiB %d shares, %s %d GiB %d shares, %d give-backs" %
+            (k, uk[0] // GiB, uk[2], g, ug[0] // GiB, ug[2], len(over)))
+        if over:
+            fail("burst: gpufrac gave claims back: %s" % over[0].get("message"))
+        # The alarm's counter on /metrics, and what gpufrac placed.
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.c.ext_port,
+                                    timeout=10) as r:
+            m = dict(ln.rsplit(" ", 1) for ln in r.read().decode().splitlines()
+                     if ln.startswith("gpufrac_dra_"))
+        if m.get("gpufrac_dra_overfilled_total") != "0" or \
+                int(m.get("gpufrac_dra_placed_total", "0")) < 8:
+            fail("burst: /metrics %s" % m)
         self.delete_all()
-        self.retire(node)
+        self.retire(k)
+        self.retire(g)
 
 
 # Run by default, in this order; --only picks any.
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
-             "extender_scores", "defaults", "whole", "mixed", "mixed_burst",
+             "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
+             "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst"]
 
 

@@ -96,7 +96,10 @@ class Agent:
                     "preload = /usr/lib/gpufrac/ld.so.preload\n"
                     "dra_registry_dir = %s/plugins_registry\n"
                     "dra_plugin_dir = %s/plugins/%s\n"
-                    "proc_dir = %s/proc\n" %
+                    "proc_dir = %s/proc\n"
+                    # Xid 79 (the bus class) evicts: the option, not the
+                    # default (NoSchedule; test_dra's unit tests).
+                    "dra_xid_noexecute = bus\n" %
                     (work, work, work, work, DRIVER, work))
         # The driver's capability files for GPU 2's first MIG device
         # (GPU instance 1, compute instance 0; the fake NVML gives GPU i
@@ -495,8 +498,9 @@ class Test:
         eq(r.error, "", "the third share after the first went")
 
     def s_taint(self):
-        """An Xid on gpu-0 (79, fatal): a NoExecute taint at the next
-        generation, the device still listed; a new claim on it refused."""
+        """An Xid on gpu-0 (79, class bus, which this agent's config makes
+        NoExecute): a NoExecute taint at the next generation, the device
+        still listed; a new claim on it refused."""
         with open(self.agent.xids, "a") as f:
             f.write("0 79\n")
         sl = self.wait_slices(

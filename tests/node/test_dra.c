@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "draplugin.h"
 #include "gpufrac/error.h"
 #include "gpufrac/modelcache.h"
 #include "gpufrac/node.h"
@@ -134,6 +135,25 @@ static void test_devices_and_attributes(void **state) {
       {"attributes.mode.string", "shared"},
   };
   expect_strs(d0, d0_attrs, sizeof(d0_attrs) / sizeof(d0_attrs[0]));
+  /* The API's standard PCI address, for aligning with other drivers. */
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(d0, "attributes"),
+                                          "resource.kubernetes.io/pciBusID"),
+                          "string")),
+                      "0000:18:00.0");
+  char pa[16];
+  assert_true(gf_node_dra_pci_address("00000000:3B:00.0", pa));
+  assert_string_equal(pa, "0000:3b:00.0");
+  assert_true(gf_node_dra_pci_address("0001:c1:1f.7", pa));
+  assert_string_equal(pa, "0001:c1:1f.7");
+  assert_true(gf_node_dra_pci_address("3b:00.0", pa));
+  assert_string_equal(pa, "0000:3b:00.0");
+  assert_false(gf_node_dra_pci_address("", pa));
+  assert_false(gf_node_dra_pci_address("0000:3b:00.8", pa));
+  assert_false(gf_node_dra_pci_address("0000:3b:20.0", pa));
+  assert_false(gf_node_dra_pci_address("1:2:3:4", pa));
+  assert_false(gf_node_dra_pci_address("zz:00.0", pa));
+  assert_false(gf_node_dra_pci_address("100000:3b:00.0", pa));
   assert_string_equal(sget(d0, "attributes.uuid.string"), g->gpus[0].uuid);
   assert_int_equal(
       json_integer_value(json_object_get(
@@ -246,7 +266,9 @@ static void test_taints(void **state) {
   const json_t *devs = json_object_get(
       json_object_get(json_array_get(arr, 0), "spec"), "devices");
   assert_int_equal(json_array_size(devs), 3); /* none vanished */
-  const char *want[3][3] = {{"gpu.gpufrac.io/xid", "79", "NoExecute"},
+  /* NoSchedule by default, Xid 79 included (NVIDIA's driver evicts for no
+   * Xid); NoExecute only for the classes the agent is told. */
+  const char *want[3][3] = {{"gpu.gpufrac.io/xid", "79", "NoSchedule"},
                             {"gpu.gpufrac.io/xid", "43", "NoSchedule"},
                             {"gpu.gpufrac.io/unhealthy", NULL, "NoSchedule"}};
   for (size_t i = 0; i < 3; i++) {
@@ -261,9 +283,74 @@ static void test_taints(void **state) {
     assert_string_equal(sget(t0, "effect"), want[i][2]);
   }
   json_decref(arr);
-  assert_string_equal(gf_node_dra_taint_effect("Xid 48"), "NoExecute");
-  assert_string_equal(gf_node_dra_taint_effect("Xid 480"), "NoSchedule");
-  assert_string_equal(gf_node_dra_taint_effect("GPU is lost"), "NoSchedule");
+  assert_string_equal(gf_node_dra_taint_effect("Xid 48"), "NoSchedule");
+  assert_string_equal(gf_node_dra_taint_effect("Xid 79"), "NoSchedule");
+  assert_string_equal(gf_node_dra_taint_effect_for("Xid 79", GF_NODE_XID_BUS),
+                      "NoExecute");
+  assert_string_equal(gf_node_dra_taint_effect_for("Xid 48", GF_NODE_XID_BUS),
+                      "NoSchedule");
+  assert_string_equal(
+      gf_node_dra_taint_effect_for("Xid 48", GF_NODE_XID_MEMORY), "NoExecute");
+  assert_string_equal(gf_node_dra_taint_effect_for("Xid 480", 0xffffffffu),
+                      "NoSchedule");
+  assert_string_equal(gf_node_dra_taint_effect_for("GPU is lost", 0xffffffffu),
+                      "NoSchedule");
+  /* The config: dra_xid_noexecute = bus: Xid 79 evicts. */
+  gf_node_config cfg;
+  gf_node_config_init(&cfg);
+  const char *text = "dra_xid_noexecute = bus, memory\n"
+                     "dra_allocator = gpufrac\n";
+  assert_int_equal(gf_node_config_parse(&cfg, text, strlen(text), "t", &d), 0);
+  assert_int_equal(cfg.dra_xid_noexecute, GF_NODE_XID_BUS | GF_NODE_XID_MEMORY);
+  assert_int_equal(gf_node_config_apply(&cfg, g, &d), 0);
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  devs = json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
+                         "devices");
+  /* Every device: the allocator taint first, then its health taint. */
+  const json_t *t = json_object_get(json_array_get(devs, 0), "taints");
+  assert_int_equal(json_array_size(t), 2);
+  assert_string_equal(sget(json_array_get(t, 0), "key"),
+                      "gpu.gpufrac.io/allocator");
+  assert_string_equal(sget(json_array_get(t, 0), "value"), "gpufrac");
+  assert_string_equal(sget(json_array_get(t, 0), "effect"), "NoSchedule");
+  assert_string_equal(sget(json_array_get(t, 1), "effect"), "NoExecute");
+  t = json_object_get(json_array_get(devs, 1), "taints"); /* Xid 43 */
+  assert_string_equal(sget(json_array_get(t, 1), "effect"), "NoSchedule");
+  json_decref(arr);
+  const char *bad = "dra_xid_noexecute = bus, lava\n";
+  assert_int_equal(gf_node_config_parse(&cfg, bad, strlen(bad), "t", &d),
+                   GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "'lava'"));
+  bad = "dra_allocator = volcano\n";
+  assert_int_equal(gf_node_config_parse(&cfg, bad, strlen(bad), "t", &d),
+                   GF_ESYNTAX);
+  free(g);
+}
+
+/* A healthy node of gpufrac's: every device carries the allocator taint
+ * alone. */
+static void test_allocator_taint(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(2);
+  g->dra_gpufrac = true;
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  const json_t *devs = json_object_get(
+      json_object_get(json_array_get(arr, 0), "spec"), "devices");
+  for (size_t i = 0; i < 2; i++) {
+    const json_t *t = json_object_get(json_array_get(devs, i), "taints");
+    assert_int_equal(json_array_size(t), 1);
+    assert_string_equal(sget(json_array_get(t, 0), "key"),
+                        "gpu.gpufrac.io/allocator");
+  }
+  json_decref(arr);
+  g->dra_gpufrac = false; /* kube-scheduler's: no taint at all */
+  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  devs = json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
+                         "devices");
+  assert_null(json_object_get(json_array_get(devs, 0), "taints"));
+  json_decref(arr);
   free(g);
 }
 
@@ -949,12 +1036,207 @@ static void test_prune_claim_pins(void **state) {
   free(g);
 }
 
+/* What kubelet is answered: a firstAvailable result "gpu/h100" answers the
+ * request "gpu", which is what a container's resources.claims names. */
+static void test_answer_request_names(void **state) {
+  (void)state;
+  gf_node_dra_prepared p;
+  memset(&p, 0, sizeof(p));
+  p.claim.nresults = 2;
+  snprintf(p.claim.results[0].request, sizeof(p.claim.results[0].request),
+           "gpu/h100");
+  snprintf(p.claim.results[1].request, sizeof(p.claim.results[1].request),
+           "second");
+  snprintf(p.cdi_id, sizeof(p.cdi_id), "gpufrac.io/gpu=x_claim");
+  gf_drap_answer *a = calloc(1, sizeof(*a));
+  gf_drap_answer_of(&p, a);
+  assert_int_equal(a->n, 2);
+  assert_string_equal(a->dev[0].request, "gpu");
+  assert_string_equal(a->dev[1].request, "second");
+  free(a);
+}
+
+/* adminAccess results (monitoring) are outside the capacity sums and get
+ * the whole GPU, no limits; and they survive the checkpoint. */
+static void test_prepare_admin(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(1);
+  gf_node_dra_state *s = open_state(g);
+  gf_node_dra_prepared p;
+  gf_diag d = {""};
+  assert_int_equal(prep(s, UID_A, "a", "gpu-0:72Gi:90", &p, &d), 0);
+  char *t = claim_json(UID_B, "mon", "gpu-0:8Gi:10");
+  json_t *j = json_loads(t, 0, NULL);
+  free(t);
+  json_t *r0 = json_array_get(
+      json_object_get(
+          json_object_get(
+              json_object_get(json_object_get(j, "status"), "allocation"),
+              "devices"),
+          "results"),
+      0);
+  json_object_set_new(r0, "adminAccess", json_true());
+  json_object_del(r0, "shareID");
+  gf_node_dra_claim c;
+  assert_int_equal(gf_node_dra_claim_from_json(j, "gpu.gpufrac.io", &c, &d), 0);
+  json_decref(j);
+  assert_true(c.results[0].admin);
+  /* 72 + 8 Gi and 90 + 10 cores would be full; it is admin: not counted. */
+  if (gf_node_dra_prepare(s, &c, &p, &d))
+    fail_msg("admin prepare: %s", d.msg);
+  const char *conf = slurp("state/pods/", UID_B, "/claim/shim.conf");
+  assert_non_null(strstr(conf, "compute = 100\n"));
+  /* The user's share still fits beside it. */
+  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_int_equal(prep(s, UID_A, "a", "gpu-0:80Gi:100", &p, &d), 0);
+  /* Reopened from the checkpoint: the admin result is still admin. */
+  gf_node_dra_state_free(s);
+  s = open_state(g);
+  assert_true(gf_node_dra_state_lookup(s, UID_B, &p));
+  assert_true(p.claim.results[0].admin);
+  gf_node_dra_state_free(s);
+  free(g);
+}
+
+/* The claim's opaque config for gpu.gpufrac.io: the documented keys are
+ * used (log), anything else refuses the claim naming the key; another
+ * driver's config is not ours to read. */
+static int with_config(const char *params, const char *drv,
+                       gf_node_dra_claim *c, gf_diag *d) {
+  char *t = claim_json(UID_C, "cfg", "gpu-0:8Gi:30");
+  json_t *j = json_loads(t, 0, NULL);
+  free(t);
+  json_t *devs = json_object_get(
+      json_object_get(json_object_get(j, "status"), "allocation"), "devices");
+  json_object_set_new(devs, "config",
+                      json_pack("[{s:s,s:[s],s:{s:s,s:o}}]", "source",
+                                "FromClaim", "requests", "r0", "opaque",
+                                "driver", drv, "parameters",
+                                json_loads(params, 0, NULL)));
+  int rc = gf_node_dra_claim_from_json(j, "gpu.gpufrac.io", c, d);
+  json_decref(j);
+  return rc;
+}
+
+static void test_opaque_config(void **state) {
+  (void)state;
+  gf_node_dra_claim c;
+  gf_diag d = {""};
+  assert_int_equal(with_config("{\"apiVersion\":\"gpu.gpufrac.io/v1\","
+                               "\"kind\":\"ShareConfig\",\"log\":\"debug\"}",
+                               "gpu.gpufrac.io", &c, &d),
+                   0);
+  assert_string_equal(c.log, "debug");
+  gf_node_gpus *g = gpus(1);
+  gf_node_dra_state *s = open_state(g);
+  gf_node_dra_prepared p;
+  assert_int_equal(gf_node_dra_prepare(s, &c, &p, &d), 0);
+  const char *conf = slurp("state/pods/", UID_C, "/claim/shim.conf");
+  assert_non_null(strstr(conf, "log = debug\n"));
+  gf_node_dra_state_free(s);
+  free(g);
+  /* Refused, naming what. */
+  static const struct {
+    const char *params, *want;
+  } bad[] = {
+      {"{\"apiVersion\":\"gpu.gpufrac.io/v1\",\"kind\":\"ShareConfig\","
+       "\"sharing\":\"TimeSlicing\"}",
+       "unknown key 'sharing'"},
+      {"{\"apiVersion\":\"gpu.gpufrac.io/v1\",\"kind\":\"ShareConfig\","
+       "\"log\":\"loud\"}",
+       "parameters.log: not a value"},
+      {"{\"apiVersion\":\"v2\",\"kind\":\"ShareConfig\"}",
+       "parameters.apiVersion"},
+      {"{\"log\":\"info\"}", "want apiVersion"},
+      {"[1]", "not an object"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    d.msg[0] = '\0';
+    assert_int_equal(with_config(bad[i].params, "gpu.gpufrac.io", &c, &d),
+                     GF_EINVAL);
+    if (!strstr(d.msg, bad[i].want))
+      fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, bad[i].want);
+  }
+  /* Another driver's: skipped. */
+  assert_int_equal(with_config("{\"anything\":1}", "net.example.com", &c, &d),
+                   0);
+  assert_string_equal(c.log, "");
+}
+
+/* A claim of two requests: one CDI device per request, each with its own
+ * GPU's device node; what they share in the spec's containerEdits without
+ * *_VISIBLE_DEVICES; kubelet is answered each result's own device. */
+static void test_cdi_per_request(void **state) {
+  (void)state;
+  gf_node_gpus *g = gpus(2);
+  gf_node_dra_state *s = open_state(g);
+  gf_node_dra_prepared p;
+  gf_diag d = {""};
+  assert_int_equal(prep(s, UID_A, "two", "gpu-0:8Gi:30;gpu-1:8Gi:50", &p, &d),
+                   0);
+  assert_true(p.per_request);
+  char *spec = slurp("cdi/gpufrac.io-", UID_A, "_claim.json");
+  json_t *root = json_loads(spec, 0, NULL);
+  assert_non_null(root);
+  const json_t *devs = json_object_get(root, "devices");
+  assert_int_equal(json_array_size(devs), 2);
+  for (size_t i = 0; i < 2; i++) {
+    const json_t *dv = json_array_get(devs, i);
+    char want[128];
+    snprintf(want, sizeof(want), UID_A "_r%zu", i);
+    assert_string_equal(sget(dv, "name"), want);
+    const json_t *nodes =
+        json_object_get(json_object_get(dv, "containerEdits"), "deviceNodes");
+    assert_int_equal(json_array_size(nodes), 1);
+    snprintf(want, sizeof(want), "/nvidia%u", g->gpus[i].minor);
+    const char *path = sget(json_array_get(nodes, 0), "path");
+    assert_non_null(strstr(path, want));
+    assert_string_equal(path + strlen(path) - strlen(want), want);
+  }
+  const json_t *common = json_object_get(root, "containerEdits");
+  assert_non_null(common);
+  char *ce = json_dumps(common, JSON_COMPACT);
+  assert_null(strstr(ce, "VISIBLE_DEVICES"));
+  assert_non_null(strstr(ce, "GPUFRAC_CONFIG"));
+  assert_non_null(strstr(ce, "nvidiactl"));
+  free(ce);
+  json_decref(root);
+  gf_drap_answer *a = calloc(1, sizeof(*a));
+  gf_drap_answer_of(&p, a);
+  assert_int_equal(a->n, 2);
+  assert_string_equal(a->dev[0].cdi_id, "gpufrac.io/gpu=" UID_A "_r0");
+  assert_string_equal(a->dev[1].cdi_id, "gpufrac.io/gpu=" UID_A "_r1");
+  /* After a restart, from the checkpoint: the same answer. */
+  gf_node_dra_state_free(s);
+  s = open_state(g);
+  assert_true(gf_node_dra_state_lookup(s, UID_A, &p));
+  assert_true(p.per_request);
+  gf_drap_answer_of(&p, a);
+  assert_string_equal(a->dev[1].cdi_id, "gpufrac.io/gpu=" UID_A "_r1");
+  /* One request: the one claim device, as before. */
+  assert_int_equal(prep(s, UID_B, "one", "gpu-0:8Gi:30", &p, &d), 0);
+  assert_false(p.per_request);
+  gf_drap_answer_of(&p, a);
+  assert_string_equal(a->dev[0].cdi_id, "gpufrac.io/gpu=" UID_B "_claim");
+  free(a);
+  gf_node_dra_state_free(s);
+  free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices_and_attributes),
       cmocka_unit_test(test_nvlink_island),
       cmocka_unit_test(test_odd_memory),
       cmocka_unit_test(test_taints),
+      cmocka_unit_test(test_allocator_taint),
+      cmocka_unit_test(test_answer_request_names),
+      cmocka_unit_test_setup_teardown(test_cdi_per_request, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_opaque_config, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prepare_admin, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test(test_split),
       cmocka_unit_test(test_semver),
       cmocka_unit_test(test_slice_models),

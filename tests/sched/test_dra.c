@@ -38,6 +38,33 @@ static void slice_of(const char *file, gf_dra_slice *s) {
   json_decref(j);
 }
 
+/* file's slice with `taints` (a JSON list) on every device: the allocator
+ * taint makes them mode 2's (gpufrac allocates them). */
+static void slice_tainted(const char *file, const char *taints,
+                          gf_dra_slice *s) {
+  json_t *j = fixture(file);
+  json_t *devs = json_object_get(json_object_get(j, "spec"), "devices");
+  size_t i;
+  json_t *dev;
+  json_array_foreach(devs, i, dev)
+      json_object_set_new(dev, "taints", json_loads(taints, 0, NULL));
+  gf_diag d = {""};
+  int rc = gf_dra_slice_parse(j, s, &d);
+  if (rc)
+    fail_msg("%s: %s", file, d.msg);
+  json_decref(j);
+}
+
+#define OWN_TAINT                                                              \
+  "{\"key\":\"gpu.gpufrac.io/allocator\",\"value\":\"gpufrac\","               \
+  "\"effect\":\"NoSchedule\"}"
+
+/* The shared fixture as the agent publishes it with dra_allocator =
+ * gpufrac. */
+static void slice_gpufrac(const char *file, gf_dra_slice *s) {
+  slice_tainted(file, "[" OWN_TAINT "]", s);
+}
+
 /* A claim for `mem` bytes and `cores` of class cls (NULL: share class);
  * mem or cores < 0: not named. */
 static json_t *claim_json(const char *name, const char *cls, int64_t mem,
@@ -388,7 +415,7 @@ static uint8_t RND[16 * GF_DRA_RESULTS_MAX];
 static void test_model_place(void **state) {
   (void)state;
   gf_dra_slice s;
-  slice_of("dra_slice_shared.json", &s);
+  slice_gpufrac("dra_slice_shared.json", &s);
   gf_dra_claim booked;
   claim_of(fixture("dra_claim_allocated.json"), &booked);
   const gf_dra_slice *sl[] = {&s};
@@ -495,7 +522,8 @@ static void test_model_score(void **state) {
   const gf_dra_slice *sl[] = {&s[0], &s[1]};
   const gf_dra_claim *cl[] = {&booked}, *pa[] = {&a};
   gf_dra_model *m = NULL;
-  assert_int_equal(gf_dra_model_new(sl, 2, cl, 1, NULL, &m, NULL), 0);
+  assert_int_equal(
+      gf_dra_model_new_for(sl, 2, cl, 1, NULL, GF_DRA_BY_KUBE, &m, NULL), 0);
   int64_t s1, s2;
   assert_int_equal(gf_dra_model_score(m, pa, 1, 0, "n1", &s1), 0);
   assert_int_equal(gf_dra_model_score(m, pa, 1, 0, "n2", &s2), 0);
@@ -537,6 +565,7 @@ static void slice_models(const char *pool, const char *state, gf_dra_slice *s) {
                         json_pack("{s:s}", "string", "ready"));
     json_object_set_new(a, "model_fedcba9876543211",
                         json_pack("{s:s}", "string", "stale"));
+    json_object_set_new(dev, "taints", json_loads("[" OWN_TAINT "]", 0, NULL));
   }
   gf_diag d = {""};
   if (gf_dra_slice_parse(j, s, &d))
@@ -609,6 +638,169 @@ static void test_model_cache_term(void **state) {
     gf_dra_slice_release(&s[i]);
 }
 
+/* ---- one allocator per device, taints, adminAccess (issue 27) ----------- */
+
+static int place1(gf_dra_model *m, const gf_dra_claim *c,
+                  gf_dra_result (*res)[GF_DRA_RESULTS_MAX], char *node,
+                  gf_diag *d) {
+  const gf_dra_claim *pc[] = {c};
+  uint32_t nres[1];
+  return gf_dra_model_place(m, pc, 1, 0, RND, sizeof(RND), res, nres, node, d);
+}
+
+/* Mode 2 places only on devices carrying the allocator taint (kube-
+ * scheduler never allocates those), records the toleration it used, and
+ * mode 1's score sees only the others. */
+static void test_one_allocator(void **state) {
+  (void)state;
+  gf_dra_slice k, g;
+  slice_of("dra_slice_shared.json", &k); /* kube-scheduler's devices */
+  slice_gpufrac("dra_slice_shared.json", &g);
+  snprintf(g.pool, sizeof(g.pool), "n2");
+  snprintf(g.node, sizeof(g.node), "n2");
+  assert_false(k.devices[0].alloc_taint);
+  assert_true(g.devices[0].alloc_taint);
+  assert_int_equal(g.devices[0].blocking, 0);
+  gf_dra_claim a;
+  claim_of(claim_json("a", NULL, 10 * GiB, 10), &a);
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  char node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  /* Only kube-scheduler's devices: gpufrac places nothing. */
+  const gf_dra_slice *only_k[] = {&k};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(only_k, 1, NULL, 0, NULL, &m, NULL), 0);
+  assert_int_equal(place1(m, &a, res, node, &d), GF_ENOFIT);
+  gf_dra_model_free(m);
+  /* Both: gpufrac's lands on n2, with the toleration recorded. */
+  const gf_dra_slice *both[] = {&k, &g};
+  assert_int_equal(gf_dra_model_new(both, 2, NULL, 0, NULL, &m, NULL), 0);
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(place1(m, &a, res, node, &d), 0);
+    assert_string_equal(node, "n2");
+    assert_string_equal(res[0][0].pool, "n2");
+    assert_true(res[0][0].tolerates_own);
+  }
+  json_t *al = gf_dra_allocation_json(res[0], 1, node);
+  json_t *tol = json_object_get(
+      json_array_get(json_object_get(json_object_get(al, "devices"), "results"),
+                     0),
+      "tolerations");
+  char *txt = json_dumps(tol, JSON_SORT_KEYS | JSON_COMPACT);
+  assert_string_equal(txt, "[{\"effect\":\"NoSchedule\",\"key\":\"gpu."
+                           "gpufrac.io/allocator\",\"operator\":\"Equal\","
+                           "\"value\":\"gpufrac\"}]");
+  free(txt);
+  json_decref(al);
+  gf_dra_model_free(m);
+  /* Mode 1's score: n1 only; n2 is gpufrac's. */
+  assert_int_equal(
+      gf_dra_model_new_for(both, 2, NULL, 0, NULL, GF_DRA_BY_KUBE, &m, NULL),
+      0);
+  const gf_dra_claim *pa[] = {&a};
+  int64_t sc;
+  assert_int_equal(gf_dra_model_score(m, pa, 1, 0, "n1", &sc), 0);
+  assert_int_equal(gf_dra_model_score(m, pa, 1, 0, "n2", &sc), GF_ENOTFOUND);
+  gf_dra_model_free(m);
+  free(res);
+  gf_dra_slice_release(&k);
+  gf_dra_slice_release(&g);
+}
+
+/* Mode 2 honours every other taint: a health taint (NoSchedule or
+ * NoExecute) keeps gpufrac off the device; a taint with effect None does
+ * not; a claim's tolerations no longer hand it to kube-scheduler. */
+static void test_taints_honoured(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_tainted("dra_slice_shared.json",
+                "[" OWN_TAINT ",{\"key\":\"gpu.gpufrac.io/xid\",\"value\":"
+                "\"79\",\"effect\":\"NoSchedule\"}]",
+                &s);
+  assert_int_equal(s.devices[0].blocking, 1);
+  assert_non_null(strstr(s.devices[0].blocked_by, "xid=79:NoSchedule"));
+  gf_dra_claim a;
+  claim_of(claim_json("a", NULL, 10 * GiB, 10), &a);
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  char node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, NULL, 0, NULL, &m, NULL), 0);
+  assert_int_equal(place1(m, &a, res, node, &d), GF_ENOFIT);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+  slice_tainted("dra_slice_shared.json",
+                "[{\"key\":\"x\",\"effect\":\"NoExecute\"}," OWN_TAINT "]", &s);
+  assert_int_equal(gf_dra_model_new(sl, 1, NULL, 0, NULL, &m, NULL), 0);
+  assert_int_equal(place1(m, &a, res, node, &d), GF_ENOFIT);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+  slice_tainted("dra_slice_shared.json",
+                "[{\"key\":\"x\",\"effect\":\"None\"}," OWN_TAINT "]", &s);
+  assert_int_equal(s.devices[0].blocking, 0);
+  assert_int_equal(gf_dra_model_new(sl, 1, NULL, 0, NULL, &m, NULL), 0);
+  assert_int_equal(place1(m, &a, res, node, &d), 0);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+  /* Tolerations: placed by gpufrac (on devices with no taint but its own). */
+  json_t *j = claim_json("t", NULL, GiB, 1);
+  json_t *ex = json_object_get(
+      json_array_get(json_object_get(
+                         json_object_get(json_object_get(j, "spec"), "devices"),
+                         "requests"),
+                     0),
+      "exactly");
+  json_object_set_new(ex, "tolerations",
+                      json_loads("[{\"operator\":\"Exists\"}]", 0, NULL));
+  gf_dra_claim t;
+  claim_of(j, &t);
+  assert_int_equal(t.req[0].kind, GF_DRA_SHARE);
+  /* Malformed taints are errors naming the member. */
+  json_t *bad = fixture("dra_slice_shared.json");
+  json_object_set_new(
+      json_array_get(json_object_get(json_object_get(bad, "spec"), "devices"),
+                     0),
+      "taints", json_loads("[{\"effect\":\"NoSchedule\"}]", 0, NULL));
+  gf_dra_slice b;
+  assert_int_equal(gf_dra_slice_parse(bad, &b, &d), GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "taints[0]: no key"));
+  gf_dra_slice_release(&b);
+  json_decref(bad);
+  free(res);
+}
+
+/* adminAccess results (monitoring) count against no capacity. */
+static void test_admin_access(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_gpufrac("dra_slice_shared.json", &s);
+  json_t *j = fixture("dra_claim_allocated.json"); /* 20Gi, 30 cores */
+  json_t *r0 = json_array_get(
+      json_object_get(
+          json_object_get(
+              json_object_get(json_object_get(j, "status"), "allocation"),
+              "devices"),
+          "results"),
+      0);
+  json_object_set_new(r0, "adminAccess", json_true());
+  gf_dra_claim adm;
+  claim_of(j, &adm);
+  assert_true(adm.res[0].admin);
+  const gf_dra_slice *sl[] = {&s};
+  const gf_dra_claim *cl[] = {&adm, &adm, &adm, &adm, &adm};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, cl, 5, NULL, &m, NULL), 0);
+  int64_t um, uc;
+  uint32_t na;
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  assert_int_equal(um, 0);
+  assert_int_equal(uc, 0);
+  assert_int_equal(gf_dra_model_conflicts(m), 0);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -626,6 +818,9 @@ int main(void) {
       cmocka_unit_test(test_model_score),
       cmocka_unit_test(test_slice_models),
       cmocka_unit_test(test_model_cache_term),
+      cmocka_unit_test(test_one_allocator),
+      cmocka_unit_test(test_taints_honoured),
+      cmocka_unit_test(test_admin_access),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

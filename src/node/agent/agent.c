@@ -472,19 +472,8 @@ static int dra_prepare(void *user, const char *ns, const char *name,
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   int rc = gf_node_dra_prepare_from_api(x->state, x->k, ns, name, uid, p, d);
-  if (!rc) {
-    a->n = 0;
-    for (uint32_t i = 0; i < p->claim.nresults && a->n < GF_DRAP_MAX_DEVICES;
-         i++) {
-      const gf_node_dra_result *r = &p->claim.results[i];
-      gf_drap_device *v = &a->dev[a->n++];
-      snprintf(v->request, sizeof(v->request), "%s", r->request);
-      snprintf(v->pool, sizeof(v->pool), "%s", r->pool);
-      snprintf(v->device, sizeof(v->device), "%s", r->device);
-      snprintf(v->share_id, sizeof(v->share_id), "%s", r->share_id);
-      snprintf(v->cdi_id, sizeof(v->cdi_id), "%s", p->cdi_id);
-    }
-  }
+  if (!rc)
+    gf_drap_answer_of(p, a);
   gf__free(p);
   return rc;
 }

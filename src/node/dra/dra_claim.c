@@ -64,6 +64,71 @@ static int get_qty(const json_t *cc, const char *k, bool *has, int64_t *out,
   return 0;
 }
 
+/* The opaque config for driver (see node_dra.h): parsed into c, or an
+ * error naming the entry and the key. */
+static int parse_config(const json_t *devs, const char *driver,
+                        gf_node_dra_claim *c, gf_diag *d) {
+  const json_t *cfg =
+      json_is_object(devs) ? json_object_get(devs, "config") : NULL;
+  if (!cfg || json_is_null(cfg))
+    return 0;
+  if (!json_is_array(cfg))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "claim %s/%s: status.allocation.devices.config: not a "
+                       "list",
+                       c->ns, c->name);
+  size_t i;
+  const json_t *e;
+  json_array_foreach(cfg, i, e) {
+    const json_t *op = json_is_object(e) ? json_object_get(e, "opaque") : NULL;
+    const char *drv = json_string_value(json_object_get(op, "driver"));
+    if (!drv || strcmp(drv, driver) != 0)
+      continue; /* another driver's, or not opaque */
+    const json_t *pm = json_object_get(op, "parameters");
+    if (!json_is_object(pm))
+      return gf_diag_set(d, GF_EINVAL,
+                         "claim %s/%s: config[%zu].opaque.parameters for %s: "
+                         "not an object",
+                         c->ns, c->name, i, driver);
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)pm, k, v) {
+      const char *sv = json_string_value(v);
+      bool ok = false;
+      if (strcmp(k, "apiVersion") == 0)
+        ok = sv && strcmp(sv, "gpu.gpufrac.io/v1") == 0;
+      else if (strcmp(k, "kind") == 0)
+        ok = sv && strcmp(sv, "ShareConfig") == 0;
+      else if (strcmp(k, "log") == 0) {
+        ok = sv && (strcmp(sv, "off") == 0 || strcmp(sv, "warn") == 0 ||
+                    strcmp(sv, "info") == 0 || strcmp(sv, "debug") == 0);
+        if (ok)
+          snprintf(c->log, sizeof(c->log), "%s", sv);
+      } else {
+        return gf_diag_set(d, GF_EINVAL,
+                           "claim %s/%s: config[%zu].opaque.parameters: "
+                           "unknown key '%.40s' (%s takes apiVersion "
+                           "gpu.gpufrac.io/v1, kind ShareConfig, log; "
+                           "docs/dra-node.md)",
+                           c->ns, c->name, i, k, driver);
+      }
+      if (!ok)
+        return gf_diag_set(d, GF_EINVAL,
+                           "claim %s/%s: config[%zu].opaque.parameters.%s: "
+                           "not a value %s takes (apiVersion "
+                           "gpu.gpufrac.io/v1, kind ShareConfig, log off | "
+                           "warn | info | debug)",
+                           c->ns, c->name, i, k, driver);
+    }
+    if (!json_object_get(pm, "apiVersion") || !json_object_get(pm, "kind"))
+      return gf_diag_set(d, GF_EINVAL,
+                         "claim %s/%s: config[%zu].opaque.parameters: want "
+                         "apiVersion gpu.gpufrac.io/v1 and kind ShareConfig",
+                         c->ns, c->name, i);
+  }
+  return 0;
+}
+
 int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
                                 gf_node_dra_claim *out, gf_diag *d) {
   if (!json_is_object(obj))
@@ -130,6 +195,12 @@ int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
         (rc = get_str(r, "shareID", true, x->share_id, sizeof(x->share_id),
                       where, d)))
       goto prefix;
+    const json_t *adm = json_object_get(r, "adminAccess");
+    if (adm && !json_is_null(adm) && !json_is_boolean(adm)) {
+      rc = gf_diag_set(d, GF_ESYNTAX, "%s.adminAccess: not a boolean", where);
+      goto prefix;
+    }
+    x->admin = json_is_true(adm);
     const json_t *cc = json_object_get(r, "consumedCapacity");
     if (cc && !json_is_object(cc)) {
       rc = gf_diag_set(d, GF_ESYNTAX, "%s.consumedCapacity: not a map", where);
@@ -148,6 +219,8 @@ int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
                      c->ns, c->name, driver);
     goto out;
   }
+  if ((rc = parse_config(devs, driver, c, d)))
+    goto out;
   *out = *c;
   goto out;
 prefix:
@@ -244,14 +317,17 @@ static json_t *prepared_json(const gf_node_dra_prepared *p) {
       json_object_set_new(o, "memory", json_integer(x->memory));
     if (o && x->has_cores)
       json_object_set_new(o, "cores", json_integer(x->cores));
+    if (o && x->admin)
+      json_object_set_new(o, "admin", json_true());
     if (!o || json_array_append_new(res, o)) {
       json_decref(res);
       return NULL;
     }
   }
-  return res ? json_pack("{s:s,s:s,s:s,s:s,s:o}", "uid", p->claim.uid,
+  return res ? json_pack("{s:s,s:s,s:s,s:s,s:o,s:b}", "uid", p->claim.uid,
                          "namespace", p->claim.ns, "name", p->claim.name, "cdi",
-                         p->cdi_id, "results", res)
+                         p->cdi_id, "results", res, "perRequest",
+                         p->per_request)
              : NULL;
 }
 
@@ -319,8 +395,10 @@ static int load_one(const json_t *o, gf_node_dra_prepared *p, const char *where,
     x->memory = m ? (int64_t)json_integer_value(m) : 0;
     x->has_cores = c != NULL;
     x->cores = c ? (int64_t)json_integer_value(c) : 0;
+    x->admin = json_is_true(json_object_get(r, "admin"));
   }
   p->claim.nresults = (uint32_t)json_array_size(res);
+  p->per_request = json_is_true(json_object_get(o, "perRequest"));
   return 0;
 }
 
@@ -501,7 +579,7 @@ static int check_result(const gf_node_dra_state *s, const gf_node_dra_claim *c,
                        "share",
                        c->ns, c->name, v->name,
                        v->mig >= 0 ? "a MIG device" : "exclusive");
-  if (v->shared && !x->share_id[0])
+  if (v->shared && !x->share_id[0] && !x->admin)
     return gf_diag_set(d, GF_EINVAL,
                        "claim %s/%s: device %s allows multiple allocations, "
                        "the allocation has no shareID",
@@ -534,7 +612,9 @@ static void sums(const gf_node_dra_state *s, const gf_node_dra_device *v,
     if (strcmp(o->uid, uid) == 0)
       continue;
     for (uint32_t k = 0; k < o->nresults; k++) {
-      if (strcmp(o->results[k].device, v->name) != 0)
+      /* adminAccess (monitoring) counts against no capacity, as in
+       * kube-scheduler's allocator. */
+      if (strcmp(o->results[k].device, v->name) != 0 || o->results[k].admin)
         continue;
       int64_t m, cc;
       taken(v, &o->results[k], &m, &cc);
@@ -601,6 +681,12 @@ static int check_claim(const gf_node_dra_state *s, const gf_node_dra_claim *c,
       gg = &gc->gpus[gc->ngpus++];
       gg->index = s->g.gpus[v->gpu].index;
       gf__node_copy(gg->uuid, sizeof(gg->uuid), s->g.gpus[v->gpu].uuid);
+    }
+    if (x->admin) {
+      /* adminAccess: the whole device, no limits, outside the sums. */
+      gg->mem_bytes = v->shared ? (int64_t)v->memory : 0;
+      gg->compute_pct = v->shared ? GF_NODE_DRA_CORES : 0;
+      continue;
     }
     gg->mem_bytes += v->shared ? mem : 0;
     gg->compute_pct += v->shared ? (int32_t)cores : 0;
@@ -683,6 +769,117 @@ static int mig_spec(const gf_node_dra_state *s, const char *uid,
   return *out ? 0 : gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
 }
 
+/* The distinct request names of c (a firstAvailable "req/sub" counts as
+ * "req": what a container names), in order; how many, at most cap. */
+static size_t request_names(const gf_node_dra_claim *c,
+                            char (*out)[GF_NODE_DRA_REQUEST_MAX], size_t cap) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < c->nresults; i++) {
+    char b[GF_NODE_DRA_REQUEST_MAX];
+    size_t k = strcspn(c->results[i].request, "/");
+    snprintf(b, sizeof(b), "%.*s", (int)k, c->results[i].request);
+    bool seen = false;
+    for (size_t j = 0; j < n && !seen; j++)
+      seen = strcmp(out[j], b) == 0;
+    if (!seen && n < cap)
+      memcpy(out[n++], b, sizeof(b));
+  }
+  return n;
+}
+
+bool gf_node_dra_cdi_per_request(const gf_node_dra_claim *c) {
+  char names[GF_NODE_DRA_MAX_RESULTS][GF_NODE_DRA_REQUEST_MAX];
+  return request_names(c, names, GF_NODE_DRA_MAX_RESULTS) > 1;
+}
+
+/* A claim of several requests gets one CDI device per request
+ * ("<uid>_<request>": that request's GPU device nodes), and what they
+ * share (the common device nodes, the interposer's mounts and
+ * environment) moves to the spec's containerEdits, which apply when any
+ * of its devices is injected; the *_VISIBLE_DEVICES variables go (the
+ * device nodes decide what a container sees, as in NVIDIA's own CDI
+ * specs), so a container that names one request sees exactly its GPUs,
+ * and one that names none sees them all.  A claim of one request keeps
+ * its one device "<uid>_claim". */
+static int split_per_request(const gf_node_dra_state *s,
+                             const gf_node_dra_claim *c, char **spec,
+                             gf_diag *d) {
+  char names[GF_NODE_DRA_MAX_RESULTS][GF_NODE_DRA_REQUEST_MAX];
+  size_t nn = request_names(c, names, GF_NODE_DRA_MAX_RESULTS);
+  if (nn <= 1)
+    return 0;
+  const char *dev = s->dev_dir[0] ? s->dev_dir : "/dev";
+  json_t *root = json_loads(*spec, 0, NULL);
+  json_t *devs = json_object_get(root, "devices");
+  json_t *e = json_object_get(json_array_get(devs, 0), "containerEdits");
+  json_t *out = json_array();
+  int rc = 0;
+  if (!json_is_object(e) || !out) {
+    rc = gf_diag_set(d, GF_ESTATE, "CDI spec: no containerEdits");
+    goto done;
+  }
+  json_incref(e);
+  json_t *env = json_object_get(e, "env");
+  for (size_t i = json_array_size(env); i-- > 0;) {
+    const char *v = json_string_value(json_array_get(env, i));
+    if (v && (strncmp(v, "NVIDIA_VISIBLE_DEVICES=", 23) == 0 ||
+              strncmp(v, "CUDA_VISIBLE_DEVICES=", 21) == 0))
+      json_array_remove(env, i);
+  }
+  json_t *nodes = json_object_get(e, "deviceNodes");
+  for (size_t r = 0; r < nn && !rc; r++) {
+    json_t *mine = json_array();
+    for (uint32_t i = 0; mine && i < c->nresults; i++) {
+      size_t k = strcspn(c->results[i].request, "/");
+      if (strlen(names[r]) != k ||
+          strncmp(names[r], c->results[i].request, k) != 0)
+        continue;
+      const gf_node_dra_device *v = device_named(s, c->results[i].device);
+      if (!v)
+        continue;
+      char path[GF_NODE_PATH_MAX + 32];
+      snprintf(path, sizeof(path), "%s/nvidia%u", dev, s->g.gpus[v->gpu].minor);
+      bool dup = false;
+      for (size_t j = 0; j < json_array_size(mine) && !dup; j++)
+        dup = strcmp(json_string_value(
+                         json_object_get(json_array_get(mine, j), "path")),
+                     path) == 0;
+      if (!dup)
+        json_array_append_new(mine, json_pack("{s:s}", "path", path));
+      /* Not shared any more: out of the common nodes. */
+      for (size_t j = json_array_size(nodes); j-- > 0;) {
+        const char *p = json_string_value(
+            json_object_get(json_array_get(nodes, j), "path"));
+        if (p && strcmp(p, path) == 0)
+          json_array_remove(nodes, j);
+      }
+    }
+    char name[GF_NODE_DRA_UID_MAX + GF_NODE_DRA_REQUEST_MAX + 2];
+    snprintf(name, sizeof(name), "%s_%s", c->uid, names[r]);
+    json_t *o = mine ? json_pack("{s:s,s:{s:o}}", "name", name,
+                                 "containerEdits", "deviceNodes", mine)
+                     : NULL;
+    if (!o || json_array_append_new(out, o))
+      rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+  }
+  if (!rc && (json_object_set_new(root, "containerEdits", e) ||
+              json_object_set(root, "devices", out)))
+    rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+  else if (rc)
+    json_decref(e);
+  char *t = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  if (!rc && !t)
+    rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
+  if (t) {
+    free(*spec);
+    *spec = t;
+  }
+done:
+  json_decref(out);
+  json_decref(root);
+  return rc;
+}
+
 static int add_prepared(gf_node_dra_state *s, const gf_node_dra_prepared *p,
                         gf_diag *d) {
   if (s->n >= MAX_PREPARED)
@@ -724,8 +921,9 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
       goto out; /* nothing written yet */
   } else {
     gf_node_ctr_paths paths;
-    if ((rc = gf_node_prepare_container(s->state_dir, c->uid, &gc, s->log,
-                                        &paths, d)))
+    if ((rc =
+             gf_node_prepare_container(s->state_dir, c->uid, &gc,
+                                       c->log[0] ? c->log : s->log, &paths, d)))
       goto undo;
     gf_node_cdi_opts co = {s->shim_lib[0] ? s->shim_lib : NULL,
                            s->preload[0] ? s->preload : NULL,
@@ -738,6 +936,10 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
     free(spec);
     goto undo;
   }
+  if (!nmig && (rc = split_per_request(s, c, &spec, d))) {
+    free(spec);
+    goto undo;
+  }
   char file[GF_NODE_PATH_MAX];
   snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", c->uid, CTR_NAME);
   rc = gf_node_write_atomic(s->cdi_dir, file, spec, strlen(spec), d);
@@ -746,6 +948,7 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
     goto undo;
   gf_node_dra_prepared p;
   p.claim = *c;
+  p.per_request = !nmig && gf_node_dra_cdi_per_request(c);
   snprintf(p.cdi_id, sizeof(p.cdi_id), "%s=%s_%s", GF_NODE_CDI_KIND, c->uid,
            CTR_NAME);
   if ((rc = add_prepared(s, &p, d)))

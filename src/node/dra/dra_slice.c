@@ -71,8 +71,17 @@ bool gf_node_dra_semver(const char *s, char *out, size_t cap) {
   return w > 0 && (size_t)w < cap;
 }
 
-const char *gf_node_dra_taint_effect(const char *reason) {
-  static const unsigned fatal[] = {48, 62, 64, 74, 79, 94, 95, 119, 120, 140};
+const char *gf_node_dra_taint_effect_for(const char *reason,
+                                         uint32_t noexecute) {
+  static const struct {
+    unsigned xid;
+    uint32_t cls;
+  } map[] = {{48, GF_NODE_XID_MEMORY},    {63, GF_NODE_XID_MEMORY},
+             {64, GF_NODE_XID_MEMORY},    {94, GF_NODE_XID_MEMORY},
+             {95, GF_NODE_XID_MEMORY},    {140, GF_NODE_XID_MEMORY},
+             {79, GF_NODE_XID_BUS},       {62, GF_NODE_XID_FIRMWARE},
+             {119, GF_NODE_XID_FIRMWARE}, {120, GF_NODE_XID_FIRMWARE},
+             {74, GF_NODE_XID_NVLINK}};
   unsigned long x = 0;
   if (strncmp(reason, "Xid ", 4) == 0) {
     char *end = NULL;
@@ -80,10 +89,14 @@ const char *gf_node_dra_taint_effect(const char *reason) {
     if (end == reason + 4)
       x = 0;
   }
-  for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
-    if (x == fatal[i])
+  for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+    if (x == map[i].xid && (noexecute & map[i].cls))
       return "NoExecute";
   return "NoSchedule";
+}
+
+const char *gf_node_dra_taint_effect(const char *reason) {
+  return gf_node_dra_taint_effect_for(reason, 0);
 }
 
 /* A byte count as the API server writes it back (BinarySI canonical
@@ -203,6 +216,12 @@ static int common_attrs(json_t *a, const gf_node_gpus *g, const gf_node_gpu *x,
     rc |= set_ver(a, "cudaDriverVersion", cuda);
   if (x->pci_bus_id[0])
     rc |= set_str(a, "pciBusID", x->pci_bus_id);
+  /* The API's standard attribute (a GPU only: a MIG device is no PCI
+   * function of its own), so a claim can align a GPU with another
+   * driver's device on the same PCI bus. */
+  char std[16];
+  if (strcmp(type, "gpu") == 0 && gf_node_dra_pci_address(x->pci_bus_id, std))
+    rc |= set_str(a, GF_NODE_DRA_STD_PCI_BUS_ID, std);
   if (x->numa_node >= 0)
     rc |= json_object_set_new(
         a, "numaNode", json_pack("{s:I}", "int", (json_int_t)x->numa_node));
@@ -226,7 +245,21 @@ static json_t *policy(uint64_t def, uint64_t min, uint64_t max, uint64_t step,
                    "step", qty(step, bytes));
 }
 
-static json_t *taints(const gf_node_gpu *x) {
+/* The device's health taint (healthy: none) and, on a node whose devices
+ * gpufrac allocates, the allocator taint: a list, or an empty one. */
+static json_t *taints(const gf_node_gpus *g, const gf_node_gpu *x,
+                      bool healthy) {
+  json_t *l = json_array();
+  if (l && g->dra_gpufrac &&
+      json_array_append_new(l, json_pack("{s:s,s:s,s:s}", "key",
+                                         GF_NODE_DRA_ALLOC_TAINT_KEY, "value",
+                                         GF_NODE_DRA_ALLOC_TAINT_VALUE,
+                                         "effect", "NoSchedule"))) {
+    json_decref(l);
+    return NULL;
+  }
+  if (!l || healthy)
+    return l;
   const char *r = x->reason;
   json_t *t;
   if (strncmp(r, "Xid ", 4) == 0 && isdigit((unsigned char)r[4])) {
@@ -237,12 +270,41 @@ static json_t *taints(const gf_node_gpu *x) {
       v[k++] = *p++;
     v[k] = '\0';
     t = json_pack("{s:s,s:s,s:s}", "key", GF_NODE_DRA_TAINT_KEY, "value", v,
-                  "effect", gf_node_dra_taint_effect(r));
+                  "effect", gf_node_dra_taint_effect_for(r, g->xid_noexecute));
   } else {
     t = json_pack("{s:s,s:s}", "key", GF_NODE_DRA_DRIVER "/unhealthy", "effect",
                   "NoSchedule");
   }
-  return t ? json_pack("[o]", t) : NULL;
+  if (!t || json_array_append_new(l, t)) {
+    json_decref(l);
+    return NULL;
+  }
+  return l;
+}
+
+bool gf_node_dra_pci_address(const char *nvml, char out[16]) {
+  /* [domain:]bus:device.function, hex; NVML writes an 8-digit domain. */
+  unsigned long dom = 0, bus, dev, fn;
+  char tail;
+  const char *p = nvml;
+  int colons = 0;
+  for (const char *q = nvml; *q; q++)
+    colons += *q == ':';
+  if (colons == 2) {
+    char *end;
+    dom = strtoul(p, &end, 16);
+    if (end == p || *end != ':')
+      return false;
+    p = end + 1;
+  } else if (colons != 1) {
+    return false;
+  }
+  if (strspn(p, "0123456789abcdefABCDEF:.") != strlen(p) ||
+      sscanf(p, "%2lx:%2lx.%1lx%c", &bus, &dev, &fn, &tail) != 3 ||
+      dom > 0xffff || dev > 0x1f || fn > 7)
+    return false;
+  snprintf(out, 16, "%04lx:%02lx:%02lx.%lx", dom, bus, dev, fn);
+  return true;
 }
 
 /* The weight cache's models as attributes "model_<first 16 hex of the
@@ -323,8 +385,8 @@ static json_t *device_json(const gf_node_gpus *g, const gf_node_dra_device *v,
   }
   if (model_attrs(attrs, capa, models, nmodels))
     goto fail;
-  if (!v->healthy) {
-    json_t *t = taints(x);
+  if (!v->healthy || g->dra_gpufrac) {
+    json_t *t = taints(g, x, v->healthy);
     if (!t || json_object_set_new(dev, "taints", t))
       goto fail;
   }
@@ -362,7 +424,7 @@ int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
   if (!devs)
     return gf_diag_set(d, GF_ENOMEM, "DRA slices: out of memory");
   size_t n = gf_node_dra_devices(g, devs, GF_NODE_DRA_MAX_DEVICES);
-  bool tainted = false;
+  bool tainted = g->dra_gpufrac;
   for (size_t i = 0; i < n; i++)
     tainted |= !devs[i].healthy;
   size_t per = max_per_slice;

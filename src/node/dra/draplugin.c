@@ -20,6 +20,7 @@
 #include "dra/v1/api.pb-c.h"
 #include "gpufrac/error.h"
 #include "h2grpc.h"
+#include "node_dra.h"
 #include "pluginregistration/v1/api.pb-c.h"
 
 #define DRAP_PATH_MAX 108 /* sun_path */
@@ -511,4 +512,30 @@ void gf_drap_free(gf_drap *p) {
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->mu);
   free(p);
+}
+
+void gf_drap_answer_of(const gf_node_dra_prepared *p, gf_drap_answer *a) {
+  a->n = 0;
+  /* One CDI device per request when the claim has several (and is not
+   * MIG: its spec keeps the one device), so a container gets what it
+   * named. */
+  bool per = p->per_request;
+  for (uint32_t i = 0; i < p->claim.nresults && a->n < GF_DRAP_MAX_DEVICES;
+       i++) {
+    const gf_node_dra_result *r = &p->claim.results[i];
+    gf_drap_device *v = &a->dev[a->n++];
+    /* "request/subrequest" (firstAvailable): kubelet compares the names
+     * answered here with the container's resources.claims[].request, which
+     * names the request. */
+    size_t base = strcspn(r->request, "/");
+    snprintf(v->request, sizeof(v->request), "%.*s", (int)base, r->request);
+    snprintf(v->pool, sizeof(v->pool), "%s", r->pool);
+    snprintf(v->device, sizeof(v->device), "%s", r->device);
+    snprintf(v->share_id, sizeof(v->share_id), "%s", r->share_id);
+    if (per)
+      snprintf(v->cdi_id, sizeof(v->cdi_id), "%s=%s_%.*s", GF_NODE_CDI_KIND,
+               p->claim.uid, (int)base, r->request);
+    else
+      snprintf(v->cdi_id, sizeof(v->cdi_id), "%s", p->cdi_id);
+  }
 }

@@ -46,6 +46,14 @@ typedef struct gf_drap_answer {
   gf_drap_device dev[GF_DRAP_MAX_DEVICES];
 } gf_drap_answer;
 
+struct gf_node_dra_prepared;
+/* What a prepared claim answers kubelet: one device per result, request
+ * name as kubelet matches a container's claim entry against it (a
+ * firstAvailable result "gpu/h100" answers "gpu": a container names the
+ * request, never the subrequest), pool, device, shareID and the claim's
+ * CDI device id. */
+void gf_drap_answer_of(const struct gf_node_dra_prepared *p, gf_drap_answer *a);
+
 /* Prepares claim ns/name with uid: 0 with *a filled, or a GF_E* code with
  * the sentence in d (sent as that claim's error). */
 typedef int (*gf_drap_prepare_fn)(void *user, const char *ns, const char *name,

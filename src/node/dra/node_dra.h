@@ -63,7 +63,7 @@
 /* The weight cache's models on every device (docs/dra-node.md, "Models"):
  * attribute "model_<the digest's first 16 hex>", a C identifier of 22
  * bytes (the API allows 32), string value "ready" or "fetching"; at most
- * 16 of them, so a device's 12 attributes and 2 capacities (a MIG device's
+ * 16 of them, so a device's 13 attributes and 2 capacities (a MIG device's
  * 13 and 2) stay within the 32 the API allows. */
 #define GF_NODE_DRA_MODEL_ATTR "model_"
 #define GF_NODE_DRA_MODEL_HEX 16
@@ -100,7 +100,8 @@ size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
  * with no device is one slice with none (so consumers see the pool exists). Per
  * device: attributes type, uuid, productName, brand, architecture,
  * cudaComputeCapability, driverVersion, cudaDriverVersion (versions as
- * semver), pciBusID, numaNode, mode (MIG devices: parentUUID, profile);
+ * semver), pciBusID, numaNode, mode, on GPUs the standard
+ * resource.kubernetes.io/pciBusID (MIG devices: parentUUID, profile);
  * capacity memory and cores (MIG: memory, multiprocessors); shared GPUs
  * allowMultipleAllocations with a requestPolicy per capacity; taints for
  * unhealthy devices.  GF_EINVAL (bad node name or max), GF_ENOMEM. */
@@ -125,15 +126,31 @@ int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
                               const gf_node_dra_model *models, size_t nmodels,
                               json_t **out, gf_diag *d);
 
+/* The standard attribute resource.kubernetes.io/pciBusID: the PCI
+ * address "DDDD:BB:dd.f" (lowercase hex, 4-digit domain) of a GPU. */
+#define GF_NODE_DRA_STD_PCI_BUS_ID "resource.kubernetes.io/pciBusID"
+/* NVML's busId ("00000000:3B:00.0", or without the domain) as that form;
+ * false when it is not a PCI address. */
+bool gf_node_dra_pci_address(const char *nvml, char out[16]);
+
 /* A version string made semver: "9.0" -> "9.0.0", "535.104.05" ->
  * "535.104.5" (leading zeros dropped), at most three numeric parts kept.
  * false when s does not start with a number. */
 bool gf_node_dra_semver(const char *s, char *out, size_t cap);
 
-/* The taint effect for an unhealthy GPU's reason: "NoExecute" for Xids
- * that lose the device or its memory (48 62 64 74 79 94 95 119 120 140),
- * else "NoSchedule". */
+/* The health taint's effect for an unhealthy GPU's reason: "NoSchedule"
+ * (nothing new lands on the device; pods on it keep running, as NVIDIA's
+ * driver does for an Xid), "NoExecute" only for an Xid of a class set in
+ * noexecute (GF_NODE_XID_*: memory 48 63 64 94 95 140, bus 79, firmware
+ * 62 119 120, nvlink 74; the agent's dra_xid_noexecute). */
+const char *gf_node_dra_taint_effect_for(const char *reason,
+                                         uint32_t noexecute);
+/* gf_node_dra_taint_effect_for(reason, 0): always "NoSchedule". */
 const char *gf_node_dra_taint_effect(const char *reason);
+/* The allocator taint on every device of a node whose devices gpufrac
+ * allocates (gf_node_gpus.dra_gpufrac; docs/dra.md). */
+#define GF_NODE_DRA_ALLOC_TAINT_KEY GF_NODE_DRA_DRIVER "/allocator"
+#define GF_NODE_DRA_ALLOC_TAINT_VALUE "gpufrac"
 
 /* ---- claims ----------------------------------------------------------- */
 
@@ -146,18 +163,28 @@ typedef struct gf_node_dra_result {
   bool has_memory, has_cores;         /* consumedCapacity entries present */
   int64_t memory;                     /* bytes */
   int64_t cores;                      /* percent of the GPU */
+  bool admin; /* adminAccess: outside the capacity sums, no limits */
 } gf_node_dra_result;
 
 typedef struct gf_node_dra_claim {
   char ns[GF_CONTAINER_MAX];
   char name[GF_NAME_MAX];
   char uid[GF_NODE_DRA_UID_MAX];
+  /* The claim's opaque config for this driver (status.allocation.devices
+   * .config[].opaque, parameters apiVersion "gpu.gpufrac.io/v1", kind
+   * "ShareConfig"): the interposer's log level ("" when not given). */
+  char log[8];
   uint32_t nresults;
   gf_node_dra_result results[GF_NODE_DRA_MAX_RESULTS];
 } gf_node_dra_claim;
 
-/* Reads a ResourceClaim object: metadata namespace, name and uid, and the
- * allocation results whose driver is `driver` (others are skipped).
+/* Reads a ResourceClaim object: metadata namespace, name and uid, the
+ * allocation results whose driver is `driver` (others are skipped), and
+ * the opaque config addressed to it (status.allocation.devices.config[]
+ * whose opaque.driver is `driver`: parameters with apiVersion
+ * "gpu.gpufrac.io/v1", kind "ShareConfig" and optionally log = off | warn
+ * | info | debug; any other key or value is GF_EINVAL naming it, so the
+ * claim is refused at prepare and kubelet reports it on the pod).
  * GF_ESYNTAX naming the field for anything malformed (a missing field, a
  * string too long, a quantity that is not one); GF_ESTATE when the claim
  * is not allocated or has no result for the driver.  out is filled on
@@ -194,7 +221,16 @@ typedef struct gf_node_dra_opts {
 typedef struct gf_node_dra_prepared {
   gf_node_dra_claim claim;
   char cdi_id[GF_NODE_DRA_CDI_ID_MAX];
+  /* The spec has one device per request, "<kind>=<uid>_<request>"
+   * (gf_node_dra_cdi_per_request, GPU claims only); cdi_id names the
+   * claim. */
+  bool per_request;
 } gf_node_dra_prepared;
+
+/* Whether claim c's results name more than one request (a firstAvailable
+ * result counting as its request): a GPU claim's CDI spec then has one
+ * device per request. */
+bool gf_node_dra_cdi_per_request(const gf_node_dra_claim *c);
 
 /* Opens the state: reads <state_dir>/dra/checkpoint.json if it exists
  * (GF_ESYNTAX naming the file when it is not one the agent wrote).  g is
