@@ -29,6 +29,17 @@
 
 /* ---- small helpers ---- */
 
+/* The process at the other end of unix socket fd (SO_PEERCRED); 0 when it
+ * cannot be told. */
+static pid_t peer_pid_of(int fd) {
+  struct ucred uc;
+  socklen_t len = sizeof uc;
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) == 0 &&
+                 len == sizeof uc
+             ? uc.pid
+             : 0;
+}
+
 static void set_nonblock_cloexec(int fd) {
   int fl = fcntl(fd, F_GETFL);
   if (fl >= 0)
@@ -666,11 +677,7 @@ static void accept_one(gf__h2srv *s) {
   if (!c || !cb)
     goto fail;
   c->fd = fd;
-  struct ucred uc;
-  socklen_t uclen = sizeof uc;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &uclen) == 0 &&
-      uclen == sizeof uc)
-    c->pid = uc.pid;
+  c->pid = peer_pid_of(fd);
   c->srv = s;
   c->accepted_ms = c->progress_ms = now_ms();
   int rv = nghttp2_session_server_new(&c->sess, cb, c);
@@ -1088,14 +1095,8 @@ int gf__grpc_call_unix(const char *sock_path, const char *path,
   int rc = client_connect(sock_path, &cl.fd, d);
   if (rc)
     return rc;
-  if (peer_pid) {
-    struct ucred uc;
-    socklen_t uclen = sizeof uc;
-    *peer_pid = getsockopt(cl.fd, SOL_SOCKET, SO_PEERCRED, &uc, &uclen) == 0 &&
-                        uclen == sizeof uc
-                    ? uc.pid
-                    : 0;
-  }
+  if (peer_pid)
+    *peer_pid = peer_pid_of(cl.fd);
   body = gf__malloc(len + 5);
   if (!body || nghttp2_session_callbacks_new(&cb) != 0) {
     rc = gf_diag_set(d, GF_ENOMEM, "%s: out of memory", path);

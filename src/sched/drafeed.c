@@ -32,6 +32,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/sched_dra.h"
+#include "prom.h"
 #include "smap.h"
 
 #define KEY_MAX (2 * GF_DRA_NAME_MAX + 2)
@@ -1073,39 +1074,27 @@ size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
     return 0;
   gf_sched_dra_stats st;
   gf_sched_dra_stats_get(feed, &st);
-  int n = snprintf(
-      buf, cap,
-      "# HELP gpufrac_dra_placed_total Pods whose claims gpufrac allocated "
-      "(mode 2).\n"
-      "# TYPE gpufrac_dra_placed_total counter\n"
-      "gpufrac_dra_placed_total %" PRIu64 "\n"
-      "# HELP gpufrac_dra_handed_total Gated pods handed to kube-scheduler "
-      "unallocated.\n"
-      "# TYPE gpufrac_dra_handed_total counter\n"
-      "gpufrac_dra_handed_total %" PRIu64 "\n"
-      "# HELP gpufrac_dra_nofit_total Placement attempts that found no "
-      "node.\n"
-      "# TYPE gpufrac_dra_nofit_total counter\n"
-      "gpufrac_dra_nofit_total %" PRIu64 "\n"
-      "# HELP gpufrac_dra_overfilled_total The alarm: placed pods whose "
-      "device the check after settle_ms found over capacity (another "
-      "allocator gave the same capacity away; with one allocator per device "
-      "it stays 0).\n"
-      "# TYPE gpufrac_dra_overfilled_total counter\n"
-      "gpufrac_dra_overfilled_total %" PRIu64 "\n"
-      "# HELP gpufrac_dra_given_back_total Pods whose claims gpufrac gave "
-      "back after the alarm.\n"
-      "# TYPE gpufrac_dra_given_back_total counter\n"
-      "gpufrac_dra_given_back_total %" PRIu64 "\n"
-      "# HELP gpufrac_dra_errors_total API or parse errors of the DRA "
-      "feed.\n"
-      "# TYPE gpufrac_dra_errors_total counter\n"
-      "gpufrac_dra_errors_total %" PRIu64 "\n"
-      "# HELP gpufrac_dra_conflicts Results in the model over their device's "
-      "capacity.\n"
-      "# TYPE gpufrac_dra_conflicts gauge\n"
-      "gpufrac_dra_conflicts %" PRIu32 "\n",
-      st.placed, st.handed, st.nofit, st.overfilled, st.yielded, st.errors,
-      st.conflicts);
-  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+  gf__buf b;
+  gf__buf_init_fixed(&b, buf, cap);
+  gf__prom_u64(&b, "gpufrac_dra_placed_total", "counter",
+               "Pods whose claims gpufrac allocated (mode 2).", st.placed);
+  gf__prom_u64(&b, "gpufrac_dra_handed_total", "counter",
+               "Gated pods handed to kube-scheduler unallocated.", st.handed);
+  gf__prom_u64(&b, "gpufrac_dra_nofit_total", "counter",
+               "Placement attempts that found no node.", st.nofit);
+  gf__prom_u64(&b, "gpufrac_dra_overfilled_total", "counter",
+               "The alarm: placed pods whose device the check after "
+               "settle_ms found over capacity (another allocator gave the "
+               "same capacity away; with one allocator per device it stays "
+               "0).",
+               st.overfilled);
+  gf__prom_u64(&b, "gpufrac_dra_given_back_total", "counter",
+               "Pods whose claims gpufrac gave back after the alarm.",
+               st.yielded);
+  gf__prom_u64(&b, "gpufrac_dra_errors_total", "counter",
+               "API or parse errors of the DRA feed.", st.errors);
+  gf__prom_u64(&b, "gpufrac_dra_conflicts", "gauge",
+               "Results in the model over their device's capacity.",
+               st.conflicts);
+  return gf__buf_error(&b) ? 0 : b.len;
 }

@@ -142,18 +142,18 @@ static void test_devices_and_attributes(void **state) {
                           "string")),
                       "0000:18:00.0");
   char pa[16];
-  assert_true(gf_node_dra_pci_address("00000000:3B:00.0", pa));
+  assert_true(gf__node_dra_pci_address("00000000:3B:00.0", pa));
   assert_string_equal(pa, "0000:3b:00.0");
-  assert_true(gf_node_dra_pci_address("0001:c1:1f.7", pa));
+  assert_true(gf__node_dra_pci_address("0001:c1:1f.7", pa));
   assert_string_equal(pa, "0001:c1:1f.7");
-  assert_true(gf_node_dra_pci_address("3b:00.0", pa));
+  assert_true(gf__node_dra_pci_address("3b:00.0", pa));
   assert_string_equal(pa, "0000:3b:00.0");
-  assert_false(gf_node_dra_pci_address("", pa));
-  assert_false(gf_node_dra_pci_address("0000:3b:00.8", pa));
-  assert_false(gf_node_dra_pci_address("0000:3b:20.0", pa));
-  assert_false(gf_node_dra_pci_address("1:2:3:4", pa));
-  assert_false(gf_node_dra_pci_address("zz:00.0", pa));
-  assert_false(gf_node_dra_pci_address("100000:3b:00.0", pa));
+  assert_false(gf__node_dra_pci_address("", pa));
+  assert_false(gf__node_dra_pci_address("0000:3b:00.8", pa));
+  assert_false(gf__node_dra_pci_address("0000:3b:20.0", pa));
+  assert_false(gf__node_dra_pci_address("1:2:3:4", pa));
+  assert_false(gf__node_dra_pci_address("zz:00.0", pa));
+  assert_false(gf__node_dra_pci_address("100000:3b:00.0", pa));
   assert_string_equal(sget(d0, "attributes.uuid.string"), g->gpus[0].uuid);
   assert_int_equal(
       json_integer_value(json_object_get(
@@ -285,15 +285,15 @@ static void test_taints(void **state) {
   json_decref(arr);
   assert_string_equal(gf_node_dra_taint_effect("Xid 48"), "NoSchedule");
   assert_string_equal(gf_node_dra_taint_effect("Xid 79"), "NoSchedule");
-  assert_string_equal(gf_node_dra_taint_effect_for("Xid 79", GF_NODE_XID_BUS),
+  assert_string_equal(gf__node_dra_taint_effect_for("Xid 79", GF_NODE_XID_BUS),
                       "NoExecute");
-  assert_string_equal(gf_node_dra_taint_effect_for("Xid 48", GF_NODE_XID_BUS),
+  assert_string_equal(gf__node_dra_taint_effect_for("Xid 48", GF_NODE_XID_BUS),
                       "NoSchedule");
   assert_string_equal(
-      gf_node_dra_taint_effect_for("Xid 48", GF_NODE_XID_MEMORY), "NoExecute");
-  assert_string_equal(gf_node_dra_taint_effect_for("Xid 480", 0xffffffffu),
+      gf__node_dra_taint_effect_for("Xid 48", GF_NODE_XID_MEMORY), "NoExecute");
+  assert_string_equal(gf__node_dra_taint_effect_for("Xid 480", 0xffffffffu),
                       "NoSchedule");
-  assert_string_equal(gf_node_dra_taint_effect_for("GPU is lost", 0xffffffffu),
+  assert_string_equal(gf__node_dra_taint_effect_for("GPU is lost", 0xffffffffu),
                       "NoSchedule");
   /* The config: dra_xid_noexecute = bus: Xid 79 evicts. */
   gf_node_config cfg;
@@ -1049,7 +1049,7 @@ static void test_answer_request_names(void **state) {
            "second");
   snprintf(p.cdi_id, sizeof(p.cdi_id), "gpufrac.io/gpu=x_claim");
   gf_drap_answer *a = calloc(1, sizeof(*a));
-  gf_drap_answer_of(&p, a);
+  gf__drap_answer_of(&p, a);
   assert_int_equal(a->n, 2);
   assert_string_equal(a->dev[0].request, "gpu");
   assert_string_equal(a->dev[1].request, "second");
@@ -1202,7 +1202,7 @@ static void test_cdi_per_request(void **state) {
   free(ce);
   json_decref(root);
   gf_drap_answer *a = calloc(1, sizeof(*a));
-  gf_drap_answer_of(&p, a);
+  gf__drap_answer_of(&p, a);
   assert_int_equal(a->n, 2);
   assert_string_equal(a->dev[0].cdi_id, "gpufrac.io/gpu=" UID_A "_r0");
   assert_string_equal(a->dev[1].cdi_id, "gpufrac.io/gpu=" UID_A "_r1");
@@ -1211,12 +1211,12 @@ static void test_cdi_per_request(void **state) {
   s = open_state(g);
   assert_true(gf_node_dra_state_lookup(s, UID_A, &p));
   assert_true(p.per_request);
-  gf_drap_answer_of(&p, a);
+  gf__drap_answer_of(&p, a);
   assert_string_equal(a->dev[1].cdi_id, "gpufrac.io/gpu=" UID_A "_r1");
   /* One request: the one claim device, as before. */
   assert_int_equal(prep(s, UID_B, "one", "gpu-0:8Gi:30", &p, &d), 0);
   assert_false(p.per_request);
-  gf_drap_answer_of(&p, a);
+  gf__drap_answer_of(&p, a);
   assert_string_equal(a->dev[0].cdi_id, "gpufrac.io/gpu=" UID_B "_claim");
   free(a);
   gf_node_dra_state_free(s);

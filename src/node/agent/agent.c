@@ -473,7 +473,7 @@ static int dra_prepare(void *user, const char *ns, const char *name,
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   int rc = gf_node_dra_prepare_from_api(x->state, x->k, ns, name, uid, p, d);
   if (!rc)
-    gf_drap_answer_of(p, a);
+    gf__drap_answer_of(p, a);
   gf__free(p);
   return rc;
 }

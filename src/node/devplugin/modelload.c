@@ -256,12 +256,12 @@ int gf__node_loader_new(gf_node_loader **out, const gf_node_loader_opts *o,
   gf__node_copy(l->node, sizeof(l->node), o->node ? o->node : "");
   if (!gf__node_join(l->pods_dir, sizeof(l->pods_dir),
                      gf_node_cache_root(o->cache), "pods")) {
-    free(l);
+    gf__free(l);
     return gf_diag_set(d, GF_ELIMIT, "model loader: cache root too long");
   }
   if (mkdir(l->pods_dir, 0755) && errno != EEXIST) {
     int e = errno;
-    free(l);
+    gf__free(l);
     return gf_diag_set(d, GF_EIO, "mkdir %s/pods: %s",
                        gf_node_cache_root(o->cache), strerror(e));
   }
@@ -269,7 +269,7 @@ int gf__node_loader_new(gf_node_loader **out, const gf_node_loader_opts *o,
   if (o->kube)
     rc = gf_kube_new(&l->kube, o->kube, NULL, d);
   if (rc) {
-    free(l);
+    gf__free(l);
     return rc;
   }
   pthread_mutex_init(&l->mu, NULL);
@@ -301,7 +301,7 @@ static void reap_locked(gf_node_loader *l) {
     pthread_join(j->t, NULL);
     (void)gf_node_cache_view_remove(j->dir);
     l->jobs[i] = l->jobs[--l->n];
-    free(j);
+    gf__free(j);
   }
 }
 
@@ -363,7 +363,7 @@ int gf__node_loader_want(gf_node_loader *l, const char *uid, const char *ns,
     rc = gf_diag_set(d, GF_ENOMEM, "model loader: no thread for pod %s/%s", ns,
                      pod);
   if (rc) {
-    free(j);
+    gf__free(j);
     pthread_mutex_unlock(&l->mu);
     return rc;
   }
@@ -461,11 +461,11 @@ void gf__node_loader_free(gf_node_loader *l) {
   pthread_mutex_unlock(&l->mu);
   for (size_t i = 0; i < l->n; i++) {
     pthread_join(l->jobs[i]->t, NULL);
-    free(l->jobs[i]);
+    gf__free(l->jobs[i]);
   }
-  free(l->jobs);
+  gf__free(l->jobs);
   gf_kube_free(l->kube);
   pthread_cond_destroy(&l->cv);
   pthread_mutex_destroy(&l->mu);
-  free(l);
+  gf__free(l);
 }

@@ -787,7 +787,7 @@ static size_t request_names(const gf_node_dra_claim *c,
   return n;
 }
 
-bool gf_node_dra_cdi_per_request(const gf_node_dra_claim *c) {
+bool gf__node_dra_cdi_per_request(const gf_node_dra_claim *c) {
   char names[GF_NODE_DRA_MAX_RESULTS][GF_NODE_DRA_REQUEST_MAX];
   return request_names(c, names, GF_NODE_DRA_MAX_RESULTS) > 1;
 }
@@ -948,7 +948,7 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
     goto undo;
   gf_node_dra_prepared p;
   p.claim = *c;
-  p.per_request = !nmig && gf_node_dra_cdi_per_request(c);
+  p.per_request = !nmig && gf__node_dra_cdi_per_request(c);
   snprintf(p.cdi_id, sizeof(p.cdi_id), "%s=%s_%s", GF_NODE_CDI_KIND, c->uid,
            CTR_NAME);
   if ((rc = add_prepared(s, &p, d)))

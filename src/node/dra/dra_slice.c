@@ -71,8 +71,8 @@ bool gf_node_dra_semver(const char *s, char *out, size_t cap) {
   return w > 0 && (size_t)w < cap;
 }
 
-const char *gf_node_dra_taint_effect_for(const char *reason,
-                                         uint32_t noexecute) {
+const char *gf__node_dra_taint_effect_for(const char *reason,
+                                          uint32_t noexecute) {
   static const struct {
     unsigned xid;
     uint32_t cls;
@@ -96,7 +96,7 @@ const char *gf_node_dra_taint_effect_for(const char *reason,
 }
 
 const char *gf_node_dra_taint_effect(const char *reason) {
-  return gf_node_dra_taint_effect_for(reason, 0);
+  return gf__node_dra_taint_effect_for(reason, 0);
 }
 
 /* A byte count as the API server writes it back (BinarySI canonical
@@ -220,7 +220,7 @@ static int common_attrs(json_t *a, const gf_node_gpus *g, const gf_node_gpu *x,
    * function of its own), so a claim can align a GPU with another
    * driver's device on the same PCI bus. */
   char std[16];
-  if (strcmp(type, "gpu") == 0 && gf_node_dra_pci_address(x->pci_bus_id, std))
+  if (strcmp(type, "gpu") == 0 && gf__node_dra_pci_address(x->pci_bus_id, std))
     rc |= set_str(a, GF_NODE_DRA_STD_PCI_BUS_ID, std);
   if (x->numa_node >= 0)
     rc |= json_object_set_new(
@@ -270,7 +270,7 @@ static json_t *taints(const gf_node_gpus *g, const gf_node_gpu *x,
       v[k++] = *p++;
     v[k] = '\0';
     t = json_pack("{s:s,s:s,s:s}", "key", GF_NODE_DRA_TAINT_KEY, "value", v,
-                  "effect", gf_node_dra_taint_effect_for(r, g->xid_noexecute));
+                  "effect", gf__node_dra_taint_effect_for(r, g->xid_noexecute));
   } else {
     t = json_pack("{s:s,s:s}", "key", GF_NODE_DRA_DRIVER "/unhealthy", "effect",
                   "NoSchedule");
@@ -282,7 +282,7 @@ static json_t *taints(const gf_node_gpus *g, const gf_node_gpu *x,
   return l;
 }
 
-bool gf_node_dra_pci_address(const char *nvml, char out[16]) {
+bool gf__node_dra_pci_address(const char *nvml, char out[16]) {
   /* [domain:]bus:device.function, hex; NVML writes an 8-digit domain. */
   unsigned long dom = 0, bus, dev, fn;
   char tail;

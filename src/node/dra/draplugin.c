@@ -514,7 +514,7 @@ void gf_drap_free(gf_drap *p) {
   free(p);
 }
 
-void gf_drap_answer_of(const gf_node_dra_prepared *p, gf_drap_answer *a) {
+void gf__drap_answer_of(const gf_node_dra_prepared *p, gf_drap_answer *a) {
   a->n = 0;
   /* One CDI device per request when the claim has several (and is not
    * MIG: its spec keeps the one device), so a container gets what it

@@ -52,7 +52,8 @@ struct gf_node_dra_prepared;
  * firstAvailable result "gpu/h100" answers "gpu": a container names the
  * request, never the subrequest), pool, device, shareID and the claim's
  * CDI device id. */
-void gf_drap_answer_of(const struct gf_node_dra_prepared *p, gf_drap_answer *a);
+void gf__drap_answer_of(const struct gf_node_dra_prepared *p,
+                        gf_drap_answer *a);
 
 /* Prepares claim ns/name with uid: 0 with *a filled, or a GF_E* code with
  * the sentence in d (sent as that claim's error). */

@@ -131,7 +131,7 @@ int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
 #define GF_NODE_DRA_STD_PCI_BUS_ID "resource.kubernetes.io/pciBusID"
 /* NVML's busId ("00000000:3B:00.0", or without the domain) as that form;
  * false when it is not a PCI address. */
-bool gf_node_dra_pci_address(const char *nvml, char out[16]);
+bool gf__node_dra_pci_address(const char *nvml, char out[16]);
 
 /* A version string made semver: "9.0" -> "9.0.0", "535.104.05" ->
  * "535.104.5" (leading zeros dropped), at most three numeric parts kept.
@@ -143,9 +143,9 @@ bool gf_node_dra_semver(const char *s, char *out, size_t cap);
  * driver does for an Xid), "NoExecute" only for an Xid of a class set in
  * noexecute (GF_NODE_XID_*: memory 48 63 64 94 95 140, bus 79, firmware
  * 62 119 120, nvlink 74; the agent's dra_xid_noexecute). */
-const char *gf_node_dra_taint_effect_for(const char *reason,
-                                         uint32_t noexecute);
-/* gf_node_dra_taint_effect_for(reason, 0): always "NoSchedule". */
+const char *gf__node_dra_taint_effect_for(const char *reason,
+                                          uint32_t noexecute);
+/* gf__node_dra_taint_effect_for(reason, 0): always "NoSchedule". */
 const char *gf_node_dra_taint_effect(const char *reason);
 /* The allocator taint on every device of a node whose devices gpufrac
  * allocates (gf_node_gpus.dra_gpufrac; docs/dra.md). */
@@ -222,7 +222,7 @@ typedef struct gf_node_dra_prepared {
   gf_node_dra_claim claim;
   char cdi_id[GF_NODE_DRA_CDI_ID_MAX];
   /* The spec has one device per request, "<kind>=<uid>_<request>"
-   * (gf_node_dra_cdi_per_request, GPU claims only); cdi_id names the
+   * (gf__node_dra_cdi_per_request, GPU claims only); cdi_id names the
    * claim. */
   bool per_request;
 } gf_node_dra_prepared;
@@ -230,7 +230,7 @@ typedef struct gf_node_dra_prepared {
 /* Whether claim c's results name more than one request (a firstAvailable
  * result counting as its request): a GPU claim's CDI spec then has one
  * device per request. */
-bool gf_node_dra_cdi_per_request(const gf_node_dra_claim *c);
+bool gf__node_dra_cdi_per_request(const gf_node_dra_claim *c);
 
 /* Opens the state: reads <state_dir>/dra/checkpoint.json if it exists
  * (GF_ESYNTAX naming the file when it is not one the agent wrote).  g is
