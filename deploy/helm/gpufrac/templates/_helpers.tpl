@@ -46,6 +46,7 @@ extenders:
     prioritizeVerb: prioritize
     # the extender writes the grant annotation, then the Binding
     bindVerb: bind
+    # victims chosen per GPU (docs/scheduler.md, Preemption)
     preemptVerb: preempt
     weight: {{ $c.weight }}
     enableHTTPS: {{ $tls }}
