@@ -85,6 +85,13 @@ typedef struct gf_inventory_model {
   char digest[GF_MODEL_DIGEST_LEN]; /* "sha256:<64 lowercase hex>" */
   int64_t bytes;                    /* 0 when absent */
   gf_model_state state;             /* "state"; absent: ready */
+  /* Whose it is (the node's cache serves a model fetched from a pod's own
+   * source to that pod's namespace only, docs/modelcache.md): owned false
+   * is "shared" (true or absent, as agents before the field wrote), owned
+   * true is "shared": false with "namespace" ns, the one namespace served
+   * ("": nobody's yet).  Zeroed: shared. */
+  bool owned;
+  char ns[64];
 } gf_inventory_model;
 
 typedef struct gf_inventory {

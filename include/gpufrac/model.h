@@ -124,6 +124,10 @@ typedef struct gf_request {
   gf_share_mode mode;
   uint32_t weights; /* weights the pod loads: id + 1 in the cluster's weights
                        table; 0 = none.  Affects only the score. */
+  uint32_t weights_own; /* the same weights held privately for the pod's own
+                           namespace (a node's cache serves those to it
+                           alone): id + 1, 0 = none; the cache term counts
+                           a node holding either */
 } gf_request;
 
 typedef struct gf_placement {

@@ -94,6 +94,35 @@ int gf_model_ref_parse(const char *text, size_t len, char *name, char *digest,
   return 0;
 }
 
+/* A model's "shared" (absent: true) and, when not shared, "namespace": ""
+ * (nobody's) or a Kubernetes namespace name (1..63 of a-z, 0-9, '-'). */
+static int parse_model_owner(const json_t *m, const char *what,
+                             gf_inventory_model *x, gf_diag *d) {
+  const json_t *sh = gf__json_get(m, "shared");
+  x->owned = false;
+  x->ns[0] = '\0';
+  if (sh && !json_is_null(sh)) {
+    if (!json_is_boolean(sh))
+      return gf_diag_set(d, GF_ESYNTAX, "%s.shared: not true or false", what);
+    x->owned = json_is_false(sh);
+  }
+  if (!x->owned)
+    return 0;
+  char f[64];
+  snprintf(f, sizeof(f), "%s.namespace", what);
+  int rc = gf__json_str(m, "namespace", x->ns, sizeof(x->ns), false, f, d);
+  if (rc)
+    return rc == GF_ELIMIT
+               ? gf_diag_set(d, GF_ESYNTAX, "%s: longer than 63 bytes", f)
+               : rc;
+  for (const char *p = x->ns; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: '%s' is not a namespace name (a-z, 0-9, '-')", f,
+                         x->ns);
+  return 0;
+}
+
 /* The optional "models" array of an inventory (grant.h): at most
  * GF_INVENTORY_MAX_MODELS entries read, the rest ignored. */
 static int parse_models(const json_t *root, gf_inventory *out, gf_diag *d) {
@@ -143,6 +172,8 @@ static int parse_models(const json_t *root, gf_inventory *out, gf_diag *d) {
     else
       return gf_diag_set(d, GF_ESYNTAX,
                          "%s: '%s', want \"ready\" or \"fetching\"", f, state);
+    if ((rc = parse_model_owner(m, what, x, d)))
+      return rc;
     for (uint32_t k = 0; k < out->nmodels; k++)
       if (strcmp(out->models[k].name, x->name) == 0 &&
           strcmp(out->models[k].digest, x->digest) == 0)
@@ -345,6 +376,15 @@ static int put_models(json_t *root, const gf_inventory *inv, bool listed,
     json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "name", m->name, "digest",
                           m->digest, "bytes", (json_int_t)m->bytes, "state",
                           m->state == GF_MODEL_FETCHING ? "fetching" : "ready");
+    /* Shared models carry no owner (absent reads as shared: the bytes of
+     * agents before the field); a private one says whose it is. */
+    if (o && m->owned &&
+        (!put(o, "shared", json_false()) ||
+         !put(o, "namespace",
+              json_stringn(m->ns, strnlen(m->ns, sizeof(m->ns)))))) {
+      json_decref(o);
+      o = NULL;
+    }
     if (!o || json_array_append_new(ms, o))
       return gf_diag_set(d, GF_ENOMEM, "inventory: out of memory");
   }

@@ -3,7 +3,8 @@
  * and the GPU choosers shared by policies.
  *
  * Score cache.  Requests are grouped into shapes (every field of
- * gf_request but `weights`, whose term the policy adds outside the cache);
+ * gf_request but `weights` and `weights_own`, whose term the policy adds
+ * outside the cache);
  * for a cacheable policy each shape keeps, per node, the score
  * and GPU pick computed at a given node version.  A placement bumps only its
  * node's version, so the next decision recomputes one node, not all.
@@ -378,7 +379,7 @@ static int64_t score_node(gf_engine *e, shape *sh, uint32_t i,
     pick->ngpus = 0;
     s = e->ops->score(e->state, e->c, i, r, pick);
   }
-  if (r->weights && e->ops->bonus)
+  if ((r->weights || r->weights_own) && e->ops->bonus)
     s += e->ops->bonus(e->state, e->c, i, r);
   return s;
 }

@@ -419,20 +419,25 @@ static int64_t gfp_score(void *state, const gf_cluster *c, uint32_t node,
 static int64_t gfp_bonus(void *state, const gf_cluster *c, uint32_t node,
                          const gf_request *r) {
   gfp *s = state;
-  if (s->cache_w <= 0 || r->weights == 0)
+  if (s->cache_w <= 0 || (r->weights == 0 && r->weights_own == 0))
     return 0;
-  const int id = (int)(r->weights - 1);
-  const gf_cache_state st = gf_node_cache_state(gf_cluster_node(c, node), id);
+  const gf_node *nd = gf_cluster_node(c, node);
+  int id = r->weights ? (int)(r->weights - 1) : -1;
+  gf_cache_state st = id >= 0 ? gf_node_cache_state(nd, id) : GF_CACHE_NONE;
+  if (st == GF_CACHE_NONE && r->weights_own) {
+    id = (int)(r->weights_own - 1); /* held for the pod's namespace alone */
+    st = gf_node_cache_state(nd, id);
+  }
   if (st == GF_CACHE_NONE)
     return 0;
   const int64_t bytes = gf_cluster_weights_bytes(c, id);
-  if (s->bonus_for != r->weights || s->bonus_bytes != bytes) {
+  if (s->bonus_for != (uint32_t)id + 1 || s->bonus_bytes != bytes) {
     double f = bytes > 0 ? (double)bytes / CACHE_FULL_BYTES : 1.0;
     if (f > 1)
       f = 1;
     s->bonus_ready = to_score(s, s->cache_w * f) - to_score(s, 0);
     s->bonus_fetching = to_score(s, s->cache_w * f / 2) - to_score(s, 0);
-    s->bonus_for = r->weights;
+    s->bonus_for = (uint32_t)id + 1;
     s->bonus_bytes = bytes;
   }
   return st == GF_CACHE_FETCHING ? s->bonus_fetching : s->bonus_ready;

@@ -147,6 +147,8 @@ static void add_models(gf_node_cache *cache, gf_inventory *inv,
         gf_model_ref_parse(ref, (size_t)w, m->name, m->digest, NULL))
       continue;
     m->bytes = (int64_t)l[i].bytes;
+    m->owned = !l[i].shared;
+    gf__node_copy(m->ns, sizeof(m->ns), l[i].ns);
     m->state =
         l[i].state == GF_NODE_CACHE_READY ? GF_MODEL_READY : GF_MODEL_FETCHING;
     inv->nmodels++;

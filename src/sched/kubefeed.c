@@ -284,6 +284,14 @@ static const char *pod_key(const json_t *obj, char *buf, size_t cap) {
 
 /* ---- cached model weights (gf__node_cache_load, sched_int.h) ---------- */
 
+/* The weights key of a model a node holds for namespace ns alone: the
+ * digest and the namespace (a pod's own key, "name@digest", names it only
+ * when shared; the name adds nothing to the digest). */
+static int owned_ref(char *ref, size_t cap, const char *digest,
+                     const char *ns) {
+  return snprintf(ref, cap, "%s %s", digest, ns);
+}
+
 int gf__node_cache_load(gf_cluster *c, uint32_t i,
                         const gf_inventory_model *models, uint32_t nmodels) {
   int lost = 0;
@@ -291,7 +299,8 @@ int gf__node_cache_load(gf_cluster *c, uint32_t i,
   for (uint32_t k = 0; k < nmodels && k < GF_INVENTORY_MAX_MODELS; k++) {
     const gf_inventory_model *m = &models[k];
     char ref[GF_WEIGHTS_REF_MAX];
-    int n = snprintf(ref, sizeof(ref), "%s@%s", m->name, m->digest);
+    int n = m->owned ? owned_ref(ref, sizeof(ref), m->digest, m->ns)
+                     : snprintf(ref, sizeof(ref), "%s@%s", m->name, m->digest);
     if (n < 0 || (size_t)n >= sizeof(ref))
       continue;
     int id = gf_cluster_weights_id(c, ref, m->bytes, true);
@@ -310,6 +319,16 @@ uint32_t gf__pod_weights(gf_cluster *c, const gf__pod *p) {
   if (!p->weights[0])
     return 0;
   int id = gf_cluster_weights_id(c, p->weights, 0, false);
+  return id < 0 ? 0 : (uint32_t)id + 1;
+}
+
+uint32_t gf__pod_weights_own(gf_cluster *c, const gf__pod *p) {
+  const char *at = strchr(p->weights, '@');
+  char ref[GF_WEIGHTS_REF_MAX];
+  int n = at && p->ns[0] ? owned_ref(ref, sizeof(ref), at + 1, p->ns) : -1;
+  if (n < 0 || (size_t)n >= sizeof(ref))
+    return 0;
+  int id = gf_cluster_weights_id(c, ref, 0, false);
   return id < 0 ? 0 : (uint32_t)id + 1;
 }
 

@@ -367,6 +367,7 @@ static void resolve(gf_sched *s, const gf__pod *p, gf_request *r, verdict *v) {
   bool named;
   r->model_mask = gf__models_mask(s->c, p->models, &named);
   r->weights = gf__pod_weights(s->c, p); /* the cache term's, kubefeed.c */
+  r->weights_own = gf__pod_weights_own(s->c, p);
   v->kind = GF__FIT;
   if (named && r->model_mask == 0 && r->gpu_count) {
     v->kind = GF__FIT_NEVER;

@@ -159,7 +159,8 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d);
 
 /* ---- cached model weights (kubefeed.c; docs/placement.md) -------------
  * gf__node_cache_load: node i's cache set in c becomes the inventory's
- * "models" (interned as "name@digest" with their sizes); entries the
+ * "models" (interned as "name@digest" with their sizes when shared, as
+ * "digest namespace" when served to one namespace alone); entries the
  * weights table or the node's set cannot take are left out (no bonus,
  * never a refusal); returns how many were left out because the weights
  * table is full (GF_MAX_WEIGHTS) or memory ran out: only a model made
@@ -169,6 +170,10 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d);
 int gf__node_cache_load(gf_cluster *c, uint32_t i,
                         const gf_inventory_model *models, uint32_t nmodels);
 uint32_t gf__pod_weights(gf_cluster *c, const gf__pod *p);
+/* The same weights as a node holds them for the pod's own namespace alone
+ * (a model fetched from a source of that namespace's pods): id + 1, or 0.
+ * The cache term counts a node holding either (docs/placement.md). */
+uint32_t gf__pod_weights_own(gf_cluster *c, const gf__pod *p);
 
 /* ExtenderArgs: the pod plus either Nodes (a v1 NodeList) or NodeNames.
  * node_items points into root (borrowed); exactly one of node_items and

@@ -278,6 +278,100 @@ static void test_prioritize_cache(void **state) {
   gf_sched_free(s);
 }
 
+/* Issue 28 item 2: a node's cache serves a model fetched from a pod's own
+ * source to that pod's namespace alone, and the inventory says so
+ * ("shared": false, "namespace").  A pod of namespace t naming llama: b
+ * holds it for t, c for namespace other, a nothing: only b gains (c would
+ * refuse the pod its copy: steering there squats nothing but wastes the
+ * pod's fetch).  Then c's copy is shared: c gains too.  Malformed owners
+ * are refused with the field named. */
+static void test_prioritize_owned(void **state) {
+  (void)state;
+  gf_sched *s;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&(gf_sched_config){0}, &s, &d), 0);
+  const char *for_t =
+      "[{\"name\":\"llama\",\"digest\":\"sha256:" HEX64 "\","
+      "\"bytes\":17179869184,\"shared\":false,\"namespace\":\"t\"}]";
+  const char *for_other =
+      "[{\"name\":\"llama\",\"digest\":\"sha256:" HEX64 "\","
+      "\"bytes\":17179869184,\"shared\":false,\"namespace\":\"other\"}]";
+  const char *shared = "[{\"name\":\"llama\",\"digest\":\"sha256:" HEX64
+                       "\",\"bytes\":17179869184,\"shared\":true}]";
+  json_t *n = node_with("a", NULL);
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+  n = node_with("b", for_t);
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+  n = node_with("c", for_other);
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+  json_int_t sc[3];
+  prioritize(s, "llama@sha256:" HEX64, sc);
+  if (!(sc[1] > sc[0] && sc[0] == sc[2]))
+    fail_msg("owned by t on b, by other on c: a %lld b %lld c %lld, want "
+             "b > a = c",
+             (long long)sc[0], (long long)sc[1], (long long)sc[2]);
+  n = node_with("c", shared);
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+  prioritize(s, "llama@sha256:" HEX64, sc);
+  if (!(sc[1] > sc[0] && sc[2] > sc[0] && sc[1] == sc[2]))
+    fail_msg("shared on c: a %lld b %lld c %lld, want b = c > a",
+             (long long)sc[0], (long long)sc[1], (long long)sc[2]);
+  gf_sched_free(s);
+
+  static const struct {
+    const char *models, *want;
+  } bad[] = {
+      {"[{\"name\":\"m\",\"digest\":\"sha256:" HEX64 "\",\"shared\":\"no\"}]",
+       "models[0].shared: not true or false"},
+      {"[{\"name\":\"m\",\"digest\":\"sha256:" HEX64
+       "\",\"shared\":false,\"namespace\":\"Team_A\"}]",
+       "models[0].namespace: 'Team_A' is not a namespace name"},
+      {"[{\"name\":\"m\",\"digest\":\"sha256:" HEX64
+       "\",\"shared\":false,\"namespace\":7}]",
+       "models[0].namespace"},
+  };
+  /* The one writer says whose a model is, and the reader reads it back;
+   * a shared model's bytes stay as before the field (no owner written). */
+  gf_inventory w;
+  memset(&w, 0, sizeof(w));
+  w.ngpus = 1;
+  w.gpus[0].index = 0;
+  snprintf(w.gpus[0].uuid, sizeof(w.gpus[0].uuid), "GPU-a");
+  snprintf(w.gpus[0].model, sizeof(w.gpus[0].model), "T4");
+  w.gpus[0].mem_bytes = 16LL << 30;
+  w.nmodels = 2;
+  snprintf(w.models[0].name, sizeof(w.models[0].name), "mine");
+  snprintf(w.models[0].digest, sizeof(w.models[0].digest), "sha256:" HEX64);
+  w.models[0].owned = true;
+  snprintf(w.models[0].ns, sizeof(w.models[0].ns), "team-a");
+  snprintf(w.models[1].name, sizeof(w.models[1].name), "ours");
+  snprintf(w.models[1].digest, sizeof(w.models[1].digest), "sha256:" HEXB);
+  char *text = NULL;
+  assert_int_equal(gf_inventory_format(&w, &text, &d), 0);
+  assert_non_null(strstr(text, "\"shared\":false,\"namespace\":\"team-a\""));
+  assert_null(strstr(strstr(text, "\"ours\""), "shared"));
+  gf_inventory back;
+  assert_int_equal(gf_inventory_parse(text, strlen(text), &back, &d), 0);
+  assert_true(back.models[0].owned);
+  assert_string_equal(back.models[0].ns, "team-a");
+  assert_false(back.models[1].owned);
+  free(text);
+
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char *t = inv_with(bad[i].models);
+    gf_inventory inv;
+    gf_diag e = {""};
+    assert_int_not_equal(gf_inventory_parse(t, strlen(t), &inv, &e), 0);
+    if (!strstr(e.msg, bad[i].want))
+      fail_msg("case %zu: '%s', want '%s'", i, e.msg, bad[i].want);
+    free(t);
+  }
+}
+
 /* Node `name` (one T4) caching `count` models with digests first,
  * first + 1, ...; a fresh resourceVersion each time. */
 static int models_rv = 200000;
@@ -657,6 +751,7 @@ int main(void) {
       cmocka_unit_test(test_inventory_models),
       cmocka_unit_test(test_model_ref),
       cmocka_unit_test(test_prioritize_cache),
+      cmocka_unit_test(test_prioritize_owned),
       cmocka_unit_test(test_slim_keeps_model),
       cmocka_unit_test(test_feed_models),
       cmocka_unit_test(test_weights_turnover),
