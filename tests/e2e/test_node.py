@@ -248,6 +248,8 @@ class Node:
             json.dump(net, f, indent=1)
         q = json.dumps  # a TOML basic string is a JSON string
         toml = "\n".join([
+            # Version 3 (containerd 2.0-2.3's; 2.4 migrates it, with a warning):
+            # with version = 4, 2.4.2 ignored [grpc] address.
             "version = 3",
             "root = %s" % q(os.path.join(self.d, "containerd-root")),
             "state = %s" % q(os.path.join(self.d, "containerd-state")),
