@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A real node: kubelet, containerd and runc with a CNI pod network (label e2e).
 
-Usage: test_node.py K8S_BIN CONTAINERD_BIN CNI_BIN GPUFRAC [--keep]
+Usage: test_node.py K8S_BIN CONTAINERD_BIN CNI_BIN GPUFRAC INTERPOSER [--keep]
 
 K8S_BIN holds cluster.py's control plane and kubelet; CONTAINERD_BIN
 containerd, containerd-shim-runc-v2 and ctr; CNI_BIN the CNI plugins
@@ -36,7 +36,18 @@ Needs root.  Nothing of the machine's is used or left behind:
      (containerd writes it where kubelet's podLogsDir says), and fetches a
      file over HTTP from busybox httpd at the pod's IP through the bridge;
   4. deleted, the pod is stopped by kubelet and runc (runc lists no
-     container), its address released by host-local.
+     container), its address released by host-local;
+  5. gpufrac's node image, built by scripts/build-images (INTERPOSER is the
+     interposer it packs), imported into containerd under deploy/'s image
+     name; deploy/namespace.yaml and node-agent.yaml applied (the DaemonSet
+     selects gpufrac.io/enabled=true, which this Node lacks) and one agent
+     pod of the test's run from that image by kubelet and runc: the
+     DaemonSet's hostPath mounts, securityContext and ServiceAccount, a
+     ConfigMap node.conf (slots = 16), `--fake-gpus 2xA100-80GB`,
+     hostNetwork with KUBERNETES_SERVICE_HOST/PORT = kube-apiserver's
+     loopback address (no kube-proxy runs).  Its device plugin registers
+     on the real kubelet's socket: the Node's capacity and allocatable
+     gpufrac.io/gpu = 32, its inventory annotation lists 2 GPUs.
 """
 
 import hashlib
@@ -56,6 +67,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import (ApiError, Cluster, Failure, Proc, free_port,  # noqa: E402
                      kubeconfig, log, run_once, wait_for)
+from test_k8s import E2E  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE = "rn1"
@@ -63,6 +75,12 @@ NS = "node-e2e"
 PAUSE = "gpufrac.test/pause:1"
 BUSYBOX = "gpufrac.test/busybox:1"
 K8S_NS = "k8s.io"  # containerd's namespace for CRI
+AGENT_NS = "gpufrac-system"
+SPEC = "2xA100-80GB"
+NGPUS = 2
+SLOTS = 16
+RESOURCE = "gpufrac.io/gpu"
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def fail(msg):
@@ -566,12 +584,119 @@ def run(c, n):
     n.alive()
 
 
+def layout_archive(layout, path):
+    """A tar of an OCI image layout directory (what ctr images import reads)."""
+    with tarfile.open(path, "w") as t:
+        for f in sorted(os.listdir(layout)):
+            t.add(os.path.join(layout, f), arcname=f)
+    return path
+
+
+def run_agent(c, n, interposer):
+    """gpufrac's node image (scripts/build-images) imported into containerd,
+    the agent run from it by kubelet as a real container (hostNetwork, the
+    DaemonSet's hostPath mounts, its ConfigMap) registering its device
+    plugin on the real kubelet's socket."""
+    out = os.path.join(n.d, "gpufrac-images")
+    r = subprocess.run([os.path.join(REPO, "scripts", "build-images"), "--only",
+                        "gpufrac-node", "--gpufrac", c.gpufrac, "--interposer",
+                        interposer, "--out", out], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("scripts/build-images --only gpufrac-node: %s" % (r.stderr or r.stdout))
+    image = None
+    with open(os.path.join(REPO, "deploy", "node-agent.yaml")) as f:
+        for ln in f:
+            if ln.strip().startswith("image: ") and "gpufrac-node" in ln:
+                image = ln.split()[1]
+    if not image:
+        fail("deploy/node-agent.yaml names no gpufrac-node image")
+    repo, tag = image.rsplit(":", 1)
+    arch = layout_archive(os.path.join(out, "gpufrac-node"),
+                          os.path.join(n.d, "gpufrac-node.tar"))
+    n.ctr("images", "import", "--base-name", repo, arch)
+    if image not in n.ctr("images", "list", "-q").stdout.split():
+        fail("ctr images import did not make %s" % image)
+    log("%s (scripts/build-images) imported into containerd" % image)
+
+    for f in ("namespace.yaml", "node-agent.yaml"):
+        c.kubectl("apply", "-f", os.path.join(REPO, "deploy", f))
+    # The DaemonSet selects gpufrac.io/enabled=true, which this Node lacks:
+    # the test runs one agent pod of its own (below) instead.
+    c.kubectl("-n", AGENT_NS, "create", "configmap", "gpufrac-node-config",
+              "--from-literal=node.conf=slots = %d\n" % SLOTS)
+    wait_for("ServiceAccount gpufrac-node", lambda: c.admin.get(
+        "/api/v1/namespaces/%s/serviceaccounts/gpufrac-node" % AGENT_NS), 30)
+    port = c.server.rsplit(":", 1)[1]
+    mounts = [("cdi", "/var/run/cdi", "DirectoryOrCreate"),
+              ("state", "/run/gpufrac", "DirectoryOrCreate"),
+              ("device-plugins", "/var/lib/kubelet/device-plugins", "Directory")]
+    name = "agent"
+    c.admin.create("/api/v1/namespaces/%s/pods" % AGENT_NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE, "serviceAccountName": "gpufrac-node",
+            # No kube-proxy here: the kubernetes Service's ClusterIP leads
+            # nowhere, so the agent shares the host's network and is told
+            # kube-apiserver's loopback address.
+            "hostNetwork": True, "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": "agent", "image": image, "imagePullPolicy": "Never",
+                "command": ["gpufrac", "node", "--fake-gpus", SPEC,
+                            "--config", "/etc/gpufrac/node.conf",
+                            "--listen", "127.0.0.1:%d" % free_port()],
+                "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                        {"name": "KUBERNETES_SERVICE_PORT", "value": port},
+                        {"name": "NODE_NAME",
+                         "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                "securityContext": {"allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": v, "mountPath": p} for v, p, _ in mounts] +
+                [{"name": "config", "mountPath": "/etc/gpufrac", "readOnly": True}]}],
+            "volumes": [{"name": v, "hostPath": {"path": p, "type": t}}
+                        for v, p, t in mounts] +
+            [{"name": "config", "configMap": {"name": "gpufrac-node-config"}}]}})
+    path = "/api/v1/namespaces/%s/pods/%s" % (AGENT_NS, name)
+    want = str(NGPUS * SLOTS)
+
+    def capacity():
+        n.alive()
+        st = node_obj(c)["status"]
+        return st.get("capacity", {}).get(RESOURCE) == want and \
+            st.get("allocatable", {}).get(RESOURCE) == want
+    try:
+        wait_for("kubelet reporting %s = %s from the agent's device plugin" %
+                 (RESOURCE, want), capacity, 90)
+    except Failure:
+        o = c.admin.get(path)
+        fail("pod %s: phase %s, container statuses %s; Node capacity %s" % (
+            name, o["status"].get("phase"), o["status"].get("containerStatuses"),
+            node_obj(c)["status"].get("capacity")))
+    o = c.admin.get(path)
+    cid = o["status"]["containerStatuses"][0]["containerID"][len("containerd://"):]
+    runs = {x["id"]: x for x in n.runc_list()}
+    if runs.get(cid, {}).get("status") != "running":
+        fail("runc does not list the agent's container %s running" % cid[:12])
+    # Its inventory on the Node, written through the in-cluster config
+    # (the ServiceAccount token kubelet projected into the container).
+    E2E(c).wait_inventory(NODE, NGPUS)
+    # The agent's socket next to kubelet's, in the directory both share.
+    socks = sorted(os.listdir(os.path.join(n.kroot, "device-plugins")))
+    if "kubelet.sock" not in socks or not [x for x in socks if x.startswith("gpufrac")]:
+        fail("device-plugins holds %s" % socks)
+    log("agent pod %s (image %s) run by runc (pid %d): %s = %s on Node %s; "
+        "device-plugins holds %s" % (name, image, runs[cid]["pid"], RESOURCE, want,
+                                     NODE, socks))
+    c.check_alive()
+    n.alive()
+
+
 def main():
     args = [a for a in sys.argv[1:] if a != "--keep"]
-    if len(args) != 4:
+    if len(args) != 5:
         print(__doc__, file=sys.stderr)
         return 2
-    k8s_bin, ctrd_bin, cni_bin, gpufrac = args
+    k8s_bin, ctrd_bin, cni_bin, gpufrac, interposer = args
     keep = "--keep" in sys.argv[1:]
     # CTest's timeout: stop the node (bridge, cgroups) on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -582,6 +707,7 @@ def main():
         c.start()
         try:
             run(c, n)
+            run_agent(c, n, interposer)
         finally:
             n.stop()
 
