@@ -47,7 +47,19 @@ Needs root.  Nothing of the machine's is used or left behind:
      hostNetwork with KUBERNETES_SERVICE_HOST/PORT = kube-apiserver's
      loopback address (no kube-proxy runs).  Its device plugin registers
      on the real kubelet's socket: the Node's capacity and allocatable
-     gpufrac.io/gpu = 32, its inventory annotation lists 2 GPUs.
+     gpufrac.io/gpu = 32, its inventory annotation lists 2 GPUs;
+  6. gpufrac's extender (a process, deploy/scheduler-rbac.yaml's account)
+     and a share pod (gpufrac.io/gpu 1, gpu-memory 20Gi, gpu-compute 30,
+     the busybox image) bound by kube-scheduler through it; kubelet calls
+     the containerised agent's Allocate and containerd/runc create the
+     container with the answer: it prints CUDA_VISIBLE_DEVICES = the
+     granted GPU, the shim config (memory.<uuid> = 20 GiB, compute = 30)
+     mounted at $GPUFRAC_CONFIG, and its /dev holding nvidiactl,
+     nvidia-uvm and nvidia<index>.  The fake GPUs' device nodes are char
+     1:3 nodes in a /dev of the namespace's own (a tmpfs holding copies of
+     the machine's nodes, its pts, shm and mqueue bound); the interposer
+     and its preload file sit in the namespace's /var/lib (node.conf
+     shim_lib, preload).
 """
 
 import hashlib
@@ -67,7 +79,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import (ApiError, Cluster, Failure, Proc, free_port,  # noqa: E402
                      kubeconfig, log, run_once, wait_for)
-from test_k8s import E2E  # noqa: E402
+from test_k8s import E2E, GRANT, Extender, pod  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE = "rn1"
@@ -81,6 +93,8 @@ NGPUS = 2
 SLOTS = 16
 RESOURCE = "gpufrac.io/gpu"
 REPO = os.path.dirname(os.path.dirname(HERE))
+SHIM = "/var/lib/gpufrac-e2e/libgpufrac-cuda.so"
+PRELOAD = "/var/lib/gpufrac-e2e/ld.so.preload"
 
 
 def fail(msg):
@@ -211,8 +225,20 @@ class Node:
         script = ("set -e; for d in /var/lib /run /var/log; do "
                   "mount -n -t tmpfs -o mode=0755 gpufrac-e2e $d; done; "
                   "mkdir /var/lib/kubelet; mount -n --bind %s /var/lib/kubelet; "
+                  # The fake GPUs' device nodes (char 1:3, like /dev/null),
+                  # where gpufrac's Allocate answer points: a /dev of the
+                  # namespace's own holding the machine's nodes and these.
+                  "mkdir /run/hostdev; mount -n --rbind /dev /run/hostdev; "
+                  "mount -n -t tmpfs -o mode=0755 gpufrac-e2e-dev /dev; "
+                  "cp -a /run/hostdev/. /dev/; "
+                  "for m in pts shm mqueue; do [ ! -d /run/hostdev/$m ] || "
+                  "mount -n --rbind /run/hostdev/$m /dev/$m; done; "
+                  "for d in nvidiactl nvidia-uvm nvidia-uvm-tools %s; do "
+                  "mknod -m 0666 /dev/$d c 1 3; done; "
                   "touch %s/ns-ready; exec sleep 86400"
-                  % (shlex.quote(self.kroot), shlex.quote(self.d)))
+                  % (shlex.quote(self.kroot),
+                     " ".join("nvidia%d" % i for i in range(NGPUS)),
+                     shlex.quote(self.d)))
         self.holder = Proc("mountns", ["unshare", "--mount", "--propagation",
                                        "private", "sh", "-c", script],
                            os.path.join(self.d, "mountns.log"))
@@ -623,7 +649,12 @@ def run_agent(c, n, interposer):
     # The DaemonSet selects gpufrac.io/enabled=true, which this Node lacks:
     # the test runs one agent pod of its own (below) instead.
     c.kubectl("-n", AGENT_NS, "create", "configmap", "gpufrac-node-config",
-              "--from-literal=node.conf=slots = %d\n" % SLOTS)
+              "--from-literal=node.conf=slots = %d\nshim_lib = %s\npreload = %s\n"
+              % (SLOTS, SHIM, PRELOAD))
+    # The interposer where Allocate's mounts take it from: inside the
+    # namespace (its /var/lib is a tmpfs).
+    n.ns(["sh", "-c", "mkdir -p %s && cp %s %s && echo %s > %s" % (
+        os.path.dirname(SHIM), shlex.quote(interposer), SHIM, SHIM, PRELOAD)])
     wait_for("ServiceAccount gpufrac-node", lambda: c.admin.get(
         "/api/v1/namespaces/%s/serviceaccounts/gpufrac-node" % AGENT_NS), 30)
     port = c.server.rsplit(":", 1)[1]
@@ -687,8 +718,65 @@ def run_agent(c, n, interposer):
     log("agent pod %s (image %s) run by runc (pid %d): %s = %s on Node %s; "
         "device-plugins holds %s" % (name, image, runs[cid]["pid"], RESOURCE, want,
                                      NODE, socks))
+    run_share(c, n, interposer)
     c.check_alive()
     n.alive()
+
+
+def run_share(c, n, interposer):
+    """A share pod bound by kube-scheduler through gpufrac's extender,
+    admitted by the real kubelet, which calls the containerised agent's
+    Allocate; containerd and runc create its container with that answer."""
+    c.kubectl("apply", "-f", os.path.join(REPO, "deploy", "scheduler-rbac.yaml"))
+    kc = c.sa_kubeconfig("extender", c.token("gpufrac-scheduler"))
+    ext = Extender(c, "extender", c.ext_port, kc).start()
+    ext.ready_leader()
+    wait_for("the extender holding Node %s" % NODE,
+             lambda: ext.metric("gpufrac_extender_nodes") == 1, 30)
+    name = "share"
+    obj = pod(name, 1, "20Gi", 30, ns=NS)
+    ctr = obj["spec"]["containers"][0]
+    ctr.update({"image": BUSYBOX, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c",
+                            "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; "
+                            "cat $GPUFRAC_CONFIG; ls /dev; exec sleep 3600"]})
+    c.admin.create("/api/v1/namespaces/%s/pods" % NS, obj)
+    path = "/api/v1/namespaces/%s/pods/%s" % (NS, name)
+
+    def running():
+        n.alive()
+        o = c.admin.get(path)
+        return o if o["status"].get("phase") == "Running" else None
+    try:
+        o = wait_for("share pod %s Running" % name, running, 90)
+    except Failure:
+        o = c.admin.get(path)
+        fail("pod %s: phase %s, node %r, statuses %s, conditions %s" % (
+            name, o["status"].get("phase"), o["spec"].get("nodeName"),
+            o["status"].get("containerStatuses"), o["status"].get("conditions")))
+    grant = json.loads(o["metadata"]["annotations"][GRANT])
+    uuids = [g["uuid"] for g in grant["containers"][0]["gpus"]]
+    clog = os.path.join(n.d, "pod-logs", "%s_%s_%s" % (NS, name, o["metadata"]["uid"]),
+                        "main", "0.log")
+
+    def lines():
+        with open(clog) as f:
+            got = [ln.split(" ", 3)[3] for ln in f.read().splitlines()]
+        return got if "sleep" not in got and any(x == "nvidia-uvm" for x in got) \
+            else None
+    got = wait_for("the share container's output in %s" % clog, lines, 30)
+    index = {g["uuid"]: g["index"] for g in E2E(c).inventory(NODE)["gpus"]}
+    # The env, the shim config kubelet mounted from the agent's state dir,
+    # and the device nodes in the container's /dev (--fake-gpus: a GPU's
+    # minor number is its index).
+    want = ["CUDA_VISIBLE_DEVICES=" + ",".join(uuids),
+            "memory.%s = %d" % (uuids[0], 20 << 30), "compute = 30",
+            "nvidiactl", "nvidia-uvm", "nvidia%d" % index[uuids[0]]]
+    miss = [w for w in want if w not in got]
+    if miss:
+        fail("the share container printed %s, lacking %s" % (got, miss))
+    log("share pod %s Running on %s, granted %s; in its container (runc): %s" % (
+        name, o["spec"]["nodeName"], uuids, want))
 
 
 def main():
@@ -697,6 +785,7 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     k8s_bin, ctrd_bin, cni_bin, gpufrac, interposer = args
+    interposer = os.path.abspath(interposer)
     keep = "--keep" in sys.argv[1:]
     # CTest's timeout: stop the node (bridge, cgroups) on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
