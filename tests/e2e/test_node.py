@@ -7,7 +7,8 @@ K8S_BIN holds cluster.py's control plane and kubelet; CONTAINERD_BIN
 containerd, containerd-shim-runc-v2 and ctr; CNI_BIN the CNI plugins
 loopback, bridge and host-local (all built by scripts/install-k8s from their
 Go modules).  runc and busybox are Debian's (scripts/install-deps), found on
-PATH; the C compiler is `cc` (or $CC).  Anything missing fails the test.
+PATH (GF_TEST_RUNC names another runc, e.g. a wrapper adding --debug); the C
+compiler is `cc` (or $CC).  Anything missing fails the test.
 
 Needs root.  Nothing of the machine's is used or left behind:
   - a mount namespace of the test's own (a holder process made by unshare;
@@ -455,9 +456,15 @@ class Node:
 
     def stop(self):
         if self.holder and self.holder.alive():
-            # Pods first, so that runc's containers and their mounts go.
-            for ln in self.ctr("tasks", "list", "-q", check=False).stdout.split():
-                self.ctr("tasks", "kill", "-s", "SIGKILL", ln, check=False)
+            # Containers first (kubelet would restart them: it goes first),
+            # then their tasks deleted, so that each shim exits.
+            if hasattr(self, "kubelet"):
+                self.kubelet.stop(15)
+            tasks = self.ctr("tasks", "list", "-q", check=False).stdout.split()
+            for t in tasks:
+                self.ctr("tasks", "kill", "-s", "SIGKILL", t, check=False)
+            for t in tasks:
+                self.ctr("tasks", "delete", "--force", t, check=False)
         for p in reversed(self.procs):
             if p is not self.holder:
                 p.stop(15)
@@ -465,6 +472,19 @@ class Node:
             subprocess.run([self.runc, "--root", os.path.join(self.runc_root, K8S_NS),
                             "delete", "--force", c["id"]], capture_output=True)
         if self.holder:
+            # Whatever still runs in the namespace (a shim outlives
+            # containerd by design) goes with it.
+            ns = os.readlink("/proc/%d/ns/mnt" % self.holder.p.pid) \
+                if self.holder.alive() else None
+            for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
+                if ns and pid != self.holder.p.pid:
+                    try:
+                        if os.readlink("/proc/%d/ns/mnt" % pid) == ns:
+                            log("left in the node's namespace: pid %d (%s); killed" % (
+                                pid, open("/proc/%d/comm" % pid).read().strip()))
+                            os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
             self.holder.stop(5)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         if self.made_cgroups:
