@@ -2,6 +2,7 @@
 """A real node: kubelet, containerd and runc with a CNI pod network (label e2e).
 
 Usage: test_node.py K8S_BIN CONTAINERD_BIN CNI_BIN GPUFRAC INTERPOSER [--keep]
+                    [--bench N]   (then N plain and N share pods' start latency)
 
 K8S_BIN holds cluster.py's control plane and kubelet; CONTAINERD_BIN
 containerd, containerd-shim-runc-v2 and ctr; CNI_BIN the CNI plugins
@@ -630,6 +631,43 @@ def run(c, n):
     n.alive()
 
 
+def bench_start(c, n, count):
+    """--bench N (not run by CTest): create -> Running latency of N pods with
+    no GPU and N share pods (gpufrac.io/gpu 1, 1Gi, compute 5) on this node,
+    alternating, one at a time (each deleted, and gone, before the next);
+    prints p50 and p99 of each (docs/benchmarks.md)."""
+    times = {"plain": [], "share": []}
+    for i in range(count):
+        for kind in ("plain", "share"):
+            name = "%s-%d" % (kind, i)
+            obj = pod(name, 1, "1Gi", 5, ns=NS) if kind == "share" else \
+                pod(name, ns=NS)
+            ctr = obj["spec"]["containers"][0]
+            ctr.update({"image": BUSYBOX, "imagePullPolicy": "Never",
+                        "command": ["/bin/sleep", "3600"]})
+            path = "/api/v1/namespaces/%s/pods/%s" % (NS, name)
+            t0 = time.monotonic()
+            c.admin.create("/api/v1/namespaces/%s/pods" % NS, obj)
+            wait_for("%s Running" % name, lambda: c.admin.get(path)["status"].get(
+                "phase") == "Running", 60, interval=0.02)
+            times[kind].append(time.monotonic() - t0)
+            c.admin.delete(path, gracePeriodSeconds=0)
+
+            def gone():
+                try:
+                    c.admin.get(path)
+                except ApiError as e:
+                    return e.code == 404
+                return False
+            wait_for("%s gone" % name, gone, 60)
+    for kind, ts in times.items():
+        ts.sort()
+        p = lambda q: ts[min(len(ts) - 1, int(q * len(ts)))]  # noqa: E731
+        print("pod start (create -> Running), %s: n=%d p50 %.3f s p99 %.3f s "
+              "min %.3f s max %.3f s" % (kind, len(ts), p(0.5), p(0.99), ts[0],
+                                         ts[-1]), flush=True)
+
+
 def layout_archive(layout, path):
     """A tar of an OCI image layout directory (what ctr images import reads)."""
     with tarfile.open(path, "w") as t:
@@ -735,9 +773,11 @@ def run_agent(c, n, interposer):
     socks = sorted(os.listdir(os.path.join(n.kroot, "device-plugins")))
     if "kubelet.sock" not in socks or not [x for x in socks if x.startswith("gpufrac")]:
         fail("device-plugins holds %s" % socks)
-    log("agent pod %s (image %s) run by runc (pid %d): %s = %s on Node %s; "
-        "device-plugins holds %s" % (name, image, runs[cid]["pid"], RESOURCE, want,
-                                     NODE, socks))
+    with open("/proc/%d/status" % runs[cid]["pid"]) as f:
+        rss = [ln.split(":")[1].strip() for ln in f if ln.startswith("VmRSS:")]
+    log("agent pod %s (image %s) run by runc (pid %d, VmRSS %s): %s = %s on Node "
+        "%s; device-plugins holds %s" % (name, image, runs[cid]["pid"], rss[0],
+                                         RESOURCE, want, NODE, socks))
     run_share(c, n, interposer)
     c.check_alive()
     n.alive()
@@ -800,7 +840,13 @@ def run_share(c, n, interposer):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--keep"]
+    argv = sys.argv[1:]
+    bench = 0
+    if "--bench" in argv:
+        i = argv.index("--bench")
+        bench = int(argv[i + 1])
+        del argv[i:i + 2]
+    args = [a for a in argv if a != "--keep"]
     if len(args) != 5:
         print(__doc__, file=sys.stderr)
         return 2
@@ -817,6 +863,8 @@ def main():
         try:
             run(c, n)
             run_agent(c, n, interposer)
+            if bench:
+                bench_start(c, n, bench)
         finally:
             n.stop()
 
