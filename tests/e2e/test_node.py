@@ -1,0 +1,879 @@
+#!/usr/bin/env python3
+"""A real node: kubelet, containerd and runc with a CNI pod network (label e2e).
+
+Usage: test_node.py K8S_BIN CONTAINERD_BIN CNI_BIN GPUFRAC INTERPOSER [--keep]
+                    [--bench N]   (then N plain and N share pods' start latency)
+
+K8S_BIN holds cluster.py's control plane and kubelet; CONTAINERD_BIN
+containerd, containerd-shim-runc-v2 and ctr; CNI_BIN the CNI plugins
+loopback, bridge and host-local (all built by scripts/install-k8s from their
+Go modules).  runc and busybox are Debian's (scripts/install-deps), found on
+PATH (GF_TEST_RUNC names another runc, e.g. a wrapper adding --debug); the C
+compiler is `cc` (or $CC).  Anything missing fails the test.
+
+Needs root.  Nothing of the machine's is used or left behind:
+  - a mount namespace of the test's own (a holder process made by unshare;
+    containerd, kubelet and everything they start enter it with nsenter)
+    where tmpfs hides /var/lib, /run and /var/log, /var/lib/kubelet is the
+    test's directory (the device-plugin socket's fixed path), and
+    containerd's root, state, socket, runc's state and the pod network
+    namespaces are all under the test's directory;
+  - no registry: the sandbox ("pause") image is tests/e2e/node/pause.c
+    compiled statically, the workload image Debian's static busybox, each
+    written by this file as an OCI archive and loaded with `ctr images
+    import`; the pause image is containerd's pinned sandbox image;
+  - the pod network is a bridge of the test's own name (with host-local
+    addresses from a /24 of 10.250.0.0/16, state in the test's directory),
+    deleted at the end; pods get their own network namespaces.
+
+  1. containerd runs (CRI plugin, CDI spec dir, runc as the runtime through
+     its v2 shim, cgroupfs) and the two images are imported;
+  2. kubelet (client certificate system:node:<node>) registers its Node with
+     containerd as its CRI runtime; the Node is Ready, its runtime
+     containerd://<version>, once the CNI config is loaded;
+  3. a busybox pod: its sandbox gets an address of the bridge's subnet, its
+     container is created by runc (runc's own state lists it, running) and
+     writes a line carrying its hostname and address into a hostPath file;
+     the test reads that file, reads the same line in the container's log
+     (containerd writes it where kubelet's podLogsDir says), and fetches a
+     file over HTTP from busybox httpd at the pod's IP through the bridge;
+  4. deleted, the pod is stopped by kubelet and runc (runc lists no
+     container), its address released by host-local;
+  5. gpufrac's node image, built by scripts/build-images (INTERPOSER is the
+     interposer it packs), imported into containerd under deploy/'s image
+     name; deploy/namespace.yaml and node-agent.yaml applied (the DaemonSet
+     selects gpufrac.io/enabled=true, which this Node lacks) and one agent
+     pod of the test's run from that image by kubelet and runc: the
+     DaemonSet's hostPath mounts, securityContext and ServiceAccount, a
+     ConfigMap node.conf (slots = 16), `--fake-gpus 2xA100-80GB`,
+     hostNetwork with KUBERNETES_SERVICE_HOST/PORT = kube-apiserver's
+     loopback address (no kube-proxy runs).  Its device plugin registers
+     on the real kubelet's socket: the Node's capacity and allocatable
+     gpufrac.io/gpu = 32, its inventory annotation lists 2 GPUs;
+  6. gpufrac's extender (a process, deploy/scheduler-rbac.yaml's account)
+     and a share pod (gpufrac.io/gpu 1, gpu-memory 20Gi, gpu-compute 30,
+     the busybox image) bound by kube-scheduler through it; kubelet calls
+     the containerised agent's Allocate and containerd/runc create the
+     container with the answer: it prints CUDA_VISIBLE_DEVICES = the
+     granted GPU, the shim config (memory.<uuid> = 20 GiB, compute = 30)
+     mounted at $GPUFRAC_CONFIG, and its /dev holding nvidiactl,
+     nvidia-uvm and nvidia<index>.  The fake GPUs' device nodes are char
+     1:3 nodes in a /dev of the namespace's own (a tmpfs holding copies of
+     the machine's nodes, its pts, shm and mqueue bound); the interposer
+     and its preload file sit in the namespace's /var/lib (node.conf
+     shim_lib, preload).
+"""
+
+import hashlib
+import io
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import (ApiError, Cluster, Failure, Proc, free_port,  # noqa: E402
+                     kubeconfig, log, run_once, wait_for)
+from test_k8s import E2E, GRANT, Extender, pod  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NODE = "rn1"
+NS = "node-e2e"
+PAUSE = "gpufrac.test/pause:1"
+BUSYBOX = "gpufrac.test/busybox:1"
+K8S_NS = "k8s.io"  # containerd's namespace for CRI
+AGENT_NS = "gpufrac-system"
+SPEC = "2xA100-80GB"
+NGPUS = 2
+SLOTS = 16
+RESOURCE = "gpufrac.io/gpu"
+REPO = os.path.dirname(os.path.dirname(HERE))
+SHIM = "/var/lib/gpufrac-e2e/libgpufrac-cuda.so"
+PRELOAD = "/var/lib/gpufrac-e2e/ld.so.preload"
+
+
+def fail(msg):
+    raise Failure(msg)
+
+
+# ---- OCI archives, written here (no registry, no container engine) -------
+def _blob(blobs, data, media):
+    d = hashlib.sha256(data).hexdigest()
+    blobs["blobs/sha256/" + d] = data
+    return {"mediaType": media, "digest": "sha256:" + d, "size": len(data)}
+
+
+def oci_archive(path, tag, files, entrypoint, cmd=None):
+    """An OCI image archive (oci-layout, index.json, blobs) at path with one
+    uncompressed layer: files is a list of (image path, host file or None
+    for a directory, mode, symlink target or None).  The index names it by
+    org.opencontainers.image.ref.name = tag (ctr import --base-name adds
+    the repository)."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for name, src, mode, link in files:
+            ti = tarfile.TarInfo(name)
+            ti.mtime = 0
+            ti.mode = mode
+            if link is not None:
+                ti.type = tarfile.SYMTYPE
+                ti.linkname = link
+                t.addfile(ti)
+            elif src is None:
+                ti.type = tarfile.DIRTYPE
+                t.addfile(ti)
+            else:
+                with open(src, "rb") as f:
+                    data = f.read()
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+    blobs = {}
+    ldesc = _blob(blobs, layer.getvalue(), "application/vnd.oci.image.layer.v1.tar")
+    config = {"architecture": "amd64", "os": "linux",
+              "config": {"Entrypoint": entrypoint, "Cmd": cmd or [],
+                         "Env": ["PATH=/bin"], "WorkingDir": "/"},
+              "rootfs": {"type": "layers", "diff_ids": [ldesc["digest"]]}}
+    cdesc = _blob(blobs, json.dumps(config).encode(),
+                  "application/vnd.oci.image.config.v1+json")
+    manifest = {"schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": cdesc, "layers": [ldesc]}
+    mdesc = _blob(blobs, json.dumps(manifest).encode(),
+                  "application/vnd.oci.image.manifest.v1+json")
+    mdesc["annotations"] = {"org.opencontainers.image.ref.name": tag}
+    index = {"schemaVersion": 2,
+             "mediaType": "application/vnd.oci.image.index.v1+json",
+             "manifests": [mdesc]}
+    with tarfile.open(path, "w") as t:
+        for name, data in [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+                           ("index.json", json.dumps(index).encode())] + \
+                sorted(blobs.items()):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            ti.mode = 0o644
+            t.addfile(ti, io.BytesIO(data))
+    return path
+
+
+def tool(name):
+    p = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if not p:
+        fail("%s not found on PATH: scripts/install-deps installs it" % name)
+    return p
+
+
+class Node:
+    """containerd and kubelet for node NODE in a mount namespace of their own,
+    everything under the cluster's directory."""
+
+    def __init__(self, c, ctrd_bin, cni_bin):
+        self.c = c
+        need = [(c.bin, "kubelet"), (ctrd_bin, "containerd"),
+                (ctrd_bin, "containerd-shim-runc-v2"), (ctrd_bin, "ctr"),
+                (cni_bin, "loopback"), (cni_bin, "bridge"), (cni_bin, "host-local")]
+        missing = [os.path.join(d, p) for d, p in need
+                   if not os.access(os.path.join(d, p), os.X_OK)]
+        if missing:
+            fail("not built: %s: run scripts/install-k8s (scripts/install-deps does)"
+                 % ", ".join(missing))
+        if os.geteuid() != 0:
+            fail("the node test needs root: containerd, runc and kubelet run in a "
+                 "mount namespace of their own")
+        self.ctrd_bin = ctrd_bin
+        self.cni_bin = cni_bin
+        self.runc = os.environ.get("GF_TEST_RUNC") or tool("runc")
+        self.busybox = tool("busybox")
+        self.cc = os.environ.get("CC") or tool("cc")
+        for t in ("unshare", "nsenter", "ip"):
+            tool(t)
+        self.d = c.path("node")
+        self.kroot = os.path.join(self.d, "kubelet")  # /var/lib/kubelet inside
+        self.sock = os.path.join(self.d, "containerd.sock")
+        self.runc_root = os.path.join(self.d, "runc")
+        self.bridge = "gfe2e%d" % (os.getpid() % 100000)
+        self.subnet = random.randrange(1, 255)
+        self.cgroup = "/" + self.bridge
+        self.made_cgroups = False
+        self.procs = []
+        self.holder = None
+
+    # -- the mount namespace --
+    def enter(self):
+        return ["nsenter", "--mount=/proc/%d/ns/mnt" % self.holder.p.pid, "--"]
+
+    def ns(self, argv, **kw):
+        """Runs argv in the namespace; its CompletedProcess (check: Failure
+        on a non-zero exit)."""
+        r = subprocess.run(self.enter() + argv, capture_output=True, text=True,
+                           timeout=kw.get("timeout", 120))
+        if kw.get("check", True) and r.returncode != 0:
+            fail("%s: exit %d: %s" % (" ".join(argv), r.returncode,
+                                      (r.stderr or r.stdout).strip()))
+        return r
+
+    def ctr(self, *args, **kw):
+        return self.ns([os.path.join(self.ctrd_bin, "ctr"), "--address", self.sock,
+                        "--namespace", K8S_NS] + list(args), **kw)
+
+    def start_namespace(self):
+        os.makedirs(self.kroot)
+        script = ("set -e; for d in /var/lib /run /var/log; do "
+                  "mount -n -t tmpfs -o mode=0755 gpufrac-e2e $d; done; "
+                  "mkdir /var/lib/kubelet; mount -n --bind %s /var/lib/kubelet; "
+                  # The fake GPUs' device nodes (char 1:3, like /dev/null),
+                  # where gpufrac's Allocate answer points: a /dev of the
+                  # namespace's own holding the machine's nodes and these.
+                  "mkdir /run/hostdev; mount -n --rbind /dev /run/hostdev; "
+                  "mount -n -t tmpfs -o mode=0755 gpufrac-e2e-dev /dev; "
+                  "cp -a /run/hostdev/. /dev/; "
+                  "for m in pts shm mqueue; do [ ! -d /run/hostdev/$m ] || "
+                  "mount -n --rbind /run/hostdev/$m /dev/$m; done; "
+                  "for d in nvidiactl nvidia-uvm nvidia-uvm-tools %s; do "
+                  "mknod -m 0666 /dev/$d c 1 3; done; "
+                  "touch %s/ns-ready; exec sleep 86400"
+                  % (shlex.quote(self.kroot),
+                     " ".join("nvidia%d" % i for i in range(NGPUS)),
+                     shlex.quote(self.d)))
+        self.holder = Proc("mountns", ["unshare", "--mount", "--propagation",
+                                       "private", "sh", "-c", script],
+                           os.path.join(self.d, "mountns.log"))
+        self.procs.append(self.holder)
+        wait_for("the node's mount namespace", lambda: self.alive() and
+                 os.path.exists(os.path.join(self.d, "ns-ready")), 20)
+
+    # -- images --
+    def images(self):
+        img = os.path.join(self.d, "images")
+        os.makedirs(img)
+        pause = os.path.join(img, "pause")
+        r = subprocess.run([self.cc, "-std=c11", "-O2", "-Wall", "-Werror", "-static",
+                            "-o", pause, os.path.join(HERE, "node", "pause.c")],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("compiling tests/e2e/node/pause.c statically: %s" % r.stderr)
+        pa = oci_archive(os.path.join(img, "pause.tar"), "1",
+                         [("pause", pause, 0o755, None)], ["/pause"])
+        bb = [("bin", None, 0o755, None), ("bin/busybox", self.busybox, 0o755, None)]
+        bb += [("bin/" + a, None, 0o777, "busybox")
+               for a in ("sh", "echo", "cat", "sleep", "hostname", "ip", "httpd",
+                         "mkdir", "ls")]
+        bb += [("tmp", None, 0o1777, None), ("etc", None, 0o755, None)]
+        ba = oci_archive(os.path.join(img, "busybox.tar"), "1", bb, ["/bin/sh"])
+        for archive, ref in ((pa, PAUSE), (ba, BUSYBOX)):
+            self.ctr("images", "import", "--base-name", ref.rsplit(":", 1)[0],
+                     archive)
+        have = self.ctr("images", "list", "-q").stdout.split()
+        for ref in (PAUSE, BUSYBOX):
+            if ref not in have:
+                fail("ctr images import did not make %s: containerd has %s" %
+                     (ref, have))
+        log("images %s (tests/e2e/node/pause.c, static) and %s (%s) imported "
+            "into containerd from OCI archives" % (PAUSE, BUSYBOX, self.busybox))
+
+    # -- containerd --
+    def containerd_config(self):
+        cdi = os.path.join(self.d, "cdi")
+        cni = os.path.join(self.d, "cni")
+        for p in (cdi, cni, self.runc_root):
+            os.makedirs(p, exist_ok=True)
+        net = {"cniVersion": "1.0.0", "name": "gpufrac-e2e", "plugins": [{
+            "type": "bridge", "bridge": self.bridge, "isGateway": True,
+            "ipMasq": False, "hairpinMode": True,
+            "ipam": {"type": "host-local",
+                     "dataDir": os.path.join(self.d, "cni-ipam"),
+                     "ranges": [[{"subnet": "10.250.%d.0/24" % self.subnet}]],
+                     "routes": [{"dst": "0.0.0.0/0"}]}}]}
+        with open(os.path.join(cni, "10-gpufrac-e2e.conflist"), "w") as f:
+            json.dump(net, f, indent=1)
+        q = json.dumps  # a TOML basic string is a JSON string
+        toml = "\n".join([
+            # Version 3 (containerd 2.0-2.3's; 2.4 migrates it, with a warning):
+            # with version = 4, 2.4.2 ignored [grpc] address.
+            "version = 3",
+            "root = %s" % q(os.path.join(self.d, "containerd-root")),
+            "state = %s" % q(os.path.join(self.d, "containerd-state")),
+            "[grpc]", "  address = %s" % q(self.sock),
+            "[ttrpc]", "  address = %s" % q(self.sock + ".ttrpc"),
+            "[plugins.'io.containerd.cri.v1.images']",
+            "  snapshotter = 'overlayfs'",
+            "  [plugins.'io.containerd.cri.v1.images'.pinned_images]",
+            "    sandbox = %s" % q(PAUSE),
+            "[plugins.'io.containerd.cri.v1.runtime']",
+            "  cdi_spec_dirs = [%s]" % q(cdi),
+            "  netns_mounts_under_state_dir = true",
+            "  enable_selinux = false",
+            "  disable_apparmor = true",
+            # runc writes the OOM score kubelet asks for (-998 for a
+            # sandbox) in its init; lowering it needs CAP_SYS_RESOURCE,
+            # which root lacks here: at most containerd's own (0) instead.
+            "  restrict_oom_score_adj = true",
+            "  [plugins.'io.containerd.cri.v1.runtime'.cni]",
+            "    bin_dirs = [%s]" % q(self.cni_bin),
+            "    conf_dir = %s" % q(cni),
+            "  [plugins.'io.containerd.cri.v1.runtime'.containerd]",
+            "    default_runtime_name = 'runc'",
+            "    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]",
+            "      runtime_type = 'io.containerd.runc.v2'",
+            "      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc"
+            ".options]",
+            "        BinaryName = %s" % q(self.runc),
+            "        Root = %s" % q(self.runc_root),
+            "        SystemdCgroup = false",
+            "[plugins.'io.containerd.grpc.v1.cri']",
+            "  stream_server_address = '127.0.0.1'",
+            "  stream_server_port = '%d'" % free_port(),
+            ""])
+        path = os.path.join(self.d, "containerd.toml")
+        with open(path, "w") as f:
+            f.write(toml)
+        return path
+
+    def start_containerd(self):
+        cfg = self.containerd_config()
+        env = dict(os.environ)
+        # The shim and ctr are found next to containerd.
+        env["PATH"] = self.ctrd_bin + ":" + env.get("PATH", "")
+        self.containerd = Proc("containerd", self.enter() + [
+            os.path.join(self.ctrd_bin, "containerd"), "--config", cfg,
+            "--log-level", "info"], os.path.join(self.d, "containerd.log"), env=env)
+        self.procs.append(self.containerd)
+        wait_for("containerd's socket", lambda: self.alive() and
+                 self.ctr("version", check=False).returncode == 0, 60)
+        self.version = self.ctr("version").stdout
+        log("containerd running: %s" % " ".join(self.version.split()))
+
+    # -- kubelet --
+    def certs(self):
+        o = self.c.openssl
+        o("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "rnode.key",
+          "-out", "rnode.csr", "-subj", "/O=system:nodes/CN=system:node:" + NODE)
+        with open(self.c.path("rnode.ext"), "w") as f:
+            f.write("extendedKeyUsage=clientAuth\n")
+        o("x509", "-req", "-in", "rnode.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+          "-CAcreateserial", "-out", "rnode.crt", "-days", "2", "-extfile", "rnode.ext")
+        return kubeconfig(self.c.path("rnode.kubeconfig"), self.c.server, self.c.ca,
+                          self.c.path("rnode.crt"), self.c.path("rnode.key"))
+
+    def kubelet_config(self):
+        cfg = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": "127.0.0.1", "port": free_port(), "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": free_port(),
+            # Nothing calls kubelet's API: kube-apiserver would reach it at
+            # the Node's address, and kubelet refuses a loopback node IP.
+            "authentication": {"anonymous": {"enabled": False},
+                               "webhook": {"enabled": False},
+                               "x509": {"clientCAFile": self.c.ca}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "containerRuntimeEndpoint": "unix://" + self.sock,
+            "imageServiceEndpoint": "unix://" + self.sock,
+            # Pod cgroups (kubepods, its QoS classes, one per pod) under a
+            # cgroup of the test's own in every v1 hierarchy, removed at the
+            # end.
+            "cgroupDriver": "cgroupfs", "cgroupsPerQOS": True,
+            "cgroupRoot": self.cgroup, "failSwapOn": False,
+            "failCgroupV1": False,
+            "evictionHard": {}, "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "podLogsDir": os.path.join(self.d, "pod-logs"),
+            "resolvConf": "", "nodeStatusUpdateFrequency": "2s",
+        }
+        path = os.path.join(self.d, "kubelet-config.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=1)
+        return path
+
+    def start_kubelet(self):
+        kc = self.certs()
+        cfg = self.kubelet_config()
+        self.kubelet = Proc("kubelet", self.enter() + [
+            os.path.join(self.c.bin, "kubelet"), "--config", cfg,
+            "--kubeconfig", kc, "--root-dir", "/var/lib/kubelet",
+            "--hostname-override", NODE, "--v=2"],
+            os.path.join(self.d, "kubelet.log"))
+        self.procs.append(self.kubelet)
+
+    def cgroup_dirs(self):
+        """The test's cgroup in each hierarchy mounted under /sys/fs/cgroup."""
+        base = "/sys/fs/cgroup"
+        return [os.path.join(base, h, self.cgroup.lstrip("/"))
+                for h in sorted(os.listdir(base))
+                if os.path.exists(os.path.join(base, h, "cgroup.procs"))]
+
+    def make_cgroups(self):
+        # kubelet wants its cgroupRoot present in every hierarchy; a new
+        # cpuset cgroup has no CPUs or memory nodes until given its
+        # parent's.
+        for d in self.cgroup_dirs():
+            os.mkdir(d)
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                if os.path.exists(os.path.join(d, f)):
+                    with open(os.path.join(os.path.dirname(d), f)) as src:
+                        v = src.read().strip()
+                    with open(os.path.join(d, f), "w") as dst:
+                        dst.write(v)
+        self.made_cgroups = True
+
+    def remove_cgroups(self):
+        left = []
+        for d in self.cgroup_dirs():
+            for sub, _, _ in sorted(os.walk(d), key=lambda w: -len(w[0])):
+                try:
+                    os.rmdir(sub)
+                except OSError as e:
+                    left.append("%s: %s" % (sub, e))
+        return left
+
+    def start(self):
+        os.makedirs(self.d)
+        self.make_cgroups()
+        self.start_namespace()
+        self.start_containerd()
+        self.images()
+        self.start_kubelet()
+        return self
+
+    def alive(self):
+        for p in self.procs:
+            if not p.alive():
+                fail("%s exited (%s); its log ends:\n%s" % (p.name, p.p.returncode,
+                                                           p.tail()))
+        return True
+
+    def runc_list(self):
+        r = subprocess.run([self.runc, "--root", os.path.join(self.runc_root, K8S_NS),
+                            "list", "--format", "json"], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("runc list: %s" % r.stderr.strip())
+        return json.loads(r.stdout or "[]") or []
+
+    def stop(self):
+        if self.holder and self.holder.alive():
+            # Containers first (kubelet would restart them: it goes first),
+            # then their tasks deleted, so that each shim exits.
+            if hasattr(self, "kubelet"):
+                self.kubelet.stop(15)
+            tasks = self.ctr("tasks", "list", "-q", check=False).stdout.split()
+            for t in tasks:
+                self.ctr("tasks", "kill", "-s", "SIGKILL", t, check=False)
+            for t in tasks:
+                self.ctr("tasks", "delete", "--force", t, check=False)
+        for p in reversed(self.procs):
+            if p is not self.holder:
+                p.stop(15)
+        for c in self.runc_list_quiet():
+            subprocess.run([self.runc, "--root", os.path.join(self.runc_root, K8S_NS),
+                            "delete", "--force", c["id"]], capture_output=True)
+        if self.holder:
+            # Whatever still runs in the namespace (a shim outlives
+            # containerd by design) goes with it.
+            ns = os.readlink("/proc/%d/ns/mnt" % self.holder.p.pid) \
+                if self.holder.alive() else None
+            for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
+                if ns and pid != self.holder.p.pid:
+                    try:
+                        if os.readlink("/proc/%d/ns/mnt" % pid) == ns:
+                            log("left in the node's namespace: pid %d (%s); killed" % (
+                                pid, open("/proc/%d/comm" % pid).read().strip()))
+                            os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            self.holder.stop(5)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        if self.made_cgroups:
+            for e in self.remove_cgroups():
+                log("left behind: cgroup %s" % e)
+
+    def runc_list_quiet(self):
+        try:
+            return self.runc_list()
+        except (Failure, ValueError):
+            return []
+
+
+def node_obj(c):
+    try:
+        return c.admin.get("/api/v1/nodes/" + NODE)
+    except ApiError as e:
+        if e.code == 404:
+            return None
+        raise
+
+
+def ready(obj):
+    for cond in obj.get("status", {}).get("conditions", []):
+        if cond["type"] == "Ready":
+            return cond["status"] == "True"
+    return False
+
+
+def run(c, n):
+    n.start()
+    no = wait_for("kubelet to register Node %s and report it Ready" % NODE,
+                  lambda: n.alive() and (lambda o: o if o and ready(o) else None)(
+                      node_obj(c)), 180)
+    info = no["status"]["nodeInfo"]
+    if not info["containerRuntimeVersion"].startswith("containerd://"):
+        fail("Node %s runtime %r, not containerd" % (NODE, info["containerRuntimeVersion"]))
+    log("Node %s Ready: kubelet %s, runtime %s" % (
+        NODE, info["kubeletVersion"], info["containerRuntimeVersion"]))
+    if no["spec"].get("taints"):
+        # TaintNodesByCondition's not-ready taint; the node lifecycle
+        # controller that lifts it does not run (cluster.py).
+        c.admin.merge_patch("/api/v1/nodes/" + NODE, {"spec": {"taints": None}})
+
+    c.namespace(NS)
+    out = os.path.join(n.d, "out")
+    os.makedirs(out)
+    script = ("set -e; mkdir -p /www; echo served-$(hostname) > /www/index.html; "
+              "line=\"ran-in $(hostname) at $(ip -4 -o addr show eth0)\"; "
+              "echo \"$line\" > /out/proof; echo \"$line\"; "
+              "exec httpd -f -p 8080 -h /www")
+    name = "bb"
+    c.admin.create("/api/v1/namespaces/%s/pods" % NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 5,
+                 "containers": [{
+                     "name": "main", "image": BUSYBOX, "imagePullPolicy": "Never",
+                     "command": ["/bin/sh", "-c", script],
+                     "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+                 "volumes": [{"name": "out", "hostPath": {"path": out,
+                                                          "type": "Directory"}}]}})
+    path = "/api/v1/namespaces/%s/pods/%s" % (NS, name)
+
+    def running():
+        n.alive()
+        o = c.admin.get(path)
+        return o if o["status"].get("phase") == "Running" and ready(o) else None
+    try:
+        o = wait_for("pod %s Running and Ready" % name, running, 120)
+    except Failure:
+        o = c.admin.get(path)
+        fail("pod %s: phase %s, conditions %s, container statuses %s" % (
+            name, o["status"].get("phase"), o["status"].get("conditions"),
+            o["status"].get("containerStatuses")))
+    ip = o["status"].get("podIP", "")
+    if not ip.startswith("10.250.%d." % n.subnet):
+        fail("pod %s IP %r, not from the bridge's subnet 10.250.%d.0/24" %
+             (name, ip, n.subnet))
+    cid = o["status"]["containerStatuses"][0]["containerID"]
+    if not cid.startswith("containerd://"):
+        fail("pod %s container %r" % (name, cid))
+    cid = cid[len("containerd://"):]
+    runs = {x["id"]: x for x in n.runc_list()}
+    if cid not in runs or runs[cid]["status"] != "running":
+        fail("runc (root %s) does not list container %s running: %s" % (
+            n.runc_root, cid, sorted((k, v["status"]) for k, v in runs.items())))
+    # kubelet's pod cgroup (cgroupfs driver, BestEffort QoS) under the
+    # test's cgroupRoot, as runc placed the process.
+    with open("/proc/%d/cgroup" % runs[cid]["pid"]) as f:
+        cg = dict(ln.split(":", 2)[1:] for ln in f.read().split("\n") if ln)
+    want = "%s/kubepods/besteffort/pod%s/%s" % (n.cgroup, o["metadata"]["uid"], cid)
+    if cg.get("memory") != want or cg.get("pids") != want:
+        fail("container %s (pid %d) in cgroups %s, not %s" % (
+            cid[:12], runs[cid]["pid"], cg, want))
+    log("pod %s Running at %s; runc lists its container %s (pid %d, bundle %s), "
+        "in memory and pids cgroup %s" % (name, ip, cid[:12], runs[cid]["pid"],
+                                          runs[cid]["bundle"], want))
+
+    proof = os.path.join(out, "proof")
+    line = wait_for("the container's line in %s" % proof,
+                    lambda: open(proof).read().strip(), 30)
+    if not line.startswith("ran-in %s at " % name) or (" %s/24 " % ip) not in line + " ":
+        fail("the container wrote %r (pod %s at %s)" % (line, name, ip))
+    # Its stdout, as containerd wrote it where kubelet asked (CRI log
+    # format: time, stream, P/F tag, text), what `kubectl logs` would serve.
+    clog = os.path.join(n.d, "pod-logs", "%s_%s_%s" % (NS, name, o["metadata"]["uid"]),
+                        "main", "0.log")
+    logs = wait_for("the container's log %s" % clog, lambda: open(clog).read(), 30)
+    got = [ln.split(" ", 3) for ln in logs.splitlines()]
+    if [g[1:] for g in got] != [["stdout", "F", line]]:
+        fail("the container's log %s: %r, it wrote %r" % (clog, logs, line))
+    log("the container wrote %r to its hostPath and to stdout (%s)" % (line, clog))
+
+    def fetch():
+        with urllib.request.urlopen("http://%s:8080/index.html" % ip, timeout=2) as r:
+            return r.read().decode().strip()
+    body = wait_for("busybox httpd at %s:8080 through bridge %s" % (ip, n.bridge),
+                    fetch, 30)
+    if body != "served-" + name:
+        fail("http://%s:8080/ served %r" % (ip, body))
+    log("http://%s:8080/ through bridge %s: %r" % (ip, n.bridge, body))
+
+    d = c.admin.delete(path, gracePeriodSeconds=5)
+    if not d.get("metadata", {}).get("deletionTimestamp"):
+        fail("DELETE %s was not graceful: %s" % (name, d.get("metadata")))
+
+    def gone():
+        n.alive()
+        try:
+            c.admin.get(path)
+        except ApiError as e:
+            return e.code == 404
+        return False
+    wait_for("kubelet to finish deleting %s" % name, gone, 90)
+    left = [x for x in n.runc_list() if x["id"] == cid]
+    if left:
+        fail("runc still lists %s after the pod's deletion: %s" % (cid, left))
+    ipam = os.path.join(n.d, "cni-ipam", "gpufrac-e2e")
+    wait_for("host-local to release %s" % ip, lambda: not os.path.exists(
+        os.path.join(ipam, ip)), 30)
+    log("pod %s deleted: runc's container gone, %s released by host-local" % (name, ip))
+    c.check_alive()
+    n.alive()
+
+
+def bench_start(c, n, count):
+    """--bench N (not run by CTest): create -> Running latency of N pods with
+    no GPU and N share pods (gpufrac.io/gpu 1, 1Gi, compute 5) on this node,
+    alternating, one at a time (each deleted, and gone, before the next);
+    prints p50 and p99 of each (docs/benchmarks.md)."""
+    times = {"plain": [], "share": []}
+    for i in range(count):
+        for kind in ("plain", "share"):
+            name = "%s-%d" % (kind, i)
+            obj = pod(name, 1, "1Gi", 5, ns=NS) if kind == "share" else \
+                pod(name, ns=NS)
+            ctr = obj["spec"]["containers"][0]
+            ctr.update({"image": BUSYBOX, "imagePullPolicy": "Never",
+                        "command": ["/bin/sleep", "3600"]})
+            path = "/api/v1/namespaces/%s/pods/%s" % (NS, name)
+            t0 = time.monotonic()
+            c.admin.create("/api/v1/namespaces/%s/pods" % NS, obj)
+            wait_for("%s Running" % name, lambda: c.admin.get(path)["status"].get(
+                "phase") == "Running", 60, interval=0.02)
+            times[kind].append(time.monotonic() - t0)
+            c.admin.delete(path, gracePeriodSeconds=0)
+
+            def gone():
+                try:
+                    c.admin.get(path)
+                except ApiError as e:
+                    return e.code == 404
+                return False
+            wait_for("%s gone" % name, gone, 60)
+    for kind, ts in times.items():
+        ts.sort()
+        p = lambda q: ts[min(len(ts) - 1, int(q * len(ts)))]  # noqa: E731
+        print("pod start (create -> Running), %s: n=%d p50 %.3f s p99 %.3f s "
+              "min %.3f s max %.3f s" % (kind, len(ts), p(0.5), p(0.99), ts[0],
+                                         ts[-1]), flush=True)
+
+
+def layout_archive(layout, path):
+    """A tar of an OCI image layout directory (what ctr images import reads)."""
+    with tarfile.open(path, "w") as t:
+        for f in sorted(os.listdir(layout)):
+            t.add(os.path.join(layout, f), arcname=f)
+    return path
+
+
+def run_agent(c, n, interposer):
+    """gpufrac's node image (scripts/build-images) imported into containerd,
+    the agent run from it by kubelet as a real container (hostNetwork, the
+    DaemonSet's hostPath mounts, its ConfigMap) registering its device
+    plugin on the real kubelet's socket."""
+    out = os.path.join(n.d, "gpufrac-images")
+    r = subprocess.run([os.path.join(REPO, "scripts", "build-images"), "--only",
+                        "gpufrac-node", "--gpufrac", c.gpufrac, "--interposer",
+                        interposer, "--out", out], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("scripts/build-images --only gpufrac-node: %s" % (r.stderr or r.stdout))
+    image = None
+    with open(os.path.join(REPO, "deploy", "node-agent.yaml")) as f:
+        for ln in f:
+            if ln.strip().startswith("image: ") and "gpufrac-node" in ln:
+                image = ln.split()[1]
+    if not image:
+        fail("deploy/node-agent.yaml names no gpufrac-node image")
+    repo, tag = image.rsplit(":", 1)
+    arch = layout_archive(os.path.join(out, "gpufrac-node"),
+                          os.path.join(n.d, "gpufrac-node.tar"))
+    n.ctr("images", "import", "--base-name", repo, arch)
+    if image not in n.ctr("images", "list", "-q").stdout.split():
+        fail("ctr images import did not make %s" % image)
+    log("%s (scripts/build-images) imported into containerd" % image)
+
+    for f in ("namespace.yaml", "node-agent.yaml"):
+        c.kubectl("apply", "-f", os.path.join(REPO, "deploy", f))
+    # The DaemonSet selects gpufrac.io/enabled=true, which this Node lacks:
+    # the test runs one agent pod of its own (below) instead.
+    c.kubectl("-n", AGENT_NS, "create", "configmap", "gpufrac-node-config",
+              "--from-literal=node.conf=slots = %d\nshim_lib = %s\npreload = %s\n"
+              % (SLOTS, SHIM, PRELOAD))
+    # The interposer where Allocate's mounts take it from: inside the
+    # namespace (its /var/lib is a tmpfs).
+    n.ns(["sh", "-c", "mkdir -p %s && cp %s %s && echo %s > %s" % (
+        os.path.dirname(SHIM), shlex.quote(interposer), SHIM, SHIM, PRELOAD)])
+    wait_for("ServiceAccount gpufrac-node", lambda: c.admin.get(
+        "/api/v1/namespaces/%s/serviceaccounts/gpufrac-node" % AGENT_NS), 30)
+    port = c.server.rsplit(":", 1)[1]
+    mounts = [("cdi", "/var/run/cdi", "DirectoryOrCreate"),
+              ("state", "/run/gpufrac", "DirectoryOrCreate"),
+              ("device-plugins", "/var/lib/kubelet/device-plugins", "Directory")]
+    name = "agent"
+    c.admin.create("/api/v1/namespaces/%s/pods" % AGENT_NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE, "serviceAccountName": "gpufrac-node",
+            # No kube-proxy here: the kubernetes Service's ClusterIP leads
+            # nowhere, so the agent shares the host's network and is told
+            # kube-apiserver's loopback address.
+            "hostNetwork": True, "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": "agent", "image": image, "imagePullPolicy": "Never",
+                "command": ["gpufrac", "node", "--fake-gpus", SPEC,
+                            "--config", "/etc/gpufrac/node.conf",
+                            "--listen", "127.0.0.1:%d" % free_port()],
+                "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                        {"name": "KUBERNETES_SERVICE_PORT", "value": port},
+                        {"name": "NODE_NAME",
+                         "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                "securityContext": {"allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": v, "mountPath": p} for v, p, _ in mounts] +
+                [{"name": "config", "mountPath": "/etc/gpufrac", "readOnly": True}]}],
+            "volumes": [{"name": v, "hostPath": {"path": p, "type": t}}
+                        for v, p, t in mounts] +
+            [{"name": "config", "configMap": {"name": "gpufrac-node-config"}}]}})
+    path = "/api/v1/namespaces/%s/pods/%s" % (AGENT_NS, name)
+    want = str(NGPUS * SLOTS)
+
+    def capacity():
+        n.alive()
+        st = node_obj(c)["status"]
+        return st.get("capacity", {}).get(RESOURCE) == want and \
+            st.get("allocatable", {}).get(RESOURCE) == want
+    try:
+        wait_for("kubelet reporting %s = %s from the agent's device plugin" %
+                 (RESOURCE, want), capacity, 90)
+    except Failure:
+        o = c.admin.get(path)
+        fail("pod %s: phase %s, container statuses %s; Node capacity %s" % (
+            name, o["status"].get("phase"), o["status"].get("containerStatuses"),
+            node_obj(c)["status"].get("capacity")))
+    o = c.admin.get(path)
+    cid = o["status"]["containerStatuses"][0]["containerID"][len("containerd://"):]
+    runs = {x["id"]: x for x in n.runc_list()}
+    if runs.get(cid, {}).get("status") != "running":
+        fail("runc does not list the agent's container %s running" % cid[:12])
+    # Its inventory on the Node, written through the in-cluster config
+    # (the ServiceAccount token kubelet projected into the container).
+    E2E(c).wait_inventory(NODE, NGPUS)
+    # The agent's socket next to kubelet's, in the directory both share.
+    socks = sorted(os.listdir(os.path.join(n.kroot, "device-plugins")))
+    if "kubelet.sock" not in socks or not [x for x in socks if x.startswith("gpufrac")]:
+        fail("device-plugins holds %s" % socks)
+    with open("/proc/%d/status" % runs[cid]["pid"]) as f:
+        rss = [ln.split(":")[1].strip() for ln in f if ln.startswith("VmRSS:")]
+    log("agent pod %s (image %s) run by runc (pid %d, VmRSS %s): %s = %s on Node "
+        "%s; device-plugins holds %s" % (name, image, runs[cid]["pid"], rss[0],
+                                         RESOURCE, want, NODE, socks))
+    run_share(c, n, interposer)
+    c.check_alive()
+    n.alive()
+
+
+def run_share(c, n, interposer):
+    """A share pod bound by kube-scheduler through gpufrac's extender,
+    admitted by the real kubelet, which calls the containerised agent's
+    Allocate; containerd and runc create its container with that answer."""
+    c.kubectl("apply", "-f", os.path.join(REPO, "deploy", "scheduler-rbac.yaml"))
+    kc = c.sa_kubeconfig("extender", c.token("gpufrac-scheduler"))
+    ext = Extender(c, "extender", c.ext_port, kc).start()
+    ext.ready_leader()
+    wait_for("the extender holding Node %s" % NODE,
+             lambda: ext.metric("gpufrac_extender_nodes") == 1, 30)
+    name = "share"
+    obj = pod(name, 1, "20Gi", 30, ns=NS)
+    ctr = obj["spec"]["containers"][0]
+    ctr.update({"image": BUSYBOX, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c",
+                            "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; "
+                            "cat $GPUFRAC_CONFIG; ls /dev; exec sleep 3600"]})
+    c.admin.create("/api/v1/namespaces/%s/pods" % NS, obj)
+    path = "/api/v1/namespaces/%s/pods/%s" % (NS, name)
+
+    def running():
+        n.alive()
+        o = c.admin.get(path)
+        return o if o["status"].get("phase") == "Running" else None
+    try:
+        o = wait_for("share pod %s Running" % name, running, 90)
+    except Failure:
+        o = c.admin.get(path)
+        fail("pod %s: phase %s, node %r, statuses %s, conditions %s" % (
+            name, o["status"].get("phase"), o["spec"].get("nodeName"),
+            o["status"].get("containerStatuses"), o["status"].get("conditions")))
+    grant = json.loads(o["metadata"]["annotations"][GRANT])
+    uuids = [g["uuid"] for g in grant["containers"][0]["gpus"]]
+    clog = os.path.join(n.d, "pod-logs", "%s_%s_%s" % (NS, name, o["metadata"]["uid"]),
+                        "main", "0.log")
+
+    def lines():
+        with open(clog) as f:
+            got = [ln.split(" ", 3)[3] for ln in f.read().splitlines()]
+        return got if "sleep" not in got and any(x == "nvidia-uvm" for x in got) \
+            else None
+    got = wait_for("the share container's output in %s" % clog, lines, 30)
+    index = {g["uuid"]: g["index"] for g in E2E(c).inventory(NODE)["gpus"]}
+    # The env, the shim config kubelet mounted from the agent's state dir,
+    # and the device nodes in the container's /dev (--fake-gpus: a GPU's
+    # minor number is its index).
+    want = ["CUDA_VISIBLE_DEVICES=" + ",".join(uuids),
+            "memory.%s = %d" % (uuids[0], 20 << 30), "compute = 30",
+            "nvidiactl", "nvidia-uvm", "nvidia%d" % index[uuids[0]]]
+    miss = [w for w in want if w not in got]
+    if miss:
+        fail("the share container printed %s, lacking %s" % (got, miss))
+    log("share pod %s Running on %s, granted %s; in its container (runc): %s" % (
+        name, o["spec"]["nodeName"], uuids, want))
+
+
+def main():
+    argv = sys.argv[1:]
+    bench = 0
+    if "--bench" in argv:
+        i = argv.index("--bench")
+        bench = int(argv[i + 1])
+        del argv[i:i + 2]
+    args = [a for a in argv if a != "--keep"]
+    if len(args) != 5:
+        print(__doc__, file=sys.stderr)
+        return 2
+    k8s_bin, ctrd_bin, cni_bin, gpufrac, interposer = args
+    interposer = os.path.abspath(interposer)
+    keep = "--keep" in sys.argv[1:]
+    # CTest's timeout: stop the node (bridge, cgroups) on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    state = {}
+
+    def body(c):
+        n = state["n"] = Node(c, ctrd_bin, cni_bin)
+        c.start()
+        try:
+            run(c, n)
+            run_agent(c, n, interposer)
+            if bench:
+                bench_start(c, n, bench)
+        finally:
+            n.stop()
+
+    def tails(c):
+        n = state.get("n")
+        for p in (n.procs if n else []):
+            log("%s log ends:\n%s" % (p.name, p.tail(25)))
+    return run_once("e2e node", lambda: Cluster(k8s_bin, gpufrac, keep), body, tails)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
