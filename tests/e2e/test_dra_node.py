@@ -224,6 +224,10 @@ class Test:
             "driverVersion": {"version": "550.54.15"},
             "cudaDriverVersion": {"version": "12.4.0"},
             "pciBusID": {"string": g0["attributes"]["pciBusID"]["string"]},
+            # the API's standard attribute: the same address with NVML's
+            # 8-digit domain cut to the usual 4 (issue 27 item 9)
+            "resource.kubernetes.io/pciBusID": {
+                "string": g0["attributes"]["pciBusID"]["string"][4:]},
             "numaNode": {"int": 0}, "mode": {"string": "shared"},
             "nvlinkIsland": {"string": "0"}},
             "gpu-0 attributes")
