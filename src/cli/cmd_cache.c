@@ -140,6 +140,43 @@ static int bad_usage(const char *what) {
   return GF_EXIT_USAGE;
 }
 
+/* True when s is well-formed UTF-8 (no overlong forms, no surrogates). */
+static bool utf8_ok(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    unsigned c = *p;
+    int n = c < 0x80                ? 0
+            : c >= 0xc2 && c < 0xe0 ? 1
+            : (c & 0xf0) == 0xe0    ? 2
+            : c >= 0xf0 && c < 0xf5 ? 3
+                                    : -1;
+    if (n < 0)
+      return false;
+    for (int i = 1; i <= n; i++)
+      if ((p[i] & 0xc0) != 0x80)
+        return false;
+    if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0) ||
+        (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90))
+      return false;
+    p += n + 1;
+  }
+  return true;
+}
+
+/* --node-selector's form: K=V[,K=V], each K non-empty. */
+static bool selector_ok(const char *s) {
+  for (const char *p = s;;) {
+    const char *end = strchr(p, ','), *eq = strchr(p, '=');
+    if (!end)
+      end = p + strlen(p);
+    if (!eq || eq >= end || eq == p)
+      return false;
+    if (!*end)
+      return true;
+    p = end + 1;
+  }
+}
+
 /* The last line the cache logged, so a failure it logged already is not
  * printed a second time from the error it returns. */
 static char g_last_log[2048];
@@ -426,6 +463,14 @@ int cmd_cache(int argc, char **argv) {
   if (!strcmp(sub, "prefetch")) {
     if (!source)
       return bad_usage("prefetch needs --source URL");
+    if (context && !kubeconfig)
+      return bad_usage("--context needs --kubeconfig");
+    if ((names && !utf8_ok(names)) || (selector && !utf8_ok(selector)) ||
+        !utf8_ok(source) || !utf8_ok(ns))
+      return bad_usage("prefetch: a value that is not UTF-8 (--node-names, "
+                       "--node-selector, --source or --namespace)");
+    if (selector && !selector_ok(selector))
+      return bad_usage("--node-selector: want K=V[,K=V]");
     int ways = (nodes ? 1 : 0) + (selector ? 1 : 0) + (names ? 1 : 0);
     if (ways != 1)
       return bad_usage("prefetch needs exactly one of --nodes, "
