@@ -5,8 +5,12 @@
  *   - accepts `--key=value` and `--key value` for an option that takes a
  *     value, and `--flag` (never `--flag=x`) for one that does not;
  *   - names what is wrong: an unknown option, a missing value, a value given
- *     to a flag (each a usage error, exit 2, on stderr as
- *     "PROG: ... (see 'PROG --help')");
+ *     to a flag, an empty value (`--key=`), a value taken from the next
+ *     argument that looks like an option (`--key --other`), an operand
+ *     (after `--` too) where the command takes none (each a usage error,
+ *     exit 2, on stderr as "PROG: ... (see 'PROG --help')");
+ *   - reads a short option's value as `-xVALUE`, `-x=VALUE` (as kubectl
+ *     does) or `-x VALUE`;
  *   - prints `--help` / `-h`: the command's prose, then every option of the
  *     table with its argument and help, so the help cannot omit an option.
  *
