@@ -74,7 +74,8 @@ typedef struct gf__opt_cmd {
   const gf__opt *opts;
   /* true: the first argument that is not an option ends the options (it
    * and the rest are operands, `gf__opt_iter.rest`); false: operands are a
-   * usage error ("unexpected argument"). "--" always ends the options. */
+   * usage error ("unexpected argument"), after "--" too. "--" always ends
+   * the options. */
   bool operands;
   /* true: operands may come between options (kubectl's style): each is
    * handed back as GF__OPT_OPERAND with its text in *value */
