@@ -62,11 +62,6 @@ check run-empty       2 '--gpu: empty value'        -- "$GPUFRAC" run --gpu= -- 
 check version-bogus   2 "unknown option '--bogus'"  -- "$GPUFRAC" version --bogus
 check kubectl-o-eq    2 "-o xml: the formats" -- "$GPUFRAC" kubectl top -o=xml
 
-# Short options that store themselves are taken in a loop, not by recursion:
-# 150,000 of them do not exhaust the stack.
-many=$(yes -- -A | head -n 150000 | tr '\n' ' ')
-# shellcheck disable=SC2086
-check short-many      0 'GPU|gpu|NAME'              -- "$GPUFRAC" kubectl top -o json $many --help
 
 # Options accepted but ignored are usage errors.
 check plan-window     2 '--window needs --prometheus' -- "$GPUFRAC" plan --example --window 1d
