@@ -186,7 +186,7 @@ int gf__opt_next(gf__opt_iter *it, const char **value) {
   while (it->i < it->argc) {
     const char *a = it->argv[it->i];
     if (strcmp(a, "--") == 0) {
-      if (!c->operands && !c->mixed && it->i + 1 < it->argc)
+      if (!c->operands && !c->mixed && !c->dashdash && it->i + 1 < it->argc)
         return stop(it, gf__opt_usage_error(c, "unexpected argument '%s'",
                                             it->argv[it->i + 1]));
       it->rest = it->i + 1;

@@ -77,6 +77,9 @@ typedef struct gf__opt_cmd {
    * usage error ("unexpected argument"), after "--" too. "--" always ends
    * the options. */
   bool operands;
+  /* true: operands are taken only after "--" (run's command); false and
+   * operands false: none at all */
+  bool dashdash;
   /* true: operands may come between options (kubectl's style): each is
    * handed back as GF__OPT_OPERAND with its text in *value */
   bool mixed;
