@@ -23,8 +23,10 @@
 #include "gpufrac/grant.h"
 
 /* Formats container c's grant.json for pod pod_uid (ns and name may be
- * NULL or "": left out) as compact JSON into a malloc'd string the caller
- * frees with free().  GF_ENOMEM. */
+ * NULL or "": left out) as compact JSON into a string from gpufrac's
+ * allocation wrapper (a gf__buf): code in src/ frees it with gf__free, so
+ * the leak accounting sees it released; it is plain malloc memory, so a
+ * caller outside the library may free() it.  GF_ENOMEM. */
 int gf_ctr_grant_format(const char *pod_uid, const char *ns, const char *name,
                         const gf_grant_container *c, char **out, gf_diag *d);
 

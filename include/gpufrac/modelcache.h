@@ -84,9 +84,9 @@ int gf_node_cache_manifest_parse(const char *text, size_t len,
 void gf_node_cache_manifest_release(gf_node_cache_manifest *m);
 
 /* Builds the manifest of the regular files under dir (hashing each) into
- * malloc'd *text[*len]; a tool for publishing a source.  GF_EIO naming the
- * file, GF_EINVAL for a symlink or a name the manifest cannot carry,
- * GF_ELIMIT, GF_ENOMEM. */
+ * *text[*len], from the allocation wrapper (gf__free it in src/); a tool for
+ * publishing a source.  GF_EIO naming the file, GF_EINVAL for a symlink or a
+ * name the manifest cannot carry, GF_ELIMIT, GF_ENOMEM. */
 int gf_node_cache_manifest_build(const char *dir, char **text, size_t *len,
                                  gf_diag *d);
 
@@ -290,7 +290,8 @@ typedef struct gf_node_cache_entry {
   char ns[64];
 } gf_node_cache_entry;
 
-/* The models in *out (malloc'd, most recently used first), count in *n.
+/* The models in *out (from the allocation wrapper: gf__free it in src/;
+ * most recently used first), count in *n.
  * GF_ENOMEM. */
 int gf_node_cache_list(gf_node_cache *c, gf_node_cache_entry **out, size_t *n);
 

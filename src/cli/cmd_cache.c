@@ -13,6 +13,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "cli.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
@@ -140,6 +141,64 @@ static int bad_usage(const char *what) {
   return GF_EXIT_USAGE;
 }
 
+/* True when s is well-formed UTF-8 (no overlong forms, no surrogates). */
+static bool utf8_ok(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    unsigned c = *p;
+    int n = c < 0x80                ? 0
+            : c >= 0xc2 && c < 0xe0 ? 1
+            : (c & 0xf0) == 0xe0    ? 2
+            : c >= 0xf0 && c < 0xf5 ? 3
+                                    : -1;
+    if (n < 0)
+      return false;
+    for (int i = 1; i <= n; i++)
+      if ((p[i] & 0xc0) != 0x80)
+        return false;
+    if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0) ||
+        (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90))
+      return false;
+    p += n + 1;
+  }
+  return true;
+}
+
+/* --node-selector's form: K=V[,K=V], each K non-empty. */
+static bool selector_ok(const char *s) {
+  for (const char *p = s;;) {
+    const char *end = strchr(p, ','), *eq = strchr(p, '=');
+    if (!end)
+      end = p + strlen(p);
+    if (!eq || eq >= end || eq == p)
+      return false;
+    if (!*end)
+      return true;
+    p = end + 1;
+  }
+}
+
+/* What is wrong with prefetch's options (a usage message), or NULL. */
+static const char *prefetch_bad(const char *source, int64_t nodes,
+                                const char *selector, const char *names,
+                                const char *ns, const char *kubeconfig,
+                                const char *context) {
+  if (!source)
+    return "prefetch needs --source URL";
+  if ((nodes ? 1 : 0) + (selector ? 1 : 0) + (names ? 1 : 0) != 1)
+    return "prefetch needs exactly one of --nodes, --node-selector, "
+           "--node-names";
+  if (context && !kubeconfig)
+    return "--context needs --kubeconfig";
+  if ((names && !utf8_ok(names)) || (selector && !utf8_ok(selector)) ||
+      !utf8_ok(source) || !utf8_ok(ns))
+    return "prefetch: a value that is not UTF-8 (--node-names, "
+           "--node-selector, --source or --namespace)";
+  if (selector && !selector_ok(selector))
+    return "--node-selector: want K=V[,K=V]";
+  return NULL;
+}
+
 /* The last line the cache logged, so a failure it logged already is not
  * printed a second time from the error it returns. */
 static char g_last_log[2048];
@@ -227,7 +286,7 @@ static int do_ls(gf_node_cache *c, bool held) {
   if (s.budget)
     printf(" of a %" PRIu64 "-byte budget", s.budget);
   printf("\n");
-  free(l);
+  gf__free(l);
   return GF_EXIT_OK;
 }
 
@@ -249,7 +308,7 @@ static int do_manifest(const char *dir) {
   gf_node_cache_sha256_hex(text, len, hex);
   fwrite(text, 1, len, stdout);
   fprintf(stderr, "sha256:%s\n", hex);
-  free(text);
+  gf__free(text);
   return GF_EXIT_OK;
 }
 
@@ -424,12 +483,10 @@ int cmd_cache(int argc, char **argv) {
     return bad_usage("too many arguments");
   }
   if (!strcmp(sub, "prefetch")) {
-    if (!source)
-      return bad_usage("prefetch needs --source URL");
-    int ways = (nodes ? 1 : 0) + (selector ? 1 : 0) + (names ? 1 : 0);
-    if (ways != 1)
-      return bad_usage("prefetch needs exactly one of --nodes, "
-                       "--node-selector, --node-names");
+    const char *bad =
+        prefetch_bad(source, nodes, selector, names, ns, kubeconfig, context);
+    if (bad)
+      return bad_usage(bad);
     gf_node_prefetch p;
     gf_node_prefetch_init(&p);
     snprintf(p.model, sizeof(p.model), "%s", pos[1]);

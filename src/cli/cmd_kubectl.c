@@ -217,6 +217,44 @@ static const char *annotation(const json_t *obj, const char *key) {
   return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/* A DNS-1123 label (a namespace's form): 1..63 of [a-z0-9-], starting and
+ * ending alphanumeric. With dots true, a DNS-1123 subdomain (a pod name's
+ * form): such labels joined by '.', 253 at most. */
+static bool k8s_name_ok(const char *s, bool dots) {
+  size_t n = strlen(s), label = 0;
+  if (n == 0 || n > (dots ? 253u : 63u))
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    if (c == '.' && dots) {
+      if (label == 0 || s[i - 1] == '-')
+        return false;
+      label = 0;
+      continue;
+    }
+    if (!alnum && c != '-')
+      return false;
+    if (c == '-' && label == 0)
+      return false;
+    if (++label > 63)
+      return false;
+  }
+  return s[n - 1] != '-' && s[n - 1] != '.';
+}
+
+/* 0, or a usage error naming what is not a Kubernetes name. */
+static int check_name(const char *what, const char *s, bool dots) {
+  if (k8s_name_ok(s, dots))
+    return 0;
+  fprintf(stderr,
+          "kubectl gpufrac: %s '%s' is not a valid Kubernetes name (%s: "
+          "lower-case letters, digits, '-'%s)\n",
+          what, s, dots ? "a DNS-1123 subdomain" : "a DNS-1123 label",
+          dots ? " and '.'" : ", 63 at most");
+  return GF_EXIT_USAGE;
+}
+
 static const char *ns_of(const kopts *o, gf_kube_config *kc) {
   if (o->ns)
     return o->ns;
@@ -810,11 +848,21 @@ int cmd_kubectl(int argc, char **argv) {
   if (rc >= 0)
     return rc;
   const char *sub = pos[0], *name = pos[npos - 1];
+  /* names go into API paths: checked before any URL is built */
+  if ((o.ns && (rc = check_name("namespace", o.ns, false))) ||
+      (rc = check_name("agent namespace", o.agent_ns, false)) ||
+      (strcmp(sub, "top") != 0 && (rc = check_name("pod", name, true))))
+    return rc;
   gf_kube_config *kc = NULL;
   gf_kube *k = NULL;
   rc = connect_kube(&o, &kc, &k);
   if (rc)
     return rc;
+  if ((rc = check_name("namespace", ns_of(&o, kc), false))) {
+    gf_kube_free(k);
+    gf_kube_config_free(kc);
+    return rc;
+  }
   if (strcmp(sub, "top") == 0)
     rc = cmd_top(&o, k, kc);
   else if (strcmp(sub, "describe") == 0)

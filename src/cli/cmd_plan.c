@@ -73,7 +73,7 @@ typedef struct plan_args {
   const char *format, *out, *data, *kubeconfig, *context, *prometheus;
   const char *node_types;
   int64_t window;
-  bool example, in_cluster;
+  bool example, in_cluster, window_given;
 } plan_args;
 
 /* One option handed back by id, into a or o: 0, or the usage exit code. */
@@ -114,7 +114,7 @@ static int plan_value(const gf__opt_cmd *c, plan_args *a, gf_plan_options *o,
     if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
       return gf__opt_usage_error(c, "--format '%s': text or json", v);
     a->format = v;
-  } else if (parse_window(v, &a->window)) {
+  } else if ((a->window_given = true) && parse_window(v, &a->window)) {
     return gf__opt_usage_error(c,
                                "--window '%s': N followed by m, h or d (1m "
                                "to 90d)",
@@ -219,6 +219,11 @@ int cmd_plan(int argc, char **argv) {
   int exit;
   if (plan_parse(&a, &o, argc, argv, &exit))
     return exit;
+  if (a.window_given && !a.prometheus) {
+    fprintf(stderr, "gpufrac plan: --window needs --prometheus (it is the "
+                    "range its queries cover)\n(see 'gpufrac plan --help')\n");
+    return GF_EXIT_USAGE;
+  }
   const char **snaps = a.snaps, **usages = a.usages;
   size_t nsnaps = a.nsnaps, nusages = a.nusages;
   const char *format = a.format, *out = a.out, *data = a.data;

@@ -76,6 +76,7 @@ static const gf__opt_cmd run_cmd = {
              "The interposer is looked up in GPUFRAC_SHIM, next to this "
              "binary\n(../lib/gpufrac/), then in the build tree.\n\n",
     .opts = run_opts,
+    .dashdash = true,
 };
 
 /* The options; the index of CMD, or -1 with *exit set. */

@@ -607,6 +607,7 @@ static int sim_churn_value(sim_args *a, int id, const char *name,
     a->churn = true;
     return 0;
   }
+  const char *before = a->churn_only; /* kept when not one of them */
   a->churn_only = name;
   if (id == OPT_CONSOLIDATE) {
     c->consolidate = true;
@@ -642,7 +643,7 @@ static int sim_churn_value(sim_args *a, int id, const char *name,
   } else if (id == OPT_LIFETIMES) {
     a->lifetimes_path = v;
   } else {
-    a->churn_only = NULL;
+    a->churn_only = before;
     return -1;
   }
   return 0;

@@ -72,6 +72,10 @@ static int cmd_version(int argc, char **argv) {
     return GF_EXIT_OK;
   }
   if (argc != 1) {
+    if (argv[1][0] == '-')
+      fprintf(stderr, "gpufrac version: unknown option '%s'\n", argv[1]);
+    else
+      fprintf(stderr, "gpufrac version: unexpected argument '%s'\n", argv[1]);
     fprintf(stderr, "usage: gpufrac version\n");
     return GF_EXIT_USAGE;
   }

@@ -118,6 +118,23 @@ static int take(gf__opt_iter *it, const gf__opt *o, const char *v,
   return o->id;
 }
 
+/* A required value that is empty, or that was the next argument and looks
+ * like an option (`--listen --policy`): a usage error (-1), else 0. */
+static int check_value(gf__opt_iter *it, const gf__opt *o, const char *v,
+                       bool separate) {
+  const gf__opt_cmd *c = it->cmd;
+  if (!v[0])
+    return stop(it, gf__opt_usage_error(c, "--%s: empty value", o->name));
+  if (separate && v[0] == '-' && v[1] == '-' && v[2])
+    return stop(it,
+                gf__opt_usage_error(c, "--%s: value '%s' looks like an option",
+                                    o->name, v));
+  return 0;
+}
+
+/* What short_opt returns when the option stored itself: go on. */
+#define GO_ON (-2)
+
 /* -x, -x VALUE, -xVALUE: one short option (no bundling of flags). */
 static int short_opt(gf__opt_iter *it, const char **value) {
   const gf__opt_cmd *c = it->cmd;
@@ -131,14 +148,18 @@ static int short_opt(gf__opt_iter *it, const char **value) {
   it->i++;
   const char *v = NULL;
   if (o->type == GF__OPT_STRING) {
-    v = a[2] ? a + 2 : NULL;
+    /* -xVALUE, -x=VALUE (as kubectl reads it) or -x VALUE */
+    v = a[2] ? a + 2 + (a[2] == '=') : NULL;
     if (!v && it->i >= it->argc)
       return stop(it, gf__opt_usage_error(c, "%s needs a value", a));
+    bool separate = !v;
     if (!v)
       v = it->argv[it->i++];
+    if (check_value(it, o, v, separate))
+      return -1;
   }
   int id = take(it, o, v, value);
-  return id ? id : gf__opt_next(it, value);
+  return id ? id : GO_ON;
 }
 
 /* An argument that is not an option: an operand, the end of the options,
@@ -165,6 +186,9 @@ int gf__opt_next(gf__opt_iter *it, const char **value) {
   while (it->i < it->argc) {
     const char *a = it->argv[it->i];
     if (strcmp(a, "--") == 0) {
+      if (!c->operands && !c->mixed && !c->dashdash && it->i + 1 < it->argc)
+        return stop(it, gf__opt_usage_error(c, "unexpected argument '%s'",
+                                            it->argv[it->i + 1]));
       it->rest = it->i + 1;
       it->i = it->argc;
       return 0;
@@ -174,8 +198,12 @@ int gf__opt_next(gf__opt_iter *it, const char **value) {
       it->done_help = true;
       return stop(it, GF_EXIT_OK);
     }
-    if (a[0] == '-' && a[1] && a[1] != '-')
-      return short_opt(it, value);
+    if (a[0] == '-' && a[1] && a[1] != '-') {
+      int id = short_opt(it, value);
+      if (id == GO_ON)
+        continue;
+      return id;
+    }
     if (a[0] != '-' || !a[1])
       return operand(it, value);
     const char *name = a + 2, *eq = strchr(name, '=');
@@ -192,8 +220,11 @@ int gf__opt_next(gf__opt_iter *it, const char **value) {
       v = eq ? eq + 1 : NULL;
       if (!v && it->i >= it->argc)
         return stop(it, gf__opt_usage_error(c, "--%s needs a value", o->name));
+      bool separate = !v;
       if (!v)
         v = it->argv[it->i++];
+      if (check_value(it, o, v, separate))
+        return -1;
     }
     int id = take(it, o, v, value);
     if (id)

@@ -5,8 +5,12 @@
  *   - accepts `--key=value` and `--key value` for an option that takes a
  *     value, and `--flag` (never `--flag=x`) for one that does not;
  *   - names what is wrong: an unknown option, a missing value, a value given
- *     to a flag (each a usage error, exit 2, on stderr as
- *     "PROG: ... (see 'PROG --help')");
+ *     to a flag, an empty value (`--key=`), a value taken from the next
+ *     argument that looks like an option (`--key --other`), an operand
+ *     (after `--` too) where the command takes none (each a usage error,
+ *     exit 2, on stderr as "PROG: ... (see 'PROG --help')");
+ *   - reads a short option's value as `-xVALUE`, `-x=VALUE` (as kubectl
+ *     does) or `-x VALUE`;
  *   - prints `--help` / `-h`: the command's prose, then every option of the
  *     table with its argument and help, so the help cannot omit an option.
  *
@@ -70,8 +74,12 @@ typedef struct gf__opt_cmd {
   const gf__opt *opts;
   /* true: the first argument that is not an option ends the options (it
    * and the rest are operands, `gf__opt_iter.rest`); false: operands are a
-   * usage error ("unexpected argument"). "--" always ends the options. */
+   * usage error ("unexpected argument"), after "--" too. "--" always ends
+   * the options. */
   bool operands;
+  /* true: operands are taken only after "--" (run's command); false and
+   * operands false: none at all */
+  bool dashdash;
   /* true: operands may come between options (kubectl's style): each is
    * handed back as GF__OPT_OPERAND with its text in *value */
   bool mixed;

@@ -835,7 +835,7 @@ static int read_manifest(const char *dir, gf_node_cache_manifest *m,
     if (rc)
       gf_diag_prefix(d, "%s", path);
   }
-  free(text);
+  gf__free(text);
   return rc;
 }
 
@@ -854,7 +854,7 @@ static void load_state(gf_node_cache *c) {
   }
   json_error_t je;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  free(text);
+  gf__free(text);
   json_t *models = json_object_get(root, "models");
   json_t *pins = json_object_get(root, "pins");
   json_int_t seq = json_integer_value(json_object_get(root, "seq"));

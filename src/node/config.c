@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "kvline.h"
@@ -386,7 +387,7 @@ int gf_node_config_load(gf_node_config *c, const char *path, gf_diag *d) {
   if (rc)
     return rc;
   rc = gf_node_config_parse(c, text, len, path, d);
-  free(text);
+  gf__free(text);
   return rc;
 }
 

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "buf.h"
 #include "gpufrac/contract.h"
 #include "gpufrac/ctr_grant.h"
@@ -115,7 +116,7 @@ int gf_node_prepare_container_for(const char *state_dir, const char *pod_uid,
   if ((rc = gf_ctr_grant_format(pod_uid, pod_ns, pod_name, c, &gj, d)))
     return rc;
   rc = gf_node_write_atomic(p->dir, GF_CTR_GRANT_FILE, gj, strlen(gj), d);
-  free(gj);
+  gf__free(gj);
   if (rc)
     return rc;
   return gf_node_write_atomic(p->dir, "shim.conf", conf, strlen(conf), d);

@@ -35,8 +35,9 @@ bool gf__node_join(char *out, size_t cap, const char *a, const char *b);
 /* mkdir -p dir with `mode` for the directories it creates.  GF_EIO. */
 int gf__node_mkdirs(const char *dir, unsigned mode, gf_diag *d);
 
-/* Reads at most max bytes of path into a malloc'd NUL-ended buffer.
- * GF_EIO (cannot read), GF_ELIMIT (larger than max), GF_ENOMEM. */
+/* Reads at most max bytes of path into a NUL-ended buffer of the wrapper
+ * (a gf__buf: free it with gf__free).  GF_EIO (cannot read), GF_ELIMIT (larger
+ * than max), GF_ENOMEM. */
 int gf__node_read_file(const char *path, size_t max, char **out, size_t *len,
                        gf_diag *d);
 

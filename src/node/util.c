@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "buf.h"
 #include "contract_int.h"
 #include "gpufrac/ctr_grant.h"
 #include "gpufrac/error.h"
@@ -53,37 +54,28 @@ int gf__node_read_file(const char *path, size_t max, char **out, size_t *len,
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-  char *buf = gf__malloc(max + 1);
-  if (!buf) {
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    int e = errno;
     close(fd);
-    return gf_diag_set(d, GF_ENOMEM, "%s: out of memory", path);
+    return gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(e));
   }
-  size_t n = 0;
-  int rc = 0;
-  for (;;) {
-    ssize_t r = read(fd, buf + n, max + 1 - n);
-    if (r < 0) {
-      if (errno == EINTR)
-        continue;
-      rc = gf_diag_set(d, GF_EIO, "%s: %s", path, strerror(errno));
-      break;
-    }
-    if (r == 0)
-      break;
-    n += (size_t)r;
-    if (n > max) {
-      rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %zu bytes", path, max);
-      break;
-    }
-  }
-  close(fd);
+  gf__buf b;
+  gf__buf_init(&b, max);
+  int rc = gf__buf_read_stream(&b, f);
+  if (!rc && !b.p) /* an empty file: still an allocated "" */
+    rc = gf__buf_append(&b, "", 0);
+  fclose(f);
   if (rc) {
-    gf__free(buf);
-    return rc;
+    gf__buf_release(&b);
+    if (rc == GF_ELIMIT)
+      return gf_diag_set(d, rc, "%s: larger than %zu bytes", path, max);
+    if (rc == GF_EIO)
+      return gf_diag_set(d, rc, "%s: read error", path);
+    return gf_diag_set(d, rc, "%s: out of memory", path);
   }
-  buf[n] = '\0';
-  *out = buf;
-  *len = n;
+  *len = b.len;
+  *out = gf__buf_take(&b);
   return 0;
 }
 

@@ -45,5 +45,40 @@ for cmd in node scheduler plan run inspect simulate kubectl cache; do
   check "$cmd-help-h" 0 '^  -h, --help ' -- "$GPUFRAC" $cmd --help
 done
 
+# An operand where the command takes none is a usage error, after `--` too.
+fake=(--once --no-kube --fake-gpus 1xH100-80GB --print gpus)
+check node-dashdash   2 "unexpected argument 'extra'" -- "$GPUFRAC" node "${fake[@]}" -- extra
+check sched-dashdash  2 "unexpected argument 'extra'" -- "$GPUFRAC" scheduler -- extra
+check plan-dashdash   2 "unexpected argument 'extra'" -- "$GPUFRAC" plan --example -- extra
+check sim-dashdash    2 "unexpected argument 'extra'" -- "$GPUFRAC" simulate "${small[@]}" -- extra
+check node-dashdash-none 0 'H100-80GB'              -- "$GPUFRAC" node "${fake[@]}" --
+
+# A required value that is empty or looks like an option is a usage error.
+check node-empty      2 '--fake-gpus: empty value'  -- "$GPUFRAC" node --fake-gpus=
+check sched-empty     2 '--listen: empty value'     -- "$GPUFRAC" scheduler --listen=
+check sched-optval    2 "--listen: value '--policy' looks like an option" -- "$GPUFRAC" scheduler --listen --policy
+check plan-empty      2 '--prometheus: empty value' -- "$GPUFRAC" plan --prometheus=
+check run-empty       2 '--gpu: empty value'        -- "$GPUFRAC" run --gpu= -- true
+check version-bogus   2 "unknown option '--bogus'"  -- "$GPUFRAC" version --bogus
+check kubectl-o-eq    2 "-o xml: the formats" -- "$GPUFRAC" kubectl top -o=xml
+
+
+# Options accepted but ignored are usage errors.
+check plan-window     2 '--window needs --prometheus' -- "$GPUFRAC" plan --example --window 1d
+check sim-load-late   2 '--load needs --churn'     -- "$GPUFRAC" simulate "${small[@]}" --load 60% --seeds 1
+ref=m@sha256:$(printf '%064d' 0)
+check cache-context   2 '--context needs --kubeconfig' -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-names a --context x
+check cache-names-empty 2 '--node-names: empty value' -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-names=
+check cache-names-utf8 2 'not UTF-8'               -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-names "$(printf 'a\xff')"
+check cache-selector  2 '--node-selector: want K=V' -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-selector aaaa
+check cache-selector-ok 0 'gpu=h100,zone=a'          -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-selector gpu=h100,zone=a
+
+# The kubectl plugin's names go into API paths: checked as Kubernetes names
+# before any request (so these fail without a cluster).
+check kubectl-ns-path 2 "namespace '../../../api/v1/nodes\\?x=' is not a valid Kubernetes name" -- "$GPUFRAC" kubectl describe pod p -n '../../../api/v1/nodes?x='
+check kubectl-pod-path 2 "pod 'a/b' is not a valid Kubernetes name" -- "$GPUFRAC" kubectl why-pending a/b
+check kubectl-pod-caps 2 "pod 'Abc' is not"        -- "$GPUFRAC" kubectl describe pod Abc -n ok
+check kubectl-agent-ns 2 "agent namespace 'a.b' is not" -- "$GPUFRAC" kubectl top --agent-namespace a.b
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

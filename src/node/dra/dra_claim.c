@@ -416,7 +416,7 @@ static int load(gf_node_dra_state *s, gf_diag *d) {
     return gf_diag_set(d, rc, "%s", rd.msg);
   json_error_t je;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  free(text);
+  gf__free(text);
   const json_t *claims = json_object_get(root, "claims");
   const json_t *ver = json_object_get(root, "version");
   if (!json_is_array(claims) || !json_is_integer(ver) ||
