@@ -210,7 +210,7 @@ static int cheaper(const void *a, const void *b) {
 static int choose(const gf_node *base, victim *vs, uint32_t nv,
                   const gf_request *r, vset *best) {
   memset(best, 0, sizeof(*best));
-  vset *cur = gf__malloc(sizeof(*cur));
+  vset *cur = gf__calloc(1, sizeof(*cur));
   if (!cur)
     return GF_ENOMEM;
   uint32_t tries = 0;
@@ -303,6 +303,7 @@ static int choose(const gf_node *base, victim *vs, uint32_t nv,
     /* Past the budget, or the GPU alone is not enough (CPU or memory):
      * the cheapest victims, this GPU's first, one by one. */
     cur->n = 0;
+    cur->ok = false; /* no set tried yet on this GPU (none of its own) */
     for (uint32_t j = 0; j < non; j++) {
       cur->at[cur->n++] = (uint16_t)on[j];
       try_set(base, vs, cur, r, (int)g);
