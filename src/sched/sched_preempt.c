@@ -302,8 +302,7 @@ static int choose(const gf_node *base, victim *vs, uint32_t nv,
       continue;
     /* Past the budget, or the GPU alone is not enough (CPU or memory):
      * the cheapest victims, this GPU's first, one by one. */
-    cur->n = 0;
-    cur->ok = false; /* no set tried yet on this GPU (none of its own) */
+    *cur = (vset){0}; /* nothing tried on this GPU yet (it may hold none) */
     for (uint32_t j = 0; j < non; j++) {
       cur->at[cur->n++] = (uint16_t)on[j];
       try_set(base, vs, cur, r, (int)g);
