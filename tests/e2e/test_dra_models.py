@@ -21,15 +21,17 @@ compiled from proto/dra/v1 into DIR) calls the agent's DRAPlugin.
              (nowhere yet) is not allocated.
   prepare    NodePrepareResources of that claim: the agent finds the pod in
              the claim's status.reservedFor (written by kube-scheduler), reads
-             its gpufrac.io/model and mounts the model read-only in the
-             claim's CDI spec; the model is pinned for the claim.
+             its gpufrac.io/model and mounts the pod's view (the model under
+             model-a/, then .ready; made by the agent's model loader since
+             it saw the pod bound) read-only at /gpufrac/models in the
+             claim's CDI spec; the model is pinned for the claim and the pod.
   fetch      a pod on drm1 naming model-b and a file:// source: prepared, the
              agent fetches model-b, and within seconds the slice and the Node
              list it ready; kube-scheduler then allocates the claim waiting
              for model-b on drm1.
   pruned     the agent stops, model-a's pod and claim are deleted (kubelet
              never unprepares it); after the agent's restart the claim's pin
-             is gone, model-b's claims' pins stay, and the slices (same
+             is gone, model-b's pins (pb's claim, pod pc) stay, and the slices (same
              GPUs, same models) keep their generation.
 Exit 0 only when every step passed; a missing tool is a failure.
 """
@@ -255,11 +257,15 @@ class Test:
     def model_mount(self, uid, name):
         with open(os.path.join(self.work, "cdi", "gpufrac.io-%s_claim.json" % uid)) as f:
             spec = json.load(f)
-        mounts = {m["containerPath"]: m for m in
-                  spec["devices"][0]["containerEdits"].get("mounts", [])}
-        m = mounts.get("/gpufrac/models/" + name)
+        edits = spec["devices"][0]["containerEdits"]
+        mounts = {m["containerPath"]: m for m in edits.get("mounts", [])}
+        # The pod's view (its model loader's directory) at /gpufrac/models,
+        # the model under <name>/ (docs/dra-node.md, "Models").
+        m = mounts.get("/gpufrac/models")
         if not m:
             fail("no model mount in the CDI spec of %s: %s" % (uid, list(mounts)))
+        if "GPUFRAC_MODEL_DIR=/gpufrac/models/" + name not in edits.get("env", []):
+            fail("the CDI spec of %s: env %s" % (uid, edits.get("env")))
         return m
 
     # ---- steps ------------------------------------------------------------
@@ -316,13 +322,16 @@ class Test:
         self.prepare(cl)
         uid = cl["metadata"]["uid"]
         m = self.model_mount(uid, "model-a")
-        eq(m["hostPath"], os.path.join(self.cache, "sha256", self.ga[7:], "files"),
-           "model-a's host path")
+        pu = self.pa["metadata"]["uid"]
+        eq(m["hostPath"], os.path.join(self.cache, "pods", pu),
+           "model-a's host path (pod pa's view)")
         if "ro" not in m["options"]:
             fail("model-a is mounted writable: %s" % m)
-        if not os.path.isfile(os.path.join(m["hostPath"], "sub", "b.bin")):
+        if not os.path.isfile(os.path.join(m["hostPath"], "model-a", "sub", "b.bin")) \
+                or not os.path.isfile(os.path.join(m["hostPath"], ".ready")):
             fail("model-a's files are not where the mount points")
         eq((self.ga[7:], uid) in self.pins(), True, "model-a pinned for the claim")
+        eq((self.ga[7:], pu) in self.pins(), True, "model-a pinned for the pod")
         log("prepare: model-a mounted at /gpufrac/models/model-a, pinned for %s" % uid)
 
     def s_fetch(self):
@@ -331,7 +340,10 @@ class Test:
         p, cl = self.wait_allocated("pc")
         t0 = time.monotonic()
         self.prepare(cl)
-        self.model_mount(cl["metadata"]["uid"], "model-b")
+        view = self.model_mount(cl["metadata"]["uid"], "model-b")["hostPath"]
+        wait_for("model-b in pod pc's view", lambda: os.path.isfile(
+            os.path.join(view, ".ready")), 10)
+        self.pc = p
         b = attr(self.gb)
         wait_for("%s ready on the slice" % b,
                  lambda: self.device_attrs().get(b) == {"string": "ready"}, 10)
@@ -371,9 +383,10 @@ class Test:
         wait_for("the pin of the deleted claim dropped",
                  lambda: self.alive() and (self.ga[7:], ua) not in self.pins(), 30)
         left = self.pins()
-        for cl in (self.cb, self.cc):
-            eq((self.gb[7:], cl["metadata"]["uid"]) in left, True,
-               "the pin of %s (its claim is there)" % cl["metadata"]["name"])
+        eq((self.gb[7:], self.cb["metadata"]["uid"]) in left, True,
+           "the pin of %s (its claim is there)" % self.cb["metadata"]["name"])
+        eq((self.gb[7:], self.pc["metadata"]["uid"]) in left, True,
+           "the pin of pod pc (it is there)")
         if "pins of claims gone or not prepared dropped" not in self.log_text():
             fail("the agent did not say it dropped the pin")
         s = self.slice()

@@ -928,6 +928,107 @@ static void test_prepare_model(void **state) {
   free(g);
 }
 
+/* The agent's model loader as a prepare sees it (gf_node_dra_model_fn):
+ * records the call, answers with a view directory, ready or not. */
+typedef struct fake_loader {
+  int calls;
+  bool ready;
+  int rc;
+  char pod_uid[64], pod[64], ns[64], model[200];
+} fake_loader;
+
+static int fake_model_fn(void *user, const char *pod_uid, const char *ns,
+                         const char *pod, const char *model, const char *source,
+                         char *view, size_t cap, bool *ready, gf_diag *d) {
+  fake_loader *f = user;
+  (void)source;
+  f->calls++;
+  snprintf(f->pod_uid, sizeof(f->pod_uid), "%s", pod_uid);
+  snprintf(f->pod, sizeof(f->pod), "%s", pod);
+  snprintf(f->ns, sizeof(f->ns), "%s", ns);
+  snprintf(f->model, sizeof(f->model), "%s", model);
+  if (f->rc)
+    return gf_diag_set(d, f->rc, "source not allowed");
+  snprintf(view, cap, "%s/models/pods/%s", tmpdir, pod_uid);
+  *ready = f->ready;
+  return 0;
+}
+
+/* With the agent's model loader installed, a model prepare never fetches:
+ * the claim's CDI spec mounts the reserving pod's view at
+ * GF_NODE_MODEL_MOUNT with the model's env, whether the model is ready or
+ * not (pinned for the claim only when it was); a refusal of the loader is
+ * the prepare's error, with nothing written. */
+static void test_prepare_pod_model(void **state) {
+  (void)state;
+  model_source ms;
+  model_source_make(&ms, "w.bin", "lm");
+  gf_diag d = {""};
+  gf_node_gpus *g = gpus(1);
+  gf_node_cache *cache = model_cache_open();
+  gf_node_dra_state *s = open_state_cache(g, cache);
+  fake_loader f = {0};
+  gf__node_dra_state_set_model_fn(s, fake_model_fn, &f);
+  gf_node_dra_claim c;
+  gf_node_dra_prepared p;
+  assert_int_equal(parse(UID_A, "a", "gpu-0:8Gi:30", &c, &d), 0);
+  /* not cached, not ready: answered at once, nothing fetched */
+  int rc = gf__node_dra_prepare_pod_model(s, &c, "pod-uid-1", "pa", ms.ref,
+                                          ms.url, &p, &d);
+  if (rc)
+    fail_msg("prepare: %s", d.msg);
+  assert_int_equal(f.calls, 1);
+  assert_string_equal(f.pod_uid, "pod-uid-1");
+  assert_string_equal(f.pod, "pa");
+  assert_string_equal(f.ns, c.ns);
+  assert_string_equal(f.model, ms.ref);
+  char dir[600];
+  assert_int_not_equal(gf_node_cache_path(cache, ms.hex, dir, sizeof(dir)), 0);
+  json_t *spec =
+      json_loads(slurp("cdi/gpufrac.io-", UID_A, "_claim.json"), 0, NULL);
+  json_t *edits = json_object_get(
+      json_array_get(json_object_get(spec, "devices"), 0), "containerEdits");
+  char view[600];
+  snprintf(view, sizeof(view), "%s/models/pods/pod-uid-1", tmpdir);
+  bool mounted = false;
+  size_t k;
+  json_t *x;
+  json_array_foreach(json_object_get(edits, "mounts"), k, x) {
+    mounted |=
+        !strcmp(json_string_value(json_object_get(x, "hostPath")), view) &&
+        !strcmp(json_string_value(json_object_get(x, "containerPath")),
+                GF_NODE_MODEL_MOUNT);
+  }
+  assert_true(mounted);
+  bool dir_env = false, ready_env = false;
+  json_array_foreach(json_object_get(edits, "env"), k, x) {
+    dir_env |= !strcmp(json_string_value(x),
+                       "GPUFRAC_MODEL_DIR=" GF_NODE_MODEL_MOUNT "/lm");
+    ready_env |=
+        !strcmp(json_string_value(x), "GPUFRAC_MODEL_READY=" GF_NODE_MODEL_MOUNT
+                                      "/" GF_NODE_MODEL_READY_FILE);
+  }
+  assert_true(dir_env && ready_env);
+  json_decref(spec);
+  /* prepared: a second call answers from the checkpoint */
+  assert_int_equal(gf__node_dra_prepare_pod_model(s, &c, "pod-uid-1", "pa",
+                                                  ms.ref, ms.url, &p, &d),
+                   0);
+  assert_int_equal(f.calls, 1);
+  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  /* the loader refuses (what another try cannot mend): named, no files */
+  f.rc = GF_EINVAL;
+  assert_int_equal(gf__node_dra_prepare_pod_model(s, &c, "pod-uid-1", "pa",
+                                                  ms.ref, ms.url, &p, &d),
+                   GF_EINVAL);
+  assert_non_null(strstr(d.msg, "pod pa: model lm"));
+  assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
+  gf__node_dra_state_set_model_fn(s, NULL, NULL);
+  gf_node_dra_state_free(s);
+  gf_node_cache_free(cache);
+  free(g);
+}
+
 /* What gf__node_cache_prune_claims' exists() answers for each claim. */
 typedef struct claims_api {
   int answer; /* for claim "a": 1 there, 0 gone, -1 no answer */
@@ -1247,6 +1348,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prepare_model_namespace, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_model, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prepare_pod_model, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_mig, setup_tmp,
                                       teardown_tmp),
