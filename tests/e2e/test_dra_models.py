@@ -26,8 +26,9 @@ compiled from proto/dra/v1 into DIR) calls the agent's DRAPlugin.
              it saw the pod bound) read-only at /gpufrac/models in the
              claim's CDI spec; the model is pinned for the claim and the pod.
   fetch      a pod on drm1 naming model-b and a file:// source: prepared, the
-             agent fetches model-b, and within seconds the slice and the Node
-             list it ready; kube-scheduler then allocates the claim waiting
+             agent fetches model-b (held for the pod's namespace alone), and
+             within seconds the slice lists it ready under that namespace's
+             key (never the shared one) and the Node lists it; kube-scheduler then allocates the claim waiting
              for model-b on drm1.
   pruned     the agent stops, model-a's pod and claim are deleted (kubelet
              never unprepares it); after the agent's restart the claim's pin
@@ -36,6 +37,7 @@ compiled from proto/dra/v1 into DIR) calls the agent's DRAPlugin.
 Exit 0 only when every step passed; a missing tool is a failure.
 """
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -101,14 +103,18 @@ def make_model(gpufrac, d, tag):
     return r.stderr.strip()
 
 
-def attr(digest):
-    """The slice attribute naming a model: model_<the digest's 16 hex>."""
+def attr(digest, ns=None):
+    """The slice attribute naming a model: model_<the digest's 16 hex>, or
+    for a model held for namespace ns alone, model_<the first 16 hex of
+    SHA-256("<digest> <ns>")> (docs/dra.md, "Models")."""
+    if ns:
+        return "model_" + hashlib.sha256(("%s %s" % (digest, ns)).encode()).hexdigest()[:16]
     return "model_" + digest[len("sha256:"):][:16]
 
 
-def cel_ready(digest):
+def cel_ready(digest, ns=None):
     return ('device.attributes["%s"].?%s.orValue("") == "ready"' %
-            (DRIVER, attr(digest)))
+            (DRIVER, attr(digest, ns)))
 
 
 class Test:
@@ -303,7 +309,9 @@ class Test:
 
     def s_cel(self):
         self.make_pod("pa", "model-a@" + self.ga, [cel_ready(self.ga)])
-        self.make_pod("pb", "model-b@" + self.gb, [cel_ready(self.gb)])
+        # model-b will be fetched by a pod of NS from its own source: held
+        # for NS alone, published under NS's key, which pb's selector names.
+        self.make_pod("pb", "model-b@" + self.gb, [cel_ready(self.gb, NS)])
         p, cl = self.wait_allocated("pa")
         eq(p["spec"]["nodeName"], NODE, "the node of the pod asking for model-a")
         res = cl["status"]["allocation"]["devices"]["results"]
@@ -344,9 +352,12 @@ class Test:
         wait_for("model-b in pod pc's view", lambda: os.path.isfile(
             os.path.join(view, ".ready")), 10)
         self.pc = p
-        b = attr(self.gb)
+        b = attr(self.gb, NS)
         wait_for("%s ready on the slice" % b,
                  lambda: self.device_attrs().get(b) == {"string": "ready"}, 10)
+        if attr(self.gb) in self.device_attrs():
+            fail("model-b, held for %s alone, is on the slice under the shared "
+                 "key %s" % (NS, attr(self.gb)))
         wait_for("model-b on the Node", lambda: any(
             m["digest"] == self.gb and m["state"] == "ready"
             for m in (self.node_models() or {}).get("models", [])), 10)
@@ -390,7 +401,7 @@ class Test:
         if "pins of claims gone or not prepared dropped" not in self.log_text():
             fail("the agent did not say it dropped the pin")
         s = self.slice()
-        eq((s["spec"]["pool"]["generation"], self.device_attrs().get(attr(self.gb))),
+        eq((s["spec"]["pool"]["generation"], self.device_attrs().get(attr(self.gb, NS))),
            (gen, {"string": "ready"}),
            "the pool's generation and model-b across the restart (same models)")
         log("pruned: %s's pin dropped at the restart; %d pins left" % (ua, len(left)))

@@ -491,6 +491,51 @@ static void test_slice_models(void **state) {
   free(g);
 }
 
+/* A model the cache holds for one namespace alone is published under its
+ * owned short form (gf__node_dra_owned_hex), never the digest's: a pod of
+ * another namespace asking for the digest finds it on no device (issue 28
+ * item 2).  The form is the one the scheduler computes (test_sched_dra's
+ * OWN_A_TEAM_A, the same vector). */
+static void test_slice_model_owner(void **state) {
+  (void)state;
+  const char *hex =
+      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  char own[GF_NODE_DRA_MODEL_HEX + 1];
+  assert_true(gf__node_dra_owned_hex(hex, "team-a", own));
+  assert_string_equal(own, "8ca68cffc2c6a4f3");
+  assert_false(gf__node_dra_owned_hex("0123", "team-a", own));
+  gf_node_gpus *g = gpus(1);
+  gf_node_dra_model m[2];
+  memset(m, 0, sizeof(m));
+  memcpy(m[0].hex, hex, 65);
+  m[0].ready = true;
+  m[0].owned = true;
+  snprintf(m[0].ns, sizeof(m[0].ns), "team-a");
+  for (int k = 0; k < 64; k++)
+    m[1].hex[k] = "fedcba9876543210"[k % 16];
+  m[1].ready = false; /* shared, fetching */
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 2, &arr, &d), 0);
+  const json_t *a = json_object_get(
+      json_array_get(
+          json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
+                          "devices"),
+          0),
+      "attributes");
+  assert_null(json_object_get(a, "model_0123456789abcdef"));
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(a, "model_8ca68cffc2c6a4f3"), "string")),
+      "ready");
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(a, "model_fedcba9876543210"), "string")),
+      "fetching");
+  json_decref(arr);
+  free(g);
+}
+
 static void test_semver(void **state) {
   (void)state;
   char v[32];
@@ -1341,6 +1386,7 @@ int main(void) {
       cmocka_unit_test(test_split),
       cmocka_unit_test(test_semver),
       cmocka_unit_test(test_slice_models),
+      cmocka_unit_test(test_slice_model_owner),
       cmocka_unit_test(test_claim_parse),
       cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prune_claim_pins, setup_tmp,

@@ -69,6 +69,14 @@
 #define GF_NODE_DRA_MODEL_HEX 16
 #define GF_NODE_DRA_MODEL_ATTR_MAX 32
 #define GF_NODE_DRA_MODELS_MAX 16
+/* A model the cache holds for one namespace alone (docs/modelcache.md,
+ * "Who gets a cached model") is published under its own short form: the
+ * first 16 hex of SHA-256("sha256:<64 hex> <namespace>") instead of the
+ * digest's, so only that namespace's pods (whose scheduler computes the
+ * same) and CEL selectors that name it match; no attribute more.  into
+ * out[17]; false for a digest that is not 64 lowercase hex. */
+bool gf__node_dra_owned_hex(const char *hex, const char *ns,
+                            char out[GF_NODE_DRA_MODEL_HEX + 1]);
 
 /* ---- the pool's devices ----------------------------------------------- */
 
@@ -114,6 +122,10 @@ int gf_node_dra_slices(const gf_node_gpus *g, const char *node,
 typedef struct gf_node_dra_model {
   char hex[65];
   bool ready;
+  /* held for namespace ns alone (published under gf__node_dra_owned_hex);
+   * false: shared */
+  bool owned;
+  char ns[64];
 } gf_node_dra_model;
 
 /* gf_node_dra_slices with the weight cache's models[0..nmodels-1] (most
