@@ -50,6 +50,8 @@ static gf_node_gpus *gpus(uint32_t n) {
     x->numa_node = (int32_t)(i / 2);
     snprintf(x->pci_bus_id, sizeof(x->pci_bus_id), "00000000:%02X:00.0",
              0x18 + i);
+    snprintf(x->brand, sizeof(x->brand), "Nvidia"); /* as NVML says */
+    snprintf(x->pcie_root, sizeof(x->pcie_root), "pci0000:%02x", 0x17 + i);
     x->healthy = true;
     x->mode = GF_NODE_MODE_SHARED;
   }
@@ -101,6 +103,12 @@ static void test_devices_and_attributes(void **state) {
   gf_node_gpus *g = gpus(3);
   g->gpus[1].mode = GF_NODE_MODE_EXCLUSIVE;
   add_migs(&g->gpus[2], 2);
+  /* The brand is NVML's, never guessed from the name: GPU 1's NVML says
+   * Tesla under an "NVIDIA H100" name; GPU 2's says nothing (left out).
+   * GPU 1 has no known PCIe root. */
+  snprintf(g->gpus[1].brand, sizeof(g->gpus[1].brand), "Tesla");
+  g->gpus[2].brand[0] = '\0';
+  g->gpus[1].pcie_root[0] = '\0';
   json_t *arr = NULL;
   gf_diag d = {""};
   assert_int_equal(gf_node_dra_slices(g, "n1", 4, 0, &arr, &d), 0);
@@ -141,6 +149,22 @@ static void test_devices_and_attributes(void **state) {
                                           "resource.kubernetes.io/pciBusID"),
                           "string")),
                       "0000:18:00.0");
+  /* The standard PCIe root, on GPUs and MIG devices alike (issue 27 item
+   * 9); unknown: left out. */
+  const json_t *a0 = json_object_get(d0, "attributes");
+  const json_t *a1 = json_object_get(d1, "attributes");
+  const json_t *am = json_object_get(m1, "attributes");
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(a0, GF_NODE_DRA_STD_PCIE_ROOT), "string")),
+      "pci0000:17");
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(am, GF_NODE_DRA_STD_PCIE_ROOT), "string")),
+      "pci0000:19"); /* its GPU's */
+  assert_null(json_object_get(a1, GF_NODE_DRA_STD_PCIE_ROOT));
+  assert_string_equal(sget(d1, "attributes.brand.string"), "Tesla");
+  assert_null(json_object_get(am, "brand"));
   char pa[16];
   assert_true(gf__node_dra_pci_address("00000000:3B:00.0", pa));
   assert_string_equal(pa, "0000:3b:00.0");
@@ -476,6 +500,29 @@ static void test_slice_models(void **state) {
     assert_int_equal(nmodel, 14);
     snprintf(key, sizeof(key), "model_%.16s", m[16].hex);
     assert_null(json_object_get(a, key));
+    assert_true(json_object_size(a) + json_object_size(c) <=
+                GF_NODE_DRA_MAX_ATTRS_AND_CAPS);
+  }
+  json_decref(arr);
+  /* 16 valid models: all of them on the GPU and on the MIG device, with
+   * every attribute a device can carry (pcieRoot included) */
+  m[2].hex[5] = 'a';
+  m[3].hex[0] = 'f';
+  m[3].hex[1] = 'f';
+  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 16, &arr, &d),
+                   0);
+  devs = json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
+                         "devices");
+  for (size_t i = 0; i < 2; i++) {
+    const json_t *a = json_object_get(json_array_get(devs, i), "attributes");
+    const json_t *c = json_object_get(json_array_get(devs, i), "capacity");
+    size_t nmodel = 0;
+    const char *k;
+    const json_t *val;
+    json_object_foreach((json_t *)a, k, val) nmodel +=
+        strncmp(k, "model_", 6) == 0;
+    assert_int_equal(nmodel, 16);
+    assert_non_null(json_object_get(a, GF_NODE_DRA_STD_PCIE_ROOT));
     assert_true(json_object_size(a) + json_object_size(c) <=
                 GF_NODE_DRA_MAX_ATTRS_AND_CAPS);
   }

@@ -37,6 +37,8 @@ static int discover(const gf_node_agent_opts *o, const gf_node_config *cfg,
   int rc = o->fake ? gf_node_discover_fake(o->fake, g, &d)
                    : gf_node_discover_nvml(o->nvml, g, &d);
   if (!rc)
+    gf_node_pcie_roots(g, cfg->sys_dir);
+  if (!rc)
     rc = gf_node_config_apply(cfg, g, &d);
   if (rc) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);

@@ -136,20 +136,6 @@ static const char *architecture(int32_t major, int32_t minor) {
   }
 }
 
-/* NVML's brand names for the product lines the name shows; "Nvidia"
- * (NVML_BRAND_NVIDIA) for the data-centre parts that carry no line. */
-static const char *brand(const char *name) {
-  if (strstr(name, "Tesla"))
-    return "Tesla";
-  if (strstr(name, "Quadro"))
-    return "Quadro";
-  if (strstr(name, "GeForce"))
-    return "GeForce";
-  if (strstr(name, "TITAN"))
-    return "Titan";
-  return "Nvidia";
-}
-
 static int set_str(json_t *attrs, const char *k, const char *v) {
   return json_object_set_new(attrs, k, json_pack("{s:s}", "string", v));
 }
@@ -206,7 +192,8 @@ static int common_attrs(json_t *a, const gf_node_gpus *g, const gf_node_gpu *x,
            (int)(g->cuda_version % 1000 / 10));
   int rc = set_str(a, "type", type);
   rc |= set_str(a, "productName", x->name);
-  rc |= set_str(a, "brand", brand(x->name));
+  if (x->brand[0]) /* NVML's; unknown: left out, not guessed */
+    rc |= set_str(a, "brand", x->brand);
   const char *arch = architecture(x->cc_major, x->cc_minor);
   if (arch[0])
     rc |= set_str(a, "architecture", arch);
@@ -224,6 +211,8 @@ static int common_attrs(json_t *a, const gf_node_gpus *g, const gf_node_gpu *x,
   char std[16];
   if (strcmp(type, "gpu") == 0 && gf__node_dra_pci_address(x->pci_bus_id, std))
     rc |= set_str(a, GF_NODE_DRA_STD_PCI_BUS_ID, std);
+  if (x->pcie_root[0])
+    rc |= set_str(a, GF_NODE_DRA_STD_PCIE_ROOT, x->pcie_root);
   if (x->numa_node >= 0)
     rc |= json_object_set_new(
         a, "numaNode", json_pack("{s:I}", "int", (json_int_t)x->numa_node));

@@ -141,6 +141,10 @@ int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
 /* The standard attribute resource.kubernetes.io/pciBusID: the PCI
  * address "DDDD:BB:dd.f" (lowercase hex, 4-digit domain) of a GPU. */
 #define GF_NODE_DRA_STD_PCI_BUS_ID "resource.kubernetes.io/pciBusID"
+/* The standard attribute resource.kubernetes.io/pcieRoot: the PCIe root
+ * complex of the GPU ("pci0000:3a", gf_node_gpu.pcie_root), on a GPU and
+ * on its MIG devices (they share its link); left out when unknown. */
+#define GF_NODE_DRA_STD_PCIE_ROOT "resource.kubernetes.io/pcieRoot"
 /* NVML's busId ("00000000:3B:00.0", or without the domain) as that form;
  * false when it is not a PCI address. */
 bool gf__node_dra_pci_address(const char *nvml, char out[16]);
