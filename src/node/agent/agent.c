@@ -36,7 +36,7 @@ static int discover(const gf_node_agent_opts *o, const gf_node_config *cfg,
   gf_diag d = {""};
   int rc = o->fake ? gf_node_discover_fake(o->fake, g, &d)
                    : gf_node_discover_nvml(o->nvml, g, &d);
-  if (!rc)
+  if (!rc && !o->fake) /* fake GPUs have no sysfs of their own */
     gf_node_pcie_roots(g, cfg->sys_dir);
   if (!rc)
     rc = gf_node_config_apply(cfg, g, &d);
