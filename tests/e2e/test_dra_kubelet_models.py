@@ -23,12 +23,17 @@ sends a 1 GiB model at a bounded rate (GF_E2E_MODEL_RATE bytes/s, default
      ModelReady event;
   3. a pod naming the flaky source (503 twice): ModelFetchFailed events,
      then Ready;
-  4. the pods deleted: the claims unprepared, the views removed.
+  4. that model damaged in the cache while the agent is down, `gpufrac cache
+     verify` takes it out of service; the restarted agent fetches it again,
+     replaces the pod's view and tells the pod (ModelRefetching, then
+     ModelRefetched, condition True again);
+  5. the pods deleted: the claims unprepared, the views removed.
 The times to Running are logged (docs/benchmarks.md).
 """
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -189,7 +194,38 @@ def run(c, kl):
              "ModelReady)" % ev)
     log("3. pod 'flaky': %s" % "; ".join(ev))
 
-    # 4. deleted: unprepared, views gone
+    # 4. the model of 'flaky' fails verification while the agent is down:
+    # taken out of service, fetched again at the agent's start, the pod told
+    fuid = api.get(path("flaky"))["metadata"]["uid"]
+    fview = os.path.join(agent.cache, "pods", fuid)
+    c.stop_gpufrac(agent.p)
+    cached = os.path.join(agent.cache, "sha256", small[len("sha256:"):], "files",
+                          "config.json")
+    os.chmod(cached, 0o644)
+    with open(cached, "r+b") as f:
+        f.write(b"corrupt")
+    r = subprocess.run([c.gpufrac, "cache", "--dir", agent.cache, "verify"],
+                       capture_output=True, text=True, timeout=60)
+    if "taken out of service" not in r.stdout + r.stderr:
+        fail("gpufrac cache verify: %s %s" % (r.stdout, r.stderr))
+    agent.start()
+
+    def refetched():
+        kl.alive()
+        ev = t.events("flaky")
+        cnd = cond(api.get(path("flaky")), COND)
+        return ev if any(e.startswith("ModelRefetched") for e in ev) and \
+            cnd and cnd["status"] == "True" else None
+    ev = wait_for("pod 'flaky' told its model was fetched again", refetched, 60)
+    if not any(e.startswith("ModelRefetching") for e in ev):
+        fail("pod 'flaky': no ModelRefetching event: %s" % ev)
+    with open(os.path.join(fview, "small", "config.json"), "rb") as f:
+        if f.read(7) == b"corrupt":
+            fail("pod 'flaky''s view still holds the copy that failed verification")
+    log("4. a corrupt model in use: out of service, fetched again, the pod told "
+        "(%s)" % "; ".join(e for e in ev if e.startswith("ModelRef")))
+
+    # 5. deleted: unprepared, views gone
     for nm in names + ["flaky"]:
         api.delete(path(nm), gracePeriodSeconds=0)
 
@@ -198,7 +234,7 @@ def run(c, kl):
         return not agent.checkpoint() and not agent.cdi() and not t.pods() and \
             not os.path.exists(view)
     wait_for("the claims unprepared and the views removed", gone, 120)
-    log("4. pods deleted: claims unprepared, views removed")
+    log("5. pods deleted: claims unprepared, views removed")
     c.check_alive()
 
 
