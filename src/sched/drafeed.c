@@ -599,6 +599,19 @@ static void wrote_free(wrote_t *w) {
 /* One gated pod: hands it over, lifts the gate of one whose claims are
  * allocated already, or chooses and writes its claims' allocations and
  * returns what it wrote (the caller checks, then lifts the gate). */
+/* Mode 2's placement of claims cl[0..n-1] with the pod's weights, shared
+ * and its namespace's own (gf_dra_model_place_own). */
+static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
+                          const json_t *pod, const uint8_t *rnd, size_t rl,
+                          gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                          uint32_t *nres, char node[GF_DRA_NAME_MAX],
+                          gf_diag *d) {
+  return gf_dra_model_place_own(f->model, (const gf_dra_claim *const *)cl,
+                                (uint32_t)n, pod_weights(f->model, pod),
+                                pod_weights_own(f->model, pod), rnd, rl, res,
+                                nres, node, d);
+}
+
 static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   const char *ns = jstr(pod, "metadata", "namespace");
   const char *name = jstr(pod, "metadata", "name");
@@ -637,10 +650,7 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   if (!hand && !done) {
     rc = random_bytes(f, rnd, sizeof(rnd));
     if (!rc && !(rc = model_fresh(f, &d)))
-      rc = gf_dra_model_place_own(f->model, (const gf_dra_claim *const *)cl,
-                                  (uint32_t)n, pod_weights(f->model, pod),
-                                  pod_weights_own(f->model, pod), rnd,
-                                  sizeof(rnd), res, nres, node, &d);
+      rc = place_weighted(f, cl, n, pod, rnd, sizeof(rnd), res, nres, node, &d);
     if (rc == GF_ENOFIT)
       f->st.nofit++;
     else if (rc)

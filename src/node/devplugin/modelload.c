@@ -171,6 +171,23 @@ static bool refetch_start(job *j, const char *marker) {
   return true;
 }
 
+/* The pod is told its model is in its view: ready, or (refetch) fetched
+ * again after the copy it had left the cache. */
+static void tell_ready(job *j, bool refetch) {
+  char msg[600];
+  if (refetch)
+    snprintf(msg, sizeof(msg),
+             "model %s (sha256:%.12s) fetched again and verified; its files "
+             "in %s are the new copy: restart the pod's containers to load it",
+             j->name, j->hex, GF_NODE_MODEL_MOUNT);
+  else
+    snprintf(msg, sizeof(msg), "model %s (sha256:%.12s) is ready in %s",
+             j->name, j->hex, GF_NODE_MODEL_MOUNT);
+  const char *why = refetch ? "ModelRefetched" : "ModelReady";
+  condition(j, true, why, msg);
+  event(j, "Normal", why, msg);
+}
+
 static void *job_run(void *arg) {
   job *j = arg;
   gf_node_loader *l = j->l;
@@ -210,21 +227,8 @@ static void *job_run(void *arg) {
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
     if (!rc) {
-      char msg[600];
-      snprintf(msg, sizeof(msg), "model %s (sha256:%.12s) is ready in %s",
-               j->name, j->hex, GF_NODE_MODEL_MOUNT);
-      if (!quit && refetch) {
-        snprintf(msg, sizeof(msg),
-                 "model %s (sha256:%.12s) fetched again and verified; its "
-                 "files in %s are the new copy: restart the pod's containers "
-                 "to load it",
-                 j->name, j->hex, GF_NODE_MODEL_MOUNT);
-        condition(j, true, "ModelRefetched", msg);
-        event(j, "Normal", "ModelRefetched", msg);
-      } else if (!quit && !told) {
-        condition(j, true, "ModelReady", msg);
-        event(j, "Normal", "ModelReady", msg);
-      }
+      if (!quit && (refetch || !told))
+        tell_ready(j, refetch);
       break;
     }
     if (quit)
