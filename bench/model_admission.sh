@@ -9,17 +9,20 @@
 #
 # Usage: bench/model_admission.sh GPUFRAC [RUNS] [RATE]   (root; default 3,
 #        100000000)
+# TEST=test_dra_kubelet_models.py runs the DRA path's test instead (the
+# same four pods, each with a ResourceClaim, the agent in --mode dra).
 set -eu
 GPUFRAC=$1
 RUNS=${2:-3}
 RATE=${3:-100000000}
+TEST=${TEST:-test_model_admission.py}
 K8S_BIN=${K8S_BIN:-$HOME/.cache/gpufrac/k8s-v1.37.2/bin}
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mktemp)
 i=0
 while [ "$i" -lt "$RUNS" ]; do
   i=$((i + 1))
-  GF_E2E_MODEL_RATE=$RATE python3 "$here/tests/e2e/test_model_admission.py" \
+  GF_E2E_MODEL_RATE=$RATE python3 "$here/tests/e2e/$TEST" \
     "$K8S_BIN" "$GPUFRAC" 2>&1 |
     sed -n -e 's/.*time to Running (s from creation): //p' \
       -e "s/.*pod 'model' Ready \([0-9.]*\) s after its creation.*/model-Ready \1/p" |

@@ -100,7 +100,14 @@ typedef struct gf_node_gpu {
   int32_t cc_major, cc_minor;       /* CUDA compute capability; 0.0 unknown */
   char pci_bus_id[GF_NODE_PCI_MAX]; /* NVML's busId */
   int32_t numa_node;                /* -1 when unknown */
-  bool mig_enabled;                 /* current MIG mode */
+  /* NVML's brand (nvmlDeviceGetBrand) by its name: "Tesla", "Nvidia",
+   * "GeForce"...; "" when NVML does not say (--fake-gpus: "Nvidia"). */
+  char brand[24];
+  /* The PCIe root complex the GPU hangs off, as the kernel names it
+   * ("pci0000:3a", the first directory under <sys_dir>/devices of the
+   * device's sysfs path: gf_node_pcie_roots); "" when unknown. */
+  char pcie_root[GF_NODE_PCI_MAX];
+  bool mig_enabled; /* current MIG mode */
   bool healthy;
   char reason[128];  /* why unhealthy; "" when healthy */
   gf_node_mode mode; /* set by gf_node_config_apply; shared by default */
@@ -155,6 +162,13 @@ int gf_node_discover_nvml(const char *lib, gf_node_gpus *out, gf_diag *d);
  * but stable; SMs and compute capability come from the model table.
  * GF_ESYNTAX / GF_ERANGE / GF_ELIMIT naming the part that is wrong. */
 int gf_node_discover_fake(const char *spec, gf_node_gpus *out, gf_diag *d);
+
+/* Fills each GPU's pcie_root from sysfs: <sys_dir>/bus/pci/devices/<its bus
+ * id, domain in 4 hex digits, lowercase> is a link into
+ * <sys_dir>/devices/pci<domain>:<bus>/...; the first directory under
+ * devices/ is the root complex ("pci0000:3a").  A GPU whose link is
+ * missing or does not lead there keeps "" (not published). */
+void gf_node_pcie_roots(gf_node_gpus *g, const char *sys_dir);
 
 /* SM count and compute capability for a product name, from a small
  * built-in table (case-insensitive substring match, most specific first).
@@ -223,6 +237,9 @@ typedef struct gf_node_config {
   /* Where the driver's MIG capability files are read
    * (<proc_dir>/driver/nvidia/capabilities); /proc. */
   char proc_dir[GF_NODE_PATH_MAX];
+  /* Where the GPUs' PCIe roots are read (<sys_dir>/bus/pci/devices/<bus
+   * id>, gf_node_pcie_roots); /sys. */
+  char sys_dir[GF_NODE_PATH_MAX];
   /* The weight cache (docs/modelcache.md; keys model_*, read by
    * src/node/modelcache_agent.c): its directory ("" = no cache), byte
    * budget (0 = none), how long a model whose last pod left stays in the

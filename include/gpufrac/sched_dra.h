@@ -269,6 +269,13 @@ int gf_dra_model_excess(const gf_dra_model *m, const char *pool,
  * them, ready or fetching; the slices carry no size, so the bonus is the
  * full one (a model of 16 GiB or more, docs/placement.md). */
 uint32_t gf_dra_model_weights(gf_dra_model *m, const char *ref);
+/* The same weights held privately for namespace ns (the node agent
+ * publishes such a model under the first 16 hex of SHA-256("sha256:<64
+ * hex> <ns>"), docs/dra.md "Models"), as the engine's request.weights_own
+ * (id + 1; 0: none, or no node holds them for ns).  A model another
+ * namespace holds privately is never the pod's: it has another key. */
+uint32_t gf_dra_model_weights_own(gf_dra_model *m, const char *ref,
+                                  const char *ns);
 
 /* Chooses a node and devices for every request of claims[0..n-1] (all
  * GF_DRA_SHARE or GF_DRA_WHOLE, allocated none) with the engine's policy,
@@ -282,6 +289,15 @@ int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
                        uint32_t n, uint32_t weights, const uint8_t *rnd,
                        size_t rnd_len, gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
                        uint32_t *nres, char node[GF_DRA_NAME_MAX], gf_diag *d);
+/* gf_dra_model_place with the pod's weights held for its own namespace too
+ * (gf_dra_model_weights_own; 0: none): a node holding either gets the
+ * cache term, as the extender's weights_own. */
+int gf_dra_model_place_own(gf_dra_model *m, const gf_dra_claim *const *claims,
+                           uint32_t n, uint32_t weights, uint32_t weights_own,
+                           const uint8_t *rnd, size_t rnd_len,
+                           gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                           uint32_t *nres, char node[GF_DRA_NAME_MAX],
+                           gf_diag *d);
 
 /* Mode 1: the engine's score for claims[0..n-1] on Node `node` (higher is
  * better; comparable between nodes of one pod), with the cache term for
@@ -290,6 +306,10 @@ int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
 int gf_dra_model_score(gf_dra_model *m, const gf_dra_claim *const *claims,
                        uint32_t n, uint32_t weights, const char *node,
                        int64_t *score);
+/* gf_dra_model_score with weights_own (gf_dra_model_place_own). */
+int gf_dra_model_score_own(gf_dra_model *m, const gf_dra_claim *const *claims,
+                           uint32_t n, uint32_t weights, uint32_t weights_own,
+                           const char *node, int64_t *score);
 
 /* ---- the feed ----------------------------------------------------------- */
 

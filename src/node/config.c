@@ -99,6 +99,7 @@ void gf_node_config_init(gf_node_config *c) {
   c->dra_plugin_dir[0] = '\0'; /* /var/lib/kubelet/plugins/<driver> */
   c->dra_slice_devices = 0;
   gf__node_copy(c->proc_dir, sizeof(c->proc_dir), "/proc");
+  gf__node_copy(c->sys_dir, sizeof(c->sys_dir), "/sys");
   c->model_keep_warm_s = 600;
   c->model_fetch_deadline_s = 7200;
   c->model_fetch_min_rate = 1000000;
@@ -331,6 +332,7 @@ static const directive directives[] = {
     PATH("dra_registry_dir", dra_registry_dir),
     PATH("dra_plugin_dir", dra_plugin_dir),
     PATH("proc_dir", proc_dir),
+    PATH("sys_dir", sys_dir),
     INT("dra_slice_devices", dra_slice_devices, 0, 128,
         "0..128 (0: the API's limit)"),
     FN("dra_allocator", set_dra_allocator),

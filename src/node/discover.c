@@ -3,6 +3,7 @@
  * types and functions used (no nvml.h needed), a fake description for
  * development, and the table of SM counts by model (gpufrac/node.h).
  */
+#define _XOPEN_SOURCE 700
 #include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -71,6 +72,7 @@ typedef struct nvml_api {
   nvml_return (*minor)(nvml_device, unsigned int *);
   nvml_return (*mig)(nvml_device, unsigned int *, unsigned int *);
   nvml_return (*numa)(nvml_device, unsigned int *); /* optional (r535+) */
+  nvml_return (*brand)(nvml_device, int *);         /* optional */
   nvml_return (*driver)(char *, unsigned int);
   nvml_return (*cuda)(int *);
   /* MIG devices: needed only on a GPU whose MIG mode is on */
@@ -222,6 +224,19 @@ static void query_links(const nvml_api *a, nvml_device dev, gf_node_gpu *g,
   }
 }
 
+/* nvmlBrandType_t by name (nvml.h's NVML_BRAND_* without the prefix, in
+ * the DRA attribute's spelling); "" for a value this table does not know
+ * (left out of the slices, not guessed). */
+static const char *brand_name(int b) {
+  static const char *const names[] = {
+      "Unknown",   "Quadro",    "Tesla",     "NVS",
+      "Grid",      "GeForce",   "Titan",     "NvidiaVApps",
+      "NvidiaVPC", "NvidiaVCS", "NvidiaVWS", "NvidiaCloudGaming",
+      "QuadroRTX", "NvidiaRTX", "Nvidia",    "GeForceRTX",
+      "TitanRTX"};
+  return b > 0 && (size_t)b < sizeof(names) / sizeof(names[0]) ? names[b] : "";
+}
+
 static void query_gpu(const nvml_api *a, unsigned int i, gf_node_gpu *g,
                       uint64_t remote[NVML_NVLINK_MAX_LINKS]) {
   memset(g, 0, sizeof(*g));
@@ -290,6 +305,9 @@ static void query_gpu(const nvml_api *a, unsigned int i, gf_node_gpu *g,
     sick(a, g, "nvmlDeviceGetMigMode", r);
   if (a->numa && a->numa(dev, &u) == NVML_OK && u < 4096)
     g->numa_node = (int32_t)u;
+  int b = -1;
+  if (a->brand && a->brand(dev, &b) == NVML_OK)
+    gf__node_copy(g->brand, sizeof(g->brand), brand_name(b));
   if (g->mem_bytes == 0 && g->healthy) {
     g->healthy = false;
     gf__node_copy(g->reason, sizeof(g->reason), "reports no memory");
@@ -342,6 +360,7 @@ int gf_node_discover_nvml(const char *lib, gf_node_gpus *out, gf_diag *d) {
   GF__NVML_GET(&nv, GF__NVML_MINOR, a.minor);
   GF__NVML_GET(&nv, GF__NVML_MIG_MODE, a.mig);
   GF__NVML_GET(&nv, GF__NVML_NUMA, a.numa);
+  GF__NVML_GET(&nv, GF__NVML_BRAND, a.brand);
   GF__NVML_GET(&nv, GF__NVML_DRIVER, a.driver);
   GF__NVML_GET(&nv, GF__NVML_CUDA, a.cuda);
   GF__NVML_GET(&nv, GF__NVML_MIG_COUNT, a.mig_count);
@@ -559,6 +578,7 @@ static int fake_group(const char *p, size_t n, gf_node_gpus *out, gf_diag *d) {
     snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "00000000:%02X:00.0",
              (unsigned)(0x18 + 0x10 * i) & 0xffu);
     g->numa_node = -1;
+    gf__node_copy(g->brand, sizeof(g->brand), "Nvidia");
     g->util_pct = -1;
     g->device_used_bytes = -1;
     g->healthy = true;
@@ -585,4 +605,41 @@ int gf_node_discover_fake(const char *spec, gf_node_gpus *out, gf_diag *d) {
     out->gpus[i].numa_node = out->ngpus > 1 && i >= out->ngpus / 2 ? 1 : 0;
   gf__node_copy(out->driver_version, sizeof(out->driver_version), "fake");
   return 0;
+}
+
+void gf_node_pcie_roots(gf_node_gpus *g, const char *sys_dir) {
+  const char *sys = sys_dir && *sys_dir ? sys_dir : "/sys";
+  for (uint32_t i = 0; i < g->ngpus; i++)
+    g->gpus[i].pcie_root[0] = '\0';
+  char base[GF_NODE_PATH_MAX], *rb = realpath(sys, NULL);
+  if (!rb)
+    return; /* no sysfs here: every root unknown */
+  int bn = snprintf(base, sizeof(base), "%s/devices/", rb);
+  free(rb);
+  for (uint32_t i = 0; i < g->ngpus && bn > 0 && (size_t)bn < sizeof(base);
+       i++) {
+    gf_node_gpu *x = &g->gpus[i];
+    unsigned long dom, bus, dev, fn;
+    char tail;
+    if (sscanf(x->pci_bus_id, "%lx:%lx:%lx.%lx%c", &dom, &bus, &dev, &fn,
+               &tail) != 4 ||
+        dom > 0xffff || bus > 0xff || dev > 0x1f || fn > 7)
+      continue;
+    char link[GF_NODE_PATH_MAX + 64];
+    snprintf(link, sizeof(link), "%s/bus/pci/devices/%04lx:%02lx:%02lx.%lx",
+             sys, dom, bus, dev, fn);
+    char *real = realpath(link, NULL);
+    if (!real)
+      continue;
+    if (strncmp(real, base, (size_t)bn) == 0) {
+      const char *c = real + bn;
+      size_t n = strcspn(c, "/");
+      if (n > 3 && n < sizeof(x->pcie_root) && strncmp(c, "pci", 3) == 0 &&
+          c[n] == '/') {
+        memcpy(x->pcie_root, c, n);
+        x->pcie_root[n] = '\0';
+      }
+    }
+    free(real);
+  }
 }

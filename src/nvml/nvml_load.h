@@ -51,7 +51,8 @@
   X(EVENT_FREE, "nvmlEventSetFree")                                            \
   X(EVENT_WAIT, "nvmlEventSetWait_v2")                                         \
   X(UTILIZATION, "nvmlDeviceGetUtilizationRates")                              \
-  X(PROC_UTILIZATION, "nvmlDeviceGetProcessUtilization")
+  X(PROC_UTILIZATION, "nvmlDeviceGetProcessUtilization")                       \
+  X(BRAND, "nvmlDeviceGetBrand")
 
 #define GF__NVML_ENUM(id, sym) GF__NVML_##id,
 typedef enum gf__nvml_fn {

@@ -17,6 +17,7 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched_dra.h"
+#include <gnutls/crypto.h>
 
 /* ---- JSON helpers -------------------------------------------------------- */
 
@@ -911,6 +912,27 @@ uint32_t gf_dra_model_weights(gf_dra_model *m, const char *ref) {
   return id < 0 ? 0 : (uint32_t)id + 1;
 }
 
+uint32_t gf_dra_model_weights_own(gf_dra_model *m, const char *ref,
+                                  const char *ns) {
+  char digest[GF_MODEL_DIGEST_LEN];
+  if (!ref || !ns || !*ns ||
+      gf_model_ref_parse(ref, strlen(ref), NULL, digest, NULL))
+    return 0;
+  /* the node agent's gf__node_dra_owned_hex: SHA-256 of "<digest> <ns>" */
+  char text[GF_MODEL_DIGEST_LEN + 72];
+  int n = snprintf(text, sizeof(text), "%s %s", digest, ns);
+  unsigned char md[32];
+  if (n < 0 || (size_t)n >= sizeof(text) ||
+      gnutls_hash_fast(GNUTLS_DIG_SHA256, text, (size_t)n, md) != 0)
+    return 0;
+  char hex[GF_DRA_MODEL_HEX + 1], key[32];
+  for (int i = 0; i < GF_DRA_MODEL_HEX / 2; i++)
+    snprintf(hex + 2 * i, 3, "%02x", md[i]);
+  weights_key(hex, key, sizeof(key));
+  int id = gf_cluster_weights_id(m->c, key, 0, false);
+  return id < 0 ? 0 : (uint32_t)id + 1;
+}
+
 /* Is slice s the newest generation of its pool among slices[]? */
 static bool newest(const gf_dra_slice *const *slices, uint32_t n,
                    const gf_dra_slice *s) {
@@ -1128,10 +1150,11 @@ static void undo(gf_dra_model *m, placed *pl, uint32_t npl, mdev **used,
 /* Places one request on node `node` (UINT32_MAX: the engine chooses) and
  * books it; appends its results to res. */
 static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t weights,
-                     uint32_t *node, placed *pl, uint32_t *npl, mdev **used,
-                     int64_t *um, int64_t *uc, uint32_t *nused,
-                     const uint8_t *rnd, size_t rnd_len, size_t *rnd_off,
-                     gf_dra_result *res, uint32_t *nres, gf_diag *d) {
+                     uint32_t weights_own, uint32_t *node, placed *pl,
+                     uint32_t *npl, mdev **used, int64_t *um, int64_t *uc,
+                     uint32_t *nused, const uint8_t *rnd, size_t rnd_len,
+                     size_t *rnd_off, gf_dra_result *res, uint32_t *nres,
+                     gf_diag *d) {
   bool share = r->kind == GF_DRA_SHARE;
   const gf_dra_device *td = typical_dev(m, share);
   if (!td)
@@ -1150,8 +1173,9 @@ static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t weights,
   gf_placement p;
   if (*node == UINT32_MAX) {
     q.weights = weights; /* the cache term where the node is chosen */
+    q.weights_own = weights_own;
     rc = gf_engine_place(m->e, &q, &p);
-    q.weights = 0;
+    q.weights = q.weights_own = 0;
     if (rc)
       return gf_diag_set(d, rc,
                          "request %s: no node has %" PRId64
@@ -1222,6 +1246,16 @@ int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
                        uint32_t n, uint32_t weights, const uint8_t *rnd,
                        size_t rnd_len, gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
                        uint32_t *nres, char node[GF_DRA_NAME_MAX], gf_diag *d) {
+  return gf_dra_model_place_own(m, claims, n, weights, 0, rnd, rnd_len, res,
+                                nres, node, d);
+}
+
+int gf_dra_model_place_own(gf_dra_model *m, const gf_dra_claim *const *claims,
+                           uint32_t n, uint32_t weights, uint32_t weights_own,
+                           const uint8_t *rnd, size_t rnd_len,
+                           gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                           uint32_t *nres, char node[GF_DRA_NAME_MAX],
+                           gf_diag *d) {
   uint32_t nq = 0;
   for (uint32_t i = 0; i < n; i++) {
     if (claims[i]->allocated)
@@ -1248,8 +1282,9 @@ int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
   for (uint32_t i = 0; i < n && !rc; i++) {
     nres[i] = 0;
     for (uint32_t j = 0; j < claims[i]->nreq && !rc; j++) {
-      rc = place_one(m, &claims[i]->req[j], weights, &ni, pl, &npl, used, um,
-                     uc, &nused, rnd, rnd_len, &off, res[i], &nres[i], d);
+      rc = place_one(m, &claims[i]->req[j], weights, weights_own, &ni, pl, &npl,
+                     used, um, uc, &nused, rnd, rnd_len, &off, res[i], &nres[i],
+                     d);
       if (rc)
         gf_diag_prefix(d, "claim %s", claims[i]->name);
     }
@@ -1272,6 +1307,12 @@ out:
 int gf_dra_model_score(gf_dra_model *m, const gf_dra_claim *const *claims,
                        uint32_t n, uint32_t weights, const char *node,
                        int64_t *score) {
+  return gf_dra_model_score_own(m, claims, n, weights, 0, node, score);
+}
+
+int gf_dra_model_score_own(gf_dra_model *m, const gf_dra_claim *const *claims,
+                           uint32_t n, uint32_t weights, uint32_t weights_own,
+                           const char *node, int64_t *score) {
   uint32_t ni = UINT32_MAX;
   for (uint32_t i = 0; i < m->nnodes; i++)
     if (strcmp(m->nodes[i], node) == 0)
@@ -1301,6 +1342,7 @@ int gf_dra_model_score(gf_dra_model *m, const gf_dra_claim *const *claims,
       gf_placement p;
       int64_t one;
       q.weights = first ? weights : 0; /* the first request's score counts */
+      q.weights_own = first ? weights_own : 0;
       int rc = gf_engine_score(m->e, &q, ni, &one, &p);
       if (rc)
         return rc;

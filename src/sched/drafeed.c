@@ -443,6 +443,16 @@ static uint32_t pod_weights(gf_dra_model *m, const json_t *pod) {
              GF_MODEL_ANNOTATION)));
 }
 
+/* The same as the model's weights held for the pod's namespace (0: none). */
+static uint32_t pod_weights_own(gf_dra_model *m, const json_t *pod) {
+  const json_t *md = json_object_get(pod, "metadata");
+  return gf_dra_model_weights_own(
+      m,
+      json_string_value(json_object_get(json_object_get(md, "annotations"),
+                                        GF_MODEL_ANNOTATION)),
+      json_string_value(json_object_get(md, "namespace")));
+}
+
 static bool ours(const gf_dra_claim *c) {
   for (uint32_t j = 0; j < c->nreq; j++)
     if (c->req[j].kind != GF_DRA_OTHER)
@@ -460,9 +470,9 @@ int gf_sched_dra_score(gf_sched_dra *f, const json_t *pod, const char *node,
     any = any || ours(cl[i]);
   gf_diag d = {""};
   if (n > 0 && any && !(rc = model_fresh(f, &d)))
-    rc = gf_dra_model_score(f->kmodel, (const gf_dra_claim *const *)cl,
-                            (uint32_t)n, pod_weights(f->kmodel, pod), node,
-                            score);
+    rc = gf_dra_model_score_own(f->kmodel, (const gf_dra_claim *const *)cl,
+                                (uint32_t)n, pod_weights(f->kmodel, pod),
+                                pod_weights_own(f->kmodel, pod), node, score);
   pthread_mutex_unlock(&f->mu);
   for (int i = 0; i < n; i++)
     gf__free(cl[i]);
@@ -589,6 +599,19 @@ static void wrote_free(wrote_t *w) {
 /* One gated pod: hands it over, lifts the gate of one whose claims are
  * allocated already, or chooses and writes its claims' allocations and
  * returns what it wrote (the caller checks, then lifts the gate). */
+/* Mode 2's placement of claims cl[0..n-1] with the pod's weights, shared
+ * and its namespace's own (gf_dra_model_place_own). */
+static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
+                          const json_t *pod, const uint8_t *rnd, size_t rl,
+                          gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                          uint32_t *nres, char node[GF_DRA_NAME_MAX],
+                          gf_diag *d) {
+  return gf_dra_model_place_own(f->model, (const gf_dra_claim *const *)cl,
+                                (uint32_t)n, pod_weights(f->model, pod),
+                                pod_weights_own(f->model, pod), rnd, rl, res,
+                                nres, node, d);
+}
+
 static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   const char *ns = jstr(pod, "metadata", "namespace");
   const char *name = jstr(pod, "metadata", "name");
@@ -627,9 +650,7 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   if (!hand && !done) {
     rc = random_bytes(f, rnd, sizeof(rnd));
     if (!rc && !(rc = model_fresh(f, &d)))
-      rc = gf_dra_model_place(f->model, (const gf_dra_claim *const *)cl,
-                              (uint32_t)n, pod_weights(f->model, pod), rnd,
-                              sizeof(rnd), res, nres, node, &d);
+      rc = place_weighted(f, cl, n, pod, rnd, sizeof(rnd), res, nres, node, &d);
     if (rc == GF_ENOFIT)
       f->st.nofit++;
     else if (rc)

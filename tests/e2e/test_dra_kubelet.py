@@ -79,6 +79,7 @@ class Agent:
                     (self.dir, self.dir, self.kl.root, self.kl.root, DRIVER))
             if allocator:
                 f.write("dra_allocator = %s\n" % allocator)
+            f.write(self.config_extra())
         self.log = "agent-%d" % self.n
         # The admin's kubeconfig: the agent's RBAC is test_dra_node's and
         # test_deploy's subject; this test is about kubelet.
@@ -86,6 +87,10 @@ class Agent:
             self.c.gpufrac, "node", "--mode", "dra", "--fake-gpus", "1xH100-80GB",
             "--node-name", NODE, "--kubeconfig", self.c.admin_kc, "--config", conf,
             "--listen", "127.0.0.1:%d" % free_port(), "--interval", "1"])
+
+    def config_extra(self):
+        """More node config lines (test_dra_kubelet_models' cache)."""
+        return ""
 
     def text(self):
         with open(self.c.path(self.log + ".log")) as f:

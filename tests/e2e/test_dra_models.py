@@ -21,19 +21,23 @@ compiled from proto/dra/v1 into DIR) calls the agent's DRAPlugin.
              (nowhere yet) is not allocated.
   prepare    NodePrepareResources of that claim: the agent finds the pod in
              the claim's status.reservedFor (written by kube-scheduler), reads
-             its gpufrac.io/model and mounts the model read-only in the
-             claim's CDI spec; the model is pinned for the claim.
+             its gpufrac.io/model and mounts the pod's view (the model under
+             model-a/, then .ready; made by the agent's model loader since
+             it saw the pod bound) read-only at /gpufrac/models in the
+             claim's CDI spec; the model is pinned for the claim and the pod.
   fetch      a pod on drm1 naming model-b and a file:// source: prepared, the
-             agent fetches model-b, and within seconds the slice and the Node
-             list it ready; kube-scheduler then allocates the claim waiting
+             agent fetches model-b (held for the pod's namespace alone), and
+             within seconds the slice lists it ready under that namespace's
+             key (never the shared one) and the Node lists it; kube-scheduler then allocates the claim waiting
              for model-b on drm1.
   pruned     the agent stops, model-a's pod and claim are deleted (kubelet
              never unprepares it); after the agent's restart the claim's pin
-             is gone, model-b's claims' pins stay, and the slices (same
+             is gone, model-b's pins (pb's claim, pod pc) stay, and the slices (same
              GPUs, same models) keep their generation.
 Exit 0 only when every step passed; a missing tool is a failure.
 """
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -99,14 +103,18 @@ def make_model(gpufrac, d, tag):
     return r.stderr.strip()
 
 
-def attr(digest):
-    """The slice attribute naming a model: model_<the digest's 16 hex>."""
+def attr(digest, ns=None):
+    """The slice attribute naming a model: model_<the digest's 16 hex>, or
+    for a model held for namespace ns alone, model_<the first 16 hex of
+    SHA-256("<digest> <ns>")> (docs/dra.md, "Models")."""
+    if ns:
+        return "model_" + hashlib.sha256(("%s %s" % (digest, ns)).encode()).hexdigest()[:16]
     return "model_" + digest[len("sha256:"):][:16]
 
 
-def cel_ready(digest):
+def cel_ready(digest, ns=None):
     return ('device.attributes["%s"].?%s.orValue("") == "ready"' %
-            (DRIVER, attr(digest)))
+            (DRIVER, attr(digest, ns)))
 
 
 class Test:
@@ -255,11 +263,15 @@ class Test:
     def model_mount(self, uid, name):
         with open(os.path.join(self.work, "cdi", "gpufrac.io-%s_claim.json" % uid)) as f:
             spec = json.load(f)
-        mounts = {m["containerPath"]: m for m in
-                  spec["devices"][0]["containerEdits"].get("mounts", [])}
-        m = mounts.get("/gpufrac/models/" + name)
+        edits = spec["devices"][0]["containerEdits"]
+        mounts = {m["containerPath"]: m for m in edits.get("mounts", [])}
+        # The pod's view (its model loader's directory) at /gpufrac/models,
+        # the model under <name>/ (docs/dra-node.md, "Models").
+        m = mounts.get("/gpufrac/models")
         if not m:
             fail("no model mount in the CDI spec of %s: %s" % (uid, list(mounts)))
+        if "GPUFRAC_MODEL_DIR=/gpufrac/models/" + name not in edits.get("env", []):
+            fail("the CDI spec of %s: env %s" % (uid, edits.get("env")))
         return m
 
     # ---- steps ------------------------------------------------------------
@@ -297,7 +309,9 @@ class Test:
 
     def s_cel(self):
         self.make_pod("pa", "model-a@" + self.ga, [cel_ready(self.ga)])
-        self.make_pod("pb", "model-b@" + self.gb, [cel_ready(self.gb)])
+        # model-b will be fetched by a pod of NS from its own source: held
+        # for NS alone, published under NS's key, which pb's selector names.
+        self.make_pod("pb", "model-b@" + self.gb, [cel_ready(self.gb, NS)])
         p, cl = self.wait_allocated("pa")
         eq(p["spec"]["nodeName"], NODE, "the node of the pod asking for model-a")
         res = cl["status"]["allocation"]["devices"]["results"]
@@ -316,13 +330,16 @@ class Test:
         self.prepare(cl)
         uid = cl["metadata"]["uid"]
         m = self.model_mount(uid, "model-a")
-        eq(m["hostPath"], os.path.join(self.cache, "sha256", self.ga[7:], "files"),
-           "model-a's host path")
+        pu = self.pa["metadata"]["uid"]
+        eq(m["hostPath"], os.path.join(self.cache, "pods", pu),
+           "model-a's host path (pod pa's view)")
         if "ro" not in m["options"]:
             fail("model-a is mounted writable: %s" % m)
-        if not os.path.isfile(os.path.join(m["hostPath"], "sub", "b.bin")):
+        if not os.path.isfile(os.path.join(m["hostPath"], "model-a", "sub", "b.bin")) \
+                or not os.path.isfile(os.path.join(m["hostPath"], ".ready")):
             fail("model-a's files are not where the mount points")
         eq((self.ga[7:], uid) in self.pins(), True, "model-a pinned for the claim")
+        eq((self.ga[7:], pu) in self.pins(), True, "model-a pinned for the pod")
         log("prepare: model-a mounted at /gpufrac/models/model-a, pinned for %s" % uid)
 
     def s_fetch(self):
@@ -331,10 +348,16 @@ class Test:
         p, cl = self.wait_allocated("pc")
         t0 = time.monotonic()
         self.prepare(cl)
-        self.model_mount(cl["metadata"]["uid"], "model-b")
-        b = attr(self.gb)
+        view = self.model_mount(cl["metadata"]["uid"], "model-b")["hostPath"]
+        wait_for("model-b in pod pc's view", lambda: os.path.isfile(
+            os.path.join(view, ".ready")), 10)
+        self.pc = p
+        b = attr(self.gb, NS)
         wait_for("%s ready on the slice" % b,
                  lambda: self.device_attrs().get(b) == {"string": "ready"}, 10)
+        if attr(self.gb) in self.device_attrs():
+            fail("model-b, held for %s alone, is on the slice under the shared "
+                 "key %s" % (NS, attr(self.gb)))
         wait_for("model-b on the Node", lambda: any(
             m["digest"] == self.gb and m["state"] == "ready"
             for m in (self.node_models() or {}).get("models", [])), 10)
@@ -371,13 +394,14 @@ class Test:
         wait_for("the pin of the deleted claim dropped",
                  lambda: self.alive() and (self.ga[7:], ua) not in self.pins(), 30)
         left = self.pins()
-        for cl in (self.cb, self.cc):
-            eq((self.gb[7:], cl["metadata"]["uid"]) in left, True,
-               "the pin of %s (its claim is there)" % cl["metadata"]["name"])
+        eq((self.gb[7:], self.cb["metadata"]["uid"]) in left, True,
+           "the pin of %s (its claim is there)" % self.cb["metadata"]["name"])
+        eq((self.gb[7:], self.pc["metadata"]["uid"]) in left, True,
+           "the pin of pod pc (it is there)")
         if "pins of claims gone or not prepared dropped" not in self.log_text():
             fail("the agent did not say it dropped the pin")
         s = self.slice()
-        eq((s["spec"]["pool"]["generation"], self.device_attrs().get(attr(self.gb))),
+        eq((s["spec"]["pool"]["generation"], self.device_attrs().get(attr(self.gb, NS))),
            (gen, {"string": "ready"}),
            "the pool's generation and model-b across the restart (same models)")
         log("pruned: %s's pin dropped at the restart; %d pins left" % (ua, len(left)))

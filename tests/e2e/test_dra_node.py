@@ -54,7 +54,9 @@ RULES = [
      "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
 ]
-FAKE_NVML = ("NVIDIA A100-SXM4-40GB=40960;NVIDIA A100-SXM4-40GB=40960;"
+# GPU 1's NVML brand is 2 (Tesla) under an "NVIDIA" name (issue 27 item 9:
+# the brand is NVML's, not the name's).
+FAKE_NVML = ("NVIDIA A100-SXM4-40GB=40960;NVIDIA A100-SXM4-40GB=40960:brand=2;"
              "NVIDIA A100-SXM4-80GB=81920:mig=1g+3g")
 
 dra = reg = None  # the generated message modules
@@ -97,10 +99,21 @@ class Agent:
                     "dra_registry_dir = %s/plugins_registry\n"
                     "dra_plugin_dir = %s/plugins/%s\n"
                     "proc_dir = %s/proc\n"
+                    "sys_dir = %s/sys\n"
                     # Xid 79 (the bus class) evicts: the option, not the
                     # default (NoSchedule; test_dra's unit tests).
                     "dra_xid_noexecute = bus\n" %
-                    (work, work, work, work, DRIVER, work))
+                    (work, work, work, work, DRIVER, work, work))
+        # A sysfs tree as the kernel's: the fake NVML's GPUs 0 and 2 (bus
+        # 0x18 and 0x1a) under root complexes pci0000:17 and pci0000:40;
+        # GPU 1 (0x19) has no link (its pcieRoot unknown, left out).
+        for addr, root in (("0000:18:00.0", "pci0000:17"),
+                           ("0000:1a:00.0", "pci0000:40")):
+            real = os.path.join(work, "sys/devices", root, root[3:] + ":00.0", addr)
+            os.makedirs(real, exist_ok=True)
+            link = os.path.join(work, "sys/bus/pci/devices", addr)
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            os.symlink(os.path.relpath(real, os.path.dirname(link)), link)
         # The driver's capability files for GPU 2's first MIG device
         # (GPU instance 1, compute instance 0; the fake NVML gives GPU i
         # minor 10 + i), as the driver makes them.
@@ -228,6 +241,8 @@ class Test:
             # 8-digit domain cut to the usual 4 (issue 27 item 9)
             "resource.kubernetes.io/pciBusID": {
                 "string": g0["attributes"]["pciBusID"]["string"][4:]},
+            # the standard PCIe root, from sys_dir's tree
+            "resource.kubernetes.io/pcieRoot": {"string": "pci0000:17"},
             "numaNode": {"int": 0}, "mode": {"string": "shared"},
             "nvlinkIsland": {"string": "0"}},
             "gpu-0 attributes")
@@ -242,6 +257,9 @@ class Test:
         eq(g0.get("allowMultipleAllocations"), True, "gpu-0 shared")
         g1 = sp["devices"][1]
         eq(g1["attributes"]["mode"], {"string": "exclusive"}, "gpu-1 mode")
+        eq(g1["attributes"]["brand"], {"string": "Tesla"}, "gpu-1's NVML brand")
+        eq("resource.kubernetes.io/pcieRoot" in g1["attributes"], False,
+           "gpu-1: no PCIe root known, none published")
         eq(g1["attributes"].get("nvlinkIsland"), {"string": "0"},
            "gpu-1 on gpu-0's NVLink island")
         eq("nvlinkIsland" in sp["devices"][2]["attributes"], False,
@@ -255,6 +273,8 @@ class Test:
         eq(m["attributes"]["profile"], {"string": "3g.40gb"}, "MIG profile")
         eq(sorted(m["capacity"]), ["memory", "multiprocessors"], "MIG capacity")
         eq(m["capacity"]["multiprocessors"], {"value": "42"}, "MIG SMs")
+        eq(m["attributes"].get("resource.kubernetes.io/pcieRoot"),
+           {"string": "pci0000:40"}, "a MIG device's PCIe root (its GPU's)")
 
     def s_register(self):
         """kubelet's plugin watcher: GetInfo, NotifyRegistrationStatus."""

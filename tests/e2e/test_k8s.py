@@ -598,6 +598,42 @@ class E2E:
                lambda: a1.merge_patch("/api/v1/namespaces/%s/pods/share-0" % NS,
                                       {"metadata": {"annotations": {GRANT: "{}"}}}))
         denied("agent n1 deleting a node", lambda: a1.delete("/api/v1/nodes/n2"))
+        # pods/status (the model loader's gpufrac.io/model-ready condition):
+        # only pods on the agent's own Node, only that condition.
+        for nm, node in (("st-n1", "n1"), ("st-n2", "n2")):
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": nm, "namespace": NS},
+                "spec": {"nodeName": node, "containers": [
+                    {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})
+
+        def cond(nm, t, st, client=a1):
+            return client.request(
+                "PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (NS, nm),
+                {"status": {"conditions": [{"type": t, "status": st,
+                                            "reason": "E2E", "message": "e2e"}]}},
+                "application/strategic-merge-patch+json")
+        denied("agent n1 writing the status of a pod on n2",
+               lambda: cond("st-n2", "gpufrac.io/model-ready", "True"),
+               contains="gpufrac-node")
+        denied("agent n1 writing a pod's Ready condition",
+               lambda: cond("st-n1", "Ready", "True"), contains="gpufrac-node")
+        denied("agent n1 writing a pod's phase", lambda: a1.merge_patch(
+            "/api/v1/namespaces/%s/pods/st-n1/status" % NS,
+            {"status": {"phase": "Failed"}}), contains="gpufrac-node")
+        denied("an unbound gpufrac-node token writing a pod's status",
+               lambda: cond("st-n1", "gpufrac.io/model-ready", "True",
+                            Client(self.c.server, self.c.ca,
+                                   token=self.c.token("gpufrac-node"))),
+               contains="gpufrac-node")
+        cond("st-n1", "gpufrac.io/model-ready", "True")  # its own: allowed
+        got = [c for c in self.api.get("/api/v1/namespaces/%s/pods/st-n1" % NS)[
+            "status"].get("conditions", []) if c["type"] == "gpufrac.io/model-ready"]
+        if [c["status"] for c in got] != ["True"]:
+            fail("agent n1's model-ready condition on its own pod: %s" % got)
+        for nm in ("st-n1", "st-n2"):
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, nm),
+                            gracePeriodSeconds=0)
         # The same annotation on its own node is allowed (the agent writes it).
         mine = self.inventory("n1")
         patch("n1", {"metadata": {"annotations": {INVENTORY: json.dumps(mine)}}})
@@ -620,6 +656,37 @@ class E2E:
             fail("n2's inventory was overwritten")
         log("rbac: %d refusals as intended; the agent's own inventory write allowed" %
             len(expect))
+
+    def s_model_gate(self):
+        """deploy/model-admission.yaml: a pod naming a model gets the
+        readiness gate gpufrac.io/model-ready at creation (kept once, after
+        the pod's own gates); a pod that declares it, or names no model, is
+        left as written."""
+        def mk(nm, ann, gates):
+            p = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": nm, "namespace": NS},
+                 "spec": {"nodeName": "n1", "containers": [
+                     {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+            if ann:
+                p["metadata"]["annotations"] = {"gpufrac.io/model": ann}
+            if gates is not None:
+                p["spec"]["readinessGates"] = [{"conditionType": g} for g in gates]
+            o = self.api.create("/api/v1/namespaces/%s/pods" % NS, p)
+            return [g["conditionType"] for g in o["spec"].get("readinessGates", [])]
+        ref = "lm@sha256:" + "ab" * 32
+        cases = [("mg-plain", ref, None, ["gpufrac.io/model-ready"]),
+                 ("mg-other", ref, ["example.com/x"],
+                  ["example.com/x", "gpufrac.io/model-ready"]),
+                 ("mg-own", ref, ["gpufrac.io/model-ready"], ["gpufrac.io/model-ready"]),
+                 ("mg-none", None, None, [])]
+        for nm, ann, gates, want in cases:
+            got = mk(nm, ann, gates)
+            if got != want:
+                fail("pod %s: readiness gates %s, expected %s" % (nm, got, want))
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, nm),
+                            gracePeriodSeconds=0)
+        log("model_gate: the readiness gate added to the pods naming a model, "
+            "once, and to no other")
 
     def s_replicas(self):
         """Two extender replicas and the real Lease: one leads; SIGTERM
@@ -663,7 +730,7 @@ class E2E:
 
 # Run by default, in this order; --only picks any.
 SCENARIOS = ["bind", "whole_memonly", "rbac", "quota", "kill9", "model_follows",
-             "replicas"]
+             "model_gate", "replicas"]
 
 
 def main():

@@ -239,10 +239,15 @@ def generic(name, objs, ns):
             check(any("ipBlock" in p for p in peers),
                   "%s: controlPlane: the NetworkPolicy admits the schedulerCIDRs" % name)
     vap = by.get(("ValidatingAdmissionPolicy", "", "gpufrac-node-own-inventory"))
-    if vap:
-        expr = vap["spec"]["matchConditions"][0]["expression"]
-        check("'system:serviceaccount:%s:gpufrac-node'" % ns in expr,
-              "%s: the admission policy matches %s's gpufrac-node" % (name, ns))
+    pods = by.get(("ValidatingAdmissionPolicy", "", "gpufrac-node-own-pods"))
+    check(bool(vap) == bool(pods),
+          "%s: the agent's pods/status policy comes with its Node policy" % name)
+    for v in (vap, pods):
+        if v:
+            expr = v["spec"]["matchConditions"][0]["expression"]
+            check("'system:serviceaccount:%s:gpufrac-node'" % ns in expr,
+                  "%s: admission policy %s matches %s's gpufrac-node" %
+                  (name, v["metadata"]["name"], ns))
     return by
 
 
@@ -321,7 +326,17 @@ def admission(name, objs, by):
     follow extender.accept, and the schedulerName it writes is the profile
     of gpufrac's kube-scheduler (mode deployment) or none (the control-plane
     path with default-scheduler)."""
-    pol = [o for o in objs if o["kind"] == "MutatingAdmissionPolicy"]
+    pol = [o for o in objs if o["kind"] == "MutatingAdmissionPolicy" and
+           o["metadata"]["name"] == "gpufrac-gpu-pods"]
+    gate = by.get(("MutatingAdmissionPolicy", "", "gpufrac-model-ready-gate"))
+    check(bool(gate) == bool(pol),
+          "%s: the model readiness gate's policy comes with the GPU pods' one" % name)
+    if gate:
+        gb = by.get(("MutatingAdmissionPolicyBinding", "", "gpufrac-model-ready-gate"))
+        check(gb and gb["spec"]["policyName"] == "gpufrac-model-ready-gate" and
+              gb["apiVersion"] == gate["apiVersion"] and
+              "gpufrac.io/model-ready" in gate["spec"]["mutations"][0]["jsonPatch"]["expression"],
+              "%s: the model readiness gate's binding and mutation" % name)
     if not pol:
         return
     pol = pol[0]
@@ -402,12 +417,12 @@ def t_default_scheduler(objs, ns):
     o = render(ns=ns, caps=["--kube-version", "v1.35.0", "--api-versions",
                             "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"])
     v = sorted(x["apiVersion"] for x in o if x["kind"].startswith("MutatingAdmissionPolicy"))
-    check(v == ["admissionregistration.k8s.io/v1beta1"] * 2,
+    check(v == ["admissionregistration.k8s.io/v1beta1"] * 4,
           "default: where only v1beta1 is served, the policy is v1beta1 (%s)" % v)
     o = render(ns=ns, caps=["--kube-version", "v1.33.0"],
                sets=["admissionPolicy.apiVersion=v1"])
     v = sorted(x["apiVersion"] for x in o if x["kind"].startswith("MutatingAdmissionPolicy"))
-    check(v == ["admissionregistration.k8s.io/v1"] * 2,
+    check(v == ["admissionregistration.k8s.io/v1"] * 4,
           "default: admissionPolicy.apiVersion v1 renders v1 without asking the cluster")
     # extender.accept: the extender's flag, HAMi's names managed, the
     # policy matching them, the scheduler's pods rolled (helm upgrade).

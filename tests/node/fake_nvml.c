@@ -10,6 +10,8 @@
  *           memory: 1, 2, 4, 4, 8 eighths of the GPU (G = 1, 2, 3, 4, 7)
  *           less 256 MiB.  MIG indices past the devices say NOT_FOUND.
  *   broken  the handle works but every query fails with GPU_IS_LOST (15)
+ *   brand=N nvmlDeviceGetBrand says N (nvmlBrandType_t); default 14
+ *           (NVML_BRAND_NVIDIA, what current data-center GPUs say)
  * NVLink: GF_FAKE_NVML_NVLINK "A-B[xN],..." gives GPUs A and B N links (1)
  * to each other, "A-swxN" N links to an NVSwitch; links are numbered in
  * order on each GPU, 18 per GPU, the unused ones disabled.  A GPU named in
@@ -43,7 +45,7 @@ typedef struct fmig {
 typedef struct fdev {
   char name[96];
   unsigned long long mem;
-  int mig, broken;
+  int mig, broken, brand;
   unsigned nmig;
   fmig migs[MAXMIG];
   int nvlink;           /* has NVLink at all */
@@ -155,6 +157,7 @@ static void parse(void) {
     if (flags)
       *flags++ = '\0';
     d->mem = strtoull(eq + 1, NULL, 10) << 20;
+    d->brand = 14;
     while (flags && *flags) {
       char *next = strchr(flags, ':');
       if (next)
@@ -167,6 +170,8 @@ static void parse(void) {
       }
       if (!strcmp(flags, "broken"))
         d->broken = 1;
+      if (!strncmp(flags, "brand=", 6))
+        d->brand = (int)strtol(flags + 6, NULL, 10);
       flags = next;
     }
     ndevs++;
@@ -287,6 +292,11 @@ EXPORT int nvmlDeviceGetPciInfo_v3(void *h, struct pci *p) {
   memset(p, 0, sizeof(*p));
   p->bus = 0x18 + (unsigned)(d - devs);
   snprintf(p->bus_id, sizeof(p->bus_id), "00000000:%02X:00.0", p->bus);
+  return 0;
+}
+EXPORT int nvmlDeviceGetBrand(void *h, int *b) {
+  DEV(h);
+  *b = d->brand;
   return 0;
 }
 EXPORT int nvmlDeviceGetMinorNumber(void *h, unsigned *m) {

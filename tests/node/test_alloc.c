@@ -1184,6 +1184,81 @@ static void test_allocate_model(void **state) {
   gf_node_pods_free(p);
 }
 
+/* A model a pod was given fails verification while the agent is down
+ * (issue 28 item 5): `verify` takes it out of service (quarantine/); the
+ * restarted agent's loader finds the pod's view told ready but the model
+ * gone from the cache, fetches it again and replaces the view's files with
+ * the verified ones (not the links to the copy that failed), then marks it
+ * ready again (events ModelRefetching, ModelRefetched on the pod). */
+static void test_model_refetch(void **state) {
+  (void)state;
+  model_source ms;
+  model_source_make(&ms, "weights.bin", "tiny-lm");
+  gf_diag d = {""};
+  gf_node_pods *p = new_cache();
+  gf_node_cache *cache = model_cache_open();
+  gf_node_allocator *a = new_alloc_cache(p, GF_NODE_ALLOC_MOUNTS, cache);
+  const char *u1 = gpus2.gpus[1].uuid;
+  tctr c[] = {{"main", 1, {u1}, false, false}};
+  json_t *pod = make_pod("uid-r", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL);
+  json_t *ann =
+      json_object_get(json_object_get(pod, "metadata"), "annotations");
+  json_object_set_new(ann, GF_NODE_MODEL_ANNOTATION, json_string(ms.ref));
+  json_object_set_new(ann, GF_NODE_MODEL_SOURCE_ANNOTATION,
+                      json_string(ms.url));
+  json_t *again = json_deep_copy(pod);
+  apply(p, pod);
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"whatever::0"};
+  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  if (rc)
+    fail_msg("allocate: %s", d.msg);
+  char view[900], vf[1000], cdir[600], cf[700];
+  snprintf(view, sizeof(view), "%s/pods/uid-r", gf_node_cache_root(cache));
+  snprintf(vf, sizeof(vf), "%s/tiny-lm/weights.bin", view);
+  assert_int_equal(gf_node_cache_path(cache, ms.hex, cdir, sizeof(cdir)), 0);
+  snprintf(cf, sizeof(cf), "%s/weights.bin", cdir);
+  /* the agent stops; the cached file is damaged; verify runs */
+  gf_node_allocator_free(a);
+  assert_int_equal(chmod(cf, 0644), 0);
+  FILE *fp = fopen(cf, "w");
+  assert_non_null(fp);
+  fputs("WEIGHTS", fp);
+  fclose(fp);
+  assert_int_equal(gf_node_cache_verify(cache, NULL, NULL), 1);
+  assert_int_not_equal(gf_node_cache_path(cache, ms.hex, cdir, sizeof(cdir)),
+                       0); /* out of service */
+  /* the agent starts again: the informer delivers the pod */
+  a = new_alloc_cache(p, GF_NODE_ALLOC_MOUNTS, cache);
+  apply(p, again);
+  bool fixed = false;
+  for (int i = 0; i < 500 && !fixed; i++) {
+    struct stat vst, cst;
+    char ready[1000];
+    snprintf(ready, sizeof(ready), "%s/.ready", view);
+    fixed = gf_node_cache_path(cache, ms.hex, cdir, sizeof(cdir)) == 0 &&
+            stat(ready, &vst) == 0 && stat(vf, &vst) == 0 &&
+            snprintf(cf, sizeof(cf), "%s/weights.bin", cdir) > 0 &&
+            stat(cf, &cst) == 0 && vst.st_ino == cst.st_ino;
+    if (!fixed) {
+      struct timespec ts = {0, 10 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (!fixed)
+    fail_msg("the pod's view still holds the copy that failed verification");
+  char buf[16] = "";
+  fp = fopen(vf, "r");
+  assert_non_null(fp);
+  assert_non_null(fgets(buf, sizeof(buf), fp));
+  fclose(fp);
+  assert_string_equal(buf, "weights");
+  free(o);
+  gf_node_allocator_free(a);
+  gf_node_cache_free(cache);
+  gf_node_pods_free(p);
+}
+
 /* The inventory gains the cache's models, other fields untouched; a model
  * the inventory cannot carry (a name over GF_MODEL_NAME_LEN - 1 bytes) is
  * left out, not a reason to publish a document the extender refuses. */
@@ -1256,6 +1331,8 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_kube_link, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_dp_devices),
+      cmocka_unit_test_setup_teardown(test_model_refetch, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_model, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_model_not_cached, setup_tmp,

@@ -50,6 +50,8 @@ static gf_node_gpus *gpus(uint32_t n) {
     x->numa_node = (int32_t)(i / 2);
     snprintf(x->pci_bus_id, sizeof(x->pci_bus_id), "00000000:%02X:00.0",
              0x18 + i);
+    snprintf(x->brand, sizeof(x->brand), "Nvidia"); /* as NVML says */
+    snprintf(x->pcie_root, sizeof(x->pcie_root), "pci0000:%02x", 0x17 + i);
     x->healthy = true;
     x->mode = GF_NODE_MODE_SHARED;
   }
@@ -101,6 +103,12 @@ static void test_devices_and_attributes(void **state) {
   gf_node_gpus *g = gpus(3);
   g->gpus[1].mode = GF_NODE_MODE_EXCLUSIVE;
   add_migs(&g->gpus[2], 2);
+  /* The brand is NVML's, never guessed from the name: GPU 1's NVML says
+   * Tesla under an "NVIDIA H100" name; GPU 2's says nothing (left out).
+   * GPU 1 has no known PCIe root. */
+  snprintf(g->gpus[1].brand, sizeof(g->gpus[1].brand), "Tesla");
+  g->gpus[2].brand[0] = '\0';
+  g->gpus[1].pcie_root[0] = '\0';
   json_t *arr = NULL;
   gf_diag d = {""};
   assert_int_equal(gf_node_dra_slices(g, "n1", 4, 0, &arr, &d), 0);
@@ -141,6 +149,22 @@ static void test_devices_and_attributes(void **state) {
                                           "resource.kubernetes.io/pciBusID"),
                           "string")),
                       "0000:18:00.0");
+  /* The standard PCIe root, on GPUs and MIG devices alike (issue 27 item
+   * 9); unknown: left out. */
+  const json_t *a0 = json_object_get(d0, "attributes");
+  const json_t *a1 = json_object_get(d1, "attributes");
+  const json_t *am = json_object_get(m1, "attributes");
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(a0, GF_NODE_DRA_STD_PCIE_ROOT), "string")),
+      "pci0000:17");
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(am, GF_NODE_DRA_STD_PCIE_ROOT), "string")),
+      "pci0000:19"); /* its GPU's */
+  assert_null(json_object_get(a1, GF_NODE_DRA_STD_PCIE_ROOT));
+  assert_string_equal(sget(d1, "attributes.brand.string"), "Tesla");
+  assert_null(json_object_get(am, "brand"));
   char pa[16];
   assert_true(gf__node_dra_pci_address("00000000:3B:00.0", pa));
   assert_string_equal(pa, "0000:3b:00.0");
@@ -480,6 +504,29 @@ static void test_slice_models(void **state) {
                 GF_NODE_DRA_MAX_ATTRS_AND_CAPS);
   }
   json_decref(arr);
+  /* 16 valid models: all of them on the GPU and on the MIG device, with
+   * every attribute a device can carry (pcieRoot included) */
+  m[2].hex[5] = 'a';
+  m[3].hex[0] = 'f';
+  m[3].hex[1] = 'f';
+  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 16, &arr, &d),
+                   0);
+  devs = json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
+                         "devices");
+  for (size_t i = 0; i < 2; i++) {
+    const json_t *a = json_object_get(json_array_get(devs, i), "attributes");
+    const json_t *c = json_object_get(json_array_get(devs, i), "capacity");
+    size_t nmodel = 0;
+    const char *k;
+    const json_t *val;
+    json_object_foreach((json_t *)a, k, val) nmodel +=
+        strncmp(k, "model_", 6) == 0;
+    assert_int_equal(nmodel, 16);
+    assert_non_null(json_object_get(a, GF_NODE_DRA_STD_PCIE_ROOT));
+    assert_true(json_object_size(a) + json_object_size(c) <=
+                GF_NODE_DRA_MAX_ATTRS_AND_CAPS);
+  }
+  json_decref(arr);
   /* none: exactly the slices without models */
   json_t *plain = NULL, *none = NULL;
   assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &plain, &d), 0);
@@ -488,6 +535,51 @@ static void test_slice_models(void **state) {
   assert_true(json_equal(plain, none));
   json_decref(plain);
   json_decref(none);
+  free(g);
+}
+
+/* A model the cache holds for one namespace alone is published under its
+ * owned short form (gf__node_dra_owned_hex), never the digest's: a pod of
+ * another namespace asking for the digest finds it on no device (issue 28
+ * item 2).  The form is the one the scheduler computes (test_sched_dra's
+ * OWN_A_TEAM_A, the same vector). */
+static void test_slice_model_owner(void **state) {
+  (void)state;
+  const char *hex =
+      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  char own[GF_NODE_DRA_MODEL_HEX + 1];
+  assert_true(gf__node_dra_owned_hex(hex, "team-a", own));
+  assert_string_equal(own, "8ca68cffc2c6a4f3");
+  assert_false(gf__node_dra_owned_hex("0123", "team-a", own));
+  gf_node_gpus *g = gpus(1);
+  gf_node_dra_model m[2];
+  memset(m, 0, sizeof(m));
+  memcpy(m[0].hex, hex, 65);
+  m[0].ready = true;
+  m[0].owned = true;
+  snprintf(m[0].ns, sizeof(m[0].ns), "team-a");
+  for (int k = 0; k < 64; k++)
+    m[1].hex[k] = "fedcba9876543210"[k % 16];
+  m[1].ready = false; /* shared, fetching */
+  json_t *arr = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 2, &arr, &d), 0);
+  const json_t *a = json_object_get(
+      json_array_get(
+          json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
+                          "devices"),
+          0),
+      "attributes");
+  assert_null(json_object_get(a, "model_0123456789abcdef"));
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(a, "model_8ca68cffc2c6a4f3"), "string")),
+      "ready");
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(a, "model_fedcba9876543210"), "string")),
+      "fetching");
+  json_decref(arr);
   free(g);
 }
 
@@ -928,6 +1020,107 @@ static void test_prepare_model(void **state) {
   free(g);
 }
 
+/* The agent's model loader as a prepare sees it (gf_node_dra_model_fn):
+ * records the call, answers with a view directory, ready or not. */
+typedef struct fake_loader {
+  int calls;
+  bool ready;
+  int rc;
+  char pod_uid[64], pod[64], ns[64], model[200];
+} fake_loader;
+
+static int fake_model_fn(void *user, const char *pod_uid, const char *ns,
+                         const char *pod, const char *model, const char *source,
+                         char *view, size_t cap, bool *ready, gf_diag *d) {
+  fake_loader *f = user;
+  (void)source;
+  f->calls++;
+  snprintf(f->pod_uid, sizeof(f->pod_uid), "%s", pod_uid);
+  snprintf(f->pod, sizeof(f->pod), "%s", pod);
+  snprintf(f->ns, sizeof(f->ns), "%s", ns);
+  snprintf(f->model, sizeof(f->model), "%s", model);
+  if (f->rc)
+    return gf_diag_set(d, f->rc, "source not allowed");
+  snprintf(view, cap, "%s/models/pods/%s", tmpdir, pod_uid);
+  *ready = f->ready;
+  return 0;
+}
+
+/* With the agent's model loader installed, a model prepare never fetches:
+ * the claim's CDI spec mounts the reserving pod's view at
+ * GF_NODE_MODEL_MOUNT with the model's env, whether the model is ready or
+ * not (pinned for the claim only when it was); a refusal of the loader is
+ * the prepare's error, with nothing written. */
+static void test_prepare_pod_model(void **state) {
+  (void)state;
+  model_source ms;
+  model_source_make(&ms, "w.bin", "lm");
+  gf_diag d = {""};
+  gf_node_gpus *g = gpus(1);
+  gf_node_cache *cache = model_cache_open();
+  gf_node_dra_state *s = open_state_cache(g, cache);
+  fake_loader f = {0};
+  gf__node_dra_state_set_model_fn(s, fake_model_fn, &f);
+  gf_node_dra_claim c;
+  gf_node_dra_prepared p;
+  assert_int_equal(parse(UID_A, "a", "gpu-0:8Gi:30", &c, &d), 0);
+  /* not cached, not ready: answered at once, nothing fetched */
+  int rc = gf__node_dra_prepare_pod_model(s, &c, "pod-uid-1", "pa", ms.ref,
+                                          ms.url, &p, &d);
+  if (rc)
+    fail_msg("prepare: %s", d.msg);
+  assert_int_equal(f.calls, 1);
+  assert_string_equal(f.pod_uid, "pod-uid-1");
+  assert_string_equal(f.pod, "pa");
+  assert_string_equal(f.ns, c.ns);
+  assert_string_equal(f.model, ms.ref);
+  char dir[600];
+  assert_int_not_equal(gf_node_cache_path(cache, ms.hex, dir, sizeof(dir)), 0);
+  json_t *spec =
+      json_loads(slurp("cdi/gpufrac.io-", UID_A, "_claim.json"), 0, NULL);
+  json_t *edits = json_object_get(
+      json_array_get(json_object_get(spec, "devices"), 0), "containerEdits");
+  char view[600];
+  snprintf(view, sizeof(view), "%s/models/pods/pod-uid-1", tmpdir);
+  bool mounted = false;
+  size_t k;
+  json_t *x;
+  json_array_foreach(json_object_get(edits, "mounts"), k, x) {
+    mounted |=
+        !strcmp(json_string_value(json_object_get(x, "hostPath")), view) &&
+        !strcmp(json_string_value(json_object_get(x, "containerPath")),
+                GF_NODE_MODEL_MOUNT);
+  }
+  assert_true(mounted);
+  bool dir_env = false, ready_env = false;
+  json_array_foreach(json_object_get(edits, "env"), k, x) {
+    dir_env |= !strcmp(json_string_value(x),
+                       "GPUFRAC_MODEL_DIR=" GF_NODE_MODEL_MOUNT "/lm");
+    ready_env |=
+        !strcmp(json_string_value(x), "GPUFRAC_MODEL_READY=" GF_NODE_MODEL_MOUNT
+                                      "/" GF_NODE_MODEL_READY_FILE);
+  }
+  assert_true(dir_env && ready_env);
+  json_decref(spec);
+  /* prepared: a second call answers from the checkpoint */
+  assert_int_equal(gf__node_dra_prepare_pod_model(s, &c, "pod-uid-1", "pa",
+                                                  ms.ref, ms.url, &p, &d),
+                   0);
+  assert_int_equal(f.calls, 1);
+  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  /* the loader refuses (what another try cannot mend): named, no files */
+  f.rc = GF_EINVAL;
+  assert_int_equal(gf__node_dra_prepare_pod_model(s, &c, "pod-uid-1", "pa",
+                                                  ms.ref, ms.url, &p, &d),
+                   GF_EINVAL);
+  assert_non_null(strstr(d.msg, "pod pa: model lm"));
+  assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
+  gf__node_dra_state_set_model_fn(s, NULL, NULL);
+  gf_node_dra_state_free(s);
+  gf_node_cache_free(cache);
+  free(g);
+}
+
 /* What gf__node_cache_prune_claims' exists() answers for each claim. */
 typedef struct claims_api {
   int answer; /* for claim "a": 1 there, 0 gone, -1 no answer */
@@ -1240,6 +1433,7 @@ int main(void) {
       cmocka_unit_test(test_split),
       cmocka_unit_test(test_semver),
       cmocka_unit_test(test_slice_models),
+      cmocka_unit_test(test_slice_model_owner),
       cmocka_unit_test(test_claim_parse),
       cmocka_unit_test_setup_teardown(test_prepare, setup_tmp, teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prune_claim_pins, setup_tmp,
@@ -1247,6 +1441,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prepare_model_namespace, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_model, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_prepare_pod_model, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_prepare_mig, setup_tmp,
                                       teardown_tmp),

@@ -113,11 +113,74 @@ static void test_fake_gpus(void **state) {
   }
 }
 
+/* mkdir -p for the fake sysfs tree */
+static void mkdirs(const char *path) {
+  char b[1024];
+  snprintf(b, sizeof(b), "%s", path);
+  for (char *p = b + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      (void)mkdir(b, 0755);
+      *p = '/';
+    }
+  (void)mkdir(b, 0755);
+}
+
+/* The PCIe root of each GPU from a sysfs tree laid out as the kernel's:
+ * bus/pci/devices/<addr> links into devices/pci<dom>:<bus>/.../<addr>; the
+ * domain of NVML's 8-digit bus id is matched in 4 digits, lowercase; a
+ * GPU without a link, or whose link leads elsewhere, has none. */
+static void test_pcie_roots(void **state) {
+  (void)state;
+  char sys[] = "/tmp/gf-sysfs-XXXXXX";
+  assert_non_null(mkdtemp(sys));
+  char p[1024], t[1024];
+  snprintf(p, sizeof(p), "%s/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0",
+           sys);
+  mkdirs(p);
+  snprintf(p, sizeof(p), "%s/devices/pci0001:c0/0001:c0:01.0/0001:c1:00.0",
+           sys);
+  mkdirs(p);
+  snprintf(p, sizeof(p), "%s/devices/virtual/0000:5e:00.0", sys);
+  mkdirs(p);
+  snprintf(p, sizeof(p), "%s/bus/pci/devices", sys);
+  mkdirs(p);
+  static const char *const links[][2] = {
+      {"0000:3b:00.0", "../../../devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0"},
+      {"0001:c1:00.0", "../../../devices/pci0001:c0/0001:c0:01.0/0001:c1:00.0"},
+      {"0000:5e:00.0", "../../../devices/virtual/0000:5e:00.0"}};
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(p, sizeof(p), "%s/bus/pci/devices/%s", sys, links[i][0]);
+    assert_int_equal(symlink(links[i][1], p), 0);
+  }
+  gf_node_gpus g;
+  memset(&g, 0, sizeof(g));
+  g.ngpus = 5;
+  snprintf(g.gpus[0].pci_bus_id, GF_NODE_PCI_MAX, "00000000:3B:00.0");
+  snprintf(g.gpus[1].pci_bus_id, GF_NODE_PCI_MAX, "00000001:C1:00.0");
+  snprintf(g.gpus[2].pci_bus_id, GF_NODE_PCI_MAX, "00000000:5E:00.0");
+  snprintf(g.gpus[3].pci_bus_id, GF_NODE_PCI_MAX, "00000000:99:00.0");
+  snprintf(g.gpus[4].pci_bus_id, GF_NODE_PCI_MAX, "not a bus id");
+  snprintf(g.gpus[3].pcie_root, GF_NODE_PCI_MAX, "stale");
+  gf_node_pcie_roots(&g, sys);
+  assert_string_equal(g.gpus[0].pcie_root, "pci0000:3a");
+  assert_string_equal(g.gpus[1].pcie_root, "pci0001:c0");
+  assert_string_equal(g.gpus[2].pcie_root, ""); /* not under a root */
+  assert_string_equal(g.gpus[3].pcie_root, ""); /* no link */
+  assert_string_equal(g.gpus[4].pcie_root, "");
+  /* no sysfs at all: every root unknown, nothing fails */
+  snprintf(t, sizeof(t), "%s/none", sys);
+  gf_node_pcie_roots(&g, t);
+  assert_string_equal(g.gpus[0].pcie_root, "");
+  snprintf(t, sizeof(t), "rm -rf '%s'", sys);
+  assert_int_equal(system(t), 0);
+}
+
 static void test_nvml(void **state) {
   (void)state;
   setenv("GF_FAKE_NVML",
          "NVIDIA H100 80GB HBM3=81559;Tesla T4=15360:broken;"
-         "NVIDIA A100-SXM4-80GB=81920:mig",
+         "NVIDIA A100-SXM4-80GB=81920:mig:brand=2",
          1);
   unsetenv("GF_FAKE_NVML_INIT");
   gf_node_gpus g;
@@ -147,6 +210,11 @@ static void test_nvml(void **state) {
   assert_int_equal(a->nmig, 0); /* MIG on, no instances made yet */
   assert_int_equal(a->sm_count, 108);
   assert_int_equal(a->numa_node, 1);
+  /* The brand is NVML's (nvmlDeviceGetBrand), not the name's: 2 is Tesla
+   * under an "NVIDIA A100" name; the lost GPU says none. */
+  assert_string_equal(h->brand, "Nvidia");
+  assert_string_equal(a->brand, "Tesla");
+  assert_string_equal(t->brand, "");
   /* No NVLink anywhere: NOT_SUPPORTED is no link, not a fault. */
   assert_int_equal(h->nvlink_peers, 0);
   assert_int_equal(h->nvlink_switch, 0);
@@ -1142,6 +1210,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fake_gpus),
       cmocka_unit_test(test_nvml),
+      cmocka_unit_test(test_pcie_roots),
       cmocka_unit_test(test_mig_profile),
       cmocka_unit_test(test_nvml_mig_nvlink),
       cmocka_unit_test(test_config),

@@ -587,6 +587,69 @@ static void test_slice_models(void **state) {
   gf_dra_slice_release(&s);
 }
 
+/* The short form under which a node agent publishes HEX_A held for
+ * namespace team-a alone: the first 16 hex of SHA-256("sha256:<HEX_A>
+ * team-a") (python3 hashlib; the agent's test_dra pins the same). */
+#define OWN_A_TEAM_A "8ca68cffc2c6a4f3"
+
+/* A model a node holds privately for one namespace (issue 28 item 2):
+ * only that namespace's pods get the cache term for it, in both modes;
+ * another namespace's pod naming the same digest sees the nodes as
+ * without it (no squatting a popular model). */
+static void test_model_owned(void **state) {
+  (void)state;
+  gf_dra_slice s[2];
+  slice_models("n1", NULL, &s[0]);
+  slice_models("n2", NULL, &s[1]);
+  json_t *j = fixture("dra_slice_shared.json");
+  json_t *spec = json_object_get(j, "spec");
+  json_object_set_new(spec, "nodeName", json_string("n2"));
+  json_object_set_new(json_object_get(spec, "pool"), "name", json_string("n2"));
+  size_t i;
+  json_t *dev;
+  json_array_foreach(json_object_get(spec, "devices"), i, dev) {
+    json_object_set_new(json_object_get(dev, "attributes"),
+                        "model_" OWN_A_TEAM_A,
+                        json_pack("{s:s}", "string", "ready"));
+    json_object_set_new(dev, "taints", json_loads("[" OWN_TAINT "]", 0, NULL));
+  }
+  gf_diag d = {""};
+  gf_dra_slice_release(&s[1]);
+  if (gf_dra_slice_parse(j, &s[1], &d))
+    fail_msg("slice: %s", d.msg);
+  json_decref(j);
+  const gf_dra_slice *sl[] = {&s[0], &s[1]};
+  gf_dra_claim a;
+  claim_of(claim_json("a", NULL, 20 * GiB, 20), &a);
+  const gf_dra_claim *pa[] = {&a};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 2, NULL, 0, NULL, &m, NULL), 0);
+  assert_int_equal(gf_dra_model_weights(m, REF_A), 0); /* nobody shares it */
+  uint32_t own = gf_dra_model_weights_own(m, REF_A, "team-a");
+  assert_true(own > 0);
+  assert_int_equal(gf_dra_model_weights_own(m, REF_A, "team-b"), 0);
+  assert_int_equal(gf_dra_model_weights_own(m, REF_A, ""), 0);
+  assert_int_equal(gf_dra_model_weights_own(m, REF_A, NULL), 0);
+  int64_t n1, n2, b1, b2;
+  assert_int_equal(gf_dra_model_score_own(m, pa, 1, 0, own, "n1", &n1), 0);
+  assert_int_equal(gf_dra_model_score_own(m, pa, 1, 0, own, "n2", &n2), 0);
+  assert_true(n2 > n1); /* team-a's own model */
+  assert_int_equal(gf_dra_model_score_own(m, pa, 1, 0, 0, "n1", &b1), 0);
+  assert_int_equal(gf_dra_model_score_own(m, pa, 1, 0, 0, "n2", &b2), 0);
+  assert_int_equal(b1, b2); /* team-b: no term on either */
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  assert_int_equal(gf_dra_model_place_own(m, pa, 1, 0, own, RND, sizeof(RND),
+                                          res, nres, node, &d),
+                   0);
+  assert_string_equal(node, "n2");
+  gf_dra_model_free(m);
+  free(res);
+  for (int k = 0; k < 2; k++)
+    gf_dra_slice_release(&s[k]);
+}
+
 /* Mode 1 and mode 2: a node whose slices list the pod's model (by the
  * digest's short form) scores higher for it, by the full bonus when ready
  * and half when fetching, and mode 2 places the pod there; a pod with
@@ -818,6 +881,7 @@ int main(void) {
       cmocka_unit_test(test_model_score),
       cmocka_unit_test(test_slice_models),
       cmocka_unit_test(test_model_cache_term),
+      cmocka_unit_test(test_model_owned),
       cmocka_unit_test(test_one_allocator),
       cmocka_unit_test(test_taints_honoured),
       cmocka_unit_test(test_admin_access),

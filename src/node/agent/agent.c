@@ -17,6 +17,7 @@
 
 #include "alloc.h"
 #include "devplugin.h"
+#include "dramodels.h"
 #include "draplugin.h"
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
@@ -35,6 +36,8 @@ static int discover(const gf_node_agent_opts *o, const gf_node_config *cfg,
   gf_diag d = {""};
   int rc = o->fake ? gf_node_discover_fake(o->fake, g, &d)
                    : gf_node_discover_nvml(o->nvml, g, &d);
+  if (!rc && !o->fake) /* fake GPUs have no sysfs of their own */
+    gf_node_pcie_roots(g, cfg->sys_dir);
   if (!rc)
     rc = gf_node_config_apply(cfg, g, &d);
   if (rc) {
@@ -461,6 +464,8 @@ typedef struct agent_dra {
   gf_node_dra_state *state;
   gf_node_dra_publisher *pub;
   gf_drap *plugin;
+  gf_node_dra_models *models; /* with a cache: pods' models fetched from
+                                 their binding, not in Prepare */
   bool publish_failed;
   bool inv_failed; /* the models on the Node: logged once until it works */
 } agent_dra;
@@ -556,6 +561,9 @@ static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
   if (!rc)
     rc = gf_node_dra_publisher_new(&x->pub, x->cfg, node,
                                    (size_t)cfg->dra_slice_devices, cache, &d);
+  if (!rc && cache)
+    rc = gf__node_dra_models_start(&x->models, x->cfg, node, cache, x->state, 0,
+                                   &d);
   if (!rc) {
     gf_drap_opts po = {.driver = GF_NODE_DRA_DRIVER,
                        .registry_dir = cfg->dra_registry_dir,
@@ -587,6 +595,7 @@ static void dra_stop(agent_dra *x) {
 static void dra_free(agent_dra *x) {
   dra_stop(x);
   gf_drap_free(x->plugin);
+  gf__node_dra_models_free(x->models); /* before the state it serves */
   gf_node_dra_publisher_free(x->pub);
   gf_kube_free(x->k);
   gf_node_dra_state_free(x->state);
@@ -696,13 +705,17 @@ int gf_node_agent_start(gf_node_agent *a) {
     return rc;
   }
   gf_diag d = {""};
-  gf_node_cache_agent_opts mco = {.cfg = &a->cfg,
-                                  .cache = a->cache,
-                                  .node = a->host[0] ? a->host : NULL,
-                                  .kube = a->o.dra ? a->dra.cfg : a->api.cfg,
-                                  .pods = a->api.pods,
-                                  .link = a->api.link,
-                                  .dra = a->dra.state};
+  gf_node_cache_agent_opts mco = {
+      .cfg = &a->cfg,
+      .cache = a->cache,
+      .node = a->host[0] ? a->host : NULL,
+      .kube = a->o.dra ? a->dra.cfg : a->api.cfg,
+      .pods =
+          a->dra.models ? gf__node_dra_models_pods(a->dra.models) : a->api.pods,
+      .link = a->api.link,
+      .dra = a->dra.state,
+      .pods_synced = a->dra.models ? gf__node_dra_models_synced : NULL,
+      .pods_user = a->dra.models};
   if (crc)
     fprintf(stderr, "gpufrac node: %s (running without it)\n", cd.msg);
   else if (gf_node_cache_agent_start(&a->mc, &mco, &d))
@@ -758,6 +771,7 @@ void gf_node_agent_run(gf_node_agent *a) {
     health_telemetry(&a->hl, &a->g, a->srv); /* last: over what was just
                                                  discovered */
     gf_node_cache_agent_tick(a->mc);
+    gf__node_dra_models_tick(a->dra.models);
     /* DRA: the cache's models changed (a fetch began or ended, a model
      * went): the slices and the Node say so now, not at the next
      * interval; nothing is written when they did not. */

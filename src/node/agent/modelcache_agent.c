@@ -34,6 +34,8 @@ struct gf_node_cache_agent {
   gf_node_pods *pods;
   gf_node_kube *link;
   struct gf_node_dra_state *dra;
+  bool (*pods_synced)(void *user); /* DRA: the loader's pods known */
+  void *pods_user;
   gf_kube_config *kube;
   gf_kube *client; /* GETs this node's labels */
   gf_kube *claims; /* DRA: GETs the claims that pin models (main loop) */
@@ -172,6 +174,8 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
   a->pods = o->pods;
   a->link = o->link;
   a->dra = o->dra;
+  a->pods_synced = o->pods_synced;
+  a->pods_user = o->pods_user;
   const char *ns = cfg->model_prefetch_ns[0] ? cfg->model_prefetch_ns
                                              : getenv("POD_NAMESPACE");
   gf__node_copy(a->ns, sizeof(a->ns),
@@ -225,6 +229,7 @@ static bool pod_alive(void *user, const char *holder) {
 
 typedef struct claim_round {
   struct gf_node_dra_state *dra;
+  gf_node_pods *pods; /* its pods' pins (the model loader's) stay; NULL */
   char (*h)[GF_NODE_DRA_UID_MAX]; /* the pins' holders */
   bool *gone;                     /* h[i]'s claim is not in the API */
   size_t n;
@@ -246,7 +251,8 @@ static bool claim_alive(void *user, const char *holder) {
   for (size_t i = 0; i < r->n; i++)
     if (r->gone[i] && !strcmp(r->h[i], holder))
       return false;
-  return gf__node_dra_state_holds(r->dra, holder);
+  return gf__node_dra_state_holds(r->dra, holder) ||
+         (r->pods && gf_node_pods_has(r->pods, holder));
 }
 
 int gf__node_cache_prune_claims(gf_node_cache *c, struct gf_node_dra_state *dra,
@@ -254,7 +260,17 @@ int gf__node_cache_prune_claims(gf_node_cache *c, struct gf_node_dra_state *dra,
                                               const char *name,
                                               const char *uid),
                                 void *user) {
-  claim_round r = {.dra = dra};
+  return gf__node_cache_prune_claims_pods(c, dra, NULL, exists, user);
+}
+
+int gf__node_cache_prune_claims_pods(gf_node_cache *c,
+                                     struct gf_node_dra_state *dra,
+                                     gf_node_pods *pods,
+                                     int (*exists)(void *user, const char *ns,
+                                                   const char *name,
+                                                   const char *uid),
+                                     void *user) {
+  claim_round r = {.dra = dra, .pods = pods};
   r.h = gf__calloc(CLAIM_HOLDERS_MAX, sizeof(*r.h));
   r.gone = gf__calloc(CLAIM_HOLDERS_MAX, sizeof(*r.gone));
   int dropped = 0;
@@ -334,10 +350,12 @@ void gf_node_cache_agent_tick(gf_node_cache_agent *a) {
   /* DRA: a claim deleted without NodeUnprepareResources (the agent or
    * kubelet was down) would pin its model forever.  At start, then every
    * CLAIM_CHECK_EVERY_S. */
-  if (a->dra && a->claims &&
+  bool pods_known = !a->pods_synced || a->pods_synced(a->pods_user);
+  if (a->dra && a->claims && pods_known &&
       (!a->last_claims || now - a->last_claims >= CLAIM_CHECK_EVERY_S)) {
     a->last_claims = now;
-    int n = gf__node_cache_prune_claims(a->cache, a->dra, claim_exists, a);
+    int n = gf__node_cache_prune_claims_pods(
+        a->cache, a->dra, a->pods_synced ? a->pods : NULL, claim_exists, a);
     if (n)
       fprintf(stderr,
               "gpufrac node: cache: %d pins of claims gone or not prepared "

@@ -36,6 +36,12 @@ typedef struct gf_node_cache_agent_opts {
   gf_node_kube *link;            /* its informer's sync gates that; NULL ok */
   struct gf_node_dra_state *dra; /* --mode dra: pins of claims gone from the
                                     API are dropped (needs kube and node) */
+  /* --mode dra with the model loader: the pods of this node (its jobs pin
+   * for the pod's uid), whose pins stay while the pod is there; the claim
+   * pins are pruned only once pods_synced(pods_user) (its informer's first
+   * LIST is in).  NULL: none. */
+  bool (*pods_synced)(void *user);
+  void *pods_user;
 } gf_node_cache_agent_opts;
 
 /* Logs the cache's size and starts the prefetch (informer and fetch
@@ -67,6 +73,15 @@ int gf__node_cache_prune_claims(gf_node_cache *c, struct gf_node_dra_state *dra,
                                               const char *uid),
                                 void *user);
 
+/* gf__node_cache_prune_claims where a holder that is a pod of `pods`
+ * (NULL: none), the model loader's pin, is not stale either. */
+int gf__node_cache_prune_claims_pods(gf_node_cache *c,
+                                     struct gf_node_dra_state *dra,
+                                     gf_node_pods *pods,
+                                     int (*exists)(void *user, const char *ns,
+                                                   const char *name,
+                                                   const char *uid),
+                                     void *user);
 /* The cache (NULL when none); for tests. */
 gf_node_cache *gf_node_cache_agent_cache(gf_node_cache_agent *a);
 

@@ -146,17 +146,61 @@ static int make_view(job *j, const char *files, gf_diag *d) {
   return 0;
 }
 
+/* A view told ready by an earlier run of the agent whose model is no
+ * longer in the cache: `verify` found it corrupt and took it out of service
+ * (or an operator removed it) while the pod kept running with it.  The
+ * view's marker and links to the old copy go (a link that exists is kept
+ * by make_view, so they would stay), the pod is told, and the loop fetches
+ * the model again.  true when so. */
+static bool refetch_start(job *j, const char *marker) {
+  char cdir[GF_NODE_PATH_MAX], mdir[GF_NODE_PATH_MAX];
+  if (gf_node_cache_path(j->l->cache, j->hex, cdir, sizeof(cdir)) == 0 ||
+      !gf__node_join(mdir, sizeof(mdir), j->dir, j->name))
+    return false;
+  (void)unlink(marker);
+  (void)gf_node_cache_view_remove(mdir);
+  char msg[1200];
+  snprintf(msg, sizeof(msg),
+           "model %s (sha256:%.12s) this pod was given is no longer in node "
+           "%s's cache (it failed verification and was taken out of service, "
+           "or was removed): fetching it again; %s is emptied until then, and "
+           "what the pod's containers already loaded is the old copy",
+           j->name, j->hex, j->l->node, GF_NODE_MODEL_MOUNT);
+  condition(j, false, "ModelRefetching", msg);
+  event(j, "Warning", "ModelRefetching", msg);
+  return true;
+}
+
+/* The pod is told its model is in its view: ready, or (refetch) fetched
+ * again after the copy it had left the cache. */
+static void tell_ready(job *j, bool refetch) {
+  char msg[600];
+  if (refetch)
+    snprintf(msg, sizeof(msg),
+             "model %s (sha256:%.12s) fetched again and verified; its files "
+             "in %s are the new copy: restart the pod's containers to load it",
+             j->name, j->hex, GF_NODE_MODEL_MOUNT);
+  else
+    snprintf(msg, sizeof(msg), "model %s (sha256:%.12s) is ready in %s",
+             j->name, j->hex, GF_NODE_MODEL_MOUNT);
+  const char *why = refetch ? "ModelRefetched" : "ModelReady";
+  condition(j, true, why, msg);
+  event(j, "Normal", why, msg);
+}
+
 static void *job_run(void *arg) {
   job *j = arg;
   gf_node_loader *l = j->l;
   long backoff = l->base_ms;
   /* A view made by an earlier run of the agent (its pod was told then):
-   * made again quietly. */
+   * made again quietly, unless its model left the cache meanwhile. */
   char marker[GF_NODE_PATH_MAX];
   struct stat mst;
   bool told =
       gf__node_join(marker, sizeof(marker), j->dir, GF_NODE_MODEL_READY_FILE) &&
       lstat(marker, &mst) == 0;
+  bool refetch = told && refetch_start(j, marker);
+  told = told && !refetch;
   for (;;) {
     char files[GF_NODE_PATH_MAX];
     gf_diag d = {""};
@@ -183,13 +227,8 @@ static void *job_run(void *arg) {
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
     if (!rc) {
-      char msg[600];
-      snprintf(msg, sizeof(msg), "model %s (sha256:%.12s) is ready in %s",
-               j->name, j->hex, GF_NODE_MODEL_MOUNT);
-      if (!quit && !told) {
-        condition(j, true, "ModelReady", msg);
-        event(j, "Normal", "ModelReady", msg);
-      }
+      if (!quit && (refetch || !told))
+        tell_ready(j, refetch);
       break;
     }
     if (quit)

@@ -262,14 +262,34 @@ struct gf_node_dra_state {
   gf_node_cache *cache;       /* the weight cache (borrowed); NULL: none */
   int busy; /* (atomic) model prepares under way: their pins precede their
                checkpoint entries (gf__node_dra_state_holds) */
+  gf_node_dra_model_fn model_fn; /* the agent's model loader; NULL: none */
+  void *model_user;
 };
 
 static gf_node_cache *state_cache(gf_node_dra_state *s) { return s->cache; }
 
+/* GPUFRAC_MODEL_DIR=mdir and GPUFRAC_MODEL_READY (the view's marker) in
+ * edits' env, as a device-plugin answer has them. */
+static int add_model_env(json_t *edits, const char *mdir) {
+  json_t *env = json_object_get(edits, "env");
+  if (!env) {
+    env = json_array();
+    if (json_object_set_new(edits, "env", env))
+      return -1;
+  }
+  char dir[GF_NODE_PATH_MAX + 32];
+  snprintf(dir, sizeof(dir), "GPUFRAC_MODEL_DIR=%s", mdir);
+  return json_array_append_new(env, json_string(dir)) ||
+         json_array_append_new(
+             env, json_string("GPUFRAC_MODEL_READY=" GF_NODE_MODEL_MOUNT
+                              "/" GF_NODE_MODEL_READY_FILE));
+}
+
 /* Adds a read-only bind mount host -> ctr to the first device's
- * containerEdits of the CDI spec text *spec (replaced). */
+ * containerEdits of the CDI spec text *spec (replaced); with mdir, the
+ * model's environment too (add_model_env). */
 static int add_model_mount(char **spec, const char *host, const char *ctr,
-                           gf_diag *d) {
+                           const char *mdir, gf_diag *d) {
   json_t *root = json_loads(*spec, 0, NULL);
   json_t *edits = json_object_get(
       json_array_get(json_object_get(root, "devices"), 0), "containerEdits");
@@ -286,7 +306,8 @@ static int add_model_mount(char **spec, const char *host, const char *ctr,
   if (json_array_append_new(mounts,
                             json_pack("{s:s,s:s,s:[s,s,s,s]}", "hostPath", host,
                                       "containerPath", ctr, "options", "ro",
-                                      "nosuid", "nodev", "bind"))) {
+                                      "nosuid", "nodev", "bind")) ||
+      (mdir && add_model_env(edits, mdir))) {
     rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
     goto out;
   }
@@ -897,9 +918,15 @@ static int add_prepared(gf_node_dra_state *s, const gf_node_dra_prepared *p,
   return 0;
 }
 
+/* Where a claim's model is mounted: host -> ctr; mdir (NULL: no model
+ * environment) the model's directory in the container. */
+typedef struct model_mount {
+  const char *host, *ctr, *mdir;
+} model_mount;
+
 static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
-                   const char *mhost, const char *mctr,
-                   gf_node_dra_prepared *out, gf_diag *d) {
+                   const model_mount *mm, gf_node_dra_prepared *out,
+                   gf_diag *d) {
   if (!gf_node_safe_name(c->uid))
     return gf_diag_set(d, GF_EINVAL, "claim %s/%s: uid '%s' is not a safe name",
                        c->ns, c->name, c->uid);
@@ -932,7 +959,7 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
                                          d)))
       goto undo;
   }
-  if (mhost && (rc = add_model_mount(&spec, mhost, mctr, d))) {
+  if (mm && (rc = add_model_mount(&spec, mm->host, mm->ctr, mm->mdir, d))) {
     free(spec);
     goto undo;
   }
@@ -970,14 +997,14 @@ out:
 
 int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
                         gf_node_dra_prepared *out, gf_diag *d) {
-  return prepare(s, c, NULL, NULL, out, d);
+  return prepare(s, c, NULL, out, d);
 }
 
 int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
                                const char *model, const char *source,
                                gf_node_dra_prepared *out, gf_diag *d) {
   if (!model || !*model || gf_node_dra_state_lookup(s, c->uid, out))
-    return model && *model ? 0 : prepare(s, c, NULL, NULL, out, d);
+    return model && *model ? 0 : prepare(s, c, NULL, out, d);
   char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
   int rc = gf_node_cache_ref_parse(model, name, sizeof(name), hex, d);
   if (rc) {
@@ -1007,8 +1034,59 @@ int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
     gf_diag_prefix(d, "claim %s/%s: model %s", c->ns, c->name, name);
   } else {
     snprintf(ctr, sizeof(ctr), "%s/%s", GF_NODE_MODEL_MOUNT, name);
-    rc = prepare(s, c, host, ctr, out, d);
+    model_mount mm = {host, ctr, NULL};
+    rc = prepare(s, c, &mm, out, d);
     if (rc)
+      gf_node_cache_unpin(cache, hex, c->uid);
+  }
+  __atomic_sub_fetch(&s->busy, 1, __ATOMIC_SEQ_CST);
+  return rc;
+}
+
+void gf__node_dra_state_set_model_fn(gf_node_dra_state *s,
+                                     gf_node_dra_model_fn fn, void *user) {
+  pthread_mutex_lock(&s->mu);
+  s->model_fn = fn;
+  s->model_user = user;
+  pthread_mutex_unlock(&s->mu);
+}
+
+int gf__node_dra_prepare_pod_model(gf_node_dra_state *s,
+                                   const gf_node_dra_claim *c,
+                                   const char *pod_uid, const char *pod_name,
+                                   const char *model, const char *source,
+                                   gf_node_dra_prepared *out, gf_diag *d) {
+  pthread_mutex_lock(&s->mu);
+  gf_node_dra_model_fn fn = s->model_fn;
+  void *user = s->model_user;
+  pthread_mutex_unlock(&s->mu);
+  if (!fn || !model || !*model || gf_node_dra_state_lookup(s, c->uid, out))
+    return gf__node_dra_prepare_model(s, c, model, source, out, d);
+  char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
+  int rc = gf_node_cache_ref_parse(model, name, sizeof(name), hex, d);
+  if (rc) {
+    gf_diag_prefix(d, "claim %s/%s: pod %s: %s", c->ns, c->name, pod_name,
+                   GF_NODE_MODEL_ANNOTATION);
+    return rc;
+  }
+  /* Never a download here: kubelet's call has a deadline and one worker
+   * answers every claim of the node.  The pod's view is mounted now; its
+   * files and .ready appear in it when the loader has them. */
+  char view[GF_NODE_PATH_MAX], mdir[GF_NODE_PATH_MAX];
+  bool ready = false;
+  __atomic_add_fetch(&s->busy, 1, __ATOMIC_SEQ_CST);
+  rc = fn(user, pod_uid, c->ns, pod_name, model, source, view, sizeof(view),
+          &ready, d);
+  if (rc) {
+    gf_diag_prefix(d, "claim %s/%s: pod %s: model %s", c->ns, c->name, pod_name,
+                   name);
+  } else {
+    gf_node_cache *cache = state_cache(s);
+    bool pinned = ready && cache && gf_node_cache_pin(cache, hex, c->uid) == 0;
+    snprintf(mdir, sizeof(mdir), "%s/%s", GF_NODE_MODEL_MOUNT, name);
+    model_mount mm = {view, GF_NODE_MODEL_MOUNT, mdir};
+    rc = prepare(s, c, &mm, out, d);
+    if (rc && pinned)
       gf_node_cache_unpin(cache, hex, c->uid);
   }
   __atomic_sub_fetch(&s->busy, 1, __ATOMIC_SEQ_CST);
@@ -1072,6 +1150,7 @@ int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
   /* The weight cache: the gpufrac.io/model of the first pod reserving the
    * claim (status.reservedFor) that has one. */
   char model[GF_NODE_MODEL_REF_MAX] = "", msrc[GF_NODE_MODEL_SOURCE_MAX] = "";
+  char puid[GF_NODE_UID_MAX] = "", pname[GF_NAME_MAX] = "";
   size_t ri;
   const json_t *r;
   json_array_foreach(
@@ -1094,7 +1173,10 @@ int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
       const char *src = json_string_value(
           json_object_get(ann, GF_NODE_MODEL_SOURCE_ANNOTATION));
       const char *uidv = json_string_value(json_object_get(md, "uid"));
-      if (m && uidv && !strcmp(uidv, pu)) {
+      if (m && uidv && !strcmp(uidv, pu) && strlen(pn) < sizeof(pname) &&
+          strlen(pu) < sizeof(puid)) {
+        gf__node_copy(puid, sizeof(puid), pu);
+        gf__node_copy(pname, sizeof(pname), pn);
         gf__node_copy(model, sizeof(model), m);
         gf__node_copy(msrc, sizeof(msrc), src ? src : "");
       }
@@ -1108,7 +1190,7 @@ int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
                      "claim was deleted and made again)",
                      ns, name, c->uid, uid);
   if (!rc)
-    rc = gf__node_dra_prepare_model(s, c, model, msrc, out, d);
+    rc = gf__node_dra_prepare_pod_model(s, c, puid, pname, model, msrc, out, d);
   free(c);
   return rc;
 }

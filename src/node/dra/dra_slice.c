@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/sha.h>
+
 #include "alloc.h"
 #include "gpufrac/error.h"
 #include "node_dra.h"
@@ -134,20 +136,6 @@ static const char *architecture(int32_t major, int32_t minor) {
   }
 }
 
-/* NVML's brand names for the product lines the name shows; "Nvidia"
- * (NVML_BRAND_NVIDIA) for the data-centre parts that carry no line. */
-static const char *brand(const char *name) {
-  if (strstr(name, "Tesla"))
-    return "Tesla";
-  if (strstr(name, "Quadro"))
-    return "Quadro";
-  if (strstr(name, "GeForce"))
-    return "GeForce";
-  if (strstr(name, "TITAN"))
-    return "Titan";
-  return "Nvidia";
-}
-
 static int set_str(json_t *attrs, const char *k, const char *v) {
   return json_object_set_new(attrs, k, json_pack("{s:s}", "string", v));
 }
@@ -204,7 +192,8 @@ static int common_attrs(json_t *a, const gf_node_gpus *g, const gf_node_gpu *x,
            (int)(g->cuda_version % 1000 / 10));
   int rc = set_str(a, "type", type);
   rc |= set_str(a, "productName", x->name);
-  rc |= set_str(a, "brand", brand(x->name));
+  if (x->brand[0]) /* NVML's; unknown: left out, not guessed */
+    rc |= set_str(a, "brand", x->brand);
   const char *arch = architecture(x->cc_major, x->cc_minor);
   if (arch[0])
     rc |= set_str(a, "architecture", arch);
@@ -222,6 +211,8 @@ static int common_attrs(json_t *a, const gf_node_gpus *g, const gf_node_gpu *x,
   char std[16];
   if (strcmp(type, "gpu") == 0 && gf__node_dra_pci_address(x->pci_bus_id, std))
     rc |= set_str(a, GF_NODE_DRA_STD_PCI_BUS_ID, std);
+  if (x->pcie_root[0])
+    rc |= set_str(a, GF_NODE_DRA_STD_PCIE_ROOT, x->pcie_root);
   if (x->numa_node >= 0)
     rc |= json_object_set_new(
         a, "numaNode", json_pack("{s:I}", "int", (json_int_t)x->numa_node));
@@ -307,8 +298,24 @@ bool gf__node_dra_pci_address(const char *nvml, char out[16]) {
   return true;
 }
 
+bool gf__node_dra_owned_hex(const char *hex, const char *ns,
+                            char out[GF_NODE_DRA_MODEL_HEX + 1]) {
+  if (strlen(hex) != 64 || strspn(hex, "0123456789abcdef") != 64)
+    return false;
+  char text[7 + 64 + 1 + 64];
+  int n = snprintf(text, sizeof(text), "sha256:%s %s", hex, ns ? ns : "");
+  if (n < 0 || (size_t)n >= sizeof(text))
+    return false;
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256((const unsigned char *)text, (size_t)n, md);
+  for (int i = 0; i < GF_NODE_DRA_MODEL_HEX / 2; i++)
+    snprintf(out + 2 * i, 3, "%02x", md[i]);
+  return true;
+}
+
 /* The weight cache's models as attributes "model_<first 16 hex of the
- * digest>": {"string": "ready" | "fetching"}, in the order given, while the
+ * digest>" (of gf__node_dra_owned_hex for a namespace's own model):
+ * {"string": "ready" | "fetching"}, in the order given, while the
  * device stays within the API's 32 attributes and capacities.  A digest
  * that is not 64 lowercase hex, or whose short form an earlier model took,
  * is left out. */
@@ -318,8 +325,14 @@ static int model_attrs(json_t *attrs, const json_t *capa,
   size_t have = json_object_size(attrs) + json_object_size(capa);
   for (size_t i = 0; i < nmodels && i < GF_NODE_DRA_MODELS_MAX; i++) {
     const char *hex = models[i].hex;
+    char own[GF_NODE_DRA_MODEL_HEX + 1];
     if (strlen(hex) != 64 || strspn(hex, "0123456789abcdef") != 64)
       continue;
+    if (models[i].owned) {
+      if (!models[i].ns[0] || !gf__node_dra_owned_hex(hex, models[i].ns, own))
+        continue;
+      hex = own;
+    }
     char key[GF_NODE_DRA_MODEL_ATTR_MAX];
     snprintf(key, sizeof(key), "%s%.*s", GF_NODE_DRA_MODEL_ATTR,
              GF_NODE_DRA_MODEL_HEX, hex);

@@ -39,7 +39,11 @@ static size_t cache_models(gf_node_dra_publisher *p, gf_node_dra_model *out,
   if (!c || gf_node_cache_list(c, &e, &n))
     return 0;
   for (size_t i = 0; i < n && k < cap; i++) {
+    if (!e[i].shared && !e[i].ns[0])
+      continue; /* nobody's (adopted, not shared yet): served to no pod */
     gf__node_copy(out[k].hex, sizeof(out[k].hex), e[i].hex);
+    out[k].owned = !e[i].shared;
+    gf__node_copy(out[k].ns, sizeof(out[k].ns), e[i].shared ? "" : e[i].ns);
     out[k++].ready = e[i].state == GF_NODE_CACHE_READY;
   }
   free(e);

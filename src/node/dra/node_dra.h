@@ -69,6 +69,14 @@
 #define GF_NODE_DRA_MODEL_HEX 16
 #define GF_NODE_DRA_MODEL_ATTR_MAX 32
 #define GF_NODE_DRA_MODELS_MAX 16
+/* A model the cache holds for one namespace alone (docs/modelcache.md,
+ * "Who gets a cached model") is published under its own short form: the
+ * first 16 hex of SHA-256("sha256:<64 hex> <namespace>") instead of the
+ * digest's, so only that namespace's pods (whose scheduler computes the
+ * same) and CEL selectors that name it match; no attribute more.  into
+ * out[17]; false for a digest that is not 64 lowercase hex. */
+bool gf__node_dra_owned_hex(const char *hex, const char *ns,
+                            char out[GF_NODE_DRA_MODEL_HEX + 1]);
 
 /* ---- the pool's devices ----------------------------------------------- */
 
@@ -114,6 +122,10 @@ int gf_node_dra_slices(const gf_node_gpus *g, const char *node,
 typedef struct gf_node_dra_model {
   char hex[65];
   bool ready;
+  /* held for namespace ns alone (published under gf__node_dra_owned_hex);
+   * false: shared */
+  bool owned;
+  char ns[64];
 } gf_node_dra_model;
 
 /* gf_node_dra_slices with the weight cache's models[0..nmodels-1] (most
@@ -129,6 +141,10 @@ int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
 /* The standard attribute resource.kubernetes.io/pciBusID: the PCI
  * address "DDDD:BB:dd.f" (lowercase hex, 4-digit domain) of a GPU. */
 #define GF_NODE_DRA_STD_PCI_BUS_ID "resource.kubernetes.io/pciBusID"
+/* The standard attribute resource.kubernetes.io/pcieRoot: the PCIe root
+ * complex of the GPU ("pci0000:3a", gf_node_gpu.pcie_root), on a GPU and
+ * on its MIG devices (they share its link); left out when unknown. */
+#define GF_NODE_DRA_STD_PCIE_ROOT "resource.kubernetes.io/pcieRoot"
 /* NVML's busId ("00000000:3B:00.0", or without the domain) as that form;
  * false when it is not a PCI address. */
 bool gf__node_dra_pci_address(const char *nvml, char out[16]);
@@ -267,13 +283,41 @@ int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
 int gf_node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d);
 
 /* gf_node_dra_prepare with the reserving pod's model (model NULL or "":
- * none): made ready (fetched from source when missing), pinned for the
+ * none), without a model loader (library use; the agent installs one):
+ * made ready inside the call (fetched from source when missing), pinned for the
  * claim (holder: its uid) and added to the claim's CDI spec as a
  * read-only bind mount at GF_NODE_MODEL_MOUNT/<name>.  Errors as
  * gf_node_dra_prepare, and the cache's (GF_ESTATE: no cache). */
 int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
                                const char *model, const char *source,
                                gf_node_dra_prepared *out, gf_diag *d);
+/* The agent's model loader, for a claim whose reserving pod has
+ * gpufrac.io/model (docs/dra-node.md, "Models"): starts the pod's fetch
+ * unless it runs already (the pod informer usually started it when the pod
+ * was bound) and waits at most about a second, never for a download;
+ * the pod's view directory (the model's files appear in it under <name>/,
+ * then GF_NODE_MODEL_READY_FILE) into view[cap], *ready whether the model
+ * is there.  Fails only for what another try cannot mend (a malformed
+ * reference, a source not allowed, another namespace's model). */
+typedef int (*gf_node_dra_model_fn)(void *user, const char *pod_uid,
+                                    const char *ns, const char *pod,
+                                    const char *model, const char *source,
+                                    char *view, size_t cap, bool *ready,
+                                    gf_diag *d);
+/* Installs fn (NULL: none) before serving.  With it, a model prepare
+ * answers at once with the pod's view mounted read-only at
+ * GF_NODE_MODEL_MOUNT (GPUFRAC_MODEL_DIR and GPUFRAC_MODEL_READY set),
+ * the model pinned for the claim when it was ready then. */
+void gf__node_dra_state_set_model_fn(gf_node_dra_state *s,
+                                     gf_node_dra_model_fn fn, void *user);
+/* gf__node_dra_prepare_model for the reserving pod pod_uid (pod_name) of
+ * namespace c->ns: through the model loader when one is installed,
+ * gf__node_dra_prepare_model (the fetch inside the call) when not. */
+int gf__node_dra_prepare_pod_model(gf_node_dra_state *s,
+                                   const gf_node_dra_claim *c,
+                                   const char *pod_uid, const char *pod_name,
+                                   const char *model, const char *source,
+                                   gf_node_dra_prepared *out, gf_diag *d);
 /* true when claim uid is prepared, or a model prepare (whose pin comes
  * before its checkpoint entry) is under way: a pin of uid is not stale. */
 bool gf__node_dra_state_holds(gf_node_dra_state *s, const char *uid);
