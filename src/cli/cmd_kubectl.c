@@ -764,6 +764,7 @@ static const gf__opt_cmd kubectl_cmd = {
              "       kubectl gpufrac describe pod NAME [-n NS] [-o json|yaml]\n"
              "       kubectl gpufrac why-pending POD [-n NS] [--extender URL]\n"
              "                                   [-o json|yaml]\n"
+             "       kubectl gpufrac doctor [--namespace NS] [-o json]\n"
              "  (or: gpufrac kubectl ...)\n"
              "\n"
              "gpufrac's GPU shares as the API server and the node agents see "
@@ -841,6 +842,11 @@ static int kubectl_parse(kopts *o, const char **pos, int *npos, int argc,
 }
 
 int cmd_kubectl(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "doctor") == 0) {
+    char self[] = "kubectl-doctor"; /* cmd_doctor names itself so */
+    argv[1] = self;
+    return cmd_doctor(argc - 1, argv + 1);
+  }
   kopts o = {.agent_ns = "gpufrac-system"};
   const char *pos[3] = {NULL, NULL, NULL};
   int npos = 0;
