@@ -518,6 +518,34 @@ static bool find_config(doctor *dr, sched_path *sp) {
   return true;
 }
 
+/* ip inside one of the cluster's ServiceCIDRs (true when none are
+ * listed: the API is older); the ranges into ranges. */
+static bool in_service_range(doctor *dr, uint32_t ip, char *ranges,
+                             size_t cap) {
+  long st;
+  gf_diag d = {""};
+  json_t *cidrs =
+      dlist(dr, "/apis/networking.k8s.io/v1/servicecidrs", NULL, &st, &d);
+  bool inside = !cidrs || !json_array_size(items(cidrs));
+  size_t rl = 0, i;
+  const json_t *sc, *c;
+  json_array_foreach(items(cidrs), i, sc) {
+    size_t j;
+    json_array_foreach(json_object_get(json_object_get(sc, "spec"), "cidrs"), j,
+                       c) {
+      const char *s = json_string_value(c);
+      if (!s || strchr(s, ':'))
+        continue;
+      inside = inside || in_cidr(ip, s);
+      int w = snprintf(ranges + rl, cap - rl, "%s%s", rl ? ", " : "", s);
+      if (w > 0 && (size_t)w < cap - rl)
+        rl += (size_t)w;
+    }
+  }
+  json_decref(cidrs);
+  return inside;
+}
+
 /* The Service at the urlPrefix's address: inside the service range, with
  * a ready endpoint.  Empty why when reachable. */
 static void extender_reachable(doctor *dr, const sched_path *sp, char *why,
@@ -535,29 +563,9 @@ static void extender_reachable(doctor *dr, const sched_path *sp, char *why,
              sp->url);
     return;
   }
-  json_t *cidrs =
-      ipv4(host, &ip)
-          ? dlist(dr, "/apis/networking.k8s.io/v1/servicecidrs", NULL, &st, &d)
-          : NULL;
-  bool inside = !cidrs || !json_array_size(items(cidrs));
   char ranges[256] = "";
-  size_t rl = 0, i;
-  const json_t *sc, *c;
-  json_array_foreach(items(cidrs), i, sc) {
-    size_t j;
-    json_array_foreach(json_object_get(json_object_get(sc, "spec"), "cidrs"), j,
-                       c) {
-      const char *s = json_string_value(c);
-      if (!s || strchr(s, ':'))
-        continue;
-      inside = inside || in_cidr(ip, s);
-      int w =
-          snprintf(ranges + rl, sizeof(ranges) - rl, "%s%s", rl ? ", " : "", s);
-      if (w > 0 && (size_t)w < sizeof(ranges) - rl)
-        rl += (size_t)w;
-    }
-  }
-  json_decref(cidrs);
+  bool inside =
+      !ipv4(host, &ip) || in_service_range(dr, ip, ranges, sizeof(ranges));
   if (!inside) {
     snprintf(why, cap,
              "the extender's address %s is outside the service "
@@ -580,6 +588,7 @@ static void extender_reachable(doctor *dr, const sched_path *sp, char *why,
   const char *cip = js(svc, "spec", "clusterIP");
   bool is_ip = ipv4(host, &ip);
   bool port_ok = false;
+  size_t i;
   const json_t *p;
   json_array_foreach(json_object_get(json_object_get(svc, "spec"), "ports"), i,
                      p) {
