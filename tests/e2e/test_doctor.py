@@ -24,6 +24,9 @@ share pod is bound through the chart's scheduler.  Then:
 3. `helm upgrade` with extender.dra=score (DRA without a dra pool: no
    DeviceClasses): the dra check fails naming gpu.gpufrac.io; with
    deploy/dra/deviceclasses.yaml applied it passes.
+4. `helm uninstall` leaves the nodes' inventories and the pods' grants and
+   guard annotations (checked); docs/install.md's Uninstall block, run as
+   written, removes them all.
 Exit 0 only when every step passed.
 """
 
@@ -246,6 +249,50 @@ class DoctorE2E(SchedulerE2E):
         if cs["dra"]["status"] != "pass":
             fail("dra with the DeviceClasses applied: %s" % cs["dra"])
         log("doctor: PASS dra: %s" % cs["dra"]["message"])
+        self.uninstall()
+
+    def leftovers(self):
+        """What gpufrac wrote on objects outside the release."""
+        out = []
+        for n in self.api.items("/api/v1/nodes"):
+            if "gpufrac.io/inventory" in n["metadata"].get("annotations", {}):
+                out.append("node %s: gpufrac.io/inventory" % n["metadata"]["name"])
+        for p in self.api.items("/api/v1/pods"):
+            a = p["metadata"].get("annotations", {})
+            keys = [k for k in a if k.startswith("gpufrac.io/grant") or
+                    k.startswith("gpufrac.io/guard-") or
+                    (k == "karpenter.sh/do-not-disrupt" and "gpufrac.io/guard-owns" in a)]
+            if keys:
+                out.append("pod %s/%s: %s" % (p["metadata"]["namespace"],
+                                              p["metadata"]["name"], ", ".join(sorted(keys))))
+        return out
+
+    def uninstall(self):
+        """helm uninstall, then docs/install.md's Uninstall block as written."""
+        self.stop_all()  # the harness's gpufrac processes, as kubelet would
+        self.helm("uninstall", RELEASE, "-n", RNS)
+        left = self.leftovers()
+        if not any("gpufrac.io/grant" in x for x in left) or \
+                not any("inventory" in x for x in left):
+            fail("after helm uninstall, expected grants and inventories left: %s" % left)
+        log("after helm uninstall: %s" % "; ".join(left))
+        with open(os.path.join(REPO, "docs", "install.md")) as f:
+            doc = f.read()
+        sec = doc[doc.index("### Uninstall"):]
+        block = sec[sec.index("```sh\n") + 6:]
+        block = block[:block.index("```")]
+        env = dict(os.environ, KUBECONFIG=self.c.admin_kc,
+                   PATH="%s:%s" % (self.c.bin, os.environ.get("PATH", "")))
+        r = subprocess.run(["sh", "-ec", block], capture_output=True, text=True,
+                           timeout=120, env=env)
+        if r.returncode != 0:
+            fail("docs/install.md's uninstall block: exit %d: %s" %
+                 (r.returncode, (r.stderr or r.stdout).strip()))
+        left = self.leftovers()
+        if left:
+            fail("after docs/install.md's uninstall block: %s" % left)
+        log("docs/install.md's uninstall block removed them: %s" %
+            " ".join(r.stdout.split())[:300])
 
 
 def main():
