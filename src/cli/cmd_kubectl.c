@@ -405,6 +405,16 @@ static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
               "kubectl gpufrac: node %s: no gpufrac-node pod in %s; memory "
               "used unknown\n",
               name, o->agent_ns);
+    } else if (strcmp(jstr(ap, "status", "phase"), "Running") != 0 ||
+               !*jstr(ap, "status", "podIP")) {
+      /* the API server's proxy has no address to call ("HTTP 400 ...
+       * address not allowed"): say what is wrong instead */
+      const char *ph = jstr(ap, "status", "phase");
+      fprintf(stderr,
+              "kubectl gpufrac: node %s: agent pod %s is %s, not running; "
+              "memory used unknown (kubectl -n %s describe pod %s)\n",
+              name, jstr(ap, "metadata", "name"), *ph ? ph : "without a phase",
+              o->agent_ns, jstr(ap, "metadata", "name"));
     } else {
       char mp[1024];
       snprintf(mp, sizeof(mp), "/api/v1/namespaces/%s/pods/%s:%d/proxy/metrics",
@@ -765,6 +775,7 @@ static const gf__opt_cmd kubectl_cmd = {
              "       kubectl gpufrac why-pending POD [-n NS] [--extender URL]\n"
              "                                   [-o json|yaml]\n"
              "       kubectl gpufrac doctor [--namespace NS] [-o json]\n"
+             "       kubectl gpufrac --version\n"
              "  (or: gpufrac kubectl ...)\n"
              "\n"
              "gpufrac's GPU shares as the API server and the node agents see "
@@ -842,6 +853,10 @@ static int kubectl_parse(kopts *o, const char **pos, int *npos, int argc,
 }
 
 int cmd_kubectl(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("kubectl gpufrac %s\n", GF_VERSION);
+    return GF_EXIT_OK;
+  }
   if (argc > 1 && strcmp(argv[1], "doctor") == 0) {
     char self[] = "kubectl-doctor"; /* cmd_doctor names itself so */
     argv[1] = self;
