@@ -21,5 +21,6 @@ int cmd_plan(int argc, char **argv);
 int cmd_kubectl(int argc, char **argv); /* also run as kubectl-gpufrac */
 int cmd_cache(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_completion(int argc, char **argv);
 
 #endif

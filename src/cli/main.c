@@ -25,6 +25,7 @@ static const struct command {
      "the kubectl plugin: top, describe pod, why-pending (kubectl gpufrac)"},
     {"doctor", cmd_doctor,
      "check an install: agents, scheduler path, DRA, policies, grants"},
+    {"completion", cmd_completion, "a bash or zsh completion script"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "list commands, or show one command's help"},
 };

@@ -41,7 +41,7 @@ check no-value-eq     2 "unknown option '--nodes-x'" -- "$GPUFRAC" simulate --no
 check plan-help-prom  0 '^  --prometheus URL'      -- "$GPUFRAC" plan --help
 check plan-help-win   0 '^  --window W'            -- "$GPUFRAC" plan --help
 check plan-help-types 0 '^  --node-types FILE'     -- "$GPUFRAC" plan --help
-for cmd in node scheduler plan run inspect simulate kubectl cache doctor; do
+for cmd in node scheduler plan run inspect simulate kubectl cache doctor completion; do
   check "$cmd-help-h" 0 '^  -h, --help ' -- "$GPUFRAC" $cmd --help
 done
 
