@@ -39,6 +39,8 @@ GPU, consumable capacity memory and cores).  Scenarios:
   mixed_burst     8 + 8 pods of both modes at once, a GPU of each allocator
                   (run 3 times): all bound, nothing over-filled, nothing
                   given back
+  example         examples/dra-claim-share.yaml applied as written: its
+                  claim allocated 8Gi and 30 cores by kube-scheduler
 """
 
 import copy
@@ -858,9 +860,9 @@ class DRA:
         kube-scheduler allocates its claim 8Gi and 30 cores of the shared
         GPU and binds the pod (no kubelet here: test_dra_kubelet.py
         prepares such claims)."""
-        node = "dra9"
-        self.new_node(node, "9")
-        ex = os.path.join(os.path.dirname(DRA_DEPLOY), "..", "examples",
+        node = "dra10"
+        self.new_node(node, "a")
+        ex = os.path.join(os.path.dirname(os.path.dirname(DRA_DEPLOY)), "examples",
                           "dra-claim-share.yaml")
         r = self.c.kubectl("apply", "-n", NS, "-f", ex)
         log("kubectl apply -f examples/dra-claim-share.yaml: %s" % " ".join(r.stdout.split()))
