@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
          "%d replays each, one core\n\n",
          gf_cluster_nnodes(c), pods.n, reps);
   printf("| policy | replay s (median) | decision us median | decision us "
-         "p99 | unalloc@100 |\n|---|---:|---:|---:|---:|\n");
+         "p99 | stranded@100 |\n|---|---:|---:|---:|---:|\n");
   int rc = 0;
   for (size_t i = 0; i < gf_policy_count() && !rc; i++)
     rc = bench(c, &pods, &t, &shapes, gf_policy_name(i), false, reps);

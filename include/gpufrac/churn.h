@@ -167,7 +167,11 @@ typedef struct gf_churn_result {
   double pending_p50_s, pending_p99_s, pending_mean_s, pending_max_s;
   uint32_t nsamples; /* nodes[i]: nodes bought at i * sample_s */
   uint32_t *nodes;   /* malloc'd; gf_churn_result_release */
-  double wall_s;     /* not part of the deterministic result */
+  /* at the same samples: GPUs of the nodes bought (provisioning too) and
+   * GPUs the running pods ask for (what gpu_hours_asked integrates);
+   * malloc'd, released with nodes */
+  double *gpus, *asked;
+  double wall_s; /* not part of the deterministic result */
 } gf_churn_result;
 
 /* Replays churn under cfg.  `proto` gives the model table the pods' model
@@ -197,7 +201,8 @@ typedef struct gf_churn_summary {
   double pending_p50_s, pending_p99_s, pending_mean_s;
   double wall_s;
   uint32_t nsamples;
-  double *nodes; /* mean nodes per sample, malloc'd */
+  double *nodes;        /* mean nodes per sample, malloc'd */
+  double *gpus, *asked; /* mean GPUs bought and asked per sample, malloc'd */
 } gf_churn_summary;
 
 /* runs[0..n): one per seed.  GF_ENOMEM or 0. */
@@ -210,7 +215,8 @@ void gf_churn_report_table(FILE *fp, const gf_churn_summary *s, int n);
 /* JSON without wall-clock times: identical for identical inputs. */
 void gf_churn_report_json(FILE *fp, const gf_churn_summary *s, int n,
                           const gf_churn_config *cfg, const char *seeds);
-/* Nodes bought over time, one line per summary (all of one trace). */
+/* GPUs bought over time, one line per summary (all of one trace), and the
+ * GPUs the running pods asked for (dashed: the mean over the summaries). */
 void gf_churn_report_svg(FILE *fp, const gf_churn_summary *s, int n,
                          double sample_s, const char *title);
 

@@ -20,5 +20,7 @@ int cmd_node(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_kubectl(int argc, char **argv); /* also run as kubectl-gpufrac */
 int cmd_cache(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+int cmd_completion(int argc, char **argv);
 
 #endif

@@ -359,6 +359,41 @@ static void held_on(const json_t *pods, const char *node, const char *uuid,
   }
 }
 
+/* The node's agent's /metrics through the API server's pod proxy (malloc'd),
+ * or NULL with a line on stderr saying why memory used is unknown. */
+static char *agent_metrics(const kopts *o, gf_kube *k, const json_t *agents,
+                           const char *name) {
+  int port = 0;
+  const json_t *ap = agent_on(agents, name, &port);
+  char *text = NULL;
+  if (!ap) {
+    fprintf(stderr,
+            "kubectl gpufrac: node %s: no gpufrac-node pod in %s; memory "
+            "used unknown\n",
+            name, o->agent_ns);
+  } else if (strcmp(jstr(ap, "status", "phase"), "Running") != 0 ||
+             !*jstr(ap, "status", "podIP")) {
+    /* the API server's proxy has no address to call ("HTTP 400 ...
+     * address not allowed"): say what is wrong instead */
+    const char *ph = jstr(ap, "status", "phase");
+    fprintf(stderr,
+            "kubectl gpufrac: node %s: agent pod %s is %s, not running; "
+            "memory used unknown (kubectl -n %s describe pod %s)\n",
+            name, jstr(ap, "metadata", "name"), *ph ? ph : "without a phase",
+            o->agent_ns, jstr(ap, "metadata", "name"));
+  } else {
+    char mp[1024];
+    snprintf(mp, sizeof(mp), "/api/v1/namespaces/%s/pods/%s:%d/proxy/metrics",
+             o->agent_ns, jstr(ap, "metadata", "name"), port);
+    size_t len = 0;
+    gf_diag md = {""};
+    if (gf_kube_get_text(k, mp, &text, &len, &md))
+      fprintf(stderr, "kubectl gpufrac: node %s: agent metrics: %s\n", name,
+              md.msg);
+  }
+  return text;
+}
+
 static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
   char podpath[512];
   if (o->all_ns || !o->ns)
@@ -397,24 +432,7 @@ static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
       fprintf(stderr, "kubectl gpufrac: node %s: %s\n", name, d.msg);
       continue;
     }
-    int port = 0;
-    const json_t *ap = agent_on(agents, name, &port);
-    char *text = NULL;
-    if (!ap) {
-      fprintf(stderr,
-              "kubectl gpufrac: node %s: no gpufrac-node pod in %s; memory "
-              "used unknown\n",
-              name, o->agent_ns);
-    } else {
-      char mp[1024];
-      snprintf(mp, sizeof(mp), "/api/v1/namespaces/%s/pods/%s:%d/proxy/metrics",
-               o->agent_ns, jstr(ap, "metadata", "name"), port);
-      size_t len = 0;
-      gf_diag md = {""};
-      if (gf_kube_get_text(k, mp, &text, &len, &md))
-        fprintf(stderr, "kubectl gpufrac: node %s: agent metrics: %s\n", name,
-                md.msg);
-    }
+    char *text = agent_metrics(o, k, agents, name);
     for (uint32_t g = 0; g < inv.ngpus; g++) {
       const gf_inventory_gpu *ig = &inv.gpus[g];
       held h;
@@ -764,6 +782,8 @@ static const gf__opt_cmd kubectl_cmd = {
              "       kubectl gpufrac describe pod NAME [-n NS] [-o json|yaml]\n"
              "       kubectl gpufrac why-pending POD [-n NS] [--extender URL]\n"
              "                                   [-o json|yaml]\n"
+             "       kubectl gpufrac doctor [--namespace NS] [-o json]\n"
+             "       kubectl gpufrac --version\n"
              "  (or: gpufrac kubectl ...)\n"
              "\n"
              "gpufrac's GPU shares as the API server and the node agents see "
@@ -841,6 +861,15 @@ static int kubectl_parse(kopts *o, const char **pos, int *npos, int argc,
 }
 
 int cmd_kubectl(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("kubectl gpufrac %s\n", GF_VERSION);
+    return GF_EXIT_OK;
+  }
+  if (argc > 1 && strcmp(argv[1], "doctor") == 0) {
+    char self[] = "kubectl-doctor"; /* cmd_doctor names itself so */
+    argv[1] = self;
+    return cmd_doctor(argc - 1, argv + 1);
+  }
   kopts o = {.agent_ns = "gpufrac-system"};
   const char *pos[3] = {NULL, NULL, NULL};
   int npos = 0;

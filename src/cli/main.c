@@ -23,6 +23,9 @@ static const struct command {
     {"plan", cmd_plan, "what fractional GPUs would save on a cluster snapshot"},
     {"kubectl", cmd_kubectl,
      "the kubectl plugin: top, describe pod, why-pending (kubectl gpufrac)"},
+    {"doctor", cmd_doctor,
+     "check an install: agents, scheduler path, DRA, policies, grants"},
+    {"completion", cmd_completion, "a bash or zsh completion script"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "list commands, or show one command's help"},
 };

@@ -33,18 +33,45 @@ static void esc(FILE *fp, const char *s) {
 }
 
 /* A figure: shown with `digits` decimals; in data-value as the JSON has it
- * (money, shown with a '$' prefix, to 2 decimals; GPUs to 4). */
+ * (money, shown as "$1,234", to 2 decimals; GPUs to 4). */
 static void fig(FILE *fp, const char *id, double v, int digits,
                 const char *prefix) {
   v = prefix[0] ? gf__plan_r2(v) : gf__plan_r4(v);
-  fprintf(fp, "<span class=\"fig\" id=\"%s\" data-value=\"%.4f\">%s%.*f</span>",
-          id, v, prefix, digits, v);
+  char m[40];
+  if (prefix[0])
+    fprintf(fp, "<span class=\"fig\" id=\"%s\" data-value=\"%.4f\">%s</span>",
+            id, v, gf__plan_money(v, m, sizeof(m)));
+  else
+    fprintf(fp, "<span class=\"fig\" id=\"%s\" data-value=\"%.4f\">%.*f</span>",
+            id, v, digits, v);
 }
 
+/* A table cell; money (a field ending in per_month) shown as "$1,234". */
 static void cell(FILE *fp, const char *field, double v, int digits) {
-  v = strstr(field, "per_month") ? gf__plan_r2(v) : gf__plan_r4(v);
-  fprintf(fp, "<td data-field=\"%s\" data-value=\"%.4f\">%.*f</td>", field, v,
-          digits, v);
+  bool money = strstr(field, "per_month") != NULL;
+  v = money ? gf__plan_r2(v) : gf__plan_r4(v);
+  char m[40];
+  if (money)
+    fprintf(fp, "<td data-field=\"%s\" data-value=\"%.4f\">%s</td>", field, v,
+            gf__plan_money(v, m, sizeof(m)));
+  else
+    fprintf(fp, "<td data-field=\"%s\" data-value=\"%.4f\">%.*f</td>", field, v,
+            digits, v);
+}
+
+/* A waste cell of a group nothing of which was measured. */
+static void unknown_cell(FILE *fp, const char *field) {
+  fprintf(fp, "<td data-field=\"%s\" class=\"unknown\">unknown</td>", field);
+}
+
+/* The widest of n labels at 12px sans-serif, in pixels (7 a character:
+ * wider than the average glyph), at least min. */
+static int label_px(const char *const *labels, size_t n, int min) {
+  size_t w = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strlen(labels[i]) > w)
+      w = strlen(labels[i]);
+  return (int)w * 7 + 12 > min ? (int)w * 7 + 12 : min;
 }
 
 /* Horizontal bars: held (light) and used (dark) per group. */
@@ -57,7 +84,10 @@ static void bars(FILE *fp, const char *title, const gf_plan_group *g,
       max = g[i].gpus_held;
   if (max <= 0)
     max = 1;
-  int row = 26, left = 170, width = 420;
+  const char *names[12];
+  for (size_t i = 0; i < shown; i++)
+    names[i] = g[i].name;
+  int row = 26, left = label_px(names, shown, 170), width = 420;
   int h = (int)shown * row + 30;
   fprintf(fp, "<h2>");
   esc(fp, title);
@@ -109,32 +139,21 @@ static void group_table(FILE *fp, const char *cls, const gf_plan_group *g,
     cell(fp, "gpus_held", g[i].gpus_held, 2);
     cell(fp, "gpus_used", g[i].gpus_used, 2);
     cell(fp, "gpus_unmeasured", g[i].gpus_unmeasured, 2);
-    cell(fp, "waste_gpus", g[i].waste_gpus, 2);
-    cell(fp, "waste_per_month", g[i].waste_per_month, 0);
+    if (gf__plan_unmeasured(g[i].gpus_held, g[i].gpus_unmeasured)) {
+      unknown_cell(fp, "waste_gpus");
+      unknown_cell(fp, "waste_per_month");
+    } else {
+      cell(fp, "waste_gpus", g[i].waste_gpus, 2);
+      cell(fp, "waste_per_month", g[i].waste_per_month, 0);
+    }
     fprintf(fp, "</tr>\n");
   }
   fprintf(fp, "</table>\n");
 }
 
-int gf__plan_write_html(const gf_plan *p, FILE *fp) {
+static void html_cards(const gf_plan *p, FILE *fp) {
   const gf_plan_totals *t = &p->today;
-  fprintf(fp,
-          "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-          "<title>gpufrac plan</title>\n<style>\n"
-          "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\n"
-          ".cards{display:flex;gap:1em;flex-wrap:wrap}\n"
-          ".card{border:1px solid #ccc;border-radius:6px;padding:.8em 1.2em}"
-          "\n.card b{display:block;font-size:1.6em}\n"
-          "table{border-collapse:collapse;margin:.5em 0 1.5em}\n"
-          "td,th{border-bottom:1px solid #ddd;padding:3px 8px;"
-          "text-align:right}\ntd:first-child,th:first-child{text-align:left}"
-          "\nsvg text{font:12px sans-serif}\n.held{fill:#c6dbef}"
-          ".used{fill:#2171b5}\n</style></head><body>\n"
-          "<h1>gpufrac plan</h1>\n<p>%u nodes (%u with GPUs), %u pods "
-          "(%u hold GPUs, %u GPU pods pending).  Money per month at "
-          "%.0f hours.</p>\n<div class=\"cards\">\n",
-          t->nodes, t->gpu_nodes, t->pods, t->gpu_pods, t->pending_gpu_pods,
-          GF_PLAN_HOURS_PER_MONTH);
+  bool unknown = gf__plan_unmeasured(t->gpus_held, t->gpus_unmeasured);
   struct {
     const char *label, *id;
     double v;
@@ -142,86 +161,115 @@ int gf__plan_write_html(const gf_plan *p, FILE *fp) {
     const char *prefix;
   } cards[] = {
       {"GPUs in the cluster", "gpus", t->gpus, 0, ""},
+      {"GPU bill per month", "bill_per_month", gf__plan_bill(p), 0, "$"},
       {"GPUs held", "gpus_held", t->gpus_held, 1, ""},
+      {"held per month", "held_per_month", t->held_per_month, 0, "$"},
       {"GPUs used", "gpus_used", t->gpus_used, 1, ""},
       {"held, no usage data", "gpus_unmeasured", t->gpus_unmeasured, 1, ""},
       {"waste (GPUs)", "waste_gpus", t->waste_gpus, 1, ""},
       {"waste per month", "waste_per_month", t->waste_per_month, 0, "$"},
-      {"held per month", "held_per_month", t->held_per_month, 0, "$"},
   };
   for (size_t i = 0; i < sizeof(cards) / sizeof(cards[0]); i++) {
     fprintf(fp, "<div class=\"card\">%s<b>", cards[i].label);
-    fig(fp, cards[i].id, cards[i].v, cards[i].digits, cards[i].prefix);
+    if (unknown && strncmp(cards[i].id, "waste", 5) == 0)
+      fprintf(fp, "<span class=\"fig unknown\" id=\"%s\">unknown</span>",
+              cards[i].id);
+    else
+      fig(fp, cards[i].id, cards[i].v, cards[i].digits, cards[i].prefix);
     fprintf(fp, "</b></div>\n");
   }
   fprintf(fp, "</div>\n");
-
-  if (p->nwhatif) {
-    fprintf(fp, "<h2>What-if: the same pods on the same nodes</h2>\n"
-                "<p>whole: every pod whole GPUs; fgd and gpufrac: the "
-                "recommended requests.</p>\n<table class=\"whatif\"><tr>"
-                "<th>policy</th><th>GPUs needed</th><th>nodes</th>"
-                "<th>unplaced</th><th>GPUs freed</th><th>saved / month</th>"
-                "</tr>\n");
-    for (size_t i = 0; i < p->nwhatif; i++) {
-      const gf_plan_whatif *w = &p->whatif[i];
-      fprintf(fp, "<tr><td data-field=\"policy\">%s</td>", w->policy);
-      cell(fp, "gpus_needed", w->gpus_needed, 0);
-      cell(fp, "nodes_needed", w->nodes_needed, 0);
-      cell(fp, "pods_unplaced", w->pods_unplaced, 0);
-      cell(fp, "gpus_freed", w->gpus_freed, 0);
-      cell(fp, "saved_per_month", w->saved_per_month, 0);
-      fprintf(fp, "</tr>\n");
-    }
-    fprintf(fp, "</table>\n");
-    if (p->whatif[0].has_fleet) {
-      fprintf(fp, "<h2>Cheapest fleet of the given node types</h2>\n"
-                  "<table class=\"fleet\"><tr><th>policy</th><th>nodes</th>"
-                  "<th>GPUs</th><th>unplaced</th><th>per month</th>"
-                  "<th>types</th></tr>\n");
-      for (size_t i = 0; i < p->nwhatif; i++) {
-        const gf_plan_whatif *w = &p->whatif[i];
-        fprintf(fp, "<tr><td data-field=\"policy\">%s</td>", w->policy);
-        cell(fp, "nodes", w->fleet_nodes, 0);
-        cell(fp, "gpus", w->fleet_gpus, 0);
-        cell(fp, "pods_unplaced", w->fleet_unplaced, 0);
-        cell(fp, "per_month", w->fleet_per_month, 0);
-        fprintf(fp, "<td>");
-        for (size_t k = 0, any = 0; k < w->nfleet; k++)
-          if (w->fleet[k].nodes) {
-            fprintf(fp, "%s%u x ", any ? ", " : "", w->fleet[k].nodes);
-            esc(fp, w->fleet[k].name);
-            any = 1;
-          }
-        fprintf(fp, "</td></tr>\n");
-      }
-      fprintf(fp, "</table>\n");
-    }
-    double max = p->whatif[0].gpus_needed ? p->whatif[0].gpus_needed : 1;
+  if (unknown)
+    fprintf(fp, "<p class=\"unknown\">Waste is unknown: no pod has usage "
+                "data.  Give gpufrac plan DCGM's usage with --usage FILE or "
+                "--prometheus URL (docs/plan.md, \"Usage\").</p>\n");
+  else if (t->gpus_unmeasured > 0)
     fprintf(fp,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" "
-            "height=\"%zu\" role=\"img\">\n",
-            p->nwhatif * 26 + 6);
-    for (size_t i = 0; i < p->nwhatif; i++) {
-      const gf_plan_whatif *w = &p->whatif[i];
-      double wd = 420.0 * w->gpus_needed / max;
-      if (wd > 420)
-        wd = 420;
-      fprintf(fp,
-              "<text x=\"164\" y=\"%zu\" text-anchor=\"end\">%s</text><rect "
-              "x=\"170\" y=\"%zu\" width=\"%.1f\" height=\"18\" "
-              "class=\"used\"/><text x=\"%.1f\" y=\"%zu\">%u GPUs</text>\n",
-              i * 26 + 19, w->policy, i * 26 + 4, wd, 176 + wd, i * 26 + 19,
-              w->gpus_needed);
-    }
-    fprintf(fp, "</svg>\n");
+            "<p>Waste counts the pods with usage data only; %.1f GPUs "
+            "are held by pods without it.</p>\n",
+            t->gpus_unmeasured);
+}
+
+static void html_fleet(const gf_plan *p, FILE *fp) {
+  double bill = gf__plan_bill(p);
+  fprintf(fp, "<h2>Cheapest fleet of the given node types</h2>\n"
+              "<p>Whole nodes of the types given, enough for the pods as "
+              "each policy places them: the bill you can reach.</p>\n"
+              "<table class=\"fleet\"><tr><th>policy</th><th>nodes</th>"
+              "<th>GPUs</th><th>unplaced</th><th>per month</th>"
+              "<th>less than today's bill</th>"
+              "<th>less than the whole-GPU fleet</th><th>types</th></tr>\n");
+  for (size_t i = 0; i < p->nwhatif; i++) {
+    const gf_plan_whatif *w = &p->whatif[i];
+    fprintf(fp, "<tr><td data-field=\"policy\">%s</td>", w->policy);
+    cell(fp, "nodes", w->fleet_nodes, 0);
+    cell(fp, "gpus", w->fleet_gpus, 0);
+    cell(fp, "pods_unplaced", w->fleet_unplaced, 0);
+    cell(fp, "per_month", w->fleet_per_month, 0);
+    cell(fp, "saved_vs_bill_per_month", bill - w->fleet_per_month, 0);
+    cell(fp, "saved_vs_whole_per_month",
+         p->whatif[0].fleet_per_month - w->fleet_per_month, 0);
+    fprintf(fp, "<td>");
+    for (size_t k = 0, any = 0; k < w->nfleet; k++)
+      if (w->fleet[k].nodes) {
+        fprintf(fp, "%s%u x ", any ? ", " : "", w->fleet[k].nodes);
+        esc(fp, w->fleet[k].name);
+        any = 1;
+      }
+    fprintf(fp, "</td></tr>\n");
   }
+  fprintf(fp, "</table>\n");
+}
 
-  bars(fp, "Held vs used per namespace (GPUs)", p->nss, p->nnss);
-  group_table(fp, "namespaces", p->nss, p->nnss, false);
-  bars(fp, "Held vs used per node type (GPUs)", p->types, p->ntypes);
-  group_table(fp, "node_types", p->types, p->ntypes, true);
+static void html_whatif(const gf_plan *p, FILE *fp) {
+  fprintf(fp, "<h2>What-if: the same pods on the same nodes</h2>\n"
+              "<p>whole: every pod whole GPUs; fgd and gpufrac: the "
+              "recommended requests.</p>\n<table class=\"whatif\"><tr>"
+              "<th>policy</th><th>GPUs needed</th><th>nodes</th>"
+              "<th>unplaced</th><th>GPUs freed</th><th>saved / month</th>"
+              "</tr>\n");
+  for (size_t i = 0; i < p->nwhatif; i++) {
+    const gf_plan_whatif *w = &p->whatif[i];
+    fprintf(fp, "<tr><td data-field=\"policy\">%s</td>", w->policy);
+    cell(fp, "gpus_needed", w->gpus_needed, 0);
+    cell(fp, "nodes_needed", w->nodes_needed, 0);
+    cell(fp, "pods_unplaced", w->pods_unplaced, 0);
+    cell(fp, "gpus_freed", w->gpus_freed, 0);
+    cell(fp, "saved_per_month", w->saved_per_month, 0);
+    fprintf(fp, "</tr>\n");
+  }
+  fprintf(fp, "</table>\n");
+  fprintf(fp,
+          "<p>saved / month prices each freed GPU at its node's "
+          "price: an upper bound, money only once freed GPUs add up to "
+          "whole nodes you remove (nodes: what each placement still "
+          "uses).  %s</p>\n",
+          p->whatif[0].has_fleet
+              ? "The cheapest fleet below prices whole nodes."
+              : "gpufrac plan --node-types FILE prices whole nodes.");
+  if (p->whatif[0].has_fleet)
+    html_fleet(p, fp);
+  double max = p->whatif[0].gpus_needed ? p->whatif[0].gpus_needed : 1;
+  fprintf(fp,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" "
+          "height=\"%zu\" role=\"img\">\n",
+          p->nwhatif * 26 + 6);
+  for (size_t i = 0; i < p->nwhatif; i++) {
+    const gf_plan_whatif *w = &p->whatif[i];
+    double wd = 420.0 * w->gpus_needed / max;
+    if (wd > 420)
+      wd = 420;
+    fprintf(fp,
+            "<text x=\"164\" y=\"%zu\" text-anchor=\"end\">%s</text><rect "
+            "x=\"170\" y=\"%zu\" width=\"%.1f\" height=\"18\" "
+            "class=\"used\"/><text x=\"%.1f\" y=\"%zu\">%u GPUs</text>\n",
+            i * 26 + 19, w->policy, i * 26 + 4, wd, 176 + wd, i * 26 + 19,
+            w->gpus_needed);
+  }
+  fprintf(fp, "</svg>\n");
+}
 
+static void html_workloads(const gf_plan *p, FILE *fp) {
   fprintf(fp, "<h2>Most wasteful workloads</h2>\n<table class=\"workloads\">"
               "<tr><th>workload</th><th>pods</th><th>request</th>"
               "<th>GPUs held</th><th>used</th><th>waste</th>"
@@ -255,6 +303,36 @@ int gf__plan_write_html(const gf_plan *p, FILE *fp) {
     fprintf(fp, "</td></tr>\n");
   }
   fprintf(fp, "</table>\n");
+}
+
+int gf__plan_write_html(const gf_plan *p, FILE *fp) {
+  const gf_plan_totals *t = &p->today;
+  fprintf(fp,
+          "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+          "<title>gpufrac plan</title>\n<style>\n"
+          "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\n"
+          ".cards{display:flex;gap:1em;flex-wrap:wrap}\n"
+          ".card{border:1px solid #ccc;border-radius:6px;padding:.8em 1.2em}"
+          "\n.card b{display:block;font-size:1.6em}\n"
+          "table{border-collapse:collapse;margin:.5em 0 1.5em}\n"
+          "td,th{border-bottom:1px solid #ddd;padding:3px 8px;"
+          "text-align:right}\ntd:first-child,th:first-child{text-align:left}"
+          "\nsvg text{font:12px sans-serif}\n.held{fill:#c6dbef}"
+          ".used{fill:#2171b5}\n</style></head><body>\n"
+          "<h1>gpufrac plan</h1>\n<p>%u nodes (%u with GPUs), %u pods "
+          "(%u hold GPUs, %u GPU pods pending).  Money per month at "
+          "%.0f hours.</p>\n<div class=\"cards\">\n",
+          t->nodes, t->gpu_nodes, t->pods, t->gpu_pods, t->pending_gpu_pods,
+          GF_PLAN_HOURS_PER_MONTH);
+  html_cards(p, fp);
+  if (p->nwhatif)
+    html_whatif(p, fp);
+  bars(fp, "Held vs used per namespace (GPUs)", p->nss, p->nnss);
+  group_table(fp, "namespaces", p->nss, p->nnss, false);
+  bars(fp, "Held vs used per node type (GPUs)", p->types, p->ntypes);
+  group_table(fp, "node_types", p->types, p->ntypes, true);
+
+  html_workloads(p, fp);
   if (p->nwarnings) {
     fprintf(fp, "<h2>Warnings</h2>\n<ul class=\"warnings\">\n");
     for (size_t i = 0; i < p->nwarnings; i++) {

@@ -158,6 +158,12 @@ int gf__plan_whatif(gf_plan *p, gf_diag *d);
 
 /* Writers of --out DIR (html.c, patch.c). */
 int gf__plan_write_html(const gf_plan *p, FILE *fp);
+/* "$1,234,567" (whole units, thousands separated) into buf. */
+const char *gf__plan_money(double x, char *buf, size_t cap);
+/* Every GPU of the snapshot's GPU nodes at its price, per month. */
+double gf__plan_bill(const gf_plan *p);
+/* Nothing of `held` measured: its waste is unknown, not 0. */
+bool gf__plan_unmeasured(double held, double unmeasured);
 int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d);
 
 #endif

@@ -32,21 +32,79 @@ static void flags_text(unsigned flags, char *buf, size_t cap) {
     }
 }
 
-/* "$1,234,567" or "-$1,234" (whole units, thousands separated). */
-static const char *money(double x, char *buf, size_t cap) {
-  char digits[32];
-  snprintf(digits, sizeof(digits), "%.0f", fabs(x));
-  size_t n = strlen(digits), o = 0;
-  const char *sign = x <= -0.5 ? "-$" : "$";
-  for (; *sign && o + 1 < cap; sign++)
-    buf[o++] = *sign;
-  for (size_t i = 0; i < n && o + 2 < cap; i++) {
-    if (i && (n - i) % 3 == 0)
-      buf[o++] = ',';
-    buf[o++] = digits[i];
+static void text_today(const gf_plan *p, FILE *fp) {
+  char m[40];
+  const gf_plan_totals *t = &p->today;
+  fprintf(fp,
+          "  GPU bill    %8.0f GPUs     %s/month (every GPU of the %u GPU "
+          "nodes at its price)\n",
+          t->gpus, gf__plan_money(gf__plan_bill(p), m, sizeof(m)),
+          t->gpu_nodes);
+  fprintf(fp, "  GPUs held   %8.1f of %.0f    %s/month\n", t->gpus_held,
+          t->gpus, gf__plan_money(t->held_per_month, m, sizeof(m)));
+  fprintf(fp, "  GPUs used   %8.1f          (pods with usage data",
+          t->gpus_used);
+  if (t->gpus_unmeasured > 0)
+    fprintf(fp, "; %.1f held by pods without it", t->gpus_unmeasured);
+  fprintf(fp, ")\n");
+  if (gf__plan_unmeasured(t->gpus_held, t->gpus_unmeasured))
+    fprintf(fp, "  Waste        unknown: no pod has usage data (give --usage "
+                "FILE or --prometheus URL;\n               docs/plan.md, "
+                "\"Usage\")\n\n");
+  else
+    fprintf(fp, "  Waste       %8.1f GPUs     %s/month%s\n\n", t->waste_gpus,
+            gf__plan_money(t->waste_per_month, m, sizeof(m)),
+            t->gpus_unmeasured > 0 ? " (of the pods with usage data)" : "");
+}
+
+static void text_fleet(const gf_plan *p, FILE *fp) {
+  char m[40], a[40], b[40];
+  double bill = gf__plan_bill(p);
+  fprintf(fp, "Cheapest fleet of the given node types (whole nodes: the "
+              "bill you can reach):\n");
+  for (size_t i = 0; i < p->nwhatif; i++) {
+    const gf_plan_whatif *w = &p->whatif[i];
+    fprintf(fp, "  %-8s %u nodes, %u GPUs, %s/month", w->policy, w->fleet_nodes,
+            w->fleet_gpus, gf__plan_money(w->fleet_per_month, m, sizeof(m)));
+    for (size_t k = 0, any = 0; k < w->nfleet; k++)
+      if (w->fleet[k].nodes) {
+        fprintf(fp, "%s%u x %s", any ? ", " : " (", w->fleet[k].nodes,
+                w->fleet[k].name);
+        any = 1;
+      }
+    fprintf(fp, ")%s\n", w->fleet_unplaced ? " [some pods fit no type]" : "");
+    fprintf(fp, "           %s less than today's GPU bill",
+            gf__plan_money(bill - w->fleet_per_month, a, sizeof(a)));
+    if (i)
+      fprintf(fp, ", %s less than the whole-GPU fleet",
+              gf__plan_money(p->whatif[0].fleet_per_month - w->fleet_per_month,
+                             b, sizeof(b)));
+    fprintf(fp, "\n");
   }
-  buf[o] = '\0';
-  return buf;
+  fprintf(fp, "\n");
+}
+
+static void text_whatif(const gf_plan *p, FILE *fp) {
+  char m[40];
+  fprintf(fp, "What-if, the same pods on the same nodes (fgd and gpufrac "
+              "with the recommended requests):\n");
+  fprintf(fp, "  %-8s %6s %6s %9s %6s  %12s\n", "policy", "GPUs", "nodes",
+          "unplaced", "freed", "saved/month");
+  for (size_t i = 0; i < p->nwhatif; i++) {
+    const gf_plan_whatif *w = &p->whatif[i];
+    fprintf(fp, "  %-8s %6u %6u %9u %6d  %12s\n", w->policy, w->gpus_needed,
+            w->nodes_needed, w->pods_unplaced, w->gpus_freed,
+            gf__plan_money(w->saved_per_month, m, sizeof(m)));
+  }
+  fprintf(fp,
+          "  saved/month prices each freed GPU at its node's price: an "
+          "upper bound, money\n  only once freed GPUs add up to whole nodes "
+          "you remove (nodes: what these\n  placements still use).  %s\n\n",
+          p->whatif[0].has_fleet ? "The cheapest fleet below prices whole "
+                                   "nodes."
+                                 : "--node-types FILE prices whole nodes.");
+  if (p->whatif[0].has_fleet)
+    text_fleet(p, fp);
 }
 
 int gf_plan_write_text(const gf_plan *p, FILE *fp) {
@@ -57,53 +115,20 @@ int gf_plan_write_text(const gf_plan *p, FILE *fp) {
           "GPUs, %u GPU pods pending)\n\n",
           t->nodes, t->gpu_nodes, t->gpus, t->pods, t->gpu_pods,
           t->pending_gpu_pods);
-  fprintf(fp, "  GPUs held   %8.1f of %.0f    %s/month\n", t->gpus_held,
-          t->gpus, money(t->held_per_month, m, sizeof(m)));
-  fprintf(fp, "  GPUs used   %8.1f          (pods with usage data",
-          t->gpus_used);
-  if (t->gpus_unmeasured > 0)
-    fprintf(fp, "; %.1f held by pods without it", t->gpus_unmeasured);
-  fprintf(fp, ")\n");
-  fprintf(fp, "  Waste       %8.1f GPUs     %s/month\n\n", t->waste_gpus,
-          money(t->waste_per_month, m, sizeof(m)));
-  if (p->nwhatif) {
-    fprintf(fp, "What-if, the same pods on the same nodes (fgd and gpufrac "
-                "with the recommended requests):\n");
-    fprintf(fp, "  %-8s %6s %6s %9s %6s  %12s\n", "policy", "GPUs", "nodes",
-            "unplaced", "freed", "saved/month");
-    for (size_t i = 0; i < p->nwhatif; i++) {
-      const gf_plan_whatif *w = &p->whatif[i];
-      fprintf(fp, "  %-8s %6u %6u %9u %6d  %12s\n", w->policy, w->gpus_needed,
-              w->nodes_needed, w->pods_unplaced, w->gpus_freed,
-              money(w->saved_per_month, m, sizeof(m)));
-    }
-    fprintf(fp, "\n");
-    if (p->whatif[0].has_fleet) {
-      fprintf(fp, "Cheapest fleet of the given node types:\n");
-      for (size_t i = 0; i < p->nwhatif; i++) {
-        const gf_plan_whatif *w = &p->whatif[i];
-        fprintf(fp, "  %-8s %u nodes, %u GPUs, %s/month", w->policy,
-                w->fleet_nodes, w->fleet_gpus,
-                money(w->fleet_per_month, m, sizeof(m)));
-        for (size_t k = 0, any = 0; k < w->nfleet; k++)
-          if (w->fleet[k].nodes) {
-            fprintf(fp, "%s%u x %s", any ? ", " : " (", w->fleet[k].nodes,
-                    w->fleet[k].name);
-            any = 1;
-          }
-        fprintf(fp, ")%s\n",
-                w->fleet_unplaced ? " [some pods fit no type]" : "");
-      }
-      fprintf(fp, "\n");
-    }
-  }
+  text_today(p, fp);
+  if (p->nwhatif)
+    text_whatif(p, fp);
   if (p->nnss) {
     fprintf(fp, "Namespaces by waste:\n");
     for (size_t i = 0; i < p->nnss && i < 5; i++) {
       const gf_plan_group *g = &p->nss[i];
-      fprintf(fp, "  %-24s held %6.1f  used %6.1f  waste %6.1f  %s/month\n",
-              g->name, g->gpus_held, g->gpus_used, g->waste_gpus,
-              money(g->waste_per_month, m, sizeof(m)));
+      if (gf__plan_unmeasured(g->gpus_held, g->gpus_unmeasured))
+        fprintf(fp, "  %-24s held %6.1f  used unknown (no usage data)\n",
+                g->name, g->gpus_held);
+      else
+        fprintf(fp, "  %-24s held %6.1f  used %6.1f  waste %6.1f  %s/month\n",
+                g->name, g->gpus_held, g->gpus_used, g->waste_gpus,
+                gf__plan_money(g->waste_per_month, m, sizeof(m)));
     }
     if (p->nnss > 5)
       fprintf(fp, "  (%zu more)\n", p->nnss - 5);
@@ -206,7 +231,7 @@ static json_t *workload_json(const gf_plan_workload *w) {
 }
 
 /* The fleet of a what-if, or null when no node types were given. */
-static json_t *fleet_json(const gf_plan_whatif *w) {
+static json_t *fleet_json(const gf_plan *p, const gf_plan_whatif *w) {
   if (!w->has_fleet)
     return json_null();
   json_t *f = json_object(), *types = json_array();
@@ -220,6 +245,12 @@ static json_t *fleet_json(const gf_plan_whatif *w) {
   json_object_set_new(f, "pods_unplaced", json_integer(w->fleet_unplaced));
   json_object_set_new(f, "per_month",
                       json_real(gf__plan_r2(w->fleet_per_month)));
+  json_object_set_new(
+      f, "saved_vs_bill_per_month",
+      json_real(gf__plan_r2(gf__plan_bill(p) - w->fleet_per_month)));
+  json_object_set_new(f, "saved_vs_whole_per_month",
+                      json_real(gf__plan_r2(p->whatif[0].fleet_per_month -
+                                            w->fleet_per_month)));
   for (size_t t = 0; t < w->nfleet; t++)
     json_array_append_new(types,
                           json_pack("{s:s,s:I}", "name", w->fleet[t].name,
@@ -263,6 +294,11 @@ static json_t *plan_json(const gf_plan *p) {
                       json_real(gf__plan_r2(t->held_per_month)));
   json_object_set_new(td, "waste_per_month",
                       json_real(gf__plan_r2(t->waste_per_month)));
+  json_object_set_new(td, "bill_per_month",
+                      json_real(gf__plan_r2(gf__plan_bill(p))));
+  json_object_set_new(
+      td, "waste_known",
+      json_boolean(!gf__plan_unmeasured(t->gpus_held, t->gpus_unmeasured)));
   json_object_set_new(root, "today", td);
   td = NULL;
   for (size_t i = 0; i < p->nnss; i++)
@@ -290,7 +326,7 @@ static json_t *plan_json(const gf_plan *p) {
     json_object_set_new(o, "gpus_freed", json_integer(w->gpus_freed));
     json_object_set_new(o, "saved_per_month",
                         json_real(gf__plan_r2(w->saved_per_month)));
-    json_object_set_new(o, "fleet", fleet_json(w));
+    json_object_set_new(o, "fleet", fleet_json(p, w));
     json_array_append_new(wi, o);
   }
   json_object_set_new(root, "whatif", wi);

@@ -92,6 +92,7 @@ typedef struct churn {
   /* nodes */
   slot *s;
   uint32_t ns, caps, nlive;
+  double asked; /* GPUs the running pods ask for */
   vnode *v;
   uint32_t nv, capv, next_vid;
   /* waits */
@@ -272,6 +273,7 @@ static void close_run(churn *k, uint32_t i, double t) {
   if (useful < 0)
     useful = 0;
   k->r->gpu_hours_asked += demand(r) * useful / 3600;
+  k->asked -= demand(r);
   k->r->gpu_hours_held += demand(&eff) * ran / 3600;
   p->left -= useful;
   if (p->left < 0)
@@ -536,6 +538,7 @@ static int started(churn *k, uint32_t i, double reload) {
   cpod *p = &k->p[i];
   p->state = P_RUNNING;
   p->start = k->now;
+  k->asked += demand(req_of(k, i));
   p->reload = reload;
   p->gen++;
   on_node(k, i);
@@ -869,7 +872,9 @@ static int setup(churn *k, const gf_cluster *proto) {
     k->r->mean_lifetime_s = lm;
   }
   k->r->nsamples = (uint32_t)floor(cfg->duration_s / cfg->sample_s) + 1;
-  if (!(k->r->nodes = calloc(k->r->nsamples, sizeof(*k->r->nodes))))
+  if (!(k->r->nodes = calloc(k->r->nsamples, sizeof(*k->r->nodes))) ||
+      !(k->r->gpus = calloc(k->r->nsamples, sizeof(*k->r->gpus))) ||
+      !(k->r->asked = calloc(k->r->nsamples, sizeof(*k->r->asked))))
     return gf_diag_set(k->d, GF_ENOMEM, "out of memory");
   for (uint32_t j = 0; j < cfg->initial; j++) {
     if (j >= k->ns) {
@@ -927,6 +932,19 @@ static int finish(churn *k) {
   return 0;
 }
 
+/* Sample j: nodes and GPUs bought (live and provisioning), GPUs asked. */
+static void sample(churn *k, uint32_t j) {
+  double g = 0;
+  for (uint32_t i = 0; i < k->ns; i++)
+    if (k->s[i].live)
+      g += k->types->t[k->s[i].type].gpus;
+  for (uint32_t i = 0; i < k->nv; i++)
+    g += k->types->t[k->v[i].type].gpus;
+  k->r->nodes[j] = k->nlive + k->nv;
+  k->r->gpus[j] = g;
+  k->r->asked[j] = k->asked > 1e-9 ? k->asked : 0;
+}
+
 static int step(churn *k, const ev *e) {
   switch (e->kind) {
   case EV_ARRIVE:
@@ -942,7 +960,7 @@ static int step(churn *k, const ev *e) {
   case EV_SAMPLE: {
     uint32_t j = (uint32_t)llround(k->now / k->cfg->sample_s);
     if (j < k->r->nsamples)
-      k->r->nodes[j] = k->nlive + k->nv;
+      sample(k, j);
     return push(k, k->now + k->cfg->sample_s, EV_SAMPLE, 0, 0);
   }
   default:
@@ -1011,7 +1029,10 @@ int gf_churn_run(const gf_cluster *proto, const gf_node_types *types,
 
 void gf_churn_result_release(gf_churn_result *r) {
   free(r->nodes);
+  free(r->gpus);
+  free(r->asked);
   r->nodes = NULL;
+  r->gpus = r->asked = NULL;
   r->nsamples = 0;
 }
 

@@ -22,8 +22,12 @@ int gf_churn_summary_of(const char *trace, const char *policy,
   uint32_t ns = 0;
   for (int i = 0; i < n; i++)
     ns = runs[i].nsamples > ns ? runs[i].nsamples : ns;
-  if (ns && !(out->nodes = calloc(ns, sizeof(*out->nodes))))
+  if (ns && (!(out->nodes = calloc(ns, sizeof(*out->nodes))) ||
+             !(out->gpus = calloc(ns, sizeof(*out->gpus))) ||
+             !(out->asked = calloc(ns, sizeof(*out->asked))))) {
+    gf_churn_summary_release(out);
     return GF_ENOMEM;
+  }
   out->nsamples = ns;
   for (int i = 0; i < n; i++) {
     const gf_churn_result *r = &runs[i];
@@ -50,8 +54,11 @@ int gf_churn_summary_of(const char *trace, const char *policy,
     ADD(pending_mean_s);
     ADD(wall_s);
 #undef ADD
-    for (uint32_t j = 0; j < r->nsamples; j++)
+    for (uint32_t j = 0; j < r->nsamples; j++) {
       out->nodes[j] += (double)r->nodes[j] / n;
+      out->gpus[j] += r->gpus ? r->gpus[j] / n : 0;
+      out->asked[j] += r->asked ? r->asked[j] / n : 0;
+    }
   }
   out->waste_ratio = out->gpu_hours_asked > 0
                          ? out->gpu_hours_bought / out->gpu_hours_asked
@@ -61,7 +68,10 @@ int gf_churn_summary_of(const char *trace, const char *policy,
 
 void gf_churn_summary_release(gf_churn_summary *s) {
   free(s->nodes);
+  free(s->gpus);
+  free(s->asked);
   s->nodes = NULL;
+  s->gpus = s->asked = NULL;
   s->nsamples = 0;
 }
 
@@ -155,14 +165,24 @@ void gf_churn_report_json(FILE *fp, const gf_churn_summary *s, int n,
 
 void gf_churn_report_svg(FILE *fp, const gf_churn_summary *s, int n,
                          double sample_s, const char *title) {
-  const double W = 780, H = 480, L = 70, R = 190, T = 50, B = 60;
-  const double pw = W - L - R, ph = H - T - B;
+  /* the legend's column as wide as its longest entry (7 px a character) */
+  size_t longest = strlen("asked: GPUs the running pods want");
+  for (int i = 0; i < n; i++)
+    if (strlen(s[i].policy) + 22 > longest)
+      longest = strlen(s[i].policy) + 22;
+  const double L = 70, T = 50, B = 60, H = 480, pw = 520;
+  const double R = 45 + 7.0 * (double)longest, W = L + pw + R;
+  const double ph = H - T - B;
   double xmax = 0, ymax = 1;
+  uint32_t nmax = 0;
   for (int i = 0; i < n; i++) {
     if (s[i].nsamples > 1 && (s[i].nsamples - 1) * sample_s / 3600 > xmax)
       xmax = (s[i].nsamples - 1) * sample_s / 3600;
-    for (uint32_t j = 0; j < s[i].nsamples; j++)
-      ymax = s[i].nodes[j] > ymax ? s[i].nodes[j] : ymax;
+    nmax = s[i].nsamples > nmax ? s[i].nsamples : nmax;
+    for (uint32_t j = 0; j < s[i].nsamples; j++) {
+      ymax = s[i].gpus[j] > ymax ? s[i].gpus[j] : ymax;
+      ymax = s[i].asked[j] > ymax ? s[i].asked[j] : ymax;
+    }
   }
   if (xmax <= 0)
     xmax = 1;
@@ -178,16 +198,38 @@ void gf_churn_report_svg(FILE *fp, const gf_churn_summary *s, int n,
     gf__svg_xgrid(fp, PX(x), T, ph, x);
   for (double y = 0; y <= ymax + 1e-9; y += ystep)
     gf__svg_ygrid(fp, L, pw, PY(y), y);
-  gf__svg_frame(fp, L, T, pw, ph, H, "hours", "nodes bought");
+  gf__svg_frame(fp, L, T, pw, ph, H, "hours", "GPUs");
+  /* asked: the mean over the policies (the same pods; they differ only
+   * by how long each waits) */
+  fprintf(fp, "<polyline fill=\"none\" stroke=\"#333\" stroke-width=\"2\" "
+              "stroke-dasharray=\"6,4\" points=\"");
+  for (uint32_t j = 0; j < nmax; j++) {
+    double a = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+      if (j < s[i].nsamples) {
+        a += s[i].asked[j];
+        k++;
+      }
+    fprintf(fp, "%.1f,%.1f ", PX(j * sample_s / 3600), PY(k ? a / k : 0));
+  }
+  fprintf(fp, "\"/>\n");
   for (int i = 0; i < n; i++) {
     const char *col = gf__svg_series(fp, i);
     for (uint32_t j = 0; j < s[i].nsamples; j++)
-      fprintf(fp, "%.1f,%.1f ", PX(j * sample_s / 3600), PY(s[i].nodes[j]));
+      fprintf(fp, "%.1f,%.1f ", PX(j * sample_s / 3600), PY(s[i].gpus[j]));
     fprintf(fp, "\"/>\n");
     gf__svg_legend(fp, L + pw, T + 12 + 22.0 * i, col);
-    fprintf(fp, "%s: %.3f bought/asked</text>\n", s[i].policy,
+    fprintf(fp, "%s bought: %.3f bought/asked</text>\n", s[i].policy,
             s[i].waste_ratio);
   }
+  double ly = T + 12 + 22.0 * n;
+  fprintf(fp,
+          "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
+          "stroke=\"#333\" stroke-width=\"2\" stroke-dasharray=\"6,4\"/>"
+          "<text x=\"%.0f\" y=\"%.0f\">asked: GPUs the running pods "
+          "want</text>\n",
+          L + pw + 10, ly, L + pw + 30, ly, L + pw + 35, ly + 4);
 #undef PX
 #undef PY
   fprintf(fp, "</svg>\n");

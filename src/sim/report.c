@@ -126,7 +126,7 @@ void gf_report_table(FILE *fp, const gf_summary *s, int n) {
   for (int i = 0; i < n; i++)
     models |= s[i].models;
   fprintf(fp, "%-12s %-*s %5s %8s %13s %13s %9s %9s  %s", "trace", w, "policy",
-          "seeds", "placed%", "unalloc@100%", "unalloc@130%", "frag@80%",
+          "seeds", "placed%", "stranded@100%", "stranded@130%", "frag@80%",
           "p99(us)", "dropped: share/whole/cpu");
   if (models)
     fprintf(fp, "  %8s %11s %9s", "cache-hit%", "fetched(TB)", "evictions");
@@ -293,8 +293,15 @@ void gf__svg_legend(FILE *fp, double x, double y, const char *color) {
 /* Allocation % against arrived demand from 50% on, where policies part
  * ways, with the ideal (everything that arrived is placed) dashed. */
 void gf_report_svg(FILE *fp, const gf_summary *s, int n, const char *title) {
-  const double W = 780, H = 480, L = 70, R = 190, T = 50, B = 60;
-  const double pw = W - L - R, ph = H - T - B;
+  /* the legend's column as wide as its longest entry (7 px a character):
+   * "POLICY: 12.34% stranded at 100% demand" */
+  size_t longest = 0;
+  for (int i = 0; i < n; i++)
+    if (strlen(s[i].policy) + 34 > longest)
+      longest = strlen(s[i].policy) + 34;
+  const double H = 480, L = 70, T = 50, B = 60, pw = 520;
+  const double R = 45 + 7.0 * (double)longest, W = L + pw + R;
+  const double ph = H - T - B;
   const int x0 = 50;
   int x1 = x0 + 10;
   double ymin = 100;
@@ -331,7 +338,7 @@ void gf_report_svg(FILE *fp, const gf_summary *s, int n, const char *title) {
         fprintf(fp, "%.1f,%.1f ", PX(k), PY(s[i].alloc_curve[k]));
     fprintf(fp, "\"/>\n");
     gf__svg_legend(fp, L + pw, T + 12 + 22.0 * i, col);
-    fprintf(fp, "%s: %.2f%% idle at 100%%</text>\n", s[i].policy,
+    fprintf(fp, "%s: %.2f%% stranded at 100%% demand</text>\n", s[i].policy,
             s[i].unalloc100);
   }
 #undef PX

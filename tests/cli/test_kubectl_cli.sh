@@ -19,6 +19,9 @@ check "describe needs pod NAME" 2 '^usage' -- "$plugin" describe pod
 check "describe a node" 2 '^usage' -- "$plugin" describe node n1
 check "unknown flag" 2 "unknown flag '--frob'" -- "$plugin" top --frob
 check "flag without value" 2 '--context needs a value' -- "$plugin" top --context
+check "plugin --version" 0 '^kubectl gpufrac [0-9]+\.[0-9]+\.[0-9]+$' -- "$plugin" --version
+check "plugin doctor --help" 0 '^usage: gpufrac doctor' -- "$plugin" doctor --help
+check "plugin doctor bad flag" 2 "kubectl gpufrac doctor: unknown option '--frob'" -- "$plugin" doctor --frob
 check "bad -o" 2 'the formats are json and yaml' -- "$plugin" top -o wide
 check "bad -o, attached" 2 '-o table: the formats' -- "$plugin" top -otable
 check "missing kubeconfig" 1 "$tmp/nope" -- "$plugin" top --kubeconfig "$tmp/nope"

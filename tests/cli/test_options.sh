@@ -27,7 +27,7 @@ mkdir -p "$tmp/cache"
 check cache-eq-run   0 ''                          -- "$GPUFRAC" cache --dir="$tmp/cache" ls
 
 # Unknown options are named, with where to look.
-for cmd in node scheduler plan run simulate cache; do
+for cmd in node scheduler plan run simulate cache doctor; do
   check "$cmd-unknown"  2 "gpufrac $cmd: unknown option '--frob'" -- "$GPUFRAC" $cmd --frob=1
 done
 check inspect-unknown 2 "unknown option '--frob'"  -- "$GPUFRAC" inspect region --frob x
@@ -41,7 +41,7 @@ check no-value-eq     2 "unknown option '--nodes-x'" -- "$GPUFRAC" simulate --no
 check plan-help-prom  0 '^  --prometheus URL'      -- "$GPUFRAC" plan --help
 check plan-help-win   0 '^  --window W'            -- "$GPUFRAC" plan --help
 check plan-help-types 0 '^  --node-types FILE'     -- "$GPUFRAC" plan --help
-for cmd in node scheduler plan run inspect simulate kubectl cache; do
+for cmd in node scheduler plan run inspect simulate kubectl cache doctor completion; do
   check "$cmd-help-h" 0 '^  -h, --help ' -- "$GPUFRAC" $cmd --help
 done
 
@@ -51,6 +51,9 @@ check node-dashdash   2 "unexpected argument 'extra'" -- "$GPUFRAC" node "${fake
 check sched-dashdash  2 "unexpected argument 'extra'" -- "$GPUFRAC" scheduler -- extra
 check plan-dashdash   2 "unexpected argument 'extra'" -- "$GPUFRAC" plan --example -- extra
 check sim-dashdash    2 "unexpected argument 'extra'" -- "$GPUFRAC" simulate "${small[@]}" -- extra
+check doctor-dashdash 2 "unexpected argument 'extra'" -- "$GPUFRAC" doctor -- extra
+check doctor-stuck    2 '--stuck-after soon: a duration' -- "$GPUFRAC" doctor --stuck-after=soon
+check doctor-output   2 '-o yaml: the format is json' -- "$GPUFRAC" doctor -oyaml
 check node-dashdash-none 0 'H100-80GB'              -- "$GPUFRAC" node "${fake[@]}" --
 
 # A required value that is empty or looks like an option is a usage error.

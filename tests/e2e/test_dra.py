@@ -39,6 +39,8 @@ GPU, consumable capacity memory and cores).  Scenarios:
   mixed_burst     8 + 8 pods of both modes at once, a GPU of each allocator
                   (run 3 times): all bound, nothing over-filled, nothing
                   given back
+  example         examples/dra-claim-share.yaml applied as written: its
+                  claim allocated 8Gi and 30 cores by kube-scheduler
 """
 
 import copy
@@ -853,11 +855,46 @@ class DRA:
         self.retire(g)
 
 
+    def s_example(self):
+        """examples/dra-claim-share.yaml applied as written (kubectl apply):
+        kube-scheduler allocates its claim 8Gi and 30 cores of the shared
+        GPU and binds the pod (no kubelet here: test_dra_kubelet.py
+        prepares such claims)."""
+        node = "dra10"
+        self.new_node(node, "a")
+        ex = os.path.join(os.path.dirname(os.path.dirname(DRA_DEPLOY)), "examples",
+                          "dra-claim-share.yaml")
+        r = self.c.kubectl("apply", "-n", NS, "-f", ex)
+        log("kubectl apply -f examples/dra-claim-share.yaml: %s" % " ".join(r.stdout.split()))
+
+        def bound():
+            p = self.api.get("/api/v1/namespaces/%s/pods/dra-share" % NS)
+            return p if p["spec"].get("nodeName") else None
+        try:
+            p = wait_for("dra-share bound", bound, 90, 0.5)
+        except Failure:
+            fail("dra-share not bound: %s" % self.events("dra-share")[-3:])
+        cl = self.claim_of(p)
+        res = (cl or {}).get("status", {}).get("allocation", {}).get(
+            "devices", {}).get("results", [])
+        if len(res) != 1:
+            fail("dra-share's claim: %s" % (cl and cl.get("status")))
+        self.check_result("dra-share", cl, res[0], node, 8 * GiB, 30)
+        log("examples/dra-claim-share.yaml: dra-share bound to %s, its claim %s "
+            "allocated %s of %s/%s" % (node, cl["metadata"]["name"],
+                                       res[0]["consumedCapacity"], node, res[0]["device"]))
+        self.api.delete("/api/v1/namespaces/%s/pods/dra-share" % NS, gracePeriodSeconds=0)
+        wait_for("dra-share's claim gone", lambda: not self.api.items(
+            "%s/namespaces/%s/resourceclaims" % (RES, NS)), 60)
+        self.api.delete("%s/namespaces/%s/resourceclaimtemplates/gpu-8gi-30pct" % (RES, NS))
+        self.retire(node)
+
+
 # Run by default, in this order; --only picks any.
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
-             "mixed_burst", "mixed_burst"]
+             "mixed_burst", "mixed_burst", "example"]
 
 
 def main():

@@ -169,6 +169,28 @@ class PluginTest(E2E):
             fail("infer's GPU: memory used %r, want 0 from its agent" % row[5])
         if rows[("p3", "0")][5] != "<unknown>" or "p3" not in r.stderr:
             fail("p3 (no agent): %s / stderr %r" % (rows[("p3", "0")], r.stderr))
+        # An agent pod that is not running (Pending, no IP): said so, not
+        # the API server's proxy error (issue 30 item 12).
+        self.api.create("/api/v1/namespaces/gpufrac-system/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "gpufrac-node-p3",
+                         "labels": {"app.kubernetes.io/name": "gpufrac-node"}},
+            "spec": {"nodeName": "p3", "containers": [{"name": "agent",
+                                                       "image": "gpufrac"}]}})
+        r3 = self.plugin("top", "--context", "e2e")
+        want = "node p3: agent pod gpufrac-node-p3 is Pending, not running"
+        if want not in r3.stderr or "HTTP 4" in r3.stderr or \
+                "<unknown>" not in [ln.split()[5] for ln in r3.stdout.splitlines()
+                                    if ln.startswith("p3 ")]:
+            fail("top with p3's agent Pending: stderr %r, want %r" % (r3.stderr, want))
+        self.api.delete("/api/v1/namespaces/gpufrac-system/pods/gpufrac-node-p3",
+                        gracePeriodSeconds="0")
+        log("top: %s" % r3.stderr.strip().splitlines()[0])
+        v = self.plugin("--version")
+        if v.stdout.strip() != "kubectl gpufrac " + \
+                subprocess.run([self.c.gpufrac, "version"], capture_output=True,
+                               text=True).stdout.split()[1]:
+            fail("kubectl gpufrac --version printed %r" % v.stdout)
         wt = got["whole-t4"]["spec"]["nodeName"]
         wrow = [v for k, v in rows.items() if k[0] == wt and NS + "/whole-t4" in v[8]]
         if not wrow or wrow[0][6] != "all" or wrow[0][4] != "100%":

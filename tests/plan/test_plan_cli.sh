@@ -128,7 +128,7 @@ d = json.load(open(sys.argv[2]))
 assert "<script" not in html and "src=" not in html and "<link" not in html
 assert re.search(r"https?://(?!www\.w3\.org/2000/svg)", html) is None
 figs = dict(re.findall(r'id="(\w+)" data-value="([-0-9.]+)"', html))
-assert len(figs) == 7, figs
+assert len(figs) == 8, figs
 for k, v in figs.items():
     assert abs(float(v) - d["today"][k]) < 1e-3, (k, v, d["today"][k])
 def rows(cls):

@@ -8,6 +8,7 @@ report.  Prints 'N passed, N failed'.
 
 usage: test_plan_html.py GPUFRAC NODE_TYPES_JSON
 """
+import html
 import html.parser
 import json
 import os
@@ -123,7 +124,39 @@ def png_not_blank(path):
 
 
 def near(a, b, tol):
-    return abs(float(a) - float(b)) <= tol
+    return abs(float(str(a).replace("$", "").replace(",", "")) - float(b)) <= tol
+
+
+# Run in a copy of a report: every SVG text's box measured by the browser;
+# the ones outside their SVG land in document.title.
+MEASURE = """<script>
+var bad = [];
+document.querySelectorAll('svg').forEach(function (svg) {
+  var w = svg.width.baseVal.value, h = svg.height.baseVal.value;
+  svg.querySelectorAll('text').forEach(function (t) {
+    var b = t.getBBox();
+    if (b.x < 0 || b.x + b.width > w + 0.5 || b.y < 0 || b.y + b.height > h + 0.5)
+      bad.push(t.textContent + ' at ' + Math.round(b.x) + '..' +
+               Math.round(b.x + b.width) + ' of ' + w);
+  });
+});
+document.title = 'CLIPPED:' + JSON.stringify(bad);
+</script>"""
+
+
+def clipped(page, work):
+    """The SVG labels a browser draws outside their SVG in page."""
+    copy = os.path.join(work, "measure.html")
+    with open(page) as f:
+        src = f.read()
+    with open(copy, "w") as f:
+        f.write(src.replace("</body>", MEASURE + "</body>"))
+    _, dom, _, _ = browse(copy, work, "--dump-dom")
+    start = dom.find("CLIPPED:")
+    if start < 0:
+        return ["no measurement"]
+    end = dom.find("</title>", start)
+    return json.loads(html.unescape(dom[start + 8:end]))
 
 
 def main():
@@ -167,7 +200,7 @@ def main():
         p.feed(dom)
         check(p.svgs >= 3, f"inline SVG charts in the DOM ({p.svgs})")
         today = {n: (v, t) for n, tb, v, t in p.figs if tb is None and v}
-        ok = len(today) == 7
+        ok = len(today) == 8
         for k, (v, t) in today.items():
             digits = 0 if k in ("gpus",) or k.endswith("per_month") else 1
             ok &= near(v, d["today"][k], 1e-9)
@@ -209,7 +242,59 @@ def main():
             ok &= r["policy"][1] == w["policy"]
             for k in ("nodes", "gpus", "pods_unplaced", "per_month"):
                 ok &= near(r[k][0], f[k], 1e-9) and near(r[k][1], f[k], 0.5)
+            for k in ("saved_vs_bill_per_month", "saved_vs_whole_per_month"):
+                ok &= near(r[k][0], f[k], 1e-9) and near(r[k][1], f[k], 0.5)
         check(ok, "the fleet table equals the JSON's")
+        # Money as a finance reader reads it: "$52,086", never "52086".
+        money = [(n, v, t) for n, tb, v, t in p.figs
+                 if v and n and n.endswith("per_month")]
+        check(money and all(t.startswith("$") and
+                            (abs(float(v)) < 999.5 or "," in t)
+                            for n, v, t in money),
+              f"every money figure has '$' and thousands separators "
+              f"({len(money)}, e.g. {[t for _, _, t in money[:3]]})")
+        check(near(today["bill_per_month"][0], d["today"]["bill_per_month"], 1e-9)
+              and near(d["today"]["bill_per_month"], sum(
+                  t["gpus"] * t["price_per_gpu_hour"] * 730
+                  for t in d["node_types"]), 0.01)
+              and d["today"]["bill_per_month"] >= d["today"]["held_per_month"],
+              "the GPU bill per month is shown: every GPU at its price")
+        check("saved / month prices each freed GPU" in dom and
+              "the bill you can reach" in dom,
+              "the what-if saving and the fleet's are told apart")
+        bad = clipped(page, work)
+        check(bad == [], f"no SVG label drawn outside its chart ({bad[:3]})")
+
+        # A namespace with a long name: its label still fits.
+        snap = json.load(open(os.path.join(os.path.dirname(NODE_TYPES),
+                                           "snapshot.json")))
+        long_ns = "advertising-realtime-bidding-inference-production"
+        for it in snap["items"]:
+            if it.get("metadata", {}).get("namespace") == "ads":
+                it["metadata"]["namespace"] = long_ns
+        sp = os.path.join(work, "long.json")
+        json.dump(snap, open(sp, "w"))
+        rep2 = os.path.join(work, "rep2")
+        subprocess.run([GPUFRAC, "plan", "--snapshot", sp, "--out", rep2],
+                       check=True, capture_output=True)
+        page2 = os.path.join(rep2, "report.html")
+        bad = clipped(page2, work)
+        check(long_ns in open(page2).read() and bad == [],
+              f"a {len(long_ns)}-character namespace's label fits ({bad[:3]})")
+        # Without usage data waste is unknown, and the report says how to
+        # measure it; not "$0".
+        _, dom2, _, _ = browse(page2, work, "--dump-dom")
+        d2 = json.load(open(os.path.join(rep2, "summary.json")))
+        p2 = Figures()
+        p2.feed(dom2)
+        shown = {n: t for n, tb, v, t in p2.figs if tb is None and n}
+        check(d2["today"]["waste_known"] is False and
+              'id="waste_per_month">unknown<' in dom2 and
+              "--usage FILE or --prometheus URL" in dom2 and
+              "waste_per_month" not in [n for n, tb, v, t in p2.figs
+                                        if tb is None and v],
+              f"no usage data: waste 'unknown' with how to measure it "
+              f"({shown.get('waste_per_month')})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
