@@ -39,6 +39,7 @@ echo "== nanoseconds per call (median of 15 batches)"
 for what in "${modes[@]}"; do
   shim_for $what
   echo "bare  $("${bare[@]}" $B $what 100000)"
+  if [ -n "$BEFORE" ]; then before_of "${s[@]}"; echo "before $("${o[@]}" $B $what 100000)"; fi
   echo "shim  $("${s[@]}" $B $what 100000)"
 done
 
