@@ -1,7 +1,8 @@
 /*
- * What the interposer's test programs (probe.c, probe_mem.c, check_hooks.c)
- * share: the one-line-per-check report, the one way they open the driver,
- * and the fake driver's own record of the device's peak use.
+ * What the interposer's test programs (probe.c, probe_mem.c, check_hooks.c,
+ * and tests/gpu/cudart_check.c for its report) share: the one-line-per-check
+ * report, the one way they open the driver, and the fake driver's own record
+ * of the device's peak use.
  */
 #ifndef GPUFRAC_TESTS_SHIM_PROBE_UTIL_H
 #define GPUFRAC_TESTS_SHIM_PROBE_UTIL_H
