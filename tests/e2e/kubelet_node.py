@@ -250,11 +250,14 @@ class Kubelet:
                 (container is None or r["config"]["metadata"]["name"] == container)]
 
 
-def kubelet_main(doc, title, run, tail=20):
+def kubelet_main(doc, title, run, tail=20, kubelet=Kubelet, start=None,
+                 **cluster_kw):
     """The main of a one-scenario file with a Kubelet, its argv K8S_BIN
-    GPUFRAC [--keep]: the cluster started, run(c, kl), the Kubelet stopped
-    in any case; a failure logs the last `tail` lines of every process.
-    Returns the exit status (2: bad arguments, doc printed)."""
+    GPUFRAC [--keep]: a Cluster (cluster_kw: its other arguments), kl =
+    kubelet(c), the cluster started (start(c) when given, else c.start()),
+    run(c, kl), the Kubelet stopped in any case; a failure logs the last
+    `tail` lines of every process.  Returns the exit status (2: bad
+    arguments, doc printed)."""
     a = e2e_args(doc, 2)
     if not a:
         return 2
@@ -262,8 +265,11 @@ def kubelet_main(doc, title, run, tail=20):
     state = {}
 
     def body(c):
-        kl = state["kl"] = Kubelet(c)
-        c.start()
+        kl = state["kl"] = kubelet(c)
+        if start:
+            start(c)
+        else:
+            c.start()
         try:
             run(c, kl)
         finally:
@@ -273,4 +279,5 @@ def kubelet_main(doc, title, run, tail=20):
         kl = state.get("kl")
         for p in c.extra + (kl.procs if kl else []):
             log("%s log ends:\n%s" % (p.name, p.tail(tail)))
-    return run_once(title, lambda: Cluster(k8s_bin, gpufrac, keep), body, tails)
+    return run_once(title, lambda: Cluster(k8s_bin, gpufrac, keep, **cluster_kw),
+                    body, tails)

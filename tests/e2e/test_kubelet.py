@@ -38,9 +38,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import Failure, log, wait_for  # noqa: E402
-from kubelet_node import (NODE, Kubelet, delete_through_kubelet,  # noqa: E402,F401
-                          kubelet_main, node_obj, pod_state, ready, start_agent,
-                          wait_node_ready, wait_pod_running)
+from kubelet_node import (NODE, delete_through_kubelet, kubelet_main,  # noqa: E402
+                          node_obj, pod_state, start_agent, wait_node_ready,
+                          wait_pod_running)
 from test_k8s import E2E, GRANT, INVENTORY, NS, SLOTS, Extender, pod  # noqa: E402
 
 SPEC = "2xA100-80GB"

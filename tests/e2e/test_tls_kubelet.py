@@ -5,7 +5,7 @@ label e2e; issue 29 §3).
 Usage: test_tls_kubelet.py K8S_BIN GPUFRAC [--keep]
 
 The control plane of cluster.py and a real kubelet with the fake CRI
-runtime (test_kubelet.py's, in its own mount namespace; needs root).  The
+runtime (kubelet_node.py's, in its own mount namespace; needs root).  The
 Secret gpufrac-scheduler-tls is made with kubectl as docs/scheduler.md
 says; a pod is made from the extender Deployment's pod template in
 deploy/scheduler.yaml with its TLS lines uncommented as its comments say
