@@ -7,6 +7,9 @@
 #   BUILD=build ./bench/shim.sh            (a Release build tree)
 #   SHIM=/path/to/old/libgpufrac-cuda.so BUILD=build ./bench/shim.sh
 #                                          (an older interposer, same bench)
+#   BEFORE=/path/to/old/libgpufrac-cuda.so BUILD=build ./bench/shim.sh
+#                                          (the instruction rows also for an
+#                                          older interposer, side by side)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build} # the build tree to use (Release)
@@ -28,11 +31,15 @@ modes=(launch alloc alloclive info nvml nvml2)
 # system calls only).
 launches=(launch_ptsz launchex launchex_ptsz coop coop_ptsz graph graph_ptsz)
 shim_for() { case $1 in launch* | coop* | graph*) s=("${shim_cpt[@]}") ;; *) s=("${shim_mem[@]}") ;; esac; }
+# The same environment with the older interposer BEFORE in place of SHIM.
+before_of() { o=(); for w in "$@"; do o+=("${w/#LD_PRELOAD=*/LD_PRELOAD=$BEFORE}"); done; }
+BEFORE=${BEFORE:-}
 
 echo "== nanoseconds per call (median of 15 batches)"
 for what in "${modes[@]}"; do
   shim_for $what
   echo "bare  $("${bare[@]}" $B $what 100000)"
+  if [ -n "$BEFORE" ]; then before_of "${s[@]}"; echo "before $("${o[@]}" $B $what 100000)"; fi
   echo "shim  $("${s[@]}" $B $what 100000)"
 done
 
@@ -41,13 +48,18 @@ echo "== instructions per call (callgrind: (I(2N) - I(N)) / 15N, N = 2000)"
 ir() { local envs=() ; while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   "${envs[@]}" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 |
   awk '/Collected/ {print $4}'; }
+# added ENV-ARRAY-WORDS... -- MODE: "before +X, " when BEFORE is set
+added_before() { [ -n "$BEFORE" ] || return 0; local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  before_of "${envs[@]}"
+  local o1 o2; o1=$(ir "${o[@]}" -- $B "$@" 2000); o2=$(ir "${o[@]}" -- $B "$@" 4000)
+  python3 -c "print(f'before +{($o2-$o1)/2000/15-($b2-$b1)/2000/15:.0f}, ', end='')"; }
 for what in "${modes[@]}" "${launches[@]}"; do
   shim_for $what
   b1=$(ir "${bare[@]}" -- $B $what 2000); b2=$(ir "${bare[@]}" -- $B $what 4000)
   s1=$(ir "${s[@]}" -- $B $what 2000); s2=$(ir "${s[@]}" -- $B $what 4000)
-  python3 -c "
+  echo "$what: $(added_before "${s[@]}" -- $what)$(python3 -c "
 b=($b2-$b1)/2000/15; s=($s2-$s1)/2000/15
-print(f'$what: bare {b:.0f}, with interposer {s:.0f}, added {s-b:.0f} instructions per call')"
+print(f'bare {b:.0f}, with interposer {s:.0f}, added {s-b:.0f} instructions per call')")"
 done
 
 echo "== the same with one visible device (FAKE_CUDA_DEVICES=1: no cuCtxGetDevice)"
@@ -62,9 +74,9 @@ done
 echo "== alloclive with every address new (FAKE_CUDA_NO_REUSE=1: the 1 MiB block lands anywhere in the table)"
 b1=$(ir "${bare[@]}" FAKE_CUDA_NO_REUSE=1 -- $B alloclive 2000); b2=$(ir "${bare[@]}" FAKE_CUDA_NO_REUSE=1 -- $B alloclive 4000)
 s1=$(ir "${shim_mem[@]}" FAKE_CUDA_NO_REUSE=1 -- $B alloclive 2000); s2=$(ir "${shim_mem[@]}" FAKE_CUDA_NO_REUSE=1 -- $B alloclive 4000)
-python3 -c "
+echo "alloclive, every address new: $(added_before "${shim_mem[@]}" FAKE_CUDA_NO_REUSE=1 -- alloclive)$(python3 -c "
 b=($b2-$b1)/2000/15; s=($s2-$s1)/2000/15
-print(f'alloclive, every address new: bare {b:.0f}, with interposer {s:.0f}, added {s-b:.0f} instructions per call')"
+print(f'bare {b:.0f}, with interposer {s:.0f}, added {s-b:.0f} instructions per call')")"
 
 echo "== instructions per allocation alone (N allocations, none freed; N = 5000)"
 b1=$(ir "${bare[@]}" -- $B allocs 5000); b2=$(ir "${bare[@]}" -- $B allocs 10000)

@@ -260,13 +260,7 @@ static bool safe_name(const char *s) {
   return true;
 }
 
-typedef struct trace {
-  char name[128];
-  char path[4096];
-  gf_pod_list pods;
-  gf_typical_set typical; /* FGD's: 95% of pods */
-  gf_typical_set shapes;  /* every shape */
-} trace;
+typedef sim_trace trace;
 
 typedef struct sweep {
   const gf_cluster *base;
@@ -857,37 +851,8 @@ static int sim_churn(sim_args *a) {
 /* Loads trace t's pods (a->pods_path or the bundled list) and its typical
  * pods; 0 or -1 with a message printed. */
 static int load_trace(const sim_args *a, int t, gf_cluster *base, trace *tr) {
-  gf_diag d = {""};
-  if (a->pods_path) {
-    const char *slash = strrchr(a->pods_path, '/');
-    const char *base_name = slash ? slash + 1 : a->pods_path;
-    if (strncmp(base_name, "openb_pod_list_", 15) == 0)
-      base_name += 15;
-    snprintf(tr->name, sizeof(tr->name), "%s", base_name);
-    char *dot = strrchr(tr->name, '.');
-    if (dot && strcmp(dot, ".csv") == 0)
-      *dot = '\0';
-    snprintf(tr->path, sizeof(tr->path), "%s", a->pods_path);
-  } else {
-    snprintf(tr->name, sizeof(tr->name), "%s", a->names[t]);
-    snprintf(tr->path, sizeof(tr->path), "%s/traces/openb_pod_list_%s.csv",
-             a->data_dir, a->names[t]);
-  }
-  if (gf_trace_load_pods(tr->path, base, &tr->pods, &d)) {
-    fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
-    return -1;
-  }
-  if (tr->pods.n == 0) {
-    fprintf(stderr, "gpufrac simulate: %s: no pods\n", tr->path);
-    return -1;
-  }
-  if (gf_sim_typical(&tr->pods, 95.0, &tr->typical) ||
-      gf_sim_typical(&tr->pods, 100.0, &tr->shapes)) {
-    fprintf(stderr, "gpufrac simulate: %s: typical pods: out of memory\n",
-            tr->path);
-    return -1;
-  }
-  return 0;
+  return sim_trace_load(a->pods_path, a->data_dir,
+                        a->pods_path ? NULL : a->names[t], base, tr);
 }
 
 /* The nodes, then every trace; 0 or -1 with a message printed. */

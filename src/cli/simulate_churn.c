@@ -19,12 +19,9 @@
 #include "gpufrac/trace.h"
 
 typedef struct ctrace {
-  char name[128];
-  char path[4096];
+  sim_trace s; /* name, pods, typical pods */
   char life_path[4096];
-  gf_pod_list pods;
   gf_lifetimes life;
-  gf_typical_set typical, shapes;
 } ctrace;
 
 typedef struct csweep {
@@ -48,12 +45,12 @@ static void *worker(void *arg) {
     gf_churn_config cfg = o->cfg;
     cfg.policy = o->policies[pol];
     cfg.seed = o->seeds[seed];
-    cfg.typical = &s->traces[tr].typical;
-    cfg.shapes = &s->traces[tr].shapes;
+    cfg.typical = &s->traces[tr].s.typical;
+    cfg.shapes = &s->traces[tr].s.shapes;
     gf_diag d = {""};
-    if (gf_churn_run(s->proto, s->types, &s->traces[tr].pods,
+    if (gf_churn_run(s->proto, s->types, &s->traces[tr].s.pods,
                      &s->traces[tr].life, &cfg, &s->results[j], &d))
-      sim_pool_fail(&s->pool, s->traces[tr].name, o->policies[pol],
+      sim_pool_fail(&s->pool, s->traces[tr].s.name, o->policies[pol],
                     o->seeds[seed], d.msg);
   }
   return NULL;
@@ -93,25 +90,25 @@ int sim_pool_run(sim_pool *p, int jobs, void *(*fn)(void *), void *arg) {
   return p->failed ? -1 : 0;
 }
 
-static int load_trace(const churn_cli *o, int t, gf_cluster *proto,
-                      ctrace *tr) {
+int sim_trace_load(const char *pods_path, const char *data_dir,
+                   const char *name, gf_cluster *base, sim_trace *tr) {
   gf_diag d = {""};
-  if (o->pods_path) {
-    const char *slash = strrchr(o->pods_path, '/');
-    const char *b = slash ? slash + 1 : o->pods_path;
+  if (pods_path) {
+    const char *slash = strrchr(pods_path, '/');
+    const char *b = slash ? slash + 1 : pods_path;
     if (strncmp(b, "openb_pod_list_", 15) == 0)
       b += 15;
     snprintf(tr->name, sizeof(tr->name), "%s", b);
     char *dot = strrchr(tr->name, '.');
     if (dot && strcmp(dot, ".csv") == 0)
       *dot = '\0';
-    snprintf(tr->path, sizeof(tr->path), "%s", o->pods_path);
+    snprintf(tr->path, sizeof(tr->path), "%s", pods_path);
   } else {
-    snprintf(tr->name, sizeof(tr->name), "%s", o->traces[t]);
+    snprintf(tr->name, sizeof(tr->name), "%s", name);
     snprintf(tr->path, sizeof(tr->path), "%s/traces/openb_pod_list_%s.csv",
-             o->data_dir, o->traces[t]);
+             data_dir, name);
   }
-  if (gf_trace_load_pods(tr->path, proto, &tr->pods, &d)) {
+  if (gf_trace_load_pods(tr->path, base, &tr->pods, &d)) {
     fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
     return -1;
   }
@@ -125,8 +122,17 @@ static int load_trace(const churn_cli *o, int t, gf_cluster *proto,
             tr->path);
     return -1;
   }
+  return 0;
+}
+
+static int load_trace(const churn_cli *o, int t, gf_cluster *proto,
+                      ctrace *tr) {
+  gf_diag d = {""};
+  if (sim_trace_load(o->pods_path, o->data_dir,
+                     o->pods_path ? NULL : o->traces[t], proto, &tr->s))
+    return -1;
   snprintf(tr->life_path, sizeof(tr->life_path), "%s",
-           o->lifetimes_path ? o->lifetimes_path : tr->path);
+           o->lifetimes_path ? o->lifetimes_path : tr->s.path);
   int rc = gf_lifetimes_load(tr->life_path, &tr->life, &d);
   if (rc == GF_ENOTFOUND && !o->lifetimes_path) {
     /* The multigpu* lists carry no times: they were sampled from the
@@ -171,10 +177,10 @@ static int write_out(const churn_cli *o, const ctrace *traces,
   int bad = fclose(fp) != 0;
   for (int t = 0; t < o->ntraces; t++) {
     char name[256], title[512];
-    snprintf(name, sizeof(name), "churn-nodes-%s.svg", traces[t].name);
+    snprintf(name, sizeof(name), "churn-nodes-%s.svg", traces[t].s.name);
     snprintf(title, sizeof(title),
              "Nodes bought over time: trace %s, load %.0f%%, %d seed%s",
-             traces[t].name, o->cfg.load * 100, o->nseeds,
+             traces[t].s.name, o->cfg.load * 100, o->nseeds,
              o->nseeds > 1 ? "s" : "");
     if (!(fp = sim_out_open(o->out_dir, name)))
       return -1;
@@ -224,8 +230,8 @@ int simulate_churn(const churn_cli *o) {
   for (int p = 0; p < o->npolicies; p++) {
     gf_engine *e;
     gf_engine_config ec = {.policy = o->policies[p],
-                           .typical = &traces[0].typical,
-                           .shapes = &traces[0].shapes};
+                           .typical = &traces[0].s.typical,
+                           .shapes = &traces[0].s.shapes};
     if (gf_engine_new(proto, &ec, &e, &d)) {
       fprintf(stderr, "gpufrac simulate: %s\n", d.msg);
       rc = GF_EXIT_USAGE;
@@ -247,7 +253,7 @@ int simulate_churn(const churn_cli *o) {
     goto out;
   }
   for (int i = 0; i < nsum; i++)
-    if (gf_churn_summary_of(traces[i / o->npolicies].name,
+    if (gf_churn_summary_of(traces[i / o->npolicies].s.name,
                             o->policies[i % o->npolicies], &o->cfg,
                             &s.results[i * o->nseeds], o->nseeds, &sum[i])) {
       fprintf(stderr, "gpufrac simulate: out of memory\n");
@@ -263,7 +269,7 @@ int simulate_churn(const churn_cli *o) {
     for (int t = 0; t < o->ntraces; t++)
       printf("  %s: %zu pods, %zu lifetimes (from %s), mean capped lifetime "
              "%.2f h, %.0f arrivals/h\n",
-             traces[t].name, traces[t].pods.n, traces[t].life.n,
+             traces[t].s.name, traces[t].s.pods.n, traces[t].life.n,
              traces[t].life_path,
              s.results[t * o->npolicies * o->nseeds].mean_lifetime_s / 3600,
              s.results[t * o->npolicies * o->nseeds].rate_per_h);
@@ -288,10 +294,10 @@ out:
   free(sum);
   if (traces)
     for (int t = 0; t < o->ntraces; t++) {
-      gf_pod_list_release(&traces[t].pods);
+      gf_pod_list_release(&traces[t].s.pods);
       gf_lifetimes_release(&traces[t].life);
-      gf_typical_release(&traces[t].typical);
-      gf_typical_release(&traces[t].shapes);
+      gf_typical_release(&traces[t].s.typical);
+      gf_typical_release(&traces[t].s.shapes);
     }
   free(traces);
   gf_node_types_release(&types);

@@ -12,6 +12,8 @@
 
 #include "gpufrac/churn.h"
 #include "gpufrac/diag.h"
+#include "gpufrac/frag.h"
+#include "gpufrac/trace.h"
 
 typedef struct churn_cli {
   const char *data_dir;
@@ -30,6 +32,22 @@ typedef struct churn_cli {
   int jobs;
   gf_churn_config cfg; /* without policy, seed, typical, shapes */
 } churn_cli;
+
+/* A trace as both sweeps load it: its pods and typical pods. */
+typedef struct sim_trace {
+  char name[128];  /* the list's name: "default" for openb_pod_list_default */
+  char path[4096]; /* the pod list read */
+  gf_pod_list pods;
+  gf_typical_set typical; /* FGD's: 95% of pods */
+  gf_typical_set shapes;  /* every shape */
+} sim_trace;
+
+/* Loads pods_path (named after its file: without the openb_pod_list_ prefix
+ * and the .csv suffix), or when NULL the bundled list
+ * DATA_DIR/traces/openb_pod_list_NAME.csv, onto base, and its typical pods;
+ * 0, or -1 with a message printed. */
+int sim_trace_load(const char *pods_path, const char *data_dir,
+                   const char *name, gf_cluster *base, sim_trace *tr);
 
 /* Shared by both sweeps (cmd_simulate.c and simulate_churn.c): jobs
  * 0..njobs-1 handed to worker threads one at a time. */

@@ -922,10 +922,17 @@ static void load_state(gf_node_cache *c) {
   json_decref(root);
 }
 
-/* Checks the published directories against the state. */
-static int scan_models(gf_node_cache *c, gf_diag *d) {
+/* Whether the directory sub (named name, under one of the cache's
+ * folders) stays; when not, why may say why (else the walk's default). */
+typedef bool (*dir_keep)(gf_node_cache *c, const char *sub, const char *name,
+                         gf_diag *why);
+
+/* Every directory in <root>/<folder>: kept when keep says so, else logged
+ * ("<sub>: removed (<why>)") and removed.  0, or the folder's error. */
+static int walk_dirs(gf_node_cache *c, const char *folder, dir_keep keep,
+                     const char *dflt, gf_diag *d) {
   char dir[4096];
-  if (!gf__node_join(dir, sizeof(dir), c->root, "sha256"))
+  if (!gf__node_join(dir, sizeof(dir), c->root, folder))
     return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
   DIR *dp = opendir(dir);
   if (!dp)
@@ -937,47 +944,59 @@ static int scan_models(gf_node_cache *c, gf_diag *d) {
     char sub[4096];
     if (!gf__node_join(sub, sizeof(sub), dir, de->d_name))
       continue;
-    gf_node_cache_manifest m = {0};
-    gf_diag md = {{0}};
-    bool ok = is_hex64(de->d_name, strlen(de->d_name)) &&
-              read_manifest(sub, &m, &md) == 0;
-    if (ok && strcmp(m.hex, de->d_name) != 0) {
-      gf_diag_set(&md, GF_ESYNTAX, "%s: the manifest's digest is %s", sub,
-                  m.hex);
-      ok = false;
-    }
-    /* Sizes only (verify re-hashes): a truncated file is caught here. */
-    for (size_t i = 0; ok && i < m.n; i++) {
-      char fp[8192];
-      struct stat st;
-      snprintf(fp, sizeof(fp), "%s/files/%s", sub, m.files[i].path);
-      if (lstat(fp, &st) != 0 || !S_ISREG(st.st_mode) ||
-          (uint64_t)st.st_size != m.files[i].size) {
-        gf_diag_set(&md, GF_EIO, "%s: missing or of the wrong size", fp);
-        ok = false;
-      }
-    }
-    entry *e = ok ? find(c, de->d_name) : NULL;
-    if (ok && !e) {
-      /* not in the state file (a crash between publish and save, or a
-       * copy): whose it was is unknown, so it is served to no pod until an
-       * operator's fetch or prefetch of it shares it */
-      e = add_entry(c, de->d_name);
-      if (e) {
-        gf__node_copy(e->name, sizeof(e->name), "");
-        gf__node_copy(e->ns, sizeof(e->ns), GF_NODE_CACHE_NS_NOBODY);
-      }
-    }
-    if (ok && e) {
-      e->bytes = m.bytes;
-    } else {
-      gf__mc_log(&c->o, "%s: removed (%s)", sub,
-                 md.msg[0] ? md.msg : "not a model directory");
+    gf_diag why = {{0}};
+    if (!keep(c, sub, de->d_name, &why)) {
+      gf__mc_log(&c->o, "%s: removed (%s)", sub, why.msg[0] ? why.msg : dflt);
       gf__mc_rmtree(sub);
     }
-    gf_node_cache_manifest_release(&m); /* also when a check failed */
   }
   closedir(dp);
+  return 0;
+}
+
+/* sha256/<hex>: a manifest hashing to <hex> with every file there at its
+ * size; one not in the state file is added as nobody's. */
+static bool keep_model(gf_node_cache *c, const char *sub, const char *name,
+                       gf_diag *md) {
+  gf_node_cache_manifest m = {0};
+  bool ok = is_hex64(name, strlen(name)) && read_manifest(sub, &m, md) == 0;
+  if (ok && strcmp(m.hex, name) != 0) {
+    gf_diag_set(md, GF_ESYNTAX, "%s: the manifest's digest is %s", sub, m.hex);
+    ok = false;
+  }
+  /* Sizes only (verify re-hashes): a truncated file is caught here. */
+  for (size_t i = 0; ok && i < m.n; i++) {
+    char fp[8192];
+    struct stat st;
+    snprintf(fp, sizeof(fp), "%s/files/%s", sub, m.files[i].path);
+    if (lstat(fp, &st) != 0 || !S_ISREG(st.st_mode) ||
+        (uint64_t)st.st_size != m.files[i].size) {
+      gf_diag_set(md, GF_EIO, "%s: missing or of the wrong size", fp);
+      ok = false;
+    }
+  }
+  entry *e = ok ? find(c, name) : NULL;
+  if (ok && !e) {
+    /* not in the state file (a crash between publish and save, or a
+     * copy): whose it was is unknown, so it is served to no pod until an
+     * operator's fetch or prefetch of it shares it */
+    e = add_entry(c, name);
+    if (e) {
+      gf__node_copy(e->name, sizeof(e->name), "");
+      gf__node_copy(e->ns, sizeof(e->ns), GF_NODE_CACHE_NS_NOBODY);
+    }
+  }
+  if (ok && e)
+    e->bytes = m.bytes;
+  gf_node_cache_manifest_release(&m); /* also when a check failed */
+  return ok && e;
+}
+
+/* Checks the published directories against the state. */
+static int scan_models(gf_node_cache *c, gf_diag *d) {
+  int rc = walk_dirs(c, "sha256", keep_model, "not a model directory", d);
+  if (rc)
+    return rc;
   for (size_t i = 0; i < c->n;) {
     if (c->e[i].bytes == UINT64_MAX) {
       gf__mc_log(&c->o, "model %s (sha256:%.12s): listed but not on disk",
@@ -996,38 +1015,25 @@ static int scan_models(gf_node_cache *c, gf_diag *d) {
   return 0;
 }
 
+/* tmp/<hex>: an unfinished fetch, kept when its manifest hashes to <hex>
+ * (it can be resumed). */
+static bool keep_tmp(gf_node_cache *c, const char *sub, const char *name,
+                     gf_diag *why) {
+  (void)c;
+  (void)why;
+  gf_node_cache_manifest m;
+  bool keep = is_hex64(name, strlen(name)) && read_manifest(sub, &m, NULL) == 0;
+  if (keep) {
+    keep = strcmp(m.hex, name) == 0;
+    gf_node_cache_manifest_release(&m);
+  }
+  return keep;
+}
+
 /* tmp/ keeps <hex> directories whose manifest hashes to <hex>. */
 static int scan_tmp(gf_node_cache *c, gf_diag *d) {
-  char dir[4096];
-  if (!gf__node_join(dir, sizeof(dir), c->root, "tmp"))
-    return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
-  DIR *dp = opendir(dir);
-  if (!dp)
-    return gf_diag_set(d, GF_EIO, "%s: %s", dir, strerror(errno));
-  struct dirent *de;
-  while ((de = readdir(dp))) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-      continue;
-    char sub[4096];
-    if (!gf__node_join(sub, sizeof(sub), dir, de->d_name))
-      continue;
-    gf_node_cache_manifest m;
-    bool keep = is_hex64(de->d_name, strlen(de->d_name)) &&
-                read_manifest(sub, &m, NULL) == 0;
-    if (keep) {
-      keep = strcmp(m.hex, de->d_name) == 0;
-      gf_node_cache_manifest_release(&m);
-    }
-    if (!keep) {
-      gf__mc_log(&c->o,
-                 "%s: removed (an unfinished fetch that cannot be "
-                 "resumed)",
-                 sub);
-      gf__mc_rmtree(sub);
-    }
-  }
-  closedir(dp);
-  return 0;
+  return walk_dirs(c, "tmp", keep_tmp,
+                   "an unfinished fetch that cannot be resumed", d);
 }
 
 /* Takes <root>/lock (flock, exclusive, not waiting) for c's lifetime and

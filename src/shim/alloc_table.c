@@ -3,7 +3,6 @@
  * follows the live entries. */
 #include "alloc_table.h"
 
-#include <stdbool.h>
 #include <stdlib.h>
 
 static size_t home(const gf__atab *t, uint64_t key) {
@@ -50,23 +49,22 @@ int gf__atab_put_slow(gf__atab *t, const gf__atab_entry *in,
   return 0;
 }
 
-/* Whether h lies cyclically in (i, k]: an entry at k whose home is there
- * may not move back to i (it would sit before its home). */
-static bool between(size_t i, size_t h, size_t k) {
-  return i <= k ? i < h && h <= k : i < h || h <= k;
-}
-
 /* Backward shift: pull each later entry of the run into the hole unless
- * that would put it before its home. */
+ * that would put it before its home.  The entry at k may go back to the
+ * hole at i when its home is at least as far back from k as the hole is
+ * (its home not in (i, k] cyclically): one comparison of distances, no
+ * branches on the order of i, h and k. */
 void gf__atab_shift_out(gf__atab *t, size_t i) {
-  size_t m = t->cap - 1;
-  for (size_t k = (i + 1) & m; t->e[k].key; k = (k + 1) & m) {
-    if (between(i, home(t, t->e[k].key), k))
+  gf__atab_entry *e = t->e; /* locals: the stores below cannot alias them */
+  size_t cap = t->cap, m = cap - 1;
+  for (size_t k = (i + 1) & m; e[k].key; k = (k + 1) & m) {
+    size_t h = gf__atab_home(cap, e[k].key);
+    if (((k - h) & m) < ((k - i) & m))
       continue;
-    t->e[i] = t->e[k];
+    e[i] = e[k];
     i = k;
   }
-  t->e[i].key = 0;
+  e[i].key = 0;
 }
 
 int gf__atab_take_slow(gf__atab *t, uint64_t key, gf__atab_entry *out) {

@@ -242,24 +242,6 @@ uint64_t gf_region_used(const gf_region *r, uint32_t dev) {
   return sum;
 }
 
-/* Usage plus reservations in flight on dev. */
-static uint64_t committed(const gf_region *r, uint32_t dev) {
-  uint32_t hwm = atomic_load(&r->hwm);
-  if (hwm > GF_REGION_SLOTS)
-    hwm = GF_REGION_SLOTS;
-  uint64_t sum = 0;
-  /* Pending before used, in two statements (the operands of + may be read
-   * in either order): a reservation moves its bytes to used first and then
-   * out of pending, so a reader that took used first could miss bytes that
-   * moved in between, and two processes could both pass the limit. Read
-   * this way they are counted twice at worst, which only refuses. */
-  for (uint32_t i = 0; i < hwm; i++) {
-    uint64_t pending = atomic_load(&r->slots[i].pending[dev]);
-    sum += pending + atomic_load(&r->slots[i].used[dev]);
-  }
-  return sum;
-}
-
 bool gf_region_reserve(gf_region *r, int i, uint32_t dev, uint64_t bytes,
                        uint64_t limit) {
   if (dev >= GF_REGION_DEVICES || i < 0 || i >= GF_REGION_SLOTS)
@@ -269,31 +251,17 @@ bool gf_region_reserve(gf_region *r, int i, uint32_t dev, uint64_t bytes,
     atomic_fetch_add(&s->used[dev], bytes);
     return true;
   }
-  for (int attempt = 0; attempt < 2; attempt++) {
-    atomic_fetch_add(&s->pending[dev], bytes);
-    if (committed(r, dev) <= limit) {
-      /* Used first, then pending down: always visible to racers. */
-      atomic_fetch_add(&s->used[dev], bytes);
-      atomic_fetch_sub(&s->pending[dev], bytes);
-      return true;
-    }
-    atomic_fetch_sub(&s->pending[dev], bytes);
-    /* Over the limit: memory of dead processes may be what is missing. */
-    if (attempt == 0 && gf_region_reap(r) == 0)
-      break;
-  }
-  return false;
+  if (gf_region_try_reserve(r, s, dev, bytes, limit))
+    return true;
+  /* Over the limit: memory of dead processes may be what is missing. */
+  return gf_region_reap(r) > 0 &&
+         gf_region_try_reserve(r, s, dev, bytes, limit);
 }
 
 void gf_region_unreserve(gf_region *r, int i, uint32_t dev, uint64_t bytes) {
   if (dev >= GF_REGION_DEVICES || i < 0 || i >= GF_REGION_SLOTS)
     return;
-  _Atomic uint64_t *mine = &r->slots[i].used[dev];
-  uint64_t cur = atomic_load(mine);
-  /* Never below zero, even if a caller double-frees. */
-  while (
-      !atomic_compare_exchange_weak(mine, &cur, cur >= bytes ? cur - bytes : 0))
-    ;
+  gf_region_slot_unreserve(&r->slots[i], dev, bytes);
 }
 
 int gf_region_reap(gf_region *r) {

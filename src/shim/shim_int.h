@@ -269,8 +269,18 @@ charge_inline(uint32_t dev, uint64_t bytes, bool force) {
       return false;
     slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
   }
-  bool ok = gf_region_reserve(S.region, slot, (uint32_t)a, bytes,
-                              force ? 0 : S.acct_limit[a]);
+  /* The region's reservation inline (a and slot are in range: an
+   * accounting index and the slot this process claimed); refused, the
+   * out-of-line gf_region_reserve reaps dead processes and tries again. */
+  uint64_t limit = force ? 0 : S.acct_limit[a];
+  gf_region_slot *s = &S.region->slots[slot];
+  bool ok = true;
+  if (limit == 0)
+    atomic_fetch_add(&s->used[a], bytes);
+  else if (__builtin_expect(
+               !gf_region_try_reserve(S.region, s, (uint32_t)a, bytes, limit),
+               0))
+    ok = gf_region_reserve(S.region, slot, (uint32_t)a, bytes, limit);
   /* The region lost under this very reservation (on_sigbus): refuse. */
   return ok && S.mode != GF_SHIM_REFUSE;
 }
@@ -285,10 +295,9 @@ static inline bool reserve(uint32_t dev, uint64_t bytes) {
 static inline __attribute__((always_inline)) void unreserve(uint32_t dev,
                                                             uint64_t bytes) {
   int a = acct_of(dev);
-  if (a >= 0)
-    gf_region_unreserve(S.region,
-                        atomic_load_explicit(&S.slot, memory_order_relaxed),
-                        (uint32_t)a, bytes);
+  int slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
+  if (a >= 0 && slot >= 0) /* inline: a and slot are in range */
+    gf_region_slot_unreserve(&S.region->slots[slot], (uint32_t)a, bytes);
 }
 
 static inline void tlock_take(void) {

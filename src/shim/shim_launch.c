@@ -82,97 +82,91 @@ static inline CUstream event_stream(CUstream s, bool per_thread) {
 /* cuLaunchKernel is the hottest call: its fast path makes only tail calls
  * to functions of its own signature (no registers to save, no stack to
  * shuffle); first-call setup, a missing driver and waiting for tokens are
- * in the out-of-line slow paths. */
-static gf_cu_result
-launch_wait(gf_cu_result (*real)(CUfunction, unsigned, unsigned, unsigned,
-                                 unsigned, unsigned, unsigned, unsigned,
-                                 CUstream, void **, void **),
-            bool debited, uint64_t blocks) {
-  init();
-  if (!real)
-    return CUDA_ERROR_NOT_INITIALIZED;
-  if (debited)
-    gf_region_wait(S.region,
-                   atomic_load_explicit(&S.slot, memory_order_relaxed),
-                   gf__shim_mono_ns, sleep_ns);
-  else
-    admit(blocks);
-  return CUDA_SUCCESS;
+ * in the out-of-line slow paths.  The cooperative and Ex launches have
+ * the same fast path (the cooperative signature is cuLaunchKernel's
+ * without `extra`; Ex reads its grid from its configuration). */
+
+/* The wait of a launch whose fast-path debit left the bucket in debt. */
+static void launch_wait_debt(void) {
+  gf_region_wait(S.region, atomic_load_explicit(&S.slot, memory_order_relaxed),
+                 gf__shim_mono_ns, sleep_ns);
 }
 
-#define LAUNCH_PARAMS                                                          \
+#define LAUNCH_PARAMS()                                                        \
   CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,             \
       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,   \
       CUstream s, void **params, void **extra
-#define LAUNCH_ARGS f, gx, gy, gz, bx, by, bz, shmem, s, params, extra
+#define LAUNCH_ARGS() f, gx, gy, gz, bx, by, bz, shmem, s, params, extra
+#define COOP_PARAMS()                                                          \
+  CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,             \
+      unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,   \
+      CUstream s, void **params
+#define COOP_ARGS() f, gx, gy, gz, bx, by, bz, shmem, s, params
 
-#define LAUNCH_WRAPPER(name)                                                   \
-  static __attribute__((noinline)) gf_cu_result name##_slow(LAUNCH_PARAMS) {   \
-    gf_cu_result rc = launch_wait(S.real.name, false, grid_units(gx, gy, gz)); \
-    return rc ? rc : S.real.name(LAUNCH_ARGS);                                 \
+/* The entry point `name` with parameters PARAMS() passed on as ARGS() (each
+ * a macro of no arguments, so it reaches here unexpanded): when
+ * CHARGED (an expression of them), a grid GX x GY x GZ launched on STREAM
+ * is charged; otherwise it is passed on as it is. */
+#define LAUNCH_WRAPPER_OF(name, PARAMS, ARGS, CHARGED, GX, GY, GZ, STREAM)     \
+  static __attribute__((noinline)) gf_cu_result name##_slow(PARAMS()) {        \
+    init();                                                                    \
+    if (!S.real.name)                                                          \
+      return CUDA_ERROR_NOT_INITIALIZED;                                       \
+    if (CHARGED)                                                               \
+      admit(grid_units(GX, GY, GZ));                                           \
+    return S.real.name(ARGS());                                                \
   }                                                                            \
-  static __attribute__((noinline)) gf_cu_result name##_debt(LAUNCH_PARAMS) {   \
-    if (!grid_units(gx, gy, gz)) { /* refused by the driver: no charge */      \
+  static __attribute__((noinline)) gf_cu_result name##_debt(PARAMS()) {        \
+    if (!grid_units(GX, GY, GZ)) { /* refused by the driver: no charge */      \
       atomic_fetch_add_explicit(                                               \
           &S.region->tokens,                                                   \
-          (int64_t)charge_of((uint64_t)gx *gy *gz, GF_COST_KERNEL),            \
+          (int64_t)charge_of((uint64_t)(GX) * (GY) * (GZ), GF_COST_KERNEL),    \
           memory_order_relaxed);                                               \
-      return S.real.name(LAUNCH_ARGS);                                         \
+      return S.real.name(ARGS());                                              \
     }                                                                          \
-    launch_wait(S.real.name, true, 0);                                         \
-    return S.real.name(LAUNCH_ARGS);                                           \
+    launch_wait_debt();                                                        \
+    return S.real.name(ARGS());                                                \
   }                                                                            \
-  static __attribute__((noinline)) gf_cu_result name##_sample(LAUNCH_PARAMS) { \
-    THROTTLED(GF_COST_KERNEL, grid_units(gx, gy, gz),                          \
-              event_stream(s, strstr(#name, "_pt") != NULL),                   \
-              S.real.name(LAUNCH_ARGS));                                       \
+  static __attribute__((noinline)) gf_cu_result name##_sample(PARAMS()) {      \
+    THROTTLED(GF_COST_KERNEL, grid_units(GX, GY, GZ),                          \
+              event_stream(STREAM, strstr(#name, "_pt") != NULL),              \
+              S.real.name(ARGS()));                                            \
   }                                                                            \
-  EXPORT gf_cu_result name(LAUNCH_PARAMS) {                                    \
+  EXPORT gf_cu_result name(PARAMS()) {                                         \
     if (__builtin_expect(                                                      \
             !atomic_load_explicit(&S.ready, memory_order_acquire) ||           \
                 !S.real.name,                                                  \
             0))                                                                \
-      return name##_slow(LAUNCH_ARGS);                                         \
-    if (atomic_load_explicit(&S.throttle, memory_order_relaxed)) {             \
+      return name##_slow(ARGS());                                              \
+    if (atomic_load_explicit(&S.throttle, memory_order_relaxed) &&             \
+        (CHARGED)) {                                                           \
       if (__builtin_expect(gf__shim_sample_due(), 0))                          \
-        return name##_sample(LAUNCH_ARGS);                                     \
+        return name##_sample(ARGS());                                          \
       int64_t cost =                                                           \
-          (int64_t)charge_of((uint64_t)gx * gy * gz, GF_COST_KERNEL);          \
+          (int64_t)charge_of((uint64_t)(GX) * (GY) * (GZ), GF_COST_KERNEL);    \
       if (atomic_fetch_sub_explicit(&S.region->tokens, cost,                   \
                                     memory_order_relaxed) < cost)              \
-        return name##_debt(LAUNCH_ARGS);                                       \
+        return name##_debt(ARGS());                                            \
     }                                                                          \
-    return S.real.name(LAUNCH_ARGS);                                           \
+    return S.real.name(ARGS());                                                \
   }
+/* The launches whose grid and stream are parameters gx, gy, gz and s. */
+#define LAUNCH_WRAPPER(name, PARAMS, ARGS)                                     \
+  LAUNCH_WRAPPER_OF(name, PARAMS, ARGS, 1, gx, gy, gz, s)
+/* cuLaunchKernelEx's: in its configuration (none: passed on). */
+#define EX_PARAMS()                                                            \
+  const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra
+#define EX_ARGS() cfg, f, params, extra
+#define EX_WRAPPER(name)                                                       \
+  LAUNCH_WRAPPER_OF(name, EX_PARAMS, EX_ARGS, cfg != NULL, cfg->gridDimX,      \
+                    cfg->gridDimY, cfg->gridDimZ, cfg->hStream)
 
-LAUNCH_WRAPPER(cuLaunchKernel)
-LAUNCH_WRAPPER(cuLaunchKernel_ptsz)
+LAUNCH_WRAPPER(cuLaunchKernel, LAUNCH_PARAMS, LAUNCH_ARGS)
+LAUNCH_WRAPPER(cuLaunchKernel_ptsz, LAUNCH_PARAMS, LAUNCH_ARGS)
 
-EXPORT gf_cu_result cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f,
-                                     void **params, void **extra) {
-  init();
-  if (!S.real.cuLaunchKernelEx)
-    return CUDA_ERROR_NOT_INITIALIZED;
-  if (!cfg)
-    return S.real.cuLaunchKernelEx(cfg, f, params, extra);
-  THROTTLED(GF_COST_KERNEL,
-            grid_units(cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ),
-            cfg->hStream, S.real.cuLaunchKernelEx(cfg, f, params, extra));
-}
+EX_WRAPPER(cuLaunchKernelEx)
 
-EXPORT gf_cu_result cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
-                                              unsigned int gy, unsigned int gz,
-                                              unsigned int bx, unsigned int by,
-                                              unsigned int bz,
-                                              unsigned int shmem, CUstream s,
-                                              void **params) {
-  init();
-  if (!S.real.cuLaunchCooperativeKernel)
-    return CUDA_ERROR_NOT_INITIALIZED;
-  THROTTLED(GF_COST_KERNEL, grid_units(gx, gy, gz), s,
-            S.real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem,
-                                             s, params));
-}
+LAUNCH_WRAPPER(cuLaunchCooperativeKernel, COOP_PARAMS, COOP_ARGS)
 
 /* A graph is charged the configured `graph` units at what a graph launch
  * of this process has lately cost (its own estimate: a graph's units are
@@ -188,32 +182,10 @@ EXPORT gf_cu_result cuGraphLaunch(CUgraphExec g, CUstream s) {
  * for flags CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, and what a
  * program built with --default-stream per-thread links to): the same
  * accounting as their legacy-stream twins above.  cuLaunchKernel_ptsz is
- * LAUNCH_WRAPPER's. */
-EXPORT gf_cu_result cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg,
-                                          CUfunction f, void **params,
-                                          void **extra) {
-  init();
-  if (!S.real.cuLaunchKernelEx_ptsz)
-    return CUDA_ERROR_NOT_INITIALIZED;
-  if (!cfg)
-    return S.real.cuLaunchKernelEx_ptsz(cfg, f, params, extra);
-  THROTTLED(GF_COST_KERNEL,
-            grid_units(cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ),
-            event_stream(cfg->hStream, true),
-            S.real.cuLaunchKernelEx_ptsz(cfg, f, params, extra));
-}
-
-EXPORT gf_cu_result cuLaunchCooperativeKernel_ptsz(
-    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-    CUstream s, void **params) {
-  init();
-  if (!S.real.cuLaunchCooperativeKernel_ptsz)
-    return CUDA_ERROR_NOT_INITIALIZED;
-  THROTTLED(GF_COST_KERNEL, grid_units(gx, gy, gz), event_stream(s, true),
-            S.real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz,
-                                                  shmem, s, params));
-}
+ * with its twin; cuLaunchKernelEx_ptsz and cuLaunchCooperativeKernel_ptsz
+ * are here, made by the same macros. */
+EX_WRAPPER(cuLaunchKernelEx_ptsz)
+LAUNCH_WRAPPER(cuLaunchCooperativeKernel_ptsz, COOP_PARAMS, COOP_ARGS)
 
 EXPORT gf_cu_result cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
   init();

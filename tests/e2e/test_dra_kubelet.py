@@ -31,14 +31,12 @@ plugin in the directories kubelet watches.
 
 import json
 import os
-import shlex
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import (ApiError, Cluster, Failure, Proc, e2e_args, free_port,  # noqa: E402
-                     log, run_once, wait_for)
-from test_kubelet import NODE, Kubelet, node_obj, ready  # noqa: E402
+from cluster import Failure, Proc, free_port, log, wait_for  # noqa: E402
+from kubelet_node import NODE, Kubelet, kubelet_main, node_obj, ready  # noqa: E402
 import test_dra  # noqa: E402
 from test_dra import DRA, GATES, NS, RES, DRIVER, pod  # noqa: E402
 
@@ -260,29 +258,15 @@ class Test:
         self.c.check_alive()
 
 
+def start(c):
+    c.start(scheduler=False)
+    with open(os.path.join(test_dra.DRA_DEPLOY, "kube-scheduler-config.yaml")) as f:
+        c.start_scheduler(config=f.read())
+
+
 def main():
-    a = e2e_args(__doc__, 2)
-    if not a:
-        return 2
-    (k8s_bin, gpufrac), keep = a
-    state = {}
-
-    def body(c):
-        kl = state["kl"] = DRAKubelet(c)
-        c.start(scheduler=False)
-        with open(os.path.join(test_dra.DRA_DEPLOY, "kube-scheduler-config.yaml")) as f:
-            c.start_scheduler(config=f.read())
-        try:
-            Test(c, kl).run()
-        finally:
-            kl.stop()
-
-    def tails(c):
-        kl = state.get("kl")
-        for p in c.extra + (kl.procs if kl else []):
-            log("%s log ends:\n%s" % (p.name, p.tail(20)))
-    return run_once("e2e dra kubelet",
-                    lambda: Cluster(k8s_bin, gpufrac, keep, feature_gates=GATES), body, tails)
+    return kubelet_main(__doc__, "e2e dra kubelet", lambda c, kl: Test(c, kl).run(),
+                        kubelet=DRAKubelet, start=start, feature_gates=GATES)
 
 
 if __name__ == "__main__":

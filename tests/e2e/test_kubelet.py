@@ -34,15 +34,15 @@ directory, because kubelet's device-plugin socket is fixed at
 import base64
 import json
 import os
-import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import (ApiError, Cluster, Failure, Proc, e2e_args, free_port,  # noqa: E402
-                     kubeconfig, log, run_once, wait_for)
+from cluster import Failure, log, wait_for  # noqa: E402
+from kubelet_node import (NODE, delete_through_kubelet, kubelet_main,  # noqa: E402
+                          node_obj, pod_state, start_agent, wait_node_ready,
+                          wait_pod_running)
 from test_k8s import E2E, GRANT, INVENTORY, NS, SLOTS, Extender, pod  # noqa: E402
 
-NODE = "kl1"
 SPEC = "2xA100-80GB"
 NGPUS = 2
 DNG = "karpenter.sh/do-not-disrupt"
@@ -60,124 +60,6 @@ class GuardExtender(Extender):
             self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.port,
             "--kubeconfig", self.kc, "--guard-settle", "1s"])
         return self
-
-
-class Kubelet:
-    """fakecri and kubelet for node NODE, under c's directory."""
-
-    def __init__(self, c):
-        self.c = c
-        for p in ("kubelet", "fakecri"):
-            if not os.access(os.path.join(c.bin, p), os.X_OK):
-                fail("no %s in %s: run scripts/install-k8s (scripts/install-deps "
-                     "does)" % (p, c.bin))
-        if os.geteuid() != 0:
-            fail("the kubelet test needs root: kubelet runs in a mount namespace "
-                 "of its own (unshare --mount), with /var/lib/kubelet bound to "
-                 "the test's directory")
-        self.root = c.path("kubelet")  # /var/lib/kubelet in its namespace
-        self.plugins = os.path.join(self.root, "device-plugins")
-        self.sock = c.path("cri.sock")
-        self.dump = c.path("cri-created.jsonl")
-        self.procs = []
-
-    def certs(self):
-        o = self.c.openssl
-        o("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key",
-          "-out", "node.csr", "-subj", "/O=system:nodes/CN=system:node:" + NODE)
-        with open(self.c.path("node.ext"), "w") as f:
-            f.write("extendedKeyUsage=clientAuth\n")
-        o("x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-          "-CAcreateserial", "-out", "node.crt", "-days", "2", "-extfile", "node.ext")
-        return kubeconfig(self.c.path("kubelet.kubeconfig"), self.c.server, self.c.ca,
-                          self.c.path("node.crt"), self.c.path("node.key"))
-
-    def config(self):
-        cfg = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "address": "127.0.0.1", "port": free_port(), "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": free_port(),
-            # Nothing calls kubelet's API here.
-            "authentication": {"anonymous": {"enabled": False},
-                               "webhook": {"enabled": False},
-                               "x509": {"clientCAFile": self.c.ca}},
-            "authorization": {"mode": "AlwaysAllow"},
-            "containerRuntimeEndpoint": "unix://" + self.sock,
-            "imageServiceEndpoint": "unix://" + self.sock,
-            # No cgroups of kubelet's own (the machine's cgroup v1 is shared).
-            "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False,
-            "enforceNodeAllocatable": [], "failSwapOn": False,
-            "failCgroupV1": False,
-            # The fake runtime reports no image filesystem: no eviction.
-            "evictionHard": {}, "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "podLogsDir": self.c.path("pod-logs"), "resolvConf": "",
-            "nodeStatusUpdateFrequency": "2s",
-        }
-        path = self.c.path("kubelet-config.json")
-        with open(path, "w") as f:
-            json.dump(cfg, f, indent=1)
-        return path
-
-    def start(self):
-        kc = self.certs()
-        cfg = self.config()
-        os.makedirs(self.root)
-        self.procs.append(Proc("fakecri", [
-            os.path.join(self.c.bin, "fakecri"), "--listen", self.sock,
-            "--dump", self.dump], self.c.path("fakecri.log")))
-        wait_for("fakecri's socket", lambda: os.path.exists(self.sock), 20)
-        kubelet = [os.path.join(self.c.bin, "kubelet"), "--config", cfg,
-                   "--kubeconfig", kc, "--root-dir", "/var/lib/kubelet",
-                   "--hostname-override", NODE,
-                   "--node-labels", "gpufrac.io/enabled=true", "--v=2"]
-        # A private mount namespace: kubelet's fixed paths land in the
-        # test's directory or in tmpfs that dies with it.
-        script = ("set -e; for d in /var/lib /run /var/log; do "
-                  "mount -n -t tmpfs -o mode=0755 gpufrac-e2e $d; done; "
-                  "mkdir /var/lib/kubelet; mount -n --bind %s /var/lib/kubelet; exec %s"
-                  % (shlex.quote(self.root), " ".join(shlex.quote(a) for a in kubelet)))
-        self.kubelet = Proc("kubelet", ["unshare", "--mount", "--propagation",
-                                        "private", "sh", "-c", script],
-                            self.c.path("kubelet.log"))
-        self.procs.append(self.kubelet)
-        return self
-
-    def alive(self):
-        for p in self.procs:
-            if not p.alive():
-                fail("%s exited (%s); its log ends:\n%s" % (p.name, p.p.returncode,
-                                                           p.tail()))
-        return True
-
-    def stop(self):
-        for p in reversed(self.procs):
-            p.stop(15)
-
-    def created(self):
-        """The CreateContainer requests fakecri recorded."""
-        try:
-            with open(self.dump) as f:
-                return [json.loads(ln) for ln in f if ln.strip()]
-        except FileNotFoundError:
-            return []
-
-
-def node_obj(c):
-    try:
-        return c.admin.get("/api/v1/nodes/" + NODE)
-    except ApiError as e:
-        if e.code == 404:
-            return None
-        raise
-
-
-def ready(obj):
-    for cond in obj.get("status", {}).get("conditions", []):
-        if cond["type"] == "Ready":
-            return cond["status"] == "True"
-    return False
 
 
 def agent_conf(c, kl):
@@ -198,25 +80,12 @@ def run(c, kl):
     kl.start()
 
     # 1. the Node, registered by kubelet; the device plugin in its capacity
-    n = wait_for("kubelet to register Node %s and report it Ready" % NODE,
-                 lambda: kl.alive() and (lambda o: o if o and ready(o) else None)(
-                     node_obj(c)), 120)
-    taints = n["spec"].get("taints") or []
-    log("Node %s registered by kubelet %s, Ready; taints %s" % (
-        NODE, n["status"]["nodeInfo"]["kubeletVersion"], taints))
-    # TaintNodesByCondition admission tainted the new Node not-ready; the
-    # node lifecycle controller, which would lift it, does not run here
-    # (cluster.py: the other fake nodes renew no heartbeats).
-    if taints:
-        c.admin.merge_patch("/api/v1/nodes/" + NODE, {"spec": {"taints": None}})
-    p = wait_for("the gpufrac-node DaemonSet pod on %s" % NODE,
-                 lambda: t.agent_pod(NODE), 90)
-    akc = c.pod_kubeconfig("agent-" + NODE, "gpufrac-node", p)
+    n = wait_node_ready(c, NODE, kl.alive)
+    log("Node %s registered by kubelet %s, Ready; taints %s (lifted)" % (
+        NODE, n["status"]["nodeInfo"]["kubeletVersion"],
+        n["spec"].get("taints") or []))
     cfg, state = agent_conf(c, kl)
-    c.spawn("agent-" + NODE, [
-        c.gpufrac, "node", "--fake-gpus", SPEC, "--node-name", NODE,
-        "--kubeconfig", akc, "--config", cfg,
-        "--listen", "127.0.0.1:%d" % free_port(), "--interval", "2"])
+    start_agent(c, t, NODE, SPEC, cfg)
     t.wait_inventory(NODE, NGPUS)
     want = str(NGPUS * SLOTS)
 
@@ -241,17 +110,8 @@ def run(c, kl):
     t.create(pod(name, 1, "20Gi", 30))
     path = "/api/v1/namespaces/%s/pods/%s" % (NS, name)
 
-    def running():
-        kl.alive()
-        o = c.admin.get(path)
-        return o if o["status"].get("phase") == "Running" and ready(o) else None
-    try:
-        o = wait_for("pod %s Running and Ready" % name, running, 120)
-    except Failure:
-        o = c.admin.get(path)
-        fail("pod %s: phase %s, node %r, conditions %s; events %s" % (
-            name, o["status"].get("phase"), o["spec"].get("nodeName"),
-            o["status"].get("conditions"), t.events(name)[-4:]))
+    o = wait_pod_running(c, path, kl.alive, detail=lambda o: "%s; events %s" % (
+        pod_state(o), t.events(name)[-4:]))
     grant = json.loads(o["metadata"]["annotations"][GRANT])
     if o["spec"]["nodeName"] != NODE or grant["node"] != NODE:
         fail("pod %s on %s with grant %s" % (name, o["spec"]["nodeName"], grant))
@@ -261,9 +121,7 @@ def run(c, kl):
     log("pod %s Running on %s, granted %s" % (name, NODE, uuids))
 
     # What kubelet asked the runtime for: gpufrac's Allocate answer.
-    mine = [r for r in kl.created()
-            if r["sandboxConfig"]["metadata"]["name"] == name and
-            r["config"]["metadata"]["name"] == "main"]
+    mine = kl.created_for(name, "main")
     if len(mine) != 1:
         fail("fakecri recorded %d CreateContainer requests for %s/main (of %d)" %
              (len(mine), name, len(kl.created())))
@@ -324,47 +182,14 @@ def run(c, kl):
     log("guard: %s released at %s" % (name, a[RELEASED]))
 
     # 4. deleted: kubelet stops it and the API server lets the pod go
-    # A graceful deletion: the API server keeps the pod (deletionTimestamp
-    # set) until its node's kubelet, having stopped the containers,
-    # deletes it for good; nothing else here would.
-    d = c.admin.delete(path, gracePeriodSeconds=30)
-    if not d.get("metadata", {}).get("deletionTimestamp"):
-        fail("DELETE %s was not graceful: %s" % (name, d.get("metadata")))
-
-    def gone():
-        kl.alive()
-        try:
-            c.admin.get(path)
-        except ApiError as e:
-            return e.code == 404
-        return False
-    wait_for("kubelet to finish deleting %s" % name, gone, 90)
+    delete_through_kubelet(c, path, kl.alive, 30)
     log("pod %s deleted through kubelet" % name)
     c.check_alive()
     kl.alive()
 
 
 def main():
-    a = e2e_args(__doc__, 2)
-    if not a:
-        return 2
-    (k8s_bin, gpufrac), keep = a
-    state = {}
-
-    def body(c):
-        kl = state["kl"] = Kubelet(c)
-        c.start()
-        try:
-            run(c, kl)
-        finally:
-            kl.stop()
-
-    def tails(c):
-        kl = state.get("kl")
-        for p in c.extra + (kl.procs if kl else []):
-            log("%s log ends:\n%s" % (p.name, p.tail(20)))
-    return run_once("e2e kubelet", lambda: Cluster(k8s_bin, gpufrac, keep),
-                    body, tails)
+    return kubelet_main(__doc__, "e2e kubelet", run)
 
 
 if __name__ == "__main__":

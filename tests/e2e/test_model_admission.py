@@ -36,11 +36,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import (Cluster, Failure, e2e_args, free_port, log, run_once,  # noqa: E402
-                     wait_for)
+from cluster import Failure, log, wait_for  # noqa: E402
+from kubelet_node import (NODE, kubelet_main, node_obj, ready,  # noqa: E402
+                          start_agent, wait_node_ready)
 from test_k8s import E2E, NS, SLOTS, pod  # noqa: E402
-from test_kubelet import (NGPUS, NODE, SPEC, GuardExtender, Kubelet,  # noqa: E402
-                          node_obj, ready)
+from test_kubelet import NGPUS, SPEC, GuardExtender  # noqa: E402
 
 GiB = 1 << 30
 COND = "gpufrac.io/model-ready"
@@ -170,14 +170,7 @@ def run(c, kl):
                        {"config.json": 1000, "w/shard.bin": 3 << 20})
     source = Source(src_root)
     kl.start()
-    n = wait_for("kubelet to register Node %s Ready" % NODE,
-                 lambda: kl.alive() and (lambda o: o if o and ready(o) else None)(
-                     node_obj(c)), 120)
-    if n["spec"].get("taints"):
-        c.admin.merge_patch("/api/v1/nodes/" + NODE, {"spec": {"taints": None}})
-    p = wait_for("the gpufrac-node DaemonSet pod on %s" % NODE,
-                 lambda: t.agent_pod(NODE), 90)
-    akc = c.pod_kubeconfig("agent-" + NODE, "gpufrac-node", p)
+    wait_node_ready(c, NODE, kl.alive)
     d = c.path("node-" + NODE)
     for sub in ("state", "cdi", "models"):
         os.makedirs(os.path.join(d, sub), exist_ok=True)
@@ -188,10 +181,7 @@ def run(c, kl):
                 "slots = %d\nmodel_cache_dir = %s\nmodel_cache_budget = 4Gi\n"
                 "model_pod_sources = http://127.0.0.1:%d/\n"
                 % (d, d, kl.plugins, SLOTS, cache, source.port))
-    c.spawn("agent-" + NODE, [
-        c.gpufrac, "node", "--fake-gpus", SPEC, "--node-name", NODE,
-        "--kubeconfig", akc, "--config", cfg,
-        "--listen", "127.0.0.1:%d" % free_port(), "--interval", "2"])
+    start_agent(c, t, NODE, SPEC, cfg)
     t.wait_inventory(NODE, NGPUS)
     want = str(NGPUS * SLOTS)
     wait_for("kubelet reporting gpufrac.io/gpu = %s" % want,
@@ -252,8 +242,7 @@ def run(c, kl):
     if ready(o):
         fail("pod 'model' is Ready before its model is: %s" %
              o["status"].get("conditions"))
-    mine = [r for r in kl.created()
-            if r["sandboxConfig"]["metadata"]["name"] == "model"]
+    mine = kl.created_for("model")
     if len(mine) != 1:
         fail("fakecri recorded %d containers for pod 'model'" % len(mine))
     ctr = mine[0]["config"]
@@ -306,26 +295,7 @@ def run(c, kl):
 
 
 def main():
-    a = e2e_args(__doc__, 2)
-    if not a:
-        return 2
-    (k8s_bin, gpufrac), keep = a
-    state = {}
-
-    def body(c):
-        kl = state["kl"] = Kubelet(c)
-        c.start()
-        try:
-            run(c, kl)
-        finally:
-            kl.stop()
-
-    def tails(c):
-        kl = state.get("kl")
-        for p in c.extra + (kl.procs if kl else []):
-            log("%s log ends:\n%s" % (p.name, p.tail(30)))
-    return run_once("e2e model admission", lambda: Cluster(k8s_bin, gpufrac, keep),
-                    body, tails)
+    return kubelet_main(__doc__, "e2e model admission", run, tail=30)
 
 
 if __name__ == "__main__":

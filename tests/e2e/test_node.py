@@ -79,8 +79,11 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import (ApiError, Cluster, Failure, Proc, free_port,  # noqa: E402
-                     kubeconfig, log, run_once, wait_for)
+from cluster import (Cluster, Failure, Proc, free_port, log,  # noqa: E402
+                     run_once, wait_for)
+from kubelet_node import (check_procs, delete_through_kubelet,  # noqa: E402
+                          kubelet_config, node_kubeconfig, node_obj, pod_gone,
+                          wait_node_ready, wait_pod_running)
 from test_k8s import E2E, GRANT, Extender, pod  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -351,45 +354,14 @@ class Node:
 
     # -- kubelet --
     def certs(self):
-        o = self.c.openssl
-        o("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "rnode.key",
-          "-out", "rnode.csr", "-subj", "/O=system:nodes/CN=system:node:" + NODE)
-        with open(self.c.path("rnode.ext"), "w") as f:
-            f.write("extendedKeyUsage=clientAuth\n")
-        o("x509", "-req", "-in", "rnode.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-          "-CAcreateserial", "-out", "rnode.crt", "-days", "2", "-extfile", "rnode.ext")
-        return kubeconfig(self.c.path("rnode.kubeconfig"), self.c.server, self.c.ca,
-                          self.c.path("rnode.crt"), self.c.path("rnode.key"))
+        return node_kubeconfig(self.c, NODE, "rnode")
 
     def kubelet_config(self):
-        cfg = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "address": "127.0.0.1", "port": free_port(), "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": free_port(),
-            # Nothing calls kubelet's API: kube-apiserver would reach it at
-            # the Node's address, and kubelet refuses a loopback node IP.
-            "authentication": {"anonymous": {"enabled": False},
-                               "webhook": {"enabled": False},
-                               "x509": {"clientCAFile": self.c.ca}},
-            "authorization": {"mode": "AlwaysAllow"},
-            "containerRuntimeEndpoint": "unix://" + self.sock,
-            "imageServiceEndpoint": "unix://" + self.sock,
-            # Pod cgroups (kubepods, its QoS classes, one per pod) under a
-            # cgroup of the test's own in every v1 hierarchy, removed at the
-            # end.
-            "cgroupDriver": "cgroupfs", "cgroupsPerQOS": True,
-            "cgroupRoot": self.cgroup, "failSwapOn": False,
-            "failCgroupV1": False,
-            "evictionHard": {}, "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "podLogsDir": os.path.join(self.d, "pod-logs"),
-            "resolvConf": "", "nodeStatusUpdateFrequency": "2s",
-        }
-        path = os.path.join(self.d, "kubelet-config.json")
-        with open(path, "w") as f:
-            json.dump(cfg, f, indent=1)
-        return path
+        # Pod cgroups (kubepods, its QoS classes, one per pod) under a
+        # cgroup of the test's own in every v1 hierarchy, removed at the end.
+        return kubelet_config(self.c, os.path.join(self.d, "kubelet-config.json"),
+                              self.sock, os.path.join(self.d, "pod-logs"),
+                              cgroupsPerQOS=True, cgroupRoot=self.cgroup)
 
     def start_kubelet(self):
         kc = self.certs()
@@ -442,11 +414,7 @@ class Node:
         return self
 
     def alive(self):
-        for p in self.procs:
-            if not p.alive():
-                fail("%s exited (%s); its log ends:\n%s" % (p.name, p.p.returncode,
-                                                           p.tail()))
-        return True
+        return check_procs(self.procs)
 
     def runc_list(self):
         r = subprocess.run([self.runc, "--root", os.path.join(self.runc_root, K8S_NS),
@@ -499,36 +467,14 @@ class Node:
             return []
 
 
-def node_obj(c):
-    try:
-        return c.admin.get("/api/v1/nodes/" + NODE)
-    except ApiError as e:
-        if e.code == 404:
-            return None
-        raise
-
-
-def ready(obj):
-    for cond in obj.get("status", {}).get("conditions", []):
-        if cond["type"] == "Ready":
-            return cond["status"] == "True"
-    return False
-
-
 def run(c, n):
     n.start()
-    no = wait_for("kubelet to register Node %s and report it Ready" % NODE,
-                  lambda: n.alive() and (lambda o: o if o and ready(o) else None)(
-                      node_obj(c)), 180)
+    no = wait_node_ready(c, NODE, n.alive, 180)
     info = no["status"]["nodeInfo"]
     if not info["containerRuntimeVersion"].startswith("containerd://"):
         fail("Node %s runtime %r, not containerd" % (NODE, info["containerRuntimeVersion"]))
     log("Node %s Ready: kubelet %s, runtime %s" % (
         NODE, info["kubeletVersion"], info["containerRuntimeVersion"]))
-    if no["spec"].get("taints"):
-        # TaintNodesByCondition's not-ready taint; the node lifecycle
-        # controller that lifts it does not run (cluster.py).
-        c.admin.merge_patch("/api/v1/nodes/" + NODE, {"spec": {"taints": None}})
 
     c.namespace(NS)
     out = os.path.join(n.d, "out")
@@ -549,17 +495,7 @@ def run(c, n):
                                                           "type": "Directory"}}]}})
     path = "/api/v1/namespaces/%s/pods/%s" % (NS, name)
 
-    def running():
-        n.alive()
-        o = c.admin.get(path)
-        return o if o["status"].get("phase") == "Running" and ready(o) else None
-    try:
-        o = wait_for("pod %s Running and Ready" % name, running, 120)
-    except Failure:
-        o = c.admin.get(path)
-        fail("pod %s: phase %s, conditions %s, container statuses %s" % (
-            name, o["status"].get("phase"), o["status"].get("conditions"),
-            o["status"].get("containerStatuses")))
+    o = wait_pod_running(c, path, n.alive)
     ip = o["status"].get("podIP", "")
     if not ip.startswith("10.250.%d." % n.subnet):
         fail("pod %s IP %r, not from the bridge's subnet 10.250.%d.0/24" %
@@ -608,18 +544,7 @@ def run(c, n):
         fail("http://%s:8080/ served %r" % (ip, body))
     log("http://%s:8080/ through bridge %s: %r" % (ip, n.bridge, body))
 
-    d = c.admin.delete(path, gracePeriodSeconds=5)
-    if not d.get("metadata", {}).get("deletionTimestamp"):
-        fail("DELETE %s was not graceful: %s" % (name, d.get("metadata")))
-
-    def gone():
-        n.alive()
-        try:
-            c.admin.get(path)
-        except ApiError as e:
-            return e.code == 404
-        return False
-    wait_for("kubelet to finish deleting %s" % name, gone, 90)
+    delete_through_kubelet(c, path, n.alive, 5)
     left = [x for x in n.runc_list() if x["id"] == cid]
     if left:
         fail("runc still lists %s after the pod's deletion: %s" % (cid, left))
@@ -652,14 +577,7 @@ def bench_start(c, n, count):
                 "phase") == "Running", 60, interval=0.02)
             times[kind].append(time.monotonic() - t0)
             c.admin.delete(path, gracePeriodSeconds=0)
-
-            def gone():
-                try:
-                    c.admin.get(path)
-                except ApiError as e:
-                    return e.code == 404
-                return False
-            wait_for("%s gone" % name, gone, 60)
+            wait_for("%s gone" % name, lambda: pod_gone(c, path), 60)
     for kind, ts in times.items():
         ts.sort()
         p = lambda q: ts[min(len(ts) - 1, int(q * len(ts)))]  # noqa: E731
@@ -750,7 +668,7 @@ def run_agent(c, n, interposer):
 
     def capacity():
         n.alive()
-        st = node_obj(c)["status"]
+        st = node_obj(c, NODE)["status"]
         return st.get("capacity", {}).get(RESOURCE) == want and \
             st.get("allocatable", {}).get(RESOURCE) == want
     try:
@@ -760,7 +678,7 @@ def run_agent(c, n, interposer):
         o = c.admin.get(path)
         fail("pod %s: phase %s, container statuses %s; Node capacity %s" % (
             name, o["status"].get("phase"), o["status"].get("containerStatuses"),
-            node_obj(c)["status"].get("capacity")))
+            node_obj(c, NODE)["status"].get("capacity")))
     o = c.admin.get(path)
     cid = o["status"]["containerStatuses"][0]["containerID"][len("containerd://"):]
     runs = {x["id"]: x for x in n.runc_list()}
@@ -803,17 +721,7 @@ def run_share(c, n, interposer):
     c.admin.create("/api/v1/namespaces/%s/pods" % NS, obj)
     path = "/api/v1/namespaces/%s/pods/%s" % (NS, name)
 
-    def running():
-        n.alive()
-        o = c.admin.get(path)
-        return o if o["status"].get("phase") == "Running" else None
-    try:
-        o = wait_for("share pod %s Running" % name, running, 90)
-    except Failure:
-        o = c.admin.get(path)
-        fail("pod %s: phase %s, node %r, statuses %s, conditions %s" % (
-            name, o["status"].get("phase"), o["spec"].get("nodeName"),
-            o["status"].get("containerStatuses"), o["status"].get("conditions")))
+    o = wait_pod_running(c, path, n.alive, 90, and_ready=False)
     grant = json.loads(o["metadata"]["annotations"][GRANT])
     uuids = [g["uuid"] for g in grant["containers"][0]["gpus"]]
     clog = os.path.join(n.d, "pod-logs", "%s_%s_%s" % (NS, name, o["metadata"]["uid"]),

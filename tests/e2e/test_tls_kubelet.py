@@ -5,7 +5,7 @@ label e2e; issue 29 §3).
 Usage: test_tls_kubelet.py K8S_BIN GPUFRAC [--keep]
 
 The control plane of cluster.py and a real kubelet with the fake CRI
-runtime (test_kubelet.py's, in its own mount namespace; needs root).  The
+runtime (kubelet_node.py's, in its own mount namespace; needs root).  The
 Secret gpufrac-scheduler-tls is made with kubectl as docs/scheduler.md
 says; a pod is made from the extender Deployment's pod template in
 deploy/scheduler.yaml with its TLS lines uncommented as its comments say
@@ -30,9 +30,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Failure, Cluster, e2e_args, free_port, log, run_once, wait_for  # noqa: E402
+from cluster import Failure, free_port, log, wait_for  # noqa: E402
+from kubelet_node import NODE, kubelet_main, wait_node_ready  # noqa: E402
 from test_k8s import E2E  # noqa: E402
-from test_kubelet import NODE, Kubelet, node_obj, ready  # noqa: E402
 import test_tls_secret as ts  # noqa: E402
 
 NSYS = "gpufrac-system"
@@ -52,11 +52,7 @@ def run(c, kl):
     t = E2E(c)
     t.apply_deploy()
     kl.start()
-    n = wait_for("kubelet to register Node %s and report it Ready" % NODE,
-                 lambda: kl.alive() and (lambda o: o if o and ready(o) else None)(
-                     node_obj(c)), 120)
-    if n["spec"].get("taints"):
-        c.admin.merge_patch("/api/v1/nodes/" + NODE, {"spec": {"taints": None}})
+    wait_node_ready(c, NODE, kl.alive)
 
     certs = c.path("extender-tls")
     os.makedirs(certs)
@@ -77,11 +73,8 @@ def run(c, kl):
 
     def created():
         kl.alive()
-        for r in kl.created():
-            if r["sandboxConfig"]["metadata"]["name"] == POD and \
-                    r["config"]["metadata"]["name"] == "extender":
-                return r["config"]
-        return None
+        mine = kl.created_for(POD, "extender")
+        return mine[0]["config"] if mine else None
     ctr = wait_for("kubelet to mount the Secret and create the extender's "
                    "container", created, 120)
     sc = ctr.get("linux", {}).get("securityContext", {})
@@ -169,26 +162,7 @@ def serve(c, argv, certs, port, uid):
 
 
 def main():
-    a = e2e_args(__doc__, 2)
-    if not a:
-        return 2
-    (k8s_bin, gpufrac), keep = a
-    state = {}
-
-    def body(c):
-        kl = state["kl"] = Kubelet(c)
-        c.start()
-        try:
-            run(c, kl)
-        finally:
-            kl.stop()
-
-    def tails(c):
-        kl = state.get("kl")
-        for p in c.extra + (kl.procs if kl else []):
-            log("%s log ends:\n%s" % (p.name, p.tail(20)))
-    return run_once("e2e TLS through kubelet", lambda: Cluster(k8s_bin, gpufrac, keep),
-                    body, tails)
+    return kubelet_main(__doc__, "e2e TLS through kubelet", run)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../shim/probe_util.h" /* CHECK, as the interposer's probes report */
+
 typedef int cudaError_t;
 typedef struct CUlib_st *cudaLibrary_t;
 typedef struct CUkern_st *cudaKernel_t;
@@ -83,19 +85,6 @@ cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *cfg,
                                      const void *func, void **args);
 
 #define MIB (1024ull * 1024)
-static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (cond) {                                                                \
-      printf("ok   ");                                                         \
-    } else {                                                                   \
-      printf("FAIL ");                                                         \
-      failures++;                                                              \
-    }                                                                          \
-    printf(__VA_ARGS__);                                                       \
-    printf("\n");                                                              \
-    fflush(stdout);                                                            \
-  } while (0)
 
 static size_t mem_total(void) {
   size_t f = 0, t = 0;

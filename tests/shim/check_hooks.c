@@ -24,22 +24,10 @@
 #include "cuda_api.h"
 #include "gpufrac/region.h"
 #include "pass_through.h"
+#include "probe_util.h"
 
 #define MIB (1024ull * 1024)
 #define PTDS CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (cond) {                                                                \
-      printf("ok   ");                                                         \
-    } else {                                                                   \
-      printf("FAIL ");                                                         \
-      failures++;                                                              \
-    }                                                                          \
-    printf(__VA_ARGS__);                                                       \
-    printf("\n");                                                              \
-  } while (0)
 
 typedef gf_cu_result (*gpa1_fn)(const char *, void **, int, cuuint64_t);
 typedef gf_cu_result (*gpa2_fn)(const char *, void **, int, cuuint64_t,
@@ -50,11 +38,7 @@ static gpa1_fn gpa1, fake_gpa; /* the interposer's, the fake's own */
 static gpa2_fn gpa2;
 
 static void open_driver(void) {
-  drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (!drv) {
-    fprintf(stderr, "dlopen libcuda.so.1: %s\n", dlerror());
-    exit(2);
-  }
+  drv = probe_open_driver(RTLD_NOW | RTLD_GLOBAL);
   *(void **)&gpa1 = dlsym(drv, "cuGetProcAddress");
   *(void **)&gpa2 = dlsym(drv, "cuGetProcAddress_v2");
   *(void **)&fake_gpa = dlsym(drv, "fake_cuda_proc");
@@ -413,14 +397,7 @@ static int run_preload(long limit_mib) {
   CUdeviceptr p;
   for (int i = 0; i < 4096 && alloc(&p, 64 * MIB) == CUDA_SUCCESS; i++)
     got += 64 * MIB;
-  uint64_t peak = 0;
-  const char *shared = getenv("FAKE_CUDA_SHARED");
-  FILE *f = shared ? fopen(shared, "rb") : NULL;
-  uint64_t w[2] = {0, 0};
-  if (f && fread(w, sizeof(w), 1, f) == 1)
-    peak = w[1];
-  if (f)
-    fclose(f);
+  uint64_t peak = probe_device_peak();
   uint64_t lim = (uint64_t)limit_mib * MIB;
   CHECK(got == lim && peak == lim,
         "allocations through the first cuMemAlloc_v2 (%s) stop at the limit: "
@@ -483,14 +460,7 @@ static int run_legacy(long limit_mib) {
   unsigned int p, pitch;
   for (int i = 0; i < 16 && pf && pf(&p, &pitch, 1u << 20, 256, 0) == 0; i++)
     got += 256;
-  uint64_t peak = 0;
-  const char *shared = getenv("FAKE_CUDA_SHARED");
-  FILE *f = shared ? fopen(shared, "rb") : NULL;
-  uint64_t w[2] = {0, 0};
-  if (f && fread(w, sizeof(w), 1, f) == 1)
-    peak = w[1];
-  if (f)
-    fclose(f);
+  uint64_t peak = probe_device_peak();
   CHECK(got <= (uint64_t)limit_mib && peak <= (uint64_t)limit_mib * MIB,
         "the pre-3.2 allocators stay within %ld MiB: %llu MiB allocated, the "
         "device's peak %llu MiB",

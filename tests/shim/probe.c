@@ -32,6 +32,7 @@
 
 #include "cuda_api.h"
 #include "gpufrac/region.h"
+#include "probe_util.h"
 
 #define MIB (1024ull * 1024)
 
@@ -81,19 +82,6 @@ gf_cu_result cuDeviceGetMemPool(CUmemoryPool *pl, CUdevice d);
 gf_cu_result cuMemPoolCreate(CUmemoryPool *pl, const void *props);
 #endif
 
-static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (cond) {                                                                \
-      printf("ok   ");                                                         \
-    } else {                                                                   \
-      printf("FAIL ");                                                         \
-      failures++;                                                              \
-    }                                                                          \
-    printf(__VA_ARGS__);                                                       \
-    printf("\n");                                                              \
-  } while (0)
-
 #ifdef PROBE_LINKED
 static void load(const char *how) {
   (void)how;
@@ -130,11 +118,7 @@ static void load(const char *how) {
 }
 #else
 static void load(const char *how) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW);
-  if (!h) {
-    fprintf(stderr, "dlopen: %s\n", dlerror());
-    exit(2);
-  }
+  void *h = probe_open_driver(RTLD_NOW);
   if (strcmp(how, "procaddr") == 0) {
     gf_cu_result (*gpa)(const char *, void **, int, cuuint64_t,
                         CUdriverProcAddressQueryResult *);
@@ -518,15 +502,8 @@ static void stress(int procs, int threads, int seconds, const char *path) {
   /* The device's own count (the fake driver's, one atomic counter shared
    * by all processes) is the truth; the region sampled slot by slot can be
    * torn and is only reported. */
-  uint64_t dev_peak = 0;
-  const char *shared = getenv("FAKE_CUDA_SHARED");
-  FILE *fp = shared ? fopen(shared, "r") : NULL;
-  uint64_t words[2] = {0, 0};
-  if (fp && fread(words, sizeof(words), 1, fp) == 1)
-    dev_peak = words[1];
-  if (fp)
-    fclose(fp);
-  CHECK(shared && dev_peak > 0 && dev_peak <= L,
+  uint64_t dev_peak = probe_device_peak();
+  CHECK(getenv("FAKE_CUDA_SHARED") && dev_peak > 0 && dev_peak <= L,
         "device memory in use never above the limit (peak %llu of %llu; "
         "region samples peaked at %llu over %d samples)",
         (unsigned long long)dev_peak, (unsigned long long)L,
@@ -650,18 +627,6 @@ static void lookups(const char *path) {
   F.free_(p);
 }
 
-/* The fake device's own peak usage (FAKE_CUDA_SHARED), 0 if unknown. */
-static uint64_t device_peak(void) {
-  uint64_t words[2] = {0, 0};
-  const char *shared = getenv("FAKE_CUDA_SHARED");
-  FILE *fp = shared ? fopen(shared, "r") : NULL;
-  if (fp && fread(words, sizeof(words), 1, fp) != 1)
-    words[1] = 0;
-  if (fp)
-    fclose(fp);
-  return words[1];
-}
-
 /* A stream-ordered free gives its charge back when the stream reaches
  * it, not when it is queued (FAKE_CUDA_STREAMS=1: the fake driver does
  * queued frees at a synchronisation; fake_cuda_queued counts what waits).
@@ -689,10 +654,10 @@ static void freeasync(void) {
         (size_t)(used_now(L) / MIB));
   if (F.alloc(&q, 768 * MIB) == CUDA_SUCCESS)
     F.free_(q);
-  CHECK(device_peak() <= L,
+  CHECK(probe_device_peak() <= L,
         "another 768Mi: the device's true usage stays within the limit "
         "(peak %zu MiB)",
-        (size_t)(device_peak() / MIB));
+        (size_t)(probe_device_peak() / MIB));
   sync(s);
   CHECK(waiting() == 0 && used_now(L) == 0,
         "given back once the stream passed the free (%zu MiB)",
@@ -836,7 +801,7 @@ static void ctxtrue(void) {
   int n = 0;
   while (n < 64 && F.alloc(&p[n], 64 * MIB) == CUDA_SUCCESS)
     n++;
-  uint64_t peak = device_peak();
+  uint64_t peak = probe_device_peak();
   CHECK(peak > 0 && peak <= L,
         "true device usage peaked at %llu MiB of %zu (%d x 64 MiB "
         "allocated)",
@@ -1136,7 +1101,7 @@ static void capacity(const char *path, uint64_t cap, uint64_t rate,
  * checked against the model computed here from the same driver's
  * attributes (sum of SMs x blocks per SM x 250), at pct percent. */
 static void capacity_device(const char *path, unsigned pct) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW);
+  void *h = probe_open_driver(RTLD_NOW);
   gf_cu_result (*count)(int *);
   gf_cu_result (*attr)(int *, CUdevice_attribute, CUdevice);
   *(void **)&count = dlsym(h, "cuDeviceGetCount");

@@ -26,22 +26,9 @@
 
 #include "cuda_api.h"
 #include "gpufrac/region.h"
+#include "probe_util.h"
 
 #define MIB (1024ull * 1024)
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (cond) {                                                                \
-      printf("ok   ");                                                         \
-    } else {                                                                   \
-      printf("FAIL ");                                                         \
-      failures++;                                                              \
-    }                                                                          \
-    printf(__VA_ARGS__);                                                       \
-    printf("\n");                                                              \
-    fflush(stdout);                                                            \
-  } while (0)
 
 static void *cuda, *nvmlh;
 
@@ -73,11 +60,7 @@ static gf_cu_result (*cu_set_current)(CUcontext);
 static gf_cu_result (*cu_retain)(CUcontext *, CUdevice);
 
 static void load(void) {
-  cuda = dlopen("libcuda.so.1", RTLD_NOW);
-  if (!cuda) {
-    fprintf(stderr, "dlopen: %s\n", dlerror());
-    exit(2);
-  }
+  cuda = probe_open_driver(RTLD_NOW);
   *(void **)&cu_init = sym("cuInit");
   *(void **)&cu_alloc = sym("cuMemAlloc_v2");
   *(void **)&cu_free = sym("cuMemFree_v2");
