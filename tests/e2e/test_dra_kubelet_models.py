@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import Cluster, Failure, e2e_args, log, run_once, wait_for  # noqa: E402
-from test_kubelet import NODE, node_obj, ready  # noqa: E402
+from kubelet_node import NODE, node_obj, ready  # noqa: E402
 import test_dra  # noqa: E402
 from test_dra import DRA, GATES, NS, RES, pod  # noqa: E402
 from test_dra_kubelet import Agent, DRAKubelet, Test as KTest  # noqa: E402

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import (Cluster, Failure, e2e_args, free_port, log, run_once,  # noqa: E402
                      wait_for)
 from test_k8s import E2E, GRANT, NS, SLOTS, Extender  # noqa: E402
-from test_kubelet import NODE, Kubelet, node_obj, ready  # noqa: E402
+from kubelet_node import NODE, Kubelet, node_obj, ready  # noqa: E402
 from test_model_admission import make_model  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
