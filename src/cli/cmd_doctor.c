@@ -257,7 +257,7 @@ static void agent_node(doctor *dr, agent_scan *a, const json_t *ds,
                "but publishes nothing)",
                node, GF_INVENTORY_ANNOTATION);
     } else if (!dra && gf_inventory_parse(inv, strlen(inv), &parsed, &d)) {
-      snprintf(why, sizeof(why), "node %s: %s", node, d.msg);
+      snprintf(why, sizeof(why), "node %s: %.400s", node, d.msg);
     }
     if (*why)
       snprintf(a->fix, sizeof(a->fix),

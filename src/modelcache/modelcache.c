@@ -1077,8 +1077,6 @@ static int take_lock(gf_node_cache *c, const char *owner, gf_diag *d) {
   return 0;
 }
 
-/* Read-only open: the state file's models whose manifest is there, sizes
- * from it; nothing removed, nothing written. */
 /* Read-only: the fetches under way (or stopped with their parts) as
  * tmp/<hex> shows them, with the bytes on disk so far. */
 static void scan_read_only_tmp(gf_node_cache *c) {
@@ -1093,10 +1091,11 @@ static void scan_read_only_tmp(gf_node_cache *c) {
       continue;
     char dir[4096 + 80], nf[4096 + 80], nm[GF_NODE_CACHE_NAME_MAX] = "?";
     gf_node_cache_manifest m;
-    snprintf(dir, sizeof(dir), "%s/%s", tdir, de->d_name);
+    /* the name is 64 hex digits (checked above) */
+    snprintf(dir, sizeof(dir), "%s/%.64s", tdir, de->d_name);
     if (read_manifest(dir, &m, NULL) != 0)
       continue;
-    snprintf(nf, sizeof(nf), "%s/%s/name", tdir, de->d_name);
+    snprintf(nf, sizeof(nf), "%s/%.64s/name", tdir, de->d_name);
     FILE *f = fopen(nf, "re");
     if (f) {
       size_t k = fread(nm, 1, sizeof(nm) - 1, f);

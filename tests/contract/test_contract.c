@@ -196,7 +196,7 @@ static void test_node_inventory_golden(void **st) {
   assert_int_equal(gf_node_inventory_json(&g, &text, &d), 0);
   const char *units = strstr(node_inventory_golden, ",{\"index\":4,");
   assert_non_null(units);
-  char want[sizeof(node_inventory_golden)];
+  char want[sizeof(node_inventory_golden) + 64];
   snprintf(want, sizeof(want), "%.*s],\"mig_units_not_offered\":2}",
            (int)(units - node_inventory_golden), node_inventory_golden);
   assert_string_equal(text, want);
