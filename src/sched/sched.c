@@ -180,7 +180,8 @@ void gf_sched_set_watched(gf_sched *s, bool watched) {
  * it can, GF__FIT_NOT_NOW when it cannot now, GF__FIT_NEVER when it never
  * can (unresolvable). */
 static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
-                       const gf_request *r, char *why, size_t cap) {
+                       const gf_request *r, uint32_t slots, char *why,
+                       size_t cap) {
   char a[32], b[32];
   if (r->gpu_count == 0)
     return GF__FIT; /* kube-scheduler's to judge: CPU and memory */
@@ -202,7 +203,11 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
    * passes" (and is cheap: the node's free-share index rules most nodes in
    * or out without looking at each GPU); the reasons are only worked out
    * for nodes that fail. */
-  if (nr->has_inv && gf_node_fits(n, r))
+  /* The device plugin's slots (allocatable gpufrac.io/gpu), as
+   * kube-scheduler counts them: one per gpufrac.io/gpu a pod asks. */
+  bool slots_ok = !slots || nr->dp_slots < 0 ||
+                  nr->dp_used + (int64_t)slots <= nr->dp_slots;
+  if (nr->has_inv && slots_ok && gf_node_fits(n, r))
     return GF__FIT;
   if (nr->inv_error) {
     snprintf(why, cap,
@@ -220,6 +225,24 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
   if (r->gpu_count > n->ngpus) {
     snprintf(why, cap, "needs %u GPUs, node has %u", r->gpu_count, n->ngpus);
     return GF__FIT_NEVER;
+  }
+  if (!slots_ok && (int64_t)slots > nr->dp_slots) {
+    snprintf(why, cap,
+             "%s: the pod asks for %u and node %s has %" PRId64
+             " (the node agent's device-plugin slots): raise slots in its "
+             "node config (docs/node.md)",
+             GF_RES_GPU, slots, nr->name, nr->dp_slots);
+    return GF__FIT_NEVER;
+  }
+  if (!slots_ok && gf_node_fits(n, r)) {
+    snprintf(why, cap,
+             "%s: %" PRId64 " of the %" PRId64
+             " device-plugin slots of node %s are held, while its GPUs have "
+             "room for this pod: the slots bind before memory and compute; "
+             "raise slots in the node agent's config, or set it to auto "
+             "(docs/node.md)",
+             GF_RES_GPU, nr->dp_used, nr->dp_slots, nr->name);
+    return GF__FIT_NOT_NOW;
   }
   if (r->model_mask && !(r->model_mask & n->model_mask)) {
     char have[384] = "";
@@ -655,7 +678,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
         const gf_node *gn = gf_cluster_node(s->c, (uint32_t)ni);
         if (hold->n && gf__holds_apply(s, hold, (uint32_t)ni, name, hcopy))
           gn = hcopy;
-        kind = why_not(s, &s->nodes[ni], gn, &r, why, sizeof(why));
+        kind = why_not(s, &s->nodes[ni], gn, &r, p->dp_slots, why, sizeof(why));
       }
     }
     if (kind)
@@ -963,7 +986,9 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   if (v.kind)
     return gf_diag_set(d, GF_ENOFIT, "pod %s/%s: %s", b->pod_ns, b->pod_name,
                        v.why);
-  if (r.gpu_count && why_not(s, nr, n, &r, why, sizeof(why)))
+  /* slots 0: kube-scheduler checked them before it chose the node, and its
+   * count is the one kubelet keeps (the extender's is for the reasons) */
+  if (r.gpu_count && why_not(s, nr, n, &r, 0, why, sizeof(why)))
     return gf_diag_set(d, GF_ENOFIT, "pod %s/%s on %s: %s", b->pod_ns,
                        b->pod_name, b->node, why);
   gf_placement pick = {0, 0, {0}};
@@ -989,6 +1014,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   for (uint32_t k = 0; k < pick.ngpus; k++)
     p->gpu_index[k] = (uint8_t)nr->inv.gpus[pick.gpus[k]].index;
   p->state = P_BINDING;
+  p->dp_slots = (uint8_t)pp->dp_slots;
   p->bind_seq = *seq = ++s->bind_seq;
   p->priority = pp->priority;
   if ((rc = gf__book(s, p))) {

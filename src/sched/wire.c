@@ -404,6 +404,9 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
   if ((accept & GF__ACCEPT_HAMI) && (kai || any_gpu(&gpu)) &&
       (rc = gf__hami_models(ann, out->models, sizeof(out->models), d)))
     return rc;
+  /* the device plugin's slots the pod holds (gpufrac.io/gpu, at most
+   * GF_MAX_GPUS_PER_NODE: read_amounts checked it) */
+  out->dp_slots = (uint32_t)gpu.gpu;
   if (kai)
     return kai_container(spec, ann, &gpu, ngpu_containers, out, d);
   if (gpu.hami.any) {
@@ -481,6 +484,7 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
    * kube-scheduler's own NodeResourcesFit checks CPU and memory anyway. */
   out->cpu_milli = INT64_MAX / 4;
   out->mem_bytes = INT64_MAX / 4;
+  out->dp_slots = -1;
   const json_t *st = gf__json_get(node, "status");
   const json_t *alloc =
       json_is_object(st) ? gf__json_get(st, "allocatable") : NULL;
@@ -497,6 +501,11 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
       return rc;
     if (f)
       out->mem_bytes = v;
+    /* kubelet writes it from the device plugin's slots; one that cannot be
+     * read leaves the slots unmodelled (kube-scheduler counts them) */
+    gf_diag sd = {""};
+    if (read_res(alloc, GF_RES_GPU, GF_QTY_UNIT, &f, &v, where, &sd) == 0 && f)
+      out->dp_slots = v;
   }
   const json_t *ann = gf__json_get(meta, "annotations");
   const json_t *inv = json_is_object(ann)
@@ -1064,7 +1073,8 @@ json_t *gf_sched_node_slim(const json_t *node) {
     json_t *al = json_object();
     if (!al || json_object_set_new(s, "allocatable", al))
       goto fail;
-    for (size_t i = 0; i < 2; i++) { /* exact names, as read_res reads */
+    for (size_t i = 0; i < 3; i++) { /* cpu, memory and gpufrac.io/gpu,
+                                        exact names, as read_res reads */
       const json_t *v = json_object_get(alloc, slim_res[i]);
       if (v && json_object_set_new(al, slim_res[i], json_deep_copy(v)))
         goto fail;
