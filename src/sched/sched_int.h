@@ -39,6 +39,7 @@ typedef struct gf__pod {
   bool weights_bad;                 /* present but malformed: ignored */
   gf_request req;      /* model_mask 0 and weights 0: resolved per cluster */
   int32_t compute_pct; /* gpu-compute as asked; 0 = not asked */
+  unsigned words;      /* the words it asked in: GF_PODREQ_W_* */
   uint32_t dp_slots;   /* gpufrac.io/gpu the GPU container asks: the device
                           plugin's slots kube-scheduler counts against the
                           node's allocatable (0: none asked) */

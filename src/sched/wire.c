@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "gpufrac/error.h"
+#include "gpufrac/podreq.h"
 #include "gpufrac/quantity.h"
 #include "guard.h"
 #include "sched_int.h"
@@ -23,6 +24,7 @@ typedef struct amounts {
   int64_t gpu_mem;     /* gpufrac.io/gpu-memory, bytes */
   int64_t gpu_compute; /* gpufrac.io/gpu-compute, percent */
   gf__hami_ask hami;   /* HAMi's names, when accepted (compat.c) */
+  unsigned words;      /* GF_PODREQ_W_* (gpufrac/podreq.h) */
 } amounts;
 
 static bool any_gpu(const amounts *a) {
@@ -135,8 +137,14 @@ static int read_amounts(const json_t *container, amounts *a, char *name,
     return gf_diag_set(d, GF_ERANGE,
                        "%s: %s %" PRId64 ": a percent of one GPU, 1..100",
                        where, GF_RES_GPU_COMPUTE, a->gpu_compute);
+  if (a->gpu || a->gpu_mem || a->gpu_compute)
+    a->words |= GF_PODREQ_W_GPUFRAC;
   if ((accept & GF__ACCEPT_HAMI) && (rc = read_hami(r, &a->hami, where, d)))
     return rc;
+  if (a->hami.has_mem || a->hami.has_pct || a->hami.has_cores)
+    a->words |= GF_PODREQ_W_HAMI;
+  if (a->hami.has_gpu)
+    a->words |= GF_PODREQ_W_NVGPU;
   if (a->hami.any && (a->gpu_mem || a->gpu_compute))
     return gf_diag_set(d, GF_EINVAL,
                        "%s: asks for a part of a GPU in both gpufrac.io and "
@@ -330,6 +338,7 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
       return rc;
     sum.cpu = sat_add(sum.cpu, a.cpu);
     sum.mem = sat_add(sum.mem, a.mem);
+    out->words |= a.words;
     if (any_gpu(&a)) {
       if (++ngpu_containers > 1)
         return gf_diag_set(d, GF_EINVAL,
@@ -400,6 +409,8 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
   bool kai = false;
   if ((accept & GF__ACCEPT_KAI) && (rc = gf__kai_request(ann, r, &kai, d)))
     return rc;
+  if (kai)
+    out->words |= GF_PODREQ_W_KAI;
   /* HAMi's model annotations, for a pod asking for GPUs in any names */
   if ((accept & GF__ACCEPT_HAMI) && (kai || any_gpu(&gpu)) &&
       (rc = gf__hami_models(ann, out->models, sizeof(out->models), d)))
