@@ -45,6 +45,32 @@ void gf__effective(const gf_sched *s, gf_request *r) {
     r->gpu_milli = GF_GPU_MILLI;
 }
 
+bool gf__compute_only(const gf_request *r) {
+  return r->gpu_count == 1 && r->gpu_milli > 0 && r->gpu_milli < GF_GPU_MILLI &&
+         r->gpu_mem_bytes == 0;
+}
+
+void gf__part_of_memory(const gf_node *n, gf_request *r) {
+  if (!gf__compute_only(r))
+    return;
+  int64_t least = 0;
+  for (uint32_t g = 0; g < n->ngpus; g++) {
+    const gf_gpu *x = &n->gpus[g];
+    if (x->whole_only || x->mem_bytes <= 0 ||
+        (r->model_mask && !(r->model_mask & (1ull << x->model))))
+      continue;
+    if (!least || x->mem_bytes < least)
+      least = x->mem_bytes;
+  }
+  if (!least)
+    return;
+  /* floor(least * milli / 1000) without overflow; at least a byte, since
+   * 0 would mean no limit again */
+  int64_t m = least / GF_GPU_MILLI * r->gpu_milli +
+              least % GF_GPU_MILLI * r->gpu_milli / GF_GPU_MILLI;
+  r->gpu_mem_bytes = m > 0 ? m : 1;
+}
+
 int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
   const char *policy = cfg && cfg->policy ? cfg->policy : GF_DEFAULT_POLICY;
   if (gf_policy_find(policy) < 0)
@@ -184,7 +210,11 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
                        size_t cap) {
   char a[32], b[32];
   if (r->gpu_count == 0)
-    return GF__FIT; /* kube-scheduler's to judge: CPU and memory */
+    return GF__FIT;   /* kube-scheduler's to judge: CPU and memory */
+  gf_request rn = *r; /* a compute-only share's memory on this node */
+  bool compute_only = gf__compute_only(r);
+  gf__part_of_memory(n, &rn);
+  r = &rn;
   /* A node on its way out takes no new GPU pods, even one whose
    * tolerations would let kube-scheduler place it there: the pod would be
    * evicted again as soon as its weights are loaded.  It may come back
@@ -359,7 +389,19 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
              r->gpu_count > 1 ? "s" : "", fit);
     return GF__FIT_NOT_NOW;
   }
-  if (r->gpu_mem_bytes && max_mem < r->gpu_mem_bytes) {
+  if (compute_only && max_milli >= r->gpu_milli && max_mem < r->gpu_mem_bytes) {
+    gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
+    gf__fmt_bytes(max_mem, b, sizeof(b));
+    snprintf(why, cap,
+             "gpu-compute %d percent takes the same part of the GPU's memory "
+             "(%s; docs/scheduler.md, compute-only shares): largest free "
+             "memory on %s is %s",
+             r->gpu_milli / 10, a, nr->name, b);
+  } else if (compute_only && max_milli < r->gpu_milli) {
+    snprintf(why, cap,
+             "gpu-compute %d percent: largest free share on %s is %d percent",
+             r->gpu_milli / 10, nr->name, max_milli / 10);
+  } else if (r->gpu_mem_bytes && max_mem < r->gpu_mem_bytes) {
     gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
     gf__fmt_bytes(max_mem, b, sizeof(b));
     snprintf(why, cap, "gpu-memory %s: largest free share on %s is %s", a,
@@ -480,7 +522,9 @@ static int64_t score_node(gf_sched *s, uint32_t i, const gf_request *r,
                           gf_placement *pick) {
   int64_t sc = 0;
   pick->ngpus = 0;
-  if (!s->engine || gf_engine_score(s->engine, r, i, &sc, pick) != 0)
+  gf_request rn = *r; /* a compute-only share's memory on this node */
+  gf__part_of_memory(gf_cluster_node(s->c, i), &rn);
+  if (!s->engine || gf_engine_score(s->engine, &rn, i, &sc, pick) != 0)
     pick->ngpus = 0;
   return sc;
 }
@@ -982,6 +1026,8 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   resolve(s, &pod, &r, &v);
   const nrec *nr = &s->nodes[ni];
   const gf_node *n = gf_cluster_node(s->c, (uint32_t)ni);
+  /* what the grant gives and the model books (docs/scheduler.md) */
+  gf__part_of_memory(n, &r);
   char why[GF_DIAG_MAX];
   if (v.kind)
     return gf_diag_set(d, GF_ENOFIT, "pod %s/%s: %s", b->pod_ns, b->pod_name,

@@ -510,7 +510,7 @@ int gf_sched_node_delete(gf_sched *s, const char *name) {
 
 /* The GPUs a grant gives the pod's GPU container, as nvidia indices. */
 static int grant_gpus(const gf__pod *p, const gf_grant *g, uint8_t *idx,
-                      uint8_t *n, gf_diag *d) {
+                      uint8_t *n, int64_t *mem, gf_diag *d) {
   const gf_grant_container *gc = NULL;
   for (uint32_t i = 0; i < g->ncontainers && !gc; i++)
     if (g->containers[i].ngpus &&
@@ -527,6 +527,7 @@ static int grant_gpus(const gf__pod *p, const gf_grant *g, uint8_t *idx,
   for (uint32_t k = 0; k < gc->ngpus; k++)
     idx[k] = (uint8_t)gc->gpus[k].index;
   *n = (uint8_t)gc->ngpus;
+  *mem = gc->ngpus ? gc->gpus[0].mem_bytes : 0;
   return 0;
 }
 
@@ -566,8 +567,14 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
       grc = gf_diag_set(d, GF_ESTATE,
                         "pod %s/%s: grant names node %s but the pod is on %s",
                         p->ns, p->name, g->node, p->node);
+    int64_t gmem = 0;
     if (grc == 0)
-      grc = grant_gpus(p, g, idx, &ngpus, d);
+      grc = grant_gpus(p, g, idx, &ngpus, &gmem, d);
+    /* a compute-only share books the memory its grant gives it (the part
+     * of the GPU's memory, gf__part_of_memory; a grant written before
+     * that rule gives none: no limit, booked as such) */
+    if (grc == 0 && gf__compute_only(&req) && gmem > 0)
+      req.gpu_mem_bytes = gmem;
     gf__free(g);
     if (grc) { /* keep what we can: the pod's CPU and memory */
       req.gpu_count = 0;

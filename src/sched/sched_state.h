@@ -205,6 +205,14 @@ typedef struct reply_buf {
 
 /* sched.c */
 void gf__effective(const gf_sched *s, gf_request *r);
+/* A compute-only share (part of one GPU's compute, no memory asked) gets
+ * the same part of the GPU's memory: of the smallest GPU of n that could
+ * take it, so it never holds more than its part of any.  What the grant
+ * gives (the interposer enforces) and the model books, so memory shares
+ * on the GPU are not undercut (docs/scheduler.md, "Compute-only shares").
+ * Other requests are left as they are. */
+bool gf__compute_only(const gf_request *r);
+void gf__part_of_memory(const gf_node *n, gf_request *r);
 void gf__policy_drop(gf_sched *s);
 void gf__prec_free(prec *p);
 

@@ -256,8 +256,10 @@ class PluginTest(E2E):
             fail("hami-t4 (T4 only, 4096 MiB, 20%% cores) bound to %s with %s" %
                  (got["hami-t4"]["spec"]["nodeName"], g))
         g = grants[NS + "/kai-quarter"]["containers"][0]["gpus"][0]
-        if got["kai-quarter"]["spec"]["nodeName"] != "p1" or g["memory"] != 0 \
-                or g["compute"] != 25:
+        # a compute-only share gets the same part of the GPU's memory
+        # (docs/scheduler.md, "Compute-only shares"): a quarter of 80 GiB
+        if got["kai-quarter"]["spec"]["nodeName"] != "p1" or \
+                g["memory"] != 20 * GiB or g["compute"] != 25:
             fail("kai-quarter (a quarter of an A100) bound to %s with %s" %
                  (got["kai-quarter"]["spec"]["nodeName"], g))
         self.create(pinned)
@@ -274,8 +276,33 @@ class PluginTest(E2E):
         held = [g for g in top if NS + "/kai-quarter" in g["holders"]]
         if len(held) != 1 or held[0]["node"] != "p1":
             fail("top: kai-quarter's GPU: %s" % held)
+        # describe reads the request as the extender does (gpufrac/podreq.h)
+        r = self.plugin("describe", "pod", "hami-t4", "--context", "e2e")
+        if "Request:    a share of 1 GPU: 4Gi memory, 20.0 percent compute " \
+                "(HAMi's names)" not in r.stdout:
+            fail("describe hami-t4, its request:\n%s" % r.stdout)
         log("migrate: HAMi and KAI pods bound with their grants; a UUID pin "
             "refused:\n" + r.stdout)
+
+    def run_not_asked(self):
+        """kube-scheduler without gpufrac's extender (the scheduler step
+        forgotten, issue 30 item 8): a memory share pends on "Insufficient
+        gpufrac.io/gpu-memory", and why-pending says the extender was never
+        asked and where the configuration is."""
+        self.c.procs["kube-scheduler"].stop()
+        self.c.start_scheduler(extender=False)
+        self.create(pod("forgot", 1, "1Gi"))
+
+        def failed():
+            return any(e.startswith("FailedScheduling") and
+                       "gpufrac.io/gpu-memory" in e for e in self.events("forgot"))
+        wait_for("forgot's FailedScheduling event", failed, 60)
+        r = self.plugin("why-pending", "forgot", "--context", "e2e")
+        if "hint: the gpufrac extender was never asked" not in r.stdout or \
+                "docs/install.md" not in r.stdout:
+            fail("why-pending forgot:\n%s" % r.stdout)
+        log("why-pending, kube-scheduler without the extender:\n" + r.stdout)
+        self.delete_pod("forgot")
 
 
 def main():
@@ -289,6 +316,7 @@ def main():
         t.setup_plugin()
         t.run()
         t.run_migrate()
+        t.run_not_asked()
         c.check_alive()
         log("kubectl plugin: passed in %.1f s" % (time.monotonic() - t0))
     return e2e_main(__doc__, "e2e kubectl plugin", body)
