@@ -485,6 +485,40 @@ static int read_kai(const json_t *ann, const char *podw, double *frac,
   return 0;
 }
 
+/* A pod asking in gpufrac's, HAMi's or KAI's words (out->kind set): its
+ * GPUs and part of each, by the extender's own reading (gpufrac/podreq.h).
+ * A pod the extender would refuse counts as the whole GPUs it names,
+ * with a warning. */
+static int read_share(gf_plan *p, const json_t *item, const json_t *ctrs,
+                      const amounts *sum, const where *w, gf__ppod *out,
+                      gf_diag *d) {
+  gf_podreq pr;
+  gf_diag rd = {""};
+  int rc, prc = gf_podreq_read(item, GF_PODREQ_ACCEPT_ALL, &pr, &rd);
+  if (prc == GF_ENOMEM)
+    return gf_diag_set(d, prc, "%s: out of memory", w->s);
+  if (prc == 0 && pr.req.gpu_count) {
+    out->ngpus = pr.req.gpu_count;
+    out->frac = (double)pr.req.gpu_milli / GF_GPU_MILLI;
+    out->mem_mib = (double)pr.req.gpu_mem_bytes / 1048576.0;
+    return !out->ngpu_ctrs && pr.container[0] ? add_ctr(out, pr.container) : 0;
+  }
+  /* gpufrac's extender would not place it as it stands: counted as the
+   * whole GPUs it names (an upper bound), and said. */
+  int64_t n = sum->gf_gpu ? sum->gf_gpu : sum->gpu ? sum->gpu : 1;
+  out->ngpus = (uint32_t)(n > GF_MAX_GPUS_PER_NODE ? GF_MAX_GPUS_PER_NODE : n);
+  out->frac = 1;
+  gf__plan_warn(p,
+                "%s: gpufrac would not place it as it stands (%s): counted "
+                "as %u whole GPUs",
+                w->s, prc ? rd.msg : "no GPU asked", out->ngpus);
+  if (!out->ngpu_ctrs && out->kind == GF_PLAN_REQ_KAI &&
+      json_array_size(ctrs) &&
+      (rc = add_ctr(out, jstr(json_array_get(ctrs, 0), "name"))))
+    return rc;
+  return 0;
+}
+
 static int parse_pod(gf_plan *p, const json_t *item, const char *source,
                      gf__ppod *out, gf_diag *d) {
   memset(out, 0, sizeof(*out));
@@ -587,36 +621,8 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
     out->kind = kai_frac > 0 || kai_mem > 0 ? GF_PLAN_REQ_KAI
                 : sum.hami                  ? GF_PLAN_REQ_HAMI
                                             : GF_PLAN_REQ_GPUFRAC;
-    gf_podreq pr;
-    gf_diag rd = {""};
-    int prc = gf_podreq_read(item, GF_PODREQ_ACCEPT_ALL, &pr, &rd);
-    if (prc == GF_ENOMEM) {
-      rc = gf_diag_set(d, prc, "%s: out of memory", w.s);
+    if ((rc = read_share(p, item, ctrs, &sum, &w, out, d)))
       goto fail;
-    }
-    if (prc == 0 && pr.req.gpu_count) {
-      out->ngpus = pr.req.gpu_count;
-      out->frac = (double)pr.req.gpu_milli / GF_GPU_MILLI;
-      out->mem_mib = (double)pr.req.gpu_mem_bytes / 1048576.0;
-      if (!out->ngpu_ctrs && pr.container[0] &&
-          (rc = add_ctr(out, pr.container)))
-        goto fail;
-    } else {
-      /* gpufrac's extender would not place it as it stands: counted as
-       * the whole GPUs it names (an upper bound), and said. */
-      int64_t n = sum.gf_gpu ? sum.gf_gpu : sum.gpu ? sum.gpu : 1;
-      out->ngpus =
-          (uint32_t)(n > GF_MAX_GPUS_PER_NODE ? GF_MAX_GPUS_PER_NODE : n);
-      out->frac = 1;
-      gf__plan_warn(p,
-                    "%s: gpufrac would not place it as it stands (%s): "
-                    "counted as %u whole GPUs",
-                    w.s, prc ? rd.msg : "no GPU asked", out->ngpus);
-      if (!out->ngpu_ctrs && out->kind == GF_PLAN_REQ_KAI &&
-          json_array_size(ctrs) &&
-          (rc = add_ctr(out, jstr(json_array_get(ctrs, 0), "name"))))
-        goto fail;
-    }
   } else if (sum.mig) {
     out->kind = GF_PLAN_REQ_MIG;
     out->ngpus = (uint32_t)sum.mig;

@@ -202,6 +202,72 @@ void gf_sched_set_watched(gf_sched *s, bool watched) {
 
 /* ---- filter --------------------------------------------------------------*/
 
+/* When node nr's device-plugin slots (allocatable gpufrac.io/gpu) cannot
+ * take `slots` more: never, if it has fewer at all; not now, if they are
+ * held while its GPUs (n) have room for r (the slots bind first).  GF__FIT
+ * otherwise: the GPUs' own reason follows. */
+static gf__fit slots_why(const nrec *nr, const gf_node *n, const gf_request *r,
+                         uint32_t slots, char *why, size_t cap) {
+  if ((int64_t)slots > nr->dp_slots) {
+    snprintf(why, cap,
+             "%s: the pod asks for %u and node %s has %" PRId64
+             " (the node agent's device-plugin slots): raise slots in its "
+             "node config (docs/node.md)",
+             GF_RES_GPU, slots, nr->name, nr->dp_slots);
+    return GF__FIT_NEVER;
+  }
+  if (!gf_node_fits(n, r))
+    return GF__FIT;
+  snprintf(why, cap,
+           "%s: %" PRId64 " of the %" PRId64
+           " device-plugin slots of node %s are held, while its GPUs have "
+           "room for this pod: the slots bind before memory and compute; "
+           "raise slots in the node agent's config, or set it to auto "
+           "(docs/node.md)",
+           GF_RES_GPU, nr->dp_used, nr->dp_slots, nr->name);
+  return GF__FIT_NOT_NOW;
+}
+
+/* The reason a compute-only share (r with its part of the memory) does not
+ * fit node nr whose largest free compute and memory are max_milli and
+ * max_mem, into why[cap]. */
+static void compute_only_why(const nrec *nr, const gf_request *r,
+                             int32_t max_milli, int64_t max_mem, char *why,
+                             size_t cap) {
+  char a[32], b[32];
+  if (max_milli >= r->gpu_milli && max_mem < r->gpu_mem_bytes) {
+    gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
+    gf__fmt_bytes(max_mem, b, sizeof(b));
+    snprintf(why, cap,
+             "gpu-compute %d percent takes the same part of the GPU's memory "
+             "(%s; docs/scheduler.md, compute-only shares): largest free "
+             "memory on %s is %s",
+             r->gpu_milli / 10, a, nr->name, b);
+  } else {
+    snprintf(why, cap,
+             "gpu-compute %d percent: largest free share on %s is %d percent",
+             r->gpu_milli / 10, nr->name, max_milli / 10);
+  }
+}
+
+/* The GPU models of node n, ", "-separated, into have[cap] (", ..." when
+ * they do not all fit). */
+static void models_text(const gf_sched *s, const gf_node *n, char *have,
+                        size_t cap) {
+  size_t used = 0;
+  for (int m = 0; m < GF_MAX_MODELS; m++)
+    if (n->model_mask & (1ull << m)) {
+      int w = snprintf(have + used, cap - used, "%s%s", used ? ", " : "",
+                       gf_cluster_model_name(s->c, m));
+      if (w < 0 || (size_t)w >= cap - used) {
+        /* no room for this name: end the list cleanly */
+        snprintf(have + used, cap - used, "%s", used ? ", ..." : "");
+        break;
+      }
+      used += (size_t)w;
+    }
+}
+
 /* Why node n (model record nr) cannot take r, into why[cap]: GF__FIT when
  * it can, GF__FIT_NOT_NOW when it cannot now, GF__FIT_NEVER when it never
  * can (unresolvable). */
@@ -213,8 +279,7 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     return GF__FIT;   /* kube-scheduler's to judge: CPU and memory */
   gf_request rn = *r; /* a compute-only share's memory on this node */
   bool compute_only = gf__compute_only(r);
-  gf__part_of_memory(n, &rn);
-  r = &rn;
+  gf__part_of_memory(n, &rn), r = &rn;
   /* A node on its way out takes no new GPU pods, even one whose
    * tolerations would let kube-scheduler place it there: the pod would be
    * evicted again as soon as its weights are loaded.  It may come back
@@ -232,9 +297,7 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
   /* The common case first: gf_node_fits is exactly "every check below
    * passes" (and is cheap: the node's free-share index rules most nodes in
    * or out without looking at each GPU); the reasons are only worked out
-   * for nodes that fail. */
-  /* The device plugin's slots (allocatable gpufrac.io/gpu), as
-   * kube-scheduler counts them: one per gpufrac.io/gpu a pod asks. */
+   * for nodes that fail.  Slots: one per gpufrac.io/gpu (slots_why). */
   bool slots_ok = !slots || nr->dp_slots < 0 ||
                   nr->dp_used + (int64_t)slots <= nr->dp_slots;
   if (nr->has_inv && slots_ok && gf_node_fits(n, r))
@@ -256,38 +319,12 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     snprintf(why, cap, "needs %u GPUs, node has %u", r->gpu_count, n->ngpus);
     return GF__FIT_NEVER;
   }
-  if (!slots_ok && (int64_t)slots > nr->dp_slots) {
-    snprintf(why, cap,
-             "%s: the pod asks for %u and node %s has %" PRId64
-             " (the node agent's device-plugin slots): raise slots in its "
-             "node config (docs/node.md)",
-             GF_RES_GPU, slots, nr->name, nr->dp_slots);
-    return GF__FIT_NEVER;
-  }
-  if (!slots_ok && gf_node_fits(n, r)) {
-    snprintf(why, cap,
-             "%s: %" PRId64 " of the %" PRId64
-             " device-plugin slots of node %s are held, while its GPUs have "
-             "room for this pod: the slots bind before memory and compute; "
-             "raise slots in the node agent's config, or set it to auto "
-             "(docs/node.md)",
-             GF_RES_GPU, nr->dp_used, nr->dp_slots, nr->name);
-    return GF__FIT_NOT_NOW;
-  }
+  gf__fit sk = slots_ok ? GF__FIT : slots_why(nr, n, r, slots, why, cap);
+  if (sk)
+    return sk;
   if (r->model_mask && !(r->model_mask & n->model_mask)) {
     char have[384] = "";
-    size_t used = 0;
-    for (int m = 0; m < GF_MAX_MODELS; m++)
-      if (n->model_mask & (1ull << m)) {
-        int w = snprintf(have + used, sizeof(have) - used, "%s%s",
-                         used ? ", " : "", gf_cluster_model_name(s->c, m));
-        if (w < 0 || (size_t)w >= sizeof(have) - used) {
-          /* no room for this name: end the list cleanly */
-          snprintf(have + used, sizeof(have) - used, "%s", used ? ", ..." : "");
-          break;
-        }
-        used += (size_t)w;
-      }
+    models_text(s, n, have, sizeof(have));
     snprintf(why, cap, "gpu-model: node has %s, not an allowed model", have);
     return GF__FIT_NEVER;
   }
@@ -389,18 +426,8 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
              r->gpu_count > 1 ? "s" : "", fit);
     return GF__FIT_NOT_NOW;
   }
-  if (compute_only && max_milli >= r->gpu_milli && max_mem < r->gpu_mem_bytes) {
-    gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
-    gf__fmt_bytes(max_mem, b, sizeof(b));
-    snprintf(why, cap,
-             "gpu-compute %d percent takes the same part of the GPU's memory "
-             "(%s; docs/scheduler.md, compute-only shares): largest free "
-             "memory on %s is %s",
-             r->gpu_milli / 10, a, nr->name, b);
-  } else if (compute_only && max_milli < r->gpu_milli) {
-    snprintf(why, cap,
-             "gpu-compute %d percent: largest free share on %s is %d percent",
-             r->gpu_milli / 10, nr->name, max_milli / 10);
+  if (compute_only) {
+    compute_only_why(nr, r, max_milli, max_mem, why, cap);
   } else if (r->gpu_mem_bytes && max_mem < r->gpu_mem_bytes) {
     gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
     gf__fmt_bytes(max_mem, b, sizeof(b));

@@ -240,6 +240,40 @@ const json_t *gf__pod_condition(const json_t *pod, const char *type) {
   return NULL;
 }
 
+/* gpufrac's own names (gpu, the GPU container's amounts) onto out->req's
+ * GPU members and out->compute_pct. */
+static int own_request(const amounts *gpu, gf__pod *out, gf_diag *d) {
+  gf_request *r = &out->req;
+  int rc;
+  r->gpu_count = gpu->gpu ? (uint32_t)gpu->gpu : 1;
+  r->gpu_mem_bytes = gpu->gpu_mem;
+  out->compute_pct = (int32_t)gpu->gpu_compute;
+  if (r->gpu_count > 1) {
+    if (gpu->gpu_compute && gpu->gpu_compute != 100)
+      return gf_diag_set(d, GF_EINVAL,
+                         "Pod: %u GPUs at %s %" PRId64
+                         " percent each: a multi-GPU request takes whole GPUs "
+                         "(drop %s or ask for one GPU)",
+                         r->gpu_count, GF_RES_GPU_COMPUTE, gpu->gpu_compute,
+                         GF_RES_GPU_COMPUTE);
+    r->gpu_milli = GF_GPU_MILLI;
+    r->compute_pct = 100;
+  } else if (gpu->gpu_compute) {
+    r->gpu_milli = (int32_t)gpu->gpu_compute * 10;
+    r->compute_pct = (int32_t)gpu->gpu_compute;
+  } else if (gpu->gpu_mem) {
+    r->gpu_milli = 0; /* a memory-only share */
+    r->compute_pct = 0;
+  } else {
+    r->gpu_milli = GF_GPU_MILLI;
+    r->compute_pct = 100;
+  }
+  gf_diag rd = {""};
+  if ((rc = gf_request_check(r, &rd)))
+    return gf_diag_set(d, rc, "Pod: %s", rd.msg);
+  return 0;
+}
+
 int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
   return gf__pod_parse_ex(pod, 0, out, d);
 }
@@ -409,15 +443,12 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
   bool kai = false;
   if ((accept & GF__ACCEPT_KAI) && (rc = gf__kai_request(ann, r, &kai, d)))
     return rc;
-  if (kai)
-    out->words |= GF_PODREQ_W_KAI;
+  out->words |= kai ? GF_PODREQ_W_KAI : 0;
   /* HAMi's model annotations, for a pod asking for GPUs in any names */
   if ((accept & GF__ACCEPT_HAMI) && (kai || any_gpu(&gpu)) &&
       (rc = gf__hami_models(ann, out->models, sizeof(out->models), d)))
     return rc;
-  /* the device plugin's slots the pod holds (gpufrac.io/gpu, at most
-   * GF_MAX_GPUS_PER_NODE: read_amounts checked it) */
-  out->dp_slots = (uint32_t)gpu.gpu;
+  out->dp_slots = (uint32_t)gpu.gpu; /* read_amounts checked its range */
   if (kai)
     return kai_container(spec, ann, &gpu, ngpu_containers, out, d);
   if (gpu.hami.any) {
@@ -432,33 +463,7 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
   }
   if (!any_gpu(&gpu))
     return 0;
-  r->gpu_count = gpu.gpu ? (uint32_t)gpu.gpu : 1;
-  r->gpu_mem_bytes = gpu.gpu_mem;
-  out->compute_pct = (int32_t)gpu.gpu_compute;
-  if (r->gpu_count > 1) {
-    if (gpu.gpu_compute && gpu.gpu_compute != 100)
-      return gf_diag_set(d, GF_EINVAL,
-                         "Pod: %u GPUs at %s %" PRId64
-                         " percent each: a multi-GPU request takes whole GPUs "
-                         "(drop %s or ask for one GPU)",
-                         r->gpu_count, GF_RES_GPU_COMPUTE, gpu.gpu_compute,
-                         GF_RES_GPU_COMPUTE);
-    r->gpu_milli = GF_GPU_MILLI;
-    r->compute_pct = 100;
-  } else if (gpu.gpu_compute) {
-    r->gpu_milli = (int32_t)gpu.gpu_compute * 10;
-    r->compute_pct = (int32_t)gpu.gpu_compute;
-  } else if (gpu.gpu_mem) {
-    r->gpu_milli = 0; /* a memory-only share */
-    r->compute_pct = 0;
-  } else {
-    r->gpu_milli = GF_GPU_MILLI;
-    r->compute_pct = 100;
-  }
-  gf_diag rd = {""};
-  if ((rc = gf_request_check(r, &rd)))
-    return gf_diag_set(d, rc, "Pod: %s", rd.msg);
-  return 0;
+  return own_request(&gpu, out, d);
 }
 
 int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
