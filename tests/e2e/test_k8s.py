@@ -264,7 +264,7 @@ class E2E:
                 if mem and gm != mem:
                     fail("pod %s: asked %d bytes of GPU memory, granted %d" %
                          (name, mem, gm))
-                if not whole and pct and not mem and \
+                if not whole and 0 < pct < 100 and not mem and \
                         gm != x["memory"] * pct // 100:
                     fail("pod %s: a %d%% compute-only share granted %d bytes "
                          "of a %d-byte GPU" % (name, pct, gm, x["memory"]))
