@@ -182,7 +182,9 @@ bool gf_node_model_info(const char *name, uint32_t *sms, int32_t *cc_major,
  *   mode = shared            default for every GPU
  *   mode.2 = exclusive       GPU index 2
  *   mode.GPU-3f2a... = mps   GPU by uuid (wins over the index)
- *   slots = 4                device-plugin slots per shared GPU (1..64)
+ *   slots = auto             device-plugin slots per shared GPU (1..64), or
+ *                          auto: the shared GPUs split the plugin's
+ *                          GF_DP_MAX_DEVICES (stored as 0)
  *   state_dir = /run/gpufrac where per-container files live
  *   cdi_dir = /var/run/cdi
  *   shim_lib = /usr/lib/gpufrac/libgpufrac-cuda.so   host path

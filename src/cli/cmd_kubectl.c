@@ -31,6 +31,7 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/kube.h"
 #include "parse_options.h"
+#include "why_pending.h"
 
 #define PAGE 500
 #define MAX_COLS 9
@@ -538,6 +539,21 @@ static json_t *get_pod(gf_kube *k, const char *ns, const char *name) {
   return p;
 }
 
+/* The pod's request as gpufrac reads it (gpufrac/podreq.h, HAMi's and
+ * KAI's words included) into out[cap]; false when there is none to say. */
+static bool request_text(const json_t *p, char *out, size_t cap) {
+  gf_podreq r;
+  gf_diag d = {""};
+  if (gf_podreq_read(p, GF_PODREQ_ACCEPT_ALL, &r, &d)) {
+    snprintf(out, cap, "refused by gpufrac: %s", d.msg);
+    return true;
+  }
+  if (!r.req.gpu_count)
+    return false;
+  gf__podreq_text(&r, out, cap);
+  return true;
+}
+
 static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
                         const char *name) {
   const char *ns = ns_of(o, kc);
@@ -564,6 +580,10 @@ static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
                           "computePercent", (int)gg->compute_pct));
     }
   json_object_set_new(doc, "grant", gpus);
+  char req[512];
+  bool has_req = request_text(p, req, sizeof(req));
+  if (has_req)
+    json_object_set_new(doc, "request", json_string(req));
   json_t *ev = pod_events(k, ns, p);
   json_object_set_new(doc, "events", ev);
   int rc = GF_EXIT_OK;
@@ -575,6 +595,8 @@ static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
            jstr(p, "spec", "nodeName")[0] ? jstr(p, "spec", "nodeName")
                                           : "<none>",
            jstr(p, "status", "phase"));
+    if (has_req)
+      printf("Request:    %s\n", req);
     if (!gt)
       printf("Grant:      <none> (no %s annotation)\n", GF_GRANT_ANNOTATION);
     else if (!has)
@@ -727,6 +749,14 @@ static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
   json_object_set_new(doc, "schedulerMessage", json_string(last ? last : ""));
   json_t *groups = split_reasons(last ? last : "");
   json_object_set_new(doc, "reasons", groups);
+  char req[512], hint[1024];
+  bool has_req = request_text(p, req, sizeof(req));
+  if (has_req)
+    json_object_set_new(doc, "request", json_string(req));
+  gf__why_kind hk =
+      gf__why_hint(last, jstr(p, "spec", "schedulerName"), hint, sizeof(hint));
+  if (hk)
+    json_object_set_new(doc, "hint", json_string(hint));
   json_t *per = o->extender ? ask_extender(o, k, p) : NULL;
   if (per)
     json_object_set_new(doc, "extender", per);
@@ -751,6 +781,8 @@ static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
       table_print(&t);
       json_decref(t.rows);
     }
+    if (has_req)
+      printf("request: %s\n", req);
     if (per) {
       printf("\n");
       table t = {3, {"NODE", "VERDICT", "EXTENDER REASON"}, json_array()};
@@ -767,6 +799,8 @@ static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
       table_print(&t);
       json_decref(t.rows);
     }
+    if (hk)
+      printf("\nhint: %s\n", hint);
   }
   json_decref(ev);
   json_decref(doc);

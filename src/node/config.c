@@ -77,7 +77,7 @@ static int parse_mode(const char *v, gf_node_mode *m) {
 void gf_node_config_init(gf_node_config *c) {
   memset(c, 0, sizeof(*c));
   c->mode_default = GF_NODE_MODE_SHARED;
-  c->slots = 4;
+  c->slots = 0; /* auto: gf_node_dp_devices */
   gf__node_copy(c->state_dir, sizeof(c->state_dir), "/run/gpufrac");
   gf__node_copy(c->cdi_dir, sizeof(c->cdi_dir), "/var/run/cdi");
   gf__node_copy(c->shim_lib, sizeof(c->shim_lib),
@@ -218,8 +218,13 @@ static int set_slots(gf_node_config *c, const directive *r, const char *k,
                      const char *v, const char *where, gf_diag *d) {
   (void)r, (void)k;
   int64_t n;
+  if (strcmp(v, "auto") == 0) {
+    c->slots = 0;
+    return 0;
+  }
   if (gf_parse_int64(v, 1, 64, &n, NULL))
-    return gf_diag_set(d, GF_ERANGE, "%s: slots = '%s': want 1..64", where, v);
+    return gf_diag_set(d, GF_ERANGE, "%s: slots = '%s': want 1..64 or auto",
+                       where, v);
   c->slots = (uint32_t)n;
   return 0;
 }

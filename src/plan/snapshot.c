@@ -19,6 +19,7 @@
 #include "buf.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
+#include "gpufrac/podreq.h"
 #include "gpufrac/quantity.h"
 #include "internal.h"
 
@@ -484,6 +485,40 @@ static int read_kai(const json_t *ann, const char *podw, double *frac,
   return 0;
 }
 
+/* A pod asking in gpufrac's, HAMi's or KAI's words (out->kind set): its
+ * GPUs and part of each, by the extender's own reading (gpufrac/podreq.h).
+ * A pod the extender would refuse counts as the whole GPUs it names,
+ * with a warning. */
+static int read_share(gf_plan *p, const json_t *item, const json_t *ctrs,
+                      const amounts *sum, const where *w, gf__ppod *out,
+                      gf_diag *d) {
+  gf_podreq pr;
+  gf_diag rd = {""};
+  int rc, prc = gf_podreq_read(item, GF_PODREQ_ACCEPT_ALL, &pr, &rd);
+  if (prc == GF_ENOMEM)
+    return gf_diag_set(d, prc, "%s: out of memory", w->s);
+  if (prc == 0 && pr.req.gpu_count) {
+    out->ngpus = pr.req.gpu_count;
+    out->frac = (double)pr.req.gpu_milli / GF_GPU_MILLI;
+    out->mem_mib = (double)pr.req.gpu_mem_bytes / 1048576.0;
+    return !out->ngpu_ctrs && pr.container[0] ? add_ctr(out, pr.container) : 0;
+  }
+  /* gpufrac's extender would not place it as it stands: counted as the
+   * whole GPUs it names (an upper bound), and said. */
+  int64_t n = sum->gf_gpu ? sum->gf_gpu : sum->gpu ? sum->gpu : 1;
+  out->ngpus = (uint32_t)(n > GF_MAX_GPUS_PER_NODE ? GF_MAX_GPUS_PER_NODE : n);
+  out->frac = 1;
+  gf__plan_warn(p,
+                "%s: gpufrac would not place it as it stands (%s): counted "
+                "as %u whole GPUs",
+                w->s, prc ? rd.msg : "no GPU asked", out->ngpus);
+  if (!out->ngpu_ctrs && out->kind == GF_PLAN_REQ_KAI &&
+      json_array_size(ctrs) &&
+      (rc = add_ctr(out, jstr(json_array_get(ctrs, 0), "name"))))
+    return rc;
+  return 0;
+}
+
 static int parse_pod(gf_plan *p, const json_t *item, const char *source,
                      gf__ppod *out, gf_diag *d) {
   memset(out, 0, sizeof(*out));
@@ -578,11 +613,16 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
   if ((rc = read_kai(json_object_get(meta, "annotations"), w.s, &kai_frac,
                      &kai_mem, d)))
     goto fail;
-  if (sum.gf) {
-    out->kind = GF_PLAN_REQ_GPUFRAC;
-    out->ngpus = (uint32_t)(sum.gf_gpu ? sum.gf_gpu : 1);
-    out->mem_mib = (double)sum.gf_mem / 1048576.0;
-    out->frac = (double)sum.gf_compute / 100.0;
+  if (sum.gf || sum.hami || kai_frac > 0 || kai_mem > 0) {
+    /* A share (or gpufrac's whole GPUs) in gpufrac's, HAMi's or KAI's
+     * words: the extender's own reading (gpufrac/podreq.h), so a migrated
+     * pod (gpufrac.io/gpu beside HAMi's names or KAI's annotations) counts
+     * as what the extender grants it, not as a whole GPU. */
+    out->kind = kai_frac > 0 || kai_mem > 0 ? GF_PLAN_REQ_KAI
+                : sum.hami                  ? GF_PLAN_REQ_HAMI
+                                            : GF_PLAN_REQ_GPUFRAC;
+    if ((rc = read_share(p, item, ctrs, &sum, &w, out, d)))
+      goto fail;
   } else if (sum.mig) {
     out->kind = GF_PLAN_REQ_MIG;
     out->ngpus = (uint32_t)sum.mig;
@@ -591,22 +631,6 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
       rc = GF_ENOMEM;
       goto fail;
     }
-  } else if (sum.hami) {
-    out->kind = GF_PLAN_REQ_HAMI;
-    out->ngpus = (uint32_t)(sum.gpu ? sum.gpu : 1);
-    out->mem_mib = (double)sum.hami_mem;
-    int64_t pct = sum.hami_pct > sum.hami_cores ? sum.hami_pct : sum.hami_cores;
-    out->frac = (double)pct / 100.0;
-  } else if (kai_frac > 0 || kai_mem > 0) {
-    out->kind = GF_PLAN_REQ_KAI;
-    out->ngpus = 1;
-    /* KAI's share is the pod's, asked by annotation: its GPU container is
-     * the first one. */
-    if (!out->ngpu_ctrs && json_array_size(ctrs) &&
-        (rc = add_ctr(out, jstr(json_array_get(ctrs, 0), "name"))))
-      goto fail;
-    out->mem_mib = kai_mem;
-    out->frac = kai_frac;
   } else if (sum.gpu) {
     out->kind = GF_PLAN_REQ_WHOLE;
     out->ngpus = (uint32_t)sum.gpu;

@@ -45,6 +45,32 @@ void gf__effective(const gf_sched *s, gf_request *r) {
     r->gpu_milli = GF_GPU_MILLI;
 }
 
+bool gf__compute_only(const gf_request *r) {
+  return r->gpu_count == 1 && r->gpu_milli > 0 && r->gpu_milli < GF_GPU_MILLI &&
+         r->gpu_mem_bytes == 0;
+}
+
+void gf__part_of_memory(const gf_node *n, gf_request *r) {
+  if (!gf__compute_only(r))
+    return;
+  int64_t least = 0;
+  for (uint32_t g = 0; g < n->ngpus; g++) {
+    const gf_gpu *x = &n->gpus[g];
+    if (x->whole_only || x->mem_bytes <= 0 ||
+        (r->model_mask && !(r->model_mask & (1ull << x->model))))
+      continue;
+    if (!least || x->mem_bytes < least)
+      least = x->mem_bytes;
+  }
+  if (!least)
+    return;
+  /* floor(least * milli / 1000) without overflow; at least a byte, since
+   * 0 would mean no limit again */
+  int64_t m = least / GF_GPU_MILLI * r->gpu_milli +
+              least % GF_GPU_MILLI * r->gpu_milli / GF_GPU_MILLI;
+  r->gpu_mem_bytes = m > 0 ? m : 1;
+}
+
 int gf_sched_new(const gf_sched_config *cfg, gf_sched **out, gf_diag *d) {
   const char *policy = cfg && cfg->policy ? cfg->policy : GF_DEFAULT_POLICY;
   if (gf_policy_find(policy) < 0)
@@ -176,14 +202,84 @@ void gf_sched_set_watched(gf_sched *s, bool watched) {
 
 /* ---- filter --------------------------------------------------------------*/
 
+/* When node nr's device-plugin slots (allocatable gpufrac.io/gpu) cannot
+ * take `slots` more: never, if it has fewer at all; not now, if they are
+ * held while its GPUs (n) have room for r (the slots bind first).  GF__FIT
+ * otherwise: the GPUs' own reason follows. */
+static gf__fit slots_why(const nrec *nr, const gf_node *n, const gf_request *r,
+                         uint32_t slots, char *why, size_t cap) {
+  if ((int64_t)slots > nr->dp_slots) {
+    snprintf(why, cap,
+             "%s: the pod asks for %u and node %s has %" PRId64
+             " (the node agent's device-plugin slots): raise slots in its "
+             "node config (docs/node.md)",
+             GF_RES_GPU, slots, nr->name, nr->dp_slots);
+    return GF__FIT_NEVER;
+  }
+  if (!gf_node_fits(n, r))
+    return GF__FIT;
+  snprintf(why, cap,
+           "%s: %" PRId64 " of the %" PRId64
+           " device-plugin slots of node %s are held, while its GPUs have "
+           "room for this pod: the slots bind before memory and compute; "
+           "raise slots in the node agent's config, or set it to auto "
+           "(docs/node.md)",
+           GF_RES_GPU, nr->dp_used, nr->dp_slots, nr->name);
+  return GF__FIT_NOT_NOW;
+}
+
+/* The reason a compute-only share (r with its part of the memory) does not
+ * fit node nr whose largest free compute and memory are max_milli and
+ * max_mem, into why[cap]. */
+static void compute_only_why(const nrec *nr, const gf_request *r,
+                             int32_t max_milli, int64_t max_mem, char *why,
+                             size_t cap) {
+  char a[32], b[32];
+  if (max_milli >= r->gpu_milli && max_mem < r->gpu_mem_bytes) {
+    gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
+    gf__fmt_bytes(max_mem, b, sizeof(b));
+    snprintf(why, cap,
+             "gpu-compute %d percent takes the same part of the GPU's memory "
+             "(%s; docs/scheduler.md, compute-only shares): largest free "
+             "memory on %s is %s",
+             r->gpu_milli / 10, a, nr->name, b);
+  } else {
+    snprintf(why, cap,
+             "gpu-compute %d percent: largest free share on %s is %d percent",
+             r->gpu_milli / 10, nr->name, max_milli / 10);
+  }
+}
+
+/* The GPU models of node n, ", "-separated, into have[cap] (", ..." when
+ * they do not all fit). */
+static void models_text(const gf_sched *s, const gf_node *n, char *have,
+                        size_t cap) {
+  size_t used = 0;
+  for (int m = 0; m < GF_MAX_MODELS; m++)
+    if (n->model_mask & (1ull << m)) {
+      int w = snprintf(have + used, cap - used, "%s%s", used ? ", " : "",
+                       gf_cluster_model_name(s->c, m));
+      if (w < 0 || (size_t)w >= cap - used) {
+        /* no room for this name: end the list cleanly */
+        snprintf(have + used, cap - used, "%s", used ? ", ..." : "");
+        break;
+      }
+      used += (size_t)w;
+    }
+}
+
 /* Why node n (model record nr) cannot take r, into why[cap]: GF__FIT when
  * it can, GF__FIT_NOT_NOW when it cannot now, GF__FIT_NEVER when it never
  * can (unresolvable). */
 static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
-                       const gf_request *r, char *why, size_t cap) {
+                       const gf_request *r, uint32_t slots, char *why,
+                       size_t cap) {
   char a[32], b[32];
   if (r->gpu_count == 0)
-    return GF__FIT; /* kube-scheduler's to judge: CPU and memory */
+    return GF__FIT;   /* kube-scheduler's to judge: CPU and memory */
+  gf_request rn = *r; /* a compute-only share's memory on this node */
+  bool compute_only = gf__compute_only(r);
+  gf__part_of_memory(n, &rn), r = &rn;
   /* A node on its way out takes no new GPU pods, even one whose
    * tolerations would let kube-scheduler place it there: the pod would be
    * evicted again as soon as its weights are loaded.  It may come back
@@ -201,8 +297,10 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
   /* The common case first: gf_node_fits is exactly "every check below
    * passes" (and is cheap: the node's free-share index rules most nodes in
    * or out without looking at each GPU); the reasons are only worked out
-   * for nodes that fail. */
-  if (nr->has_inv && gf_node_fits(n, r))
+   * for nodes that fail.  Slots: one per gpufrac.io/gpu (slots_why). */
+  bool slots_ok = !slots || nr->dp_slots < 0 ||
+                  nr->dp_used + (int64_t)slots <= nr->dp_slots;
+  if (nr->has_inv && slots_ok && gf_node_fits(n, r))
     return GF__FIT;
   if (nr->inv_error) {
     snprintf(why, cap,
@@ -221,20 +319,12 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
     snprintf(why, cap, "needs %u GPUs, node has %u", r->gpu_count, n->ngpus);
     return GF__FIT_NEVER;
   }
+  gf__fit sk = slots_ok ? GF__FIT : slots_why(nr, n, r, slots, why, cap);
+  if (sk)
+    return sk;
   if (r->model_mask && !(r->model_mask & n->model_mask)) {
     char have[384] = "";
-    size_t used = 0;
-    for (int m = 0; m < GF_MAX_MODELS; m++)
-      if (n->model_mask & (1ull << m)) {
-        int w = snprintf(have + used, sizeof(have) - used, "%s%s",
-                         used ? ", " : "", gf_cluster_model_name(s->c, m));
-        if (w < 0 || (size_t)w >= sizeof(have) - used) {
-          /* no room for this name: end the list cleanly */
-          snprintf(have + used, sizeof(have) - used, "%s", used ? ", ..." : "");
-          break;
-        }
-        used += (size_t)w;
-      }
+    models_text(s, n, have, sizeof(have));
     snprintf(why, cap, "gpu-model: node has %s, not an allowed model", have);
     return GF__FIT_NEVER;
   }
@@ -336,7 +426,9 @@ static gf__fit why_not(const gf_sched *s, const nrec *nr, const gf_node *n,
              r->gpu_count > 1 ? "s" : "", fit);
     return GF__FIT_NOT_NOW;
   }
-  if (r->gpu_mem_bytes && max_mem < r->gpu_mem_bytes) {
+  if (compute_only) {
+    compute_only_why(nr, r, max_milli, max_mem, why, cap);
+  } else if (r->gpu_mem_bytes && max_mem < r->gpu_mem_bytes) {
     gf__fmt_bytes(r->gpu_mem_bytes, a, sizeof(a));
     gf__fmt_bytes(max_mem, b, sizeof(b));
     snprintf(why, cap, "gpu-memory %s: largest free share on %s is %s", a,
@@ -457,7 +549,9 @@ static int64_t score_node(gf_sched *s, uint32_t i, const gf_request *r,
                           gf_placement *pick) {
   int64_t sc = 0;
   pick->ngpus = 0;
-  if (!s->engine || gf_engine_score(s->engine, r, i, &sc, pick) != 0)
+  gf_request rn = *r; /* a compute-only share's memory on this node */
+  gf__part_of_memory(gf_cluster_node(s->c, i), &rn);
+  if (!s->engine || gf_engine_score(s->engine, &rn, i, &sc, pick) != 0)
     pick->ngpus = 0;
   return sc;
 }
@@ -655,7 +749,7 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
         const gf_node *gn = gf_cluster_node(s->c, (uint32_t)ni);
         if (hold->n && gf__holds_apply(s, hold, (uint32_t)ni, name, hcopy))
           gn = hcopy;
-        kind = why_not(s, &s->nodes[ni], gn, &r, why, sizeof(why));
+        kind = why_not(s, &s->nodes[ni], gn, &r, p->dp_slots, why, sizeof(why));
       }
     }
     if (kind)
@@ -959,11 +1053,15 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   resolve(s, &pod, &r, &v);
   const nrec *nr = &s->nodes[ni];
   const gf_node *n = gf_cluster_node(s->c, (uint32_t)ni);
+  /* what the grant gives and the model books (docs/scheduler.md) */
+  gf__part_of_memory(n, &r);
   char why[GF_DIAG_MAX];
   if (v.kind)
     return gf_diag_set(d, GF_ENOFIT, "pod %s/%s: %s", b->pod_ns, b->pod_name,
                        v.why);
-  if (r.gpu_count && why_not(s, nr, n, &r, why, sizeof(why)))
+  /* slots 0: kube-scheduler checked them before it chose the node, and its
+   * count is the one kubelet keeps (the extender's is for the reasons) */
+  if (r.gpu_count && why_not(s, nr, n, &r, 0, why, sizeof(why)))
     return gf_diag_set(d, GF_ENOFIT, "pod %s/%s on %s: %s", b->pod_ns,
                        b->pod_name, b->node, why);
   gf_placement pick = {0, 0, {0}};
@@ -989,6 +1087,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
   for (uint32_t k = 0; k < pick.ngpus; k++)
     p->gpu_index[k] = (uint8_t)nr->inv.gpus[pick.gpus[k]].index;
   p->state = P_BINDING;
+  p->dp_slots = (uint8_t)pp->dp_slots;
   p->bind_seq = *seq = ++s->bind_seq;
   p->priority = pp->priority;
   if ((rc = gf__book(s, p))) {

@@ -39,6 +39,10 @@ typedef struct gf__pod {
   bool weights_bad;                 /* present but malformed: ignored */
   gf_request req;      /* model_mask 0 and weights 0: resolved per cluster */
   int32_t compute_pct; /* gpu-compute as asked; 0 = not asked */
+  unsigned words;      /* the words it asked in: GF_PODREQ_W_* */
+  uint32_t dp_slots;   /* gpufrac.io/gpu the GPU container asks: the device
+                          plugin's slots kube-scheduler counts against the
+                          node's allocatable (0: none asked) */
   int32_t priority;    /* spec.priority; 0 when absent (the API server's
                           default without a PriorityClass) */
   bool loading;        /* the disruption guard holds it (guard.h: GF_GUARD_SINCE
@@ -136,6 +140,8 @@ typedef struct gf__node {
   char rv[GF__RV_MAX]; /* metadata.resourceVersion; "" if none */
   int64_t cpu_milli;
   int64_t mem_bytes;
+  int64_t dp_slots; /* allocatable gpufrac.io/gpu (the device plugin's slots);
+                    -1 when the Node does not say */
   bool has_inventory;
   gf_inventory inv;
   char inv_error[GF_DIAG_MAX]; /* why the inventory was refused; "" if not */

@@ -49,6 +49,7 @@ int gf__book(gf_sched *s, prec *p) {
     return rc;
   p->pl = pl;
   p->placed = true;
+  s->nodes[ni].dp_used += p->dp_slots;
   return 0;
 }
 
@@ -60,6 +61,8 @@ static void unbook(gf_sched *s, prec *p) {
   else
     gf_cluster_release(s->c, &p->req, &p->pl);
   p->placed = false;
+  if (p->pl.node < s->nnodes)
+    s->nodes[p->pl.node].dp_used -= p->dp_slots;
 }
 
 /* Adds node n to cluster c (as a node without GPUs if its GPUs cannot be
@@ -140,6 +143,8 @@ int gf__rebuild(gf_sched *s) {
   s->c = c;
   s->dirty = false;
   s->m.rebuilds++;
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    s->nodes[i].dp_used = 0; /* booked again below */
   for (uint32_t i = 0; i < s->npods; i++) {
     s->pods[i].placed = false;
     int rc = gf__book(s, &s->pods[i]);
@@ -410,6 +415,7 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
       /* only the filter reads these: no need to rebook its pods */
       o->disrupted = pn->disrupted;
       o->cordoned = pn->cordoned;
+      o->dp_slots = pn->dp_slots;
       return 0;
     }
     node_remove_locked(s, (uint32_t)i);
@@ -437,6 +443,7 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
   snprintf(n->rv, sizeof(n->rv), "%s", pn->rv);
   n->cpu_milli = pn->cpu_milli;
   n->mem_bytes = pn->mem_bytes;
+  n->dp_slots = pn->dp_slots;
   n->has_inv = pn->has_inventory;
   n->disrupted = pn->disrupted;
   n->cordoned = pn->cordoned;
@@ -503,7 +510,7 @@ int gf_sched_node_delete(gf_sched *s, const char *name) {
 
 /* The GPUs a grant gives the pod's GPU container, as nvidia indices. */
 static int grant_gpus(const gf__pod *p, const gf_grant *g, uint8_t *idx,
-                      uint8_t *n, gf_diag *d) {
+                      uint8_t *n, int64_t *mem, gf_diag *d) {
   const gf_grant_container *gc = NULL;
   for (uint32_t i = 0; i < g->ncontainers && !gc; i++)
     if (g->containers[i].ngpus &&
@@ -520,6 +527,7 @@ static int grant_gpus(const gf__pod *p, const gf_grant *g, uint8_t *idx,
   for (uint32_t k = 0; k < gc->ngpus; k++)
     idx[k] = (uint8_t)gc->gpus[k].index;
   *n = (uint8_t)gc->ngpus;
+  *mem = gc->ngpus ? gc->gpus[0].mem_bytes : 0;
   return 0;
 }
 
@@ -559,8 +567,14 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
       grc = gf_diag_set(d, GF_ESTATE,
                         "pod %s/%s: grant names node %s but the pod is on %s",
                         p->ns, p->name, g->node, p->node);
+    int64_t gmem = 0;
     if (grc == 0)
-      grc = grant_gpus(p, g, idx, &ngpus, d);
+      grc = grant_gpus(p, g, idx, &ngpus, &gmem, d);
+    /* a compute-only share books the memory its grant gives it (the part
+     * of the GPU's memory, gf__part_of_memory; a grant written before
+     * that rule gives none: no limit, booked as such) */
+    if (grc == 0 && gf__compute_only(&req) && gmem > 0)
+      req.gpu_mem_bytes = gmem;
     gf__free(g);
     if (grc) { /* keep what we can: the pod's CPU and memory */
       req.gpu_count = 0;
@@ -589,6 +603,7 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
   r->ngpus = ngpus;
   memcpy(r->gpu_index, idx, sizeof(idx));
   r->state = P_BOUND;
+  r->dp_slots = (uint8_t)p->dp_slots;
   r->priority = p->priority;
   r->loading = p->loading;
   rc = gf__book(s, r);

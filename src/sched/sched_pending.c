@@ -71,6 +71,7 @@ static pend *pend_new(const gf__pod *p) {
   memset(e, 0, sizeof(*e));
   e->ns_len = (uint32_t)ln;
   e->req = p->req;
+  e->dp_slots = p->dp_slots;
   e->priority = p->priority;
   char *t = e->nskey;
   memcpy(t, p->ns, ln);

@@ -44,6 +44,10 @@ typedef struct nrec {
   char *name;
   char rv[GF__RV_MAX]; /* resourceVersion of the Node it came from */
   int64_t cpu_milli, mem_bytes;
+  /* The device plugin's slots (allocatable gpufrac.io/gpu; -1: the Node
+   * does not say) and those the pods booked on it hold (dp_used, kept by
+   * gf__book and unbook; docs/scheduler.md, "Slots"). */
+  int64_t dp_slots, dp_used;
   bool has_inv;
   char *inv_error; /* why its inventory was refused; NULL if it was not */
   bool disrupted;  /* Karpenter's disruption taint: no new pods */
@@ -65,7 +69,8 @@ typedef struct prec {
   uint8_t ngpus;
   uint8_t gpu_index[GF_MAX_GPUS_PER_NODE]; /* nvidia indices on the node */
   gf_placement pl;
-  bool placed; /* booked in the current cluster */
+  bool placed;      /* booked in the current cluster */
+  uint8_t dp_slots; /* gpufrac.io/gpu it holds (gf__pod.dp_slots) */
   pstate state;
   uint64_t bind_seq;
   int32_t priority; /* spec.priority (sched_preempt.c) */
@@ -82,6 +87,7 @@ typedef struct pend {
   uint32_t slot;              /* its index in pend_tab.slots */
   uint32_t ns_len;            /* nskey is ns, '/', name */
   gf_request req;
+  uint32_t dp_slots;     /* gf__pod.dp_slots */
   int32_t priority;      /* spec.priority */
   const char *nominated; /* status.nominatedNodeName; "" when none */
   const char *uid;       /* "" when the pod had none */
@@ -199,6 +205,14 @@ typedef struct reply_buf {
 
 /* sched.c */
 void gf__effective(const gf_sched *s, gf_request *r);
+/* A compute-only share (part of one GPU's compute, no memory asked) gets
+ * the same part of the GPU's memory: of the smallest GPU of n that could
+ * take it, so it never holds more than its part of any.  What the grant
+ * gives (the interposer enforces) and the model books, so memory shares
+ * on the GPU are not undercut (docs/scheduler.md, "Compute-only shares").
+ * Other requests are left as they are. */
+bool gf__compute_only(const gf_request *r);
+void gf__part_of_memory(const gf_node *n, gf_request *r);
 void gf__policy_drop(gf_sched *s);
 void gf__prec_free(prec *p);
 

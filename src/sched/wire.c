@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "gpufrac/error.h"
+#include "gpufrac/podreq.h"
 #include "gpufrac/quantity.h"
 #include "guard.h"
 #include "sched_int.h"
@@ -23,6 +24,7 @@ typedef struct amounts {
   int64_t gpu_mem;     /* gpufrac.io/gpu-memory, bytes */
   int64_t gpu_compute; /* gpufrac.io/gpu-compute, percent */
   gf__hami_ask hami;   /* HAMi's names, when accepted (compat.c) */
+  unsigned words;      /* GF_PODREQ_W_* (gpufrac/podreq.h) */
 } amounts;
 
 static bool any_gpu(const amounts *a) {
@@ -135,8 +137,14 @@ static int read_amounts(const json_t *container, amounts *a, char *name,
     return gf_diag_set(d, GF_ERANGE,
                        "%s: %s %" PRId64 ": a percent of one GPU, 1..100",
                        where, GF_RES_GPU_COMPUTE, a->gpu_compute);
+  if (a->gpu || a->gpu_mem || a->gpu_compute)
+    a->words |= GF_PODREQ_W_GPUFRAC;
   if ((accept & GF__ACCEPT_HAMI) && (rc = read_hami(r, &a->hami, where, d)))
     return rc;
+  if (a->hami.has_mem || a->hami.has_pct || a->hami.has_cores)
+    a->words |= GF_PODREQ_W_HAMI;
+  if (a->hami.has_gpu)
+    a->words |= GF_PODREQ_W_NVGPU;
   if (a->hami.any && (a->gpu_mem || a->gpu_compute))
     return gf_diag_set(d, GF_EINVAL,
                        "%s: asks for a part of a GPU in both gpufrac.io and "
@@ -230,6 +238,40 @@ const json_t *gf__pod_condition(const json_t *pod, const char *type) {
       return c;
   }
   return NULL;
+}
+
+/* gpufrac's own names (gpu, the GPU container's amounts) onto out->req's
+ * GPU members and out->compute_pct. */
+static int own_request(const amounts *gpu, gf__pod *out, gf_diag *d) {
+  gf_request *r = &out->req;
+  int rc;
+  r->gpu_count = gpu->gpu ? (uint32_t)gpu->gpu : 1;
+  r->gpu_mem_bytes = gpu->gpu_mem;
+  out->compute_pct = (int32_t)gpu->gpu_compute;
+  if (r->gpu_count > 1) {
+    if (gpu->gpu_compute && gpu->gpu_compute != 100)
+      return gf_diag_set(d, GF_EINVAL,
+                         "Pod: %u GPUs at %s %" PRId64
+                         " percent each: a multi-GPU request takes whole GPUs "
+                         "(drop %s or ask for one GPU)",
+                         r->gpu_count, GF_RES_GPU_COMPUTE, gpu->gpu_compute,
+                         GF_RES_GPU_COMPUTE);
+    r->gpu_milli = GF_GPU_MILLI;
+    r->compute_pct = 100;
+  } else if (gpu->gpu_compute) {
+    r->gpu_milli = (int32_t)gpu->gpu_compute * 10;
+    r->compute_pct = (int32_t)gpu->gpu_compute;
+  } else if (gpu->gpu_mem) {
+    r->gpu_milli = 0; /* a memory-only share */
+    r->compute_pct = 0;
+  } else {
+    r->gpu_milli = GF_GPU_MILLI;
+    r->compute_pct = 100;
+  }
+  gf_diag rd = {""};
+  if ((rc = gf_request_check(r, &rd)))
+    return gf_diag_set(d, rc, "Pod: %s", rd.msg);
+  return 0;
 }
 
 int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
@@ -330,6 +372,7 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
       return rc;
     sum.cpu = sat_add(sum.cpu, a.cpu);
     sum.mem = sat_add(sum.mem, a.mem);
+    out->words |= a.words;
     if (any_gpu(&a)) {
       if (++ngpu_containers > 1)
         return gf_diag_set(d, GF_EINVAL,
@@ -400,10 +443,12 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
   bool kai = false;
   if ((accept & GF__ACCEPT_KAI) && (rc = gf__kai_request(ann, r, &kai, d)))
     return rc;
+  out->words |= kai ? GF_PODREQ_W_KAI : 0;
   /* HAMi's model annotations, for a pod asking for GPUs in any names */
   if ((accept & GF__ACCEPT_HAMI) && (kai || any_gpu(&gpu)) &&
       (rc = gf__hami_models(ann, out->models, sizeof(out->models), d)))
     return rc;
+  out->dp_slots = (uint32_t)gpu.gpu; /* read_amounts checked its range */
   if (kai)
     return kai_container(spec, ann, &gpu, ngpu_containers, out, d);
   if (gpu.hami.any) {
@@ -418,33 +463,7 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
   }
   if (!any_gpu(&gpu))
     return 0;
-  r->gpu_count = gpu.gpu ? (uint32_t)gpu.gpu : 1;
-  r->gpu_mem_bytes = gpu.gpu_mem;
-  out->compute_pct = (int32_t)gpu.gpu_compute;
-  if (r->gpu_count > 1) {
-    if (gpu.gpu_compute && gpu.gpu_compute != 100)
-      return gf_diag_set(d, GF_EINVAL,
-                         "Pod: %u GPUs at %s %" PRId64
-                         " percent each: a multi-GPU request takes whole GPUs "
-                         "(drop %s or ask for one GPU)",
-                         r->gpu_count, GF_RES_GPU_COMPUTE, gpu.gpu_compute,
-                         GF_RES_GPU_COMPUTE);
-    r->gpu_milli = GF_GPU_MILLI;
-    r->compute_pct = 100;
-  } else if (gpu.gpu_compute) {
-    r->gpu_milli = (int32_t)gpu.gpu_compute * 10;
-    r->compute_pct = (int32_t)gpu.gpu_compute;
-  } else if (gpu.gpu_mem) {
-    r->gpu_milli = 0; /* a memory-only share */
-    r->compute_pct = 0;
-  } else {
-    r->gpu_milli = GF_GPU_MILLI;
-    r->compute_pct = 100;
-  }
-  gf_diag rd = {""};
-  if ((rc = gf_request_check(r, &rd)))
-    return gf_diag_set(d, rc, "Pod: %s", rd.msg);
-  return 0;
+  return own_request(&gpu, out, d);
 }
 
 int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
@@ -481,6 +500,7 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
    * kube-scheduler's own NodeResourcesFit checks CPU and memory anyway. */
   out->cpu_milli = INT64_MAX / 4;
   out->mem_bytes = INT64_MAX / 4;
+  out->dp_slots = -1;
   const json_t *st = gf__json_get(node, "status");
   const json_t *alloc =
       json_is_object(st) ? gf__json_get(st, "allocatable") : NULL;
@@ -497,6 +517,11 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
       return rc;
     if (f)
       out->mem_bytes = v;
+    /* kubelet writes it from the device plugin's slots; one that cannot be
+     * read leaves the slots unmodelled (kube-scheduler counts them) */
+    gf_diag sd = {""};
+    if (read_res(alloc, GF_RES_GPU, GF_QTY_UNIT, &f, &v, where, &sd) == 0 && f)
+      out->dp_slots = v;
   }
   const json_t *ann = gf__json_get(meta, "annotations");
   const json_t *inv = json_is_object(ann)
@@ -1064,7 +1089,8 @@ json_t *gf_sched_node_slim(const json_t *node) {
     json_t *al = json_object();
     if (!al || json_object_set_new(s, "allocatable", al))
       goto fail;
-    for (size_t i = 0; i < 2; i++) { /* exact names, as read_res reads */
+    for (size_t i = 0; i < 3; i++) { /* cpu, memory and gpufrac.io/gpu,
+                                        exact names, as read_res reads */
       const json_t *v = json_object_get(alloc, slim_res[i]);
       if (v && json_object_set_new(al, slim_res[i], json_deep_copy(v)))
         goto fail;

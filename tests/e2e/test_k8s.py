@@ -258,7 +258,17 @@ class E2E:
                 if x["index"] != u["index"]:
                     fail("pod %s: GPU %s index %d, inventory says %d" %
                          (name, u["uuid"], u["index"], x["index"]))
-                x["mem"] += mem
+                # the grant's memory: what was asked, or for a compute-only
+                # share its part of the GPU's (docs/scheduler.md)
+                gm = int(u.get("memory", 0))
+                if mem and gm != mem:
+                    fail("pod %s: asked %d bytes of GPU memory, granted %d" %
+                         (name, mem, gm))
+                if not whole and 0 < pct < 100 and not mem and \
+                        gm != x["memory"] * pct // 100:
+                    fail("pod %s: a %d%% compute-only share granted %d bytes "
+                         "of a %d-byte GPU" % (name, pct, gm, x["memory"]))
+                x["mem"] += gm
                 x["pct"] += 100 if whole else pct
                 x["whole"] += whole
                 x["who"].append(name)
@@ -312,7 +322,10 @@ class E2E:
         # n3 is kept for s_model_follows.
         ps = [pod("share-%d" % i, 1, "20Gi", 30, model=A100) for i in range(4)]
         ps += [pod("memonly-%d" % i, mem="12Gi", model=A100) for i in range(3)]
-        ps += [pod("compute-%d" % i, compute=40, model=A100) for i in range(2)]
+        # compute-only: each also holds its part of the GPU's memory (20%
+        # of 80 GiB, docs/scheduler.md), which the later scenarios' pods on
+        # n1 must leave room for
+        ps += [pod("compute-%d" % i, compute=20, model=A100) for i in range(2)]
         ps += [pod("whole-0", 1, model=T4), pod("two-gpus", 2, model=T4),
                pod("on-t4", mem="8Gi", compute=10, model=T4)]
         got = self.wait_bound(self.create(*ps))

@@ -278,8 +278,10 @@ class PluginTest(E2E):
             fail("hami-t4 (T4 only, 4096 MiB, 20%% cores) bound to %s with %s" %
                  (got["hami-t4"]["spec"]["nodeName"], g))
         g = grants[NS + "/kai-quarter"]["containers"][0]["gpus"][0]
-        if got["kai-quarter"]["spec"]["nodeName"] != "p1" or g["memory"] != 0 \
-                or g["compute"] != 25:
+        # a compute-only share gets the same part of the GPU's memory
+        # (docs/scheduler.md, "Compute-only shares"): a quarter of 80 GiB
+        if got["kai-quarter"]["spec"]["nodeName"] != "p1" or \
+                g["memory"] != 20 * GiB or g["compute"] != 25:
             fail("kai-quarter (a quarter of an A100) bound to %s with %s" %
                  (got["kai-quarter"]["spec"]["nodeName"], g))
         self.create(pinned)
@@ -296,8 +298,77 @@ class PluginTest(E2E):
         held = [g for g in top if NS + "/kai-quarter" in g["holders"]]
         if len(held) != 1 or held[0]["node"] != "p1":
             fail("top: kai-quarter's GPU: %s" % held)
+        # describe reads the request as the extender does (gpufrac/podreq.h)
+        r = self.plugin("describe", "pod", "hami-t4", "--context", "e2e")
+        if "Request:    a share of 1 GPU: 4Gi memory, 20.0 percent compute " \
+                "(HAMi's names)" not in r.stdout:
+            fail("describe hami-t4, its request:\n%s" % r.stdout)
         log("migrate: HAMi and KAI pods bound with their grants; a UUID pin "
             "refused:\n" + r.stdout)
+
+    def run_slots(self):
+        """Issue 30 item 5 on the real kube-scheduler: node p4, 4 x T4 with
+        4 device-plugin slots a GPU (16 gpufrac.io/gpu, as `slots = 4`
+        makes it), and 17 pods of 512Mi / 5 percent pinned to it: 16 bind
+        (packed on the first GPUs), the 17th pends on "Insufficient
+        gpufrac.io/gpu" with GPUs idle.  why-pending names the slots, and
+        the extender's /filter (--extender) says they, not the GPUs, are
+        full."""
+        self.c.add_node("p4", {"e2e-slots": "p4"})
+        self.set_capacity("p4", 16)
+        self.api.merge_patch("/api/v1/nodes/p4", {"metadata": {"annotations": {
+            "gpufrac.io/inventory": json.dumps({"version": 1, "gpus": [
+                {"index": g, "uuid": "GPU-p4-%d" % g, "model": T4,
+                 "memory": 16 * GiB} for g in range(4)]})}}})
+        pods = []
+        for i in range(17):
+            p = pod("slot-%02d" % i, 1, "512Mi", 5)
+            p["spec"]["nodeSelector"] = {"e2e-slots": "p4"}
+            pods.append(p)
+        self.create(*pods[:16])
+        got = self.wait_bound(["slot-%02d" % i for i in range(16)])
+        used = {json.loads(p["metadata"]["annotations"]["gpufrac.io/grant"])[
+            "containers"][0]["gpus"][0]["index"] for p in got.values()}
+        if len(used) == 4:
+            fail("16 small shares spread over all four GPUs: %s" % sorted(used))
+        self.create(pods[16])
+
+        def failed():
+            return any(e.startswith("FailedScheduling") and
+                       "Insufficient gpufrac.io/gpu" in e
+                       for e in self.events("slot-16"))
+        wait_for("slot-16's FailedScheduling event", failed, 60)
+        r = self.plugin("why-pending", "slot-16", "--context", "e2e", "--extender",
+                        "http://127.0.0.1:%d/gpufrac" % self.c.ext_port)
+        per = {ln.split()[0]: ln for ln in r.stdout.split("\n\n")[1].splitlines()[1:]}
+        if "16 of the 16 device-plugin slots of node p4 are held, while its " \
+                "GPUs have room" not in per.get("p4", "") or \
+                "hint: kube-scheduler found no free gpufrac.io/gpu slot" \
+                not in r.stdout:
+            fail("why-pending slot-16:\n%s" % r.stdout)
+        log("why-pending, the slots held:\n" + r.stdout)
+        for p in pods:
+            self.delete_pod(p["metadata"]["name"])
+
+    def run_not_asked(self):
+        """kube-scheduler without gpufrac's extender (the scheduler step
+        forgotten, issue 30 item 8): a memory share pends on "Insufficient
+        gpufrac.io/gpu-memory", and why-pending says the extender was never
+        asked and where the configuration is."""
+        self.c.procs["kube-scheduler"].stop()
+        self.c.start_scheduler(extender=False)
+        self.create(pod("forgot", 1, "1Gi"))
+
+        def failed():
+            return any(e.startswith("FailedScheduling") and
+                       "gpufrac.io/gpu-memory" in e for e in self.events("forgot"))
+        wait_for("forgot's FailedScheduling event", failed, 60)
+        r = self.plugin("why-pending", "forgot", "--context", "e2e")
+        if "hint: the gpufrac extender was never asked" not in r.stdout or \
+                "docs/install.md" not in r.stdout:
+            fail("why-pending forgot:\n%s" % r.stdout)
+        log("why-pending, kube-scheduler without the extender:\n" + r.stdout)
+        self.delete_pod("forgot")
 
 
 def main():
@@ -311,6 +382,8 @@ def main():
         t.setup_plugin()
         t.run()
         t.run_migrate()
+        t.run_slots()
+        t.run_not_asked()
         c.check_alive()
         log("kubectl plugin: passed in %.1f s" % (time.monotonic() - t0))
     return e2e_main(__doc__, "e2e kubectl plugin", body)

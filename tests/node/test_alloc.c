@@ -753,6 +753,58 @@ static void test_dp_devices(void **state) {
   assert_int_equal(gf_node_dp_devices(&g, 4, devs, 6), 6);
 }
 
+/* The slots by default (issue 30, item 5): kube-scheduler counts one
+ * gpufrac.io/gpu per share pod against the node, so the slots must never
+ * run out before memory and compute do.  4 x T4 with 16 pods of
+ * 512Mi / 5 percent used to stop at 16 (4 slots a GPU) with two GPUs
+ * idle.  By default (slots = auto) the node offers at least as many as
+ * the pods kubelet lets it run by default (110) and as the 5 percent
+ * shares its GPUs hold (80), on one GPU as on sixteen, within the plugin's
+ * limit; an explicit number still means slots per GPU. */
+static void test_dp_devices_auto(void **state) {
+  (void)state;
+  gf_node_config c;
+  gf_node_config_init(&c);
+  gf_diag d = {""};
+  const char *auto_text = "slots = auto\n";
+  assert_int_equal(
+      gf_node_config_parse(&c, auto_text, strlen(auto_text), "n.conf", &d), 0);
+  gf_node_config c0;
+  gf_node_config_init(&c0);
+  assert_int_equal(c0.slots, c.slots); /* auto is the default */
+  static gf_dp_device devs[GF_DP_MAX_DEVICES];
+  const char *specs[] = {"1xT4-16GB", "4xT4-16GB", "16xH100-80GB"};
+  for (int i = 0; i < 3; i++) {
+    gf_node_gpus g;
+    assert_int_equal(gf_node_discover_fake(specs[i], &g, &d), 0);
+    size_t n = gf_node_dp_devices(&g, c.slots, devs, GF_DP_MAX_DEVICES);
+    assert_true(n >= 110);
+    assert_true(n >= 80);
+    assert_true(n <= GF_DP_MAX_DEVICES);
+    /* every GPU gets its share of them */
+    size_t per = n / g.ngpus;
+    for (uint32_t k = 0; k < g.ngpus; k++) {
+      char want[GF_DP_ID_MAX];
+      snprintf(want, sizeof(want), "%s::0", g.gpus[k].uuid);
+      assert_string_equal(devs[k * per].id, want);
+    }
+  }
+  /* an exclusive GPU still one slot; the shared ones share the rest */
+  gf_node_gpus g;
+  assert_int_equal(gf_node_discover_fake("2xT4-16GB", &g, &d), 0);
+  g.gpus[1].mode = GF_NODE_MODE_EXCLUSIVE;
+  size_t n = gf_node_dp_devices(&g, c.slots, devs, GF_DP_MAX_DEVICES);
+  assert_int_equal(n, GF_DP_MAX_DEVICES);
+  char want[GF_DP_ID_MAX];
+  snprintf(want, sizeof(want), "%s::0", g.gpus[1].uuid);
+  assert_string_equal(devs[n - 1].id, want);
+  /* an explicit count is slots per GPU, as before */
+  const char *four = "slots = 4\n";
+  assert_int_equal(gf_node_config_parse(&c, four, strlen(four), "n.conf", &d),
+                   0);
+  assert_int_equal(gf_node_dp_devices(&g, c.slots, devs, GF_DP_MAX_DEVICES), 5);
+}
+
 /* Writes text to <tmpdir>/<rel>, creating directories. */
 static void put_file(const char *rel, const char *text) {
   char path[600], cmd[1400];
@@ -1333,6 +1385,7 @@ int main(void) {
       cmocka_unit_test(test_dp_devices),
       cmocka_unit_test_setup_teardown(test_model_refetch, setup_tmp,
                                       teardown_tmp),
+      cmocka_unit_test(test_dp_devices_auto),
       cmocka_unit_test_setup_teardown(test_allocate_model, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_model_not_cached, setup_tmp,

@@ -547,6 +547,58 @@ static void test_bad_usage(void **st) {
                      "response 1: result[0]", "[timestamp, \"value\"]");
 }
 
+/* The pods of tests/data/podreq (gpufrac/podreq.h's shared fixtures),
+ * bound to one T4 (16 GiB): each counts as what the extender grants it,
+ * not as a whole GPU (issue 30, item 7: a migrated HAMi pod of 0.3 and a
+ * KAI pod of 0.5 were counted 1.0 each). */
+static void test_podreq_fixtures(void **st) {
+  (void)st;
+  static const struct {
+    const char *file, *name;
+    double part;
+    gf_plan_req_kind kind;
+  } want[] = {
+      {"hami_migrated.json", "hami-migrated", 0.3, GF_PLAN_REQ_HAMI},
+      {"kai_migrated.json", "kai-migrated", 0.5, GF_PLAN_REQ_KAI},
+      {"gpufrac_share.json", "gpufrac-share", 0.05, GF_PLAN_REQ_GPUFRAC},
+  };
+  json_t *list =
+      json_pack("{s:s,s:s,s:[]}", "apiVersion", "v1", "kind", "List", "items");
+  json_t *items = json_object_get(list, "items");
+  json_array_append_new(
+      items,
+      json_pack("{s:s,s:{s:s,s:{s:s,s:s,s:s,s:s}},s:{s:{s:s,s:s,s:s}}}", "kind",
+                "Node", "metadata", "name", "t4-1", "labels",
+                "node.kubernetes.io/instance-type", "g4dn.xlarge",
+                "nvidia.com/gpu.product", "Tesla-T4", "nvidia.com/gpu.memory",
+                "16384", "nvidia.com/gpu.count", "1", "status", "allocatable",
+                "cpu", "4", "memory", "16Gi", "gpufrac.io/gpu", "1024"));
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", GF_PODREQ_FIXTURES, want[i].file);
+    json_error_t je;
+    json_t *pod = json_load_file(path, 0, &je);
+    if (!pod)
+      fail_msg("%s: %s", path, je.text);
+    json_array_append_new(items, pod);
+  }
+  char *s = json_dumps(list, JSON_COMPACT);
+  json_decref(list);
+  gf_plan *p = run_snapshot(s);
+  free(s);
+  double sum = 0;
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    const gf_plan_workload *w = find_wl(p, "Pod", "ml", want[i].name);
+    if (fabs(w->gpus_held - want[i].part) > 1e-9)
+      fail_msg("%s holds %g GPUs, want %g", want[i].name, w->gpus_held,
+               want[i].part);
+    assert_int_equal(w->request, want[i].kind);
+    sum += want[i].part;
+  }
+  NEAR(gf_plan_today(p)->gpus_held, sum);
+  gf_plan_free(p);
+}
+
 /* Memory-sized requests where the GPU memory is unknown: counted whole,
  * said in a warning; the node is left out of the what-if. */
 static void test_unknown_memory(void **st) {
@@ -1071,6 +1123,7 @@ int main(void) {
       cmocka_unit_test(test_no_gpu_nodes),
       cmocka_unit_test(test_bad_usage),
       cmocka_unit_test(test_unknown_memory),
+      cmocka_unit_test(test_podreq_fixtures),
       cmocka_unit_test(test_owners),
       cmocka_unit_test(test_two_files),
       cmocka_unit_test(test_flags),

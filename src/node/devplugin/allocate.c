@@ -600,6 +600,25 @@ size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
 size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
                           gf_dp_device *out, size_t cap) {
   size_t n = 0;
+  if (!slots) {
+    /* auto: the shared GPUs split what the whole units (an exclusive GPU,
+     * a MIG device) leave of cap, so the node's slots outnumber the pods
+     * kubelet runs and never run out before memory and compute */
+    size_t whole = 0, shared = 0;
+    for (uint32_t i = 0; i < g->ngpus; i++) {
+      const gf_node_gpu *x = &g->gpus[i];
+      if (!x->uuid[0])
+        continue;
+      if (x->mode == GF_NODE_MODE_MIG)
+        whole += x->nmig < GF_NODE_MAX_MIG ? x->nmig : GF_NODE_MAX_MIG;
+      else if (x->mode == GF_NODE_MODE_EXCLUSIVE)
+        whole++;
+      else
+        shared++;
+    }
+    size_t per = shared && cap > whole ? (cap - whole) / shared : 1;
+    slots = per < 1 ? 1 : per > UINT32_MAX ? UINT32_MAX : (uint32_t)per;
+  }
   for (uint32_t i = 0; i < g->ngpus; i++) {
     const gf_node_gpu *x = &g->gpus[i];
     if (!x->uuid[0])

@@ -234,7 +234,10 @@ size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
  * of a mig GPU with the MIG uuid as id ("MIG-...", the parent's health and
  * NUMA node), none for GPUs without a uuid.  An unhealthy
  * GPU's devices are listed unhealthy, so kubelet stops handing them out
- * and shows why on the node.  Returns the count written (at most cap). */
+ * and shows why on the node.  slots 0 (the node config's `auto`): the
+ * shared GPUs split what the whole units leave of cap evenly (issue 30:
+ * the slots must never run out before memory and compute).  Returns the
+ * count written (at most cap). */
 size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
                           gf_dp_device *out, size_t cap);
 
