@@ -142,6 +142,11 @@ class Scenario:
         self.agents = {}  # node -> the agent started for it
         self.placeholders_seen = {}  # uid -> nvidia.com/gpu asked
         self.stop_watch = threading.Event()
+        # The agents are this thread's children: PR_SET_PDEATHSIG (cluster.py)
+        # kills them when the thread that started them ends, so they are
+        # stopped before it ends, and none is started after that.
+        self.agents_mu = threading.Lock()
+        self.stopping = False
         self.watch_error = None
 
     # ---- the autoscaler and the simulated nodes -------------------------
@@ -302,8 +307,9 @@ class Scenario:
                     live.add(name)
                     if name not in self.agents:
                         p = self.t.agent_pod(name)
-                        if p:
-                            self.start_agent(name, p)
+                        with self.agents_mu:
+                            if p and not self.stopping:
+                                self.start_agent(name, p)
                 # A node Karpenter took back: its agent goes with it.
                 for name, a in list(self.agents.items()):
                     if a and name not in live:
@@ -660,20 +666,20 @@ class Scenario:
             self.c.check_alive()
             log("result: %s" % json.dumps(self.report))
         finally:
+            with self.agents_mu:
+                self.stopping = True
+            for name, a in self.agents.items():
+                if a:
+                    if not a.alive():  # it had exited by itself: a failure
+                        self.c.bad_exits.append(
+                            "the agent of %s exited by itself (%s); its log ends:\n%s" %
+                            (name, a.p.returncode, a.tail(15)))
+                    self.c.stop_gpufrac(a, 15)
             self.stop_watch.set()
             if self.watcher.is_alive():
                 self.watcher.join(10)
             for p in self.own:
                 p.stop(10)
-            # The agents before the cluster stops them (5 s each): one started
-            # seconds before the end once took longer than that to exit on
-            # SIGTERM on this loaded machine; 15 s, and it must still exit 0.
-            for name, a in self.agents.items():
-                if a:
-                    t0 = time.monotonic()
-                    rc = self.c.stop_gpufrac(a, 15)
-                    log("agent of %s stopped: exit %s in %.1f s" %
-                        (name, rc, time.monotonic() - t0))
 
 
 SCENARIOS = ["scaleup", "dra", "consolidate", "zero"]
