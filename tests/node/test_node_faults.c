@@ -267,18 +267,18 @@ static int allocate_once(const gf_node_gpus *g, json_t *obj, int style,
   gf_node_pods *p = NULL;
   gf_node_allocator *a = NULL;
   *answered = false;
-  int rc = gf_node_pods_new(&p, "node-a", &d);
+  int rc = gf__node_pods_new(&p, "node-a", &d);
   if (!rc)
-    rc = gf_node_pods_apply(p, obj, &d);
+    rc = gf__node_pods_apply(p, obj, &d);
   if (!rc)
-    rc = gf_node_allocator_new(&a, p, g, &o, &d);
+    rc = gf__node_allocator_new(&a, p, g, &o, &d);
   if (!rc) {
     const char *ids[] = {"whatever::0"};
-    rc = gf_node_allocate(a, ids, 1, out, &d);
+    rc = gf__node_allocate(a, ids, 1, out, &d);
     *answered = rc == 0;
   }
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
   return rc;
 }
 

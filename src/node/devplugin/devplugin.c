@@ -60,7 +60,7 @@ struct gf_dp {
   size_t ndevs;
   uint64_t version;
   bool stopping;
-  bool stopped; /* gf_dp_stop has run (the stopping thread's own) */
+  bool stopped; /* gf__dp_stop has run (the stopping thread's own) */
   char last_log[GF_DIAG_MAX];
 
   uint64_t sent_version; /* loop thread only */
@@ -153,7 +153,7 @@ static int check_devices(const gf_dp_device *devs, size_t n) {
   return 0;
 }
 
-int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs) {
+int gf__dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs) {
   int rc = check_devices(devs, ndevs);
   if (rc)
     return rc;
@@ -173,7 +173,7 @@ int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs) {
   return 0;
 }
 
-uint64_t gf_dp_registrations(const gf_dp *dp) {
+uint64_t gf__dp_registrations(const gf_dp *dp) {
   return atomic_load(&((gf_dp *)dp)->regs);
 }
 
@@ -897,8 +897,8 @@ static int copy_str(char *dst, size_t cap, const char *src, const char *what,
   return 0;
 }
 
-int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
-                size_t ndevs, gf_diag *d) {
+int gf__dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
+                 size_t ndevs, gf_diag *d) {
   if (!o->allocate)
     return gf_diag_set(d, GF_EINVAL, "device plugin: no allocate callback");
   const char *dir =
@@ -946,7 +946,7 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
   pthread_condattr_destroy(&ca);
   gf__grpc_jobq_init(&dp->jobs);
 
-  rc = gf_dp_set_devices(dp, devs, ndevs);
+  rc = gf__dp_set_devices(dp, devs, ndevs);
   if (rc) {
     gf_diag_set(d, rc,
                 "device plugin: bad device list (%s): ids must be "
@@ -1010,7 +1010,7 @@ fail_sync:
   return rc;
 }
 
-void gf_dp_stop(gf_dp *dp) {
+void gf__dp_stop(gf_dp *dp) {
   if (!dp || dp->stopped)
     return;
   dp->stopped = true;
@@ -1031,10 +1031,10 @@ void gf_dp_stop(gf_dp *dp) {
   gf__unix_remove_if_ours(dp->sock_path, &dp->sock_st);
 }
 
-void gf_dp_free(gf_dp *dp) {
+void gf__dp_free(gf_dp *dp) {
   if (!dp)
     return;
-  gf_dp_stop(dp);
+  gf__dp_stop(dp);
   gf__h2srv_free(dp->srv);
   pthread_cond_destroy(&dp->cv);
   pthread_cond_destroy(&dp->work);

@@ -61,8 +61,8 @@ bool gf__node_dra_publisher_models_changed(gf_node_dra_publisher *p) {
   return changed;
 }
 
-int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
-                                  gf_diag *d) {
+int gf__node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
+                                   gf_diag *d) {
   *changed = false;
   gf_node_cache *c = p->cache;
   if (!c)
@@ -101,9 +101,9 @@ int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
   return 0;
 }
 
-int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
-                              const char *node, size_t max_per_slice,
-                              gf_node_cache *cache, gf_diag *d) {
+int gf__node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
+                               const char *node, size_t max_per_slice,
+                               gf_node_cache *cache, gf_diag *d) {
   gf_node_dra_publisher *p = gf__calloc(1, sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
@@ -119,7 +119,7 @@ int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
   return 0;
 }
 
-void gf_node_dra_publisher_free(gf_node_dra_publisher *p) {
+void gf__node_dra_publisher_free(gf_node_dra_publisher *p) {
   if (!p)
     return;
   gf_kube_free(p->k);
@@ -129,7 +129,7 @@ void gf_node_dra_publisher_free(gf_node_dra_publisher *p) {
   free(p);
 }
 
-int64_t gf_node_dra_publisher_generation(const gf_node_dra_publisher *p) {
+int64_t gf__node_dra_publisher_generation(const gf_node_dra_publisher *p) {
   return p->gen;
 }
 
@@ -258,15 +258,15 @@ static void set_owner(const gf_node_dra_publisher *p, json_t *slices) {
 static int build(const gf_node_dra_publisher *p, const gf_node_gpus *g,
                  int64_t gen, const gf_node_dra_model *models, size_t nmodels,
                  json_t **want, gf_diag *d) {
-  int rc = gf_node_dra_slices_models(g, p->node, gen, p->max, models, nmodels,
-                                     want, d);
+  int rc = gf__node_dra_slices_models(g, p->node, gen, p->max, models, nmodels,
+                                      want, d);
   if (!rc)
     set_owner(p, *want);
   return rc;
 }
 
-int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
-                        bool *changed, gf_diag *d) {
+int gf__node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
+                         bool *changed, gf_diag *d) {
   *changed = false;
   json_t *want = NULL, *mine = NULL;
   read_node_uid(p);

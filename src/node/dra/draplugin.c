@@ -60,7 +60,7 @@ struct gf_drap {
   pthread_cond_t cv;
   gf__grpc_jobq jobs;
   bool stopping;
-  bool stopped; /* gf_drap_stop has run (the stopping thread's own) */
+  bool stopped; /* gf__drap_stop has run (the stopping thread's own) */
   atomic_uint_fast64_t regs;
 };
 
@@ -405,7 +405,7 @@ static int path_of(char *dst, const char *dir, const char *file, gf_diag *d) {
   return 0;
 }
 
-int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
+int gf__drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   if (!o->prepare || !o->unprepare || !o->driver || !o->driver[0] ||
       strlen(o->driver) > 63 || strchr(o->driver, '/'))
     return gf_diag_set(d, GF_EINVAL,
@@ -468,17 +468,17 @@ int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   *out = p;
   return 0;
 fail:
-  gf_drap_free(p);
+  gf__drap_free(p);
   return rc;
 }
 
-uint64_t gf_drap_registrations(const gf_drap *p) {
+uint64_t gf__drap_registrations(const gf_drap *p) {
   return atomic_load(&((gf_drap *)p)->regs);
 }
 
-const char *gf_drap_endpoint(const gf_drap *p) { return p->dra_path; }
+const char *gf__drap_endpoint(const gf_drap *p) { return p->dra_path; }
 
-void gf_drap_stop(gf_drap *p) {
+void gf__drap_stop(gf_drap *p) {
   if (!p || p->stopped)
     return;
   p->stopped = true;
@@ -503,10 +503,10 @@ void gf_drap_stop(gf_drap *p) {
   gf__grpc_jobq_clear(&p->jobs);
 }
 
-void gf_drap_free(gf_drap *p) {
+void gf__drap_free(gf_drap *p) {
   if (!p)
     return;
-  gf_drap_stop(p);
+  gf__drap_stop(p);
   gf__h2srv_free(p->reg);
   gf__h2srv_free(p->dra);
   pthread_cond_destroy(&p->cv);
