@@ -616,14 +616,14 @@ static void save_state(gf_node_cache *c) {
     json_object_set_new(root, "seq", json_integer((json_int_t)c->seq));
     json_object_set(root, "models", models);
     json_object_set(root, "pins", pins);
-    text = json_dumps(root, JSON_COMPACT);
+    text = gf__node_json_dumps(root, JSON_COMPACT);
   }
   gf_diag d = {{0}};
   if (!text)
     gf__mc_log(&c->o, "%s/%s: not saved: out of memory", c->root, STATE_FILE);
   else if (gf_node_write_atomic(c->root, STATE_FILE, text, strlen(text), &d))
     gf__mc_log(&c->o, "not saved: %s", d.msg);
-  free(text);
+  gf__free(text);
   json_decref(models);
   json_decref(pins);
   json_decref(root);
@@ -1382,7 +1382,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   fsync_path(path, O_DIRECTORY);
 out:
   gf_node_cache_manifest_release(&m);
-  free(text);
+  gf__free(text);
   return rc;
 }
 
@@ -1862,7 +1862,7 @@ int gf_node_cache_models_json(gf_node_cache *c, char **out) {
       rc = GF_ENOMEM;
   }
   gf__free(l);
-  char *t = a && !rc ? json_dumps(a, JSON_COMPACT) : NULL;
+  char *t = a && !rc ? gf__node_json_dumps(a, JSON_COMPACT) : NULL;
   json_decref(a);
   if (!t)
     return GF_ENOMEM;

@@ -273,7 +273,7 @@ static void test_fetch_file_source(void **state) {
            "\"state\":\"ready\",\"shared\":true}]",
            hex);
   assert_string_equal(js, want_js);
-  free(js);
+  gf__free(js);
   gf_node_cache_free(c);
   /* Reopened: still there, nothing removed. */
   c = open_cache(0);

@@ -289,11 +289,11 @@ int gf__node_cache_prune_claims_pods(gf_node_cache *c,
       asking = false; /* the API does not answer: none is called gone */
     r.gone[i] = e == 0;
   }
-  free(p);
+  gf__free(p);
   dropped = gf_node_cache_prune(c, claim_alive, &r);
 out:
-  free(r.h);
-  free(r.gone);
+  gf__free(r.h);
+  gf__free(r.gone);
   return dropped;
 }
 
@@ -392,7 +392,7 @@ void gf__node_cache_agent_free(gf_node_cache_agent *a) {
   gf_kube_free(a->claims);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
-  free(a);
+  gf__free(a);
 }
 
 gf_node_cache *gf__node_cache_agent_cache(gf_node_cache_agent *a) {

@@ -137,7 +137,7 @@ int gf__node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
     int rc = gf__node_loader_new(&a->loader, &lo, d);
     if (rc) {
       pthread_mutex_destroy(&a->mu);
-      free(a);
+      gf__free(a);
       return rc;
     }
     gf_node_pods_hooks h = {
@@ -172,7 +172,7 @@ void gf__node_allocator_free(gf_node_allocator *a) {
     gf__node_pods_set_hooks(a->pods, NULL);
   gf__node_loader_free(a->loader);
   pthread_mutex_destroy(&a->mu);
-  free(a);
+  gf__free(a);
 }
 
 uint64_t gf__node_allocator_answered(gf_node_allocator *a) {
@@ -470,7 +470,7 @@ static int answer_cdi(gf_node_allocator *a, const gf_node_match *m,
   char file[GF_NODE_PATH_MAX], dev[GF_DP_STR_MAX];
   snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", m->uid, m->grant.name);
   rc = gf_node_write_atomic(a->cdi_dir, file, spec, strlen(spec), d);
-  free(spec);
+  gf__free(spec);
   if (rc)
     return rc;
   snprintf(dev, sizeof(dev), "%s=%s_%s", GF_NODE_CDI_KIND, m->uid,

@@ -163,7 +163,7 @@ int gf__dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs) {
   if (ndevs)
     memcpy(copy, devs, ndevs * sizeof *copy);
   pthread_mutex_lock(&dp->mu);
-  free(dp->devs);
+  gf__free(dp->devs);
   dp->devs = copy;
   dp->ndevs = ndevs;
   dp->version++;
@@ -217,12 +217,12 @@ static void encode_list(gf_dp *dp, gf__grpc_reply *r, uint64_t *version) {
   resp.devices = pp;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(devs);
-  free(pd);
-  free(pp);
-  free(topo);
-  free(numa);
-  free(numap);
+  gf__free(devs);
+  gf__free(pd);
+  gf__free(pp);
+  gf__free(topo);
+  gf__free(numa);
+  gf__free(numap);
 }
 
 /* ---- GetPreferredAllocation ---- */
@@ -456,11 +456,11 @@ static void do_preferred(gf_dp *dp, const uint8_t *req, size_t len,
   resp.container_responses = crp;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(cr);
-  free(crp);
-  free(ids);
-  free(cs);
-  free(off);
+  gf__free(cr);
+  gf__free(crp);
+  gf__free(ids);
+  gf__free(cs);
+  gf__free(off);
   v1beta1__preferred_allocation_request__free_unpacked(q, NULL);
 }
 
@@ -598,8 +598,8 @@ static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
   if (check_ids(dp, q, r))
     goto out;
   if (nc > sc->cap) {
-    free(sc->ans);
-    free(sc->cars);
+    gf__free(sc->ans);
+    gf__free(sc->cars);
     sc->ans = gf__calloc(nc, sizeof *sc->ans);
     sc->cars = gf__calloc(nc, sizeof *sc->cars);
     sc->cap = sc->ans && sc->cars ? nc : 0;
@@ -636,7 +636,7 @@ static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
   resp.container_responses = crp;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(crp);
+  gf__free(crp);
   v1beta1__allocate_request__free_unpacked(q, NULL);
 }
 
@@ -679,9 +679,9 @@ static void free_spares(gf_dp *dp) {
   while (dp->spares) {
     dp_scratch *sc = dp->spares;
     dp->spares = sc->next;
-    free(sc->ans);
-    free(sc->cars);
-    free(sc);
+    gf__free(sc->ans);
+    gf__free(sc->cars);
+    gf__free(sc);
   }
 }
 
@@ -777,7 +777,7 @@ static void on_wake(void *user, gf__h2srv *s) {
     gf__h2srv_broadcast(s, r.msg, r.len);
     dp->sent_version = v;
   }
-  free(r.msg);
+  gf__free(r.msg);
 }
 
 /* ---- sockets and registration ---- */
@@ -812,7 +812,7 @@ static int do_register(gf_dp *dp) {
   int rc = gf__grpc_call_unix(dp->kubelet, "/v1beta1.Registration/Register",
                               buf, len, DP_REGISTER_TIMEOUT_MS, &status, msg,
                               sizeof msg, &resp, &rlen, &kubelet_pid, &d);
-  free(resp);
+  gf__free(resp);
   if (rc) {
     dp_log(dp, "registration with kubelet not done yet: %s", d.msg);
     return rc;
@@ -927,7 +927,7 @@ int gf__dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
                   o->resource ? o->resource : GF_DP_RESOURCE,
                   "the resource name", d);
   if (rc) {
-    free(dp);
+    gf__free(dp);
     return rc;
   }
   dp->allocate = o->allocate;
@@ -1005,8 +1005,8 @@ fail_sync:
   pthread_cond_destroy(&dp->cv);
   pthread_cond_destroy(&dp->work);
   pthread_mutex_destroy(&dp->mu);
-  free(dp->devs);
-  free(dp);
+  gf__free(dp->devs);
+  gf__free(dp);
   return rc;
 }
 
@@ -1039,6 +1039,6 @@ void gf__dp_free(gf_dp *dp) {
   pthread_cond_destroy(&dp->cv);
   pthread_cond_destroy(&dp->work);
   pthread_mutex_destroy(&dp->mu);
-  free(dp->devs);
-  free(dp);
+  gf__free(dp->devs);
+  gf__free(dp);
 }

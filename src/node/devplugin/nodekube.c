@@ -187,8 +187,8 @@ void gf__node_kube_free(gf_node_kube *k) {
   gf__node_kube_stop(k);
   gf_kube_informer_free(k->inf);
   gf_kube_free(k->client);
-  free(k->published);
-  free(k);
+  gf__free(k->published);
+  gf__free(k);
 }
 
 int gf__node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
@@ -199,13 +199,13 @@ int gf__node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
   if (rc)
     return rc;
   if (k->published && strcmp(k->published, text) == 0) {
-    free(text);
+    gf__free(text);
     return 0;
   }
   json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
                             GF_INVENTORY_ANNOTATION, text);
   if (!patch) {
-    free(text);
+    gf__free(text);
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   }
   char path[GF_NAME_MAX + 32];
@@ -214,10 +214,10 @@ int gf__node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
   json_decref(patch);
   if (rc) {
     gf_diag_prefix(d, "publishing the inventory on node %s", k->node);
-    free(text);
+    gf__free(text);
     return rc;
   }
-  free(k->published);
+  gf__free(k->published);
   k->published = text;
   *changed = true;
   return 0;

@@ -129,12 +129,12 @@ void gf__node_pods_free(gf_node_pods *p) {
   if (!p)
     return;
   for (size_t i = 0; i < p->npods; i++)
-    free(p->pods[i]);
-  free(p->pods);
-  free(p->marks);
+    gf__free(p->pods[i]);
+  gf__free(p->pods);
+  gf__free(p->marks);
   pthread_cond_destroy(&p->changed);
   pthread_mutex_destroy(&p->mu);
-  free(p);
+  gf__free(p);
 }
 
 /* ---- reading a pod object ------------------------------------------------ */
@@ -349,7 +349,7 @@ static size_t find(const gf_node_pods *p, const char *uid) {
 }
 
 static void drop_at(gf_node_pods *p, size_t i) {
-  free(p->pods[i]);
+  gf__free(p->pods[i]);
   p->pods[i] = p->pods[--p->npods];
 }
 
@@ -374,14 +374,14 @@ int gf__node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
   if (!x)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   if (read_pod(x, obj, p->node)) {
-    free(x);
+    gf__free(x);
     return gf_diag_set(d, GF_ESYNTAX,
                        "pod object without a usable metadata.uid and name");
   }
   const char *node = str_at(json_object_get(obj, "spec"), "nodeName");
   hook_call *hc = gf__calloc(1, sizeof(*hc));
   if (!hc) {
-    free(x);
+    gf__free(x);
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   }
   pthread_mutex_lock(&p->mu);
@@ -394,8 +394,8 @@ int gf__node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
     }
     pthread_mutex_unlock(&p->mu);
     hook_run(hc);
-    free(hc);
-    free(x);
+    gf__free(hc);
+    gf__free(x);
     return 0;
   }
   if (x->model[0] || i != SIZE_MAX)
@@ -410,7 +410,7 @@ int gf__node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
         if (old->ctrs[j].answered &&
             strcmp(old->ctrs[j].name, x->ctrs[k].name) == 0)
           x->ctrs[k].answered = true;
-    free(p->pods[i]);
+    gf__free(p->pods[i]);
     p->pods[i] = x;
   } else {
     if (p->npods == p->cap) {
@@ -418,8 +418,8 @@ int gf__node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
       pod **np = gf__realloc(p->pods, nc * sizeof(*np));
       if (!np) {
         pthread_mutex_unlock(&p->mu);
-        free(hc);
-        free(x);
+        gf__free(hc);
+        gf__free(x);
         return gf_diag_set(d, GF_ENOMEM, "out of memory");
       }
       p->pods = np;
@@ -432,7 +432,7 @@ int gf__node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
   touch(p);
   pthread_mutex_unlock(&p->mu);
   hook_run(hc);
-  free(hc);
+  gf__free(hc);
   return 0;
 }
 
@@ -455,7 +455,7 @@ bool gf__node_pods_remove(gf_node_pods *p, const char *uid) {
   pthread_mutex_unlock(&p->mu);
   if (hc)
     hook_run(hc);
-  free(hc);
+  gf__free(hc);
   return i != SIZE_MAX;
 }
 

@@ -226,7 +226,7 @@ int gf__node_dra_claim_from_json(const json_t *obj, const char *driver,
 prefix:
   gf_diag_prefix(d, "claim %s/%s: ", c->ns, c->name);
 out:
-  free(c);
+  gf__free(c);
   return rc;
 }
 
@@ -311,12 +311,12 @@ static int add_model_mount(char **spec, const char *host, const char *ctr,
     rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
     goto out;
   }
-  char *t = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *t = gf__node_json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   if (!t) {
     rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
     goto out;
   }
-  free(*spec);
+  gf__free(*spec);
   *spec = t;
 out:
   json_decref(root);
@@ -370,7 +370,7 @@ static int save(gf_node_dra_state *s, gf_diag *d) {
     return gf_diag_set(d, GF_ENOMEM, "DRA checkpoint: out of memory");
   int rc =
       gf_node_write_atomic(s->dra_dir, CHECKPOINT_NAME, text, strlen(text), d);
-  free(text);
+  gf__free(text);
   return rc;
 }
 
@@ -509,8 +509,8 @@ void gf__node_dra_state_free(gf_node_dra_state *s) {
   if (!s)
     return;
   pthread_mutex_destroy(&s->mu);
-  free(s->prep);
-  free(s);
+  gf__free(s->prep);
+  gf__free(s);
 }
 
 static ssize_t find(const gf_node_dra_state *s, const char *uid) {
@@ -888,11 +888,13 @@ static int split_per_request(const gf_node_dra_state *s,
     rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
   else if (rc)
     json_decref(e);
-  char *t = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *t =
+      rc ? NULL
+         : gf__node_json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   if (!rc && !t)
     rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
   if (t) {
-    free(*spec);
+    gf__free(*spec);
     *spec = t;
   }
 done:
@@ -960,17 +962,17 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
       goto undo;
   }
   if (mm && (rc = add_model_mount(&spec, mm->host, mm->ctr, mm->mdir, d))) {
-    free(spec);
+    gf__free(spec);
     goto undo;
   }
   if (!nmig && (rc = split_per_request(s, c, &spec, d))) {
-    free(spec);
+    gf__free(spec);
     goto undo;
   }
   char file[GF_NODE_PATH_MAX];
   snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", c->uid, CTR_NAME);
   rc = gf_node_write_atomic(s->cdi_dir, file, spec, strlen(spec), d);
-  free(spec);
+  gf__free(spec);
   if (rc)
     goto undo;
   gf_node_dra_prepared p;
@@ -1191,6 +1193,6 @@ int gf__node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
                      ns, name, c->uid, uid);
   if (!rc)
     rc = gf__node_dra_prepare_pod_model(s, c, puid, pname, model, msrc, out, d);
-  free(c);
+  gf__free(c);
   return rc;
 }

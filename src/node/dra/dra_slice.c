@@ -472,7 +472,7 @@ int gf__node_dra_slices_models(const gf_node_gpus *g, const char *node,
     if (!sl || json_array_append_new(arr, sl))
       rc = GF_ENOMEM;
   }
-  free(devs);
+  gf__free(devs);
   if (!arr || rc) {
     json_decref(arr);
     return gf_diag_set(d, GF_ENOMEM, "DRA slices: out of memory");

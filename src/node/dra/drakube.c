@@ -46,7 +46,7 @@ static size_t cache_models(gf_node_dra_publisher *p, gf_node_dra_model *out,
     gf__node_copy(out[k].ns, sizeof(out[k].ns), e[i].shared ? "" : e[i].ns);
     out[k++].ready = e[i].state == GF_NODE_CACHE_READY;
   }
-  free(e);
+  gf__free(e);
   return k;
 }
 
@@ -56,7 +56,7 @@ bool gf__node_dra_publisher_models_changed(gf_node_dra_publisher *p) {
   if (!c || gf_node_cache_models_json(c, &now))
     return false;
   bool changed = !p->models_seen || strcmp(now, p->models_seen) != 0;
-  free(p->models_seen);
+  gf__free(p->models_seen);
   p->models_seen = now;
   return changed;
 }
@@ -80,7 +80,7 @@ int gf__node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
     return rc;
   }
   if (p->inv_published && strcmp(p->inv_published, text) == 0) {
-    free(text);
+    gf__free(text);
     return 0;
   }
   json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
@@ -92,10 +92,10 @@ int gf__node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
   json_decref(patch);
   if (rc) {
     gf_diag_prefix(d, "publishing the models on node %s", p->node);
-    free(text);
+    gf__free(text);
     return rc;
   }
-  free(p->inv_published);
+  gf__free(p->inv_published);
   p->inv_published = text;
   *changed = true;
   return 0;
@@ -109,7 +109,7 @@ int gf__node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
   int rc = gf_kube_new(&p->k, cfg, NULL, d);
   if (rc) {
-    free(p);
+    gf__free(p);
     return rc;
   }
   gf__node_copy(p->node, sizeof(p->node), node);
@@ -124,9 +124,9 @@ void gf__node_dra_publisher_free(gf_node_dra_publisher *p) {
     return;
   gf_kube_free(p->k);
   json_decref(p->last);
-  free(p->models_seen);
-  free(p->inv_published);
-  free(p);
+  gf__free(p->models_seen);
+  gf__free(p->inv_published);
+  gf__free(p);
 }
 
 int64_t gf__node_dra_publisher_generation(const gf_node_dra_publisher *p) {

@@ -243,15 +243,15 @@ static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
   resp.claims = eptr;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(reqs);
-  free(ids);
-  free(dptr);
-  free(devs);
-  free(errs);
-  free(ans);
-  free(ones);
-  free(eptr);
-  free(ents);
+  gf__free(reqs);
+  gf__free(ids);
+  gf__free(dptr);
+  gf__free(devs);
+  gf__free(errs);
+  gf__free(ans);
+  gf__free(ones);
+  gf__free(eptr);
+  gf__free(ents);
   k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__free_unpacked(
       q, NULL);
 }
@@ -305,10 +305,10 @@ static void do_unprepare(gf_drap *p, const uint8_t *req, size_t len,
   resp.claims = eptr;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(errs);
-  free(ones);
-  free(eptr);
-  free(ents);
+  gf__free(errs);
+  gf__free(ones);
+  gf__free(eptr);
+  gf__free(ents);
   k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__free_unpacked(
       q, NULL);
 }
@@ -430,7 +430,7 @@ int gf__drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   if (!rc)
     rc = mkdirs(pdir, d);
   if (rc) {
-    free(p);
+    gf__free(p);
     return rc;
   }
   p->prepare = o->prepare;
@@ -511,7 +511,7 @@ void gf__drap_free(gf_drap *p) {
   gf__h2srv_free(p->dra);
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->mu);
-  free(p);
+  gf__free(p);
 }
 
 void gf__drap_answer_of(const gf_node_dra_prepared *p, gf_drap_answer *a) {
