@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "buf.h"
 #include "gpufrac/error.h"
 #include "gpufrac/node.h"
 #include "gpufrac/quantity.h"
@@ -1097,11 +1098,12 @@ static void scan_read_only_tmp(gf_node_cache *c) {
       continue;
     snprintf(nf, sizeof(nf), "%s/%.64s/name", tdir, de->d_name);
     FILE *f = fopen(nf, "re");
-    if (f) {
-      size_t k = fread(nm, 1, sizeof(nm) - 1, f);
-      nm[k] = '\0';
+    if (f) { /* longer than a name, unreadable, empty or unsafe: "?" */
+      gf__buf b;
+      gf__buf_init_fixed(&b, nm, sizeof(nm));
+      int rc = gf__buf_read_stream(&b, f);
       fclose(f);
-      if (!k || !gf_node_safe_name(nm))
+      if (rc || !b.len || !gf_node_safe_name(nm))
         snprintf(nm, sizeof(nm), "?");
     }
     entry *e = add_entry(c, de->d_name);
