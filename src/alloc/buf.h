@@ -34,6 +34,9 @@
 /* The node agent's /metrics page: series per GPU and per container, for at
  * most 1,024 containers, each label value at most 1 KiB escaped. */
 #define GF__BUF_NODE_METRICS_MAX ((size_t)16 << 20)
+/* The weight cache's part of the node's /metrics page (a fixed set of
+ * series: about 1.3 KiB). */
+#define GF__BUF_CACHE_METRICS_MAX ((size_t)4096)
 /* A JSON document a part writes (gf__json_dumps: annotations, grant.json,
  * CDI specs, ResourceSlices); all are a few KiB, so this only stops a
  * bug. */
