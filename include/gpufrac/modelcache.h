@@ -330,10 +330,11 @@ int gf_node_cache_keep_warm(gf_node_cache *c, long keep_s,
 int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex);
 
 /* The inventory annotation's "models" value: a JSON array text of at most
- * 64 entries, most recently used first (malloc'd): name, digest, bytes,
- * state, shared (bool) and, for a model that is not shared, namespace (the
- * one namespace whose pods it is served to; "" for none), so placement can
- * count only what a pod may use (issue 28 item 2).  GF_ENOMEM. */
+ * 64 entries, most recently used first (from the allocation wrapper:
+ * gf__free it in src/): name, digest, bytes, state, shared (bool) and, for
+ * a model that is not shared, namespace (the one namespace whose pods it is
+ * served to; "" for none), so placement can count only what a pod may use
+ * (issue 28 item 2).  GF_ENOMEM. */
 int gf_node_cache_models_json(gf_node_cache *c, char **out);
 
 #endif

@@ -44,6 +44,31 @@ static int failed(gf__buf *b, int rc) {
   return rc;
 }
 
+size_t gf__buf_cap_after(const gf__buf *b, size_t n) {
+  if (b->fixed || n > b->max || b->len > b->max - n)
+    return b->cap; /* an append that does not fit grows nothing */
+  size_t need = b->len + n + 1;
+  if (need <= b->cap)
+    return b->cap;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < need)
+    cap = cap > ((size_t)-1) / 2 ? need : cap * 2;
+  if (b->max < (size_t)-1 && cap > b->max + 1)
+    cap = b->max + 1;
+  return cap;
+}
+
+void gf__buf_drop_front(gf__buf *b, size_t n) {
+  if (n >= b->len) {
+    b->len = 0;
+  } else if (n) {
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+  }
+  if (b->p)
+    b->p[b->len] = '\0';
+}
+
 /* Makes room for n more bytes of text and the NUL. */
 static int grow(gf__buf *b, size_t n) {
   if (n > b->max || b->len > b->max - n)
@@ -53,11 +78,7 @@ static int grow(gf__buf *b, size_t n) {
     return 0;
   if (b->fixed)
     return failed(b, GF_ELIMIT); /* not reached: max is cap - 1 */
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap < need)
-    cap = cap > ((size_t)-1) / 2 ? need : cap * 2;
-  if (b->max < (size_t)-1 && cap > b->max + 1)
-    cap = b->max + 1;
+  size_t cap = gf__buf_cap_after(b, n);
   char *p = gf__realloc(b->p, cap);
   if (!p)
     return failed(b, GF_ENOMEM);

@@ -34,6 +34,9 @@
 /* The node agent's /metrics page: series per GPU and per container, for at
  * most 1,024 containers, each label value at most 1 KiB escaped. */
 #define GF__BUF_NODE_METRICS_MAX ((size_t)16 << 20)
+/* The weight cache's part of the node's /metrics page (a fixed set of
+ * series: about 1.3 KiB). */
+#define GF__BUF_CACHE_METRICS_MAX ((size_t)4096)
 /* A JSON document a part writes (gf__json_dumps: annotations, grant.json,
  * CDI specs, ResourceSlices); all are a few KiB, so this only stops a
  * bug. */
@@ -67,6 +70,15 @@ void gf__buf_release(gf__buf *b);
 /* Makes room for n more bytes (presizing a buffer whose size is known
  * roughly; up to the maximum).  0 or GF_ENOMEM. */
 int gf__buf_reserve(gf__buf *b, size_t n);
+/* The bytes the buffer will have allocated once n more bytes of text are
+ * appended (b->cap when they fit already; a buffer over caller storage
+ * never grows): for a caller that counts the memory of many buffers
+ * against one limit before it appends (the gRPC server's requests). */
+size_t gf__buf_cap_after(const gf__buf *b, size_t n);
+/* Drops the first n bytes of text (all of it when n >= len), keeping the
+ * memory: a buffer drained from the front (an outgoing queue). */
+void gf__buf_drop_front(gf__buf *b, size_t n);
+
 /* Appends n bytes of data.  0, GF_ELIMIT or GF_ENOMEM. */
 int gf__buf_append(gf__buf *b, const void *data, size_t n);
 /* Appends printf-formatted text, all of it or none.  0, GF_ELIMIT,

@@ -1,7 +1,8 @@
 /*
  * prom.h: the one writer of Prometheus' text exposition format (version
  * 0.0.4), used by every /metrics page of the tree: the node agent's
- * (src/node/agent/metrics.c), the extender's (src/sched/sched_metrics.c,
+ * (src/node/agent/metrics.c) with the weight cache's part
+ * (src/modelcache/modelcache.c), the extender's (src/sched/sched_metrics.c,
  * src/sched/kubefeed.c).  What the format asks is here once:
  *   - a family opens with "# HELP name text" and "# TYPE name type";
  *   - a label value has \, " and newline escaped (\\, \", \n);

@@ -127,15 +127,16 @@ typedef struct stream {
   struct stream *next, *prev;
   char path[PATH_MAX_LEN];
   bool path_long, post, grpc_ct;
-  /* request */
-  uint8_t *req;
-  size_t req_len, req_cap;
+  /* request: the prefixed message as it arrives (its allocation, req.cap,
+   * counts in the server's buffered) */
+  gf__buf req;
   int bad; /* gRPC status found while receiving; 0 = none */
   char bad_msg[GF_DIAG_MAX];
   bool answered; /* a response was submitted */
-  /* response body (prefixed messages) not yet handed to nghttp2 */
-  uint8_t *out;
-  size_t out_len, out_off;
+  /* response body (prefixed messages) not yet handed to nghttp2: from
+   * out_off on */
+  gf__buf out;
+  size_t out_off;
   bool watch, closing, deferred;
   uint64_t ticket; /* != 0: answered later through gf__h2srv_answer */
 } stream;
@@ -185,17 +186,15 @@ static void stream_unlink_free(stream *st) {
     c->streams = st->next;
   if (st->next)
     st->next->prev = st->prev;
-  c->srv->buffered -= st->req_cap;
-  gf__free(st->req);
-  gf__free(st->out);
+  c->srv->buffered -= st->req.cap;
+  gf__buf_release(&st->req);
+  gf__buf_release(&st->out);
   gf__free(st);
 }
 
 static void drop_request(stream *st) {
-  st->c->srv->buffered -= st->req_cap;
-  gf__free(st->req);
-  st->req = NULL;
-  st->req_len = st->req_cap = 0;
+  st->c->srv->buffered -= st->req.cap;
+  gf__buf_release(&st->req);
 }
 
 static void mark_bad(stream *st, int status, const char *fmt, ...)
@@ -250,25 +249,17 @@ static void reply_status(stream *st, int status, const char *msg) {
 /* Appends one prefixed message to st->out.  false: over the backlog cap
  * or out of memory. */
 static bool out_append(stream *st, const uint8_t *msg, size_t len) {
-  size_t pending = st->out_len - st->out_off;
+  size_t pending = st->out.len - st->out_off;
   if (pending + len + 5 > GF__H2_MAX_BACKLOG)
     return false;
-  if (st->out_off) { /* compact what was already sent */
-    memmove(st->out, st->out + st->out_off, pending);
-    st->out_len = pending;
-    st->out_off = 0;
-  }
-  uint8_t *p = gf__realloc(st->out, st->out_len + len + 5);
-  if (!p)
-    return false;
-  st->out = p;
-  p += st->out_len;
-  p[0] = 0;
-  put_be32(p + 1, (uint32_t)len);
-  if (len)
-    memcpy(p + 5, msg, len);
-  st->out_len += len + 5;
-  return true;
+  gf__buf_drop_front(&st->out, st->out_off); /* what was already sent */
+  st->out_off = 0;
+  uint8_t head[5] = {0};
+  put_be32(head + 1, (uint32_t)len);
+  /* room for both first, so the message goes in whole or not at all */
+  return gf__buf_reserve(&st->out, len + 5) == 0 &&
+         gf__buf_append(&st->out, head, 5) == 0 &&
+         gf__buf_append(&st->out, msg, len) == 0;
 }
 
 static ssize_t body_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf,
@@ -276,14 +267,15 @@ static ssize_t body_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf,
                             nghttp2_data_source *src, void *user) {
   (void)user;
   stream *st = src->ptr;
-  size_t pending = st->out_len - st->out_off;
+  size_t pending = st->out.len - st->out_off;
   size_t n = pending < length ? pending : length;
   if (n) {
-    memcpy(buf, st->out + st->out_off, n);
+    memcpy(buf, st->out.p + st->out_off, n);
     st->out_off += n;
   }
-  if (st->out_off == st->out_len) {
-    st->out_off = st->out_len = 0;
+  if (st->out_off == st->out.len) {
+    gf__buf_clear(&st->out);
+    st->out_off = 0;
     if (st->watch && !st->closing) {
       if (n == 0) {
         st->deferred = true;
@@ -326,10 +318,11 @@ static void dispatch(stream *st) {
     reply_status(st, GF__GRPC_UNIMPLEMENTED, msg);
     return;
   }
-  if (st->req_len < 5 || get_be32(st->req + 1) != st->req_len - 5) {
+  const uint8_t *req = (const uint8_t *)st->req.p;
+  if (st->req.len < 5 || get_be32(req + 1) != st->req.len - 5) {
     snprintf(msg, sizeof msg,
              "the request body (%zu bytes) is not exactly one gRPC message",
-             st->req_len);
+             st->req.len);
     reply_status(st, GF__GRPC_INVALID_ARGUMENT, msg);
     return;
   }
@@ -347,7 +340,7 @@ static void dispatch(stream *st) {
     pthread_mutex_unlock(&s->later_mu);
   }
   gf__grpc_reply r = {0};
-  s->ops.call(s->ops.user, m, st->req + 5, st->req_len - 5, ticket, &r);
+  s->ops.call(s->ops.user, m, req + 5, st->req.len - 5, ticket, &r);
   drop_request(st);
   if (r.later && ticket) {
     st->ticket = ticket; /* the room stays until the answer comes */
@@ -402,6 +395,8 @@ static int begin_headers_cb(nghttp2_session *sess, const nghttp2_frame *f,
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
   st->id = f->hd.stream_id;
   st->c = c;
+  gf__buf_init(&st->req, GF__GRPC_MAX_MSG + 5);
+  gf__buf_init(&st->out, GF__H2_MAX_BACKLOG);
   st->next = c->streams;
   if (c->streams)
     c->streams->prev = st;
@@ -446,12 +441,12 @@ static int data_chunk_cb(nghttp2_session *sess, uint8_t flags, int32_t id,
   stream *st = nghttp2_session_get_stream_user_data(sess, id);
   if (!st || st->answered || st->bad || st->ticket)
     return 0;
-  size_t need = st->req_len + len;
-  if (st->req_len < 5 && need >= 5) {
+  size_t need = st->req.len + len;
+  if (st->req.len < 5 && need >= 5) {
     uint8_t head[5];
-    size_t have = st->req_len;
+    size_t have = st->req.len;
     if (have)
-      memcpy(head, st->req, have);
+      memcpy(head, st->req.p, have);
     memcpy(head + have, data, 5 - have);
     if (head[0] != 0) {
       mark_bad(st, GF__GRPC_INVALID_ARGUMENT,
@@ -474,28 +469,17 @@ static int data_chunk_cb(nghttp2_session *sess, uint8_t flags, int32_t id,
              GF__GRPC_MAX_MSG);
     return 0;
   }
-  if (need > st->req_cap) {
-    size_t cap = st->req_cap ? st->req_cap : 256;
-    while (cap < need)
-      cap *= 2;
-    if (cap > GF__GRPC_MAX_MSG + 5)
-      cap = GF__GRPC_MAX_MSG + 5;
-    if (c->srv->buffered - st->req_cap + cap > GF__H2_MAX_BUFFERED) {
-      mark_bad(st, GF__GRPC_RESOURCE_EXHAUSTED,
-               "the server holds too many request bytes; try again");
-      return 0;
-    }
-    uint8_t *p = gf__realloc(st->req, cap);
-    if (!p) {
-      mark_bad(st, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
-      return 0;
-    }
-    c->srv->buffered += cap - st->req_cap;
-    st->req = p;
-    st->req_cap = cap;
+  size_t was = st->req.cap, cap = gf__buf_cap_after(&st->req, len);
+  if (cap > was && c->srv->buffered - was + cap > GF__H2_MAX_BUFFERED) {
+    mark_bad(st, GF__GRPC_RESOURCE_EXHAUSTED,
+             "the server holds too many request bytes; try again");
+    return 0;
   }
-  memcpy(st->req + st->req_len, data, len);
-  st->req_len = need;
+  if (gf__buf_append(&st->req, data, len)) {
+    mark_bad(st, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    return 0;
+  }
+  c->srv->buffered += st->req.cap - was;
   return 0;
 }
 

@@ -477,6 +477,14 @@ out:
   return rc;
 }
 
+/* Frees what json_dumps returned through jansson's own allocator (plain
+ * malloc, or the wrapper's where a test set json_set_alloc_funcs). */
+static void free_dump(char *text) {
+  json_free_t jfree = NULL;
+  json_get_alloc_funcs(NULL, &jfree);
+  jfree(text);
+}
+
 static int send_json(gf_kube *k, const char *method, const char *path,
                      const char *ctype, const json_t *obj, json_t **out,
                      gf_diag *d) {
@@ -489,7 +497,7 @@ static int send_json(gf_kube *k, const char *method, const char *path,
     return gf_diag_set(d, GF_EINVAL, "%s %s: body cannot be serialised", method,
                        path);
   rc = perform(k, method, path, url, ctype, body, NULL, 0, out, d);
-  free(body); /* jansson's allocator */
+  free_dump(body);
   return rc;
 }
 

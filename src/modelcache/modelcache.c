@@ -25,11 +25,13 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "buf.h"
 #include "gpufrac/error.h"
 #include "gpufrac/node.h"
 #include "gpufrac/quantity.h"
 #include "modelcache_int.h"
 #include "node_util.h"
+#include "prom.h"
 
 #define STATE_FILE "state.json"
 /* Owners (entry.ns) that are no namespace (a namespace name is a DNS
@@ -616,14 +618,14 @@ static void save_state(gf_node_cache *c) {
     json_object_set_new(root, "seq", json_integer((json_int_t)c->seq));
     json_object_set(root, "models", models);
     json_object_set(root, "pins", pins);
-    text = json_dumps(root, JSON_COMPACT);
+    text = gf__node_json_dumps(root, JSON_COMPACT);
   }
   gf_diag d = {{0}};
   if (!text)
     gf__mc_log(&c->o, "%s/%s: not saved: out of memory", c->root, STATE_FILE);
   else if (gf_node_write_atomic(c->root, STATE_FILE, text, strlen(text), &d))
     gf__mc_log(&c->o, "not saved: %s", d.msg);
-  free(text);
+  gf__free(text);
   json_decref(models);
   json_decref(pins);
   json_decref(root);
@@ -1097,11 +1099,12 @@ static void scan_read_only_tmp(gf_node_cache *c) {
       continue;
     snprintf(nf, sizeof(nf), "%s/%.64s/name", tdir, de->d_name);
     FILE *f = fopen(nf, "re");
-    if (f) {
-      size_t k = fread(nm, 1, sizeof(nm) - 1, f);
-      nm[k] = '\0';
+    if (f) { /* longer than a name, unreadable, empty or unsafe: "?" */
+      gf__buf b;
+      gf__buf_init_fixed(&b, nm, sizeof(nm));
+      int rc = gf__buf_read_stream(&b, f);
       fclose(f);
-      if (!k || !gf_node_safe_name(nm))
+      if (rc || !b.len || !gf_node_safe_name(nm))
         snprintf(nm, sizeof(nm), "?");
     }
     entry *e = add_entry(c, de->d_name);
@@ -1382,7 +1385,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   fsync_path(path, O_DIRECTORY);
 out:
   gf_node_cache_manifest_release(&m);
-  free(text);
+  gf__free(text);
   return rc;
 }
 
@@ -1794,48 +1797,44 @@ void gf_node_cache_stats_get(gf_node_cache *c, gf_node_cache_stats *s) {
   s->bytes_fetched = __atomic_load_n(&c->bytes_fetched, __ATOMIC_RELAXED);
 }
 
+/* One sample of a family with one label: name{label="value"} n. */
+static void prom_labelled(gf__buf *b, const char *name, const char *label,
+                          const char *value, uint64_t n) {
+  gf__buf_appendf(b, "%s", name);
+  gf__prom_label(b, true, label, value);
+  gf__prom_close(b);
+  gf__buf_appendf(b, " %" PRIu64 "\n", n);
+}
+
 int gf_node_cache_metrics_text(gf_node_cache *c, char **out, size_t *len) {
   gf_node_cache_stats s;
   gf_node_cache_stats_get(c, &s);
-  size_t cap = 2048;
-  char *t = gf__malloc(cap);
-  if (!t)
-    return GF_ENOMEM;
-  int n = snprintf(
-      t, cap,
-      "# HELP gpufrac_model_cache_bytes_fetched_total Bytes received from "
-      "model sources.\n"
-      "# TYPE gpufrac_model_cache_bytes_fetched_total counter\n"
-      "gpufrac_model_cache_bytes_fetched_total %" PRIu64 "\n"
-      "# HELP gpufrac_model_cache_fetches_total Model requests by result "
-      "(hit: already cached).\n"
-      "# TYPE gpufrac_model_cache_fetches_total counter\n"
-      "gpufrac_model_cache_fetches_total{result=\"ok\"} %" PRIu64 "\n"
-      "gpufrac_model_cache_fetches_total{result=\"failed\"} %" PRIu64 "\n"
-      "gpufrac_model_cache_fetches_total{result=\"hit\"} %" PRIu64 "\n"
-      "# HELP gpufrac_model_cache_evictions_total Models evicted.\n"
-      "# TYPE gpufrac_model_cache_evictions_total counter\n"
-      "gpufrac_model_cache_evictions_total %" PRIu64 "\n"
-      "# HELP gpufrac_model_cache_used_bytes Bytes of cached models and "
-      "fetches under way.\n"
-      "# TYPE gpufrac_model_cache_used_bytes gauge\n"
-      "gpufrac_model_cache_used_bytes %" PRIu64 "\n"
-      "# HELP gpufrac_model_cache_budget_bytes The cache's byte budget (0: "
-      "none).\n"
-      "# TYPE gpufrac_model_cache_budget_bytes gauge\n"
-      "gpufrac_model_cache_budget_bytes %" PRIu64 "\n"
-      "# HELP gpufrac_model_cache_models Models by state.\n"
-      "# TYPE gpufrac_model_cache_models gauge\n"
-      "gpufrac_model_cache_models{state=\"ready\"} %" PRIu64 "\n"
-      "gpufrac_model_cache_models{state=\"fetching\"} %" PRIu64 "\n",
-      s.bytes_fetched, s.fetch_ok, s.fetch_failed, s.fetch_hit, s.evictions,
-      s.used, s.budget, s.models, s.fetching);
-  if (n < 0 || (size_t)n >= cap) {
-    gf__free(t);
+  gf__buf b;
+  gf__buf_init(&b, GF__BUF_CACHE_METRICS_MAX);
+  gf__prom_u64(&b, "gpufrac_model_cache_bytes_fetched_total", "counter",
+               "Bytes received from model sources.", s.bytes_fetched);
+  static const char fetches[] = "gpufrac_model_cache_fetches_total";
+  gf__prom_head(&b, fetches, "counter",
+                "Model requests by result (hit: already cached).");
+  prom_labelled(&b, fetches, "result", "ok", s.fetch_ok);
+  prom_labelled(&b, fetches, "result", "failed", s.fetch_failed);
+  prom_labelled(&b, fetches, "result", "hit", s.fetch_hit);
+  gf__prom_u64(&b, "gpufrac_model_cache_evictions_total", "counter",
+               "Models evicted.", s.evictions);
+  gf__prom_u64(&b, "gpufrac_model_cache_used_bytes", "gauge",
+               "Bytes of cached models and fetches under way.", s.used);
+  gf__prom_u64(&b, "gpufrac_model_cache_budget_bytes", "gauge",
+               "The cache's byte budget (0: none).", s.budget);
+  static const char models[] = "gpufrac_model_cache_models";
+  gf__prom_head(&b, models, "gauge", "Models by state.");
+  prom_labelled(&b, models, "state", "ready", s.models);
+  prom_labelled(&b, models, "state", "fetching", s.fetching);
+  if (gf__buf_error(&b)) {
+    gf__buf_release(&b);
     return GF_ENOMEM;
   }
-  *out = t;
-  *len = (size_t)n;
+  *len = b.len;
+  *out = gf__buf_take(&b);
   return 0;
 }
 
@@ -1862,7 +1861,7 @@ int gf_node_cache_models_json(gf_node_cache *c, char **out) {
       rc = GF_ENOMEM;
   }
   gf__free(l);
-  char *t = a && !rc ? json_dumps(a, JSON_COMPACT) : NULL;
+  char *t = a && !rc ? gf__node_json_dumps(a, JSON_COMPACT) : NULL;
   json_decref(a);
   if (!t)
     return GF_ENOMEM;

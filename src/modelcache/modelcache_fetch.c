@@ -24,6 +24,7 @@
 #endif
 
 #include "alloc.h"
+#include "buf.h"
 #include "gpufrac/error.h"
 #include "modelcache_int.h"
 #include "node_util.h"
@@ -393,36 +394,28 @@ static int local_open(const char *root, const char *base, const char *rel,
 
 /* ---- the manifest ------------------------------------------------------ */
 
+/* A manifest as it arrives: at most GF_NODE_CACHE_MANIFEST_MAX bytes
+ * (gf__buf_error: GF_ELIMIT when it was larger). */
 typedef struct membuf {
-  char *p;
-  size_t n, cap, max;
-  bool over;
+  gf__buf b;
   CURL *h; /* a redirect's body is discarded; NULL: file:// */
 } membuf;
 
 static size_t mem_write(char *data, size_t sz, size_t nm, void *user) {
-  membuf *b = user;
+  membuf *m = user;
   size_t k = sz * nm;
-  if (b->h && in_redirect(b->h))
+  if (m->h && in_redirect(m->h))
     return k;
-  if (b->n + k > b->max) {
-    b->over = true;
-    return 0;
-  }
-  if (b->n + k + 1 > b->cap) {
-    size_t ncap = b->cap ? b->cap : 4096;
-    while (ncap < b->n + k + 1)
-      ncap *= 2;
-    char *np = gf__realloc(b->p, ncap);
-    if (!np)
-      return 0;
-    b->p = np;
-    b->cap = ncap;
-  }
-  memcpy(b->p + b->n, data, k);
-  b->n += k;
-  b->p[b->n] = '\0';
-  return k;
+  return gf__buf_append(&m->b, data, k) ? 0 : k;
+}
+
+/* Hands the manifest in m to *out[*len] (an empty one: ""). */
+static int mem_take(membuf *m, char **out, size_t *len, gf_diag *d) {
+  *len = m->b.len;
+  *out = gf__buf_take(&m->b);
+  if (!*out)
+    *out = gf__calloc(1, 1);
+  return *out ? 0 : gf_diag_set(d, GF_ENOMEM, "out of memory");
 }
 
 /* The manifest of a file:// source, read beneath root. */
@@ -437,7 +430,8 @@ static int local_manifest(const char *source, const char *beneath, char **out,
   int rc = local_open(root, base, GF_NODE_CACHE_MANIFEST, &fd, d);
   if (rc)
     return rc;
-  membuf b = {.max = GF_NODE_CACHE_MANIFEST_MAX};
+  membuf b = {.h = NULL};
+  gf__buf_init(&b.b, GF_NODE_CACHE_MANIFEST_MAX);
   char buf[65536];
   for (;;) {
     ssize_t r = read(fd, buf, sizeof(buf));
@@ -451,22 +445,18 @@ static int local_manifest(const char *source, const char *beneath, char **out,
     if (r == 0)
       break;
     if (mem_write(buf, 1, (size_t)r, &b) != (size_t)r) {
-      rc = b.over ? gf_diag_set(d, GF_ELIMIT, "%s/%s: larger than %u bytes",
-                                source, GF_NODE_CACHE_MANIFEST,
-                                GF_NODE_CACHE_MANIFEST_MAX)
-                  : gf_diag_set(d, GF_ENOMEM, "out of memory");
+      rc =
+          gf__buf_error(&b.b) == GF_ELIMIT
+              ? gf_diag_set(d, GF_ELIMIT, "%s/%s: larger than %u bytes", source,
+                            GF_NODE_CACHE_MANIFEST, GF_NODE_CACHE_MANIFEST_MAX)
+              : gf_diag_set(d, GF_ENOMEM, "out of memory");
       break;
     }
   }
   close(fd);
-  if (!rc) {
-    *out = b.p ? b.p : gf__calloc(1, 1);
-    *len = b.n;
-    b.p = NULL;
-    if (!*out)
-      rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
-  }
-  gf__free(b.p);
+  if (!rc)
+    rc = mem_take(&b, out, len, d);
+  gf__buf_release(&b.b);
   return rc;
 }
 
@@ -485,7 +475,8 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
   if (!h)
     return gf_diag_set(d, GF_ENOMEM, "libcurl: no handle");
   int rc = 0;
-  membuf b = {.max = GF_NODE_CACHE_MANIFEST_MAX, .h = h};
+  membuf b = {.h = h};
+  gf__buf_init(&b.b, GF_NODE_CACHE_MANIFEST_MAX);
   char *url = file_url(h, source, GF_NODE_CACHE_MANIFEST);
   if (!url) {
     rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
@@ -501,7 +492,7 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_timeout_s);
   long code = 0;
   CURLcode cr = perform(h, source, url, redir_allow, err, &code);
-  if (b.over)
+  if (gf__buf_error(&b.b) == GF_ELIMIT)
     rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %u bytes", url,
                      GF_NODE_CACHE_MANIFEST_MAX);
   else if (cr != CURLE_OK)
@@ -509,15 +500,10 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
                      err[0] ? err : curl_easy_strerror(cr));
   else if (strncmp(url, "file:", 5) != 0 && code != 200)
     rc = gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld", url, code);
-  if (!rc) {
-    *out = b.p ? b.p : gf__calloc(1, 1);
-    *len = b.n;
-    b.p = NULL;
-    if (!*out)
-      rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
-  }
+  if (!rc)
+    rc = mem_take(&b, out, len, d);
 out:
-  gf__free(b.p);
+  gf__buf_release(&b.b);
   gf__free(url);
   curl_easy_cleanup(h);
   return rc;

@@ -237,7 +237,7 @@ uint32_t gf_node_prefetch_pick(const json_t *list, const char *hex, uint32_t n,
     at += nl;
     got++;
   }
-  free(c);
+  gf__free(c);
   gf__free(iv);
   return got;
 }

@@ -77,7 +77,7 @@ static int parse_mode(const char *v, gf_node_mode *m) {
 void gf_node_config_init(gf_node_config *c) {
   memset(c, 0, sizeof(*c));
   c->mode_default = GF_NODE_MODE_SHARED;
-  c->slots = 0; /* auto: gf_node_dp_devices */
+  c->slots = 0; /* auto: gf__node_dp_devices */
   gf__node_copy(c->state_dir, sizeof(c->state_dir), "/run/gpufrac");
   gf__node_copy(c->cdi_dir, sizeof(c->cdi_dir), "/var/run/cdi");
   gf__node_copy(c->shim_lib, sizeof(c->shim_lib),

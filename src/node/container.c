@@ -2,7 +2,7 @@
  * One container's files: the interposer config (format owned by
  * src/shim/shim_config.h), its grant copy for metrics, and the region
  * directory (gpufrac/node.h); and a pod's files removed when it is gone
- * (gf_node_forget_pod, node_util.h).
+ * (gf__node_forget_pod, node_util.h).
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
@@ -160,8 +160,8 @@ static int remove_cdi(const char *cdi_dir, const char *uid, gf_diag *d) {
   return rc;
 }
 
-int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,
-                       const char *uid, gf_diag *d) {
+int gf__node_forget_pod(const char *state_dir, const char *cdi_dir,
+                        const char *uid, gf_diag *d) {
   if (!gf_node_safe_name(uid))
     return gf_diag_set(d, GF_EINVAL, "pod uid '%s' is not a safe name", uid);
   char pods[GF_NODE_PATH_MAX], dir[GF_NODE_PATH_MAX];

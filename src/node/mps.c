@@ -47,13 +47,13 @@ static void nap_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
-bool gf_node_mps_pipe_path(const char *dir, const char *uuid, char *buf,
-                           size_t cap) {
+bool gf__node_mps_pipe_path(const char *dir, const char *uuid, char *buf,
+                            size_t cap) {
   int w = snprintf(buf, cap, "%s/%s/pipe", dir, uuid);
   return w > 0 && (size_t)w < cap;
 }
 
-bool gf_node_mps_shm_path(const char *dir, char *buf, size_t cap) {
+bool gf__node_mps_shm_path(const char *dir, char *buf, size_t cap) {
   int w = snprintf(buf, cap, "%s/shm", dir);
   return w > 0 && (size_t)w < cap;
 }
@@ -129,9 +129,9 @@ int gf__node_mps_start(const gf_node_mps_opts *o, const gf_node_gpu *gpu,
   m->stop_ms = o->stop_ms > 0 ? o->stop_ms : 5000;
   char shm[GF_NODE_PATH_MAX];
   int w = snprintf(m->log, sizeof(m->log), "%s/%s/log", o->dir, gpu->uuid);
-  if (!gf_node_mps_pipe_path(o->dir, gpu->uuid, m->pipe, sizeof(m->pipe)) ||
+  if (!gf__node_mps_pipe_path(o->dir, gpu->uuid, m->pipe, sizeof(m->pipe)) ||
       w < 0 || (size_t)w >= sizeof(m->log) ||
-      !gf_node_mps_shm_path(o->dir, shm, sizeof(shm))) {
+      !gf__node_mps_shm_path(o->dir, shm, sizeof(shm))) {
     gf__free(m);
     return gf_diag_set(d, GF_ELIMIT, "MPS: directory '%s' too long", o->dir);
   }

@@ -20,7 +20,7 @@ void gf__node_inventory_build(const gf_node_gpus *g,
                               struct gf_node_cache *cache, gf_inventory *inv,
                               gf_inventory_facts *f);
 /* That inventory as the annotation's text (malloc'd; free()), what
- * gf_node_kube_publish writes.  GF_ENOMEM. */
+ * gf__node_kube_publish writes.  GF_ENOMEM. */
 int gf__node_inventory_text(const gf_node_gpus *g, struct gf_node_cache *cache,
                             char **out, gf_diag *d);
 

@@ -61,9 +61,9 @@ uint32_t gf__node_mps_restarts(const gf_node_mps *m);
 const char *gf__node_mps_pipe_dir(const gf_node_mps *m);
 
 /* Host path of the pipe directory for a uuid under dir, into buf. */
-bool gf_node_mps_pipe_path(const char *dir, const char *uuid, char *buf,
-                           size_t cap);
-bool gf_node_mps_shm_path(const char *dir, char *buf, size_t cap);
+bool gf__node_mps_pipe_path(const char *dir, const char *uuid, char *buf,
+                            size_t cap);
+bool gf__node_mps_shm_path(const char *dir, char *buf, size_t cap);
 
 /* Sends quit, waits, signals if needed; never frees.  Idempotent; NULL is
  * fine. */

@@ -1,6 +1,6 @@
 /*
  * node_util.h - the node's file and state-dir helpers (util.c, and
- * container.c's gf_node_forget_pod), shared by the node's parts
+ * container.c's gf__node_forget_pod), shared by the node's parts
  * (src/node and its folders), the weight cache (src/modelcache) and their
  * tests. Internal to gpufrac; nothing here is public API.
  */
@@ -82,7 +82,7 @@ int gf__node_mig_cap_minor(const char *proc, const gf_node_gpu *g,
 /* (container.c) Removes <state_dir>/pods/<uid> and the pod's CDI specs in
  * cdi_dir (may be NULL).  uid must be a safe name.  GF_EINVAL, GF_EIO
  * naming the path. */
-int gf_node_forget_pod(const char *state_dir, const char *cdi_dir,
-                       const char *uid, gf_diag *d);
+int gf__node_forget_pod(const char *state_dir, const char *cdi_dir,
+                        const char *uid, gf_diag *d);
 
 #endif

@@ -389,7 +389,7 @@ static gf_cu_result no_ctx_device(CUdevice *dev) {
 static void setup_load(void) {
   S.real.cuCtxGetDevice = no_ctx_device;
   gf__shim_resolve_real_dlsym();
-  gf_shim_config_load(&S.cfg, &S.mode);
+  gf__shim_config_load(&S.cfg, &S.mode);
   const char *lib = S.cfg.real_libcuda[0] ? S.cfg.real_libcuda : "libcuda.so.1";
   S.cuda = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
   if (!S.cuda || !gf__shim_real_dlsym) {

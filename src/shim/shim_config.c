@@ -163,8 +163,8 @@ static int set_kv(gf_shim_config *c, const char *k, const char *v, char *why,
   return -1;
 }
 
-int gf_shim_config_parse(const char *text, gf_shim_config *c, char *err,
-                         size_t errlen) {
+int gf__shim_config_parse(const char *text, gf_shim_config *c, char *err,
+                          size_t errlen) {
   defaults(c);
   int disabled = 0, rc;
   uint64_t per_dev[GF_REGION_DEVICES] = {0};
@@ -334,7 +334,7 @@ __attribute__((format(printf, 2, 3))) static void say(const gf_shim_config *c,
   va_end(ap);
 }
 
-void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
+void gf__shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
   defaults(c);
   /* The node agent's file, mounted read-only, is the container's truth:
    * when it exists, nothing in the environment can replace or disable it. */
@@ -361,7 +361,7 @@ void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode) {
     }
     buf[n] = '\0';
     char why[400];
-    int rc = gf_shim_config_parse(buf, c, why, sizeof(why));
+    int rc = gf__shim_config_parse(buf, c, why, sizeof(why));
     free(buf);
     if (rc < 0) {
       defaults(c);

@@ -106,11 +106,11 @@ typedef struct gf_shim_config {
 
 /* Parses config text (NUL-terminated); returns 0 or -1 with a message
  * naming the line in err. */
-int gf_shim_config_parse(const char *text, gf_shim_config *c, char *err,
-                         size_t errlen);
+int gf__shim_config_parse(const char *text, gf_shim_config *c, char *err,
+                          size_t errlen);
 
 /* Loads the config as described above and decides the mode.  Never fails:
  * problems are logged once and reflected in *mode. */
-void gf_shim_config_load(gf_shim_config *c, gf_shim_mode *mode);
+void gf__shim_config_load(gf_shim_config *c, gf_shim_mode *mode);
 
 #endif

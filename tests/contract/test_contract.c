@@ -203,7 +203,7 @@ static void test_node_inventory_golden(void **st) {
   free(text);
 }
 
-/* What the agent publishes (gf_node_kube_publish, the PATCH the API server
+/* What the agent publishes (gf__node_kube_publish, the PATCH the API server
  * gets): the node's inventory with its weight cache's models after the
  * GPUs, the golden's bytes otherwise. */
 static void test_node_inventory_published(void **st) {
@@ -238,14 +238,14 @@ static void test_node_inventory_published(void **st) {
   gf_kube_config *cfg = NULL;
   assert_int_equal(gf_kube_config_new_plain(&cfg, td_url(srv), NULL, &d), 0);
   gf_node_pods *p = NULL;
-  assert_int_equal(gf_node_pods_new(&p, "node-a", &d), 0);
+  assert_int_equal(gf__node_pods_new(&p, "node-a", &d), 0);
   gf_node_kube_opts o = {"node-a", p, tmpdir, NULL, true, cache};
   gf_node_kube *k = NULL;
-  assert_int_equal(gf_node_kube_new(&k, cfg, &o, &d), 0);
+  assert_int_equal(gf__node_kube_new(&k, cfg, &o, &d), 0);
   gf_node_gpus g;
   node_gpus(&g);
   bool changed = false;
-  assert_int_equal(gf_node_kube_publish(k, &g, &changed, &d), 0);
+  assert_int_equal(gf__node_kube_publish(k, &g, &changed, &d), 0);
   assert_true(changed);
   char err[512];
   assert_int_equal(td_finish(srv, err, sizeof(err)), 0);
@@ -271,8 +271,8 @@ static void test_node_inventory_published(void **st) {
   assert_int_equal(inv->models[0].state, GF_MODEL_READY);
   free(inv);
   free(f);
-  gf_node_kube_free(k);
-  gf_node_pods_free(p);
+  gf__node_kube_free(k);
+  gf__node_pods_free(p);
   gf_kube_config_free(cfg);
   gf_node_cache_free(cache);
   free(body);
@@ -410,7 +410,8 @@ static void test_shim_config_golden(void **st) {
                    0);
   assert_string_equal(text, shim_golden);
   gf_shim_config sc;
-  assert_int_equal(gf_shim_config_parse(shim_golden, &sc, err, sizeof(err)), 0);
+  assert_int_equal(gf__shim_config_parse(shim_golden, &sc, err, sizeof(err)),
+                   0);
   assert_string_equal(sc.region, GF_CTR_REGION);
   assert_int_equal(sc.nuuid, 1);
   assert_string_equal(sc.uuid[0], UUID_A);
@@ -565,7 +566,7 @@ static void test_uuid_rule(void **st) {
     char text[256], err[256];
     snprintf(text, sizeof(text), "version = 1\nmemory.%s = 1Gi\n", cases[i].s);
     gf_shim_config sc;
-    assert_int_equal(gf_shim_config_parse(text, &sc, err, sizeof(err)) == 0,
+    assert_int_equal(gf__shim_config_parse(text, &sc, err, sizeof(err)) == 0,
                      cases[i].ok);
   }
 }

@@ -109,6 +109,42 @@ static void test_fixed(void **st) {
 }
 
 /* Each allocation refused in turn: GF_ENOMEM, kept, the text whole. */
+/* gf__buf_cap_after says what an append will allocate, before it does;
+ * gf__buf_drop_front drains a buffer from the front. */
+static void test_cap_after_drop_front(void **st) {
+  (void)st;
+  gf__buf b;
+  gf__buf_init(&b, 1000);
+  assert_int_equal(gf__buf_cap_after(&b, 0), 256);    /* the first allocation */
+  assert_int_equal(gf__buf_cap_after(&b, 600), 1001); /* capped: max + NUL */
+  assert_int_equal(gf__buf_cap_after(&b, 1001), 0);   /* does not fit */
+  char x[700];
+  memset(x, 'x', sizeof(x));
+  for (size_t n = 0; n <= sizeof(x); n += 50) {
+    gf__buf_clear(&b);
+    size_t want = gf__buf_cap_after(&b, n);
+    assert_int_equal(gf__buf_append(&b, x, n), 0);
+    assert_int_equal(b.cap, want);
+  }
+  assert_int_equal(gf__buf_cap_after(&b, 10), b.cap); /* fits already */
+  gf__buf_clear(&b);
+  assert_int_equal(gf__buf_append(&b, "abcdef", 6), 0);
+  gf__buf_drop_front(&b, 0);
+  assert_string_equal(gf__buf_str(&b), "abcdef");
+  gf__buf_drop_front(&b, 2);
+  assert_string_equal(gf__buf_str(&b), "cdef");
+  assert_int_equal(b.len, 4);
+  gf__buf_drop_front(&b, 9);
+  assert_string_equal(gf__buf_str(&b), "");
+  assert_int_equal(b.len, 0);
+  gf__buf_release(&b);
+  gf__buf_drop_front(&b, 1); /* nothing allocated: nothing to do */
+  assert_null(b.p);
+  char mem[8];
+  gf__buf_init_fixed(&b, mem, sizeof(mem));
+  assert_int_equal(gf__buf_cap_after(&b, 3), sizeof(mem)); /* never grows */
+}
+
 static void test_alloc_failure(void **st) {
   (void)st;
   long refusals = 0;
@@ -143,6 +179,7 @@ int main(void) {
       cmocka_unit_test(test_grows),
       cmocka_unit_test(test_limit),
       cmocka_unit_test(test_fixed),
+      cmocka_unit_test(test_cap_after_drop_front),
       cmocka_unit_test(test_alloc_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -45,8 +45,8 @@ static int allocate(void *user, const char *const *ids, size_t nids,
 }
 
 static void stop_plugin(void) {
-  gf_dp_stop(dp);
-  gf_dp_free(dp);
+  gf__dp_stop(dp);
+  gf__dp_free(dp);
   rmdir(dir);
 }
 
@@ -66,7 +66,7 @@ static void start_plugin(void) {
                   .allocate = allocate,
                   .preferred_allocation = true};
   gf_diag d = {{0}};
-  if (gf_dp_start(&dp, &o, devs, 8, &d)) {
+  if (gf__dp_start(&dp, &o, devs, 8, &d)) {
     fprintf(stderr, "%s\n", d.msg);
     abort();
   }

@@ -22,7 +22,7 @@ static gf_node_dra_state *st;
 static char dir[64];
 
 static void cleanup(void) {
-  gf_node_dra_state_free(st);
+  gf__node_dra_state_free(st);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0)
@@ -48,7 +48,7 @@ static void start(void) {
   snprintf(cd, sizeof cd, "%s/cdi", dir);
   gf_node_dra_opts o = {.node = "n1", .state_dir = sd, .cdi_dir = cd};
   gf_diag d = {""};
-  if (gf_node_dra_state_open(&st, &o, &g, &d))
+  if (gf__node_dra_state_open(&st, &o, &g, &d))
     abort();
   gf_node_dra_claim c;
   memset(&c, 0, sizeof c);
@@ -65,7 +65,7 @@ static void start(void) {
   r->memory = 16 * GiB;
   r->cores = 50;
   gf_node_dra_prepared p;
-  if (gf_node_dra_prepare(st, &c, &p, &d))
+  if (gf__node_dra_prepare(st, &c, &p, &d))
     abort();
   atexit(cleanup);
 }
@@ -88,16 +88,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!c || !p)
     abort();
   gf_diag d = {""};
-  if (gf_node_dra_claim_parse((const char *)data, size, GF_NODE_DRA_DRIVER, c,
-                              &d) != 0)
+  if (gf__node_dra_claim_parse((const char *)data, size, GF_NODE_DRA_DRIVER, c,
+                               &d) != 0)
     goto out;
   if (!d.msg[0] && c->nresults == 0)
     abort(); /* success means results */
   if (strcmp(c->uid, "base-uid") == 0)
     goto out; /* the prepared claim answers as itself */
-  int rc = gf_node_dra_prepare(st, c, p, &d);
+  int rc = gf__node_dra_prepare(st, c, p, &d);
   if (rc) {
-    if (gf_node_dra_state_count(st) != 1 ||
+    if (gf__node_dra_state_count(st) != 1 ||
         (gf_node_safe_name(c->uid) && exists(c->uid)))
       abort(); /* a refusal changes nothing */
     goto out;
@@ -114,8 +114,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (mem > 80 * GiB || cores > 100)
     abort();
-  if (gf_node_dra_unprepare(st, c->uid, &d) ||
-      gf_node_dra_state_count(st) != 1 || exists(c->uid))
+  if (gf__node_dra_unprepare(st, c->uid, &d) ||
+      gf__node_dra_state_count(st) != 1 || exists(c->uid))
     abort();
 out:
   free(c);

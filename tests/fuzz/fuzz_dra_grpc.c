@@ -62,8 +62,8 @@ static int unprepare(void *user, const char *ns, const char *name,
 }
 
 static void stop_plugin(void) {
-  gf_drap_stop(pl);
-  gf_drap_free(pl);
+  gf__drap_stop(pl);
+  gf__drap_free(pl);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0)
@@ -85,7 +85,7 @@ static void start_plugin(void) {
                     .prepare = prepare,
                     .unprepare = unprepare};
   gf_diag d = {{0}};
-  if (gf_drap_start(&pl, &o, &d)) {
+  if (gf__drap_start(&pl, &o, &d)) {
     fprintf(stderr, "%s\n", d.msg);
     abort();
   }

@@ -34,7 +34,7 @@ static const char *uid_of(const json_t *pod) {
 
 static void apply(gf_node_pods *p, const json_t *pod) {
   gf_diag d = {""};
-  int rc = gf_node_pods_apply(p, pod, &d);
+  int rc = gf__node_pods_apply(p, pod, &d);
   if (rc && (rc != GF_ESYNTAX || !d.msg[0]))
     abort();
   const char *uid = uid_of(pod);
@@ -47,10 +47,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!in)
     return 0;
   gf_node_pods *p = NULL;
-  if (gf_node_pods_new(&p, "n1", NULL))
+  if (gf__node_pods_new(&p, "n1", NULL))
     abort();
   /* an answer given by an earlier run, for the pod the seeds call u1 */
-  gf_node_pods_mark(p, "u1", "done");
+  gf__node_pods_mark(p, "u1", "done");
   const json_t *pods[MAX_PODS];
   size_t npods = 0;
   if (json_is_array(in)) {
@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     apply(p, pods[i]);
   for (size_t i = 0; i < npods; i++)
     apply(p, pods[i]);
-  if (gf_node_pods_count(p) > npods)
+  if (gf__node_pods_count(p) > npods)
     abort();
 
   given seen[MAX_MATCHES];
@@ -81,13 +81,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (;;) {
       gf_node_match m;
       gf_diag d = {""};
-      int rc = gf_node_pods_match(p, n, 0, &m, &d);
+      int rc = gf__node_pods_match(p, n, 0, &m, &d);
       if (rc) {
         if (rc != GF_ENOTFOUND || !d.msg[0])
           abort();
         break;
       }
-      if (!gf_node_pods_has(p, m.uid) || m.grant.ngpus != n ||
+      if (!gf__node_pods_has(p, m.uid) || m.grant.ngpus != n ||
           nseen == MAX_MATCHES)
         abort();
       for (size_t k = 0; k < nseen; k++)
@@ -100,10 +100,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   /* a failed answer takes its mark back: the container matches again */
   if (nseen) {
-    gf_node_pods_unmark(p, seen[0].uid, seen[0].ctr);
+    gf__node_pods_unmark(p, seen[0].uid, seen[0].ctr);
     gf_node_match m;
-    if (gf_node_pods_match(p, 1, 0, &m, NULL) == 0 &&
-        !gf_node_pods_has(p, m.uid))
+    if (gf__node_pods_match(p, 1, 0, &m, NULL) == 0 &&
+        !gf__node_pods_has(p, m.uid))
       abort();
   }
   /* a MODIFIED after the answers keeps them given */
@@ -111,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     apply(p, pods[i]);
   for (uint32_t n = 1; n <= GF_MAX_GPUS_PER_NODE; n++) {
     gf_node_match m;
-    if (gf_node_pods_match(p, n, 0, &m, NULL) == 0)
+    if (gf__node_pods_match(p, n, 0, &m, NULL) == 0)
       for (size_t k = 1; k < nseen; k++)
         if (!strcmp(seen[k].uid, m.uid) && !strcmp(seen[k].ctr, m.grant.name))
           abort();
@@ -119,11 +119,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (size_t i = 0; i < npods; i++) {
     const char *uid = uid_of(pods[i]);
     if (uid)
-      gf_node_pods_remove(p, uid);
+      gf__node_pods_remove(p, uid);
   }
-  if (gf_node_pods_count(p) != 0)
+  if (gf__node_pods_count(p) != 0)
     abort();
-  gf_node_pods_free(p);
+  gf__node_pods_free(p);
   json_decref(in);
   return 0;
 }

@@ -2,7 +2,7 @@
  * The file is written by the node agent but may be corrupted; parsing it
  * must never crash, and what it accepts must be within the documented
  * ranges.  The input is the file's text up to its first NUL, as
- * gf_shim_config_load reads it. */
+ * gf__shim_config_load reads it. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +12,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size > 65536) /* CONFIG_MAX: gf_shim_config_load reads no more */
+  if (size > 65536) /* CONFIG_MAX: gf__shim_config_load reads no more */
     return 0;
   char *text = malloc(size + 1);
   if (!text)
@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   text[size] = '\0';
   gf_shim_config c;
   char err[512] = "";
-  int rc = gf_shim_config_parse(text, &c, err, sizeof(err));
+  int rc = gf__shim_config_parse(text, &c, err, sizeof(err));
   free(text);
   if (rc < 0) {
     if (!err[0] || !memchr(err, '\0', sizeof(err)))

@@ -9,7 +9,7 @@
  * g < GPUS, k < SLOTS, NUMA node g % 2; then each --extra ID (no NUMA).
  * Prints "ready" once serving, then reads commands from stdin, one a line:
  *   unhealthy ID | healthy ID   mark a device; answers "ok" or "error"
- *   regs                        answers gf_dp_registrations()
+ *   regs                        answers gf__dp_registrations()
  *   waiting                     answers how many Allocates wait now
  *   release                     lets every waiting Allocate go on
  *   quit                        stops the plugin and exits 0
@@ -121,7 +121,7 @@ static int mark(gf_dp *dp, const char *id, bool healthy) {
   for (size_t i = 0; i < ndevs; i++)
     if (strcmp(devs[i].id, id) == 0) {
       devs[i].healthy = healthy;
-      return gf_dp_set_devices(dp, devs, ndevs);
+      return gf__dp_set_devices(dp, devs, ndevs);
     }
   return GF_ENOTFOUND;
 }
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
   }
   gf_dp *dp;
   gf_diag d = {{0}};
-  if (gf_dp_start(&dp, &o, devs, ndevs, &d)) {
+  if (gf__dp_start(&dp, &o, devs, ndevs, &d)) {
     fprintf(stderr, "dp_driver: %s\n", d.msg);
     return 1;
   }
@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
     if (strcmp(line, "quit") == 0)
       break;
     if (strcmp(line, "regs") == 0) {
-      printf("%llu\n", (unsigned long long)gf_dp_registrations(dp));
+      printf("%llu\n", (unsigned long long)gf__dp_registrations(dp));
     } else if (strcmp(line, "waiting") == 0) {
       pthread_mutex_lock(&wait_mu);
       printf("%u\n", waiting);
@@ -203,7 +203,7 @@ int main(int argc, char **argv) {
       printf("error\n");
     fflush(stdout);
   }
-  gf_dp_stop(dp);
-  gf_dp_free(dp);
+  gf__dp_stop(dp);
+  gf__dp_free(dp);
   return 0;
 }

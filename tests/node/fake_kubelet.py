@@ -126,7 +126,7 @@ class Driver:
         return self.p.stdout.readline().strip()
 
     def wait_regs(self, n, timeout=2.0):
-        """gf_dp_registrations() once it reaches n (it counts when the
+        """gf__dp_registrations() once it reaches n (it counts when the
         answer arrives, a moment after kubelet saw the call)."""
         end = time.monotonic() + timeout
         while True:
@@ -273,7 +273,7 @@ class Scenarios:
         eq(req.options.pre_start_required, False, "pre_start_required")
         eq(req.options.get_preferred_allocation_available, True,
            "get_preferred_allocation_available")
-        eq(self.driver.wait_regs(1), "1", "gf_dp_registrations")
+        eq(self.driver.wait_regs(1), "1", "gf__dp_registrations")
         self.plugin = Plugin(self.psock)
 
     def options(self):
@@ -723,7 +723,7 @@ class Scenarios:
             p.close()
         self.plugin.close()
         self.plugin = Plugin(self.psock)
-        eq(self.driver.wait_regs(3), "3", "gf_dp_registrations")
+        eq(self.driver.wait_regs(3), "3", "gf__dp_registrations")
 
     def plugin_restart(self):
         w = Plugin(self.psock)

@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
   gf_shim_config c;
   memset(&c, 0, sizeof(c));
   char err[512] = "";
-  if (gf_shim_config_parse(text, &c, err, sizeof(err)) != 0) {
+  if (gf__shim_config_parse(text, &c, err, sizeof(err)) != 0) {
     fprintf(stderr, "%s: %s\n", argv[1], err);
     return 1;
   }

@@ -118,13 +118,13 @@ static bool exists_path(const char *path) {
 static gf_node_pods *new_cache(void) {
   gf_node_pods *p = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_pods_new(&p, "node-a", &d), 0);
+  assert_int_equal(gf__node_pods_new(&p, "node-a", &d), 0);
   return p;
 }
 
 static void apply(gf_node_pods *p, json_t *pod) {
   gf_diag d = {""};
-  assert_int_equal(gf_node_pods_apply(p, pod, &d), 0);
+  assert_int_equal(gf__node_pods_apply(p, pod, &d), 0);
   json_decref(pod);
 }
 
@@ -135,10 +135,10 @@ static void test_match_one(void **state) {
   apply(p, make_pod("u1", "node-a", "2026-01-01T00:00:05Z", c, 1, NULL));
   /* Bound elsewhere: not ours. */
   apply(p, make_pod("u2", "node-b", "2026-01-01T00:00:01Z", c, 1, NULL));
-  assert_int_equal(gf_node_pods_count(p), 1);
+  assert_int_equal(gf__node_pods_count(p), 1);
   gf_node_match m;
   gf_diag d = {""};
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "u1");
   assert_string_equal(m.ns, "ml");
   assert_string_equal(m.grant.name, "main");
@@ -146,13 +146,13 @@ static void test_match_one(void **state) {
   assert_string_equal(m.grant.gpus[0].uuid, "GPU-a");
   assert_int_equal(m.grant.gpus[0].mem_bytes, 4LL << 30);
   /* Answered once: the same container is never handed out again. */
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
   assert_non_null(strstr(d.msg, "no pod on node node-a is waiting for 1"));
   /* Taking the mark back makes it available again. */
-  gf_node_pods_unmark(p, "u1", "main");
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  gf__node_pods_unmark(p, "u1", "main");
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "u1");
-  gf_node_pods_free(p);
+  gf__node_pods_free(p);
 }
 
 static void test_match_order(void **state) {
@@ -169,12 +169,12 @@ static void test_match_order(void **state) {
   gf_node_match m;
   gf_diag d = {""};
   /* Two GPUs: only the pod that asks for two, though it is not first. */
-  assert_int_equal(gf_node_pods_match(p, 2, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 2, 0, &m, &d), 0);
   assert_string_equal(m.uid, "wide");
   /* One GPU: earliest bound first. */
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "early");
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "pair");
   assert_string_equal(m.grant.name, "first");
   assert_string_equal(m.grant.gpus[0].uuid, "GPU-a");
@@ -182,14 +182,14 @@ static void test_match_order(void **state) {
    * allocates one pod's containers back to back.  Make "late" look older
    * than "pair" to be sure the rule, not the time, decides. */
   apply(p, make_pod("late", "node-a", "2026-01-01T00:00:00Z", one, 1, NULL));
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "pair");
   assert_string_equal(m.grant.name, "second");
   assert_string_equal(m.grant.gpus[0].uuid, "GPU-b");
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "late");
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
-  gf_node_pods_free(p);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  gf__node_pods_free(p);
 }
 
 static void test_match_skips(void **state) {
@@ -211,19 +211,19 @@ static void test_match_skips(void **state) {
   gf_node_match m;
   gf_diag d = {""};
   /* A running container and a finished pod are skipped; init first. */
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "initpod");
   assert_string_equal(m.grant.name, "setup");
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.grant.name, "main");
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
   /* Moved off the node: forgotten. */
   apply(p,
         make_pod("initpod", "node-z", "2026-01-01T00:00:05Z", init, 2, NULL));
-  assert_false(gf_node_pods_has(p, "initpod"));
-  assert_true(gf_node_pods_remove(p, "running"));
-  assert_false(gf_node_pods_remove(p, "running"));
-  gf_node_pods_free(p);
+  assert_false(gf__node_pods_has(p, "initpod"));
+  assert_true(gf__node_pods_remove(p, "running"));
+  assert_false(gf__node_pods_remove(p, "running"));
+  gf__node_pods_free(p);
 }
 
 static void test_match_malformed(void **state) {
@@ -239,13 +239,13 @@ static void test_match_malformed(void **state) {
                     "\"memory\":1024}]}]}"));
   gf_node_match m;
   gf_diag d = {""};
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
   assert_non_null(strstr(d.msg, "ml/bad: malformed gpufrac.io/grant"));
   assert_non_null(strstr(d.msg, "ml/none: no gpufrac.io/grant annotation"));
   assert_non_null(strstr(d.msg, "grant has no entry for container main"));
   /* A valid pod is still served. */
   apply(p, make_pod("good", "node-a", "2026-01-01T00:00:04Z", c, 1, NULL));
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "good");
   /* Two GPU containers with one name (an init container and a container)
    * would share their answer mark: the pod is refused, never served twice. */
@@ -253,14 +253,14 @@ static void test_match_malformed(void **state) {
                 {"twin", 1, {"GPU-a"}, false, false}};
   gf_node_pods *p2 = new_cache();
   apply(p2, make_pod("dup", "node-a", "2026-01-01T00:00:00Z", dup, 2, NULL));
-  assert_int_equal(gf_node_pods_match(p2, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_int_equal(gf__node_pods_match(p2, 1, 0, &m, &d), GF_ENOTFOUND);
   assert_non_null(strstr(d.msg, "ml/dup: two GPU containers are named twin"));
-  gf_node_pods_free(p2);
+  gf__node_pods_free(p2);
   /* An object without a uid is refused with a sentence. */
   json_t *nameless = json_pack("{s:{s:s}}", "metadata", "name", "x");
-  assert_int_equal(gf_node_pods_apply(p, nameless, &d), GF_ESYNTAX);
+  assert_int_equal(gf__node_pods_apply(p, nameless, &d), GF_ESYNTAX);
   json_decref(nameless);
-  gf_node_pods_free(p);
+  gf__node_pods_free(p);
 }
 
 /* A grant for another node, and one with a GPU without uuid: the pods are
@@ -286,7 +286,7 @@ static void test_match_grant_checks(void **state) {
                     "\"memory\":1024}]}]}"));
   gf_node_match m;
   gf_diag d = {""};
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
   assert_non_null(strstr(d.msg, "ml/forged: its grant is for node 'node-b', "
                                 "this is node node-a: refused"));
   assert_non_null(
@@ -294,9 +294,9 @@ static void test_match_grant_checks(void **state) {
                     "no uuid"));
   /* The same pod with a grant for this node is served. */
   apply(p, make_pod("forged", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "forged");
-  gf_node_pods_free(p);
+  gf__node_pods_free(p);
 }
 
 typedef struct race {
@@ -309,7 +309,7 @@ static void *race_one(void *arg) {
   race *r = arg;
   gf_node_match m;
   gf_diag d = {""};
-  r->rc = gf_node_pods_match(r->p, 1, 2000, &m, &d);
+  r->rc = gf__node_pods_match(r->p, 1, 2000, &m, &d);
   if (!r->rc)
     memcpy(r->uid, m.uid, sizeof(m.uid));
   return NULL;
@@ -346,7 +346,7 @@ static void test_match_concurrent(void **state) {
     for (int j = 0; j < i; j++)
       assert_string_not_equal(r[i].uid, r[j].uid);
   }
-  gf_node_pods_free(p);
+  gf__node_pods_free(p);
 }
 
 /* ---- the answer --------------------------------------------------------- */
@@ -371,7 +371,7 @@ new_alloc_cache(gf_node_pods *p, gf_node_alloc_style s, gf_node_cache *cache) {
                           .mps_dir = mps,
                           .cache = cache};
   gf_node_allocator *a = NULL;
-  assert_int_equal(gf_node_allocator_new(&a, p, &gpus2, &o, &d), 0);
+  assert_int_equal(gf__node_allocator_new(&a, p, &gpus2, &o, &d), 0);
   return a;
 }
 
@@ -414,7 +414,7 @@ static void test_allocate_mounts(void **state) {
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"whatever::0"};
   gf_diag d = {""};
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), 0);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), 0);
   assert_string_equal(env(o, "CUDA_VISIBLE_DEVICES")->value, u1);
   assert_string_equal(env(o, "NVIDIA_VISIBLE_DEVICES")->value, u1);
   assert_string_equal(env(o, "GPUFRAC_CONFIG")->value, GF_NODE_CTR_CONFIG);
@@ -453,13 +453,13 @@ static void test_allocate_mounts(void **state) {
   struct stat st;
   assert_int_equal(stat(o->mounts[1].host_path, &st), 0);
   assert_true(S_ISDIR(st.st_mode));
-  assert_int_equal(gf_node_allocator_answered(a), 1);
+  assert_int_equal(gf__node_allocator_answered(a), 1);
   /* Nothing left to answer: refused with a sentence, counted. */
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ENOTFOUND);
-  assert_int_equal(gf_node_allocator_refused(a), 1);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_ENOTFOUND);
+  assert_int_equal(gf__node_allocator_refused(a), 1);
   free(o);
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
 }
 
 static void test_allocate_bad_gpu(void **state) {
@@ -471,25 +471,25 @@ static void test_allocate_bad_gpu(void **state) {
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"x::0"};
   gf_diag d = {""};
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ENOTFOUND);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_ENOTFOUND);
   assert_non_null(strstr(d.msg, "granted GPU GPU-not-here is not on this"));
   assert_int_equal(o->nenv, 0);
   /* The mark was taken back: the pod is still waiting. */
   gf_node_match m;
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "uid-x");
   /* An unhealthy granted GPU fails too, naming the reason. */
-  gf_node_pods_unmark(p, "uid-x", "main");
+  gf__node_pods_unmark(p, "uid-x", "main");
   gpus2.gpus[0].healthy = false;
   snprintf(gpus2.gpus[0].reason, sizeof(gpus2.gpus[0].reason), "Xid 79");
-  gf_node_allocator_set_gpus(a, &gpus2);
+  gf__node_allocator_set_gpus(a, &gpus2);
   tctr c2[] = {{"main", 1, {gpus2.gpus[0].uuid}, false, false}};
   apply(p, make_pod("uid-x", "node-a", "2026-01-01T00:00:01Z", c2, 1, NULL));
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_EIO);
   assert_non_null(strstr(d.msg, "unhealthy (Xid 79)"));
   free(o);
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
 }
 
 /* A grant whose index does not agree with its uuid, or that gives more
@@ -510,7 +510,7 @@ static void test_allocate_grant_checks(void **state) {
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"x::0"};
   gf_diag d = {""};
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ECONFLICT);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_ECONFLICT);
   char want[256];
   snprintf(want, sizeof(want),
            "pod ml/uid-i container main: the grant says GPU %s is index 0, "
@@ -518,7 +518,7 @@ static void test_allocate_grant_checks(void **state) {
            u1);
   assert_string_equal(d.msg, want);
   assert_int_equal(o->nenv, 0);
-  gf_node_pods_remove(p, "uid-i");
+  gf__node_pods_remove(p, "uid-i");
   /* 41 GiB of a 40 GB GPU. */
   snprintf(
       g, sizeof(g),
@@ -526,7 +526,7 @@ static void test_allocate_grant_checks(void **state) {
       "\"main\",\"gpus\":[{\"uuid\":\"%s\",\"index\":1,\"memory\":%lld}]}]}",
       u1, 41LL << 30);
   apply(p, make_pod("uid-m", "node-a", "2026-01-01T00:00:01Z", c, 1, g));
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ERANGE);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_ERANGE);
   snprintf(want, sizeof(want),
            "pod ml/uid-m container main: the grant gives %lld bytes of GPU "
            "%s, which has %llu: refused",
@@ -534,24 +534,24 @@ static void test_allocate_grant_checks(void **state) {
   assert_string_equal(d.msg, want);
   /* Taken back: still waiting; exactly the GPU's memory is fine. */
   gf_node_match m;
-  assert_int_equal(gf_node_pods_match(p, 1, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "uid-m");
-  gf_node_pods_remove(p, "uid-m");
+  gf__node_pods_remove(p, "uid-m");
   snprintf(
       g, sizeof(g),
       "{\"version\":1,\"node\":\"node-a\",\"containers\":[{\"name\":"
       "\"main\",\"gpus\":[{\"uuid\":\"%s\",\"index\":1,\"memory\":%llu}]}]}",
       u1, (unsigned long long)gpus2.gpus[1].mem_bytes);
   apply(p, make_pod("uid-f", "node-a", "2026-01-01T00:00:01Z", c, 1, g));
-  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  int rc = gf__node_allocate(a, ids, 1, o, &d);
   if (rc)
     fail_msg("%s", d.msg);
   free(o);
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
 }
 
-/* gf_node_prefer: the slots of the granted GPUs, in grant order, for the
+/* gf__node_prefer: the slots of the granted GPUs, in grant order, for the
  * container the next Allocate would get; no opinion otherwise. */
 static void test_prefer(void **state) {
   (void)state;
@@ -566,30 +566,30 @@ static void test_prefer(void **state) {
   }
   const char *out[4] = {0};
   /* Nobody waiting: no opinion. */
-  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 1, out), 0);
+  assert_int_equal(gf__node_prefer(a, avail, 8, NULL, 0, 1, out), 0);
   tctr c[] = {{"main", 2, {u1, u0}, false, false}};
   apply(p, make_pod("two", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
   /* A call for 1 device is for nobody. */
-  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 1, out), 0);
+  assert_int_equal(gf__node_prefer(a, avail, 8, NULL, 0, 1, out), 0);
   /* For 2: GPU 1's lowest slot, then GPU 0's (grant order). */
-  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 2, out), 2);
+  assert_int_equal(gf__node_prefer(a, avail, 8, NULL, 0, 2, out), 2);
   assert_string_equal(out[0], ids[7]);
   assert_string_equal(out[1], ids[3]);
   /* A must id on GPU 0 covers it; GPU 1 gets its lowest slot. */
   const char *must[] = {ids[1]};
-  assert_int_equal(gf_node_prefer(a, avail, 8, must, 1, 2, out), 2);
+  assert_int_equal(gf__node_prefer(a, avail, 8, must, 1, 2, out), 2);
   assert_string_equal(out[0], ids[1]);
   assert_string_equal(out[1], ids[7]);
   /* Nothing offered on GPU 1: no opinion. */
-  assert_int_equal(gf_node_prefer(a, avail, 4, NULL, 0, 2, out), 0);
+  assert_int_equal(gf__node_prefer(a, avail, 4, NULL, 0, 2, out), 0);
   /* Peeking marks nothing: the Allocate still gets the pod. */
   gf_node_match m;
   gf_diag d = {""};
-  assert_int_equal(gf_node_pods_match(p, 2, 0, &m, &d), 0);
+  assert_int_equal(gf__node_pods_match(p, 2, 0, &m, &d), 0);
   assert_string_equal(m.uid, "two");
-  assert_int_equal(gf_node_prefer(a, avail, 8, NULL, 0, 2, out), 0);
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  assert_int_equal(gf__node_prefer(a, avail, 8, NULL, 0, 2, out), 0);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
 }
 
 static const gf_dp_mount *mount_at(const gf_dp_container_answer *o,
@@ -605,14 +605,14 @@ static void test_allocate_mps(void **state) {
   gf_node_pods *p = new_cache();
   gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
   gpus2.gpus[0].mode = GF_NODE_MODE_MPS;
-  gf_node_allocator_set_gpus(a, &gpus2);
+  gf__node_allocator_set_gpus(a, &gpus2);
   const char *u0 = gpus2.gpus[0].uuid;
   tctr c[] = {{"main", 1, {u0}, false, false}};
   apply(p, make_pod("uid-m", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"x::0"};
   gf_diag d = {""};
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), 0);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), 0);
   /* The grant's limits as MPS client variables: 25% and 4 GiB in MiB. */
   assert_string_equal(env(o, "CUDA_MPS_PIPE_DIRECTORY")->value,
                       "/tmp/nvidia-mps");
@@ -632,11 +632,11 @@ static void test_allocate_mps(void **state) {
   tctr two[] = {{"main", 2, {u0, gpus2.gpus[1].uuid}, false, false}};
   apply(p, make_pod("uid-m2", "node-a", "2026-01-01T00:00:02Z", two, 1, NULL));
   const char *ids2[] = {"x::0", "y::0"};
-  assert_int_equal(gf_node_allocate(a, ids2, 2, o, &d), GF_EINVAL);
+  assert_int_equal(gf__node_allocate(a, ids2, 2, o, &d), GF_EINVAL);
   assert_non_null(strstr(d.msg, "an MPS client can use one GPU"));
   free(o);
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
 }
 
 static void test_allocate_cdi_and_cleanup(void **state) {
@@ -649,7 +649,7 @@ static void test_allocate_cdi_and_cleanup(void **state) {
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"a::0", "b::0"};
   gf_diag d = {""};
-  assert_int_equal(gf_node_allocate(a, ids, 2, o, &d), 0);
+  assert_int_equal(gf__node_allocate(a, ids, 2, o, &d), 0);
   assert_int_equal(o->ncdi, 1);
   assert_string_equal(o->cdi[0], "gpufrac.io/gpu=uid-c_main");
   assert_int_equal(o->nenv, 0);
@@ -667,13 +667,13 @@ static void test_allocate_cdi_and_cleanup(void **state) {
   /* A restarted agent finds the answer on disk and does not give it again. */
   gf_node_pods *p2 = new_cache();
   /* (state lives under tmpdir/state; tmpdir itself has no pods) */
-  assert_int_equal(gf_node_pods_mark_from_disk(p2, tmpdir), 0);
+  assert_int_equal(gf__node_pods_mark_from_disk(p2, tmpdir), 0);
   char statedir[300];
   snprintf(statedir, sizeof(statedir), "%s/state", tmpdir);
-  assert_int_equal(gf_node_pods_mark_from_disk(p2, statedir), 1);
+  assert_int_equal(gf__node_pods_mark_from_disk(p2, statedir), 1);
   apply(p2, make_pod("uid-c", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
   gf_node_match m;
-  assert_int_equal(gf_node_pods_match(p2, 2, 0, &m, &d), GF_ENOTFOUND);
+  assert_int_equal(gf__node_pods_match(p2, 2, 0, &m, &d), GF_ENOTFOUND);
 
   /* A symbolic link a container left in its region is removed, not
    * followed, when the pod goes. */
@@ -687,23 +687,23 @@ static void test_allocate_cdi_and_cleanup(void **state) {
   assert_int_equal(symlink(outside, link), 0);
   snprintf(poddir, sizeof(poddir), "%s/pods/uid-c", statedir);
   /* Sweep keeps what the cache knows... */
-  assert_int_equal(gf_node_pods_sweep(p2, statedir, NULL), 0);
+  assert_int_equal(gf__node_pods_sweep(p2, statedir, NULL), 0);
   struct stat st;
   assert_int_equal(stat(poddir, &st), 0);
   /* ...and removes what it does not. */
-  gf_node_pods_remove(p2, "uid-c");
+  gf__node_pods_remove(p2, "uid-c");
   char cdidir[300];
   snprintf(cdidir, sizeof(cdidir), "%s/cdi", tmpdir);
-  assert_int_equal(gf_node_pods_sweep(p2, statedir, cdidir), 1);
+  assert_int_equal(gf__node_pods_sweep(p2, statedir, cdidir), 1);
   assert_int_not_equal(lstat(poddir, &st), 0);
   assert_int_not_equal(lstat(spec, &st), 0);
   assert_int_equal(stat(outside, &st), 0);
-  assert_int_equal(gf_node_forget_pod(statedir, cdidir, "../etc", &d),
+  assert_int_equal(gf__node_forget_pod(statedir, cdidir, "../etc", &d),
                    GF_EINVAL);
   free(o);
-  gf_node_pods_free(p2);
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_pods_free(p2);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
 }
 
 static void test_dp_devices(void **state) {
@@ -721,7 +721,7 @@ static void test_dp_devices(void **state) {
            "MIG-66666666-2222-4333-8444-555555555555");
   g.gpus[3].healthy = false;
   gf_dp_device devs[32];
-  size_t n = gf_node_dp_devices(&g, 4, devs, 32);
+  size_t n = gf__node_dp_devices(&g, 4, devs, 32);
   /* 4 shared slots, 1 exclusive, 2 MIG devices, 4 unhealthy slots. */
   assert_int_equal(n, 11);
   char want[GF_DP_ID_MAX];
@@ -741,16 +741,16 @@ static void test_dp_devices(void **state) {
   assert_int_equal(devs[7].numa_node, g.gpus[3].numa_node);
   /* A sick MIG GPU: its devices are listed unhealthy. */
   g.gpus[2].healthy = false;
-  assert_int_equal(gf_node_dp_devices(&g, 4, devs, 32), 11);
+  assert_int_equal(gf__node_dp_devices(&g, 4, devs, 32), 11);
   assert_false(devs[5].healthy);
   assert_false(devs[6].healthy);
   /* MIG mode with no MIG devices made: nothing to list for that GPU. */
   g.gpus[2].nmig = 0;
-  assert_int_equal(gf_node_dp_devices(&g, 4, devs, 32), 9);
+  assert_int_equal(gf__node_dp_devices(&g, 4, devs, 32), 9);
   /* Never more than asked. */
-  assert_int_equal(gf_node_dp_devices(&g, 4, devs, 2), 2);
+  assert_int_equal(gf__node_dp_devices(&g, 4, devs, 2), 2);
   g.gpus[2].nmig = 2;
-  assert_int_equal(gf_node_dp_devices(&g, 4, devs, 6), 6);
+  assert_int_equal(gf__node_dp_devices(&g, 4, devs, 6), 6);
 }
 
 /* The slots by default (issue 30, item 5): kube-scheduler counts one
@@ -777,7 +777,7 @@ static void test_dp_devices_auto(void **state) {
   for (int i = 0; i < 3; i++) {
     gf_node_gpus g;
     assert_int_equal(gf_node_discover_fake(specs[i], &g, &d), 0);
-    size_t n = gf_node_dp_devices(&g, c.slots, devs, GF_DP_MAX_DEVICES);
+    size_t n = gf__node_dp_devices(&g, c.slots, devs, GF_DP_MAX_DEVICES);
     assert_true(n >= 110);
     assert_true(n >= 80);
     assert_true(n <= GF_DP_MAX_DEVICES);
@@ -793,7 +793,7 @@ static void test_dp_devices_auto(void **state) {
   gf_node_gpus g;
   assert_int_equal(gf_node_discover_fake("2xT4-16GB", &g, &d), 0);
   g.gpus[1].mode = GF_NODE_MODE_EXCLUSIVE;
-  size_t n = gf_node_dp_devices(&g, c.slots, devs, GF_DP_MAX_DEVICES);
+  size_t n = gf__node_dp_devices(&g, c.slots, devs, GF_DP_MAX_DEVICES);
   assert_int_equal(n, GF_DP_MAX_DEVICES);
   char want[GF_DP_ID_MAX];
   snprintf(want, sizeof(want), "%s::0", g.gpus[1].uuid);
@@ -802,7 +802,8 @@ static void test_dp_devices_auto(void **state) {
   const char *four = "slots = 4\n";
   assert_int_equal(gf_node_config_parse(&c, four, strlen(four), "n.conf", &d),
                    0);
-  assert_int_equal(gf_node_dp_devices(&g, c.slots, devs, GF_DP_MAX_DEVICES), 5);
+  assert_int_equal(gf__node_dp_devices(&g, c.slots, devs, GF_DP_MAX_DEVICES),
+                   5);
 }
 
 /* Writes text to <tmpdir>/<rel>, creating directories. */
@@ -843,10 +844,10 @@ static void test_allocate_mig(void **state) {
            "MIG-0b0b0b0b-1111-4222-8333-444444444444");
   x->mig[1].gi = 5;
   x->mig[1].ci = 1;
-  gf_node_allocator_set_gpus(a, &gpus2);
+  gf__node_allocator_set_gpus(a, &gpus2);
   char proc[300];
   snprintf(proc, sizeof(proc), "%s/proc", tmpdir);
-  gf_node_allocator_set_proc(a, proc);
+  gf__node_allocator_set_proc(a, proc);
   /* The driver's capability files, as /proc shows them. */
   put_file("proc/driver/nvidia/capabilities/gpu6/mig/gi3/access",
            "DeviceFileMinor: 30\nDeviceFileMode: 292\nDeviceFileModify: 1\n");
@@ -857,7 +858,7 @@ static void test_allocate_mig(void **state) {
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"MIG-0a0a0a0a-1111-4222-8333-444444444444"};
   gf_diag d = {""};
-  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  int rc = gf__node_allocate(a, ids, 1, o, &d);
   if (rc)
     fail_msg("%s", d.msg);
   assert_string_equal(env(o, "CUDA_VISIBLE_DEVICES")->value,
@@ -892,7 +893,7 @@ static void test_allocate_mig(void **state) {
    * file, and the container is still waiting. */
   tctr c2[] = {{"main", 1, {x->mig[1].uuid}, false, false}};
   apply(p, make_pod("uid-n", "node-a", "2026-01-01T00:00:02Z", c2, 1, NULL));
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_EIO);
   assert_non_null(strstr(d.msg, "capabilities/gpu6/mig/gi5/access"));
   assert_int_equal(o->ndevnodes, 0);
   /* A file without the line is refused too. */
@@ -900,36 +901,36 @@ static void test_allocate_mig(void **state) {
            "DeviceFileMinor: 40\n");
   put_file("proc/driver/nvidia/capabilities/gpu6/mig/gi5/ci1/access",
            "DeviceFileMode: 292\n");
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_EIO);
   assert_non_null(strstr(d.msg, "gi5/ci1/access: no DeviceFileMinor line"));
   put_file("proc/driver/nvidia/capabilities/gpu6/mig/gi5/ci1/access",
            "DeviceFileMinor: 41\n");
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), 0);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), 0);
   assert_true(has_dev(o, "/dev/nvidia-caps/nvidia-cap40"));
   assert_true(has_dev(o, "/dev/nvidia-caps/nvidia-cap41"));
 
   /* The whole MIG GPU by its GPU uuid: refused with the reason. */
   tctr c3[] = {{"main", 1, {x->uuid}, false, false}};
   apply(p, make_pod("uid-o", "node-a", "2026-01-01T00:00:03Z", c3, 1, NULL));
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESTATE);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_ESTATE);
   assert_non_null(strstr(d.msg, "runs MIG"));
-  gf_node_pods_remove(p, "uid-o");
+  gf__node_pods_remove(p, "uid-o");
   /* A MIG device of a GPU not in mode mig: refused. */
   x->mode = GF_NODE_MODE_EXCLUSIVE;
-  gf_node_allocator_set_gpus(a, &gpus2);
-  gf_node_pods_unmark(p, "uid-m", "main");
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESTATE);
+  gf__node_allocator_set_gpus(a, &gpus2);
+  gf__node_pods_unmark(p, "uid-m", "main");
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_ESTATE);
   assert_non_null(strstr(d.msg, "is not in mode mig"));
   /* Unhealthy parent: its MIG devices are refused with the reason. */
   x->mode = GF_NODE_MODE_MIG;
   x->healthy = false;
   snprintf(x->reason, sizeof(x->reason), "Xid 79");
-  gf_node_allocator_set_gpus(a, &gpus2);
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EIO);
+  gf__node_allocator_set_gpus(a, &gpus2);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_EIO);
   assert_non_null(strstr(d.msg, "unhealthy (Xid 79)"));
   free(o);
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
 }
 
 static void test_allocate_mig_cdi(void **state) {
@@ -942,18 +943,18 @@ static void test_allocate_mig_cdi(void **state) {
   x->nmig = 1;
   snprintf(x->mig[0].uuid, GF_UUID_MAX,
            "MIG-0c0c0c0c-1111-4222-8333-444444444444");
-  gf_node_allocator_set_gpus(a, &gpus2);
+  gf__node_allocator_set_gpus(a, &gpus2);
   tctr c[] = {{"main", 1, {x->mig[0].uuid}, false, false}};
   apply(p, make_pod("uid-q", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"MIG-0c0c0c0c-1111-4222-8333-444444444444"};
   gf_diag d = {""};
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EINVAL);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_EINVAL);
   assert_non_null(strstr(d.msg, "allocate = cdi does not hand out MIG"));
   assert_int_equal(o->ncdi, 0);
   free(o);
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
 }
 
 /* ---- the API side -----------------------------------------------------------
@@ -1015,29 +1016,29 @@ static void test_kube_link(void **state) {
   gf_node_pods *p = new_cache();
   gf_node_kube_opts o = {"node-a", p, statedir, NULL, true, NULL};
   gf_node_kube *k = NULL;
-  assert_int_equal(gf_node_kube_new(&k, cfg, &o, &d), 0);
+  assert_int_equal(gf__node_kube_new(&k, cfg, &o, &d), 0);
   bool changed = false;
-  assert_int_equal(gf_node_kube_publish(k, &g, &changed, &d), 0);
+  assert_int_equal(gf__node_kube_publish(k, &g, &changed, &d), 0);
   assert_true(changed);
   /* The same inventory again is not written again. */
-  assert_int_equal(gf_node_kube_publish(k, &g, &changed, &d), 0);
+  assert_int_equal(gf__node_kube_publish(k, &g, &changed, &d), 0);
   assert_false(changed);
   /* The LIST: the pod is known, the gone pod's files are removed. */
-  assert_false(gf_node_kube_synced(k));
-  assert_int_equal(gf_node_kube_step(k, &d), 0);
-  assert_true(gf_node_kube_synced(k));
-  assert_true(gf_node_pods_has(p, "uid-k"));
+  assert_false(gf__node_kube_synced(k));
+  assert_int_equal(gf__node_kube_step(k, &d), 0);
+  assert_true(gf__node_kube_synced(k));
+  assert_true(gf__node_pods_has(p, "uid-k"));
   struct stat st;
   assert_int_not_equal(stat(gone, &st), 0);
   assert_int_equal(stat(kept, &st), 0);
   /* The WATCH: deleted, so forgotten with its files. */
-  gf_node_kube_step(k, &d);
-  assert_false(gf_node_pods_has(p, "uid-k"));
+  gf__node_kube_step(k, &d);
+  assert_false(gf__node_pods_has(p, "uid-k"));
   assert_int_not_equal(stat(kept, &st), 0);
   char err[512];
   assert_int_equal(td_finish(srv, err, sizeof(err)), 0);
-  gf_node_kube_free(k);
-  gf_node_pods_free(p);
+  gf__node_kube_free(k);
+  gf__node_pods_free(p);
   gf_kube_config_free(cfg);
   free(list_text);
   free(ev_text);
@@ -1047,7 +1048,7 @@ static void test_kube_link(void **state) {
  * pinned for the pod and mounted read-only; without a cache, or with a
  * malformed reference, the Allocate fails saying so. */
 static bool pods_has(void *user, const char *holder) {
-  return gf_node_pods_has(user, holder);
+  return gf__node_pods_has(user, holder);
 }
 
 /* Issue 28 item 1: an Allocate never waits for a download.  The source
@@ -1106,7 +1107,7 @@ static void test_allocate_model_not_cached(void **state) {
   apply(p, pod); /* the informer's sight of it starts the fetch */
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"whatever::0"};
-  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  int rc = gf__node_allocate(a, ids, 1, o, &d);
   /* answered while the source still holds the file */
   bool held = !exists_path(release);
   char dir[600], marker[700], file[700];
@@ -1131,8 +1132,8 @@ static void test_allocate_model_not_cached(void **state) {
   assert_true(exists_path(marker));
   assert_true(exists_path(file));
   free(o);
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
   gf_node_cache_free(cache);
   snprintf(cmd, sizeof(cmd), "kill $(cat %s)", pidf);
   (void)system(cmd);
@@ -1159,13 +1160,13 @@ static void test_allocate_model(void **state) {
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"whatever::0"};
   /* No cache on this node: refused, and the container can be tried again. */
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESTATE);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_ESTATE);
   assert_non_null(strstr(d.msg, "without a weight cache"));
 
-  gf_node_allocator_free(a);
+  gf__node_allocator_free(a);
   gf_node_cache *cache = model_cache_open();
   a = new_alloc_cache(p, GF_NODE_ALLOC_MOUNTS, cache);
-  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  int rc = gf__node_allocate(a, ids, 1, o, &d);
   if (rc)
     fail_msg("allocate: %s", d.msg);
   /* The pod's view is mounted (its own directory under the cache's root);
@@ -1200,7 +1201,7 @@ static void test_allocate_model(void **state) {
   assert_int_equal(gf_node_cache_evict(cache, hex, &d), GF_ESTATE);
   assert_int_equal(gf_node_cache_prune(cache, pods_has, p), 0);
   /* The pod goes: its pin with it. */
-  assert_true(gf_node_pods_remove(p, "uid-m"));
+  assert_true(gf__node_pods_remove(p, "uid-m"));
   assert_int_equal(gf_node_cache_prune(cache, pods_has, p), 1);
   assert_int_equal(gf_node_cache_evict(cache, hex, &d), 0);
 
@@ -1212,7 +1213,7 @@ static void test_allocate_model(void **state) {
                       json_string("uid-m2"));
   json_t *pod3 = json_deep_copy(pod2); /* apply takes pod2 */
   apply(p, pod2);
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_ESYNTAX);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_ESYNTAX);
   assert_non_null(strstr(d.msg, GF_NODE_MODEL_ANNOTATION));
   /* A source longer than the agent keeps is refused, not cut to a shorter
    * URL that an allowed prefix would still take (and fetched). */
@@ -1226,14 +1227,14 @@ static void test_allocate_model(void **state) {
   json_object_set_new(json_object_get(md3, "annotations"),
                       GF_NODE_MODEL_SOURCE_ANNOTATION, json_string(longsrc));
   json_object_set_new(md3, "uid", json_string("uid-m3"));
-  assert_true(gf_node_pods_remove(p, "uid-m2"));
+  assert_true(gf__node_pods_remove(p, "uid-m2"));
   apply(p, pod3);
-  assert_int_equal(gf_node_allocate(a, ids, 1, o, &d), GF_EINVAL);
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), GF_EINVAL);
   assert_non_null(strstr(d.msg, "longer than"));
   free(o);
-  gf_node_allocator_free(a);
+  gf__node_allocator_free(a);
   gf_node_cache_free(cache);
-  gf_node_pods_free(p);
+  gf__node_pods_free(p);
 }
 
 /* A model a pod was given fails verification while the agent is down
@@ -1262,7 +1263,7 @@ static void test_model_refetch(void **state) {
   apply(p, pod);
   gf_dp_container_answer *o = malloc(sizeof(*o));
   const char *ids[] = {"whatever::0"};
-  int rc = gf_node_allocate(a, ids, 1, o, &d);
+  int rc = gf__node_allocate(a, ids, 1, o, &d);
   if (rc)
     fail_msg("allocate: %s", d.msg);
   char view[900], vf[1000], cdir[600], cf[700];
@@ -1271,7 +1272,7 @@ static void test_model_refetch(void **state) {
   assert_int_equal(gf_node_cache_path(cache, ms.hex, cdir, sizeof(cdir)), 0);
   snprintf(cf, sizeof(cf), "%s/weights.bin", cdir);
   /* the agent stops; the cached file is damaged; verify runs */
-  gf_node_allocator_free(a);
+  gf__node_allocator_free(a);
   assert_int_equal(chmod(cf, 0644), 0);
   FILE *fp = fopen(cf, "w");
   assert_non_null(fp);
@@ -1306,9 +1307,9 @@ static void test_model_refetch(void **state) {
   fclose(fp);
   assert_string_equal(buf, "weights");
   free(o);
-  gf_node_allocator_free(a);
+  gf__node_allocator_free(a);
   gf_node_cache_free(cache);
-  gf_node_pods_free(p);
+  gf__node_pods_free(p);
 }
 
 /* The inventory gains the cache's models, other fields untouched; a model

@@ -111,7 +111,7 @@ static void test_devices_and_attributes(void **state) {
   g->gpus[1].pcie_root[0] = '\0';
   json_t *arr = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_dra_slices(g, "n1", 4, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 4, 0, &arr, &d), 0);
   assert_int_equal(json_array_size(arr), 1);
   const json_t *sl = json_array_get(arr, 0);
   assert_string_equal(sget(sl, "metadata.name"), "n1-gpu.gpufrac.io-0");
@@ -237,7 +237,7 @@ static void test_nvlink_island(void **state) {
   add_migs(&g->gpus[8], 1);
   json_t *arr = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
   const json_t *devs = json_object_get(
       json_object_get(json_array_get(arr, 0), "spec"), "devices");
   const char *want[] = {"0", "0", "0", "3", "3", "5", "5", NULL, NULL};
@@ -260,7 +260,7 @@ static void test_odd_memory(void **state) {
   g->gpus[0].mem_bytes = 85520809984ull + 512; /* 81559 MiB and 512 bytes */
   json_t *arr = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
   const json_t *d0 = json_array_get(
       json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
                       "devices"),
@@ -286,7 +286,7 @@ static void test_taints(void **state) {
            "nvmlDeviceGetMigDeviceHandleByIndex: Unknown Error (999)");
   json_t *arr = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
   const json_t *devs = json_object_get(
       json_object_get(json_array_get(arr, 0), "spec"), "devices");
   assert_int_equal(json_array_size(devs), 3); /* none vanished */
@@ -307,8 +307,8 @@ static void test_taints(void **state) {
     assert_string_equal(sget(t0, "effect"), want[i][2]);
   }
   json_decref(arr);
-  assert_string_equal(gf_node_dra_taint_effect("Xid 48"), "NoSchedule");
-  assert_string_equal(gf_node_dra_taint_effect("Xid 79"), "NoSchedule");
+  assert_string_equal(gf__node_dra_taint_effect("Xid 48"), "NoSchedule");
+  assert_string_equal(gf__node_dra_taint_effect("Xid 79"), "NoSchedule");
   assert_string_equal(gf__node_dra_taint_effect_for("Xid 79", GF_NODE_XID_BUS),
                       "NoExecute");
   assert_string_equal(gf__node_dra_taint_effect_for("Xid 48", GF_NODE_XID_BUS),
@@ -327,7 +327,7 @@ static void test_taints(void **state) {
   assert_int_equal(gf_node_config_parse(&cfg, text, strlen(text), "t", &d), 0);
   assert_int_equal(cfg.dra_xid_noexecute, GF_NODE_XID_BUS | GF_NODE_XID_MEMORY);
   assert_int_equal(gf_node_config_apply(&cfg, g, &d), 0);
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
   devs = json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
                          "devices");
   /* Every device: the allocator taint first, then its health taint. */
@@ -359,7 +359,7 @@ static void test_allocator_taint(void **state) {
   g->dra_gpufrac = true;
   json_t *arr = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
   const json_t *devs = json_object_get(
       json_object_get(json_array_get(arr, 0), "spec"), "devices");
   for (size_t i = 0; i < 2; i++) {
@@ -370,7 +370,7 @@ static void test_allocator_taint(void **state) {
   }
   json_decref(arr);
   g->dra_gpufrac = false; /* kube-scheduler's: no taint at all */
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
   devs = json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
                          "devices");
   assert_null(json_object_get(json_array_get(devs, 0), "taints"));
@@ -389,7 +389,7 @@ static void test_split(void **state) {
   gf_node_gpus *g = gpus(5);
   json_t *arr = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_dra_slices(g, "n1", 7, 2, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 7, 2, &arr, &d), 0);
   assert_int_equal(json_array_size(arr), 3);
   size_t want[3] = {2, 2, 1};
   for (size_t s = 0; s < 3; s++) {
@@ -419,24 +419,24 @@ static void test_split(void **state) {
   g = gpus(16);
   for (uint32_t i = 0; i < 16; i++)
     add_migs(&g->gpus[i], 7);
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
   assert_int_equal(json_array_size(arr), 1);
   assert_int_equal(count_devs(json_array_get(arr, 0)), 112);
   json_decref(arr);
   g->gpus[3].healthy = false;
   snprintf(g->gpus[3].reason, sizeof(g->gpus[3].reason), "Xid 79");
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
   assert_int_equal(json_array_size(arr), 2);
   assert_int_equal(count_devs(json_array_get(arr, 0)), 64);
   assert_int_equal(count_devs(json_array_get(arr, 1)), 48);
   json_decref(arr);
   /* Asking for more than the API allows is an error. */
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 129, &arr, &d), GF_EINVAL);
-  assert_int_equal(gf_node_dra_slices(g, "N_1", 1, 0, &arr, &d), GF_EINVAL);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 129, &arr, &d), GF_EINVAL);
+  assert_int_equal(gf__node_dra_slices(g, "N_1", 1, 0, &arr, &d), GF_EINVAL);
   free(g);
   /* No device: still one slice, so consumers see the pool. */
   g = gpus(0);
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &arr, &d), 0);
   assert_int_equal(json_array_size(arr), 1);
   assert_int_equal(count_devs(json_array_get(arr, 0)), 0);
   json_decref(arr);
@@ -466,7 +466,7 @@ static void test_slice_models(void **state) {
   memcpy(m[3].hex, m[0].hex, 16); /* the short form of model 0 */
   json_t *arr = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 24, &arr, &d),
+  assert_int_equal(gf__node_dra_slices_models(g, "n1", 1, 0, m, 24, &arr, &d),
                    0);
   const json_t *devs = json_object_get(
       json_object_get(json_array_get(arr, 0), "spec"), "devices");
@@ -509,7 +509,7 @@ static void test_slice_models(void **state) {
   m[2].hex[5] = 'a';
   m[3].hex[0] = 'f';
   m[3].hex[1] = 'f';
-  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 16, &arr, &d),
+  assert_int_equal(gf__node_dra_slices_models(g, "n1", 1, 0, m, 16, &arr, &d),
                    0);
   devs = json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
                          "devices");
@@ -529,8 +529,8 @@ static void test_slice_models(void **state) {
   json_decref(arr);
   /* none: exactly the slices without models */
   json_t *plain = NULL, *none = NULL;
-  assert_int_equal(gf_node_dra_slices(g, "n1", 1, 0, &plain, &d), 0);
-  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 0, &none, &d),
+  assert_int_equal(gf__node_dra_slices(g, "n1", 1, 0, &plain, &d), 0);
+  assert_int_equal(gf__node_dra_slices_models(g, "n1", 1, 0, m, 0, &none, &d),
                    0);
   assert_true(json_equal(plain, none));
   json_decref(plain);
@@ -563,7 +563,8 @@ static void test_slice_model_owner(void **state) {
   m[1].ready = false; /* shared, fetching */
   json_t *arr = NULL;
   gf_diag d = {""};
-  assert_int_equal(gf_node_dra_slices_models(g, "n1", 1, 0, m, 2, &arr, &d), 0);
+  assert_int_equal(gf__node_dra_slices_models(g, "n1", 1, 0, m, 2, &arr, &d),
+                   0);
   const json_t *a = json_object_get(
       json_array_get(
           json_object_get(json_object_get(json_array_get(arr, 0), "spec"),
@@ -586,17 +587,17 @@ static void test_slice_model_owner(void **state) {
 static void test_semver(void **state) {
   (void)state;
   char v[32];
-  assert_true(gf_node_dra_semver("9.0", v, sizeof(v)));
+  assert_true(gf__node_dra_semver("9.0", v, sizeof(v)));
   assert_string_equal(v, "9.0.0");
-  assert_true(gf_node_dra_semver("535.104.05", v, sizeof(v)));
+  assert_true(gf__node_dra_semver("535.104.05", v, sizeof(v)));
   assert_string_equal(v, "535.104.5");
-  assert_true(gf_node_dra_semver("12", v, sizeof(v)));
+  assert_true(gf__node_dra_semver("12", v, sizeof(v)));
   assert_string_equal(v, "12.0.0");
-  assert_true(gf_node_dra_semver("1.2.3.4", v, sizeof(v)));
+  assert_true(gf__node_dra_semver("1.2.3.4", v, sizeof(v)));
   assert_string_equal(v, "1.2.3");
-  assert_false(gf_node_dra_semver("", v, sizeof(v)));
-  assert_false(gf_node_dra_semver("x1", v, sizeof(v)));
-  assert_false(gf_node_dra_semver("99999999999", v, sizeof(v)));
+  assert_false(gf__node_dra_semver("", v, sizeof(v)));
+  assert_false(gf__node_dra_semver("x1", v, sizeof(v)));
+  assert_false(gf__node_dra_semver("99999999999", v, sizeof(v)));
 }
 
 /* ---- claims ---- */
@@ -647,7 +648,7 @@ static char *claim_json(const char *uid, const char *name, const char *res) {
 static int parse(const char *uid, const char *name, const char *res,
                  gf_node_dra_claim *c, gf_diag *d) {
   char *t = claim_json(uid, name, res);
-  int rc = gf_node_dra_claim_parse(t, strlen(t), "gpu.gpufrac.io", c, d);
+  int rc = gf__node_dra_claim_parse(t, strlen(t), "gpu.gpufrac.io", c, d);
   free(t);
   return rc;
 }
@@ -709,8 +710,8 @@ static void test_claim_parse(void **state) {
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     gf_diag e = {""};
-    int rc = gf_node_dra_claim_parse(bad[i].text, strlen(bad[i].text),
-                                     "gpu.gpufrac.io", &c, &e);
+    int rc = gf__node_dra_claim_parse(bad[i].text, strlen(bad[i].text),
+                                      "gpu.gpufrac.io", &c, &e);
     if (rc != bad[i].rc || !strstr(e.msg, bad[i].want))
       fail_msg("case %zu: rc %d, '%s'; want %d, '%s'", i, rc, e.msg, bad[i].rc,
                bad[i].want);
@@ -736,7 +737,7 @@ static gf_node_dra_state *open_state_cache(const gf_node_gpus *g,
                         .cache = cache};
   gf_node_dra_state *s = NULL;
   gf_diag d = {""};
-  if (gf_node_dra_state_open(&s, &o, g, &d))
+  if (gf__node_dra_state_open(&s, &o, g, &d))
     fail_msg("open: %s", d.msg);
   return s;
 }
@@ -771,7 +772,7 @@ static int prep(gf_node_dra_state *s, const char *uid, const char *name,
   int rc = parse(uid, name, res, &c, d);
   if (rc)
     fail_msg("parse %s: %s", res, d->msg);
-  return gf_node_dra_prepare(s, &c, p, d);
+  return gf__node_dra_prepare(s, &c, p, d);
 }
 
 static void test_prepare(void **state) {
@@ -792,7 +793,7 @@ static void test_prepare(void **state) {
   /* Idempotent: the same answer, nothing new. */
   assert_int_equal(prep(s, UID_A, "a", "gpu-0:8Gi:30", &q, &d), 0);
   assert_memory_equal(&p, &q, sizeof(p));
-  assert_int_equal(gf_node_dra_state_count(s), 1);
+  assert_int_equal(gf__node_dra_state_count(s), 1);
   /* A second share fits beside it: 8+64 GiB, 30+70 cores. */
   assert_int_equal(prep(s, UID_B, "b", "gpu-0:64Gi:70", &p, &d), 0);
   /* A third does not: one more core. */
@@ -802,7 +803,7 @@ static void test_prepare(void **state) {
   assert_false(exists("cdi/gpufrac.io-", UID_C, "_claim.json"));
   assert_false(exists("state/pods/", UID_C, ""));
   /* Nor in memory: 8+64+9 GiB > 80 GiB. */
-  assert_int_equal(gf_node_dra_unprepare(s, UID_B, &d), 0);
+  assert_int_equal(gf__node_dra_unprepare(s, UID_B, &d), 0);
   assert_int_equal(prep(s, UID_B, "b", "gpu-0:64Gi:10", &p, &d), 0);
   assert_int_equal(prep(s, UID_C, "c", "gpu-0:9Gi:10", &p, &d), GF_ENOFIT);
   assert_non_null(strstr(d.msg, "would hold 86973087744 bytes"));
@@ -840,45 +841,45 @@ static void test_prepare(void **state) {
   /* A share on a device without shareID is not one the scheduler made. */
   gf_node_dra_claim c;
   assert_int_equal(parse(UID_C, "c", "gpu-0:noshare:-", &c, &d), 0);
-  assert_int_equal(gf_node_dra_prepare(s, &c, &p, &d), GF_EINVAL);
+  assert_int_equal(gf__node_dra_prepare(s, &c, &p, &d), GF_EINVAL);
   assert_non_null(strstr(d.msg, "has no shareID"));
   /* A whole exclusive GPU, then a second claim on it. */
   assert_int_equal(prep(s, UID_C, "c", "gpu-1:noshare:-", &p, &d), 0);
   conf = slurp("state/pods/", UID_C, "/claim/shim.conf");
   assert_null(strstr(conf, "memory"));
   assert_null(strstr(conf, "compute"));
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
 
   /* The checkpoint: a new state sees the three claims and their sums. */
   s = open_state(g);
-  assert_int_equal(gf_node_dra_state_count(s), 3);
-  assert_true(gf_node_dra_state_lookup(s, UID_A, &q));
+  assert_int_equal(gf__node_dra_state_count(s), 3);
+  assert_true(gf__node_dra_state_lookup(s, UID_A, &q));
   assert_string_equal(q.claim.results[0].device, "gpu-0");
   assert_int_equal(q.claim.results[0].memory, 8 * GiB);
   assert_int_equal(prep(s, "0a1b2c3d-0000-4000-8000-00000000000d", "d",
                         "gpu-0:9Gi:10", &p, &d),
                    GF_ENOFIT);
   /* Unprepare removes exactly that claim's files; again is fine. */
-  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_int_equal(gf__node_dra_unprepare(s, UID_A, &d), 0);
   assert_false(exists("state/pods/", UID_A, ""));
   assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
   assert_true(exists("state/pods/", UID_B, ""));
   assert_true(exists("cdi/gpufrac.io-", UID_B, "_claim.json"));
-  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
-  assert_int_equal(gf_node_dra_state_count(s), 2);
-  assert_int_equal(gf_node_dra_unprepare(s, "../x", &d), GF_EINVAL);
-  gf_node_dra_state_free(s);
+  assert_int_equal(gf__node_dra_unprepare(s, UID_A, &d), 0);
+  assert_int_equal(gf__node_dra_state_count(s), 2);
+  assert_int_equal(gf__node_dra_unprepare(s, "../x", &d), GF_EINVAL);
+  gf__node_dra_state_free(s);
   s = open_state(g);
-  assert_int_equal(gf_node_dra_state_count(s), 2);
-  assert_false(gf_node_dra_state_lookup(s, UID_A, NULL));
+  assert_int_equal(gf__node_dra_state_count(s), 2);
+  assert_false(gf__node_dra_state_lookup(s, UID_A, NULL));
   /* An unhealthy GPU refuses new claims; prepared ones stay answered. */
   g->gpus[0].healthy = false;
   snprintf(g->gpus[0].reason, sizeof(g->gpus[0].reason), "Xid 79");
-  gf_node_dra_state_set_gpus(s, g);
+  gf__node_dra_state_set_gpus(s, g);
   assert_int_equal(prep(s, UID_A, "a", "gpu-0:1Gi:1", &p, &d), GF_ESTATE);
   assert_non_null(strstr(d.msg, "device gpu-0 is unhealthy (Xid 79)"));
   assert_int_equal(prep(s, UID_B, "b", "gpu-0:64Gi:10", &p, &d), 0);
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   free(g);
 }
 
@@ -932,10 +933,10 @@ static void test_prepare_mig(void **state) {
                    GF_EIO);
   assert_non_null(strstr(d.msg, "capabilities/gpu1/mig/gi2/access"));
   assert_false(exists("cdi/gpufrac.io-", UID_B, "_claim.json"));
-  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_int_equal(gf__node_dra_unprepare(s, UID_A, &d), 0);
   assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
-  assert_int_equal(gf_node_dra_state_count(s), 0);
-  gf_node_dra_state_free(s);
+  assert_int_equal(gf__node_dra_state_count(s), 0);
+  gf__node_dra_state_free(s);
   free(g);
 }
 
@@ -953,12 +954,12 @@ static void test_bad_checkpoint(void **state) {
   snprintf(sd, sizeof(sd), "%s/state", tmpdir);
   gf_node_dra_opts o = {.node = "n1", .state_dir = sd, .cdi_dir = sd};
   gf_node_dra_state *s = NULL;
-  assert_int_equal(gf_node_dra_state_open(&s, &o, g, &d), GF_ESYNTAX);
+  assert_int_equal(gf__node_dra_state_open(&s, &o, g, &d), GF_ESYNTAX);
   assert_non_null(strstr(d.msg, "checkpoint.json: not a version 1"));
   const char *t = "{\"version\":1,\"claims\":[{\"uid\":\"u\"}]}";
   assert_int_equal(
       gf_node_write_atomic(dir, "checkpoint.json", t, strlen(t), &d), 0);
-  assert_int_equal(gf_node_dra_state_open(&s, &o, g, &d), GF_ESYNTAX);
+  assert_int_equal(gf__node_dra_state_open(&s, &o, g, &d), GF_ESYNTAX);
   assert_non_null(strstr(d.msg, "claims[0].namespace: missing"));
   free(g);
 }
@@ -982,7 +983,7 @@ static void test_prepare_model(void **state) {
                    GF_ESTATE);
   assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
 
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   gf_node_cache *cache = model_cache_open();
   s = open_state_cache(g, cache);
   int rc = gf__node_dra_prepare_model(s, &c, ref, url, &p, &d);
@@ -1008,14 +1009,14 @@ static void test_prepare_model(void **state) {
   assert_string_equal(mounts_ok, GF_NODE_MODEL_MOUNT "/lm");
   json_decref(spec);
   assert_int_equal(gf_node_cache_evict(cache, hex, &d), GF_ESTATE); /* pinned */
-  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_int_equal(gf__node_dra_unprepare(s, UID_A, &d), 0);
   assert_int_equal(gf_node_cache_evict(cache, hex, &d), 0);
   /* A malformed reference is named. */
   assert_int_equal(
       gf__node_dra_prepare_model(s, &c, "lm@sha256:1", url, &p, &d),
       GF_ESYNTAX);
   assert_non_null(strstr(d.msg, "gpufrac.io/model"));
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   gf_node_cache_free(cache);
   free(g);
 }
@@ -1107,7 +1108,7 @@ static void test_prepare_pod_model(void **state) {
                                                   ms.ref, ms.url, &p, &d),
                    0);
   assert_int_equal(f.calls, 1);
-  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_int_equal(gf__node_dra_unprepare(s, UID_A, &d), 0);
   /* the loader refuses (what another try cannot mend): named, no files */
   f.rc = GF_EINVAL;
   assert_int_equal(gf__node_dra_prepare_pod_model(s, &c, "pod-uid-1", "pa",
@@ -1116,7 +1117,7 @@ static void test_prepare_pod_model(void **state) {
   assert_non_null(strstr(d.msg, "pod pa: model lm"));
   assert_false(exists("cdi/gpufrac.io-", UID_A, "_claim.json"));
   gf__node_dra_state_set_model_fn(s, NULL, NULL);
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   gf_node_cache_free(cache);
   free(g);
 }
@@ -1170,8 +1171,8 @@ static void test_prepare_model_namespace(void **state) {
   assert_int_equal(gf__node_dra_prepare_model(s, &b, ms.ref, NULL, &p, &d),
                    GF_ENOTFOUND);
   assert_non_null(strstr(d.msg, "claim other-team/b"));
-  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
-  gf_node_dra_state_free(s);
+  assert_int_equal(gf__node_dra_unprepare(s, UID_A, &d), 0);
+  gf__node_dra_state_free(s);
   gf_node_cache_free(cache);
   free(g);
 }
@@ -1212,7 +1213,7 @@ static void test_prune_claim_pins(void **state) {
   assert_int_equal(pins_of(cache, hex), 2);
 
   /* The agent restarts; claim a was deleted meanwhile, never unprepared. */
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   gf_node_cache_free(cache);
   cache = model_cache_open();
   s = open_state_cache(g, cache);
@@ -1221,10 +1222,10 @@ static void test_prune_claim_pins(void **state) {
   assert_int_equal(gf__node_cache_prune_claims(cache, s, fake_exists, &api), 1);
   assert_int_equal(pins_of(cache, hex), 1); /* b's */
   assert_int_equal(gf_node_cache_evict(cache, hex, &d), GF_ESTATE);
-  assert_int_equal(gf_node_dra_unprepare(s, UID_B, &d), 0);
+  assert_int_equal(gf__node_dra_unprepare(s, UID_B, &d), 0);
   assert_int_equal(pins_of(cache, hex), 0);
   assert_int_equal(gf_node_cache_evict(cache, hex, &d), 0);
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   gf_node_cache_free(cache);
   free(g);
 }
@@ -1271,23 +1272,24 @@ static void test_prepare_admin(void **state) {
   json_object_set_new(r0, "adminAccess", json_true());
   json_object_del(r0, "shareID");
   gf_node_dra_claim c;
-  assert_int_equal(gf_node_dra_claim_from_json(j, "gpu.gpufrac.io", &c, &d), 0);
+  assert_int_equal(gf__node_dra_claim_from_json(j, "gpu.gpufrac.io", &c, &d),
+                   0);
   json_decref(j);
   assert_true(c.results[0].admin);
   /* 72 + 8 Gi and 90 + 10 cores would be full; it is admin: not counted. */
-  if (gf_node_dra_prepare(s, &c, &p, &d))
+  if (gf__node_dra_prepare(s, &c, &p, &d))
     fail_msg("admin prepare: %s", d.msg);
   const char *conf = slurp("state/pods/", UID_B, "/claim/shim.conf");
   assert_non_null(strstr(conf, "compute = 100\n"));
   /* The user's share still fits beside it. */
-  assert_int_equal(gf_node_dra_unprepare(s, UID_A, &d), 0);
+  assert_int_equal(gf__node_dra_unprepare(s, UID_A, &d), 0);
   assert_int_equal(prep(s, UID_A, "a", "gpu-0:80Gi:100", &p, &d), 0);
   /* Reopened from the checkpoint: the admin result is still admin. */
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   s = open_state(g);
-  assert_true(gf_node_dra_state_lookup(s, UID_B, &p));
+  assert_true(gf__node_dra_state_lookup(s, UID_B, &p));
   assert_true(p.claim.results[0].admin);
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   free(g);
 }
 
@@ -1306,7 +1308,7 @@ static int with_config(const char *params, const char *drv,
                                 "FromClaim", "requests", "r0", "opaque",
                                 "driver", drv, "parameters",
                                 json_loads(params, 0, NULL)));
-  int rc = gf_node_dra_claim_from_json(j, "gpu.gpufrac.io", c, d);
+  int rc = gf__node_dra_claim_from_json(j, "gpu.gpufrac.io", c, d);
   json_decref(j);
   return rc;
 }
@@ -1323,10 +1325,10 @@ static void test_opaque_config(void **state) {
   gf_node_gpus *g = gpus(1);
   gf_node_dra_state *s = open_state(g);
   gf_node_dra_prepared p;
-  assert_int_equal(gf_node_dra_prepare(s, &c, &p, &d), 0);
+  assert_int_equal(gf__node_dra_prepare(s, &c, &p, &d), 0);
   const char *conf = slurp("state/pods/", UID_C, "/claim/shim.conf");
   assert_non_null(strstr(conf, "log = debug\n"));
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   free(g);
   /* Refused, naming what. */
   static const struct {
@@ -1400,9 +1402,9 @@ static void test_cdi_per_request(void **state) {
   assert_string_equal(a->dev[0].cdi_id, "gpufrac.io/gpu=" UID_A "_r0");
   assert_string_equal(a->dev[1].cdi_id, "gpufrac.io/gpu=" UID_A "_r1");
   /* After a restart, from the checkpoint: the same answer. */
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   s = open_state(g);
-  assert_true(gf_node_dra_state_lookup(s, UID_A, &p));
+  assert_true(gf__node_dra_state_lookup(s, UID_A, &p));
   assert_true(p.per_request);
   gf__drap_answer_of(&p, a);
   assert_string_equal(a->dev[1].cdi_id, "gpufrac.io/gpu=" UID_A "_r1");
@@ -1412,7 +1414,7 @@ static void test_cdi_per_request(void **state) {
   gf__drap_answer_of(&p, a);
   assert_string_equal(a->dev[0].cdi_id, "gpufrac.io/gpu=" UID_B "_claim");
   free(a);
-  gf_node_dra_state_free(s);
+  gf__node_dra_state_free(s);
   free(g);
 }
 

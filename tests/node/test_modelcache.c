@@ -273,7 +273,7 @@ static void test_fetch_file_source(void **state) {
            "\"state\":\"ready\",\"shared\":true}]",
            hex);
   assert_string_equal(js, want_js);
-  free(js);
+  gf__free(js);
   gf_node_cache_free(c);
   /* Reopened: still there, nothing removed. */
   c = open_cache(0);
@@ -612,9 +612,36 @@ static void test_metrics(void **state) {
   char *t = NULL;
   size_t n = 0;
   assert_int_equal(gf_node_cache_metrics_text(c, &t, &n), 0);
-  assert_non_null(strstr(t, "gpufrac_model_cache_budget_bytes 12345\n"));
-  assert_non_null(strstr(t, "gpufrac_model_cache_models{state=\"ready\"} 0\n"));
-  free(t);
+  /* the whole page, byte for byte (what scrapers and promtool read) */
+  static const char want[] =
+      "# HELP gpufrac_model_cache_bytes_fetched_total Bytes received from "
+      "model sources.\n"
+      "# TYPE gpufrac_model_cache_bytes_fetched_total counter\n"
+      "gpufrac_model_cache_bytes_fetched_total 0\n"
+      "# HELP gpufrac_model_cache_fetches_total Model requests by result "
+      "(hit: already cached).\n"
+      "# TYPE gpufrac_model_cache_fetches_total counter\n"
+      "gpufrac_model_cache_fetches_total{result=\"ok\"} 0\n"
+      "gpufrac_model_cache_fetches_total{result=\"failed\"} 0\n"
+      "gpufrac_model_cache_fetches_total{result=\"hit\"} 0\n"
+      "# HELP gpufrac_model_cache_evictions_total Models evicted.\n"
+      "# TYPE gpufrac_model_cache_evictions_total counter\n"
+      "gpufrac_model_cache_evictions_total 0\n"
+      "# HELP gpufrac_model_cache_used_bytes Bytes of cached models and "
+      "fetches under way.\n"
+      "# TYPE gpufrac_model_cache_used_bytes gauge\n"
+      "gpufrac_model_cache_used_bytes 0\n"
+      "# HELP gpufrac_model_cache_budget_bytes The cache's byte budget (0: "
+      "none).\n"
+      "# TYPE gpufrac_model_cache_budget_bytes gauge\n"
+      "gpufrac_model_cache_budget_bytes 12345\n"
+      "# HELP gpufrac_model_cache_models Models by state.\n"
+      "# TYPE gpufrac_model_cache_models gauge\n"
+      "gpufrac_model_cache_models{state=\"ready\"} 0\n"
+      "gpufrac_model_cache_models{state=\"fetching\"} 0\n";
+  assert_string_equal(t, want);
+  assert_int_equal(n, strlen(want));
+  gf__free(t);
   gf_node_cache_free(c);
 }
 

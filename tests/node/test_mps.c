@@ -87,7 +87,7 @@ static void test_lifecycle(void **state) {
   gf_diag d = {""};
   long long started = now_ms();
   assert_int_equal(gf__node_mps_start(&o, &gpu, &m, &d), 0);
-  assert_true(gf_node_mps_pipe_path(dir, gpu.uuid, pipe, sizeof(pipe)));
+  assert_true(gf__node_mps_pipe_path(dir, gpu.uuid, pipe, sizeof(pipe)));
   assert_string_equal(gf__node_mps_pipe_dir(m), pipe);
   snprintf(path, sizeof(path), "%s/running", pipe);
   assert_true(appears(path));

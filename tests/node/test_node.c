@@ -818,7 +818,7 @@ static void test_shim_config(void **state) {
   assert_int_equal(gf_node_shim_config_text(&c, "info", text, sizeof(text), &d),
                    0);
   gf_shim_config sc;
-  if (gf_shim_config_parse(text, &sc, err, sizeof(err)) != 0)
+  if (gf__shim_config_parse(text, &sc, err, sizeof(err)) != 0)
     fail_msg("interposer refuses:\n%s\n%s", text, err);
   assert_string_equal(sc.region, GF_NODE_CTR_REGION);
   /* Limits by UUID, never by position. */
@@ -840,7 +840,7 @@ static void test_shim_config(void **state) {
       (gf_grant_gpu){1, "GPU-cccccccc-0000-4000-8000-00000000000c", 0, 0};
   assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
                    0);
-  assert_int_equal(gf_shim_config_parse(text, &sc, err, sizeof(err)), 0);
+  assert_int_equal(gf__shim_config_parse(text, &sc, err, sizeof(err)), 0);
   assert_int_equal(sc.nuuid, 2);
   assert_string_equal(sc.uuid[0], "GPU-aaaaaaaa-0000-4000-8000-00000000000a");
   assert_int_equal(sc.uuid_memory[0], 8 * GiB);
@@ -857,7 +857,7 @@ static void test_shim_config(void **state) {
   assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
                    0);
   assert_null(strstr(text, "compute"));
-  assert_int_equal(gf_shim_config_parse(text, &sc, err, sizeof(err)), 0);
+  assert_int_equal(gf__shim_config_parse(text, &sc, err, sizeof(err)), 0);
   assert_int_equal(sc.compute_pct, 100);
 
   /* A MIG device gets no line and no compute share: the hardware
@@ -869,7 +869,7 @@ static void test_shim_config(void **state) {
   assert_int_equal(gf_node_shim_config_text(&c, NULL, text, sizeof(text), &d),
                    0);
   assert_null(strstr(text, "MIG-"));
-  assert_int_equal(gf_shim_config_parse(text, &sc, err, sizeof(err)), 0);
+  assert_int_equal(gf__shim_config_parse(text, &sc, err, sizeof(err)), 0);
   assert_int_equal(sc.nuuid, 1);
   assert_string_equal(sc.uuid[0], "GPU-bbbbbbbb-0000-4000-8000-00000000000b");
   assert_int_equal(sc.compute_pct, 50);
@@ -919,7 +919,7 @@ static void test_prepare(void **state) {
   fclose(f);
   gf_shim_config sc;
   char err[256];
-  assert_int_equal(gf_shim_config_parse(buf, &sc, err, sizeof(err)), 0);
+  assert_int_equal(gf__shim_config_parse(buf, &sc, err, sizeof(err)), 0);
   assert_int_equal(sc.uuid_memory[0], 2 * GiB);
   /* Unsafe names never reach a path. */
   static const char *const bad[] = {"..", "../etc", "a/b", ".hidden", ""};

@@ -14,6 +14,13 @@
  * node's CDI spec and writing it, a container's CDI spec, parsing the node
  * config, and an Allocate answered from a pod's grant (pod cache,
  * allocator, answer).
+ *
+ * And the leak accounting (issue 26 item 3): gf__alloc_live() is back
+ * where it was after each of the node's paths run in full (the device
+ * plugin, the DRA plugin, a DRA claim prepared with a model and
+ * unprepared, the slices, the weight cache's model list, pruning and
+ * prefetch picking), which holds only where what the wrapper handed out is
+ * freed with gf__free.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,11 +36,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_source.h"
+
 #include "alloc.h"
+#include "devplugin.h"
+#include "draplugin.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
+#include "gpufrac/modelcache_prefetch.h"
 #include "gpufrac/node.h"
+#include "modelcache_agent.h"
 #include "node_alloc.h"
+#include "node_dra.h"
 #include "node_util.h"
 
 /* Enough for every walk here; a walk that reaches it has a refusal that
@@ -267,18 +281,18 @@ static int allocate_once(const gf_node_gpus *g, json_t *obj, int style,
   gf_node_pods *p = NULL;
   gf_node_allocator *a = NULL;
   *answered = false;
-  int rc = gf_node_pods_new(&p, "node-a", &d);
+  int rc = gf__node_pods_new(&p, "node-a", &d);
   if (!rc)
-    rc = gf_node_pods_apply(p, obj, &d);
+    rc = gf__node_pods_apply(p, obj, &d);
   if (!rc)
-    rc = gf_node_allocator_new(&a, p, g, &o, &d);
+    rc = gf__node_allocator_new(&a, p, g, &o, &d);
   if (!rc) {
     const char *ids[] = {"whatever::0"};
-    rc = gf_node_allocate(a, ids, 1, out, &d);
+    rc = gf__node_allocate(a, ids, 1, out, &d);
     *answered = rc == 0;
   }
-  gf_node_allocator_free(a);
-  gf_node_pods_free(p);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
   return rc;
 }
 
@@ -326,6 +340,171 @@ static void test_allocate_cdi(void **st) {
   walk_allocate(GF_NODE_ALLOC_CDI);
 }
 
+/* ---- the leak accounting: every path gives back what it took ---------- */
+
+/* Fails naming `what` unless the wrapper's live count is back at `before`. */
+static void live_back(long before, const char *what) {
+  long now = gf__alloc_live();
+  if (now != before)
+    fail_msg("%s: %ld block(s) of the wrapper not freed through gf__free", what,
+             now - before);
+}
+
+static void test_live_allocate(void **st) {
+  (void)st;
+  json_set_alloc_funcs(malloc, free); /* the pod object stays outside */
+  gf_node_gpus g;
+  gpus(&g);
+  json_t *obj = pod(&g);
+  for (int style = GF_NODE_ALLOC_MOUNTS; style <= GF_NODE_ALLOC_CDI; style++) {
+    gf_dp_container_answer *out = calloc(1, sizeof(*out));
+    assert_non_null(out);
+    bool answered = false;
+    long before = gf__alloc_live();
+    assert_int_equal(allocate_once(&g, obj, style, out, &answered), 0);
+    assert_true(answered);
+    live_back(before, style == GF_NODE_ALLOC_CDI ? "Allocate (CDI)"
+                                                 : "Allocate (mounts)");
+    free(out);
+  }
+  json_decref(obj);
+  json_set_alloc_funcs(gf__malloc, gf__free);
+}
+
+static int no_allocate(void *user, const char *const *ids, size_t nids,
+                       gf_dp_container_answer *out, gf_diag *d) {
+  (void)user, (void)ids, (void)nids, (void)out;
+  return gf_diag_set(d, GF_EINVAL, "not in this test");
+}
+
+static void test_live_devplugin(void **st) {
+  (void)st;
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/dp", tmpdir);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  gf_dp_device devs[2] = {{"gpu-0", true, 0}, {"gpu-1", true, 0}};
+  gf_dp_opts o = {.plugin_dir = dir, .allocate = no_allocate};
+  long before = gf__alloc_live();
+  gf_dp *dp = NULL;
+  gf_diag d = {""};
+  if (gf__dp_start(&dp, &o, devs, 2, &d))
+    fail_msg("device plugin: %s", d.msg);
+  devs[1].healthy = false;
+  assert_int_equal(gf__dp_set_devices(dp, devs, 2), 0);
+  gf__dp_free(dp);
+  live_back(before, "the device plugin");
+}
+
+static int no_prepare(void *user, const char *ns, const char *name,
+                      const char *uid, gf_drap_answer *a, gf_diag *d) {
+  (void)user, (void)ns, (void)name, (void)uid, (void)a;
+  return gf_diag_set(d, GF_EINVAL, "not in this test");
+}
+
+static int no_unprepare(void *user, const char *ns, const char *name,
+                        const char *uid, gf_diag *d) {
+  (void)user, (void)ns, (void)name, (void)uid;
+  return gf_diag_set(d, GF_EINVAL, "not in this test");
+}
+
+static void test_live_draplugin(void **st) {
+  (void)st;
+  char reg[300], plug[300];
+  snprintf(reg, sizeof(reg), "%s/registry", tmpdir);
+  snprintf(plug, sizeof(plug), "%s/plugin", tmpdir);
+  gf_drap_opts o = {.driver = GF_NODE_DRA_DRIVER,
+                    .registry_dir = reg,
+                    .plugin_dir = plug,
+                    .prepare = no_prepare,
+                    .unprepare = no_unprepare};
+  long before = gf__alloc_live();
+  gf_drap *p = NULL;
+  gf_diag d = {""};
+  if (gf__drap_start(&p, &o, &d))
+    fail_msg("DRA plugin: %s", d.msg);
+  gf__drap_free(p);
+  live_back(before, "the DRA plugin");
+}
+
+#define LIVE_UID "0a1b2c3d-0000-4000-8000-00000000000a"
+
+/* A claim allocated a 8 GiB, 30-core share of gpu-0 of pool n1. */
+static const char live_claim[] =
+    "{\"metadata\":{\"namespace\":\"ns1\",\"name\":\"a\",\"uid\":"
+    "\"" LIVE_UID "\"},\"status\":{\"allocation\":{\"devices\":{"
+    "\"results\":[{\"request\":\"r0\",\"driver\":\"" GF_NODE_DRA_DRIVER
+    "\",\"pool\":\"n1\",\"device\":\"gpu-0\",\"shareID\":"
+    "\"11111111-2222-4333-8444-55555555555a\",\"consumedCapacity\":{"
+    "\"memory\":\"8Gi\",\"cores\":\"30\"}}]}}}}";
+
+static void test_live_dra(void **st) {
+  (void)st;
+  gf_node_gpus g;
+  gpus(&g);
+  model_source ms;
+  model_source_make(&ms, "w.bin", "lm");
+  long before = gf__alloc_live();
+  gf_node_cache *cache = model_cache_open();
+  char sd[300], cd[300];
+  snprintf(sd, sizeof(sd), "%s/state", tmpdir);
+  snprintf(cd, sizeof(cd), "%s/cdi", tmpdir);
+  gf_node_dra_opts o = {.node = "n1",
+                        .state_dir = sd,
+                        .cdi_dir = cd,
+                        .shim_lib = "/usr/lib/gpufrac/libgpufrac-cuda.so",
+                        .preload = "/usr/lib/gpufrac/ld.so.preload",
+                        .log = "warn",
+                        .cache = cache};
+  gf_node_dra_state *s = NULL;
+  gf_diag d = {""};
+  if (gf__node_dra_state_open(&s, &o, &g, &d))
+    fail_msg("DRA state: %s", d.msg);
+  gf_node_dra_claim c;
+  if (gf__node_dra_claim_parse(live_claim, strlen(live_claim),
+                               GF_NODE_DRA_DRIVER, &c, &d))
+    fail_msg("claim: %s", d.msg);
+  gf_node_dra_prepared p;
+  if (gf__node_dra_prepare_model(s, &c, ms.ref, ms.url, &p, &d))
+    fail_msg("prepare: %s", d.msg);
+  /* the checkpoint, read back */
+  gf__node_dra_state_free(s);
+  s = NULL;
+  if (gf__node_dra_state_open(&s, &o, &g, &d))
+    fail_msg("DRA state again: %s", d.msg);
+  assert_int_equal(gf__node_dra_state_count(s), 1);
+  char *models = NULL;
+  assert_int_equal(gf_node_cache_models_json(cache, &models), 0);
+  assert_non_null(strstr(models, ms.hex));
+  gf__free(models);
+  assert_int_equal(gf__node_cache_prune_claims_pods(cache, s, NULL, NULL, NULL),
+                   0); /* the claim is prepared: its pin stays */
+  assert_int_equal(gf__node_dra_unprepare(s, LIVE_UID, &d), 0);
+  gf_node_dra_model m = {.ready = true};
+  snprintf(m.hex, sizeof(m.hex), "%s", ms.hex);
+  json_t *slices = NULL;
+  assert_int_equal(
+      gf__node_dra_slices_models(&g, "n1", 1, 128, &m, 1, &slices, &d), 0);
+  json_decref(slices);
+  gf__node_dra_state_free(s);
+  gf_node_cache_free(cache);
+  live_back(before, "a DRA claim prepared with a model, the slices");
+}
+
+static void test_live_prefetch(void **st) {
+  (void)st;
+  json_t *list = json_pack(
+      "{s:[{s:{s:s,s:{s:s}}},{s:{s:s}}]}", "items", "metadata", "name", "n1",
+      "annotations", GF_INVENTORY_ANNOTATION, "{}", "metadata", "name", "n2");
+  assert_non_null(list);
+  char names[64];
+  long before = gf__alloc_live();
+  assert_int_equal(gf_node_prefetch_pick(list, "ab", 2, names, sizeof(names)),
+                   1);
+  live_back(before, "the prefetch pick");
+  assert_string_equal(names, "n1");
+  json_decref(list);
+}
+
 int main(void) {
   /* jansson allocates through the wrapper too: its refusals are part of
    * every walk. */
@@ -340,6 +519,15 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_allocate_mounts, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_allocate_cdi, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_live_allocate, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_live_devplugin, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_live_draplugin, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_live_dra, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_live_prefetch, setup_tmp,
                                       teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

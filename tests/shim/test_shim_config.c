@@ -14,14 +14,14 @@ static void test_valid(void **st) {
   (void)st;
   gf_shim_config c;
   char err[256] = "";
-  int rc = gf_shim_config_parse("# node agent\n"
-                                "version = 1\n"
-                                "memory.1 = 4Gi\n"
-                                "memory = 8Gi   # all devices\n"
-                                "compute = 30\n"
-                                "region = /run/gpufrac/p/region\n"
-                                "log = info\n",
-                                &c, err, sizeof(err));
+  int rc = gf__shim_config_parse("# node agent\n"
+                                 "version = 1\n"
+                                 "memory.1 = 4Gi\n"
+                                 "memory = 8Gi   # all devices\n"
+                                 "compute = 30\n"
+                                 "region = /run/gpufrac/p/region\n"
+                                 "log = info\n",
+                                 &c, err, sizeof(err));
   assert_int_equal(rc, 0);
   assert_true(c.memory[0] == 8ull << 30);
   assert_true(c.memory[1] == 4ull << 30); /* per device wins */
@@ -31,7 +31,7 @@ static void test_valid(void **st) {
   assert_int_equal(c.log_level, 2);
   assert_int_equal(c.nuuid, 0);
   assert_true(c.context_overhead == 300ull << 20); /* the default */
-  assert_int_equal(gf_shim_config_parse("enabled = 0\n", &c, err, sizeof(err)),
+  assert_int_equal(gf__shim_config_parse("enabled = 0\n", &c, err, sizeof(err)),
                    1);
 }
 
@@ -41,7 +41,7 @@ static void test_uuid(void **st) {
   (void)st;
   gf_shim_config c;
   char err[256] = "";
-  int rc = gf_shim_config_parse(
+  int rc = gf__shim_config_parse(
       "memory.GPU-BBBBBBBB-0000-4000-8000-00000000000B = 512Mi\n"
       "memory.GPU-aaaaaaaa-0000-4000-8000-00000000000a = 256Mi\n"
       "memory.GPU-bbbbbbbb-0000-4000-8000-00000000000b = 768Mi\n"
@@ -57,7 +57,7 @@ static void test_uuid(void **st) {
   assert_true(c.memory[0] == 2ull << 30);
   assert_true(c.context_overhead == 0);
   assert_int_equal(
-      gf_shim_config_parse("context_overhead = 64Mi\n", &c, err, sizeof(err)),
+      gf__shim_config_parse("context_overhead = 64Mi\n", &c, err, sizeof(err)),
       0);
   assert_true(c.context_overhead == 64ull << 20);
 }
@@ -85,7 +85,7 @@ static void test_malformed(void **st) {
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     gf_shim_config c;
     char err[256] = "";
-    int rc = gf_shim_config_parse(bad[i].text, &c, err, sizeof(err));
+    int rc = gf__shim_config_parse(bad[i].text, &c, err, sizeof(err));
     if (rc != -1 || !strstr(err, bad[i].want))
       fail_msg("case %zu: rc %d, '%s' lacks '%s'", i, rc, err, bad[i].want);
   }
@@ -94,7 +94,7 @@ static void test_malformed(void **st) {
   long_line[sizeof(long_line) - 1] = '\0';
   gf_shim_config c;
   char err[256];
-  assert_int_equal(gf_shim_config_parse(long_line, &c, err, sizeof(err)), -1);
+  assert_int_equal(gf__shim_config_parse(long_line, &c, err, sizeof(err)), -1);
   assert_non_null(strstr(err, "longer than"));
 }
 
@@ -129,19 +129,19 @@ static void test_hami_default_region(void **st) {
   gf_shim_mode mode;
   env_clear();
   setenv("CUDA_DEVICE_MEMORY_LIMIT", "2g", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_int_equal(mode, GF_SHIM_ENFORCE);
   assert_string_equal(c.region, "/tmp/gpufrac-shim.region");
   setenv("GPUFRAC_REGION", "/run/x/region", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_string_equal(c.region, "/run/x/region");
   env_clear();
   setenv("CUDA_DEVICE_SM_LIMIT", "30", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_string_equal(c.region, "/tmp/gpufrac-shim.region");
   env_clear();
   setenv("GPUFRAC_GPU_MEMORY", "2Gi", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_int_equal(mode, GF_SHIM_ENFORCE);
   assert_string_equal(c.region, "");
   env_clear();
@@ -156,7 +156,7 @@ static void test_hami_env(void **st) {
   setenv("CUDA_DEVICE_MEMORY_LIMIT_3", "8g", 1);
   setenv("CUDA_DEVICE_SM_LIMIT", "30", 1);
   setenv("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/vgpu/x.cache", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_int_equal(mode, GF_SHIM_ENFORCE);
   assert_true(c.memory[0] == 4096ull << 20);
   assert_true(c.memory[3] == 8ull << 30);
@@ -167,12 +167,12 @@ static void test_hami_env(void **st) {
   /* k and plain bytes; a per-device limit alone enforces. */
   env_clear();
   setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "1048576k", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_int_equal(mode, GF_SHIM_ENFORCE);
   assert_true(c.memory[0] == 1ull << 30);
   assert_true(c.memory[1] == 0);
   setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "12345", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_true(c.memory[0] == 12345);
 
   /* The policy: disable ignores the SM limit, force and default keep it;
@@ -180,17 +180,17 @@ static void test_hami_env(void **st) {
   env_clear();
   setenv("CUDA_DEVICE_SM_LIMIT", "25", 1);
   setenv("GPU_CORE_UTILIZATION_POLICY", "disable", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_int_equal(c.compute_pct, 100);
   assert_int_equal(mode, GF_SHIM_OFF);
   setenv("GPU_CORE_UTILIZATION_POLICY", "force", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_int_equal(c.compute_pct, 25);
   setenv("GPU_CORE_UTILIZATION_POLICY", "default", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_int_equal(c.compute_pct, 25);
   setenv("CUDA_DEVICE_SM_LIMIT", "0", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_int_equal(c.compute_pct, 100);
 
   /* GPUFRAC_ variables win over HAMi's of the same meaning. */
@@ -200,7 +200,7 @@ static void test_hami_env(void **st) {
   setenv("GPUFRAC_GPU_MEMORY", "1Gi", 1);
   setenv("CUDA_DEVICE_SM_LIMIT", "10", 1);
   setenv("GPUFRAC_GPU_COMPUTE", "40", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_true(c.memory[0] == 1ull << 30 && c.memory[5] == 1ull << 30);
   assert_int_equal(c.compute_pct, 40);
 
@@ -208,7 +208,7 @@ static void test_hami_env(void **st) {
   env_clear();
   setenv("CUDA_DEVICE_MEMORY_LIMIT", "8g", 1);
   setenv("CUDA_DISABLE_CONTROL", "true", 1);
-  gf_shim_config_load(&c, &mode);
+  gf__shim_config_load(&c, &mode);
   assert_int_equal(mode, GF_SHIM_OFF);
 
   /* Malformed: refused (fail closed), never unlimited. */
@@ -223,7 +223,7 @@ static void test_hami_env(void **st) {
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     env_clear();
     setenv(bad[i][0], bad[i][1], 1);
-    gf_shim_config_load(&c, &mode);
+    gf__shim_config_load(&c, &mode);
     if (mode != GF_SHIM_REFUSE)
       fail_msg("%s=%s: mode %d, want refuse", bad[i][0], bad[i][1], mode);
   }

@@ -97,8 +97,8 @@ static int print_doc(const gf_node_agent_opts *o, const gf_node_gpus *g,
   } else if (strcmp(what, "slices") == 0) {
     const char *node = o->node_name ? o->node_name : getenv("NODE_NAME");
     json_t *arr = NULL;
-    rc = gf_node_dra_slices(g, node ? node : "", 1,
-                            (size_t)cfg->dra_slice_devices, &arr, &d);
+    rc = gf__node_dra_slices(g, node ? node : "", 1,
+                             (size_t)cfg->dra_slice_devices, &arr, &d);
     if (!rc) {
       text = gf__node_json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
       json_decref(arr);
@@ -164,7 +164,7 @@ static void publish(agent_api *a, const gf_node_gpus *g) {
     return;
   gf_diag d = {""};
   bool changed = false;
-  if (gf_node_kube_publish(a->link, g, &changed, &d)) {
+  if (gf__node_kube_publish(a->link, g, &changed, &d)) {
     if (!a->publish_failed)
       fprintf(stderr, "gpufrac node: %s (retrying every interval)\n", d.msg);
     a->publish_failed = true;
@@ -186,10 +186,10 @@ static void dp_update(agent_api *a, const gf_node_gpus *g,
   if (!a->dp)
     return;
   gf_dp_device now[GF_DP_MAX_DEVICES];
-  size_t n = gf_node_dp_devices(g, cfg->slots, now, GF_DP_MAX_DEVICES);
+  size_t n = gf__node_dp_devices(g, cfg->slots, now, GF_DP_MAX_DEVICES);
   if (n == a->ndevs && memcmp(now, a->devs, n * sizeof(now[0])) == 0)
     return;
-  if (gf_dp_set_devices(a->dp, now, n) == 0) {
+  if (gf__dp_set_devices(a->dp, now, n) == 0) {
     memcpy(a->devs, now, n * sizeof(now[0]));
     a->ndevs = n;
   }
@@ -227,36 +227,36 @@ static int api_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
                           .state_dir = cfg->state_dir,
                           .cdi_dir = cfg->cdi_dir,
                           .cache = cache};
-  rc = gf_node_pods_new(&a->pods, node, &d);
+  rc = gf__node_pods_new(&a->pods, node, &d);
   if (!rc) {
-    size_t n = gf_node_pods_mark_from_disk(a->pods, cfg->state_dir);
+    size_t n = gf__node_pods_mark_from_disk(a->pods, cfg->state_dir);
     if (n)
       fprintf(stderr,
               "gpufrac node: %zu containers answered before this "
               "start\n",
               n);
-    rc = gf_node_allocator_new(&a->alloc, a->pods, g, &ao, &d);
+    rc = gf__node_allocator_new(&a->alloc, a->pods, g, &ao, &d);
     if (!rc)
-      gf_node_allocator_set_proc(a->alloc, cfg->proc_dir);
+      gf__node_allocator_set_proc(a->alloc, cfg->proc_dir);
   }
   ko.pods = a->pods;
   if (!rc)
-    rc = gf_node_kube_new(&a->link, a->cfg, &ko, &d);
+    rc = gf__node_kube_new(&a->link, a->cfg, &ko, &d);
   if (!rc)
-    rc = gf_node_kube_start(a->link, &d);
+    rc = gf__node_kube_start(a->link, &d);
   if (!rc) {
     memset(a->devs, 0, sizeof(a->devs));
-    a->ndevs = gf_node_dp_devices(g, cfg->slots, a->devs, GF_DP_MAX_DEVICES);
+    a->ndevs = gf__node_dp_devices(g, cfg->slots, a->devs, GF_DP_MAX_DEVICES);
     gf_dp_opts dpo = {.plugin_dir = cfg->kubelet_dir,
-                      .allocate = gf_node_allocate,
-                      .cancel = gf_node_allocator_cancel,
-                      .prefer = gf_node_prefer,
+                      .allocate = gf__node_allocate,
+                      .cancel = gf__node_allocator_cancel,
+                      .prefer = gf__node_prefer,
                       .idle_timeout_ms = (int)cfg->grpc_idle_ms,
                       .preface_timeout_ms = (int)cfg->grpc_preface_ms,
                       .user = a->alloc,
                       .preferred_allocation = true,
                       .log = dp_log};
-    rc = gf_dp_start(&a->dp, &dpo, a->devs, a->ndevs, &d);
+    rc = gf__dp_start(&a->dp, &dpo, a->devs, a->ndevs, &d);
   }
   if (rc) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);
@@ -270,16 +270,16 @@ static int api_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
 
 /* Stops the threads of the API side; frees nothing. */
 static void api_stop(agent_api *a) {
-  gf_dp_stop(a->dp); /* first: no Allocate may reach a freed allocator */
-  gf_node_kube_stop(a->link);
+  gf__dp_stop(a->dp); /* first: no Allocate may reach a freed allocator */
+  gf__node_kube_stop(a->link);
 }
 
 static void api_free(agent_api *a) {
   api_stop(a);
-  gf_dp_free(a->dp);
-  gf_node_kube_free(a->link);
-  gf_node_allocator_free(a->alloc);
-  gf_node_pods_free(a->pods);
+  gf__dp_free(a->dp);
+  gf__node_kube_free(a->link);
+  gf__node_allocator_free(a->alloc);
+  gf__node_pods_free(a->pods);
   gf_kube_config_free(a->cfg);
   memset(a, 0, sizeof(*a));
 }
@@ -476,7 +476,7 @@ static int dra_prepare(void *user, const char *ns, const char *name,
   gf_node_dra_prepared *p = gf__malloc(sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  int rc = gf_node_dra_prepare_from_api(x->state, x->k, ns, name, uid, p, d);
+  int rc = gf__node_dra_prepare_from_api(x->state, x->k, ns, name, uid, p, d);
   if (!rc)
     gf__drap_answer_of(p, a);
   gf__free(p);
@@ -488,7 +488,7 @@ static int dra_unprepare(void *user, const char *ns, const char *name,
   (void)ns;
   (void)name;
   agent_dra *x = user;
-  return gf_node_dra_unprepare(x->state, uid, d);
+  return gf__node_dra_unprepare(x->state, uid, d);
 }
 
 static void dra_log(void *user, const char *msg) {
@@ -499,7 +499,7 @@ static void dra_log(void *user, const char *msg) {
 static void dra_publish(agent_dra *x, const gf_node_gpus *g) {
   gf_diag d = {""};
   bool changed = false;
-  if (gf_node_dra_publish(x->pub, g, &changed, &d)) {
+  if (gf__node_dra_publish(x->pub, g, &changed, &d)) {
     if (!x->publish_failed)
       fprintf(stderr, "gpufrac node: %s (retrying every interval)\n", d.msg);
     x->publish_failed = true;
@@ -508,12 +508,12 @@ static void dra_publish(agent_dra *x, const gf_node_gpus *g) {
       fprintf(stderr,
               "gpufrac node: ResourceSlices published (pool generation "
               "%lld)\n",
-              (long long)gf_node_dra_publisher_generation(x->pub));
+              (long long)gf__node_dra_publisher_generation(x->pub));
     x->publish_failed = false;
   }
   /* The weight cache's models on the Node too (no GPUs there): what the
    * extender and `gpufrac cache prefetch --nodes` read. */
-  if (gf_node_dra_publish_inventory(x->pub, &changed, &d)) {
+  if (gf__node_dra_publish_inventory(x->pub, &changed, &d)) {
     if (!x->inv_failed)
       fprintf(stderr, "gpufrac node: %s (retrying every interval)\n", d.msg);
     x->inv_failed = true;
@@ -551,16 +551,16 @@ static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
                            .log = cfg->log,
                            .proc = cfg->proc_dir,
                            .cache = cache};
-  rc = gf_node_dra_state_open(&x->state, &dopt, g, &d);
-  if (!rc && gf_node_dra_state_count(x->state))
+  rc = gf__node_dra_state_open(&x->state, &dopt, g, &d);
+  if (!rc && gf__node_dra_state_count(x->state))
     fprintf(stderr,
             "gpufrac node: DRA: %zu claims prepared before this start\n",
-            gf_node_dra_state_count(x->state));
+            gf__node_dra_state_count(x->state));
   if (!rc)
     rc = gf_kube_new(&x->k, x->cfg, NULL, &d);
   if (!rc)
-    rc = gf_node_dra_publisher_new(&x->pub, x->cfg, node,
-                                   (size_t)cfg->dra_slice_devices, cache, &d);
+    rc = gf__node_dra_publisher_new(&x->pub, x->cfg, node,
+                                    (size_t)cfg->dra_slice_devices, cache, &d);
   if (!rc && cache)
     rc = gf__node_dra_models_start(&x->models, x->cfg, node, cache, x->state, 0,
                                    &d);
@@ -575,30 +575,30 @@ static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
                        .user = x,
                        .idle_timeout_ms = (int)cfg->grpc_idle_ms,
                        .preface_timeout_ms = (int)cfg->grpc_preface_ms};
-    rc = gf_drap_start(&x->plugin, &po, &d);
+    rc = gf__drap_start(&x->plugin, &po, &d);
   }
   if (rc) {
     fprintf(stderr, "gpufrac node: %s\n", d.msg);
     return rc;
   }
   fprintf(stderr, "gpufrac node: DRA driver %s serving on %s\n",
-          GF_NODE_DRA_DRIVER, gf_drap_endpoint(x->plugin));
+          GF_NODE_DRA_DRIVER, gf__drap_endpoint(x->plugin));
   /* the slices are published once the weight cache is up (agent_start) */
   return 0;
 }
 
 /* Stops the DRA plugin's threads; frees nothing. */
 static void dra_stop(agent_dra *x) {
-  gf_drap_stop(x->plugin); /* first: no call may reach a freed state */
+  gf__drap_stop(x->plugin); /* first: no call may reach a freed state */
 }
 
 static void dra_free(agent_dra *x) {
   dra_stop(x);
-  gf_drap_free(x->plugin);
+  gf__drap_free(x->plugin);
   gf__node_dra_models_free(x->models); /* before the state it serves */
-  gf_node_dra_publisher_free(x->pub);
+  gf__node_dra_publisher_free(x->pub);
   gf_kube_free(x->k);
-  gf_node_dra_state_free(x->state);
+  gf__node_dra_state_free(x->state);
   gf_kube_config_free(x->cfg);
   memset(x, 0, sizeof(*x));
 }
@@ -695,7 +695,7 @@ int gf_node_agent_start(gf_node_agent *a) {
    * every part that uses it; freed after them.  A failure is logged where
    * the cache is reported, once the parts are up. */
   gf_diag cd = {""};
-  int crc = gf_node_cache_agent_open(&a->cfg, &a->cache, &cd);
+  int crc = gf__node_cache_agent_open(&a->cfg, &a->cache, &cd);
   int rc = a->o.dra ? dra_start(&a->o, &a->cfg, &a->g, a->cache, &a->dra)
                     : api_start(&a->o, &a->cfg, &a->g, a->cache, &a->api);
   if (!rc)
@@ -718,7 +718,7 @@ int gf_node_agent_start(gf_node_agent *a) {
       .pods_user = a->dra.models};
   if (crc)
     fprintf(stderr, "gpufrac node: %s (running without it)\n", cd.msg);
-  else if (gf_node_cache_agent_start(&a->mc, &mco, &d))
+  else if (gf__node_cache_agent_start(&a->mc, &mco, &d))
     fprintf(stderr, "gpufrac node: %s (running without it)\n", d.msg);
   /* The first slices carry the cache's models: a restart with the same
    * models and GPUs keeps the pool's generation. */
@@ -743,10 +743,10 @@ static void rediscover(gf_node_agent *a) {
       *g = *now;
       gf_node_server_set_gpus(a->srv, g);
       if (a->api.alloc)
-        gf_node_allocator_set_gpus(a->api.alloc, g);
+        gf__node_allocator_set_gpus(a->api.alloc, g);
       dp_update(&a->api, g, &a->cfg);
       if (a->dra.state)
-        gf_node_dra_state_set_gpus(a->dra.state, g);
+        gf__node_dra_state_set_gpus(a->dra.state, g);
       (void)write_cdi(g, &a->cfg);
     }
   }
@@ -770,7 +770,7 @@ void gf_node_agent_run(gf_node_agent *a) {
     }
     health_telemetry(&a->hl, &a->g, a->srv); /* last: over what was just
                                                  discovered */
-    gf_node_cache_agent_tick(a->mc);
+    gf__node_cache_agent_tick(a->mc);
     gf__node_dra_models_tick(a->dra.models);
     /* DRA: the cache's models changed (a fetch began or ended, a model
      * went): the slices and the Node say so now, not at the next
@@ -785,7 +785,7 @@ void gf_node_agent_stop(gf_node_agent *a) {
     return;
   if (a->cache) /* first: an Allocate or Prepare waiting on a fetch returns */
     gf_node_cache_cancel(a->cache);
-  gf_node_cache_agent_stop(a->mc);
+  gf__node_cache_agent_stop(a->mc);
   if (a->have_hl)
     health_stop(&a->hl);
   mps_stop_all(&a->mps);
@@ -801,7 +801,7 @@ void gf_node_agent_free(gf_node_agent *a) {
   if (a->have_hl)
     health_free(&a->hl);
   mps_free_all(&a->mps);
-  gf_node_cache_agent_free(a->mc);
+  gf__node_cache_agent_free(a->mc);
   gf_node_server_free(a->srv);
   dra_free(&a->dra);
   api_free(&a->api);

@@ -43,7 +43,7 @@ static void on_model(void *user, const char *uid, const char *ns,
 static void pod_add(void *user, json_t *obj) {
   gf_node_dra_models *m = user;
   gf_diag d = {""};
-  (void)gf_node_pods_apply(m->pods, obj, &d); /* malformed: no model job */
+  (void)gf__node_pods_apply(m->pods, obj, &d); /* malformed: no model job */
 }
 
 static void pod_update(void *user, json_t *old_obj, json_t *new_obj) {
@@ -56,7 +56,7 @@ static void pod_delete(void *user, json_t *obj) {
   const char *uid = json_string_value(
       json_object_get(json_object_get(obj, "metadata"), "uid"));
   if (uid)
-    (void)gf_node_pods_remove(m->pods, uid);
+    (void)gf__node_pods_remove(m->pods, uid);
 }
 
 static void pod_error(void *user, int rc, const char *msg) {
@@ -85,7 +85,7 @@ static void *run_inf(void *arg) {
 }
 
 static bool alive(void *user, const char *uid) {
-  return gf_node_pods_has(user, uid);
+  return gf__node_pods_has(user, uid);
 }
 
 int gf__node_dra_models_start(gf_node_dra_models **out,
@@ -108,7 +108,7 @@ int gf__node_dra_models_start(gf_node_dra_models **out,
   gf_kube_informer_opts io = {.path = "/api/v1/pods", .field_selector = field};
   gf_kube_informer_handlers h = {pod_add, pod_update, pod_delete, m, pod_error};
   gf_node_loader_opts lo = {.cache = cache, .kube = cfg, .node = node};
-  int rc = gf_node_pods_new(&m->pods, node, d);
+  int rc = gf__node_pods_new(&m->pods, node, d);
   if (!rc)
     rc = gf__node_loader_new(&m->loader, &lo, d);
   if (!rc)
@@ -163,6 +163,6 @@ void gf__node_dra_models_free(gf_node_dra_models *m) {
     gf__node_pods_set_hooks(m->pods, NULL);
   gf__node_loader_free(m->loader);
   gf_kube_informer_free(m->inf);
-  gf_node_pods_free(m->pods);
+  gf__node_pods_free(m->pods);
   gf__free(m);
 }

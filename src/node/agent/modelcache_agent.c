@@ -143,8 +143,8 @@ static void *work_run(void *arg) {
 
 /* ---- start, tick, stop ------------------------------------------------- */
 
-int gf_node_cache_agent_open(const gf_node_config *cfg, gf_node_cache **out,
-                             gf_diag *d) {
+int gf__node_cache_agent_open(const gf_node_config *cfg, gf_node_cache **out,
+                              gf_diag *d) {
   *out = NULL;
   if (!cfg->model_cache_dir[0])
     return 0;
@@ -157,8 +157,8 @@ int gf_node_cache_agent_open(const gf_node_config *cfg, gf_node_cache **out,
   return gf_node_cache_open(&co, out, d);
 }
 
-int gf_node_cache_agent_start(gf_node_cache_agent **out,
-                              const gf_node_cache_agent_opts *o, gf_diag *d) {
+int gf__node_cache_agent_start(gf_node_cache_agent **out,
+                               const gf_node_cache_agent_opts *o, gf_diag *d) {
   *out = NULL;
   const gf_node_config *cfg = o->cfg;
   if (!o->cache)
@@ -211,8 +211,8 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
     rc = gf_diag_set(d, GF_ENOMEM, "cache: no thread for the prefetch");
   if (rc) {
     gf_diag_prefix(d, "cache: prefetch");
-    gf_node_cache_agent_stop(a);
-    gf_node_cache_agent_free(a);
+    gf__node_cache_agent_stop(a);
+    gf__node_cache_agent_free(a);
     return rc;
   }
   *out = a;
@@ -220,7 +220,7 @@ int gf_node_cache_agent_start(gf_node_cache_agent **out,
 }
 
 static bool pod_alive(void *user, const char *holder) {
-  return gf_node_pods_has(user, holder);
+  return gf__node_pods_has(user, holder);
 }
 
 /* ---- pins of DRA claims ------------------------------------------------- */
@@ -252,7 +252,7 @@ static bool claim_alive(void *user, const char *holder) {
     if (r->gone[i] && !strcmp(r->h[i], holder))
       return false;
   return gf__node_dra_state_holds(r->dra, holder) ||
-         (r->pods && gf_node_pods_has(r->pods, holder));
+         (r->pods && gf__node_pods_has(r->pods, holder));
 }
 
 int gf__node_cache_prune_claims(gf_node_cache *c, struct gf_node_dra_state *dra,
@@ -282,18 +282,18 @@ int gf__node_cache_prune_claims_pods(gf_node_cache *c,
     goto out;
   bool asking = exists != NULL;
   for (size_t i = 0; i < r.n && asking; i++) {
-    if (!gf_node_dra_state_lookup(dra, r.h[i], p))
+    if (!gf__node_dra_state_lookup(dra, r.h[i], p))
       continue; /* not prepared: claim_alive decides */
     int e = exists(user, p->claim.ns, p->claim.name, r.h[i]);
     if (e < 0)
       asking = false; /* the API does not answer: none is called gone */
     r.gone[i] = e == 0;
   }
-  free(p);
+  gf__free(p);
   dropped = gf_node_cache_prune(c, claim_alive, &r);
 out:
-  free(r.h);
-  free(r.gone);
+  gf__free(r.h);
+  gf__free(r.gone);
   return dropped;
 }
 
@@ -333,7 +333,7 @@ static int claim_exists(void *user, const char *ns, const char *name,
   return e;
 }
 
-void gf_node_cache_agent_tick(gf_node_cache_agent *a) {
+void gf__node_cache_agent_tick(gf_node_cache_agent *a) {
   if (!a)
     return;
   time_t now = time(NULL);
@@ -342,7 +342,7 @@ void gf_node_cache_agent_tick(gf_node_cache_agent *a) {
   a->last_prune = now;
   /* Before the pod informer's first LIST the cache knows no pod: every
    * pin would look stale. */
-  if (a->pods && a->link && gf_node_kube_synced(a->link)) {
+  if (a->pods && a->link && gf__node_kube_synced(a->link)) {
     int n = gf_node_cache_prune(a->cache, pod_alive, a->pods);
     if (n)
       fprintf(stderr, "gpufrac node: cache: %d pins of pods gone dropped\n", n);
@@ -365,7 +365,7 @@ void gf_node_cache_agent_tick(gf_node_cache_agent *a) {
   gf_node_cache_keep_warm(a->cache, a->keep_s, a->mlock_budget, (int64_t)now);
 }
 
-void gf_node_cache_agent_stop(gf_node_cache_agent *a) {
+void gf__node_cache_agent_stop(gf_node_cache_agent *a) {
   if (!a)
     return;
   gf_node_cache_cancel(a->cache);
@@ -384,7 +384,7 @@ void gf_node_cache_agent_stop(gf_node_cache_agent *a) {
   }
 }
 
-void gf_node_cache_agent_free(gf_node_cache_agent *a) {
+void gf__node_cache_agent_free(gf_node_cache_agent *a) {
   if (!a)
     return;
   gf_kube_informer_free(a->inf);
@@ -392,9 +392,9 @@ void gf_node_cache_agent_free(gf_node_cache_agent *a) {
   gf_kube_free(a->claims);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
-  free(a);
+  gf__free(a);
 }
 
-gf_node_cache *gf_node_cache_agent_cache(gf_node_cache_agent *a) {
+gf_node_cache *gf__node_cache_agent_cache(gf_node_cache_agent *a) {
   return a ? a->cache : NULL;
 }

@@ -24,8 +24,8 @@ typedef struct gf_node_cache_agent gf_node_cache_agent;
 /* Opens the cache of cfg->model_cache_dir with cfg's model_* keys (0 with
  * *out NULL when model_cache_dir is not set).  gf_node_cache_free frees
  * it.  GF_EIO etc. from gf_node_cache_open. */
-int gf_node_cache_agent_open(const gf_node_config *cfg, gf_node_cache **out,
-                             gf_diag *d);
+int gf__node_cache_agent_open(const gf_node_config *cfg, gf_node_cache **out,
+                              gf_diag *d);
 
 typedef struct gf_node_cache_agent_opts {
   const gf_node_config *cfg;     /* model_* keys (required) */
@@ -47,19 +47,19 @@ typedef struct gf_node_cache_agent_opts {
 /* Logs the cache's size and starts the prefetch (informer and fetch
  * worker) when o->kube and o->node are set.  0 with *out NULL without a
  * cache.  GF_ENOMEM, the API client's errors. */
-int gf_node_cache_agent_start(gf_node_cache_agent **out,
-                              const gf_node_cache_agent_opts *o, gf_diag *d);
+int gf__node_cache_agent_start(gf_node_cache_agent **out,
+                               const gf_node_cache_agent_opts *o, gf_diag *d);
 
 /* Every second or so from the agent's loop: drops pins of gone pods (once
  * the pod informer has synced), in DRA mode those of claims gone from the
  * API (at start, then every minute), and runs keep-warm.  NULL ok. */
-void gf_node_cache_agent_tick(gf_node_cache_agent *a);
+void gf__node_cache_agent_tick(gf_node_cache_agent *a);
 
 /* Cancels the cache's fetches and stops its threads (prefetch informer and
  * fetch worker; a fetch under way is finished first).  NULL ok. */
-void gf_node_cache_agent_stop(gf_node_cache_agent *a);
+void gf__node_cache_agent_stop(gf_node_cache_agent *a);
 /* Frees a (not the cache).  NULL ok. */
-void gf_node_cache_agent_free(gf_node_cache_agent *a);
+void gf__node_cache_agent_free(gf_node_cache_agent *a);
 
 /* The pins of DRA claims that are stale: a holder that is not a claim
  * prepared in dra (nor is a prepare under way), or a prepared claim that
@@ -83,6 +83,6 @@ int gf__node_cache_prune_claims_pods(gf_node_cache *c,
                                                    const char *uid),
                                      void *user);
 /* The cache (NULL when none); for tests. */
-gf_node_cache *gf_node_cache_agent_cache(gf_node_cache_agent *a);
+gf_node_cache *gf__node_cache_agent_cache(gf_node_cache_agent *a);
 
 #endif

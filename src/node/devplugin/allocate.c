@@ -57,7 +57,7 @@ static void loader_on_model(void *user, const char *uid, const char *ns,
 }
 
 static bool loader_alive(void *user, const char *uid) {
-  return gf_node_pods_has(user, uid);
+  return gf__node_pods_has(user, uid);
 }
 
 static void loader_on_sweep(void *user) {
@@ -102,9 +102,9 @@ static int model_for(gf_node_allocator *a, const gf_node_match *m, char *host,
   return n > 0 && (size_t)n < mcap ? 0 : GF_ELIMIT;
 }
 
-int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
-                          const gf_node_gpus *gpus, const gf_node_alloc_opts *o,
-                          gf_diag *d) {
+int gf__node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
+                           const gf_node_gpus *gpus,
+                           const gf_node_alloc_opts *o, gf_diag *d) {
   if (!pods || !gpus || !o || !o->state_dir || !*o->state_dir)
     return gf_diag_set(d, GF_EINVAL,
                        "allocator: pods, GPUs and a state "
@@ -137,7 +137,7 @@ int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
     int rc = gf__node_loader_new(&a->loader, &lo, d);
     if (rc) {
       pthread_mutex_destroy(&a->mu);
-      free(a);
+      gf__free(a);
       return rc;
     }
     gf_node_pods_hooks h = {
@@ -148,37 +148,37 @@ int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
   return 0;
 }
 
-void gf_node_allocator_set_proc(gf_node_allocator *a, const char *proc) {
+void gf__node_allocator_set_proc(gf_node_allocator *a, const char *proc) {
   pthread_mutex_lock(&a->mu);
   gf__node_copy(a->proc, sizeof(a->proc), proc && *proc ? proc : "/proc");
   pthread_mutex_unlock(&a->mu);
 }
 
-void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g) {
+void gf__node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g) {
   pthread_mutex_lock(&a->mu);
   a->gpus = *g;
   pthread_mutex_unlock(&a->mu);
 }
 
-void gf_node_allocator_cancel(void *user) {
+void gf__node_allocator_cancel(void *user) {
   gf_node_allocator *a = user;
-  gf_node_pods_cancel(a->pods);
+  gf__node_pods_cancel(a->pods);
 }
 
-void gf_node_allocator_free(gf_node_allocator *a) {
+void gf__node_allocator_free(gf_node_allocator *a) {
   if (!a)
     return;
   if (a->loader)
     gf__node_pods_set_hooks(a->pods, NULL);
   gf__node_loader_free(a->loader);
   pthread_mutex_destroy(&a->mu);
-  free(a);
+  gf__free(a);
 }
 
-uint64_t gf_node_allocator_answered(gf_node_allocator *a) {
+uint64_t gf__node_allocator_answered(gf_node_allocator *a) {
   return atomic_load(&a->answered);
 }
-uint64_t gf_node_allocator_refused(gf_node_allocator *a) {
+uint64_t gf__node_allocator_refused(gf_node_allocator *a) {
   return atomic_load(&a->refused);
 }
 
@@ -341,8 +341,8 @@ static int answer_mps(gf_node_allocator *a, const gf_node_match *m,
                        "no MPS directory",
                        gpu->uuid);
   char pipe[GF_DP_STR_MAX], shm[GF_DP_STR_MAX], v[64];
-  if (!gf_node_mps_pipe_path(a->mps_dir, gpu->uuid, pipe, sizeof(pipe)) ||
-      !gf_node_mps_shm_path(a->mps_dir, shm, sizeof(shm)))
+  if (!gf__node_mps_pipe_path(a->mps_dir, gpu->uuid, pipe, sizeof(pipe)) ||
+      !gf__node_mps_shm_path(a->mps_dir, shm, sizeof(shm)))
     return gf_diag_set(d, GF_ELIMIT, "MPS directory too long");
   int rc = add_env(out, "CUDA_MPS_PIPE_DIRECTORY", GF_NODE_MPS_CTR_PIPE, d);
   const gf_grant_gpu *g = &m->grant.gpus[0];
@@ -470,7 +470,7 @@ static int answer_cdi(gf_node_allocator *a, const gf_node_match *m,
   char file[GF_NODE_PATH_MAX], dev[GF_DP_STR_MAX];
   snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", m->uid, m->grant.name);
   rc = gf_node_write_atomic(a->cdi_dir, file, spec, strlen(spec), d);
-  free(spec);
+  gf__free(spec);
   if (rc)
     return rc;
   snprintf(dev, sizeof(dev), "%s=%s_%s", GF_NODE_CDI_KIND, m->uid,
@@ -480,8 +480,8 @@ static int answer_cdi(gf_node_allocator *a, const gf_node_match *m,
   return 0;
 }
 
-int gf_node_allocate(void *user, const char *const *ids, size_t nids,
-                     gf_dp_container_answer *out, gf_diag *d) {
+int gf__node_allocate(void *user, const char *const *ids, size_t nids,
+                      gf_dp_container_answer *out, gf_diag *d) {
   gf_node_allocator *a = user;
   (void)ids; /* kubelet's pick of slots does not choose the GPU */
   memset(out, 0, sizeof(*out));
@@ -491,7 +491,7 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
                        nids, GF_NODE_RESOURCE_GPU, GF_MAX_GPUS_PER_NODE);
   }
   gf_node_match m;
-  int rc = gf_node_pods_match(a->pods, (uint32_t)nids, a->wait_ms, &m, d);
+  int rc = gf__node_pods_match(a->pods, (uint32_t)nids, a->wait_ms, &m, d);
   if (rc) {
     atomic_fetch_add(&a->refused, 1);
     return rc;
@@ -503,7 +503,7 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
   if (m.model[0]) {
     rc = model_for(a, &m, mhost, sizeof(mhost), mctr, sizeof(mctr), d);
     if (rc) {
-      gf_node_pods_unmark(a->pods, m.uid, m.grant.name);
+      gf__node_pods_unmark(a->pods, m.uid, m.grant.name);
       atomic_fetch_add(&a->refused, 1);
       return rc;
     }
@@ -533,7 +533,7 @@ int gf_node_allocate(void *user, const char *const *ids, size_t nids,
     memcpy(an->value, who, strlen(who) + 1);
   }
   if (rc) {
-    gf_node_pods_unmark(a->pods, m.uid, m.grant.name);
+    gf__node_pods_unmark(a->pods, m.uid, m.grant.name);
     memset(out, 0, sizeof(*out));
     atomic_fetch_add(&a->refused, 1);
     return rc;
@@ -559,13 +559,13 @@ static bool id_on(const char *id, const char *uuid, unsigned long *slot) {
   return *end == '\0';
 }
 
-size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
-                      const char *const *must, size_t nmust, size_t size,
-                      const char **out) {
+size_t gf__node_prefer(void *user, const char *const *avail, size_t navail,
+                       const char *const *must, size_t nmust, size_t size,
+                       const char **out) {
   gf_node_allocator *a = user;
   gf_node_match m;
   if (size == 0 || size > GF_MAX_GPUS_PER_NODE || nmust > size ||
-      !gf_node_pods_peek(a->pods, (uint32_t)size, &m))
+      !gf__node_pods_peek(a->pods, (uint32_t)size, &m))
     return 0;
   size_t n = 0;
   for (size_t i = 0; i < nmust; i++)
@@ -597,8 +597,8 @@ size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
   return n;
 }
 
-size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
-                          gf_dp_device *out, size_t cap) {
+size_t gf__node_dp_devices(const gf_node_gpus *g, uint32_t slots,
+                           gf_dp_device *out, size_t cap) {
   size_t n = 0;
   if (!slots) {
     /* auto: the shared GPUs split what the whole units (an exclusive GPU,
@@ -659,11 +659,11 @@ static void mark_ctr(void *user, const char *uid, const char *ctr,
   if (!gf__node_join(grant, sizeof(grant), dir, GF_CTR_GRANT_FILE) ||
       lstat(grant, &st) || !S_ISREG(st.st_mode))
     return;
-  gf_node_pods_mark(m->pods, uid, ctr);
+  gf__node_pods_mark(m->pods, uid, ctr);
   m->found++;
 }
 
-size_t gf_node_pods_mark_from_disk(gf_node_pods *p, const char *state_dir) {
+size_t gf__node_pods_mark_from_disk(gf_node_pods *p, const char *state_dir) {
   mark_ctx m = {p, 0};
   gf__node_each_container(state_dir, mark_ctr, &m);
   return m.found;
@@ -678,15 +678,15 @@ typedef struct sweep_ctx {
 static void sweep_pod(void *user, const char *uid, const char *path) {
   sweep_ctx *s = user;
   (void)path;
-  if (gf_node_pods_has(s->pods, uid))
+  if (gf__node_pods_has(s->pods, uid))
     return;
   gf_diag d = {""};
-  if (gf_node_forget_pod(s->state_dir, s->cdi_dir, uid, &d) == 0)
+  if (gf__node_forget_pod(s->state_dir, s->cdi_dir, uid, &d) == 0)
     s->removed++;
 }
 
-size_t gf_node_pods_sweep(gf_node_pods *p, const char *state_dir,
-                          const char *cdi_dir) {
+size_t gf__node_pods_sweep(gf_node_pods *p, const char *state_dir,
+                           const char *cdi_dir) {
   sweep_ctx s = {p, state_dir, cdi_dir, 0};
   gf__node_each_pod(state_dir, sweep_pod, &s);
   gf__node_pods_after_sweep(p);

@@ -60,7 +60,7 @@ struct gf_dp {
   size_t ndevs;
   uint64_t version;
   bool stopping;
-  bool stopped; /* gf_dp_stop has run (the stopping thread's own) */
+  bool stopped; /* gf__dp_stop has run (the stopping thread's own) */
   char last_log[GF_DIAG_MAX];
 
   uint64_t sent_version; /* loop thread only */
@@ -153,7 +153,7 @@ static int check_devices(const gf_dp_device *devs, size_t n) {
   return 0;
 }
 
-int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs) {
+int gf__dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs) {
   int rc = check_devices(devs, ndevs);
   if (rc)
     return rc;
@@ -163,7 +163,7 @@ int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs) {
   if (ndevs)
     memcpy(copy, devs, ndevs * sizeof *copy);
   pthread_mutex_lock(&dp->mu);
-  free(dp->devs);
+  gf__free(dp->devs);
   dp->devs = copy;
   dp->ndevs = ndevs;
   dp->version++;
@@ -173,7 +173,7 @@ int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs) {
   return 0;
 }
 
-uint64_t gf_dp_registrations(const gf_dp *dp) {
+uint64_t gf__dp_registrations(const gf_dp *dp) {
   return atomic_load(&((gf_dp *)dp)->regs);
 }
 
@@ -217,12 +217,12 @@ static void encode_list(gf_dp *dp, gf__grpc_reply *r, uint64_t *version) {
   resp.devices = pp;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(devs);
-  free(pd);
-  free(pp);
-  free(topo);
-  free(numa);
-  free(numap);
+  gf__free(devs);
+  gf__free(pd);
+  gf__free(pp);
+  gf__free(topo);
+  gf__free(numa);
+  gf__free(numap);
 }
 
 /* ---- GetPreferredAllocation ---- */
@@ -456,11 +456,11 @@ static void do_preferred(gf_dp *dp, const uint8_t *req, size_t len,
   resp.container_responses = crp;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(cr);
-  free(crp);
-  free(ids);
-  free(cs);
-  free(off);
+  gf__free(cr);
+  gf__free(crp);
+  gf__free(ids);
+  gf__free(cs);
+  gf__free(off);
   v1beta1__preferred_allocation_request__free_unpacked(q, NULL);
 }
 
@@ -598,8 +598,8 @@ static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
   if (check_ids(dp, q, r))
     goto out;
   if (nc > sc->cap) {
-    free(sc->ans);
-    free(sc->cars);
+    gf__free(sc->ans);
+    gf__free(sc->cars);
     sc->ans = gf__calloc(nc, sizeof *sc->ans);
     sc->cars = gf__calloc(nc, sizeof *sc->cars);
     sc->cap = sc->ans && sc->cars ? nc : 0;
@@ -636,7 +636,7 @@ static void do_allocate(gf_dp *dp, dp_scratch *sc, const uint8_t *req,
   resp.container_responses = crp;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(crp);
+  gf__free(crp);
   v1beta1__allocate_request__free_unpacked(q, NULL);
 }
 
@@ -679,9 +679,9 @@ static void free_spares(gf_dp *dp) {
   while (dp->spares) {
     dp_scratch *sc = dp->spares;
     dp->spares = sc->next;
-    free(sc->ans);
-    free(sc->cars);
-    free(sc);
+    gf__free(sc->ans);
+    gf__free(sc->cars);
+    gf__free(sc);
   }
 }
 
@@ -777,7 +777,7 @@ static void on_wake(void *user, gf__h2srv *s) {
     gf__h2srv_broadcast(s, r.msg, r.len);
     dp->sent_version = v;
   }
-  free(r.msg);
+  gf__free(r.msg);
 }
 
 /* ---- sockets and registration ---- */
@@ -812,7 +812,7 @@ static int do_register(gf_dp *dp) {
   int rc = gf__grpc_call_unix(dp->kubelet, "/v1beta1.Registration/Register",
                               buf, len, DP_REGISTER_TIMEOUT_MS, &status, msg,
                               sizeof msg, &resp, &rlen, &kubelet_pid, &d);
-  free(resp);
+  gf__free(resp);
   if (rc) {
     dp_log(dp, "registration with kubelet not done yet: %s", d.msg);
     return rc;
@@ -897,8 +897,8 @@ static int copy_str(char *dst, size_t cap, const char *src, const char *what,
   return 0;
 }
 
-int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
-                size_t ndevs, gf_diag *d) {
+int gf__dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
+                 size_t ndevs, gf_diag *d) {
   if (!o->allocate)
     return gf_diag_set(d, GF_EINVAL, "device plugin: no allocate callback");
   const char *dir =
@@ -927,7 +927,7 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
                   o->resource ? o->resource : GF_DP_RESOURCE,
                   "the resource name", d);
   if (rc) {
-    free(dp);
+    gf__free(dp);
     return rc;
   }
   dp->allocate = o->allocate;
@@ -946,7 +946,7 @@ int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
   pthread_condattr_destroy(&ca);
   gf__grpc_jobq_init(&dp->jobs);
 
-  rc = gf_dp_set_devices(dp, devs, ndevs);
+  rc = gf__dp_set_devices(dp, devs, ndevs);
   if (rc) {
     gf_diag_set(d, rc,
                 "device plugin: bad device list (%s): ids must be "
@@ -1005,12 +1005,12 @@ fail_sync:
   pthread_cond_destroy(&dp->cv);
   pthread_cond_destroy(&dp->work);
   pthread_mutex_destroy(&dp->mu);
-  free(dp->devs);
-  free(dp);
+  gf__free(dp->devs);
+  gf__free(dp);
   return rc;
 }
 
-void gf_dp_stop(gf_dp *dp) {
+void gf__dp_stop(gf_dp *dp) {
   if (!dp || dp->stopped)
     return;
   dp->stopped = true;
@@ -1031,14 +1031,14 @@ void gf_dp_stop(gf_dp *dp) {
   gf__unix_remove_if_ours(dp->sock_path, &dp->sock_st);
 }
 
-void gf_dp_free(gf_dp *dp) {
+void gf__dp_free(gf_dp *dp) {
   if (!dp)
     return;
-  gf_dp_stop(dp);
+  gf__dp_stop(dp);
   gf__h2srv_free(dp->srv);
   pthread_cond_destroy(&dp->cv);
   pthread_cond_destroy(&dp->work);
   pthread_mutex_destroy(&dp->mu);
-  free(dp->devs);
-  free(dp);
+  gf__free(dp->devs);
+  gf__free(dp);
 }

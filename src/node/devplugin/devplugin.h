@@ -25,7 +25,7 @@
  *   - All calls on a gf_dp are thread-safe.  The allocate callback runs
  *     on the plugin's worker threads, up to 4 at once, and may wait (for
  *     its pod): the server keeps answering every other call meanwhile.
- *     gf_dp_stop calls the cancel callback so that waiting ones return.
+ *     gf__dp_stop calls the cancel callback so that waiting ones return.
  */
 #ifndef GPUFRAC_DEVPLUGIN_H
 #define GPUFRAC_DEVPLUGIN_H
@@ -95,7 +95,7 @@ typedef size_t (*gf_dp_prefer_fn)(void *user, const char *const *avail,
                                   size_t navail, const char *const *must,
                                   size_t nmust, size_t size, const char **out);
 
-/* Called once by gf_dp_stop, from the stopping thread: allocate callbacks
+/* Called once by gf__dp_stop, from the stopping thread: allocate callbacks
  * still running (waiting for a pod) should return now, with an error;
  * their callers are told the plugin stopped.  Must be thread-safe. */
 typedef void (*gf_dp_cancel_fn)(void *user);
@@ -134,22 +134,22 @@ typedef struct gf_dp gf_dp;
  * error: registration is retried.  GF_EIO (cannot listen) with a sentence;
  * GF_EINVAL (no allocate callback, a path too long for a unix socket, a
  * bad device list). */
-int gf_dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
-                size_t ndevs, gf_diag *d);
+int gf__dp_start(gf_dp **out, const gf_dp_opts *o, const gf_dp_device *devs,
+                 size_t ndevs, gf_diag *d);
 
 /* Replaces the device list; every open ListAndWatch stream gets it.
  * GF_ELIMIT (more than GF_DP_MAX_DEVICES), GF_EINVAL (an id empty, not
  * NUL-ended within GF_DP_ID_MAX, or twice); the old list stays then. */
-int gf_dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs);
+int gf__dp_set_devices(gf_dp *dp, const gf_dp_device *devs, size_t ndevs);
 
 /* How many times the plugin has registered successfully (tests, metrics). */
-uint64_t gf_dp_registrations(const gf_dp *dp);
+uint64_t gf__dp_registrations(const gf_dp *dp);
 
 /* Stops serving, closes every stream, removes our socket; never frees.
  * Idempotent; NULL is fine.  Call it from one thread. */
-void gf_dp_stop(gf_dp *dp);
+void gf__dp_stop(gf_dp *dp);
 
 /* Stops (if not stopped yet) and frees dp.  NULL is fine. */
-void gf_dp_free(gf_dp *dp);
+void gf__dp_free(gf_dp *dp);
 
 #endif

@@ -40,27 +40,27 @@ struct json_t;
 typedef struct gf_node_pods gf_node_pods;
 
 /* A cache for the pods bound to node `node` (copied). */
-int gf_node_pods_new(gf_node_pods **out, const char *node, gf_diag *d);
-void gf_node_pods_free(gf_node_pods *p);
+int gf__node_pods_new(gf_node_pods **out, const char *node, gf_diag *d);
+void gf__node_pods_free(gf_node_pods *p);
 
 /* Adds or replaces a pod from its API object.  A pod bound elsewhere (or
  * not bound) is removed from the cache.  A pod whose grant or GPU requests
  * are malformed is kept as not allocatable, with the reason.  Returns 0,
  * or GF_ESYNTAX when the object has no uid/name (it is then ignored). */
-int gf_node_pods_apply(gf_node_pods *p, const struct json_t *pod, gf_diag *d);
+int gf__node_pods_apply(gf_node_pods *p, const struct json_t *pod, gf_diag *d);
 
 /* Removes the pod with this uid; true if it was there. */
-bool gf_node_pods_remove(gf_node_pods *p, const char *uid);
+bool gf__node_pods_remove(gf_node_pods *p, const char *uid);
 
 /* Records that container `ctr` of pod `uid` was answered earlier (found on
  * disk at start); applies when the pod arrives, if it has not yet. */
-void gf_node_pods_mark(gf_node_pods *p, const char *uid, const char *ctr);
+void gf__node_pods_mark(gf_node_pods *p, const char *uid, const char *ctr);
 
 /* Number of pods in the cache. */
-size_t gf_node_pods_count(gf_node_pods *p);
+size_t gf__node_pods_count(gf_node_pods *p);
 
 /* True when the cache knows a pod with this uid. */
-bool gf_node_pods_has(gf_node_pods *p, const char *uid);
+bool gf__node_pods_has(gf_node_pods *p, const char *uid);
 
 /* The result of a match. */
 typedef struct gf_node_match {
@@ -76,25 +76,25 @@ typedef struct gf_node_match {
  * answered (docs/node.md, "Allocate").  Waits up to wait_ms for the cache to
  * change when nothing matches yet.  GF_ENOTFOUND with a sentence naming
  * what the node has (for kubelet to show). */
-int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
-                       gf_node_match *out, gf_diag *d);
+int gf__node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
+                        gf_node_match *out, gf_diag *d);
 
-/* Makes every gf_node_pods_match waiting now, and every later one that
+/* Makes every gf__node_pods_match waiting now, and every later one that
  * would wait, return GF_ESTATE ("the node agent is stopping"); for the
  * agent's stop, so that no Allocate holds it up. */
-void gf_node_pods_cancel(gf_node_pods *p);
+void gf__node_pods_cancel(gf_node_pods *p);
 
 /* The container a call for `ngpus` devices would be matched to now, by
  * the same rule, without marking it and without waiting; false when none
  * (for GetPreferredAllocation, which kubelet calls just before
  * Allocate). */
-bool gf_node_pods_peek(gf_node_pods *p, uint32_t ngpus, gf_node_match *out);
+bool gf__node_pods_peek(gf_node_pods *p, uint32_t ngpus, gf_node_match *out);
 
 /* What the pod cache tells the model loader: on_model(user, uid, ns, name,
  * model, source) for every pod bound to this node, not finished, with a
  * gpufrac.io/model annotation (each time its object changes; source NULL
  * when none), and on_model with model NULL when it leaves (deleted,
- * finished, bound elsewhere); on_sweep(user) after gf_node_pods_sweep.
+ * finished, bound elsewhere); on_sweep(user) after gf__node_pods_sweep.
  * Called without the cache's lock. */
 typedef struct gf_node_pods_hooks {
   void (*on_model)(void *user, const char *uid, const char *ns,
@@ -103,7 +103,7 @@ typedef struct gf_node_pods_hooks {
   void *user;
 } gf_node_pods_hooks;
 void gf__node_pods_set_hooks(gf_node_pods *p, const gf_node_pods_hooks *h);
-/* Runs the on_sweep hook (gf_node_pods_sweep calls it). */
+/* Runs the on_sweep hook (gf__node_pods_sweep calls it). */
 void gf__node_pods_after_sweep(gf_node_pods *p);
 /* This cache's node name. */
 const char *gf__node_pods_node(const gf_node_pods *p);
@@ -148,7 +148,7 @@ size_t gf__node_loader_sweep(gf_node_loader *l,
 void gf__node_loader_free(gf_node_loader *l);
 
 /* Takes back the mark of a match whose answer failed. */
-void gf_node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr);
+void gf__node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr);
 
 /* ---- the answer --------------------------------------------------------- */
 
@@ -185,22 +185,22 @@ typedef struct gf_node_allocator gf_node_allocator;
 /* An allocator over the cache `pods` (borrowed; must outlive it) and a copy
  * of the node's GPUs (uuid -> device node, mode, health).  Strings in o are
  * copied.  GF_EINVAL (no state_dir), GF_ENOMEM. */
-int gf_node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
-                          const gf_node_gpus *gpus, const gf_node_alloc_opts *o,
-                          gf_diag *d);
+int gf__node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
+                           const gf_node_gpus *gpus,
+                           const gf_node_alloc_opts *o, gf_diag *d);
 /* Where the driver's MIG capability files are read: <proc>/driver/nvidia/
  * capabilities/gpu<minor>/mig/gi<gi>[/ci<ci>]/access (NULL: "/proc", the
  * default; tests give a fake tree).  Call before serving. */
-void gf_node_allocator_set_proc(gf_node_allocator *a, const char *proc);
+void gf__node_allocator_set_proc(gf_node_allocator *a, const char *proc);
 /* Replaces the GPUs (after a rediscovery). */
-void gf_node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g);
-void gf_node_allocator_free(gf_node_allocator *a);
+void gf__node_allocator_set_gpus(gf_node_allocator *a, const gf_node_gpus *g);
+void gf__node_allocator_free(gf_node_allocator *a);
 /* The device plugin's cancel callback (gf_dp_cancel_fn) with user a
- * gf_node_allocator: gf_node_pods_cancel on its cache. */
-void gf_node_allocator_cancel(void *user);
+ * gf_node_allocator: gf__node_pods_cancel on its cache. */
+void gf__node_allocator_cancel(void *user);
 /* Answers given so far / refused so far (metrics). */
-uint64_t gf_node_allocator_answered(gf_node_allocator *a);
-uint64_t gf_node_allocator_refused(gf_node_allocator *a);
+uint64_t gf__node_allocator_answered(gf_node_allocator *a);
+uint64_t gf__node_allocator_refused(gf_node_allocator *a);
 
 /* The device plugin's allocate callback (gf_dp_allocate_fn) with user a
  * gf_node_allocator: matches, writes the container's files and fills the
@@ -214,20 +214,20 @@ uint64_t gf_node_allocator_refused(gf_node_allocator *a);
  * hardware.  A grant naming a GPU in mode mig by its GPU uuid fails (a
  * process can use one MIG device, never a whole MIG-enabled GPU); so does a
  * MIG grant answered as CDI (allocate = cdi; not yet). */
-int gf_node_allocate(void *user, const char *const *ids, size_t nids,
-                     gf_dp_container_answer *out, gf_diag *d);
+int gf__node_allocate(void *user, const char *const *ids, size_t nids,
+                      gf_dp_container_answer *out, gf_diag *d);
 
 /* The device plugin's prefer callback (gf_dp_prefer_fn) with user a
  * gf_node_allocator: for the container the next Allocate of `size` would
- * be matched to (gf_node_pods_peek), the must ids, then for each granted
+ * be matched to (gf__node_pods_peek), the must ids, then for each granted
  * GPU not covered by one the offered slot on it with the lowest number
  * ("<uuid>::<k>"; a MIG device's id is its uuid), so kubelet records the
  * devices the container really gets.  0 (the plugin's own rule) when no
  * container is waiting for `size` yet, or the offer lacks a slot on a
  * granted GPU. */
-size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
-                      const char *const *must, size_t nmust, size_t size,
-                      const char **out);
+size_t gf__node_prefer(void *user, const char *const *avail, size_t navail,
+                       const char *const *must, size_t nmust, size_t size,
+                       const char **out);
 
 /* The device list kubelet sees for g: `slots` devices "<uuid>::<k>" per
  * shared or mps GPU, one "<uuid>::0" per exclusive GPU, one per MIG device
@@ -238,17 +238,17 @@ size_t gf_node_prefer(void *user, const char *const *avail, size_t navail,
  * shared GPUs split what the whole units leave of cap evenly (issue 30:
  * the slots must never run out before memory and compute).  Returns the
  * count written (at most cap). */
-size_t gf_node_dp_devices(const gf_node_gpus *g, uint32_t slots,
-                          gf_dp_device *out, size_t cap);
+size_t gf__node_dp_devices(const gf_node_gpus *g, uint32_t slots,
+                           gf_dp_device *out, size_t cap);
 
 /* Marks in p every container that has a grant.json under state_dir/pods
  * (answered by an earlier run).  Returns how many were found. */
-size_t gf_node_pods_mark_from_disk(gf_node_pods *p, const char *state_dir);
+size_t gf__node_pods_mark_from_disk(gf_node_pods *p, const char *state_dir);
 
 /* Removes the state of every pod under state_dir/pods that p does not know
  * (call after a full LIST).  Returns how many were removed. */
-size_t gf_node_pods_sweep(gf_node_pods *p, const char *state_dir,
-                          const char *cdi_dir);
+size_t gf__node_pods_sweep(gf_node_pods *p, const char *state_dir,
+                           const char *cdi_dir);
 
 /* ---- the API side ------------------------------------------------------ */
 
@@ -272,20 +272,20 @@ typedef struct gf_node_kube_opts {
 } gf_node_kube_opts;
 
 /* cfg is borrowed and must outlive k. */
-int gf_node_kube_new(gf_node_kube **out, struct gf_kube_config *cfg,
-                     const gf_node_kube_opts *o, gf_diag *d);
+int gf__node_kube_new(gf_node_kube **out, struct gf_kube_config *cfg,
+                      const gf_node_kube_opts *o, gf_diag *d);
 /* Runs the informer on its own thread (LIST, WATCH, backoff). */
-int gf_node_kube_start(gf_node_kube *k, gf_diag *d);
+int gf__node_kube_start(gf_node_kube *k, gf_diag *d);
 /* One informer step on the caller's thread (tests), then the sweep when
  * the cache has just synced. */
-int gf_node_kube_step(gf_node_kube *k, gf_diag *d);
-bool gf_node_kube_synced(gf_node_kube *k);
+int gf__node_kube_step(gf_node_kube *k, gf_diag *d);
+bool gf__node_kube_synced(gf_node_kube *k);
 /* Writes g's inventory into the Node's gpufrac.io/inventory annotation
  * (JSON merge PATCH) unless the same text was already written.  Sets
  * *changed when it patched.  GF_EHTTP etc. with the server's message. */
-int gf_node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
-                         gf_diag *d);
-void gf_node_kube_stop(gf_node_kube *k);
-void gf_node_kube_free(gf_node_kube *k);
+int gf__node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
+                          gf_diag *d);
+void gf__node_kube_stop(gf_node_kube *k);
+void gf__node_kube_free(gf_node_kube *k);
 
 #endif

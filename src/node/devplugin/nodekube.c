@@ -47,7 +47,7 @@ static void log_line(const gf_node_kube *k, const char *what, const char *obj,
 static void pod_add(void *user, json_t *obj) {
   gf_node_kube *k = user;
   gf_diag d = {""};
-  if (gf_node_pods_apply(k->pods, obj, &d))
+  if (gf__node_pods_apply(k->pods, obj, &d))
     log_line(k, "pod ignored", "", d.msg);
 }
 
@@ -62,11 +62,11 @@ static void pod_delete(void *user, json_t *obj) {
       json_object_get(json_object_get(obj, "metadata"), "uid"));
   if (!uid)
     return;
-  gf_node_pods_remove(k->pods, uid);
+  gf__node_pods_remove(k->pods, uid);
   gf_diag d = {""};
   if (gf_node_safe_name(uid) &&
-      gf_node_forget_pod(k->state_dir, k->cdi_dir[0] ? k->cdi_dir : NULL, uid,
-                         &d))
+      gf__node_forget_pod(k->state_dir, k->cdi_dir[0] ? k->cdi_dir : NULL, uid,
+                          &d))
     log_line(k, "cleaning up pod ", uid, d.msg);
 }
 
@@ -79,8 +79,8 @@ static void pod_error(void *user, int rc, const char *msg) {
     log_line(k, "watching the pods of node ", k->node, "working again");
 }
 
-int gf_node_kube_new(gf_node_kube **out, gf_kube_config *cfg,
-                     const gf_node_kube_opts *o, gf_diag *d) {
+int gf__node_kube_new(gf_node_kube **out, gf_kube_config *cfg,
+                      const gf_node_kube_opts *o, gf_diag *d) {
   if (!cfg || !o || !o->node || !*o->node || !o->pods || !o->state_dir)
     return gf_diag_set(d, GF_EINVAL,
                        "node agent API link: config, node name, pod cache "
@@ -105,7 +105,7 @@ int gf_node_kube_new(gf_node_kube **out, gf_kube_config *cfg,
   if (!rc)
     rc = gf_kube_informer_new(&k->inf, cfg, NULL, &io, &h, d);
   if (rc) {
-    gf_node_kube_free(k);
+    gf__node_kube_free(k);
     return rc;
   }
   *out = k;
@@ -115,8 +115,8 @@ int gf_node_kube_new(gf_node_kube **out, gf_kube_config *cfg,
 static void sweep_if_synced(gf_node_kube *k) {
   if (atomic_load(&k->swept) || !gf_kube_informer_synced(k->inf))
     return;
-  size_t n = gf_node_pods_sweep(k->pods, k->state_dir,
-                                k->cdi_dir[0] ? k->cdi_dir : NULL);
+  size_t n = gf__node_pods_sweep(k->pods, k->state_dir,
+                                 k->cdi_dir[0] ? k->cdi_dir : NULL);
   atomic_store(&k->swept, true);
   if (n && !k->quiet)
     fprintf(stderr,
@@ -125,13 +125,13 @@ static void sweep_if_synced(gf_node_kube *k) {
             n);
 }
 
-int gf_node_kube_step(gf_node_kube *k, gf_diag *d) {
+int gf__node_kube_step(gf_node_kube *k, gf_diag *d) {
   int rc = gf_kube_informer_step(k->inf, d);
   sweep_if_synced(k);
   return rc;
 }
 
-bool gf_node_kube_synced(gf_node_kube *k) {
+bool gf__node_kube_synced(gf_node_kube *k) {
   return gf_kube_informer_synced(k->inf);
 }
 
@@ -151,7 +151,7 @@ static void *run_super(void *arg) {
   return NULL;
 }
 
-int gf_node_kube_start(gf_node_kube *k, gf_diag *d) {
+int gf__node_kube_start(gf_node_kube *k, gf_diag *d) {
   if (k->started)
     return gf_diag_set(d, GF_ESTATE, "node agent API link already started");
   k->started = true;
@@ -162,13 +162,13 @@ int gf_node_kube_start(gf_node_kube *k, gf_diag *d) {
     k->have_super = e == 0;
   }
   if (e) {
-    gf_node_kube_stop(k);
+    gf__node_kube_stop(k);
     return gf_diag_set(d, GF_EIO, "cannot start a thread: %s", strerror(e));
   }
   return 0;
 }
 
-void gf_node_kube_stop(gf_node_kube *k) {
+void gf__node_kube_stop(gf_node_kube *k) {
   if (!k || !k->started)
     return;
   atomic_store(&k->stop, true);
@@ -181,31 +181,31 @@ void gf_node_kube_stop(gf_node_kube *k) {
   k->started = false;
 }
 
-void gf_node_kube_free(gf_node_kube *k) {
+void gf__node_kube_free(gf_node_kube *k) {
   if (!k)
     return;
-  gf_node_kube_stop(k);
+  gf__node_kube_stop(k);
   gf_kube_informer_free(k->inf);
   gf_kube_free(k->client);
-  free(k->published);
-  free(k);
+  gf__free(k->published);
+  gf__free(k);
 }
 
-int gf_node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
-                         gf_diag *d) {
+int gf__node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
+                          gf_diag *d) {
   *changed = false;
   char *text = NULL;
   int rc = gf__node_inventory_text(g, k->cache, &text, d);
   if (rc)
     return rc;
   if (k->published && strcmp(k->published, text) == 0) {
-    free(text);
+    gf__free(text);
     return 0;
   }
   json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
                             GF_INVENTORY_ANNOTATION, text);
   if (!patch) {
-    free(text);
+    gf__free(text);
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   }
   char path[GF_NAME_MAX + 32];
@@ -214,10 +214,10 @@ int gf_node_kube_publish(gf_node_kube *k, const gf_node_gpus *g, bool *changed,
   json_decref(patch);
   if (rc) {
     gf_diag_prefix(d, "publishing the inventory on node %s", k->node);
-    free(text);
+    gf__free(text);
     return rc;
   }
-  free(k->published);
+  gf__free(k->published);
   k->published = text;
   *changed = true;
   return 0;

@@ -57,7 +57,7 @@ struct gf_node_pods {
   size_t nmarks, mcap;
   uint64_t next_seq;
   uint64_t generation; /* bumped on every change; waiters watch it */
-  bool cancelled;      /* gf_node_pods_cancel: no more waiting */
+  bool cancelled;      /* gf__node_pods_cancel: no more waiting */
   gf_node_pods_hooks hooks;
 };
 
@@ -107,7 +107,7 @@ void gf__node_pods_after_sweep(gf_node_pods *p) {
     h.on_sweep(h.user);
 }
 
-int gf_node_pods_new(gf_node_pods **out, const char *node, gf_diag *d) {
+int gf__node_pods_new(gf_node_pods **out, const char *node, gf_diag *d) {
   if (!node || !*node || strlen(node) >= GF_NAME_MAX)
     return gf_diag_set(d, GF_EINVAL, "node name '%s' is empty or too long",
                        node ? node : "");
@@ -125,16 +125,16 @@ int gf_node_pods_new(gf_node_pods **out, const char *node, gf_diag *d) {
   return 0;
 }
 
-void gf_node_pods_free(gf_node_pods *p) {
+void gf__node_pods_free(gf_node_pods *p) {
   if (!p)
     return;
   for (size_t i = 0; i < p->npods; i++)
-    free(p->pods[i]);
-  free(p->pods);
-  free(p->marks);
+    gf__free(p->pods[i]);
+  gf__free(p->pods);
+  gf__free(p->marks);
   pthread_cond_destroy(&p->changed);
   pthread_mutex_destroy(&p->mu);
-  free(p);
+  gf__free(p);
 }
 
 /* ---- reading a pod object ------------------------------------------------ */
@@ -349,7 +349,7 @@ static size_t find(const gf_node_pods *p, const char *uid) {
 }
 
 static void drop_at(gf_node_pods *p, size_t i) {
-  free(p->pods[i]);
+  gf__free(p->pods[i]);
   p->pods[i] = p->pods[--p->npods];
 }
 
@@ -369,19 +369,19 @@ static void apply_marks(gf_node_pods *p, pod *x) {
   }
 }
 
-int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
+int gf__node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
   pod *x = gf__calloc(1, sizeof(*x));
   if (!x)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   if (read_pod(x, obj, p->node)) {
-    free(x);
+    gf__free(x);
     return gf_diag_set(d, GF_ESYNTAX,
                        "pod object without a usable metadata.uid and name");
   }
   const char *node = str_at(json_object_get(obj, "spec"), "nodeName");
   hook_call *hc = gf__calloc(1, sizeof(*hc));
   if (!hc) {
-    free(x);
+    gf__free(x);
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   }
   pthread_mutex_lock(&p->mu);
@@ -394,8 +394,8 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
     }
     pthread_mutex_unlock(&p->mu);
     hook_run(hc);
-    free(hc);
-    free(x);
+    gf__free(hc);
+    gf__free(x);
     return 0;
   }
   if (x->model[0] || i != SIZE_MAX)
@@ -410,7 +410,7 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
         if (old->ctrs[j].answered &&
             strcmp(old->ctrs[j].name, x->ctrs[k].name) == 0)
           x->ctrs[k].answered = true;
-    free(p->pods[i]);
+    gf__free(p->pods[i]);
     p->pods[i] = x;
   } else {
     if (p->npods == p->cap) {
@@ -418,8 +418,8 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
       pod **np = gf__realloc(p->pods, nc * sizeof(*np));
       if (!np) {
         pthread_mutex_unlock(&p->mu);
-        free(hc);
-        free(x);
+        gf__free(hc);
+        gf__free(x);
         return gf_diag_set(d, GF_ENOMEM, "out of memory");
       }
       p->pods = np;
@@ -432,11 +432,11 @@ int gf_node_pods_apply(gf_node_pods *p, const json_t *obj, gf_diag *d) {
   touch(p);
   pthread_mutex_unlock(&p->mu);
   hook_run(hc);
-  free(hc);
+  gf__free(hc);
   return 0;
 }
 
-bool gf_node_pods_remove(gf_node_pods *p, const char *uid) {
+bool gf__node_pods_remove(gf_node_pods *p, const char *uid) {
   hook_call *hc = gf__calloc(1, sizeof(*hc));
   pthread_mutex_lock(&p->mu);
   size_t i = find(p, uid);
@@ -455,11 +455,11 @@ bool gf_node_pods_remove(gf_node_pods *p, const char *uid) {
   pthread_mutex_unlock(&p->mu);
   if (hc)
     hook_run(hc);
-  free(hc);
+  gf__free(hc);
   return i != SIZE_MAX;
 }
 
-void gf_node_pods_mark(gf_node_pods *p, const char *uid, const char *ctr) {
+void gf__node_pods_mark(gf_node_pods *p, const char *uid, const char *ctr) {
   if (strlen(uid) >= GF_NODE_UID_MAX || strlen(ctr) >= GF_CONTAINER_MAX)
     return;
   pthread_mutex_lock(&p->mu);
@@ -485,14 +485,14 @@ void gf_node_pods_mark(gf_node_pods *p, const char *uid, const char *ctr) {
   pthread_mutex_unlock(&p->mu);
 }
 
-size_t gf_node_pods_count(gf_node_pods *p) {
+size_t gf__node_pods_count(gf_node_pods *p) {
   pthread_mutex_lock(&p->mu);
   size_t n = p->npods;
   pthread_mutex_unlock(&p->mu);
   return n;
 }
 
-bool gf_node_pods_has(gf_node_pods *p, const char *uid) {
+bool gf__node_pods_has(gf_node_pods *p, const char *uid) {
   pthread_mutex_lock(&p->mu);
   bool has = find(p, uid) != SIZE_MAX;
   pthread_mutex_unlock(&p->mu);
@@ -592,8 +592,8 @@ static void explain(gf_node_pods *p, uint32_t n, gf_diag *d) {
               buf);
 }
 
-int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
-                       gf_node_match *out, gf_diag *d) {
+int gf__node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
+                        gf_node_match *out, gf_diag *d) {
   if (ngpus == 0 || ngpus > GF_MAX_GPUS_PER_NODE)
     return gf_diag_set(d, GF_EINVAL, "an allocation of %u devices: want 1..%d",
                        ngpus, GF_MAX_GPUS_PER_NODE);
@@ -630,7 +630,7 @@ int gf_node_pods_match(gf_node_pods *p, uint32_t ngpus, long wait_ms,
   return rc;
 }
 
-bool gf_node_pods_peek(gf_node_pods *p, uint32_t ngpus, gf_node_match *out) {
+bool gf__node_pods_peek(gf_node_pods *p, uint32_t ngpus, gf_node_match *out) {
   if (ngpus == 0 || ngpus > GF_MAX_GPUS_PER_NODE)
     return false;
   pthread_mutex_lock(&p->mu);
@@ -639,14 +639,14 @@ bool gf_node_pods_peek(gf_node_pods *p, uint32_t ngpus, gf_node_match *out) {
   return found;
 }
 
-void gf_node_pods_cancel(gf_node_pods *p) {
+void gf__node_pods_cancel(gf_node_pods *p) {
   pthread_mutex_lock(&p->mu);
   p->cancelled = true;
   touch(p);
   pthread_mutex_unlock(&p->mu);
 }
 
-void gf_node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr) {
+void gf__node_pods_unmark(gf_node_pods *p, const char *uid, const char *ctr) {
   pthread_mutex_lock(&p->mu);
   size_t i = find(p, uid);
   if (i != SIZE_MAX)

@@ -129,8 +129,8 @@ static int parse_config(const json_t *devs, const char *driver,
   return 0;
 }
 
-int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
-                                gf_node_dra_claim *out, gf_diag *d) {
+int gf__node_dra_claim_from_json(const json_t *obj, const char *driver,
+                                 gf_node_dra_claim *out, gf_diag *d) {
   if (!json_is_object(obj))
     return gf_diag_set(d, GF_ESYNTAX, "ResourceClaim: not a JSON object");
   gf_node_dra_claim *c = gf__calloc(1, sizeof(*c));
@@ -226,12 +226,12 @@ int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
 prefix:
   gf_diag_prefix(d, "claim %s/%s: ", c->ns, c->name);
 out:
-  free(c);
+  gf__free(c);
   return rc;
 }
 
-int gf_node_dra_claim_parse(const char *text, size_t len, const char *driver,
-                            gf_node_dra_claim *out, gf_diag *d) {
+int gf__node_dra_claim_parse(const char *text, size_t len, const char *driver,
+                             gf_node_dra_claim *out, gf_diag *d) {
   if (len > CLAIM_TEXT_MAX)
     return gf_diag_set(d, GF_ELIMIT, "ResourceClaim: %zu bytes, at most %u",
                        len, CLAIM_TEXT_MAX);
@@ -240,7 +240,7 @@ int gf_node_dra_claim_parse(const char *text, size_t len, const char *driver,
   if (!o)
     return gf_diag_set(d, GF_ESYNTAX, "ResourceClaim: line %d: %s", je.line,
                        je.text);
-  int rc = gf_node_dra_claim_from_json(o, driver, out, d);
+  int rc = gf__node_dra_claim_from_json(o, driver, out, d);
   json_decref(o);
   return rc;
 }
@@ -311,12 +311,12 @@ static int add_model_mount(char **spec, const char *host, const char *ctr,
     rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
     goto out;
   }
-  char *t = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *t = gf__node_json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   if (!t) {
     rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
     goto out;
   }
-  free(*spec);
+  gf__free(*spec);
   *spec = t;
 out:
   json_decref(root);
@@ -325,7 +325,7 @@ out:
 
 static void set_devices(gf_node_dra_state *s, const gf_node_gpus *g) {
   s->g = *g;
-  s->ndevs = gf_node_dra_devices(g, s->devs, GF_NODE_DRA_MAX_DEVICES);
+  s->ndevs = gf__node_dra_devices(g, s->devs, GF_NODE_DRA_MAX_DEVICES);
 }
 
 static json_t *prepared_json(const gf_node_dra_prepared *p) {
@@ -370,7 +370,7 @@ static int save(gf_node_dra_state *s, gf_diag *d) {
     return gf_diag_set(d, GF_ENOMEM, "DRA checkpoint: out of memory");
   int rc =
       gf_node_write_atomic(s->dra_dir, CHECKPOINT_NAME, text, strlen(text), d);
-  free(text);
+  gf__free(text);
   return rc;
 }
 
@@ -468,8 +468,8 @@ static int load(gf_node_dra_state *s, gf_diag *d) {
   return rc;
 }
 
-int gf_node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
-                           const gf_node_gpus *g, gf_diag *d) {
+int gf__node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
+                            const gf_node_gpus *g, gf_diag *d) {
   gf_node_dra_state *s = gf__calloc(1, sizeof(*s));
   if (!s)
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
@@ -491,7 +491,7 @@ int gf_node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
   if (!rc)
     rc = load(s, d);
   if (rc) {
-    gf_node_dra_state_free(s);
+    gf__node_dra_state_free(s);
     return rc;
   }
   set_devices(s, g);
@@ -499,18 +499,18 @@ int gf_node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
   return 0;
 }
 
-void gf_node_dra_state_set_gpus(gf_node_dra_state *s, const gf_node_gpus *g) {
+void gf__node_dra_state_set_gpus(gf_node_dra_state *s, const gf_node_gpus *g) {
   pthread_mutex_lock(&s->mu);
   set_devices(s, g);
   pthread_mutex_unlock(&s->mu);
 }
 
-void gf_node_dra_state_free(gf_node_dra_state *s) {
+void gf__node_dra_state_free(gf_node_dra_state *s) {
   if (!s)
     return;
   pthread_mutex_destroy(&s->mu);
-  free(s->prep);
-  free(s);
+  gf__free(s->prep);
+  gf__free(s);
 }
 
 static ssize_t find(const gf_node_dra_state *s, const char *uid) {
@@ -527,8 +527,8 @@ bool gf__node_dra_state_holds(gf_node_dra_state *s, const char *uid) {
   return held;
 }
 
-bool gf_node_dra_state_lookup(gf_node_dra_state *s, const char *uid,
-                              gf_node_dra_prepared *out) {
+bool gf__node_dra_state_lookup(gf_node_dra_state *s, const char *uid,
+                               gf_node_dra_prepared *out) {
   pthread_mutex_lock(&s->mu);
   ssize_t i = find(s, uid);
   if (i >= 0 && out)
@@ -537,7 +537,7 @@ bool gf_node_dra_state_lookup(gf_node_dra_state *s, const char *uid,
   return i >= 0;
 }
 
-size_t gf_node_dra_state_count(gf_node_dra_state *s) {
+size_t gf__node_dra_state_count(gf_node_dra_state *s) {
   pthread_mutex_lock(&s->mu);
   size_t n = s->n;
   pthread_mutex_unlock(&s->mu);
@@ -888,11 +888,13 @@ static int split_per_request(const gf_node_dra_state *s,
     rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
   else if (rc)
     json_decref(e);
-  char *t = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *t =
+      rc ? NULL
+         : gf__node_json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   if (!rc && !t)
     rc = gf_diag_set(d, GF_ENOMEM, "CDI spec: out of memory");
   if (t) {
-    free(*spec);
+    gf__free(*spec);
     *spec = t;
   }
 done:
@@ -960,17 +962,17 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
       goto undo;
   }
   if (mm && (rc = add_model_mount(&spec, mm->host, mm->ctr, mm->mdir, d))) {
-    free(spec);
+    gf__free(spec);
     goto undo;
   }
   if (!nmig && (rc = split_per_request(s, c, &spec, d))) {
-    free(spec);
+    gf__free(spec);
     goto undo;
   }
   char file[GF_NODE_PATH_MAX];
   snprintf(file, sizeof(file), "gpufrac.io-%s_%s.json", c->uid, CTR_NAME);
   rc = gf_node_write_atomic(s->cdi_dir, file, spec, strlen(spec), d);
-  free(spec);
+  gf__free(spec);
   if (rc)
     goto undo;
   gf_node_dra_prepared p;
@@ -988,22 +990,22 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
   goto out;
 undo : {
   gf_diag ud = {""};
-  (void)gf_node_forget_pod(s->state_dir, s->cdi_dir, c->uid, &ud);
+  (void)gf__node_forget_pod(s->state_dir, s->cdi_dir, c->uid, &ud);
 }
 out:
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
 
-int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
-                        gf_node_dra_prepared *out, gf_diag *d) {
+int gf__node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
+                         gf_node_dra_prepared *out, gf_diag *d) {
   return prepare(s, c, NULL, out, d);
 }
 
 int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
                                const char *model, const char *source,
                                gf_node_dra_prepared *out, gf_diag *d) {
-  if (!model || !*model || gf_node_dra_state_lookup(s, c->uid, out))
+  if (!model || !*model || gf__node_dra_state_lookup(s, c->uid, out))
     return model && *model ? 0 : prepare(s, c, NULL, out, d);
   char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
   int rc = gf_node_cache_ref_parse(model, name, sizeof(name), hex, d);
@@ -1060,7 +1062,7 @@ int gf__node_dra_prepare_pod_model(gf_node_dra_state *s,
   gf_node_dra_model_fn fn = s->model_fn;
   void *user = s->model_user;
   pthread_mutex_unlock(&s->mu);
-  if (!fn || !model || !*model || gf_node_dra_state_lookup(s, c->uid, out))
+  if (!fn || !model || !*model || gf__node_dra_state_lookup(s, c->uid, out))
     return gf__node_dra_prepare_model(s, c, model, source, out, d);
   char name[GF_NODE_CACHE_NAME_MAX], hex[GF_NODE_CACHE_HEX];
   int rc = gf_node_cache_ref_parse(model, name, sizeof(name), hex, d);
@@ -1093,11 +1095,11 @@ int gf__node_dra_prepare_pod_model(gf_node_dra_state *s,
   return rc;
 }
 
-int gf_node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d) {
+int gf__node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d) {
   if (!gf_node_safe_name(uid))
     return gf_diag_set(d, GF_EINVAL, "claim uid '%s' is not a safe name", uid);
   pthread_mutex_lock(&s->mu);
-  int rc = gf_node_forget_pod(s->state_dir, s->cdi_dir, uid, d);
+  int rc = gf__node_forget_pod(s->state_dir, s->cdi_dir, uid, d);
   ssize_t i = rc ? -1 : find(s, uid);
   if (i >= 0) {
     gf_node_dra_prepared keep = s->prep[i];
@@ -1122,11 +1124,11 @@ int gf_node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d) {
 /* ---- from the API ---------------------------------------------------------
  */
 
-int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
-                                 const char *ns, const char *name,
-                                 const char *uid, gf_node_dra_prepared *out,
-                                 gf_diag *d) {
-  if (gf_node_dra_state_lookup(s, uid, out))
+int gf__node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
+                                  const char *ns, const char *name,
+                                  const char *uid, gf_node_dra_prepared *out,
+                                  gf_diag *d) {
+  if (gf__node_dra_state_lookup(s, uid, out))
     return 0;
   static const char ok[] = "abcdefghijklmnopqrstuvwxyz0123456789.-";
   if (!*ns || !*name || strlen(ns) > 63 || strlen(name) > 253 ||
@@ -1146,7 +1148,7 @@ int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
     json_decref(obj);
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
   }
-  rc = gf_node_dra_claim_from_json(obj, GF_NODE_DRA_DRIVER, c, d);
+  rc = gf__node_dra_claim_from_json(obj, GF_NODE_DRA_DRIVER, c, d);
   /* The weight cache: the gpufrac.io/model of the first pod reserving the
    * claim (status.reservedFor) that has one. */
   char model[GF_NODE_MODEL_REF_MAX] = "", msrc[GF_NODE_MODEL_SOURCE_MAX] = "";
@@ -1191,6 +1193,6 @@ int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
                      ns, name, c->uid, uid);
   if (!rc)
     rc = gf__node_dra_prepare_pod_model(s, c, puid, pname, model, msrc, out, d);
-  free(c);
+  gf__free(c);
   return rc;
 }

@@ -17,8 +17,8 @@
 #include "node_dra.h"
 #include "node_util.h"
 
-size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
-                           size_t cap) {
+size_t gf__node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
+                            size_t cap) {
   size_t n = 0;
   for (uint32_t i = 0; i < g->ngpus && n < cap; i++) {
     const gf_node_gpu *x = &g->gpus[i];
@@ -51,7 +51,7 @@ size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
   return n;
 }
 
-bool gf_node_dra_semver(const char *s, char *out, size_t cap) {
+bool gf__node_dra_semver(const char *s, char *out, size_t cap) {
   unsigned long long part[3] = {0, 0, 0};
   int n = 0;
   const char *p = s;
@@ -97,7 +97,7 @@ const char *gf__node_dra_taint_effect_for(const char *reason,
   return "NoSchedule";
 }
 
-const char *gf_node_dra_taint_effect(const char *reason) {
+const char *gf__node_dra_taint_effect(const char *reason) {
   return gf__node_dra_taint_effect_for(reason, 0);
 }
 
@@ -142,7 +142,7 @@ static int set_str(json_t *attrs, const char *k, const char *v) {
 
 static int set_ver(json_t *attrs, const char *k, const char *v) {
   char sv[64];
-  if (!v || !gf_node_dra_semver(v, sv, sizeof(sv)))
+  if (!v || !gf__node_dra_semver(v, sv, sizeof(sv)))
     return 0; /* unknown: left out rather than a made-up version */
   return json_object_set_new(attrs, k, json_pack("{s:s}", "version", sv));
 }
@@ -413,17 +413,17 @@ fail:
   return NULL;
 }
 
-int gf_node_dra_slices(const gf_node_gpus *g, const char *node,
-                       int64_t generation, size_t max_per_slice, json_t **out,
-                       gf_diag *d) {
-  return gf_node_dra_slices_models(g, node, generation, max_per_slice, NULL, 0,
-                                   out, d);
+int gf__node_dra_slices(const gf_node_gpus *g, const char *node,
+                        int64_t generation, size_t max_per_slice, json_t **out,
+                        gf_diag *d) {
+  return gf__node_dra_slices_models(g, node, generation, max_per_slice, NULL, 0,
+                                    out, d);
 }
 
-int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
-                              int64_t generation, size_t max_per_slice,
-                              const gf_node_dra_model *models, size_t nmodels,
-                              json_t **out, gf_diag *d) {
+int gf__node_dra_slices_models(const gf_node_gpus *g, const char *node,
+                               int64_t generation, size_t max_per_slice,
+                               const gf_node_dra_model *models, size_t nmodels,
+                               json_t **out, gf_diag *d) {
   if (!node || !*node || strlen(node) > 200 ||
       strspn(node, "abcdefghijklmnopqrstuvwxyz0123456789.-") != strlen(node))
     return gf_diag_set(d, GF_EINVAL, "DRA: node name '%s' is not a DNS name",
@@ -436,7 +436,7 @@ int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
       gf__malloc(GF_NODE_DRA_MAX_DEVICES * sizeof(*devs));
   if (!devs)
     return gf_diag_set(d, GF_ENOMEM, "DRA slices: out of memory");
-  size_t n = gf_node_dra_devices(g, devs, GF_NODE_DRA_MAX_DEVICES);
+  size_t n = gf__node_dra_devices(g, devs, GF_NODE_DRA_MAX_DEVICES);
   bool tainted = g->dra_gpufrac;
   for (size_t i = 0; i < n; i++)
     tainted |= !devs[i].healthy;
@@ -472,7 +472,7 @@ int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
     if (!sl || json_array_append_new(arr, sl))
       rc = GF_ENOMEM;
   }
-  free(devs);
+  gf__free(devs);
   if (!arr || rc) {
     json_decref(arr);
     return gf_diag_set(d, GF_ENOMEM, "DRA slices: out of memory");

@@ -46,7 +46,7 @@ static size_t cache_models(gf_node_dra_publisher *p, gf_node_dra_model *out,
     gf__node_copy(out[k].ns, sizeof(out[k].ns), e[i].shared ? "" : e[i].ns);
     out[k++].ready = e[i].state == GF_NODE_CACHE_READY;
   }
-  free(e);
+  gf__free(e);
   return k;
 }
 
@@ -56,13 +56,13 @@ bool gf__node_dra_publisher_models_changed(gf_node_dra_publisher *p) {
   if (!c || gf_node_cache_models_json(c, &now))
     return false;
   bool changed = !p->models_seen || strcmp(now, p->models_seen) != 0;
-  free(p->models_seen);
+  gf__free(p->models_seen);
   p->models_seen = now;
   return changed;
 }
 
-int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
-                                  gf_diag *d) {
+int gf__node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
+                                   gf_diag *d) {
   *changed = false;
   gf_node_cache *c = p->cache;
   if (!c)
@@ -80,7 +80,7 @@ int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
     return rc;
   }
   if (p->inv_published && strcmp(p->inv_published, text) == 0) {
-    free(text);
+    gf__free(text);
     return 0;
   }
   json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
@@ -92,24 +92,24 @@ int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
   json_decref(patch);
   if (rc) {
     gf_diag_prefix(d, "publishing the models on node %s", p->node);
-    free(text);
+    gf__free(text);
     return rc;
   }
-  free(p->inv_published);
+  gf__free(p->inv_published);
   p->inv_published = text;
   *changed = true;
   return 0;
 }
 
-int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
-                              const char *node, size_t max_per_slice,
-                              gf_node_cache *cache, gf_diag *d) {
+int gf__node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
+                               const char *node, size_t max_per_slice,
+                               gf_node_cache *cache, gf_diag *d) {
   gf_node_dra_publisher *p = gf__calloc(1, sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "DRA: out of memory");
   int rc = gf_kube_new(&p->k, cfg, NULL, d);
   if (rc) {
-    free(p);
+    gf__free(p);
     return rc;
   }
   gf__node_copy(p->node, sizeof(p->node), node);
@@ -119,17 +119,17 @@ int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
   return 0;
 }
 
-void gf_node_dra_publisher_free(gf_node_dra_publisher *p) {
+void gf__node_dra_publisher_free(gf_node_dra_publisher *p) {
   if (!p)
     return;
   gf_kube_free(p->k);
   json_decref(p->last);
-  free(p->models_seen);
-  free(p->inv_published);
-  free(p);
+  gf__free(p->models_seen);
+  gf__free(p->inv_published);
+  gf__free(p);
 }
 
-int64_t gf_node_dra_publisher_generation(const gf_node_dra_publisher *p) {
+int64_t gf__node_dra_publisher_generation(const gf_node_dra_publisher *p) {
   return p->gen;
 }
 
@@ -258,15 +258,15 @@ static void set_owner(const gf_node_dra_publisher *p, json_t *slices) {
 static int build(const gf_node_dra_publisher *p, const gf_node_gpus *g,
                  int64_t gen, const gf_node_dra_model *models, size_t nmodels,
                  json_t **want, gf_diag *d) {
-  int rc = gf_node_dra_slices_models(g, p->node, gen, p->max, models, nmodels,
-                                     want, d);
+  int rc = gf__node_dra_slices_models(g, p->node, gen, p->max, models, nmodels,
+                                      want, d);
   if (!rc)
     set_owner(p, *want);
   return rc;
 }
 
-int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
-                        bool *changed, gf_diag *d) {
+int gf__node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
+                         bool *changed, gf_diag *d) {
   *changed = false;
   json_t *want = NULL, *mine = NULL;
   read_node_uid(p);

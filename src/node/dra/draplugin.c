@@ -60,7 +60,7 @@ struct gf_drap {
   pthread_cond_t cv;
   gf__grpc_jobq jobs;
   bool stopping;
-  bool stopped; /* gf_drap_stop has run (the stopping thread's own) */
+  bool stopped; /* gf__drap_stop has run (the stopping thread's own) */
   atomic_uint_fast64_t regs;
 };
 
@@ -243,15 +243,15 @@ static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
   resp.claims = eptr;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(reqs);
-  free(ids);
-  free(dptr);
-  free(devs);
-  free(errs);
-  free(ans);
-  free(ones);
-  free(eptr);
-  free(ents);
+  gf__free(reqs);
+  gf__free(ids);
+  gf__free(dptr);
+  gf__free(devs);
+  gf__free(errs);
+  gf__free(ans);
+  gf__free(ones);
+  gf__free(eptr);
+  gf__free(ents);
   k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__free_unpacked(
       q, NULL);
 }
@@ -305,10 +305,10 @@ static void do_unprepare(gf_drap *p, const uint8_t *req, size_t len,
   resp.claims = eptr;
   gf__grpc_reply_pack(&resp.base, r);
 out:
-  free(errs);
-  free(ones);
-  free(eptr);
-  free(ents);
+  gf__free(errs);
+  gf__free(ones);
+  gf__free(eptr);
+  gf__free(ents);
   k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__free_unpacked(
       q, NULL);
 }
@@ -405,7 +405,7 @@ static int path_of(char *dst, const char *dir, const char *file, gf_diag *d) {
   return 0;
 }
 
-int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
+int gf__drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   if (!o->prepare || !o->unprepare || !o->driver || !o->driver[0] ||
       strlen(o->driver) > 63 || strchr(o->driver, '/'))
     return gf_diag_set(d, GF_EINVAL,
@@ -430,7 +430,7 @@ int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   if (!rc)
     rc = mkdirs(pdir, d);
   if (rc) {
-    free(p);
+    gf__free(p);
     return rc;
   }
   p->prepare = o->prepare;
@@ -468,17 +468,17 @@ int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d) {
   *out = p;
   return 0;
 fail:
-  gf_drap_free(p);
+  gf__drap_free(p);
   return rc;
 }
 
-uint64_t gf_drap_registrations(const gf_drap *p) {
+uint64_t gf__drap_registrations(const gf_drap *p) {
   return atomic_load(&((gf_drap *)p)->regs);
 }
 
-const char *gf_drap_endpoint(const gf_drap *p) { return p->dra_path; }
+const char *gf__drap_endpoint(const gf_drap *p) { return p->dra_path; }
 
-void gf_drap_stop(gf_drap *p) {
+void gf__drap_stop(gf_drap *p) {
   if (!p || p->stopped)
     return;
   p->stopped = true;
@@ -503,15 +503,15 @@ void gf_drap_stop(gf_drap *p) {
   gf__grpc_jobq_clear(&p->jobs);
 }
 
-void gf_drap_free(gf_drap *p) {
+void gf__drap_free(gf_drap *p) {
   if (!p)
     return;
-  gf_drap_stop(p);
+  gf__drap_stop(p);
   gf__h2srv_free(p->reg);
   gf__h2srv_free(p->dra);
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->mu);
-  free(p);
+  gf__free(p);
 }
 
 void gf__drap_answer_of(const gf_node_dra_prepared *p, gf_drap_answer *a) {

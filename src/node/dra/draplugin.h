@@ -79,21 +79,21 @@ typedef struct gf_drap_opts {
 typedef struct gf_drap gf_drap;
 
 /* Listens on <registry_dir>/<driver>-reg.sock and <plugin_dir>/dra.sock
- * (directories created) and serves until gf_drap_stop.  GF_EINVAL (no
+ * (directories created) and serves until gf__drap_stop.  GF_EINVAL (no
  * callbacks, a path too long for a socket), GF_EIO. */
-int gf_drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d);
+int gf__drap_start(gf_drap **out, const gf_drap_opts *o, gf_diag *d);
 
 /* How many times kubelet said plugin_registered = true. */
-uint64_t gf_drap_registrations(const gf_drap *p);
+uint64_t gf__drap_registrations(const gf_drap *p);
 
 /* The DRA service's socket path. */
-const char *gf_drap_endpoint(const gf_drap *p);
+const char *gf__drap_endpoint(const gf_drap *p);
 
 /* Stops serving (calls waiting are answered UNAVAILABLE), waits for the
  * worker, removes the sockets; never frees.  Idempotent; NULL is fine. */
-void gf_drap_stop(gf_drap *p);
+void gf__drap_stop(gf_drap *p);
 
 /* Stops (if not stopped yet) and frees p.  NULL is fine. */
-void gf_drap_free(gf_drap *p);
+void gf__drap_free(gf_drap *p);
 
 #endif

@@ -95,8 +95,8 @@ typedef struct gf_node_dra_device {
 /* The devices of g in publishing order: every GPU with a uuid by index, a
  * GPU in mode mig replaced by its MIG devices.  Returns how many were
  * written to out[cap] (at most cap). */
-size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
-                           size_t cap);
+size_t gf__node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
+                            size_t cap);
 
 /* ---- ResourceSlices --------------------------------------------------- */
 
@@ -113,9 +113,9 @@ size_t gf_node_dra_devices(const gf_node_gpus *g, gf_node_dra_device *out,
  * capacity memory and cores (MIG: memory, multiprocessors); shared GPUs
  * allowMultipleAllocations with a requestPolicy per capacity; taints for
  * unhealthy devices.  GF_EINVAL (bad node name or max), GF_ENOMEM. */
-int gf_node_dra_slices(const gf_node_gpus *g, const char *node,
-                       int64_t generation, size_t max_per_slice, json_t **out,
-                       gf_diag *d);
+int gf__node_dra_slices(const gf_node_gpus *g, const char *node,
+                        int64_t generation, size_t max_per_slice, json_t **out,
+                        gf_diag *d);
 
 /* One model of the weight cache, for the slices: its manifest digest (64
  * lowercase hex) and whether it is ready (else being fetched). */
@@ -128,15 +128,15 @@ typedef struct gf_node_dra_model {
   char ns[64];
 } gf_node_dra_model;
 
-/* gf_node_dra_slices with the weight cache's models[0..nmodels-1] (most
+/* gf__node_dra_slices with the weight cache's models[0..nmodels-1] (most
  * recently used first; the first GF_NODE_DRA_MODELS_MAX are published) as
  * attributes GF_NODE_DRA_MODEL_ATTR<16 hex> of every device, value "ready"
  * or "fetching".  A digest that is not 64 lowercase hex is left out, and
  * so is one whose 16-hex short form an earlier model already took. */
-int gf_node_dra_slices_models(const gf_node_gpus *g, const char *node,
-                              int64_t generation, size_t max_per_slice,
-                              const gf_node_dra_model *models, size_t nmodels,
-                              json_t **out, gf_diag *d);
+int gf__node_dra_slices_models(const gf_node_gpus *g, const char *node,
+                               int64_t generation, size_t max_per_slice,
+                               const gf_node_dra_model *models, size_t nmodels,
+                               json_t **out, gf_diag *d);
 
 /* The standard attribute resource.kubernetes.io/pciBusID: the PCI
  * address "DDDD:BB:dd.f" (lowercase hex, 4-digit domain) of a GPU. */
@@ -152,7 +152,7 @@ bool gf__node_dra_pci_address(const char *nvml, char out[16]);
 /* A version string made semver: "9.0" -> "9.0.0", "535.104.05" ->
  * "535.104.5" (leading zeros dropped), at most three numeric parts kept.
  * false when s does not start with a number. */
-bool gf_node_dra_semver(const char *s, char *out, size_t cap);
+bool gf__node_dra_semver(const char *s, char *out, size_t cap);
 
 /* The health taint's effect for an unhealthy GPU's reason: "NoSchedule"
  * (nothing new lands on the device; pods on it keep running, as NVIDIA's
@@ -162,7 +162,7 @@ bool gf_node_dra_semver(const char *s, char *out, size_t cap);
 const char *gf__node_dra_taint_effect_for(const char *reason,
                                           uint32_t noexecute);
 /* gf__node_dra_taint_effect_for(reason, 0): always "NoSchedule". */
-const char *gf_node_dra_taint_effect(const char *reason);
+const char *gf__node_dra_taint_effect(const char *reason);
 /* The allocator taint on every device of a node whose devices gpufrac
  * allocates (gf_node_gpus.dra_gpufrac; docs/dra.md). */
 #define GF_NODE_DRA_ALLOC_TAINT_KEY GF_NODE_DRA_DRIVER "/allocator"
@@ -205,12 +205,12 @@ typedef struct gf_node_dra_claim {
  * string too long, a quantity that is not one); GF_ESTATE when the claim
  * is not allocated or has no result for the driver.  out is filled on
  * success only. */
-int gf_node_dra_claim_from_json(const json_t *obj, const char *driver,
-                                gf_node_dra_claim *out, gf_diag *d);
+int gf__node_dra_claim_from_json(const json_t *obj, const char *driver,
+                                 gf_node_dra_claim *out, gf_diag *d);
 
 /* The same from JSON text (at most GF_ANNOTATION_MAX * 16 bytes). */
-int gf_node_dra_claim_parse(const char *text, size_t len, const char *driver,
-                            gf_node_dra_claim *out, gf_diag *d);
+int gf__node_dra_claim_parse(const char *text, size_t len, const char *driver,
+                             gf_node_dra_claim *out, gf_diag *d);
 
 /* ---- prepared claims and their checkpoint ------------------------------ */
 
@@ -251,15 +251,15 @@ bool gf__node_dra_cdi_per_request(const gf_node_dra_claim *c);
 /* Opens the state: reads <state_dir>/dra/checkpoint.json if it exists
  * (GF_ESYNTAX naming the file when it is not one the agent wrote).  g is
  * copied.  Strings of o are copied. */
-int gf_node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
-                           const gf_node_gpus *g, gf_diag *d);
-void gf_node_dra_state_set_gpus(gf_node_dra_state *s, const gf_node_gpus *g);
-void gf_node_dra_state_free(gf_node_dra_state *s);
+int gf__node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
+                            const gf_node_gpus *g, gf_diag *d);
+void gf__node_dra_state_set_gpus(gf_node_dra_state *s, const gf_node_gpus *g);
+void gf__node_dra_state_free(gf_node_dra_state *s);
 
 /* true with *out filled when the claim uid is prepared. */
-bool gf_node_dra_state_lookup(gf_node_dra_state *s, const char *uid,
-                              gf_node_dra_prepared *out);
-size_t gf_node_dra_state_count(gf_node_dra_state *s);
+bool gf__node_dra_state_lookup(gf_node_dra_state *s, const char *uid,
+                               gf_node_dra_prepared *out);
+size_t gf__node_dra_state_count(gf_node_dra_state *s);
 
 /* Prepares claim c: when its uid is already prepared, answers what was
  * answered then (idempotent).  Else checks every result against the pool
@@ -275,19 +275,19 @@ size_t gf_node_dra_state_count(gf_node_dra_state *s);
  * device, MIG devices and GPUs in one claim),
  * GF_ENOFIT (the device's shares would sum over its capacity), GF_ESTATE
  * (an unhealthy device, a mode the DRA path does not serve), GF_EIO. */
-int gf_node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
-                        gf_node_dra_prepared *out, gf_diag *d);
+int gf__node_dra_prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
+                         gf_node_dra_prepared *out, gf_diag *d);
 
 /* Removes what Prepare made for uid and drops it from the checkpoint;
  * 0 for a uid never prepared.  GF_EIO. */
-int gf_node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d);
+int gf__node_dra_unprepare(gf_node_dra_state *s, const char *uid, gf_diag *d);
 
-/* gf_node_dra_prepare with the reserving pod's model (model NULL or "":
+/* gf__node_dra_prepare with the reserving pod's model (model NULL or "":
  * none), without a model loader (library use; the agent installs one):
  * made ready inside the call (fetched from source when missing), pinned for the
  * claim (holder: its uid) and added to the claim's CDI spec as a
  * read-only bind mount at GF_NODE_MODEL_MOUNT/<name>.  Errors as
- * gf_node_dra_prepare, and the cache's (GF_ESTATE: no cache). */
+ * gf__node_dra_prepare, and the cache's (GF_ESTATE: no cache). */
 int gf__node_dra_prepare_model(gf_node_dra_state *s, const gf_node_dra_claim *c,
                                const char *model, const char *source,
                                gf_node_dra_prepared *out, gf_diag *d);
@@ -328,12 +328,12 @@ typedef struct gf_node_dra_publisher gf_node_dra_publisher;
 
 /* Publishes the pool's slices for node through its own client on cfg
  * (borrowed; must outlive the publisher).  The models of cache (borrowed,
- * must outlive it; NULL: none) join the slices (gf_node_dra_slices_models)
+ * must outlive it; NULL: none) join the slices (gf__node_dra_slices_models)
  * and the inventory. */
-int gf_node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
-                              const char *node, size_t max_per_slice,
-                              struct gf_node_cache *cache, gf_diag *d);
-void gf_node_dra_publisher_free(gf_node_dra_publisher *p);
+int gf__node_dra_publisher_new(gf_node_dra_publisher **out, gf_kube_config *cfg,
+                               const char *node, size_t max_per_slice,
+                               struct gf_node_cache *cache, gf_diag *d);
+void gf__node_dra_publisher_free(gf_node_dra_publisher *p);
 
 /* Makes the API's slices of this node and driver equal the slices of g.
  * The first call reads what is there and keeps its generation when it
@@ -341,9 +341,9 @@ void gf_node_dra_publisher_free(gf_node_dra_publisher *p);
  * slices created or replaced by name, extra ones deleted.  *changed says
  * whether anything was written.  A failure leaves the next call to
  * publish again. */
-int gf_node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
-                        bool *changed, gf_diag *d);
-int64_t gf_node_dra_publisher_generation(const gf_node_dra_publisher *p);
+int gf__node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
+                         bool *changed, gf_diag *d);
+int64_t gf__node_dra_publisher_generation(const gf_node_dra_publisher *p);
 
 /* true when the cache's models (names, states, order) differ from what the
  * previous call saw (the first call: true); false without a cache.  Cheap
@@ -356,15 +356,15 @@ bool gf__node_dra_publisher_models_changed(gf_node_dra_publisher *p);
  * nothing on this node's GPUs), PATCHing only when it differs from what
  * was last written.  Without a cache: nothing.  *changed says whether it
  * wrote. */
-int gf_node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
-                                  gf_diag *d);
+int gf__node_dra_publish_inventory(gf_node_dra_publisher *p, bool *changed,
+                                   gf_diag *d);
 
 /* The kubelet plugin's prepare step for one claim: GETs the ResourceClaim
  * ns/name through k, checks its uid, parses it and prepares it on s.
  * An already prepared uid is answered without the API. */
-int gf_node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
-                                 const char *ns, const char *name,
-                                 const char *uid, gf_node_dra_prepared *out,
-                                 gf_diag *d);
+int gf__node_dra_prepare_from_api(gf_node_dra_state *s, gf_kube *k,
+                                  const char *ns, const char *name,
+                                  const char *uid, gf_node_dra_prepared *out,
+                                  gf_diag *d);
 
 #endif
