@@ -40,6 +40,7 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "buf.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched.h"
@@ -94,10 +95,9 @@ struct gf_sched_server {
 };
 
 typedef struct conn {
-  track *t; /* its connection's, or NULL */
-  char *buf;
-  size_t len, cap;
-  size_t seen; /* bytes received, kept or not */
+  track *t;     /* its connection's, or NULL */
+  gf__buf body; /* at most the server's max_body */
+  size_t seen;  /* bytes received, kept or not */
   bool too_big;
   int refused;  /* no valid client certificate: CERT_* why */
   bool framing; /* refused for its framing (400 queued, closing) */
@@ -146,8 +146,7 @@ static void presize(conn *k, struct MHD_Connection *c, size_t max_body) {
   int64_t n;
   if (!cl || gf_parse_int64(cl, 1, (int64_t)max_body, &n, NULL))
     return;
-  k->buf = gf__malloc((size_t)n + 1);
-  k->cap = k->buf ? (size_t)n + 1 : 0;
+  (void)gf__buf_reserve(&k->body, (size_t)n); /* else it grows as it comes */
 }
 
 static track *track_of(struct MHD_Connection *c) {
@@ -588,6 +587,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     if (!k)
       return MHD_NO;
     *con_cls = k;
+    gf__buf_init(&k->body, srv->max_body);
     k->t = track_of(c);
     request_begins(srv, k->t);
     const char *bad = framing_fault(c, version);
@@ -613,31 +613,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
       *upload_size = 0; /* read and dropped */
       return MHD_YES;
     }
-    if (!k->too_big && k->len + *upload_size > srv->max_body) {
+    if (!k->too_big && k->body.len + *upload_size > srv->max_body) {
       k->too_big = true;
-      gf__free(k->buf);
-      k->buf = NULL;
-      unhold(srv, k->t, k->len);
-      k->len = k->cap = 0;
+      unhold(srv, k->t, k->body.len);
+      gf__buf_release(&k->body);
     }
     if (!k->too_big) {
       if (!hold(srv, k->t, *upload_size))
         return MHD_NO; /* no room for it even with others shed: closed */
-      if (k->len + *upload_size + 1 > k->cap) {
-        size_t cap = k->cap ? k->cap : 4096;
-        while (cap < k->len + *upload_size + 1)
-          cap *= 2;
-        if (cap > srv->max_body + 1)
-          cap = srv->max_body + 1;
-        char *b = gf__realloc(k->buf, cap);
-        if (!b)
-          return MHD_NO;
-        k->buf = b;
-        k->cap = cap;
-      }
-      memcpy(k->buf + k->len, upload, *upload_size);
-      k->len += *upload_size;
-      k->buf[k->len] = '\0';
+      if (gf__buf_append(&k->body, upload, *upload_size))
+        return MHD_NO; /* out of memory (the cap was checked above) */
     }
     *upload_size = 0;
     return MHD_YES;
@@ -662,13 +647,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   gf_sched_reply r;
   /* A body over the cap was dropped: its length alone gets the answer (the
    * extender refuses a body over max_body before reading it). */
-  gf_sched_handle(srv->s, method, url, k->buf ? k->buf : "",
-                  k->too_big ? k->seen : k->len, &r);
+  gf_sched_handle(srv->s, method, url, gf__buf_str(&k->body),
+                  k->too_big ? k->seen : k->body.len, &r);
   /* the body is not kept while the answer waits to be taken */
-  gf__free(k->buf);
-  k->buf = NULL;
-  unhold(srv, k->t, k->len);
-  k->len = k->cap = 0;
+  unhold(srv, k->t, k->body.len);
+  gf__buf_release(&k->body);
   enum MHD_Result ret;
   if (r.body) {
     hold(srv, k->t, r.len); /* charged till the request is over */
@@ -687,7 +670,7 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
   listener *l = cls;
   conn *k = *con_cls;
   if (k) {
-    gf__free(k->buf);
+    gf__buf_release(&k->body);
     gf__free(k);
     *con_cls = NULL;
   }
@@ -810,28 +793,24 @@ static int read_pem(const char *path, const char *what, char **out,
   FILE *f = fopen(path, "rb");
   if (!f)
     return gf_diag_set(d, GF_EIO, "%s %s: %s", what, path, strerror(errno));
-  size_t cap = 1u << 20, n = 0;
-  char *buf = gf__malloc(cap + 1);
-  if (!buf) {
-    fclose(f);
-    return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  }
-  n = fread(buf, 1, cap + 1, f);
-  bool err = ferror(f) != 0;
+  gf__buf b;
+  gf__buf_init(&b, (size_t)1 << 20);
+  int rc = gf__buf_read_stream(&b, f);
   fclose(f);
-  if (err || n == 0 || n > cap) {
-    gf__free(buf);
+  if (rc || b.len == 0) {
+    gf__buf_release(&b);
+    if (rc == GF_ENOMEM)
+      return gf_diag_set(d, GF_ENOMEM, "out of memory");
     return gf_diag_set(d, GF_EIO, "%s %s: %s", what, path,
-                       err     ? "cannot be read"
-                       : n > 0 ? "larger than 1 MiB"
-                               : "empty");
+                       rc == GF_ELIMIT ? "larger than 1 MiB"
+                       : rc            ? "cannot be read"
+                                       : "empty");
   }
-  buf[n] = '\0';
-  if (!strstr(buf, "-----BEGIN ")) {
-    gf__free(buf);
+  if (!strstr(gf__buf_str(&b), "-----BEGIN ")) {
+    gf__buf_release(&b);
     return gf_diag_set(d, GF_EIO, "%s %s: not a PEM file", what, path);
   }
-  *out = buf;
+  *out = gf__buf_take(&b);
   return 0;
 }
 
