@@ -28,13 +28,19 @@ host directories (the test's) and NVML (--fake-gpus 4xA100-80GB).
 1. "Install": the block, run in the repository: the images built, pushed by
    skopeo, helm install, the node labelled.  Every gpufrac image the
    release's pods and NOTES.txt name is in the registry under that tag.
-2. examples/memory-share.yaml applied as the doc says; the time from
-   `helm install` to its pod Running is printed (docs/benchmarks.md).
-3. `gpufrac doctor`: every check PASS or SKIP (exit 0).
+2. "Check the install": `gpufrac doctor` re-run until every check is
+   PASS or SKIP (exit 0; the pods start, kubelet probes them, the
+   extender's endpoint turns ready), and kubelet advertising
+   gpufrac.io/gpu.
+3. "First pods": examples/memory-share.yaml applied with the doc's
+   command; the time from `helm install` to its pod Running is printed
+   (docs/benchmarks.md).
 4. Every device-plugin manifest of examples/ (dra-claim-share.yaml needs a
    DRA pool: test_dra.py) bound to kl1, its container created by kubelet
    with its GPU and limits (test_examples.py's checks), and `kubectl
-   gpufrac describe pod memory-share` shows the grant.
+   gpufrac describe pod memory-share` shows the grant.  The LLM server
+   is deleted again before step 6: this node's CPUs are the machine's,
+   and the upgrade's system-cluster-critical pods would preempt its 1 CPU.
 5. A pod no GPU can hold (100Gi): `kubectl gpufrac why-pending` gives
    kube-scheduler's reason, with --extender the extender's per-node `never`.
 6. The doc's `helm upgrade ... --set extender.accept='{hami}'`: the new
@@ -361,6 +367,16 @@ class FirstHour(SchedulerE2E):
         self.run_kube_scheduler(ks[0])
         self.leader({ks[0]["metadata"]["name"]: self.ks[ks[0]["metadata"]["name"]]})
 
+    def stop_rolled(self):
+        for p in self.ks_all:
+            p.stop(10)
+        self.c.stopped = getattr(self.c, "stopped", []) + self.ks_all
+        self.ks, self.ks_all = {}, []
+        for p in [p for p in self.c.extra if p.name.startswith("extender-")]:
+            self.c.stop_gpufrac(p, 10)
+            self.c.extra.remove(p)
+            self.c.stopped.append(p)
+
     def stop_release_procs(self):
         self.c.stopped = getattr(self.c, "stopped", []) + self.ks_all + self.c.extra
         for p in self.ks_all:
@@ -544,8 +560,12 @@ class FirstHour(SchedulerE2E):
         old_hash = hashlib.sha256(json.dumps(cm["data"], sort_keys=True).encode()).hexdigest()
         upgrade = inline_command(section(doc, "### HAMi's and KAI's names"), "helm upgrade ")
         self.sh("helm upgrade", upgrade)
-        self.stop_release_procs()  # kubelet stops the rolled pods' containers
-        self.run_agent_pod()
+        # kubelet stops the rolled pods' containers: the extender's and
+        # kube-scheduler's (their Deployments changed), not the agent's
+        agent_pod = self.agent_pod(NODE)["metadata"]["name"]
+        self.stop_rolled()
+        if self.agent_pod(NODE)["metadata"]["name"] != agent_pod:
+            fail("helm upgrade with extender.accept rolled the agent's pod")
         self.run_extender_pod(pick=lambda p: "--accept" in p["spec"]["containers"][0]["args"])
         cm = self.api.get("/api/v1/namespaces/%s/configmaps/gpufrac-kube-scheduler" % RNS)
         if hashlib.sha256(json.dumps(cm["data"], sort_keys=True).encode()).hexdigest() \
@@ -600,6 +620,9 @@ class FirstHour(SchedulerE2E):
             self.scenario()
         finally:
             self.stop_release_procs()
+            if self.registry:
+                self.registry.shutdown()
+                self.registry.server_close()
 
 
 def main():
