@@ -92,7 +92,9 @@ def reexec_in_netns():
     with open("/etc/hosts") as f:
         hosts.write(f.read() + "\n%s kl1\n" % NODE_IP)
     hosts.close()
-    script = ("mount --make-rprivate / && touch /etc/containers/registries.conf && "
+    script = ("mount --make-rprivate / && { test -f /etc/containers/registries.conf || "
+              "{ echo 'no /etc/containers/registries.conf (skopeo installs it)' >&2; "
+              "exit 1; }; } && "
               "mount --bind %s /etc/containers/registries.conf && "
               "mount --bind %s /etc/hosts && "
               "ip link set lo up && ip addr add %s/32 dev lo && "
