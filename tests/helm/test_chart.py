@@ -24,6 +24,7 @@ import hashlib
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -373,6 +374,70 @@ def container(by, kind, ns, name):
     return by[(kind, ns, name)]["spec"]["template"]["spec"]["containers"][0]
 
 
+def away_from_gpus(by, ns):
+    """The extender's preferred node affinity: {label: values} of its
+    NotIn expressions, or None without one."""
+    a = by[("Deployment", ns, "gpufrac-scheduler")]["spec"]["template"]["spec"]
+    pref = a.get("affinity", {}).get("nodeAffinity", {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution")
+    if not pref or len(pref) != 1 or pref[0]["weight"] != 100:
+        return None
+    ex = pref[0]["preference"]["matchExpressions"]
+    if any(e["operator"] != "NotIn" for e in ex):
+        return None
+    return {e["key"]: e["values"] for e in ex}
+
+
+def doc_install_images(path):
+    """The images a document's install block pushes (its `for i in ...;
+    do skopeo copy` loop) and the --set *.image.repository=REG/NAME names
+    of its helm install: (pushed, {value: name})."""
+    with open(path) as f:
+        text = f.read()
+    m = re.search(r"^for i in ([^;]*); do\b[^\n]*\n\s*skopeo copy", text, re.M)
+    pushed = m.group(1).split() if m else []
+    sets = dict(re.findall(r"--set ([a-zA-Z.]+)\.image\.repository=\S*/([\w.-]+)", text))
+    return pushed, sets
+
+
+def chart_images():
+    """Every image the default rendering's pods and NOTES.txt name whose
+    repository is one of gpufrac's (ghcr.io/gpufrac/...), as NAME."""
+    objs = render()
+    names = set()
+    for o in objs:
+        spec = o.get("spec", {}).get("template", {}).get("spec", {})
+        for c in spec.get("containers", []) + spec.get("initContainers", []):
+            names.add(c["image"])
+    with open(os.path.join(CHART, "templates", "NOTES.txt")) as f:
+        for v in re.findall(r'include "gpufrac.image" \(list \.Values\.([a-zA-Z]+)\.image', f.read()):
+            with open(os.path.join(CHART, "values.yaml")) as vf:
+                names.add(yaml.safe_load(vf)[v]["image"]["repository"])
+    return sorted({n.split("/")[-1].split(":")[0] for n in names
+                   if n.startswith("ghcr.io/gpufrac/")})
+
+
+def t_push_loop(objs, ns):
+    """README's and docs/install.md's install blocks push every image of
+    gpufrac's that the chart's pods and NOTES.txt use, and point the chart
+    at each (issue 30 item 13: gpufrac-plan was missing)."""
+    del objs, ns  # renders its own
+    want = chart_images()
+    check(set(want) >= {"gpufrac-node", "gpufrac-scheduler", "gpufrac-plan"},
+          "push loop: the chart and NOTES.txt use %s" % want)
+    with open(os.path.join(CHART, "values.yaml")) as f:
+        values = yaml.safe_load(f)
+    for doc in ("README.md", os.path.join("docs", "install.md")):
+        pushed, sets = doc_install_images(os.path.join(REPO, doc))
+        check(sorted(pushed) == want,
+              "push loop: %s pushes %s; the chart uses %s" % (doc, sorted(pushed), want))
+        pointed = sorted(sets.values())
+        check(pointed == want and all(
+            values[k]["image"]["repository"].endswith("/" + n) for k, n in sets.items()),
+              "push loop: %s's helm install points %s at the pushed images (%s)" %
+              (doc, sorted(sets), pointed))
+
+
 # ---- per values file --------------------------------------------------------
 def t_default(objs, ns):
     by = generic("default", objs, ns)
@@ -383,6 +448,10 @@ def t_default(objs, ns):
           "default: the images scripts/build-images builds, tagged appVersion")
     check(not any(o["kind"] in ("ServiceMonitor", "PriorityClass") for o in objs),
           "default: no ServiceMonitor and no PriorityClass")
+    aw = away_from_gpus(by, ns)
+    check(aw == {"gpufrac.io/enabled": ["true"]},
+          "default: the extender prefers nodes without the default pool's "
+          "gpufrac.io/enabled=true (%s)" % aw)
     cp = render(ns=ns, sets=CONTROL_PLANE)
     d = compare_with_deploy(objs, cp)
     check(not d, "default: the chart's objects equal deploy/'s%s" %
@@ -478,6 +547,9 @@ def t_pools(objs, ns):
     d = by[("DaemonSet", ns, "gpufrac-node")]["spec"]["template"]["spec"]["containers"][0]
     check("--config" not in d["command"] and ("ConfigMap", ns, "gpufrac-node-config") not in by,
           "pools: the default pool, without config, has no ConfigMap and no --config")
+    aw = away_from_gpus(by, ns)
+    check(aw == {"gpufrac.io/enabled": ["true"], "gpufrac.io/pool": ["a100"]},
+          "pools: the extender prefers nodes with none of the pools' labels (%s)" % aw)
 
 
 def t_tls(objs, ns):
@@ -587,6 +659,9 @@ def t_dra(objs, ns):
     args = container(by, "Deployment", ns, "gpufrac-scheduler")["args"]
     check(args[args.index("--dra") + 1] == "allocate" if "--dra" in args else False,
           "dra: the extender runs with --dra allocate (%s)" % args)
+    aw = away_from_gpus(by, ns)
+    check(aw == {"gpufrac.io/enabled": ["dra", "true"]},
+          "dra: the extender prefers nodes of neither pool (%s)" % aw)
     # And without a dra pool or extender.dra, none of it.
     plain_objs = render(ns=ns)
     check(not any(o["kind"] == "DeviceClass" or o["metadata"]["name"].endswith("-dra")
@@ -657,7 +732,8 @@ CASES = [("default", None, "gpufrac-system", t_default),
          ("pools", "pools.yaml", "gpufrac-system", t_pools),
          ("tls", "tls.yaml", "gpu-ops", t_tls),
          ("monitoring", "monitoring.yaml", "gpufrac-system", t_monitoring),
-         ("minimal", "minimal.yaml", "gpufrac-system", t_minimal)]
+         ("minimal", "minimal.yaml", "gpufrac-system", t_minimal),
+         ("push-loop", None, "gpufrac-system", t_push_loop)]
 
 
 def main():
