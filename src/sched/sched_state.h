@@ -153,6 +153,7 @@ struct gf_sched {
   uint32_t filter_top; /* gf_sched_config's; 0: every fitting node */
   gf_sched_metrics_fn metrics_fn; /* more /metrics lines, or NULL */
   void *metrics_user;
+  struct gf__pdb *pdb; /* budgets the preempt verb honours, or NULL (pdb.h) */
 
   gf_cluster *c;
   bool dirty; /* c must be rebuilt before use */
