@@ -123,6 +123,12 @@ typedef struct gf_sched_kube_opts {
   const char *autoscale_ns;             /* NULL: gpufrac-system */
   const char *autoscale_priority_class; /* NULL: gpufrac-placeholder */
   long autoscale_tick_ms;               /* how often it looks; 0: 1000 */
+  /* PodDisruptionBudgets (docs/scheduler.md, "Preemption"): an informer on
+   * /apis/policy/v1/poddisruptionbudgets (all namespaces) and the pods'
+   * labels feed the budgets the preempt verb honours as kube-scheduler
+   * does; until it and the pod informer have listed, the verb answers 503.
+   * true: no informer, and no victim breaks a budget. */
+  bool pdb_off;
 } gf_sched_kube_opts;
 
 #define GF_SCHED_KUBE_ROLE_LABEL "gpufrac.io/scheduler-role"
@@ -131,7 +137,8 @@ typedef struct gf_sched_kube gf_sched_kube;
 
 /* Informers on /api/v1/nodes and /api/v1/pods (all namespaces) whose
  * events call gf_sched_node_update/delete and gf_sched_pod_update/delete on
- * s, and (unless o->no_leader_election) a leader election on the Lease
+ * s, one on PodDisruptionBudgets (unless o->pdb_off) for the preempt verb, and
+ * (unless o->no_leader_election) a leader election on the Lease
  * lease_ns/lease_name.  With an election, s is made a follower
  * (gf_sched_set_leader false) until the Lease is won.  s and cfg are
  * borrowed and must outlive the feed; strings in o are copied; o may be
@@ -162,6 +169,7 @@ typedef enum gf_sched_kube_part {
                           (GF_ESTATE: the guard is off) */
   GF_SCHED_KUBE_AUTOSCALE, /* one autoscaler-bridge pass, leader only, once
                               both informers listed (GF_ESTATE: off) */
+  GF_SCHED_KUBE_PDBS, /* the PodDisruptionBudget informer (GF_ESTATE: off) */
 } gf_sched_kube_part;
 
 /* One step of one part on the calling thread, instead of start: a LIST or

@@ -33,6 +33,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/sched_kube.h"
 #include "guard.h"
+#include "pdb.h"
 #include "prom.h"
 #include "sched_int.h"
 
@@ -176,6 +177,8 @@ struct gf_sched_kube {
   gf_sched *s;
   bool quiet;
   gf_kube_informer *nodes, *pods;
+  gf_kube_informer *pdbs; /* PodDisruptionBudgets; NULL when off (pdb.h) */
+  gf__pdb *pdb;           /* what it feeds, for the preempt verb */
   gf_kube_leader *leader; /* NULL: no election */
   atomic_ullong errors;
   atomic_ullong api_errors; /* API error states logged (api_error) */
@@ -205,6 +208,8 @@ struct gf_sched_kube {
   int as_err;               /* last error reported (api_error) */
   char as_msg[GF_DIAG_MAX]; /* ... and its sentence */
   bool started;
+  pthread_t t_pdbs;
+  bool have_pdbs;
   pthread_t t_nodes, t_pods, t_leader, t_super, t_guard, t_as;
   bool have_nodes, have_pods, have_leader, have_super, have_guard, have_as;
 };
@@ -235,7 +240,8 @@ static json_t *pod_slim(void *user, json_t *obj) {
   gf_sched_kube *f = user;
   json_t *out = gf_sched_pod_slim(obj);
   if (out && ((f->guard && gf__guard_slim(out, obj)) ||
-              (f->as && gf__as_slim(out, obj)))) {
+              (f->as && gf__as_slim(out, obj)) ||
+              (f->pdb && gf__pdb_slim(out, obj)))) {
     json_decref(out);
     return NULL; /* out of memory: the informer keeps obj whole */
   }
@@ -369,6 +375,10 @@ static void pod_apply(void *user, json_t *obj) {
     gf__guard_pod_update(f->guard, obj);
   if (f->as)
     gf__as_pod_update(f->as, obj);
+  if (f->pdb && gf__pdb_pod_update(f->pdb, obj)) {
+    gf_diag e = {"out of memory keeping its labels"};
+    model_error(f, "pod", obj, GF_ENOMEM, &e);
+  }
 }
 
 static void pod_changed(void *user, json_t *old_obj, json_t *new_obj) {
@@ -396,6 +406,56 @@ static void pod_gone(void *user, json_t *obj) {
     gf__guard_pod_delete(f->guard, obj);
   if (f->as)
     gf__as_pod_delete(f->as, obj);
+  if (f->pdb)
+    gf__pdb_pod_delete(f->pdb, obj);
+}
+
+/* ---- PodDisruptionBudgets (pdb.h) ---------------------------------------*/
+
+static void pdb_apply(void *user, json_t *obj) {
+  gf_sched_kube *f = user;
+  gf_diag d = {""};
+  int rc = gf__pdb_update(f->pdb, obj, &d);
+  if (rc)
+    model_error(f, "PodDisruptionBudget", obj, rc, &d);
+}
+
+static void pdb_changed(void *user, json_t *old_obj, json_t *new_obj) {
+  (void)old_obj;
+  pdb_apply(user, new_obj);
+}
+
+static void pdb_gone(void *user, json_t *obj) {
+  gf__pdb_delete(((gf_sched_kube *)user)->pdb, obj);
+}
+
+static void pdbs_error(void *user, int rc, const char *msg);
+
+/* The budgets are known once both their informer and the pods' (labels)
+ * have applied their first LIST. */
+static bool pdb_listed(void *user) {
+  gf_sched_kube *f = user;
+  return gf_kube_informer_synced(f->pdbs) && gf_kube_informer_synced(f->pods);
+}
+
+static int pdb_new(gf_sched_kube *f, gf_kube_config *cfg,
+                   const gf_kube_opts *kopts, gf_kube_informer_opts io,
+                   gf_diag *d) {
+  if (!(f->pdb = gf__pdb_new()))
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  io.path = "/apis/policy/v1/poddisruptionbudgets";
+  io.seed += 2;
+  io.transform = NULL;
+  gf_kube_informer_handlers h = {pdb_apply, pdb_changed, pdb_gone, f,
+                                 pdbs_error};
+  int rc = gf_kube_informer_new(&f->pdbs, cfg, kopts, &io, &h, d);
+  if (rc) {
+    gf_diag_prefix(d, "PodDisruptionBudget informer");
+    return rc;
+  }
+  gf__pdb_synced_by(f->pdb, pdb_listed, f);
+  gf__sched_set_pdb(f->s, f->pdb);
+  return 0;
 }
 
 /* A part's error state changed (gf_kube's on_error: called once per change,
@@ -422,6 +482,13 @@ static void nodes_error(void *user, int rc, const char *msg) {
 
 static void pods_error(void *user, int rc, const char *msg) {
   api_error(user, "pod informer (LIST/WATCH /api/v1/pods)", rc, msg);
+}
+
+static void pdbs_error(void *user, int rc, const char *msg) {
+  api_error(user,
+            "PodDisruptionBudget informer (LIST/WATCH "
+            "/apis/policy/v1/poddisruptionbudgets)",
+            rc, msg);
 }
 
 static void leader_error(void *user, int rc, const char *msg) {
@@ -705,6 +772,8 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
     gf_diag_prefix(d, "pod informer");
     goto fail;
   }
+  if (!o->pdb_off && (rc = pdb_new(f, cfg, kopts, io, d)))
+    goto fail;
   if (!o->no_leader_election) {
     char id[IDENTITY_MAX];
     const char *ns = o->lease_ns ? o->lease_ns : GF_SCHED_KUBE_LEASE_NS;
@@ -783,6 +852,11 @@ static void *run_pods(void *arg) {
   return NULL;
 }
 
+static void *run_pdbs(void *arg) {
+  gf_kube_informer_run(((gf_sched_kube *)arg)->pdbs);
+  return NULL;
+}
+
 static void *run_leader(void *arg) {
   gf_kube_leader_run(((gf_sched_kube *)arg)->leader);
   return NULL;
@@ -847,6 +921,10 @@ int gf_sched_kube_start(gf_sched_kube *f, gf_diag *d) {
     e = pthread_create(&f->t_pods, NULL, run_pods, f);
     f->have_pods = e == 0;
   }
+  if (!e && f->pdbs) {
+    e = pthread_create(&f->t_pdbs, NULL, run_pdbs, f);
+    f->have_pdbs = e == 0;
+  }
   if (!e && f->leader) {
     e = pthread_create(&f->t_leader, NULL, run_leader, f);
     f->have_leader = e == 0;
@@ -880,6 +958,8 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
       gf_kube_informer_stop(f->nodes);
     if (f->pods)
       gf_kube_informer_stop(f->pods);
+    if (f->pdbs)
+      gf_kube_informer_stop(f->pdbs);
     if (f->leader)
       gf_kube_leader_stop(f->leader);
     if (f->role)
@@ -892,6 +972,9 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
       pthread_join(f->t_nodes, NULL);
     if (f->have_pods)
       pthread_join(f->t_pods, NULL);
+    if (f->have_pdbs)
+      pthread_join(f->t_pdbs, NULL);
+    f->have_pdbs = false;
     if (f->have_leader)
       pthread_join(f->t_leader, NULL); /* released the Lease on its way out */
     if (f->have_super)
@@ -929,6 +1012,10 @@ void gf_sched_kube_free(gf_sched_kube *f) {
   gf_kube_leader_free(f->leader);
   gf_kube_informer_free(f->pods);
   gf_kube_informer_free(f->nodes);
+  if (f->pdb)
+    gf__sched_set_pdb(f->s, NULL);
+  gf_kube_informer_free(f->pdbs);
+  gf__pdb_free(f->pdb);
   gf__free(f);
 }
 
@@ -945,6 +1032,10 @@ int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d) {
   case GF_SCHED_KUBE_PODS:
     rc = gf_kube_informer_step(f->pods, d);
     break;
+  case GF_SCHED_KUBE_PDBS:
+    if (!f->pdbs)
+      return gf_diag_set(d, GF_ESTATE, "kube feed: the budgets are off");
+    return gf_kube_informer_step(f->pdbs, d);
   case GF_SCHED_KUBE_LEADER:
     if (!f->leader)
       return gf_diag_set(d, GF_ESTATE, "kube feed: leader election is off");
@@ -1012,6 +1103,11 @@ size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap) {
                "Pods read from the API server at bind because the informer "
                "had not delivered them yet.",
                (uint64_t)atomic_load(&f->guard_bind_reads));
+  if (f->pdb)
+    gf__prom_u64(&b, "gpufrac_extender_pdbs", "gauge",
+                 "PodDisruptionBudgets the preempt verb honours (listed and "
+                 "watched).",
+                 gf__pdb_count(f->pdb));
   gf__prom_head(&b, "gpufrac_autoscale_placeholders_total", "counter",
                 "Placeholder pods the autoscaler bridge made and deleted.");
   gf__buf_appendf(&b,

@@ -33,6 +33,8 @@ typedef struct lrec {
 struct gf__pdb {
   pthread_mutex_t mu;
   bool synced;
+  bool (*synced_fn)(void *user);
+  void *synced_user;
   brec *b;
   uint32_t nb, capb;
   lrec *p;
@@ -91,9 +93,16 @@ void gf__pdb_set_synced(gf__pdb *db, bool synced) {
   pthread_mutex_unlock(&db->mu);
 }
 
+void gf__pdb_synced_by(gf__pdb *db, bool (*fn)(void *user), void *user) {
+  pthread_mutex_lock(&db->mu);
+  db->synced_fn = fn;
+  db->synced_user = user;
+  pthread_mutex_unlock(&db->mu);
+}
+
 bool gf__pdb_synced(gf__pdb *db) {
   pthread_mutex_lock(&db->mu);
-  bool s = db->synced;
+  bool s = db->synced || (db->synced_fn && db->synced_fn(db->synced_user));
   pthread_mutex_unlock(&db->mu);
   return s;
 }

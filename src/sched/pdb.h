@@ -53,6 +53,8 @@ void gf__pdb_delete(gf__pdb *db, const json_t *pdb);
 /* The informer's first LIST has been applied: until then the preempt
  * verb does not answer (it cannot know which victims break a budget). */
 void gf__pdb_set_synced(gf__pdb *db, bool synced);
+/* Or: listed when fn(user) says so (the informers' own flags). */
+void gf__pdb_synced_by(gf__pdb *db, bool (*fn)(void *user), void *user);
 bool gf__pdb_synced(gf__pdb *db);
 /* Budgets known. */
 uint32_t gf__pdb_count(gf__pdb *db);
