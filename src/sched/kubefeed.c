@@ -743,9 +743,8 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                          .now_us = o->guard_now_us,
                          .clock_user = o->guard_clock_user,
                          .quiet = o->quiet};
-    if ((rc = gf__guard_new(&go, &f->guard, d)))
-      goto fail;
-    if ((rc = side_loop("guard", o->guard_tick_ms, &f->guard_tick_ms, cfg,
+    if ((rc = gf__guard_new(&go, &f->guard, d)) ||
+        (rc = side_loop("guard", o->guard_tick_ms, &f->guard_tick_ms, cfg,
                         kopts, &f->gkube, d)))
       goto fail;
   }
@@ -756,9 +755,8 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                       .priority_class = o->autoscale_priority_class,
                       .quiet = o->quiet,
                       .whole = gf__sched_whole(s)};
-    if ((rc = gf__as_new(&ao, &f->as, d)))
-      goto fail;
-    if ((rc = side_loop("autoscale", o->autoscale_tick_ms, &f->as_tick_ms, cfg,
+    if ((rc = gf__as_new(&ao, &f->as, d)) ||
+        (rc = side_loop("autoscale", o->autoscale_tick_ms, &f->as_tick_ms, cfg,
                         kopts, &f->akube, d)))
       goto fail;
   }
