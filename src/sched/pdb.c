@@ -27,7 +27,8 @@ typedef struct brec {
 typedef struct lrec {
   char *uid; /* the map's key; NULL: a free slot */
   char *ns, *name;
-  json_t *labels; /* a non-empty object */
+  json_t *labels; /* a non-empty object, or NULL */
+  char *owner;    /* the controller's kind, or NULL */
 } lrec;
 
 struct gf__pdb {
@@ -68,6 +69,7 @@ static void lrec_clear(lrec *r) {
   gf__free(r->uid);
   gf__free(r->ns);
   gf__free(r->name);
+  gf__free(r->owner);
   json_decref(r->labels);
   memset(r, 0, sizeof(*r));
 }
@@ -288,11 +290,31 @@ void gf__pdb_delete(gf__pdb *db, const json_t *pdb) {
 
 /* ---- pods --------------------------------------------------------------*/
 
+/* The kind of pod's controller (the ownerReference with controller
+ * true), or NULL. */
+static const char *owner_kind(const json_t *pod) {
+  const json_t *refs =
+      gf__json_get(gf__json_get(pod, "metadata"), "ownerReferences");
+  size_t i;
+  const json_t *r;
+  json_array_foreach(refs, i, r) {
+    if (json_is_true(gf__json_get(r, "controller")))
+      return json_string_value(gf__json_get(r, "kind"));
+  }
+  return NULL;
+}
+
 int gf__pdb_slim(json_t *slim, const json_t *pod) {
   const json_t *labels = gf__json_get(gf__json_get(pod, "metadata"), "labels");
   json_t *md = json_object_get(slim, "metadata");
-  if (!json_is_object(labels) || !json_object_size(labels) ||
-      !json_is_object(md))
+  if (!json_is_object(md))
+    return 0;
+  const char *kind = owner_kind(pod);
+  if (kind && json_object_set_new(
+                  md, "ownerReferences",
+                  json_pack("[{s:s,s:b}]", "kind", kind, "controller", 1)))
+    return -1;
+  if (!json_is_object(labels) || !json_object_size(labels))
     return 0;
   return json_object_set_new(md, "labels", json_deep_copy(labels)) ? -1 : 0;
 }
@@ -345,11 +367,15 @@ int gf__pdb_pod_update(gf__pdb *db, const json_t *pod) {
   pthread_mutex_lock(&db->mu);
   pod_forget_locked(db, uid);
   int rc = 0;
-  if (ns && name && json_is_object(labels) && json_object_size(labels)) {
+  const char *kind = owner_kind(pod);
+  bool lab = json_is_object(labels) && json_object_size(labels);
+  if (ns && name && (lab || kind)) {
     int64_t at = pod_slot(db);
     lrec r = {gf__strdup(uid), gf__strdup(ns), gf__strdup(name),
-              json_deep_copy(labels)};
-    if (at < 0 || !r.uid || !r.ns || !r.name || !r.labels) {
+              lab ? json_deep_copy(labels) : NULL,
+              kind ? gf__strdup(kind) : NULL};
+    if (at < 0 || !r.uid || !r.ns || !r.name || (lab && !r.labels) ||
+        (kind && !r.owner)) {
       lrec_clear(&r);
       if (at >= 0)
         db->free_p[db->nfree++] = (uint32_t)at;
@@ -381,7 +407,7 @@ void gf__pdb_match(gf__pdb *db, const char *const *uids, uint32_t n,
     if (at < 0)
       continue;
     const lrec *p = &db->p[at];
-    for (uint32_t b = 0; b < db->nb; b++) {
+    for (uint32_t b = 0; b < db->nb && p->labels; b++) {
       const brec *r = &db->b[b];
       if (r->none || strcmp(r->ns, p->ns) != 0 || !selects(r, p->labels) ||
           json_object_get(r->disrupted, p->name))
@@ -401,4 +427,37 @@ void gf__pdb_match(gf__pdb *db, const char *const *uids, uint32_t n,
     }
   }
   pthread_mutex_unlock(&db->mu);
+}
+
+bool gf__pdb_pod_info(gf__pdb *db, const char *uid, char *ns, char *name,
+                      char *owner) {
+  pthread_mutex_lock(&db->mu);
+  int64_t at = uid ? gf__smap_get(&db->by_uid, uid) : -1;
+  if (at >= 0) {
+    const lrec *p = &db->p[at];
+    snprintf(ns, GF_NAME_MAX, "%s", p->ns);
+    snprintf(name, GF_NAME_MAX, "%s", p->name);
+    snprintf(owner, GF_NAME_MAX, "%s", p->owner ? p->owner : "");
+  }
+  pthread_mutex_unlock(&db->mu);
+  return at >= 0;
+}
+
+uint32_t gf__pdb_violations(gf__pdb *db, const char *const *uids, uint32_t n) {
+  enum { MAXV = 64 };
+  uint64_t masks[MAXV];
+  bool always[MAXV];
+  gf__pdb_view v;
+  if (n > MAXV)
+    n = MAXV;
+  gf__pdb_match(db, uids, n, masks, always, &v);
+  uint32_t out = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    bool bad = always[i];
+    for (uint64_t m = masks[i]; m; m &= m - 1)
+      if (--v.allowed[__builtin_ctzll(m)] < 0)
+        bad = true;
+    out += bad;
+  }
+  return out;
 }

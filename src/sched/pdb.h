@@ -59,14 +59,23 @@ bool gf__pdb_synced(gf__pdb *db);
 /* Budgets known. */
 uint32_t gf__pdb_count(gf__pdb *db);
 
-/* A pod's labels, namespace and name, by UID (from the pod informer). A
- * pod without labels, uid or name is forgotten (no budget matches it).
- * GF_ENOMEM. */
+/* A pod's labels, namespace, name and controller's kind, by UID (from the
+ * pod informer).  A pod with neither labels nor a controller, or without
+ * uid or name, is forgotten (no budget matches it).  GF_ENOMEM. */
 int gf__pdb_pod_update(gf__pdb *db, const json_t *pod);
 void gf__pdb_pod_delete(gf__pdb *db, const json_t *pod);
-/* Copies metadata.labels of pod into slim (the informer's slim copy).
- * 0, or -1 when out of memory. */
+/* Copies metadata.labels and the controller's ownerReference (kind only)
+ * of pod into slim (the informer's slim copy).  0, or -1 when out of
+ * memory. */
 int gf__pdb_slim(json_t *slim, const json_t *pod);
+
+/* Pod uid's namespace, name and controller kind ("" when none) into the
+ * buffers (each GF_NAME_MAX); false when the store does not know it. */
+bool gf__pdb_pod_info(gf__pdb *db, const char *uid, char *ns, char *name,
+                      char *owner);
+/* The budget violations of evicting uids[0..n) together, counted as the
+ * preempt verb counts them (kube-scheduler's rule above). */
+uint32_t gf__pdb_violations(gf__pdb *db, const char *const *uids, uint32_t n);
 
 /* The budgets a set of victims on one node counts against: victim i of
  * uids[0..n) matches budget b of the view when bit b of masks[i] is set;

@@ -126,7 +126,7 @@ static int vset_cmp(const vset *a, const vset *b) {
   return 0;
 }
 
-static void reindex(gf_node *n) {
+void gf__reindex_copy(gf_node *n) {
   n->free_gpus = 0;
   n->max_free_milli = 0;
   for (uint32_t i = 0; i < n->ngpus; i++) {
@@ -144,7 +144,7 @@ static int64_t booked_mem(const gf_gpu *g, const gf_request *r) {
 }
 
 /* Takes p's booking off the copy n (as gf_cluster_release would). */
-static void unbook_copy(gf_node *n, const prec *p) {
+void gf__unbook_copy(gf_node *n, const prec *p) {
   n->cpu_used -= p->req.cpu_milli;
   n->mem_used -= p->req.mem_bytes;
   for (uint32_t k = 0; k < p->pl.ngpus; k++) {
@@ -158,7 +158,7 @@ static void unbook_copy(gf_node *n, const prec *p) {
 }
 
 /* Books r on GPUs gpus[0..r->gpu_count) of the copy n. */
-static void book_copy(gf_node *n, const gf_request *r, const uint8_t *gpus) {
+void gf__book_copy(gf_node *n, const gf_request *r, const uint8_t *gpus) {
   n->cpu_used += r->cpu_milli;
   n->mem_used += r->mem_bytes;
   for (uint32_t k = 0; k < r->gpu_count; k++) {
@@ -168,12 +168,12 @@ static void book_copy(gf_node *n, const gf_request *r, const uint8_t *gpus) {
     g->npods++;
     g->exclusive = r->mode == GF_MODE_EXCLUSIVE;
   }
-  reindex(n);
+  gf__reindex_copy(n);
 }
 
 /* Capacity a GPU has left once r is on it: free memory and compute as
  * fractions of the GPU (0 when it is full on both axes). */
-static double left_on(const gf_gpu *g, const gf_request *r) {
+double gf__left_on(const gf_gpu *g, const gf_request *r) {
   double m = g->mem_bytes > 0
                  ? (double)(g->mem_bytes - g->mem_used - booked_mem(g, r)) /
                        (double)g->mem_bytes
@@ -192,17 +192,17 @@ static void try_set(const pickctx *k, vset *v, int gpu) {
   v->sum_prio = 0;
   for (uint32_t i = 0; i < v->n; i++) {
     const victim *x = &k->vs[v->at[i]];
-    unbook_copy(&n, x->p);
+    gf__unbook_copy(&n, x->p);
     if (x->p->priority > v->max_prio)
       v->max_prio = x->p->priority;
     v->sum_prio += x->p->priority;
   }
-  reindex(&n);
+  gf__reindex_copy(&n);
   v->ok = false;
   if (gpu >= 0) {
     if (gf_gpu_fits(&n.gpus[gpu], r) && gf_node_fits(&n, r)) {
       v->ok = true;
-      v->left = left_on(&n.gpus[gpu], r);
+      v->left = gf__left_on(&n.gpus[gpu], r);
     }
   } else if (gf_node_fits(&n, r)) {
     /* whole GPUs: the tightest leftover is none; count what stays free */
@@ -417,7 +417,7 @@ bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
       for (uint32_t g = 0; g < copy->ngpus; g++) {
         if (used[g] || !gf_gpu_fits(&copy->gpus[g], &r))
           continue;
-        double l = left_on(&copy->gpus[g], &r);
+        double l = gf__left_on(&copy->gpus[g], &r);
         if (pick < 0 || l < pl) {
           pick = (int)g;
           pl = l;
@@ -429,7 +429,7 @@ bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
       gpus[got] = (uint8_t)pick;
     }
     if (got == r.gpu_count)
-      book_copy(copy, &r, gpus);
+      gf__book_copy(copy, &r, gpus);
   }
   return any;
 }
