@@ -782,11 +782,6 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
   int rc = gf__defrag_plan_one(f->s, f->defrag_max, &p);
   if (rc <= 0)
     return rc ? gf_diag_set(d, rc, "defrag: out of memory") : 0;
-  int64_t now = f->defrag_now(f->defrag_clock);
-  if (!defrag_allowed(f, p.node, now)) {
-    atomic_fetch_add(&f->defrag_limited, 1);
-    return 0;
-  }
   char what[GF_NAME_MAX + 64], key[sizeof(f->defrag_last)];
   int w = snprintf(what, sizeof(what), "GPU");
   for (uint32_t i = 0; i < p.ngpus && w < (int)sizeof(what); i++)
@@ -798,6 +793,11 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
   bool dry = f->defrag == GF_SCHED_KUBE_DEFRAG_DRY_RUN;
   if (dry && !strcmp(key, f->defrag_last))
     return 0; /* the same plan as last time: reported already */
+  int64_t now = f->defrag_now(f->defrag_clock);
+  if (!defrag_allowed(f, p.node, now)) {
+    atomic_fetch_add(&f->defrag_limited, 1);
+    return 0;
+  }
   snprintf(f->defrag_last, sizeof(f->defrag_last), "%s", key);
   atomic_fetch_add(&f->defrag_plans, 1);
   defrag_note(f, p.node, now);
