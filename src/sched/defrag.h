@@ -1,5 +1,5 @@
 /*
- * Internal to gf_sched: defragmentation (defrag.c; docs/scheduler.md,
+ * Internal to gf_sched: defragmentation (sched_preempt.c; docs/scheduler.md,
  * "Defragmentation"; issue 32 item 3).
  *
  * Why it exists.  After a week of churn a cluster's free GPU capacity is

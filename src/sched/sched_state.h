@@ -238,14 +238,6 @@ typedef struct gf__holds {
 } gf__holds;
 uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,
                            gf__holds *h);
-/* Copies of nodes, changed without touching the model (sched_preempt.c,
- * defrag.c): p's booking taken off, r booked on gpus[0..r->gpu_count),
- * the indexes (free GPUs, largest free share) brought up to date; the
- * capacity a GPU has left once r is on it (0..2: memory and compute). */
-void gf__unbook_copy(gf_node *n, const prec *p);
-void gf__book_copy(gf_node *n, const gf_request *r, const uint8_t *gpus);
-void gf__reindex_copy(gf_node *n);
-double gf__left_on(const gf_gpu *g, const gf_request *r);
 bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
                      const char *node, gf_node *copy);
 
