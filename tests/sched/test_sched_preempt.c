@@ -420,10 +420,12 @@ static void budgets_steer_the_victims(void **st_) {
   assert_int_equal(npdb(r, "n1"), 1);
   json_decref(r);
   /* the same budgets in another namespace protect nothing here */
-  gf__pdb_delete(db, json_pack("{s:{s:s,s:s}}", "metadata", "namespace", "ml",
-                               "name", "web"));
-  gf__pdb_delete(db, json_pack("{s:{s:s,s:s}}", "metadata", "namespace", "ml",
-                               "name", "train"));
+  for (int k = 0; k < 2; k++) {
+    json_t *gone = json_pack("{s:{s:s,s:s}}", "metadata", "namespace", "ml",
+                             "name", k ? "train" : "web");
+    gf__pdb_delete(db, gone);
+    json_decref(gone);
+  }
   budget(db, "other", "web", "{\"matchLabels\":{\"app\":\"web\"}}", 0, NULL);
   r = preempt(s, pod("hi", NULL, 0, 8, 1000, false, NULL), N1, KS_C, false,
               &st);
