@@ -728,13 +728,13 @@ static void defrag_event(gf_sched_kube *f, const char *ns, const char *name,
 }
 
 /* Evicts the plan's pods (the Eviction API: a budget refuses with 429) and
- * writes the events; stops at the first refusal. */
-static void defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
+ * writes the events; stops at the first refusal.  True when all went. */
+static bool defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
                          const char *what) {
   for (uint32_t i = 0; i < p->n; i++) {
     const gf__defrag_move *m = &p->moves[i];
     if (!dns_name(m->ns) || !dns_name(m->name))
-      return;
+      return false;
     char path[2 * GF_NAME_MAX + 64];
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction",
              m->ns, m->name);
@@ -748,7 +748,7 @@ static void defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
       if (!f->quiet)
         fprintf(stderr, "gpufrac scheduler: defrag: evicting %s/%s: %s\n",
                 m->ns, m->name, d.msg);
-      return;
+      return false;
     }
     atomic_fetch_add(&f->defrag_evictions, 1);
     char msg[GF_DIAG_MAX];
@@ -767,6 +767,7 @@ static void defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
   gf__utf8_fix(msg);
   if (dns_name(p->ns) && dns_name(p->name))
     defrag_event(f, p->ns, p->name, p->uid, "GpufracDefragFor", msg);
+  return true;
 }
 
 /* One defragmentation pass, if this replica leads and the informers have
@@ -809,8 +810,9 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
       fprintf(stderr, " %s/%s", p.moves[i].ns, p.moves[i].name);
     fputc('\n', stderr);
   }
-  if (!dry)
-    defrag_evict(f, &p, what);
+  /* what was freed is held for the pod, as for a nominated one (5 min) */
+  if (!dry && defrag_evict(f, &p, what))
+    gf__defrag_hold(f->s, p.uid, p.node, 300000);
   return 0;
 }
 

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
 #include "buf.h"
@@ -378,16 +379,64 @@ static int choose(const pickctx *k, vset *best) {
 
 /* ---- the hold for nominated pods ---------------------------------------*/
 
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The defragmentation holds still wanted, into h (their pods pending). */
+static void dholds_collect(gf_sched *s, int32_t priority, const char *uid,
+                           gf__holds *h) {
+  int64_t now = mono_ms();
+  uint32_t keep = 0;
+  for (uint32_t i = 0; i < s->ndhold; i++) {
+    const pend *e = gf__pending_find(s, s->dhold[i].uid, "", "");
+    if (!e || now >= s->dhold[i].until_ms)
+      continue; /* placed, gone, or expired: dropped */
+    s->dhold[keep++] = s->dhold[i];
+    if (h->n < GF__HOLDS_MAX && e->priority >= priority &&
+        !(uid && uid[0] && strcmp(e->uid, uid) == 0)) {
+      h->node[h->n] = s->dhold[keep - 1].node;
+      h->e[h->n++] = e;
+    }
+  }
+  s->ndhold = keep;
+}
+
 uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,
                            gf__holds *h) {
   h->n = 0;
-  if (s->pend.nominated == 0)
-    return 0; /* the common case: no preemption waiting */
-  for (const pend *e = s->pend.newest; e && h->n < GF__HOLDS_MAX; e = e->older)
+  if (s->pend.nominated == 0 && s->ndhold == 0)
+    return 0; /* the common case: no preemption or defragmentation waiting */
+  for (const pend *e = s->pend.newest;
+       e && h->n < GF__HOLDS_MAX && s->pend.nominated; e = e->older)
     if (e->nominated[0] && e->priority >= priority &&
-        !(uid && uid[0] && strcmp(e->uid, uid) == 0))
+        !(uid && uid[0] && strcmp(e->uid, uid) == 0)) {
+      h->node[h->n] = e->nominated;
       h->e[h->n++] = e;
+    }
+  if (s->ndhold)
+    dholds_collect(s, priority, uid, h);
   return h->n;
+}
+
+void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
+                     int64_t ms) {
+  pthread_mutex_lock(&s->mu);
+  uint32_t at = s->ndhold;
+  if (at == sizeof(s->dhold) / sizeof(s->dhold[0])) {
+    at = 0; /* full: the one that expires first makes room */
+    for (uint32_t i = 1; i < s->ndhold; i++)
+      if (s->dhold[i].until_ms < s->dhold[at].until_ms)
+        at = i;
+  } else {
+    s->ndhold++;
+  }
+  snprintf(s->dhold[at].uid, sizeof(s->dhold[at].uid), "%s", uid);
+  snprintf(s->dhold[at].node, sizeof(s->dhold[at].node), "%s", node);
+  s->dhold[at].until_ms = mono_ms() + ms;
+  pthread_mutex_unlock(&s->mu);
 }
 
 bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
@@ -395,7 +444,7 @@ bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
   bool any = false;
   for (uint32_t k = 0; k < h->n; k++) {
     const pend *e = h->e[k];
-    if (strcmp(e->nominated, node) != 0 || e->req.gpu_count == 0)
+    if (strcmp(h->node[k], node) != 0 || e->req.gpu_count == 0)
       continue;
     if (!any) {
       *copy = *gf_cluster_node(s->c, ni);

@@ -154,6 +154,14 @@ struct gf_sched {
   gf_sched_metrics_fn metrics_fn; /* more /metrics lines, or NULL */
   void *metrics_user;
   struct gf__pdb *pdb; /* budgets the preempt verb honours, or NULL (pdb.h) */
+  /* GPUs defragmentation freed, held for the pod they were freed for
+   * (defrag.h: gf__defrag_hold) until it is no longer pending or until. */
+  struct {
+    char uid[GF__UID_MAX];
+    char node[GF_NAME_MAX];
+    int64_t until_ms; /* CLOCK_MONOTONIC */
+  } dhold[8];
+  uint32_t ndhold;
 
   gf_cluster *c;
   bool dirty; /* c must be rebuilt before use */
@@ -234,6 +242,7 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out);
 #define GF__HOLDS_MAX 64u
 typedef struct gf__holds {
   const pend *e[GF__HOLDS_MAX];
+  const char *node[GF__HOLDS_MAX]; /* where each is held */
   uint32_t n;
 } gf__holds;
 uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,

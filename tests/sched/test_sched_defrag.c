@@ -14,6 +14,7 @@
 
 #include "defrag.h"
 #include "pdb.h"
+#include "sched_state.h"
 #include "sched_test.h"
 
 static void add_node(gf_sched *s, const char *name, int ngpus) {
@@ -212,6 +213,44 @@ static void fewest_moves(void **st) {
   stop(&c);
 }
 
+static bool filter_passes(gf_sched *s, json_t *p, const char *node) {
+  json_t *a = json_pack("{s:o,s:[s]}", "Pod", p, "NodeNames", node);
+  char *body = json_dumps(a, JSON_COMPACT);
+  json_decref(a);
+  int st;
+  json_t *r = call(s, "filter", body, &st);
+  free(body);
+  assert_int_equal(st, 200);
+  bool ok = json_array_size(json_object_get(r, "NodeNames")) == 1;
+  json_decref(r);
+  return ok;
+}
+
+/* What a move freed is held for the pod it was freed for: once a is gone
+ * from n1, another whole-GPU pod x of the same priority does not get n1,
+ * w does.  Without the hold x took it (the race the hold closes). */
+static void freed_gpu_held(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  assert_int_equal(gf_sched_pod_delete(c.s, "uid-a"), 0);
+  assert_true(filter_passes(c.s, pod("x", NULL, 0, 0, false, NULL), "n1"));
+  gf__defrag_hold(c.s, "uid-w", "n1", 60000);
+  assert_false(filter_passes(c.s, pod("x", NULL, 0, 0, false, NULL), "n1"));
+  assert_true(filter_passes(c.s, pod("w", NULL, 0, 0, false, NULL), "n1"));
+  /* a small share still fits n2 beside b; w bound ends the hold (the next
+   * filter drops it) */
+  assert_true(filter_passes(c.s, pod("y", NULL, 0, 4, false, NULL), "n2"));
+  assert_int_equal(c.s->ndhold, 1);
+  feed(&c, pod("w", "n1", 0, 0, false, NULL));
+  assert_true(filter_passes(c.s, pod("y", NULL, 0, 4, false, NULL), "n2"));
+  assert_int_equal(c.s->ndhold, 0);
+  stop(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_move_frees_a_gpu),
@@ -219,6 +258,7 @@ int main(void) {
       cmocka_unit_test(replacements_must_fit),
       cmocka_unit_test(budgets_hold),
       cmocka_unit_test(fewest_moves),
+      cmocka_unit_test(freed_gpu_held),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
