@@ -56,10 +56,12 @@ int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out);
 
 /* Holds the GPUs freed on node for pending pod uid, for at most ms: /filter
  * books the pod there (as for a nominated pod, sched_state.h's hold) so
- * that pods of no higher priority do not take what was freed for it.  The
- * hold ends when the pod is no longer pending.  At most 8 at a time (the
+ * that pods of no higher priority do not take what was freed for it; the
+ * moved pods (uids moved[0..nmoved)) are left out of that copy, so the
+ * hold works before the model has seen them go.  The hold ends when the
+ * pod is no longer pending.  At most 8 at a time (the
  * one expiring first makes room).  Takes gf_sched.mu. */
 void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
-                     int64_t ms);
+                     const char *const *moved, uint32_t nmoved, int64_t ms);
 
 #endif

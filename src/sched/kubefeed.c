@@ -810,9 +810,16 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
       fprintf(stderr, " %s/%s", p.moves[i].ns, p.moves[i].name);
     fputc('\n', stderr);
   }
-  /* what was freed is held for the pod, as for a nominated one (5 min) */
-  if (!dry && defrag_evict(f, &p, what))
-    gf__defrag_hold(f->s, p.uid, p.node, 300000);
+  /* what is freed is held for the pod, as for a nominated one (5 min):
+   * set first, so it is there the moment the moved pods leave the model
+   * (until then it holds nothing) */
+  if (!dry) {
+    const char *moved[GF__DEFRAG_MOVES_MAX];
+    for (uint32_t i = 0; i < p.n; i++)
+      moved[i] = p.moves[i].uid;
+    gf__defrag_hold(f->s, p.uid, p.node, moved, p.n, 300000);
+    defrag_evict(f, &p, what);
+  }
   return 0;
 }
 

@@ -398,6 +398,7 @@ static void dholds_collect(gf_sched *s, int32_t priority, const char *uid,
     if (h->n < GF__HOLDS_MAX && e->priority >= priority &&
         !(uid && uid[0] && strcmp(e->uid, uid) == 0)) {
       h->node[h->n] = s->dhold[keep - 1].node;
+      h->dh[h->n] = &s->dhold[keep - 1];
       h->e[h->n++] = e;
     }
   }
@@ -414,6 +415,7 @@ uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,
     if (e->nominated[0] && e->priority >= priority &&
         !(uid && uid[0] && strcmp(e->uid, uid) == 0)) {
       h->node[h->n] = e->nominated;
+      h->dh[h->n] = NULL;
       h->e[h->n++] = e;
     }
   if (s->ndhold)
@@ -422,7 +424,7 @@ uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,
 }
 
 void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
-                     int64_t ms) {
+                     const char *const *moved, uint32_t nmoved, int64_t ms) {
   pthread_mutex_lock(&s->mu);
   uint32_t at = s->ndhold;
   if (at == sizeof(s->dhold) / sizeof(s->dhold[0])) {
@@ -436,6 +438,10 @@ void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
   snprintf(s->dhold[at].uid, sizeof(s->dhold[at].uid), "%s", uid);
   snprintf(s->dhold[at].node, sizeof(s->dhold[at].node), "%s", node);
   s->dhold[at].until_ms = mono_ms() + ms;
+  s->dhold[at].nmoved = 0;
+  for (uint32_t i = 0; i < nmoved && i < 8; i++)
+    snprintf(s->dhold[at].moved[s->dhold[at].nmoved++], GF__UID_MAX, "%s",
+             moved[i]);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -449,6 +455,15 @@ bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
     if (!any) {
       *copy = *gf_cluster_node(s->c, ni);
       any = true;
+    }
+    /* a defrag hold: the pods moved for it are leaving (the model may not
+     * have seen them go yet) */
+    for (uint32_t m = 0; h->dh[k] && m < h->dh[k]->nmoved; m++) {
+      prec *q = gf__find_pod(s, h->dh[k]->moved[m]);
+      if (q && q->placed && q->pl.node == ni) {
+        unbook_copy(copy, q);
+        reindex_copy(copy);
+      }
     }
     gf_request r = e->req;
     if (s->whole && r.gpu_count > 0) /* as gf__effective does */
@@ -482,6 +497,43 @@ bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
       book_copy(copy, &r, gpus);
   }
   return any;
+}
+
+/* At bind: pick's GPUs on node ni that the holds of pods other than pp
+ * (of no lower priority) need are traded for GPUs that r fits once those
+ * pods are booked (the tightest), so a pod that passed /filter beside a
+ * held pod does not take the held GPU.  Under the mutex. */
+void gf__holds_steer(gf_sched *s, const pend *pp, uint32_t ni, const char *node,
+                     const gf_request *r, gf_placement *pick) {
+  gf__holds *h = gf__malloc(sizeof(*h));
+  gf_node *copy = gf__malloc(sizeof(*copy));
+  if (h && copy && gf__holds_collect(s, pp->priority, pp->uid, h) &&
+      gf__holds_apply(s, h, ni, node, copy)) {
+    bool used[GF_MAX_GPUS_PER_NODE] = {false};
+    for (uint32_t k = 0; k < pick->ngpus; k++)
+      used[pick->gpus[k]] = true;
+    for (uint32_t k = 0; k < pick->ngpus; k++) {
+      if (gf_gpu_fits(&copy->gpus[pick->gpus[k]], r))
+        continue;
+      int best = -1;
+      double bl = 0;
+      for (uint32_t g = 0; g < copy->ngpus; g++) {
+        if (used[g] || !gf_gpu_fits(&copy->gpus[g], r))
+          continue;
+        double l = left_on(&copy->gpus[g], r);
+        if (best < 0 || l < bl) {
+          best = (int)g;
+          bl = l;
+        }
+      }
+      if (best >= 0) {
+        used[best] = true;
+        pick->gpus[k] = (uint8_t)best;
+      }
+    }
+  }
+  gf__free(h);
+  gf__free(copy);
 }
 
 /* ---- the verb ------------------------------------------------------------*/

@@ -101,7 +101,24 @@ def main():
                  lambda: ext.metric("gpufrac_extender_pods") is not None and
                  ext.metric("gpufrac_extender_pods") >= 2, 30)
         t.create(pod("w", 1))  # a whole GPU
-        got = t.wait_bound(["w"], timeout=120)["w"]
+
+        def where():
+            out = []
+            for p in t.gpu_pods():
+                g = p["metadata"].get("annotations", {}).get(GRANT)
+                gpus = [x["index"] for x in json.loads(g)["containers"][0]["gpus"]] \
+                    if g else None
+                out.append("%s@%s%s%s" % (p["metadata"]["name"],
+                                          p["spec"].get("nodeName"), gpus,
+                                          " (deleting)" if p["metadata"].get(
+                                              "deletionTimestamp") else ""))
+            return ", ".join(sorted(out))
+        try:
+            got = t.wait_bound(["w"], timeout=120)["w"]
+        except Failure:
+            log("pods: %s" % where())
+            raise
+        log("pods: %s" % where())
         grant = json.loads(got["metadata"]["annotations"][GRANT])
         gw = [g["index"] for g in grant["containers"][0]["gpus"]]
         moved = [p["metadata"]["name"] for p in t.gpu_pods()
