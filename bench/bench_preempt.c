@@ -12,7 +12,11 @@
  * (NodeNameToMetaVictims, its proposal of one victim per node): first
  * 100 candidates (kube-scheduler's count at 1000 nodes: the larger of 100
  * and 10 percent of the nodes), then every node.  Prints p50 and p99 over
- * REPS requests (default 200) of each.
+ * REPS requests (default 200) of each.  Then the same with
+ * PodDisruptionBudgets known (pdb.h, as the kube feed keeps them): every
+ * pod labelled app=app-N (N = node number mod 50) and 50 budgets, one
+ * per label, each allowing one disruption, so every victim set is counted
+ * against a budget.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -22,6 +26,8 @@
 
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched.h"
+#include "pdb.h"
+#include "sched_int.h"
 
 static double now_us(void) {
   struct timespec ts;
@@ -62,7 +68,7 @@ static json_t *pod(const char *name, const char *node, int gpu, int gib,
   return p;
 }
 
-static int feed(gf_sched *s, int nodes) {
+static int feed(gf_sched *s, gf__pdb *db, int nodes) {
   gf_diag d = {""};
   for (int i = 0; i < nodes; i++) {
     char name[64], inv[512];
@@ -87,7 +93,11 @@ static int feed(gf_sched *s, int nodes) {
       char pn[96];
       snprintf(pn, sizeof(pn), "%s-%s", name, v[k].tag);
       json_t *p = pod(pn, name, v[k].gpu, v[k].gib, v[k].prio);
-      rc = gf_sched_pod_update(s, p, &d);
+      char app[32];
+      snprintf(app, sizeof(app), "app-%d", i % 50);
+      json_object_set_new(json_object_get(p, "metadata"), "labels",
+                          json_pack("{s:s}", "app", app));
+      rc = gf_sched_pod_update(s, p, &d) || gf__pdb_pod_update(db, p);
       json_decref(p);
     }
     if (rc) {
@@ -157,8 +167,29 @@ int main(int argc, char **argv) {
   int cands = nodes / 10 > 100 ? (int)nodes / 10 : 100;
   if (cands > nodes)
     cands = (int)nodes;
-  int rc = feed(s, (int)nodes) || measure(s, cands, (int)reps) ||
+  gf__pdb *db = gf__pdb_new();
+  int rc = !db || feed(s, db, (int)nodes) || measure(s, cands, (int)reps) ||
            measure(s, (int)nodes, (int)reps);
+  /* with the budgets */
+  for (int b = 0; rc == 0 && b < 50; b++) {
+    char app[32], bn[32];
+    snprintf(app, sizeof(app), "app-%d", b);
+    snprintf(bn, sizeof(bn), "budget-%d", b);
+    json_t *pdb =
+        json_pack("{s:{s:s,s:s},s:{s:{s:{s:s}}},s:{s:i}}", "metadata",
+                  "namespace", "ml", "name", bn, "spec", "selector",
+                  "matchLabels", "app", app, "status", "disruptionsAllowed", 1);
+    rc = gf__pdb_update(db, pdb, &d);
+    json_decref(pdb);
+  }
+  if (rc == 0) {
+    gf__pdb_set_synced(db, true);
+    gf__sched_set_pdb(s, db);
+    printf("with %u PodDisruptionBudgets:\n", gf__pdb_count(db));
+    rc = measure(s, cands, (int)reps) || measure(s, (int)nodes, (int)reps);
+    gf__sched_set_pdb(s, NULL);
+  }
+  gf__pdb_free(db);
   printf("(%d nodes, %d pods booked)\n", (int)nodes, (int)gf_sched_npods(s));
   gf_sched_free(s);
   return rc;

@@ -149,7 +149,46 @@ typedef struct gf_churn_config {
   double sample_s;         /* node-count sample interval (3600) */
   const gf_churn_arrival *script; /* NULL: Poisson arrivals */
   size_t nscript;
+  const bool *script_high; /* with a script and high > 0: each arrival's
+                              class (NULL: all low); cfg.high not drawn */
+  /* Priorities, preemption and defragmentation (issue 32; docs/simulator.md,
+   * "Priority, preemption and defragmentation").  All off by default, and
+   * then nothing above changes.
+   *   - high: the share of arrivals marked high priority (the traces have no
+   *     priorities), each arrival drawn on its own from the seed and its
+   *     arrival number, so every mode sees the same pods marked.  With
+   *     high > 0 the pending queue is retried high first, then FIFO (as
+   *     kube-scheduler's priority queue), and pending times are also
+   *     reported per class.
+   *   - preempt: a high pod that fits nowhere at arrival evicts low pods
+   *     (GF_CHURN_PREEMPT_GPU: the extender's verb: on one node, the fewest
+   *     low pods whose removal lets it fit one concrete GPU (whole GPUs: the
+   *     GPUs all of whose pods are victims), then the least left over;
+   *     GF_CHURN_PREEMPT_KUBE: kube-scheduler alone: a node's GPUs as one
+   *     pool (no per-GPU view), all its low pods removed, then reprieved
+   *     oldest first while the pool still fits, the node with fewest
+   *     victims; the pod is then placed by the policy, which may still
+   *     find no GPU: the victims went for nothing).  Victims are pending
+   *     again and pay reload_s when they restart; with `guard` a pod still
+   *     loading (within reload + guard_settle_s of its start) is no victim.
+   *   - defrag: a pod asking whole GPUs that fits nowhere at arrival (and
+   *     was not placed by preemption) frees GPUs by moving share pods: the
+   *     GPUs of one node whose pods are all shares (at most defrag_max of
+   *     them in all, none loading with `guard`), fewest first; the moved
+   *     pods must all be placed elsewhere by the policy, else nothing
+   *     moves.  Each moved pod is an eviction and pays reload_s. */
+  double high; /* 0..1 */
+  int preempt; /* GF_CHURN_PREEMPT_* */
+  bool defrag;
+  uint32_t defrag_max; /* default 3 */
 } gf_churn_config;
+
+#define GF_CHURN_PREEMPT_NONE 0
+#define GF_CHURN_PREEMPT_KUBE 1
+#define GF_CHURN_PREEMPT_GPU 2
+/* Priorities of the two classes (spec.priority) the preemption compares. */
+#define GF_CHURN_PRIO_HIGH 1000
+#define GF_CHURN_PRIO_LOW 0
 
 /* Fills the defaults above (load 0.6). */
 void gf_churn_config_init(gf_churn_config *cfg);
@@ -172,6 +211,14 @@ typedef struct gf_churn_result {
    * malloc'd, released with nodes */
   double *gpus, *asked;
   double wall_s; /* not part of the deterministic result */
+  /* With cfg.high > 0 (else 0): arrivals marked high; pending time per
+   * class; preemptions made, their victims, those that left the preemptor
+   * pending all the same (kube-scheduler's wasted evictions); defrag moves
+   * (pods moved) and the pods they placed. */
+  size_t arrived_high, preemptions, preempt_victims, preempt_wasted;
+  size_t defrags, defrag_moves;
+  double pending_high_p50_s, pending_high_p99_s;
+  double pending_low_p50_s, pending_low_p99_s;
 } gf_churn_result;
 
 /* Replays churn under cfg.  `proto` gives the model table the pods' model
@@ -203,6 +250,12 @@ typedef struct gf_churn_summary {
   uint32_t nsamples;
   double *nodes;        /* mean nodes per sample, malloc'd */
   double *gpus, *asked; /* mean GPUs bought and asked per sample, malloc'd */
+  /* gf_churn_result's priority measures, means over seeds */
+  bool prio; /* cfg.high > 0: reported */
+  double arrived_high, preemptions, preempt_victims, preempt_wasted;
+  double defrags, defrag_moves, evictions_per_day;
+  double pending_high_p50_s, pending_high_p99_s;
+  double pending_low_p50_s, pending_low_p99_s;
 } gf_churn_summary;
 
 /* runs[0..n): one per seed.  GF_ENOMEM or 0. */

@@ -123,7 +123,37 @@ typedef struct gf_sched_kube_opts {
   const char *autoscale_ns;             /* NULL: gpufrac-system */
   const char *autoscale_priority_class; /* NULL: gpufrac-placeholder */
   long autoscale_tick_ms;               /* how often it looks; 0: 1000 */
+  /* PodDisruptionBudgets (docs/scheduler.md, "Preemption"): an informer on
+   * /apis/policy/v1/poddisruptionbudgets (all namespaces) and the pods'
+   * labels feed the budgets the preempt verb honours as kube-scheduler
+   * does; until it and the pod informer have listed, the verb answers 503.
+   * true: no informer, and no victim breaks a budget. */
+  bool pdb_off;
+  /* Defragmentation (docs/scheduler.md, "Defragmentation"; defrag.h):
+   * every defrag_tick_ms, while this replica leads and the informers have
+   * listed, the pending pod asking whole GPUs that fits no node and has
+   * waited longest gets a plan: at most defrag_max_moves share pods owned
+   * by a ReplicaSet, Deployment or StatefulSet, not loading, whose
+   * eviction breaks no PodDisruptionBudget and whose replacements fit
+   * elsewhere.  GF_SCHED_KUBE_DEFRAG_DRY_RUN logs each new plan and counts
+   * it (gpufrac_defrag_plans_total); GF_SCHED_KUBE_DEFRAG_ON also evicts
+   * (the Eviction API, so budgets apply) and writes an Event on every pod
+   * moved and on the pod it was for.  Rate limits, both modes: one plan per
+   * node per defrag_node_gap_ms, defrag_per_hour plans in the cluster. */
+  int defrag;                 /* GF_SCHED_KUBE_DEFRAG_*; 0: off */
+  long defrag_tick_ms;        /* 0: 10000 */
+  uint32_t defrag_max_moves;  /* 0: 3 (at most 8) */
+  int64_t defrag_node_gap_ms; /* 0: 600000 (10 min) */
+  uint32_t defrag_per_hour;   /* 0: 6 */
+  /* The rate limits' clock, monotonic milliseconds; NULL: CLOCK_MONOTONIC.
+   * Tests inject a fake one. */
+  int64_t (*defrag_now_ms)(void *clock_user);
+  void *defrag_clock_user;
 } gf_sched_kube_opts;
+
+#define GF_SCHED_KUBE_DEFRAG_OFF 0
+#define GF_SCHED_KUBE_DEFRAG_DRY_RUN 1
+#define GF_SCHED_KUBE_DEFRAG_ON 2
 
 #define GF_SCHED_KUBE_ROLE_LABEL "gpufrac.io/scheduler-role"
 
@@ -131,7 +161,8 @@ typedef struct gf_sched_kube gf_sched_kube;
 
 /* Informers on /api/v1/nodes and /api/v1/pods (all namespaces) whose
  * events call gf_sched_node_update/delete and gf_sched_pod_update/delete on
- * s, and (unless o->no_leader_election) a leader election on the Lease
+ * s, one on PodDisruptionBudgets (unless o->pdb_off) for the preempt verb, and
+ * (unless o->no_leader_election) a leader election on the Lease
  * lease_ns/lease_name.  With an election, s is made a follower
  * (gf_sched_set_leader false) until the Lease is won.  s and cfg are
  * borrowed and must outlive the feed; strings in o are copied; o may be
@@ -162,6 +193,8 @@ typedef enum gf_sched_kube_part {
                           (GF_ESTATE: the guard is off) */
   GF_SCHED_KUBE_AUTOSCALE, /* one autoscaler-bridge pass, leader only, once
                               both informers listed (GF_ESTATE: off) */
+  GF_SCHED_KUBE_PDBS,   /* the PodDisruptionBudget informer (GF_ESTATE: off) */
+  GF_SCHED_KUBE_DEFRAG, /* one defragmentation pass (GF_ESTATE: off) */
 } gf_sched_kube_part;
 
 /* One step of one part on the calling thread, instead of start: a LIST or
@@ -198,6 +231,11 @@ uint64_t gf_sched_kube_guard_bind_reads(gf_sched_kube *f);
 size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap);
 /* Placeholder pods the autoscaler bridge made and deleted so far (0 with
  * it off). */
+/* Defragmentation plans made (dry run or not), pods evicted for them, and
+ * plans held back by the rate limits. */
+uint64_t gf_sched_kube_defrag_plans(gf_sched_kube *f);
+uint64_t gf_sched_kube_defrag_evictions(gf_sched_kube *f);
+uint64_t gf_sched_kube_defrag_limited(gf_sched_kube *f);
 uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f);
 uint64_t gf_sched_kube_placeholders_deleted(gf_sched_kube *f);
 

@@ -47,6 +47,7 @@ typedef struct opts {
   bool accept_set;
   int64_t guard_cap_ms;  /* --guard-cap; 0: the default */
   int dra;               /* --dra: 0 off, 1 score, 2 allocate */
+  int defrag;            /* --defrag: GF_SCHED_KUBE_DEFRAG_* */
   bool autoscale;        /* --autoscale-placeholders on */
   int64_t as_after_ms;   /* --autoscale-after; 0: the default */
   char as_resource[256]; /* --autoscale-resource; "": the default */
@@ -289,6 +290,7 @@ enum {
   OPT_PER_IP,
   OPT_MAX_CONNS,
   OPT_GUARD,
+  OPT_DEFRAG,
   OPT_GUARD_SETTLE,
   OPT_GUARD_CAP,
   OPT_DRA,
@@ -385,6 +387,12 @@ static const gf__opt sched_opts[] = {
                       "DUR: 500ms, 90s, 2m, 1h; a pod annotated\n"
                       "gpufrac.io/protect: always has no cap",
                       OPT_GUARD_CAP),
+    GF__OPT_STRING_ID("defrag", "MODE",
+                      "defragmentation (docs/scheduler.md): off\n"
+                      "(default); dry-run: log and count the share pods\n"
+                      "it would move so a pending whole-GPU pod gets a\n"
+                      "GPU; on: evict them (deploy/defrag/ grants it)",
+                      OPT_DEFRAG),
     GF__OPT_STRING_ID("dra", "MODE",
                       "the DRA path (docs/dra.md): off (default);\n"
                       "score: watch ResourceSlices and ResourceClaims\n"
@@ -451,6 +459,19 @@ static int int_opt(const char *a, const char *v, int64_t lo, int64_t hi,
   return 0;
 }
 
+/* --defrag off|dry-run|on into *mode (GF_SCHED_KUBE_DEFRAG_*). */
+static int defrag_mode(const char *v, int *mode) {
+  static const char *dm[] = {"off", "dry-run", "on"};
+  for (int k = 0; k < 3; k++)
+    if (strcmp(v, dm[k]) == 0) {
+      *mode = k;
+      return 0;
+    }
+  fprintf(stderr, "gpufrac scheduler: --defrag '%s': want off, dry-run or on\n",
+          v);
+  return GF_EXIT_USAGE;
+}
+
 /* One option's value into o; 0 or the exit code. */
 static int sched_value(opts *o, const char **config, bool *set, int id,
                        const char *a, const char *v) {
@@ -498,6 +519,8 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     o->guard_off = !on;
     return rc;
   }
+  case OPT_DEFRAG:
+    return defrag_mode(v, &o->defrag);
   case OPT_DRA: {
     static const char *modes[] = {"off", "score", "allocate"};
     o->dra = -1;
@@ -575,6 +598,11 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
     fprintf(stderr, "gpufrac scheduler: --no-kube excludes "
                     "--autoscale-placeholders on (placeholders are pods "
                     "made through the API server)\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o->no_kube && o->defrag) {
+    fprintf(stderr, "gpufrac scheduler: --no-kube excludes --defrag (it "
+                    "needs the pods' owners, budgets and evictions)\n");
     return GF_EXIT_USAGE;
   }
   if (o->accept & GF_SCHED_ACCEPT_HAMI && o->autoscale &&
@@ -713,6 +741,7 @@ int cmd_scheduler(int argc, char **argv) {
         .guard_settle_ms = o.guard_settle_ms,
         .guard_cap_ms = o.guard_cap_ms,
         .autoscale = o.autoscale,
+        .defrag = o.defrag,
         .autoscale_after_ms = o.as_after_ms,
         .autoscale_resource = o.as_resource[0] ? o.as_resource : NULL,
         .autoscale_ns = o.as_ns[0] ? o.as_ns : NULL,
@@ -725,8 +754,7 @@ int cmd_scheduler(int argc, char **argv) {
     /* the guard's protection rides in the Binding: one write per pod */
     gf_sched_kube_binder_annotate(kb, gf_sched_kube_bind_annotate, feed);
     static metrics_both mb;
-    mb.kube = feed;
-    mb.dra = dra;
+    mb = (metrics_both){.kube = feed, .dra = dra};
     gf_sched_set_metrics_hook(s, both_metrics, &mb);
   }
   /* Block the signals in every thread (the HTTP pool and the informers

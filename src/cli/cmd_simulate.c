@@ -63,6 +63,9 @@ enum {
   OPT_RELOAD,
   OPT_GUARD,
   OPT_INITIAL,
+  OPT_HIGH,
+  OPT_PREEMPT,
+  OPT_DEFRAG,
 };
 
 static const gf__opt sim_opts[] = {
@@ -159,6 +162,19 @@ static const gf__opt sim_opts[] = {
                     OPT_GUARD),
     GF__OPT_STRING_ID("initial", "N", "nodes live at the start (default 0)",
                       OPT_INITIAL),
+    GF__OPT_STRING_ID("high", "F",
+                      "share of arrivals marked high priority: 10% or 0.1\n"
+                      "(default 10% with --preempt or --defrag, else 0)",
+                      OPT_HIGH),
+    GF__OPT_STRING_ID("preempt", "MODE",
+                      "a high pod that fits nowhere preempts low pods:\n"
+                      "gpufrac (the extender's verb), kube (kube-scheduler\n"
+                      "alone) or none",
+                      OPT_PREEMPT),
+    GF__OPT_FLAG_ID("defrag",
+                    "move up to 3 share pods so a whole-GPU pod that\n"
+                    "fits nowhere gets a GPU",
+                    OPT_DEFRAG),
     GF__OPT_GROUP("policies"),
     GF__OPT_END(),
 };
@@ -540,6 +556,7 @@ typedef struct sim_args {
   gf_tie_break ties;
   long jobs;
   bool main_job, churn, seeds_given;
+  bool prio_given; /* --preempt given (none included) */
   /* the last option given that needs --churn, excludes it, needs --models
    * (its name without "--") */
   const char *churn_only, *not_churn, *models_opt;
@@ -571,6 +588,7 @@ static void sim_args_init(sim_args *a, int argc) {
   a->jobs = sysconf(_SC_NPROCESSORS_ONLN);
   a->main_job = argc == 1;
   gf_churn_config_init(&a->ccfg);
+  a->ccfg.high = -1; /* not given (sim_churn) */
   memcpy(a->msizes, sizes, sizeof(sizes));
   a->mcfg = (gf_sim_models){.n = 0,
                             .zipf_s = 1.0,
@@ -627,6 +645,21 @@ static int sim_churn_value(sim_args *a, int id, const char *name,
       c->reload_s = x;
     else
       c->empty_s = c->consolidate_s = x;
+  } else if (id == OPT_HIGH) {
+    if ((c->high = parse_load(v)) < 0 || c->high > 1)
+      return sim_usage("--high '%s': want a share of the arrivals in (0%%, "
+                       "100%%], e.g. 10%% or 0.1",
+                       v);
+  } else if (id == OPT_PREEMPT) {
+    c->preempt = strcmp(v, "gpufrac") == 0 ? GF_CHURN_PREEMPT_GPU
+                 : strcmp(v, "kube") == 0  ? GF_CHURN_PREEMPT_KUBE
+                 : strcmp(v, "none") == 0  ? GF_CHURN_PREEMPT_NONE
+                                           : -1;
+    if (c->preempt < 0)
+      return sim_usage("--preempt '%s': want gpufrac, kube or none", v);
+    a->prio_given = true;
+  } else if (id == OPT_DEFRAG) {
+    c->defrag = true;
   } else if (id == OPT_INITIAL) {
     int64_t n;
     if (gf_parse_int64(v, 0, 100000, &n, NULL))
@@ -845,6 +878,8 @@ static int sim_churn(sim_args *a) {
                   .jobs = (int)a->jobs,
                   .cfg = a->ccfg};
   co.cfg.ties = a->ties;
+  if (co.cfg.high < 0) /* --high not given */
+    co.cfg.high = a->prio_given || co.cfg.defrag ? 0.1 : 0;
   return simulate_churn(&co);
 }
 

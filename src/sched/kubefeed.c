@@ -30,9 +30,11 @@
 #include "alloc.h"
 #include "autoscale.h"
 #include "buf.h"
+#include "defrag.h"
 #include "gpufrac/error.h"
 #include "gpufrac/sched_kube.h"
 #include "guard.h"
+#include "pdb.h"
 #include "prom.h"
 #include "sched_int.h"
 
@@ -176,6 +178,8 @@ struct gf_sched_kube {
   gf_sched *s;
   bool quiet;
   gf_kube_informer *nodes, *pods;
+  gf_kube_informer *pdbs; /* PodDisruptionBudgets; NULL when off (pdb.h) */
+  gf__pdb *pdb;           /* what it feeds, for the preempt verb */
   gf_kube_leader *leader; /* NULL: no election */
   atomic_ullong errors;
   atomic_ullong api_errors; /* API error states logged (api_error) */
@@ -204,7 +208,25 @@ struct gf_sched_kube {
   atomic_ullong as_made, as_deleted;
   int as_err;               /* last error reported (api_error) */
   char as_msg[GF_DIAG_MAX]; /* ... and its sentence */
+  /* defragmentation: mode 0 when off (sched_kube.h) */
+  int defrag;
+  gf_kube *dkube; /* its eviction and event client */
+  long defrag_tick_ms;
+  uint32_t defrag_max, defrag_per_hour;
+  int64_t defrag_gap_ms;
+  int64_t (*defrag_now)(void *);
+  void *defrag_clock;
+  int64_t defrag_hour[64]; /* when the last plans were made (a ring) */
+  uint32_t defrag_nhour;
+  char defrag_nodes[16][GF_NAME_MAX]; /* the last nodes planned on ... */
+  int64_t defrag_node_at[16];         /* ... and when */
+  char defrag_last[1024];             /* the last plan logged */
+  atomic_ullong defrag_plans, defrag_evictions, defrag_limited;
+  pthread_t t_defrag;
+  bool have_defrag;
   bool started;
+  pthread_t t_pdbs;
+  bool have_pdbs;
   pthread_t t_nodes, t_pods, t_leader, t_super, t_guard, t_as;
   bool have_nodes, have_pods, have_leader, have_super, have_guard, have_as;
 };
@@ -235,7 +257,8 @@ static json_t *pod_slim(void *user, json_t *obj) {
   gf_sched_kube *f = user;
   json_t *out = gf_sched_pod_slim(obj);
   if (out && ((f->guard && gf__guard_slim(out, obj)) ||
-              (f->as && gf__as_slim(out, obj)))) {
+              (f->as && gf__as_slim(out, obj)) ||
+              (f->pdb && gf__pdb_slim(out, obj)))) {
     json_decref(out);
     return NULL; /* out of memory: the informer keeps obj whole */
   }
@@ -369,6 +392,10 @@ static void pod_apply(void *user, json_t *obj) {
     gf__guard_pod_update(f->guard, obj);
   if (f->as)
     gf__as_pod_update(f->as, obj);
+  if (f->pdb && gf__pdb_pod_update(f->pdb, obj)) {
+    gf_diag e = {"out of memory keeping its labels"};
+    model_error(f, "pod", obj, GF_ENOMEM, &e);
+  }
 }
 
 static void pod_changed(void *user, json_t *old_obj, json_t *new_obj) {
@@ -396,6 +423,68 @@ static void pod_gone(void *user, json_t *obj) {
     gf__guard_pod_delete(f->guard, obj);
   if (f->as)
     gf__as_pod_delete(f->as, obj);
+  if (f->pdb)
+    gf__pdb_pod_delete(f->pdb, obj);
+}
+
+/* ---- PodDisruptionBudgets (pdb.h) ---------------------------------------*/
+
+static void pdb_apply(void *user, json_t *obj) {
+  gf_sched_kube *f = user;
+  gf_diag d = {""};
+  int rc = gf__pdb_update(f->pdb, obj, &d);
+  if (rc)
+    model_error(f, "PodDisruptionBudget", obj, rc, &d);
+}
+
+static void pdb_changed(void *user, json_t *old_obj, json_t *new_obj) {
+  (void)old_obj;
+  pdb_apply(user, new_obj);
+}
+
+static void pdb_gone(void *user, json_t *obj) {
+  gf__pdb_delete(((gf_sched_kube *)user)->pdb, obj);
+}
+
+static void pdbs_error(void *user, int rc, const char *msg);
+
+/* The budgets are known once both their informer and the pods' (labels)
+ * have applied their first LIST. */
+static bool pdb_listed(void *user) {
+  gf_sched_kube *f = user;
+  return gf_kube_informer_synced(f->pdbs) && gf_kube_informer_synced(f->pods);
+}
+
+static int pdb_new(gf_sched_kube *f, gf_kube_config *cfg,
+                   const gf_kube_opts *kopts, gf_kube_informer_opts io,
+                   gf_diag *d) {
+  if (!(f->pdb = gf__pdb_new()))
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  io.path = "/apis/policy/v1/poddisruptionbudgets";
+  io.seed += 2;
+  io.transform = NULL;
+  gf_kube_informer_handlers h = {pdb_apply, pdb_changed, pdb_gone, f,
+                                 pdbs_error};
+  int rc = gf_kube_informer_new(&f->pdbs, cfg, kopts, &io, &h, d);
+  if (rc) {
+    gf_diag_prefix(d, "PodDisruptionBudget informer");
+    return rc;
+  }
+  gf__pdb_synced_by(f->pdb, pdb_listed, f);
+  gf__sched_set_pdb(f->s, f->pdb);
+  return 0;
+}
+
+static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
+                      gf_kube_config *cfg, const gf_kube_opts *kopts,
+                      gf_diag *d);
+
+/* The budgets' informer and defragmentation, each unless off. */
+static int extras_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
+                      gf_kube_config *cfg, const gf_kube_opts *kopts,
+                      gf_kube_informer_opts io, gf_diag *d) {
+  int rc = o->pdb_off ? 0 : pdb_new(f, cfg, kopts, io, d);
+  return rc || !o->defrag ? rc : defrag_new(f, o, cfg, kopts, d);
 }
 
 /* A part's error state changed (gf_kube's on_error: called once per change,
@@ -422,6 +511,13 @@ static void nodes_error(void *user, int rc, const char *msg) {
 
 static void pods_error(void *user, int rc, const char *msg) {
   api_error(user, "pod informer (LIST/WATCH /api/v1/pods)", rc, msg);
+}
+
+static void pdbs_error(void *user, int rc, const char *msg) {
+  api_error(user,
+            "PodDisruptionBudget informer (LIST/WATCH "
+            "/apis/policy/v1/poddisruptionbudgets)",
+            rc, msg);
 }
 
 static void leader_error(void *user, int rc, const char *msg) {
@@ -572,6 +668,192 @@ static int as_remove(void *user, const char *ns, const char *name, gf_diag *d) {
   return rc;
 }
 
+/* ---- defragmentation (defrag.h) ----------------------------------------*/
+
+static void nap(gf_sched_kube *f, long ms);
+static int side_loop(const char *what, long tick_ms, long *tick,
+                     gf_kube_config *cfg, const gf_kube_opts *kopts,
+                     gf_kube **out, gf_diag *d);
+
+static int64_t mono_ms(void *unused) {
+  (void)unused;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Whether the rate limits let a plan on `node` through at `now`. */
+static bool defrag_allowed(gf_sched_kube *f, const char *node, int64_t now) {
+  uint32_t n = f->defrag_nhour < f->defrag_per_hour ? f->defrag_nhour
+                                                    : f->defrag_per_hour;
+  uint32_t recent = 0;
+  for (uint32_t i = 0; i < n; i++)
+    recent += now - f->defrag_hour[i] < 3600000;
+  if (recent >= f->defrag_per_hour)
+    return false;
+  for (int i = 0; i < 16; i++)
+    if (!strcmp(f->defrag_nodes[i], node) &&
+        now - f->defrag_node_at[i] < f->defrag_gap_ms)
+      return false;
+  return true;
+}
+
+static void defrag_note(gf_sched_kube *f, const char *node, int64_t now) {
+  f->defrag_hour[f->defrag_nhour++ % f->defrag_per_hour] = now;
+  int at = 0;
+  for (int i = 1; i < 16; i++)
+    if (f->defrag_node_at[i] < f->defrag_node_at[at])
+      at = i; /* the oldest slot */
+  snprintf(f->defrag_nodes[at], GF_NAME_MAX, "%s", node);
+  f->defrag_node_at[at] = now;
+}
+
+/* An Event about pod ns/name (involvedObject), type Normal. */
+static void defrag_event(gf_sched_kube *f, const char *ns, const char *name,
+                         const char *uid, const char *reason, const char *msg) {
+  char path[GF_NAME_MAX + 64];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", ns);
+  json_t *ev = json_pack(
+      "{s:s,s:s,s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s}}",
+      "apiVersion", "v1", "kind", "Event", "metadata", "generateName",
+      "gpufrac-defrag-", "namespace", ns, "involvedObject", "apiVersion", "v1",
+      "kind", "Pod", "namespace", ns, "name", name, "uid", uid, "reason",
+      reason, "message", msg, "type", "Normal", "source", "component",
+      "gpufrac-scheduler");
+  gf_diag d = {""};
+  if (ev && gf_kube_create(f->dkube, path, ev, NULL, &d) && !f->quiet)
+    fprintf(stderr, "gpufrac scheduler: defrag: event on %s/%s: %s\n", ns, name,
+            d.msg);
+  json_decref(ev);
+}
+
+/* Evicts the plan's pods (the Eviction API: a budget refuses with 429) and
+ * writes the events; stops at the first refusal.  True when all went. */
+static bool defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
+                         const char *what) {
+  for (uint32_t i = 0; i < p->n; i++) {
+    const gf__defrag_move *m = &p->moves[i];
+    if (!dns_name(m->ns) || !dns_name(m->name))
+      return false;
+    char path[2 * GF_NAME_MAX + 64];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction",
+             m->ns, m->name);
+    json_t *ev =
+        json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion", "policy/v1", "kind",
+                  "Eviction", "metadata", "name", m->name, "namespace", m->ns);
+    gf_diag d = {""};
+    int rc = ev ? gf_kube_create(f->dkube, path, ev, NULL, &d) : GF_ENOMEM;
+    json_decref(ev);
+    if (rc) {
+      if (!f->quiet)
+        fprintf(stderr, "gpufrac scheduler: defrag: evicting %s/%s: %s\n",
+                m->ns, m->name, d.msg);
+      return false;
+    }
+    atomic_fetch_add(&f->defrag_evictions, 1);
+    char msg[GF_DIAG_MAX];
+    snprintf(msg, sizeof(msg),
+             "evicted by gpufrac's defragmentation so that pending pod "
+             "%.60s/%.60s gets %.100s",
+             p->ns, p->name, what);
+    gf__utf8_fix(msg);
+    defrag_event(f, m->ns, m->name, m->uid, "GpufracDefragMoved", msg);
+  }
+  char msg[GF_DIAG_MAX];
+  snprintf(msg, sizeof(msg),
+           "gpufrac's defragmentation moved %u pod(s) to "
+           "free %.200s",
+           p->n, what);
+  gf__utf8_fix(msg);
+  if (dns_name(p->ns) && dns_name(p->name))
+    defrag_event(f, p->ns, p->name, p->uid, "GpufracDefragFor", msg);
+  return true;
+}
+
+/* One defragmentation pass, if this replica leads and the informers have
+ * listed: at most one plan. */
+static int defrag_step(gf_sched_kube *f, gf_diag *d) {
+  if (!f->defrag)
+    return gf_diag_set(d, GF_ESTATE, "kube feed: defragmentation is off");
+  if (!atomic_load(&f->leading) || !gf_kube_informer_synced(f->pods) ||
+      !gf_kube_informer_synced(f->nodes) ||
+      (f->pdbs && !gf_kube_informer_synced(f->pdbs)))
+    return 0;
+  gf__defrag_plan p;
+  int rc = gf__defrag_plan_one(f->s, f->defrag_max, &p);
+  if (rc <= 0)
+    return rc ? gf_diag_set(d, rc, "defrag: out of memory") : 0;
+  char what[GF_NAME_MAX + 64], key[sizeof(f->defrag_last)];
+  int w = snprintf(what, sizeof(what), "GPU");
+  for (uint32_t i = 0; i < p.ngpus && w < (int)sizeof(what); i++)
+    w += snprintf(what + w, sizeof(what) - (size_t)w, "%s %u", i ? "," : "",
+                  p.gpus[i]);
+  if (w < (int)sizeof(what))
+    snprintf(what + w, sizeof(what) - (size_t)w, " of node %s", p.node);
+  snprintf(key, sizeof(key), "%.253s/%.253s %.320s", p.ns, p.name, what);
+  bool dry = f->defrag == GF_SCHED_KUBE_DEFRAG_DRY_RUN;
+  if (dry && !strcmp(key, f->defrag_last))
+    return 0; /* the same plan as last time: reported already */
+  int64_t now = f->defrag_now(f->defrag_clock);
+  if (!defrag_allowed(f, p.node, now)) {
+    atomic_fetch_add(&f->defrag_limited, 1);
+    return 0;
+  }
+  snprintf(f->defrag_last, sizeof(f->defrag_last), "%s", key);
+  atomic_fetch_add(&f->defrag_plans, 1);
+  defrag_note(f, p.node, now);
+  if (!f->quiet) {
+    fprintf(stderr, "gpufrac scheduler: defrag%s: pending %s/%s needs %s: %s",
+            dry ? " (dry run)" : "", p.ns, p.name, what,
+            dry ? "would evict" : "evicting");
+    for (uint32_t i = 0; i < p.n; i++)
+      fprintf(stderr, " %s/%s", p.moves[i].ns, p.moves[i].name);
+    fputc('\n', stderr);
+  }
+  /* what is freed is held for the pod, as for a nominated one (5 min):
+   * set first, so it is there the moment the moved pods leave the model
+   * (until then it holds nothing) */
+  if (!dry) {
+    const char *moved[GF__DEFRAG_MOVES_MAX];
+    for (uint32_t i = 0; i < p.n; i++)
+      moved[i] = p.moves[i].uid;
+    gf__defrag_hold(f->s, p.uid, p.node, moved, p.n, 300000);
+    defrag_evict(f, &p, what);
+  }
+  return 0;
+}
+
+static void *run_defrag(void *arg) {
+  gf_sched_kube *f = arg;
+  while (!atomic_load(&f->stop)) {
+    defrag_step(f, NULL);
+    nap(f, f->defrag_tick_ms);
+  }
+  return NULL;
+}
+
+static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
+                      gf_kube_config *cfg, const gf_kube_opts *kopts,
+                      gf_diag *d) {
+  if (o->defrag < 0 || o->defrag > GF_SCHED_KUBE_DEFRAG_ON)
+    return gf_diag_set(d, GF_EINVAL, "defrag: unknown mode %d", o->defrag);
+  f->defrag = o->defrag;
+  f->defrag_max = o->defrag_max_moves ? o->defrag_max_moves : 3;
+  if (f->defrag_max > GF__DEFRAG_MOVES_MAX)
+    return gf_diag_set(d, GF_EINVAL, "defrag: at most %u moves, not %u",
+                       GF__DEFRAG_MOVES_MAX, f->defrag_max);
+  f->defrag_per_hour = o->defrag_per_hour ? o->defrag_per_hour : 6;
+  if (f->defrag_per_hour > 64)
+    f->defrag_per_hour = 64;
+  f->defrag_gap_ms = o->defrag_node_gap_ms ? o->defrag_node_gap_ms : 600000;
+  f->defrag_now = o->defrag_now_ms ? o->defrag_now_ms : mono_ms;
+  f->defrag_clock = o->defrag_clock_user;
+  for (int i = 0; i < 16; i++)
+    f->defrag_node_at[i] = INT64_MIN / 2;
+  return side_loop("defrag", o->defrag_tick_ms ? o->defrag_tick_ms : 10000,
+                   &f->defrag_tick_ms, cfg, kopts, &f->dkube, d);
+}
+
 /* One autoscaler-bridge pass, if this replica leads and both informers
  * have listed (so every placeholder that exists has been adopted).  Errors
  * are reported once per change (api_error). */
@@ -676,9 +958,8 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                          .now_us = o->guard_now_us,
                          .clock_user = o->guard_clock_user,
                          .quiet = o->quiet};
-    if ((rc = gf__guard_new(&go, &f->guard, d)))
-      goto fail;
-    if ((rc = side_loop("guard", o->guard_tick_ms, &f->guard_tick_ms, cfg,
+    if ((rc = gf__guard_new(&go, &f->guard, d)) ||
+        (rc = side_loop("guard", o->guard_tick_ms, &f->guard_tick_ms, cfg,
                         kopts, &f->gkube, d)))
       goto fail;
   }
@@ -689,9 +970,8 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                       .priority_class = o->autoscale_priority_class,
                       .quiet = o->quiet,
                       .whole = gf__sched_whole(s)};
-    if ((rc = gf__as_new(&ao, &f->as, d)))
-      goto fail;
-    if ((rc = side_loop("autoscale", o->autoscale_tick_ms, &f->as_tick_ms, cfg,
+    if ((rc = gf__as_new(&ao, &f->as, d)) ||
+        (rc = side_loop("autoscale", o->autoscale_tick_ms, &f->as_tick_ms, cfg,
                         kopts, &f->akube, d)))
       goto fail;
   }
@@ -705,6 +985,8 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
     gf_diag_prefix(d, "pod informer");
     goto fail;
   }
+  if ((rc = extras_new(f, o, cfg, kopts, io, d)))
+    goto fail;
   if (!o->no_leader_election) {
     char id[IDENTITY_MAX];
     const char *ns = o->lease_ns ? o->lease_ns : GF_SCHED_KUBE_LEASE_NS;
@@ -783,6 +1065,11 @@ static void *run_pods(void *arg) {
   return NULL;
 }
 
+static void *run_pdbs(void *arg) {
+  gf_kube_informer_run(((gf_sched_kube *)arg)->pdbs);
+  return NULL;
+}
+
 static void *run_leader(void *arg) {
   gf_kube_leader_run(((gf_sched_kube *)arg)->leader);
   return NULL;
@@ -847,6 +1134,14 @@ int gf_sched_kube_start(gf_sched_kube *f, gf_diag *d) {
     e = pthread_create(&f->t_pods, NULL, run_pods, f);
     f->have_pods = e == 0;
   }
+  if (!e && f->pdbs) {
+    e = pthread_create(&f->t_pdbs, NULL, run_pdbs, f);
+    f->have_pdbs = e == 0;
+  }
+  if (!e && f->defrag) {
+    e = pthread_create(&f->t_defrag, NULL, run_defrag, f);
+    f->have_defrag = e == 0;
+  }
   if (!e && f->leader) {
     e = pthread_create(&f->t_leader, NULL, run_leader, f);
     f->have_leader = e == 0;
@@ -880,6 +1175,8 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
       gf_kube_informer_stop(f->nodes);
     if (f->pods)
       gf_kube_informer_stop(f->pods);
+    if (f->pdbs)
+      gf_kube_informer_stop(f->pdbs);
     if (f->leader)
       gf_kube_leader_stop(f->leader);
     if (f->role)
@@ -892,6 +1189,15 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
       pthread_join(f->t_nodes, NULL);
     if (f->have_pods)
       pthread_join(f->t_pods, NULL);
+    if (f->dkube)
+      gf_kube_stop(f->dkube); /* an eviction or event in flight */
+    if (f->have_pdbs)
+      pthread_join(f->t_pdbs, NULL);
+    if (f->have_defrag)
+      pthread_join(f->t_defrag, NULL);
+    f->have_pdbs = f->have_defrag = false;
+    if (f->dkube)
+      gf_kube_clear_stop(f->dkube);
     if (f->have_leader)
       pthread_join(f->t_leader, NULL); /* released the Lease on its way out */
     if (f->have_super)
@@ -929,6 +1235,11 @@ void gf_sched_kube_free(gf_sched_kube *f) {
   gf_kube_leader_free(f->leader);
   gf_kube_informer_free(f->pods);
   gf_kube_informer_free(f->nodes);
+  if (f->pdb)
+    gf__sched_set_pdb(f->s, NULL);
+  gf_kube_informer_free(f->pdbs);
+  gf__pdb_free(f->pdb);
+  gf_kube_free(f->dkube);
   gf__free(f);
 }
 
@@ -945,6 +1256,12 @@ int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d) {
   case GF_SCHED_KUBE_PODS:
     rc = gf_kube_informer_step(f->pods, d);
     break;
+  case GF_SCHED_KUBE_DEFRAG:
+    return defrag_step(f, d);
+  case GF_SCHED_KUBE_PDBS:
+    if (!f->pdbs)
+      return gf_diag_set(d, GF_ESTATE, "kube feed: the budgets are off");
+    return gf_kube_informer_step(f->pdbs, d);
   case GF_SCHED_KUBE_LEADER:
     if (!f->leader)
       return gf_diag_set(d, GF_ESTATE, "kube feed: leader election is off");
@@ -1012,6 +1329,22 @@ size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap) {
                "Pods read from the API server at bind because the informer "
                "had not delivered them yet.",
                (uint64_t)atomic_load(&f->guard_bind_reads));
+  if (f->defrag) {
+    gf__prom_u64(&b, "gpufrac_defrag_plans_total", "counter",
+                 "Defragmentation plans made (in a dry run: reported only).",
+                 (uint64_t)atomic_load(&f->defrag_plans));
+    gf__prom_u64(&b, "gpufrac_defrag_evictions_total", "counter",
+                 "Pods evicted by defragmentation (Eviction API).",
+                 (uint64_t)atomic_load(&f->defrag_evictions));
+    gf__prom_u64(&b, "gpufrac_defrag_limited_total", "counter",
+                 "Defragmentation plans held back by the rate limits.",
+                 (uint64_t)atomic_load(&f->defrag_limited));
+  }
+  if (f->pdb)
+    gf__prom_u64(&b, "gpufrac_extender_pdbs", "gauge",
+                 "PodDisruptionBudgets the preempt verb honours (listed and "
+                 "watched).",
+                 gf__pdb_count(f->pdb));
   gf__prom_head(&b, "gpufrac_autoscale_placeholders_total", "counter",
                 "Placeholder pods the autoscaler bridge made and deleted.");
   gf__buf_appendf(&b,
@@ -1030,4 +1363,16 @@ uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f) {
 
 uint64_t gf_sched_kube_placeholders_deleted(gf_sched_kube *f) {
   return f ? (uint64_t)atomic_load(&f->as_deleted) : 0;
+}
+
+uint64_t gf_sched_kube_defrag_plans(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->defrag_plans) : 0;
+}
+
+uint64_t gf_sched_kube_defrag_evictions(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->defrag_evictions) : 0;
+}
+
+uint64_t gf_sched_kube_defrag_limited(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->defrag_limited) : 0;
 }

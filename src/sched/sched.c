@@ -1069,6 +1069,7 @@ static int bind_assume(gf_sched *s, const gf__bind_args *b, const char *key,
     if ((rc = gf__policy_refresh(s)))
       return gf_diag_set(d, rc, "placement policy: %s", gf_strerror(rc));
     score_node(s, (uint32_t)ni, &r, &pick);
+    gf__holds_steer(s, pp, (uint32_t)ni, b->node, &r, &pick); /* the hold */
     if (pick.ngpus != r.gpu_count)
       return gf_diag_set(d, GF_ENOFIT, "pod %s/%s: no GPUs to pick on %s",
                          b->pod_ns, b->pod_name, b->node);

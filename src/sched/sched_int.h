@@ -223,6 +223,11 @@ size_t gf__sched_max_body(const struct gf_sched *s);
 /* Whether the extender's policy rounds shares up to whole GPUs (`whole`):
  * the autoscaler bridge then packs them so too. */
 bool gf__sched_whole(const struct gf_sched *s);
+/* The PodDisruptionBudgets the preempt verb honours (pdb.h; borrowed, must
+ * outlive s or be unset with NULL first): the kube feed's.  Without one,
+ * no victim breaks a budget. */
+struct gf__pdb;
+void gf__sched_set_pdb(struct gf_sched *s, struct gf__pdb *db);
 
 /* Makes s valid UTF-8 in place, so that any message built from input can
  * go into a JSON string: a character cut at the end (by a fixed-size

@@ -19,10 +19,11 @@
  *     weights) only when the preemptor's priority exceeds its own by at
  *     least GF__PREEMPT_GUARD_GAP;
  *   - a share: per GPU, subsets of the victims on it in increasing size
- *     (all of a size are compared before a larger one is tried, at most
+ *     (all of a size are compared before a larger one is tried, and a
+ *     larger size is tried while every set found breaks a budget; at most
  *     GF__PREEMPT_TRIES per node; past that, the cheapest victims one by
- *     one); whole GPUs: the GPUs whose pods are all victims, cheapest
- *     first;
+ *     one); whole GPUs: the GPUs whose pods are all victims, those whose
+ *     victims risk fewest budgets first, then the fewest victims;
  *   - the best set: fewest PodDisruptionBudget violations, then fewest
  *     victims, then the lowest highest priority, then the lowest sum of
  *     priorities, then the least capacity left over on the GPU the
@@ -31,16 +32,21 @@
  * kube-scheduler needs victims for its own reasons (slots, CPU, memory):
  * its own proposal is answered unchanged.
  *
- * Not done yet: PodDisruptionBudgets are not watched, so every victim
- * counts as allowed (NumPDBViolations 0); the ordering is ready for them.
+ * PodDisruptionBudgets (pdb.h, the kube feed's informer): violations are
+ * counted per set as kube-scheduler counts them; until the budgets are
+ * listed the verb answers 503 (kube-scheduler retries the pod later).
+ * Without a store (--no-kube) no victim breaks a budget.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
 #include "buf.h"
+#include "defrag.h"
 #include "gpufrac/error.h"
+#include "pdb.h"
 #include "sched_state.h"
 
 /* A pod the guard holds (loading its weights) is a victim only of a pod
@@ -54,7 +60,9 @@
 
 typedef struct victim {
   const prec *p;
-  bool pdb; /* evicting it violates a PodDisruptionBudget (not known yet) */
+  uint64_t pdbs; /* the budgets of the node's view it counts against */
+  bool always;   /* past the view's budgets: a violation in any set */
+  bool risky;    /* one of its budgets allows no disruption now */
 } victim;
 
 /* A victim set and its ordering key. */
@@ -66,6 +74,43 @@ typedef struct vset {
   double left; /* capacity left on the preemptor's GPU(s), 0..2 per GPU */
   bool ok;
 } vset;
+
+/* What choose works on: one node, its victims, their budgets. */
+typedef struct pickctx {
+  const gf_node *base;
+  victim *vs;
+  uint32_t nv;
+  const gf_request *r;
+  const gf__pdb_view *pv; /* NULL: no budgets */
+} pickctx;
+
+/* PodDisruptionBudget violations of the set v, counted as kube-scheduler
+ * counts them: each budget starts at its disruptionsAllowed and goes down
+ * by one per victim it matches, the most important victims first (vs is
+ * cheapest first); a victim that takes one below zero is a violation. */
+static uint32_t violations(const pickctx *k, const vset *v) {
+  int32_t left[GF__PDB_VIEW_MAX];
+  uint32_t nb = k->pv ? k->pv->n : 0, out = 0;
+  for (uint32_t b = 0; b < nb; b++)
+    left[b] = k->pv->allowed[b];
+  uint16_t at[GF__PREEMPT_MAX_VICTIMS];
+  memcpy(at, v->at, v->n * sizeof(at[0]));
+  for (uint32_t i = 1; i < v->n; i++) /* insertion sort, most important first */
+    for (uint32_t j = i; j > 0 && at[j - 1] < at[j]; j--) {
+      uint16_t t = at[j];
+      at[j] = at[j - 1];
+      at[j - 1] = t;
+    }
+  for (uint32_t i = 0; i < v->n; i++) {
+    const victim *x = &k->vs[at[i]];
+    bool bad = x->always;
+    for (uint64_t m = x->pdbs; m; m &= m - 1)
+      if (--left[__builtin_ctzll(m)] < 0)
+        bad = true;
+    out += bad;
+  }
+  return out;
+}
 
 static int vset_cmp(const vset *a, const vset *b) {
   if (a->ok != b->ok)
@@ -83,7 +128,7 @@ static int vset_cmp(const vset *a, const vset *b) {
   return 0;
 }
 
-static void reindex(gf_node *n) {
+static void reindex_copy(gf_node *n) {
   n->free_gpus = 0;
   n->max_free_milli = 0;
   for (uint32_t i = 0; i < n->ngpus; i++) {
@@ -125,7 +170,7 @@ static void book_copy(gf_node *n, const gf_request *r, const uint8_t *gpus) {
     g->npods++;
     g->exclusive = r->mode == GF_MODE_EXCLUSIVE;
   }
-  reindex(n);
+  reindex_copy(n);
 }
 
 /* Capacity a GPU has left once r is on it: free memory and compute as
@@ -140,36 +185,33 @@ static double left_on(const gf_gpu *g, const gf_request *r) {
   return (m > 0 ? m : 0) + (c > 0 ? c : 0);
 }
 
-/* Tries the victims set v->at[0..v->n) on a copy of base: fills v's key,
- * v->ok when r then fits (for a share: on GPU `gpu` when gpu >= 0). */
-static void try_set(const gf_node *base, const victim *vs, vset *v,
-                    const gf_request *r, int gpu) {
-  gf_node n = *base;
-  v->pdb = 0;
+/* Tries the victims set v->at[0..v->n) on a copy of k->base: fills v's
+ * key, v->ok when r then fits (for a share: on GPU `gpu` when gpu >= 0). */
+static void try_set(const pickctx *k, vset *v, int gpu) {
+  gf_node n = *k->base;
+  const gf_request *r = k->r;
   v->max_prio = INT64_MIN;
   v->sum_prio = 0;
-  for (uint32_t k = 0; k < v->n; k++) {
-    const victim *x = &vs[v->at[k]];
+  for (uint32_t i = 0; i < v->n; i++) {
+    const victim *x = &k->vs[v->at[i]];
     unbook_copy(&n, x->p);
-    v->pdb += x->pdb;
     if (x->p->priority > v->max_prio)
       v->max_prio = x->p->priority;
     v->sum_prio += x->p->priority;
   }
-  reindex(&n);
+  reindex_copy(&n);
   v->ok = false;
   if (gpu >= 0) {
     if (gf_gpu_fits(&n.gpus[gpu], r) && gf_node_fits(&n, r)) {
       v->ok = true;
       v->left = left_on(&n.gpus[gpu], r);
     }
-    return;
+  } else if (gf_node_fits(&n, r)) {
+    /* whole GPUs: the tightest leftover is none; count what stays free */
+    v->ok = true;
+    v->left = (double)n.free_gpus - (double)r->gpu_count;
   }
-  if (!gf_node_fits(&n, r))
-    return;
-  /* whole GPUs: the tightest leftover is none; count what stays free */
-  v->ok = true;
-  v->left = (double)n.free_gpus - (double)r->gpu_count;
+  v->pdb = v->ok ? violations(k, v) : 0;
 }
 
 static bool on_gpu(const prec *p, uint32_t g) {
@@ -194,8 +236,8 @@ static bool comb_next(uint32_t *c, uint32_t k, uint32_t n) {
 
 static int cheaper(const void *a, const void *b) {
   const victim *x = a, *y = b;
-  if (x->pdb != y->pdb)
-    return x->pdb ? 1 : -1;
+  if (x->risky != y->risky)
+    return x->risky ? 1 : -1;
   if (x->p->priority != y->p->priority)
     return x->p->priority < y->p->priority ? -1 : 1;
   /* the larger first: fewer of them free as much */
@@ -204,136 +246,203 @@ static int cheaper(const void *a, const void *b) {
   return mx > my ? -1 : mx < my ? 1 : 0;
 }
 
-/* The best victim set on node base for r among vs[0..nv) (sorted
- * cheapest first) into *best (best->ok false when none frees a GPU).
- * GF_ENOMEM, or 0. */
-static int choose(const gf_node *base, victim *vs, uint32_t nv,
-                  const gf_request *r, vset *best) {
-  memset(best, 0, sizeof(*best));
-  vset *cur = gf__calloc(1, sizeof(*cur));
-  if (!cur)
-    return GF_ENOMEM;
-  uint32_t tries = 0;
-  if (r->gpu_milli >= GF_GPU_MILLI) {
-    /* Whole GPUs: a GPU frees only with every pod on it gone.  Per GPU
-     * the pods that must go (none may be a non-victim), cheapest GPUs
-     * first, as many as asked. */
-    uint32_t cost[GF_MAX_GPUS_PER_NODE];
-    bool usable[GF_MAX_GPUS_PER_NODE];
-    for (uint32_t g = 0; g < base->ngpus; g++) {
-      const gf_gpu *gp = &base->gpus[g];
-      usable[g] = (!r->model_mask || (r->model_mask & (1ull << gp->model)));
-      cost[g] = 0;
-      for (uint32_t i = 0; i < nv && usable[g]; i++)
-        cost[g] += on_gpu(vs[i].p, g);
-      if (usable[g] && cost[g] != gp->npods)
-        usable[g] = false; /* a pod there is not a victim */
-    }
-    bool take[GF_MAX_GPUS_PER_NODE] = {false};
-    for (uint32_t k = 0; k < r->gpu_count; k++) {
-      int pick = -1;
-      for (uint32_t g = 0; g < base->ngpus; g++)
-        if (usable[g] && !take[g] && (pick < 0 || cost[g] < cost[pick]))
-          pick = (int)g;
-      if (pick < 0) {
-        gf__free(cur);
-        return 0;
-      }
-      take[pick] = true;
-    }
-    cur->n = 0;
-    for (uint32_t i = 0; i < nv; i++) {
-      bool in = false;
-      for (uint32_t g = 0; g < base->ngpus && !in; g++)
-        in = take[g] && on_gpu(vs[i].p, g);
-      if (in)
-        cur->at[cur->n++] = (uint16_t)i;
-    }
-    try_set(base, vs, cur, r, -1);
-    /* CPU or memory short: the cheapest other victims, one by one */
-    for (uint32_t i = 0; !cur->ok && i < nv; i++) {
-      bool in = false;
-      for (uint32_t k = 0; k < cur->n && !in; k++)
-        in = cur->at[k] == i;
-      if (in)
-        continue;
-      cur->at[cur->n++] = (uint16_t)i;
-      try_set(base, vs, cur, r, -1);
-    }
-    if (cur->ok && cur->n > 0)
-      *best = *cur;
-    gf__free(cur);
-    return 0;
-  }
-  /* A share: on one GPU. */
-  uint32_t on[GF__PREEMPT_MAX_VICTIMS];
+/* Whole GPUs: a GPU frees only with every pod on it gone.  Per GPU the
+ * pods that must go (none may be a non-victim); the GPUs whose victims
+ * risk fewest budgets, then the fewest victims, as many as asked; then,
+ * CPU or memory short, the cheapest other victims one by one. */
+static void choose_whole(const pickctx *k, vset *cur, vset *best) {
+  const gf_node *base = k->base;
+  const gf_request *r = k->r;
+  uint32_t cost[GF_MAX_GPUS_PER_NODE], risk[GF_MAX_GPUS_PER_NODE];
+  bool usable[GF_MAX_GPUS_PER_NODE], take[GF_MAX_GPUS_PER_NODE] = {false};
   for (uint32_t g = 0; g < base->ngpus; g++) {
-    const gf_gpu *gp = &base->gpus[g];
+    usable[g] =
+        !r->model_mask || (r->model_mask & (1ull << base->gpus[g].model));
+    cost[g] = risk[g] = 0;
+    for (uint32_t i = 0; i < k->nv && usable[g]; i++)
+      if (on_gpu(k->vs[i].p, g)) {
+        cost[g]++;
+        risk[g] += k->vs[i].risky;
+      }
+    usable[g] = usable[g] && cost[g] == base->gpus[g].npods;
+  }
+  for (uint32_t n = 0; n < r->gpu_count; n++) {
+    int pk = -1;
+    for (uint32_t g = 0; g < base->ngpus; g++)
+      if (usable[g] && !take[g] &&
+          (pk < 0 || risk[g] < risk[pk] ||
+           (risk[g] == risk[pk] && cost[g] < cost[pk])))
+        pk = (int)g;
+    if (pk < 0)
+      return;
+    take[pk] = true;
+  }
+  cur->n = 0;
+  for (uint32_t i = 0; i < k->nv; i++) {
+    bool in = false;
+    for (uint32_t g = 0; g < base->ngpus && !in; g++)
+      in = take[g] && on_gpu(k->vs[i].p, g);
+    if (in)
+      cur->at[cur->n++] = (uint16_t)i;
+  }
+  try_set(k, cur, -1);
+  for (uint32_t i = 0; !cur->ok && i < k->nv; i++) {
+    bool in = false;
+    for (uint32_t j = 0; j < cur->n && !in; j++)
+      in = cur->at[j] == i;
+    if (!in) {
+      cur->at[cur->n++] = (uint16_t)i;
+      try_set(k, cur, -1);
+    }
+  }
+  if (cur->ok && cur->n > 0)
+    *best = *cur;
+}
+
+/* A share on GPU g: subsets of the victims there in increasing size, all
+ * of a size compared, until a size yields a set that breaks no budget (a
+ * larger set that breaks none beats a smaller that breaks one, as the
+ * order says); *tries counts against GF__PREEMPT_TRIES.  True when a set
+ * was found. */
+static bool share_subsets(const pickctx *k, uint32_t g, const uint32_t *on,
+                          uint32_t non, uint32_t *tries, vset *cur,
+                          vset *best) {
+  bool found = false, clean = false;
+  for (uint32_t n = 1; n <= non && !clean; n++) {
+    uint32_t c[GF__PREEMPT_MAX_VICTIMS];
+    for (uint32_t j = 0; j < n; j++)
+      c[j] = j;
+    do {
+      if (++*tries > GF__PREEMPT_TRIES)
+        return found;
+      cur->n = n;
+      for (uint32_t j = 0; j < n; j++)
+        cur->at[j] = (uint16_t)on[c[j]];
+      try_set(k, cur, (int)g);
+      if (cur->ok) {
+        found = true;
+        clean = clean || cur->pdb == 0;
+        if (vset_cmp(cur, best) < 0)
+          *best = *cur;
+      }
+    } while (comb_next(c, n, non));
+  }
+  return found;
+}
+
+/* A share: on one GPU. */
+static void choose_share(const pickctx *k, vset *cur, vset *best) {
+  uint32_t on[GF__PREEMPT_MAX_VICTIMS], tries = 0;
+  for (uint32_t g = 0; g < k->base->ngpus; g++) {
+    const gf_gpu *gp = &k->base->gpus[g];
     if (gp->whole_only ||
-        (r->model_mask && !(r->model_mask & (1ull << gp->model))))
+        (k->r->model_mask && !(k->r->model_mask & (1ull << gp->model))))
       continue;
     uint32_t non = 0;
-    for (uint32_t i = 0; i < nv; i++)
-      if (on_gpu(vs[i].p, g))
+    for (uint32_t i = 0; i < k->nv; i++)
+      if (on_gpu(k->vs[i].p, g))
         on[non++] = i;
-    /* the victims on this GPU first, then (CPU or memory short) others */
-    bool found = false;
-    for (uint32_t k = 1; k <= non && !found; k++) {
-      uint32_t c[GF__PREEMPT_MAX_VICTIMS];
-      for (uint32_t j = 0; j < k; j++)
-        c[j] = j;
-      do {
-        if (++tries > GF__PREEMPT_TRIES)
-          break;
-        cur->n = k;
-        for (uint32_t j = 0; j < k; j++)
-          cur->at[j] = (uint16_t)on[c[j]];
-        try_set(base, vs, cur, r, (int)g);
-        if (cur->ok) {
-          found = true;
-          if (vset_cmp(cur, best) < 0)
-            *best = *cur;
-        }
-      } while (comb_next(c, k, non));
-      if (tries > GF__PREEMPT_TRIES)
-        break;
-    }
-    if (found)
+    if (share_subsets(k, g, on, non, &tries, cur, best))
       continue;
     /* Past the budget, or the GPU alone is not enough (CPU or memory):
      * the cheapest victims, this GPU's first, one by one. */
     *cur = (vset){0}; /* nothing tried on this GPU yet (it may hold none) */
-    for (uint32_t j = 0; j < non; j++) {
+    for (uint32_t j = 0; j < non && !cur->ok; j++) {
       cur->at[cur->n++] = (uint16_t)on[j];
-      try_set(base, vs, cur, r, (int)g);
-      if (cur->ok)
-        break;
+      try_set(k, cur, (int)g);
     }
-    for (uint32_t i = 0; !cur->ok && i < nv; i++) {
-      if (on_gpu(vs[i].p, g))
+    for (uint32_t i = 0; !cur->ok && i < k->nv; i++) {
+      if (on_gpu(k->vs[i].p, g))
         continue;
       cur->at[cur->n++] = (uint16_t)i;
-      try_set(base, vs, cur, r, (int)g);
+      try_set(k, cur, (int)g);
     }
     if (cur->ok && cur->n > 0 && vset_cmp(cur, best) < 0)
       *best = *cur;
   }
+}
+
+/* The best victim set for k (victims sorted cheapest first) into *best
+ * (best->ok false when none frees a GPU).  GF_ENOMEM, or 0. */
+static int choose(const pickctx *k, vset *best) {
+  memset(best, 0, sizeof(*best));
+  vset *cur = gf__calloc(1, sizeof(*cur));
+  if (!cur)
+    return GF_ENOMEM;
+  if (k->r->gpu_milli >= GF_GPU_MILLI)
+    choose_whole(k, cur, best);
+  else
+    choose_share(k, cur, best);
   gf__free(cur);
   return 0;
 }
 
 /* ---- the hold for nominated pods ---------------------------------------*/
 
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The defragmentation holds still wanted, into h (their pods pending). */
+static void dholds_collect(gf_sched *s, int32_t priority, const char *uid,
+                           gf__holds *h) {
+  int64_t now = mono_ms();
+  uint32_t keep = 0;
+  for (uint32_t i = 0; i < s->ndhold; i++) {
+    const pend *e = gf__pending_find(s, s->dhold[i].uid, "", "");
+    if (!e || now >= s->dhold[i].until_ms)
+      continue; /* placed, gone, or expired: dropped */
+    s->dhold[keep++] = s->dhold[i];
+    if (h->n < GF__HOLDS_MAX && e->priority >= priority &&
+        !(uid && uid[0] && strcmp(e->uid, uid) == 0)) {
+      h->node[h->n] = s->dhold[keep - 1].node;
+      h->dh[h->n] = &s->dhold[keep - 1];
+      h->e[h->n++] = e;
+    }
+  }
+  s->ndhold = keep;
+}
+
 uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,
                            gf__holds *h) {
   h->n = 0;
-  if (s->pend.nominated == 0)
-    return 0; /* the common case: no preemption waiting */
-  for (const pend *e = s->pend.newest; e && h->n < GF__HOLDS_MAX; e = e->older)
+  if (s->pend.nominated == 0 && s->ndhold == 0)
+    return 0; /* the common case: no preemption or defragmentation waiting */
+  for (const pend *e = s->pend.newest;
+       e && h->n < GF__HOLDS_MAX && s->pend.nominated; e = e->older)
     if (e->nominated[0] && e->priority >= priority &&
-        !(uid && uid[0] && strcmp(e->uid, uid) == 0))
+        !(uid && uid[0] && strcmp(e->uid, uid) == 0)) {
+      h->node[h->n] = e->nominated;
+      h->dh[h->n] = NULL;
       h->e[h->n++] = e;
+    }
+  if (s->ndhold)
+    dholds_collect(s, priority, uid, h);
   return h->n;
+}
+
+void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
+                     const char *const *moved, uint32_t nmoved, int64_t ms) {
+  pthread_mutex_lock(&s->mu);
+  uint32_t at = s->ndhold;
+  if (at == sizeof(s->dhold) / sizeof(s->dhold[0])) {
+    at = 0; /* full: the one that expires first makes room */
+    for (uint32_t i = 1; i < s->ndhold; i++)
+      if (s->dhold[i].until_ms < s->dhold[at].until_ms)
+        at = i;
+  } else {
+    s->ndhold++;
+  }
+  snprintf(s->dhold[at].uid, sizeof(s->dhold[at].uid), "%s", uid);
+  snprintf(s->dhold[at].node, sizeof(s->dhold[at].node), "%s", node);
+  s->dhold[at].until_ms = mono_ms() + ms;
+  s->dhold[at].nmoved = 0;
+  for (uint32_t i = 0; i < nmoved && i < 8; i++)
+    snprintf(s->dhold[at].moved[s->dhold[at].nmoved++], GF__UID_MAX, "%s",
+             moved[i]);
+  pthread_mutex_unlock(&s->mu);
 }
 
 bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
@@ -341,11 +450,20 @@ bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
   bool any = false;
   for (uint32_t k = 0; k < h->n; k++) {
     const pend *e = h->e[k];
-    if (strcmp(e->nominated, node) != 0 || e->req.gpu_count == 0)
+    if (strcmp(h->node[k], node) != 0 || e->req.gpu_count == 0)
       continue;
     if (!any) {
       *copy = *gf_cluster_node(s->c, ni);
       any = true;
+    }
+    /* a defrag hold: the pods moved for it are leaving (the model may not
+     * have seen them go yet) */
+    for (uint32_t m = 0; h->dh[k] && m < h->dh[k]->nmoved; m++) {
+      prec *q = gf__find_pod(s, h->dh[k]->moved[m]);
+      if (q && q->placed && q->pl.node == ni) {
+        unbook_copy(copy, q);
+        reindex_copy(copy);
+      }
     }
     gf_request r = e->req;
     if (s->whole && r.gpu_count > 0) /* as gf__effective does */
@@ -381,6 +499,43 @@ bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
   return any;
 }
 
+/* At bind: pick's GPUs on node ni that the holds of pods other than pp
+ * (of no lower priority) need are traded for GPUs that r fits once those
+ * pods are booked (the tightest), so a pod that passed /filter beside a
+ * held pod does not take the held GPU.  Under the mutex. */
+void gf__holds_steer(gf_sched *s, const pend *pp, uint32_t ni, const char *node,
+                     const gf_request *r, gf_placement *pick) {
+  gf__holds *h = gf__malloc(sizeof(*h));
+  gf_node *copy = gf__malloc(sizeof(*copy));
+  if (h && copy && gf__holds_collect(s, pp->priority, pp->uid, h) &&
+      gf__holds_apply(s, h, ni, node, copy)) {
+    bool used[GF_MAX_GPUS_PER_NODE] = {false};
+    for (uint32_t k = 0; k < pick->ngpus; k++)
+      used[pick->gpus[k]] = true;
+    for (uint32_t k = 0; k < pick->ngpus; k++) {
+      if (gf_gpu_fits(&copy->gpus[pick->gpus[k]], r))
+        continue;
+      int best = -1;
+      double bl = 0;
+      for (uint32_t g = 0; g < copy->ngpus; g++) {
+        if (used[g] || !gf_gpu_fits(&copy->gpus[g], r))
+          continue;
+        double l = left_on(&copy->gpus[g], r);
+        if (best < 0 || l < bl) {
+          best = (int)g;
+          bl = l;
+        }
+      }
+      if (best >= 0) {
+        used[best] = true;
+        pick->gpus[k] = (uint8_t)best;
+      }
+    }
+  }
+  gf__free(h);
+  gf__free(copy);
+}
+
 /* ---- the verb ------------------------------------------------------------*/
 
 /* The UID of a victim as kube-scheduler sends it: a MetaPod {"UID"} or a
@@ -399,6 +554,35 @@ static bool eligible(const prec *p, int32_t prio) {
       (int64_t)prio - (int64_t)p->priority < GF__PREEMPT_GUARD_GAP)
     return false;
   return true;
+}
+
+/* The victims on one node (its pods from `first` along nxt) for a
+ * preemptor of priority prio into vs, their budgets into *pv (when the
+ * extender has a store), cheapest first.  Returns how many. */
+static uint32_t node_victims(gf_sched *s, int64_t first, const int64_t *nxt,
+                             int32_t prio, victim *vs, gf__pdb_view *pv) {
+  uint32_t nv = 0;
+  for (int64_t k = first; k >= 0 && nv < GF__PREEMPT_MAX_VICTIMS; k = nxt[k])
+    if (eligible(&s->pods[k], prio))
+      vs[nv++] = (victim){&s->pods[k], 0, false, false};
+  if (s->pdb && nv) {
+    const char *uids[GF__PREEMPT_MAX_VICTIMS];
+    uint64_t masks[GF__PREEMPT_MAX_VICTIMS];
+    bool always[GF__PREEMPT_MAX_VICTIMS];
+    for (uint32_t i = 0; i < nv; i++)
+      uids[i] = vs[i].p->uid;
+    gf__pdb_match(s->pdb, uids, nv, masks, always, pv);
+    for (uint32_t i = 0; i < nv; i++) {
+      vs[i].pdbs = masks[i];
+      vs[i].always = vs[i].risky = always[i];
+      for (uint64_t m = masks[i]; m; m &= m - 1)
+        vs[i].risky |= pv->allowed[__builtin_ctzll(m)] <= 0;
+    }
+  } else if (s->pdb) {
+    pv->n = 0;
+  }
+  qsort(vs, nv, sizeof(*vs), cheaper);
+  return nv;
 }
 
 static void bad(reply_buf *out, const char *what) {
@@ -466,6 +650,13 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     bad(out, msg);
     goto done;
   }
+  if (s->pdb && !gf__pdb_synced(s->pdb)) {
+    pthread_mutex_unlock(&s->mu);
+    out->status = 503;
+    out->json = gf__error_obj("gpufrac extender: preempt: the "
+                              "PodDisruptionBudgets are not listed yet");
+    goto done;
+  }
   int rc = gf__ensure_model(s);
   if (rc) {
     pthread_mutex_unlock(&s->mu);
@@ -481,11 +672,8 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   bool hopeless = r.gpu_count == 0 || (named && r.model_mask == 0);
   /* The pods of each node asked about, in one pass over the pods. */
   slot = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*slot));
-  if (!slot) {
-    pthread_mutex_unlock(&s->mu);
-    out->status = 500;
-    goto done;
-  }
+  if (!slot)
+    goto oom_locked;
   for (uint32_t i = 0; i < s->nnodes; i++)
     slot[i] = -1;
   const char *name;
@@ -498,11 +686,8 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   }
   head = gf__malloc(((size_t)nasked + 1) * sizeof(*head));
   nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nxt));
-  if (!head || !nxt) {
-    pthread_mutex_unlock(&s->mu);
-    out->status = 500;
-    goto done;
-  }
+  if (!head || !nxt)
+    goto oom_locked;
   for (int32_t i = 0; i < nasked; i++)
     head[i] = -1;
   for (uint32_t k = s->npods; k-- > 0;) {
@@ -523,20 +708,12 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     if (val && !json_is_object(val))
       continue;
     *base = *gf_cluster_node(s->c, (uint32_t)ni);
-    uint32_t nv = 0;
-    for (int64_t k = head[slot[ni]]; k >= 0 && nv < GF__PREEMPT_MAX_VICTIMS;
-         k = nxt[k]) {
-      const prec *q = &s->pods[k];
-      if (eligible(q, p->priority))
-        vs[nv++] = (victim){q, false};
-    }
-    qsort(vs, nv, sizeof(*vs), cheaper);
+    gf__pdb_view pv;
+    pickctx k = {base, vs, 0, &r, s->pdb ? &pv : NULL};
+    k.nv = node_victims(s, head[slot[ni]], nxt, p->priority, vs, &pv);
     json_t *list = json_array();
-    if (!list || json_object_set_new(res, name, list)) {
-      pthread_mutex_unlock(&s->mu);
-      out->status = 500;
-      goto done;
-    }
+    if (!list || json_object_set_new(res, name, list))
+      goto oom_locked;
     int64_t npdb = 0;
     if (gf_node_fits(base, &r)) {
       /* kube-scheduler needs victims for its own reasons (slots, CPU,
@@ -553,18 +730,15 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
           keep = false;
           break;
         }
-        if (json_array_append_new(list, json_pack("{s:s}", "UID", uid))) {
-          pthread_mutex_unlock(&s->mu);
-          out->status = 500;
-          goto done;
-        }
+        if (json_array_append_new(list, json_pack("{s:s}", "UID", uid)))
+          goto oom_locked;
       }
       if (!keep) {
         json_object_del(res, name);
         continue;
       }
     } else {
-      if (choose(base, vs, nv, &r, best)) {
+      if (choose(&k, best)) {
         pthread_mutex_unlock(&s->mu);
         out->status = 500;
         out->json = gf__error_obj("gpufrac extender: preempt: out of memory");
@@ -574,26 +748,24 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
         json_object_del(res, name); /* no set frees a GPU here */
         continue;
       }
-      for (uint32_t k = 0; k < best->n; k++)
+      for (uint32_t j = 0; j < best->n; j++)
         if (json_array_append_new(
-                list, json_pack("{s:s}", "UID", vs[best->at[k]].p->uid))) {
-          pthread_mutex_unlock(&s->mu);
-          out->status = 500;
-          goto done;
-        }
+                list, json_pack("{s:s}", "UID", vs[best->at[j]].p->uid)))
+          goto oom_locked;
       npdb = best->pdb;
     }
     json_t *mv = json_pack("{s:O,s:I}", "Pods", list, "NumPDBViolations",
                            (json_int_t)npdb);
-    if (!mv || json_object_set_new(res, name, mv)) {
-      pthread_mutex_unlock(&s->mu);
-      out->status = 500;
-      goto done;
-    }
+    if (!mv || json_object_set_new(res, name, mv))
+      goto oom_locked;
   }
   pthread_mutex_unlock(&s->mu);
   out->json = json_pack("{s:O}", "NodeNameToMetaVictims", res);
   out->status = out->json ? 200 : 500;
+  goto done;
+oom_locked:
+  pthread_mutex_unlock(&s->mu);
+  out->status = 500;
 done:
   json_decref(res);
   json_decref(root);
@@ -604,4 +776,237 @@ done:
   gf__free(vs);
   gf__free(best);
   gf__free(base);
+}
+
+void gf__sched_set_pdb(gf_sched *s, struct gf__pdb *db) {
+  pthread_mutex_lock(&s->mu);
+  s->pdb = db;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- defragmentation's plan (defrag.h) ---------------------------------*/
+
+/* Copies of the nodes a plan changes (the candidate and destinations). */
+typedef struct copies {
+  uint32_t n;
+  uint32_t idx[GF__DEFRAG_MOVES_MAX + 1];
+  gf_node node[GF__DEFRAG_MOVES_MAX + 1];
+} copies;
+
+static gf_node *copy_of(gf_sched *s, copies *c, uint32_t ni) {
+  for (uint32_t i = 0; i < c->n; i++)
+    if (c->idx[i] == ni)
+      return &c->node[i];
+  if (c->n == GF__DEFRAG_MOVES_MAX + 1)
+    return NULL;
+  c->idx[c->n] = ni;
+  c->node[c->n] = *gf_cluster_node(s->c, ni);
+  return &c->node[c->n++];
+}
+
+static bool node_open(const gf_sched *s, uint32_t ni) {
+  const nrec *nr = &s->nodes[ni];
+  return nr->has_inv && !nr->cordoned && !nr->disrupted;
+}
+
+/* Bound, a share of one GPU, not loading, owned by a controller that
+ * makes a replacement. */
+static bool movable(gf_sched *s, const prec *q) {
+  if (q->state != P_BOUND || q->req.gpu_count != 1 ||
+      q->req.gpu_milli >= GF_GPU_MILLI || q->loading || !s->pdb)
+    return false;
+  char ns[GF_NAME_MAX], name[GF_NAME_MAX], owner[GF_NAME_MAX];
+  if (!gf__pdb_pod_info(s->pdb, q->uid, ns, name, owner))
+    return false;
+  return !strcmp(owner, "ReplicaSet") || !strcmp(owner, "Deployment") ||
+         !strcmp(owner, "StatefulSet");
+}
+
+/* Books q (moved) on the tightest GPU of some node that takes it, the
+ * freed GPUs of node `from` excluded (`taken`); false when none does. */
+static bool rehome(gf_sched *s, copies *c, const prec *q, uint32_t from,
+                   const bool *taken) {
+  gf_request r = q->req;
+  gf__effective(s, &r);
+  bool named;
+  r.model_mask = gf__models_mask(s->c, q->models, &named);
+  for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+    if (!node_open(s, ni))
+      continue;
+    const gf_node *m = NULL;
+    for (uint32_t i = 0; i < c->n && !m; i++)
+      if (c->idx[i] == ni)
+        m = &c->node[i];
+    if (!m)
+      m = gf_cluster_node(s->c, ni);
+    if (!gf_node_fits(m, &r))
+      continue;
+    int pick = -1;
+    double pl = 0;
+    for (uint32_t g = 0; g < m->ngpus; g++) {
+      if ((ni == from && taken[g]) || !gf_gpu_fits(&m->gpus[g], &r))
+        continue;
+      double l = left_on(&m->gpus[g], &r);
+      if (pick < 0 || l < pl) {
+        pick = (int)g;
+        pl = l;
+      }
+    }
+    gf_node *w = pick >= 0 ? copy_of(s, c, ni) : NULL;
+    if (!w)
+      continue;
+    uint8_t gpu = (uint8_t)pick;
+    book_copy(w, &r, &gpu);
+    return true;
+  }
+  return false;
+}
+
+/* Tries node ni for r (pending entry e): fills *out and returns the moves
+ * (0: no plan here). */
+static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
+                         const int64_t *head, const int64_t *nxt,
+                         uint32_t max_moves, gf__defrag_plan *out) {
+  const gf_node *n = gf_cluster_node(s->c, ni);
+  uint32_t cnt[GF_MAX_GPUS_PER_NODE] = {0};
+  bool ok[GF_MAX_GPUS_PER_NODE], taken[GF_MAX_GPUS_PER_NODE] = {false};
+  for (uint32_t g = 0; g < n->ngpus; g++)
+    ok[g] = !r->model_mask || (r->model_mask & (1ull << n->gpus[g].model));
+  for (int64_t k = head[ni]; k >= 0; k = nxt[k]) {
+    const prec *q = &s->pods[k];
+    bool mv = movable(s, q);
+    for (uint32_t j = 0; j < q->pl.ngpus; j++) {
+      cnt[q->pl.gpus[j]]++;
+      ok[q->pl.gpus[j]] = ok[q->pl.gpus[j]] && mv;
+    }
+  }
+  uint32_t moves = 0;
+  uint8_t gpus[GF_MAX_GPUS_PER_NODE];
+  for (uint32_t t = 0; t < r->gpu_count; t++) {
+    int pk = -1;
+    for (uint32_t g = 0; g < n->ngpus; g++)
+      if (ok[g] && !taken[g] && (pk < 0 || cnt[g] < cnt[pk]))
+        pk = (int)g;
+    if (pk < 0)
+      return 0;
+    taken[pk] = true;
+    gpus[t] = (uint8_t)pk;
+    moves += cnt[pk];
+  }
+  if (moves == 0 || moves > max_moves)
+    return 0;
+  copies *c = gf__calloc(1, sizeof(*c));
+  if (!c)
+    return 0;
+  const prec *mv[GF__DEFRAG_MOVES_MAX];
+  const char *uids[GF__DEFRAG_MOVES_MAX];
+  uint32_t nm = 0;
+  gf_node *w = copy_of(s, c, ni);
+  for (int64_t k = head[ni]; k >= 0; k = nxt[k]) {
+    const prec *q = &s->pods[k];
+    bool in = false;
+    for (uint32_t t = 0; t < r->gpu_count && !in; t++)
+      in = on_gpu(q, gpus[t]);
+    if (in && nm < GF__DEFRAG_MOVES_MAX) {
+      unbook_copy(w, q);
+      uids[nm] = q->uid;
+      mv[nm++] = q;
+    }
+  }
+  reindex_copy(w);
+  bool fits = nm == moves && gf_node_fits(w, r);
+  for (uint32_t t = 0; t < r->gpu_count && fits; t++)
+    fits = gf_gpu_fits(&w->gpus[gpus[t]], r);
+  if (fits)
+    book_copy(w, r, gpus);
+  if (fits && gf__pdb_violations(s->pdb, uids, nm) > 0)
+    fits = false;
+  for (uint32_t j = 0; j < nm && fits; j++)
+    fits = rehome(s, c, mv[j], ni, taken);
+  gf__free(c);
+  if (!fits)
+    return 0;
+  snprintf(out->node, sizeof(out->node), "%s", s->nodes[ni].name);
+  out->ngpus = r->gpu_count;
+  for (uint32_t t = 0; t < r->gpu_count; t++)
+    out->gpus[t] = n->gpus[gpus[t]].index;
+  out->n = nm;
+  for (uint32_t j = 0; j < nm; j++) {
+    char owner[GF_NAME_MAX];
+    snprintf(out->moves[j].uid, sizeof(out->moves[j].uid), "%s", mv[j]->uid);
+    gf__pdb_pod_info(s->pdb, mv[j]->uid, out->moves[j].ns, out->moves[j].name,
+                     owner);
+  }
+  return moves;
+}
+
+static bool fits_somewhere(gf_sched *s, const gf_request *r) {
+  for (uint32_t ni = 0; ni < s->nnodes; ni++)
+    if (node_open(s, ni) && gf_node_fits(gf_cluster_node(s->c, ni), r))
+      return true;
+  return false;
+}
+
+/* The plan for pending entry e (asking r), the node with fewest moves. */
+static bool plan_for(gf_sched *s, const pend *e, const gf_request *r,
+                     const int64_t *head, const int64_t *nxt,
+                     uint32_t max_moves, gf__defrag_plan *out) {
+  gf__defrag_plan cur;
+  uint32_t best = 0;
+  for (uint32_t ni = 0; ni < s->nnodes && best != 1; ni++) {
+    if (!node_open(s, ni))
+      continue;
+    uint32_t m = try_node(s, ni, r, head, nxt, max_moves, &cur);
+    if (m && (!best || m < best)) {
+      best = m;
+      *out = cur;
+    }
+  }
+  if (!best)
+    return false;
+  snprintf(out->ns, sizeof(out->ns), "%.*s", (int)e->ns_len, e->nskey);
+  snprintf(out->name, sizeof(out->name), "%s", e->nskey + e->ns_len + 1);
+  snprintf(out->uid, sizeof(out->uid), "%s", e->uid);
+  return true;
+}
+
+int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out) {
+  if (max_moves > GF__DEFRAG_MOVES_MAX)
+    max_moves = GF__DEFRAG_MOVES_MAX;
+  pthread_mutex_lock(&s->mu);
+  int rc = s->pdb && s->pend.n ? gf__ensure_model(s) : 0;
+  int64_t *head = NULL, *nxt = NULL;
+  if (rc || !s->pdb || !s->pend.n)
+    goto done;
+  head = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*head));
+  nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nxt));
+  if (!head || !nxt) {
+    rc = GF_ENOMEM;
+    goto done;
+  }
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    head[i] = -1;
+  for (uint32_t k = s->npods; k-- > 0;)
+    if (s->pods[k].placed && s->pods[k].pl.node < s->nnodes) {
+      nxt[k] = head[s->pods[k].pl.node];
+      head[s->pods[k].pl.node] = (int64_t)k;
+    }
+  for (const pend *e = s->pend.oldest; e && !rc; e = e->newer) {
+    if (e->nominated[0] || e->req.gpu_count == 0)
+      continue;
+    gf_request r = e->req;
+    gf__effective(s, &r);
+    bool named;
+    r.model_mask = gf__models_mask(s->c, e->models, &named);
+    if (r.gpu_milli < GF_GPU_MILLI || (named && !r.model_mask) ||
+        fits_somewhere(s, &r))
+      continue;
+    if (plan_for(s, e, &r, head, nxt, max_moves, out))
+      rc = 1;
+  }
+done:
+  pthread_mutex_unlock(&s->mu);
+  gf__free(head);
+  gf__free(nxt);
+  return rc;
 }

@@ -159,6 +159,17 @@ struct gf_sched {
   uint32_t filter_top; /* gf_sched_config's; 0: every fitting node */
   gf_sched_metrics_fn metrics_fn; /* more /metrics lines, or NULL */
   void *metrics_user;
+  struct gf__pdb *pdb; /* budgets the preempt verb honours, or NULL (pdb.h) */
+  /* GPUs defragmentation freed, held for the pod they were freed for
+   * (defrag.h: gf__defrag_hold) until it is no longer pending or until. */
+  struct gf__dhold {
+    char uid[GF__UID_MAX];
+    char node[GF_NAME_MAX];
+    int64_t until_ms; /* CLOCK_MONOTONIC */
+    uint32_t nmoved;  /* the pods moved for it: left out of the copy */
+    char moved[8][GF__UID_MAX];
+  } dhold[8];
+  uint32_t ndhold;
 
   gf_cluster *c;
   bool dirty; /* c must be rebuilt before use */
@@ -247,12 +258,18 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out);
 #define GF__HOLDS_MAX 64u
 typedef struct gf__holds {
   const pend *e[GF__HOLDS_MAX];
+  const char *node[GF__HOLDS_MAX];           /* where each is held */
+  const struct gf__dhold *dh[GF__HOLDS_MAX]; /* defrag's, or NULL */
   uint32_t n;
 } gf__holds;
 uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,
                            gf__holds *h);
 bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
                      const char *node, gf_node *copy);
+/* At bind (sched_preempt.c): pick's GPUs that a hold on node ni needs are
+ * traded for others that r fits beside the held pods. */
+void gf__holds_steer(gf_sched *s, const pend *pp, uint32_t ni, const char *node,
+                     const gf_request *r, gf_placement *pick);
 
 /* sched_pending.c */
 pend *gf__pending_find(gf_sched *s, const char *uid, const char *ns,

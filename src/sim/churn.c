@@ -51,6 +51,8 @@ typedef struct cpod {
   uint8_t cover_n;
   uint32_t qprev, qnext; /* pending FIFO */
   uint32_t nprev, nnext; /* pods on its node */
+  bool high;             /* high priority (cfg->high) */
+  double owe;            /* reload owed at its next start (evicted) */
 } cpod;
 
 typedef struct slot {
@@ -98,7 +100,10 @@ typedef struct churn {
   /* waits */
   double *wait;
   size_t nwait, capwait;
+  double *waitc[2]; /* per class (cfg->high > 0): low, high */
+  size_t nwaitc[2], capwaitc[2];
   size_t next_script;
+  uint64_t ndrawn; /* Poisson arrivals drawn: the priority hash's index */
 } churn;
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -249,7 +254,25 @@ static void off_node(churn *k, uint32_t i) {
   s->npods--;
 }
 
-static int record_wait(churn *k, double w) {
+static int push_wait(double **v, size_t *n, size_t *cap, double w) {
+  if (*n == *cap) {
+    size_t nc = *cap ? *cap * 2 : 4096;
+    double *x = realloc(*v, nc * sizeof(*x));
+    if (!x)
+      return GF_ENOMEM;
+    *v = x;
+    *cap = nc;
+  }
+  (*v)[(*n)++] = w;
+  return 0;
+}
+
+/* Pod i waited w before its first placement. */
+static int record_wait(churn *k, uint32_t i, double w) {
+  int c = k->p[i].high;
+  if (k->cfg->high > 0 &&
+      push_wait(&k->waitc[c], &k->nwaitc[c], &k->capwaitc[c], w))
+    return GF_ENOMEM;
   if (k->nwait == k->capwait) {
     size_t cap = k->capwait ? k->capwait * 2 : 4096;
     double *x = realloc(k->wait, cap * sizeof(*x));
@@ -539,7 +562,8 @@ static int started(churn *k, uint32_t i, double reload) {
   p->state = P_RUNNING;
   p->start = k->now;
   k->asked += demand(req_of(k, i));
-  p->reload = reload;
+  p->reload = reload + p->owe;
+  p->owe = 0;
   p->gen++;
   on_node(k, i);
   if (!p->waited) {
@@ -548,7 +572,7 @@ static int started(churn *k, uint32_t i, double reload) {
     double w = k->now - p->arrive;
     if (w > 0)
       k->r->waited++;
-    int rc = record_wait(k, w);
+    int rc = record_wait(k, i, w);
     if (rc)
       return rc;
   }
@@ -556,11 +580,22 @@ static int started(churn *k, uint32_t i, double reload) {
 }
 
 /* Tries the pending pods, in FIFO order, on node `node` (which gained
- * room); nothing else changed since they last failed. */
+ * room); nothing else changed since they last failed.  With priorities,
+ * the high pods first (pass 1), then the low (pass 0). */
 static int retry_on(churn *k, uint32_t node) {
   const gf_node *n = gf_cluster_node(k->c, node);
-  for (uint32_t i = k->qhead; i != NONE;) {
+  int pass = k->cfg->high > 0 ? 1 : -1;
+  for (uint32_t i = k->qhead; i != NONE || pass > 0;) {
+    if (i == NONE) {
+      i = k->qhead;
+      pass = 0;
+      continue;
+    }
     uint32_t next = k->p[i].qnext;
+    if (pass >= 0 && k->p[i].high != (pass == 1)) {
+      i = next;
+      continue;
+    }
     gf_request eff;
     gf_engine_effective(k->e, req_of(k, i), &eff);
     if (gf_node_fits(n, &eff)) {
@@ -580,19 +615,445 @@ static int retry_on(churn *k, uint32_t node) {
   return 0;
 }
 
+/* ---- priorities, preemption, defragmentation (issue 32) ----------------
+ * Off unless cfg->high > 0 (gpufrac/churn.h). */
+
+#define VICTIMS_MAX 64 /* low pods considered on one node */
+#define SUBSET_MAX 8   /* victims on one GPU tried as every subset */
+
+/* Whether arrival number `n` is marked high: a hash of the seed and n, so
+ * every mode and policy marks the same arrivals. */
+static bool draw_high(const churn *k, uint64_t n) {
+  if (!(k->cfg->high > 0))
+    return false;
+  uint64_t x = (k->cfg->seed ^ 0x7072696f72697479ull) /* "priority" */ +
+               n * 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return (double)(x >> 11) * 0x1.0p-53 < k->cfg->high;
+}
+
+/* Not loading (or the guard is off): may be evicted or moved. */
+static bool movable(const churn *k, uint32_t i) {
+  const cpod *p = &k->p[i];
+  return !k->cfg->guard ||
+         k->now >= p->start + p->reload + k->cfg->guard_settle_s;
+}
+
+static bool holds_gpu(const cpod *p, uint32_t g) {
+  for (uint32_t j = 0; j < p->pl.ngpus; j++)
+    if (p->pl.gpus[j] == g)
+      return true;
+  return false;
+}
+
+/* Takes pod i's booking off the copy n (as gf_cluster_release would). */
+static void unbook(const churn *k, gf_node *n, uint32_t i) {
+  gf_request r;
+  gf_engine_effective(k->e, req_of(k, i), &r);
+  n->cpu_used -= r.cpu_milli;
+  n->mem_used -= r.mem_bytes;
+  for (uint32_t j = 0; j < k->p[i].pl.ngpus; j++) {
+    gf_gpu *g = &n->gpus[k->p[i].pl.gpus[j]];
+    g->milli_used -= r.gpu_milli;
+    g->mem_used -= r.gpu_milli >= GF_GPU_MILLI ? g->mem_bytes : r.gpu_mem_bytes;
+    g->npods = (uint16_t)(g->npods ? g->npods - 1 : 0);
+    g->exclusive = false;
+  }
+  n->free_gpus = 0;
+  n->max_free_milli = 0;
+  for (uint32_t j = 0; j < n->ngpus; j++) {
+    const gf_gpu *g = &n->gpus[j];
+    n->free_gpus += g->npods == 0;
+    int32_t fm = g->exclusive ? 0 : GF_GPU_MILLI - g->milli_used;
+    if (fm > n->max_free_milli)
+      n->max_free_milli = fm;
+  }
+}
+
+/* A choice of victims on one node, and its key. */
+typedef struct vchoice {
+  uint32_t node, n;
+  uint32_t at[VICTIMS_MAX];
+  gf_placement pl; /* where the preemptor goes (GPU-aware) */
+  double left;     /* capacity left on its GPU(s) */
+  bool ok;
+} vchoice;
+
+static bool vchoice_better(const vchoice *a, const vchoice *b) {
+  if (!b->ok)
+    return a->ok;
+  if (!a->ok)
+    return false;
+  return a->n < b->n || (a->n == b->n && a->left < b->left);
+}
+
+/* Lets eviction of the victims vs[0..nv) of node x (mask bits) free GPU g
+ * for r (a share)?  Fills c when it fits. */
+static bool try_share(const churn *k, uint32_t x, const gf_request *r,
+                      uint32_t g, const uint32_t *vs, uint32_t nv,
+                      uint32_t mask, vchoice *c) {
+  gf_node n = *gf_cluster_node(k->c, x);
+  c->n = 0;
+  for (uint32_t j = 0; j < nv; j++)
+    if (mask & (1u << j)) {
+      unbook(k, &n, vs[j]);
+      c->at[c->n++] = vs[j];
+    }
+  if (!gf_gpu_fits(&n.gpus[g], r) || !gf_node_fits(&n, r))
+    return false;
+  c->node = x;
+  c->pl = (gf_placement){.node = x, .ngpus = 1};
+  c->pl.gpus[0] = (uint8_t)g;
+  c->left = (double)(GF_GPU_MILLI - n.gpus[g].milli_used - r->gpu_milli);
+  c->ok = true;
+  return true;
+}
+
+/* The extender's choice on node x (GPU-aware) for r into *best. */
+static void gpu_choice(const churn *k, uint32_t x, const gf_request *r,
+                       const uint32_t *low, uint32_t nlow, vchoice *best) {
+  const gf_node *n = gf_cluster_node(k->c, x);
+  vchoice c;
+  if (r->gpu_count == 1 && r->gpu_milli < GF_GPU_MILLI) {
+    for (uint32_t g = 0; g < n->ngpus; g++) {
+      uint32_t vs[SUBSET_MAX], nv = 0;
+      for (uint32_t j = 0; j < nlow && nv < SUBSET_MAX; j++)
+        if (holds_gpu(&k->p[low[j]], g))
+          vs[nv++] = low[j];
+      /* all of them first: when that does not free it, nothing does */
+      if (!nv || !try_share(k, x, r, g, vs, nv, (1u << nv) - 1, &c))
+        continue;
+      for (uint32_t m = 1; m < (1u << nv); m++)
+        if (try_share(k, x, r, g, vs, nv, m, &c) && vchoice_better(&c, best))
+          *best = c;
+    }
+    return;
+  }
+  /* Whole GPUs: those all of whose pods are victims, fewest pods first. */
+  uint32_t cnt[GF_MAX_GPUS_PER_NODE];
+  bool use[GF_MAX_GPUS_PER_NODE];
+  for (uint32_t g = 0; g < n->ngpus; g++) {
+    cnt[g] = 0;
+    for (uint32_t j = 0; j < nlow; j++)
+      cnt[g] += holds_gpu(&k->p[low[j]], g);
+    use[g] = (!r->model_mask || (r->model_mask & (1ull << n->gpus[g].model))) &&
+             cnt[g] == n->gpus[g].npods;
+  }
+  c = (vchoice){.node = x, .pl = {.node = x}};
+  for (uint32_t t = 0; t < r->gpu_count; t++) {
+    int pk = -1;
+    for (uint32_t g = 0; g < n->ngpus; g++)
+      if (use[g] && (pk < 0 || cnt[g] < cnt[pk]))
+        pk = (int)g;
+    if (pk < 0)
+      return;
+    use[pk] = false;
+    c.pl.gpus[c.pl.ngpus++] = (uint8_t)pk;
+  }
+  gf_node cp = *n;
+  for (uint32_t j = 0; j < nlow; j++) {
+    bool in = false;
+    for (uint32_t t = 0; t < c.pl.ngpus && !in; t++)
+      in = holds_gpu(&k->p[low[j]], c.pl.gpus[t]);
+    if (in) {
+      unbook(k, &cp, low[j]);
+      c.at[c.n++] = low[j];
+    }
+  }
+  for (uint32_t t = 0; t < c.pl.ngpus; t++)
+    if (!gf_gpu_fits(&cp.gpus[c.pl.gpus[t]], r))
+      return;
+  if (cp.cpu_used + r->cpu_milli > cp.cpu_milli ||
+      cp.mem_used + r->mem_bytes > cp.mem_bytes)
+    return;
+  c.left = 0;
+  c.ok = true;
+  if (vchoice_better(&c, best))
+    *best = c;
+}
+
+/* kube-scheduler's choice on node x: the node's GPUs as one pool (its view
+ * counts, it does not see GPUs), every low pod removed, then reprieved
+ * oldest first while the pool still takes r. */
+static void kube_choice(const churn *k, uint32_t x, const gf_request *r,
+                        uint32_t *low, uint32_t nlow, vchoice *best) {
+  const gf_node *n = gf_cluster_node(k->c, x);
+  int64_t cpu = n->cpu_milli - n->cpu_used, mem = n->mem_bytes - n->mem_used;
+  int64_t pool = 0, need = (int64_t)r->gpu_count * r->gpu_milli;
+  for (uint32_t g = 0; g < n->ngpus; g++)
+    pool += GF_GPU_MILLI - n->gpus[g].milli_used;
+  gf_request v[VICTIMS_MAX];
+  for (uint32_t j = 0; j < nlow; j++) {
+    gf_engine_effective(k->e, req_of(k, low[j]), &v[j]);
+    cpu += v[j].cpu_milli;
+    mem += v[j].mem_bytes;
+    pool += (int64_t)v[j].gpu_count * v[j].gpu_milli;
+  }
+  if (cpu < r->cpu_milli || mem < r->mem_bytes || pool < need ||
+      r->gpu_count > n->ngpus)
+    return;
+  vchoice c = {.node = x};
+  /* oldest (earliest start) first: the most important of equal priority */
+  for (uint32_t j = 1; j < nlow; j++)
+    for (uint32_t t = j; t > 0 && k->p[low[t]].start < k->p[low[t - 1]].start;
+         t--) {
+      uint32_t s = low[t];
+      low[t] = low[t - 1];
+      low[t - 1] = s;
+      gf_request q = v[t];
+      v[t] = v[t - 1];
+      v[t - 1] = q;
+    }
+  for (uint32_t j = 0; j < nlow; j++) {
+    int64_t g = (int64_t)v[j].gpu_count * v[j].gpu_milli;
+    if (cpu - v[j].cpu_milli >= r->cpu_milli &&
+        mem - v[j].mem_bytes >= r->mem_bytes && pool - g >= need) {
+      cpu -= v[j].cpu_milli; /* reprieved */
+      mem -= v[j].mem_bytes;
+      pool -= g;
+    } else {
+      c.at[c.n++] = low[j];
+    }
+  }
+  if (c.n == 0)
+    return; /* it fits the pool already: not a preemption */
+  c.ok = true;
+  c.left = (double)(pool - need);
+  if (vchoice_better(&c, best))
+    *best = c;
+}
+
+/* Evicts running pod i: it is pending again and owes a reload. */
+static int evict(churn *k, uint32_t i) {
+  cpod *p = &k->p[i];
+  close_run(k, i, k->now);
+  int rc = gf_engine_release(k->e, req_of(k, i), &p->pl);
+  if (rc)
+    return gf_diag_set(k->d, rc, "churn: evicting a pod: %s", gf_strerror(rc));
+  uint32_t node = p->pl.node;
+  off_node(k, i);
+  p->owe = k->cfg->reload_s;
+  k->r->evictions++;
+  k->r->reload_minutes += k->cfg->reload_s / 60;
+  q_append(k, i);
+  return k->s[node].npods == 0 ? watch_empty(k, node) : 0;
+}
+
+/* Pod i (high, arrived, fits nowhere): preempts under cfg->preempt.  *done
+ * when it was placed, or queued after its victims were evicted. */
+static int try_preempt(churn *k, uint32_t i, bool *done) {
+  gf_request r;
+  gf_engine_effective(k->e, req_of(k, i), &r);
+  vchoice best = {.ok = false}, *b = &best;
+  for (uint32_t x = 0; x < k->ns; x++) {
+    if (!k->s[x].live)
+      continue;
+    uint32_t low[VICTIMS_MAX], nlow = 0;
+    for (uint32_t j = k->s[x].head; j != NONE && nlow < VICTIMS_MAX;
+         j = k->p[j].nnext)
+      if (!k->p[j].high && movable(k, j))
+        low[nlow++] = j;
+    if (k->cfg->preempt == GF_CHURN_PREEMPT_GPU)
+      gpu_choice(k, x, &r, low, nlow, b);
+    else
+      kube_choice(k, x, &r, low, nlow, b);
+  }
+  if (!b->ok)
+    return 0;
+  int rc;
+  k->r->preemptions++;
+  k->r->preempt_victims += b->n;
+  for (uint32_t j = 0; j < b->n; j++)
+    if ((rc = evict(k, b->at[j])))
+      return rc;
+  *done = true;
+  if (k->cfg->preempt == GF_CHURN_PREEMPT_GPU)
+    rc = gf_engine_apply(k->e, req_of(k, i), &b->pl);
+  else
+    rc = gf_engine_place(k->e, req_of(k, i), &b->pl);
+  if (rc == 0) {
+    k->p[i].pl = b->pl;
+    if ((rc = started(k, i, 0)))
+      return rc;
+  } else if (rc == GF_ENOFIT) {
+    k->r->preempt_wasted++;
+    q_append(k, i);
+  } else {
+    return gf_diag_set(k->d, rc, "churn: placing a preemptor: %s",
+                       gf_strerror(rc));
+  }
+  if ((rc = retry_on(k, b->node)))
+    return rc;
+  return k->uncovered ? scale_up(k) : 0;
+}
+
+/* ---- defragmentation ---------------------------------------------------*/
+
+#define DEFRAG_CANDIDATES 64
+#define DEFRAG_TRIES 8
+
+typedef struct dcand {
+  gf_placement pl; /* the GPUs freed for the pending pod */
+  uint32_t moves;
+} dcand;
+
+/* The GPUs of node x a whole-GPU request r could take by moving share
+ * pods (fewest first), into *c; false when x has none within the limit. */
+static bool defrag_candidate(const churn *k, uint32_t x, const gf_request *r,
+                             dcand *c) {
+  const gf_node *n = gf_cluster_node(k->c, x);
+  uint32_t cnt[GF_MAX_GPUS_PER_NODE];
+  bool use[GF_MAX_GPUS_PER_NODE];
+  if (r->gpu_count > n->ngpus)
+    return false;
+  for (uint32_t g = 0; g < n->ngpus; g++) {
+    use[g] = !r->model_mask || (r->model_mask & (1ull << n->gpus[g].model));
+    cnt[g] = 0;
+  }
+  int64_t cpu = n->cpu_used, mem = n->mem_used;
+  for (uint32_t j = k->s[x].head; j != NONE; j = k->p[j].nnext) {
+    gf_request q;
+    gf_engine_effective(k->e, req_of(k, j), &q);
+    bool share = q.gpu_count == 1 && q.gpu_milli < GF_GPU_MILLI &&
+                 q.mode == GF_MODE_SHARED && movable(k, j);
+    for (uint32_t t = 0; t < k->p[j].pl.ngpus; t++) {
+      uint32_t g = k->p[j].pl.gpus[t];
+      cnt[g]++;
+      if (!share)
+        use[g] = false;
+    }
+  }
+  *c = (dcand){.pl = {.node = x}};
+  for (uint32_t t = 0; t < r->gpu_count; t++) {
+    int pk = -1;
+    for (uint32_t g = 0; g < n->ngpus; g++)
+      if (use[g] && (pk < 0 || cnt[g] < cnt[pk]))
+        pk = (int)g;
+    if (pk < 0)
+      return false;
+    use[pk] = false;
+    c->pl.gpus[c->pl.ngpus++] = (uint8_t)pk;
+    c->moves += cnt[pk];
+  }
+  for (uint32_t j = k->s[x].head; j != NONE; j = k->p[j].nnext) {
+    bool in = false;
+    for (uint32_t t = 0; t < c->pl.ngpus && !in; t++)
+      in = holds_gpu(&k->p[j], c->pl.gpus[t]);
+    if (in) {
+      gf_request q;
+      gf_engine_effective(k->e, req_of(k, j), &q);
+      cpu -= q.cpu_milli;
+      mem -= q.mem_bytes;
+    }
+  }
+  return c->moves > 0 && c->moves <= k->cfg->defrag_max &&
+         cpu + r->cpu_milli <= n->cpu_milli &&
+         mem + r->mem_bytes <= n->mem_bytes;
+}
+
+/* Moves the pods on c's GPUs elsewhere and places pod i there; undone
+ * exactly when one of them fits nowhere.  *moved: whether it was done. */
+static int defrag_try(churn *k, uint32_t i, const dcand *c, bool *moved) {
+  uint32_t list[DRAIN_MAX], n = 0;
+  for (uint32_t j = k->s[c->pl.node].head; j != NONE && n < DRAIN_MAX;
+       j = k->p[j].nnext) {
+    bool in = false;
+    for (uint32_t t = 0; t < c->pl.ngpus && !in; t++)
+      in = holds_gpu(&k->p[j], c->pl.gpus[t]);
+    if (in)
+      list[n++] = j;
+  }
+  *moved = false;
+  if (n != c->moves)
+    return 0;
+  int rc;
+  for (uint32_t j = 0; j < n; j++)
+    if ((rc = gf_engine_release(k->e, req_of(k, list[j]), &k->p[list[j]].pl)))
+      return gf_diag_set(k->d, rc, "churn: defrag: %s", gf_strerror(rc));
+  gf_placement to[DRAIN_MAX];
+  uint32_t ok = 0;
+  rc = gf_engine_apply(k->e, req_of(k, i), &c->pl);
+  bool in = rc == 0;
+  for (; rc == 0 && ok < n; ok++)
+    if ((rc = gf_engine_place(k->e, req_of(k, list[ok]), &to[ok])))
+      break;
+  if (rc && rc != GF_ENOFIT)
+    return gf_diag_set(k->d, rc, "churn: defrag: %s", gf_strerror(rc));
+  if (rc == GF_ENOFIT) { /* undo, in reverse */
+    for (uint32_t j = ok; j-- > 0;)
+      if ((rc = gf_engine_release(k->e, req_of(k, list[j]), &to[j])))
+        return gf_diag_set(k->d, rc, "churn: defrag undo: %s", gf_strerror(rc));
+    if (in && (rc = gf_engine_release(k->e, req_of(k, i), &c->pl)))
+      return gf_diag_set(k->d, rc, "churn: defrag undo: %s", gf_strerror(rc));
+    for (uint32_t j = 0; j < n; j++)
+      if ((rc = gf_engine_apply(k->e, req_of(k, list[j]), &k->p[list[j]].pl)))
+        return gf_diag_set(k->d, rc, "churn: defrag undo: %s", gf_strerror(rc));
+    return 0;
+  }
+  /* Moved: each pod is evicted and restarts elsewhere, reloading. */
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t q = list[j];
+    close_run(k, q, k->now);
+    off_node(k, q);
+    k->p[q].pl = to[j];
+    k->r->evictions++;
+    k->r->defrag_moves++;
+    k->r->reload_minutes += k->cfg->reload_s / 60;
+    if ((rc = started(k, q, k->cfg->reload_s)))
+      return rc;
+  }
+  k->p[i].pl = c->pl;
+  k->r->defrags++;
+  *moved = true;
+  return started(k, i, 0);
+}
+
+/* Pod i (arrived, fits nowhere, asks whole GPUs): the candidates with the
+ * fewest moves first, at most DEFRAG_TRIES tried. */
+static int try_defrag(churn *k, uint32_t i, bool *done) {
+  gf_request r;
+  gf_engine_effective(k->e, req_of(k, i), &r);
+  if (r.gpu_count == 0 || r.gpu_milli < GF_GPU_MILLI)
+    return 0;
+  dcand cs[DEFRAG_CANDIDATES], c;
+  uint32_t nc = 0;
+  for (uint32_t x = 0; x < k->ns; x++) {
+    if (!k->s[x].live || !defrag_candidate(k, x, &r, &c))
+      continue;
+    if (nc == DEFRAG_CANDIDATES && c.moves >= cs[nc - 1].moves)
+      continue;
+    uint32_t at = nc < DEFRAG_CANDIDATES ? nc++ : nc - 1;
+    for (; at > 0 && cs[at - 1].moves > c.moves; at--)
+      cs[at] = cs[at - 1];
+    cs[at] = c;
+  }
+  for (uint32_t t = 0; t < nc && t < DEFRAG_TRIES && !*done; t++) {
+    int rc = defrag_try(k, i, &cs[t], done);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
 /* ---- events ------------------------------------------------------------- */
 
-static int draw_arrival(churn *k, double *t, size_t *pod, double *life) {
+static int draw_arrival(churn *k, double *t, size_t *pod, double *life,
+                        bool *high) {
   const gf_churn_config *cfg = k->cfg;
   if (cfg->script) {
     if (k->next_script >= cfg->nscript)
       return 1;
+    *high =
+        cfg->high > 0 && cfg->script_high && cfg->script_high[k->next_script];
     const gf_churn_arrival *a = &cfg->script[k->next_script++];
     *t = a->t;
     *pod = a->pod;
     *life = a->lifetime_s;
     return 0;
   }
+  *high = draw_high(k, k->ndrawn++);
   double u = gf_rng_double(&k->rng);
   *t = k->now - log1p(-u) / k->rate;
   *pod = (size_t)gf_rng_below(&k->rng, k->pods->n);
@@ -605,7 +1066,8 @@ static int draw_arrival(churn *k, double *t, size_t *pod, double *life) {
 static int next_arrival(churn *k) {
   double t, life;
   size_t pod;
-  if (draw_arrival(k, &t, &pod, &life))
+  bool high;
+  if (draw_arrival(k, &t, &pod, &life, &high))
     return 0;
   uint32_t i;
   if (pod_new(k, &i))
@@ -617,10 +1079,12 @@ static int next_arrival(churn *k) {
   p->arrive = t;
   p->left = life;
   p->cover = NONE;
+  p->high = high;
   return push(k, t, EV_ARRIVE, i, 0);
 }
 
 static int on_arrive(churn *k, uint32_t i) {
+  k->r->arrived_high += k->p[i].high;
   k->r->arrived++;
   const gf_request *r = req_of(k, i);
   gf_request eff;
@@ -640,6 +1104,13 @@ static int on_arrive(churn *k, uint32_t i) {
     return started(k, i, 0);
   if (rc != GF_ENOFIT)
     return gf_diag_set(k->d, rc, "churn: placing a pod: %s", gf_strerror(rc));
+  bool done = false;
+  if (k->p[i].high && k->cfg->preempt && (rc = try_preempt(k, i, &done)))
+    return rc;
+  if (!done && k->cfg->defrag && (rc = try_defrag(k, i, &done)))
+    return rc;
+  if (done)
+    return 0;
   q_append(k, i);
   return scale_up(k);
 }
@@ -792,6 +1263,15 @@ static int check_config(const churn *k) {
     return gf_diag_set(k->d, GF_EINVAL,
                        "churn: durations must be >= 0 (duration, sample "
                        "interval and consolidation interval > 0)");
+  if (!(c->high >= 0 && c->high <= 1) || c->preempt < GF_CHURN_PREEMPT_NONE ||
+      c->preempt > GF_CHURN_PREEMPT_GPU)
+    return gf_diag_set(k->d, GF_EINVAL,
+                       "churn: high %g not in [0, 1], or an unknown "
+                       "preemption mode %d",
+                       c->high, c->preempt);
+  if (c->preempt && !(c->high > 0))
+    return gf_diag_set(k->d, GF_EINVAL,
+                       "churn: preemption needs high-priority pods (high > 0)");
   if (!c->script && !(c->load > 0 && c->load <= 2))
     return gf_diag_set(k->d, GF_EINVAL, "churn: load %g not in (0, 2]",
                        c->load);
@@ -918,10 +1398,16 @@ static int finish(churn *k) {
   }
   for (uint32_t i = k->qhead; i != NONE; i = k->p[i].qnext) {
     k->r->still_pending++;
+    if (k->p[i].waited)
+      continue; /* evicted and pending again: its first wait is counted */
     k->r->waited++;
-    if (record_wait(k, end - k->p[i].arrive))
+    if (record_wait(k, i, end - k->p[i].arrive))
       return GF_ENOMEM;
   }
+  k->r->pending_low_p50_s = gf_churn_percentile(k->waitc[0], k->nwaitc[0], 50);
+  k->r->pending_low_p99_s = gf_churn_percentile(k->waitc[0], k->nwaitc[0], 99);
+  k->r->pending_high_p50_s = gf_churn_percentile(k->waitc[1], k->nwaitc[1], 50);
+  k->r->pending_high_p99_s = gf_churn_percentile(k->waitc[1], k->nwaitc[1], 99);
   double sum = 0;
   for (size_t i = 0; i < k->nwait; i++)
     sum += k->wait[i];
@@ -980,6 +1466,7 @@ void gf_churn_config_init(gf_churn_config *cfg) {
   cfg->guard = false;
   cfg->guard_settle_s = 120;
   cfg->sample_s = 3600;
+  cfg->defrag_max = 3;
 }
 
 int gf_churn_run(const gf_cluster *proto, const gf_node_types *types,
@@ -1016,6 +1503,8 @@ int gf_churn_run(const gf_cluster *proto, const gf_node_types *types,
   free(k.s);
   free(k.v);
   free(k.wait);
+  free(k.waitc[0]);
+  free(k.waitc[1]);
   if (rc) {
     gf_churn_result_release(out);
     memset(out, 0, sizeof(*out));

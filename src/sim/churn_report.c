@@ -53,6 +53,16 @@ int gf_churn_summary_of(const char *trace, const char *policy,
     ADD(pending_p99_s);
     ADD(pending_mean_s);
     ADD(wall_s);
+    ADD(arrived_high);
+    ADD(preemptions);
+    ADD(preempt_victims);
+    ADD(preempt_wasted);
+    ADD(defrags);
+    ADD(defrag_moves);
+    ADD(pending_high_p50_s);
+    ADD(pending_high_p99_s);
+    ADD(pending_low_p50_s);
+    ADD(pending_low_p99_s);
 #undef ADD
     for (uint32_t j = 0; j < r->nsamples; j++) {
       out->nodes[j] += (double)r->nodes[j] / n;
@@ -60,6 +70,9 @@ int gf_churn_summary_of(const char *trace, const char *policy,
       out->asked[j] += r->asked ? r->asked[j] / n : 0;
     }
   }
+  out->prio = cfg->high > 0;
+  out->evictions_per_day =
+      cfg->duration_s > 0 ? out->evictions / (cfg->duration_s / 86400) : 0;
   out->waste_ratio = out->gpu_hours_asked > 0
                          ? out->gpu_hours_bought / out->gpu_hours_asked
                          : NAN;
@@ -89,6 +102,22 @@ void gf_churn_report_table(FILE *fp, const gf_churn_summary *s, int n) {
             x->waste_ratio, x->cost, x->peak_nodes, x->pending_p50_s,
             x->pending_p99_s, x->evictions, x->reload_minutes, x->guarded,
             x->unschedulable, x->wall_s);
+  }
+  if (n <= 0 || !s[0].prio)
+    return;
+  /* Priorities (issue 32): pending time per class, preemption, defrag. */
+  fprintf(fp, "\n%-14s %-9s %8s %9s %8s %9s %7s %7s %6s %7s %6s %9s\n", "trace",
+          "policy", "high p50", "high p99", "low p50", "low p99", "preempt",
+          "victims", "wasted", "defrags", "moved", "evict/day");
+  for (int i = 0; i < n; i++) {
+    const gf_churn_summary *x = &s[i];
+    fprintf(fp,
+            "%-14s %-9s %7.0fs %8.0fs %7.0fs %8.0fs %7.1f %7.1f %6.1f %7.1f "
+            "%6.1f %9.1f\n",
+            x->trace, x->policy, x->pending_high_p50_s, x->pending_high_p99_s,
+            x->pending_low_p50_s, x->pending_low_p99_s, x->preemptions,
+            x->preempt_victims, x->preempt_wasted, x->defrags, x->defrag_moves,
+            x->evictions_per_day);
   }
 }
 
@@ -124,6 +153,14 @@ void gf_churn_report_json(FILE *fp, const gf_churn_summary *s, int n,
   jnum(fp, "guard_settle_s", cfg->guard_settle_s, 0);
   jnum(fp, "reload_s", cfg->reload_s, 0);
   jnum(fp, "initial_nodes", cfg->initial, 0);
+  if (cfg->high > 0) {
+    static const char *const modes[] = {"none", "kube", "gpufrac"};
+    jnum(fp, "high", cfg->high, 0);
+    jstr(fp, "preempt",
+         cfg->preempt >= 0 && cfg->preempt <= 2 ? modes[cfg->preempt] : "?");
+    fprintf(fp, "\"defrag\": %s, ", cfg->defrag ? "true" : "false");
+    jnum(fp, "defrag_max", cfg->defrag_max, 0);
+  }
   jnum(fp, "sample_s", cfg->sample_s, 1);
   fprintf(fp, "}, ");
   jstr(fp, "seeds", seeds);
@@ -155,6 +192,19 @@ void gf_churn_report_json(FILE *fp, const gf_churn_summary *s, int n,
     jnum(fp, "drains", x->drains, 0);
     jnum(fp, "guarded", x->guarded, 0);
     jnum(fp, "reload_minutes", x->reload_minutes, 0);
+    if (x->prio) {
+      jnum(fp, "arrived_high", x->arrived_high, 0);
+      jnum(fp, "pending_high_p50_s", x->pending_high_p50_s, 0);
+      jnum(fp, "pending_high_p99_s", x->pending_high_p99_s, 0);
+      jnum(fp, "pending_low_p50_s", x->pending_low_p50_s, 0);
+      jnum(fp, "pending_low_p99_s", x->pending_low_p99_s, 0);
+      jnum(fp, "preemptions", x->preemptions, 0);
+      jnum(fp, "preempt_victims", x->preempt_victims, 0);
+      jnum(fp, "preempt_wasted", x->preempt_wasted, 0);
+      jnum(fp, "defrags", x->defrags, 0);
+      jnum(fp, "defrag_moves", x->defrag_moves, 0);
+      jnum(fp, "evictions_per_day", x->evictions_per_day, 0);
+    }
     fprintf(fp, "\"nodes\": [");
     for (uint32_t j = 0; j < x->nsamples; j++)
       fprintf(fp, "%s%.6g", j ? ", " : "", x->nodes[j]);

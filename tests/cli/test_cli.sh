@@ -116,6 +116,25 @@ check churn-csv      2 'table or json' -- "$GPUFRAC" simulate "${churn[@]}" --fo
 printf 'type,model,gpus,cpu_milli,memory_mib,gpu_hour_price,count\nt4,T4,2,32000,131072,0.35,2\nv100,V100M32,eight,64000,262144,2.48,1\n' >"$tmp/badtypes.csv"
 check churn-bad-types 1 'badtypes.csv:3: column gpus' -- "$GPUFRAC" simulate "${churn[@]}" --node-types "$tmp/badtypes.csv"
 check churn-no-types 1 '/nonexistent/types.csv' -- "$GPUFRAC" simulate "${churn[@]}" --node-types /nonexistent/types.csv
+# Priorities, preemption and defragmentation (issue 32).
+check churn-preempt     0 'high p99' -- "$GPUFRAC" simulate "${churn[@]}" --preempt gpufrac --defrag
+check churn-preempt-bad 2 "--preempt 'maybe'" -- "$GPUFRAC" simulate "${churn[@]}" --preempt maybe
+check churn-high-bad    2 "--high '150%'" -- "$GPUFRAC" simulate "${churn[@]}" --high 150%
+check churn-preempt-only 2 '--preempt needs --churn' -- "$GPUFRAC" simulate --preempt kube
+"$GPUFRAC" simulate "${churn[@]}" --format json --jobs 1 >"$tmp/p0.json"
+"$GPUFRAC" simulate "${churn[@]}" --format json --jobs 1 --preempt kube --high 20% >"$tmp/p1.json"
+if python3 - "$tmp/p0.json" "$tmp/p1.json" <<'PY'
+import json, sys
+off, on = (json.load(open(p)) for p in sys.argv[1:3])
+assert "preempt" not in off["churn"] and "preemptions" not in off["summary"][0]
+assert on["churn"]["preempt"] == "kube" and on["churn"]["high"] == 0.2
+for s in on["summary"]:
+    for k in ("pending_high_p99_s", "pending_low_p99_s", "preemptions",
+              "preempt_wasted", "defrag_moves", "evictions_per_day"):
+        assert k in s, k
+    assert 0 < s["arrived_high"] < s["arrived"]
+PY
+then echo "ok   churn-preempt-json"; pass=$((pass + 1)); else echo "FAIL churn-preempt-json"; fail=$((fail + 1)); fi
 # The same seeds give the same JSON, byte for byte, whatever the threads.
 "$GPUFRAC" simulate "${churn[@]}" --consolidate --format json --jobs 1 >"$tmp/c1.json"
 "$GPUFRAC" simulate "${churn[@]}" --consolidate --format json --jobs 4 >"$tmp/c2.json"

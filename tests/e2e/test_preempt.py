@@ -25,6 +25,12 @@ so kube-scheduler preempts.
      full where a would leave 20Gi); kube-scheduler evicts b alone and hi
      is bound to n1 on GPU0.
 
+  3. The same with a PodDisruptionBudget over b (minAvailable 1; b is
+     never Ready, so the disruption controller allows no disruption): b
+     would break it, so the extender answers a (one victim, priority 10,
+     breaks nothing; d's 20 is higher); kube-scheduler evicts a alone and
+     hi is bound to GPU0.
+
 The extender runs with --guard off: no kubelet runs these pods, so they
 never become Ready and the guard would hold every one of them (the guard's
 rule is tests/sched/test_sched_preempt.c's).
@@ -62,6 +68,7 @@ def bound_pod(name, gpu, gib, pclass):
     p = pod(name, 1, "%dGi" % gib)
     p["spec"]["nodeName"] = "n1"
     p["spec"]["priorityClassName"] = pclass
+    p["metadata"]["labels"]["e2e-pod"] = name
     p["metadata"]["annotations"] = {GRANT: json.dumps({
         "version": 1, "node": "n1", "containers": [{"name": "main", "gpus": [
             {"uuid": "GPU-n1-%d" % gpu, "index": gpu, "memory": gib * GiB,
@@ -188,6 +195,41 @@ class Run:
             fail("kube-scheduler did not call the extender's preempt verb")
         self.t.check_state()
 
+    def with_budget(self):
+        """Scene 3: a PodDisruptionBudget over b steers the verb to a."""
+        path = "/apis/policy/v1/namespaces/%s/poddisruptionbudgets" % NS
+        self.api.create(path, {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-b", "namespace": NS},
+            "spec": {"minAvailable": 1,
+                     "selector": {"matchLabels": {"e2e-pod": "b"}}}})
+        wait_for("the extender knowing the budget",
+                 lambda: self.ext.metric("gpufrac_extender_pdbs") == 1, 30)
+        before = self.ext_preempts()
+        uids = self.scene(True)
+        got = self.t.wait_bound(["hi"], timeout=90)["hi"]
+        now = self.pods()
+        gone = sorted(set(VICTIMS) - set(now))
+        grant = json.loads(got["metadata"]["annotations"][GRANT])
+        gpus = [g["index"] for g in grant["containers"][0]["gpus"]]
+        pdb = self.api.get(path + "/keep-b")
+        log("with a budget over b (disruptionsAllowed %s): evicted %s; hi "
+            "bound to %s on GPU %s" %
+            (pdb.get("status", {}).get("disruptionsAllowed"), gone,
+             got["spec"]["nodeName"], gpus))
+        if gone != ["a"]:
+            fail("evicted %s, expected exactly a (b's budget allows none)"
+                 % gone)
+        for n in ("b", "c", "d"):
+            if now[n]["metadata"]["uid"] != uids[n]:
+                fail("%s was replaced" % n)
+        if got["spec"]["nodeName"] != "n1" or gpus != [0]:
+            fail("hi bound to %s GPUs %s, expected n1 GPU 0" %
+                 (got["spec"]["nodeName"], gpus))
+        if self.ext_preempts() <= before:
+            fail("kube-scheduler did not call the extender's preempt verb")
+        self.api.delete(path + "/keep-b")
+
     def ext_preempts(self):
         n = 0.0
         for line in self.ext.get("/metrics")[1].splitlines():
@@ -209,6 +251,7 @@ def main():
         r.setup()
         r.without_verb()
         r.with_verb()
+        r.with_budget()
         c.check_alive()
 
     def tails(c):

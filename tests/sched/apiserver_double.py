@@ -33,6 +33,8 @@ state to answer them the way the real API server does:
                                                into the pod in the same
                                                write, as kube-apiserver's
                                                BindingREST does
+  GET  /apis/policy/v1/poddisruptionbudgets   LIST and WATCH (the preempt
+                                               verb's budgets; none here)
   GET/POST/PUT coordination.k8s.io/v1 leases   PUT needs the current
                                                resourceVersion (409 if not)
 
@@ -90,6 +92,9 @@ def merge_patch(target, patch):
     return out
 
 
+KINDS = {"nodes": "Node", "pods": "Pod",
+         "poddisruptionbudgets": "PodDisruptionBudget"}
+
 class State:
     """Nodes, pods and leases with one resourceVersion counter and an
     event log per resource (never compacted: no 410 here)."""
@@ -97,8 +102,9 @@ class State:
     def __init__(self):
         self.mu = threading.Condition()
         self.rv = 1000
-        self.objs = {"nodes": {}, "pods": {}, "leases": {}}
-        self.events = {"nodes": [], "pods": []}
+        self.objs = {"nodes": {}, "pods": {}, "leases": {},
+                     "poddisruptionbudgets": {}}
+        self.events = {"nodes": [], "pods": [], "poddisruptionbudgets": []}
         self.errors = []
         self.conflicts = 0  # 409s returned on (guard) PATCHes
         self.guard_patches = 0  # the disruption guard's PATCHes applied
@@ -237,7 +243,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         u = urllib.parse.urlsplit(self.path)
         q = dict(urllib.parse.parse_qsl(u.query))
         p = u.path.rstrip("/").split("/")
-        if u.path in ("/api/v1/nodes", "/api/v1/pods"):
+        if u.path in ("/api/v1/nodes", "/api/v1/pods",
+                      "/apis/policy/v1/poddisruptionbudgets"):
             res = p[-1]
             if q.get("watch") in ("1", "true"):
                 return self._watch(res, q)
@@ -425,7 +432,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 st.next_snap += 1
                 cont = "c%d" % st.next_snap
                 st.snapshots[cont] = (items, rv, start + limit)
-        kind = "NodeList" if res == "nodes" else "PodList"
+        kind = KINDS[res] + "List"
         self._send(200, {"kind": kind, "apiVersion": "v1",
                          "metadata": {"resourceVersion": str(rv),
                                       "continue": cont},
@@ -452,7 +459,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        kind = "Node" if res == "nodes" else "Pod"
+        kind = KINDS[res]
         sent = since
         try:
             while True:

@@ -482,6 +482,245 @@ static json_t *filter_with_nodes(gf_sched *s, json_t *items) {
  * UUID, 1000Gi) let a 40Gi pod pass and bind beside a bound 60Gi pod (100Gi
  * granted on an 80Gi GPU), and a stale copy without the inventory unbooked
  * the bound pods. */
+/* ---- PodDisruptionBudgets for the preempt verb ---------------------------
+ * node-a100's GPU 0 holds web-0 (app=web, 70Gi), GPU 1 batch-0 (app=batch,
+ * 70Gi), both priority 0.  A preemptor asking 20Gi at priority 100 needs
+ * one of them; alike, the first GPU's is answered.  A budget over app=web
+ * with no disruption allowed (listed by the PDB informer) sends it to
+ * batch-0; once the budget is deleted (a WATCH event), web-0 again.  Until
+ * the budgets are listed the verb answers 503. */
+#define PDBS "/apis/policy/v1/poddisruptionbudgets"
+
+static json_t *labeled(const char *name, const char *uid, int gpu,
+                       const char *app) {
+  json_t *p = bound_pod(name, uid, gpu, 70);
+  json_object_set_new(json_object_get(json_object_get(p, "metadata"), "labels"),
+                      "app", json_string(app));
+  return p;
+}
+
+static const char *preempt_victim(gf_sched *s, int *st, char *buf, size_t cap) {
+  json_t *pod = fixture_json("pod_share.json");
+  json_object_set_new(json_object_get(pod, "spec"), "priority",
+                      json_integer(100));
+  json_t *args =
+      json_pack("{s:o,s:{s:{s:[],s:i}}}", "Pod", pod, "NodeNameToMetaVictims",
+                "node-a100", "Pods", "NumPDBViolations", 0);
+  char *body = dumps(args);
+  json_decref(args);
+  json_t *r = call(s, "preempt", body, st);
+  free(body);
+  const json_t *v = json_object_get(
+      json_object_get(json_object_get(r, "NodeNameToMetaVictims"), "node-a100"),
+      "Pods");
+  snprintf(buf, cap, "%s",
+           json_array_size(v) == 1
+               ? json_string_value(json_object_get(json_array_get(v, 0), "UID"))
+               : "?");
+  json_decref(r);
+  return buf;
+}
+
+static void test_pdb_feed(void **st) {
+  (void)st;
+  char *nodes = list_of("NodeList", "100", fixture_json("node_a100.json"));
+  json_t *pl = json_pack("{s:s,s:s,s:{s:s},s:[o,o]}", "kind", "PodList",
+                         "apiVersion", "v1", "metadata", "resourceVersion",
+                         "200", "items", labeled("web-0", "u-w", 0, "web"),
+                         labeled("batch-0", "u-b", 1, "batch"));
+  char *pods = dumps(pl);
+  json_decref(pl);
+  json_t *pdb = json_pack(
+      "{s:s,s:s,s:{s:s,s:s,s:s},s:{s:{s:{s:s}}},s:{s:i}}", "kind",
+      "PodDisruptionBudget", "apiVersion", "policy/v1", "metadata", "name",
+      "web", "namespace", "ml", "resourceVersion", "300", "spec", "selector",
+      "matchLabels", "app", "web", "status", "disruptionsAllowed", 0);
+  json_t *bl = json_pack("{s:s,s:s,s:{s:s},s:[O]}", "kind",
+                         "PodDisruptionBudgetList", "apiVersion", "policy/v1",
+                         "metadata", "resourceVersion", "300", "items", pdb);
+  char *budgets = dumps(bl);
+  json_decref(bl);
+  char *gone = event("DELETED", pdb); /* steals pdb */
+  const td_expect script[] = {
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = nodes},
+      {.method = "GET",
+       .target = "/api/v1/pods?limit=500",
+       .status = 200,
+       .body = pods},
+      {.method = "GET",
+       .target = PDBS "?limit=500",
+       .status = 200,
+       .body = budgets},
+      {.method = "GET",
+       .target = PDBS "?watch=1&allowWatchBookmarks=true&resourceVersion=300"
+                      "&timeoutSeconds=300",
+       .status = 200,
+       .chunks = {gone}},
+  };
+  td_server *srv = td_start(script, N(script));
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.no_leader_election = true, .quiet = true};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  int code;
+  char buf[64];
+  preempt_victim(s, &code, buf, sizeof(buf));
+  assert_int_equal(code, 503); /* the budgets are not listed yet */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PDBS, &d), 0);
+  assert_string_equal(preempt_victim(s, &code, buf, sizeof(buf)), "u-b");
+  assert_int_equal(code, 200);
+  char text[4096];
+  assert_true(gf_sched_kube_metrics(f, text, sizeof(text)) > 0);
+  assert_non_null(strstr(text, "\ngpufrac_extender_pdbs 1\n"));
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PDBS, &d), 0);
+  assert_string_equal(preempt_victim(s, &code, buf, sizeof(buf)), "u-w");
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  finish(srv);
+  free(nodes);
+  free(pods);
+  free(budgets);
+  free(gone);
+  /* off: no informer, the verb answers at once, no budget */
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  o.pdb_off = true;
+  td_server *none = td_start(NULL, 0);
+  cfg = plain(none);
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PDBS, &d), GF_ESTATE);
+  preempt_victim(s, &code, buf, sizeof(buf));
+  assert_int_equal(code, 200);
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  finish(none);
+}
+
+/* ---- defragmentation (defrag.h) -------------------------------------------
+ * node-a100's two 80Gi GPUs hold train-a (30Gi, GPU 0) and train-b (30Gi,
+ * GPU 1), both owned by a ReplicaSet; w asks a whole GPU and fits neither.
+ * Moving train-a to GPU 1 (50Gi free) frees GPU 0.  Dry run: reported once
+ * (the same plan again is not counted), nothing written.  On: the Eviction
+ * (policy/v1) of train-a, an Event on it and one on w; the same plan again
+ * is held back by the per-node limit (10 min, the fake clock stands). */
+static int64_t fixed_ms(void *user) {
+  (void)user;
+  return 5000000;
+}
+
+static void defrag_feed(int mode, const td_expect *extra, size_t nextra) {
+  char *nodes = list_of("NodeList", "100", fixture_json("node_a100.json"));
+  json_t *w = fixture_json("pod_share.json");
+  json_object_set_new(json_object_get(w, "metadata"), "name", json_string("w"));
+  json_t *res = json_object_get(
+      json_array_get(json_object_get(json_object_get(w, "spec"), "containers"),
+                     0),
+      "resources");
+  json_object_set_new(res, "limits", json_pack("{s:s}", "gpufrac.io/gpu", "1"));
+  json_object_set_new(
+      res, "requests",
+      json_pack("{s:s,s:s}", "gpufrac.io/gpu", "1", "cpu", "4"));
+  json_t *pl = json_pack("{s:s,s:s,s:{s:s},s:[o,o,o]}", "kind", "PodList",
+                         "apiVersion", "v1", "metadata", "resourceVersion",
+                         "200", "items", bound_pod("train-a", "u-a", 0, 30),
+                         bound_pod("train-b", "u-b", 1, 30), w);
+  char *pods = dumps(pl);
+  json_decref(pl);
+  td_expect script[8] = {
+      {.method = "GET",
+       .target = "/api/v1/nodes?limit=500",
+       .status = 200,
+       .body = nodes},
+      {.method = "GET",
+       .target = "/api/v1/pods?limit=500",
+       .status = 200,
+       .body = pods},
+      {.method = "GET",
+       .target = PDBS "?limit=500",
+       .status = 200,
+       .body = "{\"kind\":\"PodDisruptionBudgetList\",\"apiVersion\":"
+               "\"policy/v1\",\"metadata\":{\"resourceVersion\":\"300\"},"
+               "\"items\":[]}"},
+  };
+  for (size_t i = 0; i < nextra; i++)
+    script[3 + i] = extra[i];
+  td_server *srv = td_start(script, 3 + nextra);
+  assert_non_null(srv);
+  gf_kube_config *cfg = plain(srv);
+  gf_sched_config sc = {0};
+  gf_sched *s = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+  gf_sched_kube_opts o = {.no_leader_election = true,
+                          .quiet = true,
+                          .defrag = mode,
+                          .defrag_now_ms = fixed_ms};
+  gf_sched_kube *f = NULL;
+  assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
+  /* before the informers have listed: nothing */
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_DEFRAG, &d), 0);
+  assert_int_equal(gf_sched_kube_defrag_plans(f), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PDBS, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_DEFRAG, &d), 0);
+  assert_int_equal(gf_sched_kube_defrag_plans(f), 1);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_DEFRAG, &d), 0);
+  assert_int_equal(gf_sched_kube_defrag_plans(f), 1);
+  if (mode == GF_SCHED_KUBE_DEFRAG_ON) {
+    assert_int_equal(gf_sched_kube_defrag_evictions(f), 1);
+    assert_int_equal(gf_sched_kube_defrag_limited(f), 1);
+  } else {
+    /* the same plan again is not a new one, nor one held back */
+    assert_int_equal(gf_sched_kube_defrag_evictions(f), 0);
+    assert_int_equal(gf_sched_kube_defrag_limited(f), 0);
+  }
+  char text[4096];
+  assert_true(gf_sched_kube_metrics(f, text, sizeof(text)) > 0);
+  assert_non_null(strstr(text, "\ngpufrac_defrag_plans_total 1\n"));
+  gf_sched_kube_free(f);
+  gf_sched_free(s);
+  gf_kube_config_free(cfg);
+  finish(srv);
+  free(nodes);
+  free(pods);
+}
+
+static void test_defrag_feed(void **st) {
+  (void)st;
+  defrag_feed(GF_SCHED_KUBE_DEFRAG_DRY_RUN, NULL, 0);
+  const td_expect on[] = {
+      {.method = "POST",
+       .target = "/api/v1/namespaces/ml/pods/train-a/eviction",
+       .body_has = {"\"kind\":\"Eviction\"", "\"name\":\"train-a\""},
+       .status = 201,
+       .body = "{\"kind\":\"Status\",\"status\":\"Success\"}"},
+      {.method = "POST",
+       .target = "/api/v1/namespaces/ml/events",
+       .body_has = {"\"reason\":\"GpufracDefragMoved\"", "\"name\":\"train-a\"",
+                    "pending pod ml/w gets GPU 0"},
+       .status = 201,
+       .body = "{}"},
+      {.method = "POST",
+       .target = "/api/v1/namespaces/ml/events",
+       .body_has = {"\"reason\":\"GpufracDefragFor\"", "\"name\":\"w\""},
+       .status = 201,
+       .body = "{}"},
+  };
+  defrag_feed(GF_SCHED_KUBE_DEFRAG_ON, on, 3);
+}
+
 static void test_forged_nodes_ignored(void **st) {
   (void)st;
   json_t *items = json_array();
@@ -1267,6 +1506,8 @@ int main(void) {
       cmocka_unit_test(test_binder_conflict_replaced),
       cmocka_unit_test(test_binder_refuses_bad_names),
       cmocka_unit_test(test_feeds),
+      cmocka_unit_test(test_pdb_feed),
+      cmocka_unit_test(test_defrag_feed),
       cmocka_unit_test(test_forged_nodes_ignored),
       cmocka_unit_test(test_api_errors_logged_once),
       cmocka_unit_test(test_leader),

@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "pdb.h"
+#include "sched_int.h"
 #include "sched_test.h"
 
 #define GI (1024LL * 1024 * 1024)
@@ -339,6 +341,244 @@ static void freed_capacity_held_for_the_nominated_pod(void **st_) {
   gf_sched_free(s);
 }
 
+/* ---- PodDisruptionBudgets (kube-scheduler's rule, pdb.h) ---------------*/
+
+/* A budget in namespace ns selecting `sel` (JSON text) with `allowed`
+ * disruptions, and disruptedPods naming `disrupted` (or none). */
+static void budget(gf__pdb *db, const char *ns, const char *name,
+                   const char *sel, int allowed, const char *disrupted) {
+  json_error_t je;
+  json_t *selector = sel ? json_loads(sel, 0, &je) : json_null();
+  assert_non_null(selector);
+  json_t *b = json_pack("{s:{s:s,s:s},s:{s:o},s:{s:i}}", "metadata",
+                        "namespace", ns, "name", name, "spec", "selector",
+                        selector, "status", "disruptionsAllowed", allowed);
+  if (disrupted)
+    json_object_set_new(json_object_get(b, "status"), "disruptedPods",
+                        json_pack("{s:s}", disrupted, "2026-12-05T10:00:00Z"));
+  gf_diag d = {""};
+  assert_int_equal(gf__pdb_update(db, b, &d), 0);
+  json_decref(b);
+}
+
+/* Feeds p (consumed) to the extender and the store, with label app=app. */
+static void feed_labeled(gf_sched *s, gf__pdb *db, json_t *p, const char *app) {
+  json_object_set_new(json_object_get(p, "metadata"), "labels",
+                      json_pack("{s:s}", "app", app));
+  assert_int_equal(gf__pdb_pod_update(db, p), 0);
+  feed(s, p);
+}
+
+/* The scene, a and b labelled app=web, c app=batch, d app=train, with an
+ * empty store attached and marked listed. */
+static gf_sched *pdb_scene(gf__pdb **dbp, int32_t prio_d) {
+  gf_sched *s = new_sched();
+  gf__pdb *db = gf__pdb_new();
+  assert_non_null(db);
+  gf__sched_set_pdb(s, db);
+  gf__pdb_set_synced(db, true);
+  add_node(s, "n1", 2);
+  feed_labeled(s, db, pod("a", "n1", 0, 8, 10, false, NULL), "web");
+  feed_labeled(s, db, pod("b", "n1", 0, 4, 10, false, NULL), "web");
+  feed_labeled(s, db, pod("c", "n1", 1, 2, 1, false, NULL), "batch");
+  feed_labeled(s, db, pod("d", "n1", 1, 12, prio_d, false, NULL), "train");
+  *dbp = db;
+  return s;
+}
+
+static int64_t npdb(json_t *r, const char *node) {
+  return json_integer_value(json_object_get(
+      json_object_get(json_object_get(r, "NodeNameToMetaVictims"), node),
+      "NumPDBViolations"));
+}
+
+/* Without budgets the answer is {b} (the_needed_pod_on_the_right_gpu).  A
+ * budget with no disruption left over app=web protects a and b: {d}
+ * (priority 20, breaks nothing) comes before them.  Over app=train too:
+ * every one-victim set breaks one budget and no larger set breaks none, so
+ * {b} again, with NumPDBViolations 1. */
+static void budgets_steer_the_victims(void **st_) {
+  (void)st_;
+  gf__pdb *db;
+  gf_sched *s = pdb_scene(&db, 20);
+  budget(db, "ml", "web", "{\"matchLabels\":{\"app\":\"web\"}}", 0, NULL);
+  int st;
+  char buf[256];
+  json_t *r = preempt(s, pod("hi", NULL, 0, 8, 1000, false, NULL), N1, KS_C,
+                      false, &st);
+  assert_int_equal(st, 200);
+  assert_string_equal(victims(r, "n1", buf, sizeof(buf)), "uid-d");
+  assert_int_equal(npdb(r, "n1"), 0);
+  json_decref(r);
+  budget(db, "ml", "train",
+         "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"In\","
+         "\"values\":[\"train\",\"x\"]}]}",
+         0, NULL);
+  r = preempt(s, pod("hi", NULL, 0, 8, 1000, false, NULL), N1, KS_C, false,
+              &st);
+  assert_string_equal(victims(r, "n1", buf, sizeof(buf)), "uid-b");
+  assert_int_equal(npdb(r, "n1"), 1);
+  json_decref(r);
+  /* the same budgets in another namespace protect nothing here */
+  for (int k = 0; k < 2; k++) {
+    json_t *gone = json_pack("{s:{s:s,s:s}}", "metadata", "namespace", "ml",
+                             "name", k ? "train" : "web");
+    gf__pdb_delete(db, gone);
+    json_decref(gone);
+  }
+  budget(db, "other", "web", "{\"matchLabels\":{\"app\":\"web\"}}", 0, NULL);
+  r = preempt(s, pod("hi", NULL, 0, 8, 1000, false, NULL), N1, KS_C, false,
+              &st);
+  assert_string_equal(victims(r, "n1", buf, sizeof(buf)), "uid-b");
+  assert_int_equal(npdb(r, "n1"), 0);
+  json_decref(r);
+  gf__sched_set_pdb(s, NULL);
+  gf__pdb_free(db);
+  gf_sched_free(s);
+}
+
+/* A budget counts down over the set, as kube-scheduler's does: at
+ * priority 15 (d, 20, is no victim; c alone frees 4Gi of GPU1) 14Gi needs
+ * both a and b (a alone frees 12Gi of GPU0, b 8Gi); app=web allows one
+ * disruption: one violation.  With b in disruptedPods (its eviction already
+ * processed) b does not count: none. */
+static void budgets_count_down_over_the_set(void **st_) {
+  (void)st_;
+  gf__pdb *db;
+  gf_sched *s = pdb_scene(&db, 20);
+  budget(db, "ml", "web", "{\"matchLabels\":{\"app\":\"web\"}}", 1, NULL);
+  int st;
+  char buf[256];
+  json_t *r =
+      preempt(s, pod("hi", NULL, 0, 14, 15, false, NULL), N1, KS_C, false, &st);
+  assert_string_equal(victims(r, "n1", buf, sizeof(buf)), "uid-a,uid-b");
+  assert_int_equal(npdb(r, "n1"), 1);
+  json_decref(r);
+  budget(db, "ml", "web", "{\"matchLabels\":{\"app\":\"web\"}}", 1, "b");
+  r = preempt(s, pod("hi", NULL, 0, 14, 15, false, NULL), N1, KS_C, false, &st);
+  assert_string_equal(victims(r, "n1", buf, sizeof(buf)), "uid-a,uid-b");
+  assert_int_equal(npdb(r, "n1"), 0);
+  json_decref(r);
+  /* two allowed: none either */
+  budget(db, "ml", "web", "{\"matchLabels\":{\"app\":\"web\"}}", 2, NULL);
+  r = preempt(s, pod("hi", NULL, 0, 14, 15, false, NULL), N1, KS_C, false, &st);
+  assert_int_equal(npdb(r, "n1"), 0);
+  json_decref(r);
+  gf__sched_set_pdb(s, NULL);
+  gf__pdb_free(db);
+  gf_sched_free(s);
+}
+
+/* A whole GPU: GPU0 (a, b) and GPU1 (c, d) cost two victims each; a
+ * budget over app=web sends the preemptor to GPU1. */
+static void budgets_choose_the_whole_gpu(void **st_) {
+  (void)st_;
+  gf__pdb *db;
+  gf_sched *s = pdb_scene(&db, 20);
+  budget(db, "ml", "web", "{\"matchLabels\":{\"app\":\"web\"}}", 0, NULL);
+  int st;
+  char buf[256];
+  json_t *r = preempt(s, pod("whole", NULL, 0, 0, 1000, false, NULL), N1, KS_C,
+                      false, &st);
+  const char *v = victims(r, "n1", buf, sizeof(buf));
+  assert_non_null(v);
+  assert_true(strcmp(v, "uid-c,uid-d") == 0 || strcmp(v, "uid-d,uid-c") == 0);
+  assert_int_equal(npdb(r, "n1"), 0);
+  json_decref(r);
+  gf__sched_set_pdb(s, NULL);
+  gf__pdb_free(db);
+  gf_sched_free(s);
+}
+
+/* Until the budgets are listed the verb does not answer (it cannot know
+ * what breaks one): 503, which kube-scheduler takes as an extender error
+ * and retries the pod later. */
+static void budgets_unlisted_no_answer(void **st_) {
+  (void)st_;
+  gf__pdb *db;
+  gf_sched *s = pdb_scene(&db, 20);
+  gf__pdb_set_synced(db, false);
+  int st;
+  json_t *r = preempt(s, pod("hi", NULL, 0, 8, 1000, false, NULL), N1, KS_C,
+                      false, &st);
+  assert_int_equal(st, 503);
+  assert_non_null(strstr(json_string_value(json_object_get(r, "Error")),
+                         "PodDisruptionBudgets"));
+  json_decref(r);
+  gf__sched_set_pdb(s, NULL);
+  gf__pdb_free(db);
+  gf_sched_free(s);
+}
+
+/* The selector rules, one pod at a time. */
+static bool matches(const char *sel, const char *pod_ns, json_t *labels,
+                    const char *disrupted) {
+  gf__pdb *db = gf__pdb_new();
+  budget(db, "ml", "b", sel, 1, disrupted);
+  json_t *p = json_pack("{s:{s:s,s:s,s:s,s:o}}", "metadata", "uid", "u1",
+                        "namespace", pod_ns, "name", "p1", "labels", labels);
+  assert_int_equal(gf__pdb_pod_update(db, p), 0);
+  json_decref(p);
+  const char *uids[] = {"u1"};
+  uint64_t m;
+  bool always;
+  gf__pdb_view v;
+  gf__pdb_match(db, uids, 1, &m, &always, &v);
+  gf__pdb_free(db);
+  assert_false(always);
+  return m != 0;
+}
+
+static void selector_rules(void **st_) {
+  (void)st_;
+#define L(...) json_pack(__VA_ARGS__)
+  const char *ml = "{\"matchLabels\":{\"app\":\"web\",\"tier\":\"a\"}}";
+  assert_true(matches(
+      ml, "ml", L("{s:s,s:s,s:s}", "app", "web", "tier", "a", "x", "y"), NULL));
+  assert_false(matches(ml, "ml", L("{s:s}", "app", "web"), NULL));
+  assert_false(
+      matches(ml, "other", L("{s:s,s:s}", "app", "web", "tier", "a"), NULL));
+  /* in disruptedPods: not counted */
+  assert_false(
+      matches(ml, "ml", L("{s:s,s:s}", "app", "web", "tier", "a"), "p1"));
+  const char *notin = "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":"
+                      "\"NotIn\",\"values\":[\"web\"]}]}";
+  assert_true(matches(notin, "ml", L("{s:s}", "app", "db"), NULL));
+  assert_true(matches(notin, "ml", L("{s:s}", "other", "x"), NULL));
+  assert_false(matches(notin, "ml", L("{s:s}", "app", "web"), NULL));
+  /* a pod without labels matches nothing, NotIn or not */
+  assert_false(matches(notin, "ml", L("{}"), NULL));
+  const char *ex = "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":"
+                   "\"Exists\"},{\"key\":\"gone\",\"operator\":"
+                   "\"DoesNotExist\"}]}";
+  assert_true(matches(ex, "ml", L("{s:s}", "app", "q"), NULL));
+  assert_false(matches(ex, "ml", L("{s:s,s:s}", "app", "q", "gone", ""), NULL));
+  /* empty, missing and refused selectors match nothing */
+  assert_false(matches("{}", "ml", L("{s:s}", "app", "q"), NULL));
+  assert_false(matches(NULL, "ml", L("{s:s}", "app", "q"), NULL));
+  assert_false(matches("{\"matchExpressions\":[{\"key\":\"app\",\"operator\":"
+                       "\"Like\",\"values\":[\"q\"]}]}",
+                       "ml", L("{s:s}", "app", "q"), NULL));
+  assert_false(matches("{\"matchExpressions\":[{\"key\":\"app\",\"operator\":"
+                       "\"In\"}]}",
+                       "ml", L("{s:s}", "app", "q"), NULL));
+  assert_false(matches("{\"matchExpressions\":[{\"key\":\"app\",\"operator\":"
+                       "\"Exists\",\"values\":[\"q\"]}]}",
+                       "ml", L("{s:s}", "app", "q"), NULL));
+  assert_false(matches("{\"matchLabels\":{\"app\":3}}", "ml",
+                       L("{s:s}", "app", "3"), NULL));
+#undef L
+  /* a budget without a namespace is refused with the field named */
+  gf__pdb *db = gf__pdb_new();
+  json_t *b = json_pack("{s:{s:s}}", "metadata", "name", "x");
+  gf_diag d = {""};
+  assert_int_equal(gf__pdb_update(db, b, &d), GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "metadata.namespace"));
+  assert_int_equal(gf__pdb_count(db), 0);
+  json_decref(b);
+  gf__pdb_free(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(the_needed_pod_on_the_right_gpu),
@@ -349,6 +589,11 @@ int main(void) {
       cmocka_unit_test(fits_already_keeps_the_proposal),
       cmocka_unit_test(unusable_requests),
       cmocka_unit_test(freed_capacity_held_for_the_nominated_pod),
+      cmocka_unit_test(budgets_steer_the_victims),
+      cmocka_unit_test(budgets_count_down_over_the_set),
+      cmocka_unit_test(budgets_choose_the_whole_gpu),
+      cmocka_unit_test(budgets_unlisted_no_answer),
+      cmocka_unit_test(selector_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -461,6 +461,236 @@ static void test_bad_config(void **st) {
   fx_free(&f);
 }
 
+/* ---- priorities, preemption, defragmentation (issue 32) -----------------
+ * One node of two T4s live from the start ("n", count 1, --initial 1),
+ * 3 min provisioning (300 s here), under bestfit (least left over).
+ *
+ * Pods (all 1 CPU): p0 0.5 GPU, p1 0.3, p2 0.6, p4 0.3, all low, at t=0..3;
+ * hi 0.6 high at t=10.  bestfit puts p0 on a GPU g, p1 beside it (0.2 left
+ * against 0.7), p2 on the other GPU h (g has 0.2), p4 on h (0.4 free; g's
+ * 0.2 is too little): g holds 0.8, h 0.9.  hi fits no GPU.
+ *
+ *   gpufrac (the extender's verb): on g, {p0} frees 0.7 (0.1 left over),
+ *     {p1} only 0.5; on h, {p2} frees 0.7 (0.1 left over), {p4} 0.4.  One
+ *     victim (p0 or p2, equal), hi placed at once (waited 0); the victim is
+ *     pending (the other GPU has 0.1 or 0.2) and a node is ordered for it.
+ *   kube (kube-scheduler alone): the pool of free GPU is 0.3; all low pods
+ *     out it is 2.0; reprieved oldest first: p0 (1.5 left), p1 (1.2), p2
+ *     (0.6, still >= 0.6), p4 (0.3 < 0.6): the victim is p4.  With p4 gone
+ *     h has 0.4: hi still fits no GPU (wasted); p4 is placed back on h at
+ *     once (pays its reload), hi waits for the node ordered at t=10, ready
+ *     at 310: waited 300. */
+static const char prio_types[] =
+    "type,model,gpus,cpu_milli,memory_mib,gpu_hour_price,count\n"
+    "n,T4,2,16000,65536,1.00,1\n";
+static const char prio_pods[] = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                                "p0,1000,1024,1,500\n"
+                                "p1,1000,1024,1,300\n"
+                                "p2,1000,1024,1,600\n"
+                                "p4,1000,1024,1,300\n"
+                                "hi,1000,1024,1,600\n"
+                                "w,1000,1024,1,1000\n";
+
+static void prio_run(fx *f, const gf_churn_arrival *script, const bool *high,
+                     size_t n, int mode, bool guard, gf_churn_result *r) {
+  gf_churn_config cfg;
+  scripted(&cfg, script, n);
+  cfg.script_high = high;
+  cfg.initial = 1;
+  cfg.provision_s = 300;
+  cfg.duration_s = 3600;
+  cfg.high = 0.5; /* scripted: each arrival says its class */
+  cfg.preempt = mode;
+  cfg.guard = guard;
+  cfg.guard_settle_s = 1000;
+  run(f, &cfg, "bestfit", r);
+}
+
+static void test_preempt_gpu_vs_kube(void **st) {
+  (void)st;
+  fx f;
+  fx_load(&f, prio_types, prio_pods);
+  const gf_churn_arrival script[] = {{0, 0, 100000},
+                                     {1, 1, 100000},
+                                     {2, 2, 100000},
+                                     {3, 3, 100000},
+                                     {10, 4, 100000}};
+  const bool high[] = {false, false, false, false, true};
+  gf_churn_result r;
+  prio_run(&f, script, high, 5, GF_CHURN_PREEMPT_GPU, false, &r);
+  assert_int_equal(r.arrived_high, 1);
+  assert_int_equal(r.preemptions, 1);
+  assert_int_equal(r.preempt_victims, 1);
+  assert_int_equal(r.preempt_wasted, 0);
+  assert_int_equal(r.evictions, 1);
+  assert_int_equal(r.placed, 5);
+  assert_near(r.pending_high_p99_s, 0, 0);
+  assert_near(r.reload_minutes, 2, 1e-9);
+  gf_churn_result_release(&r);
+
+  prio_run(&f, script, high, 5, GF_CHURN_PREEMPT_KUBE, false, &r);
+  assert_int_equal(r.preemptions, 1);
+  assert_int_equal(r.preempt_victims, 1);
+  assert_int_equal(r.preempt_wasted, 1);
+  assert_int_equal(r.evictions, 1);
+  assert_near(r.pending_high_p99_s, 300, 1e-9);
+  assert_near(r.pending_low_p99_s, 0, 0);
+  gf_churn_result_release(&r);
+
+  /* No preemption: hi waits for the node too, nothing is evicted. */
+  prio_run(&f, script, high, 5, GF_CHURN_PREEMPT_NONE, false, &r);
+  assert_int_equal(r.preemptions, 0);
+  assert_int_equal(r.evictions, 0);
+  assert_near(r.pending_high_p99_s, 300, 1e-9);
+  gf_churn_result_release(&r);
+
+  /* The guard: every low pod started at t <= 3 loads until t >= 1003:
+   * none is a victim at t=10, hi waits 300 s. */
+  prio_run(&f, script, high, 5, GF_CHURN_PREEMPT_GPU, true, &r);
+  assert_int_equal(r.preemptions, 0);
+  assert_int_equal(r.evictions, 0);
+  assert_near(r.pending_high_p99_s, 300, 1e-9);
+  gf_churn_result_release(&r);
+  fx_free(&f);
+}
+
+/* A whole GPU for a high pod: p0 (0.5, low) on a GPU g; p2 (0.6, low) on
+ * the other, h (g has 0.5); p4 (0.3, high) on h (0.1 left over against
+ * g's 0.2).  w (a whole GPU, high) at t=10 fits neither.
+ *   gpufrac: the GPUs all of whose pods are victims: g only (h holds the
+ *     high p4); p0 is evicted and w takes g at once.
+ *   kube: the pool (0.5 + 0.1 free; 1.7 with both low pods out) must keep
+ *     1.0: p0 reprieved (1.2), p2 not (0.6 < 1.0): p2 is evicted from h,
+ *     where p4 stays: no GPU is whole, w waits for the node ordered at
+ *     t=10 (300 s; wasted) and p2 goes back to h. */
+static void test_preempt_whole_gpu(void **st) {
+  (void)st;
+  fx f;
+  fx_load(&f, prio_types, prio_pods);
+  const gf_churn_arrival script[] = {
+      {0, 0, 100000}, {1, 2, 100000}, {2, 3, 100000}, {10, 5, 100000}};
+  const bool high[] = {false, false, true, true};
+  gf_churn_result r;
+  prio_run(&f, script, high, 4, GF_CHURN_PREEMPT_GPU, false, &r);
+  assert_int_equal(r.arrived_high, 2);
+  assert_int_equal(r.preemptions, 1);
+  assert_int_equal(r.preempt_victims, 1);
+  assert_int_equal(r.preempt_wasted, 0);
+  assert_near(r.pending_high_p99_s, 0, 0);
+  gf_churn_result_release(&r);
+  prio_run(&f, script, high, 4, GF_CHURN_PREEMPT_KUBE, false, &r);
+  assert_int_equal(r.preemptions, 1);
+  assert_int_equal(r.preempt_wasted, 1);
+  assert_near(r.pending_high_p99_s, 300, 1e-9);
+  gf_churn_result_release(&r);
+  fx_free(&f);
+}
+
+/* Defragmentation: two nodes of one T4 live from the start.  a, b (0.5
+ * each) fill one node X (bestfit: b leaves nothing over there), c, d the
+ * other, Y.  a and c leave at t=100: X holds b, Y holds d, 0.5 free each.
+ * w (a whole GPU) at t=200 fits neither.  Without --defrag it waits for a
+ * node (ready at 500: waited 300).  With it: X and Y each need one move;
+ * b moves to Y (0.5 free), w takes X at once; one eviction, one reload. */
+static void test_defrag(void **st) {
+  (void)st;
+  fx f;
+  fx_load(&f,
+          "type,model,gpus,cpu_milli,memory_mib,gpu_hour_price,count\n"
+          "m,T4,1,8000,32768,1.00,2\n",
+          "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+          "s,1000,1024,1,500\n"
+          "w,1000,1024,1,1000\n");
+  const gf_churn_arrival script[] = {{0, 0, 100},
+                                     {1, 0, 100000},
+                                     {2, 0, 98},
+                                     {3, 0, 100000},
+                                     {200, 1, 100000}};
+  gf_churn_config cfg;
+  scripted(&cfg, script, 5);
+  cfg.initial = 2;
+  cfg.provision_s = 300;
+  cfg.duration_s = 3600;
+  gf_churn_result r;
+  run(&f, &cfg, "bestfit", &r);
+  assert_int_equal(r.defrags, 0);
+  assert_int_equal(r.evictions, 0);
+  assert_near(r.pending_p99_s, 300, 1e-9);
+  assert_int_equal(r.nodes_added, 1);
+  gf_churn_result_release(&r);
+  cfg.defrag = true;
+  run(&f, &cfg, "bestfit", &r);
+  assert_int_equal(r.defrags, 1);
+  assert_int_equal(r.defrag_moves, 1);
+  assert_int_equal(r.evictions, 1);
+  assert_near(r.reload_minutes, 2, 1e-9);
+  assert_near(r.pending_p99_s, 0, 0);
+  assert_int_equal(r.nodes_added, 0);
+  gf_churn_result_release(&r);
+  /* at most defrag_max pods move: 0 allows none */
+  cfg.defrag_max = 0;
+  run(&f, &cfg, "bestfit", &r);
+  assert_int_equal(r.defrags, 0);
+  gf_churn_result_release(&r);
+  fx_free(&f);
+}
+
+/* Priorities off: nothing new is counted.  With Poisson arrivals the same
+ * arrivals are marked high whatever the mode (the hash of seed and
+ * arrival number), about the share asked. */
+static void test_priority_mix(void **st) {
+  (void)st;
+  gf_diag d = {""};
+  fx f;
+  fx_load(&f, prio_types, prio_pods);
+  gf_lifetimes life = {(double[]){600, 3600}, 2};
+  gf_churn_config cfg;
+  gf_churn_config_init(&cfg);
+  cfg.policy = "gpufrac";
+  cfg.typical = &f.typical;
+  cfg.shapes = &f.shapes;
+  cfg.duration_s = 2 * 86400;
+  cfg.seed = 3;
+  f.types.t[0].count = 8;
+  gf_churn_result off, none, gpu, kube;
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, &life, &cfg, &off, &d), 0);
+  assert_int_equal(off.arrived_high, 0);
+  cfg.high = 0.1;
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, &life, &cfg, &none, &d), 0);
+  cfg.preempt = GF_CHURN_PREEMPT_GPU;
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, &life, &cfg, &gpu, &d), 0);
+  cfg.preempt = GF_CHURN_PREEMPT_KUBE;
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, &life, &cfg, &kube, &d), 0);
+  assert_int_equal(off.arrived, none.arrived);
+  assert_int_equal(none.arrived, gpu.arrived);
+  assert_int_equal(none.arrived_high, gpu.arrived_high);
+  assert_int_equal(none.arrived_high, kube.arrived_high);
+  double share = (double)none.arrived_high / (double)none.arrived;
+  assert_true(none.arrived > 1000 && share > 0.08 && share < 0.12);
+  assert_int_equal(none.preemptions, 0);
+  gf_churn_result_release(&off);
+  gf_churn_result_release(&none);
+  gf_churn_result_release(&gpu);
+  gf_churn_result_release(&kube);
+  /* preemption without high pods, or an unknown mode, is refused */
+  cfg.high = 0;
+  cfg.preempt = GF_CHURN_PREEMPT_GPU;
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, &life, &cfg, &off, &d),
+      GF_EINVAL);
+  assert_non_null(strstr(d.msg, "high"));
+  cfg.high = 0.1;
+  cfg.preempt = 7;
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, &life, &cfg, &off, &d),
+      GF_EINVAL);
+  fx_free(&f);
+}
+
 static void test_percentile(void **st) {
   (void)st;
   double v[] = {5, 1, 4, 2, 3};
@@ -482,6 +712,10 @@ int main(void) {
       cmocka_unit_test(test_bad_lifetimes),
       cmocka_unit_test(test_bad_config),
       cmocka_unit_test(test_percentile),
+      cmocka_unit_test(test_preempt_gpu_vs_kube),
+      cmocka_unit_test(test_preempt_whole_gpu),
+      cmocka_unit_test(test_defrag),
+      cmocka_unit_test(test_priority_mix),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

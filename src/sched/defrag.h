@@ -1,0 +1,67 @@
+/*
+ * Internal to gf_sched: defragmentation (sched_preempt.c; docs/scheduler.md,
+ * "Defragmentation"; issue 32 item 3).
+ *
+ * Why it exists.  After a week of churn a cluster's free GPU capacity is
+ * often scattered in slivers: a pod asking a whole GPU (or several) fits
+ * nowhere although the free compute would make several GPUs.  The
+ * autoscaler then buys a node.  Moving a few share pods, whose controllers
+ * make replacements that pack elsewhere, frees a GPU instead.
+ *
+ * The plan (gf__defrag_plan_one, on the extender's model): the pending pod
+ * that has waited longest among those that ask whole GPUs, are not
+ * nominated (a preemption is under way) and fit no node; for it, on one
+ * node, the GPUs (as many as it asks, of its model) all of whose pods are
+ * movable, fewest pods first, at most max_moves in all, where the node's
+ * CPU and memory take it once they are gone, where evicting them together
+ * breaks no PodDisruptionBudget, and where every one of them fits
+ * somewhere else (tried in order on copies: another node, or another GPU
+ * of the same node), the node needing fewest moves.  A movable pod: bound,
+ * a share of one GPU, not loading (the disruption guard's), owned by a
+ * ReplicaSet, Deployment or StatefulSet (the pod index of pdb.h).  The
+ * model is never changed.
+ */
+#ifndef GPUFRAC_SCHED_DEFRAG_H
+#define GPUFRAC_SCHED_DEFRAG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpufrac/model.h"
+#include "gpufrac/sched.h"
+#include "sched_int.h"
+
+#define GF__DEFRAG_MOVES_MAX 8u
+
+typedef struct gf__defrag_move {
+  char uid[GF__UID_MAX];
+  char ns[GF_NAME_MAX];
+  char name[GF_NAME_MAX];
+} gf__defrag_move;
+
+typedef struct gf__defrag_plan {
+  char ns[GF_NAME_MAX], name[GF_NAME_MAX]; /* the pending pod it is for */
+  char uid[GF__UID_MAX];
+  char node[GF_NAME_MAX];
+  uint32_t ngpus;
+  uint32_t gpus[GF_MAX_GPUS_PER_NODE]; /* the GPUs freed (nvidia indices) */
+  uint32_t n;
+  gf__defrag_move moves[GF__DEFRAG_MOVES_MAX];
+} gf__defrag_plan;
+
+/* Finds one plan (above) with at most max_moves (1..GF__DEFRAG_MOVES_MAX)
+ * pods to move.  1 with *out filled, 0 when there is none, GF_ENOMEM.
+ * Takes gf_sched.mu. */
+int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out);
+
+/* Holds the GPUs freed on node for pending pod uid, for at most ms: /filter
+ * books the pod there (as for a nominated pod, sched_state.h's hold) so
+ * that pods of no higher priority do not take what was freed for it; the
+ * moved pods (uids moved[0..nmoved)) are left out of that copy, so the
+ * hold works before the model has seen them go.  The hold ends when the
+ * pod is no longer pending.  At most 8 at a time (the
+ * one expiring first makes room).  Takes gf_sched.mu. */
+void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
+                     const char *const *moved, uint32_t nmoved, int64_t ms);
+
+#endif

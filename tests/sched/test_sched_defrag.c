@@ -1,0 +1,272 @@
+/* Defragmentation's plan (defrag.h, issue 32 item 3) on the extender's
+ * model, with hand-worked cases.
+ *
+ * Two nodes of one 16Gi GPU each: n1 holds a (8Gi), n2 holds b (8Gi), both
+ * owned by ReplicaSets.  A pending pod w asks a whole GPU: it fits
+ * neither.  Moving a frees n1's GPU (a fits n2's 8Gi beside b), as moving
+ * b frees n2's: one move either way, n1's first. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "defrag.h"
+#include "pdb.h"
+#include "sched_state.h"
+#include "sched_test.h"
+
+static void add_node(gf_sched *s, const char *name, int ngpus) {
+  char inv[512];
+  int w = snprintf(inv, sizeof(inv), "{\"version\":1,\"gpus\":[");
+  for (int g = 0; g < ngpus; g++)
+    w += snprintf(inv + w, sizeof(inv) - (size_t)w,
+                  "%s{\"index\":%d,\"uuid\":\"GPU-%s-%d\",\"model\":\"A16\","
+                  "\"memory\":\"16Gi\"}",
+                  g ? "," : "", g, name, g);
+  snprintf(inv + w, sizeof(inv) - (size_t)w, "]}");
+  json_t *n =
+      json_pack("{s:s,s:{s:s,s:s,s:{s:s}},s:{s:{s:s,s:s}}}", "kind", "Node",
+                "metadata", "name", name, "resourceVersion", "1", "annotations",
+                "gpufrac.io/inventory", inv, "status", "allocatable", "cpu",
+                "64", "memory", "512Gi");
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_node_update(s, n, &d), 0);
+  json_decref(n);
+}
+
+/* A pod asking gib of GPU memory (0: a whole GPU), bound to GPU gpu of
+ * node (or pending when node is NULL), owned by a controller of kind
+ * `owner` (NULL: none), labelled app=name. */
+static json_t *pod(const char *name, const char *node, int gpu, int gib,
+                   bool loading, const char *owner) {
+  char uid[64], mem[32];
+  snprintf(uid, sizeof(uid), "uid-%s", name);
+  json_t *lim = json_pack("{s:s}", "gpufrac.io/gpu", "1");
+  if (gib) {
+    snprintf(mem, sizeof(mem), "%dGi", gib);
+    json_object_set_new(lim, "gpufrac.io/gpu-memory", json_string(mem));
+  }
+  json_t *ann = json_object();
+  if (node) {
+    char g[512];
+    snprintf(g, sizeof(g),
+             "{\"version\":1,\"node\":\"%s\",\"containers\":[{\"name\":"
+             "\"main\",\"gpus\":[{\"uuid\":\"GPU-%s-%d\",\"index\":%d,"
+             "\"memory\":%lld,\"compute\":0}]}]}",
+             node, node, gpu, gpu, gib ? gib * (1LL << 30) : 16LL << 30);
+    json_object_set_new(ann, "gpufrac.io/grant", json_string(g));
+  }
+  if (loading)
+    json_object_set_new(ann, "gpufrac.io/guard-since",
+                        json_string("2026-12-05T10:00:00Z"));
+  json_t *p = json_pack(
+      "{s:s,s:{s:s,s:s,s:s,s:o,s:{s:s}},s:{s:[{s:s,s:{s:O,s:O}}]},s:{s:s}}",
+      "kind", "Pod", "metadata", "name", name, "namespace", "ml", "uid", uid,
+      "annotations", ann, "labels", "app", name, "spec", "containers", "name",
+      "main", "resources", "limits", lim, "requests", lim, "status", "phase",
+      node ? "Running" : "Pending");
+  json_decref(lim);
+  if (node)
+    json_object_set_new(json_object_get(p, "spec"), "nodeName",
+                        json_string(node));
+  if (owner)
+    json_object_set_new(json_object_get(p, "metadata"), "ownerReferences",
+                        json_pack("[{s:s,s:s,s:s,s:b}]", "apiVersion",
+                                  "apps/v1", "kind", owner, "name", "x",
+                                  "controller", 1));
+  return p;
+}
+
+typedef struct scene {
+  gf_sched *s;
+  gf__pdb *db;
+} scene;
+
+static void feed(scene *c, json_t *p) {
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_pod_update(c->s, p, &d), 0);
+  assert_int_equal(gf__pdb_pod_update(c->db, p), 0);
+  json_decref(p);
+}
+
+static void start(scene *c) {
+  gf_diag d = {""};
+  assert_int_equal(
+      gf_sched_new(&(gf_sched_config){.policy = "gpufrac"}, &c->s, &d), 0);
+  assert_non_null(c->db = gf__pdb_new());
+  gf__pdb_set_synced(c->db, true);
+  gf__sched_set_pdb(c->s, c->db);
+  add_node(c->s, "n1", 1);
+  add_node(c->s, "n2", 1);
+}
+
+static void stop(scene *c) {
+  gf__sched_set_pdb(c->s, NULL);
+  gf__pdb_free(c->db);
+  gf_sched_free(c->s);
+}
+
+static void one_move_frees_a_gpu(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  gf__defrag_plan p;
+  /* nothing pending: no plan */
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  feed(&c, pod("w", NULL, 0, 0, false, "ReplicaSet"));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.name, "w");
+  assert_string_equal(p.ns, "ml");
+  assert_string_equal(p.node, "n1");
+  assert_int_equal(p.ngpus, 1);
+  assert_int_equal(p.gpus[0], 0);
+  assert_int_equal(p.n, 1);
+  assert_string_equal(p.moves[0].name, "a");
+  assert_string_equal(p.moves[0].uid, "uid-a");
+  /* at most 0 moves: none */
+  assert_int_equal(gf__defrag_plan_one(c.s, 0, &p), 0);
+  stop(&c);
+}
+
+/* a loading (the guard's) or owned by nothing that would replace it: not
+ * movable, so b moves to n1 instead.  Both unmovable: no plan. */
+static void only_movable_pods_move(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 8, true, "ReplicaSet"));
+  feed(&c, pod("b", "n2", 0, 8, false, "StatefulSet"));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.node, "n2");
+  assert_string_equal(p.moves[0].name, "b");
+  feed(&c, pod("b", "n2", 0, 8, false, NULL)); /* a bare pod */
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  stop(&c);
+}
+
+/* The moved pod must fit elsewhere: with b at 12Gi, a (8Gi) fits no other
+ * GPU (n2 has 4Gi), b fits not beside a either: no plan. */
+static void replacements_must_fit(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("b", "n2", 0, 12, false, "ReplicaSet"));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  stop(&c);
+}
+
+/* A budget over a and b with no disruption left: no plan; with one
+ * allowed, a moves. */
+static void budgets_hold(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  json_t *b =
+      json_pack("{s:{s:s,s:s},s:{s:{s:[{s:s,s:s,s:[s,s]}]}},s:{s:i}}",
+                "metadata", "namespace", "ml", "name", "ab", "spec", "selector",
+                "matchExpressions", "key", "app", "operator", "In", "values",
+                "a", "b", "status", "disruptionsAllowed", 0);
+  gf_diag d = {""};
+  assert_int_equal(gf__pdb_update(c.db, b, &d), 0);
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  json_object_set_new(json_object_get(b, "status"), "disruptionsAllowed",
+                      json_integer(1));
+  assert_int_equal(gf__pdb_update(c.db, b, &d), 0);
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.moves[0].name, "a");
+  json_decref(b);
+  stop(&c);
+}
+
+/* Fewest moves: n1 holds a, c (4Gi each), n2 holds b (8Gi): moving b (one
+ * pod, to n1's 8Gi free) beats moving a and c. */
+static void fewest_moves(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 4, false, "ReplicaSet"));
+  feed(&c, pod("c", "n1", 0, 4, false, "ReplicaSet"));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.node, "n2");
+  assert_int_equal(p.n, 1);
+  assert_string_equal(p.moves[0].name, "b");
+  /* b fits somewhere once a is gone: w fits n1 then, no plan needed */
+  assert_int_equal(gf_sched_pod_delete(c.s, "uid-a"), 0);
+  assert_int_equal(gf_sched_pod_delete(c.s, "uid-c"), 0);
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  stop(&c);
+}
+
+static bool filter_passes(gf_sched *s, json_t *p, const char *node) {
+  json_t *a = json_pack("{s:o,s:[s]}", "Pod", p, "NodeNames", node);
+  char *body = json_dumps(a, JSON_COMPACT);
+  json_decref(a);
+  int st;
+  json_t *r = call(s, "filter", body, &st);
+  free(body);
+  assert_int_equal(st, 200);
+  bool ok = json_array_size(json_object_get(r, "NodeNames")) == 1;
+  json_decref(r);
+  return ok;
+}
+
+/* What a move freed is held for the pod it was freed for: once a is gone
+ * from n1, another whole-GPU pod x of the same priority does not get n1,
+ * w does.  Without the hold x took it (the race the hold closes). */
+static void freed_gpu_held(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  /* The hold is set as a is evicted, before the model sees a go: a share y
+   * (4Gi, which fits beside a today) does not pass n1, whose GPU is w's
+   * once a leaves (n2 still has room for y). */
+  const char *moved[] = {"uid-a"};
+  gf__defrag_hold(c.s, "uid-w", "n1", moved, 1, 60000);
+  assert_false(filter_passes(c.s, pod("y", NULL, 0, 4, false, NULL), "n1"));
+  assert_int_equal(gf_sched_pod_delete(c.s, "uid-a"), 0);
+  assert_false(filter_passes(c.s, pod("x", NULL, 0, 0, false, NULL), "n1"));
+  assert_true(filter_passes(c.s, pod("w", NULL, 0, 0, false, NULL), "n1"));
+  /* without the hold x took it (the race the hold closes) */
+  c.s->ndhold = 0;
+  assert_true(filter_passes(c.s, pod("x", NULL, 0, 0, false, NULL), "n1"));
+  gf__defrag_hold(c.s, "uid-w", "n1", moved, 1, 60000);
+  /* a small share still fits n2 beside b; w bound ends the hold (the next
+   * filter drops it) */
+  assert_true(filter_passes(c.s, pod("y", NULL, 0, 4, false, NULL), "n2"));
+  assert_int_equal(c.s->ndhold, 1);
+  feed(&c, pod("w", "n1", 0, 0, false, NULL));
+  assert_true(filter_passes(c.s, pod("y", NULL, 0, 4, false, NULL), "n2"));
+  assert_int_equal(c.s->ndhold, 0);
+  stop(&c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(one_move_frees_a_gpu),
+      cmocka_unit_test(only_movable_pods_move),
+      cmocka_unit_test(replacements_must_fit),
+      cmocka_unit_test(budgets_hold),
+      cmocka_unit_test(fewest_moves),
+      cmocka_unit_test(freed_gpu_held),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
