@@ -480,10 +480,6 @@ static void test_bad_snapshots(void **st) {
       "'labels':{'nvidia.com/gpu.memory':'80GB'}}}]}",
       GF_ESYNTAX, "Node n", "nvidia.com/gpu.memory");
   expect_snapshot_error(
-      "{'kind':'List','items':[{'kind':'Pod','metadata':{'name':'k',"
-      "'annotations':{'gpu-fraction':'1.5'}},'spec':{'containers':[]}}]}",
-      GF_ESYNTAX, "Pod default/k", "gpu-fraction '1.5'");
-  expect_snapshot_error(
       "{'kind':'List','items':[{'kind':'Pod','metadata':{'name':'m'},"
       "'spec':{'containers':[{'resources':{'limits':{"
       "'nvidia.com/mig-big':'1'}}}]}}]}",
@@ -492,11 +488,66 @@ static void test_bad_snapshots(void **st) {
       "{'kind':'List','items':[{'kind':'Node','metadata':{'name':'n'}},"
       "{'kind':'Node','metadata':{'name':'n'}}]}",
       GF_EEXIST, "Node n", "seen twice");
-  expect_snapshot_error(
-      "{'kind':'List','items':[{'kind':'Pod','metadata':{'name':'g'},"
-      "'spec':{'containers':[{'resources':{'requests':{"
-      "'nvidia.com/gpu':'17'}}}]}}]}",
-      GF_ERANGE, "Pod default/g", "at most 16");
+}
+
+/* Values the API server stores but the extender refuses (issue 30
+ * follow-up, item 1): each pod is counted as the whole GPUs it names, with
+ * a warning naming it and why; a node with more than 16 GPUs (time-slicing
+ * replicas) is counted as 16, with a warning.  Not one of them stops the
+ * plan. */
+static void test_out_of_range_values(void **st) {
+  (void)st;
+  static const struct {
+    const char *name, *res, *ann, *why;
+    double held;
+  } bad[] = {
+      {"compute", "'gpufrac.io/gpu':'1','gpufrac.io/gpu-compute':'200'", NULL,
+       "gpu-compute", 1},
+      {"pct", "'nvidia.com/gpu':'1','nvidia.com/gpumem-percentage':'250'", NULL,
+       "gpumem-percentage", 1},
+      {"gfmem", "'gpufrac.io/gpu':'1','gpufrac.io/gpu-memory':'1e30'", NULL,
+       "gpu-memory", 1},
+      {"frac15", "", "'gpu-fraction':'1.5'", "gpu-fraction '1.5'", 1},
+      {"fracnan", "", "'gpu-fraction':'NaN'", "gpu-fraction 'NaN'", 1},
+      {"fracinf", "", "'gpu-fraction':'inf'", "gpu-fraction 'inf'", 1},
+      {"fracneg", "", "'gpu-fraction':'-0.5'", "gpu-fraction '-0.5'", 1},
+      {"fracwide", "", "'gpu-fraction':'\xef\xbc\x90.\xef\xbc\x95'",
+       "gpu-fraction", 1},
+      {"fracbogus", "", "'gpu-fraction':'bogus'", "gpu-fraction 'bogus'", 1},
+      {"kaimem", "", "'gpu-memory':'1e30'", "gpu-memory (MiB)", 1},
+      {"whole", "'nvidia.com/gpu':'9999999'", NULL, "at most 16", 16},
+  };
+  size_t n = sizeof(bad) / sizeof(bad[0]);
+  text t;
+  start(&t);
+  node(&t, "big", 16, "NVIDIA-A100-SXM4-80GB", 81920, "x");
+  node(&t, "ts", 40, "Tesla-T4", 15360, "y");
+  for (size_t i = 0; i < n; i++)
+    pod(&t, "ml", bad[i].name, NULL, NULL, "big", "Running", bad[i].res,
+        bad[i].ann);
+  char *s = finish(&t);
+  gf_plan *p = gf_plan_new();
+  gf_diag d = {""};
+  if (gf_plan_add_snapshot(p, s, strlen(s), "s.json", &d))
+    fail_msg("snapshot refused: %s", d.msg);
+  if (gf_plan_run(p, NULL, &d))
+    fail_msg("plan failed: %s", d.msg);
+  for (size_t i = 0; i < n; i++) {
+    char who[64];
+    snprintf(who, sizeof(who), "Pod ml/%s", bad[i].name);
+    if (!has_warning(p, who, bad[i].why))
+      fail_msg("no warning for %s naming '%s'", who, bad[i].why);
+    assert_true(has_warning(p, who, "whole GPU"));
+    const gf_plan_workload *w = find_wl(p, "Pod", "ml", bad[i].name);
+    if (fabs(w->gpus_held - bad[i].held) > 1e-9)
+      fail_msg("%s holds %g GPUs, want %g", bad[i].name, w->gpus_held,
+               bad[i].held);
+  }
+  assert_true(has_warning(p, "Node ts", "40"));
+  assert_true(has_warning(p, "Node ts", "counted as 16"));
+  NEAR(gf_plan_today(p)->gpus, 32);
+  free(s);
+  gf_plan_free(p);
 }
 
 /* No GPU node: an error saying so, not an empty report. */
@@ -1120,6 +1171,7 @@ int main(void) {
       cmocka_unit_test(test_whatif),
       cmocka_unit_test(test_prices),
       cmocka_unit_test(test_bad_snapshots),
+      cmocka_unit_test(test_out_of_range_values),
       cmocka_unit_test(test_no_gpu_nodes),
       cmocka_unit_test(test_bad_usage),
       cmocka_unit_test(test_unknown_memory),
