@@ -29,6 +29,79 @@ check "KUBECONFIG's first file" 1 "$tmp/first" -- \
   env KUBECONFIG="$tmp/first:$tmp/second" "$plugin" top
 printf 'apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\ncurrent-context: ""\n' >"$tmp/empty.yaml"
 check "unknown context" 1 'nowhere' -- "$plugin" top --kubeconfig "$tmp/empty.yaml" --context nowhere
+check "version subcommand" 0 '^kubectl gpufrac [0-9]+\.[0-9]+\.[0-9]+$' -- "$plugin" version
+check "--extender not a URL" 2 "extender 'not a url'" -- \
+  "$plugin" why-pending p --kubeconfig "$tmp/nope" --extender 'not a url'
+
+# An API server that answers what a real one never would (a real HTTP
+# server on loopback, python's): a 200 that is not a Pod, HTTP 500 for the
+# nodes; and a pod whose FailedScheduling message is not in
+# kube-scheduler's "N nodes are available" form.  Issue 30 follow-up,
+# items 4 and 6.
+cat >"$tmp/api.py" <<'PY'
+import http.server, json, os, sys
+POD = {"kind": "Pod", "apiVersion": "v1",
+       "metadata": {"name": "dra", "namespace": "default", "uid": "u1"},
+       "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}}
+EV = {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": [
+    {"reason": "FailedScheduling", "type": "Warning",
+     "involvedObject": {"uid": "u1", "name": "dra"},
+     "message": "0/2 nodes are available: device class gpu.gpufrac.io does "
+                "not exist. preemption: not eligible."}]}
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def answer(self, code, doc):
+        b = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def do_GET(self):
+        p = self.path.split("?")[0]
+        if p == "/api/v1/namespaces/default/pods/notapod":
+            self.answer(200, {"kind": "ConfigMap", "data": {}})
+        elif p == "/api/v1/namespaces/default/pods/dra":
+            self.answer(200, POD)
+        elif p == "/api/v1/namespaces/default/events":
+            self.answer(200, EV)
+        elif p == "/api/v1/nodes" and os.path.exists(sys.argv[1]):
+            self.answer(500, {"kind": "Status", "message": "boom"})
+        elif p == "/api/v1/nodes":
+            self.answer(200, {"kind": "NodeList", "metadata": {}, "items": [
+                {"metadata": {"name": "n1"}, "status": {"allocatable": {}}}]})
+        else:
+            self.answer(404, {"kind": "Status", "message": "no " + p})
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_port, flush=True)
+s.serve_forever()
+PY
+python3 "$tmp/api.py" "$tmp/nodes500" >"$tmp/api.port" &
+api_pid=$!
+for _ in $(seq 50); do [ -s "$tmp/api.port" ] && break; sleep 0.1; done
+port=$(cat "$tmp/api.port")
+cat >"$tmp/fake.kc" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: f, cluster: {server: "http://127.0.0.1:$port"}}]
+users: [{name: u, user: {}}]
+contexts: [{name: f, context: {cluster: f, user: u}}]
+current-context: f
+KC
+check "describe: a 200 that is not a Pod" 1 'not a Pod' -- \
+  "$plugin" describe pod notapod --kubeconfig "$tmp/fake.kc"
+touch "$tmp/nodes500"
+check "HTTP 500 names the server" 1 "127\.0\.0\.1:$port.*HTTP 500|HTTP 500.*127\.0\.0\.1:$port" -- \
+  "$plugin" top --kubeconfig "$tmp/fake.kc"
+rm "$tmp/nodes500"
+check "why-pending: a message not in the usual form, verbatim" 0 \
+  'device class gpu\.gpufrac\.io does not exist' -- \
+  "$plugin" why-pending dra --kubeconfig "$tmp/fake.kc"
+dead=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+check "why-pending: unreachable extender is a failure" 1 "extender http://127\.0\.0\.1:$dead" -- \
+  "$plugin" why-pending dra --kubeconfig "$tmp/fake.kc" --extender "http://127.0.0.1:$dead"
+kill "$api_pid"
 
 # cmake --install puts the symlink beside the binary.
 if cmake --install "$BUILD_DIR" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 &&
