@@ -1120,6 +1120,11 @@ static void test_outputs(void **st) {
   char *readme = slurp(path);
   assert_non_null(strstr(readme, "Job research/hami | (none: a Job's"));
   assert_non_null(strstr(readme, "| no-util |"));
+  /* the install it points at is the Helm chart (docs/install.md), not the
+   * old raw manifests (issue 30 follow-up, item 7) */
+  assert_non_null(strstr(readme, "helm install gpufrac deploy/helm/gpufrac"));
+  assert_non_null(strstr(readme, "docs/install.md"));
+  assert_null(strstr(readme, "node-agent.yaml"));
   free(readme);
   snprintf(path, sizeof(path), "%s/patches/job-research-hami.json", dir);
   FILE *fp = fopen(path, "r");
