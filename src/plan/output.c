@@ -140,8 +140,12 @@ int gf_plan_write_text(const gf_plan *p, FILE *fp) {
       const gf_plan_workload *w = &p->wls[i].pub;
       char fl[160];
       flags_text(w->flags, fl, sizeof(fl));
-      fprintf(fp, "  %s %s/%s: %u pods, held %.1f, waste %.1f -> ", w->kind,
-              w->ns, w->name, w->pods, w->gpus_held, w->waste_gpus);
+      if (gf__plan_wl_unmeasured(w))
+        fprintf(fp, "  %s %s/%s: %u pods, held %.1f, waste unknown -> ",
+                w->kind, w->ns, w->name, w->pods, w->gpus_held);
+      else
+        fprintf(fp, "  %s %s/%s: %u pods, held %.1f, waste %.1f -> ", w->kind,
+                w->ns, w->name, w->pods, w->gpus_held, w->waste_gpus);
       if (w->action == GF_PLAN_SHARE)
         fprintf(fp, "%" PRId64 " MiB, %d%% compute", w->rec_mem_mib,
                 w->rec_compute);

@@ -1138,7 +1138,29 @@ static void test_outputs(void **st) {
   assert_null(strstr(html, "<link"));
   assert_non_null(strstr(html, "id=\"gpus_held\" data-value=\"5.4452\""));
   assert_non_null(strstr(html, "<svg"));
+  /* an unmeasured workload's waste is unknown, as the headline says, not
+   * 0.00 / $0 (issue 30 follow-up, item 7) */
+  const char *row = strstr(html, "StatefulSet ml/train</td>");
+  assert_non_null(row);
+  const char *end = strstr(row, "</tr>");
+  assert_non_null(end);
+  char *r = strndup(row, (size_t)(end - row));
+  if (!strstr(r, "data-field=\"waste_gpus\" class=\"unknown\"") ||
+      !strstr(r, "data-field=\"waste_per_month\" class=\"unknown\""))
+    fail_msg("train's row: %s", r);
+  free(r);
   free(html);
+  /* the text report too */
+  snprintf(path, sizeof(path), "%s/report.txt", dir);
+  FILE *tf = fopen(path, "w");
+  assert_non_null(tf);
+  assert_int_equal(gf_plan_write_text(p, tf), 0);
+  fclose(tf);
+  char *txt = slurp(path);
+  if (!strstr(txt, "waste unknown") ||
+      strstr(txt, "Pod research/kai-1: 1 pods, held 0.5, waste 0.0"))
+    fail_msg("text report:\n%s", txt);
+  free(txt);
   snprintf(path, sizeof(path), "%s/workloads.csv", dir);
   char *csv = slurp(path);
   assert_non_null(strstr(csv, "\nDeployment,ml,serve,2,whole,"));
