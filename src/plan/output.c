@@ -96,6 +96,14 @@ static void text_whatif(const gf_plan *p, FILE *fp) {
             w->nodes_needed, w->pods_unplaced, w->gpus_freed,
             gf__plan_money(w->saved_per_month, m, sizeof(m)));
   }
+  bool unplaced = false;
+  for (size_t i = 0; i < p->nwhatif; i++)
+    unplaced |= p->whatif[i].pods_unplaced > 0;
+  if (unplaced)
+    fprintf(fp, "  unplaced: pods no GPU of their model could take under that "
+                "policy (whole: as\n  whole GPUs, pods that share today need "
+                "more GPUs than there are); the\n  warnings name the first "
+                "of each.\n");
   fprintf(fp,
           "  saved/month prices each freed GPU at its node's price: an "
           "upper bound, money\n  only once freed GPUs add up to whole nodes "

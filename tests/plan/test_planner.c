@@ -550,6 +550,41 @@ static void test_out_of_range_values(void **st) {
   gf_plan_free(p);
 }
 
+/* A cluster that shares already, with no usage data (issue 30 follow-up,
+ * item 7): four 3Gi / 20% gpufrac pods on one T4.  fgd and gpufrac keep
+ * each pod's share (there is no usage to recommend a new one) and place
+ * all four; whole needs four GPUs where there is one, and says so. */
+static void test_whatif_shares_without_usage(void **st) {
+  (void)st;
+  text t;
+  start(&t);
+  node(&t, "t4", 1, "Tesla-T4", 15360, "g4dn.xlarge");
+  for (int i = 0; i < 4; i++) {
+    char name[16];
+    snprintf(name, sizeof(name), "s%d", i);
+    pod(&t, "ml", name, NULL, NULL, "t4", "Running",
+        "'gpufrac.io/gpu':'1','gpufrac.io/gpu-memory':'3Gi',"
+        "'gpufrac.io/gpu-compute':'20'",
+        NULL);
+  }
+  char *s = finish(&t);
+  gf_plan *p = run_snapshot(s);
+  assert_int_equal(gf_plan_nwhatif(p), 3);
+  const gf_plan_whatif *whole = gf_plan_whatif_at(p, 0);
+  assert_int_equal(whole->pods_unplaced, 3);
+  for (size_t i = 1; i < 3; i++) {
+    const gf_plan_whatif *w = gf_plan_whatif_at(p, i);
+    if (w->pods_unplaced)
+      fail_msg("%s: %u pods unplaced, want 0 (each keeps its share)",
+               w->policy, w->pods_unplaced);
+    assert_int_equal(w->gpus_needed, 1);
+  }
+  if (!has_warning(p, "what-if whole: 3 pods not placed", "Pod ml/"))
+    fail_msg("no warning explaining whole's unplaced pods");
+  free(s);
+  gf_plan_free(p);
+}
+
 /* No GPU node: an error saying so, not an empty report. */
 static void test_no_gpu_nodes(void **st) {
   (void)st;
@@ -935,9 +970,13 @@ static void test_dra_claims(void **st) {
  * holds 15360: small 1; kai-1 opens big 2, mig-1 fills it; serve a (whole,
  * 28928 MiB needed) opens big 3, serve b fills it; hami (6144 MiB) opens
  * small 2.  5 nodes, 8 GPUs, (3 x 6 + 2 x .5) x 730 = 13870 per month.
- * gpufrac: the same up to mig-1; serve a's share (600m, 28928 MiB) fits no
- * T4, opens big 3; serve b takes its other GPU; hami's 80m / 6144 MiB share
- * fits beside a serve share.  4 nodes, 7 GPUs, (18 + .5) x 730 = 13505. */
+ * gpufrac: kai-1 and frac-1 share a GPU today and have no usage: they
+ * keep today's shares (500m / 40960 MiB, 100m / 4096 MiB), so the order is
+ * train, mig-1, serve a and b (600m each), kai-1, frac-1, hami.  train
+ * opens big 1; mig-1 opens big 2, serve a takes its other GPU; serve b
+ * (no 600m left beside serve a) opens big 3, kai-1 takes its other GPU;
+ * frac-1 (100m) and hami (80m / 6144 MiB) fit beside serve a.  3 nodes, 6
+ * GPUs, 18 x 730 = 13140. */
 static void test_fleet(void **st) {
   (void)st;
   gf_plan *p = gf_plan_new();
@@ -968,9 +1007,9 @@ static void test_fleet(void **st) {
   w = gf_plan_whatif_at(p, 2);
   assert_string_equal(w->policy, "gpufrac");
   assert_int_equal(w->fleet[0].nodes, 3);
-  assert_int_equal(w->fleet[1].nodes, 1);
-  assert_int_equal(w->fleet_gpus, 7);
-  NEAR(w->fleet_per_month, 13505);
+  assert_int_equal(w->fleet[1].nodes, 0);
+  assert_int_equal(w->fleet_gpus, 6);
+  NEAR(w->fleet_per_month, 13140);
   free(s);
   free(u);
   free(types);
@@ -1199,6 +1238,7 @@ int main(void) {
       cmocka_unit_test(test_prices),
       cmocka_unit_test(test_bad_snapshots),
       cmocka_unit_test(test_out_of_range_values),
+      cmocka_unit_test(test_whatif_shares_without_usage),
       cmocka_unit_test(test_no_gpu_nodes),
       cmocka_unit_test(test_bad_usage),
       cmocka_unit_test(test_unknown_memory),
