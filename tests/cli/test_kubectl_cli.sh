@@ -102,7 +102,7 @@ s.serve_forever()
 PY
 python3 "$tmp/api.py" "$tmp/nodes500" "$tmp/req.log" >"$tmp/api.port" &
 api_pid=$!
-for _ in $(seq 50); do [ -s "$tmp/api.port" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -s "$tmp/api.port" ] && break; sleep 0.1; done
 port=$(cat "$tmp/api.port")
 cat >"$tmp/fake.kc" <<KC
 apiVersion: v1
