@@ -575,8 +575,8 @@ static void test_whatif_shares_without_usage(void **st) {
   for (size_t i = 1; i < 3; i++) {
     const gf_plan_whatif *w = gf_plan_whatif_at(p, i);
     if (w->pods_unplaced)
-      fail_msg("%s: %u pods unplaced, want 0 (each keeps its share)",
-               w->policy, w->pods_unplaced);
+      fail_msg("%s: %u pods unplaced, want 0 (each keeps its share)", w->policy,
+               w->pods_unplaced);
     assert_int_equal(w->gpus_needed, 1);
   }
   if (!has_warning(p, "what-if whole: 3 pods not placed", "Pod ml/"))
