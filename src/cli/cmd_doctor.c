@@ -220,11 +220,15 @@ static void agent_node(doctor *dr, agent_scan *a, const json_t *ds,
     if (strcmp(js(p, "spec", "nodeName"), node) == 0)
       agent = p;
   }
-  char why[512] = "";
+  char why[512] = "", fixbuf[512] = "";
+  /* why and its fix are this node's; the check reports the first bad
+   * node's pair (both naming the same pod) */
+  char *fix = fixbuf;
+  size_t fixcap = sizeof(fixbuf);
   if (!agent) {
     snprintf(why, sizeof(why), "node %s: no pod of DaemonSet %s on it", node,
              dsn);
-    snprintf(a->fix, sizeof(a->fix),
+    snprintf(fix, fixcap,
              "kubectl -n %s describe daemonset %s: its events say why (a "
              "taint the pool does not tolerate, a nodeSelector shared with "
              "another pool)",
@@ -234,7 +238,7 @@ static void agent_node(doctor *dr, agent_scan *a, const json_t *ds,
              "node %s: agent pod %s is %s, not Running and "
              "Ready",
              node, js(agent, "metadata", "name"), js(agent, "status", "phase"));
-    snprintf(a->fix, sizeof(a->fix),
+    snprintf(fix, fixcap,
              "kubectl -n %s describe pod %s and kubectl -n %s logs %s say "
              "why (image pull, no NVIDIA driver on the node, kubelet's "
              "device-plugin directory not at nodeAgent.hostPaths)",
@@ -260,7 +264,7 @@ static void agent_node(doctor *dr, agent_scan *a, const json_t *ds,
       snprintf(why, sizeof(why), "node %s: %.400s", node, d.msg);
     }
     if (*why)
-      snprintf(a->fix, sizeof(a->fix),
+      snprintf(fix, fixcap,
                "kubectl -n %s logs %s says why the agent cannot publish (its "
                "RBAC, the node admission policy, NVML)",
                dr->o->ns, js(agent, "metadata", "name"));
@@ -274,8 +278,10 @@ static void agent_node(doctor *dr, agent_scan *a, const json_t *ds,
     }
     json_decref(doc);
   }
-  if (*why && a->bad++ == 0)
+  if (*why && a->bad++ == 0) {
     snprintf(a->first_bad, sizeof(a->first_bad), "%s", why);
+    snprintf(a->fix, sizeof(a->fix), "%s", fix);
+  }
 }
 
 static void check_agents(doctor *dr) {
@@ -1050,6 +1056,42 @@ static int connect(const dopts *o, gf_kube_config **kc, gf_kube **k) {
   return 0;
 }
 
+/* A DNS-1123 label: 1..63 of [a-z0-9-], starting and ending with an
+ * alphanumeric (a namespace's form; it goes into API paths). */
+static bool dns_label(const char *s) {
+  size_t n = strlen(s);
+  if (n < 1 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+          s[i] == '-'))
+      return false;
+  return true;
+}
+
+/* The API server answers, and in its own words: GET /version is a JSON
+ * object with gitVersion.  Anything else makes every later check's verdict
+ * meaningless, so it is the one failure reported. */
+static bool check_api_server(doctor *dr, const char *server) {
+  long st;
+  gf_diag d = {""};
+  json_t *v = dget(dr, "/version", &st, &d);
+  const char *gv = js(v, "gitVersion", NULL);
+  bool ok = v && json_is_object(v) && *gv;
+  if (ok)
+    PASS(dr, "api-server", "%s answers, Kubernetes %s", server, gv);
+  else
+    FAIL(dr, "api-server",
+         "check the kubeconfig's server and context (--kubeconfig, "
+         "--context) and that the API server is reachable from here: "
+         "kubectl version says the same",
+         "API server %s: %s", server,
+         v ? "GET /version: the answer is not Kubernetes' version object"
+           : d.msg);
+  json_decref(v);
+  return ok;
+}
+
 static void print_checks(const doctor *dr) {
   size_t i;
   const json_t *c;
@@ -1139,11 +1181,18 @@ int cmd_doctor(int argc, char **argv) {
                                "--stuck-after %s: a duration such as "
                                "90s, 10m or 2h",
                                o.stuck_after);
+  if (!dns_label(o.ns))
+    return gf__opt_usage_error(&c,
+                               "--namespace '%s': not a DNS-1123 label "
+                               "(a-z, 0-9 and '-', at most 63)",
+                               o.ns);
   gf_kube_config *kc = NULL;
   gf_kube *k = NULL;
   if ((rc = connect(&o, &kc, &k)))
     return rc;
   doctor dr = {.o = &o, .k = k, .checks = json_array()};
+  if (!check_api_server(&dr, gf_kube_config_server(kc)))
+    goto report;
   check_agents(&dr);
   check_scheduler(&dr);
   check_dra(&dr);
@@ -1161,6 +1210,7 @@ int cmd_doctor(int argc, char **argv) {
          "cannot list pods: %s", d.msg);
   }
   json_decref(pods);
+report:
   if (o.output) {
     char *s = json_dumps(dr.checks, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     printf("%s\n", s ? s : "[]");

@@ -193,12 +193,15 @@ static int connect_kube(const kopts *o, gf_kube_config **kc, gf_kube **k) {
   return 0;
 }
 
+/* The API server's URL, for error messages (set once connected). */
+static const char *api_server = "the API server";
+
 static json_t *list(gf_kube *k, const char *path, const char *label) {
   gf_kube_list_opts lo = {.limit = PAGE, .label_selector = label};
   json_t *l = NULL;
   gf_diag d = {""};
   if (gf_kube_list_all(k, path, &lo, &l, &d)) {
-    fprintf(stderr, "kubectl gpufrac: %s\n", d.msg);
+    fprintf(stderr, "kubectl gpufrac: API server %s: %s\n", api_server, d.msg);
     return NULL;
   }
   return l;
@@ -509,7 +512,8 @@ static json_t *pod_events(gf_kube *k, const char *ns, const json_t *pod) {
   gf_diag d = {""};
   json_t *out = json_array();
   if (gf_kube_list_all(k, path, &lo, &l, &d)) {
-    fprintf(stderr, "kubectl gpufrac: events: %s\n", d.msg);
+    fprintf(stderr, "kubectl gpufrac: events: API server %s: %s\n", api_server,
+            d.msg);
     return out;
   }
   size_t i;
@@ -533,7 +537,25 @@ static json_t *get_pod(gf_kube *k, const char *ns, const char *name) {
   json_t *p = NULL;
   gf_diag d = {""};
   if (gf_kube_get(k, path, &p, &d)) {
-    fprintf(stderr, "kubectl gpufrac: pod %s/%s: %s\n", ns, name, d.msg);
+    fprintf(stderr, "kubectl gpufrac: pod %s/%s: API server %s: %s\n", ns, name,
+            api_server, d.msg);
+    return NULL;
+  }
+  /* A 200 that is not a Pod (a proxy's page, another object): refused,
+   * not printed as an empty pod. */
+  const json_t *kind = json_object_get(p, "kind");
+  if (!json_is_object(p) ||
+      (kind && (!json_is_string(kind) ||
+                strcmp(json_string_value(kind), "Pod") != 0)) ||
+      !json_is_object(json_object_get(p, "metadata")) ||
+      !json_is_object(json_object_get(p, "spec"))) {
+    fprintf(stderr,
+            "kubectl gpufrac: pod %s/%s: API server %s answered %s%s%s, "
+            "not a Pod\n",
+            ns, name, api_server, json_is_string(kind) ? "a " : "something",
+            json_is_string(kind) ? json_string_value(kind) : "",
+            json_is_string(kind) ? "" : " else");
+    json_decref(p);
     return NULL;
   }
   return p;
@@ -685,8 +707,8 @@ static json_t *split_reasons(const char *msg) {
 }
 
 /* POSTs {Pod, NodeNames} to the extender's /filter; its per-node answer. */
-static json_t *ask_extender(const kopts *o, gf_kube *k, const json_t *pod) {
-  json_t *nodes = list(k, "/api/v1/nodes", NULL);
+static json_t *ask_extender(const kopts *o, const json_t *nodes,
+                            const json_t *pod) {
   if (!nodes)
     return NULL;
   json_t *names = json_array();
@@ -694,7 +716,6 @@ static json_t *ask_extender(const kopts *o, gf_kube *k, const json_t *pod) {
   const json_t *n;
   json_array_foreach(json_object_get(nodes, "items"), i, n)
       json_array_append_new(names, json_string(jstr(n, "metadata", "name")));
-  json_decref(nodes);
   json_t *args = json_pack("{s:O,s:o}", "Pod", pod, "NodeNames", names);
   gf_kube_config *ec = NULL;
   gf_kube *ek = NULL;
@@ -753,22 +774,60 @@ static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
   bool has_req = request_text(p, req, sizeof(req));
   if (has_req)
     json_object_set_new(doc, "request", json_string(req));
-  gf__why_kind hk =
-      gf__why_hint(last, jstr(p, "spec", "schedulerName"), hint, sizeof(hint));
+  /* What the hint needs besides the message: is the request gpufrac's to
+   * read, which nodes run the agent (advertise gpufrac.io/gpu), and with
+   * --extender whether any node's memory and compute fit. */
+  gf__why_ctx wc = {.scheduler = jstr(p, "spec", "schedulerName"),
+                    .agent_nodes = -1,
+                    .extender_fits = -1};
+  gf_podreq pr;
+  gf_diag prd = {""};
+  if (gf_podreq_read(p, GF_PODREQ_ACCEPT_ALL, &pr, &prd) == 0)
+    wc.req_ok = pr.req.gpu_count > 0;
+  wc.words = pr.words;
+  json_t *nodes = last || o->extender ? list(k, "/api/v1/nodes", NULL) : NULL;
+  if (nodes) {
+    wc.agent_nodes = 0;
+    json_array_foreach(json_object_get(nodes, "items"), i, e) {
+      const json_t *a = json_object_get(
+          json_object_get(json_object_get(e, "status"), "allocatable"),
+          GF_RES_GPU);
+      if (json_is_string(a) && strcmp(json_string_value(a), "0") != 0)
+        wc.agent_nodes++;
+    }
+  }
+  json_t *per = o->extender ? ask_extender(o, nodes, p) : NULL;
+  json_decref(nodes);
+  if (per) {
+    json_object_set_new(doc, "extender", per);
+    wc.extender_fits = 0;
+    json_array_foreach(per, i, e) {
+      /* fits, or held back only by the slots (src/sched/sched.c says
+       * "device-plugin slots" then): the GPUs have the room */
+      const char *why = jstr(e, "reason", NULL);
+      if (strcmp(why, "fits") == 0 || strstr(why, "device-plugin slots"))
+        wc.extender_fits++;
+    }
+  }
+  gf__why_kind hk = gf__why_hint(last, &wc, hint, sizeof(hint));
   if (hk)
     json_object_set_new(doc, "hint", json_string(hint));
-  json_t *per = o->extender ? ask_extender(o, k, p) : NULL;
-  if (per)
-    json_object_set_new(doc, "extender", per);
-  int rc = GF_EXIT_OK;
+  /* --extender given and not answered: said on stderr, exit 1 */
+  int rc = o->extender && !per ? GF_EXIT_FAIL : GF_EXIT_OK;
   if (o->output) {
-    rc = print_doc(o, doc);
+    int prc = print_doc(o, doc);
+    if (prc)
+      rc = prc;
   } else if (jstr(p, "spec", "nodeName")[0]) {
     printf("pod %s/%s is not pending: bound to %s\n", ns, name,
            jstr(p, "spec", "nodeName"));
   } else {
     if (!last)
       printf("pod %s/%s: no FailedScheduling event yet\n", ns, name);
+    else if (!json_array_size(groups))
+      /* not in kube-scheduler's "N nodes are available: ..." form: its
+       * words as they are */
+      printf("kube-scheduler: %s\n", last);
     else {
       table t = {2, {"NODES", "REASON"}, json_array()};
       json_array_foreach(groups, i, e) {
@@ -895,7 +954,8 @@ static int kubectl_parse(kopts *o, const char **pos, int *npos, int argc,
 }
 
 int cmd_kubectl(int argc, char **argv) {
-  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+  if (argc == 2 &&
+      (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0)) {
     printf("kubectl gpufrac %s\n", GF_VERSION);
     return GF_EXIT_OK;
   }
@@ -916,11 +976,23 @@ int cmd_kubectl(int argc, char **argv) {
       (rc = check_name("agent namespace", o.agent_ns, false)) ||
       (strcmp(sub, "top") != 0 && (rc = check_name("pod", name, true))))
     return rc;
+  if (o.extender) {
+    /* the URL is checked before any request, as the names are */
+    gf_kube_config *ec = NULL;
+    gf_diag ed = {""};
+    if (gf_kube_config_new_plain(&ec, o.extender, NULL, &ed)) {
+      fprintf(stderr, "kubectl gpufrac: --extender '%s': %s\n", o.extender,
+              ed.msg);
+      return GF_EXIT_USAGE;
+    }
+    gf_kube_config_free(ec);
+  }
   gf_kube_config *kc = NULL;
   gf_kube *k = NULL;
   rc = connect_kube(&o, &kc, &k);
   if (rc)
     return rc;
+  api_server = gf_kube_config_server(kc);
   if ((rc = check_name("namespace", ns_of(&o, kc), false))) {
     gf_kube_free(k);
     gf_kube_config_free(kc);
@@ -932,6 +1004,7 @@ int cmd_kubectl(int argc, char **argv) {
     rc = cmd_describe(&o, k, kc, name);
   else
     rc = cmd_why(&o, k, kc, name);
+  api_server = "the API server";
   gf_kube_free(k);
   gf_kube_config_free(kc);
   return rc;

@@ -37,17 +37,54 @@ static const char *const extender_only[] = {
     GF_RES_GPU_MEMORY, GF_RES_GPU_COMPUTE, "nvidia.com/gpumem",
     "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"};
 
-gf__why_kind gf__why_hint(const char *msg, const char *scheduler, char *out,
+static bool is_hami(const char *name) {
+  return strncmp(name, "nvidia.com/", strlen("nvidia.com/")) == 0;
+}
+
+gf__why_kind gf__why_hint(const char *msg, const gf__why_ctx *c, char *out,
                           size_t cap) {
   if (cap)
     out[0] = '\0';
   if (!msg || !*msg)
     return GF__WHY_NONE;
-  const char *sn = scheduler && *scheduler ? scheduler : "default-scheduler";
+  const char *sched = c ? c->scheduler : NULL;
+  bool dflt = !sched || !*sched || strcmp(sched, "default-scheduler") == 0;
+  const char *sn = dflt ? "default-scheduler" : sched;
+  unsigned words = c ? c->words : 0;
   for (size_t i = 0; i < sizeof(extender_only) / sizeof(extender_only[0]);
        i++) {
-    if (!insufficient(msg, extender_only[i]))
+    const char *res = extender_only[i];
+    if (!insufficient(msg, res))
       continue;
+    if (!dflt && (is_hami(res) || (words & GF_PODREQ_W_KAI))) {
+      /* The pod reached a profile of its own choosing already: what is
+       * missing is the extender taking the other tool's words. */
+      const char *tool = is_hami(res) ? "hami" : "kai";
+      snprintf(out, cap,
+               "the gpufrac extender was never asked about this pod: it "
+               "already has schedulerName '%s', but kube-scheduler counted "
+               "%s itself, so that profile does not leave %s's words to the "
+               "extender. Set extender.accept: [%s] in the chart's values "
+               "(helm upgrade; the control-plane path: gpufrac scheduler "
+               "--accept %s and %s in the profile's managedResources with "
+               "ignoredByScheduler: true). See docs/migrating.md.",
+               sn, res, is_hami(res) ? "HAMi" : "KAI", tool, tool, res);
+      return GF__WHY_NOT_ASKED;
+    }
+    if (!dflt) {
+      snprintf(out, cap,
+               "the gpufrac extender was never asked about this pod: it has "
+               "schedulerName '%s', but kube-scheduler counted %s itself, a "
+               "name no node advertises, so that profile does not call "
+               "gpufrac's extender (or does not list %s with "
+               "ignoredByScheduler: true in its managedResources). The "
+               "chart's scheduler profile is named gpufrac; on the "
+               "control-plane path kube-scheduler needs the chart's "
+               "configuration. See docs/install.md, \"gpufrac's own "
+               "scheduler\" and \"The control plane's own kube-scheduler\".",
+               sn, res, res);
+      return GF__WHY_NOT_ASKED;
+    }
     snprintf(out, cap,
              "the gpufrac extender was never asked about this pod: "
              "kube-scheduler (schedulerName '%s') counted %s itself, a "
@@ -60,22 +97,37 @@ gf__why_kind gf__why_hint(const char *msg, const char *scheduler, char *out,
              "path kube-scheduler needs the chart's configuration. See "
              "docs/install.md, \"gpufrac's own scheduler\" and \"The "
              "control plane's own kube-scheduler\".",
-             sn, extender_only[i], extender_only[i]);
+             sn, res, res);
     return GF__WHY_NOT_ASKED;
   }
-  if (insufficient(msg, GF_RES_GPU)) {
+  if (!insufficient(msg, GF_RES_GPU))
+    return GF__WHY_NONE;
+  if (c && !c->req_ok)
+    return GF__WHY_NONE; /* the request itself is the problem */
+  if (c && c->agent_nodes == 0) {
     snprintf(out, cap,
-             "kube-scheduler found no free %s slot on the nodes it counts "
-             "that way: each %s a pod asks holds one of the node agent's "
-             "device-plugin slots (allocatable %s; a node without the "
-             "gpufrac agent has none). Where the GPUs still have memory and "
-             "compute, the slots ran out first: set slots = auto (the "
-             "default) or a larger number in the node config (docs/node.md); "
-             "--extender shows each node's slots.",
-             GF_RES_GPU, GF_RES_GPU, GF_RES_GPU);
-    return GF__WHY_SLOTS;
+             "no node advertises %s: no node runs the gpufrac agent (it "
+             "runs on nodes labelled gpufrac.io/enabled=true). Label the "
+             "GPU nodes and run gpufrac doctor (docs/install.md).",
+             GF_RES_GPU);
+    return GF__WHY_NO_AGENT;
   }
-  return GF__WHY_NONE;
+  if (c && c->extender_fits == 0)
+    return GF__WHY_NONE; /* memory or compute short: the extender's words */
+  snprintf(out, cap,
+           "kube-scheduler found no free %s slot on the nodes it counts "
+           "that way: each %s a pod asks holds one of the node agent's "
+           "device-plugin slots (allocatable %s). %s set slots = auto (the "
+           "default) or a larger number in the node config (docs/node.md)%s",
+           GF_RES_GPU, GF_RES_GPU, GF_RES_GPU,
+           c && c->extender_fits > 0
+               ? "The extender says the GPUs have the memory and compute, so "
+                 "the slots ran out first:"
+               : "Where the GPUs still have memory and compute, the slots "
+                 "ran out first:",
+           c && c->extender_fits > 0 ? "."
+                                     : "; --extender shows whether they do.");
+  return GF__WHY_SLOTS;
 }
 
 static void fmt_bytes(int64_t b, char *out, size_t cap) {

@@ -59,7 +59,7 @@ static void cell(FILE *fp, const char *field, double v, int digits) {
             digits, v);
 }
 
-/* A waste cell of a group nothing of which was measured. */
+/* A waste cell of a group or workload nothing of which was measured. */
 static void unknown_cell(FILE *fp, const char *field) {
   fprintf(fp, "<td data-field=\"%s\" class=\"unknown\">unknown</td>", field);
 }
@@ -286,9 +286,15 @@ static void html_workloads(const gf_plan *p, FILE *fp) {
     fprintf(fp, "</td><td>%u</td><td>%s</td>", w->pods,
             gf_plan_req_name(w->request));
     cell(fp, "gpus_held", w->gpus_held, 2);
-    cell(fp, "gpus_used", w->gpus_used, 2);
-    cell(fp, "waste_gpus", w->waste_gpus, 2);
-    cell(fp, "waste_per_month", w->waste_per_month, 0);
+    if (gf__plan_wl_unmeasured(w)) {
+      unknown_cell(fp, "gpus_used");
+      unknown_cell(fp, "waste_gpus");
+      unknown_cell(fp, "waste_per_month");
+    } else {
+      cell(fp, "gpus_used", w->gpus_used, 2);
+      cell(fp, "waste_gpus", w->waste_gpus, 2);
+      cell(fp, "waste_per_month", w->waste_per_month, 0);
+    }
     if (w->action == GF_PLAN_SHARE)
       fprintf(fp, "<td>%" PRId64 " MiB, %d%%</td>", w->rec_mem_mib,
               w->rec_compute);

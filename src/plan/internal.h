@@ -164,6 +164,8 @@ const char *gf__plan_money(double x, char *buf, size_t cap);
 double gf__plan_bill(const gf_plan *p);
 /* Nothing of `held` measured: its waste is unknown, not 0. */
 bool gf__plan_unmeasured(double held, double unmeasured);
+/* Whether none of w's pods has usage (its waste is unknown, not 0). */
+bool gf__plan_wl_unmeasured(const gf_plan_workload *w);
 int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d);
 
 #endif

@@ -96,6 +96,14 @@ static void text_whatif(const gf_plan *p, FILE *fp) {
             w->nodes_needed, w->pods_unplaced, w->gpus_freed,
             gf__plan_money(w->saved_per_month, m, sizeof(m)));
   }
+  bool unplaced = false;
+  for (size_t i = 0; i < p->nwhatif; i++)
+    unplaced |= p->whatif[i].pods_unplaced > 0;
+  if (unplaced)
+    fprintf(fp, "  unplaced: pods no GPU of their model could take under that "
+                "policy (whole: as\n  whole GPUs, pods that share today need "
+                "more GPUs than there are); the\n  warnings name the first "
+                "of each.\n");
   fprintf(fp,
           "  saved/month prices each freed GPU at its node's price: an "
           "upper bound, money\n  only once freed GPUs add up to whole nodes "
@@ -140,8 +148,12 @@ int gf_plan_write_text(const gf_plan *p, FILE *fp) {
       const gf_plan_workload *w = &p->wls[i].pub;
       char fl[160];
       flags_text(w->flags, fl, sizeof(fl));
-      fprintf(fp, "  %s %s/%s: %u pods, held %.1f, waste %.1f -> ", w->kind,
-              w->ns, w->name, w->pods, w->gpus_held, w->waste_gpus);
+      if (gf__plan_wl_unmeasured(w))
+        fprintf(fp, "  %s %s/%s: %u pods, held %.1f, waste unknown -> ",
+                w->kind, w->ns, w->name, w->pods, w->gpus_held);
+      else
+        fprintf(fp, "  %s %s/%s: %u pods, held %.1f, waste %.1f -> ", w->kind,
+                w->ns, w->name, w->pods, w->gpus_held, w->waste_gpus);
       if (w->action == GF_PLAN_SHARE)
         fprintf(fp, "%" PRId64 " MiB, %d%% compute", w->rec_mem_mib,
                 w->rec_compute);

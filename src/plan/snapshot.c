@@ -130,8 +130,22 @@ static void node_release(gf__pnode *n) {
   gf__free(n->type);
 }
 
-static int parse_node(const json_t *item, const char *source, gf__pnode *out,
-                      gf_diag *d) {
+/* A node's count above what one node can hold (GF_MAX_GPUS_PER_NODE GPUs):
+ * GPU-operator time-slicing advertises each GPU as several replicas, so
+ * nvidia.com/gpu: 40 is a real node.  Counted as the limit, and said. */
+static int64_t node_clamp(gf_plan *p, const where *w, const char *field,
+                          int64_t x, int64_t max) {
+  if (x <= max)
+    return x;
+  gf__plan_warn(p,
+                "%s: %s: %" PRId64 ", more than one node's %" PRId64
+                " (time-slicing replicas?): counted as %" PRId64,
+                w->s, field, x, max, max);
+  return max;
+}
+
+static int parse_node(gf_plan *p, const json_t *item, const char *source,
+                      gf__pnode *out, gf_diag *d) {
   memset(out, 0, sizeof(*out));
   const json_t *meta = json_object_get(item, "metadata");
   const char *name = jstr(meta, "name");
@@ -159,8 +173,9 @@ static int parse_node(const json_t *item, const char *source, gf__pnode *out,
       snprintf(field, sizeof(field), "%s[%s]", resname, k);
       int64_t x = 0;
       if (strcmp(k, "nvidia.com/gpu") == 0) {
-        if ((rc = count(v, GF_MAX_GPUS_PER_NODE, &gpus, &w, field, d)))
+        if ((rc = count(v, INT32_MAX, &gpus, &w, field, d)))
           return rc;
+        gpus = node_clamp(p, &w, field, gpus, GF_MAX_GPUS_PER_NODE);
       } else if (strcmp(k, "cpu") == 0) {
         if ((rc = qty(v, GF_QTY_MILLI, &cpu, &w, field, d)))
           return rc;
@@ -168,9 +183,9 @@ static int parse_node(const json_t *item, const char *source, gf__pnode *out,
         if ((rc = qty(v, GF_QTY_UNIT, &mem, &w, field, d)))
           return rc;
       } else if (starts(k, "nvidia.com/mig-")) {
-        if ((rc = count(v, 7 * GF_MAX_GPUS_PER_NODE, &x, &w, field, d)))
+        if ((rc = count(v, INT32_MAX, &x, &w, field, d)))
           return rc;
-        mig += x;
+        mig += node_clamp(p, &w, field, x, 7 * GF_MAX_GPUS_PER_NODE);
       }
     }
   }
@@ -178,9 +193,11 @@ static int parse_node(const json_t *item, const char *source, gf__pnode *out,
   if (lc) {
     int64_t x;
     gf_diag qd = {""};
-    if ((rc = gf_parse_int64(lc, 0, GF_MAX_GPUS_PER_NODE, &x, &qd)))
+    if ((rc = gf_parse_int64(lc, 0, INT32_MAX, &x, &qd)))
       return gf_diag_set(d, rc, "%s: label nvidia.com/gpu.count: %s", w.s,
                          qd.msg);
+    x = node_clamp(p, &w, "label nvidia.com/gpu.count", x,
+                   GF_MAX_GPUS_PER_NODE);
     if (x > gpus)
       gpus = x;
   }
@@ -222,7 +239,9 @@ static int parse_node(const json_t *item, const char *source, gf__pnode *out,
     return GF_ENOMEM;
   }
   out->ngpus = (uint32_t)gpus;
-  out->mig_devices = (uint32_t)mig;
+  out->mig_devices =
+      (uint32_t)(mig > 7 * GF_MAX_GPUS_PER_NODE ? 7 * GF_MAX_GPUS_PER_NODE
+                                                : mig);
   out->gpu_mem_mib = gmem;
   out->cpu_milli = cpu;
   out->mem_bytes = mem;
@@ -268,22 +287,41 @@ static bool any_gpu(const amounts *a) {
   return a->gpu || a->mig || a->hami || a->gf;
 }
 
+/* A pod's value the API server stores but the extender refuses (out of
+ * range): not an error for the plan.  The first such reason is kept in
+ * soft (the pod is then counted as the whole GPUs it names, with a
+ * warning) and the value clamped to max. */
+static int soft_range(int rc, int64_t *v, int64_t max, gf_diag *d,
+                      gf_diag *soft) {
+  if (rc != GF_ERANGE)
+    return rc;
+  if (!soft->msg[0])
+    snprintf(soft->msg, sizeof(soft->msg), "%s", d->msg);
+  d->msg[0] = '\0';
+  *v = max;
+  return 0;
+}
+
 static int read_resource(gf_plan *p, const char *k, const json_t *v, amounts *a,
-                         const where *w, const char *field, gf_diag *d) {
+                         const where *w, const char *field, gf_diag *d,
+                         gf_diag *soft) {
   int rc = 0;
   if (strcmp(k, "cpu") == 0)
     return qty(v, GF_QTY_MILLI, &a->cpu, w, field, d);
   if (strcmp(k, "memory") == 0)
     return qty(v, GF_QTY_UNIT, &a->mem, w, field, d);
   if (strcmp(k, "nvidia.com/gpu") == 0)
-    return count(v, GF_MAX_GPUS_PER_NODE, &a->gpu, w, field, d);
+    return soft_range(count(v, GF_MAX_GPUS_PER_NODE, &a->gpu, w, field, d),
+                      &a->gpu, GF_MAX_GPUS_PER_NODE, d, soft);
   if (starts(k, "nvidia.com/mig-")) {
     uint32_t g = mig_slices(k);
     if (!g)
       return gf_diag_set(
           d, GF_ESYNTAX,
           "%s: %s: not a MIG profile (nvidia.com/mig-<g>g.<m>gb)", w->s, field);
-    if ((rc = count(v, 7 * GF_MAX_GPUS_PER_NODE, &a->mig, w, field, d)))
+    if ((rc = soft_range(
+             count(v, 7 * GF_MAX_GPUS_PER_NODE, &a->mig, w, field, d), &a->mig,
+             7 * GF_MAX_GPUS_PER_NODE, d, soft)))
       return rc;
     a->mig_g = g;
     a->mig_res = k;
@@ -291,27 +329,33 @@ static int read_resource(gf_plan *p, const char *k, const json_t *v, amounts *a,
   }
   if (strcmp(k, "nvidia.com/gpumem") == 0) {
     a->hami = true;
-    return qty(v, GF_QTY_UNIT, &a->hami_mem, w, field, d);
+    return soft_range(qty(v, GF_QTY_UNIT, &a->hami_mem, w, field, d),
+                      &a->hami_mem, INT64_MAX / 2, d, soft);
   }
   if (strcmp(k, "nvidia.com/gpumem-percentage") == 0) {
     a->hami = true;
-    return count(v, 100, &a->hami_pct, w, field, d);
+    return soft_range(count(v, 100, &a->hami_pct, w, field, d), &a->hami_pct,
+                      100, d, soft);
   }
   if (strcmp(k, "nvidia.com/gpucores") == 0) {
     a->hami = true;
-    return count(v, 100, &a->hami_cores, w, field, d);
+    return soft_range(count(v, 100, &a->hami_cores, w, field, d),
+                      &a->hami_cores, 100, d, soft);
   }
   if (strcmp(k, GF_RES_GPU) == 0) {
     a->gf = true;
-    return count(v, GF_MAX_GPUS_PER_NODE, &a->gf_gpu, w, field, d);
+    return soft_range(count(v, GF_MAX_GPUS_PER_NODE, &a->gf_gpu, w, field, d),
+                      &a->gf_gpu, GF_MAX_GPUS_PER_NODE, d, soft);
   }
   if (strcmp(k, GF_RES_GPU_MEMORY) == 0) {
     a->gf = true;
-    return qty(v, GF_QTY_UNIT, &a->gf_mem, w, field, d);
+    return soft_range(qty(v, GF_QTY_UNIT, &a->gf_mem, w, field, d), &a->gf_mem,
+                      INT64_MAX / 2, d, soft);
   }
   if (strcmp(k, GF_RES_GPU_COMPUTE) == 0) {
     a->gf = true;
-    return count(v, 100, &a->gf_compute, w, field, d);
+    return soft_range(count(v, 100, &a->gf_compute, w, field, d),
+                      &a->gf_compute, 100, d, soft);
   }
   if (starts(k, "nvidia.com/") || gf__plan_icontains(k, "gpu"))
     gf__plan_warn(p, "%s: %s: resource not understood; not counted as a GPU",
@@ -321,8 +365,8 @@ static int read_resource(gf_plan *p, const char *k, const json_t *v, amounts *a,
 
 /* One container's requests, each resource from requests else limits. */
 static int read_container(gf_plan *p, const json_t *c, const char *list,
-                          size_t idx, amounts *a, const char *podw,
-                          gf_diag *d) {
+                          size_t idx, amounts *a, const char *podw, gf_diag *d,
+                          gf_diag *soft) {
   memset(a, 0, sizeof(*a));
   where w;
   const char *cname = jstr(c, "name");
@@ -345,7 +389,7 @@ static int read_container(gf_plan *p, const json_t *c, const char *list,
   if (json_is_object(req))
     json_object_foreach((json_t *)req, k, v) {
       snprintf(field, sizeof(field), "resources.requests[%s]", k);
-      if ((rc = read_resource(p, k, v, a, &w, field, d)))
+      if ((rc = read_resource(p, k, v, a, &w, field, d, soft)))
         return rc;
     }
   if (json_is_object(lim))
@@ -353,7 +397,7 @@ static int read_container(gf_plan *p, const json_t *c, const char *list,
       if (json_is_object(req) && json_object_get(req, k))
         continue;
       snprintf(field, sizeof(field), "resources.limits[%s]", k);
-      if ((rc = read_resource(p, k, v, a, &w, field, d)))
+      if ((rc = read_resource(p, k, v, a, &w, field, d, soft)))
         return rc;
     }
   return 0;
@@ -485,6 +529,35 @@ static int read_kai(const json_t *ann, const char *podw, double *frac,
   return 0;
 }
 
+/* A pod gpufrac's extender would not place as it stands (why: its reason):
+ * counted as the whole GPUs it names (an upper bound), and said. */
+static int count_whole(gf_plan *p, gf__ppod *out, const json_t *ctrs,
+                       const amounts *sum, const where *w, const char *why) {
+  int64_t n = sum->gf_gpu ? sum->gf_gpu
+              : sum->gpu  ? sum->gpu
+              : sum->mig  ? sum->mig
+                          : 1;
+  out->ngpus = (uint32_t)(n > GF_MAX_GPUS_PER_NODE ? GF_MAX_GPUS_PER_NODE : n);
+  out->frac = 1;
+  out->mem_mib = 0;
+  /* The reason repeats the pod's name: say it once. */
+  size_t wl = strlen(w->s);
+  if (strncmp(why, w->s, wl) == 0) {
+    why += wl;
+    why += strspn(why, ": ");
+  }
+  gf__plan_warn(p,
+                "%s: gpufrac would not place it as it stands (%s): counted "
+                "as %u whole GPU%s",
+                w->s, why, out->ngpus, out->ngpus == 1 ? "" : "s");
+  int rc;
+  if (!out->ngpu_ctrs && out->kind == GF_PLAN_REQ_KAI &&
+      json_array_size(ctrs) &&
+      (rc = add_ctr(out, jstr(json_array_get(ctrs, 0), "name"))))
+    return rc;
+  return 0;
+}
+
 /* A pod asking in gpufrac's, HAMi's or KAI's words (out->kind set): its
  * GPUs and part of each, by the extender's own reading (gpufrac/podreq.h).
  * A pod the extender would refuse counts as the whole GPUs it names,
@@ -494,7 +567,7 @@ static int read_share(gf_plan *p, const json_t *item, const json_t *ctrs,
                       gf_diag *d) {
   gf_podreq pr;
   gf_diag rd = {""};
-  int rc, prc = gf_podreq_read(item, GF_PODREQ_ACCEPT_ALL, &pr, &rd);
+  int prc = gf_podreq_read(item, GF_PODREQ_ACCEPT_ALL, &pr, &rd);
   if (prc == GF_ENOMEM)
     return gf_diag_set(d, prc, "%s: out of memory", w->s);
   if (prc == 0 && pr.req.gpu_count) {
@@ -503,20 +576,7 @@ static int read_share(gf_plan *p, const json_t *item, const json_t *ctrs,
     out->mem_mib = (double)pr.req.gpu_mem_bytes / 1048576.0;
     return !out->ngpu_ctrs && pr.container[0] ? add_ctr(out, pr.container) : 0;
   }
-  /* gpufrac's extender would not place it as it stands: counted as the
-   * whole GPUs it names (an upper bound), and said. */
-  int64_t n = sum->gf_gpu ? sum->gf_gpu : sum->gpu ? sum->gpu : 1;
-  out->ngpus = (uint32_t)(n > GF_MAX_GPUS_PER_NODE ? GF_MAX_GPUS_PER_NODE : n);
-  out->frac = 1;
-  gf__plan_warn(p,
-                "%s: gpufrac would not place it as it stands (%s): counted "
-                "as %u whole GPUs",
-                w->s, prc ? rd.msg : "no GPU asked", out->ngpus);
-  if (!out->ngpu_ctrs && out->kind == GF_PLAN_REQ_KAI &&
-      json_array_size(ctrs) &&
-      (rc = add_ctr(out, jstr(json_array_get(ctrs, 0), "name"))))
-    return rc;
-  return 0;
+  return count_whole(p, out, ctrs, sum, w, prc ? rd.msg : "no GPU asked");
 }
 
 static int parse_pod(gf_plan *p, const json_t *item, const char *source,
@@ -558,6 +618,7 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
 
   amounts sum, a;
   memset(&sum, 0, sizeof(sum));
+  gf_diag soft = {""};
   const json_t *ctrs = json_object_get(spec, "containers");
   if (!json_is_array(ctrs)) {
     rc = gf_diag_set(d, GF_ESYNTAX, "%s: spec.containers is not an array", w.s);
@@ -566,7 +627,7 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
   size_t i;
   const json_t *c;
   json_array_foreach((json_t *)ctrs, i, c) {
-    if ((rc = read_container(p, c, "container", i, &a, w.s, d)))
+    if ((rc = read_container(p, c, "container", i, &a, w.s, d, &soft)))
       goto fail;
     sum.cpu += a.cpu;
     sum.mem += a.mem;
@@ -597,7 +658,7 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
   const json_t *inits = json_object_get(spec, "initContainers");
   if (json_is_array(inits))
     json_array_foreach((json_t *)inits, i, c) {
-      if ((rc = read_container(p, c, "initContainer", i, &a, w.s, d)))
+      if ((rc = read_container(p, c, "initContainer", i, &a, w.s, d, &soft)))
         goto fail;
       if (a.cpu > sum.cpu)
         sum.cpu = a.cpu;
@@ -610,10 +671,22 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
     goto fail;
 
   double kai_frac = 0, kai_mem = 0;
-  if ((rc = read_kai(json_object_get(meta, "annotations"), w.s, &kai_frac,
-                     &kai_mem, d)))
-    goto fail;
-  if (sum.gf || sum.hami || kai_frac > 0 || kai_mem > 0) {
+  const json_t *ann = json_object_get(meta, "annotations");
+  gf_diag kd = {""};
+  if (read_kai(ann, w.s, &kai_frac, &kai_mem, &kd)) {
+    /* KAI's scheduler, and gpufrac's extender, refuse it: a soft reason. */
+    if (!soft.msg[0])
+      snprintf(soft.msg, sizeof(soft.msg), "%s", kd.msg);
+    kai_frac = 1;
+  }
+  if (soft.msg[0]) {
+    out->kind = kai_frac > 0 || kai_mem > 0 ? GF_PLAN_REQ_KAI
+                : sum.hami                  ? GF_PLAN_REQ_HAMI
+                : sum.gf                    ? GF_PLAN_REQ_GPUFRAC
+                                            : GF_PLAN_REQ_WHOLE;
+    if ((rc = count_whole(p, out, ctrs, &sum, &w, soft.msg)))
+      goto fail;
+  } else if (sum.gf || sum.hami || kai_frac > 0 || kai_mem > 0) {
     /* A share (or gpufrac's whole GPUs) in gpufrac's, HAMi's or KAI's
      * words: the extender's own reading (gpufrac/podreq.h), so a migrated
      * pod (gpufrac.io/gpu beside HAMi's names or KAI's annotations) counts
@@ -636,9 +709,13 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
     out->ngpus = (uint32_t)sum.gpu;
   }
   if (out->ngpus > GF_MAX_GPUS_PER_NODE) {
-    rc = gf_diag_set(d, GF_ERANGE, "%s: %u GPUs in one pod, at most %d", w.s,
-                     out->ngpus, GF_MAX_GPUS_PER_NODE);
-    goto fail;
+    gf__plan_warn(p,
+                  "%s: %u GPUs in one pod, at most %d: counted as %d whole "
+                  "GPUs",
+                  w.s, out->ngpus, GF_MAX_GPUS_PER_NODE, GF_MAX_GPUS_PER_NODE);
+    out->ngpus = GF_MAX_GPUS_PER_NODE;
+    if (out->kind == GF_PLAN_REQ_MIG)
+      out->kind = GF_PLAN_REQ_WHOLE;
   }
   return 0;
 fail:
@@ -808,7 +885,7 @@ int gf_plan_add_snapshot(gf_plan *p, const char *text, size_t len,
       if ((rc = gf__plan_grow((void **)&p->nodes, &p->cap_nodes, p->nnodes,
                               sizeof(*p->nodes))))
         goto fail;
-      if ((rc = parse_node(item, at, &p->nodes[p->nnodes], d)))
+      if ((rc = parse_node(p, item, at, &p->nodes[p->nnodes], d)))
         goto fail;
       if (find_node(p, p->nnodes, p->nodes[p->nnodes].name) >= 0) {
         rc = gf_diag_set(d, GF_EEXIST, "%s: Node %s: seen twice", at,

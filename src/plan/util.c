@@ -68,3 +68,9 @@ double gf__plan_bill(const gf_plan *p) {
 bool gf__plan_unmeasured(double held, double unmeasured) {
   return held > 0 && unmeasured >= held - 1e-9;
 }
+
+bool gf__plan_wl_unmeasured(const gf_plan_workload *w) {
+  /* no pod measured: nothing used and nothing wasted is known (a measured
+   * pod that holds GPUs adds to one or the other) */
+  return !w->measured && w->gpus_used == 0 && w->waste_gpus == 0;
+}

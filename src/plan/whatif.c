@@ -64,7 +64,8 @@ static int engine_config(const gf_request *reqs, size_t n, const char *policy,
  * c; fills w. */
 static int replay(const gf_cluster *c, const double *price, const item *items,
                   size_t n, bool use_share, const char *policy,
-                  gf_plan_whatif *w, gf_diag *d) {
+                  gf_plan_whatif *w, const gf__ppod **first_unplaced,
+                  gf_diag *d) {
   int rc = GF_ENOMEM;
   gf_cluster *cc = gf_cluster_clone(c);
   gf_request *reqs = gf__malloc((n ? n : 1) * sizeof(*reqs));
@@ -86,7 +87,8 @@ static int replay(const gf_cluster *c, const double *price, const item *items,
     gf_placement pl;
     rc = gf_engine_place(e, &reqs[i], &pl);
     if (rc == GF_ENOFIT) {
-      w->pods_unplaced++;
+      if (!w->pods_unplaced++)
+        *first_unplaced = items[i].pod;
       continue;
     }
     if (rc) {
@@ -336,6 +338,14 @@ int gf__plan_whatif(gf_plan *p, gf_diag *d) {
       it->share.gpu_milli = w->rec_compute * 10;
       it->share.compute_pct = w->rec_compute;
       it->share.gpu_mem_bytes = w->rec_mem_mib << 20;
+    } else if (pod->ngpus == 1 && pod->held < 1 - 1e-9 &&
+               (pod->frac > 0 || pod->mem_mib > 0)) {
+      /* kept, and sharing a GPU today (no usage to recommend from, say):
+       * it keeps today's share, not a whole GPU */
+      it->share.gpu_count = 1;
+      it->share.gpu_milli = (int32_t)lround(pod->frac * GF_GPU_MILLI);
+      it->share.compute_pct = (it->share.gpu_milli + 9) / 10;
+      it->share.gpu_mem_bytes = (int64_t)ceil(pod->mem_mib) << 20;
     }
     n++;
   }
@@ -353,9 +363,21 @@ int gf__plan_whatif(gf_plan *p, gf_diag *d) {
   qsort(items, n, sizeof(*items), cmp_item);
   static const char *const policies[3] = {"whole", "fgd", "gpufrac"};
   for (int k = 0; k < 3; k++) {
-    if ((rc = replay(c, price, items, n, k > 0, policies[k], &p->whatif[k], d)))
+    const gf__ppod *first = NULL;
+    if ((rc = replay(c, price, items, n, k > 0, policies[k], &p->whatif[k],
+                     &first, d)))
       goto out;
     p->nwhatif++;
+    uint32_t un = p->whatif[k].pods_unplaced;
+    if (un)
+      gf__plan_warn(
+          p, "what-if %s: %u pod%s not placed (the first: Pod %s/%s): %s",
+          policies[k], un, un == 1 ? "" : "s", first->ns, first->name,
+          k == 0 ? "asked as whole GPUs, as a cluster without sharing would "
+                   "ask, they need more GPUs of their model than the nodes "
+                   "have (today they share)"
+                 : "its request fits no GPU of its model next to the pods "
+                   "placed before it");
   }
   for (int k = 0; k < 3 && p->nftypes; k++) {
     if (!(p->fleet[k] = gf__calloc(p->nftypes, sizeof(*p->fleet[k])))) {

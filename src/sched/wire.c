@@ -75,6 +75,14 @@ static int read_one(const json_t *resources, const char *res, gf_qty_unit unit,
   return rc;
 }
 
+/* Whether requests (or limits) name res at all. */
+static bool given(const json_t *resources, const char *res) {
+  const json_t *req = gf__json_get(resources, "requests");
+  const json_t *lim = gf__json_get(resources, "limits");
+  return (json_is_object(req) && json_object_get(req, res)) ||
+         (json_is_object(lim) && json_object_get(lim, res));
+}
+
 /* HAMi's resource names of one container (nvidia.com/gpumem in MiB). */
 static int read_hami(const json_t *r, gf__hami_ask *h, const char *where,
                      gf_diag *d) {
@@ -130,6 +138,18 @@ static int read_amounts(const json_t *container, amounts *a, char *name,
       (rc = read_one(r, GF_RES_GPU_COMPUTE, GF_QTY_UNIT, &a->gpu_compute, where,
                      d)))
     return rc;
+  /* gpu-memory: 0 or gpu-compute: 0 asked, not absent: read as absent it
+   * would be a whole GPU without a word, so refused. */
+  if (!a->gpu_mem && given(r, GF_RES_GPU_MEMORY))
+    return gf_diag_set(d, GF_ERANGE,
+                       "%s: %s 0: ask for some memory, or leave it out (a "
+                       "whole GPU, or compute only with %s)",
+                       where, GF_RES_GPU_MEMORY, GF_RES_GPU_COMPUTE);
+  if (!a->gpu_compute && given(r, GF_RES_GPU_COMPUTE))
+    return gf_diag_set(d, GF_ERANGE,
+                       "%s: %s 0: a percent of one GPU, 1..100 (leave it out "
+                       "for a whole GPU or a memory-only share)",
+                       where, GF_RES_GPU_COMPUTE);
   if (a->gpu > GF_MAX_GPUS_PER_NODE)
     return gf_diag_set(d, GF_ERANGE, "%s: %s %" PRId64 ", at most %d", where,
                        GF_RES_GPU, a->gpu, GF_MAX_GPUS_PER_NODE);

@@ -14,6 +14,14 @@
 
 #include "why_pending.h"
 
+/* What why-pending knows besides the message: a readable GPU request,
+ * nodes with the agent and the extender's verdicts not known. */
+#define CTX(sched)                                                             \
+  (&(gf__why_ctx){.scheduler = (sched),                                        \
+                  .req_ok = true,                                              \
+                  .agent_nodes = -1,                                           \
+                  .extender_fits = -1})
+
 static void test_not_asked(void **state) {
   (void)state;
   char h[1024];
@@ -22,7 +30,7 @@ static void test_not_asked(void **state) {
                                 "gpufrac.io/gpu-memory. preemption: 0/3 "
                                 "nodes are available: 3 No preemption "
                                 "victims found for incoming pod.",
-                                "default-scheduler", h, sizeof(h)),
+                                CTX("default-scheduler"), h, sizeof(h)),
                    GF__WHY_NOT_ASKED);
   assert_non_null(strstr(h, "never asked"));
   assert_non_null(strstr(h, "gpufrac.io/gpu-memory"));
@@ -32,7 +40,7 @@ static void test_not_asked(void **state) {
   /* HAMi's names too, and no schedulerName means the default */
   assert_int_equal(gf__why_hint("0/1 nodes are available: 1 Insufficient "
                                 "nvidia.com/gpucores.",
-                                NULL, h, sizeof(h)),
+                                CTX(NULL), h, sizeof(h)),
                    GF__WHY_NOT_ASKED);
   assert_non_null(strstr(h, "nvidia.com/gpucores"));
   assert_non_null(strstr(h, "'default-scheduler'"));
@@ -43,7 +51,7 @@ static void test_slots(void **state) {
   char h[1024];
   assert_int_equal(gf__why_hint("0/1 nodes are available: 1 Insufficient "
                                 "gpufrac.io/gpu. preemption: not eligible.",
-                                "gpufrac", h, sizeof(h)),
+                                CTX("gpufrac"), h, sizeof(h)),
                    GF__WHY_SLOTS);
   assert_non_null(strstr(h, "slots = auto"));
   assert_non_null(strstr(h, "docs/node.md"));
@@ -51,8 +59,65 @@ static void test_slots(void **state) {
   assert_int_equal(
       gf__why_hint("0/2 nodes are available: 1 Insufficient gpufrac.io/gpu, "
                    "1 Insufficient gpufrac.io/gpu-compute.",
-                   "", h, sizeof(h)),
+                   CTX(""), h, sizeof(h)),
       GF__WHY_NOT_ASKED);
+}
+
+/* Issue 30 follow-up, item 2: the slots hint only where a node with
+ * gpufrac GPUs could be short of slots while memory and compute fit. */
+static void test_slots_only_when_they_can_be_the_cause(void **state) {
+  (void)state;
+  char h[1024];
+  const char *m = "0/2 nodes are available: 2 Insufficient gpufrac.io/gpu.";
+  gf__why_ctx c = {.scheduler = "gpufrac",
+                   .req_ok = true,
+                   .agent_nodes = 0,
+                   .extender_fits = -1};
+  /* no node has the agent (CPU nodes only): its absence, not slots */
+  assert_int_equal(gf__why_hint(m, &c, h, sizeof(h)), GF__WHY_NO_AGENT);
+  assert_null(strstr(h, "slots = auto"));
+  assert_non_null(strstr(h, "no node advertises gpufrac.io/gpu"));
+  /* the request is refused by gpufrac: nothing about slots */
+  c.agent_nodes = 2;
+  c.req_ok = false;
+  assert_int_equal(gf__why_hint(m, &c, h, sizeof(h)), GF__WHY_NONE);
+  assert_string_equal(h, "");
+  /* --extender says no node fits (every node 'never' or 'not now'):
+   * memory or compute is short, not the slots */
+  c.req_ok = true;
+  c.extender_fits = 0;
+  assert_int_equal(gf__why_hint(m, &c, h, sizeof(h)), GF__WHY_NONE);
+  /* --extender says a node fits while kube-scheduler counted no slot */
+  c.extender_fits = 1;
+  assert_int_equal(gf__why_hint(m, &c, h, sizeof(h)), GF__WHY_SLOTS);
+  assert_non_null(strstr(h, "slots = auto"));
+}
+
+/* Item 3: a HAMi pod already sent to gpufrac's profile, whose names that
+ * profile does not leave to the extender: extender.accept is the fix. */
+static void test_accept_hint(void **state) {
+  (void)state;
+  char h[1024];
+  gf__why_ctx c = {.scheduler = "gpufrac",
+                   .req_ok = true,
+                   .words = GF_PODREQ_W_HAMI | GF_PODREQ_W_NVGPU,
+                   .agent_nodes = 1,
+                   .extender_fits = -1};
+  assert_int_equal(gf__why_hint("0/1 nodes are available: 1 Insufficient "
+                                "nvidia.com/gpumem.",
+                                &c, h, sizeof(h)),
+                   GF__WHY_NOT_ASKED);
+  assert_non_null(strstr(h, "extender.accept: [hami]"));
+  assert_null(strstr(h, "needs schedulerName"));
+  assert_non_null(strstr(h, "'gpufrac'"));
+  /* a KAI pod (annotations) with gpufrac.io/gpu-memory counted: kai */
+  c.words = GF_PODREQ_W_KAI;
+  assert_int_equal(gf__why_hint("0/1 nodes are available: 1 Insufficient "
+                                "gpufrac.io/gpu-memory.",
+                                &c, h, sizeof(h)),
+                   GF__WHY_NOT_ASKED);
+  assert_non_null(strstr(h, "extender.accept: [kai]"));
+  assert_null(strstr(h, "needs schedulerName"));
 }
 
 static void test_none(void **state) {
@@ -61,12 +126,12 @@ static void test_none(void **state) {
   /* the extender's own reasons: nothing to add */
   assert_int_equal(gf__why_hint("0/1 nodes are available: 1 gpu-memory 40Gi: "
                                 "largest free share on t4 is 16Gi.",
-                                "gpufrac", h, sizeof(h)),
+                                CTX("gpufrac"), h, sizeof(h)),
                    GF__WHY_NONE);
   assert_string_equal(h, "");
-  assert_int_equal(gf__why_hint(NULL, NULL, h, sizeof(h)), GF__WHY_NONE);
+  assert_int_equal(gf__why_hint(NULL, CTX(NULL), h, sizeof(h)), GF__WHY_NONE);
   assert_int_equal(
-      gf__why_hint("1 Insufficient gpufrac.io/gpux", NULL, h, sizeof(h)),
+      gf__why_hint("1 Insufficient gpufrac.io/gpux", CTX(NULL), h, sizeof(h)),
       GF__WHY_NONE);
 }
 
@@ -105,6 +170,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_not_asked),
       cmocka_unit_test(test_slots),
+      cmocka_unit_test(test_slots_only_when_they_can_be_the_cause),
+      cmocka_unit_test(test_accept_hint),
       cmocka_unit_test(test_none),
       cmocka_unit_test(test_fixtures),
   };

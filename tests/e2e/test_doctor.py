@@ -42,7 +42,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, e2e_args, log, run_once, wait_for  # noqa: E402
+from cluster import (Cluster, Failure, e2e_args, free_port, log,  # noqa: E402
+                     run_once, wait_for)
 from test_helm import CHART, RELEASE, RNS  # noqa: E402
 from test_helm_scheduler import VALUES, SchedulerE2E  # noqa: E402
 from test_k8s import GRANT, NS, pod  # noqa: E402
@@ -147,15 +148,50 @@ class DoctorE2E(SchedulerE2E):
         log("doctor green (gpufrac and kubectl gpufrac): %s" %
             "; ".join("%s %s" % (n, c["status"]) for n, c in cs.items()))
 
+        # -n goes into API paths: a DNS-1123 label, or a usage error
+        # (issue 30 follow-up, item 5)
+        r = subprocess.run([self.c.gpufrac, "doctor", "--kubeconfig", self.c.admin_kc,
+                            "-n", "x/../../../api/v1/nodes?"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 2 or "DNS-1123" not in r.stderr:
+            fail("doctor -n 'x/../..': exit %d %r" % (r.returncode, r.stderr))
+        # an API server that does not answer: that one failure, nothing else
+        with open(self.c.admin_kc) as f:
+            kc = json.load(f)
+        dead = "https://127.0.0.1:%d" % free_port()
+        for cl in kc["clusters"]:
+            cl["cluster"]["server"] = dead
+        dead_kc = self.c.path("dead.kubeconfig")
+        with open(dead_kc, "w") as f:
+            json.dump(kc, f)
+        r = subprocess.run([self.c.gpufrac, "doctor", "--kubeconfig", dead_kc],
+                           capture_output=True, text=True, timeout=60)
+        lines = [ln for ln in r.stdout.splitlines()
+                 if ln[:4] in ("PASS", "FAIL", "SKIP")]
+        if r.returncode != 1 or len(lines) != 1 or \
+                not lines[0].startswith("FAIL  api-server") or dead not in lines[0]:
+            fail("doctor, API server unreachable: exit %d\n%s" % (r.returncode, r.stdout))
+        log("doctor, API server unreachable: %s" % lines[0])
+
         # 2. each failure, induced and put back
-        self.add_node("n2", "4x" + A100)  # labelled, with no agent running
-        wait_for("the DaemonSet's pod on n2", lambda: self.agent_pod("n2"), 60)
+        # two labelled nodes with no agent running: the failure and its fix
+        # name the same (first) node's pod
+        self.add_node("n2", "4x" + A100)
+        self.add_node("n3", "4x" + A100)
+        wait_for("the DaemonSet's pods on n2 and n3",
+                 lambda: self.agent_pod("n2") and self.agent_pod("n3"), 60)
         self.failing("agents", "node n2")
-        self.api.merge_patch("/api/v1/nodes/n2", {"metadata": {"labels": {
-            "gpufrac.io/enabled": None}}})
-        # the DaemonSet controller deletes its pod; no kubelet confirms it
-        self.api.delete("/api/v1/namespaces/%s/pods/%s" % (
-            RNS, self.agent_pod("n2")["metadata"]["name"]), gracePeriodSeconds="0")
+        c = self.checks(want_rc=1)["agents"]
+        p2 = self.agent_pod("n2")["metadata"]["name"]
+        p3 = self.agent_pod("n3")["metadata"]["name"]
+        if p2 not in c["message"] or p2 not in c["fix"] or p3 in c["fix"]:
+            fail("agents: the failure and its fix name different pods: %s" % c)
+        for n in ("n2", "n3"):
+            self.api.merge_patch("/api/v1/nodes/" + n, {"metadata": {"labels": {
+                "gpufrac.io/enabled": None}}})
+            # the DaemonSet controller deletes its pod; no kubelet confirms it
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (
+                RNS, self.agent_pod(n)["metadata"]["name"]), gracePeriodSeconds="0")
 
         inv = self.inventory("n1")
         self.c.stop_gpufrac(self.agents.pop("n1"), 5)

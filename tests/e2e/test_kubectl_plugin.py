@@ -350,6 +350,46 @@ class PluginTest(E2E):
         for p in pods:
             self.delete_pod(p["metadata"]["name"])
 
+    def run_followup(self):
+        """Issue 30 follow-up, items 4 and 6, on the real control plane: a
+        DRA pod whose claim names a DeviceClass nobody made pends with a
+        message not in the "N nodes are available" form, printed as it is;
+        --extender not a URL is a usage error before any request, an
+        extender that does not answer a failure."""
+        self.api.create("/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims" % NS, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "noclass"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.gpufrac.io"}}]}}})
+        p = pod("dra-noclass")
+        p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+        p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "noclass"}]
+        self.create(p)
+
+        def failed():
+            return any(e.startswith("FailedScheduling") for e in self.events("dra-noclass"))
+        wait_for("dra-noclass's FailedScheduling event", failed, 60)
+        j = json.loads(self.plugin("why-pending", "dra-noclass", "--context", "e2e",
+                                   "-o", "json").stdout)
+        msg = j["schedulerMessage"]
+        r = self.plugin("why-pending", "dra-noclass", "--context", "e2e")
+        if "gpu.gpufrac.io" not in msg or "gpu.gpufrac.io" not in r.stdout or \
+                (not j["reasons"] and msg not in r.stdout):
+            fail("why-pending dra-noclass (message %r):\n%s" % (msg, r.stdout))
+        log("why-pending, a DRA claim without its DeviceClass:\n" + r.stdout)
+        r = self.plugin("why-pending", "dra-noclass", "--context", "e2e",
+                        "--extender", "not a url", ok=False)
+        if r.returncode != 2 or "not a url" not in r.stderr:
+            fail("--extender 'not a url': exit %d %r" % (r.returncode, r.stderr))
+        dead = "http://127.0.0.1:%d/gpufrac" % free_port()
+        r = self.plugin("why-pending", "dra-noclass", "--context", "e2e",
+                        "--extender", dead, ok=False)
+        if r.returncode != 1 or dead not in r.stderr or \
+                "gpu.gpufrac.io" not in r.stdout:
+            fail("--extender unreachable: exit %d\n%s%s" % (r.returncode, r.stdout,
+                                                            r.stderr))
+        self.delete_pod("dra-noclass")
+
     def run_not_asked(self):
         """kube-scheduler without gpufrac's extender (the scheduler step
         forgotten, issue 30 item 8): a memory share pends on "Insufficient
@@ -383,6 +423,7 @@ def main():
         t.run()
         t.run_migrate()
         t.run_slots()
+        t.run_followup()
         t.run_not_asked()
         c.check_alive()
         log("kubectl plugin: passed in %.1f s" % (time.monotonic() - t0))

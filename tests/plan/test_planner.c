@@ -480,10 +480,6 @@ static void test_bad_snapshots(void **st) {
       "'labels':{'nvidia.com/gpu.memory':'80GB'}}}]}",
       GF_ESYNTAX, "Node n", "nvidia.com/gpu.memory");
   expect_snapshot_error(
-      "{'kind':'List','items':[{'kind':'Pod','metadata':{'name':'k',"
-      "'annotations':{'gpu-fraction':'1.5'}},'spec':{'containers':[]}}]}",
-      GF_ESYNTAX, "Pod default/k", "gpu-fraction '1.5'");
-  expect_snapshot_error(
       "{'kind':'List','items':[{'kind':'Pod','metadata':{'name':'m'},"
       "'spec':{'containers':[{'resources':{'limits':{"
       "'nvidia.com/mig-big':'1'}}}]}}]}",
@@ -492,11 +488,101 @@ static void test_bad_snapshots(void **st) {
       "{'kind':'List','items':[{'kind':'Node','metadata':{'name':'n'}},"
       "{'kind':'Node','metadata':{'name':'n'}}]}",
       GF_EEXIST, "Node n", "seen twice");
-  expect_snapshot_error(
-      "{'kind':'List','items':[{'kind':'Pod','metadata':{'name':'g'},"
-      "'spec':{'containers':[{'resources':{'requests':{"
-      "'nvidia.com/gpu':'17'}}}]}}]}",
-      GF_ERANGE, "Pod default/g", "at most 16");
+}
+
+/* Values the API server stores but the extender refuses (issue 30
+ * follow-up, item 1): each pod is counted as the whole GPUs it names, with
+ * a warning naming it and why; a node with more than 16 GPUs (time-slicing
+ * replicas) is counted as 16, with a warning.  Not one of them stops the
+ * plan. */
+static void test_out_of_range_values(void **st) {
+  (void)st;
+  static const struct {
+    const char *name, *res, *ann, *why;
+    double held;
+  } bad[] = {
+      {"compute", "'gpufrac.io/gpu':'1','gpufrac.io/gpu-compute':'200'", NULL,
+       "gpu-compute", 1},
+      {"pct", "'nvidia.com/gpu':'1','nvidia.com/gpumem-percentage':'250'", NULL,
+       "gpumem-percentage", 1},
+      {"gfmem", "'gpufrac.io/gpu':'1','gpufrac.io/gpu-memory':'1e30'", NULL,
+       "gpu-memory", 1},
+      {"frac15", "", "'gpu-fraction':'1.5'", "gpu-fraction '1.5'", 1},
+      {"fracnan", "", "'gpu-fraction':'NaN'", "gpu-fraction 'NaN'", 1},
+      {"fracinf", "", "'gpu-fraction':'inf'", "gpu-fraction 'inf'", 1},
+      {"fracneg", "", "'gpu-fraction':'-0.5'", "gpu-fraction '-0.5'", 1},
+      {"fracwide", "", "'gpu-fraction':'\xef\xbc\x90.\xef\xbc\x95'",
+       "gpu-fraction", 1},
+      {"fracbogus", "", "'gpu-fraction':'bogus'", "gpu-fraction 'bogus'", 1},
+      {"kaimem", "", "'gpu-memory':'1e30'", "gpu-memory (MiB)", 1},
+      {"whole", "'nvidia.com/gpu':'9999999'", NULL, "at most 16", 16},
+  };
+  size_t n = sizeof(bad) / sizeof(bad[0]);
+  text t;
+  start(&t);
+  node(&t, "big", 16, "NVIDIA-A100-SXM4-80GB", 81920, "x");
+  node(&t, "ts", 40, "Tesla-T4", 15360, "y");
+  for (size_t i = 0; i < n; i++)
+    pod(&t, "ml", bad[i].name, NULL, NULL, "big", "Running", bad[i].res,
+        bad[i].ann);
+  char *s = finish(&t);
+  gf_plan *p = gf_plan_new();
+  gf_diag d = {""};
+  if (gf_plan_add_snapshot(p, s, strlen(s), "s.json", &d))
+    fail_msg("snapshot refused: %s", d.msg);
+  if (gf_plan_run(p, NULL, &d))
+    fail_msg("plan failed: %s", d.msg);
+  for (size_t i = 0; i < n; i++) {
+    char who[64];
+    snprintf(who, sizeof(who), "Pod ml/%s", bad[i].name);
+    if (!has_warning(p, who, bad[i].why))
+      fail_msg("no warning for %s naming '%s'", who, bad[i].why);
+    assert_true(has_warning(p, who, "whole GPU"));
+    const gf_plan_workload *w = find_wl(p, "Pod", "ml", bad[i].name);
+    if (fabs(w->gpus_held - bad[i].held) > 1e-9)
+      fail_msg("%s holds %g GPUs, want %g", bad[i].name, w->gpus_held,
+               bad[i].held);
+  }
+  assert_true(has_warning(p, "Node ts", "40"));
+  assert_true(has_warning(p, "Node ts", "counted as 16"));
+  NEAR(gf_plan_today(p)->gpus, 32);
+  free(s);
+  gf_plan_free(p);
+}
+
+/* A cluster that shares already, with no usage data (issue 30 follow-up,
+ * item 7): four 3Gi / 20% gpufrac pods on one T4.  fgd and gpufrac keep
+ * each pod's share (there is no usage to recommend a new one) and place
+ * all four; whole needs four GPUs where there is one, and says so. */
+static void test_whatif_shares_without_usage(void **st) {
+  (void)st;
+  text t;
+  start(&t);
+  node(&t, "t4", 1, "Tesla-T4", 15360, "g4dn.xlarge");
+  for (int i = 0; i < 4; i++) {
+    char name[16];
+    snprintf(name, sizeof(name), "s%d", i);
+    pod(&t, "ml", name, NULL, NULL, "t4", "Running",
+        "'gpufrac.io/gpu':'1','gpufrac.io/gpu-memory':'3Gi',"
+        "'gpufrac.io/gpu-compute':'20'",
+        NULL);
+  }
+  char *s = finish(&t);
+  gf_plan *p = run_snapshot(s);
+  assert_int_equal(gf_plan_nwhatif(p), 3);
+  const gf_plan_whatif *whole = gf_plan_whatif_at(p, 0);
+  assert_int_equal(whole->pods_unplaced, 3);
+  for (size_t i = 1; i < 3; i++) {
+    const gf_plan_whatif *w = gf_plan_whatif_at(p, i);
+    if (w->pods_unplaced)
+      fail_msg("%s: %u pods unplaced, want 0 (each keeps its share)", w->policy,
+               w->pods_unplaced);
+    assert_int_equal(w->gpus_needed, 1);
+  }
+  if (!has_warning(p, "what-if whole: 3 pods not placed", "Pod ml/"))
+    fail_msg("no warning explaining whole's unplaced pods");
+  free(s);
+  gf_plan_free(p);
 }
 
 /* No GPU node: an error saying so, not an empty report. */
@@ -884,9 +970,13 @@ static void test_dra_claims(void **st) {
  * holds 15360: small 1; kai-1 opens big 2, mig-1 fills it; serve a (whole,
  * 28928 MiB needed) opens big 3, serve b fills it; hami (6144 MiB) opens
  * small 2.  5 nodes, 8 GPUs, (3 x 6 + 2 x .5) x 730 = 13870 per month.
- * gpufrac: the same up to mig-1; serve a's share (600m, 28928 MiB) fits no
- * T4, opens big 3; serve b takes its other GPU; hami's 80m / 6144 MiB share
- * fits beside a serve share.  4 nodes, 7 GPUs, (18 + .5) x 730 = 13505. */
+ * gpufrac: kai-1 and frac-1 share a GPU today and have no usage: they
+ * keep today's shares (500m / 40960 MiB, 100m / 4096 MiB), so the order is
+ * train, mig-1, serve a and b (600m each), kai-1, frac-1, hami.  train
+ * opens big 1; mig-1 opens big 2, serve a takes its other GPU; serve b
+ * (no 600m left beside serve a) opens big 3, kai-1 takes its other GPU;
+ * frac-1 (100m) and hami (80m / 6144 MiB) fit beside serve a.  3 nodes, 6
+ * GPUs, 18 x 730 = 13140. */
 static void test_fleet(void **st) {
   (void)st;
   gf_plan *p = gf_plan_new();
@@ -917,9 +1007,9 @@ static void test_fleet(void **st) {
   w = gf_plan_whatif_at(p, 2);
   assert_string_equal(w->policy, "gpufrac");
   assert_int_equal(w->fleet[0].nodes, 3);
-  assert_int_equal(w->fleet[1].nodes, 1);
-  assert_int_equal(w->fleet_gpus, 7);
-  NEAR(w->fleet_per_month, 13505);
+  assert_int_equal(w->fleet[1].nodes, 0);
+  assert_int_equal(w->fleet_gpus, 6);
+  NEAR(w->fleet_per_month, 13140);
   free(s);
   free(u);
   free(types);
@@ -1069,6 +1159,11 @@ static void test_outputs(void **st) {
   char *readme = slurp(path);
   assert_non_null(strstr(readme, "Job research/hami | (none: a Job's"));
   assert_non_null(strstr(readme, "| no-util |"));
+  /* the install it points at is the Helm chart (docs/install.md), not the
+   * old raw manifests (issue 30 follow-up, item 7) */
+  assert_non_null(strstr(readme, "helm install gpufrac deploy/helm/gpufrac"));
+  assert_non_null(strstr(readme, "docs/install.md"));
+  assert_null(strstr(readme, "node-agent.yaml"));
   free(readme);
   snprintf(path, sizeof(path), "%s/patches/job-research-hami.json", dir);
   FILE *fp = fopen(path, "r");
@@ -1082,7 +1177,29 @@ static void test_outputs(void **st) {
   assert_null(strstr(html, "<link"));
   assert_non_null(strstr(html, "id=\"gpus_held\" data-value=\"5.4452\""));
   assert_non_null(strstr(html, "<svg"));
+  /* an unmeasured workload's waste is unknown, as the headline says, not
+   * 0.00 / $0 (issue 30 follow-up, item 7) */
+  const char *row = strstr(html, "StatefulSet ml/train</td>");
+  assert_non_null(row);
+  const char *end = strstr(row, "</tr>");
+  assert_non_null(end);
+  char *r = strndup(row, (size_t)(end - row));
+  if (!strstr(r, "data-field=\"waste_gpus\" class=\"unknown\"") ||
+      !strstr(r, "data-field=\"waste_per_month\" class=\"unknown\""))
+    fail_msg("train's row: %s", r);
+  free(r);
   free(html);
+  /* the text report too */
+  snprintf(path, sizeof(path), "%s/report.txt", dir);
+  FILE *tf = fopen(path, "w");
+  assert_non_null(tf);
+  assert_int_equal(gf_plan_write_text(p, tf), 0);
+  fclose(tf);
+  char *txt = slurp(path);
+  if (!strstr(txt, "waste unknown") ||
+      strstr(txt, "Pod research/kai-1: 1 pods, held 0.5, waste 0.0"))
+    fail_msg("text report:\n%s", txt);
+  free(txt);
   snprintf(path, sizeof(path), "%s/workloads.csv", dir);
   char *csv = slurp(path);
   assert_non_null(strstr(csv, "\nDeployment,ml,serve,2,whole,"));
@@ -1120,6 +1237,8 @@ int main(void) {
       cmocka_unit_test(test_whatif),
       cmocka_unit_test(test_prices),
       cmocka_unit_test(test_bad_snapshots),
+      cmocka_unit_test(test_out_of_range_values),
+      cmocka_unit_test(test_whatif_shares_without_usage),
       cmocka_unit_test(test_no_gpu_nodes),
       cmocka_unit_test(test_bad_usage),
       cmocka_unit_test(test_unknown_memory),

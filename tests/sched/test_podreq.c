@@ -72,6 +72,29 @@ static void test_read(void **state) {
   json_decref(p);
 }
 
+/* Issue 30 follow-up, item 7: gpufrac.io/gpu-memory: 0 (or gpu-compute:
+ * 0) was read as absent, so the pod got a whole GPU without a word.  Both
+ * are refused, by the one reader the extender and the planner share. */
+static void test_zero_amounts(void **state) {
+  (void)state;
+  static const char *const names[] = {"gpufrac.io/gpu-memory",
+                                      "gpufrac.io/gpu-compute"};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *p =
+        json_pack("{s:s,s:s,s:{s:s,s:s},s:{s:[{s:s,s:{s:{s:s,s:s}}}]}}",
+                  "apiVersion", "v1", "kind", "Pod", "metadata", "name", "z",
+                  "namespace", "ml", "spec", "containers", "name", "main",
+                  "resources", "limits", "gpufrac.io/gpu", "1", names[i], "0");
+    gf_podreq r;
+    gf_diag d = {""};
+    int rc = gf_podreq_read(p, GF_PODREQ_ACCEPT_ALL, &r, &d);
+    if (rc != GF_ERANGE || !strstr(d.msg, names[i]) || !strstr(d.msg, " 0"))
+      fail_msg("%s: 0: rc %d, '%s' (gpu_milli %d)", names[i], rc, d.msg,
+               r.req.gpu_milli);
+    json_decref(p);
+  }
+}
+
 static fake_binder FB;
 
 /* The extender's grant for each: its compute and memory are the part. */
@@ -268,6 +291,7 @@ static void test_compute_only(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_read),
+      cmocka_unit_test(test_zero_amounts),
       cmocka_unit_test(test_extender_grants),
       cmocka_unit_test(test_compute_only),
   };
