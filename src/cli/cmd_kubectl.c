@@ -554,6 +554,11 @@ static bool request_text(const json_t *p, char *out, size_t cap) {
   return true;
 }
 
+/* How describe reads a request, next to a grant it may differ from. */
+#define REQUEST_READ                                                           \
+  "as the extender would read it now, accepting HAMi's and KAI's names; a "    \
+  "bound pod with a grant is booked from its grant, not from this"
+
 static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
                         const char *name) {
   const char *ns = ns_of(o, kc);
@@ -582,8 +587,15 @@ static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
   json_object_set_new(doc, "grant", gpus);
   char req[512];
   bool has_req = request_text(p, req, sizeof(req));
-  if (has_req)
+  /* What the extender books: a bound pod's grant when it has one, whatever
+   * its request reads as now (docs/scheduler.md, "After a restart"). */
+  bool from_grant = gt && jstr(p, "spec", "nodeName")[0];
+  json_object_set_new(doc, "bookedFrom",
+                      json_string(from_grant ? "grant" : "request"));
+  if (has_req) {
     json_object_set_new(doc, "request", json_string(req));
+    json_object_set_new(doc, "requestRead", json_string(REQUEST_READ));
+  }
   json_t *ev = pod_events(k, ns, p);
   json_object_set_new(doc, "events", ev);
   int rc = GF_EXIT_OK;
@@ -595,14 +607,21 @@ static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
            jstr(p, "spec", "nodeName")[0] ? jstr(p, "spec", "nodeName")
                                           : "<none>",
            jstr(p, "status", "phase"));
-    if (has_req)
+    if (has_req && !from_grant)
       printf("Request:    %s\n", req);
     if (!gt)
       printf("Grant:      <none> (no %s annotation)\n", GF_GRANT_ANNOTATION);
     else if (!has)
       printf("Grant:      unreadable: %s\n", d.msg);
     else
-      printf("Grant:      node %s\n", g.node);
+      printf("Grant:      node %s%s\n", g.node,
+             from_grant ? ": what the pod holds (the node agent enforces it, "
+                          "the extender books it)"
+                        : "");
+    if (from_grant && gt && !has)
+      printf("            the extender books the GPUs it names, whole, or "
+             "else every GPU of %s\n",
+             jstr(p, "spec", "nodeName"));
     if (json_array_size(gpus)) {
       table t = {
           5, {"  CONTAINER", "GPU", "UUID", "MEMORY", "COMPUTE"}, json_array()};
@@ -629,6 +648,8 @@ static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
       table_print(&t);
       json_decref(t.rows);
     }
+    if (has_req && from_grant)
+      printf("Request:    %s\n            (%s)\n", req, REQUEST_READ);
     printf("Events:\n");
     size_t i;
     const json_t *e;

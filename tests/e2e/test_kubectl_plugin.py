@@ -305,6 +305,28 @@ class PluginTest(E2E):
             fail("describe hami-t4, its request:\n%s" % r.stdout)
         log("migrate: HAMi and KAI pods bound with their grants; a UUID pin "
             "refused:\n" + r.stdout)
+        # An annotation edited after the bind (issue 30): the pod still
+        # holds its grant, which describe shows as what it holds; the
+        # request as read now is labelled as such, after it.
+        self.c.kubectl("annotate", "--overwrite", "-n", NS, "pod", "kai-quarter",
+                       "gpu-fraction=0.5")
+        r = self.plugin("describe", "pod", "kai-quarter", "--context", "e2e")
+        out = r.stdout
+        g, q = out.find("Grant:      node p1: what the pod holds"), out.find("Request:")
+        if g < 0 or q < g or "50.0 percent compute (KAI's" not in out[q:] \
+                or "as the extender would read it now" not in out[q:] \
+                or "20Gi" not in out[g:q] or "25%" not in out[g:q]:
+            fail("describe kai-quarter (granted a quarter, annotated 0.5 since): "
+                 "want the grant as what it holds, then the request labelled as "
+                 "read now:\n%s" % out)
+        d = json.loads(self.plugin("describe", "pod", "kai-quarter", "--context", "e2e",
+                                   "-o", "json").stdout)
+        if d.get("bookedFrom") != "grant" or \
+                "read it now" not in d.get("requestRead", ""):
+            fail("describe kai-quarter -o json: %s" % d)
+        self.c.kubectl("annotate", "--overwrite", "-n", NS, "pod", "kai-quarter",
+                       "gpu-fraction=0.25")
+        log("describe, request edited after the bind:\n" + out)
 
     def run_slots(self):
         """Issue 30 item 5 on the real kube-scheduler: node p4, 4 x T4 with
