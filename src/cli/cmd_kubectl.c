@@ -324,8 +324,17 @@ typedef struct held {
   int shares, compute;
   int64_t mem;
   bool unlimited; /* a holder with no memory limit */
+  bool whole;     /* a holder of the whole GPU (no memory limit, 100%) */
   json_t *holders;
 } held;
+
+/* Grants on one GPU that overlap beyond it: more than all its compute or
+ * memory, or a whole GPU given beside another grant (two grants of one
+ * GPU that the extender must never write; docs/kubectl.md). */
+static bool overcommitted(const held *h, int64_t total) {
+  return h->compute > 100 || (total > 0 && h->mem > total) ||
+         (h->whole && h->shares > 1);
+}
 
 static void held_on(const json_t *pods, const char *node, const char *uuid,
                     held *h) {
@@ -352,6 +361,7 @@ static void held_on(const json_t *pods, const char *node, const char *uuid,
         h->compute += gg->compute_pct;
         h->mem += gg->mem_bytes;
         h->unlimited = h->unlimited || gg->mem_bytes == 0;
+        h->whole = h->whole || (gg->mem_bytes == 0 && gg->compute_pct >= 100);
         char who[2 * GF_NAME_MAX + 2];
         snprintf(who, sizeof(who), "%s/%s", jstr(p, "metadata", "namespace"),
                  jstr(p, "metadata", "name"));
@@ -465,7 +475,6 @@ static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
       json_array_append_new(t.rows, json_pack("[sssssssss]", name, idx,
                                               ig->model, sh, cp, mu, mg, mt,
                                               hs && *hs ? hs : "<none>"));
-      free(hs);
       json_t *row = json_pack(
           "{s:s,s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:o}", "node", name, "gpu",
           (int)ig->index, "UUID", ig->uuid, "modelName", ig->model, "shares",
@@ -477,6 +486,17 @@ static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
                                     : json_null());
       json_object_set_new(row, "memoryUnlimitedHolder",
                           json_boolean(h.unlimited));
+      bool over = overcommitted(&h, ig->mem_bytes);
+      json_object_set_new(row, "overcommitted", json_boolean(over));
+      if (over)
+        fprintf(stderr,
+                "kubectl gpufrac: node %s GPU %u: grants overlap beyond the "
+                "GPU (%d%% compute, %s memory granted of %s%s), held by %s; "
+                "delete the later pod so it is placed again\n",
+                name, ig->index, h.compute, mg, mt,
+                h.whole ? ", one of them the whole GPU" : "",
+                hs && *hs ? hs : "<none>");
+      free(hs);
       json_array_append_new(doc, row);
     }
     free(text);
