@@ -744,20 +744,20 @@ class E2E:
     def s_rebook(self):
         """A restarted extender books a bound pod from its grant, never from
         its request as read now (issue 30, a tester's double grant).  On a
-        node of 3 L4s: rb-kai-half (gpu-fraction 0.5, gpufrac.io/gpu: 1)
+        node of 3 A10s: rb-kai-half (gpu-fraction 0.5, gpufrac.io/gpu: 1)
         bound by the extender without --accept kai holds a whole GPU;
         rb-whole's request is made unreadable (kubectl annotate
         gpu-fraction=bogus).  The extender restarted with --accept kai (what
         `helm upgrade --set extender.accept='{kai}'` rolls out) gives
         neither GPU to the 6Gi pods that follow: 4 fill the third GPU, the
         other 2 wait."""
-        L4 = "L4-24GB"
-        self.add_node("n4", "3x" + L4)
-        self.start_agent("n4", "3x" + L4)
+        A10 = "A10-24GB"  # no other node has this model (n2 gets L4s)
+        self.add_node("n4", "3x" + A10)
+        self.start_agent("n4", "3x" + A10)
         self.wait_inventory("n4", 3)
-        half = pod("rb-kai-half", 1, model=L4)
+        half = pod("rb-kai-half", 1, model=A10)
         half["metadata"]["annotations"]["gpu-fraction"] = "0.5"
-        self.wait_bound(self.create(half, pod("rb-whole", 1, model=L4)), 60)
+        self.wait_bound(self.create(half, pod("rb-whole", 1, model=A10)), 60)
         grants = self.check_state()
         for n in ("rb-kai-half", "rb-whole"):
             g = grants[NS + "/" + n]["containers"][0]["gpus"][0]
@@ -768,7 +768,7 @@ class E2E:
         self.ext = Extender(self.c, "extender-kai", self.c.ext_port, self.ext_kc,
                             ["--accept", "kai"]).start()
         self.ext.ready_leader(60)
-        names = self.create(*[pod("rb-six-%d" % i, mem="6Gi", model=L4) for i in range(6)])
+        names = self.create(*[pod("rb-six-%d" % i, mem="6Gi", model=A10) for i in range(6)])
 
         def settled():
             pods = {p["metadata"]["name"]: p for p in self.gpu_pods()}
@@ -782,7 +782,7 @@ class E2E:
         bound = [p["metadata"]["name"] for p in self.gpu_pods()
                  if p["metadata"]["name"] in names and p["spec"].get("nodeName")]
         if len(bound) != 4:
-            fail("%d of the 6Gi pods bound on 3 L4s of which 2 are held whole, "
+            fail("%d of the 6Gi pods bound on 3 A10s of which 2 are held whole, "
                  "want 4: %s" % (len(bound), bound))
         self.wait_model("books every bound pod after the restart",
                         lambda: self.model_pods() == self.bound_pods())
