@@ -327,8 +327,17 @@ typedef struct held {
   int shares, compute;
   int64_t mem;
   bool unlimited; /* a holder with no memory limit */
+  bool whole;     /* a holder of the whole GPU (no memory limit, 100%) */
   json_t *holders;
 } held;
+
+/* Grants on one GPU that overlap beyond it: more than all its compute or
+ * memory, or a whole GPU given beside another grant (two grants of one
+ * GPU that the extender must never write; docs/kubectl.md). */
+static bool overcommitted(const held *h, int64_t total) {
+  return h->compute > 100 || (total > 0 && h->mem > total) ||
+         (h->whole && h->shares > 1);
+}
 
 static void held_on(const json_t *pods, const char *node, const char *uuid,
                     held *h) {
@@ -355,6 +364,7 @@ static void held_on(const json_t *pods, const char *node, const char *uuid,
         h->compute += gg->compute_pct;
         h->mem += gg->mem_bytes;
         h->unlimited = h->unlimited || gg->mem_bytes == 0;
+        h->whole = h->whole || (gg->mem_bytes == 0 && gg->compute_pct >= 100);
         char who[2 * GF_NAME_MAX + 2];
         snprintf(who, sizeof(who), "%s/%s", jstr(p, "metadata", "namespace"),
                  jstr(p, "metadata", "name"));
@@ -468,7 +478,6 @@ static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
       json_array_append_new(t.rows, json_pack("[sssssssss]", name, idx,
                                               ig->model, sh, cp, mu, mg, mt,
                                               hs && *hs ? hs : "<none>"));
-      free(hs);
       json_t *row = json_pack(
           "{s:s,s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:o}", "node", name, "gpu",
           (int)ig->index, "UUID", ig->uuid, "modelName", ig->model, "shares",
@@ -480,6 +489,17 @@ static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
                                     : json_null());
       json_object_set_new(row, "memoryUnlimitedHolder",
                           json_boolean(h.unlimited));
+      bool over = overcommitted(&h, ig->mem_bytes);
+      json_object_set_new(row, "overcommitted", json_boolean(over));
+      if (over)
+        fprintf(stderr,
+                "kubectl gpufrac: node %s GPU %u: grants overlap beyond the "
+                "GPU (%d%% compute, %s memory granted of %s%s), held by %s; "
+                "delete the later pod so it is placed again\n",
+                name, ig->index, h.compute, mg, mt,
+                h.whole ? ", one of them the whole GPU" : "",
+                hs && *hs ? hs : "<none>");
+      free(hs);
       json_array_append_new(doc, row);
     }
     free(text);
@@ -576,6 +596,11 @@ static bool request_text(const json_t *p, char *out, size_t cap) {
   return true;
 }
 
+/* How describe reads a request, next to a grant it may differ from. */
+#define REQUEST_READ                                                           \
+  "as the extender would read it now, accepting HAMi's and KAI's names; a "    \
+  "bound pod with a grant is booked from its grant, not from this"
+
 static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
                         const char *name) {
   const char *ns = ns_of(o, kc);
@@ -604,8 +629,15 @@ static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
   json_object_set_new(doc, "grant", gpus);
   char req[512];
   bool has_req = request_text(p, req, sizeof(req));
-  if (has_req)
+  /* What the extender books: a bound pod's grant when it has one, whatever
+   * its request reads as now (docs/scheduler.md, "After a restart"). */
+  bool from_grant = gt && jstr(p, "spec", "nodeName")[0];
+  json_object_set_new(doc, "bookedFrom",
+                      json_string(from_grant ? "grant" : "request"));
+  if (has_req) {
     json_object_set_new(doc, "request", json_string(req));
+    json_object_set_new(doc, "requestRead", json_string(REQUEST_READ));
+  }
   json_t *ev = pod_events(k, ns, p);
   json_object_set_new(doc, "events", ev);
   int rc = GF_EXIT_OK;
@@ -617,14 +649,21 @@ static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
            jstr(p, "spec", "nodeName")[0] ? jstr(p, "spec", "nodeName")
                                           : "<none>",
            jstr(p, "status", "phase"));
-    if (has_req)
+    if (has_req && !from_grant)
       printf("Request:    %s\n", req);
     if (!gt)
       printf("Grant:      <none> (no %s annotation)\n", GF_GRANT_ANNOTATION);
     else if (!has)
       printf("Grant:      unreadable: %s\n", d.msg);
     else
-      printf("Grant:      node %s\n", g.node);
+      printf("Grant:      node %s%s\n", g.node,
+             from_grant ? ": what the pod holds (the node agent enforces it, "
+                          "the extender books it)"
+                        : "");
+    if (from_grant && gt && !has)
+      printf("            the extender books the GPUs it names, whole, or "
+             "else every GPU of %s\n",
+             jstr(p, "spec", "nodeName"));
     if (json_array_size(gpus)) {
       table t = {
           5, {"  CONTAINER", "GPU", "UUID", "MEMORY", "COMPUTE"}, json_array()};
@@ -651,6 +690,8 @@ static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
       table_print(&t);
       json_decref(t.rows);
     }
+    if (has_req && from_grant)
+      printf("Request:    %s\n            (%s)\n", req, REQUEST_READ);
     printf("Events:\n");
     size_t i;
     const json_t *e;

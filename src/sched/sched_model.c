@@ -508,30 +508,102 @@ int gf_sched_node_delete(gf_sched *s, const char *name) {
   return rc;
 }
 
-/* The GPUs a grant gives the pod's GPU container, as nvidia indices. */
-static int grant_gpus(const gf__pod *p, const gf_grant *g, uint8_t *idx,
-                      uint8_t *n, int64_t *mem, gf_diag *d) {
-  const gf_grant_container *gc = NULL;
-  for (uint32_t i = 0; i < g->ncontainers && !gc; i++)
-    if (g->containers[i].ngpus &&
-        (!p->container[0] || strcmp(g->containers[i].name, p->container) == 0))
-      gc = &g->containers[i];
-  if (!gc)
-    return gf_diag_set(d, GF_ESTATE,
-                       "pod %s/%s: the grant gives no GPU to container '%s'",
-                       p->ns, p->name, p->container);
-  if (gc->ngpus != p->req.gpu_count)
-    return gf_diag_set(d, GF_ESTATE,
-                       "pod %s/%s: grant has %u GPUs, the pod asks for %u",
-                       p->ns, p->name, gc->ngpus, p->req.gpu_count);
-  for (uint32_t k = 0; k < gc->ngpus; k++)
-    idx[k] = (uint8_t)gc->gpus[k].index;
-  *n = (uint8_t)gc->ngpus;
-  *mem = gc->ngpus ? gc->gpus[0].mem_bytes : 0;
-  return 0;
+/* The container of grant g that holds the pod's GPUs: the one the request
+ * names, else (the request reads otherwise now, or not at all) the first
+ * with GPUs; NULL when none has any. */
+static const gf_grant_container *grant_container(const gf__pod *p,
+                                                 const gf_grant *g) {
+  const gf_grant_container *first = NULL;
+  for (uint32_t i = 0; i < g->ncontainers; i++) {
+    const gf_grant_container *c = &g->containers[i];
+    if (!c->ngpus)
+      continue;
+    if (p->container[0] && strcmp(c->name, p->container) == 0)
+      return c;
+    if (!first)
+      first = c;
+  }
+  return first;
 }
 
-static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
+/* Does the request, as read now, give the grant that was written?  The
+ * grant holds what bind_assume derived from it (sched.c build_grant): its
+ * count, compute and memory; a compute-only share's memory is the part of
+ * the GPU given at bind (or none, a grant written before that rule). */
+static bool request_gives(const gf_request *r, const gf_grant_container *gc) {
+  const gf_grant_gpu *g0 = &gc->gpus[0];
+  if (r->gpu_count != gc->ngpus || r->compute_pct != g0->compute_pct)
+    return false;
+  for (uint32_t k = 1; k < gc->ngpus; k++)
+    if (gc->gpus[k].mem_bytes != g0->mem_bytes ||
+        gc->gpus[k].compute_pct != g0->compute_pct)
+      return false;
+  return r->gpu_mem_bytes == g0->mem_bytes || gf__compute_only(r);
+}
+
+/* What a grant gives, as the model books it when the request does not
+ * read as it (a changed or unreadable request, or --accept changed since
+ * the bind): the node agent enforces the grant, so it is the truth.  No
+ * memory limit, all the compute, or more than one GPU: whole GPUs (the
+ * pod may use all of each); else its compute and memory. */
+static void request_of_grant(const gf_grant_container *gc, gf_request *r) {
+  const gf_grant_gpu *g0 = &gc->gpus[0];
+  int64_t mem = 0;
+  int32_t pct = 0;
+  bool whole = gc->ngpus > 1;
+  for (uint32_t k = 0; k < gc->ngpus; k++) { /* the largest of each */
+    whole |= gc->gpus[k].mem_bytes == 0;
+    mem = gc->gpus[k].mem_bytes > mem ? gc->gpus[k].mem_bytes : mem;
+    pct = gc->gpus[k].compute_pct > pct ? gc->gpus[k].compute_pct : pct;
+  }
+  r->gpu_count = gc->ngpus;
+  r->compute_pct = g0->compute_pct;
+  if (whole || pct >= 100) {
+    r->gpu_milli = GF_GPU_MILLI;
+    r->gpu_mem_bytes = 0;
+  } else {
+    r->gpu_milli = pct * 10;
+    r->gpu_mem_bytes = mem;
+  }
+}
+
+/* The GPUs a grant that does not parse names (containers[].gpus[].index,
+ * read loosely), else every GPU of the pod's node: booked whole, so a GPU
+ * the node agent may have given is never handed out again. */
+static uint8_t unreadable_grant_gpus(const gf_sched *s, const gf__pod *p,
+                                     uint8_t *idx) {
+  bool seen[GF_MAX_GPUS_PER_NODE] = {false};
+  uint8_t n = 0;
+  int64_t ni = gf__smap_get(&s->nmap, p->node);
+  json_t *doc = json_loadb(p->grant, p->grant_len, 0, NULL);
+  size_t i, k;
+  const json_t *c, *gpu;
+  json_array_foreach(json_object_get(doc, "containers"), i, c) {
+    json_array_foreach(json_object_get(c, "gpus"), k, gpu) {
+      const json_t *ix = json_object_get(gpu, "index");
+      if (json_is_integer(ix) && json_integer_value(ix) >= 0 &&
+          json_integer_value(ix) < GF_MAX_GPUS_PER_NODE &&
+          !seen[json_integer_value(ix)] &&
+          (ni < 0 ||
+           gpu_pos(&s->nodes[ni], (uint32_t)json_integer_value(ix)) >= 0)) {
+        seen[json_integer_value(ix)] = true;
+        idx[n++] = (uint8_t)json_integer_value(ix);
+      }
+    }
+  }
+  json_decref(doc);
+  if (n)
+    return n;
+  if (ni >= 0)
+    for (uint32_t g = 0; g < s->nodes[ni].inv.ngpus; g++)
+      idx[n++] = (uint8_t)s->nodes[ni].inv.gpus[g].index;
+  return n;
+}
+
+/* req_bad: the pod's request could not be read (p->req holds no GPUs);
+ * a grant is booked all the same. */
+static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
+                             gf_diag *d) {
   char kb[2 * GF_NAME_MAX];
   const char *key = gf__pod_key(p->uid, p->ns, p->name, kb, sizeof(kb));
   prec *old = gf__find_pod(s, key);
@@ -542,7 +614,7 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
     return 0;
   }
   if (!p->node[0]) {
-    if (!old)
+    if (!old && !req_bad)
       gf__pending_put(s, p);
     return 0;
   }
@@ -550,40 +622,81 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
   if (rc)
     return rc;
   gf_request req = p->req;
-  gf__effective(s, &req);
   uint8_t idx[GF_MAX_GPUS_PER_NODE] = {0}, ngpus = 0;
   int grc = 0;
-  if (req.gpu_count) {
+  /* A bound pod with a grant is booked from its grant, whatever its
+   * request reads as now (docs/scheduler.md, "After a restart"); only a
+   * pod without one is booked from its request. */
+  if (p->grant) {
     gf_grant *g = gf__malloc(sizeof(*g));
     if (!g)
       return GF_ENOMEM;
-    if (!p->grant)
-      grc = gf_diag_set(d, GF_ESTATE,
-                        "pod %s/%s: bound to %s without a gpufrac grant; "
-                        "booking its CPU and memory only",
-                        p->ns, p->name, p->node);
-    else if ((grc = gf_grant_parse(p->grant, p->grant_len, g, d)) == 0 &&
-             strcmp(g->node, p->node) != 0)
+    gf_diag gd = {""};
+    const gf_grant_container *gc = NULL;
+    bool other_node = false;
+    if ((grc = gf_grant_parse(p->grant, p->grant_len, g, &gd)) == 0) {
+      other_node = strcmp(g->node, p->node) != 0;
+      gc = other_node ? NULL : grant_container(p, g);
+    }
+    if (other_node) { /* the node agent here gives it nothing */
       grc = gf_diag_set(d, GF_ESTATE,
                         "pod %s/%s: grant names node %s but the pod is on %s",
                         p->ns, p->name, g->node, p->node);
-    int64_t gmem = 0;
-    if (grc == 0)
-      grc = grant_gpus(p, g, idx, &ngpus, &gmem, d);
-    /* a compute-only share books the memory its grant gives it (the part
-     * of the GPU's memory, gf__part_of_memory; a grant written before
-     * that rule gives none: no limit, booked as such) */
-    if (grc == 0 && gf__compute_only(&req) && gmem > 0)
-      req.gpu_mem_bytes = gmem;
-    gf__free(g);
-    if (grc) { /* keep what we can: the pod's CPU and memory */
       req.gpu_count = 0;
       req.gpu_milli = 0;
       req.gpu_mem_bytes = 0;
-      ngpus = 0;
       s->m.replay_failed++;
+    } else if (grc) {
+      /* never book nothing: the whole GPUs it names, or the node's */
+      req.gpu_count = ngpus = unreadable_grant_gpus(s, p, idx);
+      req.gpu_milli = ngpus ? GF_GPU_MILLI : 0;
+      req.gpu_mem_bytes = 0;
+      req.compute_pct = ngpus ? 100 : 0;
+      s->m.replay_failed++;
+      grc = gf_diag_set(d, grc,
+                        "pod %s/%s: its grant cannot be read (%s); booking "
+                        "%u whole GPU(s) of %s for it",
+                        p->ns, p->name, gd.msg, ngpus, p->node);
+    } else if (gc) {
+      if (req_bad || !request_gives(&req, gc))
+        request_of_grant(gc, &req);
+      /* a compute-only share books the memory its grant gives it (the part
+       * of the GPU's memory, gf__part_of_memory; a grant written before
+       * that rule gives none: no limit, booked as such) */
+      else if (gf__compute_only(&req) && gc->gpus[0].mem_bytes > 0)
+        req.gpu_mem_bytes = gc->gpus[0].mem_bytes;
+      for (uint32_t k = 0; k < gc->ngpus; k++)
+        idx[k] = (uint8_t)gc->gpus[k].index;
+      ngpus = (uint8_t)gc->ngpus;
+    } else { /* a grant of no GPUs: the pod holds none */
+      if (req.gpu_count) {
+        grc = gf_diag_set(d, GF_ESTATE,
+                          "pod %s/%s: the grant gives no GPU to container "
+                          "'%s'; booking its CPU and memory only",
+                          p->ns, p->name, p->container);
+        s->m.replay_failed++;
+      }
+      req.gpu_count = 0;
+      req.gpu_milli = 0;
+      req.gpu_mem_bytes = 0;
     }
+    gf__free(g);
+    if (req_bad && !grc)
+      grc = gf_diag_set(d, GF_ESTATE,
+                        "pod %s/%s: its request cannot be read now; booked "
+                        "from its grant on %s",
+                        p->ns, p->name, p->node);
+  } else if (req.gpu_count) {
+    grc = gf_diag_set(d, GF_ESTATE,
+                      "pod %s/%s: bound to %s without a gpufrac grant; "
+                      "booking its CPU and memory only",
+                      p->ns, p->name, p->node);
+    req.gpu_count = 0;
+    req.gpu_milli = 0;
+    req.gpu_mem_bytes = 0;
+    s->m.replay_failed++;
   }
+  gf__effective(s, &req);
   if (old && strcmp(old->node, p->node) == 0 && old->ngpus == ngpus &&
       memcmp(old->gpu_index, idx, ngpus) == 0) {
     old->priority = p->priority; /* the guard's annotations come and go */
@@ -619,14 +732,63 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, gf_diag *d) {
   return grc;
 }
 
+/* What a bound pod is without its request: read as if no other names were
+ * accepted (its own resources), else its metadata, node, phase and grant
+ * alone (no GPUs, CPU or memory).  0, or nonzero when even that fails. */
+static int pod_salvage(const json_t *pod, gf__pod *p) {
+  gf_diag d = {""};
+  if (gf__pod_parse_ex(pod, 0, p, &d) == 0) {
+    p->req.gpu_count = 0;
+    p->req.gpu_milli = 0;
+    p->req.gpu_mem_bytes = 0;
+    return 0;
+  }
+  memset(p, 0, sizeof(*p));
+  const json_t *meta = json_object_get(pod, "metadata");
+  const json_t *spec = json_object_get(pod, "spec");
+  const char *name = json_string_value(json_object_get(meta, "name"));
+  const char *node = json_string_value(json_object_get(spec, "nodeName"));
+  if (!name || !node)
+    return GF_ESYNTAX;
+  const char *ns = json_string_value(json_object_get(meta, "namespace"));
+  const char *uid = json_string_value(json_object_get(meta, "uid"));
+  const char *ph = json_string_value(
+      json_object_get(json_object_get(pod, "status"), "phase"));
+  snprintf(p->name, sizeof(p->name), "%s", name);
+  snprintf(p->ns, sizeof(p->ns), "%s", ns && *ns ? ns : "default");
+  snprintf(p->uid, sizeof(p->uid), "%s", uid ? uid : "");
+  snprintf(p->node, sizeof(p->node), "%s", node);
+  snprintf(p->phase, sizeof(p->phase), "%s", ph ? ph : "");
+  const json_t *g = json_object_get(json_object_get(meta, "annotations"),
+                                    GF_GRANT_ANNOTATION);
+  if (json_is_string(g)) {
+    p->grant = json_string_value(g);
+    p->grant_len = json_string_length(g);
+  }
+  return 0;
+}
+
 int gf_sched_pod_update(gf_sched *s, const struct json_t *pod, gf_diag *d) {
   gf__pod *p = gf__malloc(sizeof(*p));
   if (!p)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   int rc = gf__pod_parse_ex((const json_t *)pod, s->accept, p, d);
-  if (rc == 0) {
+  bool bad = rc != 0;
+  /* A request that cannot be read (an annotation edited, --accept changed)
+   * must not drop a bound pod's grant from the model: read the rest of the
+   * pod and book the grant. */
+  if (bad && pod_salvage((const json_t *)pod, p) == 0 && p->grant &&
+      p->node[0]) {
+    gf_diag pd = {""};
     pthread_mutex_lock(&s->mu);
-    rc = pod_update_locked(s, p, d);
+    (void)pod_update_locked(s, p, true, &pd);
+    pthread_mutex_unlock(&s->mu);
+    size_t n = strlen(d->msg);
+    if (n + 3 < sizeof(d->msg))
+      snprintf(d->msg + n, sizeof(d->msg) - n, "; %s", pd.msg);
+  } else if (!bad) {
+    pthread_mutex_lock(&s->mu);
+    rc = pod_update_locked(s, p, false, d);
     pthread_mutex_unlock(&s->mu);
   }
   gf__free(p);

@@ -78,14 +78,15 @@ def quantity_bytes(q):
 
 
 class Extender:
-    def __init__(self, c, name, port, kc):
+    def __init__(self, c, name, port, kc, args=()):
         self.c, self.name, self.port, self.kc = c, name, port, kc
+        self.args = list(args)
         self.proc = None
 
     def start(self):
         self.proc = self.c.spawn(self.name, [
             self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.port,
-            "--kubeconfig", self.kc])
+            "--kubeconfig", self.kc] + self.args)
         return self
 
     def get(self, path):
@@ -740,10 +741,64 @@ class E2E:
         self.wait_bound(["after-takeover"], 90)
         self.check_state()
 
+    def s_rebook(self):
+        """A restarted extender books a bound pod from its grant, never from
+        its request as read now (issue 30, a tester's double grant).  On a
+        node of 3 A10s: rb-kai-half (gpu-fraction 0.5, gpufrac.io/gpu: 1)
+        bound by the extender without --accept kai holds a whole GPU;
+        rb-whole's request is made unreadable (kubectl annotate
+        gpu-fraction=bogus).  The extender restarted with --accept kai (what
+        `helm upgrade --set extender.accept='{kai}'` rolls out) gives
+        neither GPU to the 6Gi pods that follow: 4 fill the third GPU, the
+        other 2 wait."""
+        A10 = "A10-24GB"  # no other node has this model (n2 gets L4s)
+        self.add_node("n4", "3x" + A10)
+        self.start_agent("n4", "3x" + A10)
+        self.wait_inventory("n4", 3)
+        half = pod("rb-kai-half", 1, model=A10)
+        half["metadata"]["annotations"]["gpu-fraction"] = "0.5"
+        self.wait_bound(self.create(half, pod("rb-whole", 1, model=A10)), 60)
+        grants = self.check_state()
+        for n in ("rb-kai-half", "rb-whole"):
+            g = grants[NS + "/" + n]["containers"][0]["gpus"][0]
+            if g["memory"] != 0 or g["compute"] != 100:
+                fail("%s's grant %s: want a whole GPU (memory 0, compute 100)" % (n, g))
+        self.c.kubectl("annotate", "-n", NS, "pod", "rb-whole", "gpu-fraction=bogus")
+        self.c.stop_gpufrac(self.ext.proc, 10)
+        self.ext = Extender(self.c, "extender-kai", self.c.ext_port, self.ext_kc,
+                            ["--accept", "kai"]).start()
+        self.ext.ready_leader(60)
+        names = self.create(*[pod("rb-six-%d" % i, mem="6Gi", model=A10) for i in range(6)])
 
-# Run by default, in this order; --only picks any.
+        def settled():
+            pods = {p["metadata"]["name"]: p for p in self.gpu_pods()}
+            bound = [n for n in names if pods[n]["spec"].get("nodeName")]
+            waiting = [n for n in names if n not in bound and
+                       any(e.startswith("FailedScheduling") for e in self.events(n))]
+            return len(bound) + len(waiting) == len(names) and (bound, waiting)
+        bound, waiting = wait_for("the 6Gi pods bound or refused", settled, 90)
+        time.sleep(3)  # a late bind would show here
+        self.check_state()
+        bound = [p["metadata"]["name"] for p in self.gpu_pods()
+                 if p["metadata"]["name"] in names and p["spec"].get("nodeName")]
+        if len(bound) != 4:
+            fail("%d of the 6Gi pods bound on 3 A10s of which 2 are held whole, "
+                 "want 4: %s" % (len(bound), bound))
+        self.wait_model("books every bound pod after the restart",
+                        lambda: self.model_pods() == self.bound_pods())
+        with open(self.c.path(self.ext.name + ".log")) as f:
+            logtext = f.read()
+        if "rb-whole: " not in logtext or "booked from its grant" not in logtext:
+            fail("the restarted extender did not log rb-whole's unreadable request:\n%s"
+                 % logtext[-2000:])
+        log("rebook: after the restart 4 of 6 pods of 6Gi bound, %s waiting; "
+            "the whole GPUs stayed held" % ", ".join(waiting))
+
+
+# Run by default, in this order; --only picks any.  rebook last: it leaves
+# the extender running with --accept kai.
 SCENARIOS = ["bind", "whole_memonly", "rbac", "quota", "kill9", "model_follows",
-             "model_gate", "replicas"]
+             "model_gate", "replicas", "rebook"]
 
 
 def main():

@@ -305,6 +305,28 @@ class PluginTest(E2E):
             fail("describe hami-t4, its request:\n%s" % r.stdout)
         log("migrate: HAMi and KAI pods bound with their grants; a UUID pin "
             "refused:\n" + r.stdout)
+        # An annotation edited after the bind (issue 30): the pod still
+        # holds its grant, which describe shows as what it holds; the
+        # request as read now is labelled as such, after it.
+        self.c.kubectl("annotate", "--overwrite", "-n", NS, "pod", "kai-quarter",
+                       "gpu-fraction=0.5")
+        r = self.plugin("describe", "pod", "kai-quarter", "--context", "e2e")
+        out = r.stdout
+        g, q = out.find("Grant:      node p1: what the pod holds"), out.find("Request:")
+        if g < 0 or q < g or "50.0 percent compute (KAI's" not in out[q:] \
+                or "as the extender would read it now" not in out[q:] \
+                or "20Gi" not in out[g:q] or "25%" not in out[g:q]:
+            fail("describe kai-quarter (granted a quarter, annotated 0.5 since): "
+                 "want the grant as what it holds, then the request labelled as "
+                 "read now:\n%s" % out)
+        d = json.loads(self.plugin("describe", "pod", "kai-quarter", "--context", "e2e",
+                                   "-o", "json").stdout)
+        if d.get("bookedFrom") != "grant" or \
+                "read it now" not in d.get("requestRead", ""):
+            fail("describe kai-quarter -o json: %s" % d)
+        self.c.kubectl("annotate", "--overwrite", "-n", NS, "pod", "kai-quarter",
+                       "gpu-fraction=0.25")
+        log("describe, request edited after the bind:\n" + out)
 
     def run_slots(self):
         """Issue 30 item 5 on the real kube-scheduler: node p4, 4 x T4 with
@@ -390,6 +412,41 @@ class PluginTest(E2E):
                                                             r.stderr))
         self.delete_pod("dra-noclass")
 
+    def run_overlap(self):
+        """top flags a GPU whose grants overlap beyond it (issue 30: the
+        double grant a restarted extender made): node p5, one T4, with
+        two pods created bound to it, one granted the whole GPU and one
+        6Gi of it, as the tester found them."""
+        self.c.add_node("p5", {"e2e-overlap": "p5"})
+        self.set_capacity("p5", 4)
+        uuid = "GPU-p5-0"
+        self.api.merge_patch("/api/v1/nodes/p5", {"metadata": {"annotations": {
+            "gpufrac.io/inventory": json.dumps({"version": 1, "gpus": [
+                {"index": 0, "uuid": uuid, "model": T4, "memory": 16 * GiB}]})}}})
+        for n, mem, pct in (("ov-whole", 0, 100), ("ov-six", 6 * GiB, 0)):
+            p = pod(n, 1, "6Gi" if mem else None)
+            p["spec"]["nodeName"] = "p5"
+            p["metadata"]["annotations"] = {"gpufrac.io/grant": json.dumps({
+                "version": 1, "node": "p5", "containers": [{"name": "main", "gpus": [
+                    {"uuid": uuid, "index": 0, "memory": mem, "compute": pct}]}]})}
+            self.create(p)
+        r = self.plugin("top", "--context", "e2e", "-o", "json")
+        rows = json.loads(r.stdout)
+        over = [(g["node"], g["gpu"]) for g in rows if g.get("overcommitted")]
+        if over != [("p5", 0)] or any("overcommitted" not in g for g in rows):
+            fail("top -o json: overcommitted GPUs %s, want only p5's GPU 0:\n%s" %
+                 (over, r.stdout))
+        r = self.plugin("top", "--context", "e2e")
+        want = ("node p5 GPU 0: grants overlap beyond the GPU (100% compute, all "
+                "memory granted of 16Gi, one of them the whole GPU), held by ")
+        line = [ln for ln in r.stderr.splitlines() if want in ln]
+        if len(line) != 1 or NS + "/ov-whole" not in line[0] or \
+                NS + "/ov-six" not in line[0]:
+            fail("top, overlapping grants: want %r on stderr:\n%s" % (want, r.stderr))
+        log("top, two grants of one GPU:\n" + r.stderr)
+        for n in ("ov-whole", "ov-six"):
+            self.delete_pod(n)
+
     def run_not_asked(self):
         """kube-scheduler without gpufrac's extender (the scheduler step
         forgotten, issue 30 item 8): a memory share pends on "Insufficient
@@ -424,6 +481,7 @@ def main():
         t.run_migrate()
         t.run_slots()
         t.run_followup()
+        t.run_overlap()
         t.run_not_asked()
         c.check_alive()
         log("kubectl plugin: passed in %.1f s" % (time.monotonic() - t0))
