@@ -19,6 +19,7 @@
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "sched_int.h"
+#include "sched_state.h"
 #include "smap.h"
 
 #define PASS_MAX 64      /* API calls per pass */
@@ -26,6 +27,10 @@
 #define GROUP_MAX 16384  /* a group's canonical constraints, bytes */
 #define NAME_CAP 254     /* a DNS-1123 name and its NUL */
 #define NONE UINT32_MAX
+/* An unbound placeholder is kept this long (at least after_ms) after GPU
+ * capacity arrived while its pods still wait: the autoscaler may still be
+ * bringing the node it bought for it (docs/autoscaling.md, rule 7). */
+#define HOLD_US (300 * 1000000LL)
 
 /* A pod waiting: unbound, asking gpufrac GPUs. */
 typedef struct wpod {
@@ -46,6 +51,7 @@ typedef struct phold {
   char **uids;
   uint32_t nuids;
   int64_t created;
+  char *node;    /* bound there; NULL: not bound */
   bool finished; /* Succeeded or Failed */
 } phold;
 
@@ -166,6 +172,7 @@ static void wpod_free(wpod *w) {
 
 static void phold_free(phold *p) {
   gf__free(p->name);
+  gf__free(p->node);
   for (uint32_t i = 0; i < p->nuids; i++)
     gf__free(p->uids[i]);
   gf__free(p->uids);
@@ -233,11 +240,11 @@ static void phold_remove(gf__as *a, const char *name) {
 /* Adds or replaces placeholder `name` standing for the comma-separated
  * uids.  GF_ENOMEM (nothing changed). */
 static int phold_put(gf__as *a, const char *name, const char *uids,
-                     int64_t created, bool finished) {
+                     int64_t created, const char *node, bool finished) {
   phold np = {0};
   np.name = gf__strdup(name);
-  if (!np.name)
-    return GF_ENOMEM;
+  if (!np.name || (node && *node && !(np.node = gf__strdup(node))))
+    goto nomem;
   size_t n = 0;
   for (const char *s = uids; *s; s++)
     n += *s == ',';
@@ -397,8 +404,10 @@ static void placeholder_seen(gf__as *a, const json_t *pod, const char *name) {
       json_object_get(json_object_get(pod, "status"), "phase"));
   bool finished = phase && (strcmp(phase, "Succeeded") == 0 ||
                             strcmp(phase, "Failed") == 0);
+  const char *node = json_string_value(
+      json_object_get(json_object_get(pod, "spec"), "nodeName"));
   /* Out of memory: not adopted now; the next event or relist retries. */
-  (void)phold_put(a, name, uids ? uids : "", created, finished);
+  (void)phold_put(a, name, uids ? uids : "", created, node, finished);
 }
 
 /* Whether pod is one of the bridge's placeholders; *name set when so. */
@@ -618,8 +627,26 @@ static int add_shape_node(gf_cluster *c, const gf__as_shape *s, uint32_t k) {
                              NULL);
 }
 
-int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
-                uint32_t *bin_of, gf__as_bin *bins, size_t *nbins, gf_diag *d) {
+/* A compute-only share books the same part of the GPU's memory as of its
+ * compute, as the extender grants and books it (gf__part_of_memory: of
+ * the node's smallest GPU; here the shape's, which is that). */
+static gf_request as_booked(const gf__as_shape *shape, const gf_request *r) {
+  gf_request b = *r;
+  b.model_mask = 0;
+  if (gf__compute_only(r) && shape->gpu_mem_bytes > 0) {
+    int64_t m =
+        shape->gpu_mem_bytes / GF_GPU_MILLI * r->gpu_milli +
+        shape->gpu_mem_bytes % GF_GPU_MILLI * r->gpu_milli / GF_GPU_MILLI;
+    b.gpu_mem_bytes = m > 0 ? m : 1;
+  }
+  return b;
+}
+
+/* gf__as_pack, and gpu_of[i] (when not NULL): the first GPU of its node
+ * that request i went to. */
+static int pack_ex(const gf__as_shape *shape, const gf_request *reqs, size_t n,
+                   uint32_t *bin_of, uint32_t *gpu_of, gf__as_bin *bins,
+                   size_t *nbins, gf_diag *d) {
   *nbins = 0;
   if (!shape || shape->ngpus == 0 || shape->ngpus > GF_MAX_GPUS_PER_NODE)
     return gf_diag_set(d, GF_EINVAL, "autoscale: a node shape without GPUs");
@@ -629,19 +656,21 @@ int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
     return gf_diag_set(d, GF_ELIMIT, "autoscale: too many pods to pack");
   uint32_t *order = gf__malloc(n * sizeof(*order));
   uint32_t *used = gf__calloc(n, sizeof(*used)); /* GPU bit set per node */
+  gf_request *booked = gf__malloc(n * sizeof(*booked));
   gf_cluster *c = gf_cluster_new();
   gf_engine *e = NULL;
   int rc = 0;
-  if (!order || !used || !c) {
+  if (!order || !used || !booked || !c) {
     rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
     goto out;
   }
   for (uint32_t i = 0; i < n; i++) {
     order[i] = i;
     bin_of[i] = NONE;
+    booked[i] = as_booked(shape, &reqs[i]);
   }
   pthread_mutex_lock(&sort_mu);
-  sort_reqs = reqs;
+  sort_reqs = booked;
   qsort(order, n, sizeof(*order), by_size);
   pthread_mutex_unlock(&sort_mu);
   gf_engine_config ec = {.policy = "packing"};
@@ -654,8 +683,7 @@ int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
   uint32_t nodes = 1;
   for (size_t k = 0; k < n; k++) {
     uint32_t i = order[k];
-    gf_request r = reqs[i];
-    r.model_mask = 0;
+    gf_request r = booked[i];
     gf_placement pl;
     int prc = gf_engine_place(e, &r, &pl);
     if (prc == GF_ENOFIT && nodes < n) {
@@ -679,6 +707,8 @@ int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
       goto out;
     }
     bin_of[i] = pl.node;
+    if (gpu_of)
+      gpu_of[i] = pl.ngpus ? pl.gpus[0] : 0;
     for (uint32_t g = 0; g < pl.ngpus; g++)
       used[pl.node] |= 1u << pl.gpus[g];
     if (bins && pl.node >= *nbins) {
@@ -699,7 +729,13 @@ out:
   gf_cluster_free(c);
   gf__free(order);
   gf__free(used);
+  gf__free(booked);
   return rc;
+}
+
+int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
+                uint32_t *bin_of, gf__as_bin *bins, size_t *nbins, gf_diag *d) {
+  return pack_ex(shape, reqs, n, bin_of, NULL, bins, nbins, d);
 }
 
 /* ---- a pass ------------------------------------------------------------- */
@@ -784,6 +820,28 @@ static int by_uid(const void *x, const void *y) {
   return strcmp(*(char *const *)x, *(char *const *)y);
 }
 
+/* What keeps a placeholder off the nodes that are there: a required pod
+ * anti-affinity, per node (kubernetes.io/hostname), to every pod but
+ * placeholders and DaemonSet pods (pod-template-generation) outside
+ * kube-system and the placeholders' namespace.  A node that holds shares
+ * (or any workload) is not new capacity even when its nvidia.com/gpu looks
+ * free (shares use gpufrac.io/gpu); a node an autoscaler brings holds only
+ * DaemonSet pods until the shares land.  Karpenter simulates this term
+ * (its hostname is the NodeClaim's); a node affinity on a node's name
+ * could not be used (Karpenter refuses matchFields and
+ * kubernetes.io/hostname in node selectors).  NULL: out of memory. */
+static json_t *keep_off(const gf__as *a) {
+  return json_pack(
+      "{s:{s:[{s:s, s:{s:[{s:s, s:s, s:[s, s]}]}, "
+      "s:{s:[{s:s, s:s}, {s:s, s:s}]}}]}}",
+      "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+      "topologyKey", "kubernetes.io/hostname", "namespaceSelector",
+      "matchExpressions", "key", "kubernetes.io/metadata.name", "operator",
+      "NotIn", "values", "kube-system", a->ns, "labelSelector",
+      "matchExpressions", "key", GF_AS_LABEL, "operator", "DoesNotExist", "key",
+      "pod-template-generation", "operator", "DoesNotExist");
+}
+
 /* The placeholder pod standing for `uids` (of w0's group), packed into
  * bin b.  NULL when out of memory. */
 static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
@@ -815,7 +873,9 @@ static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
     return NULL;
   json_t *g = json_loads(w0->group, 0, NULL);
   json_t *spec = json_object_get(pod, "spec");
-  if (!g) {
+  json_t *aff = keep_off(a);
+  if (!g || !aff || json_object_set_new(spec, "affinity", aff)) {
+    json_decref(g);
     json_decref(pod);
     return NULL;
   }
@@ -825,10 +885,129 @@ static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
     if (strcmp(key, "nodeSelector") == 0 || strcmp(key, "tolerations") == 0)
       json_object_set(spec, key, v);
     else if (strcmp(key, "nodeAffinity") == 0)
-      json_object_set_new(spec, "affinity", json_pack("{s:O}", key, v));
+      json_object_set(aff, key, v);
   }
   json_decref(g);
   return pod;
+}
+
+/* One placeholder action for the pods w[idx[k]] with unit[k] == u, asking
+ * b's GPUs, CPU and memory.  0, 1 (no such pod) or GF_ENOMEM. */
+static int one_placeholder(const gf__as *a, const uint32_t *idx, size_t gn,
+                           const size_t *unit, size_t u, const gf__as_bin *b,
+                           int64_t now, char **ul, action *ac) {
+  size_t nu = 0, len = 1;
+  for (size_t k = 0; k < gn; k++)
+    if (unit[k] == u) {
+      ul[nu] = a->w[idx[k]].uid;
+      len += strlen(ul[nu]) + 1;
+      nu++;
+    }
+  if (nu == 0 || b->gpus == 0)
+    return 1;
+  qsort(ul, nu, sizeof(*ul), by_uid);
+  char *uids = gf__malloc(len);
+  if (!uids)
+    return GF_ENOMEM;
+  uint64_t h = 1469598103934665603ull;
+  size_t off = 0;
+  for (size_t k = 0; k < nu; k++) {
+    size_t l = strlen(ul[k]);
+    if (k)
+      uids[off++] = ',';
+    memcpy(uids + off, ul[k], l);
+    off += l;
+    h = fnv1a(ul[k], fnv1a(",", h));
+  }
+  uids[off] = '\0';
+  memset(ac, 0, sizeof(*ac));
+  snprintf(ac->name, sizeof(ac->name), "%s%016" PRIx64, GF_AS_NAME_PREFIX, h);
+  ac->made = now;
+  ac->uids = uids;
+  ac->pod = placeholder_pod(a, &a->w[idx[0]], b, ac->name, uids, now);
+  if (!ac->pod) {
+    gf__free(uids);
+    return GF_ENOMEM;
+  }
+  return 0;
+}
+
+/* Packs the group w[idx[0..gn)] and adds its placeholders to act[*n..].
+ * One packed node: one placeholder for it.  Several: placeholders of one
+ * size, so that any node the autoscaler brings for one of them fits any
+ * other (kube-scheduler binds them in its own order, not the autoscaler's
+ * plan): one a GPU when every pod asks one GPU (the autoscaler packs them
+ * into the nodes it buys), else one a packed node, each asking the GPUs
+ * of the largest.  0 or GF_ENOMEM. */
+static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
+                      action *act, int *n) {
+  gf__as_shape shape = pick_shape(a, idx, gn);
+  gf_request *reqs = gf__malloc(gn * sizeof(*reqs));
+  uint32_t *bin_of = gf__malloc(gn * sizeof(*bin_of));
+  uint32_t *gpu_of = gf__malloc(gn * sizeof(*gpu_of));
+  size_t *unit = gf__malloc(gn * sizeof(*unit));
+  gf__as_bin *bins = gf__malloc(gn * sizeof(*bins));
+  char **ul = gf__malloc(gn * sizeof(*ul));
+  size_t nbins = 0;
+  int rc = 0;
+  bool one_gpu = true;
+  if (!reqs || !bin_of || !gpu_of || !unit || !bins || !ul) {
+    rc = GF_ENOMEM;
+    goto out;
+  }
+  for (size_t k = 0; k < gn; k++) {
+    reqs[k] = a->w[idx[k]].req;
+    one_gpu = one_gpu && reqs[k].gpu_count == 1;
+  }
+  if ((rc = pack_ex(&shape, reqs, gn, bin_of, gpu_of, bins, &nbins, NULL)))
+    goto out;
+  for (size_t k = 0; k < gn; k++) {
+    wpod *w = &a->w[idx[k]];
+    if (bin_of[k] == NONE && !w->unfit && !a->o.quiet)
+      fprintf(stderr,
+              "gpufrac scheduler: autoscale: pod %s fits no empty node of "
+              "%u GPUs of %s: no placeholder for it\n",
+              w->what, shape.ngpus, shape.model[0] ? shape.model : "any");
+    w->unfit = bin_of[k] == NONE;
+  }
+  bool per_gpu = nbins > 1 && one_gpu;
+  uint32_t most = 0;
+  for (size_t b = 0; b < nbins; b++)
+    most = bins[b].gpus > most ? bins[b].gpus : most;
+  for (size_t k = 0; k < gn; k++)
+    unit[k] = bin_of[k] == NONE ? SIZE_MAX
+              : per_gpu ? (size_t)bin_of[k] * GF_MAX_GPUS_PER_NODE + gpu_of[k]
+                        : bin_of[k];
+  size_t units = per_gpu ? nbins * GF_MAX_GPUS_PER_NODE : nbins;
+  for (size_t u = 0; u < units && *n < PASS_MAX; u++) {
+    gf__as_bin b = bins[per_gpu ? u / GF_MAX_GPUS_PER_NODE : u];
+    if (per_gpu) { /* one GPU: the CPU and memory of its pods */
+      b.gpus = 1;
+      b.cpu_milli = b.mem_bytes = 0;
+      for (size_t k = 0; k < gn; k++)
+        if (unit[k] == u) {
+          b.cpu_milli += reqs[k].cpu_milli;
+          b.mem_bytes += reqs[k].mem_bytes;
+        }
+    } else if (b.gpus) {
+      b.gpus = most;
+    }
+    int r = one_placeholder(a, idx, gn, unit, u, &b, now, ul, &act[*n]);
+    if (r == GF_ENOMEM) {
+      rc = r;
+      break;
+    }
+    if (r == 0)
+      (*n)++;
+  }
+out:
+  gf__free(reqs);
+  gf__free(bin_of);
+  gf__free(gpu_of);
+  gf__free(unit);
+  gf__free(bins);
+  gf__free(ul);
+  return rc;
 }
 
 static const gf__as *group_as; /* under sort_mu */
@@ -850,10 +1029,17 @@ static int decide(gf__as *a, int64_t now, action *act) {
       int64_t j = gf__smap_get(&a->wmap, p->uids[k]);
       live = j >= 0 && a->w[j].unsched;
     }
-    /* Bound (the autoscaler's node came, its GPUs not yet published), it
-     * stays: deleting it would ask for a second node while the node agent
-     * starts there.  The node's inventory is the capacity that ends it. */
-    bool delivered = a->cap_at > p->created;
+    /* Its own capacity came: it is bound to a node whose GPUs are
+     * published.  Bound before that (the autoscaler's node came, the node
+     * agent not yet running there), it stays: deleting it would ask for a
+     * second node meanwhile.  Unbound, it stays while the autoscaler may
+     * still bring its node (several bought together arrive seconds apart):
+     * capacity arriving elsewhere ends it only HOLD_US (at least after_ms)
+     * later. */
+    int64_t hold = a->after_us > HOLD_US ? a->after_us : HOLD_US;
+    bool delivered = p->node
+                         ? gf__smap_get(&a->gmap, p->node) >= 0
+                         : a->cap_at > p->created && now - a->cap_at >= hold;
     if (delivered)
       a->hold_at = now; /* its pods get a chance at the new node first */
     if (!live || delivered || p->finished) {
@@ -907,74 +1093,7 @@ static int decide(gf__as *a, int64_t now, action *act) {
       s = e;
       continue;
     }
-    gf__as_shape shape = pick_shape(a, idx + s, gn);
-    gf_request *reqs = gf__malloc(gn * sizeof(*reqs));
-    uint32_t *bin_of = gf__malloc(gn * sizeof(*bin_of));
-    gf__as_bin *bins = gf__malloc(gn * sizeof(*bins));
-    char **ul = gf__malloc(gn * sizeof(*ul));
-    size_t nbins = 0;
-    if (!reqs || !bin_of || !bins || !ul) {
-      rc = GF_ENOMEM;
-    } else {
-      for (size_t k = 0; k < gn; k++)
-        reqs[k] = a->w[idx[s + k]].req;
-      rc = gf__as_pack(&shape, reqs, gn, bin_of, bins, &nbins, NULL);
-    }
-    for (size_t k = 0; !rc && k < gn; k++) {
-      wpod *w = &a->w[idx[s + k]];
-      if (bin_of[k] == NONE && !w->unfit && !a->o.quiet)
-        fprintf(stderr,
-                "gpufrac scheduler: autoscale: pod %s fits no empty node of "
-                "%u GPUs of %s: no placeholder for it\n",
-                w->what, shape.ngpus, shape.model[0] ? shape.model : "any");
-      w->unfit = bin_of[k] == NONE;
-    }
-    for (size_t b = 0; !rc && b < nbins && n < PASS_MAX; b++) {
-      size_t nu = 0, len = 1;
-      for (size_t k = 0; k < gn; k++)
-        if (bin_of[k] == b) {
-          ul[nu] = a->w[idx[s + k]].uid;
-          len += strlen(ul[nu]) + 1;
-          nu++;
-        }
-      if (nu == 0 || bins[b].gpus == 0)
-        continue;
-      qsort(ul, nu, sizeof(*ul), by_uid);
-      char *uids = gf__malloc(len);
-      if (!uids) {
-        rc = GF_ENOMEM;
-        break;
-      }
-      uint64_t h = 1469598103934665603ull;
-      size_t off = 0;
-      for (size_t k = 0; k < nu; k++) {
-        size_t l = strlen(ul[k]);
-        if (k)
-          uids[off++] = ',';
-        memcpy(uids + off, ul[k], l);
-        off += l;
-        h = fnv1a(ul[k], fnv1a(",", h));
-      }
-      uids[off] = '\0';
-      action *ac = &act[n];
-      memset(ac, 0, sizeof(*ac));
-      snprintf(ac->name, sizeof(ac->name), "%s%016" PRIx64, GF_AS_NAME_PREFIX,
-               h);
-      ac->made = now;
-      ac->uids = uids;
-      ac->pod =
-          placeholder_pod(a, &a->w[idx[s]], &bins[b], ac->name, uids, now);
-      if (!ac->pod) {
-        gf__free(uids);
-        rc = GF_ENOMEM;
-        break;
-      }
-      n++;
-    }
-    gf__free(reqs);
-    gf__free(bin_of);
-    gf__free(bins);
-    gf__free(ul);
+    rc = pack_group(a, idx + s, gn, now, act, &n);
     if (rc)
       break;
     s = e;
@@ -1016,7 +1135,7 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     pthread_mutex_lock(&a->mu);
     if (r == 0 && ac->pod) {
       nm++;
-      if (phold_put(a, ac->name, ac->uids, ac->made, false) == 0 &&
+      if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false) == 0 &&
           !a->o.quiet) {
         const json_t *res = json_object_get(
             json_object_get(
