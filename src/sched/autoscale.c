@@ -565,7 +565,7 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
     if (!a->o.quiet)
       fprintf(stderr,
               "gpufrac scheduler: autoscale: GPU capacity arrived (node %s, "
-              "%u GPUs): placeholders made before now go\n",
+              "%u GPUs): placeholders bound there go\n",
               n->name, has);
   }
 out:

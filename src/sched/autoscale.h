@@ -43,17 +43,29 @@
  * Placeholders.  Named GF_AS_NAME_PREFIX + a hash of the pods they stand
  * for (so a retried create cannot make a second one), in namespace ns,
  * labelled GF_AS_LABEL=true, annotated GF_AS_FOR (the pods' uids, comma
- * separated) and GF_AS_CREATED (microseconds of the bridge's clock).  A
- * pod covered by a placeholder is not packed again.  A placeholder is
- * deleted when none of the pods it stands for is demand-pending any more
- * (bound, deleted, schedulable again), when it ran and ended (Succeeded or
- * Failed), or when GPU capacity arrived after it was made (a node with an
- * inventory appeared, or a node's GPU count grew, after the first LIST).
- * One bound to a node is kept until then: the autoscaler's node has come
- * but gpufrac's node agent has not yet published its GPUs, and deleting it
- * would ask for a second node meanwhile.  After the deletion the real pods are
- * placed by kube-scheduler and the extender, and any still waiting after_ms
- * after that deletion (never in the same pass) get new placeholders.  That wait
+ * separated) and GF_AS_CREATED (microseconds of the bridge's clock).  One
+ * per packed node when the group packs into one node; when it packs into
+ * several, all of one size, so that any node the autoscaler brings for
+ * one fits any other (kube-scheduler binds them in its own order, not the
+ * autoscaler's plan): one a GPU when every pod of the group asks one GPU
+ * (the autoscaler packs them into the nodes it buys), else one a packed
+ * node, each asking the GPUs of the largest.  Each carries a required pod
+ * anti-affinity per node (kubernetes.io/hostname) to every pod but
+ * placeholders and DaemonSet pods (label pod-template-generation) outside
+ * kube-system and ns, so it never binds on a node that holds shares (or
+ * anything else) and whose nvidia.com/gpu only looks free.  A compute-only
+ * share is packed with the part of the GPU's memory the extender grants
+ * it (gf__part_of_memory).  A pod covered by a placeholder is not packed
+ * again.  A placeholder is deleted when none of the pods it stands for is
+ * demand-pending any more (bound, deleted, schedulable again), when it ran
+ * and ended (Succeeded or Failed), when the node it is bound to has an
+ * inventory (its own capacity arrived; bound before that, it stays, or
+ * the autoscaler would be asked for a second node meanwhile), or, never
+ * bound, HOLD (5 min, at least after_ms) after GPU capacity last arrived
+ * elsewhere (nodes bought together arrive seconds apart: the first does
+ * not end the others).  After the deletion the real pods are placed by
+ * kube-scheduler and the extender, and any still waiting after_ms after
+ * that deletion (never in the same pass) get new placeholders.  That wait
  * is the hysteresis: no placeholder is made, deleted and made again within
  * after_ms for one reason.
  *
