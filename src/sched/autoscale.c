@@ -53,6 +53,12 @@ typedef struct phold {
   int64_t created;
   char *node;    /* bound there; NULL: not bound */
   bool finished; /* Succeeded or Failed */
+  /* Deleted by someone else (kube-scheduler preempting it for a pod its
+   * anti-affinity kept off the node) while bound to a node whose GPUs are
+   * not published yet: that node is still its capacity, coming.  Kept,
+   * its pods covered, until then (or HOLD_US); never deleted again. */
+  bool gone;
+  int64_t gone_at;
 } phold;
 
 /* A node with GPUs, as a shape. */
@@ -422,6 +428,23 @@ static bool is_placeholder(const gf__as *a, const json_t *pod,
          strncmp(*name, GF_AS_NAME_PREFIX, sizeof(GF_AS_NAME_PREFIX) - 1) == 0;
 }
 
+/* Placeholder `name` deleted (not by the bridge's pass, which forgets it
+ * first): see phold.gone. */
+static void placeholder_gone(gf__as *a, const char *name) {
+  int64_t i = gf__smap_get(&a->pmap, name);
+  if (i < 0)
+    return;
+  phold *p = &a->p[i];
+  if (p->gone)
+    return;
+  if (p->node && gf__smap_get(&a->gmap, p->node) < 0 && !p->finished) {
+    p->gone = true;
+    p->gone_at = now_of(a);
+    return;
+  }
+  phold_remove(a, name);
+}
+
 void gf__as_pod_update(gf__as *a, const json_t *pod) {
   const char *name;
   if (!json_is_object(pod))
@@ -429,7 +452,7 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
   pthread_mutex_lock(&a->mu);
   if (is_placeholder(a, pod, &name)) {
     if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
-      phold_remove(a, name);
+      placeholder_gone(a, name);
     else
       placeholder_seen(a, pod, name);
     goto out;
@@ -506,7 +529,7 @@ void gf__as_pod_delete(gf__as *a, const json_t *pod) {
   const char *name;
   pthread_mutex_lock(&a->mu);
   if (is_placeholder(a, pod, &name)) {
-    phold_remove(a, name);
+    placeholder_gone(a, name);
   } else {
     const char *uid = json_string_value(
         json_object_get(json_object_get(pod, "metadata"), "uid"));
@@ -642,11 +665,8 @@ static gf_request as_booked(const gf__as_shape *shape, const gf_request *r) {
   return b;
 }
 
-/* gf__as_pack, and gpu_of[i] (when not NULL): the first GPU of its node
- * that request i went to. */
-static int pack_ex(const gf__as_shape *shape, const gf_request *reqs, size_t n,
-                   uint32_t *bin_of, uint32_t *gpu_of, gf__as_bin *bins,
-                   size_t *nbins, gf_diag *d) {
+int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
+                uint32_t *bin_of, gf__as_bin *bins, size_t *nbins, gf_diag *d) {
   *nbins = 0;
   if (!shape || shape->ngpus == 0 || shape->ngpus > GF_MAX_GPUS_PER_NODE)
     return gf_diag_set(d, GF_EINVAL, "autoscale: a node shape without GPUs");
@@ -707,8 +727,6 @@ static int pack_ex(const gf__as_shape *shape, const gf_request *reqs, size_t n,
       goto out;
     }
     bin_of[i] = pl.node;
-    if (gpu_of)
-      gpu_of[i] = pl.ngpus ? pl.gpus[0] : 0;
     for (uint32_t g = 0; g < pl.ngpus; g++)
       used[pl.node] |= 1u << pl.gpus[g];
     if (bins && pl.node >= *nbins) {
@@ -731,11 +749,6 @@ out:
   gf__free(used);
   gf__free(booked);
   return rc;
-}
-
-int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
-                uint32_t *bin_of, gf__as_bin *bins, size_t *nbins, gf_diag *d) {
-  return pack_ex(shape, reqs, n, bin_of, NULL, bins, nbins, d);
 }
 
 /* ---- a pass ------------------------------------------------------------- */
@@ -806,6 +819,7 @@ typedef struct action {
   json_t *pod;  /* to create; NULL: to delete */
   char *uids;   /* what it stands for (create) */
   int64_t made; /* its GF_AS_CREATED */
+  bool forget;  /* gone already: only forgotten, no call */
 } action;
 
 static uint64_t fnv1a(const char *s, uint64_t h) {
@@ -932,35 +946,33 @@ static int one_placeholder(const gf__as *a, const uint32_t *idx, size_t gn,
   return 0;
 }
 
-/* Packs the group w[idx[0..gn)] and adds its placeholders to act[*n..].
- * One packed node: one placeholder for it.  Several: placeholders of one
- * size, so that any node the autoscaler brings for one of them fits any
- * other (kube-scheduler binds them in its own order, not the autoscaler's
- * plan): one a GPU when every pod asks one GPU (the autoscaler packs them
- * into the nodes it buys), else one a packed node, each asking the GPUs
- * of the largest.  0 or GF_ENOMEM. */
+/* Packs the group w[idx[0..gn)] and adds its placeholders to act[*n..],
+ * one a packed node.  Packed into several nodes, each asks the GPUs of
+ * the largest: placeholders of one size, so that any node the autoscaler
+ * brings for one fits any other (kube-scheduler binds them in its own
+ * order, not the autoscaler's plan), and however the autoscaler batches
+ * them each buys one node.  0 or GF_ENOMEM. */
 static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
                       action *act, int *n) {
   gf__as_shape shape = pick_shape(a, idx, gn);
   gf_request *reqs = gf__malloc(gn * sizeof(*reqs));
   uint32_t *bin_of = gf__malloc(gn * sizeof(*bin_of));
-  uint32_t *gpu_of = gf__malloc(gn * sizeof(*gpu_of));
   size_t *unit = gf__malloc(gn * sizeof(*unit));
   gf__as_bin *bins = gf__malloc(gn * sizeof(*bins));
   char **ul = gf__malloc(gn * sizeof(*ul));
   size_t nbins = 0;
   int rc = 0;
-  bool one_gpu = true;
-  if (!reqs || !bin_of || !gpu_of || !unit || !bins || !ul) {
+  if (!reqs || !bin_of || !unit || !bins || !ul) {
     rc = GF_ENOMEM;
     goto out;
   }
-  for (size_t k = 0; k < gn; k++) {
+  for (size_t k = 0; k < gn; k++)
     reqs[k] = a->w[idx[k]].req;
-    one_gpu = one_gpu && reqs[k].gpu_count == 1;
-  }
-  if ((rc = pack_ex(&shape, reqs, gn, bin_of, gpu_of, bins, &nbins, NULL)))
+  if ((rc = gf__as_pack(&shape, reqs, gn, bin_of, bins, &nbins, NULL)))
     goto out;
+  uint32_t most = 0;
+  for (size_t b = 0; b < nbins; b++)
+    most = bins[b].gpus > most ? bins[b].gpus : most;
   for (size_t k = 0; k < gn; k++) {
     wpod *w = &a->w[idx[k]];
     if (bin_of[k] == NONE && !w->unfit && !a->o.quiet)
@@ -969,29 +981,12 @@ static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
               "%u GPUs of %s: no placeholder for it\n",
               w->what, shape.ngpus, shape.model[0] ? shape.model : "any");
     w->unfit = bin_of[k] == NONE;
+    unit[k] = bin_of[k] == NONE ? SIZE_MAX : bin_of[k];
   }
-  bool per_gpu = nbins > 1 && one_gpu;
-  uint32_t most = 0;
-  for (size_t b = 0; b < nbins; b++)
-    most = bins[b].gpus > most ? bins[b].gpus : most;
-  for (size_t k = 0; k < gn; k++)
-    unit[k] = bin_of[k] == NONE ? SIZE_MAX
-              : per_gpu ? (size_t)bin_of[k] * GF_MAX_GPUS_PER_NODE + gpu_of[k]
-                        : bin_of[k];
-  size_t units = per_gpu ? nbins * GF_MAX_GPUS_PER_NODE : nbins;
-  for (size_t u = 0; u < units && *n < PASS_MAX; u++) {
-    gf__as_bin b = bins[per_gpu ? u / GF_MAX_GPUS_PER_NODE : u];
-    if (per_gpu) { /* one GPU: the CPU and memory of its pods */
-      b.gpus = 1;
-      b.cpu_milli = b.mem_bytes = 0;
-      for (size_t k = 0; k < gn; k++)
-        if (unit[k] == u) {
-          b.cpu_milli += reqs[k].cpu_milli;
-          b.mem_bytes += reqs[k].mem_bytes;
-        }
-    } else if (b.gpus) {
+  for (size_t u = 0; u < nbins && *n < PASS_MAX; u++) {
+    gf__as_bin b = bins[u];
+    if (b.gpus)
       b.gpus = most;
-    }
     int r = one_placeholder(a, idx, gn, unit, u, &b, now, ul, &act[*n]);
     if (r == GF_ENOMEM) {
       rc = r;
@@ -1003,7 +998,6 @@ static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
 out:
   gf__free(reqs);
   gf__free(bin_of);
-  gf__free(gpu_of);
   gf__free(unit);
   gf__free(bins);
   gf__free(ul);
@@ -1042,10 +1036,12 @@ static int decide(gf__as *a, int64_t now, action *act) {
                          : a->cap_at > p->created && now - a->cap_at >= hold;
     if (delivered)
       a->hold_at = now; /* its pods get a chance at the new node first */
-    if (!live || delivered || p->finished) {
+    if (!live || delivered || p->finished ||
+        (p->gone && now - p->gone_at >= hold)) {
       if (n < PASS_MAX) {
         memset(&act[n], 0, sizeof(act[n]));
         snprintf(act[n].name, sizeof(act[n].name), "%s", p->name);
+        act[n].forget = p->gone;
         n++;
       }
       continue;
@@ -1126,6 +1122,12 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
   for (int i = 0; i < n; i++) {
     action *ac = &act[i];
     gf_diag ad = {""};
+    if (ac->forget) {
+      pthread_mutex_lock(&a->mu);
+      phold_remove(a, ac->name);
+      pthread_mutex_unlock(&a->mu);
+      continue;
+    }
     int r = ac->pod ? ops->create(ops->user, a->ns, ac->pod, &ad)
                     : ops->remove(ops->user, a->ns, ac->name, &ad);
     if (ac->pod && (r == GF_EEXIST || r == GF_ECONFLICT))

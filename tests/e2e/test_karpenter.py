@@ -29,9 +29,9 @@ with a token bound to that pod, as kubelet would run it: it publishes the
 node's inventory.
 
   scaleup  28 0.3-GPU shares, no GPU node: the bridge packs them 3 a GPU on
-           its fallback shape (8 GPUs), 10 GPUs on two nodes, ten
-           placeholders of one GPU; Karpenter buys exactly an 8-GPU and a
-           2-GPU node (10 GPUs; whole GPUs would be 28),
+           its fallback shape (8 GPUs), 10 GPUs on two nodes, and asks two
+           placeholders of one size, 8; Karpenter buys exactly two 8-GPU
+           nodes (whole GPUs would be 28),
            the agents publish them, the placeholders go, every share binds.
            Karpenter buys nothing for the share pods themselves (they ask
            gpufrac.io/gpu-compute, which no instance type has): NodeClaims
@@ -79,9 +79,9 @@ GPU_TYPES = (2, 4, 8)
 # 0.3 GPU each, 3 a GPU: 10 GPUs packed on two 8-GPU nodes (8 and 2; 28 as
 # whole GPUs).  Placeholders of 8 and 2 raced (the 2 bound first on the new
 # 8-GPU node, and Karpenter bought a third node for the 8): the bridge now
-# asks ten of one GPU, which Karpenter packs into an 8-GPU and a 2-GPU node.
+# asks two of 8 (one size: any node bought for one fits the other).
 SHARES = 28
-PACKED_GPUS = 10
+PACKED_NODES = 2
 LOADING = "e2e.gpufrac.io/loading"
 KEEP = "e2e.gpufrac.io/keep"
 # The bridge's --autoscale-after (default 1m).  2 s: the first of two nodes
@@ -414,14 +414,14 @@ class Scenario:
             (SHARES, took, {k: len(v) for k, v in where.items()}, asked, len(nodes),
              gpus, len(claims)))
         # 3 shares a GPU: 10 GPUs on the fallback shape (8 GPUs, no GPU node
-        # yet), two nodes: placeholders of one size, one a GPU.
-        if sum(asked) != PACKED_GPUS or len(set(asked)) != 1:
-            fail("placeholders asked %s GPUs, want %d of one size (%d 0.3 shares, 3 a "
-                 "GPU)" % (asked, PACKED_GPUS, SHARES))
-        if sum(gpus) != PACKED_GPUS or len(nodes) != 2 or len(claims) != 2:
+        # yet), two nodes (8 and 2 GPUs used): two placeholders of one size,
+        # the largest's.
+        if asked != [8] * PACKED_NODES:
+            fail("placeholders asked %s GPUs, want %d of 8 (%d 0.3 shares, 3 a GPU, "
+                 "on 8-GPU nodes)" % (asked, PACKED_NODES, SHARES))
+        if len(nodes) != PACKED_NODES or len(claims) != PACKED_NODES:
             fail("Karpenter bought %s GPUs in %d nodes (%d NodeClaims); the packing "
-                 "says %d GPUs on two nodes" % (gpus, len(nodes), len(claims),
-                                                PACKED_GPUS))
+                 "says %d nodes" % (gpus, len(nodes), len(claims), PACKED_NODES))
         t.check_state()
         self.wait("no placeholder left", lambda: not self.api.items(
             "/api/v1/namespaces/%s/pods" % PH_NS, labelSelector=PH_LABEL + "=true"), 30)
@@ -526,9 +526,8 @@ class Scenario:
         self.wait("the shares gone", lambda: not t.gpu_pods(NS), 60)
         big = sorted(n["metadata"]["name"] for n in self.pool_nodes()
                      if self.gpus_of(n["metadata"]["name"]) == 8)
-        if len(big) != 1 or len(self.pool_nodes()) != 2:
-            fail("want an 8-GPU node and another from scaleup, have %s" %
-                 [n["metadata"]["name"] for n in self.pool_nodes()])
+        if len(big) != 2:
+            fail("want two 8-GPU nodes from scaleup, have %s" % big)
         a = big[0]
         self.api.merge_patch("/api/v1/nodes/" + a, {"metadata": {"labels": {KEEP: "true"}}})
         # Node a (labelled KEEP) kept full by whole-GPU pods the user
