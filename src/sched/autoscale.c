@@ -59,12 +59,17 @@ typedef struct phold {
    * its pods covered, until then (or HOLD_US); never deleted again. */
   bool gone;
   int64_t gone_at;
+  /* Unbound, but a node arrived with none bound there, which is taken as
+   * the one bought for it (claim_arrivals): it goes. */
+  bool claimed;
 } phold;
 
 /* A node with GPUs, as a shape. */
 typedef struct gnode {
   char *name; /* the map's key */
   gf__as_shape shape;
+  bool fresh;      /* its GPUs arrived (live); not yet matched (claim) */
+  int64_t arrived; /* when */
 } gnode;
 
 struct gf__as {
@@ -271,6 +276,8 @@ static int phold_put(gf__as *a, const char *name, const char *uids,
   }
   np.created = created;
   np.finished = finished;
+  int64_t old = gf__smap_get(&a->pmap, name);
+  np.claimed = old >= 0 && a->p[old].claimed;
   phold_remove(a, name);
   if (grow((void **)&a->p, &a->capp, a->np, sizeof(*a->p)) ||
       gf__smap_put(&a->pmap, np.name, a->np))
@@ -585,6 +592,8 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   snprintf(s->model, sizeof(s->model), "%s", n->inv.gpus[0].model);
   if (live && has > had) {
     a->cap_at = now_of(a);
+    a->g[i].fresh = true;
+    a->g[i].arrived = a->cap_at;
     if (!a->o.quiet)
       fprintf(stderr,
               "gpufrac scheduler: autoscale: GPU capacity arrived (node %s, "
@@ -1011,11 +1020,38 @@ static int by_group(const void *x, const void *y) {
                 group_as->w[*(const uint32_t *)y].group);
 }
 
+/* Each node whose GPUs arrived since the last pass, with no placeholder
+ * bound there, is taken as the one bought for the oldest placeholder not
+ * bound anywhere made before it came: that one goes (claimed).  Shares
+ * can reach a new node before the placeholder it was bought for does
+ * (that placeholder's pods among them); the placeholder, then kept off
+ * it by its anti-affinity, would make the autoscaler buy again. */
+static void claim_arrivals(gf__as *a) {
+  for (uint32_t i = 0; i < a->ng; i++) {
+    gnode *g = &a->g[i];
+    if (!g->fresh)
+      continue;
+    g->fresh = false;
+    phold *best = NULL;
+    bool bound_here = false;
+    for (uint32_t j = 0; j < a->np && !bound_here; j++) {
+      phold *p = &a->p[j];
+      bound_here = p->node && !p->gone && strcmp(p->node, g->name) == 0;
+      if (!p->node && !p->gone && !p->claimed && !p->finished &&
+          p->created < g->arrived && (!best || p->created < best->created))
+        best = p;
+    }
+    if (!bound_here && best)
+      best->claimed = true;
+  }
+}
+
 /* Decides, under the mutex: the placeholders to delete, then those to make
  * (at most PASS_MAX actions in all).  Returns the count, or -GF_ENOMEM. */
 static int decide(gf__as *a, int64_t now, action *act) {
   int n = 0;
   gf__smap covered = {0};
+  claim_arrivals(a);
   for (uint32_t i = 0; i < a->np; i++) {
     const phold *p = &a->p[i];
     bool live = false;
@@ -1034,6 +1070,7 @@ static int decide(gf__as *a, int64_t now, action *act) {
     bool delivered = p->node
                          ? gf__smap_get(&a->gmap, p->node) >= 0
                          : a->cap_at > p->created && now - a->cap_at >= hold;
+    delivered = delivered || p->claimed;
     if (delivered)
       a->hold_at = now; /* its pods get a chance at the new node first */
     if (!live || delivered || p->finished ||

@@ -44,12 +44,10 @@
  * for (so a retried create cannot make a second one), in namespace ns,
  * labelled GF_AS_LABEL=true, annotated GF_AS_FOR (the pods' uids, comma
  * separated) and GF_AS_CREATED (microseconds of the bridge's clock).  One
- * per packed node when the group packs into one node; when it packs into
- * several, all of one size, so that any node the autoscaler brings for
- * one fits any other (kube-scheduler binds them in its own order, not the
- * autoscaler's plan): one a GPU when every pod of the group asks one GPU
- * (the autoscaler packs them into the nodes it buys), else one a packed
- * node, each asking the GPUs of the largest.  Each carries a required pod
+ * per packed node; when the group packs into several, each asks the GPUs
+ * of the largest, so that any node the autoscaler brings for one fits any
+ * other (kube-scheduler binds them in its own order, not the autoscaler's
+ * plan) however the autoscaler batches them.  Each carries a required pod
  * anti-affinity per node (kubernetes.io/hostname) to every pod but
  * placeholders and DaemonSet pods (label pod-template-generation) outside
  * kube-system and ns, so it never binds on a node that holds shares (or
@@ -63,7 +61,9 @@
  * the autoscaler would be asked for a second node meanwhile), or, never
  * bound, HOLD (5 min, at least after_ms) after GPU capacity last arrived
  * elsewhere (nodes bought together arrive seconds apart: the first does
- * not end the others).  After the deletion the real pods are placed by
+ * not end the others).  One deleted by someone else while bound to a node
+ * whose GPUs are not published (kube-scheduler preempting it) keeps its
+ * pods covered until they are (or HOLD).  After the deletion the real pods are placed by
  * kube-scheduler and the extender, and any still waiting after_ms after
  * that deletion (never in the same pass) get new placeholders.  That wait
  * is the hysteresis: no placeholder is made, deleted and made again within

@@ -615,35 +615,33 @@ static void test_hold_own_capacity(void **st) {
   gf__as_free(a);
 }
 
-/* One never bound is kept while the autoscaler may still bring its node,
- * and goes 5 minutes after capacity came (its pods are packed again). */
+/* One never bound, whose node none of the arrivals was taken for, is kept
+ * while the autoscaler may still bring it, and goes 5 minutes after
+ * capacity came (its pods are packed again). */
 static void test_hold_timeout(void **st) {
   (void)st;
   fake_now = T0;
   gf__as *a = make(2000);
-  feed_waiting(a, 0, 3);
+  feed_waiting(a, 0, 28);
   rec r = {0};
   fake_now = T0 + 2 * SEC;
   assert_int_equal(pass(a, &r), 0);
-  assert_int_equal(r.creates, 1);
+  assert_int_equal(r.creates, 2);
   fake_now += SEC;
-  feed_node(a, "elsewhere", 8, true);
+  feed_node(a, "elsewhere", 8, true); /* taken for one of them */
   int64_t came = fake_now;
-  fake_now = came + 300 * SEC - 1;
-  assert_int_equal(pass(a, &r), 0);
-  assert_int_equal(r.deletes, 0);
-  fake_now = came + 300 * SEC;
   assert_int_equal(pass(a, &r), 0);
   assert_int_equal(r.deletes, 1);
+  fake_now = came + 300 * SEC - 1;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  fake_now = came + 300 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
   rec_clear(&r);
   gf__as_free(a);
 }
 
-/* A placeholder bound to a node whose GPUs are not published yet, deleted
- * by someone else (kube-scheduler preempting it for a share its
- * anti-affinity kept off that node): the node is still its capacity,
- * coming; no new placeholder for its pods (one was, and Karpenter bought
- * a third node), and it is only forgotten once the node's GPUs come. */
 static void test_preempted_while_bound(void **st) {
   (void)st;
   fake_now = T0;
@@ -670,6 +668,34 @@ static void test_preempted_while_bound(void **st) {
   assert_int_equal(r.deletes, 0); /* gone already: no DELETE */
   assert_int_equal(gf__as_count(a), 0);
   json_decref(p0);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* Shares can reach a new node before the placeholder it was bought for
+ * (which its anti-affinity then keeps off; Karpenter bought a third
+ * node): a node arriving with no placeholder bound there ends the oldest
+ * one not bound, and only one. */
+static void test_arrival_claims_one(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(2000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  fake_now += SEC;
+  feed_node(a, "k1", 8, true);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  fake_now += SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  feed_node(a, "k2", 8, true);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
+  assert_string_not_equal(r.gone[0], r.gone[1]);
   rec_clear(&r);
   gf__as_free(a);
 }
@@ -1091,6 +1117,11 @@ static void test_feed(void **st) {
                  "resourceVersion=100&timeoutSeconds=300",
        .status = 200,
        .chunks = {line}},
+      {.method = "DELETE",
+       .target = target,
+       .body_has = {"\"gracePeriodSeconds\":0"},
+       .status = 200,
+       .body = "{\"kind\":\"Pod\"}"},
   };
   td_server *srv = td_start(script, sizeof(script) / sizeof(script[0]));
   assert_non_null(srv);
@@ -1117,14 +1148,14 @@ static void test_feed(void **st) {
   nanosleep(&ts, NULL);
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d), 0);
   assert_int_equal(gf_sched_kube_placeholders_made(f), 1);
-  /* n2 comes: capacity, but not where the placeholder is bound (it is
-   * not): kept, the autoscaler may still bring its node */
+  /* n2 comes, with no placeholder bound there: taken as the node bought
+   * for the placeholder, which is deleted */
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
   int drc = gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d);
   if (drc)
     fprintf(stderr, "%s\n", d.msg);
   assert_int_equal(drc, 0);
-  assert_int_equal(gf_sched_kube_placeholders_deleted(f), 0);
+  assert_int_equal(gf_sched_kube_placeholders_deleted(f), 1);
   finish(srv);
   gf_sched_kube_free(f);
   gf_sched_free(s);
@@ -1181,6 +1212,7 @@ int main(void) {
       cmocka_unit_test(test_hold_own_capacity),
       cmocka_unit_test(test_hold_timeout),
       cmocka_unit_test(test_preempted_while_bound),
+      cmocka_unit_test(test_arrival_claims_one),
       cmocka_unit_test(test_groups),
       cmocka_unit_test(test_hysteresis),
       cmocka_unit_test(test_capacity_late_pass),
