@@ -58,16 +58,18 @@
  * demand-pending any more (bound, deleted, schedulable again), when it ran
  * and ended (Succeeded or Failed), when the node it is bound to has an
  * inventory (its own capacity arrived; bound before that, it stays, or
- * the autoscaler would be asked for a second node meanwhile), or, never
- * bound, HOLD (5 min, at least after_ms) after GPU capacity last arrived
- * elsewhere (nodes bought together arrive seconds apart: the first does
- * not end the others).  One deleted by someone else while bound to a node
- * whose GPUs are not published (kube-scheduler preempting it) keeps its
- * pods covered until they are (or HOLD).  After the deletion the real pods are placed by
- * kube-scheduler and the extender, and any still waiting after_ms after
- * that deletion (never in the same pass) get new placeholders.  That wait
- * is the hysteresis: no placeholder is made, deleted and made again within
- * after_ms for one reason.
+ * the autoscaler would be asked for a second node meanwhile), or, not
+ * bound, when a node's GPUs arrive with no placeholder bound there and it
+ * is the oldest unbound one made before (the node is taken as bought for
+ * it), else HOLD (5 min, at least after_ms) after GPU capacity last
+ * arrived (nodes bought together arrive seconds apart: the first ends one
+ * placeholder, not all).  One deleted by someone else while bound to a
+ * node whose GPUs are not published (kube-scheduler preempting it) keeps
+ * its pods covered until they are (or HOLD).  After the deletion the real
+ * pods are placed by kube-scheduler and the extender, and any still
+ * waiting after_ms after that deletion (never in the same pass) get new
+ * placeholders.  That wait is the hysteresis: no placeholder is made,
+ * deleted and made again within after_ms for one reason.
  *
  * Restart.  Placeholders are read from the pod watch like any pod, so a
  * restarted (or newly elected) leader adopts the ones that exist: the pods
