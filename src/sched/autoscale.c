@@ -19,6 +19,7 @@
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "sched_int.h"
+#include "sched_state.h"
 #include "smap.h"
 
 #define PASS_MAX 64      /* API calls per pass */
@@ -26,6 +27,10 @@
 #define GROUP_MAX 16384  /* a group's canonical constraints, bytes */
 #define NAME_CAP 254     /* a DNS-1123 name and its NUL */
 #define NONE UINT32_MAX
+/* An unbound placeholder is kept this long (at least after_ms) after GPU
+ * capacity arrived while its pods still wait: the autoscaler may still be
+ * bringing the node it bought for it (docs/autoscaling.md, rule 7). */
+#define HOLD_US (300 * 1000000LL)
 
 /* A pod waiting: unbound, asking gpufrac GPUs. */
 typedef struct wpod {
@@ -46,13 +51,25 @@ typedef struct phold {
   char **uids;
   uint32_t nuids;
   int64_t created;
+  char *node;    /* bound there; NULL: not bound */
   bool finished; /* Succeeded or Failed */
+  /* Deleted by someone else (kube-scheduler preempting it for a pod its
+   * anti-affinity kept off the node) while bound to a node whose GPUs are
+   * not published yet: that node is still its capacity, coming.  Kept,
+   * its pods covered, until then (or HOLD_US); never deleted again. */
+  bool gone;
+  int64_t gone_at;
+  /* Unbound, but a node arrived with none bound there, which is taken as
+   * the one bought for it (claim_arrivals): it goes. */
+  bool claimed;
 } phold;
 
 /* A node with GPUs, as a shape. */
 typedef struct gnode {
   char *name; /* the map's key */
   gf__as_shape shape;
+  bool fresh;      /* its GPUs arrived (live); not yet matched (claim) */
+  int64_t arrived; /* when */
 } gnode;
 
 struct gf__as {
@@ -166,6 +183,7 @@ static void wpod_free(wpod *w) {
 
 static void phold_free(phold *p) {
   gf__free(p->name);
+  gf__free(p->node);
   for (uint32_t i = 0; i < p->nuids; i++)
     gf__free(p->uids[i]);
   gf__free(p->uids);
@@ -233,11 +251,11 @@ static void phold_remove(gf__as *a, const char *name) {
 /* Adds or replaces placeholder `name` standing for the comma-separated
  * uids.  GF_ENOMEM (nothing changed). */
 static int phold_put(gf__as *a, const char *name, const char *uids,
-                     int64_t created, bool finished) {
+                     int64_t created, const char *node, bool finished) {
   phold np = {0};
   np.name = gf__strdup(name);
-  if (!np.name)
-    return GF_ENOMEM;
+  if (!np.name || (node && *node && !(np.node = gf__strdup(node))))
+    goto nomem;
   size_t n = 0;
   for (const char *s = uids; *s; s++)
     n += *s == ',';
@@ -258,6 +276,8 @@ static int phold_put(gf__as *a, const char *name, const char *uids,
   }
   np.created = created;
   np.finished = finished;
+  int64_t old = gf__smap_get(&a->pmap, name);
+  np.claimed = old >= 0 && a->p[old].claimed;
   phold_remove(a, name);
   if (grow((void **)&a->p, &a->capp, a->np, sizeof(*a->p)) ||
       gf__smap_put(&a->pmap, np.name, a->np))
@@ -397,8 +417,10 @@ static void placeholder_seen(gf__as *a, const json_t *pod, const char *name) {
       json_object_get(json_object_get(pod, "status"), "phase"));
   bool finished = phase && (strcmp(phase, "Succeeded") == 0 ||
                             strcmp(phase, "Failed") == 0);
+  const char *node = json_string_value(
+      json_object_get(json_object_get(pod, "spec"), "nodeName"));
   /* Out of memory: not adopted now; the next event or relist retries. */
-  (void)phold_put(a, name, uids ? uids : "", created, finished);
+  (void)phold_put(a, name, uids ? uids : "", created, node, finished);
 }
 
 /* Whether pod is one of the bridge's placeholders; *name set when so. */
@@ -413,6 +435,23 @@ static bool is_placeholder(const gf__as *a, const json_t *pod,
          strncmp(*name, GF_AS_NAME_PREFIX, sizeof(GF_AS_NAME_PREFIX) - 1) == 0;
 }
 
+/* Placeholder `name` deleted (not by the bridge's pass, which forgets it
+ * first): see phold.gone. */
+static void placeholder_gone(gf__as *a, const char *name) {
+  int64_t i = gf__smap_get(&a->pmap, name);
+  if (i < 0)
+    return;
+  phold *p = &a->p[i];
+  if (p->gone)
+    return;
+  if (p->node && gf__smap_get(&a->gmap, p->node) < 0 && !p->finished) {
+    p->gone = true;
+    p->gone_at = now_of(a);
+    return;
+  }
+  phold_remove(a, name);
+}
+
 void gf__as_pod_update(gf__as *a, const json_t *pod) {
   const char *name;
   if (!json_is_object(pod))
@@ -420,7 +459,7 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
   pthread_mutex_lock(&a->mu);
   if (is_placeholder(a, pod, &name)) {
     if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
-      phold_remove(a, name);
+      placeholder_gone(a, name);
     else
       placeholder_seen(a, pod, name);
     goto out;
@@ -497,7 +536,7 @@ void gf__as_pod_delete(gf__as *a, const json_t *pod) {
   const char *name;
   pthread_mutex_lock(&a->mu);
   if (is_placeholder(a, pod, &name)) {
-    phold_remove(a, name);
+    placeholder_gone(a, name);
   } else {
     const char *uid = json_string_value(
         json_object_get(json_object_get(pod, "metadata"), "uid"));
@@ -553,10 +592,12 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   snprintf(s->model, sizeof(s->model), "%s", n->inv.gpus[0].model);
   if (live && has > had) {
     a->cap_at = now_of(a);
+    a->g[i].fresh = true;
+    a->g[i].arrived = a->cap_at;
     if (!a->o.quiet)
       fprintf(stderr,
               "gpufrac scheduler: autoscale: GPU capacity arrived (node %s, "
-              "%u GPUs): placeholders made before now go\n",
+              "%u GPUs): placeholders bound there go\n",
               n->name, has);
   }
 out:
@@ -618,6 +659,21 @@ static int add_shape_node(gf_cluster *c, const gf__as_shape *s, uint32_t k) {
                              NULL);
 }
 
+/* A compute-only share books the same part of the GPU's memory as of its
+ * compute, as the extender grants and books it (gf__part_of_memory: of
+ * the node's smallest GPU; here the shape's, which is that). */
+static gf_request as_booked(const gf__as_shape *shape, const gf_request *r) {
+  gf_request b = *r;
+  b.model_mask = 0;
+  if (gf__compute_only(r) && shape->gpu_mem_bytes > 0) {
+    int64_t m =
+        shape->gpu_mem_bytes / GF_GPU_MILLI * r->gpu_milli +
+        shape->gpu_mem_bytes % GF_GPU_MILLI * r->gpu_milli / GF_GPU_MILLI;
+    b.gpu_mem_bytes = m > 0 ? m : 1;
+  }
+  return b;
+}
+
 int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
                 uint32_t *bin_of, gf__as_bin *bins, size_t *nbins, gf_diag *d) {
   *nbins = 0;
@@ -629,19 +685,21 @@ int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
     return gf_diag_set(d, GF_ELIMIT, "autoscale: too many pods to pack");
   uint32_t *order = gf__malloc(n * sizeof(*order));
   uint32_t *used = gf__calloc(n, sizeof(*used)); /* GPU bit set per node */
+  gf_request *booked = gf__malloc(n * sizeof(*booked));
   gf_cluster *c = gf_cluster_new();
   gf_engine *e = NULL;
   int rc = 0;
-  if (!order || !used || !c) {
+  if (!order || !used || !booked || !c) {
     rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
     goto out;
   }
   for (uint32_t i = 0; i < n; i++) {
     order[i] = i;
     bin_of[i] = NONE;
+    booked[i] = as_booked(shape, &reqs[i]);
   }
   pthread_mutex_lock(&sort_mu);
-  sort_reqs = reqs;
+  sort_reqs = booked;
   qsort(order, n, sizeof(*order), by_size);
   pthread_mutex_unlock(&sort_mu);
   gf_engine_config ec = {.policy = "packing"};
@@ -654,8 +712,7 @@ int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
   uint32_t nodes = 1;
   for (size_t k = 0; k < n; k++) {
     uint32_t i = order[k];
-    gf_request r = reqs[i];
-    r.model_mask = 0;
+    gf_request r = booked[i];
     gf_placement pl;
     int prc = gf_engine_place(e, &r, &pl);
     if (prc == GF_ENOFIT && nodes < n) {
@@ -699,6 +756,7 @@ out:
   gf_cluster_free(c);
   gf__free(order);
   gf__free(used);
+  gf__free(booked);
   return rc;
 }
 
@@ -770,6 +828,7 @@ typedef struct action {
   json_t *pod;  /* to create; NULL: to delete */
   char *uids;   /* what it stands for (create) */
   int64_t made; /* its GF_AS_CREATED */
+  bool forget;  /* gone already: only forgotten, no call */
 } action;
 
 static uint64_t fnv1a(const char *s, uint64_t h) {
@@ -782,6 +841,28 @@ static uint64_t fnv1a(const char *s, uint64_t h) {
 
 static int by_uid(const void *x, const void *y) {
   return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* What keeps a placeholder off the nodes that are there: a required pod
+ * anti-affinity, per node (kubernetes.io/hostname), to every pod but
+ * placeholders and DaemonSet pods (pod-template-generation) outside
+ * kube-system and the placeholders' namespace.  A node that holds shares
+ * (or any workload) is not new capacity even when its nvidia.com/gpu looks
+ * free (shares use gpufrac.io/gpu); a node an autoscaler brings holds only
+ * DaemonSet pods until the shares land.  Karpenter simulates this term
+ * (its hostname is the NodeClaim's); a node affinity on a node's name
+ * could not be used (Karpenter refuses matchFields and
+ * kubernetes.io/hostname in node selectors).  NULL: out of memory. */
+static json_t *keep_off(const gf__as *a) {
+  return json_pack(
+      "{s:{s:[{s:s, s:{s:[{s:s, s:s, s:[s, s]}]}, "
+      "s:{s:[{s:s, s:s}, {s:s, s:s}]}}]}}",
+      "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+      "topologyKey", "kubernetes.io/hostname", "namespaceSelector",
+      "matchExpressions", "key", "kubernetes.io/metadata.name", "operator",
+      "NotIn", "values", "kube-system", a->ns, "labelSelector",
+      "matchExpressions", "key", GF_AS_LABEL, "operator", "DoesNotExist", "key",
+      "pod-template-generation", "operator", "DoesNotExist");
 }
 
 /* The placeholder pod standing for `uids` (of w0's group), packed into
@@ -815,7 +896,9 @@ static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
     return NULL;
   json_t *g = json_loads(w0->group, 0, NULL);
   json_t *spec = json_object_get(pod, "spec");
-  if (!g) {
+  json_t *aff = keep_off(a);
+  if (!g || !aff || json_object_set_new(spec, "affinity", aff)) {
+    json_decref(g);
     json_decref(pod);
     return NULL;
   }
@@ -825,10 +908,109 @@ static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
     if (strcmp(key, "nodeSelector") == 0 || strcmp(key, "tolerations") == 0)
       json_object_set(spec, key, v);
     else if (strcmp(key, "nodeAffinity") == 0)
-      json_object_set_new(spec, "affinity", json_pack("{s:O}", key, v));
+      json_object_set(aff, key, v);
   }
   json_decref(g);
   return pod;
+}
+
+/* One placeholder action for the pods w[idx[k]] with unit[k] == u, asking
+ * b's GPUs, CPU and memory.  0, 1 (no such pod) or GF_ENOMEM. */
+static int one_placeholder(const gf__as *a, const uint32_t *idx, size_t gn,
+                           const size_t *unit, size_t u, const gf__as_bin *b,
+                           int64_t now, char **ul, action *ac) {
+  size_t nu = 0, len = 1;
+  for (size_t k = 0; k < gn; k++)
+    if (unit[k] == u) {
+      ul[nu] = a->w[idx[k]].uid;
+      len += strlen(ul[nu]) + 1;
+      nu++;
+    }
+  if (nu == 0 || b->gpus == 0)
+    return 1;
+  qsort(ul, nu, sizeof(*ul), by_uid);
+  char *uids = gf__malloc(len);
+  if (!uids)
+    return GF_ENOMEM;
+  uint64_t h = 1469598103934665603ull;
+  size_t off = 0;
+  for (size_t k = 0; k < nu; k++) {
+    size_t l = strlen(ul[k]);
+    if (k)
+      uids[off++] = ',';
+    memcpy(uids + off, ul[k], l);
+    off += l;
+    h = fnv1a(ul[k], fnv1a(",", h));
+  }
+  uids[off] = '\0';
+  memset(ac, 0, sizeof(*ac));
+  snprintf(ac->name, sizeof(ac->name), "%s%016" PRIx64, GF_AS_NAME_PREFIX, h);
+  ac->made = now;
+  ac->uids = uids;
+  ac->pod = placeholder_pod(a, &a->w[idx[0]], b, ac->name, uids, now);
+  if (!ac->pod) {
+    gf__free(uids);
+    return GF_ENOMEM;
+  }
+  return 0;
+}
+
+/* Packs the group w[idx[0..gn)] and adds its placeholders to act[*n..],
+ * one a packed node.  Packed into several nodes, each asks the GPUs of
+ * the largest: placeholders of one size, so that any node the autoscaler
+ * brings for one fits any other (kube-scheduler binds them in its own
+ * order, not the autoscaler's plan), and however the autoscaler batches
+ * them each buys one node.  0 or GF_ENOMEM. */
+static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
+                      action *act, int *n) {
+  gf__as_shape shape = pick_shape(a, idx, gn);
+  gf_request *reqs = gf__malloc(gn * sizeof(*reqs));
+  uint32_t *bin_of = gf__malloc(gn * sizeof(*bin_of));
+  size_t *unit = gf__malloc(gn * sizeof(*unit));
+  gf__as_bin *bins = gf__malloc(gn * sizeof(*bins));
+  char **ul = gf__malloc(gn * sizeof(*ul));
+  size_t nbins = 0;
+  int rc = 0;
+  if (!reqs || !bin_of || !unit || !bins || !ul) {
+    rc = GF_ENOMEM;
+    goto out;
+  }
+  for (size_t k = 0; k < gn; k++)
+    reqs[k] = a->w[idx[k]].req;
+  if ((rc = gf__as_pack(&shape, reqs, gn, bin_of, bins, &nbins, NULL)))
+    goto out;
+  uint32_t most = 0;
+  for (size_t b = 0; b < nbins; b++)
+    most = bins[b].gpus > most ? bins[b].gpus : most;
+  for (size_t k = 0; k < gn; k++) {
+    wpod *w = &a->w[idx[k]];
+    if (bin_of[k] == NONE && !w->unfit && !a->o.quiet)
+      fprintf(stderr,
+              "gpufrac scheduler: autoscale: pod %s fits no empty node of "
+              "%u GPUs of %s: no placeholder for it\n",
+              w->what, shape.ngpus, shape.model[0] ? shape.model : "any");
+    w->unfit = bin_of[k] == NONE;
+    unit[k] = bin_of[k] == NONE ? SIZE_MAX : bin_of[k];
+  }
+  for (size_t u = 0; u < nbins && *n < PASS_MAX; u++) {
+    gf__as_bin b = bins[u];
+    if (b.gpus)
+      b.gpus = most;
+    int r = one_placeholder(a, idx, gn, unit, u, &b, now, ul, &act[*n]);
+    if (r == GF_ENOMEM) {
+      rc = r;
+      break;
+    }
+    if (r == 0)
+      (*n)++;
+  }
+out:
+  gf__free(reqs);
+  gf__free(bin_of);
+  gf__free(unit);
+  gf__free(bins);
+  gf__free(ul);
+  return rc;
 }
 
 static const gf__as *group_as; /* under sort_mu */
@@ -838,11 +1020,38 @@ static int by_group(const void *x, const void *y) {
                 group_as->w[*(const uint32_t *)y].group);
 }
 
+/* Each node whose GPUs arrived since the last pass, with no placeholder
+ * bound there, is taken as the one bought for the oldest placeholder not
+ * bound anywhere made before it came: that one goes (claimed).  Shares
+ * can reach a new node before the placeholder it was bought for does
+ * (that placeholder's pods among them); the placeholder, then kept off
+ * it by its anti-affinity, would make the autoscaler buy again. */
+static void claim_arrivals(gf__as *a) {
+  for (uint32_t i = 0; i < a->ng; i++) {
+    gnode *g = &a->g[i];
+    if (!g->fresh)
+      continue;
+    g->fresh = false;
+    phold *best = NULL;
+    bool bound_here = false;
+    for (uint32_t j = 0; j < a->np && !bound_here; j++) {
+      phold *p = &a->p[j];
+      bound_here = p->node && !p->gone && strcmp(p->node, g->name) == 0;
+      if (!p->node && !p->gone && !p->claimed && !p->finished &&
+          p->created < g->arrived && (!best || p->created < best->created))
+        best = p;
+    }
+    if (!bound_here && best)
+      best->claimed = true;
+  }
+}
+
 /* Decides, under the mutex: the placeholders to delete, then those to make
  * (at most PASS_MAX actions in all).  Returns the count, or -GF_ENOMEM. */
 static int decide(gf__as *a, int64_t now, action *act) {
   int n = 0;
   gf__smap covered = {0};
+  claim_arrivals(a);
   for (uint32_t i = 0; i < a->np; i++) {
     const phold *p = &a->p[i];
     bool live = false;
@@ -850,16 +1059,26 @@ static int decide(gf__as *a, int64_t now, action *act) {
       int64_t j = gf__smap_get(&a->wmap, p->uids[k]);
       live = j >= 0 && a->w[j].unsched;
     }
-    /* Bound (the autoscaler's node came, its GPUs not yet published), it
-     * stays: deleting it would ask for a second node while the node agent
-     * starts there.  The node's inventory is the capacity that ends it. */
-    bool delivered = a->cap_at > p->created;
+    /* Its own capacity came: it is bound to a node whose GPUs are
+     * published.  Bound before that (the autoscaler's node came, the node
+     * agent not yet running there), it stays: deleting it would ask for a
+     * second node meanwhile.  Unbound, it stays while the autoscaler may
+     * still bring its node (several bought together arrive seconds apart):
+     * capacity arriving elsewhere ends it only HOLD_US (at least after_ms)
+     * later. */
+    int64_t hold = a->after_us > HOLD_US ? a->after_us : HOLD_US;
+    bool delivered = p->node
+                         ? gf__smap_get(&a->gmap, p->node) >= 0
+                         : a->cap_at > p->created && now - a->cap_at >= hold;
+    delivered = delivered || p->claimed;
     if (delivered)
       a->hold_at = now; /* its pods get a chance at the new node first */
-    if (!live || delivered || p->finished) {
+    if (!live || delivered || p->finished ||
+        (p->gone && now - p->gone_at >= hold)) {
       if (n < PASS_MAX) {
         memset(&act[n], 0, sizeof(act[n]));
         snprintf(act[n].name, sizeof(act[n].name), "%s", p->name);
+        act[n].forget = p->gone;
         n++;
       }
       continue;
@@ -907,74 +1126,7 @@ static int decide(gf__as *a, int64_t now, action *act) {
       s = e;
       continue;
     }
-    gf__as_shape shape = pick_shape(a, idx + s, gn);
-    gf_request *reqs = gf__malloc(gn * sizeof(*reqs));
-    uint32_t *bin_of = gf__malloc(gn * sizeof(*bin_of));
-    gf__as_bin *bins = gf__malloc(gn * sizeof(*bins));
-    char **ul = gf__malloc(gn * sizeof(*ul));
-    size_t nbins = 0;
-    if (!reqs || !bin_of || !bins || !ul) {
-      rc = GF_ENOMEM;
-    } else {
-      for (size_t k = 0; k < gn; k++)
-        reqs[k] = a->w[idx[s + k]].req;
-      rc = gf__as_pack(&shape, reqs, gn, bin_of, bins, &nbins, NULL);
-    }
-    for (size_t k = 0; !rc && k < gn; k++) {
-      wpod *w = &a->w[idx[s + k]];
-      if (bin_of[k] == NONE && !w->unfit && !a->o.quiet)
-        fprintf(stderr,
-                "gpufrac scheduler: autoscale: pod %s fits no empty node of "
-                "%u GPUs of %s: no placeholder for it\n",
-                w->what, shape.ngpus, shape.model[0] ? shape.model : "any");
-      w->unfit = bin_of[k] == NONE;
-    }
-    for (size_t b = 0; !rc && b < nbins && n < PASS_MAX; b++) {
-      size_t nu = 0, len = 1;
-      for (size_t k = 0; k < gn; k++)
-        if (bin_of[k] == b) {
-          ul[nu] = a->w[idx[s + k]].uid;
-          len += strlen(ul[nu]) + 1;
-          nu++;
-        }
-      if (nu == 0 || bins[b].gpus == 0)
-        continue;
-      qsort(ul, nu, sizeof(*ul), by_uid);
-      char *uids = gf__malloc(len);
-      if (!uids) {
-        rc = GF_ENOMEM;
-        break;
-      }
-      uint64_t h = 1469598103934665603ull;
-      size_t off = 0;
-      for (size_t k = 0; k < nu; k++) {
-        size_t l = strlen(ul[k]);
-        if (k)
-          uids[off++] = ',';
-        memcpy(uids + off, ul[k], l);
-        off += l;
-        h = fnv1a(ul[k], fnv1a(",", h));
-      }
-      uids[off] = '\0';
-      action *ac = &act[n];
-      memset(ac, 0, sizeof(*ac));
-      snprintf(ac->name, sizeof(ac->name), "%s%016" PRIx64, GF_AS_NAME_PREFIX,
-               h);
-      ac->made = now;
-      ac->uids = uids;
-      ac->pod =
-          placeholder_pod(a, &a->w[idx[s]], &bins[b], ac->name, uids, now);
-      if (!ac->pod) {
-        gf__free(uids);
-        rc = GF_ENOMEM;
-        break;
-      }
-      n++;
-    }
-    gf__free(reqs);
-    gf__free(bin_of);
-    gf__free(bins);
-    gf__free(ul);
+    rc = pack_group(a, idx + s, gn, now, act, &n);
     if (rc)
       break;
     s = e;
@@ -1007,6 +1159,12 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
   for (int i = 0; i < n; i++) {
     action *ac = &act[i];
     gf_diag ad = {""};
+    if (ac->forget) {
+      pthread_mutex_lock(&a->mu);
+      phold_remove(a, ac->name);
+      pthread_mutex_unlock(&a->mu);
+      continue;
+    }
     int r = ac->pod ? ops->create(ops->user, a->ns, ac->pod, &ad)
                     : ops->remove(ops->user, a->ns, ac->name, &ad);
     if (ac->pod && (r == GF_EEXIST || r == GF_ECONFLICT))
@@ -1016,7 +1174,7 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     pthread_mutex_lock(&a->mu);
     if (r == 0 && ac->pod) {
       nm++;
-      if (phold_put(a, ac->name, ac->uids, ac->made, false) == 0 &&
+      if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false) == 0 &&
           !a->o.quiet) {
         const json_t *res = json_object_get(
             json_object_get(

@@ -28,9 +28,10 @@ starts `gpufrac node --fake-gpus NxA100-80GB` (N: the instance type's)
 with a token bound to that pod, as kubelet would run it: it publishes the
 node's inventory.
 
-  scaleup  48 0.3-GPU shares, no GPU node: the bridge packs them 3 a GPU on
-           its fallback shape (8 GPUs), two placeholders of 8; Karpenter
-           buys exactly two 8-GPU nodes (16 GPUs; whole GPUs would be 48),
+  scaleup  28 0.3-GPU shares, no GPU node: the bridge packs them 3 a GPU on
+           its fallback shape (8 GPUs), 10 GPUs on two nodes, and asks two
+           placeholders of one size, 8; Karpenter buys exactly two 8-GPU
+           nodes (whole GPUs would be 28),
            the agents publish them, the placeholders go, every share binds.
            Karpenter buys nothing for the share pods themselves (they ask
            gpufrac.io/gpu-compute, which no instance type has): NodeClaims
@@ -40,10 +41,10 @@ node's inventory.
            requirements, not yet supported by Karpenter", its default
            IGNORE_DRA_REQUESTS=true) and the bridge makes no placeholder.
   consolidate  the shares deleted; eight whole-GPU pods the user protects
-           (karpenter.sh/do-not-disrupt) keep one 8-GPU node full (and a
-           plain pod holds its nvidia.com/gpu, see nv_block); consolidation
-           (WhenEmptyOrUnderutilized, consolidateAfter 5s) removes the empty
-           one.  Then, with the extender's guard off and then on: a pod
+           (karpenter.sh/do-not-disrupt) keep the 8-GPU node full (its
+           nvidia.com/gpu looks free: the bridge's placeholders keep off
+           it); consolidation (WhenEmptyOrUnderutilized, consolidateAfter
+           5s) removes the empty one.  Then, with the extender's guard off and then on: a pod
            loading its weights (KWOK leaves it Running, not Ready) gets a
            new node (a 2-GPU one); one protected pod leaves the full node, so Karpenter
            could move the loading pod there and free the new node.  Without
@@ -75,20 +76,18 @@ PH_LABEL = "gpufrac.io/placeholder"
 KNS = "karpenter"
 POOL = "gpu"
 GPU_TYPES = (2, 4, 8)
-# 0.3 GPU each, 3 a GPU: 16 GPUs packed, two full 8-GPU placeholders (48 as
-# whole GPUs).  Placeholders of different sizes race: with 28 (an 8 and a 2)
-# the 2 once bound first on the new 8-GPU node, and Karpenter bought a third
-# node for the 8 (docs/autoscaling.md, "Karpenter, measured").
-SHARES = 48
+# 0.3 GPU each, 3 a GPU: 10 GPUs packed on two 8-GPU nodes (8 and 2; 28 as
+# whole GPUs).  Placeholders of 8 and 2 raced (the 2 bound first on the new
+# 8-GPU node, and Karpenter bought a third node for the 8): the bridge now
+# asks two of 8 (one size: any node bought for one fits the other).
+SHARES = 28
+PACKED_NODES = 2
 LOADING = "e2e.gpufrac.io/loading"
 KEEP = "e2e.gpufrac.io/keep"
-# The bridge's --autoscale-after (default 1m).  Also its hold after capacity
-# arrives: with 2 s, the first of two nodes bought together published its
-# GPUs, both placeholders went, and a new one made 2 s later bound on that
-# first node, whose nvidia.com/gpu no pod uses (shares use gpufrac.io/gpu),
-# and stayed there: docs/autoscaling.md, "Karpenter, measured".  10 s covers
-# the second node's arrival.
-AFTER = "10s"
+# The bridge's --autoscale-after (default 1m).  2 s: the first of two nodes
+# bought together ends only the placeholders bound there, not the other
+# node's (docs/autoscaling.md, "Karpenter, measured", defect 3).
+AFTER = "2s"
 DOC = __doc__
 
 
@@ -414,18 +413,19 @@ class Scenario:
             "GPUs; Karpenter bought %d nodes (%s GPUs), %d NodeClaims" %
             (SHARES, took, {k: len(v) for k, v in where.items()}, asked, len(nodes),
              gpus, len(claims)))
-        # 3 shares a GPU: 16 GPUs; on the fallback shape (8 GPUs, no GPU
-        # node yet) two placeholders of 8.
-        if asked != [8, 8]:
-            fail("placeholders asked %s GPUs, want 8 and 8 (%d 0.3 shares, 3 a GPU, "
-                 "on 8-GPU nodes)" % (asked, SHARES))
-        if gpus != [8, 8] or len(claims) != 2:
+        # 3 shares a GPU: 10 GPUs on the fallback shape (8 GPUs, no GPU node
+        # yet), two nodes (8 and 2 GPUs used): two placeholders of one size,
+        # the largest's.
+        if asked != [8] * PACKED_NODES:
+            fail("placeholders asked %s GPUs, want %d of 8 (%d 0.3 shares, 3 a GPU, "
+                 "on 8-GPU nodes)" % (asked, PACKED_NODES, SHARES))
+        if len(nodes) != PACKED_NODES or len(claims) != PACKED_NODES:
             fail("Karpenter bought %s GPUs in %d nodes (%d NodeClaims); the packing "
-                 "says two of 8" % (gpus, len(nodes), len(claims)))
+                 "says %d nodes" % (gpus, len(nodes), len(claims), PACKED_NODES))
         t.check_state()
         self.wait("no placeholder left", lambda: not self.api.items(
             "/api/v1/namespaces/%s/pods" % PH_NS, labelSelector=PH_LABEL + "=true"), 30)
-        self.report["scaleup"] = {"shares": SHARES, "nodes": len(nodes), "gpus": sum(gpus),
+        self.report["scaleup"] = {"shares": SHARES, "nodes": len(nodes), "gpus": gpus,
                                   "whole_gpu_would_ask": SHARES,
                                   "placeholders": asked, "seconds": round(took, 1)}
 
@@ -517,20 +517,6 @@ class Scenario:
                     for cd in p.get("status", {}).get("conditions", []))
         return True, bool(p["metadata"].get("deletionTimestamp")), ready
 
-    def nv_block(self, node, n):
-        """A plain pod (no gpufrac resource) holding node's n nvidia.com/gpu,
-        which no share uses: without it the loading pod's placeholder would
-        bind on node (the defect in docs/autoscaling.md, "Karpenter,
-        measured") instead of buying a node."""
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "nv-block", "namespace": NS,
-                             "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
-                "spec": {"nodeSelector": self.pin(node),
-                         "tolerations": [{"operator": "Exists"}],
-                         "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                         "resources": {"limits": {"nvidia.com/gpu": str(n)}}}],
-                         "terminationGracePeriodSeconds": 0}}
-
     def s_consolidate(self):
         """Karpenter's consolidation (WhenEmptyOrUnderutilized) against a pod
         loading its weights, with and without the disruption guard."""
@@ -548,7 +534,6 @@ class Scenario:
         # protects; the other node, empty, is consolidated away.
         keep = ["keep-%d" % i for i in range(8)]
         t.create(*[self.whole(k, a, user_protect=True) for k in keep])
-        self.api.create("/api/v1/namespaces/%s/pods" % NS, self.nv_block(a, 8))
         t.wait_bound(keep, timeout=60)
         t0 = time.monotonic()
         self.nodepool({"consolidationPolicy": "WhenEmptyOrUnderutilized",
@@ -637,7 +622,6 @@ class Scenario:
         t = self.t
         for p in t.gpu_pods(NS):
             t.delete_pod(p["metadata"]["name"])
-        self.api.delete("/api/v1/namespaces/%s/pods/nv-block" % NS, gracePeriodSeconds=0)
         t0 = time.monotonic()
         self.wait("the pool at zero nodes", lambda: not self.pool_nodes(), 120)
         to_zero = round(time.monotonic() - t0, 1)

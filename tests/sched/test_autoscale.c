@@ -273,6 +273,56 @@ static const char *asks(const json_t *pod, const char *what) {
 
 #define SHARE30 "\"gpufrac.io/gpu-compute\":\"30\""
 
+/* The watch's view of the placeholders made so far: bound to node. */
+static void bind_all(gf__as *a, const rec *r, const char *node) {
+  for (int i = 0; i < r->creates; i++) {
+    json_t *p = json_deep_copy(r->made[i]);
+    json_object_set_new(json_object_get(p, "spec"), "nodeName",
+                        json_string(node));
+    feed_pod(a, p);
+  }
+}
+
+/* How many required pod anti-affinity terms of placeholder p keep it off
+ * the nodes that are there: per node (kubernetes.io/hostname), against
+ * every pod but placeholders and DaemonSet pods, outside kube-system and
+ * the placeholders' namespace; and no node selector term Karpenter
+ * refuses (matchFields, kubernetes.io/hostname). */
+static int keep_off_terms(const json_t *p) {
+  const json_t *spec = json_object_get(p, "spec");
+  const json_t *af = json_object_get(spec, "affinity");
+  assert_null(json_object_get(json_object_get(spec, "nodeSelector"),
+                              "kubernetes.io/hostname"));
+  char *all = json_dumps(spec, 0);
+  assert_non_null(all);
+  assert_null(strstr(all, "matchFields"));
+  free(all);
+  const json_t *req =
+      json_object_get(json_object_get(af, "podAntiAffinity"),
+                      "requiredDuringSchedulingIgnoredDuringExecution");
+  int n = 0;
+  size_t i;
+  const json_t *t;
+  json_array_foreach(req, i, t) {
+    char *ls = json_dumps(json_object_get(t, "labelSelector"), JSON_SORT_KEYS);
+    char *ns =
+        json_dumps(json_object_get(t, "namespaceSelector"), JSON_SORT_KEYS);
+    const char *tk = json_string_value(json_object_get(t, "topologyKey"));
+    if (tk && strcmp(tk, "kubernetes.io/hostname") == 0 && ls && ns &&
+        strstr(ls, "{\"key\": \"gpufrac.io/placeholder\", \"operator\": "
+                   "\"DoesNotExist\"}") &&
+        strstr(ls, "{\"key\": \"pod-template-generation\", \"operator\": "
+                   "\"DoesNotExist\"}") &&
+        strstr(ns, "\"key\": \"kubernetes.io/metadata.name\", "
+                   "\"operator\": \"NotIn\", \"values\": [\"kube-system\", "
+                   "\"gpufrac-system\"]"))
+      n++;
+    free(ls);
+    free(ns);
+  }
+  return n;
+}
+
 /* Feeds pods u-<from> .. u-<to - 1>, each a 30% share found
  * unschedulable. */
 static void feed_waiting(gf__as *a, int from, int to) {
@@ -432,14 +482,220 @@ static void test_groups(void **st) {
       seen |= 4;
       assert_string_equal(f, "c1,c2");
       assert_null(pool);
-      /* only the node affinity is copied, not the pod anti-affinity */
+      /* only the node affinity is copied, not the pod anti-affinity: the
+       * bridge's own keeps the placeholder off nodes that are there */
       const json_t *af = json_object_get(spec, "affinity");
       assert_non_null(json_object_get(af, "nodeAffinity"));
-      assert_null(json_object_get(af, "podAntiAffinity"));
+      assert_int_equal(keep_off_terms(p), 1);
       assert_string_equal(asks(p, "nvidia.com/gpu"), "2"); /* 50Gi x 2 */
     }
   }
   assert_int_equal(seen, 7);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* A compute-only share (compute, no memory) books the same part of the
+ * GPU's memory, as the extender grants it (issue 29 item 5b): half the
+ * compute of an 80Gi GPU holds 40Gi, so a 60Gi share no longer fits
+ * beside it. */
+static void test_pack_compute_only(void **st) {
+  (void)st;
+  gf__as_shape s = shape(1, 80 * GiB);
+  gf_request r[2] = {share(500, 0), share(100, 60 * GiB)};
+  uint32_t bin_of[2];
+  gf__as_bin bins[2];
+  size_t nb = 0;
+  assert_int_equal(gf__as_pack(&s, r, 2, bin_of, bins, &nb, NULL), 0);
+  assert_int_equal(nb, 2);
+  assert_int_not_equal(bin_of[0], bin_of[1]);
+  /* two compute-only halves still share one GPU */
+  gf_request h[2] = {share(500, 0), share(500, 0)};
+  assert_int_equal(gf__as_pack(&s, h, 2, bin_of, bins, &nb, NULL), 0);
+  assert_int_equal(nb, 1);
+  assert_int_equal(bins[0].gpus, 1);
+}
+
+/* Placeholders keep off the nodes that are there (a node full of shares
+ * still shows its nvidia.com/gpu free): docs/autoscaling.md, "Karpenter,
+ * measured", defect 1. */
+static void test_keep_off_nodes(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(1000);
+  feed_node(a, "full", 2, false);
+  feed_waiting(a, 0, 5);
+  rec r = {0};
+  fake_now = T0 + SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  assert_int_equal(keep_off_terms(r.made[0]), 1);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* 28 shares, 3 a GPU, on the 8-GPU fallback shape: 10 GPUs on 2 nodes.
+ * Placeholders of 8 and 2 raced (the 2 bound first on the 8-GPU node
+ * bought for the 8, which then fitted nowhere): both of the largest's
+ * size now, so any node bought for one fits any other. */
+static void test_batch_one_size(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(1000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  int total = 0, covered = 0;
+  for (int i = 0; i < r.creates; i++) {
+    assert_string_equal(asks(r.made[i], "nvidia.com/gpu"),
+                        asks(r.made[0], "nvidia.com/gpu"));
+    total += (int)strtol(asks(r.made[i], "nvidia.com/gpu"), NULL, 10);
+    const char *f = path_str(r.made[i], "metadata", "annotations", GF_AS_FOR);
+    covered += 1;
+    for (const char *c = f; *c; c++)
+      covered += *c == ',';
+  }
+  assert_int_equal(total, 16); /* two nodes of the shape */
+  assert_int_equal(covered, 28);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* Nodes bought together arrive seconds apart: the first one's GPUs end
+ * the placeholders bound there, not the others (with --autoscale-after 2s
+ * they went, and a new one bound on the first node): defect 3. */
+static void test_hold_own_capacity(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(2000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  int made = r.creates;
+  assert_true(made >= 2);
+  /* the first placeholder bound on the first node, whose GPUs come */
+  json_t *p0 = json_deep_copy(r.made[0]);
+  json_object_set_new(json_object_get(p0, "spec"), "nodeName",
+                      json_string("k1"));
+  feed_pod(a, p0);
+  fake_now += SEC;
+  feed_node(a, "k1", 8, true);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  assert_string_equal(r.gone[0], path_str(r.made[0], "metadata", "name", NULL));
+  /* its pods then bind there */
+  const char *f0 = path_str(r.made[0], "metadata", "annotations", GF_AS_FOR);
+  for (const char *c = f0; *c;) {
+    char uid[16];
+    size_t l = strcspn(c, ",");
+    snprintf(uid, sizeof(uid), "%.*s", (int)l, c);
+    feed_pod(a, gpod(uid, SHARE30, "", false, "k1"));
+    c += l;
+    c += *c == ',';
+  }
+  /* the others wait for their own node, past after_ms */
+  fake_now += 30 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  assert_int_equal(r.creates, made); /* their pods stay covered */
+  /* the second node comes, with the rest bound there: they go */
+  for (int i = 1; i < made; i++) {
+    json_t *p = json_deep_copy(r.made[i]);
+    json_object_set_new(json_object_get(p, "spec"), "nodeName",
+                        json_string("k2"));
+    feed_pod(a, p);
+  }
+  feed_node(a, "k2", 2, true);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, made);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* One never bound, whose node none of the arrivals was taken for, is kept
+ * while the autoscaler may still bring it, and goes 5 minutes after
+ * capacity came (its pods are packed again). */
+static void test_hold_timeout(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(2000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  fake_now += SEC;
+  feed_node(a, "elsewhere", 8, true); /* taken for one of them */
+  int64_t came = fake_now;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  fake_now = came + 300 * SEC - 1;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  fake_now = came + 300 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+static void test_preempted_while_bound(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(2000);
+  feed_waiting(a, 0, 3);
+  rec r = {0};
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  json_t *p0 = json_deep_copy(r.made[0]);
+  json_object_set_new(json_object_get(p0, "spec"), "nodeName",
+                      json_string("k1"));
+  gf__as_pod_update(a, p0);
+  feed_node(a, "k1", 0, true); /* there, no inventory yet */
+  gf__as_pod_delete(a, p0);    /* preempted */
+  for (int i = 0; i < 5; i++) {
+    fake_now += 2 * SEC;
+    assert_int_equal(pass(a, &r), 0);
+  }
+  assert_int_equal(r.creates, 1);
+  assert_int_equal(r.deletes, 0);
+  feed_node(a, "k1", 8, true);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 0); /* gone already: no DELETE */
+  assert_int_equal(gf__as_count(a), 0);
+  json_decref(p0);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* Shares can reach a new node before the placeholder it was bought for
+ * (which its anti-affinity then keeps off; Karpenter bought a third
+ * node): a node arriving with no placeholder bound there ends the oldest
+ * one not bound, and only one. */
+static void test_arrival_claims_one(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(2000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  fake_now += SEC;
+  feed_node(a, "k1", 8, true);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  fake_now += SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  feed_node(a, "k2", 8, true);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
+  assert_string_not_equal(r.gone[0], r.gone[1]);
   rec_clear(&r);
   gf__as_free(a);
 }
@@ -475,8 +731,9 @@ static void test_hysteresis(void **st) {
   feed_node(a, "n1", 8, true);
   assert_int_equal(pass(a, &r), 0);
   assert_int_equal(r.deletes, 0);
-  /* new GPU capacity: both placeholders go */
+  /* new GPU capacity, where both placeholders are bound: both go */
   fake_now = T0 + 30 * SEC;
+  bind_all(a, &r, "n2");
   feed_node(a, "n2", 8, true);
   assert_int_equal(pass(a, &r), 0);
   assert_int_equal(r.deletes, 2);
@@ -515,6 +772,7 @@ static void test_capacity_late_pass(void **st) {
   assert_int_equal(pass(a, &r), 0);
   assert_int_equal(r.creates, 1);
   fake_now = T0 + 2 * SEC;
+  bind_all(a, &r, "n2");
   feed_node(a, "n2", 8, true);
   fake_now = T0 + 4 * SEC; /* the next pass comes late */
   assert_int_equal(pass(a, &r), 0);
@@ -890,7 +1148,8 @@ static void test_feed(void **st) {
   nanosleep(&ts, NULL);
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d), 0);
   assert_int_equal(gf_sched_kube_placeholders_made(f), 1);
-  /* n2 comes: capacity; the placeholder is deleted */
+  /* n2 comes, with no placeholder bound there: taken as the node bought
+   * for the placeholder, which is deleted */
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
   int drc = gf_sched_kube_step(f, GF_SCHED_KUBE_AUTOSCALE, &d);
   if (drc)
@@ -947,6 +1206,13 @@ int main(void) {
       cmocka_unit_test(test_five_shares_two_gpus),
       cmocka_unit_test(test_staggered),
       cmocka_unit_test(test_whole_policy),
+      cmocka_unit_test(test_pack_compute_only),
+      cmocka_unit_test(test_keep_off_nodes),
+      cmocka_unit_test(test_batch_one_size),
+      cmocka_unit_test(test_hold_own_capacity),
+      cmocka_unit_test(test_hold_timeout),
+      cmocka_unit_test(test_preempted_while_bound),
+      cmocka_unit_test(test_arrival_claims_one),
       cmocka_unit_test(test_groups),
       cmocka_unit_test(test_hysteresis),
       cmocka_unit_test(test_capacity_late_pass),
