@@ -408,6 +408,62 @@ static char *agent_metrics(const kopts *o, gf_kube *k, const json_t *agents,
   return text;
 }
 
+/* One GPU of node `name` for top: a table row in t and an object in doc
+ * (what its pods hold, what the agent's metrics text says it uses), and a
+ * warning on stderr when the grants on it overlap beyond the GPU. */
+static void top_gpu(table *t, json_t *doc, const json_t *pods, const char *text,
+                    const char *name, const gf_inventory_gpu *ig) {
+  held h;
+  held_on(pods, name, ig->uuid, &h);
+  double used =
+      text ? metric_for(text, "gpufrac_gpu_memory_used_bytes", ig->uuid) : -1;
+  char idx[16], sh[16], cp[16], mu[32], mg[32], mt[32];
+  snprintf(idx, sizeof(idx), "%u", ig->index);
+  snprintf(sh, sizeof(sh), "%d", h.shares);
+  snprintf(cp, sizeof(cp), "%d%%", h.compute);
+  if (used >= 0)
+    fmt_bytes((int64_t)used, mu, sizeof(mu));
+  else
+    snprintf(mu, sizeof(mu), "<unknown>");
+  if (h.unlimited)
+    snprintf(mg, sizeof(mg), "all");
+  else
+    fmt_bytes(h.mem, mg, sizeof(mg));
+  fmt_bytes(ig->mem_bytes, mt, sizeof(mt));
+  char *hs = NULL;
+  size_t hl = 0;
+  FILE *hf = open_memstream(&hs, &hl);
+  size_t hi;
+  const json_t *hv;
+  json_array_foreach(h.holders, hi, hv)
+      fprintf(hf, "%s%s", hi ? "," : "", json_string_value(hv));
+  fclose(hf);
+  json_array_append_new(t->rows,
+                        json_pack("[sssssssss]", name, idx, ig->model, sh, cp,
+                                  mu, mg, mt, hs && *hs ? hs : "<none>"));
+  json_t *row =
+      json_pack("{s:s,s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:o}", "node", name, "gpu",
+                (int)ig->index, "UUID", ig->uuid, "modelName", ig->model,
+                "shares", h.shares, "computeGrantedPercent", h.compute,
+                "memoryGrantedBytes", (json_int_t)h.mem, "memoryTotalBytes",
+                (json_int_t)ig->mem_bytes, "holders", h.holders);
+  json_object_set_new(row, "memoryUsedBytes",
+                      used >= 0 ? json_integer((json_int_t)used) : json_null());
+  json_object_set_new(row, "memoryUnlimitedHolder", json_boolean(h.unlimited));
+  bool over = overcommitted(&h, ig->mem_bytes);
+  json_object_set_new(row, "overcommitted", json_boolean(over));
+  if (over)
+    fprintf(stderr,
+            "kubectl gpufrac: node %s GPU %u: grants overlap beyond the "
+            "GPU (%d%% compute, %s memory granted of %s%s), held by %s; "
+            "delete the later pod so it is placed again\n",
+            name, ig->index, h.compute, mg, mt,
+            h.whole ? ", one of them the whole GPU" : "",
+            hs && *hs ? hs : "<none>");
+  free(hs);
+  json_array_append_new(doc, row);
+}
+
 static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
   char podpath[512];
   if (o->all_ns || !o->ns)
@@ -449,58 +505,7 @@ static int cmd_top(const kopts *o, gf_kube *k, gf_kube_config *kc) {
     char *text = agent_metrics(o, k, agents, name);
     for (uint32_t g = 0; g < inv.ngpus; g++) {
       const gf_inventory_gpu *ig = &inv.gpus[g];
-      held h;
-      held_on(pods, name, ig->uuid, &h);
-      double used =
-          text ? metric_for(text, "gpufrac_gpu_memory_used_bytes", ig->uuid)
-               : -1;
-      char idx[16], sh[16], cp[16], mu[32], mg[32], mt[32];
-      snprintf(idx, sizeof(idx), "%u", ig->index);
-      snprintf(sh, sizeof(sh), "%d", h.shares);
-      snprintf(cp, sizeof(cp), "%d%%", h.compute);
-      if (used >= 0)
-        fmt_bytes((int64_t)used, mu, sizeof(mu));
-      else
-        snprintf(mu, sizeof(mu), "<unknown>");
-      if (h.unlimited)
-        snprintf(mg, sizeof(mg), "all");
-      else
-        fmt_bytes(h.mem, mg, sizeof(mg));
-      fmt_bytes(ig->mem_bytes, mt, sizeof(mt));
-      char *hs = NULL;
-      size_t hl = 0;
-      FILE *hf = open_memstream(&hs, &hl);
-      size_t hi;
-      const json_t *hv;
-      json_array_foreach(h.holders, hi, hv)
-          fprintf(hf, "%s%s", hi ? "," : "", json_string_value(hv));
-      fclose(hf);
-      json_array_append_new(t.rows, json_pack("[sssssssss]", name, idx,
-                                              ig->model, sh, cp, mu, mg, mt,
-                                              hs && *hs ? hs : "<none>"));
-      json_t *row = json_pack(
-          "{s:s,s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:o}", "node", name, "gpu",
-          (int)ig->index, "UUID", ig->uuid, "modelName", ig->model, "shares",
-          h.shares, "computeGrantedPercent", h.compute, "memoryGrantedBytes",
-          (json_int_t)h.mem, "memoryTotalBytes", (json_int_t)ig->mem_bytes,
-          "holders", h.holders);
-      json_object_set_new(row, "memoryUsedBytes",
-                          used >= 0 ? json_integer((json_int_t)used)
-                                    : json_null());
-      json_object_set_new(row, "memoryUnlimitedHolder",
-                          json_boolean(h.unlimited));
-      bool over = overcommitted(&h, ig->mem_bytes);
-      json_object_set_new(row, "overcommitted", json_boolean(over));
-      if (over)
-        fprintf(stderr,
-                "kubectl gpufrac: node %s GPU %u: grants overlap beyond the "
-                "GPU (%d%% compute, %s memory granted of %s%s), held by %s; "
-                "delete the later pod so it is placed again\n",
-                name, ig->index, h.compute, mg, mt,
-                h.whole ? ", one of them the whole GPU" : "",
-                hs && *hs ? hs : "<none>");
-      free(hs);
-      json_array_append_new(doc, row);
+      top_gpu(&t, doc, pods, text, name, ig);
     }
     free(text);
   }
@@ -601,6 +606,35 @@ static bool request_text(const json_t *p, char *out, size_t cap) {
   "as the extender would read it now, accepting HAMi's and KAI's names; a "    \
   "bound pod with a grant is booked from its grant, not from this"
 
+/* describe's table of the GPUs a grant gives (describe's "grant" array:
+ * container, GPU, UUID, memory, compute). */
+static void print_grant_gpus(const json_t *gpus) {
+  table t = {
+      5, {"  CONTAINER", "GPU", "UUID", "MEMORY", "COMPUTE"}, json_array()};
+  size_t i;
+  const json_t *x;
+  json_array_foreach(gpus, i, x) {
+    char c[72], gi[16], m[32], cp[16];
+    snprintf(c, sizeof(c), "  %s", jstr(x, "container", NULL));
+    snprintf(gi, sizeof(gi), "%d",
+             (int)json_integer_value(json_object_get(x, "gpu")));
+    int64_t mb = json_integer_value(json_object_get(x, "memoryBytes"));
+    if (mb)
+      fmt_bytes(mb, m, sizeof(m));
+    else
+      snprintf(m, sizeof(m), "no limit");
+    int cpv = (int)json_integer_value(json_object_get(x, "computePercent"));
+    if (cpv)
+      snprintf(cp, sizeof(cp), "%d%%", cpv);
+    else
+      snprintf(cp, sizeof(cp), "none reserved");
+    json_array_append_new(
+        t.rows, json_pack("[sssss]", c, gi, jstr(x, "UUID", NULL), m, cp));
+  }
+  table_print(&t);
+  json_decref(t.rows);
+}
+
 static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
                         const char *name) {
   const char *ns = ns_of(o, kc);
@@ -664,32 +698,8 @@ static int cmd_describe(const kopts *o, gf_kube *k, gf_kube_config *kc,
       printf("            the extender books the GPUs it names, whole, or "
              "else every GPU of %s\n",
              jstr(p, "spec", "nodeName"));
-    if (json_array_size(gpus)) {
-      table t = {
-          5, {"  CONTAINER", "GPU", "UUID", "MEMORY", "COMPUTE"}, json_array()};
-      size_t i;
-      const json_t *x;
-      json_array_foreach(gpus, i, x) {
-        char c[72], gi[16], m[32], cp[16];
-        snprintf(c, sizeof(c), "  %s", jstr(x, "container", NULL));
-        snprintf(gi, sizeof(gi), "%d",
-                 (int)json_integer_value(json_object_get(x, "gpu")));
-        int64_t mb = json_integer_value(json_object_get(x, "memoryBytes"));
-        if (mb)
-          fmt_bytes(mb, m, sizeof(m));
-        else
-          snprintf(m, sizeof(m), "no limit");
-        int cpv = (int)json_integer_value(json_object_get(x, "computePercent"));
-        if (cpv)
-          snprintf(cp, sizeof(cp), "%d%%", cpv);
-        else
-          snprintf(cp, sizeof(cp), "none reserved");
-        json_array_append_new(
-            t.rows, json_pack("[sssss]", c, gi, jstr(x, "UUID", NULL), m, cp));
-      }
-      table_print(&t);
-      json_decref(t.rows);
-    }
+    if (json_array_size(gpus))
+      print_grant_gpus(gpus);
     if (has_req && from_grant)
       printf("Request:    %s\n            (%s)\n", req, REQUEST_READ);
     printf("Events:\n");
@@ -792,6 +802,43 @@ static json_t *ask_extender(const kopts *o, const json_t *nodes,
   return per;
 }
 
+/* why's table of the extender's verdict on each node (fits, not now,
+ * never) with its reason, after a blank line. */
+static void print_verdicts(const json_t *per) {
+  printf("\n");
+  size_t i;
+  const json_t *e;
+  table t = {3, {"NODE", "VERDICT", "EXTENDER REASON"}, json_array()};
+  json_array_foreach(per, i, e) {
+    bool fits = strcmp(jstr(e, "reason", NULL), "fits") == 0;
+    json_array_append_new(
+        t.rows, json_pack("[sss]", jstr(e, "node", NULL),
+                          fits ? "fits"
+                          : json_is_true(json_object_get(e, "unresolvable"))
+                              ? "never"
+                              : "not now",
+                          fits ? "" : jstr(e, "reason", NULL)));
+  }
+  table_print(&t);
+  json_decref(t.rows);
+}
+
+/* How many of the listed nodes run gpufrac's agent: those whose
+ * allocatable advertises gpufrac.io/gpu (GF_RES_GPU), not as "0". */
+static int count_agent_nodes(const json_t *nodes) {
+  int n = 0;
+  size_t i;
+  const json_t *e;
+  json_array_foreach(json_object_get(nodes, "items"), i, e) {
+    const json_t *a = json_object_get(
+        json_object_get(json_object_get(e, "status"), "allocatable"),
+        GF_RES_GPU);
+    if (json_is_string(a) && strcmp(json_string_value(a), "0") != 0)
+      n++;
+  }
+  return n;
+}
+
 static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
                    const char *name) {
   const char *ns = ns_of(o, kc);
@@ -827,16 +874,8 @@ static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
     wc.req_ok = pr.req.gpu_count > 0;
   wc.words = pr.words;
   json_t *nodes = last || o->extender ? list(k, "/api/v1/nodes", NULL) : NULL;
-  if (nodes) {
-    wc.agent_nodes = 0;
-    json_array_foreach(json_object_get(nodes, "items"), i, e) {
-      const json_t *a = json_object_get(
-          json_object_get(json_object_get(e, "status"), "allocatable"),
-          GF_RES_GPU);
-      if (json_is_string(a) && strcmp(json_string_value(a), "0") != 0)
-        wc.agent_nodes++;
-    }
-  }
+  if (nodes)
+    wc.agent_nodes = count_agent_nodes(nodes);
   json_t *per = o->extender ? ask_extender(o, nodes, p) : NULL;
   json_decref(nodes);
   if (per) {
@@ -883,22 +922,8 @@ static int cmd_why(const kopts *o, gf_kube *k, gf_kube_config *kc,
     }
     if (has_req)
       printf("request: %s\n", req);
-    if (per) {
-      printf("\n");
-      table t = {3, {"NODE", "VERDICT", "EXTENDER REASON"}, json_array()};
-      json_array_foreach(per, i, e) {
-        bool fits = strcmp(jstr(e, "reason", NULL), "fits") == 0;
-        json_array_append_new(
-            t.rows, json_pack("[sss]", jstr(e, "node", NULL),
-                              fits ? "fits"
-                              : json_is_true(json_object_get(e, "unresolvable"))
-                                  ? "never"
-                                  : "not now",
-                              fits ? "" : jstr(e, "reason", NULL)));
-      }
-      table_print(&t);
-      json_decref(t.rows);
-    }
+    if (per)
+      print_verdicts(per);
     if (hk)
       printf("\nhint: %s\n", hint);
   }

@@ -143,6 +143,38 @@ static void lower(char *s) {
     *s = (char)tolower((unsigned char)*s);
 }
 
+/* The workload's flags by name, comma-separated, into out[cap] (cut short
+ * rather than overflow). */
+static void flags_text(const gf_plan_workload *w, char *out, size_t cap) {
+  size_t fl = 0;
+  out[0] = '\0';
+  for (unsigned b = 0; b < GF_PLAN_NFLAGS; b++)
+    if (w->flags & (1u << b)) {
+      int n = snprintf(out + fl, cap - fl, "%s%s", fl ? ", " : "",
+                       gf_plan_flag_name(b));
+      if (n > 0 && (size_t)n < cap - fl)
+        fl += (size_t)n;
+    }
+}
+
+/* Why no patch file can be written for a shared workload (the README says
+ * it in place of a file), or NULL when one can. */
+static const char *no_patch_reason(const gf__ppod *pod,
+                                   const gf_plan_workload *w) {
+  if (pod->dra)
+    return "GPUs through a DRA claim: ask gpufrac's class in its "
+           "ResourceClaimTemplate (docs/dra.md)";
+  if (!template_path(w->kind))
+    return "a bare pod: recreate it with these resources";
+  if (strcmp(w->kind, "Job") == 0)
+    return "a Job's template cannot change: change its source";
+  if (pod->ngpu_ctrs > 1)
+    return "several GPU containers: split the share by hand";
+  if (pod->ngpu_ctrs == 0)
+    return "no container asks for the GPU";
+  return NULL;
+}
+
 int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d) {
   char kdir[4096], path[sizeof(kdir) + 800]; /* kdir + a file name */
   if ((size_t)snprintf(kdir, sizeof(kdir), "%s/kustomize", dir) >= sizeof(kdir))
@@ -194,27 +226,9 @@ int gf__plan_write_patches(const gf_plan *p, const char *dir, gf_diag *d) {
     if (w->action != GF_PLAN_SHARE || !p->wls[i].npods)
       continue;
     const gf__ppod *pod = &p->pods[p->wls[i].pods[0]];
-    char flags[160] = "";
-    size_t fl = 0;
-    for (unsigned b = 0; b < GF_PLAN_NFLAGS; b++)
-      if (w->flags & (1u << b)) {
-        int n = snprintf(flags + fl, sizeof(flags) - fl, "%s%s", fl ? ", " : "",
-                         gf_plan_flag_name(b));
-        if (n > 0 && (size_t)n < sizeof(flags) - fl)
-          fl += (size_t)n;
-      }
-    const char *why = NULL;
-    if (pod->dra)
-      why = "GPUs through a DRA claim: ask gpufrac's class in its "
-            "ResourceClaimTemplate (docs/dra.md)";
-    else if (!template_path(w->kind))
-      why = "a bare pod: recreate it with these resources";
-    else if (strcmp(w->kind, "Job") == 0)
-      why = "a Job's template cannot change: change its source";
-    else if (pod->ngpu_ctrs > 1)
-      why = "several GPU containers: split the share by hand";
-    else if (pod->ngpu_ctrs == 0)
-      why = "no container asks for the GPU";
+    char flags[160];
+    flags_text(w, flags, sizeof(flags));
+    const char *why = no_patch_reason(pod, w);
     if (why) {
       fprintf(
           readme, "| %s %s/%s | (none: %s) | %" PRId64 " Mi | %d%% | %s |\n",

@@ -144,6 +144,46 @@ static int64_t node_clamp(gf_plan *p, const where *w, const char *field,
   return max;
 }
 
+/* A Node's GPUs (nvidia.com/gpu), CPU, memory and MIG devices from
+ * status.allocatable, or status.capacity where that is missing; each
+ * out-parameter is left as it is when the Node does not list it. */
+static int node_resources(gf_plan *p, const json_t *status, const where *w,
+                          int64_t *gpus, int64_t *cpu, int64_t *mem,
+                          int64_t *mig, gf_diag *d) {
+  const json_t *res = json_object_get(status, "allocatable");
+  const char *resname = "status.allocatable";
+  if (!json_is_object(res)) {
+    res = json_object_get(status, "capacity");
+    resname = "status.capacity";
+  }
+  int rc = 0;
+  char field[160];
+  if (json_is_object(res)) {
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)res, k, v) {
+      snprintf(field, sizeof(field), "%s[%s]", resname, k);
+      int64_t x = 0;
+      if (strcmp(k, "nvidia.com/gpu") == 0) {
+        if ((rc = count(v, INT32_MAX, gpus, w, field, d)))
+          return rc;
+        *gpus = node_clamp(p, w, field, *gpus, GF_MAX_GPUS_PER_NODE);
+      } else if (strcmp(k, "cpu") == 0) {
+        if ((rc = qty(v, GF_QTY_MILLI, cpu, w, field, d)))
+          return rc;
+      } else if (strcmp(k, "memory") == 0) {
+        if ((rc = qty(v, GF_QTY_UNIT, mem, w, field, d)))
+          return rc;
+      } else if (starts(k, "nvidia.com/mig-")) {
+        if ((rc = count(v, INT32_MAX, &x, w, field, d)))
+          return rc;
+        *mig += node_clamp(p, w, field, x, 7 * GF_MAX_GPUS_PER_NODE);
+      }
+    }
+  }
+  return rc;
+}
+
 static int parse_node(gf_plan *p, const json_t *item, const char *source,
                       gf__pnode *out, gf_diag *d) {
   memset(out, 0, sizeof(*out));
@@ -156,39 +196,11 @@ static int parse_node(gf_plan *p, const json_t *item, const char *source,
   where_set(&w, source, "Node", NULL, name);
   const json_t *labels = json_object_get(meta, "labels");
   const json_t *ann = json_object_get(meta, "annotations");
-  const json_t *status = json_object_get(item, "status");
-  const json_t *res = json_object_get(status, "allocatable");
-  const char *resname = "status.allocatable";
-  if (!json_is_object(res)) {
-    res = json_object_get(status, "capacity");
-    resname = "status.capacity";
-  }
   int64_t gpus = 0, cpu = 0, mem = 0, mig = 0;
-  int rc;
-  char field[160];
-  if (json_is_object(res)) {
-    const char *k;
-    const json_t *v;
-    json_object_foreach((json_t *)res, k, v) {
-      snprintf(field, sizeof(field), "%s[%s]", resname, k);
-      int64_t x = 0;
-      if (strcmp(k, "nvidia.com/gpu") == 0) {
-        if ((rc = count(v, INT32_MAX, &gpus, &w, field, d)))
-          return rc;
-        gpus = node_clamp(p, &w, field, gpus, GF_MAX_GPUS_PER_NODE);
-      } else if (strcmp(k, "cpu") == 0) {
-        if ((rc = qty(v, GF_QTY_MILLI, &cpu, &w, field, d)))
-          return rc;
-      } else if (strcmp(k, "memory") == 0) {
-        if ((rc = qty(v, GF_QTY_UNIT, &mem, &w, field, d)))
-          return rc;
-      } else if (starts(k, "nvidia.com/mig-")) {
-        if ((rc = count(v, INT32_MAX, &x, &w, field, d)))
-          return rc;
-        mig += node_clamp(p, &w, field, x, 7 * GF_MAX_GPUS_PER_NODE);
-      }
-    }
-  }
+  int rc = node_resources(p, json_object_get(item, "status"), &w, &gpus, &cpu,
+                          &mem, &mig, d);
+  if (rc)
+    return rc;
   const char *lc = jstr(labels, "nvidia.com/gpu.count");
   if (lc) {
     int64_t x;
@@ -579,6 +591,51 @@ static int read_share(gf_plan *p, const json_t *item, const json_t *ctrs,
   return count_whole(p, out, ctrs, sum, w, prc ? rd.msg : "no GPU asked");
 }
 
+/* Adds one GPU container's GPU asks (a) to the pod's (sum): counts add
+ * up, a memory or compute share is the largest any container asks. */
+static void add_gpu_amounts(amounts *sum, const amounts *a) {
+  sum->gpu += a->gpu;
+  sum->mig += a->mig;
+  if (a->mig_g > sum->mig_g) {
+    sum->mig_g = a->mig_g;
+    sum->mig_res = a->mig_res;
+  }
+  sum->hami |= a->hami;
+  if (a->hami_mem > sum->hami_mem)
+    sum->hami_mem = a->hami_mem;
+  if (a->hami_pct > sum->hami_pct)
+    sum->hami_pct = a->hami_pct;
+  if (a->hami_cores > sum->hami_cores)
+    sum->hami_cores = a->hami_cores;
+  sum->gf |= a->gf;
+  sum->gf_gpu += a->gf_gpu ? a->gf_gpu : (a->gf ? 1 : 0);
+  if (a->gf_mem > sum->gf_mem)
+    sum->gf_mem = a->gf_mem;
+  if (a->gf_compute > sum->gf_compute)
+    sum->gf_compute = a->gf_compute;
+}
+
+/* The pod's initContainers: each runs alone, so the pod's CPU and memory
+ * are at least the largest any of them asks. */
+static int read_inits(gf_plan *p, const json_t *spec, amounts *sum,
+                      const char *ws, gf_diag *d, gf_diag *soft) {
+  amounts a;
+  size_t i;
+  const json_t *c;
+  int rc;
+  const json_t *inits = json_object_get(spec, "initContainers");
+  if (json_is_array(inits))
+    json_array_foreach((json_t *)inits, i, c) {
+      if ((rc = read_container(p, c, "initContainer", i, &a, ws, d, soft)))
+        return rc;
+      if (a.cpu > sum->cpu)
+        sum->cpu = a.cpu;
+      if (a.mem > sum->mem)
+        sum->mem = a.mem;
+    }
+  return 0;
+}
+
 static int parse_pod(gf_plan *p, const json_t *item, const char *source,
                      gf__ppod *out, gf_diag *d) {
   memset(out, 0, sizeof(*out));
@@ -635,36 +692,10 @@ static int parse_pod(gf_plan *p, const json_t *item, const char *source,
       continue;
     if ((rc = add_ctr(out, jstr(c, "name"))))
       goto fail;
-    sum.gpu += a.gpu;
-    sum.mig += a.mig;
-    if (a.mig_g > sum.mig_g) {
-      sum.mig_g = a.mig_g;
-      sum.mig_res = a.mig_res;
-    }
-    sum.hami |= a.hami;
-    if (a.hami_mem > sum.hami_mem)
-      sum.hami_mem = a.hami_mem;
-    if (a.hami_pct > sum.hami_pct)
-      sum.hami_pct = a.hami_pct;
-    if (a.hami_cores > sum.hami_cores)
-      sum.hami_cores = a.hami_cores;
-    sum.gf |= a.gf;
-    sum.gf_gpu += a.gf_gpu ? a.gf_gpu : (a.gf ? 1 : 0);
-    if (a.gf_mem > sum.gf_mem)
-      sum.gf_mem = a.gf_mem;
-    if (a.gf_compute > sum.gf_compute)
-      sum.gf_compute = a.gf_compute;
+    add_gpu_amounts(&sum, &a);
   }
-  const json_t *inits = json_object_get(spec, "initContainers");
-  if (json_is_array(inits))
-    json_array_foreach((json_t *)inits, i, c) {
-      if ((rc = read_container(p, c, "initContainer", i, &a, w.s, d, &soft)))
-        goto fail;
-      if (a.cpu > sum.cpu)
-        sum.cpu = a.cpu;
-      if (a.mem > sum.mem)
-        sum.mem = a.mem;
-    }
+  if ((rc = read_inits(p, spec, &sum, w.s, d, &soft)))
+    goto fail;
   out->cpu_milli = sum.cpu;
   out->mem_bytes = sum.mem;
   if ((rc = read_claims(out, spec, json_object_get(item, "status"))))

@@ -240,16 +240,11 @@ out:
   return rc;
 }
 
-int gf__plan_whatif(gf_plan *p, gf_diag *d) {
-  int rc = GF_ENOMEM;
-  gf_cluster *c = gf_cluster_new();
-  int *cidx = gf__malloc((p->nnodes ? p->nnodes : 1) * sizeof(*cidx));
-  double *price = gf__malloc((p->nnodes ? p->nnodes : 1) * sizeof(*price));
-  item *items = gf__calloc(p->npods ? p->npods : 1, sizeof(*items));
-  const gf_plan_workload **wl_of =
-      gf__calloc(p->npods ? p->npods : 1, sizeof(*wl_of));
-  if (!c || !cidx || !price || !items || !wl_of)
-    goto out;
+/* Adds each snapshot Node with GPUs and a GPU memory figure to the
+ * what-if cluster c: cidx[i] is Node i's index there (-1 when left out),
+ * price[that index] its price. */
+static int add_nodes(gf_plan *p, gf_cluster *c, int *cidx, double *price,
+                     gf_diag *d) {
   for (size_t i = 0; i < p->nnodes; i++) {
     const gf__pnode *n = &p->nodes[i];
     cidx[i] = -1;
@@ -283,13 +278,75 @@ int gf__plan_whatif(gf_plan *p, gf_diag *d) {
       mem = UNKNOWN_CAPACITY;
     gf_diag nd = {""};
     int ni = gf_cluster_add_node(c, n->name, cpu, mem, specs, n->ngpus, &nd);
-    if (ni < 0) {
-      rc = gf_diag_set(d, ni, "what-if: Node %s: %s", n->name, nd.msg);
-      goto out;
-    }
+    if (ni < 0)
+      return gf_diag_set(d, ni, "what-if: Node %s: %s", n->name, nd.msg);
     cidx[i] = ni;
     price[ni] = n->price;
   }
+  return 0;
+}
+
+/* The what-if's item for one pod on its node today: it->whole asks as a
+ * cluster without sharing would (whole GPUs), it->share as the plan would
+ * (its recommended share, or today's share when it is kept). */
+static void fill_item(const gf_plan *p, gf_cluster *c, const gf__ppod *pod,
+                      const gf__pnode *node, const gf_plan_workload *w,
+                      item *it) {
+  it->pod = pod;
+  gf_request *r = &it->whole;
+  memset(r, 0, sizeof(*r));
+  r->cpu_milli = pod->cpu_milli;
+  r->mem_bytes = pod->mem_bytes;
+  int mid =
+      gf_cluster_model_id(c, node->model[0] ? node->model : "unknown", false);
+  r->model_mask = mid >= 0 ? 1ull << mid : 0;
+  r->mode = GF_MODE_SHARED;
+  uint32_t g = pod->ngpus;
+  if (pod->kind == GF_PLAN_REQ_MIG)
+    g = (uint32_t)ceil(pod->held - 1e-9);
+  r->gpu_count = g ? g : 1;
+  if (r->gpu_count > node->ngpus)
+    r->gpu_count = node->ngpus;
+  r->gpu_milli = GF_GPU_MILLI;
+  r->compute_pct = 100;
+  it->share = *r;
+  it->need_mem = node->gpu_mem_mib << 20;
+  if (w->mem_peak_mib >= 0) {
+    double h = 1.0 + p->opt.headroom_pct / 100.0;
+    int64_t mib = (int64_t)(ceil(w->mem_peak_mib * h / 256.0) * 256.0);
+    if (mib < 256)
+      mib = 256;
+    if (mib < node->gpu_mem_mib) /* never more than it runs on today */
+      it->need_mem = mib << 20;
+  }
+  if (w->action == GF_PLAN_SHARE) {
+    it->share.gpu_count = 1;
+    it->share.gpu_milli = w->rec_compute * 10;
+    it->share.compute_pct = w->rec_compute;
+    it->share.gpu_mem_bytes = w->rec_mem_mib << 20;
+  } else if (pod->ngpus == 1 && pod->held < 1 - 1e-9 &&
+             (pod->frac > 0 || pod->mem_mib > 0)) {
+    /* kept, and sharing a GPU today (no usage to recommend from, say):
+     * it keeps today's share, not a whole GPU */
+    it->share.gpu_count = 1;
+    it->share.gpu_milli = (int32_t)lround(pod->frac * GF_GPU_MILLI);
+    it->share.compute_pct = (it->share.gpu_milli + 9) / 10;
+    it->share.gpu_mem_bytes = (int64_t)ceil(pod->mem_mib) << 20;
+  }
+}
+
+int gf__plan_whatif(gf_plan *p, gf_diag *d) {
+  int rc = GF_ENOMEM;
+  gf_cluster *c = gf_cluster_new();
+  int *cidx = gf__malloc((p->nnodes ? p->nnodes : 1) * sizeof(*cidx));
+  double *price = gf__malloc((p->nnodes ? p->nnodes : 1) * sizeof(*price));
+  item *items = gf__calloc(p->npods ? p->npods : 1, sizeof(*items));
+  const gf_plan_workload **wl_of =
+      gf__calloc(p->npods ? p->npods : 1, sizeof(*wl_of));
+  if (!c || !cidx || !price || !items || !wl_of)
+    goto out;
+  if ((rc = add_nodes(p, c, cidx, price, d)))
+    goto out;
   for (size_t w = 0; w < p->nwls; w++)
     for (size_t k = 0; k < p->wls[w].npods; k++)
       wl_of[p->wls[w].pods[k]] = &p->wls[w].pub;
@@ -305,48 +362,7 @@ int gf__plan_whatif(gf_plan *p, gf_diag *d) {
       continue;
     }
     const gf__pnode *node = &p->nodes[pod->node_idx];
-    item *it = &items[n];
-    it->pod = pod;
-    gf_request *r = &it->whole;
-    memset(r, 0, sizeof(*r));
-    r->cpu_milli = pod->cpu_milli;
-    r->mem_bytes = pod->mem_bytes;
-    int mid =
-        gf_cluster_model_id(c, node->model[0] ? node->model : "unknown", false);
-    r->model_mask = mid >= 0 ? 1ull << mid : 0;
-    r->mode = GF_MODE_SHARED;
-    uint32_t g = pod->ngpus;
-    if (pod->kind == GF_PLAN_REQ_MIG)
-      g = (uint32_t)ceil(pod->held - 1e-9);
-    r->gpu_count = g ? g : 1;
-    if (r->gpu_count > node->ngpus)
-      r->gpu_count = node->ngpus;
-    r->gpu_milli = GF_GPU_MILLI;
-    r->compute_pct = 100;
-    it->share = *r;
-    it->need_mem = node->gpu_mem_mib << 20;
-    if (w->mem_peak_mib >= 0) {
-      double h = 1.0 + p->opt.headroom_pct / 100.0;
-      int64_t mib = (int64_t)(ceil(w->mem_peak_mib * h / 256.0) * 256.0);
-      if (mib < 256)
-        mib = 256;
-      if (mib < node->gpu_mem_mib) /* never more than it runs on today */
-        it->need_mem = mib << 20;
-    }
-    if (w->action == GF_PLAN_SHARE) {
-      it->share.gpu_count = 1;
-      it->share.gpu_milli = w->rec_compute * 10;
-      it->share.compute_pct = w->rec_compute;
-      it->share.gpu_mem_bytes = w->rec_mem_mib << 20;
-    } else if (pod->ngpus == 1 && pod->held < 1 - 1e-9 &&
-               (pod->frac > 0 || pod->mem_mib > 0)) {
-      /* kept, and sharing a GPU today (no usage to recommend from, say):
-       * it keeps today's share, not a whole GPU */
-      it->share.gpu_count = 1;
-      it->share.gpu_milli = (int32_t)lround(pod->frac * GF_GPU_MILLI);
-      it->share.compute_pct = (it->share.gpu_milli + 9) / 10;
-      it->share.gpu_mem_bytes = (int64_t)ceil(pod->mem_mib) << 20;
-    }
+    fill_item(p, c, pod, node, w, &items[n]);
     n++;
   }
   if (skipped)

@@ -602,6 +602,74 @@ static uint8_t unreadable_grant_gpus(const gf_sched *s, const gf__pod *p,
 
 /* req_bad: the pod's request could not be read (p->req holds no GPUs);
  * a grant is booked all the same. */
+/* What a bound pod with a grant is booked as: *req, and the GPUs
+ * (idx[0..*ngpus)) from its grant, or the whole GPUs it names (or the
+ * node's) when the grant cannot be read; *grc says what was wrong with the
+ * grant, if anything.  Returns 0, or GF_ENOMEM. */
+static int book_grant(gf_sched *s, const gf__pod *p, bool req_bad,
+                      gf_request *req, uint8_t *idx, uint8_t *ngpus, int *grc,
+                      gf_diag *d) {
+  gf_grant *g = gf__malloc(sizeof(*g));
+  if (!g)
+    return GF_ENOMEM;
+  gf_diag gd = {""};
+  const gf_grant_container *gc = NULL;
+  bool other_node = false;
+  if ((*grc = gf_grant_parse(p->grant, p->grant_len, g, &gd)) == 0) {
+    other_node = strcmp(g->node, p->node) != 0;
+    gc = other_node ? NULL : grant_container(p, g);
+  }
+  if (other_node) { /* the node agent here gives it nothing */
+    *grc = gf_diag_set(d, GF_ESTATE,
+                       "pod %s/%s: grant names node %s but the pod is on %s",
+                       p->ns, p->name, g->node, p->node);
+    req->gpu_count = 0;
+    req->gpu_milli = 0;
+    req->gpu_mem_bytes = 0;
+    s->m.replay_failed++;
+  } else if (*grc) {
+    /* never book nothing: the whole GPUs it names, or the node's */
+    req->gpu_count = *ngpus = unreadable_grant_gpus(s, p, idx);
+    req->gpu_milli = *ngpus ? GF_GPU_MILLI : 0;
+    req->gpu_mem_bytes = 0;
+    req->compute_pct = *ngpus ? 100 : 0;
+    s->m.replay_failed++;
+    *grc = gf_diag_set(d, *grc,
+                       "pod %s/%s: its grant cannot be read (%s); booking "
+                       "%u whole GPU(s) of %s for it",
+                       p->ns, p->name, gd.msg, *ngpus, p->node);
+  } else if (gc) {
+    if (req_bad || !request_gives(req, gc))
+      request_of_grant(gc, req);
+    /* a compute-only share books the memory its grant gives it (the part
+     * of the GPU's memory, gf__part_of_memory; a grant written before
+     * that rule gives none: no limit, booked as such) */
+    else if (gf__compute_only(req) && gc->gpus[0].mem_bytes > 0)
+      req->gpu_mem_bytes = gc->gpus[0].mem_bytes;
+    for (uint32_t k = 0; k < gc->ngpus; k++)
+      idx[k] = (uint8_t)gc->gpus[k].index;
+    *ngpus = (uint8_t)gc->ngpus;
+  } else { /* a grant of no GPUs: the pod holds none */
+    if (req->gpu_count) {
+      *grc = gf_diag_set(d, GF_ESTATE,
+                         "pod %s/%s: the grant gives no GPU to container "
+                         "'%s'; booking its CPU and memory only",
+                         p->ns, p->name, p->container);
+      s->m.replay_failed++;
+    }
+    req->gpu_count = 0;
+    req->gpu_milli = 0;
+    req->gpu_mem_bytes = 0;
+  }
+  gf__free(g);
+  if (req_bad && !*grc)
+    *grc = gf_diag_set(d, GF_ESTATE,
+                       "pod %s/%s: its request cannot be read now; booked "
+                       "from its grant on %s",
+                       p->ns, p->name, p->node);
+  return 0;
+}
+
 static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
                              gf_diag *d) {
   char kb[2 * GF_NAME_MAX];
@@ -628,64 +696,8 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
    * request reads as now (docs/scheduler.md, "After a restart"); only a
    * pod without one is booked from its request. */
   if (p->grant) {
-    gf_grant *g = gf__malloc(sizeof(*g));
-    if (!g)
-      return GF_ENOMEM;
-    gf_diag gd = {""};
-    const gf_grant_container *gc = NULL;
-    bool other_node = false;
-    if ((grc = gf_grant_parse(p->grant, p->grant_len, g, &gd)) == 0) {
-      other_node = strcmp(g->node, p->node) != 0;
-      gc = other_node ? NULL : grant_container(p, g);
-    }
-    if (other_node) { /* the node agent here gives it nothing */
-      grc = gf_diag_set(d, GF_ESTATE,
-                        "pod %s/%s: grant names node %s but the pod is on %s",
-                        p->ns, p->name, g->node, p->node);
-      req.gpu_count = 0;
-      req.gpu_milli = 0;
-      req.gpu_mem_bytes = 0;
-      s->m.replay_failed++;
-    } else if (grc) {
-      /* never book nothing: the whole GPUs it names, or the node's */
-      req.gpu_count = ngpus = unreadable_grant_gpus(s, p, idx);
-      req.gpu_milli = ngpus ? GF_GPU_MILLI : 0;
-      req.gpu_mem_bytes = 0;
-      req.compute_pct = ngpus ? 100 : 0;
-      s->m.replay_failed++;
-      grc = gf_diag_set(d, grc,
-                        "pod %s/%s: its grant cannot be read (%s); booking "
-                        "%u whole GPU(s) of %s for it",
-                        p->ns, p->name, gd.msg, ngpus, p->node);
-    } else if (gc) {
-      if (req_bad || !request_gives(&req, gc))
-        request_of_grant(gc, &req);
-      /* a compute-only share books the memory its grant gives it (the part
-       * of the GPU's memory, gf__part_of_memory; a grant written before
-       * that rule gives none: no limit, booked as such) */
-      else if (gf__compute_only(&req) && gc->gpus[0].mem_bytes > 0)
-        req.gpu_mem_bytes = gc->gpus[0].mem_bytes;
-      for (uint32_t k = 0; k < gc->ngpus; k++)
-        idx[k] = (uint8_t)gc->gpus[k].index;
-      ngpus = (uint8_t)gc->ngpus;
-    } else { /* a grant of no GPUs: the pod holds none */
-      if (req.gpu_count) {
-        grc = gf_diag_set(d, GF_ESTATE,
-                          "pod %s/%s: the grant gives no GPU to container "
-                          "'%s'; booking its CPU and memory only",
-                          p->ns, p->name, p->container);
-        s->m.replay_failed++;
-      }
-      req.gpu_count = 0;
-      req.gpu_milli = 0;
-      req.gpu_mem_bytes = 0;
-    }
-    gf__free(g);
-    if (req_bad && !grc)
-      grc = gf_diag_set(d, GF_ESTATE,
-                        "pod %s/%s: its request cannot be read now; booked "
-                        "from its grant on %s",
-                        p->ns, p->name, p->node);
+    if ((rc = book_grant(s, p, req_bad, &req, idx, &ngpus, &grc, d)))
+      return rc;
   } else if (req.gpu_count) {
     grc = gf_diag_set(d, GF_ESTATE,
                       "pod %s/%s: bound to %s without a gpufrac grant; "
