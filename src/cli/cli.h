@@ -10,6 +10,8 @@
 #ifndef GPUFRAC_CLI_H
 #define GPUFRAC_CLI_H
 
+#include <stdbool.h>
+
 enum { GF_EXIT_OK = 0, GF_EXIT_FAIL = 1, GF_EXIT_USAGE = 2 };
 
 int cmd_simulate(int argc, char **argv);
@@ -22,5 +24,20 @@ int cmd_kubectl(int argc, char **argv); /* also run as kubectl-gpufrac */
 int cmd_cache(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_completion(int argc, char **argv);
+
+/* kube_cli.c, for the commands that read a cluster (kubectl gpufrac, doctor):
+ * a client for the kubeconfig (kubeconfig, else $KUBECONFIG's first file,
+ * else ~/.kube/config) and context (NULL: its current one); 0, or
+ * GF_EXIT_FAIL with the reason printed after "prog: ".  Free *k with
+ * gf_kube_free, then *kc with gf_kube_config_free. */
+struct gf_kube_config;
+struct gf_kube;
+int gf__cli_kube_connect(const char *prog, const char *kubeconfig,
+                         const char *context, struct gf_kube_config **kc,
+                         struct gf_kube **k);
+/* Whether s is a DNS-1123 label (a namespace's form: 1..63 of [a-z0-9-],
+ * alphanumeric at both ends) or, with dots, a DNS-1123 subdomain (a pod
+ * name's form: such labels joined by '.', 253 at most). */
+bool gf__cli_k8s_name_ok(const char *s, bool dots);
 
 #endif

@@ -1030,43 +1030,8 @@ static void check_placeholders(doctor *dr, const json_t *pods) {
 /* ---- the command ----------------------------------------------------------*/
 
 static int connect(const dopts *o, gf_kube_config **kc, gf_kube **k) {
-  char path[4096];
-  const char *p = o->kubeconfig;
-  if (!p) {
-    const char *env = getenv("KUBECONFIG");
-    if (env && *env) {
-      size_t l = strcspn(env, ":");
-      snprintf(path, sizeof(path), "%.*s", (int)l, env);
-    } else {
-      const char *home = getenv("HOME");
-      snprintf(path, sizeof(path), "%s/.kube/config", home ? home : "");
-    }
-    p = path;
-  }
-  gf_diag d = {""};
-  if (gf_kube_config_from_kubeconfig(kc, p, o->context, &d)) {
-    fprintf(stderr, "gpufrac doctor: %s\n", d.msg);
-    return GF_EXIT_FAIL;
-  }
-  if (gf_kube_new(k, *kc, NULL, &d)) {
-    fprintf(stderr, "gpufrac doctor: %s\n", d.msg);
-    gf_kube_config_free(*kc);
-    return GF_EXIT_FAIL;
-  }
-  return 0;
-}
-
-/* A DNS-1123 label: 1..63 of [a-z0-9-], starting and ending with an
- * alphanumeric (a namespace's form; it goes into API paths). */
-static bool dns_label(const char *s) {
-  size_t n = strlen(s);
-  if (n < 1 || n > 63 || s[0] == '-' || s[n - 1] == '-')
-    return false;
-  for (size_t i = 0; i < n; i++)
-    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
-          s[i] == '-'))
-      return false;
-  return true;
+  return gf__cli_kube_connect("gpufrac doctor", o->kubeconfig, o->context, kc,
+                              k);
 }
 
 /* The API server answers, and in its own words: GET /version is a JSON
@@ -1181,7 +1146,7 @@ int cmd_doctor(int argc, char **argv) {
                                "--stuck-after %s: a duration such as "
                                "90s, 10m or 2h",
                                o.stuck_after);
-  if (!dns_label(o.ns))
+  if (!gf__cli_k8s_name_ok(o.ns, false))
     return gf__opt_usage_error(&c,
                                "--namespace '%s': not a DNS-1123 label "
                                "(a-z, 0-9 and '-', at most 63)",

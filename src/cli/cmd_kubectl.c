@@ -167,30 +167,8 @@ static void fmt_bytes(int64_t b, char *buf, size_t cap) {
 /* ---- the API server -----------------------------------------------------*/
 
 static int connect_kube(const kopts *o, gf_kube_config **kc, gf_kube **k) {
-  char path[4096];
-  const char *p = o->kubeconfig;
-  if (!p) {
-    const char *env = getenv("KUBECONFIG");
-    if (env && *env) {
-      size_t l = strcspn(env, ":"); /* the first file of the list */
-      snprintf(path, sizeof(path), "%.*s", (int)l, env);
-    } else {
-      const char *home = getenv("HOME");
-      snprintf(path, sizeof(path), "%s/.kube/config", home ? home : "");
-    }
-    p = path;
-  }
-  gf_diag d = {""};
-  if (gf_kube_config_from_kubeconfig(kc, p, o->context, &d)) {
-    fprintf(stderr, "kubectl gpufrac: %s\n", d.msg);
-    return GF_EXIT_FAIL;
-  }
-  if (gf_kube_new(k, *kc, NULL, &d)) {
-    fprintf(stderr, "kubectl gpufrac: %s\n", d.msg);
-    gf_kube_config_free(*kc);
-    return GF_EXIT_FAIL;
-  }
-  return 0;
+  return gf__cli_kube_connect("kubectl gpufrac", o->kubeconfig, o->context, kc,
+                              k);
 }
 
 /* The API server's URL, for error messages (set once connected). */
@@ -221,35 +199,9 @@ static const char *annotation(const json_t *obj, const char *key) {
   return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-/* A DNS-1123 label (a namespace's form): 1..63 of [a-z0-9-], starting and
- * ending alphanumeric. With dots true, a DNS-1123 subdomain (a pod name's
- * form): such labels joined by '.', 253 at most. */
-static bool k8s_name_ok(const char *s, bool dots) {
-  size_t n = strlen(s), label = 0;
-  if (n == 0 || n > (dots ? 253u : 63u))
-    return false;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-    if (c == '.' && dots) {
-      if (label == 0 || s[i - 1] == '-')
-        return false;
-      label = 0;
-      continue;
-    }
-    if (!alnum && c != '-')
-      return false;
-    if (c == '-' && label == 0)
-      return false;
-    if (++label > 63)
-      return false;
-  }
-  return s[n - 1] != '-' && s[n - 1] != '.';
-}
-
 /* 0, or a usage error naming what is not a Kubernetes name. */
 static int check_name(const char *what, const char *s, bool dots) {
-  if (k8s_name_ok(s, dots))
+  if (gf__cli_k8s_name_ok(s, dots))
     return 0;
   fprintf(stderr,
           "kubectl gpufrac: %s '%s' is not a valid Kubernetes name (%s: "
