@@ -26,9 +26,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort(); /* every error names the file */
     return 0;
   }
-  if (c.slots < 1 || c.slots > 64 || c.alloc_wait_ms < 0 ||
-      c.alloc_wait_ms > 30000 || (unsigned)c.mode_default > 3 ||
-      c.nuuid > GF_NODE_MAX_GPUS ||
+  /* slots 0 is `auto` (the default since issue 30 item 5), else 1..64 */
+  if (c.slots > 64 || c.alloc_wait_ms < 0 || c.alloc_wait_ms > 30000 ||
+      (unsigned)c.mode_default > 3 || c.nuuid > GF_NODE_MAX_GPUS ||
       c.nxid_ignore > sizeof(c.xid_ignore) / sizeof(c.xid_ignore[0]))
     abort();
   for (int i = 0; i < GF_NODE_MAX_GPUS; i++)
