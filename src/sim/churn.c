@@ -825,6 +825,25 @@ static void kube_choice(const churn *k, uint32_t x, const gf_request *r,
     *best = c;
 }
 
+/* Running pods list[0..n) are evicted and start again at to[0..n) (already
+ * applied to the cluster), each owing a reload: a defragmentation's moves
+ * and a drained node's pods. */
+static int restart_at(churn *k, const uint32_t *list, const gf_placement *to,
+                      uint32_t n) {
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t i = list[j];
+    close_run(k, i, k->now);
+    off_node(k, i);
+    k->p[i].pl = to[j];
+    k->r->evictions++;
+    k->r->reload_minutes += k->cfg->reload_s / 60;
+    int rc = started(k, i, k->cfg->reload_s);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
 /* Evicts running pod i: it is pending again and owes a reload. */
 static int evict(churn *k, uint32_t i) {
   cpod *p = &k->p[i];
@@ -993,17 +1012,9 @@ static int defrag_try(churn *k, uint32_t i, const dcand *c, bool *moved) {
     return 0;
   }
   /* Moved: each pod is evicted and restarts elsewhere, reloading. */
-  for (uint32_t j = 0; j < n; j++) {
-    uint32_t q = list[j];
-    close_run(k, q, k->now);
-    off_node(k, q);
-    k->p[q].pl = to[j];
-    k->r->evictions++;
-    k->r->defrag_moves++;
-    k->r->reload_minutes += k->cfg->reload_s / 60;
-    if ((rc = started(k, q, k->cfg->reload_s)))
-      return rc;
-  }
+  if ((rc = restart_at(k, list, to, n)))
+    return rc;
+  k->r->defrag_moves += n;
   k->p[i].pl = c->pl;
   k->r->defrags++;
   *moved = true;
@@ -1211,16 +1222,8 @@ static int try_drain(churn *k, uint32_t x, bool *drained) {
     return 0;
   }
   /* Drained: every pod is evicted and restarts elsewhere, reloading. */
-  for (uint32_t j = 0; j < n; j++) {
-    uint32_t i = list[j];
-    close_run(k, i, k->now);
-    off_node(k, i);
-    k->p[i].pl = moved[j];
-    k->r->evictions++;
-    k->r->reload_minutes += k->cfg->reload_s / 60;
-    if ((rc = started(k, i, k->cfg->reload_s)))
-      return rc;
-  }
+  if ((rc = restart_at(k, list, moved, n)))
+    return rc;
   /* x is parked already: bill it and mark it gone. */
   bill(k, x, k->now);
   k->s[x].live = false;
