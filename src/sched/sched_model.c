@@ -39,14 +39,18 @@ int gf__book(gf_sched *s, prec *p) {
   gf_placement pl = {.node = (uint32_t)ni, .ngpus = p->ngpus};
   for (uint32_t k = 0; k < p->ngpus; k++) {
     int pos = gpu_pos(n, p->gpu_index[k]);
-    if (pos < 0)
+    if (pos < 0) {
+      s->late++;
       return GF_ENOFIT;
+    }
     pl.gpus[k] = (uint8_t)pos;
   }
   int rc = s->engine ? gf_engine_apply(s->engine, &p->req, &pl)
                      : gf_cluster_place(s->c, &p->req, &pl);
-  if (rc)
+  if (rc) {
+    s->late++; /* it runs there all the same: book_late tries again */
     return rc;
+  }
   p->pl = pl;
   p->placed = true;
   s->nodes[ni].dp_used += p->dp_slots;
@@ -303,7 +307,27 @@ prec *gf__add_pod(gf_sched *s, const char *uid, const char *node,
   return p;
 }
 
+/* Books the pods bound to `node` that did not fit when they were seen
+ * (kube-scheduler's own preemption binds a pod while its victims
+ * terminate; a rolling update runs old and new side by side): they run
+ * there, so they are booked as soon as room frees.  Recounts s->late. */
+static void book_late(gf_sched *s, const char *node) {
+  uint32_t left = 0;
+  for (uint32_t i = 0; i < s->npods; i++) {
+    prec *q = &s->pods[i];
+    if (q->placed || !q->node[0] || gf__smap_get(&s->nmap, q->node) < 0)
+      continue;
+    if (strcmp(q->node, node) != 0 || gf__book(s, q))
+      left++;
+  }
+  s->late = left;
+}
+
 void gf__remove_pod(gf_sched *s, prec *p) {
+  char node[sizeof(p->node)];
+  bool freed = p->placed && s->late;
+  if (freed)
+    snprintf(node, sizeof(node), "%s", p->node);
   unbook(s, p);
   uint32_t i = (uint32_t)(p - s->pods);
   gf__smap_del(&s->pmap, p->uid);
@@ -314,6 +338,8 @@ void gf__remove_pod(gf_sched *s, prec *p) {
     gf__smap_put(&s->pmap, s->pods[i].uid, i);
   }
   s->changes++;
+  if (freed)
+    book_late(s, node);
 }
 
 const char *gf__pod_key(const char *uid, const char *ns, const char *name,
@@ -670,6 +696,17 @@ static int book_grant(gf_sched *s, const gf__pod *p, bool req_bad,
   return 0;
 }
 
+/* Bound pod p does not fit its node as the model stands (rc): counted,
+ * and said; it is booked when room frees (book_late). */
+static int late_diag(gf_sched *s, const gf__pod *p, int rc, gf_diag *d) {
+  s->m.replay_failed++;
+  return gf_diag_set(d, rc,
+                     "pod %s/%s: bound to %s, which has no room for its %s "
+                     "as the model stands (%s); booked when room frees",
+                     p->ns, p->name, p->node,
+                     p->grant ? "grant" : "CPU and memory", gf_strerror(rc));
+}
+
 static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
                              gf_diag *d) {
   char kb[2 * GF_NAME_MAX];
@@ -716,6 +753,8 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
     if (old->state != P_BINDING)
       old->state = P_BOUND;
     gf__pending_forget(s, key);
+    if (!old->placed && (rc = gf__book(s, old)) && rc != GF_ENOTFOUND)
+      return late_diag(s, p, rc, d);
     return grc;
   }
   if (old)
@@ -734,13 +773,8 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
   rc = gf__book(s, r);
   if (rc == GF_ENOTFOUND)
     return grc; /* waits for its node */
-  if (rc) {
-    s->m.replay_failed++;
-    return gf_diag_set(d, rc,
-                       "pod %s/%s: its grant does not fit node %s as the "
-                       "model stands (%s)",
-                       p->ns, p->name, p->node, gf_strerror(rc));
-  }
+  if (rc)
+    return late_diag(s, p, rc, d);
   return grc;
 }
 

@@ -178,6 +178,8 @@ struct gf_sched {
   gf__smap nmap;
   prec *pods;
   uint32_t npods, cappods;
+  uint32_t late; /* at least the bound pods on known nodes not booked (they
+                  * did not fit when seen): tried again as room frees */
   gf__smap pmap;
   pend_tab pend;
   uint64_t bind_seq;
