@@ -39,6 +39,9 @@ GPU, consumable capacity memory and cores).  Scenarios:
   mixed_burst     8 + 8 pods of both modes at once, a GPU of each allocator
                   (run 3 times): all bound, nothing over-filled, nothing
                   given back
+  taint_rule      a DeviceTaintRule NoSchedule on a mode-2 GPU: gpufrac
+                  places there only claims that tolerate it, and records
+                  the toleration in the result
   example         examples/dra-claim-share.yaml applied as written: its
                   claim allocated 8Gi and 30 cores by kube-scheduler
 """
@@ -862,6 +865,68 @@ class DRA:
         self.retire(g)
 
 
+    def s_taint_rule(self):
+        """A DeviceTaintRule (resource.k8s.io/v1) NoSchedule on one of
+        two mode-2 GPUs: gpufrac honours it as kube-scheduler does.  Pods
+        whose claims do not tolerate it land only on the other GPU, and
+        wait gated once that is full; a claim tolerating it lands on the
+        tainted GPU and its result records the toleration it used beside
+        the allocator's.  Deleting the rule frees the GPU again."""
+        self.start_extender()
+        a, b = "dra11a", "dra11b"
+        self.new_node(a, "b", "gpufrac")
+        self.new_node(b, "c", "gpufrac")
+        rule = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+                "metadata": {"name": "e2e-maintenance"},
+                "spec": {"deviceSelector": {"driver": DRIVER, "pool": a, "device": "gpu-0"},
+                         "taint": {"key": "example.com/maintenance", "value": "fw",
+                                   "effect": "NoSchedule"}}}
+        self.api.create(RES + "/devicetaintrules", rule)
+        time.sleep(1)  # the extender's informer sees it
+        # 40Gi each: two fill b; were a admitted, the engine could pick it.
+        for n in ("r1", "r2", "r3"):
+            self.share(n, "40Gi", 10, True)
+        deadline, bound = time.monotonic() + 60, {}
+        while time.monotonic() < deadline:
+            bound = {n: p["spec"]["nodeName"] for n, p in self.pods().items()
+                     if p["spec"].get("nodeName")}
+            if len(bound) >= 2:
+                break
+            time.sleep(0.5)
+        if any(v == a for v in bound.values()):
+            fail("taint_rule: a pod without a toleration landed on the tainted "
+                 "device: %s" % bound)
+        if len(bound) != 2:
+            fail("taint_rule: expected two pods on %s, bound %s" % (b, bound))
+        left = [n for n in ("r1", "r2", "r3") if n not in bound][0]
+        self.stays_gated(left)
+        # A claim that tolerates the rule's taint lands on a, and records it.
+        t = template("t-tol", "10Gi", 10)
+        tol = {"key": "example.com/maintenance", "operator": "Equal", "value": "fw",
+               "effect": "NoSchedule"}
+        t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [tol]
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS), t)
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("tol", "t-tol", True))
+        self.wait_bound(["tol"], 60)
+        al = self.allocations()
+        r = al["tol"][1]
+        if r["pool"] != a:
+            fail("taint_rule: the tolerating claim went to %s, not %s" % (r["pool"], a))
+        own = {"key": "gpu.gpufrac.io/allocator", "operator": "Equal",
+               "value": "gpufrac", "effect": "NoSchedule"}
+        if sorted(map(json.dumps, r.get("tolerations", []))) != \
+                sorted(map(json.dumps, [own, tol])):
+            fail("taint_rule: recorded tolerations %s, want %s" %
+                 (r.get("tolerations"), [own, tol]))
+        log("taint_rule: %s on %s, tol on %s with tolerations %s" %
+            (sorted(bound), b, a, r["tolerations"]))
+        # The rule gone, the waiting pod fits on a again.
+        self.api.delete(RES + "/devicetaintrules/e2e-maintenance")
+        self.wait_bound([left], 60)
+        self.delete_all()
+        self.retire(a)
+        self.retire(b)
+
     def s_example(self):
         """examples/dra-claim-share.yaml applied as written (kubectl apply):
         kube-scheduler allocates its claim 8Gi and 30 cores of the shared
@@ -901,7 +966,7 @@ class DRA:
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
-             "mixed_burst", "mixed_burst", "example"]
+             "mixed_burst", "mixed_burst", "taint_rule", "example"]
 
 
 def main():
