@@ -1031,41 +1031,44 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
                               GF_DRA_BY_GPUFRAC, out, d);
 }
 
-/* Whether the model's engine holds dev: gf_dra_device_for(who), or for
- * gpufrac with a pod to place, gf__dra_pod_admits. */
-static bool model_admits(const gf_dra_device *dev, gf_dra_allocator who,
-                         const gf_dra_claim *const *pod, uint32_t npod) {
-  if (who == GF_DRA_BY_GPUFRAC && npod)
-    return gf__dra_pod_admits(pod, npod, dev);
-  return gf_dra_device_for(dev, who);
+/* Whose devices a model's engine holds: allocator who's, or with a pod
+ * to place (npod > 0), the devices gpufrac may place it on. */
+typedef struct admit_for {
+  gf_dra_allocator who;
+  const gf_dra_claim *const *pod;
+  uint32_t npod;
+} admit_for;
+
+static bool model_admits(const gf_dra_device *dev, const admit_for *af) {
+  if (af->who == GF_DRA_BY_GPUFRAC && af->npod)
+    return gf__dra_pod_admits(af->pod, af->npod, dev);
+  return gf_dra_device_for(dev, af->who);
 }
 
 static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
                        const gf_dra_claim *const *claims, uint32_t nclaims,
-                       const char *policy, gf_dra_allocator who,
-                       const gf_dra_claim *const *pod, uint32_t npod,
+                       const char *policy, const admit_for *af,
                        gf_dra_model **out, gf_diag *d);
 
 int gf_dra_model_new_for(const gf_dra_slice *const *slices, uint32_t nslices,
                          const gf_dra_claim *const *claims, uint32_t nclaims,
                          const char *policy, gf_dra_allocator who,
                          gf_dra_model **out, gf_diag *d) {
-  return model_build(slices, nslices, claims, nclaims, policy, who, NULL, 0,
-                     out, d);
+  admit_for af = {who, NULL, 0};
+  return model_build(slices, nslices, claims, nclaims, policy, &af, out, d);
 }
 
 int gf_dra_model_new_tol(const gf_dra_slice *const *slices, uint32_t nslices,
                          const gf_dra_claim *const *claims, uint32_t nclaims,
                          const char *policy, const gf_dra_claim *const *pod,
                          uint32_t npod, gf_dra_model **out, gf_diag *d) {
-  return model_build(slices, nslices, claims, nclaims, policy,
-                     GF_DRA_BY_GPUFRAC, pod, npod, out, d);
+  admit_for af = {GF_DRA_BY_GPUFRAC, pod, npod};
+  return model_build(slices, nslices, claims, nclaims, policy, &af, out, d);
 }
 
 static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
                        const gf_dra_claim *const *claims, uint32_t nclaims,
-                       const char *policy, gf_dra_allocator who,
-                       const gf_dra_claim *const *pod, uint32_t npod,
+                       const char *policy, const admit_for *af,
                        gf_dra_model **out, gf_diag *d) {
   *out = NULL;
   gf_dra_model *m = gf__calloc(1, sizeof(*m));
@@ -1074,7 +1077,7 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
   int rc = GF_ENOMEM;
   if (!m || !(m->c = gf_cluster_new()))
     goto nomem;
-  m->who = who;
+  m->who = af->who;
   uint32_t total = 0;
   for (uint32_t i = 0; i < nslices; i++)
     if (slices[i]->ours && newest(slices, nslices, slices[i]))
@@ -1116,7 +1119,7 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
       mdev *md = &m->devs[k];
       if (strcmp(md->pool, m->devs[i].pool) != 0 || !md->dev.mem.present ||
           (md->dev.type[0] && strcmp(md->dev.type, "gpu") != 0) ||
-          !model_admits(&md->dev, who, pod, npod))
+          !model_admits(&md->dev, af))
         continue;
       memset(&specs[ng], 0, sizeof(specs[ng]));
       specs[ng].model = md->dev.product[0] ? md->dev.product : "unknown";

@@ -598,11 +598,16 @@ static int lift_gate(gf_sched_dra *f, const json_t *pod, gf_diag *d) {
   return rc;
 }
 
-/* PATCHes claim c's status: allocation (NULL: clears it and reservedFor)
- * reserved for pod.  Stores the answer. */
+/* PATCHes claim c's status: its allocation, results res[0..nres-1] on
+ * node (res NULL: clears it and reservedFor), reserved for pod.  Stores
+ * the answer. */
 static int write_claim(gf_sched_dra *f, const gf_dra_claim *c,
-                       json_t *allocation, const json_t *pod, gf_diag *d) {
-  json_t *patch;
+                       const gf_dra_result *res, uint32_t nres,
+                       const char *node, const json_t *pod, gf_diag *d) {
+  json_t *patch,
+      *allocation = res ? gf_dra_allocation_json_of(c, res, nres, node) : NULL;
+  if (res && !allocation)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
   if (allocation)
     patch = json_pack(
         "{s:{s:o,s:[{s:s,s:s,s:s,s:s}]}}", "status", "allocation", allocation,
@@ -796,22 +801,16 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
     goto out;
   }
   int written = 0;
-  for (; !done && written < n; written++) {
-    json_t *al = gf_dra_allocation_json_of(cl[written], res[written],
-                                           nres[written], node);
-    if (!al) {
-      rc = gf_diag_set(&d, GF_ENOMEM, "out of memory");
-      break;
-    }
-    if ((rc = write_claim(f, cl[written], al, pod, &d))) {
+  for (; !done && written < n; written++)
+    if ((rc = write_claim(f, cl[written], res[written], nres[written], node,
+                          pod, &d))) {
       gf_diag_prefix(&d, "claim %s", cl[written]->name);
       break;
     }
-  }
   if (rc) {
     gf_diag ud = {""};
     for (int i = 0; i < written; i++)
-      write_claim(f, cl[i], NULL, pod, &ud);
+      write_claim(f, cl[i], NULL, 0, NULL, pod, &ud);
   }
   if (done) /* allocated by an earlier pass: checked again, then lifted */
     for (int i = 0; i < n; i++) {
@@ -971,7 +970,7 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
       pthread_mutex_unlock(&f->mu);
       overfill_event(f, x->pod, msg);
       for (int c = 0; c < x->n; c++) {
-        write_claim(f, x->cl[c], NULL, x->pod, &d);
+        write_claim(f, x->cl[c], NULL, 0, NULL, x->pod, &d);
         for (uint32_t r = 0; r < x->nres[c]; r++)
           for (uint32_t k = 0; k < nov; k++)
             if (strcmp(ov[k].pool, x->res[c][r].pool) == 0 &&
