@@ -48,6 +48,7 @@ typedef struct sample_slot {
   uint64_t gen;
   int kind;
   uint64_t units, charged;
+  _Atomic int64_t *tokens; /* the counter charged (NULL: none) */
 } sample_slot;
 static sample_slot slots[NSLOT];
 static uint64_t slots_gen;
@@ -135,8 +136,8 @@ static void poll_locked(void) {
     atomic_store_explicit(&gf__shim_kcost[sl->kind], k, memory_order_relaxed);
     atomic_store_explicit(&measured, true, memory_order_relaxed);
     int64_t d = gf__cost_settle(tfp, sl->charged);
-    if (S.region)
-      atomic_fetch_sub_explicit(&S.region->tokens, d, memory_order_relaxed);
+    if (sl->tokens)
+      atomic_fetch_sub_explicit(sl->tokens, d, memory_order_relaxed);
     gf__shim_log(GF_SHIM_LOG_DEBUG,
                  "compute: %s of %llu units took %llu ns = %llu tokens "
                  "(charged %llu); now %.3f tokens per unit",
@@ -199,8 +200,9 @@ static int slot_for(CUcontext ctx) {
 }
 
 void gf__shim_sample_begin(gf__sample *sm, CUstream s, int kind, uint64_t units,
-                           uint64_t charged) {
+                           uint64_t charged, _Atomic int64_t *tokens) {
   sm->slot = -1;
+  sm->tokens = tokens;
   sm->kind = kind;
   sm->units = units;
   sm->charged = charged;
@@ -240,6 +242,7 @@ void gf__shim_sample_end(gf__sample *sm, bool launched) {
     sl->kind = sm->kind;
     sl->units = sm->units;
     sl->charged = sm->charged;
+    sl->tokens = sm->tokens;
   }
   pthread_mutex_unlock(&mu);
 }
