@@ -33,25 +33,25 @@ static inline uint64_t charge_of(uint64_t units, int kind) {
 /* Per-GPU mode (shim_gpus.c): takes cost from the bucket of the calling
  * thread's current device, and remembers the counter charged (a sample
  * settles there; NULL when nothing was). */
-static __thread _Atomic int64_t *gpu_charged
+__thread _Atomic int64_t *gf__shim_gpu_charged
     __attribute__((tls_model("initial-exec")));
 static __attribute__((noinline)) void admit_gpu(uint64_t cost) {
   int slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
   gf_region_bucket *b = gf__shim_gpus_bucket();
-  gpu_charged = NULL;
+  gf__shim_gpu_charged = NULL;
   if (b == &gf__shim_gpus_unlimited)
     return;
   if (!b) { /* no line of its own: the container's `compute` */
     if (S.region->compute_pct >= 100 || !atomic_load(&S.region->rate))
       return;
     gf_region_admit(S.region, slot, (int64_t)cost, gf__shim_mono_ns, sleep_ns);
-    gpu_charged = &S.region->tokens;
+    gf__shim_gpu_charged = &S.region->tokens;
     return;
   }
   if (atomic_fetch_sub_explicit(&b->tokens, (int64_t)cost,
                                 memory_order_relaxed) < (int64_t)cost)
     gf_region_wait_bucket(S.region, b, slot, gf__shim_mono_ns, sleep_ns);
-  gpu_charged = &b->tokens;
+  gf__shim_gpu_charged = &b->tokens;
 }
 
 static void launch_wait_debt(uint64_t cost);
@@ -63,12 +63,6 @@ static inline void admit_tokens(uint64_t cost) {
   if (atomic_fetch_sub_explicit(S.fast_tokens, (int64_t)cost,
                                 memory_order_relaxed) < (int64_t)cost)
     launch_wait_debt(cost);
-}
-
-/* The counter the last admit_tokens of this thread charged (sampled
- * launches only). */
-static inline _Atomic int64_t *charged_counter(void) {
-  return S.gpus ? gpu_charged : &S.region->tokens;
 }
 
 /* Takes a kernel launch's tokens (waiting when the bucket is dry). */
@@ -109,8 +103,7 @@ static inline CUstream event_stream(CUstream s, bool per_thread) {
       return CALL;                                                             \
     gf__sample sm_;                                                            \
     gf__shim_sample_rearm();                                                   \
-    gf__shim_sample_begin(&sm_, (STREAM), KIND, units_, cost_,                 \
-                          charged_counter());                                  \
+    gf__shim_sample_begin(&sm_, (STREAM), KIND, units_, cost_);                \
     gf_cu_result rc_ = CALL;                                                   \
     gf__shim_sample_end(&sm_, rc_ == CUDA_SUCCESS);                            \
     return rc_;                                                                \
