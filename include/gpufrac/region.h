@@ -225,6 +225,22 @@ int gf_region_reap(gf_region *r);
 uint64_t gf_region_wait(gf_region *r, int slot, uint64_t (*now_ns)(void),
                         void (*sleep_ns)(uint64_t));
 
+/* A compute bucket outside the region's header (the interposer's per-GPU
+ * buckets, docs/shim.md "Compute"): the same four fields, refilled and
+ * waited on by gf_region_wait_bucket exactly as the header's. */
+typedef struct gf_region_bucket {
+  _Atomic int64_t tokens;
+  _Atomic uint64_t refill_ns; /* monotonic time of the last refill */
+  _Atomic uint64_t rate;      /* tokens per second; 0 = not known yet */
+  _Atomic uint64_t burst;     /* bucket size */
+} gf_region_bucket;
+
+/* gf_region_wait on bucket b instead of r's own; r gives the correction
+ * and its feedback, and slot's throttled_ns. */
+uint64_t gf_region_wait_bucket(gf_region *r, gf_region_bucket *b, int slot,
+                               uint64_t (*now_ns)(void),
+                               void (*sleep_ns)(uint64_t));
+
 /* Publishes the bucket of a region created with rate 0: capacity (blocks
  * per second of a whole GPU) x compute_pct / 100, burst 1/20 s of it, the
  * bucket full.  The first caller wins (a rate already set stays); returns

@@ -71,6 +71,40 @@ struct json_t;
 #define GF_DRA_ALLOC_TAINT_VALUE "gpufrac"
 #define GF_DRA_ALLOC_TAINT_EFFECT "NoSchedule"
 #define GF_DRA_TAINTS_MAX 16 /* per device: the API's limit */
+/* Blocking taints (NoSchedule, NoExecute) kept per device, and
+ * tolerations per claim, for matching one against the other; a device
+ * with more blocking taints than kept is never tolerated, a claim with
+ * more tolerations than kept is handed to kube-scheduler. */
+#define GF_DRA_DEV_TAINTS 8
+#define GF_DRA_TOLS_MAX 16
+
+/* One taint (in a slice, or added by a DeviceTaintRule). */
+typedef struct gf_dra_taint {
+  char key[320]; /* a qualified name: at most 316 bytes */
+  char value[72];
+  char effect[16];
+} gf_dra_taint;
+
+/* One toleration of a claim's request (request: its index). */
+typedef struct gf_dra_toleration {
+  char key[320]; /* "" with Exists: every key */
+  char value[72];
+  char effect[16]; /* "": every effect */
+  bool exists;     /* operator Exists (else Equal) */
+  uint8_t request;
+  int64_t seconds; /* tolerationSeconds; -1 when absent */
+} gf_dra_toleration;
+
+/* A DeviceTaintRule (resource.k8s.io/v1): its taint applies to every
+ * device its selector matches (an empty field matches any). */
+typedef struct gf_dra_taint_rule {
+  char name[GF_DRA_NAME_MAX];
+  bool has_selector;
+  char driver[64];
+  char pool[GF_DRA_NAME_MAX];
+  char device[64];
+  gf_dra_taint taint;
+} gf_dra_taint_rule;
 
 /* ---- objects ------------------------------------------------------------ */
 
@@ -100,6 +134,8 @@ typedef struct gf_dra_device {
   bool alloc_taint;
   uint32_t blocking;
   char blocked_by[64];
+  uint32_t ntaints; /* the first GF_DRA_DEV_TAINTS blocking taints */
+  gf_dra_taint taints[GF_DRA_DEV_TAINTS];
   uint32_t nmodels; /* the weight cache's models its node holds */
   struct {
     char hex[GF_DRA_MODEL_HEX + 1]; /* the digest's first 16 hex */
@@ -143,6 +179,7 @@ typedef struct gf_dra_result {
   int64_t mem, cores; /* consumedCapacity */
   bool admin;         /* adminAccess: counts against no capacity */
   bool tolerates_own; /* written: tolerations holds the allocator taint's */
+  uint32_t tols_used; /* bit i: the claim's toleration i was used here */
 } gf_dra_result;
 
 typedef struct gf_dra_claim {
@@ -152,6 +189,8 @@ typedef struct gf_dra_claim {
   char rv[GF_DRA_LABEL_MAX];
   uint32_t nreq;
   gf_dra_request req[GF_DRA_REQUESTS_MAX];
+  uint32_t ntol; /* every request's tolerations, in order */
+  gf_dra_toleration tol[GF_DRA_TOLS_MAX];
   bool constraints; /* spec.devices.constraints or config present */
   bool allocated;
   uint32_t nres;
@@ -170,11 +209,28 @@ typedef struct gf_dra_claim {
 int gf_dra_slice_parse(const struct json_t *obj, gf_dra_slice *out, gf_diag *d);
 void gf_dra_slice_release(gf_dra_slice *s);
 
+/* Reads a v1 DeviceTaintRule (borrowed) into *out.  GF_ESYNTAX naming
+ * the member. */
+int gf_dra_taint_rule_parse(const struct json_t *obj, gf_dra_taint_rule *out,
+                            gf_diag *d);
+/* Whether rule r's selector matches device `device` of pool `pool` of
+ * driver `driver` (no selector: none). */
+bool gf_dra_taint_rule_matches(const gf_dra_taint_rule *r, const char *driver,
+                               const char *pool, const char *device);
+/* Adds taint t to dev as if its slice carried it (the allocator taint
+ * sets alloc_taint; NoSchedule and NoExecute block; others are ignored). */
+void gf_dra_device_taint(gf_dra_device *dev, const gf_dra_taint *t);
+/* Whether toleration t tolerates taint x (the API's rules: key, operator
+ * Exists or Equal, effect; an empty key with Exists matches every key,
+ * an empty effect every effect). */
+bool gf_dra_tolerates(const gf_dra_toleration *t, const gf_dra_taint *x);
+
 /* Reads a v1 ResourceClaim (borrowed) into *out.  Requests of other
  * classes, with CEL selectors (gpufrac evaluates no CEL), firstAvailable,
  * allocationMode All or adminAccess are kind GF_DRA_OTHER with a reason in
- * why.  Tolerations are allowed: gpufrac places only on devices whose one
- * taint is the allocator taint, so tolerating more widens nothing.  Same
+ * why.  Tolerations are kept (out->tol): a device's blocking taint is
+ * placed on only when every request of the pod tolerates it.  More than
+ * GF_DRA_TOLS_MAX in one claim make its requests GF_DRA_OTHER.  Same
  * errors as gf_dra_slice_parse. */
 int gf_dra_claim_parse(const struct json_t *obj, gf_dra_claim *out, gf_diag *d);
 
@@ -209,6 +265,12 @@ void gf_dra_quantity(int64_t v, char *buf, size_t cap);
  * New reference; NULL when out of memory. */
 struct json_t *gf_dra_allocation_json(const gf_dra_result *res, uint32_t n,
                                       const char *node);
+/* The same for claim c's results: each result also records c's
+ * tolerations it used (gf_dra_result.tols_used), as kube-scheduler
+ * records the tolerations it used. */
+struct json_t *gf_dra_allocation_json_of(const gf_dra_claim *c,
+                                         const gf_dra_result *res, uint32_t n,
+                                         const char *node);
 
 /* ---- the model ---------------------------------------------------------- */
 
@@ -238,6 +300,13 @@ int gf_dra_model_new_for(const gf_dra_slice *const *slices, uint32_t nslices,
                          const gf_dra_claim *const *claims, uint32_t nclaims,
                          const char *policy, gf_dra_allocator who,
                          gf_dra_model **out, gf_diag *d);
+/* Mode 2's model for placing pod[0..npod-1] (claims of one pod): the
+ * engine holds the devices with the allocator taint whose other blocking
+ * taints every request of the pod tolerates. */
+int gf_dra_model_new_tol(const gf_dra_slice *const *slices, uint32_t nslices,
+                         const gf_dra_claim *const *claims, uint32_t nclaims,
+                         const char *policy, const gf_dra_claim *const *pod,
+                         uint32_t npod, gf_dra_model **out, gf_diag *d);
 /* gf_dra_model_new_for(..., GF_DRA_BY_GPUFRAC, ...). */
 int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
                      const gf_dra_claim *const *claims, uint32_t nclaims,

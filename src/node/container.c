@@ -36,7 +36,10 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
                        c->name, c->ngpus, GF_REGION_DEVICES);
   if (!log || !*log)
     log = "warn";
+  /* compute: one value when every limited GPU has the same, else one
+   * line per GPU (the interposer keeps a bucket per GPU). */
   int32_t compute = 0;
+  bool per_gpu = false;
   for (uint32_t i = 0; i < c->ngpus; i++) {
     const gf_grant_gpu *g = &c->gpus[i];
     if (is_mig(g->uuid))
@@ -50,9 +53,17 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
       return gf_diag_set(d, GF_EINVAL,
                          "container '%s': GPU '%s' is not a GPU-<uuid>",
                          c->name, g->uuid);
-    if (g->compute_pct > 0 && (compute == 0 || g->compute_pct < compute))
+    if (g->compute_pct > 0 && compute > 0 && g->compute_pct != compute)
+      per_gpu = true;
+    if (g->compute_pct > 0 && compute == 0)
       compute = g->compute_pct;
   }
+  for (uint32_t i = 0; per_gpu && i < c->ngpus; i++)
+    if (c->gpus[i].compute_pct > 0 && !is_mig(c->gpus[i].uuid) &&
+        !gf_gpu_uuid_valid(c->gpus[i].uuid))
+      return gf_diag_set(d, GF_EINVAL,
+                         "container '%s': GPU '%s' is not a GPU-<uuid>",
+                         c->name, c->gpus[i].uuid);
   if (cap == 0)
     return gf_diag_set(d, GF_ELIMIT, "shim config: more than 0 bytes");
   gf__buf b;
@@ -67,7 +78,11 @@ int gf_node_shim_config_text(const gf_grant_container *c, const char *log,
     if (c->gpus[i].mem_bytes > 0 && !is_mig(c->gpus[i].uuid))
       gf__buf_appendf(&b, "memory.%s = %" PRId64 "\n", c->gpus[i].uuid,
                       c->gpus[i].mem_bytes);
-  if (compute > 0)
+  for (uint32_t i = 0; per_gpu && i < c->ngpus; i++)
+    if (c->gpus[i].compute_pct > 0 && !is_mig(c->gpus[i].uuid))
+      gf__buf_appendf(&b, "compute.%s = %d\n", c->gpus[i].uuid,
+                      (int)c->gpus[i].compute_pct);
+  if (compute > 0 && !per_gpu)
     gf__buf_appendf(&b, "compute = %d\n", (int)compute);
   gf__buf_appendf(&b, "log = %s\n", log);
   if (gf__buf_error(&b))

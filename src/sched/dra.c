@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "dra_int.h"
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
@@ -233,22 +234,12 @@ static int parse_taints(const json_t *o, gf_dra_device *dev, const char *where,
     fmt(w, sizeof(w), "%s.taints[%zu]", where, i);
     if (!json_is_object(t))
       return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", w);
-    char key[320], value[72], effect[24];
-    if ((rc = get_str(t, "key", key, sizeof(key), true, w, d)) ||
-        (rc = get_str(t, "value", value, sizeof(value), false, w, d)) ||
-        (rc = get_str(t, "effect", effect, sizeof(effect), true, w, d)))
+    gf_dra_taint x;
+    if ((rc = get_str(t, "key", x.key, sizeof(x.key), true, w, d)) ||
+        (rc = get_str(t, "value", x.value, sizeof(x.value), false, w, d)) ||
+        (rc = get_str(t, "effect", x.effect, sizeof(x.effect), true, w, d)))
       return rc;
-    bool blocks =
-        strcmp(effect, "NoSchedule") == 0 || strcmp(effect, "NoExecute") == 0;
-    if (strcmp(key, GF_DRA_ALLOC_TAINT_KEY) == 0 &&
-        strcmp(value, GF_DRA_ALLOC_TAINT_VALUE) == 0 &&
-        strcmp(effect, GF_DRA_ALLOC_TAINT_EFFECT) == 0) {
-      dev->alloc_taint = true;
-    } else if (blocks) {
-      if (dev->blocking++ == 0)
-        fmt(dev->blocked_by, sizeof(dev->blocked_by), "%s=%s:%s", key, value,
-            effect);
-    }
+    gf_dra_device_taint(dev, &x);
   }
   return 0;
 }
@@ -505,6 +496,94 @@ static int parse_result(const json_t *o, gf_dra_result *r, const char *where,
   return 0;
 }
 
+/* Request o's tolerations (exactly.tolerations) appended to c->tol with
+ * request index ri.  More than GF_DRA_TOLS_MAX in the claim make the
+ * request one gpufrac does not place (kube-scheduler does). */
+static int parse_tolerations(const json_t *o, gf_dra_claim *c, uint32_t ri,
+                             const char *where, gf_diag *d) {
+  const json_t *ex = json_object_get(o, "exactly"), *ts;
+  char w[GF_DRA_NAME_MAX + 128];
+  fmt(w, sizeof(w), "%s.exactly", where);
+  int rc = json_is_object(ex)
+               ? get_arr(ex, "tolerations", &ts, GF_DRA_TAINTS_MAX, w, d)
+               : 0;
+  if (rc || !json_is_object(ex) || !ts)
+    return rc;
+  gf_dra_request *r = &c->req[ri];
+  size_t i;
+  const json_t *t;
+  json_array_foreach(ts, i, t) {
+    char tw[sizeof(w) + 32], op[16];
+    fmt(tw, sizeof(tw), "%s.tolerations[%zu]", w, i);
+    if (!json_is_object(t))
+      return gf_diag_set(d, GF_ESYNTAX, "%s: not an object", tw);
+    gf_dra_toleration x;
+    memset(&x, 0, sizeof(x));
+    if ((rc = get_str(t, "key", x.key, sizeof(x.key), false, tw, d)) ||
+        (rc = get_str(t, "operator", op, sizeof(op), false, tw, d)) ||
+        (rc = get_str(t, "value", x.value, sizeof(x.value), false, tw, d)) ||
+        (rc = get_str(t, "effect", x.effect, sizeof(x.effect), false, tw, d)))
+      return rc;
+    if (op[0] && strcmp(op, "Exists") != 0 && strcmp(op, "Equal") != 0)
+      return gf_diag_set(d, GF_ESYNTAX, "%s.operator: '%s' (Exists or Equal)",
+                         tw, op);
+    x.exists = strcmp(op, "Exists") == 0;
+    const json_t *sec = json_object_get(t, "tolerationSeconds");
+    x.seconds = json_is_integer(sec) ? json_integer_value(sec) : -1;
+    x.request = (uint8_t)ri;
+    if (c->ntol >= GF_DRA_TOLS_MAX) {
+      if (r->kind != GF_DRA_OTHER)
+        fmt(r->why, sizeof(r->why), "request %s: more than %d tolerations",
+            r->name, GF_DRA_TOLS_MAX);
+      r->kind = GF_DRA_OTHER;
+      continue;
+    }
+    c->tol[c->ntol++] = x;
+  }
+  return 0;
+}
+
+int gf_dra_taint_rule_parse(const json_t *obj, gf_dra_taint_rule *out,
+                            gf_diag *d) {
+  memset(out, 0, sizeof(*out));
+  const json_t *meta, *spec, *sel, *t;
+  int rc;
+  if (!json_is_object(obj))
+    return gf_diag_set(d, GF_ESYNTAX, "DeviceTaintRule: not an object");
+  if ((rc = get_obj(obj, "metadata", &meta, "DeviceTaintRule", d)) ||
+      (meta && (rc = get_str(meta, "name", out->name, sizeof(out->name), false,
+                             "DeviceTaintRule.metadata", d))))
+    return rc;
+  char w[GF_DRA_NAME_MAX + 64];
+  fmt(w, sizeof(w), "DeviceTaintRule %s.spec", out->name);
+  if ((rc = get_obj(obj, "spec", &spec, "DeviceTaintRule", d)))
+    return rc;
+  if (!spec)
+    return gf_diag_set(d, GF_ESYNTAX, "DeviceTaintRule %s: no spec", out->name);
+  if ((rc = get_obj(spec, "deviceSelector", &sel, w, d)) ||
+      (rc = get_obj(spec, "taint", &t, w, d)))
+    return rc;
+  if (!t)
+    return gf_diag_set(d, GF_ESYNTAX, "%s: no taint", w);
+  char sw[sizeof(w) + 32], tw[sizeof(w) + 32];
+  fmt(sw, sizeof(sw), "%s.deviceSelector", w);
+  fmt(tw, sizeof(tw), "%s.taint", w);
+  out->has_selector = sel != NULL;
+  if (sel && ((rc = get_str(sel, "driver", out->driver, sizeof(out->driver),
+                            false, sw, d)) ||
+              (rc = get_str(sel, "pool", out->pool, sizeof(out->pool), false,
+                            sw, d)) ||
+              (rc = get_str(sel, "device", out->device, sizeof(out->device),
+                            false, sw, d))))
+    return rc;
+  gf_dra_taint *x = &out->taint;
+  if ((rc = get_str(t, "key", x->key, sizeof(x->key), true, tw, d)) ||
+      (rc = get_str(t, "value", x->value, sizeof(x->value), false, tw, d)) ||
+      (rc = get_str(t, "effect", x->effect, sizeof(x->effect), true, tw, d)))
+    return rc;
+  return 0;
+}
+
 int gf_dra_claim_parse(const json_t *obj, gf_dra_claim *out, gf_diag *d) {
   memset(out, 0, sizeof(*out));
   if (!json_is_object(obj))
@@ -549,7 +628,8 @@ int gf_dra_claim_parse(const json_t *obj, gf_dra_claim *out, gf_diag *d) {
     json_array_foreach(reqs, i, e) {
       char rw[sizeof(w) + 32];
       fmt(rw, sizeof(rw), "%s.requests[%zu]", w, i);
-      if ((rc = parse_request(e, &out->req[i], rw, d)))
+      if ((rc = parse_request(e, &out->req[i], rw, d)) ||
+          (rc = parse_tolerations(e, out, (uint32_t)i, rw, d)))
         return rc;
       out->nreq++;
     }
@@ -703,6 +783,12 @@ void gf_dra_quantity(int64_t v, char *buf, size_t cap) {
 
 json_t *gf_dra_allocation_json(const gf_dra_result *res, uint32_t n,
                                const char *node) {
+  return gf_dra_allocation_json_of(NULL, res, n, node);
+}
+
+json_t *gf_dra_allocation_json_of(const gf_dra_claim *c,
+                                  const gf_dra_result *res, uint32_t n,
+                                  const char *node) {
   json_t *results = json_array();
   json_t *al =
       json_pack("{s:{s:o},s:{s:[{s:[{s:s,s:s,s:[s]}]}]}}", "devices", "results",
@@ -719,12 +805,7 @@ json_t *gf_dra_allocation_json(const gf_dra_result *res, uint32_t n,
     if (r->share_id[0] &&
         json_object_set_new(o, "shareID", json_string(r->share_id)))
       goto fail;
-    if (r->tolerates_own &&
-        json_object_set_new(
-            o, "tolerations",
-            json_pack("[{s:s,s:s,s:s,s:s}]", "key", GF_DRA_ALLOC_TAINT_KEY,
-                      "operator", "Equal", "value", GF_DRA_ALLOC_TAINT_VALUE,
-                      "effect", GF_DRA_ALLOC_TAINT_EFFECT)))
+    if (gf__dra_tolerations_json(o, r, c))
       goto fail;
     if (r->has_mem || r->has_cores) {
       json_t *cc = json_object();
@@ -950,10 +1031,45 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
                               GF_DRA_BY_GPUFRAC, out, d);
 }
 
+/* Whose devices a model's engine holds: allocator who's, or with a pod
+ * to place (npod > 0), the devices gpufrac may place it on. */
+typedef struct admit_for {
+  gf_dra_allocator who;
+  const gf_dra_claim *const *pod;
+  uint32_t npod;
+} admit_for;
+
+static bool model_admits(const gf_dra_device *dev, const admit_for *af) {
+  if (af->who == GF_DRA_BY_GPUFRAC && af->npod)
+    return gf__dra_pod_admits(af->pod, af->npod, dev);
+  return gf_dra_device_for(dev, af->who);
+}
+
+static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
+                       const gf_dra_claim *const *claims, uint32_t nclaims,
+                       const char *policy, const admit_for *af,
+                       gf_dra_model **out, gf_diag *d);
+
 int gf_dra_model_new_for(const gf_dra_slice *const *slices, uint32_t nslices,
                          const gf_dra_claim *const *claims, uint32_t nclaims,
                          const char *policy, gf_dra_allocator who,
                          gf_dra_model **out, gf_diag *d) {
+  admit_for af = {who, NULL, 0};
+  return model_build(slices, nslices, claims, nclaims, policy, &af, out, d);
+}
+
+int gf_dra_model_new_tol(const gf_dra_slice *const *slices, uint32_t nslices,
+                         const gf_dra_claim *const *claims, uint32_t nclaims,
+                         const char *policy, const gf_dra_claim *const *pod,
+                         uint32_t npod, gf_dra_model **out, gf_diag *d) {
+  admit_for af = {GF_DRA_BY_GPUFRAC, pod, npod};
+  return model_build(slices, nslices, claims, nclaims, policy, &af, out, d);
+}
+
+static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
+                       const gf_dra_claim *const *claims, uint32_t nclaims,
+                       const char *policy, const admit_for *af,
+                       gf_dra_model **out, gf_diag *d) {
   *out = NULL;
   gf_dra_model *m = gf__calloc(1, sizeof(*m));
   gf_request *reqs = NULL;
@@ -961,7 +1077,7 @@ int gf_dra_model_new_for(const gf_dra_slice *const *slices, uint32_t nslices,
   int rc = GF_ENOMEM;
   if (!m || !(m->c = gf_cluster_new()))
     goto nomem;
-  m->who = who;
+  m->who = af->who;
   uint32_t total = 0;
   for (uint32_t i = 0; i < nslices; i++)
     if (slices[i]->ours && newest(slices, nslices, slices[i]))
@@ -1003,7 +1119,7 @@ int gf_dra_model_new_for(const gf_dra_slice *const *slices, uint32_t nslices,
       mdev *md = &m->devs[k];
       if (strcmp(md->pool, m->devs[i].pool) != 0 || !md->dev.mem.present ||
           (md->dev.type[0] && strcmp(md->dev.type, "gpu") != 0) ||
-          !gf_dra_device_for(&md->dev, who))
+          !model_admits(&md->dev, af))
         continue;
       memset(&specs[ng], 0, sizeof(specs[ng]));
       specs[ng].model = md->dev.product[0] ? md->dev.product : "unknown";
@@ -1149,12 +1265,13 @@ static void undo(gf_dra_model *m, placed *pl, uint32_t npl, mdev **used,
 
 /* Places one request on node `node` (UINT32_MAX: the engine chooses) and
  * books it; appends its results to res. */
-static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t weights,
-                     uint32_t weights_own, uint32_t *node, placed *pl,
-                     uint32_t *npl, mdev **used, int64_t *um, int64_t *uc,
-                     uint32_t *nused, const uint8_t *rnd, size_t rnd_len,
-                     size_t *rnd_off, gf_dra_result *res, uint32_t *nres,
-                     gf_diag *d) {
+static int place_one(gf_dra_model *m, const gf_dra_claim *c, uint32_t ri,
+                     uint32_t weights, uint32_t weights_own, uint32_t *node,
+                     placed *pl, uint32_t *npl, mdev **used, int64_t *um,
+                     int64_t *uc, uint32_t *nused, const uint8_t *rnd,
+                     size_t rnd_len, size_t *rnd_off, gf_dra_result *res,
+                     uint32_t *nres, gf_diag *d) {
+  const gf_dra_request *r = &c->req[ri];
   bool share = r->kind == GF_DRA_SHARE;
   const gf_dra_device *td = typical_dev(m, share);
   if (!td)
@@ -1214,7 +1331,8 @@ static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t weights,
     used[*nused] = md;
     um[*nused] = mem;
     uc[(*nused)++] = cores;
-    if (!gf_dra_device_for(&md->dev, GF_DRA_BY_GPUFRAC))
+    uint32_t tols = 0;
+    if (!gf__dra_request_admits(c, ri, &md->dev, &tols))
       return gf_diag_set(d, GF_EINVAL,
                          "request %s: device %s/%s is not gpufrac's to "
                          "allocate (%s)",
@@ -1224,6 +1342,7 @@ static int place_one(gf_dra_model *m, const gf_dra_request *r, uint32_t weights,
     gf_dra_result *o = &res[(*nres)++];
     memset(o, 0, sizeof(*o));
     o->tolerates_own = true;
+    o->tols_used = tols;
     snprintf(o->request, sizeof(o->request), "%s", r->name);
     snprintf(o->driver, sizeof(o->driver), "%s", GF_DRA_DRIVER);
     snprintf(o->pool, sizeof(o->pool), "%s", md->pool);
@@ -1282,9 +1401,8 @@ int gf_dra_model_place_own(gf_dra_model *m, const gf_dra_claim *const *claims,
   for (uint32_t i = 0; i < n && !rc; i++) {
     nres[i] = 0;
     for (uint32_t j = 0; j < claims[i]->nreq && !rc; j++) {
-      rc = place_one(m, &claims[i]->req[j], weights, weights_own, &ni, pl, &npl,
-                     used, um, uc, &nused, rnd, rnd_len, &off, res[i], &nres[i],
-                     d);
+      rc = place_one(m, claims[i], j, weights, weights_own, &ni, pl, &npl, used,
+                     um, uc, &nused, rnd, rnd_len, &off, res[i], &nres[i], d);
       if (rc)
         gf_diag_prefix(d, "claim %s", claims[i]->name);
     }

@@ -118,6 +118,8 @@ static void drop_slice(void *p) {
 }
 static void drop_json(void *p) { json_decref(p); }
 
+#define NINF 4 /* informers */
+
 struct gf_sched_dra {
   gf_kube_config *cfg;
   char policy[POLICY_MAX];
@@ -125,17 +127,23 @@ struct gf_sched_dra {
   long interval_ms, settle_ms;
   bool (*is_leader)(void *);
   void *leader_user;
-  gf_kube_informer *inf[3]; /* slices, claims, pods */
-  gf_kube *k;               /* the placer's client */
+  gf_kube_informer *inf[NINF]; /* slices, claims, pods, taint rules */
+  gf_kube *k;                  /* the placer's client */
   pthread_mutex_t mu;
   store slices, claims, pods; /* gf_dra_slice*, gf_dra_claim*, json_t* */
+  store rules;                /* gf_dra_taint_rule* */
+  /* The slices as the models saw them: rules' taints added (eff[i] owns
+   * its devices when own[i]; else it borrows slices.vals[i]'s). */
+  gf_dra_slice *eff;
+  bool *own;
+  uint32_t neff;
   store said;           /* pod key -> the last reason logged for it (char*) */
   gf_dra_model *model;  /* mode 2: the devices gpufrac allocates */
   gf_dra_model *kmodel; /* mode 1's score: kube-scheduler's devices */
   bool dirty;
   gf_sched_dra_stats st;
-  pthread_t t[4];
-  bool have[4], started;
+  pthread_t t[NINF + 1];
+  bool have[NINF + 1], started;
   atomic_int stop;
   int rnd_fd;
 };
@@ -191,6 +199,41 @@ static void slice_gone(void *u, json_t *o) {
   key_of(o, key, sizeof(key));
   pthread_mutex_lock(&f->mu);
   store_del(&f->slices, key);
+  f->dirty = true;
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void rule_set(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  char key[KEY_MAX];
+  key_of(o, key, sizeof(key));
+  gf_dra_taint_rule *r = gf__calloc(1, sizeof(*r));
+  gf_diag d = {""};
+  int rc = r ? gf_dra_taint_rule_parse(o, r, &d) : GF_ENOMEM;
+  pthread_mutex_lock(&f->mu);
+  f->dirty = true;
+  if (rc) {
+    f->st.errors++;
+    logf_(f, "gpufrac scheduler: DRA: %s (left out)\n", d.msg);
+    store_del(&f->rules, key);
+    gf__free(r);
+  } else {
+    store_put(&f->rules, key, r);
+  }
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void rule_upd(void *u, json_t *old, json_t *o) {
+  (void)old;
+  rule_set(u, o);
+}
+
+static void rule_gone(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  char key[KEY_MAX];
+  key_of(o, key, sizeof(key));
+  pthread_mutex_lock(&f->mu);
+  store_del(&f->rules, key);
   f->dirty = true;
   pthread_mutex_unlock(&f->mu);
 }
@@ -339,6 +382,49 @@ static void inf_error(void *u, int rc, const char *msg) {
 
 /* ---- the model --------------------------------------------------------- */
 
+static void eff_release(gf_sched_dra *f) {
+  for (uint32_t i = 0; i < f->neff; i++)
+    if (f->own[i])
+      gf__free(f->eff[i].devices);
+  gf__free(f->eff);
+  gf__free(f->own);
+  f->eff = NULL;
+  f->own = NULL;
+  f->neff = 0;
+}
+
+/* f->eff: the slices with every DeviceTaintRule's taint on the devices it
+ * selects, as kube-scheduler applies them.  mu held. */
+static int eff_build(gf_sched_dra *f) {
+  eff_release(f);
+  uint32_t n = f->slices.n;
+  f->eff = gf__calloc(n + 1, sizeof(*f->eff));
+  f->own = gf__calloc(n + 1, sizeof(*f->own));
+  if (!f->eff || !f->own)
+    return GF_ENOMEM;
+  for (uint32_t i = 0; i < n; i++, f->neff++) {
+    const gf_dra_slice *s = f->slices.vals[i];
+    f->eff[i] = *s;
+    for (uint32_t j = 0; s->ours && j < s->ndevices; j++)
+      for (uint32_t k = 0; k < f->rules.n; k++) {
+        const gf_dra_taint_rule *r = f->rules.vals[k];
+        if (!gf_dra_taint_rule_matches(r, GF_DRA_DRIVER, s->pool,
+                                       s->devices[j].name))
+          continue;
+        if (!f->own[i]) {
+          gf_dra_device *c = gf__calloc(s->ndevices, sizeof(*c));
+          if (!c)
+            return GF_ENOMEM;
+          memcpy(c, s->devices, s->ndevices * sizeof(*c));
+          f->eff[i].devices = c;
+          f->own[i] = true;
+        }
+        gf_dra_device_taint(&f->eff[i].devices[j], &r->taint);
+      }
+  }
+  return 0;
+}
+
 /* Rebuilds the model when a store changed.  mu held. */
 static int model_fresh(gf_sched_dra *f, gf_diag *d) {
   if (f->model && !f->dirty)
@@ -346,9 +432,9 @@ static int model_fresh(gf_sched_dra *f, gf_diag *d) {
   const gf_dra_slice **sl = gf__calloc(f->slices.n + 1, sizeof(*sl));
   const gf_dra_claim **cl = gf__calloc(f->claims.n + 1, sizeof(*cl));
   int rc = GF_ENOMEM;
-  if (sl && cl) {
+  if (sl && cl && eff_build(f) == 0) {
     for (uint32_t i = 0; i < f->slices.n; i++)
-      sl[i] = f->slices.vals[i];
+      sl[i] = &f->eff[i];
     for (uint32_t i = 0; i < f->claims.n; i++)
       cl[i] = f->claims.vals[i];
     gf_dra_model *m = NULL, *km = NULL;
@@ -512,11 +598,16 @@ static int lift_gate(gf_sched_dra *f, const json_t *pod, gf_diag *d) {
   return rc;
 }
 
-/* PATCHes claim c's status: allocation (NULL: clears it and reservedFor)
- * reserved for pod.  Stores the answer. */
+/* PATCHes claim c's status: its allocation, results res[0..nres-1] on
+ * node (res NULL: clears it and reservedFor), reserved for pod.  Stores
+ * the answer. */
 static int write_claim(gf_sched_dra *f, const gf_dra_claim *c,
-                       json_t *allocation, const json_t *pod, gf_diag *d) {
-  json_t *patch;
+                       const gf_dra_result *res, uint32_t nres,
+                       const char *node, const json_t *pod, gf_diag *d) {
+  json_t *patch,
+      *allocation = res ? gf_dra_allocation_json_of(c, res, nres, node) : NULL;
+  if (res && !allocation)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
   if (allocation)
     patch = json_pack(
         "{s:{s:o,s:[{s:s,s:s,s:s,s:s}]}}", "status", "allocation", allocation,
@@ -606,10 +697,36 @@ static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
                           gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
                           uint32_t *nres, char node[GF_DRA_NAME_MAX],
                           gf_diag *d) {
-  return gf_dra_model_place_own(f->model, (const gf_dra_claim *const *)cl,
-                                (uint32_t)n, pod_weights(f->model, pod),
-                                pod_weights_own(f->model, pod), rnd, rl, res,
-                                nres, node, d);
+  const gf_dra_claim *const *pc = (const gf_dra_claim *const *)cl;
+  gf_dra_model *m = f->model, *tm = NULL;
+  bool tolerates = false;
+  for (int i = 0; i < n; i++)
+    tolerates = tolerates || cl[i]->ntol > 0;
+  if (tolerates) {
+    /* A pod tolerating taints: a model of the devices whose blocking
+     * taints it tolerates (rare; the shared model holds none of those). */
+    const gf_dra_slice **sl = gf__calloc(f->neff + 1, sizeof(*sl));
+    const gf_dra_claim **all = gf__calloc(f->claims.n + 1, sizeof(*all));
+    int rc = sl && all ? 0 : gf_diag_set(d, GF_ENOMEM, "out of memory");
+    for (uint32_t i = 0; !rc && i < f->neff; i++)
+      sl[i] = &f->eff[i];
+    for (uint32_t i = 0; !rc && i < f->claims.n; i++)
+      all[i] = f->claims.vals[i];
+    if (!rc)
+      rc = gf_dra_model_new_tol(sl, f->neff, all, f->claims.n,
+                                f->has_policy ? f->policy : NULL, pc,
+                                (uint32_t)n, &tm, d);
+    gf__free(sl);
+    gf__free(all);
+    if (rc)
+      return rc;
+    m = tm;
+  }
+  int rc = gf_dra_model_place_own(m, pc, (uint32_t)n, pod_weights(m, pod),
+                                  pod_weights_own(m, pod), rnd, rl, res, nres,
+                                  node, d);
+  gf_dra_model_free(tm);
+  return rc;
 }
 
 static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
@@ -684,21 +801,16 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
     goto out;
   }
   int written = 0;
-  for (; !done && written < n; written++) {
-    json_t *al = gf_dra_allocation_json(res[written], nres[written], node);
-    if (!al) {
-      rc = gf_diag_set(&d, GF_ENOMEM, "out of memory");
-      break;
-    }
-    if ((rc = write_claim(f, cl[written], al, pod, &d))) {
+  for (; !done && written < n; written++)
+    if ((rc = write_claim(f, cl[written], res[written], nres[written], node,
+                          pod, &d))) {
       gf_diag_prefix(&d, "claim %s", cl[written]->name);
       break;
     }
-  }
   if (rc) {
     gf_diag ud = {""};
     for (int i = 0; i < written; i++)
-      write_claim(f, cl[i], NULL, pod, &ud);
+      write_claim(f, cl[i], NULL, 0, NULL, pod, &ud);
   }
   if (done) /* allocated by an earlier pass: checked again, then lifted */
     for (int i = 0; i < n; i++) {
@@ -858,7 +970,7 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
       pthread_mutex_unlock(&f->mu);
       overfill_event(f, x->pod, msg);
       for (int c = 0; c < x->n; c++) {
-        write_claim(f, x->cl[c], NULL, x->pod, &d);
+        write_claim(f, x->cl[c], NULL, 0, NULL, x->pod, &d);
         for (uint32_t r = 0; r < x->nres[c]; r++)
           for (uint32_t k = 0; k < nov; k++)
             if (strcmp(ov[k].pool, x->res[c][r].pool) == 0 &&
@@ -948,6 +1060,7 @@ static void *run_inf(gf_kube_informer *inf) {
 static void *run0(void *u) { return run_inf(((gf_sched_dra *)u)->inf[0]); }
 static void *run1(void *u) { return run_inf(((gf_sched_dra *)u)->inf[1]); }
 static void *run2(void *u) { return run_inf(((gf_sched_dra *)u)->inf[2]); }
+static void *run3(void *u) { return run_inf(((gf_sched_dra *)u)->inf[3]); }
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
@@ -969,6 +1082,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->claims.drop = free;
   f->pods.drop = drop_json;
   f->said.drop = free;
+  f->rules.drop = free;
   f->cfg = cfg;
   f->allocate = o->allocate;
   f->quiet = o->quiet;
@@ -985,13 +1099,15 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
     snprintf(f->policy, sizeof(f->policy), "%s", o->policy);
     f->has_policy = true;
   }
-  static const char *paths[3] = {GF_DRA_API "/resourceslices",
-                                 GF_DRA_API "/resourceclaims", "/api/v1/pods"};
-  gf_kube_informer_handlers h[3] = {
+  static const char *paths[NINF] = {
+      GF_DRA_API "/resourceslices", GF_DRA_API "/resourceclaims",
+      "/api/v1/pods", GF_DRA_API "/devicetaintrules"};
+  gf_kube_informer_handlers h[NINF] = {
       {slice_set, slice_upd, slice_gone, f, inf_error},
       {claim_set, claim_upd, claim_gone, f, inf_error},
-      {pod_set, pod_upd, pod_gone, f, inf_error}};
-  for (int i = 0; i < 3; i++) {
+      {pod_set, pod_upd, pod_gone, f, inf_error},
+      {rule_set, rule_upd, rule_gone, f, inf_error}};
+  for (int i = 0; i < NINF; i++) {
     gf_kube_informer_opts io = {.path = paths[i],
                                 .watch_timeout_s = o->watch_timeout_s,
                                 .seed = (uint64_t)getpid() + (uint64_t)i,
@@ -1025,10 +1141,10 @@ int gf_sched_dra_start(gf_sched_dra *f, gf_diag *d) {
   if (f->started)
     return gf_diag_set(d, GF_ESTATE, "DRA feed: already started");
   f->started = true;
-  void *(*fn[4])(void *) = {run0, run1, run2, run_placer};
+  void *(*fn[NINF + 1])(void *) = {run0, run1, run2, run3, run_placer};
   int e = 0;
-  for (int i = 0; i < 4 && !e; i++) {
-    if (i == 3 && !f->allocate)
+  for (int i = 0; i < NINF + 1 && !e; i++) {
+    if (i == NINF && !f->allocate)
       break;
     e = pthread_create(&f->t[i], NULL, fn[i], f);
     f->have[i] = e == 0;
@@ -1045,12 +1161,12 @@ void gf_sched_dra_stop(gf_sched_dra *f) {
   if (!f || !f->started)
     return;
   atomic_store(&f->stop, 1);
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < NINF; i++)
     if (f->inf[i])
       gf_kube_informer_stop(f->inf[i]);
   if (f->k)
     gf_kube_stop(f->k);
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < NINF + 1; i++)
     if (f->have[i]) {
       pthread_join(f->t[i], NULL);
       f->have[i] = false;
@@ -1062,7 +1178,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   if (!f)
     return;
   gf_sched_dra_stop(f);
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < NINF; i++)
     gf_kube_informer_free(f->inf[i]);
   gf_kube_free(f->k);
   if (f->rnd_fd >= 0)
@@ -1071,6 +1187,8 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->claims);
   store_release(&f->pods);
   store_release(&f->said);
+  store_release(&f->rules);
+  eff_release(f);
   gf_dra_model_free(f->model);
   gf_dra_model_free(f->kmodel);
   pthread_mutex_destroy(&f->mu);
@@ -1078,7 +1196,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
 }
 
 bool gf_sched_dra_synced(gf_sched_dra *f) {
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < NINF; i++)
     if (!f->inf[i] || !gf_kube_informer_synced(f->inf[i]))
       return false;
   return true;

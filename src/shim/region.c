@@ -338,12 +338,34 @@ static void feedback(gf_region *r, bool limited) {
                                     atomic_load(&r->util_bp), limited));
 }
 
+/* The bucket's four fields, wherever they are. */
+typedef struct bucket_ref {
+  _Atomic int64_t *tokens;
+  _Atomic uint64_t *refill_ns, *rate, *burst;
+} bucket_ref;
+
+static uint64_t wait_on(gf_region *r, bucket_ref b, int slot,
+                        uint64_t (*now_ns)(void), void (*sleep_ns)(uint64_t));
+
 uint64_t gf_region_wait(gf_region *r, int slot, uint64_t (*now_ns)(void),
                         void (*sleep_ns)(uint64_t)) {
-  uint64_t rate = atomic_load(&r->rate);
+  bucket_ref b = {&r->tokens, &r->refill_ns, &r->rate, &r->burst};
+  return wait_on(r, b, slot, now_ns, sleep_ns);
+}
+
+uint64_t gf_region_wait_bucket(gf_region *r, gf_region_bucket *k, int slot,
+                               uint64_t (*now_ns)(void),
+                               void (*sleep_ns)(uint64_t)) {
+  bucket_ref b = {&k->tokens, &k->refill_ns, &k->rate, &k->burst};
+  return wait_on(r, b, slot, now_ns, sleep_ns);
+}
+
+static uint64_t wait_on(gf_region *r, bucket_ref b, int slot,
+                        uint64_t (*now_ns)(void), void (*sleep_ns)(uint64_t)) {
+  uint64_t rate = atomic_load(b.rate);
   if (rate == 0)
     return 0;
-  uint64_t burst = atomic_load(&r->burst);
+  uint64_t burst = atomic_load(b.burst);
   /* Refill from elapsed time, then wait out any deficit. */
   uint64_t waited = 0;
   for (;;) {
@@ -352,7 +374,7 @@ uint64_t gf_region_wait(gf_region *r, int slot, uint64_t (*now_ns)(void),
      * below, so no elapsed time overflows. */
     unsigned __int128 rk = (unsigned __int128)rate * (c ? c : 1000);
     uint64_t now = now_ns();
-    uint64_t last = atomic_load(&r->refill_ns);
+    uint64_t last = atomic_load(b.refill_ns);
     unsigned __int128 add =
         last == 0 || now <= last ? burst : (now - last) * rk / 1000000000000ull;
     /* The refill time advances by what the whole tokens added account for,
@@ -365,16 +387,16 @@ uint64_t gf_region_wait(gf_region *r, int slot, uint64_t (*now_ns)(void),
     if (upto > now)
       upto = now;
     if (now > last && upto > last &&
-        atomic_compare_exchange_strong(&r->refill_ns, &last, upto)) {
+        atomic_compare_exchange_strong(b.refill_ns, &last, upto)) {
       if (add > burst)
         add = burst;
-      int64_t t = atomic_fetch_add(&r->tokens, (int64_t)add) + (int64_t)add;
+      int64_t t = atomic_fetch_add(b.tokens, (int64_t)add) + (int64_t)add;
       /* Cap the bucket at its burst size. */
       while (t > (int64_t)burst &&
-             !atomic_compare_exchange_weak(&r->tokens, &t, (int64_t)burst))
+             !atomic_compare_exchange_weak(b.tokens, &t, (int64_t)burst))
         ;
     }
-    int64_t t = atomic_load(&r->tokens);
+    int64_t t = atomic_load(b.tokens);
     feedback(r, t < 0);
     if (t >= 0)
       break;

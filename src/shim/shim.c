@@ -560,6 +560,16 @@ static void setup_map(void) {
     atomic_store(&r->tokens, (int64_t)lim.burst);
     r->magic = GF_REGION_MAGIC;
   }
+  /* Per-GPU compute lines: each GPU its own bucket (shim_gpus.c); limits
+   * that cannot be kept refuse, as a region that cannot be mapped. */
+  if (!gf__shim_gpus_setup() && S.cfg.ncuuid) {
+    gf__shim_log(GF_SHIM_LOG_WARN,
+                 "per-GPU compute buckets cannot be mapped; refusing device "
+                 "memory");
+    S.mode = GF_SHIM_REFUSE;
+    gf__shim_view_gate();
+    return;
+  }
   pthread_atfork(NULL, NULL, after_fork_child);
   /* The bucket starts full: its first refill counts from now. */
   uint64_t zero = 0;
@@ -573,11 +583,12 @@ static void setup_map(void) {
 static void setup_once(void) {
   setup_map();
   gf__shim_view_gate();
-  atomic_store_explicit(&S.throttle,
-                        S.mode == GF_SHIM_ENFORCE && S.region &&
-                            S.region->compute_pct < 100 &&
-                            atomic_load(&S.region->rate) > 0,
-                        memory_order_relaxed);
+  atomic_store_explicit(
+      &S.throttle,
+      S.mode == GF_SHIM_ENFORCE && S.region &&
+          ((S.region->compute_pct < 100 && atomic_load(&S.region->rate) > 0) ||
+           gf__shim_gpus_throttle()),
+      memory_order_relaxed);
   atomic_store_explicit(&S.ready, 1, memory_order_release);
 }
 

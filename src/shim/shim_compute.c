@@ -48,6 +48,8 @@ typedef struct sample_slot {
   uint64_t gen;
   int kind;
   uint64_t units, charged;
+  _Atomic int64_t *tokens; /* per-GPU mode: the bucket charged (NULL:
+                              none); else the region's */
 } sample_slot;
 static sample_slot slots[NSLOT];
 static uint64_t slots_gen;
@@ -135,8 +137,10 @@ static void poll_locked(void) {
     atomic_store_explicit(&gf__shim_kcost[sl->kind], k, memory_order_relaxed);
     atomic_store_explicit(&measured, true, memory_order_relaxed);
     int64_t d = gf__cost_settle(tfp, sl->charged);
-    if (S.region)
-      atomic_fetch_sub_explicit(&S.region->tokens, d, memory_order_relaxed);
+    _Atomic int64_t *tok =
+        S.gpus ? sl->tokens : (S.region ? &S.region->tokens : NULL);
+    if (tok)
+      atomic_fetch_sub_explicit(tok, d, memory_order_relaxed);
     gf__shim_log(GF_SHIM_LOG_DEBUG,
                  "compute: %s of %llu units took %llu ns = %llu tokens "
                  "(charged %llu); now %.3f tokens per unit",
@@ -201,6 +205,7 @@ static int slot_for(CUcontext ctx) {
 void gf__shim_sample_begin(gf__sample *sm, CUstream s, int kind, uint64_t units,
                            uint64_t charged) {
   sm->slot = -1;
+  sm->tokens = S.gpus ? gf__shim_gpu_charged : NULL;
   sm->kind = kind;
   sm->units = units;
   sm->charged = charged;
@@ -240,6 +245,7 @@ void gf__shim_sample_end(gf__sample *sm, bool launched) {
     sl->kind = sm->kind;
     sl->units = sm->units;
     sl->charged = sm->charged;
+    sl->tokens = sm->tokens;
   }
   pthread_mutex_unlock(&mu);
 }

@@ -58,6 +58,7 @@ typedef struct gf__sample {
   int kind;
   uint64_t units, charged, gen;
   CUstream stream;
+  _Atomic int64_t *tokens; /* per-GPU mode: the bucket charged */
 } gf__sample;
 
 /* Re-arms the countdown (at random, 48 to 143 launches; 0 while nothing
@@ -68,6 +69,10 @@ void gf__shim_sample_rearm(void);
  * capture); sm->slot -1 otherwise. */
 void gf__shim_sample_begin(gf__sample *sm, CUstream s, int kind, uint64_t units,
                            uint64_t charged);
+/* Per-GPU mode (shim_gpus.c): the counter this thread's last launch was
+ * charged to (NULL: none), where its sample settles. */
+extern __thread _Atomic int64_t *gf__shim_gpu_charged
+    __attribute__((tls_model("initial-exec")));
 /* After the launch: records the end event when the launch succeeded, else
  * gives the sample up. */
 void gf__shim_sample_end(gf__sample *sm, bool launched);

@@ -51,32 +51,60 @@ static int set_path(char *dst, size_t n, const char *v) {
   return 0;
 }
 
-/* memory.GPU-<uuid> = bytes: kept in file order, the same UUID twice
- * keeps the last value. */
-static int set_uuid_memory(gf_shim_config *c, const char *uuid, uint64_t x,
-                           char *why, size_t whylen) {
+/* The entry of GPU `uuid` in table[0..*n) (lower-cased, appended when
+ * new), or -1 with why set.  what: the key's name, for the message. */
+static int uuid_entry(char (*table)[GF_REGION_UUID], uint32_t *n,
+                      const char *uuid, const char *what, char *why,
+                      size_t whylen) {
   if (!gf_gpu_uuid_valid(uuid)) {
     snprintf(why, whylen,
-             "want memory.GPU-xxxxxxxx-xxxx-xxxx-xxxx-"
-             "xxxxxxxxxxxx (hex digits)");
+             "want %s.GPU-xxxxxxxx-xxxx-xxxx-xxxx-"
+             "xxxxxxxxxxxx (hex digits)",
+             what);
     return -1;
   }
   char low[GF_REGION_UUID];
-  size_t n = strlen(uuid);
-  for (size_t i = 0; i <= n; i++)
+  size_t len = strlen(uuid);
+  for (size_t i = 0; i <= len; i++)
     low[i] =
         (uuid[i] >= 'A' && uuid[i] <= 'F') ? (char)(uuid[i] + 32) : uuid[i];
   uint32_t k = 0;
-  while (k < c->nuuid && strcmp(c->uuid[k], low) != 0)
+  while (k < *n && strcmp(table[k], low) != 0)
     k++;
   if (k == GF_REGION_DEVICES) {
     snprintf(why, whylen, "more than %d GPUs named", GF_REGION_DEVICES);
     return -1;
   }
-  memcpy(c->uuid[k], low, n + 1);
+  memcpy(table[k], low, len + 1);
+  if (k == *n)
+    (*n)++;
+  return (int)k;
+}
+
+/* memory.GPU-<uuid> = bytes: kept in file order, the same UUID twice
+ * keeps the last value. */
+static int set_uuid_memory(gf_shim_config *c, const char *uuid, uint64_t x,
+                           char *why, size_t whylen) {
+  int k = uuid_entry(c->uuid, &c->nuuid, uuid, "memory", why, whylen);
+  if (k < 0)
+    return -1;
   c->uuid_memory[k] = x;
-  if (k == c->nuuid)
-    c->nuuid++;
+  return 0;
+}
+
+/* compute.GPU-<uuid> = percent, likewise. */
+static int set_uuid_compute(gf_shim_config *c, const char *uuid, const char *v,
+                            char *why, size_t whylen) {
+  int64_t x;
+  gf_diag d = {""};
+  if (gf_parse_int64(v, 1, 100, &x, &d)) {
+    snprintf(why, whylen, "%s", d.msg);
+    return -1;
+  }
+  int k = uuid_entry(c->cuuid, &c->ncuuid, uuid, "compute", why, whylen);
+  if (k < 0)
+    return -1;
+  c->cuuid_compute[k] = (uint32_t)x;
   return 0;
 }
 
@@ -118,6 +146,8 @@ static int set_kv(gf_shim_config *c, const char *k, const char *v, char *why,
     c->context_overhead = (uint64_t)x;
     return 0;
   }
+  if (strncmp(k, "compute.", 8) == 0)
+    return set_uuid_compute(c, k + 8, v, why, whylen);
   if (strcmp(k, "compute") == 0) {
     if (gf_parse_int64(v, 1, 100, &x, &d)) {
       snprintf(why, whylen, "%s", d.msg);

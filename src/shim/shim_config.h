@@ -17,6 +17,9 @@
  *                         no visible device has is ignored, with one log line
  *   context_overhead = 300Mi   charged per CUDA context (0 = off)
  *   compute  = 30         percent of each GPU, 1..100
+ *   compute.GPU-8c4e1b7a-0f2d-4c1e-9a3b-5d6e7f8a9b0c = 50
+ *                         percent of the GPU with that UUID (overrides
+ *                         compute there): each GPU its own bucket
  *   capacity = 1000000    kernel blocks per second a whole GPU admits;
  *                         when absent, derived from the devices at cuInit
  *                         (GF_SHIM_BLOCK_TURNOVER below)
@@ -77,6 +80,10 @@ typedef struct gf_shim_config {
   char uuid[GF_REGION_DEVICES][GF_REGION_UUID];
   uint64_t uuid_memory[GF_REGION_DEVICES];
   uint32_t nuuid;
+  /* compute.GPU-<uuid> lines in file order (lower-case), 1..100 each. */
+  char cuuid[GF_REGION_DEVICES][GF_REGION_UUID];
+  uint32_t cuuid_compute[GF_REGION_DEVICES];
+  uint32_t ncuuid;
   uint64_t context_overhead; /* bytes per CUDA context */
   bool capacity_set;         /* capacity given, not the default */
   uint32_t compute_pct;      /* 100 = unthrottled */

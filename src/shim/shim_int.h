@@ -120,11 +120,17 @@ struct gf__shim {
   real_fns real;
   void *legacy[GF__SHIM_NLEGACY]; /* the real driver's, GF_SHIM_LEGACY */
   gf_region *region;
-  _Atomic int slot;      /* -1 until the first charge */
-  _Atomic int ready;     /* setup done: the fast paths skip pthread_once */
-  _Atomic bool throttle; /* enforcing, compute < 100% and the rate known */
-  pthread_mutex_t lock;  /* guards the pools (driver calls are made under it) */
-  _Atomic int tlock;     /* guards the tables (tlock_take; no calls under it) */
+  /* The counter the launch fast path takes tokens from: the region's
+   * bucket, or with per-GPU compute lines (shim_gpus.c) a counter of the
+   * process's own that is never refilled, so throttled launches go out of
+   * line to their GPU's bucket. */
+  _Atomic int64_t *fast_tokens;
+  struct gf__shim_gpus *gpus; /* per-GPU buckets; NULL without */
+  _Atomic int slot;           /* -1 until the first charge */
+  _Atomic int ready;          /* setup done: the fast paths skip pthread_once */
+  _Atomic bool throttle;      /* enforcing, compute < 100% and the rate known */
+  pthread_mutex_t lock; /* guards the pools (driver calls are made under it) */
+  _Atomic int tlock;    /* guards the tables (tlock_take; no calls under it) */
   table ptrs, handles, ctxs;
   pool_acct pools[GF_SHIM_POOLS];
   _Atomic int npools; /* entries [0, npools) may be in use */
@@ -195,6 +201,15 @@ void gf__shim_resolve_real_dlsym(void);
 bool gf__shim_load(bool wait);
 void gf__shim_init_slow(void);
 bool gf__shim_map_resolve(void);
+/* Per-GPU compute (shim_gpus.c): maps the buckets and sets S.fast_tokens
+ * (true: per-GPU mode; false with per-GPU lines means the buckets cannot
+ * be had, and the caller refuses); whether any GPU's own line throttles;
+ * the bucket a launch of this thread draws from (its current context's
+ * device's: &gf__shim_gpus_unlimited at 100, NULL for the region's). */
+bool gf__shim_gpus_setup(void);
+bool gf__shim_gpus_throttle(void);
+gf_region_bucket *gf__shim_gpus_bucket(void);
+extern gf_region_bucket gf__shim_gpus_unlimited;
 void gf__shim_format_uuid(const CUuuid *u, char out[GF_REGION_UUID]);
 bool gf__shim_slot_claim(void);
 uint64_t gf__shim_mono_ns(void);

@@ -30,9 +30,39 @@ static inline uint64_t charge_of(uint64_t units, int kind) {
       units, atomic_load_explicit(&gf__shim_kcost[kind], memory_order_relaxed));
 }
 
+/* Per-GPU mode (shim_gpus.c): takes cost from the bucket of the calling
+ * thread's current device, and remembers the counter charged (a sample
+ * settles there; NULL when nothing was). */
+__thread _Atomic int64_t *gf__shim_gpu_charged
+    __attribute__((tls_model("initial-exec")));
+static __attribute__((noinline)) void admit_gpu(uint64_t cost) {
+  int slot = atomic_load_explicit(&S.slot, memory_order_relaxed);
+  gf_region_bucket *b = gf__shim_gpus_bucket();
+  gf__shim_gpu_charged = NULL;
+  if (b == &gf__shim_gpus_unlimited)
+    return;
+  if (!b) { /* no line of its own: the container's `compute` */
+    if (S.region->compute_pct >= 100 || !atomic_load(&S.region->rate))
+      return;
+    gf_region_admit(S.region, slot, (int64_t)cost, gf__shim_mono_ns, sleep_ns);
+    gf__shim_gpu_charged = &S.region->tokens;
+    return;
+  }
+  if (atomic_fetch_sub_explicit(&b->tokens, (int64_t)cost,
+                                memory_order_relaxed) < (int64_t)cost)
+    gf_region_wait_bucket(S.region, b, slot, gf__shim_mono_ns, sleep_ns);
+  gf__shim_gpu_charged = &b->tokens;
+}
+
+static void launch_wait_debt(uint64_t cost);
+
+/* Takes cost tokens (waiting when the bucket is dry): from the fast
+ * path's counter (the region's bucket), and when that is short, on the
+ * debt path (per-GPU mode: always). */
 static inline void admit_tokens(uint64_t cost) {
-  gf_region_admit(S.region, atomic_load_explicit(&S.slot, memory_order_relaxed),
-                  (int64_t)cost, gf__shim_mono_ns, sleep_ns);
+  if (atomic_fetch_sub_explicit(S.fast_tokens, (int64_t)cost,
+                                memory_order_relaxed) < (int64_t)cost)
+    launch_wait_debt(cost);
 }
 
 /* Takes a kernel launch's tokens (waiting when the bucket is dry). */
@@ -86,8 +116,15 @@ static inline CUstream event_stream(CUstream s, bool per_thread) {
  * the same fast path (the cooperative signature is cuLaunchKernel's
  * without `extra`; Ex reads its grid from its configuration). */
 
-/* The wait of a launch whose fast-path debit left the bucket in debt. */
-static void launch_wait_debt(void) {
+/* The wait of a launch whose fast-path debit of cost left the bucket in
+ * debt.  Per-GPU mode: the fast path's counter is the process's own and
+ * always short; the launch is charged to its GPU's bucket here. */
+static __attribute__((noinline)) void launch_wait_debt(uint64_t cost) {
+  if (S.gpus) {
+    atomic_store_explicit(S.fast_tokens, INT64_MIN / 4, memory_order_relaxed);
+    admit_gpu(cost);
+    return;
+  }
   gf_region_wait(S.region, atomic_load_explicit(&S.slot, memory_order_relaxed),
                  gf__shim_mono_ns, sleep_ns);
 }
@@ -119,12 +156,12 @@ static void launch_wait_debt(void) {
   static __attribute__((noinline)) gf_cu_result name##_debt(PARAMS()) {        \
     if (!grid_units(GX, GY, GZ)) { /* refused by the driver: no charge */      \
       atomic_fetch_add_explicit(                                               \
-          &S.region->tokens,                                                   \
+          S.fast_tokens,                                                       \
           (int64_t)charge_of((uint64_t)(GX) * (GY) * (GZ), GF_COST_KERNEL),    \
           memory_order_relaxed);                                               \
       return S.real.name(ARGS());                                              \
     }                                                                          \
-    launch_wait_debt();                                                        \
+    launch_wait_debt(charge_of(grid_units(GX, GY, GZ), GF_COST_KERNEL));       \
     return S.real.name(ARGS());                                                \
   }                                                                            \
   static __attribute__((noinline)) gf_cu_result name##_sample(PARAMS()) {      \
@@ -144,7 +181,7 @@ static void launch_wait_debt(void) {
         return name##_sample(ARGS());                                          \
       int64_t cost =                                                           \
           (int64_t)charge_of((uint64_t)(GX) * (GY) * (GZ), GF_COST_KERNEL);    \
-      if (atomic_fetch_sub_explicit(&S.region->tokens, cost,                   \
+      if (atomic_fetch_sub_explicit(S.fast_tokens, cost,                       \
                                     memory_order_relaxed) < cost)              \
         return name##_debt(ARGS());                                            \
     }                                                                          \

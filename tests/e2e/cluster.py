@@ -353,7 +353,8 @@ class Cluster:
         managed: more managedResources for the extender, each
         ignoredByScheduler, as docs/migrating.md adds HAMi's), or with
         config, the text of another KubeSchedulerConfiguration (the Helm
-        chart's), changed the same way."""
+        chart's), changed the same way.  Its log level is --v=2, or
+        $GPUFRAC_E2E_SCHEDULER_V (e.g. 5 to see why a pod did not fit)."""
         sched_kc = kubeconfig(self.path("scheduler.kubeconfig"), self.server, self.ca,
                               self.path("scheduler.crt"), self.path("scheduler.key"))
         cfg = self.scheduler_config(sched_kc, extender, qps, managed, config)
@@ -362,7 +363,8 @@ class Cluster:
             "--authentication-kubeconfig", sched_kc,
             "--authorization-kubeconfig", sched_kc, "--client-ca-file", self.ca,
             "--bind-address", "127.0.0.1", "--secure-port", str(self.sched_port),
-            "--v=2"] + self.gates + list(extra_args), self.path("kube-scheduler.log"))
+            "--v=%s" % os.environ.get("GPUFRAC_E2E_SCHEDULER_V", "2")] + self.gates +
+            list(extra_args), self.path("kube-scheduler.log"))
         wait_for("kube-scheduler /healthz",
                  lambda: self._alive("kube-scheduler") and
                  self.scheduler_get("/healthz") == "ok", 60)

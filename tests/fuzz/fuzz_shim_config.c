@@ -30,8 +30,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (rc > 1 || c.compute_pct < 1 || c.compute_pct > 100 || c.capacity < 1 ||
       c.graph_cost < 1 || c.log_level < GF_SHIM_LOG_OFF ||
-      c.log_level > GF_SHIM_LOG_DEBUG || c.nuuid > GF_REGION_DEVICES)
+      c.log_level > GF_SHIM_LOG_DEBUG || c.nuuid > GF_REGION_DEVICES ||
+      c.ncuuid > GF_REGION_DEVICES)
     abort();
+  for (uint32_t i = 0; i < c.ncuuid; i++) {
+    if (!gf_gpu_uuid_valid(c.cuuid[i]) || c.cuuid_compute[i] < 1 ||
+        c.cuuid_compute[i] > 100)
+      abort();
+    for (uint32_t k = 0; k < i; k++)
+      if (!strcmp(c.cuuid[k], c.cuuid[i]))
+        abort(); /* one entry per GPU */
+  }
   if ((c.region[0] && c.region[0] != '/') ||
       !memchr(c.region, '\0', sizeof(c.region)) ||
       (c.real_libcuda[0] && c.real_libcuda[0] != '/') ||

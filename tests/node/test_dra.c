@@ -1370,6 +1370,14 @@ static void test_cdi_per_request(void **state) {
   assert_int_equal(prep(s, UID_A, "two", "gpu-0:8Gi:30;gpu-1:8Gi:50", &p, &d),
                    0);
   assert_true(p.per_request);
+  /* Each GPU's own compute for the interposer (issue 27 item 7: the
+   * smallest, 30, was written for both). */
+  const char *conf = slurp("state/pods/", UID_A, "/claim/shim.conf");
+  assert_non_null(strstr(conf, "compute.GPU-00000000-1111-2222-3333-"
+                               "000000000000 = 30\n"));
+  assert_non_null(strstr(conf, "compute.GPU-00000000-1111-2222-3333-"
+                               "000000000001 = 50\n"));
+  assert_null(strstr(conf, "compute = "));
   char *spec = slurp("cdi/gpufrac.io-", UID_A, "_claim.json");
   json_t *root = json_loads(spec, 0, NULL);
   assert_non_null(root);

@@ -830,9 +830,9 @@ static void test_shim_config(void **state) {
   assert_int_equal(sc.compute_pct, 30);
   assert_int_equal(sc.log_level, GF_SHIM_LOG_INFO);
 
-  /* Different limits: one line per GPU by UUID, in grant order; the
-   * smallest compute share; a GPU with no memory limit gets no line and
-   * stays unlimited. */
+  /* Different limits: one line per GPU by UUID, in grant order, memory
+   * and compute alike (issue 27: the smallest compute share was written
+   * for all); a GPU with no limit gets no line and stays unlimited. */
   c.ngpus = 3;
   c.gpus[1] = (gf_grant_gpu){0, "GPU-bbbbbbbb-0000-4000-8000-00000000000b",
                              4 * (int64_t)GiB, 60};
@@ -848,7 +848,13 @@ static void test_shim_config(void **state) {
   assert_int_equal(sc.uuid_memory[1], 4 * GiB);
   assert_null(strstr(text, "cccccccc"));
   assert_null(strstr(text, "memory ="));
-  assert_int_equal(sc.compute_pct, 30);
+  assert_null(strstr(text, "compute ="));
+  assert_int_equal(sc.compute_pct, 100);
+  assert_int_equal(sc.ncuuid, 2);
+  assert_string_equal(sc.cuuid[0], "GPU-aaaaaaaa-0000-4000-8000-00000000000a");
+  assert_int_equal(sc.cuuid_compute[0], 30);
+  assert_string_equal(sc.cuuid[1], "GPU-bbbbbbbb-0000-4000-8000-00000000000b");
+  assert_int_equal(sc.cuuid_compute[1], 60);
   assert_int_equal(sc.log_level, GF_SHIM_LOG_WARN);
 
   /* No compute reserved anywhere: no compute line, unthrottled. */

@@ -833,6 +833,119 @@ static void test_taints_honoured(void **state) {
   free(res);
 }
 
+/* A claim j (claim_json) whose request tolerates what tols (a JSON list)
+ * says. */
+static json_t *tolerating(json_t *j, const char *tols) {
+  json_t *ex = json_object_get(
+      json_array_get(json_object_get(
+                         json_object_get(json_object_get(j, "spec"), "devices"),
+                         "requests"),
+                     0),
+      "exactly");
+  json_object_set_new(ex, "tolerations", json_loads(tols, 0, NULL));
+  return j;
+}
+
+/* DeviceTaintRules: a rule's taint on the devices its selector matches
+ * keeps mode 2 off them unless the pod's claims tolerate it; the
+ * tolerations used are recorded in the result (as kube-scheduler does). */
+static void test_taint_rules(void **state) {
+  (void)state;
+  gf_diag d = {""};
+  json_t *rj = json_loads(
+      "{\"metadata\":{\"name\":\"r\"},\"spec\":{\"deviceSelector\":"
+      "{\"driver\":\"gpu.gpufrac.io\",\"device\":\"gpu-0\"},\"taint\":"
+      "{\"key\":\"example.com/m\",\"value\":\"fw\",\"effect\":"
+      "\"NoSchedule\"}}}",
+      0, NULL);
+  gf_dra_taint_rule r;
+  assert_int_equal(gf_dra_taint_rule_parse(rj, &r, &d), 0);
+  json_decref(rj);
+  assert_true(gf_dra_taint_rule_matches(&r, GF_DRA_DRIVER, "n1", "gpu-0"));
+  assert_false(gf_dra_taint_rule_matches(&r, GF_DRA_DRIVER, "n1", "gpu-1"));
+  assert_false(gf_dra_taint_rule_matches(&r, "other.io", "n1", "gpu-0"));
+  gf_dra_taint_rule none = r;
+  none.has_selector = false; /* no selector: no device */
+  assert_false(gf_dra_taint_rule_matches(&none, GF_DRA_DRIVER, "n1", "gpu-0"));
+  rj = json_loads("{\"spec\":{\"deviceSelector\":{}}}", 0, NULL);
+  assert_int_equal(gf_dra_taint_rule_parse(rj, &r, &d), GF_ESYNTAX);
+  assert_non_null(strstr(d.msg, "no taint"));
+  json_decref(rj);
+  rj = json_loads(
+      "{\"metadata\":{\"name\":\"r\"},\"spec\":{\"deviceSelector\":"
+      "{\"pool\":\"n1\"},\"taint\":{\"key\":\"example.com/m\",\"value\":"
+      "\"fw\",\"effect\":\"NoSchedule\"}}}",
+      0, NULL);
+  assert_int_equal(gf_dra_taint_rule_parse(rj, &r, &d), 0);
+  json_decref(rj);
+
+  gf_dra_slice s;
+  slice_gpufrac("dra_slice_shared.json", &s);
+  gf_dra_device_taint(&s.devices[0], &r.taint);
+  assert_int_equal(s.devices[0].blocking, 1);
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  char node[GF_DRA_NAME_MAX];
+  gf_dra_claim a, t, w;
+  claim_of(claim_json("a", NULL, 10 * GiB, 10), &a);
+  claim_of(tolerating(claim_json("t", NULL, 10 * GiB, 10),
+                      "[{\"key\":\"example.com/m\",\"operator\":\"Equal\","
+                      "\"value\":\"fw\",\"effect\":\"NoSchedule\"},"
+                      "{\"key\":\"other\",\"operator\":\"Exists\"}]"),
+           &t);
+  claim_of(tolerating(claim_json("w", NULL, 10 * GiB, 10),
+                      "[{\"key\":\"example.com/m\",\"value\":\"v2\"}]"),
+           &w);
+  assert_int_equal(t.ntol, 2);
+  /* No toleration, or the wrong value: not placed there. */
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, NULL, 0, NULL, &m, NULL), 0);
+  assert_int_equal(place1(m, &a, res, node, &d), GF_ENOFIT);
+  gf_dra_model_free(m);
+  const gf_dra_claim *pw[] = {&w};
+  assert_int_equal(gf_dra_model_new_tol(sl, 1, NULL, 0, NULL, pw, 1, &m, &d),
+                   0);
+  assert_int_equal(place1(m, &w, res, node, &d), GF_ENOFIT);
+  gf_dra_model_free(m);
+  /* Tolerated: placed, and the toleration used is recorded (not the
+   * other one). */
+  const gf_dra_claim *pt[] = {&t};
+  assert_int_equal(gf_dra_model_new_tol(sl, 1, NULL, 0, NULL, pt, 1, &m, &d),
+                   0);
+  assert_int_equal(place1(m, &t, res, node, &d), 0);
+  assert_int_equal(res[0][0].tols_used, 1u);
+  json_t *al = gf_dra_allocation_json_of(&t, res[0], 1, node);
+  json_t *tols = json_object_get(
+      json_array_get(json_object_get(json_object_get(al, "devices"), "results"),
+                     0),
+      "tolerations");
+  assert_int_equal(json_array_size(tols), 2);
+  assert_string_equal(
+      json_string_value(json_object_get(json_array_get(tols, 0), "key")),
+      GF_DRA_ALLOC_TAINT_KEY);
+  json_t *want =
+      json_loads("{\"key\":\"example.com/m\",\"operator\":\"Equal\",\"value\":"
+                 "\"fw\",\"effect\":\"NoSchedule\"}",
+                 0, NULL);
+  assert_true(json_equal(json_array_get(tols, 1), want));
+  json_decref(want);
+  json_decref(al);
+  gf_dra_model_free(m);
+  /* A pod of a tolerating and a non-tolerating claim: not there. */
+  const gf_dra_claim *pa[] = {&t, &a};
+  assert_int_equal(gf_dra_model_new_tol(sl, 1, NULL, 0, NULL, pa, 2, &m, &d),
+                   0);
+  gf_dra_result(*res2)[GF_DRA_RESULTS_MAX] = calloc(2, sizeof(*res2));
+  uint32_t nres2[2];
+  assert_int_equal(
+      gf_dra_model_place(m, pa, 2, 0, RND, sizeof(RND), res2, nres2, node, &d),
+      GF_ENOFIT);
+  free(res2);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+  free(res);
+}
+
 /* adminAccess results (monitoring) count against no capacity. */
 static void test_admin_access(void **state) {
   (void)state;
@@ -884,6 +997,7 @@ int main(void) {
       cmocka_unit_test(test_model_owned),
       cmocka_unit_test(test_one_allocator),
       cmocka_unit_test(test_taints_honoured),
+      cmocka_unit_test(test_taint_rules),
       cmocka_unit_test(test_admin_access),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,6 +12,7 @@
  *   probe_dl reenter    probe_dl views N    probe_dl shrink REGION
  *   probe_dl work SECONDS GRID SPIN_US  (fake or real GPU)
  *   probe_dl kill ROUNDS REGION    probe_dl launches SECONDS   probe_dl nvml
+ *   probe_dl launches2 SECONDS (a thread on each of GPUs 0 and 1)
  *   probe_dl capacity REGION CAP RATE RATE-BEFORE-CUINIT
  *   probe_dl feedback REGION        probe_dl procs [mps]
  *   probe_dl capacity-device REGION PCT   probe_dl ctxcost [DEV]  (real GPU)
@@ -1287,6 +1288,37 @@ static void launches(int seconds) {
   printf("launches %ld\n", n);
 }
 
+/* One process on two GPUs (a claim of two GPUs): a thread per GPU, each
+ * on that GPU's primary context, launching as launches() does for
+ * SECONDS; prints each GPU's count. */
+struct gpu_launcher {
+  int dev, seconds;
+  long n;
+};
+static void *launch_on(void *u) {
+  struct gpu_launcher *g = u;
+  CUcontext c = NULL;
+  if (F.retain(&c, g->dev) != CUDA_SUCCESS || F.set_current(c) != CUDA_SUCCESS)
+    return NULL;
+  time_t end = time(NULL) + g->seconds;
+  while (time(NULL) < end) {
+    for (int i = 0; i < 100; i++)
+      F.launch(NULL, 10, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+    g->n += 100;
+  }
+  return NULL;
+}
+static void launches2(int seconds) {
+  F.init(0);
+  struct gpu_launcher g[2] = {{0, seconds, 0}, {1, seconds, 0}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&th[i], NULL, launch_on, &g[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
+  printf("launches %ld %ld\n", g[0].n, g[1].n);
+}
+
 static void nvml(void) {
   void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   nvmlReturn_t (*get)(nvmlDevice_t, nvmlMemory_t *);
@@ -1428,6 +1460,9 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "launches") == 0 && argc == 3) {
     load("dlopen");
     launches(atoi(argv[2]));
+  } else if (strcmp(argv[1], "launches2") == 0 && argc == 3) {
+    load("dlopen");
+    launches2(atoi(argv[2]));
   } else if (strcmp(argv[1], "nvml") == 0) {
     load("dlopen");
     nvml();

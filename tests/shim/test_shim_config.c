@@ -62,6 +62,36 @@ static void test_uuid(void **st) {
   assert_true(c.context_overhead == 64ull << 20);
 }
 
+/* compute.GPU-<uuid>: each GPU its own share (a claim of two GPUs at 50
+ * and 10 cores), beside the container's `compute` for the others. */
+static void test_uuid_compute(void **st) {
+  (void)st;
+  gf_shim_config c;
+  char err[256] = "";
+  int rc = gf__shim_config_parse(
+      "compute = 30\n"
+      "compute.GPU-AAAAAAAA-0000-4000-8000-00000000000A = 50\n"
+      "compute.GPU-bbbbbbbb-0000-4000-8000-00000000000b = 10\n"
+      "compute.GPU-aaaaaaaa-0000-4000-8000-00000000000a = 60\n",
+      &c, err, sizeof(err));
+  assert_int_equal(rc, 0);
+  assert_int_equal(c.compute_pct, 30);
+  assert_int_equal(c.ncuuid, 2);
+  assert_string_equal(c.cuuid[0], "GPU-aaaaaaaa-0000-4000-8000-00000000000a");
+  assert_int_equal(c.cuuid_compute[0], 60);
+  assert_string_equal(c.cuuid[1], "GPU-bbbbbbbb-0000-4000-8000-00000000000b");
+  assert_int_equal(c.cuuid_compute[1], 10);
+  assert_int_equal(c.nuuid, 0); /* no memory line: no memory entry */
+  assert_int_equal(gf__shim_config_parse(
+                       "compute.GPU-aaaaaaaa-0000-4000-8000-00000000000a = 0\n",
+                       &c, err, sizeof(err)),
+                   -1);
+  assert_non_null(strstr(err, "line 1: compute.GPU-"));
+  assert_int_equal(
+      gf__shim_config_parse("compute.0 = 50\n", &c, err, sizeof(err)), -1);
+  assert_non_null(strstr(err, "want compute.GPU-"));
+}
+
 static void test_malformed(void **st) {
   (void)st;
   static const struct {
@@ -232,8 +262,11 @@ static void test_hami_env(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_valid), cmocka_unit_test(test_uuid),
-      cmocka_unit_test(test_malformed), cmocka_unit_test(test_hami_env),
+      cmocka_unit_test(test_valid),
+      cmocka_unit_test(test_uuid),
+      cmocka_unit_test(test_uuid_compute),
+      cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_hami_env),
       cmocka_unit_test(test_hami_default_region)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
