@@ -83,7 +83,14 @@ Needs root.  Nothing of the machine's is used or left behind:
      share (the whole GPU's memory for the whole pod) and free = that less
      its context's 300 MiB charge, allocates exactly that much and is
      refused (CUDA_ERROR_OUT_OF_MEMORY); the agent's metrics report the
-     container's usage (allocated + context charge) from its region.
+     container's usage (allocated + context charge) from its region;
+  9. faults: the agent's container SIGKILLed (kubelet restarts it; the
+     probes' processes and the agent's per-container series unchanged; a
+     new 1Gi share admitted and refused at exactly it), then containerd
+     stopped and started (the same; the shims kept the containers);
+ 10. every GPU pod deleted: the agent's /run/gpufrac/pods (which held
+     exactly their uids) and /var/run/cdi (but its node spec) empty, no
+     per-container series, no GPU memory granted.
 """
 
 import hashlib
@@ -993,6 +1000,139 @@ def run_gpu(c, n, interposer, gpus):
         fail("the whole GPU %s holds the shares too" % seen["whole"])
 
 
+def metrics(n):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % n.metrics_port,
+                                timeout=5) as r:
+        return r.read().decode()
+
+
+def container_series(text):
+    """The agent's per-container memory series, {(name, pod): value}."""
+    out = {}
+    for ln in text.splitlines():
+        for name in ("gpufrac_container_memory_limit_bytes",
+                     "gpufrac_container_memory_used_bytes"):
+            if ln.startswith(name + "{"):
+                pod = ln.split(',pod="', 1)[1].split('"', 1)[0]
+                out[(name, pod)] = int(ln.rsplit(" ", 1)[1])
+    return out
+
+
+def running_pids(c, n, names):
+    """The runc pid of each pod's container (fails unless running)."""
+    runs = {x["id"]: x for x in n.runc_list()}
+    out = {}
+    for name in names:
+        o = c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, name))
+        cid = o["status"]["containerStatuses"][0]["containerID"][len("containerd://"):]
+        if runs.get(cid, {}).get("status") != "running":
+            fail("pod %s's container %s is not running: %s" % (
+                name, cid[:12], runs.get(cid)))
+        out[name] = runs[cid]["pid"]
+    return out
+
+
+def run_faults(c, n):
+    """The agent's container killed (kubelet restarts it), then containerd
+    restarted: the running probes keep their processes and the agent's
+    books (limits and usage, as before); after each, a new share pod is
+    admitted (the plugin registered again, Allocate answered) and held to
+    its share; at the end every probe deleted leaves no per-container
+    files, CDI spec or series behind."""
+    probes = ["p4g", "p2g", "whole", "memonly"]
+    before = container_series(metrics(n))
+    pids = running_pids(c, n, probes)
+    apath = "/api/v1/namespaces/%s/pods/agent" % AGENT_NS
+
+    def agent_cid():
+        st = c.admin.get(apath)["status"].get("containerStatuses") or [{}]
+        return st[0].get("containerID", ""), st[0].get("restartCount", 0)
+    old, _ = agent_cid()
+    runs = {x["id"]: x for x in n.runc_list()}
+    os.kill(runs[old[len("containerd://"):]]["pid"], signal.SIGKILL)
+    t0 = time.monotonic()
+
+    def restarted():
+        n.alive()
+        cid, count = agent_cid()
+        if cid == old or count < 1:
+            return None
+        try:
+            return container_series(metrics(n)) == before
+        except OSError:
+            return None
+    wait_for("kubelet to restart the agent's container, its metrics as before",
+             restarted, 90)
+    log("agent container SIGKILLed: kubelet restarted it (%.1f s); the probes' "
+        "limits and usage on its metrics unchanged" % (time.monotonic() - t0))
+    if running_pids(c, n, probes) != pids:
+        fail("the probes' processes changed across the agent's restart")
+    admit(c, n, "after-agent", 1 * GiB)
+
+    # containerd stopped and started again: the shims keep the containers.
+    mid = container_series(metrics(n))
+    n.procs.remove(n.containerd)
+    n.containerd.stop(15)
+    t0 = time.monotonic()
+    n.start_containerd()
+    wait_node_ready(c, NODE, n.alive, 60)
+    log("containerd restarted (%.1f s to answering); Node %s Ready" % (
+        time.monotonic() - t0, NODE))
+    if running_pids(c, n, probes) != pids:
+        fail("the probes' processes changed across containerd's restart")
+    if container_series(metrics(n)) != mid:
+        fail("the agent's books changed across containerd's restart: %s, "
+             "before %s" % (container_series(metrics(n)), mid))
+    admit(c, n, "after-containerd", 1 * GiB)
+
+    # Leaks: every GPU pod deleted, nothing of theirs left.
+    gone = probes + ["after-agent", "after-containerd", "share"]
+    have = n.ns(["ls", "-A", "/run/gpufrac/pods"]).stdout.split()
+    uids = [c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, x))["metadata"]["uid"]
+            for x in gone]
+    if sorted(have) != sorted(uids):
+        fail("the agent's /run/gpufrac/pods holds %s, the GPU pods are %s" % (
+            have, uids))
+    for name in gone:
+        c.admin.delete("/api/v1/namespaces/%s/pods/%s" % (NS, name),
+                       gracePeriodSeconds=1)
+    for name in gone:
+        wait_for("pod %s gone" % name, lambda: n.alive() and pod_gone(
+            c, "/api/v1/namespaces/%s/pods/%s" % (NS, name)), 90)
+
+    def clean():
+        left = n.ns(["sh", "-c", "ls -A /run/gpufrac/pods /var/run/cdi"],
+                    check=False).stdout.split()
+        left = [x for x in left if not x.endswith(":") and x != "gpufrac.io-gpu.json"]
+        series = [k for k in container_series(metrics(n))]
+        return (left, series) if not left and not series else None
+    try:
+        wait_for("the agent to remove the deleted pods' files and series", clean, 30)
+    except Failure:
+        fail("left after the GPU pods' deletion: %s; series %s" % (
+            n.ns(["sh", "-c", "ls -AR /run/gpufrac/pods /var/run/cdi"],
+                 check=False).stdout, list(container_series(metrics(n)))))
+    granted = [ln for ln in metrics(n).splitlines()
+               if ln.startswith("gpufrac_gpu_memory_granted_bytes{")]
+    if not granted or any(not ln.endswith(" 0") for ln in granted):
+        fail("GPU memory still granted after every pod left: %s" % granted)
+    log("%d GPU pods deleted: no per-container files, CDI specs or series "
+        "left, no GPU memory granted" % len(gone))
+
+
+def admit(c, n, name, limit):
+    """A new 1-GPU share of limit bytes, compute 5: admitted (Allocate
+    answered by the agent as it runs now) and refused at exactly it."""
+    path = probe_pod(c, n, name, mem="%dGi" % (limit // GiB), compute=5)
+    _, granted, kv, got = probe_result(c, n, path)
+    want = str(limit - CONTEXT_OVERHEAD)
+    if kv.get("allocated") != want or kv.get("before.total") != str(limit):
+        fail("probe %s: allocated %s of %s, want %s of %d: %s" % (
+            name, kv.get("allocated"), kv.get("before.total"), want, limit, got))
+    log("new pod %s admitted on %s, refused at its %d bytes" % (
+        name, granted[0]["uuid"], limit))
+
+
 def main():
     argv = sys.argv[1:]
     bench = 0
@@ -1022,6 +1162,7 @@ def main():
             probe_image(n, interposer, fake_cuda)
             run_agent(c, n, interposer)
             run_gpu(c, n, interposer, gpus)
+            run_faults(c, n)
             if bench:
                 bench_start(c, n, bench)
         finally:
