@@ -87,7 +87,8 @@ Needs root.  Nothing of the machine's is used or left behind:
   9. faults: the agent's container SIGKILLed (kubelet restarts it; the
      probes' processes and the agent's per-container series unchanged; a
      new 1Gi share admitted and refused at exactly it), then containerd
-     stopped and started (the same; the shims kept the containers);
+     stopped and started (the same; the shims kept the containers), then
+     kubelet (the same once the agent registered again);
  10. every GPU pod deleted: the agent's /run/gpufrac/pods (which held
      exactly their uids) and /var/run/cdi (but its node spec) empty, no
      per-container series, no GPU memory granted.
@@ -1085,8 +1086,36 @@ def run_faults(c, n):
              "before %s" % (container_series(metrics(n)), mid))
     admit(c, n, "after-containerd", 1 * GiB)
 
+    # kubelet stopped and started: the agent registers again (a pod created
+    # before that would be refused admission, as on any node), the probes
+    # and the books stay.
+    o = c.admin.get(apath)
+    alog = os.path.join(n.d, "pod-logs", "%s_agent_%s" % (AGENT_NS, o["metadata"]["uid"]),
+                        "agent", "%d.log" % o["status"]["containerStatuses"][0][
+                            "restartCount"])
+
+    def registrations():
+        with open(alog) as f:
+            return sum("registered gpufrac.io/gpu with kubelet" in ln for ln in f)
+    regs = registrations()
+    mid = container_series(metrics(n))
+    n.procs.remove(n.kubelet)
+    n.kubelet.stop(15)
+    t0 = time.monotonic()
+    n.start_kubelet()
+    wait_for("the agent to register with the restarted kubelet (%s)" % alog,
+             lambda: n.alive() and registrations() > regs, 60)
+    log("kubelet restarted: the agent registered again %.1f s later" % (
+        time.monotonic() - t0))
+    if running_pids(c, n, probes) != pids:
+        fail("the probes' processes changed across kubelet's restart")
+    if container_series(metrics(n)) != mid:
+        fail("the agent's books changed across kubelet's restart: %s, before %s"
+             % (container_series(metrics(n)), mid))
+    admit(c, n, "after-kubelet", 1 * GiB)
+
     # Leaks: every GPU pod deleted, nothing of theirs left.
-    gone = probes + ["after-agent", "after-containerd", "share"]
+    gone = probes + ["after-agent", "after-containerd", "after-kubelet", "share"]
     have = n.ns(["ls", "-A", "/run/gpufrac/pods"]).stdout.split()
     uids = [c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, x))["metadata"]["uid"]
             for x in gone]
