@@ -1152,14 +1152,35 @@ def run_faults(c, n):
 def admit(c, n, name, limit):
     """A new 1-GPU share of limit bytes, compute 5: admitted (Allocate
     answered by the agent as it runs now) and refused at exactly it."""
+    # kube-scheduler places by the Node's allocatable, which kubelet posts
+    # once the (re-)registered plugin's devices arrive: a pod created before
+    # that is Unschedulable (Insufficient gpufrac.io/gpu) and was not tried
+    # again within 90 s (two runs), so wait for it as a user would.
+    want = str(NGPUS * SLOTS)
+    t0 = time.monotonic()
+
+    def allocatable():
+        n.alive()
+        return node_obj(c, NODE)["status"].get("allocatable", {}).get(
+            RESOURCE) == want
+    try:
+        wait_for("Node %s's allocatable %s = %s again" % (NODE, RESOURCE, want),
+                 allocatable, 60)
+    except Failure:
+        st = node_obj(c, NODE)["status"]
+        fail("Node %s has capacity %s, allocatable %s" % (
+            NODE, st.get("capacity", {}).get(RESOURCE),
+            st.get("allocatable", {}).get(RESOURCE)))
+    waited = time.monotonic() - t0
     path = probe_pod(c, n, name, mem="%dGi" % (limit // GiB), compute=5)
     _, granted, kv, got = probe_result(c, n, path)
     want = str(limit - CONTEXT_OVERHEAD)
     if kv.get("allocated") != want or kv.get("before.total") != str(limit):
         fail("probe %s: allocated %s of %s, want %s of %d: %s" % (
             name, kv.get("allocated"), kv.get("before.total"), want, limit, got))
-    log("new pod %s admitted on %s, refused at its %d bytes" % (
-        name, granted[0]["uuid"], limit))
+    log("new pod %s (created once the Node's allocatable was back, %.1f s) "
+        "admitted on %s, refused at its %d bytes" % (name, waited,
+                                                     granted[0]["uuid"], limit))
 
 
 def main():
