@@ -178,6 +178,9 @@ bool gf_node_model_info(const char *name, uint32_t *sms, int32_t *cc_major,
 
 /* ---- the node config --------------------------------------------------- */
 
+/* The longest CDI kind (vendor/class) driver_cdi takes, with its NUL. */
+#define GF_NODE_CDI_KIND_MAX 64
+
 /* One "key = value" per line, '#' starts a comment:
  *   mode = shared            default for every GPU
  *   mode.2 = exclusive       GPU index 2
@@ -242,6 +245,11 @@ typedef struct gf_node_config {
   /* Where the GPUs' PCIe roots are read (<sys_dir>/bus/pci/devices/<bus
    * id>, gf_node_pcie_roots); /sys. */
   char sys_dir[GF_NODE_PATH_MAX];
+  /* driver_cdi = nvidia.com/gpu: a CDI kind whose devices, named by GPU
+   * (or MIG) UUID, every Allocate answer also names, so a runtime with CDI
+   * injects the driver as that spec says (docs/node.md, "Answer"); ""
+   * (default): none. */
+  char driver_cdi[GF_NODE_CDI_KIND_MAX];
   /* The weight cache (docs/modelcache.md; keys model_*, read by
    * src/node/modelcache_agent.c): its directory ("" = no cache), byte
    * budget (0 = none), how long a model whose last pod left stays in the

@@ -2,6 +2,7 @@
  * The node config file (gpufrac/node.h): "key = value" lines, bounded,
  * every error naming the file and line.
  */
+#include <ctype.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -261,6 +262,40 @@ static int set_allocate(gf_node_config *c, const directive *r, const char *k,
   return 0;
 }
 
+/* A CDI kind as the CDI spec allows one: vendor "/" class, each starting
+ * with a letter and ending with a letter or digit; the vendor may hold
+ * letters, digits, '-', '_' and '.', the class letters, digits, '-' and
+ * '_'. */
+static bool cdi_kind_ok(const char *v) {
+  const char *slash = strchr(v, '/');
+  if (!slash || slash == v || !slash[1] || strchr(slash + 1, '/'))
+    return false;
+  for (int part = 0; part < 2; part++) {
+    const char *b = part ? slash + 1 : v;
+    const char *e = part ? v + strlen(v) : slash;
+    if (!isalpha((unsigned char)b[0]) || !isalnum((unsigned char)e[-1]))
+      return false;
+    for (const char *p = b; p < e; p++)
+      if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' &&
+          (part || *p != '.'))
+        return false;
+  }
+  return true;
+}
+
+static int set_driver_cdi(gf_node_config *c, const directive *r, const char *k,
+                          const char *v, const char *where, gf_diag *d) {
+  (void)r, (void)k;
+  if (strlen(v) >= sizeof(c->driver_cdi) || (*v && !cdi_kind_ok(v)))
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: driver_cdi = '%s': want a CDI kind "
+                       "(vendor/class, e.g. nvidia.com/gpu, at most %d "
+                       "bytes) or nothing",
+                       where, v, GF_NODE_CDI_KIND_MAX - 1);
+  gf__node_copy(c->driver_cdi, sizeof(c->driver_cdi), v);
+  return 0;
+}
+
 static int set_mps_control(gf_node_config *c, const directive *r, const char *k,
                            const char *v, const char *where, gf_diag *d) {
   (void)r, (void)k;
@@ -327,6 +362,7 @@ static const directive directives[] = {
     FN("listen", set_listen),
     FN("log", set_log),
     FN("allocate", set_allocate),
+    FN("driver_cdi", set_driver_cdi),
     PATH("kubelet_dir", kubelet_dir),
     INT("alloc_wait_ms", alloc_wait_ms, 0, 30000, "0..30000"),
     INT("grpc_idle_ms", grpc_idle_ms, 1000, 3600000, "1000..3600000"),

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A real node: kubelet, containerd and runc with a CNI pod network (label e2e).
 
-Usage: test_node.py K8S_BIN CONTAINERD_BIN CNI_BIN GPUFRAC INTERPOSER [--keep]
+Usage: test_node.py K8S_BIN CONTAINERD_BIN CNI_BIN GPUFRAC INTERPOSER
+                    FAKE_LIBCUDA FAKE_LIBNVML [--keep]
                     [--bench N]   (then N plain and N share pods' start latency)
 
 K8S_BIN holds cluster.py's control plane and kubelet; CONTAINERD_BIN
@@ -62,6 +63,35 @@ Needs root.  Nothing of the machine's is used or left behind:
      the machine's nodes, its pts, shm and mqueue bound); the interposer
      and its preload file sit in the namespace's /var/lib (node.conf
      shim_lib, preload).
+  7. the GPU side (before the agent starts): the node's "driver" (the
+     tests' fake libcuda.so.1 and libnvidia-ml.so.1, FAKE_LIBCUDA and
+     FAKE_LIBNVML, as libcuda.so.550.54.15 and libnvidia-ml.so.550.54.15 in
+     the namespace's /var/lib) described by a CDI spec of kind
+     nvidia.com/gpu as `nvidia-ctk cdi generate` writes one (devices by
+     index, by UUID and "all"; the device nodes, the libraries bind-mounted
+     read-only into /usr/lib/x86_64-linux-gnu, a createContainer hook
+     updating the loader cache: tests/e2e/node/cdi_hook.py for
+     nvidia-cdi-hook update-ldcache), in containerd's CDI directory; the
+     agent's node.conf says driver_cdi = nvidia.com/gpu, so its Allocate
+     answers name nvidia.com/gpu=<uuid> of each granted GPU and containerd
+     applies that spec.  A probe image (tests/e2e/node/probe.c, dynamic,
+     with the glibc libraries it and the interposer load; no driver);
+  8. probe pods 4Gi/30%, 2Gi/10% (on one GPU), a whole GPU (the other) and
+     a memory-only 3Gi share: each process, preloaded with the interposer
+     by the container's own loader, dlopens libcuda.so.1 from the driver's
+     spec, sees one device (its granted UUID), cuMemGetInfo total = its
+     share (the whole GPU's memory for the whole pod) and free = that less
+     its context's 300 MiB charge, allocates exactly that much and is
+     refused (CUDA_ERROR_OUT_OF_MEMORY); the agent's metrics report the
+     container's usage (allocated + context charge) from its region;
+  9. faults: the agent's container SIGKILLed (kubelet restarts it; the
+     probes' processes and the agent's per-container series unchanged; a
+     new 1Gi share admitted and refused at exactly it), then containerd
+     stopped and started (the same; the shims kept the containers), then
+     kubelet (the same once the agent registered again);
+ 10. every GPU pod deleted: the agent's /run/gpufrac/pods (which held
+     exactly their uids) and /var/run/cdi (but its node spec) empty, no
+     per-container series, no GPU memory granted.
 """
 
 import hashlib
@@ -309,7 +339,9 @@ class Node:
             "  [plugins.'io.containerd.cri.v1.images'.pinned_images]",
             "    sandbox = %s" % q(PAUSE),
             "[plugins.'io.containerd.cri.v1.runtime']",
-            "  cdi_spec_dirs = [%s]" % q(cdi),
+            # The driver's spec (as nvidia-ctk writes to /etc/cdi) and
+            # gpufrac's (the agent's cdi_dir, /var/run/cdi: the namespace's).
+            "  cdi_spec_dirs = [%s, '/var/run/cdi']" % q(cdi),
             "  netns_mounts_under_state_dir = true",
             "  enable_selinux = false",
             "  disable_apparmor = true",
@@ -626,7 +658,7 @@ def run_agent(c, n, interposer):
     # the test runs one agent pod of its own (below) instead.
     c.kubectl("-n", AGENT_NS, "create", "configmap", "gpufrac-node-config",
               "--from-literal=node.conf=slots = %d\nshim_lib = %s\npreload = %s\n"
-              % (SLOTS, SHIM, PRELOAD))
+              "driver_cdi = nvidia.com/gpu\n" % (SLOTS, SHIM, PRELOAD))
     # The interposer where Allocate's mounts take it from: inside the
     # namespace (its /var/lib is a tmpfs).
     n.ns(["sh", "-c", "mkdir -p %s && cp %s %s && echo %s > %s" % (
@@ -638,6 +670,7 @@ def run_agent(c, n, interposer):
               ("state", "/run/gpufrac", "DirectoryOrCreate"),
               ("device-plugins", "/var/lib/kubelet/device-plugins", "Directory")]
     name = "agent"
+    n.metrics_port = free_port()
     c.admin.create("/api/v1/namespaces/%s/pods" % AGENT_NS, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
@@ -650,7 +683,7 @@ def run_agent(c, n, interposer):
                 "name": "agent", "image": image, "imagePullPolicy": "Never",
                 "command": ["gpufrac", "node", "--fake-gpus", SPEC,
                             "--config", "/etc/gpufrac/node.conf",
-                            "--listen", "127.0.0.1:%d" % free_port()],
+                            "--listen", "127.0.0.1:%d" % n.metrics_port],
                 "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
                         {"name": "KUBERNETES_SERVICE_PORT", "value": port},
                         {"name": "NODE_NAME",
@@ -747,6 +780,409 @@ def run_share(c, n, interposer):
         name, o["spec"]["nodeName"], uuids, want))
 
 
+# ---- the GPU side: the driver as NVIDIA's container toolkit brings it ----
+MULTIARCH = "/usr/lib/x86_64-linux-gnu"
+DRIVER_DIR = "/var/lib/gpufrac-e2e/driver"  # the "host's" driver files
+PROBE = "gpufrac.test/probe:1"
+DRIVER_VERSION = "550.54.15"
+CONTEXT_OVERHEAD = 300 << 20  # the interposer's default context_overhead
+GiB = 1 << 30
+
+
+def ldd(path):
+    """The shared libraries path loads, as ldd resolves them here."""
+    r = subprocess.run(["ldd", path], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("ldd %s: %s" % (path, r.stderr.strip()))
+    out = []
+    for ln in r.stdout.splitlines():
+        f = ln.split()
+        if len(f) >= 3 and f[1] == "=>" and f[2].startswith("/"):
+            out.append(f[2])
+        elif f and f[0].startswith("/"):
+            out.append(f[0])
+    return out
+
+
+def probe_image(n, interposer, fake_cuda):
+    """tests/e2e/node/probe.c, linked dynamically, in an OCI image with the
+    glibc libraries it, the interposer and the driver load (a CUDA image's
+    base), at their Debian multiarch paths, and /etc/ld.so.conf naming
+    that directory; no libcuda, no NVML: the driver's CDI spec brings them."""
+    img = os.path.join(n.d, "images")
+    probe = os.path.join(img, "probe")
+    r = subprocess.run([n.cc, "-std=c11", "-O2", "-Wall", "-Werror", "-o", probe,
+                        os.path.join(HERE, "node", "probe.c"), "-ldl"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("compiling tests/e2e/node/probe.c: %s" % r.stderr)
+    libs = set()
+    for elf in (probe, interposer, fake_cuda):
+        libs.update(os.path.realpath(x) for x in ldd(elf))
+    libs = sorted(x for x in libs if "libcuda" not in x)
+    files = [(d, None, 0o755, None) for d in
+             ("usr", "usr/bin", "usr/lib", MULTIARCH.lstrip("/"), "usr/lib64",
+              "etc", "run")]
+    files += [("lib", None, 0o777, "usr/lib"), ("lib64", None, 0o777, "usr/lib64"),
+              ("tmp", None, 0o1777, None)]
+    interp = None
+    for lib in libs:
+        if os.path.dirname(lib) != MULTIARCH:
+            fail("%s is not in %s: the probe image keeps one library directory"
+                 % (lib, MULTIARCH))
+        files.append((lib.lstrip("/"), lib, 0o755, None))
+        if os.path.basename(lib).startswith("ld-linux"):
+            interp = os.path.basename(lib)
+    if not interp:
+        fail("ldd names no ld-linux for %s" % probe)
+    files.append(("usr/lib64/" + interp, None, 0o777, MULTIARCH + "/" + interp))
+    conf = os.path.join(img, "ld.so.conf")
+    with open(conf, "w") as f:
+        f.write(MULTIARCH + "\n")
+    files += [("etc/ld.so.conf", conf, 0o644, None),
+              ("usr/bin/probe", probe, 0o755, None)]
+    arch = oci_archive(os.path.join(img, "probe.tar"), "1", files,
+                       ["/usr/bin/probe"])
+    n.ctr("images", "import", "--base-name", PROBE.rsplit(":", 1)[0], arch)
+    if PROBE not in n.ctr("images", "list", "-q").stdout.split():
+        fail("ctr images import did not make %s" % PROBE)
+    log("image %s (tests/e2e/node/probe.c and %d glibc libraries: %s) imported"
+        % (PROBE, len(libs), ", ".join(os.path.basename(x) for x in libs)))
+
+
+def driver_cdi(c, n, fake_cuda, fake_nvml):
+    """The driver on this node as NVIDIA's toolkit presents it to a CDI
+    runtime (what `nvidia-ctk cdi generate` writes): kind nvidia.com/gpu,
+    a device per GPU named by index and by UUID plus "all", each with its
+    /dev/nvidia<minor>; common edits: the control and UVM device nodes,
+    libcuda.so.<driver> and libnvidia-ml.so.<driver> bind-mounted read-only
+    into the multiarch directory, NVIDIA_VISIBLE_DEVICES=void, and a
+    createContainer hook updating the loader cache (tests/e2e/node/
+    cdi_hook.py for nvidia-cdi-hook update-ldcache).  The fake driver's
+    own knobs (its GPUs' UUIDs and memory, FAKE_CUDA_*) are its "hardware",
+    set as env by the same spec.  Written where containerd reads specs."""
+    # The GPUs as the agent's --fake-gpus SPEC will find them.
+    r = subprocess.run([c.gpufrac, "node", "--fake-gpus", SPEC, "--once", "--print",
+                        "inventory"], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("gpufrac node --fake-gpus %s --once --print inventory: %s" % (
+            SPEC, r.stderr.strip()))
+    inv = json.loads(r.stdout)
+    ver = DRIVER_VERSION  # the stand-in's (--fake-gpus says "fake")
+    gpus = sorted(inv["gpus"], key=lambda g: g["index"])
+    n.ns(["mkdir", "-p", DRIVER_DIR])
+    mounts = []
+    for src, name in ((fake_cuda, "libcuda.so"), (fake_nvml, "libnvidia-ml.so")):
+        host = "%s/%s.%s" % (DRIVER_DIR, name, ver)
+        n.ns(["cp", src, host])
+        mounts.append({"hostPath": host, "containerPath": "%s/%s.%s" % (
+            MULTIARCH, name, ver), "options": ["ro", "nosuid", "nodev", "bind"]})
+    devices = []
+    for g in gpus:
+        node = {"deviceNodes": [{"path": "/dev/nvidia%d" % g["index"]}]}
+        devices += [{"name": str(g["index"]), "containerEdits": node},
+                    {"name": g["uuid"], "containerEdits": node}]
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": [
+        {"path": "/dev/nvidia%d" % g["index"]} for g in gpus]}})
+    spec = {
+        "cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices,
+        "containerEdits": {
+            "env": ["NVIDIA_VISIBLE_DEVICES=void",
+                    "FAKE_CUDA_DEVICES=%d" % len(gpus),
+                    "FAKE_CUDA_UUIDS=" + ",".join(g["uuid"] for g in gpus),
+                    "FAKE_CUDA_TOTAL=%d" % gpus[0]["memory"]],
+            "deviceNodes": [{"path": "/dev/" + d} for d in
+                            ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")],
+            "mounts": mounts,
+            "hooks": [{"hookName": "createContainer", "path": sys.executable,
+                       "args": ["python3", os.path.join(HERE, "node", "cdi_hook.py"),
+                                "update-ldcache", "--folder", MULTIARCH]}]}}
+    path = os.path.join(n.d, "cdi", "nvidia.json")
+    with open(path, "w") as f:
+        json.dump(spec, f, indent=1)
+    log("driver CDI spec %s: kind nvidia.com/gpu, devices %s, libcuda.so.%s and "
+        "libnvidia-ml.so.%s" % (path, [d["name"] for d in devices], ver, ver))
+    return gpus
+
+
+def probe_pod(c, n, name, gpu=None, mem=None, compute=None):
+    obj = pod(name, gpu, mem, compute, ns=NS)
+    obj["spec"]["terminationGracePeriodSeconds"] = 2
+    obj["spec"]["containers"][0].update({"image": PROBE, "imagePullPolicy": "Never"})
+    c.admin.create("/api/v1/namespaces/%s/pods" % NS, obj)
+    return "/api/v1/namespaces/%s/pods/%s" % (NS, name)
+
+
+def probe_result(c, n, path):
+    """The probe's lines once it holds its memory (or failed), with its
+    pod and grant."""
+    o = wait_pod_running(c, path, n.alive, 90, and_ready=False)
+    name = o["metadata"]["name"]
+    clog = os.path.join(n.d, "pod-logs", "%s_%s_%s" % (NS, name, o["metadata"]["uid"]),
+                        "main", "0.log")
+
+    def lines():
+        try:
+            with open(clog) as f:
+                got = [ln.split(" ", 3)[3] for ln in f.read().splitlines()]
+        except OSError:
+            return None
+        done = any(x.startswith(("probe after", "probe error")) for x in got)
+        return got if done else None
+    got = wait_for("probe %s's output in %s" % (name, clog), lines, 30)
+    kv = {}
+    for ln in got:
+        if ln.startswith("probe error"):
+            fail("probe %s: %s (all it printed: %s)" % (name, ln, got))
+        f = ln.split()
+        for x in f[2:] if f[1] in ("before", "after") else f[1:]:
+            k, v = x.split("=", 1)
+            kv[(f[1] + "." + k) if f[1] in ("before", "after") else k] = v
+    grant = json.loads(o["metadata"]["annotations"][GRANT])
+    return o, grant["containers"][0]["gpus"], kv, got
+
+
+def run_gpu(c, n, interposer, gpus):
+    """The probe in share, whole-GPU and memory-only pods: the driver's CDI
+    devices applied by containerd, the interposer mounted by the agent's
+    Allocate answer and preloaded by the container's loader, each process
+    seeing its own share and refused at exactly it."""
+    whole = gpus[0]["memory"]
+    # A limited container's context is charged the interposer's
+    # context_overhead (docs/shim.md; 300 MiB by default) against its
+    # limit: what it may allocate is the rest.  A whole GPU has no limit:
+    # the (fake) driver's own count, which charges contexts nothing.
+    ctx = CONTEXT_OVERHEAD
+    cases = [("p4g", dict(mem="4Gi", compute=30), 4 * GiB, ctx),
+             ("p2g", dict(mem="2Gi", compute=10), 2 * GiB, ctx),
+             ("whole", dict(gpu=1), whole, 0),
+             ("memonly", dict(mem="3Gi"), 3 * GiB, ctx)]
+    seen = {}
+    for name, kw, limit, charged in cases:
+        path = probe_pod(c, n, name, **kw)
+        o, granted, kv, got = probe_result(c, n, path)
+        uuid = granted[0]["uuid"]
+        want = {"devices": "1", "uuid": uuid,
+                "before.free": str(limit - charged), "before.total": str(limit),
+                "allocated": str(limit - charged), "refused": "2",
+                "after.free": "0", "after.total": str(limit)}
+        bad = {k: (kv.get(k), v) for k, v in want.items() if kv.get(k) != v}
+        if bad:
+            fail("probe %s (%s, granted %s): got/want %s; it printed %s" % (
+                name, kw, granted, bad, got))
+        # What the interposer wrote in the pod's region, as the agent reads
+        # it back (its metrics): what it allocated and its context's charge
+        # (counted on a whole GPU too, where nothing limits it).
+        used = 'gpufrac_container_memory_used_bytes{pod_uid="%s"' % o["metadata"]["uid"]
+        held = limit - charged + ctx
+
+        def usage():
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" %
+                                        n.metrics_port, timeout=5) as r:
+                v = [ln.rsplit(" ", 1)[1] for ln in r.read().decode().splitlines()
+                     if ln.startswith(used)]
+            return v if v == [str(held)] else None
+        try:
+            wait_for("the agent's %s... = %d" % (used, held), usage, 15)
+        except Failure:
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" %
+                                        n.metrics_port, timeout=5) as r:
+                fail("the agent's metrics: %s" % [
+                    ln for ln in r.read().decode().splitlines()
+                    if "container_memory" in ln])
+        seen[name] = uuid
+        log("probe %s (%s) on %s: cuMemGetInfo %s of %s, allocated %s, then "
+            "CUDA_ERROR_OUT_OF_MEMORY" % (name, kw, uuid, kv["before.free"],
+                                           kv["before.total"], kv["allocated"]))
+    if seen["p4g"] != seen["p2g"]:
+        fail("the 4Gi and 2Gi shares landed on %s and %s, not one GPU" % (
+            seen["p4g"], seen["p2g"]))
+    if seen["whole"] == seen["p4g"]:
+        fail("the whole GPU %s holds the shares too" % seen["whole"])
+
+
+def metrics(n):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % n.metrics_port,
+                                timeout=5) as r:
+        return r.read().decode()
+
+
+def container_series(text):
+    """The agent's per-container memory series, {(name, pod): value}."""
+    out = {}
+    for ln in text.splitlines():
+        for name in ("gpufrac_container_memory_limit_bytes",
+                     "gpufrac_container_memory_used_bytes"):
+            if ln.startswith(name + "{"):
+                pod = ln.split(',pod="', 1)[1].split('"', 1)[0]
+                out[(name, pod)] = int(ln.rsplit(" ", 1)[1])
+    return out
+
+
+def running_pids(c, n, names):
+    """The runc pid of each pod's container (fails unless running)."""
+    runs = {x["id"]: x for x in n.runc_list()}
+    out = {}
+    for name in names:
+        o = c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, name))
+        cid = o["status"]["containerStatuses"][0]["containerID"][len("containerd://"):]
+        if runs.get(cid, {}).get("status") != "running":
+            fail("pod %s's container %s is not running: %s" % (
+                name, cid[:12], runs.get(cid)))
+        out[name] = runs[cid]["pid"]
+    return out
+
+
+def run_faults(c, n):
+    """The agent's container killed (kubelet restarts it), then containerd
+    restarted: the running probes keep their processes and the agent's
+    books (limits and usage, as before); after each, a new share pod is
+    admitted (the plugin registered again, Allocate answered) and held to
+    its share; at the end every probe deleted leaves no per-container
+    files, CDI spec or series behind."""
+    probes = ["p4g", "p2g", "whole", "memonly"]
+    before = container_series(metrics(n))
+    pids = running_pids(c, n, probes)
+    apath = "/api/v1/namespaces/%s/pods/agent" % AGENT_NS
+
+    def agent_cid():
+        st = c.admin.get(apath)["status"].get("containerStatuses") or [{}]
+        return st[0].get("containerID", ""), st[0].get("restartCount", 0)
+    old, _ = agent_cid()
+    runs = {x["id"]: x for x in n.runc_list()}
+    os.kill(runs[old[len("containerd://"):]]["pid"], signal.SIGKILL)
+    t0 = time.monotonic()
+
+    def restarted():
+        n.alive()
+        cid, count = agent_cid()
+        if cid == old or count < 1:
+            return None
+        try:
+            return container_series(metrics(n)) == before
+        except OSError:
+            return None
+    wait_for("kubelet to restart the agent's container, its metrics as before",
+             restarted, 90)
+    log("agent container SIGKILLed: kubelet restarted it (%.1f s); the probes' "
+        "limits and usage on its metrics unchanged" % (time.monotonic() - t0))
+    if running_pids(c, n, probes) != pids:
+        fail("the probes' processes changed across the agent's restart")
+    admit(c, n, "after-agent", 1 * GiB)
+
+    # containerd stopped and started again: the shims keep the containers.
+    mid = container_series(metrics(n))
+    n.procs.remove(n.containerd)
+    n.containerd.stop(15)
+    t0 = time.monotonic()
+    n.start_containerd()
+    wait_node_ready(c, NODE, n.alive, 60)
+    log("containerd restarted (%.1f s to answering); Node %s Ready" % (
+        time.monotonic() - t0, NODE))
+    if running_pids(c, n, probes) != pids:
+        fail("the probes' processes changed across containerd's restart")
+    if container_series(metrics(n)) != mid:
+        fail("the agent's books changed across containerd's restart: %s, "
+             "before %s" % (container_series(metrics(n)), mid))
+    admit(c, n, "after-containerd", 1 * GiB)
+
+    # kubelet stopped and started: the agent registers again (a pod created
+    # before that would be refused admission, as on any node), the probes
+    # and the books stay.
+    o = c.admin.get(apath)
+    alog = os.path.join(n.d, "pod-logs", "%s_agent_%s" % (AGENT_NS, o["metadata"]["uid"]),
+                        "agent", "%d.log" % o["status"]["containerStatuses"][0][
+                            "restartCount"])
+
+    def registrations():
+        with open(alog) as f:
+            return sum("registered gpufrac.io/gpu with kubelet" in ln for ln in f)
+    regs = registrations()
+    mid = container_series(metrics(n))
+    n.procs.remove(n.kubelet)
+    n.kubelet.stop(15)
+    t0 = time.monotonic()
+    n.start_kubelet()
+    wait_for("the agent to register with the restarted kubelet (%s)" % alog,
+             lambda: n.alive() and registrations() > regs, 60)
+    log("kubelet restarted: the agent registered again %.1f s later" % (
+        time.monotonic() - t0))
+    if running_pids(c, n, probes) != pids:
+        fail("the probes' processes changed across kubelet's restart")
+    if container_series(metrics(n)) != mid:
+        fail("the agent's books changed across kubelet's restart: %s, before %s"
+             % (container_series(metrics(n)), mid))
+    admit(c, n, "after-kubelet", 1 * GiB)
+
+    # Leaks: every GPU pod deleted, nothing of theirs left.
+    gone = probes + ["after-agent", "after-containerd", "after-kubelet", "share"]
+    have = n.ns(["ls", "-A", "/run/gpufrac/pods"]).stdout.split()
+    uids = [c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, x))["metadata"]["uid"]
+            for x in gone]
+    if sorted(have) != sorted(uids):
+        fail("the agent's /run/gpufrac/pods holds %s, the GPU pods are %s" % (
+            have, uids))
+    for name in gone:
+        c.admin.delete("/api/v1/namespaces/%s/pods/%s" % (NS, name),
+                       gracePeriodSeconds=1)
+    for name in gone:
+        wait_for("pod %s gone" % name, lambda: n.alive() and pod_gone(
+            c, "/api/v1/namespaces/%s/pods/%s" % (NS, name)), 90)
+
+    def clean():
+        left = n.ns(["sh", "-c", "ls -A /run/gpufrac/pods /var/run/cdi"],
+                    check=False).stdout.split()
+        left = [x for x in left if not x.endswith(":") and x != "gpufrac.io-gpu.json"]
+        series = [k for k in container_series(metrics(n))]
+        return (left, series) if not left and not series else None
+    try:
+        wait_for("the agent to remove the deleted pods' files and series", clean, 30)
+    except Failure:
+        fail("left after the GPU pods' deletion: %s; series %s" % (
+            n.ns(["sh", "-c", "ls -AR /run/gpufrac/pods /var/run/cdi"],
+                 check=False).stdout, list(container_series(metrics(n)))))
+    granted = [ln for ln in metrics(n).splitlines()
+               if ln.startswith("gpufrac_gpu_memory_granted_bytes{")]
+    if not granted or any(not ln.endswith(" 0") for ln in granted):
+        fail("GPU memory still granted after every pod left: %s" % granted)
+    log("%d GPU pods deleted: no per-container files, CDI specs or series "
+        "left, no GPU memory granted" % len(gone))
+
+
+def admit(c, n, name, limit):
+    """A new 1-GPU share of limit bytes, compute 5: admitted (Allocate
+    answered by the agent as it runs now) and refused at exactly it."""
+    # kube-scheduler places by the Node's allocatable, which kubelet posts
+    # once the (re-)registered plugin's devices arrive: a pod created before
+    # that is Unschedulable (Insufficient gpufrac.io/gpu) and was not tried
+    # again within 90 s (two runs), so wait for it as a user would.
+    want = str(NGPUS * SLOTS)
+    t0 = time.monotonic()
+
+    def allocatable():
+        n.alive()
+        return node_obj(c, NODE)["status"].get("allocatable", {}).get(
+            RESOURCE) == want
+    try:
+        wait_for("Node %s's allocatable %s = %s again" % (NODE, RESOURCE, want),
+                 allocatable, 60)
+    except Failure:
+        st = node_obj(c, NODE)["status"]
+        fail("Node %s has capacity %s, allocatable %s" % (
+            NODE, st.get("capacity", {}).get(RESOURCE),
+            st.get("allocatable", {}).get(RESOURCE)))
+    waited = time.monotonic() - t0
+    path = probe_pod(c, n, name, mem="%dGi" % (limit // GiB), compute=5)
+    _, granted, kv, got = probe_result(c, n, path)
+    want = str(limit - CONTEXT_OVERHEAD)
+    if kv.get("allocated") != want or kv.get("before.total") != str(limit):
+        fail("probe %s: allocated %s of %s, want %s of %d: %s" % (
+            name, kv.get("allocated"), kv.get("before.total"), want, limit, got))
+    log("new pod %s (created once the Node's allocatable was back, %.1f s) "
+        "admitted on %s, refused at its %d bytes" % (name, waited,
+                                                     granted[0]["uuid"], limit))
+
+
 def main():
     argv = sys.argv[1:]
     bench = 0
@@ -755,11 +1191,12 @@ def main():
         bench = int(argv[i + 1])
         del argv[i:i + 2]
     args = [a for a in argv if a != "--keep"]
-    if len(args) != 5:
+    if len(args) != 7:
         print(__doc__, file=sys.stderr)
         return 2
-    k8s_bin, ctrd_bin, cni_bin, gpufrac, interposer = args
-    interposer = os.path.abspath(interposer)
+    k8s_bin, ctrd_bin, cni_bin, gpufrac, interposer, fake_cuda, fake_nvml = args
+    interposer, fake_cuda, fake_nvml = (os.path.abspath(x) for x in (
+        interposer, fake_cuda, fake_nvml))
     keep = "--keep" in sys.argv[1:]
     # CTest's timeout: stop the node (bridge, cgroups) on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -770,7 +1207,12 @@ def main():
         c.start()
         try:
             run(c, n)
+            # The node's driver as its CDI runtime sees it, before the agent.
+            gpus = driver_cdi(c, n, fake_cuda, fake_nvml)
+            probe_image(n, interposer, fake_cuda)
             run_agent(c, n, interposer)
+            run_gpu(c, n, interposer, gpus)
+            run_faults(c, n)
             if bench:
                 bench_start(c, n, bench)
         finally:

@@ -352,6 +352,8 @@ static void test_match_concurrent(void **state) {
 /* ---- the answer --------------------------------------------------------- */
 
 /* An allocator over p with the weight cache (NULL: none). */
+static const char *driver_kind; /* opts.driver_cdi of the next allocator */
+
 static gf_node_allocator *
 new_alloc_cache(gf_node_pods *p, gf_node_alloc_style s, gf_node_cache *cache) {
   gf_diag d = {""};
@@ -367,6 +369,7 @@ new_alloc_cache(gf_node_pods *p, gf_node_alloc_style s, gf_node_cache *cache) {
                           .dev_dir = "/dev",
                           .log = "info",
                           .style = s,
+                          .driver_cdi = driver_kind,
                           .wait_ms = 0,
                           .mps_dir = mps,
                           .cache = cache};
@@ -702,6 +705,55 @@ static void test_allocate_cdi_and_cleanup(void **state) {
                    GF_EINVAL);
   free(o);
   gf__node_pods_free(p2);
+  gf__node_allocator_free(a);
+  gf__node_pods_free(p);
+}
+
+/* driver_cdi: the driver's CDI device of each granted GPU, by UUID in
+ * grant order, after the rest of the answer, in both styles. */
+static void test_allocate_driver_cdi(void **state) {
+  (void)state;
+  for (int style = 0; style < 2; style++) {
+    gf_node_pods *p = new_cache();
+    driver_kind = "nvidia.com/gpu";
+    gf_node_allocator *a =
+        new_alloc(p, style ? GF_NODE_ALLOC_CDI : GF_NODE_ALLOC_MOUNTS);
+    driver_kind = NULL;
+    const char *u0 = gpus2.gpus[0].uuid, *u1 = gpus2.gpus[1].uuid;
+    tctr c[] = {{"main", 2, {u1, u0}, false, false}};
+    apply(p, make_pod("uid-d", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+    gf_dp_container_answer *o = malloc(sizeof(*o));
+    const char *ids[] = {"a::0", "b::0"};
+    gf_diag d = {""};
+    assert_int_equal(gf__node_allocate(a, ids, 2, o, &d), 0);
+    char w1[128], w0[128];
+    snprintf(w1, sizeof(w1), "nvidia.com/gpu=%s", u1);
+    snprintf(w0, sizeof(w0), "nvidia.com/gpu=%s", u0);
+    uint32_t k = style ? 1 : 0; /* after gpufrac.io/gpu=<uid>_<ctr> */
+    assert_int_equal(o->ncdi, k + 2);
+    if (style)
+      assert_string_equal(o->cdi[0], "gpufrac.io/gpu=uid-d_main");
+    assert_string_equal(o->cdi[k], w1);
+    assert_string_equal(o->cdi[k + 1], w0);
+    char both[256];
+    snprintf(both, sizeof(both), "%s,%s", u1, u0);
+    if (!style) /* the mounts answer is unchanged beside them */
+      assert_string_equal(env(o, "CUDA_VISIBLE_DEVICES")->value, both);
+    free(o);
+    gf__node_allocator_free(a);
+    gf__node_pods_free(p);
+  }
+  /* Without it, no CDI device in a mounts answer. */
+  gf_node_pods *p = new_cache();
+  gf_node_allocator *a = new_alloc(p, GF_NODE_ALLOC_MOUNTS);
+  tctr c[] = {{"main", 1, {gpus2.gpus[0].uuid}, false, false}};
+  apply(p, make_pod("uid-e", "node-a", "2026-01-01T00:00:01Z", c, 1, NULL));
+  gf_dp_container_answer *o = malloc(sizeof(*o));
+  const char *ids[] = {"a::0"};
+  gf_diag d = {""};
+  assert_int_equal(gf__node_allocate(a, ids, 1, o, &d), 0);
+  assert_int_equal(o->ncdi, 0);
+  free(o);
   gf__node_allocator_free(a);
   gf__node_pods_free(p);
 }
@@ -1384,6 +1436,8 @@ int main(void) {
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_kube_link, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_dp_devices),
+      cmocka_unit_test_setup_teardown(test_allocate_driver_cdi, setup_tmp,
+                                      teardown_tmp),
       cmocka_unit_test_setup_teardown(test_model_refetch, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test(test_dp_devices_auto),

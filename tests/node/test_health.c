@@ -115,6 +115,7 @@ static void test_config_keys(void **state) {
   gf_node_config_init(&c);
   assert_int_equal(c.nxid_ignore, 6);
   assert_false(c.allocate_cdi);
+  assert_string_equal(c.driver_cdi, "");
   assert_int_equal(c.alloc_wait_ms, 3000);
   assert_int_equal(c.grpc_idle_ms, 60000);
   assert_int_equal(c.grpc_preface_ms, 10000);
@@ -122,7 +123,8 @@ static void test_config_keys(void **state) {
   gf_diag d = {""};
   const char *ok = "xid_ignore = 13, 43\nallocate = cdi\n"
                    "kubelet_dir = /k/dp\nalloc_wait_ms = 0\n"
-                   "grpc_idle_ms = 1000\ngrpc_preface_ms = 250\n";
+                   "grpc_idle_ms = 1000\ngrpc_preface_ms = 250\n"
+                   "driver_cdi = nvidia.com/gpu\n";
   assert_int_equal(gf_node_config_parse(&c, ok, strlen(ok), "n.conf", &d), 0);
   assert_int_equal(c.nxid_ignore, 2);
   assert_int_equal(c.xid_ignore[1], 43);
@@ -131,6 +133,14 @@ static void test_config_keys(void **state) {
   assert_int_equal(c.alloc_wait_ms, 0);
   assert_int_equal(c.grpc_idle_ms, 1000);
   assert_int_equal(c.grpc_preface_ms, 250);
+  assert_string_equal(c.driver_cdi, "nvidia.com/gpu");
+  const char *kinds[] = {"example.com/gpu", "a/b", "k8s.io-x_y/dev-1"};
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+    char t[128];
+    snprintf(t, sizeof(t), "driver_cdi = %s\n", kinds[i]);
+    assert_int_equal(gf_node_config_parse(&c, t, strlen(t), "n.conf", &d), 0);
+    assert_string_equal(c.driver_cdi, kinds[i]);
+  }
   const char *none = "xid_ignore = none\n";
   assert_int_equal(gf_node_config_parse(&c, none, strlen(none), "n.conf", &d),
                    0);
@@ -145,6 +155,19 @@ static void test_config_keys(void **state) {
                                "1000..3600000"},
       {"grpc_preface_ms = 0\n", "n.conf:1: grpc_preface_ms = '0': want "
                                 "100..600000"},
+      {"driver_cdi = nvidia.com\n", "n.conf:1: driver_cdi = 'nvidia.com': "
+                                    "want a CDI kind"},
+      {"driver_cdi = nvidia.com/gpu/x\n", "want a CDI kind"},
+      {"driver_cdi = /gpu\n", "want a CDI kind"},
+      {"driver_cdi = nvidia.com/\n", "want a CDI kind"},
+      {"driver_cdi = nvidia.com/g.pu\n", "want a CDI kind"},
+      {"driver_cdi = -nvidia.com/gpu\n", "want a CDI kind"},
+      {"driver_cdi = nvidia.com/gpu-\n", "want a CDI kind"},
+      {"driver_cdi = nvidia.com/gpu=0\n", "want a CDI kind"},
+      {"driver_cdi = nvidia com/gpu\n", "want a CDI kind"},
+      {"driver_cdi = a/"
+       "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n",
+       "at most 63 bytes"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     assert_int_not_equal(gf_node_config_parse(&c, bad[i].text,

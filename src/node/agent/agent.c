@@ -219,6 +219,7 @@ static int api_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
                            .log = cfg->log,
                            .style = cfg->allocate_cdi ? GF_NODE_ALLOC_CDI
                                                       : GF_NODE_ALLOC_MOUNTS,
+                           .driver_cdi = cfg->driver_cdi,
                            .wait_ms = (long)cfg->alloc_wait_ms,
                            .mps_dir = cfg->mps_dir,
                            .cache = cache,

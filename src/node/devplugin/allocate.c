@@ -35,6 +35,7 @@ struct gf_node_allocator {
   char proc[GF_NODE_PATH_MAX]; /* MIG capability files live under it */
   char log[8];
   char mps_dir[GF_NODE_PATH_MAX];
+  char driver_cdi[GF_DP_STR_MAX]; /* "": no driver CDI devices */
   gf_node_alloc_style style;
   long wait_ms;
   atomic_uint_fast64_t answered, refused;
@@ -128,6 +129,8 @@ int gf__node_allocator_new(gf_node_allocator **out, gf_node_pods *pods,
   gf__node_copy(a->log, sizeof(a->log), o->log ? o->log : "warn");
   gf__node_copy(a->mps_dir, sizeof(a->mps_dir), o->mps_dir ? o->mps_dir : "");
   gf__node_copy(a->proc, sizeof(a->proc), "/proc");
+  gf__node_copy(a->driver_cdi, sizeof(a->driver_cdi),
+                o->driver_cdi ? o->driver_cdi : "");
   a->style = o->style;
   a->wait_ms = o->wait_ms;
   a->model_wait_ms = o->model_wait_ms ? o->model_wait_ms : 1000;
@@ -480,6 +483,30 @@ static int answer_cdi(gf_node_allocator *a, const gf_node_match *m,
   return 0;
 }
 
+/* The driver's CDI devices of the granted units, <kind>=<uuid> each, after
+ * whatever the answer already names: what NVIDIA's container toolkit
+ * generates (`nvidia-ctk cdi generate` names each GPU and MIG device by
+ * its UUID too), so a runtime with CDI mounts the driver's libraries and
+ * device nodes as that spec says. */
+static int add_driver_cdi(const gf_node_allocator *a, const gf_node_match *m,
+                          const unit *units, gf_dp_container_answer *out,
+                          gf_diag *d) {
+  for (uint32_t i = 0; i < m->grant.ngpus; i++) {
+    if (out->ncdi == GF_DP_MAX_EDITS)
+      return gf_diag_set(d, GF_ELIMIT,
+                         "allocation answer: too many CDI "
+                         "devices");
+    char dev[GF_DP_STR_MAX];
+    int n = snprintf(dev, sizeof(dev), "%s=%s", a->driver_cdi,
+                     unit_uuid(&units[i]));
+    if (n < 0 || (size_t)n >= sizeof(dev))
+      return gf_diag_set(d, GF_ELIMIT, "CDI device %s=%s too long",
+                         a->driver_cdi, unit_uuid(&units[i]));
+    memcpy(out->cdi[out->ncdi++], dev, (size_t)n + 1);
+  }
+  return 0;
+}
+
 int gf__node_allocate(void *user, const char *const *ids, size_t nids,
                       gf_dp_container_answer *out, gf_diag *d) {
   gf_node_allocator *a = user;
@@ -517,6 +544,8 @@ int gf__node_allocate(void *user, const char *const *ids, size_t nids,
     rc = a->style == GF_NODE_ALLOC_CDI
              ? answer_cdi(a, &m, &paths, out, d)
              : answer_mounts(a, &m, units, &paths, out, d);
+  if (!rc && a->driver_cdi[0])
+    rc = add_driver_cdi(a, &m, units, out, d);
   pthread_mutex_unlock(&a->mu);
   if (!rc && m.model[0]) {
     rc = add_mount(out, mhost, GF_NODE_MODEL_MOUNT, true, d);

@@ -165,6 +165,10 @@ typedef struct gf_node_alloc_opts {
   const char *dev_dir; /* NULL: "/dev" */
   const char *log;     /* written into shim.conf; NULL: "warn" */
   gf_node_alloc_style style;
+  /* A CDI kind (node config driver_cdi, e.g. "nvidia.com/gpu"): every
+   * answer also names <kind>=<uuid> of each granted GPU or MIG device, the
+   * driver's devices as its CDI spec names them; NULL or "": none. */
+  const char *driver_cdi;
   long wait_ms;        /* how long a call waits for its pod (0: not at all) */
   const char *mps_dir; /* MPS pipe and shm directories (mode mps GPUs);
                           NULL: mps GPUs cannot be allocated */
