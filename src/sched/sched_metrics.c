@@ -143,8 +143,7 @@ void gf__do_metrics(gf_sched *s, reply_buf *out) {
        "(--filter-top).",
        m->filter_cut_nodes},
       {"gpufrac_extender_replay_failures_total", "counter",
-       "Bound pods that could not be booked in the model when seen (booked "
-       "later as room frees).",
+       "Bound pods not booked when seen (booked as room frees).",
        m->replay_failed},
       {"gpufrac_extender_request_nodes_refused_total", "counter",
        "Node objects sent in requests that were refused (logged).",
