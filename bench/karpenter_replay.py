@@ -222,7 +222,9 @@ class Replay(tk.Scenario):
         log("replay %s: %s" % (mode, json.dumps(res)))
         return res
 
-    def run_modes(self, arrivals, duration_s, modes):
+    def run_modes(self, arrivals, duration_s, modes, after=None):
+        """Setup, then each mode's replay (after(mode, result) once each
+        is done), the pool at zero at the end; everything stopped."""
         self.report = {}
         self.watcher = threading.Thread(target=self.watch, daemon=True)
         out = {}
@@ -230,6 +232,8 @@ class Replay(tk.Scenario):
             self.setup()
             for m in modes:
                 out[m] = self.replay(arrivals, m, duration_s)
+                if after:
+                    after(m, out[m])
             self.to_zero()
         finally:
             with self.agents_mu:

@@ -249,6 +249,30 @@ static int write_arrivals(const churn_cli *o, const ctrace *traces,
   return 0;
 }
 
+/* The table output: the run's parameters, each trace's arrivals, the
+ * summaries and a legend. */
+static void print_table(const churn_cli *o, const ctrace *traces,
+                        const gf_churn_result *results,
+                        const gf_churn_summary *sum, int nsum) {
+  printf("gpufrac simulate --churn: %.0f%% of %.0f reference GPUs offered, "
+         "%.1f days, seeds %s\n",
+         o->cfg.load * 100, results[0].reference_gpus,
+         o->cfg.duration_s / 86400, o->seeds_arg);
+  for (int t = 0; t < o->ntraces; t++)
+    printf("  %s: %zu pods, %zu lifetimes (from %s), mean capped lifetime "
+           "%.2f h, %.0f arrivals/h\n",
+           traces[t].s.name, traces[t].s.pods.n, traces[t].life.n,
+           traces[t].life_path,
+           results[t * o->npolicies * o->nseeds].mean_lifetime_s / 3600,
+           results[t * o->npolicies * o->nseeds].rate_per_h);
+  printf("\n");
+  gf_churn_report_table(stdout, sum, nsum);
+  printf("\nGPUh = GPU-hours; ratio = bought / asked for; wait = pending "
+         "time per pod;\nevict and reload m come from --consolidate, "
+         "guarded (drain candidates the\ndisruption guard held back) from "
+         "--guard.  See docs/simulator.md.\n");
+}
+
 int simulate_churn(const churn_cli *o) {
   int rc = GF_EXIT_FAIL;
   gf_diag d = {""};
@@ -315,30 +339,12 @@ int simulate_churn(const churn_cli *o) {
       fprintf(stderr, "gpufrac simulate: out of memory\n");
       goto out;
     }
-  if (strcmp(o->format, "json") == 0) {
+  if (strcmp(o->format, "json") == 0)
     gf_churn_report_json(stdout, sum, nsum, &o->cfg, o->seeds_arg);
-  } else {
-    printf("gpufrac simulate --churn: %.0f%% of %.0f reference GPUs offered, "
-           "%.1f days, seeds %s\n",
-           o->cfg.load * 100, s.results[0].reference_gpus,
-           o->cfg.duration_s / 86400, o->seeds_arg);
-    for (int t = 0; t < o->ntraces; t++)
-      printf("  %s: %zu pods, %zu lifetimes (from %s), mean capped lifetime "
-             "%.2f h, %.0f arrivals/h\n",
-             traces[t].s.name, traces[t].s.pods.n, traces[t].life.n,
-             traces[t].life_path,
-             s.results[t * o->npolicies * o->nseeds].mean_lifetime_s / 3600,
-             s.results[t * o->npolicies * o->nseeds].rate_per_h);
-    printf("\n");
-    gf_churn_report_table(stdout, sum, nsum);
-    printf("\nGPUh = GPU-hours; ratio = bought / asked for; wait = pending "
-           "time per pod;\nevict and reload m come from --consolidate, "
-           "guarded (drain candidates the\ndisruption guard held back) from "
-           "--guard.  See docs/simulator.md.\n");
-  }
-  if (o->out_dir && write_out(o, traces, sum, nsum))
-    goto out;
-  if (o->arrivals_dir && write_arrivals(o, traces, s.results))
+  else
+    print_table(o, traces, s.results, sum, nsum);
+  if ((o->out_dir && write_out(o, traces, sum, nsum)) ||
+      (o->arrivals_dir && write_arrivals(o, traces, s.results)))
     goto out;
   rc = fflush(stdout) == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
 out:
