@@ -181,6 +181,8 @@ typedef struct gf_churn_config {
   int preempt; /* GF_CHURN_PREEMPT_* */
   bool defrag;
   uint32_t defrag_max; /* default 3 */
+  bool keep_arrivals;  /* fill gf_churn_result's arrivals (replays of the
+                          same workload elsewhere: bench/karpenter_replay.py) */
 } gf_churn_config;
 
 #define GF_CHURN_PREEMPT_NONE 0
@@ -219,6 +221,13 @@ typedef struct gf_churn_result {
   size_t defrags, defrag_moves;
   double pending_high_p50_s, pending_high_p99_s;
   double pending_low_p50_s, pending_low_p99_s;
+  /* With cfg.keep_arrivals: every arrival the run processed (at most
+   * duration_s), in order, with its pod and lifetime (capped at the
+   * duration); malloc'd, released with nodes.  The Poisson arrivals come
+   * from a generator of their own seeded by cfg.seed, so every policy of a
+   * seed sees the same ones. */
+  gf_churn_arrival *arrivals;
+  size_t narrivals;
 } gf_churn_result;
 
 /* Replays churn under cfg.  `proto` gives the model table the pods' model

@@ -109,7 +109,9 @@ static const gf__opt sim_opts[] = {
     GF__OPT_STRING_ID("arrivals", "DIR",
                       "also write each workload, the pods in arrival order,\n"
                       "as DIR/arrivals-TRACE-SEED.csv (for "
-                      "scripts/placement-bound)",
+                      "scripts/placement-bound);\nwith --churn, "
+                      "DIR/churn-arrivals-TRACE-SEED.csv (times\nand "
+                      "lifetimes; for bench/karpenter_replay.py)",
                       OPT_ARRIVALS),
     GF__OPT_GROUP("model weights (docs/simulator.md; not with --churn)"),
     GF__OPT_STRING_ID("models", "N",
@@ -735,7 +737,7 @@ static int sim_value(sim_args *a, int id, const char *name, const char *v) {
     rc = sim_model_value(a, id, name, v);
   if (rc >= 0)
     return rc;
-  if (id == OPT_NODES || id == OPT_INFLATE || id == OPT_ARRIVALS)
+  if (id == OPT_NODES || id == OPT_INFLATE)
     a->not_churn = name;
   if (id == OPT_NODES) {
     a->nodes_path = v;
@@ -875,9 +877,11 @@ static int sim_churn(sim_args *a) {
                   .seeds_arg = a->seeds_arg,
                   .format = a->format,
                   .out_dir = a->out_dir,
+                  .arrivals_dir = a->arrivals_dir,
                   .jobs = (int)a->jobs,
                   .cfg = a->ccfg};
   co.cfg.ties = a->ties;
+  co.cfg.keep_arrivals = a->arrivals_dir != NULL;
   if (co.cfg.high < 0) /* --high not given */
     co.cfg.high = a->prio_given || co.cfg.defrag ? 0.1 : 0;
   return simulate_churn(&co);

@@ -193,6 +193,86 @@ static int write_out(const churn_cli *o, const ctrace *traces,
   return bad ? -1 : 0;
 }
 
+/* A CSV text field, quoted when it needs to be. */
+static void csv_text(FILE *fp, const char *v) {
+  if (!strpbrk(v, ",\"\r\n")) {
+    fputs(v, fp);
+    return;
+  }
+  fputc('"', fp);
+  for (; *v; v++) {
+    if (*v == '"')
+      fputc('"', fp);
+    fputc(*v, fp);
+  }
+  fputc('"', fp);
+}
+
+/* DIR/churn-arrivals-TRACE-SEED.csv for each trace and seed, from the first
+ * policy's run (every policy of a seed draws the same arrivals): each
+ * arrival's time, its pod (row in the pod list, name, request) and its
+ * lifetime (capped at the duration). */
+static int write_arrivals(const churn_cli *o, const ctrace *traces,
+                          const gf_churn_result *results) {
+  if (sim_out_mkdir(o->arrivals_dir))
+    return -1;
+  for (int t = 0; t < o->ntraces; t++)
+    for (int k = 0; k < o->nseeds; k++) {
+      const gf_churn_result *r =
+          &results[(size_t)t * (size_t)(o->npolicies * o->nseeds) + (size_t)k];
+      char name[256];
+      snprintf(name, sizeof(name), "churn-arrivals-%s-%llu.csv",
+               traces[t].s.name, (unsigned long long)o->seeds[k]);
+      FILE *fp = sim_out_open(o->arrivals_dir, name);
+      if (!fp)
+        return -1;
+      fprintf(fp, "t_s,row,name,num_gpu,gpu_milli,cpu_milli,memory_mib,"
+                  "gpu_spec,lifetime_s\n");
+      for (size_t i = 0; i < r->narrivals; i++) {
+        const gf_churn_arrival *a = &r->arrivals[i];
+        const gf_trace_pod *p = &traces[t].s.pods.pods[a->pod];
+        fprintf(fp, "%.3f,%zu,", a->t, a->pod);
+        csv_text(fp, p->name);
+        fprintf(fp, ",%u,%d,%lld,%lld,", p->req.gpu_count,
+                p->req.gpu_count ? p->req.gpu_milli : 0,
+                (long long)p->req.cpu_milli,
+                (long long)(p->req.mem_bytes / (1024 * 1024)));
+        csv_text(fp, p->gpu_spec);
+        fprintf(fp, ",%.3f\n", a->lifetime_s);
+      }
+      if (fclose(fp) != 0) {
+        fprintf(stderr, "gpufrac simulate: %s/%s: write failed\n",
+                o->arrivals_dir, name);
+        return -1;
+      }
+    }
+  return 0;
+}
+
+/* The table output: the run's parameters, each trace's arrivals, the
+ * summaries and a legend. */
+static void print_table(const churn_cli *o, const ctrace *traces,
+                        const gf_churn_result *results,
+                        const gf_churn_summary *sum, int nsum) {
+  printf("gpufrac simulate --churn: %.0f%% of %.0f reference GPUs offered, "
+         "%.1f days, seeds %s\n",
+         o->cfg.load * 100, results[0].reference_gpus,
+         o->cfg.duration_s / 86400, o->seeds_arg);
+  for (int t = 0; t < o->ntraces; t++)
+    printf("  %s: %zu pods, %zu lifetimes (from %s), mean capped lifetime "
+           "%.2f h, %.0f arrivals/h\n",
+           traces[t].s.name, traces[t].s.pods.n, traces[t].life.n,
+           traces[t].life_path,
+           results[t * o->npolicies * o->nseeds].mean_lifetime_s / 3600,
+           results[t * o->npolicies * o->nseeds].rate_per_h);
+  printf("\n");
+  gf_churn_report_table(stdout, sum, nsum);
+  printf("\nGPUh = GPU-hours; ratio = bought / asked for; wait = pending "
+         "time per pod;\nevict and reload m come from --consolidate, "
+         "guarded (drain candidates the\ndisruption guard held back) from "
+         "--guard.  See docs/simulator.md.\n");
+}
+
 int simulate_churn(const churn_cli *o) {
   int rc = GF_EXIT_FAIL;
   gf_diag d = {""};
@@ -259,28 +339,12 @@ int simulate_churn(const churn_cli *o) {
       fprintf(stderr, "gpufrac simulate: out of memory\n");
       goto out;
     }
-  if (strcmp(o->format, "json") == 0) {
+  if (strcmp(o->format, "json") == 0)
     gf_churn_report_json(stdout, sum, nsum, &o->cfg, o->seeds_arg);
-  } else {
-    printf("gpufrac simulate --churn: %.0f%% of %.0f reference GPUs offered, "
-           "%.1f days, seeds %s\n",
-           o->cfg.load * 100, s.results[0].reference_gpus,
-           o->cfg.duration_s / 86400, o->seeds_arg);
-    for (int t = 0; t < o->ntraces; t++)
-      printf("  %s: %zu pods, %zu lifetimes (from %s), mean capped lifetime "
-             "%.2f h, %.0f arrivals/h\n",
-             traces[t].s.name, traces[t].s.pods.n, traces[t].life.n,
-             traces[t].life_path,
-             s.results[t * o->npolicies * o->nseeds].mean_lifetime_s / 3600,
-             s.results[t * o->npolicies * o->nseeds].rate_per_h);
-    printf("\n");
-    gf_churn_report_table(stdout, sum, nsum);
-    printf("\nGPUh = GPU-hours; ratio = bought / asked for; wait = pending "
-           "time per pod;\nevict and reload m come from --consolidate, "
-           "guarded (drain candidates the\ndisruption guard held back) from "
-           "--guard.  See docs/simulator.md.\n");
-  }
-  if (o->out_dir && write_out(o, traces, sum, nsum))
+  else
+    print_table(o, traces, s.results, sum, nsum);
+  if ((o->out_dir && write_out(o, traces, sum, nsum)) ||
+      (o->arrivals_dir && write_arrivals(o, traces, s.results)))
     goto out;
   rc = fflush(stdout) == 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
 out:

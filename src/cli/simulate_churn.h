@@ -29,6 +29,8 @@ typedef struct churn_cli {
   const char *seeds_arg;
   const char *format; /* table or json */
   const char *out_dir;
+  const char *arrivals_dir; /* NULL, or where churn-arrivals-TRACE-SEED.csv
+                               go */
   int jobs;
   gf_churn_config cfg; /* without policy, seed, typical, shapes */
 } churn_cli;

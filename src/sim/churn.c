@@ -103,7 +103,8 @@ typedef struct churn {
   double *waitc[2]; /* per class (cfg->high > 0): low, high */
   size_t nwaitc[2], capwaitc[2];
   size_t next_script;
-  uint64_t ndrawn; /* Poisson arrivals drawn: the priority hash's index */
+  size_t arrivals_cap; /* of r->arrivals (cfg.keep_arrivals) */
+  uint64_t ndrawn;     /* Poisson arrivals drawn: the priority hash's index */
 } churn;
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -1094,9 +1095,29 @@ static int next_arrival(churn *k) {
   return push(k, t, EV_ARRIVE, i, 0);
 }
 
+/* cfg.keep_arrivals: pod i's arrival appended to the result's list. */
+static int keep_arrival(churn *k, uint32_t i) {
+  gf_churn_result *r = k->r;
+  if (!k->cfg->keep_arrivals)
+    return 0;
+  if (r->narrivals == k->arrivals_cap) {
+    size_t cap = k->arrivals_cap ? k->arrivals_cap * 2 : 64;
+    gf_churn_arrival *a = realloc(r->arrivals, cap * sizeof(*a));
+    if (!a)
+      return GF_ENOMEM;
+    r->arrivals = a;
+    k->arrivals_cap = cap;
+  }
+  r->arrivals[r->narrivals++] = (gf_churn_arrival){
+      .t = k->p[i].arrive, .pod = k->p[i].src, .lifetime_s = k->p[i].left};
+  return 0;
+}
+
 static int on_arrive(churn *k, uint32_t i) {
   k->r->arrived_high += k->p[i].high;
   k->r->arrived++;
+  if (keep_arrival(k, i))
+    return GF_ENOMEM;
   const gf_request *r = req_of(k, i);
   gf_request eff;
   gf_engine_effective(k->e, r, &eff);
@@ -1523,9 +1544,12 @@ void gf_churn_result_release(gf_churn_result *r) {
   free(r->nodes);
   free(r->gpus);
   free(r->asked);
+  free(r->arrivals);
   r->nodes = NULL;
   r->gpus = r->asked = NULL;
   r->nsamples = 0;
+  r->arrivals = NULL;
+  r->narrivals = 0;
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -135,6 +135,22 @@ for s in on["summary"]:
     assert 0 < s["arrived_high"] < s["arrived"]
 PY
 then echo "ok   churn-preempt-json"; pass=$((pass + 1)); else echo "FAIL churn-preempt-json"; fail=$((fail + 1)); fi
+# --arrivals DIR with --churn: each (trace, seed)'s arrivals as CSV, the
+# arrivals the JSON counts (bench/karpenter_replay.py replays them).
+"$GPUFRAC" simulate "${churn[@]}" --format json --jobs 1 --arrivals "$tmp/arr" >"$tmp/a.json"
+if python3 - "$tmp/a.json" "$tmp/arr" <<'PY'
+import csv, json, os, sys
+j = json.load(open(sys.argv[1]))
+for seed in (1, 2):
+    rows = list(csv.DictReader(open(os.path.join(sys.argv[2], "churn-arrivals-pods_small-%d.csv" % seed))))
+    assert rows and list(rows[0]) == ["t_s", "row", "name", "num_gpu", "gpu_milli", "cpu_milli",
+                                      "memory_mib", "gpu_spec", "lifetime_s"], rows[:1]
+    ts = [float(r["t_s"]) for r in rows]
+    assert ts == sorted(ts) and ts[-1] <= 86400 and all(float(r["lifetime_s"]) > 0 for r in rows)
+    j.setdefault("n", []).append(len(rows))
+assert sum(j["n"]) / 2 == j["summary"][0]["arrived"], (j["n"], j["summary"][0]["arrived"])
+PY
+then echo "ok   churn-arrivals"; pass=$((pass + 1)); else echo "FAIL churn-arrivals"; fail=$((fail + 1)); fi
 # The same seeds give the same JSON, byte for byte, whatever the threads.
 "$GPUFRAC" simulate "${churn[@]}" --consolidate --format json --jobs 1 >"$tmp/c1.json"
 "$GPUFRAC" simulate "${churn[@]}" --consolidate --format json --jobs 4 >"$tmp/c2.json"

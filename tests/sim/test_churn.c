@@ -386,6 +386,76 @@ static void test_deterministic(void **st) {
   fx_free(&f);
 }
 
+/* cfg.keep_arrivals: the arrivals a run processed, the same for every policy
+ * of a seed, and replayed as a script they give the run itself back
+ * (bench/karpenter_replay.py replays them against Karpenter). */
+static void test_keep_arrivals(void **st) {
+  (void)st;
+  gf_diag d = {""};
+  fx f;
+  fx_load(&f,
+          "type,model,gpus,cpu_milli,memory_mib,gpu_hour_price,count\n"
+          "a,A,2,16000,65536,1.00,4\n"
+          "b,A,8,64000,262144,0.90,1\n",
+          "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+          "s1,1000,1024,1,300,\n"
+          "w1,4000,1024,1,1000,\n"
+          "m2,8000,1024,2,1000,\n");
+  gf_lifetimes life;
+  FILE *fp = mem("scheduled_time,deletion_time\n0,60\n10,610\n5,3605\n");
+  if (gf_lifetimes_read(fp, "life", &life, &d))
+    fail_msg("%s", d.msg);
+  fclose(fp);
+  gf_churn_config cfg;
+  gf_churn_config_init(&cfg);
+  cfg.duration_s = 6 * 3600;
+  cfg.typical = &f.typical;
+  cfg.shapes = &f.shapes;
+  cfg.seed = 11;
+  gf_churn_result plain, w, g, again;
+  cfg.policy = "whole";
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, &life, &cfg, &plain, &d), 0);
+  assert_null(plain.arrivals); /* only when asked for */
+  assert_int_equal(plain.narrivals, 0);
+  cfg.keep_arrivals = true;
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, &life, &cfg, &w, &d), 0);
+  cfg.policy = "gpufrac";
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, &life, &cfg, &g, &d), 0);
+  assert_true(w.arrived > 20);
+  assert_int_equal(w.narrivals, w.arrived);
+  assert_int_equal(g.narrivals, w.narrivals);
+  assert_near(w.gpu_hours_bought, plain.gpu_hours_bought, 0);
+  for (size_t i = 0; i < w.narrivals; i++) {
+    const gf_churn_arrival *a = &w.arrivals[i], *b = &g.arrivals[i];
+    assert_true(a->t == b->t && a->pod == b->pod &&
+                a->lifetime_s == b->lifetime_s);
+    assert_true(a->t <= cfg.duration_s && a->pod < f.pods.n);
+    assert_true(i == 0 || a->t >= w.arrivals[i - 1].t);
+    /* a lifetime of the list */
+    assert_true(a->lifetime_s == 60 || a->lifetime_s == 600 ||
+                a->lifetime_s == 3600);
+  }
+  /* The arrivals as a script: the same run. */
+  cfg.keep_arrivals = false;
+  cfg.script = w.arrivals;
+  cfg.nscript = w.narrivals;
+  assert_int_equal(
+      gf_churn_run(f.proto, &f.types, &f.pods, NULL, &cfg, &again, &d), 0);
+  assert_int_equal(again.arrived, g.arrived);
+  assert_near(again.gpu_hours_asked, g.gpu_hours_asked, 1e-9);
+  assert_near(again.gpu_hours_bought, g.gpu_hours_bought, 1e-9);
+  assert_int_equal(again.nodes_added, g.nodes_added);
+  gf_churn_result_release(&plain);
+  gf_churn_result_release(&w);
+  gf_churn_result_release(&g);
+  gf_churn_result_release(&again);
+  gf_lifetimes_release(&life);
+  fx_free(&f);
+}
+
 static void expect_types_error(const char *csv, int rc, const char *msg) {
   gf_node_types t = {NULL, 0};
   gf_diag d = {""};
@@ -708,6 +778,7 @@ int main(void) {
       cmocka_unit_test(test_unschedulable_and_pending),
       cmocka_unit_test(test_initial),
       cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_keep_arrivals),
       cmocka_unit_test(test_bad_node_types),
       cmocka_unit_test(test_bad_lifetimes),
       cmocka_unit_test(test_bad_config),
