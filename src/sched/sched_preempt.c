@@ -708,14 +708,16 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     if (val && !json_is_object(val))
       continue;
     *base = *gf_cluster_node(s->c, (uint32_t)ni);
+    gf_request rn = r; /* a compute-only share's memory on this node */
+    gf__part_of_memory(base, &rn);
     gf__pdb_view pv;
-    pickctx k = {base, vs, 0, &r, s->pdb ? &pv : NULL};
+    pickctx k = {base, vs, 0, &rn, s->pdb ? &pv : NULL};
     k.nv = node_victims(s, head[slot[ni]], nxt, p->priority, vs, &pv);
     json_t *list = json_array();
     if (!list || json_object_set_new(res, name, list))
       goto oom_locked;
     int64_t npdb = 0;
-    if (gf_node_fits(base, &r)) {
+    if (gf_node_fits(base, &rn)) {
       /* kube-scheduler needs victims for its own reasons (slots, CPU,
        * memory): its proposal, unless it takes a pod we protect */
       const json_t *npv = gf__json_get(val, "NumPDBViolations");
