@@ -299,6 +299,33 @@ int gf_dra_model_place_own(gf_dra_model *m, const gf_dra_claim *const *claims,
                            uint32_t *nres, char node[GF_DRA_NAME_MAX],
                            gf_diag *d);
 
+/* Mode 2 preemption (docs/dra.md, "Preemption"): a pod holding allocated
+ * claims, as a candidate victim. */
+#define GF_DRA_VICTIMS_MAX 256 /* chosen at most (per node considered) */
+typedef struct gf_dra_victim {
+  int32_t priority; /* spec.priority */
+  bool loading;     /* the disruption guard holds it (loading weights) */
+  const gf_dra_claim *const *claims; /* its claims (allocated ones count) */
+  uint32_t nclaims;
+} gf_dra_victim;
+
+/* The victims whose claims, once released, let claims[0..n-1] (a pod of
+ * priority prio asking one request in all, a share or whole GPUs) fit:
+ * on each node the preempt verb's choice (docs/scheduler.md,
+ * "Preemption": fewest victims on one GPU, then the lowest priorities,
+ * then the least capacity left over), the best node by the same order.
+ * A victim: priority below prio (a loading one only GF__PREEMPT_GUARD_GAP
+ * below), every gpufrac result of its claims on that node, and one share
+ * or whole GPUs.  The model is not changed.  Fills chosen[0..*nchosen)
+ * (indices into vs; cap GF_DRA_VICTIMS_MAX) and node (its Node's name).
+ * 0; GF_ENOFIT (no set frees room, why in d); GF_EINVAL (a pod it does
+ * not preempt for); GF_ENOMEM. */
+int gf_dra_model_preempt(const gf_dra_model *m,
+                         const gf_dra_claim *const *claims, uint32_t n,
+                         int32_t prio, const gf_dra_victim *vs, uint32_t nv,
+                         uint32_t *chosen, uint32_t *nchosen,
+                         char node[GF_DRA_NAME_MAX], gf_diag *d);
+
 /* Mode 1: the engine's score for claims[0..n-1] on Node `node` (higher is
  * better; comparable between nodes of one pod), with the cache term for
  * weights (0: none).  GF_ENOFIT when they do not fit there, GF_ENOTFOUND

@@ -49,14 +49,8 @@
 #include "pdb.h"
 #include "sched_state.h"
 
-/* A pod the guard holds (loading its weights) is a victim only of a pod
- * whose priority is at least this much higher: a PriorityClass a million
- * above (user classes go up to 1e9; system ones are 2e9 and above). */
-#define GF__PREEMPT_GUARD_GAP 1000000LL
 /* Subsets tried per node before the greedy fallback. */
 #define GF__PREEMPT_TRIES 20000u
-/* Victims considered on one node (the rest are never chosen). */
-#define GF__PREEMPT_MAX_VICTIMS 256u
 
 typedef struct victim {
   const prec *p;
@@ -65,15 +59,7 @@ typedef struct victim {
   bool risky;    /* one of its budgets allows no disruption now */
 } victim;
 
-/* A victim set and its ordering key. */
-typedef struct vset {
-  uint32_t n;
-  uint16_t at[GF__PREEMPT_MAX_VICTIMS]; /* indices into the victims */
-  uint32_t pdb;
-  int64_t max_prio, sum_prio;
-  double left; /* capacity left on the preemptor's GPU(s), 0..2 per GPU */
-  bool ok;
-} vset;
+typedef gf__preempt_pick vset;
 
 /* What choose works on: one node, its victims, their budgets. */
 typedef struct pickctx {
@@ -375,6 +361,30 @@ static int choose(const pickctx *k, vset *best) {
     choose_share(k, cur, best);
   gf__free(cur);
   return 0;
+}
+
+int gf__preempt_pick_cmp(const gf__preempt_pick *a, const gf__preempt_pick *b) {
+  return vset_cmp(a, b);
+}
+
+int gf__preempt_choose(const gf_node *base, const prec *cands, uint32_t n,
+                       const gf_request *r, gf__preempt_pick *out) {
+  memset(out, 0, sizeof(*out));
+  if (n > GF__PREEMPT_MAX_VICTIMS)
+    n = GF__PREEMPT_MAX_VICTIMS;
+  victim *vs = gf__malloc((n ? n : 1) * sizeof(*vs));
+  if (!vs)
+    return GF_ENOMEM;
+  for (uint32_t i = 0; i < n; i++)
+    vs[i] = (victim){&cands[i], 0, false, false};
+  qsort(vs, n, sizeof(*vs), cheaper);
+  pickctx k = {base, vs, n, r, NULL};
+  int rc = choose(&k, out);
+  /* the victims' indices in cands, not in the sorted copy */
+  for (uint32_t j = 0; !rc && out->ok && j < out->n; j++)
+    out->at[j] = (uint16_t)(vs[out->at[j]].p - cands);
+  gf__free(vs);
+  return rc;
 }
 
 /* ---- the hold for nominated pods ---------------------------------------*/
