@@ -378,16 +378,20 @@ int gf_sched_dra_score(gf_sched_dra *f, const struct json_t *pod,
 
 /* Counters for /metrics and tests. */
 typedef struct gf_sched_dra_stats {
-  uint64_t placed;     /* pods whose claims gpufrac allocated */
-  uint64_t handed;     /* gated pods handed to kube-scheduler unallocated */
-  uint64_t nofit;      /* placement attempts that found no node */
-  uint64_t yielded;    /* allocations given back after the check found
-                          their device over capacity */
-  uint64_t overfilled; /* the alarm: placed pods whose device the check
-                          found over capacity (each gets a DRAOverfilled
-                          Event); with one allocator per device, 0 */
-  uint64_t errors;     /* API or parse errors */
-  uint32_t conflicts;  /* over-booked results in the last model */
+  uint64_t placed;      /* pods whose claims gpufrac allocated */
+  uint64_t handed;      /* gated pods handed to kube-scheduler unallocated */
+  uint64_t nofit;       /* placement attempts that found no node */
+  uint64_t yielded;     /* allocations given back after the check found
+                           their device over capacity */
+  uint64_t overfilled;  /* the alarm: placed pods whose device the check
+                           found over capacity (each gets a DRAOverfilled
+                           Event); with one allocator per device, 0 */
+  uint64_t errors;      /* API or parse errors */
+  uint64_t preemptions; /* mode 2 preemptions begun (victims chosen) */
+  uint64_t preempt_evicted; /* pods evicted for them */
+  uint64_t preempt_refused; /* evictions refused (each ends its preemption) */
+  uint32_t holds;           /* preemptions waiting for their victims */
+  uint32_t conflicts;       /* over-booked results in the last model */
 } gf_sched_dra_stats;
 void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out);
 

@@ -41,6 +41,11 @@ GPU, consumable capacity memory and cores).  Scenarios:
                   given back
   example         examples/dra-claim-share.yaml applied as written: its
                   claim allocated 8Gi and 30 cores by kube-scheduler
+  preempt         mode 2 preemption: a GPU full of lower-priority claim pods,
+                  a higher-priority gated pod that fits nowhere; gpufrac
+                  evicts exactly the pod whose share makes room (Eviction
+                  API), waits for its claim to go and allocates the freed
+                  share to the preemptor, which kube-scheduler binds there
 """
 
 import copy
@@ -144,7 +149,7 @@ def template(name, mem, cores):
                     "capacity": {"requests": {"memory": mem, "cores": str(cores)}}}}]}}}}
 
 
-def pod(name, tmpl, gated=False):
+def pod(name, tmpl, gated=False, pclass=None):
     spec = {"containers": [{
         "name": "main", "image": "registry.k8s.io/pause:3.10",
         "resources": {"claims": [{"name": "gpu"}],
@@ -153,6 +158,8 @@ def pod(name, tmpl, gated=False):
         "terminationGracePeriodSeconds": 0}
     if gated:
         spec["schedulingGates"] = [{"name": GATE}]
+    if pclass:
+        spec["priorityClassName"] = pclass
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NS, "labels": {"e2e": "dra"}},
             "spec": spec}
@@ -475,10 +482,11 @@ class DRA:
         log("planner: DRA pods %s hold %s GPUs" %
             (sorted(pods), [round(got[n]["gpus_held"], 3) for n in sorted(pods)]))
 
-    def share(self, name, mem, cores, gated):
+    def share(self, name, mem, cores, gated, pclass=None):
         self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
                         template("t-" + name, mem, cores))
-        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(name, "t-" + name, gated))
+        self.api.create("/api/v1/namespaces/%s/pods" % NS,
+                        pod(name, "t-" + name, gated, pclass))
 
     def stays_gated(self, name, secs=4):
         """Pod name keeps its gate and its claim stays unallocated for secs."""
@@ -862,6 +870,85 @@ class DRA:
         self.retire(g)
 
 
+    def s_preempt(self):
+        """One gpufrac GPU (80Gi, 100 cores) full of lower-priority shares:
+
+            a 30Gi 30 cores (priority 10)   b 20Gi 20 (priority 10)
+            c 10Gi 10 (priority 1)          d 20Gi 20 (priority 20)
+
+        then hi (30Gi, 30 cores, priority 1000), gated: it fits nowhere.
+        One victim frees it, a (b, c or d alone free too little); kube-
+        scheduler's way (least important first) would take c, then b, and
+        still not fit.  No kubelet runs, so the harness finishes what
+        kubelet would: a pod being deleted is removed."""
+        self.start_extender()
+        node = "dra-p"
+        self.new_node(node, "7", "gpufrac")
+        for name, value in (("e2e-dra-p1", 1), ("e2e-dra-p10", 10),
+                            ("e2e-dra-p20", 20), ("e2e-dra-p1000", 1000)):
+            try:
+                self.api.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+                    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": name}, "value": value})
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+        asks = {"a": ("30Gi", 30, "e2e-dra-p10"), "b": ("20Gi", 20, "e2e-dra-p10"),
+                "c": ("10Gi", 10, "e2e-dra-p1"), "d": ("20Gi", 20, "e2e-dra-p20")}
+        for n, (m, c, pc) in asks.items():
+            self.share(n, m, c, True, pc)
+        self.wait_bound(list(asks))
+        used = self.check_sums(node)
+        if used[0] != 80 * GiB or used[1] != 80:
+            fail("preempt: the four shares hold %s of %s/gpu-0, expected 80Gi, 80 cores"
+                 % (used, node))
+        uids = {n: p["metadata"]["uid"] for n, p in self.pods().items()}
+        self.share("hi", "30Gi", 30, True, "e2e-dra-p1000")
+
+        def bound():
+            for n, p in self.pods().items():
+                if p["metadata"].get("deletionTimestamp"):
+                    try:
+                        self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, n),
+                                        gracePeriodSeconds=0)
+                    except ApiError as e:
+                        if e.code != 404:
+                            raise
+            return self.pods().get("hi", {}).get("spec", {}).get("nodeName")
+        try:
+            wait_for("hi bound after preempting", bound, 90, 0.5)
+        except Failure:
+            fail("hi not bound in 90 s; its events %s; pods %s" %
+                 (self.events("hi")[-3:], sorted(self.pods())))
+        now = self.pods()
+        gone = sorted(n for n in asks if n not in now or
+                      now[n]["metadata"]["uid"] != uids[n])
+        log("preempt: evicted %s; hi bound to %s; events of hi %s" %
+            (gone, now["hi"]["spec"]["nodeName"], self.events("hi")[-2:]))
+        if gone != ["a"]:
+            fail("preempt: evicted %s, expected exactly a" % gone)
+        al = self.allocations()
+        self.check_result("hi", al["hi"][0], al["hi"][1], node, 30 * GiB, 30)
+        if now["hi"]["spec"]["nodeName"] != node:
+            fail("preempt: hi bound to %s, not %s" % (now["hi"]["spec"]["nodeName"], node))
+        used = self.check_sums(node)
+        if used[0] != 80 * GiB or used[1] != 80:
+            fail("preempt: after it %s/gpu-0 holds %s, expected 80Gi, 80 cores" % (node, used))
+        ev_a = [e for e in self.events("a") if e.startswith("GpufracPreempted")]
+        ev_hi = [e for e in self.events("hi") if e.startswith("GpufracPreempting")]
+        if not ev_a or not ev_hi:
+            fail("preempt: events on a %s, on hi %s" % (self.events("a"), self.events("hi")))
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.c.ext_port,
+                                    timeout=10) as r:
+            m = dict(ln.rsplit(" ", 1) for ln in r.read().decode().splitlines()
+                     if ln.startswith("gpufrac_dra_"))
+        if m.get("gpufrac_dra_preempt_evictions_total") != "1" or \
+                m.get("gpufrac_dra_preemptions_total") != "1" or \
+                m.get("gpufrac_dra_preempt_holds") != "0":
+            fail("preempt: /metrics %s" % m)
+        self.delete_all()
+        self.retire(node)
+
     def s_example(self):
         """examples/dra-claim-share.yaml applied as written (kubectl apply):
         kube-scheduler allocates its claim 8Gi and 30 cores of the shared
@@ -901,7 +988,7 @@ class DRA:
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
-             "mixed_burst", "mixed_burst", "example"]
+             "mixed_burst", "mixed_burst", "example", "preempt"]
 
 
 def main():
