@@ -44,8 +44,9 @@ GPU, consumable capacity memory and cores).  Scenarios:
   preempt         mode 2 preemption: a GPU full of lower-priority claim pods,
                   a higher-priority gated pod that fits nowhere; gpufrac
                   evicts exactly the pod whose share makes room (Eviction
-                  API), waits for its claim to go and allocates the freed
-                  share to the preemptor, which kube-scheduler binds there
+                  API), holds the share while the victim terminates (a
+                  lower-priority pod waiting before it does not get it),
+                  then allocates it to the preemptor, bound there
 """
 
 import copy
@@ -149,13 +150,13 @@ def template(name, mem, cores):
                     "capacity": {"requests": {"memory": mem, "cores": str(cores)}}}}]}}}}
 
 
-def pod(name, tmpl, gated=False, pclass=None):
+def pod(name, tmpl, gated=False, pclass=None, grace=0):
     spec = {"containers": [{
         "name": "main", "image": "registry.k8s.io/pause:3.10",
         "resources": {"claims": [{"name": "gpu"}],
                       "requests": {"cpu": "100m", "memory": "64Mi"}}}],
         "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": tmpl}],
-        "terminationGracePeriodSeconds": 0}
+        "terminationGracePeriodSeconds": grace}
     if gated:
         spec["schedulingGates"] = [{"name": GATE}]
     if pclass:
@@ -482,11 +483,11 @@ class DRA:
         log("planner: DRA pods %s hold %s GPUs" %
             (sorted(pods), [round(got[n]["gpus_held"], 3) for n in sorted(pods)]))
 
-    def share(self, name, mem, cores, gated, pclass=None):
+    def share(self, name, mem, cores, gated, pclass=None, grace=0):
         self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
                         template("t-" + name, mem, cores))
         self.api.create("/api/v1/namespaces/%s/pods" % NS,
-                        pod(name, "t-" + name, gated, pclass))
+                        pod(name, "t-" + name, gated, pclass, grace))
 
     def stays_gated(self, name, secs=4):
         """Pod name keeps its gate and its claim stays unallocated for secs."""
@@ -876,11 +877,15 @@ class DRA:
             a 30Gi 30 cores (priority 10)   b 20Gi 20 (priority 10)
             c 10Gi 10 (priority 1)          d 20Gi 20 (priority 20)
 
-        then hi (30Gi, 30 cores, priority 1000), gated: it fits nowhere.
-        One victim frees it, a (b, c or d alone free too little); kube-
-        scheduler's way (least important first) would take c, then b, and
-        still not fit.  No kubelet runs, so the harness finishes what
-        kubelet would: a pod being deleted is removed."""
+        lo (30Gi, 30 cores, priority 1) waits gated: nothing is below it.
+        Then hi (30Gi, 30 cores, priority 1000), gated: it fits nowhere.  One
+        victim frees it, a (b, c or d alone free too little; kube-
+        scheduler's way, least important first, would take c, then b, and
+        still not fit).  The victims have a grace period and no kubelet
+        runs, so an evicted pod stays Terminating, its claim allocated,
+        until the harness removes it (as kubelet would once its containers
+        stopped).  The freed share is held for hi meanwhile: lo, looked at
+        first on every pass, must not take it once a's claim is gone."""
         self.start_extender()
         node = "dra-p"
         self.new_node(node, "7", "gpufrac")
@@ -896,37 +901,45 @@ class DRA:
         asks = {"a": ("30Gi", 30, "e2e-dra-p10"), "b": ("20Gi", 20, "e2e-dra-p10"),
                 "c": ("10Gi", 10, "e2e-dra-p1"), "d": ("20Gi", 20, "e2e-dra-p20")}
         for n, (m, c, pc) in asks.items():
-            self.share(n, m, c, True, pc)
+            self.share(n, m, c, True, pc, grace=30)
         self.wait_bound(list(asks))
         used = self.check_sums(node)
         if used[0] != 80 * GiB or used[1] != 80:
             fail("preempt: the four shares hold %s of %s/gpu-0, expected 80Gi, 80 cores"
                  % (used, node))
         uids = {n: p["metadata"]["uid"] for n, p in self.pods().items()}
+        self.share("lo", "30Gi", 30, True, "e2e-dra-p1")
+        self.stays_gated("lo", 3)
         self.share("hi", "30Gi", 30, True, "e2e-dra-p1000")
 
-        def bound():
-            for n, p in self.pods().items():
-                if p["metadata"].get("deletionTimestamp"):
-                    try:
-                        self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, n),
-                                        gracePeriodSeconds=0)
-                    except ApiError as e:
-                        if e.code != 404:
-                            raise
-            return self.pods().get("hi", {}).get("spec", {}).get("nodeName")
-        try:
-            wait_for("hi bound after preempting", bound, 90, 0.5)
-        except Failure:
-            fail("hi not bound in 90 s; its events %s; pods %s" %
-                 (self.events("hi")[-3:], sorted(self.pods())))
-        now = self.pods()
-        gone = sorted(n for n in asks if n not in now or
-                      now[n]["metadata"]["uid"] != uids[n])
-        log("preempt: evicted %s; hi bound to %s; events of hi %s" %
-            (gone, now["hi"]["spec"]["nodeName"], self.events("hi")[-2:]))
+        def evicted():
+            now = self.pods()
+            return sorted(n for n in asks if n not in now or
+                          now[n]["metadata"]["uid"] != uids[n] or
+                          now[n]["metadata"].get("deletionTimestamp"))
+        wait_for("a victim evicted", evicted, 30, 0.5)
+        time.sleep(3)  # no second eviction, and hi waits for a's claim
+        gone = evicted()
+        log("preempt: evicted %s; events of hi %s" % (gone, self.events("hi")[-1:]))
         if gone != ["a"]:
             fail("preempt: evicted %s, expected exactly a" % gone)
+        if self.pods()["hi"]["spec"].get("nodeName"):
+            fail("preempt: hi bound while a's claim was still allocated")
+        self.api.delete("/api/v1/namespaces/%s/pods/a" % NS, gracePeriodSeconds=0)
+        try:
+            self.wait_bound(["hi"], 60)
+        except Failure:
+            lo = self.pods().get("lo", {})
+            fail("preempt: hi not bound; lo bound to %r; events of hi %s" %
+                 (lo.get("spec", {}).get("nodeName"), self.events("hi")[-3:]))
+        if "lo" not in self.pods():
+            fail("preempt: lo is gone: it took the share freed for hi, which "
+                 "then preempted it in turn (events of lo %s)" % self.events("lo")[-3:])
+        self.stays_gated("lo", 3)
+        now = self.pods()
+        for n in ("b", "c", "d"):
+            if now[n]["metadata"]["uid"] != uids[n] or now[n]["metadata"].get("deletionTimestamp"):
+                fail("preempt: %s was evicted too" % n)
         al = self.allocations()
         self.check_result("hi", al["hi"][0], al["hi"][1], node, 30 * GiB, 30)
         if now["hi"]["spec"]["nodeName"] != node:
@@ -938,6 +951,7 @@ class DRA:
         ev_hi = [e for e in self.events("hi") if e.startswith("GpufracPreempting")]
         if not ev_a or not ev_hi:
             fail("preempt: events on a %s, on hi %s" % (self.events("a"), self.events("hi")))
+        log("preempt: hi bound to %s; a's event %r" % (node, ev_a[0]))
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.c.ext_port,
                                     timeout=10) as r:
             m = dict(ln.rsplit(" ", 1) for ln in r.read().decode().splitlines()
