@@ -751,6 +751,9 @@ int cmd_scheduler(int argc, char **argv) {
       rc = GF_EXIT_FAIL;
       goto out;
     }
+    /* mode 2 preemption counts the budgets the preempt verb counts */
+    if (dra)
+      gf_sched_dra_set_budgets(dra, gf_sched_kube_budgets(feed));
     /* the guard's protection rides in the Binding: one write per pod */
     gf_sched_kube_binder_annotate(kb, gf_sched_kube_bind_annotate, feed);
     static metrics_both mb;

@@ -1416,6 +1416,7 @@ static bool victim_rec(const gf_dra_model *m, const gf_dra_victim *v,
   if (nwhole && !nshare)
     whole_request(nwhole, &out->req);
   out->priority = v->priority;
+  out->uid = (char *)(uintptr_t)v->uid; /* read only */
   out->placed = true;
   return (nshare == 1 && !nwhole) || (nwhole && !nshare);
 }
@@ -1423,8 +1424,9 @@ static bool victim_rec(const gf_dra_model *m, const gf_dra_victim *v,
 int gf_dra_model_preempt(const gf_dra_model *m,
                          const gf_dra_claim *const *claims, uint32_t n,
                          int32_t prio, const gf_dra_victim *vs, uint32_t nv,
-                         uint32_t *chosen, uint32_t *nchosen,
-                         char node[GF_DRA_NAME_MAX], gf_diag *d) {
+                         struct gf__pdb *budgets, uint32_t *chosen,
+                         uint32_t *nchosen, char node[GF_DRA_NAME_MAX],
+                         gf_diag *d) {
   *nchosen = 0;
   gf_request r;
   int rc = preemptor_request(m, claims, n, &r, d);
@@ -1453,7 +1455,7 @@ int gf_dra_model_preempt(const gf_dra_model *m,
     if (!nc)
       continue;
     *base = *gf_cluster_node(m->c, ni);
-    if ((rc = gf__preempt_choose(base, cands, nc, &r, pick))) {
+    if ((rc = gf__preempt_choose(base, cands, nc, &r, budgets, pick))) {
       gf_diag_set(d, rc, "preemption: out of memory");
       goto out;
     }

@@ -33,6 +33,7 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/sched_dra.h"
 #include "guard.h"
+#include "pdb.h"
 #include "prom.h"
 #include "smap.h"
 
@@ -139,6 +140,7 @@ struct gf_sched_dra {
   store holders; /* pods not gated that use claims: key -> slim json_t* */
   store tried;   /* gated pod key -> when preemption was last tried */
   struct hold *holds[HOLDS_MAX]; /* preemptions waiting for their victims */
+  gf__pdb *budgets; /* the kube feed's PodDisruptionBudgets; NULL: none */
   uint32_t nholds;
   gf_dra_model *model;  /* mode 2: the devices gpufrac allocates */
   gf_dra_model *kmodel; /* mode 1's score: kube-scheduler's devices */
@@ -868,7 +870,8 @@ static uint32_t candidates(gf_sched_dra *f, gf_dra_victim *vs,
       any = any || (r[j]->allocated && !held_victim(f, r[j]));
     if (k <= 0 || !any)
       continue;
-    vs[nv] = (gf_dra_victim){prio_of(p), loading_of(p), r, (uint32_t)k};
+    vs[nv] = (gf_dra_victim){jstr(p, "metadata", "uid"), prio_of(p),
+                             loading_of(p), r, (uint32_t)k};
     idx[nv++] = i;
   }
   return nv;
@@ -948,11 +951,13 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   int rc = vs && refs && idx && chosen
                ? model_fresh(f, d)
                : gf_diag_set(d, GF_ENOMEM, "out of memory");
+  if (!rc && f->budgets && !gf__pdb_synced(f->budgets))
+    rc = gf_diag_set(d, GF_ENOFIT, "the PodDisruptionBudgets are not listed");
   uint32_t nv = rc ? 0 : candidates(f, vs, refs, idx);
   if (!rc)
     rc = gf_dra_model_preempt(f->model, (const gf_dra_claim *const *)cl,
-                              (uint32_t)n, prio_of(pod), vs, nv, chosen, &nch,
-                              pl->node, d);
+                              (uint32_t)n, prio_of(pod), vs, nv, f->budgets,
+                              chosen, &nch, pl->node, d);
   for (uint32_t j = 0; !rc && j < nch; j++)
     for (uint32_t k = 0; !rc && k < vs[chosen[j]].nclaims; k++) {
       const gf_dra_claim *c = vs[chosen[j]].claims[k];
@@ -1538,6 +1543,12 @@ bool gf_sched_dra_synced(gf_sched_dra *f) {
     if (!f->inf[i] || !gf_kube_informer_synced(f->inf[i]))
       return false;
   return true;
+}
+
+void gf_sched_dra_set_budgets(gf_sched_dra *f, struct gf__pdb *budgets) {
+  pthread_mutex_lock(&f->mu);
+  f->budgets = budgets;
+  pthread_mutex_unlock(&f->mu);
 }
 
 void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out) {

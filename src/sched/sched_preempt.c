@@ -367,8 +367,26 @@ int gf__preempt_pick_cmp(const gf__preempt_pick *a, const gf__preempt_pick *b) {
   return vset_cmp(a, b);
 }
 
+/* The budgets of vs[0..n) (their pdbs, always, risky) and the view, as
+ * node_victims counts them. */
+static void budgets_of(gf__pdb *db, victim *vs, uint32_t n, gf__pdb_view *pv) {
+  const char *uids[GF__PREEMPT_MAX_VICTIMS] = {NULL};
+  uint64_t masks[GF__PREEMPT_MAX_VICTIMS];
+  bool always[GF__PREEMPT_MAX_VICTIMS];
+  for (uint32_t i = 0; i < n; i++)
+    uids[i] = vs[i].p->uid ? vs[i].p->uid : "";
+  gf__pdb_match(db, uids, n, masks, always, pv);
+  for (uint32_t i = 0; i < n; i++) {
+    vs[i].pdbs = masks[i];
+    vs[i].always = vs[i].risky = always[i];
+    for (uint64_t m = masks[i]; m; m &= m - 1)
+      vs[i].risky |= pv->allowed[__builtin_ctzll(m)] <= 0;
+  }
+}
+
 int gf__preempt_choose(const gf_node *base, const prec *cands, uint32_t n,
-                       const gf_request *r, gf__preempt_pick *out) {
+                       const gf_request *r, struct gf__pdb *db,
+                       gf__preempt_pick *out) {
   memset(out, 0, sizeof(*out));
   if (n > GF__PREEMPT_MAX_VICTIMS)
     n = GF__PREEMPT_MAX_VICTIMS;
@@ -377,8 +395,11 @@ int gf__preempt_choose(const gf_node *base, const prec *cands, uint32_t n,
     return GF_ENOMEM;
   for (uint32_t i = 0; i < n; i++)
     vs[i] = (victim){&cands[i], 0, false, false};
+  gf__pdb_view pv = {0};
+  if (db && n)
+    budgets_of(db, vs, n, &pv);
   qsort(vs, n, sizeof(*vs), cheaper);
-  pickctx k = {base, vs, n, r, NULL};
+  pickctx k = {base, vs, n, r, db ? &pv : NULL};
   int rc = choose(&k, out);
   /* the victims' indices in cands, not in the sorted copy */
   for (uint32_t j = 0; !rc && out->ok && j < out->n; j++)

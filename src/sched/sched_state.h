@@ -232,12 +232,15 @@ typedef struct gf__preempt_pick {
 } gf__preempt_pick;
 
 /* The preempt verb's choice on one node for another model (DRA mode 2,
- * dra.c): of cands[0..n) (their req, pl.ngpus/pl.gpus on base, priority;
- * every one eligible, no budgets), the best set after which r fits on one
- * GPU of base (whole GPUs: r->gpu_count of them).  out->ok false when no
- * set does; out->at indexes cands.  0 or GF_ENOMEM. */
+ * dra.c): of cands[0..n) (their uid, req, pl.ngpus/pl.gpus on base,
+ * priority; every one eligible), the best set after which r fits on one
+ * GPU of base (whole GPUs: r->gpu_count of them), PodDisruptionBudgets
+ * counted from db (pdb.h; NULL: none) as the verb counts them.  out->ok
+ * false when no set does; out->at indexes cands.  0 or GF_ENOMEM. */
+struct gf__pdb;
 int gf__preempt_choose(const gf_node *base, const prec *cands, uint32_t n,
-                       const gf_request *r, gf__preempt_pick *out);
+                       const gf_request *r, struct gf__pdb *db,
+                       gf__preempt_pick *out);
 /* The order of two picks (negative: a is better). */
 int gf__preempt_pick_cmp(const gf__preempt_pick *a, const gf__preempt_pick *b);
 
