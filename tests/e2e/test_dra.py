@@ -47,6 +47,9 @@ GPU, consumable capacity memory and cores).  Scenarios:
                   API), holds the share while the victim terminates (a
                   lower-priority pod waiting before it does not get it),
                   then allocates it to the preemptor, bound there
+  preempt_budget  the same GPU with a PodDisruptionBudget over the pod that
+                  would make room alone: gpufrac evicts the two that break
+                  no budget instead (b and c)
 """
 
 import copy
@@ -162,7 +165,8 @@ def pod(name, tmpl, gated=False, pclass=None, grace=0):
     if pclass:
         spec["priorityClassName"] = pclass
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "labels": {"e2e": "dra"}},
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"e2e": "dra", "e2e-pod": name}},
             "spec": spec}
 
 
@@ -871,6 +875,81 @@ class DRA:
         self.retire(g)
 
 
+    PREEMPT_ASKS = {"a": ("30Gi", 30, "e2e-dra-p10"), "b": ("20Gi", 20, "e2e-dra-p10"),
+                    "c": ("10Gi", 10, "e2e-dra-p1"), "d": ("20Gi", 20, "e2e-dra-p20")}
+
+    def full_gpu(self, node, tail):
+        """s_preempt's scene: node's one gpufrac GPU full of a, b, c, d
+        (grace period 30 s); returns their UIDs."""
+        self.start_extender()
+        self.new_node(node, tail, "gpufrac")
+        for name, value in (("e2e-dra-p1", 1), ("e2e-dra-p10", 10),
+                            ("e2e-dra-p20", 20), ("e2e-dra-p1000", 1000)):
+            try:
+                self.api.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+                    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": name}, "value": value})
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+        for n, (m, c, pc) in self.PREEMPT_ASKS.items():
+            self.share(n, m, c, True, pc, grace=30)
+        self.wait_bound(list(self.PREEMPT_ASKS))
+        used = self.check_sums(node)
+        if used[0] != 80 * GiB or used[1] != 80:
+            fail("preempt: the four shares hold %s of %s/gpu-0, expected 80Gi, 80 cores"
+                 % (used, node))
+        return {n: p["metadata"]["uid"] for n, p in self.pods().items()}
+
+    def evicted(self, uids):
+        """The scene's pods evicted (being deleted, gone or replaced)."""
+        now = self.pods()
+        return sorted(n for n in self.PREEMPT_ASKS if n not in now or
+                      now[n]["metadata"]["uid"] != uids[n] or
+                      now[n]["metadata"].get("deletionTimestamp"))
+
+    def ext_metrics(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.c.ext_port,
+                                    timeout=10) as r:
+            return dict(ln.rsplit(" ", 1) for ln in r.read().decode().splitlines()
+                        if ln.startswith("gpufrac_"))
+
+    def s_preempt_budget(self):
+        """s_preempt's GPU with a PodDisruptionBudget over a (minAvailable
+        1; a is never Ready, so the disruption controller allows none): {a}
+        would break it, so gpufrac evicts b and c (two victims, no budget
+        broken, 30Gi and 30 cores together; b, c beat c, d on priority: 10
+        against 20)."""
+        path = "/apis/policy/v1/namespaces/%s/poddisruptionbudgets" % NS
+        node = "dra-q"
+        self.start_extender()
+        self.api.create(path, {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-a", "namespace": NS},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"e2e-pod": "a"}}}})
+        wait_for("the extender knowing the budget",
+                 lambda: self.ext_metrics().get("gpufrac_extender_pdbs") == "1", 30)
+        uids = self.full_gpu(node, "8")
+        wait_for("the budget allowing no disruption", lambda: self.api.get(
+            path + "/keep-a").get("status", {}).get("expectedPods") == 1, 30)
+        self.share("hi", "30Gi", 30, True, "e2e-dra-p1000")
+        wait_for("victims evicted", lambda: self.evicted(uids), 30, 0.5)
+        time.sleep(3)
+        gone = self.evicted(uids)
+        pdb = self.api.get(path + "/keep-a")
+        log("preempt_budget: disruptionsAllowed %s; evicted %s; events of hi %s" %
+            (pdb.get("status", {}).get("disruptionsAllowed"), gone, self.events("hi")[-1:]))
+        if gone != ["b", "c"]:
+            fail("preempt_budget: evicted %s, expected b and c (a's budget allows none)" % gone)
+        for n in gone:
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, n), gracePeriodSeconds=0)
+        self.wait_bound(["hi"], 60)
+        al = self.allocations()
+        self.check_result("hi", al["hi"][0], al["hi"][1], node, 30 * GiB, 30)
+        self.api.delete(path + "/keep-a")
+        self.delete_all()
+        self.retire(node)
+
     def s_preempt(self):
         """One gpufrac GPU (80Gi, 100 cores) full of lower-priority shares:
 
@@ -886,40 +965,15 @@ class DRA:
         until the harness removes it (as kubelet would once its containers
         stopped).  The freed share is held for hi meanwhile: lo, looked at
         first on every pass, must not take it once a's claim is gone."""
-        self.start_extender()
         node = "dra-p"
-        self.new_node(node, "7", "gpufrac")
-        for name, value in (("e2e-dra-p1", 1), ("e2e-dra-p10", 10),
-                            ("e2e-dra-p20", 20), ("e2e-dra-p1000", 1000)):
-            try:
-                self.api.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
-                    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                    "metadata": {"name": name}, "value": value})
-            except ApiError as e:
-                if e.code != 409:
-                    raise
-        asks = {"a": ("30Gi", 30, "e2e-dra-p10"), "b": ("20Gi", 20, "e2e-dra-p10"),
-                "c": ("10Gi", 10, "e2e-dra-p1"), "d": ("20Gi", 20, "e2e-dra-p20")}
-        for n, (m, c, pc) in asks.items():
-            self.share(n, m, c, True, pc, grace=30)
-        self.wait_bound(list(asks))
-        used = self.check_sums(node)
-        if used[0] != 80 * GiB or used[1] != 80:
-            fail("preempt: the four shares hold %s of %s/gpu-0, expected 80Gi, 80 cores"
-                 % (used, node))
-        uids = {n: p["metadata"]["uid"] for n, p in self.pods().items()}
+        uids = self.full_gpu(node, "7")
         self.share("lo", "30Gi", 30, True, "e2e-dra-p1")
         self.stays_gated("lo", 3)
         self.share("hi", "30Gi", 30, True, "e2e-dra-p1000")
 
-        def evicted():
-            now = self.pods()
-            return sorted(n for n in asks if n not in now or
-                          now[n]["metadata"]["uid"] != uids[n] or
-                          now[n]["metadata"].get("deletionTimestamp"))
-        wait_for("a victim evicted", evicted, 30, 0.5)
+        wait_for("a victim evicted", lambda: self.evicted(uids), 30, 0.5)
         time.sleep(3)  # no second eviction, and hi waits for a's claim
-        gone = evicted()
+        gone = self.evicted(uids)
         log("preempt: evicted %s; events of hi %s" % (gone, self.events("hi")[-1:]))
         if gone != ["a"]:
             fail("preempt: evicted %s, expected exactly a" % gone)
@@ -952,10 +1006,7 @@ class DRA:
         if not ev_a or not ev_hi:
             fail("preempt: events on a %s, on hi %s" % (self.events("a"), self.events("hi")))
         log("preempt: hi bound to %s; a's event %r" % (node, ev_a[0]))
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.c.ext_port,
-                                    timeout=10) as r:
-            m = dict(ln.rsplit(" ", 1) for ln in r.read().decode().splitlines()
-                     if ln.startswith("gpufrac_dra_"))
+        m = self.ext_metrics()
         if m.get("gpufrac_dra_preempt_evictions_total") != "1" or \
                 m.get("gpufrac_dra_preemptions_total") != "1" or \
                 m.get("gpufrac_dra_preempt_holds") != "0":
@@ -1002,7 +1053,7 @@ class DRA:
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
-             "mixed_burst", "mixed_burst", "example", "preempt"]
+             "mixed_burst", "mixed_burst", "example", "preempt", "preempt_budget"]
 
 
 def main():
