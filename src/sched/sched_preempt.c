@@ -895,6 +895,24 @@ static bool rehome(gf_sched *s, copies *c, const prec *q, uint32_t from,
   return false;
 }
 
+/* The plan's moves (mv[0..nm)) for r on GPUs gpus[] of node ni into out. */
+static void plan_out(gf_sched *s, uint32_t ni, const gf_request *r,
+                     const uint8_t *gpus, const prec *const *mv, uint32_t nm,
+                     gf__defrag_plan *out) {
+  const gf_node *n = gf_cluster_node(s->c, ni);
+  snprintf(out->node, sizeof(out->node), "%s", s->nodes[ni].name);
+  out->ngpus = r->gpu_count;
+  for (uint32_t t = 0; t < r->gpu_count; t++)
+    out->gpus[t] = n->gpus[gpus[t]].index;
+  out->n = nm;
+  for (uint32_t j = 0; j < nm; j++) {
+    char owner[GF_NAME_MAX];
+    snprintf(out->moves[j].uid, sizeof(out->moves[j].uid), "%s", mv[j]->uid);
+    gf__pdb_pod_info(s->pdb, mv[j]->uid, out->moves[j].ns, out->moves[j].name,
+                     owner);
+  }
+}
+
 /* Tries node ni for r (pending entry e): fills *out and returns the moves
  * (0: no plan here). */
 static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
@@ -959,24 +977,88 @@ static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
   gf__free(c);
   if (!fits)
     return 0;
-  snprintf(out->node, sizeof(out->node), "%s", s->nodes[ni].name);
-  out->ngpus = r->gpu_count;
-  for (uint32_t t = 0; t < r->gpu_count; t++)
-    out->gpus[t] = n->gpus[gpus[t]].index;
-  out->n = nm;
-  for (uint32_t j = 0; j < nm; j++) {
-    char owner[GF_NAME_MAX];
-    snprintf(out->moves[j].uid, sizeof(out->moves[j].uid), "%s", mv[j]->uid);
-    gf__pdb_pod_info(s->pdb, mv[j]->uid, out->moves[j].ns, out->moves[j].name,
-                     owner);
-  }
+  plan_out(s, ni, r, gpus, mv, nm, out);
   return moves;
 }
 
+static int larger_first(const void *a, const void *b) {
+  const prec *x = *(const prec *const *)a, *y = *(const prec *const *)b;
+  int64_t mx = x->req.gpu_mem_bytes + x->req.gpu_milli;
+  int64_t my = y->req.gpu_mem_bytes + y->req.gpu_milli;
+  return mx > my ? -1 : mx < my ? 1 : 0;
+}
+
+/* A share on GPU g of node ni: its movable pods, largest first, until r
+ * fits there; then as try_node (budgets, every one rehomed elsewhere).
+ * Returns the moves (0: no plan on g). */
+static uint32_t try_gpu_share(gf_sched *s, uint32_t ni, uint32_t g,
+                              const gf_request *r, const int64_t *head,
+                              const int64_t *nxt, uint32_t max_moves,
+                              gf__defrag_plan *out) {
+  const prec *cand[64];
+  uint32_t nc = 0, nm = 0;
+  for (int64_t k = head[ni]; k >= 0 && nc < 64; k = nxt[k])
+    if (on_gpu(&s->pods[k], g) && movable(s, &s->pods[k]))
+      cand[nc++] = &s->pods[k];
+  qsort(cand, nc, sizeof(cand[0]), larger_first);
+  copies *c = gf__calloc(1, sizeof(*c));
+  gf_node *w = c ? copy_of(s, c, ni) : NULL;
+  bool fits = false;
+  const char *uids[GF__DEFRAG_MOVES_MAX];
+  while (w && nm < nc && nm < max_moves && !fits) {
+    unbook_copy(w, cand[nm]);
+    reindex_copy(w);
+    uids[nm] = cand[nm]->uid;
+    nm++;
+    fits = gf_node_fits(w, r) && gf_gpu_fits(&w->gpus[g], r);
+  }
+  bool taken[GF_MAX_GPUS_PER_NODE] = {false};
+  taken[g] = true;
+  uint8_t gpu = (uint8_t)g;
+  if (fits) {
+    book_copy(w, r, &gpu);
+    fits = gf__pdb_violations(s->pdb, uids, nm) == 0;
+  }
+  for (uint32_t j = 0; j < nm && fits; j++)
+    fits = rehome(s, c, cand[j], ni, taken);
+  gf__free(c);
+  if (!fits)
+    return 0;
+  plan_out(s, ni, r, &gpu, cand, nm, out);
+  return nm;
+}
+
+/* A share on node ni: the GPU needing fewest moves (0: none). */
+static uint32_t try_node_share(gf_sched *s, uint32_t ni, const gf_request *r,
+                               const int64_t *head, const int64_t *nxt,
+                               uint32_t max_moves, gf__defrag_plan *out) {
+  const gf_node *n = gf_cluster_node(s->c, ni);
+  gf_request rn = *r; /* a compute-only share's memory on this node */
+  gf__part_of_memory(n, &rn);
+  gf__defrag_plan cur;
+  uint32_t best = 0;
+  for (uint32_t g = 0; g < n->ngpus; g++) {
+    const gf_gpu *x = &n->gpus[g];
+    if (x->whole_only ||
+        (rn.model_mask && !(rn.model_mask & (1ull << x->model))))
+      continue;
+    uint32_t m = try_gpu_share(s, ni, g, &rn, head, nxt,
+                               best ? best - 1 : max_moves, &cur);
+    if (m && (!best || m < best)) {
+      best = m;
+      *out = cur;
+    }
+  }
+  return best;
+}
+
 static bool fits_somewhere(gf_sched *s, const gf_request *r) {
-  for (uint32_t ni = 0; ni < s->nnodes; ni++)
-    if (node_open(s, ni) && gf_node_fits(gf_cluster_node(s->c, ni), r))
+  for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+    gf_request rn = *r;
+    gf__part_of_memory(gf_cluster_node(s->c, ni), &rn);
+    if (node_open(s, ni) && gf_node_fits(gf_cluster_node(s->c, ni), &rn))
       return true;
+  }
   return false;
 }
 
@@ -989,7 +1071,9 @@ static bool plan_for(gf_sched *s, const pend *e, const gf_request *r,
   for (uint32_t ni = 0; ni < s->nnodes && best != 1; ni++) {
     if (!node_open(s, ni))
       continue;
-    uint32_t m = try_node(s, ni, r, head, nxt, max_moves, &cur);
+    uint32_t m = r->gpu_milli < GF_GPU_MILLI
+                     ? try_node_share(s, ni, r, head, nxt, max_moves, &cur)
+                     : try_node(s, ni, r, head, nxt, max_moves, &cur);
     if (m && (!best || m < best)) {
       best = m;
       *out = cur;
@@ -1031,8 +1115,10 @@ int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out) {
     gf__effective(s, &r);
     bool named;
     r.model_mask = gf__models_mask(s->c, e->models, &named);
-    if (r.gpu_milli < GF_GPU_MILLI || (named && !r.model_mask) ||
-        fits_somewhere(s, &r))
+    /* whole GPUs, or a share of one GPU (a large one: the smaller ones
+     * fit) */
+    if ((r.gpu_milli < GF_GPU_MILLI && r.gpu_count != 1) ||
+        (named && !r.model_mask) || fits_somewhere(s, &r))
       continue;
     if (plan_for(s, e, &r, head, nxt, max_moves, out))
       rc = 1;
