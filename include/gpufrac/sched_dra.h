@@ -373,7 +373,7 @@ void gf_sched_dra_free(gf_sched_dra *f);
 bool gf_sched_dra_synced(gf_sched_dra *f);
 /* The PodDisruptionBudgets mode 2 preemption counts (the kube feed's store:
  * gf_sched_kube_budgets; NULL: none, the Eviction API alone enforces
- * them).  The store must outlive the feed. */
+ * them).  The store must outlive the feed.  f NULL: nothing. */
 void gf_sched_dra_set_budgets(gf_sched_dra *f, struct gf__pdb *budgets);
 
 /* Mode 1 (thread-safe): the engine's score for pod (a v1 Pod, borrowed) on

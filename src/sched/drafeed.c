@@ -1078,6 +1078,33 @@ static void preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   gf__free(pl);
 }
 
+/* Where pod's claims cl[0..n) go (mu held): the share a preemption held
+ * for it once its victims' claims are released (*held 0; 1 while they are
+ * not, -1 without a hold), else the engine's choice.  0 with res, nres and
+ * node filled, or an error (GF_ENOFIT: no room). */
+static int decide(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl, int n,
+                  gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
+                  char node[GF_DRA_NAME_MAX], int *held, gf_diag *d) {
+  char key[KEY_MAX];
+  uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
+  int rc = 0;
+  snprintf(key, sizeof(key), "%s/%s", jstr(pod, "metadata", "namespace"),
+           jstr(pod, "metadata", "name"));
+  *held = hold_take(f, key, cl, n, res, nres, node, d);
+  if (*held < 0) {
+    rc = random_bytes(f, rnd, sizeof(rnd));
+    if (!rc && !(rc = model_fresh(f, d)))
+      rc = place_weighted(f, cl, n, pod, rnd, sizeof(rnd), res, nres, node, d);
+  }
+  if (rc == GF_ENOFIT)
+    f->st.nofit++;
+  else if (rc)
+    f->st.errors++;
+  /* A decision holds until its writes are stored: rebuild after. */
+  f->dirty = f->dirty || rc == 0;
+  return rc;
+}
+
 static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   const char *ns = jstr(pod, "metadata", "namespace");
   const char *name = jstr(pod, "metadata", "name");
@@ -1090,7 +1117,6 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   uint32_t nres[CLAIMS_PER_POD];
   char node[GF_DRA_NAME_MAX];
   gf_diag d = {""};
-  uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
   if (!res)
     return NULL;
   pthread_mutex_lock(&f->mu);
@@ -1113,24 +1139,8 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   int rc = 0, held = -1;
   bool hand = n == 0 || why || (nalloc && nalloc != (uint32_t)n);
   bool done = !hand && nalloc == (uint32_t)n;
-  if (!hand && !done) {
-    char key[KEY_MAX];
-    snprintf(key, sizeof(key), "%s/%s", ns, name);
-    /* a preemption under way: its victims' capacity, once released */
-    held = hold_take(f, key, cl, n, res, nres, node, &d);
-    if (held < 0) {
-      rc = random_bytes(f, rnd, sizeof(rnd));
-      if (!rc && !(rc = model_fresh(f, &d)))
-        rc = place_weighted(f, cl, n, pod, rnd, sizeof(rnd), res, nres, node,
-                            &d);
-    }
-    if (rc == GF_ENOFIT)
-      f->st.nofit++;
-    else if (rc)
-      f->st.errors++;
-    /* A decision holds until its writes are stored: rebuild after. */
-    f->dirty = f->dirty || rc == 0;
-  }
+  if (!hand && !done)
+    rc = decide(f, pod, cl, n, res, nres, node, &held, &d);
   pthread_mutex_unlock(&f->mu);
   if (held == 1) {
     waits(f, ns, name, d.msg);
@@ -1546,6 +1556,8 @@ bool gf_sched_dra_synced(gf_sched_dra *f) {
 }
 
 void gf_sched_dra_set_budgets(gf_sched_dra *f, struct gf__pdb *budgets) {
+  if (!f)
+    return;
   pthread_mutex_lock(&f->mu);
   f->budgets = budgets;
   pthread_mutex_unlock(&f->mu);

@@ -625,6 +625,40 @@ static void bad(reply_buf *out, const char *what) {
   out->json = gf__error_obj(msg);
 }
 
+/* The pods of each node the request names, in one pass over the pods:
+ * slot[node] (-1: not named), head[slot] and nxt[pod] the lists (owned by
+ * the caller, also on failure).  Under the mutex.  GF_ENOMEM or 0. */
+static int node_lists(gf_sched *s, const json_t *map, int32_t **slot,
+                      int64_t **head, int64_t **nxt) {
+  int32_t *sl = *slot = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*sl));
+  if (!sl)
+    return GF_ENOMEM;
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    sl[i] = -1;
+  const char *name;
+  const json_t *val;
+  int32_t nasked = 0;
+  json_object_foreach((json_t *)map, name, val) {
+    int64_t ni = gf__smap_get(&s->nmap, name);
+    if (ni >= 0 && sl[ni] < 0)
+      sl[ni] = nasked++;
+  }
+  int64_t *h = *head = gf__malloc(((size_t)nasked + 1) * sizeof(*h));
+  int64_t *nx = *nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nx));
+  if (!h || !nx)
+    return GF_ENOMEM;
+  for (int32_t i = 0; i < nasked; i++)
+    h[i] = -1;
+  for (uint32_t k = s->npods; k-- > 0;) {
+    const prec *q = &s->pods[k];
+    if (q->placed && sl[q->pl.node] >= 0) {
+      nx[k] = h[sl[q->pl.node]];
+      h[sl[q->pl.node]] = (int64_t)k;
+    }
+  }
+  return 0;
+}
+
 void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   json_error_t je;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -701,33 +735,10 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   bool named;
   r.model_mask = gf__models_mask(s->c, p->models, &named);
   bool hopeless = r.gpu_count == 0 || (named && r.model_mask == 0);
-  /* The pods of each node asked about, in one pass over the pods. */
-  slot = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*slot));
-  if (!slot)
+  if (node_lists(s, map, &slot, &head, &nxt))
     goto oom_locked;
-  for (uint32_t i = 0; i < s->nnodes; i++)
-    slot[i] = -1;
   const char *name;
   const json_t *val;
-  int32_t nasked = 0;
-  json_object_foreach((json_t *)map, name, val) {
-    int64_t ni = gf__smap_get(&s->nmap, name);
-    if (ni >= 0 && slot[ni] < 0)
-      slot[ni] = nasked++;
-  }
-  head = gf__malloc(((size_t)nasked + 1) * sizeof(*head));
-  nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nxt));
-  if (!head || !nxt)
-    goto oom_locked;
-  for (int32_t i = 0; i < nasked; i++)
-    head[i] = -1;
-  for (uint32_t k = s->npods; k-- > 0;) {
-    const prec *q = &s->pods[k];
-    if (q->placed && slot[q->pl.node] >= 0) {
-      nxt[k] = head[slot[q->pl.node]];
-      head[slot[q->pl.node]] = (int64_t)k;
-    }
-  }
   json_object_foreach((json_t *)map, name, val) {
     int64_t ni = hopeless ? -1 : gf__smap_get(&s->nmap, name);
     if (ni < 0)
