@@ -368,6 +368,37 @@ int gf_dra_model_place_own(gf_dra_model *m, const gf_dra_claim *const *claims,
                            uint32_t *nres, char node[GF_DRA_NAME_MAX],
                            gf_diag *d);
 
+/* Mode 2 preemption (docs/dra.md, "Preemption"): a pod holding allocated
+ * claims, as a candidate victim. */
+#define GF_DRA_VICTIMS_MAX 256 /* chosen at most (per node considered) */
+typedef struct gf_dra_victim {
+  const char *uid;  /* the pod's (PodDisruptionBudgets match it) */
+  int32_t priority; /* spec.priority */
+  bool loading;     /* the disruption guard holds it (loading weights) */
+  const gf_dra_claim *const *claims; /* its claims (allocated ones count) */
+  uint32_t nclaims;
+} gf_dra_victim;
+
+/* The victims whose claims, once released, let claims[0..n-1] (a pod of
+ * priority prio asking one request in all, a share or whole GPUs) fit:
+ * on each node the preempt verb's choice (docs/scheduler.md,
+ * "Preemption": fewest victims on one GPU, then the lowest priorities,
+ * then the least capacity left over; with budgets, fewest
+ * PodDisruptionBudget violations first), the best node by the same order.
+ * A victim: priority below prio (a loading one only GF__PREEMPT_GUARD_GAP
+ * below), every gpufrac result of its claims on that node, and one share
+ * or whole GPUs.  The model is not changed.  Fills chosen[0..*nchosen)
+ * (indices into vs; cap GF_DRA_VICTIMS_MAX) and node (its Node's name).
+ * 0; GF_ENOFIT (no set frees room, why in d); GF_EINVAL (a pod it does
+ * not preempt for); GF_ENOMEM. */
+struct gf__pdb;
+int gf_dra_model_preempt(const gf_dra_model *m,
+                         const gf_dra_claim *const *claims, uint32_t n,
+                         int32_t prio, const gf_dra_victim *vs, uint32_t nv,
+                         struct gf__pdb *budgets, uint32_t *chosen,
+                         uint32_t *nchosen, char node[GF_DRA_NAME_MAX],
+                         gf_diag *d);
+
 /* Mode 1: the engine's score for claims[0..n-1] on Node `node` (higher is
  * better; comparable between nodes of one pod), with the cache term for
  * weights (0: none).  GF_ENOFIT when they do not fit there, GF_ENOTFOUND
@@ -409,6 +440,10 @@ int gf_sched_dra_start(gf_sched_dra *f, gf_diag *d);
 void gf_sched_dra_stop(gf_sched_dra *f);
 void gf_sched_dra_free(gf_sched_dra *f);
 bool gf_sched_dra_synced(gf_sched_dra *f);
+/* The PodDisruptionBudgets mode 2 preemption counts (the kube feed's store:
+ * gf_sched_kube_budgets; NULL: none, the Eviction API alone enforces
+ * them).  The store must outlive the feed.  f NULL: nothing. */
+void gf_sched_dra_set_budgets(gf_sched_dra *f, struct gf__pdb *budgets);
 
 /* Mode 1 (thread-safe): the engine's score for pod (a v1 Pod, borrowed) on
  * node, from the claims the feed knows, with the cache term for the pod's
@@ -420,16 +455,20 @@ int gf_sched_dra_score(gf_sched_dra *f, const struct json_t *pod,
 
 /* Counters for /metrics and tests. */
 typedef struct gf_sched_dra_stats {
-  uint64_t placed;     /* pods whose claims gpufrac allocated */
-  uint64_t handed;     /* gated pods handed to kube-scheduler unallocated */
-  uint64_t nofit;      /* placement attempts that found no node */
-  uint64_t yielded;    /* allocations given back after the check found
-                          their device over capacity */
-  uint64_t overfilled; /* the alarm: placed pods whose device the check
-                          found over capacity (each gets a DRAOverfilled
-                          Event); with one allocator per device, 0 */
-  uint64_t errors;     /* API or parse errors */
-  uint32_t conflicts;  /* over-booked results in the last model */
+  uint64_t placed;      /* pods whose claims gpufrac allocated */
+  uint64_t handed;      /* gated pods handed to kube-scheduler unallocated */
+  uint64_t nofit;       /* placement attempts that found no node */
+  uint64_t yielded;     /* allocations given back after the check found
+                           their device over capacity */
+  uint64_t overfilled;  /* the alarm: placed pods whose device the check
+                           found over capacity (each gets a DRAOverfilled
+                           Event); with one allocator per device, 0 */
+  uint64_t errors;      /* API or parse errors */
+  uint64_t preemptions; /* mode 2 preemptions begun (victims chosen) */
+  uint64_t preempt_evicted; /* pods evicted for them */
+  uint64_t preempt_refused; /* evictions refused (each ends its preemption) */
+  uint32_t holds;           /* preemptions waiting for their victims */
+  uint32_t conflicts;       /* over-booked results in the last model */
 } gf_sched_dra_stats;
 void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out);
 

@@ -233,6 +233,9 @@ size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap);
  * it off). */
 /* Defragmentation plans made (dry run or not), pods evicted for them, and
  * plans held back by the rate limits. */
+/* The PodDisruptionBudgets the feed keeps (for gf_sched_dra_set_budgets);
+ * NULL without them.  Owned by the feed. */
+struct gf__pdb *gf_sched_kube_budgets(gf_sched_kube *f);
 uint64_t gf_sched_kube_defrag_plans(gf_sched_kube *f);
 uint64_t gf_sched_kube_defrag_evictions(gf_sched_kube *f);
 uint64_t gf_sched_kube_defrag_limited(gf_sched_kube *f);

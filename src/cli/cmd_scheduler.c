@@ -728,8 +728,7 @@ int cmd_scheduler(int argc, char **argv) {
     goto out;
   }
   if (kc) {
-    /* The downward API names this replica's Pod: the leader labels it for
-     * the Service that reaches the leader (sched_kube.h). */
+    /* this replica's Pod (downward API), labelled when it leads */
     const char *pod_ns = getenv("POD_NAMESPACE"), *pod = getenv("POD_NAME");
     bool own = pod_ns && *pod_ns && pod && *pod;
     gf_sched_kube_opts ko = {
@@ -751,6 +750,7 @@ int cmd_scheduler(int argc, char **argv) {
       rc = GF_EXIT_FAIL;
       goto out;
     }
+    gf_sched_dra_set_budgets(dra, gf_sched_kube_budgets(feed));
     /* the guard's protection rides in the Binding: one write per pod */
     gf_sched_kube_binder_annotate(kb, gf_sched_kube_bind_annotate, feed);
     static metrics_both mb;

@@ -9,10 +9,12 @@
  * make replacements that pack elsewhere, frees a GPU instead.
  *
  * The plan (gf__defrag_plan_one, on the extender's model): the pending pod
- * that has waited longest among those that ask whole GPUs, are not
- * nominated (a preemption is under way) and fit no node; for it, on one
- * node, the GPUs (as many as it asks, of its model) all of whose pods are
- * movable, fewest pods first, at most max_moves in all, where the node's
+ * that has waited longest among those that ask whole GPUs or a share of
+ * one GPU, are not nominated (a preemption is under way) and fit no node;
+ * for it, on one node, the GPUs (as many as it asks, of its model) all of
+ * whose pods are movable, fewest pods first (a share: on one GPU, its
+ * movable pods largest first until the share fits), at most max_moves in
+ * all, where the node's
  * CPU and memory take it once they are gone, where evicting them together
  * breaks no PodDisruptionBudget, and where every one of them fits
  * somewhere else (tried in order on copies: another node, or another GPU

@@ -18,6 +18,7 @@
 #include "gpufrac/grant.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched_dra.h"
+#include "sched_state.h"
 #include <gnutls/crypto.h>
 
 /* ---- JSON helpers -------------------------------------------------------- */
@@ -1472,4 +1473,132 @@ int gf_dra_model_score_own(gf_dra_model *m, const gf_dra_claim *const *claims,
     return GF_ENOTFOUND;
   *score = s;
   return 0;
+}
+
+/* ---- mode 2 preemption ---------------------------------------------------*/
+
+/* The engine's request for the preemptor's one request (*r), or
+ * GF_EINVAL. */
+static int preemptor_request(const gf_dra_model *m,
+                             const gf_dra_claim *const *claims, uint32_t n,
+                             gf_request *r, gf_diag *d) {
+  const gf_dra_request *q = NULL;
+  uint32_t nq = 0;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t j = 0; j < claims[i]->nreq; j++, nq++)
+      q = &claims[i]->req[j];
+  if (nq != 1 || q->kind == GF_DRA_OTHER)
+    return gf_diag_set(d, GF_EINVAL,
+                       "preemption is for pods of one request (a share or "
+                       "whole GPUs); this one has %u",
+                       nq);
+  if (q->kind == GF_DRA_WHOLE) {
+    whole_request(q->count, r);
+    return 0;
+  }
+  const gf_dra_device *td = typical_dev(m, true);
+  int64_t mem, cores;
+  if (!td || gf_dra_fit(td, 0, 0, 0, q, &mem, &cores, NULL) != 0)
+    return gf_diag_set(d, GF_ENOFIT, "no shared device could take the request");
+  share_request(td, mem, cores, r);
+  return 0;
+}
+
+/* Victim v as the chooser's record on node ni (*out), or false when it is
+ * not one there: results on another node, or neither one share nor whole
+ * GPUs only. */
+static bool victim_rec(const gf_dra_model *m, const gf_dra_victim *v,
+                       uint32_t ni, prec *out) {
+  memset(out, 0, sizeof(*out));
+  uint32_t nshare = 0, nwhole = 0;
+  out->pl.node = ni;
+  for (uint32_t c = 0; c < v->nclaims; c++) {
+    const gf_dra_claim *cl = v->claims[c];
+    for (uint32_t k = 0; cl->allocated && k < cl->nres; k++) {
+      const gf_dra_result *x = &cl->res[k];
+      if (strcmp(x->driver, GF_DRA_DRIVER) != 0 || x->admin)
+        continue;
+      const mdev *md = find_dev(m, x->pool, x->device);
+      if (!md || md->ni != ni || out->pl.ngpus == GF_MAX_GPUS_PER_NODE)
+        return false;
+      out->pl.gpus[out->pl.ngpus++] = (uint8_t)md->gi;
+      if (md->dev.multi) {
+        nshare++;
+        share_request(&md->dev, x->has_mem ? x->mem : 0,
+                      x->has_cores ? x->cores : 0, &out->req);
+      } else {
+        nwhole++;
+      }
+    }
+  }
+  if (nwhole && !nshare)
+    whole_request(nwhole, &out->req);
+  out->priority = v->priority;
+  out->uid = (char *)(uintptr_t)v->uid; /* read only */
+  out->placed = true;
+  return (nshare == 1 && !nwhole) || (nwhole && !nshare);
+}
+
+int gf_dra_model_preempt(const gf_dra_model *m,
+                         const gf_dra_claim *const *claims, uint32_t n,
+                         int32_t prio, const gf_dra_victim *vs, uint32_t nv,
+                         struct gf__pdb *budgets, uint32_t *chosen,
+                         uint32_t *nchosen, char node[GF_DRA_NAME_MAX],
+                         gf_diag *d) {
+  *nchosen = 0;
+  gf_request r;
+  int rc = preemptor_request(m, claims, n, &r, d);
+  if (rc)
+    return rc;
+  prec *cands = gf__calloc(GF_DRA_VICTIMS_MAX, sizeof(*cands));
+  uint32_t *map = gf__calloc(GF_DRA_VICTIMS_MAX, sizeof(*map));
+  gf__preempt_pick *pick = gf__malloc(sizeof(*pick));
+  gf__preempt_pick *best = gf__calloc(1, sizeof(*best));
+  gf_node *base = gf__malloc(sizeof(*base));
+  uint32_t bni = UINT32_MAX;
+  if (!cands || !map || !pick || !best || !base) {
+    rc = gf_diag_set(d, GF_ENOMEM, "preemption: out of memory");
+    goto out;
+  }
+  for (uint32_t ni = 0; ni < gf_cluster_nnodes(m->c); ni++) {
+    uint32_t nc = 0;
+    for (uint32_t i = 0; i < nv && nc < GF_DRA_VICTIMS_MAX; i++) {
+      if (vs[i].priority >= prio ||
+          (vs[i].loading &&
+           (int64_t)prio - (int64_t)vs[i].priority < GF__PREEMPT_GUARD_GAP))
+        continue;
+      if (victim_rec(m, &vs[i], ni, &cands[nc]))
+        map[nc++] = i;
+    }
+    if (!nc)
+      continue;
+    *base = *gf_cluster_node(m->c, ni);
+    if ((rc = gf__preempt_choose(base, cands, nc, &r, budgets, pick))) {
+      gf_diag_set(d, rc, "preemption: out of memory");
+      goto out;
+    }
+    if (!pick->ok ||
+        (bni != UINT32_MAX && gf__preempt_pick_cmp(pick, best) >= 0))
+      continue;
+    *best = *pick;
+    for (uint32_t j = 0; j < best->n; j++)
+      best->at[j] = (uint16_t)map[best->at[j]];
+    bni = ni;
+  }
+  if (bni == UINT32_MAX) {
+    rc = gf_diag_set(d, GF_ENOFIT,
+                     "no set of lower-priority pods frees room on one GPU");
+    goto out;
+  }
+  for (uint32_t j = 0; j < best->n; j++)
+    chosen[j] = best->at[j];
+  *nchosen = best->n;
+  snprintf(node, GF_DRA_NAME_MAX, "%s", m->nodes[bni]);
+out:
+  gf__free(cands);
+  gf__free(map);
+  gf__free(pick);
+  gf__free(best);
+  gf__free(base);
+  return rc;
 }

@@ -32,12 +32,19 @@
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/sched_dra.h"
+#include "guard.h"
+#include "pdb.h"
 #include "prom.h"
 #include "smap.h"
 
 #define KEY_MAX (2 * GF_DRA_NAME_MAX + 2)
 #define CLAIMS_PER_POD 16
 #define POLICY_MAX 256
+/* Mode 2 preemption (docs/dra.md, "Preemption"). */
+#define HOLDS_MAX 8            /* preemptions under way at once */
+#define HOLD_CLAIMS 16         /* the victims' claims of one preemption */
+#define HOLD_MS 120000         /* how long a hold waits for the victims */
+#define PREEMPT_RETRY_MS 10000 /* a pod is considered again after this */
 
 /* A keyed store of owned records: key -> index, swap-remove. */
 typedef struct store {
@@ -137,7 +144,12 @@ struct gf_sched_dra {
   gf_dra_slice *eff;
   bool *own;
   uint32_t neff;
-  store said;           /* pod key -> the last reason logged for it (char*) */
+  store said;    /* pod key -> the last reason logged for it (char*) */
+  store holders; /* pods not gated that use claims: key -> slim json_t* */
+  store tried;   /* gated pod key -> when preemption was last tried */
+  struct hold *holds[HOLDS_MAX]; /* preemptions waiting for their victims */
+  gf__pdb *budgets; /* the kube feed's PodDisruptionBudgets; NULL: none */
+  uint32_t nholds;
   gf_dra_model *model;  /* mode 2: the devices gpufrac allocates */
   gf_dra_model *kmodel; /* mode 1's score: kube-scheduler's devices */
   bool dirty;
@@ -319,16 +331,28 @@ static json_t *pod_slim(void *u, json_t *pod) {
     json_decref(o);
     return NULL;
   }
-  static const char *mk[] = {"name", "namespace", "uid", "resourceVersion"};
-  for (size_t i = 0; i < 4; i++)
+  static const char *mk[] = {"name", "namespace", "uid", "resourceVersion",
+                             "deletionTimestamp"};
+  for (size_t i = 0; i < 5; i++)
     if (json_object_get(meta, mk[i]))
       json_object_set(m, mk[i], json_object_get(meta, mk[i]));
-  /* the weights it loads: the cache term */
-  const json_t *wm = json_object_get(json_object_get(meta, "annotations"),
-                                     GF_MODEL_ANNOTATION);
-  if (json_is_string(wm))
-    json_object_set_new(m, "annotations",
-                        json_pack("{s:O}", GF_MODEL_ANNOTATION, wm));
+  /* the weights it loads (the cache term) and the guard's words (a pod
+   * loading its weights is a victim only across the guard's gap) */
+  static const char *ak[] = {GF_MODEL_ANNOTATION, GF_GUARD_SINCE,
+                             GF_GUARD_RELEASED, GF_GUARD_PROTECT};
+  const json_t *ann = json_object_get(meta, "annotations");
+  json_t *a = NULL;
+  for (size_t i = 0; i < 4; i++) {
+    const json_t *v = json_object_get(ann, ak[i]);
+    if (json_is_string(v) && (a || (a = json_object())))
+      json_object_set(a, ak[i], (json_t *)v);
+  }
+  if (a)
+    json_object_set_new(m, "annotations", a);
+  if (json_object_get(spec, "priority"))
+    json_object_set(s, "priority", json_object_get(spec, "priority"));
+  if (json_object_get(spec, "nodeName"))
+    json_object_set(s, "nodeName", json_object_get(spec, "nodeName"));
   if (json_object_get(spec, "schedulingGates"))
     json_object_set(s, "schedulingGates",
                     json_object_get(spec, "schedulingGates"));
@@ -345,12 +369,22 @@ static void pod_set(void *u, json_t *o) {
   gf_sched_dra *f = u;
   char key[KEY_MAX];
   key_of(o, key, sizeof(key));
+  bool claims = json_array_size(json_object_get(json_object_get(o, "spec"),
+                                                "resourceClaims")) > 0;
+  bool going = json_object_get(json_object_get(o, "metadata"),
+                               "deletionTimestamp") != NULL;
   pthread_mutex_lock(&f->mu);
   if (gated(o)) {
     store_put(&f->pods, key, json_incref(o));
+    store_del(&f->holders, key);
   } else {
     store_del(&f->pods, key);
     store_del(&f->said, key);
+    store_del(&f->tried, key);
+    if (claims && !going)
+      store_put(&f->holders, key, json_incref(o));
+    else
+      store_del(&f->holders, key);
   }
   pthread_mutex_unlock(&f->mu);
 }
@@ -367,6 +401,8 @@ static void pod_gone(void *u, json_t *o) {
   pthread_mutex_lock(&f->mu);
   store_del(&f->pods, key);
   store_del(&f->said, key);
+  store_del(&f->tried, key);
+  store_del(&f->holders, key);
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -425,23 +461,88 @@ static int eff_build(gf_sched_dra *f) {
   return 0;
 }
 
+/* A preemption under way (docs/dra.md, "Preemption"): the preemptor's
+ * claims as they will be allocated, and the victims' claims it waits for.
+ * While it lasts the model books the first in place of the second, so no
+ * other pod takes what the victims free. */
+typedef struct hold {
+  char key[KEY_MAX]; /* the preemptor, ns/name */
+  int n;
+  gf_dra_claim *cl[CLAIMS_PER_POD]; /* allocated (in memory only) */
+  char node[GF_DRA_NAME_MAX];
+  uint32_t nv;
+  char vkey[HOLD_CLAIMS][KEY_MAX]; /* the victims' claims, ns/name */
+  char vuid[HOLD_CLAIMS][GF_DRA_LABEL_MAX];
+  int64_t until_ms;
+} hold;
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void hold_free(hold *h) {
+  if (!h)
+    return;
+  for (int i = 0; i < h->n; i++)
+    gf__free(h->cl[i]);
+  gf__free(h);
+}
+
+/* Is claim c one a hold waits for (mu held)? */
+static bool held_victim(const gf_sched_dra *f, const gf_dra_claim *c) {
+  char key[KEY_MAX];
+  snprintf(key, sizeof(key), "%.253s/%.253s", c->ns, c->name);
+  for (uint32_t i = 0; i < f->nholds; i++)
+    for (uint32_t k = 0; k < f->holds[i]->nv; k++)
+      if (strcmp(f->holds[i]->vkey[k], key) == 0 &&
+          strcmp(f->holds[i]->vuid[k], c->uid) == 0)
+        return true;
+  return false;
+}
+
+/* The claims the model books (mu held): the store's, but those holds wait
+ * for and those in skip[0..nskip), and the holds' own.  *n set; NULL when
+ * out of memory. */
+static const gf_dra_claim **claim_list(gf_sched_dra *f,
+                                       const gf_dra_claim *const *skip,
+                                       uint32_t nskip, uint32_t *n) {
+  uint32_t cap = f->claims.n + 1;
+  for (uint32_t i = 0; i < f->nholds; i++)
+    cap += (uint32_t)f->holds[i]->n;
+  const gf_dra_claim **cl = gf__calloc(cap, sizeof(*cl));
+  *n = 0;
+  for (uint32_t i = 0; cl && i < f->claims.n; i++) {
+    const gf_dra_claim *c = f->claims.vals[i];
+    bool out = held_victim(f, c);
+    for (uint32_t k = 0; k < nskip && !out; k++)
+      out = skip[k] == c;
+    if (!out)
+      cl[(*n)++] = c;
+  }
+  for (uint32_t i = 0; cl && i < f->nholds; i++)
+    for (int k = 0; k < f->holds[i]->n; k++)
+      cl[(*n)++] = f->holds[i]->cl[k];
+  return cl;
+}
+
 /* Rebuilds the model when a store changed.  mu held. */
 static int model_fresh(gf_sched_dra *f, gf_diag *d) {
   if (f->model && !f->dirty)
     return 0;
   const gf_dra_slice **sl = gf__calloc(f->slices.n + 1, sizeof(*sl));
-  const gf_dra_claim **cl = gf__calloc(f->claims.n + 1, sizeof(*cl));
+  uint32_t ncl = 0;
+  const gf_dra_claim **cl = claim_list(f, NULL, 0, &ncl);
   int rc = GF_ENOMEM;
   if (sl && cl && eff_build(f) == 0) {
     for (uint32_t i = 0; i < f->slices.n; i++)
       sl[i] = &f->eff[i];
-    for (uint32_t i = 0; i < f->claims.n; i++)
-      cl[i] = f->claims.vals[i];
     gf_dra_model *m = NULL, *km = NULL;
     const char *pol = f->has_policy ? f->policy : NULL;
-    rc = gf_dra_model_new_for(sl, f->slices.n, cl, f->claims.n, pol,
-                              GF_DRA_BY_GPUFRAC, &m, d);
-    if (!rc && (rc = gf_dra_model_new_for(sl, f->slices.n, cl, f->claims.n, pol,
+    rc = gf_dra_model_new_for(sl, f->slices.n, cl, ncl, pol, GF_DRA_BY_GPUFRAC,
+                              &m, d);
+    if (!rc && (rc = gf_dra_model_new_for(sl, f->slices.n, cl, ncl, pol,
                                           GF_DRA_BY_KUBE, &km, d))) {
       gf_dra_model_free(m);
       m = NULL;
@@ -521,6 +622,23 @@ static int claims_of(gf_sched_dra *f, const json_t *pod, gf_dra_claim **out,
   return n;
 }
 
+/* Pointers to pod's claims in the store (mu held; valid while it is).
+ * Returns the count, -1 when one is not known. */
+static int claims_ref(gf_sched_dra *f, const json_t *pod,
+                      const gf_dra_claim **out, int cap) {
+  char names[CLAIMS_PER_POD][GF_DRA_NAME_MAX];
+  int n = pod_claims(pod, names, cap < CLAIMS_PER_POD ? cap : CLAIMS_PER_POD);
+  const char *ns = json_string_value(
+      json_object_get(json_object_get(pod, "metadata"), "namespace"));
+  for (int i = 0; i < n; i++) {
+    char key[KEY_MAX];
+    snprintf(key, sizeof(key), "%.253s/%.253s", ns ? ns : "", names[i]);
+    if (!(out[i] = store_get(&f->claims, key)))
+      return -1;
+  }
+  return n;
+}
+
 /* The pod's gpufrac.io/model as the model's weights id (0: none). */
 static uint32_t pod_weights(gf_dra_model *m, const json_t *pod) {
   return gf_dra_model_weights(
@@ -565,7 +683,8 @@ int gf_sched_dra_score(gf_sched_dra *f, const json_t *pod, const char *node,
   return rc;
 }
 
-/* ---- the placer ---------------------------------------------------------- */
+/* ---- the placer ----------------------------------------------------------
+ */
 
 static const char *jstr(const json_t *o, const char *a, const char *b) {
   return json_string_value(json_object_get(json_object_get(o, a), b));
@@ -729,6 +848,382 @@ static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
   return rc;
 }
 
+/* An Event on a pod (core/v1): best effort, a failure is only logged. */
+static void pod_event(gf_sched_dra *f, const json_t *pod, const char *type,
+                      const char *reason, const char *msg) {
+  const char *ns = jstr(pod, "metadata", "namespace");
+  const char *name = jstr(pod, "metadata", "name");
+  const char *uid = jstr(pod, "metadata", "uid");
+  char now[32], path[KEY_MAX + 64];
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  json_t *ev = json_pack(
+      "{s:s,s:s,s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s},"
+      "s:s,s:s,s:i,s:s}",
+      "apiVersion", "v1", "kind", "Event", "metadata", "generateName",
+      "gpufrac-dra-", "namespace", ns ? ns : "default", "involvedObject",
+      "apiVersion", "v1", "kind", "Pod", "namespace", ns ? ns : "", "name",
+      name ? name : "", "uid", uid ? uid : "", "type", type, "reason", reason,
+      "message", msg, "source", "component", "gpufrac-scheduler",
+      "firstTimestamp", now, "lastTimestamp", now, "count", 1,
+      "reportingComponent", "gpufrac-scheduler");
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events",
+           ns ? ns : "default");
+  gf_diag d = {""};
+  if (!ev || gf_kube_create(f->k, path, ev, NULL, &d))
+    logf_(f, "gpufrac scheduler: DRA: the %s event: %s\n", reason,
+          ev ? d.msg : "out of memory");
+  json_decref(ev);
+}
+
+/* ---- mode 2 preemption (docs/dra.md, "Preemption") --------------------- */
+
+static int32_t prio_of(const json_t *pod) {
+  const json_t *p = json_object_get(json_object_get(pod, "spec"), "priority");
+  json_int_t v = json_is_integer(p) ? json_integer_value(p) : 0;
+  return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v;
+}
+
+/* The disruption guard's rule (guard.h): loading its weights. */
+static bool loading_of(const json_t *pod) {
+  const json_t *a =
+      json_object_get(json_object_get(pod, "metadata"), "annotations");
+  const char *pr = json_string_value(json_object_get(a, GF_GUARD_PROTECT));
+  if (pr && strcmp(pr, "always") == 0)
+    return true;
+  return json_object_get(a, GF_GUARD_SINCE) &&
+         !json_object_get(a, GF_GUARD_RELEASED);
+}
+
+static void hold_drop(gf_sched_dra *f, uint32_t i) {
+  hold_free(f->holds[i]);
+  f->holds[i] = f->holds[--f->nholds];
+  f->dirty = true;
+}
+
+static int64_t hold_at(const gf_sched_dra *f, const char *key) {
+  for (uint32_t i = 0; i < f->nholds; i++)
+    if (strcmp(f->holds[i]->key, key) == 0)
+      return i;
+  return -1;
+}
+
+/* The preemptor's turn (mu held): -1 without a hold; 1 while its victims'
+ * claims are still allocated (why in d); 0 with the held results in
+ * res/nres/node, the hold ended. */
+static int hold_take(gf_sched_dra *f, const char *key, gf_dra_claim **cl, int n,
+                     gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
+                     char node[GF_DRA_NAME_MAX], gf_diag *d) {
+  int64_t i = hold_at(f, key);
+  if (i < 0)
+    return -1;
+  hold *h = f->holds[i];
+  uint32_t left = 0;
+  for (uint32_t k = 0; k < h->nv; k++) {
+    const gf_dra_claim *c = store_get(&f->claims, h->vkey[k]);
+    left += c && strcmp(c->uid, h->vuid[k]) == 0 && c->allocated;
+  }
+  if (left) {
+    gf_diag_set(d, GF_ENOFIT,
+                "preempting on %s: waiting for %u claim(s) of evicted pods "
+                "to be released; their capacity is held for this pod",
+                h->node, left);
+    return 1;
+  }
+  bool same = h->n == n;
+  for (int k = 0; same && k < n; k++)
+    same = strcmp(h->cl[k]->name, cl[k]->name) == 0;
+  if (same) {
+    for (int k = 0; k < n; k++) {
+      nres[k] = h->cl[k]->nres;
+      memcpy(res[k], h->cl[k]->res, nres[k] * sizeof(res[k][0]));
+    }
+    snprintf(node, GF_DRA_NAME_MAX, "%s", h->node);
+  }
+  hold_drop(f, (uint32_t)i);
+  return same ? 0 : -1;
+}
+
+/* The holds whose pod is no longer gated, or that waited too long. */
+static void holds_prune(gf_sched_dra *f) {
+  int64_t t = now_ms();
+  pthread_mutex_lock(&f->mu);
+  for (uint32_t i = f->nholds; i-- > 0;) {
+    hold *h = f->holds[i];
+    bool gone = !store_get(&f->pods, h->key);
+    if (gone || t > h->until_ms) {
+      logf_(f, "gpufrac scheduler: DRA: preemption for %s ended: %s\n", h->key,
+            gone ? "the pod is no longer gated" : "its victims took too long");
+      hold_drop(f, i);
+    }
+  }
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* A victim pod to evict. */
+typedef struct vpod {
+  json_t *pod; /* slim copy (owned) */
+} vpod;
+
+typedef struct pplan {
+  uint32_t n;
+  vpod v[HOLD_CLAIMS];
+  char node[GF_DRA_NAME_MAX];
+} pplan;
+
+/* The candidates: every pod not gated holding an allocated claim (mu
+ * held).  vs and refs sized by the caller; returns how many, idx[i] the
+ * holder's index. */
+static uint32_t candidates(gf_sched_dra *f, gf_dra_victim *vs,
+                           const gf_dra_claim **refs, uint32_t *idx) {
+  uint32_t nv = 0;
+  for (uint32_t i = 0; i < f->holders.n; i++) {
+    const json_t *p = f->holders.vals[i];
+    const gf_dra_claim **r = refs + (size_t)nv * CLAIMS_PER_POD;
+    int k = claims_ref(f, p, r, CLAIMS_PER_POD);
+    bool any = false;
+    for (int j = 0; j < k; j++)
+      any = any || (r[j]->allocated && !held_victim(f, r[j]));
+    if (k <= 0 || !any)
+      continue;
+    vs[nv] = (gf_dra_victim){jstr(p, "metadata", "uid"), prio_of(p),
+                             loading_of(p), r, (uint32_t)k};
+    idx[nv++] = i;
+  }
+  return nv;
+}
+
+/* The preemptor's claims placed on a model without the victims' claims
+ * skip[0..nskip) (mu held): the hold (*out) or an error. */
+static int hold_make(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
+                     int n, const gf_dra_claim **skip, uint32_t nskip,
+                     const char *node, hold **out, gf_diag *d) {
+  uint32_t ntc = 0;
+  const gf_dra_claim **tc = claim_list(f, skip, nskip, &ntc);
+  const gf_dra_slice **sl = gf__calloc(f->slices.n + 1, sizeof(*sl));
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] =
+      gf__calloc(CLAIMS_PER_POD, sizeof(*res));
+  hold *h = gf__calloc(1, sizeof(*h));
+  uint32_t nres[CLAIMS_PER_POD];
+  char got[GF_DRA_NAME_MAX];
+  uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
+  gf_dra_model *tm = NULL;
+  int rc = tc && sl && res && h ? random_bytes(f, rnd, sizeof(rnd))
+                                : gf_diag_set(d, GF_ENOMEM, "out of memory");
+  /* the slices with the DeviceTaintRules' taints, as model_fresh saw them */
+  for (uint32_t i = 0; !rc && i < f->slices.n; i++)
+    sl[i] = f->neff == f->slices.n ? &f->eff[i] : f->slices.vals[i];
+  if (!rc)
+    rc = gf_dra_model_new_for(sl, f->slices.n, tc, ntc,
+                              f->has_policy ? f->policy : NULL,
+                              GF_DRA_BY_GPUFRAC, &tm, d);
+  if (!rc)
+    rc = gf_dra_model_place_own(
+        tm, (const gf_dra_claim *const *)cl, (uint32_t)n, pod_weights(tm, pod),
+        pod_weights_own(tm, pod), rnd, sizeof(rnd), res, nres, got, d);
+  if (!rc && strcmp(got, node) != 0)
+    rc = gf_diag_set(d, GF_ENOFIT, "the victims on %s free room on %s", node,
+                     got);
+  for (int i = 0; !rc && i < n; i++) {
+    if (!(h->cl[h->n] = gf__malloc(sizeof(gf_dra_claim)))) {
+      rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+      break;
+    }
+    gf_dra_claim *c = h->cl[h->n++];
+    *c = *cl[i];
+    c->allocated = true;
+    c->nres = nres[i];
+    memcpy(c->res, res[i], nres[i] * sizeof(c->res[0]));
+  }
+  if (!rc) {
+    snprintf(h->key, sizeof(h->key), "%s/%s",
+             jstr(pod, "metadata", "namespace"), jstr(pod, "metadata", "name"));
+    snprintf(h->node, sizeof(h->node), "%s", node);
+    h->until_ms = now_ms() + HOLD_MS;
+    *out = h;
+    h = NULL;
+  }
+  gf_dra_model_free(tm);
+  hold_free(h);
+  gf__free(res);
+  gf__free(sl);
+  gf__free(tc);
+  return rc;
+}
+
+/* Chooses the victims for pod (priority above theirs, claims cl[0..n)
+ * fitting nowhere) and holds what they free for it (mu held).  0 with
+ * *pl filled (evict them), or an error (nothing held). */
+static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
+                        int n, pplan *pl, gf_diag *d) {
+  uint32_t nh = f->holders.n;
+  gf_dra_victim *vs = gf__calloc(nh + 1, sizeof(*vs));
+  const gf_dra_claim **refs =
+      gf__calloc(((size_t)nh + 1) * CLAIMS_PER_POD, sizeof(*refs));
+  uint32_t *idx = gf__calloc(nh + 1, sizeof(*idx));
+  uint32_t *chosen = gf__calloc(GF_DRA_VICTIMS_MAX, sizeof(*chosen));
+  const gf_dra_claim *skip[HOLD_CLAIMS];
+  uint32_t nch = 0, nskip = 0;
+  hold *h = NULL;
+  int rc = vs && refs && idx && chosen
+               ? model_fresh(f, d)
+               : gf_diag_set(d, GF_ENOMEM, "out of memory");
+  if (!rc && f->budgets && !gf__pdb_synced(f->budgets))
+    rc = gf_diag_set(d, GF_ENOFIT, "the PodDisruptionBudgets are not listed");
+  uint32_t nv = rc ? 0 : candidates(f, vs, refs, idx);
+  if (!rc)
+    rc = gf_dra_model_preempt(f->model, (const gf_dra_claim *const *)cl,
+                              (uint32_t)n, prio_of(pod), vs, nv, f->budgets,
+                              chosen, &nch, pl->node, d);
+  for (uint32_t j = 0; !rc && j < nch; j++)
+    for (uint32_t k = 0; !rc && k < vs[chosen[j]].nclaims; k++) {
+      const gf_dra_claim *c = vs[chosen[j]].claims[k];
+      if (!c->allocated)
+        continue;
+      if (nskip == HOLD_CLAIMS || j >= HOLD_CLAIMS)
+        rc = gf_diag_set(d, GF_ENOFIT, "the victims hold more than %d claims",
+                         HOLD_CLAIMS);
+      else
+        skip[nskip++] = c;
+    }
+  if (!rc)
+    rc = hold_make(f, pod, cl, n, skip, nskip, pl->node, &h, d);
+  if (!rc) {
+    for (uint32_t k = 0; k < nskip; k++) {
+      snprintf(h->vkey[k], KEY_MAX, "%.253s/%.253s", skip[k]->ns,
+               skip[k]->name);
+      snprintf(h->vuid[k], GF_DRA_LABEL_MAX, "%s", skip[k]->uid);
+    }
+    h->nv = nskip;
+    f->holds[f->nholds++] = h;
+    f->dirty = true;
+    f->st.preemptions++;
+    pl->n = nch;
+    for (uint32_t j = 0; j < nch; j++)
+      pl->v[j].pod = json_incref(f->holders.vals[idx[chosen[j]]]);
+  }
+  gf__free(vs);
+  gf__free(refs);
+  gf__free(idx);
+  gf__free(chosen);
+  return rc;
+}
+
+/* Evicts pl's victims through the Eviction API (so PodDisruptionBudgets
+ * apply); the first refusal ends the preemption and its hold. */
+static void evict_victims(gf_sched_dra *f, const json_t *pod, pplan *pl) {
+  char msg[768], names[512] = "";
+  size_t w = 0;
+  const char *pns = jstr(pod, "metadata", "namespace");
+  const char *pname = jstr(pod, "metadata", "name");
+  for (uint32_t j = 0; j < pl->n; j++) {
+    const json_t *v = pl->v[j].pod;
+    const char *ns = jstr(v, "metadata", "namespace");
+    const char *name = jstr(v, "metadata", "name");
+    char path[KEY_MAX + 64];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction", ns,
+             name);
+    json_t *ev =
+        json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion", "policy/v1", "kind",
+                  "Eviction", "metadata", "name", name, "namespace", ns);
+    gf_diag d = {""};
+    int rc = ev ? gf_kube_create(f->k, path, ev, NULL, &d)
+                : gf_diag_set(&d, GF_ENOMEM, "out of memory");
+    json_decref(ev);
+    pthread_mutex_lock(&f->mu);
+    if (rc)
+      f->st.preempt_refused++;
+    else
+      f->st.preempt_evicted++;
+    pthread_mutex_unlock(&f->mu);
+    if (rc) {
+      snprintf(msg, sizeof(msg), "preemption on %s stopped: evicting %s/%s: %s",
+               pl->node, ns, name, d.msg);
+      logf_(f, "gpufrac scheduler: DRA: pod %s/%s: %s\n", pns, pname, msg);
+      pod_event(f, pod, "Warning", "GpufracPreemptRefused", msg);
+      char key[KEY_MAX];
+      snprintf(key, sizeof(key), "%s/%s", pns, pname);
+      pthread_mutex_lock(&f->mu);
+      int64_t at = hold_at(f, key);
+      if (at >= 0)
+        hold_drop(f, (uint32_t)at);
+      pthread_mutex_unlock(&f->mu);
+      return;
+    }
+    snprintf(msg, sizeof(msg),
+             "evicted by gpufrac (DRA mode 2 preemption) for %s/%s (priority "
+             "%d) on %s",
+             pns, pname, (int)prio_of(pod), pl->node);
+    pod_event(f, v, "Normal", "GpufracPreempted", msg);
+    if (w < sizeof(names))
+      w += (size_t)snprintf(names + w, sizeof(names) - w, "%s%s/%s",
+                            j ? ", " : "", ns, name);
+  }
+  snprintf(msg, sizeof(msg),
+           "preempting on %s: evicted %s; their capacity is held for this pod",
+           pl->node, names);
+  logf_(f, "gpufrac scheduler: DRA: pod %s/%s: %s\n", pns, pname, msg);
+  pod_event(f, pod, "Normal", "GpufracPreempting", msg);
+}
+
+/* Pod (claims cl[0..n), fitting nowhere) may preempt: at most once per
+ * PREEMPT_RETRY_MS, HOLDS_MAX at a time. */
+static void preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
+                    int n) {
+  char key[KEY_MAX];
+  snprintf(key, sizeof(key), "%s/%s", jstr(pod, "metadata", "namespace"),
+           jstr(pod, "metadata", "name"));
+  pplan *pl = gf__calloc(1, sizeof(*pl));
+  int64_t t = now_ms(), *last = NULL;
+  gf_diag d = {""};
+  int rc = 1;
+  pthread_mutex_lock(&f->mu);
+  int64_t *seen = store_get(&f->tried, key);
+  if (pl && (!seen || t - *seen >= PREEMPT_RETRY_MS) && f->nholds < HOLDS_MAX &&
+      hold_at(f, key) < 0 && (last = gf__malloc(sizeof(*last)))) {
+    *last = t;
+    store_put(&f->tried, key, last);
+    rc = plan_preempt(f, pod, cl, n, pl, &d);
+  }
+  pthread_mutex_unlock(&f->mu);
+  if (rc == 0)
+    evict_victims(f, pod, pl);
+  else if (rc < 0 && rc != GF_ENOFIT && rc != GF_EINVAL)
+    logf_(f, "gpufrac scheduler: DRA: preempting for %s: %s\n", key, d.msg);
+  for (uint32_t j = 0; pl && j < pl->n; j++)
+    json_decref(pl->v[j].pod);
+  gf__free(pl);
+}
+
+/* Where pod's claims cl[0..n) go (mu held): the share a preemption held
+ * for it once its victims' claims are released (*held 0; 1 while they are
+ * not, -1 without a hold), else the engine's choice.  0 with res, nres and
+ * node filled, or an error (GF_ENOFIT: no room). */
+static int decide(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl, int n,
+                  gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
+                  char node[GF_DRA_NAME_MAX], int *held, gf_diag *d) {
+  char key[KEY_MAX];
+  uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
+  int rc = 0;
+  snprintf(key, sizeof(key), "%s/%s", jstr(pod, "metadata", "namespace"),
+           jstr(pod, "metadata", "name"));
+  *held = hold_take(f, key, cl, n, res, nres, node, d);
+  if (*held < 0) {
+    rc = random_bytes(f, rnd, sizeof(rnd));
+    if (!rc && !(rc = model_fresh(f, d)))
+      rc = place_weighted(f, cl, n, pod, rnd, sizeof(rnd), res, nres, node, d);
+  }
+  if (rc == GF_ENOFIT)
+    f->st.nofit++;
+  else if (rc)
+    f->st.errors++;
+  /* A decision holds until its writes are stored: rebuild after. */
+  f->dirty = f->dirty || rc == 0;
+  return rc;
+}
+
 static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   const char *ns = jstr(pod, "metadata", "namespace");
   const char *name = jstr(pod, "metadata", "name");
@@ -741,7 +1236,6 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   uint32_t nres[CLAIMS_PER_POD];
   char node[GF_DRA_NAME_MAX];
   gf_diag d = {""};
-  uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
   if (!res)
     return NULL;
   pthread_mutex_lock(&f->mu);
@@ -761,23 +1255,20 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
     if (cl[i]->constraints && !why)
       why = "constraints or config";
   }
-  int rc = 0;
+  int rc = 0, held = -1;
   bool hand = n == 0 || why || (nalloc && nalloc != (uint32_t)n);
   bool done = !hand && nalloc == (uint32_t)n;
-  if (!hand && !done) {
-    rc = random_bytes(f, rnd, sizeof(rnd));
-    if (!rc && !(rc = model_fresh(f, &d)))
-      rc = place_weighted(f, cl, n, pod, rnd, sizeof(rnd), res, nres, node, &d);
-    if (rc == GF_ENOFIT)
-      f->st.nofit++;
-    else if (rc)
-      f->st.errors++;
-    /* A decision holds until its writes are stored: rebuild after. */
-    f->dirty = f->dirty || rc == 0;
-  }
+  if (!hand && !done)
+    rc = decide(f, pod, cl, n, res, nres, node, &held, &d);
   pthread_mutex_unlock(&f->mu);
+  if (held == 1) {
+    waits(f, ns, name, d.msg);
+    goto out;
+  }
   if (rc) {
     waits(f, ns, name, d.msg);
+    if (rc == GF_ENOFIT && f->k)
+      preempt(f, pod, cl, n);
     goto out;
   }
   if (hand) {
@@ -841,35 +1332,10 @@ out:
   return NULL;
 }
 
-/* The alarm's Event on pod (core/v1, type Warning, reason DRAOverfilled):
- * best effort, a failure is only logged. */
+/* The alarm's Event on pod (type Warning, reason DRAOverfilled). */
 static void overfill_event(gf_sched_dra *f, const json_t *pod,
                            const char *msg) {
-  const char *ns = jstr(pod, "metadata", "namespace");
-  const char *name = jstr(pod, "metadata", "name");
-  const char *uid = jstr(pod, "metadata", "uid");
-  char now[32], path[KEY_MAX + 64];
-  time_t t = time(NULL);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  json_t *ev = json_pack(
-      "{s:s,s:s,s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s},"
-      "s:s,s:s,s:i,s:s}",
-      "apiVersion", "v1", "kind", "Event", "metadata", "generateName",
-      "gpufrac-dra-", "namespace", ns ? ns : "default", "involvedObject",
-      "apiVersion", "v1", "kind", "Pod", "namespace", ns ? ns : "", "name",
-      name ? name : "", "uid", uid ? uid : "", "type", "Warning", "reason",
-      "DRAOverfilled", "message", msg, "source", "component",
-      "gpufrac-scheduler", "firstTimestamp", now, "lastTimestamp", now, "count",
-      1, "reportingComponent", "gpufrac-scheduler");
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events",
-           ns ? ns : "default");
-  gf_diag d = {""};
-  if (!ev || gf_kube_create(f->k, path, ev, NULL, &d))
-    logf_(f, "gpufrac scheduler: DRA: the DRAOverfilled event: %s\n",
-          ev ? d.msg : "out of memory");
-  json_decref(ev);
+  pod_event(f, pod, "Warning", "DRAOverfilled", msg);
 }
 
 /* A device a checked pod uses, and how far over its capacity the API
@@ -1023,6 +1489,7 @@ static void *run_placer(void *u) {
     if (!gf_sched_dra_synced(f) ||
         (f->is_leader && !f->is_leader(f->leader_user)))
       continue;
+    holds_prune(f);
     pthread_mutex_lock(&f->mu);
     uint32_t n = f->pods.n;
     json_t **pods = gf__calloc(n + 1, sizeof(*pods));
@@ -1062,7 +1529,8 @@ static void *run1(void *u) { return run_inf(((gf_sched_dra *)u)->inf[1]); }
 static void *run2(void *u) { return run_inf(((gf_sched_dra *)u)->inf[2]); }
 static void *run3(void *u) { return run_inf(((gf_sched_dra *)u)->inf[3]); }
 
-/* ---- lifecycle ----------------------------------------------------------- */
+/* ---- lifecycle -----------------------------------------------------------
+ */
 
 int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
                      const gf_sched_dra_opts *o, gf_sched_dra **out,
@@ -1083,6 +1551,8 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->pods.drop = drop_json;
   f->said.drop = free;
   f->rules.drop = free;
+  f->holders.drop = drop_json;
+  f->tried.drop = free;
   f->cfg = cfg;
   f->allocate = o->allocate;
   f->quiet = o->quiet;
@@ -1189,6 +1659,10 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->said);
   store_release(&f->rules);
   eff_release(f);
+  store_release(&f->holders);
+  store_release(&f->tried);
+  for (uint32_t i = 0; i < f->nholds; i++)
+    hold_free(f->holds[i]);
   gf_dra_model_free(f->model);
   gf_dra_model_free(f->kmodel);
   pthread_mutex_destroy(&f->mu);
@@ -1202,8 +1676,17 @@ bool gf_sched_dra_synced(gf_sched_dra *f) {
   return true;
 }
 
+void gf_sched_dra_set_budgets(gf_sched_dra *f, struct gf__pdb *budgets) {
+  if (!f)
+    return;
+  pthread_mutex_lock(&f->mu);
+  f->budgets = budgets;
+  pthread_mutex_unlock(&f->mu);
+}
+
 void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out) {
   pthread_mutex_lock(&f->mu);
+  f->st.holds = f->nholds;
   *out = f->st;
   pthread_mutex_unlock(&f->mu);
 }
@@ -1232,6 +1715,19 @@ size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
                st.yielded);
   gf__prom_u64(&b, "gpufrac_dra_errors_total", "counter",
                "API or parse errors of the DRA feed.", st.errors);
+  gf__prom_u64(&b, "gpufrac_dra_preemptions_total", "counter",
+               "Mode 2 preemptions begun: victims chosen and their capacity "
+               "held for the preemptor.",
+               st.preemptions);
+  gf__prom_u64(&b, "gpufrac_dra_preempt_evictions_total", "counter",
+               "Pods evicted (Eviction API) for mode 2 preemptions.",
+               st.preempt_evicted);
+  gf__prom_u64(&b, "gpufrac_dra_preempt_refused_total", "counter",
+               "Evictions the API server refused (a PodDisruptionBudget): "
+               "each ends its preemption.",
+               st.preempt_refused);
+  gf__prom_u64(&b, "gpufrac_dra_preempt_holds", "gauge",
+               "Preemptions waiting for their victims' claims.", st.holds);
   gf__prom_u64(&b, "gpufrac_dra_conflicts", "gauge",
                "Results in the model over their device's capacity.",
                st.conflicts);

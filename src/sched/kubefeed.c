@@ -1222,6 +1222,10 @@ void gf_sched_kube_stop(gf_sched_kube *f) {
   }
 }
 
+struct gf__pdb *gf_sched_kube_budgets(gf_sched_kube *f) {
+  return f ? f->pdb : NULL;
+}
+
 void gf_sched_kube_free(gf_sched_kube *f) {
   if (!f)
     return;

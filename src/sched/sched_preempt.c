@@ -49,14 +49,8 @@
 #include "pdb.h"
 #include "sched_state.h"
 
-/* A pod the guard holds (loading its weights) is a victim only of a pod
- * whose priority is at least this much higher: a PriorityClass a million
- * above (user classes go up to 1e9; system ones are 2e9 and above). */
-#define GF__PREEMPT_GUARD_GAP 1000000LL
 /* Subsets tried per node before the greedy fallback. */
 #define GF__PREEMPT_TRIES 20000u
-/* Victims considered on one node (the rest are never chosen). */
-#define GF__PREEMPT_MAX_VICTIMS 256u
 
 typedef struct victim {
   const prec *p;
@@ -65,15 +59,7 @@ typedef struct victim {
   bool risky;    /* one of its budgets allows no disruption now */
 } victim;
 
-/* A victim set and its ordering key. */
-typedef struct vset {
-  uint32_t n;
-  uint16_t at[GF__PREEMPT_MAX_VICTIMS]; /* indices into the victims */
-  uint32_t pdb;
-  int64_t max_prio, sum_prio;
-  double left; /* capacity left on the preemptor's GPU(s), 0..2 per GPU */
-  bool ok;
-} vset;
+typedef gf__preempt_pick vset;
 
 /* What choose works on: one node, its victims, their budgets. */
 typedef struct pickctx {
@@ -377,6 +363,51 @@ static int choose(const pickctx *k, vset *best) {
   return 0;
 }
 
+int gf__preempt_pick_cmp(const gf__preempt_pick *a, const gf__preempt_pick *b) {
+  return vset_cmp(a, b);
+}
+
+/* The budgets of vs[0..n) (their pdbs, always, risky) and the view, as
+ * node_victims counts them. */
+static void budgets_of(gf__pdb *db, victim *vs, uint32_t n, gf__pdb_view *pv) {
+  const char *uids[GF__PREEMPT_MAX_VICTIMS] = {NULL};
+  uint64_t masks[GF__PREEMPT_MAX_VICTIMS];
+  bool always[GF__PREEMPT_MAX_VICTIMS];
+  for (uint32_t i = 0; i < n; i++)
+    uids[i] = vs[i].p->uid ? vs[i].p->uid : "";
+  gf__pdb_match(db, uids, n, masks, always, pv);
+  for (uint32_t i = 0; i < n; i++) {
+    vs[i].pdbs = masks[i];
+    vs[i].always = vs[i].risky = always[i];
+    for (uint64_t m = masks[i]; m; m &= m - 1)
+      vs[i].risky |= pv->allowed[__builtin_ctzll(m)] <= 0;
+  }
+}
+
+int gf__preempt_choose(const gf_node *base, const prec *cands, uint32_t n,
+                       const gf_request *r, struct gf__pdb *db,
+                       gf__preempt_pick *out) {
+  memset(out, 0, sizeof(*out));
+  if (n > GF__PREEMPT_MAX_VICTIMS)
+    n = GF__PREEMPT_MAX_VICTIMS;
+  victim *vs = gf__malloc((n ? n : 1) * sizeof(*vs));
+  if (!vs)
+    return GF_ENOMEM;
+  for (uint32_t i = 0; i < n; i++)
+    vs[i] = (victim){&cands[i], 0, false, false};
+  gf__pdb_view pv = {0};
+  if (db && n)
+    budgets_of(db, vs, n, &pv);
+  qsort(vs, n, sizeof(*vs), cheaper);
+  pickctx k = {base, vs, n, r, db ? &pv : NULL};
+  int rc = choose(&k, out);
+  /* the victims' indices in cands, not in the sorted copy */
+  for (uint32_t j = 0; !rc && out->ok && j < out->n; j++)
+    out->at[j] = (uint16_t)(vs[out->at[j]].p - cands);
+  gf__free(vs);
+  return rc;
+}
+
 /* ---- the hold for nominated pods ---------------------------------------*/
 
 static int64_t mono_ms(void) {
@@ -594,6 +625,40 @@ static void bad(reply_buf *out, const char *what) {
   out->json = gf__error_obj(msg);
 }
 
+/* The pods of each node the request names, in one pass over the pods:
+ * slot[node] (-1: not named), head[slot] and nxt[pod] the lists (owned by
+ * the caller, also on failure).  Under the mutex.  GF_ENOMEM or 0. */
+static int node_lists(gf_sched *s, const json_t *map, int32_t **slot,
+                      int64_t **head, int64_t **nxt) {
+  int32_t *sl = *slot = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*sl));
+  if (!sl)
+    return GF_ENOMEM;
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    sl[i] = -1;
+  const char *name;
+  const json_t *val;
+  int32_t nasked = 0;
+  json_object_foreach((json_t *)map, name, val) {
+    int64_t ni = gf__smap_get(&s->nmap, name);
+    if (ni >= 0 && sl[ni] < 0)
+      sl[ni] = nasked++;
+  }
+  int64_t *h = *head = gf__malloc(((size_t)nasked + 1) * sizeof(*h));
+  int64_t *nx = *nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nx));
+  if (!h || !nx)
+    return GF_ENOMEM;
+  for (int32_t i = 0; i < nasked; i++)
+    h[i] = -1;
+  for (uint32_t k = s->npods; k-- > 0;) {
+    const prec *q = &s->pods[k];
+    if (q->placed && sl[q->pl.node] >= 0) {
+      nx[k] = h[sl[q->pl.node]];
+      h[sl[q->pl.node]] = (int64_t)k;
+    }
+  }
+  return 0;
+}
+
 void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   json_error_t je;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -670,33 +735,10 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
   bool named;
   r.model_mask = gf__models_mask(s->c, p->models, &named);
   bool hopeless = r.gpu_count == 0 || (named && r.model_mask == 0);
-  /* The pods of each node asked about, in one pass over the pods. */
-  slot = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*slot));
-  if (!slot)
+  if (node_lists(s, map, &slot, &head, &nxt))
     goto oom_locked;
-  for (uint32_t i = 0; i < s->nnodes; i++)
-    slot[i] = -1;
   const char *name;
   const json_t *val;
-  int32_t nasked = 0;
-  json_object_foreach((json_t *)map, name, val) {
-    int64_t ni = gf__smap_get(&s->nmap, name);
-    if (ni >= 0 && slot[ni] < 0)
-      slot[ni] = nasked++;
-  }
-  head = gf__malloc(((size_t)nasked + 1) * sizeof(*head));
-  nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nxt));
-  if (!head || !nxt)
-    goto oom_locked;
-  for (int32_t i = 0; i < nasked; i++)
-    head[i] = -1;
-  for (uint32_t k = s->npods; k-- > 0;) {
-    const prec *q = &s->pods[k];
-    if (q->placed && slot[q->pl.node] >= 0) {
-      nxt[k] = head[slot[q->pl.node]];
-      head[slot[q->pl.node]] = (int64_t)k;
-    }
-  }
   json_object_foreach((json_t *)map, name, val) {
     int64_t ni = hopeless ? -1 : gf__smap_get(&s->nmap, name);
     if (ni < 0)
@@ -708,14 +750,16 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     if (val && !json_is_object(val))
       continue;
     *base = *gf_cluster_node(s->c, (uint32_t)ni);
+    gf_request rn = r; /* a compute-only share's memory on this node */
+    gf__part_of_memory(base, &rn);
     gf__pdb_view pv;
-    pickctx k = {base, vs, 0, &r, s->pdb ? &pv : NULL};
+    pickctx k = {base, vs, 0, &rn, s->pdb ? &pv : NULL};
     k.nv = node_victims(s, head[slot[ni]], nxt, p->priority, vs, &pv);
     json_t *list = json_array();
     if (!list || json_object_set_new(res, name, list))
       goto oom_locked;
     int64_t npdb = 0;
-    if (gf_node_fits(base, &r)) {
+    if (gf_node_fits(base, &rn)) {
       /* kube-scheduler needs victims for its own reasons (slots, CPU,
        * memory): its proposal, unless it takes a pod we protect */
       const json_t *npv = gf__json_get(val, "NumPDBViolations");
@@ -862,6 +906,24 @@ static bool rehome(gf_sched *s, copies *c, const prec *q, uint32_t from,
   return false;
 }
 
+/* The plan's moves (mv[0..nm)) for r on GPUs gpus[] of node ni into out. */
+static void plan_out(gf_sched *s, uint32_t ni, const gf_request *r,
+                     const uint8_t *gpus, const prec *const *mv, uint32_t nm,
+                     gf__defrag_plan *out) {
+  const gf_node *n = gf_cluster_node(s->c, ni);
+  snprintf(out->node, sizeof(out->node), "%s", s->nodes[ni].name);
+  out->ngpus = r->gpu_count;
+  for (uint32_t t = 0; t < r->gpu_count; t++)
+    out->gpus[t] = n->gpus[gpus[t]].index;
+  out->n = nm;
+  for (uint32_t j = 0; j < nm; j++) {
+    char owner[GF_NAME_MAX];
+    snprintf(out->moves[j].uid, sizeof(out->moves[j].uid), "%s", mv[j]->uid);
+    gf__pdb_pod_info(s->pdb, mv[j]->uid, out->moves[j].ns, out->moves[j].name,
+                     owner);
+  }
+}
+
 /* Tries node ni for r (pending entry e): fills *out and returns the moves
  * (0: no plan here). */
 static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
@@ -926,24 +988,88 @@ static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
   gf__free(c);
   if (!fits)
     return 0;
-  snprintf(out->node, sizeof(out->node), "%s", s->nodes[ni].name);
-  out->ngpus = r->gpu_count;
-  for (uint32_t t = 0; t < r->gpu_count; t++)
-    out->gpus[t] = n->gpus[gpus[t]].index;
-  out->n = nm;
-  for (uint32_t j = 0; j < nm; j++) {
-    char owner[GF_NAME_MAX];
-    snprintf(out->moves[j].uid, sizeof(out->moves[j].uid), "%s", mv[j]->uid);
-    gf__pdb_pod_info(s->pdb, mv[j]->uid, out->moves[j].ns, out->moves[j].name,
-                     owner);
-  }
+  plan_out(s, ni, r, gpus, mv, nm, out);
   return moves;
 }
 
+static int larger_first(const void *a, const void *b) {
+  const prec *x = *(const prec *const *)a, *y = *(const prec *const *)b;
+  int64_t mx = x->req.gpu_mem_bytes + x->req.gpu_milli;
+  int64_t my = y->req.gpu_mem_bytes + y->req.gpu_milli;
+  return mx > my ? -1 : mx < my ? 1 : 0;
+}
+
+/* A share on GPU g of node ni: its movable pods, largest first, until r
+ * fits there; then as try_node (budgets, every one rehomed elsewhere).
+ * Returns the moves (0: no plan on g). */
+static uint32_t try_gpu_share(gf_sched *s, uint32_t ni, uint32_t g,
+                              const gf_request *r, const int64_t *head,
+                              const int64_t *nxt, uint32_t max_moves,
+                              gf__defrag_plan *out) {
+  const prec *cand[64];
+  uint32_t nc = 0, nm = 0;
+  for (int64_t k = head[ni]; k >= 0 && nc < 64; k = nxt[k])
+    if (on_gpu(&s->pods[k], g) && movable(s, &s->pods[k]))
+      cand[nc++] = &s->pods[k];
+  qsort(cand, nc, sizeof(cand[0]), larger_first);
+  copies *c = gf__calloc(1, sizeof(*c));
+  gf_node *w = c ? copy_of(s, c, ni) : NULL;
+  bool fits = false;
+  const char *uids[GF__DEFRAG_MOVES_MAX];
+  while (w && nm < nc && nm < max_moves && !fits) {
+    unbook_copy(w, cand[nm]);
+    reindex_copy(w);
+    uids[nm] = cand[nm]->uid;
+    nm++;
+    fits = gf_node_fits(w, r) && gf_gpu_fits(&w->gpus[g], r);
+  }
+  bool taken[GF_MAX_GPUS_PER_NODE] = {false};
+  taken[g] = true;
+  uint8_t gpu = (uint8_t)g;
+  if (fits) {
+    book_copy(w, r, &gpu);
+    fits = gf__pdb_violations(s->pdb, uids, nm) == 0;
+  }
+  for (uint32_t j = 0; j < nm && fits; j++)
+    fits = rehome(s, c, cand[j], ni, taken);
+  gf__free(c);
+  if (!fits)
+    return 0;
+  plan_out(s, ni, r, &gpu, cand, nm, out);
+  return nm;
+}
+
+/* A share on node ni: the GPU needing fewest moves (0: none). */
+static uint32_t try_node_share(gf_sched *s, uint32_t ni, const gf_request *r,
+                               const int64_t *head, const int64_t *nxt,
+                               uint32_t max_moves, gf__defrag_plan *out) {
+  const gf_node *n = gf_cluster_node(s->c, ni);
+  gf_request rn = *r; /* a compute-only share's memory on this node */
+  gf__part_of_memory(n, &rn);
+  gf__defrag_plan cur;
+  uint32_t best = 0;
+  for (uint32_t g = 0; g < n->ngpus; g++) {
+    const gf_gpu *x = &n->gpus[g];
+    if (x->whole_only ||
+        (rn.model_mask && !(rn.model_mask & (1ull << x->model))))
+      continue;
+    uint32_t m = try_gpu_share(s, ni, g, &rn, head, nxt,
+                               best ? best - 1 : max_moves, &cur);
+    if (m && (!best || m < best)) {
+      best = m;
+      *out = cur;
+    }
+  }
+  return best;
+}
+
 static bool fits_somewhere(gf_sched *s, const gf_request *r) {
-  for (uint32_t ni = 0; ni < s->nnodes; ni++)
-    if (node_open(s, ni) && gf_node_fits(gf_cluster_node(s->c, ni), r))
+  for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+    gf_request rn = *r;
+    gf__part_of_memory(gf_cluster_node(s->c, ni), &rn);
+    if (node_open(s, ni) && gf_node_fits(gf_cluster_node(s->c, ni), &rn))
       return true;
+  }
   return false;
 }
 
@@ -956,7 +1082,9 @@ static bool plan_for(gf_sched *s, const pend *e, const gf_request *r,
   for (uint32_t ni = 0; ni < s->nnodes && best != 1; ni++) {
     if (!node_open(s, ni))
       continue;
-    uint32_t m = try_node(s, ni, r, head, nxt, max_moves, &cur);
+    uint32_t m = r->gpu_milli < GF_GPU_MILLI
+                     ? try_node_share(s, ni, r, head, nxt, max_moves, &cur)
+                     : try_node(s, ni, r, head, nxt, max_moves, &cur);
     if (m && (!best || m < best)) {
       best = m;
       *out = cur;
@@ -998,8 +1126,10 @@ int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out) {
     gf__effective(s, &r);
     bool named;
     r.model_mask = gf__models_mask(s->c, e->models, &named);
-    if (r.gpu_milli < GF_GPU_MILLI || (named && !r.model_mask) ||
-        fits_somewhere(s, &r))
+    /* whole GPUs, or a share of one GPU (a large one: the smaller ones
+     * fit) */
+    if ((r.gpu_milli < GF_GPU_MILLI && r.gpu_count != 1) ||
+        (named && !r.model_mask) || fits_somewhere(s, &r))
       continue;
     if (plan_for(s, e, &r, head, nxt, max_moves, out))
       rc = 1;

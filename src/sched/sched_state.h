@@ -212,6 +212,40 @@ typedef struct reply_buf {
   bool refused;   /* the request could not be used (Error in a 200) */
 } reply_buf;
 
+/* ---- preemption's choice (sched_preempt.c) ----------------------------- */
+
+/* A pod the guard holds (loading its weights) is a victim only of a pod
+ * whose priority is at least this much higher: a PriorityClass a million
+ * above (user classes go up to 1e9; system ones are 2e9 and above). */
+#define GF__PREEMPT_GUARD_GAP 1000000LL
+/* Victims considered on one node (the rest are never chosen). */
+#define GF__PREEMPT_MAX_VICTIMS 256u
+
+/* A victim set and its ordering key (docs/scheduler.md, "Preemption"):
+ * fewest budget violations, fewest victims, lowest highest priority,
+ * lowest sum of priorities, least capacity left on the preemptor's GPU. */
+typedef struct gf__preempt_pick {
+  uint32_t n;
+  uint16_t at[GF__PREEMPT_MAX_VICTIMS]; /* indices into the victims */
+  uint32_t pdb;
+  int64_t max_prio, sum_prio;
+  double left; /* capacity left on the preemptor's GPU(s), 0..2 per GPU */
+  bool ok;     /* the preemptor fits once they are gone */
+} gf__preempt_pick;
+
+/* The preempt verb's choice on one node for another model (DRA mode 2,
+ * dra.c): of cands[0..n) (their uid, req, pl.ngpus/pl.gpus on base,
+ * priority; every one eligible), the best set after which r fits on one
+ * GPU of base (whole GPUs: r->gpu_count of them), PodDisruptionBudgets
+ * counted from db (pdb.h; NULL: none) as the verb counts them.  out->ok
+ * false when no set does; out->at indexes cands.  0 or GF_ENOMEM. */
+struct gf__pdb;
+int gf__preempt_choose(const gf_node *base, const prec *cands, uint32_t n,
+                       const gf_request *r, struct gf__pdb *db,
+                       gf__preempt_pick *out);
+/* The order of two picks (negative: a is better). */
+int gf__preempt_pick_cmp(const gf__preempt_pick *a, const gf__preempt_pick *b);
+
 /* ---- what the seams call of each other ------------------------------ */
 /* Each is documented where it is defined; the names are those the
  * functions had as statics of sched.c, with gf__ in front. */

@@ -47,6 +47,15 @@ GPU, consumable capacity memory and cores).  Scenarios:
                   the toleration in the result
   example         examples/dra-claim-share.yaml applied as written: its
                   claim allocated 8Gi and 30 cores by kube-scheduler
+  preempt         mode 2 preemption: a GPU full of lower-priority claim pods,
+                  a higher-priority gated pod that fits nowhere; gpufrac
+                  evicts exactly the pod whose share makes room (Eviction
+                  API), holds the share while the victim terminates (a
+                  lower-priority pod waiting before it does not get it),
+                  then allocates it to the preemptor, bound there
+  preempt_budget  the same GPU with a PodDisruptionBudget over the pod that
+                  would make room alone: gpufrac evicts the two that break
+                  no budget instead (b and c)
 """
 
 import copy
@@ -150,17 +159,20 @@ def template(name, mem, cores):
                     "capacity": {"requests": {"memory": mem, "cores": str(cores)}}}}]}}}}
 
 
-def pod(name, tmpl, gated=False):
+def pod(name, tmpl, gated=False, pclass=None, grace=0):
     spec = {"containers": [{
         "name": "main", "image": "registry.k8s.io/pause:3.10",
         "resources": {"claims": [{"name": "gpu"}],
                       "requests": {"cpu": "100m", "memory": "64Mi"}}}],
         "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": tmpl}],
-        "terminationGracePeriodSeconds": 0}
+        "terminationGracePeriodSeconds": grace}
     if gated:
         spec["schedulingGates"] = [{"name": GATE}]
+    if pclass:
+        spec["priorityClassName"] = pclass
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "labels": {"e2e": "dra"}},
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"e2e": "dra", "e2e-pod": name}},
             "spec": spec}
 
 
@@ -481,10 +493,11 @@ class DRA:
         log("planner: DRA pods %s hold %s GPUs" %
             (sorted(pods), [round(got[n]["gpus_held"], 3) for n in sorted(pods)]))
 
-    def share(self, name, mem, cores, gated):
+    def share(self, name, mem, cores, gated, pclass=None, grace=0):
         self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
                         template("t-" + name, mem, cores))
-        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod(name, "t-" + name, gated))
+        self.api.create("/api/v1/namespaces/%s/pods" % NS,
+                        pod(name, "t-" + name, gated, pclass, grace))
 
     def stays_gated(self, name, secs=4):
         """Pod name keeps its gate and its claim stays unallocated for secs."""
@@ -961,6 +974,145 @@ class DRA:
             self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, n), gracePeriodSeconds=0)
         return left
 
+    PREEMPT_ASKS = {"a": ("30Gi", 30, "e2e-dra-p10"), "b": ("20Gi", 20, "e2e-dra-p10"),
+                    "c": ("10Gi", 10, "e2e-dra-p1"), "d": ("20Gi", 20, "e2e-dra-p20")}
+
+    def full_gpu(self, node, tail):
+        """s_preempt's scene: node's one gpufrac GPU full of a, b, c, d
+        (grace period 30 s); returns their UIDs."""
+        self.start_extender()
+        self.new_node(node, tail, "gpufrac")
+        for name, value in (("e2e-dra-p1", 1), ("e2e-dra-p10", 10),
+                            ("e2e-dra-p20", 20), ("e2e-dra-p1000", 1000)):
+            try:
+                self.api.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+                    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": name}, "value": value})
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+        for n, (m, c, pc) in self.PREEMPT_ASKS.items():
+            self.share(n, m, c, True, pc, grace=30)
+        self.wait_bound(list(self.PREEMPT_ASKS))
+        used = self.check_sums(node)
+        if used[0] != 80 * GiB or used[1] != 80:
+            fail("preempt: the four shares hold %s of %s/gpu-0, expected 80Gi, 80 cores"
+                 % (used, node))
+        return {n: p["metadata"]["uid"] for n, p in self.pods().items()}
+
+    def evicted(self, uids):
+        """The scene's pods evicted (being deleted, gone or replaced)."""
+        now = self.pods()
+        return sorted(n for n in self.PREEMPT_ASKS if n not in now or
+                      now[n]["metadata"]["uid"] != uids[n] or
+                      now[n]["metadata"].get("deletionTimestamp"))
+
+    def ext_metrics(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.c.ext_port,
+                                    timeout=10) as r:
+            return dict(ln.rsplit(" ", 1) for ln in r.read().decode().splitlines()
+                        if ln.startswith("gpufrac_"))
+
+    def s_preempt_budget(self):
+        """s_preempt's GPU with a PodDisruptionBudget over a (minAvailable
+        1; a is never Ready, so the disruption controller allows none): {a}
+        would break it, so gpufrac evicts b and c (two victims, no budget
+        broken, 30Gi and 30 cores together; b, c beat c, d on priority: 10
+        against 20)."""
+        path = "/apis/policy/v1/namespaces/%s/poddisruptionbudgets" % NS
+        node = "dra-q"
+        self.start_extender()
+        self.api.create(path, {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-a", "namespace": NS},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"e2e-pod": "a"}}}})
+        wait_for("the extender knowing the budget",
+                 lambda: self.ext_metrics().get("gpufrac_extender_pdbs") == "1", 30)
+        uids = self.full_gpu(node, "8")
+        wait_for("the budget allowing no disruption", lambda: self.api.get(
+            path + "/keep-a").get("status", {}).get("expectedPods") == 1, 30)
+        self.share("hi", "30Gi", 30, True, "e2e-dra-p1000")
+        wait_for("victims evicted", lambda: self.evicted(uids), 30, 0.5)
+        time.sleep(3)
+        gone = self.evicted(uids)
+        pdb = self.api.get(path + "/keep-a")
+        log("preempt_budget: disruptionsAllowed %s; evicted %s; events of hi %s" %
+            (pdb.get("status", {}).get("disruptionsAllowed"), gone, self.events("hi")[-1:]))
+        if gone != ["b", "c"]:
+            fail("preempt_budget: evicted %s, expected b and c (a's budget allows none)" % gone)
+        for n in gone:
+            self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, n), gracePeriodSeconds=0)
+        self.wait_bound(["hi"], 60)
+        al = self.allocations()
+        self.check_result("hi", al["hi"][0], al["hi"][1], node, 30 * GiB, 30)
+        self.api.delete(path + "/keep-a")
+        self.delete_all()
+        self.retire(node)
+
+    def s_preempt(self):
+        """One gpufrac GPU (80Gi, 100 cores) full of lower-priority shares:
+
+            a 30Gi 30 cores (priority 10)   b 20Gi 20 (priority 10)
+            c 10Gi 10 (priority 1)          d 20Gi 20 (priority 20)
+
+        lo (30Gi, 30 cores, priority 1) waits gated: nothing is below it.
+        Then hi (30Gi, 30 cores, priority 1000), gated: it fits nowhere.  One
+        victim frees it, a (b, c or d alone free too little; kube-
+        scheduler's way, least important first, would take c, then b, and
+        still not fit).  The victims have a grace period and no kubelet
+        runs, so an evicted pod stays Terminating, its claim allocated,
+        until the harness removes it (as kubelet would once its containers
+        stopped).  The freed share is held for hi meanwhile: lo, looked at
+        first on every pass, must not take it once a's claim is gone."""
+        node = "dra-p"
+        uids = self.full_gpu(node, "7")
+        self.share("lo", "30Gi", 30, True, "e2e-dra-p1")
+        self.stays_gated("lo", 3)
+        self.share("hi", "30Gi", 30, True, "e2e-dra-p1000")
+
+        wait_for("a victim evicted", lambda: self.evicted(uids), 30, 0.5)
+        time.sleep(3)  # no second eviction, and hi waits for a's claim
+        gone = self.evicted(uids)
+        log("preempt: evicted %s; events of hi %s" % (gone, self.events("hi")[-1:]))
+        if gone != ["a"]:
+            fail("preempt: evicted %s, expected exactly a" % gone)
+        if self.pods()["hi"]["spec"].get("nodeName"):
+            fail("preempt: hi bound while a's claim was still allocated")
+        self.api.delete("/api/v1/namespaces/%s/pods/a" % NS, gracePeriodSeconds=0)
+        try:
+            self.wait_bound(["hi"], 60)
+        except Failure:
+            lo = self.pods().get("lo", {})
+            fail("preempt: hi not bound; lo bound to %r; events of hi %s" %
+                 (lo.get("spec", {}).get("nodeName"), self.events("hi")[-3:]))
+        if "lo" not in self.pods():
+            fail("preempt: lo is gone: it took the share freed for hi, which "
+                 "then preempted it in turn (events of lo %s)" % self.events("lo")[-3:])
+        self.stays_gated("lo", 3)
+        now = self.pods()
+        for n in ("b", "c", "d"):
+            if now[n]["metadata"]["uid"] != uids[n] or now[n]["metadata"].get("deletionTimestamp"):
+                fail("preempt: %s was evicted too" % n)
+        al = self.allocations()
+        self.check_result("hi", al["hi"][0], al["hi"][1], node, 30 * GiB, 30)
+        if now["hi"]["spec"]["nodeName"] != node:
+            fail("preempt: hi bound to %s, not %s" % (now["hi"]["spec"]["nodeName"], node))
+        used = self.check_sums(node)
+        if used[0] != 80 * GiB or used[1] != 80:
+            fail("preempt: after it %s/gpu-0 holds %s, expected 80Gi, 80 cores" % (node, used))
+        ev_a = [e for e in self.events("a") if e.startswith("GpufracPreempted")]
+        ev_hi = [e for e in self.events("hi") if e.startswith("GpufracPreempting")]
+        if not ev_a or not ev_hi:
+            fail("preempt: events on a %s, on hi %s" % (self.events("a"), self.events("hi")))
+        log("preempt: hi bound to %s; a's event %r" % (node, ev_a[0]))
+        m = self.ext_metrics()
+        if m.get("gpufrac_dra_preempt_evictions_total") != "1" or \
+                m.get("gpufrac_dra_preemptions_total") != "1" or \
+                m.get("gpufrac_dra_preempt_holds") != "0":
+            fail("preempt: /metrics %s" % m)
+        self.delete_all()
+        self.retire(node)
+
     def s_example(self):
         """examples/dra-claim-share.yaml applied as written (kubectl apply):
         kube-scheduler allocates its claim 8Gi and 30 cores of the shared
@@ -1000,7 +1152,8 @@ class DRA:
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
-             "mixed_burst", "mixed_burst", "taint_rule", "example"]
+             "mixed_burst", "mixed_burst", "taint_rule", "example", "preempt",
+             "preempt_budget"]
 
 
 def main():

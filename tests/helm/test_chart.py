@@ -691,6 +691,35 @@ def t_autoscale(objs, ns):
           "autoscale: off by default (no PriorityClass gpufrac-placeholder)")
 
 
+def t_defrag(objs, ns):
+    """extender.defrag: on: the extender runs with --defrag on and the chart
+    renders deploy/defrag's RBAC exactly; dry-run: the flag without the RBAC
+    (it evicts nothing); off (the default): neither."""
+    by = generic("defrag", objs, ns)
+    with open(os.path.join(DEPLOY, "defrag", "scheduler-defrag-rbac.yaml")) as fh:
+        want = index([d for d in yaml.safe_load_all(fh) if d])
+    got = index([strip_chart_labels(o) for o in objs])
+    missing = sorted(k for k in want if k not in got)
+    diffs = ["%s %s: %s" % (k[0], k[2], d) for k in sorted(want) if k in got
+             for d in diff(got[k], want[k])]
+    check(not missing and not diffs, "defrag: the chart renders deploy/defrag's "
+          "objects exactly (missing %s)%s" % (missing, "".join("\n       " + x for x in diffs)))
+
+    def flag(objs_):
+        a = container(index(objs_), "Deployment", ns, "gpufrac-scheduler")["args"]
+        return a[a.index("--defrag") + 1] if "--defrag" in a else None
+
+    check(flag(objs) == "on", "defrag: the extender runs with --defrag on")
+    dry = render(ns=ns, sets=("extender.defrag=dry-run",))
+    check(flag(dry) == "dry-run" and
+          not any(o["metadata"]["name"] == "gpufrac-scheduler-defrag" for o in dry),
+          "defrag: dry-run passes the flag and installs no eviction RBAC")
+    plain = render(ns=ns)
+    check(flag(plain) is None and
+          not any(o["metadata"]["name"] == "gpufrac-scheduler-defrag" for o in plain),
+          "defrag: off by default (no flag, no RBAC)")
+
+
 def t_scheduler(objs, ns):
     """gpufrac's own kube-scheduler with every value changed, TLS to the
     extender, and the control-plane path refused without CIDRs."""
@@ -728,6 +757,7 @@ CASES = [("default", None, "gpufrac-system", t_default),
          ("default-scheduler", None, "gpufrac-system", t_default_scheduler),
          ("scheduler", "scheduler.yaml", "gpu-ops", t_scheduler),
          ("autoscale", "autoscale.yaml", "gpufrac-system", t_autoscale),
+         ("defrag", "defrag.yaml", "gpufrac-system", t_defrag),
          ("dra", "dra.yaml", "gpufrac-system", t_dra),
          ("pools", "pools.yaml", "gpufrac-system", t_pools),
          ("tls", "tls.yaml", "gpu-ops", t_tls),

@@ -15,6 +15,7 @@
 
 #include "gpufrac/error.h"
 #include "gpufrac/sched_dra.h"
+#include "pdb.h"
 
 #define GiB (INT64_C(1) << 30)
 #define MiB (INT64_C(1) << 20)
@@ -977,6 +978,179 @@ static void test_admin_access(void **state) {
   gf_dra_slice_release(&s);
 }
 
+/* ---- mode 2 preemption (issue 32 item 2) -------------------------------- */
+
+/* Claim `name` asking mem GiB and cores (NULL cls: a share), placed on m
+ * and marked allocated with the result, as the API server would hold it. */
+static void placed_claim(gf_dra_model *m, const char *name, const char *cls,
+                         int64_t gib, int64_t cores, gf_dra_claim *c) {
+  claim_of(claim_json(name, cls, cls ? -1 : gib * GiB, cls ? -1 : cores), c);
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  char node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  assert_int_equal(place1(m, c, res, node, &d), 0);
+  c->allocated = true;
+  c->nres = 1;
+  c->res[0] = res[0][0];
+  free(res);
+}
+
+/* n1: gpu-0 (80Gi, shared) full with a (30Gi, 30 cores, priority 10),
+ * b (20Gi, 20, priority 10), c (10Gi, 10, priority 1), d (20Gi, 20,
+ * priority 20); gpu-1 (exclusive) held by w (priority 1).  The victims in
+ * that order: vs[0..4] = a, b, c, d, w. */
+typedef struct pscene {
+  gf_dra_slice s;
+  gf_dra_claim c[5];
+  const gf_dra_claim *pc[5];
+  gf_dra_victim vs[5];
+  gf_dra_model *m;
+  gf__pdb *db; /* NULL: no budgets */
+  char uid[5][16];
+} pscene;
+
+static void pscene_new(pscene *p) {
+  slice_gpufrac("dra_slice_shared.json", &p->s);
+  const gf_dra_slice *sl[] = {&p->s};
+  gf_diag d = {""};
+  gf_dra_model *m0 = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, NULL, 0, NULL, &m0, &d), 0);
+  static const struct {
+    const char *name;
+    int64_t gib, cores;
+    int32_t prio;
+  } want[4] = {{"a", 30, 30, 10},
+               {"b", 20, 20, 10},
+               {"c", 10, 10, 1},
+               {"d", 20, 20, 20}};
+  for (int i = 0; i < 4; i++) {
+    placed_claim(m0, want[i].name, NULL, want[i].gib, want[i].cores, &p->c[i]);
+    assert_string_equal(p->c[i].res[0].device, "gpu-0");
+    p->vs[i].priority = want[i].prio;
+  }
+  placed_claim(m0, "w", GF_DRA_CLASS_WHOLE, 0, 0, &p->c[4]);
+  assert_string_equal(p->c[4].res[0].device, "gpu-1");
+  p->vs[4].priority = 1;
+  gf_dra_model_free(m0);
+  for (int i = 0; i < 5; i++) {
+    p->pc[i] = &p->c[i];
+    p->vs[i].claims = &p->pc[i];
+    p->vs[i].nclaims = 1;
+    p->vs[i].loading = false;
+    p->vs[i].uid = p->uid[i];
+    snprintf(p->uid[i], sizeof(p->uid[i]), "uid-%s", p->c[i].name);
+  }
+  p->db = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, p->pc, 5, NULL, &p->m, &d), 0);
+}
+
+static void pscene_free(pscene *p) {
+  gf__pdb_free(p->db);
+  gf_dra_model_free(p->m);
+  gf_dra_slice_release(&p->s);
+}
+
+/* The victims chosen for a share of gib and cores at priority prio, as
+ * "a,c" (victim names in vs order); "" and GF_ENOFIT when none. */
+static int preempt_for(pscene *p, const char *cls, int64_t gib, int64_t cores,
+                       int32_t prio, char *out, size_t cap) {
+  gf_dra_claim q;
+  claim_of(claim_json("hi", cls, cls ? -1 : gib * GiB, cls ? -1 : cores), &q);
+  const gf_dra_claim *pq[] = {&q};
+  uint32_t chosen[GF_DRA_VICTIMS_MAX], n = 0;
+  char node[GF_DRA_NAME_MAX] = "";
+  gf_diag d = {""};
+  int rc = gf_dra_model_preempt(p->m, pq, 1, prio, p->vs, 5, p->db, chosen, &n,
+                                node, &d);
+  out[0] = '\0';
+  for (uint32_t i = 1; i < n; i++) /* in vs order */
+    for (uint32_t j = i; j > 0 && chosen[j - 1] > chosen[j]; j--) {
+      uint32_t t = chosen[j];
+      chosen[j] = chosen[j - 1];
+      chosen[j - 1] = t;
+    }
+  size_t w = 0;
+  for (uint32_t i = 0; i < n; i++)
+    w += (size_t)snprintf(out + w, cap - w, "%s%s", i ? "," : "",
+                          p->c[chosen[i]].name);
+  if (!rc)
+    assert_string_equal(node, "n1");
+  return rc;
+}
+
+/* The preempt verb's order on DRA claims: one victim that frees exactly
+ * enough (a) before any pair; fewest victims, then the lowest highest
+ * priority, then the lowest sum (a,c over a,b); only lower priorities; a
+ * loading pod only across the guard's gap; a whole GPU frees with its
+ * holder. */
+static void test_preempt_choice(void **state) {
+  (void)state;
+  pscene p;
+  pscene_new(&p);
+  char got[64];
+  assert_int_equal(preempt_for(&p, NULL, 30, 30, 1000, got, sizeof(got)), 0);
+  assert_string_equal(got, "a");
+  /* 40Gi at priority 15 (d is not a victim): no one frees it; pairs
+   * {a,b} (sum 20) and {a,c} (sum 11): a,c */
+  assert_int_equal(preempt_for(&p, NULL, 40, 40, 15, got, sizeof(got)), 0);
+  assert_string_equal(got, "a,c");
+  /* a loads its weights: not a victim of 1000; {b,c} frees 30Gi */
+  p.vs[0].loading = true;
+  assert_int_equal(preempt_for(&p, NULL, 30, 30, 1000, got, sizeof(got)), 0);
+  assert_string_equal(got, "b,c");
+  /* across the gap it is again */
+  assert_int_equal(preempt_for(&p, NULL, 30, 30, 1000011, got, sizeof(got)), 0);
+  assert_string_equal(got, "a");
+  p.vs[0].loading = false;
+  /* at priority 5 only c (1) and w (1) are victims: c frees 10Gi */
+  assert_int_equal(preempt_for(&p, NULL, 30, 30, 5, got, sizeof(got)),
+                   GF_ENOFIT);
+  assert_int_equal(preempt_for(&p, NULL, 10, 10, 5, got, sizeof(got)), 0);
+  assert_string_equal(got, "c");
+  /* a whole GPU: w's */
+  assert_int_equal(
+      preempt_for(&p, GF_DRA_CLASS_WHOLE, 0, 0, 5, got, sizeof(got)), 0);
+  assert_string_equal(got, "w");
+  /* at priority 1 nobody is below it */
+  assert_int_equal(
+      preempt_for(&p, GF_DRA_CLASS_WHOLE, 0, 0, 1, got, sizeof(got)),
+      GF_ENOFIT);
+  pscene_free(&p);
+}
+
+/* PodDisruptionBudgets count as the preempt verb counts them (pdb.h): a
+ * budget allowing no disruption over a and b (app=web) makes {a} a
+ * violation; {c,d} frees 30Gi and 30 cores and breaks none: it wins over
+ * fewer victims.  Until the budgets are listed nothing is chosen by them
+ * (the feed waits; here the store is marked listed). */
+static void test_preempt_budgets(void **state) {
+  (void)state;
+  pscene p;
+  pscene_new(&p);
+  p.db = gf__pdb_new();
+  assert_non_null(p.db);
+  gf__pdb_set_synced(p.db, true);
+  static const char *const app[5] = {"web", "web", "batch", "train", "batch"};
+  for (int i = 0; i < 5; i++) {
+    json_t *pod = json_pack("{s:{s:s,s:s,s:s,s:{s:s}}}", "metadata",
+                            "namespace", "ns", "name", p.c[i].name, "uid",
+                            p.uid[i], "labels", "app", app[i]);
+    assert_int_equal(gf__pdb_pod_update(p.db, pod), 0);
+    json_decref(pod);
+  }
+  json_t *b =
+      json_pack("{s:{s:s,s:s},s:{s:{s:{s:s}}},s:{s:i}}", "metadata",
+                "namespace", "ns", "name", "web", "spec", "selector",
+                "matchLabels", "app", "web", "status", "disruptionsAllowed", 0);
+  gf_diag d = {""};
+  assert_int_equal(gf__pdb_update(p.db, b, &d), 0);
+  json_decref(b);
+  char got[64];
+  assert_int_equal(preempt_for(&p, NULL, 30, 30, 1000, got, sizeof(got)), 0);
+  assert_string_equal(got, "c,d");
+  pscene_free(&p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -999,6 +1173,8 @@ int main(void) {
       cmocka_unit_test(test_taints_honoured),
       cmocka_unit_test(test_taint_rules),
       cmocka_unit_test(test_admin_access),
+      cmocka_unit_test(test_preempt_choice),
+      cmocka_unit_test(test_preempt_budgets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -259,6 +259,35 @@ static void freed_gpu_held(void **st) {
   stop(&c);
 }
 
+/* A large share (issue 32 item 3 asks for shares too): w asks 12Gi.  n1
+ * holds a (2Gi) and b (6Gi), 8Gi free; n2 holds c (10Gi), 6Gi free: w fits
+ * neither.  On n1 the larger pod first: b alone frees 14Gi and fits n2's
+ * 6Gi (moving a first would need both).  On n2, c fits nowhere else. */
+static void large_share_frees_room(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 2, false, "ReplicaSet"));
+  feed(&c, pod("b", "n1", 0, 6, false, "ReplicaSet"));
+  feed(&c, pod("c", "n2", 0, 10, false, "ReplicaSet"));
+  feed(&c, pod("w", NULL, 0, 12, false, "ReplicaSet"));
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.name, "w");
+  assert_string_equal(p.node, "n1");
+  assert_int_equal(p.ngpus, 1);
+  assert_int_equal(p.gpus[0], 0);
+  assert_int_equal(p.n, 1);
+  assert_string_equal(p.moves[0].name, "b");
+  /* a share that fits somewhere already: nothing to plan */
+  stop(&c);
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 2, false, "ReplicaSet"));
+  feed(&c, pod("w", NULL, 0, 12, false, "ReplicaSet"));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  stop(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_move_frees_a_gpu),
@@ -267,6 +296,7 @@ int main(void) {
       cmocka_unit_test(budgets_hold),
       cmocka_unit_test(fewest_moves),
       cmocka_unit_test(freed_gpu_held),
+      cmocka_unit_test(large_share_frees_room),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -579,6 +580,51 @@ static void selector_rules(void **st_) {
   gf__pdb_free(db);
 }
 
+/* pod() with gpufrac.io/gpu-compute pct as well (limits and requests are
+ * one object), and in its grant when bound. */
+static json_t *with_compute(json_t *p, const char *pct) {
+  json_t *c = json_array_get(
+      json_object_get(json_object_get(p, "spec"), "containers"), 0);
+  json_object_set_new(
+      json_object_get(json_object_get(c, "resources"), "limits"),
+      "gpufrac.io/gpu-compute", json_string(pct));
+  json_t *ann = json_object_get(json_object_get(p, "metadata"), "annotations");
+  const char *g = json_string_value(json_object_get(ann, "gpufrac.io/grant"));
+  const char *at = g ? strstr(g, "\"compute\":0") : NULL;
+  if (at) {
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%.*s\"compute\":%s%s", (int)(at - g), g, pct,
+             at + strlen("\"compute\":0"));
+    json_object_set_new(ann, "gpufrac.io/grant", json_string(buf));
+  }
+  return p;
+}
+
+/* A compute-only preemptor is charged its part of the GPU's memory
+ * (docs/scheduler.md, compute-only shares), so its victims must free that
+ * memory too.  One 16Gi GPU: a (priority 5, 12Gi, 10 percent), b
+ * (priority 1, 2Gi, 60 percent); 2Gi and 30 percent free.  The preemptor
+ * asks 50 percent and no memory: it takes 8Gi.  {b} frees the compute but
+ * leaves 4Gi; {a} frees the memory but leaves 40 percent: both go. */
+static void compute_only_preemptor_frees_its_memory(void **st_) {
+  (void)st_;
+  gf_sched *s = new_sched();
+  add_node(s, "n1", 1);
+  feed(s, with_compute(pod("a", "n1", 0, 12, 5, false, NULL), "10"));
+  feed(s, with_compute(pod("b", "n1", 0, 2, 1, false, NULL), "60"));
+  int st;
+  char buf[256];
+  static const char *const ks[] = {"uid-b", NULL};
+  json_t *r =
+      preempt(s, with_compute(pod("hi", NULL, 0, 0, 100, false, NULL), "50"),
+              N1, ks, false, &st);
+  assert_int_equal(st, 200);
+  assert_non_null(victims(r, "n1", buf, sizeof(buf)));
+  assert_string_equal(buf, "uid-b,uid-a");
+  json_decref(r);
+  gf_sched_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(the_needed_pod_on_the_right_gpu),
@@ -594,6 +640,7 @@ int main(void) {
       cmocka_unit_test(budgets_choose_the_whole_gpu),
       cmocka_unit_test(budgets_unlisted_no_answer),
       cmocka_unit_test(selector_rules),
+      cmocka_unit_test(compute_only_preemptor_frees_its_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
