@@ -1526,6 +1526,8 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
   gf__mc_hf hf;
   const char *asked = r->source, *asked_hex = r->hex;
   int rc = gf__mc_hf_resolve(c->hf_endpoint, asked, &o, &hf, d);
+  /* what the hub answered is for the log, not a pod's events (pod_req) */
+  r->downloaded = rc != GF_EINVAL;
   if (rc) {
     gf_diag_prefix(d, "model %s", r->name ? r->name : "?");
     return rc;
@@ -1549,6 +1551,7 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
     r->hex = hf.hex;
     r->source = hf.base;
     src_pre pre = {.manifest = hf.manifest, .len = hf.len, .o = &o};
+    r->downloaded = false; /* the fetch says for itself */
     rc = fetch_locked_part(c, r, &pre, d);
     if (!rc && r->hex_out)
       gf__node_copy(r->hex_out, GF_NODE_CACHE_HEX, hf.hex);
