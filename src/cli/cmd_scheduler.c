@@ -45,7 +45,9 @@ typedef struct opts {
   int64_t guard_settle_ms; /* --guard-settle; 0: the default */
   unsigned accept;         /* --accept */
   bool accept_set;
-  int64_t guard_cap_ms;  /* --guard-cap; 0: the default */
+  int64_t guard_cap_ms;                    /* --guard-cap; 0: the default */
+  int64_t guard_cap_max_ms;                /* --guard-cap-max; 0: the default */
+  int64_t guard_fetch_bps, guard_load_bps; /* --guard-*-rate; 0: default */
   int dra;               /* --dra: 0 off, 1 score, 2 allocate */
   int defrag;            /* --defrag: GF_SCHED_KUBE_DEFRAG_* */
   bool autoscale;        /* --autoscale-placeholders on */
@@ -293,6 +295,9 @@ enum {
   OPT_DEFRAG,
   OPT_GUARD_SETTLE,
   OPT_GUARD_CAP,
+  OPT_GUARD_CAP_MAX,
+  OPT_GUARD_FETCH_RATE,
+  OPT_GUARD_LOAD_RATE,
   OPT_DRA,
   OPT_AUTOSCALE,
   OPT_AS_AFTER,
@@ -387,6 +392,19 @@ static const gf__opt sched_opts[] = {
                       "DUR: 500ms, 90s, 2m, 1h; a pod annotated\n"
                       "gpufrac.io/protect: always has no cap",
                       OPT_GUARD_CAP),
+    GF__OPT_STRING_ID("guard-cap-max", "DUR",
+                      "a pod loading a model of known size: a window\n"
+                      "from its size and the fetch and load rates,\n"
+                      "at least the cap, at most this (default 24h)",
+                      OPT_GUARD_CAP_MAX),
+    GF__OPT_STRING_ID("guard-fetch-rate", "BYTES",
+                      "... the fetch rate (bytes/s) until measured\n"
+                      "(default 50M)",
+                      OPT_GUARD_FETCH_RATE),
+    GF__OPT_STRING_ID("guard-load-rate", "BYTES",
+                      "... the load rate (bytes/s) until measured\n"
+                      "(default 200M)",
+                      OPT_GUARD_LOAD_RATE),
     GF__OPT_STRING_ID("defrag", "MODE",
                       "defragmentation (docs/scheduler.md): off\n"
                       "(default); dry-run: log and count the share pods\n"
@@ -539,6 +557,21 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     return parse_duration(a, v, &o->guard_settle_ms);
   case OPT_GUARD_CAP:
     return parse_duration(a, v, &o->guard_cap_ms);
+  case OPT_GUARD_CAP_MAX:
+    return parse_duration(a, v, &o->guard_cap_max_ms);
+  case OPT_GUARD_FETCH_RATE:
+  case OPT_GUARD_LOAD_RATE: {
+    int64_t *dst =
+        id == OPT_GUARD_FETCH_RATE ? &o->guard_fetch_bps : &o->guard_load_bps;
+    if (gf_quantity_bytes(v, dst, NULL) || *dst <= 0) {
+      fprintf(stderr,
+              "gpufrac scheduler: %s '%s': want bytes per second above 0 "
+              "(a quantity such as 100M or 1Gi)\n",
+              a, v);
+      return GF_EXIT_USAGE;
+    }
+    return 0;
+  }
   case OPT_AUTOSCALE:
     return on_off(a, v, &o->autoscale);
   case OPT_AS_AFTER:
@@ -740,6 +773,9 @@ int cmd_scheduler(int argc, char **argv) {
         .guard_off = o.guard_off,
         .guard_settle_ms = o.guard_settle_ms,
         .guard_cap_ms = o.guard_cap_ms,
+        .guard_cap_max_ms = o.guard_cap_max_ms,
+        .guard_fetch_bps = o.guard_fetch_bps,
+        .guard_load_bps = o.guard_load_bps,
         .autoscale = o.autoscale,
         .defrag = o.defrag,
         .autoscale_after_ms = o.as_after_ms,
