@@ -106,11 +106,12 @@ void gf__guard_free(gf__guard *g); /* NULL is accepted */
 
 /* Adds to `slim` (an informer's slim copy of `pod`, e.g. from
  * gf_sched_pod_slim) what the guard reads that it lacks: the six
- * annotations above, for a pod that carries any of them or a grant (so a
- * pending pod's own do-not-disrupt is known when it is bound), and
- * status.conditions' Ready entry (type and status), for a pod with a grant
- * or the guard's marks only (the others cost nothing).  Nonzero only when
- * out of memory. */
+ * annotations above and gpufrac.io/model, for a pod that carries any of
+ * them or a grant (so a pending pod's own do-not-disrupt is known when it
+ * is bound), and status.conditions' Ready entry (type, status,
+ * lastTransitionTime) and GF_GUARD_MODEL_READY entry (the same), for a pod
+ * with a grant or the guard's marks only (the others cost nothing).
+ * Nonzero only when out of memory. */
 int gf__guard_slim(json_t *slim, const json_t *pod);
 
 /* A pod as the watch sees it now (borrowed; whole or slim).  Only pods
