@@ -424,6 +424,49 @@ out:
   return ex;
 }
 
+/* The model operand of fetch, evict, unpin and prefetch into name and hex:
+ * NAME@sha256:HEX, or NAME alone for a fetch from an hf:// source (the
+ * hub's file list names the digest; hex is then "").  Nonzero (said on
+ * stderr) when malformed. */
+static int model_arg(const char *sub, const char *source, const char *arg,
+                     char name[GF_NODE_CACHE_NAME_MAX],
+                     char hex[GF_NODE_CACHE_HEX]) {
+  gf_diag d = {""};
+  bool bare = !strcmp(sub, "fetch") && source && !strncmp(source, "hf://", 5) &&
+              !strchr(arg, '@');
+  hex[0] = '\0';
+  if (bare &&
+      (strlen(arg) >= GF_NODE_CACHE_NAME_MAX || !gf_node_safe_name(arg))) {
+    fprintf(stderr, "gpufrac cache: model '%s': not a valid name\n", arg);
+    return 1;
+  }
+  if (bare) {
+    snprintf(name, GF_NODE_CACHE_NAME_MAX, "%s", arg);
+  } else if (gf_node_cache_ref_parse(arg, name, GF_NODE_CACHE_NAME_MAX, hex,
+                                     &d)) {
+    fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+    return 1;
+  }
+  return 0;
+}
+
+/* fetch: the model's directory on stdout; for an hf:// source also
+ * NAME@sha256:HEX (what a pod names) on stderr. */
+static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
+                    const char *source) {
+  gf_diag d = {""};
+  char got[GF_NODE_CACHE_HEX], path[4096];
+  if (gf_node_cache_fetch_source(c, name, hex, source, got, &d)) {
+    print_failure(d.msg);
+    return GF_EXIT_FAIL;
+  }
+  gf_node_cache_path(c, got, path, sizeof(path));
+  if (!strncmp(source, "hf://", 5))
+    fprintf(stderr, "%s@sha256:%s\n", name, got);
+  printf("%s\n", path);
+  return GF_EXIT_OK;
+}
+
 int cmd_cache(int argc, char **argv) {
   const char *dir = NULL, *source = NULL, *kubeconfig = NULL, *context = NULL,
              *ns = GF_NODE_PREFETCH_NAMESPACE, *selector = NULL, *names = NULL,
@@ -512,21 +555,8 @@ int cmd_cache(int argc, char **argv) {
   if (has_ref) {
     if (npos != 2)
       return bad_usage("give one model, NAME@sha256:HEX");
-    /* a Hugging Face source names its digest itself: NAME alone */
-    bool bare = !strcmp(sub, "fetch") && source &&
-                !strncmp(source, "hf://", 5) && !strchr(pos[1], '@');
-    hex[0] = '\0';
-    if (bare &&
-        (strlen(pos[1]) >= sizeof(name) || !gf_node_safe_name(pos[1]))) {
-      fprintf(stderr, "gpufrac cache: model '%s': not a valid name\n", pos[1]);
+    if (model_arg(sub, source, pos[1], name, hex))
       return GF_EXIT_USAGE;
-    }
-    if (bare)
-      snprintf(name, sizeof(name), "%s", pos[1]);
-    else if (gf_node_cache_ref_parse(pos[1], name, sizeof(name), hex, &d)) {
-      fprintf(stderr, "gpufrac cache: %s\n", d.msg);
-      return GF_EXIT_USAGE;
-    }
   } else if (npos != 1) {
     return bad_usage("too many arguments");
   }
@@ -566,17 +596,7 @@ int cmd_cache(int argc, char **argv) {
     printf("%d pins dropped\n", k);
     ex = k > 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
   } else if (!strcmp(sub, "fetch")) {
-    char got[GF_NODE_CACHE_HEX];
-    if (gf_node_cache_fetch_source(c, name, hex, source, got, &d)) {
-      print_failure(d.msg);
-      ex = GF_EXIT_FAIL;
-    } else {
-      char path[4096];
-      gf_node_cache_path(c, got, path, sizeof(path));
-      if (!strncmp(source, "hf://", 5))
-        fprintf(stderr, "%s@sha256:%s\n", name, got);
-      printf("%s\n", path);
-    }
+    ex = do_fetch(c, name, hex, source);
   } else if (!strcmp(sub, "verify")) {
     int bad = gf_node_cache_verify(c, report_bad, NULL);
     if (bad < 0)

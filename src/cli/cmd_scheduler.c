@@ -491,6 +491,50 @@ static int defrag_mode(const char *v, int *mode) {
 }
 
 /* One option's value into o; 0 or the exit code. */
+/* The disruption guard's options (--guard*). */
+static int guard_value(opts *o, int id, const char *a, const char *v) {
+  switch (id) {
+  case OPT_GUARD: {
+    bool on = true;
+    int rc = on_off(a, v, &on);
+    o->guard_off = !on;
+    return rc;
+  }
+  case OPT_GUARD_SETTLE:
+    return parse_duration(a, v, &o->guard_settle_ms);
+  case OPT_GUARD_CAP:
+    return parse_duration(a, v, &o->guard_cap_ms);
+  case OPT_GUARD_CAP_MAX:
+    return parse_duration(a, v, &o->guard_cap_max_ms);
+  case OPT_GUARD_FETCH_RATE:
+  case OPT_GUARD_LOAD_RATE: {
+    int64_t *dst =
+        id == OPT_GUARD_FETCH_RATE ? &o->guard_fetch_bps : &o->guard_load_bps;
+    if (gf_quantity_bytes(v, dst, NULL) || *dst <= 0) {
+      fprintf(stderr,
+              "gpufrac scheduler: %s '%s': want bytes per second above 0 "
+              "(a quantity such as 100M or 1Gi)\n",
+              a, v);
+      return GF_EXIT_USAGE;
+    }
+    return 0;
+  }
+  default:
+    break;
+  }
+  return GF_EXIT_USAGE; /* not reached */
+}
+
+/* The guard's options of o into ko. */
+static void guard_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
+  ko->guard_off = o->guard_off;
+  ko->guard_settle_ms = o->guard_settle_ms;
+  ko->guard_cap_ms = o->guard_cap_ms;
+  ko->guard_cap_max_ms = o->guard_cap_max_ms;
+  ko->guard_fetch_bps = o->guard_fetch_bps;
+  ko->guard_load_bps = o->guard_load_bps;
+}
+
 static int sched_value(opts *o, const char **config, bool *set, int id,
                        const char *a, const char *v) {
   switch (id) {
@@ -531,12 +575,13 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
   case OPT_CONFIG:
     *config = v;
     return 0;
-  case OPT_GUARD: {
-    bool on = true;
-    int rc = on_off(a, v, &on);
-    o->guard_off = !on;
-    return rc;
-  }
+  case OPT_GUARD:
+  case OPT_GUARD_SETTLE:
+  case OPT_GUARD_CAP:
+  case OPT_GUARD_CAP_MAX:
+  case OPT_GUARD_FETCH_RATE:
+  case OPT_GUARD_LOAD_RATE:
+    return guard_value(o, id, a, v);
   case OPT_DEFRAG:
     return defrag_mode(v, &o->defrag);
   case OPT_DRA: {
@@ -549,25 +594,6 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
       fprintf(stderr,
               "gpufrac scheduler: --dra '%s': want off, score or allocate\n",
               v);
-      return GF_EXIT_USAGE;
-    }
-    return 0;
-  }
-  case OPT_GUARD_SETTLE:
-    return parse_duration(a, v, &o->guard_settle_ms);
-  case OPT_GUARD_CAP:
-    return parse_duration(a, v, &o->guard_cap_ms);
-  case OPT_GUARD_CAP_MAX:
-    return parse_duration(a, v, &o->guard_cap_max_ms);
-  case OPT_GUARD_FETCH_RATE:
-  case OPT_GUARD_LOAD_RATE: {
-    int64_t *dst =
-        id == OPT_GUARD_FETCH_RATE ? &o->guard_fetch_bps : &o->guard_load_bps;
-    if (gf_quantity_bytes(v, dst, NULL) || *dst <= 0) {
-      fprintf(stderr,
-              "gpufrac scheduler: %s '%s': want bytes per second above 0 "
-              "(a quantity such as 100M or 1Gi)\n",
-              a, v);
       return GF_EXIT_USAGE;
     }
     return 0;
@@ -770,18 +796,13 @@ int cmd_scheduler(int argc, char **argv) {
         .lease_name = lease_name,
         .pod_ns = own ? pod_ns : NULL,
         .pod_name = own ? pod : NULL,
-        .guard_off = o.guard_off,
-        .guard_settle_ms = o.guard_settle_ms,
-        .guard_cap_ms = o.guard_cap_ms,
-        .guard_cap_max_ms = o.guard_cap_max_ms,
-        .guard_fetch_bps = o.guard_fetch_bps,
-        .guard_load_bps = o.guard_load_bps,
         .autoscale = o.autoscale,
         .defrag = o.defrag,
         .autoscale_after_ms = o.as_after_ms,
         .autoscale_resource = o.as_resource[0] ? o.as_resource : NULL,
         .autoscale_ns = o.as_ns[0] ? o.as_ns : NULL,
         .autoscale_priority_class = o.as_pclass[0] ? o.as_pclass : NULL};
+    guard_kube_opts(&ko, &o);
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
       rc = GF_EXIT_FAIL;

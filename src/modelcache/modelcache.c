@@ -1106,6 +1106,42 @@ static void scan_read_only(gf_node_cache *c) {
   scan_read_only_tmp(c);
 }
 
+/* The pod and shared source prefixes, the hub's endpoint, its token file
+ * and the CA file of o into c. */
+static int source_opts(gf_node_cache *c, const gf_node_cache_opts *o,
+                       gf_diag *d) {
+  if (o && o->pod_sources) {
+    if (strlen(o->pod_sources) >= sizeof(c->pod_sources))
+      return gf_diag_set(d, GF_ELIMIT,
+                         "cache: pod sources longer than %zu bytes",
+                         sizeof(c->pod_sources) - 1);
+    gf__node_copy(c->pod_sources, sizeof(c->pod_sources), o->pod_sources);
+  }
+  if (o && o->shared_sources) {
+    if (strlen(o->shared_sources) >= sizeof(c->shared_sources))
+      return gf_diag_set(d, GF_ELIMIT,
+                         "cache: shared sources longer than %zu bytes",
+                         sizeof(c->shared_sources) - 1);
+    gf__node_copy(c->shared_sources, sizeof(c->shared_sources),
+                  o->shared_sources);
+  }
+  const char *strs[3] = {o ? o->hf_endpoint : NULL, o ? o->hf_token_file : NULL,
+                         o ? o->ca_file : NULL};
+  char *dsts[3] = {c->hf_endpoint, c->hf_token_file, c->ca_file};
+  for (int k = 0; k < 3; k++) {
+    if (strs[k] && strlen(strs[k]) >= sizeof(c->ca_file))
+      return gf_diag_set(d, GF_ELIMIT, "cache: %s longer than %zu bytes",
+                         k == 0 ? "the hub endpoint" : "a file name",
+                         sizeof(c->ca_file) - 1);
+    gf__node_copy(dsts[k], sizeof(c->ca_file),
+                  strs[k] && strs[k][0] ? strs[k]
+                  : k == 0              ? GF_NODE_CACHE_HF_ENDPOINT
+                                        : "");
+  }
+  c->o.ca_file = c->ca_file;
+  return 0;
+}
+
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
                        gf_diag *d) {
   *out = NULL;
@@ -1119,40 +1155,8 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
     goto fail;
   }
   gf__node_copy(c->root, sizeof(c->root), root);
-  if (o && o->pod_sources) {
-    if (strlen(o->pod_sources) >= sizeof(c->pod_sources)) {
-      rc = gf_diag_set(d, GF_ELIMIT, "cache: pod sources longer than %zu bytes",
-                       sizeof(c->pod_sources) - 1);
-      goto fail;
-    }
-    gf__node_copy(c->pod_sources, sizeof(c->pod_sources), o->pod_sources);
-  }
-  if (o && o->shared_sources) {
-    if (strlen(o->shared_sources) >= sizeof(c->shared_sources)) {
-      rc = gf_diag_set(d, GF_ELIMIT,
-                       "cache: shared sources longer than %zu bytes",
-                       sizeof(c->shared_sources) - 1);
-      goto fail;
-    }
-    gf__node_copy(c->shared_sources, sizeof(c->shared_sources),
-                  o->shared_sources);
-  }
-  const char *strs[3] = {o ? o->hf_endpoint : NULL, o ? o->hf_token_file : NULL,
-                         o ? o->ca_file : NULL};
-  char *dsts[3] = {c->hf_endpoint, c->hf_token_file, c->ca_file};
-  for (int k = 0; k < 3; k++) {
-    if (strs[k] && strlen(strs[k]) >= sizeof(c->ca_file)) {
-      rc = gf_diag_set(d, GF_ELIMIT, "cache: %s longer than %zu bytes",
-                       k == 0 ? "the hub endpoint" : "a file name",
-                       sizeof(c->ca_file) - 1);
-      goto fail;
-    }
-    gf__node_copy(dsts[k], sizeof(c->ca_file),
-                  strs[k] && strs[k][0] ? strs[k]
-                  : k == 0              ? GF_NODE_CACHE_HF_ENDPOINT
-                                        : "");
-  }
-  c->o.ca_file = c->ca_file;
+  if ((rc = source_opts(c, o, d)))
+    goto fail;
   c->budget = o ? o->budget : 0;
   c->ns_budget = o ? o->ns_budget : 0;
   c->o.parallel = o && o->parallel ? o->parallel : 4;
@@ -1489,8 +1493,7 @@ static uint64_t req_who(const req *r) {
   return h;
 }
 
-static int fetch_locked_part(gf_node_cache *c, req *r, const src_pre *pre,
-                             gf_diag *d);
+static int fetch_req(gf_node_cache *c, req *r, const src_pre *pre, gf_diag *d);
 
 /* Whether model hex is ready (not fetching). */
 static bool ready(gf_node_cache *c, const char *hex) {
@@ -1507,7 +1510,7 @@ static bool ready(gf_node_cache *c, const char *hex) {
  * the fetch goes on from the hub's files with that manifest. */
 static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
   if (ready(c, r->hex))
-    return fetch_locked_part(c, r, &(src_pre){0}, d);
+    return fetch_req(c, r, &(src_pre){0}, d);
   if (c->ro)
     return gf_diag_set(d, GF_ESTATE, "model %s: the cache is open read-only",
                        r->name ? r->name : "?");
@@ -1552,7 +1555,7 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
     r->source = hf.base;
     src_pre pre = {.manifest = hf.manifest, .len = hf.len, .o = &o};
     r->downloaded = false; /* the fetch says for itself */
-    rc = fetch_locked_part(c, r, &pre, d);
+    rc = fetch_req(c, r, &pre, d);
     if (!rc && r->hex_out)
       gf__node_copy(r->hex_out, GF_NODE_CACHE_HEX, hf.hex);
     r->source = asked;
@@ -1563,22 +1566,20 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
   return rc;
 }
 
-static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
+static int request(gf_node_cache *c, req *r, gf_diag *d) {
   if (gf__mc_is_hf(r->source))
     return hf_req(c, r, d);
-  int rc = fetch_locked_part(c, r, &(src_pre){0}, d);
+  int rc = fetch_req(c, r, &(src_pre){0}, d);
   if (!rc && r->hex_out)
     gf__node_copy(r->hex_out, GF_NODE_CACHE_HEX, r->hex);
   return rc;
 }
 
-static int fetch_locked_part(gf_node_cache *c, req *r, const src_pre *pre,
-                             gf_diag *d) {
+static int fetch_req(gf_node_cache *c, req *r, const src_pre *pre, gf_diag *d) {
   const char *name = r->name, *hex = r->hex, *source = r->source;
   if (!hex || !is_hex64(hex, strlen(hex)))
     return gf_diag_set(d, GF_EINVAL,
-                       "model %s: the digest is not 64 "
-                       "lowercase hex digits",
+                       "model %s: the digest is not 64 lowercase hex digits",
                        name ? name : "?");
   if (!name || !gf_node_safe_name(name))
     return gf_diag_set(d, GF_EINVAL, "model '%s': not a valid name",
@@ -1692,7 +1693,7 @@ static int fetch_locked_part(gf_node_cache *c, req *r, const src_pre *pre,
 int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
                         const char *source, gf_diag *d) {
   req r = {.name = name, .hex = hex, .source = source};
-  return fetch_req(c, &r, d);
+  return request(c, &r, d);
 }
 
 int gf_node_cache_fetch_source(gf_node_cache *c, const char *name,
@@ -1705,7 +1706,7 @@ int gf_node_cache_fetch_source(gf_node_cache *c, const char *name,
                        "hf://",
                        name ? name : "?");
   req r = {.name = name, .hex = hex, .source = source, .hex_out = hex_out};
-  return fetch_req(c, &r, d);
+  return request(c, &r, d);
 }
 
 /* ---- pins, lookups, eviction ------------------------------------------- */
@@ -2179,7 +2180,7 @@ static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
   r->beneath = source && !strncmp(source, "file:", 5) ? pre : NULL;
   r->shared =
       source && source_prefix(c->shared_sources, source, shpre, sizeof(shpre));
-  int rc = fetch_req(c, r, &fd);
+  int rc = request(c, r, &fd);
   if (rc && r->downloaded) {
     /* What a failed download says (a file's real size and sha256, a
      * server's answer) is for the operator's log, not the pod's events:

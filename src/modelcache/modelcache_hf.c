@@ -26,6 +26,7 @@
 #include "buf.h"
 #include "gpufrac/error.h"
 #include "modelcache_int.h"
+#include "node_util.h"
 
 #define HF_API_MAX (16u << 20)     /* one API answer, bytes */
 #define HF_PAGES_MAX 1000          /* listing pages */
@@ -465,26 +466,26 @@ void gf__mc_hf_release(gf__mc_hf *h) {
 }
 
 int gf__mc_hf_token(const char *path, char *out, size_t cap, gf_diag *d) {
-  FILE *fp = fopen(path, "re");
-  if (!fp)
-    return gf_diag_set(d, GF_EIO, "model_hf_token_file %s: cannot be read",
+  char *tok = NULL;
+  size_t n = 0;
+  if (gf__node_read_file(path, 4096, &tok, &n, NULL))
+    return gf_diag_set(d, GF_EIO,
+                       "model_hf_token_file %s: cannot be read (or over "
+                       "4096 bytes)",
                        path);
-  char tok[4097];
-  size_t n = fread(tok, 1, sizeof(tok) - 1, fp);
-  bool more = fgetc(fp) != EOF;
-  fclose(fp);
-  tok[n] = '\0';
   if (n && tok[n - 1] == '\n')
     tok[--n] = '\0';
   if (n && tok[n - 1] == '\r')
     tok[--n] = '\0';
-  bool ok = n > 0 && !more;
+  bool ok = n > 0 && strlen(tok) == n;
   for (size_t i = 0; ok && i < n; i++)
     ok = tok[i] > 0x20 && tok[i] < 0x7f;
+  int rc = 0;
   if (!ok || snprintf(out, cap, "Authorization: Bearer %s", tok) >= (int)cap)
-    return gf_diag_set(d, GF_ESYNTAX,
-                       "model_hf_token_file %s: not one line of visible "
-                       "ASCII, at most 4096 bytes",
-                       path);
-  return 0;
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "model_hf_token_file %s: not one line of visible "
+                     "ASCII, at most 4096 bytes",
+                     path);
+  gf__free(tok);
+  return rc;
 }
