@@ -305,6 +305,28 @@ static int list_tree(const char *ep, const char *repo, const char *commit,
   }
 }
 
+int gf__mc_hf_page(const char *text, size_t len, size_t *files, uint64_t *bytes,
+                   gf_diag *d) {
+  hf_list l = {.f = NULL};
+  *files = 0;
+  *bytes = 0;
+  json_t *j = load_json(text, len, "page", d);
+  int rc = j ? 0 : GF_ESYNTAX;
+  if (j && !json_is_array(j))
+    rc = gf_diag_set(d, GF_ESYNTAX, "page: not an array");
+  for (size_t i = 0; !rc && i < json_array_size(j); i++)
+    rc = take_item(json_array_get(j, i), "page", &l, d);
+  json_decref(j);
+  if (!rc) {
+    *files = l.n;
+    *bytes = l.bytes;
+  }
+  for (size_t i = 0; i < l.n; i++)
+    gf__free(l.f[i].path);
+  gf__free(l.f);
+  return rc;
+}
+
 static int cmp_file(const void *a, const void *b) {
   return strcmp(((const hf_file *)a)->path, ((const hf_file *)b)->path);
 }

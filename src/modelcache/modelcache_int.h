@@ -105,6 +105,12 @@ bool gf__mc_is_hf(const char *source);
 int gf__mc_hf_resolve(const char *endpoint, const char *source,
                       const gf__mc_opts *o, gf__mc_hf *out, gf_diag *d);
 void gf__mc_hf_release(gf__mc_hf *h);
+/* One page of a hub's tree listing (JSON text[len]) checked as
+ * gf__mc_hf_resolve checks it: the files it lists into *files, the sum of
+ * their sizes into *bytes.  GF_ESYNTAX / GF_ELIMIT naming the item;
+ * GF_ENOMEM.  (The fuzz target's entry.) */
+int gf__mc_hf_page(const char *text, size_t len, size_t *files, uint64_t *bytes,
+                   gf_diag *d);
 
 /* Reads the hub token from file path into "Authorization: Bearer T" in
  * out[cap]: one line of visible ASCII (a final newline allowed).
