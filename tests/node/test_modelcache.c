@@ -718,12 +718,20 @@ static void test_prefetch(void **state) {
   assert_true(gf_node_prefetch_wants(&q, "n2", NULL));
   assert_true(gf_node_prefetch_wants(&q, "n10", NULL));
   assert_false(gf_node_prefetch_wants(&q, "n1", NULL));
+  /* A Hugging Face repository is a source too (its digest pinned in
+   * data.model); a malformed one is refused when fetched. */
+  json_object_set_new(data, "source", json_string("hf://acme/tiny@main"));
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), 0);
+  assert_string_equal(q.source, "hf://acme/tiny@main");
+  json_object_set_new(data, "source",
+                      json_string("https://models.example/llama"));
   /* Hostile or incomplete declarations are refused, naming the field. */
   static const struct {
     const char *key, *value, *says;
   } bad[] = {
       {"model", "llama", "data.model"},
       {"source", "ftp://x", "data.source"},
+      {"source", "hf:/acme/x", "data.source"},
       {"nodeSelector", "pool", "give exactly one"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
