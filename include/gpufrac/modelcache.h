@@ -45,7 +45,11 @@
 #define GF_NODE_MODEL_SOURCE_MAX 2048
 #define GF_NODE_MODEL_SOURCE_MAX_TEXT "2047"
 #define GF_NODE_CACHE_MANIFEST "gpufrac.manifest" /* at the source's base */
-#define GF_NODE_CACHE_HEX 65                      /* 64 hex digits + NUL */
+/* Where hf://ORG/NAME[@REVISION] sources are resolved unless
+ * gf_node_cache_opts.hf_endpoint says otherwise (docs/modelcache.md,
+ * "Hugging Face repositories"). */
+#define GF_NODE_CACHE_HF_ENDPOINT "https://huggingface.co"
+#define GF_NODE_CACHE_HEX 65 /* 64 hex digits + NUL */
 #define GF_NODE_CACHE_NAME_MAX 254
 #define GF_NODE_CACHE_PATH_MAX 1024   /* a manifest path, bytes */
 #define GF_NODE_CACHE_FILES_MAX 65536 /* files in one manifest */
@@ -149,6 +153,17 @@ typedef struct gf_node_cache_opts {
    * the node's network: a URL a tenant chose must not reach the cloud's
    * metadata service or the node's own ports).  At most 1023 bytes. */
   const char *pod_sources;
+  /* The hub API that hf://ORG/NAME[@REVISION] sources are resolved at
+   * (http:// or https://, no trailing path needed); NULL or "":
+   * GF_NODE_CACHE_HF_ENDPOINT. */
+  const char *hf_endpoint;
+  /* A file holding the hub token (one line), read at every resolution and
+   * sent as "Authorization: Bearer" to hf_endpoint's scheme, host and port
+   * only, never across a redirect to another host; NULL or "": none. */
+  const char *hf_token_file;
+  /* The CA bundle (PEM) servers are checked against; NULL or "":
+   * libcurl's default. */
+  const char *ca_file;
 } gf_node_cache_opts;
 
 /* Opens (creating) the cache at o->root and recovers it: models whose
@@ -182,6 +197,18 @@ void gf_node_cache_free(gf_node_cache *c);
  * failure. */
 int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
                         const char *source, gf_diag *d);
+
+/* gf_node_cache_fetch that also takes a Hugging Face repository as the
+ * source, "hf://ORG/NAME" or "hf://ORG/NAME@REVISION" (default "main"),
+ * resolved at opts.hf_endpoint into the manifest of the revision's commit;
+ * hex may then be NULL or "" (any), else the manifest must have that
+ * digest.  The digest fetched goes into hex_out.  A reply of the hub that
+ * is malformed, too large or without a hash for a file is refused
+ * (GF_ESYNTAX / GF_ELIMIT / GF_EIO naming it); else as
+ * gf_node_cache_fetch. */
+int gf_node_cache_fetch_source(gf_node_cache *c, const char *name,
+                               const char *hex, const char *source,
+                               char hex_out[GF_NODE_CACHE_HEX], gf_diag *d);
 
 /* Whether source starts with one of the comma-separated prefixes in allow
  * (see gf_node_cache_opts.pod_sources); false for NULL or "" allow. */

@@ -269,6 +269,13 @@ typedef struct gf_node_config {
   int64_t model_fetch_deadline_s;
   uint64_t model_fetch_min_rate, model_ns_budget;
   char model_shared_sources[1024];
+  /* hf:// sources (docs/modelcache.md, "Hugging Face repositories"): the
+   * hub API's URL ("": https://huggingface.co), the file holding its token
+   * (a mounted Secret; "": none), and the CA bundle servers are checked
+   * against ("": libcurl's default). */
+  char model_hf_endpoint[512];
+  char model_hf_token_file[GF_NODE_PATH_MAX];
+  char model_ca_file[GF_NODE_PATH_MAX];
 } gf_node_config;
 
 /* Fills the defaults shown above. */

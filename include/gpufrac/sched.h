@@ -180,6 +180,10 @@ struct json_t *gf_sched_node_slim(const struct json_t *node);
 /* Counts, for tests and /metrics. */
 uint32_t gf_sched_nnodes(gf_sched *s);
 uint32_t gf_sched_npods(gf_sched *s); /* pods booked in the model */
+/* The size in bytes of model weights ref ("name@sha256:<hex>", a pod's
+ * gpufrac.io/model) as some node's inventory lists it (shared, or held for
+ * namespace ns alone); 0 when no node lists it with a size. */
+int64_t gf_sched_weights_bytes(gf_sched *s, const char *ref, const char *ns);
 
 /* Copies the cluster model's node `name` (GPU use included) into *out
  * (labels not copied: out->labels is NULL).  GF_ENOTFOUND. */

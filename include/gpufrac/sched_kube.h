@@ -104,7 +104,13 @@ typedef struct gf_sched_kube_opts {
   bool guard_off;          /* true: no guard */
   int64_t guard_settle_ms; /* 0: 120000 (2 min) */
   int64_t guard_cap_ms;    /* 0: 1800000 (30 min) */
-  long guard_tick_ms;      /* how often its thread looks; 0: 1000 */
+  /* A pod whose gpufrac.io/model a node's inventory sizes gets a window
+   * from that size and the fetch and load rates (measured, these until
+   * then), at least guard_cap_ms and at most guard_cap_max_ms
+   * (docs/llm-serving.md). 0: 24 h, 50 MB/s, 200 MB/s. */
+  int64_t guard_cap_max_ms;
+  int64_t guard_fetch_bps, guard_load_bps;
+  long guard_tick_ms; /* how often its thread looks; 0: 1000 */
   /* The guard's clock, microseconds since the Unix epoch (the times go
    * into annotations, so a real one is CLOCK_REALTIME); NULL: that one.
    * Tests inject a fake one. */

@@ -20,6 +20,7 @@
 #include "gpufrac/kube.h"
 #include "gpufrac/modelcache.h"
 #include "gpufrac/modelcache_prefetch.h"
+#include "gpufrac/node.h"
 #include "gpufrac/quantity.h"
 #include "parse_options.h"
 
@@ -39,6 +40,9 @@ enum {
   OPT_CONTEXT,
   OPT_NAMESPACE,
   OPT_HOLDER,
+  OPT_HF_ENDPOINT,
+  OPT_HF_TOKEN,
+  OPT_CA_FILE,
 };
 
 static const gf__opt cache_opts[] = {
@@ -84,6 +88,17 @@ static const gf__opt cache_opts[] = {
     GF__OPT_STRING_ID("holder", "UID",
                       "unpin: the pin holder (default every holder)",
                       OPT_HOLDER),
+    GF__OPT_STRING_ID("hf-endpoint", "URL",
+                      "fetch: the hub an hf:// source is resolved at "
+                      "(default\n" GF_NODE_CACHE_HF_ENDPOINT ")",
+                      OPT_HF_ENDPOINT),
+    GF__OPT_STRING_ID("hf-token-file", "FILE",
+                      "fetch: the hub token (one line), sent to the hub's "
+                      "host only",
+                      OPT_HF_TOKEN),
+    GF__OPT_STRING_ID("ca-file", "FILE",
+                      "fetch: the CA bundle (PEM) servers are checked against",
+                      OPT_CA_FILE),
     GF__OPT_END(),
 };
 
@@ -93,6 +108,10 @@ static const gf__opt_cmd cache_cmd = {
         "usage: gpufrac cache [--dir DIR] [--budget BYTES] ls\n"
         "       gpufrac cache [--dir DIR] [--budget BYTES] fetch "
         "NAME@sha256:HEX --source URL\n"
+        "       gpufrac cache [--dir DIR] [--budget BYTES] fetch "
+        "NAME[@sha256:HEX]\n"
+        "             --source hf://ORG/REPO[@REVISION] [--hf-endpoint URL]\n"
+        "             [--hf-token-file FILE] [--ca-file FILE]\n"
         "       gpufrac cache [--dir DIR] verify\n"
         "       gpufrac cache [--dir DIR] evict NAME@sha256:HEX\n"
         "       gpufrac cache [--dir DIR] unpin NAME@sha256:HEX [--holder "
@@ -112,7 +131,9 @@ static const gf__opt_cmd cache_cmd = {
         "\"stopped\" (parts kept) when none does\n"
         "  fetch     fetch a model from URL (http://, https:// or file:// "
         "base holding\n            gpufrac.manifest and the files) into DIR, "
-        "verifying every file\n"
+        "verifying every file;\n            or a Hugging Face repository "
+        "(hf://): its manifest is made from\n            the hub's file "
+        "list, NAME@sha256:HEX printed to stderr\n"
         "  verify    re-hash every cached model's files; a model that fails "
         "is removed\n            (exit 1 when any failed)\n"
         "  evict     remove a model (refused while a running pod pins it)\n"
@@ -228,9 +249,15 @@ static bool dir_held(const char *dir) {
 }
 
 /* deadline_s and min_rate: < 0 unset (the library's default), 0 none. */
+/* fetch's hub and TLS options (hf:// sources). */
+typedef struct src_opts {
+  const char *hf_endpoint, *hf_token_file, *ca_file;
+} src_opts;
+
 static int open_cache(const char *dir, const char *sub, uint64_t budget,
                       unsigned parallel, unsigned retries, long stall_s,
-                      long deadline_s, int64_t min_rate, gf_node_cache **c) {
+                      long deadline_s, int64_t min_rate, const src_opts *so,
+                      gf_node_cache **c) {
   char owner[64];
   snprintf(owner, sizeof(owner), "gpufrac cache %s", sub);
   /* ls reads without the directory's lock (the agent may hold it); the
@@ -248,6 +275,9 @@ static int open_cache(const char *dir, const char *sub, uint64_t budget,
                           .min_rate = min_rate < 0    ? 0
                                       : min_rate == 0 ? -1
                                                       : min_rate,
+                          .hf_endpoint = so->hf_endpoint,
+                          .hf_token_file = so->hf_token_file,
+                          .ca_file = so->ca_file,
                           .log = log_line};
   gf_diag d = {""};
   if (gf_node_cache_open(&o, c, &d)) {
@@ -394,10 +424,54 @@ out:
   return ex;
 }
 
+/* The model operand of fetch, evict, unpin and prefetch into name and hex:
+ * NAME@sha256:HEX, or NAME alone for a fetch from an hf:// source (the
+ * hub's file list names the digest; hex is then "").  Nonzero (said on
+ * stderr) when malformed. */
+static int model_arg(const char *sub, const char *source, const char *arg,
+                     char name[GF_NODE_CACHE_NAME_MAX],
+                     char hex[GF_NODE_CACHE_HEX]) {
+  gf_diag d = {""};
+  bool bare = !strcmp(sub, "fetch") && source && !strncmp(source, "hf://", 5) &&
+              !strchr(arg, '@');
+  hex[0] = '\0';
+  if (bare &&
+      (strlen(arg) >= GF_NODE_CACHE_NAME_MAX || !gf_node_safe_name(arg))) {
+    fprintf(stderr, "gpufrac cache: model '%s': not a valid name\n", arg);
+    return 1;
+  }
+  if (bare) {
+    snprintf(name, GF_NODE_CACHE_NAME_MAX, "%s", arg);
+  } else if (gf_node_cache_ref_parse(arg, name, GF_NODE_CACHE_NAME_MAX, hex,
+                                     &d)) {
+    fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+    return 1;
+  }
+  return 0;
+}
+
+/* fetch: the model's directory on stdout; for an hf:// source also
+ * NAME@sha256:HEX (what a pod names) on stderr. */
+static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
+                    const char *source) {
+  gf_diag d = {""};
+  char got[GF_NODE_CACHE_HEX], path[4096];
+  if (gf_node_cache_fetch_source(c, name, hex, source, got, &d)) {
+    print_failure(d.msg);
+    return GF_EXIT_FAIL;
+  }
+  gf_node_cache_path(c, got, path, sizeof(path));
+  if (!strncmp(source, "hf://", 5))
+    fprintf(stderr, "%s@sha256:%s\n", name, got);
+  printf("%s\n", path);
+  return GF_EXIT_OK;
+}
+
 int cmd_cache(int argc, char **argv) {
   const char *dir = NULL, *source = NULL, *kubeconfig = NULL, *context = NULL,
              *ns = GF_NODE_PREFETCH_NAMESPACE, *selector = NULL, *names = NULL,
              *holder = NULL;
+  src_opts so = {NULL, NULL, NULL};
   uint64_t budget = 0;
   int64_t nodes = 0, parallel = 0, retries = 0, stall = 0;
   int64_t deadline = -1, min_rate = -1; /* unset */
@@ -450,6 +524,12 @@ int cmd_cache(int argc, char **argv) {
       context = v;
     } else if (id == OPT_HOLDER) {
       holder = v;
+    } else if (id == OPT_HF_ENDPOINT) {
+      so.hf_endpoint = v;
+    } else if (id == OPT_HF_TOKEN) {
+      so.hf_token_file = v;
+    } else if (id == OPT_CA_FILE) {
+      so.ca_file = v;
     } else {
       ns = v;
     }
@@ -475,10 +555,8 @@ int cmd_cache(int argc, char **argv) {
   if (has_ref) {
     if (npos != 2)
       return bad_usage("give one model, NAME@sha256:HEX");
-    if (gf_node_cache_ref_parse(pos[1], name, sizeof(name), hex, &d)) {
-      fprintf(stderr, "gpufrac cache: %s\n", d.msg);
+    if (model_arg(sub, source, pos[1], name, hex))
       return GF_EXIT_USAGE;
-    }
   } else if (npos != 1) {
     return bad_usage("too many arguments");
   }
@@ -508,7 +586,7 @@ int cmd_cache(int argc, char **argv) {
   bool held = !strcmp(sub, "ls") && dir_held(dir);
   gf_node_cache *c = NULL;
   int ex = open_cache(dir, sub, budget, (unsigned)parallel, (unsigned)retries,
-                      (long)stall, (long)deadline, min_rate, &c);
+                      (long)stall, (long)deadline, min_rate, &so, &c);
   if (ex)
     return ex;
   if (!strcmp(sub, "ls")) {
@@ -518,14 +596,7 @@ int cmd_cache(int argc, char **argv) {
     printf("%d pins dropped\n", k);
     ex = k > 0 ? GF_EXIT_OK : GF_EXIT_FAIL;
   } else if (!strcmp(sub, "fetch")) {
-    if (gf_node_cache_fetch(c, name, hex, source, &d)) {
-      print_failure(d.msg);
-      ex = GF_EXIT_FAIL;
-    } else {
-      char path[4096];
-      gf_node_cache_path(c, hex, path, sizeof(path));
-      printf("%s\n", path);
-    }
+    ex = do_fetch(c, name, hex, source);
   } else if (!strcmp(sub, "verify")) {
     int bad = gf_node_cache_verify(c, report_bad, NULL);
     if (bad < 0)

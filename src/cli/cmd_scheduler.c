@@ -45,7 +45,9 @@ typedef struct opts {
   int64_t guard_settle_ms; /* --guard-settle; 0: the default */
   unsigned accept;         /* --accept */
   bool accept_set;
-  int64_t guard_cap_ms;  /* --guard-cap; 0: the default */
+  int64_t guard_cap_ms;                    /* --guard-cap; 0: the default */
+  int64_t guard_cap_max_ms;                /* --guard-cap-max; 0: the default */
+  int64_t guard_fetch_bps, guard_load_bps; /* --guard-*-rate; 0: default */
   int dra;               /* --dra: 0 off, 1 score, 2 allocate */
   int defrag;            /* --defrag: GF_SCHED_KUBE_DEFRAG_* */
   bool autoscale;        /* --autoscale-placeholders on */
@@ -293,6 +295,9 @@ enum {
   OPT_DEFRAG,
   OPT_GUARD_SETTLE,
   OPT_GUARD_CAP,
+  OPT_GUARD_CAP_MAX,
+  OPT_GUARD_FETCH_RATE,
+  OPT_GUARD_LOAD_RATE,
   OPT_DRA,
   OPT_AUTOSCALE,
   OPT_AS_AFTER,
@@ -387,6 +392,19 @@ static const gf__opt sched_opts[] = {
                       "DUR: 500ms, 90s, 2m, 1h; a pod annotated\n"
                       "gpufrac.io/protect: always has no cap",
                       OPT_GUARD_CAP),
+    GF__OPT_STRING_ID("guard-cap-max", "DUR",
+                      "a pod loading a model of known size: a window\n"
+                      "from its size and the fetch and load rates,\n"
+                      "at least the cap, at most this (default 24h)",
+                      OPT_GUARD_CAP_MAX),
+    GF__OPT_STRING_ID("guard-fetch-rate", "BYTES",
+                      "... the fetch rate (bytes/s) until measured\n"
+                      "(default 50M)",
+                      OPT_GUARD_FETCH_RATE),
+    GF__OPT_STRING_ID("guard-load-rate", "BYTES",
+                      "... the load rate (bytes/s) until measured\n"
+                      "(default 200M)",
+                      OPT_GUARD_LOAD_RATE),
     GF__OPT_STRING_ID("defrag", "MODE",
                       "defragmentation (docs/scheduler.md): off\n"
                       "(default); dry-run: log and count the share pods\n"
@@ -473,6 +491,50 @@ static int defrag_mode(const char *v, int *mode) {
 }
 
 /* One option's value into o; 0 or the exit code. */
+/* The disruption guard's options (--guard*). */
+static int guard_value(opts *o, int id, const char *a, const char *v) {
+  switch (id) {
+  case OPT_GUARD: {
+    bool on = true;
+    int rc = on_off(a, v, &on);
+    o->guard_off = !on;
+    return rc;
+  }
+  case OPT_GUARD_SETTLE:
+    return parse_duration(a, v, &o->guard_settle_ms);
+  case OPT_GUARD_CAP:
+    return parse_duration(a, v, &o->guard_cap_ms);
+  case OPT_GUARD_CAP_MAX:
+    return parse_duration(a, v, &o->guard_cap_max_ms);
+  case OPT_GUARD_FETCH_RATE:
+  case OPT_GUARD_LOAD_RATE: {
+    int64_t *dst =
+        id == OPT_GUARD_FETCH_RATE ? &o->guard_fetch_bps : &o->guard_load_bps;
+    if (gf_quantity_bytes(v, dst, NULL) || *dst <= 0) {
+      fprintf(stderr,
+              "gpufrac scheduler: %s '%s': want bytes per second above 0 "
+              "(a quantity such as 100M or 1Gi)\n",
+              a, v);
+      return GF_EXIT_USAGE;
+    }
+    return 0;
+  }
+  default:
+    break;
+  }
+  return GF_EXIT_USAGE; /* not reached */
+}
+
+/* The guard's options of o into ko. */
+static void guard_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
+  ko->guard_off = o->guard_off;
+  ko->guard_settle_ms = o->guard_settle_ms;
+  ko->guard_cap_ms = o->guard_cap_ms;
+  ko->guard_cap_max_ms = o->guard_cap_max_ms;
+  ko->guard_fetch_bps = o->guard_fetch_bps;
+  ko->guard_load_bps = o->guard_load_bps;
+}
+
 static int sched_value(opts *o, const char **config, bool *set, int id,
                        const char *a, const char *v) {
   switch (id) {
@@ -513,12 +575,13 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
   case OPT_CONFIG:
     *config = v;
     return 0;
-  case OPT_GUARD: {
-    bool on = true;
-    int rc = on_off(a, v, &on);
-    o->guard_off = !on;
-    return rc;
-  }
+  case OPT_GUARD:
+  case OPT_GUARD_SETTLE:
+  case OPT_GUARD_CAP:
+  case OPT_GUARD_CAP_MAX:
+  case OPT_GUARD_FETCH_RATE:
+  case OPT_GUARD_LOAD_RATE:
+    return guard_value(o, id, a, v);
   case OPT_DEFRAG:
     return defrag_mode(v, &o->defrag);
   case OPT_DRA: {
@@ -535,10 +598,6 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     }
     return 0;
   }
-  case OPT_GUARD_SETTLE:
-    return parse_duration(a, v, &o->guard_settle_ms);
-  case OPT_GUARD_CAP:
-    return parse_duration(a, v, &o->guard_cap_ms);
   case OPT_AUTOSCALE:
     return on_off(a, v, &o->autoscale);
   case OPT_AS_AFTER:
@@ -736,15 +795,13 @@ int cmd_scheduler(int argc, char **argv) {
         .lease_name = lease_name,
         .pod_ns = own ? pod_ns : NULL,
         .pod_name = own ? pod : NULL,
-        .guard_off = o.guard_off,
-        .guard_settle_ms = o.guard_settle_ms,
-        .guard_cap_ms = o.guard_cap_ms,
         .autoscale = o.autoscale,
         .defrag = o.defrag,
         .autoscale_after_ms = o.as_after_ms,
         .autoscale_resource = o.as_resource[0] ? o.as_resource : NULL,
         .autoscale_ns = o.as_ns[0] ? o.as_ns : NULL,
         .autoscale_priority_class = o.as_pclass[0] ? o.as_pclass : NULL};
+    guard_kube_opts(&ko, &o);
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
       rc = GF_EXIT_FAIL;

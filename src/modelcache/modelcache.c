@@ -65,38 +65,6 @@ static bool is_hex64(const char *s, size_t n) {
 
 /* ---- manifests --------------------------------------------------------- */
 
-/* A manifest path: relative, components neither empty nor "." nor "..",
- * no byte below 0x20 or 0x7f, not ending in ".part". NULL when fine, else
- * why not. */
-static const char *path_problem(const char *p, size_t n) {
-  if (n == 0)
-    return "an empty path";
-  if (n > GF_NODE_CACHE_PATH_MAX)
-    return "a path longer than 1024 bytes";
-  if (p[0] == '/')
-    return "an absolute path";
-  for (size_t i = 0; i < n; i++)
-    if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
-      return "a control byte in the path";
-  size_t start = 0;
-  for (size_t i = 0; i <= n; i++) {
-    if (i < n && p[i] != '/')
-      continue;
-    size_t len = i - start;
-    if (len == 0)
-      return "an empty path component";
-    if ((len == 1 && p[start] == '.') ||
-        (len == 2 && p[start] == '.' && p[start + 1] == '.'))
-      return "a '.' or '..' path component";
-    start = i + 1;
-  }
-  /* the fetcher downloads <path> into <path>.part: a manifest naming both
-   * "a" and "a.part" would have one file's part replace the other's */
-  if (n >= 5 && memcmp(p + n - 5, ".part", 5) == 0)
-    return "a path ending in '.part' (the fetcher's own suffix)";
-  return NULL;
-}
-
 static int cmp_path(const void *a, const void *b) {
   return strcmp(((const gf_node_cache_file *)a)->path,
                 ((const gf_node_cache_file *)b)->path);
@@ -174,7 +142,7 @@ int gf_node_cache_manifest_parse(const char *text, size_t len,
       goto fail;
     }
     size_t pl = (size_t)(t1 - l);
-    const char *why = path_problem(l, pl);
+    const char *why = gf__mc_path_problem(l, pl);
     if (!why && memchr(l, '\0', pl))
       why = "a NUL byte in the path";
     if (why) {
@@ -329,7 +297,7 @@ static int build_visit(const char *path, const struct stat *st, int type,
   const char *rel = path + b->rootlen + 1;
   if (strcmp(rel, GF_NODE_CACHE_MANIFEST) == 0)
     return 0; /* the manifest itself, from an earlier build */
-  const char *why = path_problem(rel, strlen(rel));
+  const char *why = gf__mc_path_problem(rel, strlen(rel));
   if (!why && strchr(rel, '\t'))
     why = "a tab in the name";
   if (why) {
@@ -482,6 +450,9 @@ struct gf_node_cache {
   char root[4096 - 128];
   char pod_sources[1024];    /* gf_node_cache_opts.pod_sources */
   char shared_sources[1024]; /* gf_node_cache_opts.shared_sources */
+  char hf_endpoint[1024];    /* gf_node_cache_opts.hf_endpoint */
+  char hf_token_file[1024];  /* gf_node_cache_opts.hf_token_file */
+  char ca_file[1024];        /* gf_node_cache_opts.ca_file */
   uint64_t budget, ns_budget;
   gf__mc_opts o;
   pthread_mutex_t mu;
@@ -1135,6 +1106,42 @@ static void scan_read_only(gf_node_cache *c) {
   scan_read_only_tmp(c);
 }
 
+/* The pod and shared source prefixes, the hub's endpoint, its token file
+ * and the CA file of o into c. */
+static int source_opts(gf_node_cache *c, const gf_node_cache_opts *o,
+                       gf_diag *d) {
+  if (o && o->pod_sources) {
+    if (strlen(o->pod_sources) >= sizeof(c->pod_sources))
+      return gf_diag_set(d, GF_ELIMIT,
+                         "cache: pod sources longer than %zu bytes",
+                         sizeof(c->pod_sources) - 1);
+    gf__node_copy(c->pod_sources, sizeof(c->pod_sources), o->pod_sources);
+  }
+  if (o && o->shared_sources) {
+    if (strlen(o->shared_sources) >= sizeof(c->shared_sources))
+      return gf_diag_set(d, GF_ELIMIT,
+                         "cache: shared sources longer than %zu bytes",
+                         sizeof(c->shared_sources) - 1);
+    gf__node_copy(c->shared_sources, sizeof(c->shared_sources),
+                  o->shared_sources);
+  }
+  const char *strs[3] = {o ? o->hf_endpoint : NULL, o ? o->hf_token_file : NULL,
+                         o ? o->ca_file : NULL};
+  char *dsts[3] = {c->hf_endpoint, c->hf_token_file, c->ca_file};
+  for (int k = 0; k < 3; k++) {
+    if (strs[k] && strlen(strs[k]) >= sizeof(c->ca_file))
+      return gf_diag_set(d, GF_ELIMIT, "cache: %s longer than %zu bytes",
+                         k == 0 ? "the hub endpoint" : "a file name",
+                         sizeof(c->ca_file) - 1);
+    gf__node_copy(dsts[k], sizeof(c->ca_file),
+                  strs[k] && strs[k][0] ? strs[k]
+                  : k == 0              ? GF_NODE_CACHE_HF_ENDPOINT
+                                        : "");
+  }
+  c->o.ca_file = c->ca_file;
+  return 0;
+}
+
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
                        gf_diag *d) {
   *out = NULL;
@@ -1148,24 +1155,8 @@ int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
     goto fail;
   }
   gf__node_copy(c->root, sizeof(c->root), root);
-  if (o && o->pod_sources) {
-    if (strlen(o->pod_sources) >= sizeof(c->pod_sources)) {
-      rc = gf_diag_set(d, GF_ELIMIT, "cache: pod sources longer than %zu bytes",
-                       sizeof(c->pod_sources) - 1);
-      goto fail;
-    }
-    gf__node_copy(c->pod_sources, sizeof(c->pod_sources), o->pod_sources);
-  }
-  if (o && o->shared_sources) {
-    if (strlen(o->shared_sources) >= sizeof(c->shared_sources)) {
-      rc = gf_diag_set(d, GF_ELIMIT,
-                       "cache: shared sources longer than %zu bytes",
-                       sizeof(c->shared_sources) - 1);
-      goto fail;
-    }
-    gf__node_copy(c->shared_sources, sizeof(c->shared_sources),
-                  o->shared_sources);
-  }
+  if ((rc = source_opts(c, o, d)))
+    goto fail;
   c->budget = o ? o->budget : 0;
   c->ns_budget = o ? o->ns_budget : 0;
   c->o.parallel = o && o->parallel ? o->parallel : 4;
@@ -1300,13 +1291,24 @@ static int fsync_path(const char *p, int flags) {
   return r;
 }
 
+/* What a source brought before the fetch (a Hugging Face repository,
+ * resolved): its manifest text and the options to fetch it with (its
+ * token); NULL fields: the source's gpufrac.manifest and the cache's. */
+typedef struct src_pre {
+  const char *manifest;
+  size_t len;
+  const gf__mc_opts *o;
+} src_pre;
+
 /* The fetch proper, without the lock: manifest, room, files, publish. */
 static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
                     const char *source, const char *beneath, const char *ns,
-                    bool *no_room, gf_diag *d) {
+                    const src_pre *pre, bool *no_room, gf_diag *d) {
   /* a pod's source redirects only to its own host or under the prefixes
-   * pods may name (docs/modelcache.md) */
-  const char *redir = ns ? c->pod_sources : NULL;
+   * pods may name (docs/modelcache.md); a hub's (resolved by the cache,
+   * from the operator's endpoint) as an operator's */
+  const char *redir = ns && !pre->manifest ? c->pod_sources : NULL;
+  const gf__mc_opts *o = pre->o ? pre->o : &c->o;
   char tmp[4096], dst[4096], path[8192];
   char *text = NULL;
   size_t len = 0;
@@ -1317,7 +1319,17 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
     return gf_diag_set(d, GF_ELIMIT, "%s: path too long", c->root);
   if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED))
     return gf_diag_set(d, GF_ESTATE, "the cache is stopping");
-  rc = gf__mc_get_manifest(source, beneath, redir, &c->o, &text, &len, d);
+  if (pre->manifest) {
+    text = gf__malloc(pre->len + 1);
+    if (!text) {
+      rc = gf_diag_set(d, GF_ENOMEM, "out of memory");
+      goto out;
+    }
+    memcpy(text, pre->manifest, pre->len);
+    len = pre->len;
+  } else {
+    rc = gf__mc_get_manifest(source, beneath, redir, o, &text, &len, d);
+  }
   if (rc)
     goto out;
   rc = gf_node_cache_manifest_parse(text, len, &m, d);
@@ -1363,7 +1375,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
              name, hex, m.n, m.bytes, source);
-  rc = gf__mc_fetch_files(source, beneath, redir, name, tmp, &m, &c->o,
+  rc = gf__mc_fetch_files(source, beneath, redir, name, tmp, &m, o,
                           &c->bytes_fetched, &c->cancel, d);
   if (rc)
     goto out;
@@ -1401,6 +1413,7 @@ typedef struct req {
   size_t dcap;
   bool downloaded; /* out: the failure came from a download */
   bool keep_parts; /* a pod's failed fetch keeps its parts (it retries) */
+  char *hex_out;   /* the digest fetched (an hf:// source's); NULL: not */
 } req;
 
 static int pin_locked(gf_node_cache *c, entry *e, const char *holder) {
@@ -1480,12 +1493,93 @@ static uint64_t req_who(const req *r) {
   return h;
 }
 
-static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
+static int fetch_req(gf_node_cache *c, req *r, const src_pre *pre, gf_diag *d);
+
+/* Whether model hex is ready (not fetching). */
+static bool ready(gf_node_cache *c, const char *hex) {
+  pthread_mutex_lock(&c->mu);
+  entry *e = hex && is_hex64(hex, strlen(hex)) ? find(c, hex) : NULL;
+  bool ok = e && !e->fl;
+  pthread_mutex_unlock(&c->mu);
+  return ok;
+}
+
+/* A request whose source is a Hugging Face repository (hf://): unless
+ * the digest it names is ready, the repository is resolved into its
+ * manifest (the hub token, when configured, to the hub's host only) and
+ * the fetch goes on from the hub's files with that manifest. */
+static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
+  if (ready(c, r->hex))
+    return fetch_req(c, r, &(src_pre){0}, d);
+  if (c->ro)
+    return gf_diag_set(d, GF_ESTATE, "model %s: the cache is open read-only",
+                       r->name ? r->name : "?");
+  gf__mc_opts o = c->o;
+  char auth[4200], origin[1200];
+  if (c->hf_token_file[0]) {
+    int rc = gf__mc_hf_token(c->hf_token_file, auth, sizeof(auth), d);
+    if (rc)
+      return rc;
+    if (!gf__mc_origin(c->hf_endpoint, origin, sizeof(origin)))
+      return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint %s: not a URL",
+                         c->hf_endpoint);
+    o.auth = auth;
+    o.auth_origin = origin;
+  }
+  gf__mc_hf hf;
+  const char *asked = r->source, *asked_hex = r->hex;
+  int rc = gf__mc_hf_resolve(c->hf_endpoint, asked, &o, &hf, d);
+  /* what the hub answered is for the log, not a pod's events (pod_req) */
+  r->downloaded = rc != GF_EINVAL;
+  if (rc) {
+    gf_diag_prefix(d, "model %s", r->name ? r->name : "?");
+    return rc;
+  }
+  gf_node_cache_manifest m = {0};
+  rc = gf_node_cache_manifest_parse(hf.manifest, hf.len, &m, d);
+  if (rc) {
+    gf_diag_prefix(d, "model %s: %s at %.12s: its file list", r->name, asked,
+                   hf.commit);
+  } else if (r->hex && r->hex[0] && strcmp(r->hex, m.hex)) {
+    rc = gf_diag_set(d, GF_ESYNTAX,
+                     "model %s: %s is commit %.12s, whose manifest is "
+                     "sha256:%s, not the sha256:%s asked for",
+                     r->name, asked, hf.commit, m.hex, r->hex);
+  } else {
+    gf__node_copy(hf.hex, sizeof(hf.hex), m.hex);
+    gf__mc_log(&c->o,
+               "model %s: %s is commit %s, %zu files, %" PRIu64
+               " bytes, manifest sha256:%s",
+               r->name, asked, hf.commit, m.n, m.bytes, m.hex);
+    r->hex = hf.hex;
+    r->source = hf.base;
+    src_pre pre = {.manifest = hf.manifest, .len = hf.len, .o = &o};
+    r->downloaded = false; /* the fetch says for itself */
+    rc = fetch_req(c, r, &pre, d);
+    if (!rc && r->hex_out)
+      gf__node_copy(r->hex_out, GF_NODE_CACHE_HEX, hf.hex);
+    r->source = asked;
+    r->hex = asked_hex;
+  }
+  gf_node_cache_manifest_release(&m);
+  gf__mc_hf_release(&hf);
+  return rc;
+}
+
+static int request(gf_node_cache *c, req *r, gf_diag *d) {
+  if (gf__mc_is_hf(r->source))
+    return hf_req(c, r, d);
+  int rc = fetch_req(c, r, &(src_pre){0}, d);
+  if (!rc && r->hex_out)
+    gf__node_copy(r->hex_out, GF_NODE_CACHE_HEX, r->hex);
+  return rc;
+}
+
+static int fetch_req(gf_node_cache *c, req *r, const src_pre *pre, gf_diag *d) {
   const char *name = r->name, *hex = r->hex, *source = r->source;
   if (!hex || !is_hex64(hex, strlen(hex)))
     return gf_diag_set(d, GF_EINVAL,
-                       "model %s: the digest is not 64 "
-                       "lowercase hex digits",
+                       "model %s: the digest is not 64 lowercase hex digits",
                        name ? name : "?");
   if (!name || !gf_node_safe_name(name))
     return gf_diag_set(d, GF_EINVAL, "model '%s': not a valid name",
@@ -1565,7 +1659,8 @@ static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
 
   gf_diag fd = {{0}};
   bool no_room = false;
-  int rc = do_fetch(c, name, hex, source, r->beneath, r->ns, &no_room, &fd);
+  int rc =
+      do_fetch(c, name, hex, source, r->beneath, r->ns, pre, &no_room, &fd);
 
   pthread_mutex_lock(&c->mu);
   e = find(c, hex);
@@ -1598,7 +1693,20 @@ static int fetch_req(gf_node_cache *c, req *r, gf_diag *d) {
 int gf_node_cache_fetch(gf_node_cache *c, const char *name, const char *hex,
                         const char *source, gf_diag *d) {
   req r = {.name = name, .hex = hex, .source = source};
-  return fetch_req(c, &r, d);
+  return request(c, &r, d);
+}
+
+int gf_node_cache_fetch_source(gf_node_cache *c, const char *name,
+                               const char *hex, const char *source,
+                               char hex_out[GF_NODE_CACHE_HEX], gf_diag *d) {
+  hex_out[0] = '\0';
+  if ((!hex || !hex[0]) && !gf__mc_is_hf(source))
+    return gf_diag_set(d, GF_EINVAL,
+                       "model %s: a digest is needed unless the source is "
+                       "hf://",
+                       name ? name : "?");
+  req r = {.name = name, .hex = hex, .source = source, .hex_out = hex_out};
+  return request(c, &r, d);
 }
 
 /* ---- pins, lookups, eviction ------------------------------------------- */
@@ -2072,7 +2180,7 @@ static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
   r->beneath = source && !strncmp(source, "file:", 5) ? pre : NULL;
   r->shared =
       source && source_prefix(c->shared_sources, source, shpre, sizeof(shpre));
-  int rc = fetch_req(c, r, &fd);
+  int rc = request(c, r, &fd);
   if (rc && r->downloaded) {
     /* What a failed download says (a file's real size and sha256, a
      * server's answer) is for the operator's log, not the pod's events:

@@ -11,20 +11,45 @@
 #include "modelcache_config.h"
 #include "node_util.h"
 
-/* "https://a/,file:///b/": prefixes http(s)://... or file:///..., each
- * ending in '/', separated by commas. */
+/* "https://a/,file:///b/,hf://org/": prefixes http(s)://..., file:///...
+ * or hf://ORG/ (Hugging Face repositories), each ending in '/', separated
+ * by commas. */
 static bool prefixes_ok(const char *v) {
   for (const char *p = v; *p;) {
     size_t n = strcspn(p, ",");
     if (n < 2 || p[n - 1] != '/' ||
         (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
-         strncmp(p, "file:///", 8)))
+         strncmp(p, "file:///", 8) && (strncmp(p, "hf://", 5) || n < 7)))
       return false;
     p += n;
     if (*p == ',')
       p++;
   }
   return true;
+}
+
+/* model_hf_endpoint (an http(s):// URL), model_hf_token_file and
+ * model_ca_file (absolute paths). */
+static int hf_key(gf_node_config *c, const char *k, const char *v,
+                  const char *where, gf_diag *d) {
+  bool ep = !strcmp(k, "model_hf_endpoint");
+  char *dst = ep                                  ? c->model_hf_endpoint
+              : !strcmp(k, "model_hf_token_file") ? c->model_hf_token_file
+                                                  : c->model_ca_file;
+  size_t cap = ep ? sizeof(c->model_hf_endpoint) : sizeof(c->model_ca_file);
+  bool ok = ep ? !strncmp(v, "https://", 8) || !strncmp(v, "http://", 7)
+               : v[0] == '/';
+  for (const char *p = v; ok && *p; p++)
+    ok = (unsigned char)*p > 0x20 && *p != 0x7f;
+  if (!ok || strlen(v) >= cap)
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: %s = '%s': want %s of at most %zu "
+                       "bytes",
+                       where, k, v,
+                       ep ? "an http:// or https:// URL" : "an absolute path",
+                       cap - 1);
+  gf__node_copy(dst, cap, v);
+  return 0;
 }
 
 int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
@@ -53,12 +78,15 @@ int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
       c->model_ns_budget = (uint64_t)q;
     return 0;
   }
+  if (!strcmp(k, "model_hf_endpoint") || !strcmp(k, "model_hf_token_file") ||
+      !strcmp(k, "model_ca_file"))
+    return hf_key(c, k, v, where, d);
   if (!strcmp(k, "model_shared_sources")) {
     if (!prefixes_ok(v))
       return gf_diag_set(d, GF_ESYNTAX,
                          "%s: model_shared_sources = '%s': want prefixes "
-                         "http(s)://host/... or file:///dir/, each ending in "
-                         "'/', separated by commas",
+                         "http(s)://host/..., file:///dir/ or hf://ORG/, each "
+                         "ending in '/', separated by commas",
                          where, v);
     if (strlen(v) >= sizeof(c->model_shared_sources))
       return gf_diag_set(d, GF_ELIMIT,
@@ -80,6 +108,9 @@ void gf__node_cache_opts_hardening(gf_node_cache_opts *o,
                     : -1;
   o->ns_budget = cfg->model_ns_budget;
   o->shared_sources = cfg->model_shared_sources;
+  o->hf_endpoint = cfg->model_hf_endpoint;
+  o->hf_token_file = cfg->model_hf_token_file;
+  o->ca_file = cfg->model_ca_file;
 }
 
 int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
@@ -127,20 +158,12 @@ int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
   if (!strcmp(k, "model_pod_sources")) {
     /* each prefix must end in '/', or "https://a.example" would also
      * let "https://a.example.attacker.net" through */
-    for (const char *p = v; *p;) {
-      size_t n = strcspn(p, ",");
-      if (n < 2 || p[n - 1] != '/' ||
-          (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
-           strncmp(p, "file:///", 8)))
-        return gf_diag_set(d, GF_ESYNTAX,
-                           "%s: model_pod_sources = '%s': want prefixes "
-                           "http(s)://host/... or file:///dir/, each ending "
-                           "in '/', separated by commas",
-                           where, v);
-      p += n;
-      if (*p == ',')
-        p++;
-    }
+    if (!prefixes_ok(v))
+      return gf_diag_set(d, GF_ESYNTAX,
+                         "%s: model_pod_sources = '%s': want prefixes "
+                         "http(s)://host/..., file:///dir/ or hf://ORG/, each "
+                         "ending in '/', separated by commas",
+                         where, v);
     if (strlen(v) >= sizeof(c->model_pod_sources))
       return gf_diag_set(d, GF_ELIMIT, "%s: model_pod_sources: over %zu bytes",
                          where, sizeof(c->model_pod_sources) - 1);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -92,6 +93,8 @@ static void common_opts(CURL *h, const gf__mc_opts *o) {
   /* No error page ever lands in a file: a status >= 400 ends the
    * transfer (CURLE_HTTP_RETURNED_ERROR) before its body. */
   curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
+  if (o->ca_file && o->ca_file[0])
+    curl_easy_setopt(h, CURLOPT_CAINFO, o->ca_file);
 }
 
 /* Whether a response code is a redirect this follows. */
@@ -102,7 +105,7 @@ static bool is_redirect(long code) {
 
 /* scheme://host:port of url into out[cap] (the port made explicit); false
  * when it cannot be parsed. */
-static bool origin_of(const char *url, char *out, size_t cap) {
+bool gf__mc_origin(const char *url, char *out, size_t cap) {
   CURLU *u = curl_url();
   char *sch = NULL, *host = NULL, *port = NULL;
   bool ok =
@@ -154,7 +157,7 @@ static bool redirect_ok(const char *source, const char *from, const char *to,
   if (!allow)
     return true;
   char a[1200], b[1200];
-  if (origin_of(source, a, sizeof(a)) && origin_of(to, b, sizeof(b)) &&
+  if (gf__mc_origin(source, a, sizeof(a)) && gf__mc_origin(to, b, sizeof(b)) &&
       strcmp(a, b) == 0)
     return true;
   if (under_prefixes(allow, to))
@@ -172,15 +175,25 @@ static bool redirect_ok(const char *source, const char *from, const char *to,
  * CURLE_TOO_MANY_REDIRECTS with the reason in err[CURL_ERROR_SIZE].  The
  * write callbacks discard the bodies of redirects (their xfer's handle
  * reports the 3xx). */
-static CURLcode perform(CURL *h, const char *source, const char *url,
-                        const char *allow, char *err, long *code) {
+static CURLcode perform(CURL *h, const gf__mc_opts *o, const char *source,
+                        const char *url, const char *allow, char *err,
+                        long *code) {
   char *cur = gf__strdup(url);
   if (!cur)
     return CURLE_OUT_OF_MEMORY;
   CURLcode cr = CURLE_OK;
   for (int hop = 0;; hop++) {
     curl_easy_setopt(h, CURLOPT_URL, cur);
+    /* the credentials go to their own origin only, hop by hop */
+    struct curl_slist *hl = NULL;
+    char org[1200];
+    if (o->auth && o->auth_origin && gf__mc_origin(cur, org, sizeof(org)) &&
+        !strcmp(org, o->auth_origin))
+      hl = curl_slist_append(NULL, o->auth);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     cr = curl_easy_perform(h);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(hl);
     *code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
     if (cr != CURLE_OK || !is_redirect(*code))
@@ -491,7 +504,7 @@ int gf__mc_get_manifest(const char *source, const char *beneath,
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_timeout_s);
   long code = 0;
-  CURLcode cr = perform(h, source, url, redir_allow, err, &code);
+  CURLcode cr = perform(h, o, source, url, redir_allow, err, &code);
   if (gf__buf_error(&b.b) == GF_ELIMIT)
     rc = gf_diag_set(d, GF_ELIMIT, "%s: larger than %u bytes", url,
                      GF_NODE_CACHE_MANIFEST_MAX);
@@ -506,6 +519,137 @@ out:
   gf__buf_release(&b.b);
   gf__free(url);
   curl_easy_cleanup(h);
+  return rc;
+}
+
+/* ---- any URL into memory (the hub's API) --------------------------------- */
+
+bool gf__mc_escape(const char *s, size_t n, char *out, size_t cap) {
+  static const char digits[] = "0123456789ABCDEF";
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+                 ch == '~' || ch == '-';
+    if (k + (plain ? 1 : 3) >= cap)
+      return false;
+    if (plain) {
+      out[k++] = (char)ch;
+    } else {
+      out[k++] = '%';
+      out[k++] = digits[ch >> 4];
+      out[k++] = digits[ch & 15];
+    }
+  }
+  if (k >= cap)
+    return false;
+  out[k] = '\0';
+  return true;
+}
+
+/* The final response's Link rel="next" target, as it arrives. */
+typedef struct link_next {
+  char *next; /* NULL: not asked for */
+  size_t cap;
+} link_next;
+
+/* One Link header value: <URL>; rel="next", <URL>; rel="prev", ... */
+static void link_parse(const char *v, size_t n, link_next *l) {
+  const char *end = v + n;
+  for (const char *p = v; p < end;) {
+    const char *lt = memchr(p, '<', (size_t)(end - p));
+    const char *gt = lt ? memchr(lt, '>', (size_t)(end - lt)) : NULL;
+    if (!gt)
+      return;
+    const char *comma = memchr(gt, ',', (size_t)(end - gt));
+    const char *stop = comma ? comma : end;
+    bool is_next = false;
+    for (const char *q = gt; q + 10 <= stop; q++)
+      if (!strncasecmp(q, "rel=\"next\"", 10) ||
+          (!strncasecmp(q, "rel=next", 8) &&
+           (q + 8 == stop || q[8] == ';' || q[8] == ' ')))
+        is_next = true;
+    size_t ul = (size_t)(gt - lt - 1);
+    if (is_next && ul < l->cap) {
+      memcpy(l->next, lt + 1, ul);
+      l->next[ul] = '\0';
+      return;
+    }
+    p = stop < end ? stop + 1 : end;
+  }
+}
+
+static size_t link_header(char *data, size_t sz, size_t nm, void *user) {
+  link_next *l = user;
+  size_t k = sz * nm;
+  if (k >= 5 && !strncmp(data, "HTTP/", 5))
+    l->next[0] = '\0'; /* a new response (after a redirect): its own */
+  else if (k > 5 && !strncasecmp(data, "link:", 5))
+    link_parse(data + 5, k - 5, l);
+  return k;
+}
+
+void gf__mc_conn_free(void *conn) { curl_easy_cleanup(conn); }
+
+int gf__mc_get_url(const char *url, const gf__mc_opts *o, void **conn,
+                   size_t max, char **out, size_t *len, char *next, size_t ncap,
+                   gf_diag *d) {
+  *out = NULL;
+  *len = 0;
+  if (next && ncap)
+    next[0] = '\0';
+  pthread_once(&g_curl_once, curl_init_once);
+  if (g_curl_rc != CURLE_OK)
+    return gf_diag_set(d, GF_EHTTP, "libcurl: %s",
+                       curl_easy_strerror(g_curl_rc));
+  /* a handle kept by the caller keeps its connections (a listing's pages) */
+  CURL *h = conn && *conn ? *conn : curl_easy_init();
+  if (!h)
+    return gf_diag_set(d, GF_ENOMEM, "libcurl: no handle");
+  if (conn && *conn)
+    curl_easy_reset(h);
+  else if (conn)
+    *conn = h;
+  membuf b = {.h = h};
+  gf__buf_init(&b.b, max);
+  link_next l = {.next = next, .cap = ncap};
+  char err[CURL_ERROR_SIZE] = "";
+  common_opts(h, o);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mem_write);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+  if (next && ncap) {
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, link_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &l);
+  }
+  curl_easy_setopt(h, CURLOPT_TIMEOUT, o->stall_timeout_s * 4);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_timeout_s);
+  long code = 0;
+  int rc = 0;
+  CURLcode cr = perform(h, o, url, url, NULL, err, &code);
+  if (gf__buf_error(&b.b) == GF_ELIMIT)
+    rc = gf_diag_set(d, GF_ELIMIT,
+                     "%.200s: the answer is larger than %zu "
+                     "bytes",
+                     url, max);
+  else if (cr == CURLE_HTTP_RETURNED_ERROR && code)
+    rc = gf_diag_set(d, GF_EHTTP, "%.200s: HTTP status %ld%s", url, code,
+                     code == 401 || code == 403
+                         ? " (no access: a private or gated repository needs "
+                           "the hub token, model_hf_token_file)"
+                         : "");
+  else if (cr != CURLE_OK)
+    rc = gf_diag_set(d, GF_EHTTP, "%.200s: %s", url,
+                     err[0] ? err : curl_easy_strerror(cr));
+  else if (code != 200)
+    rc = gf_diag_set(d, GF_EHTTP, "%.200s: HTTP status %ld", url, code);
+  if (!rc)
+    rc = mem_take(&b, out, len, d);
+  gf__buf_release(&b.b);
+  if (!conn)
+    curl_easy_cleanup(h);
   return rc;
 }
 
@@ -830,7 +974,7 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
       curl_easy_setopt(h, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)have);
       x.h = h;
-      cr = perform(h, j->source, url, j->redir_allow, err, &code);
+      cr = perform(h, j->o, j->source, url, j->redir_allow, err, &code);
     }
     uint64_t at = x.at;
     __atomic_sub_fetch(&j->got, at, __ATOMIC_RELAXED);

@@ -19,6 +19,15 @@ typedef struct gf__mc_opts {
   /* Bytes the cache's filesystem keeps free: a fetch is refused, and one
    * under way stopped, rather than going under it (0: no check). */
   uint64_t keep_free;
+  /* The CA bundle libcurl checks servers against (CURLOPT_CAINFO); NULL
+   * or "": libcurl's default. */
+  const char *ca_file;
+  /* A header line ("Authorization: Bearer T") sent on the hops of a
+   * request whose scheme, host and port are auth_origin's ("https://h:443")
+   * and on no other (a redirect to another host goes without it); NULL:
+   * none. */
+  const char *auth;
+  const char *auth_origin;
   void (*log)(void *user, const char *line);
   void *log_user;
 } gf__mc_opts;
@@ -46,6 +55,67 @@ bool gf__mc_source_ok(const char *source);
 int gf__mc_get_manifest(const char *source, const char *beneath,
                         const char *redir_allow, const gf__mc_opts *o,
                         char **out, size_t *len, gf_diag *d);
+
+/* GETs url into malloc'd *out[*len] (at most max bytes: GF_ELIMIT
+ * beyond), redirects followed as for an operator's source (https:// only)
+ * and o->auth sent as its doc says.  When next is not NULL, the URL of a
+ * Link header's rel="next" goes into next[ncap] ("" for none).
+ * GF_EHTTP naming the URL and status, GF_ELIMIT, GF_ENOMEM. */
+int gf__mc_get_url(const char *url, const gf__mc_opts *o, void **conn,
+                   size_t max, char **out, size_t *len, char *next, size_t ncap,
+                   gf_diag *d);
+/* conn (NULL: each call its own connection): a handle gf__mc_get_url
+ * made into *conn and reuses (keeping its connections) while *conn is
+ * kept; freed here.  NULL ok. */
+void gf__mc_conn_free(void *conn);
+
+/* scheme://host:port of url (the port made explicit) into out[cap]; false
+ * when it cannot be parsed. */
+bool gf__mc_origin(const char *url, char *out, size_t cap);
+
+/* url-escapes s[n] (every byte but [A-Za-z0-9._~-]) into out[cap]; false
+ * when it does not fit. */
+bool gf__mc_escape(const char *s, size_t n, char *out, size_t cap);
+
+/* What is wrong with manifest path p[n] (a literal), or NULL when it may
+ * be one (docs/modelcache.md: relative, no '.', '..' or empty component,
+ * no control byte, at most GF_NODE_CACHE_PATH_MAX bytes). */
+const char *gf__mc_path_problem(const char *p, size_t n);
+
+/* A Hugging Face repository resolved (modelcache_hf.c). */
+typedef struct gf__mc_hf {
+  char commit[41]; /* the revision's commit */
+  char base[2048]; /* <endpoint>/<repo>/resolve/<commit>: the files */
+  char *manifest;  /* the canonical manifest text (gf__free) */
+  size_t len;
+  char hex[GF_NODE_CACHE_HEX]; /* its digest */
+} gf__mc_hf;
+
+/* Whether source is "hf://REPO[@REVISION]". */
+bool gf__mc_is_hf(const char *source);
+
+/* Resolves source "hf://ORG/NAME[@REVISION]" (REVISION default "main") at
+ * the hub API endpoint (docs/modelcache.md, "Hugging Face repositories"):
+ * the revision's commit, the file list at it (every page) and each file's
+ * size and sha256 (a large file's from its LFS entry; a small one is
+ * fetched, checked against its git blob id and hashed), into the canonical
+ * manifest in *out.  o->auth goes to the endpoint's host only.  Any reply
+ * that is malformed, too large or without a hash is refused (GF_ESYNTAX /
+ * GF_ELIMIT / GF_EIO naming it); GF_EHTTP; GF_EINVAL for a bad source. */
+int gf__mc_hf_resolve(const char *endpoint, const char *source,
+                      const gf__mc_opts *o, gf__mc_hf *out, gf_diag *d);
+void gf__mc_hf_release(gf__mc_hf *h);
+/* One page of a hub's tree listing (JSON text[len]) checked as
+ * gf__mc_hf_resolve checks it: the files it lists into *files, the sum of
+ * their sizes into *bytes.  GF_ESYNTAX / GF_ELIMIT naming the item;
+ * GF_ENOMEM.  (The fuzz target's entry.) */
+int gf__mc_hf_page(const char *text, size_t len, size_t *files, uint64_t *bytes,
+                   gf_diag *d);
+
+/* Reads the hub token from file path into "Authorization: Bearer T" in
+ * out[cap]: one line of visible ASCII (a final newline allowed).
+ * GF_EIO / GF_ESYNTAX naming the file (never the token). */
+int gf__mc_hf_token(const char *path, char *out, size_t cap, gf_diag *d);
 
 /* Fetches every file of m from source into <dir>/files/<path>, several at
  * once, resuming <path>.part files left by an earlier try, verifying each

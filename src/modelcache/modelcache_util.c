@@ -81,3 +81,35 @@ int gf__mc_fs_space(const char *path, uint64_t *free, uint64_t *total) {
   *total = (uint64_t)v.f_blocks * v.f_frsize;
   return 0;
 }
+
+/* A manifest path: relative, components neither empty nor "." nor "..",
+ * no byte below 0x20 or 0x7f, not ending in ".part". NULL when fine, else
+ * why not. */
+const char *gf__mc_path_problem(const char *p, size_t n) {
+  if (n == 0)
+    return "an empty path";
+  if (n > GF_NODE_CACHE_PATH_MAX)
+    return "a path longer than 1024 bytes";
+  if (p[0] == '/')
+    return "an absolute path";
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
+      return "a control byte in the path";
+  size_t start = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i < n && p[i] != '/')
+      continue;
+    size_t len = i - start;
+    if (len == 0)
+      return "an empty path component";
+    if ((len == 1 && p[start] == '.') ||
+        (len == 2 && p[start] == '.' && p[start + 1] == '.'))
+      return "a '.' or '..' path component";
+    start = i + 1;
+  }
+  /* the fetcher downloads <path> into <path>.part: a manifest naming both
+   * "a" and "a.part" would have one file's part replace the other's */
+  if (n >= 5 && memcmp(p + n - 5, ".part", 5) == 0)
+    return "a path ending in '.part' (the fetcher's own suffix)";
+  return NULL;
+}

@@ -44,12 +44,23 @@ typedef struct grec {
   bool share, bound, done, ready, always, released, owns_present, has_since;
   unsigned owns; /* OWN_* */
   int dnd, ste;  /* V_* */
+  /* The model it loads (gpufrac.io/model; "" none) and its size (0 while
+   * unknown), when its gpufrac.io/model-ready condition and its Ready
+   * condition turned True (0: not yet), and whether its fetch and load
+   * were measured already. */
+  char ref[GF_WEIGHTS_REF_MAX];
+  int64_t bytes, model_at, ready_at;
+  bool fetch_seen, load_seen;
 } grec;
 
 struct gf__guard {
   pthread_mutex_t mu;
   gf__guard_opts o;
-  int64_t settle_us, cap_us;
+  int64_t settle_us, cap_us, cap_max_us;
+  /* The rates as seconds per byte (the options', then measured: an
+   * average that weighs each new sample a quarter) and their samples. */
+  double fetch_spb, load_spb;
+  unsigned nfetch, nload;
   grec *r;
   uint32_t n, cap;
   gf__smap map;
@@ -65,15 +76,21 @@ int gf__guard_new(const gf__guard_opts *o, gf__guard **out, gf_diag *d) {
     return gf_diag_set(d, GF_EINVAL, "guard: nowhere to put it");
   if (!o)
     o = &none;
-  if (o->settle_ms < 0 || o->cap_ms < 0)
+  if (o->settle_ms < 0 || o->cap_ms < 0 || o->cap_max_ms < 0 ||
+      o->fetch_bps < 0 || o->load_bps < 0)
     return gf_diag_set(d, GF_EINVAL,
-                       "guard: settle (%" PRId64 " ms) and cap (%" PRId64
-                       " ms) must not be negative",
-                       o->settle_ms, o->cap_ms);
+                       "guard: settle (%" PRId64 " ms), cap (%" PRId64
+                       " ms), cap max (%" PRId64
+                       " ms) and the rates must not be negative",
+                       o->settle_ms, o->cap_ms, o->cap_max_ms);
   int64_t settle = o->settle_ms ? o->settle_ms : GF_GUARD_SETTLE_MS_DEFAULT;
   int64_t cap = o->cap_ms ? o->cap_ms : GF_GUARD_CAP_MS_DEFAULT;
-  if (settle > INT64_MAX / 1000 || cap > INT64_MAX / 1000)
+  int64_t cap_max = o->cap_max_ms ? o->cap_max_ms : GF_GUARD_CAP_MAX_MS_DEFAULT;
+  if (settle > INT64_MAX / 1000 || cap > INT64_MAX / 1000 ||
+      cap_max > INT64_MAX / 1000)
     return gf_diag_set(d, GF_ERANGE, "guard: settle or cap too long");
+  if (cap_max < cap)
+    cap_max = cap; /* the window is never shorter than the cap */
   gf__guard *g = gf__calloc(1, sizeof(*g));
   if (!g)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
@@ -84,6 +101,11 @@ int gf__guard_new(const gf__guard_opts *o, gf__guard **out, gf_diag *d) {
   g->o = *o;
   g->settle_us = settle * 1000;
   g->cap_us = cap * 1000;
+  g->cap_max_us = cap_max * 1000;
+  g->fetch_spb =
+      1.0 / (double)(o->fetch_bps ? o->fetch_bps : GF_GUARD_FETCH_BPS_DEFAULT);
+  g->load_spb =
+      1.0 / (double)(o->load_bps ? o->load_bps : GF_GUARD_LOAD_BPS_DEFAULT);
   *out = g;
   return 0;
 }
@@ -113,6 +135,29 @@ static const char *const kept_ann[] = {GF_GUARD_DND,      GF_GUARD_STE,
                                        GF_GUARD_RELEASED, GF_GUARD_PROTECT};
 #define NKEPT (sizeof(kept_ann) / sizeof(kept_ann[0]))
 
+/* What the window's measurement reads (gf__guard_slim): Ready's
+ * lastTransitionTime into c, and the agent's model-ready condition (type,
+ * status, lastTransitionTime) appended to conds. */
+static int slim_times(const json_t *rc, json_t *c, json_t *conds,
+                      const json_t *pod) {
+  const json_t *t = json_object_get(rc, "lastTransitionTime");
+  if (t && json_object_set_new(c, "lastTransitionTime", json_deep_copy(t)))
+    return -1;
+  const json_t *mc = gf__pod_condition(pod, GF_GUARD_MODEL_READY);
+  if (!mc)
+    return 0;
+  json_t *m = json_pack("{s:s}", "type", GF_GUARD_MODEL_READY);
+  if (!m || json_array_append_new(conds, m))
+    return -1;
+  const char *keys[] = {"status", "lastTransitionTime"};
+  for (int k = 0; k < 2; k++) {
+    const json_t *v = json_object_get(mc, keys[k]);
+    if (v && json_object_set_new(m, keys[k], json_deep_copy(v)))
+      return -1;
+  }
+  return 0;
+}
+
 int gf__guard_slim(json_t *slim, const json_t *pod) {
   if (!json_is_object(slim) || !json_is_object(pod))
     return 0;
@@ -139,6 +184,11 @@ int gf__guard_slim(json_t *slim, const json_t *pod) {
         return -1;
     }
   }
+  const json_t *wm = json_object_get(ann, GF_MODEL_ANNOTATION);
+  json_t *sa = json_object_get(md, "annotations");
+  if (wm && json_is_object(sa) &&
+      json_object_set_new(sa, GF_MODEL_ANNOTATION, json_deep_copy(wm)))
+    return -1;
   const json_t *rc = gf__pod_condition(pod, "Ready");
   if (rc && (json_object_get(ann, GF_GRANT_ANNOTATION) ||
              json_object_get(ann, GF_GUARD_OWNS) ||
@@ -161,6 +211,8 @@ int gf__guard_slim(json_t *slim, const json_t *pod) {
       return -1;
     const json_t *s = json_object_get(rc, "status");
     if (s && json_object_set_new(c, "status", json_deep_copy(s)))
+      return -1;
+    if (slim_times(rc, c, a, pod))
       return -1;
   }
   return 0;
@@ -245,6 +297,76 @@ static const char *key_of(const json_t *md, char *buf, size_t cap,
   return buf;
 }
 
+/* When condition `type` of pod turned True (its lastTransitionTime, in
+ * microseconds), 0 when it is not True or has no readable time. */
+static int64_t cond_true_at(const json_t *pod, const char *type) {
+  const json_t *c = gf__pod_condition(pod, type);
+  const char *st = json_string_value(json_object_get(c, "status"));
+  const char *lt = json_string_value(json_object_get(c, "lastTransitionTime"));
+  int64_t at = 0;
+  if (!st || strcmp(st, "True") || !lt || gf_kube_time_parse(lt, &at) != 0)
+    return 0;
+  return at;
+}
+
+/* A new sample x (seconds per byte) of an estimate. */
+static void sample(double *est, unsigned *n, double x) {
+  *est = *n ? *est + (x - *est) / 4 : x;
+  if (*n < UINT32_MAX)
+    (*n)++;
+}
+
+/* Measures r's fetch (protection to model-ready) and load (model-ready to
+ * Ready) once each, for a model of known size.  Under the mutex. */
+static void measure(gf__guard *g, grec *r) {
+  if (r->bytes <= 0 || !r->model_at)
+    return;
+  int64_t since = r->since ? r->since : r->first_seen;
+  if (!r->fetch_seen) {
+    r->fetch_seen = true;
+    int64_t dt = r->model_at - since;
+    if (dt >= GF_GUARD_FETCH_MIN_MS * 1000LL) /* else it was cached */
+      sample(&g->fetch_spb, &g->nfetch, (double)dt / 1e6 / (double)r->bytes);
+  }
+  int64_t ready = r->ready_at ? r->ready_at : r->ready_since;
+  if (!r->load_seen && r->ready && ready >= r->model_at) {
+    r->load_seen = true;
+    sample(&g->load_spb, &g->nload,
+           (double)(ready - r->model_at) / 1e6 / (double)r->bytes);
+  }
+}
+
+static int64_t window_locked(const gf__guard *g, int64_t bytes) {
+  if (bytes <= 0)
+    return g->cap_us;
+  double us =
+      ((double)g->settle_us / 1e6 +
+       GF_GUARD_WINDOW_FACTOR * (double)bytes * (g->fetch_spb + g->load_spb)) *
+      1e6;
+  if (us <= (double)g->cap_us)
+    return g->cap_us;
+  if (us >= (double)g->cap_max_us)
+    return g->cap_max_us;
+  return (int64_t)us;
+}
+
+int64_t gf__guard_window_us(gf__guard *g, int64_t bytes) {
+  pthread_mutex_lock(&g->mu);
+  int64_t w = window_locked(g, bytes);
+  pthread_mutex_unlock(&g->mu);
+  return w;
+}
+
+void gf__guard_rates(gf__guard *g, double *fetch_bps, double *load_bps,
+                     unsigned *nfetch, unsigned *nload) {
+  pthread_mutex_lock(&g->mu);
+  *fetch_bps = g->fetch_spb > 0 ? 1.0 / g->fetch_spb : 0;
+  *load_bps = g->load_spb > 0 ? 1.0 / g->load_spb : 0;
+  *nfetch = g->nfetch;
+  *nload = g->nload;
+  pthread_mutex_unlock(&g->mu);
+}
+
 /* What the pod says now, into t (the fields an event sets). */
 static void read_pod(const json_t *pod, grec *t) {
   const json_t *md = json_object_get(pod, "metadata");
@@ -279,6 +401,11 @@ static void read_pod(const json_t *pod, grec *t) {
     t->since = 0;
   t->dnd = value_state(ann, GF_GUARD_DND, "true");
   t->ste = value_state(ann, GF_GUARD_STE, "false");
+  const char *wm = json_string_value(json_object_get(ann, GF_MODEL_ANNOTATION));
+  snprintf(t->ref, sizeof(t->ref), "%s",
+           wm && strlen(wm) < sizeof(t->ref) ? wm : "");
+  t->model_at = cond_true_at(pod, GF_GUARD_MODEL_READY);
+  t->ready_at = t->ready ? cond_true_at(pod, "Ready") : 0;
 }
 
 void gf__guard_pod_update(gf__guard *g, const json_t *pod) {
@@ -291,6 +418,11 @@ void gf__guard_pod_update(gf__guard *g, const json_t *pod) {
   grec t;
   memset(&t, 0, sizeof(t));
   read_pod(pod, &t);
+  if (t.ref[0] && g->o.model_bytes && needs_record(&t)) {
+    char ns[NAME_MAX_];
+    snprintf(ns, sizeof(ns), "%.*s", (int)ns_len, key);
+    t.bytes = g->o.model_bytes(g->o.model_user, t.ref, ns);
+  }
   pthread_mutex_lock(&g->mu);
   int64_t i = grec_find(g, key);
   /* Nothing the clock can change (no grant; Ready and never protected;
@@ -330,8 +462,18 @@ void gf__guard_pod_update(gf__guard *g, const json_t *pod) {
     r->ready_since = 0;
     r->waiting_rv[0] = '\0';
     r->retry_at = 0;
+    r->bytes = 0;
+    r->fetch_seen = r->load_seen = false;
     snprintf(r->uid, sizeof(r->uid), "%s", t.uid);
   }
+  if (strcmp(r->ref, t.ref)) {
+    memcpy(r->ref, t.ref, sizeof(r->ref));
+    r->bytes = 0;
+  }
+  if (t.bytes > 0) /* the last size known (an evicted model keeps it) */
+    r->bytes = t.bytes;
+  r->model_at = t.model_at;
+  r->ready_at = t.ready_at;
   memcpy(r->rv, t.rv, sizeof(r->rv));
   r->share = t.share;
   r->bound = t.bound;
@@ -349,6 +491,7 @@ void gf__guard_pod_update(gf__guard *g, const json_t *pod) {
   r->since = t.since;
   r->dnd = t.dnd;
   r->ste = t.ste;
+  measure(g, r);
 out:
   pthread_mutex_unlock(&g->mu);
 }
@@ -409,8 +552,11 @@ static json_t *decide(const gf__guard *g, const grec *r, int64_t now,
     return NULL;
   else if (r->ready && r->ready_since && now - r->ready_since >= g->settle_us)
     *why = "releasing (Ready for the settle time)";
-  else if (now - since >= g->cap_us)
-    *why = "releasing (protected for the cap, never Ready long enough)";
+  else if (now - since >= window_locked(g, r->bytes))
+    *why = r->bytes > 0 && window_locked(g, r->bytes) > g->cap_us
+               ? "releasing (protected for its model's window, never Ready "
+                 "long enough)"
+               : "releasing (protected for the cap, never Ready long enough)";
   else
     return NULL;
   json_t *a = json_object();
@@ -476,12 +622,54 @@ typedef struct work {
   const char *why;
 } work;
 
+/* Sizes of the models of protected pods not known yet (the pods were
+ * listed before the nodes that hold their models, after a restart): at
+ * most SIZES_MAX looked up per pass, without the mutex. */
+#define SIZES_MAX 16
+static void refresh_sizes(gf__guard *g) {
+  if (!g->o.model_bytes)
+    return;
+  struct {
+    char key[2 * NAME_MAX_ + 2];
+    char ref[GF_WEIGHTS_REF_MAX];
+    size_t ns_len;
+    int64_t bytes;
+  } q[SIZES_MAX];
+  size_t nq = 0;
+  pthread_mutex_lock(&g->mu);
+  for (uint32_t i = 0; i < g->n && nq < SIZES_MAX; i++) {
+    grec *r = &g->r[i];
+    if (r->ref[0] && r->bytes == 0 && protecting(r)) {
+      snprintf(q[nq].key, sizeof(q[nq].key), "%s", r->key);
+      memcpy(q[nq].ref, r->ref, sizeof(q[nq].ref));
+      q[nq].ns_len = r->ns_len;
+      nq++;
+    }
+  }
+  pthread_mutex_unlock(&g->mu);
+  for (size_t k = 0; k < nq; k++) {
+    char ns[NAME_MAX_];
+    snprintf(ns, sizeof(ns), "%.*s", (int)q[k].ns_len, q[k].key);
+    q[k].bytes = g->o.model_bytes(g->o.model_user, q[k].ref, ns);
+  }
+  pthread_mutex_lock(&g->mu);
+  for (size_t k = 0; k < nq; k++) {
+    int64_t i = grec_find(g, q[k].key);
+    if (i >= 0 && q[k].bytes > 0 && !strcmp(g->r[i].ref, q[k].ref)) {
+      g->r[i].bytes = q[k].bytes;
+      measure(g, &g->r[i]);
+    }
+  }
+  pthread_mutex_unlock(&g->mu);
+}
+
 int gf__guard_pass(gf__guard *g, gf__guard_patch_fn fn, void *user,
                    unsigned *patched, gf_diag *d) {
   if (patched)
     *patched = 0;
   if (!g || !fn)
     return gf_diag_set(d, GF_EINVAL, "guard: nothing to run");
+  refresh_sizes(g);
   work *w = gf__malloc(PASS_MAX * sizeof(*w));
   if (!w)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");

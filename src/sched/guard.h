@@ -63,12 +63,36 @@
 
 #define GF_GUARD_SETTLE_MS_DEFAULT 120000LL /* 2 min */
 #define GF_GUARD_CAP_MS_DEFAULT 1800000LL   /* 30 min */
+/* A pod that loads a model of known size (its gpufrac.io/model, sized by a
+ * node's inventory) is protected for its own window, not the fixed cap:
+ *   settle + GF_GUARD_WINDOW_FACTOR * (bytes / fetch rate + bytes / load rate)
+ * at least the cap and at most cap_max (docs/llm-serving.md, "A window sized
+ * by the model").  The rates start at the options' and then follow what the
+ * guard measures on the pods it protects: from protection to their
+ * gpufrac.io/model-ready condition (the fetch; under GF_GUARD_FETCH_MIN_MS
+ * the model was cached, no sample) and from that to Ready (the load). */
+#define GF_GUARD_CAP_MAX_MS_DEFAULT 86400000LL /* 24 h */
+#define GF_GUARD_FETCH_BPS_DEFAULT 50000000LL  /* 50 MB/s */
+#define GF_GUARD_LOAD_BPS_DEFAULT 200000000LL  /* 200 MB/s */
+#define GF_GUARD_WINDOW_FACTOR 2
+#define GF_GUARD_FETCH_MIN_MS 2000
+#define GF_GUARD_MODEL_READY "gpufrac.io/model-ready" /* the agent's */
 
 typedef struct gf__guard gf__guard;
 
 typedef struct gf__guard_opts {
   int64_t settle_ms; /* Ready this long: released; 0: the default */
   int64_t cap_ms;    /* protected this long: released; 0: the default */
+  /* The window of a pod with a model of known size (above): at most
+   * cap_max_ms (0: the default; never below the cap), from the rates
+   * fetch_bps and load_bps (bytes/s; 0: the defaults) until measured. */
+  int64_t cap_max_ms;
+  int64_t fetch_bps, load_bps;
+  /* The size of model ref ("name@sha256:<hex>") for a pod of namespace ns,
+   * 0 when unknown; called without the guard's mutex.  NULL: every pod
+   * gets the cap. */
+  int64_t (*model_bytes)(void *user, const char *ref, const char *ns);
+  void *model_user;
   /* Microseconds since the Unix epoch; NULL: CLOCK_REALTIME (the times
    * are written into annotations and read back after a restart). */
   int64_t (*now_us)(void *clock_user);
@@ -82,11 +106,12 @@ void gf__guard_free(gf__guard *g); /* NULL is accepted */
 
 /* Adds to `slim` (an informer's slim copy of `pod`, e.g. from
  * gf_sched_pod_slim) what the guard reads that it lacks: the six
- * annotations above, for a pod that carries any of them or a grant (so a
- * pending pod's own do-not-disrupt is known when it is bound), and
- * status.conditions' Ready entry (type and status), for a pod with a grant
- * or the guard's marks only (the others cost nothing).  Nonzero only when
- * out of memory. */
+ * annotations above and gpufrac.io/model, for a pod that carries any of
+ * them or a grant (so a pending pod's own do-not-disrupt is known when it
+ * is bound), and status.conditions' Ready entry (type, status,
+ * lastTransitionTime) and GF_GUARD_MODEL_READY entry (the same), for a pod
+ * with a grant or the guard's marks only (the others cost nothing).
+ * Nonzero only when out of memory. */
 int gf__guard_slim(json_t *slim, const json_t *pod);
 
 /* A pod as the watch sees it now (borrowed; whole or slim).  Only pods
@@ -121,6 +146,14 @@ typedef int (*gf__guard_patch_fn)(void *user, const char *ns, const char *name,
  * the first failure's code with its sentence in d. */
 int gf__guard_pass(gf__guard *g, gf__guard_patch_fn fn, void *user,
                    unsigned *patched, gf_diag *d);
+
+/* The protection window (microseconds) of a pod whose model has `bytes`
+ * (0: unknown, the cap), from the rates as measured so far. */
+int64_t gf__guard_window_us(gf__guard *g, int64_t bytes);
+/* The fetch and load rates (bytes/s) the windows use now, and how many
+ * samples each came from (0: the options' rate). */
+void gf__guard_rates(gf__guard *g, double *fetch_bps, double *load_bps,
+                     unsigned *nfetch, unsigned *nload);
 
 /* Pods kept: those being protected or about to be. */
 size_t gf__guard_count(gf__guard *g);

@@ -569,6 +569,27 @@ static int role_sync(gf_sched_kube *f, gf_diag *d) {
   return 0;
 }
 
+/* The guard's model sizes: as the nodes' inventories list them. */
+static int64_t guard_model_bytes(void *user, const char *ref, const char *ns) {
+  gf_sched_kube *f = user;
+  return gf_sched_weights_bytes(f->s, ref, ns);
+}
+
+/* The guard's options from the feed's. */
+static gf__guard_opts guard_opts(gf_sched_kube *f,
+                                 const gf_sched_kube_opts *o) {
+  return (gf__guard_opts){.settle_ms = o->guard_settle_ms,
+                          .cap_ms = o->guard_cap_ms,
+                          .cap_max_ms = o->guard_cap_max_ms,
+                          .fetch_bps = o->guard_fetch_bps,
+                          .load_bps = o->guard_load_bps,
+                          .model_bytes = guard_model_bytes,
+                          .model_user = f,
+                          .now_us = o->guard_now_us,
+                          .clock_user = o->guard_clock_user,
+                          .quiet = o->quiet};
+}
+
 /* gf__guard_patch_fn: a merge PATCH of the pod with rv as precondition. */
 static int guard_patch(void *user, const char *ns, const char *name,
                        const json_t *patch, const char *rv, gf_diag *d) {
@@ -953,11 +974,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
     goto fail;
   }
   if (!o->guard_off) {
-    gf__guard_opts go = {.settle_ms = o->guard_settle_ms,
-                         .cap_ms = o->guard_cap_ms,
-                         .now_us = o->guard_now_us,
-                         .clock_user = o->guard_clock_user,
-                         .quiet = o->quiet};
+    gf__guard_opts go = guard_opts(f, o);
     if ((rc = gf__guard_new(&go, &f->guard, d)) ||
         (rc = side_loop("guard", o->guard_tick_ms, &f->guard_tick_ms, cfg,
                         kopts, &f->gkube, d)))

@@ -859,6 +859,25 @@ uint32_t gf_sched_nnodes(gf_sched *s) {
   return n;
 }
 
+int64_t gf_sched_weights_bytes(gf_sched *s, const char *ref, const char *ns) {
+  if (!ref || !*ref)
+    return 0;
+  pthread_mutex_lock(&s->mu);
+  int id = gf_cluster_weights_id(s->c, ref, 0, false);
+  int64_t b = id < 0 ? 0 : gf_cluster_weights_bytes(s->c, id);
+  const char *at = strchr(ref, '@');
+  char own[GF_WEIGHTS_REF_MAX];
+  if (!b && at && ns && *ns) { /* held for the pod's namespace alone */
+    int n = snprintf(own, sizeof(own), "%s %s", at + 1, ns);
+    id = n > 0 && (size_t)n < sizeof(own)
+             ? gf_cluster_weights_id(s->c, own, 0, false)
+             : -1;
+    b = id < 0 ? 0 : gf_cluster_weights_bytes(s->c, id);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return b;
+}
+
 uint32_t gf_sched_npods(gf_sched *s) {
   pthread_mutex_lock(&s->mu);
   uint32_t n = 0;

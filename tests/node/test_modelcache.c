@@ -718,12 +718,20 @@ static void test_prefetch(void **state) {
   assert_true(gf_node_prefetch_wants(&q, "n2", NULL));
   assert_true(gf_node_prefetch_wants(&q, "n10", NULL));
   assert_false(gf_node_prefetch_wants(&q, "n1", NULL));
+  /* A Hugging Face repository is a source too (its digest pinned in
+   * data.model); a malformed one is refused when fetched. */
+  json_object_set_new(data, "source", json_string("hf://acme/tiny@main"));
+  assert_int_equal(gf_node_prefetch_parse(cm, &q, &d), 0);
+  assert_string_equal(q.source, "hf://acme/tiny@main");
+  json_object_set_new(data, "source",
+                      json_string("https://models.example/llama"));
   /* Hostile or incomplete declarations are refused, naming the field. */
   static const struct {
     const char *key, *value, *says;
   } bad[] = {
       {"model", "llama", "data.model"},
       {"source", "ftp://x", "data.source"},
+      {"source", "hf:/acme/x", "data.source"},
       {"nodeSelector", "pool", "give exactly one"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -866,6 +874,77 @@ static void test_pod_sources(void **state) {
                       "https://m.example/,file:///srv/models/");
 }
 
+/* hf:// sources in the node config (issue 28 item 8): the hub's endpoint,
+ * its token file and a CA bundle as keys, hf://ORG/ prefixes for pods and
+ * shared models; a pod's hf:// source only under model_pod_sources, and a
+ * hub that cannot be reached fails the pod's fetch with the details in the
+ * log only (the pod sees "the node agent's log says why"). */
+static void test_hf_config(void **state) {
+  (void)state;
+  gf_node_config cfg;
+  gf_node_config_init(&cfg);
+  gf_diag d = {{0}};
+  const char *good = "model_hf_endpoint = https://hub.example:8443\n"
+                     "model_hf_token_file = /var/run/secrets/hf/token\n"
+                     "model_ca_file = /etc/gpufrac/ca.pem\n"
+                     "model_pod_sources = hf://acme/,https://m.example/\n"
+                     "model_shared_sources = hf://public-org/\n";
+  int rc = gf_node_config_parse(&cfg, good, strlen(good), "t", &d);
+  if (rc)
+    fail_msg("good config: %s", d.msg);
+  assert_string_equal(cfg.model_hf_endpoint, "https://hub.example:8443");
+  assert_string_equal(cfg.model_hf_token_file, "/var/run/secrets/hf/token");
+  assert_string_equal(cfg.model_ca_file, "/etc/gpufrac/ca.pem");
+  assert_string_equal(cfg.model_pod_sources, "hf://acme/,https://m.example/");
+  assert_string_equal(cfg.model_shared_sources, "hf://public-org/");
+  const char *bad[] = {
+      "model_hf_endpoint = hub.example\n", "model_hf_token_file = token\n",
+      "model_ca_file = ca.pem\n", "model_pod_sources = hf://acme\n",
+      "model_pod_sources = hf:///\n"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    gf_node_config_init(&cfg);
+    assert_int_equal(
+        gf_node_config_parse(&cfg, bad[i], strlen(bad[i]), "t", &d),
+        GF_ESYNTAX);
+    assert_non_null(strstr(d.msg, "t:"));
+  }
+
+  char root[300];
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  gf_node_cache_opts o = {.root = root,
+                          .retries = 1,
+                          .pod_sources = "hf://acme/",
+                          .hf_endpoint = "http://127.0.0.1:1"};
+  gf_node_cache *c = NULL;
+  assert_int_equal(gf_node_cache_open(&o, &c, &d), 0);
+  char dir[512], hex[GF_NODE_CACHE_HEX];
+  memset(hex, 'a', 64);
+  hex[64] = '\0';
+  gf_node_cache_req r = {.name = "m",
+                         .hex = hex,
+                         .source = "hf://other/m",
+                         .ns = "team",
+                         .holder = "uid-1"};
+  assert_int_equal(gf_node_cache_acquire(c, &r, dir, sizeof(dir), &d),
+                   GF_EINVAL);
+  assert_non_null(strstr(d.msg, "model_pod_sources"));
+  r.source = "hf://acme/m@v1";
+  assert_int_equal(gf_node_cache_acquire(c, &r, dir, sizeof(dir), &d),
+                   GF_EHTTP);
+  assert_non_null(strstr(d.msg, "the node agent's log says why"));
+  assert_null(strstr(d.msg, "127.0.0.1"));
+  r.source = "hf://acme/../m";
+  assert_int_equal(gf_node_cache_acquire(c, &r, dir, sizeof(dir), &d),
+                   GF_EINVAL);
+  /* the operator's fetch names the digest by the hub's listing: none
+   * needed, but only for hf:// */
+  char got[GF_NODE_CACHE_HEX];
+  assert_int_equal(
+      gf_node_cache_fetch_source(c, "m", NULL, "https://m.example/x", got, &d),
+      GF_EINVAL);
+  gf_node_cache_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_manifest_digest, setup_tmp,
@@ -888,6 +967,7 @@ int main(void) {
       cmocka_unit_test(test_prefetch_pick),
       cmocka_unit_test_setup_teardown(test_pod_sources, setup_tmp,
                                       teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_hf_config, setup_tmp, teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -514,6 +517,175 @@ static void test_malformed(void **st) {
   gf__guard_free(g);
 }
 
+/* ---- the window sized by the model (issue 28 item 10) ------------------- */
+
+#define MODEL_REF                                                              \
+  "llama@sha256:"                                                              \
+  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+static int64_t model_size; /* what the nodes' inventories say */
+static int size_calls;
+static int64_t size_fn(void *u, const char *ref, const char *ns) {
+  (void)u;
+  size_calls++;
+  assert_string_equal(ns, "ml");
+  return strcmp(ref, MODEL_REF) == 0 ? model_size : 0;
+}
+
+static gf__guard *model_guard(void) {
+  gf__guard_opts o = {.settle_ms = 120000,
+                      .cap_ms = 1800000,
+                      .fetch_bps = 50000000,
+                      .load_bps = 200000000,
+                      .model_bytes = size_fn,
+                      .now_us = clock_fn,
+                      .quiet = true};
+  gf__guard *g = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf__guard_new(&o, &g, &d), 0);
+  return g;
+}
+
+/* A pod loading MODEL_REF: its model-ready condition True since
+ * model_at and Ready since ready_at (NULL: not so). */
+static void see_model(gf__guard *g, const char *rv, const char *ann,
+                      const char *model_at, const char *ready_at) {
+  char text[4096], conds[1024];
+  snprintf(
+      conds, sizeof(conds),
+      "[{\"type\":\"gpufrac.io/model-ready\",\"status\":\"%s\"%s%s%s},"
+      "{\"type\":\"Ready\",\"status\":\"%s\"%s%s%s}]",
+      model_at ? "True" : "False", model_at ? ",\"lastTransitionTime\":\"" : "",
+      model_at ? model_at : "", model_at ? "\"" : "",
+      ready_at ? "True" : "False", ready_at ? ",\"lastTransitionTime\":\"" : "",
+      ready_at ? ready_at : "", ready_at ? "\"" : "");
+  snprintf(text, sizeof(text),
+           "{\"metadata\":{\"name\":\"llm-0\",\"namespace\":\"ml\","
+           "\"uid\":\"u-1\",\"resourceVersion\":\"%s\",\"annotations\":{%s,"
+           "\"gpufrac.io/model\":\"" MODEL_REF "\"}},"
+           "\"spec\":{\"nodeName\":\"node-a\"},"
+           "\"status\":{\"phase\":\"Running\",\"conditions\":%s}}",
+           rv, ann, conds);
+  json_error_t je;
+  json_t *p = json_loads(text, 0, &je);
+  assert_non_null(p);
+  /* the informer hands the guard its slim copy: the same decisions */
+  json_t *slim =
+      json_pack("{s:{s:s,s:s,s:s,s:s},s:{s:s},s:{s:s}}", "metadata", "name",
+                "llm-0", "namespace", "ml", "uid", "u-1", "resourceVersion", rv,
+                "spec", "nodeName", "node-a", "status", "phase", "Running");
+  /* (the informer's own slim copy keeps the grant) */
+  json_t *pa = json_object_get(json_object_get(p, "metadata"), "annotations");
+  json_t *grant = json_object_get(pa, "gpufrac.io/grant");
+  if (grant)
+    json_object_set_new(json_object_get(slim, "metadata"), "annotations",
+                        json_pack("{s:O}", "gpufrac.io/grant", grant));
+  assert_int_equal(gf__guard_slim(slim, p), 0);
+  gf__guard_pod_update(g, slim);
+  json_decref(slim);
+  json_decref(p);
+}
+
+/* A pod whose model a node's inventory sizes at 140 GB is protected past
+ * the 30-minute cap, for settle + 2 x (140e9 / 50 MB/s + 140e9 / 200 MB/s)
+ * = 120 + 2 x 3500 = 7120 s, and released then; a model of 1 GB or of
+ * unknown size gets the cap; a 2 TB one is held to the cap max (24 h). */
+static void test_window_from_model(void **st) {
+  (void)st;
+  fake_now = T0;
+  model_size = 140000000000LL;
+  gf__guard *g = model_guard();
+  assert_int_equal(gf__guard_window_us(g, 0), 1800 * SEC);
+  assert_int_equal(gf__guard_window_us(g, 1000000000LL), 1800 * SEC);
+  assert_int_equal(gf__guard_window_us(g, 140000000000LL), 7120 * SEC);
+  assert_int_equal(gf__guard_window_us(g, 2000000000000LL), 86400 * SEC);
+  rec r = {0};
+  see_model(g, "20", GRANT_ONLY, NULL, NULL);
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.last, PROTECT_BOTH(T0_TEXT));
+  see_model(g, "21", OWNED_BOTH, NULL, NULL);
+  fake_now = T0 + 1800 * SEC; /* the cap: not for this pod */
+  assert_int_equal(pass(g, &r), 0);
+  fake_now = T0 + 7120 * SEC - 1;
+  assert_int_equal(pass(g, &r), 0);
+  fake_now = T0 + 7120 * SEC;
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.last, RELEASE_BOTH("2025-12-01T11:58:40.000000Z"));
+  gf__guard_free(g);
+
+  /* a model no inventory sizes: the cap */
+  fake_now = T0;
+  model_size = 0;
+  g = model_guard();
+  memset(&r, 0, sizeof(r));
+  see_model(g, "30", OWNED_BOTH, NULL, NULL);
+  fake_now = T0 + 1800 * SEC;
+  assert_int_equal(pass(g, &r), 1);
+  assert_string_equal(r.last, RELEASE_BOTH("2025-12-01T10:30:00.000000Z"));
+  gf__guard_free(g);
+}
+
+/* After a restart the pods may be listed before the nodes whose
+ * inventories size their models: the pass looks the size up again, so the
+ * window still holds. */
+static void test_window_size_later(void **st) {
+  (void)st;
+  fake_now = T0;
+  model_size = 0;
+  gf__guard *g = model_guard();
+  rec r = {0};
+  see_model(g, "40", OWNED_BOTH, NULL, NULL);
+  model_size = 140000000000LL; /* the nodes arrive */
+  fake_now = T0 + 1800 * SEC;
+  assert_int_equal(pass(g, &r), 0);
+  fake_now = T0 + 7120 * SEC;
+  assert_int_equal(pass(g, &r), 1);
+  gf__guard_free(g);
+}
+
+/* The rates follow what the pods show: protected at T0, the model ready
+ * 100 s later (10 GB: 100 MB/s), Ready 50 s after that (200 MB/s).  A
+ * model ready within 2 s was cached: no fetch sample. */
+static void test_window_measured(void **st) {
+  (void)st;
+  fake_now = T0;
+  model_size = 10000000000LL;
+  gf__guard *g = model_guard();
+  see_model(g, "50", OWNED_BOTH, NULL, NULL);
+  double fb = 0, lb = 0;
+  unsigned nf = 9, nl = 9;
+  gf__guard_rates(g, &fb, &lb, &nf, &nl);
+  assert_true(fb == 50e6 && lb == 200e6 && nf == 0 && nl == 0);
+  fake_now = T0 + 100 * SEC;
+  see_model(g, "51", OWNED_BOTH, "2025-12-01T10:01:40Z", NULL);
+  gf__guard_rates(g, &fb, &lb, &nf, &nl);
+  assert_true(nf == 1 && nl == 0);
+  assert_true(fb > 0.999e8 && fb < 1.001e8);
+  fake_now = T0 + 150 * SEC;
+  see_model(g, "52", OWNED_BOTH, "2025-12-01T10:01:40Z",
+            "2025-12-01T10:02:30Z");
+  gf__guard_rates(g, &fb, &lb, &nf, &nl);
+  assert_true(nf == 1 && nl == 1);
+  assert_true(lb > 1.999e8 && lb < 2.001e8);
+  /* each sample counts once per pod */
+  see_model(g, "53", OWNED_BOTH, "2025-12-01T10:01:40Z",
+            "2025-12-01T10:02:30Z");
+  gf__guard_rates(g, &fb, &lb, &nf, &nl);
+  assert_true(nf == 1 && nl == 1);
+  /* 10 GB at 100 MB/s + 200 MB/s: 120 + 2 x 150 = 420 s, under the cap */
+  assert_int_equal(gf__guard_window_us(g, 10000000000LL), 1800 * SEC);
+  assert_int_equal(gf__guard_window_us(g, 100000000000LL),
+                   (120 + 2 * 1500) * SEC);
+  gf__guard_free(g);
+
+  fake_now = T0;
+  g = model_guard();
+  see_model(g, "60", OWNED_BOTH, "2025-12-01T10:00:01Z", NULL);
+  gf__guard_rates(g, &fb, &lb, &nf, &nl);
+  assert_true(nf == 0 && fb == 50e6);
+  gf__guard_free(g);
+  (void)size_calls;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_protect_then_settle),
@@ -526,6 +698,9 @@ int main(void) {
       cmocka_unit_test(test_slim_others),
       cmocka_unit_test(test_bind_annotations),
       cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_window_from_model),
+      cmocka_unit_test(test_window_size_later),
+      cmocka_unit_test(test_window_measured),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
