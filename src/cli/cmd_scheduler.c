@@ -54,6 +54,8 @@ typedef struct opts {
   char as_ns[254];       /* --autoscale-namespace */
   char as_pclass[254];   /* --autoscale-priority-class */
   int64_t filter_top;    /* --filter-top; 0: every fitting node */
+  int64_t bind_qps;      /* --bind-qps; 0: no limit */
+  int64_t bind_burst;    /* --bind-burst; 0: 2 x bind_qps */
 } opts;
 
 /* Which options the command line set (the config file does not override
@@ -282,6 +284,8 @@ enum {
   OPT_THREADS,
   OPT_ACCEPT,
   OPT_FILTER_TOP,
+  OPT_BIND_QPS,
+  OPT_BIND_BURST,
   OPT_KUBECONFIG,
   OPT_NO_KUBE,
   OPT_LEASE,
@@ -328,6 +332,15 @@ static const gf__opt sched_opts[] = {
                       "preferences no longer weigh in for GPU pods;\n"
                       "docs/scheduler.md); config key \"filterTop\"",
                       OPT_FILTER_TOP),
+    GF__OPT_STRING_ID("bind-qps", "N",
+                      "at most N Binding writes a second (default 0:\n"
+                      "no limit), a client limit like\n"
+                      "kube-scheduler's clientConnection qps",
+                      OPT_BIND_QPS),
+    GF__OPT_STRING_ID("bind-burst", "N",
+                      "... in bursts of at most N (default 2 x\n"
+                      "--bind-qps, as kube-scheduler's burst)",
+                      OPT_BIND_BURST),
     GF__OPT_STRING_ID(
         "kubeconfig", "PATH",
         "API server from a kubeconfig (current\n"
@@ -497,6 +510,10 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
   case OPT_FILTER_TOP:
     set[SET_FILTER_TOP] = true;
     return int_opt(a, v, 0, GF_SCHED_FILTER_TOP_MAX, &o->filter_top);
+  case OPT_BIND_QPS:
+    return int_opt(a, v, 0, 100000, &o->bind_qps);
+  case OPT_BIND_BURST:
+    return int_opt(a, v, 0, 200000, &o->bind_burst);
   case OPT_KUBECONFIG:
     if (!*v) {
       fprintf(stderr, "gpufrac scheduler: --kubeconfig: empty path\n");
@@ -698,7 +715,9 @@ int cmd_scheduler(int argc, char **argv) {
   if (!o.no_kube) {
     if ((rc = kube_config(&o, &kc)))
       return rc;
-    if (gf_sched_kube_binder_new(kc, NULL, (unsigned)o.threads, &kb, &d)) {
+    if (gf_sched_kube_binder_new(kc, NULL, (unsigned)o.threads, &kb, &d) ||
+        gf_sched_kube_binder_limit(kb, (double)o.bind_qps,
+                                   (unsigned)o.bind_burst, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
       rc = GF_EXIT_FAIL;
       goto out;
