@@ -485,6 +485,34 @@ static int defrag_mode(const char *v, int *mode) {
   return GF_EXIT_USAGE;
 }
 
+/* The binder: --threads API clients, --bind-qps.  0 or the exit code. */
+static int make_binder(const opts *o, gf_kube_config *kc,
+                       gf_sched_kube_binder **kb) {
+  gf_diag d = {""};
+  if (gf_sched_kube_binder_new(kc, NULL, (unsigned)o->threads, kb, &d) ||
+      gf_sched_kube_binder_limit(*kb, (double)o->bind_qps,
+                                 (unsigned)o->bind_burst, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  return 0;
+}
+
+/* --dra off|score|allocate into *mode (0, 1, 2). */
+static int dra_mode(const char *v, int *mode) {
+  static const char *modes[] = {"off", "score", "allocate"};
+  *mode = -1;
+  for (int k = 0; k < 3; k++)
+    if (strcmp(v, modes[k]) == 0)
+      *mode = k;
+  if (*mode < 0) {
+    fprintf(stderr,
+            "gpufrac scheduler: --dra '%s': want off, score or allocate\n", v);
+    return GF_EXIT_USAGE;
+  }
+  return 0;
+}
+
 /* One option's value into o; 0 or the exit code. */
 static int sched_value(opts *o, const char **config, bool *set, int id,
                        const char *a, const char *v) {
@@ -538,20 +566,8 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
   }
   case OPT_DEFRAG:
     return defrag_mode(v, &o->defrag);
-  case OPT_DRA: {
-    static const char *modes[] = {"off", "score", "allocate"};
-    o->dra = -1;
-    for (int k = 0; k < 3; k++)
-      if (strcmp(v, modes[k]) == 0)
-        o->dra = k;
-    if (o->dra < 0) {
-      fprintf(stderr,
-              "gpufrac scheduler: --dra '%s': want off, score or allocate\n",
-              v);
-      return GF_EXIT_USAGE;
-    }
-    return 0;
-  }
+  case OPT_DRA:
+    return dra_mode(v, &o->dra);
   case OPT_GUARD_SETTLE:
     return parse_duration(a, v, &o->guard_settle_ms);
   case OPT_GUARD_CAP:
@@ -715,13 +731,8 @@ int cmd_scheduler(int argc, char **argv) {
   if (!o.no_kube) {
     if ((rc = kube_config(&o, &kc)))
       return rc;
-    if (gf_sched_kube_binder_new(kc, NULL, (unsigned)o.threads, &kb, &d) ||
-        gf_sched_kube_binder_limit(kb, (double)o.bind_qps,
-                                   (unsigned)o.bind_burst, &d)) {
-      fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
-      rc = GF_EXIT_FAIL;
+    if ((rc = make_binder(&o, kc, &kb)))
       goto out;
-    }
   }
   if (kc && o.dra) {
     gf_sched_dra_opts dopt = {.policy = o.policy,
