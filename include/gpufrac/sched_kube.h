@@ -57,6 +57,12 @@ typedef struct gf_sched_kube_binder gf_sched_kube_binder;
 int gf_sched_kube_binder_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
                              unsigned nclients, gf_sched_kube_binder **out,
                              gf_diag *d);
+/* Holds the binder's Binding writes (one a bind) to qps a second with
+ * bursts of burst (0: 2 x qps, at least 1), a Kubernetes client's QPS and
+ * burst rule; qps 0: no limit (the default).  Before the first bind.
+ * GF_EINVAL for a negative or non-finite qps. */
+int gf_sched_kube_binder_limit(gf_sched_kube_binder *b, double qps,
+                               unsigned burst, gf_diag *d);
 /* The gf_binder to put in gf_sched_config (valid while b lives). */
 const gf_binder *gf_sched_kube_binder_get(gf_sched_kube_binder *b);
 /* Frees the binder; no bind may be in flight. */

@@ -56,6 +56,8 @@ typedef struct opts {
   char as_ns[254];       /* --autoscale-namespace */
   char as_pclass[254];   /* --autoscale-priority-class */
   int64_t filter_top;    /* --filter-top; 0: every fitting node */
+  int64_t bind_qps;      /* --bind-qps; 0: no limit */
+  int64_t bind_burst;    /* --bind-burst; 0: 2 x bind_qps */
 } opts;
 
 /* Which options the command line set (the config file does not override
@@ -284,6 +286,8 @@ enum {
   OPT_THREADS,
   OPT_ACCEPT,
   OPT_FILTER_TOP,
+  OPT_BIND_QPS,
+  OPT_BIND_BURST,
   OPT_KUBECONFIG,
   OPT_NO_KUBE,
   OPT_LEASE,
@@ -333,6 +337,15 @@ static const gf__opt sched_opts[] = {
                       "preferences no longer weigh in for GPU pods;\n"
                       "docs/scheduler.md); config key \"filterTop\"",
                       OPT_FILTER_TOP),
+    GF__OPT_STRING_ID("bind-qps", "N",
+                      "at most N Binding writes a second (default 0:\n"
+                      "no limit), a client limit like\n"
+                      "kube-scheduler's clientConnection qps",
+                      OPT_BIND_QPS),
+    GF__OPT_STRING_ID("bind-burst", "N",
+                      "... in bursts of at most N (default 2 x\n"
+                      "--bind-qps, as kube-scheduler's burst)",
+                      OPT_BIND_BURST),
     GF__OPT_STRING_ID(
         "kubeconfig", "PATH",
         "API server from a kubeconfig (current\n"
@@ -490,7 +503,34 @@ static int defrag_mode(const char *v, int *mode) {
   return GF_EXIT_USAGE;
 }
 
-/* One option's value into o; 0 or the exit code. */
+/* The binder: --threads API clients, --bind-qps.  0 or the exit code. */
+static int make_binder(const opts *o, gf_kube_config *kc,
+                       gf_sched_kube_binder **kb) {
+  gf_diag d = {""};
+  if (gf_sched_kube_binder_new(kc, NULL, (unsigned)o->threads, kb, &d) ||
+      gf_sched_kube_binder_limit(*kb, (double)o->bind_qps,
+                                 (unsigned)o->bind_burst, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  return 0;
+}
+
+/* --dra off|score|allocate into *mode (0, 1, 2). */
+static int dra_mode(const char *v, int *mode) {
+  static const char *modes[] = {"off", "score", "allocate"};
+  *mode = -1;
+  for (int k = 0; k < 3; k++)
+    if (strcmp(v, modes[k]) == 0)
+      *mode = k;
+  if (*mode < 0) {
+    fprintf(stderr,
+            "gpufrac scheduler: --dra '%s': want off, score or allocate\n", v);
+    return GF_EXIT_USAGE;
+  }
+  return 0;
+}
+
 /* The disruption guard's options (--guard*). */
 static int guard_value(opts *o, int id, const char *a, const char *v) {
   switch (id) {
@@ -535,6 +575,7 @@ static void guard_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
   ko->guard_load_bps = o->guard_load_bps;
 }
 
+/* One option's value into o; 0 or the exit code. */
 static int sched_value(opts *o, const char **config, bool *set, int id,
                        const char *a, const char *v) {
   switch (id) {
@@ -559,6 +600,10 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
   case OPT_FILTER_TOP:
     set[SET_FILTER_TOP] = true;
     return int_opt(a, v, 0, GF_SCHED_FILTER_TOP_MAX, &o->filter_top);
+  case OPT_BIND_QPS:
+    return int_opt(a, v, 0, 100000, &o->bind_qps);
+  case OPT_BIND_BURST:
+    return int_opt(a, v, 0, 200000, &o->bind_burst);
   case OPT_KUBECONFIG:
     if (!*v) {
       fprintf(stderr, "gpufrac scheduler: --kubeconfig: empty path\n");
@@ -584,20 +629,8 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     return guard_value(o, id, a, v);
   case OPT_DEFRAG:
     return defrag_mode(v, &o->defrag);
-  case OPT_DRA: {
-    static const char *modes[] = {"off", "score", "allocate"};
-    o->dra = -1;
-    for (int k = 0; k < 3; k++)
-      if (strcmp(v, modes[k]) == 0)
-        o->dra = k;
-    if (o->dra < 0) {
-      fprintf(stderr,
-              "gpufrac scheduler: --dra '%s': want off, score or allocate\n",
-              v);
-      return GF_EXIT_USAGE;
-    }
-    return 0;
-  }
+  case OPT_DRA:
+    return dra_mode(v, &o->dra);
   case OPT_AUTOSCALE:
     return on_off(a, v, &o->autoscale);
   case OPT_AS_AFTER:
@@ -757,11 +790,8 @@ int cmd_scheduler(int argc, char **argv) {
   if (!o.no_kube) {
     if ((rc = kube_config(&o, &kc)))
       return rc;
-    if (gf_sched_kube_binder_new(kc, NULL, (unsigned)o.threads, &kb, &d)) {
-      fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
-      rc = GF_EXIT_FAIL;
+    if ((rc = make_binder(&o, kc, &kb)))
       goto out;
-    }
   }
   if (kc && o.dra) {
     gf_sched_dra_opts dopt = {.policy = o.policy,

@@ -36,6 +36,7 @@
 #include "guard.h"
 #include "pdb.h"
 #include "prom.h"
+#include "ratelimit.h"
 #include "sched_int.h"
 
 #define MAX_CLIENTS 64
@@ -56,6 +57,7 @@ struct gf_sched_kube_binder {
   gf_kube *free_[MAX_CLIENTS];        /* a stack of idle clients */
   gf_sched_kube_annotate_fn annotate; /* set before the first bind */
   void *annotate_user;
+  gf__tbucket tb; /* --bind-qps: under mu; qps 0: no limit */
 };
 
 /* A DNS-1123 name (namespaces, pods, nodes): safe in a path unescaped.  The
@@ -82,6 +84,21 @@ static void client_put(gf_sched_kube_binder *b, gf_kube *k) {
   pthread_mutex_unlock(&b->mu);
 }
 
+/* Waits for the bind's token (--bind-qps; no wait without a limit). */
+static void rate_wait(gf_sched_kube_binder *b) {
+  if (b->tb.qps <= 0)
+    return;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  pthread_mutex_lock(&b->mu);
+  int64_t w = gf__tb_reserve(&b->tb, (int64_t)now.tv_sec * 1000000000 +
+                                         (int64_t)now.tv_nsec);
+  pthread_mutex_unlock(&b->mu);
+  struct timespec left = {(time_t)(w / 1000000000), (long)(w % 1000000000)};
+  while (w > 0 && nanosleep(&left, &left) != 0 && errno == EINTR)
+    ;
+}
+
 /* gf_binder.bind: POST the v1 Binding with the grant in its annotations
  * (uid as precondition when known). */
 static int kb_bind(void *ctx, const gf_pod_ref *pod, const char *node,
@@ -101,6 +118,7 @@ static int kb_bind(void *ctx, const gf_pod_ref *pod, const char *node,
     return gf_diag_set(d, GF_EINVAL,
                        "pod %s/%s: the grant cannot be put in a Binding",
                        pod->ns, pod->name);
+  rate_wait(b);
   gf_kube *k = client_get(b);
   if (ann && b->annotate)
     b->annotate(b->annotate_user, k, pod, ann);
@@ -152,6 +170,19 @@ int gf_sched_kube_binder_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
 
 const gf_binder *gf_sched_kube_binder_get(gf_sched_kube_binder *b) {
   return b ? &b->b : NULL;
+}
+
+int gf_sched_kube_binder_limit(gf_sched_kube_binder *b, double qps,
+                               unsigned burst, gf_diag *d) {
+  if (!b || !(qps >= 0) || qps > 1e6 || burst > 1000000)
+    return gf_diag_set(d, GF_EINVAL,
+                       "kube binder: a limit of %g a second, burst %u: "
+                       "want 0 to 1000000 each",
+                       qps, burst);
+  pthread_mutex_lock(&b->mu);
+  gf__tb_init(&b->tb, qps, burst ? burst : (unsigned)(2 * qps + 0.999));
+  pthread_mutex_unlock(&b->mu);
+  return 0;
 }
 
 void gf_sched_kube_binder_annotate(gf_sched_kube_binder *b,
