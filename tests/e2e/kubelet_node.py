@@ -2,7 +2,8 @@
 
 Kubelet: fakecri (tests/k8s/fakecri, recording every CreateContainer request)
 and kubelet in a mount namespace of its own (test_kubelet.py,
-test_model_admission.py, test_tls_kubelet.py, test_dra_kubelet.py).
+test_model_admission.py, test_tls_kubelet.py, test_dra_kubelet.py,
+test_plugin_return.py).
 test_node.py's kubelet runs on containerd instead and shares the rest: the
 node's client certificate (node_kubeconfig), the kubelet configuration
 (kubelet_config), the Node's readiness (node_obj, ready, wait_node_ready).

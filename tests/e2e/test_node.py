@@ -1155,7 +1155,10 @@ def admit(c, n, name, limit):
     # kube-scheduler places by the Node's allocatable, which kubelet posts
     # once the (re-)registered plugin's devices arrive: a pod created before
     # that is Unschedulable (Insufficient gpufrac.io/gpu) and was not tried
-    # again within 90 s (two runs), so wait for it as a user would.
+    # again within 90 s (two runs): kube-scheduler's NodeResourcesFit hint
+    # never requeues a share on a Node event (docs/kube.md, "A share
+    # created while the device plugin is away";
+    # test_plugin_return.py), so wait for it as a user would.
     want = str(NGPUS * SLOTS)
     t0 = time.monotonic()
 
