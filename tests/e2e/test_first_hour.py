@@ -27,7 +27,8 @@ host directories (the test's) and NVML (--fake-gpus 4xA100-80GB).
 
 1. "Install": the block, run in the repository: the images built, pushed by
    skopeo, helm install, the node labelled.  Every gpufrac image the
-   release's pods and NOTES.txt name is in the registry under that tag.
+   release's pods and NOTES.txt name is in the registry under that tag: an
+   image index of amd64 and arm64, both images pushed whole.
 2. "Check the install": `gpufrac doctor` re-run until every check is
    PASS or SKIP (exit 0; the pods start, kubelet probes them, the
    extender's endpoint turns ready), and kubelet advertising
@@ -423,9 +424,24 @@ class FirstHour(SchedulerE2E):
                 fail("%s is not in the registry the doc pushed to" % n)
             repo, tag = n[len(REGISTRY) + 1:].rsplit(":", 1)
             got = self.registry.image(repo, tag)
-            if not got or not got[1].get("layers"):
-                fail("%s named by the release but not pushed (%s)" % (n, got))
-        log("the release and NOTES.txt name %s: each pushed to the registry" % ours)
+            if not got:
+                fail("%s named by the release but not pushed" % n)
+            # The tag: the image index of scripts/build-images, each
+            # platform's image pushed with it (skopeo copy --all).
+            plats = {m.get("platform", {}).get("architecture"): m["digest"]
+                     for m in got[1].get("manifests", [])}
+            if got[0] != "application/vnd.oci.image.index.v1+json" or \
+                    sorted(plats) != ["amd64", "arm64"]:
+                fail("%s: pushed as %s naming %s, not an image index of amd64 and arm64"
+                     % (n, got[0], sorted(plats)))
+            for arch, dg in sorted(plats.items()):
+                m = self.registry.image(repo, dg)
+                blobs = [m[1]["config"]] + m[1].get("layers", []) if m else []
+                if not m or not m[1].get("layers") or not all(
+                        b["digest"] in self.registry.blobs for b in blobs):
+                    fail("%s: its %s image %s not pushed whole" % (n, arch, dg))
+        log("the release and NOTES.txt name %s: each pushed to the registry, "
+            "an image index of amd64 and arm64" % ours)
 
     def running_pod(self, name, timeout=120):
         def ok():

@@ -632,9 +632,13 @@ def run_agent(c, n, interposer):
     DaemonSet's hostPath mounts, its ConfigMap) registering its device
     plugin on the real kubelet's socket."""
     out = os.path.join(n.d, "gpufrac-images")
+    # This node's own architecture only: no cross build needed here.
     r = subprocess.run([os.path.join(REPO, "scripts", "build-images"), "--only",
-                        "gpufrac-node", "--gpufrac", c.gpufrac, "--interposer",
-                        interposer, "--out", out], capture_output=True, text=True)
+                        "gpufrac-node", "--arch", subprocess.run(
+                            ["dpkg", "--print-architecture"], capture_output=True,
+                            text=True).stdout.strip(), "--gpufrac", c.gpufrac,
+                        "--interposer", interposer, "--out", out],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         fail("scripts/build-images --only gpufrac-node: %s" % (r.stderr or r.stdout))
     image = None

@@ -390,14 +390,16 @@ def away_from_gpus(by, ns):
 
 def doc_install_images(path):
     """The images a document's install block pushes (its `for i in ...;
-    do skopeo copy` loop) and the --set *.image.repository=REG/NAME names
-    of its helm install: (pushed, {value: name})."""
+    do skopeo copy` loop), the copy command's arguments and the --set
+    *.image.repository=REG/NAME names of its helm install: (pushed, copy
+    arguments, {value: name})."""
     with open(path) as f:
         text = f.read()
-    m = re.search(r"^for i in ([^;]*); do\b[^\n]*\n\s*skopeo copy", text, re.M)
+    m = re.search(r"^for i in ([^;]*); do\b[^\n]*\n\s*skopeo copy([^\n;]*)", text, re.M)
     pushed = m.group(1).split() if m else []
+    copy = m.group(2).split() if m else []
     sets = dict(re.findall(r"--set ([a-zA-Z.]+)\.image\.repository=\S*/([\w.-]+)", text))
-    return pushed, sets
+    return pushed, copy, sets
 
 
 def chart_images():
@@ -428,9 +430,14 @@ def t_push_loop(objs, ns):
     with open(os.path.join(CHART, "values.yaml")) as f:
         values = yaml.safe_load(f)
     for doc in ("README.md", os.path.join("docs", "install.md")):
-        pushed, sets = doc_install_images(os.path.join(REPO, doc))
+        pushed, copy, sets = doc_install_images(os.path.join(REPO, doc))
         check(sorted(pushed) == want,
               "push loop: %s pushes %s; the chart uses %s" % (doc, sorted(pushed), want))
+        # Each layout's tag is an image index (amd64, arm64): without --all
+        # skopeo copies only the machine's own platform's image.
+        check("--all" in copy or "--multi-arch=all" in copy,
+              "push loop: %s's skopeo copy pushes the image index with every "
+              "platform (--all): %s" % (doc, " ".join(copy)))
         pointed = sorted(sets.values())
         check(pointed == want and all(
             values[k]["image"]["repository"].endswith("/" + n) for k, n in sets.items()),
