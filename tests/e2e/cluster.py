@@ -206,13 +206,18 @@ class Proc:
 
 class Cluster:
     def __init__(self, k8s_bin, gpufrac, keep=False, feature_gates=None,
-                 runtime_config=None, api_profiling=False):
+                 runtime_config=None, api_profiling=False, api_address=None):
         """feature_gates ({name: bool}) go to kube-apiserver,
         kube-controller-manager and kube-scheduler as --feature-gates;
         runtime_config ({group/version: bool}) to kube-apiserver as
         --runtime-config.  None (the default): neither flag is passed.
         api_profiling: kube-apiserver serves /debug/pprof (to cluster
-        admins only: it stays behind authorization) for bench/."""
+        admins only: it stays behind authorization) for bench/.
+        api_address: kube-apiserver binds and advertises this address (a
+        non-loopback address of this host that pods reach, e.g. a dummy
+        interface's) instead of 127.0.0.1, and keeps the kubernetes
+        Service's endpoints (lease reconciler); clients use it too."""
+        self.api_address = api_address
         self.api_profiling = api_profiling
         self.bin = k8s_bin
         self.gates = []
@@ -262,9 +267,12 @@ class Cluster:
               "ca.key", "-CAcreateserial", "-out", name + ".crt", "-days", "2",
               "-extfile", name + ".ext")
 
+        # 10.96.0.1: the kubernetes Service's ClusterIP in
+        # --service-cluster-ip-range, what in-cluster clients dial.
+        extra = ",IP:%s" % self.api_address if self.api_address else ""
         leaf("apiserver", "/CN=kube-apiserver",
-             "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,"
-             "DNS:kubernetes,DNS:kubernetes.default.svc\n"
+             "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,IP:10.96.0.1,"
+             "DNS:kubernetes,DNS:kubernetes.default.svc%s\n" % extra +
              "extendedKeyUsage=serverAuth\n")
         client = "extendedKeyUsage=clientAuth\n"
         leaf("admin", "/O=system:masters/CN=e2e-admin", client)
@@ -281,7 +289,8 @@ class Cluster:
         self.make_certs()
         ca = self.ca = self.path("ca.crt")
         ec, ep, self.api_port = free_port(), free_port(), free_port()
-        self.server = "https://127.0.0.1:%d" % self.api_port
+        host = self.api_address or "127.0.0.1"
+        self.server = "https://%s:%d" % (host, self.api_port)
         B = lambda p: os.path.join(self.bin, p)
         self.procs["etcd"] = Proc("etcd", [
             B("etcd"), "--name", "e2e", "--data-dir", self.path("etcd"),
@@ -294,7 +303,7 @@ class Cluster:
         self.procs["kube-apiserver"] = Proc("kube-apiserver", [
             B("kube-apiserver"),
             "--etcd-servers", "http://127.0.0.1:%d" % ec,
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--bind-address", host, "--advertise-address", host,
             "--secure-port", str(self.api_port),
             "--tls-cert-file", self.path("apiserver.crt"),
             "--tls-private-key-file", self.path("apiserver.key"),
@@ -308,7 +317,7 @@ class Cluster:
             # ClusterIP (10.96.0.88) must be allocatable, as on kubeadm.
             "--service-cluster-ip-range", "10.96.0.0/12",
             # The kubernetes Service cannot point at a loopback address.
-            "--endpoint-reconciler-type", "none",
+            "--endpoint-reconciler-type", "lease" if self.api_address else "none",
             "--profiling=%s" % ("true" if self.api_profiling else "false"),
             "--v=1"] + self.gates + self.runtime,
             self.path("kube-apiserver.log"))
