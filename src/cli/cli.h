@@ -40,4 +40,12 @@ int gf__cli_kube_connect(const char *prog, const char *kubeconfig,
  * name's form: such labels joined by '.', 253 at most). */
 bool gf__cli_k8s_name_ok(const char *s, bool dots);
 
+/* data_dir.c: the bundled data directory (plan-example/, traces/, the node
+ * types), found at run time so that no build path is compiled in:
+ * $GPUFRAC_DATA when set, else the first of EXE/../share/gpufrac (an
+ * install, the gpufrac-plan image), EXE/../data and EXE/../../data (a build
+ * directory in or two below the source tree) that holds plan-example/ or
+ * traces/; else /usr/share/gpufrac (what an error then names). */
+const char *gf__cli_data_dir(void);
+
 #endif

@@ -177,8 +177,8 @@ static int plan_parse(plan_args *a, gf_plan_options *o, int argc, char **argv,
                      &a->out),
       GF__OPT_FLAG("no-whatif", "skip the placement what-if", &o->no_whatif),
       GF__OPT_STRING("data", "DIR",
-                     "bundled data directory (default: the "
-                     "build's)",
+                     "bundled data directory (default: $GPUFRAC_DATA, "
+                     "else found beside the executable)",
                      &a->data),
       GF__OPT_END(),
   };
@@ -213,7 +213,8 @@ static int plan_parse(plan_args *a, gf_plan_options *o, int argc, char **argv,
 }
 
 int cmd_plan(int argc, char **argv) {
-  plan_args a = {.format = "text", .data = GF_DATA_DIR, .window = 7 * 86400};
+  plan_args a = {.format = "text", .window = 7 * 86400};
+  a.data = gf__cli_data_dir();
   gf_plan_options o;
   gf_plan_options_init(&o);
   int exit;

@@ -579,9 +579,7 @@ static void sim_args_init(sim_args *a, int argc) {
                                   80LL << 30, 140LL << 30};
   memset(a, 0, sizeof(*a));
   a->format = "table";
-  a->data_dir = getenv("GPUFRAC_DATA");
-  if (!a->data_dir)
-    a->data_dir = GF_DATA_DIR;
+  a->data_dir = gf__cli_data_dir();
   snprintf(a->trace_arg, sizeof(a->trace_arg), "default");
   snprintf(a->policy_arg, sizeof(a->policy_arg), "whole,fgd,gpufrac");
   a->seeds_arg = "42-51";

@@ -174,5 +174,16 @@ check churn-out 0 '' -- "$GPUFRAC" simulate "${churn[@]}" --out "$tmp/creport"
 if grep -q '<polyline' "$tmp/creport/churn-nodes-pods_small.svg" && [ -s "$tmp/creport/churn-summary.json" ]; then
   echo "ok   churn-out-files"; pass=$((pass + 1)); else echo "FAIL churn-out-files"; fail=$((fail + 1)); fi
 
+# The bundled data is found at run time beside the executable, never at a
+# build path compiled in (src/cli/data_dir.c): an install's share/gpufrac
+# (the gpufrac-plan image's /usr/share/gpufrac), else none.
+mkdir -p "$tmp/inst/bin" "$tmp/inst/share/gpufrac" "$tmp/bare/bin"
+cp "$GPUFRAC" "$tmp/inst/bin/gpufrac"
+cp "$GPUFRAC" "$tmp/bare/bin/gpufrac"
+cp -r "$TESTDATA/../../data/plan-example" "$tmp/inst/share/gpufrac/"
+check data-installed 0 '^gpufrac plan: 61 nodes' -- env -u GPUFRAC_DATA "$tmp/inst/bin/gpufrac" plan --example
+check data-none      1 '/usr/share/gpufrac/plan-example/snapshot.json' -- env -u GPUFRAC_DATA "$tmp/bare/bin/gpufrac" plan --example
+check data-env       0 '^gpufrac plan: 61 nodes' -- env GPUFRAC_DATA="$tmp/inst/share/gpufrac" "$tmp/bare/bin/gpufrac" plan --example
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

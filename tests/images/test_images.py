@@ -349,6 +349,17 @@ def check_rootfs(name, rootfs, version, cmd, user, interposer, arch):
                 p.kill()
                 rc = p.wait()
         check(rc == 0, "%s: the extender stops with 0 on SIGTERM (got %s)" % (name, rc))
+    if image == "gpufrac-plan":
+        # `gpufrac plan --example` (NOTES.txt, docs/plan.md) reads the bundled
+        # example from /usr/share/gpufrac, where gpufrac looks in an install
+        # (src/cli/data_dir.c; run through the image's ld.so here,
+        # /proc/self/exe is the loader, so the directory is named).
+        data = os.path.join(rootfs, "usr/share/gpufrac")
+        r = run(in_rootfs(rootfs, arch, gf, "plan", "--example"),
+                env=dict(os.environ, GPUFRAC_DATA=data))
+        check(r.returncode == 0 and r.stdout.startswith("gpufrac plan: "),
+              "%s: gpufrac plan --example from the image's /usr/share/gpufrac%s" %
+              (name, "" if r.returncode == 0 else ": " + r.stderr.strip()))
 
 
 def pulled(name, layout, version, arch, work):
