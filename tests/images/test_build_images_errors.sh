@@ -23,6 +23,20 @@ expect_refusal '' 'build-images: --arch: no architecture'
 expect_refusal ',' 'build-images: --arch: no architecture'
 expect_refusal 'bogus' "build-images: --arch: 'bogus' is neither"
 
+# --version is the tag a registry must take (Docker's tag grammar): one with
+# ':' or a space is refused by build-images itself, before umoci runs.
+expect_version_refusal() {
+  local rc=0
+  "$root/scripts/build-images" --arch amd64 --version "$1" --out "$tmp/out" 2>"$tmp/err" >/dev/null || rc=$?
+  [ "$rc" = 2 ] || bad "--version '$1': exit $rc, expected 2"
+  grep -qF -- "build-images: --version '$1' is not an image tag" "$tmp/err" ||
+    bad "--version '$1': stderr: $(cat "$tmp/err")"
+  [ ! -e "$tmp/out" ] || bad "--version '$1': wrote $tmp/out"
+}
+expect_version_refusal 'v1:2'
+expect_version_refusal '1.0 beta'
+expect_version_refusal '.1'
+
 # The cross toolchain missing: PATH has every program of /usr/bin and
 # /usr/local/bin except aarch64-linux-gnu-*.
 mkdir "$tmp/bin"
