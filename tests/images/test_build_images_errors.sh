@@ -37,6 +37,15 @@ expect_version_refusal 'v1:2'
 expect_version_refusal '1.0 beta'
 expect_version_refusal '.1'
 
+# An option given last without its value is a usage error that names it.
+for opt in --arch --out --version --only --gpufrac; do
+  rc=0
+  "$root/scripts/build-images" "$opt" 2>"$tmp/err" >/dev/null || rc=$?
+  [ "$rc" = 2 ] || bad "$opt without a value: exit $rc, expected 2"
+  grep -qF -- "build-images: $opt needs a value" "$tmp/err" ||
+    bad "$opt without a value: stderr: $(cat "$tmp/err")"
+done
+
 # The cross toolchain missing: PATH has every program of /usr/bin and
 # /usr/local/bin except aarch64-linux-gnu-*.
 mkdir "$tmp/bin"
