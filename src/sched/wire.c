@@ -339,13 +339,11 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
   out->pinned = pod_pinned(spec);
   const json_t *status = gf__json_get(pod, "status");
   if (json_is_object(status) &&
-      (rc = gf__json_str(status, "phase", out->phase, sizeof(out->phase), false,
-                         "Pod: status.phase", d)))
-    return rc;
-  if (json_is_object(status) &&
-      (rc = gf__json_str(status, "nominatedNodeName", out->nominated,
-                         sizeof(out->nominated), false,
-                         "Pod: status.nominatedNodeName", d)))
+      ((rc = gf__json_str(status, "phase", out->phase, sizeof(out->phase),
+                          false, "Pod: status.phase", d)) ||
+       (rc = gf__json_str(status, "nominatedNodeName", out->nominated,
+                          sizeof(out->nominated), false,
+                          "Pod: status.nominatedNodeName", d))))
     return rc;
   const json_t *prio = gf__json_get(spec, "priority");
   if (prio && !json_is_null(prio)) {
