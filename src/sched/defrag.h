@@ -19,9 +19,9 @@
  * breaks no PodDisruptionBudget, and where every one of them fits
  * somewhere else (tried in order on copies: another node, or another GPU
  * of the same node), the node needing fewest moves.  A movable pod: bound,
- * a share of one GPU, not loading (the disruption guard's), owned by a
- * ReplicaSet, Deployment or StatefulSet (the pod index of pdb.h).  The
- * model is never changed.
+ * a share of one GPU, not loading (the disruption guard's), not pinned
+ * (nodeSelector or required nodeAffinity), owned by a ReplicaSet, Deployment or
+ * StatefulSet (the pod index of pdb.h).  The model is never changed.
  */
 #ifndef GPUFRAC_SCHED_DEFRAG_H
 #define GPUFRAC_SCHED_DEFRAG_H

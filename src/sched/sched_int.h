@@ -48,6 +48,9 @@ typedef struct gf__pod {
   bool loading;        /* the disruption guard holds it (guard.h: GF_GUARD_SINCE
                           without GF_GUARD_RELEASED, or GF_GUARD_PROTECT always):
                           not a preemption victim but across GF__PREEMPT_GUARD_GAP */
+  bool pinned;         /* spec.nodeSelector (non-empty) or a required
+                          nodeAffinity: its replacement may fit only where it
+                          runs, so defragmentation does not move it */
   char nominated[GF_NAME_MAX]; /* status.nominatedNodeName; "" when none */
   const char *grant;           /* grant annotation text (borrowed from
                                   the JSON), NULL when none */

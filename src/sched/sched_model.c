@@ -750,6 +750,7 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
       memcmp(old->gpu_index, idx, ngpus) == 0) {
     old->priority = p->priority; /* the guard's annotations come and go */
     old->loading = p->loading;
+    old->pinned = p->pinned;
     if (old->state != P_BINDING)
       old->state = P_BOUND;
     gf__pending_forget(s, key);
@@ -770,6 +771,7 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
   r->dp_slots = (uint8_t)p->dp_slots;
   r->priority = p->priority;
   r->loading = p->loading;
+  r->pinned = p->pinned;
   rc = gf__book(s, r);
   if (rc == GF_ENOTFOUND)
     return grc; /* waits for its node */

@@ -853,11 +853,13 @@ static bool node_open(const gf_sched *s, uint32_t ni) {
   return nr->has_inv && !nr->cordoned && !nr->disrupted;
 }
 
-/* Bound, a share of one GPU, not loading, owned by a controller that
+/* Bound, a share of one GPU, not loading, not pinned to its node (a
+ * nodeSelector or required nodeAffinity: the model has no node labels to
+ * tell where else its replacement may run), owned by a controller that
  * makes a replacement. */
 static bool movable(gf_sched *s, const prec *q) {
   if (q->state != P_BOUND || q->req.gpu_count != 1 ||
-      q->req.gpu_milli >= GF_GPU_MILLI || q->loading || !s->pdb)
+      q->req.gpu_milli >= GF_GPU_MILLI || q->loading || q->pinned || !s->pdb)
     return false;
   char ns[GF_NAME_MAX], name[GF_NAME_MAX], owner[GF_NAME_MAX];
   if (!gf__pdb_pod_info(s->pdb, q->uid, ns, name, owner))

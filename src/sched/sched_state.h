@@ -75,6 +75,7 @@ typedef struct prec {
   uint64_t bind_seq;
   int32_t priority; /* spec.priority (sched_preempt.c) */
   bool loading;     /* gf__pod.loading: the guard holds it */
+  bool pinned;      /* gf__pod.pinned: defrag does not move it */
 } prec;
 
 /* A pending pod: what /bind needs of a pod it gets only the names of.

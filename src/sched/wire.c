@@ -294,6 +294,19 @@ static int own_request(const amounts *gpu, gf__pod *out, gf_diag *d) {
   return 0;
 }
 
+/* A non-empty spec.nodeSelector or a required node affinity: the pod may
+ * run only on nodes carrying some labels (defragmentation leaves it). */
+static bool pod_pinned(const json_t *spec) {
+  const json_t *sel = json_object_get(spec, "nodeSelector");
+  if (json_is_object(sel) && json_object_size(sel) > 0)
+    return true;
+  const json_t *na =
+      json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
+  const json_t *req =
+      json_object_get(na, "requiredDuringSchedulingIgnoredDuringExecution");
+  return req && !json_is_null(req);
+}
+
 int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
   return gf__pod_parse_ex(pod, 0, out, d);
 }
@@ -323,15 +336,14 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
     return rc;
   if (!out->ns[0])
     memcpy(out->ns, "default", sizeof("default"));
+  out->pinned = pod_pinned(spec);
   const json_t *status = gf__json_get(pod, "status");
   if (json_is_object(status) &&
-      (rc = gf__json_str(status, "phase", out->phase, sizeof(out->phase), false,
-                         "Pod: status.phase", d)))
-    return rc;
-  if (json_is_object(status) &&
-      (rc = gf__json_str(status, "nominatedNodeName", out->nominated,
-                         sizeof(out->nominated), false,
-                         "Pod: status.nominatedNodeName", d)))
+      ((rc = gf__json_str(status, "phase", out->phase, sizeof(out->phase),
+                          false, "Pod: status.phase", d)) ||
+       (rc = gf__json_str(status, "nominatedNodeName", out->nominated,
+                          sizeof(out->nominated), false,
+                          "Pod: status.nominatedNodeName", d))))
     return rc;
   const json_t *prio = gf__json_get(spec, "priority");
   if (prio && !json_is_null(prio)) {
@@ -921,6 +933,23 @@ static int keep(json_t *dst, const json_t *src, const char *key) {
   return v ? json_object_set_new(dst, key, json_deep_copy(v)) : 0;
 }
 
+/* What pod_pinned reads: nodeSelector as is, and a required nodeAffinity
+ * as an empty stub (only its presence is read). */
+static int slim_pinned(json_t *dst, const json_t *spec) {
+  if (keep(dst, spec, "nodeSelector"))
+    return -1;
+  const json_t *na =
+      json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
+  const json_t *req =
+      json_object_get(na, "requiredDuringSchedulingIgnoredDuringExecution");
+  if (!req || json_is_null(req))
+    return 0;
+  return json_object_set_new(
+      dst, "affinity",
+      json_pack("{s:{s:{}}}", "nodeAffinity",
+                "requiredDuringSchedulingIgnoredDuringExecution"));
+}
+
 /* The resources the pod parser reads (read_one), exact names. */
 static const char *const slim_res[] = {"cpu",
                                        "memory",
@@ -1032,7 +1061,7 @@ json_t *gf_sched_pod_slim(const json_t *pod) {
     const json_t *ics = gf__json_get(spec, "initContainers");
     if (!s || json_object_set_new(out, "spec", s) ||
         keep(s, spec, "nodeName") || keep(s, spec, "overhead") ||
-        keep(s, spec, "priority") ||
+        keep(s, spec, "priority") || slim_pinned(s, spec) ||
         (cs && json_object_set_new(s, "containers", slim_containers(cs))) ||
         (ics && json_object_set_new(s, "initContainers", slim_containers(ics))))
       goto fail;
