@@ -13,7 +13,11 @@
 typedef struct gf__mc_opts {
   unsigned parallel, retries;
   long connect_timeout_s, stall_timeout_s, progress_s;
-  long deadline_s;   /* 0: none */
+  long deadline_s; /* 0: none */
+  /* CLOCK_MONOTONIC seconds by which each of a hub's answers
+   * (gf__mc_get_url) must be in: a resolution within the fetch's
+   * deadline (0: none). */
+  double until;
   uint64_t min_rate; /* bytes/s; 0: none */
   long min_rate_after_s;
   /* Bytes the cache's filesystem keeps free: a fetch is refused, and one
