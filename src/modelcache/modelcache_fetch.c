@@ -124,6 +124,21 @@ bool gf__mc_origin(const char *url, char *out, size_t cap) {
   return ok;
 }
 
+bool gf__mc_url_resolve(const char *base, const char *ref, char *out,
+                        size_t cap) {
+  CURLU *u = curl_url();
+  char *full = NULL;
+  bool ok = u && curl_url_set(u, CURLUPART_URL, base, 0) == CURLUE_OK &&
+            curl_url_set(u, CURLUPART_URL, ref, 0) == CURLUE_OK &&
+            curl_url_get(u, CURLUPART_URL, &full, 0) == CURLUE_OK &&
+            strlen(full) < cap;
+  if (ok)
+    memcpy(out, full, strlen(full) + 1);
+  curl_free(full);
+  curl_url_cleanup(u);
+  return ok;
+}
+
 /* Whether url starts with one of the comma-separated prefixes in allow. */
 static bool under_prefixes(const char *allow, const char *url) {
   for (const char *p = allow; p && *p;) {

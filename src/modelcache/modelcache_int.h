@@ -77,6 +77,11 @@ void gf__mc_conn_free(void *conn);
  * when it cannot be parsed. */
 bool gf__mc_origin(const char *url, char *out, size_t cap);
 
+/* ref (a URL or a reference relative to base, as a Link header's target
+ * may be) resolved against base into out[cap]; false when it cannot be. */
+bool gf__mc_url_resolve(const char *base, const char *ref, char *out,
+                        size_t cap);
+
 /* url-escapes s[n] (every byte but [A-Za-z0-9._~-]) into out[cap]; false
  * when it does not fit. */
 bool gf__mc_escape(const char *s, size_t n, char *out, size_t cap);

@@ -6,6 +6,9 @@ fetch; a hub that trickles its listing pages must not hold the resolution
 past S (it took 45 s with --deadline 5).  The hub here is loopback HTTPS
 with a CA made for the test; each listing page trickles whitespace for
 several seconds before its JSON (never slow enough for the stall limit).
+Also a hub whose Link rel="next" is a relative reference (RFC 8288
+resolves it against the page's URL): it was refused as "not on the hub's
+host".
 usage: test_modelcache_hf_slow.py GPUFRAC"""
 import hashlib
 import http.server
@@ -21,6 +24,7 @@ import time
 SHA = "89abcdef0123456789abcdef0123456789abcdef"
 FILES = {"a.json": b'{"a":1}\n', "b.json": b'{"b":2}\n', "c.json": b'{"c":3}\n'}
 TRICKLE_S = 6  # per listing page: three pages take 18 s
+MODE = {"trickle": TRICKLE_S, "relative": False}
 
 
 def blob_id(data):
@@ -54,12 +58,13 @@ class Hub(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
             if at + 1 < len(names):
                 host, port = self.server.server_address
-                self.send_header("Link", '<https://%s:%d%s?recursive=true&cursor=%d>; '
-                                 'rel="next"' % (host, port, path, at + 1))
-            self.send_header("Content-Length", str(TRICKLE_S * 4 + len(body)))
+                base = "" if MODE["relative"] else "https://%s:%d" % (host, port)
+                self.send_header("Link", '<%s%s?recursive=true&cursor=%d>; '
+                                 'rel="next"' % (base, path, at + 1))
+            self.send_header("Content-Length", str(MODE["trickle"] * 4 + len(body)))
             self.end_headers()
             try:
-                for _ in range(TRICKLE_S):
+                for _ in range(MODE["trickle"]):
                     self.wfile.write(b"    ")
                     self.wfile.flush()
                     time.sleep(1)
@@ -95,9 +100,17 @@ def main():
                             "--ca-file", ca, "--deadline", "3"],
                            capture_output=True, text=True, timeout=120)
         took = time.monotonic() - t0
-        srv.shutdown()
         print(p.stderr, end="")
+        MODE.update(trickle=0, relative=True)
+        r = subprocess.run([gpufrac, "cache", "--dir", os.path.join(tmp, "c"), "fetch", "m",
+                            "--source", "hf://org/rel", "--hf-endpoint", endpoint,
+                            "--ca-file", ca], capture_output=True, text=True, timeout=120)
+        srv.shutdown()
+        print(r.stderr, end="")
         ok = True
+        if r.returncode != 0 or "3 files" not in r.stderr:
+            print("FAIL: a relative Link rel=\"next\" was not followed")
+            ok = False
         if p.returncode == 0:
             print("FAIL: the fetch succeeded (in %.1f s) past its --deadline 3" % took)
             ok = False
