@@ -1526,9 +1526,17 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
     o.auth = auth;
     o.auth_origin = origin;
   }
+  /* a hub that trickles its answers is bounded by the fetch's deadline */
+  if (o.deadline_s > 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    o.until =
+        (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + (double)o.deadline_s;
+  }
   gf__mc_hf hf;
   const char *asked = r->source, *asked_hex = r->hex;
   int rc = gf__mc_hf_resolve(c->hf_endpoint, asked, &o, &hf, d);
+  o.until = 0;
   /* what the hub answered is for the log, not a pod's events (pod_req) */
   r->downloaded = rc != GF_EINVAL;
   if (rc) {

@@ -124,6 +124,21 @@ bool gf__mc_origin(const char *url, char *out, size_t cap) {
   return ok;
 }
 
+bool gf__mc_url_resolve(const char *base, const char *ref, char *out,
+                        size_t cap) {
+  CURLU *u = curl_url();
+  char *full = NULL;
+  bool ok = u && curl_url_set(u, CURLUPART_URL, base, 0) == CURLUE_OK &&
+            curl_url_set(u, CURLUPART_URL, ref, 0) == CURLUE_OK &&
+            curl_url_get(u, CURLUPART_URL, &full, 0) == CURLUE_OK &&
+            strlen(full) < cap;
+  if (ok)
+    memcpy(out, full, strlen(full) + 1);
+  curl_free(full);
+  curl_url_cleanup(u);
+  return ok;
+}
+
 /* Whether url starts with one of the comma-separated prefixes in allow. */
 static bool under_prefixes(const char *allow, const char *url) {
   for (const char *p = allow; p && *p;) {
@@ -623,13 +638,24 @@ int gf__mc_get_url(const char *url, const gf__mc_opts *o, void **conn,
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, link_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &l);
   }
-  curl_easy_setopt(h, CURLOPT_TIMEOUT, o->stall_timeout_s * 4);
+  long tmo_ms = o->stall_timeout_s * 4000;
+  double left = o->until > 0 ? o->until - now_s() : 0;
+  if (o->until > 0 && left * 1000 < (double)tmo_ms)
+    tmo_ms = left > 0.001 ? (long)(left * 1000) : 1;
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, tmo_ms);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_timeout_s);
   long code = 0;
   int rc = 0;
-  CURLcode cr = perform(h, o, url, url, NULL, err, &code);
-  if (gf__buf_error(&b.b) == GF_ELIMIT)
+  CURLcode cr = o->until > 0 && left <= 0
+                    ? CURLE_OPERATION_TIMEDOUT
+                    : perform(h, o, url, url, NULL, err, &code);
+  if (cr == CURLE_OPERATION_TIMEDOUT && o->until > 0 && o->until <= now_s())
+    rc = gf_diag_set(d, GF_ELIMIT,
+                     "%.200s: the resolution is not done after the fetch's "
+                     "deadline of %ld s (model_fetch_deadline_s, --deadline)",
+                     url, o->deadline_s);
+  else if (gf__buf_error(&b.b) == GF_ELIMIT)
     rc = gf_diag_set(d, GF_ELIMIT,
                      "%.200s: the answer is larger than %zu "
                      "bytes",

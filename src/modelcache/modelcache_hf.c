@@ -291,9 +291,12 @@ static int list_tree(const char *ep, const char *repo, const char *commit,
       return rc;
     if (!next[0])
       return 0;
-    /* the next page comes from the hub itself, over the same scheme */
-    if (!gf__mc_origin(next, org, sizeof(org)) || strcmp(org, want) ||
-        !gf__mc_source_ok(next))
+    /* the next page comes from the hub itself, over the same scheme (a
+     * relative reference is the page's URL's) */
+    char nurl[2048];
+    if (!gf__mc_url_resolve(url, next, nurl, sizeof(nurl)) ||
+        !gf__mc_origin(nurl, org, sizeof(org)) || strcmp(org, want) ||
+        !gf__mc_source_ok(nurl))
       return gf_diag_set(d, GF_EINVAL,
                          "%s: its next page (Link rel=\"next\") is not on "
                          "the hub's host %s: refused",
@@ -301,7 +304,7 @@ static int list_tree(const char *ep, const char *repo, const char *commit,
     if (page == HF_PAGES_MAX)
       return gf_diag_set(d, GF_ELIMIT, "%s: more than %d pages", where,
                          HF_PAGES_MAX);
-    memcpy(url, next, sizeof(url));
+    memcpy(url, nurl, sizeof(url));
   }
 }
 

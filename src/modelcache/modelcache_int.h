@@ -13,7 +13,11 @@
 typedef struct gf__mc_opts {
   unsigned parallel, retries;
   long connect_timeout_s, stall_timeout_s, progress_s;
-  long deadline_s;   /* 0: none */
+  long deadline_s; /* 0: none */
+  /* CLOCK_MONOTONIC seconds by which each of a hub's answers
+   * (gf__mc_get_url) must be in: a resolution within the fetch's
+   * deadline (0: none). */
+  double until;
   uint64_t min_rate; /* bytes/s; 0: none */
   long min_rate_after_s;
   /* Bytes the cache's filesystem keeps free: a fetch is refused, and one
@@ -72,6 +76,11 @@ void gf__mc_conn_free(void *conn);
 /* scheme://host:port of url (the port made explicit) into out[cap]; false
  * when it cannot be parsed. */
 bool gf__mc_origin(const char *url, char *out, size_t cap);
+
+/* ref (a URL or a reference relative to base, as a Link header's target
+ * may be) resolved against base into out[cap]; false when it cannot be. */
+bool gf__mc_url_resolve(const char *base, const char *ref, char *out,
+                        size_t cap);
 
 /* url-escapes s[n] (every byte but [A-Za-z0-9._~-]) into out[cap]; false
  * when it does not fit. */
