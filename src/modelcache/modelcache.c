@@ -5,6 +5,7 @@
  * themselves are in modelcache_fetch.c.
  */
 #define _XOPEN_SOURCE 700 /* nftw */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1504,6 +1505,27 @@ static bool ready(gf_node_cache *c, const char *hex) {
   return ok;
 }
 
+/* Whether a hub token may go to origin ("scheme://host[:port]"): over
+ * https, or in the clear only to this machine (a test hub, a local mirror). */
+static bool token_safe(const char *origin) {
+  if (strncmp(origin, "https://", 8) == 0)
+    return true;
+  if (strncmp(origin, "http://", 7) != 0)
+    return false;
+  /* gf__mc_origin's form: the port is always there, after the last ':' */
+  char host[256];
+  const char *h = origin + 7, *colon = strrchr(h, ':');
+  size_t n = colon ? (size_t)(colon - h) : 0;
+  if (!n || n >= sizeof(host))
+    return false;
+  memcpy(host, h, n);
+  host[n] = '\0';
+  struct in_addr a4;
+  if (inet_pton(AF_INET, host, &a4) == 1)
+    return (ntohl(a4.s_addr) >> 24) == 127;
+  return strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0;
+}
+
 /* A request whose source is a Hugging Face repository (hf://): unless
  * the digest it names is ready, the repository is resolved into its
  * manifest (the hub token, when configured, to the hub's host only) and
@@ -1522,6 +1544,12 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
       return rc;
     if (!gf__mc_origin(c->hf_endpoint, origin, sizeof(origin)))
       return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint %s: not a URL",
+                         c->hf_endpoint);
+    if (!token_safe(origin))
+      return gf_diag_set(d, GF_EINVAL,
+                         "model_hf_endpoint %s: the hub token "
+                         "(model_hf_token_file) is sent only over https:// "
+                         "or to a loopback http:// endpoint",
                          c->hf_endpoint);
     o.auth = auth;
     o.auth_origin = origin;

@@ -185,5 +185,15 @@ check data-installed 0 '^gpufrac plan: 61 nodes' -- env -u GPUFRAC_DATA "$tmp/in
 check data-none      1 '/usr/share/gpufrac/plan-example/snapshot.json' -- env -u GPUFRAC_DATA "$tmp/bare/bin/gpufrac" plan --example
 check data-env       0 '^gpufrac plan: 61 nodes' -- env GPUFRAC_DATA="$tmp/inst/share/gpufrac" "$tmp/bare/bin/gpufrac" plan --example
 
+# A hub token goes only over https, or in the clear to this machine (a
+# stranger's finding: it was sent to any http:// endpoint).
+printf 'tok-SECRET\n' >"$tmp/hf-token"
+for ep in http://10.255.255.1:9 http://127.evil.example:80; do
+  check "hf-token-http-${ep#http://}" 1 'sent only over https' -- "$GPUFRAC" cache --dir "$tmp/hfc" \
+    fetch m --source hf://org/name --hf-endpoint "$ep" --hf-token-file "$tmp/hf-token" --deadline 3
+done
+check hf-token-loopback-http 1 'Failed to connect to 127.0.0.1 port 9' -- "$GPUFRAC" cache --dir "$tmp/hfc" \
+  fetch m --source hf://org/name --hf-endpoint http://127.0.0.1:9 --hf-token-file "$tmp/hf-token" --deadline 3
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
