@@ -389,8 +389,9 @@ typedef struct gf_dra_victim {
  * below), every gpufrac result of its claims on that node, and one share
  * or whole GPUs.  The model is not changed.  Fills chosen[0..*nchosen)
  * (indices into vs; cap GF_DRA_VICTIMS_MAX) and node (its Node's name).
- * 0; GF_ENOFIT (no set frees room, why in d); GF_EINVAL (a pod it does
- * not preempt for); GF_ENOMEM. */
+ * 0; GF_ENOFIT (no set frees room, or every one breaks a budget: the
+ * Eviction API would refuse it; why in d); GF_EINVAL (a pod it does not
+ * preempt for); GF_ENOMEM. */
 struct gf__pdb;
 int gf_dra_model_preempt(const gf_dra_model *m,
                          const gf_dra_claim *const *claims, uint32_t n,

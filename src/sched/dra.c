@@ -1590,6 +1590,15 @@ int gf_dra_model_preempt(const gf_dra_model *m,
                      "no set of lower-priority pods frees room on one GPU");
     goto out;
   }
+  /* The best set breaks a budget only when every set does; the Eviction
+   * API refuses such a victim, and the victims evicted before it would be
+   * lost for nothing: preempt nobody (tried again later). */
+  if (best->pdb) {
+    rc = gf_diag_set(d, GF_ENOFIT,
+                     "every set of lower-priority pods that frees room breaks "
+                     "a PodDisruptionBudget");
+    goto out;
+  }
   for (uint32_t j = 0; j < best->n; j++)
     chosen[j] = best->at[j];
   *nchosen = best->n;
