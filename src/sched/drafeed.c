@@ -720,6 +720,32 @@ static int lift_gate(gf_sched_dra *f, const json_t *pod, gf_diag *d) {
 /* PATCHes claim c's status: its allocation, results res[0..nres-1] on
  * node (res NULL: clears it and reservedFor), reserved for pod.  Stores
  * the answer. */
+/* Adds the resource.kubernetes.io/delete-protection finalizer to claim c
+ * before its allocation is written, as kube-scheduler does: the
+ * resourceclaim controller deallocates an unused claim (one named by a pod
+ * that went) only when it is there.  The precondition is c's
+ * resourceVersion; rv[cap] gets the claim's new one (docs/dra.md). */
+static int protect_claim(gf_sched_dra *f, const gf_dra_claim *c, char *rv,
+                         size_t cap, gf_diag *d) {
+  json_t *patch = json_pack("{s:{s:[s],s:s}}", "metadata", "finalizers",
+                            "resource.kubernetes.io/delete-protection",
+                            "resourceVersion", c->rv);
+  if (!patch)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  char path[KEY_MAX + 80];
+  snprintf(path, sizeof(path), GF_DRA_API "/namespaces/%s/resourceclaims/%s",
+           c->ns, c->name);
+  json_t *ans = NULL;
+  int rc = gf_kube_strategic_patch(f->k, path, patch, &ans, d);
+  json_decref(patch);
+  const char *v = json_string_value(
+      json_object_get(json_object_get(ans, "metadata"), "resourceVersion"));
+  if (!rc && v)
+    snprintf(rv, cap, "%s", v);
+  json_decref(ans);
+  return rc;
+}
+
 static int write_claim(gf_sched_dra *f, const gf_dra_claim *c,
                        const gf_dra_result *res, uint32_t nres,
                        const char *node, const json_t *pod, gf_diag *d) {
@@ -737,13 +763,16 @@ static int write_claim(gf_sched_dra *f, const gf_dra_claim *c,
     patch = json_pack("{s:{s:n,s:n}}", "status", "allocation", "reservedFor");
   if (!patch)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  char path[KEY_MAX + 80];
+  char path[KEY_MAX + 80], rv[GF_DRA_LABEL_MAX];
+  snprintf(rv, sizeof(rv), "%s", c->rv);
+  int rc = allocation ? protect_claim(f, c, rv, sizeof(rv), d) : 0;
   snprintf(path, sizeof(path),
            GF_DRA_API "/namespaces/%s/resourceclaims/%s/status", c->ns,
            c->name);
   json_t *ans = NULL;
-  int rc = gf_kube_merge_patch(f->k, path, patch, allocation ? c->rv : NULL,
-                               &ans, d);
+  if (!rc)
+    rc =
+        gf_kube_merge_patch(f->k, path, patch, allocation ? rv : NULL, &ans, d);
   json_decref(patch);
   if (!rc && ans) {
     pthread_mutex_lock(&f->mu);

@@ -42,6 +42,9 @@ GPU, consumable capacity memory and cores).  Scenarios:
                   itself left Pending beside room on its GPU: its requeue
                   gap, logged; docs/dra.md), nothing over-filled, nothing
                   given back
+  named_claim     a claim named by its pod, allocated by gpufrac, carries
+                  the delete-protection finalizer and is deallocated when
+                  its pod goes
   taint_rule      a DeviceTaintRule NoSchedule on a mode-2 GPU: gpufrac
                   places there only claims that tolerate it, and records
                   the toleration in the result
@@ -1113,6 +1116,45 @@ class DRA:
         self.delete_all()
         self.retire(node)
 
+    def s_named_claim(self):
+        """A claim named by its pod (resourceClaimName, not a template),
+        allocated by gpufrac: it carries kube-scheduler's delete-protection
+        finalizer, so when its pod goes kube-controller-manager deallocates
+        it and its share is free again (a tester's finding: without the
+        finalizer the allocation stayed until the claim was deleted)."""
+        self.start_extender()
+        node = "dra13"
+        self.new_node(node, "d", "gpufrac")
+        claim = template("na", "40Gi", 40)
+        claim["kind"] = "ResourceClaim"
+        claim["spec"] = claim["spec"]["spec"]
+        self.api.create("%s/namespaces/%s/resourceclaims" % (RES, NS), claim)
+        p = pod("na-pod", "unused", True)
+        p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "na"}]
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, p)
+        self.wait_bound(["na-pod"], 60)
+        path = "%s/namespaces/%s/resourceclaims/na" % (RES, NS)
+        cl = self.api.get(path)
+        fin = cl["metadata"].get("finalizers", [])
+        if "resource.kubernetes.io/delete-protection" not in fin or \
+                not cl.get("status", {}).get("allocation"):
+            fail("named claim na: finalizers %s, status %s" % (fin, cl.get("status")))
+        self.api.delete("/api/v1/namespaces/%s/pods/na-pod" % NS, gracePeriodSeconds=0)
+        try:
+            wait_for("named claim na deallocated after its pod went", lambda: not self.api.get(
+                path).get("status", {}).get("allocation"), 60)
+        except Failure:
+            fail("named claim na still allocated 60 s after its pod went: %s" %
+                 self.api.get(path).get("status"))
+        log("named claim na: allocated by gpufrac with the delete-protection finalizer, "
+            "deallocated by kube-controller-manager when its pod went")
+        self.api.delete(path)
+        wait_for("named claim na gone", lambda: not any(
+            c["metadata"]["name"] == "na" for c in self.api.items(
+                "%s/namespaces/%s/resourceclaims" % (RES, NS))), 60)
+        self.delete_all()
+        self.retire(node)
+
     def s_example(self):
         """examples/dra-claim-share.yaml applied as written (kubectl apply):
         kube-scheduler allocates its claim 8Gi and 30 cores of the shared
@@ -1152,8 +1194,8 @@ class DRA:
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
-             "mixed_burst", "mixed_burst", "taint_rule", "example", "preempt",
-             "preempt_budget"]
+             "mixed_burst", "mixed_burst", "taint_rule", "named_claim", "example",
+             "preempt", "preempt_budget"]
 
 
 def main():
