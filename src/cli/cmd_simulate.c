@@ -434,8 +434,8 @@ static void main_job_table(const sweep *s, const gf_summary *sum) {
          "docs/simulator.md.\n");
 }
 
-/* A CSV field, quoted when it needs to be. */
-static void csv_field(FILE *fp, const char *v) {
+/* simulate_churn.h */
+void gf__csv_field(FILE *fp, const char *v) {
   if (!strpbrk(v, ",\"\r\n")) {
     fputs(v, fp);
     return;
@@ -488,7 +488,7 @@ static int write_arrivals(const char *dir, const trace *traces, int ntraces,
         const gf_trace_pod *p = &pods->pods[order[i]];
         arrived += gf_request_gpu_demand(&p->req);
         fprintf(fp, "%zu,", i);
-        csv_field(fp, p->name);
+        gf__csv_field(fp, p->name);
         fprintf(fp, ",%u,%d,%lld,%.6f\n", p->req.gpu_count,
                 p->req.gpu_count ? p->req.gpu_milli : 0,
                 (long long)p->req.cpu_milli,

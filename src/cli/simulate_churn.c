@@ -193,21 +193,6 @@ static int write_out(const churn_cli *o, const ctrace *traces,
   return bad ? -1 : 0;
 }
 
-/* A CSV text field, quoted when it needs to be. */
-static void csv_text(FILE *fp, const char *v) {
-  if (!strpbrk(v, ",\"\r\n")) {
-    fputs(v, fp);
-    return;
-  }
-  fputc('"', fp);
-  for (; *v; v++) {
-    if (*v == '"')
-      fputc('"', fp);
-    fputc(*v, fp);
-  }
-  fputc('"', fp);
-}
-
 /* DIR/churn-arrivals-TRACE-SEED.csv for each trace and seed, from the first
  * policy's run (every policy of a seed draws the same arrivals): each
  * arrival's time, its pod (row in the pod list, name, request) and its
@@ -232,12 +217,12 @@ static int write_arrivals(const churn_cli *o, const ctrace *traces,
         const gf_churn_arrival *a = &r->arrivals[i];
         const gf_trace_pod *p = &traces[t].s.pods.pods[a->pod];
         fprintf(fp, "%.3f,%zu,", a->t, a->pod);
-        csv_text(fp, p->name);
+        gf__csv_field(fp, p->name);
         fprintf(fp, ",%u,%d,%lld,%lld,", p->req.gpu_count,
                 p->req.gpu_count ? p->req.gpu_milli : 0,
                 (long long)p->req.cpu_milli,
                 (long long)(p->req.mem_bytes / (1024 * 1024)));
-        csv_text(fp, p->gpu_spec);
+        gf__csv_field(fp, p->gpu_spec);
         fprintf(fp, ",%.3f\n", a->lifetime_s);
       }
       if (fclose(fp) != 0) {
