@@ -434,21 +434,6 @@ static void main_job_table(const sweep *s, const gf_summary *sum) {
          "docs/simulator.md.\n");
 }
 
-/* simulate_churn.h */
-void gf__csv_field(FILE *fp, const char *v) {
-  if (!strpbrk(v, ",\"\r\n")) {
-    fputs(v, fp);
-    return;
-  }
-  fputc('"', fp);
-  for (; *v; v++) {
-    if (*v == '"')
-      fputc('"', fp);
-    fputc(*v, fp);
-  }
-  fputc('"', fp);
-}
-
 /* Writes DIR/arrivals-TRACE-SEED.csv for each trace and seed: the pods of
  * the workload in arrival order, with the demand arrived so far. */
 static int write_arrivals(const char *dir, const trace *traces, int ntraces,

@@ -193,6 +193,21 @@ static int write_out(const churn_cli *o, const ctrace *traces,
   return bad ? -1 : 0;
 }
 
+/* simulate_churn.h */
+void gf__csv_field(FILE *fp, const char *v) {
+  if (!strpbrk(v, ",\"\r\n")) {
+    fputs(v, fp);
+    return;
+  }
+  fputc('"', fp);
+  for (; *v; v++) {
+    if (*v == '"')
+      fputc('"', fp);
+    fputc(*v, fp);
+  }
+  fputc('"', fp);
+}
+
 /* DIR/churn-arrivals-TRACE-SEED.csv for each trace and seed, from the first
  * policy's run (every policy of a seed draws the same arrivals): each
  * arrival's time, its pod (row in the pod list, name, request) and its

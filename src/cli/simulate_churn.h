@@ -81,7 +81,7 @@ FILE *sim_out_open(const char *dir, const char *name);
 /* Returns an exit code (cli.h). */
 int simulate_churn(const churn_cli *o);
 
-/* cmd_simulate.c: a CSV field v to fp, quoted (RFC 4180) when it holds a
+/* simulate_churn.c: a CSV field v to fp, quoted (RFC 4180) when it holds a
  * comma, a quote or a line break. */
 void gf__csv_field(FILE *fp, const char *v);
 
