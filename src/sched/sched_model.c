@@ -831,8 +831,8 @@ int gf_sched_pod_update(gf_sched *s, const struct json_t *pod, gf_diag *d) {
     pthread_mutex_lock(&s->mu);
     (void)pod_update_locked(s, p, true, &pd);
     pthread_mutex_unlock(&s->mu);
-    size_t n = strlen(d->msg);
-    if (n + 3 < sizeof(d->msg))
+    size_t n = d ? strlen(d->msg) : 0;
+    if (d && n + 3 < sizeof(d->msg))
       snprintf(d->msg + n, sizeof(d->msg) - n, "; %s", pd.msg);
   } else if (!bad) {
     pthread_mutex_lock(&s->mu);

@@ -1496,6 +1496,9 @@ void gf_churn_config_init(gf_churn_config *cfg) {
 int gf_churn_run(const gf_cluster *proto, const gf_node_types *types,
                  const gf_pod_list *pods, const gf_lifetimes *lifetimes,
                  const gf_churn_config *cfg, gf_churn_result *out, gf_diag *d) {
+  gf_diag own = {""};
+  if (!d)
+    d = &own;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   churn k;

@@ -212,6 +212,16 @@ static void test_annotation_edited(void **state) {
   booked(s, 1000, 16 * GIB);
   assert_false(place(s, "fourteen", 2, MEM("14Gi"), "{}"));
   gf_sched_free(s);
+  /* the same with no diagnostic wanted (a NULL gf_diag, as every other
+   * entry point accepts): booked, no crash (found by fuzz_extender in CI) */
+  s = ext(GF_SCHED_ACCEPT_KAI);
+  assert_int_not_equal(
+      feed(s,
+           pod("whole-gpu", 1, ONE_GPU, "{\"gpu-fraction\":\"bogus\"}", grant),
+           NULL),
+      0);
+  booked(s, 1000, 16 * GIB);
+  gf_sched_free(s);
 }
 
 /* A grant that does not parse: the GPUs it names booked whole, else every
