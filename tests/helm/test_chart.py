@@ -460,6 +460,9 @@ def t_default(objs, ns):
           "default: the extender prefers nodes without the default pool's "
           "gpufrac.io/enabled=true (%s)" % aw)
     cp = render(ns=ns, sets=CONTROL_PLANE)
+    a = container(by, "Deployment", ns, "gpufrac-scheduler")["args"]
+    check("--bind-qps" not in a and "--bind-burst" not in a,
+          "default: no Binding limit (--bind-qps left out)")
     d = compare_with_deploy(objs, cp)
     check(not d, "default: the chart's objects equal deploy/'s%s" %
           "".join("\n       " + x for x in d))
@@ -628,6 +631,9 @@ def t_minimal(objs, ns):
     check(dep["spec"]["replicas"] == 1 and a[a.index("--guard") + 1] == "off" and
           "--guard-settle" not in a, "minimal: one replica, --guard off")
     check(a[a.index("--filter-top") + 1] == "1", "minimal: --filter-top 1")
+    check("--bind-qps" in a and a[a.index("--bind-qps") + 1] == "50" and
+          a[a.index("--bind-burst") + 1] == "100",
+          "minimal: --bind-qps 50 --bind-burst 100")
     check("clusterIP" not in by[("Service", ns, "gpufrac-scheduler")]["spec"],
           "minimal: the Service gets a ClusterIP from Kubernetes")
     pcs = {o["metadata"]["name"]: o for o in ks.get("PriorityClass", [])}
