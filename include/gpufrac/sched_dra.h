@@ -470,6 +470,8 @@ typedef struct gf_sched_dra_stats {
   uint64_t preempt_refused; /* evictions refused (each ends its preemption) */
   uint32_t holds;           /* preemptions waiting for their victims */
   uint32_t conflicts;       /* over-booked results in the last model */
+  uint64_t rebuilds;        /* times the models were built from the stores
+                               (after a change the model does not hold) */
 } gf_sched_dra_stats;
 void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out);
 

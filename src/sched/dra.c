@@ -19,6 +19,7 @@
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched_dra.h"
 #include "sched_state.h"
+#include "smap.h"
 #include <gnutls/crypto.h>
 
 /* ---- JSON helpers -------------------------------------------------------- */
@@ -843,6 +844,7 @@ typedef struct mdev {
   char pool[GF_DRA_NAME_MAX];
   char node[GF_DRA_NAME_MAX];
   uint32_t ni, gi; /* node and GPU in the cluster; ni UINT32_MAX: none */
+  uint32_t next;   /* the next device of the same pool; UINT32_MAX: none */
   int64_t used_mem, used_cores;
   uint32_t nalloc;
 } mdev;
@@ -854,16 +856,23 @@ struct gf_dra_model {
   mdev *devs;
   uint32_t ndevs;
   char (*nodes)[GF_DRA_NAME_MAX]; /* cluster node i -> Node name */
+  uint32_t *node_dev;             /* cluster node i -> its first device */
   uint32_t nnodes;
+  /* pool -> its first device (keys: the devices' pool names); a pool's
+   * devices are chained by mdev.next, so lookups and the build are linear
+   * in the devices (a rebuild at 1000 nodes and 5000 claims took seconds
+   * when every lookup scanned them all: bench/bench_dra_model.c) */
+  gf__smap pools;
   uint32_t conflicts;
   gf_dra_allocator who;
 };
 
 static mdev *find_dev(const gf_dra_model *m, const char *pool,
                       const char *device) {
-  for (uint32_t i = 0; i < m->ndevs; i++)
-    if (strcmp(m->devs[i].pool, pool) == 0 &&
-        strcmp(m->devs[i].dev.name, device) == 0)
+  int64_t first = gf__smap_get(&m->pools, pool);
+  for (uint32_t i = first < 0 ? UINT32_MAX : (uint32_t)first; i != UINT32_MAX;
+       i = m->devs[i].next)
+    if (strcmp(m->devs[i].dev.name, device) == 0)
       return &m->devs[i];
   return NULL;
 }
@@ -945,8 +954,10 @@ void gf_dra_model_free(gf_dra_model *m) {
   gf_engine_free(m->e);
   gf_cluster_free(m->c);
   gf_typical_release(&m->typ);
+  gf__smap_release(&m->pools);
   gf__free(m->devs);
   gf__free(m->nodes);
+  gf__free(m->node_dev);
   gf__free(m);
 }
 
@@ -959,12 +970,9 @@ static void weights_key(const char *hex16, char *buf, size_t cap) {
 /* Node ni's cache set: the models any device of its pool (devices from
  * `first` on) lists, ready when one of them says ready.  A full weights
  * table leaves a model out (no bonus, never a refusal); GF_ENOMEM. */
-static int node_models(gf_dra_model *m, uint32_t ni, uint32_t first,
-                       const char *pool) {
-  for (uint32_t i = first; i < m->ndevs; i++) {
+static int node_models(gf_dra_model *m, uint32_t ni, uint32_t first) {
+  for (uint32_t i = first; i != UINT32_MAX; i = m->devs[i].next) {
     const mdev *md = &m->devs[i];
-    if (strcmp(md->pool, pool) != 0)
-      continue;
     for (uint32_t k = 0; k < md->dev.nmodels; k++) {
       char key[32];
       weights_key(md->dev.models[k].hex, key, sizeof(key));
@@ -1015,14 +1023,27 @@ uint32_t gf_dra_model_weights_own(gf_dra_model *m, const char *ref,
   return id < 0 ? 0 : (uint32_t)id + 1;
 }
 
-/* Is slice s the newest generation of its pool among slices[]? */
-static bool newest(const gf_dra_slice *const *slices, uint32_t n,
+/* Each pool's newest generation among our slices: gens maps a pool to
+ * the index of one of its slices of that generation.  GF_ENOMEM. */
+static int newest_gens(const gf_dra_slice *const *slices, uint32_t n,
+                       gf__smap *gens) {
+  for (uint32_t i = 0; i < n; i++) {
+    if (!slices[i]->ours)
+      continue;
+    int64_t k = gf__smap_get(gens, slices[i]->pool);
+    if (k >= 0 && slices[k]->generation >= slices[i]->generation)
+      continue;
+    if (gf__smap_put(gens, slices[i]->pool, i))
+      return GF_ENOMEM;
+  }
+  return 0;
+}
+
+/* Is slice s (one of ours) the newest generation of its pool? */
+static bool newest(const gf_dra_slice *const *slices, const gf__smap *gens,
                    const gf_dra_slice *s) {
-  for (uint32_t i = 0; i < n; i++)
-    if (slices[i]->ours && strcmp(slices[i]->pool, s->pool) == 0 &&
-        slices[i]->generation > s->generation)
-      return false;
-  return true;
+  int64_t k = gf__smap_get(gens, s->pool);
+  return k >= 0 && s->generation >= slices[k]->generation;
 }
 
 int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
@@ -1067,6 +1088,45 @@ int gf_dra_model_new_tol(const gf_dra_slice *const *slices, uint32_t nslices,
   return model_build(slices, nslices, claims, nclaims, policy, &af, out, d);
 }
 
+/* The devices of the newest slices, in first-seen order, each pool's
+ * chained from its first (m->pools).  GF_ENOMEM. */
+static int add_devices(gf_dra_model *m, const gf_dra_slice *const *slices,
+                       uint32_t nslices, const gf__smap *gens) {
+  uint32_t *last = gf__calloc(nslices ? nslices : 1, sizeof(*last));
+  gf__smap lastof = {0}; /* pool -> index into last */
+  uint32_t npools = 0;
+  int rc = last ? 0 : GF_ENOMEM;
+  for (uint32_t i = 0; !rc && i < nslices; i++) {
+    const gf_dra_slice *s = slices[i];
+    if (!s->ours || !newest(slices, gens, s))
+      continue;
+    for (uint32_t j = 0; !rc && j < s->ndevices; j++) {
+      if (find_dev(m, s->pool, s->devices[j].name))
+        continue; /* the same device in two slices: the first counts */
+      uint32_t at = m->ndevs;
+      mdev *md = &m->devs[m->ndevs++];
+      md->dev = s->devices[j];
+      snprintf(md->pool, sizeof(md->pool), "%s", s->pool);
+      snprintf(md->node, sizeof(md->node), "%s", s->node);
+      md->ni = UINT32_MAX;
+      md->next = UINT32_MAX;
+      int64_t p = gf__smap_get(&lastof, md->pool);
+      if (p >= 0) {
+        m->devs[last[p]].next = at;
+        last[p] = at;
+      } else if (gf__smap_put(&m->pools, md->pool, at) ||
+                 gf__smap_put(&lastof, md->pool, npools)) {
+        rc = GF_ENOMEM;
+      } else {
+        last[npools++] = at;
+      }
+    }
+  }
+  gf__smap_release(&lastof);
+  gf__free(last);
+  return rc;
+}
+
 static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
                        const gf_dra_claim *const *claims, uint32_t nclaims,
                        const char *policy, const admit_for *af,
@@ -1079,46 +1139,35 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
   if (!m || !(m->c = gf_cluster_new()))
     goto nomem;
   m->who = af->who;
+  gf__smap gens = {0};
+  if (newest_gens(slices, nslices, &gens))
+    goto nomem;
   uint32_t total = 0;
   for (uint32_t i = 0; i < nslices; i++)
-    if (slices[i]->ours && newest(slices, nslices, slices[i]))
+    if (slices[i]->ours && newest(slices, &gens, slices[i]))
       total += slices[i]->ndevices;
   m->devs = gf__calloc(total ? total : 1, sizeof(*m->devs));
   m->nodes = gf__calloc(nslices ? nslices : 1, sizeof(*m->nodes));
+  m->node_dev = gf__calloc(nslices ? nslices : 1, sizeof(*m->node_dev));
   specs = gf__calloc(GF_MAX_GPUS_PER_NODE, sizeof(*specs));
-  if (!m->devs || !m->nodes || !specs)
+  if (!m->devs || !m->nodes || !m->node_dev || !specs ||
+      add_devices(m, slices, nslices, &gens)) {
+    gf__smap_release(&gens);
     goto nomem;
-  /* Devices, grouped by pool in first-seen order. */
-  for (uint32_t i = 0; i < nslices; i++) {
-    const gf_dra_slice *s = slices[i];
-    if (!s->ours || !newest(slices, nslices, s))
-      continue;
-    for (uint32_t j = 0; j < s->ndevices; j++) {
-      if (find_dev(m, s->pool, s->devices[j].name))
-        continue; /* the same device in two slices: the first counts */
-      mdev *md = &m->devs[m->ndevs++];
-      md->dev = s->devices[j];
-      snprintf(md->pool, sizeof(md->pool), "%s", s->pool);
-      snprintf(md->node, sizeof(md->node), "%s", s->node);
-      md->ni = UINT32_MAX;
-    }
   }
+  gf__smap_release(&gens);
   /* One node per pool with a node name; its GPUs: devices of type gpu
    * (or without a type) that have memory capacity. */
   for (uint32_t i = 0; i < m->ndevs; i++) {
-    if (m->devs[i].ni != UINT32_MAX || !m->devs[i].node[0])
-      continue;
-    bool done = false;
-    for (uint32_t k = 0; k < i; k++)
-      if (strcmp(m->devs[k].pool, m->devs[i].pool) == 0)
-        done = true;
-    if (done)
-      continue;
+    if (m->devs[i].ni != UINT32_MAX || !m->devs[i].node[0] ||
+        gf__smap_get(&m->pools, m->devs[i].pool) != (int64_t)i)
+      continue; /* not its pool's first device */
     uint32_t ng = 0;
     uint32_t idx[GF_MAX_GPUS_PER_NODE];
-    for (uint32_t k = i; k < m->ndevs && ng < GF_MAX_GPUS_PER_NODE; k++) {
+    for (uint32_t k = i; k != UINT32_MAX && ng < GF_MAX_GPUS_PER_NODE;
+         k = m->devs[k].next) {
       mdev *md = &m->devs[k];
-      if (strcmp(md->pool, m->devs[i].pool) != 0 || !md->dev.mem.present ||
+      if (!md->dev.mem.present ||
           (md->dev.type[0] && strcmp(md->dev.type, "gpu") != 0) ||
           !model_admits(&md->dev, af))
         continue;
@@ -1139,12 +1188,13 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
       rc = ni;
       goto fail;
     }
+    m->node_dev[m->nnodes] = i;
     snprintf(m->nodes[m->nnodes++], GF_DRA_NAME_MAX, "%s", m->devs[i].node);
     for (uint32_t g = 0; g < ng; g++) {
       m->devs[idx[g]].ni = (uint32_t)ni;
       m->devs[idx[g]].gi = g;
     }
-    if ((rc = node_models(m, (uint32_t)ni, i, m->devs[i].pool)))
+    if ((rc = node_models(m, (uint32_t)ni, i)))
       goto fail;
   }
   /* The policy's view of the workload: every allocated share and every
@@ -1168,10 +1218,13 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
       else
         whole_request(1, &reqs[n++]);
     }
+  /* looked up once: a scan of every device per request was most of a
+   * rebuild's time with thousands of pending claims */
+  const gf_dra_device *td_of[2] = {typical_dev(m, false), typical_dev(m, true)};
   for (uint32_t i = 0; i < nclaims; i++)
     for (uint32_t j = 0; !claims[i]->allocated && j < claims[i]->nreq; j++) {
       const gf_dra_request *r = &claims[i]->req[j];
-      const gf_dra_device *td = typical_dev(m, r->kind == GF_DRA_SHARE);
+      const gf_dra_device *td = td_of[r->kind == GF_DRA_SHARE];
       int64_t mem, cores;
       if (r->kind == GF_DRA_WHOLE)
         whole_request(r->count, &reqs[n++]);
@@ -1232,7 +1285,9 @@ int gf_dra_model_excess(const gf_dra_model *m, const char *pool,
 
 /* The device on cluster node ni, GPU gi. */
 static mdev *dev_at(gf_dra_model *m, uint32_t ni, uint32_t gi) {
-  for (uint32_t i = 0; i < m->ndevs; i++)
+  if (ni >= m->nnodes)
+    return NULL;
+  for (uint32_t i = m->node_dev[ni]; i != UINT32_MAX; i = m->devs[i].next)
     if (m->devs[i].ni == ni && m->devs[i].gi == gi)
       return &m->devs[i];
   return NULL;

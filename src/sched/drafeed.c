@@ -250,17 +250,36 @@ static void rule_gone(void *u, json_t *o) {
   pthread_mutex_unlock(&f->mu);
 }
 
+/* Whether claims a and b (both parsed, so zero-filled past their
+ * contents) are the same to the model: requests, tolerations,
+ * allocation, deletion.  An update of anything else (reservedFor,
+ * finalizers, labels: kube-scheduler's, kube-controller-manager's and the
+ * placer's own writes around every allocation) leaves the model as it is,
+ * so a burst of N pods is not N rebuilds of it for those. */
+static bool model_same(const gf_dra_claim *a, const gf_dra_claim *b) {
+  return strcmp(a->uid, b->uid) == 0 && a->nreq == b->nreq &&
+         memcmp(a->req, b->req, a->nreq * sizeof(a->req[0])) == 0 &&
+         a->ntol == b->ntol &&
+         memcmp(a->tol, b->tol, a->ntol * sizeof(a->tol[0])) == 0 &&
+         a->constraints == b->constraints && a->allocated == b->allocated &&
+         a->nres == b->nres &&
+         memcmp(a->res, b->res, a->nres * sizeof(a->res[0])) == 0 &&
+         a->deleting == b->deleting;
+}
+
 /* Stores a parsed claim; called by the informer and by the placer with
- * the server's answer to its PATCH.  mu held.  A claim older than the one
- * held (a watch event behind the placer's own write) is ignored. */
-static void claim_store(gf_sched_dra *f, const json_t *o) {
+ * the server's answer to its PATCH (booked: the answer's allocation is
+ * the one the placer booked in f->model, which then stays as it is).  mu
+ * held.  A claim older than the one held (a watch event behind the
+ * placer's own write) is ignored. */
+static void claim_store(gf_sched_dra *f, const json_t *o, bool booked) {
   char key[KEY_MAX];
   key_of(o, key, sizeof(key));
   gf_dra_claim *c = gf__malloc(sizeof(*c));
   gf_diag d = {""};
   int rc = c ? gf_dra_claim_parse(o, c, &d) : GF_ENOMEM;
-  f->dirty = true;
   if (rc) {
+    f->dirty = true;
     f->st.errors++;
     logf_(f, "gpufrac scheduler: DRA: %s (left out)\n", d.msg);
     store_del(&f->claims, key);
@@ -279,13 +298,15 @@ static void claim_store(gf_sched_dra *f, const json_t *o) {
       return;
     }
   }
+  if (!booked && !(old && model_same(old, c)))
+    f->dirty = true;
   store_put(&f->claims, key, c);
 }
 
 static void claim_set(void *u, json_t *o) {
   gf_sched_dra *f = u;
   pthread_mutex_lock(&f->mu);
-  claim_store(f, o);
+  claim_store(f, o, false);
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -554,6 +575,7 @@ static int model_fresh(gf_sched_dra *f, gf_diag *d) {
       f->kmodel = km;
       f->dirty = false;
       f->st.conflicts = gf_dra_model_conflicts(m);
+      f->st.rebuilds++;
     }
   } else {
     gf_diag_set(d, GF_ENOMEM, "DRA model: out of memory");
@@ -719,7 +741,7 @@ static int lift_gate(gf_sched_dra *f, const json_t *pod, gf_diag *d) {
 
 /* PATCHes claim c's status: its allocation, results res[0..nres-1] on
  * node (res NULL: clears it and reservedFor), reserved for pod.  Stores
- * the answer. */
+ * the answer (booked: res is what the placer booked in f->model). */
 /* Adds the resource.kubernetes.io/delete-protection finalizer to claim c
  * before its allocation is written, as kube-scheduler does: the
  * resourceclaim controller deallocates an unused claim (one named by a pod
@@ -748,7 +770,8 @@ static int protect_claim(gf_sched_dra *f, const gf_dra_claim *c, char *rv,
 
 static int write_claim(gf_sched_dra *f, const gf_dra_claim *c,
                        const gf_dra_result *res, uint32_t nres,
-                       const char *node, const json_t *pod, gf_diag *d) {
+                       const char *node, const json_t *pod, bool booked,
+                       gf_diag *d) {
   json_t *patch,
       *allocation = res ? gf_dra_allocation_json_of(c, res, nres, node) : NULL;
   if (res && !allocation)
@@ -776,7 +799,7 @@ static int write_claim(gf_sched_dra *f, const gf_dra_claim *c,
   json_decref(patch);
   if (!rc && ans) {
     pthread_mutex_lock(&f->mu);
-    claim_store(f, ans);
+    claim_store(f, ans, booked && allocation);
     pthread_mutex_unlock(&f->mu);
   }
   json_decref(ans);
@@ -1229,10 +1252,13 @@ static void preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
 /* Where pod's claims cl[0..n) go (mu held): the share a preemption held
  * for it once its victims' claims are released (*held 0; 1 while they are
  * not, -1 without a hold), else the engine's choice.  0 with res, nres and
- * node filled, or an error (GF_ENOFIT: no room). */
+ * node filled, or an error (GF_ENOFIT: no room).  *booked: the choice is
+ * booked in f->model itself (the engine's, for a pod tolerating no taint),
+ * which then stays valid once the writes are stored. */
 static int decide(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl, int n,
                   gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
-                  char node[GF_DRA_NAME_MAX], int *held, gf_diag *d) {
+                  char node[GF_DRA_NAME_MAX], int *held, bool *booked,
+                  gf_diag *d) {
   char key[KEY_MAX];
   uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
   int rc = 0;
@@ -1248,8 +1274,12 @@ static int decide(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl, int n,
     f->st.nofit++;
   else if (rc)
     f->st.errors++;
-  /* A decision holds until its writes are stored: rebuild after. */
-  f->dirty = f->dirty || rc == 0;
+  *booked = rc == 0 && *held < 0;
+  for (int i = 0; *booked && i < n; i++)
+    *booked = cl[i]->ntol == 0; /* placed in a model of its own */
+  /* A decision holds until its writes are stored: rebuild after, unless
+   * the model holds it already. */
+  f->dirty = f->dirty || (rc == 0 && !*booked);
   return rc;
 }
 
@@ -1286,9 +1316,9 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   }
   int rc = 0, held = -1;
   bool hand = n == 0 || why || (nalloc && nalloc != (uint32_t)n);
-  bool done = !hand && nalloc == (uint32_t)n;
+  bool done = !hand && nalloc == (uint32_t)n, booked = false;
   if (!hand && !done)
-    rc = decide(f, pod, cl, n, res, nres, node, &held, &d);
+    rc = decide(f, pod, cl, n, res, nres, node, &held, &booked, &d);
   pthread_mutex_unlock(&f->mu);
   if (held == 1) {
     waits(f, ns, name, d.msg);
@@ -1323,14 +1353,14 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   int written = 0;
   for (; !done && written < n; written++)
     if ((rc = write_claim(f, cl[written], res[written], nres[written], node,
-                          pod, &d))) {
+                          pod, booked, &d))) {
       gf_diag_prefix(&d, "claim %s", cl[written]->name);
       break;
     }
   if (rc) {
     gf_diag ud = {""};
     for (int i = 0; i < written; i++)
-      write_claim(f, cl[i], NULL, 0, NULL, pod, &ud);
+      write_claim(f, cl[i], NULL, 0, NULL, pod, false, &ud);
   }
   if (done) /* allocated by an earlier pass: checked again, then lifted */
     for (int i = 0; i < n; i++) {
@@ -1341,7 +1371,7 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   pthread_mutex_lock(&f->mu);
   if (rc)
     f->st.errors++;
-  f->dirty = true;
+  f->dirty = f->dirty || rc || !booked; /* a failed write was undone */
   pthread_mutex_unlock(&f->mu);
   if (rc)
     logf_(f, "gpufrac scheduler: DRA: pod %s: %s\n", name, d.msg);
@@ -1465,7 +1495,7 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
       pthread_mutex_unlock(&f->mu);
       overfill_event(f, x->pod, msg);
       for (int c = 0; c < x->n; c++) {
-        write_claim(f, x->cl[c], NULL, 0, NULL, x->pod, &d);
+        write_claim(f, x->cl[c], NULL, 0, NULL, x->pod, false, &d);
         for (uint32_t r = 0; r < x->nres[c]; r++)
           for (uint32_t k = 0; k < nov; k++)
             if (strcmp(ov[k].pool, x->res[c][r].pool) == 0 &&
@@ -1729,6 +1759,10 @@ size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
   gf__buf_init_fixed(&b, buf, cap);
   gf__prom_u64(&b, "gpufrac_dra_placed_total", "counter",
                "Pods whose claims gpufrac allocated (mode 2).", st.placed);
+  gf__prom_u64(&b, "gpufrac_dra_model_rebuilds_total", "counter",
+               "Times mode 2's models were built again from every slice and "
+               "claim (after a change they did not hold).",
+               st.rebuilds);
   gf__prom_u64(&b, "gpufrac_dra_handed_total", "counter",
                "Gated pods handed to kube-scheduler unallocated.", st.handed);
   gf__prom_u64(&b, "gpufrac_dra_nofit_total", "counter",
