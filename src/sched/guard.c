@@ -331,8 +331,8 @@ static double median(double *v, size_t n) {
  * sizes are at least a factor 2 apart (Theil-Sen, robust to an outlier
  * among 3 or more pairs), the option's when there is no such pair or the
  * median is not positive, and never above the median of the samples' own
- * seconds per byte (a fixed cost is not negative, so no sample's time
- * per byte is below b). */
+ * seconds per byte when that is positive (a fixed cost is not negative,
+ * so no sample's time per byte is below b). */
 static double fit_slope(const fit *f) {
   double s[GF_GUARD_FIT_SAMPLES * (GF_GUARD_FIT_SAMPLES - 1) / 2];
   double r[GF_GUARD_FIT_SAMPLES];
@@ -349,8 +349,8 @@ static double fit_slope(const fit *f) {
   double b = ns ? median(s, ns) : f->prior_b;
   if (!(b > 0))
     b = f->prior_b;
-  double rmed = median(r, f->n);
-  return b < rmed ? b : rmed;
+  double rmed = median(r, f->n); /* 0: loads within a timestamp's second */
+  return rmed > 0 && rmed < b ? rmed : b;
 }
 
 /* Fits f (a, b) to its samples: b by fit_slope, a the median of what each

@@ -753,6 +753,12 @@ static void test_window_overhead(void **st) {
   load_sample(g, "e", 20000000000LL, "2025-12-01T10:40:01Z"); /* 40 min */
   assert_near_7120(g);
   gf__guard_free(g);
+
+  /* a load within the timestamps' second is no rate of 0 s per byte */
+  g = model_guard();
+  load_sample(g, "z", 10000000000LL, "2025-12-01T10:00:01Z");
+  assert_int_equal(gf__guard_window_us(g, 140000000000LL), 7120 * SEC);
+  gf__guard_free(g);
 }
 
 int main(void) {
