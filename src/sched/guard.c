@@ -328,8 +328,8 @@ static double median(double *v, size_t n) {
 }
 
 /* The per-byte part b: the median of the slopes between samples whose
- * sizes are at least a factor 2 apart (Theil-Sen, robust to an outlier
- * among 3 or more pairs), the option's when there is no such pair or the
+ * sizes are at least a factor 2 apart (Theil-Sen: one outlier among five
+ * samples does not move it), the option's when there is no such pair or the
  * median is not positive, and never above the median of the samples' own
  * seconds per byte when that is positive (a fixed cost is not negative,
  * so no sample's time per byte is below b). */
