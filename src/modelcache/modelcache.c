@@ -1140,7 +1140,10 @@ static int source_opts(gf_node_cache *c, const gf_node_cache_opts *o,
                                         : "");
   }
   c->o.ca_file = c->ca_file;
-  return 0;
+  /* refused here, not at the first request: the command's options or the
+   * node config say what is wrong while they are being read */
+  return gf__mc_hf_endpoint_check(c->hf_endpoint, c->hf_token_file[0] != '\0',
+                                  d);
 }
 
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
@@ -1505,27 +1508,6 @@ static bool ready(gf_node_cache *c, const char *hex) {
   return ok;
 }
 
-/* Whether a hub token may go to origin ("scheme://host[:port]"): over
- * https, or in the clear only to this machine (a test hub, a local mirror). */
-static bool token_safe(const char *origin) {
-  if (strncmp(origin, "https://", 8) == 0)
-    return true;
-  if (strncmp(origin, "http://", 7) != 0)
-    return false;
-  /* gf__mc_origin's form: the port is always there, after the last ':' */
-  char host[256];
-  const char *h = origin + 7, *colon = strrchr(h, ':');
-  size_t n = colon ? (size_t)(colon - h) : 0;
-  if (!n || n >= sizeof(host))
-    return false;
-  memcpy(host, h, n);
-  host[n] = '\0';
-  struct in_addr a4;
-  if (inet_pton(AF_INET, host, &a4) == 1)
-    return (ntohl(a4.s_addr) >> 24) == 127;
-  return strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0;
-}
-
 /* A request whose source is a Hugging Face repository (hf://): unless
  * the digest it names is ready, the repository is resolved into its
  * manifest (the hub token, when configured, to the hub's host only) and
@@ -1545,7 +1527,7 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
     if (!gf__mc_origin(c->hf_endpoint, origin, sizeof(origin)))
       return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint %s: not a URL",
                          c->hf_endpoint);
-    if (!token_safe(origin))
+    if (!gf__mc_hf_token_safe(origin))
       return gf_diag_set(d, GF_EINVAL,
                          "model_hf_endpoint %s: the hub token "
                          "(model_hf_token_file) is sent only over https:// "
@@ -2172,8 +2154,11 @@ static bool source_prefix(const char *allow, const char *source, char *out,
   for (const char *p = allow; *p;) {
     size_t n = strcspn(p, ",");
     /* a prefix that does not end in '/' would let "https://a.example" pass
-     * "https://a.example.attacker.net": never matches */
-    if (n > 1 && p[n - 1] == '/' && strncmp(source, p, n) == 0) {
+     * "https://a.example.attacker.net": never matches; an hf:// one names
+     * an organisation or one repository (gf__mc_hf_prefix_match) */
+    bool hf = n > 5 && !strncmp(p, "hf://", 5);
+    if (hf ? gf__mc_hf_prefix_match(p, n, source)
+           : n > 1 && p[n - 1] == '/' && strncmp(source, p, n) == 0) {
       if (n >= cap)
         return false;
       memcpy(out, p, n);
@@ -2210,6 +2195,14 @@ static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
                        "(docs/modelcache.md)",
                        name, source,
                        c->pod_sources[0] ? c->pod_sources : "none set");
+  if (source && gf__mc_is_hf(source) && !gf__mc_hf_pinned(source))
+    return gf_diag_set(d, GF_EINVAL,
+                       "model %s: source '%.200s' does not pin a commit: a "
+                       "pod names hf://ORG/NAME@<the 40-hex commit> (a branch "
+                       "or tag moves, and its manifest with it; `gpufrac cache "
+                       "fetch` prints the commit and the digest; "
+                       "docs/modelcache.md)",
+                       name, source);
   gf_diag fd = {{0}};
   /* a file:// source is read beneath the prefix's directory: a symlink or
    * '..' in it does not lead out (docs/modelcache.md) */

@@ -9,17 +9,22 @@
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "modelcache_config.h"
+#include "modelcache_int.h"
 #include "node_util.h"
 
-/* "https://a/,file:///b/,hf://org/": prefixes http(s)://..., file:///...
- * or hf://ORG/ (Hugging Face repositories), each ending in '/', separated
- * by commas. */
+/* "https://a/,file:///b/,hf://org/,hf://org/name": prefixes
+ * http(s)://..., file:///... each ending in '/', or hf://ORG/ (a Hugging
+ * Face organisation) or hf://ORG/NAME (one repository, any revision),
+ * separated by commas. */
 static bool prefixes_ok(const char *v) {
   for (const char *p = v; *p;) {
     size_t n = strcspn(p, ",");
-    if (n < 2 || p[n - 1] != '/' ||
-        (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
-         strncmp(p, "file:///", 8) && (strncmp(p, "hf://", 5) || n < 7)))
+    if (n > 5 && !strncmp(p, "hf://", 5)) {
+      if (!gf__mc_hf_prefix_ok(p, n))
+        return false;
+    } else if (n < 2 || p[n - 1] != '/' ||
+               (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
+                strncmp(p, "file:///", 8)))
       return false;
     p += n;
     if (*p == ',')
@@ -49,6 +54,13 @@ static int hf_key(gf_node_config *c, const char *k, const char *v,
                        ep ? "an http:// or https:// URL" : "an absolute path",
                        cap - 1);
   gf__node_copy(dst, cap, v);
+  /* the endpoint's form, and a token only where it may go: checked for
+   * whichever of the two keys comes second (or an endpoint given again) */
+  const char *e = c->model_hf_endpoint;
+  gf_diag ed = {{0}};
+  if ((ep || !strcmp(k, "model_hf_token_file")) && e[0] &&
+      gf__mc_hf_endpoint_check(e, c->model_hf_token_file[0] != '\0', &ed))
+    return gf_diag_set(d, GF_ESYNTAX, "%s: %s", where, ed.msg);
   return 0;
 }
 
@@ -85,8 +97,9 @@ int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
     if (!prefixes_ok(v))
       return gf_diag_set(d, GF_ESYNTAX,
                          "%s: model_shared_sources = '%s': want prefixes "
-                         "http(s)://host/..., file:///dir/ or hf://ORG/, each "
-                         "ending in '/', separated by commas",
+                         "http(s)://host/..., file:///dir/ (each ending in "
+                         "'/'), hf://ORG/ or hf://ORG/NAME, separated by "
+                         "commas",
                          where, v);
     if (strlen(v) >= sizeof(c->model_shared_sources))
       return gf_diag_set(d, GF_ELIMIT,
@@ -161,8 +174,9 @@ int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
     if (!prefixes_ok(v))
       return gf_diag_set(d, GF_ESYNTAX,
                          "%s: model_pod_sources = '%s': want prefixes "
-                         "http(s)://host/..., file:///dir/ or hf://ORG/, each "
-                         "ending in '/', separated by commas",
+                         "http(s)://host/..., file:///dir/ (each ending in "
+                         "'/'), hf://ORG/ or hf://ORG/NAME, separated by "
+                         "commas",
                          where, v);
     if (strlen(v) >= sizeof(c->model_pod_sources))
       return gf_diag_set(d, GF_ELIMIT, "%s: model_pod_sources: over %zu bytes",

@@ -15,6 +15,8 @@
  *   GET <ep>/<repo>/resolve/<commit>/<path>    -> the file (an LFS file
  *       by a redirect to another host, a CDN)
  */
+#include <arpa/inet.h>
+#include <curl/curl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -60,6 +62,11 @@ bool gf__mc_is_hf(const char *source) {
   return source && strncmp(source, "hf://", 5) == 0;
 }
 
+bool gf__mc_hf_pinned(const char *source) {
+  const char *at = gf__mc_is_hf(source) ? strchr(source + 5, '@') : NULL;
+  return at && strlen(at + 1) == 40 && lower_hex(at + 1, 40);
+}
+
 /* ORG/NAME: [A-Za-z0-9][A-Za-z0-9._-]*, no "..", each <= 96. */
 static bool repo_ok(const char *r, size_t n) {
   size_t parts = 0, len = 0;
@@ -81,6 +88,108 @@ static bool repo_ok(const char *r, size_t n) {
     len++;
   }
   return parts == 2;
+}
+
+bool gf__mc_hf_prefix_ok(const char *p, size_t n) {
+  if (n < 7 || strncmp(p, "hf://", 5))
+    return false;
+  const char *r = p + 5;
+  size_t m = n - 5;
+  const char *slash = memchr(r, '/', m);
+  if (!slash)
+    return false; /* "hf://ORG" would also let "hf://ORG-other/" in */
+  if ((size_t)(slash - r) + 1 == m) { /* "hf://ORG/": ORG as in "ORG/x" */
+    char t[HF_PART_MAX + 3];
+    if (m - 1 > HF_PART_MAX)
+      return false;
+    memcpy(t, r, m - 1);
+    memcpy(t + m - 1, "/x", 3);
+    return repo_ok(t, m + 1);
+  }
+  return repo_ok(r, r[m - 1] == '/' ? m - 1 : m);
+}
+
+bool gf__mc_hf_prefix_match(const char *p, size_t n, const char *source) {
+  if (n < 7 || strncmp(p, "hf://", 5) || !gf__mc_is_hf(source))
+    return false;
+  const char *slash = memchr(p + 5, '/', n - 5);
+  if (!slash)
+    return false;
+  if ((size_t)(slash - p) + 1 == n) /* "hf://ORG/": everything under it */
+    return strncmp(source, p, n) == 0;
+  size_t m = p[n - 1] == '/' ? n - 1 : n; /* "hf://ORG/NAME[/]" */
+  return strncmp(source, p, m) == 0 && (source[m] == '\0' || source[m] == '@');
+}
+
+bool gf__mc_hf_token_safe(const char *origin) {
+  if (strncmp(origin, "https://", 8) == 0)
+    return true;
+  if (strncmp(origin, "http://", 7) != 0)
+    return false;
+  /* gf__mc_origin's form: the port is always there, after the last ':' */
+  char host[256];
+  const char *h = origin + 7, *colon = strrchr(h, ':');
+  size_t n = colon ? (size_t)(colon - h) : 0;
+  if (!n || n >= sizeof(host))
+    return false;
+  memcpy(host, h, n);
+  host[n] = '\0';
+  struct in_addr a4;
+  if (inet_pton(AF_INET, host, &a4) == 1)
+    return (ntohl(a4.s_addr) >> 24) == 127;
+  return strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0;
+}
+
+/* Whether URL u has part `what` (a non-empty one for the host). */
+static bool has_part(CURLU *u, CURLUPart what) {
+  char *part = NULL;
+  CURLUcode rc = curl_url_get(u, what, &part, 0);
+  bool has = rc == CURLUE_OK && part && (what != CURLUPART_HOST || part[0]);
+  curl_free(part);
+  return has;
+}
+
+/* What is wrong with endpoint ep's parts (NULL: nothing). */
+static const char *endpoint_why(CURLU *u, const char *ep) {
+  if (curl_url_set(u, CURLUPART_URL, ep, 0) != CURLUE_OK ||
+      !has_part(u, CURLUPART_HOST))
+    return "not a URL with a host";
+  if (has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
+    return "has a user name or password (user:password@): refused (a hub "
+           "token goes in model_hf_token_file)";
+  if (has_part(u, CURLUPART_QUERY))
+    return "has a query string ('?...'): the hub's API paths are appended "
+           "to the endpoint, want scheme://host[:port][/path]";
+  if (has_part(u, CURLUPART_FRAGMENT))
+    return "has a fragment ('#...'): want scheme://host[:port][/path]";
+  return NULL;
+}
+
+int gf__mc_hf_endpoint_check(const char *ep, bool token, gf_diag *d) {
+  if (strncmp(ep, "https://", 8) && strncmp(ep, "http://", 7))
+    return gf_diag_set(d, GF_EINVAL,
+                       "model_hf_endpoint '%.200s': not an http:// or "
+                       "https:// URL",
+                       ep);
+  CURLU *u = curl_url();
+  if (!u)
+    return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  const char *why = endpoint_why(u, ep);
+  curl_url_cleanup(u);
+  if (why && !strncmp(why, "has a user", 10))
+    return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint %s", why);
+  if (why)
+    return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint '%.200s': %s", ep, why);
+  char origin[1200];
+  if (token && (!gf__mc_origin(ep, origin, sizeof(origin)) ||
+                !gf__mc_hf_token_safe(origin)))
+    return gf_diag_set(d, GF_EINVAL,
+                       "model_hf_endpoint '%.200s': the hub token "
+                       "(model_hf_token_file) is sent only over https:// or "
+                       "to a loopback http:// endpoint (127.0.0.0/8, "
+                       "localhost, [::1])",
+                       ep);
+  return 0;
 }
 
 /* A branch, tag or commit: [A-Za-z0-9._/-], no "..", no leading '/'. */

@@ -102,6 +102,28 @@ typedef struct gf__mc_hf {
 
 /* Whether source is "hf://REPO[@REVISION]". */
 bool gf__mc_is_hf(const char *source);
+/* Whether an hf:// source pins its commit: "hf://ORG/NAME@<40 lowercase
+ * hex>" (what a pod must name: a branch or tag moves). */
+bool gf__mc_hf_pinned(const char *source);
+/* Whether p[n] (one entry of model_pod_sources / model_shared_sources,
+ * starting "hf://") is "hf://ORG/" (an organisation) or "hf://ORG/NAME"
+ * or "hf://ORG/NAME/" (one repository). */
+bool gf__mc_hf_prefix_ok(const char *p, size_t n);
+/* Whether source is under the hf:// prefix p[n]: for "hf://ORG/", every
+ * "hf://ORG/..."; for a repository, "hf://ORG/NAME" and
+ * "hf://ORG/NAME@REVISION" only (never "hf://ORG/NAME-other"). */
+bool gf__mc_hf_prefix_match(const char *p, size_t n, const char *source);
+/* Whether a hub token may go to origin ("scheme://host:port", as
+ * gf__mc_origin makes it): https://, or http:// to this machine only
+ * (127.0.0.0/8, localhost, [::1]). */
+bool gf__mc_hf_token_safe(const char *origin);
+/* Whether ep is a hub endpoint the cache uses: an http:// or https:// URL
+ * with a host and nothing but a port and a path besides (no user name or
+ * password, query or fragment: the API paths are appended to it), and,
+ * when a token goes with it, one gf__mc_hf_token_safe allows.  GF_EINVAL
+ * with a sentence naming model_hf_endpoint (never a password in it);
+ * GF_ENOMEM. */
+int gf__mc_hf_endpoint_check(const char *ep, bool token, gf_diag *d);
 
 /* Resolves source "hf://ORG/NAME[@REVISION]" (REVISION default "main") at
  * the hub API endpoint (docs/modelcache.md, "Hugging Face repositories"):

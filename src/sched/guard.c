@@ -53,14 +53,21 @@ typedef struct grec {
   bool fetch_seen, load_seen;
 } grec;
 
+/* A time that grows with a model's size, seconds = a + b x bytes, fitted
+ * to the last GF_GUARD_FIT_SAMPLES samples (guard.h, refit()). */
+typedef struct fit {
+  double x[GF_GUARD_FIT_SAMPLES], t[GF_GUARD_FIT_SAMPLES]; /* bytes, s */
+  unsigned n, next; /* samples kept, the slot the next one takes */
+  unsigned total;   /* samples ever */
+  double prior_b;   /* the option's seconds per byte */
+  double a, b;      /* the fit: seconds, seconds per byte */
+} fit;
+
 struct gf__guard {
   pthread_mutex_t mu;
   gf__guard_opts o;
   int64_t settle_us, cap_us, cap_max_us;
-  /* The rates as seconds per byte (the options', then measured: an
-   * average that weighs each new sample a quarter) and their samples. */
-  double fetch_spb, load_spb;
-  unsigned nfetch, nload;
+  fit fetch, load;
   grec *r;
   uint32_t n, cap;
   gf__smap map;
@@ -102,9 +109,9 @@ int gf__guard_new(const gf__guard_opts *o, gf__guard **out, gf_diag *d) {
   g->settle_us = settle * 1000;
   g->cap_us = cap * 1000;
   g->cap_max_us = cap_max * 1000;
-  g->fetch_spb =
+  g->fetch.prior_b = g->fetch.b =
       1.0 / (double)(o->fetch_bps ? o->fetch_bps : GF_GUARD_FETCH_BPS_DEFAULT);
-  g->load_spb =
+  g->load.prior_b = g->load.b =
       1.0 / (double)(o->load_bps ? o->load_bps : GF_GUARD_LOAD_BPS_DEFAULT);
   *out = g;
   return 0;
@@ -309,11 +316,71 @@ static int64_t cond_true_at(const json_t *pod, const char *type) {
   return at;
 }
 
-/* A new sample x (seconds per byte) of an estimate. */
-static void sample(double *est, unsigned *n, double x) {
-  *est = *n ? *est + (x - *est) / 4 : x;
-  if (*n < UINT32_MAX)
-    (*n)++;
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of v[n] (n > 0; sorts v). */
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof(*v), cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The per-byte part b: the median of the slopes between samples whose
+ * sizes are at least a factor 2 apart (Theil-Sen: one outlier among five
+ * samples does not move it), the option's when there is no such pair or the
+ * median is not positive, and never above the median of the samples' own
+ * seconds per byte when that is positive (a fixed cost is not negative,
+ * so no sample's time per byte is below b). */
+static double fit_slope(const fit *f) {
+  double s[GF_GUARD_FIT_SAMPLES * (GF_GUARD_FIT_SAMPLES - 1) / 2];
+  double r[GF_GUARD_FIT_SAMPLES];
+  size_t ns = 0;
+  for (unsigned i = 0; i < f->n; i++) {
+    r[i] = f->t[i] / f->x[i];
+    for (unsigned j = i + 1; j < f->n; j++) {
+      double lo = f->x[i] < f->x[j] ? f->x[i] : f->x[j];
+      double hi = f->x[i] < f->x[j] ? f->x[j] : f->x[i];
+      if (hi >= 2 * lo)
+        s[ns++] = (f->t[j] - f->t[i]) / (f->x[j] - f->x[i]);
+    }
+  }
+  double b = ns ? median(s, ns) : f->prior_b;
+  if (!(b > 0))
+    b = f->prior_b;
+  double rmed = median(r, f->n); /* 0: loads within a timestamp's second */
+  return rmed > 0 && rmed < b ? rmed : b;
+}
+
+/* Fits f (a, b) to its samples: b by fit_slope, a the median of what each
+ * sample's time leaves over b, at least 0.  No sample: 0 and the
+ * option's rate.  One sample: the option's rate (or the sample's, when
+ * faster), the rest of its time the fixed part. */
+static void refit(fit *f) {
+  if (!f->n) {
+    f->a = 0;
+    f->b = f->prior_b;
+    return;
+  }
+  f->b = fit_slope(f);
+  double rest[GF_GUARD_FIT_SAMPLES];
+  for (unsigned i = 0; i < f->n; i++)
+    rest[i] = f->t[i] - f->b * f->x[i];
+  double a = median(rest, f->n);
+  f->a = a > 0 ? a : 0;
+}
+
+/* A new sample: a model of `bytes` took `us`. */
+static void sample(fit *f, int64_t bytes, int64_t us) {
+  f->x[f->next] = (double)bytes;
+  f->t[f->next] = (double)us / 1e6;
+  f->next = (f->next + 1) % GF_GUARD_FIT_SAMPLES;
+  if (f->n < GF_GUARD_FIT_SAMPLES)
+    f->n++;
+  if (f->total < UINT32_MAX)
+    f->total++;
+  refit(f);
 }
 
 /* Measures r's fetch (protection to model-ready) and load (model-ready to
@@ -326,23 +393,20 @@ static void measure(gf__guard *g, grec *r) {
     r->fetch_seen = true;
     int64_t dt = r->model_at - since;
     if (dt >= GF_GUARD_FETCH_MIN_MS * 1000LL) /* else it was cached */
-      sample(&g->fetch_spb, &g->nfetch, (double)dt / 1e6 / (double)r->bytes);
+      sample(&g->fetch, r->bytes, dt);
   }
   int64_t ready = r->ready_at ? r->ready_at : r->ready_since;
   if (!r->load_seen && r->ready && ready >= r->model_at) {
     r->load_seen = true;
-    sample(&g->load_spb, &g->nload,
-           (double)(ready - r->model_at) / 1e6 / (double)r->bytes);
+    sample(&g->load, r->bytes, ready - r->model_at);
   }
 }
 
 static int64_t window_locked(const gf__guard *g, int64_t bytes) {
   if (bytes <= 0)
     return g->cap_us;
-  double us =
-      ((double)g->settle_us / 1e6 +
-       GF_GUARD_WINDOW_FACTOR * (double)bytes * (g->fetch_spb + g->load_spb)) *
-      1e6;
+  double s = g->fetch.a + g->load.a + (double)bytes * (g->fetch.b + g->load.b);
+  double us = ((double)g->settle_us / 1e6 + GF_GUARD_WINDOW_FACTOR * s) * 1e6;
   if (us <= (double)g->cap_us)
     return g->cap_us;
   if (us >= (double)g->cap_max_us)
@@ -360,10 +424,17 @@ int64_t gf__guard_window_us(gf__guard *g, int64_t bytes) {
 void gf__guard_rates(gf__guard *g, double *fetch_bps, double *load_bps,
                      unsigned *nfetch, unsigned *nload) {
   pthread_mutex_lock(&g->mu);
-  *fetch_bps = g->fetch_spb > 0 ? 1.0 / g->fetch_spb : 0;
-  *load_bps = g->load_spb > 0 ? 1.0 / g->load_spb : 0;
-  *nfetch = g->nfetch;
-  *nload = g->nload;
+  *fetch_bps = g->fetch.b > 0 ? 1.0 / g->fetch.b : 0;
+  *load_bps = g->load.b > 0 ? 1.0 / g->load.b : 0;
+  *nfetch = g->fetch.total;
+  *nload = g->load.total;
+  pthread_mutex_unlock(&g->mu);
+}
+
+void gf__guard_overheads(gf__guard *g, double *fetch_s, double *load_s) {
+  pthread_mutex_lock(&g->mu);
+  *fetch_s = g->fetch.a;
+  *load_s = g->load.a;
   pthread_mutex_unlock(&g->mu);
 }
 

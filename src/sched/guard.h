@@ -65,17 +65,21 @@
 #define GF_GUARD_CAP_MS_DEFAULT 1800000LL   /* 30 min */
 /* A pod that loads a model of known size (its gpufrac.io/model, sized by a
  * node's inventory) is protected for its own window, not the fixed cap:
- *   settle + GF_GUARD_WINDOW_FACTOR * (bytes / fetch rate + bytes / load rate)
- * at least the cap and at most cap_max (docs/llm-serving.md, "A window sized
- * by the model").  The rates start at the options' and then follow what the
- * guard measures on the pods it protects: from protection to their
- * gpufrac.io/model-ready condition (the fetch; under GF_GUARD_FETCH_MIN_MS
- * the model was cached, no sample) and from that to Ready (the load). */
+ *   settle + GF_GUARD_WINDOW_FACTOR * (fetch time + load time)
+ * each time = a fixed part + bytes x a per-byte part, at least the cap and
+ * at most cap_max (docs/llm-serving.md, "A window sized by the model").
+ * The parts start at 0 and the options' rates and then follow what the
+ * guard measures on the pods it protects (a robust fit over the last
+ * GF_GUARD_FIT_SAMPLES samples of each, cluster-wide): from protection to
+ * their gpufrac.io/model-ready condition (the fetch; under
+ * GF_GUARD_FETCH_MIN_MS the model was cached, no sample) and from that to
+ * Ready (the load). */
 #define GF_GUARD_CAP_MAX_MS_DEFAULT 86400000LL /* 24 h */
 #define GF_GUARD_FETCH_BPS_DEFAULT 50000000LL  /* 50 MB/s */
 #define GF_GUARD_LOAD_BPS_DEFAULT 200000000LL  /* 200 MB/s */
 #define GF_GUARD_WINDOW_FACTOR 2
 #define GF_GUARD_FETCH_MIN_MS 2000
+#define GF_GUARD_FIT_SAMPLES 32
 #define GF_GUARD_MODEL_READY "gpufrac.io/model-ready" /* the agent's */
 
 typedef struct gf__guard gf__guard;
@@ -150,10 +154,12 @@ int gf__guard_pass(gf__guard *g, gf__guard_patch_fn fn, void *user,
 /* The protection window (microseconds) of a pod whose model has `bytes`
  * (0: unknown, the cap), from the rates as measured so far. */
 int64_t gf__guard_window_us(gf__guard *g, int64_t bytes);
-/* The fetch and load rates (bytes/s) the windows use now, and how many
- * samples each came from (0: the options' rate). */
+/* The fetch and load rates (bytes/s: the per-byte parts) the windows use
+ * now, and how many samples each has seen (0: the options' rate). */
 void gf__guard_rates(gf__guard *g, double *fetch_bps, double *load_bps,
                      unsigned *nfetch, unsigned *nload);
+/* The fixed parts (seconds) of the fetch and the load the windows use. */
+void gf__guard_overheads(gf__guard *g, double *fetch_s, double *load_s);
 
 /* Pods kept: those being protected or about to be. */
 size_t gf__guard_count(gf__guard *g);

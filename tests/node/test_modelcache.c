@@ -928,7 +928,7 @@ static void test_hf_config(void **state) {
   assert_int_equal(gf_node_cache_acquire(c, &r, dir, sizeof(dir), &d),
                    GF_EINVAL);
   assert_non_null(strstr(d.msg, "model_pod_sources"));
-  r.source = "hf://acme/m@v1";
+  r.source = "hf://acme/m@0123456789abcdef0123456789abcdef01234567";
   assert_int_equal(gf_node_cache_acquire(c, &r, dir, sizeof(dir), &d),
                    GF_EHTTP);
   assert_non_null(strstr(d.msg, "the node agent's log says why"));
@@ -942,6 +942,144 @@ static void test_hf_config(void **state) {
   assert_int_equal(
       gf_node_cache_fetch_source(c, "m", NULL, "https://m.example/x", got, &d),
       GF_EINVAL);
+  gf_node_cache_free(c);
+}
+
+/* One config text: 0 or the code, with its sentence in d. */
+static int parse_cfg(const char *text, gf_diag *d) {
+  gf_node_config cfg;
+  gf_node_config_init(&cfg);
+  return gf_node_config_parse(&cfg, text, strlen(text), "t", d);
+}
+
+#define COMMIT40 "0123456789abcdef0123456789abcdef01234567"
+
+/* Issue 28's hf:// leftovers: a model_pod_sources / model_shared_sources
+ * entry naming one repository (hf://ORG/NAME) matches it at any revision
+ * and nothing else; an endpoint with userinfo, a query or a fragment, and
+ * a hub token with a non-loopback http:// endpoint, are refused when the
+ * config is read (and when the cache is opened), saying what and where; a
+ * pod's hf:// source pins its commit. */
+static void test_hf_prefix_repo(void **state) {
+  (void)state;
+  gf_diag d = {{0}};
+  /* (1) a repository as a prefix */
+  const char *repo = "model_pod_sources = hf://acme/tiny,hf://acme/big/\n"
+                     "model_shared_sources = hf://pub/m\n";
+  if (parse_cfg(repo, &d))
+    fail_msg("hf://ORG/NAME as a prefix: %s", d.msg);
+  assert_true(gf_node_cache_source_allowed("hf://acme/tiny", "hf://acme/tiny"));
+  assert_true(gf_node_cache_source_allowed("hf://acme/tiny",
+                                           "hf://acme/tiny@" COMMIT40));
+  assert_true(
+      gf_node_cache_source_allowed("x/,hf://acme/big/", "hf://acme/big@main"));
+  assert_false(gf_node_cache_source_allowed("hf://acme/tiny",
+                                            "hf://acme/tiny-other@main"));
+  assert_false(
+      gf_node_cache_source_allowed("hf://acme/tiny", "hf://acme/tinyx"));
+  assert_false(
+      gf_node_cache_source_allowed("hf://acme/big/", "hf://acme/big-x"));
+  assert_false(
+      gf_node_cache_source_allowed("hf://acme/tiny", "hf://acme/tiny/x"));
+  assert_true(gf_node_cache_source_allowed("hf://acme/", "hf://acme/any@v1"));
+  const char *badpre[] = {"model_pod_sources = hf://acme/tiny/x\n",
+                          "model_pod_sources = hf://acme/ti ny\n",
+                          "model_pod_sources = hf://acme//\n",
+                          "model_shared_sources = hf://a/b@main\n"};
+  for (size_t i = 0; i < sizeof(badpre) / sizeof(badpre[0]); i++) {
+    assert_int_equal(parse_cfg(badpre[i], &d), GF_ESYNTAX);
+    assert_non_null(strstr(d.msg, "t:"));
+  }
+}
+
+static void test_hf_endpoint_refused(void **state) {
+  (void)state;
+  gf_diag d = {{0}};
+  /* (2) the endpoint: scheme, host, port and path only */
+  struct {
+    const char *text, *why;
+  } bad[] = {
+      {"model_hf_endpoint = https://hub.example/?x=1\n", "query"},
+      {"model_hf_endpoint = https://u:s3cret@hub.example\n", "user"},
+      {"model_hf_endpoint = https://u@hub.example/api\n", "user"},
+      {"model_hf_endpoint = https://\n", "host"},
+      /* (3) a token only over https:// or to loopback http:// */
+      {"model_hf_token_file = /t\nmodel_hf_endpoint = http://hub.example\n",
+       "https://"},
+      {"model_hf_endpoint = http://10.0.0.1:8080\nmodel_hf_token_file = /t\n",
+       "https://"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    int rc = parse_cfg(bad[i].text, &d);
+    if (rc != GF_ESYNTAX || !strstr(d.msg, "t:") ||
+        !strstr(d.msg, "model_hf_endpoint") || !strstr(d.msg, bad[i].why) ||
+        strstr(d.msg, "s3cret"))
+      fail_msg("%s: %s (%s)", bad[i].text, gf_err_name(rc), d.msg);
+  }
+  const char *ok[] = {
+      "model_hf_token_file = /t\nmodel_hf_endpoint = http://127.0.0.1:9\n",
+      "model_hf_endpoint = http://localhost:9/hub\nmodel_hf_token_file = /t\n",
+      "model_hf_endpoint = http://[::1]:9\nmodel_hf_token_file = /t\n",
+      "model_hf_endpoint = https://hub.example/api\nmodel_hf_token_file = /t\n",
+      "model_hf_endpoint = http://hub.example\n"}; /* no token: fine */
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+    if (parse_cfg(ok[i], &d))
+      fail_msg("%s: %s", ok[i], d.msg);
+  char root[300];
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  gf_node_cache_opts o = {.root = root,
+                          .retries = 1,
+                          .pod_sources = "hf://acme/m",
+                          .hf_endpoint = "http://hub.example:80",
+                          .hf_token_file = "/t"};
+  gf_node_cache *c = NULL;
+  assert_int_equal(gf_node_cache_open(&o, &c, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "model_hf_endpoint"));
+  assert_null(c);
+  o.hf_endpoint = "https://u:s3cret@hub.example";
+  assert_int_equal(gf_node_cache_open(&o, &c, &d), GF_EINVAL);
+  assert_null(strstr(d.msg, "s3cret"));
+  o.hf_endpoint = "https://hub.example/#f"; /* ('#' starts a config comment) */
+  assert_int_equal(gf_node_cache_open(&o, &c, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "fragment"));
+  o.hf_endpoint = "https://hub.example/p?x";
+  o.hf_token_file = NULL;
+  assert_int_equal(gf_node_cache_open(&o, &c, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "query"));
+}
+
+static void test_hf_pod_pins(void **state) {
+  (void)state;
+  gf_diag d = {{0}};
+  /* (4) a pod's source pins the commit */
+  char root[300];
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  gf_node_cache_opts o = {.root = root,
+                          .retries = 1,
+                          .pod_sources = "hf://acme/",
+                          .hf_endpoint = "http://127.0.0.1:1"};
+  gf_node_cache *c = NULL;
+  assert_int_equal(gf_node_cache_open(&o, &c, &d), 0);
+  char dir[512], hex[GF_NODE_CACHE_HEX];
+  memset(hex, 'a', 64);
+  hex[64] = '\0';
+  gf_node_cache_req r = {.name = "m",
+                         .hex = hex,
+                         .source = "hf://acme/m@" COMMIT40,
+                         .ns = "team",
+                         .holder = "uid-1"};
+  assert_int_equal(gf_node_cache_acquire(c, &r, dir, sizeof(dir), &d),
+                   GF_EHTTP); /* allowed; no hub there */
+  const char *unpinned[] = {"hf://acme/m", "hf://acme/m@main",
+                            "hf://acme/m@v1.0",
+                            "hf://acme/m@0123456789ABCDEF"
+                            "0123456789abcdef01234567"};
+  for (size_t i = 0; i < sizeof(unpinned) / sizeof(unpinned[0]); i++) {
+    r.source = unpinned[i];
+    int rc = gf_node_cache_acquire(c, &r, dir, sizeof(dir), &d);
+    if (rc != GF_EINVAL || !strstr(d.msg, "commit"))
+      fail_msg("%s: %s (%s)", unpinned[i], gf_err_name(rc), d.msg);
+  }
   gf_node_cache_free(c);
 }
 
@@ -968,6 +1106,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pod_sources, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_hf_config, setup_tmp, teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_hf_prefix_repo, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_hf_endpoint_refused, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_hf_pod_pins, setup_tmp,
+                                      teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

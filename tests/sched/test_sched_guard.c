@@ -547,8 +547,9 @@ static gf__guard *model_guard(void) {
 
 /* A pod loading MODEL_REF: its model-ready condition True since
  * model_at and Ready since ready_at (NULL: not so). */
-static void see_model(gf__guard *g, const char *rv, const char *ann,
-                      const char *model_at, const char *ready_at) {
+static void see_model_pod(gf__guard *g, const char *name, const char *rv,
+                          const char *ann, const char *model_at,
+                          const char *ready_at) {
   char text[4096], conds[1024];
   snprintf(
       conds, sizeof(conds),
@@ -559,20 +560,20 @@ static void see_model(gf__guard *g, const char *rv, const char *ann,
       ready_at ? "True" : "False", ready_at ? ",\"lastTransitionTime\":\"" : "",
       ready_at ? ready_at : "", ready_at ? "\"" : "");
   snprintf(text, sizeof(text),
-           "{\"metadata\":{\"name\":\"llm-0\",\"namespace\":\"ml\","
-           "\"uid\":\"u-1\",\"resourceVersion\":\"%s\",\"annotations\":{%s,"
+           "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"ml\","
+           "\"uid\":\"u-%s\",\"resourceVersion\":\"%s\",\"annotations\":{%s,"
            "\"gpufrac.io/model\":\"" MODEL_REF "\"}},"
            "\"spec\":{\"nodeName\":\"node-a\"},"
            "\"status\":{\"phase\":\"Running\",\"conditions\":%s}}",
-           rv, ann, conds);
+           name, name, rv, ann, conds);
   json_error_t je;
   json_t *p = json_loads(text, 0, &je);
   assert_non_null(p);
   /* the informer hands the guard its slim copy: the same decisions */
   json_t *slim =
-      json_pack("{s:{s:s,s:s,s:s,s:s},s:{s:s},s:{s:s}}", "metadata", "name",
-                "llm-0", "namespace", "ml", "uid", "u-1", "resourceVersion", rv,
-                "spec", "nodeName", "node-a", "status", "phase", "Running");
+      json_pack("{s:{s:s,s:s,s:s+,s:s},s:{s:s},s:{s:s}}", "metadata", "name",
+                name, "namespace", "ml", "uid", "u-", name, "resourceVersion",
+                rv, "spec", "nodeName", "node-a", "status", "phase", "Running");
   /* (the informer's own slim copy keeps the grant) */
   json_t *pa = json_object_get(json_object_get(p, "metadata"), "annotations");
   json_t *grant = json_object_get(pa, "gpufrac.io/grant");
@@ -583,6 +584,11 @@ static void see_model(gf__guard *g, const char *rv, const char *ann,
   gf__guard_pod_update(g, slim);
   json_decref(slim);
   json_decref(p);
+}
+
+static void see_model(gf__guard *g, const char *rv, const char *ann,
+                      const char *model_at, const char *ready_at) {
+  see_model_pod(g, "llm-0", rv, ann, model_at, ready_at);
 }
 
 /* A pod whose model a node's inventory sizes at 140 GB is protected past
@@ -686,6 +692,75 @@ static void test_window_measured(void **st) {
   (void)size_calls;
 }
 
+/* One load sample: a pod whose model is ready at T0 + 1 s (cached: no
+ * fetch sample) and Ready at ready_at; its model has `bytes`. */
+static void load_sample(gf__guard *g, const char *name, int64_t bytes,
+                        const char *ready_at) {
+  model_size = bytes;
+  see_model_pod(g, name, "70", OWNED_BOTH, "2025-12-01T10:00:01Z", ready_at);
+}
+
+/* A window within 10% of what a model's size predicts: settle + 2 x
+ * (140 GB / 50 MB/s + 140 GB / 200 MB/s) = 7120 s. */
+static void assert_near_7120(gf__guard *g) {
+  int64_t w = gf__guard_window_us(g, 140000000000LL);
+  if (w < 6408 * SEC || w > 7832 * SEC)
+    fail_msg("window of 140 GB: %.0f s, not within 10%% of 7120 s",
+             (double)w / SEC);
+}
+
+/* The load includes a fixed start-up cost (a runtime starting, CUDA
+ * initialising): a 10 MB model that takes 30 s to become Ready is not a
+ * load rate of 333 kB/s.  Measured as bytes / time it made every big
+ * model's window the cap max (24 h); the guard fits an overhead and a
+ * per-byte rate instead, robust to one outlier. */
+static void test_window_overhead(void **st) {
+  (void)st;
+  fake_now = T0 + 300 * SEC;
+  gf__guard *g = model_guard();
+  load_sample(g, "tiny-0", 10000000, "2025-12-01T10:00:31Z");
+  /* one sample cannot tell overhead from rate: the option's rate stays,
+   * the rest of the sample's time is overhead (30 s - 0.05 s) */
+  assert_int_equal(gf__guard_window_us(g, 140000000000LL) / SEC,
+                   120 + 2 * (2800 + 700) + 59); /* + 2 x 29.95 s */
+  double fb = 0, lb = 0;
+  unsigned nf = 9, nl = 9;
+  gf__guard_rates(g, &fb, &lb, &nf, &nl);
+  assert_true(nf == 0 && nl == 1);
+  assert_true(lb > 1.999e8 && lb < 2.001e8);
+  double fo = 9, lo = 0;
+  gf__guard_overheads(g, &fo, &lo);
+  assert_true(fo == 0 && lo > 29.94 && lo < 29.96);
+  /* two big models at 200 MB/s: the fit follows them */
+  load_sample(g, "big-0", 10000000000LL, "2025-12-01T10:00:51Z");
+  load_sample(g, "big-1", 20000000000LL, "2025-12-01T10:01:41Z");
+  assert_near_7120(g);
+  /* more tiny slow models change only the overhead */
+  load_sample(g, "tiny-1", 10000000, "2025-12-01T10:00:31Z");
+  load_sample(g, "tiny-2", 20000000, "2025-12-01T10:00:41Z");
+  load_sample(g, "tiny-3", 5000000, "2025-12-01T10:00:21Z");
+  assert_near_7120(g);
+  gf__guard_rates(g, &fb, &lb, &nf, &nl);
+  assert_true(nl == 6 && lb > 1e8);
+  gf__guard_free(g);
+
+  /* one big outlier among models loading at 200 MB/s + 10 s */
+  g = model_guard();
+  load_sample(g, "a", 10000000000LL, "2025-12-01T10:01:01Z");
+  load_sample(g, "b", 20000000000LL, "2025-12-01T10:01:51Z");
+  load_sample(g, "c", 40000000000LL, "2025-12-01T10:03:31Z");
+  load_sample(g, "d", 5000000000LL, "2025-12-01T10:00:36Z");
+  load_sample(g, "e", 20000000000LL, "2025-12-01T10:40:01Z"); /* 40 min */
+  assert_near_7120(g);
+  gf__guard_free(g);
+
+  /* a load within the timestamps' second is no rate of 0 s per byte */
+  g = model_guard();
+  load_sample(g, "z", 10000000000LL, "2025-12-01T10:00:01Z");
+  assert_int_equal(gf__guard_window_us(g, 140000000000LL), 7120 * SEC);
+  gf__guard_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_protect_then_settle),
@@ -701,6 +776,7 @@ int main(void) {
       cmocka_unit_test(test_window_from_model),
       cmocka_unit_test(test_window_size_later),
       cmocka_unit_test(test_window_measured),
+      cmocka_unit_test(test_window_overhead),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
