@@ -100,8 +100,17 @@ class Conn:
                                                context=self.c.admin.ctx, timeout=60)
             self.local.conn = conn
         data = json.dumps(body).encode() if body is not None else None
-        conn.request(method, path, data, {"Content-Type": ctype})
-        r = conn.getresponse()
+        try:
+            conn.request(method, path, data, {"Content-Type": ctype})
+            r = conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionError):
+            # the API server closed a connection left idle: once more on a new one
+            conn.close()
+            conn = http.client.HTTPSConnection("127.0.0.1", self.c.api_port,
+                                               context=self.c.admin.ctx, timeout=60)
+            self.local.conn = conn
+            conn.request(method, path, data, {"Content-Type": ctype})
+            r = conn.getresponse()
         text = r.read()
         if r.status >= 300:
             raise RuntimeError("%s %s: %d %s" % (method, path, r.status, text[:300]))

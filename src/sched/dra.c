@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
 #include "dra_int.h"
@@ -1319,6 +1320,29 @@ static void undo(gf_dra_model *m, placed *pl, uint32_t npl, mdev **used,
   }
 }
 
+/* Books q, the engine's form of request r (a share of mem bytes and
+ * cores, or whole GPUs), on node ni where the engine puts it there; the
+ * engine's error (GF_ENOFIT: no room) with the reason. */
+static int pinned_apply(gf_dra_model *m, const gf_dra_request *r, int64_t mem,
+                        int64_t cores, gf_request *q, uint32_t ni,
+                        gf_placement *p, gf_diag *d) {
+  int64_t score;
+  int rc = gf_engine_score(m->e, q, ni, &score, p);
+  if (!rc)
+    rc = gf_engine_apply(m->e, q, p);
+  if (rc && r->kind == GF_DRA_SHARE)
+    return gf_diag_set(d, rc,
+                       "request %s: %" PRId64 " bytes and %" PRId64
+                       " cores do not fit on one shared device of node %s "
+                       "beside what it holds",
+                       r->name, mem, cores, m->nodes[ni]);
+  if (rc)
+    return gf_diag_set(d, rc,
+                       "request %s: %u whole GPUs are not free on node %s",
+                       r->name, (unsigned)r->count, m->nodes[ni]);
+  return 0;
+}
+
 /* Places one request on node `node` (UINT32_MAX: the engine chooses) and
  * books it; appends its results to res. */
 static int place_one(gf_dra_model *m, const gf_dra_claim *c, uint32_t ri,
@@ -1355,14 +1379,8 @@ static int place_one(gf_dra_model *m, const gf_dra_claim *c, uint32_t ri,
                          " bytes and %" PRId64 " cores free on one %s device%s",
                          r->name, mem, cores, share ? "shared" : "whole",
                          rc == GF_ENOFIT ? "" : " (engine error)");
-  } else {
-    int64_t score;
-    if ((rc = gf_engine_score(m->e, &q, *node, &score, &p)) ||
-        (rc = gf_engine_apply(m->e, &q, &p)))
-      return gf_diag_set(d, rc,
-                         "request %s: no room beside the pod's other "
-                         "requests on its node",
-                         r->name);
+  } else if ((rc = pinned_apply(m, r, mem, cores, &q, *node, &p, d))) {
+    return rc;
   }
   pl[*npl].q = q;
   pl[(*npl)++].p = p;
@@ -1425,47 +1443,106 @@ int gf_dra_model_place(gf_dra_model *m, const gf_dra_claim *const *claims,
                                 nres, node, d);
 }
 
-int gf_dra_model_place_own(gf_dra_model *m, const gf_dra_claim *const *claims,
-                           uint32_t n, uint32_t weights, uint32_t weights_own,
-                           const uint8_t *rnd, size_t rnd_len,
-                           gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
-                           uint32_t *nres, char node[GF_DRA_NAME_MAX],
-                           gf_diag *d) {
-  uint32_t nq = 0;
+/* The Node the allocated claims among claims[0..n) put their pod on: *ni
+ * the model's node of that name (UINT32_MAX when none is allocated, or
+ * none has a result on gpufrac's devices); *pin the first such claim.
+ * GF_ENOFIT naming them when their results are on two nodes, on a device
+ * no slice of the model has, or on a node where the model places nothing. */
+static int pinned_node(const gf_dra_model *m, const gf_dra_claim *const *claims,
+                       uint32_t n, uint32_t *ni, const gf_dra_claim **pin,
+                       gf_diag *d) {
+  const mdev *at = NULL;
+  *ni = UINT32_MAX;
+  *pin = NULL;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t k = 0; claims[i]->allocated && k < claims[i]->nres; k++) {
+      const gf_dra_result *r = &claims[i]->res[k];
+      if (strcmp(r->driver, GF_DRA_DRIVER) != 0)
+        continue;
+      const mdev *md = find_dev(m, r->pool, r->device);
+      if (!md)
+        return gf_diag_set(d, GF_ENOFIT,
+                           "claim %s is allocated on device %s/%s, which no "
+                           "ResourceSlice known offers",
+                           claims[i]->name, r->pool, r->device);
+      if (at && strcmp(at->node, md->node) != 0)
+        return gf_diag_set(d, GF_ENOFIT,
+                           "claims %s and %s are allocated on different nodes "
+                           "(%s, %s): one pod cannot use both",
+                           (*pin)->name, claims[i]->name, at->node, md->node);
+      if (!at) {
+        at = md;
+        *pin = claims[i];
+      }
+    }
+  if (!at)
+    return 0;
+  for (uint32_t i = 0; i < m->nnodes; i++)
+    if (strcmp(m->nodes[i], at->node) == 0) {
+      *ni = i;
+      return 0;
+    }
+  return gf_diag_set(d, GF_ENOFIT,
+                     "claim %s is allocated on node %s, where gpufrac "
+                     "places no device",
+                     (*pin)->name, at->node[0] ? at->node : "(none)");
+}
+
+/* gf_dra_model_place_own; with `pinned`, claims allocated already are
+ * taken as they are (their results copied to res, nothing booked) and the
+ * others placed on their node. */
+static int place_claims(gf_dra_model *m, const gf_dra_claim *const *claims,
+                        uint32_t n, uint32_t weights, uint32_t weights_own,
+                        bool pinned, const uint8_t *rnd, size_t rnd_len,
+                        gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                        uint32_t *nres, char node[GF_DRA_NAME_MAX],
+                        gf_diag *d) {
+  uint32_t nq = 0, ni = UINT32_MAX;
+  const gf_dra_claim *pin = NULL;
   for (uint32_t i = 0; i < n; i++) {
-    if (claims[i]->allocated)
+    if (claims[i]->allocated && !pinned)
       return gf_diag_set(d, GF_EINVAL, "claim %s: allocated already",
                          claims[i]->name);
-    for (uint32_t j = 0; j < claims[i]->nreq; j++) {
+    for (uint32_t j = 0; !claims[i]->allocated && j < claims[i]->nreq; j++) {
       if (claims[i]->req[j].kind == GF_DRA_OTHER)
         return gf_diag_set(d, GF_EINVAL, "claim %s: %s", claims[i]->name,
                            claims[i]->req[j].why);
       nq += claims[i]->req[j].count;
     }
   }
+  int rc = pinned ? pinned_node(m, claims, n, &ni, &pin, d) : 0;
+  if (rc)
+    return rc;
   placed *pl = gf__calloc(nq + 1, sizeof(*pl));
   mdev **used = gf__calloc(nq + 1, sizeof(*used));
   int64_t *um = gf__calloc(nq + 1, sizeof(*um)),
           *uc = gf__calloc(nq + 1, sizeof(*uc));
-  uint32_t npl = 0, nused = 0, ni = UINT32_MAX;
+  uint32_t npl = 0, nused = 0;
   size_t off = 0;
-  int rc = 0;
   if (!pl || !used || !um || !uc) {
     rc = gf_diag_set(d, GF_ENOMEM, "placing claims: out of memory");
     goto out;
   }
   for (uint32_t i = 0; i < n && !rc; i++) {
     nres[i] = 0;
+    if (claims[i]->allocated) { /* a consumer of it: booked once, already */
+      nres[i] = claims[i]->nres;
+      memcpy(res[i], claims[i]->res, claims[i]->nres * sizeof(res[i][0]));
+      continue;
+    }
     for (uint32_t j = 0; j < claims[i]->nreq && !rc; j++) {
       rc = place_one(m, claims[i], j, weights, weights_own, &ni, pl, &npl, used,
                      um, uc, &nused, rnd, rnd_len, &off, res[i], &nres[i], d);
-      if (rc)
+      if (rc && pin)
+        gf_diag_prefix(d, "claim %s (beside claim %s, allocated on %s)",
+                       claims[i]->name, pin->name, m->nodes[ni]);
+      else if (rc)
         gf_diag_prefix(d, "claim %s", claims[i]->name);
     }
   }
   if (rc) {
     undo(m, pl, npl, used, um, uc, nused);
-  } else if (ni == UINT32_MAX) {
+  } else if (npl == 0) {
     rc = gf_diag_set(d, GF_EINVAL, "no request to place");
   } else {
     snprintf(node, GF_DRA_NAME_MAX, "%s", m->nodes[ni]);
@@ -1476,6 +1553,46 @@ out:
   gf__free(um);
   gf__free(uc);
   return rc;
+}
+
+int gf_dra_model_place_own(gf_dra_model *m, const gf_dra_claim *const *claims,
+                           uint32_t n, uint32_t weights, uint32_t weights_own,
+                           const uint8_t *rnd, size_t rnd_len,
+                           gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                           uint32_t *nres, char node[GF_DRA_NAME_MAX],
+                           gf_diag *d) {
+  return place_claims(m, claims, n, weights, weights_own, false, rnd, rnd_len,
+                      res, nres, node, d);
+}
+
+int gf__dra_model_place_pinned(gf_dra_model *m,
+                               const gf_dra_claim *const *claims, uint32_t n,
+                               uint32_t weights, uint32_t weights_own,
+                               const uint8_t *rnd, size_t rnd_len,
+                               gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                               uint32_t *nres, char node[GF_DRA_NAME_MAX],
+                               gf_diag *d) {
+  return place_claims(m, claims, n, weights, weights_own, true, rnd, rnd_len,
+                      res, nres, node, d);
+}
+
+int64_t gf__dra_model_booked_mem(const gf_dra_model *m) {
+  int64_t sum = 0;
+  for (uint32_t i = 0; m && i < m->ndevs; i++)
+    if (m->devs[i].ni != UINT32_MAX)
+      sum += m->devs[i].used_mem;
+  return sum;
+}
+
+int gf__dra_allocation_stamp(json_t *allocation, time_t now) {
+  struct tm tm;
+  char ts[32];
+  if (!gmtime_r(&now, &tm) ||
+      !strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm))
+    return GF_EINVAL;
+  return json_object_set_new(allocation, "allocationTimestamp", json_string(ts))
+             ? GF_ENOMEM
+             : 0;
 }
 
 int gf_dra_model_score(gf_dra_model *m, const gf_dra_claim *const *claims,
@@ -1493,11 +1610,19 @@ int gf_dra_model_score_own(gf_dra_model *m, const gf_dra_claim *const *claims,
       ni = i;
   if (ni == UINT32_MAX)
     return GF_ENOTFOUND;
+  /* A claim allocated already (the pod is one more consumer of it) is
+   * booked once, as it is: it scores nothing and pins the pod to its
+   * node. */
+  uint32_t pni;
+  const gf_dra_claim *pin;
+  if (pinned_node(m, claims, n, &pni, &pin, NULL) ||
+      (pni != UINT32_MAX && pni != ni))
+    return GF_ENOFIT;
   /* The score of the pod's first request; the others must fit too. */
   bool first = true;
   int64_t s = 0;
   for (uint32_t i = 0; i < n; i++)
-    for (uint32_t j = 0; j < claims[i]->nreq; j++) {
+    for (uint32_t j = 0; !claims[i]->allocated && j < claims[i]->nreq; j++) {
       const gf_dra_request *r = &claims[i]->req[j];
       if (r->kind == GF_DRA_OTHER)
         continue;

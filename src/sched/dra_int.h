@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "gpufrac/sched_dra.h"
 
@@ -24,5 +25,35 @@ bool gf__dra_pod_admits(const gf_dra_claim *const *pod, uint32_t npod,
  * out of memory. */
 int gf__dra_tolerations_json(struct json_t *res, const gf_dra_result *r,
                              const gf_dra_claim *c);
+
+/* Sets allocation's "allocationTimestamp" to now (RFC 3339, UTC, seconds),
+ * as kube-scheduler stamps the allocations it writes.  kube-scheduler
+ * v1.37 stamps an allocation that has none when it reserves the claim for
+ * another pod, and the API server refuses that as a change to the
+ * allocation: an allocation written without it cannot be shared
+ * (docs/dra.md, "Claims shared by several pods").  GF_ENOMEM. */
+int gf__dra_allocation_stamp(struct json_t *allocation, time_t now);
+
+/* Mode 2's placement of a pod some of whose claims may be allocated
+ * already (by gpufrac for another pod, or by kube-scheduler): the pod is
+ * one more consumer of each such claim, which is neither placed nor booked
+ * again (its results are copied to res as they are); the other claims are
+ * placed on the node the allocated ones are on, or anywhere when none is.
+ * GF_ENOFIT with the reason (naming the allocated claim and its node) when
+ * they do not fit there, or the allocated claims are on two nodes, or on a
+ * node without devices gpufrac allocates; GF_EINVAL when every claim is
+ * allocated (nothing to place).  Otherwise as gf_dra_model_place_own. */
+int gf__dra_model_place_pinned(gf_dra_model *m,
+                               const gf_dra_claim *const *claims, uint32_t n,
+                               uint32_t weights, uint32_t weights_own,
+                               const uint8_t *rnd, size_t rnd_len,
+                               gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                               uint32_t *nres, char node[GF_DRA_NAME_MAX],
+                               gf_diag *d);
+
+/* Memory booked on the devices m's engine places on: every allocated
+ * claim's results counted once, whatever number of pods it is reserved
+ * for. */
+int64_t gf__dra_model_booked_mem(const gf_dra_model *m);
 
 #endif

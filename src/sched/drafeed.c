@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "dra_int.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
 #include "gpufrac/sched_dra.h"
@@ -145,8 +146,13 @@ struct gf_sched_dra {
   bool *own;
   uint32_t neff;
   store said;    /* pod key -> the last reason logged for it (char*) */
+  store solo;    /* claim key -> the uid of its only consumer (char*), for
+                    allocated claims reserved for one pod */
   store holders; /* pods not gated that use claims: key -> slim json_t* */
   store tried;   /* gated pod key -> when preemption was last tried */
+  /* the claim whose booked allocation the placer is writing (its watch
+   * event may come before the answer: the model holds it already) */
+  char writing[KEY_MAX];
   struct hold *holds[HOLDS_MAX]; /* preemptions waiting for their victims */
   gf__pdb *budgets; /* the kube feed's PodDisruptionBudgets; NULL: none */
   uint32_t nholds;
@@ -283,6 +289,7 @@ static void claim_store(gf_sched_dra *f, const json_t *o, bool booked) {
     f->st.errors++;
     logf_(f, "gpufrac scheduler: DRA: %s (left out)\n", d.msg);
     store_del(&f->claims, key);
+    store_del(&f->solo, key);
     gf__free(c);
     return;
   }
@@ -298,8 +305,20 @@ static void claim_store(gf_sched_dra *f, const json_t *o, bool booked) {
       return;
     }
   }
+  booked = booked || (c->allocated && strcmp(key, f->writing) == 0);
   if (!booked && !(old && model_same(old, c)))
     f->dirty = true;
+  const json_t *rf =
+      json_object_get(json_object_get(o, "status"), "reservedFor");
+  const char *only =
+      json_array_size(rf) == 1
+          ? json_string_value(json_object_get(json_array_get(rf, 0), "uid"))
+          : NULL;
+  char *uid = only && c->allocated ? gf__strdup(only) : NULL;
+  if (uid)
+    store_put(&f->solo, key, uid);
+  else
+    store_del(&f->solo, key);
   store_put(&f->claims, key, c);
 }
 
@@ -321,6 +340,7 @@ static void claim_gone(void *u, json_t *o) {
   key_of(o, key, sizeof(key));
   pthread_mutex_lock(&f->mu);
   store_del(&f->claims, key);
+  store_del(&f->solo, key);
   f->dirty = true;
   pthread_mutex_unlock(&f->mu);
 }
@@ -774,6 +794,12 @@ static int write_claim(gf_sched_dra *f, const gf_dra_claim *c,
                        gf_diag *d) {
   json_t *patch,
       *allocation = res ? gf_dra_allocation_json_of(c, res, nres, node) : NULL;
+  /* Stamped as kube-scheduler stamps its own: without it, kube-scheduler
+   * cannot reserve the claim for a second pod (dra_int.h). */
+  if (allocation && gf__dra_allocation_stamp(allocation, time(NULL))) {
+    json_decref(allocation);
+    allocation = NULL;
+  }
   if (res && !allocation)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   if (allocation)
@@ -793,15 +819,21 @@ static int write_claim(gf_sched_dra *f, const gf_dra_claim *c,
            GF_DRA_API "/namespaces/%s/resourceclaims/%s/status", c->ns,
            c->name);
   json_t *ans = NULL;
+  booked = booked && allocation;
+  if (booked) {
+    pthread_mutex_lock(&f->mu);
+    snprintf(f->writing, sizeof(f->writing), "%.253s/%.253s", c->ns, c->name);
+    pthread_mutex_unlock(&f->mu);
+  }
   if (!rc)
     rc =
         gf_kube_merge_patch(f->k, path, patch, allocation ? rv : NULL, &ans, d);
   json_decref(patch);
-  if (!rc && ans) {
-    pthread_mutex_lock(&f->mu);
-    claim_store(f, ans, booked && allocation);
-    pthread_mutex_unlock(&f->mu);
-  }
+  pthread_mutex_lock(&f->mu);
+  if (!rc && ans)
+    claim_store(f, ans, booked);
+  f->writing[0] = '\0';
+  pthread_mutex_unlock(&f->mu);
   json_decref(ans);
   return rc;
 }
@@ -818,8 +850,9 @@ static int random_bytes(gf_sched_dra *f, uint8_t *buf, size_t n) {
   return 0;
 }
 
-/* Logs why pod (ns/name) waits, once per change of reason. */
-static void waits(gf_sched_dra *f, const char *ns, const char *name,
+/* Logs why pod (ns/name) waits, once per change of reason; true when it
+ * did (a new reason). */
+static bool waits(gf_sched_dra *f, const char *ns, const char *name,
                   const char *why) {
   char key[KEY_MAX];
   snprintf(key, sizeof(key), "%s/%s", ns, name);
@@ -833,6 +866,7 @@ static void waits(gf_sched_dra *f, const char *ns, const char *name,
   if (!same)
     logf_(f, "gpufrac scheduler: DRA: pod %s/%s stays gated: %s\n", ns, name,
           why);
+  return !same;
 }
 
 static void sleep_ms(long ms);
@@ -845,6 +879,10 @@ typedef struct wrote_t {
   gf_dra_claim *cl[CLAIMS_PER_POD];
   gf_dra_result (*res)[GF_DRA_RESULTS_MAX];
   uint32_t nres[CLAIMS_PER_POD];
+  /* Claims gpufrac allocated for this pod (this pass or an earlier one):
+   * the check looks at these.  The others are claims the pod joins as one
+   * more consumer: never given back, nothing of them booked anew. */
+  bool mine[CLAIMS_PER_POD];
   char node[GF_DRA_NAME_MAX];
 } wrote_t;
 
@@ -858,11 +896,9 @@ static void wrote_free(wrote_t *w) {
   gf__free(w);
 }
 
-/* One gated pod: hands it over, lifts the gate of one whose claims are
- * allocated already, or chooses and writes its claims' allocations and
- * returns what it wrote (the caller checks, then lifts the gate). */
 /* Mode 2's placement of claims cl[0..n-1] with the pod's weights, shared
- * and its namespace's own (gf_dra_model_place_own). */
+ * and its namespace's own; claims allocated already pin the others to
+ * their node (gf__dra_model_place_pinned). */
 static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
                           const json_t *pod, const uint8_t *rnd, size_t rl,
                           gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
@@ -893,9 +929,9 @@ static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
       return rc;
     m = tm;
   }
-  int rc = gf_dra_model_place_own(m, pc, (uint32_t)n, pod_weights(m, pod),
-                                  pod_weights_own(m, pod), rnd, rl, res, nres,
-                                  node, d);
+  int rc = gf__dra_model_place_pinned(m, pc, (uint32_t)n, pod_weights(m, pod),
+                                      pod_weights_own(m, pod), rnd, rl, res,
+                                      nres, node, d);
   gf_dra_model_free(tm);
   return rc;
 }
@@ -1035,10 +1071,13 @@ static uint32_t candidates(gf_sched_dra *f, gf_dra_victim *vs,
     const json_t *p = f->holders.vals[i];
     const gf_dra_claim **r = refs + (size_t)nv * CLAIMS_PER_POD;
     int k = claims_ref(f, p, r, CLAIMS_PER_POD);
-    bool any = false;
-    for (int j = 0; j < k; j++)
+    bool any = false, shared = false;
+    for (int j = 0; j < k; j++) {
       any = any || (r[j]->allocated && !held_victim(f, r[j]));
-    if (k <= 0 || !any)
+      /* evicting one consumer of a shared claim frees nothing */
+      shared = shared || (r[j]->allocated && r[j]->nreserved > 1);
+    }
+    if (k <= 0 || !any || shared)
       continue;
     vs[nv] = (gf_dra_victim){jstr(p, "metadata", "uid"), prio_of(p),
                              loading_of(p), r, (uint32_t)k};
@@ -1283,18 +1322,100 @@ static int decide(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl, int n,
   return rc;
 }
 
+/* What place_pod learns of a gated pod's claims (mu held). */
+typedef struct podview {
+  uint32_t nalloc;           /* claims allocated already */
+  bool mine[CLAIMS_PER_POD]; /* allocated by gpufrac for this pod alone */
+  const char *why; /* a request gpufrac does not place: hand the pod over */
+  char wait[GF_DIAG_MAX]; /* a claim it cannot join now: it waits */
+} podview;
+
+/* Claims cl[0..n) of pod: which are allocated, and which of those for the
+ * pod alone (gpufrac's own allocation of an earlier pass); the others it
+ * joins as one more consumer (docs/dra.md, "Claims shared by several
+ * pods").  mu held. */
+static void view_of(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
+                    int n, podview *v) {
+  const char *uid = jstr(pod, "metadata", "uid");
+  memset(v, 0, sizeof(*v));
+  for (int i = 0; i < n; i++) {
+    const gf_dra_claim *c = cl[i];
+    char key[KEY_MAX];
+    snprintf(key, sizeof(key), "%.253s/%.253s", c->ns, c->name);
+    const char *only = store_get(&f->solo, key);
+    v->nalloc += c->allocated;
+    v->mine[i] = c->allocated && uid && only && strcmp(only, uid) == 0;
+    for (uint32_t j = 0; j < c->nreq && !v->why; j++)
+      if (c->req[j].kind == GF_DRA_OTHER)
+        v->why = c->req[j].why;
+    if (c->constraints && !v->why)
+      v->why = "constraints or config";
+    if (!c->allocated || v->mine[i] || v->wait[0])
+      continue;
+    if (c->deleting)
+      snprintf(v->wait, sizeof(v->wait), "claim %s is being deleted", c->name);
+    else if (c->nreserved >= 256)
+      snprintf(v->wait, sizeof(v->wait),
+               "claim %s is reserved for 256 pods, the most the API allows",
+               c->name);
+  }
+}
+
+/* Hands pod over to kube-scheduler: lifts the gate, nothing allocated. */
+static void hand_over(gf_sched_dra *f, const json_t *pod, const char *why) {
+  gf_diag d = {""};
+  int rc = lift_gate(f, pod, &d);
+  pthread_mutex_lock(&f->mu);
+  if (rc)
+    f->st.errors++;
+  else
+    f->st.handed++;
+  pthread_mutex_unlock(&f->mu);
+  if (rc)
+    logf_(f, "gpufrac scheduler: DRA: lifting the gate: %s\n", d.msg);
+  else
+    logf_(f, "gpufrac scheduler: DRA: pod %s handed to kube-scheduler (%s)\n",
+          jstr(pod, "metadata", "name"), why);
+}
+
+/* Writes the allocations of pod's claims that are not allocated yet
+ * (mine[i] set for each); a failure undoes those written before it. */
+static int write_new(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
+                     int n, gf_dra_result (*res)[GF_DRA_RESULTS_MAX],
+                     const uint32_t *nres, const char *node, bool *mine,
+                     bool booked, gf_diag *d) {
+  int rc = 0, i;
+  for (i = 0; i < n && !rc; i++)
+    if (!cl[i]->allocated &&
+        !(rc = write_claim(f, cl[i], res[i], nres[i], node, pod, booked, d)))
+      mine[i] = true;
+    else if (rc)
+      gf_diag_prefix(d, "claim %s", cl[i]->name);
+  for (int k = 0; rc && k < i; k++) {
+    gf_diag ud = {""};
+    if (!cl[k]->allocated && mine[k])
+      write_claim(f, cl[k], NULL, 0, NULL, pod, false, &ud);
+  }
+  return rc;
+}
+
+/* One gated pod: hands it over, lifts the gate of one whose claims are
+ * allocated already (its own, or claims it joins), or chooses and writes
+ * the allocations of its claims not allocated yet (on the node of those
+ * that are) and returns what it wrote (the caller checks, then lifts the
+ * gate). */
 static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   const char *ns = jstr(pod, "metadata", "namespace");
   const char *name = jstr(pod, "metadata", "name");
-  wrote_t *w = NULL;
   if (!ns || !name)
     return NULL;
   gf_dra_claim *cl[CLAIMS_PER_POD];
   gf_dra_result(*res)[GF_DRA_RESULTS_MAX] =
       gf__calloc(CLAIMS_PER_POD, sizeof(*res));
   uint32_t nres[CLAIMS_PER_POD];
-  char node[GF_DRA_NAME_MAX];
+  char node[GF_DRA_NAME_MAX] = "";
   gf_diag d = {""};
+  podview v;
   if (!res)
     return NULL;
   pthread_mutex_lock(&f->mu);
@@ -1304,83 +1425,50 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
     gf__free(res);
     return NULL;
   }
-  uint32_t nalloc = 0;
-  const char *why = NULL;
-  for (int i = 0; i < n; i++) {
-    nalloc += cl[i]->allocated;
-    for (uint32_t j = 0; j < cl[i]->nreq && !why; j++)
-      if (cl[i]->req[j].kind == GF_DRA_OTHER)
-        why = cl[i]->req[j].why;
-    if (cl[i]->constraints && !why)
-      why = "constraints or config";
-  }
+  view_of(f, pod, cl, n, &v);
   int rc = 0, held = -1;
-  bool hand = n == 0 || why || (nalloc && nalloc != (uint32_t)n);
-  bool done = !hand && nalloc == (uint32_t)n, booked = false;
-  if (!hand && !done)
+  bool hand = n == 0 || v.why;
+  bool done = !hand && v.nalloc == (uint32_t)n, booked = false;
+  if (!hand && v.wait[0])
+    rc = gf_diag_set(&d, GF_ENOFIT, "%s", v.wait);
+  else if (!hand && !done)
     rc = decide(f, pod, cl, n, res, nres, node, &held, &booked, &d);
   pthread_mutex_unlock(&f->mu);
-  if (held == 1) {
-    waits(f, ns, name, d.msg);
-    goto out;
-  }
-  if (rc) {
-    waits(f, ns, name, d.msg);
-    if (rc == GF_ENOFIT && f->k)
+  if (held == 1 || rc) {
+    /* A pod pinned by claims it shares says why on itself: it waits for
+     * room on one node, which no preemption of gpufrac's makes. */
+    if (waits(f, ns, name, d.msg) && v.nalloc && f->k)
+      pod_event(f, pod, "Warning", "GpufracWaiting", d.msg);
+    if (held != 1 && rc == GF_ENOFIT && f->k && !v.nalloc)
       preempt(f, pod, cl, n);
     goto out;
   }
   if (hand) {
-    char msg[160];
-    snprintf(msg, sizeof(msg), "%s",
-             why      ? why
-             : n == 0 ? "no claims"
-                      : "claims partly allocated");
-    if ((rc = lift_gate(f, pod, &d))) {
-      pthread_mutex_lock(&f->mu);
-      f->st.errors++;
-      pthread_mutex_unlock(&f->mu);
-      logf_(f, "gpufrac scheduler: DRA: lifting the gate: %s\n", d.msg);
-      goto out;
-    }
-    pthread_mutex_lock(&f->mu);
-    f->st.handed++;
-    pthread_mutex_unlock(&f->mu);
-    logf_(f, "gpufrac scheduler: DRA: pod %s handed to kube-scheduler (%s)\n",
-          name, msg);
+    hand_over(f, pod, v.why ? v.why : "no claims");
     goto out;
   }
-  int written = 0;
-  for (; !done && written < n; written++)
-    if ((rc = write_claim(f, cl[written], res[written], nres[written], node,
-                          pod, booked, &d))) {
-      gf_diag_prefix(&d, "claim %s", cl[written]->name);
-      break;
-    }
-  if (rc) {
-    gf_diag ud = {""};
-    for (int i = 0; i < written; i++)
-      write_claim(f, cl[i], NULL, 0, NULL, pod, false, &ud);
+  if (!done)
+    rc = write_new(f, pod, cl, n, res, nres, node, v.mine, booked, &d);
+  for (int i = 0; done && i < n; i++) { /* checked again, then lifted */
+    nres[i] = cl[i]->nres;
+    memcpy(res[i], cl[i]->res, cl[i]->nres * sizeof(res[i][0]));
+    if (!node[0] && cl[i]->nres)
+      snprintf(node, sizeof(node), "%s", cl[i]->res[0].pool);
   }
-  if (done) /* allocated by an earlier pass: checked again, then lifted */
-    for (int i = 0; i < n; i++) {
-      nres[i] = cl[i]->nres;
-      memcpy(res[i], cl[i]->res, cl[i]->nres * sizeof(res[i][0]));
-      snprintf(node, sizeof(node), "%s", cl[i]->nres ? cl[i]->res[0].pool : "");
-    }
   pthread_mutex_lock(&f->mu);
-  if (rc)
-    f->st.errors++;
+  f->st.errors += rc != 0;
   f->dirty = f->dirty || rc || !booked; /* a failed write was undone */
   pthread_mutex_unlock(&f->mu);
+  wrote_t *w = rc ? NULL : gf__calloc(1, sizeof(*w));
   if (rc)
     logf_(f, "gpufrac scheduler: DRA: pod %s: %s\n", name, d.msg);
-  if (!rc && (w = gf__calloc(1, sizeof(*w)))) {
+  if (w) {
     w->pod = json_incref((json_t *)pod);
     w->n = n;
     memcpy(w->cl, cl, sizeof(cl));
     w->res = res;
     memcpy(w->nres, nres, sizeof(nres));
+    memcpy(w->mine, v.mine, sizeof(v.mine));
     snprintf(w->node, sizeof(w->node), "%s", node);
     return w; /* owns cl and res now */
   }
@@ -1403,6 +1491,32 @@ typedef struct over {
   const char *pool, *device;
   int64_t mem, cores, n;
 } over;
+
+/* The devices the claims gpufrac allocated in w[0..nw) use, and how far
+ * over its capacity model m puts each: ov[0..return) (at most 64).  Claims
+ * a pod only joins are not looked at: they were checked when allocated. */
+static uint32_t overs(const gf_dra_model *m, wrote_t **w, uint32_t nw,
+                      over *ov) {
+  uint32_t nov = 0;
+  for (uint32_t i = 0; i < nw; i++)
+    for (int c = 0; c < w[i]->n; c++)
+      for (uint32_t r = 0; w[i]->mine[c] && r < w[i]->nres[c]; r++) {
+        const gf_dra_result *x = &w[i]->res[c][r];
+        bool seen = false;
+        for (uint32_t k = 0; k < nov; k++)
+          seen = seen || (strcmp(ov[k].pool, x->pool) == 0 &&
+                          strcmp(ov[k].device, x->device) == 0);
+        if (seen || nov == 64)
+          continue;
+        over *o = &ov[nov];
+        o->pool = x->pool;
+        o->device = x->device;
+        if (gf_dra_model_excess(m, x->pool, x->device, &o->mem, &o->cores,
+                                &o->n) == 0)
+          nov++;
+      }
+  return nov;
+}
 
 /* The check after a pass's writes (docs/dra.md, "Two allocators"): once
  * settle_ms has passed, every allocation kube-scheduler decided before it
@@ -1445,23 +1559,8 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
     pthread_mutex_unlock(&f->mu);
     gf__free(sl);
   }
-  for (uint32_t i = 0; !rc && i < nw; i++)
-    for (int c = 0; c < w[i]->n; c++)
-      for (uint32_t r = 0; r < w[i]->nres[c]; r++) {
-        const gf_dra_result *x = &w[i]->res[c][r];
-        bool seen = false;
-        for (uint32_t k = 0; k < nov; k++)
-          seen = seen || (strcmp(ov[k].pool, x->pool) == 0 &&
-                          strcmp(ov[k].device, x->device) == 0);
-        if (seen || nov == 64)
-          continue;
-        over *o = &ov[nov];
-        o->pool = x->pool;
-        o->device = x->device;
-        if (gf_dra_model_excess(m, x->pool, x->device, &o->mem, &o->cores,
-                                &o->n) == 0)
-          nov++;
-      }
+  if (!rc)
+    nov = overs(m, w, nw, ov);
   if (rc && !atomic_load(&f->stop)) {
     /* Cannot check: keep the allocations, lift nothing; the next pass
      * finds the claims allocated and checks again before lifting. */
@@ -1472,9 +1571,11 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
   }
   for (uint32_t i = nw; !rc && i-- > 0;) {
     wrote_t *x = w[i];
-    bool yield = false;
+    bool yield = false, any = false;
     for (int c = 0; c < x->n; c++)
-      for (uint32_t r = 0; r < x->nres[c]; r++)
+      any = any || x->mine[c];
+    for (int c = 0; c < x->n; c++)
+      for (uint32_t r = 0; x->mine[c] && r < x->nres[c]; r++)
         for (uint32_t k = 0; k < nov; k++)
           if (strcmp(ov[k].pool, x->res[c][r].pool) == 0 &&
               strcmp(ov[k].device, x->res[c][r].device) == 0 &&
@@ -1495,6 +1596,8 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
       pthread_mutex_unlock(&f->mu);
       overfill_event(f, x->pod, msg);
       for (int c = 0; c < x->n; c++) {
+        if (!x->mine[c])
+          continue; /* a claim it joins is others' too: theirs stays */
         write_claim(f, x->cl[c], NULL, 0, NULL, x->pod, false, &d);
         for (uint32_t r = 0; r < x->nres[c]; r++)
           for (uint32_t k = 0; k < nov; k++)
@@ -1518,16 +1621,15 @@ static void check_and_lift(gf_sched_dra *f, wrote_t **w, uint32_t nw) {
     }
     int lr = lift_gate(f, x->pod, &d);
     pthread_mutex_lock(&f->mu);
-    if (lr)
-      f->st.errors++;
-    else
-      f->st.placed++;
+    f->st.errors += lr != 0;
+    f->st.placed += !lr && any;
     pthread_mutex_unlock(&f->mu);
     if (lr)
       logf_(f, "gpufrac scheduler: DRA: pod %s: %s\n", name, d.msg);
     else
-      logf_(f, "gpufrac scheduler: DRA: pod %s/%s placed on %s\n",
-            jstr(x->pod, "metadata", "namespace"), name, x->node);
+      logf_(f, "gpufrac scheduler: DRA: pod %s/%s %s on %s\n",
+            jstr(x->pod, "metadata", "namespace"), name,
+            any ? "placed" : "joins the claims allocated", x->node);
   }
   gf_dra_model_free(m);
   for (size_t i = 0; i < ncl; i++)
@@ -1609,6 +1711,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->claims.drop = free;
   f->pods.drop = drop_json;
   f->said.drop = free;
+  f->solo.drop = free;
   f->rules.drop = free;
   f->holders.drop = drop_json;
   f->tried.drop = free;
@@ -1716,6 +1819,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->claims);
   store_release(&f->pods);
   store_release(&f->said);
+  store_release(&f->solo);
   store_release(&f->rules);
   eff_release(f);
   store_release(&f->holders);
@@ -1748,6 +1852,18 @@ void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out) {
   f->st.holds = f->nholds;
   *out = f->st;
   pthread_mutex_unlock(&f->mu);
+}
+
+/* The model's booked memory (gf__dra_model_booked_mem), the model made
+ * fresh first; 0 before the informers have listed. */
+static uint64_t booked_mem(gf_sched_dra *f) {
+  gf_diag d = {""};
+  int64_t v = 0;
+  pthread_mutex_lock(&f->mu);
+  if (f->allocate && gf_sched_dra_synced(f) && model_fresh(f, &d) == 0)
+    v = gf__dra_model_booked_mem(f->model);
+  pthread_mutex_unlock(&f->mu);
+  return v > 0 ? (uint64_t)v : 0;
 }
 
 size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
@@ -1794,5 +1910,10 @@ size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
   gf__prom_u64(&b, "gpufrac_dra_conflicts", "gauge",
                "Results in the model over their device's capacity.",
                st.conflicts);
+  gf__prom_u64(&b, "gpufrac_dra_booked_memory_bytes", "gauge",
+               "GPU memory the allocated claims hold on the devices gpufrac "
+               "allocates (mode 2), each claim counted once however many "
+               "pods share it.",
+               booked_mem(feed));
   return gf__buf_error(&b) ? 0 : b.len;
 }

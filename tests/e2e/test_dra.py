@@ -59,6 +59,13 @@ GPU, consumable capacity memory and cores).  Scenarios:
   preempt_budget  the same GPU with a PodDisruptionBudget over the pod that
                   would make room alone: gpufrac evicts the two that break
                   no budget instead (b and c)
+  shared_claim    mode 2, one ResourceClaim named by several pods: the second
+                  pod joins the claim's reservedFor (allocation untouched),
+                  both bound to its node, the share booked once; the claim
+                  stays allocated for the second when the first goes; a pod
+                  whose other claim has no room on that node waits gated
+                  with a reason (then lands there), one pinned to another
+                  node is refused by kube-scheduler
 """
 
 import copy
@@ -1155,6 +1162,132 @@ class DRA:
         self.delete_all()
         self.retire(node)
 
+    def named(self, name, mem, cores):
+        """ResourceClaim name (not a template) asking one share."""
+        claim = template(name, mem, cores)
+        claim["kind"] = "ResourceClaim"
+        claim["spec"] = claim["spec"]["spec"]
+        return self.api.create("%s/namespaces/%s/resourceclaims" % (RES, NS), claim)
+
+    def claim_pod(self, name, claims, host=None):
+        """A gated pod whose claims are {pod claim name: ResourceClaim name,
+        or ("template", t) for one made from template t}; host: a
+        nodeSelector on kubernetes.io/hostname."""
+        p = pod(name, "unused", True)
+        p["spec"]["resourceClaims"] = [
+            {"name": k, "resourceClaimTemplateName": v[1]} if isinstance(v, tuple)
+            else {"name": k, "resourceClaimName": v} for k, v in claims.items()]
+        p["spec"]["containers"][0]["resources"]["claims"] = [{"name": k} for k in claims]
+        if host:
+            p["spec"]["nodeSelector"] = {"kubernetes.io/hostname": host}
+        return self.api.create("/api/v1/namespaces/%s/pods" % NS, p)
+
+    def reserved(self, claim):
+        """The uids claim is reserved for, its allocation (None when not
+        allocated)."""
+        cl = self.api.get("%s/namespaces/%s/resourceclaims/%s" % (RES, NS, claim))
+        st = cl.get("status", {})
+        return sorted(r.get("uid") for r in st.get("reservedFor", [])), st.get("allocation")
+
+    def s_shared_claim(self):
+        """One ResourceClaim (sh, 40Gi 40 cores) named by several gated pods
+        in mode 2.  sa gets it allocated by gpufrac; sb, naming it too, is a
+        consumer of that allocation: bound to the same node, added to
+        reservedFor beside sa, the allocation not written again, the share
+        booked once (a 40Gi pod still fits beside it on the 80Gi GPU; the
+        extender's gpufrac_dra_booked_memory_bytes says 80Gi, not 120Gi).
+        sa deleted: reservedFor holds sb alone, the claim stays allocated.
+        sx names sh and a claim of its own (30Gi) while sh's node is full
+        and another gpufrac node empty: its pod can only run where sh is,
+        so it waits gated with a reason naming sh and its node (not placed
+        on the other node, not handed to kube-scheduler), and lands on sh's
+        node once room is freed there.  sy names sh with a nodeSelector on
+        the other node: kube-scheduler refuses it (the claim is not
+        available there) and sh is never reserved for it.  (A tester's
+        finding: sb stayed Pending, kube-scheduler's PreBind failing with
+        "status.allocation: field cannot be modified once set".)"""
+        self.start_extender()
+        node, other = "dra14", "dra14b"
+        self.new_node(node, "e", "gpufrac")
+        self.named("sh", "40Gi", 40)
+        uid = {}
+        uid["sa"] = self.claim_pod("sa", {"gpu": "sh"})["metadata"]["uid"]
+        self.wait_bound(["sa"], 60)
+        got, alloc0 = self.reserved("sh")
+        if got != [uid["sa"]] or not alloc0:
+            fail("shared_claim: sh reserved for %s, allocation %s" % (got, alloc0))
+        uid["sb"] = self.claim_pod("sb", {"gpu": "sh"})["metadata"]["uid"]
+        self.wait_bound(["sb"], 60)
+        ps = self.pods()
+        where = {n: ps[n]["spec"].get("nodeName") for n in ("sa", "sb")}
+        if where != {"sa": node, "sb": node}:
+            fail("shared_claim: bound to %s, expected both on %s" % (where, node))
+        got, alloc = self.reserved("sh")
+        if got != sorted([uid["sa"], uid["sb"]]):
+            fail("shared_claim: sh reserved for %s, expected sa and sb %s" %
+                 (got, sorted(uid.values())))
+        if alloc != alloc0:
+            fail("shared_claim: sh's allocation changed: %s, was %s" % (alloc, alloc0))
+        used = self.check_sums(node)
+        if used != (40 * GiB, 40, 1):
+            fail("shared_claim: %s/gpu-0 holds %s, expected one share of 40Gi 40 cores" %
+                 (node, used))
+        # Booked once in gpufrac's model: a 40Gi share still fits there.
+        self.share("sfill", "40Gi", 40, True)
+        self.wait_bound(["sfill"], 60)
+        used = self.check_sums(node)
+        m = self.ext_metrics()
+        if used != (80 * GiB, 80, 2) or m.get("gpufrac_dra_conflicts") != "0" or \
+                m.get("gpufrac_dra_booked_memory_bytes") != str(80 * GiB):
+            fail("shared_claim: %s/gpu-0 holds %s; extender: conflicts %s, booked %s bytes "
+                 "(expected 80Gi)" % (node, used, m.get("gpufrac_dra_conflicts"),
+                                      m.get("gpufrac_dra_booked_memory_bytes")))
+        # The first consumer goes: the claim stays allocated for the second.
+        self.api.delete("/api/v1/namespaces/%s/pods/sa" % NS, gracePeriodSeconds=0)
+        wait_for("sh reserved for sb alone", lambda: self.reserved("sh")[0] == [uid["sb"]],
+                 60, 0.5)
+        time.sleep(2)
+        got, alloc = self.reserved("sh")
+        if got != [uid["sb"]] or alloc != alloc0:
+            fail("shared_claim: after sa went sh is reserved for %s, allocation %s" %
+                 (got, alloc))
+        # sx: sh pins it to dra14, which is full; dra14b is empty.
+        self.new_node(other, "f", "gpufrac")
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        template("t-sx", "30Gi", 30))
+        uid["sx"] = self.claim_pod("sx", {"gpu": "sh", "own": ("template", "t-sx")})[
+            "metadata"]["uid"]
+        self.stays_gated("sx", 5)
+        why = [e for e in self.events("sx") if e.startswith("GpufracWaiting")]
+        if not why or "sh" not in why[-1] or node not in why[-1]:
+            fail("shared_claim: sx's events %s: expected one naming claim sh and node %s" %
+                 (self.events("sx"), node))
+        log("shared_claim: sx waits: %s" % why[-1])
+        # sy: pinned to the other node by its nodeSelector.
+        uid["sy"] = self.claim_pod("sy", {"gpu": "sh"}, host=other)["metadata"]["uid"]
+        msg = self.wait_unschedulable("sy", 60)
+        log("shared_claim: sy refused by kube-scheduler: %s" % msg)
+        if "resourceclaim not available on the node" not in msg:
+            fail("shared_claim: sy's reason %r does not say the claim is not "
+                 "available on %s" % (msg, other))
+        self.api.delete("/api/v1/namespaces/%s/pods/sfill" % NS, gracePeriodSeconds=0)
+        self.wait_bound(["sx"], 60)
+        ps = self.pods()
+        if ps["sx"]["spec"]["nodeName"] != node:
+            fail("shared_claim: sx bound to %s, not %s" % (ps["sx"]["spec"]["nodeName"], node))
+        got, alloc = self.reserved("sh")
+        if got != sorted([uid["sb"], uid["sx"]]) or alloc != alloc0:
+            fail("shared_claim: sh reserved for %s (sb %s, sx %s), allocation %s" %
+                 (got, uid["sb"], uid["sx"], alloc))
+        used = self.check_sums(node)
+        if used != (70 * GiB, 70, 2):
+            fail("shared_claim: %s/gpu-0 holds %s, expected sh and sx's own: 70Gi 70 cores" %
+                 (node, used))
+        self.api.delete("%s/namespaces/%s/resourceclaims/sh" % (RES, NS))
+        self.delete_all()
+        self.retire(node)
+        self.retire(other)
+
     def s_example(self):
         """examples/dra-claim-share.yaml applied as written (kubectl apply):
         kube-scheduler allocates its claim 8Gi and 30 cores of the shared
@@ -1195,7 +1328,7 @@ SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst", "taint_rule", "named_claim", "example",
-             "preempt", "preempt_budget"]
+             "preempt", "preempt_budget", "shared_claim"]
 
 
 def main():

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "dra_int.h"
 #include "gpufrac/error.h"
 #include "gpufrac/sched_dra.h"
 #include "pdb.h"
@@ -1078,6 +1079,169 @@ static int preempt_for(pscene *p, const char *cls, int64_t gib, int64_t cores,
   return rc;
 }
 
+/* ---- claims shared by several pods ------------------------------------- */
+
+/* dra_claim_allocated.json renamed `name`, its one result on pool/gpu-0
+ * with `mem` and `cores` consumed (share ID ending in `tail`). */
+static void allocated(const char *name, const char *pool, const char *mem,
+                      const char *cores, char tail, gf_dra_claim *c) {
+  json_t *j = fixture("dra_claim_allocated.json");
+  json_object_set_new(json_object_get(j, "metadata"), "name",
+                      json_string(name));
+  json_t *al = json_object_get(json_object_get(j, "status"), "allocation");
+  json_t *r = json_array_get(
+      json_object_get(json_object_get(al, "devices"), "results"), 0);
+  json_object_set_new(r, "pool", json_string(pool));
+  char sid[] = "0b8d7f3c-5a0e-4c1e-9f4e-8b3a2c1d0e9f";
+  sid[sizeof(sid) - 2] = tail;
+  json_object_set_new(r, "shareID", json_string(sid));
+  json_object_set_new(r, "consumedCapacity",
+                      json_pack("{s:s,s:s}", "memory", mem, "cores", cores));
+  json_t *terms =
+      json_object_get(json_object_get(al, "nodeSelector"), "nodeSelectorTerms");
+  json_t *fields = json_object_get(json_array_get(terms, 0), "matchFields");
+  json_t *v = json_object_get(json_array_get(fields, 0), "values");
+  json_array_set_new(v, 0, json_string(pool));
+  claim_of(j, c);
+}
+
+/* The allocation gpufrac writes carries allocationTimestamp, as
+ * kube-scheduler's do: kube-scheduler v1.37 stamps one without it when it
+ * reserves the claim for a second pod, which the API server refuses (e2e
+ * shared_claim: "status.allocation: ... field cannot be modified once
+ * set").  The parser reads it back. */
+static void test_allocation_stamp(void **state) {
+  (void)state;
+  gf_dra_claim sh;
+  claim_of(fixture("dra_claim_allocated.json"), &sh);
+  json_t *al = gf_dra_allocation_json_of(&sh, sh.res, sh.nres, "n1");
+  assert_non_null(al);
+  assert_null(json_object_get(al, "allocationTimestamp"));
+  assert_int_equal(gf__dra_allocation_stamp(al, 1796509118), 0);
+  assert_string_equal(
+      json_string_value(json_object_get(al, "allocationTimestamp")),
+      "2026-12-05T22:18:38Z");
+  json_t *claim =
+      json_pack("{s:{s:s,s:s},s:{},s:{s:O}}", "metadata", "name", "c",
+                "namespace", "n", "spec", "status", "allocation", al);
+  gf_dra_claim c;
+  assert_int_equal(gf_dra_claim_parse(claim, &c, NULL), 0);
+  assert_true(c.allocated);
+  assert_memory_equal(&c.res[0], &sh.res[0], sizeof(sh.res[0]));
+  json_decref(claim);
+  json_decref(al);
+}
+
+/* A pod naming a claim allocated already (for another pod) is one more
+ * consumer of it: mode 2 books it once, places the pod's other claims only
+ * on its node, and says so when they do not fit there. */
+static void test_shared_claim_place(void **state) {
+  (void)state;
+  gf_dra_slice g1, g2;
+  slice_gpufrac("dra_slice_shared.json", &g1);
+  slice_gpufrac("dra_slice_shared.json", &g2);
+  snprintf(g2.pool, sizeof(g2.pool), "n2");
+  snprintf(g2.node, sizeof(g2.node), "n2");
+  gf_dra_claim sh, fill, x, y, z;
+  allocated("sh", "n1", "20Gi", "30", '1', &sh);
+  allocated("fill", "n1", "50Gi", "50", '2', &fill);
+  allocated("z", "n2", "10Gi", "10", '3', &z);
+  claim_of(claim_json("x", NULL, 20 * GiB, 20), &x);
+  claim_of(claim_json("y", NULL, 10 * GiB, 10), &y);
+  const gf_dra_slice *sl[] = {&g1, &g2};
+  const gf_dra_claim *cl[] = {&sh, &fill};
+  gf_dra_model *m = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_model_new(sl, 2, cl, 2, NULL, &m, &d), 0);
+  assert_int_equal(gf__dra_model_booked_mem(m), 70 * GiB);
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(3, sizeof(*res));
+  uint32_t nres[3];
+  char node[GF_DRA_NAME_MAX];
+  int64_t um, uc;
+  uint32_t na;
+  /* x (20Gi) beside sh: n1 has 10Gi left, n2 is empty; the pod can only
+   * run where sh is, so nothing is placed and the reason names sh, n1. */
+  const gf_dra_claim *px[] = {&sh, &x};
+  assert_int_equal(gf__dra_model_place_pinned(m, px, 2, 0, 0, RND, sizeof(RND),
+                                              res, nres, node, &d),
+                   GF_ENOFIT);
+  if (!strstr(d.msg, "claim x (beside claim sh, allocated on n1)"))
+    fail_msg("reason: %s", d.msg);
+  assert_int_equal(gf__dra_model_booked_mem(m), 70 * GiB);
+  /* y (10Gi) fits there: sh's result comes back as it is, booked once. */
+  const gf_dra_claim *py[] = {&sh, &y};
+  assert_int_equal(gf__dra_model_place_pinned(m, py, 2, 0, 0, RND, sizeof(RND),
+                                              res, nres, node, &d),
+                   0);
+  assert_string_equal(node, "n1");
+  assert_int_equal(nres[0], 1);
+  assert_memory_equal(&res[0][0], &sh.res[0], sizeof(sh.res[0]));
+  assert_int_equal(nres[1], 1);
+  assert_string_equal(res[1][0].pool, "n1");
+  assert_string_equal(res[1][0].device, "gpu-0");
+  assert_int_equal(res[1][0].mem, 10 * GiB);
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  assert_int_equal(um, 80 * GiB); /* 20 + 50 + 10: sh not booked again */
+  assert_int_equal(uc, 90);
+  assert_int_equal(na, 3);
+  assert_int_equal(gf__dra_model_booked_mem(m), 80 * GiB);
+  /* Alone, x goes to n2: only the shared claim kept it off. */
+  const gf_dra_claim *xo[] = {&x};
+  assert_int_equal(gf__dra_model_place_pinned(m, xo, 1, 0, 0, RND, sizeof(RND),
+                                              res, nres, node, &d),
+                   0);
+  assert_string_equal(node, "n2");
+  /* Every claim allocated: nothing to place. */
+  const gf_dra_claim *ps[] = {&sh};
+  assert_int_equal(gf__dra_model_place_pinned(m, ps, 1, 0, 0, RND, sizeof(RND),
+                                              res, nres, node, &d),
+                   GF_EINVAL);
+  /* Claims allocated on two nodes: no node for the pod. */
+  const gf_dra_claim *pz[] = {&sh, &z, &y};
+  assert_int_equal(gf__dra_model_place_pinned(m, pz, 3, 0, 0, RND, sizeof(RND),
+                                              res, nres, node, &d),
+                   GF_ENOFIT);
+  if (!strstr(d.msg, "claims sh and z are allocated on different nodes"))
+    fail_msg("reason: %s", d.msg);
+  /* The public placement still refuses an allocated claim. */
+  assert_int_equal(
+      gf_dra_model_place(m, py, 2, 0, RND, sizeof(RND), res, nres, node, &d),
+      GF_EINVAL);
+  gf_dra_model_free(m);
+  free(res);
+  gf_dra_slice_release(&g1);
+  gf_dra_slice_release(&g2);
+}
+
+/* Mode 1's score for a pod naming a claim kube-scheduler allocated for
+ * another: only that claim's node, and the claim not counted again
+ * (before: n1, 20 + 50 used of 80, refused the 10Gi beside sh by counting
+ * sh twice, and n2 scored as if the pod could go there). */
+static void test_shared_claim_score(void **state) {
+  (void)state;
+  gf_dra_slice k1, k2;
+  slice_of("dra_slice_shared.json", &k1);
+  slice_of("dra_slice_shared.json", &k2);
+  snprintf(k2.pool, sizeof(k2.pool), "n2");
+  snprintf(k2.node, sizeof(k2.node), "n2");
+  gf_dra_claim sh, fill, y;
+  allocated("sh", "n1", "20Gi", "30", '1', &sh);
+  allocated("fill", "n1", "50Gi", "50", '2', &fill);
+  claim_of(claim_json("y", NULL, 10 * GiB, 10), &y);
+  const gf_dra_slice *sl[] = {&k1, &k2};
+  const gf_dra_claim *cl[] = {&sh, &fill};
+  gf_dra_model *m = NULL;
+  assert_int_equal(
+      gf_dra_model_new_for(sl, 2, cl, 2, NULL, GF_DRA_BY_KUBE, &m, NULL), 0);
+  const gf_dra_claim *py[] = {&sh, &y};
+  int64_t sc;
+  assert_int_equal(gf_dra_model_score(m, py, 2, 0, "n1", &sc), 0);
+  assert_int_equal(gf_dra_model_score(m, py, 2, 0, "n2", &sc), GF_ENOFIT);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&k1);
+  gf_dra_slice_release(&k2);
+}
+
 /* The preempt verb's order on DRA claims: one victim that frees exactly
  * enough (a) before any pair; fewest victims, then the lowest highest
  * priority, then the lowest sum (a,c over a,b); only lower priorities; a
@@ -1175,6 +1339,9 @@ int main(void) {
       cmocka_unit_test(test_admin_access),
       cmocka_unit_test(test_preempt_choice),
       cmocka_unit_test(test_preempt_budgets),
+      cmocka_unit_test(test_allocation_stamp),
+      cmocka_unit_test(test_shared_claim_place),
+      cmocka_unit_test(test_shared_claim_score),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
