@@ -36,6 +36,9 @@ typedef struct gf_node_agent_opts {
   const char *kubeconfig; /* NULL: in-cluster when in a pod */
   bool no_kube;           /* no API server at all */
   bool dra;               /* mode dra: the DRA driver, not a device plugin */
+  bool no_capacity;       /* device-plugin mode: leave the Node's status
+                             capacity alone (no gpufrac.io/gpu-memory,
+                             gpu-compute; docs/kube.md) */
   int64_t interval;       /* rediscovery period in seconds, 1..3600 */
 } gf_node_agent_opts;
 
