@@ -39,6 +39,14 @@ static void test_want(void **state) {
   assert_int_equal(w.units, 1);
   assert_int_equal(w.mem_bytes, GIB80);
   assert_int_equal(w.compute, 100);
+  /* A GPU in MIG mode is not placed by the extender (its MIG devices are
+   * the units; this one has none): not advertised. */
+  g.gpus[1].healthy = true;
+  g.gpus[1].mode = GF_NODE_MODE_MIG;
+  g.gpus[1].nmig = 0;
+  gf__node_capacity_want(&g, &w);
+  assert_int_equal(w.units, 1);
+  assert_int_equal(w.mem_bytes, GIB80);
   /* No GPUs: zeros, written as such. */
   g.ngpus = 0;
   gf__node_capacity_want(&g, &w);

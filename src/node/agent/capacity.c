@@ -16,12 +16,16 @@
 #include "gpufrac/quantity.h"
 #include "node_inventory.h"
 
+/* The inventory the agent publishes, read back with the extender's own
+ * reader (gf_inventory_parse): a GPU in MIG mode is left out there (its
+ * MIG devices are the units), so it is left out here too. */
 void gf__node_capacity_want(const gf_node_gpus *g, gf_node_capacity_want *w) {
   memset(w, 0, sizeof(*w));
   gf_inventory *inv = gf__malloc(sizeof(*inv));
-  gf_inventory_facts *f = gf__malloc(sizeof(*f));
-  if (inv && f) {
-    gf__node_inventory_build(g, NULL, inv, f);
+  char *text = NULL;
+  gf_diag d = {""};
+  if (inv && gf__node_inventory_text(g, NULL, &text, &d) == 0 &&
+      gf_inventory_parse(text, strlen(text), inv, &d) == 0) {
     for (uint32_t i = 0; i < inv->ngpus; i++) {
       if (inv->gpus[i].mem_bytes > INT64_MAX - w->mem_bytes)
         break; /* not reached: 16 GPUs of at most 2^63 bytes in all */
@@ -30,8 +34,8 @@ void gf__node_capacity_want(const gf_node_gpus *g, gf_node_capacity_want *w) {
       w->units++;
     }
   }
+  gf__free(text);
   gf__free(inv);
-  gf__free(f);
 }
 
 json_t *gf__node_capacity_patch(const gf_node_capacity_want *w) {

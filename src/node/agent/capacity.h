@@ -9,7 +9,7 @@
  * requeues it at once when the device plugin comes back.
  *
  * Invariants.  The values are read from the inventory the agent publishes
- * (gf__node_inventory_build), so they are what the extender may grant.
+ * with the extender's reader, so they are what the extender may grant.
  * The Node is read every interval and patched only when its entries differ
  * (a merge patch on nodes/NAME/status); a failure is retried with capped
  * backoff, logged once per change of state, never fatal.  Nothing removes
@@ -37,7 +37,9 @@ typedef struct gf_node_capacity_want {
   uint32_t units;    /* the inventory's GPU units (GPUs, MIG units) */
 } gf_node_capacity_want;
 
-/* What g's inventory advertises (cache-free: models do not count). */
+/* What g's inventory offers the extender, as the extender reads it
+ * (models do not count; a GPU in MIG mode is left out, its MIG devices
+ * count).  Zeros when the inventory cannot be built (out of memory). */
 void gf__node_capacity_want(const gf_node_gpus *g, gf_node_capacity_want *w);
 
 /* The merge patch for nodes/NAME/status:
