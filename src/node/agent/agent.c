@@ -256,8 +256,11 @@ static int api_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
     rc = gf__node_kube_new(&a->link, a->cfg, &ko, &d);
   if (!rc)
     rc = gf__node_kube_start(a->link, &d);
-  if (!rc && !o->no_capacity)
-    rc = gf__node_capacity_new(&a->capacity, a->cfg, node, o->interval, &d);
+  if (!rc && !o->no_capacity) {
+    gf_diag cd = {""}; /* not fatal: the agent runs without it */
+    if (gf__node_capacity_new(&a->capacity, a->cfg, node, o->interval, &cd))
+      fprintf(stderr, "gpufrac node: %s (running without it)\n", cd.msg);
+  }
   if (!rc) {
     memset(a->devs, 0, sizeof(a->devs));
     a->ndevs = gf__node_dp_devices(g, cfg->slots, a->devs, GF_DP_MAX_DEVICES);
