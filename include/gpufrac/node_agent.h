@@ -36,6 +36,9 @@ typedef struct gf_node_agent_opts {
   const char *kubeconfig; /* NULL: in-cluster when in a pod */
   bool no_kube;           /* no API server at all */
   bool dra;               /* mode dra: the DRA driver, not a device plugin */
+  bool no_capacity;       /* device-plugin mode: leave the Node's status
+                             capacity alone (no gpufrac.io/gpu-memory,
+                             gpu-compute; docs/kube.md) */
   int64_t interval;       /* rediscovery period in seconds, 1..3600 */
 } gf_node_agent_opts;
 
@@ -61,12 +64,13 @@ int gf_node_agent_write_cdi(gf_node_agent *a);
 int gf_node_agent_print(gf_node_agent *a, const char *what, FILE *fp);
 
 /* Starts the parts: the API side (pod cache, allocator, node link, device
- * plugin, inventory) or with o->dra the DRA side (claim state, slice
- * publisher, DRA plugin), the metrics server on cfg->listen, handlers for
- * SIGINT and SIGTERM (SIGPIPE ignored), the Xid health thread and the MPS
- * daemons.  Without an API server (none configured, not in a pod) only the
- * API side is left out.  An agent starts once: GF_ESTATE if it was
- * started before. */
+ * plugin, inventory, and unless o->no_capacity the share capacity in the
+ * Node's status, whose failures are logged, never fatal) or with o->dra the DRA
+ * side (claim state, slice publisher, DRA plugin), the metrics server on
+ * cfg->listen, handlers for SIGINT and SIGTERM (SIGPIPE ignored), the Xid
+ * health thread and the MPS daemons.  Without an API server (none configured,
+ * not in a pod) only the API side is left out.  An agent starts once: GF_ESTATE
+ * if it was started before. */
 int gf_node_agent_start(gf_node_agent *a);
 
 /* Runs the agent's loop on the calling thread until SIGINT or SIGTERM:

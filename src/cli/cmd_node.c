@@ -25,7 +25,7 @@ typedef struct opts {
   bool once, write_cdi;
 } opts;
 
-enum { OPT_MODE = 1, OPT_INTERVAL };
+enum { OPT_MODE = 1, OPT_INTERVAL, OPT_CAPACITY };
 
 static int parse(opts *o, int argc, char **argv, int *exit) {
   const gf__opt table[] = {
@@ -63,6 +63,11 @@ static int parse(opts *o, int argc, char **argv, int *exit) {
                         "ResourceSlices and NodePrepareResources;\n"
                         "docs/dra-node.md)",
                         OPT_MODE),
+      GF__OPT_STRING_ID("advertise-capacity", "BOOL",
+                        "true (default) or false: gpufrac.io/gpu-memory\n"
+                        "and gpu-compute in the Node's status capacity\n"
+                        "(device-plugin mode; docs/kube.md)",
+                        OPT_CAPACITY),
       GF__OPT_FLAG("once", "do one pass and exit", &o->once),
       GF__OPT_STRING("print", "WHAT",
                      "with --once: gpus | inventory | cdi | metrics |\n"
@@ -94,8 +99,17 @@ static int parse(opts *o, int argc, char **argv, int *exit) {
                                   v);
       return -1;
     }
+    if (id == OPT_CAPACITY && strcmp(v, "true") && strcmp(v, "false")) {
+      *exit = gf__opt_usage_error(&cmd,
+                                  "--advertise-capacity '%s': want true or "
+                                  "false",
+                                  v);
+      return -1;
+    }
     if (id == OPT_MODE)
       o->a.dra = strcmp(v, "dra") == 0;
+    else if (id == OPT_CAPACITY)
+      o->a.no_capacity = strcmp(v, "false") == 0;
     else if (gf_parse_int64(v, 1, 3600, &o->a.interval, &d)) {
       *exit = gf__opt_usage_error(&cmd, "--interval: %s", d.msg);
       return -1;

@@ -605,9 +605,17 @@ class E2E:
         denied("agent n1 writing another annotation",
                lambda: patch("n1", {"metadata": {"annotations": {"other": "x"}}}),
                contains="gpufrac-node")
-        denied("agent n1 writing node status",
+        # nodes/status: RBAC allows the patch (the share capacity,
+        # docs/kube.md); deploy/node-admission.yaml's policy allows only
+        # gpufrac.io/gpu-memory and gpu-compute, on the agent's own Node.
+        denied("agent n1 writing its node's gpufrac.io/gpu capacity",
                lambda: a1.merge_patch("/api/v1/nodes/n1/status",
-                                      {"status": {"capacity": {"gpufrac.io/gpu": "64"}}}))
+                                      {"status": {"capacity": {"gpufrac.io/gpu": "1000"}}}),
+               contains="gpufrac-node")
+        denied("agent n1 writing n2's share capacity",
+               lambda: a1.merge_patch("/api/v1/nodes/n2/status", {"status": {
+                   "capacity": {"gpufrac.io/gpu-memory": "1Ti"}}}),
+               contains="gpufrac-node")
         denied("agent n1 writing a grant on a pod",
                lambda: a1.merge_patch("/api/v1/namespaces/%s/pods/share-0" % NS,
                                       {"metadata": {"annotations": {GRANT: "{}"}}}))

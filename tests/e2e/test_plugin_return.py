@@ -14,17 +14,15 @@ starts again and registers; kubelet reports allocatable gpufrac.io/gpu back.
 
   1. "whole" is bound within BIND_S seconds of that (kube-scheduler's
      NodeResourcesFit hint requeues it on kubelet's Node update);
-  2. "share" is still Pending then, refused "Insufficient gpufrac.io/gpu":
-     the same hint asks whether the pod fits the Node's allocatable
-     without the extender's ignoredByScheduler names, so a pod asking
-     gpufrac.io/gpu-memory (which no Node advertises) is never requeued by
-     a Node event, only by a scheduled pod's deletion or kube-scheduler's
-     5-minute flush (docs/kube.md, "A share created while the device
-     plugin is away").  Should this fail, kube-scheduler requeues shares
-     on Node events now: the waits for allocatable in test_node.py and
-     test_first_hour.py and that note can go;
-  3. the remedy the note gives: "whole" deleted, "share" is bound within
-     BIND_S seconds.
+  2. "share" is bound within BIND_S seconds of that too: the agent
+     advertises gpufrac.io/gpu-memory and gpufrac.io/gpu-compute in the
+     Node's status capacity (kubelet copies them to allocatable), so the
+     same hint, which asks whether the pod fits the Node's allocatable
+     without the extender's ignoredByScheduler names, finds that it does
+     (docs/kube.md, "A share created while the device plugin is away" and
+     "Share capacity on the Node").  Without that advertisement
+     (--advertise-capacity=false, or before it) the share waits for a
+     scheduled pod's deletion or kube-scheduler's 5-minute flush.
 """
 
 import os
@@ -41,6 +39,8 @@ from test_kubelet import agent_conf  # noqa: E402
 SPEC = "2xA100-80GB"
 NGPUS = 2
 RESOURCE = "gpufrac.io/gpu"
+MEMORY = "gpufrac.io/gpu-memory"
+COMPUTE = "gpufrac.io/gpu-compute"
 BIND_S = 30
 
 
@@ -48,9 +48,9 @@ def fail(msg):
     raise Failure(msg)
 
 
-def allocatable(c):
+def allocatable(c, name=RESOURCE):
     st = node_obj(c)["status"]
-    return st.get("allocatable", {}).get(RESOURCE)
+    return st.get("allocatable", {}).get(name)
 
 
 def run(c, kl):
@@ -66,6 +66,11 @@ def run(c, kl):
     want = str(NGPUS * SLOTS)
     wait_for("allocatable %s = %s" % (RESOURCE, want),
              lambda: kl.alive() and allocatable(c) == want, 60)
+    # The agent's share capacity, copied to allocatable by kubelet.
+    mem = wait_for("allocatable %s from the agent" % MEMORY,
+                   lambda: kl.alive() and allocatable(c, MEMORY), 60)
+    log("allocatable %s = %s, %s = %s" % (
+        MEMORY, mem, COMPUTE, allocatable(c, COMPUTE)))
     kc = c.sa_kubeconfig("extender", c.token("gpufrac-scheduler"))
     ext = Extender(c, "extender", c.ext_port, kc).start()
     ext.ready_leader()
@@ -114,32 +119,18 @@ def run(c, kl):
     log("pod whole bound %.1f s after allocatable came back" % (
         time.monotonic() - back))
 
-    # 2. the share: kube-scheduler's hint skips every Node event for it
-    while time.monotonic() - back < BIND_S:
-        if bound("share"):
-            fail("pod share bound %.1f s after allocatable came back: "
-                 "kube-scheduler now requeues shares on Node events; update "
-                 "docs/kube.md and drop the mitigations (this file's doc)" % (
-                     time.monotonic() - back))
-        time.sleep(0.5)
-    cond = unschedulable("share")
-    if not cond or "Insufficient %s" % RESOURCE not in cond.get("message", ""):
-        fail("pod share: expected Unschedulable, Insufficient %s: %s" % (
-            RESOURCE, pod_state(c.admin.get(path + "share"))))
-    log("pod share still Pending %d s after allocatable came back: %s" % (
-        BIND_S, cond["message"]))
-
-    # 3. a scheduled pod's deletion requeues it
-    c.admin.delete(path + "whole", gracePeriodSeconds=0)
-    gone = time.monotonic()
+    # 2. the share: the hint finds it fits the Node's allocatable, which
+    # carries the agent's gpufrac.io/gpu-memory and gpu-compute
     try:
-        wait_for("pod share bound within %d s of a scheduled pod's deletion" %
-                 BIND_S, lambda: bound("share"), BIND_S)
+        wait_for("pod share bound within %d s of the plugin's return" % BIND_S,
+                 lambda: bound("share"), BIND_S)
     except Failure:
-        fail("pod share not bound %d s after pod whole was deleted: %s" % (
-            BIND_S, pod_state(c.admin.get(path + "share"))))
-    log("pod share bound %.1f s after pod whole was deleted" % (
-        time.monotonic() - gone))
+        fail("pod share not bound %d s after allocatable %s came back (the "
+             "agent advertises %s = %s in the Node's allocatable): %s" % (
+                 BIND_S, RESOURCE, MEMORY, allocatable(c, MEMORY),
+                 pod_state(c.admin.get(path + "share"))))
+    log("pod share bound %.1f s after allocatable came back" % (
+        time.monotonic() - back))
 
 
 def main():

@@ -806,6 +806,17 @@ def main():
             fn(render(os.path.join(VALUES, vf) if vf else None, ns), ns)
         except Exception as e:  # a rendering or check crashed: that case failed
             check(False, "%s: %s: %s" % (name, type(e).__name__, e))
+    # nodeAgent.advertiseCapacity (docs/kube.md, "Share capacity on the Node")
+    for v, want in (("true", False), ("false", True)):
+        try:
+            by = index(render(sets=["nodeAgent.advertiseCapacity=" + v]))
+            cmd = by[("DaemonSet", "gpufrac-system", "gpufrac-node")]["spec"][
+                "template"]["spec"]["containers"][0]["command"]
+            check(("--advertise-capacity=false" in cmd) == want,
+                  "nodeAgent.advertiseCapacity=%s: --advertise-capacity=false %s (%s)"
+                  % (v, "passed" if want else "not passed", cmd))
+        except Exception as e:  # a rendering crashed: that case failed
+            check(False, "advertiseCapacity=%s: %s: %s" % (v, type(e).__name__, e))
     bad = sorted(glob.glob(os.path.join(VALUES, "bad", "*.yaml")))
     check(len(bad) >= 5, "bad values files present (%d)" % len(bad))
     for f in bad:

@@ -119,11 +119,13 @@ class Agent:
         self.log = open(self.log_path, "w")
         gpus = [] if nvml_env else ["--fake-gpus", self.gpus]
         env = dict(os.environ, **nvml_env) if nvml_env else None
+        # The API double serves no Node GET and no nodes/status: the share
+        # capacity is tested by test_capacity and test_e2e_capacity.
         self.p = subprocess.Popen(
             [self.binary, "node"] + gpus + ["--node-name",
              NODE, "--kubeconfig", self.kc, "--config", conf, "--listen",
-             "127.0.0.1:0"], stdout=self.log, stderr=subprocess.STDOUT,
-            env=env)
+             "127.0.0.1:0", "--advertise-capacity=false"], stdout=self.log,
+            stderr=subprocess.STDOUT, env=env)
 
         def port():
             if self.p.poll() is not None:

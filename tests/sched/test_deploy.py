@@ -194,9 +194,12 @@ if ds:
                         granted.setdefault((g, res), set()).update(r.get("verbs", []))
     # pods/status patch and events create: the weight cache's model loader
     # (docs/modelcache.md: the gpufrac.io/model-ready condition, events).
+    # nodes/status patch: the share capacity (docs/kube.md).
     check(granted == {("", "pods"): {"get", "list", "watch"}, ("", "nodes"): {"get", "patch"},
+                      ("", "nodes/status"): {"patch"},
                       ("", "pods/status"): {"patch"}, ("", "events"): {"create"}},
           f"node agent RBAC is exactly pods get/list/watch, nodes get/patch, "
+          f"nodes/status patch, "
           f"pods/status patch, events create (got {granted})")
     # One namespaced Role: the weight cache's prefetch ConfigMaps, read-only.
     nroles = [b["roleRef"]["name"] for _, b in docs if b["kind"] == "RoleBinding" and

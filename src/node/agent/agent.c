@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "capacity.h"
 #include "devplugin.h"
 #include "dramodels.h"
 #include "draplugin.h"
@@ -135,7 +136,8 @@ typedef struct agent_api {
   gf_dp *dp;                            /* the kubelet device plugin */
   gf_dp_device devs[GF_DP_MAX_DEVICES]; /* what it advertises */
   size_t ndevs;
-  bool publish_failed; /* log a publish failure once until it succeeds */
+  bool publish_failed;        /* log a publish failure once until it succeeds */
+  gf_node_capacity *capacity; /* share capacity on the Node; NULL: off */
 } agent_api;
 
 /* The API server: --kubeconfig, else in-cluster when in a pod.  Returns 0
@@ -159,9 +161,18 @@ static int api_config(const gf_node_agent_opts *o, gf_kube_config **cfg) {
   return rc;
 }
 
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void publish(agent_api *a, const gf_node_gpus *g) {
   if (!a->link)
     return;
+  /* First the Node's share capacity, then the inventory: the extender
+   * never places by GPUs that kubelet's admission does not count yet. */
+  gf__node_capacity_tick(a->capacity, g, now_ms());
   gf_diag d = {""};
   bool changed = false;
   if (gf__node_kube_publish(a->link, g, &changed, &d)) {
@@ -245,6 +256,11 @@ static int api_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
     rc = gf__node_kube_new(&a->link, a->cfg, &ko, &d);
   if (!rc)
     rc = gf__node_kube_start(a->link, &d);
+  if (!rc && !o->no_capacity) {
+    gf_diag cd = {""}; /* not fatal: the agent runs without it */
+    if (gf__node_capacity_new(&a->capacity, a->cfg, node, o->interval, &cd))
+      fprintf(stderr, "gpufrac node: %s (running without it)\n", cd.msg);
+  }
   if (!rc) {
     memset(a->devs, 0, sizeof(a->devs));
     a->ndevs = gf__node_dp_devices(g, cfg->slots, a->devs, GF_DP_MAX_DEVICES);
@@ -279,6 +295,7 @@ static void api_free(agent_api *a) {
   api_stop(a);
   gf__dp_free(a->dp);
   gf__node_kube_free(a->link);
+  gf__node_capacity_free(a->capacity); /* the Node's entries stay */
   gf__node_allocator_free(a->alloc);
   gf__node_pods_free(a->pods);
   gf_kube_config_free(a->cfg);
@@ -772,6 +789,8 @@ void gf_node_agent_run(gf_node_agent *a) {
     health_telemetry(&a->hl, &a->g, a->srv); /* last: over what was just
                                                  discovered */
     gf__node_cache_agent_tick(a->mc);
+    /* share capacity: a retry whose backoff ran out (a no-op otherwise) */
+    gf__node_capacity_tick(a->api.capacity, &a->g, now_ms());
     gf__node_dra_models_tick(a->dra.models);
     /* DRA: the cache's models changed (a fetch began or ended, a model
      * went): the slices and the Node say so now, not at the next
