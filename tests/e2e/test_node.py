@@ -475,22 +475,40 @@ class Node:
         if self.holder:
             # Whatever still runs in the namespace (a shim outlives
             # containerd by design) goes with it.
-            ns = os.readlink("/proc/%d/ns/mnt" % self.holder.p.pid) \
-                if self.holder.alive() else None
-            for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
-                if ns and pid != self.holder.p.pid:
-                    try:
-                        if os.readlink("/proc/%d/ns/mnt" % pid) == ns:
-                            log("left in the node's namespace: pid %d (%s); killed" % (
-                                pid, open("/proc/%d/comm" % pid).read().strip()))
-                            os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+            self.kill_namespace_procs(quiet=False)
             self.holder.stop(5)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         if self.made_cgroups:
             for e in self.remove_cgroups():
                 log("left behind: cgroup %s" % e)
+
+    def kill_namespace_procs(self, quiet=True):
+        """SIGKILLs every process of the node's mount namespace but its
+        holder (and waits until they are gone); how many."""
+        if not self.holder.alive():
+            return 0
+        ns = os.readlink("/proc/%d/ns/mnt" % self.holder.p.pid)
+        killed = []
+        for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
+            if pid != self.holder.p.pid:
+                try:
+                    if os.readlink("/proc/%d/ns/mnt" % pid) == ns:
+                        if not quiet:
+                            log("left in the node's namespace: pid %d (%s); killed" % (
+                                pid, open("/proc/%d/comm" % pid).read().strip()))
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                except OSError:
+                    pass
+        def gone(pid):
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    return f.read().rsplit(") ", 1)[1][0] == "Z"
+            except OSError:
+                return True
+        wait_for("the node's processes to exit",
+                 lambda: all(gone(p) for p in killed), 30)
+        return len(killed)
 
     def runc_list_quiet(self):
         try:
@@ -626,11 +644,9 @@ def layout_archive(layout, path):
     return path
 
 
-def run_agent(c, n, interposer):
-    """gpufrac's node image (scripts/build-images) imported into containerd,
-    the agent run from it by kubelet as a real container (hostNetwork, the
-    DaemonSet's hostPath mounts, its ConfigMap) registering its device
-    plugin on the real kubelet's socket."""
+def import_node_image(c, n, interposer):
+    """gpufrac's node image (scripts/build-images, packing interposer)
+    imported into containerd under deploy/node-agent.yaml's name; the name."""
     out = os.path.join(n.d, "gpufrac-images")
     # This node's own architecture only: no cross build needed here.
     r = subprocess.run([os.path.join(REPO, "scripts", "build-images"), "--only",
@@ -655,6 +671,22 @@ def run_agent(c, n, interposer):
     if image not in n.ctr("images", "list", "-q").stdout.split():
         fail("ctr images import did not make %s" % image)
     log("%s (scripts/build-images) imported into containerd" % image)
+    return image
+
+
+def install_interposer(n, interposer):
+    """The interposer and its preload file where the agent's answers mount
+    them from: inside the namespace (its /var/lib is a tmpfs)."""
+    n.ns(["sh", "-c", "mkdir -p %s && cp %s %s && echo %s > %s" % (
+        os.path.dirname(SHIM), shlex.quote(interposer), SHIM, SHIM, PRELOAD)])
+
+
+def run_agent(c, n, interposer):
+    """gpufrac's node image (scripts/build-images) imported into containerd,
+    the agent run from it by kubelet as a real container (hostNetwork, the
+    DaemonSet's hostPath mounts, its ConfigMap) registering its device
+    plugin on the real kubelet's socket."""
+    image = import_node_image(c, n, interposer)
 
     for f in ("namespace.yaml", "node-agent.yaml"):
         c.kubectl("apply", "-f", os.path.join(REPO, "deploy", f))
@@ -663,10 +695,7 @@ def run_agent(c, n, interposer):
     c.kubectl("-n", AGENT_NS, "create", "configmap", "gpufrac-node-config",
               "--from-literal=node.conf=slots = %d\nshim_lib = %s\npreload = %s\n"
               "driver_cdi = nvidia.com/gpu\n" % (SLOTS, SHIM, PRELOAD))
-    # The interposer where Allocate's mounts take it from: inside the
-    # namespace (its /var/lib is a tmpfs).
-    n.ns(["sh", "-c", "mkdir -p %s && cp %s %s && echo %s > %s" % (
-        os.path.dirname(SHIM), shlex.quote(interposer), SHIM, SHIM, PRELOAD)])
+    install_interposer(n, interposer)
     wait_for("ServiceAccount gpufrac-node", lambda: c.admin.get(
         "/api/v1/namespaces/%s/serviceaccounts/gpufrac-node" % AGENT_NS), 30)
     port = c.server.rsplit(":", 1)[1]
@@ -917,13 +946,13 @@ def probe_pod(c, n, name, gpu=None, mem=None, compute=None):
     return "/api/v1/namespaces/%s/pods/%s" % (NS, name)
 
 
-def probe_result(c, n, path):
-    """The probe's lines once it holds its memory (or failed), with its
-    pod and grant."""
+def probe_kv(c, n, path, restart=0):
+    """The probe's lines (of its container's run number restart) once it
+    holds its memory (or failed): its pod, {key: value} and the lines."""
     o = wait_pod_running(c, path, n.alive, 90, and_ready=False)
     name = o["metadata"]["name"]
     clog = os.path.join(n.d, "pod-logs", "%s_%s_%s" % (NS, name, o["metadata"]["uid"]),
-                        "main", "0.log")
+                        "main", "%d.log" % restart)
 
     def lines():
         try:
@@ -942,6 +971,13 @@ def probe_result(c, n, path):
         for x in f[2:] if f[1] in ("before", "after") else f[1:]:
             k, v = x.split("=", 1)
             kv[(f[1] + "." + k) if f[1] in ("before", "after") else k] = v
+    return o, kv, got
+
+
+def probe_result(c, n, path):
+    """The probe's lines once it holds its memory (or failed), with its
+    pod and grant."""
+    o, kv, got = probe_kv(c, n, path)
     grant = json.loads(o["metadata"]["annotations"][GRANT])
     return o, grant["containers"][0]["gpus"], kv, got
 
