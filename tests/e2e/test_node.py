@@ -946,10 +946,11 @@ def probe_pod(c, n, name, gpu=None, mem=None, compute=None):
     return "/api/v1/namespaces/%s/pods/%s" % (NS, name)
 
 
-def probe_kv(c, n, path, restart=0):
+def probe_kv(c, n, path, restart=0, timeout=90):
     """The probe's lines (of its container's run number restart) once it
-    holds its memory (or failed): its pod, {key: value} and the lines."""
-    o = wait_pod_running(c, path, n.alive, 90, and_ready=False)
+    holds its memory (or failed), waiting at most timeout (+ 30) s: its
+    pod, {key: value} and the lines."""
+    o = wait_pod_running(c, path, n.alive, timeout, and_ready=False)
     name = o["metadata"]["name"]
     clog = os.path.join(n.d, "pod-logs", "%s_%s_%s" % (NS, name, o["metadata"]["uid"]),
                         "main", "%d.log" % restart)
@@ -962,7 +963,8 @@ def probe_kv(c, n, path, restart=0):
             return None
         done = any(x.startswith(("probe after", "probe error")) for x in got)
         return got if done else None
-    got = wait_for("probe %s's output in %s" % (name, clog), lines, 30)
+    got = wait_for("probe %s's output in %s" % (name, clog), lines,
+                   30 + (timeout - 90 if timeout > 90 else 0))
     kv = {}
     for ln in got:
         if ln.startswith("probe error"):
