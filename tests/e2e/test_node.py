@@ -482,6 +482,44 @@ class Node:
             for e in self.remove_cgroups():
                 log("left behind: cgroup %s" % e)
 
+    def power_cycle(self, c, down=None):
+        """The whole node stopped: kubelet, every container (SIGKILL), the
+        shims and containerd, as a power loss leaves them (the node's
+        files stay: /run, /var/lib/kubelet, containerd's root); down()
+        runs while it is down; then containerd and kubelet started again.
+        Returns the seconds until the restarted kubelet's first Ready
+        heartbeat."""
+        t0 = time.monotonic()
+        beat = [x["lastHeartbeatTime"] for x in node_obj(c, NODE)["status"][
+            "conditions"] if x["type"] == "Ready"][0]
+        for p in (self.kubelet, self.containerd):
+            self.procs.remove(p)
+        self.kubelet.stop(15)
+        tasks = self.ctr("tasks", "list", "-q", check=False).stdout.split()
+        for t in tasks:
+            self.ctr("tasks", "kill", "-s", "SIGKILL", t, check=False)
+        self.containerd.stop(15)
+        killed = self.kill_namespace_procs()
+        left = [x["id"][:12] for x in self.runc_list() if x["status"] == "running"]
+        if left:
+            fail("containers still running with the node down: %s" % left)
+        log("node stopped: kubelet, %d containers, containerd and %d leftover "
+            "processes (the shims) gone" % (len(tasks), killed))
+        if down:
+            down()
+        self.start_containerd()
+        self.start_kubelet()
+
+        def heartbeat():
+            self.alive()
+            cond = [x for x in node_obj(c, NODE)["status"].get("conditions", [])
+                    if x["type"] == "Ready"]
+            return cond and cond[0]["status"] == "True" and \
+                cond[0]["lastHeartbeatTime"] != beat
+        wait_for("the restarted kubelet's Ready heartbeat on Node %s" % NODE,
+                 heartbeat, 120)
+        return time.monotonic() - t0
+
     def kill_namespace_procs(self, quiet=True):
         """SIGKILLs every process of the node's mount namespace but its
         holder (and waits until they are gone); how many."""
@@ -773,7 +811,7 @@ def run_share(c, n, interposer):
     Allocate; containerd and runc create its container with that answer."""
     c.kubectl("apply", "-f", os.path.join(REPO, "deploy", "scheduler-rbac.yaml"))
     kc = c.sa_kubeconfig("extender", c.token("gpufrac-scheduler"))
-    ext = Extender(c, "extender", c.ext_port, kc).start()
+    ext = n.ext = Extender(c, "extender", c.ext_port, kc).start()
     ext.ready_leader()
     wait_for("the extender holding Node %s" % NODE,
              lambda: ext.metric("gpufrac_extender_nodes") == 1, 30)
@@ -1155,9 +1193,12 @@ def run_faults(c, n):
         fail("the agent's books changed across kubelet's restart: %s, before %s"
              % (container_series(metrics(n)), mid))
     admit(c, n, "after-kubelet", 1 * GiB)
+    run_power_cycle(c, n, probes + ["after-agent", "after-containerd",
+                                    "after-kubelet"])
 
     # Leaks: every GPU pod deleted, nothing of theirs left.
-    gone = probes + ["after-agent", "after-containerd", "after-kubelet", "share"]
+    gone = probes + ["after-agent", "after-containerd", "after-kubelet",
+                     "after-node", "share"]
     have = n.ns(["ls", "-A", "/run/gpufrac/pods"]).stdout.split()
     uids = [c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, x))["metadata"]["uid"]
             for x in gone]
@@ -1191,16 +1232,137 @@ def run_faults(c, n):
         "left, no GPU memory granted" % len(gone))
 
 
-def admit(c, n, name, limit):
-    """A new 1-GPU share of limit bytes, compute 5: admitted (Allocate
-    answered by the agent as it runs now) and refused at exactly it."""
-    # kube-scheduler places by the Node's allocatable, which kubelet posts
-    # once the (re-)registered plugin's devices arrive: a pod created before
-    # that is Unschedulable (Insufficient gpufrac.io/gpu) and was not tried
-    # again within 90 s (two runs): kube-scheduler's NodeResourcesFit hint
-    # never requeues a share on a Node event (docs/kube.md, "A share
-    # created while the device plugin is away";
-    # test_plugin_return.py), so wait for it as a user would.
+def granted_lines(n):
+    return sorted(ln for ln in metrics(n).splitlines()
+                  if ln.startswith("gpufrac_gpu_memory_granted_bytes{"))
+
+
+def recreate(c, o):
+    """What a controller does for a pod that failed: the same pod made
+    again (name, labels, its container's image, command and resources)."""
+    ctr = {k: v for k, v in o["spec"]["containers"][0].items()
+           if k in ("name", "image", "imagePullPolicy", "command", "resources")}
+    path = "/api/v1/namespaces/%s/pods/%s" % (NS, o["metadata"]["name"])
+    c.admin.delete(path, gracePeriodSeconds=0)
+    wait_for("failed pod %s gone" % o["metadata"]["name"],
+             lambda: pod_gone(c, path), 60)
+    c.admin.create("/api/v1/namespaces/%s/pods" % NS, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": o["metadata"]["name"],
+                     "labels": o["metadata"].get("labels", {})},
+        "spec": {"containers": [ctr], "terminationGracePeriodSeconds":
+                 o["spec"].get("terminationGracePeriodSeconds", 2)}})
+    return path
+
+
+def run_power_cycle(c, n, probes):
+    """The whole node stopped and started with every GPU pod running.
+    kubelet admits the node's pods again before the agent (a pod of the
+    same node) has registered its device plugin: kubelet v1.37.2 fails each
+    GPU pod (UnexpectedAdmissionError, "Allocate failed due to no healthy
+    devices present"); a pod it admits is run again and must print what it
+    printed before.  A failed pod must leave nothing: no per-pod state,
+    series or granted memory at the agent, no pod in the extender's model.
+    Then each failed pod is made again (as its controller would) and is
+    admitted and held to the same share."""
+    names = probes + ["share"]
+    pods = {x: c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, x))
+            for x in names}
+    before = {}
+    for x in probes:
+        path = "/api/v1/namespaces/%s/pods/%s" % (NS, x)
+        rc = pods[x]["status"]["containerStatuses"][0]["restartCount"]
+        before[x] = (rc, probe_kv(c, n, path, rc)[1])
+    series = container_series(metrics(n))
+    ext_pods = n.ext.metric("gpufrac_extender_pods")
+    took = n.power_cycle(c)
+    log("node started again: kubelet's first Ready heartbeat %.1f s after "
+        "the stop" % took)
+    t0 = time.monotonic()
+
+    def settled():
+        n.alive()
+        out = {}
+        for x in names:
+            o = c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, x))
+            st = o["status"]
+            cs = (st.get("containerStatuses") or [{}])[0]
+            if st.get("phase") == "Failed":
+                out[x] = "failed: %s" % st.get("reason")
+            elif st.get("phase") == "Running" and "running" in cs.get("state", {}) \
+                    and cs.get("restartCount", 0) > pods[x]["status"][
+                        "containerStatuses"][0]["restartCount"]:
+                out[x] = "running"
+            else:
+                return None
+        return out
+    got = wait_for("every GPU pod run again or failed by kubelet", settled, 150)
+    log("after the node's restart (%.1f s): %s" % (time.monotonic() - t0, got))
+    failed = [x for x, v in got.items() if v != "running"]
+    odd = [(x, v) for x, v in got.items()
+           if v not in ("running", "failed: UnexpectedAdmissionError")]
+    if odd:
+        fail("after the node's restart: %s" % odd)
+    for x in probes:
+        if x in failed:
+            continue
+        rc, kv = before[x]
+        _, now, lines = probe_kv(c, n, "/api/v1/namespaces/%s/pods/%s" % (NS, x),
+                                 rc + 1)
+        if now != kv:
+            fail("probe %s after the node's restart printed %s; before it %s" % (
+                x, lines, kv))
+    # The failed pods' share is given back everywhere.
+    keep = {pods[x]["metadata"]["uid"] for x in names if x not in failed}
+
+    def released():
+        n.alive()
+        have = set(n.ns(["ls", "-A", "/run/gpufrac/pods"]).stdout.split())
+        now = container_series(metrics(n))
+        want = {k: v for k, v in series.items() if k[1] in keep}
+        ext = n.ext.metric("gpufrac_extender_pods")
+        ok = have == keep and now == want and ext == ext_pods - len(failed)
+        return True if ok else None
+    try:
+        wait_for("the failed pods' state, series and extender entries gone",
+                 released, 60)
+    except Failure:
+        fail("after %s failed: /run/gpufrac/pods %s (want %s), series %s, the "
+             "extender's pods %s (want %s)" % (
+                 failed, n.ns(["ls", "-A", "/run/gpufrac/pods"]).stdout.split(),
+                 sorted(keep), list(container_series(metrics(n))),
+                 n.ext.metric("gpufrac_extender_pods"), ext_pods - len(failed)))
+    log("%d failed pods released: no per-pod state, series or extender entry "
+        "left" % len(failed))
+    # Made again, as their controllers would: admitted, the same shares.
+    allocatable_back(c, n)
+    for x in failed:
+        path = recreate(c, pods[x])
+        if x not in probes:
+            wait_pod_running(c, path, n.alive, 90, and_ready=False)
+            continue
+        _, now, lines = probe_kv(c, n, path)
+        kv = dict(before[x][1])
+        now.pop("uuid", None)
+        kv.pop("uuid", None)
+        if now != kv:
+            fail("probe %s made again printed %s; before the restart %s" % (
+                x, lines, before[x][1]))
+    try:
+        wait_for("the extender's model back to %d pods" % ext_pods,
+                 lambda: n.ext.metric("gpufrac_extender_pods") == ext_pods, 30)
+    except Failure:
+        fail("the extender's model holds %s pods, %s before the node's restart" % (
+            n.ext.metric("gpufrac_extender_pods"), ext_pods))
+    log("the %d failed pods made again: admitted, each probe held to the share "
+        "it had, the extender's model back to %d pods (%.1f s after the node "
+        "came back)" % (len(failed), ext_pods, time.monotonic() - t0))
+    admit(c, n, "after-node", 1 * GiB)
+
+
+def allocatable_back(c, n):
+    """Waits for the Node's allocatable gpufrac.io/gpu to be the agent's
+    again; the seconds it took."""
     want = str(NGPUS * SLOTS)
     t0 = time.monotonic()
 
@@ -1216,7 +1378,20 @@ def admit(c, n, name, limit):
         fail("Node %s has capacity %s, allocatable %s" % (
             NODE, st.get("capacity", {}).get(RESOURCE),
             st.get("allocatable", {}).get(RESOURCE)))
-    waited = time.monotonic() - t0
+    return time.monotonic() - t0
+
+
+def admit(c, n, name, limit):
+    """A new 1-GPU share of limit bytes, compute 5: admitted (Allocate
+    answered by the agent as it runs now) and refused at exactly it."""
+    # kube-scheduler places by the Node's allocatable, which kubelet posts
+    # once the (re-)registered plugin's devices arrive: a pod created before
+    # that is Unschedulable (Insufficient gpufrac.io/gpu) and was not tried
+    # again within 90 s (two runs): kube-scheduler's NodeResourcesFit hint
+    # never requeues a share on a Node event (docs/kube.md, "A share
+    # created while the device plugin is away";
+    # test_plugin_return.py), so wait for it as a user would.
+    waited = allocatable_back(c, n)
     path = probe_pod(c, n, name, mem="%dGi" % (limit // GiB), compute=5)
     _, granted, kv, got = probe_result(c, n, path)
     want = str(limit - CONTEXT_OVERHEAD)

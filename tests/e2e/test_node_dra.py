@@ -46,8 +46,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import Cluster, Failure, free_port, log, run_once, wait_for  # noqa: E402
-from kubelet_node import (delete_through_kubelet, node_obj,  # noqa: E402
-                          pod_gone, wait_node_ready)
+from kubelet_node import (delete_through_kubelet, pod_gone,  # noqa: E402
+                          wait_node_ready)
 import test_node as tn  # noqa: E402
 from test_node import (AGENT_NS, CONTEXT_OVERHEAD, GiB, NODE, NS, PROBE,  # noqa: E402
                        PRELOAD, REPO, SHIM, SPEC, Node)
@@ -291,43 +291,6 @@ def check_probe(c, n, d, name, limit, restart=0, timeout=90):
     return cl
 
 
-def power_cycle(c, n, d, down=None):
-    """The whole node stopped: kubelet, every container (SIGKILL), the
-    shims and containerd; down() runs while it is down; then containerd
-    and kubelet started again."""
-    t0 = time.monotonic()
-    beat = [x["lastHeartbeatTime"] for x in node_obj(c, NODE)["status"][
-        "conditions"] if x["type"] == "Ready"][0]
-    for p in (n.kubelet, n.containerd):
-        n.procs.remove(p)
-    n.kubelet.stop(15)
-    tasks = n.ctr("tasks", "list", "-q", check=False).stdout.split()
-    for t in tasks:
-        n.ctr("tasks", "kill", "-s", "SIGKILL", t, check=False)
-    n.containerd.stop(15)
-    killed = n.kill_namespace_procs()
-    left = [x["id"][:12] for x in n.runc_list() if x["status"] == "running"]
-    if left:
-        fail("containers still running with the node down: %s" % left)
-    log("node stopped: kubelet, %d containers, containerd and %d leftover "
-        "processes (the shims) gone" % (len(tasks), killed))
-    if down:
-        down()
-    n.start_containerd()
-    n.start_kubelet()
-
-    def heartbeat():
-        n.alive()
-        o = node_obj(c, NODE)
-        cond = [x for x in o["status"].get("conditions", [])
-                if x["type"] == "Ready"]
-        return cond and cond[0]["status"] == "True" and \
-            cond[0]["lastHeartbeatTime"] != beat
-    wait_for("the restarted kubelet's Ready heartbeat on Node %s" % NODE,
-             heartbeat, 120)
-    return time.monotonic() - t0
-
-
 def run_dra(c, n, interposer):
     d = DRANode(c, n)
     d.start(interposer)
@@ -354,7 +317,7 @@ def run_dra(c, n, interposer):
     def down():
         c.admin.delete(p2, gracePeriodSeconds=2)
     t0 = time.monotonic()
-    took = power_cycle(c, n, d, down)
+    took = n.power_cycle(c, down)
     d.wait_registered(regs, 120)
     log("node started again: Node Ready %.1f s, %s registered %.1f s after "
         "the stop" % (took, DRIVER, time.monotonic() - t0))
