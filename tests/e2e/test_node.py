@@ -88,7 +88,13 @@ Needs root.  Nothing of the machine's is used or left behind:
      probes' processes and the agent's per-container series unchanged; a
      new 1Gi share admitted and refused at exactly it), then containerd
      stopped and started (the same; the shims kept the containers), then
-     kubelet (the same once the agent registered again);
+     kubelet (the same once the agent registered again); then the whole
+     node stopped (kubelet, every container, the shims, containerd) and
+     started: kubelet fails the GPU pods it admits before the agent has
+     registered (UnexpectedAdmissionError), and their files, series and
+     extender entries must go; a pod it runs again must print what it
+     printed before; the failed pods made again (as a controller would)
+     get the same shares;
  10. every GPU pod deleted: the agent's /run/gpufrac/pods (which held
      exactly their uids) and /var/run/cdi (but its node spec) empty, no
      per-container series, no GPU memory granted.
