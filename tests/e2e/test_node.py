@@ -88,7 +88,13 @@ Needs root.  Nothing of the machine's is used or left behind:
      probes' processes and the agent's per-container series unchanged; a
      new 1Gi share admitted and refused at exactly it), then containerd
      stopped and started (the same; the shims kept the containers), then
-     kubelet (the same once the agent registered again);
+     kubelet (the same once the agent registered again); then the whole
+     node stopped (kubelet, every container, the shims, containerd) and
+     started: kubelet fails the GPU pods it admits before the agent has
+     registered (UnexpectedAdmissionError), and their files, series and
+     extender entries must go; a pod it runs again must print what it
+     printed before; the failed pods made again (as a controller would)
+     get the same shares;
  10. every GPU pod deleted: the agent's /run/gpufrac/pods (which held
      exactly their uids) and /var/run/cdi (but its node spec) empty, no
      per-container series, no GPU memory granted.
@@ -475,22 +481,78 @@ class Node:
         if self.holder:
             # Whatever still runs in the namespace (a shim outlives
             # containerd by design) goes with it.
-            ns = os.readlink("/proc/%d/ns/mnt" % self.holder.p.pid) \
-                if self.holder.alive() else None
-            for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
-                if ns and pid != self.holder.p.pid:
-                    try:
-                        if os.readlink("/proc/%d/ns/mnt" % pid) == ns:
-                            log("left in the node's namespace: pid %d (%s); killed" % (
-                                pid, open("/proc/%d/comm" % pid).read().strip()))
-                            os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+            self.kill_namespace_procs(quiet=False)
             self.holder.stop(5)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         if self.made_cgroups:
             for e in self.remove_cgroups():
                 log("left behind: cgroup %s" % e)
+
+    def power_cycle(self, c, down=None):
+        """The whole node stopped: kubelet, every container (SIGKILL), the
+        shims and containerd, as a power loss leaves them (the node's
+        files stay: /run, /var/lib/kubelet, containerd's root); down()
+        runs while it is down; then containerd and kubelet started again.
+        Returns the seconds until the restarted kubelet's first Ready
+        heartbeat."""
+        t0 = time.monotonic()
+        beat = [x["lastHeartbeatTime"] for x in node_obj(c, NODE)["status"][
+            "conditions"] if x["type"] == "Ready"][0]
+        for p in (self.kubelet, self.containerd):
+            self.procs.remove(p)
+        self.kubelet.stop(15)
+        tasks = self.ctr("tasks", "list", "-q", check=False).stdout.split()
+        for t in tasks:
+            self.ctr("tasks", "kill", "-s", "SIGKILL", t, check=False)
+        self.containerd.stop(15)
+        killed = self.kill_namespace_procs()
+        left = [x["id"][:12] for x in self.runc_list() if x["status"] == "running"]
+        if left:
+            fail("containers still running with the node down: %s" % left)
+        log("node stopped: kubelet, %d containers, containerd and %d leftover "
+            "processes (the shims) gone" % (len(tasks), killed))
+        if down:
+            down()
+        self.start_containerd()
+        self.start_kubelet()
+
+        def heartbeat():
+            self.alive()
+            cond = [x for x in node_obj(c, NODE)["status"].get("conditions", [])
+                    if x["type"] == "Ready"]
+            return cond and cond[0]["status"] == "True" and \
+                cond[0]["lastHeartbeatTime"] != beat
+        wait_for("the restarted kubelet's Ready heartbeat on Node %s" % NODE,
+                 heartbeat, 120)
+        return time.monotonic() - t0
+
+    def kill_namespace_procs(self, quiet=True):
+        """SIGKILLs every process of the node's mount namespace but its
+        holder (and waits until they are gone); how many."""
+        if not self.holder.alive():
+            return 0
+        ns = os.readlink("/proc/%d/ns/mnt" % self.holder.p.pid)
+        killed = []
+        for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
+            if pid != self.holder.p.pid:
+                try:
+                    if os.readlink("/proc/%d/ns/mnt" % pid) == ns:
+                        if not quiet:
+                            log("left in the node's namespace: pid %d (%s); killed" % (
+                                pid, open("/proc/%d/comm" % pid).read().strip()))
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                except OSError:
+                    pass
+        def gone(pid):
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    return f.read().rsplit(") ", 1)[1][0] == "Z"
+            except OSError:
+                return True
+        wait_for("the node's processes to exit",
+                 lambda: all(gone(p) for p in killed), 30)
+        return len(killed)
 
     def runc_list_quiet(self):
         try:
@@ -626,11 +688,9 @@ def layout_archive(layout, path):
     return path
 
 
-def run_agent(c, n, interposer):
-    """gpufrac's node image (scripts/build-images) imported into containerd,
-    the agent run from it by kubelet as a real container (hostNetwork, the
-    DaemonSet's hostPath mounts, its ConfigMap) registering its device
-    plugin on the real kubelet's socket."""
+def import_node_image(c, n, interposer):
+    """gpufrac's node image (scripts/build-images, packing interposer)
+    imported into containerd under deploy/node-agent.yaml's name; the name."""
     out = os.path.join(n.d, "gpufrac-images")
     # This node's own architecture only: no cross build needed here.
     r = subprocess.run([os.path.join(REPO, "scripts", "build-images"), "--only",
@@ -655,6 +715,22 @@ def run_agent(c, n, interposer):
     if image not in n.ctr("images", "list", "-q").stdout.split():
         fail("ctr images import did not make %s" % image)
     log("%s (scripts/build-images) imported into containerd" % image)
+    return image
+
+
+def install_interposer(n, interposer):
+    """The interposer and its preload file where the agent's answers mount
+    them from: inside the namespace (its /var/lib is a tmpfs)."""
+    n.ns(["sh", "-c", "mkdir -p %s && cp %s %s && echo %s > %s" % (
+        os.path.dirname(SHIM), shlex.quote(interposer), SHIM, SHIM, PRELOAD)])
+
+
+def run_agent(c, n, interposer):
+    """gpufrac's node image (scripts/build-images) imported into containerd,
+    the agent run from it by kubelet as a real container (hostNetwork, the
+    DaemonSet's hostPath mounts, its ConfigMap) registering its device
+    plugin on the real kubelet's socket."""
+    image = import_node_image(c, n, interposer)
 
     for f in ("namespace.yaml", "node-agent.yaml"):
         c.kubectl("apply", "-f", os.path.join(REPO, "deploy", f))
@@ -663,10 +739,7 @@ def run_agent(c, n, interposer):
     c.kubectl("-n", AGENT_NS, "create", "configmap", "gpufrac-node-config",
               "--from-literal=node.conf=slots = %d\nshim_lib = %s\npreload = %s\n"
               "driver_cdi = nvidia.com/gpu\n" % (SLOTS, SHIM, PRELOAD))
-    # The interposer where Allocate's mounts take it from: inside the
-    # namespace (its /var/lib is a tmpfs).
-    n.ns(["sh", "-c", "mkdir -p %s && cp %s %s && echo %s > %s" % (
-        os.path.dirname(SHIM), shlex.quote(interposer), SHIM, SHIM, PRELOAD)])
+    install_interposer(n, interposer)
     wait_for("ServiceAccount gpufrac-node", lambda: c.admin.get(
         "/api/v1/namespaces/%s/serviceaccounts/gpufrac-node" % AGENT_NS), 30)
     port = c.server.rsplit(":", 1)[1]
@@ -744,7 +817,7 @@ def run_share(c, n, interposer):
     Allocate; containerd and runc create its container with that answer."""
     c.kubectl("apply", "-f", os.path.join(REPO, "deploy", "scheduler-rbac.yaml"))
     kc = c.sa_kubeconfig("extender", c.token("gpufrac-scheduler"))
-    ext = Extender(c, "extender", c.ext_port, kc).start()
+    ext = n.ext = Extender(c, "extender", c.ext_port, kc).start()
     ext.ready_leader()
     wait_for("the extender holding Node %s" % NODE,
              lambda: ext.metric("gpufrac_extender_nodes") == 1, 30)
@@ -917,13 +990,14 @@ def probe_pod(c, n, name, gpu=None, mem=None, compute=None):
     return "/api/v1/namespaces/%s/pods/%s" % (NS, name)
 
 
-def probe_result(c, n, path):
-    """The probe's lines once it holds its memory (or failed), with its
-    pod and grant."""
-    o = wait_pod_running(c, path, n.alive, 90, and_ready=False)
+def probe_kv(c, n, path, restart=0, timeout=90):
+    """The probe's lines (of its container's run number restart) once it
+    holds its memory (or failed), waiting at most timeout (+ 30) s: its
+    pod, {key: value} and the lines."""
+    o = wait_pod_running(c, path, n.alive, timeout, and_ready=False)
     name = o["metadata"]["name"]
     clog = os.path.join(n.d, "pod-logs", "%s_%s_%s" % (NS, name, o["metadata"]["uid"]),
-                        "main", "0.log")
+                        "main", "%d.log" % restart)
 
     def lines():
         try:
@@ -933,7 +1007,8 @@ def probe_result(c, n, path):
             return None
         done = any(x.startswith(("probe after", "probe error")) for x in got)
         return got if done else None
-    got = wait_for("probe %s's output in %s" % (name, clog), lines, 30)
+    got = wait_for("probe %s's output in %s" % (name, clog), lines,
+                   30 + (timeout - 90 if timeout > 90 else 0))
     kv = {}
     for ln in got:
         if ln.startswith("probe error"):
@@ -942,6 +1017,13 @@ def probe_result(c, n, path):
         for x in f[2:] if f[1] in ("before", "after") else f[1:]:
             k, v = x.split("=", 1)
             kv[(f[1] + "." + k) if f[1] in ("before", "after") else k] = v
+    return o, kv, got
+
+
+def probe_result(c, n, path):
+    """The probe's lines once it holds its memory (or failed), with its
+    pod and grant."""
+    o, kv, got = probe_kv(c, n, path)
     grant = json.loads(o["metadata"]["annotations"][GRANT])
     return o, grant["containers"][0]["gpus"], kv, got
 
@@ -1117,9 +1199,12 @@ def run_faults(c, n):
         fail("the agent's books changed across kubelet's restart: %s, before %s"
              % (container_series(metrics(n)), mid))
     admit(c, n, "after-kubelet", 1 * GiB)
+    run_power_cycle(c, n, probes + ["after-agent", "after-containerd",
+                                    "after-kubelet"])
 
     # Leaks: every GPU pod deleted, nothing of theirs left.
-    gone = probes + ["after-agent", "after-containerd", "after-kubelet", "share"]
+    gone = probes + ["after-agent", "after-containerd", "after-kubelet",
+                     "after-node", "share"]
     have = n.ns(["ls", "-A", "/run/gpufrac/pods"]).stdout.split()
     uids = [c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, x))["metadata"]["uid"]
             for x in gone]
@@ -1153,16 +1238,137 @@ def run_faults(c, n):
         "left, no GPU memory granted" % len(gone))
 
 
-def admit(c, n, name, limit):
-    """A new 1-GPU share of limit bytes, compute 5: admitted (Allocate
-    answered by the agent as it runs now) and refused at exactly it."""
-    # kube-scheduler places by the Node's allocatable, which kubelet posts
-    # once the (re-)registered plugin's devices arrive: a pod created before
-    # that is Unschedulable (Insufficient gpufrac.io/gpu) and was not tried
-    # again within 90 s (two runs): kube-scheduler's NodeResourcesFit hint
-    # never requeues a share on a Node event (docs/kube.md, "A share
-    # created while the device plugin is away";
-    # test_plugin_return.py), so wait for it as a user would.
+def granted_lines(n):
+    return sorted(ln for ln in metrics(n).splitlines()
+                  if ln.startswith("gpufrac_gpu_memory_granted_bytes{"))
+
+
+def recreate(c, o):
+    """What a controller does for a pod that failed: the same pod made
+    again (name, labels, its container's image, command and resources)."""
+    ctr = {k: v for k, v in o["spec"]["containers"][0].items()
+           if k in ("name", "image", "imagePullPolicy", "command", "resources")}
+    path = "/api/v1/namespaces/%s/pods/%s" % (NS, o["metadata"]["name"])
+    c.admin.delete(path, gracePeriodSeconds=0)
+    wait_for("failed pod %s gone" % o["metadata"]["name"],
+             lambda: pod_gone(c, path), 60)
+    c.admin.create("/api/v1/namespaces/%s/pods" % NS, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": o["metadata"]["name"],
+                     "labels": o["metadata"].get("labels", {})},
+        "spec": {"containers": [ctr], "terminationGracePeriodSeconds":
+                 o["spec"].get("terminationGracePeriodSeconds", 2)}})
+    return path
+
+
+def run_power_cycle(c, n, probes):
+    """The whole node stopped and started with every GPU pod running.
+    kubelet admits the node's pods again before the agent (a pod of the
+    same node) has registered its device plugin: kubelet v1.37.2 fails each
+    GPU pod (UnexpectedAdmissionError, "Allocate failed due to no healthy
+    devices present"); a pod it admits is run again and must print what it
+    printed before.  A failed pod must leave nothing: no per-pod state,
+    series or granted memory at the agent, no pod in the extender's model.
+    Then each failed pod is made again (as its controller would) and is
+    admitted and held to the same share."""
+    names = probes + ["share"]
+    pods = {x: c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, x))
+            for x in names}
+    before = {}
+    for x in probes:
+        path = "/api/v1/namespaces/%s/pods/%s" % (NS, x)
+        rc = pods[x]["status"]["containerStatuses"][0]["restartCount"]
+        before[x] = (rc, probe_kv(c, n, path, rc)[1])
+    series = container_series(metrics(n))
+    ext_pods = n.ext.metric("gpufrac_extender_pods")
+    took = n.power_cycle(c)
+    log("node started again: kubelet's first Ready heartbeat %.1f s after "
+        "the stop" % took)
+    t0 = time.monotonic()
+
+    def settled():
+        n.alive()
+        out = {}
+        for x in names:
+            o = c.admin.get("/api/v1/namespaces/%s/pods/%s" % (NS, x))
+            st = o["status"]
+            cs = (st.get("containerStatuses") or [{}])[0]
+            if st.get("phase") == "Failed":
+                out[x] = "failed: %s" % st.get("reason")
+            elif st.get("phase") == "Running" and "running" in cs.get("state", {}) \
+                    and cs.get("restartCount", 0) > pods[x]["status"][
+                        "containerStatuses"][0]["restartCount"]:
+                out[x] = "running"
+            else:
+                return None
+        return out
+    got = wait_for("every GPU pod run again or failed by kubelet", settled, 150)
+    log("after the node's restart (%.1f s): %s" % (time.monotonic() - t0, got))
+    failed = [x for x, v in got.items() if v != "running"]
+    odd = [(x, v) for x, v in got.items()
+           if v not in ("running", "failed: UnexpectedAdmissionError")]
+    if odd:
+        fail("after the node's restart: %s" % odd)
+    for x in probes:
+        if x in failed:
+            continue
+        rc, kv = before[x]
+        _, now, lines = probe_kv(c, n, "/api/v1/namespaces/%s/pods/%s" % (NS, x),
+                                 rc + 1)
+        if now != kv:
+            fail("probe %s after the node's restart printed %s; before it %s" % (
+                x, lines, kv))
+    # The failed pods' share is given back everywhere.
+    keep = {pods[x]["metadata"]["uid"] for x in names if x not in failed}
+
+    def released():
+        n.alive()
+        have = set(n.ns(["ls", "-A", "/run/gpufrac/pods"]).stdout.split())
+        now = container_series(metrics(n))
+        want = {k: v for k, v in series.items() if k[1] in keep}
+        ext = n.ext.metric("gpufrac_extender_pods")
+        ok = have == keep and now == want and ext == ext_pods - len(failed)
+        return True if ok else None
+    try:
+        wait_for("the failed pods' state, series and extender entries gone",
+                 released, 60)
+    except Failure:
+        fail("after %s failed: /run/gpufrac/pods %s (want %s), series %s, the "
+             "extender's pods %s (want %s)" % (
+                 failed, n.ns(["ls", "-A", "/run/gpufrac/pods"]).stdout.split(),
+                 sorted(keep), list(container_series(metrics(n))),
+                 n.ext.metric("gpufrac_extender_pods"), ext_pods - len(failed)))
+    log("%d failed pods released: no per-pod state, series or extender entry "
+        "left" % len(failed))
+    # Made again, as their controllers would: admitted, the same shares.
+    allocatable_back(c, n)
+    for x in failed:
+        path = recreate(c, pods[x])
+        if x not in probes:
+            wait_pod_running(c, path, n.alive, 90, and_ready=False)
+            continue
+        _, now, lines = probe_kv(c, n, path)
+        kv = dict(before[x][1])
+        now.pop("uuid", None)
+        kv.pop("uuid", None)
+        if now != kv:
+            fail("probe %s made again printed %s; before the restart %s" % (
+                x, lines, before[x][1]))
+    try:
+        wait_for("the extender's model back to %d pods" % ext_pods,
+                 lambda: n.ext.metric("gpufrac_extender_pods") == ext_pods, 30)
+    except Failure:
+        fail("the extender's model holds %s pods, %s before the node's restart" % (
+            n.ext.metric("gpufrac_extender_pods"), ext_pods))
+    log("the %d failed pods made again: admitted, each probe held to the share "
+        "it had, the extender's model back to %d pods (%.1f s after the node "
+        "came back)" % (len(failed), ext_pods, time.monotonic() - t0))
+    admit(c, n, "after-node", 1 * GiB)
+
+
+def allocatable_back(c, n):
+    """Waits for the Node's allocatable gpufrac.io/gpu to be the agent's
+    again; the seconds it took."""
     want = str(NGPUS * SLOTS)
     t0 = time.monotonic()
 
@@ -1178,7 +1384,20 @@ def admit(c, n, name, limit):
         fail("Node %s has capacity %s, allocatable %s" % (
             NODE, st.get("capacity", {}).get(RESOURCE),
             st.get("allocatable", {}).get(RESOURCE)))
-    waited = time.monotonic() - t0
+    return time.monotonic() - t0
+
+
+def admit(c, n, name, limit):
+    """A new 1-GPU share of limit bytes, compute 5: admitted (Allocate
+    answered by the agent as it runs now) and refused at exactly it."""
+    # kube-scheduler places by the Node's allocatable, which kubelet posts
+    # once the (re-)registered plugin's devices arrive: a pod created before
+    # that is Unschedulable (Insufficient gpufrac.io/gpu) and was not tried
+    # again within 90 s (two runs): kube-scheduler's NodeResourcesFit hint
+    # never requeues a share on a Node event (docs/kube.md, "A share
+    # created while the device plugin is away";
+    # test_plugin_return.py), so wait for it as a user would.
+    waited = allocatable_back(c, n)
     path = probe_pod(c, n, name, mem="%dGi" % (limit // GiB), compute=5)
     _, granted, kv, got = probe_result(c, n, path)
     want = str(limit - CONTEXT_OVERHEAD)

@@ -568,6 +568,7 @@ static int dra_start(const gf_node_agent_opts *o, const gf_node_config *cfg,
                            .preload = cfg->preload,
                            .log = cfg->log,
                            .proc = cfg->proc_dir,
+                           .driver_cdi = cfg->driver_cdi,
                            .cache = cache};
   rc = gf__node_dra_state_open(&x->state, &dopt, g, &d);
   if (!rc && gf__node_dra_state_count(x->state))

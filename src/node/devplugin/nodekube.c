@@ -44,11 +44,30 @@ static void log_line(const gf_node_kube *k, const char *what, const char *obj,
     fprintf(stderr, "gpufrac node: %s%s: %s\n", what, obj, why);
 }
 
+static void forget(gf_node_kube *k, const char *uid) {
+  gf_diag d = {""};
+  if (gf_node_safe_name(uid) &&
+      gf__node_forget_pod(k->state_dir, k->cdi_dir[0] ? k->cdi_dir : NULL, uid,
+                          &d))
+    log_line(k, "cleaning up pod ", uid, d.msg);
+}
+
 static void pod_add(void *user, json_t *obj) {
   gf_node_kube *k = user;
   gf_diag d = {""};
   if (gf__node_pods_apply(k->pods, obj, &d))
     log_line(k, "pod ignored", "", d.msg);
+  /* A pod that finished (Succeeded, or Failed: e.g. kubelet refused it
+   * with UnexpectedAdmissionError after a node restart) never runs a
+   * container again: its files go now, not at its deletion, so its share
+   * and series end with it. */
+  const char *phase = json_string_value(
+      json_object_get(json_object_get(obj, "status"), "phase"));
+  const char *uid = json_string_value(
+      json_object_get(json_object_get(obj, "metadata"), "uid"));
+  if (uid && phase &&
+      (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
+    forget(k, uid);
 }
 
 static void pod_update(void *user, json_t *old_obj, json_t *new_obj) {
@@ -63,11 +82,7 @@ static void pod_delete(void *user, json_t *obj) {
   if (!uid)
     return;
   gf__node_pods_remove(k->pods, uid);
-  gf_diag d = {""};
-  if (gf_node_safe_name(uid) &&
-      gf__node_forget_pod(k->state_dir, k->cdi_dir[0] ? k->cdi_dir : NULL, uid,
-                          &d))
-    log_line(k, "cleaning up pod ", uid, d.msg);
+  forget(k, uid);
 }
 
 /* LIST/WATCH errors, once per change (the informer reports changes only). */

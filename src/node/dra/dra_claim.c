@@ -254,6 +254,7 @@ struct gf_node_dra_state {
   char cdi_dir[GF_NODE_PATH_MAX], shim_lib[GF_NODE_PATH_MAX];
   char preload[GF_NODE_PATH_MAX], log[16], dev_dir[GF_NODE_PATH_MAX];
   char proc[GF_NODE_PATH_MAX]; /* MIG capability files live under it */
+  char driver_cdi[GF_NODE_CDI_KIND_MAX]; /* "": no driver CDI devices */
   gf_node_gpus g;
   gf_node_dra_device devs[GF_NODE_DRA_MAX_DEVICES];
   size_t ndevs;
@@ -485,6 +486,8 @@ int gf__node_dra_state_open(gf_node_dra_state **out, const gf_node_dra_opts *o,
   gf__node_copy(s->dev_dir, sizeof(s->dev_dir), o->dev_dir ? o->dev_dir : "");
   gf__node_copy(s->proc, sizeof(s->proc),
                 o->proc && *o->proc ? o->proc : "/proc");
+  gf__node_copy(s->driver_cdi, sizeof(s->driver_cdi),
+                o->driver_cdi ? o->driver_cdi : "");
   int rc = 0;
   if (!gf__node_join(s->dra_dir, sizeof(s->dra_dir), s->state_dir, "dra"))
     rc = gf_diag_set(d, GF_ELIMIT, "%s: path too long", s->state_dir);
@@ -527,12 +530,38 @@ bool gf__node_dra_state_holds(gf_node_dra_state *s, const char *uid) {
   return held;
 }
 
+static const gf_node_dra_device *device_named(const gf_node_dra_state *s,
+                                              const char *name);
+
+/* p's driver CDI devices, one per result: "<driver_cdi>=<uuid>" of the
+ * result's GPU or MIG device as the pool has it now; "" without a
+ * driver_cdi, for a device the pool lacks, or one too long. */
+static void driver_ids(const gf_node_dra_state *s, gf_node_dra_prepared *p) {
+  for (uint32_t i = 0; i < GF_NODE_DRA_MAX_RESULTS; i++) {
+    p->driver_ids[i][0] = '\0';
+    const gf_node_dra_device *v =
+        i < p->claim.nresults && s->driver_cdi[0]
+            ? device_named(s, p->claim.results[i].device)
+            : NULL;
+    if (!v)
+      continue;
+    const gf_node_gpu *g = &s->g.gpus[v->gpu];
+    const char *uuid = v->mig >= 0 ? g->mig[v->mig].uuid : g->uuid;
+    int n = snprintf(p->driver_ids[i], sizeof(p->driver_ids[i]), "%s=%s",
+                     s->driver_cdi, uuid);
+    if (!*uuid || n < 0 || (size_t)n >= sizeof(p->driver_ids[i]))
+      p->driver_ids[i][0] = '\0';
+  }
+}
+
 bool gf__node_dra_state_lookup(gf_node_dra_state *s, const char *uid,
                                gf_node_dra_prepared *out) {
   pthread_mutex_lock(&s->mu);
   ssize_t i = find(s, uid);
-  if (i >= 0 && out)
+  if (i >= 0 && out) {
     *out = s->prep[i];
+    driver_ids(s, out);
+  }
   pthread_mutex_unlock(&s->mu);
   return i >= 0;
 }
@@ -940,6 +969,7 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
   ssize_t have = find(s, c->uid);
   if (have >= 0) {
     *out = s->prep[have];
+    driver_ids(s, out);
     goto out;
   }
   gf_grant_container gc;
@@ -983,6 +1013,7 @@ static int prepare(gf_node_dra_state *s, const gf_node_dra_claim *c,
   p.per_request = !nmig && gf__node_dra_cdi_per_request(c);
   snprintf(p.cdi_id, sizeof(p.cdi_id), "%s=%s_%s", GF_NODE_CDI_KIND, c->uid,
            CTR_NAME);
+  driver_ids(s, &p);
   if ((rc = add_prepared(s, &p, d)))
     goto undo;
   if ((rc = save(s, d))) {

@@ -193,7 +193,7 @@ static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
   errs = gf__calloc(n ? n : 1, sizeof *errs);
   devs = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *devs);
   dptr = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *dptr);
-  ids = gf__calloc(n * GF_DRAP_MAX_DEVICES + 1, sizeof *ids);
+  ids = gf__calloc(2 * n * GF_DRAP_MAX_DEVICES + 1, sizeof *ids);
   if (!ents || !eptr || !ones || !ans || !errs || !devs || !dptr || !ids ||
       !reqs) {
     gf__grpc_reply_error(r, GF__GRPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -228,9 +228,13 @@ static void do_prepare(gf_drap *p, const uint8_t *req, size_t len,
       v->request_names = &reqs[base + k];
       v->pool_name = a->pool;
       v->device_name = a->device;
-      ids[base + k] = a->cdi_id;
-      v->n_cdi_device_ids = 1;
-      v->cdi_device_ids = &ids[base + k];
+      /* the claim's device, then the driver's (its libraries and device
+       * nodes) when there is one */
+      char **my = &ids[2 * (base + k)];
+      my[0] = a->cdi_id;
+      my[1] = a->driver_cdi_id;
+      v->n_cdi_device_ids = a->driver_cdi_id[0] ? 2 : 1;
+      v->cdi_device_ids = my;
       v->share_id = a->share_id;
       dptr[base + k] = v;
     }
@@ -532,6 +536,8 @@ void gf__drap_answer_of(const gf_node_dra_prepared *p, gf_drap_answer *a) {
     snprintf(v->pool, sizeof(v->pool), "%s", r->pool);
     snprintf(v->device, sizeof(v->device), "%s", r->device);
     snprintf(v->share_id, sizeof(v->share_id), "%s", r->share_id);
+    snprintf(v->driver_cdi_id, sizeof(v->driver_cdi_id), "%s",
+             p->driver_ids[i]);
     if (per)
       snprintf(v->cdi_id, sizeof(v->cdi_id), "%s=%s_%.*s", GF_NODE_CDI_KIND,
                p->claim.uid, (int)base, r->request);

@@ -39,6 +39,7 @@ typedef struct gf_drap_device {
   char device[64];
   char share_id[64]; /* "" when none */
   char cdi_id[320];
+  char driver_cdi_id[112]; /* the driver's CDI device; "" when none */
 } gf_drap_device;
 
 typedef struct gf_drap_answer {
@@ -51,7 +52,8 @@ struct gf_node_dra_prepared;
  * name as kubelet matches a container's claim entry against it (a
  * firstAvailable result "gpu/h100" answers "gpu": a container names the
  * request, never the subrequest), pool, device, shareID and the claim's
- * CDI device id. */
+ * CDI device id, then the driver's CDI device of the result's GPU when the
+ * agent has a driver_cdi (p->driver_ids). */
 void gf__drap_answer_of(const struct gf_node_dra_prepared *p,
                         gf_drap_answer *a);
 

@@ -57,6 +57,8 @@
 #define GF_NODE_DRA_REQUEST_MAX 128    /* "request" or "request/subrequest" */
 #define GF_NODE_DRA_UID_MAX 64
 #define GF_NODE_DRA_CDI_ID_MAX 320
+/* "<driver CDI kind>=<uuid>": GF_NODE_CDI_KIND_MAX + GF_UUID_MAX */
+#define GF_NODE_DRA_DRIVER_ID_MAX 112
 #define GF_NODE_DRA_TAINT_KEY GF_NODE_DRA_DRIVER "/xid"
 /* resource.k8s.io/v1 ResourceSliceMaxAttributesAndCapacitiesPerDevice. */
 #define GF_NODE_DRA_MAX_ATTRS_AND_CAPS 32
@@ -225,6 +227,12 @@ typedef struct gf_node_dra_opts {
   const char *log;       /* the interposer's log level */
   const char *dev_dir;   /* NULL: "/dev" */
   const char *proc;      /* NULL: "/proc" (MIG capability files) */
+  /* The driver's CDI kind (node config driver_cdi, "nvidia.com/gpu");
+   * NULL or "": none.  Each answered device then also names the driver's
+   * CDI device "<kind>=<uuid>" of its GPU or MIG device (the libraries and
+   * device nodes nvidia-ctk's spec gives it), as the device plugin's
+   * Allocate answer does. */
+  const char *driver_cdi;
   /* The weight cache (borrowed; must outlive the state), opened before it;
    * NULL: none.  A claim whose reserving pod has gpufrac.io/model gets the
    * model mounted (CDI mounts), pinned for the claim until it is
@@ -241,6 +249,9 @@ typedef struct gf_node_dra_prepared {
    * (gf__node_dra_cdi_per_request, GPU claims only); cdi_id names the
    * claim. */
   bool per_request;
+  /* result i's driver CDI device "<kind>=<uuid>" (gf_node_dra_opts
+   * .driver_cdi), "" when none; filled on every answer, new or repeated. */
+  char driver_ids[GF_NODE_DRA_MAX_RESULTS][GF_NODE_DRA_DRIVER_ID_MAX];
 } gf_node_dra_prepared;
 
 /* Whether claim c's results name more than one request (a firstAvailable
