@@ -55,6 +55,7 @@ typedef struct opts {
   char as_resource[256]; /* --autoscale-resource; "": the default */
   char as_ns[254];       /* --autoscale-namespace */
   char as_pclass[254];   /* --autoscale-priority-class */
+  char as_types[4096];   /* --autoscale-node-types; "": none */
   int64_t filter_top;    /* --filter-top; 0: every fitting node */
   int64_t bind_qps;      /* --bind-qps; 0: no limit */
   int64_t bind_burst;    /* --bind-burst; 0: 2 x bind_qps */
@@ -308,6 +309,7 @@ enum {
   OPT_AS_RESOURCE,
   OPT_AS_NS,
   OPT_AS_PCLASS,
+  OPT_AS_TYPES,
 };
 
 static const gf__opt sched_opts[] = {
@@ -451,6 +453,13 @@ static const gf__opt sched_opts[] = {
                       "their PriorityClass (default\n"
                       "gpufrac-placeholder, deploy/autoscale/autoscale.yaml)",
                       OPT_AS_PCLASS),
+    GF__OPT_STRING_ID("autoscale-node-types", "LIST",
+                      "the node types the autoscaler buys,\n"
+                      "NAME:GPUS:GPU_MEM:CPU:MEMORY[:MODEL],...: each\n"
+                      "placeholder asks one whole node of the smallest\n"
+                      "type its packed pods fit, pinned to it by\n"
+                      "node.kubernetes.io/instance-type (docs/autoscaling.md)",
+                      OPT_AS_TYPES),
     GF__OPT_END(),
 };
 
@@ -641,6 +650,8 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     return copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
   case OPT_AS_PCLASS:
     return copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
+  case OPT_AS_TYPES:
+    return copy_opt(o->as_types, sizeof(o->as_types), v, a);
   case OPT_TIMEOUT:
     set[SET_TIMEOUT] = true;
     return int_opt(a, v, 100, 600000, &o->request_timeout_ms);
@@ -830,7 +841,8 @@ int cmd_scheduler(int argc, char **argv) {
         .autoscale_after_ms = o.as_after_ms,
         .autoscale_resource = o.as_resource[0] ? o.as_resource : NULL,
         .autoscale_ns = o.as_ns[0] ? o.as_ns : NULL,
-        .autoscale_priority_class = o.as_pclass[0] ? o.as_pclass : NULL};
+        .autoscale_priority_class = o.as_pclass[0] ? o.as_pclass : NULL,
+        .autoscale_node_types = o.as_types[0] ? o.as_types : NULL};
     guard_kube_opts(&ko, &o);
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);

@@ -1016,6 +1016,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
                       .resource = o->autoscale_resource,
                       .ns = o->autoscale_ns,
                       .priority_class = o->autoscale_priority_class,
+                      .node_types = o->autoscale_node_types,
                       .quiet = o->quiet,
                       .whole = gf__sched_whole(s)};
     if ((rc = gf__as_new(&ao, &f->as, d)) ||

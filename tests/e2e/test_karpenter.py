@@ -28,10 +28,12 @@ starts `gpufrac node --fake-gpus NxA100-80GB` (N: the instance type's)
 with a token bound to that pod, as kubelet would run it: it publishes the
 node's inventory.
 
-  scaleup  28 0.3-GPU shares, no GPU node: the bridge packs them 3 a GPU on
-           its fallback shape (8 GPUs), 10 GPUs on two nodes, and asks two
-           placeholders of one size, 8; Karpenter buys exactly two 8-GPU
-           nodes (whole GPUs would be 28),
+  scaleup  28 0.3-GPU shares, no GPU node: the bridge (given the pool's
+           types, --autoscale-node-types) packs them 3 a GPU, 10 GPUs: one
+           8-GPU node (24 shares) and one 2-GPU node (4); one placeholder
+           a node asking its whole GPUs, pinned to its instance type (8 and
+           2); Karpenter buys exactly an 8-GPU and a 2-GPU node (10 GPUs;
+           whole GPUs would be 28; placeholders of one size, 8, bought 16),
            the agents publish them, the placeholders go, every share binds.
            Karpenter buys nothing for the share pods themselves (they ask
            gpufrac.io/gpu-compute, which no instance type has): NodeClaims
@@ -44,7 +46,7 @@ node's inventory.
            (karpenter.sh/do-not-disrupt) keep the 8-GPU node full (its
            nvidia.com/gpu looks free: the bridge's placeholders keep off
            it); consolidation (WhenEmptyOrUnderutilized, consolidateAfter
-           5s) removes the empty one.  Then, with the extender's guard off and then on: a pod
+           5s) removes the empty 2-GPU one.  Then, with the extender's guard off and then on: a pod
            loading its weights (KWOK leaves it Running, not Ready) gets a
            new node (a 2-GPU one); one protected pod leaves the full node, so Karpenter
            could move the loading pod there and free the new node.  Without
@@ -116,6 +118,14 @@ def instance_types():
     return out
 
 
+def node_types():
+    """The pool's instance types as the bridge's --autoscale-node-types:
+    NAME:GPUS:GPU_MEM:CPU:MEMORY (the agents' fake A100s have 80Gi)."""
+    return ",".join("%s:%s:80Gi:%s:%s" % (t["name"], t["resources"]["nvidia.com/gpu"],
+                                         t["resources"]["cpu"], t["resources"]["memory"])
+                    for t in instance_types())
+
+
 class GuardedExtender(Extender):
     """The extender with the bridge on (placeholders after AFTER) and the
     guard as given."""
@@ -128,7 +138,8 @@ class GuardedExtender(Extender):
         self.proc = self.c.spawn(self.name, [
             self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.port,
             "--kubeconfig", self.kc, "--autoscale-placeholders", "on",
-            "--autoscale-after", AFTER] + self.extra)
+            "--autoscale-after", AFTER, "--autoscale-node-types", node_types()] +
+            self.extra)
         return self
 
 
@@ -526,8 +537,8 @@ class Scenario:
         self.wait("the shares gone", lambda: not t.gpu_pods(NS), 60)
         big = sorted(n["metadata"]["name"] for n in self.pool_nodes()
                      if self.gpus_of(n["metadata"]["name"]) == 8)
-        if len(big) != 2:
-            fail("want two 8-GPU nodes from scaleup, have %s" % big)
+        if len(big) != 1:
+            fail("want one 8-GPU node from scaleup, have %s" % big)
         a = big[0]
         self.api.merge_patch("/api/v1/nodes/" + a, {"metadata": {"labels": {KEEP: "true"}}})
         # Node a (labelled KEEP) kept full by whole-GPU pods the user
