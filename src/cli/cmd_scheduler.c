@@ -575,6 +575,16 @@ static int guard_value(opts *o, int id, const char *a, const char *v) {
 }
 
 /* The guard's options of o into ko. */
+/* The autoscaler bridge's options (docs/autoscaling.md). */
+static void autoscale_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
+  ko->autoscale = o->autoscale;
+  ko->autoscale_after_ms = o->as_after_ms;
+  ko->autoscale_resource = o->as_resource[0] ? o->as_resource : NULL;
+  ko->autoscale_ns = o->as_ns[0] ? o->as_ns : NULL;
+  ko->autoscale_priority_class = o->as_pclass[0] ? o->as_pclass : NULL;
+  ko->autoscale_node_types = o->as_types[0] ? o->as_types : NULL;
+}
+
 static void guard_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
   ko->guard_off = o->guard_off;
   ko->guard_settle_ms = o->guard_settle_ms;
@@ -831,19 +841,13 @@ int cmd_scheduler(int argc, char **argv) {
     /* this replica's Pod (downward API), labelled when it leads */
     const char *pod_ns = getenv("POD_NAMESPACE"), *pod = getenv("POD_NAME");
     bool own = pod_ns && *pod_ns && pod && *pod;
-    gf_sched_kube_opts ko = {
-        .lease_ns = o.lease[0] ? o.lease : NULL,
-        .lease_name = lease_name,
-        .pod_ns = own ? pod_ns : NULL,
-        .pod_name = own ? pod : NULL,
-        .autoscale = o.autoscale,
-        .defrag = o.defrag,
-        .autoscale_after_ms = o.as_after_ms,
-        .autoscale_resource = o.as_resource[0] ? o.as_resource : NULL,
-        .autoscale_ns = o.as_ns[0] ? o.as_ns : NULL,
-        .autoscale_priority_class = o.as_pclass[0] ? o.as_pclass : NULL,
-        .autoscale_node_types = o.as_types[0] ? o.as_types : NULL};
+    gf_sched_kube_opts ko = {.lease_ns = o.lease[0] ? o.lease : NULL,
+                             .lease_name = lease_name,
+                             .pod_ns = own ? pod_ns : NULL,
+                             .pod_name = own ? pod : NULL,
+                             .defrag = o.defrag};
     guard_kube_opts(&ko, &o);
+    autoscale_kube_opts(&ko, &o);
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
       rc = GF_EXIT_FAIL;

@@ -64,6 +64,12 @@ typedef struct phold {
    * the one bought for it (claim_arrivals): it goes. */
   bool claimed;
   uint32_t gpus; /* what it asks (GF_AS_GPUS); 0: not known */
+  char type[64]; /* the node type it is pinned to (GF_AS_TYPE); "": none */
+  /* Pinned to a type, not bound, and a node of that type registered
+   * (release_for): node names it; the pass deletes it and it turns gone
+   * (its pods covered until that node's GPUs come), before the shares
+   * can reach the node first and its anti-affinity keep it off there. */
+  bool released;
 } phold;
 
 /* A node with GPUs, as a shape. */
@@ -364,8 +370,15 @@ static void phold_remove(gf__as *a, const char *name) {
  * uids.  GF_ENOMEM (nothing changed). */
 static int phold_put(gf__as *a, const char *name, const char *uids,
                      int64_t created, const char *node, bool finished,
-                     uint32_t gpus) {
+                     uint32_t gpus, const char *type) {
   phold np = {0};
+  int64_t old = gf__smap_get(&a->pmap, name);
+  if (old >= 0 && a->p[old].released && !(node && *node)) {
+    node = a->p[old].node; /* released for that node: kept */
+    np.released = true;
+    np.gone = a->p[old].gone;
+    np.gone_at = a->p[old].gone_at;
+  }
   np.name = gf__strdup(name);
   if (!np.name || (node && *node && !(np.node = gf__strdup(node))))
     goto nomem;
@@ -390,7 +403,8 @@ static int phold_put(gf__as *a, const char *name, const char *uids,
   np.created = created;
   np.finished = finished;
   np.gpus = gpus;
-  int64_t old = gf__smap_get(&a->pmap, name);
+  if (type && strlen(type) < sizeof(np.type))
+    memcpy(np.type, type, strlen(type) + 1);
   np.claimed = old >= 0 && a->p[old].claimed;
   phold_remove(a, name);
   if (grow((void **)&a->p, &a->capp, a->np, sizeof(*a->p)) ||
@@ -405,7 +419,8 @@ nomem:
 
 /* ---- reading pods ------------------------------------------------------- */
 
-static const char *const kept_ann[] = {GF_AS_FOR, GF_AS_CREATED, GF_AS_GPUS};
+static const char *const kept_ann[] = {GF_AS_FOR, GF_AS_CREATED, GF_AS_GPUS,
+                                       GF_AS_TYPE};
 
 /* obj[key] = a deep copy of v (when v is not NULL).  -1: out of memory. */
 static int copy_member(json_t *obj, const char *key, const json_t *v) {
@@ -483,6 +498,17 @@ int gf__as_slim(json_t *slim, const json_t *pod) {
   return 0;
 }
 
+int gf__as_node_slim(json_t *slim, const json_t *node) {
+  const json_t *v = json_object_get(
+      json_object_get(json_object_get(node, "metadata"), "labels"),
+      GF_AS_TYPE_LABEL);
+  json_t *smd = json_object_get(slim, "metadata");
+  if (!json_is_string(v) || !json_is_object(smd))
+    return 0;
+  json_t *sl = member_object(smd, "labels");
+  return !sl || copy_member(sl, GF_AS_TYPE_LABEL, v) ? -1 : 0;
+}
+
 /* The scheduling constraints of a pod as one canonical JSON string (sorted
  * keys): nodeSelector, affinity.nodeAffinity, tolerations, the gpu-model
  * annotation.  NULL when out of memory or over GROUP_MAX bytes. */
@@ -542,7 +568,8 @@ static void placeholder_seen(gf__as *a, const json_t *pod, const char *name) {
   const char *node = json_string_value(
       json_object_get(json_object_get(pod, "spec"), "nodeName"));
   /* Out of memory: not adopted now; the next event or relist retries. */
-  (void)phold_put(a, name, uids ? uids : "", created, node, finished, gpus);
+  (void)phold_put(a, name, uids ? uids : "", created, node, finished, gpus,
+                  json_string_value(json_object_get(ann, GF_AS_TYPE)));
 }
 
 /* Whether pod is one of the bridge's placeholders; *name set when so. */
@@ -670,6 +697,30 @@ void gf__as_pod_delete(gf__as *a, const json_t *pod) {
 
 /* ---- reading nodes ------------------------------------------------------ */
 
+/* A node of type `type` registered, its GPUs not yet published: taken as
+ * the one bought for the oldest placeholder pinned to that type and not
+ * bound, unless a placeholder is bound or released there already.  That
+ * one is released (phold.released). */
+static void release_for(gf__as *a, const char *node, const char *type) {
+  phold *best = NULL;
+  for (uint32_t j = 0; j < a->np; j++) {
+    phold *p = &a->p[j];
+    if (p->node && strcmp(p->node, node) == 0)
+      return;
+    if (!p->node && !p->gone && !p->claimed && !p->finished &&
+        strcmp(p->type, type) == 0 && (!best || p->created < best->created))
+      best = p;
+  }
+  if (!best || !(best->node = gf__strdup(node)))
+    return;
+  best->released = true;
+  if (!a->o.quiet)
+    fprintf(stderr,
+            "gpufrac scheduler: autoscale: node %s (%s) registered: taken as "
+            "bought for placeholder %s/%s\n",
+            node, type, a->ns, best->name);
+}
+
 void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   gf__node *n = gf__malloc(sizeof(*n));
   if (!n)
@@ -680,6 +731,11 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   int64_t i = n->name[0] ? gf__smap_get(&a->gmap, n->name) : -1;
   uint32_t had = i >= 0 ? a->g[i].shape.ngpus : 0;
   uint32_t has = rc == 0 && n->has_inventory ? n->inv.ngpus : 0;
+  const char *type = json_string_value(json_object_get(
+      json_object_get(json_object_get(node, "metadata"), "labels"),
+      GF_AS_TYPE_LABEL));
+  if (has == 0 && i < 0 && live && type && n->name[0])
+    release_for(a, n->name, type);
   if (has == 0) {
     if (i >= 0) {
       gf__smap_del(&a->gmap, n->name);
@@ -947,11 +1003,13 @@ static gf__as_shape pick_shape(const gf__as *a, const uint32_t *idx, size_t n) {
 /* A deletion or creation decided under the mutex, done without it. */
 typedef struct action {
   char name[NAME_CAP];
-  json_t *pod;   /* to create; NULL: to delete */
-  char *uids;    /* what it stands for (create) */
-  int64_t made;  /* its GF_AS_CREATED */
-  uint32_t gpus; /* what it asks (create) */
-  bool forget;   /* gone already: only forgotten, no call */
+  json_t *pod;      /* to create; NULL: to delete */
+  char *uids;       /* what it stands for (create) */
+  int64_t made;     /* its GF_AS_CREATED */
+  uint32_t gpus;    /* what it asks (create) */
+  const char *type; /* its node type (create; a->types' name) or NULL */
+  bool forget;      /* gone already: only forgotten, no call */
+  bool keep;        /* released (delete): deleted, it turns gone */
 } action;
 
 static uint64_t fnv1a(const char *s, uint64_t h) {
@@ -1071,7 +1129,11 @@ static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
     else if (strcmp(key, "nodeAffinity") == 0)
       json_object_set(aff, key, v);
   }
-  if (type && pin_type(aff, type)) {
+  if (type &&
+      (pin_type(aff, type) ||
+       json_object_set_new(
+           json_object_get(json_object_get(pod, "metadata"), "annotations"),
+           GF_AS_TYPE, json_string(type)))) {
     json_decref(g);
     json_decref(pod);
     return NULL;
@@ -1115,6 +1177,7 @@ static int one_placeholder(const gf__as *a, const uint32_t *idx, size_t gn,
   ac->made = now;
   ac->uids = uids;
   ac->gpus = b->gpus;
+  ac->type = type;
   ac->pod = placeholder_pod(a, &a->w[idx[0]], b, ac->name, uids, now, type);
   if (!ac->pod) {
     gf__free(uids);
@@ -1281,7 +1344,8 @@ static void claim_arrivals(gf__as *a) {
     bool bound_here = false;
     for (uint32_t j = 0; j < a->np && !bound_here; j++) {
       phold *p = &a->p[j];
-      bound_here = p->node && !p->gone && strcmp(p->node, g->name) == 0;
+      bound_here =
+          p->node && (!p->gone || p->released) && strcmp(p->node, g->name) == 0;
       if (p->node || p->gone || p->claimed || p->finished ||
           p->created >= g->arrived)
         continue;
@@ -1332,6 +1396,12 @@ static int decide(gf__as *a, int64_t now, action *act) {
         n++;
       }
       continue;
+    }
+    if (p->released && !p->gone && n < PASS_MAX) {
+      memset(&act[n], 0, sizeof(act[n]));
+      snprintf(act[n].name, sizeof(act[n].name), "%s", p->name);
+      act[n].keep = true; /* deleted now; covering until its node's GPUs */
+      n++;
     }
     for (uint32_t k = 0; k < p->nuids; k++)
       if (gf__smap_put(&covered, p->uids[k], 1)) {
@@ -1424,8 +1494,8 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     pthread_mutex_lock(&a->mu);
     if (r == 0 && ac->pod) {
       nm++;
-      if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false, ac->gpus) ==
-              0 &&
+      if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false, ac->gpus,
+                    ac->type) == 0 &&
           !a->o.quiet) {
         const json_t *res = json_object_get(
             json_object_get(
@@ -1444,11 +1514,20 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
       }
     } else if (r == 0) {
       nd++;
-      phold_remove(a, ac->name);
+      int64_t j = ac->keep ? gf__smap_get(&a->pmap, ac->name) : -1;
+      if (j >= 0 && !a->p[j].gone) { /* its pods stay covered: see decide */
+        a->p[j].gone = true;
+        a->p[j].gone_at = now_of(a);
+      } else if (j < 0) {
+        phold_remove(a, ac->name);
+      }
       if (!a->o.quiet)
         fprintf(stderr,
-                "gpufrac scheduler: autoscale: placeholder %s/%s deleted\n",
-                a->ns, ac->name);
+                "gpufrac scheduler: autoscale: placeholder %s/%s deleted%s\n",
+                a->ns, ac->name,
+                ac->keep ? " (a node of its type registered: its pods wait "
+                           "for that node's GPUs)"
+                         : "");
     } else {
       a->retry_at = now_of(a) + RETRY_US;
       if (!rc)

@@ -110,6 +110,7 @@
 #define GF_AS_FOR "gpufrac.io/placeholder-for"
 #define GF_AS_CREATED "gpufrac.io/placeholder-created"
 #define GF_AS_GPUS "gpufrac.io/placeholder-gpus"
+#define GF_AS_TYPE "gpufrac.io/placeholder-type"
 #define GF_AS_TYPE_LABEL "node.kubernetes.io/instance-type"
 #define GF_AS_TYPES_MAX 64
 #define GF_AS_NAME_PREFIX "gpufrac-placeholder-"
@@ -156,6 +157,11 @@ void gf__as_free(gf__as *a); /* NULL is accepted */
  * status.conditions' PodScheduled entry (type, status, reason).  Nonzero
  * only when out of memory. */
 int gf__as_slim(json_t *slim, const json_t *pod);
+
+/* Adds to `slim` (gf_sched_node_slim's copy of `node`) its label
+ * GF_AS_TYPE_LABEL, which the bridge reads (release_for).  Nonzero only
+ * when out of memory. */
+int gf__as_node_slim(json_t *slim, const json_t *node);
 
 /* A pod as the watch sees it now (borrowed; whole or slim). */
 void gf__as_pod_update(gf__as *a, const json_t *pod);

@@ -130,15 +130,17 @@ class GuardedExtender(Extender):
     """The extender with the bridge on (placeholders after AFTER) and the
     guard as given."""
 
-    def __init__(self, c, name, port, kc, extra=()):
+    def __init__(self, c, name, port, kc, extra=(), types=True):
         super().__init__(c, name, port, kc)
         self.extra = list(extra)
+        self.types = types  # --autoscale-node-types: the pool's types
 
     def start(self):
         self.proc = self.c.spawn(self.name, [
             self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.port,
             "--kubeconfig", self.kc, "--autoscale-placeholders", "on",
-            "--autoscale-after", AFTER, "--autoscale-node-types", node_types()] +
+            "--autoscale-after", AFTER] +
+            (["--autoscale-node-types", node_types()] if self.types else []) +
             self.extra)
         return self
 
@@ -395,10 +397,11 @@ class Scenario:
             .get("status", {}).get("conditions", [])), 60)
         log("Karpenter and KWOK running; NodePool %s ready" % POOL)
 
-    def start_extender(self, name, extra):
+    def start_extender(self, name, extra, types=True):
         if getattr(self.t, "ext", None):
             self.c.stop_gpufrac(self.t.ext.proc)
-        ext = GuardedExtender(self.c, name, self.c.ext_port, self.ext_kc, extra).start()
+        ext = GuardedExtender(self.c, name, self.c.ext_port, self.ext_kc, extra,
+                              types).start()
         ext.ready_leader()
         self.t.ext = ext
 

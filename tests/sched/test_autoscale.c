@@ -1357,6 +1357,71 @@ static void test_types_claim(void **st) {
   gf__as_free(a);
 }
 
+/* A node of type `type` (label GF_AS_TYPE_LABEL) with n GPUs (0: none
+ * published yet), as the watch sees it, live. */
+static void feed_typed_node(gf__as *a, const char *name, const char *type,
+                            int n) {
+  json_t *j = gnode(name, n);
+  json_t *md = json_object_get(j, "metadata");
+  json_object_set_new(md, "labels", json_pack("{s:s}", GF_AS_TYPE_LABEL, type));
+  json_t *slim = gf_sched_node_slim(j);
+  assert_int_equal(gf__as_node_slim(slim, j), 0);
+  gf__as_node_update(a, slim, true);
+  json_decref(slim);
+  json_decref(j);
+}
+
+/* The race measured with Karpenter (bench/karpenter_burst.py): the shares
+ * reached the new 8-GPU node (its GPUs published) before the placeholder
+ * bought for it bound there; its anti-affinity then kept it off, and
+ * Karpenter bought a third node for it before the node's arrival ended
+ * it.  Now a node of a placeholder's type that registers releases it at
+ * once (deleted, its pods covered until that node's GPUs come). */
+static void test_types_release(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make_typed(2000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  for (int i = 0; i < 2; i++)
+    gf__as_pod_update(a, r.made[i]);
+  int eight = strcmp(asks(r.made[0], "nvidia.com/gpu"), "8") == 0 ? 0 : 1;
+  const char *p8 = path_str(r.made[eight], "metadata", "name", NULL);
+  assert_string_equal(
+      path_str(r.made[eight], "metadata", "annotations", GF_AS_TYPE), "g-8x");
+  fake_now += SEC;
+  feed_typed_node(a, "k8", "g-8x", 0);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  assert_string_equal(r.gone[0], p8);
+  gf__as_pod_delete(a, r.made[eight]); /* the watch sees it go */
+  /* its pods stay covered: no new placeholder, however long */
+  feed_typed_node(a, "k8", "g-8x", 0); /* updates: nothing more */
+  fake_now += 10 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  assert_int_equal(r.deletes, 1);
+  assert_int_equal(gf__as_count(a), 2);
+  /* its GPUs come: forgotten, and the 2-GPU placeholder is not taken */
+  fake_now += SEC;
+  feed_typed_node(a, "k8", "g-8x", 8);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  assert_int_equal(gf__as_count(a), 1);
+  /* a node of another type releases nothing of this type */
+  feed_typed_node(a, "k4", "g-4x", 0);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  feed_typed_node(a, "k2", "g-2x", 0);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
 static void test_types_parse(void **st) {
   (void)st;
   gf__as_type t[GF_AS_TYPES_MAX];
@@ -1425,6 +1490,7 @@ int main(void) {
       cmocka_unit_test(test_types_pack),
       cmocka_unit_test(test_types_affinity),
       cmocka_unit_test(test_types_claim),
+      cmocka_unit_test(test_types_release),
       cmocka_unit_test(test_types_parse),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
