@@ -32,6 +32,7 @@
  * capacity arrived while its pods still wait: the autoscaler may still be
  * bringing the node it bought for it (docs/autoscaling.md, rule 7). */
 #define HOLD_US (300 * 1000000LL)
+#define REL_MAX 256
 
 /* A pod waiting: unbound, asking gpufrac GPUs. */
 typedef struct wpod {
@@ -99,6 +100,12 @@ struct gf__as {
   gf__smap gmap;
   gf__as_type types[GF_AS_TYPES_MAX]; /* o.node_types, parsed */
   size_t ntypes;
+  /* Nodes a placeholder was released for (release_for), until deleted:
+   * each releases one, once (a node whose GPUs never come must not end a
+   * placeholder of its type on every update).  Oldest dropped past
+   * REL_MAX. */
+  char *rel[REL_MAX];
+  uint32_t nrel;
 };
 
 static int64_t now_of(const gf__as *a) {
@@ -322,6 +329,8 @@ void gf__as_free(gf__as *a) {
   gf__smap_release(&a->wmap);
   gf__smap_release(&a->pmap);
   gf__smap_release(&a->gmap);
+  for (uint32_t i = 0; i < a->nrel; i++)
+    gf__free(a->rel[i]);
   pthread_mutex_destroy(&a->mu);
   gf__free(a);
 }
@@ -703,6 +712,9 @@ void gf__as_pod_delete(gf__as *a, const json_t *pod) {
  * one is released (phold.released). */
 static void release_for(gf__as *a, const char *node, const char *type) {
   phold *best = NULL;
+  for (uint32_t j = 0; j < a->nrel; j++)
+    if (strcmp(a->rel[j], node) == 0)
+      return;
   for (uint32_t j = 0; j < a->np; j++) {
     phold *p = &a->p[j];
     if (p->node && strcmp(p->node, node) == 0)
@@ -711,8 +723,17 @@ static void release_for(gf__as *a, const char *node, const char *type) {
         strcmp(p->type, type) == 0 && (!best || p->created < best->created))
       best = p;
   }
-  if (!best || !(best->node = gf__strdup(node)))
+  char *kept = best ? gf__strdup(node) : NULL;
+  if (!kept || !(best->node = gf__strdup(node))) {
+    gf__free(kept);
     return;
+  }
+  if (a->nrel == REL_MAX) {
+    gf__free(a->rel[0]);
+    memmove(a->rel, a->rel + 1, (REL_MAX - 1) * sizeof(*a->rel));
+    a->nrel--;
+  }
+  a->rel[a->nrel++] = kept;
   best->released = true;
   if (!a->o.quiet)
     fprintf(stderr,
@@ -798,6 +819,12 @@ void gf__as_node_delete(gf__as *a, const json_t *node) {
       gf__smap_put(&a->gmap, a->g[i].name, (uint32_t)i);
     }
   }
+  for (uint32_t j = 0; j < a->nrel; j++)
+    if (strcmp(a->rel[j], name) == 0) {
+      gf__free(a->rel[j]);
+      memmove(a->rel + j, a->rel + j + 1, (--a->nrel - j) * sizeof(*a->rel));
+      break;
+    }
   pthread_mutex_unlock(&a->mu);
 }
 

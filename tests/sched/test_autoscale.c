@@ -1418,6 +1418,35 @@ static void test_types_release(void **st) {
   feed_typed_node(a, "k2", "g-2x", 0);
   assert_int_equal(pass(a, &r), 0);
   assert_int_equal(r.deletes, 2);
+  gf__as_pod_delete(a, r.made[1 - eight]);
+  /* the 8-GPU node's shares bound; k2's GPUs never come: after the hold
+   * its 4 pods get a new placeholder, which k2 does not release again */
+  char uids[1024];
+  snprintf(uids, sizeof(uids), "%s",
+           path_str(r.made[eight], "metadata", "annotations", GF_AS_FOR));
+  for (char *u = uids, *e; u && *u; u = e) {
+    e = strchr(u, ',');
+    if (e)
+      *e++ = '\0';
+    feed_pod(a, gpod(u, SHARE30, "", false, "k8"));
+  }
+  fake_now += 301 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 3);
+  assert_string_equal(asks(r.made[2], "nvidia.com/gpu"), "2");
+  gf__as_pod_update(a, r.made[2]);
+  feed_typed_node(a, "k2", "g-2x", 0);
+  fake_now += SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
+  assert_int_equal(gf__as_count(a), 1);
+  /* k2 deleted and made again (a new node of that name): it releases */
+  json_t *k2 = gnode("k2", 0);
+  gf__as_node_delete(a, k2);
+  json_decref(k2);
+  feed_typed_node(a, "k2", "g-2x", 0);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 3);
   rec_clear(&r);
   gf__as_free(a);
 }
