@@ -79,6 +79,7 @@ typedef struct gnode {
   gf__as_shape shape;
   bool fresh;      /* its GPUs arrived (live); not yet matched (claim) */
   int64_t arrived; /* when */
+  char type[64];   /* its GF_AS_TYPE_LABEL; "": none */
 } gnode;
 
 struct gf__as {
@@ -789,6 +790,10 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
     if (n->inv.gpus[k].mem_bytes < s->gpu_mem_bytes)
       s->gpu_mem_bytes = n->inv.gpus[k].mem_bytes;
   snprintf(s->model, sizeof(s->model), "%s", n->inv.gpus[0].model);
+  size_t tl = type ? strlen(type) : 0;
+  a->g[i].type[0] = '\0';
+  if (tl < sizeof(a->g[i].type) && type)
+    memcpy(a->g[i].type, type, tl + 1);
   if (live && has > had) {
     a->cap_at = now_of(a);
     a->g[i].fresh = true;
@@ -1357,7 +1362,8 @@ static int by_group(const void *x, const void *y) {
 /* Each node whose GPUs arrived since the last pass, with no placeholder
  * bound there, is taken as the one bought for the oldest placeholder not
  * bound anywhere made before it came, of those asking its GPU count if
- * any does: that one goes (claimed).  Shares
+ * any does, and never one pinned to another type: that one goes
+ * (claimed).  Shares
  * can reach a new node before the placeholder it was bought for does
  * (that placeholder's pods among them); the placeholder, then kept off
  * it by its anti-affinity, would make the autoscaler buy again. */
@@ -1374,8 +1380,9 @@ static void claim_arrivals(gf__as *a) {
       bound_here =
           p->node && (!p->gone || p->released) && strcmp(p->node, g->name) == 0;
       if (p->node || p->gone || p->claimed || p->finished ||
-          p->created >= g->arrived)
-        continue;
+          p->created >= g->arrived ||
+          (p->type[0] && strcmp(p->type, g->type) != 0))
+        continue; /* a placeholder pinned to a type: a node of that type */
       bool fits = p->gpus == g->shape.ngpus;
       bool best_fits = best && best->gpus == g->shape.ngpus;
       if (!best || (fits && !best_fits) ||

@@ -72,7 +72,8 @@
  * the autoscaler would be asked for a second node meanwhile), or, not
  * bound, when a node's GPUs arrive with no placeholder bound there and it
  * is the oldest unbound one made before, of those asking that node's GPU
- * count if any does (the node is taken as bought for it), else HOLD (5 min, at
+ * count if any does, never one pinned to another type (the node is taken
+ * as bought for it), else HOLD (5 min, at
  * least after_ms) after GPU capacity last arrived (nodes bought together arrive
  * seconds apart: the first ends one placeholder, not all).  One deleted by
  * someone else while bound to a node whose GPUs are not published

@@ -1333,30 +1333,6 @@ static void test_types_affinity(void **st) {
   gf__as_free(a);
 }
 
-/* Placeholders of different sizes: a node that arrives with none bound
- * there ends the one asking its GPU count, whichever is older. */
-static void test_types_claim(void **st) {
-  (void)st;
-  fake_now = T0;
-  gf__as *a = make_typed(2000);
-  feed_waiting(a, 0, 28);
-  rec r = {0};
-  fake_now = T0 + 2 * SEC;
-  assert_int_equal(pass(a, &r), 0);
-  assert_int_equal(r.creates, 2);
-  for (int i = 0; i < 2; i++) /* the watch sees them, as made */
-    gf__as_pod_update(a, r.made[i]);
-  fake_now += SEC;
-  feed_node(a, "k2", 2, true);
-  assert_int_equal(pass(a, &r), 0);
-  assert_int_equal(r.deletes, 1);
-  int two = strcmp(asks(r.made[0], "nvidia.com/gpu"), "2") == 0 ? 0 : 1;
-  assert_string_equal(r.gone[0],
-                      path_str(r.made[two], "metadata", "name", NULL));
-  rec_clear(&r);
-  gf__as_free(a);
-}
-
 /* A node of type `type` (label GF_AS_TYPE_LABEL) with n GPUs (0: none
  * published yet), as the watch sees it, live. */
 static void feed_typed_node(gf__as *a, const char *name, const char *type,
@@ -1369,6 +1345,43 @@ static void feed_typed_node(gf__as *a, const char *name, const char *type,
   gf__as_node_update(a, slim, true);
   json_decref(slim);
   json_decref(j);
+}
+
+/* Placeholders pinned to types: a node that arrives with its GPUs and
+ * none bound there ends the one of its type, whichever is older, and a
+ * node of another type ends none (test_karpenter_replay: Karpenter bought
+ * a 2-GPU node for a whole-GPU pod by itself, its arrival ended the 4-GPU
+ * placeholder, and its pods got a second one, 2 + 2 + 4 GPUs bought). */
+static void test_types_claim(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make_typed(2000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  for (int i = 0; i < 2; i++) /* the watch sees them, as made */
+    gf__as_pod_update(a, r.made[i]);
+  fake_now += SEC;
+  feed_typed_node(a, "k2", "g-2x", 2);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  int two = strcmp(asks(r.made[0], "nvidia.com/gpu"), "2") == 0 ? 0 : 1;
+  assert_string_equal(r.gone[0],
+                      path_str(r.made[two], "metadata", "name", NULL));
+  gf__as_pod_delete(a, r.made[two]);
+  fake_now += SEC;
+  feed_typed_node(a, "x2", "g-2x", 2);
+  feed_typed_node(a, "x4", "g-4x", 4);
+  feed_node(a, "x8", 8, true); /* no type label */
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  feed_typed_node(a, "k8", "g-8x", 8);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
+  rec_clear(&r);
+  gf__as_free(a);
 }
 
 /* The race measured with Karpenter (bench/karpenter_burst.py): the shares
