@@ -134,7 +134,10 @@ typedef struct gf_sched_kube_opts {
   const char *autoscale_resource;       /* NULL: nvidia.com/gpu */
   const char *autoscale_ns;             /* NULL: gpufrac-system */
   const char *autoscale_priority_class; /* NULL: gpufrac-placeholder */
-  long autoscale_tick_ms;               /* how often it looks; 0: 1000 */
+  /* NAME:GPUS:GPU_MEM:CPU:MEMORY[:MODEL],...: the node types the
+   * autoscaler buys (docs/autoscaling.md); NULL: none known. */
+  const char *autoscale_node_types;
+  long autoscale_tick_ms; /* how often it looks; 0: 1000 */
   /* PodDisruptionBudgets (docs/scheduler.md, "Preemption"): an informer on
    * /apis/policy/v1/poddisruptionbudgets (all namespaces) and the pods'
    * labels feed the budgets the preempt verb honours as kube-scheduler

@@ -55,6 +55,7 @@ typedef struct opts {
   char as_resource[256]; /* --autoscale-resource; "": the default */
   char as_ns[254];       /* --autoscale-namespace */
   char as_pclass[254];   /* --autoscale-priority-class */
+  char as_types[4096];   /* --autoscale-node-types; "": none */
   int64_t filter_top;    /* --filter-top; 0: every fitting node */
   int64_t bind_qps;      /* --bind-qps; 0: no limit */
   int64_t bind_burst;    /* --bind-burst; 0: 2 x bind_qps */
@@ -308,6 +309,7 @@ enum {
   OPT_AS_RESOURCE,
   OPT_AS_NS,
   OPT_AS_PCLASS,
+  OPT_AS_TYPES,
 };
 
 static const gf__opt sched_opts[] = {
@@ -451,6 +453,13 @@ static const gf__opt sched_opts[] = {
                       "their PriorityClass (default\n"
                       "gpufrac-placeholder, deploy/autoscale/autoscale.yaml)",
                       OPT_AS_PCLASS),
+    GF__OPT_STRING_ID("autoscale-node-types", "LIST",
+                      "the node types the autoscaler buys,\n"
+                      "NAME:GPUS:GPU_MEM:CPU:MEMORY[:MODEL],...: each\n"
+                      "placeholder asks one whole node of the smallest\n"
+                      "type its packed pods fit, pinned to it by\n"
+                      "node.kubernetes.io/instance-type (docs/autoscaling.md)",
+                      OPT_AS_TYPES),
     GF__OPT_END(),
 };
 
@@ -566,6 +575,16 @@ static int guard_value(opts *o, int id, const char *a, const char *v) {
 }
 
 /* The guard's options of o into ko. */
+/* The autoscaler bridge's options (docs/autoscaling.md). */
+static void autoscale_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
+  ko->autoscale = o->autoscale;
+  ko->autoscale_after_ms = o->as_after_ms;
+  ko->autoscale_resource = o->as_resource[0] ? o->as_resource : NULL;
+  ko->autoscale_ns = o->as_ns[0] ? o->as_ns : NULL;
+  ko->autoscale_priority_class = o->as_pclass[0] ? o->as_pclass : NULL;
+  ko->autoscale_node_types = o->as_types[0] ? o->as_types : NULL;
+}
+
 static void guard_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
   ko->guard_off = o->guard_off;
   ko->guard_settle_ms = o->guard_settle_ms;
@@ -641,6 +660,8 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     return copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
   case OPT_AS_PCLASS:
     return copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
+  case OPT_AS_TYPES:
+    return copy_opt(o->as_types, sizeof(o->as_types), v, a);
   case OPT_TIMEOUT:
     set[SET_TIMEOUT] = true;
     return int_opt(a, v, 100, 600000, &o->request_timeout_ms);
@@ -820,18 +841,13 @@ int cmd_scheduler(int argc, char **argv) {
     /* this replica's Pod (downward API), labelled when it leads */
     const char *pod_ns = getenv("POD_NAMESPACE"), *pod = getenv("POD_NAME");
     bool own = pod_ns && *pod_ns && pod && *pod;
-    gf_sched_kube_opts ko = {
-        .lease_ns = o.lease[0] ? o.lease : NULL,
-        .lease_name = lease_name,
-        .pod_ns = own ? pod_ns : NULL,
-        .pod_name = own ? pod : NULL,
-        .autoscale = o.autoscale,
-        .defrag = o.defrag,
-        .autoscale_after_ms = o.as_after_ms,
-        .autoscale_resource = o.as_resource[0] ? o.as_resource : NULL,
-        .autoscale_ns = o.as_ns[0] ? o.as_ns : NULL,
-        .autoscale_priority_class = o.as_pclass[0] ? o.as_pclass : NULL};
+    gf_sched_kube_opts ko = {.lease_ns = o.lease[0] ? o.lease : NULL,
+                             .lease_name = lease_name,
+                             .pod_ns = own ? pod_ns : NULL,
+                             .pod_name = own ? pod : NULL,
+                             .defrag = o.defrag};
     guard_kube_opts(&ko, &o);
+    autoscale_kube_opts(&ko, &o);
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
       rc = GF_EXIT_FAIL;

@@ -18,6 +18,7 @@
 #include "autoscale.h"
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
+#include "gpufrac/quantity.h"
 #include "sched_int.h"
 #include "sched_state.h"
 #include "smap.h"
@@ -31,6 +32,7 @@
  * capacity arrived while its pods still wait: the autoscaler may still be
  * bringing the node it bought for it (docs/autoscaling.md, rule 7). */
 #define HOLD_US (300 * 1000000LL)
+#define REL_MAX 256
 
 /* A pod waiting: unbound, asking gpufrac GPUs. */
 typedef struct wpod {
@@ -62,6 +64,13 @@ typedef struct phold {
   /* Unbound, but a node arrived with none bound there, which is taken as
    * the one bought for it (claim_arrivals): it goes. */
   bool claimed;
+  uint32_t gpus; /* what it asks (GF_AS_GPUS); 0: not known */
+  char type[64]; /* the node type it is pinned to (GF_AS_TYPE); "": none */
+  /* Pinned to a type, not bound, and a node of that type registered
+   * (release_for): node names it; the pass deletes it and it turns gone
+   * (its pods covered until that node's GPUs come), before the shares
+   * can reach the node first and its anti-affinity keep it off there. */
+  bool released;
 } phold;
 
 /* A node with GPUs, as a shape. */
@@ -70,6 +79,7 @@ typedef struct gnode {
   gf__as_shape shape;
   bool fresh;      /* its GPUs arrived (live); not yet matched (claim) */
   int64_t arrived; /* when */
+  char type[64];   /* its GF_AS_TYPE_LABEL; "": none */
 } gnode;
 
 struct gf__as {
@@ -89,6 +99,14 @@ struct gf__as {
   gnode *g;
   uint32_t ng, capg;
   gf__smap gmap;
+  gf__as_type types[GF_AS_TYPES_MAX]; /* o.node_types, parsed */
+  size_t ntypes;
+  /* Nodes a placeholder was released for (release_for), until deleted:
+   * each releases one, once (a node whose GPUs never come must not end a
+   * placeholder of its type on every update).  Oldest dropped past
+   * REL_MAX. */
+  char *rel[REL_MAX];
+  uint32_t nrel;
 };
 
 static int64_t now_of(const gf__as *a) {
@@ -111,6 +129,106 @@ static int grow(void **arr, uint32_t *cap, uint32_t n, size_t size) {
     return GF_ENOMEM;
   *arr = p;
   *cap = c;
+  return 0;
+}
+
+/* One field of a node type's text, [s, s + l), into buf (NUL-ended).
+ * false: empty or too long. */
+static bool type_field(const char *s, size_t l, char *buf, size_t cap) {
+  if (l == 0 || l >= cap)
+    return false;
+  memcpy(buf, s, l);
+  buf[l] = '\0';
+  return true;
+}
+
+/* Parses one NAME:GPUS:GPU_MEM:CPU:MEMORY[:MODEL] of length len into t. */
+static int type_parse(const char *s, size_t len, size_t k, gf__as_type *t,
+                      gf_diag *d) {
+  static const char *const what[] = {"name", "GPU count", "GPU memory",
+                                     "CPU",  "memory",    "model"};
+  char f[6][GF_GPU_MODEL_MAX + 64];
+  size_t nf = 0;
+  memset(t, 0, sizeof(*t));
+  for (size_t off = 0; off <= len && nf < 6;) {
+    const char *c = memchr(s + off, ':', len - off);
+    size_t l = c ? (size_t)(c - (s + off)) : len - off;
+    if (!type_field(s + off, l, f[nf], nf == 5 ? GF_GPU_MODEL_MAX : 64))
+      return gf_diag_set(d, GF_EINVAL,
+                         "autoscale: node type %zu ('%.*s'): its %s is "
+                         "empty or too long",
+                         k + 1, (int)len, s, what[nf]);
+    nf++;
+    off += l + 1;
+    if (!c)
+      break;
+    if (nf == 6)
+      return gf_diag_set(d, GF_EINVAL,
+                         "autoscale: node type %zu ('%.*s'): more than 6 "
+                         "fields (NAME:GPUS:GPU_MEM:CPU:MEMORY[:MODEL])",
+                         k + 1, (int)len, s);
+  }
+  if (nf < 5)
+    return gf_diag_set(d, GF_EINVAL,
+                       "autoscale: node type %zu ('%.*s'): want "
+                       "NAME:GPUS:GPU_MEM:CPU:MEMORY[:MODEL]",
+                       k + 1, (int)len, s);
+  if (strspn(f[0], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                   "0123456789._-") != strlen(f[0]))
+    return gf_diag_set(d, GF_EINVAL,
+                       "autoscale: node type %zu: name '%s' is not a label "
+                       "value (letters, digits, '.', '_', '-')",
+                       k + 1, f[0]);
+  memcpy(t->name, f[0], strlen(f[0]) + 1); /* under 64: type_field */
+  char *end = NULL;
+  unsigned long g = strtoul(f[1], &end, 10);
+  if (!end || *end || f[1][0] < '0' || f[1][0] > '9' || g == 0 ||
+      g > GF_MAX_GPUS_PER_NODE)
+    return gf_diag_set(d, GF_EINVAL,
+                       "autoscale: node type %zu (%s): GPU count '%s': want "
+                       "1 to %d",
+                       k + 1, t->name, f[1], GF_MAX_GPUS_PER_NODE);
+  t->shape.ngpus = (uint32_t)g;
+  gf_diag qd = {""};
+  if (gf_quantity_bytes(f[2], &t->shape.gpu_mem_bytes, &qd) ||
+      t->shape.gpu_mem_bytes <= 0 ||
+      gf_quantity_milli(f[3], &t->shape.cpu_milli, &qd) ||
+      t->shape.cpu_milli <= 0 ||
+      gf_quantity_bytes(f[4], &t->shape.mem_bytes, &qd) ||
+      t->shape.mem_bytes <= 0)
+    return gf_diag_set(d, GF_EINVAL,
+                       "autoscale: node type %zu (%s): GPU memory '%s', CPU "
+                       "'%s', memory '%s': want positive quantities%s%s",
+                       k + 1, t->name, f[2], f[3], f[4], qd.msg[0] ? ": " : "",
+                       qd.msg);
+  if (nf == 6) /* under GF_GPU_MODEL_MAX: type_field */
+    memcpy(t->shape.model, f[5], strlen(f[5]) + 1);
+  return 0;
+}
+
+int gf__as_types_parse(const char *text, gf__as_type *out, size_t *n,
+                       gf_diag *d) {
+  *n = 0;
+  if (!text)
+    return 0;
+  for (const char *s = text; *s;) {
+    size_t l = strcspn(s, ",");
+    if (*n == GF_AS_TYPES_MAX)
+      return gf_diag_set(d, GF_EINVAL, "autoscale: more than %d node types",
+                         GF_AS_TYPES_MAX);
+    int rc = type_parse(s, l, *n, &out[*n], d);
+    if (rc)
+      return rc;
+    for (size_t j = 0; j < *n; j++)
+      if (strcmp(out[j].name, out[*n].name) == 0)
+        return gf_diag_set(
+            d, GF_EINVAL, "autoscale: node type '%s' given twice", out[j].name);
+    (*n)++;
+    s += l;
+    if (*s == ',' && !*++s)
+      return gf_diag_set(d, GF_EINVAL,
+                         "autoscale: node types end with a comma");
+  }
   return 0;
 }
 
@@ -155,12 +273,20 @@ int gf__as_new(const gf__as_opts *o, gf__as **out, gf_diag *d) {
   gf__as *a = gf__calloc(1, sizeof(*a));
   if (!a)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  int rc = o->node_types
+               ? gf__as_types_parse(o->node_types, a->types, &a->ntypes, d)
+               : 0;
+  if (rc) {
+    gf__free(a);
+    return rc;
+  }
   if (pthread_mutex_init(&a->mu, NULL)) {
     gf__free(a);
     return gf_diag_set(d, GF_ENOMEM, "autoscale: cannot make a mutex");
   }
   a->o = *o;
   a->o.resource = a->o.ns = a->o.priority_class = a->o.image = NULL;
+  a->o.node_types = NULL;
   snprintf(a->resource, sizeof(a->resource), "%s", res);
   snprintf(a->ns, sizeof(a->ns), "%s", ns);
   snprintf(a->pclass, sizeof(a->pclass), "%s", pc);
@@ -204,6 +330,8 @@ void gf__as_free(gf__as *a) {
   gf__smap_release(&a->wmap);
   gf__smap_release(&a->pmap);
   gf__smap_release(&a->gmap);
+  for (uint32_t i = 0; i < a->nrel; i++)
+    gf__free(a->rel[i]);
   pthread_mutex_destroy(&a->mu);
   gf__free(a);
 }
@@ -251,8 +379,16 @@ static void phold_remove(gf__as *a, const char *name) {
 /* Adds or replaces placeholder `name` standing for the comma-separated
  * uids.  GF_ENOMEM (nothing changed). */
 static int phold_put(gf__as *a, const char *name, const char *uids,
-                     int64_t created, const char *node, bool finished) {
+                     int64_t created, const char *node, bool finished,
+                     uint32_t gpus, const char *type) {
   phold np = {0};
+  int64_t old = gf__smap_get(&a->pmap, name);
+  if (old >= 0 && a->p[old].released && !(node && *node)) {
+    node = a->p[old].node; /* released for that node: kept */
+    np.released = true;
+    np.gone = a->p[old].gone;
+    np.gone_at = a->p[old].gone_at;
+  }
   np.name = gf__strdup(name);
   if (!np.name || (node && *node && !(np.node = gf__strdup(node))))
     goto nomem;
@@ -276,7 +412,9 @@ static int phold_put(gf__as *a, const char *name, const char *uids,
   }
   np.created = created;
   np.finished = finished;
-  int64_t old = gf__smap_get(&a->pmap, name);
+  np.gpus = gpus;
+  if (type && strlen(type) < sizeof(np.type))
+    memcpy(np.type, type, strlen(type) + 1);
   np.claimed = old >= 0 && a->p[old].claimed;
   phold_remove(a, name);
   if (grow((void **)&a->p, &a->capp, a->np, sizeof(*a->p)) ||
@@ -291,7 +429,8 @@ nomem:
 
 /* ---- reading pods ------------------------------------------------------- */
 
-static const char *const kept_ann[] = {GF_AS_FOR, GF_AS_CREATED};
+static const char *const kept_ann[] = {GF_AS_FOR, GF_AS_CREATED, GF_AS_GPUS,
+                                       GF_AS_TYPE};
 
 /* obj[key] = a deep copy of v (when v is not NULL).  -1: out of memory. */
 static int copy_member(json_t *obj, const char *key, const json_t *v) {
@@ -369,6 +508,17 @@ int gf__as_slim(json_t *slim, const json_t *pod) {
   return 0;
 }
 
+int gf__as_node_slim(json_t *slim, const json_t *node) {
+  const json_t *v = json_object_get(
+      json_object_get(json_object_get(node, "metadata"), "labels"),
+      GF_AS_TYPE_LABEL);
+  json_t *smd = json_object_get(slim, "metadata");
+  if (!json_is_string(v) || !json_is_object(smd))
+    return 0;
+  json_t *sl = member_object(smd, "labels");
+  return !sl || copy_member(sl, GF_AS_TYPE_LABEL, v) ? -1 : 0;
+}
+
 /* The scheduling constraints of a pod as one canonical JSON string (sorted
  * keys): nodeSelector, affinity.nodeAffinity, tolerations, the gpu-model
  * annotation.  NULL when out of memory or over GROUP_MAX bytes. */
@@ -406,12 +556,20 @@ static void placeholder_seen(gf__as *a, const json_t *pod, const char *name) {
   const json_t *ann = json_object_get(md, "annotations");
   const char *uids = json_string_value(json_object_get(ann, GF_AS_FOR));
   const char *cr = json_string_value(json_object_get(ann, GF_AS_CREATED));
+  const char *gs = json_string_value(json_object_get(ann, GF_AS_GPUS));
   int64_t created = 0;
+  uint32_t gpus = 0;
   if (cr) {
     char *end = NULL;
     long long v = strtoll(cr, &end, 10);
     if (end && end != cr && !*end && v > 0)
       created = (int64_t)v;
+  }
+  if (gs) {
+    char *end = NULL;
+    unsigned long v = strtoul(gs, &end, 10);
+    if (end && end != gs && !*end && v <= GF_MAX_GPUS_PER_NODE)
+      gpus = (uint32_t)v;
   }
   const char *phase = json_string_value(
       json_object_get(json_object_get(pod, "status"), "phase"));
@@ -420,7 +578,8 @@ static void placeholder_seen(gf__as *a, const json_t *pod, const char *name) {
   const char *node = json_string_value(
       json_object_get(json_object_get(pod, "spec"), "nodeName"));
   /* Out of memory: not adopted now; the next event or relist retries. */
-  (void)phold_put(a, name, uids ? uids : "", created, node, finished);
+  (void)phold_put(a, name, uids ? uids : "", created, node, finished, gpus,
+                  json_string_value(json_object_get(ann, GF_AS_TYPE)));
 }
 
 /* Whether pod is one of the bridge's placeholders; *name set when so. */
@@ -548,6 +707,42 @@ void gf__as_pod_delete(gf__as *a, const json_t *pod) {
 
 /* ---- reading nodes ------------------------------------------------------ */
 
+/* A node of type `type` registered, its GPUs not yet published: taken as
+ * the one bought for the oldest placeholder pinned to that type and not
+ * bound, unless a placeholder is bound or released there already.  That
+ * one is released (phold.released). */
+static void release_for(gf__as *a, const char *node, const char *type) {
+  phold *best = NULL;
+  for (uint32_t j = 0; j < a->nrel; j++)
+    if (strcmp(a->rel[j], node) == 0)
+      return;
+  for (uint32_t j = 0; j < a->np; j++) {
+    phold *p = &a->p[j];
+    if (p->node && strcmp(p->node, node) == 0)
+      return;
+    if (!p->node && !p->gone && !p->claimed && !p->finished &&
+        strcmp(p->type, type) == 0 && (!best || p->created < best->created))
+      best = p;
+  }
+  char *kept = best ? gf__strdup(node) : NULL;
+  if (!kept || !(best->node = gf__strdup(node))) {
+    gf__free(kept);
+    return;
+  }
+  if (a->nrel == REL_MAX) {
+    gf__free(a->rel[0]);
+    memmove(a->rel, a->rel + 1, (REL_MAX - 1) * sizeof(*a->rel));
+    a->nrel--;
+  }
+  a->rel[a->nrel++] = kept;
+  best->released = true;
+  if (!a->o.quiet)
+    fprintf(stderr,
+            "gpufrac scheduler: autoscale: node %s (%s) registered: taken as "
+            "bought for placeholder %s/%s\n",
+            node, type, a->ns, best->name);
+}
+
 void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   gf__node *n = gf__malloc(sizeof(*n));
   if (!n)
@@ -558,6 +753,11 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   int64_t i = n->name[0] ? gf__smap_get(&a->gmap, n->name) : -1;
   uint32_t had = i >= 0 ? a->g[i].shape.ngpus : 0;
   uint32_t has = rc == 0 && n->has_inventory ? n->inv.ngpus : 0;
+  const char *type = json_string_value(json_object_get(
+      json_object_get(json_object_get(node, "metadata"), "labels"),
+      GF_AS_TYPE_LABEL));
+  if (has == 0 && i < 0 && live && type && n->name[0])
+    release_for(a, n->name, type);
   if (has == 0) {
     if (i >= 0) {
       gf__smap_del(&a->gmap, n->name);
@@ -590,6 +790,10 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
     if (n->inv.gpus[k].mem_bytes < s->gpu_mem_bytes)
       s->gpu_mem_bytes = n->inv.gpus[k].mem_bytes;
   snprintf(s->model, sizeof(s->model), "%s", n->inv.gpus[0].model);
+  size_t tl = type ? strlen(type) : 0;
+  a->g[i].type[0] = '\0';
+  if (tl < sizeof(a->g[i].type) && type)
+    memcpy(a->g[i].type, type, tl + 1);
   if (live && has > had) {
     a->cap_at = now_of(a);
     a->g[i].fresh = true;
@@ -620,6 +824,12 @@ void gf__as_node_delete(gf__as *a, const json_t *node) {
       gf__smap_put(&a->gmap, a->g[i].name, (uint32_t)i);
     }
   }
+  for (uint32_t j = 0; j < a->nrel; j++)
+    if (strcmp(a->rel[j], name) == 0) {
+      gf__free(a->rel[j]);
+      memmove(a->rel + j, a->rel + j + 1, (--a->nrel - j) * sizeof(*a->rel));
+      break;
+    }
   pthread_mutex_unlock(&a->mu);
 }
 
@@ -825,10 +1035,13 @@ static gf__as_shape pick_shape(const gf__as *a, const uint32_t *idx, size_t n) {
 /* A deletion or creation decided under the mutex, done without it. */
 typedef struct action {
   char name[NAME_CAP];
-  json_t *pod;  /* to create; NULL: to delete */
-  char *uids;   /* what it stands for (create) */
-  int64_t made; /* its GF_AS_CREATED */
-  bool forget;  /* gone already: only forgotten, no call */
+  json_t *pod;      /* to create; NULL: to delete */
+  char *uids;       /* what it stands for (create) */
+  int64_t made;     /* its GF_AS_CREATED */
+  uint32_t gpus;    /* what it asks (create) */
+  const char *type; /* its node type (create; a->types' name) or NULL */
+  bool forget;      /* gone already: only forgotten, no call */
+  bool keep;        /* released (delete): deleted, it turns gone */
 } action;
 
 static uint64_t fnv1a(const char *s, uint64_t h) {
@@ -865,11 +1078,49 @@ static json_t *keep_off(const gf__as *a) {
       "pod-template-generation", "operator", "DoesNotExist");
 }
 
+/* Adds to the node affinity na (the group's, or a new one) a required
+ * GF_AS_TYPE_LABEL In [type], to each of its terms (ORed) or as the only
+ * one.  -1: out of memory. */
+static int pin_type(json_t *aff, const char *type) {
+  json_t *na = member_object(aff, "nodeAffinity");
+  json_t *req =
+      na ? member_object(na, "requiredDuringSchedulingIgnoredDuringExecution")
+         : NULL;
+  if (!req)
+    return -1;
+  json_t *terms = json_object_get(req, "nodeSelectorTerms");
+  if (!json_is_array(terms) || json_array_size(terms) == 0) {
+    terms = json_array();
+    if (!terms || json_object_set_new(req, "nodeSelectorTerms", terms) ||
+        json_array_append_new(terms, json_object()))
+      return -1;
+  }
+  size_t i;
+  json_t *t;
+  json_array_foreach(terms, i, t) {
+    json_t *ex =
+        json_is_object(t) ? json_object_get(t, "matchExpressions") : NULL;
+    if (json_is_object(t) && !json_is_array(ex)) {
+      ex = json_array();
+      if (!ex || json_object_set_new(t, "matchExpressions", ex))
+        return -1;
+    }
+    if (!json_is_array(ex) ||
+        json_array_append_new(ex, json_pack("{s:s, s:s, s:[s]}", "key",
+                                            GF_AS_TYPE_LABEL, "operator", "In",
+                                            "values", type)))
+      return -1;
+  }
+  return 0;
+}
+
 /* The placeholder pod standing for `uids` (of w0's group), packed into
- * bin b.  NULL when out of memory. */
+ * bin b, pinned to node type `type` (NULL: none).  NULL when out of
+ * memory. */
 static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
                                const gf__as_bin *b, const char *name,
-                               const char *uids, int64_t made) {
+                               const char *uids, int64_t made,
+                               const char *type) {
   char q[32], cpu[32], mem[32], ts[32];
   snprintf(q, sizeof(q), "%u", b->gpus);
   snprintf(ts, sizeof(ts), "%" PRId64, made);
@@ -884,11 +1135,11 @@ static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
     json_object_set_new(req, "memory", json_string(mem));
   }
   json_t *pod = json_pack(
-      "{s:s, s:s, s:{s:s, s:s, s:{s:s}, s:{s:s, s:s}}, "
+      "{s:s, s:s, s:{s:s, s:s, s:{s:s}, s:{s:s, s:s, s:s}}, "
       "s:{s:s, s:s, s:i, s:b, s:[{s:s, s:s, s:{s:o, s:o}}]}}",
       "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "namespace",
       a->ns, "labels", GF_AS_LABEL, "true", "annotations", GF_AS_FOR, uids,
-      GF_AS_CREATED, ts, "spec", "priorityClassName", a->pclass,
+      GF_AS_CREATED, ts, GF_AS_GPUS, q, "spec", "priorityClassName", a->pclass,
       "preemptionPolicy", "Never", "terminationGracePeriodSeconds", 0,
       "automountServiceAccountToken", 0, "containers", "name", "placeholder",
       "image", a->image, "resources", "requests", req, "limits", lim);
@@ -910,6 +1161,15 @@ static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
     else if (strcmp(key, "nodeAffinity") == 0)
       json_object_set(aff, key, v);
   }
+  if (type &&
+      (pin_type(aff, type) ||
+       json_object_set_new(
+           json_object_get(json_object_get(pod, "metadata"), "annotations"),
+           GF_AS_TYPE, json_string(type)))) {
+    json_decref(g);
+    json_decref(pod);
+    return NULL;
+  }
   json_decref(g);
   return pod;
 }
@@ -918,7 +1178,8 @@ static json_t *placeholder_pod(const gf__as *a, const wpod *w0,
  * b's GPUs, CPU and memory.  0, 1 (no such pod) or GF_ENOMEM. */
 static int one_placeholder(const gf__as *a, const uint32_t *idx, size_t gn,
                            const size_t *unit, size_t u, const gf__as_bin *b,
-                           int64_t now, char **ul, action *ac) {
+                           const char *type, int64_t now, char **ul,
+                           action *ac) {
   size_t nu = 0, len = 1;
   for (size_t k = 0; k < gn; k++)
     if (unit[k] == u) {
@@ -947,12 +1208,76 @@ static int one_placeholder(const gf__as *a, const uint32_t *idx, size_t gn,
   snprintf(ac->name, sizeof(ac->name), "%s%016" PRIx64, GF_AS_NAME_PREFIX, h);
   ac->made = now;
   ac->uids = uids;
-  ac->pod = placeholder_pod(a, &a->w[idx[0]], b, ac->name, uids, now);
+  ac->gpus = b->gpus;
+  ac->type = type;
+  ac->pod = placeholder_pod(a, &a->w[idx[0]], b, ac->name, uids, now, type);
   if (!ac->pod) {
     gf__free(uids);
     return GF_ENOMEM;
   }
   return 0;
+}
+
+/* Whether every pod w[idx[0..gn)] (those with bin_of == u, when bin_of is
+ * not NULL) fits an empty node of shape s. */
+static bool all_fit(const gf__as *a, const uint32_t *idx, size_t gn,
+                    const uint32_t *bin_of, size_t u, const gf__as_shape *s) {
+  for (size_t k = 0; k < gn; k++)
+    if ((!bin_of || bin_of[k] == u) && !fits_empty(s, &a->w[idx[k]]))
+      return false;
+  return true;
+}
+
+/* Whether type x is smaller than y: fewer GPUs, then CPU, then memory. */
+static bool smaller(const gf__as_type *x, const gf__as_type *y) {
+  const gf__as_shape *p = &x->shape, *q = &y->shape;
+  if (p->ngpus != q->ngpus)
+    return p->ngpus < q->ngpus;
+  if (p->cpu_milli != q->cpu_milli)
+    return p->cpu_milli < q->cpu_milli;
+  return p->mem_bytes < q->mem_bytes;
+}
+
+/* The node type the group is packed on: the largest on which every pod
+ * fits an empty node; NULL: no type known, or none holds them all. */
+static const gf__as_type *big_type(const gf__as *a, const uint32_t *idx,
+                                   size_t gn) {
+  const gf__as_type *big = NULL;
+  for (size_t t = 0; t < a->ntypes; t++)
+    if (all_fit(a, idx, gn, NULL, 0, &a->types[t].shape) &&
+        (!big || smaller(big, &a->types[t])))
+      big = &a->types[t];
+  return big;
+}
+
+/* The smallest node type that holds, on one node, the pods packed into
+ * bin u of the largest (the engine's packing again, on that type); big
+ * when none smaller does.  sub, sb: scratch of gn.  NULL: out of memory. */
+static const gf__as_type *type_for(const gf__as *a, const uint32_t *idx,
+                                   size_t gn, const gf_request *reqs,
+                                   const uint32_t *bin_of, size_t u,
+                                   const gf__as_type *big, gf_request *sub,
+                                   uint32_t *sb) {
+  size_t m = 0;
+  for (size_t k = 0; k < gn; k++)
+    if (bin_of[k] == u)
+      sub[m++] = reqs[k];
+  const gf__as_type *best = big;
+  for (size_t t = 0; t < a->ntypes; t++) {
+    const gf__as_type *ty = &a->types[t];
+    size_t nb = 0;
+    if (!smaller(ty, best) || !all_fit(a, idx, gn, bin_of, u, &ty->shape))
+      continue;
+    int rc = gf__as_pack(&ty->shape, sub, m, sb, NULL, &nb, NULL);
+    if (rc == GF_ENOMEM)
+      return NULL;
+    bool one = rc == 0; /* every pod on the first node */
+    for (size_t k = 0; k < m && one; k++)
+      one = sb[k] == 0;
+    if (one)
+      best = ty;
+  }
+  return best;
 }
 
 /* Packs the group w[idx[0..gn)] and adds its placeholders to act[*n..],
@@ -963,15 +1288,18 @@ static int one_placeholder(const gf__as *a, const uint32_t *idx, size_t gn,
  * them each buys one node.  0 or GF_ENOMEM. */
 static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
                       action *act, int *n) {
-  gf__as_shape shape = pick_shape(a, idx, gn);
+  const gf__as_type *big = big_type(a, idx, gn);
+  gf__as_shape shape = big ? big->shape : pick_shape(a, idx, gn);
   gf_request *reqs = gf__malloc(gn * sizeof(*reqs));
+  gf_request *sub = gf__malloc(gn * sizeof(*sub));
   uint32_t *bin_of = gf__malloc(gn * sizeof(*bin_of));
+  uint32_t *sb = gf__malloc(gn * sizeof(*sb));
   size_t *unit = gf__malloc(gn * sizeof(*unit));
   gf__as_bin *bins = gf__malloc(gn * sizeof(*bins));
   char **ul = gf__malloc(gn * sizeof(*ul));
   size_t nbins = 0;
   int rc = 0;
-  if (!reqs || !bin_of || !unit || !bins || !ul) {
+  if (!reqs || !sub || !bin_of || !sb || !unit || !bins || !ul) {
     rc = GF_ENOMEM;
     goto out;
   }
@@ -994,9 +1322,18 @@ static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
   }
   for (size_t u = 0; u < nbins && *n < PASS_MAX; u++) {
     gf__as_bin b = bins[u];
-    if (b.gpus)
+    const gf__as_type *t = NULL;
+    if (b.gpus && big) { /* the whole node of the smallest type that fits */
+      if (!(t = type_for(a, idx, gn, reqs, bin_of, u, big, sub, sb))) {
+        rc = GF_ENOMEM;
+        break;
+      }
+      b.gpus = t->shape.ngpus;
+    } else if (b.gpus) {
       b.gpus = most;
-    int r = one_placeholder(a, idx, gn, unit, u, &b, now, ul, &act[*n]);
+    }
+    int r = one_placeholder(a, idx, gn, unit, u, &b, t ? t->name : NULL, now,
+                            ul, &act[*n]);
     if (r == GF_ENOMEM) {
       rc = r;
       break;
@@ -1006,7 +1343,9 @@ static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
   }
 out:
   gf__free(reqs);
+  gf__free(sub);
   gf__free(bin_of);
+  gf__free(sb);
   gf__free(unit);
   gf__free(bins);
   gf__free(ul);
@@ -1022,7 +1361,9 @@ static int by_group(const void *x, const void *y) {
 
 /* Each node whose GPUs arrived since the last pass, with no placeholder
  * bound there, is taken as the one bought for the oldest placeholder not
- * bound anywhere made before it came: that one goes (claimed).  Shares
+ * bound anywhere made before it came, of those asking its GPU count if
+ * any does, and never one pinned to another type: that one goes
+ * (claimed).  Shares
  * can reach a new node before the placeholder it was bought for does
  * (that placeholder's pods among them); the placeholder, then kept off
  * it by its anti-affinity, would make the autoscaler buy again. */
@@ -1036,9 +1377,16 @@ static void claim_arrivals(gf__as *a) {
     bool bound_here = false;
     for (uint32_t j = 0; j < a->np && !bound_here; j++) {
       phold *p = &a->p[j];
-      bound_here = p->node && !p->gone && strcmp(p->node, g->name) == 0;
-      if (!p->node && !p->gone && !p->claimed && !p->finished &&
-          p->created < g->arrived && (!best || p->created < best->created))
+      bound_here =
+          p->node && (!p->gone || p->released) && strcmp(p->node, g->name) == 0;
+      if (p->node || p->gone || p->claimed || p->finished ||
+          p->created >= g->arrived ||
+          (p->type[0] && strcmp(p->type, g->type) != 0))
+        continue; /* a placeholder pinned to a type: a node of that type */
+      bool fits = p->gpus == g->shape.ngpus;
+      bool best_fits = best && best->gpus == g->shape.ngpus;
+      if (!best || (fits && !best_fits) ||
+          (fits == best_fits && p->created < best->created))
         best = p;
     }
     if (!bound_here && best)
@@ -1082,6 +1430,12 @@ static int decide(gf__as *a, int64_t now, action *act) {
         n++;
       }
       continue;
+    }
+    if (p->released && !p->gone && n < PASS_MAX) {
+      memset(&act[n], 0, sizeof(act[n]));
+      snprintf(act[n].name, sizeof(act[n].name), "%s", p->name);
+      act[n].keep = true; /* deleted now; covering until its node's GPUs */
+      n++;
     }
     for (uint32_t k = 0; k < p->nuids; k++)
       if (gf__smap_put(&covered, p->uids[k], 1)) {
@@ -1174,7 +1528,8 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     pthread_mutex_lock(&a->mu);
     if (r == 0 && ac->pod) {
       nm++;
-      if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false) == 0 &&
+      if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false, ac->gpus,
+                    ac->type) == 0 &&
           !a->o.quiet) {
         const json_t *res = json_object_get(
             json_object_get(
@@ -1193,11 +1548,20 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
       }
     } else if (r == 0) {
       nd++;
-      phold_remove(a, ac->name);
+      int64_t j = ac->keep ? gf__smap_get(&a->pmap, ac->name) : -1;
+      if (j >= 0 && !a->p[j].gone) { /* its pods stay covered: see decide */
+        a->p[j].gone = true;
+        a->p[j].gone_at = now_of(a);
+      } else if (j < 0) {
+        phold_remove(a, ac->name);
+      }
       if (!a->o.quiet)
         fprintf(stderr,
-                "gpufrac scheduler: autoscale: placeholder %s/%s deleted\n",
-                a->ns, ac->name);
+                "gpufrac scheduler: autoscale: placeholder %s/%s deleted%s\n",
+                a->ns, ac->name,
+                ac->keep ? " (a node of its type registered: its pods wait "
+                           "for that node's GPUs)"
+                         : "");
     } else {
       a->retry_at = now_of(a) + RETRY_US;
       if (!rc)

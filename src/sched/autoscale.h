@@ -30,11 +30,16 @@
  * Packing.  The engine's "packing" policy (fill used GPUs, then used
  * nodes, then idle nodes) over a scratch cluster of empty nodes of one
  * shape, pods in first-fit-decreasing order (GPUs, share, GPU memory); a
- * node is added whenever a pod fits none.  The shape is the most common
- * GPU node shape among the nodes the cluster has (their inventories: GPU
- * count, model, memory, allocatable CPU and memory) on which every pod of
- * the group fits an empty node, allowed models respected; without one, the
- * configured fallback (gpus_per_node GPUs of gpu_mem_bytes).  Not the
+ * node is added whenever a pod fits none.  With node types given
+ * (node_types: what the autoscaler can buy), the shape is the largest
+ * type on which every pod of the group fits an empty node, and each
+ * packed node is then bought as the smallest type that holds its pods on
+ * one node (the same packing, on that type).  Without types, or when none
+ * holds the group, the shape is the most common GPU node shape among the
+ * nodes the cluster has (their inventories: GPU count, model, memory,
+ * allocatable CPU and memory) on which every pod of the group fits an
+ * empty node, allowed models respected; without one, the configured
+ * fallback (gpus_per_node GPUs of gpu_mem_bytes).  Not the
  * gpufrac policy: it (like fgd) scores fragmentation against a set of
  * typical pods, to keep room for the pods that come next, a question about
  * placing on nodes that exist; what to buy is "the fewest GPUs that hold
@@ -43,11 +48,17 @@
  * Placeholders.  Named GF_AS_NAME_PREFIX + a hash of the pods they stand
  * for (so a retried create cannot make a second one), in namespace ns,
  * labelled GF_AS_LABEL=true, annotated GF_AS_FOR (the pods' uids, comma
- * separated) and GF_AS_CREATED (microseconds of the bridge's clock).  One
- * per packed node; when the group packs into several, each asks the GPUs
- * of the largest, so that any node the autoscaler brings for one fits any
- * other (kube-scheduler binds them in its own order, not the autoscaler's
- * plan) however the autoscaler batches them.  Each carries a required pod
+ * separated), GF_AS_CREATED (microseconds of the bridge's clock) and
+ * GF_AS_GPUS (what it asks).  One per packed node.  With node types, each
+ * asks the whole GPUs of its node's type and carries a required node
+ * affinity GF_AS_TYPE_LABEL In [that type] (added to each of the pods' own
+ * terms): the autoscaler can buy only that type for it and kube-scheduler
+ * can bind it only on such a node, so placeholders of different sizes
+ * cannot race (a small one taking a large node).  Without types, when the
+ * group packs into several nodes each asks the GPUs of the largest, so
+ * that any node the autoscaler brings for one fits any other
+ * (kube-scheduler binds them in its own order, not the autoscaler's plan)
+ * however the autoscaler batches them.  Each carries a required pod
  * anti-affinity per node (kubernetes.io/hostname) to every pod but
  * placeholders and DaemonSet pods (label pod-template-generation) outside
  * kube-system and ns, so it never binds on a node that holds shares (or
@@ -60,16 +71,17 @@
  * inventory (its own capacity arrived; bound before that, it stays, or
  * the autoscaler would be asked for a second node meanwhile), or, not
  * bound, when a node's GPUs arrive with no placeholder bound there and it
- * is the oldest unbound one made before (the node is taken as bought for
- * it), else HOLD (5 min, at least after_ms) after GPU capacity last
- * arrived (nodes bought together arrive seconds apart: the first ends one
- * placeholder, not all).  One deleted by someone else while bound to a
- * node whose GPUs are not published (kube-scheduler preempting it) keeps
- * its pods covered until they are (or HOLD).  After the deletion the real
- * pods are placed by kube-scheduler and the extender, and any still
- * waiting after_ms after that deletion (never in the same pass) get new
- * placeholders.  That wait is the hysteresis: no placeholder is made,
- * deleted and made again within after_ms for one reason.
+ * is the oldest unbound one made before, of those asking that node's GPU
+ * count if any does, never one pinned to another type (the node is taken
+ * as bought for it), else HOLD (5 min, at
+ * least after_ms) after GPU capacity last arrived (nodes bought together arrive
+ * seconds apart: the first ends one placeholder, not all).  One deleted by
+ * someone else while bound to a node whose GPUs are not published
+ * (kube-scheduler preempting it) keeps its pods covered until they are (or
+ * HOLD).  After the deletion the real pods are placed by kube-scheduler and the
+ * extender, and any still waiting after_ms after that deletion (never in the
+ * same pass) get new placeholders.  That wait is the hysteresis: no placeholder
+ * is made, deleted and made again within after_ms for one reason.
  *
  * Restart.  Placeholders are read from the pod watch like any pod, so a
  * restarted (or newly elected) leader adopts the ones that exist: the pods
@@ -98,6 +110,10 @@
 #define GF_AS_LABEL "gpufrac.io/placeholder"
 #define GF_AS_FOR "gpufrac.io/placeholder-for"
 #define GF_AS_CREATED "gpufrac.io/placeholder-created"
+#define GF_AS_GPUS "gpufrac.io/placeholder-gpus"
+#define GF_AS_TYPE "gpufrac.io/placeholder-type"
+#define GF_AS_TYPE_LABEL "node.kubernetes.io/instance-type"
+#define GF_AS_TYPES_MAX 64
 #define GF_AS_NAME_PREFIX "gpufrac-placeholder-"
 
 #define GF_AS_AFTER_MS_DEFAULT 60000LL /* 1 min */
@@ -125,6 +141,9 @@ typedef struct gf__as_opts {
   bool quiet; /* true: do not log what is made and deleted */
   bool whole; /* the extender's policy rounds shares up to whole GPUs
                  (gf__sched_whole): a share then packs as a whole GPU */
+  /* The node types the autoscaler can buy (gf__as_types_parse's text);
+   * NULL or "": none known (one shape per group, see "Packing"). */
+  const char *node_types;
 } gf__as_opts;
 
 /* GF_EINVAL for a negative time or a name that is not a DNS-1123 name
@@ -139,6 +158,11 @@ void gf__as_free(gf__as *a); /* NULL is accepted */
  * status.conditions' PodScheduled entry (type, status, reason).  Nonzero
  * only when out of memory. */
 int gf__as_slim(json_t *slim, const json_t *pod);
+
+/* Adds to `slim` (gf_sched_node_slim's copy of `node`) its label
+ * GF_AS_TYPE_LABEL, which the bridge reads (release_for).  Nonzero only
+ * when out of memory. */
+int gf__as_node_slim(json_t *slim, const json_t *node);
 
 /* A pod as the watch sees it now (borrowed; whole or slim). */
 void gf__as_pod_update(gf__as *a, const json_t *pod);
@@ -179,6 +203,22 @@ typedef struct gf__as_shape {
   int64_t cpu_milli, mem_bytes;
   char model[GF_GPU_MODEL_MAX];
 } gf__as_shape;
+
+/* A node type the autoscaler can buy: its name (the value of
+ * GF_AS_TYPE_LABEL on its nodes) and its shape. */
+typedef struct gf__as_type {
+  char name[64];
+  gf__as_shape shape;
+} gf__as_type;
+
+/* Parses `text`, comma-separated NAME:GPUS:GPU_MEM:CPU:MEMORY[:MODEL]
+ * (e.g. "g-2x:2:80Gi:16:128Gi:A100"; GPU_MEM and MEMORY Kubernetes byte
+ * quantities, CPU cores or millicores as in a pod's requests) into
+ * out[*n] (at most GF_AS_TYPES_MAX).  NAME: a label value (1-63 of
+ * [A-Za-z0-9._-]).  0, or GF_EINVAL saying which entry and field is
+ * wrong. */
+int gf__as_types_parse(const char *text, gf__as_type *out, size_t *n,
+                       gf_diag *d);
 
 typedef struct gf__as_bin {
   uint32_t gpus; /* GPUs with anything placed on them */

@@ -280,7 +280,12 @@ static void model_error(gf_sched_kube *f, const char *what, const json_t *obj,
 /* The informers' transforms: the caches keep only what the model reads. */
 static json_t *node_slim(void *user, json_t *obj) {
   (void)user;
-  return gf_sched_node_slim(obj);
+  json_t *out = gf_sched_node_slim(obj);
+  if (out && gf__as_node_slim(out, obj)) { /* the bridge's node type */
+    json_decref(out);
+    return NULL;
+  }
+  return out;
 }
 
 /* The guard reads a few more members than the model (gf__guard_slim). */
@@ -604,6 +609,17 @@ static int role_sync(gf_sched_kube *f, gf_diag *d) {
 static int64_t guard_model_bytes(void *user, const char *ref, const char *ns) {
   gf_sched_kube *f = user;
   return gf_sched_weights_bytes(f->s, ref, ns);
+}
+
+/* The autoscaler bridge's options from the feed's. */
+static gf__as_opts as_opts(const gf_sched_kube_opts *o, gf_sched *s) {
+  return (gf__as_opts){.after_ms = o->autoscale_after_ms,
+                       .resource = o->autoscale_resource,
+                       .ns = o->autoscale_ns,
+                       .priority_class = o->autoscale_priority_class,
+                       .node_types = o->autoscale_node_types,
+                       .quiet = o->quiet,
+                       .whole = gf__sched_whole(s)};
 }
 
 /* The guard's options from the feed's. */
@@ -1012,12 +1028,7 @@ int gf_sched_kube_new(gf_sched *s, gf_kube_config *cfg,
       goto fail;
   }
   if (o->autoscale) {
-    gf__as_opts ao = {.after_ms = o->autoscale_after_ms,
-                      .resource = o->autoscale_resource,
-                      .ns = o->autoscale_ns,
-                      .priority_class = o->autoscale_priority_class,
-                      .quiet = o->quiet,
-                      .whole = gf__sched_whole(s)};
+    gf__as_opts ao = as_opts(o, s);
     if ((rc = gf__as_new(&ao, &f->as, d)) ||
         (rc = side_loop("autoscale", o->autoscale_tick_ms, &f->as_tick_ms, cfg,
                         kopts, &f->akube, d)))

@@ -1199,6 +1199,313 @@ static void test_feed(void **st) {
   free(pods);
 }
 
+/* ---- node types --------------------------------------------------------- */
+
+#define TYPES "g-2x:2:80Gi:16:128Gi,g-4x:4:80Gi:32:256Gi,g-8x:8:80Gi:64:512Gi"
+
+static gf__as *make_typed(int64_t after_ms) {
+  gf__as_opts o = {.after_ms = after_ms,
+                   .now_us = clock_fn,
+                   .quiet = true,
+                   .node_types = TYPES};
+  gf__as *a = NULL;
+  assert_int_equal(gf__as_new(&o, &a, NULL), 0);
+  return a;
+}
+
+/* The instance types placeholder p is pinned to, as "a|b" per term, terms
+ * joined by ";" (into out). */
+static const char *pinned(const json_t *p, char *out, size_t cap) {
+  const json_t *terms = json_object_get(
+      json_object_get(
+          json_object_get(
+              json_object_get(json_object_get(p, "spec"), "affinity"),
+              "nodeAffinity"),
+          "requiredDuringSchedulingIgnoredDuringExecution"),
+      "nodeSelectorTerms");
+  size_t off = 0, i, j;
+  const json_t *t, *e;
+  out[0] = '\0';
+  json_array_foreach(terms, i, t) {
+    json_array_foreach(json_object_get(t, "matchExpressions"), j, e) {
+      const char *k = json_string_value(json_object_get(e, "key"));
+      if (!k || strcmp(k, GF_AS_TYPE_LABEL) != 0)
+        continue;
+      const json_t *v = json_object_get(e, "values");
+      off += (size_t)snprintf(out + off, cap - off, "%s%s", i ? ";" : "",
+                              json_string_value(json_array_get(v, 0)));
+    }
+  }
+  return out;
+}
+
+/* 28 0.3 shares are 10 GPUs: with the pool's types known, one placeholder
+ * a packed node asking that node's whole GPUs, pinned to its type: an
+ * 8-GPU node (24 shares) and a 2-GPU one (4), not two of 8 (Karpenter
+ * bought 16 GPUs for them). */
+static void test_types_pack(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make_typed(1000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  int eight =
+      r.made[0] && strcmp(asks(r.made[0], "nvidia.com/gpu"), "8") == 0 ? 0 : 1;
+  const json_t *p8 = r.made[eight], *p2 = r.made[1 - eight];
+  char buf[256];
+  assert_string_equal(asks(p8, "nvidia.com/gpu"), "8");
+  assert_string_equal(asks(p2, "nvidia.com/gpu"), "2");
+  assert_string_equal(pinned(p8, buf, sizeof(buf)), "g-8x");
+  assert_string_equal(pinned(p2, buf, sizeof(buf)), "g-2x");
+  assert_string_equal(path_str(p8, "metadata", "annotations", GF_AS_GPUS), "8");
+  assert_int_equal(keep_off_terms(p8), 1);
+  int covered[2] = {1, 1};
+  for (int k = 0; k < 2; k++)
+    for (const char *c =
+             path_str(r.made[k], "metadata", "annotations", GF_AS_FOR);
+         *c; c++)
+      covered[k] += *c == ',';
+  assert_int_equal(covered[eight], 24);
+  assert_int_equal(covered[1 - eight], 4);
+  /* the CPU and memory of the pods packed there: 4 x 100m, 4 x 64Mi */
+  assert_string_equal(asks(p2, "cpu"), "0.4");
+  assert_string_equal(asks(p2, "memory"), "256Mi");
+  rec_clear(&r);
+  gf__as_free(a);
+  /* one share: the smallest type, whole */
+  fake_now = T0;
+  a = make_typed(1000);
+  feed_waiting(a, 0, 1);
+  fake_now = T0 + SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  assert_string_equal(asks(r.made[0], "nvidia.com/gpu"), "2");
+  assert_string_equal(pinned(r.made[0], buf, sizeof(buf)), "g-2x");
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* A pod's own node affinity terms (ORed) each get the type added; a pod
+ * that needs more GPUs than the largest type has gets none (the untyped
+ * fallback shape, 8 GPUs, unpinned). */
+static void test_types_affinity(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make_typed(1000);
+  feed_pod(a, gpod("u-1", SHARE30,
+                   "\"affinity\":{\"nodeAffinity\":{\"requiredDuringScheduling"
+                   "IgnoredDuringExecution\":{\"nodeSelectorTerms\":["
+                   "{\"matchExpressions\":[{\"key\":\"zone\",\"operator\":"
+                   "\"In\",\"values\":[\"a\"]}]},"
+                   "{\"matchExpressions\":[{\"key\":\"zone\",\"operator\":"
+                   "\"In\",\"values\":[\"b\"]}]}]}}},",
+                   true, NULL));
+  rec r = {0};
+  fake_now = T0 + SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  char buf[256];
+  assert_string_equal(pinned(r.made[0], buf, sizeof(buf)), "g-2x;g-2x");
+  char *all = json_dumps(r.made[0], JSON_COMPACT);
+  assert_non_null(strstr(all, "\"values\":[\"a\"]"));
+  assert_non_null(strstr(all, "\"values\":[\"b\"]"));
+  free(all);
+  rec_clear(&r);
+  gf__as_free(a);
+  /* 12 GPUs asked: no type holds it, the untyped shape neither */
+  fake_now = T0;
+  gf__as_opts o = {.after_ms = 1000,
+                   .now_us = clock_fn,
+                   .quiet = true,
+                   .gpus_per_node = 16,
+                   .node_types = TYPES};
+  assert_int_equal(gf__as_new(&o, &a, NULL), 0);
+  feed_pod(a, gpod("u-1", "\"gpufrac.io/gpu\":\"12\"", "", true, NULL));
+  fake_now = T0 + SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  assert_string_equal(asks(r.made[0], "nvidia.com/gpu"), "12");
+  assert_string_equal(pinned(r.made[0], buf, sizeof(buf)), "");
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* A node of type `type` (label GF_AS_TYPE_LABEL) with n GPUs (0: none
+ * published yet), as the watch sees it, live. */
+static void feed_typed_node(gf__as *a, const char *name, const char *type,
+                            int n) {
+  json_t *j = gnode(name, n);
+  json_t *md = json_object_get(j, "metadata");
+  json_object_set_new(md, "labels", json_pack("{s:s}", GF_AS_TYPE_LABEL, type));
+  json_t *slim = gf_sched_node_slim(j);
+  assert_int_equal(gf__as_node_slim(slim, j), 0);
+  gf__as_node_update(a, slim, true);
+  json_decref(slim);
+  json_decref(j);
+}
+
+/* Placeholders pinned to types: a node that arrives with its GPUs and
+ * none bound there ends the one of its type, whichever is older, and a
+ * node of another type ends none (test_karpenter_replay: Karpenter bought
+ * a 2-GPU node for a whole-GPU pod by itself, its arrival ended the 4-GPU
+ * placeholder, and its pods got a second one, 2 + 2 + 4 GPUs bought). */
+static void test_types_claim(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make_typed(2000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  for (int i = 0; i < 2; i++) /* the watch sees them, as made */
+    gf__as_pod_update(a, r.made[i]);
+  fake_now += SEC;
+  feed_typed_node(a, "k2", "g-2x", 2);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  int two = strcmp(asks(r.made[0], "nvidia.com/gpu"), "2") == 0 ? 0 : 1;
+  assert_string_equal(r.gone[0],
+                      path_str(r.made[two], "metadata", "name", NULL));
+  gf__as_pod_delete(a, r.made[two]);
+  fake_now += SEC;
+  feed_typed_node(a, "x2", "g-2x", 2);
+  feed_typed_node(a, "x4", "g-4x", 4);
+  feed_node(a, "x8", 8, true); /* no type label */
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  feed_typed_node(a, "k8", "g-8x", 8);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* The race measured with Karpenter (bench/karpenter_burst.py): the shares
+ * reached the new 8-GPU node (its GPUs published) before the placeholder
+ * bought for it bound there; its anti-affinity then kept it off, and
+ * Karpenter bought a third node for it before the node's arrival ended
+ * it.  Now a node of a placeholder's type that registers releases it at
+ * once (deleted, its pods covered until that node's GPUs come). */
+static void test_types_release(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make_typed(2000);
+  feed_waiting(a, 0, 28);
+  rec r = {0};
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  for (int i = 0; i < 2; i++)
+    gf__as_pod_update(a, r.made[i]);
+  int eight = strcmp(asks(r.made[0], "nvidia.com/gpu"), "8") == 0 ? 0 : 1;
+  const char *p8 = path_str(r.made[eight], "metadata", "name", NULL);
+  assert_string_equal(
+      path_str(r.made[eight], "metadata", "annotations", GF_AS_TYPE), "g-8x");
+  fake_now += SEC;
+  feed_typed_node(a, "k8", "g-8x", 0);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  assert_string_equal(r.gone[0], p8);
+  gf__as_pod_delete(a, r.made[eight]); /* the watch sees it go */
+  /* its pods stay covered: no new placeholder, however long */
+  feed_typed_node(a, "k8", "g-8x", 0); /* updates: nothing more */
+  fake_now += 10 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  assert_int_equal(r.deletes, 1);
+  assert_int_equal(gf__as_count(a), 2);
+  /* its GPUs come: forgotten, and the 2-GPU placeholder is not taken */
+  fake_now += SEC;
+  feed_typed_node(a, "k8", "g-8x", 8);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  assert_int_equal(gf__as_count(a), 1);
+  /* a node of another type releases nothing of this type */
+  feed_typed_node(a, "k4", "g-4x", 0);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  feed_typed_node(a, "k2", "g-2x", 0);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
+  gf__as_pod_delete(a, r.made[1 - eight]);
+  /* the 8-GPU node's shares bound; k2's GPUs never come: after the hold
+   * its 4 pods get a new placeholder, which k2 does not release again */
+  char uids[1024];
+  snprintf(uids, sizeof(uids), "%s",
+           path_str(r.made[eight], "metadata", "annotations", GF_AS_FOR));
+  for (char *u = uids, *e; u && *u; u = e) {
+    e = strchr(u, ',');
+    if (e)
+      *e++ = '\0';
+    feed_pod(a, gpod(u, SHARE30, "", false, "k8"));
+  }
+  fake_now += 301 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 3);
+  assert_string_equal(asks(r.made[2], "nvidia.com/gpu"), "2");
+  gf__as_pod_update(a, r.made[2]);
+  feed_typed_node(a, "k2", "g-2x", 0);
+  fake_now += SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 2);
+  assert_int_equal(gf__as_count(a), 1);
+  /* k2 deleted and made again (a new node of that name): it releases */
+  json_t *k2 = gnode("k2", 0);
+  gf__as_node_delete(a, k2);
+  json_decref(k2);
+  feed_typed_node(a, "k2", "g-2x", 0);
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 3);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+static void test_types_parse(void **st) {
+  (void)st;
+  gf__as_type t[GF_AS_TYPES_MAX];
+  size_t n = 9;
+  gf_diag d = {""};
+  assert_int_equal(
+      gf__as_types_parse(TYPES ",big:16:141Gi:2000m:2Ti:H200", t, &n, &d), 0);
+  assert_int_equal(n, 4);
+  assert_string_equal(t[3].name, "big");
+  assert_int_equal(t[3].shape.ngpus, 16);
+  assert_int_equal(t[3].shape.gpu_mem_bytes, 141LL << 30);
+  assert_int_equal(t[3].shape.cpu_milli, 2000);
+  assert_int_equal(t[3].shape.mem_bytes, 2LL << 40);
+  assert_string_equal(t[3].shape.model, "H200");
+  assert_string_equal(t[0].shape.model, "");
+  static const struct {
+    const char *text, *want;
+  } bad[] = {
+      {"a:2:80Gi:16", "want NAME:GPUS"},
+      {"a:0:80Gi:16:1Gi", "GPU count '0'"},
+      {"a:x:80Gi:16:1Gi", "GPU count 'x'"},
+      {"a:2:lots:16:1Gi", "GPU memory 'lots'"},
+      {"a:2:80Gi:-1:1Gi", "CPU '-1'"},
+      {"a b:2:80Gi:16:1Gi", "not a label value"},
+      {"a:2:80Gi:16:1Gi,a:4:80Gi:16:1Gi", "'a' given twice"},
+      {"a:2:80Gi:16:1Gi,", "end with a comma"},
+      {",a:2:80Gi:16:1Gi", "node type 1"},
+      {"a:2:80Gi:16:1Gi:M:x", "more than 6 fields"},
+      {"a:2::16:1Gi", "GPU memory is empty"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    d.msg[0] = '\0';
+    assert_int_equal(gf__as_types_parse(bad[i].text, t, &n, &d), GF_EINVAL);
+    if (!strstr(d.msg, bad[i].want))
+      fail_msg("%s: '%s' lacks '%s'", bad[i].text, d.msg, bad[i].want);
+  }
+  gf__as_opts o = {.node_types = "a:2"};
+  gf__as *a = NULL;
+  assert_int_equal(gf__as_new(&o, &a, &d), GF_EINVAL);
+  assert_null(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pack_five_shares),
@@ -1222,6 +1529,11 @@ int main(void) {
       cmocka_unit_test(test_custom_opts),
       cmocka_unit_test(test_slim),
       cmocka_unit_test(test_feed),
+      cmocka_unit_test(test_types_pack),
+      cmocka_unit_test(test_types_affinity),
+      cmocka_unit_test(test_types_claim),
+      cmocka_unit_test(test_types_release),
+      cmocka_unit_test(test_types_parse),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
