@@ -698,7 +698,9 @@ def t_autoscale(objs, ns):
     pairs = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
     check(pairs.get("--autoscale-placeholders") == "on" and
           pairs.get("--autoscale-after") == "2m" and
-          pairs.get("--autoscale-resource") == "nvidia.com/gpu",
+          pairs.get("--autoscale-resource") == "nvidia.com/gpu" and
+          pairs.get("--autoscale-node-types") ==
+          "gpu-2x:2:80Gi:16:128Gi:H100-80GB,gpu-8x:8:80Gi:64:512Gi:H100-80GB",
           "autoscale: the extender's flags (%s)" % args)
     check(not any(o["metadata"]["name"] == "gpufrac-placeholder" for o in render(ns=ns)),
           "autoscale: off by default (no PriorityClass gpufrac-placeholder)")
