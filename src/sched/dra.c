@@ -947,6 +947,11 @@ static void book(gf_dra_model *m, const gf_dra_result *r) {
     m->conflicts++; /* the engine's rounding (milli) says it is full */
 }
 
+void gf__dra_model_book_claim(gf_dra_model *m, const gf_dra_claim *c) {
+  for (uint32_t j = 0; c->allocated && j < c->nres; j++)
+    book(m, &c->res[j]);
+}
+
 static const gf_dra_device *typical_dev(const gf_dra_model *m, bool multi);
 
 void gf_dra_model_free(gf_dra_model *m) {

@@ -56,4 +56,8 @@ int gf__dra_model_place_pinned(gf_dra_model *m,
  * for. */
 int64_t gf__dra_model_booked_mem(const gf_dra_model *m);
 
+/* Books claim c's results in m as a build does for an allocated claim
+ * (the feed's model after someone else allocated c, without a rebuild). */
+void gf__dra_model_book_claim(gf_dra_model *m, const gf_dra_claim *c);
+
 #endif

@@ -262,15 +262,35 @@ static void rule_gone(void *u, json_t *o) {
  * finalizers, labels: kube-scheduler's, kube-controller-manager's and the
  * placer's own writes around every allocation) leaves the model as it is,
  * so a burst of N pods is not N rebuilds of it for those. */
-static bool model_same(const gf_dra_claim *a, const gf_dra_claim *b) {
+static bool spec_same(const gf_dra_claim *a, const gf_dra_claim *b) {
   return strcmp(a->uid, b->uid) == 0 && a->nreq == b->nreq &&
          memcmp(a->req, b->req, a->nreq * sizeof(a->req[0])) == 0 &&
          a->ntol == b->ntol &&
          memcmp(a->tol, b->tol, a->ntol * sizeof(a->tol[0])) == 0 &&
-         a->constraints == b->constraints && a->allocated == b->allocated &&
+         a->constraints == b->constraints && a->deleting == b->deleting;
+}
+
+static bool model_same(const gf_dra_claim *a, const gf_dra_claim *b) {
+  return spec_same(a, b) && a->allocated == b->allocated &&
          a->nres == b->nres &&
-         memcmp(a->res, b->res, a->nres * sizeof(a->res[0])) == 0 &&
-         a->deleting == b->deleting;
+         memcmp(a->res, b->res, a->nres * sizeof(a->res[0])) == 0;
+}
+
+static bool held_victim(const gf_sched_dra *f, const gf_dra_claim *c);
+
+/* Claim old -> c is an allocation someone else made (kube-scheduler's, in
+ * mode 1): booked in both models as a rebuild would, so a burst that
+ * kube-scheduler allocates is not a rebuild per pod.  mu held; false when
+ * it is not such a change (or the models are to be rebuilt anyway). */
+static bool book_allocation(gf_sched_dra *f, const gf_dra_claim *old,
+                            const gf_dra_claim *c) {
+  if (f->dirty || !f->model || !f->kmodel || old->allocated || !c->allocated ||
+      !spec_same(old, c) || held_victim(f, c))
+    return false;
+  gf__dra_model_book_claim(f->model, c);
+  gf__dra_model_book_claim(f->kmodel, c);
+  f->st.conflicts = gf_dra_model_conflicts(f->model);
+  return true;
 }
 
 /* Stores a parsed claim; called by the informer and by the placer with
@@ -306,7 +326,7 @@ static void claim_store(gf_sched_dra *f, const json_t *o, bool booked) {
     }
   }
   booked = booked || (c->allocated && strcmp(key, f->writing) == 0);
-  if (!booked && !(old && model_same(old, c)))
+  if (!booked && !(old && (model_same(old, c) || book_allocation(f, old, c))))
     f->dirty = true;
   const json_t *rf =
       json_object_get(json_object_get(o, "status"), "reservedFor");

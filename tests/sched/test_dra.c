@@ -1105,6 +1105,59 @@ static void allocated(const char *name, const char *pool, const char *mem,
   claim_of(j, c);
 }
 
+/* A claim someone else allocated, booked in a model built before it was
+ * (gf__dra_model_book_claim, the feed's way of not rebuilding for each of
+ * kube-scheduler's allocations in mode 1): the model then says what a
+ * model built with it allocated says, and refuses what that one refuses. */
+static void test_book_claim_equals_build(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_gpufrac("dra_slice_shared.json", &s);
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_claim pending, done;
+  claim_of(claim_json("x", NULL, 20 * GiB, 30), &pending);
+  allocated("x", "n1", "20Gi", "30", '1', &done);
+  const gf_dra_claim *before[] = {&pending}, *after[] = {&done};
+  gf_dra_model *inc = NULL, *full = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_model_new(sl, 1, before, 1, NULL, &inc, &d), 0);
+  assert_int_equal(gf_dra_model_new(sl, 1, after, 1, NULL, &full, &d), 0);
+  gf__dra_model_book_claim(inc, &done);
+  int64_t um[2], uc[2];
+  uint32_t na[2];
+  assert_int_equal(
+      gf_dra_model_used(inc, "n1", "gpu-0", &um[0], &uc[0], &na[0]), 0);
+  assert_int_equal(
+      gf_dra_model_used(full, "n1", "gpu-0", &um[1], &uc[1], &na[1]), 0);
+  assert_int_equal(um[0], 20 * GiB);
+  assert_int_equal(um[0], um[1]);
+  assert_int_equal(uc[0], uc[1]);
+  assert_int_equal(na[0], na[1]);
+  assert_int_equal(gf__dra_model_booked_mem(inc),
+                   gf__dra_model_booked_mem(full));
+  /* 20 booked: 70 more does not fit either model, 60 fits both */
+  gf_dra_claim big, fits;
+  claim_of(claim_json("big", NULL, 70 * GiB, 10), &big);
+  claim_of(claim_json("fits", NULL, 60 * GiB, 10), &fits);
+  const gf_dra_claim *pb[] = {&big}, *pf[] = {&fits};
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  gf_dra_model *ms[] = {inc, full};
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(gf_dra_model_place(ms[i], pb, 1, 0, RND, sizeof(RND), res,
+                                        nres, node, &d),
+                     GF_ENOFIT);
+    assert_int_equal(gf_dra_model_place(ms[i], pf, 1, 0, RND, sizeof(RND), res,
+                                        nres, node, &d),
+                     0);
+  }
+  free(res);
+  gf_dra_model_free(inc);
+  gf_dra_model_free(full);
+  gf_dra_slice_release(&s);
+}
+
 /* The allocation gpufrac writes carries allocationTimestamp, as
  * kube-scheduler's do: kube-scheduler v1.37 stamps one without it when it
  * reserves the claim for a second pod, which the API server refuses (e2e
@@ -1340,6 +1393,7 @@ int main(void) {
       cmocka_unit_test(test_preempt_choice),
       cmocka_unit_test(test_preempt_budgets),
       cmocka_unit_test(test_allocation_stamp),
+      cmocka_unit_test(test_book_claim_equals_build),
       cmocka_unit_test(test_shared_claim_place),
       cmocka_unit_test(test_shared_claim_score),
   };
