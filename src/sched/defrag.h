@@ -35,6 +35,13 @@
 
 #define GF__DEFRAG_MOVES_MAX 8u
 
+/* A pod by uid and name (the pods a hold refused, to be nudged). */
+typedef struct gf__podref {
+  char uid[GF__UID_MAX];
+  char ns[GF_NAME_MAX];
+  char name[GF_NAME_MAX];
+} gf__podref;
+
 typedef struct gf__defrag_move {
   char uid[GF__UID_MAX];
   char ns[GF_NAME_MAX];
@@ -65,5 +72,16 @@ int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out);
  * one expiring first makes room).  Takes gf_sched.mu. */
 void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
                      const char *const *moved, uint32_t nmoved, int64_t ms);
+
+/* Turns on the record of kube-scheduler's candidate nodes per pending pod
+ * (/filter), which the plan needs: without one for a pod, no plan for it.
+ * Takes gf_sched.mu. */
+void gf__defrag_enable(gf_sched *s);
+
+/* The pods /filter refused because of a defragmentation hold that has
+ * since ended (expired, or its pod bound or gone), at most max into out,
+ * taken off the list: the kube feed touches each so that kube-scheduler
+ * tries it again.  Takes gf_sched.mu. */
+uint32_t gf__defrag_nudges(gf_sched *s, gf__podref *out, uint32_t max);
 
 #endif

@@ -164,6 +164,7 @@ void gf_sched_free(gf_sched *s) {
   gf__free(s->nodes);
   gf__free(s->pods);
   gf__pending_release(&s->pend);
+  gf__defrag_release(s);
   gf__smap_release(&s->nmap);
   gf__smap_release(&s->pmap);
   gf_cluster_free(s->c);
@@ -728,6 +729,11 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   }
   uint64_t fitting = 0;
   size_t nlist = a.node_items ? json_array_size(a.node_items) : a.nnames;
+  /* defragmentation plans only on the nodes kube-scheduler offers */
+  struct gf__doffer *offer = v.kind == 0 && r.gpu_count > 0 && !p->node[0]
+                                 ? gf__defrag_offer_begin(s, p, nlist)
+                                 : NULL;
+  bool took = false;
   for (size_t i = 0; i < nlist; i++) {
     const json_t *it = a.node_items ? json_array_get(a.node_items, i) : NULL;
     const char *name = a.node_items ? node_name_of(it) : a.names[i];
@@ -750,8 +756,13 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
         if (hold->n && gf__holds_apply(s, hold, (uint32_t)ni, name, hcopy))
           gn = hcopy;
         kind = why_not(s, &s->nodes[ni], gn, &r, p->dp_slots, why, sizeof(why));
+        if (kind == GF__FIT_NOT_NOW && gn == hcopy)
+          gf__holds_why(s, hold, (uint32_t)ni, name, &r, p, why, sizeof(why));
+        if (offer)
+          gf__defrag_offer_add(offer, name);
       }
     }
+    took = took || kind == GF__FIT;
     if (kind)
       gf__utf8_fix(why); /* reasons quote model and node names */
     int jr = 0;
@@ -789,6 +800,8 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   }
   if (top)
     s->m.filter_cut_nodes += fitting - top->n;
+  if (offer)
+    gf__defrag_offer_end(offer, !took);
   pthread_mutex_unlock(&s->mu);
   if (out->status == 500)
     goto done;
