@@ -10,9 +10,11 @@
  *
  * The plan (gf__defrag_plan_one, on the extender's model): the pending pod
  * that has waited longest among those that ask whole GPUs or a share of
- * one GPU, are not nominated (a preemption is under way) and fit no node;
- * for it, on one node, the GPUs (as many as it asks, of its model) all of
- * whose pods are movable, fewest pods first (a share: on one GPU, its
+ * one GPU, are not nominated (a preemption is under way) and fit none of
+ * the nodes kube-scheduler offered it (its last /filter: the nodes its
+ * nodeSelector, affinity and tolerations allow; no plan before one);
+ * for it, on one of those nodes, the GPUs (as many as it asks, of its model)
+ * all of whose pods are movable, fewest pods first (a share: on one GPU, its
  * movable pods largest first until the share fits), at most max_moves in
  * all, where the node's
  * CPU and memory take it once they are gone, where evicting them together
@@ -20,7 +22,9 @@
  * somewhere else (tried in order on copies: another node, or another GPU
  * of the same node), the node needing fewest moves.  A movable pod: bound,
  * a share of one GPU, not loading (the disruption guard's), not pinned
- * (nodeSelector or required nodeAffinity), owned by a ReplicaSet, Deployment or
+ * (nodeSelector, required nodeAffinity, a PVC, ephemeral or hostPath
+ * volume), of no higher priority than the pending pod, not a system pod
+ * (kube-system, a system PriorityClass), owned by a ReplicaSet, Deployment or
  * StatefulSet (the pod index of pdb.h).  The model is never changed.
  */
 #ifndef GPUFRAC_SCHED_DEFRAG_H
