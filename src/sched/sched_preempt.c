@@ -440,7 +440,9 @@ static void dholds_collect(gf_sched *s, int32_t priority, const char *uid,
       dhold_end(s, i); /* placed, gone, or expired: dropped */
       continue;
     }
-    s->dhold[keep++] = s->dhold[i];
+    if (keep != i)
+      s->dhold[keep] = s->dhold[i];
+    keep++;
     if (!h)
       continue;
     if (h->n < GF__HOLDS_MAX && e->priority >= priority &&
@@ -1058,10 +1060,12 @@ uint32_t gf__defrag_nudges(gf_sched *s, gf__podref *out, uint32_t max) {
   pthread_mutex_lock(&s->mu);
   if (s->ndhold)
     dholds_collect(s, 0, NULL, NULL); /* ended holds give up their pods */
-  uint32_t n = s->nnudge < max ? s->nnudge : max;
-  memcpy(out, s->nudge, n * sizeof(*out));
-  memmove(s->nudge, s->nudge + n, (s->nnudge - n) * sizeof(*out));
-  s->nnudge -= n;
+  uint32_t n = 0, i = 0;
+  for (; i < s->nnudge && n < max; i++) /* those still pending */
+    if (gf__pending_find(s, s->nudge[i].uid, "", ""))
+      out[n++] = s->nudge[i];
+  memmove(s->nudge, s->nudge + i, (s->nnudge - i) * sizeof(*out));
+  s->nnudge -= i;
   pthread_mutex_unlock(&s->mu);
   return n;
 }
