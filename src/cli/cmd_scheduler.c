@@ -468,7 +468,8 @@ static const gf__opt_cmd sched_cmd = {
     .usage = "usage: gpufrac scheduler [options]\n"
              "\n"
              "Serves the kube-scheduler extender: POST /filter, /prioritize,\n"
-             "/bind; GET /healthz, /readyz, /metrics (docs/scheduler.md).\n"
+             "/bind, /preempt; GET /healthz, /readyz, /metrics\n"
+             "(docs/scheduler.md).\n"
              "\n",
     .footer =
         "\nconfig file keys: listen, policy, threads, maxBodyBytes, "

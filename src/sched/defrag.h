@@ -10,9 +10,11 @@
  *
  * The plan (gf__defrag_plan_one, on the extender's model): the pending pod
  * that has waited longest among those that ask whole GPUs or a share of
- * one GPU, are not nominated (a preemption is under way) and fit no node;
- * for it, on one node, the GPUs (as many as it asks, of its model) all of
- * whose pods are movable, fewest pods first (a share: on one GPU, its
+ * one GPU, are not nominated (a preemption is under way) and fit none of
+ * the nodes kube-scheduler offered it (its last /filter: the nodes its
+ * nodeSelector, affinity and tolerations allow; no plan before one);
+ * for it, on one of those nodes, the GPUs (as many as it asks, of its model)
+ * all of whose pods are movable, fewest pods first (a share: on one GPU, its
  * movable pods largest first until the share fits), at most max_moves in
  * all, where the node's
  * CPU and memory take it once they are gone, where evicting them together
@@ -20,7 +22,9 @@
  * somewhere else (tried in order on copies: another node, or another GPU
  * of the same node), the node needing fewest moves.  A movable pod: bound,
  * a share of one GPU, not loading (the disruption guard's), not pinned
- * (nodeSelector or required nodeAffinity), owned by a ReplicaSet, Deployment or
+ * (nodeSelector, required nodeAffinity, a PVC, ephemeral or hostPath
+ * volume), of no higher priority than the pending pod, not a system pod
+ * (kube-system, a system PriorityClass), owned by a ReplicaSet, Deployment or
  * StatefulSet (the pod index of pdb.h).  The model is never changed.
  */
 #ifndef GPUFRAC_SCHED_DEFRAG_H
@@ -34,6 +38,13 @@
 #include "sched_int.h"
 
 #define GF__DEFRAG_MOVES_MAX 8u
+
+/* A pod by uid and name (the pods a hold refused, to be nudged). */
+typedef struct gf__podref {
+  char uid[GF__UID_MAX];
+  char ns[GF_NAME_MAX];
+  char name[GF_NAME_MAX];
+} gf__podref;
 
 typedef struct gf__defrag_move {
   char uid[GF__UID_MAX];
@@ -65,5 +76,16 @@ int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out);
  * one expiring first makes room).  Takes gf_sched.mu. */
 void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
                      const char *const *moved, uint32_t nmoved, int64_t ms);
+
+/* Turns on the record of kube-scheduler's candidate nodes per pending pod
+ * (/filter), which the plan needs: without one for a pod, no plan for it.
+ * Takes gf_sched.mu. */
+void gf__defrag_enable(gf_sched *s);
+
+/* The pods /filter refused because of a defragmentation hold that has
+ * since ended (expired, or its pod bound or gone), at most max into out,
+ * taken off the list: the kube feed touches each so that kube-scheduler
+ * tries it again.  Takes gf_sched.mu. */
+uint32_t gf__defrag_nudges(gf_sched *s, gf__podref *out, uint32_t max);
 
 #endif

@@ -271,10 +271,15 @@ static void model_error(gf_sched_kube *f, const char *what, const json_t *obj,
   const json_t *md = json_object_get(obj, "metadata");
   const char *ns = json_string_value(json_object_get(md, "namespace"));
   const char *name = json_string_value(json_object_get(md, "name"));
-  fprintf(stderr,
-          "gpufrac scheduler: %s %s%s%s: %s (%s; %llu refused so far)\n", what,
-          ns ? ns : "", ns ? "/" : "", name ? name : "(no name)",
-          d->msg[0] ? d->msg : gf_strerror(rc), gf_err_name(rc), n);
+  /* the model's sentences may name the object already ("pod ns/name: ") */
+  char head[2 * GF_NAME_MAX + 32];
+  snprintf(head, sizeof(head), "%s %s%s%s: ", what, ns ? ns : "", ns ? "/" : "",
+           name ? name : "(no name)");
+  const char *msg = d->msg[0] ? d->msg : gf_strerror(rc);
+  if (!strncmp(msg, head, strlen(head)))
+    msg += strlen(head);
+  fprintf(stderr, "gpufrac scheduler: %s%s (%s; %llu refused so far)\n", head,
+          msg, gf_err_name(rc), n);
 }
 
 /* The informers' transforms: the caches keep only what the model reads. */
@@ -838,8 +843,43 @@ static bool defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
   return true;
 }
 
+#define GF__DEFRAG_RETRY "gpufrac.io/defrag-retry"
+
+/* The pods /filter refused for a hold that has ended: a merge PATCH of
+ * an annotation (gpufrac.io/defrag-retry, the time) on each, an update
+ * kube-scheduler's queue reacts to by trying the pod again (it would
+ * otherwise wait for an unrelated cluster event, or up to 5 minutes). */
+static void defrag_nudge(gf_sched_kube *f) {
+  gf__podref *r = gf__malloc(16 * sizeof(*r));
+  uint32_t n = r ? gf__defrag_nudges(f->s, r, 16) : 0;
+  char now[32];
+  time_t t = time(NULL);
+  struct tm tm;
+  if (!gmtime_r(&t, &tm) ||
+      !strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%SZ", &tm))
+    snprintf(now, sizeof(now), "now");
+  for (uint32_t i = 0; i < n; i++) {
+    if (!dns_name(r[i].ns) || !dns_name(r[i].name))
+      continue;
+    char path[2 * GF_NAME_MAX + 64];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", r[i].ns,
+             r[i].name);
+    json_t *patch = json_pack("{s:{s:{s:s},s:s}}", "metadata", "annotations",
+                              GF__DEFRAG_RETRY, now, "uid", r[i].uid);
+    gf_diag pd = {""};
+    int rc = patch ? gf_kube_merge_patch(f->dkube, path, patch, NULL, NULL, &pd)
+                   : GF_ENOMEM;
+    json_decref(patch);
+    if (rc && rc != GF_ENOTFOUND && !f->quiet)
+      fprintf(stderr, "gpufrac scheduler: defrag: retry of %s/%s: %s\n",
+              r[i].ns, r[i].name, pd.msg);
+  }
+  gf__free(r);
+}
+
 /* One defragmentation pass, if this replica leads and the informers have
- * listed: at most one plan. */
+ * listed: the pods a hold that ended kept out tried again, then at most
+ * one plan. */
 static int defrag_step(gf_sched_kube *f, gf_diag *d) {
   if (!f->defrag)
     return gf_diag_set(d, GF_ESTATE, "kube feed: defragmentation is off");
@@ -847,6 +887,7 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
       !gf_kube_informer_synced(f->nodes) ||
       (f->pdbs && !gf_kube_informer_synced(f->pdbs)))
     return 0;
+  defrag_nudge(f);
   gf__defrag_plan p;
   int rc = gf__defrag_plan_one(f->s, f->defrag_max, &p);
   if (rc <= 0)
@@ -906,6 +947,7 @@ static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
   if (o->defrag < 0 || o->defrag > GF_SCHED_KUBE_DEFRAG_ON)
     return gf_diag_set(d, GF_EINVAL, "defrag: unknown mode %d", o->defrag);
   f->defrag = o->defrag;
+  gf__defrag_enable(f->s); /* the candidate nodes /filter gets */
   f->defrag_max = o->defrag_max_moves ? o->defrag_max_moves : 3;
   if (f->defrag_max > GF__DEFRAG_MOVES_MAX)
     return gf_diag_set(d, GF_EINVAL, "defrag: at most %u moves, not %u",

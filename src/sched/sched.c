@@ -164,6 +164,7 @@ void gf_sched_free(gf_sched *s) {
   gf__free(s->nodes);
   gf__free(s->pods);
   gf__pending_release(&s->pend);
+  gf__defrag_release(s);
   gf__smap_release(&s->nmap);
   gf__smap_release(&s->pmap);
   gf_cluster_free(s->c);
@@ -644,6 +645,31 @@ static bool lacks_slot(const json_t *pod, const gf__pod *p, char *why,
   return false;
 }
 
+/* /filter's verdict on node `name` for pod p (asking r), the holds
+ * applied (a refusal they cause says so); the node noted as offered for
+ * defragmentation (offer, or NULL).  Under the mutex. */
+static gf__fit node_verdict(gf_sched *s, const char *name, const gf_request *r,
+                            const gf__pod *p, const gf__holds *hold,
+                            gf_node *hcopy, struct gf__doffer *offer, char *why,
+                            size_t cap) {
+  int64_t ni = gf__smap_get(&s->nmap, name);
+  if (ni < 0) {
+    snprintf(why, cap,
+             "gpufrac has not seen this node yet (no Node object from "
+             "the API server)");
+    return r->gpu_count ? GF__FIT_NOT_NOW : GF__FIT;
+  }
+  const gf_node *gn = gf_cluster_node(s->c, (uint32_t)ni);
+  if (hold->n && gf__holds_apply(s, hold, (uint32_t)ni, name, hcopy))
+    gn = hcopy;
+  gf__fit kind = why_not(s, &s->nodes[ni], gn, r, p->dp_slots, why, cap);
+  if (kind == GF__FIT_NOT_NOW && gn == hcopy)
+    gf__holds_why(s, hold, (uint32_t)ni, name, r, p, why, cap);
+  if (offer)
+    gf__defrag_offer_add(offer, name);
+  return kind;
+}
+
 static void do_filter(gf_sched *s, const char *body, size_t len,
                       reply_buf *out) {
   gf_diag d = {""};
@@ -728,6 +754,11 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   }
   uint64_t fitting = 0;
   size_t nlist = a.node_items ? json_array_size(a.node_items) : a.nnames;
+  /* defragmentation plans only on the nodes kube-scheduler offers */
+  struct gf__doffer *offer = v.kind == 0 && r.gpu_count > 0 && !p->node[0]
+                                 ? gf__defrag_offer_begin(s, p, nlist)
+                                 : NULL;
+  bool took = false;
   for (size_t i = 0; i < nlist; i++) {
     const json_t *it = a.node_items ? json_array_get(a.node_items, i) : NULL;
     const char *name = a.node_items ? node_name_of(it) : a.names[i];
@@ -739,19 +770,9 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
       kind = v.kind;
       snprintf(why, sizeof(why), "%s", v.why);
     } else {
-      int64_t ni = gf__smap_get(&s->nmap, name);
-      if (ni < 0) {
-        kind = r.gpu_count ? GF__FIT_NOT_NOW : GF__FIT;
-        snprintf(why, sizeof(why),
-                 "gpufrac has not seen this node yet (no Node object from "
-                 "the API server)");
-      } else {
-        const gf_node *gn = gf_cluster_node(s->c, (uint32_t)ni);
-        if (hold->n && gf__holds_apply(s, hold, (uint32_t)ni, name, hcopy))
-          gn = hcopy;
-        kind = why_not(s, &s->nodes[ni], gn, &r, p->dp_slots, why, sizeof(why));
-      }
+      kind = node_verdict(s, name, &r, p, hold, hcopy, offer, why, sizeof(why));
     }
+    took = took || kind == GF__FIT;
     if (kind)
       gf__utf8_fix(why); /* reasons quote model and node names */
     int jr = 0;
@@ -789,6 +810,8 @@ static void do_filter(gf_sched *s, const char *body, size_t len,
   }
   if (top)
     s->m.filter_cut_nodes += fitting - top->n;
+  if (offer)
+    gf__defrag_offer_end(offer, !took);
   pthread_mutex_unlock(&s->mu);
   if (out->status == 500)
     goto done;

@@ -416,16 +416,35 @@ static int64_t mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The defragmentation holds still wanted, into h (their pods pending). */
+/* Hold i ends: the pods refused because of it are to be nudged. */
+static void dhold_end(gf_sched *s, uint32_t i) {
+  const struct gf__dhold *d = &s->dhold[i];
+  for (uint32_t k = 0; k < d->nrefused; k++) {
+    bool dup = false;
+    for (uint32_t j = 0; j < s->nnudge && !dup; j++)
+      dup = !strcmp(s->nudge[j].uid, d->refused[k].uid);
+    if (!dup && s->nnudge < sizeof(s->nudge) / sizeof(s->nudge[0]))
+      s->nudge[s->nnudge++] = d->refused[k];
+  }
+}
+
+/* The defragmentation holds still wanted, into h (their pods pending);
+ * those that ended are dropped (h NULL: only that). */
 static void dholds_collect(gf_sched *s, int32_t priority, const char *uid,
                            gf__holds *h) {
   int64_t now = mono_ms();
   uint32_t keep = 0;
   for (uint32_t i = 0; i < s->ndhold; i++) {
     const pend *e = gf__pending_find(s, s->dhold[i].uid, "", "");
-    if (!e || now >= s->dhold[i].until_ms)
-      continue; /* placed, gone, or expired: dropped */
-    s->dhold[keep++] = s->dhold[i];
+    if (!e || now >= s->dhold[i].until_ms) {
+      dhold_end(s, i); /* placed, gone, or expired: dropped */
+      continue;
+    }
+    if (keep != i)
+      s->dhold[keep] = s->dhold[i];
+    keep++;
+    if (!h)
+      continue;
     if (h->n < GF__HOLDS_MAX && e->priority >= priority &&
         !(uid && uid[0] && strcmp(e->uid, uid) == 0)) {
       h->node[h->n] = s->dhold[keep - 1].node;
@@ -463,6 +482,7 @@ void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
     for (uint32_t i = 1; i < s->ndhold; i++)
       if (s->dhold[i].until_ms < s->dhold[at].until_ms)
         at = i;
+    dhold_end(s, at);
   } else {
     s->ndhold++;
   }
@@ -470,64 +490,169 @@ void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
   snprintf(s->dhold[at].node, sizeof(s->dhold[at].node), "%s", node);
   s->dhold[at].until_ms = mono_ms() + ms;
   s->dhold[at].nmoved = 0;
+  s->dhold[at].nrefused = 0;
   for (uint32_t i = 0; i < nmoved && i < 8; i++)
     snprintf(s->dhold[at].moved[s->dhold[at].nmoved++], GF__UID_MAX, "%s",
              moved[i]);
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Takes the pods moved for defrag hold k off copy (node ni): they are
+ * leaving, the model may not have seen them go yet. */
+static void hold_leave(gf_sched *s, const gf__holds *h, uint32_t k, uint32_t ni,
+                       gf_node *copy) {
+  for (uint32_t m = 0; h->dh[k] && m < h->dh[k]->nmoved; m++) {
+    prec *q = gf__find_pod(s, h->dh[k]->moved[m]);
+    if (q && q->placed && q->pl.node == ni) {
+      unbook_copy(copy, q);
+      reindex_copy(copy);
+    }
+  }
+}
+
+/* Books hold k's pod into copy (its moved pods already left): the GPUs it
+ * takes into gpus[], how many (0: it does not fit yet). */
+static uint32_t hold_book(gf_sched *s, const gf__holds *h, uint32_t k,
+                          gf_node *copy, uint8_t *gpus) {
+  const pend *e = h->e[k];
+  gf_request r = e->req;
+  if (s->whole && r.gpu_count > 0) /* as gf__effective does */
+    r.gpu_milli = GF_GPU_MILLI;
+  bool named;
+  r.model_mask = gf__models_mask(s->c, e->models, &named);
+  if (!gf_node_fits(copy, &r))
+    return 0; /* its victims are still there: they hold it meanwhile */
+  /* The GPUs it would take: the tightest that fit. */
+  bool used[GF_MAX_GPUS_PER_NODE] = {false};
+  uint32_t got = 0;
+  for (; got < r.gpu_count; got++) {
+    int pick = -1;
+    double pl = 0;
+    for (uint32_t g = 0; g < copy->ngpus; g++) {
+      if (used[g] || !gf_gpu_fits(&copy->gpus[g], &r))
+        continue;
+      double l = left_on(&copy->gpus[g], &r);
+      if (pick < 0 || l < pl) {
+        pick = (int)g;
+        pl = l;
+      }
+    }
+    if (pick < 0)
+      return 0;
+    used[pick] = true;
+    gpus[got] = (uint8_t)pick;
+  }
+  book_copy(copy, &r, gpus);
+  return got;
+}
+
 bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
                      const char *node, gf_node *copy) {
   bool any = false;
+  uint8_t gpus[GF_MAX_GPUS_PER_NODE];
   for (uint32_t k = 0; k < h->n; k++) {
-    const pend *e = h->e[k];
-    if (strcmp(h->node[k], node) != 0 || e->req.gpu_count == 0)
+    if (strcmp(h->node[k], node) != 0 || h->e[k]->req.gpu_count == 0)
       continue;
     if (!any) {
       *copy = *gf_cluster_node(s->c, ni);
       any = true;
     }
-    /* a defrag hold: the pods moved for it are leaving (the model may not
-     * have seen them go yet) */
-    for (uint32_t m = 0; h->dh[k] && m < h->dh[k]->nmoved; m++) {
-      prec *q = gf__find_pod(s, h->dh[k]->moved[m]);
-      if (q && q->placed && q->pl.node == ni) {
-        unbook_copy(copy, q);
-        reindex_copy(copy);
-      }
-    }
-    gf_request r = e->req;
-    if (s->whole && r.gpu_count > 0) /* as gf__effective does */
-      r.gpu_milli = GF_GPU_MILLI;
-    bool named;
-    r.model_mask = gf__models_mask(s->c, e->models, &named);
-    if (!gf_node_fits(copy, &r))
-      continue; /* its victims are still there: they hold it meanwhile */
-    /* The GPUs it would take: the tightest that fit. */
-    uint8_t gpus[GF_MAX_GPUS_PER_NODE];
-    bool used[GF_MAX_GPUS_PER_NODE] = {false};
-    uint32_t got = 0;
-    for (; got < r.gpu_count; got++) {
-      int pick = -1;
-      double pl = 0;
-      for (uint32_t g = 0; g < copy->ngpus; g++) {
-        if (used[g] || !gf_gpu_fits(&copy->gpus[g], &r))
-          continue;
-        double l = left_on(&copy->gpus[g], &r);
-        if (pick < 0 || l < pl) {
-          pick = (int)g;
-          pl = l;
-        }
-      }
-      if (pick < 0)
-        break;
-      used[pick] = true;
-      gpus[got] = (uint8_t)pick;
-    }
-    if (got == r.gpu_count)
-      book_copy(copy, &r, gpus);
+    hold_leave(s, h, k, ni, copy);
+    hold_book(s, h, k, copy, gpus);
   }
   return any;
+}
+
+/* The hold of h on node ni that keeps r off it: with the pods leaving for
+ * the holds gone r fits, and this hold's booking leaves it no room (else
+ * the first that books anything), with the GPUs it takes; -1 when the
+ * holds are not the reason. */
+static int hold_culprit(gf_sched *s, const gf__holds *h, uint32_t ni,
+                        const char *node, const gf_request *r, gf_node *copy,
+                        uint8_t *gpus, uint32_t *ngot) {
+  int first = -1;
+  uint8_t g[GF_MAX_GPUS_PER_NODE];
+  *copy = *gf_cluster_node(s->c, ni);
+  for (uint32_t k = 0; k < h->n; k++)
+    if (!strcmp(h->node[k], node))
+      hold_leave(s, h, k, ni, copy);
+  if (!gf_node_fits(copy, r))
+    return -1; /* refused without the holds too */
+  for (uint32_t k = 0; k < h->n; k++) {
+    if (strcmp(h->node[k], node) != 0 || h->e[k]->req.gpu_count == 0)
+      continue;
+    uint32_t got = hold_book(s, h, k, copy, g);
+    if (!got)
+      continue;
+    bool blocks = !gf_node_fits(copy, r);
+    if (first < 0 || blocks) {
+      first = (int)k;
+      *ngot = got;
+      memcpy(gpus, g, got);
+    }
+    if (blocks)
+      break;
+  }
+  return first;
+}
+
+/* A CLOCK_MONOTONIC time in ms as the wall clock's HH:MM:SS UTC. */
+static void until_text(int64_t until_ms, char *out, size_t cap) {
+  time_t t = time(NULL) + (time_t)((until_ms - mono_ms() + 999) / 1000);
+  struct tm tm;
+  if (gmtime_r(&t, &tm))
+    strftime(out, cap, "%H:%M:%S UTC", &tm);
+  else
+    snprintf(out, cap, "(unknown)");
+}
+
+/* Remembers pod p on defrag hold d (refused because of it). */
+static void hold_refused(struct gf__dhold *d, const gf__pod *p) {
+  if (!p->uid[0])
+    return;
+  for (uint32_t i = 0; i < d->nrefused; i++)
+    if (!strcmp(d->refused[i].uid, p->uid))
+      return;
+  if (d->nrefused == sizeof(d->refused) / sizeof(d->refused[0]))
+    return;
+  gf__podref *x = &d->refused[d->nrefused++];
+  snprintf(x->uid, sizeof(x->uid), "%s", p->uid);
+  snprintf(x->ns, sizeof(x->ns), "%s", p->ns);
+  snprintf(x->name, sizeof(x->name), "%s", p->name);
+}
+
+void gf__holds_why(gf_sched *s, const gf__holds *h, uint32_t ni,
+                   const char *node, const gf_request *r, const gf__pod *p,
+                   char *why, size_t cap) {
+  gf_request rn = *r; /* a compute-only share's memory on this node */
+  gf__part_of_memory(gf_cluster_node(s->c, ni), &rn);
+  gf_node *copy = gf__malloc(sizeof(*copy));
+  uint8_t gpus[GF_MAX_GPUS_PER_NODE];
+  uint32_t ngot = 0;
+  int k = copy ? hold_culprit(s, h, ni, node, &rn, copy, gpus, &ngot) : -1;
+  gf__free(copy);
+  if (k < 0)
+    return;
+  const gf_node *n = gf_cluster_node(s->c, ni);
+  const pend *e = h->e[k];
+  char list[GF_MAX_GPUS_PER_NODE * 4 + 8] = "";
+  size_t w = 0;
+  for (uint32_t i = 0; i < ngot && w < sizeof(list); i++)
+    w += (size_t)snprintf(list + w, sizeof(list) - w, "%s%u", i ? "," : "",
+                          n->gpus[gpus[i]].index);
+  char by[96], old[GF_DIAG_MAX];
+  if (h->dh[k]) {
+    char until[32];
+    until_text(h->dh[k]->until_ms, until, sizeof(until));
+    snprintf(by, sizeof(by), "by defragmentation until %s", until);
+    hold_refused(&s->dhold[h->dh[k] - s->dhold], p);
+  } else {
+    snprintf(by, sizeof(by), "(nominated here after a preemption)");
+  }
+  snprintf(old, sizeof(old), "%s", why);
+  snprintf(why, cap, "GPU%s %s held for %.*s/%.120s %s (%s)",
+           ngot > 1 ? "s" : "", list, (int)e->ns_len, e->nskey,
+           e->nskey + e->ns_len + 1, by, old);
 }
 
 /* At bind: pick's GPUs on node ni that the holds of pods other than pp
@@ -828,6 +953,123 @@ void gf__sched_set_pdb(gf_sched *s, struct gf__pdb *db) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- defragmentation's candidate nodes (defrag.h) ----------------------*/
+
+/* kube-scheduler's candidate nodes for one pending pod: the nodes its own
+ * filters passed (nodeSelector, node affinity, taints and tolerations,
+ * volumes, ...) as the last /filter for it named them, as sorted 64-bit
+ * hashes of their names. */
+struct gf__doffer {
+  char uid[GF__UID_MAX]; /* "" when free */
+  uint64_t seq;          /* when last written (the oldest makes room) */
+  uint32_t n, cap;
+  uint64_t *h;
+  bool open; /* between begin and end */
+};
+
+#define GF__DOFFER_MAX 256u
+
+static uint64_t name_hash(const char *name) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+    h = (h ^ *c) * 1099511628211ull;
+  return h;
+}
+
+static int hash_cmp(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+void gf__defrag_enable(gf_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  s->defrag_on = true;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static struct gf__doffer *offer_find(gf_sched *s, const char *uid) {
+  for (uint32_t i = 0; uid && uid[0] && i < s->ndoffer; i++)
+    if (!s->doffer[i].open && !strcmp(s->doffer[i].uid, uid))
+      return &s->doffer[i];
+  return NULL;
+}
+
+struct gf__doffer *gf__defrag_offer_begin(gf_sched *s, const gf__pod *p,
+                                          size_t nnodes) {
+  if (!s->defrag_on || !p->uid[0])
+    return NULL;
+  if (!s->doffer &&
+      !(s->doffer = gf__calloc(GF__DOFFER_MAX, sizeof(*s->doffer))))
+    return NULL;
+  struct gf__doffer *o = NULL, *old = NULL;
+  for (uint32_t i = 0; i < s->ndoffer && !o; i++) {
+    struct gf__doffer *d = &s->doffer[i];
+    uint64_t age = d->uid[0] ? d->seq : 0; /* a free one first */
+    if (!strcmp(d->uid, p->uid))
+      o = d;
+    else if (!old || age < (old->uid[0] ? old->seq : 0))
+      old = d;
+  }
+  if (!o) /* a new one, or the oldest makes room */
+    o = s->ndoffer < GF__DOFFER_MAX ? &s->doffer[s->ndoffer++] : old;
+  snprintf(o->uid, sizeof(o->uid), "%s", p->uid);
+  o->seq = ++s->doffer_seq;
+  o->n = 0;
+  o->open = true;
+  if (nnodes > o->cap) {
+    uint64_t *h = gf__realloc(o->h, nnodes * sizeof(*h));
+    if (!h) {
+      o->uid[0] = 0; /* no record: no plan for the pod */
+      o->open = false;
+      return NULL;
+    }
+    o->h = h;
+    o->cap = (uint32_t)nnodes;
+  }
+  return o;
+}
+
+void gf__defrag_offer_add(struct gf__doffer *o, const char *node) {
+  if (o->n < o->cap)
+    o->h[o->n++] = name_hash(node);
+}
+
+void gf__defrag_offer_end(struct gf__doffer *o, bool keep) {
+  o->open = false;
+  if (!keep || o->n == 0) {
+    o->uid[0] = 0; /* it fits somewhere (or may go nowhere): no record */
+    return;
+  }
+  qsort(o->h, o->n, sizeof(o->h[0]), hash_cmp);
+}
+
+void gf__defrag_release(gf_sched *s) {
+  for (uint32_t i = 0; s->doffer && i < s->ndoffer; i++)
+    gf__free(s->doffer[i].h);
+  gf__free(s->doffer);
+  s->doffer = NULL;
+  s->ndoffer = 0;
+}
+
+static bool offered(const struct gf__doffer *o, const char *node) {
+  uint64_t h = name_hash(node);
+  return bsearch(&h, o->h, o->n, sizeof(o->h[0]), hash_cmp) != NULL;
+}
+
+uint32_t gf__defrag_nudges(gf_sched *s, gf__podref *out, uint32_t max) {
+  pthread_mutex_lock(&s->mu);
+  if (s->ndhold)
+    dholds_collect(s, 0, NULL, NULL); /* ended holds give up their pods */
+  uint32_t n = 0, i = 0;
+  for (; i < s->nnudge && n < max; i++) /* those still pending */
+    if (gf__pending_find(s, s->nudge[i].uid, "", ""))
+      out[n++] = s->nudge[i];
+  memmove(s->nudge, s->nudge + i, (s->nnudge - i) * sizeof(*out));
+  s->nnudge -= i;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
 /* ---- defragmentation's plan (defrag.h) ---------------------------------*/
 
 /* Copies of the nodes a plan changes (the candidate and destinations). */
@@ -853,16 +1095,27 @@ static bool node_open(const gf_sched *s, uint32_t ni) {
   return nr->has_inv && !nr->cordoned && !nr->disrupted;
 }
 
+/* The lowest priority of the system PriorityClasses (system-cluster-
+ * critical is 2000000000, system-node-critical 2000001000); a user's
+ * PriorityClass may not go above 1000000000, so a pod at or above this
+ * has one of them. */
+#define GF__SYSTEM_PRIORITY 2000000000
+
 /* Bound, a share of one GPU, not loading, not pinned to its node (a
  * nodeSelector or required nodeAffinity: the model has no node labels to
- * tell where else its replacement may run), owned by a controller that
- * makes a replacement. */
-static bool movable(gf_sched *s, const prec *q) {
+ * tell where else its replacement may run; a PersistentVolumeClaim or a
+ * hostPath volume: its data may live on this node alone), of no higher
+ * priority than the pending pod's (prio), not a system pod (namespace
+ * kube-system or a system PriorityClass), owned by a controller that makes
+ * a replacement. */
+static bool movable(gf_sched *s, const prec *q, int32_t prio) {
   if (q->state != P_BOUND || q->req.gpu_count != 1 ||
-      q->req.gpu_milli >= GF_GPU_MILLI || q->loading || q->pinned || !s->pdb)
+      q->req.gpu_milli >= GF_GPU_MILLI || q->loading || q->pinned || !s->pdb ||
+      q->priority > prio || q->priority >= GF__SYSTEM_PRIORITY)
     return false;
   char ns[GF_NAME_MAX], name[GF_NAME_MAX], owner[GF_NAME_MAX];
-  if (!gf__pdb_pod_info(s->pdb, q->uid, ns, name, owner))
+  if (!gf__pdb_pod_info(s->pdb, q->uid, ns, name, owner) ||
+      !strcmp(ns, "kube-system"))
     return false;
   return !strcmp(owner, "ReplicaSet") || !strcmp(owner, "Deployment") ||
          !strcmp(owner, "StatefulSet");
@@ -929,7 +1182,7 @@ static void plan_out(gf_sched *s, uint32_t ni, const gf_request *r,
 /* Tries node ni for r (pending entry e): fills *out and returns the moves
  * (0: no plan here). */
 static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
-                         const int64_t *head, const int64_t *nxt,
+                         int32_t prio, const int64_t *head, const int64_t *nxt,
                          uint32_t max_moves, gf__defrag_plan *out) {
   const gf_node *n = gf_cluster_node(s->c, ni);
   uint32_t cnt[GF_MAX_GPUS_PER_NODE] = {0};
@@ -938,7 +1191,7 @@ static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
     ok[g] = !r->model_mask || (r->model_mask & (1ull << n->gpus[g].model));
   for (int64_t k = head[ni]; k >= 0; k = nxt[k]) {
     const prec *q = &s->pods[k];
-    bool mv = movable(s, q);
+    bool mv = movable(s, q, prio);
     for (uint32_t j = 0; j < q->pl.ngpus; j++) {
       cnt[q->pl.gpus[j]]++;
       ok[q->pl.gpus[j]] = ok[q->pl.gpus[j]] && mv;
@@ -1005,13 +1258,13 @@ static int larger_first(const void *a, const void *b) {
  * fits there; then as try_node (budgets, every one rehomed elsewhere).
  * Returns the moves (0: no plan on g). */
 static uint32_t try_gpu_share(gf_sched *s, uint32_t ni, uint32_t g,
-                              const gf_request *r, const int64_t *head,
-                              const int64_t *nxt, uint32_t max_moves,
-                              gf__defrag_plan *out) {
+                              const gf_request *r, int32_t prio,
+                              const int64_t *head, const int64_t *nxt,
+                              uint32_t max_moves, gf__defrag_plan *out) {
   const prec *cand[64];
   uint32_t nc = 0, nm = 0;
   for (int64_t k = head[ni]; k >= 0 && nc < 64; k = nxt[k])
-    if (on_gpu(&s->pods[k], g) && movable(s, &s->pods[k]))
+    if (on_gpu(&s->pods[k], g) && movable(s, &s->pods[k], prio))
       cand[nc++] = &s->pods[k];
   qsort(cand, nc, sizeof(cand[0]), larger_first);
   copies *c = gf__calloc(1, sizeof(*c));
@@ -1043,8 +1296,9 @@ static uint32_t try_gpu_share(gf_sched *s, uint32_t ni, uint32_t g,
 
 /* A share on node ni: the GPU needing fewest moves (0: none). */
 static uint32_t try_node_share(gf_sched *s, uint32_t ni, const gf_request *r,
-                               const int64_t *head, const int64_t *nxt,
-                               uint32_t max_moves, gf__defrag_plan *out) {
+                               int32_t prio, const int64_t *head,
+                               const int64_t *nxt, uint32_t max_moves,
+                               gf__defrag_plan *out) {
   const gf_node *n = gf_cluster_node(s->c, ni);
   gf_request rn = *r; /* a compute-only share's memory on this node */
   gf__part_of_memory(n, &rn);
@@ -1055,7 +1309,7 @@ static uint32_t try_node_share(gf_sched *s, uint32_t ni, const gf_request *r,
     if (x->whole_only ||
         (rn.model_mask && !(rn.model_mask & (1ull << x->model))))
       continue;
-    uint32_t m = try_gpu_share(s, ni, g, &rn, head, nxt,
+    uint32_t m = try_gpu_share(s, ni, g, &rn, prio, head, nxt,
                                best ? best - 1 : max_moves, &cur);
     if (m && (!best || m < best)) {
       best = m;
@@ -1065,11 +1319,14 @@ static uint32_t try_node_share(gf_sched *s, uint32_t ni, const gf_request *r,
   return best;
 }
 
-static bool fits_somewhere(gf_sched *s, const gf_request *r) {
+/* Whether r fits one of the nodes kube-scheduler offered (o) now. */
+static bool fits_somewhere(gf_sched *s, const gf_request *r,
+                           const struct gf__doffer *o) {
   for (uint32_t ni = 0; ni < s->nnodes; ni++) {
     gf_request rn = *r;
     gf__part_of_memory(gf_cluster_node(s->c, ni), &rn);
-    if (node_open(s, ni) && gf_node_fits(gf_cluster_node(s->c, ni), &rn))
+    if (node_open(s, ni) && offered(o, s->nodes[ni].name) &&
+        gf_node_fits(gf_cluster_node(s->c, ni), &rn))
       return true;
   }
   return false;
@@ -1077,16 +1334,21 @@ static bool fits_somewhere(gf_sched *s, const gf_request *r) {
 
 /* The plan for pending entry e (asking r), the node with fewest moves. */
 static bool plan_for(gf_sched *s, const pend *e, const gf_request *r,
-                     const int64_t *head, const int64_t *nxt,
-                     uint32_t max_moves, gf__defrag_plan *out) {
+                     const struct gf__doffer *o, const int64_t *head,
+                     const int64_t *nxt, uint32_t max_moves,
+                     gf__defrag_plan *out) {
   gf__defrag_plan cur;
   uint32_t best = 0;
+  int32_t prio = e->priority;
   for (uint32_t ni = 0; ni < s->nnodes && best != 1; ni++) {
-    if (!node_open(s, ni))
+    /* only where kube-scheduler would put the pod (its nodeSelector,
+     * affinity, tolerations): a GPU freed elsewhere it can never use */
+    if (!node_open(s, ni) || !offered(o, s->nodes[ni].name))
       continue;
-    uint32_t m = r->gpu_milli < GF_GPU_MILLI
-                     ? try_node_share(s, ni, r, head, nxt, max_moves, &cur)
-                     : try_node(s, ni, r, head, nxt, max_moves, &cur);
+    uint32_t m =
+        r->gpu_milli < GF_GPU_MILLI
+            ? try_node_share(s, ni, r, prio, head, nxt, max_moves, &cur)
+            : try_node(s, ni, r, prio, head, nxt, max_moves, &cur);
     if (m && (!best || m < best)) {
       best = m;
       *out = cur;
@@ -1122,8 +1384,9 @@ int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out) {
       head[s->pods[k].pl.node] = (int64_t)k;
     }
   for (const pend *e = s->pend.oldest; e && !rc; e = e->newer) {
-    if (e->nominated[0] || e->req.gpu_count == 0)
-      continue;
+    const struct gf__doffer *o = offer_find(s, e->uid);
+    if (e->nominated[0] || e->req.gpu_count == 0 || !o)
+      continue; /* no /filter for it yet: where it may run is unknown */
     gf_request r = e->req;
     gf__effective(s, &r);
     bool named;
@@ -1131,9 +1394,9 @@ int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out) {
     /* whole GPUs, or a share of one GPU (a large one: the smaller ones
      * fit) */
     if ((r.gpu_milli < GF_GPU_MILLI && r.gpu_count != 1) ||
-        (named && !r.model_mask) || fits_somewhere(s, &r))
+        (named && !r.model_mask) || fits_somewhere(s, &r, o))
       continue;
-    if (plan_for(s, e, &r, head, nxt, max_moves, out))
+    if (plan_for(s, e, &r, o, head, nxt, max_moves, out))
       rc = 1;
   }
 done:

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "defrag.h"
 #include "gpufrac/engine.h"
 #include "gpufrac/sched.h"
 #include "sched_int.h"
@@ -169,8 +170,20 @@ struct gf_sched {
     int64_t until_ms; /* CLOCK_MONOTONIC */
     uint32_t nmoved;  /* the pods moved for it: left out of the copy */
     char moved[8][GF__UID_MAX];
+    uint32_t nrefused; /* pods /filter refused because of it (the nudge) */
+    gf__podref refused[8];
   } dhold[8];
   uint32_t ndhold;
+  /* Pods refused for a hold that has since ended: the kube feed touches
+   * them so that kube-scheduler tries them again (gf__defrag_nudges). */
+  gf__podref nudge[32];
+  uint32_t nnudge;
+  /* kube-scheduler's candidate nodes for pending pods, from /filter
+   * (defrag.h: gf__defrag_offer_*); kept only when defrag_on. */
+  bool defrag_on;
+  struct gf__doffer *doffer;
+  uint32_t ndoffer;
+  uint64_t doffer_seq;
 
   gf_cluster *c;
   bool dirty; /* c must be rebuilt before use */
@@ -307,6 +320,24 @@ bool gf__holds_apply(gf_sched *s, const gf__holds *h, uint32_t ni,
  * traded for others that r fits beside the held pods. */
 void gf__holds_steer(gf_sched *s, const pend *pp, uint32_t ni, const char *node,
                      const gf_request *r, gf_placement *pick);
+/* /filter, node ni refusing r with the holds h booked (sched_preempt.c):
+ * when the node takes r without them, the hold is the reason: *why becomes
+ * "GPU 0 held for ns/name by defragmentation until HH:MM:SS UTC (...)" (or
+ * nominated there after a preemption), and pod p is remembered on a
+ * defragmentation hold, to be nudged when it ends (gf__defrag_nudges). */
+void gf__holds_why(gf_sched *s, const gf__holds *h, uint32_t ni,
+                   const char *node, const gf_request *r, const gf__pod *p,
+                   char *why, size_t cap);
+/* kube-scheduler's candidate nodes for pending pod p as /filter gets them
+ * (defragmentation plans only there, defrag.h): begin (NULL when
+ * defragmentation is off or out of memory), add each node offered, end
+ * (kept when no node took the pod).  Under the mutex. */
+struct gf__doffer *gf__defrag_offer_begin(gf_sched *s, const gf__pod *p,
+                                          size_t nnodes);
+void gf__defrag_offer_add(struct gf__doffer *o, const char *node);
+void gf__defrag_offer_end(struct gf__doffer *o, bool keep);
+/* Frees the candidate records (gf_sched_free). */
+void gf__defrag_release(gf_sched *s);
 
 /* sched_pending.c */
 pend *gf__pending_find(gf_sched *s, const char *uid, const char *ns,

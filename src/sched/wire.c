@@ -294,12 +294,28 @@ static int own_request(const amounts *gpu, gf__pod *out, gf_diag *d) {
   return 0;
 }
 
-/* A non-empty spec.nodeSelector or a required node affinity: the pod may
- * run only on nodes carrying some labels (defragmentation leaves it). */
+/* A volume whose data may live on one node: a PersistentVolumeClaim (its
+ * PV may be `local`, with node affinity), a generic ephemeral volume (a
+ * claim too) or a hostPath. */
+static bool node_bound_volume(const json_t *v) {
+  return json_object_get(v, "persistentVolumeClaim") ||
+         json_object_get(v, "ephemeral") || json_object_get(v, "hostPath");
+}
+
+/* A non-empty spec.nodeSelector, a required node affinity, or a volume
+ * that may hold it to its node (node_bound_volume: the extender does not
+ * read PersistentVolumes): the pod may run only on some nodes
+ * (defragmentation leaves it). */
 static bool pod_pinned(const json_t *spec) {
   const json_t *sel = json_object_get(spec, "nodeSelector");
   if (json_is_object(sel) && json_object_size(sel) > 0)
     return true;
+  size_t i;
+  const json_t *v;
+  json_array_foreach(json_object_get(spec, "volumes"), i, v) {
+    if (node_bound_volume(v))
+      return true;
+  }
   const json_t *na =
       json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
   const json_t *req =
@@ -933,11 +949,20 @@ static int keep(json_t *dst, const json_t *src, const char *key) {
   return v ? json_object_set_new(dst, key, json_deep_copy(v)) : 0;
 }
 
-/* What pod_pinned reads: nodeSelector as is, and a required nodeAffinity
- * as an empty stub (only its presence is read). */
+/* What pod_pinned reads: nodeSelector as is, a required nodeAffinity as
+ * an empty stub (only its presence is read), and one stub volume when any
+ * volume may hold the pod to its node. */
 static int slim_pinned(json_t *dst, const json_t *spec) {
   if (keep(dst, spec, "nodeSelector"))
     return -1;
+  size_t i;
+  const json_t *v;
+  json_array_foreach(json_object_get(spec, "volumes"), i, v) {
+    if (node_bound_volume(v))
+      return json_object_set_new(
+          dst, "volumes",
+          json_pack("[{s:s,s:{}}]", "name", "pinned", "hostPath"));
+  }
   const json_t *na =
       json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
   const json_t *req =

@@ -18,6 +18,7 @@ check sim-help       0 'fgd'                      -- "$GPUFRAC" simulate --help
 check run-help       0 '--gpu-memory'             -- "$GPUFRAC" run --help
 check inspect-help   0 'inspect region'           -- "$GPUFRAC" inspect --help
 check scheduler-help 0 '/filter'                  -- "$GPUFRAC" scheduler --help
+check scheduler-help-preempt 0 '/bind, /preempt'      -- "$GPUFRAC" scheduler --help
 check sched-hami-placeholders 2 "placeholders cannot ask for it" -- "$GPUFRAC" scheduler --accept hami --autoscale-placeholders on --kubeconfig /nonexistent
 check sched-hami-placeholders-other 2 "kubeconfig" -- "$GPUFRAC" scheduler --accept hami --autoscale-placeholders on --autoscale-resource example.com/gpu --kubeconfig /nonexistent
 check node-help      0 'fake-gpus'                -- "$GPUFRAC" node --help

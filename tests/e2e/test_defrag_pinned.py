@@ -9,6 +9,12 @@ pod asking a whole GPU.  With `gpufrac scheduler --defrag on` the plan must
 move y (its replacement fits beside x on n1), not x: x's replacement could
 only run on n1, where the whole-GPU pod now is, and stayed Pending
 (before, the slim pod copy dropped nodeSelector and the plan evicted x).
+
+Then the same with x pinned by its volume instead (issue 32, F4): a
+PersistentVolumeClaim bound to a `local` PersistentVolume whose node
+affinity names n1, no nodeSelector; kube-scheduler's volume binding keeps
+x's pods on n1.  Before, the extender did not read volumes and the plan
+evicted x.
 """
 import os
 import sys
@@ -30,12 +36,35 @@ def pod_spec(name, mem, sel=None):
     return spec
 
 
-def deployment(c, name, mem, sel=None):
+def deployment(c, name, mem, sel=None, claim=None):
+    spec = pod_spec(name, mem, sel)
+    if claim:
+        spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {
+            "claimName": claim}}]
     c.admin.create("/apis/apps/v1/namespaces/default/deployments", {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
                  "template": {"metadata": {"labels": {"app": name}},
-                              "spec": pod_spec(name, mem, sel)}}})
+                              "spec": spec}}})
+
+
+def local_claim(c, name, node):
+    """A PVC bound to a `local` PV that only node can reach."""
+    c.admin.create("/api/v1/persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "storageClassName": "local-e2e", "local": {"path": "/mnt/" + name},
+                 "persistentVolumeReclaimPolicy": "Retain",
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{
+                     "matchExpressions": [{"key": "kubernetes.io/hostname",
+                                           "operator": "In", "values": [node]}]}]}}}})
+    c.admin.create("/api/v1/namespaces/default/persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-e2e",
+                 "volumeName": name, "resources": {"requests": {"storage": "1Gi"}}}})
+    C.wait_for("PVC %s bound" % name, lambda: c.admin.get(
+        "/api/v1/namespaces/default/persistentvolumeclaims/" + name)
+        .get("status", {}).get("phase") == "Bound", 60)
 
 
 def release(c):
@@ -65,7 +94,7 @@ def add_node(c, name):
                          "gpufrac.io/gpu": "6"})
 
 
-def body(c, gpufrac):
+def body(c, gpufrac, by_volume=False):
     c.start()
     c.namespace("gpufrac-system")
     C.wait_for("ServiceAccount default/default", lambda: c.admin.get(
@@ -74,7 +103,11 @@ def body(c, gpufrac):
                           "127.0.0.1:%d" % c.ext_port, "--kubeconfig", c.admin_kc,
                           "--defrag", "on"])
     add_node(c, "n1")
-    deployment(c, "x", "30Gi", {"kubernetes.io/hostname": "n1"})
+    if by_volume:
+        local_claim(c, "x-data", "n1")
+        deployment(c, "x", "30Gi", claim="x-data")
+    else:
+        deployment(c, "x", "30Gi", {"kubernetes.io/hostname": "n1"})
     C.wait_for("x bound to n1", lambda: placed(c).get("x") == "n1", 60)
     add_node(c, "n2")
     c.kubectl("cordon", "n1")
@@ -110,9 +143,13 @@ def main():
     if a is None:
         return 2
     (k8s_bin, gpufrac), keep = a
-    return C.run_once("test_defrag_pinned",
-                      lambda: C.Cluster(k8s_bin, gpufrac, keep=keep),
-                      lambda c: body(c, gpufrac), lambda c: c.log_dead())
+    rc = C.run_once("test_defrag_pinned (nodeSelector)",
+                    lambda: C.Cluster(k8s_bin, gpufrac, keep=keep),
+                    lambda c: body(c, gpufrac), lambda c: c.log_dead())
+    return rc or C.run_once("test_defrag_pinned (local PersistentVolume)",
+                            lambda: C.Cluster(k8s_bin, gpufrac, keep=keep),
+                            lambda c: body(c, gpufrac, True),
+                            lambda c: c.log_dead())
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -84,11 +87,38 @@ typedef struct scene {
   gf__pdb *db;
 } scene;
 
+/* As the informers see p: slimmed (gf_sched_pod_slim) for the model. */
 static void feed(scene *c, json_t *p) {
   gf_diag d = {""};
-  assert_int_equal(gf_sched_pod_update(c->s, p, &d), 0);
+  json_t *slim = gf_sched_pod_slim(p);
+  assert_non_null(slim);
+  assert_int_equal(gf_sched_pod_update(c->s, slim, &d), 0);
   assert_int_equal(gf__pdb_pod_update(c->db, p), 0);
+  json_decref(slim);
   json_decref(p);
+}
+
+/* /filter for p over the nodes names[0..n) as kube-scheduler sends it
+ * (those its own filters passed: nodeSelector, taints, ...): the reply. */
+static json_t *filter_on(gf_sched *s, json_t *p, const char *const *names,
+                         size_t n) {
+  json_t *nn = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(nn, json_string(names[i]));
+  json_t *a = json_pack("{s:o,s:o}", "Pod", p, "NodeNames", nn);
+  char *body = json_dumps(a, JSON_COMPACT);
+  json_decref(a);
+  int st;
+  json_t *r = call(s, "filter", body, &st);
+  free(body);
+  assert_int_equal(st, 200);
+  return r;
+}
+
+/* kube-scheduler offers pending p both nodes (its /filter). */
+static void offer(scene *c, json_t *p) {
+  static const char *const both[] = {"n1", "n2"};
+  json_decref(filter_on(c->s, p, both, 2));
 }
 
 static void start(scene *c) {
@@ -98,6 +128,7 @@ static void start(scene *c) {
   assert_non_null(c->db = gf__pdb_new());
   gf__pdb_set_synced(c->db, true);
   gf__sched_set_pdb(c->s, c->db);
+  gf__defrag_enable(c->s);
   add_node(c->s, "n1", 1);
   add_node(c->s, "n2", 1);
 }
@@ -118,6 +149,9 @@ static void one_move_frees_a_gpu(void **st) {
   /* nothing pending: no plan */
   assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
   feed(&c, pod("w", NULL, 0, 0, false, "ReplicaSet"));
+  /* seen by the watch alone, no /filter yet: where it may run is unknown */
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  offer(&c, pod("w", NULL, 0, 0, false, "ReplicaSet"));
   assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
   assert_string_equal(p.name, "w");
   assert_string_equal(p.ns, "ml");
@@ -141,6 +175,7 @@ static void only_movable_pods_move(void **st) {
   feed(&c, pod("a", "n1", 0, 8, true, "ReplicaSet"));
   feed(&c, pod("b", "n2", 0, 8, false, "StatefulSet"));
   feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  offer(&c, pod("w", NULL, 0, 0, false, NULL));
   gf__defrag_plan p;
   assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
   assert_string_equal(p.node, "n2");
@@ -159,6 +194,7 @@ static void replacements_must_fit(void **st) {
   feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
   feed(&c, pod("b", "n2", 0, 12, false, "ReplicaSet"));
   feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  offer(&c, pod("w", NULL, 0, 0, false, NULL));
   gf__defrag_plan p;
   assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
   stop(&c);
@@ -173,6 +209,7 @@ static void budgets_hold(void **st) {
   feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
   feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
   feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  offer(&c, pod("w", NULL, 0, 0, false, NULL));
   json_t *b =
       json_pack("{s:{s:s,s:s},s:{s:{s:[{s:s,s:s,s:[s,s]}]}},s:{s:i}}",
                 "metadata", "namespace", "ml", "name", "ab", "spec", "selector",
@@ -201,6 +238,7 @@ static void fewest_moves(void **st) {
   feed(&c, pod("c", "n1", 0, 4, false, "ReplicaSet"));
   feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
   feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  offer(&c, pod("w", NULL, 0, 0, false, NULL));
   gf__defrag_plan p;
   assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
   assert_string_equal(p.node, "n2");
@@ -236,6 +274,7 @@ static void freed_gpu_held(void **st) {
   feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
   feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
   feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  offer(&c, pod("w", NULL, 0, 0, false, NULL));
   /* The hold is set as a is evicted, before the model sees a go: a share y
    * (4Gi, which fits beside a today) does not pass n1, whose GPU is w's
    * once a leaves (n2 still has room for y). */
@@ -271,6 +310,7 @@ static void large_share_frees_room(void **st) {
   feed(&c, pod("b", "n1", 0, 6, false, "ReplicaSet"));
   feed(&c, pod("c", "n2", 0, 10, false, "ReplicaSet"));
   feed(&c, pod("w", NULL, 0, 12, false, "ReplicaSet"));
+  offer(&c, pod("w", NULL, 0, 12, false, "ReplicaSet"));
   gf__defrag_plan p;
   assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
   assert_string_equal(p.name, "w");
@@ -284,6 +324,153 @@ static void large_share_frees_room(void **st) {
   start(&c);
   feed(&c, pod("a", "n1", 0, 2, false, "ReplicaSet"));
   feed(&c, pod("w", NULL, 0, 12, false, "ReplicaSet"));
+  offer(&c, pod("w", NULL, 0, 12, false, "ReplicaSet"));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  stop(&c);
+}
+
+/* p with spec[key] (or metadata[key], where) set to v (taken). */
+static json_t *with(json_t *p, const char *where, const char *key, json_t *v) {
+  json_object_set_new(json_object_get(p, where), key, v);
+  return p;
+}
+
+/* F3 (issue 32): the plan only on nodes the pending pod can use.  w may
+ * run on n2 alone (its nodeSelector; kube-scheduler offers /filter n2
+ * only).  n1 holds a, n2 holds b (8Gi each, both movable): before, the
+ * plan moved a (n1 first) and freed a GPU w can never use; now b moves.
+ * With b unmovable there is no plan, not one on n1. */
+static void pending_pods_own_nodes(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  json_t *w = with(pod("w", NULL, 0, 0, false, NULL), "spec", "nodeSelector",
+                   json_pack("{s:s}", "kubernetes.io/hostname", "n2"));
+  feed(&c, json_deep_copy(w));
+  static const char *const only_n2[] = {"n2"};
+  json_decref(filter_on(c.s, w, only_n2, 1));
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.node, "n2");
+  assert_int_equal(p.n, 1);
+  assert_string_equal(p.moves[0].name, "b");
+  feed(&c, pod("b", "n2", 0, 8, false, NULL)); /* a bare pod */
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  stop(&c);
+}
+
+/* The FailedNodes reason /filter gives p on node (a copy), or NULL. */
+static char *reason_on(gf_sched *s, json_t *p, const char *node) {
+  const char *names[] = {node};
+  json_t *r = filter_on(s, p, names, 1);
+  const char *why = json_string_value(
+      json_object_get(json_object_get(r, "FailedNodes"), node));
+  char *out = why ? strdup(why) : NULL;
+  json_decref(r);
+  return out;
+}
+
+/* F3: a pod a defragmentation hold keeps off a node is told so (the
+ * reason names the GPU, the pod and the time; before it said only "node
+ * has 0 free"), and once the hold ends (its pod bound, or the time up) the
+ * pods it refused are handed out to be nudged, once. */
+static void hold_said_and_nudged(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, pod("a", "n1", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  const char *moved[] = {"uid-a"};
+  gf__defrag_hold(c.s, "uid-w", "n1", moved, 1, 60000);
+  char *why = reason_on(c.s, pod("x", NULL, 0, 0, false, NULL), "n1");
+  assert_non_null(why);
+  assert_non_null(strstr(why, "GPU 0 held for ml/w by defragmentation until "));
+  assert_non_null(strstr(why, " UTC ("));
+  free(why);
+  gf__podref out[4];
+  assert_int_equal(gf__defrag_nudges(c.s, out, 4), 0);    /* still held */
+  assert_int_equal(gf_sched_pod_delete(c.s, "uid-a"), 0); /* a left */
+  feed(&c, pod("w", "n1", 0, 0, false, NULL));            /* w bound: it ends */
+  assert_int_equal(gf__defrag_nudges(c.s, out, 4), 1);
+  assert_string_equal(out[0].ns, "ml");
+  assert_string_equal(out[0].name, "x");
+  assert_string_equal(out[0].uid, "uid-x");
+  assert_int_equal(gf__defrag_nudges(c.s, out, 4), 0);
+  /* a hold whose time is up (v never placed) */
+  feed(&c, pod("v", NULL, 0, 0, false, NULL));
+  const char *moved_b[] = {"uid-b"};
+  gf__defrag_hold(c.s, "uid-v", "n2", moved_b, 1, 30);
+  why = reason_on(c.s, pod("y", NULL, 0, 0, false, NULL), "n2");
+  assert_non_null(why);
+  assert_non_null(strstr(why, "held for ml/v by defragmentation"));
+  free(why);
+  struct timespec ts = {0, 60 * 1000000L};
+  nanosleep(&ts, NULL);
+  assert_int_equal(gf__defrag_nudges(c.s, out, 4), 1);
+  assert_string_equal(out[0].name, "y");
+  stop(&c);
+}
+
+/* F4: a pod with a PersistentVolumeClaim (its PV may be `local`, bound to
+ * the node), a generic ephemeral volume or a hostPath is not moved (the
+ * informer's slim copy keeps that).  a has a claim: b (an emptyDir) moves
+ * instead; b with a hostPath, then an ephemeral volume: no plan. */
+static void volumes_pin(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, with(pod("a", "n1", 0, 8, false, "StatefulSet"), "spec", "volumes",
+                json_pack("[{s:s,s:{s:s}}]", "name", "data",
+                          "persistentVolumeClaim", "claimName", "data-a-0")));
+  feed(&c, with(pod("b", "n2", 0, 8, false, "ReplicaSet"), "spec", "volumes",
+                json_pack("[{s:s,s:{}}]", "name", "tmp", "emptyDir")));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  offer(&c, pod("w", NULL, 0, 0, false, NULL));
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.node, "n2");
+  assert_string_equal(p.moves[0].name, "b");
+  feed(&c, with(pod("b", "n2", 0, 8, false, "ReplicaSet"), "spec", "volumes",
+                json_pack("[{s:s,s:{s:s}}]", "name", "host", "hostPath", "path",
+                          "/data")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  feed(&c, with(pod("b", "n2", 0, 8, false, "ReplicaSet"), "spec", "volumes",
+                json_pack("[{s:s,s:{}}]", "name", "scratch", "ephemeral")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  stop(&c);
+}
+
+/* F5: never a pod of higher priority than the pending pod's, nor a system
+ * pod (a system PriorityClass, or namespace kube-system).  w has priority
+ * 1; a is system-cluster-critical (2000000000): b moves instead; b at
+ * priority 5, then b in kube-system at 0: no plan. */
+static void system_and_higher_stay(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  json_t *a = with(pod("a", "n1", 0, 8, false, "ReplicaSet"), "spec",
+                   "priority", json_integer(2000000000));
+  feed(&c, with(a, "spec", "priorityClassName",
+                json_string("system-cluster-critical")));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  json_t *w = with(pod("w", NULL, 0, 0, false, NULL), "spec", "priority",
+                   json_integer(1));
+  feed(&c, json_deep_copy(w));
+  offer(&c, w);
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.node, "n2");
+  assert_string_equal(p.moves[0].name, "b");
+  feed(&c, with(pod("b", "n2", 0, 8, false, "ReplicaSet"), "spec", "priority",
+                json_integer(5)));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  json_t *b = pod("b", "n2", 0, 8, false, "ReplicaSet");
+  json_object_set_new(json_object_get(b, "metadata"), "namespace",
+                      json_string("kube-system"));
+  feed(&c, b);
   assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
   stop(&c);
 }
@@ -297,6 +484,10 @@ int main(void) {
       cmocka_unit_test(fewest_moves),
       cmocka_unit_test(freed_gpu_held),
       cmocka_unit_test(large_share_frees_room),
+      cmocka_unit_test(pending_pods_own_nodes),
+      cmocka_unit_test(hold_said_and_nudged),
+      cmocka_unit_test(volumes_pin),
+      cmocka_unit_test(system_and_higher_stay),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -631,6 +631,10 @@ static void defrag_feed(int mode, const td_expect *extra, size_t nextra) {
   json_object_set_new(
       res, "requests",
       json_pack("{s:s,s:s}", "gpufrac.io/gpu", "1", "cpu", "4"));
+  /* kube-scheduler's /filter for w, offering the node (the plan needs it) */
+  json_t *fa = json_pack("{s:O,s:[s]}", "Pod", w, "NodeNames", "node-a100");
+  char *fbody = dumps(fa);
+  json_decref(fa);
   json_t *pl = json_pack("{s:s,s:s,s:{s:s},s:[o,o,o]}", "kind", "PodList",
                          "apiVersion", "v1", "metadata", "resourceVersion",
                          "200", "items", bound_pod("train-a", "u-a", 0, 30),
@@ -674,6 +678,12 @@ static void defrag_feed(int mode, const td_expect *extra, size_t nextra) {
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_NODES, &d), 0);
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PODS, &d), 0);
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PDBS, &d), 0);
+  assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_DEFRAG, &d), 0);
+  assert_int_equal(gf_sched_kube_defrag_plans(f), 0); /* no /filter yet */
+  int fst;
+  json_decref(call(s, "filter", fbody, &fst));
+  assert_int_equal(fst, 200);
+  free(fbody);
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_DEFRAG, &d), 0);
   assert_int_equal(gf_sched_kube_defrag_plans(f), 1);
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_DEFRAG, &d), 0);
