@@ -290,6 +290,27 @@ def run(c, kl):
         fail("pod 'flaky': events %s (want two ModelFetchFailed, then ModelReady)"
              % ev)
     log("pod 'flaky': %s" % "; ".join(ev))
+
+    # 4. four pods waiting for one uncached model, created together: their
+    #    loads finish together and report at once (a tester's finding: the
+    #    loader's threads shared one API client; the agent crashed in
+    #    libcurl, and again on every restart while the pods were there)
+    twin = make_model(os.path.join(src_root, "twin"), {"w.bin": 8 << 20})
+    twins = ["twin-%d" % i for i in range(4)]
+    for nm in twins:
+        t.create(model_pod(nm, "twin@" + twin, source.url("twin")))
+    agent = [p for p in c.extra if p.name == "agent-" + NODE][0]
+
+    def twins_ready():
+        if not agent.alive():
+            fail("the node agent died while the twins' model loaded: %s" %
+                 agent.tail(12))
+        return all(ready(c.admin.get(path(nm))) for nm in twins)
+    wait_for("the four twins Ready", twins_ready, 180)
+    for nm in twins:
+        if not any(e.startswith("ModelReady") for e in t.events(nm)):
+            fail("pod %s: no ModelReady event: %s" % (nm, t.events(nm)))
+    log("four pods of one model: all Ready, each its ModelReady event, the agent alive")
     c.check_alive()
     kl.alive()
 

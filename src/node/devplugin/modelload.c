@@ -55,6 +55,10 @@ typedef struct job {
 struct gf_node_loader {
   gf_node_cache *cache;
   gf_kube *kube; /* events and conditions; NULL: none */
+  /* kube is one libcurl handle, used by one thread at a time (kube.h):
+   * the jobs' threads take turns (without it, pods whose loads ended
+   * together crashed the agent in libcurl) */
+  pthread_mutex_t kube_mu;
   char node[GF_NAME_MAX];
   char pods_dir[GF_NODE_PATH_MAX]; /* <root>/pods */
   long base_ms, cap_ms;
@@ -94,7 +98,13 @@ static void event(job *j, const char *type, const char *reason,
       "lastTimestamp", ts, "count", 1, "reportingComponent", "gpufrac-node",
       "reportingInstance", l->node);
   gf_diag d = {""};
-  if (!ev || gf_kube_create(l->kube, path, ev, NULL, &d))
+  int rc = GF_ENOMEM;
+  if (ev) {
+    pthread_mutex_lock(&l->kube_mu);
+    rc = gf_kube_create(l->kube, path, ev, NULL, &d);
+    pthread_mutex_unlock(&l->kube_mu);
+  }
+  if (rc)
     fprintf(stderr, "gpufrac node: event %s on pod %s/%s: %s\n", reason, j->ns,
             j->pod, ev ? d.msg : "out of memory");
   json_decref(ev);
@@ -115,7 +125,13 @@ static void condition(job *j, bool ok, const char *reason, const char *msg) {
                         "status", ok ? "True" : "False", "lastTransitionTime",
                         ts, "reason", reason, "message", msg);
   gf_diag d = {""};
-  if (!p || gf_kube_strategic_patch(l->kube, path, p, NULL, &d))
+  int rc = GF_ENOMEM;
+  if (p) {
+    pthread_mutex_lock(&l->kube_mu);
+    rc = gf_kube_strategic_patch(l->kube, path, p, NULL, &d);
+    pthread_mutex_unlock(&l->kube_mu);
+  }
+  if (rc)
     fprintf(stderr, "gpufrac node: condition %s of pod %s/%s: %s\n",
             GF_NODE_MODEL_READY_CONDITION, j->ns, j->pod,
             p ? d.msg : "out of memory");
@@ -312,6 +328,7 @@ int gf__node_loader_new(gf_node_loader **out, const gf_node_loader_opts *o,
     return rc;
   }
   pthread_mutex_init(&l->mu, NULL);
+  pthread_mutex_init(&l->kube_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -506,5 +523,6 @@ void gf__node_loader_free(gf_node_loader *l) {
   gf_kube_free(l->kube);
   pthread_cond_destroy(&l->cv);
   pthread_mutex_destroy(&l->mu);
+  pthread_mutex_destroy(&l->kube_mu);
   gf__free(l);
 }
