@@ -90,6 +90,13 @@ int gf__guard_new(const gf__guard_opts *o, gf__guard **out, gf_diag *d) {
                        " ms), cap max (%" PRId64
                        " ms) and the rates must not be negative",
                        o->settle_ms, o->cap_ms, o->cap_max_ms);
+  if (o->cap_ms && o->cap_max_ms && o->cap_max_ms < o->cap_ms)
+    return gf_diag_set(d, GF_EINVAL,
+                       "guard: --guard-cap-max (%" PRId64
+                       " ms) is below --guard-cap (%" PRId64
+                       " ms): the window is at least the cap and at most the "
+                       "cap max",
+                       o->cap_max_ms, o->cap_ms);
   int64_t settle = o->settle_ms ? o->settle_ms : GF_GUARD_SETTLE_MS_DEFAULT;
   int64_t cap = o->cap_ms ? o->cap_ms : GF_GUARD_CAP_MS_DEFAULT;
   int64_t cap_max = o->cap_max_ms ? o->cap_max_ms : GF_GUARD_CAP_MAX_MS_DEFAULT;

@@ -333,6 +333,11 @@ static void test_edges(void **st) {
   gf__guard_opts bad = {.settle_ms = -1};
   gf_diag d = {""};
   assert_int_equal(gf__guard_new(&bad, &g, &d), GF_EINVAL);
+  /* both bounds given, the longest window below the shortest: said, not
+   * silently resolved (a stranger's --guard-cap 10s --guard-cap-max 4s) */
+  gf__guard_opts crossed = {.cap_ms = 10000, .cap_max_ms = 4000};
+  assert_int_equal(gf__guard_new(&crossed, &g, &d), GF_EINVAL);
+  assert_non_null(strstr(d.msg, "--guard-cap-max"));
 }
 
 /* What the informer caches (gf_sched_pod_slim + gf__guard_slim) gives the
