@@ -242,11 +242,21 @@ class Test:
             self.running(name, 60)
         if self.agent.checkpoint() != before or self.agent.cdi() != cdi_before:
             fail("kubelet's restart changed the agent's checkpoint or CDI specs")
+        # kubelet deletes the driver's slices when it restarts (a stranger saw
+        # them gone for good: the agent published only when its GPUs changed);
+        # the agent (--interval 1) must publish them again
+        wait_for("the agent's slice again after kubelet's restart", lambda: self.api.items(
+            RES + "/resourceslices", fieldSelector="spec.nodeName=" + NODE), 30)
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        test_dra.template("t-r", "4Gi", 5))
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, pod("r1", "t-r", gated=True))
+        self.running("r1", 120)
         log("5. kubelet restarted: pods Running, checkpoint and CDI specs unchanged "
-            "(%d more CreateContainer calls)" % (len(self.kl.created()) - created_before))
+            "(%d more CreateContainer calls); the slice published again, r1 Running" %
+            (len(self.kl.created()) - created_before))
 
         # 6. deleted: unprepared
-        for name in ("k1", "fa1", "g1"):
+        for name in ("k1", "fa1", "g1", "r1"):
             self.api.delete("/api/v1/namespaces/%s/pods/%s" % (NS, name), gracePeriodSeconds=30)
 
         def gone():

@@ -275,12 +275,13 @@ int gf__node_dra_publish(gf_node_dra_publisher *p, const gf_node_gpus *g,
   int rc = build(p, g, p->gen, models, nm, &want, d);
   if (rc)
     return rc;
-  if (p->last && json_equal(p->last, want)) {
-    json_decref(want);
-    return 0;
-  }
   int64_t api_gen = 0;
   if ((rc = list_mine(p, &mine, &api_gen, d)))
+    goto out;
+  /* Nothing changed here: done if the API server still has them.  kubelet
+   * deletes a driver's slices when it restarts (until the plugin registers
+   * again), and anyone may delete them: published again then. */
+  if (p->last && json_equal(p->last, want) && same(mine, p->last))
     goto out;
   if (!p->last && p->gen == 0) {
     /* First call: what a previous run published may still be true. */
