@@ -243,10 +243,32 @@ static void test_match_malformed(void **state) {
   assert_non_null(strstr(d.msg, "ml/bad: malformed gpufrac.io/grant"));
   assert_non_null(strstr(d.msg, "ml/none: no gpufrac.io/grant annotation"));
   assert_non_null(strstr(d.msg, "grant has no entry for container main"));
-  /* A valid pod is still served. */
+  /* A valid pod bound after them is not served while they wait: the call
+   * may be one of theirs (kubelet admits in bind order), and it would get
+   * good's grant (a stranger's finding: a pod bound by hand ran with the
+   * next pod's share).  The refusal names them; kubelet then fails them. */
   apply(p, make_pod("good", "node-a", "2026-01-01T00:00:04Z", c, 1, NULL));
+  assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), GF_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "ml/none: no gpufrac.io/grant annotation"));
+  const char *ungranted[] = {"bad", "none", "other"};
+  const char *grants[] = {"{\"version\":1,\"containers\":[{", "", NULL};
+  for (int i = 0; i < 3; i++) {
+    json_t *x = make_pod(ungranted[i], "node-a", "2026-01-01T00:00:01Z", c, 1,
+                         i < 2 ? grants[i] : "{}");
+    json_object_set_new(json_object_get(x, "status"), "phase",
+                        json_string("Failed"));
+    apply(p, x);
+  }
+  /* they failed: the valid pod is served */
   assert_int_equal(gf__node_pods_match(p, 1, 0, &m, &d), 0);
   assert_string_equal(m.uid, "good");
+  /* one bound before them all is served at once */
+  gf_node_pods *p3 = new_cache();
+  apply(p3, make_pod("early", "node-a", "2026-01-01T00:00:00Z", c, 1, NULL));
+  apply(p3, make_pod("hand", "node-a", "2026-01-01T00:00:05Z", c, 1, ""));
+  assert_int_equal(gf__node_pods_match(p3, 1, 0, &m, &d), 0);
+  assert_string_equal(m.uid, "early");
+  gf__node_pods_free(p3);
   /* Two GPU containers with one name (an init container and a container)
    * would share their answer mark: the pod is refused, never served twice. */
   tctr dup[] = {{"twin", 1, {"GPU-a"}, true, false},

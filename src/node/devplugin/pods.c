@@ -531,8 +531,23 @@ static bool before(const pod *a, const pod *b) {
   return strcmp(a->uid, b->uid) < 0;
 }
 
+/* Whether x waits for n GPUs without a grant it may have (none, malformed,
+ * another node's): kubelet may be admitting it now. */
+static bool waits_ungranted(const pod *x, uint32_t n) {
+  if (x->terminal || x->valid)
+    return false;
+  for (uint32_t k = 0; k < x->nctrs; k++)
+    if (!x->ctrs[k].answered && !x->ctrs[k].started && x->ctrs[k].gpus == n)
+      return true;
+  return false;
+}
+
 /* Under the lock: the best candidate, marked when `take`; true when
- * found. */
+ * found.  None while a pod without a usable grant waiting for n GPUs comes
+ * before it: the call may be that pod's (kubelet admits in bind order), and
+ * answering it with the next pod's grant gave a pod bound by hand another
+ * pod's share (a stranger's finding); the call then fails naming that pod,
+ * kubelet fails it, and the granted pod's own call follows. */
 static bool pick(gf_node_pods *p, uint32_t n, bool take, gf_node_match *out) {
   pod *best = NULL;
   int best_k = -1;
@@ -545,6 +560,9 @@ static bool pick(gf_node_pods *p, uint32_t n, bool take, gf_node_match *out) {
   }
   if (!best)
     return false;
+  for (size_t i = 0; i < p->npods; i++)
+    if (waits_ungranted(p->pods[i], n) && before(p->pods[i], best))
+      return false;
   pod_ctr *c = &best->ctrs[best_k];
   c->answered = take;
   memset(out, 0, sizeof(*out));
