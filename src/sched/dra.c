@@ -1791,3 +1791,12 @@ out:
   gf__free(base);
   return rc;
 }
+
+int gf__dra_hold_state(int64_t now_ms, int64_t since_ms, int64_t grace_ms,
+                       uint32_t nterm) {
+  if (grace_ms < 0)
+    grace_ms = 0;
+  if (now_ms <= since_ms + grace_ms + GF__DRA_HOLD_MARGIN_MS)
+    return GF__DRA_HOLD_KEEP;
+  return nterm ? GF__DRA_HOLD_BLOCK : GF__DRA_HOLD_END;
+}

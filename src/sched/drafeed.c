@@ -44,7 +44,6 @@
 /* Mode 2 preemption (docs/dra.md, "Preemption"). */
 #define HOLDS_MAX 8            /* preemptions under way at once */
 #define HOLD_CLAIMS 16         /* the victims' claims of one preemption */
-#define HOLD_MS 120000         /* how long a hold waits for the victims */
 #define PREEMPT_RETRY_MS 10000 /* a pod is considered again after this */
 
 /* A keyed store of owned records: key -> index, swap-remove. */
@@ -150,6 +149,7 @@ struct gf_sched_dra {
                     allocated claims reserved for one pod */
   store holders; /* pods not gated that use claims: key -> slim json_t* */
   store tried;   /* gated pod key -> when preemption was last tried */
+  store going;   /* pods not gated, using claims, being deleted: slim json */
   /* the claim whose booked allocation the placer is writing (its watch
    * event may come before the answer: the model holds it already) */
   char writing[KEY_MAX];
@@ -394,6 +394,9 @@ static json_t *pod_slim(void *u, json_t *pod) {
     json_object_set(s, "priority", json_object_get(spec, "priority"));
   if (json_object_get(spec, "nodeName"))
     json_object_set(s, "nodeName", json_object_get(spec, "nodeName"));
+  if (json_object_get(spec, "terminationGracePeriodSeconds"))
+    json_object_set(s, "terminationGracePeriodSeconds",
+                    json_object_get(spec, "terminationGracePeriodSeconds"));
   if (json_object_get(spec, "schedulingGates"))
     json_object_set(s, "schedulingGates",
                     json_object_get(spec, "schedulingGates"));
@@ -426,6 +429,10 @@ static void pod_set(void *u, json_t *o) {
       store_put(&f->holders, key, json_incref(o));
     else
       store_del(&f->holders, key);
+    if (claims && going)
+      store_put(&f->going, key, json_incref(o));
+    else
+      store_del(&f->going, key);
   }
   pthread_mutex_unlock(&f->mu);
 }
@@ -444,6 +451,7 @@ static void pod_gone(void *u, json_t *o) {
   store_del(&f->said, key);
   store_del(&f->tried, key);
   store_del(&f->holders, key);
+  store_del(&f->going, key);
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -514,7 +522,14 @@ typedef struct hold {
   uint32_t nv;
   char vkey[HOLD_CLAIMS][KEY_MAX]; /* the victims' claims, ns/name */
   char vuid[HOLD_CLAIMS][GF_DRA_LABEL_MAX];
-  int64_t until_ms;
+  uint32_t npod;
+  char pkey[HOLD_CLAIMS][KEY_MAX]; /* the victim pods, ns/name */
+  char puid[HOLD_CLAIMS][GF_DRA_LABEL_MAX];
+  int64_t since_ms; /* when the victims were chosen (and evicted) */
+  int64_t grace_ms; /* their longest terminationGracePeriodSeconds */
+  /* past its bound with victims still terminating: books nothing, but the
+   * preemptor gets no new victims until they are gone */
+  bool spent;
 } hold;
 
 static int64_t now_ms(void) {
@@ -536,7 +551,7 @@ static bool held_victim(const gf_sched_dra *f, const gf_dra_claim *c) {
   char key[KEY_MAX];
   snprintf(key, sizeof(key), "%.253s/%.253s", c->ns, c->name);
   for (uint32_t i = 0; i < f->nholds; i++)
-    for (uint32_t k = 0; k < f->holds[i]->nv; k++)
+    for (uint32_t k = 0; !f->holds[i]->spent && k < f->holds[i]->nv; k++)
       if (strcmp(f->holds[i]->vkey[k], key) == 0 &&
           strcmp(f->holds[i]->vuid[k], c->uid) == 0)
         return true;
@@ -563,7 +578,7 @@ static const gf_dra_claim **claim_list(gf_sched_dra *f,
       cl[(*n)++] = c;
   }
   for (uint32_t i = 0; cl && i < f->nholds; i++)
-    for (int k = 0; k < f->holds[i]->n; k++)
+    for (int k = 0; !f->holds[i]->spent && k < f->holds[i]->n; k++)
       cl[(*n)++] = f->holds[i]->cl[k];
   return cl;
 }
@@ -985,6 +1000,19 @@ static bool loading_of(const json_t *pod) {
          !json_object_get(a, GF_GUARD_RELEASED);
 }
 
+/* A pod's terminationGracePeriodSeconds in ms (the API's default, 30 s,
+ * when not set); the Eviction API deletes with it. */
+static int64_t grace_of(const json_t *pod) {
+  const json_t *g = json_object_get(json_object_get(pod, "spec"),
+                                    "terminationGracePeriodSeconds");
+  json_int_t s = json_is_integer(g) ? json_integer_value(g) : 30;
+  if (s < 0)
+    s = 0;
+  if (s > 86400 * 365)
+    s = 86400 * 365;
+  return (int64_t)s * 1000;
+}
+
 static void hold_drop(gf_sched_dra *f, uint32_t i) {
   hold_free(f->holds[i]);
   f->holds[i] = f->holds[--f->nholds];
@@ -1005,8 +1033,8 @@ static int hold_take(gf_sched_dra *f, const char *key, gf_dra_claim **cl, int n,
                      gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
                      char node[GF_DRA_NAME_MAX], gf_diag *d) {
   int64_t i = hold_at(f, key);
-  if (i < 0)
-    return -1;
+  if (i < 0 || f->holds[i]->spent)
+    return -1; /* a spent hold: placed as any pod (holds_prune) */
   hold *h = f->holds[i];
   uint32_t left = 0;
   for (uint32_t k = 0; k < h->nv; k++) {
@@ -1034,17 +1062,52 @@ static int hold_take(gf_sched_dra *f, const char *key, gf_dra_claim **cl, int n,
   return same ? 0 : -1;
 }
 
-/* The holds whose pod is no longer gated, or that waited too long. */
+/* How many of h's victim pods still exist being deleted (mu held). */
+static uint32_t hold_terminating(const gf_sched_dra *f, const hold *h) {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < h->npod; k++) {
+    const json_t *p = store_get(&f->going, h->pkey[k]);
+    const char *uid = jstr(p, "metadata", "uid");
+    n += uid && strcmp(uid, h->puid[k]) == 0;
+  }
+  return n;
+}
+
+/* The holds whose pod is no longer gated, or past their bound
+ * (gf__dra_hold_state): a hold whose victims still terminate is spent
+ * (books nothing, no new victims) until they are gone. */
 static void holds_prune(gf_sched_dra *f) {
   int64_t t = now_ms();
   pthread_mutex_lock(&f->mu);
   for (uint32_t i = f->nholds; i-- > 0;) {
     hold *h = f->holds[i];
-    bool gone = !store_get(&f->pods, h->key);
-    if (gone || t > h->until_ms) {
-      logf_(f, "gpufrac scheduler: DRA: preemption for %s ended: %s\n", h->key,
-            gone ? "the pod is no longer gated" : "its victims took too long");
+    uint32_t term = hold_terminating(f, h);
+    int st = gf__dra_hold_state(t, h->since_ms, h->grace_ms, term);
+    long long secs = (long long)((t - h->since_ms) / 1000);
+    if (!store_get(&f->pods, h->key)) {
+      logf_(f,
+            "gpufrac scheduler: DRA: preemption for %s ended: the pod is "
+            "no longer gated\n",
+            h->key);
       hold_drop(f, i);
+    } else if (st == GF__DRA_HOLD_END) {
+      logf_(f,
+            "gpufrac scheduler: DRA: preemption for %s ended: %s after "
+            "%lld s\n",
+            h->key,
+            h->spent ? "its victims are gone"
+                     : "its victims' claims were not released",
+            secs);
+      hold_drop(f, i);
+    } else if (st == GF__DRA_HOLD_BLOCK && !h->spent) {
+      logf_(f,
+            "gpufrac scheduler: DRA: preemption for %s: %u victim(s) "
+            "still terminating after %lld s (grace %lld s): their share is "
+            "no longer held, and no new victims are chosen until they are "
+            "gone\n",
+            h->key, term, secs, (long long)(h->grace_ms / 1000));
+      h->spent = true;
+      f->dirty = true;
     }
   }
   pthread_mutex_unlock(&f->mu);
@@ -1132,7 +1195,7 @@ static int hold_make(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
     snprintf(h->key, sizeof(h->key), "%s/%s",
              jstr(pod, "metadata", "namespace"), jstr(pod, "metadata", "name"));
     snprintf(h->node, sizeof(h->node), "%s", node);
-    h->until_ms = now_ms() + HOLD_MS;
+    h->since_ms = now_ms();
     *out = h;
     h = NULL;
   }
@@ -1188,6 +1251,14 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
       snprintf(h->vuid[k], GF_DRA_LABEL_MAX, "%s", skip[k]->uid);
     }
     h->nv = nskip;
+    for (uint32_t j = 0; j < nch && j < HOLD_CLAIMS; j++) {
+      const json_t *v = f->holders.vals[idx[chosen[j]]];
+      const char *uid = jstr(v, "metadata", "uid");
+      key_of(v, h->pkey[j], KEY_MAX);
+      snprintf(h->puid[j], GF_DRA_LABEL_MAX, "%s", uid ? uid : "");
+      h->grace_ms = grace_of(v) > h->grace_ms ? grace_of(v) : h->grace_ms;
+      h->npod = j + 1;
+    }
     f->holds[f->nholds++] = h;
     f->dirty = true;
     f->st.preemptions++;
@@ -1715,6 +1786,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->rules.drop = free;
   f->holders.drop = drop_json;
   f->tried.drop = free;
+  f->going.drop = drop_json;
   f->cfg = cfg;
   f->allocate = o->allocate;
   f->quiet = o->quiet;
@@ -1824,6 +1896,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   eff_release(f);
   store_release(&f->holders);
   store_release(&f->tried);
+  store_release(&f->going);
   for (uint32_t i = 0; i < f->nholds; i++)
     hold_free(f->holds[i]);
   gf_dra_model_free(f->model);

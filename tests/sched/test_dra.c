@@ -1315,6 +1315,34 @@ static void test_preempt_budgets(void **state) {
   pscene_free(&p);
 }
 
+/* A hold's life (issue 32 F2): kept while its victims terminate, up to
+ * their own grace period plus the margin, not a fixed 2 minutes; past that
+ * it books no more, but while a victim is still terminating the preemptor
+ * gets no new victims (kube-scheduler's rule for a nominated pod). */
+static void test_hold_state(void **state) {
+  (void)state;
+  const int64_t s = 1000000, m = GF__DRA_HOLD_MARGIN_MS;
+  /* a victim with the default 30 s grace still terminating 2 min 10 s on */
+  assert_int_equal(gf__dra_hold_state(s + 130000, s, 30000, 1),
+                   GF__DRA_HOLD_KEEP);
+  /* a long grace period (10 min): kept for it */
+  assert_int_equal(gf__dra_hold_state(s + 500000, s, 600000, 1),
+                   GF__DRA_HOLD_KEEP);
+  assert_int_equal(gf__dra_hold_state(s + 600000 + m, s, 600000, 1),
+                   GF__DRA_HOLD_KEEP);
+  /* past grace + margin: still terminating blocks new victims */
+  assert_int_equal(gf__dra_hold_state(s + 600001 + m, s, 600000, 1),
+                   GF__DRA_HOLD_BLOCK);
+  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 2),
+                   GF__DRA_HOLD_BLOCK);
+  /* the victims gone (their claims not yet released): ends at the bound */
+  assert_int_equal(gf__dra_hold_state(s + 30000 + m, s, 30000, 0),
+                   GF__DRA_HOLD_KEEP);
+  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 0),
+                   GF__DRA_HOLD_END);
+  assert_int_equal(gf__dra_hold_state(s + m + 1, s, 0, 0), GF__DRA_HOLD_END);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -1339,6 +1367,7 @@ int main(void) {
       cmocka_unit_test(test_admin_access),
       cmocka_unit_test(test_preempt_choice),
       cmocka_unit_test(test_preempt_budgets),
+      cmocka_unit_test(test_hold_state),
       cmocka_unit_test(test_allocation_stamp),
       cmocka_unit_test(test_shared_claim_place),
       cmocka_unit_test(test_shared_claim_score),
