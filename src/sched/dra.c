@@ -707,6 +707,23 @@ int gf_dra_consumed(const gf_dra_capacity *c, const char *what, bool requested,
   return 0;
 }
 
+/* GF_ENOFIT: ask of what (used of all in use) does not fit on dev.  Never
+ * a negative free space: an overbooked device (claims allocated past its
+ * capacity, gpufrac_dra_conflicts) says so. */
+static int over_msg(gf_diag *d, const gf_dra_device *dev, const char *what,
+                    int64_t ask, int64_t used, int64_t all) {
+  if (used > all)
+    return gf_diag_set(d, GF_ENOFIT,
+                       "device %s: %s %" PRId64 " asked, none free: "
+                       "overbooked, its allocated claims consume %" PRId64
+                       " of %" PRId64 " (a conflict: gpufrac_dra_conflicts)",
+                       dev->name, what, ask, used, all);
+  return gf_diag_set(d, GF_ENOFIT,
+                     "device %s: %s %" PRId64 " asked, %" PRId64 " of %" PRId64
+                     " free",
+                     dev->name, what, ask, all - used, all);
+}
+
 int gf_dra_fit(const gf_dra_device *dev, int64_t used_mem, int64_t used_cores,
                uint32_t nalloc, const gf_dra_request *r, int64_t *mem,
                int64_t *cores, gf_diag *d) {
@@ -724,11 +741,7 @@ int gf_dra_fit(const gf_dra_device *dev, int64_t used_mem, int64_t used_cores,
     if ((rc = gf_dra_consumed(&dev->mem, "memory", r->has_mem, r->mem, &m, d)))
       return rc;
     if (m > dev->mem.value - used_mem)
-      return gf_diag_set(d, GF_ENOFIT,
-                         "device %s: memory %" PRId64 " asked, %" PRId64
-                         " of %" PRId64 " free",
-                         dev->name, m, dev->mem.value - used_mem,
-                         dev->mem.value);
+      return over_msg(d, dev, "memory", m, used_mem, dev->mem.value);
   } else if (r->has_mem) {
     return gf_diag_set(d, GF_ENOFIT, "device %s: no memory capacity",
                        dev->name);
@@ -738,10 +751,7 @@ int gf_dra_fit(const gf_dra_device *dev, int64_t used_mem, int64_t used_cores,
                               d)))
       return rc;
     if (c > dev->cores.value - used_cores)
-      return gf_diag_set(
-          d, GF_ENOFIT,
-          "device %s: cores %" PRId64 " asked, %" PRId64 " of %" PRId64 " free",
-          dev->name, c, dev->cores.value - used_cores, dev->cores.value);
+      return over_msg(d, dev, "cores", c, used_cores, dev->cores.value);
   } else if (r->has_cores) {
     return gf_diag_set(d, GF_ENOFIT, "device %s: no cores capacity", dev->name);
   }
@@ -1799,4 +1809,36 @@ int gf__dra_hold_state(int64_t now_ms, int64_t since_ms, int64_t grace_ms,
   if (now_ms <= since_ms + grace_ms + GF__DRA_HOLD_MARGIN_MS)
     return GF__DRA_HOLD_KEEP;
   return nterm ? GF__DRA_HOLD_BLOCK : GF__DRA_HOLD_END;
+}
+
+bool gf__dra_model_impossible(const gf_dra_model *m, const gf_dra_claim *c,
+                              char *why, size_t cap) {
+  if (cap)
+    why[0] = '\0';
+  for (uint32_t j = 0; c->allocated && j < c->nres; j++) {
+    const gf_dra_result *r = &c->res[j];
+    const mdev *md = strcmp(r->driver, GF_DRA_DRIVER) == 0 && !r->admin
+                         ? find_dev(m, r->pool, r->device)
+                         : NULL;
+    if (!md)
+      continue;
+    const gf_dra_capacity *k[2] = {&md->dev.mem, &md->dev.cores};
+    const bool has[2] = {r->has_mem, r->has_cores};
+    const int64_t v[2] = {r->mem, r->cores};
+    static const char *what[2] = {"memory", "cores"};
+    for (int i = 0; i < 2; i++) {
+      if (!has[i])
+        continue;
+      if (!k[i]->present || v[i] < 0 || v[i] > k[i]->value) {
+        snprintf(why, cap,
+                 "claim %s/%s: result %s on device %s/%s consumes %s %" PRId64
+                 " of a device that has %" PRId64
+                 " in all: an impossible allocation, not written by gpufrac",
+                 c->ns, c->name, r->request, r->pool, r->device, what[i], v[i],
+                 k[i]->present ? k[i]->value : 0);
+        return true;
+      }
+    }
+  }
+  return false;
 }

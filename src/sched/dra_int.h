@@ -69,4 +69,12 @@ enum { GF__DRA_HOLD_KEEP, GF__DRA_HOLD_END, GF__DRA_HOLD_BLOCK };
 int gf__dra_hold_state(int64_t now_ms, int64_t since_ms, int64_t grace_ms,
                        uint32_t nterm);
 
+/* Whether claim c (allocated) has a result m cannot be: on a device of m's
+ * engine, consuming more of a capacity than the device has at all (a
+ * claim allocated by hand, e.g. consumedCapacity.memory 9000Gi on an
+ * 80Gi GPU), or a capacity the device does not have.  When so, why gets
+ * the claim, the device and the amounts. */
+bool gf__dra_model_impossible(const gf_dra_model *m, const gf_dra_claim *c,
+                              char *why, size_t cap);
+
 #endif

@@ -150,6 +150,8 @@ struct gf_sched_dra {
   store holders; /* pods not gated that use claims: key -> slim json_t* */
   store tried;   /* gated pod key -> when preemption was last tried */
   store going;   /* pods not gated, using claims, being deleted: slim json */
+  store warned;  /* claim key -> the uid whose impossible result was said */
+  bool recheck;  /* the model was rebuilt: look for impossible results */
   /* the claim whose booked allocation the placer is writing (its watch
    * event may come before the answer: the model holds it already) */
   char writing[KEY_MAX];
@@ -341,6 +343,7 @@ static void claim_gone(void *u, json_t *o) {
   pthread_mutex_lock(&f->mu);
   store_del(&f->claims, key);
   store_del(&f->solo, key);
+  store_del(&f->warned, key);
   f->dirty = true;
   pthread_mutex_unlock(&f->mu);
 }
@@ -611,6 +614,7 @@ static int model_fresh(gf_sched_dra *f, gf_diag *d) {
       f->dirty = false;
       f->st.conflicts = gf_dra_model_conflicts(m);
       f->st.rebuilds++;
+      f->recheck = true;
     }
   } else {
     gf_diag_set(d, GF_ENOMEM, "DRA model: out of memory");
@@ -951,12 +955,11 @@ static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
   return rc;
 }
 
-/* An Event on a pod (core/v1): best effort, a failure is only logged. */
-static void pod_event(gf_sched_dra *f, const json_t *pod, const char *type,
-                      const char *reason, const char *msg) {
-  const char *ns = jstr(pod, "metadata", "namespace");
-  const char *name = jstr(pod, "metadata", "name");
-  const char *uid = jstr(pod, "metadata", "uid");
+/* An Event on an object (core/v1): best effort, a failure is only
+ * logged. */
+static void obj_event(gf_sched_dra *f, const char *api, const char *kind,
+                      const char *ns, const char *name, const char *uid,
+                      const char *type, const char *reason, const char *msg) {
   char now[32], path[KEY_MAX + 64];
   time_t t = time(NULL);
   struct tm tm;
@@ -967,7 +970,7 @@ static void pod_event(gf_sched_dra *f, const json_t *pod, const char *type,
       "s:s,s:s,s:i,s:s}",
       "apiVersion", "v1", "kind", "Event", "metadata", "generateName",
       "gpufrac-dra-", "namespace", ns ? ns : "default", "involvedObject",
-      "apiVersion", "v1", "kind", "Pod", "namespace", ns ? ns : "", "name",
+      "apiVersion", api, "kind", kind, "namespace", ns ? ns : "", "name",
       name ? name : "", "uid", uid ? uid : "", "type", type, "reason", reason,
       "message", msg, "source", "component", "gpufrac-scheduler",
       "firstTimestamp", now, "lastTimestamp", now, "count", 1,
@@ -979,6 +982,62 @@ static void pod_event(gf_sched_dra *f, const json_t *pod, const char *type,
     logf_(f, "gpufrac scheduler: DRA: the %s event: %s\n", reason,
           ev ? d.msg : "out of memory");
   json_decref(ev);
+}
+
+static void pod_event(gf_sched_dra *f, const json_t *pod, const char *type,
+                      const char *reason, const char *msg) {
+  obj_event(f, "v1", "Pod", jstr(pod, "metadata", "namespace"),
+            jstr(pod, "metadata", "name"), jstr(pod, "metadata", "uid"), type,
+            reason, msg);
+}
+
+/* An impossible result to say (claims_warn). */
+typedef struct warn {
+  char ns[GF_DRA_NAME_MAX], name[GF_DRA_NAME_MAX], uid[GF_DRA_LABEL_MAX];
+  char why[768];
+} warn;
+
+#define WARN_MAX 8 /* claims said per round; the rest the next */
+
+/* After a rebuild: each allocated claim with a result its device cannot
+ * hold at all (gf__dra_model_impossible; counted in gpufrac_dra_conflicts
+ * by the model) gets one Warning Event GpufracImpossibleAllocation and a
+ * log line, once per claim uid. */
+static void claims_warn(gf_sched_dra *f) {
+  warn *w = gf__calloc(WARN_MAX, sizeof(*w));
+  uint32_t nw = 0;
+  pthread_mutex_lock(&f->mu);
+  bool more = false;
+  for (uint32_t i = 0; w && f->recheck && f->model && i < f->claims.n; i++) {
+    const gf_dra_claim *c = f->claims.vals[i];
+    const char *said = store_get(&f->warned, f->claims.keys[i]);
+    if (!c->allocated || (said && strcmp(said, c->uid) == 0))
+      continue;
+    if (nw == WARN_MAX) {
+      more = true;
+      break;
+    }
+    if (!gf__dra_model_impossible(f->model, c, w[nw].why, sizeof(w[nw].why)))
+      continue;
+    char *uid = gf__strdup(c->uid);
+    if (!uid || store_put(&f->warned, f->claims.keys[i], uid)) {
+      gf__free(uid);
+      continue;
+    }
+    snprintf(w[nw].ns, sizeof(w[nw].ns), "%s", c->ns);
+    snprintf(w[nw].name, sizeof(w[nw].name), "%s", c->name);
+    snprintf(w[nw].uid, sizeof(w[nw].uid), "%s", c->uid);
+    nw++;
+  }
+  f->recheck = more;
+  pthread_mutex_unlock(&f->mu);
+  for (uint32_t i = 0; i < nw; i++) {
+    logf_(f, "gpufrac scheduler: DRA: %s (counted in gpufrac_dra_conflicts)\n",
+          w[i].why);
+    obj_event(f, "resource.k8s.io/v1", "ResourceClaim", w[i].ns, w[i].name,
+              w[i].uid, "Warning", "GpufracImpossibleAllocation", w[i].why);
+  }
+  gf__free(w);
 }
 
 /* ---- mode 2 preemption (docs/dra.md, "Preemption") --------------------- */
@@ -1722,6 +1781,7 @@ static void *run_placer(void *u) {
         (f->is_leader && !f->is_leader(f->leader_user)))
       continue;
     holds_prune(f);
+    claims_warn(f);
     pthread_mutex_lock(&f->mu);
     uint32_t n = f->pods.n;
     json_t **pods = gf__calloc(n + 1, sizeof(*pods));
@@ -1787,6 +1847,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->holders.drop = drop_json;
   f->tried.drop = free;
   f->going.drop = drop_json;
+  f->warned.drop = free;
   f->cfg = cfg;
   f->allocate = o->allocate;
   f->quiet = o->quiet;
@@ -1897,6 +1958,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->holders);
   store_release(&f->tried);
   store_release(&f->going);
+  store_release(&f->warned);
   for (uint32_t i = 0; i < f->nholds; i++)
     hold_free(f->holds[i]);
   gf_dra_model_free(f->model);

@@ -1343,6 +1343,56 @@ static void test_hold_state(void **state) {
   assert_int_equal(gf__dra_hold_state(s + m + 1, s, 0, 0), GF__DRA_HOLD_END);
 }
 
+/* A claim allocated by hand with consumedCapacity.memory 9000Gi on an 80Gi
+ * GPU (issue 32 F8): a conflict, named as impossible (claim, device,
+ * amounts), and a later fit on that device says why nothing is free
+ * instead of printing a negative free space. */
+static void test_impossible_result(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_of("dra_slice_shared.json", &s);
+  json_t *j = fixture("dra_claim_allocated.json");
+  json_t *cc = json_object_get(
+      json_array_get(
+          json_object_get(
+              json_object_get(
+                  json_object_get(json_object_get(j, "status"), "allocation"),
+                  "devices"),
+              "results"),
+          0),
+      "consumedCapacity");
+  json_object_set_new(cc, "memory", json_string("9000Gi"));
+  gf_dra_claim c, ok;
+  claim_of(j, &c);
+  claim_of(fixture("dra_claim_allocated.json"), &ok);
+  const gf_dra_claim *cl[] = {&c};
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, cl, 1, NULL, &m, NULL), 0);
+  assert_int_equal(gf_dra_model_conflicts(m), 1);
+  char why[512];
+  assert_true(gf__dra_model_impossible(m, &c, why, sizeof(why)));
+  assert_non_null(strstr(why, c.name));
+  assert_non_null(strstr(why, "gpu-0"));
+  assert_non_null(strstr(why, "9663676416000")); /* 9000Gi */
+  assert_non_null(strstr(why, "85899345920"));   /* 80Gi */
+  assert_false(gf__dra_model_impossible(m, &ok, why, sizeof(why)));
+  /* the next share asked of gpu-0 */
+  int64_t um, uc, mem, cores;
+  uint32_t na;
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  gf_dra_claim q;
+  claim_of(claim_json("q", NULL, 10 * GiB, 10), &q);
+  gf_diag d = {""};
+  assert_int_equal(
+      gf_dra_fit(&s.devices[0], um, uc, na, &q.req[0], &mem, &cores, &d),
+      GF_ENOFIT);
+  assert_null(strstr(d.msg, " -")); /* no negative amount */
+  assert_non_null(strstr(d.msg, "overbooked"));
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -1368,6 +1418,7 @@ int main(void) {
       cmocka_unit_test(test_preempt_choice),
       cmocka_unit_test(test_preempt_budgets),
       cmocka_unit_test(test_hold_state),
+      cmocka_unit_test(test_impossible_result),
       cmocka_unit_test(test_allocation_stamp),
       cmocka_unit_test(test_shared_claim_place),
       cmocka_unit_test(test_shared_claim_score),
