@@ -17,8 +17,10 @@
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
+#include "gpufrac/kube.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched_dra.h"
+#include "guard.h"
 #include "sched_state.h"
 #include "smap.h"
 #include <gnutls/crypto.h>
@@ -1841,4 +1843,46 @@ bool gf__dra_model_impossible(const gf_dra_model *m, const gf_dra_claim *c,
     }
   }
   return false;
+}
+
+/* Condition type of pod: its status ("" when absent) and, when True, when
+ * it became so (*at_us; 0 when unknown). */
+static const char *pod_cond(const json_t *pod, const char *type,
+                            int64_t *at_us) {
+  const json_t *cs =
+      json_object_get(json_object_get(pod, "status"), "conditions");
+  *at_us = 0;
+  for (size_t i = 0; i < json_array_size(cs); i++) {
+    const json_t *c = json_array_get(cs, i);
+    const char *ty = json_string_value(json_object_get(c, "type"));
+    if (!ty || strcmp(ty, type) != 0)
+      continue;
+    const char *st = json_string_value(json_object_get(c, "status"));
+    const char *lt =
+        json_string_value(json_object_get(c, "lastTransitionTime"));
+    if (st && strcmp(st, "True") == 0 && lt && gf_kube_time_parse(lt, at_us))
+      *at_us = 0;
+    return st ? st : "";
+  }
+  return "";
+}
+
+bool gf__dra_pod_loading(const json_t *pod, int64_t now_us) {
+  const json_t *a =
+      json_object_get(json_object_get(pod, "metadata"), "annotations");
+  const char *pr = json_string_value(json_object_get(a, GF_GUARD_PROTECT));
+  if (pr && strcmp(pr, "always") == 0)
+    return true;
+  if (json_object_get(a, GF_GUARD_RELEASED))
+    return false;
+  if (json_object_get(a, GF_GUARD_SINCE))
+    return true;
+  /* no guard annotation (a DRA pod): bound and not Ready, within the cap */
+  int64_t at = 0;
+  const char *node = json_string_value(
+      json_object_get(json_object_get(pod, "spec"), "nodeName"));
+  if (!node || !*node || strcmp(pod_cond(pod, "Ready", &at), "True") == 0)
+    return false;
+  (void)pod_cond(pod, "PodScheduled", &at);
+  return at == 0 || now_us - at < GF_GUARD_CAP_MS_DEFAULT * 1000;
 }

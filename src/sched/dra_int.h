@@ -77,4 +77,14 @@ int gf__dra_hold_state(int64_t now_ms, int64_t since_ms, int64_t grace_ms,
 bool gf__dra_model_impossible(const gf_dra_model *m, const gf_dra_claim *c,
                               char *why, size_t cap);
 
+/* Whether mode 2 counts pod (a slim copy: annotations, spec.nodeName,
+ * status.conditions) as loading its weights, so that it is a victim only
+ * of a pod GF__PREEMPT_GUARD_GAP above it (docs/dra.md, "Preemption"):
+ * gpufrac.io/protect "always"; or the guard's gpufrac.io/guard-since
+ * without -released; or, with neither (the extender's guard writes them
+ * only on pods with a gpufrac grant, never on DRA pods), bound and not
+ * Ready, for at most the guard's default cap (30 min) from its
+ * PodScheduled time.  now_us: the clock (microseconds since the epoch). */
+bool gf__dra_pod_loading(const struct json_t *pod, int64_t now_us);
+
 #endif

@@ -406,6 +406,18 @@ static json_t *pod_slim(void *u, json_t *pod) {
   if (json_object_get(spec, "resourceClaims"))
     json_object_set(s, "resourceClaims",
                     json_object_get(spec, "resourceClaims"));
+  /* Ready and PodScheduled: mode 2's guard (gf__dra_pod_loading) */
+  const json_t *conds = json_object_get(st, "conditions");
+  json_t *cs = json_array();
+  for (size_t i = 0; cs && i < json_array_size(conds); i++) {
+    const json_t *c = json_array_get(conds, i);
+    const char *ty = json_string_value(json_object_get(c, "type"));
+    if (ty && (strcmp(ty, "Ready") == 0 || strcmp(ty, "PodScheduled") == 0))
+      json_array_append(cs, (json_t *)c);
+  }
+  if (cs && json_array_size(cs))
+    json_object_set(t, "conditions", cs);
+  json_decref(cs);
   if (json_object_get(st, "resourceClaimStatuses"))
     json_object_set(t, "resourceClaimStatuses",
                     json_object_get(st, "resourceClaimStatuses"));
@@ -1050,13 +1062,10 @@ static int32_t prio_of(const json_t *pod) {
 
 /* The disruption guard's rule (guard.h): loading its weights. */
 static bool loading_of(const json_t *pod) {
-  const json_t *a =
-      json_object_get(json_object_get(pod, "metadata"), "annotations");
-  const char *pr = json_string_value(json_object_get(a, GF_GUARD_PROTECT));
-  if (pr && strcmp(pr, "always") == 0)
-    return true;
-  return json_object_get(a, GF_GUARD_SINCE) &&
-         !json_object_get(a, GF_GUARD_RELEASED);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return gf__dra_pod_loading(pod,
+                             (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
 }
 
 /* A pod's terminationGracePeriodSeconds in ms (the API's default, 30 s,

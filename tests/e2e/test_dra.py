@@ -1004,11 +1004,25 @@ class DRA:
         for n, (m, c, pc) in self.PREEMPT_ASKS.items():
             self.share(n, m, c, True, pc, grace=30)
         self.wait_bound(list(self.PREEMPT_ASKS))
+        # Running and Ready, as kubelet would report them once loaded: mode
+        # 2's guard holds a bound pod that is not Ready (loading its
+        # weights) against any preemptor less than 1,000,000 above it
+        for n in self.PREEMPT_ASKS:
+            self.ready(n)
         used = self.check_sums(node)
         if used[0] != 80 * GiB or used[1] != 80:
             fail("preempt: the four shares hold %s of %s/gpu-0, expected 80Gi, 80 cores"
                  % (used, node))
         return {n: p["metadata"]["uid"] for n, p in self.pods().items()}
+
+    def ready(self, name):
+        """Marks pod name Running and Ready (no kubelet runs here)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.api.request("PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (NS, name),
+                         {"status": {"phase": "Running", "conditions": [
+                             {"type": "Ready", "status": "True",
+                              "lastTransitionTime": now}]}},
+                         "application/merge-patch+json")
 
     def evicted(self, uids):
         """The scene's pods evicted (being deleted, gone or replaced)."""

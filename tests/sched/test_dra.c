@@ -15,6 +15,7 @@
 
 #include "dra_int.h"
 #include "gpufrac/error.h"
+#include "gpufrac/kube.h"
 #include "gpufrac/sched_dra.h"
 #include "pdb.h"
 
@@ -1393,6 +1394,57 @@ static void test_impossible_result(void **state) {
   gf_dra_slice_release(&s);
 }
 
+/* A slim DRA pod: bound to n1 when sched_s >= 0 (PodScheduled that many
+ * seconds before now), Ready or not, annotations ann (a JSON object or
+ * NULL). */
+static json_t *guard_pod(int64_t now_us, int64_t sched_s, const char *ready,
+                         const char *ann) {
+  char at[40];
+  gf_kube_time_format(now_us - sched_s * 1000000, at, sizeof(at));
+  json_t *p =
+      json_pack("{s:{s:s},s:{},s:{s:[{s:s,s:s,s:s},{s:s,s:s,s:s}]}}",
+                "metadata", "name", "p", "spec", "status", "conditions", "type",
+                "PodScheduled", "status", "True", "lastTransitionTime", at,
+                "type", "Ready", "status", ready, "lastTransitionTime", at);
+  if (sched_s >= 0)
+    json_object_set_new(json_object_get(p, "spec"), "nodeName",
+                        json_string("n1"));
+  if (ann)
+    json_object_set_new(json_object_get(p, "metadata"), "annotations",
+                        json_loads(ann, 0, NULL));
+  return p;
+}
+
+/* Mode 2's disruption guard (issue 32 F6): a DRA pod bound but not Ready
+ * (loading its weights) is guarded though no gpufrac.io/guard-since is on
+ * it (the extender's guard writes none on DRA pods), for the guard's cap;
+ * the annotations keep their meaning. */
+static void test_dra_guard(void **state) {
+  (void)state;
+  const int64_t now = INT64_C(1796000000) * 1000000;
+  struct {
+    int64_t sched_s;
+    const char *ready, *ann;
+    bool want;
+  } cases[] = {
+      {60, "False", NULL, true},   /* loading for a minute */
+      {60, "True", NULL, false},   /* Ready */
+      {1799, "False", NULL, true}, /* inside the 30 min cap */
+      {1801, "False", NULL, false},
+      {-1, "False", NULL, false}, /* not bound: loading nothing */
+      {60, "False", "{\"gpufrac.io/guard-released\":\"x\"}", false},
+      {60, "True", "{\"gpufrac.io/guard-since\":\"x\"}", true},
+      {5000, "True", "{\"gpufrac.io/protect\":\"always\"}", true},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    json_t *p = guard_pod(now, cases[i].sched_s, cases[i].ready, cases[i].ann);
+    if (gf__dra_pod_loading(p, now) != cases[i].want)
+      fail_msg("case %zu: loading %d, expected %d", i, !cases[i].want,
+               cases[i].want);
+    json_decref(p);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -1419,6 +1471,7 @@ int main(void) {
       cmocka_unit_test(test_preempt_budgets),
       cmocka_unit_test(test_hold_state),
       cmocka_unit_test(test_impossible_result),
+      cmocka_unit_test(test_dra_guard),
       cmocka_unit_test(test_allocation_stamp),
       cmocka_unit_test(test_shared_claim_place),
       cmocka_unit_test(test_shared_claim_score),
