@@ -59,6 +59,9 @@ GPU, consumable capacity memory and cores).  Scenarios:
   preempt_budget  the same GPU with a PodDisruptionBudget over the pod that
                   would make room alone: gpufrac evicts the two that break
                   no budget instead (b and c)
+  preempt_slow    the same GPU, its victim Terminating for long: nothing
+                  else is evicted while it terminates (past the hold's
+                  bound, 2.5 minutes), then the preemptor is bound there
   shared_claim    mode 2, one ResourceClaim named by several pods: the second
                   pod joins the claim's reservedFor (allocation untouched),
                   both bound to its node, the share booked once; the claim
@@ -1137,6 +1140,39 @@ class DRA:
         self.delete_all()
         self.retire(node)
 
+    def s_preempt_slow(self):
+        """s_preempt's GPU, and a victim that takes long to terminate (no
+        kubelet runs: an evicted pod stays Terminating until the harness
+        removes it).  hi (priority 1000) evicts a alone; while a is still
+        Terminating nothing else is evicted, past the hold's old fixed 2
+        minutes and past its bound (a's 30 s grace + 2 minutes), as
+        kube-scheduler never preempts again for a nominated pod whose
+        victims are still terminating.  Then a goes and hi is bound there.
+        Before 2026-12-05 (a tester's finding) the hold ended after 2
+        minutes and a second set of victims was evicted."""
+        node = "dra-s"
+        uids = self.full_gpu(node, "6")
+        self.share("hi", "30Gi", 30, True, "e2e-dra-p1000")
+        wait_for("a victim evicted", lambda: self.evicted(uids), 30, 0.5)
+        t0 = time.time()
+        while time.time() < t0 + 30 + 120 + 15:
+            gone = self.evicted(uids)
+            if gone != ["a"]:
+                fail("preempt_slow: evicted %s %.0f s after the first eviction, "
+                     "while a was still terminating; expected a alone" %
+                     (gone, time.time() - t0))
+            if self.pods()["hi"]["spec"].get("nodeName"):
+                fail("preempt_slow: hi bound while a's claim was still allocated")
+            time.sleep(2)
+        log("preempt_slow: %.0f s on, evicted %s alone; events of hi %s" %
+            (time.time() - t0, self.evicted(uids), self.events("hi")[-1:]))
+        self.api.delete("/api/v1/namespaces/%s/pods/a" % NS, gracePeriodSeconds=0)
+        self.wait_bound(["hi"], 60)
+        al = self.allocations()
+        self.check_result("hi", al["hi"][0], al["hi"][1], node, 30 * GiB, 30)
+        self.delete_all()
+        self.retire(node)
+
     def s_named_claim(self):
         """A claim named by its pod (resourceClaimName, not a template),
         allocated by gpufrac: it carries kube-scheduler's delete-protection
@@ -1342,7 +1378,7 @@ SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst", "taint_rule", "named_claim", "example",
-             "preempt", "preempt_budget", "shared_claim"]
+             "preempt", "preempt_budget", "preempt_slow", "shared_claim"]
 
 
 def main():
