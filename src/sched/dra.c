@@ -1805,12 +1805,15 @@ out:
 }
 
 int gf__dra_hold_state(int64_t now_ms, int64_t since_ms, int64_t grace_ms,
-                       uint32_t nterm) {
+                       uint32_t nterm, uint32_t nclaims) {
   if (grace_ms < 0)
     grace_ms = 0;
-  if (now_ms <= since_ms + grace_ms + GF__DRA_HOLD_MARGIN_MS)
+  int64_t bound = since_ms + grace_ms + GF__DRA_HOLD_MARGIN_MS;
+  if (now_ms <= bound)
     return GF__DRA_HOLD_KEEP;
-  return nterm ? GF__DRA_HOLD_BLOCK : GF__DRA_HOLD_END;
+  if (nterm || (nclaims && now_ms <= bound + GF__DRA_HOLD_MARGIN_MS))
+    return GF__DRA_HOLD_BLOCK;
+  return GF__DRA_HOLD_END;
 }
 
 bool gf__dra_model_impossible(const gf_dra_model *m, const gf_dra_claim *c,

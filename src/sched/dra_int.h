@@ -58,16 +58,19 @@ int64_t gf__dra_model_booked_mem(const gf_dra_model *m);
 
 /* The state of a mode 2 preemption's hold (docs/dra.md, "Preemption"):
  * its victims were evicted at since_ms, the longest of their
- * terminationGracePeriodSeconds is grace_ms, and nterm of them still
- * exist with deletionTimestamp set at now_ms.  GF__DRA_HOLD_KEEP: the hold
+ * terminationGracePeriodSeconds is grace_ms, nterm of them still exist
+ * with deletionTimestamp set at now_ms and nclaims of their claims are still
+ * allocated.  GF__DRA_HOLD_KEEP: the hold
  * books the preemptor's share; GF__DRA_HOLD_END: it ends; GF__DRA_HOLD_BLOCK:
  * it books no more (past grace_ms + GF__DRA_HOLD_MARGIN_MS) but, as
  * kube-scheduler does for a nominated pod, the preemptor gets no new
- * victims while earlier ones are still terminating. */
+ * victims while earlier ones are still terminating (or, for one more
+ * margin, while their claims are not yet released: a deleted pod's claim
+ * is released a moment after it goes). */
 #define GF__DRA_HOLD_MARGIN_MS 120000
 enum { GF__DRA_HOLD_KEEP, GF__DRA_HOLD_END, GF__DRA_HOLD_BLOCK };
 int gf__dra_hold_state(int64_t now_ms, int64_t since_ms, int64_t grace_ms,
-                       uint32_t nterm);
+                       uint32_t nterm, uint32_t nclaims);
 
 /* Whether claim c (allocated) has a result m cannot be: on a device of m's
  * engine, consuming more of a capacity than the device has at all (a

@@ -1149,8 +1149,12 @@ static void holds_prune(gf_sched_dra *f) {
   pthread_mutex_lock(&f->mu);
   for (uint32_t i = f->nholds; i-- > 0;) {
     hold *h = f->holds[i];
-    uint32_t term = hold_terminating(f, h);
-    int st = gf__dra_hold_state(t, h->since_ms, h->grace_ms, term);
+    uint32_t term = hold_terminating(f, h), left = 0;
+    for (uint32_t k = 0; k < h->nv; k++) {
+      const gf_dra_claim *c = store_get(&f->claims, h->vkey[k]);
+      left += c && strcmp(c->uid, h->vuid[k]) == 0 && c->allocated;
+    }
+    int st = gf__dra_hold_state(t, h->since_ms, h->grace_ms, term, left);
     long long secs = (long long)((t - h->since_ms) / 1000);
     if (!store_get(&f->pods, h->key)) {
       logf_(f,
@@ -1170,10 +1174,10 @@ static void holds_prune(gf_sched_dra *f) {
     } else if (st == GF__DRA_HOLD_BLOCK && !h->spent) {
       logf_(f,
             "gpufrac scheduler: DRA: preemption for %s: %u victim(s) "
-            "still terminating after %lld s (grace %lld s): their share is "
-            "no longer held, and no new victims are chosen until they are "
-            "gone\n",
-            h->key, term, secs, (long long)(h->grace_ms / 1000));
+            "still terminating, %u claim(s) of theirs allocated after %lld s "
+            "(grace %lld s): their share is no longer held, and no new "
+            "victims are chosen until they are gone\n",
+            h->key, term, left, secs, (long long)(h->grace_ms / 1000));
       h->spent = true;
       f->dirty = true;
     }

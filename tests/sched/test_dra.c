@@ -1324,24 +1324,32 @@ static void test_hold_state(void **state) {
   (void)state;
   const int64_t s = 1000000, m = GF__DRA_HOLD_MARGIN_MS;
   /* a victim with the default 30 s grace still terminating 2 min 10 s on */
-  assert_int_equal(gf__dra_hold_state(s + 130000, s, 30000, 1),
+  assert_int_equal(gf__dra_hold_state(s + 130000, s, 30000, 1, 0),
                    GF__DRA_HOLD_KEEP);
   /* a long grace period (10 min): kept for it */
-  assert_int_equal(gf__dra_hold_state(s + 500000, s, 600000, 1),
+  assert_int_equal(gf__dra_hold_state(s + 500000, s, 600000, 1, 0),
                    GF__DRA_HOLD_KEEP);
-  assert_int_equal(gf__dra_hold_state(s + 600000 + m, s, 600000, 1),
+  assert_int_equal(gf__dra_hold_state(s + 600000 + m, s, 600000, 1, 0),
                    GF__DRA_HOLD_KEEP);
   /* past grace + margin: still terminating blocks new victims */
-  assert_int_equal(gf__dra_hold_state(s + 600001 + m, s, 600000, 1),
+  assert_int_equal(gf__dra_hold_state(s + 600001 + m, s, 600000, 1, 0),
                    GF__DRA_HOLD_BLOCK);
-  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 2),
+  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 2, 0),
                    GF__DRA_HOLD_BLOCK);
   /* the victims gone (their claims not yet released): ends at the bound */
-  assert_int_equal(gf__dra_hold_state(s + 30000 + m, s, 30000, 0),
+  assert_int_equal(gf__dra_hold_state(s + 30000 + m, s, 30000, 0, 0),
                    GF__DRA_HOLD_KEEP);
-  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 0),
+  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 0, 0),
                    GF__DRA_HOLD_END);
-  assert_int_equal(gf__dra_hold_state(s + m + 1, s, 0, 0), GF__DRA_HOLD_END);
+  assert_int_equal(gf__dra_hold_state(s + m + 1, s, 0, 0, 0), GF__DRA_HOLD_END);
+  /* the victims gone, a claim of theirs not yet released: no new victims
+   * for one more margin (a deleted pod's claim goes a moment after it) */
+  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 0, 1),
+                   GF__DRA_HOLD_BLOCK);
+  assert_int_equal(gf__dra_hold_state(s + 30000 + 2 * m, s, 30000, 0, 1),
+                   GF__DRA_HOLD_BLOCK);
+  assert_int_equal(gf__dra_hold_state(s + 30001 + 2 * m, s, 30000, 0, 1),
+                   GF__DRA_HOLD_END);
 }
 
 /* A claim allocated by hand with consumedCapacity.memory 9000Gi on an 80Gi
