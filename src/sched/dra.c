@@ -17,8 +17,10 @@
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
+#include "gpufrac/kube.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched_dra.h"
+#include "guard.h"
 #include "sched_state.h"
 #include "smap.h"
 #include <gnutls/crypto.h>
@@ -707,6 +709,23 @@ int gf_dra_consumed(const gf_dra_capacity *c, const char *what, bool requested,
   return 0;
 }
 
+/* GF_ENOFIT: ask of what (used of all in use) does not fit on dev.  Never
+ * a negative free space: an overbooked device (claims allocated past its
+ * capacity, gpufrac_dra_conflicts) says so. */
+static int over_msg(gf_diag *d, const gf_dra_device *dev, const char *what,
+                    int64_t ask, int64_t used, int64_t all) {
+  if (used > all)
+    return gf_diag_set(d, GF_ENOFIT,
+                       "device %s: %s %" PRId64 " asked, none free: "
+                       "overbooked, its allocated claims consume %" PRId64
+                       " of %" PRId64 " (a conflict: gpufrac_dra_conflicts)",
+                       dev->name, what, ask, used, all);
+  return gf_diag_set(d, GF_ENOFIT,
+                     "device %s: %s %" PRId64 " asked, %" PRId64 " of %" PRId64
+                     " free",
+                     dev->name, what, ask, all - used, all);
+}
+
 int gf_dra_fit(const gf_dra_device *dev, int64_t used_mem, int64_t used_cores,
                uint32_t nalloc, const gf_dra_request *r, int64_t *mem,
                int64_t *cores, gf_diag *d) {
@@ -724,11 +743,7 @@ int gf_dra_fit(const gf_dra_device *dev, int64_t used_mem, int64_t used_cores,
     if ((rc = gf_dra_consumed(&dev->mem, "memory", r->has_mem, r->mem, &m, d)))
       return rc;
     if (m > dev->mem.value - used_mem)
-      return gf_diag_set(d, GF_ENOFIT,
-                         "device %s: memory %" PRId64 " asked, %" PRId64
-                         " of %" PRId64 " free",
-                         dev->name, m, dev->mem.value - used_mem,
-                         dev->mem.value);
+      return over_msg(d, dev, "memory", m, used_mem, dev->mem.value);
   } else if (r->has_mem) {
     return gf_diag_set(d, GF_ENOFIT, "device %s: no memory capacity",
                        dev->name);
@@ -738,10 +753,7 @@ int gf_dra_fit(const gf_dra_device *dev, int64_t used_mem, int64_t used_cores,
                               d)))
       return rc;
     if (c > dev->cores.value - used_cores)
-      return gf_diag_set(
-          d, GF_ENOFIT,
-          "device %s: cores %" PRId64 " asked, %" PRId64 " of %" PRId64 " free",
-          dev->name, c, dev->cores.value - used_cores, dev->cores.value);
+      return over_msg(d, dev, "cores", c, used_cores, dev->cores.value);
   } else if (r->has_cores) {
     return gf_diag_set(d, GF_ENOFIT, "device %s: no cores capacity", dev->name);
   }
@@ -1795,4 +1807,90 @@ out:
   gf__free(best);
   gf__free(base);
   return rc;
+}
+
+int gf__dra_hold_state(int64_t now_ms, int64_t since_ms, int64_t grace_ms,
+                       uint32_t nterm, uint32_t nclaims) {
+  if (grace_ms < 0)
+    grace_ms = 0;
+  int64_t bound = since_ms + grace_ms + GF__DRA_HOLD_MARGIN_MS;
+  if (now_ms <= bound)
+    return GF__DRA_HOLD_KEEP;
+  if (nterm || (nclaims && now_ms <= bound + GF__DRA_HOLD_MARGIN_MS))
+    return GF__DRA_HOLD_BLOCK;
+  return GF__DRA_HOLD_END;
+}
+
+bool gf__dra_model_impossible(const gf_dra_model *m, const gf_dra_claim *c,
+                              char *why, size_t cap) {
+  if (cap)
+    why[0] = '\0';
+  for (uint32_t j = 0; c->allocated && j < c->nres; j++) {
+    const gf_dra_result *r = &c->res[j];
+    const mdev *md = strcmp(r->driver, GF_DRA_DRIVER) == 0 && !r->admin
+                         ? find_dev(m, r->pool, r->device)
+                         : NULL;
+    if (!md)
+      continue;
+    const gf_dra_capacity *k[2] = {&md->dev.mem, &md->dev.cores};
+    const bool has[2] = {r->has_mem, r->has_cores};
+    const int64_t v[2] = {r->mem, r->cores};
+    static const char *what[2] = {"memory", "cores"};
+    for (int i = 0; i < 2; i++) {
+      if (!has[i])
+        continue;
+      if (!k[i]->present || v[i] < 0 || v[i] > k[i]->value) {
+        snprintf(why, cap,
+                 "claim %s/%s: result %s on device %s/%s consumes %s %" PRId64
+                 " of a device that has %" PRId64
+                 " in all: an impossible allocation, not written by gpufrac",
+                 c->ns, c->name, r->request, r->pool, r->device, what[i], v[i],
+                 k[i]->present ? k[i]->value : 0);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+/* Condition type of pod: its status ("" when absent) and, when True, when
+ * it became so (*at_us; 0 when unknown). */
+static const char *pod_cond(const json_t *pod, const char *type,
+                            int64_t *at_us) {
+  const json_t *cs =
+      json_object_get(json_object_get(pod, "status"), "conditions");
+  *at_us = 0;
+  for (size_t i = 0; i < json_array_size(cs); i++) {
+    const json_t *c = json_array_get(cs, i);
+    const char *ty = json_string_value(json_object_get(c, "type"));
+    if (!ty || strcmp(ty, type) != 0)
+      continue;
+    const char *st = json_string_value(json_object_get(c, "status"));
+    const char *lt =
+        json_string_value(json_object_get(c, "lastTransitionTime"));
+    if (st && strcmp(st, "True") == 0 && lt && gf_kube_time_parse(lt, at_us))
+      *at_us = 0;
+    return st ? st : "";
+  }
+  return "";
+}
+
+bool gf__dra_pod_loading(const json_t *pod, int64_t now_us) {
+  const json_t *a =
+      json_object_get(json_object_get(pod, "metadata"), "annotations");
+  const char *pr = json_string_value(json_object_get(a, GF_GUARD_PROTECT));
+  if (pr && strcmp(pr, "always") == 0)
+    return true;
+  if (json_object_get(a, GF_GUARD_RELEASED))
+    return false;
+  if (json_object_get(a, GF_GUARD_SINCE))
+    return true;
+  /* no guard annotation (a DRA pod): bound and not Ready, within the cap */
+  int64_t at = 0;
+  const char *node = json_string_value(
+      json_object_get(json_object_get(pod, "spec"), "nodeName"));
+  if (!node || !*node || strcmp(pod_cond(pod, "Ready", &at), "True") == 0)
+    return false;
+  (void)pod_cond(pod, "PodScheduled", &at);
+  return at == 0 || now_us - at < GF_GUARD_CAP_MS_DEFAULT * 1000;
 }

@@ -60,4 +60,38 @@ int64_t gf__dra_model_booked_mem(const gf_dra_model *m);
  * (the feed's model after someone else allocated c, without a rebuild). */
 void gf__dra_model_book_claim(gf_dra_model *m, const gf_dra_claim *c);
 
+/* The state of a mode 2 preemption's hold (docs/dra.md, "Preemption"):
+ * its victims were evicted at since_ms, the longest of their
+ * terminationGracePeriodSeconds is grace_ms, nterm of them still exist
+ * with deletionTimestamp set at now_ms and nclaims of their claims are still
+ * allocated.  GF__DRA_HOLD_KEEP: the hold
+ * books the preemptor's share; GF__DRA_HOLD_END: it ends; GF__DRA_HOLD_BLOCK:
+ * it books no more (past grace_ms + GF__DRA_HOLD_MARGIN_MS) but, as
+ * kube-scheduler does for a nominated pod, the preemptor gets no new
+ * victims while earlier ones are still terminating (or, for one more
+ * margin, while their claims are not yet released: a deleted pod's claim
+ * is released a moment after it goes). */
+#define GF__DRA_HOLD_MARGIN_MS 120000
+enum { GF__DRA_HOLD_KEEP, GF__DRA_HOLD_END, GF__DRA_HOLD_BLOCK };
+int gf__dra_hold_state(int64_t now_ms, int64_t since_ms, int64_t grace_ms,
+                       uint32_t nterm, uint32_t nclaims);
+
+/* Whether claim c (allocated) has a result m cannot be: on a device of m's
+ * engine, consuming more of a capacity than the device has at all (a
+ * claim allocated by hand, e.g. consumedCapacity.memory 9000Gi on an
+ * 80Gi GPU), or a capacity the device does not have.  When so, why gets
+ * the claim, the device and the amounts. */
+bool gf__dra_model_impossible(const gf_dra_model *m, const gf_dra_claim *c,
+                              char *why, size_t cap);
+
+/* Whether mode 2 counts pod (a slim copy: annotations, spec.nodeName,
+ * status.conditions) as loading its weights, so that it is a victim only
+ * of a pod GF__PREEMPT_GUARD_GAP above it (docs/dra.md, "Preemption"):
+ * gpufrac.io/protect "always"; or the guard's gpufrac.io/guard-since
+ * without -released; or, with neither (the extender's guard writes them
+ * only on pods with a gpufrac grant, never on DRA pods), bound and not
+ * Ready, for at most the guard's default cap (30 min) from its
+ * PodScheduled time.  now_us: the clock (microseconds since the epoch). */
+bool gf__dra_pod_loading(const struct json_t *pod, int64_t now_us);
+
 #endif

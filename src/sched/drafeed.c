@@ -44,7 +44,6 @@
 /* Mode 2 preemption (docs/dra.md, "Preemption"). */
 #define HOLDS_MAX 8            /* preemptions under way at once */
 #define HOLD_CLAIMS 16         /* the victims' claims of one preemption */
-#define HOLD_MS 120000         /* how long a hold waits for the victims */
 #define PREEMPT_RETRY_MS 10000 /* a pod is considered again after this */
 
 /* A keyed store of owned records: key -> index, swap-remove. */
@@ -150,6 +149,9 @@ struct gf_sched_dra {
                     allocated claims reserved for one pod */
   store holders; /* pods not gated that use claims: key -> slim json_t* */
   store tried;   /* gated pod key -> when preemption was last tried */
+  store going;   /* pods not gated, using claims, being deleted: slim json */
+  store warned;  /* claim key -> the uid whose impossible result was said */
+  bool recheck;  /* the model was rebuilt: look for impossible results */
   /* the claim whose booked allocation the placer is writing (its watch
    * event may come before the answer: the model holds it already) */
   char writing[KEY_MAX];
@@ -361,6 +363,7 @@ static void claim_gone(void *u, json_t *o) {
   pthread_mutex_lock(&f->mu);
   store_del(&f->claims, key);
   store_del(&f->solo, key);
+  store_del(&f->warned, key);
   f->dirty = true;
   pthread_mutex_unlock(&f->mu);
 }
@@ -414,12 +417,27 @@ static json_t *pod_slim(void *u, json_t *pod) {
     json_object_set(s, "priority", json_object_get(spec, "priority"));
   if (json_object_get(spec, "nodeName"))
     json_object_set(s, "nodeName", json_object_get(spec, "nodeName"));
+  if (json_object_get(spec, "terminationGracePeriodSeconds"))
+    json_object_set(s, "terminationGracePeriodSeconds",
+                    json_object_get(spec, "terminationGracePeriodSeconds"));
   if (json_object_get(spec, "schedulingGates"))
     json_object_set(s, "schedulingGates",
                     json_object_get(spec, "schedulingGates"));
   if (json_object_get(spec, "resourceClaims"))
     json_object_set(s, "resourceClaims",
                     json_object_get(spec, "resourceClaims"));
+  /* Ready and PodScheduled: mode 2's guard (gf__dra_pod_loading) */
+  const json_t *conds = json_object_get(st, "conditions");
+  json_t *cs = json_array();
+  for (size_t i = 0; cs && i < json_array_size(conds); i++) {
+    const json_t *c = json_array_get(conds, i);
+    const char *ty = json_string_value(json_object_get(c, "type"));
+    if (ty && (strcmp(ty, "Ready") == 0 || strcmp(ty, "PodScheduled") == 0))
+      json_array_append(cs, (json_t *)c);
+  }
+  if (cs && json_array_size(cs))
+    json_object_set(t, "conditions", cs);
+  json_decref(cs);
   if (json_object_get(st, "resourceClaimStatuses"))
     json_object_set(t, "resourceClaimStatuses",
                     json_object_get(st, "resourceClaimStatuses"));
@@ -446,6 +464,10 @@ static void pod_set(void *u, json_t *o) {
       store_put(&f->holders, key, json_incref(o));
     else
       store_del(&f->holders, key);
+    if (claims && going)
+      store_put(&f->going, key, json_incref(o));
+    else
+      store_del(&f->going, key);
   }
   pthread_mutex_unlock(&f->mu);
 }
@@ -464,6 +486,7 @@ static void pod_gone(void *u, json_t *o) {
   store_del(&f->said, key);
   store_del(&f->tried, key);
   store_del(&f->holders, key);
+  store_del(&f->going, key);
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -534,7 +557,14 @@ typedef struct hold {
   uint32_t nv;
   char vkey[HOLD_CLAIMS][KEY_MAX]; /* the victims' claims, ns/name */
   char vuid[HOLD_CLAIMS][GF_DRA_LABEL_MAX];
-  int64_t until_ms;
+  uint32_t npod;
+  char pkey[HOLD_CLAIMS][KEY_MAX]; /* the victim pods, ns/name */
+  char puid[HOLD_CLAIMS][GF_DRA_LABEL_MAX];
+  int64_t since_ms; /* when the victims were chosen (and evicted) */
+  int64_t grace_ms; /* their longest terminationGracePeriodSeconds */
+  /* past its bound with victims still terminating: books nothing, but the
+   * preemptor gets no new victims until they are gone */
+  bool spent;
 } hold;
 
 static int64_t now_ms(void) {
@@ -556,7 +586,7 @@ static bool held_victim(const gf_sched_dra *f, const gf_dra_claim *c) {
   char key[KEY_MAX];
   snprintf(key, sizeof(key), "%.253s/%.253s", c->ns, c->name);
   for (uint32_t i = 0; i < f->nholds; i++)
-    for (uint32_t k = 0; k < f->holds[i]->nv; k++)
+    for (uint32_t k = 0; !f->holds[i]->spent && k < f->holds[i]->nv; k++)
       if (strcmp(f->holds[i]->vkey[k], key) == 0 &&
           strcmp(f->holds[i]->vuid[k], c->uid) == 0)
         return true;
@@ -583,7 +613,7 @@ static const gf_dra_claim **claim_list(gf_sched_dra *f,
       cl[(*n)++] = c;
   }
   for (uint32_t i = 0; cl && i < f->nholds; i++)
-    for (int k = 0; k < f->holds[i]->n; k++)
+    for (int k = 0; !f->holds[i]->spent && k < f->holds[i]->n; k++)
       cl[(*n)++] = f->holds[i]->cl[k];
   return cl;
 }
@@ -616,6 +646,7 @@ static int model_fresh(gf_sched_dra *f, gf_diag *d) {
       f->dirty = false;
       f->st.conflicts = gf_dra_model_conflicts(m);
       f->st.rebuilds++;
+      f->recheck = true;
     }
   } else {
     gf_diag_set(d, GF_ENOMEM, "DRA model: out of memory");
@@ -956,12 +987,11 @@ static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
   return rc;
 }
 
-/* An Event on a pod (core/v1): best effort, a failure is only logged. */
-static void pod_event(gf_sched_dra *f, const json_t *pod, const char *type,
-                      const char *reason, const char *msg) {
-  const char *ns = jstr(pod, "metadata", "namespace");
-  const char *name = jstr(pod, "metadata", "name");
-  const char *uid = jstr(pod, "metadata", "uid");
+/* An Event on an object (core/v1): best effort, a failure is only
+ * logged. */
+static void obj_event(gf_sched_dra *f, const char *api, const char *kind,
+                      const char *ns, const char *name, const char *uid,
+                      const char *type, const char *reason, const char *msg) {
   char now[32], path[KEY_MAX + 64];
   time_t t = time(NULL);
   struct tm tm;
@@ -972,7 +1002,7 @@ static void pod_event(gf_sched_dra *f, const json_t *pod, const char *type,
       "s:s,s:s,s:i,s:s}",
       "apiVersion", "v1", "kind", "Event", "metadata", "generateName",
       "gpufrac-dra-", "namespace", ns ? ns : "default", "involvedObject",
-      "apiVersion", "v1", "kind", "Pod", "namespace", ns ? ns : "", "name",
+      "apiVersion", api, "kind", kind, "namespace", ns ? ns : "", "name",
       name ? name : "", "uid", uid ? uid : "", "type", type, "reason", reason,
       "message", msg, "source", "component", "gpufrac-scheduler",
       "firstTimestamp", now, "lastTimestamp", now, "count", 1,
@@ -986,6 +1016,62 @@ static void pod_event(gf_sched_dra *f, const json_t *pod, const char *type,
   json_decref(ev);
 }
 
+static void pod_event(gf_sched_dra *f, const json_t *pod, const char *type,
+                      const char *reason, const char *msg) {
+  obj_event(f, "v1", "Pod", jstr(pod, "metadata", "namespace"),
+            jstr(pod, "metadata", "name"), jstr(pod, "metadata", "uid"), type,
+            reason, msg);
+}
+
+/* An impossible result to say (claims_warn). */
+typedef struct warn {
+  char ns[GF_DRA_NAME_MAX], name[GF_DRA_NAME_MAX], uid[GF_DRA_LABEL_MAX];
+  char why[768];
+} warn;
+
+#define WARN_MAX 8 /* claims said per round; the rest the next */
+
+/* After a rebuild: each allocated claim with a result its device cannot
+ * hold at all (gf__dra_model_impossible; counted in gpufrac_dra_conflicts
+ * by the model) gets one Warning Event GpufracImpossibleAllocation and a
+ * log line, once per claim uid. */
+static void claims_warn(gf_sched_dra *f) {
+  warn *w = gf__calloc(WARN_MAX, sizeof(*w));
+  uint32_t nw = 0;
+  pthread_mutex_lock(&f->mu);
+  bool more = false;
+  for (uint32_t i = 0; w && f->recheck && f->model && i < f->claims.n; i++) {
+    const gf_dra_claim *c = f->claims.vals[i];
+    const char *said = store_get(&f->warned, f->claims.keys[i]);
+    if (!c->allocated || (said && strcmp(said, c->uid) == 0))
+      continue;
+    if (nw == WARN_MAX) {
+      more = true;
+      break;
+    }
+    if (!gf__dra_model_impossible(f->model, c, w[nw].why, sizeof(w[nw].why)))
+      continue;
+    char *uid = gf__strdup(c->uid);
+    if (!uid || store_put(&f->warned, f->claims.keys[i], uid)) {
+      gf__free(uid);
+      continue;
+    }
+    snprintf(w[nw].ns, sizeof(w[nw].ns), "%s", c->ns);
+    snprintf(w[nw].name, sizeof(w[nw].name), "%s", c->name);
+    snprintf(w[nw].uid, sizeof(w[nw].uid), "%s", c->uid);
+    nw++;
+  }
+  f->recheck = more;
+  pthread_mutex_unlock(&f->mu);
+  for (uint32_t i = 0; i < nw; i++) {
+    logf_(f, "gpufrac scheduler: DRA: %s (counted in gpufrac_dra_conflicts)\n",
+          w[i].why);
+    obj_event(f, "resource.k8s.io/v1", "ResourceClaim", w[i].ns, w[i].name,
+              w[i].uid, "Warning", "GpufracImpossibleAllocation", w[i].why);
+  }
+  gf__free(w);
+}
+
 /* ---- mode 2 preemption (docs/dra.md, "Preemption") --------------------- */
 
 static int32_t prio_of(const json_t *pod) {
@@ -996,13 +1082,23 @@ static int32_t prio_of(const json_t *pod) {
 
 /* The disruption guard's rule (guard.h): loading its weights. */
 static bool loading_of(const json_t *pod) {
-  const json_t *a =
-      json_object_get(json_object_get(pod, "metadata"), "annotations");
-  const char *pr = json_string_value(json_object_get(a, GF_GUARD_PROTECT));
-  if (pr && strcmp(pr, "always") == 0)
-    return true;
-  return json_object_get(a, GF_GUARD_SINCE) &&
-         !json_object_get(a, GF_GUARD_RELEASED);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return gf__dra_pod_loading(pod,
+                             (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+}
+
+/* A pod's terminationGracePeriodSeconds in ms (the API's default, 30 s,
+ * when not set); the Eviction API deletes with it. */
+static int64_t grace_of(const json_t *pod) {
+  const json_t *g = json_object_get(json_object_get(pod, "spec"),
+                                    "terminationGracePeriodSeconds");
+  json_int_t s = json_is_integer(g) ? json_integer_value(g) : 30;
+  if (s < 0)
+    s = 0;
+  if (s > 86400 * 365)
+    s = 86400 * 365;
+  return (int64_t)s * 1000;
 }
 
 static void hold_drop(gf_sched_dra *f, uint32_t i) {
@@ -1025,8 +1121,8 @@ static int hold_take(gf_sched_dra *f, const char *key, gf_dra_claim **cl, int n,
                      gf_dra_result (*res)[GF_DRA_RESULTS_MAX], uint32_t *nres,
                      char node[GF_DRA_NAME_MAX], gf_diag *d) {
   int64_t i = hold_at(f, key);
-  if (i < 0)
-    return -1;
+  if (i < 0 || f->holds[i]->spent)
+    return -1; /* a spent hold: placed as any pod (holds_prune) */
   hold *h = f->holds[i];
   uint32_t left = 0;
   for (uint32_t k = 0; k < h->nv; k++) {
@@ -1054,17 +1150,56 @@ static int hold_take(gf_sched_dra *f, const char *key, gf_dra_claim **cl, int n,
   return same ? 0 : -1;
 }
 
-/* The holds whose pod is no longer gated, or that waited too long. */
+/* How many of h's victim pods still exist being deleted (mu held). */
+static uint32_t hold_terminating(const gf_sched_dra *f, const hold *h) {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < h->npod; k++) {
+    const json_t *p = store_get(&f->going, h->pkey[k]);
+    const char *uid = jstr(p, "metadata", "uid");
+    n += uid && strcmp(uid, h->puid[k]) == 0;
+  }
+  return n;
+}
+
+/* The holds whose pod is no longer gated, or past their bound
+ * (gf__dra_hold_state): a hold whose victims still terminate is spent
+ * (books nothing, no new victims) until they are gone. */
 static void holds_prune(gf_sched_dra *f) {
   int64_t t = now_ms();
   pthread_mutex_lock(&f->mu);
   for (uint32_t i = f->nholds; i-- > 0;) {
     hold *h = f->holds[i];
-    bool gone = !store_get(&f->pods, h->key);
-    if (gone || t > h->until_ms) {
-      logf_(f, "gpufrac scheduler: DRA: preemption for %s ended: %s\n", h->key,
-            gone ? "the pod is no longer gated" : "its victims took too long");
+    uint32_t term = hold_terminating(f, h), left = 0;
+    for (uint32_t k = 0; k < h->nv; k++) {
+      const gf_dra_claim *c = store_get(&f->claims, h->vkey[k]);
+      left += c && strcmp(c->uid, h->vuid[k]) == 0 && c->allocated;
+    }
+    int st = gf__dra_hold_state(t, h->since_ms, h->grace_ms, term, left);
+    long long secs = (long long)((t - h->since_ms) / 1000);
+    if (!store_get(&f->pods, h->key)) {
+      logf_(f,
+            "gpufrac scheduler: DRA: preemption for %s ended: the pod is "
+            "no longer gated\n",
+            h->key);
       hold_drop(f, i);
+    } else if (st == GF__DRA_HOLD_END) {
+      logf_(f,
+            "gpufrac scheduler: DRA: preemption for %s ended: %s after "
+            "%lld s\n",
+            h->key,
+            h->spent ? "its victims are gone"
+                     : "its victims' claims were not released",
+            secs);
+      hold_drop(f, i);
+    } else if (st == GF__DRA_HOLD_BLOCK && !h->spent) {
+      logf_(f,
+            "gpufrac scheduler: DRA: preemption for %s: %u victim(s) "
+            "still terminating, %u claim(s) of theirs allocated after %lld s "
+            "(grace %lld s): their share is no longer held, and no new "
+            "victims are chosen until they are gone\n",
+            h->key, term, left, secs, (long long)(h->grace_ms / 1000));
+      h->spent = true;
+      f->dirty = true;
     }
   }
   pthread_mutex_unlock(&f->mu);
@@ -1152,7 +1287,7 @@ static int hold_make(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
     snprintf(h->key, sizeof(h->key), "%s/%s",
              jstr(pod, "metadata", "namespace"), jstr(pod, "metadata", "name"));
     snprintf(h->node, sizeof(h->node), "%s", node);
-    h->until_ms = now_ms() + HOLD_MS;
+    h->since_ms = now_ms();
     *out = h;
     h = NULL;
   }
@@ -1208,6 +1343,14 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
       snprintf(h->vuid[k], GF_DRA_LABEL_MAX, "%s", skip[k]->uid);
     }
     h->nv = nskip;
+    for (uint32_t j = 0; j < nch && j < HOLD_CLAIMS; j++) {
+      const json_t *v = f->holders.vals[idx[chosen[j]]];
+      const char *uid = jstr(v, "metadata", "uid");
+      key_of(v, h->pkey[j], KEY_MAX);
+      snprintf(h->puid[j], GF_DRA_LABEL_MAX, "%s", uid ? uid : "");
+      h->grace_ms = grace_of(v) > h->grace_ms ? grace_of(v) : h->grace_ms;
+      h->npod = j + 1;
+    }
     f->holds[f->nholds++] = h;
     f->dirty = true;
     f->st.preemptions++;
@@ -1671,6 +1814,7 @@ static void *run_placer(void *u) {
         (f->is_leader && !f->is_leader(f->leader_user)))
       continue;
     holds_prune(f);
+    claims_warn(f);
     pthread_mutex_lock(&f->mu);
     uint32_t n = f->pods.n;
     json_t **pods = gf__calloc(n + 1, sizeof(*pods));
@@ -1735,6 +1879,8 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->rules.drop = free;
   f->holders.drop = drop_json;
   f->tried.drop = free;
+  f->going.drop = drop_json;
+  f->warned.drop = free;
   f->cfg = cfg;
   f->allocate = o->allocate;
   f->quiet = o->quiet;
@@ -1844,6 +1990,8 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   eff_release(f);
   store_release(&f->holders);
   store_release(&f->tried);
+  store_release(&f->going);
+  store_release(&f->warned);
   for (uint32_t i = 0; i < f->nholds; i++)
     hold_free(f->holds[i]);
   gf_dra_model_free(f->model);

@@ -59,6 +59,9 @@ GPU, consumable capacity memory and cores).  Scenarios:
   preempt_budget  the same GPU with a PodDisruptionBudget over the pod that
                   would make room alone: gpufrac evicts the two that break
                   no budget instead (b and c)
+  preempt_slow    the same GPU, its victim Terminating for long: nothing
+                  else is evicted while it terminates (past the hold's
+                  bound, 2.5 minutes), then the preemptor is bound there
   shared_claim    mode 2, one ResourceClaim named by several pods: the second
                   pod joins the claim's reservedFor (allocation untouched),
                   both bound to its node, the share booked once; the claim
@@ -1004,11 +1007,25 @@ class DRA:
         for n, (m, c, pc) in self.PREEMPT_ASKS.items():
             self.share(n, m, c, True, pc, grace=30)
         self.wait_bound(list(self.PREEMPT_ASKS))
+        # Running and Ready, as kubelet would report them once loaded: mode
+        # 2's guard holds a bound pod that is not Ready (loading its
+        # weights) against any preemptor less than 1,000,000 above it
+        for n in self.PREEMPT_ASKS:
+            self.ready(n)
         used = self.check_sums(node)
         if used[0] != 80 * GiB or used[1] != 80:
             fail("preempt: the four shares hold %s of %s/gpu-0, expected 80Gi, 80 cores"
                  % (used, node))
         return {n: p["metadata"]["uid"] for n, p in self.pods().items()}
+
+    def ready(self, name):
+        """Marks pod name Running and Ready (no kubelet runs here)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.api.request("PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (NS, name),
+                         {"status": {"phase": "Running", "conditions": [
+                             {"type": "Ready", "status": "True",
+                              "lastTransitionTime": now}]}},
+                         "application/merge-patch+json")
 
     def evicted(self, uids):
         """The scene's pods evicted (being deleted, gone or replaced)."""
@@ -1120,6 +1137,39 @@ class DRA:
                 m.get("gpufrac_dra_preemptions_total") != "1" or \
                 m.get("gpufrac_dra_preempt_holds") != "0":
             fail("preempt: /metrics %s" % m)
+        self.delete_all()
+        self.retire(node)
+
+    def s_preempt_slow(self):
+        """s_preempt's GPU, and a victim that takes long to terminate (no
+        kubelet runs: an evicted pod stays Terminating until the harness
+        removes it).  hi (priority 1000) evicts a alone; while a is still
+        Terminating nothing else is evicted, past the hold's old fixed 2
+        minutes and past its bound (a's 30 s grace + 2 minutes), as
+        kube-scheduler never preempts again for a nominated pod whose
+        victims are still terminating.  Then a goes and hi is bound there.
+        Before 2026-12-05 (a tester's finding) the hold ended after 2
+        minutes and a second set of victims was evicted."""
+        node = "dra-s"
+        uids = self.full_gpu(node, "6")
+        self.share("hi", "30Gi", 30, True, "e2e-dra-p1000")
+        wait_for("a victim evicted", lambda: self.evicted(uids), 30, 0.5)
+        t0 = time.time()
+        while time.time() < t0 + 30 + 120 + 15:
+            gone = self.evicted(uids)
+            if gone != ["a"]:
+                fail("preempt_slow: evicted %s %.0f s after the first eviction, "
+                     "while a was still terminating; expected a alone" %
+                     (gone, time.time() - t0))
+            if self.pods()["hi"]["spec"].get("nodeName"):
+                fail("preempt_slow: hi bound while a's claim was still allocated")
+            time.sleep(2)
+        log("preempt_slow: %.0f s on, evicted %s alone; events of hi %s" %
+            (time.time() - t0, self.evicted(uids), self.events("hi")[-1:]))
+        self.api.delete("/api/v1/namespaces/%s/pods/a" % NS, gracePeriodSeconds=0)
+        self.wait_bound(["hi"], 60)
+        al = self.allocations()
+        self.check_result("hi", al["hi"][0], al["hi"][1], node, 30 * GiB, 30)
         self.delete_all()
         self.retire(node)
 
@@ -1328,7 +1378,7 @@ SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst", "taint_rule", "named_claim", "example",
-             "preempt", "preempt_budget", "shared_claim"]
+             "preempt", "preempt_budget", "preempt_slow", "shared_claim"]
 
 
 def main():

@@ -15,6 +15,7 @@
 
 #include "dra_int.h"
 #include "gpufrac/error.h"
+#include "gpufrac/kube.h"
 #include "gpufrac/sched_dra.h"
 #include "pdb.h"
 
@@ -1368,6 +1369,143 @@ static void test_preempt_budgets(void **state) {
   pscene_free(&p);
 }
 
+/* A hold's life (issue 32 F2): kept while its victims terminate, up to
+ * their own grace period plus the margin, not a fixed 2 minutes; past that
+ * it books no more, but while a victim is still terminating the preemptor
+ * gets no new victims (kube-scheduler's rule for a nominated pod). */
+static void test_hold_state(void **state) {
+  (void)state;
+  const int64_t s = 1000000, m = GF__DRA_HOLD_MARGIN_MS;
+  /* a victim with the default 30 s grace still terminating 2 min 10 s on */
+  assert_int_equal(gf__dra_hold_state(s + 130000, s, 30000, 1, 0),
+                   GF__DRA_HOLD_KEEP);
+  /* a long grace period (10 min): kept for it */
+  assert_int_equal(gf__dra_hold_state(s + 500000, s, 600000, 1, 0),
+                   GF__DRA_HOLD_KEEP);
+  assert_int_equal(gf__dra_hold_state(s + 600000 + m, s, 600000, 1, 0),
+                   GF__DRA_HOLD_KEEP);
+  /* past grace + margin: still terminating blocks new victims */
+  assert_int_equal(gf__dra_hold_state(s + 600001 + m, s, 600000, 1, 0),
+                   GF__DRA_HOLD_BLOCK);
+  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 2, 0),
+                   GF__DRA_HOLD_BLOCK);
+  /* the victims gone (their claims not yet released): ends at the bound */
+  assert_int_equal(gf__dra_hold_state(s + 30000 + m, s, 30000, 0, 0),
+                   GF__DRA_HOLD_KEEP);
+  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 0, 0),
+                   GF__DRA_HOLD_END);
+  assert_int_equal(gf__dra_hold_state(s + m + 1, s, 0, 0, 0), GF__DRA_HOLD_END);
+  /* the victims gone, a claim of theirs not yet released: no new victims
+   * for one more margin (a deleted pod's claim goes a moment after it) */
+  assert_int_equal(gf__dra_hold_state(s + 30001 + m, s, 30000, 0, 1),
+                   GF__DRA_HOLD_BLOCK);
+  assert_int_equal(gf__dra_hold_state(s + 30000 + 2 * m, s, 30000, 0, 1),
+                   GF__DRA_HOLD_BLOCK);
+  assert_int_equal(gf__dra_hold_state(s + 30001 + 2 * m, s, 30000, 0, 1),
+                   GF__DRA_HOLD_END);
+}
+
+/* A claim allocated by hand with consumedCapacity.memory 9000Gi on an 80Gi
+ * GPU (issue 32 F8): a conflict, named as impossible (claim, device,
+ * amounts), and a later fit on that device says why nothing is free
+ * instead of printing a negative free space. */
+static void test_impossible_result(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_of("dra_slice_shared.json", &s);
+  json_t *j = fixture("dra_claim_allocated.json");
+  json_t *cc = json_object_get(
+      json_array_get(
+          json_object_get(
+              json_object_get(
+                  json_object_get(json_object_get(j, "status"), "allocation"),
+                  "devices"),
+              "results"),
+          0),
+      "consumedCapacity");
+  json_object_set_new(cc, "memory", json_string("9000Gi"));
+  gf_dra_claim c, ok;
+  claim_of(j, &c);
+  claim_of(fixture("dra_claim_allocated.json"), &ok);
+  const gf_dra_claim *cl[] = {&c};
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, cl, 1, NULL, &m, NULL), 0);
+  assert_int_equal(gf_dra_model_conflicts(m), 1);
+  char why[512];
+  assert_true(gf__dra_model_impossible(m, &c, why, sizeof(why)));
+  assert_non_null(strstr(why, c.name));
+  assert_non_null(strstr(why, "gpu-0"));
+  assert_non_null(strstr(why, "9663676416000")); /* 9000Gi */
+  assert_non_null(strstr(why, "85899345920"));   /* 80Gi */
+  assert_false(gf__dra_model_impossible(m, &ok, why, sizeof(why)));
+  /* the next share asked of gpu-0 */
+  int64_t um, uc, mem, cores;
+  uint32_t na;
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  gf_dra_claim q;
+  claim_of(claim_json("q", NULL, 10 * GiB, 10), &q);
+  gf_diag d = {""};
+  assert_int_equal(
+      gf_dra_fit(&s.devices[0], um, uc, na, &q.req[0], &mem, &cores, &d),
+      GF_ENOFIT);
+  assert_null(strstr(d.msg, " -")); /* no negative amount */
+  assert_non_null(strstr(d.msg, "overbooked"));
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+}
+
+/* A slim DRA pod: bound to n1 when sched_s >= 0 (PodScheduled that many
+ * seconds before now), Ready or not, annotations ann (a JSON object or
+ * NULL). */
+static json_t *guard_pod(int64_t now_us, int64_t sched_s, const char *ready,
+                         const char *ann) {
+  char at[40];
+  gf_kube_time_format(now_us - sched_s * 1000000, at, sizeof(at));
+  json_t *p =
+      json_pack("{s:{s:s},s:{},s:{s:[{s:s,s:s,s:s},{s:s,s:s,s:s}]}}",
+                "metadata", "name", "p", "spec", "status", "conditions", "type",
+                "PodScheduled", "status", "True", "lastTransitionTime", at,
+                "type", "Ready", "status", ready, "lastTransitionTime", at);
+  if (sched_s >= 0)
+    json_object_set_new(json_object_get(p, "spec"), "nodeName",
+                        json_string("n1"));
+  if (ann)
+    json_object_set_new(json_object_get(p, "metadata"), "annotations",
+                        json_loads(ann, 0, NULL));
+  return p;
+}
+
+/* Mode 2's disruption guard (issue 32 F6): a DRA pod bound but not Ready
+ * (loading its weights) is guarded though no gpufrac.io/guard-since is on
+ * it (the extender's guard writes none on DRA pods), for the guard's cap;
+ * the annotations keep their meaning. */
+static void test_dra_guard(void **state) {
+  (void)state;
+  const int64_t now = INT64_C(1796000000) * 1000000;
+  struct {
+    int64_t sched_s;
+    const char *ready, *ann;
+    bool want;
+  } cases[] = {
+      {60, "False", NULL, true},   /* loading for a minute */
+      {60, "True", NULL, false},   /* Ready */
+      {1799, "False", NULL, true}, /* inside the 30 min cap */
+      {1801, "False", NULL, false},
+      {-1, "False", NULL, false}, /* not bound: loading nothing */
+      {60, "False", "{\"gpufrac.io/guard-released\":\"x\"}", false},
+      {60, "True", "{\"gpufrac.io/guard-since\":\"x\"}", true},
+      {5000, "True", "{\"gpufrac.io/protect\":\"always\"}", true},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    json_t *p = guard_pod(now, cases[i].sched_s, cases[i].ready, cases[i].ann);
+    if (gf__dra_pod_loading(p, now) != cases[i].want)
+      fail_msg("case %zu: loading %d, expected %d", i, !cases[i].want,
+               cases[i].want);
+    json_decref(p);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -1392,6 +1530,9 @@ int main(void) {
       cmocka_unit_test(test_admin_access),
       cmocka_unit_test(test_preempt_choice),
       cmocka_unit_test(test_preempt_budgets),
+      cmocka_unit_test(test_hold_state),
+      cmocka_unit_test(test_impossible_result),
+      cmocka_unit_test(test_dra_guard),
       cmocka_unit_test(test_allocation_stamp),
       cmocka_unit_test(test_book_claim_equals_build),
       cmocka_unit_test(test_shared_claim_place),
