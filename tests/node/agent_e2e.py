@@ -346,7 +346,16 @@ class Scenarios:
                            "waiting for 1"), "then pod a: %r" % msg)
         check(not os.path.exists(os.path.dirname(s.ctr_dir("m"))),
               "no files for the malformed pod")
+        # A granted pod bound after m is not answered while m waits (the
+        # call may be m's: docs/node.md, "Matching"); kubelet fails m after
+        # the refusal, then d's call is answered.
         s.add("d", grant(0, 2 * GiB, 10))
+        code, msg = rpc_error(lambda: alloc(s.plugin, self.ids[3]))
+        eq(code, grpc.StatusCode.NOT_FOUND, "status while m waits")
+        check("e2e/m: malformed" in msg, "the refusal names m: %r" % msg)
+        failed = pod_obj("m", "{not json")
+        failed["status"]["phase"] = "Failed"
+        s.double.state.put("pods", ad.pod_key(NS, "m"), failed)
         self.expect_mounts_answer(alloc(s.plugin, self.ids[3]), "d", 0,
                                   2 * GiB, 10)
 
