@@ -59,14 +59,15 @@ MEM_GI_PER_GPU = 48
 
 
 def instance_types():
+    """The replay's NodePool: the test's instance types (nvidia.com/gpu only,
+    never gpufrac.io/gpu) at 12 CPUs and 48Gi a GPU."""
     out = []
     for n in GPUS:
         out.append({
             "name": "g-%dx-a100" % n, "architecture": "amd64",
             "operatingSystems": ["linux"],
             "resources": {"cpu": str(CPU_PER_GPU * n), "memory": "%dGi" % (MEM_GI_PER_GPU * n),
-                          "pods": "110", "nvidia.com/gpu": str(n),
-                          "gpufrac.io/gpu": str(n * tk.SLOTS)},
+                          "pods": "110", "nvidia.com/gpu": str(n)},
             "offerings": [{"Price": 1.0 * n + 0.1, "Available": True, "Requirements": [
                 {"key": "karpenter.sh/capacity-type", "operator": "In",
                  "values": ["on-demand"]},

@@ -32,6 +32,11 @@
  * capacity arrived while its pods still wait: the autoscaler may still be
  * bringing the node it bought for it (docs/autoscaling.md, rule 7). */
 #define HOLD_US (300 * 1000000LL)
+/* kube-scheduler's longest wait before it tries an unschedulable pod again
+ * (podMaxBackoffSeconds, 10 s by default): once new GPU capacity arrives,
+ * a pod that failed several times may not be tried on it for that long,
+ * so no pod is demand again until then (at least after_ms). */
+#define SCHED_BACKOFF_US (10 * 1000000LL)
 #define REL_MAX 256
 
 /* A pod waiting: unbound, asking gpufrac GPUs. */
@@ -1443,7 +1448,9 @@ static int decide(gf__as *a, int64_t now, action *act) {
         return -GF_ENOMEM;
       }
   }
-  if (now - a->cap_at < a->after_us || now - a->hold_at < a->after_us) {
+  int64_t settle =
+      a->after_us > SCHED_BACKOFF_US ? a->after_us : SCHED_BACKOFF_US;
+  if (now - a->cap_at < settle || now - a->hold_at < settle) {
     gf__smap_release(&covered);
     return n; /* capacity just arrived: let the real pods land first */
   }

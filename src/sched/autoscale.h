@@ -18,8 +18,9 @@
  * False with reason Unschedulable (kube-scheduler's verdict after a cycle
  * in which its filters and the extender's left no node; the message carries
  * the extender's reasons), continuously for at least after_ms by the
- * bridge's clock, and for after_ms since capacity last arrived and since a
- * placeholder was last deleted for capacity (below).  Pods are
+ * bridge's clock, and for after_ms (at least 10 s, kube-scheduler's longest
+ * backoff) since capacity last arrived and since a placeholder was last
+ * deleted for capacity (below).  Pods are
  * grouped by their scheduling constraints (nodeSelector,
  * affinity.nodeAffinity, tolerations, the gpufrac.io/gpu-model annotation:
  * one canonical JSON string) and each group is packed alone, once its

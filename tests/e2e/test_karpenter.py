@@ -20,13 +20,19 @@ and not Ready until the test says it has loaded).  kube-controller-manager's
 node lifecycle controller runs too (the cluster leaves it out): it lifts the
 not-ready taint off the Ready KWOK nodes.  A KWOKNodeClass and a GPU
 NodePool of three instance types, g-2x-a100, g-4x-a100 and g-8x-a100, each
-GPU advertised as nvidia.com/gpu (what placeholders ask for) and as
-gpufrac.io/gpu, SLOTS a GPU (gpufrac's device plugin); the nodes are
+GPU advertised as nvidia.com/gpu (what placeholders ask for) and not as
+gpufrac.io/gpu, as no cloud's instance type does (Karpenter then buys
+nothing for a pod asking gpufrac.io/gpu: only the bridge buys for gpufrac's
+pods; with it declared, Karpenter bought a node for a whole-GPU pod the
+bridge had packed too, and the replay bought 8 GPUs for shares, as many as
+whole GPUs, in one CI run); the nodes are
 labelled gpufrac.io/enabled so that deploy/'s node-agent DaemonSet runs
 there.  Whenever that DaemonSet's pod appears on a new node, the test
 starts `gpufrac node --fake-gpus NxA100-80GB` (N: the instance type's)
 with a token bound to that pod, as kubelet would run it: it publishes the
-node's inventory.
+node's inventory; and the test adds gpufrac.io/gpu, SLOTS a GPU, to the
+Node's capacity when the node appears, as kubelet does once gpufrac's
+device plugin registers.
 
   scaleup  28 0.3-GPU shares, no GPU node: the bridge (given the pool's
            types, --autoscale-node-types) packs them 3 a GPU, 10 GPUs: one
@@ -100,16 +106,17 @@ def fail(msg):
 def instance_types():
     """The NodePool's instance types for Karpenter's KWOK provider (its
     instance-types file): g-2x-a100, g-4x-a100 and g-8x-a100, each GPU
-    advertised twice, as nvidia.com/gpu (what placeholders ask for; NVIDIA's
-    device plugin) and as gpufrac.io/gpu, SLOTS a GPU (gpufrac's device
-    plugin); priced by the GPU plus a little for the node."""
+    advertised as nvidia.com/gpu (what placeholders ask for; NVIDIA's device
+    plugin), never as gpufrac.io/gpu (a device plugin's resource, which
+    kubelet adds to the Node: plugin_registered); priced by the GPU plus a
+    little for the node."""
     out = []
     for n in GPU_TYPES:
         out.append({
             "name": "g-%dx-a100" % n, "architecture": "amd64",
             "operatingSystems": ["linux"],
             "resources": {"cpu": str(8 * n), "memory": "%dGi" % (64 * n), "pods": "110",
-                          "nvidia.com/gpu": str(n), "gpufrac.io/gpu": str(n * SLOTS)},
+                          "nvidia.com/gpu": str(n)},
             "offerings": [{"Price": 1.0 * n + 0.1, "Available": True, "Requirements": [
                 {"key": "karpenter.sh/capacity-type", "operator": "In",
                  "values": ["on-demand"]},
@@ -152,6 +159,7 @@ class Scenario:
         self.t = E2E(c)
         self.own = []  # Karpenter and KWOK: stopped by the test, not as gpufrac
         self.agents = {}  # node -> the agent started for it
+        self.registered = set()  # nodes given gpufrac.io/gpu (plugin_registered)
         self.placeholders_seen = {}  # uid -> nvidia.com/gpu asked
         self.stop_watch = threading.Event()
         # The agents are this thread's children: PR_SET_PDEATHSIG (cluster.py)
@@ -317,6 +325,9 @@ class Scenario:
                 for n in self.pool_nodes():
                     name = n["metadata"]["name"]
                     live.add(name)
+                    if name not in self.registered:
+                        self.plugin_registered(name, self.gpus_of(name))
+                        self.registered.add(name)
                     if name not in self.agents:
                         p = self.t.agent_pod(name)
                         with self.agents_mu:
@@ -367,6 +378,20 @@ class Scenario:
             "--listen", "127.0.0.1:%d" % free_port(), "--interval", "2"])
         log("node %s (%d GPUs): agent started (its DaemonSet pod %s)" %
             (node, n, p["metadata"]["name"]))
+
+    def plugin_registered(self, node, n):
+        """What kubelet does once the agent's device plugin registers (KWOK's
+        nodes have no kubelet): gpufrac.io/gpu, SLOTS a GPU, in the Node's
+        capacity and allocatable.  Done when the node is first seen, while
+        it still carries the not-ready taint: added after pods were found
+        unschedulable for its lack, kube-scheduler tried them again only
+        20 s later (v1.37.2, in a run of the replay), which the bridge
+        (--autoscale-after 2s, 10 s after capacity) took as pods still
+        waiting, and bought again."""
+        res = {"gpufrac.io/gpu": str(n * SLOTS)}
+        self.api.request("PATCH", "/api/v1/nodes/%s/status" % node,
+                         {"status": {"capacity": res, "allocatable": res}},
+                         "application/strategic-merge-patch+json")
 
     def wait(self, what, fn, timeout, interval=0.5):
         def ok():
