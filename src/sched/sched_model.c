@@ -324,7 +324,7 @@ static void book_late(gf_sched *s, const char *node) {
 }
 
 void gf__remove_pod(gf_sched *s, prec *p) {
-  char node[sizeof(p->node)];
+  char node[GF_NAME_MAX];
   bool freed = p->placed && s->late;
   if (freed)
     snprintf(node, sizeof(node), "%s", p->node);

@@ -18,7 +18,12 @@
 
 static fake_binder FB;
 
-/* An extender and its one node, n1: 4 CPUs, 16Gi, one 16Gi T4. */
+/* The node's name is longer than a pointer: the name once kept to book
+ * the late pods on when a pod went was cut to 7 characters, so they were
+ * never booked there. */
+#define NODE "gpu-node-a100-0001"
+
+/* An extender and its one node, NODE: 4 CPUs, 16Gi, one 16Gi T4. */
 static gf_sched *ext(void) {
   static gf_binder binder;
   pthread_mutex_init(&FB.mu, NULL);
@@ -30,7 +35,7 @@ static gf_sched *ext(void) {
   gf_sched_set_leader(s, true);
   json_t *n =
       json_pack("{s:s,s:{s:s,s:s,s:{s:s}},s:{s:{s:s,s:s,s:s}}}", "kind", "Node",
-                "metadata", "name", "n1", "resourceVersion", "1", "annotations",
+                "metadata", "name", NODE, "resourceVersion", "1", "annotations",
                 "gpufrac.io/inventory",
                 "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"GPU-t4\","
                 "\"model\":\"T4\",\"memory\":\"16Gi\"}]}",
@@ -45,7 +50,7 @@ static void uid_of(int k, char *uid, size_t cap) {
   snprintf(uid, cap, "77777777-0000-4000-8000-%012d", k);
 }
 
-/* Pod `name` (uid k) asking requests `req` (a JSON text); bound to n1 in
+/* Pod `name` (uid k) asking requests `req` (a JSON text); bound to NODE in
  * `phase` with `grant` when grant is not NULL, else pending when node is
  * false. */
 static json_t *pod(const char *name, int k, const char *req, bool node,
@@ -65,7 +70,7 @@ static json_t *pod(const char *name, int k, const char *req, bool node,
                 "resources", "limits", r, "requests", r);
   if (node) {
     json_object_set_new(json_object_get(p, "spec"), "nodeName",
-                        json_string("n1"));
+                        json_string(NODE));
     json_object_set_new(p, "status", json_pack("{s:s}", "phase", phase));
   }
   return p;
@@ -87,20 +92,20 @@ static void del(gf_sched *s, int k) {
 static bool fits(gf_sched *s, const char *req) {
   json_t *a =
       json_pack("{s:o,s:[s]}", "Pod", pod("probe", 99, req, false, NULL, NULL),
-                "NodeNames", "n1");
+                "NodeNames", NODE);
   char *body = json_dumps(a, JSON_COMPACT);
   json_decref(a);
   gf_sched_reply r;
   gf_sched_handle(s, "POST", "/filter", body, strlen(body), &r);
   free(body);
-  bool ok = strstr(r.body, "\"NodeNames\":[\"n1\"]") != NULL;
+  bool ok = strstr(r.body, "\"NodeNames\":[\"" NODE "\"]") != NULL;
   gf_sched_reply_release(&r);
   return ok;
 }
 
 static void used(gf_sched *s, int64_t cpu, int milli, int64_t mem) {
   gf_node n;
-  assert_int_equal(gf_sched_node_state(s, "n1", &n), 0);
+  assert_int_equal(gf_sched_node_state(s, NODE, &n), 0);
   assert_int_equal(n.cpu_used, cpu);
   assert_int_equal(n.gpus[0].milli_used, milli);
   assert_int_equal(n.gpus[0].mem_used, mem);
@@ -108,7 +113,7 @@ static void used(gf_sched *s, int64_t cpu, int milli, int64_t mem) {
 
 #define CPU(c) "{\"cpu\":\"" c "\"}"
 #define GRANT(mem, compute)                                                    \
-  "{\"version\":1,\"node\":\"n1\",\"containers\":[{\"name\":\"main\","         \
+  "{\"version\":1,\"node\":\"" NODE "\",\"containers\":[{\"name\":\"main\","   \
   "\"gpus\":[{\"index\":0,\"memory\":" mem ",\"compute\":" compute "}]}]}"
 /* A share asking c CPUs (the extender answers for GPU pods only). */
 #define CPU_SHARE(c)                                                           \
