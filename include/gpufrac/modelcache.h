@@ -214,6 +214,19 @@ int gf_node_cache_fetch_source(gf_node_cache *c, const char *name,
  * (see gf_node_cache_opts.pod_sources); false for NULL or "" allow. */
 bool gf_node_cache_source_allowed(const char *allow, const char *source);
 
+/* Whether source has the form of a model source, saying only what it
+ * seems to (docs/modelcache.md, "Sources"): http(s)://host[:port][/path]
+ * (no user name or password, no empty or out-of-range port, no query or
+ * fragment), file:///path, or hf://ORG/NAME[@REVISION]; in a path no '.',
+ * '..' or empty segment (a final '/' is fine), no backslash, no
+ * percent-encoded '.', '/' or '\\', no malformed escape; no control byte
+ * or space; under 2048 bytes.  The one check of every source: the cache's
+ * requests (a pod's, a prefetch ConfigMap's, an operator's fetch) and
+ * `gpufrac cache prefetch --source`.  GF_EINVAL with "'<source, a password
+ * left out>' <what is wrong>: refused ..." for the caller to prefix with
+ * where it came from; d may be NULL. */
+int gf_node_cache_source_check(const char *source, gf_diag *d);
+
 /* gf_node_cache_fetch for a source a pod named (its annotation): GF_EINVAL
  * naming the config key when the source is not under one of the cache's
  * pod_sources; redirects are then followed to https:// only.  A NULL

@@ -565,6 +565,14 @@ int cmd_cache(int argc, char **argv) {
         prefetch_bad(source, nodes, selector, names, ns, kubeconfig, context);
     if (bad)
       return bad_usage(bad);
+    /* what every node agent would refuse is refused here, by the same
+     * check, before a ConfigMap is written */
+    gf_diag sd = {""};
+    if (gf_node_cache_source_check(source, &sd)) {
+      char msg[sizeof(sd.msg) + 16];
+      snprintf(msg, sizeof(msg), "--source %s", sd.msg);
+      return bad_usage(msg);
+    }
     gf_node_prefetch p;
     gf_node_prefetch_init(&p);
     snprintf(p.model, sizeof(p.model), "%s", pos[1]);

@@ -1585,6 +1585,11 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
 }
 
 static int request(gf_node_cache *c, req *r, gf_diag *d) {
+  /* every source the one way (pod_req checked a pod's before its prefix) */
+  gf_diag sd = {{0}};
+  if (r->source && *r->source && gf_node_cache_source_check(r->source, &sd))
+    return gf_diag_set(d, GF_EINVAL, "model %s: source %s",
+                       r->name ? r->name : "?", sd.msg);
   if (gf__mc_is_hf(r->source))
     return hf_req(c, r, d);
   int rc = fetch_req(c, r, &(src_pre){0}, d);
@@ -2122,29 +2127,6 @@ int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex) {
   return 0;
 }
 
-/* Whether a pod's source says only what it seems to: no "." or ".."
- * segment (libcurl resolves them before sending, so
- * "https://h/public/../private/" would fetch /private/ past a prefix
- * "https://h/public/"), no percent-encoded dot, slash or backslash (a
- * server may decode and follow them), no backslash. */
-static bool source_plain(const char *s) {
-  if (strchr(s, '\\'))
-    return false;
-  for (const char *p = s; (p = strchr(p, '%')) != NULL; p++)
-    if (p[1] && p[2] &&
-        (!strncasecmp(p, "%2e", 3) || !strncasecmp(p, "%2f", 3) ||
-         !strncasecmp(p, "%5c", 3)))
-      return false;
-  const char *path = strstr(s, "://");
-  path = path ? strchr(path + 3, '/') : NULL;
-  for (const char *p = path; p && *p; p = strchr(p + 1, '/')) {
-    size_t n = strcspn(p + 1, "/?#");
-    if ((n == 1 && p[1] == '.') || (n == 2 && p[1] == '.' && p[2] == '.'))
-      return false;
-  }
-  return true;
-}
-
 /* The prefix in allow that source starts with into out[cap] (the first);
  * false when none. */
 static bool source_prefix(const char *allow, const char *source, char *out,
@@ -2182,12 +2164,9 @@ bool gf_node_cache_source_allowed(const char *allow, const char *source) {
 static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
   const char *name = r->name, *hex = r->hex, *source = r->source;
   char pre[1024], shpre[1024];
-  if (source && !source_plain(source))
-    return gf_diag_set(d, GF_EINVAL,
-                       "model %s: source '%.200s' has a '.' or '..' path "
-                       "segment, a backslash or an encoded '.', '/' or '\\': "
-                       "refused (docs/modelcache.md)",
-                       name, source);
+  gf_diag sd = {{0}};
+  if (source && gf_node_cache_source_check(source, &sd))
+    return gf_diag_set(d, GF_EINVAL, "model %s: source %s", name, sd.msg);
   if (source && !source_prefix(c->pod_sources, source, pre, sizeof(pre)))
     return gf_diag_set(d, GF_EINVAL,
                        "model %s: source '%.200s' is not under the node's "

@@ -149,11 +149,16 @@ static bool has_part(CURLU *u, CURLUPart what) {
   return has;
 }
 
-/* What is wrong with endpoint ep's parts (NULL: nothing). */
+/* What is wrong with endpoint ep's parts (NULL: nothing): the sources'
+ * rules (gf__mc_url_why: no empty port, dot segment, ...), then what
+ * libcurl makes of it. */
 static const char *endpoint_why(CURLU *u, const char *ep) {
+  const char *why = gf__mc_url_why(ep);
+  if (why)
+    return why;
   if (curl_url_set(u, CURLUPART_URL, ep, 0) != CURLUE_OK ||
       !has_part(u, CURLUPART_HOST))
-    return "not a URL with a host";
+    return "is not a URL with a host";
   if (has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
     return "has a user name or password (user:password@): refused (a hub "
            "token goes in model_hf_token_file)";
@@ -176,10 +181,11 @@ int gf__mc_hf_endpoint_check(const char *ep, bool token, gf_diag *d) {
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   const char *why = endpoint_why(u, ep);
   curl_url_cleanup(u);
-  if (why && !strncmp(why, "has a user", 10))
-    return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint %s", why);
+  char shown[1600];
+  gf__mc_url_redact(ep, shown, sizeof(shown)); /* never a password */
   if (why)
-    return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint '%.200s': %s", ep, why);
+    return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint '%.200s' %s", shown,
+                       why);
   char origin[1200];
   if (token && (!gf__mc_origin(ep, origin, sizeof(origin)) ||
                 !gf__mc_hf_token_safe(origin)))
@@ -192,10 +198,14 @@ int gf__mc_hf_endpoint_check(const char *ep, bool token, gf_diag *d) {
   return 0;
 }
 
-/* A branch, tag or commit: [A-Za-z0-9._/-], no "..", no leading '/'. */
+/* A branch, tag or commit: [A-Za-z0-9._/-], no "..", no '.' or empty
+ * '/'-separated segment (no leading, trailing or double '/'). */
 static bool rev_ok(const char *v) {
   size_t n = strlen(v);
-  if (n == 0 || n > HF_REV_MAX || v[0] == '/' || strstr(v, ".."))
+  if (n == 0 || n > HF_REV_MAX || v[0] == '/' || v[n - 1] == '/' ||
+      strstr(v, "..") || strstr(v, "//") || !strcmp(v, ".") ||
+      !strncmp(v, "./", 2) || strstr(v, "/./") ||
+      (n >= 2 && !strcmp(v + n - 2, "/.")))
     return false;
   for (size_t i = 0; i < n; i++) {
     char ch = v[i];
@@ -205,6 +215,21 @@ static bool rev_ok(const char *v) {
       return false;
   }
   return true;
+}
+
+const char *gf__mc_hf_source_why(const char *source) {
+  const char *r = source + 5;
+  const char *at = strchr(r, '@');
+  size_t rl = at ? (size_t)(at - r) : strlen(r);
+  if (!repo_ok(r, rl))
+    return "is not hf://ORG/NAME[@REVISION]: want hf://ORG/NAME or "
+           "hf://ORG/NAME@REVISION (names of letters, digits, '.', '_', '-', "
+           "at most 96 each, no '..')";
+  if (at && !rev_ok(at + 1))
+    return "has a revision that is not a branch, tag or commit: want "
+           "hf://ORG/NAME@REVISION (letters, digits, '.', '_', '-' and '/', "
+           "no '.', '..' or empty segment)";
+  return NULL;
 }
 
 /* A path from the listing, fit to print: control bytes as '?'. */

@@ -47,6 +47,19 @@ int gf__mc_fs_space(const char *path, uint64_t *free, uint64_t *total);
 /* True for an http://, https:// or file:// URL without control bytes. */
 bool gf__mc_source_ok(const char *source);
 
+/* What is wrong with url, an http(s):// or file:/// URL, as a source, a
+ * prefix of sources or a hub endpoint (docs/modelcache.md, "Sources"): a
+ * user name or password, no host, an empty or bad port, a query or
+ * fragment, a '.', '..' or empty ('//') path segment, a backslash, a
+ * percent-encoded '.', '/' or '\\', a bad escape, a control byte or space,
+ * 2048 bytes or more.  NULL: nothing (modelcache_source.c). */
+const char *gf__mc_url_why(const char *url);
+/* url into out[cap] with its user information (before '@') as "***". */
+void gf__mc_url_redact(const char *url, char *out, size_t cap);
+/* What is wrong with source "hf://..." (NULL: nothing): not
+ * hf://ORG/NAME[@REVISION] with the names and revision the hub allows. */
+const char *gf__mc_hf_source_why(const char *source);
+
 /* Reads <source>/GF_NODE_CACHE_MANIFEST (at most GF_NODE_CACHE_MANIFEST_MAX
  * bytes) into malloc'd *out[*len].  A file:// source is read without
  * libcurl, beneath the directory of file:// URL `beneath` (NULL: the
