@@ -447,6 +447,19 @@ typedef struct pin {
   char holder[GF_NODE_CACHE_NAME_MAX];
 } pin;
 
+/* A Hugging Face repository's resolution (and the fetch after it) under
+ * way: the requests of the same model wait for it instead of asking the
+ * hub again (one resolution per model in flight). */
+typedef struct hf_flight {
+  struct hf_flight *next;
+  char key[GF_NODE_CACHE_HEX + 8 + 2048]; /* hf_flight_key */
+  uint64_t who;                           /* req_who of the one resolving */
+  int refs;                               /* the resolver and each waiter */
+  bool done;
+  int rc;
+  gf_diag d;
+} hf_flight;
+
 struct gf_node_cache {
   char root[4096 - 128];
   char pod_sources[1024];    /* gf_node_cache_opts.pod_sources */
@@ -467,6 +480,7 @@ struct gf_node_cache {
   uint64_t fetch_ok, fetch_failed, fetch_hit, evictions;
   uint64_t locked; /* mlock'ed bytes, all models */
   int cancel;      /* atomic: fetches stop */
+  hf_flight *hff;  /* hf:// resolutions under way */
   int lock_fd;     /* <root>/lock, flock'ed; -1: read-only */
   bool ro;         /* read_only: nothing changes on disk */
   void (*hook)(void *user, const char *point); /* tests */
@@ -1512,7 +1526,7 @@ static bool ready(gf_node_cache *c, const char *hex) {
  * the digest it names is ready, the repository is resolved into its
  * manifest (the hub token, when configured, to the hub's host only) and
  * the fetch goes on from the hub's files with that manifest. */
-static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
+static int hf_req_run(gf_node_cache *c, req *r, gf_diag *d) {
   if (ready(c, r->hex))
     return fetch_req(c, r, &(src_pre){0}, d);
   if (c->ro)
@@ -1581,6 +1595,85 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
   }
   gf_node_cache_manifest_release(&m);
   gf__mc_hf_release(&hf);
+  return rc;
+}
+
+/* What one resolution of r is known by: the digest it names, else its
+ * source. */
+static void hf_flight_key(const req *r, char *out, size_t cap) {
+  if (r->hex && r->hex[0])
+    snprintf(out, cap, "sha256:%s", r->hex);
+  else
+    snprintf(out, cap, "%s", r->source);
+}
+
+static void hf_flight_put(hf_flight *f) {
+  if (--f->refs == 0)
+    gf__free(f);
+}
+
+/* hf_req_run with one resolution per model in flight: a request for a
+ * model whose repository another request is resolving (and fetching)
+ * waits for that one and then looks again (the model is ready: a hit, with
+ * the namespace rule and the pin); when that one failed, a request of the
+ * same source and namespace has its failure, another tries its own. */
+static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
+  char key[sizeof(((hf_flight *)0)->key)];
+  hf_flight_key(r, key, sizeof(key));
+  uint64_t who = req_who(r);
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    hf_flight *f = c->hff;
+    while (f && strcmp(f->key, key) != 0)
+      f = f->next;
+    if (!f)
+      break;
+    f->refs++;
+    if (c->hook) { /* tests: "flight-wait", without the lock */
+      pthread_mutex_unlock(&c->mu);
+      run_hook(c, "flight-wait");
+      pthread_mutex_lock(&c->mu);
+    }
+    while (!f->done)
+      pthread_cond_wait(&c->cv, &c->mu);
+    int rc = f->rc;
+    bool same = f->who == who;
+    if (rc && same && d)
+      *d = f->d;
+    hf_flight_put(f);
+    if (rc && same) {
+      r->downloaded = true; /* its details are for the log (pod_req) */
+      pthread_mutex_unlock(&c->mu);
+      return rc;
+    }
+    if (!rc)
+      break; /* ready now: hf_req_run finds it without the hub */
+  }
+  hf_flight *mine = gf__calloc(1, sizeof(*mine));
+  if (mine) {
+    gf__node_copy(mine->key, sizeof(mine->key), key);
+    mine->who = who;
+    mine->refs = 1;
+    mine->next = c->hff;
+    c->hff = mine;
+  }
+  pthread_mutex_unlock(&c->mu);
+  int rc = hf_req_run(c, r, d);
+  if (!mine)
+    return rc;
+  pthread_mutex_lock(&c->mu);
+  for (hf_flight **pp = &c->hff; *pp; pp = &(*pp)->next)
+    if (*pp == mine) {
+      *pp = mine->next;
+      break;
+    }
+  mine->done = true;
+  mine->rc = rc;
+  if (rc && d)
+    mine->d = *d;
+  pthread_cond_broadcast(&c->cv);
+  hf_flight_put(mine);
+  pthread_mutex_unlock(&c->mu);
   return rc;
 }
 
