@@ -253,6 +253,17 @@ typedef struct gf_node_cache_req {
  * fetch of it runs or it is ready (GF_ESTATE).  GF_EINVAL, GF_EIO. */
 int gf_node_cache_drop_parts(gf_node_cache *c, const char *hex);
 
+/* Removes the parts (tmp/<hex>) of pods' fetches that nothing wants any
+ * more: no fetch of the model runs, it is not ready, no pin names it, and
+ * wanted(user, hex) (NULL: none) says no pod wants it; an operator's
+ * parts (`gpufrac cache fetch`, a prefetch: kept to resume) stay.  For
+ * the parts of a pod that left while no agent ran (the model loader drops
+ * them itself when a pod leaves while it runs): call it once the pods on
+ * the node are known.  Returns how many models' parts were removed. */
+int gf_node_cache_drop_stale_parts(gf_node_cache *c,
+                                   bool (*wanted)(void *user, const char *hex),
+                                   void *user);
+
 /* Makes model r->hex ready for a pod of namespace r->ns, pins it for
  * r->holder and writes the directory to mount into dir[cap], the pin taken
  * under the cache's lock in the same step that finds the model ready (so no

@@ -1389,6 +1389,10 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   /* The name beside it, for `gpufrac cache ls` (read-only: it sees the
    * fetch only on disk); removed before the publish. */
   (void)gf_node_write_atomic(tmp, "name", name, strlen(name), NULL);
+  /* Whose parts these are: a pod's are dropped once no pod wants them
+   * (gf_node_cache_drop_stale_parts), an operator's kept to resume. */
+  const char *owner = ns ? "pod" : "operator";
+  (void)gf_node_write_atomic(tmp, "owner", owner, strlen(owner), NULL);
   gf__mc_log(&c->o,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
@@ -1398,6 +1402,8 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
   if (rc)
     goto out;
   snprintf(path, sizeof(path), "%s/name", tmp);
+  unlink(path);
+  snprintf(path, sizeof(path), "%s/owner", tmp);
   unlink(path);
   /* Publish: make read-only, fsync the tree's directories, rename. */
   nftw(tmp, ro_visit, 16, FTW_PHYS | FTW_DEPTH);
@@ -2325,6 +2331,59 @@ int gf_node_cache_drop_parts(gf_node_cache *c, const char *hex) {
     rc = GF_EIO;
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+/* Whether tmp/<hex> (its path) holds an operator's fetch (its "owner"
+ * file says so; one without it, from before the file, is a pod's). */
+static bool operators_parts(const char *tmp) {
+  char path[4400], buf[16] = "";
+  snprintf(path, sizeof(path), "%.4200s/owner", tmp);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return false;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strcmp(buf, "operator") == 0;
+}
+
+int gf_node_cache_drop_stale_parts(gf_node_cache *c,
+                                   bool (*wanted)(void *user, const char *hex),
+                                   void *user) {
+  if (c->ro)
+    return 0;
+  char tdir[4096];
+  snprintf(tdir, sizeof(tdir), "%s/tmp", c->root);
+  DIR *dh = opendir(tdir);
+  if (!dh)
+    return 0;
+  int dropped = 0;
+  pthread_mutex_lock(&c->mu);
+  struct dirent *de;
+  while ((de = readdir(dh)) != NULL) {
+    const char *hex = de->d_name;
+    char tmp[4200];
+    if (!is_hex64(hex, strlen(hex)) || find(c, hex))
+      continue; /* not a fetch's parts, or its fetch runs (or it is ready) */
+    bool pinned = false;
+    for (size_t i = 0; i < c->np && !pinned; i++)
+      pinned = strcmp(c->p[i].hex, hex) == 0;
+    snprintf(tmp, sizeof(tmp), "%s/%s", tdir, hex);
+    if (pinned || operators_parts(tmp) || (wanted && wanted(user, hex)))
+      continue;
+    if (gf__mc_rmtree(tmp)) {
+      dropped++;
+      gf__mc_log(&c->o,
+                 "the parts of a pod's fetch of sha256:%.12s removed: no pod "
+                 "wants that model any more (its pod left while no agent ran)",
+                 hex);
+    } else {
+      gf__mc_log(&c->o, "cannot remove %s", tmp);
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  closedir(dh);
+  return dropped;
 }
 
 int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,
