@@ -1103,27 +1103,32 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       retry = true;
     }
     fails = at > have ? 0 : fails + 1;
+    const char *tries = attempt ? "tries" : "try";
     if (!retry || fails > j->o->retries) {
       if (http_err)
-        rc = gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld (after %u tries)",
-                         url, code, attempt + 1);
+        rc = gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld (after %u %s)", url,
+                         code, attempt + 1, tries);
       else if (cr != CURLE_OK)
-        rc = gf_diag_set(d, GF_EHTTP, "%s: %s (after %u tries)", url,
-                         err[0] ? err : curl_easy_strerror(cr), attempt + 1);
+        rc = gf_diag_set(d, GF_EHTTP, "%s: %s (after %u %s)", url,
+                         err[0] ? err : curl_easy_strerror(cr), attempt + 1,
+                         tries);
       else
         rc = gf_diag_set(d, GF_EIO,
                          "%s: %" PRIu64 " bytes, the manifest says %" PRIu64,
                          url, at, f->size);
       goto out;
     }
+    /* The try to come, and the most there can be: this one's number
+     * and as many more as may still get no byte (--retries after one
+     * that got none; bytes received reset it, raising the most). */
     gf__mc_log(j->o,
-               "model %s: %s: %s at byte %" PRIu64 ", resuming (try "
-               "%u; %u more without progress at most)",
+               "model %s: %s: %s at byte %" PRIu64
+               ", resuming (try %u of at most %u)",
                j->name, f->path,
                err[0] ? err
                : cr   ? curl_easy_strerror(cr)
                       : "short",
-               at, attempt + 2, j->o->retries + 1 - fails);
+               at, attempt + 2, attempt + 1 + j->o->retries + 1 - fails);
     /* 0.2 s after a try that got bytes; else 0.5 s doubling to 8 s */
     sleep_ms(!fails ? 200L : 500L << (fails > 5 ? 4 : fails - 1));
   }
