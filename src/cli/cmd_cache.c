@@ -217,6 +217,14 @@ static const char *prefetch_bad(const char *source, int64_t nodes,
            "--node-selector, --source or --namespace)";
   if (selector && !selector_ok(selector))
     return "--node-selector: want K=V[,K=V]";
+  /* what every node agent would refuse is refused here, by the same
+   * check, before a ConfigMap is written */
+  static char msg[GF_DIAG_MAX + 16];
+  gf_diag sd = {""};
+  if (gf_node_cache_source_check(source, &sd)) {
+    snprintf(msg, sizeof(msg), "--source %s", sd.msg);
+    return msg;
+  }
   return NULL;
 }
 
@@ -565,14 +573,6 @@ int cmd_cache(int argc, char **argv) {
         prefetch_bad(source, nodes, selector, names, ns, kubeconfig, context);
     if (bad)
       return bad_usage(bad);
-    /* what every node agent would refuse is refused here, by the same
-     * check, before a ConfigMap is written */
-    gf_diag sd = {""};
-    if (gf_node_cache_source_check(source, &sd)) {
-      char msg[sizeof(sd.msg) + 16];
-      snprintf(msg, sizeof(msg), "--source %s", sd.msg);
-      return bad_usage(msg);
-    }
     gf_node_prefetch p;
     gf_node_prefetch_init(&p);
     snprintf(p.model, sizeof(p.model), "%s", pos[1]);

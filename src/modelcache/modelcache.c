@@ -1318,6 +1318,25 @@ typedef struct src_pre {
   const gf__mc_opts *o;
 } src_pre;
 
+/* Beside a fetch's parts in tmp (NULL name: removed, before the publish):
+ * the model's name, for `gpufrac cache ls` (read-only: it sees the fetch
+ * only on disk), and whose parts they are: a pod's (ns) are dropped once
+ * no pod wants them (gf_node_cache_drop_stale_parts), an operator's are
+ * kept to resume. */
+static void tmp_labels(const char *tmp, const char *name, const char *ns) {
+  if (!name) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%.4090s/name", tmp);
+    unlink(path);
+    snprintf(path, sizeof(path), "%.4090s/owner", tmp);
+    unlink(path);
+    return;
+  }
+  const char *owner = ns ? "pod" : "operator";
+  (void)gf_node_write_atomic(tmp, "name", name, strlen(name), NULL);
+  (void)gf_node_write_atomic(tmp, "owner", owner, strlen(owner), NULL);
+}
+
 /* The fetch proper, without the lock: manifest, room, files, publish. */
 static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
                     const char *source, const char *beneath, const char *ns,
@@ -1386,13 +1405,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
     rc = gf_node_write_atomic(tmp, "manifest", text, len, d);
   if (rc)
     goto out;
-  /* The name beside it, for `gpufrac cache ls` (read-only: it sees the
-   * fetch only on disk); removed before the publish. */
-  (void)gf_node_write_atomic(tmp, "name", name, strlen(name), NULL);
-  /* Whose parts these are: a pod's are dropped once no pod wants them
-   * (gf_node_cache_drop_stale_parts), an operator's kept to resume. */
-  const char *owner = ns ? "pod" : "operator";
-  (void)gf_node_write_atomic(tmp, "owner", owner, strlen(owner), NULL);
+  tmp_labels(tmp, name, ns); /* removed before the publish */
   gf__mc_log(&c->o,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
@@ -1401,10 +1414,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
                           &c->bytes_fetched, &c->cancel, d);
   if (rc)
     goto out;
-  snprintf(path, sizeof(path), "%s/name", tmp);
-  unlink(path);
-  snprintf(path, sizeof(path), "%s/owner", tmp);
-  unlink(path);
+  tmp_labels(tmp, NULL, NULL);
   /* Publish: make read-only, fsync the tree's directories, rename. */
   nftw(tmp, ro_visit, 16, FTW_PHYS | FTW_DEPTH);
   snprintf(path, sizeof(path), "%s/manifest", tmp);
@@ -2336,15 +2346,15 @@ int gf_node_cache_drop_parts(gf_node_cache *c, const char *hex) {
 /* Whether tmp/<hex> (its path) holds an operator's fetch (its "owner"
  * file says so; one without it, from before the file, is a pod's). */
 static bool operators_parts(const char *tmp) {
-  char path[4400], buf[16] = "";
+  char path[4400];
   snprintf(path, sizeof(path), "%.4200s/owner", tmp);
-  FILE *f = fopen(path, "re");
-  if (!f)
+  char *text = NULL;
+  size_t n = 0;
+  if (gf__node_read_file(path, 64, &text, &n, NULL))
     return false;
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return strcmp(buf, "operator") == 0;
+  bool op = n == 8 && memcmp(text, "operator", 8) == 0;
+  gf__free(text);
+  return op;
 }
 
 int gf_node_cache_drop_stale_parts(gf_node_cache *c,

@@ -901,6 +901,35 @@ static CURLcode local_copy(int sfd, xfer *x) {
   return cr;
 }
 
+/* Whether a try that ended so may pass another time (a dropped
+ * connection, a stall, a server error, a short answer); not a 4xx, a
+ * missing file:// file or a short file:// source. */
+static bool retriable(bool http_err, long code, CURLcode cr, bool is_file) {
+  if (http_err)
+    return code >= 500 || code == 429 || code == 416;
+  if (cr != CURLE_OK)
+    return cr != CURLE_REMOTE_FILE_NOT_FOUND &&
+           cr != CURLE_FILE_COULDNT_READ_FILE &&
+           cr != CURLE_UNSUPPORTED_PROTOCOL && cr != CURLE_URL_MALFORMAT;
+  return !is_file;
+}
+
+/* A file given up on after `tries` tries, the last one ending so. */
+static int gave_up(const char *url, bool http_err, long code, CURLcode cr,
+                   const char *err, unsigned tries, uint64_t at, uint64_t size,
+                   gf_diag *d) {
+  const char *word = tries == 1 ? "try" : "tries";
+  if (http_err)
+    return gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld (after %u %s)", url,
+                       code, tries, word);
+  if (cr != CURLE_OK)
+    return gf_diag_set(d, GF_EHTTP, "%s: %s (after %u %s)", url,
+                       err[0] ? err : curl_easy_strerror(cr), tries, word);
+  return gf_diag_set(d, GF_EIO,
+                     "%s: %" PRIu64 " bytes, the manifest says %" PRIu64, url,
+                     at, size);
+}
+
 /* Fetches file f of the job: tries until it is whole and verified. */
 static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
   char files[4096], fin[8192], part[8192];
@@ -1084,18 +1113,8 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       goto out;
     }
     close(fd);
-    /* Not whole: retry what may pass (a dropped connection, a stall, a
-     * server error, a short answer); not a 4xx, a missing file:// file or
-     * a short file:// source. */
-    bool retry;
-    if (http_err)
-      retry = code >= 500 || code == 429 || code == 416;
-    else if (cr != CURLE_OK)
-      retry = cr != CURLE_REMOTE_FILE_NOT_FOUND &&
-              cr != CURLE_FILE_COULDNT_READ_FILE &&
-              cr != CURLE_UNSUPPORTED_PROTOCOL && cr != CURLE_URL_MALFORMAT;
-    else
-      retry = !is_file;
+    /* Not whole: retry what may pass */
+    bool retry = retriable(http_err, code, cr, is_file);
     if ((http_err && code == 416) || cr == CURLE_RANGE_ERROR) {
       /* Our part does not fit this source (416), or the source cannot
        * resume (answered a Range with the whole file): start over. */
@@ -1103,19 +1122,8 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       retry = true;
     }
     fails = at > have ? 0 : fails + 1;
-    const char *tries = attempt ? "tries" : "try";
     if (!retry || fails > j->o->retries) {
-      if (http_err)
-        rc = gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld (after %u %s)", url,
-                         code, attempt + 1, tries);
-      else if (cr != CURLE_OK)
-        rc = gf_diag_set(d, GF_EHTTP, "%s: %s (after %u %s)", url,
-                         err[0] ? err : curl_easy_strerror(cr), attempt + 1,
-                         tries);
-      else
-        rc = gf_diag_set(d, GF_EIO,
-                         "%s: %" PRIu64 " bytes, the manifest says %" PRIu64,
-                         url, at, f->size);
+      rc = gave_up(url, http_err, code, cr, err, attempt + 1, at, f->size, d);
       goto out;
     }
     /* The try to come, and the most there can be: this one's number

@@ -34,8 +34,6 @@
 #define HF_PAGES_MAX 1000          /* listing pages */
 #define HF_SMALL_MAX (10u << 20)   /* a file without LFS (the hub's limit) */
 #define HF_SMALL_TOTAL (64u << 20) /* all of them */
-#define HF_PART_MAX 96             /* an ORG or NAME */
-#define HF_REV_MAX 255
 
 typedef struct hf_file {
   char *path;
@@ -67,29 +65,6 @@ bool gf__mc_hf_pinned(const char *source) {
   return at && strlen(at + 1) == 40 && lower_hex(at + 1, 40);
 }
 
-/* ORG/NAME: [A-Za-z0-9][A-Za-z0-9._-]*, no "..", each <= 96. */
-static bool repo_ok(const char *r, size_t n) {
-  size_t parts = 0, len = 0;
-  for (size_t i = 0; i <= n; i++) {
-    if (i == n || r[i] == '/') {
-      if (len == 0 || len > HF_PART_MAX)
-        return false;
-      parts++;
-      len = 0;
-      continue;
-    }
-    char ch = r[i];
-    bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                 (ch >= '0' && ch <= '9');
-    if (!alnum && (len == 0 || (ch != '.' && ch != '_' && ch != '-')))
-      return false;
-    if (ch == '.' && i > 0 && r[i - 1] == '.')
-      return false;
-    len++;
-  }
-  return parts == 2;
-}
-
 bool gf__mc_hf_prefix_ok(const char *p, size_t n) {
   if (n < 7 || strncmp(p, "hf://", 5))
     return false;
@@ -104,9 +79,9 @@ bool gf__mc_hf_prefix_ok(const char *p, size_t n) {
       return false;
     memcpy(t, r, m - 1);
     memcpy(t + m - 1, "/x", 3);
-    return repo_ok(t, m + 1);
+    return gf__mc_hf_repo_ok(t, m + 1);
   }
-  return repo_ok(r, r[m - 1] == '/' ? m - 1 : m);
+  return gf__mc_hf_repo_ok(r, r[m - 1] == '/' ? m - 1 : m);
 }
 
 bool gf__mc_hf_prefix_match(const char *p, size_t n, const char *source) {
@@ -196,40 +171,6 @@ int gf__mc_hf_endpoint_check(const char *ep, bool token, gf_diag *d) {
                        "localhost, [::1])",
                        ep);
   return 0;
-}
-
-/* A branch, tag or commit: [A-Za-z0-9._/-], no "..", no '.' or empty
- * '/'-separated segment (no leading, trailing or double '/'). */
-static bool rev_ok(const char *v) {
-  size_t n = strlen(v);
-  if (n == 0 || n > HF_REV_MAX || v[0] == '/' || v[n - 1] == '/' ||
-      strstr(v, "..") || strstr(v, "//") || !strcmp(v, ".") ||
-      !strncmp(v, "./", 2) || strstr(v, "/./") ||
-      (n >= 2 && !strcmp(v + n - 2, "/.")))
-    return false;
-  for (size_t i = 0; i < n; i++) {
-    char ch = v[i];
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-          (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-' ||
-          ch == '/'))
-      return false;
-  }
-  return true;
-}
-
-const char *gf__mc_hf_source_why(const char *source) {
-  const char *r = source + 5;
-  const char *at = strchr(r, '@');
-  size_t rl = at ? (size_t)(at - r) : strlen(r);
-  if (!repo_ok(r, rl))
-    return "is not hf://ORG/NAME[@REVISION]: want hf://ORG/NAME or "
-           "hf://ORG/NAME@REVISION (names of letters, digits, '.', '_', '-', "
-           "at most 96 each, no '..')";
-  if (at && !rev_ok(at + 1))
-    return "has a revision that is not a branch, tag or commit: want "
-           "hf://ORG/NAME@REVISION (letters, digits, '.', '_', '-' and '/', "
-           "no '.', '..' or empty segment)";
-  return NULL;
 }
 
 /* A path from the listing, fit to print: control bytes as '?'. */
@@ -560,7 +501,8 @@ static int split_source(const char *source, char *repo, size_t rcap, char *rev,
   const char *at = strchr(r, '@');
   size_t rl = at ? (size_t)(at - r) : strlen(r);
   const char *v = at ? at + 1 : "main";
-  if (rl >= rcap || !repo_ok(r, rl) || !rev_ok(v) || strlen(v) >= vcap)
+  if (rl >= rcap || !gf__mc_hf_repo_ok(r, rl) || !gf__mc_hf_rev_ok(v) ||
+      strlen(v) >= vcap)
     return gf_diag_set(d, GF_EINVAL,
                        "source '%.300s': want hf://ORG/NAME or "
                        "hf://ORG/NAME@REVISION (names of letters, digits, "

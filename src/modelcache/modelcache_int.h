@@ -56,6 +56,14 @@ bool gf__mc_source_ok(const char *source);
 const char *gf__mc_url_why(const char *url);
 /* url into out[cap] with its user information (before '@') as "***". */
 void gf__mc_url_redact(const char *url, char *out, size_t cap);
+#define HF_PART_MAX 96 /* an ORG or NAME of hf://ORG/NAME */
+#define HF_REV_MAX 255 /* its revision */
+/* Whether r[n] is "ORG/NAME": [A-Za-z0-9][A-Za-z0-9._-]*, no "..", each at
+ * most HF_PART_MAX bytes. */
+bool gf__mc_hf_repo_ok(const char *r, size_t n);
+/* Whether v is a branch, tag or commit: [A-Za-z0-9._/-], no "..", no '.'
+ * or empty '/'-separated segment, at most HF_REV_MAX bytes. */
+bool gf__mc_hf_rev_ok(const char *v);
 /* What is wrong with source "hf://..." (NULL: nothing): not
  * hf://ORG/NAME[@REVISION] with the names and revision the hub allows. */
 const char *gf__mc_hf_source_why(const char *source);

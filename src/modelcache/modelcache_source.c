@@ -18,6 +18,63 @@
 
 #define SOURCE_MAX 2048
 
+/* ORG/NAME: [A-Za-z0-9][A-Za-z0-9._-]*, no "..", each <= 96. */
+bool gf__mc_hf_repo_ok(const char *r, size_t n) {
+  size_t parts = 0, len = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i == n || r[i] == '/') {
+      if (len == 0 || len > HF_PART_MAX)
+        return false;
+      parts++;
+      len = 0;
+      continue;
+    }
+    char ch = r[i];
+    bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9');
+    if (!alnum && (len == 0 || (ch != '.' && ch != '_' && ch != '-')))
+      return false;
+    if (ch == '.' && i > 0 && r[i - 1] == '.')
+      return false;
+    len++;
+  }
+  return parts == 2;
+}
+
+/* A branch, tag or commit: [A-Za-z0-9._/-], no "..", no '.' or empty
+ * '/'-separated segment (no leading, trailing or double '/'). */
+bool gf__mc_hf_rev_ok(const char *v) {
+  size_t n = strlen(v);
+  if (n == 0 || n > HF_REV_MAX || v[0] == '/' || v[n - 1] == '/' ||
+      strstr(v, "..") || strstr(v, "//") || !strcmp(v, ".") ||
+      !strncmp(v, "./", 2) || strstr(v, "/./") ||
+      (n >= 2 && !strcmp(v + n - 2, "/.")))
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char ch = v[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+          (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-' ||
+          ch == '/'))
+      return false;
+  }
+  return true;
+}
+
+const char *gf__mc_hf_source_why(const char *source) {
+  const char *r = source + 5;
+  const char *at = strchr(r, '@');
+  size_t rl = at ? (size_t)(at - r) : strlen(r);
+  if (!gf__mc_hf_repo_ok(r, rl))
+    return "is not hf://ORG/NAME[@REVISION]: want hf://ORG/NAME or "
+           "hf://ORG/NAME@REVISION (names of letters, digits, '.', '_', '-', "
+           "at most 96 each, no '..')";
+  if (at && !gf__mc_hf_rev_ok(at + 1))
+    return "has a revision that is not a branch, tag or commit: want "
+           "hf://ORG/NAME@REVISION (letters, digits, '.', '_', '-' and '/', "
+           "no '.', '..' or empty segment)";
+  return NULL;
+}
+
 static bool is_hexdig(char ch) {
   return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
          (ch >= 'A' && ch <= 'F');
@@ -146,11 +203,8 @@ void gf__mc_url_redact(const char *url, char *out, size_t cap) {
 int gf_node_cache_source_check(const char *source, gf_diag *d) {
   if (!source || !*source)
     return gf_diag_set(d, GF_EINVAL, "'': an empty source");
-  const char *why = NULL;
-  if (gf__mc_is_hf(source))
-    why = gf__mc_hf_source_why(source);
-  else
-    why = gf__mc_url_why(source);
+  bool hf = strncmp(source, "hf://", 5) == 0;
+  const char *why = hf ? gf__mc_hf_source_why(source) : gf__mc_url_why(source);
   if (!why)
     return 0;
   char shown[1600];
@@ -159,7 +213,7 @@ int gf_node_cache_source_check(const char *source, gf_diag *d) {
   for (char *p = shown; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f)
       *p = '?';
-  if (!gf__mc_is_hf(source) && !strncmp(why, "is not an http", 14))
+  if (!hf && !strncmp(why, "is not an http", 14))
     why = "is not an http://, https:// or file:// URL, nor "
           "hf://ORG/NAME[@REVISION]";
   return gf_diag_set(d, GF_EINVAL, "'%s' %s: refused (docs/modelcache.md)",
