@@ -175,8 +175,17 @@ static bool redirect_ok(const char *source, const char *from, const char *to,
   if (gf__mc_origin(source, a, sizeof(a)) && gf__mc_origin(to, b, sizeof(b)) &&
       strcmp(a, b) == 0)
     return true;
-  if (under_prefixes(allow, to))
+  /* under a prefix by its text and by what a server makes of its path
+   * (an encoded '..' a server may decode; libcurl resolves literal ones
+   * before this check sees the URL) */
+  const char *pwhy = gf__mc_url_path_why(to);
+  if (under_prefixes(allow, to) && !pwhy)
     return true;
+  if (pwhy) {
+    snprintf(why, cap, "%.60s redirects to %.60s: refused, its path %s", from,
+             to, pwhy);
+    return false;
+  }
   snprintf(why, cap,
            "%.60s redirects to %.60s: refused, a pod's source may redirect "
            "only to its own host or under model_pod_sources",

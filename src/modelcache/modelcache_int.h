@@ -54,6 +54,10 @@ bool gf__mc_source_ok(const char *source);
  * percent-encoded '.', '/' or '\\', a bad escape, a control byte or space,
  * 2048 bytes or more.  NULL: nothing (modelcache_source.c). */
 const char *gf__mc_url_why(const char *url);
+/* What is wrong with url's path (before any query) by the same rules
+ * (a redirect's target, whose query a CDN's signature may need); NULL:
+ * nothing. */
+const char *gf__mc_url_path_why(const char *url);
 /* url into out[cap] with its user information (before '@') as "***". */
 void gf__mc_url_redact(const char *url, char *out, size_t cap);
 #define HF_PART_MAX 96 /* an ORG or NAME of hf://ORG/NAME */

@@ -184,6 +184,21 @@ const char *gf__mc_url_why(const char *url) {
   return path_why(path);
 }
 
+const char *gf__mc_url_path_why(const char *url) {
+  const char *a = strstr(url, "://");
+  if (!a)
+    return "is not a URL";
+  a += 3;
+  const char *path = a + strcspn(a, "/?#");
+  char buf[SOURCE_MAX];
+  size_t n = strcspn(path, "?#");
+  if (n >= sizeof(buf))
+    return "is longer than 2047 bytes";
+  memcpy(buf, path, n);
+  buf[n] = '\0';
+  return path_why(buf);
+}
+
 void gf__mc_url_redact(const char *url, char *out, size_t cap) {
   const char *a = strstr(url, "://");
   const char *at = NULL; /* the last '@' of the authority */

@@ -957,24 +957,28 @@ static void test_redirect_off_host(void **state) {
   FILE *f = fopen(py, "w");
   assert_non_null(f);
   fprintf(
-      f, "import http.server, socket, sys, threading\n"
-         "port, other, hits = int(sys.argv[1]), int(sys.argv[2]), "
-         "sys.argv[3]\n"
-         "ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, "
-         "socket.SO_REUSEADDR, 1)\n"
-         "ls.bind(('127.0.0.1', other)); ls.listen(8)\n"
-         "def acc():\n"
-         "    while True:\n"
-         "        c, _ = ls.accept(); open(hits, 'a').write('x'); c.close()\n"
-         "threading.Thread(target=acc, daemon=True).start()\n"
-         "class H(http.server.BaseHTTPRequestHandler):\n"
-         "    def log_message(self, *a): pass\n"
-         "    def do_GET(self):\n"
-         "        self.send_response(302)\n"
-         "        self.send_header('Location', 'https://localhost:%%d%%s' %% "
-         "(other, self.path))\n"
-         "        self.send_header('Content-Length', '0'); self.end_headers()\n"
-         "http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()\n");
+      f,
+      "import http.server, socket, sys, threading\n"
+      "port, other, hits = int(sys.argv[1]), int(sys.argv[2]), "
+      "sys.argv[3]\n"
+      "ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, "
+      "socket.SO_REUSEADDR, 1)\n"
+      "ls.bind(('127.0.0.1', other)); ls.listen(8)\n"
+      "def acc():\n"
+      "    while True:\n"
+      "        c, _ = ls.accept(); open(hits, 'a').write('x'); c.close()\n"
+      "threading.Thread(target=acc, daemon=True).start()\n"
+      "class H(http.server.BaseHTTPRequestHandler):\n"
+      "    def log_message(self, *a): pass\n"
+      "    def do_GET(self):\n"
+      "        self.send_response(302)\n"
+      "        up = '/cdn/../secret' if self.path.startswith('/dots/') "
+      "else '/cdn/%%2e%%2e/secret' if self.path.startswith('/enc/') "
+      "else ''\n"
+      "        self.send_header('Location', 'https://localhost:%%d%%s%%s' %% "
+      "(other, up, self.path))\n"
+      "        self.send_header('Content-Length', '0'); self.end_headers()\n"
+      "http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()\n");
   fclose(f);
   snprintf(cmd, sizeof(cmd),
            "python3 %s %d %d %s >/dev/null 2>&1 & echo $! > %s; sleep 1.5", py,
@@ -995,6 +999,34 @@ static void test_redirect_off_host(void **state) {
     fail_msg("a pod's source redirected to https://localhost:%d and the fetch "
              "connected there (%s)",
              other, d.msg);
+  /* A redirect under an allowed prefix whose path climbs out of it with
+   * '..' (libcurl resolves it: https://localhost:N/secret/..., outside the
+   * prefix: refused) or with an encoded '..' a server may decode (the
+   * rules of a source's path: refused) is not connected to. */
+  static const char *const ways[] = {"dots", "enc"};
+  for (size_t i = 0; i < 2; i++) {
+    char pre2[400];
+    snprintf(pre2, sizeof(pre2),
+             "http://127.0.0.1:%d/%s/,https://localhost:%d/cdn/", port, ways[i],
+             other);
+    snprintf(src, sizeof(src), "http://127.0.0.1:%d/%s/m/", port, ways[i]);
+    snprintf(cmd, sizeof(cmd),
+             "python3 %s %d %d %s >/dev/null 2>&1 & echo $! > %s; sleep 1.5",
+             py, port, other, hits, pidf);
+    assert_int_equal(system(cmd), 0);
+    gf_node_cache_opts o2 = {.pod_sources = pre2};
+    c = open_with(&o2);
+    rc = acquire(c, "tenant-a", "pod-a", HEX_ANY, src, &d);
+    gf_node_cache_free(c);
+    reached = exists(hits);
+    snprintf(cmd, sizeof(cmd), "kill $(cat %s)", pidf);
+    (void)system(cmd);
+    assert_int_not_equal(rc, 0);
+    if (reached)
+      fail_msg("a redirect to https://localhost:%d/cdn/<%s ..>/secret/... "
+               "(out of the allowed prefix) was connected to (%s)",
+               other, ways[i], d.msg);
+  }
 }
 
 /* ---- one hub resolution per model in flight ------------------------------ */
