@@ -214,6 +214,19 @@ int gf_node_cache_fetch_source(gf_node_cache *c, const char *name,
  * (see gf_node_cache_opts.pod_sources); false for NULL or "" allow. */
 bool gf_node_cache_source_allowed(const char *allow, const char *source);
 
+/* Whether source has the form of a model source, saying only what it
+ * seems to (docs/modelcache.md, "Sources"): http(s)://host[:port][/path]
+ * (no user name or password, no empty or out-of-range port, no query or
+ * fragment), file:///path, or hf://ORG/NAME[@REVISION]; in a path no '.',
+ * '..' or empty segment (a final '/' is fine), no backslash, no
+ * percent-encoded '.', '/' or '\\', no malformed escape; no control byte
+ * or space; under 2048 bytes.  The one check of every source: the cache's
+ * requests (a pod's, a prefetch ConfigMap's, an operator's fetch) and
+ * `gpufrac cache prefetch --source`.  GF_EINVAL with "'<source, a password
+ * left out>' <what is wrong>: refused ..." for the caller to prefix with
+ * where it came from; d may be NULL. */
+int gf_node_cache_source_check(const char *source, gf_diag *d);
+
 /* gf_node_cache_fetch for a source a pod named (its annotation): GF_EINVAL
  * naming the config key when the source is not under one of the cache's
  * pod_sources; redirects are then followed to https:// only.  A NULL
@@ -239,6 +252,17 @@ typedef struct gf_node_cache_req {
 /* Removes the parts a failed fetch of hex kept (keep_parts), unless a
  * fetch of it runs or it is ready (GF_ESTATE).  GF_EINVAL, GF_EIO. */
 int gf_node_cache_drop_parts(gf_node_cache *c, const char *hex);
+
+/* Removes the parts (tmp/<hex>) of pods' fetches that nothing wants any
+ * more: no fetch of the model runs, it is not ready, no pin names it, and
+ * wanted(user, hex) (NULL: none) says no pod wants it; an operator's
+ * parts (`gpufrac cache fetch`, a prefetch: kept to resume) stay.  For
+ * the parts of a pod that left while no agent ran (the model loader drops
+ * them itself when a pod leaves while it runs): call it once the pods on
+ * the node are known.  Returns how many models' parts were removed. */
+int gf_node_cache_drop_stale_parts(gf_node_cache *c,
+                                   bool (*wanted)(void *user, const char *hex),
+                                   void *user);
 
 /* Makes model r->hex ready for a pod of namespace r->ns, pins it for
  * r->holder and writes the directory to mount into dir[cap], the pin taken

@@ -217,6 +217,14 @@ static const char *prefetch_bad(const char *source, int64_t nodes,
            "--node-selector, --source or --namespace)";
   if (selector && !selector_ok(selector))
     return "--node-selector: want K=V[,K=V]";
+  /* what every node agent would refuse is refused here, by the same
+   * check, before a ConfigMap is written */
+  static char msg[GF_DIAG_MAX + 16];
+  gf_diag sd = {""};
+  if (gf_node_cache_source_check(source, &sd)) {
+    snprintf(msg, sizeof(msg), "--source %s", sd.msg);
+    return msg;
+  }
   return NULL;
 }
 

@@ -447,6 +447,19 @@ typedef struct pin {
   char holder[GF_NODE_CACHE_NAME_MAX];
 } pin;
 
+/* A Hugging Face repository's resolution (and the fetch after it) under
+ * way: the requests of the same model wait for it instead of asking the
+ * hub again (one resolution per model in flight). */
+typedef struct hf_flight {
+  struct hf_flight *next;
+  char key[GF_NODE_CACHE_HEX + 8 + 2048]; /* hf_flight_key */
+  uint64_t who;                           /* req_who of the one resolving */
+  int refs;                               /* the resolver and each waiter */
+  bool done;
+  int rc;
+  gf_diag d;
+} hf_flight;
+
 struct gf_node_cache {
   char root[4096 - 128];
   char pod_sources[1024];    /* gf_node_cache_opts.pod_sources */
@@ -467,6 +480,7 @@ struct gf_node_cache {
   uint64_t fetch_ok, fetch_failed, fetch_hit, evictions;
   uint64_t locked; /* mlock'ed bytes, all models */
   int cancel;      /* atomic: fetches stop */
+  hf_flight *hff;  /* hf:// resolutions under way */
   int lock_fd;     /* <root>/lock, flock'ed; -1: read-only */
   bool ro;         /* read_only: nothing changes on disk */
   void (*hook)(void *user, const char *point); /* tests */
@@ -1304,6 +1318,25 @@ typedef struct src_pre {
   const gf__mc_opts *o;
 } src_pre;
 
+/* Beside a fetch's parts in tmp (NULL name: removed, before the publish):
+ * the model's name, for `gpufrac cache ls` (read-only: it sees the fetch
+ * only on disk), and whose parts they are: a pod's (ns) are dropped once
+ * no pod wants them (gf_node_cache_drop_stale_parts), an operator's are
+ * kept to resume. */
+static void tmp_labels(const char *tmp, const char *name, const char *ns) {
+  if (!name) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%.4090s/name", tmp);
+    unlink(path);
+    snprintf(path, sizeof(path), "%.4090s/owner", tmp);
+    unlink(path);
+    return;
+  }
+  const char *owner = ns ? "pod" : "operator";
+  (void)gf_node_write_atomic(tmp, "name", name, strlen(name), NULL);
+  (void)gf_node_write_atomic(tmp, "owner", owner, strlen(owner), NULL);
+}
+
 /* The fetch proper, without the lock: manifest, room, files, publish. */
 static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
                     const char *source, const char *beneath, const char *ns,
@@ -1372,9 +1405,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
     rc = gf_node_write_atomic(tmp, "manifest", text, len, d);
   if (rc)
     goto out;
-  /* The name beside it, for `gpufrac cache ls` (read-only: it sees the
-   * fetch only on disk); removed before the publish. */
-  (void)gf_node_write_atomic(tmp, "name", name, strlen(name), NULL);
+  tmp_labels(tmp, name, ns); /* removed before the publish */
   gf__mc_log(&c->o,
              "model %s (sha256:%.12s): fetching %zu files, %" PRIu64
              " bytes from %s",
@@ -1383,8 +1414,7 @@ static int do_fetch(gf_node_cache *c, const char *name, const char *hex,
                           &c->bytes_fetched, &c->cancel, d);
   if (rc)
     goto out;
-  snprintf(path, sizeof(path), "%s/name", tmp);
-  unlink(path);
+  tmp_labels(tmp, NULL, NULL);
   /* Publish: make read-only, fsync the tree's directories, rename. */
   nftw(tmp, ro_visit, 16, FTW_PHYS | FTW_DEPTH);
   snprintf(path, sizeof(path), "%s/manifest", tmp);
@@ -1512,7 +1542,7 @@ static bool ready(gf_node_cache *c, const char *hex) {
  * the digest it names is ready, the repository is resolved into its
  * manifest (the hub token, when configured, to the hub's host only) and
  * the fetch goes on from the hub's files with that manifest. */
-static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
+static int hf_req_run(gf_node_cache *c, req *r, gf_diag *d) {
   if (ready(c, r->hex))
     return fetch_req(c, r, &(src_pre){0}, d);
   if (c->ro)
@@ -1584,7 +1614,91 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
   return rc;
 }
 
+/* What one resolution of r is known by: the digest it names, else its
+ * source. */
+static void hf_flight_key(const req *r, char *out, size_t cap) {
+  if (r->hex && r->hex[0])
+    snprintf(out, cap, "sha256:%s", r->hex);
+  else
+    snprintf(out, cap, "%s", r->source);
+}
+
+static void hf_flight_put(hf_flight *f) {
+  if (--f->refs == 0)
+    gf__free(f);
+}
+
+/* hf_req_run with one resolution per model in flight: a request for a
+ * model whose repository another request is resolving (and fetching)
+ * waits for that one and then looks again (the model is ready: a hit, with
+ * the namespace rule and the pin); when that one failed, a request of the
+ * same source and namespace has its failure, another tries its own. */
+static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
+  char key[sizeof(((hf_flight *)0)->key)];
+  hf_flight_key(r, key, sizeof(key));
+  uint64_t who = req_who(r);
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    hf_flight *f = c->hff;
+    while (f && strcmp(f->key, key) != 0)
+      f = f->next;
+    if (!f)
+      break;
+    f->refs++;
+    if (c->hook) { /* tests: "flight-wait", without the lock */
+      pthread_mutex_unlock(&c->mu);
+      run_hook(c, "flight-wait");
+      pthread_mutex_lock(&c->mu);
+    }
+    while (!f->done)
+      pthread_cond_wait(&c->cv, &c->mu);
+    int rc = f->rc;
+    bool same = f->who == who;
+    if (rc && same && d)
+      *d = f->d;
+    hf_flight_put(f);
+    if (rc && same) {
+      r->downloaded = true; /* its details are for the log (pod_req) */
+      pthread_mutex_unlock(&c->mu);
+      return rc;
+    }
+    if (!rc)
+      break; /* ready now: hf_req_run finds it without the hub */
+  }
+  hf_flight *mine = gf__calloc(1, sizeof(*mine));
+  if (mine) {
+    gf__node_copy(mine->key, sizeof(mine->key), key);
+    mine->who = who;
+    mine->refs = 1;
+    mine->next = c->hff;
+    c->hff = mine;
+  }
+  pthread_mutex_unlock(&c->mu);
+  int rc = hf_req_run(c, r, d);
+  if (!mine)
+    return rc;
+  pthread_mutex_lock(&c->mu);
+  for (hf_flight **pp = &c->hff; *pp; pp = &(*pp)->next)
+    if (*pp == mine) {
+      *pp = mine->next;
+      break;
+    }
+  mine->done = true;
+  mine->rc = rc;
+  if (rc && d)
+    mine->d = *d;
+  pthread_cond_broadcast(&c->cv);
+  hf_flight_put(mine);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
 static int request(gf_node_cache *c, req *r, gf_diag *d) {
+  /* every source the one way (pod_req checked a pod's before its prefix) */
+  gf_diag sd = {{0}};
+  if (r->source && *r->source && gf_node_cache_source_check(r->source, &sd))
+    return gf_diag_set(d, GF_EINVAL, "model %s: source %s",
+                       r->name ? r->name : "?", sd.msg);
   if (gf__mc_is_hf(r->source))
     return hf_req(c, r, d);
   int rc = fetch_req(c, r, &(src_pre){0}, d);
@@ -2122,29 +2236,6 @@ int gf_node_cache_drop_page_cache(gf_node_cache *c, const char *hex) {
   return 0;
 }
 
-/* Whether a pod's source says only what it seems to: no "." or ".."
- * segment (libcurl resolves them before sending, so
- * "https://h/public/../private/" would fetch /private/ past a prefix
- * "https://h/public/"), no percent-encoded dot, slash or backslash (a
- * server may decode and follow them), no backslash. */
-static bool source_plain(const char *s) {
-  if (strchr(s, '\\'))
-    return false;
-  for (const char *p = s; (p = strchr(p, '%')) != NULL; p++)
-    if (p[1] && p[2] &&
-        (!strncasecmp(p, "%2e", 3) || !strncasecmp(p, "%2f", 3) ||
-         !strncasecmp(p, "%5c", 3)))
-      return false;
-  const char *path = strstr(s, "://");
-  path = path ? strchr(path + 3, '/') : NULL;
-  for (const char *p = path; p && *p; p = strchr(p + 1, '/')) {
-    size_t n = strcspn(p + 1, "/?#");
-    if ((n == 1 && p[1] == '.') || (n == 2 && p[1] == '.' && p[2] == '.'))
-      return false;
-  }
-  return true;
-}
-
 /* The prefix in allow that source starts with into out[cap] (the first);
  * false when none. */
 static bool source_prefix(const char *allow, const char *source, char *out,
@@ -2182,12 +2273,9 @@ bool gf_node_cache_source_allowed(const char *allow, const char *source) {
 static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
   const char *name = r->name, *hex = r->hex, *source = r->source;
   char pre[1024], shpre[1024];
-  if (source && !source_plain(source))
-    return gf_diag_set(d, GF_EINVAL,
-                       "model %s: source '%.200s' has a '.' or '..' path "
-                       "segment, a backslash or an encoded '.', '/' or '\\': "
-                       "refused (docs/modelcache.md)",
-                       name, source);
+  gf_diag sd = {{0}};
+  if (source && gf_node_cache_source_check(source, &sd))
+    return gf_diag_set(d, GF_EINVAL, "model %s: source %s", name, sd.msg);
   if (source && !source_prefix(c->pod_sources, source, pre, sizeof(pre)))
     return gf_diag_set(d, GF_EINVAL,
                        "model %s: source '%.200s' is not under the node's "
@@ -2253,6 +2341,59 @@ int gf_node_cache_drop_parts(gf_node_cache *c, const char *hex) {
     rc = GF_EIO;
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+/* Whether tmp/<hex> (its path) holds an operator's fetch (its "owner"
+ * file says so; one without it, from before the file, is a pod's). */
+static bool operators_parts(const char *tmp) {
+  char path[4400];
+  snprintf(path, sizeof(path), "%.4200s/owner", tmp);
+  char *text = NULL;
+  size_t n = 0;
+  if (gf__node_read_file(path, 64, &text, &n, NULL))
+    return false;
+  bool op = n == 8 && memcmp(text, "operator", 8) == 0;
+  gf__free(text);
+  return op;
+}
+
+int gf_node_cache_drop_stale_parts(gf_node_cache *c,
+                                   bool (*wanted)(void *user, const char *hex),
+                                   void *user) {
+  if (c->ro)
+    return 0;
+  char tdir[4096];
+  snprintf(tdir, sizeof(tdir), "%s/tmp", c->root);
+  DIR *dh = opendir(tdir);
+  if (!dh)
+    return 0;
+  int dropped = 0;
+  pthread_mutex_lock(&c->mu);
+  struct dirent *de;
+  while ((de = readdir(dh)) != NULL) {
+    const char *hex = de->d_name;
+    char tmp[4200];
+    if (!is_hex64(hex, strlen(hex)) || find(c, hex))
+      continue; /* not a fetch's parts, or its fetch runs (or it is ready) */
+    bool pinned = false;
+    for (size_t i = 0; i < c->np && !pinned; i++)
+      pinned = strcmp(c->p[i].hex, hex) == 0;
+    snprintf(tmp, sizeof(tmp), "%s/%s", tdir, hex);
+    if (pinned || operators_parts(tmp) || (wanted && wanted(user, hex)))
+      continue;
+    if (gf__mc_rmtree(tmp)) {
+      dropped++;
+      gf__mc_log(&c->o,
+                 "the parts of a pod's fetch of sha256:%.12s removed: no pod "
+                 "wants that model any more (its pod left while no agent ran)",
+                 hex);
+    } else {
+      gf__mc_log(&c->o, "cannot remove %s", tmp);
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  closedir(dh);
+  return dropped;
 }
 
 int gf_node_cache_fetch_for_pod(gf_node_cache *c, const char *name,

@@ -4,6 +4,7 @@
  * the cache's options by the agent that opens it.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gpufrac/error.h"
@@ -13,24 +14,54 @@
 #include "node_util.h"
 
 /* "https://a/,file:///b/,hf://org/,hf://org/name": prefixes
- * http(s)://..., file:///... each ending in '/', or hf://ORG/ (a Hugging
- * Face organisation) or hf://ORG/NAME (one repository, any revision),
- * separated by commas. */
-static bool prefixes_ok(const char *v) {
+ * http(s)://..., file:///... each ending in '/' and of a source's form
+ * (gf__mc_url_why), or hf://ORG/ (a Hugging Face organisation) or
+ * hf://ORG/NAME (one repository, any revision), separated by commas.
+ * What is wrong with the first bad one (NULL: none) into why, the prefix
+ * (password left out) into bad[cap]. */
+static const char *prefixes_why(const char *v, char *bad, size_t cap) {
   for (const char *p = v; *p;) {
     size_t n = strcspn(p, ",");
+    char one[1024];
+    snprintf(one, sizeof(one), "%.*s", (int)(n < 1000 ? n : 1000), p);
+    gf__mc_url_redact(one, bad, cap);
+    const char *why = NULL;
     if (n > 5 && !strncmp(p, "hf://", 5)) {
       if (!gf__mc_hf_prefix_ok(p, n))
-        return false;
-    } else if (n < 2 || p[n - 1] != '/' ||
-               (strncmp(p, "https://", 8) && strncmp(p, "http://", 7) &&
-                strncmp(p, "file:///", 8)))
-      return false;
+        why = "is not hf://ORG/ or hf://ORG/NAME";
+    } else if (n < 2 || p[n - 1] != '/') {
+      why = "does not end in '/' (https://a.example would also let "
+            "https://a.example.evil.net in)";
+    } else {
+      why = n >= sizeof(one) - 1 ? "is too long" : gf__mc_url_why(one);
+    }
+    if (why)
+      return why;
     p += n;
     if (*p == ',')
       p++;
   }
-  return true;
+  return NULL;
+}
+
+/* k = v, a list of prefixes, into dst[cap]; GF_ESYNTAX naming the bad
+ * prefix and why, GF_ELIMIT. */
+static int prefixes_key(const char *k, const char *v, char *dst, size_t cap,
+                        const char *where, gf_diag *d) {
+  char bad[1100];
+  const char *why = prefixes_why(v, bad, sizeof(bad));
+  if (why)
+    return gf_diag_set(d, GF_ESYNTAX,
+                       "%s: %s: prefix '%s' %s; want prefixes "
+                       "http(s)://host/..., file:///dir/ (each ending in "
+                       "'/'), hf://ORG/ or hf://ORG/NAME, separated by "
+                       "commas",
+                       where, k, bad, why);
+  if (strlen(v) >= cap)
+    return gf_diag_set(d, GF_ELIMIT, "%s: %s: over %zu bytes", where, k,
+                       cap - 1);
+  gf__node_copy(dst, cap, v);
+  return 0;
 }
 
 /* model_hf_endpoint (an http(s):// URL), model_hf_token_file and
@@ -93,21 +124,9 @@ int gf__node_cache_config_hardening(gf_node_config *c, const char *k,
   if (!strcmp(k, "model_hf_endpoint") || !strcmp(k, "model_hf_token_file") ||
       !strcmp(k, "model_ca_file"))
     return hf_key(c, k, v, where, d);
-  if (!strcmp(k, "model_shared_sources")) {
-    if (!prefixes_ok(v))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: model_shared_sources = '%s': want prefixes "
-                         "http(s)://host/..., file:///dir/ (each ending in "
-                         "'/'), hf://ORG/ or hf://ORG/NAME, separated by "
-                         "commas",
-                         where, v);
-    if (strlen(v) >= sizeof(c->model_shared_sources))
-      return gf_diag_set(d, GF_ELIMIT,
-                         "%s: model_shared_sources: over %zu bytes", where,
-                         sizeof(c->model_shared_sources) - 1);
-    gf__node_copy(c->model_shared_sources, sizeof(c->model_shared_sources), v);
-    return 0;
-  }
+  if (!strcmp(k, "model_shared_sources"))
+    return prefixes_key(k, v, c->model_shared_sources,
+                        sizeof(c->model_shared_sources), where, d);
   return 1;
 }
 
@@ -168,21 +187,8 @@ int gf__node_cache_config_kv(gf_node_config *c, const char *k, const char *v,
     gf__node_copy(c->model_prefetch_ns, sizeof(c->model_prefetch_ns), v);
     return 0;
   }
-  if (!strcmp(k, "model_pod_sources")) {
-    /* each prefix must end in '/', or "https://a.example" would also
-     * let "https://a.example.attacker.net" through */
-    if (!prefixes_ok(v))
-      return gf_diag_set(d, GF_ESYNTAX,
-                         "%s: model_pod_sources = '%s': want prefixes "
-                         "http(s)://host/..., file:///dir/ (each ending in "
-                         "'/'), hf://ORG/ or hf://ORG/NAME, separated by "
-                         "commas",
-                         where, v);
-    if (strlen(v) >= sizeof(c->model_pod_sources))
-      return gf_diag_set(d, GF_ELIMIT, "%s: model_pod_sources: over %zu bytes",
-                         where, sizeof(c->model_pod_sources) - 1);
-    gf__node_copy(c->model_pod_sources, sizeof(c->model_pod_sources), v);
-    return 0;
-  }
+  if (!strcmp(k, "model_pod_sources")) /* each prefix ends in '/' */
+    return prefixes_key(k, v, c->model_pod_sources,
+                        sizeof(c->model_pod_sources), where, d);
   return gf_diag_set(d, GF_ESYNTAX, "%s: unknown key '%s'", where, k);
 }

@@ -175,8 +175,17 @@ static bool redirect_ok(const char *source, const char *from, const char *to,
   if (gf__mc_origin(source, a, sizeof(a)) && gf__mc_origin(to, b, sizeof(b)) &&
       strcmp(a, b) == 0)
     return true;
-  if (under_prefixes(allow, to))
+  /* under a prefix by its text and by what a server makes of its path
+   * (an encoded '..' a server may decode; libcurl resolves literal ones
+   * before this check sees the URL) */
+  const char *pwhy = gf__mc_url_path_why(to);
+  if (under_prefixes(allow, to) && !pwhy)
     return true;
+  if (pwhy) {
+    snprintf(why, cap, "%.60s redirects to %.60s: refused, its path %s", from,
+             to, pwhy);
+    return false;
+  }
   snprintf(why, cap,
            "%.60s redirects to %.60s: refused, a pod's source may redirect "
            "only to its own host or under model_pod_sources",
@@ -901,6 +910,35 @@ static CURLcode local_copy(int sfd, xfer *x) {
   return cr;
 }
 
+/* Whether a try that ended so may pass another time (a dropped
+ * connection, a stall, a server error, a short answer); not a 4xx, a
+ * missing file:// file or a short file:// source. */
+static bool retriable(bool http_err, long code, CURLcode cr, bool is_file) {
+  if (http_err)
+    return code >= 500 || code == 429 || code == 416;
+  if (cr != CURLE_OK)
+    return cr != CURLE_REMOTE_FILE_NOT_FOUND &&
+           cr != CURLE_FILE_COULDNT_READ_FILE &&
+           cr != CURLE_UNSUPPORTED_PROTOCOL && cr != CURLE_URL_MALFORMAT;
+  return !is_file;
+}
+
+/* A file given up on after `tries` tries, the last one ending so. */
+static int gave_up(const char *url, bool http_err, long code, CURLcode cr,
+                   const char *err, unsigned tries, uint64_t at, uint64_t size,
+                   gf_diag *d) {
+  const char *word = tries == 1 ? "try" : "tries";
+  if (http_err)
+    return gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld (after %u %s)", url,
+                       code, tries, word);
+  if (cr != CURLE_OK)
+    return gf_diag_set(d, GF_EHTTP, "%s: %s (after %u %s)", url,
+                       err[0] ? err : curl_easy_strerror(cr), tries, word);
+  return gf_diag_set(d, GF_EIO,
+                     "%s: %" PRIu64 " bytes, the manifest says %" PRIu64, url,
+                     at, size);
+}
+
 /* Fetches file f of the job: tries until it is whole and verified. */
 static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
   char files[4096], fin[8192], part[8192];
@@ -1084,18 +1122,8 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
       goto out;
     }
     close(fd);
-    /* Not whole: retry what may pass (a dropped connection, a stall, a
-     * server error, a short answer); not a 4xx, a missing file:// file or
-     * a short file:// source. */
-    bool retry;
-    if (http_err)
-      retry = code >= 500 || code == 429 || code == 416;
-    else if (cr != CURLE_OK)
-      retry = cr != CURLE_REMOTE_FILE_NOT_FOUND &&
-              cr != CURLE_FILE_COULDNT_READ_FILE &&
-              cr != CURLE_UNSUPPORTED_PROTOCOL && cr != CURLE_URL_MALFORMAT;
-    else
-      retry = !is_file;
+    /* Not whole: retry what may pass */
+    bool retry = retriable(http_err, code, cr, is_file);
     if ((http_err && code == 416) || cr == CURLE_RANGE_ERROR) {
       /* Our part does not fit this source (416), or the source cannot
        * resume (answered a Range with the whole file): start over. */
@@ -1104,26 +1132,20 @@ static int fetch_one(job *j, CURL *h, const gf_node_cache_file *f, gf_diag *d) {
     }
     fails = at > have ? 0 : fails + 1;
     if (!retry || fails > j->o->retries) {
-      if (http_err)
-        rc = gf_diag_set(d, GF_EHTTP, "%s: HTTP status %ld (after %u tries)",
-                         url, code, attempt + 1);
-      else if (cr != CURLE_OK)
-        rc = gf_diag_set(d, GF_EHTTP, "%s: %s (after %u tries)", url,
-                         err[0] ? err : curl_easy_strerror(cr), attempt + 1);
-      else
-        rc = gf_diag_set(d, GF_EIO,
-                         "%s: %" PRIu64 " bytes, the manifest says %" PRIu64,
-                         url, at, f->size);
+      rc = gave_up(url, http_err, code, cr, err, attempt + 1, at, f->size, d);
       goto out;
     }
+    /* The try to come, and the most there can be: this one's number
+     * and as many more as may still get no byte (--retries after one
+     * that got none; bytes received reset it, raising the most). */
     gf__mc_log(j->o,
-               "model %s: %s: %s at byte %" PRIu64 ", resuming (try "
-               "%u; %u more without progress at most)",
+               "model %s: %s: %s at byte %" PRIu64
+               ", resuming (try %u of at most %u)",
                j->name, f->path,
                err[0] ? err
                : cr   ? curl_easy_strerror(cr)
                       : "short",
-               at, attempt + 2, j->o->retries + 1 - fails);
+               at, attempt + 2, attempt + 1 + j->o->retries + 1 - fails);
     /* 0.2 s after a try that got bytes; else 0.5 s doubling to 8 s */
     sleep_ms(!fails ? 200L : 500L << (fails > 5 ? 4 : fails - 1));
   }

@@ -34,8 +34,6 @@
 #define HF_PAGES_MAX 1000          /* listing pages */
 #define HF_SMALL_MAX (10u << 20)   /* a file without LFS (the hub's limit) */
 #define HF_SMALL_TOTAL (64u << 20) /* all of them */
-#define HF_PART_MAX 96             /* an ORG or NAME */
-#define HF_REV_MAX 255
 
 typedef struct hf_file {
   char *path;
@@ -67,29 +65,6 @@ bool gf__mc_hf_pinned(const char *source) {
   return at && strlen(at + 1) == 40 && lower_hex(at + 1, 40);
 }
 
-/* ORG/NAME: [A-Za-z0-9][A-Za-z0-9._-]*, no "..", each <= 96. */
-static bool repo_ok(const char *r, size_t n) {
-  size_t parts = 0, len = 0;
-  for (size_t i = 0; i <= n; i++) {
-    if (i == n || r[i] == '/') {
-      if (len == 0 || len > HF_PART_MAX)
-        return false;
-      parts++;
-      len = 0;
-      continue;
-    }
-    char ch = r[i];
-    bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                 (ch >= '0' && ch <= '9');
-    if (!alnum && (len == 0 || (ch != '.' && ch != '_' && ch != '-')))
-      return false;
-    if (ch == '.' && i > 0 && r[i - 1] == '.')
-      return false;
-    len++;
-  }
-  return parts == 2;
-}
-
 bool gf__mc_hf_prefix_ok(const char *p, size_t n) {
   if (n < 7 || strncmp(p, "hf://", 5))
     return false;
@@ -104,9 +79,9 @@ bool gf__mc_hf_prefix_ok(const char *p, size_t n) {
       return false;
     memcpy(t, r, m - 1);
     memcpy(t + m - 1, "/x", 3);
-    return repo_ok(t, m + 1);
+    return gf__mc_hf_repo_ok(t, m + 1);
   }
-  return repo_ok(r, r[m - 1] == '/' ? m - 1 : m);
+  return gf__mc_hf_repo_ok(r, r[m - 1] == '/' ? m - 1 : m);
 }
 
 bool gf__mc_hf_prefix_match(const char *p, size_t n, const char *source) {
@@ -149,11 +124,16 @@ static bool has_part(CURLU *u, CURLUPart what) {
   return has;
 }
 
-/* What is wrong with endpoint ep's parts (NULL: nothing). */
+/* What is wrong with endpoint ep's parts (NULL: nothing): the sources'
+ * rules (gf__mc_url_why: no empty port, dot segment, ...), then what
+ * libcurl makes of it. */
 static const char *endpoint_why(CURLU *u, const char *ep) {
+  const char *why = gf__mc_url_why(ep);
+  if (why)
+    return why;
   if (curl_url_set(u, CURLUPART_URL, ep, 0) != CURLUE_OK ||
       !has_part(u, CURLUPART_HOST))
-    return "not a URL with a host";
+    return "is not a URL with a host";
   if (has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
     return "has a user name or password (user:password@): refused (a hub "
            "token goes in model_hf_token_file)";
@@ -176,10 +156,11 @@ int gf__mc_hf_endpoint_check(const char *ep, bool token, gf_diag *d) {
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
   const char *why = endpoint_why(u, ep);
   curl_url_cleanup(u);
-  if (why && !strncmp(why, "has a user", 10))
-    return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint %s", why);
+  char shown[1600];
+  gf__mc_url_redact(ep, shown, sizeof(shown)); /* never a password */
   if (why)
-    return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint '%.200s': %s", ep, why);
+    return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint '%.200s' %s", shown,
+                       why);
   char origin[1200];
   if (token && (!gf__mc_origin(ep, origin, sizeof(origin)) ||
                 !gf__mc_hf_token_safe(origin)))
@@ -190,21 +171,6 @@ int gf__mc_hf_endpoint_check(const char *ep, bool token, gf_diag *d) {
                        "localhost, [::1])",
                        ep);
   return 0;
-}
-
-/* A branch, tag or commit: [A-Za-z0-9._/-], no "..", no leading '/'. */
-static bool rev_ok(const char *v) {
-  size_t n = strlen(v);
-  if (n == 0 || n > HF_REV_MAX || v[0] == '/' || strstr(v, ".."))
-    return false;
-  for (size_t i = 0; i < n; i++) {
-    char ch = v[i];
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-          (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-' ||
-          ch == '/'))
-      return false;
-  }
-  return true;
 }
 
 /* A path from the listing, fit to print: control bytes as '?'. */
@@ -535,7 +501,8 @@ static int split_source(const char *source, char *repo, size_t rcap, char *rev,
   const char *at = strchr(r, '@');
   size_t rl = at ? (size_t)(at - r) : strlen(r);
   const char *v = at ? at + 1 : "main";
-  if (rl >= rcap || !repo_ok(r, rl) || !rev_ok(v) || strlen(v) >= vcap)
+  if (rl >= rcap || !gf__mc_hf_repo_ok(r, rl) || !gf__mc_hf_rev_ok(v) ||
+      strlen(v) >= vcap)
     return gf_diag_set(d, GF_EINVAL,
                        "source '%.300s': want hf://ORG/NAME or "
                        "hf://ORG/NAME@REVISION (names of letters, digits, "

@@ -47,6 +47,31 @@ int gf__mc_fs_space(const char *path, uint64_t *free, uint64_t *total);
 /* True for an http://, https:// or file:// URL without control bytes. */
 bool gf__mc_source_ok(const char *source);
 
+/* What is wrong with url, an http(s):// or file:/// URL, as a source, a
+ * prefix of sources or a hub endpoint (docs/modelcache.md, "Sources"): a
+ * user name or password, no host, an empty or bad port, a query or
+ * fragment, a '.', '..' or empty ('//') path segment, a backslash, a
+ * percent-encoded '.', '/' or '\\', a bad escape, a control byte or space,
+ * 2048 bytes or more.  NULL: nothing (modelcache_source.c). */
+const char *gf__mc_url_why(const char *url);
+/* What is wrong with url's path (before any query) by the same rules
+ * (a redirect's target, whose query a CDN's signature may need); NULL:
+ * nothing. */
+const char *gf__mc_url_path_why(const char *url);
+/* url into out[cap] with its user information (before '@') as "***". */
+void gf__mc_url_redact(const char *url, char *out, size_t cap);
+#define HF_PART_MAX 96 /* an ORG or NAME of hf://ORG/NAME */
+#define HF_REV_MAX 255 /* its revision */
+/* Whether r[n] is "ORG/NAME": [A-Za-z0-9][A-Za-z0-9._-]*, no "..", each at
+ * most HF_PART_MAX bytes. */
+bool gf__mc_hf_repo_ok(const char *r, size_t n);
+/* Whether v is a branch, tag or commit: [A-Za-z0-9._/-], no "..", no '.'
+ * or empty '/'-separated segment, at most HF_REV_MAX bytes. */
+bool gf__mc_hf_rev_ok(const char *v);
+/* What is wrong with source "hf://..." (NULL: nothing): not
+ * hf://ORG/NAME[@REVISION] with the names and revision the hub allows. */
+const char *gf__mc_hf_source_why(const char *source);
+
 /* Reads <source>/GF_NODE_CACHE_MANIFEST (at most GF_NODE_CACHE_MANIFEST_MAX
  * bytes) into malloc'd *out[*len].  A file:// source is read without
  * libcurl, beneath the directory of file:// URL `beneath` (NULL: the

@@ -105,11 +105,10 @@ int gf_node_prefetch_parse(const json_t *cm, gf_node_prefetch *p, gf_diag *d) {
     rc = GF_ESYNTAX;
     goto fail;
   }
-  if (!gf__mc_source_ok(p->source) && !gf__mc_is_hf(p->source)) {
-    rc = gf_diag_set(d, GF_ESYNTAX,
-                     "configmap %s: data.source '%s' is not an http://, "
-                     "https:// or file:// URL, nor hf://ORG/NAME[@REVISION]",
-                     name, p->source);
+  gf_diag sd = {{0}};
+  if (gf_node_cache_source_check(p->source, &sd)) {
+    rc = gf_diag_set(d, GF_ESYNTAX, "configmap %s: data.source %s", name,
+                     sd.msg);
     goto fail;
   }
   if (!p->names[0] == !p->selector[0]) {

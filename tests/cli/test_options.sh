@@ -75,6 +75,16 @@ check cache-names-empty 2 '--node-names: empty value' -- "$GPUFRAC" cache prefet
 check cache-names-utf8 2 'not UTF-8'               -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-names "$(printf 'a\xff')"
 check cache-selector  2 '--node-selector: want K=V' -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-selector aaaa
 check cache-selector-ok 0 'gpu=h100,zone=a'          -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-selector gpu=h100,zone=a
+# A source every node agent refuses is refused here, by the same check,
+# before a ConfigMap is written (issue 28): credentials, dot segments, an
+# empty port; the password is never printed.
+check cache-src-creds 2 "--source 'https://\*\*\*@m.example/x' has a user name or password" -- "$GPUFRAC" cache prefetch "$ref" --source https://u:s3cret@m.example/x --node-names a
+check cache-src-nopw  0 ''                           -- sh -c '! "$0" cache prefetch "$1" --source https://u:s3cret@m.example/x --node-names a 2>&1 | grep -q s3cret' "$GPUFRAC" "$ref"
+check cache-src-dots  2 "--source 'https://m.example/pub/../priv/' has a '.' or '..' path segment" -- "$GPUFRAC" cache prefetch "$ref" --source https://m.example/pub/../priv/ --node-names a
+check cache-src-dot   2 "'.' or '..' path segment"   -- "$GPUFRAC" cache prefetch "$ref" --source file:///srv/./m --node-names a
+check cache-src-port  2 "has an empty port"          -- "$GPUFRAC" cache prefetch "$ref" --source https://m.example:/x --node-names a
+check cache-src-hfrev 2 "has a revision"             -- "$GPUFRAC" cache prefetch "$ref" --source hf://acme/tiny@main/../x --node-names a
+check cache-src-hf-ok 0 '"hf://acme/tiny@main"'      -- "$GPUFRAC" cache prefetch "$ref" --source hf://acme/tiny@main --node-names a
 
 # The kubectl plugin's names go into API paths: checked as Kubernetes names
 # before any request (so these fail without a cluster).

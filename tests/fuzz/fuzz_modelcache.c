@@ -6,7 +6,8 @@
  * relative with no "." or ".." component, no path is another's directory,
  * the sizes add up, and the digest is the sha256 of the input.  Seeds:
  * tests/fuzz/seeds/modelcache (deep: 505 components; chain: each path a
- * prefix of the next; dirconflict: a file and its directory apart). */
+ * prefix of the next; dirconflict: a file and its directory apart;
+ * src-*: model sources, gf_node_cache_source_check). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,29 @@ static void check_path(const char *p) {
     if (!sl)
       break;
     c = sl + 1;
+  }
+}
+
+/* An accepted source's invariants (docs/modelcache.md, "Sources"). */
+static void check_source(const char *s) {
+  if (!strncmp(s, "hf://", 5)) {
+    if (strstr(s, "..") || strstr(s + 5, "//"))
+      abort();
+    return;
+  }
+  const char *a = strstr(s, "://");
+  if (!a || (strncmp(s, "http://", 7) && strncmp(s, "https://", 8) &&
+             strncmp(s, "file:///", 8)))
+    abort();
+  a += 3;
+  size_t an = strcspn(a, "/");
+  if (memchr(a, '@', an) || strpbrk(s, "?#\\ ") || (an && a[an - 1] == ':'))
+    abort();
+  for (const char *p = a + an; p && *p == '/'; p = strchr(p + 1, '/')) {
+    size_t n = strcspn(p + 1, "/");
+    if ((n == 1 && p[1] == '.') || (n == 2 && p[1] == '.' && p[2] == '.') ||
+        (n == 0 && p[1] == '/'))
+      abort();
   }
 }
 
@@ -80,6 +104,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ref[n] = '\0';
   if (gf_node_cache_ref_parse(ref, name, sizeof(name), h, &d) == 0 &&
       (strlen(h) != 64 || !name[0] || strchr(name, '/')))
+    abort();
+  /* ... and as a model source (gf_node_cache_source_check): what it
+   * accepts has no user information, no empty port, no dot or empty path
+   * segment, no query; what it refuses says why without a password. */
+  if (gf_node_cache_source_check(ref, &d) == 0)
+    check_source(ref);
+  else if (!d.msg[0])
     abort();
   return 0;
 }

@@ -952,6 +952,101 @@ static int parse_cfg(const char *text, gf_diag *d) {
   return gf_node_config_parse(&cfg, text, strlen(text), "t", d);
 }
 
+/* Issue 28's leftovers, items 1 and 2: a source with a user name and
+ * password or a dot segment, an empty port, and other forms that do not
+ * say what they seem to are refused by one check wherever a source, a
+ * prefix or a hub endpoint is read: a prefetch ConfigMap (as `gpufrac cache
+ * prefetch` refuses it before writing one: test_options.sh), the node
+ * config's prefixes and endpoint, an operator's fetch; each saying what
+ * and where, never the password. */
+static void test_source_forms(void **state) {
+  (void)state;
+  static const struct {
+    const char *src, *why;
+  } bad[] = {
+      {"https://u:s3cret@models.example/llama", "user name or password"},
+      {"https://s3cret@models.example/llama", "user name or password"},
+      {"https://models.example/public/../private", "'..' path segment"},
+      {"https://models.example/a/./b", "'..' path segment"},
+      {"https://models.example:/llama", "empty port"},
+      {"https://models.example:99999/llama", "port out of"},
+      {"https://models.example:8x/llama", "port that is not a number"},
+      {"https://models.example/a//b", "empty path segment"},
+      {"https://models.example/llama?sig=1", "query"},
+      {"https://models.example/a%2e%2e/b", "encoded"},
+      {"https://models.example/a%zz", "escape"},
+      {"https:///llama", "no host"},
+      {"file:///srv/models/../etc", "'..' path segment"},
+      {"file://host/srv/models", "names a host"},
+      {"hf://acme/tiny@main/./x", "revision"},
+      {"hf://acme/tiny@v1//x", "revision"},
+      {"hf://acme/../tiny", "hf://ORG/NAME"},
+      {"ftp://models.example/llama", "not an http://"},
+  };
+  gf_node_prefetch p;
+  gf_node_prefetch_init(&p);
+  snprintf(p.model, sizeof(p.model), "m@sha256:%s", HELLO);
+  snprintf(p.names, sizeof(p.names), "n1");
+  gf_node_cache *c = open_cache(1 << 20);
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    /* (1) a prefetch ConfigMap carrying it: refused by the agent */
+    snprintf(p.source, sizeof(p.source), "%s", bad[i].src);
+    json_t *cm = gf_node_prefetch_configmap(&p, "ns1");
+    assert_non_null(cm);
+    gf_node_prefetch q;
+    gf_diag d = {{0}};
+    int rc = gf_node_prefetch_parse(cm, &q, &d);
+    json_decref(cm);
+    if (rc != GF_ESYNTAX || !strstr(d.msg, "data.source") ||
+        !strstr(d.msg, bad[i].why) || strstr(d.msg, "s3cret"))
+      fail_msg("configmap with source %s: %s (%s)", bad[i].src, gf_err_name(rc),
+               d.msg);
+    /* (2) an operator's fetch of it */
+    rc = gf_node_cache_fetch(c, "m", HELLO, bad[i].src, &d);
+    if (rc != GF_EINVAL || !strstr(d.msg, bad[i].why) ||
+        strstr(d.msg, "s3cret"))
+      fail_msg("fetch from %s: %s (%s)", bad[i].src, gf_err_name(rc), d.msg);
+  }
+  gf_node_cache_free(c);
+  /* (3) the node config: prefixes and the hub endpoint, the line named */
+  static const struct {
+    const char *text, *why;
+  } badcfg[] = {
+      {"model_pod_sources = https://models.example:/x/\n", "empty port"},
+      {"model_pod_sources = https://m.example/a/../b/\n", "'..' path segment"},
+      {"model_shared_sources = https://m.example/./\n", "'..' path segment"},
+      {"model_pod_sources = https://u:s3cret@m.example/\n", "user name"},
+      {"model_pod_sources = file:///srv//models/\n", "empty path segment"},
+      {"model_hf_endpoint = https://hub.example:\n", "empty port"},
+      {"model_hf_endpoint = https://hub.example/a/../b\n", "'..' path segment"},
+      {"model_hf_endpoint = https://hub.example/./api\n", "'..' path segment"},
+      {"model_hf_endpoint = https://hub.example:0\n", "port out of"},
+  };
+  for (size_t i = 0; i < sizeof(badcfg) / sizeof(badcfg[0]); i++) {
+    gf_diag d = {{0}};
+    int rc = parse_cfg(badcfg[i].text, &d);
+    if (rc != GF_ESYNTAX || !strstr(d.msg, "t:1") ||
+        !strstr(d.msg, badcfg[i].why) || strstr(d.msg, "s3cret"))
+      fail_msg("%s: %s (%s)", badcfg[i].text, gf_err_name(rc), d.msg);
+  }
+  /* what is fine stays fine */
+  static const char *const good[] = {
+      "https://models.example/llama", "https://models.example:8443/m/",
+      "http://127.0.0.1:9/x",         "http://[::1]:9/x",
+      "file:///srv/models/llama",     "hf://acme/tiny",
+      "hf://acme/tiny@refs/pr/1",     "https://m.example/a%20b"};
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    gf_diag d = {{0}};
+    if (gf_node_cache_source_check(good[i], &d))
+      fail_msg("%s refused: %s", good[i], d.msg);
+  }
+  gf_diag d = {{0}};
+  if (parse_cfg("model_pod_sources = https://m.example:8443/x/,file:///a/\n"
+                "model_hf_endpoint = http://[::1]:9/hub/\n",
+                &d))
+    fail_msg("good config refused: %s", d.msg);
+}
+
 #define COMMIT40 "0123456789abcdef0123456789abcdef01234567"
 
 /* Issue 28's hf:// leftovers: a model_pod_sources / model_shared_sources
@@ -1110,6 +1205,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_hf_prefix_repo, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_hf_endpoint_refused, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_source_forms, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_hf_pod_pins, setup_tmp,
                                       teardown_tmp),

@@ -12,6 +12,8 @@ variants of the hub's answers must fail with a clear error and publish
 nothing.
 
 Usage: test_modelcache_hf.py GPUFRAC
+       test_modelcache_hf.py --serve DIR   (the hub and CDN alone, for the
+           C tests: test_modelcache_sec test_hf_single_flight; see serve_only)
 """
 import hashlib
 import http.server
@@ -107,6 +109,7 @@ LOG = []  # (host, path, Authorization header)
 LOCK = threading.Lock()
 CDN_PORT = [0]
 HUB_PORT = [0]
+SERVE = {"log": None, "delay": 0.0}  # --serve: a request log file, a delay
 
 
 class Hub(http.server.BaseHTTPRequestHandler):
@@ -127,6 +130,11 @@ class Hub(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         with LOCK:
             LOG.append(("hub", self.path, self.headers.get("Authorization")))
+            if SERVE["log"]:
+                with open(SERVE["log"], "a") as f:
+                    f.write("hub %s\n" % self.path)
+        if SERVE["delay"] and "/api/" in self.path:
+            time.sleep(SERVE["delay"])  # every pod asks while the first waits
         u = urllib.parse.urlsplit(self.path)
         q = urllib.parse.parse_qs(u.query)
         parts = [urllib.parse.unquote(x) for x in u.path.split("/")[1:]]
@@ -454,4 +462,31 @@ def main():
     print("all passed")
 
 
-main()
+def serve_only(d):
+    """The hub and the CDN with one repository, acme/tiny, until killed:
+    DIR/info gets "PORT COMMIT DIGEST CA_FILE" once they listen; each hub
+    request is a line "hub PATH" in DIR/log; every API answer waits 0.5 s
+    (so requests that come together overlap)."""
+    ca, ctx = make_ca(d)
+    hub = serve(Hub, "127.0.0.1", ctx)
+    cdn = serve(Cdn, "127.0.0.2", ctx)
+    HUB_PORT[0] = hub.server_address[1]
+    CDN_PORT[0] = cdn.server_address[1]
+    files = repo_files("main")
+    REPOS["acme/tiny"] = Repo(files)
+    # a revision may be the commit itself (what a pod's source pins)
+    REPOS["acme/tiny"].revs[REPOS["acme/tiny"].commit] = REPOS["acme/tiny"].commit
+    SERVE["log"] = os.path.join(d, "log")
+    SERVE["delay"] = 0.5
+    with open(os.path.join(d, "info.tmp"), "w") as f:
+        f.write("%d %s %s %s\n" % (HUB_PORT[0], REPOS["acme/tiny"].commit,
+                                   manifest_digest(files), ca))
+    os.rename(os.path.join(d, "info.tmp"), os.path.join(d, "info"))
+    while True:
+        time.sleep(3600)
+
+
+if len(sys.argv) > 2 and sys.argv[1] == "--serve":
+    serve_only(sys.argv[2])
+else:
+    main()

@@ -273,6 +273,7 @@ def main():
         rc, out, err = fetch(cache, "z@sha256:" + zhex, url + "/z")
         check(rc == 1, "empty 404: rc %d (want 1): %s" % (rc, out))
         check("404" in err, "empty 404: %s" % err)
+        check("(after 1 try)" in err, "empty 404: one try, said once: %s" % err)
         check(published(cache) == [], "empty 404: published %s" % published(cache))
 
         # 3. A restart: every try of the first run is cut (the first after
@@ -285,6 +286,15 @@ def main():
         check(rc == 1, "restart: first run rc %d (want 1): %s" % (rc, err))
         check(published(cache) == [], "restart: published after a failed run")
         check("after 3 tries" in err, "restart: first run said: %s" % err)
+        # Each retry's line numbers the try to come and the most there can
+        # be: --retries 1 is one more try after one that got no bytes; the
+        # first try's 2 MiB reset the count (issue 28: a retry message off
+        # by one, "--retries 1" yet "2 more").
+        tries = [r for p, r in B.requests if p == "weights/part-0.bin"]
+        lines = [l.split("resuming ", 1)[1] for l in err.splitlines()
+                 if "part-0.bin" in l and "resuming " in l]
+        check(len(tries) == 3 and lines == ["(try 2 of at most 3)", "(try 3 of at most 3)"],
+              "restart: %d requests, retry lines %s" % (len(tries), lines))
         B.requests.clear()
         rc, out, err = fetch(cache, ref, url)
         check(rc == 0, "restart: second run rc %d: %s" % (rc, err))

@@ -957,24 +957,28 @@ static void test_redirect_off_host(void **state) {
   FILE *f = fopen(py, "w");
   assert_non_null(f);
   fprintf(
-      f, "import http.server, socket, sys, threading\n"
-         "port, other, hits = int(sys.argv[1]), int(sys.argv[2]), "
-         "sys.argv[3]\n"
-         "ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, "
-         "socket.SO_REUSEADDR, 1)\n"
-         "ls.bind(('127.0.0.1', other)); ls.listen(8)\n"
-         "def acc():\n"
-         "    while True:\n"
-         "        c, _ = ls.accept(); open(hits, 'a').write('x'); c.close()\n"
-         "threading.Thread(target=acc, daemon=True).start()\n"
-         "class H(http.server.BaseHTTPRequestHandler):\n"
-         "    def log_message(self, *a): pass\n"
-         "    def do_GET(self):\n"
-         "        self.send_response(302)\n"
-         "        self.send_header('Location', 'https://localhost:%%d%%s' %% "
-         "(other, self.path))\n"
-         "        self.send_header('Content-Length', '0'); self.end_headers()\n"
-         "http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()\n");
+      f,
+      "import http.server, socket, sys, threading\n"
+      "port, other, hits = int(sys.argv[1]), int(sys.argv[2]), "
+      "sys.argv[3]\n"
+      "ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, "
+      "socket.SO_REUSEADDR, 1)\n"
+      "ls.bind(('127.0.0.1', other)); ls.listen(8)\n"
+      "def acc():\n"
+      "    while True:\n"
+      "        c, _ = ls.accept(); open(hits, 'a').write('x'); c.close()\n"
+      "threading.Thread(target=acc, daemon=True).start()\n"
+      "class H(http.server.BaseHTTPRequestHandler):\n"
+      "    def log_message(self, *a): pass\n"
+      "    def do_GET(self):\n"
+      "        self.send_response(302)\n"
+      "        up = '/cdn/../secret' if self.path.startswith('/dots/') "
+      "else '/cdn/%%2e%%2e/secret' if self.path.startswith('/enc/') "
+      "else ''\n"
+      "        self.send_header('Location', 'https://localhost:%%d%%s%%s' %% "
+      "(other, up, self.path))\n"
+      "        self.send_header('Content-Length', '0'); self.end_headers()\n"
+      "http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()\n");
   fclose(f);
   snprintf(cmd, sizeof(cmd),
            "python3 %s %d %d %s >/dev/null 2>&1 & echo $! > %s; sleep 1.5", py,
@@ -995,6 +999,129 @@ static void test_redirect_off_host(void **state) {
     fail_msg("a pod's source redirected to https://localhost:%d and the fetch "
              "connected there (%s)",
              other, d.msg);
+  /* A redirect under an allowed prefix whose path climbs out of it with
+   * '..' (libcurl resolves it: https://localhost:N/secret/..., outside the
+   * prefix: refused) or with an encoded '..' a server may decode (the
+   * rules of a source's path: refused) is not connected to. */
+  static const char *const ways[] = {"dots", "enc"};
+  for (size_t i = 0; i < 2; i++) {
+    char pre2[400];
+    snprintf(pre2, sizeof(pre2),
+             "http://127.0.0.1:%d/%s/,https://localhost:%d/cdn/", port, ways[i],
+             other);
+    snprintf(src, sizeof(src), "http://127.0.0.1:%d/%s/m/", port, ways[i]);
+    snprintf(cmd, sizeof(cmd),
+             "python3 %s %d %d %s >/dev/null 2>&1 & echo $! > %s; sleep 1.5",
+             py, port, other, hits, pidf);
+    assert_int_equal(system(cmd), 0);
+    gf_node_cache_opts o2 = {.pod_sources = pre2};
+    c = open_with(&o2);
+    rc = acquire(c, "tenant-a", "pod-a", HEX_ANY, src, &d);
+    gf_node_cache_free(c);
+    reached = exists(hits);
+    snprintf(cmd, sizeof(cmd), "kill $(cat %s)", pidf);
+    (void)system(cmd);
+    assert_int_not_equal(rc, 0);
+    if (reached)
+      fail_msg("a redirect to https://localhost:%d/cdn/<%s ..>/secret/... "
+               "(out of the allowed prefix) was connected to (%s)",
+               other, ways[i], d.msg);
+  }
+}
+
+/* ---- one hub resolution per model in flight ------------------------------ */
+
+typedef struct hf_pod {
+  gf_node_cache *c;
+  const char *hex, *src;
+  char holder[32];
+  int rc;
+  gf_diag d;
+} hf_pod;
+
+static void *hf_pod_run(void *arg) {
+  hf_pod *p = arg;
+  char dir[600];
+  gf_node_cache_req r = {.name = "tiny",
+                         .hex = p->hex,
+                         .source = p->src,
+                         .ns = "tenant",
+                         .holder = p->holder,
+                         .keep_parts = true};
+  p->rc = gf_node_cache_acquire(p->c, &r, dir, sizeof(dir), &p->d);
+  return NULL;
+}
+
+/* Lines of file path containing what. */
+static int count_lines(const char *path, const char *what) {
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  char line[4096];
+  while (f && fgets(line, sizeof(line), f))
+    n += strstr(line, what) != NULL;
+  if (f)
+    fclose(f);
+  return n;
+}
+
+/* Several pods on one node wanting the same hf:// model at once (issue 28,
+ * a stranger's finding): each resolved the repository at the hub (its
+ * revision, its three listing pages, its small files) before the cache's
+ * single flight of the download; now one resolution per model is in
+ * flight and the others wait for it.  The hub is test_modelcache_hf.py's
+ * (loopback HTTPS, a CA made for it), every API answer 0.5 s late so that
+ * the four requests overlap; its request log is counted. */
+static void test_hf_single_flight(void **state) {
+  (void)state;
+  char dir[600], cmd[2400], info[700], log[700], ca[700], commit[64];
+  char hex[GF_NODE_CACHE_HEX], ep[100], src[200];
+  snprintf(dir, sizeof(dir), "%s/hub", tmpdir);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  snprintf(cmd, sizeof(cmd),
+           "python3 %s/test_modelcache_hf.py --serve %s >%s/out 2>&1 & "
+           "echo $! > %s/pid",
+           GF_TEST_NODE_DIR, dir, dir, dir);
+  assert_int_equal(system(cmd), 0);
+  snprintf(info, sizeof(info), "%s/info", dir);
+  snprintf(log, sizeof(log), "%s/log", dir);
+  for (int i = 0; i < 300 && !exists(info); i++) {
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  FILE *f = fopen(info, "r");
+  if (!f)
+    fail_msg("the hub did not start (%s/out)", dir);
+  int port = 0;
+  int got = fscanf(f, "%d %63s %64s %699s", &port, commit, hex, ca);
+  fclose(f);
+  assert_int_equal(got, 4);
+  snprintf(ep, sizeof(ep), "https://127.0.0.1:%d", port);
+  snprintf(src, sizeof(src), "hf://acme/tiny@%s", commit);
+  gf_node_cache_opts o = {
+      .pod_sources = "hf://acme/", .hf_endpoint = ep, .ca_file = ca};
+  gf_node_cache *c = open_with(&o);
+  enum { PODS = 4 };
+  hf_pod pods[PODS];
+  pthread_t t[PODS];
+  for (int i = 0; i < PODS; i++) {
+    pods[i] = (hf_pod){.c = c, .hex = hex, .src = src};
+    snprintf(pods[i].holder, sizeof(pods[i].holder), "pod-%d", i);
+    assert_int_equal(pthread_create(&t[i], NULL, hf_pod_run, &pods[i]), 0);
+  }
+  for (int i = 0; i < PODS; i++)
+    pthread_join(t[i], NULL);
+  gf_node_cache_free(c);
+  snprintf(cmd, sizeof(cmd), "kill $(cat %s/pid)", dir);
+  (void)system(cmd);
+  for (int i = 0; i < PODS; i++)
+    if (pods[i].rc)
+      fail_msg("pod %d: %s", i, pods[i].d.msg);
+  int revisions = count_lines(log, "/revision/");
+  int pages = count_lines(log, "/tree/");
+  if (revisions != 1 || pages != 3)
+    fail_msg("%d pods of one model asked the hub for the revision %d times "
+             "and for listing pages %d times (want 1 and 3: one resolution)",
+             PODS, revisions, pages);
 }
 
 int main(void) {
@@ -1018,6 +1145,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_dir_lock, setup_tmp, teardown_tmp),
       cmocka_unit_test(test_manifest_dirs),
       cmocka_unit_test_setup_teardown(test_http_dot_segments, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_hf_single_flight, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_other_flight_failure, setup_tmp,
                                       teardown_tmp),

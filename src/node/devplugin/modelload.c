@@ -489,6 +489,18 @@ static void sweep_view(void *user, const char *uid, const char *dir) {
     sc->removed++;
 }
 
+/* gf_node_cache_drop_stale_parts's wanted(): a job of a pod that is
+ * still there wants model hex. */
+static bool job_wants(void *user, const char *hex) {
+  gf_node_loader *l = user;
+  bool w = false;
+  pthread_mutex_lock(&l->mu);
+  for (size_t i = 0; i < l->n && !w; i++)
+    w = !l->jobs[i]->gone && strcmp(l->jobs[i]->hex, hex) == 0;
+  pthread_mutex_unlock(&l->mu);
+  return w;
+}
+
 size_t gf__node_loader_sweep(gf_node_loader *l,
                              bool (*alive)(void *user, const char *uid),
                              void *user) {
@@ -505,6 +517,9 @@ size_t gf__node_loader_sweep(gf_node_loader *l,
   /* Views left by an earlier run for pods that are gone. */
   sweep_ctx sc = {l, alive, user, 0};
   gf__node_each_pod(gf_node_cache_root(l->cache), sweep_view, &sc);
+  /* Parts of pods' fetches that no pod wants (their pod left while no
+   * agent ran, so no job dropped them). */
+  (void)gf_node_cache_drop_stale_parts(l->cache, job_wants, l);
   return n + sc.removed;
 }
 
