@@ -20,7 +20,8 @@
  * CPU and memory take it once they are gone, where evicting them together
  * breaks no PodDisruptionBudget, and where every one of them fits
  * somewhere else (tried in order on copies: another node, or another GPU
- * of the same node), the node needing fewest moves.  A movable pod: bound,
+ * of the same node) whose NoSchedule and NoExecute taints it tolerates
+ * (taints.c), the node needing fewest moves.  A movable pod: bound,
  * a share of one GPU, not loading (the disruption guard's), not pinned
  * (nodeSelector, required nodeAffinity, a PVC, ephemeral or hostPath
  * volume), of no higher priority than the pending pod, not a system pod

@@ -1121,8 +1121,9 @@ static bool movable(gf_sched *s, const prec *q, int32_t prio) {
          !strcmp(owner, "StatefulSet");
 }
 
-/* Books q (moved) on the tightest GPU of some node that takes it, the
- * freed GPUs of node `from` excluded (`taken`); false when none does. */
+/* Books q (moved) on the tightest GPU of some node that takes it (its
+ * taints tolerated by q, as kube-scheduler would ask of q's replacement),
+ * the freed GPUs of node `from` excluded (`taken`); false when none does. */
 static bool rehome(gf_sched *s, copies *c, const prec *q, uint32_t from,
                    const bool *taken) {
   gf_request r = q->req;
@@ -1130,7 +1131,7 @@ static bool rehome(gf_sched *s, copies *c, const prec *q, uint32_t from,
   bool named;
   r.model_mask = gf__models_mask(s->c, q->models, &named);
   for (uint32_t ni = 0; ni < s->nnodes; ni++) {
-    if (!node_open(s, ni))
+    if (!node_open(s, ni) || !gf__tolerates(q->tols, s->nodes[ni].taints))
       continue;
     const gf_node *m = NULL;
     for (uint32_t i = 0; i < c->n && !m; i++)

@@ -53,6 +53,8 @@ typedef struct nrec {
   char *inv_error; /* why its inventory was refused; NULL if it was not */
   bool disrupted;  /* Karpenter's disruption taint: no new pods */
   bool cordoned;   /* spec.unschedulable: no new pods */
+  char *taints;    /* its NoSchedule, NoExecute taints (gf__taints_text);
+                      NULL: none */
   nrec_inv inv;
 } nrec;
 
@@ -77,6 +79,7 @@ typedef struct prec {
   int32_t priority; /* spec.priority (sched_preempt.c) */
   bool loading;     /* gf__pod.loading: the guard holds it */
   bool pinned;      /* gf__pod.pinned: defrag does not move it */
+  char *tols;       /* gf__pod.tols (defrag's destinations); NULL: none */
 } prec;
 
 /* A pending pod: what /bind needs of a pod it gets only the names of.

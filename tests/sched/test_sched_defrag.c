@@ -475,6 +475,87 @@ static void system_and_higher_stay(void **st) {
   stop(&c);
 }
 
+/* Node n with taints (a JSON array, taken), as the informer sees it
+ * (gf_sched_node_slim). */
+static void taint_node(gf_sched *s, const char *name, json_t *taints) {
+  char inv[256];
+  snprintf(inv, sizeof(inv),
+           "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"GPU-%s-0\","
+           "\"model\":\"A16\",\"memory\":\"16Gi\"}]}",
+           name);
+  json_t *n = json_pack(
+      "{s:s,s:{s:s,s:s,s:{s:s}},s:{s:o},s:{s:{s:s,s:s}}}", "kind", "Node",
+      "metadata", "name", name, "resourceVersion", "2", "annotations",
+      "gpufrac.io/inventory", inv, "spec", "taints", taints, "status",
+      "allocatable", "cpu", "64", "memory", "512Gi");
+  json_t *slim = gf_sched_node_slim(n);
+  assert_non_null(slim);
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_node_update(s, slim, &d), 0);
+  json_decref(slim);
+  json_decref(n);
+}
+
+/* a (8Gi) on n1 with tolerations tols (taken; NULL: none). */
+static json_t *a_tolerating(json_t *tols) {
+  json_t *a = pod("a", "n1", 0, 8, false, "ReplicaSet");
+  return tols ? with(a, "spec", "tolerations", tols) : a;
+}
+
+/* Issue 32 leftover A: a moved pod's replacement must be allowed on its
+ * destination by the destination's taints.  w may use n1 alone; moving a
+ * (8Gi) frees n1's GPU only if a fits beside b on n2, and n2 is tainted
+ * dedicated=infer:NoSchedule.  Before, a was planned onto n2 although its
+ * replacement could never land there. */
+static void taints_block_destinations(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  taint_node(c.s, "n2",
+             json_pack("[{s:s,s:s,s:s}]", "key", "dedicated", "value", "infer",
+                       "effect", "NoSchedule"));
+  feed(&c, a_tolerating(NULL));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  json_t *w = pod("w", NULL, 0, 0, false, NULL);
+  feed(&c, json_deep_copy(w));
+  static const char *const only_n1[] = {"n1"};
+  json_decref(filter_on(c.s, json_deep_copy(w), only_n1, 1));
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  /* a toleration of another value or effect does not tolerate it */
+  feed(&c, a_tolerating(json_pack("[{s:s,s:s,s:s,s:s}]", "key", "dedicated",
+                                  "operator", "Equal", "value", "train",
+                                  "effect", "NoSchedule")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  feed(&c,
+       a_tolerating(json_pack("[{s:s,s:s,s:s}]", "key", "dedicated", "operator",
+                              "Exists", "effect", "NoExecute")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  /* the matching toleration (no effect: every effect): a moves */
+  feed(&c, a_tolerating(json_pack("[{s:s,s:s,s:s}]", "key", "dedicated",
+                                  "operator", "Equal", "value", "infer")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.node, "n1");
+  assert_string_equal(p.moves[0].name, "a");
+  /* NoExecute blocks as NoSchedule does; an empty key with Exists
+   * tolerates every taint */
+  taint_node(c.s, "n2",
+             json_pack("[{s:s,s:s},{s:s,s:s,s:s}]", "key", "gpu-debug",
+                       "effect", "NoExecute", "key", "dedicated", "value",
+                       "infer", "effect", "NoSchedule"));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  feed(&c, a_tolerating(json_pack("[{s:s}]", "operator", "Exists")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  /* PreferNoSchedule does not block */
+  feed(&c, a_tolerating(NULL));
+  taint_node(
+      c.s, "n2",
+      json_pack("[{s:s,s:s}]", "key", "soft", "effect", "PreferNoSchedule"));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  json_decref(w);
+  stop(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_move_frees_a_gpu),
@@ -488,6 +569,7 @@ int main(void) {
       cmocka_unit_test(hold_said_and_nudged),
       cmocka_unit_test(volumes_pin),
       cmocka_unit_test(system_and_higher_stay),
+      cmocka_unit_test(taints_block_destinations),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
