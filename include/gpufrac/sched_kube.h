@@ -159,6 +159,9 @@ typedef struct gf_sched_kube_opts {
   long defrag_tick_ms;        /* 0: 10000 */
   uint32_t defrag_max_moves;  /* 0: 3 (at most 8) */
   int64_t defrag_node_gap_ms; /* 0: 600000 (10 min) */
+  /* How long what a plan frees is held for its pod (--defrag-hold): 0 is
+   * 300000 (5 min); else 10000 (10 s) to 3600000 (1 h), GF_EINVAL outside. */
+  int64_t defrag_hold_ms;
   uint32_t defrag_per_hour;   /* 0: 6 */
   /* The rate limits' clock, monotonic milliseconds; NULL: CLOCK_MONOTONIC.
    * Tests inject a fake one. */

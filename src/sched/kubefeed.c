@@ -245,6 +245,7 @@ struct gf_sched_kube {
   long defrag_tick_ms;
   uint32_t defrag_max, defrag_per_hour;
   int64_t defrag_gap_ms;
+  int64_t defrag_hold_ms; /* --defrag-hold */
   int64_t (*defrag_now)(void *);
   void *defrag_clock;
   int64_t defrag_hour[64]; /* when the last plans were made (a ring) */
@@ -919,14 +920,15 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
       fprintf(stderr, " %s/%s", p.moves[i].ns, p.moves[i].name);
     fputc('\n', stderr);
   }
-  /* what is freed is held for the pod, as for a nominated one (5 min):
+  /* what is freed is held for the pod, as for a nominated one
+   * (--defrag-hold, 5 min by default):
    * set first, so it is there the moment the moved pods leave the model
    * (until then it holds nothing) */
   if (!dry) {
     const char *moved[GF__DEFRAG_MOVES_MAX];
     for (uint32_t i = 0; i < p.n; i++)
       moved[i] = p.moves[i].uid;
-    gf__defrag_hold(f->s, p.uid, p.node, moved, p.n, 300000);
+    gf__defrag_hold(f->s, p.uid, p.node, moved, p.n, f->defrag_hold_ms);
     defrag_evict(f, &p, what);
   }
   return 0;
@@ -956,6 +958,14 @@ static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
   if (f->defrag_per_hour > 64)
     f->defrag_per_hour = 64;
   f->defrag_gap_ms = o->defrag_node_gap_ms ? o->defrag_node_gap_ms : 600000;
+  f->defrag_hold_ms = o->defrag_hold_ms ? o->defrag_hold_ms : 300000;
+  if (f->defrag_hold_ms < 10000 || f->defrag_hold_ms > 3600000)
+    return gf_diag_set(
+        d, GF_EINVAL,
+        "--defrag-hold: %" PRId64 " ms is out of range: want 10s to 1h (the "
+        "hold must outlast a defragmentation pass, 10 s, and keeps the freed "
+        "GPU from every pod of no higher priority while it lasts)",
+        f->defrag_hold_ms);
   f->defrag_now = o->defrag_now_ms ? o->defrag_now_ms : mono_ms;
   f->defrag_clock = o->defrag_clock_user;
   for (int i = 0; i < 16; i++)
