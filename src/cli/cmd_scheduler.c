@@ -51,6 +51,7 @@ typedef struct opts {
   int dra;                /* --dra: 0 off, 1 score, 2 allocate */
   int defrag;             /* --defrag: GF_SCHED_KUBE_DEFRAG_* */
   int64_t defrag_hold_ms; /* --defrag-hold; 0: the default */
+  bool preempt_evict_off; /* --preempt-evict off */
   bool autoscale;         /* --autoscale-placeholders on */
   int64_t as_after_ms;    /* --autoscale-after; 0: the default */
   char as_resource[256];  /* --autoscale-resource; "": the default */
@@ -300,6 +301,7 @@ enum {
   OPT_GUARD,
   OPT_DEFRAG,
   OPT_DEFRAG_HOLD,
+  OPT_PREEMPT_EVICT,
   OPT_GUARD_SETTLE,
   OPT_GUARD_CAP,
   OPT_GUARD_CAP_MAX,
@@ -429,9 +431,16 @@ static const gf__opt sched_opts[] = {
                       "GPU; on: evict them (deploy/defrag/ grants it)",
                       OPT_DEFRAG),
     GF__OPT_STRING_ID("defrag-hold", "DUR",
-                      "how long a GPU defragmentation freed is held\n"
-                      "for its pod (default 5m; 10s to 1h)",
+                      "how long a GPU defragmentation or the\n"
+                      "extender's own preemption freed is held for its\n"
+                      "pod (default 5m; 10s to 1h)",
                       OPT_DEFRAG_HOLD),
+    GF__OPT_STRING_ID("preempt-evict", "on|off",
+                      "preempt for a pod refused for GPU memory alone,\n"
+                      "which kube-scheduler's preemption never does\n"
+                      "(default on): evict the preempt verb's victims\n"
+                      "and hold the GPU for --defrag-hold",
+                      OPT_PREEMPT_EVICT),
     GF__OPT_STRING_ID("dra", "MODE",
                       "the DRA path (docs/dra.md): off (default);\n"
                       "score: watch ResourceSlices and ResourceClaims\n"
@@ -670,6 +679,12 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     return defrag_mode(v, &o->defrag);
   case OPT_DEFRAG_HOLD:
     return defrag_hold(a, v, &o->defrag_hold_ms);
+  case OPT_PREEMPT_EVICT: {
+    bool on = true;
+    int rc = on_off(a, v, &on);
+    o->preempt_evict_off = !on;
+    return rc;
+  }
   case OPT_DRA:
     return dra_mode(v, &o->dra);
   case OPT_AUTOSCALE:
@@ -735,10 +750,10 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
                     "made through the API server)\n");
     return GF_EXIT_USAGE;
   }
-  if (o->defrag_hold_ms && !o->defrag) {
+  if (o->defrag_hold_ms && !o->defrag && o->preempt_evict_off) {
     fprintf(stderr, "gpufrac scheduler: --defrag-hold needs --defrag on "
-                    "(or dry-run): with defragmentation off nothing is "
-                    "held\n");
+                    "(or dry-run) or --preempt-evict on: with both off "
+                    "nothing is held\n");
     return GF_EXIT_USAGE;
   }
   if (o->no_kube && o->defrag) {
@@ -874,7 +889,8 @@ int cmd_scheduler(int argc, char **argv) {
                              .pod_ns = own ? pod_ns : NULL,
                              .pod_name = own ? pod : NULL,
                              .defrag = o.defrag,
-                             .defrag_hold_ms = o.defrag_hold_ms};
+                             .defrag_hold_ms = o.defrag_hold_ms,
+                             .preempt_evict = !o.preempt_evict_off};
     guard_kube_opts(&ko, &o);
     autoscale_kube_opts(&ko, &o);
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {

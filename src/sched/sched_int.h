@@ -71,6 +71,7 @@ typedef struct gf__pod {
                           runs, so defragmentation does not move it */
   char nominated[GF_NAME_MAX]; /* status.nominatedNodeName; "" when none */
   char tols[GF__TOLS_MAX];     /* spec.tolerations (gf__tols_text) */
+  bool never_preempts;         /* spec.preemptionPolicy is Never */
   const char *grant;           /* grant annotation text (borrowed from
                                   the JSON), NULL when none */
   size_t grant_len;

@@ -94,6 +94,7 @@ typedef struct pend {
   gf_request req;
   uint32_t dp_slots;     /* gf__pod.dp_slots */
   int32_t priority;      /* spec.priority */
+  bool never_preempts;   /* gf__pod.never_preempts */
   const char *nominated; /* status.nominatedNodeName; "" when none */
   const char *uid;       /* "" when the pod had none */
   const char *rv;        /* resourceVersion last seen; "" when unknown */
@@ -171,6 +172,8 @@ struct gf_sched {
     char uid[GF__UID_MAX];
     char node[GF_NAME_MAX];
     int64_t until_ms; /* CLOCK_MONOTONIC */
+    bool preempt;     /* made by the extender's own preemption, not defrag */
+    bool told;        /* preempt: its pod was handed out to be retried */
     uint32_t nmoved;  /* the pods moved for it: left out of the copy */
     char moved[8][GF__UID_MAX];
     uint32_t nrefused; /* pods /filter refused because of it (the nudge) */

@@ -355,6 +355,8 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
   out->pinned = pod_pinned(spec);
   gf__tols_text(gf__json_get(spec, "tolerations"), out->tols,
                 sizeof(out->tols));
+  const char *pp = json_string_value(gf__json_get(spec, "preemptionPolicy"));
+  out->never_preempts = pp && !strcmp(pp, "Never");
   const json_t *status = gf__json_get(pod, "status");
   if (json_is_object(status) &&
       ((rc = gf__json_str(status, "phase", out->phase, sizeof(out->phase),
@@ -1090,7 +1092,7 @@ json_t *gf_sched_pod_slim(const json_t *pod) {
     if (!s || json_object_set_new(out, "spec", s) ||
         keep(s, spec, "nodeName") || keep(s, spec, "overhead") ||
         keep(s, spec, "priority") || slim_pinned(s, spec) ||
-        keep(s, spec, "tolerations") ||
+        keep(s, spec, "tolerations") || keep(s, spec, "preemptionPolicy") ||
         (cs && json_object_set_new(s, "containers", slim_containers(cs))) ||
         (ics && json_object_set_new(s, "initContainers", slim_containers(ics))))
       goto fail;

@@ -70,7 +70,8 @@ static void test_cli_filter_top(void **state) {
   unlink(path);
 }
 
-/* --defrag-hold DUR: 10s to 1h, and only with --defrag (issue 32). */
+/* --defrag-hold DUR: 10s to 1h, and only with --defrag or --preempt-evict
+ * on (issue 32); --preempt-evict on|off. */
 static void test_cli_defrag_hold(void **state) {
   (void)state;
   char a0[] = "scheduler", hold[] = "--defrag-hold", defrag[] = "--defrag",
@@ -82,8 +83,11 @@ static void test_cli_defrag_hold(void **state) {
   assert_int_equal(cmd_scheduler(5, l), GF_EXIT_USAGE);
   char *w[] = {a0, defrag, on, hold, word, NULL};
   assert_int_equal(cmd_scheduler(5, w), GF_EXIT_USAGE);
-  char *off[] = {a0, hold, five, NULL};
-  assert_int_equal(cmd_scheduler(3, off), GF_EXIT_USAGE);
+  char pe[] = "--preempt-evict", no[] = "off", maybe[] = "maybe";
+  char *off[] = {a0, hold, five, pe, no, NULL};
+  assert_int_equal(cmd_scheduler(5, off), GF_EXIT_USAGE);
+  char *bad[] = {a0, pe, maybe, NULL};
+  assert_int_equal(cmd_scheduler(3, bad), GF_EXIT_USAGE);
 }
 
 int main(void) {
