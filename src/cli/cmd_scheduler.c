@@ -615,6 +615,10 @@ static void autoscale_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
 }
 
 static void guard_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
+  /* and defragmentation's and the extender's own preemption's */
+  ko->defrag = o->defrag;
+  ko->defrag_hold_ms = o->defrag_hold_ms;
+  ko->preempt_evict = !o->preempt_evict_off;
   ko->guard_off = o->guard_off;
   ko->guard_settle_ms = o->guard_settle_ms;
   ko->guard_cap_ms = o->guard_cap_ms;
@@ -887,10 +891,7 @@ int cmd_scheduler(int argc, char **argv) {
     gf_sched_kube_opts ko = {.lease_ns = o.lease[0] ? o.lease : NULL,
                              .lease_name = lease_name,
                              .pod_ns = own ? pod_ns : NULL,
-                             .pod_name = own ? pod : NULL,
-                             .defrag = o.defrag,
-                             .defrag_hold_ms = o.defrag_hold_ms,
-                             .preempt_evict = !o.preempt_evict_off};
+                             .pod_name = own ? pod : NULL};
     guard_kube_opts(&ko, &o);
     autoscale_kube_opts(&ko, &o);
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {

@@ -977,7 +977,7 @@ static int preempt_step(gf_sched_kube *f, gf_diag *d) {
       !gf_kube_informer_synced(f->pdbs))
     return 0;
   if (!f->defrag)
-    defrag_nudge(f); /* pods a preemption hold refused, once it ended */
+    defrag_nudge(f);   /* pods a preemption hold refused, once it ended */
   gf__podref ready[4]; /* preemptors whose victims have gone */
   retry_patch(f, ready, gf__preempt_ready(f->s, ready, 4), "preempt");
   gf__defrag_plan p;

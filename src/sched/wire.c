@@ -323,6 +323,16 @@ static bool pod_pinned(const json_t *spec) {
   return req && !json_is_null(req);
 }
 
+/* What the spec says of where the pod may go and what it may do there:
+ * pinned, tolerations, preemptionPolicy. */
+static void pod_placement(const json_t *spec, gf__pod *out) {
+  out->pinned = pod_pinned(spec);
+  gf__tols_text(gf__json_get(spec, "tolerations"), out->tols,
+                sizeof(out->tols));
+  const char *pp = json_string_value(gf__json_get(spec, "preemptionPolicy"));
+  out->never_preempts = pp && !strcmp(pp, "Never");
+}
+
 int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
   return gf__pod_parse_ex(pod, 0, out, d);
 }
@@ -352,11 +362,7 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
     return rc;
   if (!out->ns[0])
     memcpy(out->ns, "default", sizeof("default"));
-  out->pinned = pod_pinned(spec);
-  gf__tols_text(gf__json_get(spec, "tolerations"), out->tols,
-                sizeof(out->tols));
-  const char *pp = json_string_value(gf__json_get(spec, "preemptionPolicy"));
-  out->never_preempts = pp && !strcmp(pp, "Never");
+  pod_placement(spec, out);
   const json_t *status = gf__json_get(pod, "status");
   if (json_is_object(status) &&
       ((rc = gf__json_str(status, "phase", out->phase, sizeof(out->phase),
