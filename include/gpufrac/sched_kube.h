@@ -159,11 +159,27 @@ typedef struct gf_sched_kube_opts {
   long defrag_tick_ms;        /* 0: 10000 */
   uint32_t defrag_max_moves;  /* 0: 3 (at most 8) */
   int64_t defrag_node_gap_ms; /* 0: 600000 (10 min) */
-  uint32_t defrag_per_hour;   /* 0: 6 */
+  /* How long what a plan frees is held for its pod (--defrag-hold): 0 is
+   * 300000 (5 min); else 10000 (10 s) to 3600000 (1 h), GF_EINVAL outside. */
+  int64_t defrag_hold_ms;
+  uint32_t defrag_per_hour; /* 0: 6 */
   /* The rate limits' clock, monotonic milliseconds; NULL: CLOCK_MONOTONIC.
    * Tests inject a fake one. */
   int64_t (*defrag_now_ms)(void *clock_user);
   void *defrag_clock_user;
+  /* The extender's own preemption for pods it refused for GPU memory
+   * (docs/scheduler.md, "Preemption for GPU memory"; defrag.h:
+   * gf__preempt_plan_one): kube-scheduler never calls the preempt verb for
+   * a pod whose only shortage is one it does not count.  Every
+   * defrag_tick_ms (10 s), while this replica leads and the informers have
+   * listed, the oldest such pod (refused on every node kube-scheduler
+   * offered it, not nominated, first refused at least preempt_settle_ms
+   * ago) gets the verb's choice of victims on one of those nodes; they are
+   * evicted (the Eviction API) and what they free is held for it for
+   * defrag_hold_ms, with an Event on each victim and on the pod.  Needs
+   * pods/eviction create and events create (deploy/scheduler-rbac.yaml). */
+  bool preempt_evict;
+  int64_t preempt_settle_ms; /* 0: 3000 */
 } gf_sched_kube_opts;
 
 #define GF_SCHED_KUBE_DEFRAG_OFF 0
@@ -208,8 +224,10 @@ typedef enum gf_sched_kube_part {
                           (GF_ESTATE: the guard is off) */
   GF_SCHED_KUBE_AUTOSCALE, /* one autoscaler-bridge pass, leader only, once
                               both informers listed (GF_ESTATE: off) */
-  GF_SCHED_KUBE_PDBS,   /* the PodDisruptionBudget informer (GF_ESTATE: off) */
-  GF_SCHED_KUBE_DEFRAG, /* one defragmentation pass (GF_ESTATE: off) */
+  GF_SCHED_KUBE_PDBS,    /* the PodDisruptionBudget informer (GF_ESTATE: off) */
+  GF_SCHED_KUBE_DEFRAG,  /* one defragmentation pass (GF_ESTATE: off) */
+  GF_SCHED_KUBE_PREEMPT, /* one pass of the extender's own preemption
+                            (GF_ESTATE: off) */
 } gf_sched_kube_part;
 
 /* One step of one part on the calling thread, instead of start: a LIST or
@@ -254,6 +272,8 @@ struct gf__pdb *gf_sched_kube_budgets(gf_sched_kube *f);
 uint64_t gf_sched_kube_defrag_plans(gf_sched_kube *f);
 uint64_t gf_sched_kube_defrag_evictions(gf_sched_kube *f);
 uint64_t gf_sched_kube_defrag_limited(gf_sched_kube *f);
+/* Victims the extender's own preemption evicted. */
+uint64_t gf_sched_kube_preempt_evictions(gf_sched_kube *f);
 uint64_t gf_sched_kube_placeholders_made(gf_sched_kube *f);
 uint64_t gf_sched_kube_placeholders_deleted(gf_sched_kube *f);
 

@@ -48,17 +48,19 @@ typedef struct opts {
   int64_t guard_cap_ms;                    /* --guard-cap; 0: the default */
   int64_t guard_cap_max_ms;                /* --guard-cap-max; 0: the default */
   int64_t guard_fetch_bps, guard_load_bps; /* --guard-*-rate; 0: default */
-  int dra;               /* --dra: 0 off, 1 score, 2 allocate */
-  int defrag;            /* --defrag: GF_SCHED_KUBE_DEFRAG_* */
-  bool autoscale;        /* --autoscale-placeholders on */
-  int64_t as_after_ms;   /* --autoscale-after; 0: the default */
-  char as_resource[256]; /* --autoscale-resource; "": the default */
-  char as_ns[254];       /* --autoscale-namespace */
-  char as_pclass[254];   /* --autoscale-priority-class */
-  char as_types[4096];   /* --autoscale-node-types; "": none */
-  int64_t filter_top;    /* --filter-top; 0: every fitting node */
-  int64_t bind_qps;      /* --bind-qps; 0: no limit */
-  int64_t bind_burst;    /* --bind-burst; 0: 2 x bind_qps */
+  int dra;                /* --dra: 0 off, 1 score, 2 allocate */
+  int defrag;             /* --defrag: GF_SCHED_KUBE_DEFRAG_* */
+  int64_t defrag_hold_ms; /* --defrag-hold; 0: the default */
+  bool preempt_evict_off; /* --preempt-evict off */
+  bool autoscale;         /* --autoscale-placeholders on */
+  int64_t as_after_ms;    /* --autoscale-after; 0: the default */
+  char as_resource[256];  /* --autoscale-resource; "": the default */
+  char as_ns[254];        /* --autoscale-namespace */
+  char as_pclass[254];    /* --autoscale-priority-class */
+  char as_types[4096];    /* --autoscale-node-types; "": none */
+  int64_t filter_top;     /* --filter-top; 0: every fitting node */
+  int64_t bind_qps;       /* --bind-qps; 0: no limit */
+  int64_t bind_burst;     /* --bind-burst; 0: 2 x bind_qps */
 } opts;
 
 /* Which options the command line set (the config file does not override
@@ -298,6 +300,8 @@ enum {
   OPT_MAX_CONNS,
   OPT_GUARD,
   OPT_DEFRAG,
+  OPT_DEFRAG_HOLD,
+  OPT_PREEMPT_EVICT,
   OPT_GUARD_SETTLE,
   OPT_GUARD_CAP,
   OPT_GUARD_CAP_MAX,
@@ -426,6 +430,17 @@ static const gf__opt sched_opts[] = {
                       "it would move so a pending whole-GPU pod gets a\n"
                       "GPU; on: evict them (deploy/defrag/ grants it)",
                       OPT_DEFRAG),
+    GF__OPT_STRING_ID("defrag-hold", "DUR",
+                      "how long a GPU defragmentation or the\n"
+                      "extender's own preemption freed is held for its\n"
+                      "pod (default 5m; 10s to 1h)",
+                      OPT_DEFRAG_HOLD),
+    GF__OPT_STRING_ID("preempt-evict", "on|off",
+                      "preempt for a pod refused for GPU memory alone,\n"
+                      "which kube-scheduler's preemption never does\n"
+                      "(default on): evict the preempt verb's victims\n"
+                      "and hold the GPU for --defrag-hold",
+                      OPT_PREEMPT_EVICT),
     GF__OPT_STRING_ID("dra", "MODE",
                       "the DRA path (docs/dra.md): off (default);\n"
                       "score: watch ResourceSlices and ResourceClaims\n"
@@ -498,6 +513,19 @@ static int int_opt(const char *a, const char *v, int64_t lo, int64_t hi,
     return GF_EXIT_USAGE;
   }
   return 0;
+}
+
+/* --defrag-hold DUR into *ms: 10 s (a defragmentation pass) to 1 h. */
+static int defrag_hold(const char *flag, const char *v, int64_t *ms) {
+  int rc = parse_duration(flag, v, ms);
+  if (rc || (*ms >= 10000 && *ms <= 3600000))
+    return rc;
+  fprintf(stderr,
+          "gpufrac scheduler: %s '%s': want 10s to 1h (the hold must "
+          "outlast a defragmentation pass, 10 s; while it lasts the freed "
+          "GPU is kept from every pod of no higher priority)\n",
+          flag, v);
+  return GF_EXIT_USAGE;
 }
 
 /* --defrag off|dry-run|on into *mode (GF_SCHED_KUBE_DEFRAG_*). */
@@ -587,6 +615,10 @@ static void autoscale_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
 }
 
 static void guard_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
+  /* and defragmentation's and the extender's own preemption's */
+  ko->defrag = o->defrag;
+  ko->defrag_hold_ms = o->defrag_hold_ms;
+  ko->preempt_evict = !o->preempt_evict_off;
   ko->guard_off = o->guard_off;
   ko->guard_settle_ms = o->guard_settle_ms;
   ko->guard_cap_ms = o->guard_cap_ms;
@@ -649,6 +681,14 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     return guard_value(o, id, a, v);
   case OPT_DEFRAG:
     return defrag_mode(v, &o->defrag);
+  case OPT_DEFRAG_HOLD:
+    return defrag_hold(a, v, &o->defrag_hold_ms);
+  case OPT_PREEMPT_EVICT: {
+    bool on = true;
+    int rc = on_off(a, v, &on);
+    o->preempt_evict_off = !on;
+    return rc;
+  }
   case OPT_DRA:
     return dra_mode(v, &o->dra);
   case OPT_AUTOSCALE:
@@ -712,6 +752,12 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
     fprintf(stderr, "gpufrac scheduler: --no-kube excludes "
                     "--autoscale-placeholders on (placeholders are pods "
                     "made through the API server)\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o->defrag_hold_ms && !o->defrag && o->preempt_evict_off) {
+    fprintf(stderr, "gpufrac scheduler: --defrag-hold needs --defrag on "
+                    "(or dry-run) or --preempt-evict on: with both off "
+                    "nothing is held\n");
     return GF_EXIT_USAGE;
   }
   if (o->no_kube && o->defrag) {
@@ -845,8 +891,7 @@ int cmd_scheduler(int argc, char **argv) {
     gf_sched_kube_opts ko = {.lease_ns = o.lease[0] ? o.lease : NULL,
                              .lease_name = lease_name,
                              .pod_ns = own ? pod_ns : NULL,
-                             .pod_name = own ? pod : NULL,
-                             .defrag = o.defrag};
+                             .pod_name = own ? pod : NULL};
     guard_kube_opts(&ko, &o);
     autoscale_kube_opts(&ko, &o);
     if (gf_sched_kube_new(s, kc, NULL, &ko, &feed, &d)) {

@@ -20,7 +20,8 @@
  * CPU and memory take it once they are gone, where evicting them together
  * breaks no PodDisruptionBudget, and where every one of them fits
  * somewhere else (tried in order on copies: another node, or another GPU
- * of the same node), the node needing fewest moves.  A movable pod: bound,
+ * of the same node) whose NoSchedule and NoExecute taints it tolerates
+ * (taints.c), the node needing fewest moves.  A movable pod: bound,
  * a share of one GPU, not loading (the disruption guard's), not pinned
  * (nodeSelector, required nodeAffinity, a PVC, ephemeral or hostPath
  * volume), of no higher priority than the pending pod, not a system pod
@@ -87,5 +88,31 @@ void gf__defrag_enable(gf_sched *s);
  * taken off the list: the kube feed touches each so that kube-scheduler
  * tries it again.  Takes gf_sched.mu. */
 uint32_t gf__defrag_nudges(gf_sched *s, gf__podref *out, uint32_t max);
+
+/* The extender's own preemption for a pod refused for GPU memory or
+ * compute alone (docs/scheduler.md, "Preemption for GPU memory"): the
+ * oldest pending pod that fits none of the nodes of its last /filter, is
+ * not nominated, has had no hold made for it, and was first refused at
+ * least settle_ms ago, gets the preempt verb's choice of lower-priority
+ * victims on one of those nodes (the best over them), a set that breaks
+ * no PodDisruptionBudget.  out->moves are the victims (out->ngpus 0).
+ * 1 with *out filled, 0 when there is none, GF_ENOMEM.  Needs the
+ * candidate record (gf__defrag_enable) and the budgets.  Takes
+ * gf_sched.mu. */
+int gf__preempt_plan_one(gf_sched *s, int64_t settle_ms, gf__defrag_plan *out);
+
+/* As gf__defrag_hold, for a preemptor and its victims: /filter's refusal
+ * says "by gpufrac's preemption". */
+void gf__preempt_hold(gf_sched *s, const char *uid, const char *node,
+                      const char *const *victims, uint32_t n, int64_t ms);
+
+/* The pods a preemption hold is for whose victims have all left the
+ * model, each handed out once (at most max into out): the kube feed
+ * touches each so that kube-scheduler tries it again (a pod its extender
+ * refused is not retried when another pod goes).  Takes gf_sched.mu. */
+uint32_t gf__preempt_ready(gf_sched *s, gf__podref *out, uint32_t max);
+
+/* Ends the holds made for pod uid (an eviction refused: nothing freed). */
+void gf__hold_drop(gf_sched *s, const char *uid);
 
 #endif

@@ -245,6 +245,7 @@ struct gf_sched_kube {
   long defrag_tick_ms;
   uint32_t defrag_max, defrag_per_hour;
   int64_t defrag_gap_ms;
+  int64_t defrag_hold_ms; /* --defrag-hold */
   int64_t (*defrag_now)(void *);
   void *defrag_clock;
   int64_t defrag_hour[64]; /* when the last plans were made (a ring) */
@@ -253,6 +254,9 @@ struct gf_sched_kube {
   int64_t defrag_node_at[16];         /* ... and when */
   char defrag_last[1024];             /* the last plan logged */
   atomic_ullong defrag_plans, defrag_evictions, defrag_limited;
+  bool preempt_evict; /* the extender's own preemption (sched_kube.h) */
+  int64_t preempt_settle_ms;
+  atomic_ullong preempt_evictions;
   pthread_t t_defrag;
   bool have_defrag;
   bool started;
@@ -525,7 +529,9 @@ static int extras_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
                       gf_kube_config *cfg, const gf_kube_opts *kopts,
                       gf_kube_informer_opts io, gf_diag *d) {
   int rc = o->pdb_off ? 0 : pdb_new(f, cfg, kopts, io, d);
-  return rc || !o->defrag ? rc : defrag_new(f, o, cfg, kopts, d);
+  return rc || (!o->defrag && !o->preempt_evict)
+             ? rc
+             : defrag_new(f, o, cfg, kopts, d);
 }
 
 /* A part's error state changed (gf_kube's on_error: called once per change,
@@ -849,9 +855,9 @@ static bool defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
  * an annotation (gpufrac.io/defrag-retry, the time) on each, an update
  * kube-scheduler's queue reacts to by trying the pod again (it would
  * otherwise wait for an unrelated cluster event, or up to 5 minutes). */
-static void defrag_nudge(gf_sched_kube *f) {
-  gf__podref *r = gf__malloc(16 * sizeof(*r));
-  uint32_t n = r ? gf__defrag_nudges(f->s, r, 16) : 0;
+/* Merge-PATCHes gpufrac.io/defrag-retry (the time) on pods r[0..n). */
+static void retry_patch(gf_sched_kube *f, const gf__podref *r, uint32_t n,
+                        const char *who) {
   char now[32];
   time_t t = time(NULL);
   struct tm tm;
@@ -871,9 +877,15 @@ static void defrag_nudge(gf_sched_kube *f) {
                    : GF_ENOMEM;
     json_decref(patch);
     if (rc && rc != GF_ENOTFOUND && !f->quiet)
-      fprintf(stderr, "gpufrac scheduler: defrag: retry of %s/%s: %s\n",
+      fprintf(stderr, "gpufrac scheduler: %s: retry of %s/%s: %s\n", who,
               r[i].ns, r[i].name, pd.msg);
   }
+}
+
+static void defrag_nudge(gf_sched_kube *f) {
+  gf__podref *r = gf__malloc(16 * sizeof(*r));
+  uint32_t n = r ? gf__defrag_nudges(f->s, r, 16) : 0;
+  retry_patch(f, r, n, "defrag");
   gf__free(r);
 }
 
@@ -919,23 +931,105 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
       fprintf(stderr, " %s/%s", p.moves[i].ns, p.moves[i].name);
     fputc('\n', stderr);
   }
-  /* what is freed is held for the pod, as for a nominated one (5 min):
+  /* what is freed is held for the pod, as for a nominated one
+   * (--defrag-hold, 5 min by default):
    * set first, so it is there the moment the moved pods leave the model
    * (until then it holds nothing) */
   if (!dry) {
     const char *moved[GF__DEFRAG_MOVES_MAX];
     for (uint32_t i = 0; i < p.n; i++)
       moved[i] = p.moves[i].uid;
-    gf__defrag_hold(f->s, p.uid, p.node, moved, p.n, 300000);
+    gf__defrag_hold(f->s, p.uid, p.node, moved, p.n, f->defrag_hold_ms);
     defrag_evict(f, &p, what);
   }
+  return 0;
+}
+
+/* Evicts victim m (the Eviction API: a budget refuses with 429); 0 or the
+ * error, said on stderr. */
+static int evict_one(gf_sched_kube *f, const gf__defrag_move *m,
+                     const char *who) {
+  if (!dns_name(m->ns) || !dns_name(m->name))
+    return GF_EINVAL;
+  char path[2 * GF_NAME_MAX + 64];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction", m->ns,
+           m->name);
+  json_t *ev =
+      json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion", "policy/v1", "kind",
+                "Eviction", "metadata", "name", m->name, "namespace", m->ns);
+  gf_diag d = {""};
+  int rc = ev ? gf_kube_create(f->dkube, path, ev, NULL, &d) : GF_ENOMEM;
+  json_decref(ev);
+  if (rc && !f->quiet)
+    fprintf(stderr, "gpufrac scheduler: %s: evicting %s/%s: %s\n", who, m->ns,
+            m->name, d.msg);
+  return rc;
+}
+
+/* One pass of the extender's own preemption (sched_kube.h), if this
+ * replica leads and the informers have listed: at most one pod's victims
+ * evicted, what they free held for it. */
+static int preempt_step(gf_sched_kube *f, gf_diag *d) {
+  if (!f->preempt_evict)
+    return gf_diag_set(d, GF_ESTATE, "kube feed: own preemption is off");
+  if (!atomic_load(&f->leading) || !gf_kube_informer_synced(f->pods) ||
+      !gf_kube_informer_synced(f->nodes) || !f->pdbs ||
+      !gf_kube_informer_synced(f->pdbs))
+    return 0;
+  if (!f->defrag)
+    defrag_nudge(f);   /* pods a preemption hold refused, once it ended */
+  gf__podref ready[4]; /* preemptors whose victims have gone */
+  retry_patch(f, ready, gf__preempt_ready(f->s, ready, 4), "preempt");
+  gf__defrag_plan p;
+  int rc = gf__preempt_plan_one(f->s, f->preempt_settle_ms, &p);
+  if (rc <= 0)
+    return rc ? gf_diag_set(d, rc, "preempt: out of memory") : 0;
+  if (!f->quiet) {
+    fprintf(stderr,
+            "gpufrac scheduler: preempt: pending %s/%s fits no GPU of the "
+            "nodes kube-scheduler offers it; evicting on node %s:",
+            p.ns, p.name, p.node);
+    for (uint32_t i = 0; i < p.n; i++)
+      fprintf(stderr, " %s/%s", p.moves[i].ns, p.moves[i].name);
+    fputc('\n', stderr);
+  }
+  const char *victims[GF__DEFRAG_MOVES_MAX];
+  for (uint32_t i = 0; i < p.n; i++)
+    victims[i] = p.moves[i].uid;
+  /* held first: there the moment the victims leave the model */
+  gf__preempt_hold(f->s, p.uid, p.node, victims, p.n, f->defrag_hold_ms);
+  char msg[GF_DIAG_MAX];
+  for (uint32_t i = 0; i < p.n; i++) {
+    if (evict_one(f, &p.moves[i], "preempt")) {
+      gf__hold_drop(f->s, p.uid); /* refused: tried again on a later pass */
+      return 0;
+    }
+    atomic_fetch_add(&f->preempt_evictions, 1);
+    snprintf(msg, sizeof(msg),
+             "preempted by gpufrac for pending pod %.60s/%.60s, which fits "
+             "no GPU of node %.100s for GPU memory",
+             p.ns, p.name, p.node);
+    gf__utf8_fix(msg);
+    defrag_event(f, p.moves[i].ns, p.moves[i].name, p.moves[i].uid,
+                 "GpufracPreempted", msg);
+  }
+  snprintf(msg, sizeof(msg),
+           "gpufrac preempted %u pod(s) on node %.100s (kube-scheduler's "
+           "preemption finds no candidate for GPU memory)",
+           p.n, p.node);
+  gf__utf8_fix(msg);
+  if (dns_name(p.ns) && dns_name(p.name))
+    defrag_event(f, p.ns, p.name, p.uid, "GpufracPreemptFor", msg);
   return 0;
 }
 
 static void *run_defrag(void *arg) {
   gf_sched_kube *f = arg;
   while (!atomic_load(&f->stop)) {
-    defrag_step(f, NULL);
+    if (f->defrag)
+      defrag_step(f, NULL);
+    if (f->preempt_evict)
+      preempt_step(f, NULL);
     nap(f, f->defrag_tick_ms);
   }
   return NULL;
@@ -947,6 +1041,8 @@ static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
   if (o->defrag < 0 || o->defrag > GF_SCHED_KUBE_DEFRAG_ON)
     return gf_diag_set(d, GF_EINVAL, "defrag: unknown mode %d", o->defrag);
   f->defrag = o->defrag;
+  f->preempt_evict = o->preempt_evict && !o->pdb_off;
+  f->preempt_settle_ms = o->preempt_settle_ms ? o->preempt_settle_ms : 3000;
   gf__defrag_enable(f->s); /* the candidate nodes /filter gets */
   f->defrag_max = o->defrag_max_moves ? o->defrag_max_moves : 3;
   if (f->defrag_max > GF__DEFRAG_MOVES_MAX)
@@ -956,6 +1052,14 @@ static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
   if (f->defrag_per_hour > 64)
     f->defrag_per_hour = 64;
   f->defrag_gap_ms = o->defrag_node_gap_ms ? o->defrag_node_gap_ms : 600000;
+  f->defrag_hold_ms = o->defrag_hold_ms ? o->defrag_hold_ms : 300000;
+  if (f->defrag_hold_ms < 10000 || f->defrag_hold_ms > 3600000)
+    return gf_diag_set(
+        d, GF_EINVAL,
+        "--defrag-hold: %" PRId64 " ms is out of range: want 10s to 1h (the "
+        "hold must outlast a defragmentation pass, 10 s, and keeps the freed "
+        "GPU from every pod of no higher priority while it lasts)",
+        f->defrag_hold_ms);
   f->defrag_now = o->defrag_now_ms ? o->defrag_now_ms : mono_ms;
   f->defrag_clock = o->defrag_clock_user;
   for (int i = 0; i < 16; i++)
@@ -1239,7 +1343,7 @@ int gf_sched_kube_start(gf_sched_kube *f, gf_diag *d) {
     e = pthread_create(&f->t_pdbs, NULL, run_pdbs, f);
     f->have_pdbs = e == 0;
   }
-  if (!e && f->defrag) {
+  if (!e && (f->defrag || f->preempt_evict)) {
     e = pthread_create(&f->t_defrag, NULL, run_defrag, f);
     f->have_defrag = e == 0;
   }
@@ -1363,6 +1467,8 @@ int gf_sched_kube_step(gf_sched_kube *f, gf_sched_kube_part part, gf_diag *d) {
     break;
   case GF_SCHED_KUBE_DEFRAG:
     return defrag_step(f, d);
+  case GF_SCHED_KUBE_PREEMPT:
+    return preempt_step(f, d);
   case GF_SCHED_KUBE_PDBS:
     if (!f->pdbs)
       return gf_diag_set(d, GF_ESTATE, "kube feed: the budgets are off");
@@ -1445,6 +1551,12 @@ size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap) {
                  "Defragmentation plans held back by the rate limits.",
                  (uint64_t)atomic_load(&f->defrag_limited));
   }
+  if (f->preempt_evict)
+    gf__prom_u64(&b, "gpufrac_preempt_evictions_total", "counter",
+                 "Pods the extender evicted itself for a pod refused for "
+                 "GPU memory (kube-scheduler's preemption found no "
+                 "candidate).",
+                 (uint64_t)atomic_load(&f->preempt_evictions));
   if (f->pdb)
     gf__prom_u64(&b, "gpufrac_extender_pdbs", "gauge",
                  "PodDisruptionBudgets the preempt verb honours (listed and "
@@ -1472,6 +1584,10 @@ uint64_t gf_sched_kube_placeholders_deleted(gf_sched_kube *f) {
 
 uint64_t gf_sched_kube_defrag_plans(gf_sched_kube *f) {
   return f ? (uint64_t)atomic_load(&f->defrag_plans) : 0;
+}
+
+uint64_t gf_sched_kube_preempt_evictions(gf_sched_kube *f) {
+  return f ? (uint64_t)atomic_load(&f->preempt_evictions) : 0;
 }
 
 uint64_t gf_sched_kube_defrag_evictions(gf_sched_kube *f) {

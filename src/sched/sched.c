@@ -148,6 +148,7 @@ void gf__prec_free(prec *p) {
   gf__free(p->uid);
   gf__free(p->node);
   gf__free(p->models);
+  gf__free(p->tols);
 }
 
 void gf_sched_free(gf_sched *s) {
@@ -158,6 +159,7 @@ void gf_sched_free(gf_sched *s) {
     gf__free(s->nodes[i].name);
     gf__free(s->nodes[i].inv_error);
     gf__free(s->nodes[i].inv.models);
+    gf__free(s->nodes[i].taints);
   }
   for (uint32_t i = 0; i < s->npods; i++)
     gf__prec_free(&s->pods[i]);

@@ -24,6 +24,24 @@
 #define GF__MODELS_MAX 256 /* the gpufrac.io/gpu-model annotation */
 #define GF__RV_MAX 64      /* a resourceVersion (decimal uint64 today) */
 
+/* ---- Taints and tolerations (taints.c) ----------------------------------
+ * Kept as texts, one line per entry, tab-separated fields: taints
+ * "effect key value" (NoSchedule and NoExecute only), tolerations
+ * "operator key value effect".  "" is none; GF__TEXT_UNKNOWN is an entry
+ * the text could not hold (more than GF__TOLS_MAX bytes, a field of the
+ * wrong type): such a node tolerates no moved pod, such a pod tolerates
+ * no taint. */
+#define GF__TOLS_MAX 1024
+#define GF__TEXT_UNKNOWN "?"
+void gf__taints_text(const json_t *taints, char *out, size_t cap);
+void gf__tols_text(const json_t *tols, char *out, size_t cap);
+/* Whether every taint of `taints` is tolerated by one of `tols` (either
+ * may be NULL: none), as kube-scheduler's TaintToleration filter says. */
+bool gf__tolerates(const char *tols, const char *taints);
+/* Sets *dst to a copy of src (NULL when src is ""), freeing the old one;
+ * GF_ENOMEM leaves *dst as it was. */
+int gf__text_set(char **dst, const char *src);
+
 /* What the extender needs of a v1 Pod. */
 typedef struct gf__pod {
   char ns[GF_NAME_MAX];
@@ -52,6 +70,8 @@ typedef struct gf__pod {
                           nodeAffinity: its replacement may fit only where it
                           runs, so defragmentation does not move it */
   char nominated[GF_NAME_MAX]; /* status.nominatedNodeName; "" when none */
+  char tols[GF__TOLS_MAX];     /* spec.tolerations (gf__tols_text) */
+  bool never_preempts;         /* spec.preemptionPolicy is Never */
   const char *grant;           /* grant annotation text (borrowed from
                                   the JSON), NULL when none */
   size_t grant_len;
@@ -151,6 +171,8 @@ typedef struct gf__node {
   /* Not to take new pods for now (FailedNodes, not unresolvable): */
   bool disrupted; /* spec.taints holds GF__TAINT_DISRUPTED, effect NoSchedule */
   bool cordoned;  /* spec.unschedulable is true */
+  char
+      taints[GF__TOLS_MAX]; /* NoSchedule, NoExecute taints (gf__taints_text) */
 } gf__node;
 
 /* The taint Karpenter puts on a node it has chosen to disrupt

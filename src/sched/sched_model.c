@@ -404,6 +404,7 @@ static void node_remove_locked(gf_sched *s, uint32_t i) {
   gf__free(s->nodes[i].name);
   gf__free(s->nodes[i].inv_error);
   gf__free(s->nodes[i].inv.models);
+  gf__free(s->nodes[i].taints);
   s->nnodes--;
   if (i != s->nnodes) {
     s->nodes[i] = s->nodes[s->nnodes];
@@ -435,6 +436,8 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
           weights_lost(s, gf__node_cache_load(s->c, (uint32_t)i, o->inv.models,
                                               o->inv.nmodels));
       }
+      if (gf__text_set(&o->taints, pn->taints))
+        return GF_ENOMEM;
       /* after the models: a copy that failed leaves the old version, so
        * the same Node sent again (--no-kube) is not taken as seen */
       snprintf(o->rv, sizeof(o->rv), "%s", pn->rv);
@@ -459,11 +462,13 @@ int gf__node_update_locked(gf_sched *s, const gf__node *pn) {
   n->name = gf__strdup(pn->name);
   n->inv_error = pn->inv_error[0] ? gf__strdup(pn->inv_error) : NULL;
   if (!n->name || (pn->inv_error[0] && !n->inv_error) ||
+      gf__text_set(&n->taints, pn->taints) ||
       models_copy(&pn->inv, &n->inv.models) ||
       gf__smap_put(&s->nmap, n->name, s->nnodes)) {
     gf__free(n->name);
     gf__free(n->inv_error);
     gf__free(n->inv.models);
+    gf__free(n->taints);
     return GF_ENOMEM;
   }
   snprintf(n->rv, sizeof(n->rv), "%s", pn->rv);
@@ -751,6 +756,8 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
     old->priority = p->priority; /* the guard's annotations come and go */
     old->loading = p->loading;
     old->pinned = p->pinned;
+    if (gf__text_set(&old->tols, p->tols))
+      return GF_ENOMEM;
     if (old->state != P_BINDING)
       old->state = P_BOUND;
     gf__pending_forget(s, key);
@@ -772,6 +779,10 @@ static int pod_update_locked(gf_sched *s, const gf__pod *p, bool req_bad,
   r->priority = p->priority;
   r->loading = p->loading;
   r->pinned = p->pinned;
+  if (gf__text_set(&r->tols, p->tols)) {
+    gf__remove_pod(s, r);
+    return GF_ENOMEM;
+  }
   rc = gf__book(s, r);
   if (rc == GF_ENOTFOUND)
     return grc; /* waits for its node */

@@ -73,6 +73,7 @@ static pend *pend_new(const gf__pod *p) {
   e->req = p->req;
   e->dp_slots = p->dp_slots;
   e->priority = p->priority;
+  e->never_preempts = p->never_preempts;
   char *t = e->nskey;
   memcpy(t, p->ns, ln);
   t[ln] = '/';

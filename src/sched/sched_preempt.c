@@ -473,8 +473,9 @@ uint32_t gf__holds_collect(gf_sched *s, int32_t priority, const char *uid,
   return h->n;
 }
 
-void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
-                     const char *const *moved, uint32_t nmoved, int64_t ms) {
+static void hold_add(gf_sched *s, const char *uid, const char *node,
+                     const char *const *moved, uint32_t nmoved, int64_t ms,
+                     bool preempt) {
   pthread_mutex_lock(&s->mu);
   uint32_t at = s->ndhold;
   if (at == sizeof(s->dhold) / sizeof(s->dhold[0])) {
@@ -489,11 +490,37 @@ void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
   snprintf(s->dhold[at].uid, sizeof(s->dhold[at].uid), "%s", uid);
   snprintf(s->dhold[at].node, sizeof(s->dhold[at].node), "%s", node);
   s->dhold[at].until_ms = mono_ms() + ms;
+  s->dhold[at].preempt = preempt;
+  s->dhold[at].told = false;
   s->dhold[at].nmoved = 0;
   s->dhold[at].nrefused = 0;
   for (uint32_t i = 0; i < nmoved && i < 8; i++)
     snprintf(s->dhold[at].moved[s->dhold[at].nmoved++], GF__UID_MAX, "%s",
              moved[i]);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gf__defrag_hold(gf_sched *s, const char *uid, const char *node,
+                     const char *const *moved, uint32_t nmoved, int64_t ms) {
+  hold_add(s, uid, node, moved, nmoved, ms, false);
+}
+
+void gf__preempt_hold(gf_sched *s, const char *uid, const char *node,
+                      const char *const *victims, uint32_t n, int64_t ms) {
+  hold_add(s, uid, node, victims, n, ms, true);
+}
+
+void gf__hold_drop(gf_sched *s, const char *uid) {
+  pthread_mutex_lock(&s->mu);
+  uint32_t keep = 0;
+  for (uint32_t i = 0; i < s->ndhold; i++) {
+    if (!strcmp(s->dhold[i].uid, uid)) {
+      dhold_end(s, i);
+      continue;
+    }
+    s->dhold[keep++] = s->dhold[i];
+  }
+  s->ndhold = keep;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -644,7 +671,9 @@ void gf__holds_why(gf_sched *s, const gf__holds *h, uint32_t ni,
   if (h->dh[k]) {
     char until[32];
     until_text(h->dh[k]->until_ms, until, sizeof(until));
-    snprintf(by, sizeof(by), "by defragmentation until %s", until);
+    snprintf(by, sizeof(by), "by %s until %s",
+             h->dh[k]->preempt ? "gpufrac's preemption" : "defragmentation",
+             until);
     hold_refused(&s->dhold[h->dh[k] - s->dhold], p);
   } else {
     snprintf(by, sizeof(by), "(nominated here after a preemption)");
@@ -962,6 +991,7 @@ void gf__sched_set_pdb(gf_sched *s, struct gf__pdb *db) {
 struct gf__doffer {
   char uid[GF__UID_MAX]; /* "" when free */
   uint64_t seq;          /* when last written (the oldest makes room) */
+  int64_t first_ms;      /* CLOCK_MONOTONIC of the pod's first record */
   uint32_t n, cap;
   uint64_t *h;
   bool open; /* between begin and end */
@@ -1010,8 +1040,10 @@ struct gf__doffer *gf__defrag_offer_begin(gf_sched *s, const gf__pod *p,
     else if (!old || age < (old->uid[0] ? old->seq : 0))
       old = d;
   }
-  if (!o) /* a new one, or the oldest makes room */
+  if (!o) { /* a new one, or the oldest makes room */
     o = s->ndoffer < GF__DOFFER_MAX ? &s->doffer[s->ndoffer++] : old;
+    o->first_ms = mono_ms();
+  }
   snprintf(o->uid, sizeof(o->uid), "%s", p->uid);
   o->seq = ++s->doffer_seq;
   o->n = 0;
@@ -1121,8 +1153,9 @@ static bool movable(gf_sched *s, const prec *q, int32_t prio) {
          !strcmp(owner, "StatefulSet");
 }
 
-/* Books q (moved) on the tightest GPU of some node that takes it, the
- * freed GPUs of node `from` excluded (`taken`); false when none does. */
+/* Books q (moved) on the tightest GPU of some node that takes it (its
+ * taints tolerated by q, as kube-scheduler would ask of q's replacement),
+ * the freed GPUs of node `from` excluded (`taken`); false when none does. */
 static bool rehome(gf_sched *s, copies *c, const prec *q, uint32_t from,
                    const bool *taken) {
   gf_request r = q->req;
@@ -1130,7 +1163,7 @@ static bool rehome(gf_sched *s, copies *c, const prec *q, uint32_t from,
   bool named;
   r.model_mask = gf__models_mask(s->c, q->models, &named);
   for (uint32_t ni = 0; ni < s->nnodes; ni++) {
-    if (!node_open(s, ni))
+    if (!node_open(s, ni) || !gf__tolerates(q->tols, s->nodes[ni].taints))
       continue;
     const gf_node *m = NULL;
     for (uint32_t i = 0; i < c->n && !m; i++)
@@ -1404,4 +1437,134 @@ done:
   gf__free(head);
   gf__free(nxt);
   return rc;
+}
+
+/* ---- the extender's own preemption (GPU memory) -------------------------
+ * kube-scheduler calls the preempt verb only for nodes where its own dry
+ * run needs victims (slots, CPU, memory).  A pod the extender's /filter
+ * refused for GPU memory or compute on every node kube-scheduler's
+ * filters passed gets none there: kube-scheduler finds no candidate and
+ * nothing is preempted (issue 32, F1).  For such a pod, not nominated
+ * (kube-scheduler's own preemption did not act) settle_ms after its first
+ * refusal, the verb's choice on each of those nodes, the best of them,
+ * breaking no PodDisruptionBudget.  The model is never changed. */
+
+static bool held(const gf_sched *s, const char *uid) {
+  for (uint32_t i = 0; i < s->ndhold; i++)
+    if (!strcmp(s->dhold[i].uid, uid))
+      return true;
+  return false;
+}
+
+typedef struct pscratch {
+  victim vs[GF__PREEMPT_MAX_VICTIMS];
+  vset cur, best;
+  gf_node base;
+} pscratch;
+
+/* The best victims for pending e (asking r) over the nodes of o: into
+ * out, true when some node has a set. */
+static bool preempt_for(gf_sched *s, const pend *e, const gf_request *r,
+                        const struct gf__doffer *o, const int64_t *head,
+                        const int64_t *nxt, pscratch *w, gf__defrag_plan *out) {
+  bool found = false;
+  for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+    if (!node_open(s, ni) || !offered(o, s->nodes[ni].name))
+      continue;
+    w->base = *gf_cluster_node(s->c, ni);
+    gf_request rn = *r;
+    gf__part_of_memory(&w->base, &rn);
+    gf__pdb_view pv;
+    pickctx k = {&w->base, w->vs, 0, &rn, &pv};
+    k.nv = node_victims(s, head[ni], nxt, e->priority, w->vs, &pv);
+    if (!k.nv || gf_node_fits(&w->base, &rn) || choose(&k, &w->cur) ||
+        !w->cur.ok || w->cur.pdb > 0 || w->cur.n > GF__DEFRAG_MOVES_MAX)
+      continue;
+    if (found && gf__preempt_pick_cmp(&w->cur, &w->best) >= 0)
+      continue;
+    w->best = w->cur;
+    found = true;
+    snprintf(out->node, sizeof(out->node), "%s", s->nodes[ni].name);
+    out->ngpus = 0;
+    out->n = w->cur.n;
+    for (uint32_t j = 0; j < w->cur.n; j++) {
+      char owner[GF_NAME_MAX];
+      const prec *q = w->vs[w->cur.at[j]].p;
+      snprintf(out->moves[j].uid, sizeof(out->moves[j].uid), "%s", q->uid);
+      if (!gf__pdb_pod_info(s->pdb, q->uid, out->moves[j].ns,
+                            out->moves[j].name, owner))
+        found = false; /* no name to evict it by */
+    }
+  }
+  return found;
+}
+
+int gf__preempt_plan_one(gf_sched *s, int64_t settle_ms, gf__defrag_plan *out) {
+  pthread_mutex_lock(&s->mu);
+  int rc = s->pdb && s->pend.n && s->doffer ? gf__ensure_model(s) : 0;
+  int64_t *head = NULL, *nxt = NULL;
+  pscratch *w = NULL;
+  if (rc || !s->pdb || !s->pend.n || !s->doffer)
+    goto done;
+  head = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*head));
+  nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nxt));
+  w = gf__malloc(sizeof(*w));
+  if (!head || !nxt || !w) {
+    rc = GF_ENOMEM;
+    goto done;
+  }
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    head[i] = -1;
+  for (uint32_t k = s->npods; k-- > 0;)
+    if (s->pods[k].placed && s->pods[k].pl.node < s->nnodes) {
+      nxt[k] = head[s->pods[k].pl.node];
+      head[s->pods[k].pl.node] = (int64_t)k;
+    }
+  int64_t now = mono_ms();
+  for (const pend *e = s->pend.oldest; e && !rc; e = e->newer) {
+    const struct gf__doffer *o = offer_find(s, e->uid);
+    if (!o || e->nominated[0] || e->never_preempts || e->req.gpu_count == 0 ||
+        now - o->first_ms < settle_ms || held(s, e->uid))
+      continue;
+    gf_request r = e->req;
+    gf__effective(s, &r);
+    bool named;
+    r.model_mask = gf__models_mask(s->c, e->models, &named);
+    if ((named && !r.model_mask) || fits_somewhere(s, &r, o) ||
+        !preempt_for(s, e, &r, o, head, nxt, w, out))
+      continue;
+    snprintf(out->ns, sizeof(out->ns), "%.*s", (int)e->ns_len, e->nskey);
+    snprintf(out->name, sizeof(out->name), "%s", e->nskey + e->ns_len + 1);
+    snprintf(out->uid, sizeof(out->uid), "%s", e->uid);
+    rc = 1;
+  }
+done:
+  pthread_mutex_unlock(&s->mu);
+  gf__free(head);
+  gf__free(nxt);
+  gf__free(w);
+  return rc;
+}
+
+uint32_t gf__preempt_ready(gf_sched *s, gf__podref *out, uint32_t max) {
+  pthread_mutex_lock(&s->mu);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < s->ndhold && n < max; i++) {
+    struct gf__dhold *d = &s->dhold[i];
+    if (!d->preempt || d->told)
+      continue;
+    bool gone = true;
+    for (uint32_t k = 0; k < d->nmoved && gone; k++)
+      gone = gf__find_pod(s, d->moved[k]) == NULL;
+    const pend *e = gone ? gf__pending_find(s, d->uid, "", "") : NULL;
+    if (!e)
+      continue;
+    d->told = true;
+    snprintf(out[n].uid, sizeof(out[n].uid), "%s", e->uid);
+    snprintf(out[n].ns, sizeof(out[n].ns), "%.*s", (int)e->ns_len, e->nskey);
+    snprintf(out[n].name, sizeof(out[n].name), "%s", e->nskey + e->ns_len + 1);
+    n++;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return n;
 }

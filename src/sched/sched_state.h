@@ -53,6 +53,8 @@ typedef struct nrec {
   char *inv_error; /* why its inventory was refused; NULL if it was not */
   bool disrupted;  /* Karpenter's disruption taint: no new pods */
   bool cordoned;   /* spec.unschedulable: no new pods */
+  char *taints;    /* its NoSchedule, NoExecute taints (gf__taints_text);
+                      NULL: none */
   nrec_inv inv;
 } nrec;
 
@@ -77,6 +79,7 @@ typedef struct prec {
   int32_t priority; /* spec.priority (sched_preempt.c) */
   bool loading;     /* gf__pod.loading: the guard holds it */
   bool pinned;      /* gf__pod.pinned: defrag does not move it */
+  char *tols;       /* gf__pod.tols (defrag's destinations); NULL: none */
 } prec;
 
 /* A pending pod: what /bind needs of a pod it gets only the names of.
@@ -91,6 +94,7 @@ typedef struct pend {
   gf_request req;
   uint32_t dp_slots;     /* gf__pod.dp_slots */
   int32_t priority;      /* spec.priority */
+  bool never_preempts;   /* gf__pod.never_preempts */
   const char *nominated; /* status.nominatedNodeName; "" when none */
   const char *uid;       /* "" when the pod had none */
   const char *rv;        /* resourceVersion last seen; "" when unknown */
@@ -168,6 +172,8 @@ struct gf_sched {
     char uid[GF__UID_MAX];
     char node[GF_NAME_MAX];
     int64_t until_ms; /* CLOCK_MONOTONIC */
+    bool preempt;     /* made by the extender's own preemption, not defrag */
+    bool told;        /* preempt: its pod was handed out to be retried */
     uint32_t nmoved;  /* the pods moved for it: left out of the copy */
     char moved[8][GF__UID_MAX];
     uint32_t nrefused; /* pods /filter refused because of it (the nudge) */

@@ -323,6 +323,16 @@ static bool pod_pinned(const json_t *spec) {
   return req && !json_is_null(req);
 }
 
+/* What the spec says of where the pod may go and what it may do there:
+ * pinned, tolerations, preemptionPolicy. */
+static void pod_placement(const json_t *spec, gf__pod *out) {
+  out->pinned = pod_pinned(spec);
+  gf__tols_text(gf__json_get(spec, "tolerations"), out->tols,
+                sizeof(out->tols));
+  const char *pp = json_string_value(gf__json_get(spec, "preemptionPolicy"));
+  out->never_preempts = pp && !strcmp(pp, "Never");
+}
+
 int gf__pod_parse(const json_t *pod, gf__pod *out, gf_diag *d) {
   return gf__pod_parse_ex(pod, 0, out, d);
 }
@@ -352,7 +362,7 @@ int gf__pod_parse_ex(const json_t *pod, unsigned accept, gf__pod *out,
     return rc;
   if (!out->ns[0])
     memcpy(out->ns, "default", sizeof("default"));
-  out->pinned = pod_pinned(spec);
+  pod_placement(spec, out);
   const json_t *status = gf__json_get(pod, "status");
   if (json_is_object(status) &&
       ((rc = gf__json_str(status, "phase", out->phase, sizeof(out->phase),
@@ -543,6 +553,7 @@ int gf__node_parse(const json_t *node, gf__node *out, gf_diag *d) {
           strcmp(eff, "NoSchedule") == 0)
         out->disrupted = true;
     }
+    gf__taints_text(taints, out->taints, sizeof(out->taints));
   }
   /* Without status.allocatable the node is not constrained here:
    * kube-scheduler's own NodeResourcesFit checks CPU and memory anyway. */
@@ -1087,6 +1098,7 @@ json_t *gf_sched_pod_slim(const json_t *pod) {
     if (!s || json_object_set_new(out, "spec", s) ||
         keep(s, spec, "nodeName") || keep(s, spec, "overhead") ||
         keep(s, spec, "priority") || slim_pinned(s, spec) ||
+        keep(s, spec, "tolerations") || keep(s, spec, "preemptionPolicy") ||
         (cs && json_object_set_new(s, "containers", slim_containers(cs))) ||
         (ics && json_object_set_new(s, "initContainers", slim_containers(ics))))
       goto fail;
@@ -1132,27 +1144,14 @@ json_t *gf_sched_node_slim(const json_t *node) {
   } else if (meta && keep(out, node, "metadata")) {
     goto fail;
   }
-  /* spec: unschedulable and the disruption taint only (gf__node_parse) */
+  /* spec: unschedulable and the taints (gf__node_parse: the disruption
+   * taint, and those defragmentation's destinations must tolerate) */
   const json_t *spec = gf__json_get(node, "spec");
   if (json_is_object(spec)) {
     json_t *sp = json_object();
     if (!sp || json_object_set_new(out, "spec", sp) ||
-        keep(sp, spec, "unschedulable"))
+        keep(sp, spec, "unschedulable") || keep(sp, spec, "taints"))
       goto fail;
-    const json_t *taints = gf__json_get(spec, "taints");
-    size_t ti;
-    const json_t *t;
-    json_t *kept = NULL;
-    json_array_foreach(taints, ti, t) {
-      const char *key = json_string_value(gf__json_get(t, "key"));
-      if (!key || strcmp(key, GF__TAINT_DISRUPTED) != 0)
-        continue;
-      if (!kept &&
-          (!(kept = json_array()) || json_object_set_new(sp, "taints", kept)))
-        goto fail;
-      if (json_array_append_new(kept, json_deep_copy(t)))
-        goto fail;
-    }
   }
   const json_t *alloc =
       json_is_object(st) ? gf__json_get(st, "allocatable") : NULL;

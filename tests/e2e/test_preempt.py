@@ -31,7 +31,8 @@ so kube-scheduler preempts.
      breaks nothing; d's 20 is higher); kube-scheduler evicts a alone and
      hi is bound to GPU0.
 
-The extender runs with --guard off: no kubelet runs these pods, so they
+The extender runs with --preempt-evict off (its own preemption for GPU
+memory is test_preempt_memory.py's) and --guard off: no kubelet runs these pods, so they
 never become Ready and the guard would hold every one of them (the guard's
 rule is tests/sched/test_sched_preempt.c's).
 """
@@ -57,10 +58,12 @@ def fail(msg):
 
 
 class GuardOffExtender(Extender):
+    args = ()
+
     def start(self):
         self.proc = self.c.spawn(self.name, [
             self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.port,
-            "--kubeconfig", self.kc, "--guard", "off"])
+            "--kubeconfig", self.kc, "--guard", "off"] + list(self.args))
         return self
 
 
@@ -86,6 +89,11 @@ def config(with_verb):
 
 
 class Run:
+    # kube-scheduler's preemption alone against the verb: the extender's own
+    # preemption for GPU memory (test_preempt_memory.py) is off here, or it
+    # would rescue scene 1 after kube-scheduler's wrong eviction.
+    ext_args = ("--preempt-evict", "off")
+
     def __init__(self, c):
         self.c = c
         self.t = E2E(c)
@@ -118,7 +126,9 @@ class Run:
         self.api.merge_patch("/api/v1/nodes/n1", {
             "metadata": {"annotations": {INVENTORY: json.dumps(inv)}}})
         kc = self.c.sa_kubeconfig("extender", self.c.token("gpufrac-scheduler"))
-        self.ext = GuardOffExtender(self.c, "extender", self.c.ext_port, kc).start()
+        ext = GuardOffExtender(self.c, "extender", self.c.ext_port, kc)
+        ext.args = self.ext_args
+        self.ext = ext.start()
         self.ext.ready_leader()
 
     def scene(self, with_verb):

@@ -725,12 +725,16 @@ def t_defrag(objs, ns):
         return a[a.index("--defrag") + 1] if "--defrag" in a else None
 
     check(flag(objs) == "on", "defrag: the extender runs with --defrag on")
+    a = container(index(objs), "Deployment", ns, "gpufrac-scheduler")["args"]
+    check("--defrag-hold" in a and a[a.index("--defrag-hold") + 1] == "90s",
+          "defrag: extender.defragHold passes --defrag-hold 90s (%s)" % a)
     dry = render(ns=ns, sets=("extender.defrag=dry-run",))
     check(flag(dry) == "dry-run" and
           not any(o["metadata"]["name"] == "gpufrac-scheduler-defrag" for o in dry),
           "defrag: dry-run passes the flag and installs no eviction RBAC")
     plain = render(ns=ns)
-    check(flag(plain) is None and
+    check(flag(plain) is None and "--defrag-hold" not in
+          container(index(plain), "Deployment", ns, "gpufrac-scheduler")["args"] and
           not any(o["metadata"]["name"] == "gpufrac-scheduler-defrag" for o in plain),
           "defrag: off by default (no flag, no RBAC)")
 

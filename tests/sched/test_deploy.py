@@ -97,8 +97,9 @@ check(not any("*" in r.get("verbs", []) or "*" in r.get("resources", []) for r i
 check(not allowed("secrets", "get"), "RBAC does not read secrets")
 # The extender's ClusterRole is exactly what it uses: the informers' list
 # and watch, a GET after a 409, the PATCH of the grant and of the guard's
-# annotations (issue 15: no update, no pods/status, no eviction), bindings,
-# and the PodDisruptionBudgets the preempt verb honours (read only).
+# annotations (issue 15: no update, no pods/status), bindings, the
+# PodDisruptionBudgets the preempt verb honours (read only), and the
+# evictions and Events of its own preemption for GPU memory (issue 32).
 sched_rules = {}
 for _, d in docs:
     if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpufrac-scheduler":
@@ -109,9 +110,12 @@ for _, d in docs:
 check(sched_rules == {("", "nodes"): {"get", "list", "watch"},
                       ("", "pods"): {"get", "list", "watch", "patch"},
                       ("", "pods/binding"): {"create"},
-                      ("policy", "poddisruptionbudgets"): {"list", "watch"}},
+                      ("policy", "poddisruptionbudgets"): {"list", "watch"},
+                      # the extender's own preemption for GPU memory
+                      ("", "pods/eviction"): {"create"},
+                      ("", "events"): {"create"}},
       f"extender ClusterRole is exactly nodes get/list/watch, pods get/list/watch/patch, "
-      f"pods/binding create, poddisruptionbudgets list/watch (got {sched_rules})")
+      f"pods/binding create, poddisruptionbudgets list/watch, pods/eviction and events create (got {sched_rules})")
 if dep:
     c = dep["spec"]["template"]["spec"]["containers"][0]
     args = c.get("command", []) + c.get("args", [])

@@ -70,9 +70,30 @@ static void test_cli_filter_top(void **state) {
   unlink(path);
 }
 
+/* --defrag-hold DUR: 10s to 1h, and only with --defrag or --preempt-evict
+ * on (issue 32); --preempt-evict on|off. */
+static void test_cli_defrag_hold(void **state) {
+  (void)state;
+  char a0[] = "scheduler", hold[] = "--defrag-hold", defrag[] = "--defrag",
+       on[] = "on", five[] = "5m", short_[] = "9s", long_[] = "61m",
+       word[] = "soon";
+  char *s[] = {a0, defrag, on, hold, short_, NULL};
+  assert_int_equal(cmd_scheduler(5, s), GF_EXIT_USAGE);
+  char *l[] = {a0, defrag, on, hold, long_, NULL};
+  assert_int_equal(cmd_scheduler(5, l), GF_EXIT_USAGE);
+  char *w[] = {a0, defrag, on, hold, word, NULL};
+  assert_int_equal(cmd_scheduler(5, w), GF_EXIT_USAGE);
+  char pe[] = "--preempt-evict", no[] = "off", maybe[] = "maybe";
+  char *off[] = {a0, hold, five, pe, no, NULL};
+  assert_int_equal(cmd_scheduler(5, off), GF_EXIT_USAGE);
+  char *bad[] = {a0, pe, maybe, NULL};
+  assert_int_equal(cmd_scheduler(3, bad), GF_EXIT_USAGE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli),
                                      cmocka_unit_test(test_cli_autoscale),
-                                     cmocka_unit_test(test_cli_filter_top)};
+                                     cmocka_unit_test(test_cli_filter_top),
+                                     cmocka_unit_test(test_cli_defrag_hold)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

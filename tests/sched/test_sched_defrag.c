@@ -475,6 +475,170 @@ static void system_and_higher_stay(void **st) {
   stop(&c);
 }
 
+/* Node n with taints (a JSON array, taken), as the informer sees it
+ * (gf_sched_node_slim). */
+static void taint_node(gf_sched *s, const char *name, json_t *taints) {
+  char inv[256];
+  snprintf(inv, sizeof(inv),
+           "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"GPU-%s-0\","
+           "\"model\":\"A16\",\"memory\":\"16Gi\"}]}",
+           name);
+  json_t *n = json_pack(
+      "{s:s,s:{s:s,s:s,s:{s:s}},s:{s:o},s:{s:{s:s,s:s}}}", "kind", "Node",
+      "metadata", "name", name, "resourceVersion", "2", "annotations",
+      "gpufrac.io/inventory", inv, "spec", "taints", taints, "status",
+      "allocatable", "cpu", "64", "memory", "512Gi");
+  json_t *slim = gf_sched_node_slim(n);
+  assert_non_null(slim);
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_node_update(s, slim, &d), 0);
+  json_decref(slim);
+  json_decref(n);
+}
+
+/* a (8Gi) on n1 with tolerations tols (taken; NULL: none). */
+static json_t *a_tolerating(json_t *tols) {
+  json_t *a = pod("a", "n1", 0, 8, false, "ReplicaSet");
+  return tols ? with(a, "spec", "tolerations", tols) : a;
+}
+
+/* Issue 32 leftover A: a moved pod's replacement must be allowed on its
+ * destination by the destination's taints.  w may use n1 alone; moving a
+ * (8Gi) frees n1's GPU only if a fits beside b on n2, and n2 is tainted
+ * dedicated=infer:NoSchedule.  Before, a was planned onto n2 although its
+ * replacement could never land there. */
+static void taints_block_destinations(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  taint_node(c.s, "n2",
+             json_pack("[{s:s,s:s,s:s}]", "key", "dedicated", "value", "infer",
+                       "effect", "NoSchedule"));
+  feed(&c, a_tolerating(NULL));
+  feed(&c, pod("b", "n2", 0, 8, false, "ReplicaSet"));
+  json_t *w = pod("w", NULL, 0, 0, false, NULL);
+  feed(&c, json_deep_copy(w));
+  static const char *const only_n1[] = {"n1"};
+  json_decref(filter_on(c.s, json_deep_copy(w), only_n1, 1));
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  /* a toleration of another value or effect does not tolerate it */
+  feed(&c, a_tolerating(json_pack("[{s:s,s:s,s:s,s:s}]", "key", "dedicated",
+                                  "operator", "Equal", "value", "train",
+                                  "effect", "NoSchedule")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  feed(&c,
+       a_tolerating(json_pack("[{s:s,s:s,s:s}]", "key", "dedicated", "operator",
+                              "Exists", "effect", "NoExecute")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  /* the matching toleration (no effect: every effect): a moves */
+  feed(&c, a_tolerating(json_pack("[{s:s,s:s,s:s}]", "key", "dedicated",
+                                  "operator", "Equal", "value", "infer")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_string_equal(p.node, "n1");
+  assert_string_equal(p.moves[0].name, "a");
+  /* NoExecute blocks as NoSchedule does; an empty key with Exists
+   * tolerates every taint */
+  taint_node(c.s, "n2",
+             json_pack("[{s:s,s:s},{s:s,s:s,s:s}]", "key", "gpu-debug",
+                       "effect", "NoExecute", "key", "dedicated", "value",
+                       "infer", "effect", "NoSchedule"));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  feed(&c, a_tolerating(json_pack("[{s:s}]", "operator", "Exists")));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  /* PreferNoSchedule does not block */
+  feed(&c, a_tolerating(NULL));
+  taint_node(
+      c.s, "n2",
+      json_pack("[{s:s,s:s}]", "key", "soft", "effect", "PreferNoSchedule"));
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  json_decref(w);
+  stop(&c);
+}
+
+/* p with spec.priority prio. */
+static json_t *prio(json_t *p, int prio_) {
+  return with(p, "spec", "priority", json_integer(prio_));
+}
+
+/* Issue 32 F1: the extender's own preemption for a pod refused for GPU
+ * memory alone (kube-scheduler's preemption finds no candidate, so the
+ * verb is never called).  n1's 16Gi GPU holds a (8Gi) and b (4Gi), both
+ * priority 10; n2's holds c (2Gi, priority 1) and d (12Gi, priority 20).
+ * hi (8Gi, priority 1000) fits neither.  The verb's choice: b alone (one
+ * victim, priority 10 below d's 20, GPU left exactly full where a would
+ * leave 4Gi).  Not before settle_ms, not once nominated (kube-scheduler
+ * acted), not while a hold stands for it; a budget over b steers it to a;
+ * the hold keeps a lower pod off the GPU and says so. */
+static void preempt_for_memory(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, prio(pod("a", "n1", 0, 8, false, NULL), 10));
+  feed(&c, prio(pod("b", "n1", 0, 4, false, NULL), 10));
+  feed(&c, prio(pod("c", "n2", 0, 2, false, NULL), 1));
+  feed(&c, prio(pod("d", "n2", 0, 12, false, NULL), 20));
+  json_t *hi = prio(pod("hi", NULL, 0, 8, false, NULL), 1000);
+  feed(&c, json_deep_copy(hi));
+  gf__defrag_plan p;
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 0); /* no /filter */
+  offer(&c, json_deep_copy(hi));
+  assert_int_equal(gf__preempt_plan_one(c.s, 60000, &p), 0); /* too soon */
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 1);
+  assert_string_equal(p.name, "hi");
+  assert_string_equal(p.uid, "uid-hi");
+  assert_string_equal(p.node, "n1");
+  assert_int_equal(p.n, 1);
+  assert_string_equal(p.moves[0].name, "b");
+  assert_string_equal(p.moves[0].ns, "ml");
+  /* kube-scheduler nominated it (its own preemption acted): none */
+  json_t *nom = json_deep_copy(hi);
+  json_object_set_new(
+      nom, "status",
+      json_pack("{s:s,s:s}", "phase", "Pending", "nominatedNodeName", "n2"));
+  feed(&c, nom);
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 0);
+  feed(&c, json_deep_copy(hi));
+  /* a budget over b allowing no disruption: a instead */
+  json_t *b =
+      json_pack("{s:{s:s,s:s},s:{s:{s:{s:s}}},s:{s:i}}", "metadata",
+                "namespace", "ml", "name", "keep-b", "spec", "selector",
+                "matchLabels", "app", "b", "status", "disruptionsAllowed", 0);
+  gf_diag d = {""};
+  assert_int_equal(gf__pdb_update(c.db, b, &d), 0);
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 1);
+  assert_string_equal(p.node, "n1");
+  assert_int_equal(p.n, 1);
+  assert_string_equal(p.moves[0].name, "a");
+  json_decref(b);
+  /* held for hi: no second plan; x (4Gi, priority 0) is kept off n1's GPU
+   * and told why */
+  const char *victims[] = {"uid-b"};
+  gf__preempt_hold(c.s, "uid-hi", "n1", victims, 1, 60000);
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 0);
+  char *why = reason_on(c.s, pod("x", NULL, 0, 4, false, NULL), "n1");
+  assert_non_null(why);
+  assert_non_null(strstr(why, "held for ml/hi by gpufrac's preemption until"));
+  free(why);
+  /* once b has left the model, hi is handed out once to be retried */
+  gf__podref ready[4];
+  assert_int_equal(gf__preempt_ready(c.s, ready, 4), 0);
+  assert_int_equal(gf_sched_pod_delete(c.s, "uid-b"), 0);
+  assert_int_equal(gf__preempt_ready(c.s, ready, 4), 1);
+  assert_string_equal(ready[0].name, "hi");
+  assert_string_equal(ready[0].ns, "ml");
+  assert_int_equal(gf__preempt_ready(c.s, ready, 4), 0);
+  feed(&c, prio(pod("b", "n1", 0, 4, false, NULL), 10));
+  gf__hold_drop(c.s, "uid-hi");
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 1);
+  /* preemptionPolicy Never: it waits, as kube-scheduler lets it */
+  feed(&c, with(json_deep_copy(hi), "spec", "preemptionPolicy",
+                json_string("Never")));
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 0);
+  json_decref(hi);
+  stop(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_move_frees_a_gpu),
@@ -488,6 +652,8 @@ int main(void) {
       cmocka_unit_test(hold_said_and_nudged),
       cmocka_unit_test(volumes_pin),
       cmocka_unit_test(system_and_higher_stay),
+      cmocka_unit_test(taints_block_destinations),
+      cmocka_unit_test(preempt_for_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

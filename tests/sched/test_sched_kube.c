@@ -619,6 +619,49 @@ static int64_t fixed_ms(void *user) {
   return 5000000;
 }
 
+/* Seconds from now until the "until HH:MM:SS UTC" in text (mod a day);
+ * -1 when it has none. */
+static long until_in(const char *text) {
+  const char *u = text ? strstr(text, "until ") : NULL;
+  int h, m, sec;
+  if (!u || sscanf(u, "until %d:%d:%d UTC", &h, &m, &sec) != 3)
+    return -1;
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  long d = (h * 3600L + m * 60L + sec) -
+           (tm.tm_hour * 3600L + tm.tm_min * 60L + tm.tm_sec);
+  return (d + 86400) % 86400;
+}
+
+/* /filter for x, a second whole-GPU pod, on node-a100 while the hold for
+ * w stands: its refusal says how long the hold lasts. */
+static long hold_left(gf_sched *s) {
+  json_t *x = fixture_json("pod_share.json");
+  json_object_set_new(json_object_get(x, "metadata"), "name", json_string("x"));
+  json_object_set_new(json_object_get(x, "metadata"), "uid",
+                      json_string("u-x"));
+  json_t *res = json_object_get(
+      json_array_get(json_object_get(json_object_get(x, "spec"), "containers"),
+                     0),
+      "resources");
+  json_object_set_new(res, "limits", json_pack("{s:s}", "gpufrac.io/gpu", "1"));
+  json_object_set_new(res, "requests",
+                      json_pack("{s:s}", "gpufrac.io/gpu", "1"));
+  json_t *fa = json_pack("{s:o,s:[s]}", "Pod", x, "NodeNames", "node-a100");
+  char *body = dumps(fa);
+  json_decref(fa);
+  int st;
+  json_t *r = call(s, "filter", body, &st);
+  free(body);
+  assert_int_equal(st, 200);
+  const char *why = json_string_value(
+      json_object_get(json_object_get(r, "FailedNodes"), "node-a100"));
+  long left = until_in(why);
+  json_decref(r);
+  return left;
+}
+
 static void defrag_feed(int mode, const td_expect *extra, size_t nextra) {
   char *nodes = list_of("NodeList", "100", fixture_json("node_a100.json"));
   json_t *w = fixture_json("pod_share.json");
@@ -669,6 +712,7 @@ static void defrag_feed(int mode, const td_expect *extra, size_t nextra) {
   gf_sched_kube_opts o = {.no_leader_election = true,
                           .quiet = true,
                           .defrag = mode,
+                          .defrag_hold_ms = 20 * 60000,
                           .defrag_now_ms = fixed_ms};
   gf_sched_kube *f = NULL;
   assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), 0);
@@ -691,6 +735,9 @@ static void defrag_feed(int mode, const td_expect *extra, size_t nextra) {
   if (mode == GF_SCHED_KUBE_DEFRAG_ON) {
     assert_int_equal(gf_sched_kube_defrag_evictions(f), 1);
     assert_int_equal(gf_sched_kube_defrag_limited(f), 1);
+    /* the hold lasts --defrag-hold (20 min here), not a fixed 5 */
+    long left = hold_left(s);
+    assert_true(left >= 20 * 60 - 3 && left <= 20 * 60 + 3);
   } else {
     /* the same plan again is not a new one, nor one held back */
     assert_int_equal(gf_sched_kube_defrag_evictions(f), 0);
@@ -709,6 +756,26 @@ static void defrag_feed(int mode, const td_expect *extra, size_t nextra) {
 
 static void test_defrag_feed(void **st) {
   (void)st;
+  /* a hold out of its range (10 s to 1 h) is refused, naming the flag */
+  static const int64_t bad[] = {9999, 3600001, -1};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    gf_sched_config sc = {0};
+    gf_sched *s = NULL;
+    gf_diag d = {""};
+    assert_int_equal(gf_sched_new(&sc, &s, &d), 0);
+    gf_kube_config *cfg = NULL;
+    assert_int_equal(
+        gf_kube_config_new_plain(&cfg, "http://127.0.0.1:1", NULL, &d), 0);
+    gf_sched_kube_opts o = {.no_leader_election = true,
+                            .quiet = true,
+                            .defrag = GF_SCHED_KUBE_DEFRAG_ON,
+                            .defrag_hold_ms = bad[i]};
+    gf_sched_kube *f = NULL;
+    assert_int_equal(gf_sched_kube_new(s, cfg, NULL, &o, &f, &d), GF_EINVAL);
+    assert_non_null(strstr(d.msg, "--defrag-hold"));
+    gf_sched_free(s);
+    gf_kube_config_free(cfg);
+  }
   defrag_feed(GF_SCHED_KUBE_DEFRAG_DRY_RUN, NULL, 0);
   const td_expect on[] = {
       {.method = "POST",
