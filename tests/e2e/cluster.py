@@ -12,6 +12,7 @@ Python standard library only (run with /usr/bin/python3 or any python3).
 
 import base64
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -525,8 +526,14 @@ class Cluster:
     def node_conf(self, node, slots):
         """A node agent's directory node-<node> (state, cdi and plugins
         below it) and its node.conf naming them with `slots` slots a GPU;
-        returns node.conf's path."""
-        d = self.path("node-" + node)
+        returns node.conf's path.  A node name over 24 characters is cut
+        and a hash of it added: the device plugin's socket path must fit
+        108 bytes, and KWOK's nodes for Karpenter have names of 50-60 (one
+        of them made the agent refuse to start, "the socket path is too
+        long", and test_e2e_karpenter time out)."""
+        short = node if len(node) <= 24 else "%s-%s" % (
+            node[:15], hashlib.sha256(node.encode()).hexdigest()[:8])
+        d = self.path("node-" + short)
         for sub in ("state", "cdi", "plugins"):
             os.makedirs(os.path.join(d, sub), exist_ok=True)
         cfg = os.path.join(d, "node.conf")
