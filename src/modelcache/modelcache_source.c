@@ -81,11 +81,13 @@ static bool is_hexdig(char ch) {
 }
 
 /* What is wrong with a host[:port] authority a[n] (NULL: nothing). */
+#define CREDS_WHY                                                              \
+  "has a user name or password (user:password@): credentials never go "        \
+  "in a source (a hub token goes in model_hf_token_file)"
+
 static const char *authority_why(const char *a, size_t n) {
   if (memchr(a, '@', n))
-    return "has a user name or password (user:password@): refused, "
-           "credentials never go in a source (a hub token goes in "
-           "model_hf_token_file)";
+    return CREDS_WHY;
   size_t h = 0;
   if (n && a[0] == '[') { /* an IPv6 literal */
     const char *close = memchr(a, ']', n);
@@ -153,6 +155,27 @@ static const char *path_why(const char *p) {
   return NULL;
 }
 
+/* The '@' that ends a user name and password whose password holds a '/'
+ * (AWS secret keys do): the authority a[an] has a ':' followed by more
+ * than digits, and an '@' comes later, before any '?' or '#'.  NULL:
+ * none.  A URL's own parser takes "user:pa" as host and port there, so the
+ * password would be shown and the reason would be a bad port. */
+static const char *split_creds_at(const char *a, size_t an) {
+  const char *colon = memchr(a, ':', an);
+  if (!colon || a[0] == '[') /* none, or an IPv6 literal's */
+    return NULL;
+  bool digits = true;
+  for (const char *p = colon + 1; p < a + an; p++)
+    digits = digits && *p >= '0' && *p <= '9';
+  if (digits)
+    return NULL;
+  const char *end = a + strcspn(a, "?#"), *at = NULL;
+  for (const char *p = a + an; p < end; p++)
+    if (*p == '@')
+      at = p;
+  return at;
+}
+
 const char *gf__mc_url_why(const char *url) {
   size_t len = strlen(url);
   if (len >= SOURCE_MAX)
@@ -170,6 +193,8 @@ const char *gf__mc_url_why(const char *url) {
     why = "names a host: want file:///an/absolute/path";
   else if (file && a[0] != '/')
     why = "has no path: want file:///an/absolute/path";
+  else if (!file && split_creds_at(a, an))
+    why = CREDS_WHY;
   else if (!file)
     why = authority_why(a, an);
   if (why)
@@ -208,6 +233,8 @@ void gf__mc_url_redact(const char *url, char *out, size_t cap) {
     for (size_t i = 0; i < an; i++)
       if (a[i] == '@')
         at = a + i;
+    if (!at)
+      at = split_creds_at(a, an);
   }
   if (at)
     snprintf(out, cap, "%.*s***%.1000s", (int)(a - url), url, at);
@@ -224,6 +251,9 @@ int gf_node_cache_source_check(const char *source, gf_diag *d) {
     return 0;
   char shown[1600];
   gf__mc_url_redact(source, shown, sizeof(shown));
+  /* Cut long ones: the reason must fit the message (GF_DIAG_MAX). */
+  if (strlen(shown) > 160)
+    memcpy(shown + 150, "...", 4);
   /* a control byte shown as '?', so the message is one line */
   for (char *p = shown; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f)

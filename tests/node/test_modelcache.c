@@ -966,6 +966,11 @@ static void test_source_forms(void **state) {
   } bad[] = {
       {"https://u:s3cret@models.example/llama", "user name or password"},
       {"https://s3cret@models.example/llama", "user name or password"},
+      /* a password with a '/' (a stranger's finding: shown, and called a
+       * port that is not a number) */
+      {"https://AKIA:wJal/s3cret@models.example/llama",
+       "user name or password"},
+      {"https://AKIA:s3cret/x/y@models.example/llama", "user name or password"},
       {"https://models.example/public/../private", "'..' path segment"},
       {"https://models.example/a/./b", "'..' path segment"},
       {"https://models.example:/llama", "empty port"},
@@ -1029,12 +1034,26 @@ static void test_source_forms(void **state) {
         !strstr(d.msg, badcfg[i].why) || strstr(d.msg, "s3cret"))
       fail_msg("%s: %s (%s)", badcfg[i].text, gf_err_name(rc), d.msg);
   }
+  /* a long source: its reason still in the message (a stranger saw it
+   * cut off, the source echoed whole before it) */
+  char lng[2100] = "https://models.example/";
+  memset(lng + strlen(lng), 'a', 2030);
+  lng[2060] = '\0';
+  gf_diag dl = {{0}};
+  if (gf_node_cache_source_check(lng, &dl) != GF_EINVAL ||
+      !strstr(dl.msg, "longer than 2047 bytes"))
+    fail_msg("a 2060-byte source: %s", dl.msg);
+  snprintf(lng + 480, sizeof(lng) - 480, "/%%2e%%2e/x");
+  if (gf_node_cache_source_check(lng, &dl) != GF_EINVAL ||
+      !strstr(dl.msg, "encoded") || !strstr(dl.msg, "docs/modelcache.md"))
+    fail_msg("a 490-byte source: %s", dl.msg);
   /* what is fine stays fine */
   static const char *const good[] = {
       "https://models.example/llama", "https://models.example:8443/m/",
-      "http://127.0.0.1:9/x",         "http://[::1]:9/x",
-      "file:///srv/models/llama",     "hf://acme/tiny",
-      "hf://acme/tiny@refs/pr/1",     "https://m.example/a%20b"};
+      "http://127.0.0.1:9/x", "http://[::1]:9/x", "file:///srv/models/llama",
+      "hf://acme/tiny", "hf://acme/tiny@refs/pr/1", "https://m.example/a%20b",
+      /* an '@' in the path is no password */
+      "https://m.example:8443/org@v1/m", "http://[::1]:9/org@v1/m"};
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
     gf_diag d = {{0}};
     if (gf_node_cache_source_check(good[i], &d))
