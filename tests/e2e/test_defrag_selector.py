@@ -118,8 +118,11 @@ def phase_b(c):
     protect(c, yname, False)
     # the guard may have taken its release back while y was protected:
     # given again, as the node agent would for a Ready pod
-    C.wait_for("y moved off n2 for w", lambda: release(c) or pod_of(c, "y") is None
-               or pod_of(c, "y")[0] != yname, 60)
+    def y_moved():
+        # pod_of read once: y can go between two reads (an ASan run did)
+        y = pod_of(c, "y")
+        return y is None or y[0] != yname
+    C.wait_for("y moved off n2 for w", lambda: release(c) or y_moved(), 60)
     C.wait_for("y's replacement bound to n1",
                lambda: release(c) or placed(c).get("y") == "n1", 60)
     whole(c, "w3")
