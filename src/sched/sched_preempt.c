@@ -1460,7 +1460,22 @@ typedef struct pscratch {
   victim vs[GF__PREEMPT_MAX_VICTIMS];
   vset cur, best;
   gf_node base;
+  gf__defrag_move named[GF__DEFRAG_MOVES_MAX]; /* cur's victims, by name */
 } pscratch;
+
+/* Names cur's victims into w->named; false when the pod store lacks one
+ * (the model has it, the informer's store not yet): no name to evict by. */
+static bool name_victims(gf_sched *s, pscratch *w) {
+  char owner[GF_NAME_MAX];
+  for (uint32_t j = 0; j < w->cur.n; j++) {
+    gf__defrag_move *m = &w->named[j];
+    const prec *q = w->vs[w->cur.at[j]].p;
+    snprintf(m->uid, sizeof(m->uid), "%s", q->uid);
+    if (!gf__pdb_pod_info(s->pdb, q->uid, m->ns, m->name, owner))
+      return false;
+  }
+  return true;
+}
 
 /* The best victims for pending e (asking r) over the nodes of o: into
  * out, true when some node has a set. */
@@ -1480,21 +1495,15 @@ static bool preempt_for(gf_sched *s, const pend *e, const gf_request *r,
     if (!k.nv || gf_node_fits(&w->base, &rn) || choose(&k, &w->cur) ||
         !w->cur.ok || w->cur.pdb > 0 || w->cur.n > GF__DEFRAG_MOVES_MAX)
       continue;
-    if (found && gf__preempt_pick_cmp(&w->cur, &w->best) >= 0)
+    if ((found && gf__preempt_pick_cmp(&w->cur, &w->best) >= 0) ||
+        !name_victims(s, w))
       continue;
     w->best = w->cur;
     found = true;
     snprintf(out->node, sizeof(out->node), "%s", s->nodes[ni].name);
     out->ngpus = 0;
     out->n = w->cur.n;
-    for (uint32_t j = 0; j < w->cur.n; j++) {
-      char owner[GF_NAME_MAX];
-      const prec *q = w->vs[w->cur.at[j]].p;
-      snprintf(out->moves[j].uid, sizeof(out->moves[j].uid), "%s", q->uid);
-      if (!gf__pdb_pod_info(s->pdb, q->uid, out->moves[j].ns,
-                            out->moves[j].name, owner))
-        found = false; /* no name to evict it by */
-    }
+    memcpy(out->moves, w->named, w->cur.n * sizeof(out->moves[0]));
   }
   return found;
 }

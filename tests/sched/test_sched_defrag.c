@@ -639,6 +639,34 @@ static void preempt_for_memory(void **st) {
   stop(&c);
 }
 
+/* A victim the pod store cannot name yet (the model has it, the pod
+ * informer's store not: it cannot be evicted by name) spoils only its own
+ * node's set: n1's set, found first, is still the plan.  Before, the
+ * unnamed set on n2 (better: priority 1) replaced n1's and the pass found
+ * nothing. */
+static void preempt_unnamed_victim(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, prio(pod("a", "n1", 0, 8, false, NULL), 10));
+  feed(&c, prio(pod("b", "n1", 0, 4, false, NULL), 10));
+  json_t *z = prio(pod("z", "n2", 0, 12, false, NULL), 1);
+  json_t *slim = gf_sched_pod_slim(z);
+  gf_diag d = {""};
+  assert_int_equal(gf_sched_pod_update(c.s, slim, &d), 0); /* model only */
+  json_decref(slim);
+  json_decref(z);
+  json_t *hi = prio(pod("hi", NULL, 0, 8, false, NULL), 1000);
+  feed(&c, json_deep_copy(hi));
+  offer(&c, hi);
+  gf__defrag_plan p;
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 1);
+  assert_string_equal(p.node, "n1");
+  assert_int_equal(p.n, 1);
+  assert_string_equal(p.moves[0].name, "b");
+  stop(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_move_frees_a_gpu),
@@ -654,6 +682,7 @@ int main(void) {
       cmocka_unit_test(system_and_higher_stay),
       cmocka_unit_test(taints_block_destinations),
       cmocka_unit_test(preempt_for_memory),
+      cmocka_unit_test(preempt_unnamed_victim),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
