@@ -416,6 +416,11 @@ int gf_dra_model_score_own(gf_dra_model *m, const gf_dra_claim *const *claims,
 
 typedef struct gf_sched_dra gf_sched_dra;
 
+/* Pods whose claims one placement pass writes before it checks them and
+ * lifts their gates, by default: kube-scheduler binds a pass's pods while
+ * the next is written, instead of waiting for every gated pod's write. */
+#define GF_DRA_PASS_MAX 128
+
 typedef struct gf_sched_dra_opts {
   const char *policy; /* NULL: GF_DEFAULT_POLICY */
   bool allocate;      /* mode 2: place pods gated GF_DRA_GATE */
@@ -424,6 +429,9 @@ typedef struct gf_sched_dra_opts {
                          checked against a fresh LIST (another allocator's
                          decisions made before it saw them are written by
                          then); 0: 1000 */
+  long pass_max;      /* claims written in one pass before they are
+                         checked and their gates lifted (the next pass
+                         goes on with the rest); 0: GF_DRA_PASS_MAX */
   long watch_timeout_s;
   bool quiet; /* true: no log lines on stderr */
   /* Only the leader writes; NULL: always. */

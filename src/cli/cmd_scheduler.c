@@ -61,6 +61,7 @@ typedef struct opts {
   int64_t filter_top;     /* --filter-top; 0: every fitting node */
   int64_t bind_qps;       /* --bind-qps; 0: no limit */
   int64_t bind_burst;     /* --bind-burst; 0: 2 x bind_qps */
+  int64_t dra_pass_max;   /* --dra-pass-max; 0: GF_DRA_PASS_MAX */
 } opts;
 
 /* Which options the command line set (the config file does not override
@@ -314,6 +315,7 @@ enum {
   OPT_AS_NS,
   OPT_AS_PCLASS,
   OPT_AS_TYPES,
+  OPT_DRA_PASS_MAX,
 };
 
 static const gf__opt sched_opts[] = {
@@ -475,6 +477,11 @@ static const gf__opt sched_opts[] = {
                       "type its packed pods fit, pinned to it by\n"
                       "node.kubernetes.io/instance-type (docs/autoscaling.md)",
                       OPT_AS_TYPES),
+    GF__OPT_STRING_ID("dra-pass-max", "N",
+                      "mode 2: pods placed in one pass before their\n"
+                      "claims are checked and their gates lifted\n"
+                      "(default 128; 1 to 100000)",
+                      OPT_DRA_PASS_MAX),
     GF__OPT_END(),
 };
 
@@ -712,6 +719,8 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
   case OPT_MAX_CONNS:
     set[SET_CONN_MAX] = true;
     return int_opt(a, v, 16, 65536, &o->conn_max);
+  case OPT_DRA_PASS_MAX:
+    return int_opt(a, v, 1, 100000, &o->dra_pass_max);
   default: /* OPT_STR */
     for (size_t k = 0; k < NSTR_OPTS; k++) {
       const str_opt *so = &str_opts[k];
@@ -746,6 +755,11 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
     return it.exit;
   if (o->no_kube && o->dra) {
     fprintf(stderr, "gpufrac scheduler: --no-kube excludes --dra\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o->dra_pass_max && o->dra != 2) {
+    fprintf(stderr, "gpufrac scheduler: --dra-pass-max needs --dra "
+                    "allocate (only mode 2 places pods)\n");
     return GF_EXIT_USAGE;
   }
   if (o->no_kube && o->autoscale) {
@@ -864,6 +878,7 @@ int cmd_scheduler(int argc, char **argv) {
   if (kc && o.dra) {
     gf_sched_dra_opts dopt = {.policy = o.policy,
                               .allocate = o.dra == 2,
+                              .pass_max = (long)o.dra_pass_max,
                               .is_leader = dra_leader,
                               .leader_user = &s};
     if (gf_sched_dra_new(kc, NULL, &dopt, &dra, &d)) {

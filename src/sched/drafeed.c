@@ -131,7 +131,7 @@ struct gf_sched_dra {
   gf_kube_config *cfg;
   char policy[POLICY_MAX];
   bool has_policy, allocate, quiet;
-  long interval_ms, settle_ms;
+  long interval_ms, settle_ms, pass_max;
   bool (*is_leader)(void *);
   void *leader_user;
   gf_kube_informer *inf[NINF]; /* slices, claims, pods, taint rules */
@@ -1823,7 +1823,10 @@ static void *run_placer(void *u) {
     pthread_mutex_unlock(&f->mu);
     wrote_t **w = gf__calloc(n + 1, sizeof(*w));
     uint32_t nw = 0;
-    for (uint32_t i = 0; pods && w && i < n; i++) {
+    /* At most pass_max writes a pass: their gates are lifted after one
+     * settle_ms, and the pods after them wait for the next pass (placed
+     * pods have left the list by then, or are checked and lifted again). */
+    for (uint32_t i = 0; pods && w && i < n && nw < f->pass_max; i++) {
       wrote_t *x = atomic_load(&f->stop) ? NULL : place_pod(f, pods[i]);
       if (x)
         w[nw++] = x;
@@ -1886,6 +1889,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->quiet = o->quiet;
   f->interval_ms = o->interval_ms > 0 ? o->interval_ms : 200;
   f->settle_ms = o->settle_ms > 0 ? o->settle_ms : 1000;
+  f->pass_max = o->pass_max > 0 ? o->pass_max : GF_DRA_PASS_MAX;
   f->is_leader = o->is_leader;
   f->leader_user = o->leader_user;
   int rc;

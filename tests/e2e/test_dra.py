@@ -1239,6 +1239,51 @@ class DRA:
         st = cl.get("status", {})
         return sorted(r.get("uid") for r in st.get("reservedFor", [])), st.get("allocation")
 
+    def s_pass_max(self):
+        """One pass writes at most --dra-pass-max pods' claims before it
+        checks them and lifts their gates: with 20 pods waiting and a cap
+        of 4, kube-scheduler gets the first pods while the rest are still
+        to be written (before the cap, every gated pod was written first)."""
+        if self.ext:
+            self.c.stop_gpufrac(self.ext)
+            self.ext = None
+        node = "dra-pass"
+        self.new_node(node, "7", "gpufrac")
+        names = ["p%02d" % i for i in range(20)]
+        for n in names:
+            self.share(n, "4Gi", 5, True)
+
+        def claims():
+            return self.api.items("%s/namespaces/%s/resourceclaims" % (RES, NS))
+        wait_for("20 claims made", lambda: len(claims()) == 20, 60, 0.2)
+        kc = self.c.sa_kubeconfig("extender", self.c.token("gpufrac-scheduler"))
+        ext = self.c.spawn("extender-pass", [
+            self.c.gpufrac, "scheduler", "--listen", "127.0.0.1:%d" % self.c.ext_port,
+            "--kubeconfig", kc, "--dra", "allocate", "--dra-pass-max", "4"])
+
+        def first_lift():
+            ps = self.pods()
+            lifted = [n for n in names if GATE not in
+                      [g["name"] for g in ps[n]["spec"].get("schedulingGates", [])]]
+            if not lifted:
+                return None
+            done = sum(1 for c in claims() if c.get("status", {}).get("allocation"))
+            return lifted, done
+        lifted, done = wait_for("a gate lifted", first_lift, 120, 0.05)
+        log("first gates lifted (%s) with %d of 20 claims allocated" % (lifted, done))
+        # A pass of 4, its check (1 s) and the next pass's 4 at most: before
+        # the cap all 20 were allocated before the first lift.
+        if done > 12:
+            fail("the first gate was lifted with %d of 20 claims allocated: "
+                 "the pass wrote more than --dra-pass-max 4" % done)
+        self.wait_bound(names, 120)
+        used = self.check_sums(node)
+        if used[2] != 20:
+            fail("%s: %d shares allocated, want 20" % (node, used[2]))
+        self.delete_all()
+        self.retire(node)
+        self.c.stop_gpufrac(ext)
+
     def s_shared_claim(self):
         """One ResourceClaim (sh, 40Gi 40 cores) named by several gated pods
         in mode 2.  sa gets it allocated by gpufrac; sb, naming it too, is a
@@ -1378,7 +1423,7 @@ SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst", "taint_rule", "named_claim", "example",
-             "preempt", "preempt_budget", "preempt_slow", "shared_claim"]
+             "preempt", "preempt_budget", "preempt_slow", "shared_claim", "pass_max"]
 
 
 def main():
