@@ -467,6 +467,8 @@ struct gf_node_cache {
   char hf_endpoint[1024];    /* gf_node_cache_opts.hf_endpoint */
   char hf_token_file[1024];  /* gf_node_cache_opts.hf_token_file */
   char ca_file[1024];        /* gf_node_cache_opts.ca_file */
+  /* what messages call hf_endpoint and hf_token_file (the opts' names) */
+  const char *hf_names[2];
   uint64_t budget, ns_budget;
   gf__mc_opts o;
   pthread_mutex_t mu;
@@ -1154,10 +1156,16 @@ static int source_opts(gf_node_cache *c, const gf_node_cache_opts *o,
                                         : "");
   }
   c->o.ca_file = c->ca_file;
+  gf_node_cache_scheme_lower(c->hf_endpoint);
+  /* static strings: the config's keys, or the command's options */
+  c->hf_names[0] =
+      o && o->hf_endpoint_name ? o->hf_endpoint_name : "model_hf_endpoint";
+  c->hf_names[1] = o && o->hf_token_file_name ? o->hf_token_file_name
+                                              : "model_hf_token_file";
   /* refused here, not at the first request: the command's options or the
    * node config say what is wrong while they are being read */
   return gf__mc_hf_endpoint_check(c->hf_endpoint, c->hf_token_file[0] != '\0',
-                                  d);
+                                  c->hf_names, d);
 }
 
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
@@ -1551,18 +1559,18 @@ static int hf_req_run(gf_node_cache *c, req *r, gf_diag *d) {
   gf__mc_opts o = c->o;
   char auth[4200], origin[1200];
   if (c->hf_token_file[0]) {
-    int rc = gf__mc_hf_token(c->hf_token_file, auth, sizeof(auth), d);
+    int rc = gf__mc_hf_token(c->hf_token_file, c->hf_names[1], auth,
+                             sizeof(auth), d);
     if (rc)
       return rc;
     if (!gf__mc_origin(c->hf_endpoint, origin, sizeof(origin)))
-      return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint %s: not a URL",
+      return gf_diag_set(d, GF_EINVAL, "%s %s: not a URL", c->hf_names[0],
                          c->hf_endpoint);
     if (!gf__mc_hf_token_safe(origin))
       return gf_diag_set(d, GF_EINVAL,
-                         "model_hf_endpoint %s: the hub token "
-                         "(model_hf_token_file) is sent only over https:// "
-                         "or to a loopback http:// endpoint",
-                         c->hf_endpoint);
+                         "%s %s: the hub token (%s) is sent only over "
+                         "https:// or to a loopback http:// endpoint",
+                         c->hf_names[0], c->hf_endpoint, c->hf_names[1]);
     o.auth = auth;
     o.auth_origin = origin;
   }
@@ -1693,7 +1701,24 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
   return rc;
 }
 
+/* r->source with its scheme in lower case (a scheme is case-insensitive:
+ * "HTTPS://h/x" is "https://h/x" to the prefixes, the fetch and the
+ * flights) through buf[cap] when it has a capital letter. */
+static void req_scheme_lower(req *r, char *buf, size_t cap) {
+  const char *s = r->source, *e = s ? strstr(s, "://") : NULL;
+  bool upper = false;
+  for (const char *p = s; e && p < e; p++)
+    upper = upper || (*p >= 'A' && *p <= 'Z');
+  if (!upper || strlen(s) >= cap)
+    return; /* too long: refused by the check as it is */
+  gf__node_copy(buf, cap, s);
+  gf_node_cache_scheme_lower(buf);
+  r->source = buf;
+}
+
 static int request(gf_node_cache *c, req *r, gf_diag *d) {
+  char lower[2048];
+  req_scheme_lower(r, lower, sizeof(lower));
   /* every source the one way (pod_req checked a pod's before its prefix) */
   gf_diag sd = {{0}};
   if (r->source && *r->source && gf_node_cache_source_check(r->source, &sd))
@@ -2271,6 +2296,8 @@ bool gf_node_cache_source_allowed(const char *allow, const char *source) {
 /* A pod's request r (r->ns set): its source under pod_sources, the fetch,
  * the pod's view of a failure, no parts left by a failed download. */
 static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
+  char lower[2048];
+  req_scheme_lower(r, lower, sizeof(lower));
   const char *name = r->name, *hex = r->hex, *source = r->source;
   char pre[1024], shpre[1024];
   gf_diag sd = {{0}};

@@ -1107,21 +1107,29 @@ static void test_source_hostile(void **state) {
       {"https://m.example/a/%e0%80%af/b", "not UTF-8"},
       {"https://m.example/a/\xef\xbc\x8e\xef\xbc\x8e/b", "looks like"},
       {"https://m.example/a/%EF%BC%8E%EF%BC%8E/b", "looks like"},
-      {"https://m.example/a\xef\xbc\x8f" "b", "looks like"},
-      {"https://m.example/a\xe2\x80\xae" "b/m", "bidirectional"},
+      {"https://m.example/a\xef\xbc\x8f"
+       "b",
+       "looks like"},
+      {"https://m.example/a\xe2\x80\xae"
+       "b/m",
+       "bidirectional"},
       {"https://m.example/a%e2%81%a6b/m", "bidirectional"},
-      {"https://m.example/a\xe2\x80\x8b" "b/m", "invisible"},
-      {"https://m.example/a\xc2\xa0" "b/m", "invisible"},
+      {"https://m.example/a\xe2\x80\x8b"
+       "b/m",
+       "invisible"},
+      {"https://m.example/a\xc2\xa0"
+       "b/m",
+       "invisible"},
   };
   gf_node_cache *c = open_cache(1 << 20);
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]) + 3; i++) {
-    const char *src = i < sizeof(bad) / sizeof(bad[0]) ? bad[i].src
+    const char *src = i < sizeof(bad) / sizeof(bad[0])    ? bad[i].src
                       : i == sizeof(bad) / sizeof(bad[0]) ? l64
                       /* raw bytes that are not UTF-8: an overlong '.' */
                       : i == sizeof(bad) / sizeof(bad[0]) + 1
                           ? "https://m.example/a/\xc0\xae\xc0\xae/b"
                           : "https://m.example/a\xff/b";
-    const char *why = i < sizeof(bad) / sizeof(bad[0]) ? bad[i].why
+    const char *why = i < sizeof(bad) / sizeof(bad[0])    ? bad[i].why
                       : i == sizeof(bad) / sizeof(bad[0]) ? "longer than 63"
                                                           : "not UTF-8";
     gf_diag d = {{0}};
@@ -1134,10 +1142,11 @@ static void test_source_hostile(void **state) {
   }
   gf_node_cache_free(c);
   static const char *const good[] = {
-      "https://a-b.example/m", "https://0.0.0.0/m", "https://255.255.255.255/m",
-      "http://[::ffff:1.2.3.4]:9/m", "https://123.example/m",
-      "https://m.example/caf\xc3\xa9/x", "https://m.example/a;v=1/b",
-      "HTTPS://m.example/m", "Http://127.0.0.1:9/x", "FILE:///srv/models/m",
+      "https://a-b.example/m",     "https://0.0.0.0/m",
+      "https://255.255.255.255/m", "http://[::ffff:1.2.3.4]:9/m",
+      "https://123.example/m",     "https://m.example/caf\xc3\xa9/x",
+      "https://m.example/a;v=1/b", "HTTPS://m.example/m",
+      "Http://127.0.0.1:9/x",      "FILE:///srv/models/m",
       "HF://acme/tiny@main"};
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
     gf_diag d = {{0}};
