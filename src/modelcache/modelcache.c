@@ -408,7 +408,8 @@ bool gf__mc_rmtree(const char *path) {
 
 /* ---- the cache --------------------------------------------------------- */
 
-/* One fetch under way, shared by the requests waiting for it. */
+/* One fetch under way, shared by the requests waiting for it (and one hub
+ * resolution, in its hf_flight: flight_wait waits for either). */
 typedef struct flight {
   int refs; /* the fetcher and each waiter */
   bool done;
@@ -453,11 +454,7 @@ typedef struct pin {
 typedef struct hf_flight {
   struct hf_flight *next;
   char key[GF_NODE_CACHE_HEX + 8 + 2048]; /* hf_flight_key */
-  uint64_t who;                           /* req_who of the one resolving */
-  int refs;                               /* the resolver and each waiter */
-  bool done;
-  int rc;
-  gf_diag d;
+  flight fl; /* who: req_who of the one resolving; refs: it and each waiter */
 } hf_flight;
 
 struct gf_node_cache {
@@ -1297,6 +1294,23 @@ static void flight_put(flight *f) {
     gf__free(f);
 }
 
+/* Waits, c->mu held, until the flight f another request runs (a fetch, or
+ * a hub resolution's hf_flight.fl) is done: a reference taken for the
+ * wait, which the caller drops (flight_put, hf_flight_put) once it has
+ * read f; the tests' "flight-wait" hook run first, without the lock.
+ * f's rc. */
+static int flight_wait(gf_node_cache *c, flight *f) {
+  f->refs++;
+  if (c->hook) { /* tests: "flight-wait", without the lock */
+    pthread_mutex_unlock(&c->mu);
+    run_hook(c, "flight-wait");
+    pthread_mutex_lock(&c->mu);
+  }
+  while (!f->done)
+    pthread_cond_wait(&c->cv, &c->mu);
+  return f->rc;
+}
+
 /* Makes the tree under dir read-only (files 0444, directories 0555). */
 static int ro_visit(const char *p, const struct stat *st, int type,
                     struct FTW *f) {
@@ -1632,7 +1646,7 @@ static void hf_flight_key(const req *r, char *out, size_t cap) {
 }
 
 static void hf_flight_put(hf_flight *f) {
-  if (--f->refs == 0)
+  if (--f->fl.refs == 0)
     gf__free(f);
 }
 
@@ -1652,18 +1666,10 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
       f = f->next;
     if (!f)
       break;
-    f->refs++;
-    if (c->hook) { /* tests: "flight-wait", without the lock */
-      pthread_mutex_unlock(&c->mu);
-      run_hook(c, "flight-wait");
-      pthread_mutex_lock(&c->mu);
-    }
-    while (!f->done)
-      pthread_cond_wait(&c->cv, &c->mu);
-    int rc = f->rc;
-    bool same = f->who == who;
+    int rc = flight_wait(c, &f->fl);
+    bool same = f->fl.who == who;
     if (rc && same && d)
-      *d = f->d;
+      *d = f->fl.d;
     hf_flight_put(f);
     if (rc && same) {
       r->downloaded = true; /* its details are for the log (pod_req) */
@@ -1676,8 +1682,8 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
   hf_flight *mine = gf__calloc(1, sizeof(*mine));
   if (mine) {
     gf__node_copy(mine->key, sizeof(mine->key), key);
-    mine->who = who;
-    mine->refs = 1;
+    mine->fl.who = who;
+    mine->fl.refs = 1;
     mine->next = c->hff;
     c->hff = mine;
   }
@@ -1691,10 +1697,10 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
       *pp = mine->next;
       break;
     }
-  mine->done = true;
-  mine->rc = rc;
+  mine->fl.done = true;
+  mine->fl.rc = rc;
   if (rc && d)
-    mine->d = *d;
+    mine->fl.d = *d;
   pthread_cond_broadcast(&c->cv);
   hf_flight_put(mine);
   pthread_mutex_unlock(&c->mu);
@@ -1751,15 +1757,7 @@ static int fetch_req(gf_node_cache *c, req *r, const src_pre *pre, gf_diag *d) {
     /* single flight: wait for the fetch under way, then look again (it
      * may be another namespace's, or gone already) */
     flight *f = e->fl;
-    f->refs++;
-    if (c->hook) { /* tests: "flight-wait", without the lock */
-      pthread_mutex_unlock(&c->mu);
-      run_hook(c, "flight-wait");
-      pthread_mutex_lock(&c->mu);
-    }
-    while (!f->done)
-      pthread_cond_wait(&c->cv, &c->mu);
-    int rc = f->rc;
+    int rc = flight_wait(c, f);
     /* Someone else's fetch (another source or namespace) that failed is
      * not this request's failure: it looks again and fetches from its own
      * source.  The same request's failure is (no second try of it). */
