@@ -47,12 +47,16 @@ int gf__mc_fs_space(const char *path, uint64_t *free, uint64_t *total);
 /* True for an http://, https:// or file:// URL without control bytes. */
 bool gf__mc_source_ok(const char *source);
 
-/* What is wrong with url, an http(s):// or file:/// URL, as a source, a
- * prefix of sources or a hub endpoint (docs/modelcache.md, "Sources"): a
- * user name or password, no host, an empty or bad port, a query or
- * fragment, a '.', '..' or empty ('//') path segment, a backslash, a
- * percent-encoded '.', '/' or '\\', a bad escape, a control byte or space,
- * 2048 bytes or more.  NULL: nothing (modelcache_source.c). */
+/* What is wrong with url, an http(s):// or file:/// URL (its scheme in
+ * any case), as a source, a prefix of sources or a hub endpoint
+ * (docs/modelcache.md, "Sources"): a user name or password, a host that is
+ * not an RFC 1123 name, a dotted-quad IPv4 or a bracketed IPv6 address, an
+ * empty or bad port, a query or fragment, a '.', '..' or empty ('//') path
+ * segment (with ';' parameters too), a backslash, a percent-encoded '.',
+ * '/' or '\\', a bad or doubly encoded (%25XX) escape, path bytes (raw or
+ * encoded) that are not UTF-8 or are a look-alike of '.', '/' or '\\', a
+ * bidi control or an invisible character, a control byte or space, 2048
+ * bytes or more.  NULL: nothing (modelcache_source.c). */
 const char *gf__mc_url_why(const char *url);
 /* What is wrong with url's path (before any query) by the same rules
  * (a redirect's target, whose query a CDN's signature may need); NULL:

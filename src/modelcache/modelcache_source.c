@@ -5,8 +5,11 @@
  * config's prefixes and hub endpoint, and by `gpufrac cache prefetch`
  * before it writes a ConfigMap.  A source must say only what it seems to:
  * libcurl resolves dot segments before it sends, a server may decode
- * percent-encoded ones, and an empty port or a user name are read
- * differently by different parsers.
+ * percent-encoded ones (twice, or after dropping ";parameters"), an empty
+ * port, a user name or a host like 127.1 are read differently by different
+ * parsers, a lax UTF-8 decoder or a normaliser turns an overlong '.' or a
+ * fullwidth one into '.', and a bidi control reorders the log line that
+ * shows the source.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
