@@ -164,6 +164,11 @@ typedef struct gf_node_cache_opts {
   /* The CA bundle (PEM) servers are checked against; NULL or "":
    * libcurl's default. */
   const char *ca_file;
+  /* What messages call hf_endpoint and hf_token_file (what the user
+   * wrote), kept as given (string literals); NULL: the node config's keys
+   * "model_hf_endpoint" and "model_hf_token_file" (the command gives its
+   * options', "--hf-endpoint" and "--hf-token-file"). */
+  const char *hf_endpoint_name, *hf_token_file_name;
 } gf_node_cache_opts;
 
 /* Opens (creating) the cache at o->root and recovers it: models whose
@@ -226,6 +231,13 @@ bool gf_node_cache_source_allowed(const char *allow, const char *source);
  * left out>' <what is wrong>: refused ..." for the caller to prefix with
  * where it came from; d may be NULL. */
 int gf_node_cache_source_check(const char *source, gf_diag *d);
+
+/* Lower-cases the scheme of source (what comes before "://"), in place:
+ * a scheme is case-insensitive (RFC 3986), and "HTTPS://h/x" is cached,
+ * matched against prefixes and fetched as "https://h/x".  Each entry point
+ * (the cache's requests, a prefetch ConfigMap, the node config's prefixes
+ * and hub endpoint, `gpufrac cache prefetch`) applies it. */
+void gf_node_cache_scheme_lower(char *source);
 
 /* gf_node_cache_fetch for a source a pod named (its annotation): GF_EINVAL
  * naming the config key when the source is not under one of the cache's

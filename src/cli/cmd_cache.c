@@ -199,6 +199,20 @@ static bool selector_ok(const char *s) {
   }
 }
 
+/* What is wrong with --source (a usage message), or NULL: what every node
+ * agent would refuse is refused here, by the same check, before a
+ * ConfigMap is written or the cache is opened (fetch and prefetch alike:
+ * exit 2). */
+static const char *source_bad(const char *source) {
+  static char msg[GF_DIAG_MAX + 16];
+  gf_diag sd = {""};
+  if (gf_node_cache_source_check(source, &sd)) {
+    snprintf(msg, sizeof(msg), "--source %s", sd.msg);
+    return msg;
+  }
+  return NULL;
+}
+
 /* What is wrong with prefetch's options (a usage message), or NULL. */
 static const char *prefetch_bad(const char *source, int64_t nodes,
                                 const char *selector, const char *names,
@@ -211,21 +225,44 @@ static const char *prefetch_bad(const char *source, int64_t nodes,
            "--node-names";
   if (context && !kubeconfig)
     return "--context needs --kubeconfig";
-  if ((names && !utf8_ok(names)) || (selector && !utf8_ok(selector)) ||
-      !utf8_ok(source) || !utf8_ok(ns))
-    return "prefetch: a value that is not UTF-8 (--node-names, "
-           "--node-selector, --source or --namespace)";
+  if (names && !utf8_ok(names))
+    return "--node-names: not UTF-8";
+  if (selector && !utf8_ok(selector))
+    return "--node-selector: not UTF-8";
+  if (!utf8_ok(source))
+    return "--source: not UTF-8";
+  if (!utf8_ok(ns))
+    return "--namespace: not UTF-8";
   if (selector && !selector_ok(selector))
     return "--node-selector: want K=V[,K=V]";
-  /* what every node agent would refuse is refused here, by the same
-   * check, before a ConfigMap is written */
-  static char msg[GF_DIAG_MAX + 16];
-  gf_diag sd = {""};
-  if (gf_node_cache_source_check(source, &sd)) {
-    snprintf(msg, sizeof(msg), "--source %s", sd.msg);
-    return msg;
-  }
+  return source_bad(source);
+}
+
+/* What is wrong with the options of ls, fetch, verify, evict and unpin (a
+ * usage message), or NULL. */
+static const char *local_bad(const char *sub, const char *source,
+                             const char *holder) {
+  if (!strcmp(sub, "fetch") && !source)
+    return "fetch needs --source URL";
+  const char *why = !strcmp(sub, "fetch") ? source_bad(source) : NULL;
+  if (why)
+    return why;
+  if (holder && strcmp(sub, "unpin"))
+    return "--holder is for unpin";
+  if (strcmp(sub, "ls") && strcmp(sub, "fetch") && strcmp(sub, "verify") &&
+      strcmp(sub, "evict") && strcmp(sub, "unpin"))
+    return "unknown subcommand";
   return NULL;
+}
+
+/* source with its scheme in lower case (case-insensitive: HTTPS:// is
+ * https://) through buf[cap]; source itself when too long (refused). */
+static const char *scheme_lower(const char *source, char *buf, size_t cap) {
+  if (!source || strlen(source) >= cap)
+    return source;
+  snprintf(buf, cap, "%s", source);
+  gf_node_cache_scheme_lower(buf);
+  return buf;
 }
 
 /* The last line the cache logged, so a failure it logged already is not
@@ -286,6 +323,8 @@ static int open_cache(const char *dir, const char *sub, uint64_t budget,
                           .hf_endpoint = so->hf_endpoint,
                           .hf_token_file = so->hf_token_file,
                           .ca_file = so->ca_file,
+                          .hf_endpoint_name = "--hf-endpoint",
+                          .hf_token_file_name = "--hf-token-file",
                           .log = log_line};
   gf_diag d = {""};
   if (gf_node_cache_open(&o, c, &d)) {
@@ -551,6 +590,8 @@ int cmd_cache(int argc, char **argv) {
   }
   if (npos == 0)
     return bad_usage("no subcommand");
+  char lower[4096];
+  source = scheme_lower(source, lower, sizeof(lower));
   const char *sub = pos[0];
   if (!strcmp(sub, "manifest")) {
     if (npos != 2)
@@ -576,7 +617,7 @@ int cmd_cache(int argc, char **argv) {
     gf_node_prefetch p;
     gf_node_prefetch_init(&p);
     snprintf(p.model, sizeof(p.model), "%s", pos[1]);
-    snprintf(p.source, sizeof(p.source), "%s", source);
+    snprintf(p.source, sizeof(p.source), "%.2047s", source);
     if (selector)
       snprintf(p.selector, sizeof(p.selector), "%s", selector);
     if (names)
@@ -584,13 +625,9 @@ int cmd_cache(int argc, char **argv) {
     p.nodes = (uint32_t)nodes;
     return do_prefetch(&p, hex, kubeconfig, context, ns);
   }
-  if (!strcmp(sub, "fetch") && !source)
-    return bad_usage("fetch needs --source URL");
-  if (holder && strcmp(sub, "unpin"))
-    return bad_usage("--holder is for unpin");
-  if (strcmp(sub, "ls") && strcmp(sub, "fetch") && strcmp(sub, "verify") &&
-      strcmp(sub, "evict") && strcmp(sub, "unpin"))
-    return bad_usage("unknown subcommand");
+  const char *lbad = local_bad(sub, source, holder);
+  if (lbad)
+    return bad_usage(lbad);
   bool held = !strcmp(sub, "ls") && dir_held(dir);
   gf_node_cache *c = NULL;
   int ex = open_cache(dir, sub, budget, (unsigned)parallel, (unsigned)retries,

@@ -408,7 +408,8 @@ bool gf__mc_rmtree(const char *path) {
 
 /* ---- the cache --------------------------------------------------------- */
 
-/* One fetch under way, shared by the requests waiting for it. */
+/* One fetch under way, shared by the requests waiting for it (and one hub
+ * resolution, in its hf_flight: flight_wait waits for either). */
 typedef struct flight {
   int refs; /* the fetcher and each waiter */
   bool done;
@@ -453,11 +454,7 @@ typedef struct pin {
 typedef struct hf_flight {
   struct hf_flight *next;
   char key[GF_NODE_CACHE_HEX + 8 + 2048]; /* hf_flight_key */
-  uint64_t who;                           /* req_who of the one resolving */
-  int refs;                               /* the resolver and each waiter */
-  bool done;
-  int rc;
-  gf_diag d;
+  flight fl; /* who: req_who of the one resolving; refs: it and each waiter */
 } hf_flight;
 
 struct gf_node_cache {
@@ -467,6 +464,8 @@ struct gf_node_cache {
   char hf_endpoint[1024];    /* gf_node_cache_opts.hf_endpoint */
   char hf_token_file[1024];  /* gf_node_cache_opts.hf_token_file */
   char ca_file[1024];        /* gf_node_cache_opts.ca_file */
+  /* what messages call hf_endpoint and hf_token_file (the opts' names) */
+  const char *hf_names[2];
   uint64_t budget, ns_budget;
   gf__mc_opts o;
   pthread_mutex_t mu;
@@ -1154,10 +1153,16 @@ static int source_opts(gf_node_cache *c, const gf_node_cache_opts *o,
                                         : "");
   }
   c->o.ca_file = c->ca_file;
+  gf_node_cache_scheme_lower(c->hf_endpoint);
+  /* static strings: the config's keys, or the command's options */
+  c->hf_names[0] =
+      o && o->hf_endpoint_name ? o->hf_endpoint_name : "model_hf_endpoint";
+  c->hf_names[1] = o && o->hf_token_file_name ? o->hf_token_file_name
+                                              : "model_hf_token_file";
   /* refused here, not at the first request: the command's options or the
    * node config say what is wrong while they are being read */
   return gf__mc_hf_endpoint_check(c->hf_endpoint, c->hf_token_file[0] != '\0',
-                                  d);
+                                  c->hf_names, d);
 }
 
 int gf_node_cache_open(const gf_node_cache_opts *o, gf_node_cache **out,
@@ -1287,6 +1292,23 @@ void gf_node_cache_free(gf_node_cache *c) {
 static void flight_put(flight *f) {
   if (--f->refs == 0)
     gf__free(f);
+}
+
+/* Waits, c->mu held, until the flight f another request runs (a fetch, or
+ * a hub resolution's hf_flight.fl) is done: a reference taken for the
+ * wait, which the caller drops (flight_put, hf_flight_put) once it has
+ * read f; the tests' "flight-wait" hook run first, without the lock.
+ * f's rc. */
+static int flight_wait(gf_node_cache *c, flight *f) {
+  f->refs++;
+  if (c->hook) { /* tests: "flight-wait", without the lock */
+    pthread_mutex_unlock(&c->mu);
+    run_hook(c, "flight-wait");
+    pthread_mutex_lock(&c->mu);
+  }
+  while (!f->done)
+    pthread_cond_wait(&c->cv, &c->mu);
+  return f->rc;
 }
 
 /* Makes the tree under dir read-only (files 0444, directories 0555). */
@@ -1551,18 +1573,18 @@ static int hf_req_run(gf_node_cache *c, req *r, gf_diag *d) {
   gf__mc_opts o = c->o;
   char auth[4200], origin[1200];
   if (c->hf_token_file[0]) {
-    int rc = gf__mc_hf_token(c->hf_token_file, auth, sizeof(auth), d);
+    int rc = gf__mc_hf_token(c->hf_token_file, c->hf_names[1], auth,
+                             sizeof(auth), d);
     if (rc)
       return rc;
     if (!gf__mc_origin(c->hf_endpoint, origin, sizeof(origin)))
-      return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint %s: not a URL",
+      return gf_diag_set(d, GF_EINVAL, "%s %s: not a URL", c->hf_names[0],
                          c->hf_endpoint);
     if (!gf__mc_hf_token_safe(origin))
       return gf_diag_set(d, GF_EINVAL,
-                         "model_hf_endpoint %s: the hub token "
-                         "(model_hf_token_file) is sent only over https:// "
-                         "or to a loopback http:// endpoint",
-                         c->hf_endpoint);
+                         "%s %s: the hub token (%s) is sent only over "
+                         "https:// or to a loopback http:// endpoint",
+                         c->hf_names[0], c->hf_endpoint, c->hf_names[1]);
     o.auth = auth;
     o.auth_origin = origin;
   }
@@ -1624,7 +1646,7 @@ static void hf_flight_key(const req *r, char *out, size_t cap) {
 }
 
 static void hf_flight_put(hf_flight *f) {
-  if (--f->refs == 0)
+  if (--f->fl.refs == 0)
     gf__free(f);
 }
 
@@ -1644,18 +1666,10 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
       f = f->next;
     if (!f)
       break;
-    f->refs++;
-    if (c->hook) { /* tests: "flight-wait", without the lock */
-      pthread_mutex_unlock(&c->mu);
-      run_hook(c, "flight-wait");
-      pthread_mutex_lock(&c->mu);
-    }
-    while (!f->done)
-      pthread_cond_wait(&c->cv, &c->mu);
-    int rc = f->rc;
-    bool same = f->who == who;
+    int rc = flight_wait(c, &f->fl);
+    bool same = f->fl.who == who;
     if (rc && same && d)
-      *d = f->d;
+      *d = f->fl.d;
     hf_flight_put(f);
     if (rc && same) {
       r->downloaded = true; /* its details are for the log (pod_req) */
@@ -1668,8 +1682,8 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
   hf_flight *mine = gf__calloc(1, sizeof(*mine));
   if (mine) {
     gf__node_copy(mine->key, sizeof(mine->key), key);
-    mine->who = who;
-    mine->refs = 1;
+    mine->fl.who = who;
+    mine->fl.refs = 1;
     mine->next = c->hff;
     c->hff = mine;
   }
@@ -1683,17 +1697,34 @@ static int hf_req(gf_node_cache *c, req *r, gf_diag *d) {
       *pp = mine->next;
       break;
     }
-  mine->done = true;
-  mine->rc = rc;
+  mine->fl.done = true;
+  mine->fl.rc = rc;
   if (rc && d)
-    mine->d = *d;
+    mine->fl.d = *d;
   pthread_cond_broadcast(&c->cv);
   hf_flight_put(mine);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
 
+/* r->source with its scheme in lower case (a scheme is case-insensitive:
+ * "HTTPS://h/x" is "https://h/x" to the prefixes, the fetch and the
+ * flights) through buf[cap] when it has a capital letter. */
+static void req_scheme_lower(req *r, char *buf, size_t cap) {
+  const char *s = r->source, *e = s ? strstr(s, "://") : NULL;
+  bool upper = false;
+  for (const char *p = s; e && p < e; p++)
+    upper = upper || (*p >= 'A' && *p <= 'Z');
+  if (!upper || strlen(s) >= cap)
+    return; /* too long: refused by the check as it is */
+  gf__node_copy(buf, cap, s);
+  gf_node_cache_scheme_lower(buf);
+  r->source = buf;
+}
+
 static int request(gf_node_cache *c, req *r, gf_diag *d) {
+  char lower[2048];
+  req_scheme_lower(r, lower, sizeof(lower));
   /* every source the one way (pod_req checked a pod's before its prefix) */
   gf_diag sd = {{0}};
   if (r->source && *r->source && gf_node_cache_source_check(r->source, &sd))
@@ -1726,15 +1757,7 @@ static int fetch_req(gf_node_cache *c, req *r, const src_pre *pre, gf_diag *d) {
     /* single flight: wait for the fetch under way, then look again (it
      * may be another namespace's, or gone already) */
     flight *f = e->fl;
-    f->refs++;
-    if (c->hook) { /* tests: "flight-wait", without the lock */
-      pthread_mutex_unlock(&c->mu);
-      run_hook(c, "flight-wait");
-      pthread_mutex_lock(&c->mu);
-    }
-    while (!f->done)
-      pthread_cond_wait(&c->cv, &c->mu);
-    int rc = f->rc;
+    int rc = flight_wait(c, f);
     /* Someone else's fetch (another source or namespace) that failed is
      * not this request's failure: it looks again and fetches from its own
      * source.  The same request's failure is (no second try of it). */
@@ -2271,6 +2294,8 @@ bool gf_node_cache_source_allowed(const char *allow, const char *source) {
 /* A pod's request r (r->ns set): its source under pod_sources, the fetch,
  * the pod's view of a failure, no parts left by a failed download. */
 static int pod_req(gf_node_cache *c, req *r, gf_diag *d) {
+  char lower[2048];
+  req_scheme_lower(r, lower, sizeof(lower));
   const char *name = r->name, *hex = r->hex, *source = r->source;
   char pre[1024], shpre[1024];
   gf_diag sd = {{0}};

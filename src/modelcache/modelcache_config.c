@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
@@ -48,6 +49,15 @@ static const char *prefixes_why(const char *v, char *bad, size_t cap) {
  * prefix and why, GF_ELIMIT. */
 static int prefixes_key(const char *k, const char *v, char *dst, size_t cap,
                         const char *where, gf_diag *d) {
+  if (strlen(v) >= cap)
+    return gf_diag_set(d, GF_ELIMIT, "%s: %s: over %zu bytes", where, k,
+                       cap - 1);
+  /* each prefix's scheme in lower case (a scheme is case-insensitive) */
+  char low[4096];
+  gf__node_copy(low, sizeof(low), v);
+  for (char *p = low; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    gf_node_cache_scheme_lower(p);
+  v = low;
   char bad[1100];
   const char *why = prefixes_why(v, bad, sizeof(bad));
   if (why)
@@ -57,9 +67,6 @@ static int prefixes_key(const char *k, const char *v, char *dst, size_t cap,
                        "'/'), hf://ORG/ or hf://ORG/NAME, separated by "
                        "commas",
                        where, k, bad, why);
-  if (strlen(v) >= cap)
-    return gf_diag_set(d, GF_ELIMIT, "%s: %s: over %zu bytes", where, k,
-                       cap - 1);
   gf__node_copy(dst, cap, v);
   return 0;
 }
@@ -73,7 +80,7 @@ static int hf_key(gf_node_config *c, const char *k, const char *v,
               : !strcmp(k, "model_hf_token_file") ? c->model_hf_token_file
                                                   : c->model_ca_file;
   size_t cap = ep ? sizeof(c->model_hf_endpoint) : sizeof(c->model_ca_file);
-  bool ok = ep ? !strncmp(v, "https://", 8) || !strncmp(v, "http://", 7)
+  bool ok = ep ? !strncasecmp(v, "https://", 8) || !strncasecmp(v, "http://", 7)
                : v[0] == '/';
   for (const char *p = v; ok && *p; p++)
     ok = (unsigned char)*p > 0x20 && *p != 0x7f;
@@ -85,12 +92,14 @@ static int hf_key(gf_node_config *c, const char *k, const char *v,
                        ep ? "an http:// or https:// URL" : "an absolute path",
                        cap - 1);
   gf__node_copy(dst, cap, v);
+  if (ep)
+    gf_node_cache_scheme_lower(dst);
   /* the endpoint's form, and a token only where it may go: checked for
    * whichever of the two keys comes second (or an endpoint given again) */
   const char *e = c->model_hf_endpoint;
   gf_diag ed = {{0}};
   if ((ep || !strcmp(k, "model_hf_token_file")) && e[0] &&
-      gf__mc_hf_endpoint_check(e, c->model_hf_token_file[0] != '\0', &ed))
+      gf__mc_hf_endpoint_check(e, c->model_hf_token_file[0] != '\0', NULL, &ed))
     return gf_diag_set(d, GF_ESYNTAX, "%s: %s", where, ed.msg);
   return 0;
 }

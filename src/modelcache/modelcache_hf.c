@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "alloc.h"
 #include "buf.h"
@@ -127,16 +128,19 @@ static bool has_part(CURLU *u, CURLUPart what) {
 /* What is wrong with endpoint ep's parts (NULL: nothing): the sources'
  * rules (gf__mc_url_why: no empty port, dot segment, ...), then what
  * libcurl makes of it. */
-static const char *endpoint_why(CURLU *u, const char *ep) {
+static const char *endpoint_why(CURLU *u, const char *ep, const char *tn) {
   const char *why = gf__mc_url_why(ep);
-  if (why)
+  if (why && !strstr(why, "user name or password"))
     return why;
-  if (curl_url_set(u, CURLUPART_URL, ep, 0) != CURLUE_OK ||
-      !has_part(u, CURLUPART_HOST))
+  if (!why && (curl_url_set(u, CURLUPART_URL, ep, 0) != CURLUE_OK ||
+               !has_part(u, CURLUPART_HOST)))
     return "is not a URL with a host";
-  if (has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
-    return "has a user name or password (user:password@): refused (a hub "
-           "token goes in model_hf_token_file)";
+  if (why || has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
+    return strcmp(tn, "model_hf_token_file")
+               ? "has a user name or password (user:password@): refused (a "
+                 "hub token goes in --hf-token-file)"
+               : "has a user name or password (user:password@): refused (a "
+                 "hub token goes in model_hf_token_file)";
   if (has_part(u, CURLUPART_QUERY))
     return "has a query string ('?...'): the hub's API paths are appended "
            "to the endpoint, want scheme://host[:port][/path]";
@@ -145,31 +149,30 @@ static const char *endpoint_why(CURLU *u, const char *ep) {
   return NULL;
 }
 
-int gf__mc_hf_endpoint_check(const char *ep, bool token, gf_diag *d) {
-  if (strncmp(ep, "https://", 8) && strncmp(ep, "http://", 7))
-    return gf_diag_set(d, GF_EINVAL,
-                       "model_hf_endpoint '%.200s': not an http:// or "
-                       "https:// URL",
-                       ep);
+int gf__mc_hf_endpoint_check(const char *ep, bool token,
+                             const char *const names[2], gf_diag *d) {
+  const char *en = names && names[0] ? names[0] : "model_hf_endpoint";
+  const char *tn = names && names[1] ? names[1] : "model_hf_token_file";
+  char shown[200];
+  gf__mc_source_shown(ep, shown, sizeof(shown)); /* never a password */
+  if (strncasecmp(ep, "https://", 8) && strncasecmp(ep, "http://", 7))
+    return gf_diag_set(d, GF_EINVAL, "%s '%s': not an http:// or https:// URL",
+                       en, shown);
   CURLU *u = curl_url();
   if (!u)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
-  const char *why = endpoint_why(u, ep);
+  const char *why = endpoint_why(u, ep, tn);
   curl_url_cleanup(u);
-  char shown[1600];
-  gf__mc_url_redact(ep, shown, sizeof(shown)); /* never a password */
   if (why)
-    return gf_diag_set(d, GF_EINVAL, "model_hf_endpoint '%.200s' %s", shown,
-                       why);
+    return gf_diag_set(d, GF_EINVAL, "%s '%s' %s", en, shown, why);
   char origin[1200];
   if (token && (!gf__mc_origin(ep, origin, sizeof(origin)) ||
                 !gf__mc_hf_token_safe(origin)))
     return gf_diag_set(d, GF_EINVAL,
-                       "model_hf_endpoint '%.200s': the hub token "
-                       "(model_hf_token_file) is sent only over https:// or "
-                       "to a loopback http:// endpoint (127.0.0.0/8, "
-                       "localhost, [::1])",
-                       ep);
+                       "%s '%s': the hub token (%s) is sent only over "
+                       "https:// or to a loopback http:// endpoint "
+                       "(127.0.0.0/8, localhost, [::1])",
+                       en, shown, tn);
   return 0;
 }
 
@@ -566,14 +569,13 @@ void gf__mc_hf_release(gf__mc_hf *h) {
   h->len = 0;
 }
 
-int gf__mc_hf_token(const char *path, char *out, size_t cap, gf_diag *d) {
+int gf__mc_hf_token(const char *path, const char *name, char *out, size_t cap,
+                    gf_diag *d) {
   char *tok = NULL;
   size_t n = 0;
   if (gf__node_read_file(path, 4096, &tok, &n, NULL))
-    return gf_diag_set(d, GF_EIO,
-                       "model_hf_token_file %s: cannot be read (or over "
-                       "4096 bytes)",
-                       path);
+    return gf_diag_set(d, GF_EIO, "%s %s: cannot be read (or over 4096 bytes)",
+                       name, path);
   if (n && tok[n - 1] == '\n')
     tok[--n] = '\0';
   if (n && tok[n - 1] == '\r')
@@ -584,9 +586,9 @@ int gf__mc_hf_token(const char *path, char *out, size_t cap, gf_diag *d) {
   int rc = 0;
   if (!ok || snprintf(out, cap, "Authorization: Bearer %s", tok) >= (int)cap)
     rc = gf_diag_set(d, GF_ESYNTAX,
-                     "model_hf_token_file %s: not one line of visible "
-                     "ASCII, at most 4096 bytes",
-                     path);
+                     "%s %s: not one line of visible ASCII, at most 4096 "
+                     "bytes",
+                     name, path);
   gf__free(tok);
   return rc;
 }

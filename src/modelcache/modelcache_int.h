@@ -47,17 +47,25 @@ int gf__mc_fs_space(const char *path, uint64_t *free, uint64_t *total);
 /* True for an http://, https:// or file:// URL without control bytes. */
 bool gf__mc_source_ok(const char *source);
 
-/* What is wrong with url, an http(s):// or file:/// URL, as a source, a
- * prefix of sources or a hub endpoint (docs/modelcache.md, "Sources"): a
- * user name or password, no host, an empty or bad port, a query or
- * fragment, a '.', '..' or empty ('//') path segment, a backslash, a
- * percent-encoded '.', '/' or '\\', a bad escape, a control byte or space,
- * 2048 bytes or more.  NULL: nothing (modelcache_source.c). */
+/* What is wrong with url, an http(s):// or file:/// URL (its scheme in
+ * any case), as a source, a prefix of sources or a hub endpoint
+ * (docs/modelcache.md, "Sources"): a user name or password, a host that is
+ * not an RFC 1123 name, a dotted-quad IPv4 or a bracketed IPv6 address, an
+ * empty or bad port, a query or fragment, a '.', '..' or empty ('//') path
+ * segment (with ';' parameters too), a backslash, a percent-encoded '.',
+ * '/' or '\\', a bad or doubly encoded (%25XX) escape, path bytes (raw or
+ * encoded) that are not UTF-8 or are a look-alike of '.', '/' or '\\', a
+ * bidi control or an invisible character, a control byte or space, 2048
+ * bytes or more.  NULL: nothing (modelcache_source.c). */
 const char *gf__mc_url_why(const char *url);
 /* What is wrong with url's path (before any query) by the same rules
  * (a redirect's target, whose query a CDN's signature may need); NULL:
  * nothing. */
 const char *gf__mc_url_path_why(const char *url);
+/* source fit for a message into out[cap]: its password left out
+ * (gf__mc_url_redact), a control byte as '?', a byte past ASCII as %XX,
+ * cut at 150 bytes when longer than 160. */
+void gf__mc_source_shown(const char *source, char *out, size_t cap);
 /* url into out[cap] with its user information (before '@') as "***". */
 void gf__mc_url_redact(const char *url, char *out, size_t cap);
 #define HF_PART_MAX 96 /* an ORG or NAME of hf://ORG/NAME */
@@ -146,9 +154,11 @@ bool gf__mc_hf_token_safe(const char *origin);
  * with a host and nothing but a port and a path besides (no user name or
  * password, query or fragment: the API paths are appended to it), and,
  * when a token goes with it, one gf__mc_hf_token_safe allows.  GF_EINVAL
- * with a sentence naming model_hf_endpoint (never a password in it);
+ * with a sentence naming the endpoint and the token file as names[0] and
+ * names[1] say (NULL: the node config's keys; never a password in it);
  * GF_ENOMEM. */
-int gf__mc_hf_endpoint_check(const char *ep, bool token, gf_diag *d);
+int gf__mc_hf_endpoint_check(const char *ep, bool token,
+                             const char *const names[2], gf_diag *d);
 
 /* Resolves source "hf://ORG/NAME[@REVISION]" (REVISION default "main") at
  * the hub API endpoint (docs/modelcache.md, "Hugging Face repositories"):
@@ -171,7 +181,8 @@ int gf__mc_hf_page(const char *text, size_t len, size_t *files, uint64_t *bytes,
 /* Reads the hub token from file path into "Authorization: Bearer T" in
  * out[cap]: one line of visible ASCII (a final newline allowed).
  * GF_EIO / GF_ESYNTAX naming the file (never the token). */
-int gf__mc_hf_token(const char *path, char *out, size_t cap, gf_diag *d);
+int gf__mc_hf_token(const char *path, const char *name, char *out, size_t cap,
+                    gf_diag *d);
 
 /* Fetches every file of m from source into <dir>/files/<path>, several at
  * once, resuming <path>.part files left by an earlier try, verifying each

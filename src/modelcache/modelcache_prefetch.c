@@ -111,6 +111,7 @@ int gf_node_prefetch_parse(const json_t *cm, gf_node_prefetch *p, gf_diag *d) {
                      sd.msg);
     goto fail;
   }
+  gf_node_cache_scheme_lower(p->source);
   if (!p->names[0] == !p->selector[0]) {
     rc = gf_diag_set(d, GF_ESYNTAX,
                      "configmap %s: give exactly one of data.nodeNames and "

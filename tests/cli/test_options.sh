@@ -72,7 +72,7 @@ check sim-load-late   2 '--load needs --churn'     -- "$GPUFRAC" simulate "${sma
 ref=m@sha256:$(printf '%064d' 0)
 check cache-context   2 '--context needs --kubeconfig' -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-names a --context x
 check cache-names-empty 2 '--node-names: empty value' -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-names=
-check cache-names-utf8 2 'not UTF-8'               -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-names "$(printf 'a\xff')"
+check cache-names-utf8 2 '--node-names: not UTF-8'               -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-names "$(printf 'a\xff')"
 check cache-selector  2 '--node-selector: want K=V' -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-selector aaaa
 check cache-selector-ok 0 'gpu=h100,zone=a'          -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-selector gpu=h100,zone=a
 # A source every node agent refuses is refused here, by the same check,
@@ -85,6 +85,29 @@ check cache-src-dot   2 "'.' or '..' path segment"   -- "$GPUFRAC" cache prefetc
 check cache-src-port  2 "has an empty port"          -- "$GPUFRAC" cache prefetch "$ref" --source https://m.example:/x --node-names a
 check cache-src-hfrev 2 "has a revision"             -- "$GPUFRAC" cache prefetch "$ref" --source hf://acme/tiny@main/../x --node-names a
 check cache-src-hf-ok 0 '"hf://acme/tiny@main"'      -- "$GPUFRAC" cache prefetch "$ref" --source hf://acme/tiny@main --node-names a
+# fetch refuses what prefetch refuses the same way: a usage error (2)
+# naming --source, before the cache is opened (it exited 1).
+check cache-fetch-src-port 2 "--source 'https://m.example:/x' has an empty port" -- "$GPUFRAC" cache --dir="$tmp/cache" fetch "$ref" --source https://m.example:/x
+check cache-fetch-src-host 2 "--source 'https://999.1.1.1/x' has an all-numeric host that is not an IPv4 address" -- "$GPUFRAC" cache --dir="$tmp/cache" fetch "$ref" --source https://999.1.1.1/x
+check cache-pre-src-host 2 "--source 'https://999.1.1.1/x' has an all-numeric host that is not an IPv4 address" -- "$GPUFRAC" cache prefetch "$ref" --source https://999.1.1.1/x --node-names a
+check cache-fetch-src-creds 2 "--source 'https://\*\*\*@m.example/x' has a user name" -- "$GPUFRAC" cache --dir="$tmp/cache" fetch "$ref" --source https://u:s3cret@m.example/x
+# a bidi control in a source is refused and not echoed (the message is
+# ASCII: U+202E shown as its %XX bytes)
+check cache-src-bidi 2 "--source 'https://m.example/a%E2%80%AEb' has a bidirectional control" -- "$GPUFRAC" cache prefetch "$ref" --source "$(printf 'https://m.example/a\xe2\x80\xaeb')" --node-names a
+# a scheme in capitals is a scheme (RFC 3986), written in lower case
+check cache-pre-caps 0 '"source": "https://m.example/x"' -- "$GPUFRAC" cache prefetch "$ref" --source HTTPS://m.example/x --node-names a
+mkdir -p "$tmp/src" && echo hello >"$tmp/src/w.bin"
+"$GPUFRAC" cache manifest "$tmp/src" >"$tmp/src/gpufrac.manifest" 2>"$tmp/digest"
+check cache-fetch-caps 0 "$tmp/cache2/" -- "$GPUFRAC" cache --dir="$tmp/cache2" fetch "m@$(cat "$tmp/digest")" --source "FILE://$tmp/src"
+# a value that is not UTF-8 is named
+check cache-ns-utf8 2 '--namespace: not UTF-8' -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-names a --namespace "$(printf 'a\xff')"
+check cache-sel-utf8 2 '--node-selector: not UTF-8' -- "$GPUFRAC" cache prefetch "$ref" --source http://127.0.0.1:1/m --node-selector "$(printf 'a=\xff')"
+check cache-src-utf8 2 '--source: not UTF-8' -- "$GPUFRAC" cache prefetch "$ref" --source "$(printf 'http://127.0.0.1:1/m\xff')" --node-names a
+# --hf-endpoint's errors name the option the user wrote, not the node
+# config's key
+check cache-hfep-port 1 "^gpufrac cache: --hf-endpoint 'https://hub.example:' has an empty port" -- "$GPUFRAC" cache --dir="$tmp/cache" fetch m --source hf://acme/tiny --hf-endpoint https://hub.example:
+echo tok >"$tmp/tok"
+check cache-hfep-token 1 "^gpufrac cache: --hf-endpoint 'http://hub.example': the hub token \(--hf-token-file\) is sent only" -- "$GPUFRAC" cache --dir="$tmp/cache" fetch m --source hf://acme/tiny --hf-endpoint http://hub.example --hf-token-file "$tmp/tok"
 
 # The kubectl plugin's names go into API paths: checked as Kubernetes names
 # before any request (so these fail without a cluster).

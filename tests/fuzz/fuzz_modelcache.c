@@ -7,7 +7,10 @@
  * the sizes add up, and the digest is the sha256 of the input.  Seeds:
  * tests/fuzz/seeds/modelcache (deep: 505 components; chain: each path a
  * prefix of the next; dirconflict: a file and its directory apart;
- * src-*: model sources, gf_node_cache_source_check). */
+ * src-*: model sources, gf_node_cache_source_check: hosts, '..;', double
+ * encodings, overlong UTF-8, fullwidth dots, bidi controls, capital
+ * schemes among them). */
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +37,8 @@ static void check_path(const char *p) {
   }
 }
 
-/* An accepted source's invariants (docs/modelcache.md, "Sources"). */
+/* An accepted source's invariants (docs/modelcache.md, "Sources"), s
+ * with its scheme in lower case (accepted the same way). */
 static void check_source(const char *s) {
   if (!strncmp(s, "hf://", 5)) {
     if (strstr(s, "..") || strstr(s + 5, "//"))
@@ -49,12 +53,40 @@ static void check_source(const char *s) {
   size_t an = strcspn(a, "/");
   if (memchr(a, '@', an) || strpbrk(s, "?#\\ ") || (an && a[an - 1] == ':'))
     abort();
+  /* a host name: no empty label, none starting or ending with '-' */
+  const char *hend = memchr(a, ':', an);
+  size_t hn = a[0] == '[' ? 0 : hend ? (size_t)(hend - a) : an;
+  for (size_t i = 0; i < hn; i++)
+    if ((i == 0 && (a[i] == '.' || a[i] == '-')) ||
+        (i + 1 == hn && (a[i] == '.' || a[i] == '-')) ||
+        (a[i] == '.' && (a[i + 1] == '.' || a[i + 1] == '-')) ||
+        (a[i] == '-' && a[i + 1] == '.') || (unsigned char)a[i] >= 0x80)
+      abort();
   for (const char *p = a + an; p && *p == '/'; p = strchr(p + 1, '/')) {
-    size_t n = strcspn(p + 1, "/");
+    size_t n = strcspn(p + 1, "/;"); /* ';' parameters dropped */
     if ((n == 1 && p[1] == '.') || (n == 2 && p[1] == '.' && p[2] == '.') ||
-        (n == 0 && p[1] == '/'))
+        (n == 0 && (p[1] == '/' || p[1] == ';')))
       abort();
   }
+  /* no double encoding, no byte that starts an overlong form, no bidi
+   * control (U+202A..E, U+2066..9) raw */
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if ((p[0] == '%' && p[1] == '2' && p[2] == '5' && isxdigit(p[3]) &&
+         isxdigit(p[4])) ||
+        p[0] == 0xc0 || p[0] == 0xc1 || p[0] >= 0xf5 ||
+        (p[0] == 0xe2 && p[1] == 0x80 && p[2] >= 0xaa && p[2] <= 0xae) ||
+        (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9))
+      abort();
+}
+
+/* A refusal's message: one line of ASCII (a bidi control echoed would
+ * reorder the log line a reader sees). */
+static void check_message(const char *m) {
+  if (!m[0])
+    abort();
+  for (const unsigned char *p = (const unsigned char *)m; *p; p++)
+    if (*p < 0x20 || *p >= 0x7f)
+      abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -108,9 +140,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* ... and as a model source (gf_node_cache_source_check): what it
    * accepts has no user information, no empty port, no dot or empty path
    * segment, no query; what it refuses says why without a password. */
-  if (gf_node_cache_source_check(ref, &d) == 0)
+  if (gf_node_cache_source_check(ref, &d) == 0) {
+    gf_node_cache_scheme_lower(ref);
+    if (gf_node_cache_source_check(ref, &d) != 0)
+      abort(); /* the lower-case scheme is the same source */
     check_source(ref);
-  else if (!d.msg[0])
-    abort();
+  } else {
+    check_message(d.msg);
+  }
   return 0;
 }

@@ -1066,6 +1066,132 @@ static void test_source_forms(void **state) {
     fail_msg("good config refused: %s", d.msg);
 }
 
+/* A stranger's hostile sources (after test_source_forms): hosts that are
+ * neither an RFC 1123 name, a dotted-quad IPv4 address nor a bracketed
+ * IPv6 one; path segments and characters a server or a reader may take for
+ * a traversal or for something else ("..;", a double encoding, an
+ * overlong UTF-8 '.', a fullwidth dot, a bidi control); each refused
+ * saying why, the message all ASCII (a bidi control echoed into a log would
+ * reorder what the reader sees).  A scheme in capitals is a scheme
+ * (RFC 3986: case-insensitive), taken as its lower case. */
+static void test_source_hostile(void **state) {
+  (void)state;
+  char l64[80] = "https://", l63[80] = "https://";
+  memset(l64 + 8, 'a', 64);
+  memcpy(l64 + 72, ".ex/m", 6);
+  memset(l63 + 8, 'a', 63);
+  memcpy(l63 + 71, ".ex/m", 6);
+  static const struct {
+    const char *src, *why;
+  } bad[] = {
+      {"https://[1:2:3:4:5:6:7:8:9]/m", "not an IPv6 address"},
+      {"https://[::1::2]/m", "not an IPv6 address"},
+      {"https://[]/m", "empty IPv6 host"},
+      {"https://-h/m", "starts or ends with '-'"},
+      {"https://h-.example/m", "starts or ends with '-'"},
+      {"https://h..x/m", "empty label"},
+      {"https://.h/m", "empty label"},
+      {"https://h.example./m", "empty label"},
+      {"https://a_b.example/m", "not a name or an address"},
+      {"https://999.1.1.1/m", "not an IPv4 address"},
+      {"https://1.2.3.4.5/m", "not an IPv4 address"},
+      {"https://127.1/m", "not an IPv4 address"},
+      {"https://2130706433/m", "not an IPv4 address"},
+      {"https://0x7f.0.0.1/m", "not an IPv4 address"},
+      {"https://010.0.0.1/m", "not an IPv4 address"},
+      {"https://m.example/a/..;/b", "'..' path segment"},
+      {"https://m.example/a/..;x=1/b", "'..' path segment"},
+      {"https://m.example/a/.;/b", "'..' path segment"},
+      {"https://m.example/a/%252e%252e/b", "doubly encoded"},
+      {"https://m.example/a/%c0%ae%c0%ae/b", "not UTF-8"},
+      {"https://m.example/a/%e0%80%af/b", "not UTF-8"},
+      {"https://m.example/a/\xef\xbc\x8e\xef\xbc\x8e/b", "looks like"},
+      {"https://m.example/a/%EF%BC%8E%EF%BC%8E/b", "looks like"},
+      {"https://m.example/a\xef\xbc\x8f"
+       "b",
+       "looks like"},
+      {"https://m.example/a\xe2\x80\xae"
+       "b/m",
+       "bidirectional"},
+      {"https://m.example/a%e2%81%a6b/m", "bidirectional"},
+      {"https://m.example/a\xe2\x80\x8b"
+       "b/m",
+       "invisible"},
+      {"https://m.example/a\xc2\xa0"
+       "b/m",
+       "invisible"},
+  };
+  gf_node_cache *c = open_cache(1 << 20);
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]) + 3; i++) {
+    const char *src = i < sizeof(bad) / sizeof(bad[0])    ? bad[i].src
+                      : i == sizeof(bad) / sizeof(bad[0]) ? l64
+                      /* raw bytes that are not UTF-8: an overlong '.' */
+                      : i == sizeof(bad) / sizeof(bad[0]) + 1
+                          ? "https://m.example/a/\xc0\xae\xc0\xae/b"
+                          : "https://m.example/a\xff/b";
+    const char *why = i < sizeof(bad) / sizeof(bad[0])    ? bad[i].why
+                      : i == sizeof(bad) / sizeof(bad[0]) ? "longer than 63"
+                                                          : "not UTF-8";
+    gf_diag d = {{0}};
+    int rc = gf_node_cache_fetch(c, "m", HELLO, src, &d);
+    bool ascii = true;
+    for (const char *p = d.msg; *p; p++)
+      ascii = ascii && (unsigned char)*p < 0x80;
+    if (rc != GF_EINVAL || !strstr(d.msg, why) || !ascii)
+      fail_msg("fetch from %s: %s (%s)", src, gf_err_name(rc), d.msg);
+  }
+  gf_node_cache_free(c);
+  static const char *const good[] = {
+      "https://a-b.example/m",     "https://0.0.0.0/m",
+      "https://255.255.255.255/m", "http://[::ffff:1.2.3.4]:9/m",
+      "https://123.example/m",     "https://m.example/caf\xc3\xa9/x",
+      "https://m.example/a;v=1/b", "HTTPS://m.example/m",
+      "Http://127.0.0.1:9/x",      "FILE:///srv/models/m",
+      "HF://acme/tiny@main"};
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    gf_diag d = {{0}};
+    if (gf_node_cache_source_check(good[i], &d))
+      fail_msg("%s refused: %s", good[i], d.msg);
+  }
+  if (gf_node_cache_source_check(l63, NULL))
+    fail_msg("a 63-byte label refused");
+  /* a capital scheme is its lower case: in a prefetch ConfigMap, in the
+   * node config's prefixes, and matched against them */
+  gf_node_prefetch p, q;
+  gf_node_prefetch_init(&p);
+  snprintf(p.model, sizeof(p.model), "m@sha256:%s", HELLO);
+  snprintf(p.names, sizeof(p.names), "n1");
+  snprintf(p.source, sizeof(p.source), "HTTPS://m.example/m");
+  json_t *cm = gf_node_prefetch_configmap(&p, "ns1");
+  gf_diag d = {{0}};
+  int rc = gf_node_prefetch_parse(cm, &q, &d);
+  json_decref(cm);
+  if (rc)
+    fail_msg("prefetch of HTTPS://: %s", d.msg);
+  assert_string_equal(q.source, "https://m.example/m");
+  gf_node_config cfg;
+  gf_node_config_init(&cfg);
+  const char *t = "model_pod_sources = HTTPS://m.example/,File:///srv/m/\n"
+                  "model_hf_endpoint = HTTP://[::1]:9/hub\n";
+  if (gf_node_config_parse(&cfg, t, strlen(t), "t", &d))
+    fail_msg("capital schemes in the config: %s", d.msg);
+  assert_string_equal(cfg.model_pod_sources,
+                      "https://m.example/,file:///srv/m/");
+  assert_string_equal(cfg.model_hf_endpoint, "http://[::1]:9/hub");
+  /* a pod's FILE:// source under a file:// prefix, fetched */
+  char hex[GF_NODE_CACHE_HEX], url[600], up[620], root[300], prefix[400];
+  make_source("cap", 1, 100, hex, url, sizeof(url));
+  snprintf(up, sizeof(up), "FILE%s", url + 4);
+  snprintf(root, sizeof(root), "%s/cache", tmpdir);
+  snprintf(prefix, sizeof(prefix), "file://%s/", tmpdir);
+  gf_node_cache_opts o = {.root = root, .retries = 1, .pod_sources = prefix};
+  assert_int_equal(gf_node_cache_open(&o, &c, &d), 0);
+  rc = gf_node_cache_fetch_for_pod(c, "m", hex, up, &d);
+  if (rc)
+    fail_msg("a pod's %s under %s: %s", up, prefix, d.msg);
+  gf_node_cache_free(c);
+}
+
 #define COMMIT40 "0123456789abcdef0123456789abcdef01234567"
 
 /* Issue 28's hf:// leftovers: a model_pod_sources / model_shared_sources
@@ -1226,6 +1352,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_hf_endpoint_refused, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_source_forms, setup_tmp,
+                                      teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_source_hostile, setup_tmp,
                                       teardown_tmp),
       cmocka_unit_test_setup_teardown(test_hf_pod_pins, setup_tmp,
                                       teardown_tmp),
