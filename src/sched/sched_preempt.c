@@ -375,7 +375,7 @@ static void budgets_of(gf__pdb *db, victim *vs, uint32_t n, gf__pdb_view *pv) {
   bool always[GF__PREEMPT_MAX_VICTIMS];
   for (uint32_t i = 0; i < n; i++)
     uids[i] = vs[i].p->uid ? vs[i].p->uid : "";
-  gf__pdb_match(db, uids, n, masks, always, pv);
+  gf__pdb_match(db, GF__PDB_EVICTION, uids, n, masks, always, pv);
   for (uint32_t i = 0; i < n; i++) {
     vs[i].pdbs = masks[i];
     vs[i].always = vs[i].risky = always[i];
@@ -742,10 +742,12 @@ static bool eligible(const prec *p, int32_t prio) {
 }
 
 /* The victims on one node (its pods from `first` along nxt) for a
- * preemptor of priority prio into vs, their budgets into *pv (when the
- * extender has a store), cheapest first.  Returns how many. */
+ * preemptor of priority prio into vs, their budgets counted by rule into
+ * *pv (when the extender has a store), cheapest first.  Returns how
+ * many. */
 static uint32_t node_victims(gf_sched *s, int64_t first, const int64_t *nxt,
-                             int32_t prio, victim *vs, gf__pdb_view *pv) {
+                             int32_t prio, gf__pdb_rule rule, victim *vs,
+                             gf__pdb_view *pv) {
   uint32_t nv = 0;
   for (int64_t k = first; k >= 0 && nv < GF__PREEMPT_MAX_VICTIMS; k = nxt[k])
     if (eligible(&s->pods[k], prio))
@@ -756,7 +758,7 @@ static uint32_t node_victims(gf_sched *s, int64_t first, const int64_t *nxt,
     bool always[GF__PREEMPT_MAX_VICTIMS];
     for (uint32_t i = 0; i < nv; i++)
       uids[i] = vs[i].p->uid;
-    gf__pdb_match(s->pdb, uids, nv, masks, always, pv);
+    gf__pdb_match(s->pdb, rule, uids, nv, masks, always, pv);
     for (uint32_t i = 0; i < nv; i++) {
       vs[i].pdbs = masks[i];
       vs[i].always = vs[i].risky = always[i];
@@ -908,7 +910,8 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     gf__part_of_memory(base, &rn);
     gf__pdb_view pv;
     pickctx k = {base, vs, 0, &rn, s->pdb ? &pv : NULL};
-    k.nv = node_victims(s, head[slot[ni]], nxt, p->priority, vs, &pv);
+    k.nv = node_victims(s, head[slot[ni]], nxt, p->priority,
+                        GF__PDB_SCHEDULER, vs, &pv);
     json_t *list = json_array();
     if (!list || json_object_set_new(res, name, list))
       goto oom_locked;
@@ -1269,7 +1272,7 @@ static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
     fits = gf_gpu_fits(&w->gpus[gpus[t]], r);
   if (fits)
     book_copy(w, r, gpus);
-  if (fits && gf__pdb_violations(s->pdb, uids, nm) > 0)
+  if (fits && gf__pdb_violations(s->pdb, GF__PDB_EVICTION, uids, nm) > 0)
     fits = false;
   for (uint32_t j = 0; j < nm && fits; j++)
     fits = rehome(s, c, mv[j], ni, taken);
@@ -1316,7 +1319,7 @@ static uint32_t try_gpu_share(gf_sched *s, uint32_t ni, uint32_t g,
   uint8_t gpu = (uint8_t)g;
   if (fits) {
     book_copy(w, r, &gpu);
-    fits = gf__pdb_violations(s->pdb, uids, nm) == 0;
+    fits = gf__pdb_violations(s->pdb, GF__PDB_EVICTION, uids, nm) == 0;
   }
   for (uint32_t j = 0; j < nm && fits; j++)
     fits = rehome(s, c, cand[j], ni, taken);
@@ -1491,7 +1494,8 @@ static bool preempt_for(gf_sched *s, const pend *e, const gf_request *r,
     gf__part_of_memory(&w->base, &rn);
     gf__pdb_view pv;
     pickctx k = {&w->base, w->vs, 0, &rn, &pv};
-    k.nv = node_victims(s, head[ni], nxt, e->priority, w->vs, &pv);
+    k.nv = node_victims(s, head[ni], nxt, e->priority, GF__PDB_EVICTION,
+                        w->vs, &pv);
     if (!k.nv || gf_node_fits(&w->base, &rn) || choose(&k, &w->cur) ||
         !w->cur.ok || w->cur.pdb > 0 || w->cur.n > GF__DEFRAG_MOVES_MAX)
       continue;
