@@ -51,7 +51,8 @@ typedef struct opts {
   int dra;                /* --dra: 0 off, 1 score, 2 allocate */
   int defrag;             /* --defrag: GF_SCHED_KUBE_DEFRAG_* */
   int64_t defrag_hold_ms; /* --defrag-hold; 0: the default */
-  bool preempt_evict_off; /* --preempt-evict off */
+  bool preempt_evict_off; /* --preempt-evict off (or --no-kube) */
+  bool preempt_evict_on;  /* --preempt-evict on, given */
   bool autoscale;         /* --autoscale-placeholders on */
   int64_t as_after_ms;    /* --autoscale-after; 0: the default */
   char as_resource[256];  /* --autoscale-resource; "": the default */
@@ -687,6 +688,7 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     bool on = true;
     int rc = on_off(a, v, &on);
     o->preempt_evict_off = !on;
+    o->preempt_evict_on = on;
     return rc;
   }
   case OPT_DRA:
@@ -754,6 +756,19 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
                     "made through the API server)\n");
     return GF_EXIT_USAGE;
   }
+  if (o->no_kube && o->preempt_evict_on) {
+    fprintf(stderr, "gpufrac scheduler: --no-kube excludes --preempt-evict "
+                    "on (it evicts through the API server; without "
+                    "--preempt-evict, --no-kube turns it off)\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o->no_kube && o->defrag_hold_ms) {
+    fprintf(stderr, "gpufrac scheduler: --no-kube excludes --defrag-hold "
+                    "(nothing is evicted, so nothing is held)\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o->no_kube)
+    o->preempt_evict_off = true; /* the default on needs the API server */
   if (o->defrag_hold_ms && !o->defrag && o->preempt_evict_off) {
     fprintf(stderr, "gpufrac scheduler: --defrag-hold needs --defrag on "
                     "(or dry-run) or --preempt-evict on: with both off "

@@ -1551,12 +1551,13 @@ size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap) {
                  "Defragmentation plans held back by the rate limits.",
                  (uint64_t)atomic_load(&f->defrag_limited));
   }
-  if (f->preempt_evict)
-    gf__prom_u64(&b, "gpufrac_preempt_evictions_total", "counter",
-                 "Pods the extender evicted itself for a pod refused for "
-                 "GPU memory (kube-scheduler's preemption found no "
-                 "candidate).",
-                 (uint64_t)atomic_load(&f->preempt_evictions));
+  /* exported with --preempt-evict off too (0): a dashboard's query for
+   * it finds a series whatever the flag */
+  gf__prom_u64(&b, "gpufrac_preempt_evictions_total", "counter",
+               "Pods the extender evicted itself for a pod refused for "
+               "GPU memory (kube-scheduler's preemption found no "
+               "candidate).",
+               (uint64_t)atomic_load(&f->preempt_evictions));
   if (f->pdb)
     gf__prom_u64(&b, "gpufrac_extender_pdbs", "gauge",
                  "PodDisruptionBudgets the preempt verb honours (listed and "

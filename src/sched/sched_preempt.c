@@ -910,8 +910,8 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     gf__part_of_memory(base, &rn);
     gf__pdb_view pv;
     pickctx k = {base, vs, 0, &rn, s->pdb ? &pv : NULL};
-    k.nv = node_victims(s, head[slot[ni]], nxt, p->priority,
-                        GF__PDB_SCHEDULER, vs, &pv);
+    k.nv = node_victims(s, head[slot[ni]], nxt, p->priority, GF__PDB_SCHEDULER,
+                        vs, &pv);
     json_t *list = json_array();
     if (!list || json_object_set_new(res, name, list))
       goto oom_locked;
@@ -1494,8 +1494,8 @@ static bool preempt_for(gf_sched *s, const pend *e, const gf_request *r,
     gf__part_of_memory(&w->base, &rn);
     gf__pdb_view pv;
     pickctx k = {&w->base, w->vs, 0, &rn, &pv};
-    k.nv = node_victims(s, head[ni], nxt, e->priority, GF__PDB_EVICTION,
-                        w->vs, &pv);
+    k.nv = node_victims(s, head[ni], nxt, e->priority, GF__PDB_EVICTION, w->vs,
+                        &pv);
     if (!k.nv || gf_node_fits(&w->base, &rn) || choose(&k, &w->cur) ||
         !w->cur.ok || w->cur.pdb > 0 || w->cur.n > GF__DEFRAG_MOVES_MAX)
       continue;

@@ -686,22 +686,20 @@ static void empty_selector_counts_for_evictions(void **st) {
   feed(&c, json_deep_copy(hi));
   offer(&c, json_deep_copy(hi));
   gf_diag d = {""};
-  json_t *nosel = json_pack("{s:{s:s,s:s},s:{},s:{s:i}}", "metadata",
-                            "namespace", "ml", "name", "nosel", "spec",
-                            "status", "disruptionsAllowed", 0);
-  json_t *other =
-      json_pack("{s:{s:s,s:s},s:{s:{}},s:{s:i}}", "metadata", "namespace",
-                "web", "name", "all", "spec", "selector", "status",
-                "disruptionsAllowed", 0);
+  json_t *nosel =
+      json_pack("{s:{s:s,s:s},s:{},s:{s:i}}", "metadata", "namespace", "ml",
+                "name", "nosel", "spec", "status", "disruptionsAllowed", 0);
+  json_t *other = json_pack("{s:{s:s,s:s},s:{s:{}},s:{s:i}}", "metadata",
+                            "namespace", "web", "name", "all", "spec",
+                            "selector", "status", "disruptionsAllowed", 0);
   assert_int_equal(gf__pdb_update(c.db, nosel, &d), 0);
   assert_int_equal(gf__pdb_update(c.db, other, &d), 0);
   gf__defrag_plan p;
   assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
   assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 1);
-  json_t *all =
-      json_pack("{s:{s:s,s:s},s:{s:{}},s:{s:i}}", "metadata", "namespace",
-                "ml", "name", "all", "spec", "selector", "status",
-                "disruptionsAllowed", 0);
+  json_t *all = json_pack("{s:{s:s,s:s},s:{s:{}},s:{s:i}}", "metadata",
+                          "namespace", "ml", "name", "all", "spec", "selector",
+                          "status", "disruptionsAllowed", 0);
   assert_int_equal(gf__pdb_update(c.db, all, &d), 0);
   assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
   assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 0);
