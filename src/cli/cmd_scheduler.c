@@ -880,7 +880,8 @@ int cmd_scheduler(int argc, char **argv) {
     gf_sched_dra_opts dopt = {.policy = o.policy,
                               .allocate = o.dra == 2,
                               .is_leader = dra_leader,
-                              .leader_user = &s};
+                              .leader_user = &s,
+                              .defrag = o.defrag};
     if (gf_sched_dra_new(kc, NULL, &dopt, &dra, &d)) {
       fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
       rc = GF_EXIT_FAIL;

@@ -243,16 +243,12 @@ struct gf_sched_kube {
   int defrag;
   gf_kube *dkube; /* its eviction and event client */
   long defrag_tick_ms;
-  uint32_t defrag_max, defrag_per_hour;
-  int64_t defrag_gap_ms;
+  uint32_t defrag_max;
   int64_t defrag_hold_ms; /* --defrag-hold */
   int64_t (*defrag_now)(void *);
   void *defrag_clock;
-  int64_t defrag_hour[64]; /* when the last plans were made (a ring) */
-  uint32_t defrag_nhour;
-  char defrag_nodes[16][GF_NAME_MAX]; /* the last nodes planned on ... */
-  int64_t defrag_node_at[16];         /* ... and when */
-  char defrag_last[1024];             /* the last plan logged */
+  gf__defrag_rate defrag_rate; /* the rate limits (defrag.h) */
+  char defrag_last[1024];      /* the last plan logged */
   atomic_ullong defrag_plans, defrag_evictions, defrag_limited;
   bool preempt_evict; /* the extender's own preemption (sched_kube.h) */
   int64_t preempt_settle_ms;
@@ -761,32 +757,6 @@ static int64_t mono_ms(void *unused) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Whether the rate limits let a plan on `node` through at `now`. */
-static bool defrag_allowed(gf_sched_kube *f, const char *node, int64_t now) {
-  uint32_t n = f->defrag_nhour < f->defrag_per_hour ? f->defrag_nhour
-                                                    : f->defrag_per_hour;
-  uint32_t recent = 0;
-  for (uint32_t i = 0; i < n; i++)
-    recent += now - f->defrag_hour[i] < 3600000;
-  if (recent >= f->defrag_per_hour)
-    return false;
-  for (int i = 0; i < 16; i++)
-    if (!strcmp(f->defrag_nodes[i], node) &&
-        now - f->defrag_node_at[i] < f->defrag_gap_ms)
-      return false;
-  return true;
-}
-
-static void defrag_note(gf_sched_kube *f, const char *node, int64_t now) {
-  f->defrag_hour[f->defrag_nhour++ % f->defrag_per_hour] = now;
-  int at = 0;
-  for (int i = 1; i < 16; i++)
-    if (f->defrag_node_at[i] < f->defrag_node_at[at])
-      at = i; /* the oldest slot */
-  snprintf(f->defrag_nodes[at], GF_NAME_MAX, "%s", node);
-  f->defrag_node_at[at] = now;
-}
-
 /* An Event about pod ns/name (involvedObject), type Normal. */
 static void defrag_event(gf_sched_kube *f, const char *ns, const char *name,
                          const char *uid, const char *reason, const char *msg) {
@@ -916,13 +886,13 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
   if (dry && !strcmp(key, f->defrag_last))
     return 0; /* the same plan as last time: reported already */
   int64_t now = f->defrag_now(f->defrag_clock);
-  if (!defrag_allowed(f, p.node, now)) {
+  if (!gf__defrag_rate_allowed(&f->defrag_rate, p.node, now)) {
     atomic_fetch_add(&f->defrag_limited, 1);
     return 0;
   }
   snprintf(f->defrag_last, sizeof(f->defrag_last), "%s", key);
   atomic_fetch_add(&f->defrag_plans, 1);
-  defrag_note(f, p.node, now);
+  gf__defrag_rate_note(&f->defrag_rate, p.node, now);
   if (!f->quiet) {
     fprintf(stderr, "gpufrac scheduler: defrag%s: pending %s/%s needs %s: %s",
             dry ? " (dry run)" : "", p.ns, p.name, what,
@@ -1048,10 +1018,8 @@ static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
   if (f->defrag_max > GF__DEFRAG_MOVES_MAX)
     return gf_diag_set(d, GF_EINVAL, "defrag: at most %u moves, not %u",
                        GF__DEFRAG_MOVES_MAX, f->defrag_max);
-  f->defrag_per_hour = o->defrag_per_hour ? o->defrag_per_hour : 6;
-  if (f->defrag_per_hour > 64)
-    f->defrag_per_hour = 64;
-  f->defrag_gap_ms = o->defrag_node_gap_ms ? o->defrag_node_gap_ms : 600000;
+  gf__defrag_rate_init(&f->defrag_rate, o->defrag_per_hour,
+                       o->defrag_node_gap_ms);
   f->defrag_hold_ms = o->defrag_hold_ms ? o->defrag_hold_ms : 300000;
   if (f->defrag_hold_ms < 10000 || f->defrag_hold_ms > 3600000)
     return gf_diag_set(
@@ -1062,8 +1030,6 @@ static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
         f->defrag_hold_ms);
   f->defrag_now = o->defrag_now_ms ? o->defrag_now_ms : mono_ms;
   f->defrag_clock = o->defrag_clock_user;
-  for (int i = 0; i < 16; i++)
-    f->defrag_node_at[i] = INT64_MIN / 2;
   return side_loop("defrag", o->defrag_tick_ms ? o->defrag_tick_ms : 10000,
                    &f->defrag_tick_ms, cfg, kopts, &f->dkube, d);
 }

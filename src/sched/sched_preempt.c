@@ -1105,24 +1105,123 @@ uint32_t gf__defrag_nudges(gf_sched *s, gf__podref *out, uint32_t max) {
   return n;
 }
 
+/* ---- defragmentation's rate limits (defrag.h) ---------------------------*/
+
+void gf__defrag_rate_init(gf__defrag_rate *r, uint32_t per_hour,
+                          int64_t gap_ms) {
+  memset(r, 0, sizeof(*r));
+  r->per_hour = per_hour ? per_hour : 6;
+  if (r->per_hour > GF__DEFRAG_RATE_MAX)
+    r->per_hour = GF__DEFRAG_RATE_MAX;
+  r->gap_ms = gap_ms ? gap_ms : 600000;
+  for (int i = 0; i < 16; i++)
+    r->node_at[i] = INT64_MIN / 2;
+}
+
+bool gf__defrag_rate_allowed(const gf__defrag_rate *r, const char *node,
+                             int64_t now) {
+  uint32_t n = r->nhour < r->per_hour ? r->nhour : r->per_hour;
+  uint32_t recent = 0;
+  for (uint32_t i = 0; i < n; i++)
+    recent += now - r->hour[i] < 3600000;
+  if (recent >= r->per_hour)
+    return false;
+  for (int i = 0; i < 16; i++)
+    if (!strcmp(r->nodes[i], node) && now - r->node_at[i] < r->gap_ms)
+      return false;
+  return true;
+}
+
+void gf__defrag_rate_note(gf__defrag_rate *r, const char *node, int64_t now) {
+  r->hour[r->nhour++ % r->per_hour] = now;
+  int at = 0;
+  for (int i = 1; i < 16; i++)
+    if (r->node_at[i] < r->node_at[at])
+      at = i; /* the oldest slot */
+  snprintf(r->nodes[at], GF_NAME_MAX, "%s", node);
+  r->node_at[at] = now;
+}
+
 /* ---- defragmentation's plan (defrag.h) ---------------------------------*/
 
-/* Copies of the nodes a plan changes (the candidate and destinations). */
-typedef struct copies {
-  uint32_t n;
-  uint32_t idx[GF__DEFRAG_MOVES_MAX + 1];
-  gf_node node[GF__DEFRAG_MOVES_MAX + 1];
-} copies;
-
-static gf_node *copy_of(gf_sched *s, copies *c, uint32_t ni) {
+gf_node *gf__copies_get(gf__copies *c, const gf_cluster *cl, uint32_t ni) {
   for (uint32_t i = 0; i < c->n; i++)
     if (c->idx[i] == ni)
       return &c->node[i];
   if (c->n == GF__DEFRAG_MOVES_MAX + 1)
     return NULL;
   c->idx[c->n] = ni;
-  c->node[c->n] = *gf_cluster_node(s->c, ni);
+  c->node[c->n] = *gf_cluster_node(cl, ni);
   return &c->node[c->n++];
+}
+
+void gf__copies_unbook(gf_node *n, const prec *p) {
+  unbook_copy(n, p);
+  reindex_copy(n);
+}
+
+int gf__copies_tightest(const gf_node *m, const gf_request *r,
+                        const bool *skip) {
+  if (!gf_node_fits(m, r))
+    return -1;
+  int pick = -1;
+  double pl = 0;
+  for (uint32_t g = 0; g < m->ngpus; g++) {
+    if ((skip && skip[g]) || !gf_gpu_fits(&m->gpus[g], r))
+      continue;
+    double l = left_on(&m->gpus[g], r);
+    if (pick < 0 || l < pl) {
+      pick = (int)g;
+      pl = l;
+    }
+  }
+  return pick;
+}
+
+bool gf__copies_book(gf__copies *c, const gf_cluster *cl, uint32_t ni,
+                     const gf_request *r, bool *taken) {
+  gf_node *w = gf__copies_get(c, cl, ni);
+  uint8_t gpus[GF_MAX_GPUS_PER_NODE];
+  bool skip[GF_MAX_GPUS_PER_NODE] = {false};
+  if (!w || r->gpu_count == 0 || r->gpu_count > w->ngpus)
+    return false;
+  /* one GPU at a time, as a share; then booked as the request */
+  gf_request one = *r;
+  one.gpu_count = 1;
+  for (uint32_t t = 0; t < r->gpu_count; t++) {
+    int g = gf__copies_tightest(w, &one, skip);
+    if (g < 0)
+      return false;
+    skip[g] = true;
+    gpus[t] = (uint8_t)g;
+  }
+  book_copy(w, r, gpus);
+  for (uint32_t t = 0; taken && t < r->gpu_count; t++)
+    taken[gpus[t]] = true;
+  return true;
+}
+
+bool gf__copies_rehome(gf__copies *c, const gf_cluster *cl, uint32_t nnodes,
+                       const gf_request *r, uint32_t from, const bool *taken,
+                       bool (*dest_ok)(void *u, uint32_t ni), void *u) {
+  for (uint32_t ni = 0; ni < nnodes; ni++) {
+    if (dest_ok && !dest_ok(u, ni))
+      continue;
+    const gf_node *m = NULL;
+    for (uint32_t i = 0; i < c->n && !m; i++)
+      if (c->idx[i] == ni)
+        m = &c->node[i];
+    if (!m)
+      m = gf_cluster_node(cl, ni);
+    int pick = gf__copies_tightest(m, r, ni == from ? taken : NULL);
+    gf_node *w = pick >= 0 ? gf__copies_get(c, cl, ni) : NULL;
+    if (!w)
+      continue;
+    uint8_t gpu = (uint8_t)pick;
+    book_copy(w, r, &gpu);
+    return true;
+  }
+  return false;
 }
 
 static bool node_open(const gf_sched *s, uint32_t ni) {
@@ -1156,45 +1255,29 @@ static bool movable(gf_sched *s, const prec *q, int32_t prio) {
          !strcmp(owner, "StatefulSet");
 }
 
-/* Books q (moved) on the tightest GPU of some node that takes it (its
- * taints tolerated by q, as kube-scheduler would ask of q's replacement),
- * the freed GPUs of node `from` excluded (`taken`); false when none does. */
-static bool rehome(gf_sched *s, copies *c, const prec *q, uint32_t from,
+typedef struct dest {
+  gf_sched *s;
+  const prec *q;
+} dest;
+
+/* A node that may take q's replacement: open, its taints tolerated by q
+ * (as kube-scheduler would ask of the replacement). */
+static bool dest_ok(void *u, uint32_t ni) {
+  const dest *x = u;
+  return node_open(x->s, ni) &&
+         gf__tolerates(x->q->tols, x->s->nodes[ni].taints);
+}
+
+/* Books q (moved) on the tightest GPU of some node that takes it, the
+ * freed GPUs of node `from` excluded (`taken`); false when none does. */
+static bool rehome(gf_sched *s, gf__copies *c, const prec *q, uint32_t from,
                    const bool *taken) {
   gf_request r = q->req;
   gf__effective(s, &r);
   bool named;
   r.model_mask = gf__models_mask(s->c, q->models, &named);
-  for (uint32_t ni = 0; ni < s->nnodes; ni++) {
-    if (!node_open(s, ni) || !gf__tolerates(q->tols, s->nodes[ni].taints))
-      continue;
-    const gf_node *m = NULL;
-    for (uint32_t i = 0; i < c->n && !m; i++)
-      if (c->idx[i] == ni)
-        m = &c->node[i];
-    if (!m)
-      m = gf_cluster_node(s->c, ni);
-    if (!gf_node_fits(m, &r))
-      continue;
-    int pick = -1;
-    double pl = 0;
-    for (uint32_t g = 0; g < m->ngpus; g++) {
-      if ((ni == from && taken[g]) || !gf_gpu_fits(&m->gpus[g], &r))
-        continue;
-      double l = left_on(&m->gpus[g], &r);
-      if (pick < 0 || l < pl) {
-        pick = (int)g;
-        pl = l;
-      }
-    }
-    gf_node *w = pick >= 0 ? copy_of(s, c, ni) : NULL;
-    if (!w)
-      continue;
-    uint8_t gpu = (uint8_t)pick;
-    book_copy(w, &r, &gpu);
-    return true;
-  }
-  return false;
+  dest x = {s, q};
+  return gf__copies_rehome(c, s->c, s->nnodes, &r, from, taken, dest_ok, &x);
 }
 
 /* The plan's moves (mv[0..nm)) for r on GPUs gpus[] of node ni into out. */
@@ -1248,13 +1331,13 @@ static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
   }
   if (moves == 0 || moves > max_moves)
     return 0;
-  copies *c = gf__calloc(1, sizeof(*c));
+  gf__copies *c = gf__calloc(1, sizeof(*c));
   if (!c)
     return 0;
   const prec *mv[GF__DEFRAG_MOVES_MAX];
   const char *uids[GF__DEFRAG_MOVES_MAX];
   uint32_t nm = 0;
-  gf_node *w = copy_of(s, c, ni);
+  gf_node *w = gf__copies_get(c, s->c, ni);
   for (int64_t k = head[ni]; k >= 0; k = nxt[k]) {
     const prec *q = &s->pods[k];
     bool in = false;
@@ -1303,8 +1386,8 @@ static uint32_t try_gpu_share(gf_sched *s, uint32_t ni, uint32_t g,
     if (on_gpu(&s->pods[k], g) && movable(s, &s->pods[k], prio))
       cand[nc++] = &s->pods[k];
   qsort(cand, nc, sizeof(cand[0]), larger_first);
-  copies *c = gf__calloc(1, sizeof(*c));
-  gf_node *w = c ? copy_of(s, c, ni) : NULL;
+  gf__copies *c = gf__calloc(1, sizeof(*c));
+  gf_node *w = c ? gf__copies_get(c, s->c, ni) : NULL;
   bool fits = false;
   const char *uids[GF__DEFRAG_MOVES_MAX];
   while (w && nm < nc && nm < max_moves && !fits) {
