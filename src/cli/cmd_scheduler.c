@@ -806,6 +806,23 @@ static bool dra_leader(void *u) {
   return *s && gf_sched_is_leader(*s);
 }
 
+/* The DRA feed (--dra), leading when the extender *s does: 0 or the exit
+ * status, said on stderr. */
+static int make_dra(const opts *o, gf_kube_config *kc, gf_sched **s,
+                    gf_sched_dra **out) {
+  gf_sched_dra_opts dopt = {.policy = o->policy,
+                            .allocate = o->dra == 2,
+                            .is_leader = dra_leader,
+                            .leader_user = s,
+                            .defrag = o->defrag};
+  gf_diag d = {""};
+  if (gf_sched_dra_new(kc, NULL, &dopt, out, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  return 0;
+}
+
 /* /metrics: the kube feed's lines, then the DRA feed's. */
 typedef struct metrics_both {
   gf_sched_kube *kube;
@@ -876,18 +893,8 @@ int cmd_scheduler(int argc, char **argv) {
     if ((rc = make_binder(&o, kc, &kb)))
       goto out;
   }
-  if (kc && o.dra) {
-    gf_sched_dra_opts dopt = {.policy = o.policy,
-                              .allocate = o.dra == 2,
-                              .is_leader = dra_leader,
-                              .leader_user = &s,
-                              .defrag = o.defrag};
-    if (gf_sched_dra_new(kc, NULL, &dopt, &dra, &d)) {
-      fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
-      rc = GF_EXIT_FAIL;
-      goto out;
-    }
-  }
+  if (kc && o.dra && (rc = make_dra(&o, kc, &s, &dra)))
+    goto out;
   gf_sched_config cfg = {.policy = o.policy,
                          .binder = gf_sched_kube_binder_get(kb),
                          .max_body = (size_t)o.max_body,

@@ -772,6 +772,12 @@ static uint32_t node_victims(gf_sched *s, int64_t first, const int64_t *nxt,
   return nv;
 }
 
+/* node_victims for the preempt verb: budgets as kube-scheduler counts. */
+static uint32_t verb_victims(gf_sched *s, int64_t first, const int64_t *nxt,
+                             int32_t prio, victim *vs, gf__pdb_view *pv) {
+  return node_victims(s, first, nxt, prio, GF__PDB_SCHEDULER, vs, pv);
+}
+
 static void bad(reply_buf *out, const char *what) {
   char msg[GF_DIAG_MAX + 32];
   snprintf(msg, sizeof(msg), "gpufrac extender: preempt: %s", what);
@@ -910,8 +916,7 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     gf__part_of_memory(base, &rn);
     gf__pdb_view pv;
     pickctx k = {base, vs, 0, &rn, s->pdb ? &pv : NULL};
-    k.nv = node_victims(s, head[slot[ni]], nxt, p->priority, GF__PDB_SCHEDULER,
-                        vs, &pv);
+    k.nv = verb_victims(s, head[slot[ni]], nxt, p->priority, vs, &pv);
     json_t *list = json_array();
     if (!list || json_object_set_new(res, name, list))
       goto oom_locked;
