@@ -776,47 +776,61 @@ static void defrag_event(gf_sched_kube *f, const char *ns, const char *name,
   json_decref(ev);
 }
 
-/* Evicts the plan's pods (the Eviction API: a budget refuses with 429) and
- * writes the events; stops at the first refusal.  True when all went. */
-static bool defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
-                         const char *what) {
+/* Evicts victim m (the Eviction API: a budget refuses with 429); 0 or the
+ * error, said on stderr. */
+static int evict_one(gf_sched_kube *f, const gf__defrag_move *m,
+                     const char *who) {
+  if (!dns_name(m->ns) || !dns_name(m->name))
+    return GF_EINVAL;
+  char path[2 * GF_NAME_MAX + 64];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction", m->ns,
+           m->name);
+  json_t *ev =
+      json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion", "policy/v1", "kind",
+                "Eviction", "metadata", "name", m->name, "namespace", m->ns);
+  gf_diag d = {""};
+  int rc = ev ? gf_kube_create(f->dkube, path, ev, NULL, &d) : GF_ENOMEM;
+  json_decref(ev);
+  if (rc && !f->quiet)
+    fprintf(stderr, "gpufrac scheduler: %s: evicting %s/%s: %s\n", who, m->ns,
+            m->name, d.msg);
+  return rc;
+}
+
+/* Evicts p's pods in turn (the Eviction API: a budget refuses with 429),
+ * counting each in *count and writing Event `moved` (msg_moved) on each;
+ * stops at the first refusal (false).  Once all went, Event `for_`
+ * (msg_for) on the pod the plan is for.  who: the log's word. */
+static bool evict_plan(gf_sched_kube *f, const gf__defrag_plan *p,
+                       const char *who, atomic_ullong *count, const char *moved,
+                       char *msg_moved, const char *for_, char *msg_for) {
+  gf__utf8_fix(msg_moved);
+  gf__utf8_fix(msg_for);
   for (uint32_t i = 0; i < p->n; i++) {
     const gf__defrag_move *m = &p->moves[i];
-    if (!dns_name(m->ns) || !dns_name(m->name))
+    if (evict_one(f, m, who))
       return false;
-    char path[2 * GF_NAME_MAX + 64];
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction",
-             m->ns, m->name);
-    json_t *ev =
-        json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion", "policy/v1", "kind",
-                  "Eviction", "metadata", "name", m->name, "namespace", m->ns);
-    gf_diag d = {""};
-    int rc = ev ? gf_kube_create(f->dkube, path, ev, NULL, &d) : GF_ENOMEM;
-    json_decref(ev);
-    if (rc) {
-      if (!f->quiet)
-        fprintf(stderr, "gpufrac scheduler: defrag: evicting %s/%s: %s\n",
-                m->ns, m->name, d.msg);
-      return false;
-    }
-    atomic_fetch_add(&f->defrag_evictions, 1);
-    char msg[GF_DIAG_MAX];
-    snprintf(msg, sizeof(msg),
-             "evicted by gpufrac's defragmentation so that pending pod "
-             "%.60s/%.60s gets %.100s",
-             p->ns, p->name, what);
-    gf__utf8_fix(msg);
-    defrag_event(f, m->ns, m->name, m->uid, "GpufracDefragMoved", msg);
+    atomic_fetch_add(count, 1);
+    defrag_event(f, m->ns, m->name, m->uid, moved, msg_moved);
   }
-  char msg[GF_DIAG_MAX];
-  snprintf(msg, sizeof(msg),
-           "gpufrac's defragmentation moved %u pod(s) to "
-           "free %.200s",
-           p->n, what);
-  gf__utf8_fix(msg);
   if (dns_name(p->ns) && dns_name(p->name))
-    defrag_event(f, p->ns, p->name, p->uid, "GpufracDefragFor", msg);
+    defrag_event(f, p->ns, p->name, p->uid, for_, msg_for);
   return true;
+}
+
+/* Defragmentation's evictions of plan p, freeing `what`. */
+static void defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
+                         const char *what) {
+  char moved[GF_DIAG_MAX], for_[GF_DIAG_MAX];
+  snprintf(moved, sizeof(moved),
+           "evicted by gpufrac's defragmentation so that pending pod "
+           "%.60s/%.60s gets %.100s",
+           p->ns, p->name, what);
+  snprintf(for_, sizeof(for_),
+           "gpufrac's defragmentation moved %u pod(s) to free %.200s", p->n,
+           what);
+  evict_plan(f, p, "defrag", &f->defrag_evictions, "GpufracDefragMoved", moved,
+             "GpufracDefragFor", for_);
 }
 
 #define GF__DEFRAG_RETRY "gpufrac.io/defrag-retry"
@@ -915,27 +929,6 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
   return 0;
 }
 
-/* Evicts victim m (the Eviction API: a budget refuses with 429); 0 or the
- * error, said on stderr. */
-static int evict_one(gf_sched_kube *f, const gf__defrag_move *m,
-                     const char *who) {
-  if (!dns_name(m->ns) || !dns_name(m->name))
-    return GF_EINVAL;
-  char path[2 * GF_NAME_MAX + 64];
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction", m->ns,
-           m->name);
-  json_t *ev =
-      json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion", "policy/v1", "kind",
-                "Eviction", "metadata", "name", m->name, "namespace", m->ns);
-  gf_diag d = {""};
-  int rc = ev ? gf_kube_create(f->dkube, path, ev, NULL, &d) : GF_ENOMEM;
-  json_decref(ev);
-  if (rc && !f->quiet)
-    fprintf(stderr, "gpufrac scheduler: %s: evicting %s/%s: %s\n", who, m->ns,
-            m->name, d.msg);
-  return rc;
-}
-
 /* One pass of the extender's own preemption (sched_kube.h), if this
  * replica leads and the informers have listed: at most one pod's victims
  * evicted, what they free held for it. */
@@ -968,28 +961,18 @@ static int preempt_step(gf_sched_kube *f, gf_diag *d) {
     victims[i] = p.moves[i].uid;
   /* held first: there the moment the victims leave the model */
   gf__preempt_hold(f->s, p.uid, p.node, victims, p.n, f->defrag_hold_ms);
-  char msg[GF_DIAG_MAX];
-  for (uint32_t i = 0; i < p.n; i++) {
-    if (evict_one(f, &p.moves[i], "preempt")) {
-      gf__hold_drop(f->s, p.uid); /* refused: tried again on a later pass */
-      return 0;
-    }
-    atomic_fetch_add(&f->preempt_evictions, 1);
-    snprintf(msg, sizeof(msg),
-             "preempted by gpufrac for pending pod %.60s/%.60s, which fits "
-             "no GPU of node %.100s for GPU memory",
-             p.ns, p.name, p.node);
-    gf__utf8_fix(msg);
-    defrag_event(f, p.moves[i].ns, p.moves[i].name, p.moves[i].uid,
-                 "GpufracPreempted", msg);
-  }
-  snprintf(msg, sizeof(msg),
+  char moved[GF_DIAG_MAX], for_[GF_DIAG_MAX];
+  snprintf(moved, sizeof(moved),
+           "preempted by gpufrac for pending pod %.60s/%.60s, which fits "
+           "no GPU of node %.100s for GPU memory",
+           p.ns, p.name, p.node);
+  snprintf(for_, sizeof(for_),
            "gpufrac preempted %u pod(s) on node %.100s (kube-scheduler's "
            "preemption finds no candidate for GPU memory)",
            p.n, p.node);
-  gf__utf8_fix(msg);
-  if (dns_name(p.ns) && dns_name(p.name))
-    defrag_event(f, p.ns, p.name, p.uid, "GpufracPreemptFor", msg);
+  if (!evict_plan(f, &p, "preempt", &f->preempt_evictions, "GpufracPreempted",
+                  moved, "GpufracPreemptFor", for_))
+    gf__hold_drop(f->s, p.uid); /* refused: tried again on a later pass */
   return 0;
 }
 

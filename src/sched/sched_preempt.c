@@ -1443,6 +1443,24 @@ static uint32_t try_node_share(gf_sched *s, uint32_t ni, const gf_request *r,
   return best;
 }
 
+/* The placed pods of each node as chains (under the mutex): head[node]
+ * the first pod's index (-1: none), nxt[pod] the next, in pod order.
+ * Both owned by the caller (also on failure).  GF_ENOMEM or 0. */
+static int pod_chains(const gf_sched *s, int64_t **head, int64_t **nxt) {
+  int64_t *h = *head = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*h));
+  int64_t *x = *nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*x));
+  if (!h || !x)
+    return GF_ENOMEM;
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    h[i] = -1;
+  for (uint32_t k = s->npods; k-- > 0;)
+    if (s->pods[k].placed && s->pods[k].pl.node < s->nnodes) {
+      x[k] = h[s->pods[k].pl.node];
+      h[s->pods[k].pl.node] = (int64_t)k;
+    }
+  return 0;
+}
+
 /* Whether r fits one of the nodes kube-scheduler offered (o) now. */
 static bool fits_somewhere(gf_sched *s, const gf_request *r,
                            const struct gf__doffer *o) {
@@ -1494,19 +1512,8 @@ int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out) {
   int64_t *head = NULL, *nxt = NULL;
   if (rc || !s->pdb || !s->pend.n)
     goto done;
-  head = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*head));
-  nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nxt));
-  if (!head || !nxt) {
-    rc = GF_ENOMEM;
+  if ((rc = pod_chains(s, &head, &nxt)))
     goto done;
-  }
-  for (uint32_t i = 0; i < s->nnodes; i++)
-    head[i] = -1;
-  for (uint32_t k = s->npods; k-- > 0;)
-    if (s->pods[k].placed && s->pods[k].pl.node < s->nnodes) {
-      nxt[k] = head[s->pods[k].pl.node];
-      head[s->pods[k].pl.node] = (int64_t)k;
-    }
   for (const pend *e = s->pend.oldest; e && !rc; e = e->newer) {
     const struct gf__doffer *o = offer_find(s, e->uid);
     if (e->nominated[0] || e->req.gpu_count == 0 || !o)
@@ -1607,20 +1614,11 @@ int gf__preempt_plan_one(gf_sched *s, int64_t settle_ms, gf__defrag_plan *out) {
   pscratch *w = NULL;
   if (rc || !s->pdb || !s->pend.n || !s->doffer)
     goto done;
-  head = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*head));
-  nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nxt));
   w = gf__malloc(sizeof(*w));
-  if (!head || !nxt || !w) {
-    rc = GF_ENOMEM;
+  if (!w || (rc = pod_chains(s, &head, &nxt))) {
+    rc = rc ? rc : GF_ENOMEM;
     goto done;
   }
-  for (uint32_t i = 0; i < s->nnodes; i++)
-    head[i] = -1;
-  for (uint32_t k = s->npods; k-- > 0;)
-    if (s->pods[k].placed && s->pods[k].pl.node < s->nnodes) {
-      nxt[k] = head[s->pods[k].pl.node];
-      head[s->pods[k].pl.node] = (int64_t)k;
-    }
   int64_t now = mono_ms();
   for (const pend *e = s->pend.oldest; e && !rc; e = e->newer) {
     const struct gf__doffer *o = offer_find(s, e->uid);
