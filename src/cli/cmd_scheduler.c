@@ -429,7 +429,8 @@ static const gf__opt sched_opts[] = {
                       "defragmentation (docs/scheduler.md): off\n"
                       "(default); dry-run: log and count the share pods\n"
                       "it would move so a pending whole-GPU pod gets a\n"
-                      "GPU; on: evict them (deploy/defrag/ grants it)",
+                      "GPU; on: evict them (deploy/defrag/ grants it);\n"
+                      "with --dra allocate, gated pods too (docs/dra.md)",
                       OPT_DEFRAG),
     GF__OPT_STRING_ID("defrag-hold", "DUR",
                       "how long a GPU defragmentation or the\n"
