@@ -1053,6 +1053,23 @@ static void pscene_free(pscene *p) {
   gf_dra_slice_release(&p->s);
 }
 
+/* The claims' names of chosen[0..n) (indices into c), in index order, as
+ * "a,c" into out. */
+static void chosen_names(uint32_t *chosen, uint32_t n, const gf_dra_claim *c,
+                         char *out, size_t cap) {
+  out[0] = '\0';
+  for (uint32_t i = 1; i < n; i++)
+    for (uint32_t j = i; j > 0 && chosen[j - 1] > chosen[j]; j--) {
+      uint32_t t = chosen[j];
+      chosen[j] = chosen[j - 1];
+      chosen[j - 1] = t;
+    }
+  size_t w = 0;
+  for (uint32_t i = 0; i < n; i++)
+    w += (size_t)snprintf(out + w, cap - w, "%s%s", i ? "," : "",
+                          c[chosen[i]].name);
+}
+
 /* The victims chosen for a share of gib and cores at priority prio, as
  * "a,c" (victim names in vs order); "" and GF_ENOFIT when none. */
 static int preempt_for(pscene *p, const char *cls, int64_t gib, int64_t cores,
@@ -1065,17 +1082,7 @@ static int preempt_for(pscene *p, const char *cls, int64_t gib, int64_t cores,
   gf_diag d = {""};
   int rc = gf_dra_model_preempt(p->m, pq, 1, prio, p->vs, 5, p->db, chosen, &n,
                                 node, &d);
-  out[0] = '\0';
-  for (uint32_t i = 1; i < n; i++) /* in vs order */
-    for (uint32_t j = i; j > 0 && chosen[j - 1] > chosen[j]; j--) {
-      uint32_t t = chosen[j];
-      chosen[j] = chosen[j - 1];
-      chosen[j - 1] = t;
-    }
-  size_t w = 0;
-  for (uint32_t i = 0; i < n; i++)
-    w += (size_t)snprintf(out + w, cap - w, "%s%s", i ? "," : "",
-                          p->c[chosen[i]].name);
+  chosen_names(chosen, n, p->c, out, cap);
   if (!rc)
     assert_string_equal(node, "n1");
   return rc;
@@ -1575,17 +1582,7 @@ static int defrag_for(dscene *p, int64_t gib, int32_t prio, uint32_t moves,
   node[0] = '\0';
   int rc = gf_dra_model_defrag(p->m, pq, 1, prio, p->vs, p->n, p->db, moves,
                                chosen, &n, node, d);
-  out[0] = '\0';
-  for (uint32_t i = 1; i < n; i++)
-    for (uint32_t j = i; j > 0 && chosen[j - 1] > chosen[j]; j--) {
-      uint32_t t = chosen[j];
-      chosen[j] = chosen[j - 1];
-      chosen[j - 1] = t;
-    }
-  size_t w = 0;
-  for (uint32_t i = 0; i < n; i++)
-    w += (size_t)snprintf(out + w, cap - w, "%s%s", i ? "," : "",
-                          p->c[chosen[i]].name);
+  chosen_names(chosen, n, p->c, out, cap);
   return rc;
 }
 
