@@ -377,6 +377,9 @@ typedef struct gf_dra_victim {
   bool loading;     /* the disruption guard holds it (loading weights) */
   const gf_dra_claim *const *claims; /* its claims (allocated ones count) */
   uint32_t nclaims;
+  /* defragmentation may move it: owned by a ReplicaSet, Deployment or
+   * StatefulSet (a replacement comes), not a system pod */
+  bool movable;
 } gf_dra_victim;
 
 /* The victims whose claims, once released, let claims[0..n-1] (a pod of
@@ -400,6 +403,25 @@ int gf_dra_model_preempt(const gf_dra_model *m,
                          uint32_t *nchosen, char node[GF_DRA_NAME_MAX],
                          gf_diag *d);
 
+/* Defragmentation's choice (docs/dra.md, "Defragmentation"): for a pod of
+ * priority prio whose claims[0..n-1] (one request: a share or whole GPUs)
+ * fit no device although the free capacity is there in pieces, the
+ * movable pods (vs[i].movable, priority at most prio, not loading, one
+ * share each) whose claims, once released, let it fit one device, chosen
+ * as gf_dra_model_preempt chooses (the same chooser), of at most
+ * max_moves (1..8) pods that break no PodDisruptionBudget, and every one
+ * of which fits another device once the pod takes what they free (its
+ * replacement must land: another node, or another device of that node).
+ * The model is not changed.  Fills chosen, *nchosen and node as
+ * gf_dra_model_preempt; GF_ENOFIT (no such set; why in d), GF_EINVAL,
+ * GF_ENOMEM. */
+int gf_dra_model_defrag(const gf_dra_model *m,
+                        const gf_dra_claim *const *claims, uint32_t n,
+                        int32_t prio, const gf_dra_victim *vs, uint32_t nv,
+                        struct gf__pdb *budgets, uint32_t max_moves,
+                        uint32_t *chosen, uint32_t *nchosen,
+                        char node[GF_DRA_NAME_MAX], gf_diag *d);
+
 /* Mode 1: the engine's score for claims[0..n-1] on Node `node` (higher is
  * better; comparable between nodes of one pod), with the cache term for
  * weights (0: none).  GF_ENOFIT when they do not fit there, GF_ENOTFOUND
@@ -421,6 +443,9 @@ typedef struct gf_sched_dra gf_sched_dra;
  * the next is written, instead of waiting for every gated pod's write. */
 #define GF_DRA_PASS_MAX 128
 
+#define GF_DRA_DEFRAG_OFF 0
+#define GF_DRA_DEFRAG_DRY_RUN 1
+#define GF_DRA_DEFRAG_ON 2
 typedef struct gf_sched_dra_opts {
   const char *policy; /* NULL: GF_DEFAULT_POLICY */
   bool allocate;      /* mode 2: place pods gated GF_DRA_GATE */
@@ -437,6 +462,13 @@ typedef struct gf_sched_dra_opts {
   /* Only the leader writes; NULL: always. */
   bool (*is_leader)(void *user);
   void *leader_user;
+  /* Mode 2 defragmentation (docs/dra.md, "Defragmentation"): 0 off, 1
+   * dry-run (log and count each new plan), 2 on (evict the moved pods and
+   * hold what they free); the values of GF_SCHED_KUBE_DEFRAG_*. */
+  int defrag;                 /* GF_DRA_DEFRAG_* */
+  uint32_t defrag_max_moves;  /* 0: 3 (at most 8) */
+  uint32_t defrag_per_hour;   /* plans in the cluster per hour; 0: 6 */
+  int64_t defrag_node_gap_ms; /* one plan per node per this; 0: 10 min */
 } gf_sched_dra_opts;
 
 /* Informers on ResourceSlices, ResourceClaims and Pods (all namespaces)
@@ -480,6 +512,9 @@ typedef struct gf_sched_dra_stats {
   uint32_t conflicts;       /* over-booked results in the last model */
   uint64_t rebuilds;        /* times the models were built from the stores
                                (after a change the model does not hold) */
+  uint64_t defrag_plans;    /* defragmentation plans made (dry-run: said) */
+  uint64_t defrag_evicted;  /* pods evicted (moved) for them */
+  uint64_t defrag_limited;  /* plans held back by the rate limits */
 } gf_sched_dra_stats;
 void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out);
 

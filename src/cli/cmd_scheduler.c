@@ -51,7 +51,8 @@ typedef struct opts {
   int dra;                /* --dra: 0 off, 1 score, 2 allocate */
   int defrag;             /* --defrag: GF_SCHED_KUBE_DEFRAG_* */
   int64_t defrag_hold_ms; /* --defrag-hold; 0: the default */
-  bool preempt_evict_off; /* --preempt-evict off */
+  bool preempt_evict_off; /* --preempt-evict off (or --no-kube) */
+  bool preempt_evict_on;  /* --preempt-evict on, given */
   bool autoscale;         /* --autoscale-placeholders on */
   int64_t as_after_ms;    /* --autoscale-after; 0: the default */
   char as_resource[256];  /* --autoscale-resource; "": the default */
@@ -430,7 +431,8 @@ static const gf__opt sched_opts[] = {
                       "defragmentation (docs/scheduler.md): off\n"
                       "(default); dry-run: log and count the share pods\n"
                       "it would move so a pending whole-GPU pod gets a\n"
-                      "GPU; on: evict them (deploy/defrag/ grants it)",
+                      "GPU; on: evict them (deploy/defrag/ grants it);\n"
+                      "with --dra allocate, gated pods too (docs/dra.md)",
                       OPT_DEFRAG),
     GF__OPT_STRING_ID("defrag-hold", "DUR",
                       "how long a GPU defragmentation or the\n"
@@ -635,6 +637,24 @@ static void guard_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
 }
 
 /* One option's value into o; 0 or the exit code. */
+/* The autoscaler bridge's options (--autoscale-*). */
+static int as_value(opts *o, int id, const char *a, const char *v) {
+  switch (id) {
+  case OPT_AUTOSCALE:
+    return on_off(a, v, &o->autoscale);
+  case OPT_AS_AFTER:
+    return parse_duration(a, v, &o->as_after_ms);
+  case OPT_AS_RESOURCE:
+    return copy_opt(o->as_resource, sizeof(o->as_resource), v, a);
+  case OPT_AS_NS:
+    return copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
+  case OPT_AS_PCLASS:
+    return copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
+  default: /* OPT_AS_TYPES */
+    return copy_opt(o->as_types, sizeof(o->as_types), v, a);
+  }
+}
+
 static int sched_value(opts *o, const char **config, bool *set, int id,
                        const char *a, const char *v) {
   switch (id) {
@@ -694,22 +714,18 @@ static int sched_value(opts *o, const char **config, bool *set, int id,
     bool on = true;
     int rc = on_off(a, v, &on);
     o->preempt_evict_off = !on;
+    o->preempt_evict_on = on;
     return rc;
   }
   case OPT_DRA:
     return dra_mode(v, &o->dra);
   case OPT_AUTOSCALE:
-    return on_off(a, v, &o->autoscale);
   case OPT_AS_AFTER:
-    return parse_duration(a, v, &o->as_after_ms);
   case OPT_AS_RESOURCE:
-    return copy_opt(o->as_resource, sizeof(o->as_resource), v, a);
   case OPT_AS_NS:
-    return copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
   case OPT_AS_PCLASS:
-    return copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
   case OPT_AS_TYPES:
-    return copy_opt(o->as_types, sizeof(o->as_types), v, a);
+    return as_value(o, id, a, v);
   case OPT_TIMEOUT:
     set[SET_TIMEOUT] = true;
     return int_opt(a, v, 100, 600000, &o->request_timeout_ms);
@@ -768,6 +784,19 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
                     "made through the API server)\n");
     return GF_EXIT_USAGE;
   }
+  if (o->no_kube && o->preempt_evict_on) {
+    fprintf(stderr, "gpufrac scheduler: --no-kube excludes --preempt-evict "
+                    "on (it evicts through the API server; without "
+                    "--preempt-evict, --no-kube turns it off)\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o->no_kube && o->defrag_hold_ms) {
+    fprintf(stderr, "gpufrac scheduler: --no-kube excludes --defrag-hold "
+                    "(nothing is evicted, so nothing is held)\n");
+    return GF_EXIT_USAGE;
+  }
+  if (o->no_kube)
+    o->preempt_evict_off = true; /* the default on needs the API server */
   if (o->defrag_hold_ms && !o->defrag && o->preempt_evict_off) {
     fprintf(stderr, "gpufrac scheduler: --defrag-hold needs --defrag on "
                     "(or dry-run) or --preempt-evict on: with both off "
@@ -803,6 +832,24 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
 static bool dra_leader(void *u) {
   gf_sched *const *s = u;
   return *s && gf_sched_is_leader(*s);
+}
+
+/* The DRA feed (--dra), leading when the extender *s does: 0 or the exit
+ * status, said on stderr. */
+static int make_dra(const opts *o, gf_kube_config *kc, gf_sched **s,
+                    gf_sched_dra **out) {
+  gf_sched_dra_opts dopt = {.policy = o->policy,
+                            .allocate = o->dra == 2,
+                            .pass_max = (long)o->dra_pass_max,
+                            .is_leader = dra_leader,
+                            .leader_user = s,
+                            .defrag = o->defrag};
+  gf_diag d = {""};
+  if (gf_sched_dra_new(kc, NULL, &dopt, out, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  return 0;
 }
 
 /* /metrics: the kube feed's lines, then the DRA feed's. */
@@ -875,18 +922,8 @@ int cmd_scheduler(int argc, char **argv) {
     if ((rc = make_binder(&o, kc, &kb)))
       goto out;
   }
-  if (kc && o.dra) {
-    gf_sched_dra_opts dopt = {.policy = o.policy,
-                              .allocate = o.dra == 2,
-                              .pass_max = (long)o.dra_pass_max,
-                              .is_leader = dra_leader,
-                              .leader_user = &s};
-    if (gf_sched_dra_new(kc, NULL, &dopt, &dra, &d)) {
-      fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
-      rc = GF_EXIT_FAIL;
-      goto out;
-    }
-  }
+  if (kc && o.dra && (rc = make_dra(&o, kc, &s, &dra)))
+    goto out;
   gf_sched_config cfg = {.policy = o.policy,
                          .binder = gf_sched_kube_binder_get(kb),
                          .max_body = (size_t)o.max_body,

@@ -63,6 +63,27 @@ typedef struct gf__defrag_plan {
   gf__defrag_move moves[GF__DEFRAG_MOVES_MAX];
 } gf__defrag_plan;
 
+/* The rate limits on plans, per node and in the cluster (the extender's
+ * kube feed and DRA mode 2's feed each keep one): at most per_hour plans
+ * in any hour, one per node per gap_ms. */
+#define GF__DEFRAG_RATE_MAX 64u
+typedef struct gf__defrag_rate {
+  uint32_t per_hour; /* 1..GF__DEFRAG_RATE_MAX */
+  int64_t gap_ms;
+  int64_t hour[GF__DEFRAG_RATE_MAX]; /* when the last plans were made */
+  uint32_t nhour;
+  char nodes[16][GF_NAME_MAX]; /* the last nodes planned on ... */
+  int64_t node_at[16];         /* ... and when */
+} gf__defrag_rate;
+/* per_hour 0: 6 (at most GF__DEFRAG_RATE_MAX); gap_ms 0: 10 minutes. */
+void gf__defrag_rate_init(gf__defrag_rate *r, uint32_t per_hour,
+                          int64_t gap_ms);
+/* Whether a plan on node may go at now (ms, any monotonic clock). */
+bool gf__defrag_rate_allowed(const gf__defrag_rate *r, const char *node,
+                             int64_t now);
+/* A plan on node went at now. */
+void gf__defrag_rate_note(gf__defrag_rate *r, const char *node, int64_t now);
+
 /* Finds one plan (above) with at most max_moves (1..GF__DEFRAG_MOVES_MAX)
  * pods to move.  1 with *out filled, 0 when there is none, GF_ENOMEM.
  * Takes gf_sched.mu. */

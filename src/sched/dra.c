@@ -1736,77 +1736,159 @@ static bool victim_rec(const gf_dra_model *m, const gf_dra_victim *v,
   return (nshare == 1 && !nwhole) || (nwhole && !nshare);
 }
 
+/* Whether victim v may go for a pod of priority prio: preemption (defrag
+ * false): a lower priority, a pod loading its weights only across the
+ * guard's gap; defragmentation: movable (a controller replaces it), of no
+ * higher priority, not loading at all. */
+static bool may_go(const gf_dra_victim *v, int32_t prio, bool defrag) {
+  if (defrag)
+    return v->movable && v->priority <= prio && !v->loading;
+  return v->priority < prio &&
+         (!v->loading ||
+          (int64_t)prio - (int64_t)v->priority >= GF__PREEMPT_GUARD_GAP);
+}
+
+/* Whether every chosen pod of pick (cands[]) on node ni has somewhere else
+ * to go once r takes what they free (defragmentation: their replacements
+ * must land; sched_preempt.c's copies, as the extender's plan checks). */
+static bool rehomes(const gf_dra_model *m, uint32_t ni, const gf_request *r,
+                    const prec *cands, const gf__preempt_pick *pick) {
+  gf__copies *c = gf__calloc(1, sizeof(*c));
+  gf_node *w = c ? gf__copies_get(c, m->c, ni) : NULL;
+  bool taken[GF_MAX_GPUS_PER_NODE] = {false};
+  bool ok = w != NULL;
+  for (uint32_t j = 0; ok && j < pick->n; j++)
+    gf__copies_unbook(w, &cands[pick->at[j]]);
+  ok = ok && gf__copies_book(c, m->c, ni, r, taken);
+  for (uint32_t j = 0; ok && j < pick->n; j++)
+    ok = gf__copies_rehome(c, m->c, gf_cluster_nnodes(m->c),
+                           &cands[pick->at[j]].req, ni, taken, NULL, NULL);
+  gf__free(c);
+  return ok;
+}
+
+/* The best set over the nodes (preempt verb's chooser, gf__preempt_choose)
+ * for r at priority prio into *best (indices into vs) and *bni
+ * (UINT32_MAX: none).  max_moves 0: preemption; else defragmentation, at
+ * most max_moves pods that break no budget and that rehome.  *pdb_only:
+ * some set frees room but every one breaks a budget.  GF_ENOMEM or 0. */
+static int best_set(const gf_dra_model *m, const gf_request *r, int32_t prio,
+                    const gf_dra_victim *vs, uint32_t nv,
+                    struct gf__pdb *budgets, uint32_t max_moves,
+                    gf__preempt_pick *best, uint32_t *bni, bool *pdb_only) {
+  prec *cands = gf__calloc(GF_DRA_VICTIMS_MAX, sizeof(*cands));
+  uint32_t *map = gf__calloc(GF_DRA_VICTIMS_MAX, sizeof(*map));
+  gf__preempt_pick *pick = gf__malloc(sizeof(*pick));
+  gf_node *base = gf__malloc(sizeof(*base));
+  int rc = cands && map && pick && base ? 0 : GF_ENOMEM;
+  bool defrag = max_moves > 0;
+  *bni = UINT32_MAX;
+  *pdb_only = false;
+  for (uint32_t ni = 0; !rc && ni < gf_cluster_nnodes(m->c); ni++) {
+    uint32_t nc = 0;
+    for (uint32_t i = 0; i < nv && nc < GF_DRA_VICTIMS_MAX; i++)
+      if (may_go(&vs[i], prio, defrag) &&
+          victim_rec(m, &vs[i], ni, &cands[nc]) &&
+          (!defrag || (cands[nc].req.gpu_count == 1 &&
+                       cands[nc].req.gpu_milli < GF_GPU_MILLI)))
+        map[nc++] = i;
+    if (!nc)
+      continue;
+    *base = *gf_cluster_node(m->c, ni);
+    if ((rc = gf__preempt_choose(base, cands, nc, r, budgets, pick)))
+      break;
+    if (!pick->ok ||
+        (*bni != UINT32_MAX && gf__preempt_pick_cmp(pick, best) >= 0))
+      continue;
+    if (defrag &&
+        (pick->pdb || pick->n > max_moves || !rehomes(m, ni, r, cands, pick))) {
+      *pdb_only = *pdb_only || pick->pdb;
+      continue;
+    }
+    *best = *pick;
+    for (uint32_t j = 0; j < best->n; j++)
+      best->at[j] = (uint16_t)map[best->at[j]];
+    *bni = ni;
+  }
+  if (*bni != UINT32_MAX && best->pdb)
+    *pdb_only = true;
+  gf__free(cands);
+  gf__free(map);
+  gf__free(pick);
+  gf__free(base);
+  return rc;
+}
+
+/* Preemption and defragmentation (max_moves > 0), as the header says. */
+static int choose_for(const gf_dra_model *m, const gf_dra_claim *const *claims,
+                      uint32_t n, int32_t prio, const gf_dra_victim *vs,
+                      uint32_t nv, struct gf__pdb *budgets, uint32_t max_moves,
+                      uint32_t *chosen, uint32_t *nchosen,
+                      char node[GF_DRA_NAME_MAX], gf_diag *d) {
+  *nchosen = 0;
+  gf_request r;
+  int rc = preemptor_request(m, claims, n, &r, d);
+  if (rc)
+    return rc;
+  /* defragmentation is for a pod that fits no device as things are */
+  for (uint32_t ni = 0; max_moves && ni < gf_cluster_nnodes(m->c); ni++)
+    if (gf_node_fits(gf_cluster_node(m->c, ni), &r))
+      return gf_diag_set(d, GF_ENOFIT, "it fits node %s as things are",
+                         m->nodes[ni]);
+  gf__preempt_pick *best = gf__calloc(1, sizeof(*best));
+  uint32_t bni = UINT32_MAX;
+  bool pdb_only = false;
+  if (!best || best_set(m, &r, prio, vs, nv, budgets, max_moves, best, &bni,
+                        &pdb_only)) {
+    gf__free(best);
+    return gf_diag_set(d, GF_ENOMEM, "%s: out of memory",
+                       max_moves ? "defragmentation" : "preemption");
+  }
+  /* The best set breaks a budget only when every set does; the Eviction
+   * API refuses such a victim, and the victims evicted before it would be
+   * lost for nothing: preempt nobody (tried again later). */
+  if (pdb_only && (bni == UINT32_MAX || best->pdb))
+    rc = gf_diag_set(d, GF_ENOFIT,
+                     "every set of %s pods that frees room breaks "
+                     "a PodDisruptionBudget",
+                     max_moves ? "movable" : "lower-priority");
+  else if (bni == UINT32_MAX)
+    rc = gf_diag_set(d, GF_ENOFIT,
+                     max_moves ? "no set of at most %u movable pods frees "
+                                 "one device with somewhere else to go"
+                               : "no set of lower-priority pods frees room "
+                                 "on one GPU",
+                     max_moves);
+  for (uint32_t j = 0; !rc && j < best->n; j++)
+    chosen[j] = best->at[j];
+  if (!rc) {
+    *nchosen = best->n;
+    snprintf(node, GF_DRA_NAME_MAX, "%s", m->nodes[bni]);
+  }
+  gf__free(best);
+  return rc;
+}
+
 int gf_dra_model_preempt(const gf_dra_model *m,
                          const gf_dra_claim *const *claims, uint32_t n,
                          int32_t prio, const gf_dra_victim *vs, uint32_t nv,
                          struct gf__pdb *budgets, uint32_t *chosen,
                          uint32_t *nchosen, char node[GF_DRA_NAME_MAX],
                          gf_diag *d) {
-  *nchosen = 0;
-  gf_request r;
-  int rc = preemptor_request(m, claims, n, &r, d);
-  if (rc)
-    return rc;
-  prec *cands = gf__calloc(GF_DRA_VICTIMS_MAX, sizeof(*cands));
-  uint32_t *map = gf__calloc(GF_DRA_VICTIMS_MAX, sizeof(*map));
-  gf__preempt_pick *pick = gf__malloc(sizeof(*pick));
-  gf__preempt_pick *best = gf__calloc(1, sizeof(*best));
-  gf_node *base = gf__malloc(sizeof(*base));
-  uint32_t bni = UINT32_MAX;
-  if (!cands || !map || !pick || !best || !base) {
-    rc = gf_diag_set(d, GF_ENOMEM, "preemption: out of memory");
-    goto out;
-  }
-  for (uint32_t ni = 0; ni < gf_cluster_nnodes(m->c); ni++) {
-    uint32_t nc = 0;
-    for (uint32_t i = 0; i < nv && nc < GF_DRA_VICTIMS_MAX; i++) {
-      if (vs[i].priority >= prio ||
-          (vs[i].loading &&
-           (int64_t)prio - (int64_t)vs[i].priority < GF__PREEMPT_GUARD_GAP))
-        continue;
-      if (victim_rec(m, &vs[i], ni, &cands[nc]))
-        map[nc++] = i;
-    }
-    if (!nc)
-      continue;
-    *base = *gf_cluster_node(m->c, ni);
-    if ((rc = gf__preempt_choose(base, cands, nc, &r, budgets, pick))) {
-      gf_diag_set(d, rc, "preemption: out of memory");
-      goto out;
-    }
-    if (!pick->ok ||
-        (bni != UINT32_MAX && gf__preempt_pick_cmp(pick, best) >= 0))
-      continue;
-    *best = *pick;
-    for (uint32_t j = 0; j < best->n; j++)
-      best->at[j] = (uint16_t)map[best->at[j]];
-    bni = ni;
-  }
-  if (bni == UINT32_MAX) {
-    rc = gf_diag_set(d, GF_ENOFIT,
-                     "no set of lower-priority pods frees room on one GPU");
-    goto out;
-  }
-  /* The best set breaks a budget only when every set does; the Eviction
-   * API refuses such a victim, and the victims evicted before it would be
-   * lost for nothing: preempt nobody (tried again later). */
-  if (best->pdb) {
-    rc = gf_diag_set(d, GF_ENOFIT,
-                     "every set of lower-priority pods that frees room breaks "
-                     "a PodDisruptionBudget");
-    goto out;
-  }
-  for (uint32_t j = 0; j < best->n; j++)
-    chosen[j] = best->at[j];
-  *nchosen = best->n;
-  snprintf(node, GF_DRA_NAME_MAX, "%s", m->nodes[bni]);
-out:
-  gf__free(cands);
-  gf__free(map);
-  gf__free(pick);
-  gf__free(best);
-  gf__free(base);
-  return rc;
+  return choose_for(m, claims, n, prio, vs, nv, budgets, 0, chosen, nchosen,
+                    node, d);
+}
+
+int gf_dra_model_defrag(const gf_dra_model *m,
+                        const gf_dra_claim *const *claims, uint32_t n,
+                        int32_t prio, const gf_dra_victim *vs, uint32_t nv,
+                        struct gf__pdb *budgets, uint32_t max_moves,
+                        uint32_t *chosen, uint32_t *nchosen,
+                        char node[GF_DRA_NAME_MAX], gf_diag *d) {
+  if (max_moves == 0 || max_moves > GF__DEFRAG_MOVES_MAX)
+    max_moves = max_moves ? GF__DEFRAG_MOVES_MAX : 1;
+  return choose_for(m, claims, n, prio, vs, nv, budgets, max_moves, chosen,
+                    nchosen, node, d);
 }
 
 int gf__dra_hold_state(int64_t now_ms, int64_t since_ms, int64_t grace_ms,

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "defrag.h"
 #include "dra_int.h"
 #include "gpufrac/error.h"
 #include "gpufrac/grant.h"
@@ -166,6 +167,11 @@ struct gf_sched_dra {
   bool have[NINF + 1], started;
   atomic_int stop;
   int rnd_fd;
+  /* mode 2 defragmentation (docs/dra.md, "Defragmentation") */
+  int defrag; /* GF_SCHED_KUBE_DEFRAG_* values: 0 off, 1 dry-run, 2 on */
+  uint32_t defrag_max;
+  gf__defrag_rate defrag_rate;
+  char defrag_last[2 * KEY_MAX]; /* the last dry-run plan said */
 };
 
 __attribute__((format(printf, 2, 3))) static void logf_(gf_sched_dra *f,
@@ -1216,6 +1222,21 @@ typedef struct pplan {
   char node[GF_DRA_NAME_MAX];
 } pplan;
 
+/* Whether defragmentation may move pod (a slim copy): owned by a
+ * ReplicaSet, Deployment or StatefulSet (its controller makes a
+ * replacement; the owner as the kube feed's pod store knows it), not a
+ * system pod (namespace kube-system, a system PriorityClass). */
+static bool movable_of(gf_sched_dra *f, const json_t *pod) {
+  char ns[GF_NAME_MAX], name[GF_NAME_MAX], owner[GF_NAME_MAX];
+  const char *uid = jstr(pod, "metadata", "uid");
+  if (!f->defrag || !f->budgets || !uid || prio_of(pod) >= 2000000000 ||
+      !gf__pdb_pod_info(f->budgets, uid, ns, name, owner) ||
+      strcmp(ns, "kube-system") == 0)
+    return false;
+  return strcmp(owner, "ReplicaSet") == 0 || strcmp(owner, "Deployment") == 0 ||
+         strcmp(owner, "StatefulSet") == 0;
+}
+
 /* The candidates: every pod not gated holding an allocated claim (mu
  * held).  vs and refs sized by the caller; returns how many, idx[i] the
  * holder's index. */
@@ -1234,8 +1255,12 @@ static uint32_t candidates(gf_sched_dra *f, gf_dra_victim *vs,
     }
     if (k <= 0 || !any || shared)
       continue;
-    vs[nv] = (gf_dra_victim){jstr(p, "metadata", "uid"), prio_of(p),
-                             loading_of(p), r, (uint32_t)k};
+    vs[nv] = (gf_dra_victim){jstr(p, "metadata", "uid"),
+                             prio_of(p),
+                             loading_of(p),
+                             r,
+                             (uint32_t)k,
+                             movable_of(f, p)};
     idx[nv++] = i;
   }
   return nv;
@@ -1299,11 +1324,36 @@ static int hold_make(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   return rc;
 }
 
-/* Chooses the victims for pod (priority above theirs, claims cl[0..n)
- * fitting nowhere) and holds what they free for it (mu held).  0 with
- * *pl filled (evict them), or an error (nothing held). */
+/* Defragmentation's gate on a plan on node for pod (mu held): the rate
+ * limits (GF_ENOFIT, counted, when they hold it back), then 0 to go on
+ * (on) or 1 (a dry run: said once per plan, nothing held). */
+static int defrag_gate(gf_sched_dra *f, const json_t *pod, const char *node,
+                       gf_diag *d) {
+  int64_t t = now_ms();
+  char key[sizeof(f->defrag_last)];
+  snprintf(key, sizeof(key), "%.253s/%.253s %.253s",
+           jstr(pod, "metadata", "namespace"), jstr(pod, "metadata", "name"),
+           node);
+  bool dry = f->defrag == GF_DRA_DEFRAG_DRY_RUN;
+  if (dry && strcmp(key, f->defrag_last) == 0)
+    return gf_diag_set(d, GF_ENOFIT, "the same plan was said already");
+  if (!gf__defrag_rate_allowed(&f->defrag_rate, node, t)) {
+    f->st.defrag_limited++;
+    return gf_diag_set(d, GF_ENOFIT, "held back by the rate limits");
+  }
+  gf__defrag_rate_note(&f->defrag_rate, node, t);
+  snprintf(f->defrag_last, sizeof(f->defrag_last), "%s", key);
+  f->st.defrag_plans++;
+  return dry ? 1 : 0;
+}
+
+/* Chooses the victims for pod (claims cl[0..n) fitting nowhere) and holds
+ * what they free for it (mu held): moves 0, preemption (priority above
+ * theirs); else defragmentation's at most `moves` movable pods.  0 with
+ * *pl filled (evict them), 1 with *pl filled and nothing held (a
+ * defragmentation dry run), or an error (nothing held). */
 static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
-                        int n, pplan *pl, gf_diag *d) {
+                        int n, uint32_t moves, pplan *pl, gf_diag *d) {
   uint32_t nh = f->holders.n;
   gf_dra_victim *vs = gf__calloc(nh + 1, sizeof(*vs));
   const gf_dra_claim **refs =
@@ -1319,10 +1369,18 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   if (!rc && f->budgets && !gf__pdb_synced(f->budgets))
     rc = gf_diag_set(d, GF_ENOFIT, "the PodDisruptionBudgets are not listed");
   uint32_t nv = rc ? 0 : candidates(f, vs, refs, idx);
-  if (!rc)
+  if (!rc && moves)
+    rc = gf_dra_model_defrag(f->model, (const gf_dra_claim *const *)cl,
+                             (uint32_t)n, prio_of(pod), vs, nv, f->budgets,
+                             moves, chosen, &nch, pl->node, d);
+  else if (!rc)
     rc = gf_dra_model_preempt(f->model, (const gf_dra_claim *const *)cl,
                               (uint32_t)n, prio_of(pod), vs, nv, f->budgets,
                               chosen, &nch, pl->node, d);
+  if (!rc && moves)
+    rc = defrag_gate(f, pod, pl->node, d);
+  for (uint32_t j = 0; rc == 1 && j < nch && j < HOLD_CLAIMS; j++)
+    pl->v[pl->n++].pod = json_incref(f->holders.vals[idx[chosen[j]]]);
   for (uint32_t j = 0; !rc && j < nch; j++)
     for (uint32_t k = 0; !rc && k < vs[chosen[j]].nclaims; k++) {
       const gf_dra_claim *c = vs[chosen[j]].claims[k];
@@ -1353,7 +1411,7 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
     }
     f->holds[f->nholds++] = h;
     f->dirty = true;
-    f->st.preemptions++;
+    f->st.preemptions += !moves;
     pl->n = nch;
     for (uint32_t j = 0; j < nch; j++)
       pl->v[j].pod = json_incref(f->holders.vals[idx[chosen[j]]]);
@@ -1365,9 +1423,35 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   return rc;
 }
 
+/* The words of evict_victims: preemption's or defragmentation's. */
+typedef struct evwords {
+  const char *moved, *refused, *for_; /* the Events' reasons */
+  const char *what;                   /* in messages */
+} evwords;
+static const evwords PREEMPT_WORDS = {"GpufracPreempted",
+                                      "GpufracPreemptRefused",
+                                      "GpufracPreempting", "preemption"};
+static const evwords DEFRAG_WORDS = {"GpufracDefragMoved",
+                                     "GpufracDefragRefused", "GpufracDefragFor",
+                                     "defragmentation"};
+
+/* Counts one eviction of pl (refused or done) as w says (mu taken). */
+static void evict_count(gf_sched_dra *f, const evwords *w, int rc) {
+  pthread_mutex_lock(&f->mu);
+  if (rc)
+    f->st.preempt_refused++;
+  else if (w == &DEFRAG_WORDS)
+    f->st.defrag_evicted++;
+  else
+    f->st.preempt_evicted++;
+  pthread_mutex_unlock(&f->mu);
+}
+
 /* Evicts pl's victims through the Eviction API (so PodDisruptionBudgets
- * apply); the first refusal ends the preemption and its hold. */
-static void evict_victims(gf_sched_dra *f, const json_t *pod, pplan *pl) {
+ * apply); the first refusal ends the preemption (or defragmentation) and
+ * its hold. */
+static void evict_victims(gf_sched_dra *f, const json_t *pod, pplan *pl,
+                          const evwords *ew) {
   char msg[768], names[512] = "";
   size_t w = 0;
   const char *pns = jstr(pod, "metadata", "namespace");
@@ -1386,17 +1470,12 @@ static void evict_victims(gf_sched_dra *f, const json_t *pod, pplan *pl) {
     int rc = ev ? gf_kube_create(f->k, path, ev, NULL, &d)
                 : gf_diag_set(&d, GF_ENOMEM, "out of memory");
     json_decref(ev);
-    pthread_mutex_lock(&f->mu);
-    if (rc)
-      f->st.preempt_refused++;
-    else
-      f->st.preempt_evicted++;
-    pthread_mutex_unlock(&f->mu);
+    evict_count(f, ew, rc);
     if (rc) {
-      snprintf(msg, sizeof(msg), "preemption on %s stopped: evicting %s/%s: %s",
-               pl->node, ns, name, d.msg);
+      snprintf(msg, sizeof(msg), "%s on %s stopped: evicting %s/%s: %s",
+               ew->what, pl->node, ns, name, d.msg);
       logf_(f, "gpufrac scheduler: DRA: pod %s/%s: %s\n", pns, pname, msg);
-      pod_event(f, pod, "Warning", "GpufracPreemptRefused", msg);
+      pod_event(f, pod, "Warning", ew->refused, msg);
       char key[KEY_MAX];
       snprintf(key, sizeof(key), "%s/%s", pns, pname);
       pthread_mutex_lock(&f->mu);
@@ -1406,49 +1485,88 @@ static void evict_victims(gf_sched_dra *f, const json_t *pod, pplan *pl) {
       pthread_mutex_unlock(&f->mu);
       return;
     }
-    snprintf(msg, sizeof(msg),
-             "evicted by gpufrac (DRA mode 2 preemption) for %s/%s (priority "
-             "%d) on %s",
-             pns, pname, (int)prio_of(pod), pl->node);
-    pod_event(f, v, "Normal", "GpufracPreempted", msg);
+    if (ew == &DEFRAG_WORDS)
+      snprintf(msg, sizeof(msg),
+               "evicted by gpufrac's defragmentation (DRA mode 2) so that "
+               "pending pod %s/%s gets a device on %s; its replacement fits "
+               "elsewhere",
+               pns, pname, pl->node);
+    else
+      snprintf(msg, sizeof(msg),
+               "evicted by gpufrac (DRA mode 2 preemption) for %s/%s "
+               "(priority %d) on %s",
+               pns, pname, (int)prio_of(pod), pl->node);
+    pod_event(f, v, "Normal", ew->moved, msg);
     if (w < sizeof(names))
       w += (size_t)snprintf(names + w, sizeof(names) - w, "%s%s/%s",
                             j ? ", " : "", ns, name);
   }
   snprintf(msg, sizeof(msg),
-           "preempting on %s: evicted %s; their capacity is held for this pod",
-           pl->node, names);
+           "%s on %s: evicted %s; their capacity is held for this pod",
+           ew == &DEFRAG_WORDS ? "defragmenting" : "preempting", pl->node,
+           names);
   logf_(f, "gpufrac scheduler: DRA: pod %s/%s: %s\n", pns, pname, msg);
-  pod_event(f, pod, "Normal", "GpufracPreempting", msg);
+  pod_event(f, pod, "Normal", ew->for_, msg);
+}
+
+/* A defragmentation dry run's report of pl for pod: logged (counted by
+ * defrag_gate), nothing evicted. */
+static void defrag_said(gf_sched_dra *f, const json_t *pod, const pplan *pl) {
+  char names[512] = "";
+  size_t w = 0;
+  for (uint32_t j = 0; j < pl->n && w < sizeof(names); j++)
+    w +=
+        (size_t)snprintf(names + w, sizeof(names) - w, "%s%s/%s", j ? ", " : "",
+                         jstr(pl->v[j].pod, "metadata", "namespace"),
+                         jstr(pl->v[j].pod, "metadata", "name"));
+  logf_(f,
+        "gpufrac scheduler: DRA: defrag (dry run): pending %s/%s needs a "
+        "device on %s: would evict %s\n",
+        jstr(pod, "metadata", "namespace"), jstr(pod, "metadata", "name"),
+        pl->node, names);
 }
 
 /* Pod (claims cl[0..n), fitting nowhere) may preempt: at most once per
- * PREEMPT_RETRY_MS, HOLDS_MAX at a time. */
+ * PREEMPT_RETRY_MS, HOLDS_MAX at a time.  With defragmentation on, a plan
+ * that moves movable pods comes first (nobody loses their place); a dry
+ * run's plan is said and preemption goes on as without it. */
 static void preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
                     int n) {
   char key[KEY_MAX];
   snprintf(key, sizeof(key), "%s/%s", jstr(pod, "metadata", "namespace"),
            jstr(pod, "metadata", "name"));
   pplan *pl = gf__calloc(1, sizeof(*pl));
+  pplan *dl = gf__calloc(1, sizeof(*dl));
   int64_t t = now_ms(), *last = NULL;
-  gf_diag d = {""};
-  int rc = 1;
+  gf_diag d = {""}, dd = {""};
+  int rc = 1, drc = GF_ENOFIT;
   pthread_mutex_lock(&f->mu);
   int64_t *seen = store_get(&f->tried, key);
-  if (pl && (!seen || t - *seen >= PREEMPT_RETRY_MS) && f->nholds < HOLDS_MAX &&
-      hold_at(f, key) < 0 && (last = gf__malloc(sizeof(*last)))) {
+  if (pl && dl && (!seen || t - *seen >= PREEMPT_RETRY_MS) &&
+      f->nholds < HOLDS_MAX && hold_at(f, key) < 0 &&
+      (last = gf__malloc(sizeof(*last)))) {
     *last = t;
     store_put(&f->tried, key, last);
-    rc = plan_preempt(f, pod, cl, n, pl, &d);
+    if (f->defrag)
+      drc = plan_preempt(f, pod, cl, n, f->defrag_max, dl, &dd);
+    if (drc != 0)
+      rc = plan_preempt(f, pod, cl, n, 0, pl, &d);
   }
   pthread_mutex_unlock(&f->mu);
-  if (rc == 0)
-    evict_victims(f, pod, pl);
+  if (drc == 1)
+    defrag_said(f, pod, dl);
+  if (drc == 0)
+    evict_victims(f, pod, dl, &DEFRAG_WORDS);
+  else if (rc == 0)
+    evict_victims(f, pod, pl, &PREEMPT_WORDS);
   else if (rc < 0 && rc != GF_ENOFIT && rc != GF_EINVAL)
     logf_(f, "gpufrac scheduler: DRA: preempting for %s: %s\n", key, d.msg);
   for (uint32_t j = 0; pl && j < pl->n; j++)
     json_decref(pl->v[j].pod);
+  for (uint32_t j = 0; dl && j < dl->n; j++)
+    json_decref(dl->v[j].pod);
   gf__free(pl);
+  gf__free(dl);
 }
 
 /* Where pod's claims cl[0..n) go (mu held): the share a preemption held
@@ -1887,6 +2005,12 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->cfg = cfg;
   f->allocate = o->allocate;
   f->quiet = o->quiet;
+  f->defrag = o->defrag;
+  f->defrag_max = o->defrag_max_moves ? o->defrag_max_moves : 3;
+  if (f->defrag_max > GF__DEFRAG_MOVES_MAX)
+    f->defrag_max = GF__DEFRAG_MOVES_MAX;
+  gf__defrag_rate_init(&f->defrag_rate, o->defrag_per_hour,
+                       o->defrag_node_gap_ms);
   f->interval_ms = o->interval_ms > 0 ? o->interval_ms : 200;
   f->settle_ms = o->settle_ms > 0 ? o->settle_ms : 1000;
   f->pass_max = o->pass_max > 0 ? o->pass_max : GF_DRA_PASS_MAX;
@@ -2078,7 +2202,20 @@ size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
                "each ends its preemption.",
                st.preempt_refused);
   gf__prom_u64(&b, "gpufrac_dra_preempt_holds", "gauge",
-               "Preemptions waiting for their victims' claims.", st.holds);
+               "Preemptions (and defragmentations) waiting for their "
+               "victims' claims.",
+               st.holds);
+  gf__prom_u64(&b, "gpufrac_dra_defrag_plans_total", "counter",
+               "Mode 2 defragmentation plans made (in a dry run: said "
+               "only).",
+               st.defrag_plans);
+  gf__prom_u64(&b, "gpufrac_dra_defrag_evictions_total", "counter",
+               "Pods evicted (Eviction API) by mode 2 defragmentation so that "
+               "their replacements pack elsewhere.",
+               st.defrag_evicted);
+  gf__prom_u64(&b, "gpufrac_dra_defrag_limited_total", "counter",
+               "Mode 2 defragmentation plans held back by the rate limits.",
+               st.defrag_limited);
   gf__prom_u64(&b, "gpufrac_dra_conflicts", "gauge",
                "Results in the model over their device's capacity.",
                st.conflicts);

@@ -243,16 +243,12 @@ struct gf_sched_kube {
   int defrag;
   gf_kube *dkube; /* its eviction and event client */
   long defrag_tick_ms;
-  uint32_t defrag_max, defrag_per_hour;
-  int64_t defrag_gap_ms;
+  uint32_t defrag_max;
   int64_t defrag_hold_ms; /* --defrag-hold */
   int64_t (*defrag_now)(void *);
   void *defrag_clock;
-  int64_t defrag_hour[64]; /* when the last plans were made (a ring) */
-  uint32_t defrag_nhour;
-  char defrag_nodes[16][GF_NAME_MAX]; /* the last nodes planned on ... */
-  int64_t defrag_node_at[16];         /* ... and when */
-  char defrag_last[1024];             /* the last plan logged */
+  gf__defrag_rate defrag_rate; /* the rate limits (defrag.h) */
+  char defrag_last[1024];      /* the last plan logged */
   atomic_ullong defrag_plans, defrag_evictions, defrag_limited;
   bool preempt_evict; /* the extender's own preemption (sched_kube.h) */
   int64_t preempt_settle_ms;
@@ -761,32 +757,6 @@ static int64_t mono_ms(void *unused) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Whether the rate limits let a plan on `node` through at `now`. */
-static bool defrag_allowed(gf_sched_kube *f, const char *node, int64_t now) {
-  uint32_t n = f->defrag_nhour < f->defrag_per_hour ? f->defrag_nhour
-                                                    : f->defrag_per_hour;
-  uint32_t recent = 0;
-  for (uint32_t i = 0; i < n; i++)
-    recent += now - f->defrag_hour[i] < 3600000;
-  if (recent >= f->defrag_per_hour)
-    return false;
-  for (int i = 0; i < 16; i++)
-    if (!strcmp(f->defrag_nodes[i], node) &&
-        now - f->defrag_node_at[i] < f->defrag_gap_ms)
-      return false;
-  return true;
-}
-
-static void defrag_note(gf_sched_kube *f, const char *node, int64_t now) {
-  f->defrag_hour[f->defrag_nhour++ % f->defrag_per_hour] = now;
-  int at = 0;
-  for (int i = 1; i < 16; i++)
-    if (f->defrag_node_at[i] < f->defrag_node_at[at])
-      at = i; /* the oldest slot */
-  snprintf(f->defrag_nodes[at], GF_NAME_MAX, "%s", node);
-  f->defrag_node_at[at] = now;
-}
-
 /* An Event about pod ns/name (involvedObject), type Normal. */
 static void defrag_event(gf_sched_kube *f, const char *ns, const char *name,
                          const char *uid, const char *reason, const char *msg) {
@@ -806,47 +776,61 @@ static void defrag_event(gf_sched_kube *f, const char *ns, const char *name,
   json_decref(ev);
 }
 
-/* Evicts the plan's pods (the Eviction API: a budget refuses with 429) and
- * writes the events; stops at the first refusal.  True when all went. */
-static bool defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
-                         const char *what) {
+/* Evicts victim m (the Eviction API: a budget refuses with 429); 0 or the
+ * error, said on stderr. */
+static int evict_one(gf_sched_kube *f, const gf__defrag_move *m,
+                     const char *who) {
+  if (!dns_name(m->ns) || !dns_name(m->name))
+    return GF_EINVAL;
+  char path[2 * GF_NAME_MAX + 64];
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction", m->ns,
+           m->name);
+  json_t *ev =
+      json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion", "policy/v1", "kind",
+                "Eviction", "metadata", "name", m->name, "namespace", m->ns);
+  gf_diag d = {""};
+  int rc = ev ? gf_kube_create(f->dkube, path, ev, NULL, &d) : GF_ENOMEM;
+  json_decref(ev);
+  if (rc && !f->quiet)
+    fprintf(stderr, "gpufrac scheduler: %s: evicting %s/%s: %s\n", who, m->ns,
+            m->name, d.msg);
+  return rc;
+}
+
+/* Evicts p's pods in turn (the Eviction API: a budget refuses with 429),
+ * counting each in *count and writing Event `moved` (msg_moved) on each;
+ * stops at the first refusal (false).  Once all went, Event `for_`
+ * (msg_for) on the pod the plan is for.  who: the log's word. */
+static bool evict_plan(gf_sched_kube *f, const gf__defrag_plan *p,
+                       const char *who, atomic_ullong *count, const char *moved,
+                       char *msg_moved, const char *for_, char *msg_for) {
+  gf__utf8_fix(msg_moved);
+  gf__utf8_fix(msg_for);
   for (uint32_t i = 0; i < p->n; i++) {
     const gf__defrag_move *m = &p->moves[i];
-    if (!dns_name(m->ns) || !dns_name(m->name))
+    if (evict_one(f, m, who))
       return false;
-    char path[2 * GF_NAME_MAX + 64];
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction",
-             m->ns, m->name);
-    json_t *ev =
-        json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion", "policy/v1", "kind",
-                  "Eviction", "metadata", "name", m->name, "namespace", m->ns);
-    gf_diag d = {""};
-    int rc = ev ? gf_kube_create(f->dkube, path, ev, NULL, &d) : GF_ENOMEM;
-    json_decref(ev);
-    if (rc) {
-      if (!f->quiet)
-        fprintf(stderr, "gpufrac scheduler: defrag: evicting %s/%s: %s\n",
-                m->ns, m->name, d.msg);
-      return false;
-    }
-    atomic_fetch_add(&f->defrag_evictions, 1);
-    char msg[GF_DIAG_MAX];
-    snprintf(msg, sizeof(msg),
-             "evicted by gpufrac's defragmentation so that pending pod "
-             "%.60s/%.60s gets %.100s",
-             p->ns, p->name, what);
-    gf__utf8_fix(msg);
-    defrag_event(f, m->ns, m->name, m->uid, "GpufracDefragMoved", msg);
+    atomic_fetch_add(count, 1);
+    defrag_event(f, m->ns, m->name, m->uid, moved, msg_moved);
   }
-  char msg[GF_DIAG_MAX];
-  snprintf(msg, sizeof(msg),
-           "gpufrac's defragmentation moved %u pod(s) to "
-           "free %.200s",
-           p->n, what);
-  gf__utf8_fix(msg);
   if (dns_name(p->ns) && dns_name(p->name))
-    defrag_event(f, p->ns, p->name, p->uid, "GpufracDefragFor", msg);
+    defrag_event(f, p->ns, p->name, p->uid, for_, msg_for);
   return true;
+}
+
+/* Defragmentation's evictions of plan p, freeing `what`. */
+static void defrag_evict(gf_sched_kube *f, const gf__defrag_plan *p,
+                         const char *what) {
+  char moved[GF_DIAG_MAX], for_[GF_DIAG_MAX];
+  snprintf(moved, sizeof(moved),
+           "evicted by gpufrac's defragmentation so that pending pod "
+           "%.60s/%.60s gets %.100s",
+           p->ns, p->name, what);
+  snprintf(for_, sizeof(for_),
+           "gpufrac's defragmentation moved %u pod(s) to free %.200s", p->n,
+           what);
+  evict_plan(f, p, "defrag", &f->defrag_evictions, "GpufracDefragMoved", moved,
+             "GpufracDefragFor", for_);
 }
 
 #define GF__DEFRAG_RETRY "gpufrac.io/defrag-retry"
@@ -916,13 +900,13 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
   if (dry && !strcmp(key, f->defrag_last))
     return 0; /* the same plan as last time: reported already */
   int64_t now = f->defrag_now(f->defrag_clock);
-  if (!defrag_allowed(f, p.node, now)) {
+  if (!gf__defrag_rate_allowed(&f->defrag_rate, p.node, now)) {
     atomic_fetch_add(&f->defrag_limited, 1);
     return 0;
   }
   snprintf(f->defrag_last, sizeof(f->defrag_last), "%s", key);
   atomic_fetch_add(&f->defrag_plans, 1);
-  defrag_note(f, p.node, now);
+  gf__defrag_rate_note(&f->defrag_rate, p.node, now);
   if (!f->quiet) {
     fprintf(stderr, "gpufrac scheduler: defrag%s: pending %s/%s needs %s: %s",
             dry ? " (dry run)" : "", p.ns, p.name, what,
@@ -943,27 +927,6 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
     defrag_evict(f, &p, what);
   }
   return 0;
-}
-
-/* Evicts victim m (the Eviction API: a budget refuses with 429); 0 or the
- * error, said on stderr. */
-static int evict_one(gf_sched_kube *f, const gf__defrag_move *m,
-                     const char *who) {
-  if (!dns_name(m->ns) || !dns_name(m->name))
-    return GF_EINVAL;
-  char path[2 * GF_NAME_MAX + 64];
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/eviction", m->ns,
-           m->name);
-  json_t *ev =
-      json_pack("{s:s,s:s,s:{s:s,s:s}}", "apiVersion", "policy/v1", "kind",
-                "Eviction", "metadata", "name", m->name, "namespace", m->ns);
-  gf_diag d = {""};
-  int rc = ev ? gf_kube_create(f->dkube, path, ev, NULL, &d) : GF_ENOMEM;
-  json_decref(ev);
-  if (rc && !f->quiet)
-    fprintf(stderr, "gpufrac scheduler: %s: evicting %s/%s: %s\n", who, m->ns,
-            m->name, d.msg);
-  return rc;
 }
 
 /* One pass of the extender's own preemption (sched_kube.h), if this
@@ -998,28 +961,18 @@ static int preempt_step(gf_sched_kube *f, gf_diag *d) {
     victims[i] = p.moves[i].uid;
   /* held first: there the moment the victims leave the model */
   gf__preempt_hold(f->s, p.uid, p.node, victims, p.n, f->defrag_hold_ms);
-  char msg[GF_DIAG_MAX];
-  for (uint32_t i = 0; i < p.n; i++) {
-    if (evict_one(f, &p.moves[i], "preempt")) {
-      gf__hold_drop(f->s, p.uid); /* refused: tried again on a later pass */
-      return 0;
-    }
-    atomic_fetch_add(&f->preempt_evictions, 1);
-    snprintf(msg, sizeof(msg),
-             "preempted by gpufrac for pending pod %.60s/%.60s, which fits "
-             "no GPU of node %.100s for GPU memory",
-             p.ns, p.name, p.node);
-    gf__utf8_fix(msg);
-    defrag_event(f, p.moves[i].ns, p.moves[i].name, p.moves[i].uid,
-                 "GpufracPreempted", msg);
-  }
-  snprintf(msg, sizeof(msg),
+  char moved[GF_DIAG_MAX], for_[GF_DIAG_MAX];
+  snprintf(moved, sizeof(moved),
+           "preempted by gpufrac for pending pod %.60s/%.60s, which fits "
+           "no GPU of node %.100s for GPU memory",
+           p.ns, p.name, p.node);
+  snprintf(for_, sizeof(for_),
            "gpufrac preempted %u pod(s) on node %.100s (kube-scheduler's "
            "preemption finds no candidate for GPU memory)",
            p.n, p.node);
-  gf__utf8_fix(msg);
-  if (dns_name(p.ns) && dns_name(p.name))
-    defrag_event(f, p.ns, p.name, p.uid, "GpufracPreemptFor", msg);
+  if (!evict_plan(f, &p, "preempt", &f->preempt_evictions, "GpufracPreempted",
+                  moved, "GpufracPreemptFor", for_))
+    gf__hold_drop(f->s, p.uid); /* refused: tried again on a later pass */
   return 0;
 }
 
@@ -1048,10 +1001,8 @@ static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
   if (f->defrag_max > GF__DEFRAG_MOVES_MAX)
     return gf_diag_set(d, GF_EINVAL, "defrag: at most %u moves, not %u",
                        GF__DEFRAG_MOVES_MAX, f->defrag_max);
-  f->defrag_per_hour = o->defrag_per_hour ? o->defrag_per_hour : 6;
-  if (f->defrag_per_hour > 64)
-    f->defrag_per_hour = 64;
-  f->defrag_gap_ms = o->defrag_node_gap_ms ? o->defrag_node_gap_ms : 600000;
+  gf__defrag_rate_init(&f->defrag_rate, o->defrag_per_hour,
+                       o->defrag_node_gap_ms);
   f->defrag_hold_ms = o->defrag_hold_ms ? o->defrag_hold_ms : 300000;
   if (f->defrag_hold_ms < 10000 || f->defrag_hold_ms > 3600000)
     return gf_diag_set(
@@ -1062,8 +1013,6 @@ static int defrag_new(gf_sched_kube *f, const gf_sched_kube_opts *o,
         f->defrag_hold_ms);
   f->defrag_now = o->defrag_now_ms ? o->defrag_now_ms : mono_ms;
   f->defrag_clock = o->defrag_clock_user;
-  for (int i = 0; i < 16; i++)
-    f->defrag_node_at[i] = INT64_MIN / 2;
   return side_loop("defrag", o->defrag_tick_ms ? o->defrag_tick_ms : 10000,
                    &f->defrag_tick_ms, cfg, kopts, &f->dkube, d);
 }
@@ -1551,12 +1500,13 @@ size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap) {
                  "Defragmentation plans held back by the rate limits.",
                  (uint64_t)atomic_load(&f->defrag_limited));
   }
-  if (f->preempt_evict)
-    gf__prom_u64(&b, "gpufrac_preempt_evictions_total", "counter",
-                 "Pods the extender evicted itself for a pod refused for "
-                 "GPU memory (kube-scheduler's preemption found no "
-                 "candidate).",
-                 (uint64_t)atomic_load(&f->preempt_evictions));
+  /* exported with --preempt-evict off too (0): a dashboard's query for
+   * it finds a series whatever the flag */
+  gf__prom_u64(&b, "gpufrac_preempt_evictions_total", "counter",
+               "Pods the extender evicted itself for a pod refused for "
+               "GPU memory (kube-scheduler's preemption found no "
+               "candidate).",
+               (uint64_t)atomic_load(&f->preempt_evictions));
   if (f->pdb)
     gf__prom_u64(&b, "gpufrac_extender_pdbs", "gauge",
                  "PodDisruptionBudgets the preempt verb honours (listed and "

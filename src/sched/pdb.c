@@ -19,7 +19,8 @@ typedef struct brec {
   char *ns, *name;
   json_t *labels; /* spec.selector.matchLabels; NULL when none */
   json_t *exprs;  /* spec.selector.matchExpressions (checked); NULL */
-  bool none;      /* the selector matches nothing */
+  bool none;      /* the selector matches nothing (the scheduler's rule) */
+  bool all;       /* `selector: {}`: every pod of ns under policy/v1 */
   int32_t allowed;
   json_t *disrupted; /* status.disruptedPods; NULL when none */
 } brec;
@@ -168,8 +169,10 @@ static int selector_read(brec *r, const json_t *sel) {
   }
   size_t nl = json_is_object(ml) ? json_object_size(ml) : 0;
   size_t ne = json_is_array(me) ? json_array_size(me) : 0;
-  if (nl + ne == 0)
-    return 0; /* empty: matches nothing */
+  if (nl + ne == 0) {
+    r->all = true; /* the scheduler's rule: nothing; policy/v1: all */
+    return 0;
+  }
   if ((nl && !(r->labels = json_deep_copy(ml))) ||
       (ne && !(r->exprs = json_deep_copy(me))))
     return GF_ENOMEM;
@@ -187,6 +190,7 @@ static bool in_values(const json_t *vals, const char *s) {
   return false;
 }
 
+/* labels: the pod's (NULL when it has none). */
 static bool selects(const brec *r, const json_t *labels) {
   const char *k;
   const json_t *v;
@@ -369,7 +373,7 @@ int gf__pdb_pod_update(gf__pdb *db, const json_t *pod) {
   int rc = 0;
   const char *kind = owner_kind(pod);
   bool lab = json_is_object(labels) && json_object_size(labels);
-  if (ns && name && (lab || kind)) {
+  if (ns && ns[0] && name && name[0]) {
     int64_t at = pod_slot(db);
     lrec r = {gf__strdup(uid), gf__strdup(ns), gf__strdup(name),
               lab ? json_deep_copy(labels) : NULL,
@@ -395,8 +399,17 @@ int gf__pdb_pod_update(gf__pdb *db, const json_t *pod) {
 
 /* ---- the victims' budgets ----------------------------------------------*/
 
-void gf__pdb_match(gf__pdb *db, const char *const *uids, uint32_t n,
-                   uint64_t *masks, bool *always, gf__pdb_view *view) {
+/* Whether budget r counts pod p under rule (namespace and disruptedPods
+ * aside). */
+static bool budget_selects(const brec *r, const lrec *p, gf__pdb_rule rule) {
+  if (rule == GF__PDB_EVICTION)
+    return r->all || (!r->none && selects(r, p->labels));
+  return !r->none && p->labels && selects(r, p->labels);
+}
+
+void gf__pdb_match(gf__pdb *db, gf__pdb_rule rule, const char *const *uids,
+                   uint32_t n, uint64_t *masks, bool *always,
+                   gf__pdb_view *view) {
   uint32_t slot_of[GF__PDB_VIEW_MAX]; /* view slot -> budget index */
   view->n = 0;
   pthread_mutex_lock(&db->mu);
@@ -407,9 +420,9 @@ void gf__pdb_match(gf__pdb *db, const char *const *uids, uint32_t n,
     if (at < 0)
       continue;
     const lrec *p = &db->p[at];
-    for (uint32_t b = 0; b < db->nb && p->labels; b++) {
+    for (uint32_t b = 0; b < db->nb; b++) {
       const brec *r = &db->b[b];
-      if (r->none || strcmp(r->ns, p->ns) != 0 || !selects(r, p->labels) ||
+      if (strcmp(r->ns, p->ns) != 0 || !budget_selects(r, p, rule) ||
           json_object_get(r->disrupted, p->name))
         continue;
       uint32_t v = 0;
@@ -443,14 +456,15 @@ bool gf__pdb_pod_info(gf__pdb *db, const char *uid, char *ns, char *name,
   return at >= 0;
 }
 
-uint32_t gf__pdb_violations(gf__pdb *db, const char *const *uids, uint32_t n) {
+uint32_t gf__pdb_violations(gf__pdb *db, gf__pdb_rule rule,
+                            const char *const *uids, uint32_t n) {
   enum { MAXV = 64 };
   uint64_t masks[MAXV];
   bool always[MAXV];
   gf__pdb_view v;
   if (n > MAXV)
     n = MAXV;
-  gf__pdb_match(db, uids, n, masks, always, &v);
+  gf__pdb_match(db, rule, uids, n, masks, always, &v);
   uint32_t out = 0;
   for (uint32_t i = 0; i < n; i++) {
     bool bad = always[i];

@@ -23,6 +23,15 @@
  *     and goes down by one per victim it matches; a victim that takes any
  *     of its budgets below zero is a violation.
  *
+ * gpufrac's own evictions (defragmentation, its own preemption for GPU
+ * memory, DRA mode 2 preemption) go through the Eviction API, which
+ * follows policy/v1 instead (GF__PDB_EVICTION): an empty selector
+ * (`selector: {}`) matches every pod of the budget's namespace, labels or
+ * not; a missing (null) selector, or one the API server cannot turn into
+ * a selector, matches nothing; a pod without labels can still match
+ * (NotIn, DoesNotExist).  Counting those the scheduler's way would plan
+ * evictions the API refuses (429) on every pass.
+ *
  * Thread safety: every function may be called from any thread (one
  * mutex).  The preempt verb calls gf__pdb_match under gf_sched.mu; nothing
  * here takes that mutex.
@@ -60,8 +69,8 @@ bool gf__pdb_synced(gf__pdb *db);
 uint32_t gf__pdb_count(gf__pdb *db);
 
 /* A pod's labels, namespace, name and controller's kind, by UID (from the
- * pod informer).  A pod with neither labels nor a controller, or without
- * uid or name, is forgotten (no budget matches it).  GF_ENOMEM. */
+ * pod informer).  A pod without uid, namespace or name is forgotten (no
+ * budget matches it).  GF_ENOMEM. */
 int gf__pdb_pod_update(gf__pdb *db, const json_t *pod);
 void gf__pdb_pod_delete(gf__pdb *db, const json_t *pod);
 /* Copies metadata.labels and the controller's ownerReference (kind only)
@@ -73,9 +82,16 @@ int gf__pdb_slim(json_t *slim, const json_t *pod);
  * buffers (each GF_NAME_MAX); false when the store does not know it. */
 bool gf__pdb_pod_info(gf__pdb *db, const char *uid, char *ns, char *name,
                       char *owner);
-/* The budget violations of evicting uids[0..n) together, counted as the
- * preempt verb counts them (kube-scheduler's rule above). */
-uint32_t gf__pdb_violations(gf__pdb *db, const char *const *uids, uint32_t n);
+/* Whose rule a budget's selector follows (above). */
+typedef enum gf__pdb_rule {
+  GF__PDB_SCHEDULER, /* kube-scheduler's preemption: the preempt verb */
+  GF__PDB_EVICTION,  /* policy/v1, the Eviction API: gpufrac's evictions */
+} gf__pdb_rule;
+
+/* The budget violations of evicting uids[0..n) together, counted by
+ * rule. */
+uint32_t gf__pdb_violations(gf__pdb *db, gf__pdb_rule rule,
+                            const char *const *uids, uint32_t n);
 
 /* The budgets a set of victims on one node counts against: victim i of
  * uids[0..n) matches budget b of the view when bit b of masks[i] is set;
@@ -88,7 +104,8 @@ typedef struct gf__pdb_view {
   uint32_t n;
   int32_t allowed[GF__PDB_VIEW_MAX];
 } gf__pdb_view;
-void gf__pdb_match(gf__pdb *db, const char *const *uids, uint32_t n,
-                   uint64_t *masks, bool *always, gf__pdb_view *view);
+void gf__pdb_match(gf__pdb *db, gf__pdb_rule rule, const char *const *uids,
+                   uint32_t n, uint64_t *masks, bool *always,
+                   gf__pdb_view *view);
 
 #endif

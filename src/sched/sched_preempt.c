@@ -375,7 +375,7 @@ static void budgets_of(gf__pdb *db, victim *vs, uint32_t n, gf__pdb_view *pv) {
   bool always[GF__PREEMPT_MAX_VICTIMS];
   for (uint32_t i = 0; i < n; i++)
     uids[i] = vs[i].p->uid ? vs[i].p->uid : "";
-  gf__pdb_match(db, uids, n, masks, always, pv);
+  gf__pdb_match(db, GF__PDB_EVICTION, uids, n, masks, always, pv);
   for (uint32_t i = 0; i < n; i++) {
     vs[i].pdbs = masks[i];
     vs[i].always = vs[i].risky = always[i];
@@ -742,10 +742,12 @@ static bool eligible(const prec *p, int32_t prio) {
 }
 
 /* The victims on one node (its pods from `first` along nxt) for a
- * preemptor of priority prio into vs, their budgets into *pv (when the
- * extender has a store), cheapest first.  Returns how many. */
+ * preemptor of priority prio into vs, their budgets counted by rule into
+ * *pv (when the extender has a store), cheapest first.  Returns how
+ * many. */
 static uint32_t node_victims(gf_sched *s, int64_t first, const int64_t *nxt,
-                             int32_t prio, victim *vs, gf__pdb_view *pv) {
+                             int32_t prio, gf__pdb_rule rule, victim *vs,
+                             gf__pdb_view *pv) {
   uint32_t nv = 0;
   for (int64_t k = first; k >= 0 && nv < GF__PREEMPT_MAX_VICTIMS; k = nxt[k])
     if (eligible(&s->pods[k], prio))
@@ -756,7 +758,7 @@ static uint32_t node_victims(gf_sched *s, int64_t first, const int64_t *nxt,
     bool always[GF__PREEMPT_MAX_VICTIMS];
     for (uint32_t i = 0; i < nv; i++)
       uids[i] = vs[i].p->uid;
-    gf__pdb_match(s->pdb, uids, nv, masks, always, pv);
+    gf__pdb_match(s->pdb, rule, uids, nv, masks, always, pv);
     for (uint32_t i = 0; i < nv; i++) {
       vs[i].pdbs = masks[i];
       vs[i].always = vs[i].risky = always[i];
@@ -768,6 +770,12 @@ static uint32_t node_victims(gf_sched *s, int64_t first, const int64_t *nxt,
   }
   qsort(vs, nv, sizeof(*vs), cheaper);
   return nv;
+}
+
+/* node_victims for the preempt verb: budgets as kube-scheduler counts. */
+static uint32_t verb_victims(gf_sched *s, int64_t first, const int64_t *nxt,
+                             int32_t prio, victim *vs, gf__pdb_view *pv) {
+  return node_victims(s, first, nxt, prio, GF__PDB_SCHEDULER, vs, pv);
 }
 
 static void bad(reply_buf *out, const char *what) {
@@ -908,7 +916,7 @@ void gf__do_preempt(gf_sched *s, const char *body, size_t len, reply_buf *out) {
     gf__part_of_memory(base, &rn);
     gf__pdb_view pv;
     pickctx k = {base, vs, 0, &rn, s->pdb ? &pv : NULL};
-    k.nv = node_victims(s, head[slot[ni]], nxt, p->priority, vs, &pv);
+    k.nv = verb_victims(s, head[slot[ni]], nxt, p->priority, vs, &pv);
     json_t *list = json_array();
     if (!list || json_object_set_new(res, name, list))
       goto oom_locked;
@@ -1102,24 +1110,123 @@ uint32_t gf__defrag_nudges(gf_sched *s, gf__podref *out, uint32_t max) {
   return n;
 }
 
+/* ---- defragmentation's rate limits (defrag.h) ---------------------------*/
+
+void gf__defrag_rate_init(gf__defrag_rate *r, uint32_t per_hour,
+                          int64_t gap_ms) {
+  memset(r, 0, sizeof(*r));
+  r->per_hour = per_hour ? per_hour : 6;
+  if (r->per_hour > GF__DEFRAG_RATE_MAX)
+    r->per_hour = GF__DEFRAG_RATE_MAX;
+  r->gap_ms = gap_ms ? gap_ms : 600000;
+  for (int i = 0; i < 16; i++)
+    r->node_at[i] = INT64_MIN / 2;
+}
+
+bool gf__defrag_rate_allowed(const gf__defrag_rate *r, const char *node,
+                             int64_t now) {
+  uint32_t n = r->nhour < r->per_hour ? r->nhour : r->per_hour;
+  uint32_t recent = 0;
+  for (uint32_t i = 0; i < n; i++)
+    recent += now - r->hour[i] < 3600000;
+  if (recent >= r->per_hour)
+    return false;
+  for (int i = 0; i < 16; i++)
+    if (!strcmp(r->nodes[i], node) && now - r->node_at[i] < r->gap_ms)
+      return false;
+  return true;
+}
+
+void gf__defrag_rate_note(gf__defrag_rate *r, const char *node, int64_t now) {
+  r->hour[r->nhour++ % r->per_hour] = now;
+  int at = 0;
+  for (int i = 1; i < 16; i++)
+    if (r->node_at[i] < r->node_at[at])
+      at = i; /* the oldest slot */
+  snprintf(r->nodes[at], GF_NAME_MAX, "%s", node);
+  r->node_at[at] = now;
+}
+
 /* ---- defragmentation's plan (defrag.h) ---------------------------------*/
 
-/* Copies of the nodes a plan changes (the candidate and destinations). */
-typedef struct copies {
-  uint32_t n;
-  uint32_t idx[GF__DEFRAG_MOVES_MAX + 1];
-  gf_node node[GF__DEFRAG_MOVES_MAX + 1];
-} copies;
-
-static gf_node *copy_of(gf_sched *s, copies *c, uint32_t ni) {
+gf_node *gf__copies_get(gf__copies *c, const gf_cluster *cl, uint32_t ni) {
   for (uint32_t i = 0; i < c->n; i++)
     if (c->idx[i] == ni)
       return &c->node[i];
   if (c->n == GF__DEFRAG_MOVES_MAX + 1)
     return NULL;
   c->idx[c->n] = ni;
-  c->node[c->n] = *gf_cluster_node(s->c, ni);
+  c->node[c->n] = *gf_cluster_node(cl, ni);
   return &c->node[c->n++];
+}
+
+void gf__copies_unbook(gf_node *n, const prec *p) {
+  unbook_copy(n, p);
+  reindex_copy(n);
+}
+
+int gf__copies_tightest(const gf_node *m, const gf_request *r,
+                        const bool *skip) {
+  if (!gf_node_fits(m, r))
+    return -1;
+  int pick = -1;
+  double pl = 0;
+  for (uint32_t g = 0; g < m->ngpus; g++) {
+    if ((skip && skip[g]) || !gf_gpu_fits(&m->gpus[g], r))
+      continue;
+    double l = left_on(&m->gpus[g], r);
+    if (pick < 0 || l < pl) {
+      pick = (int)g;
+      pl = l;
+    }
+  }
+  return pick;
+}
+
+bool gf__copies_book(gf__copies *c, const gf_cluster *cl, uint32_t ni,
+                     const gf_request *r, bool *taken) {
+  gf_node *w = gf__copies_get(c, cl, ni);
+  uint8_t gpus[GF_MAX_GPUS_PER_NODE];
+  bool skip[GF_MAX_GPUS_PER_NODE] = {false};
+  if (!w || r->gpu_count == 0 || r->gpu_count > w->ngpus)
+    return false;
+  /* one GPU at a time, as a share; then booked as the request */
+  gf_request one = *r;
+  one.gpu_count = 1;
+  for (uint32_t t = 0; t < r->gpu_count; t++) {
+    int g = gf__copies_tightest(w, &one, skip);
+    if (g < 0)
+      return false;
+    skip[g] = true;
+    gpus[t] = (uint8_t)g;
+  }
+  book_copy(w, r, gpus);
+  for (uint32_t t = 0; taken && t < r->gpu_count; t++)
+    taken[gpus[t]] = true;
+  return true;
+}
+
+bool gf__copies_rehome(gf__copies *c, const gf_cluster *cl, uint32_t nnodes,
+                       const gf_request *r, uint32_t from, const bool *taken,
+                       bool (*dest_ok)(void *u, uint32_t ni), void *u) {
+  for (uint32_t ni = 0; ni < nnodes; ni++) {
+    if (dest_ok && !dest_ok(u, ni))
+      continue;
+    const gf_node *m = NULL;
+    for (uint32_t i = 0; i < c->n && !m; i++)
+      if (c->idx[i] == ni)
+        m = &c->node[i];
+    if (!m)
+      m = gf_cluster_node(cl, ni);
+    int pick = gf__copies_tightest(m, r, ni == from ? taken : NULL);
+    gf_node *w = pick >= 0 ? gf__copies_get(c, cl, ni) : NULL;
+    if (!w)
+      continue;
+    uint8_t gpu = (uint8_t)pick;
+    book_copy(w, r, &gpu);
+    return true;
+  }
+  return false;
 }
 
 static bool node_open(const gf_sched *s, uint32_t ni) {
@@ -1153,45 +1260,29 @@ static bool movable(gf_sched *s, const prec *q, int32_t prio) {
          !strcmp(owner, "StatefulSet");
 }
 
-/* Books q (moved) on the tightest GPU of some node that takes it (its
- * taints tolerated by q, as kube-scheduler would ask of q's replacement),
- * the freed GPUs of node `from` excluded (`taken`); false when none does. */
-static bool rehome(gf_sched *s, copies *c, const prec *q, uint32_t from,
+typedef struct dest {
+  gf_sched *s;
+  const prec *q;
+} dest;
+
+/* A node that may take q's replacement: open, its taints tolerated by q
+ * (as kube-scheduler would ask of the replacement). */
+static bool dest_ok(void *u, uint32_t ni) {
+  const dest *x = u;
+  return node_open(x->s, ni) &&
+         gf__tolerates(x->q->tols, x->s->nodes[ni].taints);
+}
+
+/* Books q (moved) on the tightest GPU of some node that takes it, the
+ * freed GPUs of node `from` excluded (`taken`); false when none does. */
+static bool rehome(gf_sched *s, gf__copies *c, const prec *q, uint32_t from,
                    const bool *taken) {
   gf_request r = q->req;
   gf__effective(s, &r);
   bool named;
   r.model_mask = gf__models_mask(s->c, q->models, &named);
-  for (uint32_t ni = 0; ni < s->nnodes; ni++) {
-    if (!node_open(s, ni) || !gf__tolerates(q->tols, s->nodes[ni].taints))
-      continue;
-    const gf_node *m = NULL;
-    for (uint32_t i = 0; i < c->n && !m; i++)
-      if (c->idx[i] == ni)
-        m = &c->node[i];
-    if (!m)
-      m = gf_cluster_node(s->c, ni);
-    if (!gf_node_fits(m, &r))
-      continue;
-    int pick = -1;
-    double pl = 0;
-    for (uint32_t g = 0; g < m->ngpus; g++) {
-      if ((ni == from && taken[g]) || !gf_gpu_fits(&m->gpus[g], &r))
-        continue;
-      double l = left_on(&m->gpus[g], &r);
-      if (pick < 0 || l < pl) {
-        pick = (int)g;
-        pl = l;
-      }
-    }
-    gf_node *w = pick >= 0 ? copy_of(s, c, ni) : NULL;
-    if (!w)
-      continue;
-    uint8_t gpu = (uint8_t)pick;
-    book_copy(w, &r, &gpu);
-    return true;
-  }
-  return false;
+  dest x = {s, q};
+  return gf__copies_rehome(c, s->c, s->nnodes, &r, from, taken, dest_ok, &x);
 }
 
 /* The plan's moves (mv[0..nm)) for r on GPUs gpus[] of node ni into out. */
@@ -1245,13 +1336,13 @@ static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
   }
   if (moves == 0 || moves > max_moves)
     return 0;
-  copies *c = gf__calloc(1, sizeof(*c));
+  gf__copies *c = gf__calloc(1, sizeof(*c));
   if (!c)
     return 0;
   const prec *mv[GF__DEFRAG_MOVES_MAX];
   const char *uids[GF__DEFRAG_MOVES_MAX];
   uint32_t nm = 0;
-  gf_node *w = copy_of(s, c, ni);
+  gf_node *w = gf__copies_get(c, s->c, ni);
   for (int64_t k = head[ni]; k >= 0; k = nxt[k]) {
     const prec *q = &s->pods[k];
     bool in = false;
@@ -1269,7 +1360,7 @@ static uint32_t try_node(gf_sched *s, uint32_t ni, const gf_request *r,
     fits = gf_gpu_fits(&w->gpus[gpus[t]], r);
   if (fits)
     book_copy(w, r, gpus);
-  if (fits && gf__pdb_violations(s->pdb, uids, nm) > 0)
+  if (fits && gf__pdb_violations(s->pdb, GF__PDB_EVICTION, uids, nm) > 0)
     fits = false;
   for (uint32_t j = 0; j < nm && fits; j++)
     fits = rehome(s, c, mv[j], ni, taken);
@@ -1300,8 +1391,8 @@ static uint32_t try_gpu_share(gf_sched *s, uint32_t ni, uint32_t g,
     if (on_gpu(&s->pods[k], g) && movable(s, &s->pods[k], prio))
       cand[nc++] = &s->pods[k];
   qsort(cand, nc, sizeof(cand[0]), larger_first);
-  copies *c = gf__calloc(1, sizeof(*c));
-  gf_node *w = c ? copy_of(s, c, ni) : NULL;
+  gf__copies *c = gf__calloc(1, sizeof(*c));
+  gf_node *w = c ? gf__copies_get(c, s->c, ni) : NULL;
   bool fits = false;
   const char *uids[GF__DEFRAG_MOVES_MAX];
   while (w && nm < nc && nm < max_moves && !fits) {
@@ -1316,7 +1407,7 @@ static uint32_t try_gpu_share(gf_sched *s, uint32_t ni, uint32_t g,
   uint8_t gpu = (uint8_t)g;
   if (fits) {
     book_copy(w, r, &gpu);
-    fits = gf__pdb_violations(s->pdb, uids, nm) == 0;
+    fits = gf__pdb_violations(s->pdb, GF__PDB_EVICTION, uids, nm) == 0;
   }
   for (uint32_t j = 0; j < nm && fits; j++)
     fits = rehome(s, c, cand[j], ni, taken);
@@ -1350,6 +1441,24 @@ static uint32_t try_node_share(gf_sched *s, uint32_t ni, const gf_request *r,
     }
   }
   return best;
+}
+
+/* The placed pods of each node as chains (under the mutex): head[node]
+ * the first pod's index (-1: none), nxt[pod] the next, in pod order.
+ * Both owned by the caller (also on failure).  GF_ENOMEM or 0. */
+static int pod_chains(const gf_sched *s, int64_t **head, int64_t **nxt) {
+  int64_t *h = *head = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*h));
+  int64_t *x = *nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*x));
+  if (!h || !x)
+    return GF_ENOMEM;
+  for (uint32_t i = 0; i < s->nnodes; i++)
+    h[i] = -1;
+  for (uint32_t k = s->npods; k-- > 0;)
+    if (s->pods[k].placed && s->pods[k].pl.node < s->nnodes) {
+      x[k] = h[s->pods[k].pl.node];
+      h[s->pods[k].pl.node] = (int64_t)k;
+    }
+  return 0;
 }
 
 /* Whether r fits one of the nodes kube-scheduler offered (o) now. */
@@ -1403,19 +1512,8 @@ int gf__defrag_plan_one(gf_sched *s, uint32_t max_moves, gf__defrag_plan *out) {
   int64_t *head = NULL, *nxt = NULL;
   if (rc || !s->pdb || !s->pend.n)
     goto done;
-  head = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*head));
-  nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nxt));
-  if (!head || !nxt) {
-    rc = GF_ENOMEM;
+  if ((rc = pod_chains(s, &head, &nxt)))
     goto done;
-  }
-  for (uint32_t i = 0; i < s->nnodes; i++)
-    head[i] = -1;
-  for (uint32_t k = s->npods; k-- > 0;)
-    if (s->pods[k].placed && s->pods[k].pl.node < s->nnodes) {
-      nxt[k] = head[s->pods[k].pl.node];
-      head[s->pods[k].pl.node] = (int64_t)k;
-    }
   for (const pend *e = s->pend.oldest; e && !rc; e = e->newer) {
     const struct gf__doffer *o = offer_find(s, e->uid);
     if (e->nominated[0] || e->req.gpu_count == 0 || !o)
@@ -1491,7 +1589,8 @@ static bool preempt_for(gf_sched *s, const pend *e, const gf_request *r,
     gf__part_of_memory(&w->base, &rn);
     gf__pdb_view pv;
     pickctx k = {&w->base, w->vs, 0, &rn, &pv};
-    k.nv = node_victims(s, head[ni], nxt, e->priority, w->vs, &pv);
+    k.nv = node_victims(s, head[ni], nxt, e->priority, GF__PDB_EVICTION, w->vs,
+                        &pv);
     if (!k.nv || gf_node_fits(&w->base, &rn) || choose(&k, &w->cur) ||
         !w->cur.ok || w->cur.pdb > 0 || w->cur.n > GF__DEFRAG_MOVES_MAX)
       continue;
@@ -1515,20 +1614,11 @@ int gf__preempt_plan_one(gf_sched *s, int64_t settle_ms, gf__defrag_plan *out) {
   pscratch *w = NULL;
   if (rc || !s->pdb || !s->pend.n || !s->doffer)
     goto done;
-  head = gf__malloc(((size_t)s->nnodes + 1) * sizeof(*head));
-  nxt = gf__malloc(((size_t)s->npods + 1) * sizeof(*nxt));
   w = gf__malloc(sizeof(*w));
-  if (!head || !nxt || !w) {
-    rc = GF_ENOMEM;
+  if (!w || (rc = pod_chains(s, &head, &nxt))) {
+    rc = rc ? rc : GF_ENOMEM;
     goto done;
   }
-  for (uint32_t i = 0; i < s->nnodes; i++)
-    head[i] = -1;
-  for (uint32_t k = s->npods; k-- > 0;)
-    if (s->pods[k].placed && s->pods[k].pl.node < s->nnodes) {
-      nxt[k] = head[s->pods[k].pl.node];
-      head[s->pods[k].pl.node] = (int64_t)k;
-    }
   int64_t now = mono_ms();
   for (const pend *e = s->pend.oldest; e && !rc; e = e->newer) {
     const struct gf__doffer *o = offer_find(s, e->uid);

@@ -266,6 +266,33 @@ int gf__preempt_choose(const gf_node *base, const prec *cands, uint32_t n,
 /* The order of two picks (negative: a is better). */
 int gf__preempt_pick_cmp(const gf__preempt_pick *a, const gf__preempt_pick *b);
 
+/* Copies of the nodes a plan changes (the candidate and destinations),
+ * shared by the extender's plan and DRA mode 2's (dra.c): the model is
+ * never changed. */
+typedef struct gf__copies {
+  uint32_t n;
+  uint32_t idx[GF__DEFRAG_MOVES_MAX + 1];
+  gf_node node[GF__DEFRAG_MOVES_MAX + 1];
+} gf__copies;
+/* The copy of node ni of cl (made on first use); NULL when c is full. */
+gf_node *gf__copies_get(gf__copies *c, const gf_cluster *cl, uint32_t ni);
+/* Takes pod p's booking off copy n. */
+void gf__copies_unbook(gf_node *n, const prec *p);
+/* The GPU of m that r (one GPU) fits tightest, skip[g] excluded (skip may
+ * be NULL); -1 when none (or the node's CPU or memory is short). */
+int gf__copies_tightest(const gf_node *m, const gf_request *r,
+                        const bool *skip);
+/* Books r on node ni's copy, on its tightest GPUs; taken[g] set for each
+ * (taken may be NULL).  False when r does not fit there. */
+bool gf__copies_book(gf__copies *c, const gf_cluster *cl, uint32_t ni,
+                     const gf_request *r, bool *taken);
+/* Books r (a moved pod's replacement, coming from node `from`) on the
+ * tightest GPU of the first of nodes [0..nnodes) that takes it (dest_ok,
+ * NULL: any), the GPUs taken[] of `from` excluded.  False when none. */
+bool gf__copies_rehome(gf__copies *c, const gf_cluster *cl, uint32_t nnodes,
+                       const gf_request *r, uint32_t from, const bool *taken,
+                       bool (*dest_ok)(void *u, uint32_t ni), void *u);
+
 /* ---- what the seams call of each other ------------------------------ */
 /* Each is documented where it is defined; the names are those the
  * functions had as statics of sched.c, with gf__ in front. */

@@ -21,6 +21,10 @@ check scheduler-help 0 '/filter'                  -- "$GPUFRAC" scheduler --help
 check scheduler-help-preempt 0 '/bind, /preempt'      -- "$GPUFRAC" scheduler --help
 check sched-hami-placeholders 2 "placeholders cannot ask for it" -- "$GPUFRAC" scheduler --accept hami --autoscale-placeholders on --kubeconfig /nonexistent
 check sched-hami-placeholders-other 2 "kubeconfig" -- "$GPUFRAC" scheduler --accept hami --autoscale-placeholders on --autoscale-resource example.com/gpu --kubeconfig /nonexistent
+# --no-kube: the extender's own preemption evicts through the API server
+# (issue 32; it was accepted and did nothing); the default on becomes off.
+check sched-nokube-preempt-evict 2 "--no-kube excludes --preempt-evict on" -- timeout 20 "$GPUFRAC" scheduler --no-kube --preempt-evict on --listen 127.0.0.1:0
+check sched-nokube-defrag-hold 2 "--no-kube excludes --defrag-hold" -- timeout 20 "$GPUFRAC" scheduler --no-kube --defrag-hold 5m --listen 127.0.0.1:0
 check node-help      0 'fake-gpus'                -- "$GPUFRAC" node --help
 check help-lists-all 0 'scheduler'                -- "$GPUFRAC" help
 check run-no-cmd     2 'usage'                    -- "$GPUFRAC" run --gpu-memory 1Gi

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "defrag.h"
 #include "dra_int.h"
 #include "gpufrac/error.h"
 #include "gpufrac/kube.h"
@@ -1052,6 +1053,23 @@ static void pscene_free(pscene *p) {
   gf_dra_slice_release(&p->s);
 }
 
+/* The claims' names of chosen[0..n) (indices into c), in index order, as
+ * "a,c" into out. */
+static void chosen_names(uint32_t *chosen, uint32_t n, const gf_dra_claim *c,
+                         char *out, size_t cap) {
+  out[0] = '\0';
+  for (uint32_t i = 1; i < n; i++)
+    for (uint32_t j = i; j > 0 && chosen[j - 1] > chosen[j]; j--) {
+      uint32_t t = chosen[j];
+      chosen[j] = chosen[j - 1];
+      chosen[j - 1] = t;
+    }
+  size_t w = 0;
+  for (uint32_t i = 0; i < n; i++)
+    w += (size_t)snprintf(out + w, cap - w, "%s%s", i ? "," : "",
+                          c[chosen[i]].name);
+}
+
 /* The victims chosen for a share of gib and cores at priority prio, as
  * "a,c" (victim names in vs order); "" and GF_ENOFIT when none. */
 static int preempt_for(pscene *p, const char *cls, int64_t gib, int64_t cores,
@@ -1064,17 +1082,7 @@ static int preempt_for(pscene *p, const char *cls, int64_t gib, int64_t cores,
   gf_diag d = {""};
   int rc = gf_dra_model_preempt(p->m, pq, 1, prio, p->vs, 5, p->db, chosen, &n,
                                 node, &d);
-  out[0] = '\0';
-  for (uint32_t i = 1; i < n; i++) /* in vs order */
-    for (uint32_t j = i; j > 0 && chosen[j - 1] > chosen[j]; j--) {
-      uint32_t t = chosen[j];
-      chosen[j] = chosen[j - 1];
-      chosen[j - 1] = t;
-    }
-  size_t w = 0;
-  for (uint32_t i = 0; i < n; i++)
-    w += (size_t)snprintf(out + w, cap - w, "%s%s", i ? "," : "",
-                          p->c[chosen[i]].name);
+  chosen_names(chosen, n, p->c, out, cap);
   if (!rc)
     assert_string_equal(node, "n1");
   return rc;
@@ -1506,6 +1514,230 @@ static void test_dra_guard(void **state) {
   }
 }
 
+/* ---- mode 2 defragmentation (issue 32 item 3) --------------------------- */
+
+/* Nodes n1 and n2, each dra_slice_shared.json (gpu-0 shared: 80Gi, 100
+ * cores; gpu-1 exclusive, held there by a whole-GPU pod w1 / w2, not
+ * movable).  Shares name[i] of gib[i] GiB and as many cores on gpu-0 of
+ * node on[i] (1 or 2), movable, priority 0: vs[0..nsh), then w1, w2. */
+#define DS_MAX 6
+typedef struct dscene {
+  gf_dra_slice s[2];
+  gf_dra_claim c[DS_MAX];
+  const gf_dra_claim *pc[DS_MAX];
+  gf_dra_victim vs[DS_MAX];
+  uint32_t n;
+  gf_dra_model *m;
+  gf__pdb *db;
+  char uid[DS_MAX][16];
+} dscene;
+
+static void dscene_new(dscene *p, const char *const *name, const int64_t *gib,
+                       const int *on, uint32_t nsh) {
+  memset(p, 0, sizeof(*p));
+  gf_diag d = {""};
+  for (int i = 0; i < 2; i++) {
+    slice_gpufrac("dra_slice_shared.json", &p->s[i]);
+    snprintf(p->s[i].pool, sizeof(p->s[i].pool), "n%d", i + 1);
+    snprintf(p->s[i].node, sizeof(p->s[i].node), "n%d", i + 1);
+  }
+  p->n = nsh + 2;
+  for (int i = 0; i < 2; i++) {
+    const gf_dra_slice *one[] = {&p->s[i]};
+    gf_dra_model *m0 = NULL;
+    assert_int_equal(gf_dra_model_new(one, 1, NULL, 0, NULL, &m0, &d), 0);
+    for (uint32_t k = 0; k < nsh; k++)
+      if (on[k] == i + 1) {
+        placed_claim(m0, name[k], NULL, gib[k], gib[k], &p->c[k]);
+        assert_string_equal(p->c[k].res[0].device, "gpu-0");
+      }
+    placed_claim(m0, i ? "w2" : "w1", GF_DRA_CLASS_WHOLE, 0, 0, &p->c[nsh + i]);
+    gf_dra_model_free(m0);
+  }
+  for (uint32_t k = 0; k < p->n; k++) {
+    p->pc[k] = &p->c[k];
+    snprintf(p->uid[k], sizeof(p->uid[k]), "uid-%s", p->c[k].name);
+    p->vs[k] = (gf_dra_victim){p->uid[k], 0, false, &p->pc[k], 1, k < nsh};
+  }
+  const gf_dra_slice *sl[] = {&p->s[0], &p->s[1]};
+  assert_int_equal(gf_dra_model_new(sl, 2, p->pc, p->n, NULL, &p->m, &d), 0);
+}
+
+static void dscene_free(dscene *p) {
+  gf__pdb_free(p->db);
+  gf_dra_model_free(p->m);
+  gf_dra_slice_release(&p->s[0]);
+  gf_dra_slice_release(&p->s[1]);
+}
+
+/* Defragmentation's moves for a share of gib GiB (and as many cores) at
+ * priority prio, at most `moves`: "a,c" (vs order) into out, the node into
+ * node; "" and the error when none. */
+static int defrag_for(dscene *p, int64_t gib, int32_t prio, uint32_t moves,
+                      char *out, size_t cap, char *node, gf_diag *d) {
+  gf_dra_claim q;
+  claim_of(claim_json("big", NULL, gib * GiB, gib), &q);
+  const gf_dra_claim *pq[] = {&q};
+  uint32_t chosen[GF_DRA_VICTIMS_MAX], n = 0;
+  node[0] = '\0';
+  int rc = gf_dra_model_defrag(p->m, pq, 1, prio, p->vs, p->n, p->db, moves,
+                               chosen, &n, node, d);
+  chosen_names(chosen, n, p->c, out, cap);
+  return rc;
+}
+
+/* Worked by hand: a (40Gi) on n1's gpu-0, b (40Gi) on n2's: 40Gi free on
+ * each, an 80Gi share fits neither.  Moving a (its replacement fits n2's
+ * gpu-0 beside b: 80Gi, 80 cores) frees n1's: one move.  Preemption at the
+ * same priority finds nothing (nobody is below it).  a not movable: b
+ * moves instead, n2's frees.  a loading its weights, or above the pending
+ * pod's priority: not movable either.  Neither movable: no plan. */
+static void test_defrag_one_move(void **state) {
+  (void)state;
+  static const char *const name[] = {"a", "b"};
+  static const int64_t gib[] = {40, 40};
+  static const int on[] = {1, 2};
+  dscene p;
+  dscene_new(&p, name, gib, on, 2);
+  char got[64], node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  assert_int_equal(defrag_for(&p, 80, 0, 3, got, sizeof(got), node, &d), 0);
+  assert_string_equal(got, "a");
+  assert_string_equal(node, "n1");
+  /* the same pod, by preemption: nobody's priority is below 0 */
+  gf_dra_claim q;
+  claim_of(claim_json("big", NULL, 80 * GiB, 80), &q);
+  const gf_dra_claim *pq[] = {&q};
+  uint32_t chosen[GF_DRA_VICTIMS_MAX], n = 0;
+  assert_int_equal(gf_dra_model_preempt(p.m, pq, 1, 0, p.vs, p.n, NULL, chosen,
+                                        &n, node, &d),
+                   GF_ENOFIT);
+  /* a smaller share fits already: defragmentation has nothing to do */
+  assert_int_equal(defrag_for(&p, 40, 0, 3, got, sizeof(got), node, &d),
+                   GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "fits node"));
+  p.vs[0].movable = false;
+  assert_int_equal(defrag_for(&p, 80, 0, 3, got, sizeof(got), node, &d), 0);
+  assert_string_equal(got, "b");
+  assert_string_equal(node, "n2");
+  p.vs[0].movable = true;
+  p.vs[0].loading = true;
+  assert_int_equal(defrag_for(&p, 80, 0, 3, got, sizeof(got), node, &d), 0);
+  assert_string_equal(got, "b");
+  p.vs[0].loading = false;
+  p.vs[0].priority = 10; /* above the pending pod's 5, b's 0 is not */
+  assert_int_equal(defrag_for(&p, 80, 5, 3, got, sizeof(got), node, &d), 0);
+  assert_string_equal(got, "b");
+  p.vs[0].priority = 0;
+  p.vs[0].movable = p.vs[1].movable = false;
+  assert_int_equal(defrag_for(&p, 80, 0, 3, got, sizeof(got), node, &d),
+                   GF_ENOFIT);
+  assert_string_equal(got, "");
+  dscene_free(&p);
+}
+
+/* A move's replacement must land: a (40Gi) on n1, b (50Gi) on n2: moving
+ * a leaves it 30Gi on n2 (short), moving b 40Gi on n1 (short): no plan,
+ * although 70Gi is free in all.  The whole-GPU pods never move. */
+static void test_defrag_replacements_fit(void **state) {
+  (void)state;
+  static const char *const name[] = {"a", "b"};
+  static const int64_t gib[] = {40, 50};
+  static const int on[] = {1, 2};
+  dscene p;
+  dscene_new(&p, name, gib, on, 2);
+  char got[64], node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  assert_int_equal(defrag_for(&p, 80, 0, 3, got, sizeof(got), node, &d),
+                   GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "somewhere else to go"));
+  /* a 60Gi share: moving b (50Gi) frees n2's gpu-0 but b fits no other
+   * device (n1 has 40Gi); moving a frees n1's and a fits no other either */
+  assert_int_equal(defrag_for(&p, 60, 0, 3, got, sizeof(got), node, &d),
+                   GF_ENOFIT);
+  dscene_free(&p);
+}
+
+/* Fewest moves, at most max_moves: a1, a2 (20Gi each) on n1, b (40Gi, not
+ * movable) on n2.  An 80Gi share needs both a1 and a2 moved to n2 (40Gi
+ * free there): two moves; with at most one, no plan. */
+static void test_defrag_max_moves(void **state) {
+  (void)state;
+  static const char *const name[] = {"a1", "a2", "b"};
+  static const int64_t gib[] = {20, 20, 40};
+  static const int on[] = {1, 1, 2};
+  dscene p;
+  dscene_new(&p, name, gib, on, 3);
+  p.vs[2].movable = false;
+  char got[64], node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  assert_int_equal(defrag_for(&p, 80, 0, 2, got, sizeof(got), node, &d), 0);
+  assert_string_equal(got, "a1,a2");
+  assert_string_equal(node, "n1");
+  assert_int_equal(defrag_for(&p, 80, 0, 1, got, sizeof(got), node, &d),
+                   GF_ENOFIT);
+  /* b movable too: moving b alone (one move, to n1's 40Gi) wins */
+  p.vs[2].movable = true;
+  assert_int_equal(defrag_for(&p, 80, 0, 3, got, sizeof(got), node, &d), 0);
+  assert_string_equal(got, "b");
+  assert_string_equal(node, "n2");
+  dscene_free(&p);
+}
+
+/* Budgets as the Eviction API counts them (policy/v1): `selector: {}`
+ * over namespace ns allowing no disruption: no plan (the API would refuse
+ * the eviction); allowing one: a moves. */
+static void test_defrag_budgets(void **state) {
+  (void)state;
+  static const char *const name[] = {"a", "b"};
+  static const int64_t gib[] = {40, 40};
+  static const int on[] = {1, 2};
+  dscene p;
+  dscene_new(&p, name, gib, on, 2);
+  assert_non_null(p.db = gf__pdb_new());
+  gf__pdb_set_synced(p.db, true);
+  for (uint32_t i = 0; i < p.n; i++) {
+    json_t *pod = json_pack("{s:{s:s,s:s,s:s}}", "metadata", "namespace", "ns",
+                            "name", p.c[i].name, "uid", p.uid[i]);
+    assert_int_equal(gf__pdb_pod_update(p.db, pod), 0);
+    json_decref(pod);
+  }
+  json_t *b = json_pack("{s:{s:s,s:s},s:{s:{}},s:{s:i}}", "metadata",
+                        "namespace", "ns", "name", "all", "spec", "selector",
+                        "status", "disruptionsAllowed", 0);
+  gf_diag d = {""};
+  assert_int_equal(gf__pdb_update(p.db, b, &d), 0);
+  char got[64], node[GF_DRA_NAME_MAX];
+  assert_int_equal(defrag_for(&p, 80, 0, 3, got, sizeof(got), node, &d),
+                   GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "PodDisruptionBudget"));
+  json_object_set_new(json_object_get(b, "status"), "disruptionsAllowed",
+                      json_integer(1));
+  assert_int_equal(gf__pdb_update(p.db, b, &d), 0);
+  assert_int_equal(defrag_for(&p, 80, 0, 3, got, sizeof(got), node, &d), 0);
+  assert_string_equal(got, "a");
+  json_decref(b);
+  dscene_free(&p);
+}
+
+/* The rate limits (defrag.h), both feeds': one plan per node per gap, at
+ * most per_hour in the cluster in any hour. */
+static void test_defrag_rate(void **state) {
+  (void)state;
+  gf__defrag_rate r;
+  gf__defrag_rate_init(&r, 2, 600000);
+  int64_t t = 1000000;
+  assert_true(gf__defrag_rate_allowed(&r, "n1", t));
+  gf__defrag_rate_note(&r, "n1", t);
+  assert_false(gf__defrag_rate_allowed(&r, "n1", t + 599999));
+  assert_true(gf__defrag_rate_allowed(&r, "n2", t + 1));
+  gf__defrag_rate_note(&r, "n2", t + 1);
+  /* two in the hour: the third node waits for the hour */
+  assert_false(gf__defrag_rate_allowed(&r, "n3", t + 2));
+  assert_true(gf__defrag_rate_allowed(&r, "n3", t + 3600000));
+  assert_true(gf__defrag_rate_allowed(&r, "n1", t + 3600000));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -1530,6 +1762,11 @@ int main(void) {
       cmocka_unit_test(test_admin_access),
       cmocka_unit_test(test_preempt_choice),
       cmocka_unit_test(test_preempt_budgets),
+      cmocka_unit_test(test_defrag_one_move),
+      cmocka_unit_test(test_defrag_replacements_fit),
+      cmocka_unit_test(test_defrag_max_moves),
+      cmocka_unit_test(test_defrag_budgets),
+      cmocka_unit_test(test_defrag_rate),
       cmocka_unit_test(test_hold_state),
       cmocka_unit_test(test_impossible_result),
       cmocka_unit_test(test_dra_guard),

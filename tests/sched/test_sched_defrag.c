@@ -667,6 +667,57 @@ static void preempt_unnamed_victim(void **st) {
   stop(&c);
 }
 
+/* A budget with an empty selector (`selector: {}`) covers every pod of
+ * its namespace under policy/v1, and the Eviction API refuses (429) what
+ * it does not allow: gpufrac's own evictions count it so (defrag and its
+ * own preemption plan nothing while it allows no disruption), where
+ * kube-scheduler's preemption counts it as matching nothing.  A budget
+ * with no selector matches nothing either way; one in another namespace
+ * does not count. */
+static void empty_selector_counts_for_evictions(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, prio(pod("a", "n1", 0, 8, false, "ReplicaSet"), 10));
+  feed(&c, prio(pod("b", "n2", 0, 8, false, "ReplicaSet"), 10));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  offer(&c, pod("w", NULL, 0, 0, false, NULL));
+  json_t *hi = prio(pod("hi", NULL, 0, 12, false, NULL), 1000);
+  feed(&c, json_deep_copy(hi));
+  offer(&c, json_deep_copy(hi));
+  gf_diag d = {""};
+  json_t *nosel =
+      json_pack("{s:{s:s,s:s},s:{},s:{s:i}}", "metadata", "namespace", "ml",
+                "name", "nosel", "spec", "status", "disruptionsAllowed", 0);
+  json_t *other = json_pack("{s:{s:s,s:s},s:{s:{}},s:{s:i}}", "metadata",
+                            "namespace", "web", "name", "all", "spec",
+                            "selector", "status", "disruptionsAllowed", 0);
+  assert_int_equal(gf__pdb_update(c.db, nosel, &d), 0);
+  assert_int_equal(gf__pdb_update(c.db, other, &d), 0);
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 1);
+  json_t *all = json_pack("{s:{s:s,s:s},s:{s:{}},s:{s:i}}", "metadata",
+                          "namespace", "ml", "name", "all", "spec", "selector",
+                          "status", "disruptionsAllowed", 0);
+  assert_int_equal(gf__pdb_update(c.db, all, &d), 0);
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 0);
+  /* one disruption allowed: one pod may go */
+  json_object_set_new(json_object_get(all, "status"), "disruptionsAllowed",
+                      json_integer(1));
+  assert_int_equal(gf__pdb_update(c.db, all, &d), 0);
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1);
+  assert_int_equal(p.n, 1);
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 1);
+  assert_int_equal(p.n, 1);
+  json_decref(nosel);
+  json_decref(other);
+  json_decref(all);
+  json_decref(hi);
+  stop(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_move_frees_a_gpu),
@@ -683,6 +734,7 @@ int main(void) {
       cmocka_unit_test(taints_block_destinations),
       cmocka_unit_test(preempt_for_memory),
       cmocka_unit_test(preempt_unnamed_victim),
+      cmocka_unit_test(empty_selector_counts_for_evictions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

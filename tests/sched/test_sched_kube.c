@@ -582,6 +582,8 @@ static void test_pdb_feed(void **st) {
   char text[4096];
   assert_true(gf_sched_kube_metrics(f, text, sizeof(text)) > 0);
   assert_non_null(strstr(text, "\ngpufrac_extender_pdbs 1\n"));
+  /* --preempt-evict off (o.preempt_evict false): still exported, 0 */
+  assert_non_null(strstr(text, "\ngpufrac_preempt_evictions_total 0\n"));
   assert_int_equal(gf_sched_kube_step(f, GF_SCHED_KUBE_PDBS, &d), 0);
   assert_string_equal(preempt_victim(s, &code, buf, sizeof(buf)), "u-w");
   gf_sched_kube_free(f);

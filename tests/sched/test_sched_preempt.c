@@ -511,9 +511,9 @@ static void budgets_unlisted_no_answer(void **st_) {
   gf_sched_free(s);
 }
 
-/* The selector rules, one pod at a time. */
-static bool matches(const char *sel, const char *pod_ns, json_t *labels,
-                    const char *disrupted) {
+/* The selector rules, one pod at a time, by rule. */
+static bool matches_by(gf__pdb_rule rule, const char *sel, const char *pod_ns,
+                       json_t *labels, const char *disrupted) {
   gf__pdb *db = gf__pdb_new();
   budget(db, "ml", "b", sel, 1, disrupted);
   json_t *p = json_pack("{s:{s:s,s:s,s:s,s:o}}", "metadata", "uid", "u1",
@@ -524,10 +524,16 @@ static bool matches(const char *sel, const char *pod_ns, json_t *labels,
   uint64_t m;
   bool always;
   gf__pdb_view v;
-  gf__pdb_match(db, uids, 1, &m, &always, &v);
+  gf__pdb_match(db, rule, uids, 1, &m, &always, &v);
   gf__pdb_free(db);
   assert_false(always);
   return m != 0;
+}
+
+/* As kube-scheduler's preemption counts (the preempt verb). */
+static bool matches(const char *sel, const char *pod_ns, json_t *labels,
+                    const char *disrupted) {
+  return matches_by(GF__PDB_SCHEDULER, sel, pod_ns, labels, disrupted);
 }
 
 static void selector_rules(void **st_) {
@@ -568,6 +574,22 @@ static void selector_rules(void **st_) {
                        "ml", L("{s:s}", "app", "q"), NULL));
   assert_false(matches("{\"matchLabels\":{\"app\":3}}", "ml",
                        L("{s:s}", "app", "3"), NULL));
+  /* policy/v1, as the Eviction API counts for gpufrac's own evictions:
+   * an empty selector matches every pod of its namespace, labels or not;
+   * a missing or refused one nothing; a pod without labels can match */
+  gf__pdb_rule ev = GF__PDB_EVICTION;
+  assert_true(matches_by(ev, "{}", "ml", L("{s:s}", "app", "q"), NULL));
+  assert_true(matches_by(ev, "{}", "ml", L("{}"), NULL));
+  assert_true(matches_by(ev, "{\"matchLabels\":{}}", "ml", L("{}"), NULL));
+  assert_false(matches_by(ev, "{}", "other", L("{}"), NULL));
+  assert_false(matches_by(ev, "{}", "ml", L("{}"), "p1"));
+  assert_false(matches_by(ev, NULL, "ml", L("{s:s}", "app", "q"), NULL));
+  assert_false(matches_by(ev, "{\"matchLabels\":{\"app\":3}}", "ml",
+                          L("{s:s}", "app", "3"), NULL));
+  assert_true(matches_by(ev, notin, "ml", L("{}"), NULL));
+  assert_true(matches_by(ev, ml, "ml",
+                         L("{s:s,s:s}", "app", "web", "tier", "a"), NULL));
+  assert_false(matches_by(ev, ml, "ml", L("{s:s}", "app", "web"), NULL));
 #undef L
   /* a budget without a namespace is refused with the field named */
   gf__pdb *db = gf__pdb_new();
