@@ -808,6 +808,25 @@ static int dra_score(void *u, const json_t *pod, const char *node,
   return gf_sched_dra_score(u, pod, node, score);
 }
 
+/* The DRA feed (--dra score|allocate) into *out; with the autoscaler
+ * bridge on, its claim-only pods are the bridge's demand too
+ * (docs/autoscaling.md, "DRA-mode pods").  0 or GF_EXIT_FAIL (said). */
+static int dra_feed(const opts *o, gf_kube_config *kc, gf_sched **s,
+                    gf_sched_dra **out) {
+  gf_diag d = {""};
+  gf_sched_dra_opts dopt = {.policy = o->policy,
+                            .allocate = o->dra == 2,
+                            .is_leader = dra_leader,
+                            .leader_user = s};
+  if (gf_sched_dra_new(kc, NULL, &dopt, out, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
+    return GF_EXIT_FAIL;
+  }
+  if (o->autoscale)
+    gf_sched_dra_autoscale(*out);
+  return 0;
+}
+
 int cmd_scheduler(int argc, char **argv) {
   opts o;
   memset(&o, 0, sizeof(o));
@@ -861,17 +880,8 @@ int cmd_scheduler(int argc, char **argv) {
     if ((rc = make_binder(&o, kc, &kb)))
       goto out;
   }
-  if (kc && o.dra) {
-    gf_sched_dra_opts dopt = {.policy = o.policy,
-                              .allocate = o.dra == 2,
-                              .is_leader = dra_leader,
-                              .leader_user = &s};
-    if (gf_sched_dra_new(kc, NULL, &dopt, &dra, &d)) {
-      fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
-      rc = GF_EXIT_FAIL;
-      goto out;
-    }
-  }
+  if (kc && o.dra && (rc = dra_feed(&o, kc, &s, &dra)))
+    goto out;
   gf_sched_config cfg = {.policy = o.policy,
                          .binder = gf_sched_kube_binder_get(kb),
                          .max_body = (size_t)o.max_body,
@@ -970,7 +980,8 @@ out:
    * the feed, which releases the Lease. */
   if (srv)
     gf_sched_server_free(srv);
-  gf_sched_dra_free(dra); /* before s: its placer asks s who leads */
+  gf_sched_dra_autoscale(NULL); /* the bridge's pass may read dra */
+  gf_sched_dra_free(dra);       /* before s: its placer asks s who leads */
   gf_sched_kube_free(feed);
   gf_sched_free(s);
   gf_sched_kube_binder_free(kb);

@@ -656,6 +656,31 @@ static void placeholder_gone(gf__as *a, const char *name) {
   phold_remove(a, name);
 }
 
+/* A claim-only pod seen (pod's spec; req: gf__pod_parse's, its CPU and
+ * memory): its GPUs stay the last DRA view's, its demand is decided each
+ * pass (dra_pods). */
+static void dra_update(wpod *w, const gf_request *req, const json_t *spec,
+                       bool unsched) {
+  gf_request gpu = w->req;
+  w->req = *req;
+  w->req.model_mask = 0;
+  if (w->dra) {
+    w->req.gpu_count = gpu.gpu_count;
+    w->req.gpu_milli = gpu.gpu_milli;
+    w->req.gpu_mem_bytes = gpu.gpu_mem_bytes;
+    w->req.mode = gpu.mode;
+  }
+  w->dra = true;
+  w->gated = false;
+  size_t gi;
+  const json_t *ge;
+  json_array_foreach(json_object_get(spec, "schedulingGates"), gi, ge) {
+    const char *gn = json_string_value(json_object_get(ge, "name"));
+    w->gated = w->gated || (gn && strcmp(gn, GF_DRA_GATE) == 0);
+  }
+  w->cond_unsched = unsched;
+}
+
 void gf__as_pod_update(gf__as *a, const json_t *pod) {
   const char *name;
   if (!json_is_object(pod))
@@ -725,28 +750,13 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
   gf__free(w->models);
   w->group = group;
   w->models = models;
-  gf_request gpu = w->req; /* a DRA pod's GPUs: the last view's */
-  w->req = p->req;
-  w->req.model_mask = 0;
   if (dra) {
-    if (w->dra) {
-      w->req.gpu_count = gpu.gpu_count;
-      w->req.gpu_milli = gpu.gpu_milli;
-      w->req.gpu_mem_bytes = gpu.gpu_mem_bytes;
-      w->req.mode = gpu.mode;
-    }
-    w->dra = true;
-    w->gated = false;
-    size_t gi;
-    const json_t *ge;
-    json_array_foreach(json_object_get(spec, "schedulingGates"), gi, ge) {
-      const char *gn = json_string_value(json_object_get(ge, "name"));
-      w->gated = w->gated || (gn && strcmp(gn, GF_DRA_GATE) == 0);
-    }
-    w->cond_unsched = unsched; /* demand: dra_apply, each pass */
+    dra_update(w, &p->req, spec, unsched);
     gf__free(p);
     goto out;
   }
+  w->req = p->req;
+  w->req.model_mask = 0;
   if (w->dra) { /* now asking gpufrac resources: a share like any */
     w->dra = false;
     w->unsched = false;
@@ -1756,6 +1766,25 @@ static int decide(gf__as *a, int64_t now, action *act) {
   return rc ? -rc : n;
 }
 
+/* Logs placeholder ac made (unless quiet). */
+static void log_made(const gf__as *a, const action *ac) {
+  if (a->o.quiet)
+    return;
+  const json_t *res = json_object_get(
+      json_object_get(
+          json_object_get(
+              json_array_get(json_object_get(json_object_get(ac->pod, "spec"),
+                                             "containers"),
+                             0),
+              "resources"),
+          "requests"),
+      a->resource);
+  fprintf(stderr,
+          "gpufrac scheduler: autoscale: placeholder %s/%s asks %s %s "
+          "for pods %.400s\n",
+          a->ns, ac->name, json_string_value(res), a->resource, ac->uids);
+}
+
 int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
                 unsigned *deleted, gf_diag *d) {
   unsigned nm = 0, nd = 0;
@@ -1804,23 +1833,8 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     if (r == 0 && ac->pod) {
       nm++;
       if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false, ac->gpus,
-                    ac->type) == 0 &&
-          !a->o.quiet) {
-        const json_t *res = json_object_get(
-            json_object_get(
-                json_object_get(
-                    json_array_get(
-                        json_object_get(json_object_get(ac->pod, "spec"),
-                                        "containers"),
-                        0),
-                    "resources"),
-                "requests"),
-            a->resource);
-        fprintf(stderr,
-                "gpufrac scheduler: autoscale: placeholder %s/%s asks %s %s "
-                "for pods %.400s\n",
-                a->ns, ac->name, json_string_value(res), a->resource, ac->uids);
-      }
+                    ac->type) == 0)
+        log_made(a, ac);
     } else if (r == 0) {
       nd++;
       int64_t j = ac->keep ? gf__smap_get(&a->pmap, ac->name) : -1;
