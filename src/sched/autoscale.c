@@ -48,11 +48,11 @@ typedef struct wpod {
   char *models;
   gf_request req;
   bool unsched; /* PodScheduled False, reason Unschedulable; a DRA pod:
-                   demand by the DRA view's last word (dra_apply) */
+                   demand by the DRA view's last word (dra_pods) */
   bool unfit;   /* fits no empty node of its group's shape (logged) */
   /* Claims only, no gpufrac resource (docs/autoscaling.md, "DRA-mode
    * pods"): its GPUs are known from the DRA view, its demand decided by
-   * dra_apply each pass. */
+   * dra_pods each pass. */
   bool dra;
   bool gated;        /* DRA: gated GF_DRA_GATE (mode 2) */
   bool cond_unsched; /* DRA: its PodScheduled says Unschedulable (mode 1) */
@@ -93,7 +93,7 @@ typedef struct gnode {
   bool fresh;      /* its GPUs arrived (live); not yet matched (claim) */
   int64_t arrived; /* when */
   char type[64];   /* its GF_AS_TYPE_LABEL; "": none */
-  bool dra;        /* its GPUs are those of its ResourceSlices (dra_apply) */
+  bool dra;        /* its GPUs are those of its ResourceSlices (dra_nodes) */
 } gnode;
 
 /* A Node as the watch sees it, GPUs or not: what a node whose GPUs come

@@ -212,8 +212,13 @@ class DraScenario(tk.Scenario):
 
     def s_on(self):
         """The bridge on: the packing's nodes bought, the pods placed and
-        bound there."""
+        bound there (the pods of off, or made now when run alone)."""
         self.start_dra_extender(True)
+        have = self.pods()
+        for i in range(PODS):
+            if "dra-%d" % i not in have:
+                self.api.create("/api/v1/namespaces/%s/pods" % NS,
+                                self.claim_pod("dra-%d" % i))
         self.report["on"] = self.bought("dra-", [], "mode 2")
 
     def s_score(self):
