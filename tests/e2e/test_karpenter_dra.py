@@ -214,12 +214,14 @@ class DraScenario(tk.Scenario):
         """The bridge on: the packing's nodes bought, the pods placed and
         bound there (the pods of off, or made now when run alone)."""
         self.start_dra_extender(True)
+        t0 = time.monotonic()
         have = self.pods()
         for i in range(PODS):
             if "dra-%d" % i not in have:
                 self.api.create("/api/v1/namespaces/%s/pods" % NS,
                                 self.claim_pod("dra-%d" % i))
-        self.report["on"] = self.bought("dra-", [], "mode 2")
+        self.report["on"] = self.bought("dra-", [], "mode 2", t0,
+                                        "after the bridge came on")
 
     def s_score(self):
         """Mode 1: kube-scheduler allocates; the pods are Unschedulable,
@@ -237,6 +239,7 @@ class DraScenario(tk.Scenario):
         self.allocator = "kube-scheduler"
         self.start_dra_extender(True, "score")
         self.placeholders_seen.clear()
+        t0 = time.monotonic()
         for i in range(PODS):
             self.api.create("/api/v1/namespaces/%s/pods" % NS,
                             self.claim_pod("m1-%d" % i, gated=False))
@@ -246,15 +249,15 @@ class DraScenario(tk.Scenario):
             with open(self.karpenter.logpath, errors="replace") as fh:
                 return any(said in ln and '"m1-' in ln for ln in fh)
         self.wait("Karpenter's verdict on the mode 1 pods", verdict, 60)
-        self.report["score"] = self.bought("m1-", before, "mode 1")
+        self.report["score"] = self.bought("m1-", before, "mode 1", t0,
+                                           "after they were created")
         self.report["score"]["karpenter_alone"] = said
 
-    def bought(self, prefix, before, what):
+    def bought(self, prefix, before, what, t1, since):
         """Waits for the PODS pods named prefix<i> to bind; checks that
         Karpenter bought the packing's nodes (beyond those in before) and
         that every claim is allocated; returns the figures."""
         names = ["%s%d" % (prefix, i) for i in range(PODS)]
-        t1 = time.monotonic()
 
         def bound():
             pods = self.pods(prefix)
@@ -276,10 +279,10 @@ class DraScenario(tk.Scenario):
         claims = [c for c in self.nodeclaims()
                   if c.get("status", {}).get("nodeName") not in before]
         asked = sorted(int(v) for v in self.placeholders_seen.values())
-        log("%s: %d claim-only pods bound %.1f s after the bridge came on, on %s; "
-            "placeholders asked %s GPUs; Karpenter bought %d nodes (%s GPUs), %d "
-            "NodeClaims" % (what, PODS, took, {k: len(v) for k, v in where.items()},
-                            asked, len(nodes), gpus, len(claims)))
+        log(("%s: %d claim-only pods bound %.1f s " + since + ", on %s; "
+             "placeholders asked %s GPUs; Karpenter bought %d nodes (%s GPUs), %d "
+             "NodeClaims") % (what, PODS, took, {k: len(v) for k, v in where.items()},
+                              asked, len(nodes), gpus, len(claims)))
         if set(where) & set(before):
             fail("%s pods bound on nodes there before: %s" % (what, where))
         if gpus != PACKED_GPUS or len(claims) != len(PACKED_GPUS):
@@ -301,7 +304,7 @@ class DraScenario(tk.Scenario):
             labelSelector=tk.PH_LABEL + "=true"), 30)
         return {"pods": PODS, "nodes": len(nodes), "gpus": gpus,
                 "packing": PACKED_GPUS, "placeholders": asked,
-                "bound_after_bridge_on_s": round(took, 1), "whole_gpu_would_ask": PODS}
+                "bound_s": round(took, 1), "bound_since": since, "whole_gpu_would_ask": PODS}
 
     def run(self):
         self.report = {}
