@@ -523,4 +523,11 @@ void gf_sched_dra_stats_get(gf_sched_dra *f, gf_sched_dra_stats *out);
  * the bytes written (0 when they do not fit in cap). */
 size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap);
 
+/* The autoscaler bridge of this process (docs/autoscaling.md, "DRA-mode
+ * pods") takes its DRA view from f: mode 2's gated pods the placer last
+ * found fitting no device (mode 1: unbound pods with claims), their
+ * claims' requests, and the nodes whose slices publish GPUs.  NULL: none
+ * (call it before freeing f; it waits for a pass reading f to end). */
+void gf_sched_dra_autoscale(gf_sched_dra *f);
+
 #endif

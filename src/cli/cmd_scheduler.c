@@ -849,6 +849,8 @@ static int make_dra(const opts *o, gf_kube_config *kc, gf_sched **s,
     fprintf(stderr, "gpufrac scheduler: %s\n", d.msg);
     return GF_EXIT_FAIL;
   }
+  if (o->autoscale)
+    gf_sched_dra_autoscale(*out); /* the bridge reads claim-only pods */
   return 0;
 }
 
@@ -1022,7 +1024,8 @@ out:
    * the feed, which releases the Lease. */
   if (srv)
     gf_sched_server_free(srv);
-  gf_sched_dra_free(dra); /* before s: its placer asks s who leads */
+  gf_sched_dra_autoscale(NULL); /* the bridge's pass may read dra */
+  gf_sched_dra_free(dra);       /* before s: its placer asks s who leads */
   gf_sched_kube_free(feed);
   gf_sched_free(s);
   gf_sched_kube_binder_free(kb);

@@ -19,6 +19,7 @@
 #include "gpufrac/engine.h"
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
+#include "gpufrac/sched_dra.h"
 #include "sched_int.h"
 #include "sched_state.h"
 #include "smap.h"
@@ -46,10 +47,17 @@ typedef struct wpod {
   char *group; /* canonical constraints (see group_of) */
   char *models;
   gf_request req;
-  bool unsched;   /* PodScheduled False, reason Unschedulable */
-  bool unfit;     /* fits no empty node of its group's shape (logged) */
-  int64_t since;  /* first seen unschedulable, this time; 0 when not */
-  uint32_t cover; /* scratch in a pass */
+  bool unsched; /* PodScheduled False, reason Unschedulable; a DRA pod:
+                   demand by the DRA view's last word (dra_pods) */
+  bool unfit;   /* fits no empty node of its group's shape (logged) */
+  /* Claims only, no gpufrac resource (docs/autoscaling.md, "DRA-mode
+   * pods"): its GPUs are known from the DRA view, its demand decided by
+   * dra_pods each pass. */
+  bool dra;
+  bool gated;        /* DRA: gated GF_DRA_GATE (mode 2) */
+  bool cond_unsched; /* DRA: its PodScheduled says Unschedulable (mode 1) */
+  int64_t since;     /* first seen unschedulable, this time; 0 when not */
+  uint32_t cover;    /* scratch in a pass */
 } wpod;
 
 /* A placeholder, made or adopted. */
@@ -85,7 +93,22 @@ typedef struct gnode {
   bool fresh;      /* its GPUs arrived (live); not yet matched (claim) */
   int64_t arrived; /* when */
   char type[64];   /* its GF_AS_TYPE_LABEL; "": none */
+  bool dra;        /* its GPUs are those of its ResourceSlices (dra_nodes) */
 } gnode;
+
+/* A Node as the watch sees it, GPUs or not: what a node whose GPUs come
+ * from ResourceSlices (which say nothing of the node) is known by. */
+typedef struct nfact {
+  char *name; /* the map's key */
+  char type[64];
+  int64_t cpu_milli, mem_bytes;
+} nfact;
+
+/* The process's DRA view (gf__as_dra_source), for bridges without their
+ * own. */
+static pthread_mutex_t src_mu = PTHREAD_MUTEX_INITIALIZER;
+static gf__as_dra_fn src_fn;
+static void *src_user;
 
 struct gf__as {
   pthread_mutex_t mu;
@@ -112,6 +135,12 @@ struct gf__as {
    * REL_MAX. */
   char *rel[REL_MAX];
   uint32_t nrel;
+  nfact *f; /* every Node watched */
+  uint32_t nf, capf;
+  gf__smap fmap;
+  gf__as_dra_fn dra_fn; /* NULL: the process's (src_fn) */
+  void *dra_user;
+  bool dra_listed; /* a DRA view was applied: its nodes are known */
 };
 
 static int64_t now_of(const gf__as *a) {
@@ -337,6 +366,10 @@ void gf__as_free(gf__as *a) {
   gf__smap_release(&a->gmap);
   for (uint32_t i = 0; i < a->nrel; i++)
     gf__free(a->rel[i]);
+  for (uint32_t i = 0; i < a->nf; i++)
+    gf__free(a->f[i].name);
+  gf__free(a->f);
+  gf__smap_release(&a->fmap);
   pthread_mutex_destroy(&a->mu);
   gf__free(a);
 }
@@ -484,6 +517,12 @@ int gf__as_slim(json_t *slim, const json_t *pod) {
                     json_object_get(spec, "nodeSelector")) ||
         copy_member(ss, "tolerations", json_object_get(spec, "tolerations")))
       return -1;
+    /* a claim-only pod (DRA): its claims and its gate */
+    static const char *const dra_keys[] = {"resourceClaims", "schedulingGates"};
+    for (size_t i = 0; i < 2; i++)
+      if (!json_object_get(ss, dra_keys[i]) &&
+          copy_member(ss, dra_keys[i], json_object_get(spec, dra_keys[i])))
+        return -1;
     const json_t *na =
         json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
     if (na) {
@@ -527,7 +566,7 @@ int gf__as_node_slim(json_t *slim, const json_t *node) {
 /* The scheduling constraints of a pod as one canonical JSON string (sorted
  * keys): nodeSelector, affinity.nodeAffinity, tolerations, the gpu-model
  * annotation.  NULL when out of memory or over GROUP_MAX bytes. */
-static char *group_of(const json_t *pod, const char *models) {
+static char *group_of(const json_t *pod, const char *models, bool dra) {
   const json_t *spec = json_object_get(pod, "spec");
   json_t *g = json_object();
   if (!g)
@@ -544,8 +583,9 @@ static char *group_of(const json_t *pod, const char *models) {
       (json_is_array(tol) && json_array_size(tol) &&
        copy_member(g, "tolerations", tol)) ||
       (models && *models &&
-       json_object_set_new(g, "gpuModel", json_string(models))))
-    goto out;
+       json_object_set_new(g, "gpuModel", json_string(models))) ||
+      (dra && json_object_set_new(g, "dra", json_true())))
+    goto out; /* DRA pods never share a node with device-plugin shares */
   s = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
   if (s && strlen(s) > GROUP_MAX) {
     gf__free(s);
@@ -616,6 +656,31 @@ static void placeholder_gone(gf__as *a, const char *name) {
   phold_remove(a, name);
 }
 
+/* A claim-only pod seen (pod's spec; req: gf__pod_parse's, its CPU and
+ * memory): its GPUs stay the last DRA view's, its demand is decided each
+ * pass (dra_pods). */
+static void dra_update(wpod *w, const gf_request *req, const json_t *spec,
+                       bool unsched) {
+  gf_request gpu = w->req;
+  w->req = *req;
+  w->req.model_mask = 0;
+  if (w->dra) {
+    w->req.gpu_count = gpu.gpu_count;
+    w->req.gpu_milli = gpu.gpu_milli;
+    w->req.gpu_mem_bytes = gpu.gpu_mem_bytes;
+    w->req.mode = gpu.mode;
+  }
+  w->dra = true;
+  w->gated = false;
+  size_t gi;
+  const json_t *ge;
+  json_array_foreach(json_object_get(spec, "schedulingGates"), gi, ge) {
+    const char *gn = json_string_value(json_object_get(ge, "name"));
+    w->gated = w->gated || (gn && strcmp(gn, GF_DRA_GATE) == 0);
+  }
+  w->cond_unsched = unsched;
+}
+
 void gf__as_pod_update(gf__as *a, const json_t *pod) {
   const char *name;
   if (!json_is_object(pod))
@@ -632,10 +697,12 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
   if (!p)
     goto out;
   gf_diag d = {""};
+  const json_t *spec = json_object_get(pod, "spec");
+  bool claims = json_array_size(json_object_get(spec, "resourceClaims")) > 0;
   bool waiting =
-      gf__pod_parse(pod, p, &d) == 0 && p->uid[0] && p->req.gpu_count > 0 &&
-      !p->node[0] && strcmp(p->phase, "Succeeded") != 0 &&
-      strcmp(p->phase, "Failed") != 0 &&
+      gf__pod_parse(pod, p, &d) == 0 && p->uid[0] &&
+      (p->req.gpu_count > 0 || claims) && !p->node[0] &&
+      strcmp(p->phase, "Succeeded") != 0 && strcmp(p->phase, "Failed") != 0 &&
       !json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp");
   if (!waiting) {
     if (p->uid[0])
@@ -650,7 +717,8 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
       st && strcmp(st, "False") == 0 && re && strcmp(re, "Unschedulable") == 0;
   int64_t i = gf__smap_get(&a->wmap, p->uid);
   wpod *w = i >= 0 ? &a->w[i] : NULL;
-  char *group = group_of(pod, p->models);
+  bool dra = p->req.gpu_count == 0; /* claims only */
+  char *group = group_of(pod, p->models, dra);
   char what[2 * GF_NAME_MAX + 2];
   snprintf(what, sizeof(what), "%s/%s", p->ns, p->name);
   if (!group) { /* out of memory or constraints too large: not demand */
@@ -682,8 +750,18 @@ void gf__as_pod_update(gf__as *a, const json_t *pod) {
   gf__free(w->models);
   w->group = group;
   w->models = models;
+  if (dra) {
+    dra_update(w, &p->req, spec, unsched);
+    gf__free(p);
+    goto out;
+  }
   w->req = p->req;
   w->req.model_mask = 0;
+  if (w->dra) { /* now asking gpufrac resources: a share like any */
+    w->dra = false;
+    w->unsched = false;
+    w->since = 0;
+  }
   if (a->o.whole) /* as the extender will place it (sched.c's effective) */
     w->req.gpu_milli = GF_GPU_MILLI;
   if (unsched && !w->unsched)
@@ -748,6 +826,47 @@ static void release_for(gf__as *a, const char *node, const char *type) {
             node, type, a->ns, best->name);
 }
 
+/* Sets dst (64 bytes) to type, or "" when NULL or too long. */
+static void type_copy(char *dst, const char *type) {
+  size_t tl = type ? strlen(type) : 0;
+  dst[0] = '\0';
+  if (type && tl < 64)
+    memcpy(dst, type, tl + 1);
+}
+
+/* Records what the bridge knows of Node n (its type, allocatable CPU and
+ * memory) for a node whose GPUs its ResourceSlices publish.  Out of
+ * memory: not recorded (such a node's GPUs are not counted until the
+ * next update). */
+static void fact_put(gf__as *a, const gf__node *n, const char *type) {
+  int64_t i = gf__smap_get(&a->fmap, n->name);
+  if (i < 0) {
+    char *nm = gf__strdup(n->name);
+    if (!nm || grow((void **)&a->f, &a->capf, a->nf, sizeof(*a->f)) ||
+        gf__smap_put(&a->fmap, nm, a->nf)) {
+      gf__free(nm);
+      return;
+    }
+    i = a->nf++;
+    a->f[i].name = nm;
+  }
+  type_copy(a->f[i].type, type);
+  a->f[i].cpu_milli = n->cpu_milli;
+  a->f[i].mem_bytes = n->mem_bytes;
+}
+
+static void gnode_remove(gf__as *a, const char *name) {
+  int64_t i = gf__smap_get(&a->gmap, name);
+  if (i < 0)
+    return;
+  gf__smap_del(&a->gmap, name);
+  gf__free(a->g[i].name);
+  if ((uint32_t)i != --a->ng) {
+    a->g[i] = a->g[a->ng];
+    gf__smap_put(&a->gmap, a->g[i].name, (uint32_t)i);
+  }
+}
+
 void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   gf__node *n = gf__malloc(sizeof(*n));
   if (!n)
@@ -761,17 +880,18 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   const char *type = json_string_value(json_object_get(
       json_object_get(json_object_get(node, "metadata"), "labels"),
       GF_AS_TYPE_LABEL));
+  if (n->name[0])
+    fact_put(a, n, type);
   if (has == 0 && i < 0 && live && type && n->name[0])
     release_for(a, n->name, type);
+  if (has == 0 && i >= 0 && a->g[i].dra) { /* its GPUs: its slices' */
+    type_copy(a->g[i].type, type);
+    a->g[i].shape.cpu_milli = n->cpu_milli;
+    a->g[i].shape.mem_bytes = n->mem_bytes;
+    goto out;
+  }
   if (has == 0) {
-    if (i >= 0) {
-      gf__smap_del(&a->gmap, n->name);
-      gf__free(a->g[i].name);
-      if ((uint32_t)i != --a->ng) {
-        a->g[i] = a->g[a->ng];
-        gf__smap_put(&a->gmap, a->g[i].name, (uint32_t)i);
-      }
-    }
+    gnode_remove(a, n->name);
     goto out;
   }
   if (i < 0) {
@@ -786,6 +906,7 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
     a->g[a->ng].name = nm;
     i = a->ng++;
   }
+  a->g[i].dra = false;
   gf__as_shape *s = &a->g[i].shape;
   s->ngpus = has;
   s->cpu_milli = n->cpu_milli;
@@ -820,13 +941,14 @@ void gf__as_node_delete(gf__as *a, const json_t *node) {
   if (!name)
     return;
   pthread_mutex_lock(&a->mu);
-  int64_t i = gf__smap_get(&a->gmap, name);
-  if (i >= 0) {
-    gf__smap_del(&a->gmap, name);
-    gf__free(a->g[i].name);
-    if ((uint32_t)i != --a->ng) {
-      a->g[i] = a->g[a->ng];
-      gf__smap_put(&a->gmap, a->g[i].name, (uint32_t)i);
+  gnode_remove(a, name);
+  int64_t f = gf__smap_get(&a->fmap, name);
+  if (f >= 0) {
+    gf__smap_del(&a->fmap, name);
+    gf__free(a->f[f].name);
+    if ((uint32_t)f != --a->nf) {
+      a->f[f] = a->f[a->nf];
+      gf__smap_put(&a->fmap, a->f[f].name, (uint32_t)f);
     }
   }
   for (uint32_t j = 0; j < a->nrel; j++)
@@ -880,6 +1002,8 @@ static int add_shape_node(gf_cluster *c, const gf__as_shape *s, uint32_t k) {
 static gf_request as_booked(const gf__as_shape *shape, const gf_request *r) {
   gf_request b = *r;
   b.model_mask = 0;
+  if (b.gpu_mem_bytes == GF__AS_MEM_WHOLE) /* a DRA share: all its memory */
+    b.gpu_mem_bytes = shape->gpu_mem_bytes;
   if (gf__compute_only(r) && shape->gpu_mem_bytes > 0) {
     int64_t m =
         shape->gpu_mem_bytes / GF_GPU_MILLI * r->gpu_milli +
@@ -973,6 +1097,152 @@ out:
   gf__free(used);
   gf__free(booked);
   return rc;
+}
+
+/* ---- DRA-mode pods ----------------------------------------------------- */
+
+#define MIB (1LL << 20)
+
+int gf__as_dra_request(const gf__as_dra_req *r, uint32_t n, gf_request *out) {
+  if (!r || n == 0 || n > GF__AS_DRA_REQS)
+    return GF_EINVAL;
+  uint64_t gpus = 0;
+  for (uint32_t i = 0; i < n; i++)
+    gpus += r[i].whole ? r[i].count : 1;
+  if (gpus == 0 || gpus > GF_MAX_GPUS_PER_NODE)
+    return GF_EINVAL;
+  out->gpu_count = (uint32_t)gpus;
+  out->compute_pct = 0;
+  if (n > 1 || r[0].whole) { /* whole GPUs */
+    out->gpu_milli = GF_GPU_MILLI;
+    out->gpu_mem_bytes = 0;
+    out->mode = GF_MODE_EXCLUSIVE;
+    return 0;
+  }
+  /* One share, as the agent's requestPolicy rounds it (docs/dra-node.md):
+   * cores 1 to 100, default 100; memory at least 256Mi in MiB steps,
+   * default all of it. */
+  int64_t c = r[0].has_cores ? r[0].cores : 100;
+  c = c < 1 ? 1 : c > 100 ? 100 : c;
+  out->gpu_milli = (int32_t)(c * (GF_GPU_MILLI / 100));
+  out->gpu_mem_bytes = GF__AS_MEM_WHOLE;
+  if (r[0].has_mem) {
+    int64_t m = r[0].mem < 256 * MIB ? 256 * MIB : r[0].mem;
+    out->gpu_mem_bytes = m > INT64_MAX - MIB ? m : (m + MIB - 1) / MIB * MIB;
+  }
+  out->mode = GF_MODE_SHARED;
+  return 0;
+}
+
+void gf__as_set_dra(gf__as *a, gf__as_dra_fn fn, void *user) {
+  pthread_mutex_lock(&a->mu);
+  a->dra_fn = fn;
+  a->dra_user = user;
+  pthread_mutex_unlock(&a->mu);
+}
+
+void gf__as_dra_source(gf__as_dra_fn fn, void *user) {
+  pthread_mutex_lock(&src_mu);
+  src_fn = fn;
+  src_user = user;
+  pthread_mutex_unlock(&src_mu);
+}
+
+/* The DRA view for a pass (taken without a->mu: the feed takes its own
+ * lock).  false: none (no source, or it could not say). */
+static bool dra_view(gf__as *a, gf__as_dra_view *v) {
+  pthread_mutex_lock(&a->mu);
+  gf__as_dra_fn fn = a->dra_fn;
+  void *user = a->dra_user;
+  pthread_mutex_unlock(&a->mu);
+  memset(v, 0, sizeof(*v));
+  if (fn)
+    return fn(user, v) == 0;
+  pthread_mutex_lock(&src_mu);
+  bool ok = src_fn && src_fn(src_user, v) == 0;
+  pthread_mutex_unlock(&src_mu);
+  return ok;
+}
+
+/* The DRA pods' demand by view v: a claim-only pod the bridge watches is
+ * demand when v lists it, gated and found fitting no device (mode 2), or
+ * not gated while its PodScheduled says Unschedulable (mode 1); its GPUs
+ * are its claims' requests.  Under a->mu. */
+static void dra_pods(gf__as *a, const gf__as_dra_view *v, int64_t now) {
+  gf__smap ix = {0};
+  bool ok = true;
+  for (size_t k = 0; k < v->npods && ok; k++)
+    ok = gf__smap_put(&ix, v->pods[k].uid, (uint32_t)k) == 0;
+  for (uint32_t i = 0; ok && i < a->nw; i++) {
+    wpod *w = &a->w[i];
+    if (!w->dra)
+      continue;
+    int64_t j = gf__smap_get(&ix, w->uid);
+    const gf__as_dra_pod *p = j >= 0 ? &v->pods[j] : NULL;
+    bool demand = p && (p->gated ? w->gated : !w->gated && w->cond_unsched) &&
+                  gf__as_dra_request(p->req, p->nreq, &w->req) == 0;
+    if (demand && !w->unsched)
+      w->since = now;
+    w->unsched = demand;
+    if (!demand)
+      w->since = 0;
+  }
+  gf__smap_release(&ix);
+}
+
+/* The nodes whose GPUs view v's ResourceSlices publish, as GPU nodes (a
+ * Node the watch has seen, its type and allocatable from there); one new
+ * after the first view is new capacity, as a Node's inventory is.  DRA
+ * nodes v no longer lists go.  Under a->mu. */
+static void dra_nodes(gf__as *a, const gf__as_dra_view *v, int64_t now) {
+  gf__smap seen = {0};
+  for (size_t k = 0; k < v->nnodes; k++) {
+    const gf__as_dra_node *dn = &v->nodes[k];
+    int64_t f = gf__smap_get(&a->fmap, dn->name);
+    int64_t i = gf__smap_get(&a->gmap, dn->name);
+    if (dn->ngpus == 0 || f < 0 || (i >= 0 && !a->g[i].dra) ||
+        gf__smap_put(&seen, a->f[f].name, 1))
+      continue;
+    uint32_t had = i >= 0 ? a->g[i].shape.ngpus : 0;
+    if (i < 0) {
+      char *nm = gf__strdup(dn->name);
+      if (!nm || grow((void **)&a->g, &a->capg, a->ng, sizeof(*a->g)) ||
+          gf__smap_put(&a->gmap, nm, a->ng)) {
+        gf__free(nm);
+        continue;
+      }
+      memset(&a->g[a->ng], 0, sizeof(a->g[a->ng]));
+      a->g[a->ng].name = nm;
+      a->g[a->ng].dra = true;
+      i = a->ng++;
+    }
+    gnode *g = &a->g[i];
+    g->shape.ngpus =
+        dn->ngpus > GF_MAX_GPUS_PER_NODE ? GF_MAX_GPUS_PER_NODE : dn->ngpus;
+    g->shape.gpu_mem_bytes = dn->gpu_mem_bytes;
+    g->shape.cpu_milli = a->f[f].cpu_milli;
+    g->shape.mem_bytes = a->f[f].mem_bytes;
+    snprintf(g->shape.model, sizeof(g->shape.model), "%s", dn->model);
+    memcpy(g->type, a->f[f].type, sizeof(g->type));
+    if (a->dra_listed && g->shape.ngpus > had) {
+      a->cap_at = now;
+      g->fresh = true;
+      g->arrived = now;
+      if (!a->o.quiet)
+        fprintf(stderr,
+                "gpufrac scheduler: autoscale: GPU capacity arrived (node %s, "
+                "%u GPUs in its ResourceSlices): placeholders bound there go\n",
+                g->name, g->shape.ngpus);
+    }
+  }
+  for (uint32_t i = 0; i < a->ng;) {
+    if (a->g[i].dra && gf__smap_get(&seen, a->g[i].name) < 0)
+      gnode_remove(a, a->g[i].name); /* swaps the last one in */
+    else
+      i++;
+  }
+  gf__smap_release(&seen);
+  a->dra_listed = true;
 }
 
 /* ---- a pass ------------------------------------------------------------- */
@@ -1496,6 +1766,25 @@ static int decide(gf__as *a, int64_t now, action *act) {
   return rc ? -rc : n;
 }
 
+/* Logs placeholder ac made (unless quiet). */
+static void log_made(const gf__as *a, const action *ac) {
+  if (a->o.quiet)
+    return;
+  const json_t *res = json_object_get(
+      json_object_get(
+          json_object_get(
+              json_array_get(json_object_get(json_object_get(ac->pod, "spec"),
+                                             "containers"),
+                             0),
+              "resources"),
+          "requests"),
+      a->resource);
+  fprintf(stderr,
+          "gpufrac scheduler: autoscale: placeholder %s/%s asks %s %s "
+          "for pods %.400s\n",
+          a->ns, ac->name, json_string_value(res), a->resource, ac->uids);
+}
+
 int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
                 unsigned *deleted, gf_diag *d) {
   unsigned nm = 0, nd = 0;
@@ -1508,10 +1797,18 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
   action *act = gf__calloc(PASS_MAX, sizeof(*act));
   if (!act)
     return gf_diag_set(d, GF_ENOMEM, "out of memory");
+  gf__as_dra_view v;
+  bool have = dra_view(a, &v);
   pthread_mutex_lock(&a->mu);
   int64_t now = now_of(a);
+  if (have) {
+    dra_nodes(a, &v, now);
+    dra_pods(a, &v, now);
+  }
   int n = now < a->retry_at ? 0 : decide(a, now, act);
   pthread_mutex_unlock(&a->mu);
+  gf__free(v.pods);
+  gf__free(v.nodes);
   if (n < 0) {
     gf__free(act);
     return gf_diag_set(d, -n, "autoscale: %s", gf_strerror(-n));
@@ -1536,23 +1833,8 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     if (r == 0 && ac->pod) {
       nm++;
       if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false, ac->gpus,
-                    ac->type) == 0 &&
-          !a->o.quiet) {
-        const json_t *res = json_object_get(
-            json_object_get(
-                json_object_get(
-                    json_array_get(
-                        json_object_get(json_object_get(ac->pod, "spec"),
-                                        "containers"),
-                        0),
-                    "resources"),
-                "requests"),
-            a->resource);
-        fprintf(stderr,
-                "gpufrac scheduler: autoscale: placeholder %s/%s asks %s %s "
-                "for pods %.400s\n",
-                a->ns, ac->name, json_string_value(res), a->resource, ac->uids);
-      }
+                    ac->type) == 0)
+        log_made(a, ac);
     } else if (r == 0) {
       nd++;
       int64_t j = ac->keep ? gf__smap_get(&a->pmap, ac->name) : -1;

@@ -233,4 +233,74 @@ typedef struct gf__as_bin {
 int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
                 uint32_t *bin_of, gf__as_bin *bins, size_t *nbins, gf_diag *d);
 
+/* ---- DRA-mode pods (docs/autoscaling.md, "DRA-mode pods") ------------- */
+
+/* A pod that asks GPUs only through ResourceClaims (no gpufrac.io/gpu
+ * resource) is demand too: in mode 1 (kube-scheduler allocates) when it
+ * is unschedulable like a share, in mode 2 (gpufrac's placer allocates,
+ * the pod gated GF_DRA_GATE) when the placer last found no device for it.
+ * Its size comes from its claims' requests, read by the DRA feed
+ * (gf_dra_claim_parse), taken at the start of each pass through a
+ * gf__as_dra_fn.  A node whose gpufrac ResourceSlices list GPUs is GPU
+ * capacity as a node with an inventory is (the DRA agent publishes none). */
+
+#define GF__AS_DRA_REQS 8 /* requests of one pod kept */
+#define GF__AS_MEM_WHOLE                                                       \
+  -1 /* gf_request.gpu_mem_bytes: the GPU's whole                              \
+        memory (a DRA share naming no memory gets                              \
+        the device's default, all of it) */
+
+typedef struct gf__as_dra_req {
+  bool whole;     /* whole GPUs (count of them); else one share */
+  uint32_t count; /* whole: how many */
+  bool has_mem, has_cores;
+  int64_t mem, cores; /* bytes; percent of a GPU (the agent's cores) */
+} gf__as_dra_req;
+
+typedef struct gf__as_dra_pod {
+  char uid[64];
+  bool gated; /* mode 2: gated GF_DRA_GATE, and found fitting no device */
+  uint32_t nreq;
+  gf__as_dra_req req[GF__AS_DRA_REQS];
+} gf__as_dra_pod;
+
+typedef struct gf__as_dra_node {
+  char name[254];
+  uint32_t ngpus;        /* devices of type gpu in its gpufrac slices */
+  int64_t gpu_mem_bytes; /* the smallest one's memory */
+  char model[GF_GPU_MODEL_MAX];
+} gf__as_dra_node;
+
+/* What the DRA feed says at one moment: the claim-only pods that may be
+ * demand (mode 1: unbound, not gated, with gpufrac claims none of which
+ * is allocated; mode 2: gated and found fitting no device, none
+ * allocated), and the nodes whose GPUs its slices publish.  Arrays
+ * allocated with gf__malloc, freed by the bridge. */
+typedef struct gf__as_dra_view {
+  gf__as_dra_pod *pods;
+  size_t npods;
+  gf__as_dra_node *nodes;
+  size_t nnodes;
+} gf__as_dra_view;
+
+/* Fills *v (zeroed by the caller).  0, or a GF_E* code (nothing to free). */
+typedef int (*gf__as_dra_fn)(void *user, gf__as_dra_view *v);
+
+/* The DRA view this bridge takes each pass (fn NULL: the process's, below). */
+void gf__as_set_dra(gf__as *a, gf__as_dra_fn fn, void *user);
+/* The process's DRA view, for every bridge without one of its own (the
+ * scheduler sets it from its DRA feed: gf_sched_dra_autoscale).  Setting
+ * NULL waits for a pass calling the old one to return. */
+void gf__as_dra_source(gf__as_dra_fn fn, void *user);
+
+/* A DRA pod's requests as one engine request's GPU part (gpu_count,
+ * gpu_milli, gpu_mem_bytes, mode; the rest of *out kept): one share is
+ * its cores (percent, 1 to 100; none named: 100) as milli and its memory
+ * rounded up as the agent's policy asks (at least 256Mi, a MiB step; none
+ * named: GF__AS_MEM_WHOLE); whole GPUs their count; several requests are
+ * packed as that many whole GPUs (a share's GPU is not known to be shared
+ * with the pod's other requests).  GF_EINVAL for no request or over
+ * GF_MAX_GPUS_PER_NODE GPUs. */
+int gf__as_dra_request(const gf__as_dra_req *r, uint32_t n, gf_request *out);
+
 #endif

@@ -94,4 +94,9 @@ bool gf__dra_model_impossible(const gf_dra_model *m, const gf_dra_claim *c,
  * PodScheduled time.  now_us: the clock (microseconds since the epoch). */
 bool gf__dra_pod_loading(const struct json_t *pod, int64_t now_us);
 
+/* The placer's word on gated pod `key` (ns/name) for the autoscaler
+ * bridge (drafeed.c, "the autoscaler bridge's view"): its claims fit no
+ * device (nofit), or they did.  Call with f->mu held. */
+void gf__dra_as_note(gf_sched_dra *f, const char *key, bool nofit);
+
 #endif

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "autoscale.h"
 #include "defrag.h"
 #include "dra_int.h"
 #include "gpufrac/error.h"
@@ -1590,6 +1591,7 @@ static int decide(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl, int n,
     if (!rc && !(rc = model_fresh(f, d)))
       rc = place_weighted(f, cl, n, pod, rnd, sizeof(rnd), res, nres, node, d);
   }
+  gf__dra_as_note(f, key, rc == GF_ENOFIT); /* the autoscaler's demand */
   if (rc == GF_ENOFIT)
     f->st.nofit++;
   else if (rc)
@@ -2225,4 +2227,141 @@ size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
                "pods share it.",
                booked_mem(feed));
   return gf__buf_error(&b) ? 0 : b.len;
+}
+
+/* ---- the autoscaler bridge's view (docs/autoscaling.md, "DRA-mode pods")
+ *
+ * The placer's last word per gated pod (gf__dra_as_note, from decide):
+ * found fitting no device, or not.  Kept beside the feed (keys "<feed>
+ * <ns>/<name>"), under as_mu, taken inside f->mu. */
+
+static pthread_mutex_t as_mu = PTHREAD_MUTEX_INITIALIZER;
+static store as_nofit = {.drop = free};
+
+static void as_key(const gf_sched_dra *f, const char *key, char *buf,
+                   size_t cap) {
+  snprintf(buf, cap, "%p %s", (const void *)f, key);
+}
+
+void gf__dra_as_note(gf_sched_dra *f, const char *key, bool nofit) {
+  char k[KEY_MAX + 32];
+  as_key(f, key, k, sizeof(k));
+  pthread_mutex_lock(&as_mu);
+  if (!nofit)
+    store_del(&as_nofit, k);
+  else if (!store_get(&as_nofit, k)) {
+    char *v = gf__strdup("1");
+    if (v)
+      (void)store_put(&as_nofit, k, v); /* out of memory: not demand now */
+  }
+  pthread_mutex_unlock(&as_mu);
+}
+
+/* Pod's claims as the bridge's record (*out): every claim known, none
+ * allocated, each request a share or whole GPUs, at most GF__AS_DRA_REQS.
+ * false when not so.  f->mu held. */
+static bool as_pod(gf_sched_dra *f, const json_t *pod, bool gated,
+                   gf__as_dra_pod *out) {
+  const gf_dra_claim *cl[CLAIMS_PER_POD];
+  const char *uid = jstr(pod, "metadata", "uid");
+  int n = claims_ref(f, pod, cl, CLAIMS_PER_POD);
+  if (n <= 0 || !uid || strlen(uid) >= sizeof(out->uid))
+    return false;
+  memset(out, 0, sizeof(*out));
+  snprintf(out->uid, sizeof(out->uid), "%s", uid);
+  out->gated = gated;
+  for (int i = 0; i < n; i++) {
+    if (cl[i]->allocated || cl[i]->constraints)
+      return false;
+    for (uint32_t j = 0; j < cl[i]->nreq; j++) {
+      const gf_dra_request *r = &cl[i]->req[j];
+      if (r->kind == GF_DRA_OTHER || out->nreq == GF__AS_DRA_REQS)
+        return false;
+      out->req[out->nreq++] = (gf__as_dra_req){.whole = r->kind == GF_DRA_WHOLE,
+                                               .count = r->count,
+                                               .has_mem = r->has_mem,
+                                               .mem = r->mem,
+                                               .has_cores = r->has_cores,
+                                               .cores = r->cores};
+    }
+  }
+  return out->nreq > 0;
+}
+
+/* The nodes whose gpufrac slices list GPUs (devices of type gpu), into
+ * v->nodes.  f->mu held; v->nodes has room for every slice. */
+static void as_nodes(gf_sched_dra *f, gf__as_dra_view *v) {
+  gf__smap ix = {0};
+  for (uint32_t i = 0; i < f->slices.n; i++) {
+    const gf_dra_slice *sl = f->slices.vals[i];
+    if (!sl->ours || !sl->node[0])
+      continue;
+    int64_t k = gf__smap_get(&ix, sl->node);
+    if (k < 0) {
+      if (gf__smap_put(&ix, sl->node, (uint32_t)v->nnodes))
+        continue;
+      k = (int64_t)v->nnodes++;
+      memset(&v->nodes[k], 0, sizeof(v->nodes[k]));
+      snprintf(v->nodes[k].name, sizeof(v->nodes[k].name), "%s", sl->node);
+    }
+    gf__as_dra_node *dn = &v->nodes[k];
+    for (uint32_t d = 0; d < sl->ndevices; d++) {
+      const gf_dra_device *dev = &sl->devices[d];
+      if (strcmp(dev->type, "gpu") != 0)
+        continue;
+      int64_t mem = dev->mem.present ? dev->mem.value : 0;
+      if (dn->ngpus == 0 || mem < dn->gpu_mem_bytes)
+        dn->gpu_mem_bytes = mem;
+      if (dn->ngpus++ == 0)
+        snprintf(dn->model, sizeof(dn->model), "%s", dev->product);
+    }
+  }
+  gf__smap_release(&ix);
+}
+
+/* A gf__as_dra_fn: mode 2's gated pods the placer last found fitting no
+ * device, or mode 1's unbound pods with claims, and the nodes of the
+ * slices.  GF_ESTATE before the informers have listed. */
+static int as_view(void *feed, gf__as_dra_view *v) {
+  gf_sched_dra *f = feed;
+  if (!gf_sched_dra_synced(f))
+    return GF_ESTATE;
+  pthread_mutex_lock(&f->mu);
+  pthread_mutex_lock(&as_mu);
+  char pre[32];
+  int pl = snprintf(pre, sizeof(pre), "%p ", (void *)f);
+  for (uint32_t i = 0; i < as_nofit.n;) { /* notes of pods gone or lifted */
+    const char *k = as_nofit.keys[i];
+    if (strncmp(k, pre, (size_t)pl) == 0 && !store_get(&f->pods, k + pl))
+      store_del(&as_nofit, k); /* swaps the last one in */
+    else
+      i++;
+  }
+  const store *from = f->allocate ? &f->pods : &f->holders;
+  v->pods = gf__calloc(from->n + 1, sizeof(*v->pods));
+  v->nodes = gf__calloc(f->slices.n + 1, sizeof(*v->nodes));
+  int rc = v->pods && v->nodes ? 0 : GF_ENOMEM;
+  for (uint32_t i = 0; !rc && i < from->n; i++) {
+    char k[KEY_MAX + 32];
+    as_key(f, from->keys[i], k, sizeof(k));
+    const json_t *pod = from->vals[i];
+    bool want = f->allocate ? store_get(&as_nofit, k) != NULL
+                            : !jstr(pod, "spec", "nodeName");
+    if (want && as_pod(f, pod, f->allocate, &v->pods[v->npods]))
+      v->npods++;
+  }
+  if (!rc)
+    as_nodes(f, v);
+  pthread_mutex_unlock(&as_mu);
+  pthread_mutex_unlock(&f->mu);
+  if (rc) {
+    gf__free(v->pods);
+    gf__free(v->nodes);
+    memset(v, 0, sizeof(*v));
+  }
+  return rc;
+}
+
+void gf_sched_dra_autoscale(gf_sched_dra *f) {
+  gf__as_dra_source(f ? as_view : NULL, f);
 }

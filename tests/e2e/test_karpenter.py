@@ -47,7 +47,9 @@ device plugin registers.
   dra      a claim-only (DRA) pod no ResourceSlice can serve: Karpenter
            buys nothing ("skipping pod with Dynamic Resource Allocation
            requirements, not yet supported by Karpenter", its default
-           IGNORE_DRA_REQUESTS=true) and the bridge makes no placeholder.
+           IGNORE_DRA_REQUESTS=true) and the bridge, here without --dra
+           (no DRA feed to size claims with), makes no placeholder; with
+           --dra it does: test_karpenter_dra.py.
   consolidate  the shares deleted; eight whole-GPU pods the user protects
            (karpenter.sh/do-not-disrupt) keep the 8-GPU node full (its
            nvidia.com/gpu looks free: the bridge's placeholders keep off
