@@ -854,6 +854,13 @@ static int make_dra(const opts *o, gf_kube_config *kc, gf_sched **s,
   return 0;
 }
 
+/* Frees the DRA feed, unlinked from the bridge first (its pass may read
+ * the feed). */
+static void free_dra(gf_sched_dra *dra) {
+  gf_sched_dra_autoscale(NULL);
+  gf_sched_dra_free(dra);
+}
+
 /* /metrics: the kube feed's lines, then the DRA feed's. */
 typedef struct metrics_both {
   gf_sched_kube *kube;
@@ -1024,8 +1031,7 @@ out:
    * the feed, which releases the Lease. */
   if (srv)
     gf_sched_server_free(srv);
-  gf_sched_dra_autoscale(NULL); /* the bridge's pass may read dra */
-  gf_sched_dra_free(dra);       /* before s: its placer asks s who leads */
+  free_dra(dra); /* before s: its placer asks s who leads */
   gf_sched_kube_free(feed);
   gf_sched_free(s);
   gf_sched_kube_binder_free(kb);
