@@ -167,6 +167,10 @@ typedef struct gf_dra_request {
   bool has_mem, has_cores;
   int64_t mem, cores;
   char why[96]; /* GF_DRA_OTHER: what makes it so */
+  /* The first capacity the request names other than memory and cores
+   * ("" when none): gpufrac's devices publish no other, so the request
+   * never fits (kube-scheduler refuses it too). */
+  char other_cap[GF_DRA_LABEL_MAX];
 } gf_dra_request;
 
 typedef struct gf_dra_result {
@@ -473,6 +477,9 @@ typedef struct gf_sched_dra_stats {
                            found over capacity (each gets a DRAOverfilled
                            Event); with one allocator per device, 0 */
   uint64_t errors;      /* API or parse errors */
+  uint64_t refused;     /* gated pods gpufrac refuses to place (beyond a limit,
+                           or a request no device of its can take), once per
+                           pod and reason: they stay gated with a Warning */
   uint64_t preemptions; /* mode 2 preemptions begun (victims chosen) */
   uint64_t preempt_evicted; /* pods evicted for them */
   uint64_t preempt_refused; /* evictions refused (each ends its preemption) */

@@ -1506,6 +1506,158 @@ static void test_dra_guard(void **state) {
   }
 }
 
+/* ---- issue 27: what the classes select, overbooked devices, limits ----- */
+
+/* file's slice as node/pool `node` (metadata.name made unique), with the
+ * allocator taint. */
+static void slice_as(const char *file, const char *node, gf_dra_slice *s) {
+  json_t *j = fixture(file);
+  json_t *spec = json_object_get(j, "spec");
+  char nm[64];
+  snprintf(nm, sizeof(nm), "%s-gpu.gpufrac.io-0", node);
+  json_object_set_new(json_object_get(j, "metadata"), "name", json_string(nm));
+  json_object_set_new(spec, "nodeName", json_string(node));
+  json_object_set_new(json_object_get(spec, "pool"), "name", json_string(node));
+  size_t i;
+  json_t *dev;
+  json_array_foreach(json_object_get(spec, "devices"), i, dev)
+      json_object_set_new(dev, "taints",
+                          json_loads("[" OWN_TAINT "]", 0, NULL));
+  gf_diag d = {""};
+  if (gf_dra_slice_parse(j, s, &d))
+    fail_msg("%s: %s", file, d.msg);
+  json_decref(j);
+}
+
+/* A whole-GPU claim goes only on a device its class selects (mode
+ * exclusive), never as a share of an empty shared device; a share never on
+ * an exclusive one. */
+static void test_class_selects_mode(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_gpufrac("dra_slice_shared.json", &s);
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_model *m = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_model_new(sl, 1, NULL, 0, NULL, &m, &d), 0);
+  gf_dra_claim w;
+  claim_of(claim_json("w", GF_DRA_CLASS_WHOLE, -1, -1), &w);
+  const gf_dra_claim *pw[] = {&w};
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  assert_int_equal(
+      gf_dra_model_place(m, pw, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+      0);
+  assert_string_equal(res[0][0].device, "gpu-1");
+  /* gpu-0 is empty but shared: the whole class does not select it */
+  d.msg[0] = '\0';
+  assert_int_equal(
+      gf_dra_model_place(m, pw, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+      GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "whole device"));
+  assert_null(strstr(d.msg, "0 bytes"));
+  int64_t um, uc;
+  uint32_t na;
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  assert_int_equal(na, 0);
+  gf_dra_model_free(m);
+  free(res);
+  gf_dra_slice_release(&s);
+}
+
+/* One overbooked device (its slice shrank under its claims) counts as
+ * full: the pod goes to another node; with none, the reason names the
+ * device's node. */
+static void test_overbooked_alone(void **state) {
+  (void)state;
+  gf_dra_slice s1, s2;
+  slice_as("dra_slice_shared.json", "n1", &s1);
+  slice_as("dra_slice_shared.json", "n2", &s2);
+  gf_dra_claim c[5]; /* 5 x 20Gi on n1/gpu-0 (80Gi) */
+  const gf_dra_claim *cl[5];
+  for (int i = 0; i < 5; i++) {
+    claim_of(fixture("dra_claim_allocated.json"), &c[i]);
+    cl[i] = &c[i];
+  }
+  gf_dra_claim a;
+  claim_of(claim_json("a", NULL, 10 * GiB, 10), &a);
+  const gf_dra_claim *pa[] = {&a};
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  for (int both = 1; both >= 0; both--) {
+    const gf_dra_slice *sl[] = {&s1, &s2};
+    gf_dra_model *m = NULL;
+    assert_int_equal(gf_dra_model_new(sl, both ? 2 : 1, cl, 5, NULL, &m, &d),
+                     0);
+    assert_true(gf_dra_model_conflicts(m) >= 1);
+    for (int k = 0; both && k < 3; k++) {
+      int rc = gf_dra_model_place(m, pa, 1, 0, RND, sizeof(RND), res, nres,
+                                  node, &d);
+      if (rc)
+        fail_msg("placement %d: %s", k, d.msg);
+      assert_string_equal(node, "n2");
+    }
+    if (!both) {
+      d.msg[0] = '\0';
+      assert_int_equal(gf_dra_model_place(m, pa, 1, 0, RND, sizeof(RND), res,
+                                          nres, node, &d),
+                       GF_ENOFIT);
+      /* gpu-1 is exclusive; gpu-0 overbooked: nothing for a share */
+      assert_non_null(strstr(d.msg, "n1"));
+    }
+    gf_dra_model_free(m);
+  }
+  free(res);
+  gf_dra_slice_release(&s1);
+  gf_dra_slice_release(&s2);
+}
+
+/* A request for a capacity the devices do not publish is refused, never
+ * allocated with only memory and cores consumed (kube-scheduler refuses
+ * it too). */
+static void test_unknown_capacity(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_gpufrac("dra_slice_shared.json", &s);
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_model *m = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_model_new(sl, 1, NULL, 0, NULL, &m, &d), 0);
+  json_t *j = claim_json("b", NULL, 10 * GiB, 10);
+  json_t *reqs = json_object_get(
+      json_object_get(
+          json_object_get(
+              json_array_get(
+                  json_object_get(
+                      json_object_get(json_object_get(j, "spec"), "devices"),
+                      "requests"),
+                  0),
+              "exactly"),
+          "capacity"),
+      "requests");
+  json_object_set_new(reqs, "bogus", json_string("5"));
+  gf_dra_claim b;
+  claim_of(j, &b);
+  const gf_dra_claim *pb[] = {&b};
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  assert_int_equal(
+      gf_dra_model_place(m, pb, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+      GF_ELIMIT); /* a refusal: the feed says it once, never retries it */
+  assert_non_null(strstr(d.msg, "bogus"));
+  int64_t um, uc;
+  uint32_t na;
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  assert_int_equal(na, 0);
+  gf_dra_model_free(m);
+  free(res);
+  gf_dra_slice_release(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -1537,6 +1689,9 @@ int main(void) {
       cmocka_unit_test(test_book_claim_equals_build),
       cmocka_unit_test(test_shared_claim_place),
       cmocka_unit_test(test_shared_claim_score),
+      cmocka_unit_test(test_class_selects_mode),
+      cmocka_unit_test(test_overbooked_alone),
+      cmocka_unit_test(test_unknown_capacity),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
