@@ -381,6 +381,22 @@ static bool gated(const json_t *pod) {
   return false;
 }
 
+/* The first scheduling gate of pod other than gpufrac's (NULL: none):
+ * mode 2 places a pod only when gpufrac's gate is the last one, so that
+ * it holds no GPU for a pod another controller still keeps back. */
+static const char *other_gate(const json_t *pod) {
+  const json_t *g =
+      json_object_get(json_object_get(pod, "spec"), "schedulingGates");
+  size_t i;
+  const json_t *e;
+  json_array_foreach(g, i, e) {
+    const char *n = json_string_value(json_object_get(e, "name"));
+    if (!n || strcmp(n, GF_DRA_GATE) != 0)
+      return n ? n : "(unnamed)";
+  }
+  return NULL;
+}
+
 /* What the feed reads of a Pod. */
 static json_t *pod_slim(void *u, json_t *pod) {
   (void)u;
@@ -658,7 +674,8 @@ static int model_fresh(gf_sched_dra *f, gf_diag *d) {
 
 /* The names of pod's claims (namespace is the pod's), from
  * spec.resourceClaims and, for templates, status.resourceClaimStatuses.
- * Returns how many, or -1 when a generated claim is not named yet. */
+ * Returns how many, -1 when a generated claim is not named yet, -2 when
+ * there are more than cap. */
 static int pod_claims(const json_t *pod, char (*names)[GF_DRA_NAME_MAX],
                       int cap) {
   const json_t *rcs =
@@ -682,23 +699,24 @@ static int pod_claims(const json_t *pod, char (*names)[GF_DRA_NAME_MAX],
           got = json_string_value(json_object_get(s, "resourceClaimName"));
       }
     }
-    if (!got)
+    if (!got || strlen(got) >= GF_DRA_NAME_MAX)
       return -1;
-    if (n == cap || strlen(got) >= GF_DRA_NAME_MAX)
-      return -1;
+    if (n == cap)
+      return -2; /* more claims than gpufrac places for one pod */
     snprintf(names[n++], GF_DRA_NAME_MAX, "%s", got);
   }
   return n;
 }
 
 /* Copies of pod's claims from the store (n of them).  mu held.  Returns
- * the count, -1 when one is not known yet. */
+ * the count, -1 when one is not known yet, -2 when there are more than
+ * CLAIMS_PER_POD. */
 static int claims_of(gf_sched_dra *f, const json_t *pod, gf_dra_claim **out,
                      int cap) {
   char names[CLAIMS_PER_POD][GF_DRA_NAME_MAX];
   int n = pod_claims(pod, names, cap < CLAIMS_PER_POD ? cap : CLAIMS_PER_POD);
   if (n < 0)
-    return -1;
+    return n;
   const char *ns = json_string_value(
       json_object_get(json_object_get(pod, "metadata"), "namespace"));
   for (int i = 0; i < n; i++) {
@@ -807,6 +825,9 @@ static int lift_gate(gf_sched_dra *f, const json_t *pod, gf_diag *d) {
                                        NULL, d)
                  : gf_diag_set(d, GF_ENOMEM, "out of memory");
   json_decref(patch);
+  if (rc)
+    gf_diag_prefix(d, "pod %s/%s", jstr(pod, "metadata", "namespace"),
+                   jstr(pod, "metadata", "name"));
   return rc;
 }
 
@@ -1462,19 +1483,26 @@ static int decide(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl, int n,
                   char node[GF_DRA_NAME_MAX], int *held, bool *booked,
                   gf_diag *d) {
   char key[KEY_MAX];
-  uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
   int rc = 0;
   snprintf(key, sizeof(key), "%s/%s", jstr(pod, "metadata", "namespace"),
            jstr(pod, "metadata", "name"));
   *held = hold_take(f, key, cl, n, res, nres, node, d);
   if (*held < 0) {
-    rc = random_bytes(f, rnd, sizeof(rnd));
+    /* a share ID (16 random bytes) per request at most: every request of a
+     * share is one result */
+    size_t nrnd = 16;
+    for (int i = 0; i < n; i++)
+      nrnd += cl[i]->allocated ? 0 : 16 * (size_t)cl[i]->nreq;
+    uint8_t *rnd = gf__malloc(nrnd);
+    rc = rnd ? random_bytes(f, rnd, nrnd)
+             : gf_diag_set(d, GF_ENOMEM, "out of memory");
     if (!rc && !(rc = model_fresh(f, d)))
-      rc = place_weighted(f, cl, n, pod, rnd, sizeof(rnd), res, nres, node, d);
+      rc = place_weighted(f, cl, n, pod, rnd, nrnd, res, nres, node, d);
+    gf__free(rnd);
   }
   if (rc == GF_ENOFIT)
     f->st.nofit++;
-  else if (rc)
+  else if (rc && rc != GF_ELIMIT) /* a refusal: counted once (place_pod) */
     f->st.errors++;
   *booked = rc == 0 && *held < 0;
   for (int i = 0; *booked && i < n; i++)
@@ -1581,27 +1609,53 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   podview v;
   if (!res)
     return NULL;
+  const char *other = other_gate(pod);
+  if (other) { /* placed once its other gates are gone (docs/dra.md) */
+    char why[GF_DIAG_MAX];
+    snprintf(why, sizeof(why),
+             "waits for its other scheduling gate %.200s to be lifted first",
+             other);
+    waits(f, ns, name, why);
+    gf__free(res);
+    return NULL;
+  }
   pthread_mutex_lock(&f->mu);
   int n = claims_of(f, pod, cl, CLAIMS_PER_POD);
-  if (n < 0) { /* the claims are not made (or not seen) yet */
+  if (n == -1) { /* the claims are not made (or not seen) yet */
     pthread_mutex_unlock(&f->mu);
     gf__free(res);
     return NULL;
   }
-  view_of(f, pod, cl, n, &v);
   int rc = 0, held = -1;
-  bool hand = n == 0 || v.why;
-  bool done = !hand && v.nalloc == (uint32_t)n, booked = false;
-  if (!hand && v.wait[0])
+  if (n < 0) {
+    n = 0;
+    memset(&v, 0, sizeof(v));
+    rc = gf_diag_set(&d, GF_ELIMIT,
+                     "more than %d resource claims, the most gpufrac places "
+                     "for one pod",
+                     CLAIMS_PER_POD);
+  } else {
+    view_of(f, pod, cl, n, &v);
+  }
+  bool hand = !rc && (n == 0 || v.why);
+  bool done = !rc && !hand && v.nalloc == (uint32_t)n, booked = false;
+  if (!rc && !hand && v.wait[0])
     rc = gf_diag_set(&d, GF_ENOFIT, "%s", v.wait);
-  else if (!hand && !done)
+  else if (!rc && !hand && !done)
     rc = decide(f, pod, cl, n, res, nres, node, &held, &booked, &d);
   pthread_mutex_unlock(&f->mu);
   if (held == 1 || rc) {
-    /* A pod pinned by claims it shares says why on itself: it waits for
-     * room on one node, which no preemption of gpufrac's makes. */
-    if (waits(f, ns, name, d.msg) && v.nalloc && f->k)
-      pod_event(f, pod, "Warning", "GpufracWaiting", d.msg);
+    /* Said once per reason: a log line and a Warning Event on the pod; a
+     * refusal (GF_ELIMIT) is counted once and never preempts. */
+    bool said = waits(f, ns, name, d.msg);
+    if (said && rc == GF_ELIMIT) {
+      pthread_mutex_lock(&f->mu);
+      f->st.refused++;
+      pthread_mutex_unlock(&f->mu);
+    }
+    if (said && f->k)
+      pod_event(f, pod, "Warning",
+                rc == GF_ELIMIT ? "GpufracRefused" : "GpufracWaiting", d.msg);
     if (held != 1 && rc == GF_ENOFIT && f->k && !v.nalloc)
       preempt(f, pod, cl, n);
     goto out;
@@ -2066,6 +2120,11 @@ size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
                st.yielded);
   gf__prom_u64(&b, "gpufrac_dra_errors_total", "counter",
                "API or parse errors of the DRA feed.", st.errors);
+  gf__prom_u64(&b, "gpufrac_dra_refused_total", "counter",
+               "Gated pods gpufrac refuses to place (beyond one of its limits, "
+               "or a request its devices cannot take), once per pod and "
+               "reason; each stays gated with a Warning Event.",
+               st.refused);
   gf__prom_u64(&b, "gpufrac_dra_preemptions_total", "counter",
                "Mode 2 preemptions begun: victims chosen and their capacity "
                "held for the preemptor.",
