@@ -676,6 +676,79 @@ int gf_dra_claim_parse(const json_t *obj, gf_dra_claim *out, gf_diag *d) {
   return 0;
 }
 
+/* ---- device classes ------------------------------------------------------ */
+
+/* expr without whitespace outside string literals, ' made ", into buf.
+ * false when it does not fit. */
+static bool cel_squeeze(const char *expr, char *buf, size_t cap) {
+  size_t n = 0;
+  bool in = false;
+  for (const char *p = expr; *p; p++) {
+    char ch = *p == '\'' ? '"' : *p;
+    if (ch == '"')
+      in = !in;
+    if (!in && (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'))
+      continue;
+    if (n + 1 >= cap)
+      return false;
+    buf[n++] = ch;
+  }
+  buf[n] = '\0';
+  return true;
+}
+
+/* Whether conjunct a (squeezed) is one mode 2 enforces for the class of
+ * mode `mode`. */
+static bool cel_known(const char *a, size_t len, const char *mode) {
+  char want[3][96];
+  snprintf(want[0], sizeof(want[0]), "device.driver==\"%s\"", GF_DRA_DRIVER);
+  snprintf(want[1], sizeof(want[1]), "device.attributes[\"%s\"].type==\"gpu\"",
+           GF_DRA_DRIVER);
+  snprintf(want[2], sizeof(want[2]), "device.attributes[\"%s\"].mode==\"%s\"",
+           GF_DRA_DRIVER, mode);
+  for (int i = 0; i < 3; i++)
+    if (strlen(want[i]) == len && memcmp(want[i], a, len) == 0)
+      return true;
+  return false;
+}
+
+bool gf__dra_class_understood(const json_t *cls, char *why, size_t cap) {
+  const char *name = json_string_value(
+      json_object_get(json_object_get(cls, "metadata"), "name"));
+  bool share = name && strcmp(name, GF_DRA_CLASS_SHARE) == 0;
+  if (!name || (!share && strcmp(name, GF_DRA_CLASS_WHOLE) != 0)) {
+    snprintf(why, cap, "not a class gpufrac places");
+    return false;
+  }
+  const json_t *sel =
+      json_object_get(json_object_get(cls, "spec"), "selectors");
+  size_t i;
+  const json_t *e;
+  json_array_foreach(sel, i, e) {
+    const char *x = json_string_value(
+        json_object_get(json_object_get(e, "cel"), "expression"));
+    char sq[1024];
+    if (!x || !cel_squeeze(x, sq, sizeof(sq))) {
+      snprintf(why, cap, "selector %zu: %s", i,
+               x ? "longer than gpufrac reads" : "not a CEL expression");
+      return false;
+    }
+    for (const char *a = sq; *a;) {
+      const char *amp = strstr(a, "&&");
+      size_t len = amp ? (size_t)(amp - a) : strlen(a);
+      if (!cel_known(a, len, share ? "shared" : "exclusive")) {
+        snprintf(why, cap,
+                 "selector %zu: '%.*s' is not a test gpufrac makes itself "
+                 "(it evaluates no CEL; docs/dra.md, \"Device classes\")",
+                 i, (int)(len > 120 ? 120 : len), a);
+        return false;
+      }
+      a += len + (amp ? 2 : 0);
+    }
+  }
+  return true;
+}
+
 /* ---- the fit check ------------------------------------------------------- */
 
 int gf_dra_consumed(const gf_dra_capacity *c, const char *what, bool requested,

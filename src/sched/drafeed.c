@@ -125,7 +125,7 @@ static void drop_slice(void *p) {
 }
 static void drop_json(void *p) { json_decref(p); }
 
-#define NINF 4 /* informers */
+#define NINF 5 /* informers */
 
 struct gf_sched_dra {
   gf_kube_config *cfg;
@@ -134,7 +134,8 @@ struct gf_sched_dra {
   long interval_ms, settle_ms, pass_max;
   bool (*is_leader)(void *);
   void *leader_user;
-  gf_kube_informer *inf[NINF]; /* slices, claims, pods, taint rules */
+  gf_kube_informer *inf[NINF]; /* slices, claims, pods, taint rules,
+                                  device classes */
   gf_kube *k;                  /* the placer's client */
   pthread_mutex_t mu;
   store slices, claims, pods; /* gf_dra_slice*, gf_dra_claim*, json_t* */
@@ -151,6 +152,8 @@ struct gf_sched_dra {
   store tried;   /* gated pod key -> when preemption was last tried */
   store going;   /* pods not gated, using claims, being deleted: slim json */
   store warned;  /* claim key -> the uid whose impossible result was said */
+  store classes; /* gpufrac's DeviceClasses: name -> "" when mode 2 honours
+                    their selectors, else why not (char*) */
   bool recheck;  /* the model was rebuilt: look for impossible results */
   /* the claim whose booked allocation the placer is writing (its watch
    * event may come before the answer: the model holds it already) */
@@ -256,6 +259,68 @@ static void rule_gone(void *u, json_t *o) {
   store_del(&f->rules, key);
   f->dirty = true;
   pthread_mutex_unlock(&f->mu);
+}
+
+/* A DeviceClass: gpufrac's two are kept with whether mode 2 honours their
+ * selectors (gf__dra_class_understood); others are not kept. */
+static void class_set(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  if (!name || (strcmp(name, GF_DRA_CLASS_SHARE) != 0 &&
+                strcmp(name, GF_DRA_CLASS_WHOLE) != 0))
+    return;
+  char why[512] = "";
+  bool ok = gf__dra_class_understood(o, why, sizeof(why));
+  char *v = gf__strdup(ok ? "" : why);
+  pthread_mutex_lock(&f->mu);
+  const char *old = store_get(&f->classes, name);
+  if (old && v && strcmp(old, v) != 0)
+    logf_(f, "gpufrac scheduler: DRA: DeviceClass %s: %s\n", name,
+          ok ? "its selectors are honoured again" : why);
+  else if (!old && v && !ok)
+    logf_(f, "gpufrac scheduler: DRA: DeviceClass %s: %s\n", name, why);
+  if (v)
+    store_put(&f->classes, name, v);
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void class_upd(void *u, json_t *old, json_t *o) {
+  (void)old;
+  class_set(u, o);
+}
+
+static void class_gone(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  pthread_mutex_lock(&f->mu);
+  if (name)
+    store_del(&f->classes, name);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Why mode 2 does not place claim c's requests (GF_ELIMIT with the reason
+ * in d): one of its classes is not known (kube-scheduler would not
+ * allocate it either) or selects by something gpufrac does not evaluate.
+ * 0: every class is honoured.  mu held. */
+static int classes_refuse(gf_sched_dra *f, const gf_dra_claim *c, gf_diag *d) {
+  for (uint32_t j = 0; !c->allocated && j < c->nreq; j++) {
+    const gf_dra_request *r = &c->req[j];
+    if (r->kind == GF_DRA_OTHER)
+      continue;
+    const char *why = store_get(&f->classes, r->cls);
+    if (!why)
+      return gf_diag_set(d, GF_ELIMIT,
+                         "claim %s: request %s: DeviceClass %s not found",
+                         c->name, r->name, r->cls);
+    if (why[0])
+      return gf_diag_set(d, GF_ELIMIT,
+                         "claim %s: request %s: DeviceClass %s: %s; mode 2 "
+                         "does not place it",
+                         c->name, r->name, r->cls, why);
+  }
+  return 0;
 }
 
 /* Whether claims a and b (both parsed, so zero-filled past their
@@ -1636,6 +1701,8 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
                      CLAIMS_PER_POD);
   } else {
     view_of(f, pod, cl, n, &v);
+    for (int i = 0; i < n && !rc && !v.why; i++)
+      rc = classes_refuse(f, cl[i], &d);
   }
   bool hand = !rc && (n == 0 || v.why);
   bool done = !rc && !hand && v.nalloc == (uint32_t)n, booked = false;
@@ -1910,6 +1977,7 @@ static void *run0(void *u) { return run_inf(((gf_sched_dra *)u)->inf[0]); }
 static void *run1(void *u) { return run_inf(((gf_sched_dra *)u)->inf[1]); }
 static void *run2(void *u) { return run_inf(((gf_sched_dra *)u)->inf[2]); }
 static void *run3(void *u) { return run_inf(((gf_sched_dra *)u)->inf[3]); }
+static void *run4(void *u) { return run_inf(((gf_sched_dra *)u)->inf[4]); }
 
 /* ---- lifecycle -----------------------------------------------------------
  */
@@ -1938,6 +2006,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->tried.drop = free;
   f->going.drop = drop_json;
   f->warned.drop = free;
+  f->classes.drop = free;
   f->cfg = cfg;
   f->allocate = o->allocate;
   f->quiet = o->quiet;
@@ -1957,12 +2026,14 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   }
   static const char *paths[NINF] = {
       GF_DRA_API "/resourceslices", GF_DRA_API "/resourceclaims",
-      "/api/v1/pods", GF_DRA_API "/devicetaintrules"};
+      "/api/v1/pods", GF_DRA_API "/devicetaintrules",
+      GF_DRA_API "/deviceclasses"};
   gf_kube_informer_handlers h[NINF] = {
       {slice_set, slice_upd, slice_gone, f, inf_error},
       {claim_set, claim_upd, claim_gone, f, inf_error},
       {pod_set, pod_upd, pod_gone, f, inf_error},
-      {rule_set, rule_upd, rule_gone, f, inf_error}};
+      {rule_set, rule_upd, rule_gone, f, inf_error},
+      {class_set, class_upd, class_gone, f, inf_error}};
   for (int i = 0; i < NINF; i++) {
     gf_kube_informer_opts io = {.path = paths[i],
                                 .watch_timeout_s = o->watch_timeout_s,
@@ -1997,7 +2068,7 @@ int gf_sched_dra_start(gf_sched_dra *f, gf_diag *d) {
   if (f->started)
     return gf_diag_set(d, GF_ESTATE, "DRA feed: already started");
   f->started = true;
-  void *(*fn[NINF + 1])(void *) = {run0, run1, run2, run3, run_placer};
+  void *(*fn[NINF + 1])(void *) = {run0, run1, run2, run3, run4, run_placer};
   int e = 0;
   for (int i = 0; i < NINF + 1 && !e; i++) {
     if (i == NINF && !f->allocate)
@@ -2050,6 +2121,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->tried);
   store_release(&f->going);
   store_release(&f->warned);
+  store_release(&f->classes);
   for (uint32_t i = 0; i < f->nholds; i++)
     hold_free(f->holds[i]);
   gf_dra_model_free(f->model);

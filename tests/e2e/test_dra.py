@@ -75,6 +75,10 @@ GPU, consumable capacity memory and cores).  Scenarios:
                   GpufracRefused Event and gpufrac_dra_refused_total 1 (no
                   errors every pass); one of 36 shares in 3 claims is placed;
                   one that fits nowhere gets a GpufracWaiting Event
+  class_selector  gpu.gpufrac.io's selector narrowed to A100s (a test gpufrac
+                  does not evaluate): a mode-2 pod of that class on an H100
+                  stays gated with a GpufracRefused Event naming the
+                  selector; the class restored, it is placed
 """
 
 import copy
@@ -1423,6 +1427,7 @@ class DRA:
                              {"spec": {"schedulingGates": [{"name": GATE}]}})
         self.wait_bound(["og"], 60)
         # 17 claims: more than gpufrac places for one pod.
+        ref0 = int(self.ext_metrics().get("gpufrac_dra_refused_total", "0"))
         for i in range(17):
             self.named("lc%d" % i, "1Gi", 1)
         self.claim_pod("many", {"c%d" % i: "lc%d" % i for i in range(17)})
@@ -1434,10 +1439,10 @@ class DRA:
         ev = self.warnings("many", "GpufracRefused")
         if len(ev) != 1 or "16" not in ev[0]:
             fail("many: events %s" % self.events("many"))
-        if m.get("gpufrac_dra_refused_total") != "1" or \
+        if int(m.get("gpufrac_dra_refused_total", "0")) != ref0 + 1 or \
                 int(m.get("gpufrac_dra_errors_total", "0")) != err0:
-            fail("many: refused %s, errors %s -> %s (it must be counted once)" % (
-                m.get("gpufrac_dra_refused_total"), err0,
+            fail("many: refused %s -> %s, errors %s -> %s (it must be counted once)" % (
+                ref0, m.get("gpufrac_dra_refused_total"), err0,
                 m.get("gpufrac_dra_errors_total")))
         # 36 shares in 3 claims of 12 requests: placed (share IDs for all).
         for i in range(3):
@@ -1456,6 +1461,33 @@ class DRA:
         # The named claims go once their pods have (delete-protection).
         for c in ["lc%d" % i for i in range(17)] + ["sh%d" % i for i in range(3)]:
             self.api.delete("%s/namespaces/%s/resourceclaims/%s" % (RES, NS, c))
+        self.delete_all()
+        self.retire(node)
+
+    def s_class_selector(self):
+        """Issue 27: a DeviceClass selector gpufrac cannot evaluate is never
+        ignored: the class's mode-2 pods stay gated and say why."""
+        self.start_extender()
+        node = "dra-cls"
+        self.new_node(node, "f", "gpufrac")
+        path = RES + "/deviceclasses/" + DRIVER
+        orig = self.api.get(path)["spec"]["selectors"]
+        narrowed = orig[0]["cel"]["expression"] + \
+            ' && device.attributes["gpu.gpufrac.io"].productName.contains("A100")'
+        self.api.merge_patch(path, {"spec": {"selectors": [{"cel": {"expression": narrowed}}]}})
+        try:
+            time.sleep(1)  # the feed's informer sees the class
+            self.share("cs", "10Gi", 10, True)
+            wait_for("cs: a GpufracRefused event",
+                     lambda: self.warnings("cs", "GpufracRefused"), 30, 0.5)
+            self.stays_gated("cs", 3)
+            ev = self.warnings("cs", "GpufracRefused")
+            if "productName" not in ev[0]:
+                fail("cs: event %s does not name the selector" % ev)
+        finally:
+            self.api.merge_patch(path, {"spec": {"selectors": orig}})
+        self.wait_bound(["cs"], 60)
+        log("class_selector: %s; placed once the class was restored" % ev[0])
         self.delete_all()
         self.retire(node)
 
@@ -1500,7 +1532,7 @@ SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst", "taint_rule", "named_claim", "example",
              "preempt", "preempt_budget", "preempt_slow", "shared_claim", "pass_max",
-             "limits"]
+             "limits", "class_selector"]
 
 
 def main():

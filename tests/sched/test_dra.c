@@ -1658,6 +1658,54 @@ static void test_unknown_capacity(void **state) {
   gf_dra_slice_release(&s);
 }
 
+/* A DeviceClass's selectors gpufrac honours: only conjuncts it enforces
+ * itself (driver, type "gpu", the class's mode), in any spacing, order or
+ * quoting; anything else (an attribute it does not check) refuses the
+ * class, with the selector named. */
+static void test_class_selectors(void **state) {
+  (void)state;
+  static const struct {
+    const char *cls, *expr;
+    bool ok;
+  } cases[] = {
+      {GF_DRA_CLASS_SHARE,
+       "device.driver == \"gpu.gpufrac.io\" &&\n"
+       " device.attributes[\"gpu.gpufrac.io\"].type == \"gpu\" &&\n"
+       " device.attributes[\"gpu.gpufrac.io\"].mode == \"shared\"",
+       true},
+      {GF_DRA_CLASS_WHOLE,
+       "device.attributes['gpu.gpufrac.io'].mode=='exclusive' && "
+       "device.driver == 'gpu.gpufrac.io'",
+       true},
+      {GF_DRA_CLASS_SHARE, NULL, true}, /* no selector: every device */
+      {GF_DRA_CLASS_SHARE,
+       "device.driver == \"gpu.gpufrac.io\" && "
+       "device.attributes[\"gpu.gpufrac.io\"].productName.contains(\"A100\")",
+       false},
+      {GF_DRA_CLASS_WHOLE,
+       "device.attributes[\"gpu.gpufrac.io\"].mode == \"shared\"", false},
+      {GF_DRA_CLASS_SHARE,
+       "device.driver == \"gpu.gpufrac.io\" || device.driver == \"x\"", false},
+      {GF_DRA_CLASS_SHARE,
+       "device.attributes[\"gpu.gpufrac.io\"].type != \"gpu\"", false},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    json_t *c =
+        json_pack("{s:{s:s},s:{}}", "metadata", "name", cases[i].cls, "spec");
+    if (cases[i].expr)
+      json_object_set_new(
+          json_object_get(c, "spec"), "selectors",
+          json_pack("[{s:{s:s}}]", "cel", "expression", cases[i].expr));
+    char why[256] = "";
+    bool ok = gf__dra_class_understood(c, why, sizeof(why));
+    if (ok != cases[i].ok)
+      fail_msg("case %zu: %s (%s)", i, ok ? "understood" : "refused", why);
+    if (!ok && !strstr(why, "selector"))
+      fail_msg("case %zu: '%s' does not name the selector", i, why);
+    json_decref(c);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -1692,6 +1740,7 @@ int main(void) {
       cmocka_unit_test(test_class_selects_mode),
       cmocka_unit_test(test_overbooked_alone),
       cmocka_unit_test(test_unknown_capacity),
+      cmocka_unit_test(test_class_selectors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
