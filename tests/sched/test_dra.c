@@ -1706,6 +1706,27 @@ static void test_class_selectors(void **state) {
   }
 }
 
+/* Memory booked on a device a taint blocks (a DeviceTaintRule's, a
+ * health taint) is still booked: gpufrac_dra_booked_memory_bytes keeps
+ * it. */
+static void test_booked_blocked(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_tainted("dra_slice_shared.json",
+                "[" OWN_TAINT ",{\"key\":\"xid\",\"value\":\"79\","
+                "\"effect\":\"NoSchedule\"}]",
+                &s);
+  gf_dra_claim c;
+  claim_of(fixture("dra_claim_allocated.json"), &c); /* 20Gi on gpu-0 */
+  const gf_dra_slice *sl[] = {&s};
+  const gf_dra_claim *cl[] = {&c};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, cl, 1, NULL, &m, NULL), 0);
+  assert_int_equal(gf__dra_model_booked_mem(m), 20 * GiB);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -1741,6 +1762,7 @@ int main(void) {
       cmocka_unit_test(test_overbooked_alone),
       cmocka_unit_test(test_unknown_capacity),
       cmocka_unit_test(test_class_selectors),
+      cmocka_unit_test(test_booked_blocked),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
