@@ -167,10 +167,12 @@ typedef struct gf_dra_request {
   bool has_mem, has_cores;
   int64_t mem, cores;
   char why[96]; /* GF_DRA_OTHER: what makes it so */
-  /* The first capacity the request names other than memory and cores
-   * ("" when none): gpufrac's devices publish no other, so the request
-   * never fits (kube-scheduler refuses it too). */
-  char other_cap[GF_DRA_LABEL_MAX];
+  /* Why mode 2 refuses the request ("" when it does not): it names a
+   * capacity other than memory and cores (gpufrac's devices publish no
+   * other; kube-scheduler refuses it too), a capacity gpufrac does not read
+   * (cores "0.5": not whole units), or a count above 16.  The claim is kept;
+   * its pod stays gated with the reason (docs/dra.md, "Refusals"). */
+  char refuse[160];
 } gf_dra_request;
 
 typedef struct gf_dra_result {

@@ -402,11 +402,16 @@ static int parse_request(const json_t *o, gf_dra_request *r, const char *where,
     return rc;
   const json_t *cnt = json_object_get(ex, "count");
   if (cnt && !json_is_null(cnt)) {
-    if (!json_is_integer(cnt) || json_integer_value(cnt) < 1 ||
-        json_integer_value(cnt) > GF_MAX_GPUS_PER_NODE)
+    if (!json_is_integer(cnt) || json_integer_value(cnt) < 1)
       return gf_diag_set(d, GF_ERANGE, "%s.count: not 1..%d", w,
                          GF_MAX_GPUS_PER_NODE);
-    r->count = (uint32_t)json_integer_value(cnt);
+    if (json_integer_value(cnt) > GF_MAX_GPUS_PER_NODE)
+      fmt(r->refuse, sizeof(r->refuse),
+          "count %" JSON_INTEGER_FORMAT
+          ": more than the %d devices of one node",
+          json_integer_value(cnt), GF_MAX_GPUS_PER_NODE);
+    else
+      r->count = (uint32_t)json_integer_value(cnt);
   }
   const json_t *cap, *reqs;
   if ((rc = get_obj(ex, "capacity", &cap, w, d)))
@@ -417,22 +422,26 @@ static int parse_request(const json_t *o, gf_dra_request *r, const char *where,
     if ((rc = get_obj(cap, "requests", &reqs, cw, d)))
       return rc;
     const json_t *q;
+    /* A quantity gpufrac does not read (cores "0.5") is the API's to
+     * accept: the request is refused, the claim kept. */
+    gf_diag qd = {""};
     if (reqs && (q = json_object_get(reqs, "memory"))) {
-      fmt(cw, sizeof(cw), "%s.capacity.requests.memory", w);
-      if ((rc = get_qty(q, true, &r->mem, cw, d)))
-        return rc;
-      r->has_mem = true;
+      r->has_mem = get_qty(q, true, &r->mem, "capacity memory", &qd) == 0;
+      if (!r->has_mem)
+        fmt(r->refuse, sizeof(r->refuse), "%.150s", qd.msg);
     }
     if (reqs && (q = json_object_get(reqs, "cores"))) {
-      fmt(cw, sizeof(cw), "%s.capacity.requests.cores", w);
-      if ((rc = get_qty(q, false, &r->cores, cw, d)))
-        return rc;
-      r->has_cores = true;
+      r->has_cores = get_qty(q, false, &r->cores, "capacity cores", &qd) == 0;
+      if (!r->has_cores && !r->refuse[0])
+        fmt(r->refuse, sizeof(r->refuse), "%.150s", qd.msg);
     }
     const char *k;
     json_object_foreach((json_t *)reqs, k, q) {
-      if (strcmp(k, "memory") != 0 && strcmp(k, "cores") != 0) {
-        fmt(r->other_cap, sizeof(r->other_cap), "%.60s", k);
+      if (!r->refuse[0] && strcmp(k, "memory") != 0 &&
+          strcmp(k, "cores") != 0) {
+        fmt(r->refuse, sizeof(r->refuse),
+            "capacity %.60s: gpufrac's devices publish only memory and cores",
+            k);
         break;
       }
     }
@@ -1516,11 +1525,8 @@ static int engine_request(const gf_dra_model *m, const gf_dra_request *r,
                           gf_request *q, int64_t *mem, int64_t *cores,
                           gf_diag *d) {
   bool share = r->kind == GF_DRA_SHARE;
-  if (r->other_cap[0])
-    return gf_diag_set(d, GF_ELIMIT,
-                       "request %s: capacity %s: gpufrac's devices publish "
-                       "only memory and cores",
-                       r->name, r->other_cap);
+  if (r->refuse[0])
+    return gf_diag_set(d, GF_ELIMIT, "request %s: %s", r->name, r->refuse);
   const gf_dra_device *td = typical_dev(m, share);
   if (!td || !m->sel[share])
     return gf_diag_set(d, GF_ENOFIT, "request %s: no %s-mode device known",

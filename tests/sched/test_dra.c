@@ -258,11 +258,6 @@ static void test_claim_bad(void **state) {
   (void)state;
   static const bad_case cases[] = {
       {"{\"metadata\":{\"namespace\":\"n\"}}", "no name"},
-      {"{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":{"
-       "\"devices\":{\"requests\":[{\"name\":\"r\",\"exactly\":{"
-       "\"deviceClassName\":\"gpu.gpufrac.io\",\"capacity\":{\"requests\":{"
-       "\"cores\":\"3.5\"}}}}]}}}",
-       "capacity.requests.cores"},
       {"{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":{},"
        "\"status\":{\"allocation\":{\"devices\":{\"results\":[{\"request\":"
        "\"r\",\"driver\":\"gpu.gpufrac.io\",\"pool\":\"p\"}]}}}}",
@@ -1649,6 +1644,37 @@ static void test_unknown_capacity(void **state) {
       gf_dra_model_place(m, pb, 1, 0, RND, sizeof(RND), res, nres, node, &d),
       GF_ELIMIT); /* a refusal: the feed says it once, never retries it */
   assert_non_null(strstr(d.msg, "bogus"));
+  /* Quantities gpufrac does not read, valid to the API: the claim is kept
+   * (its pod can be told why), the request refused. */
+  static const char *odd[][2] = {
+      {"cores", "\"0.5\""}, {"cores", "\"-5\""}, {"count", "2147483647"}};
+  for (size_t i = 0; i < 3; i++) {
+    json_t *o = claim_json("o", i == 2 ? GF_DRA_CLASS_WHOLE : NULL,
+                           i == 2 ? -1 : 10 * GiB, i == 2 ? -1 : 10);
+    json_t *ex = json_object_get(
+        json_array_get(
+            json_object_get(
+                json_object_get(json_object_get(o, "spec"), "devices"),
+                "requests"),
+            0),
+        "exactly");
+    json_t *v = json_loads(odd[i][1], JSON_DECODE_ANY, NULL);
+    if (i == 2)
+      json_object_set_new(ex, "count", v);
+    else
+      json_object_set_new(
+          json_object_get(json_object_get(ex, "capacity"), "requests"),
+          odd[i][0], v);
+    gf_dra_claim oc;
+    claim_of(o, &oc);
+    const gf_dra_claim *po[] = {&oc};
+    d.msg[0] = '\0';
+    assert_int_equal(
+        gf_dra_model_place(m, po, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+        GF_ELIMIT);
+    if (!strstr(d.msg, odd[i][0]))
+      fail_msg("case %zu: '%s' does not name %s", i, d.msg, odd[i][0]);
+  }
   int64_t um, uc;
   uint32_t na;
   assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
