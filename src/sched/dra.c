@@ -978,15 +978,26 @@ struct gf_dra_model {
 /* The engine's model name of dev: its product and mode (a whole GPU and a
  * share go on different modes, so the same product in two modes is two
  * models). */
-static void engine_model(const gf_dra_device *dev, char *buf, size_t cap) {
+static const char *engine_model(const gf_dra_device *dev, char *buf,
+                                size_t cap) {
   snprintf(buf, cap, "%.100s (%.15s)",
            dev->product[0] ? dev->product : "unknown", dev->mode);
+  return buf;
 }
 
 /* Whether deploy/dra's class for a share (share) or a whole GPU selects
  * dev: mode "shared" or "exclusive" (the classes' CEL selectors). */
 static bool class_selects(const gf_dra_device *dev, bool share) {
   return strcmp(dev->mode, share ? "shared" : "exclusive") == 0;
+}
+
+/* Adds dev's engine model (named mname) to the classes' masks. */
+static void select_model(gf_dra_model *m, const gf_dra_device *dev,
+                         const char *mname) {
+  int id = gf_cluster_model_id(m->c, mname, false);
+  for (int k = 0; id >= 0 && id < 64 && k < 2; k++)
+    if (class_selects(dev, k == 1))
+      m->sel[k] |= UINT64_C(1) << id;
 }
 
 static mdev *find_dev(const gf_dra_model *m, const char *pool,
@@ -1329,8 +1340,7 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
           !model_admits(&md->dev, af))
         continue;
       memset(&specs[ng], 0, sizeof(specs[ng]));
-      engine_model(&md->dev, mname[ng], sizeof(mname[ng]));
-      specs[ng].model = mname[ng];
+      specs[ng].model = engine_model(&md->dev, mname[ng], sizeof(mname[ng]));
       specs[ng].uuid = md->dev.uuid[0] ? md->dev.uuid : NULL;
       specs[ng].mem_bytes = md->dev.mem.value;
       specs[ng].whole_only = !md->dev.multi;
@@ -1351,10 +1361,7 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
     for (uint32_t g = 0; g < ng; g++) {
       m->devs[idx[g]].ni = (uint32_t)ni;
       m->devs[idx[g]].gi = g;
-      int id = gf_cluster_model_id(m->c, mname[g], false);
-      for (int k = 0; id >= 0 && id < 64 && k < 2; k++)
-        if (class_selects(&m->devs[idx[g]].dev, k == 1))
-          m->sel[k] |= UINT64_C(1) << id;
+      select_model(m, &m->devs[idx[g]].dev, mname[g]);
     }
     if ((rc = node_models(m, (uint32_t)ni, i)))
       goto fail;

@@ -1655,6 +1655,23 @@ static int write_new(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   return rc;
 }
 
+/* Why gated pod waits, said once per reason: a log line and a Warning Event
+ * on the pod; a refusal (rc GF_ELIMIT) is counted once. */
+static void say_waiting(gf_sched_dra *f, const json_t *pod, int rc,
+                        const char *why) {
+  if (!waits(f, jstr(pod, "metadata", "namespace"),
+             jstr(pod, "metadata", "name"), why))
+    return;
+  if (rc == GF_ELIMIT) {
+    pthread_mutex_lock(&f->mu);
+    f->st.refused++;
+    pthread_mutex_unlock(&f->mu);
+  }
+  if (f->k)
+    pod_event(f, pod, "Warning",
+              rc == GF_ELIMIT ? "GpufracRefused" : "GpufracWaiting", why);
+}
+
 /* One gated pod: hands it over, lifts the gate of one whose claims are
  * allocated already (its own, or claims it joins), or chooses and writes
  * the allocations of its claims not allocated yet (on the node of those
@@ -1712,17 +1729,7 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
     rc = decide(f, pod, cl, n, res, nres, node, &held, &booked, &d);
   pthread_mutex_unlock(&f->mu);
   if (held == 1 || rc) {
-    /* Said once per reason: a log line and a Warning Event on the pod; a
-     * refusal (GF_ELIMIT) is counted once and never preempts. */
-    bool said = waits(f, ns, name, d.msg);
-    if (said && rc == GF_ELIMIT) {
-      pthread_mutex_lock(&f->mu);
-      f->st.refused++;
-      pthread_mutex_unlock(&f->mu);
-    }
-    if (said && f->k)
-      pod_event(f, pod, "Warning",
-                rc == GF_ELIMIT ? "GpufracRefused" : "GpufracWaiting", d.msg);
+    say_waiting(f, pod, rc, d.msg);
     if (held != 1 && rc == GF_ENOFIT && f->k && !v.nalloc)
       preempt(f, pod, cl, n);
     goto out;
