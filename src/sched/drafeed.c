@@ -1655,6 +1655,25 @@ static int write_new(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   return rc;
 }
 
+/* The first claim pod names directly (resourceClaimName) that the store
+ * does not hold (NULL: none; one made from a template is not named until
+ * the resourceclaim controller makes it, a moment after the pod).  mu
+ * held; the name is the pod's. */
+static const char *named_missing(gf_sched_dra *f, const json_t *pod) {
+  const char *ns = jstr(pod, "metadata", "namespace");
+  size_t i;
+  const json_t *e;
+  json_array_foreach(
+      json_object_get(json_object_get(pod, "spec"), "resourceClaims"), i, e) {
+    const char *nm = json_string_value(json_object_get(e, "resourceClaimName"));
+    char key[KEY_MAX];
+    snprintf(key, sizeof(key), "%.253s/%.253s", ns ? ns : "", nm ? nm : "");
+    if (nm && !store_get(&f->claims, key))
+      return nm;
+  }
+  return NULL;
+}
+
 /* Why gated pod waits, said once per reason: a log line and a Warning Event
  * on the pod; a refusal (rc GF_ELIMIT) is counted once. */
 static void say_waiting(gf_sched_dra *f, const json_t *pod, int rc,
@@ -1704,7 +1723,15 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   pthread_mutex_lock(&f->mu);
   int n = claims_of(f, pod, cl, CLAIMS_PER_POD);
   if (n == -1) { /* the claims are not made (or not seen) yet */
+    const char *gone = named_missing(f, pod);
+    char why[GF_DIAG_MAX];
+    snprintf(why, sizeof(why),
+             "claim %.200s (named by the pod) not known: not found, or "
+             "not readable (logged)",
+             gone ? gone : "");
     pthread_mutex_unlock(&f->mu);
+    if (gone)
+      say_waiting(f, pod, GF_ENOFIT, why);
     gf__free(res);
     return NULL;
   }

@@ -74,7 +74,8 @@ GPU, consumable capacity memory and cores).  Scenarios:
                   goes; one with 17 claims stays gated with one log line, one
                   GpufracRefused Event and gpufrac_dra_refused_total 1 (no
                   errors every pass); one of 36 shares in 3 claims is placed;
-                  one that fits nowhere gets a GpufracWaiting Event
+                  one naming a claim that does not exist and one that fits
+                  nowhere get a GpufracWaiting Event
   class_selector  gpu.gpufrac.io's selector narrowed to A100s (a test gpufrac
                   does not evaluate): a mode-2 pod of that class on an H100
                   stays gated with a GpufracRefused Event naming the
@@ -1452,6 +1453,11 @@ class DRA:
         used = self.check_sums(node)
         if used[2] != 37:
             fail("%s: %d shares allocated, want 37 (og's and 36)" % (node, used[2]))
+        # A claim it names does not exist: says so on itself.
+        self.claim_pod("nocl", {"gpu": "no-such-claim"})
+        wait_for("nocl: a GpufracWaiting event", lambda: [
+            e for e in self.warnings("nocl", "GpufracWaiting") if "no-such-claim" in e],
+            30, 0.5)
         # Fits nowhere: stays gated, says why on itself.
         self.share("big", "79Gi", 10, True)
         wait_for("big: a GpufracWaiting event",
