@@ -167,6 +167,12 @@ typedef struct gf_dra_request {
   bool has_mem, has_cores;
   int64_t mem, cores;
   char why[96]; /* GF_DRA_OTHER: what makes it so */
+  /* Why mode 2 refuses the request ("" when it does not): it names a
+   * capacity other than memory and cores (gpufrac's devices publish no
+   * other; kube-scheduler refuses it too), a capacity gpufrac does not read
+   * (cores "0.5": not whole units), or a count above 16.  The claim is kept;
+   * its pod stays gated with the reason (docs/dra.md, "Refusals"). */
+  char refuse[160];
 } gf_dra_request;
 
 typedef struct gf_dra_result {
@@ -505,6 +511,9 @@ typedef struct gf_sched_dra_stats {
                            found over capacity (each gets a DRAOverfilled
                            Event); with one allocator per device, 0 */
   uint64_t errors;      /* API or parse errors */
+  uint64_t refused;     /* gated pods gpufrac refuses to place (beyond a limit,
+                           or a request no device of its can take), once per
+                           pod and reason: they stay gated with a Warning */
   uint64_t preemptions; /* mode 2 preemptions begun (victims chosen) */
   uint64_t preempt_evicted; /* pods evicted for them */
   uint64_t preempt_refused; /* evictions refused (each ends its preemption) */

@@ -402,11 +402,16 @@ static int parse_request(const json_t *o, gf_dra_request *r, const char *where,
     return rc;
   const json_t *cnt = json_object_get(ex, "count");
   if (cnt && !json_is_null(cnt)) {
-    if (!json_is_integer(cnt) || json_integer_value(cnt) < 1 ||
-        json_integer_value(cnt) > GF_MAX_GPUS_PER_NODE)
+    if (!json_is_integer(cnt) || json_integer_value(cnt) < 1)
       return gf_diag_set(d, GF_ERANGE, "%s.count: not 1..%d", w,
                          GF_MAX_GPUS_PER_NODE);
-    r->count = (uint32_t)json_integer_value(cnt);
+    if (json_integer_value(cnt) > GF_MAX_GPUS_PER_NODE)
+      fmt(r->refuse, sizeof(r->refuse),
+          "count %" JSON_INTEGER_FORMAT
+          ": more than the %d devices of one node",
+          json_integer_value(cnt), GF_MAX_GPUS_PER_NODE);
+    else
+      r->count = (uint32_t)json_integer_value(cnt);
   }
   const json_t *cap, *reqs;
   if ((rc = get_obj(ex, "capacity", &cap, w, d)))
@@ -417,17 +422,28 @@ static int parse_request(const json_t *o, gf_dra_request *r, const char *where,
     if ((rc = get_obj(cap, "requests", &reqs, cw, d)))
       return rc;
     const json_t *q;
+    /* A quantity gpufrac does not read (cores "0.5") is the API's to
+     * accept: the request is refused, the claim kept. */
+    gf_diag qd = {""};
     if (reqs && (q = json_object_get(reqs, "memory"))) {
-      fmt(cw, sizeof(cw), "%s.capacity.requests.memory", w);
-      if ((rc = get_qty(q, true, &r->mem, cw, d)))
-        return rc;
-      r->has_mem = true;
+      r->has_mem = get_qty(q, true, &r->mem, "capacity memory", &qd) == 0;
+      if (!r->has_mem)
+        fmt(r->refuse, sizeof(r->refuse), "%.150s", qd.msg);
     }
     if (reqs && (q = json_object_get(reqs, "cores"))) {
-      fmt(cw, sizeof(cw), "%s.capacity.requests.cores", w);
-      if ((rc = get_qty(q, false, &r->cores, cw, d)))
-        return rc;
-      r->has_cores = true;
+      r->has_cores = get_qty(q, false, &r->cores, "capacity cores", &qd) == 0;
+      if (!r->has_cores && !r->refuse[0])
+        fmt(r->refuse, sizeof(r->refuse), "%.150s", qd.msg);
+    }
+    const char *k;
+    json_object_foreach((json_t *)reqs, k, q) {
+      if (!r->refuse[0] && strcmp(k, "memory") != 0 &&
+          strcmp(k, "cores") != 0) {
+        fmt(r->refuse, sizeof(r->refuse),
+            "capacity %.60s: gpufrac's devices publish only memory and cores",
+            k);
+        break;
+      }
     }
   }
   const json_t *sel = json_object_get(ex, "selectors");
@@ -669,6 +685,79 @@ int gf_dra_claim_parse(const json_t *obj, gf_dra_claim *out, gf_diag *d) {
   return 0;
 }
 
+/* ---- device classes ------------------------------------------------------ */
+
+/* expr without whitespace outside string literals, ' made ", into buf.
+ * false when it does not fit. */
+static bool cel_squeeze(const char *expr, char *buf, size_t cap) {
+  size_t n = 0;
+  bool in = false;
+  for (const char *p = expr; *p; p++) {
+    char ch = *p == '\'' ? '"' : *p;
+    if (ch == '"')
+      in = !in;
+    if (!in && (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'))
+      continue;
+    if (n + 1 >= cap)
+      return false;
+    buf[n++] = ch;
+  }
+  buf[n] = '\0';
+  return true;
+}
+
+/* Whether conjunct a (squeezed) is one mode 2 enforces for the class of
+ * mode `mode`. */
+static bool cel_known(const char *a, size_t len, const char *mode) {
+  char want[3][96];
+  snprintf(want[0], sizeof(want[0]), "device.driver==\"%s\"", GF_DRA_DRIVER);
+  snprintf(want[1], sizeof(want[1]), "device.attributes[\"%s\"].type==\"gpu\"",
+           GF_DRA_DRIVER);
+  snprintf(want[2], sizeof(want[2]), "device.attributes[\"%s\"].mode==\"%s\"",
+           GF_DRA_DRIVER, mode);
+  for (int i = 0; i < 3; i++)
+    if (strlen(want[i]) == len && memcmp(want[i], a, len) == 0)
+      return true;
+  return false;
+}
+
+bool gf__dra_class_understood(const json_t *cls, char *why, size_t cap) {
+  const char *name = json_string_value(
+      json_object_get(json_object_get(cls, "metadata"), "name"));
+  bool share = name && strcmp(name, GF_DRA_CLASS_SHARE) == 0;
+  if (!name || (!share && strcmp(name, GF_DRA_CLASS_WHOLE) != 0)) {
+    snprintf(why, cap, "not a class gpufrac places");
+    return false;
+  }
+  const json_t *sel =
+      json_object_get(json_object_get(cls, "spec"), "selectors");
+  size_t i;
+  const json_t *e;
+  json_array_foreach(sel, i, e) {
+    const char *x = json_string_value(
+        json_object_get(json_object_get(e, "cel"), "expression"));
+    char sq[1024];
+    if (!x || !cel_squeeze(x, sq, sizeof(sq))) {
+      snprintf(why, cap, "selector %zu: %s", i,
+               x ? "longer than gpufrac reads" : "not a CEL expression");
+      return false;
+    }
+    for (const char *a = sq; *a;) {
+      const char *amp = strstr(a, "&&");
+      size_t len = amp ? (size_t)(amp - a) : strlen(a);
+      if (!cel_known(a, len, share ? "shared" : "exclusive")) {
+        snprintf(why, cap,
+                 "selector %zu: '%.*s' is not a test gpufrac makes itself "
+                 "(it evaluates no CEL; docs/dra.md, \"Device classes\")",
+                 i, (int)(len > 120 ? 120 : len), a);
+        return false;
+      }
+      a += len + (amp ? 2 : 0);
+    }
+  }
+  return true;
+}
+
 /* ---- the fit check ------------------------------------------------------- */
 
 int gf_dra_consumed(const gf_dra_capacity *c, const char *what, bool requested,
@@ -878,7 +967,38 @@ struct gf_dra_model {
   gf__smap pools;
   uint32_t conflicts;
   gf_dra_allocator who;
+  /* The engine's GPU models (one per product and mode) of the devices
+   * each class selects: [0] the whole-GPU class (mode exclusive), [1] the
+   * share class (mode shared); a request's model_mask, so the engine never
+   * puts a request on a device its class does not select. */
+  uint64_t sel[2];
+  uint32_t over; /* the first overbooked device (counted full); UINT32_MAX */
 };
+
+/* The engine's model name of dev: its product and mode (a whole GPU and a
+ * share go on different modes, so the same product in two modes is two
+ * models). */
+static const char *engine_model(const gf_dra_device *dev, char *buf,
+                                size_t cap) {
+  snprintf(buf, cap, "%.100s (%.15s)",
+           dev->product[0] ? dev->product : "unknown", dev->mode);
+  return buf;
+}
+
+/* Whether deploy/dra's class for a share (share) or a whole GPU selects
+ * dev: mode "shared" or "exclusive" (the classes' CEL selectors). */
+static bool class_selects(const gf_dra_device *dev, bool share) {
+  return strcmp(dev->mode, share ? "shared" : "exclusive") == 0;
+}
+
+/* Adds dev's engine model (named mname) to the classes' masks. */
+static void select_model(gf_dra_model *m, const gf_dra_device *dev,
+                         const char *mname) {
+  int id = gf_cluster_model_id(m->c, mname, false);
+  for (int k = 0; id >= 0 && id < 64 && k < 2; k++)
+    if (class_selects(dev, k == 1))
+      m->sel[k] |= UINT64_C(1) << id;
+}
 
 static mdev *find_dev(const gf_dra_model *m, const char *pool,
                       const char *device) {
@@ -919,6 +1039,31 @@ static void whole_request(uint32_t count, gf_request *r) {
   r->mode = GF_MODE_EXCLUSIVE;
 }
 
+/* An overbooked device counts as full: the engine's GPU gets what it has
+ * left booked, so the engine places nothing more there (and every other
+ * device is still used); the first such device is named in the reasons. */
+static void fill(gf_dra_model *m, mdev *md) {
+  if (m->over == UINT32_MAX)
+    m->over = (uint32_t)(md - m->devs);
+  if (md->ni == UINT32_MAX)
+    return;
+  const gf_gpu *g = &gf_cluster_node(m->c, md->ni)->gpus[md->gi];
+  gf_request q;
+  memset(&q, 0, sizeof(q));
+  q.gpu_count = 1;
+  q.mode = GF_MODE_SHARED;
+  q.gpu_milli = GF_GPU_MILLI - g->milli_used;
+  q.gpu_mem_bytes = g->mem_bytes - g->mem_used;
+  if (g->exclusive || q.gpu_milli < 0 || q.gpu_mem_bytes < 0 ||
+      (q.gpu_milli == 0 && q.gpu_mem_bytes == 0))
+    return;
+  if (g->whole_only)
+    whole_request(1, &q);
+  gf_placement p = {.node = md->ni, .ngpus = 1};
+  p.gpus[0] = (uint8_t)md->gi;
+  (void)gf_engine_apply(m->e, &q, &p);
+}
+
 /* Books result r (of some claim) in the model: its device's sums and, when
  * it fits, the engine's cluster.  A result over what the device has left
  * counts as a conflict and is booked in the sums only. */
@@ -944,6 +1089,7 @@ static void book(gf_dra_model *m, const gf_dra_result *r) {
   md->nalloc++;
   if (over) {
     m->conflicts++;
+    fill(m, md);
     return;
   }
   if (md->ni == UINT32_MAX)
@@ -955,8 +1101,10 @@ static void book(gf_dra_model *m, const gf_dra_result *r) {
     whole_request(1, &q);
   gf_placement p = {.node = md->ni, .ngpus = 1};
   p.gpus[0] = (uint8_t)md->gi;
-  if (gf_engine_apply(m->e, &q, &p))
+  if (gf_engine_apply(m->e, &q, &p)) {
     m->conflicts++; /* the engine's rounding (milli) says it is full */
+    fill(m, md);
+  }
 }
 
 void gf__dra_model_book_claim(gf_dra_model *m, const gf_dra_claim *c) {
@@ -1157,6 +1305,7 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
   if (!m || !(m->c = gf_cluster_new()))
     goto nomem;
   m->who = af->who;
+  m->over = UINT32_MAX;
   gf__smap gens = {0};
   if (newest_gens(slices, nslices, &gens))
     goto nomem;
@@ -1182,6 +1331,7 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
       continue; /* not its pool's first device */
     uint32_t ng = 0;
     uint32_t idx[GF_MAX_GPUS_PER_NODE];
+    char mname[GF_MAX_GPUS_PER_NODE][GF_GPU_MODEL_MAX];
     for (uint32_t k = i; k != UINT32_MAX && ng < GF_MAX_GPUS_PER_NODE;
          k = m->devs[k].next) {
       mdev *md = &m->devs[k];
@@ -1190,7 +1340,7 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
           !model_admits(&md->dev, af))
         continue;
       memset(&specs[ng], 0, sizeof(specs[ng]));
-      specs[ng].model = md->dev.product[0] ? md->dev.product : "unknown";
+      specs[ng].model = engine_model(&md->dev, mname[ng], sizeof(mname[ng]));
       specs[ng].uuid = md->dev.uuid[0] ? md->dev.uuid : NULL;
       specs[ng].mem_bytes = md->dev.mem.value;
       specs[ng].whole_only = !md->dev.multi;
@@ -1211,6 +1361,7 @@ static int model_build(const gf_dra_slice *const *slices, uint32_t nslices,
     for (uint32_t g = 0; g < ng; g++) {
       m->devs[idx[g]].ni = (uint32_t)ni;
       m->devs[idx[g]].gi = g;
+      select_model(m, &m->devs[idx[g]].dev, mname[g]);
     }
     if ((rc = node_models(m, (uint32_t)ni, i)))
       goto fail;
@@ -1315,7 +1466,8 @@ static mdev *dev_at(gf_dra_model *m, uint32_t ni, uint32_t gi) {
  * capacity policy (GPUs of one driver share one policy in practice). */
 static const gf_dra_device *typical_dev(const gf_dra_model *m, bool multi) {
   for (uint32_t i = 0; i < m->ndevs; i++)
-    if (m->devs[i].ni != UINT32_MAX && m->devs[i].dev.multi == multi)
+    if (m->devs[i].ni != UINT32_MAX && m->devs[i].dev.multi == multi &&
+        class_selects(&m->devs[i].dev, multi))
       return &m->devs[i].dev;
   return NULL;
 }
@@ -1360,6 +1512,45 @@ static int pinned_apply(gf_dra_model *m, const gf_dra_request *r, int64_t mem,
   return 0;
 }
 
+/* Appends to the message in d (d may be NULL). */
+__attribute__((format(printf, 2, 3))) static void diag_add(gf_diag *d,
+                                                           const char *f, ...) {
+  if (!d)
+    return;
+  size_t len = strnlen(d->msg, sizeof(d->msg));
+  va_list ap;
+  va_start(ap, f);
+  vsnprintf(d->msg + len, sizeof(d->msg) - len, f, ap);
+  va_end(ap);
+}
+
+/* The engine's request for r (a share: what it consumes of the typical
+ * device, *mem and *cores), limited to the devices r's class selects.
+ * GF_ENOFIT when no device of the model can take it; GF_ELIMIT for a
+ * request gpufrac refuses (a capacity its devices do not publish). */
+static int engine_request(const gf_dra_model *m, const gf_dra_request *r,
+                          gf_request *q, int64_t *mem, int64_t *cores,
+                          gf_diag *d) {
+  bool share = r->kind == GF_DRA_SHARE;
+  if (r->refuse[0])
+    return gf_diag_set(d, GF_ELIMIT, "request %s: %s", r->name, r->refuse);
+  const gf_dra_device *td = typical_dev(m, share);
+  if (!td || !m->sel[share])
+    return gf_diag_set(d, GF_ENOFIT, "request %s: no %s-mode device known",
+                       r->name, share ? "shared" : "exclusive");
+  *mem = *cores = 0;
+  if (share) {
+    int rc = gf_dra_fit(td, 0, 0, 0, r, mem, cores, d);
+    if (rc)
+      return rc;
+    share_request(td, *mem, *cores, q);
+  } else {
+    whole_request(r->count, q);
+  }
+  q->model_mask = m->sel[share];
+  return 0;
+}
+
 /* Places one request on node `node` (UINT32_MAX: the engine chooses) and
  * books it; appends its results to res. */
 static int place_one(gf_dra_model *m, const gf_dra_claim *c, uint32_t ri,
@@ -1370,32 +1561,35 @@ static int place_one(gf_dra_model *m, const gf_dra_claim *c, uint32_t ri,
                      uint32_t *nres, gf_diag *d) {
   const gf_dra_request *r = &c->req[ri];
   bool share = r->kind == GF_DRA_SHARE;
-  const gf_dra_device *td = typical_dev(m, share);
-  if (!td)
-    return gf_diag_set(d, GF_ENOFIT, "request %s: no %s device known", r->name,
-                       share ? "shared" : "exclusive");
   gf_request q;
   int64_t mem = 0, cores = 0;
-  int rc;
-  if (share) {
-    if ((rc = gf_dra_fit(td, 0, 0, 0, r, &mem, &cores, d)))
-      return rc;
-    share_request(td, mem, cores, &q);
-  } else {
-    whole_request(r->count, &q);
-  }
+  int rc = engine_request(m, r, &q, &mem, &cores, d);
+  if (rc)
+    return rc;
   gf_placement p;
   if (*node == UINT32_MAX) {
     q.weights = weights; /* the cache term where the node is chosen */
     q.weights_own = weights_own;
     rc = gf_engine_place(m->e, &q, &p);
     q.weights = q.weights_own = 0;
+    if (rc && share)
+      gf_diag_set(d, rc,
+                  "request %s: no node has %" PRId64 " bytes and %" PRId64
+                  " cores free on one shared device",
+                  r->name, mem, cores);
+    else if (rc)
+      gf_diag_set(d, rc, "request %s: no node has %u free whole device%s",
+                  r->name, (unsigned)r->count, r->count == 1 ? "" : "s");
+    if (rc && rc != GF_ENOFIT)
+      diag_add(d, " (engine error)");
+    else if (rc && m->over != UINT32_MAX)
+      diag_add(d,
+               " (%u overbooked device%s counted full, the first "
+               "%s/%s: gpufrac_dra_conflicts)",
+               (unsigned)m->conflicts, m->conflicts == 1 ? "" : "s",
+               m->devs[m->over].node, m->devs[m->over].dev.name);
     if (rc)
-      return gf_diag_set(d, rc,
-                         "request %s: no node has %" PRId64
-                         " bytes and %" PRId64 " cores free on one %s device%s",
-                         r->name, mem, cores, share ? "shared" : "whole",
-                         rc == GF_ENOFIT ? "" : " (engine error)");
+      return rc;
   } else if ((rc = pinned_apply(m, r, mem, cores, &q, *node, &p, d))) {
     return rc;
   }
@@ -1414,8 +1608,10 @@ static int place_one(gf_dra_model *m, const gf_dra_claim *c, uint32_t ri,
                          r->name);
     /* The exact check on the device the engine chose. */
     if ((rc = gf_dra_fit(&md->dev, md->used_mem, md->used_cores, md->nalloc, r,
-                         &mem, &cores, d)))
+                         &mem, &cores, d))) {
+      gf_diag_prefix(d, "node %s", md->node);
       return rc;
+    }
     md->used_mem += mem;
     md->used_cores += cores;
     md->nalloc++;
@@ -1520,12 +1716,19 @@ static int place_claims(gf_dra_model *m, const gf_dra_claim *const *claims,
     if (claims[i]->allocated && !pinned)
       return gf_diag_set(d, GF_EINVAL, "claim %s: allocated already",
                          claims[i]->name);
+    uint32_t nc = 0;
     for (uint32_t j = 0; !claims[i]->allocated && j < claims[i]->nreq; j++) {
       if (claims[i]->req[j].kind == GF_DRA_OTHER)
         return gf_diag_set(d, GF_EINVAL, "claim %s: %s", claims[i]->name,
                            claims[i]->req[j].why);
-      nq += claims[i]->req[j].count;
+      nc += claims[i]->req[j].count;
     }
+    if (nc > GF_DRA_RESULTS_MAX)
+      return gf_diag_set(d, GF_ELIMIT,
+                         "claim %s: %u devices asked, more than the %d "
+                         "results one allocation holds",
+                         claims[i]->name, (unsigned)nc, GF_DRA_RESULTS_MAX);
+    nq += nc;
   }
   int rc = pinned ? pinned_node(m, claims, n, &ni, &pin, d) : 0;
   if (rc)
@@ -1596,7 +1799,8 @@ int gf__dra_model_place_pinned(gf_dra_model *m,
 int64_t gf__dra_model_booked_mem(const gf_dra_model *m) {
   int64_t sum = 0;
   for (uint32_t i = 0; m && i < m->ndevs; i++)
-    if (m->devs[i].ni != UINT32_MAX)
+    if (m->devs[i].ni != UINT32_MAX ||
+        (m->who == GF_DRA_BY_GPUFRAC && m->devs[i].dev.alloc_taint))
       sum += m->devs[i].used_mem;
   return sum;
 }
@@ -1643,18 +1847,10 @@ int gf_dra_model_score_own(gf_dra_model *m, const gf_dra_claim *const *claims,
       const gf_dra_request *r = &claims[i]->req[j];
       if (r->kind == GF_DRA_OTHER)
         continue;
-      const gf_dra_device *td = typical_dev(m, r->kind == GF_DRA_SHARE);
-      if (!td)
-        return GF_ENOFIT;
       gf_request q;
       int64_t mem, cores;
-      if (r->kind == GF_DRA_SHARE) {
-        if (gf_dra_fit(td, 0, 0, 0, r, &mem, &cores, NULL))
-          return GF_ENOFIT;
-        share_request(td, mem, cores, &q);
-      } else {
-        whole_request(r->count, &q);
-      }
+      if (engine_request(m, r, &q, &mem, &cores, NULL))
+        return GF_ENOFIT;
       gf_placement p;
       int64_t one;
       q.weights = first ? weights : 0; /* the first request's score counts */
@@ -1689,16 +1885,8 @@ static int preemptor_request(const gf_dra_model *m,
                        "preemption is for pods of one request (a share or "
                        "whole GPUs); this one has %u",
                        nq);
-  if (q->kind == GF_DRA_WHOLE) {
-    whole_request(q->count, r);
-    return 0;
-  }
-  const gf_dra_device *td = typical_dev(m, true);
   int64_t mem, cores;
-  if (!td || gf_dra_fit(td, 0, 0, 0, q, &mem, &cores, NULL) != 0)
-    return gf_diag_set(d, GF_ENOFIT, "no shared device could take the request");
-  share_request(td, mem, cores, r);
-  return 0;
+  return engine_request(m, q, r, &mem, &cores, d);
 }
 
 /* Victim v as the chooser's record on node ni (*out), or false when it is

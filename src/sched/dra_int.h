@@ -5,6 +5,7 @@
 #define GPUFRAC_SCHED_DRA_INT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -98,5 +99,18 @@ bool gf__dra_pod_loading(const struct json_t *pod, int64_t now_us);
  * bridge (drafeed.c, "the autoscaler bridge's view"): its claims fit no
  * device (nofit), or they did.  Call with f->mu held. */
 void gf__dra_as_note(gf_sched_dra *f, const char *key, bool nofit);
+
+/* Whether DeviceClass cls (a v1 object, borrowed) of gpufrac's classes
+ * (GF_DRA_CLASS_SHARE, GF_DRA_CLASS_WHOLE) selects only what mode 2
+ * enforces itself, so that every device gpufrac chooses for a request of
+ * it is one the class selects: each selector's CEL expression is a
+ * conjunction (&&) of device.driver == "gpu.gpufrac.io",
+ * device.attributes["gpu.gpufrac.io"].type == "gpu" and
+ * device.attributes["gpu.gpufrac.io"].mode == "shared" (the share class)
+ * or "exclusive" (the whole class), in any order, spacing or quoting (no
+ * selector: every device).  gpufrac evaluates no other CEL: anything else
+ * is false with the selector named in why (docs/dra.md, "Device
+ * classes"). */
+bool gf__dra_class_understood(const struct json_t *cls, char *why, size_t cap);
 
 #endif

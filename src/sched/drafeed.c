@@ -127,7 +127,7 @@ static void drop_slice(void *p) {
 }
 static void drop_json(void *p) { json_decref(p); }
 
-#define NINF 4 /* informers */
+#define NINF 5 /* informers */
 
 struct gf_sched_dra {
   gf_kube_config *cfg;
@@ -136,7 +136,8 @@ struct gf_sched_dra {
   long interval_ms, settle_ms, pass_max;
   bool (*is_leader)(void *);
   void *leader_user;
-  gf_kube_informer *inf[NINF]; /* slices, claims, pods, taint rules */
+  gf_kube_informer *inf[NINF]; /* slices, claims, pods, taint rules,
+                                  device classes */
   gf_kube *k;                  /* the placer's client */
   pthread_mutex_t mu;
   store slices, claims, pods; /* gf_dra_slice*, gf_dra_claim*, json_t* */
@@ -153,6 +154,8 @@ struct gf_sched_dra {
   store tried;   /* gated pod key -> when preemption was last tried */
   store going;   /* pods not gated, using claims, being deleted: slim json */
   store warned;  /* claim key -> the uid whose impossible result was said */
+  store classes; /* gpufrac's DeviceClasses: name -> "" when mode 2 honours
+                    their selectors, else why not (char*) */
   bool recheck;  /* the model was rebuilt: look for impossible results */
   /* the claim whose booked allocation the placer is writing (its watch
    * event may come before the answer: the model holds it already) */
@@ -263,6 +266,68 @@ static void rule_gone(void *u, json_t *o) {
   store_del(&f->rules, key);
   f->dirty = true;
   pthread_mutex_unlock(&f->mu);
+}
+
+/* A DeviceClass: gpufrac's two are kept with whether mode 2 honours their
+ * selectors (gf__dra_class_understood); others are not kept. */
+static void class_set(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  if (!name || (strcmp(name, GF_DRA_CLASS_SHARE) != 0 &&
+                strcmp(name, GF_DRA_CLASS_WHOLE) != 0))
+    return;
+  char why[512] = "";
+  bool ok = gf__dra_class_understood(o, why, sizeof(why));
+  char *v = gf__strdup(ok ? "" : why);
+  pthread_mutex_lock(&f->mu);
+  const char *old = store_get(&f->classes, name);
+  if (old && v && strcmp(old, v) != 0)
+    logf_(f, "gpufrac scheduler: DRA: DeviceClass %s: %s\n", name,
+          ok ? "its selectors are honoured again" : why);
+  else if (!old && v && !ok)
+    logf_(f, "gpufrac scheduler: DRA: DeviceClass %s: %s\n", name, why);
+  if (v)
+    store_put(&f->classes, name, v);
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void class_upd(void *u, json_t *old, json_t *o) {
+  (void)old;
+  class_set(u, o);
+}
+
+static void class_gone(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  pthread_mutex_lock(&f->mu);
+  if (name)
+    store_del(&f->classes, name);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Why mode 2 does not place claim c's requests (GF_ELIMIT with the reason
+ * in d): one of its classes is not known (kube-scheduler would not
+ * allocate it either) or selects by something gpufrac does not evaluate.
+ * 0: every class is honoured.  mu held. */
+static int classes_refuse(gf_sched_dra *f, const gf_dra_claim *c, gf_diag *d) {
+  for (uint32_t j = 0; !c->allocated && j < c->nreq; j++) {
+    const gf_dra_request *r = &c->req[j];
+    if (r->kind == GF_DRA_OTHER)
+      continue;
+    const char *why = store_get(&f->classes, r->cls);
+    if (!why)
+      return gf_diag_set(d, GF_ELIMIT,
+                         "claim %s: request %s: DeviceClass %s not found",
+                         c->name, r->name, r->cls);
+    if (why[0])
+      return gf_diag_set(d, GF_ELIMIT,
+                         "claim %s: request %s: DeviceClass %s: %s; mode 2 "
+                         "does not place it",
+                         c->name, r->name, r->cls, why);
+  }
+  return 0;
 }
 
 /* Whether claims a and b (both parsed, so zero-filled past their
@@ -386,6 +451,22 @@ static bool gated(const json_t *pod) {
       return true;
   }
   return false;
+}
+
+/* The first scheduling gate of pod other than gpufrac's (NULL: none):
+ * mode 2 places a pod only when gpufrac's gate is the last one, so that
+ * it holds no GPU for a pod another controller still keeps back. */
+static const char *other_gate(const json_t *pod) {
+  const json_t *g =
+      json_object_get(json_object_get(pod, "spec"), "schedulingGates");
+  size_t i;
+  const json_t *e;
+  json_array_foreach(g, i, e) {
+    const char *n = json_string_value(json_object_get(e, "name"));
+    if (!n || strcmp(n, GF_DRA_GATE) != 0)
+      return n ? n : "(unnamed)";
+  }
+  return NULL;
 }
 
 /* What the feed reads of a Pod. */
@@ -665,7 +746,8 @@ static int model_fresh(gf_sched_dra *f, gf_diag *d) {
 
 /* The names of pod's claims (namespace is the pod's), from
  * spec.resourceClaims and, for templates, status.resourceClaimStatuses.
- * Returns how many, or -1 when a generated claim is not named yet. */
+ * Returns how many, -1 when a generated claim is not named yet, -2 when
+ * there are more than cap. */
 static int pod_claims(const json_t *pod, char (*names)[GF_DRA_NAME_MAX],
                       int cap) {
   const json_t *rcs =
@@ -689,23 +771,24 @@ static int pod_claims(const json_t *pod, char (*names)[GF_DRA_NAME_MAX],
           got = json_string_value(json_object_get(s, "resourceClaimName"));
       }
     }
-    if (!got)
+    if (!got || strlen(got) >= GF_DRA_NAME_MAX)
       return -1;
-    if (n == cap || strlen(got) >= GF_DRA_NAME_MAX)
-      return -1;
+    if (n == cap)
+      return -2; /* more claims than gpufrac places for one pod */
     snprintf(names[n++], GF_DRA_NAME_MAX, "%s", got);
   }
   return n;
 }
 
 /* Copies of pod's claims from the store (n of them).  mu held.  Returns
- * the count, -1 when one is not known yet. */
+ * the count, -1 when one is not known yet, -2 when there are more than
+ * CLAIMS_PER_POD. */
 static int claims_of(gf_sched_dra *f, const json_t *pod, gf_dra_claim **out,
                      int cap) {
   char names[CLAIMS_PER_POD][GF_DRA_NAME_MAX];
   int n = pod_claims(pod, names, cap < CLAIMS_PER_POD ? cap : CLAIMS_PER_POD);
   if (n < 0)
-    return -1;
+    return n;
   const char *ns = json_string_value(
       json_object_get(json_object_get(pod, "metadata"), "namespace"));
   for (int i = 0; i < n; i++) {
@@ -814,6 +897,9 @@ static int lift_gate(gf_sched_dra *f, const json_t *pod, gf_diag *d) {
                                        NULL, d)
                  : gf_diag_set(d, GF_ENOMEM, "out of memory");
   json_decref(patch);
+  if (rc)
+    gf_diag_prefix(d, "pod %s/%s", jstr(pod, "metadata", "namespace"),
+                   jstr(pod, "metadata", "name"));
   return rc;
 }
 
@@ -1581,20 +1667,27 @@ static int decide(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl, int n,
                   char node[GF_DRA_NAME_MAX], int *held, bool *booked,
                   gf_diag *d) {
   char key[KEY_MAX];
-  uint8_t rnd[16 * GF_DRA_RESULTS_MAX];
   int rc = 0;
   snprintf(key, sizeof(key), "%s/%s", jstr(pod, "metadata", "namespace"),
            jstr(pod, "metadata", "name"));
   *held = hold_take(f, key, cl, n, res, nres, node, d);
   if (*held < 0) {
-    rc = random_bytes(f, rnd, sizeof(rnd));
+    /* a share ID (16 random bytes) per request at most: every request of a
+     * share is one result */
+    size_t nrnd = 16;
+    for (int i = 0; i < n; i++)
+      nrnd += cl[i]->allocated ? 0 : 16 * (size_t)cl[i]->nreq;
+    uint8_t *rnd = gf__malloc(nrnd);
+    rc = rnd ? random_bytes(f, rnd, nrnd)
+             : gf_diag_set(d, GF_ENOMEM, "out of memory");
     if (!rc && !(rc = model_fresh(f, d)))
-      rc = place_weighted(f, cl, n, pod, rnd, sizeof(rnd), res, nres, node, d);
+      rc = place_weighted(f, cl, n, pod, rnd, nrnd, res, nres, node, d);
+    gf__free(rnd);
   }
   gf__dra_as_note(f, key, rc == GF_ENOFIT); /* the autoscaler's demand */
   if (rc == GF_ENOFIT)
     f->st.nofit++;
-  else if (rc)
+  else if (rc && rc != GF_ELIMIT) /* a refusal: counted once (place_pod) */
     f->st.errors++;
   *booked = rc == 0 && *held < 0;
   for (int i = 0; *booked && i < n; i++)
@@ -1682,6 +1775,42 @@ static int write_new(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   return rc;
 }
 
+/* The first claim pod names directly (resourceClaimName) that the store
+ * does not hold (NULL: none; one made from a template is not named until
+ * the resourceclaim controller makes it, a moment after the pod).  mu
+ * held; the name is the pod's. */
+static const char *named_missing(gf_sched_dra *f, const json_t *pod) {
+  const char *ns = jstr(pod, "metadata", "namespace");
+  size_t i;
+  const json_t *e;
+  json_array_foreach(
+      json_object_get(json_object_get(pod, "spec"), "resourceClaims"), i, e) {
+    const char *nm = json_string_value(json_object_get(e, "resourceClaimName"));
+    char key[KEY_MAX];
+    snprintf(key, sizeof(key), "%.253s/%.253s", ns ? ns : "", nm ? nm : "");
+    if (nm && !store_get(&f->claims, key))
+      return nm;
+  }
+  return NULL;
+}
+
+/* Why gated pod waits, said once per reason: a log line and a Warning Event
+ * on the pod; a refusal (rc GF_ELIMIT) is counted once. */
+static void say_waiting(gf_sched_dra *f, const json_t *pod, int rc,
+                        const char *why) {
+  if (!waits(f, jstr(pod, "metadata", "namespace"),
+             jstr(pod, "metadata", "name"), why))
+    return;
+  if (rc == GF_ELIMIT) {
+    pthread_mutex_lock(&f->mu);
+    f->st.refused++;
+    pthread_mutex_unlock(&f->mu);
+  }
+  if (f->k)
+    pod_event(f, pod, "Warning",
+              rc == GF_ELIMIT ? "GpufracRefused" : "GpufracWaiting", why);
+}
+
 /* One gated pod: hands it over, lifts the gate of one whose claims are
  * allocated already (its own, or claims it joins), or chooses and writes
  * the allocations of its claims not allocated yet (on the node of those
@@ -1701,27 +1830,53 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   podview v;
   if (!res)
     return NULL;
-  pthread_mutex_lock(&f->mu);
-  int n = claims_of(f, pod, cl, CLAIMS_PER_POD);
-  if (n < 0) { /* the claims are not made (or not seen) yet */
-    pthread_mutex_unlock(&f->mu);
+  const char *other = other_gate(pod);
+  if (other) { /* placed once its other gates are gone (docs/dra.md) */
+    char why[GF_DIAG_MAX];
+    snprintf(why, sizeof(why),
+             "waits for its other scheduling gate %.200s to be lifted first",
+             other);
+    waits(f, ns, name, why);
     gf__free(res);
     return NULL;
   }
-  view_of(f, pod, cl, n, &v);
+  pthread_mutex_lock(&f->mu);
+  int n = claims_of(f, pod, cl, CLAIMS_PER_POD);
+  if (n == -1) { /* the claims are not made (or not seen) yet */
+    const char *gone = named_missing(f, pod);
+    char why[GF_DIAG_MAX];
+    snprintf(why, sizeof(why),
+             "claim %.200s (named by the pod) not known: not found, or "
+             "not readable (logged)",
+             gone ? gone : "");
+    pthread_mutex_unlock(&f->mu);
+    if (gone)
+      say_waiting(f, pod, GF_ENOFIT, why);
+    gf__free(res);
+    return NULL;
+  }
   int rc = 0, held = -1;
-  bool hand = n == 0 || v.why;
-  bool done = !hand && v.nalloc == (uint32_t)n, booked = false;
-  if (!hand && v.wait[0])
+  if (n < 0) {
+    n = 0;
+    memset(&v, 0, sizeof(v));
+    rc = gf_diag_set(&d, GF_ELIMIT,
+                     "more than %d resource claims, the most gpufrac places "
+                     "for one pod",
+                     CLAIMS_PER_POD);
+  } else {
+    view_of(f, pod, cl, n, &v);
+    for (int i = 0; i < n && !rc && !v.why; i++)
+      rc = classes_refuse(f, cl[i], &d);
+  }
+  bool hand = !rc && (n == 0 || v.why);
+  bool done = !rc && !hand && v.nalloc == (uint32_t)n, booked = false;
+  if (!rc && !hand && v.wait[0])
     rc = gf_diag_set(&d, GF_ENOFIT, "%s", v.wait);
-  else if (!hand && !done)
+  else if (!rc && !hand && !done)
     rc = decide(f, pod, cl, n, res, nres, node, &held, &booked, &d);
   pthread_mutex_unlock(&f->mu);
   if (held == 1 || rc) {
-    /* A pod pinned by claims it shares says why on itself: it waits for
-     * room on one node, which no preemption of gpufrac's makes. */
-    if (waits(f, ns, name, d.msg) && v.nalloc && f->k)
-      pod_event(f, pod, "Warning", "GpufracWaiting", d.msg);
+    say_waiting(f, pod, rc, d.msg);
     if (held != 1 && rc == GF_ENOFIT && f->k && !v.nalloc)
       preempt(f, pod, cl, n);
     goto out;
@@ -1976,6 +2131,7 @@ static void *run0(void *u) { return run_inf(((gf_sched_dra *)u)->inf[0]); }
 static void *run1(void *u) { return run_inf(((gf_sched_dra *)u)->inf[1]); }
 static void *run2(void *u) { return run_inf(((gf_sched_dra *)u)->inf[2]); }
 static void *run3(void *u) { return run_inf(((gf_sched_dra *)u)->inf[3]); }
+static void *run4(void *u) { return run_inf(((gf_sched_dra *)u)->inf[4]); }
 
 /* ---- lifecycle -----------------------------------------------------------
  */
@@ -2004,6 +2160,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->tried.drop = free;
   f->going.drop = drop_json;
   f->warned.drop = free;
+  f->classes.drop = free;
   f->cfg = cfg;
   f->allocate = o->allocate;
   f->quiet = o->quiet;
@@ -2029,12 +2186,14 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   }
   static const char *paths[NINF] = {
       GF_DRA_API "/resourceslices", GF_DRA_API "/resourceclaims",
-      "/api/v1/pods", GF_DRA_API "/devicetaintrules"};
+      "/api/v1/pods", GF_DRA_API "/devicetaintrules",
+      GF_DRA_API "/deviceclasses"};
   gf_kube_informer_handlers h[NINF] = {
       {slice_set, slice_upd, slice_gone, f, inf_error},
       {claim_set, claim_upd, claim_gone, f, inf_error},
       {pod_set, pod_upd, pod_gone, f, inf_error},
-      {rule_set, rule_upd, rule_gone, f, inf_error}};
+      {rule_set, rule_upd, rule_gone, f, inf_error},
+      {class_set, class_upd, class_gone, f, inf_error}};
   for (int i = 0; i < NINF; i++) {
     gf_kube_informer_opts io = {.path = paths[i],
                                 .watch_timeout_s = o->watch_timeout_s,
@@ -2069,7 +2228,7 @@ int gf_sched_dra_start(gf_sched_dra *f, gf_diag *d) {
   if (f->started)
     return gf_diag_set(d, GF_ESTATE, "DRA feed: already started");
   f->started = true;
-  void *(*fn[NINF + 1])(void *) = {run0, run1, run2, run3, run_placer};
+  void *(*fn[NINF + 1])(void *) = {run0, run1, run2, run3, run4, run_placer};
   int e = 0;
   for (int i = 0; i < NINF + 1 && !e; i++) {
     if (i == NINF && !f->allocate)
@@ -2122,6 +2281,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->tried);
   store_release(&f->going);
   store_release(&f->warned);
+  store_release(&f->classes);
   for (uint32_t i = 0; i < f->nholds; i++)
     hold_free(f->holds[i]);
   gf_dra_model_free(f->model);
@@ -2192,6 +2352,11 @@ size_t gf_sched_dra_metrics(void *feed, char *buf, size_t cap) {
                st.yielded);
   gf__prom_u64(&b, "gpufrac_dra_errors_total", "counter",
                "API or parse errors of the DRA feed.", st.errors);
+  gf__prom_u64(&b, "gpufrac_dra_refused_total", "counter",
+               "Gated pods gpufrac refuses to place (beyond one of its limits, "
+               "or a request its devices cannot take), once per pod and "
+               "reason; each stays gated with a Warning Event.",
+               st.refused);
   gf__prom_u64(&b, "gpufrac_dra_preemptions_total", "counter",
                "Mode 2 preemptions begun: victims chosen and their capacity "
                "held for the preemptor.",

@@ -69,6 +69,17 @@ GPU, consumable capacity memory and cores).  Scenarios:
                   whose other claim has no room on that node waits gated
                   with a reason (then lands there), one pinned to another
                   node is refused by kube-scheduler
+  limits          mode 2's limits and reasons (issue 27): a pod another
+                  controller still gates is not placed until its other gate
+                  goes; one with 17 claims stays gated with one log line, one
+                  GpufracRefused Event and gpufrac_dra_refused_total 1 (no
+                  errors every pass); one of 36 shares in 3 claims is placed;
+                  one naming a claim that does not exist and one that fits
+                  nowhere get a GpufracWaiting Event
+  class_selector  gpu.gpufrac.io's selector narrowed to A100s (a test gpufrac
+                  does not evaluate): a mode-2 pod of that class on an H100
+                  stays gated with a GpufracRefused Event naming the
+                  selector; the class restored, it is placed
 """
 
 import copy
@@ -1383,6 +1394,109 @@ class DRA:
         self.retire(node)
         self.retire(other)
 
+    def multi_claim(self, name, nreq, mem="1Gi", cores=1):
+        """ResourceClaim name asking nreq shares (requests r0..)."""
+        reqs = [{"name": "r%d" % i, "exactly": {
+            "deviceClassName": DRIVER,
+            "capacity": {"requests": {"memory": mem, "cores": str(cores)}}}}
+            for i in range(nreq)]
+        return self.api.create("%s/namespaces/%s/resourceclaims" % (RES, NS), {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"devices": {"requests": reqs}}})
+
+    def warnings(self, name, reason):
+        return [e for e in self.events(name) if e.startswith(reason + ":")]
+
+    def s_limits(self):
+        """Issue 27: a pod still gated by another controller holds no GPU;
+        a pod over a limit is said once (log, Warning Event, counter) and
+        does not spin; 36 shares in one pod are placed; a pod that fits
+        nowhere says why on itself."""
+        self.start_extender()
+        node = "dra-lim"
+        self.new_node(node, "e", "gpufrac")
+        # Another controller's gate beside gpufrac's: not placed.
+        p = pod("og", "t-og", True)
+        p["spec"]["schedulingGates"].append({"name": "example.com/other"})
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        template("t-og", "10Gi", 10))
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, p)
+        wait_for("og's claim made", lambda: self.claim_of(self.pods()["og"]), 60, 0.2)
+        self.stays_gated("og", 5)
+        self.api.merge_patch("/api/v1/namespaces/%s/pods/og" % NS,
+                             {"spec": {"schedulingGates": [{"name": GATE}]}})
+        self.wait_bound(["og"], 60)
+        # 17 claims: more than gpufrac places for one pod.
+        ref0 = int(self.ext_metrics().get("gpufrac_dra_refused_total", "0"))
+        for i in range(17):
+            self.named("lc%d" % i, "1Gi", 1)
+        self.claim_pod("many", {"c%d" % i: "lc%d" % i for i in range(17)})
+        wait_for("many: a GpufracRefused event",
+                 lambda: self.warnings("many", "GpufracRefused"), 30, 0.5)
+        err0 = int(self.ext_metrics().get("gpufrac_dra_errors_total", "0"))
+        self.stays_gated("many", 4)
+        m = self.ext_metrics()
+        ev = self.warnings("many", "GpufracRefused")
+        if len(ev) != 1 or "16" not in ev[0]:
+            fail("many: events %s" % self.events("many"))
+        if int(m.get("gpufrac_dra_refused_total", "0")) != ref0 + 1 or \
+                int(m.get("gpufrac_dra_errors_total", "0")) != err0:
+            fail("many: refused %s -> %s, errors %s -> %s (it must be counted once)" % (
+                ref0, m.get("gpufrac_dra_refused_total"), err0,
+                m.get("gpufrac_dra_errors_total")))
+        # 36 shares in 3 claims of 12 requests: placed (share IDs for all).
+        for i in range(3):
+            self.multi_claim("sh%d" % i, 12)
+        self.claim_pod("shares", {"s%d" % i: "sh%d" % i for i in range(3)})
+        self.wait_bound(["shares"], 60)
+        used = self.check_sums(node)
+        if used[2] != 37:
+            fail("%s: %d shares allocated, want 37 (og's and 36)" % (node, used[2]))
+        # A claim it names does not exist: says so on itself.
+        self.claim_pod("nocl", {"gpu": "no-such-claim"})
+        wait_for("nocl: a GpufracWaiting event", lambda: [
+            e for e in self.warnings("nocl", "GpufracWaiting") if "no-such-claim" in e],
+            30, 0.5)
+        # Fits nowhere: stays gated, says why on itself.
+        self.share("big", "79Gi", 10, True)
+        wait_for("big: a GpufracWaiting event",
+                 lambda: self.warnings("big", "GpufracWaiting"), 30, 0.5)
+        self.stays_gated("big", 2)
+        log("limits: %s; %s" % (ev[0], self.warnings("big", "GpufracWaiting")[0]))
+        # The named claims go once their pods have (delete-protection).
+        for c in ["lc%d" % i for i in range(17)] + ["sh%d" % i for i in range(3)]:
+            self.api.delete("%s/namespaces/%s/resourceclaims/%s" % (RES, NS, c))
+        self.delete_all()
+        self.retire(node)
+
+    def s_class_selector(self):
+        """Issue 27: a DeviceClass selector gpufrac cannot evaluate is never
+        ignored: the class's mode-2 pods stay gated and say why."""
+        self.start_extender()
+        node = "dra-cls"
+        self.new_node(node, "f", "gpufrac")
+        path = RES + "/deviceclasses/" + DRIVER
+        orig = self.api.get(path)["spec"]["selectors"]
+        narrowed = orig[0]["cel"]["expression"] + \
+            ' && device.attributes["gpu.gpufrac.io"].productName.contains("A100")'
+        self.api.merge_patch(path, {"spec": {"selectors": [{"cel": {"expression": narrowed}}]}})
+        try:
+            time.sleep(1)  # the feed's informer sees the class
+            self.share("cs", "10Gi", 10, True)
+            wait_for("cs: a GpufracRefused event",
+                     lambda: self.warnings("cs", "GpufracRefused"), 30, 0.5)
+            self.stays_gated("cs", 3)
+            ev = self.warnings("cs", "GpufracRefused")
+            if "productName" not in ev[0]:
+                fail("cs: event %s does not name the selector" % ev)
+        finally:
+            self.api.merge_patch(path, {"spec": {"selectors": orig}})
+        self.wait_bound(["cs"], 60)
+        log("class_selector: %s; placed once the class was restored" % ev[0])
+        self.delete_all()
+        self.retire(node)
+
     def s_example(self):
         """examples/dra-claim-share.yaml applied as written (kubectl apply):
         kube-scheduler allocates its claim 8Gi and 30 cores of the shared
@@ -1423,7 +1537,8 @@ SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "extender_scores", "defaults", "whole", "extended", "nvidia_claims",
              "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst", "taint_rule", "named_claim", "example",
-             "preempt", "preempt_budget", "preempt_slow", "shared_claim", "pass_max"]
+             "preempt", "preempt_budget", "preempt_slow", "shared_claim", "pass_max",
+             "limits", "class_selector"]
 
 
 def main():

@@ -259,11 +259,6 @@ static void test_claim_bad(void **state) {
   (void)state;
   static const bad_case cases[] = {
       {"{\"metadata\":{\"namespace\":\"n\"}}", "no name"},
-      {"{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":{"
-       "\"devices\":{\"requests\":[{\"name\":\"r\",\"exactly\":{"
-       "\"deviceClassName\":\"gpu.gpufrac.io\",\"capacity\":{\"requests\":{"
-       "\"cores\":\"3.5\"}}}}]}}}",
-       "capacity.requests.cores"},
       {"{\"metadata\":{\"name\":\"c\",\"namespace\":\"n\"},\"spec\":{},"
        "\"status\":{\"allocation\":{\"devices\":{\"results\":[{\"request\":"
        "\"r\",\"driver\":\"gpu.gpufrac.io\",\"pool\":\"p\"}]}}}}",
@@ -1738,6 +1733,258 @@ static void test_defrag_rate(void **state) {
   assert_true(gf__defrag_rate_allowed(&r, "n1", t + 3600000));
 }
 
+/* ---- issue 27: what the classes select, overbooked devices, limits ----- */
+
+/* file's slice as node/pool `node` (metadata.name made unique), with the
+ * allocator taint. */
+static void slice_as(const char *file, const char *node, gf_dra_slice *s) {
+  json_t *j = fixture(file);
+  json_t *spec = json_object_get(j, "spec");
+  char nm[64];
+  snprintf(nm, sizeof(nm), "%s-gpu.gpufrac.io-0", node);
+  json_object_set_new(json_object_get(j, "metadata"), "name", json_string(nm));
+  json_object_set_new(spec, "nodeName", json_string(node));
+  json_object_set_new(json_object_get(spec, "pool"), "name", json_string(node));
+  size_t i;
+  json_t *dev;
+  json_array_foreach(json_object_get(spec, "devices"), i, dev)
+      json_object_set_new(dev, "taints",
+                          json_loads("[" OWN_TAINT "]", 0, NULL));
+  gf_diag d = {""};
+  if (gf_dra_slice_parse(j, s, &d))
+    fail_msg("%s: %s", file, d.msg);
+  json_decref(j);
+}
+
+/* A whole-GPU claim goes only on a device its class selects (mode
+ * exclusive), never as a share of an empty shared device; a share never on
+ * an exclusive one. */
+static void test_class_selects_mode(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_gpufrac("dra_slice_shared.json", &s);
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_model *m = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_model_new(sl, 1, NULL, 0, NULL, &m, &d), 0);
+  gf_dra_claim w;
+  claim_of(claim_json("w", GF_DRA_CLASS_WHOLE, -1, -1), &w);
+  const gf_dra_claim *pw[] = {&w};
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  assert_int_equal(
+      gf_dra_model_place(m, pw, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+      0);
+  assert_string_equal(res[0][0].device, "gpu-1");
+  /* gpu-0 is empty but shared: the whole class does not select it */
+  d.msg[0] = '\0';
+  assert_int_equal(
+      gf_dra_model_place(m, pw, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+      GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "whole device"));
+  assert_null(strstr(d.msg, "0 bytes"));
+  int64_t um, uc;
+  uint32_t na;
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  assert_int_equal(na, 0);
+  gf_dra_model_free(m);
+  free(res);
+  gf_dra_slice_release(&s);
+}
+
+/* One overbooked device (its slice shrank under its claims) counts as
+ * full: the pod goes to another node; with none, the reason names the
+ * device's node. */
+static void test_overbooked_alone(void **state) {
+  (void)state;
+  gf_dra_slice s1, s2;
+  slice_as("dra_slice_shared.json", "n1", &s1);
+  slice_as("dra_slice_shared.json", "n2", &s2);
+  gf_dra_claim c[5]; /* 5 x 20Gi on n1/gpu-0 (80Gi) */
+  const gf_dra_claim *cl[5];
+  for (int i = 0; i < 5; i++) {
+    claim_of(fixture("dra_claim_allocated.json"), &c[i]);
+    cl[i] = &c[i];
+  }
+  gf_dra_claim a;
+  claim_of(claim_json("a", NULL, 10 * GiB, 10), &a);
+  const gf_dra_claim *pa[] = {&a};
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  for (int both = 1; both >= 0; both--) {
+    const gf_dra_slice *sl[] = {&s1, &s2};
+    gf_dra_model *m = NULL;
+    assert_int_equal(gf_dra_model_new(sl, both ? 2 : 1, cl, 5, NULL, &m, &d),
+                     0);
+    assert_true(gf_dra_model_conflicts(m) >= 1);
+    for (int k = 0; both && k < 3; k++) {
+      int rc = gf_dra_model_place(m, pa, 1, 0, RND, sizeof(RND), res, nres,
+                                  node, &d);
+      if (rc)
+        fail_msg("placement %d: %s", k, d.msg);
+      assert_string_equal(node, "n2");
+    }
+    if (!both) {
+      d.msg[0] = '\0';
+      assert_int_equal(gf_dra_model_place(m, pa, 1, 0, RND, sizeof(RND), res,
+                                          nres, node, &d),
+                       GF_ENOFIT);
+      /* gpu-1 is exclusive; gpu-0 overbooked: nothing for a share */
+      assert_non_null(strstr(d.msg, "n1"));
+    }
+    gf_dra_model_free(m);
+  }
+  free(res);
+  gf_dra_slice_release(&s1);
+  gf_dra_slice_release(&s2);
+}
+
+/* A request for a capacity the devices do not publish is refused, never
+ * allocated with only memory and cores consumed (kube-scheduler refuses
+ * it too). */
+static void test_unknown_capacity(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_gpufrac("dra_slice_shared.json", &s);
+  const gf_dra_slice *sl[] = {&s};
+  gf_dra_model *m = NULL;
+  gf_diag d = {""};
+  assert_int_equal(gf_dra_model_new(sl, 1, NULL, 0, NULL, &m, &d), 0);
+  json_t *j = claim_json("b", NULL, 10 * GiB, 10);
+  json_t *reqs = json_object_get(
+      json_object_get(
+          json_object_get(
+              json_array_get(
+                  json_object_get(
+                      json_object_get(json_object_get(j, "spec"), "devices"),
+                      "requests"),
+                  0),
+              "exactly"),
+          "capacity"),
+      "requests");
+  json_object_set_new(reqs, "bogus", json_string("5"));
+  gf_dra_claim b;
+  claim_of(j, &b);
+  const gf_dra_claim *pb[] = {&b};
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  uint32_t nres[1];
+  char node[GF_DRA_NAME_MAX];
+  assert_int_equal(
+      gf_dra_model_place(m, pb, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+      GF_ELIMIT); /* a refusal: the feed says it once, never retries it */
+  assert_non_null(strstr(d.msg, "bogus"));
+  /* Quantities gpufrac does not read, valid to the API: the claim is kept
+   * (its pod can be told why), the request refused. */
+  static const char *odd[][2] = {
+      {"cores", "\"0.5\""}, {"cores", "\"-5\""}, {"count", "2147483647"}};
+  for (size_t i = 0; i < 3; i++) {
+    json_t *o = claim_json("o", i == 2 ? GF_DRA_CLASS_WHOLE : NULL,
+                           i == 2 ? -1 : 10 * GiB, i == 2 ? -1 : 10);
+    json_t *ex = json_object_get(
+        json_array_get(
+            json_object_get(
+                json_object_get(json_object_get(o, "spec"), "devices"),
+                "requests"),
+            0),
+        "exactly");
+    json_t *v = json_loads(odd[i][1], JSON_DECODE_ANY, NULL);
+    if (i == 2)
+      json_object_set_new(ex, "count", v);
+    else
+      json_object_set_new(
+          json_object_get(json_object_get(ex, "capacity"), "requests"),
+          odd[i][0], v);
+    gf_dra_claim oc;
+    claim_of(o, &oc);
+    const gf_dra_claim *po[] = {&oc};
+    d.msg[0] = '\0';
+    assert_int_equal(
+        gf_dra_model_place(m, po, 1, 0, RND, sizeof(RND), res, nres, node, &d),
+        GF_ELIMIT);
+    if (!strstr(d.msg, odd[i][0]))
+      fail_msg("case %zu: '%s' does not name %s", i, d.msg, odd[i][0]);
+  }
+  int64_t um, uc;
+  uint32_t na;
+  assert_int_equal(gf_dra_model_used(m, "n1", "gpu-0", &um, &uc, &na), 0);
+  assert_int_equal(na, 0);
+  gf_dra_model_free(m);
+  free(res);
+  gf_dra_slice_release(&s);
+}
+
+/* A DeviceClass's selectors gpufrac honours: only conjuncts it enforces
+ * itself (driver, type "gpu", the class's mode), in any spacing, order or
+ * quoting; anything else (an attribute it does not check) refuses the
+ * class, with the selector named. */
+static void test_class_selectors(void **state) {
+  (void)state;
+  static const struct {
+    const char *cls, *expr;
+    bool ok;
+  } cases[] = {
+      {GF_DRA_CLASS_SHARE,
+       "device.driver == \"gpu.gpufrac.io\" &&\n"
+       " device.attributes[\"gpu.gpufrac.io\"].type == \"gpu\" &&\n"
+       " device.attributes[\"gpu.gpufrac.io\"].mode == \"shared\"",
+       true},
+      {GF_DRA_CLASS_WHOLE,
+       "device.attributes['gpu.gpufrac.io'].mode=='exclusive' && "
+       "device.driver == 'gpu.gpufrac.io'",
+       true},
+      {GF_DRA_CLASS_SHARE, NULL, true}, /* no selector: every device */
+      {GF_DRA_CLASS_SHARE,
+       "device.driver == \"gpu.gpufrac.io\" && "
+       "device.attributes[\"gpu.gpufrac.io\"].productName.contains(\"A100\")",
+       false},
+      {GF_DRA_CLASS_WHOLE,
+       "device.attributes[\"gpu.gpufrac.io\"].mode == \"shared\"", false},
+      {GF_DRA_CLASS_SHARE,
+       "device.driver == \"gpu.gpufrac.io\" || device.driver == \"x\"", false},
+      {GF_DRA_CLASS_SHARE,
+       "device.attributes[\"gpu.gpufrac.io\"].type != \"gpu\"", false},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    json_t *c =
+        json_pack("{s:{s:s},s:{}}", "metadata", "name", cases[i].cls, "spec");
+    if (cases[i].expr)
+      json_object_set_new(
+          json_object_get(c, "spec"), "selectors",
+          json_pack("[{s:{s:s}}]", "cel", "expression", cases[i].expr));
+    char why[256] = "";
+    bool ok = gf__dra_class_understood(c, why, sizeof(why));
+    if (ok != cases[i].ok)
+      fail_msg("case %zu: %s (%s)", i, ok ? "understood" : "refused", why);
+    if (!ok && !strstr(why, "selector"))
+      fail_msg("case %zu: '%s' does not name the selector", i, why);
+    json_decref(c);
+  }
+}
+
+/* Memory booked on a device a taint blocks (a DeviceTaintRule's, a
+ * health taint) is still booked: gpufrac_dra_booked_memory_bytes keeps
+ * it. */
+static void test_booked_blocked(void **state) {
+  (void)state;
+  gf_dra_slice s;
+  slice_tainted("dra_slice_shared.json",
+                "[" OWN_TAINT ",{\"key\":\"xid\",\"value\":\"79\","
+                "\"effect\":\"NoSchedule\"}]",
+                &s);
+  gf_dra_claim c;
+  claim_of(fixture("dra_claim_allocated.json"), &c); /* 20Gi on gpu-0 */
+  const gf_dra_slice *sl[] = {&s};
+  const gf_dra_claim *cl[] = {&c};
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 1, cl, 1, NULL, &m, NULL), 0);
+  assert_int_equal(gf__dra_model_booked_mem(m), 20 * GiB);
+  gf_dra_model_free(m);
+  gf_dra_slice_release(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slice_agreed),
@@ -1774,6 +2021,11 @@ int main(void) {
       cmocka_unit_test(test_book_claim_equals_build),
       cmocka_unit_test(test_shared_claim_place),
       cmocka_unit_test(test_shared_claim_score),
+      cmocka_unit_test(test_class_selects_mode),
+      cmocka_unit_test(test_overbooked_alone),
+      cmocka_unit_test(test_unknown_capacity),
+      cmocka_unit_test(test_class_selectors),
+      cmocka_unit_test(test_booked_blocked),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
