@@ -420,10 +420,16 @@ void gf__pdb_match(gf__pdb *db, gf__pdb_rule rule, const char *const *uids,
     if (at < 0)
       continue;
     const lrec *p = &db->p[at];
+    uint32_t nsel = 0; /* budgets selecting the pod, disrupted or not */
     for (uint32_t b = 0; b < db->nb; b++) {
       const brec *r = &db->b[b];
-      if (strcmp(r->ns, p->ns) != 0 || !budget_selects(r, p, rule) ||
-          json_object_get(r->disrupted, p->name))
+      if (strcmp(r->ns, p->ns) != 0 || !budget_selects(r, p, rule))
+        continue;
+      /* The Eviction API refuses a pod two budgets select (HTTP 500,
+       * "more than one PodDisruptionBudget"), whatever they allow. */
+      if (++nsel > 1 && rule == GF__PDB_EVICTION)
+        always[i] = true;
+      if (json_object_get(r->disrupted, p->name))
         continue;
       uint32_t v = 0;
       while (v < view->n && slot_of[v] != b)

@@ -718,6 +718,41 @@ static void empty_selector_counts_for_evictions(void **st) {
   stop(&c);
 }
 
+/* A pod two budgets select cannot be evicted: the Eviction API refuses it
+ * ("more than one PodDisruptionBudget", HTTP 500) whatever each allows, so
+ * gpufrac's own evictions never choose it.  kube-scheduler's rule (the
+ * preempt verb) is not the Eviction API's: not looked at here. */
+static void two_budgets_refuse_evictions(void **st) {
+  (void)st;
+  scene c;
+  start(&c);
+  feed(&c, prio(pod("a", "n1", 0, 8, false, "ReplicaSet"), 10));
+  feed(&c, prio(pod("b", "n2", 0, 8, false, "ReplicaSet"), 10));
+  feed(&c, pod("w", NULL, 0, 0, false, NULL));
+  offer(&c, pod("w", NULL, 0, 0, false, NULL));
+  json_t *hi = prio(pod("hi", NULL, 0, 12, false, NULL), 1000);
+  feed(&c, json_deep_copy(hi));
+  offer(&c, json_deep_copy(hi));
+  gf_diag d = {""};
+  json_t *one = json_pack("{s:{s:s,s:s},s:{s:{}},s:{s:i}}", "metadata",
+                          "namespace", "ml", "name", "one", "spec", "selector",
+                          "status", "disruptionsAllowed", 1);
+  assert_int_equal(gf__pdb_update(c.db, one, &d), 0);
+  gf__defrag_plan p;
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 1); /* one allows one */
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 1);
+  json_t *two = json_pack("{s:{s:s,s:s},s:{s:{}},s:{s:i}}", "metadata",
+                          "namespace", "ml", "name", "two", "spec", "selector",
+                          "status", "disruptionsAllowed", 1);
+  assert_int_equal(gf__pdb_update(c.db, two, &d), 0);
+  assert_int_equal(gf__defrag_plan_one(c.s, 3, &p), 0);
+  assert_int_equal(gf__preempt_plan_one(c.s, 0, &p), 0);
+  json_decref(one);
+  json_decref(two);
+  json_decref(hi);
+  stop(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_move_frees_a_gpu),
@@ -735,6 +770,7 @@ int main(void) {
       cmocka_unit_test(preempt_for_memory),
       cmocka_unit_test(preempt_unnamed_victim),
       cmocka_unit_test(empty_selector_counts_for_evictions),
+      cmocka_unit_test(two_budgets_refuse_evictions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
