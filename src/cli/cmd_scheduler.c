@@ -257,8 +257,8 @@ static int kube_config(const opts *o, gf_kube_config **out) {
 }
 
 /* A duration: digits and a unit, ms, s, m or h ("500ms", "90s", "2m"), from
- * 1 ms to 7 days.  0 with *ms set, or exit 2 with a message naming flag. */
-static int parse_duration(const char *flag, const char *v, int64_t *ms) {
+ * 1 ms to 7 days, into *ms; false when v is not one. */
+static bool duration_ms(const char *v, int64_t *ms) {
   static const struct {
     const char *unit;
     int64_t ms;
@@ -273,15 +273,21 @@ static int parse_duration(const char *flag, const char *v, int64_t *ms) {
   bool ok = nd > 0 && nd <= 9 && mult > 0;
   for (size_t i = 0; ok && i < nd; i++)
     n = n * 10 + (v[i] - '0');
-  if (!ok || n == 0 || n * mult > 7 * 24 * 3600000LL) {
-    fprintf(stderr,
-            "gpufrac scheduler: %s '%s': want a duration from 1ms to 7 days "
-            "such as 500ms, 90s, 2m or 1h\n",
-            flag, v);
-    return GF_EXIT_USAGE;
-  }
+  if (!ok || n == 0 || n * mult > 7 * 24 * 3600000LL)
+    return false;
   *ms = n * mult;
-  return 0;
+  return true;
+}
+
+/* duration_ms, or exit 2 with a message naming flag. */
+static int parse_duration(const char *flag, const char *v, int64_t *ms) {
+  if (duration_ms(v, ms))
+    return 0;
+  fprintf(stderr,
+          "gpufrac scheduler: %s '%s': want a duration from 1ms to 7 days "
+          "such as 500ms, 90s, 2m or 1h\n",
+          flag, v);
+  return GF_EXIT_USAGE;
 }
 
 enum {
@@ -526,11 +532,11 @@ static int int_opt(const char *a, const char *v, int64_t lo, int64_t hi,
 
 /* --defrag-hold DUR into *ms: 10 s (a defragmentation pass) to 1 h. */
 static int defrag_hold(const char *flag, const char *v, int64_t *ms) {
-  int rc = parse_duration(flag, v, ms);
-  if (rc || (*ms >= 10000 && *ms <= 3600000))
-    return rc;
+  if (duration_ms(v, ms) && *ms >= 10000 && *ms <= 3600000)
+    return 0;
   fprintf(stderr,
-          "gpufrac scheduler: %s '%s': want 10s to 1h (the hold must "
+          "gpufrac scheduler: %s '%s': want a duration from 10s to 1h such "
+          "as 90s or 5m (the hold must "
           "outlast a defragmentation pass, 10 s; while it lasts the freed "
           "GPU is kept from every pod of no higher priority)\n",
           flag, v);

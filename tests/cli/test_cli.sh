@@ -25,6 +25,10 @@ check sched-hami-placeholders-other 2 "kubeconfig" -- "$GPUFRAC" scheduler --acc
 # (issue 32; it was accepted and did nothing); the default on becomes off.
 check sched-nokube-preempt-evict 2 "--no-kube excludes --preempt-evict on" -- timeout 20 "$GPUFRAC" scheduler --no-kube --preempt-evict on --listen 127.0.0.1:0
 check sched-nokube-defrag-hold 2 "--no-kube excludes --defrag-hold" -- timeout 20 "$GPUFRAC" scheduler --no-kube --defrag-hold 5m --listen 127.0.0.1:0
+# --defrag-hold's range is 10s to 1h, said for a value that is no duration
+# too (it said "1ms to 7 days": a stranger's finding).
+check sched-defrag-hold-zero 2 "want a duration from 10s to 1h" -- timeout 20 "$GPUFRAC" scheduler --defrag-hold 0 --listen 127.0.0.1:0
+check sched-defrag-hold-form 2 "want a duration from 10s to 1h" -- timeout 20 "$GPUFRAC" scheduler --defrag-hold 1h0m --listen 127.0.0.1:0
 check node-help      0 'fake-gpus'                -- "$GPUFRAC" node --help
 check help-lists-all 0 'scheduler'                -- "$GPUFRAC" help
 check run-no-cmd     2 'usage'                    -- "$GPUFRAC" run --gpu-memory 1Gi
