@@ -127,7 +127,7 @@ static void drop_slice(void *p) {
 }
 static void drop_json(void *p) { json_decref(p); }
 
-#define NINF 5 /* informers */
+#define NINF 6 /* informers */
 
 struct gf_sched_dra {
   gf_kube_config *cfg;
@@ -137,7 +137,7 @@ struct gf_sched_dra {
   bool (*is_leader)(void *);
   void *leader_user;
   gf_kube_informer *inf[NINF]; /* slices, claims, pods, taint rules,
-                                  device classes */
+                                  device classes, nodes */
   gf_kube *k;                  /* the placer's client */
   pthread_mutex_t mu;
   store slices, claims, pods; /* gf_dra_slice*, gf_dra_claim*, json_t* */
@@ -154,6 +154,8 @@ struct gf_sched_dra {
   store tried;   /* gated pod key -> when preemption was last tried */
   store going;   /* pods not gated, using claims, being deleted: slim json */
   store warned;  /* claim key -> the uid whose impossible result was said */
+  store nodes;   /* Node name -> slim json_t* (gf__dra_node_slim): what
+                    mode 2's node filter reads */
   store classes; /* gpufrac's DeviceClasses: name -> "" when mode 2 honours
                     their selectors, else why not (char*) */
   bool recheck;  /* the model was rebuilt: look for impossible results */
@@ -514,6 +516,20 @@ static json_t *pod_slim(void *u, json_t *pod) {
   if (json_object_get(spec, "resourceClaims"))
     json_object_set(s, "resourceClaims",
                     json_object_get(spec, "resourceClaims"));
+  /* the node filter's (gf__dra_node_allows) */
+  static const char *nk[] = {"nodeSelector", "tolerations"};
+  for (size_t i = 0; i < 2; i++)
+    if (json_object_get(spec, nk[i]))
+      json_object_set(s, nk[i], json_object_get(spec, nk[i]));
+  const json_t *na =
+      json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
+  const json_t *req =
+      json_object_get(na, "requiredDuringSchedulingIgnoredDuringExecution");
+  if (req)
+    json_object_set_new(
+        s, "affinity",
+        json_pack("{s:{s:O}}", "nodeAffinity",
+                  "requiredDuringSchedulingIgnoredDuringExecution", req));
   /* Ready and PodScheduled: mode 2's guard (gf__dra_pod_loading) */
   const json_t *conds = json_object_get(st, "conditions");
   json_t *cs = json_array();
@@ -575,6 +591,37 @@ static void pod_gone(void *u, json_t *o) {
   store_del(&f->tried, key);
   store_del(&f->holders, key);
   store_del(&f->going, key);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Nodes: what the node filter reads (gf__dra_node_slim), by name. */
+static json_t *node_slim(void *u, json_t *node) {
+  (void)u;
+  return gf__dra_node_slim(node);
+}
+
+static void node_set(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  pthread_mutex_lock(&f->mu);
+  if (name)
+    store_put(&f->nodes, name, json_incref(o));
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void node_upd(void *u, json_t *old, json_t *o) {
+  (void)old;
+  node_set(u, o);
+}
+
+static void node_gone(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  pthread_mutex_lock(&f->mu);
+  if (name)
+    store_del(&f->nodes, name);
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -1040,6 +1087,23 @@ static void wrote_free(wrote_t *w) {
   gf__free(w);
 }
 
+/* The node filter of one pod (gf_dra_model_allow; docs/dra.md, "Node
+ * constraints"): the Nodes its nodeSelector, required node affinity and
+ * tolerations let it onto, not cordoned.  A Node the informer does not
+ * hold is let through (kube-scheduler has the last word there).  mu
+ * held. */
+typedef struct allow_ctx {
+  gf_sched_dra *f;
+  const json_t *pod;
+} allow_ctx;
+
+static bool allow_node(void *u, const char *node) {
+  const allow_ctx *a = u;
+  const json_t *n = store_get(&a->f->nodes, node);
+  char why[256];
+  return !n || gf__dra_node_allows(a->pod, n, why, sizeof(why));
+}
+
 /* Mode 2's placement of claims cl[0..n-1] with the pod's weights, shared
  * and its namespace's own; claims allocated already pin the others to
  * their node (gf__dra_model_place_pinned). */
@@ -1073,9 +1137,12 @@ static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
       return rc;
     m = tm;
   }
+  allow_ctx ac = {f, pod};
+  gf_dra_model_allow(m, allow_node, &ac);
   int rc = gf__dra_model_place_pinned(m, pc, (uint32_t)n, pod_weights(m, pod),
                                       pod_weights_own(m, pod), rnd, rl, res,
                                       nres, node, d);
+  gf_dra_model_allow(m, NULL, NULL);
   gf_dra_model_free(tm);
   return rc;
 }
@@ -1456,6 +1523,9 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   if (!rc && f->budgets && !gf__pdb_synced(f->budgets))
     rc = gf_diag_set(d, GF_ENOFIT, "the PodDisruptionBudgets are not listed");
   uint32_t nv = rc ? 0 : candidates(f, vs, refs, idx);
+  allow_ctx ac = {f, pod};
+  if (!rc) /* only nodes the pod may go to */
+    gf_dra_model_allow(f->model, allow_node, &ac);
   if (!rc && moves)
     rc = gf_dra_model_defrag(f->model, (const gf_dra_claim *const *)cl,
                              (uint32_t)n, prio_of(pod), vs, nv, f->budgets,
@@ -1464,6 +1534,8 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
     rc = gf_dra_model_preempt(f->model, (const gf_dra_claim *const *)cl,
                               (uint32_t)n, prio_of(pod), vs, nv, f->budgets,
                               chosen, &nch, pl->node, d);
+  if (f->model)
+    gf_dra_model_allow(f->model, NULL, NULL);
   if (!rc && moves)
     rc = defrag_gate(f, pod, pl->node, d);
   for (uint32_t j = 0; rc == 1 && j < nch && j < HOLD_CLAIMS; j++)
@@ -2132,6 +2204,7 @@ static void *run1(void *u) { return run_inf(((gf_sched_dra *)u)->inf[1]); }
 static void *run2(void *u) { return run_inf(((gf_sched_dra *)u)->inf[2]); }
 static void *run3(void *u) { return run_inf(((gf_sched_dra *)u)->inf[3]); }
 static void *run4(void *u) { return run_inf(((gf_sched_dra *)u)->inf[4]); }
+static void *run5(void *u) { return run_inf(((gf_sched_dra *)u)->inf[5]); }
 
 /* ---- lifecycle -----------------------------------------------------------
  */
@@ -2159,6 +2232,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->holders.drop = drop_json;
   f->tried.drop = free;
   f->going.drop = drop_json;
+  f->nodes.drop = drop_json;
   f->warned.drop = free;
   f->classes.drop = free;
   f->cfg = cfg;
@@ -2187,13 +2261,14 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   static const char *paths[NINF] = {
       GF_DRA_API "/resourceslices", GF_DRA_API "/resourceclaims",
       "/api/v1/pods", GF_DRA_API "/devicetaintrules",
-      GF_DRA_API "/deviceclasses"};
+      GF_DRA_API "/deviceclasses", "/api/v1/nodes"};
   gf_kube_informer_handlers h[NINF] = {
       {slice_set, slice_upd, slice_gone, f, inf_error},
       {claim_set, claim_upd, claim_gone, f, inf_error},
       {pod_set, pod_upd, pod_gone, f, inf_error},
       {rule_set, rule_upd, rule_gone, f, inf_error},
-      {class_set, class_upd, class_gone, f, inf_error}};
+      {class_set, class_upd, class_gone, f, inf_error},
+      {node_set, node_upd, node_gone, f, inf_error}};
   for (int i = 0; i < NINF; i++) {
     gf_kube_informer_opts io = {.path = paths[i],
                                 .watch_timeout_s = o->watch_timeout_s,
@@ -2201,6 +2276,8 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
                                 .compact = true};
     if (i == 2)
       io.transform = pod_slim;
+    if (i == 5)
+      io.transform = node_slim;
     if ((rc = gf_kube_informer_new(&f->inf[i], cfg, kopts, &io, &h[i], d))) {
       gf_diag_prefix(d, "DRA informer %s", paths[i]);
       goto fail;
@@ -2228,7 +2305,8 @@ int gf_sched_dra_start(gf_sched_dra *f, gf_diag *d) {
   if (f->started)
     return gf_diag_set(d, GF_ESTATE, "DRA feed: already started");
   f->started = true;
-  void *(*fn[NINF + 1])(void *) = {run0, run1, run2, run3, run4, run_placer};
+  void *(*fn[NINF + 1])(void *) = {run0, run1, run2, run3, run4, run5,
+                                     run_placer};
   int e = 0;
   for (int i = 0; i < NINF + 1 && !e; i++) {
     if (i == NINF && !f->allocate)
@@ -2282,6 +2360,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->going);
   store_release(&f->warned);
   store_release(&f->classes);
+  store_release(&f->nodes);
   for (uint32_t i = 0; i < f->nholds; i++)
     hold_free(f->holds[i]);
   gf_dra_model_free(f->model);
