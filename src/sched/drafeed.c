@@ -471,6 +471,32 @@ static const char *other_gate(const json_t *pod) {
   return NULL;
 }
 
+/* Whether pod, not gated, is stranded (docs/dra.md, "Stranded pods"): not
+ * bound, not going, with claims, and kube-scheduler found it Unschedulable
+ * (PodScheduled False).  Its gate is gone (lifted by hand, or lifted by
+ * gpufrac and then its claims deallocated by kube-scheduler when the pod
+ * failed on their node): kube-scheduler cannot allocate gpufrac's devices,
+ * so the placer places it as a gated one. */
+static bool stranded(const json_t *pod) {
+  const json_t *spec = json_object_get(pod, "spec");
+  if (json_object_get(spec, "nodeName") ||
+      !json_array_size(json_object_get(spec, "resourceClaims")) ||
+      json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
+    return false;
+  size_t i;
+  const json_t *c;
+  json_array_foreach(
+      json_object_get(json_object_get(pod, "status"), "conditions"), i, c) {
+    const char *ty = json_string_value(json_object_get(c, "type"));
+    const char *st = json_string_value(json_object_get(c, "status"));
+    const char *why = json_string_value(json_object_get(c, "reason"));
+    if (ty && st && why && strcmp(ty, "PodScheduled") == 0 &&
+        strcmp(st, "False") == 0 && strcmp(why, "Unschedulable") == 0)
+      return true;
+  }
+  return false;
+}
+
 /* What the feed reads of a Pod. */
 static json_t *pod_slim(void *u, json_t *pod) {
   (void)u;
@@ -561,9 +587,13 @@ static void pod_set(void *u, json_t *o) {
     store_put(&f->pods, key, json_incref(o));
     store_del(&f->holders, key);
   } else {
-    store_del(&f->pods, key);
-    store_del(&f->said, key);
-    store_del(&f->tried, key);
+    if (stranded(o)) {
+      store_put(&f->pods, key, json_incref(o));
+    } else {
+      store_del(&f->pods, key);
+      store_del(&f->said, key);
+      store_del(&f->tried, key);
+    }
     if (claims && !going)
       store_put(&f->holders, key, json_incref(o));
     else
@@ -920,8 +950,12 @@ static const char *jstr(const json_t *o, const char *a, const char *b) {
   return json_string_value(json_object_get(json_object_get(o, a), b));
 }
 
-/* Lifts the gate: the pod's schedulingGates without GF_DRA_GATE. */
+/* Lifts the gate: the pod's schedulingGates without GF_DRA_GATE.  A
+ * stranded pod (not gated) has none: kube-scheduler's next try binds it to
+ * the allocation's node (the claim's update requeues it). */
 static int lift_gate(gf_sched_dra *f, const json_t *pod, gf_diag *d) {
+  if (!gated(pod))
+    return 0;
   const json_t *g =
       json_object_get(json_object_get(pod, "spec"), "schedulingGates");
   json_t *keep = json_array();
@@ -1947,6 +1981,8 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   else if (!rc && !hand && !done)
     rc = decide(f, pod, cl, n, res, nres, node, &held, &booked, &d);
   pthread_mutex_unlock(&f->mu);
+  if (!rc && (hand || done) && !gated(pod))
+    goto out; /* a stranded pod: kube-scheduler's own (or it binds now) */
   if (held == 1 || rc) {
     say_waiting(f, pod, rc, d.msg);
     if (held != 1 && rc == GF_ENOFIT && f->k && !v.nalloc)
@@ -2258,10 +2294,12 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
     snprintf(f->policy, sizeof(f->policy), "%s", o->policy);
     f->has_policy = true;
   }
-  static const char *paths[NINF] = {
-      GF_DRA_API "/resourceslices", GF_DRA_API "/resourceclaims",
-      "/api/v1/pods", GF_DRA_API "/devicetaintrules",
-      GF_DRA_API "/deviceclasses", "/api/v1/nodes"};
+  static const char *paths[NINF] = {GF_DRA_API "/resourceslices",
+                                    GF_DRA_API "/resourceclaims",
+                                    "/api/v1/pods",
+                                    GF_DRA_API "/devicetaintrules",
+                                    GF_DRA_API "/deviceclasses",
+                                    "/api/v1/nodes"};
   gf_kube_informer_handlers h[NINF] = {
       {slice_set, slice_upd, slice_gone, f, inf_error},
       {claim_set, claim_upd, claim_gone, f, inf_error},
@@ -2305,8 +2343,8 @@ int gf_sched_dra_start(gf_sched_dra *f, gf_diag *d) {
   if (f->started)
     return gf_diag_set(d, GF_ESTATE, "DRA feed: already started");
   f->started = true;
-  void *(*fn[NINF + 1])(void *) = {run0, run1, run2, run3, run4, run5,
-                                     run_placer};
+  void *(*fn[NINF + 1])(void *) = {run0, run1, run2,      run3,
+                                   run4, run5, run_placer};
   int e = 0;
   for (int i = 0; i < NINF + 1 && !e; i++) {
     if (i == NINF && !f->allocate)
@@ -2591,7 +2629,8 @@ static int as_view(void *feed, gf__as_dra_view *v) {
     const json_t *pod = from->vals[i];
     bool want = f->allocate ? store_get(&as_nofit, k) != NULL
                             : !jstr(pod, "spec", "nodeName");
-    if (want && as_pod(f, pod, f->allocate, &v->pods[v->npods]))
+    /* mode 2's stranded pods (not gated) count as mode 1's do */
+    if (want && as_pod(f, pod, f->allocate && gated(pod), &v->pods[v->npods]))
       v->npods++;
   }
   if (!rc)

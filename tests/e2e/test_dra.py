@@ -1605,6 +1605,38 @@ class DRA:
         self.retire("sel-a")
         self.retire("sel-b")
 
+    def s_stranded(self):
+        """A mode-2 pod whose gate went before gpufrac placed it (lifted by
+        hand here; kube-scheduler's PostFilter deallocating gpufrac's claim
+        does the same) is Unschedulable with an unallocated claim that
+        kube-scheduler cannot allocate (gpufrac's devices carry the
+        allocator taint): the placer allocates it, and kube-scheduler binds
+        it to the allocation's node."""
+        if self.ext:  # the gate goes while gpufrac is not running
+            self.c.stop_gpufrac(self.ext)
+            self.ext = None
+        node = "strand"
+        self.labelled_node(node, "c", {})
+        self.share("st1", "20Gi", 10, True)
+        wait_for("st1's claim made", lambda: self.claim_of(self.pods()["st1"]), 30)
+        self.api.merge_patch("/api/v1/namespaces/%s/pods/st1" % NS,
+                             {"spec": {"schedulingGates": None}})
+        self.wait_unschedulable("st1", 60)
+        t0 = time.monotonic()
+        self.start_extender()
+        p = self.wait_bound(["st1"], 90)["st1"]
+        took = time.monotonic() - t0
+        self.on_node("st1", node)
+        cl = self.claim_of(p)
+        r = cl["status"]["allocation"]["devices"]["results"][0]
+        self.check_result("st1", cl, r, node, 20 * GiB, 10)
+        if r.get("tolerations") != [{"key": "gpu.gpufrac.io/allocator", "operator": "Equal",
+                                     "value": "gpufrac", "effect": "NoSchedule"}]:
+            fail("st1: not gpufrac's allocation: %s" % r)
+        log("stranded: st1 bound on %s %.1f s after the extender started" % (node, took))
+        self.delete_all()
+        self.retire(node)
+
 
 # Run by default, in this order; --only picks any.
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
@@ -1612,7 +1644,7 @@ SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst", "taint_rule", "named_claim", "example",
              "preempt", "preempt_budget", "preempt_slow", "shared_claim", "pass_max",
-             "limits", "class_selector", "node_select"]
+             "limits", "class_selector", "node_select", "stranded"]
 
 
 def main():
