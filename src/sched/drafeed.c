@@ -1917,15 +1917,30 @@ static void say_waiting(gf_sched_dra *f, const json_t *pod, int rc,
               rc == GF_ELIMIT ? "GpufracRefused" : "GpufracWaiting", why);
 }
 
+/* Whether pod still carries another scheduling gate than gpufrac's: it is
+ * placed once the others are gone (docs/dra.md), said once. */
+static bool other_gated(gf_sched_dra *f, const json_t *pod, const char *ns,
+                        const char *name) {
+  const char *other = other_gate(pod);
+  if (!other)
+    return false;
+  char why[GF_DIAG_MAX];
+  snprintf(why, sizeof(why),
+           "waits for its other scheduling gate %.200s to be lifted first",
+           other);
+  waits(f, ns, name, why);
+  return true;
+}
+
 /* One gated pod: hands it over, lifts the gate of one whose claims are
  * allocated already (its own, or claims it joins), or chooses and writes
  * the allocations of its claims not allocated yet (on the node of those
  * that are) and returns what it wrote (the caller checks, then lifts the
- * gate). */
+ * gate).  A stranded pod (no gate) only gets what it lacks written. */
 static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   const char *ns = jstr(pod, "metadata", "namespace");
   const char *name = jstr(pod, "metadata", "name");
-  if (!ns || !name)
+  if (!ns || !name || other_gated(f, pod, ns, name))
     return NULL;
   gf_dra_claim *cl[CLAIMS_PER_POD];
   gf_dra_result(*res)[GF_DRA_RESULTS_MAX] =
@@ -1936,16 +1951,6 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   podview v;
   if (!res)
     return NULL;
-  const char *other = other_gate(pod);
-  if (other) { /* placed once its other gates are gone (docs/dra.md) */
-    char why[GF_DIAG_MAX];
-    snprintf(why, sizeof(why),
-             "waits for its other scheduling gate %.200s to be lifted first",
-             other);
-    waits(f, ns, name, why);
-    gf__free(res);
-    return NULL;
-  }
   pthread_mutex_lock(&f->mu);
   int n = claims_of(f, pod, cl, CLAIMS_PER_POD);
   if (n == -1) { /* the claims are not made (or not seen) yet */
