@@ -154,6 +154,8 @@ struct gf_sched_dra {
   store tried;   /* gated pod key -> when preemption was last tried */
   store going;   /* pods not gated, using claims, being deleted: slim json */
   store warned;  /* claim key -> the uid whose impossible result was said */
+  store seen;    /* pod key -> uid (char*) of pods seen gated: a stranded
+                    pod is mode 2's when seen so, or labelled */
   store nodes;   /* Node name -> slim json_t* (gf__dra_node_slim): what
                     mode 2's node filter reads */
   store classes; /* gpufrac's DeviceClasses: name -> "" when mode 2 honours
@@ -529,6 +531,11 @@ static json_t *pod_slim(void *u, json_t *pod) {
   }
   if (a)
     json_object_set_new(m, "annotations", a);
+  /* the admission policy's label: a mode 2 pod (stranded pods) */
+  const json_t *pl =
+      json_object_get(json_object_get(meta, "labels"), GF_DRA_GATE);
+  if (json_is_string(pl))
+    json_object_set_new(m, "labels", json_pack("{s:O}", GF_DRA_GATE, pl));
   if (json_object_get(spec, "priority"))
     json_object_set(s, "priority", json_object_get(spec, "priority"));
   if (json_object_get(spec, "nodeName"))
@@ -574,10 +581,27 @@ static json_t *pod_slim(void *u, json_t *pod) {
   return o;
 }
 
+/* Whether pod (not gated) is mode 2's: labelled gpufrac.io/placement=
+ * gpufrac (the admission policy gates those), or seen gated by this feed
+ * (a mode 1 pod kube-scheduler cannot place is not taken onto gpufrac's
+ * devices).  mu held. */
+static const char *jstr(const json_t *o, const char *a, const char *b);
+
+static bool mode2_pod(gf_sched_dra *f, const json_t *pod, const char *key) {
+  const char *l = json_string_value(json_object_get(
+      json_object_get(json_object_get(pod, "metadata"), "labels"),
+      GF_DRA_GATE));
+  const char *uid = jstr(pod, "metadata", "uid");
+  const char *was = store_get(&f->seen, key);
+  return (l && strcmp(l, "gpufrac") == 0) ||
+         (uid && was && strcmp(uid, was) == 0);
+}
+
 static void pod_set(void *u, json_t *o) {
   gf_sched_dra *f = u;
   char key[KEY_MAX];
   key_of(o, key, sizeof(key));
+  const char *uid = jstr(o, "metadata", "uid");
   bool claims = json_array_size(json_object_get(json_object_get(o, "spec"),
                                                 "resourceClaims")) > 0;
   bool going = json_object_get(json_object_get(o, "metadata"),
@@ -586,8 +610,12 @@ static void pod_set(void *u, json_t *o) {
   if (gated(o)) {
     store_put(&f->pods, key, json_incref(o));
     store_del(&f->holders, key);
+    char *was = store_get(&f->seen, key);
+    char *cp = uid && (!was || strcmp(was, uid)) ? gf__strdup(uid) : NULL;
+    if (cp)
+      store_put(&f->seen, key, cp);
   } else {
-    if (stranded(o)) {
+    if (stranded(o) && mode2_pod(f, o, key)) {
       store_put(&f->pods, key, json_incref(o));
     } else {
       store_del(&f->pods, key);
@@ -621,6 +649,7 @@ static void pod_gone(void *u, json_t *o) {
   store_del(&f->tried, key);
   store_del(&f->holders, key);
   store_del(&f->going, key);
+  store_del(&f->seen, key);
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -2274,6 +2303,7 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->tried.drop = free;
   f->going.drop = drop_json;
   f->nodes.drop = drop_json;
+  f->seen.drop = free;
   f->warned.drop = free;
   f->classes.drop = free;
   f->cfg = cfg;
@@ -2404,6 +2434,7 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->warned);
   store_release(&f->classes);
   store_release(&f->nodes);
+  store_release(&f->seen);
   for (uint32_t i = 0; i < f->nholds; i++)
     hold_free(f->holds[i]);
   gf_dra_model_free(f->model);

@@ -1606,7 +1606,8 @@ class DRA:
         self.retire("sel-b")
 
     def s_stranded(self):
-        """A mode-2 pod whose gate went before gpufrac placed it (lifted by
+        """A mode-2 pod (labelled gpufrac.io/placement=gpufrac, or seen
+        gated by gpufrac) whose gate went before gpufrac placed it (lifted by
         hand here; kube-scheduler's PostFilter deallocating gpufrac's claim
         does the same) is Unschedulable with an unallocated claim that
         kube-scheduler cannot allocate (gpufrac's devices carry the
@@ -1617,15 +1618,30 @@ class DRA:
             self.ext = None
         node = "strand"
         self.labelled_node(node, "c", {})
-        self.share("st1", "20Gi", 10, True)
-        wait_for("st1's claim made", lambda: self.claim_of(self.pods()["st1"]), 30)
-        self.api.merge_patch("/api/v1/namespaces/%s/pods/st1" % NS,
-                             {"spec": {"schedulingGates": None}})
-        self.wait_unschedulable("st1", 60)
+        # st1 is mode 2's by the admission policy's label; st2 carries the
+        # gate but not the label, and gpufrac never saw it gated: it may be
+        # a mode-1 pod, left to kube-scheduler
+        for n in ("st1", "st2"):
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                            template("t-" + n, "20Gi", 10))
+            p = pod(n, "t-" + n, True)
+            if n == "st1":
+                p["metadata"]["labels"][GATE] = "gpufrac"
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, p)
+            wait_for("%s's claim made" % n, lambda: self.claim_of(self.pods()[n]), 30)
+            self.api.merge_patch("/api/v1/namespaces/%s/pods/%s" % (NS, n),
+                                 {"spec": {"schedulingGates": None}})
+            self.wait_unschedulable(n, 60)
         t0 = time.monotonic()
         self.start_extender()
         p = self.wait_bound(["st1"], 90)["st1"]
         took = time.monotonic() - t0
+        time.sleep(3)
+        p2 = self.pods()["st2"]
+        c2 = self.claim_of(p2)
+        if p2["spec"].get("nodeName") or c2.get("status", {}).get("allocation"):
+            fail("st2 (not mode 2's) was placed: node %s, claim %s" %
+                 (p2["spec"].get("nodeName"), c2.get("status")))
         self.on_node("st1", node)
         cl = self.claim_of(p)
         r = cl["status"]["allocation"]["devices"]["results"][0]
