@@ -319,6 +319,14 @@ int gf_dra_model_new(const gf_dra_slice *const *slices, uint32_t nslices,
                      const char *policy, gf_dra_model **out, gf_diag *d);
 void gf_dra_model_free(gf_dra_model *m);
 
+/* Mode 2's node filter (docs/dra.md, "Node constraints"): until called
+ * again, placements, preemption and defragmentation choose only nodes
+ * ok(u, name) allows (a pod's nodeSelector, node affinity, tolerations);
+ * ok NULL: every node.  A placement that finds room only on refused
+ * nodes is GF_ENOFIT, its reason saying how many were refused. */
+void gf_dra_model_allow(gf_dra_model *m, bool (*ok)(void *u, const char *node),
+                        void *u);
+
 /* Results already booked that do not fit what their device has (two
  * allocators gave the same capacity away, or a slice shrank). */
 uint32_t gf_dra_model_conflicts(const gf_dra_model *m);

@@ -973,7 +973,49 @@ struct gf_dra_model {
    * puts a request on a device its class does not select. */
   uint64_t sel[2];
   uint32_t over; /* the first overbooked device (counted full); UINT32_MAX */
+  /* the node filter (gf_dra_model_allow; NULL: every node) and how many
+   * nodes it refused in the last placement that asked it */
+  bool (*allow)(void *u, const char *node);
+  void *allow_u;
+  uint32_t refused;
 };
+
+void gf_dra_model_allow(gf_dra_model *m, bool (*ok)(void *u, const char *node),
+                        void *u) {
+  m->allow = ok;
+  m->allow_u = ok ? u : NULL;
+}
+
+/* Whether the node filter lets the pod onto cluster node ni. */
+static bool node_ok(const gf_dra_model *m, uint32_t ni) {
+  return !m->allow || m->allow(m->allow_u, m->nodes[ni]);
+}
+
+/* gf_engine_place limited to the nodes the filter allows: when it refuses
+ * some, the best score among the others (gf_engine_score), applied. */
+static int place_allowed(gf_dra_model *m, const gf_request *q,
+                         gf_placement *p) {
+  uint32_t best = UINT32_MAX;
+  int64_t bs = 0;
+  gf_placement pick;
+  m->refused = 0;
+  for (uint32_t ni = 0; m->allow && ni < m->nnodes; ni++) {
+    int64_t sc;
+    if (!node_ok(m, ni))
+      m->refused++;
+    else if (gf_engine_score(m->e, q, ni, &sc, &pick) == 0 &&
+             (best == UINT32_MAX || sc > bs)) {
+      best = ni;
+      bs = sc;
+      *p = pick;
+    }
+  }
+  if (!m->refused)
+    return gf_engine_place(m->e, q, p);
+  if (best == UINT32_MAX)
+    return GF_ENOFIT;
+  return gf_engine_apply(m->e, q, p);
+}
 
 /* The engine's model name of dev: its product and mode (a whole GPU and a
  * share go on different modes, so the same product in two modes is two
@@ -1570,7 +1612,7 @@ static int place_one(gf_dra_model *m, const gf_dra_claim *c, uint32_t ri,
   if (*node == UINT32_MAX) {
     q.weights = weights; /* the cache term where the node is chosen */
     q.weights_own = weights_own;
-    rc = gf_engine_place(m->e, &q, &p);
+    rc = place_allowed(m, &q, &p);
     q.weights = q.weights_own = 0;
     if (rc && share)
       gf_diag_set(d, rc,
@@ -1582,6 +1624,11 @@ static int place_one(gf_dra_model *m, const gf_dra_claim *c, uint32_t ri,
                   r->name, (unsigned)r->count, r->count == 1 ? "" : "s");
     if (rc && rc != GF_ENOFIT)
       diag_add(d, " (engine error)");
+    else if (rc && m->refused)
+      diag_add(d,
+               " the pod may go to (%u of %u nodes refused by its "
+               "nodeSelector, node affinity or tolerations, or cordoned)",
+               (unsigned)m->refused, (unsigned)m->nnodes);
     else if (rc && m->over != UINT32_MAX)
       diag_add(d,
                " (%u overbooked device%s counted full, the first "
@@ -1693,6 +1740,12 @@ static int pinned_node(const gf_dra_model *m, const gf_dra_claim *const *claims,
   for (uint32_t i = 0; i < m->nnodes; i++)
     if (strcmp(m->nodes[i], at->node) == 0) {
       *ni = i;
+      if (!node_ok(m, i))
+        return gf_diag_set(d, GF_ENOFIT,
+                           "claim %s is allocated on node %s, where the pod "
+                           "may not go (its nodeSelector, node affinity or "
+                           "tolerations, or the node is cordoned)",
+                           (*pin)->name, at->node);
       return 0;
     }
   return gf_diag_set(d, GF_ENOFIT,
@@ -1974,7 +2027,8 @@ static int best_set(const gf_dra_model *m, const gf_request *r, int32_t prio,
   *pdb_only = false;
   for (uint32_t ni = 0; !rc && ni < gf_cluster_nnodes(m->c); ni++) {
     uint32_t nc = 0;
-    for (uint32_t i = 0; i < nv && nc < GF_DRA_VICTIMS_MAX; i++)
+    for (uint32_t i = 0; node_ok(m, ni) && i < nv && nc < GF_DRA_VICTIMS_MAX;
+         i++)
       if (may_go(&vs[i], prio, defrag) &&
           victim_rec(m, &vs[i], ni, &cands[nc]) &&
           (!defrag || (cands[nc].req.gpu_count == 1 &&
@@ -2020,7 +2074,7 @@ static int choose_for(const gf_dra_model *m, const gf_dra_claim *const *claims,
     return rc;
   /* defragmentation is for a pod that fits no device as things are */
   for (uint32_t ni = 0; max_moves && ni < gf_cluster_nnodes(m->c); ni++)
-    if (gf_node_fits(gf_cluster_node(m->c, ni), &r))
+    if (node_ok(m, ni) && gf_node_fits(gf_cluster_node(m->c, ni), &r))
       return gf_diag_set(d, GF_ENOFIT, "it fits node %s as things are",
                          m->nodes[ni]);
   gf__preempt_pick *best = gf__calloc(1, sizeof(*best));

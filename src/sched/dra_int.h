@@ -113,4 +113,18 @@ void gf__dra_as_note(gf_sched_dra *f, const char *key, bool nofit);
  * classes"). */
 bool gf__dra_class_understood(const struct json_t *cls, char *why, size_t cap);
 
+/* Whether pod (a slim copy: spec.nodeSelector, spec.affinity,
+ * spec.tolerations) may go to node (a slim copy, gf__dra_node_slim), as
+ * kube-scheduler's NodeAffinity, TaintToleration and NodeUnschedulable
+ * filters decide: its nodeSelector, its required node affinity (terms
+ * ORed; matchExpressions In, NotIn, Exists, DoesNotExist, Gt, Lt on
+ * labels; matchFields In, NotIn on metadata.name), the node's NoSchedule
+ * and NoExecute taints it does not tolerate, spec.unschedulable.  When
+ * not, why gets which (a malformed constraint refuses the node). */
+bool gf__dra_node_allows(const struct json_t *pod, const struct json_t *node,
+                         char *why, size_t cap);
+/* What gf__dra_node_allows reads of a Node: metadata.name and .labels,
+ * spec.taints and .unschedulable (a new object; NULL out of memory). */
+struct json_t *gf__dra_node_slim(const struct json_t *node);
+
 #endif

@@ -127,7 +127,7 @@ static void drop_slice(void *p) {
 }
 static void drop_json(void *p) { json_decref(p); }
 
-#define NINF 5 /* informers */
+#define NINF 6 /* informers */
 
 struct gf_sched_dra {
   gf_kube_config *cfg;
@@ -137,7 +137,7 @@ struct gf_sched_dra {
   bool (*is_leader)(void *);
   void *leader_user;
   gf_kube_informer *inf[NINF]; /* slices, claims, pods, taint rules,
-                                  device classes */
+                                  device classes, nodes */
   gf_kube *k;                  /* the placer's client */
   pthread_mutex_t mu;
   store slices, claims, pods; /* gf_dra_slice*, gf_dra_claim*, json_t* */
@@ -154,6 +154,10 @@ struct gf_sched_dra {
   store tried;   /* gated pod key -> when preemption was last tried */
   store going;   /* pods not gated, using claims, being deleted: slim json */
   store warned;  /* claim key -> the uid whose impossible result was said */
+  store seen;    /* pod key -> uid (char*) of pods seen gated: a stranded
+                    pod is mode 2's when seen so, or labelled */
+  store nodes;   /* Node name -> slim json_t* (gf__dra_node_slim): what
+                    mode 2's node filter reads */
   store classes; /* gpufrac's DeviceClasses: name -> "" when mode 2 honours
                     their selectors, else why not (char*) */
   bool recheck;  /* the model was rebuilt: look for impossible results */
@@ -469,6 +473,32 @@ static const char *other_gate(const json_t *pod) {
   return NULL;
 }
 
+/* Whether pod, not gated, is stranded (docs/dra.md, "Stranded pods"): not
+ * bound, not going, with claims, and kube-scheduler found it Unschedulable
+ * (PodScheduled False).  Its gate is gone (lifted by hand, or lifted by
+ * gpufrac and then its claims deallocated by kube-scheduler when the pod
+ * failed on their node): kube-scheduler cannot allocate gpufrac's devices,
+ * so the placer places it as a gated one. */
+static bool stranded(const json_t *pod) {
+  const json_t *spec = json_object_get(pod, "spec");
+  if (json_object_get(spec, "nodeName") ||
+      !json_array_size(json_object_get(spec, "resourceClaims")) ||
+      json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
+    return false;
+  size_t i;
+  const json_t *c;
+  json_array_foreach(
+      json_object_get(json_object_get(pod, "status"), "conditions"), i, c) {
+    const char *ty = json_string_value(json_object_get(c, "type"));
+    const char *st = json_string_value(json_object_get(c, "status"));
+    const char *why = json_string_value(json_object_get(c, "reason"));
+    if (ty && st && why && strcmp(ty, "PodScheduled") == 0 &&
+        strcmp(st, "False") == 0 && strcmp(why, "Unschedulable") == 0)
+      return true;
+  }
+  return false;
+}
+
 /* What the feed reads of a Pod. */
 static json_t *pod_slim(void *u, json_t *pod) {
   (void)u;
@@ -501,6 +531,11 @@ static json_t *pod_slim(void *u, json_t *pod) {
   }
   if (a)
     json_object_set_new(m, "annotations", a);
+  /* the admission policy's label: a mode 2 pod (stranded pods) */
+  const json_t *pl =
+      json_object_get(json_object_get(meta, "labels"), GF_DRA_GATE);
+  if (json_is_string(pl))
+    json_object_set_new(m, "labels", json_pack("{s:O}", GF_DRA_GATE, pl));
   if (json_object_get(spec, "priority"))
     json_object_set(s, "priority", json_object_get(spec, "priority"));
   if (json_object_get(spec, "nodeName"))
@@ -514,6 +549,20 @@ static json_t *pod_slim(void *u, json_t *pod) {
   if (json_object_get(spec, "resourceClaims"))
     json_object_set(s, "resourceClaims",
                     json_object_get(spec, "resourceClaims"));
+  /* the node filter's (gf__dra_node_allows) */
+  static const char *nk[] = {"nodeSelector", "tolerations"};
+  for (size_t i = 0; i < 2; i++)
+    if (json_object_get(spec, nk[i]))
+      json_object_set(s, nk[i], json_object_get(spec, nk[i]));
+  const json_t *na =
+      json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
+  const json_t *req =
+      json_object_get(na, "requiredDuringSchedulingIgnoredDuringExecution");
+  if (req)
+    json_object_set_new(
+        s, "affinity",
+        json_pack("{s:{s:O}}", "nodeAffinity",
+                  "requiredDuringSchedulingIgnoredDuringExecution", req));
   /* Ready and PodScheduled: mode 2's guard (gf__dra_pod_loading) */
   const json_t *conds = json_object_get(st, "conditions");
   json_t *cs = json_array();
@@ -532,10 +581,27 @@ static json_t *pod_slim(void *u, json_t *pod) {
   return o;
 }
 
+/* Whether pod (not gated) is mode 2's: labelled gpufrac.io/placement=
+ * gpufrac (the admission policy gates those), or seen gated by this feed
+ * (a mode 1 pod kube-scheduler cannot place is not taken onto gpufrac's
+ * devices).  mu held. */
+static const char *jstr(const json_t *o, const char *a, const char *b);
+
+static bool mode2_pod(gf_sched_dra *f, const json_t *pod, const char *key) {
+  const char *l = json_string_value(json_object_get(
+      json_object_get(json_object_get(pod, "metadata"), "labels"),
+      GF_DRA_GATE));
+  const char *uid = jstr(pod, "metadata", "uid");
+  const char *was = store_get(&f->seen, key);
+  return (l && strcmp(l, "gpufrac") == 0) ||
+         (uid && was && strcmp(uid, was) == 0);
+}
+
 static void pod_set(void *u, json_t *o) {
   gf_sched_dra *f = u;
   char key[KEY_MAX];
   key_of(o, key, sizeof(key));
+  const char *uid = jstr(o, "metadata", "uid");
   bool claims = json_array_size(json_object_get(json_object_get(o, "spec"),
                                                 "resourceClaims")) > 0;
   bool going = json_object_get(json_object_get(o, "metadata"),
@@ -544,10 +610,18 @@ static void pod_set(void *u, json_t *o) {
   if (gated(o)) {
     store_put(&f->pods, key, json_incref(o));
     store_del(&f->holders, key);
+    char *was = store_get(&f->seen, key);
+    char *cp = uid && (!was || strcmp(was, uid)) ? gf__strdup(uid) : NULL;
+    if (cp)
+      store_put(&f->seen, key, cp);
   } else {
-    store_del(&f->pods, key);
-    store_del(&f->said, key);
-    store_del(&f->tried, key);
+    if (stranded(o) && mode2_pod(f, o, key)) {
+      store_put(&f->pods, key, json_incref(o));
+    } else {
+      store_del(&f->pods, key);
+      store_del(&f->said, key);
+      store_del(&f->tried, key);
+    }
     if (claims && !going)
       store_put(&f->holders, key, json_incref(o));
     else
@@ -575,6 +649,38 @@ static void pod_gone(void *u, json_t *o) {
   store_del(&f->tried, key);
   store_del(&f->holders, key);
   store_del(&f->going, key);
+  store_del(&f->seen, key);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Nodes: what the node filter reads (gf__dra_node_slim), by name. */
+static json_t *node_slim(void *u, json_t *node) {
+  (void)u;
+  return gf__dra_node_slim(node);
+}
+
+static void node_set(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  pthread_mutex_lock(&f->mu);
+  if (name)
+    store_put(&f->nodes, name, json_incref(o));
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void node_upd(void *u, json_t *old, json_t *o) {
+  (void)old;
+  node_set(u, o);
+}
+
+static void node_gone(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  const char *name = json_string_value(
+      json_object_get(json_object_get(o, "metadata"), "name"));
+  pthread_mutex_lock(&f->mu);
+  if (name)
+    store_del(&f->nodes, name);
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -873,8 +979,12 @@ static const char *jstr(const json_t *o, const char *a, const char *b) {
   return json_string_value(json_object_get(json_object_get(o, a), b));
 }
 
-/* Lifts the gate: the pod's schedulingGates without GF_DRA_GATE. */
+/* Lifts the gate: the pod's schedulingGates without GF_DRA_GATE.  A
+ * stranded pod (not gated) has none: kube-scheduler's next try binds it to
+ * the allocation's node (the claim's update requeues it). */
 static int lift_gate(gf_sched_dra *f, const json_t *pod, gf_diag *d) {
+  if (!gated(pod))
+    return 0;
   const json_t *g =
       json_object_get(json_object_get(pod, "spec"), "schedulingGates");
   json_t *keep = json_array();
@@ -1040,6 +1150,23 @@ static void wrote_free(wrote_t *w) {
   gf__free(w);
 }
 
+/* The node filter of one pod (gf_dra_model_allow; docs/dra.md, "Node
+ * constraints"): the Nodes its nodeSelector, required node affinity and
+ * tolerations let it onto, not cordoned.  A Node the informer does not
+ * hold is let through (kube-scheduler has the last word there).  mu
+ * held. */
+typedef struct allow_ctx {
+  gf_sched_dra *f;
+  const json_t *pod;
+} allow_ctx;
+
+static bool allow_node(void *u, const char *node) {
+  const allow_ctx *a = u;
+  const json_t *n = store_get(&a->f->nodes, node);
+  char why[256];
+  return !n || gf__dra_node_allows(a->pod, n, why, sizeof(why));
+}
+
 /* Mode 2's placement of claims cl[0..n-1] with the pod's weights, shared
  * and its namespace's own; claims allocated already pin the others to
  * their node (gf__dra_model_place_pinned). */
@@ -1073,9 +1200,12 @@ static int place_weighted(gf_sched_dra *f, gf_dra_claim **cl, int n,
       return rc;
     m = tm;
   }
+  allow_ctx ac = {f, pod};
+  gf_dra_model_allow(m, allow_node, &ac);
   int rc = gf__dra_model_place_pinned(m, pc, (uint32_t)n, pod_weights(m, pod),
                                       pod_weights_own(m, pod), rnd, rl, res,
                                       nres, node, d);
+  gf_dra_model_allow(m, NULL, NULL);
   gf_dra_model_free(tm);
   return rc;
 }
@@ -1456,6 +1586,9 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
   if (!rc && f->budgets && !gf__pdb_synced(f->budgets))
     rc = gf_diag_set(d, GF_ENOFIT, "the PodDisruptionBudgets are not listed");
   uint32_t nv = rc ? 0 : candidates(f, vs, refs, idx);
+  allow_ctx ac = {f, pod};
+  if (!rc) /* only nodes the pod may go to */
+    gf_dra_model_allow(f->model, allow_node, &ac);
   if (!rc && moves)
     rc = gf_dra_model_defrag(f->model, (const gf_dra_claim *const *)cl,
                              (uint32_t)n, prio_of(pod), vs, nv, f->budgets,
@@ -1464,6 +1597,8 @@ static int plan_preempt(gf_sched_dra *f, const json_t *pod, gf_dra_claim **cl,
     rc = gf_dra_model_preempt(f->model, (const gf_dra_claim *const *)cl,
                               (uint32_t)n, prio_of(pod), vs, nv, f->budgets,
                               chosen, &nch, pl->node, d);
+  if (f->model)
+    gf_dra_model_allow(f->model, NULL, NULL);
   if (!rc && moves)
     rc = defrag_gate(f, pod, pl->node, d);
   for (uint32_t j = 0; rc == 1 && j < nch && j < HOLD_CLAIMS; j++)
@@ -1811,15 +1946,30 @@ static void say_waiting(gf_sched_dra *f, const json_t *pod, int rc,
               rc == GF_ELIMIT ? "GpufracRefused" : "GpufracWaiting", why);
 }
 
+/* Whether pod still carries another scheduling gate than gpufrac's: it is
+ * placed once the others are gone (docs/dra.md), said once. */
+static bool other_gated(gf_sched_dra *f, const json_t *pod, const char *ns,
+                        const char *name) {
+  const char *other = other_gate(pod);
+  if (!other)
+    return false;
+  char why[GF_DIAG_MAX];
+  snprintf(why, sizeof(why),
+           "waits for its other scheduling gate %.200s to be lifted first",
+           other);
+  waits(f, ns, name, why);
+  return true;
+}
+
 /* One gated pod: hands it over, lifts the gate of one whose claims are
  * allocated already (its own, or claims it joins), or chooses and writes
  * the allocations of its claims not allocated yet (on the node of those
  * that are) and returns what it wrote (the caller checks, then lifts the
- * gate). */
+ * gate).  A stranded pod (no gate) only gets what it lacks written. */
 static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   const char *ns = jstr(pod, "metadata", "namespace");
   const char *name = jstr(pod, "metadata", "name");
-  if (!ns || !name)
+  if (!ns || !name || other_gated(f, pod, ns, name))
     return NULL;
   gf_dra_claim *cl[CLAIMS_PER_POD];
   gf_dra_result(*res)[GF_DRA_RESULTS_MAX] =
@@ -1830,16 +1980,6 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   podview v;
   if (!res)
     return NULL;
-  const char *other = other_gate(pod);
-  if (other) { /* placed once its other gates are gone (docs/dra.md) */
-    char why[GF_DIAG_MAX];
-    snprintf(why, sizeof(why),
-             "waits for its other scheduling gate %.200s to be lifted first",
-             other);
-    waits(f, ns, name, why);
-    gf__free(res);
-    return NULL;
-  }
   pthread_mutex_lock(&f->mu);
   int n = claims_of(f, pod, cl, CLAIMS_PER_POD);
   if (n == -1) { /* the claims are not made (or not seen) yet */
@@ -1875,6 +2015,8 @@ static wrote_t *place_pod(gf_sched_dra *f, const json_t *pod) {
   else if (!rc && !hand && !done)
     rc = decide(f, pod, cl, n, res, nres, node, &held, &booked, &d);
   pthread_mutex_unlock(&f->mu);
+  if (!rc && (hand || done) && !gated(pod))
+    goto out; /* a stranded pod: kube-scheduler's own (or it binds now) */
   if (held == 1 || rc) {
     say_waiting(f, pod, rc, d.msg);
     if (held != 1 && rc == GF_ENOFIT && f->k && !v.nalloc)
@@ -2132,6 +2274,7 @@ static void *run1(void *u) { return run_inf(((gf_sched_dra *)u)->inf[1]); }
 static void *run2(void *u) { return run_inf(((gf_sched_dra *)u)->inf[2]); }
 static void *run3(void *u) { return run_inf(((gf_sched_dra *)u)->inf[3]); }
 static void *run4(void *u) { return run_inf(((gf_sched_dra *)u)->inf[4]); }
+static void *run5(void *u) { return run_inf(((gf_sched_dra *)u)->inf[5]); }
 
 /* ---- lifecycle -----------------------------------------------------------
  */
@@ -2159,6 +2302,8 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
   f->holders.drop = drop_json;
   f->tried.drop = free;
   f->going.drop = drop_json;
+  f->nodes.drop = drop_json;
+  f->seen.drop = free;
   f->warned.drop = free;
   f->classes.drop = free;
   f->cfg = cfg;
@@ -2184,16 +2329,19 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
     snprintf(f->policy, sizeof(f->policy), "%s", o->policy);
     f->has_policy = true;
   }
-  static const char *paths[NINF] = {
-      GF_DRA_API "/resourceslices", GF_DRA_API "/resourceclaims",
-      "/api/v1/pods", GF_DRA_API "/devicetaintrules",
-      GF_DRA_API "/deviceclasses"};
+  static const char *paths[NINF] = {GF_DRA_API "/resourceslices",
+                                    GF_DRA_API "/resourceclaims",
+                                    "/api/v1/pods",
+                                    GF_DRA_API "/devicetaintrules",
+                                    GF_DRA_API "/deviceclasses",
+                                    "/api/v1/nodes"};
   gf_kube_informer_handlers h[NINF] = {
       {slice_set, slice_upd, slice_gone, f, inf_error},
       {claim_set, claim_upd, claim_gone, f, inf_error},
       {pod_set, pod_upd, pod_gone, f, inf_error},
       {rule_set, rule_upd, rule_gone, f, inf_error},
-      {class_set, class_upd, class_gone, f, inf_error}};
+      {class_set, class_upd, class_gone, f, inf_error},
+      {node_set, node_upd, node_gone, f, inf_error}};
   for (int i = 0; i < NINF; i++) {
     gf_kube_informer_opts io = {.path = paths[i],
                                 .watch_timeout_s = o->watch_timeout_s,
@@ -2201,6 +2349,8 @@ int gf_sched_dra_new(gf_kube_config *cfg, const gf_kube_opts *kopts,
                                 .compact = true};
     if (i == 2)
       io.transform = pod_slim;
+    if (i == 5)
+      io.transform = node_slim;
     if ((rc = gf_kube_informer_new(&f->inf[i], cfg, kopts, &io, &h[i], d))) {
       gf_diag_prefix(d, "DRA informer %s", paths[i]);
       goto fail;
@@ -2228,7 +2378,8 @@ int gf_sched_dra_start(gf_sched_dra *f, gf_diag *d) {
   if (f->started)
     return gf_diag_set(d, GF_ESTATE, "DRA feed: already started");
   f->started = true;
-  void *(*fn[NINF + 1])(void *) = {run0, run1, run2, run3, run4, run_placer};
+  void *(*fn[NINF + 1])(void *) = {run0, run1, run2,      run3,
+                                   run4, run5, run_placer};
   int e = 0;
   for (int i = 0; i < NINF + 1 && !e; i++) {
     if (i == NINF && !f->allocate)
@@ -2282,6 +2433,8 @@ void gf_sched_dra_free(gf_sched_dra *f) {
   store_release(&f->going);
   store_release(&f->warned);
   store_release(&f->classes);
+  store_release(&f->nodes);
+  store_release(&f->seen);
   for (uint32_t i = 0; i < f->nholds; i++)
     hold_free(f->holds[i]);
   gf_dra_model_free(f->model);
@@ -2512,7 +2665,8 @@ static int as_view(void *feed, gf__as_dra_view *v) {
     const json_t *pod = from->vals[i];
     bool want = f->allocate ? store_get(&as_nofit, k) != NULL
                             : !jstr(pod, "spec", "nodeName");
-    if (want && as_pod(f, pod, f->allocate, &v->pods[v->npods]))
+    /* mode 2's stranded pods (not gated) count as mode 1's do */
+    if (want && as_pod(f, pod, f->allocate && gated(pod), &v->pods[v->npods]))
       v->npods++;
   }
   if (!rc)

@@ -1531,6 +1531,128 @@ class DRA:
         self.api.delete("%s/namespaces/%s/resourceclaimtemplates/gpu-8gi-30pct" % (RES, NS))
         self.retire(node)
 
+    # ---- node constraints and stranded pods (mode 2) --------------------
+    def labelled_node(self, name, tail, labels):
+        """A node of gpufrac's (allocator taint) with extra labels."""
+        lab = {"nvidia.com/gpu.count": "1",
+               "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+               "nvidia.com/gpu.memory": "81920"}
+        lab.update(labels)
+        self.c.add_node(name, lab)
+        self.c.node_status(name, {"cpu": "32", "memory": "256Gi", "pods": "110"})
+        self.api.create(RES + "/resourceslices",
+                        load_slice(self.c.gpufrac, name, tail, "gpufrac"))
+
+    def constrained(self, name, mem, cores, extra):
+        """A gated share pod whose spec gets `extra` (nodeSelector, affinity)."""
+        self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                        template("t-" + name, mem, cores))
+        p = pod(name, "t-" + name, True)
+        p["spec"].update(extra)
+        self.api.create("/api/v1/namespaces/%s/pods" % NS, p)
+
+    def on_node(self, name, node):
+        """Pod name is bound to node and its claim allocated there."""
+        p = self.pods()[name]
+        cl = self.claim_of(p)
+        res = cl["status"]["allocation"]["devices"]["results"]
+        if p["spec"]["nodeName"] != node or res[0]["pool"] != node:
+            fail("%s: bound to %s, claim on %s; its constraints allow only %s" %
+                 (name, p["spec"]["nodeName"], res[0]["pool"], node))
+
+    def s_node_select(self):
+        """Mode 2 places a pod only on nodes its nodeSelector, required node
+        affinity and tolerations allow, and not on a cordoned node: a pod
+        no node allows stays gated with a GpufracWaiting Event."""
+        self.start_extender()
+        self.labelled_node("sel-a", "a", {"grp": "ga"})
+        self.labelled_node("sel-b", "b", {"grp": "gb"})
+        # p0 goes anywhere; the placer then prefers its node (x) for shares
+        self.share("p0", "20Gi", 10, True)
+        x = self.wait_bound(["p0"])["p0"]["spec"]["nodeName"]
+        y = "sel-b" if x == "sel-a" else "sel-a"
+        gy = {"sel-a": "ga", "sel-b": "gb"}[y]
+        self.constrained("s1", "20Gi", 10, {"nodeSelector": {"grp": gy}})
+        self.constrained("s2", "20Gi", 10, {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "grp", "operator": "NotIn",
+                                       "values": ["ga" if gy == "gb" else "gb"]}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                  "values": ["nowhere"]}]}]}}}})
+        self.wait_bound(["s1", "s2"], 60)
+        self.on_node("s1", y)
+        self.on_node("s2", y)
+        # no node has grp=none: it stays gated, and says why
+        self.constrained("s3", "1Gi", 1, {"nodeSelector": {"grp": "none"}})
+        self.stays_gated("s3")
+        wait_for("s3's GpufracWaiting Event", lambda: any(
+            e.startswith("GpufracWaiting") and "refused" in e
+            for e in self.events("s3")), 30)
+        # y tainted NoSchedule: a pod selecting y waits until it tolerates
+        self.api.merge_patch("/api/v1/nodes/" + y, {"spec": {"taints": [
+            {"key": "e2e/maint", "value": "1", "effect": "NoSchedule"}]}})
+        self.constrained("s4", "1Gi", 1, {"nodeSelector": {"grp": gy}})
+        self.stays_gated("s4")
+        self.api.merge_patch("/api/v1/nodes/" + y, {"spec": {"taints": None,
+                                                             "unschedulable": True}})
+        self.stays_gated("s4", 3)  # cordoned
+        self.api.merge_patch("/api/v1/nodes/" + y, {"spec": {"unschedulable": None}})
+        self.wait_bound(["s4"], 60)
+        self.on_node("s4", y)
+        log("node_select: p0 on %s; s1, s2, s4 on %s; s3 gated: %s" %
+            (x, y, self.events("s3")[-1:]))
+        self.delete_all()
+        self.retire("sel-a")
+        self.retire("sel-b")
+
+    def s_stranded(self):
+        """A mode-2 pod (labelled gpufrac.io/placement=gpufrac, or seen
+        gated by gpufrac) whose gate went before gpufrac placed it (lifted by
+        hand here; kube-scheduler's PostFilter deallocating gpufrac's claim
+        does the same) is Unschedulable with an unallocated claim that
+        kube-scheduler cannot allocate (gpufrac's devices carry the
+        allocator taint): the placer allocates it, and kube-scheduler binds
+        it to the allocation's node."""
+        if self.ext:  # the gate goes while gpufrac is not running
+            self.c.stop_gpufrac(self.ext)
+            self.ext = None
+        node = "strand"
+        self.labelled_node(node, "c", {})
+        # st1 is mode 2's by the admission policy's label; st2 carries the
+        # gate but not the label, and gpufrac never saw it gated: it may be
+        # a mode-1 pod, left to kube-scheduler
+        for n in ("st1", "st2"):
+            self.api.create("%s/namespaces/%s/resourceclaimtemplates" % (RES, NS),
+                            template("t-" + n, "20Gi", 10))
+            p = pod(n, "t-" + n, True)
+            if n == "st1":
+                p["metadata"]["labels"][GATE] = "gpufrac"
+            self.api.create("/api/v1/namespaces/%s/pods" % NS, p)
+            wait_for("%s's claim made" % n, lambda: self.claim_of(self.pods()[n]), 30)
+            self.api.merge_patch("/api/v1/namespaces/%s/pods/%s" % (NS, n),
+                                 {"spec": {"schedulingGates": None}})
+            self.wait_unschedulable(n, 60)
+        t0 = time.monotonic()
+        self.start_extender()
+        p = self.wait_bound(["st1"], 90)["st1"]
+        took = time.monotonic() - t0
+        time.sleep(3)
+        p2 = self.pods()["st2"]
+        c2 = self.claim_of(p2)
+        if p2["spec"].get("nodeName") or c2.get("status", {}).get("allocation"):
+            fail("st2 (not mode 2's) was placed: node %s, claim %s" %
+                 (p2["spec"].get("nodeName"), c2.get("status")))
+        self.on_node("st1", node)
+        cl = self.claim_of(p)
+        r = cl["status"]["allocation"]["devices"]["results"][0]
+        self.check_result("st1", cl, r, node, 20 * GiB, 10)
+        if r.get("tolerations") != [{"key": "gpu.gpufrac.io/allocator", "operator": "Equal",
+                                     "value": "gpufrac", "effect": "NoSchedule"}]:
+            fail("st1: not gpufrac's allocation: %s" % r)
+        log("stranded: st1 bound on %s %.1f s after the extender started" % (node, took))
+        self.delete_all()
+        self.retire(node)
+
 
 # Run by default, in this order; --only picks any.
 SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
@@ -1538,7 +1660,7 @@ SCENARIOS = ["accepted", "gate", "kube_allocates", "gpufrac_allocates",
              "mixed", "mixed_burst",
              "mixed_burst", "mixed_burst", "taint_rule", "named_claim", "example",
              "preempt", "preempt_budget", "preempt_slow", "shared_claim", "pass_max",
-             "limits", "class_selector"]
+             "limits", "class_selector", "node_select", "stranded"]
 
 
 def main():

@@ -1967,6 +1967,141 @@ static void test_class_selectors(void **state) {
 /* Memory booked on a device a taint blocks (a DeviceTaintRule's, a
  * health taint) is still booked: gpufrac_dra_booked_memory_bytes keeps
  * it. */
+/* ---- node constraints (mode 2; docs/dra.md, "Node constraints") -------- */
+
+static bool only_named(void *u, const char *node) {
+  return u && strcmp(u, node) == 0;
+}
+
+/* With a node filter the engine places only on allowed nodes, and a pod
+ * no node allows fits nowhere, saying how many nodes were refused. */
+static void test_node_filter_place(void **state) {
+  (void)state;
+  gf_dra_slice s[3];
+  const char *names[] = {"n1", "n2", "n3"};
+  for (int i = 0; i < 3; i++)
+    slice_as("dra_slice_shared.json", names[i], &s[i]);
+  const gf_dra_slice *sl[] = {&s[0], &s[1], &s[2]};
+  gf_dra_claim a, b, c;
+  claim_of(claim_json("a", NULL, 20 * GiB, 20), &a);
+  claim_of(claim_json("b", NULL, 20 * GiB, 20), &b);
+  claim_of(claim_json("c", NULL, 20 * GiB, 20), &c);
+  gf_dra_model *m = NULL;
+  assert_int_equal(gf_dra_model_new(sl, 3, NULL, 0, NULL, &m, NULL), 0);
+  gf_dra_result(*res)[GF_DRA_RESULTS_MAX] = calloc(1, sizeof(*res));
+  char node[GF_DRA_NAME_MAX];
+  gf_diag d = {""};
+  /* unfiltered, a's node is the engine's choice; the filter moves b and c
+   * off it */
+  assert_int_equal(place1(m, &a, res, node, &d), 0);
+  const char *other = strcmp(node, "n3") == 0 ? "n2" : "n3";
+  gf_dra_model_allow(m, only_named, (void *)other);
+  assert_int_equal(place1(m, &b, res, node, &d), 0);
+  assert_string_equal(node, other);
+  assert_string_equal(res[0][0].pool, other);
+  gf_dra_model_allow(m, only_named, NULL); /* no node */
+  assert_int_equal(place1(m, &c, res, node, &d), GF_ENOFIT);
+  assert_non_null(strstr(d.msg, "3 of 3 nodes refused"));
+  gf_dra_model_allow(m, NULL, NULL);
+  assert_int_equal(place1(m, &c, res, node, &d), 0);
+  gf_dra_model_free(m);
+  free(res);
+  for (int i = 0; i < 3; i++)
+    gf_dra_slice_release(&s[i]);
+}
+
+/* gf__dra_node_allows as kube-scheduler's NodeAffinity, TaintToleration
+ * and NodeUnschedulable filters decide. */
+static void test_node_allows(void **state) {
+  (void)state;
+  static const char *node_j =
+      "{\"metadata\":{\"name\":\"n-k\",\"labels\":{\"grp\":\"c150\","
+      "\"size\":\"8\"}},\"spec\":{\"taints\":[{\"key\":\"gpu\",\"value\":"
+      "\"yes\",\"effect\":\"NoSchedule\"},{\"key\":\"soft\",\"effect\":"
+      "\"PreferNoSchedule\"}]}}";
+  static const char *tol = "\"tolerations\":[{\"key\":\"gpu\","
+                           "\"operator\":\"Exists\"}]";
+  struct {
+    const char *spec; /* the pod's spec members, tolerations added when
+                         tolerate */
+    bool tolerate, want;
+  } cases[] = {
+      {"", true, true},
+      {"", false, false}, /* the NoSchedule taint */
+      {"\"nodeSelector\":{\"grp\":\"c150\"}", true, true},
+      {"\"nodeSelector\":{\"grp\":\"c0\"}", true, false},
+      {"\"nodeSelector\":{\"zone\":\"a\"}", true, false},
+#define REQ(t)                                                                 \
+  "\"affinity\":{\"nodeAffinity\":{\"requiredDuringSchedulingIgnoredDuring"    \
+  "Execution\":{\"nodeSelectorTerms\":[" t "]}}}"
+#define EXPR(k, op, v)                                                         \
+  "{\"matchExpressions\":[{\"key\":\"" k "\",\"operator\":\"" op               \
+  "\",\"values\":[" v "]}]}"
+      {REQ(EXPR("grp", "In", "\"c0\",\"c150\"")), true, true},
+      {REQ(EXPR("grp", "In", "\"c0\"")), true, false},
+      {REQ(EXPR("grp", "NotIn", "\"c0\"")), true, true},
+      {REQ(EXPR("grp", "NotIn", "\"c150\"")), true, false},
+      {REQ(EXPR("zone", "NotIn", "\"a\"")), true, true},
+      {REQ(EXPR("grp", "Exists", "")), true, true},
+      {REQ(EXPR("zone", "Exists", "")), true, false},
+      {REQ(EXPR("zone", "DoesNotExist", "")), true, true},
+      {REQ(EXPR("grp", "DoesNotExist", "")), true, false},
+      {REQ(EXPR("size", "Gt", "\"4\"")), true, true},
+      {REQ(EXPR("size", "Gt", "\"8\"")), true, false},
+      {REQ(EXPR("size", "Lt", "\"9\"")), true, true},
+      {REQ(EXPR("grp", "Lt", "\"9\"")), true, false},  /* not an integer */
+      {REQ(EXPR("size", "Gt", "\"x\"")), true, false}, /* malformed */
+      {REQ(EXPR("grp", "Near", "\"c150\"")), true, false},
+      /* terms are ORed */
+      {REQ(EXPR("grp", "In", "\"c0\"") "," EXPR("grp", "In", "\"c150\"")), true,
+       true},
+      {REQ("{\"matchFields\":[{\"key\":\"metadata.name\",\"operator\":"
+           "\"In\",\"values\":[\"n-k\"]}]}"),
+       true, true},
+      {REQ("{\"matchFields\":[{\"key\":\"metadata.name\",\"operator\":"
+           "\"NotIn\",\"values\":[\"n-k\"]}]}"),
+       true, false},
+      {REQ("{}"), true, false}, /* an empty term matches nothing */
+      {"\"nodeSelector\":\"grp\"", true, false},
+  };
+  json_t *node = json_loads(node_j, 0, NULL);
+  json_t *slim = gf__dra_node_slim(node);
+  assert_non_null(slim);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char buf[2048], why[256] = "";
+    snprintf(buf, sizeof(buf), "{\"spec\":{%s%s%s}}", cases[i].spec,
+             cases[i].tolerate && cases[i].spec[0] ? "," : "",
+             cases[i].tolerate ? tol : "");
+    json_error_t e;
+    json_t *pod = json_loads(buf, 0, &e);
+    if (!pod)
+      fail_msg("case %zu: %s: %s", i, buf, e.text);
+    bool got = gf__dra_node_allows(pod, slim, why, sizeof(why));
+    if (got != cases[i].want)
+      fail_msg("case %zu: %s: %d, want %d (%s)", i, buf, got, cases[i].want,
+               why);
+    assert_true(got || why[0]);
+    json_decref(pod);
+  }
+  /* cordoned: only a pod tolerating node.kubernetes.io/unschedulable */
+  json_object_set_new(json_object_get(slim, "spec"), "unschedulable",
+                      json_true());
+  json_t *p1 = json_pack("{s:{s:[{s:s,s:s}]}}", "spec", "tolerations", "key",
+                         "gpu", "operator", "Exists");
+  json_t *p2 =
+      json_pack("{s:{s:[{s:s,s:s},{s:s,s:s}]}}", "spec", "tolerations", "key",
+                "gpu", "operator", "Exists", "key",
+                "node.kubernetes.io/unschedulable", "operator", "Exists");
+  char why[256];
+  assert_false(gf__dra_node_allows(p1, slim, why, sizeof(why)));
+  assert_non_null(strstr(why, "unschedulable"));
+  assert_true(gf__dra_node_allows(p2, slim, why, sizeof(why)));
+  json_decref(p1);
+  json_decref(p2);
+  json_decref(slim);
+  json_decref(node);
+}
+
 static void test_booked_blocked(void **state) {
   (void)state;
   gf_dra_slice s;
@@ -1998,6 +2133,8 @@ int main(void) {
       cmocka_unit_test(test_quantity),
       cmocka_unit_test(test_allocation_json),
       cmocka_unit_test(test_model_place),
+      cmocka_unit_test(test_node_filter_place),
+      cmocka_unit_test(test_node_allows),
       cmocka_unit_test(test_model_conflict),
       cmocka_unit_test(test_model_score),
       cmocka_unit_test(test_slice_models),
