@@ -262,6 +262,12 @@ typedef struct gf__as_dra_pod {
   bool gated; /* mode 2: gated GF_DRA_GATE, and found fitting no device */
   uint32_t nreq;
   gf__as_dra_req req[GF__AS_DRA_REQS];
+  /* Its claims' keys ("ns/name", comma-separated, in the pod's order; ""
+   * when too long): pods naming the same claims are one demand. */
+  char claims[256];
+  /* Not sized, and why (a claim not there yet, one with a request the
+   * bridge does not size): no demand, logged once; "" when sized. */
+  char skip[160];
 } gf__as_dra_pod;
 
 typedef struct gf__as_dra_node {
