@@ -20,6 +20,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched_dra.h"
+#include "gpufrac/sched_kube.h"
 #include "sched_int.h"
 #include "sched_state.h"
 #include "smap.h"
@@ -343,6 +344,21 @@ int gf__as_new(const gf__as_opts *o, gf__as **out, gf_diag *d) {
     a->o.gpu_mem_bytes = GF_AS_GPU_MEM_DEFAULT;
   *out = a;
   return 0;
+}
+
+int gf_sched_autoscale_check(const gf_sched_kube_opts *o, gf_diag *d) {
+  gf__as_opts ao = {0};
+  if (o)
+    ao = (gf__as_opts){.after_ms = o->autoscale_after_ms,
+                       .resource = o->autoscale_resource,
+                       .ns = o->autoscale_ns,
+                       .priority_class = o->autoscale_priority_class,
+                       .node_types = o->autoscale_node_types,
+                       .quiet = true};
+  gf__as *a = NULL;
+  int rc = gf__as_new(&ao, &a, d);
+  gf__as_free(a);
+  return rc;
 }
 
 static void wpod_free(wpod *w) {
