@@ -1750,8 +1750,9 @@ static void hand_over(gf_sched_dra *f, const json_t *pod, const char *why) {
   if (rc)
     logf_(f, "gpufrac scheduler: DRA: lifting the gate: %s\n", d.msg);
   else
-    logf_(f, "gpufrac scheduler: DRA: pod %s handed to kube-scheduler (%s)\n",
-          jstr(pod, "metadata", "name"), why);
+    logf_(
+        f, "gpufrac scheduler: DRA: pod %s/%s handed to kube-scheduler (%s)\n",
+        jstr(pod, "metadata", "namespace"), jstr(pod, "metadata", "name"), why);
 }
 
 /* Writes the allocations of pod's claims that are not allocated yet
