@@ -1357,17 +1357,31 @@ static bool same_shape(const gf__as_shape *x, const gf__as_shape *y) {
          strcmp(x->model, y->model) == 0;
 }
 
+/* Whether pod w fits an empty node of a shape the cluster has. */
+static bool fits_some(const gf__as *a, const wpod *w) {
+  for (uint32_t i = 0; i < a->ng; i++)
+    if (fits_empty(&a->g[i].shape, w))
+      return true;
+  return false;
+}
+
 /* The shape for the pods w[idx[0..n)]: the most common node shape on which
  * each fits an empty node (ties: fewer GPUs, then the model's name), else
- * the fallback. */
+ * the fallback.  A pod that fits no shape the cluster has nor the
+ * fallback (it gets no placeholder) takes no shape from the others. */
 static gf__as_shape pick_shape(const gf__as *a, const uint32_t *idx, size_t n) {
   gf__as_shape best = {0};
   uint32_t best_count = 0;
+  gf__as_shape fb = {.ngpus = a->o.gpus_per_node,
+                     .gpu_mem_bytes = a->o.gpu_mem_bytes,
+                     .cpu_milli = INT64_C(1) << 40,
+                     .mem_bytes = INT64_C(1) << 60};
   for (uint32_t i = 0; i < a->ng; i++) {
     const gf__as_shape *s = &a->g[i].shape;
     bool ok = true;
-    for (size_t k = 0; k < n && ok; k++)
-      ok = fits_empty(s, &a->w[idx[k]]);
+    for (size_t k = 0; k < n && ok; k++) /* one no shape holds: ignored */
+      ok = fits_empty(s, &a->w[idx[k]]) ||
+           (!fits_empty(&fb, &a->w[idx[k]]) && !fits_some(a, &a->w[idx[k]]));
     if (!ok)
       continue;
     uint32_t count = 0;
@@ -1381,14 +1395,7 @@ static gf__as_shape pick_shape(const gf__as *a, const uint32_t *idx, size_t n) {
       best_count = count;
     }
   }
-  if (best_count == 0) {
-    best.ngpus = a->o.gpus_per_node;
-    best.gpu_mem_bytes = a->o.gpu_mem_bytes;
-    best.cpu_milli = INT64_C(1) << 40;
-    best.mem_bytes = INT64_C(1) << 60;
-    best.model[0] = '\0';
-  }
-  return best;
+  return best_count ? best : fb;
 }
 
 /* A deletion or creation decided under the mutex, done without it. */

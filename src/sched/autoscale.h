@@ -40,8 +40,9 @@
  * holds the group, the shape is the most common GPU node shape among the
  * nodes the cluster has (their inventories: GPU count, model, memory,
  * allocatable CPU and memory) on which every pod of the group fits an
- * empty node, allowed models respected; without one, the configured
- * fallback (gpus_per_node GPUs of gpu_mem_bytes).  Not the
+ * empty node, allowed models respected (a pod that fits none of them nor
+ * the fallback left out); without one, the configured fallback
+ * (gpus_per_node GPUs of gpu_mem_bytes).  Not the
  * gpufrac policy: it (like fgd) scores fragmentation against a set of
  * typical pods, to keep room for the pods that come next, a question about
  * placing on nodes that exist; what to buy is "the fewest GPUs that hold

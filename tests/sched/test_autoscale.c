@@ -1018,6 +1018,37 @@ static void test_errors_standing(void **st) {
   gf__as_free(a);
 }
 
+/* Issue 33 #4, without node types: a pod no node holds (100Gi on 80Gi
+ * GPUs, the cluster's and the fallback's) gets no placeholder and takes
+ * no shape from its group: seven 0.3 shares are packed on the cluster's
+ * 2-GPU shape (two placeholders of 2), not on the fallback's 8 (one of
+ * 3). */
+static void test_impossible_keeps_shape(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(1000);
+  feed_node(a, "k0", 2, false);
+  for (int i = 0; i < 7; i++) {
+    char uid[16];
+    snprintf(uid, sizeof(uid), "u-%d", i);
+    feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
+  }
+  feed_pod(a,
+           gpod("big", "\"gpufrac.io/gpu-memory\":\"100Gi\"", "", true, NULL));
+  rec r = {0};
+  fake_now = T0 + SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  assert_string_equal(asks(r.made[0], "nvidia.com/gpu"), "2");
+  assert_string_equal(asks(r.made[1], "nvidia.com/gpu"), "2");
+  assert_null(
+      strstr(path_str(r.made[0], "metadata", "annotations", GF_AS_FOR), "big"));
+  assert_null(
+      strstr(path_str(r.made[1], "metadata", "annotations", GF_AS_FOR), "big"));
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
 static void test_custom_opts(void **st) {
   (void)st;
   fake_now = T0;
@@ -1564,6 +1595,7 @@ int main(void) {
       cmocka_unit_test(test_adopt),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_errors_standing),
+      cmocka_unit_test(test_impossible_keeps_shape),
       cmocka_unit_test(test_custom_opts),
       cmocka_unit_test(test_slim),
       cmocka_unit_test(test_feed),
