@@ -1794,6 +1794,38 @@ static void claim_arrivals(gf__as *a) {
   }
 }
 
+/* Why placeholder p goes in this pass (NULL: it stays); a->hold_at set
+ * when its capacity came.  Under a->mu. */
+static const char *drop_reason(gf__as *a, const phold *p, int64_t now) {
+  bool live = false;
+  for (uint32_t k = 0; k < p->nuids && !live; k++) {
+    int64_t j = gf__smap_get(&a->wmap, p->uids[k]);
+    live = j >= 0 && a->w[j].unsched;
+  }
+  /* Its own capacity came: it is bound to a node whose GPUs are
+   * published.  Bound before that (the autoscaler's node came, the node
+   * agent not yet running there), it stays: deleting it would ask for a
+   * second node meanwhile.  Unbound, it stays while the autoscaler may
+   * still bring its node (several bought together arrive seconds apart):
+   * capacity arriving elsewhere ends it only HOLD_US (at least after_ms)
+   * later. */
+  int64_t hold = a->after_us > HOLD_US ? a->after_us : HOLD_US;
+  bool delivered = p->node ? gf__smap_get(&a->gmap, p->node) >= 0
+                           : a->cap_at > p->created && now - a->cap_at >= hold;
+  delivered = delivered || p->claimed;
+  if (delivered)
+    a->hold_at = now; /* its pods get a chance at the new node first */
+  const char *why = p->finished  ? "it ended"
+                    : !live      ? "none of its pods waits any more"
+                    : !delivered ? NULL
+                    : p->claimed ? "a node's GPUs arrived, taken as its"
+                    : p->node    ? "the GPUs of the node it is bound to arrived"
+                                 : "GPU capacity arrived, and its hold passed";
+  if (!why && p->gone && now - p->gone_at >= hold)
+    why = "its node's GPUs did not come within the hold";
+  return why;
+}
+
 /* Decides, under the mutex: the placeholders to delete, then those to make
  * (at most PASS_MAX actions in all).  Returns the count, or -GF_ENOMEM. */
 static int decide(gf__as *a, int64_t now, action *act) {
@@ -1802,33 +1834,7 @@ static int decide(gf__as *a, int64_t now, action *act) {
   claim_arrivals(a);
   for (uint32_t i = 0; i < a->np; i++) {
     const phold *p = &a->p[i];
-    bool live = false;
-    for (uint32_t k = 0; k < p->nuids && !live; k++) {
-      int64_t j = gf__smap_get(&a->wmap, p->uids[k]);
-      live = j >= 0 && a->w[j].unsched;
-    }
-    /* Its own capacity came: it is bound to a node whose GPUs are
-     * published.  Bound before that (the autoscaler's node came, the node
-     * agent not yet running there), it stays: deleting it would ask for a
-     * second node meanwhile.  Unbound, it stays while the autoscaler may
-     * still bring its node (several bought together arrive seconds apart):
-     * capacity arriving elsewhere ends it only HOLD_US (at least after_ms)
-     * later. */
-    int64_t hold = a->after_us > HOLD_US ? a->after_us : HOLD_US;
-    bool delivered = p->node
-                         ? gf__smap_get(&a->gmap, p->node) >= 0
-                         : a->cap_at > p->created && now - a->cap_at >= hold;
-    delivered = delivered || p->claimed;
-    if (delivered)
-      a->hold_at = now; /* its pods get a chance at the new node first */
-    const char *why = p->finished  ? "it ended"
-                      : !live      ? "none of its pods waits any more"
-                      : !delivered ? NULL
-                      : p->claimed ? "a node's GPUs arrived, taken as its"
-                      : p->node ? "the GPUs of the node it is bound to arrived"
-                                : "GPU capacity arrived, and its hold passed";
-    if (!why && p->gone && now - p->gone_at >= hold)
-      why = "its node's GPUs did not come within the hold";
+    const char *why = drop_reason(a, p, now);
     if (why) {
       if (n < PASS_MAX) {
         memset(&act[n], 0, sizeof(act[n]));
