@@ -2461,8 +2461,9 @@ static bool as_pod(gf_sched_dra *f, const json_t *pod, bool gated,
       if (r->kind == GF_DRA_OTHER || out->nreq == GF__AS_DRA_REQS) {
         snprintf(out->skip, sizeof(out->skip), "claim %.60s: %.90s",
                  cl[i]->name,
-                 r->kind == GF_DRA_OTHER && r->why[0] ? r->why
-                                                      : "too many requests");
+                 r->kind != GF_DRA_OTHER ? "more requests than it sizes"
+                 : r->why[0]             ? r->why
+                                         : "a request it does not size");
         return false;
       }
       out->req[out->nreq++] = (gf__as_dra_req){.whole = r->kind == GF_DRA_WHOLE,
