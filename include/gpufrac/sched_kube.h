@@ -262,6 +262,13 @@ uint64_t gf_sched_kube_guard_bind_reads(gf_sched_kube *f);
 /* The counters above as /metrics lines (a gf_sched_metrics_fn for
  * gf_sched_set_metrics_hook; feed is the gf_sched_kube). */
 size_t gf_sched_kube_metrics(void *feed, char *buf, size_t cap);
+/* Checks o's autoscaler-bridge options (autoscale_*; the others ignored)
+ * as gf_sched_kube_new will: 0, or GF_EINVAL saying which is wrong (a node
+ * type's entry and field, a name that is not a DNS-1123 name, a resource
+ * placeholders cannot ask).  For a command line to refuse them up front.
+ * o may be NULL (the defaults). */
+int gf_sched_autoscale_check(const gf_sched_kube_opts *o, gf_diag *d);
+
 /* Placeholder pods the autoscaler bridge made and deleted so far (0 with
  * it off). */
 /* Defragmentation plans made (dry run or not), pods evicted for them, and

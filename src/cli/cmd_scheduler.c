@@ -59,6 +59,8 @@ typedef struct opts {
   char as_ns[254];        /* --autoscale-namespace */
   char as_pclass[254];    /* --autoscale-priority-class */
   char as_types[4096];    /* --autoscale-node-types; "": none */
+  char as_given[64];      /* the first other --autoscale-* given; "": none */
+  bool as_switch;         /* --autoscale-placeholders given (on or off) */
   int64_t filter_top;     /* --filter-top; 0: every fitting node */
   int64_t bind_qps;       /* --bind-qps; 0: no limit */
   int64_t bind_burst;     /* --bind-burst; 0: 2 x bind_qps */
@@ -643,22 +645,41 @@ static void guard_kube_opts(gf_sched_kube_opts *ko, const opts *o) {
 }
 
 /* One option's value into o; 0 or the exit code. */
-/* The autoscaler bridge's options (--autoscale-*). */
+/* The autoscaler bridge's options (--autoscale-*), each checked as the
+ * bridge will read it (a bad one is a usage error, exit 2, not a failed
+ * start); o->as_given names the first given other than
+ * --autoscale-placeholders (refused without that switch: see validate). */
 static int as_value(opts *o, int id, const char *a, const char *v) {
+  int rc;
+  if (id != OPT_AUTOSCALE && !o->as_given[0])
+    snprintf(o->as_given, sizeof(o->as_given), "%s", a);
   switch (id) {
   case OPT_AUTOSCALE:
+    o->as_switch = true;
     return on_off(a, v, &o->autoscale);
   case OPT_AS_AFTER:
     return parse_duration(a, v, &o->as_after_ms);
   case OPT_AS_RESOURCE:
-    return copy_opt(o->as_resource, sizeof(o->as_resource), v, a);
+    rc = copy_opt(o->as_resource, sizeof(o->as_resource), v, a);
+    break;
   case OPT_AS_NS:
-    return copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
+    rc = copy_opt(o->as_ns, sizeof(o->as_ns), v, a);
+    break;
   case OPT_AS_PCLASS:
-    return copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
+    rc = copy_opt(o->as_pclass, sizeof(o->as_pclass), v, a);
+    break;
   default: /* OPT_AS_TYPES */
-    return copy_opt(o->as_types, sizeof(o->as_types), v, a);
+    rc = copy_opt(o->as_types, sizeof(o->as_types), v, a);
+    break;
   }
+  gf_sched_kube_opts ko = {0};
+  gf_diag d = {""};
+  autoscale_kube_opts(&ko, o);
+  if (!rc && gf_sched_autoscale_check(&ko, &d)) {
+    fprintf(stderr, "gpufrac scheduler: %s: %s\n", a, d.msg);
+    rc = GF_EXIT_USAGE;
+  }
+  return rc;
 }
 
 static int sched_value(opts *o, const char **config, bool *set, int id,
@@ -782,6 +803,17 @@ static int parse_args(int argc, char **argv, opts *o, const char **config,
   if (o->dra_pass_max && o->dra != 2) {
     fprintf(stderr, "gpufrac scheduler: --dra-pass-max needs --dra "
                     "allocate (only mode 2 places pods)\n");
+    return GF_EXIT_USAGE;
+  }
+  /* Without the switch the bridge is off and the option would be ignored
+   * unseen; "off" given is taken as meant (one flag turns the bridge off,
+   * its settings kept, as the e2e tests and deployments do). */
+  if (o->as_given[0] && !o->as_switch) {
+    fprintf(stderr,
+            "gpufrac scheduler: %s needs --autoscale-placeholders on (the "
+            "bridge is off by default: it would be ignored; give "
+            "--autoscale-placeholders off to keep it with the bridge off)\n",
+            o->as_given);
     return GF_EXIT_USAGE;
   }
   if (o->no_kube && o->autoscale) {

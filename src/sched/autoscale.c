@@ -20,6 +20,7 @@
 #include "gpufrac/error.h"
 #include "gpufrac/quantity.h"
 #include "gpufrac/sched_dra.h"
+#include "gpufrac/sched_kube.h"
 #include "sched_int.h"
 #include "sched_state.h"
 #include "smap.h"
@@ -58,6 +59,7 @@ typedef struct wpod {
   bool cond_unsched; /* DRA: its PodScheduled says Unschedulable (mode 1) */
   int64_t since;     /* first seen unschedulable, this time; 0 when not */
   uint32_t cover;    /* scratch in a pass */
+  char *skipped;     /* DRA: the reason last logged for no placeholder */
 } wpod;
 
 /* A placeholder, made or adopted. */
@@ -102,6 +104,10 @@ typedef struct nfact {
   char *name; /* the map's key */
   char type[64];
   int64_t cpu_milli, mem_bytes;
+  /* The most GPUs it was ever seen with (inventory or slices): GPUs
+   * published again after a restart of its agent or kubelet (which
+   * republish the slices) are not new capacity; more than that are. */
+  uint32_t gpus_seen;
 } nfact;
 
 /* The process's DRA view (gf__as_dra_source), for bridges without their
@@ -118,6 +124,12 @@ struct gf__as {
   int64_t cap_at;  /* GPU capacity last arrived; 0: never */
   int64_t hold_at; /* a placeholder last went for capacity; 0: never */
   int64_t retry_at;
+  /* The last failed call, until a call of its kind (fail_create) succeeds
+   * or a pass has none of that kind to make: passes return it meanwhile
+   * (the caller logs "working again" when a pass returns 0). */
+  int fail_rc;
+  bool fail_create;
+  char fail_msg[GF_DIAG_MAX];
   wpod *w;
   uint32_t nw, capw;
   gf__smap wmap;
@@ -334,11 +346,27 @@ int gf__as_new(const gf__as_opts *o, gf__as **out, gf_diag *d) {
   return 0;
 }
 
+int gf_sched_autoscale_check(const gf_sched_kube_opts *o, gf_diag *d) {
+  gf__as_opts ao = {0};
+  if (o)
+    ao = (gf__as_opts){.after_ms = o->autoscale_after_ms,
+                       .resource = o->autoscale_resource,
+                       .ns = o->autoscale_ns,
+                       .priority_class = o->autoscale_priority_class,
+                       .node_types = o->autoscale_node_types,
+                       .quiet = true};
+  gf__as *a = NULL;
+  int rc = gf__as_new(&ao, &a, d);
+  gf__as_free(a);
+  return rc;
+}
+
 static void wpod_free(wpod *w) {
   gf__free(w->uid);
   gf__free(w->what);
   gf__free(w->group);
   gf__free(w->models);
+  gf__free(w->skipped);
 }
 
 static void phold_free(phold *p) {
@@ -848,6 +876,7 @@ static void fact_put(gf__as *a, const gf__node *n, const char *type) {
       return;
     }
     i = a->nf++;
+    memset(&a->f[i], 0, sizeof(a->f[i]));
     a->f[i].name = nm;
   }
   type_copy(a->f[i].type, type);
@@ -882,6 +911,8 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
       GF_AS_TYPE_LABEL));
   if (n->name[0])
     fact_put(a, n, type);
+  int64_t fi = n->name[0] ? gf__smap_get(&a->fmap, n->name) : -1;
+  uint32_t seen = fi >= 0 ? a->f[fi].gpus_seen : 0;
   if (has == 0 && i < 0 && live && type && n->name[0])
     release_for(a, n->name, type);
   if (has == 0 && i >= 0 && a->g[i].dra) { /* its GPUs: its slices' */
@@ -920,7 +951,9 @@ void gf__as_node_update(gf__as *a, const json_t *node, bool live) {
   a->g[i].type[0] = '\0';
   if (tl < sizeof(a->g[i].type) && type)
     memcpy(a->g[i].type, type, tl + 1);
-  if (live && has > had) {
+  if (fi >= 0 && has > seen)
+    a->f[fi].gpus_seen = has;
+  if (live && has > had && has > seen) { /* more than ever seen there */
     a->cap_at = now_of(a);
     a->g[i].fresh = true;
     a->g[i].arrived = a->cap_at;
@@ -1053,6 +1086,8 @@ int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
     uint32_t i = order[k];
     gf_request r = booked[i];
     gf_placement pl;
+    if (r.gpu_milli > GF_GPU_MILLI) /* more than a GPU (a DRA share's */
+      continue;                     /* cores over 100): fits none */
     int prc = gf_engine_place(e, &r, &pl);
     if (prc == GF_ENOFIT && nodes < n) {
       /* the last node added is empty only if nothing fitted it: try once */
@@ -1123,7 +1158,7 @@ int gf__as_dra_request(const gf__as_dra_req *r, uint32_t n, gf_request *out) {
    * cores 1 to 100, default 100; memory at least 256Mi in MiB steps,
    * default all of it. */
   int64_t c = r[0].has_cores ? r[0].cores : 100;
-  c = c < 1 ? 1 : c > 100 ? 100 : c;
+  c = c < 1 ? 1 : c > 100 ? 101 : c; /* over 100: more than a GPU, fits none */
   out->gpu_milli = (int32_t)(c * (GF_GPU_MILLI / 100));
   out->gpu_mem_bytes = GF__AS_MEM_WHOLE;
   if (r[0].has_mem) {
@@ -1164,10 +1199,49 @@ static bool dra_view(gf__as *a, gf__as_dra_view *v) {
   return ok;
 }
 
+/* Logs once per pod and reason that DRA pod w gets no placeholder
+ * because the bridge cannot size it (why: the view's skip). */
+static void dra_skip_log(const gf__as *a, wpod *w, const char *why) {
+  if (w->skipped && strcmp(w->skipped, why) == 0)
+    return;
+  gf__free(w->skipped);
+  w->skipped = gf__strdup(why);
+  if (!a->o.quiet)
+    fprintf(stderr,
+            "gpufrac scheduler: autoscale: pod %s: no placeholder: %s\n",
+            w->what, why);
+}
+
+/* Pods naming the same claims (p->claims) are one demand: of those that
+ * are demand, only the one with the least uid stays (one placeholder
+ * stands for the claim).  Under a->mu. */
+static void dra_shared(gf__as *a, const gf__as_dra_view *v,
+                       const gf__smap *ix) {
+  gf__smap first = {0};
+  for (int round = 0; round < 2; round++)
+    for (uint32_t i = 0; i < a->nw; i++) {
+      wpod *w = &a->w[i];
+      int64_t j = w->dra && w->unsched ? gf__smap_get(ix, w->uid) : -1;
+      if (j < 0 || !v->pods[j].claims[0])
+        continue;
+      int64_t k = gf__smap_get(&first, v->pods[j].claims);
+      if (round == 0 && (k < 0 || strcmp(w->uid, a->w[k].uid) < 0)) {
+        if (gf__smap_put(&first, v->pods[j].claims, i))
+          goto out; /* out of memory: each counted */
+      } else if (round == 1 && k >= 0 && (uint32_t)k != i) {
+        w->unsched = false;
+        w->since = 0;
+      }
+    }
+out:
+  gf__smap_release(&first);
+}
+
 /* The DRA pods' demand by view v: a claim-only pod the bridge watches is
  * demand when v lists it, gated and found fitting no device (mode 2), or
  * not gated while its PodScheduled says Unschedulable (mode 1); its GPUs
- * are its claims' requests.  Under a->mu. */
+ * are its claims' requests.  One v lists as not sized is not demand
+ * (logged once).  Under a->mu. */
 static void dra_pods(gf__as *a, const gf__as_dra_view *v, int64_t now) {
   gf__smap ix = {0};
   bool ok = true;
@@ -1179,7 +1253,10 @@ static void dra_pods(gf__as *a, const gf__as_dra_view *v, int64_t now) {
       continue;
     int64_t j = gf__smap_get(&ix, w->uid);
     const gf__as_dra_pod *p = j >= 0 ? &v->pods[j] : NULL;
-    bool demand = p && (p->gated ? w->gated : !w->gated && w->cond_unsched) &&
+    if (p && p->skip[0] && (w->gated || w->cond_unsched))
+      dra_skip_log(a, w, p->skip);
+    bool demand = p && !p->skip[0] &&
+                  (p->gated ? w->gated : !w->gated && w->cond_unsched) &&
                   gf__as_dra_request(p->req, p->nreq, &w->req) == 0;
     if (demand && !w->unsched)
       w->since = now;
@@ -1187,6 +1264,8 @@ static void dra_pods(gf__as *a, const gf__as_dra_view *v, int64_t now) {
     if (!demand)
       w->since = 0;
   }
+  if (ok)
+    dra_shared(a, v, &ix);
   gf__smap_release(&ix);
 }
 
@@ -1224,7 +1303,12 @@ static void dra_nodes(gf__as *a, const gf__as_dra_view *v, int64_t now) {
     g->shape.mem_bytes = a->f[f].mem_bytes;
     snprintf(g->shape.model, sizeof(g->shape.model), "%s", dn->model);
     memcpy(g->type, a->f[f].type, sizeof(g->type));
-    if (a->dra_listed && g->shape.ngpus > had) {
+    uint32_t most = a->f[f].gpus_seen;
+    if (g->shape.ngpus > most)
+      a->f[f].gpus_seen = g->shape.ngpus;
+    /* new capacity: more GPUs than the node ever showed (slices deleted
+     * and published again, as kubelet does on every restart, are not) */
+    if (a->dra_listed && g->shape.ngpus > had && g->shape.ngpus > most) {
       a->cap_at = now;
       g->fresh = true;
       g->arrived = now;
@@ -1261,7 +1345,7 @@ static bool model_allowed(const char *models, const char *model) {
 
 static bool fits_empty(const gf__as_shape *s, const wpod *w) {
   const gf_request *r = &w->req;
-  return r->gpu_count <= s->ngpus &&
+  return r->gpu_count <= s->ngpus && r->gpu_milli <= GF_GPU_MILLI &&
          (!r->gpu_mem_bytes || r->gpu_mem_bytes <= s->gpu_mem_bytes) &&
          r->cpu_milli <= s->cpu_milli && r->mem_bytes <= s->mem_bytes &&
          model_allowed(w->models, s->model);
@@ -1273,17 +1357,31 @@ static bool same_shape(const gf__as_shape *x, const gf__as_shape *y) {
          strcmp(x->model, y->model) == 0;
 }
 
+/* Whether pod w fits an empty node of a shape the cluster has. */
+static bool fits_some(const gf__as *a, const wpod *w) {
+  for (uint32_t i = 0; i < a->ng; i++)
+    if (fits_empty(&a->g[i].shape, w))
+      return true;
+  return false;
+}
+
 /* The shape for the pods w[idx[0..n)]: the most common node shape on which
  * each fits an empty node (ties: fewer GPUs, then the model's name), else
- * the fallback. */
+ * the fallback.  A pod that fits no shape the cluster has nor the
+ * fallback (it gets no placeholder) takes no shape from the others. */
 static gf__as_shape pick_shape(const gf__as *a, const uint32_t *idx, size_t n) {
   gf__as_shape best = {0};
   uint32_t best_count = 0;
+  gf__as_shape fb = {.ngpus = a->o.gpus_per_node,
+                     .gpu_mem_bytes = a->o.gpu_mem_bytes,
+                     .cpu_milli = INT64_C(1) << 40,
+                     .mem_bytes = INT64_C(1) << 60};
   for (uint32_t i = 0; i < a->ng; i++) {
     const gf__as_shape *s = &a->g[i].shape;
     bool ok = true;
-    for (size_t k = 0; k < n && ok; k++)
-      ok = fits_empty(s, &a->w[idx[k]]);
+    for (size_t k = 0; k < n && ok; k++) /* one no shape holds: ignored */
+      ok = fits_empty(s, &a->w[idx[k]]) ||
+           (!fits_empty(&fb, &a->w[idx[k]]) && !fits_some(a, &a->w[idx[k]]));
     if (!ok)
       continue;
     uint32_t count = 0;
@@ -1297,14 +1395,7 @@ static gf__as_shape pick_shape(const gf__as *a, const uint32_t *idx, size_t n) {
       best_count = count;
     }
   }
-  if (best_count == 0) {
-    best.ngpus = a->o.gpus_per_node;
-    best.gpu_mem_bytes = a->o.gpu_mem_bytes;
-    best.cpu_milli = INT64_C(1) << 40;
-    best.mem_bytes = INT64_C(1) << 60;
-    best.model[0] = '\0';
-  }
-  return best;
+  return best_count ? best : fb;
 }
 
 /* A deletion or creation decided under the mutex, done without it. */
@@ -1317,6 +1408,7 @@ typedef struct action {
   const char *type; /* its node type (create; a->types' name) or NULL */
   bool forget;      /* gone already: only forgotten, no call */
   bool keep;        /* released (delete): deleted, it turns gone */
+  const char *why;  /* delete: the reason, for the log */
 } action;
 
 static uint64_t fnv1a(const char *s, uint64_t h) {
@@ -1513,6 +1605,14 @@ static bool smaller(const gf__as_type *x, const gf__as_type *y) {
   return p->mem_bytes < q->mem_bytes;
 }
 
+/* Whether pod w fits an empty node of some type. */
+static bool fits_a_type(const gf__as *a, const wpod *w) {
+  for (size_t t = 0; t < a->ntypes; t++)
+    if (fits_empty(&a->types[t].shape, w))
+      return true;
+  return false;
+}
+
 /* The node type the group is packed on: the largest on which every pod
  * fits an empty node; NULL: no type known, or none holds them all. */
 static const gf__as_type *big_type(const gf__as *a, const uint32_t *idx,
@@ -1555,15 +1655,16 @@ static const gf__as_type *type_for(const gf__as *a, const uint32_t *idx,
   return best;
 }
 
-/* Packs the group w[idx[0..gn)] and adds its placeholders to act[*n..],
+/* Packs the pods w[idx[0..gn)] (of one group; typed: on a node type when
+ * one holds them all) and adds its placeholders to act[*n..],
  * one a packed node.  Packed into several nodes, each asks the GPUs of
  * the largest: placeholders of one size, so that any node the autoscaler
  * brings for one fits any other (kube-scheduler binds them in its own
  * order, not the autoscaler's plan), and however the autoscaler batches
  * them each buys one node.  0 or GF_ENOMEM. */
-static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
-                      action *act, int *n) {
-  const gf__as_type *big = big_type(a, idx, gn);
+static int pack_part(gf__as *a, const uint32_t *idx, size_t gn, bool typed,
+                     int64_t now, action *act, int *n) {
+  const gf__as_type *big = typed ? big_type(a, idx, gn) : NULL;
   gf__as_shape shape = big ? big->shape : pick_shape(a, idx, gn);
   gf_request *reqs = gf__malloc(gn * sizeof(*reqs));
   gf_request *sub = gf__malloc(gn * sizeof(*sub));
@@ -1627,6 +1728,30 @@ out:
   return rc;
 }
 
+/* Packs the group w[idx[0..gn)] (pack_part).  With node types, the pods
+ * that fit no type are packed apart, untyped (on the cluster's shape or
+ * the fallback; no placeholder when they fit neither): a pod no type can
+ * hold takes no type pinning from the others.  0 or GF_ENOMEM. */
+static int pack_group(gf__as *a, const uint32_t *idx, size_t gn, int64_t now,
+                      action *act, int *n) {
+  if (a->ntypes == 0)
+    return pack_part(a, idx, gn, false, now, act, n);
+  uint32_t *part = gf__malloc(gn * sizeof(*part));
+  if (!part)
+    return GF_ENOMEM;
+  size_t nt = 0, nu = gn;
+  for (size_t k = 0; k < gn; k++) /* typed first, the others from the end */
+    if (fits_a_type(a, &a->w[idx[k]]))
+      part[nt++] = idx[k];
+    else
+      part[--nu] = idx[k];
+  int rc = nt ? pack_part(a, part, nt, true, now, act, n) : 0;
+  if (!rc && nu < gn)
+    rc = pack_part(a, part + nu, gn - nu, false, now, act, n);
+  gf__free(part);
+  return rc;
+}
+
 static const gf__as *group_as; /* under sort_mu */
 
 static int by_group(const void *x, const void *y) {
@@ -1669,6 +1794,38 @@ static void claim_arrivals(gf__as *a) {
   }
 }
 
+/* Why placeholder p goes in this pass (NULL: it stays); a->hold_at set
+ * when its capacity came.  Under a->mu. */
+static const char *drop_reason(gf__as *a, const phold *p, int64_t now) {
+  bool live = false;
+  for (uint32_t k = 0; k < p->nuids && !live; k++) {
+    int64_t j = gf__smap_get(&a->wmap, p->uids[k]);
+    live = j >= 0 && a->w[j].unsched;
+  }
+  /* Its own capacity came: it is bound to a node whose GPUs are
+   * published.  Bound before that (the autoscaler's node came, the node
+   * agent not yet running there), it stays: deleting it would ask for a
+   * second node meanwhile.  Unbound, it stays while the autoscaler may
+   * still bring its node (several bought together arrive seconds apart):
+   * capacity arriving elsewhere ends it only HOLD_US (at least after_ms)
+   * later. */
+  int64_t hold = a->after_us > HOLD_US ? a->after_us : HOLD_US;
+  bool delivered = p->node ? gf__smap_get(&a->gmap, p->node) >= 0
+                           : a->cap_at > p->created && now - a->cap_at >= hold;
+  delivered = delivered || p->claimed;
+  if (delivered)
+    a->hold_at = now; /* its pods get a chance at the new node first */
+  const char *why = p->finished  ? "it ended"
+                    : !live      ? "none of its pods waits any more"
+                    : !delivered ? NULL
+                    : p->claimed ? "a node's GPUs arrived, taken as its"
+                    : p->node    ? "the GPUs of the node it is bound to arrived"
+                                 : "GPU capacity arrived, and its hold passed";
+  if (!why && p->gone && now - p->gone_at >= hold)
+    why = "its node's GPUs did not come within the hold";
+  return why;
+}
+
 /* Decides, under the mutex: the placeholders to delete, then those to make
  * (at most PASS_MAX actions in all).  Returns the count, or -GF_ENOMEM. */
 static int decide(gf__as *a, int64_t now, action *act) {
@@ -1677,31 +1834,13 @@ static int decide(gf__as *a, int64_t now, action *act) {
   claim_arrivals(a);
   for (uint32_t i = 0; i < a->np; i++) {
     const phold *p = &a->p[i];
-    bool live = false;
-    for (uint32_t k = 0; k < p->nuids && !live; k++) {
-      int64_t j = gf__smap_get(&a->wmap, p->uids[k]);
-      live = j >= 0 && a->w[j].unsched;
-    }
-    /* Its own capacity came: it is bound to a node whose GPUs are
-     * published.  Bound before that (the autoscaler's node came, the node
-     * agent not yet running there), it stays: deleting it would ask for a
-     * second node meanwhile.  Unbound, it stays while the autoscaler may
-     * still bring its node (several bought together arrive seconds apart):
-     * capacity arriving elsewhere ends it only HOLD_US (at least after_ms)
-     * later. */
-    int64_t hold = a->after_us > HOLD_US ? a->after_us : HOLD_US;
-    bool delivered = p->node
-                         ? gf__smap_get(&a->gmap, p->node) >= 0
-                         : a->cap_at > p->created && now - a->cap_at >= hold;
-    delivered = delivered || p->claimed;
-    if (delivered)
-      a->hold_at = now; /* its pods get a chance at the new node first */
-    if (!live || delivered || p->finished ||
-        (p->gone && now - p->gone_at >= hold)) {
+    const char *why = drop_reason(a, p, now);
+    if (why) {
       if (n < PASS_MAX) {
         memset(&act[n], 0, sizeof(act[n]));
         snprintf(act[n].name, sizeof(act[n].name), "%s", p->name);
         act[n].forget = p->gone;
+        act[n].why = why;
         n++;
       }
       continue;
@@ -1785,6 +1924,83 @@ static void log_made(const gf__as *a, const action *ac) {
           a->ns, ac->name, json_string_value(res), a->resource, ac->uids);
 }
 
+/* Does action ac (a->mu not held): 0, or the call's code with its
+ * sentence in d.  Counts it in *nm / *nd when it succeeded. */
+static int do_action(gf__as *a, const gf__as_ops *ops, action *ac, unsigned *nm,
+                     unsigned *nd, gf_diag *d) {
+  gf_diag ad = {""};
+  if (ac->forget) {
+    pthread_mutex_lock(&a->mu);
+    phold_remove(a, ac->name);
+    pthread_mutex_unlock(&a->mu);
+    return 0;
+  }
+  int r = ac->pod ? ops->create(ops->user, a->ns, ac->pod, &ad)
+                  : ops->remove(ops->user, a->ns, ac->name, &ad);
+  if (ac->pod && (r == GF_EEXIST || r == GF_ECONFLICT))
+    r = 0; /* made by an earlier try whose answer was lost */
+  if (!ac->pod && r == GF_ENOTFOUND)
+    r = 0;
+  pthread_mutex_lock(&a->mu);
+  if (r == 0 && ac->pod) {
+    (*nm)++;
+    if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false, ac->gpus,
+                  ac->type) == 0)
+      log_made(a, ac);
+  } else if (r == 0) {
+    (*nd)++;
+    int64_t j = ac->keep ? gf__smap_get(&a->pmap, ac->name) : -1;
+    if (j >= 0 && !a->p[j].gone) { /* its pods stay covered: see decide */
+      a->p[j].gone = true;
+      a->p[j].gone_at = now_of(a);
+    } else if (j < 0) {
+      phold_remove(a, ac->name);
+    }
+    if (!a->o.quiet)
+      fprintf(stderr,
+              "gpufrac scheduler: autoscale: placeholder %s/%s deleted (%s)\n",
+              a->ns, ac->name,
+              ac->keep ? "a node of its type registered: its pods wait "
+                         "for that node's GPUs"
+                       : ac->why);
+  } else {
+    a->retry_at = now_of(a) + RETRY_US;
+    gf_diag fd = {""};
+    gf_diag_set(&fd, r, "autoscale: %s %s/%s: %s",
+                ac->pod ? "creating" : "deleting", a->ns, ac->name,
+                ad.msg[0] ? ad.msg : gf_strerror(r));
+    memcpy(a->fail_msg, fd.msg, sizeof(a->fail_msg));
+    a->fail_rc = r;
+    a->fail_create = ac->pod != NULL;
+    gf_diag_set(d, r, "%s", fd.msg);
+  }
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+/* A pass's answer when none of its calls failed: the last failure while
+ * it stands (waiting to retry it, or no call of its kind done since), so
+ * that "working again" is said only once that kind of call succeeded.
+ * tried: the pass decided (not waiting); ok_kind: a call of the failed
+ * kind succeeded; want_kind: the pass had one of that kind to make.  Under
+ * a->mu. */
+static int stale_failure(gf__as *a, bool tried, const action *act, int n,
+                         int done, gf_diag *d) {
+  if (!a->fail_rc)
+    return 0;
+  bool want = false, ok = false;
+  for (int i = 0; i < n; i++) {
+    bool kind = !act[i].forget && (act[i].pod != NULL) == a->fail_create;
+    want = want || kind;
+    ok = ok || (kind && i < done);
+  }
+  if (ok || (tried && !want)) { /* succeeded, or nothing left to fail at */
+    a->fail_rc = 0;
+    return 0;
+  }
+  return gf_diag_set(d, a->fail_rc, "%s", a->fail_msg);
+}
+
 int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
                 unsigned *deleted, gf_diag *d) {
   unsigned nm = 0, nd = 0;
@@ -1805,7 +2021,8 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     dra_nodes(a, &v, now);
     dra_pods(a, &v, now);
   }
-  int n = now < a->retry_at ? 0 : decide(a, now, act);
+  bool tried = now >= a->retry_at;
+  int n = tried ? decide(a, now, act) : 0;
   pthread_mutex_unlock(&a->mu);
   gf__free(v.pods);
   gf__free(v.nodes);
@@ -1813,58 +2030,17 @@ int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
     gf__free(act);
     return gf_diag_set(d, -n, "autoscale: %s", gf_strerror(-n));
   }
-  int rc = 0;
-  for (int i = 0; i < n; i++) {
-    action *ac = &act[i];
-    gf_diag ad = {""};
-    if (ac->forget) {
-      pthread_mutex_lock(&a->mu);
-      phold_remove(a, ac->name);
-      pthread_mutex_unlock(&a->mu);
-      continue;
-    }
-    int r = ac->pod ? ops->create(ops->user, a->ns, ac->pod, &ad)
-                    : ops->remove(ops->user, a->ns, ac->name, &ad);
-    if (ac->pod && (r == GF_EEXIST || r == GF_ECONFLICT))
-      r = 0; /* made by an earlier try whose answer was lost */
-    if (!ac->pod && r == GF_ENOTFOUND)
-      r = 0;
+  int rc = 0, i = 0;
+  for (; i < n && !rc; i++)
+    rc = do_action(a, ops, &act[i], &nm, &nd, d);
+  if (!rc) {
     pthread_mutex_lock(&a->mu);
-    if (r == 0 && ac->pod) {
-      nm++;
-      if (phold_put(a, ac->name, ac->uids, ac->made, NULL, false, ac->gpus,
-                    ac->type) == 0)
-        log_made(a, ac);
-    } else if (r == 0) {
-      nd++;
-      int64_t j = ac->keep ? gf__smap_get(&a->pmap, ac->name) : -1;
-      if (j >= 0 && !a->p[j].gone) { /* its pods stay covered: see decide */
-        a->p[j].gone = true;
-        a->p[j].gone_at = now_of(a);
-      } else if (j < 0) {
-        phold_remove(a, ac->name);
-      }
-      if (!a->o.quiet)
-        fprintf(stderr,
-                "gpufrac scheduler: autoscale: placeholder %s/%s deleted%s\n",
-                a->ns, ac->name,
-                ac->keep ? " (a node of its type registered: its pods wait "
-                           "for that node's GPUs)"
-                         : "");
-    } else {
-      a->retry_at = now_of(a) + RETRY_US;
-      if (!rc)
-        rc = gf_diag_set(d, r, "autoscale: %s %s/%s: %s",
-                         ac->pod ? "creating" : "deleting", a->ns, ac->name,
-                         ad.msg[0] ? ad.msg : gf_strerror(r));
-    }
+    rc = stale_failure(a, tried, act, n, i, d);
     pthread_mutex_unlock(&a->mu);
-    if (r)
-      break;
   }
-  for (int i = 0; i < n; i++) {
-    json_decref(act[i].pod);
-    gf__free(act[i].uids);
+  for (int k = 0; k < n; k++) {
+    json_decref(act[k].pod);
+    gf__free(act[k].uids);
   }
   gf__free(act);
   if (made)

@@ -33,14 +33,16 @@
  * shape, pods in first-fit-decreasing order (GPUs, share, GPU memory); a
  * node is added whenever a pod fits none.  With node types given
  * (node_types: what the autoscaler can buy), the shape is the largest
- * type on which every pod of the group fits an empty node, and each
+ * type on which every pod of the group fits an empty node (the pods that
+ * fit no type packed apart, untyped, as below), and each
  * packed node is then bought as the smallest type that holds its pods on
  * one node (the same packing, on that type).  Without types, or when none
  * holds the group, the shape is the most common GPU node shape among the
  * nodes the cluster has (their inventories: GPU count, model, memory,
  * allocatable CPU and memory) on which every pod of the group fits an
- * empty node, allowed models respected; without one, the configured
- * fallback (gpus_per_node GPUs of gpu_mem_bytes).  Not the
+ * empty node, allowed models respected (a pod that fits none of them nor
+ * the fallback left out); without one, the configured fallback
+ * (gpus_per_node GPUs of gpu_mem_bytes).  Not the
  * gpufrac policy: it (like fgd) scores fragmentation against a set of
  * typical pods, to keep room for the pods that come next, a question about
  * placing on nodes that exist; what to buy is "the fewest GPUs that hold
@@ -169,7 +171,9 @@ int gf__as_node_slim(json_t *slim, const json_t *node);
 void gf__as_pod_update(gf__as *a, const json_t *pod);
 void gf__as_pod_delete(gf__as *a, const json_t *pod);
 /* A node as the watch sees it.  live: the node informer has listed once
- * (a node seen before that is the cluster as it was, not new capacity). */
+ * (a node seen before that is the cluster as it was, not new capacity).
+ * New capacity: more GPUs than the Node was ever seen with (its inventory
+ * or its slices published again are not). */
 void gf__as_node_update(gf__as *a, const json_t *node, bool live);
 void gf__as_node_delete(gf__as *a, const json_t *node);
 
@@ -187,7 +191,9 @@ typedef struct gf__as_ops {
  * ones the uncovered demand needs (at most 64 calls in all per pass).
  * After a failed call the bridge waits 5 s (its clock) before the next.
  * *made / *deleted (may be NULL) count calls that succeeded.  Returns 0,
- * or the first failure's code with its sentence in d. */
+ * or the first failure's code with its sentence in d; a failure stands
+ * (is returned again) until a call of its kind (create, delete) succeeds
+ * or a pass has none of that kind to make. */
 int gf__as_pass(gf__as *a, const gf__as_ops *ops, unsigned *made,
                 unsigned *deleted, gf_diag *d);
 
@@ -242,7 +248,10 @@ int gf__as_pack(const gf__as_shape *shape, const gf_request *reqs, size_t n,
  * Its size comes from its claims' requests, read by the DRA feed
  * (gf_dra_claim_parse), taken at the start of each pass through a
  * gf__as_dra_fn.  A node whose gpufrac ResourceSlices list GPUs is GPU
- * capacity as a node with an inventory is (the DRA agent publishes none). */
+ * capacity as a node with an inventory is (the DRA agent publishes none).
+ * Pods naming the same claims are one demand (the least uid stands for
+ * them); a pod the view lists as not sized (skip) is none, logged once per
+ * reason. */
 
 #define GF__AS_DRA_REQS 8 /* requests of one pod kept */
 #define GF__AS_MEM_WHOLE                                                       \
@@ -262,6 +271,12 @@ typedef struct gf__as_dra_pod {
   bool gated; /* mode 2: gated GF_DRA_GATE, and found fitting no device */
   uint32_t nreq;
   gf__as_dra_req req[GF__AS_DRA_REQS];
+  /* Its claims' keys ("ns/name", comma-separated, in the pod's order; ""
+   * when too long): pods naming the same claims are one demand. */
+  char claims[256];
+  /* Not sized, and why (a claim not there yet, one with a request the
+   * bridge does not size): no demand, logged once; "" when sized. */
+  char skip[160];
 } gf__as_dra_pod;
 
 typedef struct gf__as_dra_node {
@@ -274,7 +289,8 @@ typedef struct gf__as_dra_node {
 /* What the DRA feed says at one moment: the claim-only pods that may be
  * demand (mode 1: unbound, not gated, with gpufrac claims none of which
  * is allocated; mode 2: gated and found fitting no device, none
- * allocated), and the nodes whose GPUs its slices publish.  Arrays
+ * allocated; and those it cannot size, skip saying why), and the nodes
+ * whose GPUs its slices publish.  Arrays
  * allocated with gf__malloc, freed by the bridge. */
 typedef struct gf__as_dra_view {
   gf__as_dra_pod *pods;
@@ -295,7 +311,8 @@ void gf__as_dra_source(gf__as_dra_fn fn, void *user);
 
 /* A DRA pod's requests as one engine request's GPU part (gpu_count,
  * gpu_milli, gpu_mem_bytes, mode; the rest of *out kept): one share is
- * its cores (percent, 1 to 100; none named: 100) as milli and its memory
+ * its cores (percent, 1 to 100; none named: 100; over 100: more than a
+ * GPU, which fits no node) as milli and its memory
  * rounded up as the agent's policy asks (at least 256Mi, a MiB step; none
  * named: GF__AS_MEM_WHOLE); whole GPUs their count; several requests are
  * packed as that many whole GPUs (a share's GPU is not known to be shared

@@ -1885,8 +1885,9 @@ static void hand_over(gf_sched_dra *f, const json_t *pod, const char *why) {
   if (rc)
     logf_(f, "gpufrac scheduler: DRA: lifting the gate: %s\n", d.msg);
   else
-    logf_(f, "gpufrac scheduler: DRA: pod %s handed to kube-scheduler (%s)\n",
-          jstr(pod, "metadata", "name"), why);
+    logf_(
+        f, "gpufrac scheduler: DRA: pod %s/%s handed to kube-scheduler (%s)\n",
+        jstr(pod, "metadata", "namespace"), jstr(pod, "metadata", "name"), why);
 }
 
 /* Writes the allocations of pod's claims that are not allocated yet
@@ -2576,25 +2577,48 @@ void gf__dra_as_note(gf_sched_dra *f, const char *key, bool nofit) {
 }
 
 /* Pod's claims as the bridge's record (*out): every claim known, none
- * allocated, each request a share or whole GPUs, at most GF__AS_DRA_REQS.
- * false when not so.  f->mu held. */
+ * allocated, each request a share or whole GPUs, at most GF__AS_DRA_REQS;
+ * out->claims their keys.  false when not so; then out->skip says why
+ * when it is a reason the pod gets no placeholder (a claim not there yet,
+ * or one the bridge does not size), "" when nothing is missing (a claim
+ * allocated).  f->mu held. */
 static bool as_pod(gf_sched_dra *f, const json_t *pod, bool gated,
                    gf__as_dra_pod *out) {
   const gf_dra_claim *cl[CLAIMS_PER_POD];
   const char *uid = jstr(pod, "metadata", "uid");
-  int n = claims_ref(f, pod, cl, CLAIMS_PER_POD);
-  if (n <= 0 || !uid || strlen(uid) >= sizeof(out->uid))
+  memset(out, 0, sizeof(*out)); /* nothing of the slot's last pod stays */
+  if (!uid || strlen(uid) >= sizeof(out->uid))
     return false;
-  memset(out, 0, sizeof(*out));
   snprintf(out->uid, sizeof(out->uid), "%s", uid);
   out->gated = gated;
+  int n = claims_ref(f, pod, cl, CLAIMS_PER_POD);
+  if (n < 0)
+    snprintf(out->skip, sizeof(out->skip), "a claim it names does not exist");
+  if (n <= 0)
+    return false;
+  size_t off = 0;
   for (int i = 0; i < n; i++) {
-    if (cl[i]->allocated || cl[i]->constraints)
+    if (cl[i]->allocated)
       return false;
+    if (cl[i]->constraints) {
+      snprintf(out->skip, sizeof(out->skip),
+               "claim %.120s has constraints or config", cl[i]->name);
+      return false;
+    }
+    int l = snprintf(out->claims + off, sizeof(out->claims) - off, "%s%s/%s",
+                     i ? "," : "", cl[i]->ns, cl[i]->name);
+    off = l > 0 && (size_t)l < sizeof(out->claims) - off ? off + (size_t)l
+                                                         : sizeof(out->claims);
     for (uint32_t j = 0; j < cl[i]->nreq; j++) {
       const gf_dra_request *r = &cl[i]->req[j];
-      if (r->kind == GF_DRA_OTHER || out->nreq == GF__AS_DRA_REQS)
+      if (r->kind == GF_DRA_OTHER || out->nreq == GF__AS_DRA_REQS) {
+        snprintf(out->skip, sizeof(out->skip), "claim %.60s: %.90s",
+                 cl[i]->name,
+                 r->kind != GF_DRA_OTHER ? "more requests than it sizes"
+                 : r->why[0]             ? r->why
+                                         : "a request it does not size");
         return false;
+      }
       out->req[out->nreq++] = (gf__as_dra_req){.whole = r->kind == GF_DRA_WHOLE,
                                                .count = r->count,
                                                .has_mem = r->has_mem,
@@ -2603,6 +2627,8 @@ static bool as_pod(gf_sched_dra *f, const json_t *pod, bool gated,
                                                .cores = r->cores};
     }
   }
+  if (off >= sizeof(out->claims))
+    out->claims[0] = '\0'; /* too long to name: not matched with others */
   return out->nreq > 0;
 }
 
@@ -2665,9 +2691,12 @@ static int as_view(void *feed, gf__as_dra_view *v) {
     const json_t *pod = from->vals[i];
     bool want = f->allocate ? store_get(&as_nofit, k) != NULL
                             : !jstr(pod, "spec", "nodeName");
+    gf__as_dra_pod *ap = &v->pods[v->npods];
     /* mode 2's stranded pods (not gated) count as mode 1's do */
-    if (want && as_pod(f, pod, f->allocate && gated(pod), &v->pods[v->npods]))
-      v->npods++;
+    if (as_pod(f, pod, f->allocate && gated(pod), ap)
+            ? want
+            : ap->skip[0] && (f->allocate || want))
+      v->npods++; /* one not sized: listed with its reason (logged) */
   }
   if (!rc)
     as_nodes(f, v);

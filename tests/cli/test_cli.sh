@@ -21,6 +21,17 @@ check scheduler-help 0 '/filter'                  -- "$GPUFRAC" scheduler --help
 check scheduler-help-preempt 0 '/bind, /preempt'      -- "$GPUFRAC" scheduler --help
 check sched-hami-placeholders 2 "placeholders cannot ask for it" -- "$GPUFRAC" scheduler --accept hami --autoscale-placeholders on --kubeconfig /nonexistent
 check sched-hami-placeholders-other 2 "kubeconfig" -- "$GPUFRAC" scheduler --accept hami --autoscale-placeholders on --autoscale-resource example.com/gpu --kubeconfig /nonexistent
+# --autoscale-*: checked as the bridge reads them, a usage error (exit 2),
+# and refused without --autoscale-placeholders (issue 33 #6: accepted
+# silently).
+check sched-as-types-bad 2 "--autoscale-node-types: autoscale: node type 1 \\(a\\): GPU count" -- "$GPUFRAC" scheduler --autoscale-placeholders on --autoscale-node-types a:0:80Gi:10:100Gi --kubeconfig /nonexistent
+check sched-as-types-dup 2 "node type 'a' given twice" -- "$GPUFRAC" scheduler --autoscale-placeholders on --autoscale-node-types a:1:80Gi:10:100Gi,a:2:80Gi:20:200Gi --kubeconfig /nonexistent
+check sched-as-ns-bad 2 "--autoscale-namespace: .*DNS-1123" -- "$GPUFRAC" scheduler --autoscale-placeholders on --autoscale-namespace Not_A_Name --kubeconfig /nonexistent
+check sched-as-off 2 "--autoscale-node-types needs --autoscale-placeholders on" -- timeout 20 "$GPUFRAC" scheduler --no-kube --autoscale-node-types a:1:80Gi:10:100Gi --listen 127.0.0.1:0
+check sched-as-nokube-after 2 "--autoscale-after needs --autoscale-placeholders on" -- timeout 20 "$GPUFRAC" scheduler --no-kube --autoscale-after 2s --listen 127.0.0.1:0
+# "off" given: the settings are kept (checked all the same), the bridge off
+check sched-as-off-kept 2 "kubeconfig" -- "$GPUFRAC" scheduler --autoscale-placeholders off --autoscale-after 2s --kubeconfig /nonexistent
+check sched-as-off-checked 2 "--autoscale-node-types: autoscale: node type 1" -- "$GPUFRAC" scheduler --autoscale-placeholders off --autoscale-node-types a:0:80Gi:10:100Gi --kubeconfig /nonexistent
 # --no-kube: the extender's own preemption evicts through the API server
 # (issue 32; it was accepted and did nothing); the default on becomes off.
 check sched-nokube-preempt-evict 2 "--no-kube excludes --preempt-evict on" -- timeout 20 "$GPUFRAC" scheduler --no-kube --preempt-evict on --listen 127.0.0.1:0

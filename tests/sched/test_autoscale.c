@@ -927,10 +927,13 @@ static void test_errors(void **st) {
   assert_int_equal(gf__as_pass(a, &ops, NULL, NULL, &d), GF_EHTTP);
   assert_non_null(strstr(d.msg, "creating gpufrac-system/"));
   assert_int_equal(gf__as_count(a), 0);
-  /* not again for 5 s */
+  /* not again for 5 s, the failure standing meanwhile (the caller logs
+   * "working again" for a pass that returns 0) */
   r.fail_create = 0;
   fake_now += 4 * SEC;
-  assert_int_equal(pass(a, &r), 0);
+  gf_diag d2 = {""};
+  assert_int_equal(gf__as_pass(a, &ops, NULL, NULL, &d2), GF_EHTTP);
+  assert_string_equal(d2.msg, d.msg);
   assert_int_equal(r.creates, 0);
   fake_now += SEC;
   unsigned made = 0, deleted = 0;
@@ -983,6 +986,66 @@ static void test_errors(void **st) {
     gf__as_node_delete(a, junk[i]);
     json_decref(junk[i]);
   }
+  gf__as_free(a);
+}
+
+/* A create that keeps failing (a namespace that does not exist: 403)
+ * never reads as working again: every pass returns the failure until a
+ * create succeeds; a delete succeeding meanwhile does not clear it; with
+ * nothing left to create, it is gone. */
+static void test_errors_standing(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(1000);
+  feed_pod(a, gpod("u-1", SHARE30, "", true, NULL));
+  rec r = {.fail_create = GF_EHTTP};
+  gf__as_ops ops = {.user = &r, .create = rec_create, .remove = rec_remove};
+  for (int i = 0; i < 12; i++) { /* a minute of passes, 5 s apart */
+    fake_now = T0 + SEC + i * 5 * SEC;
+    gf_diag d = {""};
+    assert_int_equal(gf__as_pass(a, &ops, NULL, NULL, &d), GF_EHTTP);
+    assert_non_null(strstr(d.msg, "creating gpufrac-system/"));
+    fake_now += 2 * SEC; /* between retries too */
+    assert_int_equal(gf__as_pass(a, &ops, NULL, NULL, &d), GF_EHTTP);
+  }
+  assert_int_equal(r.creates, 0);
+  /* the pod is gone: nothing to create, the failure no longer stands */
+  json_t *g = gpod("u-1", SHARE30, "", true, NULL);
+  gf__as_pod_delete(a, g);
+  json_decref(g);
+  fake_now += 10 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  gf__as_free(a);
+}
+
+/* Issue 33 #4, without node types: a pod no node holds (100Gi on 80Gi
+ * GPUs, the cluster's and the fallback's) gets no placeholder and takes
+ * no shape from its group: seven 0.3 shares are packed on the cluster's
+ * 2-GPU shape (two placeholders of 2), not on the fallback's 8 (one of
+ * 3). */
+static void test_impossible_keeps_shape(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(1000);
+  feed_node(a, "k0", 2, false);
+  for (int i = 0; i < 7; i++) {
+    char uid[16];
+    snprintf(uid, sizeof(uid), "u-%d", i);
+    feed_pod(a, gpod(uid, SHARE30, "", true, NULL));
+  }
+  feed_pod(a,
+           gpod("big", "\"gpufrac.io/gpu-memory\":\"100Gi\"", "", true, NULL));
+  rec r = {0};
+  fake_now = T0 + SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 2);
+  assert_string_equal(asks(r.made[0], "nvidia.com/gpu"), "2");
+  assert_string_equal(asks(r.made[1], "nvidia.com/gpu"), "2");
+  assert_null(
+      strstr(path_str(r.made[0], "metadata", "annotations", GF_AS_FOR), "big"));
+  assert_null(
+      strstr(path_str(r.made[1], "metadata", "annotations", GF_AS_FOR), "big"));
+  rec_clear(&r);
   gf__as_free(a);
 }
 
@@ -1531,6 +1594,8 @@ int main(void) {
       cmocka_unit_test(test_reason_gone),
       cmocka_unit_test(test_adopt),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_errors_standing),
+      cmocka_unit_test(test_impossible_keeps_shape),
       cmocka_unit_test(test_custom_opts),
       cmocka_unit_test(test_slim),
       cmocka_unit_test(test_feed),

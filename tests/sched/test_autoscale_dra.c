@@ -12,7 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -495,6 +497,245 @@ static void test_dra_bound_capacity(void **st) {
   gf__as_free(a);
 }
 
+/* ---- stderr, captured (what the bridge logs) --------------------------- */
+
+static FILE *cap_file;
+static int cap_saved = -1;
+
+static void cap_start(void) {
+  fflush(stderr);
+  cap_file = tmpfile();
+  assert_non_null(cap_file);
+  cap_saved = dup(2);
+  assert_true(cap_saved >= 0);
+  assert_true(dup2(fileno(cap_file), 2) >= 0);
+}
+
+/* Stops capturing; returns what was logged (free it). */
+static char *cap_stop(void) {
+  fflush(stderr);
+  assert_true(dup2(cap_saved, 2) >= 0);
+  close(cap_saved);
+  long len = ftell(cap_file);
+  assert_true(len >= 0);
+  char *buf = calloc(1, (size_t)len + 1);
+  assert_non_null(buf);
+  rewind(cap_file);
+  assert_int_equal(fread(buf, 1, (size_t)len, cap_file), (size_t)len);
+  fclose(cap_file);
+  return buf;
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+    n++;
+  return n;
+}
+
+static gf__as *make_loud(const char *types) {
+  gf__as_opts o = {.after_ms = 2000,
+                   .now_us = clock_fn,
+                   .quiet = false,
+                   .node_types = types};
+  gf__as *a = NULL;
+  assert_int_equal(gf__as_new(&o, &a, NULL), 0);
+  gf__as_set_dra(a, view_fn, NULL);
+  return a;
+}
+
+/* Issue 33 #1: three gated pods sharing one unallocated claim (70Gi, 70
+ * cores) are one demand: one placeholder, for one of them, asking one
+ * GPU (not one a pod). */
+static void test_dra_shared_claim(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(NULL);
+  view_reset();
+  for (int i = 0; i < 3; i++) {
+    char uid[16];
+    snprintf(uid, sizeof(uid), "sh-%d", i);
+    feed_dra_pod(a, uid, true, false);
+    view_share(uid, true, 70 * GiB, 70);
+    snprintf(vpods[nvpods - 1].claims, sizeof(vpods[0].claims), "ml/shared70");
+  }
+  feed_dra_pod(a, "own", true, false); /* a claim of its own: counted */
+  view_share("own", true, 70 * GiB, 70);
+  snprintf(vpods[nvpods - 1].claims, sizeof(vpods[0].claims), "ml/own");
+  rec r = {0};
+  assert_int_equal(pass(a, &r), 0);
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  assert_string_equal(asks(r.made[0], "nvidia.com/gpu"), "2");
+  assert_int_equal(covers(r.made[0]), 2);
+  const char *u = ann(r.made[0], GF_AS_FOR);
+  assert_string_equal(u, "own,sh-0"); /* the least uid stands for the claim */
+  fake_now = T0 + 20 * SEC; /* covered: the others are not packed again */
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  assert_int_equal(r.deletes, 0);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* Issue 33 #2: a share asking more cores than a device allows (150; at
+ * most 100) fits no node: no placeholder (once logged), as a share over
+ * any GPU's memory; the others of its group are packed, on their type. */
+static void test_dra_cores_over_max(void **st) {
+  (void)st;
+  gf_request q = {0};
+  gf__as_dra_req big = {
+      .has_mem = true, .mem = GiB, .has_cores = true, .cores = 150};
+  assert_int_equal(gf__as_dra_request(&big, 1, &q), 0);
+  assert_true(q.gpu_milli > GF_GPU_MILLI);
+  fake_now = T0;
+  gf__as *a = make_loud(TYPES);
+  view_reset();
+  feed_dra_pod(a, "c150", true, false);
+  view_share("c150", true, 8 * GiB, 150);
+  feed_dra_pod(a, "c30", true, false);
+  view_share("c30", true, 8 * GiB, 30);
+  rec r = {0};
+  cap_start();
+  assert_int_equal(pass(a, &r), 0);
+  for (int i = 1; i <= 6; i++) {
+    fake_now = T0 + i * 2 * SEC;
+    assert_int_equal(pass(a, &r), 0);
+  }
+  char *log = cap_stop();
+  assert_int_equal(r.creates, 1);
+  assert_int_equal(covers(r.made[0]), 1);
+  assert_string_equal(ann(r.made[0], GF_AS_FOR), "c30");
+  assert_string_equal(ann(r.made[0], GF_AS_TYPE), "g-2x");
+  assert_int_equal(count_of(log, "pod ml/d-c150 fits no empty node"), 1);
+  free(log);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* Issue 33 #3: kubelet deletes and republishes a driver's slices on every
+ * restart: a full node's slices coming back are not new capacity (no
+ * pending placeholder taken for it, the clock not reset); a node whose
+ * GPU count grows is. */
+static void test_dra_republished(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(NULL);
+  view_reset();
+  feed_bare_node(a, "n-g2", NULL, false);
+  view_node("n-g2", 2); /* full: there before, holding others' pods */
+  feed_dra_pod(a, "m-0", false, true);
+  view_share("m-0", false, 8 * GiB, 30);
+  rec r = {0};
+  assert_int_equal(pass(a, &r), 0);
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  /* kubelet restarts: slices gone, then published again */
+  nvnodes = 0;
+  fake_now = T0 + 3 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  view_node("n-g2", 2);
+  fake_now = T0 + 4 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  fake_now = T0 + 400 * SEC; /* past any hold: still pending, still kept */
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 0);
+  assert_int_equal(gf__as_count(a), 1);
+  /* the node grows (a GPU added): capacity, the placeholder taken */
+  vnodes[0].ngpus = 4;
+  fake_now = T0 + 401 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.deletes, 1);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* Issue 33 #4: a pod no node type holds (a share over any GPU's memory, a
+ * whole-GPU claim of 16) gets no placeholder and takes no type from its
+ * group: the others are still pinned to theirs. */
+static void test_dra_impossible_keeps_type(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make(TYPES);
+  ten_gated(a);
+  feed_dra_pod(a, "huge", true, false);
+  view_share("huge", true, 100 * GiB, 30);
+  feed_dra_pod(a, "w16", true, false);
+  gf__as_dra_pod *p = &vpods[nvpods++];
+  memset(p, 0, sizeof(*p));
+  snprintf(p->uid, sizeof(p->uid), "w16");
+  p->gated = true;
+  p->nreq = 1;
+  p->req[0] = (gf__as_dra_req){.whole = true, .count = 16};
+  rec r = {0};
+  assert_int_equal(pass(a, &r), 0);
+  fake_now = T0 + 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  assert_int_equal(r.creates, 1);
+  assert_string_equal(asks(r.made[0], "nvidia.com/gpu"), "4");
+  assert_non_null(ann(r.made[0], GF_AS_TYPE)); /* pinned */
+  assert_string_equal(ann(r.made[0], GF_AS_TYPE), "g-4x");
+  assert_int_equal(covers(r.made[0]), 10);
+  char *all = json_dumps(r.made[0], JSON_COMPACT);
+  assert_non_null(strstr(all, GF_AS_TYPE_LABEL));
+  free(all);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
+/* Issue 33 #7: a claim-only pod the bridge cannot size (its claim not
+ * there yet, a request it does not size) gets no placeholder, and says
+ * so once per pod and reason; a deletion says why. */
+static void test_dra_skip_logged(void **st) {
+  (void)st;
+  fake_now = T0;
+  gf__as *a = make_loud(NULL);
+  view_reset();
+  feed_dra_pod(a, "nocl", true, false);
+  gf__as_dra_pod *p = &vpods[nvpods++];
+  memset(p, 0, sizeof(*p));
+  snprintf(p->uid, sizeof(p->uid), "nocl");
+  p->gated = true;
+  snprintf(p->skip, sizeof(p->skip), "a claim it names does not exist");
+  rec r = {0};
+  cap_start();
+  for (int i = 0; i < 5; i++) {
+    fake_now = T0 + i * 2 * SEC;
+    assert_int_equal(pass(a, &r), 0);
+  }
+  snprintf(p->skip, sizeof(p->skip), "claim c: CEL selectors");
+  fake_now += 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  fake_now += 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  /* sized now: demand, a placeholder; then not waiting: deleted, why */
+  p->skip[0] = '\0';
+  p->nreq = 1;
+  p->req[0] = (gf__as_dra_req){.has_cores = true, .cores = 30};
+  fake_now += 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  fake_now += 3 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  nvpods = 0;
+  fake_now += 2 * SEC;
+  assert_int_equal(pass(a, &r), 0);
+  char *log = cap_stop();
+  assert_int_equal(r.creates, 1);
+  assert_int_equal(r.deletes, 1);
+  assert_int_equal(count_of(log, "pod ml/d-nocl: no placeholder: a claim it "
+                                 "names does not exist"),
+                   1);
+  assert_int_equal(
+      count_of(log, "pod ml/d-nocl: no placeholder: claim c: CEL selectors"),
+      1);
+  assert_non_null(strstr(log, "deleted (none of its pods waits any more"));
+  free(log);
+  rec_clear(&r);
+  gf__as_free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dra_request),
@@ -505,6 +746,11 @@ int main(void) {
       cmocka_unit_test(test_dra_own_group),
       cmocka_unit_test(test_dra_capacity),
       cmocka_unit_test(test_dra_bound_capacity),
+      cmocka_unit_test(test_dra_shared_claim),
+      cmocka_unit_test(test_dra_cores_over_max),
+      cmocka_unit_test(test_dra_republished),
+      cmocka_unit_test(test_dra_impossible_keeps_type),
+      cmocka_unit_test(test_dra_skip_logged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
