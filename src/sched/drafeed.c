@@ -180,6 +180,7 @@ struct gf_sched_dra {
   uint32_t defrag_max;
   gf__defrag_rate defrag_rate;
   char defrag_last[2 * KEY_MAX]; /* the last dry-run plan said */
+  char defrag_held[2 * KEY_MAX]; /* the last plan the rate limits held */
 };
 
 __attribute__((format(printf, 2, 3))) static void logf_(gf_sched_dra *f,
@@ -1555,7 +1556,8 @@ static int defrag_gate(gf_sched_dra *f, const json_t *pod, const char *node,
   if (dry && strcmp(key, f->defrag_last) == 0)
     return gf_diag_set(d, GF_ENOFIT, "the same plan was said already");
   if (!gf__defrag_rate_allowed(&f->defrag_rate, node, t)) {
-    f->st.defrag_limited++;
+    f->st.defrag_limited += strcmp(key, f->defrag_held) != 0; /* once */
+    snprintf(f->defrag_held, sizeof(f->defrag_held), "%s", key);
     return gf_diag_set(d, GF_ENOFIT, "held back by the rate limits");
   }
   gf__defrag_rate_note(&f->defrag_rate, node, t);

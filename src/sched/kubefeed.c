@@ -249,6 +249,7 @@ struct gf_sched_kube {
   void *defrag_clock;
   gf__defrag_rate defrag_rate; /* the rate limits (defrag.h) */
   char defrag_last[1024];      /* the last plan logged */
+  char defrag_held[1024];      /* the last plan the rate limits held back */
   atomic_ullong defrag_plans, defrag_evictions, defrag_limited;
   bool preempt_evict; /* the extender's own preemption (sched_kube.h) */
   int64_t preempt_settle_ms;
@@ -901,7 +902,9 @@ static int defrag_step(gf_sched_kube *f, gf_diag *d) {
     return 0; /* the same plan as last time: reported already */
   int64_t now = f->defrag_now(f->defrag_clock);
   if (!gf__defrag_rate_allowed(&f->defrag_rate, p.node, now)) {
-    atomic_fetch_add(&f->defrag_limited, 1);
+    if (strcmp(key, f->defrag_held) != 0) /* each plan held back once */
+      atomic_fetch_add(&f->defrag_limited, 1);
+    snprintf(f->defrag_held, sizeof(f->defrag_held), "%s", key);
     return 0;
   }
   snprintf(f->defrag_last, sizeof(f->defrag_last), "%s", key);
