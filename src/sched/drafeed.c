@@ -302,14 +302,19 @@ static void class_upd(void *u, json_t *old, json_t *o) {
   class_set(u, o);
 }
 
-static void class_gone(void *u, json_t *o) {
-  gf_sched_dra *f = u;
+/* Object o (a cluster-scoped object, keyed by its name) leaves store st. */
+static void gone_by_name(gf_sched_dra *f, store *st, const json_t *o) {
   const char *name = json_string_value(
       json_object_get(json_object_get(o, "metadata"), "name"));
   pthread_mutex_lock(&f->mu);
   if (name)
-    store_del(&f->classes, name);
+    store_del(st, name);
   pthread_mutex_unlock(&f->mu);
+}
+
+static void class_gone(void *u, json_t *o) {
+  gf_sched_dra *f = u;
+  gone_by_name(f, &f->classes, o);
 }
 
 /* Why mode 2 does not place claim c's requests (GF_ELIMIT with the reason
@@ -677,12 +682,7 @@ static void node_upd(void *u, json_t *old, json_t *o) {
 
 static void node_gone(void *u, json_t *o) {
   gf_sched_dra *f = u;
-  const char *name = json_string_value(
-      json_object_get(json_object_get(o, "metadata"), "name"));
-  pthread_mutex_lock(&f->mu);
-  if (name)
-    store_del(&f->nodes, name);
-  pthread_mutex_unlock(&f->mu);
+  gone_by_name(f, &f->nodes, o);
 }
 
 static void inf_error(void *u, int rc, const char *msg) {
